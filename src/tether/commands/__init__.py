@@ -1,0 +1,1 @@
+"""Sub-commands of the ``tether`` CLI, one module each (discovered by ``tether.cli``)."""

@@ -1,0 +1,410 @@
+"""The agent loop: observe → decide → act → observe, until the host stops it (L1, L2, L4)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tether.context.composer import Composer
+from tether.context.untrusted import Observation, wrap_untrusted
+from tether.errors import HandoffError
+from tether.host import GateOutcome
+from tether.messages import AssistantMessage, ToolMessage, UserMessage
+from tether.models.base import ModelResponse
+from tether.policy.trusted import TrustedContext
+from tether.run import Agent, CallRecord, RunResult, RunState
+from tether.stop import RepetitionDetector, StopReason, call_signature
+from tether.tools.contract import ToolContext
+from tether.trace.events import EventKind
+
+if TYPE_CHECKING:
+    from tether.host import Host
+
+__all__ = ["AgentLoop", "StopRun"]
+
+
+class StopRun(Exception):
+    """Internal control flow: the host has decided to stop the run."""
+
+    def __init__(self, reason: StopReason, detail: str = "", answer: str | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.answer = answer
+
+
+class AgentLoop:
+    def __init__(self, host: Host, agent: Agent, objective: str, context: TrustedContext) -> None:
+        self.host = host
+        self.agent = agent
+        self.limits = agent.limits
+        run_id = host.new_run_id()
+        self.tracer, self.trace_path = host.new_tracer(run_id)
+        self.state = RunState(
+            run_id=run_id,
+            objective=objective,
+            context=context,
+            started=time.monotonic(),
+            started_at=host.clock(),
+        )
+        self.offered = host.offered(agent.tools)
+        self.composer = Composer(agent.instructions, self.offered)
+        self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
+        self.handoff: Any = None
+
+    # -- public ----------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        s, t = self.state, self.tracer
+        t.emit(
+            EventKind.RUN_STARTED,
+            design="agent",
+            agent=self.agent.name,
+            model=self.agent.model.name,
+            objective=s.objective,
+            tenant=s.context.tenant,
+            roles=sorted(s.context.roles),
+            tools=[spec.name for spec in self.offered],
+        )
+        await self.host.trace_launches(t)
+        answer: str | None = None
+        try:
+            await self._recall_memory()
+            s.trajectory.append(UserMessage(s.objective))
+            answer = await self._loop()
+            await self._finish(answer)
+            reason, detail = StopReason.ACCEPTED, ""
+        except StopRun as stop:
+            reason, detail = stop.reason, stop.detail
+            answer = stop.answer if stop.answer is not None else answer
+        t.emit(EventKind.STOP, reason=str(reason), detail=detail, steps=s.steps, llm_calls=s.llm_calls)
+        t.close()
+        return RunResult(
+            run_id=s.run_id,
+            stop_reason=reason,
+            answer=answer,
+            design="agent",
+            detail=detail,
+            handoff=self.handoff,
+            trace_path=self.trace_path,
+            steps=s.steps,
+            llm_calls=s.llm_calls,
+            usage=s.usage,
+            cost_usd=s.cost_usd,
+            calls=s.calls,
+            events=t.events,
+            elapsed_s=time.monotonic() - s.started,
+            outputs=s.outputs,
+        )
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _remaining(self) -> float | None:
+        if self.limits.deadline_s is None:
+            return None
+        return self.limits.deadline_s - (time.monotonic() - self.state.started)
+
+    def _check_budgets(self) -> None:
+        s, lim = self.state, self.limits
+        if (left := self._remaining()) is not None and left <= 0:
+            raise StopRun(StopReason.DEADLINE, f"deadline of {lim.deadline_s}s passed", self._host_answer())
+        if s.steps >= lim.max_steps:
+            raise StopRun(StopReason.MAX_STEPS, f"{lim.max_steps} steps taken", None)
+        if s.llm_calls >= lim.llm_calls:
+            raise StopRun(StopReason.BUDGET, f"LLM-call budget of {lim.llm_calls} used", None)
+        if lim.max_tokens is not None and s.usage.total_tokens >= lim.max_tokens:
+            raise StopRun(StopReason.BUDGET, f"token budget of {lim.max_tokens} used", None)
+        if lim.max_cost_usd is not None and s.cost_usd >= lim.max_cost_usd:
+            raise StopRun(StopReason.BUDGET, f"cost budget of ${lim.max_cost_usd} used", None)
+
+    async def _loop(self) -> str:
+        s = self.state
+        while True:
+            try:
+                self._check_budgets()
+            except StopRun as stop:
+                if stop.reason in (StopReason.BUDGET, StopReason.MAX_STEPS):
+                    stop.answer = await self._graceful_answer(stop)
+                raise
+            response = await self._ask(tools_enabled=True)
+            message = response.message
+            s.trajectory.append(message)
+            if not message.tool_calls:
+                answer = message.content or ""
+                problem = self.agent.verify(s, answer) if self.agent.verify else None
+                if problem is None:
+                    return answer
+                self.tracer.emit(EventKind.VERIFICATION_FAILED, problem=problem)
+                s.trajectory.append(UserMessage(f"<agent_status>\nanswer rejected: {problem}\n</agent_status>", "harness"))
+                s.steps += 1
+                continue
+            await self._act(list(message.tool_calls))
+            s.steps += 1
+
+    async def _ask(self, *, tools_enabled: bool) -> ModelResponse:
+        s, t = self.state, self.tracer
+        if s.llm_calls >= self.limits.llm_calls_hard:
+            raise StopRun(StopReason.BUDGET, f"hard ceiling of {self.limits.llm_calls_hard} LLM calls", self._host_answer())
+        request = self.composer.build(s.trajectory, tools_enabled=tools_enabled)
+        t.emit(
+            EventKind.CONTEXT_COMPOSED,
+            messages=len(request.messages),
+            tools=len(request.tools),
+            tools_enabled=tools_enabled,
+        )
+        s.llm_calls += 1
+        remaining = self._remaining()
+        try:
+            with anyio.fail_after(remaining if remaining is not None else None):
+                response = await self.agent.model.complete(request)
+        except TimeoutError:
+            raise StopRun(StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()) from None
+        except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
+            t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
+            raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
+        s.usage = s.usage + response.usage
+        s.cost_usd += response.cost_usd
+        t.emit(
+            EventKind.MODEL_RESPONSE,
+            model=response.model,
+            text=(response.message.content or "")[:500],
+            tool_calls=[{"id": c.id, "name": c.name} for c in response.message.tool_calls],
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            cached_tokens=response.usage.cached_tokens,
+        )
+        return response
+
+    async def _act(self, calls: list[Any]) -> None:
+        """Gate every call of the turn, then run the allowed ones concurrently."""
+        s, t, host = self.state, self.tracer, self.host
+        outcomes: list[GateOutcome] = []
+        for call in calls:
+            t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
+            outcome = host.gate(call, s.context, self.offered)
+            outcomes.append(outcome)
+            if outcome.status == "deny" and outcome.decision is not None:
+                d = outcome.decision
+                t.emit(EventKind.POLICY_DENIED, call_id=call.id, tool=call.name, rule=d.rule, reason=d.reason, details=d.details)
+                s.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", d.reason))
+            elif outcome.status in ("reject", "unknown"):
+                t.emit(EventKind.TOOL_ERROR, call_id=call.id, tool=call.name, error="proposal_rejected", message=outcome.error)
+                s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
+            else:
+                assert outcome.decision is not None
+                t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+
+        denied = [o for o in outcomes if o.status == "deny"]
+        if denied and host.on_denied == "stop":
+            first = denied[0]
+            reason = first.decision.reason if first.decision else "denied"
+            raise StopRun(StopReason.POLICY_DENIED, f"{first.call.name}: {reason}", None)
+
+        malformed = all(o.status in ("reject", "unknown") for o in outcomes)
+        s.malformed_turns = s.malformed_turns + 1 if malformed else 0
+        if s.malformed_turns >= self.limits.max_malformed_turns:
+            raise StopRun(StopReason.MODEL_ERROR, f"{s.malformed_turns} malformed turns in a row")
+
+        results: dict[str, Observation] = {}
+        crashes: list[tuple[str, BaseException]] = []
+
+        async def run_one(o: GateOutcome) -> None:
+            assert o.spec is not None and o.arguments is not None
+            ctx = ToolContext(
+                run_id=s.run_id,
+                tenant=s.context.tenant,
+                roles=s.context.roles,
+                user=s.context.user,
+                call_id=o.call.id,
+                now=host.clock(),
+            )
+            obs, crash = await host.execute(o.spec, o.arguments, ctx)
+            results[o.call.id] = obs
+            if crash is not None:
+                crashes.append((o.spec.name, crash))
+
+        allowed = [o for o in outcomes if o.status == "allow"]
+        remaining = self._remaining()
+        with anyio.move_on_after(remaining if remaining is not None else None) as scope:
+            async with anyio.create_task_group() as tg:
+                for o in allowed:
+                    tg.start_soon(run_one, o)
+        if scope.cancelled_caught:
+            raise StopRun(StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer())
+
+        for name, crash in crashes:
+            t.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+        if crashes:
+            name, crash = crashes[0]
+            raise StopRun(StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}")
+
+        # Results enter the trajectory in the order the model proposed the calls.
+        for o in outcomes:
+            call = o.call
+            if o.status == "allow":
+                obs = results[call.id]
+                obs = Observation(**{**obs.__dict__, "call_id": call.id}) if not obs.call_id else obs
+                self._observe(o, obs)
+            else:
+                message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
+                text = wrap_untrusted(f'{{"error": "{o.status}", "message": {_json(message)}}}', source="host", trust="trusted")
+                s.trajectory.append(ToolMessage(call.id, text, call.name))
+
+        signatures = [call_signature(o.spec.name, o.arguments) for o in allowed if o.spec and o.arguments is not None]
+        if signatures and (why := self.repetition.observe(signatures)):
+            t.emit(EventKind.REPETITION_DETECTED, detail=why)
+            raise StopRun(StopReason.REPETITION, why, self._host_answer())
+
+    def _observe(self, outcome: GateOutcome, obs: Observation) -> None:
+        s, t = self.state, self.tracer
+        s.observations.append(obs)
+        status = "error" if obs.is_error else "ok"
+        s.calls.append(CallRecord(obs.call_id, obs.tool, outcome.arguments, status, obs.error_kind or ""))
+        t.emit(
+            EventKind.TOOL_OBSERVATION,
+            call_id=obs.call_id,
+            tool=obs.tool,
+            source=obs.source,
+            trust=obs.trust,
+            observed_at=obs.observed_at.isoformat(),
+            is_error=obs.is_error,
+            error_kind=obs.error_kind,
+            chars=len(obs.text),
+            truncated=bool(obs.meta.get("truncated")),
+        )
+        if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
+            s.evidence.add(obs.data["ref"])
+        s.trajectory.append(ToolMessage(obs.call_id, obs.render(), obs.tool))
+        if obs.meta.get("unavailable"):
+            count = s.unavailable.get(obs.source, 0) + 1
+            s.unavailable[obs.source] = count
+            if count >= self.limits.max_unavailable:
+                raise StopRun(
+                    StopReason.DEPENDENCY_UNAVAILABLE,
+                    f"source {obs.source} unavailable {count} times",
+                    self._host_answer(),
+                )
+
+    # -- endings -----------------------------------------------------------------------------
+
+    def _host_answer(self) -> str:
+        """The host's own answer when the model cannot be asked: what was observed, what is missing."""
+        s = self.state
+        seen = sorted({o.tool for o in s.observations if not o.is_error})
+        failed = sorted({o.tool for o in s.observations if o.is_error})
+        parts = [f"Stopped before a verified answer to: {s.objective}"]
+        parts.append("Observed: " + (", ".join(seen) if seen else "nothing") + ".")
+        if failed:
+            parts.append("Failed: " + ", ".join(failed) + ".")
+        return " ".join(parts)
+
+    async def _graceful_answer(self, stop: StopRun) -> str:
+        """One last turn without tools when affordable; otherwise the host answers."""
+        s, t = self.state, self.tracer
+        t.emit(EventKind.BUDGET_EXHAUSTED, reason=str(stop.reason), detail=stop.detail)
+        if not self.limits.final_turn_on_budget or s.llm_calls >= self.limits.llm_calls_hard:
+            return self._host_answer()
+        s.trajectory.append(
+            UserMessage(
+                f"<agent_status>\n{stop.detail}. Tools are disabled. Answer now: state what you found, "
+                "with its source, and what is still missing.\n</agent_status>",
+                "harness",
+            )
+        )
+        try:
+            response = await self._ask(tools_enabled=False)
+        except StopRun:
+            return self._host_answer()
+        s.trajectory.append(AssistantMessage(content=response.message.content))
+        return response.message.content or self._host_answer()
+
+    async def _recall_memory(self) -> None:
+        """Read memory before any tool is consulted; expired and foreign records never enter context."""
+        host, s, t = self.host, self.state, self.tracer
+        if host.memory is None or not self.agent.memory_subjects:
+            return
+        lines = []
+        for subject in self.agent.memory_subjects:
+            if subject in host.disabled_memory:
+                t.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
+                continue
+            found = await host.memory.read(subject, scope=s.context.scope, roles=set(s.context.roles), now=host.clock())
+            for rej in found.rejected:
+                t.emit(EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason)
+            for rec in found.records:
+                record = rec.record
+                s.memory.append(record)
+                t.emit(
+                    EventKind.MEMORY_RETRIEVED,
+                    subject=record.subject,
+                    record_id=record.id,
+                    source=f"{record.source.system}/{record.source.record}",
+                    confidence=record.confidence,
+                    conflict=rec.conflict,
+                )
+                lines.append(
+                    wrap_untrusted(
+                        record.claim,
+                        source=f"memory:{record.source.system}/{record.source.record}",
+                        subject=record.subject,
+                        observed_at=record.source.observed_at.isoformat(),
+                        confidence=record.confidence,
+                        conflict="yes" if rec.conflict else "",
+                    )
+                )
+        if lines:
+            s.trajectory.append(UserMessage("Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"))
+
+    async def _finish(self, answer: str) -> None:
+        """Validate the handoff, then let the host decide on proposed memories."""
+        from tether.handoff import Permissions as HandoffPermissions
+        from tether.handoff import validate_handoff
+
+        s, t, agent, host = self.state, self.tracer, self.agent, self.host
+        if agent.handoff is not None:
+            data = agent.handoff(s, answer)
+            if data is not None:
+                perms = s.context.permissions
+                resolve = agent.resolve_evidence or (lambda ref, st: str(ref) in st.evidence)
+                try:
+                    self.handoff = validate_handoff(
+                        data,
+                        run_permissions=HandoffPermissions(read=sorted(perms.read), write=sorted(perms.write)),
+                        resolve=lambda ref: resolve(ref, s),
+                        artifact_root=host.trace_dir,
+                    )
+                except HandoffError as err:
+                    t.emit(EventKind.HANDOFF_REJECTED, problems=err.problems)
+                    raise StopRun(StopReason.INVALID_HANDOFF, "; ".join(err.problems), answer) from None
+                t.emit(EventKind.HANDOFF_VALIDATED, evidence=[str(e) for e in self.handoff.evidence])
+        if agent.remember is not None and host.memory is not None:
+            await remember(host, t, agent.remember(s), actor=f"agent:{agent.name}")
+
+
+async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent") -> None:
+    """Submit proposed memories; the store's validation decides, the trace says what happened."""
+    from tether.errors import MemoryPolicyError
+
+    assert host.memory is not None
+    for record in records:
+        try:
+            written = await host.memory.propose(record, actor=actor)
+        except MemoryPolicyError as err:
+            tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason=err.reason, message=str(err))
+            continue
+        tracer.emit(
+            EventKind.MEMORY_WRITTEN,
+            subject=record.subject,
+            record_id=written.record.id,
+            status=str(written.status),
+            conflicts_with=list(written.conflicts_with),
+            valid_until=record.valid_until.isoformat(),
+        )
+
+
+def _json(value: str) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,151 @@
+"""The durable memory record contract (SPEC M3) and the values a store hands back.
+
+``MemoryRecord`` is a boundary type (the model proposes it, often as JSON), so it is a
+strict, frozen pydantic model. What the store returns are plain frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+__all__ = [
+    "Confidence",
+    "MemoryEvent",
+    "MemoryKind",
+    "MemoryRecord",
+    "ReadResult",
+    "Recalled",
+    "RejectReason",
+    "Rejection",
+    "Sensitivity",
+    "Source",
+    "WriteResult",
+    "WriteStatus",
+]
+
+MemoryKind = Literal["working", "episodic", "semantic", "procedural"]
+Confidence = Literal["authoritative", "inferred", "user_stated"]
+Sensitivity = Literal["public", "internal", "confidential", "secret"]
+WriteStatus = Literal["stored", "superseded", "conflicted"]
+RejectReason = Literal["expired", "scope", "acl", "deleted", "superseded"]
+
+
+class _Contract(BaseModel):
+    model_config = ConfigDict(frozen=True, strict=True, extra="forbid")
+
+
+class Source(_Contract):
+    """Where a claim came from: the system of record, the record in it, and when it was seen."""
+
+    system: str = Field(min_length=1)
+    record: str = Field(min_length=1)
+    observed_at: AwareDatetime
+
+
+class MemoryRecord(_Contract):
+    """One durable memory (SPEC M3). Datetimes must be timezone-aware.
+
+    ``id`` and ``supersedes`` are filled by the store; a proposal normally leaves them
+    ``None``. ``source`` is optional only so that a proposal without provenance is refused
+    by the host with reason ``provenance`` instead of failing to parse.
+    """
+
+    id: str | None = None
+    kind: MemoryKind
+    subject: str
+    claim: str
+    source: Source | None
+    scope: str
+    confidence: Confidence
+    valid_until: AwareDatetime
+    acl: frozenset[str]
+    retention: str
+    supersedes: str | None = None
+    purpose: str
+    sensitivity: Sensitivity
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """An accepted write. ``record`` is the row as stored (id and supersedes filled)."""
+
+    record: MemoryRecord
+    status: WriteStatus
+    conflicts_with: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """A record returned by a read, with its origin and any open conflict.
+
+    ``conflict`` is true while another active, unexpired authoritative record for the same
+    subject and scope disagrees; the caller must go back to the system of record or a person.
+    """
+
+    record: MemoryRecord
+    conflicts_with: tuple[str, ...] = ()
+
+    @property
+    def conflict(self) -> bool:
+        return bool(self.conflicts_with)
+
+    @property
+    def origin(self) -> str:
+        """One line naming the source, e.g. ``erp-assets/asset-991 observed 2026-08-09T17:10:00+00:00``."""
+        src = self.record.source
+        assert src is not None  # the store never persists a record without a source
+        return f"{src.system}/{src.record} observed {src.observed_at.isoformat()} ({self.record.confidence})"
+
+    def for_model(self) -> dict[str, Any]:
+        """The record as the model should see it: claim, origin, validity and conflict marker."""
+        rec = self.record
+        out: dict[str, Any] = {
+            "id": rec.id,
+            "subject": rec.subject,
+            "claim": rec.claim,
+            "origin": self.origin,
+            "confidence": rec.confidence,
+            "valid_until": rec.valid_until.isoformat(),
+        }
+        if self.conflict:
+            out["conflict"] = True
+            out["conflicts_with"] = list(self.conflicts_with)
+            out["note"] = "sources disagree: confirm with the system of record or a person"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A record a read did not return. ``subject`` is ``None`` for foreign-scope records."""
+
+    record_id: str
+    subject: str | None
+    reason: RejectReason
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """What a read found: usable ``records`` and the ``rejected`` ones with a reason each."""
+
+    records: tuple[Recalled, ...]
+    rejected: tuple[Rejection, ...]
+
+    @property
+    def has_conflict(self) -> bool:
+        return any(r.conflict for r in self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEvent:
+    """One row of the append-only operation history of a record."""
+
+    id: int
+    record_id: str
+    op: Literal["write", "superseded", "corrected", "conflict", "delete"]
+    actor: str
+    reason: str
+    at: datetime

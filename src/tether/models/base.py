@@ -1,0 +1,38 @@
+"""The one seam every model backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from tether.messages import AssistantMessage, Message, Usage
+
+__all__ = ["Model", "ModelRequest", "ModelResponse"]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What the host sends: structured messages and the tool definitions (wire format)."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str = "auto"  # "auto" | "none"
+    max_tokens: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    message: AssistantMessage
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    cost_usd: float = 0.0
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model proposes; it never decides. ``complete`` may raise ``ModelError``."""
+
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...

@@ -1,0 +1,185 @@
+"""Policy as composition: small rules, each doing one thing, evaluated in order.
+
+A rule returns a ``Decision`` or ``None`` (no opinion). The first ``deny`` wins; an
+``approve`` (needs approval) is kept unless a later rule denies; no opinion from anyone
+means allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+
+from tether.policy.trusted import Catalog, TrustedContext
+from tether.tools.contract import Effect, ToolSpec
+
+__all__ = [
+    "Allowlist",
+    "Decision",
+    "EffectApproval",
+    "Egress",
+    "Policy",
+    "ProposedCall",
+    "Rule",
+    "TargetOwnership",
+    "destination_of",
+]
+
+Verdict = Literal["allow", "deny", "approve"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedCall:
+    call_id: str
+    spec: ToolSpec
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    rule: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "allow"
+
+
+class Rule(Protocol):
+    name: str
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None: ...
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Only named tools may run; ``deny`` wins over ``allow``. ``allow=None`` allows every offered tool."""
+
+    allow: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+    name: str = "allowlist"
+
+    def permits(self, tool_name: str) -> bool:
+        if tool_name in self.deny:
+            return False
+        return self.allow is None or tool_name in self.allow
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        if not self.permits(call.spec.name):
+            return Decision("deny", self.name, "tool_not_allowed", {"tool": call.spec.name})
+        return None
+
+
+@dataclass(frozen=True)
+class TargetOwnership:
+    """The call's target must exist in the trusted catalog and belong to the context's tenant (T4)."""
+
+    catalog: Catalog
+    name: str = "tenant_scope"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        target = call.spec.target
+        if target is None:
+            return None
+        target_id = call.arguments.get(target.argument)
+        if not isinstance(target_id, str):
+            return Decision("deny", self.name, "target_missing", {"argument": target.argument})
+        owner = self.catalog.owner(target.kind, target_id)
+        if owner is None:
+            return Decision("deny", self.name, "target_unknown", {"kind": target.kind, "id": target_id})
+        if owner != context.tenant:
+            # The foreign owner is not echoed: the decision must not leak other tenants' data.
+            return Decision("deny", self.name, "cross_tenant", {"kind": target.kind, "id": target_id})
+        return None
+
+
+def destination_of(value: str) -> str:
+    """The host (or e-mail domain) a destination argument points at, lower-cased."""
+    value = value.strip().lower()
+    if "://" in value:
+        return (urlsplit(value).hostname or "").rstrip(".")
+    if "@" in value:
+        return value.rsplit("@", 1)[1].rstrip(".")
+    return value.rstrip(".")
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Destinations of sending tools must be on the allowlist (T8). Subdomains must be listed too."""
+
+    allowed: frozenset[str]
+    name: str = "egress"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        arg = call.spec.egress_argument
+        if arg is None:
+            if call.spec.effect is Effect.SEND:
+                return Decision("deny", self.name, "egress_undeclared", {"tool": call.spec.name})
+            return None
+        raw = call.arguments.get(arg)
+        values = raw if isinstance(raw, list) else [raw]
+        for v in values:
+            if not isinstance(v, str) or not v.strip():
+                return Decision("deny", self.name, "egress_missing", {"argument": arg})
+            dest = destination_of(v)
+            if dest not in self.allowed:
+                return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
+        return None
+
+
+@dataclass(frozen=True)
+class EffectApproval:
+    """Side-effecting calls need approval unless their effect is listed as automatic."""
+
+    automatic: frozenset[Effect] = frozenset({Effect.READ})
+    name: str = "effect"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        spec = call.spec
+        needs = spec.needs_approval if spec.needs_approval is not None else spec.effect not in self.automatic
+        if needs:
+            return Decision("approve", self.name, "approval_required", {"effect": str(spec.effect)})
+        return None
+
+
+class Policy:
+    """The host's rules, evaluated in order: allowlist → tenant scope → egress → effect → extra rules."""
+
+    def __init__(
+        self,
+        *,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] = (),
+        catalog: Catalog | None = None,
+        egress: Iterable[str] | None = None,
+        automatic_effects: Iterable[Effect] = (Effect.READ,),
+        rules: Iterable[Rule] = (),
+    ) -> None:
+        self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
+        chain: list[Rule] = [self.allowlist]
+        if catalog is not None:
+            chain.append(TargetOwnership(catalog))
+        chain.append(Egress(frozenset(d.lower() for d in egress or ())))
+        chain.append(EffectApproval(frozenset(automatic_effects)))
+        chain.extend(rules)
+        self.rules: tuple[Rule, ...] = tuple(chain)
+
+    def permits_tool(self, name: str) -> bool:
+        """Whether a tool may be offered to the model at all."""
+        return self.allowlist.permits(name)
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision:
+        pending: Decision | None = None
+        for rule in self.rules:
+            decision = rule.check(call, context)
+            if decision is None:
+                continue
+            if decision.verdict == "deny":
+                return decision
+            if decision.verdict == "approve" and pending is None:
+                pending = decision
+        return pending or Decision("allow", "policy", "allowed")

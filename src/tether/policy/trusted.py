@@ -1,0 +1,53 @@
+"""Authority objects the application builds: never reachable from model output."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Catalog", "DictCatalog", "Permissions", "TrustedContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    read: frozenset[str] = frozenset()
+    write: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedContext:
+    """Who is asking, for which tenant, with which roles: supplied by the host, never by the model."""
+
+    tenant: str
+    roles: frozenset[str] = frozenset()
+    user: str | None = None
+    permissions: Permissions = field(default_factory=Permissions)
+
+    def __post_init__(self) -> None:
+        if not self.tenant or not self.tenant.strip():
+            raise ValueError("TrustedContext.tenant must be a non-empty string")
+        object.__setattr__(self, "roles", frozenset(self.roles))
+
+    @property
+    def scope(self) -> str:
+        return f"tenant:{self.tenant}"
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """The trusted record of which tenant owns which target."""
+
+    def owner(self, kind: str, target_id: str) -> str | None:
+        """The owning tenant, or None when the target does not exist."""
+        ...
+
+
+class DictCatalog:
+    """A catalog held in memory: ``{kind: {id: tenant}}``."""
+
+    def __init__(self, entries: Mapping[str, Mapping[str, str]]) -> None:
+        self._entries = {k: dict(v) for k, v in entries.items()}
+
+    def owner(self, kind: str, target_id: str) -> str | None:
+        return self._entries.get(kind, {}).get(target_id)

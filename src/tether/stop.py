@@ -1,0 +1,85 @@
+"""Stop reasons, limits and the detectors that end a run from outside the model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["Limits", "RepetitionDetector", "StopReason", "call_signature"]
+
+
+class StopReason(StrEnum):
+    ACCEPTED = "accepted"
+    POLICY_DENIED = "policy_denied"
+    APPROVAL_REQUIRED = "approval_required"
+    APPROVAL_DENIED = "approval_denied"
+    BUDGET = "budget"
+    DEADLINE = "deadline"
+    MAX_STEPS = "max_steps"
+    REPETITION = "repetition"
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"
+    INVALID_HANDOFF = "invalid_handoff"
+    MODEL_ERROR = "model_error"
+    INTERNAL_ERROR = "internal_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """External stop conditions. ``llm_calls`` is the per-invocation budget; ``llm_calls_hard``
+    is the safety net above it (the graceful final turn may use the gap, nothing else may)."""
+
+    max_steps: int = 12
+    llm_calls: int = 16
+    llm_calls_hard: int = 20
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline_s: float | None = 120.0
+    repeat_limit: int = 3
+    max_identical_calls: int = 3
+    max_malformed_turns: int = 3
+    max_unavailable: int = 2
+    final_turn_on_budget: bool = True
+
+    def __post_init__(self) -> None:
+        if self.llm_calls_hard < self.llm_calls:
+            raise ValueError("llm_calls_hard must be >= llm_calls")
+        if min(self.max_steps, self.llm_calls, self.repeat_limit, self.max_identical_calls) < 1:
+            raise ValueError("limits must be positive")
+
+
+def call_signature(name: str, arguments: dict[str, object]) -> str:
+    return name + json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+
+
+class RepetitionDetector:
+    """Detects the same turn repeated, a short cycle of turns (A,B,A,B,…), or one identical call
+    made too often across the run, whatever the model claims about progress."""
+
+    def __init__(self, repeat_limit: int = 3, max_identical_calls: int = 3, max_period: int = 3) -> None:
+        self.repeat_limit = repeat_limit
+        self.max_identical_calls = max_identical_calls
+        self.max_period = max_period
+        self.turns: list[tuple[str, ...]] = []
+        self.calls: Counter[str] = Counter()
+
+    def observe(self, signatures: list[str]) -> str | None:
+        """Record one turn's calls; returns a description when a repetition is detected."""
+        turn = tuple(sorted(signatures))
+        self.turns.append(turn)
+        for sig in signatures:
+            self.calls[sig] += 1
+            if self.calls[sig] > self.max_identical_calls:
+                return f"identical call made {self.calls[sig]} times: {sig[:200]}"
+        for period in range(1, self.max_period + 1):
+            need = period * self.repeat_limit
+            if len(self.turns) < need:
+                continue
+            tail = self.turns[-need:]
+            block = tail[:period]
+            if len(set(block)) != period and period > 1:
+                continue  # a "cycle" of one repeated turn is period 1's business
+            if all(tail[i] == block[i % period] for i in range(need)):
+                return f"cycle of {period} turn(s) repeated {self.repeat_limit} times"
+        return None

@@ -1,0 +1,330 @@
+"""Tool contracts from typed Python functions.
+
+A tool is a capability with a contract: a narrow purpose, typed arguments each with a
+description (the JSON Schema is what the model reads), a declared effect, limits, and
+distinct error types. Identity and tenant are injected by the host through a parameter
+typed ``ToolContext``; they never appear in the schema and the model cannot supply them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, get_type_hints
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.fields import FieldInfo
+
+from tether.errors import ToolError, ToolInputError, UpstreamError
+
+__all__ = [
+    "Effect",
+    "Target",
+    "Tool",
+    "ToolContext",
+    "ToolOutput",
+    "ToolSpec",
+    "render_result",
+    "tool",
+    "unwrap_exception_group",
+]
+
+
+class Effect(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    SEND = "send"
+    PURCHASE = "purchase"
+    DELETE = "delete"
+
+    @property
+    def side_effecting(self) -> bool:
+        return self is not Effect.READ
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Which argument names the object a call acts on, and its kind in the trusted catalog."""
+
+    argument: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the host knows about a tool, whatever its source (local function, MCP server)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    effect: Effect
+    source: str = "local"
+    target: Target | None = None
+    egress_argument: str | None = None  # argument holding a destination (url, e-mail, host)
+    timeout_s: float = 30.0
+    max_result_chars: int = 20_000
+    idempotent: bool = False
+    needs_approval: bool | None = None  # None: decided by effect and policy
+    remote_name: str = ""  # the name at the source (MCP tool name before namespacing)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """The chat-completions function definition the model reads."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Host-side facts handed to a tool: never model-supplied."""
+
+    run_id: str
+    tenant: str
+    roles: frozenset[str]
+    user: str | None
+    call_id: str
+    idempotency_key: str | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's structured result. ``text`` is what enters the context (before wrapping)."""
+
+    text: str
+    data: Any = None
+    is_error: bool = False
+    error_kind: str | None = None
+    truncated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def render_result(value: Any) -> str:
+    """Structured results become canonical JSON; text stays text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def unwrap_exception_group(exc: BaseException) -> BaseException:
+    """The error that classifies a failure from a TaskGroup.
+
+    A programming error anywhere in the group wins over tool errors (it must end the
+    run loudly); otherwise the first tool error is returned.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    for leaf in leaves:
+        if not isinstance(leaf, ToolError):
+            return leaf
+    return leaves[0] if leaves else exc
+
+
+def _model_errors(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(x) for x in e["loc"]) or "(arguments)"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+class Tool:
+    """A typed function with a contract. Build it with ``@tool(...)``.
+
+    Works on plain functions, async functions and methods (as a descriptor it binds to
+    the instance, so ``obj.read_order`` is a tool bound to ``obj``).
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        effect: Effect = Effect.READ,
+        target: Target | None = None,
+        egress_argument: str | None = None,
+        timeout_s: float = 30.0,
+        max_result_chars: int = 20_000,
+        idempotent: bool = False,
+        needs_approval: bool | None = None,
+    ) -> None:
+        self.function = function
+        self._options = {
+            "name": name,
+            "description": description,
+            "effect": effect,
+            "target": target,
+            "egress_argument": egress_argument,
+            "timeout_s": timeout_s,
+            "max_result_chars": max_result_chars,
+            "idempotent": idempotent,
+            "needs_approval": needs_approval,
+        }
+        sig = inspect.signature(function)
+        hints = get_type_hints(function, include_extras=True)
+        fields: dict[str, Any] = {}
+        self._context_param: str | None = None
+        params = list(sig.parameters.values())
+        self._is_method = bool(params) and params[0].name == "self"
+        for p in params[1:] if self._is_method else params:
+            annotation = hints.get(p.name, Any)
+            if annotation is ToolContext:
+                self._context_param = p.name
+                continue
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (annotation, default)
+        tool_name = name or function.__name__
+        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{tool_name}_arguments",
+            __config__=ConfigDict(strict=True, extra="forbid"),
+            **fields,
+        )
+        for fname, finfo in self.arguments_model.model_fields.items():
+            if not isinstance(finfo, FieldInfo) or not finfo.description:
+                raise TypeError(
+                    f"tool {tool_name}: argument {fname!r} has no description "
+                    "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+                )
+        schema = self.arguments_model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        schema["additionalProperties"] = False
+        doc = inspect.getdoc(function) or ""
+        self.spec = ToolSpec(
+            name=tool_name,
+            description=description or doc.strip(),
+            parameters=schema,
+            effect=effect,
+            target=target,
+            egress_argument=egress_argument,
+            timeout_s=timeout_s,
+            max_result_chars=max_result_chars,
+            idempotent=idempotent,
+            needs_approval=needs_approval,
+            remote_name=tool_name,
+        )
+        if not self.spec.description:
+            raise TypeError(f"tool {tool_name}: a description (docstring) is required")
+        self._bound: Any = None
+        functools.update_wrapper(self, function)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Tool:
+        if instance is None:
+            return self
+        bound = object.__new__(Tool)
+        bound.__dict__.update(self.__dict__)
+        bound._bound = instance
+        return bound
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate strictly (no coercion, no extra keys); raises ``ToolInputError`` for the model."""
+        try:
+            model = self.arguments_model.model_validate(arguments, strict=True)
+        except ValidationError as err:
+            raise ToolInputError(
+                f"invalid arguments for {self.name}: {_model_errors(err)}",
+                hint="call again with arguments that match the tool's schema exactly",
+            ) from None
+        return {k: getattr(model, k) for k in self.arguments_model.model_fields}
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
+        """Run the tool. ``ToolError`` subclasses are recoverable; anything else propagates."""
+        kwargs = self.validate(arguments)
+        if self._context_param is not None:
+            if context is None:
+                raise TypeError(f"tool {self.name} needs a ToolContext")
+            kwargs[self._context_param] = context
+        fn = self.function
+        args: tuple[Any, ...] = (self._bound,) if self._is_method else ()
+        if self._is_method and self._bound is None:
+            raise TypeError(f"tool {self.name} is a method: use it from an instance")
+        try:
+            with anyio.fail_after(self.spec.timeout_s):
+                if inspect.iscoroutinefunction(fn):
+                    value = await fn(*args, **kwargs)
+                else:
+                    value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.name} timed out after {self.spec.timeout_s:g}s", hint="try again later"
+            ) from None
+        except BaseExceptionGroup as group:
+            raise unwrap_exception_group(group) from None
+        text = render_result(value)
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return ToolOutput(text=text, data=data)
+
+    def with_options(self, **changes: Any) -> Tool:
+        """A copy with other contract options (e.g. another effect)."""
+        options = {**self._options, **changes}
+        new = Tool(self.function, **options)
+        new._bound = self._bound
+        if "name" in changes:
+            new.spec = replace(new.spec, name=changes["name"])
+        return new
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fn = self.function
+        bound = (self._bound,) if self._is_method else ()
+        result = fn(*bound, *args, **kwargs)
+        return await result if isinstance(result, Awaitable) else result
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    effect: Effect = Effect.READ,
+    target: Target | None = None,
+    egress_argument: str | None = None,
+    timeout_s: float = 30.0,
+    max_result_chars: int = 20_000,
+    idempotent: bool = False,
+    needs_approval: bool | None = None,
+) -> Any:
+    """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        return Tool(
+            fn,
+            name=name,
+            description=description,
+            effect=effect,
+            target=target,
+            egress_argument=egress_argument,
+            timeout_s=timeout_s,
+            max_result_chars=max_result_chars,
+            idempotent=idempotent,
+            needs_approval=needs_approval,
+        )
+
+    return wrap(function) if function is not None else wrap

@@ -1,0 +1,18 @@
+"""Traces: typed events, sanitising, redaction and sinks."""
+
+from tether.trace.events import EventKind, TraceEvent
+from tether.trace.sanitize import Redactor, sanitize, sanitize_value
+from tether.trace.tracer import JsonlSink, MemorySink, TraceSink, Tracer, read_trace
+
+__all__ = [
+    "EventKind",
+    "JsonlSink",
+    "MemorySink",
+    "Redactor",
+    "TraceEvent",
+    "TraceSink",
+    "Tracer",
+    "read_trace",
+    "sanitize",
+    "sanitize_value",
+]

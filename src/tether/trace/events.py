@@ -1,0 +1,48 @@
+"""Typed trace events: one frozen value per decision the host takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = ["EventKind", "TraceEvent"]
+
+
+class EventKind(StrEnum):
+    RUN_STARTED = "run_started"
+    CONTEXT_COMPOSED = "context_composed"
+    MODEL_REQUEST = "model_request"
+    MODEL_RESPONSE = "model_response"
+    MODEL_ERROR = "model_error"
+    TOOL_PROPOSED = "tool_proposed"
+    POLICY_ALLOWED = "policy_allowed"
+    POLICY_DENIED = "policy_denied"
+    TOOL_OBSERVATION = "tool_observation"
+    TOOL_ERROR = "tool_error"
+    TOOL_CRASHED = "tool_crashed"
+    SERVER_LAUNCH = "server_launch"
+    MEMORY_RETRIEVED = "memory_retrieved"
+    MEMORY_REJECTED = "memory_rejected"
+    MEMORY_WRITTEN = "memory_written"
+    MEMORY_REFUSED = "memory_refused"
+    HANDOFF_VALIDATED = "handoff_validated"
+    HANDOFF_REJECTED = "handoff_rejected"
+    VERIFICATION_FAILED = "verification_failed"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    REPETITION_DETECTED = "repetition_detected"
+    ROLLBACK = "rollback"
+    WORKFLOW_STEP = "workflow_step"
+    STOP = "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceEvent:
+    run_id: str
+    seq: int
+    ts: str
+    kind: EventKind
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "seq": self.seq, "ts": self.ts, "kind": str(self.kind), **self.data}
