@@ -46,6 +46,7 @@ __all__ = [
     "ToolContext",
     "ToolError",
     "ToolInputError",
+    "TrustedContext",
     "UpstreamError",
     "Workflow",
     "tool",

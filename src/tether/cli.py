@@ -18,7 +18,9 @@ __all__ = ["main"]
 def build_parser() -> argparse.ArgumentParser:
     import tether.commands as commands
 
-    parser = argparse.ArgumentParser(prog="tether", description="A governed harness for tool-using LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="tether", description="A governed harness for tool-using LLM agents."
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):

@@ -33,7 +33,7 @@ from tether.tools.contract import Tool, ToolContext, ToolOutput, ToolSpec, unwra
 from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
 from tether.trace.sanitize import Redactor
-from tether.trace.tracer import JsonlSink, MemorySink, TraceSink, Tracer
+from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
@@ -165,7 +165,9 @@ class Host:
         matches = [s for s, _ in self._specs.values() if s.remote_name == name]
         return matches[0] if len(matches) == 1 else None
 
-    def gate(self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec]) -> GateOutcome:
+    def gate(
+        self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
+    ) -> GateOutcome:
         """Decide one proposed call. Never raises for bad model output."""
         spec = self._resolve(call.name)
         if spec is None:
@@ -180,7 +182,7 @@ class Host:
             return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
         except ToolInputError as err:
             return GateOutcome(call, "reject", spec=spec, error=err.message)
-        decision = self.policy.check(ProposedCall(call.id, spec, arguments), context)
+        decision = self.policy.check(ProposedCall(call.id, spec, arguments, state), context)
         if decision.verdict == "approve":
             # No approval store in this host: fail closed.
             decision = Decision("deny", decision.rule, "approval_unavailable", dict(decision.details))

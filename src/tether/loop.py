@@ -137,7 +137,9 @@ class AgentLoop:
                 if problem is None:
                     return answer
                 self.tracer.emit(EventKind.VERIFICATION_FAILED, problem=problem)
-                s.trajectory.append(UserMessage(f"<agent_status>\nanswer rejected: {problem}\n</agent_status>", "harness"))
+                s.trajectory.append(
+                    UserMessage(f"<agent_status>\nanswer rejected: {problem}\n</agent_status>", "harness")
+                )
                 s.steps += 1
                 continue
             await self._act(list(message.tool_calls))
@@ -146,7 +148,11 @@ class AgentLoop:
     async def _ask(self, *, tools_enabled: bool) -> ModelResponse:
         s, t = self.state, self.tracer
         if s.llm_calls >= self.limits.llm_calls_hard:
-            raise StopRun(StopReason.BUDGET, f"hard ceiling of {self.limits.llm_calls_hard} LLM calls", self._host_answer())
+            raise StopRun(
+                StopReason.BUDGET,
+                f"hard ceiling of {self.limits.llm_calls_hard} LLM calls",
+                self._host_answer(),
+            )
         request = self.composer.build(s.trajectory, tools_enabled=tools_enabled)
         t.emit(
             EventKind.CONTEXT_COMPOSED,
@@ -160,7 +166,9 @@ class AgentLoop:
             with anyio.fail_after(remaining if remaining is not None else None):
                 response = await self.agent.model.complete(request)
         except TimeoutError:
-            raise StopRun(StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()) from None
+            raise StopRun(
+                StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()
+            ) from None
         except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
             t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
             raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
@@ -183,14 +191,27 @@ class AgentLoop:
         outcomes: list[GateOutcome] = []
         for call in calls:
             t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-            outcome = host.gate(call, s.context, self.offered)
+            outcome = host.gate(call, s.context, self.offered, s)
             outcomes.append(outcome)
             if outcome.status == "deny" and outcome.decision is not None:
                 d = outcome.decision
-                t.emit(EventKind.POLICY_DENIED, call_id=call.id, tool=call.name, rule=d.rule, reason=d.reason, details=d.details)
+                t.emit(
+                    EventKind.POLICY_DENIED,
+                    call_id=call.id,
+                    tool=call.name,
+                    rule=d.rule,
+                    reason=d.reason,
+                    details=d.details,
+                )
                 s.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", d.reason))
             elif outcome.status in ("reject", "unknown"):
-                t.emit(EventKind.TOOL_ERROR, call_id=call.id, tool=call.name, error="proposal_rejected", message=outcome.error)
+                t.emit(
+                    EventKind.TOOL_ERROR,
+                    call_id=call.id,
+                    tool=call.name,
+                    error="proposal_rejected",
+                    message=outcome.error,
+                )
                 s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
             else:
                 assert outcome.decision is not None
@@ -232,7 +253,9 @@ class AgentLoop:
                 for o in allowed:
                     tg.start_soon(run_one, o)
         if scope.cancelled_caught:
-            raise StopRun(StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer())
+            raise StopRun(
+                StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer()
+            )
 
         for name, crash in crashes:
             t.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
@@ -249,10 +272,14 @@ class AgentLoop:
                 self._observe(o, obs)
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
-                text = wrap_untrusted(f'{{"error": "{o.status}", "message": {_json(message)}}}', source="host", trust="trusted")
+                text = wrap_untrusted(
+                    f'{{"error": "{o.status}", "message": {_json(message)}}}', source="host", trust="trusted"
+                )
                 s.trajectory.append(ToolMessage(call.id, text, call.name))
 
-        signatures = [call_signature(o.spec.name, o.arguments) for o in allowed if o.spec and o.arguments is not None]
+        signatures = [
+            call_signature(o.spec.name, o.arguments) for o in allowed if o.spec and o.arguments is not None
+        ]
         if signatures and (why := self.repetition.observe(signatures)):
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
@@ -330,9 +357,13 @@ class AgentLoop:
             if subject in host.disabled_memory:
                 t.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
                 continue
-            found = await host.memory.read(subject, scope=s.context.scope, roles=set(s.context.roles), now=host.clock())
+            found = await host.memory.read(
+                subject, scope=s.context.scope, roles=set(s.context.roles), now=host.clock()
+            )
             for rej in found.rejected:
-                t.emit(EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason)
+                t.emit(
+                    EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason
+                )
             for rec in found.records:
                 record = rec.record
                 s.memory.append(record)
@@ -355,7 +386,11 @@ class AgentLoop:
                     )
                 )
         if lines:
-            s.trajectory.append(UserMessage("Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"))
+            s.trajectory.append(
+                UserMessage(
+                    "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
+                )
+            )
 
     async def _finish(self, answer: str) -> None:
         """Validate the handoff, then let the host decide on proposed memories."""
@@ -371,7 +406,9 @@ class AgentLoop:
                 try:
                     self.handoff = validate_handoff(
                         data,
-                        run_permissions=HandoffPermissions(read=sorted(perms.read), write=sorted(perms.write)),
+                        run_permissions=HandoffPermissions(
+                            read=sorted(perms.read), write=sorted(perms.write)
+                        ),
                         resolve=lambda ref: resolve(ref, s),
                         artifact_root=host.trace_dir,
                     )

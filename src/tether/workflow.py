@@ -89,7 +89,10 @@ async def run_workflow(
             if isinstance(step, AgentNode):
                 sub = await host.run(step.agent, step.objective(state.outputs), context=context)
                 tracer.emit(
-                    EventKind.WORKFLOW_STEP, step=step.name, child_run=sub.run_id, stop_reason=str(sub.stop_reason)
+                    EventKind.WORKFLOW_STEP,
+                    step=step.name,
+                    child_run=sub.run_id,
+                    stop_reason=str(sub.stop_reason),
                 )
                 if not sub.ok:
                     reason, detail = sub.stop_reason, f"agent node {step.name}: {sub.detail}"
@@ -127,7 +130,7 @@ async def _run_step(
     args = step.arguments(state.outputs) if callable(step.arguments) else step.arguments
     call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
     tracer.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments)
-    outcome = host.gate(call, state.context, offered)
+    outcome = host.gate(call, state.context, offered, state)
     state.steps += 1
     if outcome.status != "allow":
         d = outcome.decision
@@ -141,8 +144,15 @@ async def _run_step(
         state.calls.append(CallRecord(call.id, call.name, args, "denied", d.reason if d else outcome.error))
         return StopReason.POLICY_DENIED, f"{call.name}: {d.reason if d else outcome.error}"
     assert outcome.spec is not None and outcome.arguments is not None
-    tracer.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule if outcome.decision else "")
-    ctx = ToolContext(state.run_id, state.context.tenant, state.context.roles, state.context.user, call.id, now=host.clock())
+    tracer.emit(
+        EventKind.POLICY_ALLOWED,
+        call_id=call.id,
+        tool=call.name,
+        rule=outcome.decision.rule if outcome.decision else "",
+    )
+    ctx = ToolContext(
+        state.run_id, state.context.tenant, state.context.roles, state.context.user, call.id, now=host.clock()
+    )
     obs, crash = await host.execute(outcome.spec, outcome.arguments, ctx)
     if crash is not None:
         tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
@@ -159,7 +169,9 @@ async def _run_step(
         chars=len(obs.text),
     )
     state.observations.append(obs)
-    state.calls.append(CallRecord(call.id, call.name, args, "error" if obs.is_error else "ok", obs.error_kind or ""))
+    state.calls.append(
+        CallRecord(call.id, call.name, args, "error" if obs.is_error else "ok", obs.error_kind or "")
+    )
     if obs.is_error:
         # A fixed sequence has no plan B: the dependency did not deliver what the next step needs.
         return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name} failed: {obs.text[:200]}"
@@ -171,5 +183,8 @@ async def _run_step(
         # Only the declared fields survive; free text elsewhere is never looked at.
         state.outputs[step.name] = step.extract.model_validate(data)
     except (ValidationError, ValueError) as err:
-        return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name}: result does not match {step.extract.__name__}: {err}"
+        return (
+            StopReason.DEPENDENCY_UNAVAILABLE,
+            f"{call.name}: result does not match {step.extract.__name__}: {err}",
+        )
     return None

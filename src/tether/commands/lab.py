@@ -18,7 +18,9 @@ def register(sub: Any) -> None:
         "6 dependency_unavailable, 7 model/internal error.",
     )
     p.add_argument("mode", choices=MODES)
-    p.add_argument("--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)")
+    p.add_argument(
+        "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(handler=run)
 
@@ -27,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.commands._output import emit_json, table
-    from tether.scenarios.maintenance.lab import EXPECTED, MODES as LAB_MODES, run_mode
+    from tether.scenarios.maintenance.lab import EXPECTED, run_mode
+    from tether.scenarios.maintenance.lab import MODES as LAB_MODES
 
     out: Path = args.out
     if args.mode != "all":

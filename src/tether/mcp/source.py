@@ -8,6 +8,7 @@ before the server sees them, and every result is an untrusted observation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -46,7 +47,9 @@ class McpServerSource:
         max_result_chars: int = 20_000,
     ) -> None:
         if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(f"server id {name!r} must be alphanumeric (with - or _) and not contain {SEPARATOR!r}")
+            raise ConfigError(
+                f"server id {name!r} must be alphanumeric (with - or _) and not contain {SEPARATOR!r}"
+            )
         if (command is None) == (url is None):
             raise ConfigError("give exactly one of command (stdio) or url (Streamable HTTP)")
         self.name = name
@@ -121,7 +124,9 @@ class McpServerSource:
             jsonschema.validate(arguments, schema)
         except jsonschema.ValidationError as err:
             path = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
-            raise ToolInputError(f"{path}: {err.message}", hint="match the tool's input schema exactly") from None
+            raise ToolInputError(
+                f"{path}: {err.message}", hint="match the tool's input schema exactly"
+            ) from None
         return arguments
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
@@ -133,11 +138,15 @@ class McpServerSource:
         except TimeoutError:
             raise DependencyUnavailable(f"{spec.name} timed out after {spec.timeout_s:g}s") from None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError, EOFError) as err:
-            raise DependencyUnavailable(f"MCP server {self.name} is not reachable: {type(err).__name__}") from None
+            raise DependencyUnavailable(
+                f"MCP server {self.name} is not reachable: {type(err).__name__}"
+            ) from None
         except Exception as err:  # the SDK raises MCPError for protocol-level failures
             if type(err).__name__ == "MCPError":
                 raise UpstreamError(f"{spec.name} failed: {err}") from None
-            raise DependencyUnavailable(f"MCP server {self.name} failed: {type(err).__name__}: {err}") from None
+            raise DependencyUnavailable(
+                f"MCP server {self.name} failed: {type(err).__name__}: {err}"
+            ) from None
         texts = [getattr(c, "text", "") for c in result.content if getattr(c, "type", "") == "text"]
         text = "\n".join(texts)
         data: Any = result.structured_content
@@ -153,10 +162,9 @@ class McpServerSource:
     async def close(self) -> None:
         stack, self._stack, self._client = self._stack, None, None
         if stack is not None:
-            try:
+            # A dead server's pipes may fail to close; nothing is left to protect.
+            with contextlib.suppress(Exception):
                 await stack.aclose()
-            except Exception:  # a dead server's pipes may fail to close; nothing left to protect
-                pass
 
     def _require(self) -> Client:
         if self._client is None:

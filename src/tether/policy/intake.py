@@ -47,7 +47,9 @@ def parse_arguments(raw: str) -> dict[str, Any]:
     if not raw.strip():
         raw = "{}"
     try:
-        value = json.loads(raw, object_pairs_hook=_pairs, parse_constant=_reject_constant, parse_float=_finite)
+        value = json.loads(
+            raw, object_pairs_hook=_pairs, parse_constant=_reject_constant, parse_float=_finite
+        )
     except PolicyError:
         raise
     except (ValueError, RecursionError) as err:

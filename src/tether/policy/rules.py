@@ -32,9 +32,13 @@ Verdict = Literal["allow", "deny", "approve"]
 
 @dataclass(frozen=True, slots=True)
 class ProposedCall:
+    """A call as rules see it. ``state`` is the run so far (objective, observations), for rules
+    that reason about where argument values came from; it is host data, never model output."""
+
     call_id: str
     spec: ToolSpec
     arguments: dict[str, Any]
+    state: Any = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 from tether.trace.events import EventKind, TraceEvent
 from tether.trace.sanitize import Redactor, sanitize, sanitize_value
-from tether.trace.tracer import JsonlSink, MemorySink, TraceSink, Tracer, read_trace
+from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink, read_trace
 
 __all__ = [
     "EventKind",

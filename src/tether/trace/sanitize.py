@@ -66,7 +66,9 @@ def sanitize(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
-_SECRET_KEY = re.compile(r"(pass(word)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key)", re.I)
+_SECRET_KEY = re.compile(
+    r"(pass(word)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key)", re.I
+)
 
 
 class Redactor:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from tether.host import Host
-from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory, Source
+from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
 from tether.models.test import FunctionModel, call, injected_calls
@@ -60,7 +60,9 @@ def erp_command() -> list[str]:
 
 def catalog() -> DictCatalog:
     """The host's trusted catalog of work orders and their tenants."""
-    return DictCatalog({"order": {"742": "shopping-a", "743": "shopping-a", "744": "shopping-a", "901": "shopping-b"}})
+    return DictCatalog(
+        {"order": {"742": "shopping-a", "743": "shopping-a", "744": "shopping-a", "901": "shopping-b"}}
+    )
 
 
 def trusted_context() -> TrustedContext:
@@ -90,7 +92,12 @@ def make_host(out: Path, *, inject: bool = False, memory: SqliteMemory | None = 
         memory=memory,
         trace_dir=out / "traces",
     )
-    host.add_mcp_server("erp", command=erp_command(), env=env, effects={"read_order": Effect.READ, "read_history": Effect.READ})
+    host.add_mcp_server(
+        "erp",
+        command=erp_command(),
+        env=env,
+        effects={"read_order": Effect.READ, "read_history": Effect.READ},
+    )
     source = host.sources[-1]
     source.targets = {  # type: ignore[attr-defined]
         "read_order": Target("order_id", "order"),
@@ -279,7 +286,9 @@ async def run_mode(mode: str, out: Path) -> LabOutcome:
         raise ValueError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     if mode == "clean":
         shutil.rmtree(out, ignore_errors=True)
-        return LabOutcome("clean", "accepted", 0, {"mode": "clean", "stop_reason": "accepted", "removed": str(out)})
+        return LabOutcome(
+            "clean", "accepted", 0, {"mode": "clean", "stop_reason": "accepted", "removed": str(out)}
+        )
     out.mkdir(parents=True, exist_ok=True)
     mem_path = out / "memory" / f"{mode}.db"
     mem_path.parent.mkdir(parents=True, exist_ok=True)
@@ -299,7 +308,9 @@ async def run_mode(mode: str, out: Path) -> LabOutcome:
             result = await host.run(agent, QUESTION, context=context)
         extra: dict[str, Any] = {}
         if mode == "expired-memory":
-            fresh = await memory.read(SUBJECT, scope=context.scope, roles=set(context.roles), now=datetime.now(UTC))
+            fresh = await memory.read(
+                SUBJECT, scope=context.scope, roles=set(context.roles), now=datetime.now(UTC)
+            )
             extra["memory_after"] = [r.record.claim for r in fresh.records]
         return _outcome(mode, result, extra)
     if mode == "injection":
@@ -309,7 +320,9 @@ async def run_mode(mode: str, out: Path) -> LabOutcome:
     async with make_host(out, inject=True, memory=memory) as host:
         failed = await host.run(make_agent(), QUESTION, context=context)
         safe = await host.rollback(failed, workflow(), QUESTION, context=context, disable_memory=[SUBJECT])
-    outcome = _outcome(mode, safe, {"agent": str(failed.stop_reason), "rollback": safe.design, "agent_run": failed.run_id})
+    outcome = _outcome(
+        mode, safe, {"agent": str(failed.stop_reason), "rollback": safe.design, "agent_run": failed.run_id}
+    )
     if failed.stop_reason is not StopReason.POLICY_DENIED:
         outcome.exit_code = 1  # the failure injection did not fail: the lab is broken
     return outcome
