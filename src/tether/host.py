@@ -310,6 +310,9 @@ class Host:
             describe = getattr(source, "describe", None)
             if describe is not None:
                 tracer.emit(EventKind.SERVER_LAUNCH, source=source.name, **describe())
+            bind = getattr(source, "bind_tracer", None)
+            if bind is not None:
+                bind(tracer)  # the source's own decisions (pins, elicitation …) join this run's trace
 
 
 def _error_output(err: ToolError) -> ToolOutput:
@@ -320,7 +323,7 @@ def _error_output(err: ToolError) -> ToolOutput:
         data=err.to_result(),
         is_error=True,
         error_kind=err.kind,
-        meta={"unavailable": isinstance(err, DependencyUnavailable)},
+        meta={"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})},
     )
 
 

@@ -304,6 +304,9 @@ class AgentLoop:
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
         s.trajectory.append(ToolMessage(obs.call_id, obs.render(), obs.tool))
+        if obs.meta.get("pause"):
+            # A question only a person can answer (MCP elicitation): the run waits, durably.
+            raise StopRun(StopReason.APPROVAL_REQUIRED, f"paused for input: {obs.meta['pause']}", None)
         if obs.meta.get("unavailable"):
             count = s.unavailable.get(obs.source, 0) + 1
             s.unavailable[obs.source] = count

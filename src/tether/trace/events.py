@@ -34,6 +34,12 @@ class EventKind(StrEnum):
     ROLLBACK = "rollback"
     WORKFLOW_STEP = "workflow_step"
     STOP = "stop"
+    MCP_CAPABILITY_BLOCKED = "mcp_capability_blocked"
+    MCP_CAPABILITY_CHECK = "mcp_capability_check"
+    MCP_RESULT_REJECTED = "mcp_result_rejected"
+    MCP_ELICITATION = "mcp_elicitation"
+    MCP_SAMPLING = "mcp_sampling"
+    MCP_ROOTS = "mcp_roots"
 
 
 @dataclass(frozen=True, slots=True)

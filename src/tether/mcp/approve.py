@@ -1,0 +1,112 @@
+"""``review`` and ``approve`` a configured server: what a person sees before pinning.
+
+``review_server`` connects to the server (exactly as configured), lists its tools, and
+returns every tool's full, untruncated definition, its sha256, its status against the
+pins, and the suspicious text found in it. ``approve_server`` pins the listed
+definitions; a flagged tool, or one whose name cannot be namespaced safely, is left
+unpinned (so it stays blocked) unless the reviewer accepts a flagged tool by name.
+"""
+
+from __future__ import annotations
+
+import getpass
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.mcp.config import McpConfig
+from tether.mcp.hosting import build_source
+from tether.mcp.pinning import PinStore, ToolCheck, bad_tool_name
+from tether.mcp.review import Finding, scan_definition
+
+__all__ = ["ServerReview", "ToolReview", "approve_server", "review_server"]
+
+
+@dataclass(frozen=True)
+class ToolReview:
+    check: ToolCheck
+    findings: list[Finding]
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "tool": c.tool,
+            "status": c.status,
+            "why": c.why,
+            "sha256": c.sha256,
+            "pinned_sha256": c.pinned_sha256,
+            "definition": c.definition,
+            "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class ServerReview:
+    server: str
+    launch: dict[str, Any]
+    tools: list[ToolReview] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"server": self.server, "launch": self.launch, "tools": [t.to_json() for t in self.tools]}
+
+
+async def review_server(config: McpConfig, name: str) -> ServerReview:
+    """Connect to one server and review its current tool definitions. Raises ``ConfigError``,
+    ``DependencyUnavailable``."""
+    server = config.server(name)
+    pins = PinStore(config.path(config.host.pins))
+    try:
+        source, _ = build_source(server, config, pins=pins)
+        try:
+            await source.start()
+            checks = await source.refresh()
+        finally:
+            await source.close()
+        others = {
+            f"{s.name}__{tool}" for s in config.servers if s.name != name for tool in pins.pins(s.name)
+        } | {c.tool for c in checks}
+        reviews = []
+        for c in checks:
+            findings = scan_definition(c.definition, others)
+            if (bad := bad_tool_name(c.tool)) is not None:
+                findings.insert(0, Finding(c.tool, "tool_reference", "name", bad))
+            reviews.append(ToolReview(c, findings))
+        return ServerReview(name, source.describe(), reviews)
+    finally:
+        pins.close()
+
+
+async def approve_server(
+    config: McpConfig,
+    name: str,
+    *,
+    actor: str | None = None,
+    accept_flagged: set[str] | frozenset[str] = frozenset(),
+    only: set[str] | None = None,
+) -> tuple[ServerReview, list[str], dict[str, str]]:
+    """Pin the server's current definitions. Returns (review, pinned tools, skipped tool → why)."""
+    review = await review_server(config, name)
+    actor = actor or getpass.getuser()
+    to_pin: list[ToolCheck] = []
+    skipped: dict[str, str] = {}
+    for tr in review.tools:
+        tool = tr.check.tool
+        if only is not None and tool not in only:
+            continue
+        if (bad := bad_tool_name(tool)) is not None:
+            skipped[tool] = bad
+        elif tr.flagged and tool not in accept_flagged:
+            kinds = sorted({f.kind for f in tr.findings})
+            skipped[tool] = "flagged (" + ", ".join(kinds) + "): accept it by name to pin it"
+        elif tr.check.status != "pinned":
+            to_pin.append(tr.check)
+    pins = PinStore(config.path(config.host.pins))
+    try:
+        source, _ = build_source(config.server(name), config, pins=None)
+        pinned = pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
+    finally:
+        pins.close()
+    return review, pinned, skipped

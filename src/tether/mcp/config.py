@@ -1,0 +1,185 @@
+"""The MCP host's configuration file (TOML or YAML): which servers, and what each may do.
+
+Server ids are the ``name`` keys the host's owner writes here, never a server's own
+self-declared name. Everything a server is allowed is opt-in: tools (``tools``), effects
+(undeclared = side-effecting), elicitation, sampling, roots and credentials.
+
+    [host]
+    pins = "mcp-pins.db"          # approved tool definitions (relative to this file)
+    state = "mcp-state.db"        # durable elicitation pauses
+    trace_dir = "tether-output/traces"
+    tenant = "default"
+
+    [[servers]]
+    name = "erp"
+    transport = "stdio"           # or "http" (Streamable HTTP)
+    command = ["{python}", "-m", "tether.scenarios.maintenance.erp"]
+    tools = ["read_order", "read_history"]
+    effects = { read_order = "read", read_history = "read" }
+    timeout_s = 10
+    max_result_chars = 20000
+    roots = ["file:///srv/project"]
+    elicitation = { enabled = true, url_mode = false }
+    sampling = { enabled = false }
+    credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tether.errors import ConfigError
+from tether.tools.contract import Effect
+
+__all__ = [
+    "ElicitationConfig",
+    "HostSection",
+    "McpConfig",
+    "SamplingConfig",
+    "ServerConfig",
+    "load_config",
+]
+
+SEPARATOR = "__"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ElicitationConfig(_Strict):
+    """Elicitation opt-in. Off: every request is declined without asking anyone."""
+
+    enabled: bool = False
+    url_mode: bool = False  # URL mode still needs an interactive person who consents
+    max_answer_attempts: int = Field(default=3, ge=1, le=10)
+
+
+class SamplingConfig(_Strict):
+    """Sampling opt-in and its separate budget (per server, per session)."""
+
+    enabled: bool = False
+    max_tokens: int = Field(default=512, ge=1, le=32_000)  # cap per request
+    max_calls: int = Field(default=3, ge=0, le=1000)
+    max_seconds: float = Field(default=60.0, gt=0)
+    max_total_tokens: int = Field(default=4_000, ge=1)
+
+
+class ServerConfig(_Strict):
+    name: str
+    transport: Literal["stdio", "http"]
+    command: list[str] | None = None
+    url: str | None = None
+    mode: Literal["auto", "legacy"] = "auto"
+    tools: list[str] | None = None  # allowed tools (remote names); None: every approved tool
+    effects: dict[str, Effect] = Field(default_factory=dict)
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
+    roots: list[str] = Field(default_factory=list)
+    elicitation: ElicitationConfig = Field(default_factory=ElicitationConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
+    headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
+    recheck: Literal["each_call", "on_change"] = "each_call"
+
+    @field_validator("name")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not v or SEPARATOR in v or not v.replace("-", "").replace("_", "").isalnum() or not v.isascii():
+            raise ValueError(
+                f"server id {v!r} must be ASCII letters/digits (with - or _), without {SEPARATOR!r}"
+            )
+        return v
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        return shlex.split(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _transport(self) -> ServerConfig:
+        if self.transport == "stdio":
+            if not self.command or self.url is not None:
+                raise ValueError(f"server {self.name}: stdio needs command (and no url)")
+        else:
+            if not self.url or self.command is not None:
+                raise ValueError(f"server {self.name}: http needs url (and no command)")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"server {self.name}: url must be http(s)")
+        if self.headers and self.transport != "http":
+            raise ValueError(f"server {self.name}: headers apply to http servers only")
+        for tool in self.effects:
+            if self.tools is not None and tool not in self.tools:
+                raise ValueError(f"server {self.name}: effect declared for {tool!r}, which is not in tools")
+        return self
+
+    def argv(self) -> list[str]:
+        """The exact command launched: ``{python}`` stands for this interpreter."""
+        assert self.command is not None
+        return [sys.executable if part == "{python}" else part for part in self.command]
+
+
+class HostSection(_Strict):
+    pins: str = "mcp-pins.db"
+    state: str = "mcp-state.db"
+    trace_dir: str = "tether-output/traces"
+    tenant: str = "default"
+    user: str | None = None
+
+
+class McpConfig(_Strict):
+    host: HostSection = Field(default_factory=HostSection)
+    servers: list[ServerConfig]
+    base_dir: Path = Path(".")
+
+    @model_validator(mode="after")
+    def _unique(self) -> McpConfig:
+        seen: set[str] = set()
+        for s in self.servers:
+            if s.name in seen:
+                raise ValueError(f"duplicate server id {s.name!r}")
+            seen.add(s.name)
+        return self
+
+    def server(self, name: str) -> ServerConfig:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.servers) or "none"
+        raise ConfigError(f"no server named {name!r} in the config (known: {known})")
+
+    def path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+
+def load_config(path: str | Path) -> McpConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config. Raises ``ConfigError``."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read MCP config {path}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(raw) if path.suffix == ".toml" else yaml.safe_load(raw)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {err}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a table/mapping")
+    try:
+        return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}"
+            for e in err.errors(include_url=False)
+        )
+        raise ConfigError(f"{path}: {problems}") from None

@@ -1,0 +1,348 @@
+"""Elicitation (X5): a server asks the person a question. One handler for both protocol eras.
+
+On 2025-era connections the question arrives as a server-to-client request; on
+2026-07-28 it is embedded in an input-required result of ``tools/call``. The SDK routes
+both to the same callback, and this gate is that callback. In order, it:
+
+1. declines if the server is not opted in;
+2. URL mode: declines unless an interactive person consents after seeing the full URL
+   and its domain (the SDK always advertises URL mode; the host does not honour it
+   blindly), and never for non-http(s) URLs;
+3. form mode: checks the schema itself (a flat object of primitives only: the SDK does
+   not) and refuses credential-shaped questions without asking anyone;
+4. shows the question attributed to the asking server (and tool, when known), validates
+   the answer against the schema (re-asking a bounded number of times), and passes on
+   accept, decline or cancel;
+5. with no person at the keyboard, stores a durable pause and cancels the question, so
+   the run stops and ``tether mcp resume`` can continue it with a validated answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
+
+import anyio
+import jsonschema
+import mcp_types as types
+
+from tether.mcp.config import ElicitationConfig
+from tether.mcp.pauses import PauseStore, question_key
+
+__all__ = [
+    "Answer",
+    "CallInfo",
+    "ConsoleResponder",
+    "ElicitationGate",
+    "ElicitationPrompt",
+    "Responder",
+    "ScriptedResponder",
+    "check_schema",
+    "credential_shaped",
+    "validate_answer",
+]
+
+Action = Literal["accept", "decline", "cancel"]
+_PRIMITIVES = {"string", "number", "integer", "boolean"}
+_TOP_KEYS = {"type", "properties", "required", "title", "description", "$schema"}
+_PROP_KEYS = {
+    "type", "title", "description", "default", "minLength", "maxLength", "format", "enum", "enumNames",
+    "oneOf", "minimum", "maximum",
+}  # fmt: skip
+_FORMATS = {"email", "uri", "date", "date-time"}
+MAX_PROPERTIES = 20
+MAX_MESSAGE = 2000
+
+_CREDENTIAL = re.compile(
+    r"pass(word|wd|phrase|code)|\bpins?\b|\bpin[ _-]?code|\btoken|api[ _-]?key|apikey|\bsecret|"
+    r"private[ _-]?key|ssh[ _-]?key|credential|\botp\b|one[ _-]?time[ _-]?code|2fa|mfa[ _-]?code|"
+    r"(credit|debit|bank)[ _-]?card|card[ _-]?(number|no\b|num)|\bcvv|\bcvc|security[ _-]?code|"
+    r"account[ _-]?(number|no\b|num)|\biban\b|routing[ _-]?number|sort[ _-]?code|\bssn\b|"
+    r"social[ _-]?security|session[ _-]?(id|cookie)|\bcookie",
+    re.IGNORECASE,
+)
+
+
+def check_schema(schema: Any) -> str | None:
+    """Why a requested schema is not a flat object of primitives, or ``None`` if it is."""
+    if not isinstance(schema, Mapping) or schema.get("type") != "object":
+        return "the schema must be an object"
+    extra = set(schema) - _TOP_KEYS
+    if extra:
+        return f"unsupported schema keys: {', '.join(sorted(extra))}"
+    props = schema.get("properties")
+    if not isinstance(props, Mapping) or not props:
+        return "the schema must list properties"
+    if len(props) > MAX_PROPERTIES:
+        return f"too many fields ({len(props)} > {MAX_PROPERTIES})"
+    for name, prop in props.items():
+        if not isinstance(prop, Mapping):
+            return f"field {name!r} is not a schema"
+        kind = prop.get("type")
+        if kind not in _PRIMITIVES:
+            return f"field {name!r} has type {kind!r}: only string, number, integer, boolean (no nesting)"
+        extra = set(prop) - _PROP_KEYS
+        if extra:
+            return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
+        if "format" in prop and (kind != "string" or prop["format"] not in _FORMATS):
+            return f"field {name!r} has unsupported format {prop['format']!r}"
+        if "enum" in prop and (
+            kind != "string"
+            or not isinstance(prop["enum"], list)
+            or not all(isinstance(x, str) for x in prop["enum"])
+        ):
+            return f"field {name!r}: enum must be a list of strings"
+        if "oneOf" in prop:
+            one = prop["oneOf"]
+            if (
+                kind != "string"
+                or not isinstance(one, list)
+                or not all(
+                    isinstance(o, Mapping)
+                    and set(o) <= {"const", "title"}
+                    and isinstance(o.get("const"), str)
+                    for o in one
+                )
+            ):
+                return f"field {name!r}: oneOf is allowed only as titled string constants"
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) and r in props for r in required):
+        return "required must list existing fields"
+    return None
+
+
+def credential_shaped(message: str, schema: Mapping[str, Any] | None) -> str | None:
+    """What makes this question ask for a credential, or ``None``."""
+    texts = [("message", message)]
+    for name, prop in ((schema or {}).get("properties") or {}).items():
+        texts.append((f"field {name!r}", str(name)))
+        if isinstance(prop, Mapping):
+            texts.extend((f"field {name!r}", str(prop.get(k, ""))) for k in ("title", "description"))
+            if prop.get("format") == "password" or prop.get("writeOnly"):
+                return f"field {name!r} is a password field"
+    for where, text in texts:
+        m = _CREDENTIAL.search(text.replace("_", " "))
+        if m:
+            return f"{where} asks for {m.group(0).lower()!r}"
+    return None
+
+
+def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
+    """Problems with an answer (empty list: valid). No extra fields, no coercion."""
+    if not isinstance(content, Mapping):
+        return ["the answer must be an object"]
+    strict = {**schema, "additionalProperties": False}
+    validator = jsonschema.Draft202012Validator(strict, format_checker=jsonschema.FormatChecker())
+    problems = []
+    for err in sorted(validator.iter_errors(dict(content)), key=lambda e: list(e.absolute_path)):
+        where = ".".join(str(p) for p in err.absolute_path) or "(answer)"
+        problems.append(f"{where}: {err.message}")
+    return problems
+
+
+@dataclass
+class CallInfo:
+    """The call during which a server asks (filled by the source, read by the gates)."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    pause_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ElicitationPrompt:
+    """What the person sees: the question, attributed to the server that asks."""
+
+    server: str
+    tool: str | None
+    mode: Literal["form", "url"]
+    message: str
+    schema: dict[str, Any] | None = None
+    url: str | None = None
+    domain: str | None = None
+
+    def render(self) -> str:
+        asker = f"MCP server '{self.server}'" + (f" (tool {self.tool})" if self.tool else "")
+        lines = [f"{asker} asks:", f"  {self.message}"]
+        if self.mode == "url":
+            lines += [f"  URL:    {self.url}", f"  domain: {self.domain}"]
+        else:
+            for name, prop in (self.schema or {}).get("properties", {}).items():
+                req = " (required)" if name in (self.schema or {}).get("required", []) else ""
+                desc = f" - {prop.get('description')}" if prop.get("description") else ""
+                choices = f" one of {prop['enum']}" if "enum" in prop else ""
+                lines.append(f"  {name}: {prop.get('type')}{choices}{req}{desc}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    action: Action
+    content: dict[str, Any] | None = None
+
+
+class Responder(Protocol):
+    """A person (or a stand-in for one) who answers elicitations."""
+
+    interactive: bool
+
+    async def ask(self, prompt: ElicitationPrompt, problems: list[str]) -> Answer: ...
+
+    async def consent_url(self, prompt: ElicitationPrompt) -> bool: ...
+
+
+@dataclass
+class ScriptedResponder:
+    """Answers from a list, in order; records every prompt it was shown (for tests, demos)."""
+
+    answers: list[Answer] = field(default_factory=list)
+    url_consent: bool = False
+    interactive: bool = True
+    shown: list[ElicitationPrompt] = field(default_factory=list)
+
+    async def ask(self, prompt: ElicitationPrompt, problems: list[str]) -> Answer:
+        self.shown.append(prompt)
+        return self.answers.pop(0) if self.answers else Answer("cancel")
+
+    async def consent_url(self, prompt: ElicitationPrompt) -> bool:
+        self.shown.append(prompt)
+        return self.url_consent
+
+
+class ConsoleResponder:
+    """Asks on the terminal: a JSON object to accept, ``decline`` or ``cancel``."""
+
+    interactive = True
+
+    def __init__(self, read: Callable[[str], str] = input, write: Callable[[str], None] = print) -> None:
+        self._read, self._write = read, write
+
+    async def ask(self, prompt: ElicitationPrompt, problems: list[str]) -> Answer:
+        import json
+
+        if problems:
+            self._write("Answer rejected: " + "; ".join(problems))
+        self._write(prompt.render())
+        raw = (
+            await anyio.to_thread.run_sync(self._read, "answer (JSON object | decline | cancel): ")
+        ).strip()
+        if raw in ("decline", "cancel"):
+            return Answer(raw)  # type: ignore[arg-type]
+        try:
+            return Answer("accept", json.loads(raw))
+        except ValueError:
+            return Answer("accept", {"_unparsable": raw})
+
+    async def consent_url(self, prompt: ElicitationPrompt) -> bool:
+        self._write(prompt.render())
+        raw = await anyio.to_thread.run_sync(self._read, f"open this URL on {prompt.domain}? (yes/no): ")
+        return raw.strip().lower() == "yes"
+
+
+class ElicitationGate:
+    """The elicitation callback for one server."""
+
+    def __init__(
+        self,
+        server: str,
+        config: ElicitationConfig,
+        *,
+        responder: Responder | None = None,
+        pauses: PauseStore | None = None,
+        current_call: Callable[[], CallInfo | None] = lambda: None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.config = config
+        self.responder = responder
+        self.pauses = pauses
+        self.current_call = current_call
+        self._on_event = on_event or (lambda _e: None)
+
+    def _event(self, outcome: str, **data: Any) -> None:
+        self._on_event({"server": self.server, "outcome": outcome, **data})
+
+    async def __call__(self, context: Any, params: Any) -> types.ElicitResult | types.ErrorData:
+        call = self.current_call()
+        tool = call.tool if call else None
+        message = str(getattr(params, "message", ""))[:MAX_MESSAGE]
+        if not self.config.enabled:
+            self._event(
+                "declined", tool=tool, reason="elicitation not enabled for this server", message=message
+            )
+            return types.ElicitResult(action="decline")
+        if isinstance(params, types.ElicitRequestURLParams):
+            return await self._url(params, tool, message)
+        schema = dict(params.requested_schema)
+        problem = check_schema(schema)
+        if problem is not None:
+            self._event("refused", tool=tool, reason=f"schema_not_flat: {problem}", message=message)
+            return types.ElicitResult(action="decline")
+        cred = credential_shaped(message, schema)
+        if cred is not None:
+            self._event("refused", tool=tool, reason=f"credential_shaped: {cred}", message=message)
+            return types.ElicitResult(action="decline")
+        prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
+        if self.pauses is not None and call is not None:
+            stored = self.pauses.take_answer(
+                question_key(self.server, call.tool, call.arguments, message, schema)
+            )
+            if stored is not None:
+                self._event(stored.action or "cancel", tool=tool, pause_id=stored.id, answered_by="resume")
+                return types.ElicitResult(action=stored.action or "cancel", content=stored.answer)  # type: ignore[arg-type]
+        if self.responder is None or not self.responder.interactive:
+            return self._pause(prompt, call)
+        problems: list[str] = []
+        for _ in range(self.config.max_answer_attempts):
+            answer = await self.responder.ask(prompt, problems)
+            if answer.action != "accept":
+                self._event(answer.action, tool=tool, message=message)
+                return types.ElicitResult(action=answer.action)
+            problems = validate_answer(schema, answer.content)
+            if not problems:
+                self._event("accept", tool=tool, message=message, fields=sorted(answer.content or {}))
+                return types.ElicitResult(action="accept", content=dict(answer.content or {}))
+        self._event("cancel", tool=tool, reason="no valid answer: " + "; ".join(problems), message=message)
+        return types.ElicitResult(action="cancel")
+
+    async def _url(self, params: Any, tool: str | None, message: str) -> types.ElicitResult:
+        url = str(params.url)
+        parts = urlsplit(url)
+        domain = (parts.hostname or "").lower()
+        prompt = ElicitationPrompt(self.server, tool, "url", message, url=url, domain=domain)
+        if not self.config.url_mode:
+            self._event("declined", tool=tool, reason="url mode not enabled for this server", url=url)
+            return types.ElicitResult(action="decline")
+        if parts.scheme not in ("https", "http") or not domain:
+            self._event("refused", tool=tool, reason="url must be http(s) with a host", url=url)
+            return types.ElicitResult(action="decline")
+        if self.responder is None or not self.responder.interactive:
+            self._event("declined", tool=tool, reason="url mode needs an interactive person", url=url)
+            return types.ElicitResult(action="decline")
+        if not await self.responder.consent_url(prompt):
+            self._event("declined", tool=tool, reason="the person did not consent", url=url)
+            return types.ElicitResult(action="decline")
+        self._event("accept", tool=tool, url=url, domain=domain)
+        return types.ElicitResult(action="accept")
+
+    def _pause(self, prompt: ElicitationPrompt, call: CallInfo | None) -> types.ElicitResult:
+        if self.pauses is None or call is None:
+            self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
+            return types.ElicitResult(action="decline")
+        pause = self.pauses.create(
+            run_id=call.run_id,
+            server=self.server,
+            tool=call.tool,
+            arguments=call.arguments,
+            message=prompt.message,
+            schema=prompt.schema or {},
+        )
+        call.pause_id = pause.id
+        self._event("paused", tool=prompt.tool, pause_id=pause.id, message=prompt.message)
+        # Cancel (not decline): nobody chose; the call is re-run with the answer on resume.
+        return types.ElicitResult(action="cancel")

@@ -1,0 +1,160 @@
+"""Build a governed ``Host`` from an MCP config file: one client per server, every gate wired.
+
+``build_host(config)`` resolves each server's credentials (registered as trace secrets),
+creates its connection with the pin store, elicitation/sampling/roots gates and the
+host-declared effects, and adds a policy rule that denies any call to a tool whose
+definition is not (or no longer) approved. Tools reach the model as
+``<server id>__<tool>`` in a fixed order (sorted by name).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tether.errors import ConfigError
+from tether.host import Host
+from tether.mcp.config import McpConfig, ServerConfig
+from tether.mcp.credentials import resolve_credentials
+from tether.mcp.elicitation import ElicitationGate, Responder
+from tether.mcp.pauses import PauseStore
+from tether.mcp.pinning import PinStore
+from tether.mcp.roots import RootsGate
+from tether.mcp.sampling import Consent, SamplingGate
+from tether.mcp.source import McpServerSource
+from tether.models.base import Model
+from tether.policy.rules import Decision, Policy, ProposedCall
+from tether.policy.trusted import TrustedContext
+from tether.trace.events import EventKind
+
+__all__ = ["PinnedCapabilities", "build_host", "build_source", "mcp_sources"]
+
+
+@dataclass(frozen=True)
+class PinnedCapabilities:
+    """Denies calls to MCP tools that are blocked (changed or unapproved since the run began)."""
+
+    sources: Mapping[str, McpServerSource]
+    name: str = "capability_pin"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        source = self.sources.get(call.spec.source)
+        if source is None:
+            return None
+        remote = call.spec.remote_name
+        if remote in source.blocked:
+            return Decision(
+                "deny",
+                self.name,
+                "tool_definition_not_approved",
+                {"tool": call.spec.name, "why": source.blocked[remote]},
+            )
+        return None
+
+
+def build_source(
+    server: ServerConfig,
+    config: McpConfig,
+    *,
+    pins: PinStore | None,
+    pauses: PauseStore | None = None,
+    responder: Responder | None = None,
+    sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[McpServerSource, set[str]]:
+    """One server's connection with its gates; also returns its secrets (for the redactor)."""
+    creds = resolve_credentials(
+        server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
+    )
+    source = McpServerSource(
+        server.name,
+        command=server.argv() if server.transport == "stdio" else None,
+        url=server.url if server.transport == "http" else None,
+        effects=server.effects,
+        env=creds.env if server.transport == "stdio" else None,
+        headers=creds.headers,
+        mode=server.mode,
+        timeout_s=server.timeout_s,
+        max_result_chars=server.max_result_chars,
+        allow_tools=server.tools,
+        pins=pins,
+        recheck=server.recheck,
+    )
+    source.elicitation = ElicitationGate(
+        server.name,
+        server.elicitation,
+        responder=responder,
+        pauses=pauses,
+        current_call=source.current_call,
+        on_event=source.event_sink(EventKind.MCP_ELICITATION),
+    )
+    source.sampling = SamplingGate(
+        server.name,
+        server.sampling,
+        model=sampling_model,
+        consent=sampling_consent,
+        current_tool=lambda: c.tool if (c := source.current_call()) else None,
+        on_event=source.event_sink(EventKind.MCP_SAMPLING),
+    )
+    if server.roots:
+        source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
+    return source, creds.secrets
+
+
+def build_host(
+    config: McpConfig,
+    *,
+    responder: Responder | None = None,
+    sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None,
+    environ: Mapping[str, str] | None = None,
+    servers: Iterable[str] | None = None,
+    on_denied: Literal["stop", "continue"] = "continue",
+    use_pins: bool = True,
+) -> Host:
+    """A host with every configured server (or the named ones). Raises ``ConfigError``."""
+    environ = os.environ if environ is None else environ
+    pins = PinStore(config.path(config.host.pins)) if use_pins else None
+    pauses = PauseStore(config.path(config.host.state))
+    wanted = set(servers) if servers is not None else None
+    sources: dict[str, McpServerSource] = {}
+    secrets: set[str] = set()
+    for server in config.servers:
+        if wanted is not None and server.name not in wanted:
+            continue
+        source, found = build_source(
+            server,
+            config,
+            pins=pins,
+            pauses=pauses,
+            responder=responder,
+            sampling_model=sampling_model,
+            sampling_consent=sampling_consent,
+            environ=environ,
+        )
+        sources[server.name] = source
+        secrets |= found
+    if wanted is not None and (missing := wanted - set(sources)):
+        raise ConfigError(f"no server named {', '.join(sorted(missing))} in the config")
+    host = Host(
+        policy=Policy(rules=[PinnedCapabilities(sources)]),
+        trace_dir=config.path(config.host.trace_dir),
+        secrets=secrets,
+        on_denied=on_denied,
+    )
+    for source in sources.values():
+        host.add_source(source)
+    host.mcp_pins = pins  # type: ignore[attr-defined]
+    host.mcp_pauses = pauses  # type: ignore[attr-defined]
+    return host
+
+
+def mcp_sources(host: Host) -> list[McpServerSource]:
+    return [s for s in host.sources if isinstance(s, McpServerSource)]
+
+
+def describe_all(host: Host) -> list[dict[str, Any]]:
+    return [{"server": s.name, **s.describe()} for s in mcp_sources(host)]

@@ -1,0 +1,228 @@
+"""Capability pinning: an approved tool is a sha256 of its canonical definition.
+
+The canonical definition is the part of a tool the model reads or the host relies on:
+name, title, description, input and output schema, annotations. It is serialised as
+JSON with sorted keys and no insignificant whitespace, so the same definition hashes the
+same whatever order a server lists its keys in. Every listing is compared with the pins;
+a changed or new tool is blocked until a person approves it again.
+
+Pins live in SQLite (stdlib ``sqlite3``, WAL) with ordered, named migrations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "Pin",
+    "PinStatus",
+    "PinStore",
+    "ToolCheck",
+    "bad_tool_name",
+    "canonical_definition",
+    "check_listing",
+    "digest",
+]
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+
+PinStatus = Literal["pinned", "changed", "new"]
+
+
+def bad_tool_name(name: str) -> str | None:
+    """Why a server's tool name cannot be namespaced safely, or ``None``."""
+    if "__" in name:
+        return "the name contains '__' and could impersonate another server's namespaced tool"
+    if not _TOOL_NAME.match(name):
+        return "the name has characters outside [A-Za-z0-9_.-] or is longer than 64"
+    return None
+
+
+def canonical_definition(tool: Any) -> dict[str, Any]:
+    """The pinned part of a tool (an ``mcp_types.Tool`` or its wire dict), in wire names."""
+    wire = (
+        tool if isinstance(tool, Mapping) else tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+    )
+    return {k: wire[k] for k in _FIELDS if wire.get(k) is not None}
+
+
+def canonical_json(definition: Mapping[str, Any]) -> str:
+    return json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def digest(definition: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(definition).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    server: str
+    tool: str
+    sha256: str
+    definition: dict[str, Any]
+    endpoint: str  # sha256 of the launch command / URL the pin was approved for
+    approved_by: str
+    approved_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCheck:
+    """One listed tool compared with its pin."""
+
+    tool: str
+    status: PinStatus
+    sha256: str
+    definition: dict[str, Any]
+    pinned_sha256: str | None = None
+    why: str = ""
+
+
+def check_listing(
+    tools: Iterable[Mapping[str, Any]], pins: Mapping[str, Pin], endpoint: str
+) -> list[ToolCheck]:
+    """Compare canonical definitions with pins; a pin approved for another endpoint does not count."""
+    out = []
+    for definition in tools:
+        name = str(definition["name"])
+        sha = digest(definition)
+        pin = pins.get(name)
+        if (bad := bad_tool_name(name)) is not None:
+            out.append(ToolCheck(name, "new", sha, dict(definition), why=bad))
+        elif pin is None:
+            out.append(ToolCheck(name, "new", sha, dict(definition), why="not approved"))
+        elif pin.endpoint != endpoint:
+            out.append(
+                ToolCheck(
+                    name, "changed", sha, dict(definition), pin.sha256, why="server command/url changed"
+                )
+            )
+        elif pin.sha256 != sha:
+            changed = sorted(k for k in _FIELDS if pin.definition.get(k) != definition.get(k))
+            out.append(
+                ToolCheck(
+                    name, "changed", sha, dict(definition), pin.sha256, why="changed: " + ", ".join(changed)
+                )
+            )
+        else:
+            out.append(ToolCheck(name, "pinned", sha, dict(definition), pin.sha256))
+    return sorted(out, key=lambda c: c.tool)
+
+
+_MIGRATIONS: tuple[tuple[str, str], ...] = (
+    (
+        "001_pins",
+        """
+        CREATE TABLE pins (
+            server TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            endpoint TEXT NOT NULL,
+            approved_by TEXT NOT NULL,
+            approved_at TEXT NOT NULL,
+            PRIMARY KEY (server, tool)
+        );
+        CREATE TABLE pin_history (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            server TEXT NOT NULL,
+            tool TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            action TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            at TEXT NOT NULL
+        );
+        """,
+    ),
+)
+
+
+def connect_db(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    return db
+
+
+def migrate(db: sqlite3.Connection, migrations: tuple[tuple[str, str], ...]) -> None:
+    """Apply the named migrations not yet recorded, in order, each in one transaction."""
+    done = {r[0] for r in db.execute("SELECT name FROM _migrations")}
+    for name, sql in migrations:
+        if name in done:
+            continue
+        db.execute("BEGIN")
+        try:
+            for statement in filter(str.strip, sql.split(";")):
+                db.execute(statement)
+            db.execute(
+                "INSERT INTO _migrations VALUES (?, ?)",
+                (name, datetime.now(UTC).isoformat(timespec="seconds")),
+            )
+            db.execute("COMMIT")
+        except Exception:
+            db.execute("ROLLBACK")
+            raise
+
+
+_HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (?, ?, ?, ?, ?, ?)"
+
+
+class PinStore:
+    """Approved tool definitions per server id."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._db = connect_db(self.path)
+        migrate(self._db, _MIGRATIONS)
+
+    def pins(self, server: str) -> dict[str, Pin]:
+        rows = self._db.execute(
+            "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at "
+            "FROM pins WHERE server = ?",
+            (server,),
+        ).fetchall()
+        return {r[1]: Pin(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
+
+    def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
+        """Pin these definitions (all in one transaction). Returns the tool names pinned."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        names = []
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for c in checks:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (server, c.tool, c.sha256, canonical_json(c.definition), endpoint, actor, now),
+                )
+                self._db.execute(
+                    _HISTORY,
+                    (server, c.tool, c.sha256, "approve", actor, now),
+                )
+                names.append(c.tool)
+            self._db.execute("COMMIT")
+        except Exception:
+            self._db.execute("ROLLBACK")
+            raise
+        return names
+
+    def revoke(self, server: str, tool: str, *, actor: str) -> bool:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        cur = self._db.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool))
+        if cur.rowcount:
+            self._db.execute(
+                _HISTORY,
+                (server, tool, "", "revoke", actor, now),
+            )
+        return bool(cur.rowcount)
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,186 @@
+"""Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
+
+Denied unless the server is opted in. Every request passes a consent hook that sees the
+exact prompt (system prompt, messages, capped max_tokens). ``includeContext`` is forced
+to none: the server sees only the text it sent and the model's answer, never the
+agent's conversation. Each server has its own budget (calls, seconds, tokens per
+session), separate from the run's budget; exhaustion returns a clear error to the
+server and the run goes on. The sampled answer is text for the server: tool calls are
+never offered, and any the model proposes are dropped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import mcp_types as types
+
+from tether.mcp.config import SamplingConfig
+from tether.messages import SystemMessage, UserMessage
+from tether.models.base import Model, ModelRequest
+
+__all__ = ["SamplingBudget", "SamplingGate", "SamplingPrompt"]
+
+SAMPLING_REFUSED = -32001  # application error code for refused sampling requests
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingPrompt:
+    """Exactly what would be sent to the model, shown to the consent hook."""
+
+    server: str
+    tool: str | None
+    system_prompt: str | None
+    messages: tuple[tuple[str, str], ...]  # (role, text)
+    max_tokens: int
+    requested_max_tokens: int
+    requested_include_context: str | None
+
+
+Consent = Callable[[SamplingPrompt], bool | Awaitable[bool]]
+
+
+@dataclass
+class SamplingBudget:
+    """One server's sampling budget for one session (separate from the run's budget)."""
+
+    max_calls: int
+    max_seconds: float
+    max_total_tokens: int
+    calls: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    events: list[str] = field(default_factory=list)
+
+    def exhausted(self) -> str | None:
+        if self.calls >= self.max_calls:
+            return f"sampling budget exhausted: {self.calls}/{self.max_calls} calls used"
+        if self.seconds >= self.max_seconds:
+            return f"sampling budget exhausted: {self.seconds:.1f}/{self.max_seconds:g} seconds used"
+        if self.tokens >= self.max_total_tokens:
+            return f"sampling budget exhausted: {self.tokens}/{self.max_total_tokens} tokens used"
+        return None
+
+
+def _text(content: Any) -> str | None:
+    blocks = content if isinstance(content, list) else [content]
+    out = []
+    for b in blocks:
+        if getattr(b, "type", None) != "text":
+            return None
+        out.append(b.text)
+    return "\n".join(out)
+
+
+class SamplingGate:
+    """The sampling callback for one server."""
+
+    def __init__(
+        self,
+        server: str,
+        config: SamplingConfig,
+        *,
+        model: Model | None = None,
+        consent: Consent | None = None,
+        current_tool: Callable[[], str | None] = lambda: None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.config = config
+        self.model = model
+        self.consent = consent
+        self.current_tool = current_tool
+        self.budget = SamplingBudget(config.max_calls, config.max_seconds, config.max_total_tokens)
+        self._on_event = on_event or (lambda _e: None)
+
+    def _refuse(self, reason: str, **data: Any) -> types.ErrorData:
+        self._on_event({"server": self.server, "outcome": "refused", "reason": reason, **data})
+        return types.ErrorData(code=SAMPLING_REFUSED, message=f"sampling refused by the host: {reason}")
+
+    async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        tool = self.current_tool()
+        if not self.config.enabled:
+            return self._refuse("sampling is not enabled for this server", tool=tool)
+        if self.model is None:
+            return self._refuse("no model is configured for sampling", tool=tool)
+        if (why := self.budget.exhausted()) is not None:
+            return self._refuse(why, tool=tool)
+        if params.tools:
+            return self._refuse("sampling with tools is not allowed", tool=tool)
+        messages = []
+        for m in params.messages:
+            text = _text(m.content)
+            if text is None:
+                return self._refuse("only text messages can be sampled", tool=tool)
+            messages.append((m.role, text))
+        prompt = SamplingPrompt(
+            server=self.server,
+            tool=tool,
+            system_prompt=params.system_prompt,
+            messages=tuple(messages),
+            max_tokens=min(params.max_tokens, self.config.max_tokens),
+            requested_max_tokens=params.max_tokens,
+            requested_include_context=params.include_context,
+        )
+        if self.consent is None:
+            return self._refuse("no consent hook: nobody can inspect the prompt", tool=tool)
+        verdict = self.consent(prompt)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if not verdict:
+            return self._refuse("the person did not consent", tool=tool)
+        # includeContext is ignored on purpose: the request holds only what the server sent.
+        request_messages: list[Any] = []
+        if prompt.system_prompt:
+            request_messages.append(SystemMessage(prompt.system_prompt))
+        for role, text in prompt.messages:
+            # An "assistant" turn from the server is still the server's text: it goes in as user data.
+            request_messages.append(UserMessage(text if role == "user" else f"[{role}] {text}"))
+        request = ModelRequest(
+            messages=tuple(request_messages),
+            tools=(),
+            tool_choice="none",
+            max_tokens=prompt.max_tokens,
+            metadata={"purpose": "mcp_sampling", "server": self.server},
+        )
+        started = time.monotonic()
+        self.budget.calls += 1
+        left = self.budget.max_seconds - self.budget.seconds
+        try:
+            with anyio.fail_after(left):
+                response = await self.model.complete(request)
+        except TimeoutError:
+            self.budget.seconds += time.monotonic() - started
+            return self._refuse(
+                f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used", tool=tool
+            )
+        except Exception as err:  # a model failure is the server's problem to handle, not the run's
+            self.budget.seconds += time.monotonic() - started
+            return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
+        self.budget.seconds += time.monotonic() - started
+        self.budget.tokens += response.usage.total_tokens
+        text = response.message.content or ""
+        # Cap the answer itself (about 4 characters a token), whatever the model did.
+        text = text[: prompt.max_tokens * 4]
+        self._on_event(
+            {
+                "server": self.server,
+                "outcome": "answered",
+                "tool": tool,
+                "tokens": response.usage.total_tokens,
+                "calls_used": self.budget.calls,
+                "dropped_tool_calls": len(response.message.tool_calls),
+                "include_context_requested": params.include_context,
+            }
+        )
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=text),
+            model=response.model or getattr(self.model, "name", "host-model"),
+            stop_reason="endTurn",
+        )
