@@ -85,6 +85,7 @@ class ServerConfig(_Strict):
     roots: list[str] = Field(default_factory=list)
     elicitation: ElicitationConfig = Field(default_factory=ElicitationConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    env: dict[str, str] = Field(default_factory=dict)  # plain, non-secret settings for a stdio child
     credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
     headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
     recheck: Literal["each_call", "on_change"] = "each_call"
@@ -115,6 +116,10 @@ class ServerConfig(_Strict):
                 raise ValueError(f"server {self.name}: url must be http(s)")
         if self.headers and self.transport != "http":
             raise ValueError(f"server {self.name}: headers apply to http servers only")
+        if self.env and self.transport != "stdio":
+            raise ValueError(f"server {self.name}: env applies to stdio servers only")
+        if overlap := set(self.env) & set(self.credentials):
+            raise ValueError(f"server {self.name}: {sorted(overlap)} both in env and credentials")
         for tool in self.effects:
             if self.tools is not None and tool not in self.tools:
                 raise ValueError(f"server {self.name}: effect declared for {tool!r}, which is not in tools")

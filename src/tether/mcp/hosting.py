@@ -74,7 +74,7 @@ def build_source(
         command=server.argv() if server.transport == "stdio" else None,
         url=server.url if server.transport == "http" else None,
         effects=server.effects,
-        env=creds.env if server.transport == "stdio" else None,
+        env={**server.env, **creds.env} if server.transport == "stdio" else None,
         headers=creds.headers,
         mode=server.mode,
         timeout_s=server.timeout_s,

@@ -101,6 +101,20 @@ class McpRun:
     host: Host
     blocked: list[dict[str, Any]]
     launches: list[dict[str, Any]]
+    model: FunctionModel
+
+    def seen(self, tool: str) -> list[str]:
+        """What the model was shown for each call of ``tool`` (from the last request it got)."""
+        if not self.model.requests:
+            return []
+        last = self.model.requests[-1].messages
+        return [m.content for m in last if isinstance(m, ToolMessage) and m.name == tool]
+
+    def offered(self) -> list[str]:
+        """The tool names the model was offered."""
+        if not self.model.requests:
+            return []
+        return [t["function"]["name"] for t in self.model.requests[0].tools]
 
     def summary(self) -> dict[str, Any]:
         out = self.result.summary()
@@ -152,7 +166,7 @@ async def run_question(
             and e.data.get("error_kind") == "capability_blocked"
         ):
             blocked.append({"kind": "capability_blocked", "tool": e.data.get("tool")})
-    return McpRun(result, host, blocked, launches)
+    return McpRun(result, host, blocked, launches, model)
 
 
 async def resume_pause(

@@ -1,0 +1,315 @@
+"""The malicious-server suite (X2–X5): each attack is blocked, and in the same test the
+legitimate tool of the same server still works. The model stand-in obeys every attack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.mcp.elicitation import Answer, ScriptedResponder
+from tether.mcp.runner import resume_pause, run_question
+from tether.mcp.sampling import SamplingPrompt
+from tether.messages import AssistantMessage
+from tether.models.base import ModelRequest
+from tether.models.test import FunctionModel
+from tether.stop import StopReason
+from tether.trace.tracer import read_trace
+
+from .conftest import script, stdio_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+READS = {"lookup": "read", "fetch_note": "read", "injected_note": "read", "big": "read", "bad_struct": "read"}
+LOOKUP = ("h__lookup", {"key": "alpha"})
+
+
+def events(run: Any, kind: str) -> list[dict[str, Any]]:
+    return [e.data for e in run.result.events if str(e.kind) == kind]
+
+
+def calls_logged(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.spec("X2")
+async def test_injected_instruction_in_a_result_never_reaches_the_server(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    log = tmp_path / "calls.log"
+    h = stdio_server("h", effects=READS, env={"HOSTILE_LOG": str(log)})
+    other = stdio_server("other", env={"HOSTILE_LOG": str(log)}, tools=["wipe"])  # wipe: undeclared effect
+    config = write_config(tmp_path, [h, other], pins_from=approved_pins)
+    from .conftest import approve
+
+    await approve(config, "other")
+    run = await run_question(config, "Q", script(("h__injected_note", {}), LOOKUP))
+    # The obeying model proposed other__wipe; the host denied it (undeclared = side-effecting).
+    denied = events(run, "policy_denied")
+    assert [d["tool"] for d in denied] == ["other__wipe"]
+    assert "wipe" not in calls_logged(log)
+    # The injected text reached the model only as labelled, untrusted data.
+    assert 'trust="untrusted"' in run.seen("h__injected_note")[0]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+@pytest.mark.spec("X2")
+async def test_description_changed_after_approval_is_blocked_until_reapproved(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    h = stdio_server("h", effects=READS, env={"HOSTILE_RUGPULL": "1"})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(
+        config, "Q", script(("h__fetch_note", {}), LOOKUP, ("h__fetch_note", {}), ("h__lookup", {"key": "beta"}))
+    )
+    first, second = run.seen("h__fetch_note")
+    assert "all good" in first
+    assert "capability_blocked" in second and "all good" not in second
+    blocked = [b for b in events(run, "mcp_capability_blocked") if b["status"] == "changed"]
+    assert [b["tool"] for b in blocked] == ["h__fetch_note"]
+    assert "description" in blocked[0]["why"]
+    # The model only ever saw the approved definition.
+    tools = {t["function"]["name"]: t["function"] for t in run.model.requests[-1].tools}
+    assert tools["h__fetch_note"]["description"] == "Reads the current note."
+    looked = run.seen("h__lookup")
+    assert "value-of-alpha" in looked[0] and "value-of-beta" in looked[1]
+
+
+@pytest.mark.spec("X2")
+async def test_colliding_and_impersonating_names_stay_apart(tmp_path: Path, approved_pins: Path) -> None:
+    a = stdio_server("a", effects={"lookup": "read"})
+    b = stdio_server("b", effects={"lookup": "read"})
+    config = write_config(tmp_path, [a, b], pins_from=approved_pins)
+    run = await run_question(
+        config,
+        "Q",
+        script(("lookup", {"key": "x"}), ("erp__read_order", {"order_id": "742"}), ("b__lookup", {"key": "y"})),
+    )
+    offered = run.offered()
+    assert "a__lookup" in offered and "b__lookup" in offered
+    assert not any("erp__read_order" in name for name in offered)  # '__' in a server's tool name: blocked
+    bare, impersonated = run.seen("lookup"), run.seen("erp__read_order")
+    assert "unknown tool" in bare[0] and "unknown tool" in impersonated[0]
+    assert "value-of-y" in run.seen("b__lookup")[0]
+    assert offered == sorted(offered)  # fixed, deterministic order
+
+
+@pytest.mark.spec("X2")
+async def test_poisoned_description_is_never_offered_or_called(tmp_path: Path, approved_pins: Path) -> None:
+    log = tmp_path / "calls.log"
+    h = stdio_server("h", effects={**READS, "add_comment": "write"}, env={"HOSTILE_LOG": str(log)})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__add_comment", {"comment": "k"}), LOOKUP))
+    assert "h__add_comment" not in run.offered()
+    assert all("id_rsa" not in str(t) for t in run.model.requests[0].tools)
+    assert "unknown tool" in run.seen("h__add_comment")[0]
+    assert any(b["tool"] == "h__add_comment" for b in events(run, "mcp_capability_blocked"))
+    assert calls_logged(log) == ["lookup"]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X2")
+async def test_oversized_result_is_cut_and_the_rest_never_enters_context(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    h = stdio_server("h", effects=READS, max_result_chars=2000)
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__big", {}), LOOKUP))
+    shown = run.seen("h__big")[0]
+    assert "[TRUNCATED by host: 100011 characters" in shown and "kept out of context" in shown
+    assert all("SECRET-TAIL" not in str(m) for r in run.model.requests for m in r.messages)
+    assert len(shown) < 2300
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X2")
+async def test_structured_content_breaking_its_output_schema_is_rejected(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    config = write_config(tmp_path, [stdio_server("h", effects=READS, mode="legacy")], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__bad_struct", {}), LOOKUP))
+    shown = run.seen("h__bad_struct")[0]
+    assert "invalid_output" in shown and "many" not in shown
+    assert events(run, "mcp_result_rejected")[0]["reason"] == "output_schema"
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X2")
+async def test_resource_link_is_shown_but_never_fetched(
+    tmp_path: Path, approved_pins: Path, hit_counter: tuple[str, list[str]]
+) -> None:
+    url, hits = hit_counter
+    h = stdio_server("h", effects={**READS, "link": "read"}, env={"HOSTILE_LINK_URL": url})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__link", {}), LOOKUP))
+    assert f"[resource_link not fetched: {url}" in run.seen("h__link")[0]
+    assert hits == []
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X2")
+async def test_annotations_are_hints_and_the_declared_effect_wins(tmp_path: Path, approved_pins: Path) -> None:
+    log = tmp_path / "calls.log"
+    # read_secretly says readOnlyHint=true; the host declared nothing for it: side-effecting.
+    h = stdio_server("h", effects=READS, env={"HOSTILE_LOG": str(log)})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__read_secretly", {"key": "k"}), LOOKUP))
+    denied = events(run, "policy_denied")
+    assert denied[0]["tool"] == "h__read_secretly" and denied[0]["details"]["effect"] == "write"
+    assert calls_logged(log) == ["lookup"]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X2")
+async def test_a_dying_server_is_unavailable_while_the_other_keeps_working(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    a = stdio_server("a", effects={"die": "read", "lookup": "read"})
+    b = stdio_server("b", effects={"lookup": "read", "slow": "read"}, timeout_s=1.5)
+    config = write_config(tmp_path, [a, b], pins_from=approved_pins)
+    run = await run_question(
+        config, "Q", script(("a__die", {}), ("b__slow", {}), ("b__lookup", {"key": "z"}))
+    )
+    assert "dependency_unavailable" in run.seen("a__die")[0]
+    assert "dependency_unavailable" in run.seen("b__slow")[0] and "timed out" in run.seen("b__slow")[0]
+    assert "value-of-z" in run.seen("b__lookup")[0]  # same server as the timeout, still serving
+    assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+@pytest.mark.spec("X5")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_nested_and_credential_shaped_questions_are_refused_without_asking(
+    tmp_path: Path, approved_pins: Path, mode: str
+) -> None:
+    effects = {"ask_nested": "read", "ask_password": "read", "ask_colour": "read"}
+    h = stdio_server("h", mode=mode, effects=effects, elicitation={"enabled": True})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    person = ScriptedResponder([Answer("accept", {"colour": "red"})])
+    run = await run_question(
+        config, "Q", script(("h__ask_nested", {}), ("h__ask_password", {}), ("h__ask_colour", {})), responder=person
+    )
+    assert "action=decline" in run.seen("h__ask_nested")[0]
+    assert "action=decline" in run.seen("h__ask_password")[0]
+    assert [p.message for p in person.shown] == ["Which colour?"]  # the person saw only the legitimate one
+    reasons = [e["reason"] for e in events(run, "mcp_elicitation") if e["outcome"] == "refused"]
+    assert reasons[0].startswith("schema_not_flat") and reasons[1].startswith("credential_shaped")
+    assert "content={'colour': 'red'}" in run.seen("h__ask_colour")[0]
+
+
+@pytest.mark.spec("X5")
+async def test_invalid_answers_are_asked_again_and_never_passed_on(tmp_path: Path, approved_pins: Path) -> None:
+    h = stdio_server("h", effects={"ask_colour": "read"}, elicitation={"enabled": True})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    person = ScriptedResponder([Answer("accept", {"colour": "green"}), Answer("accept", {"colour": "red", "x": 1})])
+    person.answers.append(Answer("accept", {"colour": "blue"}))
+    run = await run_question(config, "Q", script(("h__ask_colour", {})), responder=person)
+    assert len(person.shown) == 3
+    assert "content={'colour': 'blue'}" in run.seen("h__ask_colour")[0]
+
+
+@pytest.mark.spec("X5")
+async def test_url_mode_without_a_person_is_declined_and_a_form_question_pauses_durably(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    h = stdio_server("h", effects={"ask_url": "read", "ask_colour": "read"}, elicitation={"enabled": True, "url_mode": True})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__ask_url", {}), ("h__ask_colour", {})), responder=None)
+    assert "action=decline" in run.seen("h__ask_url")[0] if run.seen("h__ask_url") else True
+    url_events = [e for e in events(run, "mcp_elicitation") if "url" in e]
+    assert url_events[0]["outcome"] == "declined" and "interactive person" in url_events[0]["reason"]
+    # The form question paused the run; nobody was asked, nothing was guessed.
+    assert run.result.stop_reason is StopReason.APPROVAL_REQUIRED
+    pause_id = next(e["pause_id"] for e in events(run, "mcp_elicitation") if e["outcome"] == "paused")
+    # An invalid answer is refused and loses nothing; a valid one continues the paused call.
+    from tether.errors import ApprovalError
+
+    with pytest.raises(ApprovalError, match="colour"):
+        await resume_pause(config, pause_id, "accept", {"colour": "green"}, actor="ops")
+    out = await resume_pause(config, pause_id, "accept", {"colour": "red"}, actor="ops")
+    assert out["status"] == "ok" and "content={'colour': 'red'}" in out["result"]
+    with pytest.raises(ApprovalError, match="not pending"):
+        await resume_pause(config, pause_id, "accept", {"colour": "red"}, actor="ops")
+
+
+@pytest.mark.spec("X5")
+async def test_url_mode_needs_the_person_to_consent_after_seeing_url_and_domain(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    h = stdio_server("h", effects={"ask_url": "read", "lookup": "read"}, elicitation={"enabled": True, "url_mode": True})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    refuses = ScriptedResponder(url_consent=False)
+    run = await run_question(config, "Q", script(("h__ask_url", {}), LOOKUP), responder=refuses)
+    assert "action=decline" in run.seen("h__ask_url")[0]
+    shown = refuses.shown[0]
+    assert shown.url == "https://login.example.net/oauth?x=1" and shown.domain == "login.example.net"
+    assert "login.example.net" in shown.render()
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+def _sampler() -> FunctionModel:
+    def answer(request: ModelRequest) -> AssistantMessage:
+        return AssistantMessage(content="a short summary")
+
+    return FunctionModel(answer, name="sampler")
+
+
+@pytest.mark.spec("X3")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_sampling_needs_opt_in_consent_and_stops_at_its_own_budget(
+    tmp_path: Path, approved_pins: Path, mode: str
+) -> None:
+    effects = {"summarize": "read", "lookup": "read"}
+    off = stdio_server("a", mode=mode, effects=effects)
+    on = stdio_server("b", mode=mode, effects=effects, sampling={"enabled": True, "max_calls": 1, "max_tokens": 64})
+    config = write_config(tmp_path, [off, on], pins_from=approved_pins)
+    seen: list[SamplingPrompt] = []
+
+    def consent(prompt: SamplingPrompt) -> bool:
+        seen.append(prompt)
+        return True
+
+    sampler = _sampler()
+    run = await run_question(
+        config,
+        "The secret objective",
+        script(
+            ("a__summarize", {"text": "x"}),
+            ("b__summarize", {"text": "hello"}),
+            ("b__summarize", {"text": "again"}),
+            ("b__lookup", {"key": "q"}),
+        ),
+        sampling_model=sampler,
+        sampling_consent=consent,
+    )
+    assert "not enabled" in run.seen("a__summarize")[0]
+    first, second = run.seen("b__summarize")
+    assert "summary: a short summary" in first
+    assert "budget exhausted" in second and "1/1 calls" in second
+    # The consent hook saw the exact prompt; includeContext was ignored, max_tokens capped.
+    assert seen[0].messages == (("user", "Summarise: hello"),)
+    assert seen[0].requested_include_context == "allServers" and seen[0].max_tokens == 64
+    # The sampler got only the server's text, never the agent's conversation.
+    assert len(sampler.requests) == 1 and "secret objective" not in str(sampler.requests[0].messages)
+    assert sampler.requests[0].tools == ()
+    assert "value-of-q" in run.seen("b__lookup")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert [e["outcome"] for e in events(run, "mcp_sampling")] == ["refused", "answered", "refused"]
+
+
+@pytest.mark.spec("X2")
+async def test_credentials_reach_only_their_server_and_never_the_trace(
+    tmp_path: Path, approved_pins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_HOSTILE_TOKEN", "tok-9f8e7d6c5b4a")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-should-stay-home")
+    h = stdio_server("h", effects={"whoami": "read", "lookup": "read"}, credentials={"HOSTILE_TOKEN": "env:MY_HOSTILE_TOKEN"})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__whoami", {}), LOOKUP))
+    assert "token=tok-9f8e7d6c5b4a provider_key=absent" in run.seen("h__whoami")[0]
+    trace_text = Path(run.result.trace_path).read_text()  # type: ignore[arg-type]
+    assert "tok-9f8e7d6c5b4a" not in trace_text and "[REDACTED]" in trace_text
+    launch = next(e for e in read_trace(run.result.trace_path) if e["kind"] == "server_launch")  # type: ignore[arg-type]
+    assert launch["env_keys"] == ["HOSTILE_TOKEN"]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]

@@ -1,0 +1,74 @@
+"""X1: real servers over stdio (subprocess) and Streamable HTTP (127.0.0.1), in both protocol eras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tether.mcp.elicitation import Answer, ScriptedResponder
+from tether.mcp.runner import run_question
+from tether.stop import StopReason
+from tether.trace.tracer import read_trace
+
+from .conftest import approve, script, stdio_server, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1")]
+
+EFFECTS = {"lookup": "read", "ask_colour": "read"}
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_stdio_server_answers_and_elicits_in_both_eras(tmp_path: Path, mode: str) -> None:
+    config = write_config(
+        tmp_path,
+        [stdio_server("h", mode=mode, tools=["lookup", "ask_colour"], effects=EFFECTS, elicitation={"enabled": True})],
+    )
+    await approve(config, "h")
+    person = ScriptedResponder([Answer("accept", {"colour": "blue"})])
+    run = await run_question(
+        config, "What is alpha?", script(("h__lookup", {"key": "alpha"}), ("h__ask_colour", {})), responder=person
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert run.offered() == ["h__ask_colour", "h__lookup"]  # allowlist from the config, sorted
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+    assert "action=accept content={'colour': 'blue'}" in run.seen("h__ask_colour")[0]
+    # The question was shown attributed to the server and the tool that asked.
+    assert person.shown[0].server == "h" and person.shown[0].tool == "h__ask_colour"
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    launch = next(e for e in trace if e["kind"] == "server_launch")
+    assert launch["command"].endswith("hostile_server.py") and launch["transport"] == "stdio"
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_http_server_answers_and_confirms_destructive_calls_in_both_eras(
+    tmp_path: Path, http_url: str, mode: str
+) -> None:
+    server = {
+        "name": "web",
+        "transport": "http",
+        "url": http_url,
+        "mode": mode,
+        "tools": ["lookup", "delete_record"],
+        "effects": {"lookup": "read", "delete_record": "read"},  # the test's host auto-runs it; the server confirms
+        "elicitation": {"enabled": True},
+    }
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    person = ScriptedResponder([Answer("decline"), Answer("accept", {"confirm": True})])
+    run = await run_question(
+        config,
+        "Delete r1",
+        script(
+            ("web__lookup", {"key": "r1"}),
+            ("web__delete_record", {"record_id": "r1"}),
+            ("web__delete_record", {"record_id": "r1"}),
+        ),
+        responder=person,
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert "value-of-r1" in run.seen("web__lookup")[0]
+    first, second = run.seen("web__delete_record")
+    assert "record r1 kept: not confirmed" in first  # declined: nothing deleted
+    assert "record r1 deleted" in second
+    assert person.shown[0].message == "Delete record r1? This cannot be undone."
