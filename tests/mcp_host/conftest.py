@@ -29,6 +29,15 @@ def stdio_server(name: str = "h", **extra: Any) -> dict[str, Any]:
     return {"name": name, "transport": "stdio", "command": [sys.executable, str(SERVER)], **extra}
 
 
+def web_server(name: str, url: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "transport": "http", "url": url, **extra}
+
+
+async def approve_all(config: McpConfig) -> None:
+    for server in config.servers:
+        await approve(config, server.name)
+
+
 def write_config(
     tmp_path: Path, servers: list[dict[str, Any]], *, suffix: str = ".yaml", pins_from: Path | None = None
 ) -> McpConfig:
@@ -62,9 +71,8 @@ def approved_pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
         store = PinStore(folder / "pins.db")
         try:
             for name in ("a", "b"):
-                rows = store._db.execute(
-                    "SELECT tool, sha256, definition, endpoint, approved_by, approved_at FROM pins WHERE server='h'"
-                ).fetchall()
+                columns = "tool, sha256, definition, endpoint, approved_by, approved_at"
+                rows = store._db.execute(f"SELECT {columns} FROM pins WHERE server = 'h'").fetchall()
                 for row in rows:
                     store._db.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (name, *row))
         finally:
@@ -137,4 +145,3 @@ def script(*calls: tuple[str, dict[str, Any]] | str) -> list[Any]:
     from tether.mcp.runner import ScriptStep
 
     return [ScriptStep(final=c) if isinstance(c, str) else ScriptStep(calls=(c,)) for c in calls]
-

@@ -17,7 +17,7 @@ from tether.models.test import FunctionModel
 from tether.stop import StopReason
 from tether.trace.tracer import read_trace
 
-from .conftest import script, stdio_server, write_config
+from .conftest import approve, approve_all, script, stdio_server, web_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -35,15 +35,14 @@ def calls_logged(log: Path) -> list[str]:
 
 @pytest.mark.spec("X2")
 async def test_injected_instruction_in_a_result_never_reaches_the_server(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = tmp_path / "calls.log"
-    h = stdio_server("h", effects=READS, env={"HOSTILE_LOG": str(log)})
-    other = stdio_server("other", env={"HOSTILE_LOG": str(log)}, tools=["wipe"])  # wipe: undeclared effect
-    config = write_config(tmp_path, [h, other], pins_from=approved_pins)
-    from .conftest import approve
-
-    await approve(config, "other")
+    monkeypatch.setenv("HOSTILE_LOG", str(log))
+    h = web_server("h", http_url, effects=READS)
+    other = web_server("other", http_url, tools=["wipe"])  # wipe: effect undeclared
+    config = write_config(tmp_path, [h, other])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__injected_note", {}), LOOKUP))
     # The obeying model proposed other__wipe; the host denied it (undeclared = side-effecting).
     denied = events(run, "policy_denied")
@@ -57,12 +56,15 @@ async def test_injected_instruction_in_a_result_never_reaches_the_server(
 
 @pytest.mark.spec("X2")
 async def test_description_changed_after_approval_is_blocked_until_reapproved(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    h = stdio_server("h", effects=READS, env={"HOSTILE_RUGPULL": "1"})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    monkeypatch.setenv("HOSTILE_RUGPULL", "1")
+    config = write_config(tmp_path, [web_server("h", http_url, effects=READS)])
+    await approve_all(config)
     run = await run_question(
-        config, "Q", script(("h__fetch_note", {}), LOOKUP, ("h__fetch_note", {}), ("h__lookup", {"key": "beta"}))
+        config,
+        "Q",
+        script(("h__fetch_note", {}), LOOKUP, ("h__fetch_note", {}), ("h__lookup", {"key": "beta"})),
     )
     first, second = run.seen("h__fetch_note")
     assert "all good" in first
@@ -78,14 +80,17 @@ async def test_description_changed_after_approval_is_blocked_until_reapproved(
 
 
 @pytest.mark.spec("X2")
-async def test_colliding_and_impersonating_names_stay_apart(tmp_path: Path, approved_pins: Path) -> None:
-    a = stdio_server("a", effects={"lookup": "read"})
-    b = stdio_server("b", effects={"lookup": "read"})
-    config = write_config(tmp_path, [a, b], pins_from=approved_pins)
+async def test_colliding_and_impersonating_names_stay_apart(tmp_path: Path, http_url: str) -> None:
+    a = web_server("a", http_url, effects={"lookup": "read"})
+    b = web_server("b", http_url, effects={"lookup": "read"})
+    config = write_config(tmp_path, [a, b])
+    await approve_all(config)
     run = await run_question(
         config,
         "Q",
-        script(("lookup", {"key": "x"}), ("erp__read_order", {"order_id": "742"}), ("b__lookup", {"key": "y"})),
+        script(
+            ("lookup", {"key": "x"}), ("erp__read_order", {"order_id": "742"}), ("b__lookup", {"key": "y"})
+        ),
     )
     offered = run.offered()
     assert "a__lookup" in offered and "b__lookup" in offered
@@ -97,10 +102,13 @@ async def test_colliding_and_impersonating_names_stay_apart(tmp_path: Path, appr
 
 
 @pytest.mark.spec("X2")
-async def test_poisoned_description_is_never_offered_or_called(tmp_path: Path, approved_pins: Path) -> None:
+async def test_poisoned_description_is_never_offered_or_called(
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
-    h = stdio_server("h", effects={**READS, "add_comment": "write"}, env={"HOSTILE_LOG": str(log)})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    monkeypatch.setenv("HOSTILE_LOG", str(log))
+    config = write_config(tmp_path, [web_server("h", http_url, effects={**READS, "add_comment": "write"})])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__add_comment", {"comment": "k"}), LOOKUP))
     assert "h__add_comment" not in run.offered()
     assert all("id_rsa" not in str(t) for t in run.model.requests[0].tools)
@@ -112,10 +120,10 @@ async def test_poisoned_description_is_never_offered_or_called(tmp_path: Path, a
 
 @pytest.mark.spec("X2")
 async def test_oversized_result_is_cut_and_the_rest_never_enters_context(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str
 ) -> None:
-    h = stdio_server("h", effects=READS, max_result_chars=2000)
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    config = write_config(tmp_path, [web_server("h", http_url, effects=READS, max_result_chars=2000)])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__big", {}), LOOKUP))
     shown = run.seen("h__big")[0]
     assert "[TRUNCATED by host: 100011 characters" in shown and "kept out of context" in shown
@@ -125,10 +133,12 @@ async def test_oversized_result_is_cut_and_the_rest_never_enters_context(
 
 
 @pytest.mark.spec("X2")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_structured_content_breaking_its_output_schema_is_rejected(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str, mode: str
 ) -> None:
-    config = write_config(tmp_path, [stdio_server("h", effects=READS, mode="legacy")], pins_from=approved_pins)
+    config = write_config(tmp_path, [web_server("h", http_url, effects=READS, mode=mode)])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__bad_struct", {}), LOOKUP))
     shown = run.seen("h__bad_struct")[0]
     assert "invalid_output" in shown and "many" not in shown
@@ -138,11 +148,12 @@ async def test_structured_content_breaking_its_output_schema_is_rejected(
 
 @pytest.mark.spec("X2")
 async def test_resource_link_is_shown_but_never_fetched(
-    tmp_path: Path, approved_pins: Path, hit_counter: tuple[str, list[str]]
+    tmp_path: Path, http_url: str, hit_counter: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, hits = hit_counter
-    h = stdio_server("h", effects={**READS, "link": "read"}, env={"HOSTILE_LINK_URL": url})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    monkeypatch.setenv("HOSTILE_LINK_URL", url)
+    config = write_config(tmp_path, [web_server("h", http_url, effects={**READS, "link": "read"})])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__link", {}), LOOKUP))
     assert f"[resource_link not fetched: {url}" in run.seen("h__link")[0]
     assert hits == []
@@ -150,11 +161,14 @@ async def test_resource_link_is_shown_but_never_fetched(
 
 
 @pytest.mark.spec("X2")
-async def test_annotations_are_hints_and_the_declared_effect_wins(tmp_path: Path, approved_pins: Path) -> None:
+async def test_annotations_are_hints_and_the_declared_effect_wins(
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     log = tmp_path / "calls.log"
+    monkeypatch.setenv("HOSTILE_LOG", str(log))
     # read_secretly says readOnlyHint=true; the host declared nothing for it: side-effecting.
-    h = stdio_server("h", effects=READS, env={"HOSTILE_LOG": str(log)})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    config = write_config(tmp_path, [web_server("h", http_url, effects=READS)])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__read_secretly", {"key": "k"}), LOOKUP))
     denied = events(run, "policy_denied")
     assert denied[0]["tool"] == "h__read_secretly" and denied[0]["details"]["effect"] == "write"
@@ -164,11 +178,12 @@ async def test_annotations_are_hints_and_the_declared_effect_wins(tmp_path: Path
 
 @pytest.mark.spec("X2")
 async def test_a_dying_server_is_unavailable_while_the_other_keeps_working(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, approved_pins: Path, http_url: str
 ) -> None:
     a = stdio_server("a", effects={"die": "read", "lookup": "read"})
-    b = stdio_server("b", effects={"lookup": "read", "slow": "read"}, timeout_s=1.5)
+    b = web_server("b", http_url, effects={"lookup": "read", "slow": "read"}, timeout_s=1.5)
     config = write_config(tmp_path, [a, b], pins_from=approved_pins)
+    await approve(config, "b")
     run = await run_question(
         config, "Q", script(("a__die", {}), ("b__slow", {}), ("b__lookup", {"key": "z"}))
     )
@@ -181,14 +196,19 @@ async def test_a_dying_server_is_unavailable_while_the_other_keeps_working(
 @pytest.mark.spec("X5")
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_nested_and_credential_shaped_questions_are_refused_without_asking(
-    tmp_path: Path, approved_pins: Path, mode: str
+    tmp_path: Path, http_url: str, mode: str
 ) -> None:
     effects = {"ask_nested": "read", "ask_password": "read", "ask_colour": "read"}
-    h = stdio_server("h", mode=mode, effects=effects, elicitation={"enabled": True})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    config = write_config(
+        tmp_path, [web_server("h", http_url, mode=mode, effects=effects, elicitation={"enabled": True})]
+    )
+    await approve_all(config)
     person = ScriptedResponder([Answer("accept", {"colour": "red"})])
     run = await run_question(
-        config, "Q", script(("h__ask_nested", {}), ("h__ask_password", {}), ("h__ask_colour", {})), responder=person
+        config,
+        "Q",
+        script(("h__ask_nested", {}), ("h__ask_password", {}), ("h__ask_colour", {})),
+        responder=person,
     )
     assert "action=decline" in run.seen("h__ask_nested")[0]
     assert "action=decline" in run.seen("h__ask_password")[0]
@@ -199,10 +219,14 @@ async def test_nested_and_credential_shaped_questions_are_refused_without_asking
 
 
 @pytest.mark.spec("X5")
-async def test_invalid_answers_are_asked_again_and_never_passed_on(tmp_path: Path, approved_pins: Path) -> None:
-    h = stdio_server("h", effects={"ask_colour": "read"}, elicitation={"enabled": True})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
-    person = ScriptedResponder([Answer("accept", {"colour": "green"}), Answer("accept", {"colour": "red", "x": 1})])
+async def test_invalid_answers_are_asked_again_and_never_passed_on(tmp_path: Path, http_url: str) -> None:
+    config = write_config(
+        tmp_path, [web_server("h", http_url, effects={"ask_colour": "read"}, elicitation={"enabled": True})]
+    )
+    await approve_all(config)
+    person = ScriptedResponder(
+        [Answer("accept", {"colour": "green"}), Answer("accept", {"colour": "red", "x": 1})]
+    )
     person.answers.append(Answer("accept", {"colour": "blue"}))
     run = await run_question(config, "Q", script(("h__ask_colour", {})), responder=person)
     assert len(person.shown) == 3
@@ -211,12 +235,14 @@ async def test_invalid_answers_are_asked_again_and_never_passed_on(tmp_path: Pat
 
 @pytest.mark.spec("X5")
 async def test_url_mode_without_a_person_is_declined_and_a_form_question_pauses_durably(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str
 ) -> None:
-    h = stdio_server("h", effects={"ask_url": "read", "ask_colour": "read"}, elicitation={"enabled": True, "url_mode": True})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    elicitation = {"enabled": True, "url_mode": True}
+    effects = {"ask_url": "read", "ask_colour": "read"}
+    config = write_config(tmp_path, [web_server("h", http_url, effects=effects, elicitation=elicitation)])
+    await approve_all(config)
     run = await run_question(config, "Q", script(("h__ask_url", {}), ("h__ask_colour", {})), responder=None)
-    assert "action=decline" in run.seen("h__ask_url")[0] if run.seen("h__ask_url") else True
+    assert "action=decline" in run.seen("h__ask_url")[0]
     url_events = [e for e in events(run, "mcp_elicitation") if "url" in e]
     assert url_events[0]["outcome"] == "declined" and "interactive person" in url_events[0]["reason"]
     # The form question paused the run; nobody was asked, nothing was guessed.
@@ -235,10 +261,14 @@ async def test_url_mode_without_a_person_is_declined_and_a_form_question_pauses_
 
 @pytest.mark.spec("X5")
 async def test_url_mode_needs_the_person_to_consent_after_seeing_url_and_domain(
-    tmp_path: Path, approved_pins: Path
+    tmp_path: Path, http_url: str
 ) -> None:
-    h = stdio_server("h", effects={"ask_url": "read", "lookup": "read"}, elicitation={"enabled": True, "url_mode": True})
-    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    elicitation = {"enabled": True, "url_mode": True}
+    config = write_config(
+        tmp_path,
+        [web_server("h", http_url, effects={"ask_url": "read", "lookup": "read"}, elicitation=elicitation)],
+    )
+    await approve_all(config)
     refuses = ScriptedResponder(url_consent=False)
     run = await run_question(config, "Q", script(("h__ask_url", {}), LOOKUP), responder=refuses)
     assert "action=decline" in run.seen("h__ask_url")[0]
@@ -258,12 +288,19 @@ def _sampler() -> FunctionModel:
 @pytest.mark.spec("X3")
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_sampling_needs_opt_in_consent_and_stops_at_its_own_budget(
-    tmp_path: Path, approved_pins: Path, mode: str
+    tmp_path: Path, http_url: str, mode: str
 ) -> None:
     effects = {"summarize": "read", "lookup": "read"}
-    off = stdio_server("a", mode=mode, effects=effects)
-    on = stdio_server("b", mode=mode, effects=effects, sampling={"enabled": True, "max_calls": 1, "max_tokens": 64})
-    config = write_config(tmp_path, [off, on], pins_from=approved_pins)
+    off = web_server("a", http_url, mode=mode, effects=effects)
+    on = web_server(
+        "b",
+        http_url,
+        mode=mode,
+        effects=effects,
+        sampling={"enabled": True, "max_calls": 1, "max_tokens": 64},
+    )
+    config = write_config(tmp_path, [off, on])
+    await approve_all(config)
     seen: list[SamplingPrompt] = []
 
     def consent(prompt: SamplingPrompt) -> bool:
@@ -304,7 +341,11 @@ async def test_credentials_reach_only_their_server_and_never_the_trace(
 ) -> None:
     monkeypatch.setenv("MY_HOSTILE_TOKEN", "tok-9f8e7d6c5b4a")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-provider-should-stay-home")
-    h = stdio_server("h", effects={"whoami": "read", "lookup": "read"}, credentials={"HOSTILE_TOKEN": "env:MY_HOSTILE_TOKEN"})
+    h = stdio_server(
+        "h",
+        effects={"whoami": "read", "lookup": "read"},
+        credentials={"HOSTILE_TOKEN": "env:MY_HOSTILE_TOKEN"},
+    )
     config = write_config(tmp_path, [h], pins_from=approved_pins)
     run = await run_question(config, "Q", script(("h__whoami", {}), LOOKUP))
     assert "token=tok-9f8e7d6c5b4a provider_key=absent" in run.seen("h__whoami")[0]

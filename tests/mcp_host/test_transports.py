@@ -19,15 +19,24 @@ EFFECTS = {"lookup": "read", "ask_colour": "read"}
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_stdio_server_answers_and_elicits_in_both_eras(tmp_path: Path, mode: str) -> None:
+async def test_stdio_server_answers_and_elicits_in_both_eras(
+    tmp_path: Path, approved_pins: Path, mode: str
+) -> None:
     config = write_config(
         tmp_path,
-        [stdio_server("h", mode=mode, tools=["lookup", "ask_colour"], effects=EFFECTS, elicitation={"enabled": True})],
+        [
+            stdio_server(
+                "h", mode=mode, tools=["lookup", "ask_colour"], effects=EFFECTS, elicitation={"enabled": True}
+            )
+        ],
     )
     await approve(config, "h")
     person = ScriptedResponder([Answer("accept", {"colour": "blue"})])
     run = await run_question(
-        config, "What is alpha?", script(("h__lookup", {"key": "alpha"}), ("h__ask_colour", {})), responder=person
+        config,
+        "What is alpha?",
+        script(("h__lookup", {"key": "alpha"}), ("h__ask_colour", {})),
+        responder=person,
     )
     assert run.result.stop_reason is StopReason.ACCEPTED
     assert run.offered() == ["h__ask_colour", "h__lookup"]  # allowlist from the config, sorted
@@ -50,7 +59,10 @@ async def test_http_server_answers_and_confirms_destructive_calls_in_both_eras(
         "url": http_url,
         "mode": mode,
         "tools": ["lookup", "delete_record"],
-        "effects": {"lookup": "read", "delete_record": "read"},  # the test's host auto-runs it; the server confirms
+        "effects": {
+            "lookup": "read",
+            "delete_record": "read",
+        },  # the test's host auto-runs it; the server confirms
         "elicitation": {"enabled": True},
     }
     config = write_config(tmp_path, [server])
