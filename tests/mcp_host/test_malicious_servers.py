@@ -55,11 +55,13 @@ async def test_injected_instruction_in_a_result_never_reaches_the_server(
 
 
 @pytest.mark.spec("X2")
+@pytest.mark.parametrize(("mode", "recheck"), [("auto", "each_call"), ("legacy", "on_change")])
 async def test_description_changed_after_approval_is_blocked_until_reapproved(
-    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch, mode: str, recheck: str
 ) -> None:
+    # each_call: the listing is re-checked before every call; on_change: after list_changed (legacy).
     monkeypatch.setenv("HOSTILE_RUGPULL", "1")
-    config = write_config(tmp_path, [web_server("h", http_url, effects=READS)])
+    config = write_config(tmp_path, [web_server("h", http_url, effects=READS, mode=mode, recheck=recheck)])
     await approve_all(config)
     run = await run_question(
         config,
@@ -72,6 +74,8 @@ async def test_description_changed_after_approval_is_blocked_until_reapproved(
     blocked = [b for b in events(run, "mcp_capability_blocked") if b["status"] == "changed"]
     assert [b["tool"] for b in blocked] == ["h__fetch_note"]
     assert "description" in blocked[0]["why"]
+    if recheck == "on_change":
+        assert [e["trigger"] for e in events(run, "mcp_capability_check")] == ["list_changed"]
     # The model only ever saw the approved definition.
     tools = {t["function"]["name"]: t["function"] for t in run.model.requests[-1].tools}
     assert tools["h__fetch_note"]["description"] == "Reads the current note."
