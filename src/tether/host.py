@@ -307,12 +307,13 @@ class Host:
 
     async def trace_launches(self, tracer: Tracer) -> None:
         for source in self.sources:
+            bind = getattr(source, "bind_tracer", None)
+            if bind is not None:
+                bind(tracer)  # the source traces its own launch and decisions (pins, elicitation …)
+                continue
             describe = getattr(source, "describe", None)
             if describe is not None:
                 tracer.emit(EventKind.SERVER_LAUNCH, source=source.name, **describe())
-            bind = getattr(source, "bind_tracer", None)
-            if bind is not None:
-                bind(tracer)  # the source's own decisions (pins, elicitation …) join this run's trace
 
 
 def _error_output(err: ToolError) -> ToolOutput:

@@ -47,6 +47,8 @@ async def test_stdio_server_answers_and_elicits_in_both_eras(
     trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
     launch = next(e for e in trace if e["kind"] == "server_launch")
     assert launch["command"].endswith("hostile_server.py") and launch["transport"] == "stdio"
+    # Recorded before the launch (its time precedes the run's first event's).
+    assert launch["state"] == "launching" and launch["at"] < trace[0]["ts"]
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])

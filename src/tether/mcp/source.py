@@ -26,12 +26,13 @@ import shlex
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import jsonschema
-
 from mcp import Client, StdioServerParameters
+
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
 from tether.mcp.elicitation import CallInfo
 from tether.mcp.pinning import PinStore, ToolCheck, canonical_definition, check_listing
@@ -134,9 +135,16 @@ class McpServerSource:
         return hashlib.sha256(ident.encode("utf-8")).hexdigest()
 
     def bind_tracer(self, tracer: Any) -> None:
-        """Send this source's decisions to a run's tracer (events from before the run first)."""
+        """Send this source's decisions to a run's tracer: first what happened before the run
+        (the launch, recorded before it happened, and the pin checks), then everything after."""
         self._tracer = tracer
         pending, self._pending_events = self._pending_events, []
+        if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
+            # Started during an earlier run (or not yet): still say what this run talks to.
+            state = "running" if self._client is not None else "not_started"
+            pending.insert(
+                0, (EventKind.SERVER_LAUNCH, {"source": self.name, "state": state, **self.describe()})
+            )
         for kind, data in pending:
             tracer.emit(kind, **data)
 
@@ -180,6 +188,11 @@ class McpServerSource:
             callbacks["sampling_callback"] = self.sampling
         if self.roots is not None:
             callbacks["list_roots_callback"] = self.roots
+        launched_at = datetime.now(UTC).isoformat(timespec="microseconds")
+        # Recorded before the launch: the exact command (or URL) is on record even if it hangs.
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
+        )
         try:
             # No cancel scope around the enter: the client's task group must outlive this frame.
             client = await stack.enter_async_context(
