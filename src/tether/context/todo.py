@@ -74,7 +74,7 @@ class TodoList:
         known = ", ".join(i.id for i in self.items) or "none"
         raise ToolInputError(
             f"no TODO item with id {item_id!r} (known ids: {known})",
-            hint="use an id shown in the TODO list of <agent_status>, or rewrite the list",
+            hint="use an id shown in the TODO list of the status, or rewrite the list",
         )
 
     def render(self) -> list[str]:
