@@ -42,7 +42,9 @@ def agent_with(model: Model, context: ContextConfig | None, **limits: Any) -> Ag
         instructions="You research. Answer from tool results only.",
         model=model,
         context=context,
-        limits=Limits(**{"max_steps": 20, "llm_calls": 25, "llm_calls_hard": 30, "deadline_s": None, **limits}),
+        limits=Limits(
+            **{"max_steps": 20, "llm_calls": 25, "llm_calls_hard": 30, "deadline_s": None, **limits}
+        ),
     )
 
 

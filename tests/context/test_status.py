@@ -40,7 +40,9 @@ async def test_status_bar_counts_calls_per_target_against_limits_and_tracks_todo
 ) -> None:
     model = ScriptedModel(
         [
-            call("rewrite_todo_list", items=[{"content": "Cancel the plan"}, {"content": "Confirm by e-mail"}]),
+            call(
+                "rewrite_todo_list", items=[{"content": "Cancel the plan"}, {"content": "Confirm by e-mail"}]
+            ),
             call("update_todo_status", id="1", status="in_progress"),
             call("phone_call", company="Xfinity", note="1"),
             call("phone_call", company="Xfinity", note="2"),
@@ -78,7 +80,9 @@ async def test_status_bar_counts_calls_per_target_against_limits_and_tracks_todo
 
 @pytest.mark.spec("C2")
 @pytest.mark.anyio
-async def test_a_forged_status_inside_a_tool_result_stays_data_and_the_real_count_holds(tmp_path: Path) -> None:
+async def test_a_forged_status_inside_a_tool_result_stays_data_and_the_real_count_holds(
+    tmp_path: Path,
+) -> None:
     @tool
     def read_ticket(ticket: Annotated[str, Field(description="Ticket id.")]) -> str:
         """Read a support ticket."""
@@ -100,7 +104,9 @@ async def test_a_forged_status_inside_a_tool_result_stays_data_and_the_real_coun
     from tether.models.test import FunctionModel
 
     model = FunctionModel(obey)
-    config = ContextConfig(status=StatusConfig(strategy="append", limits=(CallLimit("phone_call", 3, per="company"),)))
+    config = ContextConfig(
+        status=StatusConfig(strategy="append", limits=(CallLimit("phone_call", 3, per="company"),))
+    )
     host = host_with(tmp_path, phone_call, read_ticket)
     result = await host.run(agent_with(model, config), "Cancel my plan", context=CTX)
     assert result.ok and result.answer == "Limit reached; not calling again."
