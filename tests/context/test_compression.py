@@ -227,7 +227,7 @@ async def test_task_aware_compression_sends_the_query_and_context_and_keeps_fail
     assert (
         "Current context: objective: Where does Ines work now?" in prompt and "agent: look up Ines" in prompt
     )
-    failed = [m for m in request.messages if isinstance(m, ToolMessage) and m.tool_call_id == "c2"][0]
+    failed = next(m for m in request.messages if isinstance(m, ToolMessage) and m.tool_call_id == "c2")
     assert error_text in failed.content and COMPRESSED not in failed.content
 
 
