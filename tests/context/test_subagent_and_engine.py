@@ -55,7 +55,8 @@ async def test_subtask_runs_in_its_own_context_and_only_its_conclusion_returns(t
     linked = await run_subtask(host, child(), "Find it again.", context=CTX, parent=tracer, max_chars=20)
     event = tracer.events[-1]
     assert str(event.kind) == "subagent_finished" and event.data["child_run_id"] == linked.run_id
-    assert Path(event.data["child_trace"]).exists() and len(linked.conclusion) == 20
+    assert Path(event.data["child_trace"]).exists()
+    assert len(linked.conclusion) <= 20 and linked.conclusion.endswith("…")
 
 
 @pytest.mark.spec("C1")
