@@ -344,6 +344,14 @@ def test_token_count_is_anchored_on_the_usage_the_provider_reported() -> None:
     assert account.count(r2) == estimate * 2 + grown
 
 
+@pytest.mark.spec("C3")
+def test_noise_drop_removes_repeated_lines_and_keeps_every_distinct_one() -> None:
+    from tether.context.compression import drop_noise
+
+    text = "Home | News\n\n\nFact one [source: a]\nHome | News\nFact two\n\nHome | News"
+    assert drop_noise(text) == "Home | News\n\nFact one [source: a]\nFact two\n"
+
+
 def test_citations_are_urls_and_source_markers_in_order() -> None:
     text = "A [source: doc 7] then https://x.example/a, and https://x.example/a again; https://y.example/b."
     assert citations(text) == ["[source: doc 7]", "https://x.example/a", "https://y.example/b"]

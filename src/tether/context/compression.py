@@ -16,6 +16,7 @@ Strategies:
 * ``adaptive`` — raw results until a request would pass ``trigger`` × window (default 80%);
   then every not-yet-compressed result is summarised in one batch (task-aware).
 
+Before any summary, lines repeated verbatim (navigation, footers) are dropped, not summarised.
 Whatever the strategy, a request still over the trigger is compacted: the oldest whole
 units (an assistant turn with its results) are replaced by one digest written by code,
 never splitting a call from its result. Summaries go through the ``Model`` protocol; after
@@ -48,6 +49,7 @@ __all__ = [
     "Strategy",
     "Summarizer",
     "citations",
+    "drop_noise",
 ]
 
 COMPRESSED = "[COMPRESSED]"
@@ -65,6 +67,22 @@ def citations(text: str) -> list[str]:
     for m in _CITATION.finditer(text):
         seen.setdefault(m.group(0).rstrip(".,;:"), None)
     return list(seen)
+
+
+def drop_noise(text: str) -> str:
+    """The noise layer: lines repeated verbatim (navigation bars, footers) and runs of blank
+    lines are dropped before a summary, so the summariser never pays for them."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for line in text.splitlines():
+        key = line.strip()
+        if key and key in seen:
+            continue
+        if not key and out and not out[-1].strip():
+            continue
+        seen.add(key)
+        out.append(line)
+    return "\n".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +305,7 @@ class Compressor:
             inner = unwrap(m.content)
             req = CompressionRequest(
                 tool=m.name,
-                text=inner,
+                text=drop_noise(inner),
                 query=queries.get(m.tool_call_id, objective) if task_aware else None,
                 context=self._accumulated(trajectory, objective) if task_aware else None,
                 max_chars=self.config.max_summary_chars,
