@@ -62,6 +62,7 @@ class AgentLoop:
             emit=lambda kind, **data: self.tracer.emit(EventKind(kind), **data),
             expected_updates=self.limits.max_steps,
         )
+        self.engine.runner = self._run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
         self.handoff: Any = None
 
@@ -334,6 +335,18 @@ class AgentLoop:
                     f"source {obs.source} unavailable {count} times",
                     self._host_answer(),
                 )
+
+    async def _run_subagent(self, sub: Any, task: str) -> Any:
+        from tether.context.subagent import run_subtask
+
+        return await run_subtask(
+            self.host,
+            sub.agent(),
+            task,
+            context=self.state.context,
+            parent=self.tracer,
+            max_chars=sub.max_chars,
+        )
 
     # -- endings -----------------------------------------------------------------------------
 

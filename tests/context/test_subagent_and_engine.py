@@ -10,7 +10,7 @@ from ctx_helpers import CTX, NOW, agent_with, clock, fetch, host_with
 from pydantic import Field
 
 from tether import tool
-from tether.context import ContextConfig, ContextEngine, StatusConfig, run_subtask
+from tether.context import ContextConfig, ContextEngine, StatusConfig, Subagent, run_subtask
 from tether.messages import ToolMessage, UserMessage
 from tether.models.test import ScriptedModel, call
 from tether.run import RunState
@@ -57,6 +57,43 @@ async def test_subtask_runs_in_its_own_context_and_only_its_conclusion_returns(t
     assert str(event.kind) == "subagent_finished" and event.data["child_run_id"] == linked.run_id
     assert Path(event.data["child_trace"]).exists()
     assert len(linked.conclusion) <= 20 and linked.conclusion.endswith("…")
+
+
+@pytest.mark.spec("C6")
+@pytest.mark.anyio
+async def test_configured_subagent_is_a_tool_whose_child_trace_is_linked_and_depth_is_bounded(
+    tmp_path: Path,
+) -> None:
+    host = host_with(tmp_path, fetch)
+
+    def searcher() -> Any:
+        model = ScriptedModel([call("fetch", url="https://code.example/30000"), "callbacks live in pay.py"])
+        return agent_with(model, None)
+
+    sub = Subagent(
+        "code_search", "Search the codebase in an isolated context; returns a conclusion.", searcher
+    )
+    parent_model = ScriptedModel([call("code_search", task="Find the payment callbacks."), "In pay.py."])
+    result = await host.run(
+        agent_with(parent_model, ContextConfig(subagents=(sub,))), "Where are callbacks?", context=CTX
+    )
+    assert result.ok
+    (link,) = [e.data for e in result.events if str(e.kind) == "subagent_finished"]
+    assert link["stop_reason"] == "accepted" and Path(link["child_trace"]).exists()
+    assert link["child_run_id"] in link["child_trace"]
+    last = parent_model.requests[-1]
+    assert "callbacks live in pay.py" in "".join(m.content or "" for m in last.messages)
+    assert "lorem ipsum" not in "".join(m.content or "" for m in last.messages)
+
+    from tether.context.subagent import MAX_DEPTH, _depth
+    from tether.errors import ToolError
+
+    token = _depth.set(MAX_DEPTH)
+    try:
+        with pytest.raises(ToolError, match="nest at most"):
+            await run_subtask(host, searcher(), "again", context=CTX)
+    finally:
+        _depth.reset(token)
 
 
 @pytest.mark.spec("C1")

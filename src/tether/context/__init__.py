@@ -9,7 +9,7 @@ from tether.context.pairing import ContextIntegrityError, check_pairing, pairing
 from tether.context.skills import Skill, SkillError, SkillLibrary
 from tether.context.status import CallLimit, StatusConfig, choose_status_strategy
 from tether.context.store import FrozenStore, LargeOutputStore
-from tether.context.subagent import SubtaskResult, run_subtask
+from tether.context.subagent import Subagent, SubtaskResult, run_subtask
 from tether.context.tokens import TokenAccount, chars_estimator
 from tether.context.toolsearch import ToolSearchConfig
 from tether.context.untrusted import Observation, wrap_untrusted
@@ -33,6 +33,7 @@ __all__ = [
     "SkillError",
     "SkillLibrary",
     "StatusConfig",
+    "Subagent",
     "SubtaskResult",
     "TokenAccount",
     "ToolSearchConfig",

@@ -28,6 +28,7 @@ from tether.context.pairing import check_pairing
 from tether.context.skills import SkillLibrary
 from tether.context.status import StatusBar, StatusConfig, choose_status_strategy
 from tether.context.store import FrozenStore, LargeOutputStore
+from tether.context.subagent import Subagent, SubtaskRunner
 from tether.context.todo import TodoList
 from tether.context.tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context.toolsearch import ToolSearch, ToolSearchConfig
@@ -60,6 +61,7 @@ class ContextConfig:
     summary_model: Model | None = None  # writes summaries; default: the agent's model
     store_path: str | Path | None = None  # frozen rewrites; default: <trace_dir>/<run_id>.context.json
     outputs_dir: str | Path | None = None  # large outputs; default: <trace_dir>/outputs
+    subagents: Sequence[Subagent] = ()  # offered as tools name(task); each runs in its own context
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,9 @@ class ContextEngine:
             harness.append(self.search.tool())
         if cfg.compression.result_budget_chars is not None:
             harness.append(self._read_output_tool())
+        self.runner: SubtaskRunner | None = None  # set by the loop: runs a subagent on the run's host
+        self._subagents = {s.name: s for s in cfg.subagents}
+        harness.extend(self._subagent_tool(s) for s in cfg.subagents)
         self._harness: dict[str, Tool] = {}
         offered = {s.name for s in tools}
         for t in harness:
@@ -281,8 +286,8 @@ class ContextEngine:
         source, trust = HARNESS, "trusted"
         if spec.name in ("load_skill", "read_skill_file"):
             source = f"skill:{arguments.get('name', '')}"
-        elif spec.name in ("tool_search", "read_output"):
-            trust = "untrusted"  # tool descriptions and stored outputs come from tool sources
+        elif spec.name in ("tool_search", "read_output") or spec.name in self._subagents:
+            trust = "untrusted"  # derived from tool sources: descriptions, outputs, a child's findings
         try:
             out = await self._harness[spec.name].invoke(arguments, context)
             text, data, is_error, kind = out.text, out.data, False, None
@@ -301,6 +306,21 @@ class ContextEngine:
             self._emit("tool_schemas_loaded", tools=[t["name"] for t in json.loads(text)["tools"]])
         obs = Observation(context.call_id, spec.name, source, now, text, data, is_error, kind, trust)  # type: ignore[arg-type]
         return obs, None
+
+    def _subagent_tool(self, sub: Subagent) -> Tool:
+        engine = self
+
+        async def delegate(
+            task: Annotated[
+                str, Field(min_length=1, max_length=4000, description="A self-contained task description.")
+            ],
+        ) -> dict[str, Any]:
+            if engine.runner is None:
+                raise ToolError("subagents are not available in this run", hint="do the task yourself")
+            return (await engine.runner(sub, task)).as_tool_result()
+
+        delegate.__doc__ = sub.description
+        return tool(delegate, name=sub.name, timeout_s=3600.0)
 
     def _read_output_tool(self) -> Tool:
         outputs = self.outputs

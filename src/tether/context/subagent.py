@@ -8,10 +8,13 @@ so a reader can follow the link; none of the child's intermediate output enters 
 
 from __future__ import annotations
 
+import contextvars
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.errors import ToolError
 from tether.trace.events import EventKind
 
 if TYPE_CHECKING:
@@ -19,7 +22,27 @@ if TYPE_CHECKING:
     from tether.policy.trusted import TrustedContext
     from tether.run import Agent
 
-__all__ = ["SubtaskResult", "run_subtask"]
+__all__ = ["Subagent", "SubtaskResult", "run_subtask"]
+
+
+@dataclass(frozen=True)
+class Subagent:
+    """A subagent the model may call as a tool ``name(task)``; ``agent`` builds a fresh agent per call.
+
+    Configured in ``ContextConfig.subagents``; the run's host, trusted context and tracer are
+    used, so the child passes the same gate and the parent's trace links the child's.
+    """
+
+    name: str
+    description: str
+    agent: Callable[[], Agent]
+    max_chars: int = 2000
+
+
+MAX_DEPTH = 3  # subagents of subagents: bounded, so a loop of delegation cannot run away (P4)
+_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tether_subagent_depth", default=0)
+
+SubtaskRunner = Callable[[Subagent, str], Awaitable["SubtaskResult"]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +76,16 @@ async def run_subtask(
 
     ``task`` must be self-contained: the child sees none of the parent's conversation.
     ``parent`` is the parent's ``Tracer`` (optional): it receives the link event.
+    Raises ``ToolError`` (recoverable) when subagents are already nested ``MAX_DEPTH`` deep.
     """
-    result = await host.run(agent, task, context=context)
+    depth = _depth.get()
+    if depth >= MAX_DEPTH:
+        raise ToolError(f"subagents may nest at most {MAX_DEPTH} deep", hint="do this step yourself")
+    token = _depth.set(depth + 1)
+    try:
+        result = await host.run(agent, task, context=context)
+    finally:
+        _depth.reset(token)
     answer = (result.answer or "").strip()
     if len(answer) > max_chars:
         answer = answer[: max_chars - 1].rstrip() + "…"
