@@ -143,6 +143,8 @@ async def test_untrusted_skills_are_refused_until_their_exact_content_is_approve
     )
     assert result.ok
     assert "web-scraper" not in (model.requests[0].messages[0].content or "")
+    refused = [e.data for e in result.events if str(e.kind) == "skill_refused"]
+    assert sorted(r["reason"][:16] for r in refused) == ["SKILL.md must st", "untrusted folder"]
     first, second = [m for m in model.requests[-1].messages if isinstance(m, ToolMessage)]
     assert "no skill named 'web-scraper'" in first.content and "export_secrets" not in first.content
     assert "Reviewing SQL before production" in second.content

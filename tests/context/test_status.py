@@ -52,14 +52,21 @@ async def test_status_bar_counts_calls_per_target_against_limits_and_tracks_todo
             "I called three times; the limit is reached.",
         ]
     )
+
+    def xfinity_first(state: object) -> str:
+        return "check: cancel Xfinity before anything else"
+
     config = ContextConfig(
-        status=StatusConfig(strategy="replace", limits=(CallLimit("phone_call", 3, per="company"),))
+        status=StatusConfig(
+            strategy="replace", limits=(CallLimit("phone_call", 3, per="company"),), checks=(xfinity_first,)
+        )
     )
     host = host_with(tmp_path, phone_call)
     result = await host.run(agent_with(model, config), "Help me cancel my Xfinity plan", context=CTX)
     assert result.ok
     statuses = [_status(r) for r in model.requests]
     assert "tool calls: none yet" in statuses[0] and "todo: (empty" in statuses[0]
+    assert "- check: cancel Xfinity before anything else" in statuses[0]
     assert "[1] Cancel the plan (pending, 2026-03-02T10:30:45+00:00)" in statuses[1]
     assert "[1] Cancel the plan (in_progress" in statuses[2]
     assert "phone_call 2/3 for Xfinity — 1 left" in statuses[4]
@@ -159,3 +166,24 @@ async def test_auto_strategy_follows_the_cost_model_and_is_traced(tmp_path: Path
     # first update: R is the short opening (S*N*alpha/2 is larger) → replace; after a 3 KB result
     # appended, (1-alpha)*R dwarfs alpha*S*N/2 → append
     assert chosen == ["replace", "append"]
+
+
+@pytest.mark.spec("C2")
+def test_tools_with_a_declared_target_are_counted_per_target_without_a_limit() -> None:
+    from ctx_helpers import CTX, NOW
+
+    from tether.context.status import StatusBar
+    from tether.run import CallRecord, RunState
+
+    state = RunState(run_id="r", objective="o", context=CTX, started=0.0, started_at=NOW)
+    state.calls += [
+        CallRecord("1", "read_order", {"order_id": "742"}, "ok"),
+        CallRecord("2", "read_order", {"order_id": "742"}, "ok"),
+        CallRecord("3", "read_order", {"order_id": "801"}, "error", "not_found"),
+        CallRecord("4", "export", {"x": 1}, "denied", "tool_not_allowed"),
+    ]
+    bar = StatusBar(StatusConfig(show_time=False), targets={"read_order": "order_id"})
+    text = bar.render(state)
+    assert "tool calls: export 0 [1 refused]; read_order 3 (742: 2, 801: 1)" in text
+    assert "last error: export policy_denied: tool_not_allowed" in text
+    assert "fix: this call is not permitted: do not retry it" in text

@@ -132,6 +132,8 @@ class ContextEngine:
         # Harness tools, decided once: they are part of the stable prefix.
         self.todo = TodoList(self.clock) if cfg.status is not None and cfg.status.todo else None
         self.status = StatusBar(cfg.status, self.todo, self.clock) if cfg.status is not None else None
+        if self.status is not None:
+            self.status.targets = {s.name: s.target.argument for s in tools if s.target is not None}
         harness: list[Tool] = []
         if self.todo is not None:
             harness.extend(self.todo.tools())
@@ -172,6 +174,8 @@ class ContextEngine:
     def opening(self, objective: str) -> list[UserMessage]:
         """The first user messages of a run: ``/skill rest`` is expanded by the host."""
         skills = self.config.skills
+        for refusal in skills.refused if skills is not None else ():
+            self._emit("skill_refused", path=refusal.path, reason=refusal.reason, digest=refusal.digest)
         found = skills.expand_command(objective) if skills is not None else None
         if found is None:
             return [UserMessage(objective)]

@@ -98,6 +98,7 @@ class StatusBar:
     todo: TodoList | None = None
     clock: Callable[[], Any] | None = None
     extra_sections: list[StatusSection] = field(default_factory=list)
+    targets: dict[str, str] = field(default_factory=dict)  # tool → argument naming its target
 
     def add_section(self, section: StatusSection) -> None:
         """Add a block rendered after the built-in ones (e.g. a budget summary)."""
@@ -153,11 +154,16 @@ class StatusBar:
 
     def _per_target(self, state: RunState, tool_name: str) -> list[str]:
         out = []
+        limited = False
         for lim in self.config.limits:
             if lim.tool != tool_name or lim.per is None:
                 continue
+            limited = True
             counts = _target_counts(self._executed(state), tool_name, lim.per)
             out.extend(f"{target}: {n}/{lim.max_calls}" for target, n in sorted(counts.items()))
+        if not limited and tool_name in self.targets:  # no limit configured: plain counts per target
+            counts = _target_counts(self._executed(state), tool_name, self.targets[tool_name])
+            out.extend(f"{target}: {n}" for target, n in sorted(counts.items()))
         return out
 
     def _limit_checks(self, state: RunState) -> list[str]:

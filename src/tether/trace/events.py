@@ -42,6 +42,7 @@ class EventKind(StrEnum):
     CONTEXT_OVERFLOW = "context_overflow"
     OUTPUT_STORED = "output_stored"
     SKILL_LOADED = "skill_loaded"
+    SKILL_REFUSED = "skill_refused"
     TOOL_SCHEMAS_LOADED = "tool_schemas_loaded"
     SUBAGENT_FINISHED = "subagent_finished"
 
