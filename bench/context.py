@@ -51,6 +51,7 @@ def run_once(strategy: str, status: str, window: int, out: Path) -> dict[str, An
     result = host.run_sync(agent, OBJECTIVE, context=TrustedContext(tenant="bench"))
     elapsed = time.perf_counter() - started
     stats = trace_stats(e.to_json() for e in result.events)
+    per_request = [e.data["request_tokens"] for e in result.events if str(e.kind) == "context_composed"]
     return {
         "completed": result.ok and completed(result.answer),
         "stop_reason": str(result.stop_reason),
@@ -58,6 +59,8 @@ def run_once(strategy: str, status: str, window: int, out: Path) -> dict[str, An
         "searches": len(env.searches),
         "total_tokens": result.usage.total_tokens,
         "max_request_tokens": stats["request_tokens_max"],
+        "mean_request_tokens": round(sum(per_request) / len(per_request)) if per_request else 0,
+        "request_tokens": per_request,
         "compressions": stats["compressions"],
         "summaries": env.summaries,
         "compactions": stats["compactions"],
@@ -98,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['prefix_reuse_mean'] or 0:>6.3f} {row['prefix_reuse_append'] or 0:>6.3f} "
             f"{row['prefix_reuse_replace'] or 0:>7.3f}"
         )
+    print("tokens per request (status auto):")
+    for label, row in figures.items():
+        print(f"  {label:<20} {row['request_tokens']}")
     base = figures["none"]["total_tokens"]
     ratios = {k: round(v["total_tokens"] / base, 3) for k, v in figures.items() if base}
     print("total tokens relative to no compression:", ratios)

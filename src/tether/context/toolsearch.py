@@ -91,7 +91,7 @@ class ToolSearch:
         return None
 
     def search(self, query: str, limit: int) -> dict[str, Any]:
-        hits = self._index.top(query, max(1, min(limit, self.config.max_results)) + len(self.loaded))
+        hits = self._index.top(query, len(self.specs))  # filtered below: only deferred tools count
         found, already = [], []
         for i, score in hits:
             spec = self.specs[i]
