@@ -35,7 +35,7 @@ from tether.context.pairing import units
 from tether.context.store import FrozenStore, LargeOutputStore
 from tether.context.untrusted import rewrap, unwrap, wrap_untrusted
 from tether.errors import RunError
-from tether.messages import AssistantMessage, Message, ToolMessage, Usage, UserMessage
+from tether.messages import AssistantMessage, Message, SystemMessage, ToolMessage, Usage, UserMessage
 from tether.models.base import Model, ModelRequest
 
 __all__ = [
@@ -124,8 +124,6 @@ class ModelSummarizer:
             parts.append("Keep what serves this query and context; keep citations.")
         parts.append(f"At most {req.max_chars} characters.")
         parts.append(f"Tool output of {req.tool}:\n{req.text}")
-        from tether.messages import SystemMessage
-
         return ModelRequest(
             messages=(SystemMessage(_RULES), UserMessage("\n".join(parts))),
             tools=(),
@@ -163,7 +161,7 @@ class CompressionConfig:
             raise ValueError("breaker_threshold must be at least 1")
 
 
-Counter = Callable[[list[Message]], int]
+TokenCounter = Callable[[list[Message]], int]
 Emit = Callable[..., None]
 
 
@@ -233,7 +231,9 @@ class Compressor:
 
     # -- the layers ---------------------------------------------------------------------------
 
-    async def prepare(self, trajectory: Sequence[Message], objective: str, count: Counter) -> list[Message]:
+    async def prepare(
+        self, trajectory: Sequence[Message], objective: str, count: TokenCounter
+    ) -> list[Message]:
         """Apply the layers in order and return the view to send. Raises ``ContextOverflow``."""
         cfg = self.config
         self._store_large(trajectory)
@@ -371,7 +371,7 @@ class Compressor:
 
     # -- full compaction ----------------------------------------------------------------------
 
-    def _compact(self, trajectory: Sequence[Message], count: Counter, limit: int) -> None:
+    def _compact(self, trajectory: Sequence[Message], count: TokenCounter, limit: int) -> None:
         msgs = list(trajectory)
         prior = self.store.record("compaction") or {}
         start = int(prior.get("start", _head_len(msgs)))
