@@ -299,6 +299,7 @@ class Compressor:
             return
         queries = _queries(trajectory)
         done = 0
+        spent_before = self.stats.usage.total_tokens
         for m in todo:
             if self.stats.circuit_open:
                 break
@@ -327,6 +328,7 @@ class Compressor:
                 tokens_before=tokens,
                 chars_before=self.stats.chars_before,
                 chars_after=self.stats.chars_after,
+                summary_tokens=self.stats.usage.total_tokens - spent_before,
             )
 
     async def _summarize(self, req: CompressionRequest, m: ToolMessage) -> str | None:
