@@ -9,6 +9,7 @@ import anyio
 
 from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
+from tether.context.pairing import ContextIntegrityError
 from tether.context.untrusted import Observation, wrap_untrusted
 from tether.errors import HandoffError
 from tether.host import GateOutcome
@@ -170,6 +171,10 @@ class AgentLoop:
         except ContextOverflow as err:
             t.emit(EventKind.CONTEXT_OVERFLOW, tokens=err.tokens, window=err.window)
             raise StopRun(StopReason.BUDGET, str(err), self._host_answer()) from None
+        except ContextIntegrityError as err:  # providers reject such a request: stop, never send it
+            reason = StopReason.MODEL_ERROR if err.in_history else StopReason.INTERNAL_ERROR
+            t.emit(EventKind.MODEL_ERROR, error=f"unpaired tool calls: {err}")
+            raise StopRun(reason, f"unpaired tool calls: {err}", self._host_answer()) from None
         composed = self.engine.last
         t.emit(
             EventKind.CONTEXT_COMPOSED,

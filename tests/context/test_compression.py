@@ -403,3 +403,20 @@ async def test_a_summary_that_obeys_an_injection_stays_wrapped_as_untrusted_data
     assert "<\\/untrusted_data" in body  # the forged close tag was neutralised
     assert "Ines joined Northwind in May 2024." in body and "https://site.example/1" in body
     assert [m.kind for m in request.messages] == ["system", "user", "assistant", "tool"]
+
+
+@pytest.mark.spec("C3", "L2")
+@pytest.mark.anyio
+async def test_a_model_that_reuses_a_call_id_ends_the_run_with_model_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    twice = [
+        ToolCall("x", "fetch", json.dumps({"url": "a"})),
+        ToolCall("x", "fetch", json.dumps({"url": "b"})),
+    ]
+    model = ScriptedModel([twice, "done"])
+    result = await host_with(tmp_path, fetch).run(agent_with(model, None), "Fetch both", context=CTX)
+    assert str(result.stop_reason) == "model_error" and "unpaired tool calls" in result.detail
+    assert len(model.requests) == 1  # the broken request was never sent
+    ok = ScriptedModel([call("fetch", url="https://a.example/1"), "done"])
+    assert (await host_with(tmp_path / "ok", fetch).run(agent_with(ok, None), "Fetch", context=CTX)).ok

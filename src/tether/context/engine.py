@@ -216,7 +216,7 @@ class ContextEngine:
 
         view = await self.compressor.prepare(state.trajectory, state.objective, count)
         request = self._request(view, tail_msgs, tools_enabled)
-        check_pairing(request.messages)
+        check_pairing(request.messages, history=state.trajectory)
         tokens = self.tokens.count(request)
         sample = self.meter.measure(request)
         spent = self.compressor.stats.usage

@@ -17,7 +17,13 @@ __all__ = ["ContextIntegrityError", "check_pairing", "pairing_problems", "units"
 
 
 class ContextIntegrityError(TetherError):
-    """A composed request broke the call/result pairing: a bug in a rewrite, never model input."""
+    """A composed request breaks the call/result pairing. ``in_history`` is True when the raw
+    trajectory itself is broken (e.g. a model that reused a tool-call id), False when a rewrite
+    broke it (a bug in tether)."""
+
+    def __init__(self, message: str, *, in_history: bool = False) -> None:
+        super().__init__(message)
+        self.in_history = in_history
 
 
 def pairing_problems(messages: Sequence[Message]) -> list[str]:
@@ -51,11 +57,13 @@ def pairing_problems(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
-def check_pairing(messages: Sequence[Message]) -> None:
-    """Raise ``ContextIntegrityError`` if ``messages`` break the pairing rule."""
+def check_pairing(messages: Sequence[Message], *, history: Sequence[Message] | None = None) -> None:
+    """Raise ``ContextIntegrityError`` if ``messages`` break the pairing rule; ``history`` (the
+    raw trajectory the request was built from) tells a broken history from a broken rewrite."""
     problems = pairing_problems(messages)
     if problems:
-        raise ContextIntegrityError("; ".join(problems[:5]))
+        in_history = history is not None and bool(pairing_problems(history))
+        raise ContextIntegrityError("; ".join(problems[:5]), in_history=in_history)
 
 
 def units(messages: Sequence[Message]) -> list[tuple[int, int]]:
