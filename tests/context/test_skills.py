@@ -171,3 +171,24 @@ def test_skill_tools_reject_bad_arguments_strictly() -> None:
     with pytest.raises(ToolInputError):
         load.validate({"name": 3})
     assert json.dumps(load.spec.parameters["properties"]["name"]["description"])
+
+
+@pytest.mark.spec("C4")
+def test_review_shows_the_digest_to_approve_and_flags_instructions_to_the_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tether.cli import main
+
+    assert main(["skills", "review", str(FIXTURES / "thirdparty"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    by_path = {Path(e["path"]).name: e for e in report["skills"]}
+    assert by_path["no-frontmatter"]["error"].startswith("SKILL.md must start")
+    scraper = by_path["web-scraper"]
+    library = SkillLibrary()
+    library.add_folder(FIXTURES / "thirdparty", trusted=False)
+    assert scraper["digest"] == next(r.digest for r in library.refused if r.path.endswith("web-scraper"))
+    assert any("export_secrets" in f and f.startswith("SKILL.md:5") for f in scraper["flags"])
+    # a clean, legitimate skill is reviewed without flags
+    assert main(["skills", "review", str(FIXTURES / "trusted" / "changelog-writer"), "--json"]) == 0
+    (clean,) = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["skills"]
+    assert clean["name"] == "changelog-writer" and clean["flags"] == []

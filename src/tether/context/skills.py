@@ -24,7 +24,7 @@ from pydantic import Field
 from tether.errors import NotFoundError, TetherError, ToolInputError
 from tether.tools.contract import Tool, tool
 
-__all__ = ["Skill", "SkillError", "SkillLibrary", "parse_skill_md"]
+__all__ = ["Skill", "SkillError", "SkillLibrary", "parse_skill_md", "review_folder"]
 
 MAX_NAME = 64
 MAX_DESCRIPTION = 1024
@@ -250,3 +250,66 @@ class SkillLibrary:
             return library.read_file(name, path)
 
         return [load_skill, read_skill_file]
+
+
+_SUSPICIOUS = (
+    "ignore previous",
+    "ignore all previous",
+    "disregard",
+    "system prompt",
+    "export_secrets",
+    "password",
+    "api key",
+    "token",
+    "credential",
+    "curl ",
+    "wget ",
+    "base64",
+    "do not tell",
+)
+
+
+def review_folder(folder: str | Path) -> list[dict[str, Any]]:
+    """What a reviewer needs before approving third-party skills: for each folder with a
+    SKILL.md, its name, description, files, digest (what an approval pins) or the reason it
+    cannot load, and lines that deserve a closer look. The flags are a reading aid for a
+    person, not a security control: approval is the control."""
+    root = Path(folder)
+    paths = (
+        [root]
+        if (root / "SKILL.md").is_file()
+        else sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
+    )
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        entry: dict[str, Any] = {"path": str(path)}
+        try:
+            skill = load_skill_folder(path, trusted=False)
+        except SkillError as err:
+            entry["error"] = str(err)
+            out.append(entry)
+            continue
+        flags = []
+        for rel in ["SKILL.md", *skill.files]:
+            try:
+                text = (path / rel).read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                flags.append(f"{rel}: not UTF-8 text (binary file)")
+                continue
+            for n, line in enumerate(text.splitlines(), start=1):
+                low = line.lower()
+                hits = [w.strip() for w in _SUSPICIOUS if w in low]
+                if hits or any(ord(c) in (0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF) for c in line):
+                    flags.append(
+                        f"{rel}:{n}: {', '.join(hits) or 'invisible characters'}: {line.strip()[:160]}"
+                    )
+        entry.update(
+            name=skill.name,
+            description=skill.description,
+            files=list(skill.files),
+            extra_keys=sorted(skill.meta),
+            digest=skill.digest,
+            flags=flags,
+        )
+        out.append(entry)
+    return out
