@@ -40,6 +40,17 @@ class EventKind(StrEnum):
     MCP_ELICITATION = "mcp_elicitation"
     MCP_SAMPLING = "mcp_sampling"
     MCP_ROOTS = "mcp_roots"
+    # context engine (C1-C7)
+    CONTEXT_COMPRESSED = "context_compressed"
+    COMPRESSION_FAILED = "compression_failed"
+    COMPRESSION_CIRCUIT_OPEN = "compression_circuit_open"
+    CONTEXT_COMPACTED = "context_compacted"
+    CONTEXT_OVERFLOW = "context_overflow"
+    OUTPUT_STORED = "output_stored"
+    SKILL_LOADED = "skill_loaded"
+    SKILL_REFUSED = "skill_refused"
+    TOOL_SCHEMAS_LOADED = "tool_schemas_loaded"
+    SUBAGENT_FINISHED = "subagent_finished"
 
 
 @dataclass(frozen=True, slots=True)
