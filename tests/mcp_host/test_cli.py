@@ -85,3 +85,36 @@ def test_a_config_error_is_reported_clearly(tmp_path: Path, capsys: pytest.Captu
     assert main(["mcp", "review", "a", "--config", str(path), "--json"]) == 1
     out = _last_json(capsys.readouterr().out)
     assert out["ok"] is False and "stdio needs command" in out["message"]
+
+
+def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
+    tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "mcp.yaml"
+    server = {
+        "name": "web",
+        "transport": "http",
+        "url": http_url,
+        "tools": ["summarize", "lookup"],
+        "effects": {"summarize": "read", "lookup": "read"},
+        "sampling": {"enabled": True, "max_calls": 1},
+    }
+    path.write_text(yaml.safe_dump({"host": {"trace_dir": "traces"}, "servers": [server]}))
+    config = str(path)
+    assert main(["mcp", "approve", "web", "--config", config]) == 0
+    capsys.readouterr()
+    code = main(
+        [
+            "mcp", "run", "Q", "--config", config, "--json", "--sampler", "standin", "--consent", "yes",
+            "--call", "web__summarize", '{"text": "hi"}',
+            "--call", "web__summarize", '{"text": "again"}',
+            "--call", "web__lookup", '{"key": "k"}',
+        ]
+    )  # fmt: skip
+    captured = capsys.readouterr()
+    summary = _last_json(captured.out)
+    assert code == 0
+    assert "MCP server 'web' asks the model" in captured.err and "[user] Summarise: hi" in captured.err
+    assert "[stand-in sample of" in summary["answer"]
+    assert "budget exhausted: 1/1 calls used" in summary["answer"]
+    assert "value-of-k" in summary["answer"]

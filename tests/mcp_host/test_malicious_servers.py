@@ -358,3 +358,24 @@ async def test_credentials_reach_only_their_server_and_never_the_trace(
     launch = next(e for e in read_trace(run.result.trace_path) if e["kind"] == "server_launch")  # type: ignore[arg-type]
     assert launch["env_keys"] == ["HOSTILE_TOKEN"]
     assert "value-of-alpha" in run.seen("h__lookup")[0]
+
+
+@pytest.mark.spec("X1")
+async def test_a_server_that_cannot_start_is_unavailable_and_the_others_still_serve(
+    tmp_path: Path, http_url: str
+) -> None:
+    import sys
+
+    broken = {
+        "name": "broken",
+        "transport": "stdio",
+        "command": [sys.executable, "-c", "raise SystemExit(3)"],
+    }
+    config = write_config(tmp_path, [broken, web_server("h", http_url, effects={"lookup": "read"})])
+    await approve(config, "h")
+    run = await run_question(config, "Q", script(LOOKUP))
+    assert "broken" in run.summary()["unavailable_servers"]
+    failed = [e for e in events(run, "server_launch") if e.get("state") == "failed"]
+    assert failed[0]["source"] == "broken" and "could not be started" in failed[0]["error"]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED

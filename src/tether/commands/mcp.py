@@ -67,6 +67,15 @@ def register(sub: Any) -> None:
         "--ask", choices=("auto", "never", "console"), default="auto",
         help="who answers elicitations: console (a person), never (pause), auto (console if a terminal)",
     )  # fmt: skip
+    run.add_argument(
+        "--sampler", choices=("none", "standin"), default="none",
+        help="model that answers servers' sampling requests (default none: refused)",
+    )  # fmt: skip
+    run.add_argument(
+        "--consent", choices=("no", "yes", "console"), default="no",
+        help="sampling consent: no; yes (each exact prompt is printed to stderr, then allowed); "
+        "console (asked)",
+    )  # fmt: skip
     _common(run)
     run.set_defaults(handler=_run)
 
@@ -178,6 +187,26 @@ def _responder(mode: str) -> Any:
     return None
 
 
+def _consent(mode: str) -> Any:
+    """The sampling consent hook: it always sees (and shows) the exact prompt first."""
+    if mode == "no":
+        return None
+
+    def hook(prompt: Any) -> bool:
+        print(
+            f"MCP server '{prompt.server}' asks the model (max_tokens {prompt.max_tokens}):", file=sys.stderr
+        )
+        if prompt.system_prompt:
+            print(f"  [system] {prompt.system_prompt}", file=sys.stderr)
+        for role, text in prompt.messages:
+            print(f"  [{role}] {text}", file=sys.stderr)
+        if mode == "yes":
+            return True
+        return input("allow this sampling request? (yes/no): ").strip().lower() == "yes"
+
+    return hook
+
+
 def _script(args: argparse.Namespace) -> list[Any]:
     import yaml
 
@@ -199,7 +228,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from tether.commands._output import emit_json
     from tether.errors import TetherError
-    from tether.mcp.runner import run_question
+    from tether.mcp.runner import run_question, standin_sampler
 
     try:
         config = _load(args)
@@ -212,7 +241,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         run = anyio.run(
             lambda: run_question(
-                config, args.question, script, responder=_responder(args.ask), obey=not args.no_obey
+                config,
+                args.question,
+                script,
+                responder=_responder(args.ask),
+                obey=not args.no_obey,
+                sampling_model=standin_sampler() if args.sampler == "standin" else None,
+                sampling_consent=_consent(args.consent),
             )
         )
     except TetherError as err:
@@ -225,6 +260,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"detail: {summary['detail']}")
         for c in summary["calls"]:
             print(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}")
+        for name, why in summary["unavailable_servers"].items():
+            print(f"unavailable: {name}: {why}")
         for b in summary["blocked"]:
             what = b.get("tool") or b.get("server")
             print(f"blocked: {b['kind']} {what}: {b.get('why') or b.get('reason') or ''}")

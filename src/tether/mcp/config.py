@@ -77,6 +77,7 @@ class ServerConfig(_Strict):
     transport: Literal["stdio", "http"]
     command: list[str] | None = None
     url: str | None = None
+    cwd: str | None = None  # stdio working folder; default: the config file's folder
     mode: Literal["auto", "legacy"] = "auto"
     tools: list[str] | None = None  # allowed tools (remote names); None: every approved tool
     effects: dict[str, Effect] = Field(default_factory=dict)

@@ -64,6 +64,7 @@ def build_source(
     sampling_model: Model | None = None,
     sampling_consent: Consent | None = None,
     environ: Mapping[str, str] | None = None,
+    fail_soft: bool = False,
 ) -> tuple[McpServerSource, set[str]]:
     """One server's connection with its gates; also returns its secrets (for the redactor)."""
     creds = resolve_credentials(
@@ -82,6 +83,10 @@ def build_source(
         allow_tools=server.tools,
         pins=pins,
         recheck=server.recheck,
+        cwd=str(config.path(server.cwd) if server.cwd else config.base_dir)
+        if server.transport == "stdio"
+        else None,
+        fail_soft=fail_soft,
     )
     source.elicitation = ElicitationGate(
         server.name,
@@ -134,6 +139,7 @@ def build_host(
             sampling_model=sampling_model,
             sampling_consent=sampling_consent,
             environ=environ,
+            fail_soft=True,
         )
         sources[server.name] = source
         secrets |= found

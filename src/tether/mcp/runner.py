@@ -17,7 +17,7 @@ from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp.config import McpConfig
 from tether.mcp.elicitation import Responder, check_schema, validate_answer
-from tether.mcp.hosting import build_host
+from tether.mcp.hosting import build_host, mcp_sources
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.models.test import FunctionModel, injected_calls
@@ -90,6 +90,16 @@ class StandIn:
         return AssistantMessage(content="Observed:\n" + "\n".join(seen) if seen else "No tool was called.")
 
 
+def standin_sampler() -> FunctionModel:
+    """A deterministic sampling stand-in: it says what it was asked, briefly (CLI demos, tests)."""
+
+    def answer(request: ModelRequest) -> AssistantMessage:
+        last = request.messages[-1].content if request.messages else ""
+        return AssistantMessage(content=f"[stand-in sample of {len(str(last))} characters]")
+
+    return FunctionModel(answer, name="sampling-stand-in")
+
+
 def _body(wrapped: str) -> str:
     lines = wrapped.splitlines()
     return "\n".join(lines[1:-1]) if len(lines) >= 2 else wrapped
@@ -119,6 +129,9 @@ class McpRun:
     def summary(self) -> dict[str, Any]:
         out = self.result.summary()
         out["blocked"] = self.blocked
+        out["unavailable_servers"] = {
+            s.name: s.unavailable for s in mcp_sources(self.host) if s.unavailable is not None
+        }
         out["servers"] = self.launches
         out["calls"] = [{"tool": c.tool, "status": c.status, "reason": c.reason} for c in self.result.calls]
         return out

@@ -87,6 +87,8 @@ class McpServerSource:
         elicitation: Any = None,
         sampling: Any = None,
         roots: Any = None,
+        cwd: str | None = None,
+        fail_soft: bool = False,
     ) -> None:
         if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(
@@ -110,6 +112,11 @@ class McpServerSource:
         self.elicitation = elicitation
         self.sampling = sampling
         self.roots = roots
+        self.cwd = cwd
+        # fail_soft: a server that cannot start or list is recorded as unavailable and offers no
+        # tools, instead of failing the whole host (the other servers keep working).
+        self.fail_soft = fail_soft
+        self.unavailable: str | None = None
         self._client: Client | None = None
         self._stack: AsyncExitStack | None = None
         self._pinned: dict[str, dict[str, Any]] = {}  # remote name -> approved canonical definition
@@ -167,7 +174,9 @@ class McpServerSource:
         if self.command:
             env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
             env.update(self.env)
-            return StdioServerParameters(command=self.command[0], args=self.command[1:], env=env)
+            return StdioServerParameters(
+                command=self.command[0], args=self.command[1:], env=env, cwd=self.cwd
+            )
         assert self.url is not None
         if not self.headers:
             return self.url
@@ -207,7 +216,11 @@ class McpServerSource:
         except Exception as err:
             with contextlib.suppress(Exception):
                 await stack.aclose()
-            raise DependencyUnavailable(f"MCP server {self.name} could not be started: {err}") from err
+            problem = DependencyUnavailable(f"MCP server {self.name} could not be started: {_describe(err)}")
+            if not self.fail_soft:
+                raise problem from err
+            self._mark_unavailable(problem.message)
+            return
         self._hook_listings(client)
         self._client, self._stack = client, stack
 
@@ -287,12 +300,25 @@ class McpServerSource:
         self._stale = False
         return self.checks
 
+    def _mark_unavailable(self, why: str) -> None:
+        self.unavailable = why
+        self.emit(EventKind.SERVER_LAUNCH, source=self.name, state="failed", error=why, **self.describe())
+
     async def list_tools(self) -> list[ToolSpec]:
+        if self.unavailable is not None:
+            return []
         try:
             with anyio.fail_after(self.timeout_s):
                 await self.refresh()
-        except TimeoutError:
-            raise DependencyUnavailable(f"MCP server {self.name} did not list its tools in time") from None
+        except Exception as err:
+            problem = DependencyUnavailable(
+                f"MCP server {self.name} did not list its tools: "
+                + ("timed out" if isinstance(err, TimeoutError) else _describe(err))
+            )
+            if not self.fail_soft:
+                raise problem from None
+            self._mark_unavailable(problem.message)
+            return []
         specs = []
         for remote, d in sorted(self._pinned.items()):
             if remote in self.blocked:
@@ -492,5 +518,13 @@ class McpServerSource:
 
     def _require(self) -> Client:
         if self._client is None:
-            raise DependencyUnavailable(f"MCP server {self.name} is not connected")
+            raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
         return self._client
+
+
+def _describe(err: BaseException) -> str:
+    """The leaf error of a TaskGroup failure, as one line."""
+    from tether.tools.contract import unwrap_exception_group
+
+    leaf = unwrap_exception_group(err)
+    return f"{type(leaf).__name__}: {leaf}"
