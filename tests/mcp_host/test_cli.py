@@ -41,7 +41,11 @@ def test_review_approve_run_and_resume_from_the_command_line(
     assert "! hidden_unicode in description: U+E0041, U+E0042" in review
     assert "! instruction in description" in review
 
-    assert main(["mcp", "approve", "web", "--config", config, "--json"]) == 0
+    digest = next(line.split()[2] for line in review.splitlines() if line.startswith("review digest:"))
+    # Approval pins exactly what was reviewed: another listing digest pins nothing.
+    assert main(["mcp", "approve", "web", "--config", config, "--expect", "0" * 64]) == 1
+    assert "review again" in capsys.readouterr().err
+    assert main(["mcp", "approve", "web", "--config", config, "--expect", digest, "--json"]) == 0
     approved = _last_json(capsys.readouterr().out)
     assert "lookup" in approved["pinned"] and "add_comment" in approved["skipped"]
     assert "erp__read_order" in approved["skipped"]

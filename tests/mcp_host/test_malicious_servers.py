@@ -180,6 +180,7 @@ async def test_annotations_are_hints_and_the_declared_effect_wins(
     assert "value-of-alpha" in run.seen("h__lookup")[0]
 
 
+@pytest.mark.slow  # a subprocess that dies
 @pytest.mark.spec("X2")
 async def test_a_dying_server_is_unavailable_while_the_other_keeps_working(
     tmp_path: Path, approved_pins: Path, http_url: str
@@ -339,6 +340,7 @@ async def test_sampling_needs_opt_in_consent_and_stops_at_its_own_budget(
     assert [e["outcome"] for e in events(run, "mcp_sampling")] == ["refused", "answered", "refused"]
 
 
+@pytest.mark.slow  # a subprocess (its environment is the point)
 @pytest.mark.spec("X2")
 async def test_credentials_reach_only_their_server_and_never_the_trace(
     tmp_path: Path, approved_pins: Path, monkeypatch: pytest.MonkeyPatch

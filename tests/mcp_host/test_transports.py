@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1")]
 EFFECTS = {"lookup": "read", "ask_colour": "read"}
 
 
+@pytest.mark.slow  # a subprocess per run
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_stdio_server_answers_and_elicits_in_both_eras(
     tmp_path: Path, approved_pins: Path, mode: str

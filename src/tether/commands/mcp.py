@@ -44,6 +44,7 @@ def register(sub: Any) -> None:
         "--accept-flagged", action="append", default=[], metavar="TOOL", help="pin this flagged tool anyway"
     )
     a.add_argument("--by", default=None, help="who approves (default: the login name)")
+    a.add_argument("--expect", default=None, metavar="DIGEST", help="the review digest shown by `review`")
     _common(a)
     a.set_defaults(handler=_approve)
 
@@ -128,6 +129,7 @@ def _review(args: argparse.Namespace) -> int:
         return _fail(args, err)
     if not args.json:
         print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
+        print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
         for tr in review.tools:
             c = tr.check
             flag = "  FLAGGED" if tr.flagged else ""
@@ -157,6 +159,7 @@ def _approve(args: argparse.Namespace) -> int:
                 actor=args.by,
                 accept_flagged=set(args.accept_flagged),
                 only=set(args.tool) if args.tool else None,
+                expect=args.expect,
             )
         )
     except TetherError as err:

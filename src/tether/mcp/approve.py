@@ -10,9 +10,12 @@ unpinned (so it stays blocked) unless the reviewer accepts a flagged tool by nam
 from __future__ import annotations
 
 import getpass
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.errors import ApprovalError
 from tether.mcp.config import McpConfig
 from tether.mcp.hosting import build_source
 from tether.mcp.pinning import PinStore, ToolCheck, bad_tool_name
@@ -49,8 +52,19 @@ class ServerReview:
     launch: dict[str, Any]
     tools: list[ToolReview] = field(default_factory=list)
 
+    @property
+    def digest(self) -> str:
+        """One sha256 over every listed tool's digest: what the person reviewed, as a whole."""
+        listing = sorted((t.check.tool, t.check.sha256) for t in self.tools)
+        return hashlib.sha256(json.dumps(listing).encode("utf-8")).hexdigest()
+
     def to_json(self) -> dict[str, Any]:
-        return {"server": self.server, "launch": self.launch, "tools": [t.to_json() for t in self.tools]}
+        return {
+            "server": self.server,
+            "launch": self.launch,
+            "review_digest": self.digest,
+            "tools": [t.to_json() for t in self.tools],
+        }
 
 
 async def review_server(config: McpConfig, name: str) -> ServerReview:
@@ -86,9 +100,20 @@ async def approve_server(
     actor: str | None = None,
     accept_flagged: set[str] | frozenset[str] = frozenset(),
     only: set[str] | None = None,
+    expect: str | None = None,
 ) -> tuple[ServerReview, list[str], dict[str, str]]:
-    """Pin the server's current definitions. Returns (review, pinned tools, skipped tool → why)."""
+    """Pin the server's current definitions. Returns (review, pinned tools, skipped tool → why).
+
+    ``expect``: the review digest the person saw; if the server now lists anything else, nothing
+    is pinned (``ApprovalError``): what is approved is exactly what was reviewed.
+    """
     review = await review_server(config, name)
+    if expect is not None and review.digest != expect:
+        raise ApprovalError(
+            "listing_changed",
+            f"server {name} lists different tools than the reviewed ones (digest {review.digest[:12]}…, "
+            f"expected {expect[:12]}…): review again",
+        )
     actor = actor or getpass.getuser()
     to_pin: list[ToolCheck] = []
     skipped: dict[str, str] = {}
