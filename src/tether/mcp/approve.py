@@ -117,11 +117,14 @@ async def approve_server(
     actor = actor or getpass.getuser()
     to_pin: list[ToolCheck] = []
     skipped: dict[str, str] = {}
+    allowed = config.server(name).tools
     for tr in review.tools:
         tool = tr.check.tool
         if only is not None and tool not in only:
             continue
-        if (bad := bad_tool_name(tool)) is not None:
+        if allowed is not None and tool not in allowed:
+            skipped[tool] = "not in the config's tools for this server (never offered)"
+        elif (bad := bad_tool_name(tool)) is not None:
             skipped[tool] = bad
         elif tr.flagged and tool not in accept_flagged:
             kinds = sorted({f.kind for f in tr.findings})

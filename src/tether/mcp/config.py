@@ -26,6 +26,7 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import tomllib
@@ -163,7 +164,7 @@ class McpConfig(_Strict):
 
     def path(self, value: str) -> Path:
         p = Path(value).expanduser()
-        return p if p.is_absolute() else self.base_dir / p
+        return Path(os.path.normpath(p if p.is_absolute() else self.base_dir / p))
 
 
 def load_config(path: str | Path) -> McpConfig:
