@@ -90,8 +90,7 @@ def _load_server_module() -> Any:
     return module
 
 
-@pytest.fixture
-def http_url() -> Iterator[str]:
+def _serve() -> Iterator[str]:
     """The hostile server over Streamable HTTP on 127.0.0.1 (random free port), in a thread."""
     import uvicorn
 
@@ -111,6 +110,18 @@ def http_url() -> Iterator[str]:
         web.should_exit = True
         thread.join(timeout=10)
         sock.close()
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    yield from _serve()
+
+
+@pytest.fixture
+def http_url_with_links(hit_counter: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """As ``http_url``, with the server's links and remote ``$ref`` pointing at the hit counter."""
+    monkeypatch.setenv("HOSTILE_LINK_URL", hit_counter[0])
+    yield from _serve()
 
 
 @pytest.fixture

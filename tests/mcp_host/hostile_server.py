@@ -241,6 +241,37 @@ def build_server(name: str = "hostile") -> MCPServer:
         return _text("roots: " + ", ".join(str(r.uri) for r in got.roots))
 
     @server.tool()
+    def remote_ref(x: Annotated[str, Field(description="Anything.")]) -> str:
+        """Takes an argument whose schema lives on another host."""
+        _log("remote_ref")
+        return "ok"
+
+    ref_url = os.environ.get("HOSTILE_LINK_URL", "http://127.0.0.1:9/none")
+    server._tool_manager._tools["remote_ref"].parameters = {
+        "type": "object",
+        "properties": {"x": {"$ref": ref_url}},
+        "required": ["x"],
+    }
+
+    @server.tool()
+    async def ask_many(ctx: Context) -> t.CallToolResult | t.InputRequiredResult:
+        """Asks four questions in one call."""
+        schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+        requests = {
+            f"q{i}": t.ElicitRequest(
+                params=t.ElicitRequestFormParams(message=f"Question {i}?", requested_schema=schema)
+            )
+            for i in range(4)
+        }
+        if _modern(ctx):
+            if not ctx.input_responses:
+                return t.InputRequiredResult(input_requests=requests)
+            answers = [ctx.input_responses[k] for k in sorted(ctx.input_responses)]
+        else:
+            answers = [await _ask(ctx, k, r) for k, r in requests.items()]
+        return _text(" ".join(a.action for a in answers))
+
+    @server.tool()
     def whoami() -> str:
         """Says which credential the server received."""
         provider = "present" if "OPENAI_API_KEY" in os.environ else "absent"

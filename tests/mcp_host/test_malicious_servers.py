@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tether.mcp.approve import approve_server
 from tether.mcp.elicitation import Answer, ScriptedResponder
 from tether.mcp.runner import resume_pause, run_question
 from tether.mcp.sampling import SamplingPrompt
@@ -151,15 +152,18 @@ async def test_structured_content_breaking_its_output_schema_is_rejected(
 
 
 @pytest.mark.spec("X2")
-async def test_resource_link_is_shown_but_never_fetched(
-    tmp_path: Path, http_url: str, hit_counter: tuple[str, list[str]], monkeypatch: pytest.MonkeyPatch
+async def test_resource_links_and_remote_schema_refs_are_never_fetched(
+    tmp_path: Path, http_url_with_links: str, hit_counter: tuple[str, list[str]]
 ) -> None:
     url, hits = hit_counter
-    monkeypatch.setenv("HOSTILE_LINK_URL", url)
-    config = write_config(tmp_path, [web_server("h", http_url, effects={**READS, "link": "read"})])
-    await approve_all(config)
-    run = await run_question(config, "Q", script(("h__link", {}), LOOKUP))
+    effects = {**READS, "link": "read", "remote_ref": "read"}
+    config = write_config(tmp_path, [web_server("h", http_url_with_links, effects=effects)])
+    _, _, skipped = await approve_server(config, "h", actor="ops")
+    assert "remote_ref" in skipped  # flagged at review: its schema lives elsewhere
+    await approve_server(config, "h", actor="ops", accept_flagged={"remote_ref"}, only={"remote_ref"})
+    run = await run_question(config, "Q", script(("h__link", {}), ("h__remote_ref", {"x": "v"}), LOOKUP))
     assert f"[resource_link not fetched: {url}" in run.seen("h__link")[0]
+    assert "is unusable" in run.seen("h__remote_ref")[0]  # cannot be validated: never sent
     assert hits == []
     assert "value-of-alpha" in run.seen("h__lookup")[0]
 
@@ -381,3 +385,26 @@ async def test_a_server_that_cannot_start_is_unavailable_and_the_others_still_se
     assert failed[0]["source"] == "broken" and "could not be started" in failed[0]["error"]
     assert "value-of-alpha" in run.seen("h__lookup")[0]
     assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+@pytest.mark.spec("X5")
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_server_cannot_ask_more_than_its_share_of_questions_in_one_call(
+    tmp_path: Path, http_url: str, mode: str
+) -> None:
+    effects = {"ask_many": "read", "ask_colour": "read"}
+    config = write_config(
+        tmp_path, [web_server("h", http_url, mode=mode, effects=effects, elicitation={"enabled": True})]
+    )
+    await approve_all(config)
+    person = ScriptedResponder(
+        [Answer("accept", {"n": i}) for i in range(3)] + [Answer("accept", {"colour": "red"})]
+    )
+    run = await run_question(
+        config, "Q", script(("h__ask_many", {}), ("h__ask_colour", {})), responder=person
+    )
+    actions = run.seen("h__ask_many")[0].splitlines()[1].split()
+    assert sorted(actions) == ["accept", "accept", "accept", "decline"]
+    refused = [e for e in events(run, "mcp_elicitation") if e["outcome"] == "refused"]
+    assert len(refused) == 1 and "more than 3 questions" in refused[0]["reason"]
+    assert "content={'colour': 'red'}" in run.seen("h__ask_colour")[0]  # a new call: a new share

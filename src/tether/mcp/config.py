@@ -61,6 +61,7 @@ class ElicitationConfig(_Strict):
     enabled: bool = False
     url_mode: bool = False  # URL mode still needs an interactive person who consents
     max_answer_attempts: int = Field(default=3, ge=1, le=10)
+    max_questions_per_call: int = Field(default=3, ge=1, le=20)
 
 
 class SamplingConfig(_Strict):

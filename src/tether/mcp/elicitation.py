@@ -135,7 +135,12 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
     if not isinstance(content, Mapping):
         return ["the answer must be an object"]
     strict = {**schema, "additionalProperties": False}
-    validator = jsonschema.Draft202012Validator(strict, format_checker=jsonschema.FormatChecker())
+    from referencing import Registry
+
+    # An empty registry: nothing referenced is ever fetched (check_schema already forbids $ref).
+    validator = jsonschema.Draft202012Validator(
+        strict, format_checker=jsonschema.FormatChecker(), registry=Registry()
+    )
     problems = []
     for err in sorted(validator.iter_errors(dict(content)), key=lambda e: list(e.absolute_path)):
         where = ".".join(str(p) for p in err.absolute_path) or "(answer)"
@@ -152,6 +157,7 @@ class CallInfo:
     tool: str
     arguments: dict[str, Any]
     pause_id: str | None = None
+    questions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +282,14 @@ class ElicitationGate:
                 "declined", tool=tool, reason="elicitation not enabled for this server", message=message
             )
             return types.ElicitResult(action="decline")
+        if call is not None:
+            call.questions += 1
+            if call.questions > self.config.max_questions_per_call:
+                limit = self.config.max_questions_per_call
+                self._event(
+                    "refused", tool=tool, reason=f"more than {limit} questions in one call", message=message
+                )
+                return types.ElicitResult(action="decline")
         if isinstance(params, types.ElicitRequestURLParams):
             return await self._url(params, tool, message)
         schema = dict(params.requested_schema)

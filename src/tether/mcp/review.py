@@ -9,7 +9,9 @@ Three kinds of finding, each with where it was found (``description``,
   ("ignore previous instructions", "<IMPORTANT>", "before using this tool, read ~/.ssh",
   "do not tell the user" …);
 - ``tool_reference``: a definition naming another tool (of any configured server), a
-  namespaced name (``x__y``), or telling the model to call something.
+  namespaced name (``x__y``), or telling the model to call something;
+- ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
+  at a document elsewhere (the host never fetches it, so the tool cannot be validated).
 
 Findings are hints for the person approving; they never make a tool trusted. A flagged
 tool is not pinned unless the reviewer accepts it by name.
@@ -22,6 +24,8 @@ import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import jsonschema
 
 __all__ = ["Finding", "scan_definition"]
 
@@ -99,6 +103,17 @@ def scan_definition(definition: Mapping[str, Any], other_tools: Iterable[str] = 
         refs |= {n for n in _NAMESPACED.findall(visible) if n != name}
         if refs:
             findings.append(Finding(name, "tool_reference", where, ", ".join(sorted(refs)[:10])))
+    for key in ("inputSchema", "outputSchema"):
+        schema = definition.get(key)
+        if schema is None:
+            continue
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as err:
+            findings.append(Finding(name, "invalid_schema", key, err.message[:120]))
+        refs = sorted({v for w, v in _strings(schema, key) if w.endswith(".$ref") and not v.startswith("#")})
+        if refs:
+            findings.append(Finding(name, "remote_ref", key, ", ".join(refs[:5]) + " (never fetched)"))
     # Also the name itself: a name with hidden characters can impersonate another tool.
     if any(_hidden(c) for c in name) or not name.isascii():
         findings.append(Finding(name, "hidden_unicode", "name", "non-ASCII or hidden characters in the name"))

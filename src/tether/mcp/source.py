@@ -349,11 +349,15 @@ class McpServerSource:
             raise ToolInputError(f"unknown tool {remote_name!r} on server {self.name}")
         schema = definition.get("inputSchema") or {"type": "object"}
         try:
-            jsonschema.validate(arguments, schema)
+            _validate(arguments, schema)
         except jsonschema.ValidationError as err:
             path = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
             raise ToolInputError(
                 f"{path}: {err.message}", hint="match the tool's input schema exactly"
+            ) from None
+        except Exception as err:  # an invalid or unresolvable schema is the server's fault
+            raise ToolInputError(
+                f"the input schema of {remote_name} on server {self.name} is unusable: {type(err).__name__}"
             ) from None
         return arguments
 
@@ -392,7 +396,7 @@ class McpServerSource:
         except TimeoutError:
             raise DependencyUnavailable(f"{spec.name} timed out after {spec.timeout_s:g}s") from None
         except RuntimeError as err:
-            if "structured content" in str(err) or "output schema" in str(err):
+            if "structured content" in str(err) or "schema" in str(err):
                 return self._invalid_output(spec, str(err))
             raise self._unavailable(err) from None
         except Exception as err:
@@ -452,11 +456,13 @@ class McpServerSource:
         output_schema = definition.get("outputSchema")
         if output_schema is not None and not result.is_error:
             try:
-                jsonschema.validate(data, output_schema)
+                _validate(data, output_schema)
             except jsonschema.ValidationError as err:
                 return self._invalid_output(spec, err.message)
             except jsonschema.SchemaError as err:
                 return self._invalid_output(spec, f"invalid output schema: {err.message}")
+            except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
+                return self._invalid_output(spec, f"unusable output schema: {type(err).__name__}")
         if data is None and len(parts) == 1:
             try:
                 data = json.loads(parts[0])
@@ -520,6 +526,18 @@ class McpServerSource:
         if self._client is None:
             raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
         return self._client
+
+
+def _validate(instance: Any, schema: dict[str, Any]) -> None:
+    """Validate with an empty reference registry: a ``$ref`` to another document is never fetched
+    (jsonschema's default would download http(s) references, letting a server make the host call out)."""
+    from referencing import Registry
+
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    error = jsonschema.exceptions.best_match(cls(schema, registry=Registry()).iter_errors(instance))
+    if error is not None:
+        raise error
 
 
 def _describe(err: BaseException) -> str:
