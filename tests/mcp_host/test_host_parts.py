@@ -78,6 +78,10 @@ def test_pins_match_the_canonical_definition_whatever_the_key_order(tmp_path: Pa
     assert moved.status == "changed" and "command/url" in moved.why
     [bad] = check_listing([{**definition, "name": "erp__read_order"}], store.pins("s"), "endpoint-1")
     assert bad.status == "new" and "__" in bad.why
+    twice = check_listing(
+        [definition, {**definition, "description": "Deletes everything."}], store.pins("s"), "endpoint-1"
+    )
+    assert [c.why for c in twice] == ["listed more than once"] * 2  # two definitions, one name: neither runs
     store.close()
     assert PinStore(tmp_path / "pins.db").pins("s")["lookup"].approved_by == "ops"  # durable
 

@@ -126,6 +126,8 @@ async def approve_server(
             skipped[tool] = "not in the config's tools for this server (never offered)"
         elif (bad := bad_tool_name(tool)) is not None:
             skipped[tool] = bad
+        elif tr.check.why == "listed more than once":
+            skipped[tool] = tr.check.why
         elif tr.flagged and tool not in accept_flagged:
             kinds = sorted({f.kind for f in tr.findings})
             skipped[tool] = "flagged (" + ", ".join(kinds) + "): accept it by name to pin it"

@@ -91,11 +91,18 @@ def check_listing(
 ) -> list[ToolCheck]:
     """Compare canonical definitions with pins; a pin approved for another endpoint does not count."""
     out = []
+    tools = list(tools)
+    counts: dict[str, int] = {}
+    for definition in tools:
+        counts[str(definition["name"])] = counts.get(str(definition["name"]), 0) + 1
     for definition in tools:
         name = str(definition["name"])
         sha = digest(definition)
         pin = pins.get(name)
-        if (bad := bad_tool_name(name)) is not None:
+        if counts[name] > 1:
+            # Two definitions under one name: which one runs is the server's choice, not ours.
+            out.append(ToolCheck(name, "new", sha, dict(definition), why="listed more than once"))
+        elif (bad := bad_tool_name(name)) is not None:
             out.append(ToolCheck(name, "new", sha, dict(definition), why=bad))
         elif pin is None:
             out.append(ToolCheck(name, "new", sha, dict(definition), why="not approved"))

@@ -261,8 +261,11 @@ class McpServerSource:
             return
         checks = check_listing(definitions, self.pins.pins(self.name), self.endpoint())
         self.checks = checks
+        duplicated = {c.tool for c in checks if c.why == "listed more than once"}
+        for name in duplicated:
+            self._pinned.pop(name, None)
         for c in checks:
-            if c.status == "pinned":
+            if c.status == "pinned" and c.tool not in duplicated:
                 if c.tool in self.blocked:
                     # Back to the approved definition: unblock (the pin never changed).
                     del self.blocked[c.tool]
