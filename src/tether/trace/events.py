@@ -34,6 +34,16 @@ class EventKind(StrEnum):
     ROLLBACK = "rollback"
     WORKFLOW_STEP = "workflow_step"
     STOP = "stop"
+    APPROVAL_REQUESTED = "approval_requested"
+    APPROVAL_GRANTED = "approval_granted"
+    APPROVAL_DENIED = "approval_denied"
+    RUN_PAUSED = "run_paused"
+    RUN_RESUMED = "run_resumed"
+    EFFECT_INTENT = "effect_intent"
+    EFFECT_RECORDED = "effect_recorded"
+    EFFECT_REPLAYED = "effect_replayed"
+    EFFECT_RECONCILED = "effect_reconciled"
+    EFFECT_ESCALATED = "effect_escalated"
 
 
 @dataclass(frozen=True, slots=True)
