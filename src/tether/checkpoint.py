@@ -42,7 +42,15 @@ if TYPE_CHECKING:
     from tether.loop import AgentLoop
     from tether.run import Agent, RunResult
 
-__all__ = ["pause", "pending_calls", "resume_run", "settle_approvals", "state_from_json", "state_to_json"]
+__all__ = [
+    "pause",
+    "pending_calls",
+    "restore_trace",
+    "resume_run",
+    "settle_approvals",
+    "state_from_json",
+    "state_to_json",
+]
 
 CHECKPOINT_VERSION = 1
 
@@ -282,6 +290,22 @@ def pause(loop: AgentLoop, problems: list[str]) -> str:
     detail = "; ".join(problems)
     loop.tracer.emit(EventKind.RUN_PAUSED, problems=problems, app=approvals.app)
     return detail
+
+
+def restore_trace(tracer: Any, path: Any) -> None:
+    """Load the events already written for this run so the tracer continues their numbering."""
+    from tether.trace.events import TraceEvent
+    from tether.trace.tracer import read_trace
+
+    if path is None or not path.exists():
+        return
+    for line in read_trace(path):
+        try:
+            kind = EventKind(line.pop("kind"))
+        except ValueError:
+            continue
+        run_id, seq, ts = line.pop("run_id", ""), line.pop("seq", 0), line.pop("ts", "")
+        tracer.events.append(TraceEvent(run_id, int(seq), str(ts), kind, line))
 
 
 def pending_calls(state: RunState) -> list[ToolCall]:

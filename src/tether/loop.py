@@ -52,6 +52,10 @@ class AgentLoop:
         self.resuming = state is not None
         run_id = state.run_id if state is not None else host.new_run_id()
         self.tracer, self.trace_path = host.new_tracer(run_id)
+        if state is not None:
+            from tether.checkpoint import restore_trace
+
+            restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self.state = state or RunState(
             run_id=run_id,
             objective=objective,

@@ -136,7 +136,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--db", type=Path, help="approval store (default: a fresh temporary file)")
+    parser.add_argument(
+        "--agent",
+        action="store_true",
+        help="start the scenario in the agent loop instead: it pauses for approval "
+        "(then `tether approvals approve ID` and `tether resume RUN`)",
+    )
     args = parser.parse_args(argv)
+    if args.agent:
+        return _agent(args.db, args.json)
     if args.db is not None:
         summary = anyio.run(run_scenario, args.db)
     else:
@@ -150,3 +158,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{mark} {key}: {json.dumps(summary.get(key), ensure_ascii=False)}")
         print("all outcomes as specified" if summary["ok"] else "SOME OUTCOMES DID NOT HOLD")
     return 0 if summary["ok"] else 1
+
+
+def _agent(db: Path | None, as_json: bool) -> int:
+    import anyio
+
+    from tether.commands._approvals_db import EXIT_CODES, default_db
+    from tether.commands._output import emit_json
+    from tether.scenarios.leads.agent import CONTEXT, OBJECTIVE, build
+
+    db = db or default_db()
+    host, agent = build(db)
+
+    async def go() -> Any:
+        try:
+            return await host.run(agent, OBJECTIVE, context=CONTEXT)
+        finally:
+            await host.aclose()
+
+    result = anyio.run(go)
+    assert host.approvals is not None
+    pending = [p.id for p in host.approvals.store.list_proposals(run_id=result.run_id)]
+    summary = {**result.summary(), "proposals": pending, "db": str(db)}
+    if as_json:
+        emit_json(summary)
+    else:
+        print(f"run: {result.run_id}\nstop_reason: {result.stop_reason}\ndetail: {result.detail}")
+        for pid in pending:
+            print(f"review:  tether approvals --db {db} show {pid}")
+            print(f"approve: tether approvals --db {db} approve {pid}")
+        print(f"resume:  tether resume --db {db} {result.run_id}")
+    return EXIT_CODES.get(str(result.stop_reason), 7)
