@@ -102,11 +102,46 @@ async def _main(argv: list[str]) -> None:
         desk.approve(REVIEWER, p.id)
         print(p.id, flush=True)
         sys.stdin.readline()  # held until the test kills this process
+    elif command == "resume":
+        loop_host, agent = build_loop(Path(db))
+        try:
+            result = await loop_host.resume(agent, rest[0])
+        finally:
+            await loop_host.aclose()
+        print(json.dumps({"stop_reason": str(result.stop_reason)}), flush=True)
     elif command == "execute":
         print("ready", flush=True)
         sys.stdin.readline()  # a start line from the test: every worker begins together
         ex = await desk.execute(ALPHA, rest[0])
         print(json.dumps({"replayed": ex.replayed, "data": ex.data, "pid": os.getpid()}), flush=True)
+
+
+# -- the same tool in the agent loop: a model stand-in that is a pure function of the request --
+
+LOOP_APP = "_outbox_app:build_loop"
+
+
+def _note_model(request: Any) -> Any:
+    from tether.models.test import call, final, tool_results
+
+    if not tool_results(request):
+        return call("add_note", order_id="order-1", note="Customer asked for a call back.")
+    return final("The note was added to order-1.")
+
+
+def build_loop(db: Path) -> tuple[Host, Any]:
+    """Factory for ``tether resume``: the host (outbox next to ``db``) and the agent."""
+    from tether.models.test import FunctionModel
+    from tether.run import Agent
+
+    host, _ = build(Path(db), Path(db).with_name("outbox.db"), crash=os.environ.get("OUTBOX_CRASH", ""))
+    assert host.approvals is not None
+    host.approvals.app = LOOP_APP
+    host.trace_dir = Path(db).parent / "traces"
+    agent = Agent(
+        instructions="Add notes to orders.", model=FunctionModel(_note_model, name="notes"), name="noter"
+    )
+    return host, agent
 
 
 if __name__ == "__main__":
