@@ -184,7 +184,7 @@ def settle_approvals(
             settled.append(o)
             continue
         assert o.spec is not None and o.arguments is not None
-        stored = approvals.store.find_for_call(s.run_id, o.call.id)
+        stored = approvals.store.find_for_call(s.run_id, s.steps, o.call.id)
         if stored is None:
             proposal = Proposal.of(
                 o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True

@@ -185,3 +185,45 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
     assert entry.note == "reconciled: happened"
     assert host.approvals.store.load_checkpoint(first.run_id).app == LOOP_APP  # type: ignore[union-attr]
     await host.aclose()
+
+
+@pytest.mark.spec("T5")
+async def test_a_reused_call_id_in_a_later_turn_does_not_ride_on_the_old_approval(tmp_path: Path) -> None:
+    from tether.messages import ToolCall
+
+    host, box = build(tmp_path / "a.db", tmp_path / "outbox.db")
+    args = json.dumps({"order_id": "order-1", "note": "Same note."})
+    same_id = [ToolCall("c1", "add_note", args), ToolCall("c1", "add_note", args), final("done")]
+    agent = Agent(instructions="x", model=ScriptedModel(same_id))
+    first = await host.run(agent, "Note it.", context=ALPHA)
+    assert host.approvals is not None
+    [p] = host.approvals.store.list_proposals()
+    host.approvals.approve(REVIEWER, p.id)
+    second = await host.resume(agent, first.run_id)  # turn 1 runs; turn 2 repeats the id and content
+    assert second.stop_reason is StopReason.APPROVAL_REQUIRED
+    assert len(box.rows()) == 1
+    proposals = host.approvals.store.list_proposals()
+    assert len(proposals) == 2 and proposals[1].status is ProposalStatus.PENDING
+    assert proposals[1].content_hash == p.content_hash and proposals[1].step == p.step + 1  # type: ignore[operator]
+    await host.aclose()
+
+
+@pytest.mark.spec("T5")
+async def test_a_loop_proposal_executed_at_the_desk_is_not_repeated_by_the_resumed_run(
+    tmp_path: Path,
+) -> None:
+    from tether.policy import ProposalDesk
+
+    host, agent = build_loop(tmp_path / "a.db")
+    first = await host.run(agent, "Note it.", context=ALPHA)
+    assert host.approvals is not None
+    [p] = host.approvals.store.list_proposals()
+    desk = ProposalDesk(host)
+    desk.approve(REVIEWER, p.id)
+    direct = await desk.execute(ALPHA, p.id)
+    done = await host.resume(agent, first.run_id)
+    assert done.stop_reason is StopReason.ACCEPTED
+    assert "effect_replayed" in kinds(done) and "effect_intent" not in kinds(done)
+    assert len(build(tmp_path / "a.db", tmp_path / "outbox.db")[1].rows()) == 1
+    assert direct.key == host.approvals.store.ledger_for(p.id)[0].key
+    await host.aclose()

@@ -54,7 +54,10 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 decision_reason TEXT NOT NULL DEFAULT ''
             )""",
             "CREATE INDEX proposals_status ON proposals (status)",
-            "CREATE UNIQUE INDEX proposals_call ON proposals (run_id, call_id) WHERE run_id IS NOT NULL",
+            # A call id is model-chosen: a proposal belongs to one turn (step) of one run, never to a
+            # later turn that reuses the id.
+            "CREATE UNIQUE INDEX proposals_call ON proposals (run_id, step, call_id)"
+            " WHERE run_id IS NOT NULL",
             """CREATE TRIGGER proposals_immutable
                BEFORE UPDATE OF id, tenant, tool, arguments, content_hash, effect, proposed_by, run_id, step,
                                 call_id, created_at ON proposals
@@ -264,9 +267,10 @@ class SqliteApprovalStore:
         rows = self._read(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (proposal_id,))
         return _proposal(rows[0]) if rows else None
 
-    def find_for_call(self, run_id: str, call_id: str) -> StoredProposal | None:
+    def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
         rows = self._read(
-            f"SELECT {_P_COLS} FROM proposals WHERE run_id = ? AND call_id = ?", (run_id, call_id)
+            f"SELECT {_P_COLS} FROM proposals WHERE run_id = ? AND step = ? AND call_id = ?",
+            (run_id, step, call_id),
         )
         return _proposal(rows[0]) if rows else None
 

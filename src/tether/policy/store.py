@@ -132,7 +132,9 @@ class ApprovalStore(Protocol):
 
     def get_proposal(self, proposal_id: str) -> StoredProposal | None: ...
 
-    def find_for_call(self, run_id: str, call_id: str) -> StoredProposal | None: ...
+    def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+        """The proposal made for call ``call_id`` in turn ``step`` of ``run_id``, if any."""
+        ...
 
     def list_proposals(
         self, *, status: ProposalStatus | None = None, run_id: str | None = None
