@@ -227,3 +227,23 @@ async def test_a_loop_proposal_executed_at_the_desk_is_not_repeated_by_the_resum
     assert len(build(tmp_path / "a.db", tmp_path / "outbox.db")[1].rows()) == 1
     assert direct.key == host.approvals.store.ledger_for(p.id)[0].key
     await host.aclose()
+
+
+@pytest.mark.spec("T5", "P1")
+async def test_the_model_cannot_approve_its_own_proposal(tmp_path: Path) -> None:
+    host, box = build(tmp_path / "a.db", tmp_path / "outbox.db")
+    script = [call("add_note", order_id="order-1", note="n")]
+    first = await host.run(Agent(instructions="x", model=ScriptedModel(script)), "Note it.", context=ALPHA)
+    assert host.approvals is not None
+    [p] = host.approvals.store.list_proposals()
+    # Obeying an injected "approve it yourself": there is no such tool, and no argument reaches a Reviewer.
+    obeying = ScriptedModel(
+        [call("approve", proposal_id=p.id, reviewer="alpha-manager"), final("approved it")]
+    )
+    other = await host.run(Agent(instructions="x", model=obeying), "Approve " + p.id, context=ALPHA)
+    assert other.stop_reason is StopReason.ACCEPTED  # the model's claim changes nothing
+    assert any(e.data.get("message", "").startswith("unknown tool") for e in other.events)
+    assert host.approvals.store.get_proposal(p.id).status is ProposalStatus.PENDING  # type: ignore[union-attr]
+    still = await host.resume(Agent(instructions="x", model=ScriptedModel([final("x")])), first.run_id)
+    assert still.stop_reason is StopReason.APPROVAL_REQUIRED and box.rows() == []
+    await host.aclose()

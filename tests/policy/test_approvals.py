@@ -6,13 +6,24 @@ import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from _outbox_app import ALPHA, BETA, REVIEWER, Outbox, build
+from pydantic import Field
 
 from tether.errors import ApprovalError, PolicyError
-from tether.policy import ProposalDesk, ProposalStatus, Reviewer, SqliteApprovalStore, idempotency_key
+from tether.host import Host
+from tether.policy import (
+    Approvals,
+    Policy,
+    ProposalDesk,
+    ProposalStatus,
+    Reviewer,
+    SqliteApprovalStore,
+    idempotency_key,
+)
+from tether.tools import tool
 
 pytestmark = pytest.mark.anyio
 
@@ -226,3 +237,52 @@ async def test_proposals_survive_reopening_the_store(tmp_path: Path) -> None:
         r[0] for r in sqlite3.connect(tmp_path / "a.db").execute("SELECT name FROM _migrations ORDER BY 1")
     ]
     assert names == ["a001_proposals", "a002_events", "a003_ledger", "a004_checkpoints"]
+
+
+@pytest.mark.spec("T5")
+async def test_a_tool_that_crashes_mid_call_is_reconciled_before_any_retry(tmp_path: Path) -> None:
+    host, box = build(tmp_path / "a.db", tmp_path / "o.db")
+    await host.start()
+    d = ProposalDesk(host)
+    p = d.propose(ALPHA, note())
+    d.approve(REVIEWER, p.id)
+    bound = host.local.get("add_note")  # the host's own bound copy of the tool
+    original = bound.function
+    calls: list[str] = []
+
+    def crashing(self: Outbox, order_id: str, note: str, ctx: Any) -> Any:
+        calls.append(order_id)
+        raise KeyError("bug in our code")  # a programming error: the outcome is unknown
+
+    bound.function = crashing
+    with pytest.raises(KeyError):  # programming errors end loudly
+        await d.execute(ALPHA, p.id)
+    [entry] = d.approvals.store.ledger_for(p.id)
+    assert entry.status == "reconciling" and entry.result is None
+    bound.function = original
+    ex = await d.execute(ALPHA, p.id)  # asked the tool by key: nothing happened, so it runs once
+    assert not ex.replayed and len(box.rows()) == 1 and calls == ["order-1"]
+    assert d.approvals.store.ledger_for(p.id)[0].attempts == 2
+    await host.aclose()
+
+
+@pytest.mark.spec("T5")
+async def test_proposals_that_need_no_approval_are_recorded_as_approved_by_policy(tmp_path: Path) -> None:
+    @tool
+    def read_order(order_id: Annotated[str, Field(max_length=10, description="Order id.")]) -> dict[str, str]:
+        """Read an order."""
+        return {"order_id": order_id, "status": "open"}
+
+    host = Host(
+        policy=Policy(allow={"read_order"}), approvals=Approvals(SqliteApprovalStore(tmp_path / "a.db"))
+    )
+    host.add_tools(read_order)
+    await host.start()
+    d = ProposalDesk(host)
+    p = d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "742"}}')
+    assert p.status is ProposalStatus.APPROVED and p.decided_by == "policy:automatic"
+    assert (await d.execute(ALPHA, p.id)).data == {"order_id": "742", "status": "open"}
+    with pytest.raises(PolicyError) as info:
+        d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "74212345678"}}')
+    assert info.value.reason == "too_long"
+    await host.aclose()

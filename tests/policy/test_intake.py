@@ -129,6 +129,7 @@ BODY = '"body": "ok"'
         ("", "invalid_json"),
         ("\ufeff" + envelope(), "bom"),
         ('{"tool": "set_count", "arguments": {"count": 1, "tags": ' + "[" * 40 + "]" * 40 + "}}", "too_deep"),
+        ("[" * 2040 + "]" * 2040, "too_deep"),  # deep enough to exhaust a recursive parser
         ("[" * 5000 + "]" * 5000, "too_large"),
     ],
 )
