@@ -235,7 +235,7 @@ def test_arbitrary_bytes_give_a_proposal_or_a_policy_error_only(raw: bytes) -> N
 
 
 @pytest.mark.spec("T3")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(["prepare_draft", "set_count", "other"]) | st.text(max_size=10),
     st.dictionaries(

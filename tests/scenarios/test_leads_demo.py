@@ -109,5 +109,13 @@ def test_cli_deny_ends_the_resumed_run_approval_denied(tmp_path: Path) -> None:
     assert tether("approvals", "deny", str(pid), "--reason", "wrong lead", cwd=tmp_path).returncode == 0
     resumed = tether("resume", str(run["run_id"]), "--json", cwd=tmp_path)
     assert resumed.returncode == 2 and last_json(resumed.stdout)["stop_reason"] == "approval_denied"
-    out = tether("demo", "leads", "--json", cwd=tmp_path)
-    assert out.returncode == 0 and last_json(out.stdout)["ok"] is True
+
+
+@pytest.mark.spec("S2")
+def test_tether_demo_dispatches_to_the_registered_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    from tether.cli import main
+    from tether.commands.demo import DEMOS
+
+    assert DEMOS["leads"] == "tether.scenarios.leads.demo:main"
+    assert main(["demo", "leads", "--json"]) == 0
+    assert last_json(capsys.readouterr().out)["draft_count_after_replay"] == 1
