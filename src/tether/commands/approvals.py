@@ -51,7 +51,13 @@ def run(args: argparse.Namespace) -> int:
     from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
 
     db: Path = args.db or default_db()
-    if args.action != "list" and not db.exists():
+    if not db.exists():  # never create a store just to look into it
+        if args.action == "list":
+            if getattr(args, "json", False):
+                emit_json({"db": str(db), "count": 0, "proposals": []})
+            else:
+                print(f"no approval store at {db}")
+            return 0
         print(f"no approval store at {db}")
         return 1
     approvals = Approvals(SqliteApprovalStore(db))
