@@ -89,8 +89,9 @@ class AgentLoop:
                 from tether.checkpoint import pending_calls
 
                 # Finish the turn the run paused in; its calls are settled against the store again.
-                await self._act(pending_calls(s))
-                s.steps += 1
+                if pending := pending_calls(s):
+                    await self._act(pending)
+                    s.steps += 1
             else:
                 await self._recall_memory()
                 s.trajectory.append(UserMessage(s.objective))
