@@ -262,3 +262,27 @@ def test_tool_spec_without_properties_accepts_only_no_arguments() -> None:
     with pytest.raises(PolicyError) as info:
         propose(ALPHA, '{"tool": "ping", "arguments": {"x": 1}}', tools=[spec])
     assert info.value.reason == "extra_field"
+
+
+@pytest.mark.spec("T3")
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sampled_from(["prepare_draft", "set_count"]), st.text(max_size=300) | st.binary(max_size=300).map(repr)
+)
+def test_the_gate_turns_any_raw_arguments_into_an_outcome_never_an_exception(name: str, raw: str) -> None:
+    import anyio
+
+    from tether.host import Host
+    from tether.messages import ToolCall
+
+    host = Host(policy=POLICY)
+    host.add_tools(*TOOLS)
+    anyio.run(host.start)
+    outcome = host.gate(ToolCall("c1", name, raw), ALPHA, host.offered())
+    assert outcome.status in {"allow", "reject", "deny"}  # no approval store here: "approve" fails closed
+    if outcome.status == "reject":
+        assert outcome.error.split(":")[0].replace("_", "").isalnum()
+    valid = json.dumps({"lead_id": "lead-alpha", "body": "ok"})
+    assert host.gate(ToolCall("c2", "prepare_draft", valid), ALPHA, host.offered()).decision.reason == (  # type: ignore[union-attr]
+        "approval_unavailable"
+    )

@@ -118,11 +118,16 @@ async def test_approved_proposal_survives_a_killed_process(tmp_path: Path) -> No
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
-    host, box = build(tmp_path / "a.db", tmp_path / "o.db")  # a fresh process's view: the restart
+    restarted = worker(tmp_path / "a.db", tmp_path / "o.db", "execute", pid)  # a new process, same files
+    out, err = restarted.communicate("go\n", timeout=60)
+    assert restarted.returncode == 0, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["data"]["note"] == "Survives a kill." and not result["replayed"]
+    host, box = build(tmp_path / "a.db", tmp_path / "o.db")
     await host.start()
     desk = ProposalDesk(host)
     assert desk.review(ALPHA, pid).status == "approved"
-    assert (await desk.execute(ALPHA, pid)).data["note"] == "Survives a kill."
+    assert (await desk.execute(ALPHA, pid)).replayed  # and this process sees the recorded outcome
     assert len(box.rows()) == 1
     await host.aclose()
 
