@@ -1,12 +1,13 @@
-"""``tether demo NAME [ARGS...]``: run a reference scenario's demonstration.
+"""``tether demo NAME``: runnable examples of the reference scenarios.
 
-Scenarios register here as ``name: "module:function"``; the function takes the remaining
-arguments and returns the exit code.
+``DEMOS`` maps a name to ``module:function``; the function takes the remaining arguments
+and returns an exit code. Modules are imported only when their demo runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from typing import Any
 
 DEMOS: dict[str, str] = {
@@ -15,21 +16,13 @@ DEMOS: dict[str, str] = {
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
-        "demo",
-        help="run a scenario demonstration (" + ", ".join(sorted(DEMOS)) + ")",
-        description="Run a scenario demonstration; arguments after the name go to the scenario "
-        "(e.g. `tether demo leads --json`).",
-    )
-    p.add_argument("name", choices=sorted(DEMOS))
-    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the scenario")
+    p = sub.add_parser("demo", help="run a scenario demo", description="Run one scenario demo.")
+    p.add_argument("name", choices=sorted(DEMOS), help="which demo")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the demo (e.g. --json)")
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    import importlib
-
-    module_name, _, function = DEMOS[args.name].partition(":")
-    main = getattr(importlib.import_module(module_name), function)
-    code: int = main(list(args.args))
+    module, _, function = DEMOS[args.name].partition(":")
+    code: int = getattr(importlib.import_module(module), function)(list(args.args))
     return code
