@@ -38,6 +38,7 @@ def result_from_observation(obs: Observation) -> dict[str, Any]:
         "data": obs.data,
         "is_error": obs.is_error,
         "error_kind": obs.error_kind,
+        "meta": {k: v for k, v in obs.meta.items() if isinstance(v, str | int | float | bool)},
     }
 
 
@@ -54,6 +55,7 @@ def observation_from_result(
         data=result.get("data"),
         is_error=bool(result.get("is_error")),
         error_kind=result.get("error_kind"),
+        meta=dict(result.get("meta") or {}),
     )
 
 
@@ -79,10 +81,13 @@ async def run_effect(
     key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
     ctx = replace(context, idempotency_key=key)
 
+    fresh: list[Observation] = []
+
     async def call() -> dict[str, Any]:
         obs, crash = await host.execute(spec, arguments, ctx)
         if crash is not None:
             raise ToolCrashed(obs, crash)
+        fresh.append(obs)
         return result_from_observation(obs)
 
     def on_event(kind: str, **data: Any) -> None:
@@ -102,6 +107,9 @@ async def run_effect(
         )
     except ToolCrashed as crashed:
         return replace(crashed.observation, call_id=context.call_id), crashed.error
-    obs = observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=host.clock())
+    if fresh and not outcome.replayed:
+        obs = fresh[0]  # this call ran now: keep the host's own observation (labels, truncation)
+    else:
+        obs = observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=host.clock())
     meta = {"idempotency_key": key, "replayed": outcome.replayed, "reconciled": outcome.reconciled}
     return replace(obs, meta={**obs.meta, **meta}), None
