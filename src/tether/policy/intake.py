@@ -134,6 +134,8 @@ def parse_json(raw: str | bytes) -> Any:
     if text.startswith(_BOM):
         raise PolicyError("bom", "a byte-order mark is not allowed")
     try:
+        # A decoder per call: the hooks are Python code, so a shared scanner could be re-entered
+        # from another thread mid-parse.
         value = json.loads(
             text,
             object_pairs_hook=_pairs,
@@ -147,7 +149,10 @@ def parse_json(raw: str | bytes) -> Any:
         raise PolicyError("too_deep", f"more than {MAX_DEPTH} nested containers") from None
     except ValueError as err:  # JSONDecodeError, and int() limits
         raise PolicyError("invalid_json", f"not valid JSON: {str(err)[:120]}") from None
-    _walk(value, 0, "(root)")
+    # The walk finds lone surrogates (only a \u escape can make one: the text itself encoded)
+    # and excessive nesting (only possible with more brackets than the limit).
+    if "\\u" in text or text.count("[") + text.count("{") > MAX_DEPTH:
+        _walk(value, 0, "(root)")
     return value
 
 
