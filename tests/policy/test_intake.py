@@ -118,6 +118,7 @@ BODY = '"body": "ok"'
         ('{"tool": "prepare_draft", "arguments": {' + LEAD + ', "body": " \\t\\n "}}', "blank_string"),
         ('{"tool": "  ", "arguments": {}}', "blank_string"),
         ('{"tool": "prepare_draft", "arguments": {' + LEAD + ', "body": "a\\ud800b"}}', "not_utf8"),
+        ('{"tool": "prepare_draft", "arguments": {' + LEAD + ", " + BODY + ', "\\udfff": 1}}', "not_utf8"),
         ('{"tool": "prepare_draft", "arguments": {"lead_id": "' + "x" * 81 + '", ' + BODY + "}}", "too_long"),
         ('{"tool": "prepare_draft", "arguments": {' + LEAD + ', "body": "' + "b" * 2001 + '"}}', "too_long"),
         ('{"tool": "set_count", "arguments": {"count": 101}}', "out_of_range"),
