@@ -247,3 +247,42 @@ async def test_the_model_cannot_approve_its_own_proposal(tmp_path: Path) -> None
     still = await host.resume(Agent(instructions="x", model=ScriptedModel([final("x")])), first.run_id)
     assert still.stop_reason is StopReason.APPROVAL_REQUIRED and box.rows() == []
     await host.aclose()
+
+
+@pytest.mark.spec("T5", "T1")
+async def test_approval_is_configurable_per_tool_and_every_side_effect_goes_through_the_ledger(
+    tmp_path: Path,
+) -> None:
+    from tether.policy import Approvals, SqliteApprovalStore
+
+    log: list[str] = []
+
+    @tool(effect=Effect.WRITE, needs_approval=False)
+    def touch(name: Annotated[str, Field(description="Name.")]) -> str:
+        """A low-risk write that the application lets run without approval."""
+        log.append(name)
+        return "touched"
+
+    @tool(needs_approval=True)
+    def read_payroll(person: Annotated[str, Field(description="Person.")]) -> str:
+        """A sensitive read the application wants approved."""
+        log.append("payroll")
+        return "secret"
+
+    host = Host(
+        policy=Policy(allow={"touch", "read_payroll"}),
+        approvals=Approvals(SqliteApprovalStore(tmp_path / "a.db")),
+    )
+    host.add_tools(touch, read_payroll)
+    agent = Agent(
+        instructions="x", model=ScriptedModel([call("touch", name="a"), call("read_payroll", person="b")])
+    )
+    result = await host.run(agent, "Go.", context=ALPHA)
+    assert result.stop_reason is StopReason.APPROVAL_REQUIRED and log == ["a"]
+    assert {"effect_intent", "effect_recorded"} <= set(kinds(result))
+    assert host.approvals is not None
+    [entry_key] = [e.data["key"] for e in result.events if str(e.kind) == "effect_recorded"]
+    assert host.approvals.store.ledger_entry(entry_key) is not None
+    [p] = host.approvals.store.list_proposals()
+    assert p.tool == "read_payroll" and p.effect == "read"
+    await host.aclose()
