@@ -121,7 +121,7 @@ def state_to_json(s: RunState) -> str:
         "unavailable": s.unavailable,
         "outputs": {k: v for k, v in s.outputs.items() if _jsonable(v) is not None},
     }
-    return json.dumps(data, ensure_ascii=False, sort_keys=True)
+    return json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
 
 
 def state_from_json(text: str) -> RunState:

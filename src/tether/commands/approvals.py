@@ -92,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{key}: {value}")
             return 0
         reviewer = Reviewer(args.reviewer or getpass.getuser())
+        out: dict[str, Any]
         if args.action == "resolve":
             entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
             out = {"key": entry.key, "status": str(entry.status), "note": entry.note}

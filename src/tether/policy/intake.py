@@ -396,10 +396,12 @@ def parse_envelope(raw: str | bytes) -> tuple[str, dict[str, Any]]:
 
 
 def _specs(tools: Iterable[Tool | ToolSpec] | Mapping[str, Tool | ToolSpec]) -> dict[str, ToolSpec]:
+    from tether.tools.contract import ToolSpec
+
     items = tools.values() if isinstance(tools, Mapping) else tools
     out: dict[str, ToolSpec] = {}
     for t in items:
-        spec = getattr(t, "spec", t)
+        spec: ToolSpec = t if isinstance(t, ToolSpec) else t.spec
         out[spec.name] = spec
     return out
 
