@@ -409,3 +409,26 @@ async def test_a_server_cannot_ask_more_than_its_share_of_questions_in_one_call(
     refused = [e for e in events(run, "mcp_elicitation") if e["outcome"] == "refused"]
     assert len(refused) == 1 and "more than 3 questions" in refused[0]["reason"]
     assert "content={'colour': 'red'}" in run.seen("h__ask_colour")[0]  # a new call: a new share
+
+
+@pytest.mark.spec("X2", "T5")
+async def test_with_an_approval_desk_an_undeclared_tool_waits_for_a_person(
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.policy import Approvals, SqliteApprovalStore
+
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("HOSTILE_LOG", str(log))
+    config = write_config(tmp_path, [web_server("h", http_url, effects={"lookup": "read"})])
+    await approve_all(config)
+    store = SqliteApprovalStore(tmp_path / "approvals.db")
+    run = await run_question(
+        config, "Q", script(LOOKUP, ("h__read_secretly", {"key": "k"})), approvals=Approvals(store)
+    )
+    # readOnlyHint=true is only a hint: undeclared means side-effecting, so a person must approve.
+    assert run.result.stop_reason is StopReason.APPROVAL_REQUIRED
+    [pending] = store.list_proposals(run_id=run.result.run_id)
+    assert (pending.tool, pending.effect, str(pending.status)) == ("h__read_secretly", "write", "pending")
+    assert calls_logged(log) == ["lookup"]
+    assert "value-of-alpha" in run.seen("h__lookup")[0]
+    store.close()

@@ -119,6 +119,7 @@ def build_host(
     servers: Iterable[str] | None = None,
     on_denied: Literal["stop", "continue"] = "continue",
     use_pins: bool = True,
+    approvals: Any = None,
 ) -> Host:
     """A host with every configured server (or the named ones). Raises ``ConfigError``."""
     environ = os.environ if environ is None else environ
@@ -150,6 +151,7 @@ def build_host(
         trace_dir=config.path(config.host.trace_dir),
         secrets=secrets,
         on_denied=on_denied,
+        approvals=approvals,  # side-effecting MCP calls then pause for approval instead of failing closed
     )
     for source in sources.values():
         host.add_source(source)

@@ -154,10 +154,15 @@ async def run_question(
     sampling_model: Any = None,
     sampling_consent: Any = None,
     limits: Limits | None = None,
+    approvals: Any = None,
 ) -> McpRun:
     """Start every configured server, run the stand-in agent, close everything."""
     host = build_host(
-        config, responder=responder, sampling_model=sampling_model, sampling_consent=sampling_consent
+        config,
+        responder=responder,
+        sampling_model=sampling_model,
+        sampling_consent=sampling_consent,
+        approvals=approvals,
     )
     launches = [{"server": s.name, **d()} for s in host.sources if (d := getattr(s, "describe", None))]
     model = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
