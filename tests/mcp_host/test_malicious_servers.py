@@ -67,11 +67,20 @@ async def test_description_changed_after_approval_is_blocked_until_reapproved(
     run = await run_question(
         config,
         "Q",
-        script(("h__fetch_note", {}), LOOKUP, ("h__fetch_note", {}), ("h__lookup", {"key": "beta"})),
+        script(
+            ("h__fetch_note", {}),
+            LOOKUP,
+            ("h__fetch_note", {}),
+            ("h__lookup", {"key": "beta"}),
+            ("h__fetch_note", {}),
+        ),
     )
-    first, second = run.seen("h__fetch_note")
+    first, second, third = run.seen("h__fetch_note")
     assert "all good" in first
+    # Found changed during the call's re-check, then denied at the gate before reaching the server.
     assert "capability_blocked" in second and "all good" not in second
+    assert "tool_definition_not_approved" in third
+    assert [d["rule"] for d in events(run, "policy_denied")] == ["capability_pin"]
     blocked = [b for b in events(run, "mcp_capability_blocked") if b["status"] == "changed"]
     assert [b["tool"] for b in blocked] == ["h__fetch_note"]
     assert "description" in blocked[0]["why"]
@@ -82,6 +91,12 @@ async def test_description_changed_after_approval_is_blocked_until_reapproved(
     assert tools["h__fetch_note"]["description"] == "Reads the current note."
     looked = run.seen("h__lookup")
     assert "value-of-alpha" in looked[0] and "value-of-beta" in looked[1]
+    # Until re-approved: the new text is flagged, so only an explicit acceptance pins it.
+    _, _, skipped = await approve_server(config, "h", actor="ops")
+    assert "flagged" in skipped["fetch_note"]
+    await approve_server(config, "h", actor="ops", accept_flagged={"fetch_note"})
+    again = await run_question(config, "Q", script(("h__fetch_note", {})))
+    assert "all good" in again.seen("h__fetch_note")[0]
 
 
 @pytest.mark.spec("X2")

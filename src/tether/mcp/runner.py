@@ -219,7 +219,7 @@ async def resume_pause(
         store.answer(pause_id, action, content, actor=actor)
     finally:
         store.close()
-    server = pause.tool.split("__", 1)[0]
+    server = pause.server
     host = build_host(config, servers=[server])
     tracer, trace_path = host.new_tracer(f"{pause.run_id}-resume-{pause_id}")
     try:

@@ -283,9 +283,16 @@ class McpServerSource:
                     pinned_sha256=c.pinned_sha256,
                 )
         if complete:
-            for name in set(self._pinned) - set(self._live):
+            for name in sorted(set(self._pinned) - set(self._live)):
                 self._pinned.pop(name)
                 self.blocked[name] = "no longer listed by the server"
+                self.emit(
+                    EventKind.MCP_CAPABILITY_BLOCKED,
+                    server=self.name,
+                    tool=f"{self.name}{SEPARATOR}{name}",
+                    status="removed",
+                    why=self.blocked[name],
+                )
 
     async def refresh(self) -> list[ToolCheck]:
         """List the server's tools now (bypassing the response cache); the hook checks them."""
