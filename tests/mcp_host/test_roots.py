@@ -25,8 +25,8 @@ async def test_roots_are_listed_changed_and_validated(tmp_path: Path, http_url: 
     await approve_all(config)
     host = build_host(config)
     await host.start()
+    tracer, _ = host.new_tracer("roots-test")
     try:
-        tracer, _ = host.new_tracer("roots-test")
         await host.trace_launches(tracer)
         specs = {s.name: s for s in host.offered()}
         ctx = ToolContext("roots-test", "default", frozenset(), None, "c1")
@@ -48,4 +48,5 @@ async def test_roots_are_listed_changed_and_validated(tmp_path: Path, http_url: 
         # list_changed exists only on legacy connections (2026-07-28 removed it).
         assert [a["action"] for a in announced] == (["list_changed_sent"] if mode == "legacy" else [])
     finally:
+        tracer.close()
         await host.aclose()

@@ -170,7 +170,7 @@ class McpServerSource:
 
     # -- connection -------------------------------------------------------------------------
 
-    def _server(self) -> Any:
+    async def _server(self, stack: AsyncExitStack) -> Any:
         if self.command:
             env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
             env.update(self.env)
@@ -178,12 +178,19 @@ class McpServerSource:
                 command=self.command[0], args=self.command[1:], env=env, cwd=self.cwd
             )
         assert self.url is not None
-        if not self.headers:
-            return self.url
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=self.headers, timeout=self.timeout_s, follow_redirects=False)
+        # trust_env=False: no ~/.netrc credentials, no proxy settings from the user's environment
+        # ride along to the server; the only credentials it gets are its configured headers.
+        http = httpx2.AsyncClient(
+            headers=self.headers or None,
+            timeout=httpx2.Timeout(30.0, read=max(self.timeout_s, 30.0)),
+            follow_redirects=False,
+            trust_env=False,
+        )
+        # The transport does not close a client it was given: the stack does, after the session.
+        await stack.enter_async_context(http)
         return streamable_http_client(self.url, http_client=http)
 
     async def start(self) -> None:
@@ -206,7 +213,7 @@ class McpServerSource:
             # No cancel scope around the enter: the client's task group must outlive this frame.
             client = await stack.enter_async_context(
                 Client(
-                    self._server(),
+                    await self._server(stack),
                     mode=self.mode,
                     read_timeout_seconds=self.timeout_s,
                     message_handler=self._on_message,
