@@ -86,3 +86,17 @@ async def test_sampling_budget_consent_and_failures_are_errors_to_the_server() -
     broken = SamplingGate("s", SamplingConfig(enabled=True), model=_Model(fail=True), consent=lambda p: True)
     failed = await broken(None, _sample())
     assert isinstance(failed, types.ErrorData) and "RuntimeError" in failed.message
+
+
+@pytest.mark.spec("X5")
+def test_what_a_person_reads_cannot_be_rewritten_by_control_characters() -> None:
+    from tether.mcp.elicitation import ElicitationPrompt
+
+    form = ElicitationPrompt("s", None, "form", "Proceed?\x1b[2J\rAPPROVED BY ADMIN\u202e", SCHEMA)
+    text = form.render()
+    assert "\x1b" not in text and "\r" not in text and "\u202e" not in text
+    assert "Proceed?\\x1b[2J\\x0dAPPROVED BY ADMIN\\u202e" in text  # still readable, visibly escaped
+    url = ElicitationPrompt(
+        "s", None, "url", "Sign in", url="https://exаmple.com/login", domain="exаmple.com"
+    )
+    assert "domain as registered (IDNA): xn--exmple-4nf.com" in url.render()  # a Cyrillic 'а'

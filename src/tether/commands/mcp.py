@@ -106,6 +106,14 @@ def _load(args: argparse.Namespace) -> Any:
     return load_config(args.config)
 
 
+def _safe(text: object) -> str:
+    """Server-written text for a terminal: line breaks kept, every other control or format
+    character escaped (no ANSI sequences, no carriage-return overwrites, no bidi tricks)."""
+    from tether.trace.sanitize import sanitize
+
+    return "\n".join(sanitize(line) for line in str(text).split("\n"))
+
+
 def _fail(args: argparse.Namespace, err: Exception, code: int = 1) -> int:
     from tether.commands._output import emit_json
 
@@ -200,9 +208,9 @@ def _consent(mode: str) -> Any:
             f"MCP server '{prompt.server}' asks the model (max_tokens {prompt.max_tokens}):", file=sys.stderr
         )
         if prompt.system_prompt:
-            print(f"  [system] {prompt.system_prompt}", file=sys.stderr)
+            print(f"  [system] {_safe(prompt.system_prompt)}", file=sys.stderr)
         for role, text in prompt.messages:
-            print(f"  [{role}] {text}", file=sys.stderr)
+            print(f"  [{role}] {_safe(text)}", file=sys.stderr)
         if mode == "yes":
             return True
         return input("allow this sampling request? (yes/no): ").strip().lower() == "yes"
@@ -262,13 +270,13 @@ def _run(args: argparse.Namespace) -> int:
         if summary.get("detail"):
             print(f"detail: {summary['detail']}")
         for c in summary["calls"]:
-            print(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}")
+            print(_safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
         for name, why in summary["unavailable_servers"].items():
             print(f"unavailable: {name}: {why}")
         for b in summary["blocked"]:
             what = b.get("tool") or b.get("server")
-            print(f"blocked: {b['kind']} {what}: {b.get('why') or b.get('reason') or ''}")
-        print(f"answer: {summary.get('answer')}")
+            print(_safe(f"blocked: {b['kind']} {what}: {b.get('why') or b.get('reason') or ''}"))
+        print(f"answer: {_safe(summary.get('answer'))}")
         print(f"trace: {summary.get('trace')}")
     else:
         emit_json(summary)
@@ -298,7 +306,7 @@ def _resume(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"ok": out["status"] == "ok", **out})
     else:
-        print(f"{out['tool']}: {out['status']}\n{out['result']}\ntrace: {out['trace']}")
+        print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
     return 0 if out["status"] == "ok" else 2
 
 
@@ -323,7 +331,7 @@ def _pauses(args: argparse.Namespace) -> int:
         emit_json({"ok": True, "pending": rows})
     else:
         for r in rows:
-            print(f"{r['id']}  {r['tool']}  asks: {r['message']}")
+            print(_safe(f"{r['id']}  {r['tool']}  asks: {r['message']}"))
         if not rows:
             print("no pending elicitations")
     return 0

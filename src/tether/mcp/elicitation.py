@@ -31,6 +31,7 @@ import mcp_types as types
 
 from tether.mcp.config import ElicitationConfig
 from tether.mcp.pauses import PauseStore, question_key
+from tether.trace.sanitize import sanitize
 
 __all__ = [
     "Answer",
@@ -173,16 +174,25 @@ class ElicitationPrompt:
     domain: str | None = None
 
     def render(self) -> str:
+        """The text a person reads. Everything the server wrote is shown with control and
+        format characters escaped, so it cannot move the cursor, recolour or fake a prompt."""
         asker = f"MCP server '{self.server}'" + (f" (tool {self.tool})" if self.tool else "")
-        lines = [f"{asker} asks:", f"  {self.message}"]
+        lines = [f"{asker} asks:", f"  {sanitize(self.message)}"]
         if self.mode == "url":
-            lines += [f"  URL:    {self.url}", f"  domain: {self.domain}"]
+            domain = self.domain or ""
+            try:
+                ascii_domain = domain.encode("idna").decode("ascii")
+            except UnicodeError:
+                ascii_domain = "(not a valid domain name)"
+            lines += [f"  URL:    {sanitize(self.url or '')}", f"  domain: {sanitize(domain)}"]
+            if ascii_domain != domain:
+                lines.append(f"  domain as registered (IDNA): {ascii_domain}")
         else:
             for name, prop in (self.schema or {}).get("properties", {}).items():
                 req = " (required)" if name in (self.schema or {}).get("required", []) else ""
                 desc = f" - {prop.get('description')}" if prop.get("description") else ""
                 choices = f" one of {prop['enum']}" if "enum" in prop else ""
-                lines.append(f"  {name}: {prop.get('type')}{choices}{req}{desc}")
+                lines.append(sanitize(f"  {name}: {prop.get('type')}{choices}{req}{desc}"))
         return "\n".join(lines)
 
 
