@@ -60,6 +60,8 @@ def test_review_approve_run_and_resume_from_the_command_line(
     )  # fmt: skip
     summary = _last_json(capsys.readouterr().out)
     assert code == 0 and summary["stop_reason"] == "accepted"
+    offered = summary["offered_tools"]["web"]
+    assert offered == sorted(offered) and "web__lookup" in offered and "web__add_comment" not in offered
     statuses = {c["tool"]: c["status"] for c in summary["calls"]}
     assert statuses["web__lookup"] == "ok" and statuses["web__add_comment"] == "rejected"
     assert statuses["other__wipe"] == "rejected"  # the injected call the stand-in obeyed

@@ -273,6 +273,9 @@ def _run(args: argparse.Namespace) -> int:
             print(_safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
         for name, why in summary["unavailable_servers"].items():
             print(f"unavailable: {name}: {why}")
+        for name, tools in summary["offered_tools"].items():
+            if not tools and name not in summary["unavailable_servers"]:
+                print(f"server {name}: no approved tools offered (tether mcp review/approve {name})")
         for b in summary["blocked"]:
             what = b.get("tool") or b.get("server")
             print(_safe(f"blocked: {b['kind']} {what}: {b.get('why') or b.get('reason') or ''}"))

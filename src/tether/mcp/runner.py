@@ -132,6 +132,10 @@ class McpRun:
         out["unavailable_servers"] = {
             s.name: s.unavailable for s in mcp_sources(self.host) if s.unavailable is not None
         }
+        offered = self.offered()
+        out["offered_tools"] = {
+            s.name: [t for t in offered if t.startswith(s.name + "__")] for s in mcp_sources(self.host)
+        }
         out["servers"] = self.launches
         out["calls"] = [{"tool": c.tool, "status": c.status, "reason": c.reason} for c in self.result.calls]
         return out
