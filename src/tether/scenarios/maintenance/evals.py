@@ -1,0 +1,260 @@
+"""The maintenance scenario as an evaluation subject: workflow and agent on the same cases.
+
+A case's ``environment`` says what to build:
+
+    server:   {inject: bool, inject_text: str, down: [read_order | read_history]}
+    memory:   [{claim, system, record, observed_at, valid_until, confidence}]  (equipment of the order)
+    handoff_omit: [field, ...]   fields the agent's handoff leaves out
+
+Cases sharing a server configuration share one ERP process (a real MCP server over stdio);
+each run gets a fresh SQLite memory file seeded from the case.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.evals.cases import Case, CaseFileError
+from tether.evals.runner import Execution, ModelFactory
+from tether.host import Host
+from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
+from tether.policy.trusted import Permissions, TrustedContext
+from tether.run import Agent, RunState
+from tether.scenarios.maintenance import lab
+from tether.scenarios.maintenance.policy_model import policy_model
+from tether.stop import Limits
+from tether.tools.contract import Effect
+
+__all__ = ["CASES_PATH", "CONFIG_PATH", "MaintenanceScenario"]
+
+CASES_PATH = Path(__file__).with_name("cases.yaml")
+CONFIG_PATH = Path(__file__).with_name("compare.yaml")
+MEMORY_SOURCES = frozenset({"erp", "erp-assets"})
+
+
+class _Fixture(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ServerFixture(_Fixture):
+    inject: bool = False
+    inject_text: str = ""
+    down: tuple[Literal["read_order", "read_history"], ...] = ()
+
+
+class MemoryFixture(_Fixture):
+    claim: str = Field(min_length=1)
+    system: str = "erp"
+    record: str = ""
+    observed_at: datetime
+    valid_until: datetime
+    confidence: Literal["authoritative", "inferred", "user_stated"] = "authoritative"
+
+
+class Environment(_Fixture):
+    server: ServerFixture = ServerFixture()
+    memory: tuple[MemoryFixture, ...] = ()
+    handoff_omit: tuple[str, ...] = ()
+
+
+class CaseInput(_Fixture):
+    question: str = Field(min_length=1)
+    order_id: str = Field(min_length=1)
+
+
+def environment(case: Case) -> Environment:
+    try:
+        return Environment.model_validate(case.environment)
+    except ValueError as err:
+        raise CaseFileError(f"case {case.id}: bad environment: {err}") from None
+
+
+def case_input(case: Case) -> CaseInput:
+    try:
+        return CaseInput.model_validate(case.input)
+    except ValueError as err:
+        raise CaseFileError(f"case {case.id}: bad input: {err}") from None
+
+
+def _subject(order_id: str) -> str:
+    return f"order:{order_id}:equipment"
+
+
+def eval_agent(model: Any, order_id: str, *, omit: Sequence[str] = ()) -> Agent:
+    """The agent design: same tools and limits as the lab, handoff and memory for ``order_id``."""
+
+    def handoff(state: RunState, answer: str) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "objective": f"explain why work order {order_id} is open",
+            "done": ["order and history read"],
+            "evidence": sorted(state.evidence),
+            "decisions": [answer],
+            "blocked": ["part cost unavailable to a read-only role"],
+            "permissions": {"read": ["orders", "history"], "write": []},
+            "next": "ask the supervisor to confirm the forecast",
+            "stop_reason": "accepted",
+        }
+        for name in omit:
+            data.pop(name, None)
+        return data
+
+    def remember(state: RunState) -> list[MemoryRecord]:
+        order = state.last_data("erp__read_order")
+        if not isinstance(order, dict) or "equipment" not in order:
+            return []
+        now = datetime.now(UTC)
+        return [
+            MemoryRecord(
+                kind="semantic",
+                subject=_subject(order_id),
+                claim=str(order["equipment"]),
+                source=Source(system="erp", record=f"orders/{order_id}", observed_at=now),
+                scope=f"tenant:{lab.TENANT}",
+                confidence="authoritative",
+                valid_until=now + timedelta(days=30),
+                acl=frozenset({"maintenance-read"}),
+                retention="while-order-open",
+                purpose="equipment of an open work order",
+                sensitivity="internal",
+            )
+        ]
+
+    return Agent(
+        instructions=lab.INSTRUCTIONS,
+        model=model,
+        name="order-investigator",
+        limits=Limits(max_steps=8, llm_calls=10, llm_calls_hard=12, deadline_s=60),
+        memory_subjects=(_subject(order_id),),
+        handoff=handoff,
+        remember=remember,
+    )
+
+
+class MaintenanceScenario:
+    """S1 for ``tether compare``: designs ``workflow`` and ``agent``."""
+
+    name = "maintenance"
+    designs: tuple[str, ...] = ("workflow", "agent")
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self._key: str | None = None
+        self._host: Host | None = None
+        self._log: Path | None = None
+        self._n = 0
+
+    def environment_key(self, case: Case) -> str:
+        return environment(case).server.model_dump_json()
+
+    async def _host_for(self, case: Case) -> Host:
+        key = self.environment_key(case)
+        if self._host is not None and key == self._key:
+            return self._host
+        await self.aclose()
+        server = environment(case).server
+        self._n += 1
+        folder = self.out / f"env-{self._n:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        host = lab.make_host(
+            folder, inject=server.inject, down=",".join(server.down), inject_text=server.inject_text
+        )
+        host.trace_dir = self.out / "traces"
+        await host.start()
+        self._host, self._key, self._log = host, key, folder / "erp-calls.jsonl"
+        return host
+
+    def _server_log(self) -> list[str]:
+        if self._log is None or not self._log.exists():
+            return []
+        return [json.loads(line)["tool"] for line in self._log.read_text().splitlines() if line.strip()]
+
+    async def _memory(self, case: Case, design: str, repeat: int) -> tuple[SqliteMemory, list[str]]:
+        """A fresh store holding the case's memories; returns it and the claims a read shows."""
+        env, inp = environment(case), case_input(case)
+        path = self.out / "memory" / f"{case.id}-{design}-{repeat}.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        policy = MemoryPolicy(approved_sources=MEMORY_SOURCES)
+        for i, m in enumerate(env.memory):
+            # Seed with a clock just after observation, so once-valid (now expired) records exist.
+            seed_clock = m.observed_at + timedelta(seconds=1 + i)
+            seeder = SqliteMemory(path, policy=policy, clock=lambda t=seed_clock: t)  # type: ignore[misc]
+            await seeder.propose(
+                MemoryRecord(
+                    kind="semantic",
+                    subject=_subject(inp.order_id),
+                    claim=m.claim,
+                    source=Source(
+                        system=m.system,
+                        record=m.record or f"orders/{inp.order_id}",
+                        observed_at=m.observed_at,
+                    ),
+                    scope=f"tenant:{case.context.tenant}",
+                    confidence=m.confidence,
+                    valid_until=m.valid_until,
+                    acl=frozenset({"maintenance-read"}),
+                    retention="while-order-open",
+                    purpose="equipment of an open work order",
+                    sensitivity="internal",
+                ),
+                actor="case-fixture",
+            )
+        store = SqliteMemory(path, policy=policy)
+        shown = await store.read(
+            _subject(inp.order_id),
+            scope=f"tenant:{case.context.tenant}",
+            roles=set(case.context.roles),
+            now=datetime.now(UTC),
+        )
+        return store, [f"memory {r.origin}: {r.record.claim}" for r in shown.records]
+
+    async def execute(
+        self, case: Case, design: str, *, repeat: int, model_factory: ModelFactory | None
+    ) -> Execution:
+        env, inp = environment(case), case_input(case)
+        host = await self._host_for(case)
+        ctx = TrustedContext(
+            tenant=case.context.tenant,
+            roles=frozenset(case.context.roles),
+            user=case.context.user,
+            permissions=Permissions(read=frozenset({"orders", "history"}), write=frozenset()),
+        )
+        before = len(self._server_log())
+        faults = [f"down:{t}" for t in env.server.down]
+        faults += ["inject"] if env.server.inject else []
+        faults += [f"handoff_omit:{f}" for f in env.handoff_omit]
+        shown: list[str] = []
+        if design == "workflow":
+            host.memory = None
+            result = await host.run_workflow(lab.workflow(inp.order_id), inp.question, context=ctx)
+        elif design == "agent":
+            store, shown = await self._memory(case, design, repeat)
+            faults += ["memory"] if env.memory else []
+            host.memory = store
+            model = model_factory() if model_factory else policy_model()
+            result = await host.run(
+                eval_agent(model, inp.order_id, omit=env.handoff_omit), inp.question, context=ctx
+            )
+        else:
+            raise CaseFileError(f"unknown design {design!r}; choose from {', '.join(self.designs)}")
+        reached = self._server_log()[before:]
+        return Execution(
+            result=result,
+            specs=host.offered(),
+            context_extra=shown,
+            effects={s.name: s.effect for s in host.offered()} | {"export_secrets": Effect.SEND},
+            server_calls=reached,
+            faults=faults,
+        )
+
+    async def aclose(self) -> None:
+        host, self._host, self._key = self._host, None, None
+        if host is not None:
+            await host.aclose()
