@@ -168,7 +168,8 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
             used.add(found)
     f1 = call_f1(actual, exp, with_args=wa)
     detail = f"{expected.mode}: expected {[e.tool for e in exp]}, got {names}"
-    return Grade("trajectory", passed, f1 if not passed else 1.0, detail, {"mode": expected.mode, "f1": f1})
+    # The score is pass/fail; the F1 (order-blind) is reported beside it for partial credit.
+    return Grade("trajectory", passed, 1.0 if passed else 0.0, detail, {"mode": expected.mode, "f1": f1})
 
 
 # -- final response ------------------------------------------------------------------------------
