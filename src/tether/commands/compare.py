@@ -121,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         "files": summary["files"],
     }
     last.update(last["designs"])  # also per design at the top level: {"workflow": {...}, "agent": {...}}
+    if summary.get("chart_error"):
+        print(f"tether compare: no PNG chart: {summary['chart_error']}", file=sys.stderr)
     if not args.json:
         rows = [{"design": d, **last["designs"][d]} for d in summary["designs"]]
         print(

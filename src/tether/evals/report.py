@@ -112,7 +112,7 @@ def write_chart(summary: dict[str, Any], path: Path) -> Path:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError as err:  # pragma: no cover - exercised only without the extra
+    except ImportError as err:
         raise RuntimeError("the PNG chart needs matplotlib: pip install 'tether[evals]'") from err
 
     designs = summary["designs"]
@@ -145,9 +145,19 @@ def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:
     """Write JSON, Markdown and PNG under ``out``; return the summary with the file paths."""
     out.mkdir(parents=True, exist_ok=True)
     summary = comparison.summary()
-    paths = {"json": out / "report.json", "markdown": out / "report.md", "chart": out / "report.png"}
-    write_chart(summary, paths["chart"])
-    paths["markdown"].write_text(markdown(summary), encoding="utf-8")
+    paths: dict[str, Path | None] = {
+        "json": out / "report.json",
+        "markdown": out / "report.md",
+        "chart": out / "report.png",
+    }
+    try:
+        write_chart(summary, out / "report.png")
+    except RuntimeError as err:  # matplotlib missing: the figures are still written, the gap is said
+        summary["chart_error"] = str(err)
+        paths["chart"] = None
+    (out / "report.md").write_text(markdown(summary), encoding="utf-8")
     full = {**summary, "runs": [r.as_dict() for r in comparison.runs]}
-    paths["json"].write_text(json.dumps(full, ensure_ascii=False, indent=2, default=str), encoding="utf-8")
-    return {**summary, "files": {k: str(v) for k, v in paths.items()}}
+    (out / "report.json").write_text(
+        json.dumps(full, ensure_ascii=False, indent=2, default=str), encoding="utf-8"
+    )
+    return {**summary, "files": {k: str(v) if v else None for k, v in paths.items()}}
