@@ -128,3 +128,71 @@ def test_pass_k_needs_every_repeat_of_a_case() -> None:
     assert s["figures"]["agent"]["success_rate"] == 0.75
     assert s["figures"]["agent"]["success_rate_per_repeat"] == [1.0, 0.5]
     assert s["figures"]["agent"]["success_rate_spread"] == 0.25
+
+
+def _small_comparison() -> Comparison:
+    cases = load_cases(
+        "inline",
+        data={
+            "scenario": "s",
+            "cases": [
+                {
+                    "id": i,
+                    "input": {},
+                    "context": {"tenant": "t"},
+                    "expect": {},
+                    "tags": ["x"],
+                    "holdout": i == "b",
+                }
+                for i in ("a", "b")
+            ],
+        },
+    )
+    comp = Comparison("s", ("workflow", "agent"), 1, cases, CompareConfig())
+    metrics = {
+        "calls": 2,
+        "steps": 2,
+        "llm_calls": 3,
+        "latency_s": 0.1,
+        "cost_usd": 0.001,
+        "violations_blocked": 1,
+        "policy_denials": 1,
+        "untrusted_instructions_followed": 0,
+        "approvals_bypassed": 0,
+        "forbidden_calls_executed": 0,
+        "handoff_valid": True,
+        "handoff_rejected": False,
+        "human_intervention": False,
+        "faults": ["inject"],
+        "event_kinds": [],
+    }
+    for design in ("workflow", "agent"):
+        for case in ("a", "b"):
+            comp.runs.append(
+                CaseRun(case, design, 1, ("x",), case == "b", "accepted", "x", True, {}, metrics)
+            )
+    return comp
+
+
+def test_report_writes_json_markdown_and_png(tmp_path) -> None:
+    import json
+
+    from tether.evals.report import write_report
+
+    summary = write_report(_small_comparison(), tmp_path)
+    assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "report.json").read_text())["decision"]["decision"] == "do not adopt"
+    assert "## Decision: **do not adopt**" in (tmp_path / "report.md").read_text()
+    assert summary["files"]["chart"] == str(tmp_path / "report.png")
+
+
+def test_report_without_matplotlib_still_writes_the_figures_and_says_so(tmp_path, monkeypatch) -> None:
+    import sys
+
+    from tether.evals.report import write_report
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if the extra were missing
+    summary = write_report(_small_comparison(), tmp_path)
+    assert summary["files"]["chart"] is None and "tether[evals]" in summary["chart_error"]
+    assert (tmp_path / "report.json").exists() and (tmp_path / "report.md").exists()
+    assert not (tmp_path / "report.png").exists()
