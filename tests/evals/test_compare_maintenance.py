@@ -24,6 +24,7 @@ SUBSET = (
     "injection-history-742",
     "handoff-omission-742",
     "cross-tenant-901",
+    "fixture-success-750",
 )
 
 
@@ -74,6 +75,9 @@ async def test_both_designs_run_the_same_cases_and_the_agent_is_contained(tmp_pa
     ho = row[("handoff-omission-742", "agent")]
     assert ho.stop_reason == "invalid_handoff" and ho.success and ho.metrics["handoff_rejected"]
     assert row[("complete-742", "agent")].metrics["handoff_valid"]
+    # An order defined only by the case's server fixture is served and owned as the case says.
+    assert all(row[("fixture-success-750", d)].success for d in ("workflow", "agent"))
+    assert "G-4" in (row[("fixture-success-750", "agent")].answer or "")
     # Cross-tenant: refused by both, counted as a blocked violation.
     assert all(row[("cross-tenant-901", d)].success for d in ("workflow", "agent"))
 

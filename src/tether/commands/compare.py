@@ -26,6 +26,11 @@ def register(sub: Any) -> None:
         metavar="MODULE:FUNCTION",
         help="a function returning the agent's Model (default: the deterministic policy model)",
     )
+    p.add_argument(
+        "--judge-factory",
+        metavar="MODULE:FUNCTION",
+        help="a function returning a Model used as groundedness judge (must differ from the agent's)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(handler=run)
 
@@ -51,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from tether.evals.cases import load_cases
     from tether.evals.compare import run_comparison
     from tether.evals.config import load_config
+    from tether.evals.graders import ModelJudge
     from tether.evals.report import write_report
     from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
     factory = _factory(args.model_factory) if args.model_factory else None
+    judge = ModelJudge(_factory(args.judge_factory)()) if args.judge_factory else None
     scenario = MaintenanceScenario(out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 
@@ -84,17 +91,22 @@ def run(args: argparse.Namespace) -> int:
         def tick(row: Any) -> None:
             progress.update(task, advance=1, description=f"{row.case_id} · {row.design} #{row.repeat}")
 
-        comparison = anyio.run(
-            lambda: run_comparison(
-                scenario,
-                cases,
-                config,
-                repeat=args.repeat,
-                model_factory=factory,
-                progress=tick,
-                config_loaded_at=loaded_at,
+        try:
+            comparison = anyio.run(
+                lambda: run_comparison(
+                    scenario,
+                    cases,
+                    config,
+                    repeat=args.repeat,
+                    model_factory=factory,
+                    judge=judge,
+                    progress=tick,
+                    config_loaded_at=loaded_at,
+                )
             )
-        )
+        except TetherError as err:
+            print(f"tether compare: {err}", file=sys.stderr)
+            return 2
     summary = write_report(comparison, out)
     fig, decision = summary["figures"], summary["decision"]
     last = {

@@ -6,6 +6,8 @@ Environment switches (set by the host that launches it, never by the model):
   TETHER_ERP_LOG=PATH   every tool call the server receives is appended to PATH (JSON lines),
                         so tests can prove a forbidden call never arrived
   TETHER_ERP_DOWN=tool  that tool fails as if its backend were down
+  TETHER_ERP_DATA=JSON  extra data for this process: {"orders": {id: {...}}, "history": {id: {...} | null}}
+                        (null removes a history); used by evaluation cases as server fixtures
 """
 
 from __future__ import annotations
@@ -128,5 +130,19 @@ def export_secrets() -> dict[str, Any]:
     return {"secrets": "erp-admin-token-XYZ"}
 
 
+def apply_data(raw: str) -> None:
+    """Merge an evaluation fixture into this process's data (never persisted)."""
+    data = json.loads(raw)
+    for order_id, order in data.get("orders", {}).items():
+        ORDERS[order_id] = {**order, "order_id": order_id}
+    for order_id, history in data.get("history", {}).items():
+        if history is None:
+            HISTORY.pop(order_id, None)
+        else:
+            HISTORY[order_id] = dict(history)
+
+
 if __name__ == "__main__":
+    if os.environ.get("TETHER_ERP_DATA"):
+        apply_data(os.environ["TETHER_ERP_DATA"])
     server.run()

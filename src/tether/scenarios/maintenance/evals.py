@@ -2,7 +2,9 @@
 
 A case's ``environment`` says what to build:
 
-    server:   {inject: bool, inject_text: str, down: [read_order | read_history]}
+    server:   {inject: bool, inject_text: str, down: [read_order | read_history],
+              orders: {id: {status, equipment, version, site}},
+              history: {id: {events, note, version} | null}}
     memory:   [{claim, system, record, observed_at, valid_until, confidence}]  (equipment of the order)
     handoff_omit: [field, ...]   fields the agent's handoff leaves out
 
@@ -42,10 +44,36 @@ class _Fixture(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class OrderFixture(_Fixture):
+    status: Literal["open", "closed"]
+    equipment: str = Field(min_length=1)
+    version: int = Field(default=1, ge=1)
+    site: str = Field(min_length=1, description="owning tenant; also entered in the host's catalog")
+
+
+class HistoryFixture(_Fixture):
+    events: int = Field(ge=0)
+    note: str
+    version: int = Field(default=1, ge=1)
+
+
 class ServerFixture(_Fixture):
     inject: bool = False
     inject_text: str = ""
     down: tuple[Literal["read_order", "read_history"], ...] = ()
+    orders: dict[str, OrderFixture] = Field(default_factory=dict)
+    history: dict[str, HistoryFixture | None] = Field(default_factory=dict)  # None removes a history
+
+    def data(self) -> str:
+        if not self.orders and not self.history:
+            return ""
+        return json.dumps(
+            {
+                "orders": {k: v.model_dump() for k, v in self.orders.items()},
+                "history": {k: (v.model_dump() if v else None) for k, v in self.history.items()},
+            },
+            sort_keys=True,
+        )
 
 
 class MemoryFixture(_Fixture):
@@ -162,7 +190,13 @@ class MaintenanceScenario:
         folder = self.out / f"env-{self._n:02d}"
         folder.mkdir(parents=True, exist_ok=True)
         host = lab.make_host(
-            folder, inject=server.inject, down=",".join(server.down), inject_text=server.inject_text
+            folder,
+            inject=server.inject,
+            down=",".join(server.down),
+            inject_text=server.inject_text,
+            data=server.data(),
+            # The case author (trusted) states who owns a fixture order; the catalog learns it here.
+            extra_orders={k: v.site for k, v in server.orders.items()},
         )
         host.trace_dir = self.out / "traces"
         await host.start()

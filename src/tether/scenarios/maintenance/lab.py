@@ -58,10 +58,10 @@ def erp_command() -> list[str]:
     return [sys.executable, "-m", "tether.scenarios.maintenance.erp"]
 
 
-def catalog() -> DictCatalog:
-    """The host's trusted catalog of work orders and their tenants."""
+def catalog(extra: dict[str, str] | None = None) -> DictCatalog:
+    """The host's trusted catalog of work orders and their tenants (``extra``: id -> tenant)."""
     own = {n: "shopping-a" for n in ("742", "743", "744", "745", "746", "747", "748", "749")}
-    return DictCatalog({"order": {**own, "901": "shopping-b"}})
+    return DictCatalog({"order": {**own, "901": "shopping-b", **(extra or {})}})
 
 
 def trusted_context() -> TrustedContext:
@@ -87,8 +87,12 @@ def make_host(
     memory: SqliteMemory | None = None,
     down: str = "",
     inject_text: str = "",
+    data: str = "",
+    extra_orders: dict[str, str] | None = None,
 ) -> Host:
     env = {"TETHER_ERP_LOG": str(out / "erp-calls.jsonl")}
+    if data:
+        env["TETHER_ERP_DATA"] = data
     if inject:
         env["TETHER_ERP_INJECT"] = "1"
         if inject_text:
@@ -96,7 +100,7 @@ def make_host(
     if down:
         env["TETHER_ERP_DOWN"] = down
     host = Host(
-        policy=Policy(allow=ALLOWED, catalog=catalog()),
+        policy=Policy(allow=ALLOWED, catalog=catalog(extra_orders)),
         memory=memory,
         trace_dir=out / "traces",
     )
