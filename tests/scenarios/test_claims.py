@@ -18,6 +18,12 @@ from tether.scenarios.claims.graph import CHECKLIST, Triage
 from tether.scenarios.claims.models import ClaimExtract, Email
 from tether.trace.sanitize import LINE_BREAKS
 
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 CLAIM = Email("claims@acme.example", "Claim, lot L-1", "Claimant: ACME\nLot: L-1\nPlastic found.")
 
 

@@ -13,6 +13,11 @@ from tether.scenarios.contract.demo import CASES_PATH, run_version
 from tether.scenarios.contract.tools import get_race_result_v1, get_race_result_v2
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
 @pytest.mark.spec("S4", "E3")
 @pytest.mark.anyio
 async def test_the_same_answer_fails_on_tool_v1_and_passes_on_tool_v2() -> None:
