@@ -268,9 +268,7 @@ class AgentLoop:
         for o in outcomes:
             call = o.call
             if o.status == "allow":
-                obs = results[call.id]
-                obs = Observation(**{**obs.__dict__, "call_id": call.id}) if not obs.call_id else obs
-                self._observe(o, obs)
+                self._observe(o, results[call.id])
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 text = wrap_untrusted(
