@@ -172,6 +172,10 @@ def test_sentences_and_facts_keep_times_names_and_identifiers() -> None:
         "It is open.",
     ]
     assert extract_facts("Exposure is USD 180,000 on lot P-17.") == ["P-17", "180000", "USD"]
+    assert extract_facts("Delivery on 2026-09-01.") == ["2026-09-01"]
+    # A date is one fact: its parts scattered over the evidence do not support it.
+    assert not groundedness("Delivery on 2026-09-01.", ['{"year": 2026, "lot": "09", "day": "01"}']).passed
+    assert groundedness("Delivery on 2026-09-01.", ['{"eta": "2026-09-01T10:00:00Z"}']).passed
 
 
 @pytest.mark.spec("E3")

@@ -254,6 +254,7 @@ def grade_final_response(
 # -- groundedness --------------------------------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9À-Ý])")
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.]+(?:Z|[+-]\d{2}:\d{2})?)?\b")
 _NUMBER = re.compile(r"\d+(?:[.:,]\d+)*")
 _IDENT = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*\b")
 _NAME = re.compile(r"\b[A-ZÀ-Ý][\w'’]*(?:[ -](?:[A-ZÀ-Ý][\w'’]*|de|da|do|dos|von|van))*\b")
@@ -316,14 +317,16 @@ def _norm_number(n: str) -> str:
 
 
 def extract_facts(sentence: str) -> list[str]:
-    """The checkable facts of a sentence: numbers (dates, times, amounts), identifiers with
-    digits (``P-17``, ``pump-19``) and proper names (capitalised words that are not just the
+    """The checkable facts of a sentence: ISO dates (whole), numbers (times, amounts),
+    identifiers with digits (``P-17``, ``pump-19``) and proper names (capitalised words that are not just the
     first word of the sentence)."""
     facts: list[str] = []
     taken: list[tuple[int, int]] = []
-    for m in _IDENT.finditer(sentence):
-        facts.append(m.group())
-        taken.append(m.span())
+    for pattern in (_DATE, _IDENT):
+        for m in pattern.finditer(sentence):
+            if not any(a <= m.start() < b for a, b in taken):
+                facts.append(m.group())
+                taken.append(m.span())
     for m in _NUMBER.finditer(sentence):
         if any(a <= m.start() < b for a, b in taken):
             continue
