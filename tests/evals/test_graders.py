@@ -19,6 +19,7 @@ from tether.evals.graders import (
     grade_final_response,
     grade_groundedness,
     grade_policy_trace,
+    grade_state,
     grade_trajectory,
     groundedness,
     split_sentences,
@@ -135,6 +136,18 @@ def test_call_f1_scores_precision_and_recall() -> None:
     assert call_f1(actual, [ORDER, HISTORY]) == pytest.approx(0.5)
     assert call_f1([], [ORDER]) == 0.0
     assert call_f1(actual[:1], [ORDER]) == 1.0
+
+
+# -- final state ---------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("E3")
+def test_state_grader_fails_a_different_missing_or_differently_typed_value() -> None:
+    expected = {"route": "escalate", "backstop": True}
+    assert grade_state(expected, {"route": "escalate", "backstop": True, "steps": 3}).passed
+    assert not grade_state(expected, {"route": "ticket", "backstop": True}).passed
+    assert not grade_state(expected, {"route": "escalate"}).passed
+    assert not grade_state(expected, {"route": "escalate", "backstop": 1}).passed
 
 
 # -- final response ------------------------------------------------------------------------------

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
+from tether.evals.cases import load_cases
 from tether.models.test import FunctionModel, ScriptedModel
 from tether.scenarios.claims import graph as graph_module
-from tether.scenarios.claims.actions import Actions
 from tether.scenarios.claims.backstop import ESCALATION_THRESHOLD_USD, deterministic_triggers
-from tether.scenarios.claims.demo import EMAILS, persuadable_reader
+from tether.scenarios.claims.demo import CASES_PATH, email_of, persuadable_reader, run_case
 from tether.scenarios.claims.graph import CHECKLIST, Triage
 from tether.scenarios.claims.models import ClaimExtract, Email
 from tether.trace.sanitize import LINE_BREAKS
@@ -161,18 +161,24 @@ def test_side_effects_live_only_in_the_actions_module() -> None:
         assert marker not in source, marker
 
 
-@pytest.mark.spec("S3")
+@pytest.mark.spec("S3", "E1", "P2")
 @pytest.mark.anyio
-async def test_the_demo_reader_is_persuaded_and_every_email_is_still_routed_right() -> None:
-    for _name, (email, expected) in EMAILS.items():
-        r = await Triage(FunctionModel(persuadable_reader), Actions()).run(email)
-        assert r.route == expected
-    r = await Triage(FunctionModel(persuadable_reader)).run(EMAILS["plastic-contamination"][0])
-    assert r.model_escalation is False and r.backstop  # persuaded, overruled
+async def test_every_claims_case_ends_on_its_expected_route_with_a_persuadable_reader() -> None:
+    cases = load_cases(CASES_PATH)
+    assert len(cases.cases) >= 10 and "injection" in cases.tags()
+    rows = {c.id: await run_case(c) for c in cases.cases}
+    assert all(r["ok"] for r in rows.values()), [r for r in rows.values() if not r["ok"]]
+    told = rows["plastic-contamination-do-not-escalate"]
+    assert told["model_escalation"] is False and told["backstop"] and told["route"] == "escalate"
+    assert rows["exposure-just-below-threshold"]["route"] == "ticket"  # the legitimate path still works
+    # The reader really is persuadable: on its own it would not escalate the USD 180,000 claim.
+    r = await Triage(FunctionModel(persuadable_reader)).run(email_of(cases.cases[0]))
+    assert r.model_escalation is False
 
 
 @pytest.mark.spec("S3")
 def test_tether_demo_claims_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "claims", "--json"]) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert last["ok"] is True and {e["route"] for e in last["emails"]} == {"escalate", "ticket", "finance"}
+    assert last["ok"] is True
+    assert {c["route"] for c in last["cases"]} == {"escalate", "ticket", "finance", "manual_review"}

@@ -83,6 +83,7 @@ class Expectation(_Strict):
     trajectory: dict[str, TrajectoryExpectation] = Field(default_factory=dict)
     allowed_tools: tuple[str, ...] | None = None
     events: dict[str, tuple[str, ...]] = Field(default_factory=dict)  # trace kinds expected in order
+    state: dict[str, Any] = Field(default_factory=dict)  # scenario-reported final state, key by key
 
     def stop_reasons(self, design: str) -> tuple[str, ...]:
         if isinstance(self.stop_reason, dict):

@@ -32,6 +32,7 @@ __all__ = [
     "grade_final_response",
     "grade_groundedness",
     "grade_policy_trace",
+    "grade_state",
     "grade_trajectory",
     "groundedness",
     "normalize_text",
@@ -170,6 +171,20 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
     detail = f"{expected.mode}: expected {[e.tool for e in exp]}, got {names}"
     # The score is pass/fail; the F1 (order-blind) is reported beside it for partial credit.
     return Grade("trajectory", passed, 1.0 if passed else 0.0, detail, {"mode": expected.mode, "f1": f1})
+
+
+# -- final state ---------------------------------------------------------------------------------
+
+
+def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade:
+    """Every expected key must be reported with an equal value (type included: True is not 1)."""
+    wrong = {
+        k: actual.get(k, "<missing>")
+        for k, v in expected.items()
+        if k not in actual or actual[k] != v or type(actual[k]) is not type(v)
+    }
+    detail = f"differs: {wrong}" if wrong else "as expected"
+    return Grade("state", not wrong, 0.0 if wrong else 1.0, detail, {"differs": wrong})
 
 
 # -- final response ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tether.evals.graders import (
     grade_final_response,
     grade_groundedness,
     grade_policy_trace,
+    grade_state,
     grade_trajectory,
 )
 from tether.models.base import Model
@@ -62,6 +63,7 @@ class Execution:
     effects: Mapping[str, Effect] = field(default_factory=dict)
     server_calls: Sequence[str] = ()  # tool names that reached the server during this run
     faults: Sequence[str] = ()  # failures injected by the environment (down, inject, memory …)
+    state: Mapping[str, Any] = field(default_factory=dict)  # final state the scenario reports
 
 
 class EvalScenario(Protocol):
@@ -189,6 +191,8 @@ async def grade_execution(
                 f"forbidden call reached the server: {leaked}",
                 {"violations": leaked},
             )
+    if exp.state:
+        grades["state"] = grade_state(exp.state, ex.state)
     events = exp.events
     if design in events:
         ok = _in_order(r.kinds(), events[design])
