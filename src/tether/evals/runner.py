@@ -8,10 +8,8 @@ does not carry (tool declarations, memory shown to the model, calls that reached
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from tether.evals.cases import Case
@@ -234,11 +232,3 @@ async def grade_execution(
         grades=grades,
         metrics=metrics,
     )
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
-def default_out(base: Path, scenario: str) -> Path:
-    return base / f"compare-{slug(scenario)}"
