@@ -76,7 +76,9 @@ HISTORY: dict[str, dict[str, Any]] = {
     # 744 and 749 have no history on purpose: the "missing history" cases.
 }
 
-server = MCPServer("erp", instructions="Read-only access to maintenance work orders.")
+# WARNING: deliberate tool errors (not found, down) are INFO on the server and would flood the
+# host's stderr; crashes are still reported.
+server = MCPServer("erp", instructions="Read-only access to maintenance work orders.", log_level="WARNING")
 
 
 def _log(tool: str, arguments: dict[str, Any]) -> None:
