@@ -140,7 +140,10 @@ async def test_the_step_cap_stops_before_the_ticket_and_the_legitimate_run_fits_
 
 @pytest.mark.spec("P3", "S3")
 @pytest.mark.anyio
-@pytest.mark.parametrize("char", sorted(LINE_BREAKS), ids=lambda c: f"U+{ord(c):04X}")
+# Every str.splitlines() break, plus NUL, ESC (terminal escapes) and a bidi override.
+@pytest.mark.parametrize(
+    "char", [*sorted(LINE_BREAKS), "\x00", "\x1b", "\u202e"], ids=lambda c: f"U+{ord(c):04X}"
+)
 async def test_a_line_break_in_a_sender_field_cannot_forge_a_log_line(
     char: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -150,7 +153,7 @@ async def test_a_line_break_in_a_sender_field_cannot_forge_a_log_line(
         await Triage(model).run(CLAIM)
     [record] = caplog.records
     message = record.getMessage()
-    assert len(message.splitlines()) == 1  # the attack fails
+    assert len(message.splitlines()) == 1 and char not in message  # the attack fails
     assert "claimant: ACME" in message and "Victim" in message and "None" not in message  # data survives
     assert message.count("[TICKET]") == 1 and message.startswith("[ESCALATION]")
 
