@@ -138,6 +138,8 @@ def test_tether_compare_writes_json_markdown_png_and_ends_with_one_json_line(
             "2",
             "--out",
             str(out),
+            "--model-factory",  # the hook a real backend plugs into; here the policy model again
+            "tether.scenarios.maintenance.policy_model:policy_model",
             "--json",
         ]
     )
@@ -151,6 +153,7 @@ def test_tether_compare_writes_json_markdown_png_and_ends_with_one_json_line(
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((out / "report.json").read_text())
     assert len(report["runs"]) == 3 * 2 * 2 and report["repeat"] == 2
+    assert report["agent_model"] == "maintenance-policy"
     md = (out / "report.md").read_text()
     assert "Pre-mortem" in md and "malicious MCP" in md and "injection-history-742" in md
 
