@@ -78,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     scenario = MaintenanceScenario(out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 
+    # mcp.client.stdio binds its default errlog to sys.stderr on first import: import it before
+    # anything could replace sys.stderr, so the ERP subprocess inherits a real file.
+    import mcp.client.stdio  # noqa: F401
+
     # The bar goes to stderr: stdout keeps the report lines and the final JSON object.
     with Progress(
         TextColumn("[bold]compare[/bold] {task.description}"),
@@ -85,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
+        # No redirection: MCP stdio servers inherit the real stderr, which needs a file descriptor.
+        redirect_stdout=False,
+        redirect_stderr=False,
     ) as progress:
         task = progress.add_task(args.scenario, total=total)
 
