@@ -164,3 +164,37 @@ def test_tether_compare_refuses_a_bad_case_file(tmp_path: Path, capsys: pytest.C
     assert main(["compare", "--cases", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "at least one case" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing written
+
+
+@pytest.mark.anyio
+async def test_cases_that_do_not_fit_the_scenario_are_refused_before_any_run(tmp_path: Path) -> None:
+    from tether.evals.cases import CaseFileError
+
+    config = load_config(CONFIG_PATH)
+    other = load_cases(
+        "x",
+        data={
+            "scenario": "claims",
+            "cases": [{"id": "a", "input": {}, "context": {"tenant": "t"}, "expect": {}}],
+        },
+    )
+    with pytest.raises(ConfigError, match="scenario 'claims'"):
+        await run_comparison(MaintenanceScenario(tmp_path), other, config, repeat=1)
+    bad = load_cases(
+        "x",
+        data={
+            "scenario": "maintenance",
+            "cases": [
+                {
+                    "id": "ok",
+                    "input": {"question": "q", "order_id": "742"},
+                    "context": {"tenant": "shopping-a"},
+                    "expect": {},
+                },
+                {"id": "bad", "input": {"question": "q"}, "context": {"tenant": "shopping-a"}, "expect": {}},
+            ],
+        },
+    )
+    with pytest.raises(CaseFileError, match="case bad: bad input: order_id: Field required"):
+        await run_comparison(MaintenanceScenario(tmp_path), bad, config, repeat=1)
+    assert not list(tmp_path.iterdir())  # nothing started, nothing written

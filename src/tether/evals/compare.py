@@ -62,6 +62,10 @@ async def run_comparison(
     refused unless ``allow_same_judge`` (E4): a model grading itself is not a check."""
     if repeat < 1:
         raise ConfigError("repeat must be at least 1")
+    if cases.scenario != scenario.name:
+        raise ConfigError(f"the case set is for scenario {cases.scenario!r}, not {scenario.name!r}")
+    for case in cases.cases:
+        scenario.check(case)  # every case fits before the first run: nothing half-done
     designs = scenario.designs
     for name in (config.baseline, config.candidate):
         if name not in designs:

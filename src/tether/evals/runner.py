@@ -70,6 +70,10 @@ class EvalScenario(Protocol):
     name: str
     designs: tuple[str, ...]
 
+    def check(self, case: Case) -> None:
+        """Raise ``CaseFileError`` if the case's input or environment does not fit the scenario."""
+        ...
+
     def environment_key(self, case: Case) -> str:
         """Cases with the same key can share one environment (server process)."""
         ...

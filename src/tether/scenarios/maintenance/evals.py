@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether.evals.cases import Case, CaseFileError
 from tether.evals.runner import Execution, ModelFactory
@@ -96,18 +96,24 @@ class CaseInput(_Fixture):
     order_id: str = Field(min_length=1)
 
 
+def _problems(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
+    )
+
+
 def environment(case: Case) -> Environment:
     try:
         return Environment.model_validate(case.environment)
-    except ValueError as err:
-        raise CaseFileError(f"case {case.id}: bad environment: {err}") from None
+    except ValidationError as err:
+        raise CaseFileError(f"case {case.id}: bad environment: {_problems(err)}") from None
 
 
 def case_input(case: Case) -> CaseInput:
     try:
         return CaseInput.model_validate(case.input)
-    except ValueError as err:
-        raise CaseFileError(f"case {case.id}: bad input: {err}") from None
+    except ValidationError as err:
+        raise CaseFileError(f"case {case.id}: bad input: {_problems(err)}") from None
 
 
 def _subject(order_id: str) -> str:
@@ -176,6 +182,12 @@ class MaintenanceScenario:
         self._host: Host | None = None
         self._log: Path | None = None
         self._n = 0
+
+    def check(self, case: Case) -> None:
+        environment(case)
+        case_input(case)
+        for design in self.designs:
+            case.expect.stop_reasons(design)
 
     def environment_key(self, case: Case) -> str:
         return environment(case).server.model_dump_json()
