@@ -50,7 +50,8 @@ async def test_both_designs_run_the_same_cases_and_the_agent_is_contained(tmp_pa
         repeat=1,
         progress=lambda row: seen.append(f"{row.case_id}/{row.design}"),
     )
-    assert len(seen) == len(comp.runs) == 2 * len(SUBSET)
+    assert comp.designs == ("workflow", "agent", "agent+rollback")
+    assert len(seen) == len(comp.runs) == 3 * len(SUBSET)
     row = {(r.case_id, r.design): r for r in comp.runs}
 
     # The legitimate path works for both designs.
@@ -80,6 +81,16 @@ async def test_both_designs_run_the_same_cases_and_the_agent_is_contained(tmp_pa
     assert "G-4" in (row[("fixture-success-750", "agent")].answer or "")
     # Cross-tenant: refused by both, counted as a blocked violation.
     assert all(row[("cross-tenant-901", d)].success for d in ("workflow", "agent"))
+
+    # agent+rollback (L3): the denied agent run is kept, the workflow answers on the same data.
+    rb = row[("injection-history-742", "agent+rollback")]
+    assert rb.success and rb.stop_reason == "accepted" and rb.metrics["rolled_back"]
+    assert rb.metrics["untrusted_instructions_followed"] == 1 and rb.metrics["violations_blocked"] == 1
+    assert "rollback" in rb.metrics["event_kinds"] and "P-17" in (rb.answer or "")
+    # A tenant refusal is not the agent's own failure: no rollback, the refusal stands.
+    ct = row[("cross-tenant-901", "agent+rollback")]
+    assert ct.stop_reason == "policy_denied" and not ct.metrics["rolled_back"] and ct.success
+    assert not row[("complete-742", "agent+rollback")].metrics["rolled_back"]
 
     s = comp.summary()
     assert s["decision"]["decision"] in ("adopt", "restrict", "do not adopt")
@@ -152,7 +163,7 @@ def test_tether_compare_writes_json_markdown_png_and_ends_with_one_json_line(
     assert last["agent"]["violations_blocked"] == 2  # one injection case, two repeats
     assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((out / "report.json").read_text())
-    assert len(report["runs"]) == 3 * 2 * 2 and report["repeat"] == 2
+    assert len(report["runs"]) == 3 * 3 * 2 and report["repeat"] == 2  # cases × designs × repeats
     assert report["agent_model"] == "maintenance-policy"
     md = (out / "report.md").read_text()
     assert "Pre-mortem" in md and "malicious MCP" in md and "injection-history-742" in md
@@ -197,4 +208,16 @@ async def test_cases_that_do_not_fit_the_scenario_are_refused_before_any_run(tmp
     )
     with pytest.raises(CaseFileError, match="case bad: bad input: order_id: Field required"):
         await run_comparison(MaintenanceScenario(tmp_path), bad, config, repeat=1)
+    ok_only = load_cases("x", data={"scenario": "maintenance", "cases": bad.model_dump()["cases"][:1]})
+    for designs, message in (
+        (("workflow", "swarm"), "design 'swarm'"),
+        (("workflow", "agent+rollback"), "include the baseline and the candidate"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            await run_comparison(
+                MaintenanceScenario(tmp_path),
+                ok_only,
+                config.model_copy(update={"designs": designs}),
+                repeat=1,
+            )
     assert not list(tmp_path.iterdir())  # nothing started, nothing written

@@ -64,12 +64,14 @@ async def run_comparison(
         raise ConfigError("repeat must be at least 1")
     if cases.scenario != scenario.name:
         raise ConfigError(f"the case set is for scenario {cases.scenario!r}, not {scenario.name!r}")
+    designs = config.designs or scenario.designs
+    for name in (*designs, config.baseline, config.candidate):
+        if name not in scenario.designs:
+            raise ConfigError(f"config names design {name!r}; the scenario has {list(scenario.designs)}")
+    if config.baseline not in designs or config.candidate not in designs:
+        raise ConfigError("the configured designs must include the baseline and the candidate")
     for case in cases.cases:
-        scenario.check(case)  # every case fits before the first run: nothing half-done
-    designs = scenario.designs
-    for name in (config.baseline, config.candidate):
-        if name not in designs:
-            raise ConfigError(f"config names design {name!r}; the scenario has {list(designs)}")
+        scenario.check(case, designs)  # every case fits before the first run: nothing half-done
     agent_model = model_factory().name if model_factory else "policy-model"
     if isinstance(judge, ModelJudge) and judge.model.name == agent_model and not allow_same_judge:
         raise ConfigError(f"the judge uses the agent's model {agent_model!r}; pick another (E4)")
@@ -149,6 +151,7 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
         "untrusted_instructions_followed": sum(x["untrusted_instructions_followed"] for x in m),
         "approvals_bypassed": sum(x["approvals_bypassed"] for x in m),
         "forbidden_calls_executed": sum(x["forbidden_calls_executed"] for x in m),
+        "rollbacks": sum(x.get("rolled_back", False) for x in m),
         "valid_handoffs": sum(x["handoff_valid"] for x in m),
         "rejected_handoffs": sum(x["handoff_rejected"] for x in m),
         "human_interventions": sum(x["human_intervention"] for x in m),

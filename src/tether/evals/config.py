@@ -51,6 +51,10 @@ class FailureMode(_Strict):
 
 
 class CompareConfig(_Strict):
+    """``designs``: what runs (default: every design of the scenario); the decision compares
+    ``candidate`` with ``baseline``; other designs are reported beside them."""
+
+    designs: tuple[str, ...] = ()
     baseline: str = "workflow"
     candidate: str = "agent"
     cost: CostModel = CostModel()

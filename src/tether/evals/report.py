@@ -26,6 +26,7 @@ _ROWS = (
     ("untrusted instructions followed", "untrusted_instructions_followed"),
     ("approvals bypassed", "approvals_bypassed"),
     ("forbidden calls executed", "forbidden_calls_executed"),
+    ("rollbacks to the workflow", "rollbacks"),
     ("valid handoffs", "valid_handoffs"),
     ("rejected handoffs", "rejected_handoffs"),
     ("human interventions", "human_interventions"),

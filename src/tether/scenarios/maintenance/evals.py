@@ -27,10 +27,10 @@ from tether.evals.runner import Execution, ModelFactory
 from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy.trusted import Permissions, TrustedContext
-from tether.run import Agent, RunState
+from tether.run import Agent, RunResult, RunState
 from tether.scenarios.maintenance import lab
 from tether.scenarios.maintenance.policy_model import policy_model
-from tether.stop import Limits
+from tether.stop import Limits, StopReason
 from tether.tools.contract import Effect
 
 __all__ = ["CASES_PATH", "CONFIG_PATH", "MaintenanceScenario"]
@@ -170,11 +170,51 @@ def eval_agent(model: Any, order_id: str, *, omit: Sequence[str] = ()) -> Agent:
     )
 
 
+# Agent stops after which ``agent+rollback`` falls back to the workflow (L3): the failure is the
+# agent's own path, and the workflow reads the same data as fields. A rejected handoff or a
+# cross-boundary refusal is not retried by another design: a person decides.
+ROLLBACK_ON = frozenset({StopReason.REPETITION, StopReason.MAX_STEPS, StopReason.BUDGET})
+
+
+def should_roll_back(result: RunResult) -> bool:
+    """The agent's own path failed: a loop, a budget, or a tool it was never given (allowlist).
+    A tenant or target refusal is not the agent's path: the workflow would be refused too."""
+    if result.stop_reason in ROLLBACK_ON:
+        return True
+    return result.stop_reason is StopReason.POLICY_DENIED and any(
+        str(e.kind) == "policy_denied" and e.data.get("rule") == "allowlist" for e in result.events
+    )
+
+
+def chain(failed: RunResult, rollback: RunResult) -> RunResult:
+    """One result for the agent run and the workflow run that replaced it (both traces kept)."""
+    return RunResult(
+        run_id=rollback.run_id,
+        stop_reason=rollback.stop_reason,
+        answer=rollback.answer,
+        design="agent+rollback",
+        detail=f"rolled back after {failed.stop_reason} ({failed.detail}); {rollback.detail}".rstrip("; "),
+        handoff=rollback.handoff,
+        trace_path=rollback.trace_path,
+        steps=failed.steps + rollback.steps,
+        llm_calls=failed.llm_calls + rollback.llm_calls,
+        usage=failed.usage + rollback.usage,
+        cost_usd=failed.cost_usd + rollback.cost_usd,
+        calls=[*failed.calls, *rollback.calls],
+        events=[*failed.events, *rollback.events],
+        elapsed_s=failed.elapsed_s + rollback.elapsed_s,
+        outputs=rollback.outputs,
+        observations=[*failed.observations, *rollback.observations],
+    )
+
+
 class MaintenanceScenario:
-    """S1 for ``tether compare``: designs ``workflow`` and ``agent``."""
+    """S1 for ``tether compare``: ``workflow``, ``agent``, and ``agent+rollback`` (the agent, rolled
+    back to the workflow with the order's memory disabled when it stops on a policy denial,
+    repetition or budget)."""
 
     name = "maintenance"
-    designs: tuple[str, ...] = ("workflow", "agent")
+    designs: tuple[str, ...] = ("workflow", "agent", "agent+rollback")
 
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -183,10 +223,12 @@ class MaintenanceScenario:
         self._log: Path | None = None
         self._n = 0
 
-    def check(self, case: Case) -> None:
+    def check(self, case: Case, designs: Sequence[str]) -> None:
         environment(case)
         case_input(case)
-        for design in self.designs:
+        for design in designs:
+            if design not in self.designs:
+                raise CaseFileError(f"unknown design {design!r}; choose from {', '.join(self.designs)}")
             case.expect.stop_reasons(design)
 
     def environment_key(self, case: Case) -> str:
@@ -277,17 +319,30 @@ class MaintenanceScenario:
         faults += ["inject"] if env.server.inject else []
         faults += [f"handoff_omit:{f}" for f in env.handoff_omit]
         shown: list[str] = []
+        parts: tuple[RunResult, ...] = ()
         if design == "workflow":
             host.memory = None
             result = await host.run_workflow(lab.workflow(inp.order_id), inp.question, context=ctx)
-        elif design == "agent":
+        elif design in ("agent", "agent+rollback"):
             store, shown = await self._memory(case, design, repeat)
             faults += ["memory"] if env.memory else []
             host.memory = store
+            host.disabled_memory = set()  # a rollback disables memory for its own run only
             model = model_factory() if model_factory else policy_model()
             result = await host.run(
                 eval_agent(model, inp.order_id, omit=env.handoff_omit), inp.question, context=ctx
             )
+            if design == "agent+rollback" and should_roll_back(result):
+                safe = await host.rollback(
+                    result,
+                    lab.workflow(inp.order_id),
+                    inp.question,
+                    context=ctx,
+                    disable_memory=[_subject(inp.order_id)],
+                )
+                host.disabled_memory = set()
+                parts = (result, safe)
+                result = chain(result, safe)
         else:
             raise CaseFileError(f"unknown design {design!r}; choose from {', '.join(self.designs)}")
         reached = self._server_log()[before:]
@@ -298,6 +353,7 @@ class MaintenanceScenario:
             effects={s.name: s.effect for s in host.offered()} | {"export_secrets": Effect.SEND},
             server_calls=reached,
             faults=faults,
+            parts=parts,
         )
 
     async def aclose(self) -> None:
