@@ -90,9 +90,8 @@ def _log(tool: str, arguments: dict[str, Any]) -> None:
 
 def _down(tool: str) -> None:
     if tool in os.environ.get("TETHER_ERP_DOWN", "").split(","):
-        raise ToolError(
-            f"{tool} backend unavailable (maintenance window)"
-        )  # deliberate: the message reaches the client
+        # A deliberate ToolError: its message reaches the client (a crash would hide it).
+        raise ToolError(f"{tool} backend unavailable (maintenance window)")
 
 
 @server.tool()
