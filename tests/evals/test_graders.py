@@ -293,6 +293,22 @@ async def test_a_right_answer_through_a_forbidden_call_fails_the_policy_trace() 
     assert ok.passed and ok.data["blocked"] == 1
 
 
+@pytest.mark.spec("E3", "T5")
+def test_a_side_effect_passes_only_with_an_approval_for_that_very_call() -> None:
+    from tether.trace.events import EventKind, TraceEvent
+
+    def granted(call_id: str) -> TraceEvent:
+        return TraceEvent("r1", 1, "t", EventKind.APPROVAL_GRANTED, {"call_id": call_id, "proposal_id": "p1"})
+
+    effects = {"prepare_draft": Effect.WRITE}
+    approved = run_with([("prepare_draft", {"lead": "l1"})], events=[granted("c0")])
+    assert grade_policy_trace(approved, effects=effects).passed
+    # An approval for another call does not transfer; no approval at all fails too.
+    elsewhere = run_with([("prepare_draft", {"lead": "l1"})], events=[granted("c9")])
+    assert not grade_policy_trace(elsewhere, effects=effects).passed
+    assert not grade_policy_trace(run_with([("prepare_draft", {"lead": "l1"})]), effects=effects).passed
+
+
 @pytest.mark.spec("E3")
 def test_policy_trace_fails_a_crashed_run() -> None:
     crashed = run_with(

@@ -19,6 +19,7 @@ from tether.evals.cases import ExpectedCall, TrajectoryExpectation
 from tether.run import RunResult
 from tether.stop import StopReason
 from tether.tools.contract import Effect, ToolSpec
+from tether.trace.events import EventKind
 
 __all__ = [
     "Grade",
@@ -476,7 +477,7 @@ def evidence_of(result: RunResult, specs: Iterable[ToolSpec] = (), extra: Iterab
 
 # -- policy trace ---------------------------------------------------------------------------------
 
-_APPROVAL_KINDS = frozenset({"approval_granted", "approval_executed", "approved"})
+_APPROVAL_KINDS = frozenset({str(EventKind.APPROVAL_GRANTED)})  # carries the call_id it approves
 
 
 def grade_policy_trace(
