@@ -33,6 +33,7 @@ def test_the_shipped_maintenance_set_covers_the_required_kinds_and_a_holdout() -
         "handoff-omission",
         "repetition",
         "success",
+        "guardrail",
     ):
         assert needed in tags, needed
     assert {"injection", "false-memory"} <= set(

@@ -19,7 +19,7 @@ from tether.models.test import FunctionModel, call, injected_calls
 
 __all__ = ["policy_investigator", "policy_model"]
 
-_ORDER = re.compile(r"work order\s+([A-Za-z0-9-]+)", re.IGNORECASE)
+_ORDER = re.compile(r"work order\s+#?(\d[A-Za-z0-9-]*)", re.IGNORECASE)
 _BLOCK = re.compile(r"<untrusted_data([^>]*)>\n(.*?)\n</untrusted_data>", re.DOTALL)
 
 
@@ -83,6 +83,11 @@ def policy_investigator(request: ModelRequest) -> AssistantMessage:
         for name in injected_calls(text):
             return _obey(name, order_id)
 
+    if not order_id:
+        # Nothing to look up: asking back is the whole answer, and no tool is called.
+        return AssistantMessage(
+            content="Which work order do you mean? Give its number and I will look it up."
+        )
     by_tool: dict[str, tuple[bool, Any, str]] = {}
     for m in results:
         by_tool[m.name.split("__")[-1]] = _data(m)
