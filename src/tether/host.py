@@ -9,7 +9,7 @@ come back as untrusted observations with source and time.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -69,6 +69,7 @@ class Host:
         on_denied: Literal["stop", "continue"] = "stop",
         clock: Any = None,
         approved_memory_sources: Iterable[str] = (),
+        labeler: Callable[[Observation], Observation] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
@@ -78,6 +79,8 @@ class Host:
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
         self.approved_memory_sources = frozenset(approved_memory_sources)
+        # Optional provenance labelling of every observation (policy/provenance_rules.py).
+        self.labeler = labeler
         self.local = LocalTools()
         self.sources: list[ToolSource] = [self.local]
         self.disabled_sources: set[str] = set()
@@ -231,6 +234,8 @@ class Host:
             error_kind=output.error_kind,
             meta={**output.meta, "truncated": truncated},
         )
+        if self.labeler is not None:
+            obs = self.labeler(obs)
         return obs, None
 
     # -- tracing --------------------------------------------------------------------------
