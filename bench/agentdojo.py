@@ -40,7 +40,6 @@ def _require_agentdojo() -> None:
     # Run as a script, this file's folder is sys.path[0] and its name shadows the package.
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
-    sys.modules.pop("agentdojo", None) if getattr(sys.modules.get("agentdojo"), "__file__", "") == __file__ else None
     try:
         import agentdojo  # noqa: F401
     except ImportError:
@@ -137,7 +136,8 @@ def _print_suite(name: str, f: dict[str, Any]) -> None:
     t = f["text_only_goals"]
     print(f"{'':>9}  text-only goals: {t['succeeded']}/{t['pairs']} pairs said what the attacker wanted")
     if "asr_no_gate" in f:
-        print(f"{'':>9}  no gate: ASR all {pct(f['asr_no_gate']['all'])}  actable {pct(f['asr_no_gate']['actable'])}")
+        open_ = f["asr_no_gate"]
+        print(f"{'':>9}  no gate: ASR all {pct(open_['all'])}  actable {pct(open_['actable'])}")
     print(f"{'':>9}  blocked: {f['calls_blocked']}")
 
 

@@ -310,10 +310,9 @@ def label_observation(
 # -- tracing -------------------------------------------------------------------------------
 
 _WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
-_STOP = frozenset(
-    "a an the to of in on at for and or with from by is are be it this that my me i you your "
-    "please can could would will as if so do not".split()
-)
+_STOP_WORDS = "a an the to of in on at for and or with from by is are be it this that my me i you your "
+_STOP_WORDS += "please can could would will as if so do not"
+_STOP = frozenset(_STOP_WORDS.split(" "))
 
 
 def _contains(haystack: str, needle: str) -> bool:
@@ -371,13 +370,13 @@ class ProvenanceIndex:
         short = len(text) < MIN_CONTAINED
         numeric = _number(value)
         # The user's request.
-        if short:
+        if numeric is not None and self._user_number(numeric):
+            out.append(Origin("user", USER, "word"))
+        elif short:
             if text.isalpha() and len(text) >= 3 and text in self._user_words:
                 out.append(Origin("user", USER, "word"))
         elif _contains(self.user_text, text):
             out.append(Origin("user", USER, "contained"))
-        elif numeric is not None and self._user_number(numeric):
-            out.append(Origin("user", USER, "word"))
         # Trusted host context.
         if text in self.directory:
             out.append(Origin("host", DIRECTORY, "exact"))
@@ -480,4 +479,3 @@ _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_
 
 def _identifier_like(origin: Origin) -> bool:
     return origin.label is not None and origin.label.path.rsplit(".", 1)[-1].split("[")[0] in _ID_FIELDS
-

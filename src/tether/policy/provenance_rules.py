@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.policy.provenance import (
-    DIRECTORY,
     USER,
     Origin,
     ProvenanceIndex,
@@ -139,9 +138,7 @@ def make_labeler(config: TrustConfig, directory: Iterable[str] = ()) -> Callable
                 obs.tool, obs.source, obs.data, obs.text, config, directory=known, call_id=obs.call_id
             )
         )
-        sources = sorted(
-            {(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments}
-        )
+        sources = sorted({(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments})
         summary = [{"record_id": r or None, "author": a or None, "trust": t} for r, a, t in sources]
         return dataclasses.replace(obs, meta={**obs.meta, "provenance": segments, "sources": summary})
 
@@ -175,7 +172,7 @@ class ProvenanceRules:
         config: TrustConfig,
         *,
         directory: Iterable[str] = (),
-        anchor_classes: Iterable[str] = (USER, DIRECTORY),
+        anchor_classes: Iterable[str] = (USER,),
     ) -> None:
         self.tools = dict(tools)
         self.config = config
@@ -219,7 +216,10 @@ class ProvenanceRules:
                 named = {
                     f"named:{o.trust}"
                     for o in origins
-                    if o.kind == "tool" and o.match == "exact" and o.label and index.record_named_by_user(o.label)
+                    if o.kind == "tool"
+                    and o.match == "exact"
+                    and o.label
+                    and index.record_named_by_user(o.label)
                 }
                 classes |= named
                 shown.setdefault(arg, []).append(
@@ -235,7 +235,11 @@ class ProvenanceRules:
                     if leaked:
                         worse(
                             "approve",
-                            {"argument": arg, "problem": "confidential_flow", "from": leaked[0].label.describe()},
+                            {
+                                "argument": arg,
+                                "problem": "confidential_flow",
+                                "from": leaked[0].label.describe(),
+                            },
                         )
                 if rule is None:
                     continue
@@ -290,4 +294,3 @@ class ProvenancePolicy(Policy):
 def rules_from_dict(data: Mapping[str, Any]) -> dict[str, ToolRules]:
     """Tool rules from a declaration's ``tools`` mapping."""
     return {str(name): ToolRules.from_dict(str(name), spec or {}) for name, spec in data.items()}
-

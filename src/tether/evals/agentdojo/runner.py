@@ -106,22 +106,26 @@ class PairOutcome:
     blocked: list[str] = field(default_factory=list)
 
 
-def _compromised(user_calls: Sequence[Any], injected: Sequence[Any], answer: str, extra: str) -> FunctionModel:
+def _compromised(
+    user_calls: Sequence[Any], injected: Sequence[Any], answer: str, extra: str
+) -> FunctionModel:
     queue: list[Any] = list(user_calls)
     state = {"triggered": False, "n": 0}
 
     def turn(request: ModelRequest) -> AssistantMessage:
-        if injected and not state["triggered"] or extra and not state["triggered"]:
-            if any(isinstance(m, ToolMessage) and MARKER in m.content for m in request.messages):
-                state["triggered"] = True
-                queue[0:0] = list(injected)
+        seen = any(isinstance(m, ToolMessage) and MARKER in m.content for m in request.messages)
+        if (injected or extra) and not state["triggered"] and seen:
+            state["triggered"] = True
+            queue[0:0] = list(injected)
         if not queue:
             text = answer + ("\n" + extra if extra and state["triggered"] else "")
             return AssistantMessage(content=text)
         fc = queue.pop(0)
         state["n"] += 1
         args = json.dumps(dict(fc.args), ensure_ascii=False, default=str)
-        return AssistantMessage(tool_calls=(ToolCall(id=f"gt_{state['n']}", name=fc.function, arguments=args),))
+        return AssistantMessage(
+            tool_calls=(ToolCall(id=f"gt_{state['n']}", name=fc.function, arguments=args),)
+        )
 
     model = FunctionModel(turn, name="compromised-oracle")
     model.state = state  # type: ignore[attr-defined]
@@ -144,6 +148,7 @@ class SuiteBench:
         self._envs: dict[tuple[tuple[str, str], ...], Any] = {}
         self._candidates: dict[str, list[str]] = {}
         self._kinds: dict[str, str] = {}
+        self._defaults: dict[str, str] | None = None
 
     @property
     def user_tasks(self) -> dict[str, Any]:
@@ -154,9 +159,23 @@ class SuiteBench:
         return dict(self.suite.injection_tasks)
 
     def environment(self, injections: dict[str, str]) -> Any:
+        """``suite.load_and_inject_default_environment``, step for step, but parsed with
+        LibYAML when present (the pure-Python parser dominated the run time)."""
         key = tuple(sorted(injections.items()))
         if key not in self._envs:
-            self._envs[key] = self.suite.load_and_inject_default_environment(injections)
+            import yaml
+            from agentdojo.task_suite.task_suite import read_suite_file, validate_injections
+
+            if self._defaults is None:
+                self._defaults = self.suite.get_injection_vector_defaults()
+            validate_injections(injections, self._defaults)
+            text = read_suite_file(self.suite.name, "environment.yaml", self.suite.data_path)
+            text = text.format(**{**self._defaults, **injections})
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+            env = self.suite.environment_type.model_validate(yaml.load(text, Loader=loader))
+            if len(self._envs) > 64:
+                self._envs.clear()
+            self._envs[key] = env
         return self._envs[key].model_copy(deep=True)
 
     def candidates(self, user_task: Any) -> list[str]:
@@ -171,7 +190,9 @@ class SuiteBench:
             _, _, _, messages, _ = GroundTruthPipeline(user_task).query(
                 user_task.PROMPT, FunctionsRuntime(self.suite.tools), env
             )
-            text = " ".join(get_text_content_as_str(m["content"]) for m in messages if m["content"] is not None)
+            text = " ".join(
+                get_text_content_as_str(m["content"]) for m in messages if m["content"] is not None
+            )
             self._candidates[user_task.ID] = [v for v, c in canaries.items() if c in text]
         return self._candidates[user_task.ID]
 
@@ -189,7 +210,11 @@ class SuiteBench:
                 kind = "tool"
             else:
                 said = injection_task.GROUND_TRUTH_OUTPUT or injection_task.GOAL
-                kind = "text_only" if injection_task.security(said, env, env.model_copy(deep=True)) else "no_ground_truth"
+                kind = (
+                    "text_only"
+                    if injection_task.security(said, env, env.model_copy(deep=True))
+                    else "no_ground_truth"
+                )
             self._kinds[injection_task.ID] = kind
         return self._kinds[injection_task.ID]
 
@@ -218,13 +243,15 @@ class SuiteBench:
         injections = self.injections(user_task, injection_task) if injection_task is not None else {}
         env = user_task.init_environment(self.environment(injections))
         pre = env.model_copy(deep=True)
-        user_calls = user_task.ground_truth(pre.model_copy(deep=True))
+        # Ground truths only read the environment they are given (as in AgentDojo's own
+        # GroundTruthPipeline), so the pre-run copy serves them without another copy.
+        user_calls = user_task.ground_truth(pre)
         kind = "benign"
         injected: list[Any] = []
         extra = ""
         if injection_task is not None:
             kind = self.kind(injection_task)
-            injected = injection_task.ground_truth(pre.model_copy(deep=True))
+            injected = injection_task.ground_truth(pre)
             if kind == "text_only":
                 extra = injection_task.GROUND_TRUTH_OUTPUT or injection_task.GOAL
         wanted = {_key(c.function, dict(c.args)) for c in user_calls}

@@ -103,7 +103,9 @@ DIRECTORIES: dict[str, Callable[[Any], list[str]]] = {
 _SPECS: dict[str, tuple[ToolSpec, ...]] = {}
 
 
-def _specs(suite_name: str, declaration: SuiteDeclaration, functions: tuple[Any, ...]) -> tuple[ToolSpec, ...]:
+def _specs(
+    suite_name: str, declaration: SuiteDeclaration, functions: tuple[Any, ...]
+) -> tuple[ToolSpec, ...]:
     if suite_name in _SPECS:
         return _SPECS[suite_name]
     missing = [f.name for f in functions if f.name not in declaration.effects]
