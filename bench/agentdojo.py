@@ -46,18 +46,20 @@ def _require_agentdojo() -> None:
         sys.exit("agentdojo is not installed: pip install -e '.[agentdojo]'")
 
 
-async def _run_suite(name: str, limit: int | None, baseline: bool) -> tuple[dict[str, Any], list[Any]]:
+async def _run_suite(
+    name: str, limit: int | None, baseline: bool, mode: str
+) -> tuple[dict[str, Any], list[Any]]:
     from tether.evals.agentdojo.runner import SuiteBench, summarise
 
     bench = SuiteBench(name)
     users = list(bench.user_tasks.values())[:limit]
     injections = list(bench.injection_tasks.values())
-    benign = [await bench.run(u) for u in users]
-    reviewed = [await bench.run(u, reviewer=True) for u in users]
-    attacked = [await bench.run(u, i) for u in users for i in injections]
+    benign = [await bench.run(u, mode=mode) for u in users]
+    reviewed = [await bench.run(u, reviewer=True, mode=mode) for u in users]
+    attacked = [await bench.run(u, i, mode=mode) for u in users for i in injections]
     figures = summarise(benign, reviewed, attacked)
     if baseline:
-        open_runs = [await bench.run(u, i, gate=False) for u in users for i in injections]
+        open_runs = [await bench.run(u, i, gate=False, mode=mode) for u in users for i in injections]
         tool_pairs = [o for o in open_runs if o.kind in ("tool", "no_ground_truth")]
         actable = [o for o in open_runs if o.kind == "tool" and o.triggered]
         figures["asr_no_gate"] = {
@@ -72,6 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", default=",".join(SUITES), help="comma-separated suite names")
     parser.add_argument("--limit", type=int, default=None, help="first N user tasks per suite")
     parser.add_argument("--baseline", action="store_true", help="also run the attacked pairs with no gate")
+    parser.add_argument(
+        "--mode",
+        choices=("agent", "plan"),
+        default="agent",
+        help="agent: the compromised agent loop; plan: plan-then-execute with a compromised extractor",
+    )
     parser.add_argument("--json", action="store_true", help="(the last line is always JSON)")
     args = parser.parse_args(argv)
     _require_agentdojo()
@@ -89,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[list[Any]] = [[], [], []]
     for name in names:
         t0 = time.perf_counter()
-        figures, (benign, reviewed, attacked) = anyio.run(_run_suite, name, args.limit, args.baseline)
+        figures, (benign, reviewed, attacked) = anyio.run(
+            _run_suite, name, args.limit, args.baseline, args.mode
+        )
         figures["seconds"] = round(time.perf_counter() - t0, 2)
         per_suite[name] = figures
         runs[0] += benign
@@ -108,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "benchmark": "agentdojo v1.2.2",
                 "agent": "compromised oracle (obeys every injection)",
+                "mode": args.mode,
                 "cores": os.cpu_count(),
                 "overall": overall,
                 "suites": per_suite,
