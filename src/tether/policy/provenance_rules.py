@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -178,14 +179,20 @@ class ProvenanceRules:
         self.config = config
         self.directory = list(directory)
         self.anchor_classes = frozenset(anchor_classes)
-        self._cache: tuple[int, int, ProvenanceIndex] | None = None
+        self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
 
     def _index(self, state: Any) -> ProvenanceIndex:
+        # Rebuilt when the run or its observations change; the run is held weakly so a new
+        # run that happens to reuse an old one's id() can never see a stale index.
         n = len(getattr(state, "observations", []) or [])
-        if self._cache is not None and self._cache[0] == id(state) and self._cache[1] == n:
+        if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
             return self._cache[2]
         index = index_for(state, self.config, self.directory)
-        self._cache = (id(state), n, index)
+        try:
+            ref: Callable[[], Any] = weakref.ref(state)
+        except TypeError:  # not weak-referenceable (None, a plain dict): do not cache
+            return index
+        self._cache = (ref, n, index)
         return index
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
