@@ -1,6 +1,7 @@
 """tether: a governed harness for tool-using LLM agents. The model proposes; the host decides."""
 
 from tether.errors import (
+    ApprovalError,
     ConfigError,
     DependencyUnavailable,
     HandoffError,
@@ -14,7 +15,7 @@ from tether.errors import (
     UpstreamError,
 )
 from tether.host import Host
-from tether.policy import DictCatalog, Permissions, Policy, TrustedContext
+from tether.policy import Approvals, DictCatalog, Permissions, Policy, Reviewer, TrustedContext
 from tether.run import Agent, RunResult, RunState
 from tether.stop import Limits, StopReason
 from tether.tools import Effect, Target, Tool, ToolContext, tool
@@ -23,6 +24,8 @@ from tether.workflow import AgentNode, Step, Workflow
 __all__ = [
     "Agent",
     "AgentNode",
+    "ApprovalError",
+    "Approvals",
     "ConfigError",
     "DependencyUnavailable",
     "DictCatalog",
@@ -35,6 +38,7 @@ __all__ = [
     "Permissions",
     "Policy",
     "PolicyError",
+    "Reviewer",
     "RunError",
     "RunResult",
     "RunState",

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tether.context.composer import Composer
+from tether.context.compression import ContextOverflow
+from tether.context.engine import ContextEngine
+from tether.context.pairing import ContextIntegrityError
 from tether.context.untrusted import Observation, wrap_untrusted
-from tether.errors import HandoffError
+from tether.errors import ApprovalError, HandoffError
 from tether.host import GateOutcome
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
@@ -36,13 +38,27 @@ class StopRun(Exception):
 
 
 class AgentLoop:
-    def __init__(self, host: Host, agent: Agent, objective: str, context: TrustedContext) -> None:
+    def __init__(
+        self,
+        host: Host,
+        agent: Agent,
+        objective: str,
+        context: TrustedContext,
+        *,
+        state: RunState | None = None,
+    ) -> None:
+        """``state``: a checkpointed run to resume (tether.checkpoint), instead of a new run."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
-        run_id = host.new_run_id()
+        self.resuming = state is not None
+        run_id = state.run_id if state is not None else host.new_run_id()
         self.tracer, self.trace_path = host.new_tracer(run_id)
-        self.state = RunState(
+        if state is not None:
+            from tether.checkpoint import restore_trace
+
+            restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
+        self.state = state or RunState(
             run_id=run_id,
             objective=objective,
             context=context,
@@ -50,7 +66,18 @@ class AgentLoop:
             started_at=host.clock(),
         )
         self.offered = host.offered(agent.tools)
-        self.composer = Composer(agent.instructions, self.offered)
+        self.engine = ContextEngine(
+            agent.context,
+            instructions=agent.instructions,
+            tools=self.offered,
+            model=agent.model,
+            clock=host.clock,
+            trace_dir=host.trace_dir,
+            run_id=run_id,
+            emit=lambda kind, **data: self.tracer.emit(EventKind(kind), **data),
+            expected_updates=self.limits.max_steps,
+        )
+        self.engine.runner = self._run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
         self.handoff: Any = None
 
@@ -59,7 +86,7 @@ class AgentLoop:
     async def run(self) -> RunResult:
         s, t = self.state, self.tracer
         t.emit(
-            EventKind.RUN_STARTED,
+            EventKind.RUN_RESUMED if self.resuming else EventKind.RUN_STARTED,
             design="agent",
             agent=self.agent.name,
             model=self.agent.model.name,
@@ -71,8 +98,16 @@ class AgentLoop:
         await self.host.trace_launches(t)
         answer: str | None = None
         try:
-            await self._recall_memory()
-            s.trajectory.append(UserMessage(s.objective))
+            if self.resuming:
+                from tether.checkpoint import pending_calls
+
+                # Finish the turn the run paused in; its calls are settled against the store again.
+                if pending := pending_calls(s):
+                    await self._act(pending)
+                    s.steps += 1
+            else:
+                await self._recall_memory()
+                s.trajectory.extend(self.engine.opening(s.objective))
             answer = await self._loop()
             await self._finish(answer)
             reason, detail = StopReason.ACCEPTED, ""
@@ -153,12 +188,22 @@ class AgentLoop:
                 f"hard ceiling of {self.limits.llm_calls_hard} LLM calls",
                 self._host_answer(),
             )
-        request = self.composer.build(s.trajectory, tools_enabled=tools_enabled)
+        try:
+            request = await self.engine.build(s, tools_enabled=tools_enabled)
+        except ContextOverflow as err:
+            t.emit(EventKind.CONTEXT_OVERFLOW, tokens=err.tokens, window=err.window)
+            raise StopRun(StopReason.BUDGET, str(err), self._host_answer()) from None
+        except ContextIntegrityError as err:  # providers reject such a request: stop, never send it
+            reason = StopReason.MODEL_ERROR if err.in_history else StopReason.INTERNAL_ERROR
+            t.emit(EventKind.MODEL_ERROR, error=f"unpaired tool calls: {err}")
+            raise StopRun(reason, f"unpaired tool calls: {err}", self._host_answer()) from None
+        composed = self.engine.last
         t.emit(
             EventKind.CONTEXT_COMPOSED,
             messages=len(request.messages),
             tools=len(request.tools),
             tools_enabled=tools_enabled,
+            **(composed.trace_fields() if composed else {}),
         )
         s.llm_calls += 1
         remaining = self._remaining()
@@ -173,6 +218,7 @@ class AgentLoop:
             t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
             raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
         s.usage = s.usage + response.usage
+        self.engine.observe_usage(response.usage)
         s.cost_usd += response.cost_usd
         t.emit(
             EventKind.MODEL_RESPONSE,
@@ -191,7 +237,7 @@ class AgentLoop:
         outcomes: list[GateOutcome] = []
         for call in calls:
             t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-            outcome = host.gate(call, s.context, self.offered, s)
+            outcome = self.engine.intercept(call) or host.gate(call, s.context, self.offered, s)
             outcomes.append(outcome)
             if outcome.status == "deny" and outcome.decision is not None:
                 d = outcome.decision
@@ -213,7 +259,7 @@ class AgentLoop:
                     message=outcome.error,
                 )
                 s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
-            else:
+            elif outcome.status == "allow":
                 assert outcome.decision is not None
                 t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
 
@@ -223,6 +269,14 @@ class AgentLoop:
             reason = first.decision.reason if first.decision else "denied"
             raise StopRun(StopReason.POLICY_DENIED, f"{first.call.name}: {reason}", None)
 
+        if any(o.status == "approve" for o in outcomes):
+            from tether.checkpoint import settle_approvals
+
+            # Nothing of this turn runs until every call needing approval has one.
+            outcomes, stop = settle_approvals(self, outcomes)
+            if stop is not None:
+                raise StopRun(stop[0], stop[1], None)
+
         malformed = all(o.status in ("reject", "unknown") for o in outcomes)
         s.malformed_turns = s.malformed_turns + 1 if malformed else 0
         if s.malformed_turns >= self.limits.max_malformed_turns:
@@ -230,6 +284,7 @@ class AgentLoop:
 
         results: dict[str, Observation] = {}
         crashes: list[tuple[str, BaseException]] = []
+        unsettled: list[str] = []
 
         async def run_one(o: GateOutcome) -> None:
             assert o.spec is not None and o.arguments is not None
@@ -241,7 +296,20 @@ class AgentLoop:
                 call_id=o.call.id,
                 now=host.clock(),
             )
-            obs, crash = await host.execute(o.spec, o.arguments, ctx)
+            if self.engine.owns(o.spec.name):
+                obs, crash = await self.engine.execute(o.spec, o.arguments, ctx)
+            elif host.approvals is not None and o.spec.effect.side_effecting:
+                from tether.effects import run_effect
+
+                try:
+                    obs, crash = await run_effect(
+                        host, o.spec, o.arguments, ctx, step=s.steps, proposal_id=o.proposal_id, emit=t.emit
+                    )
+                except ApprovalError as err:  # outcome unknown, or held by another process
+                    unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
+                    return
+            else:
+                obs, crash = await host.execute(o.spec, o.arguments, ctx)
             results[o.call.id] = obs
             if crash is not None:
                 crashes.append((o.spec.name, crash))
@@ -257,6 +325,11 @@ class AgentLoop:
                 StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer()
             )
 
+        if unsettled:
+            from tether.checkpoint import pause
+
+            raise StopRun(StopReason.APPROVAL_REQUIRED, pause(self, unsettled), None)
+
         for name, crash in crashes:
             t.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
         if crashes:
@@ -267,9 +340,7 @@ class AgentLoop:
         for o in outcomes:
             call = o.call
             if o.status == "allow":
-                obs = results[call.id]
-                obs = Observation(**{**obs.__dict__, "call_id": call.id}) if not obs.call_id else obs
-                self._observe(o, obs)
+                self._observe(o, results[call.id])
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 text = wrap_untrusted(
@@ -313,6 +384,18 @@ class AgentLoop:
                     f"source {obs.source} unavailable {count} times",
                     self._host_answer(),
                 )
+
+    async def _run_subagent(self, sub: Any, task: str) -> Any:
+        from tether.context.subagent import run_subtask
+
+        return await run_subtask(
+            self.host,
+            sub.agent(),
+            task,
+            context=self.state.context,
+            parent=self.tracer,
+            max_chars=sub.max_chars,
+        )
 
     # -- endings -----------------------------------------------------------------------------
 
