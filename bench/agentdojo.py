@@ -30,7 +30,9 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 SUITES = ("workspace", "travel", "banking", "slack")
@@ -47,11 +49,11 @@ def _require_agentdojo() -> None:
 
 
 async def _run_suite(
-    name: str, limit: int | None, baseline: bool, mode: str
+    name: str, limit: int | None, baseline: bool, mode: str, approvals_db: Path | None
 ) -> tuple[dict[str, Any], list[Any]]:
     from tether.evals.agentdojo.runner import SuiteBench, summarise
 
-    bench = SuiteBench(name)
+    bench = SuiteBench(name, approvals_db=approvals_db)
     users = list(bench.user_tasks.values())[:limit]
     injections = list(bench.injection_tasks.values())
     benign = [await bench.run(u, mode=mode) for u in users]
@@ -80,6 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         default="agent",
         help="agent: the compromised agent loop; plan: plan-then-execute with a compromised extractor",
     )
+    parser.add_argument(
+        "--reviewer",
+        choices=("store", "function"),
+        default="store",
+        help="store: runs pause in a SQLite approval store and resume once the reviewer decides "
+        "(agent mode); function: the reviewer is asked inline",
+    )
     parser.add_argument("--json", action="store_true", help="(the last line is always JSON)")
     args = parser.parse_args(argv)
     _require_agentdojo()
@@ -95,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu0 = time.process_time()
     per_suite: dict[str, Any] = {}
     runs: list[list[Any]] = [[], [], []]
+    scratch = tempfile.TemporaryDirectory(prefix="tether-agentdojo-")
     for name in names:
         t0 = time.perf_counter()
+        db = Path(scratch.name) / f"{name}-approvals.db" if args.reviewer == "store" else None
         figures, (benign, reviewed, attacked) = anyio.run(
-            _run_suite, name, args.limit, args.baseline, args.mode
+            _run_suite, name, args.limit, args.baseline, args.mode, db
         )
         figures["seconds"] = round(time.perf_counter() - t0, 2)
         per_suite[name] = figures
@@ -113,12 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     overall["seconds"] = round(time.perf_counter() - started, 2)
     overall["cpu_seconds"] = round(time.process_time() - cpu0, 2)
     _print_suite("overall", overall)
+    scratch.cleanup()
     print(
         json.dumps(
             {
                 "benchmark": "agentdojo v1.2.2",
                 "agent": "compromised oracle (obeys every injection)",
                 "mode": args.mode,
+                "reviewer": args.reviewer if args.mode == "agent" else "function",
                 "cores": os.cpu_count(),
                 "overall": overall,
                 "suites": per_suite,

@@ -76,6 +76,22 @@ async def test_a_bill_payment_needs_the_reviewer_and_the_injected_recipient_neve
     assert reviewed.approvals == 2 and any("approval_denied" in x for x in reviewed.blocked)
 
 
+async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: Any) -> None:
+    b = SuiteBench("banking", approvals_db=tmp_path / "approvals.db")
+    u = b.user_tasks["user_task_0"]
+    # The run pauses on the bill payment; the modelled reviewer approves the stored proposal
+    # (exactly the user's call) and the run resumes from its checkpoint and pays.
+    reviewed = await b.run(u, reviewer=True)
+    assert reviewed.utility and reviewed.approvals == 1
+    from tether.policy.sqlite_store import SqliteApprovalStore
+    from tether.policy.store import ProposalStatus
+
+    (stored,) = SqliteApprovalStore(tmp_path / "approvals.db").list_proposals()
+    assert stored.tool == "send_money" and stored.status is ProposalStatus.APPROVED
+    # Without a reviewer the same task is not completed (fail closed).
+    assert not (await b.run(u)).utility
+
+
 async def test_text_only_goals_are_reported_apart(benches: dict[str, SuiteBench]) -> None:
     b = bench(benches, "travel")
     kinds = {name: b.kind(task) for name, task in b.injection_tasks.items()}

@@ -31,6 +31,7 @@ from tether.policy.provenance import (
     Origin,
     ProvenanceIndex,
     Segment,
+    SourceLabel,
     TrustConfig,
     label_observation,
     split_values,
@@ -117,8 +118,10 @@ class ToolRules:
 def observation_segments(obs: Any, config: TrustConfig, directory: Iterable[str] = ()) -> list[Segment]:
     """Segments of one observation: the labels the host attached, or labelled now."""
     cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
-    if cached is not None:
-        return list(cached)
+    if isinstance(cached, list):
+        restored = [_segment(item) for item in cached]
+        if all(seg is not None for seg in restored):
+            return [seg for seg in restored if seg is not None]
     if obs.is_error:
         return []
     return label_observation(
@@ -144,6 +147,18 @@ def make_labeler(config: TrustConfig, directory: Iterable[str] = ()) -> Callable
         return dataclasses.replace(obs, meta={**obs.meta, "provenance": segments, "sources": summary})
 
     return label
+
+
+def _segment(item: Any) -> Segment | None:
+    """A segment, or one restored from a checkpoint (where it became a plain mapping)."""
+    if isinstance(item, Segment):
+        return item
+    try:
+        return Segment(
+            item["raw"], item["text"], SourceLabel(**item["label"]), bool(item["whole"]), item["field_name"]
+        )
+    except (TypeError, KeyError):
+        return None
 
 
 def index_for(state: Any, config: TrustConfig, directory: Iterable[str] = ()) -> ProvenanceIndex:

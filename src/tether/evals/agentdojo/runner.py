@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tether.errors import ConfigError
@@ -62,9 +63,16 @@ class ReviewedPolicy:
     """Wraps a policy: counts "needs approval" verdicts and asks ``reviewer`` about each. With
     no reviewer every approval request is denied (``approval_unavailable``): fail closed."""
 
-    def __init__(self, inner: Any, reviewer: Callable[[ProposedCall, Decision], bool] | None = None) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        reviewer: Callable[[ProposedCall, Decision], bool] | None = None,
+        *,
+        passthrough: bool = False,
+    ) -> None:
         self.inner = inner
         self.reviewer = reviewer
+        self.passthrough = passthrough  # leave "approve" to the host's approval store
         self.approvals = 0
         self.denied: list[tuple[str, Decision]] = []
 
@@ -75,6 +83,8 @@ class ReviewedPolicy:
         decision: Decision = self.inner.check(call, context)
         if decision.verdict == "approve":
             self.approvals += 1
+            if self.passthrough:
+                return decision
             if self.reviewer is not None and self.reviewer(call, decision):
                 return Decision("allow", "reviewer", "approved_by_reviewer", dict(decision.details))
             reason = "approval_denied" if self.reviewer is not None else "approval_unavailable"
@@ -210,7 +220,13 @@ class _CompromisedExtractor:
 class SuiteBench:
     """One AgentDojo suite, ready to run pairs. Environments are parsed once and copied."""
 
-    def __init__(self, suite_name: str, declaration: SuiteDeclaration | None = None) -> None:
+    def __init__(
+        self,
+        suite_name: str,
+        declaration: SuiteDeclaration | None = None,
+        *,
+        approvals_db: Path | None = None,
+    ) -> None:
         from agentdojo.attacks.important_instructions_attacks import ImportantInstructionsAttack
         from agentdojo.task_suite.load_suites import get_suite
 
@@ -224,6 +240,9 @@ class SuiteBench:
         self._candidates: dict[str, list[str]] = {}
         self._kinds: dict[str, str] = {}
         self._defaults: dict[str, str] | None = None
+        # With a database, the reviewer works through the durable approval store: the run
+        # pauses, the reviewer decides the stored proposals, the run resumes.
+        self.approvals_db = approvals_db
 
     @property
     def user_tasks(self) -> dict[str, Any]:
@@ -347,16 +366,25 @@ class SuiteBench:
 
         directory = self.directory(pre)
         inner = self.policy(pre) if gate else OpenPolicy()
-        policy = ReviewedPolicy(inner, review if reviewer else None)
+        durable = reviewer and mode == "agent" and self.approvals_db is not None
+        policy = ReviewedPolicy(inner, review if reviewer and not durable else None, passthrough=durable)
         tools = AgentDojoTools(self.suite, env, self.declaration)
+        approvals = None
+        if durable:
+            from tether.policy.approvals import Approvals
+            from tether.policy.sqlite_store import SqliteApprovalStore
+
+            approvals = Approvals(SqliteApprovalStore(self.approvals_db))  # type: ignore[arg-type]
         host = Host(
             policy=policy,  # type: ignore[arg-type]
             on_denied="continue",
             labeler=make_labeler(self.declaration.trust, directory),
+            approvals=approvals,
         )
         host.add_source(tools)
         context = TrustedContext(tenant=self.name, user="user")
         answer = user_task.GROUND_TRUTH_OUTPUT
+        requested = 0
         try:
             if mode == "plan":
                 from tether.planexec import run_plan
@@ -371,6 +399,8 @@ class SuiteBench:
                     instructions="Solve the user's task with the tools.", model=model, limits=LIMITS
                 )
                 result = await host.run(agent, user_task.PROMPT, context=context)
+                if approvals is not None:
+                    result, requested = await _review_and_resume(host, approvals, agent, result, wanted)
                 triggered = bool(model.state["triggered"])  # type: ignore[attr-defined]
         finally:
             await host.aclose()
@@ -388,9 +418,35 @@ class SuiteBench:
             attack_succeeded=succeeded,
             kind=kind,
             triggered=triggered,
-            approvals=policy.approvals,
+            approvals=requested if approvals is not None else policy.approvals,
             blocked=[f"{tool}:{d.reason}" for tool, d in policy.denied],
         )
+
+
+REVIEWER_NAME = "reviewer (approves exactly the user's own calls)"
+
+
+async def _review_and_resume(
+    host: Any, approvals: Any, agent: Any, result: Any, wanted: set[str]
+) -> tuple[Any, int]:
+    """While the run is paused for approval, the modelled reviewer decides every pending stored
+    proposal — approve iff it is one of the user's own calls — and the run is resumed."""
+    from tether.policy.approvals import Reviewer
+    from tether.policy.store import ProposalStatus
+    from tether.stop import StopReason
+
+    reviewer = Reviewer(REVIEWER_NAME)
+    for _ in range(100):
+        if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
+            break
+        for p in approvals.store.list_proposals(status=ProposalStatus.PENDING, run_id=result.run_id):
+            shown = approvals.inspect(p.id)  # exactly what would run: stored tool and arguments
+            if _key(shown.tool, shown.arguments) in wanted:
+                approvals.approve(reviewer, p.id, reason="the user asked for exactly this")
+            else:
+                approvals.deny(reviewer, p.id, reason="not what the user asked for")
+        result = await host.resume(agent, result.run_id)
+    return result, len(approvals.store.list_proposals(run_id=result.run_id))
 
 
 def _ratio(num: int, den: int) -> float | None:
