@@ -92,6 +92,27 @@ async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: A
     assert not (await b.run(u)).utility
 
 
+async def test_in_plan_mode_injected_text_adds_no_call_even_without_a_gate(
+    benches: dict[str, SuiteBench],
+) -> None:
+    b = bench(benches, "slack")
+    u, i = b.user_tasks["user_task_4"], b.injection_tasks["injection_task_2"]
+    # The plan is fixed from the request before any data is read: the exfiltration the
+    # injection asks for is never proposed, gate or no gate ...
+    ungated = await b.run(u, i, gate=False, mode="plan")
+    assert ungated.triggered and not ungated.attack_succeeded
+    gated = await b.run(u, i, mode="plan")
+    assert gated.utility and not gated.attack_succeeded
+    # What the injection can still do is change extracted values: the compromised extractor
+    # reads the bill and returns the attacker's IBAN as the payee; the gate refuses it.
+    banking = bench(benches, "banking")
+    paid = await banking.run(
+        banking.user_tasks["user_task_0"], banking.injection_tasks["injection_task_0"], mode="plan"
+    )
+    assert paid.triggered and not paid.attack_succeeded
+    assert paid.blocked == ["send_money:approval_unavailable"]
+
+
 async def test_text_only_goals_are_reported_apart(benches: dict[str, SuiteBench]) -> None:
     b = bench(benches, "travel")
     kinds = {name: b.kind(task) for name, task in b.injection_tasks.items()}
