@@ -196,8 +196,8 @@ def settle_approvals(
                 step=s.steps,
                 call_id=o.call.id,
             )
-            if o.decision is not None and o.decision.details:
-                # Why approval is needed (e.g. each argument's provenance) goes into the
+            if o.decision is not None and "provenance" in o.decision.details:
+                # Where each argument came from (policy/provenance_rules.py) goes into the
                 # proposal's history, so the reviewer sees it next to what will run.
                 why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
                 approvals.store.add_event(
