@@ -9,7 +9,7 @@ come back as untrusted observations with source and time.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +37,7 @@ from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
+    from tether.ratelimit import TokenBucket
     from tether.run import Agent, RunResult
     from tether.workflow import Workflow
 
@@ -69,6 +70,7 @@ class Host:
         on_denied: Literal["stop", "continue"] = "stop",
         clock: Any = None,
         approved_memory_sources: Iterable[str] = (),
+        rate_limits: Mapping[str, TokenBucket] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
@@ -78,6 +80,9 @@ class Host:
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
         self.approved_memory_sources = frozenset(approved_memory_sources)
+        # Shared token buckets by tool name or source (upstream) name: one budget for every
+        # concurrent call to that upstream, across turns and runs (L4).
+        self.rate_limits = dict(rate_limits or {})
         self.local = LocalTools()
         self.sources: list[ToolSource] = [self.local]
         self.disabled_sources: set[str] = set()
@@ -202,6 +207,8 @@ class Host:
         """Run one allowed call. Recoverable failures become error observations; a programming
         error is returned as the second value so the caller can end the run loudly."""
         source = self._specs[spec.name][1]
+        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
+        waited = await bucket.acquire() if bucket is not None else 0.0
         now = self.clock()
         try:
             output = await source.call(spec, arguments, context)
@@ -229,7 +236,7 @@ class Host:
             data=output.data,
             is_error=output.is_error,
             error_kind=output.error_kind,
-            meta={**output.meta, "truncated": truncated},
+            meta={**output.meta, "truncated": truncated, **({"rate_wait_s": waited} if waited else {})},
         )
         return obs, None
 

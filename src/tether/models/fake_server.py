@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FakeChatServer", "Received", "Reply", "tool_loop_responder"]
+__all__ = ["FakeChatServer", "Received", "Reply", "scripted", "tool_loop_responder"]
 
 
 @dataclass(frozen=True)
@@ -272,6 +272,17 @@ class FakeChatServer:
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def scripted(replies: Sequence[Reply]) -> Responder:
+    """Answer request ``i`` with ``replies[i]``; past the end, an HTTP 400 that names the problem."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        if index < len(replies):
+            return replies[index]
+        return Reply.error(400, f"script exhausted: request {index + 1} of {len(replies)}")
+
+    return respond
 
 
 def tool_loop_responder(steps: int | None = None, *, tool: str = "lookup") -> Responder:

@@ -36,7 +36,7 @@ import json
 import os
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -152,6 +152,7 @@ class OpenAICompatible:
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
         cache_size: int = 8192,
+        transport: Literal["http", "openai"] = "http",
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
@@ -165,6 +166,9 @@ class OpenAICompatible:
         if not key and urlsplit(self.base_url).hostname == "api.openai.com":
             raise ConfigError(f"set ${api_key_env} to use {self.base_url}")
         self._api_key = key or "no-key"  # local servers ignore it; never printed or traced
+        if transport not in ("http", "openai"):
+            raise ConfigError(f"unknown transport {transport!r}")
+        self.transport = transport
         self.stream = stream
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
@@ -247,70 +251,71 @@ class OpenAICompatible:
 
     # -- transport ----------------------------------------------------------------------------
 
-    def _get_client(self) -> Any:
+    def _openai_client(self) -> Any:
         if self._client is None:
             try:
                 import openai
             except ImportError:  # pragma: no cover - depends on the installation
-                raise ConfigError("the openai backend needs: pip install 'tether[openai]'") from None
+                raise ConfigError("transport='openai' needs: pip install 'tether[openai]'") from None
             self._client = openai.AsyncOpenAI(
                 api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
             )
         return self._client
 
+    def _http_client(self) -> Any:
+        if self._client is None:
+            try:
+                import httpx2
+            except ImportError:  # pragma: no cover - depends on the installation
+                raise ConfigError("the openai backend needs: pip install 'tether[openai]'") from None
+            self._client = httpx2.AsyncClient(
+                base_url=self.base_url + "/",
+                headers={"Authorization": f"Bearer {self._api_key}", **self.headers},
+                timeout=self.timeout_s,
+            )
+        return self._client
+
     async def aclose(self) -> None:
+        """Close the connection pool (a later call opens a new one)."""
         client, self._client = self._client, None
         if client is not None:
-            await client.close()
+            await (client.close() if self.transport == "openai" else client.aclose())
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model turn; raises ``ModelError`` when retries are spent or the error is final."""
         body = self.encode(request)
-        attempt = 0
+        taken: list[dict[str, Any]] = []
         while True:
             if self.rate_limit is not None:
                 await self.rate_limit.acquire()
             self.calls += 1
             try:
-                return await self._attempt(body)
+                response = await self._attempt(body)
             except _Retryable as err:
                 detail = self._scrub(str(err))
                 too_long = err.retry_after is not None and err.retry_after > self.retry.max_retry_after_s
-                if attempt >= self.retry.max_retries or too_long:
-                    why = "Retry-After too long" if too_long else f"gave up after {attempt + 1} attempts"
+                if len(taken) >= self.retry.max_retries or too_long:
+                    why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
                     raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
-                delay = self.retry.delay(attempt, err.retry_after, self._rand())
-                self.retries.append({"kind": err.kind, "attempt": attempt + 1, "delay_s": round(delay, 3)})
-                attempt += 1
+                delay = self.retry.delay(len(taken), err.retry_after, self._rand())
+                taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
+                self.retries.append(taken[-1])
                 await self._sleep(delay)
+                continue
+            if taken:
+                response.meta["retries"] = taken
+            return response
 
     async def _attempt(self, body: bytes) -> ModelResponse:
         import httpx2
-        import openai
 
-        client = self._get_client()
-        try:
-            response = await client.post(
-                "/chat/completions",
-                cast_to=httpx2.Response,
-                content=body,
-                options={"headers": self.headers},
-                stream=self.stream,
-            )
-        except openai.APITimeoutError:
-            raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
-        except openai.APIConnectionError as err:
-            raise _Retryable("connection", f"{type(err.__cause__ or err).__name__}") from None
-        except openai.APIStatusError as err:
-            status = err.status_code
-            detail = f"HTTP {status}: {_error_text(err)}"
-            if status == 429:
-                raise _Retryable("rate_limited", detail, _retry_after(err.response.headers)) from None
-            if status >= 500 or status in (408, 409):
-                raise _Retryable("server_error", detail, _retry_after(err.response.headers)) from None
-            raise ModelError(f"{self.model}: {self._scrub(detail)}") from None
+        if self.transport == "openai":
+            response = await self._send_openai(body)
+        else:
+            response = await self._send_http(body)
         try:
             if self.stream:
                 return await self._read_stream(response)
@@ -321,6 +326,57 @@ class OpenAICompatible:
             raise _Retryable("connection", f"response interrupted: {type(err).__name__}") from None
         finally:
             await response.aclose()
+
+    async def _send_http(self, body: bytes) -> Any:
+        """POST through the openai client's HTTP layer (httpx2) with headers built once."""
+        import httpx2
+
+        client = self._http_client()
+        try:
+            response = await client.send(
+                client.build_request("POST", "chat/completions", content=body), stream=True
+            )
+        except httpx2.TimeoutException:
+            raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+        except httpx2.TransportError as err:
+            raise _Retryable("connection", type(err).__name__) from None
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            self._status_error(response.status_code, _message_of(raw), response.headers)
+        return response
+
+    async def _send_openai(self, body: bytes) -> Any:
+        """POST through the openai client's low-level ``post`` (its auth, headers, proxies)."""
+        import httpx2
+        import openai
+
+        client = self._openai_client()
+        try:
+            return await client.post(
+                "/chat/completions",
+                cast_to=httpx2.Response,
+                content=body,
+                options={"headers": self.headers},
+                stream=True,
+            )
+        except openai.APITimeoutError:
+            raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+        except openai.APIConnectionError as err:
+            raise _Retryable("connection", type(err.__cause__ or err).__name__) from None
+        except openai.APIStatusError as err:
+            self._status_error(err.status_code, _error_text(err), err.response.headers)
+            raise  # unreachable: _status_error always raises
+
+    def _status_error(self, status: int, message: str, headers: Mapping[str, str]) -> None:
+        detail = f"HTTP {status}: {message}"
+        if status == 429:
+            raise _Retryable("rate_limited", detail, _retry_after(headers))
+        if status >= 500 or status in (408, 409):
+            raise _Retryable("server_error", detail, _retry_after(headers))
+        raise ModelError(f"{self.model}: {self._scrub(detail)}")
 
     # -- responses ----------------------------------------------------------------------------
 
@@ -377,11 +433,9 @@ class OpenAICompatible:
         model = ""
         finish: str | None = None
         on_delta = self.on_delta
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
-            if payload == "[DONE]":
+        async for line in _sse_data(response):
+            payload = line.strip()
+            if payload == b"[DONE]":
                 break
             try:
                 chunk = json.loads(payload)
@@ -433,9 +487,33 @@ class OpenAICompatible:
         return self._response(message, self._usage(usage_raw), model, finish)
 
 
+async def _sse_data(response: Any) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
+    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
+    pending = b""
+    async for block in response.aiter_bytes():
+        pending += block
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:]
+    if pending.startswith(b"data:"):
+        yield pending[5:]
+
+
 def _call_id() -> str:
     # Some servers omit ids; a tool result must still name the call it answers.
     return "call_" + uuid.uuid4().hex[:16]
+
+
+def _message_of(raw: bytes) -> str:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:500].decode("utf-8", "replace")
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    message = inner.get("message", inner) if isinstance(inner, dict) else inner
+    return str(message)[:500]
 
 
 def _error_text(err: Any) -> str:
