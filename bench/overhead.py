@@ -84,31 +84,31 @@ def make_host(trace_dir: Path) -> Host:
     return host
 
 
-def make_agent(url: str, *, stream: bool) -> Agent:
+def make_agent(url: str, *, stream: bool, transport: str = "http") -> Agent:
     limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
-    model = OpenAICompatible("fake-model", base_url=url, stream=stream)
+    model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport)  # type: ignore[arg-type]
     return Agent(instructions="Look things up, then answer.", model=model, limits=limits)
 
 
 Session = Callable[[int], Awaitable[None]]
 
 
-async def measure(server: Server, session: Session, steps: int, repeats: int) -> float:
-    """Median client overhead per model call, in microseconds."""
-    await session(steps)  # warm-up: connections, caches, imports
-    samples = []
-    for _ in range(repeats):
-        server.reset()
-        started = time.perf_counter()
-        await session(steps)
-        wall = time.perf_counter() - started
-        samples.append((wall - server.handler_s()) / (steps + 1) * 1e6)
-    return statistics.median(samples)
+async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
+    """Per model call of one session, in microseconds: wall time minus the server's handler
+    time, and this process's CPU time (the server runs in another process)."""
+    server.reset()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    await session(steps)
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    calls = steps + 1
+    return (wall - server.handler_s()) / calls * 1e6, cpu / calls * 1e6
 
 
-def tether_session(server: Server, trace_dir: Path, *, stream: bool) -> Session:
+def tether_session(server: Server, trace_dir: Path, *, stream: bool, transport: str = "http") -> Session:
     host = make_host(trace_dir)
-    agent = make_agent(server.url, stream=stream)
+    agent = make_agent(server.url, stream=stream, transport=transport)
     context = TrustedContext(tenant="bench")
 
     async def run(steps: int) -> None:
@@ -128,7 +128,8 @@ def _tool_call_turn(message: dict[str, Any], messages: list[dict[str, Any]]) -> 
 
 def raw_session(server: Server) -> Session:
     """The floor: a hand-written loop posting JSON bodies with httpx2."""
-    client = httpx2.AsyncClient(base_url=server.url)
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)  # as tether's backend
+    client = httpx2.AsyncClient(base_url=server.url, limits=limits)
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
     async def run(steps: int) -> None:
@@ -167,8 +168,7 @@ def typed_session(server: Server) -> Session:
     return run
 
 
-async def concurrent_wall(server: Server, trace_dir: Path, sessions: int, steps: int) -> float:
-    run = tether_session(server, trace_dir, stream=False)
+async def concurrent_wall(run: Session, sessions: int, steps: int) -> float:
     await run(2)  # warm-up
     started = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
@@ -191,42 +191,65 @@ def cold_start(repeats: int) -> float:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     repeats = 3 if args.quick else 7
+    lengths = (5, 20, 50)
     server = Server()
-    out: dict[str, Any] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trace_dir = Path(tmp) / "traces"
-            figures: dict[str, dict[int, float]] = {}
             runners: dict[str, Session] = {
                 "tether": tether_session(server, trace_dir, stream=False),
                 "tether_stream": tether_session(server, trace_dir, stream=True),
+                "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
                 "raw_httpx2": raw_session(server),
                 "openai_typed_create": typed_session(server),
             }
-            for name, session in runners.items():
-                figures[name] = {}
-                for steps in (5, 20, 50):
-                    figures[name][steps] = await measure(server, session, steps, repeats)
-                    print(f"{name:22s} {steps:3d} steps: {figures[name][steps]:8.0f} us/step", flush=True)
+            for session in runners.values():
+                await session(2)  # warm-up: connections, caches, imports
+            # Interleaved, so every figure sees the same machine load.
+            samples: dict[str, dict[int, list[tuple[float, float]]]] = {
+                n: {k: [] for k in lengths} for n in runners
+            }
+            for _ in range(repeats):
+                for name, session in runners.items():
+                    for steps in lengths:
+                        samples[name][steps].append(await sample(server, session, steps))
                 shutil.rmtree(trace_dir, ignore_errors=True)
-            concurrent = await concurrent_wall(server, trace_dir, 100, 20)
-            print(f"100 concurrent 20-step tether sessions: {concurrent:.2f} s wall", flush=True)
+            figures = {
+                n: {k: statistics.median(w for w, _ in v) for k, v in d.items()} for n, d in samples.items()
+            }
+            cpu = {
+                n: {k: statistics.median(c for _, c in v) for k, v in d.items()} for n, d in samples.items()
+            }
+            for name, by_len in figures.items():
+                row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
+                print(f"{name:20s} us/step: {row}", flush=True)
+            concurrent = await concurrent_wall(runners["tether"], 100, 20)
+            print(f"100 concurrent 20-step sessions, tether:     {concurrent:.2f} s wall", flush=True)
+            concurrent_raw = await concurrent_wall(runners["raw_httpx2"], 100, 20)
+            print(f"100 concurrent 20-step sessions, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
     finally:
         server.close()
     cold = cold_start(3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
-    t = figures["tether"]
-    out = {
+    t, raw = figures["tether"], figures["raw_httpx2"]
+    runners_names = list(figures)
+
+    def rounded(by_len: dict[int, float]) -> dict[str, int]:
+        return {str(k): round(v) for k, v in by_len.items()}
+
+    return {
         "overhead_us_per_step": round(t[20]),
-        "overhead_us_per_step_by_steps": {str(k): round(v) for k, v in t.items()},
+        "overhead_us_per_step_by_steps": rounded(t),
         "ratio_50_to_5": round(t[50] / t[5], 3),
-        "streaming_us_per_step_by_steps": {str(k): round(v) for k, v in figures["tether_stream"].items()},
+        "ratio_to_raw_httpx2_at_20": round(t[20] / raw[20], 3),
+        "cpu_us_per_step_by_steps": {n: rounded(cpu[n]) for n in runners_names},
+        "cpu_ratio_50_to_5": round(cpu["tether"][50] / cpu["tether"][5], 3),
+        "streaming_us_per_step_by_steps": rounded(figures["tether_stream"]),
+        "openai_post_us_per_step_by_steps": rounded(figures["tether_openai_post"]),
         "concurrent_100_wall_s": round(concurrent, 3),
+        "concurrent_100_wall_s_raw_httpx2": round(concurrent_raw, 3),
         "cold_start_s": round(cold, 4),
-        "baselines": {
-            name: {str(k): round(v) for k, v in figures[name].items()}
-            for name in ("raw_httpx2", "openai_typed_create")
-        },
+        "baselines": {n: rounded(figures[n]) for n in ("raw_httpx2", "openai_typed_create")},
         "peers": {
             name: {"installed": importlib.util.find_spec(module.split(".")[0]) is not None, "measured": False}
             for name, module in PEERS.items()
@@ -239,8 +262,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         },
         "repeats": repeats,
         "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
-    return out
 
 
 def main() -> None:

@@ -153,6 +153,7 @@ class OpenAICompatible:
         rand: Callable[[], float] = random.random,
         cache_size: int = 8192,
         transport: Literal["http", "openai"] = "http",
+        max_connections: int = 64,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
@@ -169,6 +170,7 @@ class OpenAICompatible:
         if transport not in ("http", "openai"):
             raise ConfigError(f"unknown transport {transport!r}")
         self.transport = transport
+        self.max_connections = max_connections
         self.stream = stream
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
@@ -272,6 +274,11 @@ class OpenAICompatible:
                 base_url=self.base_url + "/",
                 headers={"Authorization": f"Bearer {self._api_key}", **self.headers},
                 timeout=self.timeout_s,
+                # Keep every connection of a busy host alive: the default (20 kept of 100) makes
+                # concurrent sessions reconnect on most calls.
+                limits=httpx2.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                ),
             )
         return self._client
 
