@@ -1,12 +1,14 @@
 """A backend for any server that speaks chat completions (OpenAI, vLLM, Ollama, llama.cpp …).
 
-Built on the official ``openai`` client (imported on first use; ``pip install tether[openai]``)
-for configuration, authentication and transport, but not its typed ``chat.completions.create``:
-that path re-validates and re-serialises the whole history on every call, so its cost per
-step grows with the run. Here every message is encoded to JSON once and the bytes are reused,
-the tool list is encoded once per session, and the request body is joined from those pieces
-and sent through the client's low-level ``post``. Fixed fields come first and ``messages``
-last, so consecutive requests of a session share a byte-identical prefix (C1).
+Transport: the official ``openai`` client's HTTP layer, ``httpx2`` (also a dependency of the
+MCP SDK, so the default needs no extra), with headers built once per backend; or, with
+``transport="openai"``, the ``openai`` client itself (``pip install tether[openai]``, imported
+on first use) through its low-level ``post``, for its auth hooks and proxy handling. Neither
+path uses the typed ``chat.completions.create``: that re-validates and re-serialises the whole
+history on every call, so its cost per step grows with the run. Here every message is
+encoded to JSON once and its bytes reused, the tool list is encoded once per session, and
+the body is joined from those pieces. Fixed fields come first and ``messages`` last, so
+consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
 turn) with usage and cost, or raises ``ModelError``. Timeouts, 429 (honouring
