@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentLoop", "StopRun"]
 
+_RESPONSE_FIELDS = frozenset(
+    {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
+)
+
 
 class StopRun(Exception):
     """Internal control flow: the host has decided to stop the run."""
@@ -186,7 +190,8 @@ class AgentLoop:
             completion_tokens=response.usage.completion_tokens,
             cached_tokens=response.usage.cached_tokens,
             cost_usd=response.cost_usd,
-            **response.meta,
+            # Backend facts (finish reason, retries taken, unpriced); never overriding the above.
+            **{k: v for k, v in response.meta.items() if k not in _RESPONSE_FIELDS},
         )
         return response
 
