@@ -290,3 +290,14 @@ async def test_streamed_or_whole_reasoning_is_kept_on_the_message_and_resent_whe
     result = await make_host(tmp_path).run(agent(model), "q", context=CONTEXT)
     assert result.ok
     assert server.bodies()[1]["messages"][2]["reasoning_content"] == "I should read the order."
+
+
+def test_a_backend_survives_being_reused_from_a_new_event_loop(serve: Serve, tmp_path: Path) -> None:
+    server = serve([Reply.text("first"), Reply.text("second")])
+    model = backend(server)
+    answers = [
+        make_host(tmp_path).run_sync(agent(model), "q", context=CONTEXT).answer,
+        make_host(tmp_path).run_sync(agent(model), "q", context=CONTEXT).answer,
+    ]
+    assert answers == ["first", "second"] and len(server.received) == 2
+    assert model.retries == []  # no dead pooled connection from the first loop was touched
