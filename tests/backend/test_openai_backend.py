@@ -4,6 +4,7 @@ through the real ``openai`` client's HTTP layer (SPEC L1, L2, L4, T2, C1, E5, P3
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -233,14 +234,20 @@ async def test_repeated_malformed_turns_stop_the_run_with_a_stop_reason(serve: S
 
 
 @pytest.mark.spec("P3")
-async def test_api_key_reaches_the_server_but_never_the_trace(
-    serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("transport", ["http", "openai"])
+async def test_api_key_reaches_the_server_but_never_the_trace_or_logs(
+    serve: Serve,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    transport: str,
 ) -> None:
+    caplog.set_level(logging.DEBUG)
     secret = "sk-test-0123456789-very-secret"
     monkeypatch.setenv("TETHER_TEST_KEY", secret)
     server = serve([])
     # A hostile or buggy server echoes the Authorization header back in its error.
-    model = backend(server, api_key_env="TETHER_TEST_KEY")
+    model = backend(server, api_key_env="TETHER_TEST_KEY", transport=transport)
     server.responder = lambda req, i: (
         Reply.calls(ORDER)
         if i == 0
@@ -253,6 +260,8 @@ async def test_api_key_reaches_the_server_but_never_the_trace(
     assert "bad auth: Bearer [REDACTED]" in result.detail
     assert secret not in Path(result.trace_path).read_text()  # type: ignore[arg-type]
     assert secret not in repr(model) and secret not in result.detail
+    assert "HTTP Request" in caplog.text or "send_request" in caplog.text  # debug logging was on
+    assert secret not in caplog.text
 
 
 def test_reasoning_rules_decide_what_is_sent_back() -> None:
