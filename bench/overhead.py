@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
 import shutil
@@ -39,14 +38,10 @@ from pydantic import Field
 from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
 from tether.models.openai import OpenAICompatible
 
+sys.path.insert(0, str(Path(__file__).parent))
+import peers  # bench/peers.py, next to this script
+
 RESULT = "r" * 2048  # the 2 KB tool result of every step
-PEERS = {
-    "openai-agents": "agents",
-    "pydantic-ai": "pydantic_ai",
-    "langgraph": "langgraph",
-    "langchain": "langchain",
-    "google-adk": "google.adk",
-}
 
 
 @tool(effect=Effect.READ)
@@ -203,6 +198,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "raw_httpx2": raw_session(server),
                 "openai_typed_create": typed_session(server),
             }
+            found, peer_report = peers.sessions(server.url, RESULT)
+            for name, session in found.items():
+                try:
+                    await session(2)
+                except Exception as err:  # a peer that cannot run this agent: report, do not fail
+                    peer_report[name].update(measured=False, error=f"{type(err).__name__}: {err}"[:300])
+                else:
+                    runners[f"peer:{name}"] = session
             for session in runners.values():
                 await session(2)  # warm-up: connections, caches, imports
             # Interleaved, so every figure sees the same machine load.
@@ -227,12 +230,23 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             print(f"100 concurrent 20-step sessions, tether:     {concurrent:.2f} s wall", flush=True)
             concurrent_raw = await concurrent_wall(runners["raw_httpx2"], 100, 20)
             print(f"100 concurrent 20-step sessions, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
+            for name in (n for n in runners if n.startswith("peer:") and not args.quick):
+                wall = await concurrent_wall(runners[name], 100, 20)
+                peer_report[name[5:]]["concurrent_100_wall_s"] = round(wall, 3)
+                print(f"100 concurrent 20-step sessions, {name[5:]}: {wall:.2f} s wall", flush=True)
     finally:
         server.close()
     cold = cold_start(3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
     t, raw = figures["tether"], figures["raw_httpx2"]
     runners_names = list(figures)
+    for name in (n for n in figures if n.startswith("peer:")):
+        peer_report[name[5:]].update(
+            overhead_us_per_step=round(figures[name][20]),
+            overhead_us_per_step_by_steps={str(k): round(v) for k, v in figures[name].items()},
+            cpu_us_per_step_by_steps={str(k): round(v) for k, v in cpu[name].items()},
+            ratio_to_tether_at_20=round(figures[name][20] / t[20], 2),
+        )
 
     def rounded(by_len: dict[int, float]) -> dict[str, int]:
         return {str(k): round(v) for k, v in by_len.items()}
@@ -250,10 +264,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "concurrent_100_wall_s_raw_httpx2": round(concurrent_raw, 3),
         "cold_start_s": round(cold, 4),
         "baselines": {n: rounded(figures[n]) for n in ("raw_httpx2", "openai_typed_create")},
-        "peers": {
-            name: {"installed": importlib.util.find_spec(module.split(".")[0]) is not None, "measured": False}
-            for name, module in PEERS.items()
-        },
+        "peers": peer_report,
         "targets": {
             "us_per_step_20": 1800,
             "ratio_50_to_5": 1.3,

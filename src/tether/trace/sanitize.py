@@ -100,6 +100,9 @@ def _secret_key(key: str) -> bool:
 
 def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "") -> Any:
     """Recursively sanitise (and redact) a JSON-like value for a trace line."""
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:  # the common case first
+        return value
     if _key and redactor is not None and isinstance(value, (str, bytes)) and redactor.is_secret_key(_key):
         return REDACTED
     if isinstance(value, str):
