@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tether.context.composer import Composer
+from tether.context.compression import ContextOverflow
+from tether.context.engine import ContextEngine
+from tether.context.pairing import ContextIntegrityError
 from tether.context.untrusted import Observation, wrap_untrusted
 from tether.errors import HandoffError
 from tether.host import GateOutcome
@@ -55,7 +57,18 @@ class AgentLoop:
             started_at=host.clock(),
         )
         self.offered = host.offered(agent.tools)
-        self.composer = Composer(agent.instructions, self.offered)
+        self.engine = ContextEngine(
+            agent.context,
+            instructions=agent.instructions,
+            tools=self.offered,
+            model=agent.model,
+            clock=host.clock,
+            trace_dir=host.trace_dir,
+            run_id=run_id,
+            emit=lambda kind, **data: self.tracer.emit(EventKind(kind), **data),
+            expected_updates=self.limits.max_steps,
+        )
+        self.engine.runner = self._run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
         self.handoff: Any = None
 
@@ -77,7 +90,7 @@ class AgentLoop:
         answer: str | None = None
         try:
             await self._recall_memory()
-            s.trajectory.append(UserMessage(s.objective))
+            s.trajectory.extend(self.engine.opening(s.objective))
             answer = await self._loop()
             await self._finish(answer)
             reason, detail = StopReason.ACCEPTED, ""
@@ -158,14 +171,24 @@ class AgentLoop:
                 f"hard ceiling of {self.limits.llm_calls_hard} LLM calls",
                 self._host_answer(),
             )
-        request = self.composer.build(s.trajectory, tools_enabled=tools_enabled)
+        try:
+            request = await self.engine.build(s, tools_enabled=tools_enabled)
+        except ContextOverflow as err:
+            t.emit(EventKind.CONTEXT_OVERFLOW, tokens=err.tokens, window=err.window)
+            raise StopRun(StopReason.BUDGET, str(err), self._host_answer()) from None
+        except ContextIntegrityError as err:  # providers reject such a request: stop, never send it
+            reason = StopReason.MODEL_ERROR if err.in_history else StopReason.INTERNAL_ERROR
+            t.emit(EventKind.MODEL_ERROR, error=f"unpaired tool calls: {err}")
+            raise StopRun(reason, f"unpaired tool calls: {err}", self._host_answer()) from None
         if max_tokens is not None:
             request = replace(request, max_tokens=max_tokens)
+        composed = self.engine.last
         t.emit(
             EventKind.CONTEXT_COMPOSED,
             messages=len(request.messages),
             tools=len(request.tools),
             tools_enabled=tools_enabled,
+            **(composed.trace_fields() if composed else {}),
         )
         s.llm_calls += 1
         remaining = self._remaining()
@@ -180,6 +203,7 @@ class AgentLoop:
             t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
             raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
         s.usage = s.usage + response.usage
+        self.engine.observe_usage(response.usage)
         s.cost_usd += response.cost_usd
         t.emit(
             EventKind.MODEL_RESPONSE,
@@ -201,7 +225,7 @@ class AgentLoop:
         outcomes: list[GateOutcome] = []
         for call in calls:
             t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-            outcome = host.gate(call, s.context, self.offered, s)
+            outcome = self.engine.intercept(call) or host.gate(call, s.context, self.offered, s)
             outcomes.append(outcome)
             if outcome.status == "deny" and outcome.decision is not None:
                 d = outcome.decision
@@ -251,7 +275,10 @@ class AgentLoop:
                 call_id=o.call.id,
                 now=host.clock(),
             )
-            obs, crash = await host.execute(o.spec, o.arguments, ctx)
+            if self.engine.owns(o.spec.name):
+                obs, crash = await self.engine.execute(o.spec, o.arguments, ctx)
+            else:
+                obs, crash = await host.execute(o.spec, o.arguments, ctx)
             results[o.call.id] = obs
             if crash is not None:
                 crashes.append((o.spec.name, crash))
@@ -277,9 +304,7 @@ class AgentLoop:
         for o in outcomes:
             call = o.call
             if o.status == "allow":
-                obs = results[call.id]
-                obs = Observation(**{**obs.__dict__, "call_id": call.id}) if not obs.call_id else obs
-                self._observe(o, obs)
+                self._observe(o, results[call.id])
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 text = wrap_untrusted(
@@ -323,6 +348,18 @@ class AgentLoop:
                     f"source {obs.source} unavailable {count} times",
                     self._host_answer(),
                 )
+
+    async def _run_subagent(self, sub: Any, task: str) -> Any:
+        from tether.context.subagent import run_subtask
+
+        return await run_subtask(
+            self.host,
+            sub.agent(),
+            task,
+            context=self.state.context,
+            parent=self.tracer,
+            max_chars=sub.max_chars,
+        )
 
     # -- endings -----------------------------------------------------------------------------
 

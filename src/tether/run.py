@@ -15,6 +15,7 @@ from tether.policy.trusted import TrustedContext
 from tether.stop import Limits, StopReason
 
 if TYPE_CHECKING:
+    from tether.context.engine import ContextConfig
     from tether.handoff import EvidenceRef, Handoff
     from tether.memory import MemoryRecord
     from tether.models.base import Model
@@ -83,6 +84,7 @@ class Agent:
     handoff: Callable[[RunState, str], Mapping[str, Any] | None] | None = None
     resolve_evidence: Callable[[EvidenceRef, RunState], bool] | None = None
     remember: Callable[[RunState], Sequence[MemoryRecord]] | None = None
+    context: ContextConfig | None = None  # status bar, compression, skills, tool search (C1-C7)
 
 
 @dataclass

@@ -1,6 +1,47 @@
-"""What the model sees: composition and untrusted-data labelling."""
+"""What the model sees: request composition, status bar, compression, skills, tool search,
+untrusted-data labelling and the prefix-stability meter (SPEC C1-C7)."""
 
 from tether.context.composer import Composer
+from tether.context.compression import COMPRESSED, CompressionConfig, ContextOverflow, ModelSummarizer
+from tether.context.engine import Composed, ContextConfig, ContextEngine
+from tether.context.meter import PrefixMeter, request_bytes
+from tether.context.pairing import ContextIntegrityError, check_pairing, pairing_problems
+from tether.context.skills import Skill, SkillError, SkillLibrary
+from tether.context.status import CallLimit, StatusConfig, choose_status_strategy
+from tether.context.store import FrozenStore, LargeOutputStore
+from tether.context.subagent import Subagent, SubtaskResult, run_subtask
+from tether.context.tokens import TokenAccount, chars_estimator
+from tether.context.toolsearch import ToolSearchConfig
 from tether.context.untrusted import Observation, wrap_untrusted
 
-__all__ = ["Composer", "Observation", "wrap_untrusted"]
+__all__ = [
+    "COMPRESSED",
+    "CallLimit",
+    "Composed",
+    "Composer",
+    "CompressionConfig",
+    "ContextConfig",
+    "ContextEngine",
+    "ContextIntegrityError",
+    "ContextOverflow",
+    "FrozenStore",
+    "LargeOutputStore",
+    "ModelSummarizer",
+    "Observation",
+    "PrefixMeter",
+    "Skill",
+    "SkillError",
+    "SkillLibrary",
+    "StatusConfig",
+    "Subagent",
+    "SubtaskResult",
+    "TokenAccount",
+    "ToolSearchConfig",
+    "chars_estimator",
+    "check_pairing",
+    "choose_status_strategy",
+    "pairing_problems",
+    "request_bytes",
+    "run_subtask",
+    "wrap_untrusted",
+]

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 from xml.sax.saxutils import quoteattr
 
-__all__ = ["Observation", "Trust", "wrap_untrusted"]
+__all__ = ["Observation", "Trust", "rewrap", "unwrap", "wrap_untrusted"]
 
 Trust = Literal["untrusted", "trusted"]
 
@@ -62,3 +62,23 @@ class Observation:
         if self.is_error:
             labels["error"] = self.error_kind or "error"
         return wrap_untrusted(self.text, **labels)
+
+
+def rewrap(content: str, text: str, *, source: str = "harness") -> str:
+    """New inner text under the same ``<untrusted_data …>`` labels as ``content``.
+
+    Used when a rewrite (compression, preview) replaces a tool result: the replacement is
+    still derived from untrusted data, so it keeps the original source, tool and time labels.
+    """
+    first, _, _ = content.partition("\n")
+    if first.startswith("<untrusted_data") and first.endswith(">"):
+        return f"{first}\n{_neutralise(text)}\n</untrusted_data>"
+    return wrap_untrusted(text, source=source)
+
+
+def unwrap(content: str) -> str:
+    """The inner text of an ``<untrusted_data>`` block (the content itself if it is not one)."""
+    first, sep, rest = content.partition("\n")
+    if sep and first.startswith("<untrusted_data") and rest.endswith("\n</untrusted_data>"):
+        return rest[: -len("\n</untrusted_data>")]
+    return content

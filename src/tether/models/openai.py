@@ -255,40 +255,54 @@ class OpenAICompatible:
 
     # -- transport ----------------------------------------------------------------------------
 
+    def _pool(self, **headers: str) -> Any:
+        import httpx2
+
+        return httpx2.AsyncClient(
+            base_url=self.base_url + "/",
+            headers=headers,
+            timeout=self.timeout_s,
+            # Keep every connection of a busy host alive: the default (20 kept of 100) makes
+            # concurrent sessions reconnect on most calls.
+            limits=httpx2.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
+        )
+
     def _openai_client(self) -> Any:
         if self._client is None:
             try:
                 import openai
             except ImportError:  # pragma: no cover - depends on the installation
                 raise ConfigError("transport='openai' needs: pip install 'tether[openai]'") from None
+            # Our own pool, not the client's default wrapper: that one schedules its own close
+            # on whatever event loop is running when it is garbage-collected.
             self._client = openai.AsyncOpenAI(
-                api_key=self._api_key, base_url=self.base_url, max_retries=0, timeout=self.timeout_s
+                api_key=self._api_key,
+                base_url=self.base_url,
+                max_retries=0,
+                timeout=self.timeout_s,
+                http_client=self._pool(),
             )
         return self._client
 
     def _http_client(self) -> Any:
         if self._client is None:
-            try:
-                import httpx2
-            except ImportError:  # pragma: no cover - depends on the installation
-                raise ConfigError("the openai backend needs: pip install 'tether[openai]'") from None
-            self._client = httpx2.AsyncClient(
-                base_url=self.base_url + "/",
-                headers={"Authorization": f"Bearer {self._api_key}", **self.headers},
-                timeout=self.timeout_s,
-                # Keep every connection of a busy host alive: the default (20 kept of 100) makes
-                # concurrent sessions reconnect on most calls.
-                limits=httpx2.Limits(
-                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-                ),
-            )
+            self._client = self._pool(Authorization=f"Bearer {self._api_key}", **self.headers)
         return self._client
 
     async def aclose(self) -> None:
-        """Close the connection pool (a later call opens a new one)."""
+        """Close the connection pool (a later call opens a new one). Call it, or use
+        ``async with``, when done: a pool belongs to the event loop that opened it."""
         client, self._client = self._client, None
         if client is not None:
             await (client.close() if self.transport == "openai" else client.aclose())
+
+    async def __aenter__(self) -> OpenAICompatible:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def _scrub(self, text: str) -> str:
         return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text

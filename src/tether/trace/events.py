@@ -34,6 +34,17 @@ class EventKind(StrEnum):
     ROLLBACK = "rollback"
     WORKFLOW_STEP = "workflow_step"
     STOP = "stop"
+    # context engine (C1-C7)
+    CONTEXT_COMPRESSED = "context_compressed"
+    COMPRESSION_FAILED = "compression_failed"
+    COMPRESSION_CIRCUIT_OPEN = "compression_circuit_open"
+    CONTEXT_COMPACTED = "context_compacted"
+    CONTEXT_OVERFLOW = "context_overflow"
+    OUTPUT_STORED = "output_stored"
+    SKILL_LOADED = "skill_loaded"
+    SKILL_REFUSED = "skill_refused"
+    TOOL_SCHEMAS_LOADED = "tool_schemas_loaded"
+    SUBAGENT_FINISHED = "subagent_finished"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,127 @@
+"""Tool contracts from typed functions (T1) and strict argument validation."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from pydantic import BaseModel, Field
+
+from tether import Effect, Target, ToolContext, tool
+from tether.errors import ToolInputError, UpstreamError
+from tether.tools import Tool
+
+
+class Order(BaseModel):
+    order_id: str
+    status: str
+
+
+@tool(effect=Effect.READ, target=Target("order_id", "order"))
+async def read_order(
+    order_id: Annotated[str, Field(description="Work order id, e.g. '742'.", min_length=1, max_length=20)],
+    context: ToolContext,
+) -> Order:
+    """Read one work order of the caller's tenant."""
+    return Order(order_id=order_id, status=f"open for {context.tenant}")
+
+
+def ctx() -> ToolContext:
+    return ToolContext(run_id="r", tenant="shopping-a", roles=frozenset(), user=None, call_id="c1")
+
+
+@pytest.mark.spec("T1")
+def test_schema_comes_from_types_with_a_description_per_argument_and_no_host_fields() -> None:
+    spec = read_order.spec
+    assert spec.name == "read_order"
+    assert spec.description == "Read one work order of the caller's tenant."
+    assert spec.effect is Effect.READ and spec.target == Target("order_id", "order")
+    assert spec.parameters == {
+        "type": "object",
+        "properties": {
+            "order_id": {
+                "type": "string",
+                "description": "Work order id, e.g. '742'.",
+                "minLength": 1,
+                "maxLength": 20,
+            }
+        },
+        "required": ["order_id"],
+        "additionalProperties": False,
+    }
+    # The tenant comes from the host (ToolContext): the model cannot even name it.
+    assert "context" not in spec.parameters["properties"]
+
+
+@pytest.mark.spec("T1")
+def test_an_argument_without_description_is_refused_at_declaration() -> None:
+    with pytest.raises(TypeError, match="has no description"):
+
+        @tool
+        def vague(query: str) -> str:
+            """Runs anything."""
+            return query
+
+
+@pytest.mark.spec("T1")
+def test_structured_result_and_host_context_injection() -> None:
+    out = anyio.run(read_order.invoke, {"order_id": "742"}, ctx())
+    assert out.data == {"order_id": "742", "status": "open for shopping-a"}
+    assert out.text == '{"order_id": "742", "status": "open for shopping-a"}'
+
+
+@pytest.mark.spec("T1", "T3")
+@pytest.mark.parametrize(
+    "arguments",
+    [{"order_id": 742}, {"order_id": "742", "tenant": "other"}, {}, {"order_id": ""}, {"order_id": "x" * 21}],
+)
+def test_arguments_are_validated_strictly_without_coercion(arguments: dict[str, Any]) -> None:
+    with pytest.raises(ToolInputError) as err:
+        read_order.validate(arguments)
+    assert err.value.to_result()["error"] == "invalid_arguments"
+    assert read_order.validate({"order_id": "742"}) == {"order_id": "742"}
+
+
+@pytest.mark.spec("T1")
+def test_bound_methods_are_tools_bound_to_their_instance() -> None:
+    class Crm:
+        def __init__(self, prefix: str) -> None:
+            self.prefix = prefix
+
+        @tool(effect=Effect.WRITE, idempotent=True)
+        def prepare(self, body: Annotated[str, Field(description="Draft text.")]) -> str:
+            """Prepare a draft."""
+            return self.prefix + body
+
+    a, b = Crm("A:"), Crm("B:")
+    assert isinstance(a.prepare, Tool)
+    assert a.prepare.spec.parameters["required"] == ["body"]
+    assert anyio.run(a.prepare.invoke, {"body": "hi"}).text == "A:hi"
+    assert anyio.run(b.prepare.invoke, {"body": "hi"}).text == "B:hi"
+
+
+@pytest.mark.spec("T1")
+def test_a_tool_that_overruns_its_time_limit_is_an_upstream_error() -> None:
+    @tool(timeout_s=0.05)
+    async def slow() -> str:
+        """Too slow."""
+        await anyio.sleep(10)
+        return "late"
+
+    with pytest.raises(UpstreamError, match="timed out"):
+        anyio.run(slow.invoke, {})
+
+
+@pytest.mark.spec("T1")
+def test_sync_tools_run_in_a_worker_thread() -> None:
+    import threading
+
+    main = threading.get_ident()
+
+    @tool
+    def where() -> int:
+        """Reports its thread."""
+        return threading.get_ident()
+
+    assert anyio.run(where.invoke, {}).data != main
