@@ -3,8 +3,10 @@
 A fake server (``tether.models.fake_server``, in its own process so it does not share the
 GIL) scripts a tool loop: the model asks for ``lookup`` until N results are in, then answers.
 Each tool result is 2 KB. tether runs the loop with policy, tracing (JSONL sink, flushed per
-event) and the OpenAI-compatible backend; the overhead of one step is the session's wall
-time minus the server's handler time, divided by the number of model calls (N + 1).
+event), the status bar and the OpenAI-compatible backend; the overhead of one step is the
+session's wall time minus the server's handler time, divided by the number of model calls
+(N + 1). This process's CPU time per call is reported too: on a shared machine it is the
+steadier figure.
 
 Printed: medians over repeats for 5-, 20- and 50-step sessions (streaming off and on), the
 wall time of 100 concurrent 20-step sessions, the cold start of ``tether --help``, and the
@@ -36,6 +38,7 @@ import httpx2
 from pydantic import Field
 
 from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
+from tether.context import ContextConfig, StatusConfig
 from tether.models.openai import OpenAICompatible
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -82,7 +85,8 @@ def make_host(trace_dir: Path) -> Host:
 def make_agent(url: str, *, stream: bool, transport: str = "http") -> Agent:
     limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
     model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport)  # type: ignore[arg-type]
-    return Agent(instructions="Look things up, then answer.", model=model, limits=limits)
+    status = ContextConfig(status=StatusConfig())  # the status bar on, as in a real run
+    return Agent(instructions="Look things up, then answer.", model=model, limits=limits, context=status)
 
 
 Session = Callable[[int], Awaitable[None]]

@@ -3,6 +3,7 @@ through the real ``openai`` client's HTTP layer (SPEC L1, L2, L4, T2, C1, E5, P3
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -310,3 +311,31 @@ def test_a_backend_survives_being_reused_from_a_new_event_loop(serve: Serve, tmp
     ]
     assert answers == ["first", "second"] and len(server.received) == 2
     assert model.retries == []  # no dead pooled connection from the first loop was touched
+
+
+@pytest.mark.spec("C1")
+@pytest.mark.spec("C2")
+async def test_with_the_status_bar_each_request_extends_the_last_and_ends_with_the_status(
+    serve: Serve, tmp_path: Path
+) -> None:
+    from tether.context import ContextConfig, StatusConfig
+
+    server = serve([Reply.calls(ORDER), Reply.calls(HISTORY), Reply.text("open")])
+    model = backend(server)
+    status = ContextConfig(status=StatusConfig(strategy="replace"))
+    instructed = Agent(instructions="Investigate work orders.", model=model, context=status)
+    result = await make_host(tmp_path).run(instructed, "q", context=CONTEXT)
+
+    assert result.ok
+    raw = [r.body for r in server.received]
+    marker = b',{"role":"user","content":"<agent_status>'
+    for before, after in itertools.pairwise(raw):
+        # Everything up to the previous status line is repeated byte for byte.
+        assert after.startswith(before[: before.rindex(marker)])
+    for body in server.bodies():
+        assert body["messages"][-1]["content"].startswith("<agent_status>")
+        assert (
+            sum(m["content"].startswith("<agent_status>") for m in body["messages"] if m["role"] == "user")
+            == 1
+        )
+    assert server.bodies()[0]["tools"] == server.bodies()[2]["tools"]
