@@ -15,7 +15,7 @@ same loop written by hand on two baselines that need nothing beyond tether[opena
 ``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI, LangGraph,
 LangChain, ADK) are reported as installed or not; none is a dependency.
 
-The last line is one JSON object. Usage: ``python bench/overhead.py [--quick]``.
+The last line is one JSON object. Usage: ``python bench/overhead.py [--quick | --smoke]``.
 """
 
 from __future__ import annotations
@@ -189,8 +189,10 @@ def cold_start(repeats: int) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    repeats = 3 if args.quick else 7
-    lengths = (5, 20, 50)
+    repeats = 1 if args.smoke else 3 if args.quick else 7
+    lengths = (1, 2, 3) if args.smoke else (5, 20, 50)  # --smoke: proves the script runs, no figures
+    short, mid, long = lengths
+    sessions, session_steps = (5, 2) if args.smoke else (100, 20)
     server = Server()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -230,38 +232,45 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for name, by_len in figures.items():
                 row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
                 print(f"{name:20s} us/step: {row}", flush=True)
-            concurrent = await concurrent_wall(runners["tether"], 100, 20)
-            print(f"100 concurrent 20-step sessions, tether:     {concurrent:.2f} s wall", flush=True)
-            concurrent_raw = await concurrent_wall(runners["raw_httpx2"], 100, 20)
-            print(f"100 concurrent 20-step sessions, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
-            for name in (n for n in runners if n.startswith("peer:") and not args.quick):
-                wall = await concurrent_wall(runners[name], 100, 20)
+            concurrent = await concurrent_wall(runners["tether"], sessions, session_steps)
+            print(
+                f"{sessions} concurrent {session_steps}-step sessions, tether: {concurrent:.2f} s wall",
+                flush=True,
+            )
+            concurrent_raw = await concurrent_wall(runners["raw_httpx2"], sessions, session_steps)
+            label = f"{sessions} concurrent {session_steps}-step sessions"
+            print(f"{label}, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
+            for name in (n for n in runners if n.startswith("peer:") and not (args.quick or args.smoke)):
+                wall = await concurrent_wall(runners[name], sessions, session_steps)
                 peer_report[name[5:]]["concurrent_100_wall_s"] = round(wall, 3)
-                print(f"100 concurrent 20-step sessions, {name[5:]}: {wall:.2f} s wall", flush=True)
+                print(
+                    f"{sessions} concurrent {session_steps}-step sessions, {name[5:]}: {wall:.2f} s wall",
+                    flush=True,
+                )
     finally:
         server.close()
-    cold = cold_start(3 if args.quick else 7)
+    cold = cold_start(1 if args.smoke else 3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
     t, raw = figures["tether"], figures["raw_httpx2"]
     runners_names = list(figures)
     for name in (n for n in figures if n.startswith("peer:")):
         peer_report[name[5:]].update(
-            overhead_us_per_step=round(figures[name][20]),
+            overhead_us_per_step=round(figures[name][mid]),
             overhead_us_per_step_by_steps={str(k): round(v) for k, v in figures[name].items()},
             cpu_us_per_step_by_steps={str(k): round(v) for k, v in cpu[name].items()},
-            ratio_to_tether_at_20=round(figures[name][20] / t[20], 2),
+            ratio_to_tether_at_20=round(figures[name][mid] / t[mid], 2),
         )
 
     def rounded(by_len: dict[int, float]) -> dict[str, int]:
         return {str(k): round(v) for k, v in by_len.items()}
 
     return {
-        "overhead_us_per_step": round(t[20]),
+        "overhead_us_per_step": round(t[mid]),
         "overhead_us_per_step_by_steps": rounded(t),
-        "ratio_50_to_5": round(t[50] / t[5], 3),
-        "ratio_to_raw_httpx2_at_20": round(t[20] / raw[20], 3),
+        "ratio_50_to_5": round(t[long] / t[short], 3),
+        "ratio_to_raw_httpx2_at_20": round(t[mid] / raw[mid], 3),
         "cpu_us_per_step_by_steps": {n: rounded(cpu[n]) for n in runners_names},
-        "cpu_ratio_50_to_5": round(cpu["tether"][50] / cpu["tether"][5], 3),
+        "cpu_ratio_50_to_5": round(cpu["tether"][long] / cpu["tether"][short], 3),
         "streaming_us_per_step_by_steps": rounded(figures["tether_stream"]),
         "openai_post_us_per_step_by_steps": rounded(figures["tether_openai_post"]),
         "concurrent_100_wall_s": round(concurrent, 3),
@@ -276,6 +285,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "cold_start_s": 0.3,
         },
         "repeats": repeats,
+        "smoke": args.smoke,
         "cpus": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
     }
@@ -284,6 +294,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks the script runs, figures mean nothing"
+    )
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
     print(json.dumps(result, sort_keys=True))
