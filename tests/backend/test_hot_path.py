@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tether.context.incremental import ItemMemo
 from tether.context.meter import PrefixMeter, common_prefix_len, request_bytes
 from tether.context.pairing import ContextIntegrityError, PairingMemo, check_pairing
 from tether.context.tokens import TokenAccount, estimate_request
@@ -33,15 +34,32 @@ def session(steps: int) -> list[list[Message]]:
     return out
 
 
-def test_cached_token_estimates_and_prefix_bytes_equal_the_uncached_ones() -> None:
-    tokens: dict[int, tuple[object, int]] = {}
-    lines: dict[int, tuple[object, bytes]] = {}
-    for messages in session(6):
-        request = ModelRequest(messages=tuple(messages), tools=TOOLS)
-        assert estimate_request(request, cache=tokens) == estimate_request(request)
-        assert request_bytes(request, lines) == request_bytes(request)
-    account = TokenAccount()
-    assert account.count(request) == estimate_request(request)
+def test_incremental_token_counts_and_prefix_bytes_equal_a_full_recomputation() -> None:
+    account, meter = TokenAccount(), PrefixMeter()
+    requests = [ModelRequest(messages=tuple(m), tools=TOOLS) for m in session(6)]
+    # a rewrite in the middle of the session (compression): the prefix changes, answers must not
+    first = requests[0].messages
+    requests.insert(
+        3, ModelRequest(messages=(first[0], UserMessage("[COMPRESSED] q"), *first[2:]), tools=TOOLS)
+    )
+    previous = b""
+    for request in requests:
+        assert account.count(request) == estimate_request(request)
+        sample = meter.measure(request)
+        data = request_bytes(request)
+        assert sample.request_bytes == len(data)
+        assert sample.common_bytes == (common_prefix_len(previous, data) if previous else 0)
+        previous = data
+
+
+def test_item_memo_computes_each_object_once() -> None:
+    seen: list[object] = []
+    memo: ItemMemo[int] = ItemMemo(lambda item: seen.append(item) or 1)
+    a, b, c, d = (UserMessage(x) for x in "abcd")
+    assert memo.values([a, b, c]) == [1, 1, 1]
+    assert memo.values([a, b, d]) == [1, 1, 1]  # tail replaced
+    assert memo.values([a, b, d, c]) == [1, 1, 1, 1]  # appended; c is cached
+    assert seen == [a, b, c, d]
 
 
 def test_prefix_meter_fast_path_measures_like_the_chunked_scan() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tether.context.incremental import ItemMemo
 from tether.models.base import ModelRequest
 
 __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
@@ -20,21 +21,15 @@ def _line(value: object) -> bytes:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
 
 
-def request_bytes(request: ModelRequest, cache: dict[int, tuple[object, bytes]] | None = None) -> bytes:
-    """Canonical bytes of a request: tool definitions first (they are part of the prefix), then messages.
-
-    With ``cache`` (one per session), each tool definition and message is encoded once."""
-    if cache is None:
-        parts = [_line(t) for t in request.tools]
-        parts.extend(_line(m.wire()) for m in request.messages)
-        return b"".join(parts)
-    parts = []
-    for item in (*request.tools, *request.messages):
-        hit = cache.get(id(item))
-        if hit is None or hit[0] is not item:  # holding the object keeps its id from being reused
-            hit = cache[id(item)] = (item, _line(item if isinstance(item, dict) else item.wire()))
-        parts.append(hit[1])
+def request_bytes(request: ModelRequest) -> bytes:
+    """Canonical bytes of a request: tool definitions first (they are part of the prefix), then messages."""
+    parts = [_line(t) for t in request.tools]
+    parts.extend(_line(m.wire()) for m in request.messages)
     return b"".join(parts)
+
+
+def _item_line(item: object) -> bytes:
+    return _line(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
 
 
 def common_prefix_len(a: bytes, b: bytes, *, chunk: int = 4096) -> int:
@@ -69,11 +64,11 @@ class PrefixMeter:
 
     def __init__(self) -> None:
         self._previous: bytes | None = None
-        self._lines: dict[int, tuple[object, bytes]] = {}  # per message or tool: its canonical line
+        self._lines: ItemMemo[bytes] = ItemMemo(_item_line)  # each line encoded once per session
         self.samples: list[PrefixSample] = []
 
     def measure(self, request: ModelRequest) -> PrefixSample:
-        data = request_bytes(request, self._lines)
+        data = b"".join(self._lines.values((*request.tools, *request.messages)))
         prev = self._previous
         if prev is None:
             sample = PrefixSample(len(data), 0, None, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from tether.context.incremental import ItemMemo
 from tether.messages import Usage
 from tether.models.base import ModelRequest
 
@@ -24,30 +25,10 @@ def chars_estimator(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-def estimate_request(
-    request: ModelRequest,
-    estimator: TokenEstimator = chars_estimator,
-    cache: dict[int, tuple[object, int]] | None = None,
-) -> int:
-    """Estimated prompt tokens: each message and tool definition as its wire JSON.
-
-    With ``cache`` (one per session and estimator), each message or tool object is encoded
-    once, so counting a request costs O(new messages), not O(history), per step."""
-    if cache is None:
-        total = sum(estimator(json.dumps(m.wire(), ensure_ascii=False)) for m in request.messages)
-        total += sum(estimator(json.dumps(t)) for t in request.tools)
-        return total
-    total = 0
-    for m in request.messages:
-        hit = cache.get(id(m))
-        if hit is None or hit[0] is not m:  # holding the object keeps its id from being reused
-            hit = cache[id(m)] = (m, estimator(json.dumps(m.wire(), ensure_ascii=False)))
-        total += hit[1]
-    for t in request.tools:
-        hit = cache.get(id(t))
-        if hit is None or hit[0] is not t:
-            hit = cache[id(t)] = (t, estimator(json.dumps(t)))
-        total += hit[1]
+def estimate_request(request: ModelRequest, estimator: TokenEstimator = chars_estimator) -> int:
+    """Estimated prompt tokens: each message and tool definition as its wire JSON."""
+    total = sum(estimator(json.dumps(m.wire(), ensure_ascii=False)) for m in request.messages)
+    total += sum(estimator(json.dumps(t)) for t in request.tools)
     return total
 
 
@@ -58,11 +39,17 @@ class TokenAccount:
         self.estimator = estimator
         self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
         self._last_estimate: int | None = None
-        self._cache: dict[int, tuple[object, int]] = {}  # per object: its estimate, for this session
+        # Each message and tool definition is estimated once per session (as estimate_request does).
+        self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
+
+    def _estimate_item(self, item: object) -> int:
+        if isinstance(item, dict):
+            return self.estimator(json.dumps(item))
+        return self.estimator(json.dumps(item.wire(), ensure_ascii=False))  # type: ignore[attr-defined]
 
     def count(self, request: ModelRequest) -> int:
         """Tokens of ``request``: anchored on the last reported usage when there is one."""
-        estimate = estimate_request(request, self.estimator, self._cache)
+        estimate = sum(self._memo.values((*request.messages, *request.tools)))
         self._last_estimate = estimate
         if self._anchor is None:
             return estimate
