@@ -1,11 +1,13 @@
 """tether: a governed harness for tool-using LLM agents. The model proposes; the host decides."""
 
 # Names are imported on first use (PEP 562), so ``import tether`` — and ``tether --help`` —
-# does not pay for pydantic, the MCP SDK or the host until they are needed.
+# does not pay for pydantic, the MCP SDK or the host until they are needed. To export a
+# name, add it to the TYPE_CHECKING imports, ``_EXPORTS`` and ``__all__`` (a test pins them).
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tether.errors import (
+        ApprovalError,
         ConfigError,
         DependencyUnavailable,
         HandoffError,
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
         UpstreamError,
     )
     from tether.host import Host
-    from tether.policy import DictCatalog, Permissions, Policy, TrustedContext
+    from tether.policy import Approvals, DictCatalog, Permissions, Policy, Reviewer, TrustedContext
     from tether.run import Agent, RunResult, RunState
     from tether.stop import Limits, StopReason
     from tether.tools import Effect, Target, Tool, ToolContext, tool
@@ -28,6 +30,8 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Agent": "tether.run",
     "AgentNode": "tether.workflow",
+    "ApprovalError": "tether.errors",
+    "Approvals": "tether.policy",
     "ConfigError": "tether.errors",
     "DependencyUnavailable": "tether.errors",
     "DictCatalog": "tether.policy",
@@ -40,6 +44,7 @@ _EXPORTS = {
     "Permissions": "tether.policy",
     "Policy": "tether.policy",
     "PolicyError": "tether.errors",
+    "Reviewer": "tether.policy",
     "RunError": "tether.errors",
     "RunResult": "tether.run",
     "RunState": "tether.run",
@@ -60,6 +65,8 @@ _EXPORTS = {
 __all__ = [
     "Agent",
     "AgentNode",
+    "ApprovalError",
+    "Approvals",
     "ConfigError",
     "DependencyUnavailable",
     "DictCatalog",
@@ -72,6 +79,7 @@ __all__ = [
     "Permissions",
     "Policy",
     "PolicyError",
+    "Reviewer",
     "RunError",
     "RunResult",
     "RunState",

@@ -26,7 +26,7 @@ from tether.errors import (
     ToolInputError,
 )
 from tether.messages import ToolCall
-from tether.policy.intake import parse_arguments
+from tether.policy.intake import check_arguments, parse_arguments
 from tether.policy.rules import Decision, Policy, ProposedCall
 from tether.policy.trusted import TrustedContext
 from tether.tools.contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
@@ -37,6 +37,7 @@ from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
+    from tether.policy.approvals import Approvals
     from tether.ratelimit import TokenBucket
     from tether.run import Agent, RunResult
     from tether.workflow import Workflow
@@ -49,11 +50,12 @@ class GateOutcome:
     """What the gate decided for one proposed call."""
 
     call: ToolCall
-    status: Literal["allow", "deny", "reject", "unknown"]
+    status: Literal["allow", "deny", "reject", "unknown", "approve"]
     spec: ToolSpec | None = None
     arguments: dict[str, Any] | None = None
     decision: Decision | None = None
     error: str = ""
+    proposal_id: str | None = None  # the approved proposal an "allow" executes (its stored arguments)
 
 
 class Host:
@@ -70,6 +72,7 @@ class Host:
         on_denied: Literal["stop", "continue"] = "stop",
         clock: Any = None,
         approved_memory_sources: Iterable[str] = (),
+        approvals: Approvals | None = None,
         rate_limits: Mapping[str, TokenBucket] | None = None,
     ) -> None:
         self.policy = policy or Policy()
@@ -80,6 +83,7 @@ class Host:
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
         self.approved_memory_sources = frozenset(approved_memory_sources)
+        self.approvals = approvals
         # Shared token buckets by tool name or source (upstream) name: one budget for every
         # concurrent call to that upstream, across turns and runs (L4).
         self.rate_limits = dict(rate_limits or {})
@@ -181,7 +185,8 @@ class Host:
             decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
             return GateOutcome(call, "deny", spec=spec, decision=decision)
         try:
-            arguments = parse_arguments(call.arguments)
+            # Strict intake (T3) first, against the contract's schema; then the source's own validation.
+            arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
             arguments = self.validate_arguments(spec, arguments)
         except PolicyError as err:
             return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
@@ -189,6 +194,8 @@ class Host:
             return GateOutcome(call, "reject", spec=spec, error=err.message)
         decision = self.policy.check(ProposedCall(call.id, spec, arguments, state), context)
         if decision.verdict == "approve":
+            if self.approvals is not None:
+                return GateOutcome(call, "approve", spec=spec, arguments=arguments, decision=decision)
             # No approval store in this host: fail closed.
             decision = Decision("deny", decision.rule, "approval_unavailable", dict(decision.details))
         status: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
@@ -263,6 +270,14 @@ class Host:
         if not self._started:
             await self.start()
         return await AgentLoop(self, agent, objective, context).run()
+
+    async def resume(self, agent: Agent, run_id: str) -> RunResult:
+        """Continue a run paused for approval (its checkpoint is in ``approvals.store``)."""
+        from tether.checkpoint import resume_run
+
+        if not self._started:
+            await self.start()
+        return await resume_run(self, agent, run_id)
 
     async def run_workflow(self, workflow: Workflow, objective: str, *, context: TrustedContext) -> RunResult:
         from tether.workflow import run_workflow

@@ -12,7 +12,7 @@ from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
 from tether.context.untrusted import Observation, wrap_untrusted
-from tether.errors import HandoffError
+from tether.errors import ApprovalError, HandoffError
 from tether.host import GateOutcome
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
@@ -43,13 +43,27 @@ class StopRun(Exception):
 
 
 class AgentLoop:
-    def __init__(self, host: Host, agent: Agent, objective: str, context: TrustedContext) -> None:
+    def __init__(
+        self,
+        host: Host,
+        agent: Agent,
+        objective: str,
+        context: TrustedContext,
+        *,
+        state: RunState | None = None,
+    ) -> None:
+        """``state``: a checkpointed run to resume (tether.checkpoint), instead of a new run."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
-        run_id = host.new_run_id()
+        self.resuming = state is not None
+        run_id = state.run_id if state is not None else host.new_run_id()
         self.tracer, self.trace_path = host.new_tracer(run_id)
-        self.state = RunState(
+        if state is not None:
+            from tether.checkpoint import restore_trace
+
+            restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
+        self.state = state or RunState(
             run_id=run_id,
             objective=objective,
             context=context,
@@ -77,7 +91,7 @@ class AgentLoop:
     async def run(self) -> RunResult:
         s, t = self.state, self.tracer
         t.emit(
-            EventKind.RUN_STARTED,
+            EventKind.RUN_RESUMED if self.resuming else EventKind.RUN_STARTED,
             design="agent",
             agent=self.agent.name,
             model=self.agent.model.name,
@@ -89,8 +103,16 @@ class AgentLoop:
         await self.host.trace_launches(t)
         answer: str | None = None
         try:
-            await self._recall_memory()
-            s.trajectory.extend(self.engine.opening(s.objective))
+            if self.resuming:
+                from tether.checkpoint import pending_calls
+
+                # Finish the turn the run paused in; its calls are settled against the store again.
+                if pending := pending_calls(s):
+                    await self._act(pending)
+                    s.steps += 1
+            else:
+                await self._recall_memory()
+                s.trajectory.extend(self.engine.opening(s.objective))
             answer = await self._loop()
             await self._finish(answer)
             reason, detail = StopReason.ACCEPTED, ""
@@ -247,7 +269,7 @@ class AgentLoop:
                     message=outcome.error,
                 )
                 s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
-            else:
+            elif outcome.status == "allow":
                 assert outcome.decision is not None
                 t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
 
@@ -257,6 +279,14 @@ class AgentLoop:
             reason = first.decision.reason if first.decision else "denied"
             raise StopRun(StopReason.POLICY_DENIED, f"{first.call.name}: {reason}", None)
 
+        if any(o.status == "approve" for o in outcomes):
+            from tether.checkpoint import settle_approvals
+
+            # Nothing of this turn runs until every call needing approval has one.
+            outcomes, stop = settle_approvals(self, outcomes)
+            if stop is not None:
+                raise StopRun(stop[0], stop[1], None)
+
         malformed = all(o.status in ("reject", "unknown") for o in outcomes)
         s.malformed_turns = s.malformed_turns + 1 if malformed else 0
         if s.malformed_turns >= self.limits.max_malformed_turns:
@@ -264,6 +294,7 @@ class AgentLoop:
 
         results: dict[str, Observation] = {}
         crashes: list[tuple[str, BaseException]] = []
+        unsettled: list[str] = []
 
         async def run_one(o: GateOutcome) -> None:
             assert o.spec is not None and o.arguments is not None
@@ -277,6 +308,16 @@ class AgentLoop:
             )
             if self.engine.owns(o.spec.name):
                 obs, crash = await self.engine.execute(o.spec, o.arguments, ctx)
+            elif host.approvals is not None and o.spec.effect.side_effecting:
+                from tether.effects import run_effect
+
+                try:
+                    obs, crash = await run_effect(
+                        host, o.spec, o.arguments, ctx, step=s.steps, proposal_id=o.proposal_id, emit=t.emit
+                    )
+                except ApprovalError as err:  # outcome unknown, or held by another process
+                    unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
+                    return
             else:
                 obs, crash = await host.execute(o.spec, o.arguments, ctx)
             results[o.call.id] = obs
@@ -293,6 +334,11 @@ class AgentLoop:
             raise StopRun(
                 StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer()
             )
+
+        if unsettled:
+            from tether.checkpoint import pause
+
+            raise StopRun(StopReason.APPROVAL_REQUIRED, pause(self, unsettled), None)
 
         for name, crash in crashes:
             t.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")

@@ -36,7 +36,7 @@ from tether.context.untrusted import Observation
 from tether.errors import ConfigError, PolicyError, ToolError, ToolInputError
 from tether.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
 from tether.models.base import Model, ModelRequest
-from tether.policy.intake import parse_arguments
+from tether.policy.intake import check_arguments, parse_arguments
 from tether.tools.contract import Effect, Tool, ToolContext, ToolSpec, tool
 
 if TYPE_CHECKING:
@@ -272,7 +272,8 @@ class ContextEngine:
         if call.name in self._harness:
             spec = self._harness_specs[call.name]
             try:
-                arguments = self._harness[call.name].validate(parse_arguments(call.arguments))
+                raw = check_arguments(spec.parameters, parse_arguments(call.arguments))  # strict intake (T3)
+                arguments = self._harness[call.name].validate(raw)
             except PolicyError as err:
                 return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
             except ToolInputError as err:

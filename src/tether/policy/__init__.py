@@ -1,6 +1,18 @@
-"""Host-side authority: proposal intake, policy rules, trusted context."""
+"""Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger."""
 
-from tether.policy.intake import MAX_PROPOSAL_BYTES, parse_arguments
+from tether.policy.approvals import Approvals, EffectOutcome, Review, Reviewer, idempotency_key
+from tether.policy.desk import Execution, ProposalDesk
+from tether.policy.intake import (
+    MAX_DEPTH,
+    MAX_PROPOSAL_BYTES,
+    Proposal,
+    check_arguments,
+    content_hash,
+    parse_arguments,
+    parse_envelope,
+    parse_json,
+    propose,
+)
 from tether.policy.rules import (
     Allowlist,
     Decision,
@@ -12,22 +24,43 @@ from tether.policy.rules import (
     TargetOwnership,
     destination_of,
 )
+from tether.policy.sqlite_store import SqliteApprovalStore
+from tether.policy.store import ApprovalStore, LedgerStatus, ProposalStatus, StoredProposal
 from tether.policy.trusted import Catalog, DictCatalog, Permissions, TrustedContext
 
 __all__ = [
+    "MAX_DEPTH",
     "MAX_PROPOSAL_BYTES",
     "Allowlist",
+    "ApprovalStore",
+    "Approvals",
     "Catalog",
     "Decision",
     "DictCatalog",
     "EffectApproval",
+    "EffectOutcome",
     "Egress",
+    "Execution",
+    "LedgerStatus",
     "Permissions",
     "Policy",
+    "Proposal",
+    "ProposalDesk",
+    "ProposalStatus",
     "ProposedCall",
+    "Review",
+    "Reviewer",
     "Rule",
+    "SqliteApprovalStore",
+    "StoredProposal",
     "TargetOwnership",
     "TrustedContext",
+    "check_arguments",
+    "content_hash",
     "destination_of",
+    "idempotency_key",
     "parse_arguments",
+    "parse_envelope",
+    "parse_json",
+    "propose",
 ]

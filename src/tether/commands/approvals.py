@@ -1,0 +1,122 @@
+"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``.
+
+The person at this console is the reviewer (host-side authority): decisions are recorded with
+``--reviewer`` (default: $USER) and the time, in the approval store's append-only history.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from tether.commands._approvals_db import default_db
+
+    p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
+    p.add_argument("--db", type=Path, default=None, help=f"approval store (default {default_db()})")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = acts.add_parser("list", help="proposals (default: pending)")
+    ls.add_argument("--status", default="pending", help="pending|approved|denied|invalidated|all")
+    ls.add_argument("--json", action="store_true")
+    show = acts.add_parser("show", help="exactly what would run, and its history")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("approve", "approve this stored proposal"),
+        ("deny", "deny it"),
+        ("invalidate", "revoke it: it can never run (again)"),
+    ):
+        a = acts.add_parser(name, help=helptext)
+        a.add_argument("id")
+        a.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        a.add_argument("--reason", default="")
+        a.add_argument("--json", action="store_true")
+    r = acts.add_parser("resolve", help="record what became of an escalated call (outcome unknown)")
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None)
+    r.add_argument("--note", default="")
+    r.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.commands._approvals_db import default_db
+    from tether.commands._output import emit_json, table
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
+
+    db: Path = args.db or default_db()
+    if not db.exists():  # never create a store just to look into it
+        if args.action == "list":
+            if getattr(args, "json", False):
+                emit_json({"db": str(db), "count": 0, "proposals": []})
+            else:
+                print(f"no approval store at {db}")
+            return 0
+        print(f"no approval store at {db}")
+        return 1
+    approvals = Approvals(SqliteApprovalStore(db))
+    as_json = getattr(args, "json", False)
+    try:
+        if args.action == "list":
+            status = None if args.status == "all" else ProposalStatus(args.status)
+            rows = [
+                {
+                    "id": p.id,
+                    "status": str(p.status),
+                    "tenant": p.tenant,
+                    "tool": p.tool,
+                    "run": p.run_id or "",
+                    "created": p.created_at.isoformat(timespec="seconds"),
+                }
+                for p in approvals.store.list_proposals(status=status)
+            ]
+            if as_json:
+                emit_json({"db": str(db), "count": len(rows), "proposals": rows})
+            elif rows:
+                print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
+            else:
+                print("no proposals")
+            return 0
+        if args.action == "show":
+            review = approvals.inspect(args.id).summary()
+            if as_json:
+                emit_json(review)
+            else:
+                for key, value in review.items():
+                    print(f"{key}: {value}")
+            return 0
+        reviewer = Reviewer(args.reviewer or getpass.getuser())
+        out: dict[str, Any]
+        if args.action == "resolve":
+            entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
+            out = {"key": entry.key, "status": str(entry.status), "note": entry.note}
+        else:
+            act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
+            p = act[args.action](reviewer, args.id, reason=args.reason)
+            out = {
+                "id": p.id,
+                "status": str(p.status),
+                "decided_by": p.decided_by,
+                "decided_at": p.decided_at.isoformat() if p.decided_at else None,
+                "run": p.run_id,
+            }
+    except (ApprovalError, ValueError) as err:
+        reason = getattr(err, "reason", "invalid")
+        if as_json:
+            emit_json({"error": reason, "message": str(err)})
+        else:
+            print(f"refused: {reason}: {err}")
+        return 1
+    if as_json:
+        emit_json(out)
+    else:
+        print(" ".join(f"{k}={v}" for k, v in out.items()))
+        if out.get("run"):
+            print(f"continue the run with: tether resume {out['run']}")
+    return 0

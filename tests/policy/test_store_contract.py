@@ -1,0 +1,133 @@
+"""The ``ApprovalStore`` contract, run against every backend (SQLite today; a PostgreSQL store
+joins the ``store`` fixture's params and must pass the same tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tether.errors import ApprovalError
+from tether.policy import ApprovalStore, LedgerStatus, ProposalStatus, SqliteApprovalStore
+from tether.policy.store import LedgerEntry, NewProposal
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+LATER = T0 + timedelta(minutes=5)
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalStore]:
+    s = SqliteApprovalStore(tmp_path / "approvals.db")
+    yield s
+    s.close()
+
+
+def new(run_id: str | None = None, step: int | None = None, call_id: str | None = None) -> NewProposal:
+    return NewProposal(
+        "org-alpha", "add_note", '{"note":"n"}', "sha256:x", "write", "model", run_id, step, call_id
+    )
+
+
+def alive(entry: LedgerEntry, now: datetime) -> bool:
+    return False
+
+
+def dead(entry: LedgerEntry, now: datetime) -> bool:
+    return True
+
+
+def test_store_satisfies_the_protocol(store: ApprovalStore) -> None:
+    assert isinstance(store, ApprovalStore)
+
+
+def test_same_content_gets_a_fresh_id_every_time(store: ApprovalStore) -> None:
+    a, b = store.add_proposal(new(), now=T0), store.add_proposal(new(), now=T0)
+    assert a.id != b.id and a.content_hash == b.content_hash
+    assert store.get_proposal(a.id) == a and a.status is ProposalStatus.PENDING
+    assert store.get_proposal("prop_missing") is None
+    assert {p.id for p in store.list_proposals()} == {a.id, b.id}
+
+
+def test_decisions_are_transitions_from_allowed_states_only(store: ApprovalStore) -> None:
+    p = store.add_proposal(new(), now=T0)
+    pending = frozenset({ProposalStatus.PENDING})
+    approved = store.decide(
+        p.id, ProposalStatus.APPROVED, allowed_from=pending, actor="r", reason="ok", now=LATER
+    )
+    assert (approved.status, approved.decided_by, approved.decided_at) == (
+        ProposalStatus.APPROVED,
+        "r",
+        LATER,
+    )
+    with pytest.raises(ApprovalError) as info:
+        store.decide(p.id, ProposalStatus.DENIED, allowed_from=pending, actor="r", reason="", now=LATER)
+    assert info.value.reason == "already_approved"
+    with pytest.raises(ApprovalError) as info:
+        store.decide(
+            "prop_missing", ProposalStatus.DENIED, allowed_from=pending, actor="r", reason="", now=LATER
+        )
+    assert info.value.reason == "unknown_proposal"
+    assert [e.op for e in store.events(p.id)] == ["proposed", "approved"]
+    assert store.list_proposals(status=ProposalStatus.PENDING) == []
+
+
+def test_a_call_maps_to_one_proposal_per_run_step_and_call(store: ApprovalStore) -> None:
+    p = store.add_proposal(new("run-1", 0, "c1"), now=T0)
+    assert store.find_for_call("run-1", 0, "c1") == p
+    assert store.find_for_call("run-1", 1, "c1") is None
+    with pytest.raises(Exception):  # noqa: B017 - the backend's own integrity error
+        store.add_proposal(new("run-1", 0, "c1"), now=T0)
+    assert store.list_proposals(run_id="run-1") == [p]
+
+
+def test_the_first_claim_runs_a_live_owner_makes_others_wait_and_an_outcome_is_final(
+    store: ApprovalStore,
+) -> None:
+    kw = {"tool": "add_note", "arguments_hash": "sha256:a", "lease_until": LATER, "now": T0}
+    first = store.claim("k1", owner="p1", owner_dead=alive, **kw)  # type: ignore[arg-type]
+    assert first.action == "run" and first.entry.status is LedgerStatus.INTENT and first.entry.attempts == 1
+    assert store.claim("k1", owner="p2", owner_dead=alive, **kw).action == "busy"  # type: ignore[arg-type]
+    with pytest.raises(ApprovalError) as info:
+        store.finish("k1", owner="p2", result="{}", note="", now=T0)
+    assert info.value.reason == "lost_ownership"
+    store.finish("k1", owner="p1", result='{"text": "ok"}', note="", now=T0)
+    done = store.claim("k1", owner="p2", owner_dead=dead, **kw)  # type: ignore[arg-type]
+    assert done.action == "done" and done.entry.result == '{"text": "ok"}'
+    with pytest.raises(ApprovalError):  # recorded outcomes are never overwritten
+        store.finish("k1", owner="p1", result="{}", note="", now=T0)
+    with pytest.raises(ApprovalError) as info:
+        store.claim("k1", owner="p2", owner_dead=dead, **{**kw, "arguments_hash": "sha256:other"})  # type: ignore[arg-type]
+    assert info.value.reason == "key_conflict"
+
+
+def test_a_dead_owner_hands_the_entry_over_for_reconciliation_once(store: ApprovalStore) -> None:
+    kw = {"tool": "add_note", "arguments_hash": "sha256:a", "lease_until": LATER, "now": T0}
+    store.claim("k2", owner="crashed", owner_dead=alive, **kw)  # type: ignore[arg-type]
+    claim = store.claim("k2", owner="p2", owner_dead=dead, **kw)  # type: ignore[arg-type]
+    assert claim.action == "reconcile" and claim.entry.status is LedgerStatus.RECONCILING
+    assert claim.entry.owner == "p2"
+    assert store.claim("k2", owner="p3", owner_dead=alive, **kw).action == "busy"  # type: ignore[arg-type]
+    retried = store.set_ledger_status(
+        "k2", LedgerStatus.INTENT, owner="p2", note="never happened", now=T0, lease_until=LATER
+    )
+    assert retried.attempts == 2
+    store.set_ledger_status("k2", LedgerStatus.ESCALATED, owner="p2", note="?", now=T0, lease_until=T0)
+    assert store.claim("k2", owner="p3", owner_dead=dead, **kw).action == "escalated"  # type: ignore[arg-type]
+    resolved = store.finish("k2", owner=None, result='{"text": "resolved"}', note="by a person", now=T0)
+    assert resolved.status is LedgerStatus.DONE
+
+
+def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -> None:
+    store.save_checkpoint("run-1", app="m:f", state='{"a": 1}', status="paused", stop_reason="x", now=T0)
+    store.save_checkpoint("run-1", app="m:f", state='{"a": 2}', status="finished", stop_reason="y", now=LATER)
+    cp = store.load_checkpoint("run-1")
+    assert cp is not None and (cp.state, cp.status, cp.stop_reason, cp.updated_at) == (
+        '{"a": 2}',
+        "finished",
+        "y",
+        LATER,
+    )
+    assert store.load_checkpoint("run-2") is None
+    assert [c.run_id for c in store.list_checkpoints()] == ["run-1"]
