@@ -137,6 +137,7 @@ class AgentLoop:
             events=t.events,
             elapsed_s=time.monotonic() - s.started,
             outputs=s.outputs,
+            observations=s.observations,
         )
 
     # -- the loop ----------------------------------------------------------------------------

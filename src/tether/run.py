@@ -104,6 +104,7 @@ class RunResult:
     events: list[TraceEvent] = field(default_factory=list)
     elapsed_s: float = 0.0
     outputs: dict[str, Any] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)  # what the tools returned (evals)
 
     @property
     def ok(self) -> bool:

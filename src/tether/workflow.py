@@ -121,6 +121,7 @@ async def run_workflow(
         events=tracer.events,
         elapsed_s=time.monotonic() - state.started,
         outputs=state.outputs,
+        observations=state.observations,
     )
 
 

@@ -11,6 +11,8 @@ import importlib
 from typing import Any
 
 DEMOS: dict[str, str] = {
+    "claims": "tether.scenarios.claims.demo:main",
+    "contract": "tether.scenarios.contract.demo:main",
     "leads": "tether.scenarios.leads.demo:main",
 }
 

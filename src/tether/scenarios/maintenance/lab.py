@@ -58,11 +58,10 @@ def erp_command() -> list[str]:
     return [sys.executable, "-m", "tether.scenarios.maintenance.erp"]
 
 
-def catalog() -> DictCatalog:
-    """The host's trusted catalog of work orders and their tenants."""
-    return DictCatalog(
-        {"order": {"742": "shopping-a", "743": "shopping-a", "744": "shopping-a", "901": "shopping-b"}}
-    )
+def catalog(extra: dict[str, str] | None = None) -> DictCatalog:
+    """The host's trusted catalog of work orders and their tenants (``extra``: id -> tenant)."""
+    own = {n: "shopping-a" for n in ("742", "743", "744", "745", "746", "747", "748", "749")}
+    return DictCatalog({"order": {**own, "901": "shopping-b", **(extra or {})}})
 
 
 def trusted_context() -> TrustedContext:
@@ -81,14 +80,27 @@ def memory_store(path: Path, clock: Any = None) -> SqliteMemory:
     return SqliteMemory(path, policy=policy, clock=clock)
 
 
-def make_host(out: Path, *, inject: bool = False, memory: SqliteMemory | None = None, down: str = "") -> Host:
+def make_host(
+    out: Path,
+    *,
+    inject: bool = False,
+    memory: SqliteMemory | None = None,
+    down: str = "",
+    inject_text: str = "",
+    data: str = "",
+    extra_orders: dict[str, str] | None = None,
+) -> Host:
     env = {"TETHER_ERP_LOG": str(out / "erp-calls.jsonl")}
+    if data:
+        env["TETHER_ERP_DATA"] = data
     if inject:
         env["TETHER_ERP_INJECT"] = "1"
+        if inject_text:
+            env["TETHER_ERP_INJECT_TEXT"] = inject_text
     if down:
         env["TETHER_ERP_DOWN"] = down
     host = Host(
-        policy=Policy(allow=ALLOWED, catalog=catalog()),
+        policy=Policy(allow=ALLOWED, catalog=catalog(extra_orders)),
         memory=memory,
         trace_dir=out / "traces",
     )
@@ -157,13 +169,13 @@ class HistoryFields(BaseModel):
     note: str
 
 
-def workflow() -> Workflow:
+def workflow(order_id: str = ORDER) -> Workflow:
     """The baseline: two fixed reads; the note is read as a field, never as an instruction."""
     return Workflow(
         name="order-status",
         steps=[
-            Step("order", "erp__read_order", {"order_id": ORDER}, OrderFields),
-            Step("history", "erp__read_history", {"order_id": ORDER}, HistoryFields),
+            Step("order", "erp__read_order", {"order_id": order_id}, OrderFields),
+            Step("history", "erp__read_history", {"order_id": order_id}, HistoryFields),
         ],
         answer=lambda o: (
             f"Work order {o['order'].order_id} is {o['order'].status}: "
