@@ -9,7 +9,7 @@ come back as untrusted observations with source and time.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
     from tether.policy.approvals import Approvals
+    from tether.ratelimit import TokenBucket
     from tether.run import Agent, RunResult
     from tether.workflow import Workflow
 
@@ -73,6 +74,7 @@ class Host:
         approved_memory_sources: Iterable[str] = (),
         approvals: Approvals | None = None,
         labeler: Callable[[Observation], Observation] | None = None,
+        rate_limits: Mapping[str, TokenBucket] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
@@ -85,6 +87,9 @@ class Host:
         self.approvals = approvals
         # Optional provenance labelling of every observation (policy/provenance_rules.py).
         self.labeler = labeler
+        # Shared token buckets by tool name or source (upstream) name: one budget for every
+        # concurrent call to that upstream, across turns and runs (L4).
+        self.rate_limits = dict(rate_limits or {})
         self.local = LocalTools()
         self.sources: list[ToolSource] = [self.local]
         self.disabled_sources: set[str] = set()
@@ -212,6 +217,8 @@ class Host:
         """Run one allowed call. Recoverable failures become error observations; a programming
         error is returned as the second value so the caller can end the run loudly."""
         source = self._specs[spec.name][1]
+        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
+        waited = await bucket.acquire() if bucket is not None else 0.0
         now = self.clock()
         try:
             output = await source.call(spec, arguments, context)
@@ -239,7 +246,7 @@ class Host:
             data=output.data,
             is_error=output.is_error,
             error_kind=output.error_kind,
-            meta={**output.meta, "truncated": truncated},
+            meta={**output.meta, "truncated": truncated, **({"rate_wait_s": waited} if waited else {})},
         )
         if self.labeler is not None:
             obs = self.labeler(obs)
