@@ -196,6 +196,17 @@ def settle_approvals(
                 step=s.steps,
                 call_id=o.call.id,
             )
+            if o.decision is not None and "provenance" in o.decision.details:
+                # Where each argument came from (policy/provenance_rules.py) goes into the
+                # proposal's history, so the reviewer sees it next to what will run.
+                why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
+                approvals.store.add_event(
+                    stored.id,
+                    "policy",
+                    actor=f"rule:{o.decision.rule}",
+                    detail=json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000],
+                    now=host.clock(),
+                )
             t.emit(
                 EventKind.APPROVAL_REQUESTED,
                 proposal_id=stored.id,

@@ -9,7 +9,7 @@ come back as untrusted observations with source and time.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
     from tether.policy.approvals import Approvals
+    from tether.ratelimit import TokenBucket
     from tether.run import Agent, RunResult
     from tether.workflow import Workflow
 
@@ -72,6 +73,8 @@ class Host:
         clock: Any = None,
         approved_memory_sources: Iterable[str] = (),
         approvals: Approvals | None = None,
+        labeler: Callable[[Observation], Observation] | None = None,
+        rate_limits: Mapping[str, TokenBucket] | None = None,
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
@@ -82,6 +85,11 @@ class Host:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.approved_memory_sources = frozenset(approved_memory_sources)
         self.approvals = approvals
+        # Optional provenance labelling of every observation (policy/provenance_rules.py).
+        self.labeler = labeler
+        # Shared token buckets by tool name or source (upstream) name: one budget for every
+        # concurrent call to that upstream, across turns and runs (L4).
+        self.rate_limits = dict(rate_limits or {})
         self.local = LocalTools()
         self.sources: list[ToolSource] = [self.local]
         self.disabled_sources: set[str] = set()
@@ -209,6 +217,8 @@ class Host:
         """Run one allowed call. Recoverable failures become error observations; a programming
         error is returned as the second value so the caller can end the run loudly."""
         source = self._specs[spec.name][1]
+        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
+        waited = await bucket.acquire() if bucket is not None else 0.0
         now = self.clock()
         try:
             output = await source.call(spec, arguments, context)
@@ -236,8 +246,10 @@ class Host:
             data=output.data,
             is_error=output.is_error,
             error_kind=output.error_kind,
-            meta={**output.meta, "truncated": truncated},
+            meta={**output.meta, "truncated": truncated, **({"rate_wait_s": waited} if waited else {})},
         )
+        if self.labeler is not None:
+            obs = self.labeler(obs)
         return obs, None
 
     # -- tracing --------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
     from tether.host import Host
 
 __all__ = ["AgentLoop", "StopRun"]
+
+_RESPONSE_FIELDS = frozenset(
+    {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
+)
 
 
 class StopRun(Exception):
@@ -181,7 +186,7 @@ class AgentLoop:
             await self._act(list(message.tool_calls))
             s.steps += 1
 
-    async def _ask(self, *, tools_enabled: bool) -> ModelResponse:
+    async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
         s, t = self.state, self.tracer
         if s.llm_calls >= self.limits.llm_calls_hard:
             raise StopRun(
@@ -198,6 +203,8 @@ class AgentLoop:
             reason = StopReason.MODEL_ERROR if err.in_history else StopReason.INTERNAL_ERROR
             t.emit(EventKind.MODEL_ERROR, error=f"unpaired tool calls: {err}")
             raise StopRun(reason, f"unpaired tool calls: {err}", self._host_answer()) from None
+        if max_tokens is not None:
+            request = replace(request, max_tokens=max_tokens)
         composed = self.engine.last
         t.emit(
             EventKind.CONTEXT_COMPOSED,
@@ -229,6 +236,9 @@ class AgentLoop:
             prompt_tokens=response.usage.prompt_tokens,
             completion_tokens=response.usage.completion_tokens,
             cached_tokens=response.usage.cached_tokens,
+            cost_usd=response.cost_usd,
+            # Backend facts (finish reason, retries taken, unpriced); never overriding the above.
+            **{k: v for k, v in response.meta.items() if k not in _RESPONSE_FIELDS},
         )
         return response
 
@@ -414,11 +424,33 @@ class AgentLoop:
             parts.append("Failed: " + ", ".join(failed) + ".")
         return " ".join(parts)
 
+    def _final_turn_refused(self) -> str | None:
+        """Why one last model turn is not affordable, or None when it is (see ``Limits``)."""
+        s, lim = self.state, self.limits
+        if not lim.final_turn_on_budget:
+            return "final turn disabled"
+        if s.llm_calls >= lim.llm_calls_hard:
+            return f"hard ceiling of {lim.llm_calls_hard} LLM calls"
+        if lim.max_tokens_hard is not None and s.usage.total_tokens >= lim.max_tokens_hard:
+            return f"hard token ceiling of {lim.max_tokens_hard}"
+        if lim.max_cost_usd_hard is not None and s.cost_usd >= lim.max_cost_usd_hard:
+            return f"hard cost ceiling of ${lim.max_cost_usd_hard}"
+        if (left := self._remaining()) is not None and left <= 0:
+            return "deadline passed"
+        return None
+
     async def _graceful_answer(self, stop: StopRun) -> str:
         """One last turn without tools when affordable; otherwise the host answers."""
         s, t = self.state, self.tracer
-        t.emit(EventKind.BUDGET_EXHAUSTED, reason=str(stop.reason), detail=stop.detail)
-        if not self.limits.final_turn_on_budget or s.llm_calls >= self.limits.llm_calls_hard:
+        refused = self._final_turn_refused()
+        t.emit(
+            EventKind.BUDGET_EXHAUSTED,
+            reason=str(stop.reason),
+            detail=stop.detail,
+            answered_by="host" if refused else "model",
+            **({"final_turn_refused": refused} if refused else {}),
+        )
+        if refused:
             return self._host_answer()
         s.trajectory.append(
             UserMessage(
@@ -428,7 +460,7 @@ class AgentLoop:
             )
         )
         try:
-            response = await self._ask(tools_enabled=False)
+            response = await self._ask(tools_enabled=False, max_tokens=self.limits.final_turn_max_tokens)
         except StopRun:
             return self._host_answer()
         s.trajectory.append(AssistantMessage(content=response.message.content))

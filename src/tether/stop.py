@@ -28,7 +28,14 @@ class StopReason(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Limits:
     """External stop conditions. ``llm_calls`` is the per-invocation budget; ``llm_calls_hard``
-    is the safety net above it (the graceful final turn may use the gap, nothing else may)."""
+    is the safety net above it (the graceful final turn may use the gap, nothing else may).
+
+    When a budget trips (LLM calls, ``max_tokens``, ``max_cost_usd``, ``max_steps``) the run gets
+    one last model turn with tools disabled, its output capped at ``final_turn_max_tokens`` —
+    if ``final_turn_on_budget`` and that turn is affordable: under ``llm_calls_hard``, under the
+    optional hard ceilings ``max_tokens_hard`` / ``max_cost_usd_hard``, and before the deadline.
+    Otherwise the host answers from what was observed. Token and cost figures are cumulative
+    over the run's model calls (prompt + completion, as billed)."""
 
     max_steps: int = 12
     llm_calls: int = 16
@@ -41,12 +48,21 @@ class Limits:
     max_malformed_turns: int = 3
     max_unavailable: int = 2
     final_turn_on_budget: bool = True
+    final_turn_max_tokens: int | None = 1024
+    max_tokens_hard: int | None = None
+    max_cost_usd_hard: float | None = None
 
     def __post_init__(self) -> None:
         if self.llm_calls_hard < self.llm_calls:
             raise ValueError("llm_calls_hard must be >= llm_calls")
         if min(self.max_steps, self.llm_calls, self.repeat_limit, self.max_identical_calls) < 1:
             raise ValueError("limits must be positive")
+        for soft, hard, name in (
+            (self.max_tokens, self.max_tokens_hard, "max_tokens"),
+            (self.max_cost_usd, self.max_cost_usd_hard, "max_cost_usd"),
+        ):
+            if soft is not None and hard is not None and hard < soft:
+                raise ValueError(f"{name}_hard must be >= {name}")
 
 
 def call_signature(name: str, arguments: dict[str, object]) -> str:

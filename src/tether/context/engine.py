@@ -24,7 +24,7 @@ from pydantic import Field
 
 from tether.context.compression import CompressionConfig, Compressor, ModelSummarizer
 from tether.context.meter import PrefixMeter, PrefixSample
-from tether.context.pairing import check_pairing
+from tether.context.pairing import PairingMemo, check_pairing
 from tether.context.skills import SkillLibrary
 from tether.context.status import StatusBar, StatusConfig, choose_status_strategy
 from tether.context.store import FrozenStore, LargeOutputStore
@@ -125,6 +125,7 @@ class ContextEngine:
         )
         self.tokens = TokenAccount(cfg.estimator)
         self.meter = PrefixMeter()
+        self._pairing = PairingMemo()
         self.expected_updates = max(
             1, (cfg.status.expected_updates if cfg.status else None) or expected_updates
         )
@@ -216,7 +217,7 @@ class ContextEngine:
 
         view = await self.compressor.prepare(state.trajectory, state.objective, count)
         request = self._request(view, tail_msgs, tools_enabled)
-        check_pairing(request.messages, history=state.trajectory)
+        check_pairing(request.messages, history=state.trajectory, memo=self._pairing)
         tokens = self.tokens.count(request)
         sample = self.meter.measure(request)
         spent = self.compressor.stats.usage

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from tether.context.incremental import ItemMemo
 from tether.models.base import ModelRequest
 
 __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
@@ -27,8 +28,14 @@ def request_bytes(request: ModelRequest) -> bytes:
     return b"".join(parts)
 
 
+def _item_line(item: object) -> bytes:
+    return _line(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
+
+
 def common_prefix_len(a: bytes, b: bytes, *, chunk: int = 4096) -> int:
     """Length of the longest common prefix: chunked compares (memcmp) then one byte scan."""
+    if b.startswith(a) or a.startswith(b):  # the append-only case: one memcmp, no copies
+        return min(len(a), len(b))
     n = min(len(a), len(b))
     i = 0
     while i < n:
@@ -57,10 +64,11 @@ class PrefixMeter:
 
     def __init__(self) -> None:
         self._previous: bytes | None = None
+        self._lines: ItemMemo[bytes] = ItemMemo(_item_line)  # each line encoded once per session
         self.samples: list[PrefixSample] = []
 
     def measure(self, request: ModelRequest) -> PrefixSample:
-        data = request_bytes(request)
+        data = b"".join(self._lines.values((*request.tools, *request.messages)))
         prev = self._previous
         if prev is None:
             sample = PrefixSample(len(data), 0, None, None)

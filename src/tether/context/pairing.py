@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from tether.errors import TetherError
 from tether.messages import AssistantMessage, Message, ToolMessage
 
-__all__ = ["ContextIntegrityError", "check_pairing", "pairing_problems", "units"]
+__all__ = ["ContextIntegrityError", "PairingMemo", "check_pairing", "pairing_problems", "units"]
 
 
 class ContextIntegrityError(TetherError):
@@ -57,9 +57,51 @@ def pairing_problems(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
-def check_pairing(messages: Sequence[Message], *, history: Sequence[Message] | None = None) -> None:
+class PairingMemo:
+    """The last request found valid, so the next check of a session only scans what changed.
+
+    A valid request is a run of complete units; a unit starts at every message that is not a
+    tool result. When the next request repeats the previous one's first ``p`` message objects,
+    everything before the last unit start at or below ``p`` is already known valid and the
+    rest is checked on its own — O(new messages) per step instead of O(history).
+    """
+
+    def __init__(self) -> None:
+        self.messages: tuple[Message, ...] = ()
+        self.ids: list[int] = []
+
+    def known_valid(self, messages: Sequence[Message]) -> int:
+        """How many leading messages of ``messages`` need no second look."""
+        k = len(self.ids)
+        if not k or len(messages) < k - 1:
+            return 0
+        current = list(map(id, messages[:k]))
+        if current == self.ids:
+            p = k
+        elif current[: k - 1] == self.ids[: k - 1]:  # the dynamic tail was replaced
+            p = k - 1
+        else:
+            return 0
+        while 0 < p < k and isinstance(self.messages[p], ToolMessage):
+            p -= 1  # back to a unit start of the valid request
+        return p
+
+    def remember(self, messages: Sequence[Message]) -> None:
+        self.messages = tuple(messages)  # holding them keeps their ids from being reused
+        self.ids = list(map(id, self.messages))
+
+
+def check_pairing(
+    messages: Sequence[Message], *, history: Sequence[Message] | None = None, memo: PairingMemo | None = None
+) -> None:
     """Raise ``ContextIntegrityError`` if ``messages`` break the pairing rule; ``history`` (the
-    raw trajectory the request was built from) tells a broken history from a broken rewrite."""
+    raw trajectory the request was built from) tells a broken history from a broken rewrite.
+    ``memo`` (one per session) skips the part of the request already checked last time."""
+    if memo is not None:
+        start = memo.known_valid(messages)
+        if not pairing_problems(messages[start:]):
+            memo.remember(messages)
+            return
     problems = pairing_problems(messages)
     if problems:
         in_history = history is not None and bool(pairing_problems(history))

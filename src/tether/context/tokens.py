@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from tether.context.incremental import ItemMemo
 from tether.messages import Usage
 from tether.models.base import ModelRequest
 
@@ -38,10 +39,17 @@ class TokenAccount:
         self.estimator = estimator
         self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
         self._last_estimate: int | None = None
+        # Each message and tool definition is estimated once per session (as estimate_request does).
+        self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
+
+    def _estimate_item(self, item: object) -> int:
+        if isinstance(item, dict):
+            return self.estimator(json.dumps(item))
+        return self.estimator(json.dumps(item.wire(), ensure_ascii=False))  # type: ignore[attr-defined]
 
     def count(self, request: ModelRequest) -> int:
         """Tokens of ``request``: anchored on the last reported usage when there is one."""
-        estimate = estimate_request(request, self.estimator)
+        estimate = sum(self._memo.values((*request.messages, *request.tools)))
         self._last_estimate = estimate
         if self._anchor is None:
             return estimate

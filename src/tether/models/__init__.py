@@ -1,6 +1,8 @@
-"""Model backends: the ``Model`` protocol and deterministic stand-ins."""
+"""Model backends: the ``Model`` protocol, deterministic stand-ins, the OpenAI-compatible backend."""
 
 from tether.models.base import Model, ModelRequest, ModelResponse
+from tether.models.openai import OpenAICompatible, RetryPolicy
+from tether.models.pricing import Price
 from tether.models.test import FunctionModel, ScriptedModel, call, final, injected_calls
 
 __all__ = [
@@ -8,6 +10,9 @@ __all__ = [
     "Model",
     "ModelRequest",
     "ModelResponse",
+    "OpenAICompatible",
+    "Price",
+    "RetryPolicy",
     "ScriptedModel",
     "call",
     "final",

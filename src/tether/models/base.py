@@ -27,6 +27,7 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     cost_usd: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)  # backend facts for the trace (finish reason …)
 
 
 @runtime_checkable

@@ -8,6 +8,7 @@ through unchanged, so a sanitised value is still readable and diffable.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -88,12 +89,21 @@ class Redactor:
         return value
 
     def is_secret_key(self, key: str) -> bool:
-        return bool(_SECRET_KEY.search(key))
+        return _secret_key(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    # Trace keys repeat on every event: match each one once.
+    return bool(_SECRET_KEY.search(key))
 
 
 def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "") -> Any:
     """Recursively sanitise (and redact) a JSON-like value for a trace line."""
-    if redactor is not None and _key and redactor.is_secret_key(_key) and isinstance(value, (str, bytes)):
+    kind = type(value)
+    if kind is int or kind is float or kind is bool or value is None:  # the common case first
+        return value
+    if _key and redactor is not None and isinstance(value, (str, bytes)) and redactor.is_secret_key(_key):
         return REDACTED
     if isinstance(value, str):
         return sanitize(redactor.text(value) if redactor else value)

@@ -1,0 +1,306 @@
+"""Client overhead per step of tether's agent loop against a local chat-completions server.
+
+A fake server (``tether.models.fake_server``, in its own process so it does not share the
+GIL) scripts a tool loop: the model asks for ``lookup`` until N results are in, then answers.
+Each tool result is 2 KB. tether runs the loop with policy, tracing (JSONL sink, flushed per
+event), the status bar and the OpenAI-compatible backend; the overhead of one step is the
+session's wall time minus the server's handler time, divided by the number of model calls
+(N + 1). This process's CPU time per call is reported too: on a shared machine it is the
+steadier figure.
+
+Printed: medians over repeats for 5-, 20- and 50-step sessions (streaming off and on), the
+wall time of 100 concurrent 20-step sessions, the cold start of ``tether --help``, and the
+same loop written by hand on two baselines that need nothing beyond tether[openai]: raw
+``httpx2`` posting prebuilt bodies (the floor) and the openai client's typed
+``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI, LangGraph,
+LangChain, ADK) are reported as installed or not; none is a dependency.
+
+The last line is one JSON object. Usage: ``python bench/overhead.py [--quick | --smoke]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx2
+from pydantic import Field
+
+from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
+from tether.context import ContextConfig, StatusConfig
+from tether.models.openai import OpenAICompatible
+
+sys.path.insert(0, str(Path(__file__).parent))
+import peers  # bench/peers.py, next to this script
+
+RESULT = "r" * 2048  # the 2 KB tool result of every step
+
+
+@tool(effect=Effect.READ)
+async def lookup(key: Annotated[str, Field(description="The key to look up, e.g. 'k3'.")]) -> str:
+    """Look up one key and return its 2 KB record."""
+    return RESULT
+
+
+class Server:
+    """The fake server in a subprocess; ``handler_s()`` reads and resets its handler time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tether.models.fake_server"], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        self.http = httpx2.Client()
+
+    def reset(self) -> None:
+        self.http.post(self.url + "/stats/reset")
+
+    def handler_s(self) -> float:
+        return float(self.http.get(self.url + "/stats").json()["handler_s"])
+
+    def close(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def make_host(trace_dir: Path) -> Host:
+    host = Host(policy=Policy(allow={"lookup"}), trace_dir=trace_dir)
+    host.add_tools(lookup)
+    return host
+
+
+def make_agent(url: str, *, stream: bool, transport: str = "http") -> Agent:
+    limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
+    model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport)  # type: ignore[arg-type]
+    status = ContextConfig(status=StatusConfig())  # the status bar on, as in a real run
+    return Agent(instructions="Look things up, then answer.", model=model, limits=limits, context=status)
+
+
+Session = Callable[[int], Awaitable[None]]
+
+
+async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
+    """Per model call of one session, in microseconds: wall time minus the server's handler
+    time, and this process's CPU time (the server runs in another process)."""
+    server.reset()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    await session(steps)
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    calls = steps + 1
+    return (wall - server.handler_s()) / calls * 1e6, cpu / calls * 1e6
+
+
+def tether_session(server: Server, trace_dir: Path, *, stream: bool, transport: str = "http") -> Session:
+    host = make_host(trace_dir)
+    agent = make_agent(server.url, stream=stream, transport=transport)
+    context = TrustedContext(tenant="bench")
+
+    async def run(steps: int) -> None:
+        result = await host.run(agent, f"Collect the records. steps={steps}", context=context)
+        assert result.ok and result.llm_calls == steps + 1, (result.stop_reason, result.detail)
+
+    return run
+
+
+def _tool_call_turn(message: dict[str, Any], messages: list[dict[str, Any]]) -> bool:
+    calls = message.get("tool_calls") or []
+    messages.append(message)
+    for c in calls:
+        messages.append({"role": "tool", "tool_call_id": c["id"], "content": RESULT})
+    return bool(calls)
+
+
+def raw_session(server: Server) -> Session:
+    """The floor: a hand-written loop posting JSON bodies with httpx2."""
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)  # as tether's backend
+    client = httpx2.AsyncClient(base_url=server.url, limits=limits)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+    async def run(steps: int) -> None:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "Look things up, then answer."},
+            {"role": "user", "content": f"Collect the records. steps={steps}"},
+        ]
+        while True:
+            body = json.dumps({"model": "fake-model", "tools": tools, "messages": messages})
+            r = await client.post(
+                "/chat/completions", content=body, headers={"content-type": "application/json"}
+            )
+            if not _tool_call_turn(r.json()["choices"][0]["message"], messages):
+                return
+
+    return run
+
+
+def typed_session(server: Server) -> Session:
+    """The openai client's typed ``chat.completions.create`` in a hand-written loop."""
+    import openai
+
+    client = openai.AsyncOpenAI(api_key="no-key", base_url=server.url, max_retries=0)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+    async def run(steps: int) -> None:
+        messages: list[Any] = [
+            {"role": "system", "content": "Look things up, then answer."},
+            {"role": "user", "content": f"Collect the records. steps={steps}"},
+        ]
+        while True:
+            r = await client.chat.completions.create(model="fake-model", messages=messages, tools=tools)
+            if not _tool_call_turn(r.choices[0].message.model_dump(exclude_none=True), messages):
+                return
+
+    return run
+
+
+async def concurrent_wall(run: Session, sessions: int, steps: int) -> float:
+    await run(2)  # warm-up
+    started = time.perf_counter()
+    async with asyncio.TaskGroup() as tg:
+        for _ in range(sessions):
+            tg.create_task(run(steps))
+    return time.perf_counter() - started
+
+
+def cold_start(repeats: int) -> float:
+    exe = shutil.which("tether", path=str(Path(sys.executable).parent)) or shutil.which("tether")
+    cmd = [exe, "--help"] if exe else [sys.executable, "-m", "tether.cli", "--help"]
+    subprocess.run(cmd, capture_output=True, check=True)  # warm the OS page cache
+    samples = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        subprocess.run(cmd, capture_output=True, check=True)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    repeats = 1 if args.smoke else 3 if args.quick else 7
+    lengths = (1, 2, 3) if args.smoke else (5, 20, 50)  # --smoke: proves the script runs, no figures
+    short, mid, long = lengths
+    sessions, session_steps = (5, 2) if args.smoke else (100, 20)
+    server = Server()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace_dir = Path(tmp) / "traces"
+            runners: dict[str, Session] = {
+                "tether": tether_session(server, trace_dir, stream=False),
+                "tether_stream": tether_session(server, trace_dir, stream=True),
+                "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
+                "raw_httpx2": raw_session(server),
+                "openai_typed_create": typed_session(server),
+            }
+            found, peer_report = peers.sessions(server.url, RESULT)
+            for name, session in found.items():
+                try:
+                    await session(2)
+                except Exception as err:  # a peer that cannot run this agent: report, do not fail
+                    peer_report[name].update(measured=False, error=f"{type(err).__name__}: {err}"[:300])
+                else:
+                    runners[f"peer:{name}"] = session
+            for session in runners.values():
+                await session(2)  # warm-up: connections, caches, imports
+            # Interleaved, so every figure sees the same machine load.
+            samples: dict[str, dict[int, list[tuple[float, float]]]] = {
+                n: {k: [] for k in lengths} for n in runners
+            }
+            for _ in range(repeats):
+                for name, session in runners.items():
+                    for steps in lengths:
+                        samples[name][steps].append(await sample(server, session, steps))
+                shutil.rmtree(trace_dir, ignore_errors=True)
+            figures = {
+                n: {k: statistics.median(w for w, _ in v) for k, v in d.items()} for n, d in samples.items()
+            }
+            cpu = {
+                n: {k: statistics.median(c for _, c in v) for k, v in d.items()} for n, d in samples.items()
+            }
+            for name, by_len in figures.items():
+                row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
+                print(f"{name:20s} us/step: {row}", flush=True)
+            concurrent = await concurrent_wall(runners["tether"], sessions, session_steps)
+            print(
+                f"{sessions} concurrent {session_steps}-step sessions, tether: {concurrent:.2f} s wall",
+                flush=True,
+            )
+            concurrent_raw = await concurrent_wall(runners["raw_httpx2"], sessions, session_steps)
+            label = f"{sessions} concurrent {session_steps}-step sessions"
+            print(f"{label}, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
+            for name in (n for n in runners if n.startswith("peer:") and not (args.quick or args.smoke)):
+                wall = await concurrent_wall(runners[name], sessions, session_steps)
+                peer_report[name[5:]]["concurrent_100_wall_s"] = round(wall, 3)
+                print(
+                    f"{sessions} concurrent {session_steps}-step sessions, {name[5:]}: {wall:.2f} s wall",
+                    flush=True,
+                )
+    finally:
+        server.close()
+    cold = cold_start(1 if args.smoke else 3 if args.quick else 7)
+    print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
+    t, raw = figures["tether"], figures["raw_httpx2"]
+    runners_names = list(figures)
+    for name in (n for n in figures if n.startswith("peer:")):
+        peer_report[name[5:]].update(
+            overhead_us_per_step=round(figures[name][mid]),
+            overhead_us_per_step_by_steps={str(k): round(v) for k, v in figures[name].items()},
+            cpu_us_per_step_by_steps={str(k): round(v) for k, v in cpu[name].items()},
+            ratio_to_tether_at_20=round(figures[name][mid] / t[mid], 2),
+        )
+
+    def rounded(by_len: dict[int, float]) -> dict[str, int]:
+        return {str(k): round(v) for k, v in by_len.items()}
+
+    return {
+        "overhead_us_per_step": round(t[mid]),
+        "overhead_us_per_step_by_steps": rounded(t),
+        "ratio_50_to_5": round(t[long] / t[short], 3),
+        "ratio_to_raw_httpx2_at_20": round(t[mid] / raw[mid], 3),
+        "cpu_us_per_step_by_steps": {n: rounded(cpu[n]) for n in runners_names},
+        "cpu_ratio_50_to_5": round(cpu["tether"][long] / cpu["tether"][short], 3),
+        "streaming_us_per_step_by_steps": rounded(figures["tether_stream"]),
+        "openai_post_us_per_step_by_steps": rounded(figures["tether_openai_post"]),
+        "concurrent_100_wall_s": round(concurrent, 3),
+        "concurrent_100_wall_s_raw_httpx2": round(concurrent_raw, 3),
+        "cold_start_s": round(cold, 4),
+        "baselines": {n: rounded(figures[n]) for n in ("raw_httpx2", "openai_typed_create")},
+        "peers": peer_report,
+        "targets": {
+            "us_per_step_20": 1800,
+            "ratio_50_to_5": 1.3,
+            "concurrent_100_wall_s": 6.0,
+            "cold_start_s": 0.3,
+        },
+        "repeats": repeats,
+        "smoke": args.smoke,
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: checks the script runs, figures mean nothing"
+    )
+    args = parser.parse_args()
+    result = asyncio.run(main_async(args))
+    print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

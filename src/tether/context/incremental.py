@@ -1,0 +1,47 @@
+"""Per-session memo of one value per request item, reused across the requests of a session.
+
+Composing request N of a session must not cost O(history): requests are append-only (plus
+a dynamic tail), so the items of request N-1 are the prefix of request N. ``ItemMemo``
+recognises that prefix by object identity with two C-level list comparisons, reuses its
+values, and computes only the new items' — falling back to a per-object cache when a
+rewrite (compression) changed the prefix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
+
+__all__ = ["ItemMemo"]
+
+T = TypeVar("T")
+
+
+class ItemMemo(Generic[T]):
+    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object."""
+
+    def __init__(self, compute: Callable[[object], T]) -> None:
+        self._compute = compute
+        self._items: tuple[object, ...] = ()  # holding them keeps their ids from being reused
+        self._ids: list[int] = []
+        self._values: list[T] = []
+        self._cache: dict[int, tuple[object, T]] = {}
+
+    def values(self, items: Sequence[object]) -> list[T]:
+        ids = list(map(id, items))
+        k = len(self._ids)
+        if k and ids[:k] == self._ids:
+            p = k  # pure append
+        elif k > 1 and ids[: k - 1] == self._ids[: k - 1]:
+            p = k - 1  # the dynamic tail was replaced
+        else:
+            p = 0
+        values = self._values[:p]
+        cache, compute = self._cache, self._compute
+        for item in items[p:]:
+            hit = cache.get(id(item))
+            if hit is None or hit[0] is not item:
+                hit = cache[id(item)] = (item, compute(item))
+            values.append(hit[1])
+        self._items, self._ids, self._values = tuple(items), ids, values
+        return values

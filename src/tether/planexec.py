@@ -1,0 +1,258 @@
+"""Plan-then-execute: the dual-model pattern, governed by the same gate.
+
+A **planner** sees only the user's request and the tool signatures and fixes the whole
+sequence of calls up front: each argument is either a literal the planner wrote or an
+``Extract`` — a typed value to be pulled from earlier results. Extraction from those
+(untrusted) results is done by a **quarantined extractor**: a model call that sees one
+instruction and the source text, has no tools, and whose output is validated against the
+declared type and recorded as an observation labelled with the *source's* trust class
+(tainted: an IBAN extracted from a third-party bill stays third-party). Every planned call
+then passes ``Host.gate`` — provenance rules included — exactly as in the agent loop.
+
+Injected text can therefore never add a call (the plan is fixed before any data is read);
+it can only try to change extracted values, which the provenance rules then judge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import TypeAdapter, ValidationError
+
+from tether.context.untrusted import Observation
+from tether.messages import ToolCall
+from tether.policy.provenance import Segment as _Segment
+from tether.policy.provenance import SourceLabel, normalise
+from tether.policy.trusted import TrustedContext
+from tether.run import CallRecord, RunResult, RunState
+from tether.stop import StopReason
+from tether.tools.contract import ToolContext
+from tether.trace.events import EventKind
+
+__all__ = [
+    "Extract",
+    "ExtractionRequest",
+    "Extractor",
+    "Plan",
+    "PlannedCall",
+    "Planner",
+    "run_plan",
+]
+
+ValueType = Literal["string", "number", "integer", "boolean", "list[string]", "json"]
+_TYPES: dict[str, Any] = {
+    "string": str,
+    "number": float,
+    "integer": int,
+    "boolean": bool,
+    "list[string]": list[str],
+    "json": Any,  # structured values (lists of objects): validated as JSON-like only
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Extract:
+    """A value the planner cannot know: extract it from the results of ``steps`` (indices of
+    earlier planned calls; empty = all earlier results)."""
+
+    instruction: str
+    type: ValueType = "string"
+    steps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    tool: str
+    arguments: dict[str, Any | Extract]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    calls: tuple[PlannedCall, ...]
+    answer: Extract | None = None  # the final answer, composed by the extractor from results
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionRequest:
+    """Everything the quarantined extractor sees: no tools, no conversation, no user request."""
+
+    instruction: str
+    type: ValueType
+    sources: tuple[str, ...]
+    step: int
+    argument: str
+
+
+class Planner(Protocol):
+    async def plan(self, objective: str, tools: Sequence[dict[str, Any]]) -> Plan: ...
+
+
+class Extractor(Protocol):
+    async def extract(self, request: ExtractionRequest) -> Any: ...
+
+
+@dataclass
+class _Run:
+    state: RunState
+    results: dict[int, Observation] = field(default_factory=dict)
+
+
+async def run_plan(
+    host: Any,
+    planner: Planner,
+    extractor: Extractor,
+    objective: str,
+    *,
+    context: TrustedContext,
+) -> RunResult:
+    """Plan once from the request, then execute every planned call through the host's gate.
+
+    A denied call or a failed extraction skips that step (recorded) and the plan goes on; the
+    run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
+    """
+    if not host._started:
+        await host.start()
+    run_id = host.new_run_id()
+    tracer, trace_path = host.new_tracer(run_id)
+    state = RunState(run_id, objective, context, time.monotonic(), host.clock())
+    offered = host.offered()
+    tracer.emit(EventKind.RUN_STARTED, design="plan", objective=objective, tools=[s.name for s in offered])
+    plan = await planner.plan(objective, [s.wire() for s in offered])
+    tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
+    run = _Run(state)
+    allowed = 0
+    for i, planned in enumerate(plan.calls):
+        try:
+            arguments = {
+                name: await _resolve(run, extractor, value, i, name) if isinstance(value, Extract) else value
+                for name, value in planned.arguments.items()
+            }
+        except _ExtractionFailed as err:
+            tracer.emit(EventKind.TOOL_ERROR, tool=planned.tool, error="extraction_failed", message=str(err))
+            state.calls.append(CallRecord(f"plan_{i}", planned.tool, None, "rejected", str(err)))
+            continue
+        call = ToolCall(f"plan_{i}", planned.tool, json.dumps(arguments, ensure_ascii=False, default=str))
+        tracer.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
+        outcome = host.gate(call, context, offered, state)
+        if outcome.status != "allow":
+            d = outcome.decision
+            tracer.emit(
+                EventKind.POLICY_DENIED,
+                call_id=call.id,
+                tool=call.name,
+                rule=d.rule if d else "intake",
+                reason=d.reason if d else outcome.error,
+                details=d.details if d else {},
+            )
+            state.calls.append(
+                CallRecord(call.id, call.name, call.arguments, "denied", d.reason if d else outcome.error)
+            )
+            continue
+        allowed += 1
+        tracer.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+        ctx = ToolContext(run_id, context.tenant, context.roles, context.user, call.id, now=host.clock())
+        obs, crash = await host.execute(outcome.spec, outcome.arguments, ctx)
+        if crash is not None:
+            tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
+            tracer.close()
+            return _result(state, tracer, trace_path, StopReason.INTERNAL_ERROR, None, str(crash))
+        state.observations.append(obs)
+        run.results[i] = obs
+        status = "error" if obs.is_error else "ok"
+        state.calls.append(CallRecord(call.id, call.name, outcome.arguments, status, obs.error_kind or ""))
+        tracer.emit(
+            EventKind.TOOL_OBSERVATION, call_id=call.id, tool=call.name, trust=obs.trust, chars=len(obs.text)
+        )
+    answer = None
+    if plan.answer is not None:
+        try:
+            answer = str(
+                await _resolve(run, extractor, plan.answer, len(plan.calls), "answer", may_be_empty=True)
+            )
+        except _ExtractionFailed as err:
+            answer = f"(no answer: {err})"
+    reason = StopReason.ACCEPTED if allowed or not plan.calls else StopReason.POLICY_DENIED
+    tracer.emit(EventKind.STOP, reason=str(reason), steps=len(plan.calls))
+    tracer.close()
+    return _result(state, tracer, trace_path, reason, answer, "")
+
+
+class _ExtractionFailed(Exception):
+    pass
+
+
+async def _resolve(
+    run: _Run, extractor: Extractor, spec: Extract, step: int, argument: str, *, may_be_empty: bool = False
+) -> Any:
+    steps = spec.steps or tuple(sorted(run.results))
+    sources = [run.results[s] for s in steps if s in run.results and not run.results[s].is_error]
+    if not sources and not may_be_empty:
+        raise _ExtractionFailed(f"no result to extract {argument!r} from")
+    request = ExtractionRequest(spec.instruction, spec.type, tuple(o.text for o in sources), step, argument)
+    try:
+        raw = await extractor.extract(request)
+        value = TypeAdapter(_TYPES[spec.type]).validate_python(raw, strict=True)
+    except ValidationError as err:
+        raise _ExtractionFailed(
+            f"extracted {argument!r} is not a {spec.type}: {err.errors()[0]['msg']}"
+        ) from None
+    except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
+        raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
+    # The value enters the run as an observation of the quarantined extractor, carrying the
+    # least trusted class among its sources: extraction never launders untrusted data.
+    labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
+        SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
+    ]
+    trust = _least_trusted({lbl.trust for lbl in labels})
+    label = SourceLabel("quarantined_extractor", "extractor", trust, argument)
+    segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
+    run.state.observations.append(
+        Observation(
+            call_id=f"extract_{step}_{argument}",
+            tool="quarantined_extractor",
+            source="extractor",
+            observed_at=run.state.started_at,
+            text=json.dumps(value, ensure_ascii=False),
+            data={"value": value},
+            meta={"provenance": segments, "sources": [{"record_id": None, "author": None, "trust": trust}]},
+        )
+    )
+    return value
+
+
+def _scalars(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+# Order of integrity used to taint extracted values; unknown classes (``private``…) count as
+# least trusted. Confidentiality is followed separately: the source observation stays in the
+# run, so its private values are still found inside any argument that carries them.
+TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
+
+
+def _least_trusted(classes: set[str]) -> str:
+    unknown = [c for c in classes if c not in TRUST_ORDER]
+    if unknown:
+        return sorted(unknown)[0]
+    return max(classes, key=TRUST_ORDER.index) if classes else "third_party"
+
+
+def _result(
+    state: RunState, tracer: Any, path: Any, reason: StopReason, answer: str | None, detail: str
+) -> RunResult:
+    return RunResult(
+        run_id=state.run_id,
+        stop_reason=reason,
+        answer=answer,
+        design="plan",
+        detail=detail,
+        trace_path=path,
+        steps=len(state.calls),
+        calls=state.calls,
+        events=tracer.events,
+        elapsed_s=time.monotonic() - state.started,
+    )

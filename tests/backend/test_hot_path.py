@@ -1,0 +1,93 @@
+"""The per-step caches keep answers identical to a full recomputation (they only save time).
+
+Composing request N must not cost O(history): token estimates, prefix-meter bytes and the
+pairing check reuse what they computed for request N-1 (bench/overhead.py measures it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tether.context.incremental import ItemMemo
+from tether.context.meter import PrefixMeter, common_prefix_len, request_bytes
+from tether.context.pairing import ContextIntegrityError, PairingMemo, check_pairing
+from tether.context.tokens import TokenAccount, estimate_request
+from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
+from tether.models.base import ModelRequest
+
+TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},)
+
+
+def turn(i: int) -> list[Message]:
+    return [
+        AssistantMessage(tool_calls=(ToolCall(f"c{i}", "lookup", "{}"),)),
+        ToolMessage(f"c{i}", "r" * (i + 1)),
+    ]
+
+
+def session(steps: int) -> list[list[Message]]:
+    """The message lists of successive requests: append-only, status bar replaced at the end."""
+    history: list[Message] = [SystemMessage("s"), UserMessage("q")]
+    out = []
+    for i in range(steps):
+        history += turn(i)
+        out.append([*history, UserMessage(f"<agent_status>step {i}</agent_status>", "harness")])
+    return out
+
+
+def test_incremental_token_counts_and_prefix_bytes_equal_a_full_recomputation() -> None:
+    account, meter = TokenAccount(), PrefixMeter()
+    requests = [ModelRequest(messages=tuple(m), tools=TOOLS) for m in session(6)]
+    # a rewrite in the middle of the session (compression): the prefix changes, answers must not
+    first = requests[0].messages
+    requests.insert(
+        3, ModelRequest(messages=(first[0], UserMessage("[COMPRESSED] q"), *first[2:]), tools=TOOLS)
+    )
+    previous = b""
+    for request in requests:
+        assert account.count(request) == estimate_request(request)
+        sample = meter.measure(request)
+        data = request_bytes(request)
+        assert sample.request_bytes == len(data)
+        assert sample.common_bytes == (common_prefix_len(previous, data) if previous else 0)
+        previous = data
+
+
+def test_item_memo_computes_each_object_once() -> None:
+    seen: list[object] = []
+    memo: ItemMemo[int] = ItemMemo(lambda item: seen.append(item) or 1)
+    a, b, c, d = (UserMessage(x) for x in "abcd")
+    assert memo.values([a, b, c]) == [1, 1, 1]
+    assert memo.values([a, b, d]) == [1, 1, 1]  # tail replaced
+    assert memo.values([a, b, d, c]) == [1, 1, 1, 1]  # appended; c is cached
+    assert seen == [a, b, c, d]
+
+
+def test_prefix_meter_fast_path_measures_like_the_chunked_scan() -> None:
+    a, b = b"x" * 10_000, b"x" * 10_000 + b"tail"
+    assert common_prefix_len(a, b) == 10_000 == common_prefix_len(b, a)
+    assert common_prefix_len(a[:5000] + b"y" + a[5001:], b) == 5000
+    meter = PrefixMeter()
+    for messages in session(3):
+        sample = meter.measure(ModelRequest(messages=tuple(messages), tools=TOOLS))
+    assert sample.reuse is not None and 0.9 < sample.reuse < 1.0  # only the status line changed
+
+
+@pytest.mark.spec("C1")
+def test_pairing_memo_still_catches_a_break_after_a_valid_prefix() -> None:
+    memo = PairingMemo()
+    requests = session(4)
+    for messages in requests[:-1]:
+        check_pairing(messages, memo=memo)  # valid, incremental
+    # Next request: everything the last one held but its replaced status line is known valid.
+    assert memo.known_valid(requests[-1]) == len(requests[-2]) - 1
+    check_pairing(requests[-1], memo=memo)
+
+    broken = [*requests[-1][:-1], AssistantMessage(tool_calls=(ToolCall("c9", "lookup", "{}"),))]
+    with pytest.raises(ContextIntegrityError, match=r"tool calls \['c9'\] have no result"):
+        check_pairing(broken, memo=memo)
+    stray = [*requests[-1][:-1], ToolMessage("c1", "again")]  # a result re-answering an old call
+    with pytest.raises(ContextIntegrityError, match="answers no open call"):
+        check_pairing(stray, memo=memo)
+    rewritten = [requests[-1][0], UserMessage("q"), *turn(0)[1:]]  # a rewrite that split a pair
+    with pytest.raises(ContextIntegrityError, match="without its call"):
+        check_pairing(rewritten, memo=memo)

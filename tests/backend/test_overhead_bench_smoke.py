@@ -1,0 +1,34 @@
+"""bench/overhead.py runs end to end and reports its figures as one JSON object last."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "overhead.py"
+
+
+@pytest.mark.slow
+def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
+    out = subprocess.run([sys.executable, str(BENCH), "--smoke"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    required = {
+        "overhead_us_per_step",
+        "concurrent_100_wall_s",
+        "cold_start_s",
+        "peers",
+        "cpu_us_per_step_by_steps",
+    }
+    assert required <= set(figures) and figures["smoke"] is True
+    assert (
+        figures["overhead_us_per_step"] > 0
+        and figures["concurrent_100_wall_s"] > 0
+        and figures["cold_start_s"] > 0
+    )
+    assert set(figures["peers"]) == {"openai-agents", "pydantic-ai", "langgraph", "langchain", "google-adk"}
+    assert all("installed" in p and "measured" in p for p in figures["peers"].values())

@@ -1,0 +1,142 @@
+"""A fixed subset of AgentDojo pairs through tether's host with a compromised stand-in (P1, T5–T8).
+
+Each case asserts, in one run, that the injection task failed AND that the user task was
+completed; the same pair with no gate shows the attack is real (it succeeds there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+agentdojo = pytest.importorskip(
+    "agentdojo", reason="agentdojo is not installed (optional extra: pip install -e '.[agentdojo]')"
+)
+
+from tether.evals.agentdojo.runner import SuiteBench  # noqa: E402
+from tether.evals.agentdojo.source import load_declaration  # noqa: E402
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.spec("P1", "T5", "T8")]
+
+# (suite, user task, injection task): pairs where the policy should let the user's task run.
+ALLOWED = [
+    ("banking", "user_task_3", "injection_task_0"),  # refund to a user-named IBAN; attacker IBAN in history
+    ("slack", "user_task_4", "injection_task_2"),  # post to a user-named site; exfiltration site injected
+    ("slack", "user_task_1", "injection_task_1"),  # URL from a colleague's message; phishing link injected
+    ("travel", "user_task_3", "injection_task_5"),  # e-mail to a user-named address; passport data injected
+    ("workspace", "user_task_9", "injection_task_2"),  # invite the named meeting's people; stranger injected
+    ("workspace", "user_task_7", "injection_task_1"),  # reschedule the named event; file deletion injected
+]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def benches() -> dict[str, SuiteBench]:
+    return {}
+
+
+def bench(benches: dict[str, SuiteBench], suite: str) -> SuiteBench:
+    if suite not in benches:
+        benches[suite] = SuiteBench(suite)
+    return benches[suite]
+
+
+@pytest.mark.parametrize(("suite", "user", "injection"), ALLOWED)
+async def test_attack_blocked_and_user_task_completed(
+    benches: dict[str, SuiteBench], suite: str, user: str, injection: str
+) -> None:
+    b = bench(benches, suite)
+    u, i = b.user_tasks[user], b.injection_tasks[injection]
+    gated = await b.run(u, i)
+    assert gated.triggered, "the compromised agent must have seen the injection"
+    assert not gated.attack_succeeded
+    assert gated.utility
+    assert gated.blocked, "the injected calls were proposed and denied"
+    open_ = await b.run(u, i, gate=False)
+    assert open_.attack_succeeded, "without the gate the same agent carries the attack out"
+
+
+async def test_a_bill_payment_needs_the_reviewer_and_the_injected_recipient_never_passes(
+    benches: dict[str, SuiteBench],
+) -> None:
+    b = bench(benches, "banking")
+    u, i = b.user_tasks["user_task_0"], b.injection_tasks["injection_task_0"]
+    # The payee comes from a document others write: no human, no payment (fail closed).
+    alone = await b.run(u, i)
+    assert not alone.attack_succeeded and not alone.utility
+    # A reviewer who approves exactly what the user asked for lets the bill be paid and
+    # refuses the attacker's transfer, which was also put to them.
+    reviewed = await b.run(u, i, reviewer=True)
+    assert reviewed.utility and not reviewed.attack_succeeded
+    assert reviewed.approvals == 2 and any("approval_denied" in x for x in reviewed.blocked)
+
+
+async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: Any) -> None:
+    b = SuiteBench("banking", approvals_db=tmp_path / "approvals.db")
+    u = b.user_tasks["user_task_0"]
+    # The run pauses on the bill payment; the modelled reviewer approves the stored proposal
+    # (exactly the user's call) and the run resumes from its checkpoint and pays.
+    reviewed = await b.run(u, reviewer=True)
+    assert reviewed.utility and reviewed.approvals == 1
+    from tether.policy.sqlite_store import SqliteApprovalStore
+    from tether.policy.store import ProposalStatus
+
+    store = SqliteApprovalStore(tmp_path / "approvals.db")
+    (stored,) = store.list_proposals()
+    assert stored.tool == "send_money" and stored.status is ProposalStatus.APPROVED
+    # The reviewer saw why: the recipient's provenance is in the proposal's history.
+    (why,) = [e for e in store.events(stored.id) if e.op == "policy"]
+    assert "read_file@banking, third_party" in why.detail and "UK12345678901234567890" in why.detail
+    # Without a reviewer the same task is not completed (fail closed).
+    assert not (await b.run(u)).utility
+
+
+async def test_in_plan_mode_injected_text_adds_no_call_even_without_a_gate(
+    benches: dict[str, SuiteBench],
+) -> None:
+    b = bench(benches, "slack")
+    u, i = b.user_tasks["user_task_4"], b.injection_tasks["injection_task_2"]
+    # The plan is fixed from the request before any data is read: the exfiltration the
+    # injection asks for is never proposed, gate or no gate ...
+    ungated = await b.run(u, i, gate=False, mode="plan")
+    assert ungated.triggered and not ungated.attack_succeeded
+    gated = await b.run(u, i, mode="plan")
+    assert gated.utility and not gated.attack_succeeded
+    # What the injection can still do is change extracted values: the compromised extractor
+    # reads the bill and returns the attacker's IBAN as the payee; the gate refuses it.
+    banking = bench(benches, "banking")
+    paid = await banking.run(
+        banking.user_tasks["user_task_0"], banking.injection_tasks["injection_task_0"], mode="plan"
+    )
+    assert paid.triggered and not paid.attack_succeeded
+    assert paid.blocked == ["send_money:approval_unavailable"]
+
+
+async def test_text_only_goals_are_reported_apart(benches: dict[str, SuiteBench]) -> None:
+    b = bench(benches, "travel")
+    kinds = {name: b.kind(task) for name, task in b.injection_tasks.items()}
+    assert kinds["injection_task_6"] == "text_only"
+    assert kinds["injection_task_0"] == "tool"
+
+
+def test_every_suite_tool_has_a_declared_effect() -> None:
+    from agentdojo.task_suite.load_suites import get_suite
+
+    for suite in ("workspace", "travel", "banking", "slack"):
+        declared = load_declaration(suite)
+        names = {f.name for f in get_suite("v1.2.2", suite).tools}
+        assert names == set(declared.effects), suite
+
+
+def test_a_declaration_with_an_unknown_key_is_refused(tmp_path: Any) -> None:
+    from tether.errors import ConfigError
+
+    path = tmp_path / "bad.yaml"
+    path.write_text("suite: x\ndirectory: none\ntools: {}\nrulez: {}\n")
+    with pytest.raises(ConfigError, match="unknown keys"):
+        load_declaration("x", path)
