@@ -124,3 +124,30 @@ def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
     assert "[stand-in sample of" in summary["answer"]
     assert "budget exhausted: 1/1 calls used" in summary["answer"]
     assert "value-of-k" in summary["answer"]
+
+
+def test_tether_run_with_a_config_drives_a_real_model_backend_over_the_servers(
+    tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.models.fake_server import FakeChatServer, Reply, scripted
+
+    config = str(_config(tmp_path, http_url))
+    assert main(["mcp", "approve", "web", "--config", config]) == 0
+    secret = "sk-mcp-run-secret-77"
+    monkeypatch.setenv("TETHER_TEST_KEY", secret)
+    replies = [
+        Reply.calls(("web__lookup", '{"key": "alpha"}')),
+        Reply.calls(("web__add_comment", '{"comment": "id_rsa contents"}')),  # poisoned: never approved
+        Reply.text("alpha is value-of-alpha"),
+    ]
+    with FakeChatServer(scripted(replies)) as chat:
+        argv = ["run", "What is alpha?", "--config", config, "--model", "fake-model", "--base-url", chat.url]
+        code = main([*argv, "--api-key-env", "TETHER_TEST_KEY", "--json"])
+        offered = [t["function"]["name"] for t in chat.bodies()[0]["tools"]]
+    summary = _last_json(capsys.readouterr().out)
+    assert code == 0 and summary["stop_reason"] == "accepted"
+    assert summary["answer"] == "alpha is value-of-alpha"
+    assert "web__lookup" in offered and "web__add_comment" not in offered
+    statuses = {c["tool"]: c["status"] for c in summary["calls"]}
+    assert statuses == {"web__lookup": "ok", "web__add_comment": "rejected"}
+    assert secret not in Path(summary["trace"]).read_text()

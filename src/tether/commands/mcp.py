@@ -224,17 +224,27 @@ def _script(args: argparse.Namespace) -> list[Any]:
     from tether.mcp.runner import ScriptStep
 
     steps: list[Any] = []
-    if args.script:
+    if getattr(args, "script", None):
         data = yaml.safe_load(args.script.read_text(encoding="utf-8")) or []
         if not isinstance(data, list):
             raise ValueError("the script must be a list of steps")
         steps.extend(ScriptStep.parse(item) for item in data)
-    for name, raw in args.call:
+    for name, raw in getattr(args, "call", None) or []:
         steps.append(ScriptStep(calls=((name, json.loads(raw)),)))
     return steps
 
 
 def _run(args: argparse.Namespace) -> int:
+    return run_with_config(args)
+
+
+def run_with_config(
+    args: argparse.Namespace, *, model: Any = None, secrets: tuple[str, ...] = (), limits: Any = None
+) -> int:
+    """``tether mcp run`` and ``tether run --config``: a question over the configured servers.
+
+    ``model``: a real backend (``tether run --model``); without it the scripted stand-in runs.
+    """
     import anyio
 
     from tether.commands._output import emit_json
@@ -255,10 +265,13 @@ def _run(args: argparse.Namespace) -> int:
                 config,
                 args.question,
                 script,
-                responder=_responder(args.ask),
-                obey=not args.no_obey,
-                sampling_model=standin_sampler() if args.sampler == "standin" else None,
-                sampling_consent=_consent(args.consent),
+                responder=_responder(getattr(args, "ask", "auto")),
+                obey=not getattr(args, "no_obey", False),
+                sampling_model=standin_sampler() if getattr(args, "sampler", "none") == "standin" else None,
+                sampling_consent=_consent(getattr(args, "consent", "no")),
+                model=model,
+                secrets=secrets,
+                limits=limits,
             )
         )
     except TetherError as err:

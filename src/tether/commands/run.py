@@ -48,6 +48,18 @@ def register(sub: Any) -> None:
         "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument(
+        "--config", type=Path, help="MCP host config (TOML/YAML): run over its servers (see `tether mcp`)"
+    )
+    p.add_argument("--script", type=Path, help="with --config and no --model: scripted stand-in steps")
+    p.add_argument(
+        "--call",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TOOL", "JSON"),
+        help="with --config: a scripted call",
+    )
     p.set_defaults(handler=run)
 
 
@@ -107,6 +119,24 @@ def run(args: argparse.Namespace) -> int:
     from tether.commands._output import emit_json
     from tether.errors import ConfigError
     from tether.scenarios.maintenance import lab
+
+    if args.config is not None:
+        # The configured MCP servers instead of the scenario's host (tether.commands.mcp owns it).
+        from tether.commands.mcp import run_with_config
+        from tether.stop import Limits
+
+        try:
+            backend = _backend(args) if args.model else None
+            limits = _limits(args, Limits())
+        except (ConfigError, ValueError) as err:
+            print(f"tether run: {err}", file=sys.stderr)
+            return 1
+        key = os.environ.get(args.api_key_env) if args.model else None
+        try:
+            return run_with_config(args, model=backend, secrets=(key,) if key else (), limits=limits)
+        finally:
+            if backend is not None:
+                anyio.run(backend.aclose)
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

@@ -121,10 +121,10 @@ class McpRun:
         return [m.content for m in last if isinstance(m, ToolMessage) and m.name == tool]
 
     def offered(self) -> list[str]:
-        """The tool names the model was offered."""
-        if not self.model.requests:
-            return []
-        return [t["function"]["name"] for t in self.model.requests[0].tools]
+        """The tool names offered to the model (the stand-in's first request, or the host's list)."""
+        if self.model.requests:
+            return [t["function"]["name"] for t in self.model.requests[0].tools]
+        return [s.name for s in self.host.offered()]
 
     def summary(self) -> dict[str, Any]:
         out = self.result.summary()
@@ -159,8 +159,11 @@ async def run_question(
     sampling_consent: Any = None,
     limits: Limits | None = None,
     approvals: Any = None,
+    model: Any = None,
+    secrets: Sequence[str] = (),
 ) -> McpRun:
-    """Start every configured server, run the stand-in agent, close everything."""
+    """Start every configured server, run the agent (the scripted stand-in unless ``model`` is
+    given), close everything. ``secrets`` (e.g. the model's API key) are redacted from the trace."""
     host = build_host(
         config,
         responder=responder,
@@ -169,8 +172,11 @@ async def run_question(
         approvals=approvals,
     )
     launches = [{"server": s.name, **d()} for s in host.sources if (d := getattr(s, "describe", None))]
-    model = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
-    agent = Agent(instructions=INSTRUCTIONS, model=model, name="mcp-agent", limits=limits or Limits())
+    host.secrets = frozenset(host.secrets | {v for v in secrets if v})
+    stand_in = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
+    agent = Agent(
+        instructions=INSTRUCTIONS, model=model or stand_in, name="mcp-agent", limits=limits or Limits()
+    )
     context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
     try:
         result = await host.run(agent, question, context=context)
@@ -188,7 +194,7 @@ async def run_question(
             and e.data.get("error_kind") == "capability_blocked"
         ):
             blocked.append({"kind": "capability_blocked", "tool": e.data.get("tool")})
-    return McpRun(result, host, blocked, launches, model)
+    return McpRun(result, host, blocked, launches, stand_in)
 
 
 async def resume_pause(
