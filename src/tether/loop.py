@@ -17,7 +17,7 @@ from tether.host import GateOutcome
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, CallRecord, RunResult, RunState
+from tether.run import Agent, CallRecord, RunResult, RunState, record_denial, record_observation
 from tether.stop import RepetitionDetector, StopReason, call_signature
 from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
@@ -252,15 +252,7 @@ class AgentLoop:
             outcomes.append(outcome)
             if outcome.status == "deny" and outcome.decision is not None:
                 d = outcome.decision
-                t.emit(
-                    EventKind.POLICY_DENIED,
-                    call_id=call.id,
-                    tool=call.name,
-                    rule=d.rule,
-                    reason=d.reason,
-                    details=d.details,
-                )
-                s.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", d.reason))
+                record_denial(t, s, call, d.rule, d.reason, d.details)
             elif outcome.status in ("reject", "unknown"):
                 t.emit(
                     EventKind.TOOL_ERROR,
@@ -368,21 +360,7 @@ class AgentLoop:
 
     def _observe(self, outcome: GateOutcome, obs: Observation) -> None:
         s, t = self.state, self.tracer
-        s.observations.append(obs)
-        status = "error" if obs.is_error else "ok"
-        s.calls.append(CallRecord(obs.call_id, obs.tool, outcome.arguments, status, obs.error_kind or ""))
-        t.emit(
-            EventKind.TOOL_OBSERVATION,
-            call_id=obs.call_id,
-            tool=obs.tool,
-            source=obs.source,
-            trust=obs.trust,
-            observed_at=obs.observed_at.isoformat(),
-            is_error=obs.is_error,
-            error_kind=obs.error_kind,
-            chars=len(obs.text),
-            truncated=bool(obs.meta.get("truncated")),
-        )
+        record_observation(t, s, obs, outcome.arguments)
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
         s.trajectory.append(ToolMessage(obs.call_id, obs.render(), obs.tool))

@@ -28,7 +28,7 @@ from tether.messages import ToolCall
 from tether.policy.provenance import Segment as _Segment
 from tether.policy.provenance import SourceLabel, normalise
 from tether.policy.trusted import TrustedContext
-from tether.run import CallRecord, RunResult, RunState
+from tether.run import CallRecord, RunResult, RunState, record_denial, record_observation
 from tether.stop import StopReason
 from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
@@ -140,16 +140,13 @@ async def run_plan(
         outcome = host.gate(call, context, offered, state)
         if outcome.status != "allow":
             d = outcome.decision
-            tracer.emit(
-                EventKind.POLICY_DENIED,
-                call_id=call.id,
-                tool=call.name,
-                rule=d.rule if d else "intake",
-                reason=d.reason if d else outcome.error,
-                details=d.details if d else {},
-            )
-            state.calls.append(
-                CallRecord(call.id, call.name, call.arguments, "denied", d.reason if d else outcome.error)
+            record_denial(
+                tracer,
+                state,
+                call,
+                d.rule if d else "intake",
+                d.reason if d else outcome.error,
+                d.details if d else None,
             )
             continue
         allowed += 1
@@ -160,13 +157,8 @@ async def run_plan(
             tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
             tracer.close()
             return _result(state, tracer, trace_path, StopReason.INTERNAL_ERROR, None, str(crash))
-        state.observations.append(obs)
         run.results[i] = obs
-        status = "error" if obs.is_error else "ok"
-        state.calls.append(CallRecord(call.id, call.name, outcome.arguments, status, obs.error_kind or ""))
-        tracer.emit(
-            EventKind.TOOL_OBSERVATION, call_id=call.id, tool=call.name, trust=obs.trust, chars=len(obs.text)
-        )
+        record_observation(tracer, state, obs, outcome.arguments)
     answer = None
     if plan.answer is not None:
         try:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from tether.models.base import Model
     from tether.trace.events import TraceEvent
 
-__all__ = ["Agent", "CallRecord", "RunResult", "RunState"]
+__all__ = ["Agent", "CallRecord", "RunResult", "RunState", "record_denial", "record_observation"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +133,41 @@ class RunResult:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def record_denial(
+    tracer: Any, state: RunState, call: Any, rule: str, reason: str, details: Any = None
+) -> None:
+    """Trace a refused call and keep it in the run's call list (agent loop, workflow, plan mode)."""
+    from tether.trace.events import EventKind
+
+    tracer.emit(
+        EventKind.POLICY_DENIED,
+        call_id=call.id,
+        tool=call.name,
+        rule=rule,
+        reason=reason,
+        details=details or {},
+    )
+    state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
+
+
+def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:
+    """Keep an observation in the run state and trace it with its trust label (one place for all runners)."""
+    from tether.trace.events import EventKind
+
+    state.observations.append(obs)
+    status = "error" if obs.is_error else "ok"
+    state.calls.append(CallRecord(obs.call_id, obs.tool, arguments, status, obs.error_kind or ""))
+    tracer.emit(
+        EventKind.TOOL_OBSERVATION,
+        call_id=obs.call_id,
+        tool=obs.tool,
+        source=obs.source,
+        trust=obs.trust,
+        observed_at=obs.observed_at.isoformat(),
+        is_error=obs.is_error,
+        error_kind=obs.error_kind,
+        chars=len(obs.text),
+        truncated=bool(obs.meta.get("truncated")),
+    )

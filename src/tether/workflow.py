@@ -17,7 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from tether.messages import ToolCall
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, CallRecord, RunResult, RunState
+from tether.run import Agent, RunResult, RunState, record_denial, record_observation
 from tether.stop import StopReason
 from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
@@ -135,15 +135,9 @@ async def _run_step(
     state.steps += 1
     if outcome.status != "allow":
         d = outcome.decision
-        tracer.emit(
-            EventKind.POLICY_DENIED,
-            call_id=call.id,
-            tool=call.name,
-            rule=d.rule if d else "intake",
-            reason=d.reason if d else outcome.error,
-        )
-        state.calls.append(CallRecord(call.id, call.name, args, "denied", d.reason if d else outcome.error))
-        return StopReason.POLICY_DENIED, f"{call.name}: {d.reason if d else outcome.error}"
+        reason = d.reason if d else outcome.error
+        record_denial(tracer, state, call, d.rule if d else "intake", reason, d.details if d else None)
+        return StopReason.POLICY_DENIED, f"{call.name}: {reason}"
     assert outcome.spec is not None and outcome.arguments is not None
     tracer.emit(
         EventKind.POLICY_ALLOWED,
@@ -158,21 +152,7 @@ async def _run_step(
     if crash is not None:
         tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
         return StopReason.INTERNAL_ERROR, f"tool {call.name} raised {type(crash).__name__}"
-    tracer.emit(
-        EventKind.TOOL_OBSERVATION,
-        call_id=call.id,
-        tool=obs.tool,
-        source=obs.source,
-        trust=obs.trust,
-        observed_at=obs.observed_at.isoformat(),
-        is_error=obs.is_error,
-        error_kind=obs.error_kind,
-        chars=len(obs.text),
-    )
-    state.observations.append(obs)
-    state.calls.append(
-        CallRecord(call.id, call.name, args, "error" if obs.is_error else "ok", obs.error_kind or "")
-    )
+    record_observation(tracer, state, obs, args)
     if obs.is_error:
         # A fixed sequence has no plan B: the dependency did not deliver what the next step needs.
         return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name} failed: {obs.text[:200]}"
