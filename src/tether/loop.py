@@ -340,16 +340,24 @@ class AgentLoop:
             raise StopRun(StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}")
 
         # Results enter the trajectory in the order the model proposed the calls.
+        waiting_input: list[str] = []
         for o in outcomes:
             call = o.call
             if o.status == "allow":
-                self._observe(o, results[call.id])
+                if (why := self._observe(o, results[call.id])) is not None:
+                    waiting_input.append(why)
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 text = wrap_untrusted(
                     f'{{"error": "{o.status}", "message": {_json(message)}}}', source="host", trust="trusted"
                 )
                 s.trajectory.append(ToolMessage(call.id, text, call.name))
+
+        if waiting_input:
+            from tether.checkpoint import pause
+
+            # The turn's other results are kept; the paused calls have none, so resume re-runs them.
+            raise StopRun(StopReason.APPROVAL_REQUIRED, pause(self, waiting_input), None)
 
         signatures = [
             call_signature(o.spec.name, o.arguments) for o in allowed if o.spec and o.arguments is not None
@@ -358,11 +366,16 @@ class AgentLoop:
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
 
-    def _observe(self, outcome: GateOutcome, obs: Observation) -> None:
+    def _observe(self, outcome: GateOutcome, obs: Observation) -> str | None:
+        """Record one result. Returns why the call waits for a person (an MCP elicitation with
+        nobody to answer) when the host can checkpoint the run; the call is then left without a
+        result so ``resume`` runs it again and the server finds the stored answer."""
         s, t = self.state, self.tracer
         record_observation(t, s, obs, outcome.arguments)
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
+        if obs.meta.get("pause") and self.host.approvals is not None:
+            return f"{obs.tool}: paused for input: {obs.meta['pause']}"
         s.trajectory.append(ToolMessage(obs.call_id, obs.render(), obs.tool))
         if obs.meta.get("pause"):
             # A question only a person can answer (MCP elicitation): the run waits, durably.
@@ -376,6 +389,7 @@ class AgentLoop:
                     f"source {obs.source} unavailable {count} times",
                     self._host_answer(),
                 )
+        return None
 
     async def _run_subagent(self, sub: Any, task: str) -> Any:
         from tether.context.subagent import run_subtask

@@ -87,6 +87,12 @@ def register(sub: Any) -> None:
     group.add_argument("--decline", action="store_true")
     group.add_argument("--cancel", action="store_true")
     res.add_argument("--by", default=None, help="who answers (default: the login name)")
+    res.add_argument(
+        "--answer-only",
+        action="store_true",
+        help="store the validated answer without re-running the call (a checkpointed run then "
+        "continues with `tether resume RUN`)",
+    )
     _common(res)
     res.set_defaults(handler=_resume)
 
@@ -306,7 +312,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     from tether.commands._output import emit_json
     from tether.errors import TetherError
-    from tether.mcp.runner import resume_pause
+    from tether.mcp.runner import answer_pause, resume_pause
 
     try:
         config = _load(args)
@@ -314,6 +320,13 @@ def _resume(args: argparse.Namespace) -> int:
         action = "decline" if args.decline else "cancel" if args.cancel else "accept"
         if action == "accept":
             content = json.loads(args.answer)
+        if args.answer_only:
+            pause = answer_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
+            if args.json:
+                emit_json({"ok": True, "pause": pause.id, "run_id": pause.run_id, "action": action})
+            else:
+                print(f"{pause.id}: answered ({action}); run: tether resume {pause.run_id}")
+            return 0
         out = anyio.run(
             lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
         )

@@ -89,8 +89,16 @@ class PauseStore:
         message: str,
         schema: dict[str, Any],
     ) -> Pause:
-        pid = "elic-" + uuid.uuid4().hex[:12]
+        """A new pending pause, or the run's one still pending for this very question (a resumed
+        run asked again before anyone answered: one question, one pause)."""
         key = question_key(server, tool, arguments, message, schema)
+        row = self._db.execute(
+            "SELECT id FROM elicitation_pauses WHERE question_key = ? AND run_id = ? AND status = 'pending'",
+            (key, run_id),
+        ).fetchone()
+        if row is not None:
+            return self.get(row[0])
+        pid = "elic-" + uuid.uuid4().hex[:12]
         now = datetime.now(UTC).isoformat(timespec="seconds")
         self._db.execute(
             "INSERT INTO elicitation_pauses (id, created_at, run_id, server, tool, arguments, message, "
