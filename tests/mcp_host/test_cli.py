@@ -151,3 +151,28 @@ def test_tether_run_with_a_config_drives_a_real_model_backend_over_the_servers(
     statuses = {c["tool"]: c["status"] for c in summary["calls"]}
     assert statuses == {"web__lookup": "ok", "web__add_comment": "rejected"}
     assert secret not in Path(summary["trace"]).read_text()
+
+
+def test_a_paused_mcp_run_with_an_approval_store_is_continued_by_tether_resume(
+    tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = str(_config(tmp_path, http_url))
+    db = str(tmp_path / "approvals.db")
+    assert main(["mcp", "approve", "web", "--config", config]) == 0
+    run = ["mcp", "run", "Pick", "--config", config, "--ask", "never", "--db", db, "--json"]
+    assert main([*run, "--call", "web__ask_colour", "{}"]) == 5
+    paused = _last_json(capsys.readouterr().out)
+    assert paused["stop_reason"] == "approval_required"
+    assert main(["mcp", "pauses", "--config", config, "--json"]) == 0
+    [pending] = _last_json(capsys.readouterr().out)["pending"]
+    # Not answered yet: resuming pauses again (exit 5), nothing guessed.
+    assert main(["resume", paused["run_id"], "--db", db, "--json"]) == 5
+    assert _last_json(capsys.readouterr().out)["stop_reason"] == "approval_required"
+    answer = ["mcp", "resume", pending["id"], "--config", config, "--answer-only", "--json", "--answer"]
+    assert main([*answer, '{"colour": "green"}']) == 2  # outside the schema: refused, still pending
+    capsys.readouterr()
+    assert main([*answer, '{"colour": "red"}']) == 0
+    assert _last_json(capsys.readouterr().out)["run_id"] == paused["run_id"]
+    assert main(["resume", paused["run_id"], "--db", db, "--json"]) == 0
+    done = _last_json(capsys.readouterr().out)
+    assert done["stop_reason"] == "accepted" and "content={'colour': 'red'}" in done["answer"]

@@ -77,6 +77,11 @@ def register(sub: Any) -> None:
         help="sampling consent: no; yes (each exact prompt is printed to stderr, then allowed); "
         "console (asked)",
     )  # fmt: skip
+    run.add_argument(
+        "--db", type=Path, default=None,
+        help="approval store: a question nobody answers checkpoints the run, `tether resume RUN --db` "
+        "continues it (the config path is recorded beside the store)",
+    )  # fmt: skip
     _common(run)
     run.set_defaults(handler=_run)
 
@@ -260,6 +265,11 @@ def run_with_config(
     try:
         config = _load(args)
         script = _script(args)
+        approvals = None
+        if getattr(args, "db", None) is not None:
+            from tether.mcp.resumable import approvals_for
+
+            approvals = approvals_for(args.db, args.config)
     except (TetherError, ValueError, OSError) as err:
         return _fail(args, err)
     for s in config.servers:
@@ -278,6 +288,7 @@ def run_with_config(
                 model=model,
                 secrets=secrets,
                 limits=limits,
+                approvals=approvals,
             )
         )
     except TetherError as err:
