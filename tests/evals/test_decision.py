@@ -186,13 +186,17 @@ def test_report_writes_json_markdown_and_png(tmp_path) -> None:
     assert summary["files"]["chart"] == str(tmp_path / "report.png")
 
 
-def test_report_without_matplotlib_still_writes_the_figures_and_says_so(tmp_path, monkeypatch) -> None:
+def test_report_without_matplotlib_still_writes_a_plain_chart_and_says_so(tmp_path, monkeypatch) -> None:
     import sys
 
     from tether.evals.report import write_report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if the extra were missing
     summary = write_report(_small_comparison(), tmp_path)
-    assert summary["files"]["chart"] is None and "tether[evals]" in summary["chart_error"]
+    assert "tether[evals]" in summary["chart_error"]
     assert (tmp_path / "report.json").exists() and (tmp_path / "report.md").exists()
-    assert not (tmp_path / "report.png").exists()
+    # A plain chart is still written (a valid PNG), and the report says why it has no labels.
+    png = (tmp_path / "report.png").read_bytes()
+    assert summary["files"]["chart"] == str(tmp_path / "report.png")
+    assert png.startswith(b"\x89PNG\r\n\x1a\n") and b"IDAT" in png and png.endswith(b"IEND\xaeB`\x82")
+    assert "one bar per design" in (tmp_path / "report.md").read_text()

@@ -142,6 +142,21 @@ def write_chart(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def write_plain_chart(summary: dict[str, Any], path: Path) -> Path:
+    """The same success bars (all, holdout, then each tag; one colour per design), unlabelled."""
+    from tether.evals.png import bar_chart_png
+
+    designs = summary["designs"]
+    groups = [[summary["figures"][d]["success_rate"] for d in designs]]
+    groups.append([summary["figures"][d]["holdout_success_rate"] or 0.0 for d in designs])
+    groups += [[summary["tags"][t][d] or 0.0 for d in designs] for t in summary["tags"]]
+    summary["chart_legend"] = {
+        "groups": ["all", "holdout", *summary["tags"]],
+        "colours": dict(zip(designs, ["blue", "orange", "green", "red"], strict=False)),
+    }
+    return bar_chart_png(groups, path)
+
+
 def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:
     """Write JSON, Markdown and PNG under ``out``; return the summary with the file paths."""
     out.mkdir(parents=True, exist_ok=True)
@@ -153,10 +168,17 @@ def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:
     }
     try:
         write_chart(summary, out / "report.png")
-    except RuntimeError as err:  # matplotlib missing: the figures are still written, the gap is said
+    except RuntimeError as err:  # matplotlib missing: a plain chart without labels, and the gap is said
         summary["chart_error"] = str(err)
-        paths["chart"] = None
-    (out / "report.md").write_text(markdown(summary), encoding="utf-8")
+        write_plain_chart(summary, out / "report.png")
+    text = markdown(summary)
+    if legend := summary.get("chart_legend"):
+        colours = ", ".join(f"{d}: {c}" for d, c in legend["colours"].items())
+        text += (
+            f"\nChart (plain, {summary['chart_error']}): success rate per group "
+            f"({', '.join(legend['groups'])}), one bar per design ({colours}).\n"
+        )
+    (out / "report.md").write_text(text, encoding="utf-8")
     full = {**summary, "runs": [r.as_dict() for r in comparison.runs]}
     (out / "report.json").write_text(
         json.dumps(full, ensure_ascii=False, indent=2, default=str), encoding="utf-8"
