@@ -304,9 +304,26 @@ class AgentLoop:
             elif host.approvals is not None and o.spec.effect.side_effecting:
                 from tether.effects import run_effect
 
+                # Each time this call paused for a person's answer (MCP elicitation), the server was
+                # told "cancel"; the next attempt is a new effect under its own key, not a replay of
+                # the pause. Attempts stay exactly-once each: the count is in the checkpoint.
+                pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
+                key = None
+                if pauses:
+                    from tether.policy.approvals import idempotency_key
+
+                    attempt = f"{o.call.id}#after-pause-{pauses}"
+                    key = idempotency_key(s.run_id, s.steps, attempt, o.spec.name, o.arguments)
                 try:
                     obs, crash = await run_effect(
-                        host, o.spec, o.arguments, ctx, step=s.steps, proposal_id=o.proposal_id, emit=t.emit
+                        host,
+                        o.spec,
+                        o.arguments,
+                        ctx,
+                        step=s.steps,
+                        proposal_id=o.proposal_id,
+                        key=key,
+                        emit=t.emit,
                     )
                 except ApprovalError as err:  # outcome unknown, or held by another process
                     unsettled.append(f"{o.spec.name}: {err.reason}: {err}")

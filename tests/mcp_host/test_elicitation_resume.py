@@ -150,3 +150,38 @@ async def test_a_resumed_run_without_an_answer_pauses_again_and_a_decline_reache
     assert done.stop_reason is StopReason.ACCEPTED, done.detail
     assert "action=decline" in seen["h__ask_colour"][0]
     assert len(seen["g__lookup"]) == 1 and "value-of-alpha" in seen["g__lookup"][0]
+
+
+@pytest.mark.spec("X5")
+async def test_a_destructive_tool_asking_to_confirm_runs_once_approved_and_once_confirmed(
+    tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tether.policy import Reviewer
+
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("HOSTILE_LOG", str(log))
+    effects = {"delete_record": "write"}
+    config = write_config(
+        tmp_path, [web_server("h", http_url, effects=effects, elicitation={"enabled": True})]
+    )
+    await approve_all(config)
+    db = tmp_path / "approvals.db"
+    first = await _start(config, db, [ScriptStep(calls=(("h__delete_record", {"record_id": "r1"}),))])
+    # First the side effect waits for a reviewer: nothing was sent to the server.
+    assert first.stop_reason is StopReason.APPROVAL_REQUIRED and not log.exists()
+    [pid] = [e.data["proposal_id"] for e in first.events if str(e.kind) == "approval_requested"]
+    Approvals(SqliteApprovalStore(db)).approve(Reviewer("ops"), pid)
+    # Approved, the call runs; the server asks "are you sure?" and nobody is there: paused again.
+    second, _ = await _resume(config, db, first.run_id)
+    assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in second.detail
+    [pause] = _pending(config)
+    with pytest.raises(ApprovalError):
+        answer_pause(config, pause.id, "accept", {"confirm": "yes"}, actor="ops")  # no coercion
+    answer_pause(config, pause.id, "accept", {"confirm": True}, actor="ops")
+    done, seen = await _resume(config, db, first.run_id)
+    assert done.stop_reason is StopReason.ACCEPTED, done.detail
+    assert "record r1 deleted" in seen["h__delete_record"][0]
+    # The server saw the cancelled attempt and the confirmed one: no replay of the pause, no third.
+    assert log.read_text().split() == ["delete_record", "delete_record"]
+    with pytest.raises(ApprovalError, match="already ended"):
+        await _resume(config, db, first.run_id)
