@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from tether.storage import apply_migrations
+
 __all__ = [
     "Pin",
     "PinStatus",
@@ -156,28 +158,20 @@ def connect_db(path: Path) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite3.connect(path, isolation_level=None)
     db.execute("PRAGMA journal_mode=WAL")
-    db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
     return db
 
 
 def migrate(db: sqlite3.Connection, migrations: tuple[tuple[str, str], ...]) -> None:
     """Apply the named migrations not yet recorded, in order, each in one transaction."""
-    done = {r[0] for r in db.execute("SELECT name FROM _migrations")}
-    for name, sql in migrations:
-        if name in done:
-            continue
-        db.execute("BEGIN")
-        try:
-            for statement in filter(str.strip, sql.split(";")):
-                db.execute(statement)
-            db.execute(
-                "INSERT INTO _migrations VALUES (?, ?)",
-                (name, datetime.now(UTC).isoformat(timespec="seconds")),
-            )
-            db.execute("COMMIT")
-        except Exception:
-            db.execute("ROLLBACK")
-            raise
+    # These scripts hold no trigger bodies, so splitting on ";" is safe.
+    steps = [(name, tuple(filter(str.strip, sql.split(";")))) for name, sql in migrations]
+    db.execute("BEGIN")
+    try:
+        apply_migrations(db, steps)
+        db.execute("COMMIT")
+    except Exception:
+        db.execute("ROLLBACK")
+        raise
 
 
 _HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (?, ?, ?, ?, ?, ?)"

@@ -24,6 +24,7 @@ from typing import Any, TypeVar, cast
 import anyio.to_thread
 
 from ..errors import MemoryPolicyError
+from ..storage import apply_migrations
 from .records import MemoryEvent, MemoryRecord, ReadResult, Recalled, Rejection, WriteResult, WriteStatus
 from .store import MemoryPolicy, check_proposal, normalize_claim
 
@@ -136,16 +137,7 @@ class SqliteMemory:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             with _transaction(conn):
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-                )
-                applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
-                for name, statements in MIGRATIONS:
-                    if name in applied:
-                        continue
-                    for sql in statements:
-                        conn.execute(sql)
-                    conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, self._now().isoformat()))
+                apply_migrations(conn, MIGRATIONS, now=self._now().isoformat())
 
     # -- MemoryStore -------------------------------------------------------------------
 

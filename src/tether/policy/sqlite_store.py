@@ -29,6 +29,7 @@ from tether.policy.store import (
     ProposalStatus,
     StoredProposal,
 )
+from tether.storage import apply_migrations
 
 __all__ = ["MIGRATIONS", "SqliteApprovalStore"]
 
@@ -206,16 +207,7 @@ class SqliteApprovalStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
         with self._tx() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
-            )
-            applied = {name for (name,) in conn.execute("SELECT name FROM _migrations")}
-            for name, statements in MIGRATIONS:
-                if name in applied:
-                    continue
-                for sql in statements:
-                    conn.execute(sql)
-                conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, _ts(datetime.now(UTC))))
+            apply_migrations(conn, MIGRATIONS, now=_ts(datetime.now(UTC)))
 
     def close(self) -> None:
         with self._lock:
