@@ -260,25 +260,22 @@ def settle_approvals(
             )
             refused.append(f"{stored.id}: {stored.status}")
             s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status)))
-    if refused:
+
+    def save(status: str, reason: StopReason) -> None:
         approvals.store.save_checkpoint(
             s.run_id,
             app=approvals.app,
             state=state_to_json(s),
-            status="finished",
-            stop_reason=str(StopReason.APPROVAL_DENIED),
+            status=status,
+            stop_reason=str(reason),
             now=host.clock(),
         )
+
+    if refused:
+        save("finished", StopReason.APPROVAL_DENIED)
         return settled, (StopReason.APPROVAL_DENIED, "; ".join(refused))
     if waiting:
-        approvals.store.save_checkpoint(
-            s.run_id,
-            app=approvals.app,
-            state=state_to_json(s),
-            status="paused",
-            stop_reason=str(StopReason.APPROVAL_REQUIRED),
-            now=host.clock(),
-        )
+        save("paused", StopReason.APPROVAL_REQUIRED)
         t.emit(EventKind.RUN_PAUSED, proposals=waiting, app=approvals.app)
         return settled, (StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(waiting))
     return settled, None

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tether.evals.cases import Case, CaseFileError
 from tether.evals.runner import Execution, ModelFactory
 from tether.host import Host
-from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
+from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.run import Agent, RunResult, RunState
 from tether.scenarios.maintenance import lab
@@ -145,19 +145,10 @@ def eval_agent(model: Any, order_id: str, *, omit: Sequence[str] = ()) -> Agent:
         if not isinstance(order, dict) or "equipment" not in order:
             return []
         now = datetime.now(UTC)
+        claim = str(order["equipment"])
         return [
-            MemoryRecord(
-                kind="semantic",
-                subject=_subject(order_id),
-                claim=str(order["equipment"]),
-                source=Source(system="erp", record=f"orders/{order_id}", observed_at=now),
-                scope=f"tenant:{lab.TENANT}",
-                confidence="authoritative",
-                valid_until=now + timedelta(days=30),
-                acl=frozenset({"maintenance-read"}),
-                retention="while-order-open",
-                purpose="equipment of an open work order",
-                sensitivity="internal",
+            lab.equipment_record(
+                claim, order_id=order_id, observed_at=now, valid_until=now + timedelta(days=30)
             )
         ]
 
@@ -276,26 +267,17 @@ class MaintenanceScenario:
             # Seed with a clock just after observation, so once-valid (now expired) records exist.
             seed_clock = m.observed_at + timedelta(seconds=1 + i)
             seeder = SqliteMemory(path, policy=policy, clock=lambda t=seed_clock: t)  # type: ignore[misc]
-            await seeder.propose(
-                MemoryRecord(
-                    kind="semantic",
-                    subject=_subject(inp.order_id),
-                    claim=m.claim,
-                    source=Source(
-                        system=m.system,
-                        record=m.record or f"orders/{inp.order_id}",
-                        observed_at=m.observed_at,
-                    ),
-                    scope=f"tenant:{case.context.tenant}",
-                    confidence=m.confidence,
-                    valid_until=m.valid_until,
-                    acl=frozenset({"maintenance-read"}),
-                    retention="while-order-open",
-                    purpose="equipment of an open work order",
-                    sensitivity="internal",
-                ),
-                actor="case-fixture",
+            record = lab.equipment_record(
+                m.claim,
+                order_id=inp.order_id,
+                observed_at=m.observed_at,
+                valid_until=m.valid_until,
+                tenant=case.context.tenant,
+                system=m.system,
+                record=m.record,
+                confidence=m.confidence,
             )
+            await seeder.propose(record, actor="case-fixture")
         store = SqliteMemory(path, policy=policy)
         shown = await store.read(
             _subject(inp.order_id),

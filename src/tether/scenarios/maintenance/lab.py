@@ -184,6 +184,33 @@ def workflow(order_id: str = ORDER) -> Workflow:
     )
 
 
+def equipment_record(
+    claim: str,
+    *,
+    order_id: str = ORDER,
+    observed_at: datetime,
+    valid_until: datetime,
+    tenant: str = TENANT,
+    system: str = "erp",
+    record: str | None = None,
+    confidence: str = "authoritative",
+) -> MemoryRecord:
+    """The scenario's one kind of durable memory: which equipment a work order concerns."""
+    return MemoryRecord(
+        kind="semantic",
+        subject=f"order:{order_id}:equipment",
+        claim=claim,
+        source=Source(system=system, record=record or f"orders/{order_id}", observed_at=observed_at),
+        scope=f"tenant:{tenant}",
+        confidence=confidence,  # type: ignore[arg-type]
+        valid_until=valid_until,
+        acl=frozenset({"maintenance-read"}),
+        retention="while-order-open",
+        purpose="equipment of an open work order",
+        sensitivity="internal",
+    )
+
+
 def make_agent(*, omit_blocked: bool = False) -> Agent:
     def handoff(state: RunState, answer: str) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -206,19 +233,7 @@ def make_agent(*, omit_blocked: bool = False) -> Agent:
             return []
         now = datetime.now(UTC)
         return [
-            MemoryRecord(
-                kind="semantic",
-                subject=SUBJECT,
-                claim=str(order["equipment"]),
-                source=Source(system="erp", record=f"orders/{ORDER}", observed_at=now),
-                scope=f"tenant:{TENANT}",
-                confidence="authoritative",
-                valid_until=now + timedelta(days=30),
-                acl=frozenset({"maintenance-read"}),
-                retention="while-order-open",
-                purpose="equipment of an open work order",
-                sensitivity="internal",
-            )
+            equipment_record(str(order["equipment"]), observed_at=now, valid_until=now + timedelta(days=30))
         ]
 
     return Agent(
@@ -236,22 +251,8 @@ async def seed_expired_memory(path: Path) -> None:
     """An old, once-valid record: right provenance, past its validity."""
     past = datetime(2025, 11, 1, tzinfo=UTC)
     store = memory_store(path, clock=lambda: past + timedelta(days=1))
-    await store.propose(
-        MemoryRecord(
-            kind="semantic",
-            subject=SUBJECT,
-            claim="obsolete-pump",
-            source=Source(system="erp", record=f"orders/{ORDER}", observed_at=past),
-            scope=f"tenant:{TENANT}",
-            confidence="authoritative",
-            valid_until=datetime(2026, 1, 1, tzinfo=UTC),
-            acl=frozenset({"maintenance-read"}),
-            retention="while-order-open",
-            purpose="equipment of an open work order",
-            sensitivity="internal",
-        ),
-        actor="lab-seed",
-    )
+    record = equipment_record("obsolete-pump", observed_at=past, valid_until=datetime(2026, 1, 1, tzinfo=UTC))
+    await store.propose(record, actor="lab-seed")
 
 
 @dataclass
