@@ -29,25 +29,19 @@ from tether.messages import (
     Usage,
     UserMessage,
 )
-from tether.policy.intake import Proposal, content_hash
-from tether.policy.rules import Decision
-from tether.policy.store import ProposalStatus
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.run import CallRecord, RunState
 from tether.stop import StopReason
 from tether.trace.events import EventKind
 
 if TYPE_CHECKING:
-    from tether.host import GateOutcome, Host
-    from tether.loop import AgentLoop
+    from tether.host import Host
     from tether.run import Agent, RunResult
 
 __all__ = [
-    "pause",
     "pending_calls",
     "restore_trace",
     "resume_run",
-    "settle_approvals",
     "state_from_json",
     "state_to_json",
 ]
@@ -165,139 +159,7 @@ def state_from_json(text: str) -> RunState:
     return state
 
 
-# -- the loop side ---------------------------------------------------------------------------
-
-
-def settle_approvals(
-    loop: AgentLoop, outcomes: list[GateOutcome]
-) -> tuple[list[GateOutcome], tuple[StopReason, str] | None]:
-    """Turn the gate's "approve" outcomes into "allow" (approved: stored arguments), a stop with
-    ``approval_denied``, or a checkpointed pause with ``approval_required``."""
-    host, s, t = loop.host, loop.state, loop.tracer
-    approvals = host.approvals
-    assert approvals is not None
-    settled: list[GateOutcome] = []
-    waiting: list[str] = []
-    refused: list[str] = []
-    for o in outcomes:
-        if o.status != "approve":
-            settled.append(o)
-            continue
-        assert o.spec is not None and o.arguments is not None
-        stored = approvals.store.find_for_call(s.run_id, s.steps, o.call.id)
-        if stored is None:
-            proposal = Proposal.of(
-                o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
-            )
-            stored = approvals.submit(
-                proposal,
-                proposed_by=f"model:{loop.agent.model.name}",
-                run_id=s.run_id,
-                step=s.steps,
-                call_id=o.call.id,
-            )
-            if o.decision is not None and "provenance" in o.decision.details:
-                # Where each argument came from (policy/provenance_rules.py) goes into the
-                # proposal's history, so the reviewer sees it next to what will run.
-                why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
-                approvals.store.add_event(
-                    stored.id,
-                    "policy",
-                    actor=f"rule:{o.decision.rule}",
-                    detail=json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000],
-                    now=host.clock(),
-                )
-            t.emit(
-                EventKind.APPROVAL_REQUESTED,
-                proposal_id=stored.id,
-                call_id=o.call.id,
-                tool=o.spec.name,
-                effect=stored.effect,
-                content_hash=stored.content_hash,
-            )
-        if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
-            # The call being resumed is not what was proposed: never run it on an old approval.
-            t.emit(
-                EventKind.APPROVAL_DENIED, proposal_id=stored.id, tool=o.spec.name, reason="content_mismatch"
-            )
-            refused.append(f"{stored.id}: content_mismatch")
-            settled.append(o)
-            continue
-        if stored.status is ProposalStatus.APPROVED:
-            t.emit(
-                EventKind.APPROVAL_GRANTED,
-                proposal_id=stored.id,
-                call_id=o.call.id,
-                tool=stored.tool,
-                content_hash=stored.content_hash,
-                reviewer=stored.decided_by,
-                decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
-                reason=stored.decision_reason,
-            )
-            decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
-            settled.append(
-                dataclasses.replace(
-                    o,
-                    status="allow",
-                    arguments=json.loads(stored.arguments),
-                    decision=decision,
-                    proposal_id=stored.id,
-                )
-            )
-        elif stored.status is ProposalStatus.PENDING:
-            waiting.append(stored.id)
-            settled.append(o)
-        else:
-            t.emit(
-                EventKind.APPROVAL_DENIED,
-                proposal_id=stored.id,
-                call_id=o.call.id,
-                tool=stored.tool,
-                status=str(stored.status),
-                reviewer=stored.decided_by,
-                decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
-                reason=stored.decision_reason,
-            )
-            refused.append(f"{stored.id}: {stored.status}")
-            s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status)))
-
-    def save(status: str, reason: StopReason) -> None:
-        approvals.store.save_checkpoint(
-            s.run_id,
-            app=approvals.app,
-            state=state_to_json(s),
-            status=status,
-            stop_reason=str(reason),
-            now=host.clock(),
-        )
-
-    if refused:
-        save("finished", StopReason.APPROVAL_DENIED)
-        return settled, (StopReason.APPROVAL_DENIED, "; ".join(refused))
-    if waiting:
-        save("paused", StopReason.APPROVAL_REQUIRED)
-        t.emit(EventKind.RUN_PAUSED, proposals=waiting, app=approvals.app)
-        return settled, (StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(waiting))
-    return settled, None
-
-
-def pause(loop: AgentLoop, problems: list[str]) -> str:
-    """Checkpoint a run whose side-effecting call has an unknown outcome (a person must resolve
-    it) or is held by another process; ``tether resume`` continues once that is settled."""
-    host, s = loop.host, loop.state
-    approvals = host.approvals
-    assert approvals is not None
-    approvals.store.save_checkpoint(
-        s.run_id,
-        app=approvals.app,
-        state=state_to_json(s),
-        status="paused",
-        stop_reason=str(StopReason.APPROVAL_REQUIRED),
-        now=host.clock(),
-    )
-    detail = "; ".join(problems)
-    loop.tracer.emit(EventKind.RUN_PAUSED, problems=problems, app=approvals.app)
-    return detail
+# -- resuming ----------------------------------------------------------------------------------
 
 
 def restore_trace(tracer: Any, path: Any) -> None:

@@ -84,7 +84,7 @@ async def run_effect(
     fresh: list[Observation] = []
 
     async def call() -> dict[str, Any]:
-        obs, crash = await host.execute(spec, arguments, ctx)
+        obs, crash = await host.run_tool(spec, arguments, ctx)
         if crash is not None:
             raise ToolCrashed(obs, crash)
         fresh.append(obs)

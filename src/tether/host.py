@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
-from tether.context.untrusted import Observation
+from tether.calls import CallPipeline, CallScope, Turn
 from tether.errors import (
     ConfigError,
     DependencyUnavailable,
@@ -34,6 +34,7 @@ from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
 from tether.trace.sanitize import Redactor
 from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
+from tether.types import GateOutcome, Observation
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
@@ -43,19 +44,6 @@ if TYPE_CHECKING:
     from tether.workflow import Workflow
 
 __all__ = ["GateOutcome", "Host"]
-
-
-@dataclass(frozen=True, slots=True)
-class GateOutcome:
-    """What the gate decided for one proposed call."""
-
-    call: ToolCall
-    status: Literal["allow", "deny", "reject", "unknown", "approve"]
-    spec: ToolSpec | None = None
-    arguments: dict[str, Any] | None = None
-    decision: Decision | None = None
-    error: str = ""
-    proposal_id: str | None = None  # the approved proposal an "allow" executes (its stored arguments)
 
 
 class Host:
@@ -95,6 +83,7 @@ class Host:
         self.disabled_sources: set[str] = set()
         self.disabled_memory: set[str] = set()
         self._specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        self._pipeline = CallPipeline(self)
         self._started = False
 
     # -- wiring ---------------------------------------------------------------------------
@@ -180,10 +169,11 @@ class Host:
     def gate(
         self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
     ) -> GateOutcome:
-        """Decide one proposed call. Never raises for bad model output."""
+        """Decide one proposed call, without running or tracing anything. Never raises for bad
+        model output. Runners do not call this: ``call_turn`` decides, settles and executes."""
         spec = self._resolve(call.name)
         if spec is None:
-            return GateOutcome(call, "unknown", error=f"unknown tool {call.name!r}")
+            return GateOutcome(call, "unknown", error=self._unknown(call.name))
         if spec.name not in {s.name for s in offered}:
             decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
             return GateOutcome(call, "deny", spec=spec, decision=decision)
@@ -195,14 +185,41 @@ class Host:
             return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
         except ToolInputError as err:
             return GateOutcome(call, "reject", spec=spec, error=err.message)
-        decision = self.policy.check(ProposedCall(call.id, spec, arguments, state), context)
+        return self.judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
+
+    def judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
+        """Apply the policy to a call whose arguments passed intake (source and harness tools alike)."""
+        assert outcome.spec is not None and outcome.arguments is not None
+        spec, call = outcome.spec, outcome.call
+        decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
         if decision.verdict == "approve":
             if self.approvals is not None:
-                return GateOutcome(call, "approve", spec=spec, arguments=arguments, decision=decision)
-            # No approval store in this host: fail closed.
-            decision = Decision("deny", decision.rule, "approval_unavailable", dict(decision.details))
+                return replace(outcome, status="approve", decision=decision)
+            # No approval store in this host: fail closed, and say how to proceed.
+            decision = Decision(
+                "deny",
+                decision.rule,
+                "approval_unavailable",
+                {
+                    **decision.details,
+                    "hint": "give the host an approval store (Host(approvals=...), --db) or declare "
+                    "the tool's effect as read if it has no side effect",
+                },
+            )
         status: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
-        return GateOutcome(call, status, spec=spec, arguments=arguments, decision=decision)
+        return replace(outcome, status=status, decision=decision)
+
+    def _unknown(self, name: str) -> str:
+        for source in self.sources:
+            if name.startswith(f"{source.name}__") and source.name in self.disabled_sources:
+                return f"unknown tool {name!r}: its server {source.name!r} is disabled"
+        unavailable = [
+            s for s in self.sources if getattr(s, "unavailable", None) and name.startswith(f"{s.name}__")
+        ]
+        if unavailable:
+            why = unavailable[0].unavailable  # type: ignore[attr-defined]
+            return f"unknown tool {name!r}: its server {unavailable[0].name!r} is unavailable ({why})"
+        return f"unknown tool {name!r}"
 
     def validate_arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         source = self._specs[spec.name][1]
@@ -211,11 +228,28 @@ class Host:
             return arguments
         return validate(spec.remote_name or spec.name, arguments)  # type: ignore[no-any-return]
 
-    async def execute(
+    # -- the chokepoint (tether.calls) ---------------------------------------------------------
+
+    async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
+        """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
+        truncation, labels), trace and record. Every runner calls this and nothing else."""
+        return await self._pipeline.turn(calls, scope)
+
+    async def call(self, call: ToolCall, scope: CallScope) -> Turn:
+        """``call_turn`` for a single call."""
+        return await self._pipeline.turn([call], scope)
+
+    async def pause_run(self, scope: CallScope, problems: Sequence[str]) -> str:
+        """Checkpoint a run whose side effect has an unknown outcome (a person must resolve it)
+        or is held by another process; ``resume`` continues once that is settled."""
+        return await self._pipeline.pause(scope, problems)
+
+    async def run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
-        """Run one allowed call. Recoverable failures become error observations; a programming
-        error is returned as the second value so the caller can end the run loudly."""
+        """Execution stage of the chokepoint (rate limit, source call, truncation, labels).
+        Recoverable failures become error observations; a programming error is returned as the
+        second value so the caller can end the run loudly. Only ``tether.calls`` calls this."""
         source = self._specs[spec.name][1]
         bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
         waited = await bucket.acquire() if bucket is not None else 0.0
@@ -232,25 +266,31 @@ class Host:
             output = _error_output(err)
         except Exception as err:
             return _crash(spec, source, now, err), err
-        text = output.text
-        truncated = output.truncated
-        if len(text) > spec.max_result_chars:
-            text = text[: spec.max_result_chars] + f"\n[TRUNCATED: {len(output.text)} characters in all]"
-            truncated = True
         obs = Observation(
             call_id=context.call_id,
             tool=spec.name,
             source=source.name,
             observed_at=now,
-            text=text,
+            text=output.text,
             data=output.data,
             is_error=output.is_error,
             error_kind=output.error_kind,
-            meta={**output.meta, "truncated": truncated, **({"rate_wait_s": waited} if waited else {})},
+            meta={
+                **output.meta,
+                "truncated": output.truncated,
+                **({"rate_wait_s": waited} if waited else {}),
+            },
         )
+        return self.finish_observation(spec, obs), None
+
+    def finish_observation(self, spec: ToolSpec, obs: Observation) -> Observation:
+        """Truncation and labelling: one implementation for every tool, local, MCP or harness."""
+        if len(obs.text) > spec.max_result_chars:
+            text = obs.text[: spec.max_result_chars] + f"\n[TRUNCATED: {len(obs.text)} characters in all]"
+            obs = replace(obs, text=text, meta={**obs.meta, "truncated": True})
         if self.labeler is not None:
             obs = self.labeler(obs)
-        return obs, None
+        return obs
 
     # -- tracing --------------------------------------------------------------------------
 

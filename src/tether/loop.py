@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tether.calls import CallScope
 from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
 from tether.context.untrusted import Observation, wrap_untrusted
-from tether.errors import ApprovalError, HandoffError
-from tether.host import GateOutcome
+from tether.errors import HandoffError
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, CallRecord, RunResult, RunState, record_denial, record_observation
+from tether.run import Agent, RunResult, RunState
 from tether.stop import RepetitionDetector, StopReason, call_signature
-from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
+from tether.types import GateOutcome
 
 if TYPE_CHECKING:
     from tether.host import Host
@@ -121,24 +121,7 @@ class AgentLoop:
             answer = stop.answer if stop.answer is not None else answer
         t.emit(EventKind.STOP, reason=str(reason), detail=detail, steps=s.steps, llm_calls=s.llm_calls)
         t.close()
-        return RunResult(
-            run_id=s.run_id,
-            stop_reason=reason,
-            answer=answer,
-            design="agent",
-            detail=detail,
-            handoff=self.handoff,
-            trace_path=self.trace_path,
-            steps=s.steps,
-            llm_calls=s.llm_calls,
-            usage=s.usage,
-            cost_usd=s.cost_usd,
-            calls=s.calls,
-            events=t.events,
-            elapsed_s=time.monotonic() - s.started,
-            outputs=s.outputs,
-            observations=s.observations,
-        )
+        return RunResult.of(s, t, self.trace_path, reason, answer=answer, detail=detail, handoff=self.handoff)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -242,127 +225,42 @@ class AgentLoop:
         )
         return response
 
+    def _scope(self) -> CallScope:
+        return CallScope(
+            state=self.state,
+            tracer=self.tracer,
+            offered=self.offered,
+            harness=self.engine,
+            proposed_by=f"model:{self.agent.model.name}",
+            remaining=self._remaining,
+        )
+
     async def _act(self, calls: list[Any]) -> None:
-        """Gate every call of the turn, then run the allowed ones concurrently."""
+        """Hand the turn's calls to the host's chokepoint; then record results for the model."""
         s, t, host = self.state, self.tracer, self.host
-        outcomes: list[GateOutcome] = []
-        for call in calls:
-            t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-            outcome = self.engine.intercept(call) or host.gate(call, s.context, self.offered, s)
-            outcomes.append(outcome)
-            if outcome.status == "deny" and outcome.decision is not None:
-                d = outcome.decision
-                record_denial(t, s, call, d.rule, d.reason, d.details)
-            elif outcome.status in ("reject", "unknown"):
-                t.emit(
-                    EventKind.TOOL_ERROR,
-                    call_id=call.id,
-                    tool=call.name,
-                    error="proposal_rejected",
-                    message=outcome.error,
-                )
-                s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
-            elif outcome.status == "allow":
-                assert outcome.decision is not None
-                t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+        scope = self._scope()
+        turn = await host.call_turn(calls, scope)
+        if turn.halted or turn.timed_out or turn.crashes:
+            stop = turn.stop()
+            assert stop is not None
+            answer = self._host_answer() if stop[0] is StopReason.DEADLINE else None
+            raise StopRun(stop[0], stop[1], answer)
 
-        denied = [o for o in outcomes if o.status == "deny"]
-        if denied and host.on_denied == "stop":
-            first = denied[0]
-            reason = first.decision.reason if first.decision else "denied"
-            raise StopRun(StopReason.POLICY_DENIED, f"{first.call.name}: {reason}", None)
-
-        if any(o.status == "approve" for o in outcomes):
-            from tether.checkpoint import settle_approvals
-
-            # Nothing of this turn runs until every call needing approval has one.
-            outcomes, stop = settle_approvals(self, outcomes)
-            if stop is not None:
-                raise StopRun(stop[0], stop[1], None)
-
-        malformed = all(o.status in ("reject", "unknown") for o in outcomes)
+        malformed = all(o.status in ("reject", "unknown") for o in turn.outcomes)
         s.malformed_turns = s.malformed_turns + 1 if malformed else 0
         if s.malformed_turns >= self.limits.max_malformed_turns:
             raise StopRun(StopReason.MODEL_ERROR, f"{s.malformed_turns} malformed turns in a row")
 
-        results: dict[str, Observation] = {}
-        crashes: list[tuple[str, BaseException]] = []
-        unsettled: list[str] = []
-
-        async def run_one(o: GateOutcome) -> None:
-            assert o.spec is not None and o.arguments is not None
-            ctx = ToolContext(
-                run_id=s.run_id,
-                tenant=s.context.tenant,
-                roles=s.context.roles,
-                user=s.context.user,
-                call_id=o.call.id,
-                now=host.clock(),
-            )
-            if self.engine.owns(o.spec.name):
-                obs, crash = await self.engine.execute(o.spec, o.arguments, ctx)
-            elif host.approvals is not None and o.spec.effect.side_effecting:
-                from tether.effects import run_effect
-
-                # Each time this call paused for a person's answer (MCP elicitation), the server was
-                # told "cancel"; the next attempt is a new effect under its own key, not a replay of
-                # the pause. Attempts stay exactly-once each: the count is in the checkpoint.
-                pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
-                key = None
-                if pauses:
-                    from tether.policy.approvals import idempotency_key
-
-                    attempt = f"{o.call.id}#after-pause-{pauses}"
-                    key = idempotency_key(s.run_id, s.steps, attempt, o.spec.name, o.arguments)
-                try:
-                    obs, crash = await run_effect(
-                        host,
-                        o.spec,
-                        o.arguments,
-                        ctx,
-                        step=s.steps,
-                        proposal_id=o.proposal_id,
-                        key=key,
-                        emit=t.emit,
-                    )
-                except ApprovalError as err:  # outcome unknown, or held by another process
-                    unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
-                    return
-            else:
-                obs, crash = await host.execute(o.spec, o.arguments, ctx)
-            results[o.call.id] = obs
-            if crash is not None:
-                crashes.append((o.spec.name, crash))
-
-        allowed = [o for o in outcomes if o.status == "allow"]
-        remaining = self._remaining()
-        with anyio.move_on_after(remaining if remaining is not None else None) as scope:
-            async with anyio.create_task_group() as tg:
-                for o in allowed:
-                    tg.start_soon(run_one, o)
-        if scope.cancelled_caught:
-            raise StopRun(
-                StopReason.DEADLINE, "deadline passed while tools were running", self._host_answer()
-            )
-
-        if unsettled:
-            from tether.checkpoint import pause
-
-            raise StopRun(StopReason.APPROVAL_REQUIRED, pause(self, unsettled), None)
-
-        for name, crash in crashes:
-            t.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
-        if crashes:
-            name, crash = crashes[0]
-            raise StopRun(StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}")
-
         # Results enter the trajectory in the order the model proposed the calls.
         waiting_input: list[str] = []
-        for o in outcomes:
+        unsettled = set(turn.unsettled)
+        for o in turn.outcomes:
             call = o.call
-            if o.status == "allow":
-                if (why := self._observe(o, results[call.id])) is not None:
+            if call.id in turn.observations:
+                if (why := self._observe(o, turn.observations[call.id])) is not None:
                     waiting_input.append(why)
+            elif o.status == "allow":
+                continue  # its effect's outcome is unknown: no result, resume settles it
             else:
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 text = wrap_untrusted(
@@ -370,14 +268,15 @@ class AgentLoop:
                 )
                 s.trajectory.append(ToolMessage(call.id, text, call.name))
 
-        if waiting_input:
-            from tether.checkpoint import pause
-
+        if unsettled or waiting_input:
             # The turn's other results are kept; the paused calls have none, so resume re-runs them.
-            raise StopRun(StopReason.APPROVAL_REQUIRED, pause(self, waiting_input), None)
+            detail = await host.pause_run(scope, [*turn.unsettled, *waiting_input])
+            raise StopRun(StopReason.APPROVAL_REQUIRED, detail, None)
 
         signatures = [
-            call_signature(o.spec.name, o.arguments) for o in allowed if o.spec and o.arguments is not None
+            call_signature(o.spec.name, o.arguments)
+            for o in turn.executed
+            if o.spec and o.arguments is not None
         ]
         if signatures and (why := self.repetition.observe(signatures)):
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
@@ -387,8 +286,7 @@ class AgentLoop:
         """Record one result. Returns why the call waits for a person (an MCP elicitation with
         nobody to answer) when the host can checkpoint the run; the call is then left without a
         result so ``resume`` runs it again and the server finds the stored answer."""
-        s, t = self.state, self.tracer
-        record_observation(t, s, obs, outcome.arguments)
+        s = self.state
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
         if obs.meta.get("pause") and self.host.approvals is not None:

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tether.types import ToolCall
+
 __all__ = [
     "AssistantMessage",
     "Message",
@@ -21,22 +23,6 @@ __all__ = [
     "message_from_wire",
     "to_wire",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """One call proposed by the model. ``arguments`` is the raw JSON text, unparsed."""
-
-    id: str
-    name: str
-    arguments: str
-
-    def wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": self.arguments},
-        }
 
 
 @dataclass(frozen=True, slots=True)

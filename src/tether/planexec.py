@@ -23,14 +23,14 @@ from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
+from tether.calls import CallScope
 from tether.context.untrusted import Observation
 from tether.messages import ToolCall
 from tether.policy.provenance import Segment as _Segment
 from tether.policy.provenance import SourceLabel, normalise
 from tether.policy.trusted import TrustedContext
-from tether.run import CallRecord, RunResult, RunState, record_denial, record_observation
+from tether.run import CallRecord, RunResult, RunState
 from tether.stop import StopReason
-from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
 
 __all__ = [
@@ -108,15 +108,18 @@ async def run_plan(
     objective: str,
     *,
     context: TrustedContext,
+    run_id: str | None = None,
 ) -> RunResult:
-    """Plan once from the request, then execute every planned call through the host's gate.
+    """Plan once from the request, then execute every planned call through the host's chokepoint.
+    ``run_id`` continues an earlier run: the same planned calls replay recorded effects from the
+    ledger and find their proposals (a plan that changed is refused, never run on an old approval).
 
     A denied call or a failed extraction skips that step (recorded) and the plan goes on; the
     run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
     """
     if not host._started:
         await host.start()
-    run_id = host.new_run_id()
+    run_id = run_id or host.new_run_id()
     tracer, trace_path = host.new_tracer(run_id)
     state = RunState(run_id, objective, context, time.monotonic(), host.clock())
     offered = host.offered()
@@ -124,6 +127,9 @@ async def run_plan(
     plan = await planner.plan(objective, [s.wire() for s in offered])
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
     run = _Run(state)
+    scope = CallScope(
+        state=state, tracer=tracer, offered=offered, proposed_by="planner", stop_on_denial=False
+    )
     allowed = 0
     for i, planned in enumerate(plan.calls):
         try:
@@ -136,29 +142,17 @@ async def run_plan(
             state.calls.append(CallRecord(f"plan_{i}", planned.tool, None, "rejected", str(err)))
             continue
         call = ToolCall(f"plan_{i}", planned.tool, json.dumps(arguments, ensure_ascii=False, default=str))
-        tracer.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-        outcome = host.gate(call, context, offered, state)
-        if outcome.status != "allow":
-            d = outcome.decision
-            record_denial(
-                tracer,
-                state,
-                call,
-                d.rule if d else "intake",
-                d.reason if d else outcome.error,
-                d.details if d else None,
-            )
-            continue
+        state.steps = i
+        turn = await host.call(call, scope)
+        if turn.unsettled:
+            detail = await host.pause_run(scope, turn.unsettled)
+            return _finish(state, tracer, trace_path, StopReason.APPROVAL_REQUIRED, None, detail)
+        if (stop := turn.stop()) is not None:
+            return _finish(state, tracer, trace_path, stop[0], None, stop[1])
+        if call.id not in turn.observations:
+            continue  # denied or rejected: recorded by the host; the plan goes on
         allowed += 1
-        tracer.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
-        ctx = ToolContext(run_id, context.tenant, context.roles, context.user, call.id, now=host.clock())
-        obs, crash = await host.execute(outcome.spec, outcome.arguments, ctx)
-        if crash is not None:
-            tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
-            tracer.close()
-            return _result(state, tracer, trace_path, StopReason.INTERNAL_ERROR, None, str(crash))
-        run.results[i] = obs
-        record_observation(tracer, state, obs, outcome.arguments)
+        run.results[i] = turn.observations[call.id]
     answer = None
     if plan.answer is not None:
         try:
@@ -168,9 +162,7 @@ async def run_plan(
         except _ExtractionFailed as err:
             answer = f"(no answer: {err})"
     reason = StopReason.ACCEPTED if allowed or not plan.calls else StopReason.POLICY_DENIED
-    tracer.emit(EventKind.STOP, reason=str(reason), steps=len(plan.calls))
-    tracer.close()
-    return _result(state, tracer, trace_path, reason, answer, "")
+    return _finish(state, tracer, trace_path, reason, answer, "")
 
 
 class _ExtractionFailed(Exception):
@@ -233,18 +225,11 @@ def _least_trusted(classes: set[str]) -> str:
     return max(classes, key=TRUST_ORDER.index) if classes else "third_party"
 
 
-def _result(
+def _finish(
     state: RunState, tracer: Any, path: Any, reason: StopReason, answer: str | None, detail: str
 ) -> RunResult:
-    return RunResult(
-        run_id=state.run_id,
-        stop_reason=reason,
-        answer=answer,
-        design="plan",
-        detail=detail,
-        trace_path=path,
-        steps=len(state.calls),
-        calls=state.calls,
-        events=tracer.events,
-        elapsed_s=time.monotonic() - state.started,
+    tracer.emit(EventKind.STOP, reason=str(reason), detail=detail, steps=len(state.calls))
+    tracer.close()
+    return RunResult.of(
+        state, tracer, path, reason, answer=answer, design="plan", detail=detail, steps=len(state.calls)
     )

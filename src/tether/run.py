@@ -3,6 +3,7 @@ the state of one run, and its result."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,6 +14,7 @@ from tether.context.untrusted import Observation
 from tether.messages import Message, Usage
 from tether.policy.trusted import TrustedContext
 from tether.stop import Limits, StopReason
+from tether.types import CallRecord
 
 if TYPE_CHECKING:
     from tether.context.engine import ContextConfig
@@ -21,18 +23,7 @@ if TYPE_CHECKING:
     from tether.models.base import Model
     from tether.trace.events import TraceEvent
 
-__all__ = ["Agent", "CallRecord", "RunResult", "RunState", "record_denial", "record_observation"]
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One proposed call and what the host did with it."""
-
-    call_id: str
-    tool: str
-    arguments: Any
-    status: str  # "ok" | "error" | "denied" | "rejected" | "crashed"
-    reason: str = ""
+__all__ = ["Agent", "CallRecord", "RunResult", "RunState"]
 
 
 @dataclass
@@ -56,6 +47,7 @@ class RunState:
     malformed_turns: int = 0
     unavailable: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)  # workflow step outputs by name
+    pending: list[str] = field(default_factory=list)  # proposal ids the run is waiting for
 
     def observed(self, tool: str) -> list[Observation]:
         return [o for o in self.observations if o.tool == tool]
@@ -105,6 +97,42 @@ class RunResult:
     elapsed_s: float = 0.0
     outputs: dict[str, Any] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)  # what the tools returned (evals)
+    pending_proposals: list[str] = field(default_factory=list)  # what an approval_required run waits for
+
+    @classmethod
+    def of(
+        cls,
+        state: RunState,
+        tracer: Any,
+        trace_path: Path | None,
+        reason: StopReason,
+        *,
+        answer: str | None = None,
+        design: str = "agent",
+        detail: str = "",
+        handoff: Handoff | None = None,
+        steps: int | None = None,
+    ) -> RunResult:
+        """The one place a run's result is assembled from its state and trace (every runner)."""
+        return cls(
+            run_id=state.run_id,
+            stop_reason=reason,
+            answer=answer,
+            design=design,
+            detail=detail,
+            handoff=handoff,
+            trace_path=trace_path,
+            steps=state.steps if steps is None else steps,
+            llm_calls=state.llm_calls,
+            usage=state.usage,
+            cost_usd=state.cost_usd,
+            calls=state.calls,
+            events=tracer.events,
+            elapsed_s=time.monotonic() - state.started,
+            outputs=state.outputs,
+            observations=state.observations,
+            pending_proposals=list(state.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
+        )
 
     @property
     def ok(self) -> bool:
@@ -129,45 +157,8 @@ class RunResult:
             "elapsed_s": round(self.elapsed_s, 4),
             "trace": str(self.trace_path) if self.trace_path else None,
             "handoff": self.handoff.model_dump(mode="json") if self.handoff else None,
+            "pending_proposals": self.pending_proposals,
         }
 
 
 DEFAULT_LIMITS = Limits()
-
-
-def record_denial(
-    tracer: Any, state: RunState, call: Any, rule: str, reason: str, details: Any = None
-) -> None:
-    """Trace a refused call and keep it in the run's call list (agent loop, workflow, plan mode)."""
-    from tether.trace.events import EventKind
-
-    tracer.emit(
-        EventKind.POLICY_DENIED,
-        call_id=call.id,
-        tool=call.name,
-        rule=rule,
-        reason=reason,
-        details=details or {},
-    )
-    state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
-
-
-def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:
-    """Keep an observation in the run state and trace it with its trust label (one place for all runners)."""
-    from tether.trace.events import EventKind
-
-    state.observations.append(obs)
-    status = "error" if obs.is_error else "ok"
-    state.calls.append(CallRecord(obs.call_id, obs.tool, arguments, status, obs.error_kind or ""))
-    tracer.emit(
-        EventKind.TOOL_OBSERVATION,
-        call_id=obs.call_id,
-        tool=obs.tool,
-        source=obs.source,
-        trust=obs.trust,
-        observed_at=obs.observed_at.isoformat(),
-        is_error=obs.is_error,
-        error_kind=obs.error_kind,
-        chars=len(obs.text),
-        truncated=bool(obs.meta.get("truncated")),
-    )

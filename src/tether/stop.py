@@ -5,24 +5,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
-from enum import StrEnum
+
+from tether.types import StopReason
 
 __all__ = ["Limits", "RepetitionDetector", "StopReason", "call_signature"]
-
-
-class StopReason(StrEnum):
-    ACCEPTED = "accepted"
-    POLICY_DENIED = "policy_denied"
-    APPROVAL_REQUIRED = "approval_required"
-    APPROVAL_DENIED = "approval_denied"
-    BUDGET = "budget"
-    DEADLINE = "deadline"
-    MAX_STEPS = "max_steps"
-    REPETITION = "repetition"
-    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"
-    INVALID_HANDOFF = "invalid_handoff"
-    MODEL_ERROR = "model_error"
-    INTERNAL_ERROR = "internal_error"
 
 
 @dataclass(frozen=True, slots=True)

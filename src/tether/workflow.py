@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from tether.calls import CallScope
 from tether.messages import ToolCall
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult, RunState, record_denial, record_observation
+from tether.run import Agent, RunResult, RunState
 from tether.stop import StopReason
-from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
 
 if TYPE_CHECKING:
@@ -65,11 +65,17 @@ async def run_workflow(
     context: TrustedContext,
     *,
     rollback_from: dict[str, Any] | None = None,
+    run_id: str | None = None,
 ) -> RunResult:
-    run_id = host.new_run_id()
+    """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
+    of the same workflow: its steps run again under the same call ids, so recorded side effects
+    replay from the ledger and approved proposals are found instead of asked again."""
+    run_id = run_id or host.new_run_id()
     tracer, path = host.new_tracer(run_id)
     state = RunState(run_id, objective, context, time.monotonic(), host.clock())
-    offered = host.offered()
+    scope = CallScope(
+        state=state, tracer=tracer, offered=host.offered(), proposed_by=f"workflow:{workflow.name}"
+    )
     tracer.emit(
         EventKind.RUN_STARTED,
         design="workflow",
@@ -77,7 +83,7 @@ async def run_workflow(
         objective=objective,
         tenant=context.tenant,
         roles=sorted(context.roles),
-        tools=[s.name for s in offered],
+        tools=[s.name for s in scope.offered],
     )
     if rollback_from is not None:
         tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
@@ -99,7 +105,7 @@ async def run_workflow(
                     break
                 state.outputs[step.name] = sub.answer
                 continue
-            stop = await _run_step(host, tracer, state, step, offered)
+            stop = await _run_step(host, scope, step)
             if stop is not None:
                 reason, detail = stop
                 break
@@ -109,50 +115,24 @@ async def run_workflow(
         reason, detail = StopReason.INTERNAL_ERROR, f"{type(err).__name__}: {err}"
     tracer.emit(EventKind.STOP, reason=str(reason), detail=detail, design="workflow", steps=state.steps)
     tracer.close()
-    return RunResult(
-        run_id=run_id,
-        stop_reason=reason,
-        answer=answer,
-        design="workflow",
-        detail=detail,
-        trace_path=path,
-        steps=state.steps,
-        calls=state.calls,
-        events=tracer.events,
-        elapsed_s=time.monotonic() - state.started,
-        outputs=state.outputs,
-        observations=state.observations,
-    )
+    return RunResult.of(state, tracer, path, reason, answer=answer, design="workflow", detail=detail)
 
 
-async def _run_step(
-    host: Host, tracer: Any, state: RunState, step: Step, offered: Sequence[Any]
-) -> tuple[StopReason, str] | None:
+async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
+    state = scope.state
     args = step.arguments(state.outputs) if callable(step.arguments) else step.arguments
     call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
-    tracer.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments)
-    outcome = host.gate(call, state.context, offered, state)
+    turn = await host.call(call, scope)
     state.steps += 1
-    if outcome.status != "allow":
-        d = outcome.decision
-        reason = d.reason if d else outcome.error
-        record_denial(tracer, state, call, d.rule if d else "intake", reason, d.details if d else None)
-        return StopReason.POLICY_DENIED, f"{call.name}: {reason}"
-    assert outcome.spec is not None and outcome.arguments is not None
-    tracer.emit(
-        EventKind.POLICY_ALLOWED,
-        call_id=call.id,
-        tool=call.name,
-        rule=outcome.decision.rule if outcome.decision else "",
-    )
-    ctx = ToolContext(
-        state.run_id, state.context.tenant, state.context.roles, state.context.user, call.id, now=host.clock()
-    )
-    obs, crash = await host.execute(outcome.spec, outcome.arguments, ctx)
-    if crash is not None:
-        tracer.emit(EventKind.TOOL_CRASHED, tool=call.name, error=f"{type(crash).__name__}: {crash}")
-        return StopReason.INTERNAL_ERROR, f"tool {call.name} raised {type(crash).__name__}"
-    record_observation(tracer, state, obs, args)
+    if turn.unsettled:
+        return StopReason.APPROVAL_REQUIRED, await host.pause_run(scope, turn.unsettled)
+    if (stop := turn.stop()) is not None:
+        return stop
+    outcome = turn.outcomes[0]
+    if call.id not in turn.observations:  # rejected at intake, or unknown: a fixed sequence cannot go on
+        why = outcome.error or (outcome.decision.reason if outcome.decision else outcome.status)
+        return StopReason.POLICY_DENIED, f"{call.name}: {why}"
+    obs = turn.observations[call.id]
     if obs.is_error:
         # A fixed sequence has no plan B: the dependency did not deliver what the next step needs.
         return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name} failed: {obs.text[:200]}"

@@ -9,10 +9,12 @@ elicitation pause and re-runs the paused call through the same gate.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.calls import CallScope
 from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp.config import McpConfig
@@ -23,9 +25,8 @@ from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.models.test import FunctionModel, injected_calls
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult
+from tether.run import Agent, RunResult, RunState
 from tether.stop import Limits
-from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
 
 __all__ = ["ScriptStep", "StandIn", "answer_pause", "resume_pause", "run_question"]
@@ -255,21 +256,22 @@ async def resume_pause(
             EventKind.MCP_ELICITATION, server=server, outcome="resumed", pause_id=pause_id, action=action
         )
         call = ToolCall(f"resume_{pause_id}", pause.tool, json.dumps(pause.arguments))
-        offered = host.offered()
-        outcome = host.gate(call, TrustedContext(tenant=config.host.tenant, user=config.host.user), offered)
-        if outcome.status != "allow" or outcome.spec is None or outcome.arguments is None:
-            why = outcome.error or (outcome.decision.reason if outcome.decision else outcome.status)
-            tracer.emit(EventKind.POLICY_DENIED, tool=pause.tool, reason=why)
-            status, text = "denied", why
+        context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
+        state = RunState(pause.run_id, f"answer to {pause_id}", context, time.monotonic(), host.clock())
+        scope = CallScope(
+            state=state, tracer=tracer, offered=host.offered(), proposed_by="resume", checkpoint=False
+        )
+        turn = await host.call(call, scope)
+        outcome = turn.outcomes[0]
+        if call.id in turn.observations:
+            obs = turn.observations[call.id]
+            status, text = ("error" if obs.is_error else "ok"), obs.text
+        elif turn.crashes:
+            status, text = "error", f"{type(turn.crashes[0][1]).__name__}: {turn.crashes[0][1]}"
         else:
-            ctx = ToolContext(pause.run_id, config.host.tenant, frozenset(), config.host.user, call.id)
-            obs, crash = await host.execute(outcome.spec, outcome.arguments, ctx)
-            tracer.emit(
-                EventKind.TOOL_OBSERVATION, tool=obs.tool, source=obs.source, is_error=obs.is_error,
-                error_kind=obs.error_kind, chars=len(obs.text),
-            )  # fmt: skip
-            status = "error" if obs.is_error or crash else "ok"
-            text = obs.text
+            why = outcome.error or (outcome.decision.reason if outcome.decision else outcome.status)
+            why = "; ".join([*turn.refused, *turn.waiting, *turn.unsettled]) or why
+            status, text = "denied", why
     finally:
         await host.aclose()
         tracer.close()

@@ -14,17 +14,17 @@ its own id and needs its own approval.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.context.untrusted import Observation
-from tether.errors import ConfigError, PolicyError, ToolInputError
+from tether.errors import ApprovalError, ConfigError, PolicyError, ToolInputError
 from tether.policy.approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy.intake import propose
-from tether.policy.rules import ProposedCall
 from tether.policy.store import ProposalStatus, StoredProposal
 from tether.policy.trusted import TrustedContext
-from tether.tools.contract import ToolContext, ToolSpec
+from tether.tools.contract import ToolSpec
 
 if TYPE_CHECKING:
     from tether.host import Host
@@ -97,34 +97,55 @@ class ProposalDesk:
         return self.approvals.invalidate(context, proposal_id, reason=reason)
 
     async def execute(self, context: TrustedContext, proposal_id: str) -> Execution:
-        """Run the stored, approved arguments of ``proposal_id`` for ``context`` (at most once).
+        """Run the stored, approved arguments of ``proposal_id`` for ``context`` (at most once),
+        through the host's chokepoint like any call: the policy is applied again (ownership,
+        roles, egress), the approval is settled against the stored proposal, the effect goes
+        through the ledger, and every decision and outcome is traced.
 
         Raises ``ApprovalError`` (``not_approved``, ``denied``, ``invalidated``,
         ``unknown_proposal`` — also for another tenant's id —, ``outcome_unknown``) or
-        ``PolicyError`` when the policy no longer allows the call (ownership is checked again).
-        A programming error inside the tool propagates.
+        ``PolicyError`` when the policy no longer allows the call. A programming error inside
+        the tool propagates.
         """
-        from tether.effects import run_effect
+        from tether.calls import CallScope
+        from tether.messages import ToolCall
+        from tether.run import RunState
 
+        host = self.host
         p = self.approvals.executable(context, proposal_id)
-        spec = self._tools().get(p.tool)
-        if spec is None:
-            raise PolicyError("tool_not_allowed", f"{p.tool} is no longer offered")
-        arguments = json.loads(p.arguments)
-        decision = self.host.policy.check(ProposedCall(p.id, spec, arguments), context)
-        if decision.verdict == "deny":
-            raise PolicyError(decision.reason, f"{decision.rule}: {decision.reason}", **decision.details)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
-        key = idempotency_key(run_id, step, call_id, spec.name, arguments)
-        ctx = ToolContext(
-            run_id=run_id,
-            tenant=context.tenant,
-            roles=context.roles,
-            user=context.user,
-            call_id=call_id,
-            now=self.host.clock(),
+        state = RunState(run_id, f"proposal {p.id}", context, time.monotonic(), host.clock(), steps=step)
+        tracer, _ = host.new_tracer(f"{run_id}-desk-{p.id}")
+        scope = CallScope(
+            state=state,
+            tracer=tracer,
+            offered=host.offered(),
+            proposed_by="desk",
+            checkpoint=False,
+            stop_on_denial=True,
+            proposals={call_id: p.id},
         )
-        obs, crash = await run_effect(self.host, spec, arguments, ctx, step=step, proposal_id=p.id, key=key)
-        if crash is not None:
-            raise crash
-        return Execution(p.id, key, obs, bool(obs.meta.get("replayed")))
+        try:
+            turn = await host.call(ToolCall(call_id, p.tool, p.arguments), scope)
+        finally:
+            tracer.close()
+        outcome = turn.outcomes[0]
+        if outcome.status == "unknown":
+            raise PolicyError("tool_not_allowed", f"{p.tool} is no longer offered")
+        if outcome.status == "reject":
+            raise PolicyError("invalid_arguments", outcome.error)
+        if turn.denied:
+            d = turn.denied[0].decision
+            assert d is not None
+            raise PolicyError(d.reason, f"{d.rule}: {d.reason}", **d.details)
+        if turn.refused:
+            raise ApprovalError("not_approved", "; ".join(turn.refused))
+        if turn.unsettled_errors:
+            raise turn.unsettled_errors[0]
+        if turn.crashes:
+            raise turn.crashes[0][1]
+        obs = turn.observations[call_id]
+        key = obs.meta.get("idempotency_key") or idempotency_key(
+            run_id, step, call_id, p.tool, json.loads(p.arguments)
+        )
+        return Execution(p.id, str(key), obs, bool(obs.meta.get("replayed")))

@@ -7,13 +7,16 @@ means allow.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 from tether.policy.trusted import Catalog, TrustedContext
-from tether.tools.contract import Effect, ToolSpec
+from tether.tools.contract import Effect
+from tether.types import Decision, ProposedCall
+
+HARNESS_SOURCE = "harness"  # ToolSpec.source of the host's own context tools
 
 __all__ = [
     "Allowlist",
@@ -22,35 +25,11 @@ __all__ = [
     "Egress",
     "Policy",
     "ProposedCall",
+    "RoleRequirement",
     "Rule",
     "TargetOwnership",
     "destination_of",
 ]
-
-Verdict = Literal["allow", "deny", "approve"]
-
-
-@dataclass(frozen=True, slots=True)
-class ProposedCall:
-    """A call as rules see it. ``state`` is the run so far (objective, observations), for rules
-    that reason about where argument values came from; it is host data, never model output."""
-
-    call_id: str
-    spec: ToolSpec
-    arguments: dict[str, Any]
-    state: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    verdict: Verdict
-    rule: str
-    reason: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def allowed(self) -> bool:
-        return self.verdict == "allow"
 
 
 class Rule(Protocol):
@@ -61,20 +40,42 @@ class Rule(Protocol):
 
 @dataclass(frozen=True)
 class Allowlist:
-    """Only named tools may run; ``deny`` wins over ``allow``. ``allow=None`` allows every offered tool."""
+    """Only named tools may run; ``deny`` wins over ``allow``. ``allow=None`` allows every offered tool.
+
+    ``allow`` names the tools of sources (local functions, MCP servers). Harness tools (TODO,
+    skills, tool search, subagents: ``ToolSpec.source == "harness"``) exist only when the agent's
+    context configuration enables them, so ``allow`` does not have to repeat them; ``deny`` (and
+    every other rule: roles, effects, custom rules) applies to them like to any tool.
+    """
 
     allow: frozenset[str] | None = None
     deny: frozenset[str] = frozenset()
     name: str = "allowlist"
 
-    def permits(self, tool_name: str) -> bool:
+    def permits(self, tool_name: str, *, harness: bool = False) -> bool:
         if tool_name in self.deny:
             return False
-        return self.allow is None or tool_name in self.allow
+        return self.allow is None or harness or tool_name in self.allow
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        if not self.permits(call.spec.name):
+        if not self.permits(call.spec.name, harness=call.spec.source == HARNESS_SOURCE):
             return Decision("deny", self.name, "tool_not_allowed", {"tool": call.spec.name})
+        return None
+
+
+@dataclass(frozen=True)
+class RoleRequirement:
+    """A tool runs only for a context holding one of the roles it requires (``{tool: roles}``)."""
+
+    required: Mapping[str, frozenset[str]]
+    name: str = "roles"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        needed = self.required.get(call.spec.name)
+        if needed is not None and not (needed & context.roles):
+            return Decision(
+                "deny", self.name, "role_missing", {"tool": call.spec.name, "roles": sorted(needed)}
+            )
         return None
 
 
@@ -151,7 +152,8 @@ class EffectApproval:
 
 
 class Policy:
-    """The host's rules, evaluated in order: allowlist → tenant scope → egress → effect → extra rules."""
+    """The host's rules, evaluated in order: allowlist → roles → tenant scope → egress → effect → extra
+    rules. ``roles`` maps a tool name to the roles of which the context must hold one."""
 
     def __init__(
         self,
@@ -162,9 +164,12 @@ class Policy:
         egress: Iterable[str] | None = None,
         automatic_effects: Iterable[Effect] = (Effect.READ,),
         rules: Iterable[Rule] = (),
+        roles: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
         self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
         chain: list[Rule] = [self.allowlist]
+        if roles:
+            chain.append(RoleRequirement({tool: frozenset(r) for tool, r in roles.items()}))
         if catalog is not None:
             chain.append(TargetOwnership(catalog))
         chain.append(Egress(frozenset(d.lower() for d in egress or ())))

@@ -12,9 +12,7 @@ import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
-from datetime import datetime
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any, get_type_hints
 
 import anyio
@@ -22,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from tether.errors import ToolError, ToolInputError, UpstreamError
+from tether.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 
 __all__ = [
     "Effect",
@@ -34,77 +33,6 @@ __all__ = [
     "tool",
     "unwrap_exception_group",
 ]
-
-
-class Effect(StrEnum):
-    READ = "read"
-    WRITE = "write"
-    SEND = "send"
-    PURCHASE = "purchase"
-    DELETE = "delete"
-
-    @property
-    def side_effecting(self) -> bool:
-        return self is not Effect.READ
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Which argument names the object a call acts on, and its kind in the trusted catalog."""
-
-    argument: str
-    kind: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolSpec:
-    """What the host knows about a tool, whatever its source (local function, MCP server)."""
-
-    name: str
-    description: str
-    parameters: dict[str, Any]
-    effect: Effect
-    source: str = "local"
-    target: Target | None = None
-    egress_argument: str | None = None  # argument holding a destination (url, e-mail, host)
-    timeout_s: float = 30.0
-    max_result_chars: int = 20_000
-    idempotent: bool = False
-    needs_approval: bool | None = None  # None: decided by effect and policy
-    remote_name: str = ""  # the name at the source (MCP tool name before namespacing)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def wire(self) -> dict[str, Any]:
-        """The chat-completions function definition the model reads."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Host-side facts handed to a tool: never model-supplied."""
-
-    run_id: str
-    tenant: str
-    roles: frozenset[str]
-    user: str | None
-    call_id: str
-    idempotency_key: str | None = None
-    now: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolOutput:
-    """A tool's structured result. ``text`` is what enters the context (before wrapping)."""
-
-    text: str
-    data: Any = None
-    is_error: bool = False
-    error_kind: str | None = None
-    truncated: bool = False
-    meta: dict[str, Any] = field(default_factory=dict)
 
 
 def render_result(value: Any) -> str:

@@ -1,0 +1,443 @@
+"""The chokepoint: the one path of a tool call, whichever runner proposed it.
+
+The agent loop, workflows, plan-then-execute, subagents, the approval desk and the MCP
+elicitation resume never execute a tool themselves. They hand the calls of one turn to
+``Host.call_turn`` (or one call to ``Host.call``), which does, in order:
+
+    resolve → harness-tool intercept → strict intake → contract validation → Policy
+    → approval settlement → effect ledger (side effects) → rate limit → execution
+    → truncation → untrusted labelling and provenance → one trace event per decision
+    and per outcome
+
+and returns a ``Turn``: what was decided and observed for each call, and the stop the
+host requires (denied, waiting for approval, refused, outcome unknown, crashed), if any.
+What a runner does with a turn that did not stop (append tool messages, extract fields,
+read the next step) is its own business; what may run, and how, is not.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from tether.errors import ApprovalError
+from tether.policy.intake import Proposal, content_hash
+from tether.run import CallRecord, RunState
+from tether.stop import StopReason
+from tether.tools.contract import ToolContext, ToolSpec
+from tether.trace.events import EventKind
+from tether.types import Decision, GateOutcome, Observation, ToolCall
+
+if TYPE_CHECKING:
+    from tether.host import Host
+    from tether.trace.tracer import Tracer
+
+__all__ = ["CallScope", "Harness", "Turn", "record_denial", "record_observation"]
+
+
+class Harness(Protocol):
+    """Tools the host itself provides to one run (TODO, skills, tool search, subagents)."""
+
+    def owns(self, name: str) -> bool: ...
+
+    def intercept(self, call: ToolCall) -> GateOutcome | None: ...
+
+    async def execute(
+        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
+    ) -> tuple[Observation, BaseException | None]: ...
+
+
+@dataclass
+class CallScope:
+    """The run a call belongs to: its state, tracer, the tools it was offered."""
+
+    state: RunState
+    tracer: Tracer
+    offered: Sequence[ToolSpec]
+    harness: Harness | None = None
+    proposed_by: str = "model"
+    # Seconds left before the run's deadline, asked when the turn executes (None: no deadline).
+    remaining: Any = None
+    # Whether a pause (approval pending, outcome unknown) checkpoints the run state for resume.
+    checkpoint: bool = True
+    # A denied call stops the turn before anything runs (the host's ``on_denied``) unless a
+    # runner's semantics say otherwise (plan mode skips a denied step and goes on).
+    stop_on_denial: bool | None = None
+    # Proposals already stored for these call ids (the approval desk executes one by its id).
+    proposals: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """What the host decided and observed for the calls of one turn, in proposal order."""
+
+    outcomes: list[GateOutcome]
+    observations: dict[str, Observation] = field(default_factory=dict)
+    denied: list[GateOutcome] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # proposal ids pending a person's decision
+    refused: list[str] = field(default_factory=list)  # approvals denied, invalidated or mismatched
+    unsettled: list[str] = field(default_factory=list)  # effects whose outcome a person must resolve
+    unsettled_errors: list[ApprovalError] = field(default_factory=list)
+    crashes: list[tuple[str, BaseException]] = field(default_factory=list)
+    timed_out: bool = False
+    halted: bool = False  # stopped before execution (denial or approval): nothing of the turn ran
+
+    @property
+    def executed(self) -> list[GateOutcome]:
+        return [o for o in self.outcomes if o.call.id in self.observations]
+
+    def stop(self) -> tuple[StopReason, str] | None:
+        """The stop the host requires after this turn, or None when the runner may go on."""
+        if self.denied and self.halted:
+            first = self.denied[0]
+            reason = first.decision.reason if first.decision else "denied"
+            return StopReason.POLICY_DENIED, f"{first.call.name}: {reason}"
+        if self.refused:
+            return StopReason.APPROVAL_DENIED, "; ".join(self.refused)
+        if self.waiting:
+            return StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(self.waiting)
+        if self.timed_out:
+            return StopReason.DEADLINE, "deadline passed while tools were running"
+        if self.unsettled:
+            return StopReason.APPROVAL_REQUIRED, "; ".join(self.unsettled)
+        if self.crashes:
+            name, crash = self.crashes[0]
+            return StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}"
+        return None
+
+
+# -- recording (one place for every runner) ---------------------------------------------------
+
+
+def record_denial(
+    tracer: Any, state: RunState, call: ToolCall, rule: str, reason: str, details: Any = None
+) -> None:
+    """Trace a refused call and keep it in the run's call list."""
+    tracer.emit(
+        EventKind.POLICY_DENIED,
+        call_id=call.id,
+        tool=call.name,
+        rule=rule,
+        reason=reason,
+        details=details or {},
+    )
+    state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
+
+
+def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:
+    """Keep an observation in the run state and trace it with its trust label."""
+    state.observations.append(obs)
+    status = "error" if obs.is_error else "ok"
+    state.calls.append(CallRecord(obs.call_id, obs.tool, arguments, status, obs.error_kind or ""))
+    tracer.emit(
+        EventKind.TOOL_OBSERVATION,
+        call_id=obs.call_id,
+        tool=obs.tool,
+        source=obs.source,
+        trust=obs.trust,
+        observed_at=obs.observed_at.isoformat(),
+        is_error=obs.is_error,
+        error_kind=obs.error_kind,
+        chars=len(obs.text),
+        truncated=bool(obs.meta.get("truncated")),
+    )
+
+
+# -- the pipeline -----------------------------------------------------------------------------
+
+
+class CallPipeline:
+    """The host's one path for tool calls. Built by ``Host``; runners use ``Host.call_turn``."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    # decide ------------------------------------------------------------------------------
+
+    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
+        """resolve → harness intercept → intake → validation → policy, traced and recorded."""
+        s, t, host = scope.state, scope.tracer, self.host
+        t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
+        outcome = None
+        if scope.harness is not None:
+            outcome = scope.harness.intercept(call)
+            if outcome is not None and outcome.status == "allow" and outcome.spec is not None:
+                # Harness tools are tools like any other: the policy decides them too.
+                outcome = host.judge(outcome, s.context, s)
+        if outcome is None:
+            outcome = host.gate(call, s.context, scope.offered, s)
+        if outcome.status == "deny" and outcome.decision is not None:
+            d = outcome.decision
+            record_denial(t, s, call, d.rule, d.reason, d.details)
+        elif outcome.status in ("reject", "unknown"):
+            t.emit(
+                EventKind.TOOL_ERROR,
+                call_id=call.id,
+                tool=call.name,
+                error="proposal_rejected",
+                message=outcome.error,
+            )
+            s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
+        elif outcome.status == "allow":
+            assert outcome.decision is not None
+            t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+        return outcome
+
+    # a turn ------------------------------------------------------------------------------
+
+    async def turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
+        host = self.host
+        outcomes = [self.decide(call, scope) for call in calls]
+        if scope.proposals:
+            outcomes = [
+                dataclasses.replace(o, proposal_id=scope.proposals[o.call.id])
+                if o.status == "allow" and o.call.id in scope.proposals
+                else o
+                for o in outcomes
+            ]
+        turn = Turn(outcomes)
+        turn.denied = [o for o in outcomes if o.status == "deny"]
+        stop_on_denial = scope.stop_on_denial
+        if stop_on_denial is None:
+            stop_on_denial = host.on_denied == "stop"
+        if turn.denied and stop_on_denial:
+            turn.halted = True
+            return turn
+        if any(o.status == "approve" for o in outcomes):
+            # Nothing of this turn runs until every call needing approval has one.
+            turn.outcomes = await self._settle(turn, scope)
+            if turn.refused or turn.waiting:
+                turn.halted = True
+                return turn
+        await self._execute_allowed(turn, scope)
+        for name, crash in turn.crashes:
+            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+        return turn
+
+    # approval settlement -----------------------------------------------------------------
+
+    async def _settle(self, turn: Turn, scope: CallScope) -> list[GateOutcome]:
+        """ "approve" outcomes become "allow" (approved: the stored arguments), refusals, or a
+        checkpointed wait. A call whose content or tenant differs from its proposal is refused."""
+        host, s, t = self.host, scope.state, scope.tracer
+        approvals = host.approvals
+        assert approvals is not None
+        store = approvals.store
+        settled: list[GateOutcome] = []
+        for o in turn.outcomes:
+            if o.status != "approve":
+                settled.append(o)
+                continue
+            assert o.spec is not None and o.arguments is not None
+            known = scope.proposals.get(o.call.id)
+            if known is not None:
+                stored = await anyio.to_thread.run_sync(store.get_proposal, known)
+            else:
+                stored = await anyio.to_thread.run_sync(store.find_for_call, s.run_id, s.steps, o.call.id)
+            if stored is None:
+                proposal = Proposal.of(
+                    o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
+                )
+                stored = await anyio.to_thread.run_sync(
+                    lambda p=proposal, c=o.call.id: approvals.submit(
+                        p, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=c
+                    )
+                )
+                if o.decision is not None and o.decision.details:
+                    # Why the policy asked (rule, reason, argument provenance) goes into the
+                    # proposal's history, so the reviewer sees it next to what will run.
+                    why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
+                    detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+                    await anyio.to_thread.run_sync(
+                        lambda pid=stored.id, d=detail, r=o.decision.rule: store.add_event(
+                            pid, "policy", actor=f"rule:{r}", detail=d, now=host.clock()
+                        )
+                    )
+                t.emit(
+                    EventKind.APPROVAL_REQUESTED,
+                    proposal_id=stored.id,
+                    call_id=o.call.id,
+                    tool=o.spec.name,
+                    effect=stored.effect,
+                    content_hash=stored.content_hash,
+                )
+            if (
+                stored.content_hash != content_hash(o.spec.name, o.arguments)
+                or stored.tenant != s.context.tenant
+            ):
+                # The call being settled is not what was proposed: never run it on that approval.
+                t.emit(
+                    EventKind.APPROVAL_DENIED,
+                    proposal_id=stored.id,
+                    call_id=o.call.id,
+                    tool=o.spec.name,
+                    reason="content_mismatch",
+                )
+                turn.refused.append(f"{stored.id}: content_mismatch")
+                s.calls.append(
+                    CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch")
+                )
+                settled.append(o)
+                continue
+            if stored.status.value == "approved":
+                t.emit(
+                    EventKind.APPROVAL_GRANTED,
+                    proposal_id=stored.id,
+                    call_id=o.call.id,
+                    tool=stored.tool,
+                    content_hash=stored.content_hash,
+                    reviewer=stored.decided_by,
+                    decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
+                    reason=stored.decision_reason,
+                )
+                decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
+                settled.append(
+                    dataclasses.replace(
+                        o,
+                        status="allow",
+                        arguments=json.loads(stored.arguments),
+                        decision=decision,
+                        proposal_id=stored.id,
+                    )
+                )
+            elif stored.status.value == "pending":
+                turn.waiting.append(stored.id)
+                settled.append(o)
+            else:
+                t.emit(
+                    EventKind.APPROVAL_DENIED,
+                    proposal_id=stored.id,
+                    call_id=o.call.id,
+                    tool=stored.tool,
+                    status=str(stored.status),
+                    reviewer=stored.decided_by,
+                    decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
+                    reason=stored.decision_reason,
+                )
+                turn.refused.append(f"{stored.id}: {stored.status}")
+                s.calls.append(
+                    CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status))
+                )
+                settled.append(o)
+        s.pending = list(turn.waiting)
+        if scope.checkpoint:
+            if turn.refused:
+                await self.checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
+            elif turn.waiting:
+                await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
+                t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
+        return settled
+
+    async def pause(self, scope: CallScope, problems: Sequence[str]) -> str:
+        """Checkpoint a run paused for a person (an effect's unknown outcome, a question)."""
+        approvals = self.host.approvals
+        assert approvals is not None
+        await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
+        scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
+        return "; ".join(problems)
+
+    async def checkpoint(self, scope: CallScope, status: str, reason: StopReason) -> str:
+        """Save the run's working state in the approval store (resume continues from it)."""
+        from tether.checkpoint import state_to_json
+
+        approvals = self.host.approvals
+        assert approvals is not None
+        s = scope.state
+        text = state_to_json(s)
+        await anyio.to_thread.run_sync(
+            lambda: approvals.store.save_checkpoint(
+                s.run_id,
+                app=approvals.app,
+                state=text,
+                status=status,
+                stop_reason=str(reason),
+                now=self.host.clock(),
+            )
+        )
+        return status
+
+    # execution ---------------------------------------------------------------------------
+
+    async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
+        allowed = [o for o in turn.outcomes if o.status == "allow"]
+        if not allowed:
+            return
+        remaining = scope.remaining() if callable(scope.remaining) else scope.remaining
+        if len(allowed) == 1 and remaining is None:
+            await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
+            return
+        with anyio.move_on_after(remaining) as cancel:
+            if len(allowed) == 1:
+                await self._execute_one(allowed[0], turn, scope)
+            else:
+                async with anyio.create_task_group() as tg:
+                    for o in allowed:
+                        tg.start_soon(self._execute_one, o, turn, scope)
+        turn.timed_out = cancel.cancelled_caught
+
+    async def _execute_one(self, o: GateOutcome, turn: Turn, scope: CallScope) -> None:
+        host, s, t = self.host, scope.state, scope.tracer
+        assert o.spec is not None and o.arguments is not None
+        ctx = ToolContext(
+            run_id=s.run_id,
+            tenant=s.context.tenant,
+            roles=s.context.roles,
+            user=s.context.user,
+            call_id=o.call.id,
+            now=host.clock(),
+        )
+        harness = scope.harness
+        if harness is not None and harness.owns(o.spec.name):
+            obs, crash = await harness.execute(o.spec, o.arguments, ctx)
+            obs = host.finish_observation(o.spec, obs)
+        elif host.approvals is not None and o.spec.effect.side_effecting:
+            flush = getattr(t, "flush", None)
+            if flush is not None:
+                flush()  # every decision before an effect is on disk before the effect happens
+            try:
+                obs, crash = await self._effect(o, ctx, scope)
+            except ApprovalError as err:  # outcome unknown, or held by another process
+                turn.unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
+                turn.unsettled_errors.append(err)
+                return
+        else:
+            obs, crash = await host.run_tool(o.spec, o.arguments, ctx)
+        if crash is not None:
+            turn.crashes.append((o.spec.name, crash))
+            s.calls.append(
+                CallRecord(o.call.id, o.call.name, o.call.arguments, "crashed", type(crash).__name__)
+            )
+            return
+        turn.observations[o.call.id] = obs
+        record_observation(t, s, obs, o.arguments)
+
+    async def _effect(
+        self, o: GateOutcome, ctx: ToolContext, scope: CallScope
+    ) -> tuple[Observation, BaseException | None]:
+        from tether.effects import run_effect
+        from tether.policy.approvals import idempotency_key
+
+        assert o.spec is not None and o.arguments is not None
+        s = scope.state
+        # Each time this call paused for a person's answer (MCP elicitation), the server was told
+        # "cancel"; the next attempt is a new effect under its own key, not a replay of the pause.
+        pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
+        key = None
+        if pauses:
+            attempt = f"{o.call.id}#after-pause-{pauses}"
+            key = idempotency_key(s.run_id, s.steps, attempt, o.spec.name, o.arguments)
+        return await run_effect(
+            self.host,
+            o.spec,
+            o.arguments,
+            ctx,
+            step=s.steps,
+            proposal_id=o.proposal_id,
+            key=key,
+            emit=scope.tracer.emit,
+        )

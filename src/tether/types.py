@@ -1,0 +1,235 @@
+"""Shared value types at the bottom of tether: this module imports nothing of tether's.
+
+Every package may use these values; none of them knows about hosts, runners, stores or
+transports. Older import paths (``tether.messages.ToolCall``, ``tether.tools.contract.ToolSpec``,
+``tether.context.untrusted.Observation``, ``tether.policy.rules.Decision``, ``tether.stop.StopReason``,
+``tether.host.GateOutcome``, ``tether.run.CallRecord``) re-export them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+from xml.sax.saxutils import quoteattr
+
+__all__ = [
+    "CallRecord",
+    "Decision",
+    "Effect",
+    "GateOutcome",
+    "Observation",
+    "ProposedCall",
+    "StopReason",
+    "Target",
+    "ToolCall",
+    "ToolContext",
+    "ToolOutput",
+    "ToolSpec",
+    "Trust",
+    "Verdict",
+    "wrap_untrusted",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call proposed by the model. ``arguments`` is the raw JSON text, unparsed."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class StopReason(StrEnum):
+    ACCEPTED = "accepted"
+    POLICY_DENIED = "policy_denied"
+    APPROVAL_REQUIRED = "approval_required"
+    APPROVAL_DENIED = "approval_denied"
+    BUDGET = "budget"
+    DEADLINE = "deadline"
+    MAX_STEPS = "max_steps"
+    REPETITION = "repetition"
+    DEPENDENCY_UNAVAILABLE = "dependency_unavailable"
+    INVALID_HANDOFF = "invalid_handoff"
+    MODEL_ERROR = "model_error"
+    INTERNAL_ERROR = "internal_error"
+
+
+class Effect(StrEnum):
+    READ = "read"
+    WRITE = "write"
+    SEND = "send"
+    PURCHASE = "purchase"
+    DELETE = "delete"
+
+    @property
+    def side_effecting(self) -> bool:
+        return self is not Effect.READ
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Which argument names the object a call acts on, and its kind in the trusted catalog."""
+
+    argument: str
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """What the host knows about a tool, whatever its source (local function, MCP server)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    effect: Effect
+    source: str = "local"
+    target: Target | None = None
+    egress_argument: str | None = None  # argument holding a destination (url, e-mail, host)
+    timeout_s: float = 30.0
+    max_result_chars: int = 20_000
+    idempotent: bool = False
+    needs_approval: bool | None = None  # None: decided by effect and policy
+    remote_name: str = ""  # the name at the source (MCP tool name before namespacing)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def wire(self) -> dict[str, Any]:
+        """The chat-completions function definition the model reads."""
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Host-side facts handed to a tool: never model-supplied."""
+
+    run_id: str
+    tenant: str
+    roles: frozenset[str]
+    user: str | None
+    call_id: str
+    idempotency_key: str | None = None
+    now: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's structured result. ``text`` is what enters the context (before wrapping)."""
+
+    text: str
+    data: Any = None
+    is_error: bool = False
+    error_kind: str | None = None
+    truncated: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+Trust = Literal["untrusted", "trusted"]
+
+_CLOSE = "</untrusted_data"
+
+
+def _neutralise(text: str) -> str:
+    # Case-insensitive: a model may treat </UNTRUSTED_DATA> as the end of the block too.
+    out, low, i = [], text.lower(), 0
+    while True:
+        j = low.find(_CLOSE, i)
+        if j < 0:
+            out.append(text[i:])
+            return "".join(out)
+        out.append(text[i:j] + "<\\/untrusted_data")
+        i = j + len(_CLOSE)
+
+
+def wrap_untrusted(text: str, **labels: str) -> str:
+    attrs = " ".join(f"{k}={quoteattr(v)}" for k, v in labels.items() if v)
+    return f"<untrusted_data {attrs}>\n{_neutralise(text)}\n</untrusted_data>"
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One tool result as the host records it. ``trust`` is always ``untrusted`` for tool output."""
+
+    call_id: str
+    tool: str
+    source: str
+    observed_at: datetime
+    text: str
+    data: Any = None
+    is_error: bool = False
+    error_kind: str | None = None
+    trust: Trust = "untrusted"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def render(self) -> str:
+        """The tool message content the model reads."""
+        labels = {
+            "source": self.source,
+            "tool": self.tool,
+            "observed_at": self.observed_at.isoformat(timespec="seconds"),
+            "trust": self.trust,
+        }
+        if self.is_error:
+            labels["error"] = self.error_kind or "error"
+        return wrap_untrusted(self.text, **labels)
+
+
+Verdict = Literal["allow", "deny", "approve"]
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedCall:
+    """A call as rules see it. ``state`` is the run so far (objective, observations), for rules
+    that reason about where argument values came from; it is host data, never model output."""
+
+    call_id: str
+    spec: ToolSpec
+    arguments: dict[str, Any]
+    state: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    rule: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def allowed(self) -> bool:
+        return self.verdict == "allow"
+
+
+@dataclass(frozen=True, slots=True)
+class GateOutcome:
+    """What the gate decided for one proposed call."""
+
+    call: ToolCall
+    status: Literal["allow", "deny", "reject", "unknown", "approve"]
+    spec: ToolSpec | None = None
+    arguments: dict[str, Any] | None = None
+    decision: Decision | None = None
+    error: str = ""
+    proposal_id: str | None = None  # the approved proposal an "allow" executes (its stored arguments)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One proposed call and what the host did with it."""
+
+    call_id: str
+    tool: str
+    arguments: Any
+    status: str  # "ok" | "error" | "denied" | "rejected" | "crashed"
+    reason: str = ""
