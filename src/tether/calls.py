@@ -248,7 +248,7 @@ class CallPipeline:
                         p, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=c
                     )
                 )
-                if o.decision is not None and o.decision.details:
+                if o.decision is not None and "provenance" in o.decision.details:
                     # Why the policy asked (rule, reason, argument provenance) goes into the
                     # proposal's history, so the reviewer sees it next to what will run.
                     why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}

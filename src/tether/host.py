@@ -182,9 +182,11 @@ class Host:
             arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
             arguments = self.validate_arguments(spec, arguments)
         except PolicyError as err:
-            return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
+            return GateOutcome(
+                call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason
+            )
         except ToolInputError as err:
-            return GateOutcome(call, "reject", spec=spec, error=err.message)
+            return GateOutcome(call, "reject", spec=spec, error=err.message, error_reason="invalid_arguments")
         return self.judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
 
     def judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
@@ -229,6 +231,11 @@ class Host:
         return validate(spec.remote_name or spec.name, arguments)  # type: ignore[no-any-return]
 
     # -- the chokepoint (tether.calls) ---------------------------------------------------------
+
+    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
+        """The chokepoint's decision stage alone (traced and recorded): for proposals that are
+        stored before anything runs (the approval desk)."""
+        return self._pipeline.decide(call, scope)
 
     async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
         """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
@@ -324,12 +331,16 @@ class Host:
             await self.start()
         return await resume_run(self, agent, run_id)
 
-    async def run_workflow(self, workflow: Workflow, objective: str, *, context: TrustedContext) -> RunResult:
+    async def run_workflow(
+        self, workflow: Workflow, objective: str, *, context: TrustedContext, run_id: str | None = None
+    ) -> RunResult:
+        """Run a workflow; ``run_id`` continues an earlier run of it (recorded effects replay,
+        approved proposals are found; see ``tether.workflow.run_workflow``)."""
         from tether.workflow import run_workflow
 
         if not self._started:
             await self.start()
-        return await run_workflow(self, workflow, objective, context)
+        return await run_workflow(self, workflow, objective, context, run_id=run_id)
 
     async def rollback(
         self,
@@ -367,6 +378,17 @@ class Host:
         async def main() -> RunResult:
             try:
                 return await self.run(agent, objective, context=context)
+            finally:
+                await self.aclose()
+
+        return anyio.run(main)
+
+    def resume_sync(self, agent: Agent, run_id: str) -> RunResult:
+        """Blocking wrapper of ``resume`` for scripts: starts, resumes and closes the host."""
+
+        async def main() -> RunResult:
+            try:
+                return await self.resume(agent, run_id)
             finally:
                 await self.aclose()
 

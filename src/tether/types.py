@@ -222,6 +222,7 @@ class GateOutcome:
     decision: Decision | None = None
     error: str = ""
     proposal_id: str | None = None  # the approved proposal an "allow" executes (its stored arguments)
+    error_reason: str = ""  # machine-readable reason of a "reject" (e.g. ``duplicate_key``)
 
 
 @dataclass(frozen=True, slots=True)

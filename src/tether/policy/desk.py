@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.context.untrusted import Observation
-from tether.errors import ApprovalError, ConfigError, PolicyError, ToolInputError
+from tether.errors import ApprovalError, ConfigError, PolicyError
+from tether.messages import ToolCall
 from tether.policy.approvals import Approvals, Review, Reviewer, idempotency_key
-from tether.policy.intake import propose
+from tether.policy.intake import Proposal, parse_envelope
 from tether.policy.store import ProposalStatus, StoredProposal
 from tether.policy.trusted import TrustedContext
 from tether.tools.contract import ToolSpec
+from tether.types import GateOutcome
 
 if TYPE_CHECKING:
     from tether.host import Host
@@ -64,12 +67,23 @@ class ProposalDesk:
         A proposal the policy lets run without approval is stored already approved by
         ``policy:automatic``; every other one is pending.
         """
-        tools = self._tools()
-        proposal = propose(context, raw_json, tools=tools, policy=self.host.policy)
-        try:
-            self.host.validate_arguments(tools[proposal.tool], proposal.arguments)
-        except ToolInputError as err:
-            raise PolicyError("invalid_arguments", err.message) from None
+        outcome = self._decide(context, raw_json)
+        if outcome.status == "unknown":
+            raise PolicyError("unknown_tool", outcome.error, tool=outcome.call.name[:80])
+        if outcome.status == "reject":
+            raise PolicyError(outcome.error_reason or "invalid_arguments", outcome.error)
+        d = outcome.decision
+        assert d is not None
+        if outcome.status == "deny":
+            raise PolicyError(d.reason, f"{d.rule}: {d.reason}", **d.details)
+        assert outcome.spec is not None and outcome.arguments is not None
+        proposal = Proposal.of(
+            outcome.spec.name,
+            outcome.arguments,
+            context.tenant,
+            effect=str(outcome.spec.effect),
+            needs_approval=outcome.status == "approve",
+        )
         stored = self.approvals.submit(proposal, proposed_by=proposed_by)
         if not proposal.needs_approval:
             stored = self.approvals.store.decide(
@@ -81,6 +95,21 @@ class ProposalDesk:
                 now=self.approvals.clock(),
             )
         return stored
+
+    def _decide(self, context: TrustedContext, raw_json: str | bytes) -> GateOutcome:
+        """The chokepoint's decision stage for a proposal envelope, traced like any call."""
+        from tether.calls import CallScope
+        from tether.run import RunState
+
+        host = self.host
+        name, arguments = parse_envelope(raw_json)  # strict intake of the envelope (T3)
+        call = ToolCall(f"desk-{uuid.uuid4().hex[:12]}", name, json.dumps(arguments, ensure_ascii=False))
+        state = RunState(call.id, "proposal", context, time.monotonic(), host.clock())
+        tracer, _ = host.new_tracer(call.id)
+        try:
+            return host.decide(call, CallScope(state=state, tracer=tracer, offered=host.offered()))
+        finally:
+            tracer.close()
 
     def review(self, context: TrustedContext, proposal_id: str) -> Review:
         return self.approvals.review(context, proposal_id)

@@ -1,0 +1,550 @@
+"""The same guarantees through every entry point that runs tool calls (issue: one chokepoint).
+
+Each entry point — agent loop, workflow, plan-then-execute, approval desk, MCP elicitation
+resume, subagent — is driven by a small adapter with the same two moves: ``first`` (run the
+calls once) and ``again`` (continue the same run: resume, re-run under the same run id, execute
+the stored proposal again). Every guarantee below is asserted for every adapter, so a runner
+added later that does not go through ``Host.call_turn`` fails here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import pytest
+from pydantic import Field
+
+from tether import Agent, Host, Policy, TrustedContext
+from tether.context.engine import ContextConfig
+from tether.context.skills import SkillLibrary
+from tether.context.status import StatusConfig
+from tether.context.subagent import Subagent
+from tether.context.toolsearch import ToolSearchConfig
+from tether.errors import PolicyError
+from tether.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.models.base import ModelRequest
+from tether.models.test import FunctionModel
+from tether.planexec import Plan, PlannedCall, run_plan
+from tether.policy.approvals import Approvals, Reviewer
+from tether.policy.desk import ProposalDesk
+from tether.policy.sqlite_store import SqliteApprovalStore
+from tether.policy.trusted import DictCatalog
+from tether.ratelimit import TokenBucket
+from tether.tools.contract import Effect, Target, ToolContext, tool
+from tether.trace.events import EventKind, TraceEvent
+from tether.workflow import Step, Workflow
+
+TENANT = TrustedContext(tenant="tenant-a", roles=frozenset({"reader"}), user="ana")
+OTHER = TrustedContext(tenant="tenant-b", roles=frozenset({"reader"}), user="bo")
+NO_ROLE = TrustedContext(tenant="tenant-a", user="ana")
+CATALOG = DictCatalog({"item": {"a1": "tenant-a", "a2": "tenant-a", "b1": "tenant-b"}})
+
+
+class SimulatedCrash(BaseException):
+    """The process dies: not an error any layer may catch and turn into a result."""
+
+
+class CrashAfterEffect:
+    """A trace sink that kills the 'process' right after an effect's outcome is recorded."""
+
+    def __init__(self) -> None:
+        self.armed = False
+
+    def write(self, event: TraceEvent) -> None:
+        if self.armed and str(event.kind) == "effect_recorded":
+            self.armed = False
+            raise SimulatedCrash()
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class World:
+    tmp: Path
+    writes: list[str] = field(default_factory=list)
+    reads: list[str] = field(default_factory=list)
+    crash: CrashAfterEffect = field(default_factory=CrashAfterEffect)
+
+    def host(self, policy: Policy | None = None, *, rate: TokenBucket | None = None) -> Host:
+        world = self
+
+        @tool(effect=Effect.WRITE)
+        def write_note(
+            note: Annotated[str, Field(description="The note.")], ctx: ToolContext
+        ) -> dict[str, Any]:
+            """Write a note (a side effect)."""
+            world.writes.append(note)
+            return {"written": note, "key": ctx.idempotency_key}
+
+        @tool(target=Target("item_id", "item"))
+        def read_item(item_id: Annotated[str, Field(description="The item id.")]) -> dict[str, Any]:
+            """Read one item."""
+            world.reads.append(item_id)
+            return {"item": item_id, "text": f"contents of {item_id}"}
+
+        store = SqliteApprovalStore(self.tmp / "approvals.db")
+        host = Host(
+            policy=policy or Policy(catalog=CATALOG, roles={"read_item": {"reader"}}),
+            approvals=Approvals(store),
+            trace_dir=self.tmp / "traces",
+            trace_sinks=[self.crash],
+            rate_limits={"read_item": rate} if rate is not None else None,
+        )
+        host.add_tools(write_note, read_item)
+        return host
+
+    def approve_all(self, host: Host) -> list[str]:
+        assert host.approvals is not None
+        pending = [p for p in host.approvals.store.list_proposals() if str(p.status) == "pending"]
+        for p in pending:
+            host.approvals.approve(Reviewer("rita", tenants=frozenset({p.tenant})), p.id)  # type: ignore[union-attr]
+        return [p.id for p in pending]
+
+
+@dataclass
+class Outcome:
+    stop_reason: str
+    events: list[TraceEvent]
+    observations: list[Any]
+    run_id: str = ""
+
+    def kinds(self) -> list[str]:
+        return [str(e.kind) for e in self.events]
+
+
+def _calls(calls: Sequence[tuple[str, dict[str, Any]]], prefix: str = "c") -> tuple[ToolCall, ...]:
+    return tuple(ToolCall(f"{prefix}{i}", name, json.dumps(args)) for i, (name, args) in enumerate(calls))
+
+
+def _once_then_answer(calls: tuple[ToolCall, ...]) -> FunctionModel:
+    def answer(request: ModelRequest) -> AssistantMessage:
+        if not any(isinstance(m, ToolMessage) for m in request.messages) and not any(
+            isinstance(m, AssistantMessage) and m.tool_calls for m in request.messages
+        ):
+            return AssistantMessage(tool_calls=calls)
+        return AssistantMessage(content="done")
+
+    return FunctionModel(answer)
+
+
+def _result(r: Any) -> Outcome:
+    return Outcome(str(r.stop_reason), list(r.events), list(r.observations), r.run_id)
+
+
+# -- the entry points ----------------------------------------------------------------------------
+
+
+class AgentEntry:
+    name = "agent"
+    has_harness = True
+
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.agent: Agent | None = None
+
+    def make_agent(self, calls: tuple[ToolCall, ...], context: ContextConfig | None) -> Agent:
+        return Agent("Use the tools.", _once_then_answer(calls), context=context)
+
+    async def first(
+        self, host: Host, calls: Any, ctx: TrustedContext, cfg: ContextConfig | None = None
+    ) -> Outcome:
+        self.agent = self.make_agent(_calls(calls), cfg)
+        r = await host.run(self.agent, "do it", context=ctx)
+        self.run_id = r.run_id
+        return _result(r)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        assert self.agent is not None
+        return _result(await host.resume(self.agent, self.run_id))
+
+    def tamper(
+        self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
+    ) -> None:
+        """Change the checkpointed call (or its tenant) behind the approved proposal's back."""
+        assert host.approvals is not None
+        store = host.approvals.store
+        cp = store.load_checkpoint(self.run_id)
+        assert cp is not None
+        state = json.loads(cp.state)
+        if arguments is not None:
+            for m in state["trajectory"]:
+                for c in m.get("tool_calls") or ():
+                    c["arguments"] = json.dumps(arguments)
+        if tenant is not None:
+            state["context"]["tenant"] = tenant
+        store.save_checkpoint(
+            self.run_id, app=cp.app, state=json.dumps(state), status="paused",
+            stop_reason=cp.stop_reason, now=host.clock(),
+        )  # fmt: skip
+
+
+class SubagentEntry(AgentEntry):
+    """The calls are made by a child agent the parent delegates to; ``again`` resumes the child."""
+
+    name = "subagent"
+
+    async def first(
+        self, host: Host, calls: Any, ctx: TrustedContext, cfg: ContextConfig | None = None
+    ) -> Outcome:
+        child_calls = _calls(calls, prefix="child")
+        self.agent = Agent("Do the subtask.", _once_then_answer(child_calls), context=cfg)
+        child = self.agent
+        sub = Subagent("helper", "Delegate a task.", agent=lambda: child)
+        parent = Agent(
+            "Delegate.",
+            _once_then_answer((ToolCall("p0", "helper", json.dumps({"task": "do it"})),)),
+            context=ContextConfig(subagents=[sub]),
+        )
+        r = await host.run(parent, "delegate it", context=ctx)
+        links = [e for e in r.events if str(e.kind) == "subagent_finished"]
+        assert links, r.kinds()
+        self.run_id = str(links[0].data["child_run_id"])
+        child_trace = Path(str(links[0].data["child_trace"]))
+        from tether.trace.tracer import read_trace
+
+        events = [
+            TraceEvent(self.run_id, int(d["seq"]), d["ts"], EventKind(d["kind"]), d)
+            for d in read_trace(child_trace)
+        ]
+        return Outcome(str(links[0].data["stop_reason"]), events, [], self.run_id)
+
+
+class WorkflowEntry:
+    name = "workflow"
+    has_harness = False
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.calls: Any = None
+
+    def workflow(self) -> Workflow:
+        steps = [Step(f"s{i}", name, args) for i, (name, args) in enumerate(self.calls)]
+        return Workflow("wf", steps, answer=lambda outputs: "done")
+
+    async def first(self, host: Host, calls: Any, ctx: TrustedContext, cfg: Any = None) -> Outcome:
+        self.calls = calls
+        r = await host.run_workflow(self.workflow(), "do it", context=ctx)
+        self.run_id = r.run_id
+        return _result(r)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        return _result(await host.run_workflow(self.workflow(), "do it", context=ctx, run_id=self.run_id))
+
+    def tamper(
+        self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
+    ) -> None:
+        if arguments is not None:
+            self.calls = [(name, arguments) for name, _ in self.calls]
+
+
+class _Planner:
+    def __init__(self, calls: Any) -> None:
+        self.calls = calls
+
+    async def plan(self, objective: str, tools: Sequence[dict[str, Any]]) -> Plan:
+        return Plan(tuple(PlannedCall(name, dict(args)) for name, args in self.calls))
+
+
+class _NoExtractor:
+    async def extract(self, request: Any) -> Any:
+        raise AssertionError("nothing to extract")
+
+
+class PlanEntry(WorkflowEntry):
+    name = "plan"
+
+    async def first(self, host: Host, calls: Any, ctx: TrustedContext, cfg: Any = None) -> Outcome:
+        self.calls = calls
+        r = await run_plan(host, _Planner(calls), _NoExtractor(), "do it", context=ctx)
+        self.run_id = r.run_id
+        return _result(r)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        return _result(
+            await run_plan(
+                host, _Planner(self.calls), _NoExtractor(), "do it", context=ctx, run_id=self.run_id
+            )
+        )
+
+
+class DeskEntry:
+    """Propose → (a person approves) → execute; ``again`` executes the stored proposals again."""
+
+    name = "desk"
+    has_harness = False
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.events: list[TraceEvent] = []
+
+    def _sink(self, host: Host) -> None:
+        events = self.events
+
+        class Keep:
+            def write(self, event: TraceEvent) -> None:
+                events.append(event)
+
+            def close(self) -> None:
+                pass
+
+        if not any(type(s).__name__ == "Keep" for s in host.extra_sinks):
+            host.extra_sinks.append(Keep())
+
+    async def first(self, host: Host, calls: Any, ctx: TrustedContext, cfg: Any = None) -> Outcome:
+        self._sink(host)
+        await host.start()
+        desk = ProposalDesk(host)
+        self.ids = []
+        for name, args in calls:
+            try:
+                p = desk.propose(ctx, json.dumps({"tool": name, "arguments": args}))
+            except PolicyError:
+                return Outcome("policy_denied", self.events, [], "")
+            self.ids.append(p.id)
+        pending = [i for i in self.ids if str(host.approvals.get(i).status) == "pending"]  # type: ignore[union-attr]
+        if pending:
+            return Outcome("approval_required", self.events, [], "")
+        return await self.again(host, ctx)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        self._sink(host)
+        await host.start()
+        desk = ProposalDesk(host)
+        observations = []
+        try:
+            for pid in self.ids:
+                observations.append((await desk.execute(ctx, pid)).observation)
+        except PolicyError:
+            return Outcome("policy_denied", self.events, observations)
+        return Outcome("accepted", self.events, observations)
+
+
+class McpResumeEntry:
+    """The MCP elicitation resume path: the paused call runs again under the same call id."""
+
+    name = "mcp_resume"
+    has_harness = False
+
+    def __init__(self) -> None:
+        self.calls: Any = None
+        self.run_id = "paused-run"
+
+    async def first(self, host: Host, calls: Any, ctx: TrustedContext, cfg: Any = None) -> Outcome:
+        self.calls = calls
+        return await self.again(host, ctx)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        from tether.mcp.runner import rerun_paused_call
+
+        await host.start()
+        tracer, _ = host.new_tracer(f"{self.run_id}-resume")
+        statuses = []
+        try:
+            for i, (name, args) in enumerate(self.calls):
+                statuses.append(
+                    await rerun_paused_call(
+                        host, tracer, name, args, run_id=self.run_id, call_id=f"resume_{i}", context=ctx
+                    )
+                )
+        finally:
+            tracer.close()
+        kinds = [str(e.kind) for e in tracer.events]
+        if any(s == "denied" for s, _ in statuses):
+            reason = (
+                "approval_required"
+                if "approval_requested" in kinds or "waiting" in str(statuses)
+                else "policy_denied"
+            )
+            if "approval_denied" in kinds:
+                reason = "approval_denied"
+            return Outcome(reason, tracer.events, [])
+        return Outcome("accepted", tracer.events, [])
+
+    def tamper(
+        self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
+    ) -> None:
+        if arguments is not None:
+            self.calls = [(name, arguments) for name, _ in self.calls]
+
+
+ENTRIES = [AgentEntry, WorkflowEntry, PlanEntry, DeskEntry, McpResumeEntry, SubagentEntry]
+IDS = [e.name for e in ENTRIES]
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+def _run(coro: Any) -> Any:
+    return anyio.run(lambda: coro)
+
+
+async def _closing(host: Host, coro: Any) -> Any:
+    try:
+        return await coro
+    finally:
+        await host.aclose()
+
+
+# -- guarantees ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)
+def test_an_allowed_write_runs_exactly_once_across_a_crash_and_a_resume(world: World, entry_cls: Any) -> None:
+    entry = entry_cls()
+    host = world.host()
+
+    async def scenario() -> Outcome:
+        first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
+        assert first.stop_reason == "approval_required", first.kinds()
+        assert world.writes == []  # nothing runs before a person approves
+        assert world.approve_all(host)
+        world.crash.armed = True
+        with pytest.raises(SimulatedCrash):  # the effect happened, then the process died
+            await entry.again(host, TENANT)
+        assert world.writes == ["hello"]
+        return await entry.again(host, TENANT)
+
+    last = _run(_closing(host, scenario()))
+    assert world.writes == ["hello"], "the effect ran again after the crash"
+    assert last.stop_reason == "accepted", last.kinds()
+    assert "effect_replayed" in last.kinds()
+
+
+@pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)
+def test_a_denied_tool_never_runs_and_the_denial_is_traced(world: World, entry_cls: Any) -> None:
+    entry = entry_cls()
+    host = world.host(Policy(deny={"write_note"}, catalog=CATALOG))
+    out = _run(_closing(host, entry.first(host, [("write_note", {"note": "x"})], TENANT)))
+    assert world.writes == []
+    assert out.stop_reason == "policy_denied"
+    assert "policy_denied" in out.kinds()
+    # the legitimate call still works through the same entry point
+    world2 = World(world.tmp / "legit")
+    world2.tmp.mkdir()
+    host2 = world2.host(Policy(deny={"write_note"}, catalog=CATALOG))
+    ok = _run(_closing(host2, entry_cls().first(host2, [("read_item", {"item_id": "a1"})], TENANT)))
+    assert ok.stop_reason == "accepted" and world2.reads == ["a1"], ok.kinds()
+
+
+def _skills(folder: Path) -> SkillLibrary:
+    library = SkillLibrary()
+    library.add_folder(folder, trusted=True)
+    return library
+
+
+HARNESS_CALLS = [
+    ("tool_search", {"query": "notes"}),
+    ("rewrite_todo_list", {"items": [{"content": "x"}]}),
+    ("load_skill", {"name": "demo"}),
+]
+
+
+@pytest.mark.parametrize("entry_cls", [AgentEntry, SubagentEntry], ids=["agent", "subagent"])
+@pytest.mark.parametrize("harness_call", HARNESS_CALLS, ids=[c[0] for c in HARNESS_CALLS])
+def test_a_denied_harness_tool_never_runs(
+    world: World, entry_cls: Any, harness_call: Any, tmp_path: Path
+) -> None:
+    skills = tmp_path / "skills" / "demo"
+    skills.mkdir(parents=True)
+    (skills / "SKILL.md").write_text("---\nname: demo\ndescription: A demo skill.\n---\nDo the demo.\n")
+    cfg = ContextConfig(
+        status=StatusConfig(todo=True),
+        skills=_skills(tmp_path / "skills"),
+        tool_search=ToolSearchConfig(threshold=1),
+    )
+    name, args = harness_call
+    host = world.host(Policy(deny={name}, catalog=CATALOG, roles={"read_item": {"reader"}}))
+    out = _run(_closing(host, entry_cls().first(host, [(name, args)], TENANT, cfg)))
+    assert out.stop_reason == "policy_denied", out.kinds()
+    denied = [e for e in out.events if str(e.kind) == "policy_denied"]
+    assert denied and denied[0].data["tool"] == name
+    ran = [e for e in out.events if str(e.kind) == "tool_observation" and e.data.get("tool") == name]
+    assert ran == []
+    # allowed, the same harness tool runs through the same path
+    world2 = World(tmp_path / "legit")
+    world2.tmp.mkdir()
+    host2 = world2.host()
+    ok = _run(_closing(host2, entry_cls().first(host2, [(name, args)], TENANT, cfg)))
+    assert any(str(e.kind) == "tool_observation" and e.data.get("tool") == name for e in ok.events), (
+        ok.kinds()
+    )
+
+
+@pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)
+def test_results_are_labelled_untrusted_with_source_and_time(world: World, entry_cls: Any) -> None:
+    entry = entry_cls()
+    host = world.host()
+    out = _run(_closing(host, entry.first(host, [("read_item", {"item_id": "a1"})], TENANT)))
+    assert out.stop_reason == "accepted", out.kinds()
+    seen = [e for e in out.events if str(e.kind) == "tool_observation" and e.data["tool"] == "read_item"]
+    assert len(seen) == 1
+    assert seen[0].data["trust"] == "untrusted"
+    assert seen[0].data["source"] == "local"
+    assert seen[0].data["observed_at"]
+
+
+@pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)
+def test_the_shared_rate_limit_is_honoured(world: World, entry_cls: Any) -> None:
+    entry = entry_cls()
+    bucket = TokenBucket(rate=10.0, burst=1)
+    host = world.host(rate=bucket)
+    calls = [
+        ("read_item", {"item_id": "a1"}),
+        ("read_item", {"item_id": "a2"}),
+        ("read_item", {"item_id": "a1"}),
+    ]
+    out = _run(_closing(host, entry.first(host, calls, TENANT)))
+    assert out.stop_reason == "accepted", out.kinds()
+    assert sorted(world.reads) == ["a1", "a1", "a2"]
+    # one token at a time: every call after the first waited for the shared bucket
+    assert bucket.waited >= 2
+
+
+@pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)
+def test_roles_and_tenant_scope_apply(world: World, entry_cls: Any) -> None:
+    host = world.host()
+    foreign = _run(_closing(host, entry_cls().first(host, [("read_item", {"item_id": "b1"})], TENANT)))
+    assert foreign.stop_reason == "policy_denied" and world.reads == []
+    host = world.host()
+    no_role = _run(_closing(host, entry_cls().first(host, [("read_item", {"item_id": "a1"})], NO_ROLE)))
+    assert no_role.stop_reason == "policy_denied" and world.reads == []
+    host = world.host()
+    own = _run(_closing(host, entry_cls().first(host, [("read_item", {"item_id": "a1"})], TENANT)))
+    assert own.stop_reason == "accepted" and world.reads == ["a1"]
+
+
+TAMPERABLE = [AgentEntry, WorkflowEntry, PlanEntry, McpResumeEntry, SubagentEntry]
+
+
+@pytest.mark.parametrize("entry_cls", TAMPERABLE, ids=[e.name for e in TAMPERABLE])
+@pytest.mark.parametrize("change", ["content", "tenant"])
+def test_a_resume_whose_call_differs_from_the_approved_proposal_is_refused(
+    world: World, entry_cls: Any, change: str
+) -> None:
+    entry = entry_cls()
+    host = world.host()
+
+    async def scenario() -> Outcome:
+        first = await entry.first(host, [("write_note", {"note": "approved text"})], TENANT)
+        assert first.stop_reason == "approval_required"
+        world.approve_all(host)
+        if change == "content":
+            entry.tamper(host, arguments={"note": "something else"})
+            return await entry.again(host, TENANT)
+        if isinstance(entry, AgentEntry):
+            entry.tamper(host, tenant="tenant-b")
+            return await entry.again(host, TENANT)
+        return await entry.again(host, TrustedContext(tenant="tenant-b", roles=frozenset({"reader"})))
+
+    out = _run(_closing(host, scenario()))
+    assert world.writes == [], "a call that was not approved ran on another call's approval"
+    assert out.stop_reason in ("approval_denied", "approval_required"), out.kinds()
+    assert out.stop_reason == "approval_denied" or "approval_requested" in out.kinds()
