@@ -25,13 +25,13 @@ from tether.context.skills import SkillLibrary
 from tether.context.status import StatusConfig
 from tether.context.subagent import Subagent
 from tether.context.toolsearch import ToolSearchConfig
+from tether.desk import ProposalDesk
 from tether.errors import PolicyError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.models.test import FunctionModel
 from tether.planexec import Plan, PlannedCall, run_plan
 from tether.policy.approvals import Approvals, Reviewer
-from tether.policy.desk import ProposalDesk
 from tether.policy.sqlite_store import SqliteApprovalStore
 from tether.policy.trusted import DictCatalog
 from tether.ratelimit import TokenBucket

@@ -6,6 +6,7 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from tether.desk import ProposalDesk
     from tether.errors import (
         ApprovalError,
         ConfigError,
@@ -44,6 +45,7 @@ _EXPORTS = {
     "Permissions": "tether.policy",
     "Policy": "tether.policy",
     "PolicyError": "tether.errors",
+    "ProposalDesk": "tether.desk",
     "Reviewer": "tether.policy",
     "RunError": "tether.errors",
     "RunResult": "tether.run",
@@ -79,6 +81,7 @@ __all__ = [
     "Permissions",
     "Policy",
     "PolicyError",
+    "ProposalDesk",
     "Reviewer",
     "RunError",
     "RunResult",

@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from tether.checkpoint import state_to_json
+from tether.effects import run_effect
 from tether.errors import ApprovalError
+from tether.policy.approvals import idempotency_key
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
 from tether.stop import StopReason
@@ -34,7 +37,7 @@ from tether.trace.events import EventKind
 from tether.types import Decision, GateOutcome, Observation, ToolCall
 
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
     from tether.trace.tracer import Tracer
 
 __all__ = ["CallScope", "Harness", "Turn", "record_denial", "record_observation"]
@@ -343,8 +346,6 @@ class CallPipeline:
 
     async def checkpoint(self, scope: CallScope, status: str, reason: StopReason) -> str:
         """Save the run's working state in the approval store (resume continues from it)."""
-        from tether.checkpoint import state_to_json
-
         approvals = self.host.approvals
         assert approvals is not None
         s = scope.state
@@ -419,9 +420,6 @@ class CallPipeline:
     async def _effect(
         self, o: GateOutcome, ctx: ToolContext, scope: CallScope
     ) -> tuple[Observation, BaseException | None]:
-        from tether.effects import run_effect
-        from tether.policy.approvals import idempotency_key
-
         assert o.spec is not None and o.arguments is not None
         s = scope.state
         # Each time this call paused for a person's answer (MCP elicitation), the server was told

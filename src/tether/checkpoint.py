@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Any
 
-from tether.context.untrusted import Observation
 from tether.errors import ApprovalError
+from tether.memory import MemoryRecord
 from tether.messages import (
     AssistantMessage,
     Message,
@@ -31,17 +32,13 @@ from tether.messages import (
 )
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.run import CallRecord, RunState
-from tether.stop import StopReason
-from tether.trace.events import EventKind
-
-if TYPE_CHECKING:
-    from tether.host import Host
-    from tether.run import Agent, RunResult
+from tether.trace.events import EventKind, TraceEvent
+from tether.trace.tracer import read_trace
+from tether.types import Observation
 
 __all__ = [
     "pending_calls",
     "restore_trace",
-    "resume_run",
     "state_from_json",
     "state_to_json",
 ]
@@ -120,10 +117,6 @@ def state_to_json(s: RunState) -> str:
 
 def state_from_json(text: str) -> RunState:
     """Rebuild a ``RunState`` from ``state_to_json``; the deadline clock restarts on resume."""
-    from datetime import datetime
-
-    from tether.memory import MemoryRecord
-
     d = json.loads(text)
     if d.get("version") != CHECKPOINT_VERSION:
         raise ApprovalError("bad_checkpoint", f"checkpoint version {d.get('version')!r} is not supported")
@@ -164,9 +157,6 @@ def state_from_json(text: str) -> RunState:
 
 def restore_trace(tracer: Any, path: Any) -> None:
     """Load the events already written for this run so the tracer continues their numbering."""
-    from tether.trace.events import TraceEvent
-    from tether.trace.tracer import read_trace
-
     if path is None or not path.exists():
         return
     for line in read_trace(path):
@@ -185,29 +175,3 @@ def pending_calls(state: RunState) -> list[ToolCall]:
             answered = {x.tool_call_id for x in state.trajectory if isinstance(x, ToolMessage)}
             return [c for c in m.tool_calls if c.id not in answered]
     return []
-
-
-async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
-    """Continue a paused run. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
-    from tether.loop import AgentLoop
-
-    approvals = host.approvals
-    if approvals is None:
-        raise ApprovalError("no_store", "this host has no approval store to resume from")
-    cp = approvals.store.load_checkpoint(run_id)
-    if cp is None:
-        raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
-    if cp.status == "finished":
-        raise ApprovalError("run_finished", f"run {run_id} already ended ({cp.stop_reason})")
-    state = state_from_json(cp.state)
-    result = await AgentLoop(host, agent, state.objective, state.context, state=state).run()
-    if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
-        approvals.store.save_checkpoint(
-            run_id,
-            app=cp.app,
-            state=state_to_json(state),
-            status="finished",
-            stop_reason=str(result.stop_reason),
-            now=host.clock(),
-        )
-    return result

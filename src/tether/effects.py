@@ -10,12 +10,12 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from tether.context.untrusted import Observation
 from tether.policy.approvals import idempotency_key
 from tether.tools.contract import ToolContext, ToolSpec
+from tether.types import Observation
 
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
 
 __all__ = ["ToolCrashed", "observation_from_result", "result_from_observation", "run_effect"]
 

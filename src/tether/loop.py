@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from tether.calls import CallScope
+from tether.checkpoint import pending_calls, restore_trace, state_from_json, state_to_json
 from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
+from tether.context.subagent import run_subtask
 from tether.context.untrusted import Observation, wrap_untrusted
-from tether.errors import HandoffError
+from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
+from tether.handoff import Permissions as HandoffPermissions
+from tether.handoff import validate_handoff
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
@@ -23,7 +27,7 @@ from tether.trace.events import EventKind
 from tether.types import GateOutcome
 
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
 
 __all__ = ["AgentLoop", "StopRun"]
 
@@ -60,8 +64,6 @@ class AgentLoop:
         run_id = state.run_id if state is not None else host.new_run_id()
         self.tracer, self.trace_path = host.new_tracer(run_id)
         if state is not None:
-            from tether.checkpoint import restore_trace
-
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self.state = state or RunState(
             run_id=run_id,
@@ -104,8 +106,6 @@ class AgentLoop:
         answer: str | None = None
         try:
             if self.resuming:
-                from tether.checkpoint import pending_calls
-
                 # Finish the turn the run paused in; its calls are settled against the store again.
                 if pending := pending_calls(s):
                     await self._act(pending)
@@ -307,8 +307,6 @@ class AgentLoop:
         return None
 
     async def _run_subagent(self, sub: Any, task: str) -> Any:
-        from tether.context.subagent import run_subtask
-
         return await run_subtask(
             self.host,
             sub.agent(),
@@ -420,9 +418,6 @@ class AgentLoop:
 
     async def _finish(self, answer: str) -> None:
         """Validate the handoff, then let the host decide on proposed memories."""
-        from tether.handoff import Permissions as HandoffPermissions
-        from tether.handoff import validate_handoff
-
         s, t, agent, host = self.state, self.tracer, self.agent, self.host
         if agent.handoff is not None:
             data = agent.handoff(s, answer)
@@ -448,8 +443,6 @@ class AgentLoop:
 
 async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent") -> None:
     """Submit proposed memories; the store's validation decides, the trace says what happened."""
-    from tether.errors import MemoryPolicyError
-
     assert host.memory is not None
     for record in records:
         try:
@@ -471,3 +464,27 @@ def _json(value: str) -> str:
     import json
 
     return json.dumps(value, ensure_ascii=False)
+
+
+async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
+    """Continue a paused run. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+    approvals = host.approvals
+    if approvals is None:
+        raise ApprovalError("no_store", "this host has no approval store to resume from")
+    cp = approvals.store.load_checkpoint(run_id)
+    if cp is None:
+        raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
+    if cp.status == "finished":
+        raise ApprovalError("run_finished", f"run {run_id} already ended ({cp.stop_reason})")
+    state = state_from_json(cp.state)
+    result = await AgentLoop(host, agent, state.objective, state.context, state=state).run()
+    if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
+        approvals.store.save_checkpoint(
+            run_id,
+            app=cp.app,
+            state=state_to_json(state),
+            status="finished",
+            stop_reason=str(result.stop_reason),
+            now=host.clock(),
+        )
+    return result

@@ -24,7 +24,6 @@ from typing import Any, Literal, Protocol
 from pydantic import TypeAdapter, ValidationError
 
 from tether.calls import CallScope
-from tether.context.untrusted import Observation
 from tether.messages import ToolCall
 from tether.policy.provenance import Segment as _Segment
 from tether.policy.provenance import SourceLabel, normalise
@@ -32,6 +31,7 @@ from tether.policy.trusted import TrustedContext
 from tether.run import CallRecord, RunResult, RunState
 from tether.stop import StopReason
 from tether.trace.events import EventKind
+from tether.types import Observation
 
 __all__ = [
     "Extract",

@@ -10,11 +10,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.context.untrusted import Observation
 from tether.messages import Message, Usage
 from tether.policy.trusted import TrustedContext
 from tether.stop import Limits, StopReason
-from tether.types import CallRecord
+from tether.types import CallRecord, Observation
 
 if TYPE_CHECKING:
     from tether.context.engine import ContextConfig

@@ -23,7 +23,7 @@ from tether.stop import StopReason
 from tether.trace.events import EventKind
 
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
 
 __all__ = ["AgentNode", "Step", "Workflow", "run_workflow"]
 

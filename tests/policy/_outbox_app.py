@@ -17,12 +17,12 @@ from typing import Annotated, Any
 import anyio
 from pydantic import Field
 
+from tether.desk import ProposalDesk
 from tether.host import Host
 from tether.policy import (
     Approvals,
     DictCatalog,
     Policy,
-    ProposalDesk,
     Reviewer,
     SqliteApprovalStore,
     TrustedContext,

@@ -212,7 +212,7 @@ async def test_a_reused_call_id_in_a_later_turn_does_not_ride_on_the_old_approva
 async def test_a_loop_proposal_executed_at_the_desk_is_not_repeated_by_the_resumed_run(
     tmp_path: Path,
 ) -> None:
-    from tether.policy import ProposalDesk
+    from tether.desk import ProposalDesk
 
     host, agent = build_loop(tmp_path / "a.db")
     first = await host.run(agent, "Note it.", context=ALPHA)

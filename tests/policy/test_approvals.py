@@ -12,12 +12,12 @@ import pytest
 from _outbox_app import ALPHA, BETA, REVIEWER, Outbox, build
 from pydantic import Field
 
+from tether.desk import ProposalDesk
 from tether.errors import ApprovalError, PolicyError
 from tether.host import Host
 from tether.policy import (
     Approvals,
     Policy,
-    ProposalDesk,
     ProposalStatus,
     Reviewer,
     SqliteApprovalStore,

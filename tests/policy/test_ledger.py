@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 from _outbox_app import ALPHA, REVIEWER, build
 
+from tether.desk import ProposalDesk
 from tether.errors import ApprovalError
-from tether.policy import LedgerStatus, ProposalDesk, Reviewer, idempotency_key
+from tether.policy import LedgerStatus, Reviewer, idempotency_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

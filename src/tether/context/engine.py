@@ -32,12 +32,12 @@ from tether.context.subagent import Subagent, SubtaskRunner
 from tether.context.todo import TodoList
 from tether.context.tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context.toolsearch import ToolSearch, ToolSearchConfig
-from tether.context.untrusted import Observation
 from tether.errors import ConfigError, PolicyError, ToolError, ToolInputError
 from tether.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
 from tether.models.base import Model, ModelRequest
 from tether.policy.intake import check_arguments, parse_arguments
 from tether.tools.contract import Effect, Tool, ToolContext, ToolSpec, tool
+from tether.types import Decision, GateOutcome, Observation
 
 if TYPE_CHECKING:
     from tether.host import GateOutcome
@@ -266,9 +266,6 @@ class ContextEngine:
 
     def intercept(self, call: ToolCall) -> GateOutcome | None:
         """The gate's answer for harness tools and not-yet-loaded deferred tools; None otherwise."""
-        from tether.host import GateOutcome
-        from tether.policy.rules import Decision
-
         if call.name in self._harness:
             spec = self._harness_specs[call.name]
             try:

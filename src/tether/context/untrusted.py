@@ -11,6 +11,7 @@ from tether.types import Observation, Trust, _neutralise, wrap_untrusted
 
 __all__ = ["Observation", "Trust", "rewrap", "unwrap", "wrap_untrusted"]
 
+
 def rewrap(content: str, text: str, *, source: str = "harness") -> str:
     """New inner text under the same ``<untrusted_data …>`` labels as ``content``.
 

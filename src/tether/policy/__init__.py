@@ -1,7 +1,6 @@
 """Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger."""
 
 from tether.policy.approvals import Approvals, EffectOutcome, Review, Reviewer, idempotency_key
-from tether.policy.desk import Execution, ProposalDesk
 from tether.policy.intake import (
     MAX_DEPTH,
     MAX_PROPOSAL_BYTES,
@@ -49,12 +48,10 @@ __all__ = [
     "EffectApproval",
     "EffectOutcome",
     "Egress",
-    "Execution",
     "LedgerStatus",
     "Permissions",
     "Policy",
     "Proposal",
-    "ProposalDesk",
     "ProposalStatus",
     "ProposedCall",
     "ProvenanceIndex",

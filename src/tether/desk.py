@@ -19,18 +19,19 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.context.untrusted import Observation
+from tether.calls import CallScope
 from tether.errors import ApprovalError, ConfigError, PolicyError
 from tether.messages import ToolCall
 from tether.policy.approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy.intake import Proposal, parse_envelope
 from tether.policy.store import ProposalStatus, StoredProposal
 from tether.policy.trusted import TrustedContext
+from tether.run import RunState
 from tether.tools.contract import ToolSpec
-from tether.types import GateOutcome
+from tether.types import GateOutcome, Observation
 
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
 
 __all__ = ["Execution", "ProposalDesk"]
 
@@ -98,9 +99,6 @@ class ProposalDesk:
 
     def _decide(self, context: TrustedContext, raw_json: str | bytes) -> GateOutcome:
         """The chokepoint's decision stage for a proposal envelope, traced like any call."""
-        from tether.calls import CallScope
-        from tether.run import RunState
-
         host = self.host
         name, arguments = parse_envelope(raw_json)  # strict intake of the envelope (T3)
         call = ToolCall(f"desk-{uuid.uuid4().hex[:12]}", name, json.dumps(arguments, ensure_ascii=False))
@@ -136,10 +134,6 @@ class ProposalDesk:
         ``PolicyError`` when the policy no longer allows the call. A programming error inside
         the tool propagates.
         """
-        from tether.calls import CallScope
-        from tether.messages import ToolCall
-        from tether.run import RunState
-
         host = self.host
         p = self.approvals.executable(context, proposal_id)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
