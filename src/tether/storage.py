@@ -1,14 +1,49 @@
-"""Ordered, named SQLite migrations, recorded in a ``_migrations`` table (one mechanism for every store)."""
+"""The one way tether touches a SQLite file: ``SqliteDatabase``.
+
+Every store built on SQLite (approvals and the effect ledger, MCP pins and pauses, memory)
+holds one ``SqliteDatabase`` and runs each operation through it as one short transaction:
+
+- ``run(fn, *args)`` / ``read(fn, *args)`` on the caller's thread, for the CLI and scripts;
+- ``arun(fn, *args)`` / ``aread(fn, *args)`` in an anyio worker thread, for code on the event
+  loop: a transaction that waits for another process's write lock waits in that thread, and
+  the loop goes on.
+
+``fn(conn, *args)`` gets a connection already inside ``BEGIN IMMEDIATE`` (``run``: the write
+lock is taken before the first read, so a check and the write it guards cannot interleave with
+another writer) or a deferred ``BEGIN`` (``read``: one consistent snapshot). It commits when
+``fn`` returns and rolls back when it raises. Connections come from a small pool per file and
+are all set up alike: WAL, a busy timeout, foreign keys on, ``synchronous=NORMAL`` (a commit
+survives a crash of the process, which is what the effect ledger's exactly-once is proven
+against; a power cut may undo the last commits. ``synchronous="FULL"`` also survives that, at
+one fsync per commit: see bench/storage.py). Writers of one process queue on an in-process
+lock per file instead of SQLite's sleeping busy handler; writers of other processes meet the
+busy timeout. Schema changes are ordered, named migrations
+recorded in ``_migrations``, applied when the database object is built.
+
+A PostgreSQL backend keeps the same shape (a pool and one transaction per operation) with
+psycopg's async connections instead of the worker thread.
+"""
 
 from __future__ import annotations
 
+import functools
+import os
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Concatenate, Literal, ParamSpec, TypeVar
 
-__all__ = ["Migration", "apply_migrations"]
+import anyio.to_thread
+
+__all__ = ["Migration", "SqliteDatabase", "Synchronous", "apply_migrations"]
 
 Migration = tuple[str, tuple[str, ...]]
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def apply_migrations(
@@ -30,3 +65,173 @@ def apply_migrations(
         conn.execute("INSERT INTO _migrations VALUES (?, ?)", (name, stamp))
         done.append(name)
     return done
+
+
+# One write lock per file per process, shared by every SqliteDatabase on that file.
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+_held = threading.local()  # the files this thread is inside a transaction on
+
+
+def _reset_after_fork() -> None:
+    # A lock held by another thread of the parent would stay held forever in the child.
+    global _WRITE_LOCKS_GUARD
+    _WRITE_LOCKS.clear()
+    _WRITE_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _write_lock(key: str) -> threading.Lock:
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+
+
+class SqliteDatabase:
+    """One SQLite file, its migrations, and a small pool of identically configured connections.
+
+    Building one creates the file, switches it to WAL and migrates it, so a wrong path fails at
+    wiring time; build stores once at setup, never per call. Raises ``sqlite3.Error``/``OSError``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        migrations: Sequence[Migration] = (),
+        *,
+        busy_timeout_s: float = 30.0,
+        pool_size: int = 4,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        if busy_timeout_s < 0 or pool_size < 1:
+            raise ValueError("busy_timeout_s must be >= 0 and pool_size >= 1")
+        self.path = Path(path)
+        self.migrations = tuple(migrations)
+        self.busy_timeout_s = busy_timeout_s
+        self.pool_size = pool_size
+        self.synchronous: Synchronous = synchronous
+        self._key = os.path.abspath(self.path)
+        self._idle: list[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._closed = False
+        self._pid = os.getpid()
+        self._open()
+
+    def __repr__(self) -> str:
+        return f"SqliteDatabase({str(self.path)!r})"
+
+    # -- operations ----------------------------------------------------------------------
+
+    def run(self, fn: Callable[Concatenate[sqlite3.Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
+        """``fn(conn, *args)`` in one ``BEGIN IMMEDIATE`` transaction on this thread."""
+        return self._transaction(True, lambda conn: fn(conn, *args, **kw))
+
+    def read(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], T], /, *args: P.args, **kw: P.kwargs
+    ) -> T:
+        """``fn(conn, *args)`` in one read transaction (a snapshot; takes no write lock)."""
+        return self._transaction(False, lambda conn: fn(conn, *args, **kw))
+
+    async def arun(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], T], /, *args: P.args, **kw: P.kwargs
+    ) -> T:
+        """``run`` in a worker thread. Once started, the transaction finishes (commit or rollback)
+        even if the caller is cancelled meanwhile; a cancellation before it starts runs nothing."""
+        call = functools.partial(self._transaction, True, lambda conn: fn(conn, *args, **kw))
+        return await anyio.to_thread.run_sync(call)
+
+    async def aread(
+        self, fn: Callable[Concatenate[sqlite3.Connection, P], T], /, *args: P.args, **kw: P.kwargs
+    ) -> T:
+        """``read`` in a worker thread."""
+        call = functools.partial(self._transaction, False, lambda conn: fn(conn, *args, **kw))
+        return await anyio.to_thread.run_sync(call)
+
+    def close(self) -> None:
+        """Close the pooled connections; a later operation raises ``sqlite3.ProgrammingError``."""
+        with self._pool_lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    def _transaction(self, write: bool, fn: Callable[[sqlite3.Connection], T]) -> T:
+        held: set[str] = _held.__dict__.setdefault("files", set())
+        if self._key in held:
+            # The inner one would wait for the outer one's lock, which waits for it.
+            raise RuntimeError(f"nested transaction on {self.path}: pass the connection down instead")
+        lock = _write_lock(self._key) if write else None
+        if lock is not None and not lock.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError(f"database is locked: {self.path} (in-process writer)")
+        held.add(self._key)
+        try:
+            conn = self._acquire()
+            healthy = False
+            try:
+                result = self._in_transaction(conn, write, fn)
+                healthy = True
+                return result
+            finally:
+                self._release(conn, healthy or not conn.in_transaction)
+        finally:
+            held.discard(self._key)
+            if lock is not None:
+                lock.release()
+
+    @staticmethod
+    def _in_transaction(conn: sqlite3.Connection, write: bool, fn: Callable[[sqlite3.Connection], T]) -> T:
+        conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        try:
+            result = fn(conn)
+            conn.execute("COMMIT")
+            return result
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+        )
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        return conn
+
+    def _acquire(self) -> sqlite3.Connection:
+        with self._pool_lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError(f"{self!r} is closed")
+            if self._pid != os.getpid():
+                # A connection must not cross a fork: the child starts its own pool.
+                self._idle, self._pid = [], os.getpid()
+            if self._idle:
+                return self._idle.pop()
+        return self._connect()
+
+    def _release(self, conn: sqlite3.Connection, reusable: bool) -> None:
+        with self._pool_lock:
+            if (
+                reusable
+                and not self._closed
+                and self._pid == os.getpid()
+                and len(self._idle) < self.pool_size
+            ):
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = self._connect()
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
+            with _write_lock(self._key):
+                self._in_transaction(conn, True, lambda c: apply_migrations(c, self.migrations))
+        except BaseException:
+            conn.close()
+            raise
+        self._release(conn, True)

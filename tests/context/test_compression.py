@@ -258,8 +258,9 @@ async def test_resumed_session_rebuilds_byte_identical_requests_from_frozen_repl
     after = await second.build(restored)
     assert request_bytes(after) == request_bytes(before)
     assert broken.requests == []
-    on_disk = json.loads((tmp_path / "ctx.json").read_text())
-    assert any(k.startswith("tool:") for k in on_disk["texts"]) and "compaction" in on_disk["records"]
+    on_disk = [json.loads(line) for line in (tmp_path / "ctx.json").read_text().splitlines()[1:]]
+    assert any(e.get("t", "").startswith("tool:") for e in on_disk)
+    assert any(e.get("r") == "compaction" for e in on_disk)
 
 
 @pytest.mark.spec("C3")

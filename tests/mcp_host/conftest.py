@@ -68,13 +68,16 @@ def approved_pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # Same command, same definitions: copy h's pins to a and b without two more launches.
         from tether.mcp.pinning import PinStore
 
-        store = PinStore(folder / "pins.db")
-        try:
+        def copy(conn: Any) -> None:
             for name in ("a", "b"):
                 columns = "tool, sha256, definition, endpoint, approved_by, approved_at"
-                rows = store._db.execute(f"SELECT {columns} FROM pins WHERE server = 'h'").fetchall()
+                rows = conn.execute(f"SELECT {columns} FROM pins WHERE server = 'h'").fetchall()
                 for row in rows:
-                    store._db.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (name, *row))
+                    conn.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (name, *row))
+
+        store = PinStore(folder / "pins.db")
+        try:
+            store.db.run(copy)
         finally:
             store.close()
 

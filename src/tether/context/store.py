@@ -3,8 +3,9 @@
 A replacement (a compressed tool result, a preview of a stored output, a compaction digest)
 is decided once and frozen: the first text ever produced for a key is the only one used,
 for the rest of the session and after a restart, so a resumed session rebuilds requests
-byte for byte. ``FrozenStore`` keeps them in a JSON file written atomically (temp file,
-fsync, rename), so a crash leaves either the old file or the new one, never a torn one.
+byte for byte. ``FrozenStore`` keeps them in a JSON Lines file that only grows: one line per
+new entry, appended with a single ``write`` (no rewrite of the file, no fsync per entry). A
+crash can tear at most the last line; reading skips it and the next append starts a clean line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +20,26 @@ from tether.errors import ConfigError, NotFoundError
 
 __all__ = ["FrozenStore", "LargeOutputStore"]
 
-_VERSION = 1
+_HEADER = {"format": "tether.frozen", "version": 2}
 
 
 class FrozenStore:
-    """Write-once texts by key; persisted when ``path`` is given, in memory otherwise."""
+    """Write-once texts by key, and small JSON records; persisted when ``path`` is given.
+
+    On disk: a header line, then ``{"t": key, "v": text}`` for a frozen text (the first line
+    for a key wins) and ``{"r": key, "v": value}`` for a record (the last line wins). A file
+    in the earlier single-object format (version 1) is read and rewritten once in this one.
+    Raises ``ConfigError`` for a file that is not a context store or is damaged before its
+    last line.
+    """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self._texts: dict[str, str] = {}
         self._records: dict[str, Any] = {}
+        self._fd: int | None = None
         if self.path is not None and self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
-                raise ConfigError(f"context store {self.path} is unreadable: {err}") from None
-            if not isinstance(data, dict) or data.get("version") != _VERSION:
-                raise ConfigError(f"context store {self.path} has an unknown format")
-            self._texts = {str(k): str(v) for k, v in data.get("texts", {}).items()}
-            self._records = dict(data.get("records", {}))
+            self._load(self.path)
 
     def get(self, key: str) -> str | None:
         return self._texts.get(key)
@@ -47,8 +48,8 @@ class FrozenStore:
         """Store ``text`` under ``key`` unless a text is already frozen there; return the frozen one."""
         if key in self._texts:
             return self._texts[key]
+        self._append({"t": key, "v": text})
         self._texts[key] = text
-        self._save()
         return text
 
     def __contains__(self, key: str) -> bool:
@@ -62,28 +63,113 @@ class FrozenStore:
 
     def set_record(self, key: str, value: Any) -> None:
         """Small JSON state next to the texts (e.g. the compaction boundary, loaded tool schemas)."""
+        if key in self._records and self._records[key] == value:
+            return
+        self._append({"r": key, "v": value})
         self._records[key] = value
-        self._save()
 
-    def _save(self) -> None:
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    # -- the file ------------------------------------------------------------------------
+
+    def _append(self, entry: dict[str, Any]) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps(
-            {"version": _VERSION, "texts": self._texts, "records": self._records},
-            ensure_ascii=False,
-            sort_keys=True,
-        )
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+        line = _line(entry)
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            if os.fstat(self._fd).st_size == 0:
+                line = _line(_HEADER) + line
+        # One write per entry: with O_APPEND, entries of several writers never interleave.
+        _write_all(self._fd, line)
+
+    def _load(self, path: Path) -> None:
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(payload)
+            data = path.read_bytes()
+        except OSError as err:
+            raise ConfigError(f"context store {path} is unreadable: {err}") from None
+        lines = data.split(b"\n")
+        torn = lines.pop()  # after the last newline: empty, or a line a crash cut short
+        parsed = [_parse(path, n, raw) for n, raw in enumerate(lines, 1) if raw.strip()]
+        if torn.strip():
+            try:
+                parsed.append(json.loads(torn))
+                torn = b""
+            except ValueError:
+                pass  # a torn last line: skipped, and cut off before the next append
+        if not parsed:
+            if torn.strip() and not _line(_HEADER).startswith(torn):
+                raise ConfigError(f"context store {path} has an unknown format")
+            if torn:  # a first write cut short: nothing was stored
+                os.truncate(path, 0)
+            return
+        first = parsed[0]
+        if isinstance(first, dict) and first.get("version") == 1 and len(parsed) == 1 and not torn:
+            self._texts = {str(k): str(v) for k, v in first.get("texts", {}).items()}
+            self._records = dict(first.get("records", {}))
+            self._rewrite(path)
+            return
+        if first != _HEADER:
+            raise ConfigError(f"context store {path} has an unknown format")
+        record_lines = 0
+        for n, entry in enumerate(parsed[1:], 2):
+            if isinstance(entry, dict) and set(entry) == {"t", "v"} and isinstance(entry["v"], str):
+                self._texts.setdefault(str(entry["t"]), entry["v"])
+            elif isinstance(entry, dict) and set(entry) == {"r", "v"}:
+                self._records[str(entry["r"])] = entry["v"]
+                record_lines += 1
+            else:
+                raise ConfigError(f"context store {path}: line {n} is not an entry")
+        if record_lines > 64 + 4 * len(self._records):
+            self._rewrite(path)  # mostly superseded records: keep the file proportional to its content
+        elif torn or not data.endswith(b"\n"):
+            # Keep only whole lines, so the next entry does not glue onto a torn one.
+            with open(path, "r+b") as f:
+                f.truncate(len(data) - len(torn))
+                if not data[: len(data) - len(torn)].endswith(b"\n"):
+                    f.seek(0, os.SEEK_END)
+                    f.write(b"\n")
+
+    def _rewrite(self, path: Path) -> None:
+        """Replace the file by its current content, one line per live entry (temp file, fsync,
+        rename: a crash leaves the old file or the new one). Only at open, never per entry."""
+        entries = [_HEADER]
+        entries += [{"t": k, "v": v} for k, v in self._texts.items()]
+        entries += [{"r": k, "v": v} for k, v in self._records.items()]
+        tmp = path.with_name(path.name + ".tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(b"".join(_line(e) for e in entries))
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
+
+
+def _line(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+
+
+def _parse(path: Path, n: int, raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ConfigError(f"context store {path}: line {n} is damaged") from None
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 class LargeOutputStore:

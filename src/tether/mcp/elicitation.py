@@ -313,14 +313,14 @@ class ElicitationGate:
             return types.ElicitResult(action="decline")
         prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
         if self.pauses is not None and call is not None:
-            stored = self.pauses.take_answer(
+            stored = await self.pauses.atake_answer(
                 question_key(self.server, call.tool, call.arguments, message, schema)
             )
             if stored is not None:
                 self._event(stored.action or "cancel", tool=tool, pause_id=stored.id, answered_by="resume")
                 return types.ElicitResult(action=stored.action or "cancel", content=stored.answer)  # type: ignore[arg-type]
         if self.responder is None or not self.responder.interactive:
-            return self._pause(prompt, call)
+            return await self._pause(prompt, call)
         problems: list[str] = []
         for _ in range(self.config.max_answer_attempts):
             answer = await self.responder.ask(prompt, problems)
@@ -354,11 +354,11 @@ class ElicitationGate:
         self._event("accept", tool=tool, url=url, domain=domain)
         return types.ElicitResult(action="accept")
 
-    def _pause(self, prompt: ElicitationPrompt, call: CallInfo | None) -> types.ElicitResult:
+    async def _pause(self, prompt: ElicitationPrompt, call: CallInfo | None) -> types.ElicitResult:
         if self.pauses is None or call is None:
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")
-        pause = self.pauses.create(
+        pause = await self.pauses.acreate(
             run_id=call.run_id,
             server=self.server,
             tool=call.tool,

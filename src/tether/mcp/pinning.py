@@ -6,7 +6,7 @@ JSON with sorted keys and no insignificant whitespace, so the same definition ha
 same whatever order a server lists its keys in. Every listing is compared with the pins;
 a changed or new tool is blocked until a person approves it again.
 
-Pins live in SQLite (stdlib ``sqlite3``, WAL) with ordered, named migrations.
+Pins live in SQLite through ``tether.storage.SqliteDatabase``, with ordered, named migrations.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.storage import apply_migrations
+from tether.storage import Migration, SqliteDatabase, Synchronous
 
 __all__ = [
     "Pin",
@@ -126,104 +126,99 @@ def check_listing(
     return sorted(out, key=lambda c: c.tool)
 
 
-_MIGRATIONS: tuple[tuple[str, str], ...] = (
+MIGRATIONS: tuple[Migration, ...] = (
     (
         "001_pins",
-        """
-        CREATE TABLE pins (
-            server TEXT NOT NULL,
-            tool TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            definition TEXT NOT NULL,
-            endpoint TEXT NOT NULL,
-            approved_by TEXT NOT NULL,
-            approved_at TEXT NOT NULL,
-            PRIMARY KEY (server, tool)
-        );
-        CREATE TABLE pin_history (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            server TEXT NOT NULL,
-            tool TEXT NOT NULL,
-            sha256 TEXT NOT NULL,
-            action TEXT NOT NULL,
-            actor TEXT NOT NULL,
-            at TEXT NOT NULL
-        );
-        """,
+        (
+            """CREATE TABLE pins (
+                server TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                definition TEXT NOT NULL,
+                endpoint TEXT NOT NULL,
+                approved_by TEXT NOT NULL,
+                approved_at TEXT NOT NULL,
+                PRIMARY KEY (server, tool)
+            )""",
+            """CREATE TABLE pin_history (
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                server TEXT NOT NULL,
+                tool TEXT NOT NULL,
+                sha256 TEXT NOT NULL,
+                action TEXT NOT NULL,
+                actor TEXT NOT NULL,
+                at TEXT NOT NULL
+            )""",
+        ),
     ),
 )
-
-
-def connect_db(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    db = sqlite3.connect(path, isolation_level=None)
-    db.execute("PRAGMA journal_mode=WAL")
-    return db
-
-
-def migrate(db: sqlite3.Connection, migrations: tuple[tuple[str, str], ...]) -> None:
-    """Apply the named migrations not yet recorded, in order, each in one transaction."""
-    # These scripts hold no trigger bodies, so splitting on ";" is safe.
-    steps = [(name, tuple(filter(str.strip, sql.split(";")))) for name, sql in migrations]
-    db.execute("BEGIN")
-    try:
-        apply_migrations(db, steps)
-        db.execute("COMMIT")
-    except Exception:
-        db.execute("ROLLBACK")
-        raise
-
 
 _HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (?, ?, ?, ?, ?, ?)"
 
 
-class PinStore:
-    """Approved tool definitions per server id."""
+def _pins(conn: sqlite3.Connection, server: str) -> dict[str, Pin]:
+    rows = conn.execute(
+        "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at"
+        " FROM pins WHERE server = ?",
+        (server,),
+    ).fetchall()
+    return {r[1]: Pin(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._db = connect_db(self.path)
-        migrate(self._db, _MIGRATIONS)
+
+def _approve(
+    conn: sqlite3.Connection, server: str, checks: list[ToolCheck], endpoint: str, actor: str
+) -> list[str]:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    for c in checks:
+        conn.execute(
+            "INSERT OR REPLACE INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (server, c.tool, c.sha256, canonical_json(c.definition), endpoint, actor, now),
+        )
+        conn.execute(_HISTORY, (server, c.tool, c.sha256, "approve", actor, now))
+    return [c.tool for c in checks]
+
+
+def _revoke(conn: sqlite3.Connection, server: str, tool: str, actor: str) -> bool:
+    cur = conn.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool))
+    if cur.rowcount:
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        conn.execute(_HISTORY, (server, tool, "", "revoke", actor, now))
+    return bool(cur.rowcount)
+
+
+class PinStore:
+    """Approved tool definitions per server id, in the SQLite file at ``path``.
+
+    Each method is one transaction of ``self.db`` (tether.storage); the ``a``-prefixed twin
+    runs it in a worker thread, for code on the event loop.
+    """
+
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        self.path = self.db.path
 
     def pins(self, server: str) -> dict[str, Pin]:
-        rows = self._db.execute(
-            "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at "
-            "FROM pins WHERE server = ?",
-            (server,),
-        ).fetchall()
-        return {r[1]: Pin(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
+        return self.db.read(_pins, server)
 
     def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
         """Pin these definitions (all in one transaction). Returns the tool names pinned."""
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        names = []
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            for c in checks:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (server, c.tool, c.sha256, canonical_json(c.definition), endpoint, actor, now),
-                )
-                self._db.execute(
-                    _HISTORY,
-                    (server, c.tool, c.sha256, "approve", actor, now),
-                )
-                names.append(c.tool)
-            self._db.execute("COMMIT")
-        except Exception:
-            self._db.execute("ROLLBACK")
-            raise
-        return names
+        return self.db.run(_approve, server, list(checks), endpoint, actor)
 
     def revoke(self, server: str, tool: str, *, actor: str) -> bool:
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        cur = self._db.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool))
-        if cur.rowcount:
-            self._db.execute(
-                _HISTORY,
-                (server, tool, "", "revoke", actor, now),
-            )
-        return bool(cur.rowcount)
+        return self.db.run(_revoke, server, tool, actor)
+
+    async def apins(self, server: str) -> dict[str, Pin]:
+        return await self.db.aread(_pins, server)
+
+    async def aapprove(
+        self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
+    ) -> list[str]:
+        return await self.db.arun(_approve, server, list(checks), endpoint, actor)
+
+    async def arevoke(self, server: str, tool: str, *, actor: str) -> bool:
+        return await self.db.arun(_revoke, server, tool, actor)
 
     def close(self) -> None:
-        self._db.close()
+        self.db.close()

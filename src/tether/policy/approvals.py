@@ -187,6 +187,14 @@ class Approvals:
     wait_s: float = 30.0
     lease_margin_s: float = 60.0
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, ApprovalStore):
+            # Without the async face, perform() would block the event loop or fail mid-call.
+            raise TypeError(
+                f"{type(self.store).__name__} lacks the ApprovalStore async face (aclaim, afinish, ...);"
+                " a store that never blocks can inherit tether.policy.store.InlineAsyncFace"
+            )
+
     # -- proposals ---------------------------------------------------------------------------
 
     def submit(
@@ -199,21 +207,33 @@ class Approvals:
         call_id: str | None = None,
     ) -> StoredProposal:
         """Store a proposal that passed intake and policy, pending approval, under a fresh id."""
-        new = NewProposal(
-            tenant=proposal.tenant,
-            tool=proposal.tool,
-            arguments=proposal.canonical_arguments,
-            content_hash=proposal.content_hash,
-            effect=proposal.effect,
-            proposed_by=proposed_by,
-            run_id=run_id,
-            step=step,
-            call_id=call_id,
+        return self.store.add_proposal(
+            _new_proposal(proposal, proposed_by, run_id, step, call_id), now=self.clock()
         )
-        return self.store.add_proposal(new, now=self.clock())
+
+    async def asubmit(
+        self,
+        proposal: Proposal,
+        *,
+        proposed_by: str,
+        run_id: str | None = None,
+        step: int | None = None,
+        call_id: str | None = None,
+    ) -> StoredProposal:
+        """``submit`` for code on the event loop."""
+        new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
+        return await self.store.aadd_proposal(new, now=self.clock())
 
     def get(self, proposal_id: str) -> StoredProposal:
         found = self.store.get_proposal(proposal_id)
+        if found is None:
+            raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+        _verify(found)
+        return found
+
+    async def aget(self, proposal_id: str) -> StoredProposal:
+        """``get`` for code on the event loop."""
+        found = await self.store.aget_proposal(proposal_id)
         if found is None:
             raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
         _verify(found)
@@ -299,19 +319,14 @@ class Approvals:
     def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
         """The stored proposal if ``context`` may execute it now; raises ``ApprovalError``
         (``not_approved``, ``denied``, ``invalidated``, ``unknown_proposal``, ``tampered``)."""
-        p = self._for_tenant(proposal_id, context.tenant)
-        if p.status is ProposalStatus.PENDING:
-            raise ApprovalError("not_approved", f"proposal {p.id} has no approval")
-        if p.status is not ProposalStatus.APPROVED:
-            raise ApprovalError(str(p.status), f"proposal {p.id} is {p.status}")
-        return p
+        return _executable(self._for_tenant(proposal_id, context.tenant))
+
+    async def aexecutable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
+        """``executable`` for code on the event loop."""
+        return _executable(_own(await self.aget(proposal_id), proposal_id, context.tenant))
 
     def _for_tenant(self, proposal_id: str, tenant: str) -> StoredProposal:
-        p = self.get(proposal_id)
-        if p.tenant != tenant:
-            # Same answer as an unknown id: another tenant's proposals are not confirmed to exist.
-            raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r} for this tenant")
-        return p
+        return _own(self.get(proposal_id), proposal_id, tenant)
 
     # -- the effect ledger ---------------------------------------------------------------------
 
@@ -341,7 +356,7 @@ class Approvals:
         delay = 0.005
         while True:
             now = self.clock()
-            claim: Claim = self.store.claim(
+            claim: Claim = await self.store.aclaim(
                 key,
                 tool=tool,
                 arguments_hash=args_hash,
@@ -353,7 +368,7 @@ class Approvals:
                 run_id=run_id,
             )
             if claim.action == "done":
-                self._event(proposal_id, "replayed", key)
+                await self._aevent(proposal_id, "replayed", key)
                 emit("effect_replayed", key=key, tool=tool)
                 return EffectOutcome(
                     key, _load(claim.entry.result), replayed=True, attempts=claim.entry.attempts
@@ -382,8 +397,8 @@ class Approvals:
             # Whether the effect happened is unknown: expire the lease so the next attempt
             # reconciles instead of waiting for (or blindly repeating) this one.
             now = self.clock()
-            with contextlib.suppress(Exception):
-                self.store.set_ledger_status(
+            with contextlib.suppress(Exception), anyio.CancelScope(shield=True):
+                await self.store.aset_ledger_status(
                     key,
                     LedgerStatus.RECONCILING,
                     owner=owner,
@@ -392,8 +407,12 @@ class Approvals:
                     lease_until=now,
                 )
             raise
-        entry = self.store.finish(key, owner=owner, result=result_json(result), note="", now=self.clock())
-        self._event(proposal_id, "executed", key)
+        # The effect happened: its outcome is recorded even if this task is being cancelled.
+        with anyio.CancelScope(shield=True):
+            entry = await self.store.afinish(
+                key, owner=owner, result=result_json(result), note="", now=self.clock()
+            )
+            await self._aevent(proposal_id, "executed", key)
         emit("effect_recorded", key=key, tool=tool, is_error=bool(result.get("is_error")))
         return EffectOutcome(key, result, attempts=entry.attempts)
 
@@ -420,34 +439,37 @@ class Approvals:
             else:
                 now = self.clock()
                 if answer is not None:
-                    done = self.store.finish(
-                        entry.key,
-                        owner=owner,
-                        result=result_json(answer),
-                        note="reconciled: happened",
-                        now=now,
-                    )
-                    self._event(proposal_id, "reconciled", f"{entry.key}: happened")
+                    with anyio.CancelScope(shield=True):
+                        done = await self.store.afinish(
+                            entry.key,
+                            owner=owner,
+                            result=result_json(answer),
+                            note="reconciled: happened",
+                            now=now,
+                        )
+                        await self._aevent(proposal_id, "reconciled", f"{entry.key}: happened")
                     emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=True)
                     return EffectOutcome(
                         entry.key, answer, replayed=True, reconciled=True, attempts=done.attempts
                     )
-                self.store.set_ledger_status(
-                    entry.key,
-                    LedgerStatus.INTENT,
-                    owner=owner,
-                    note="reconciled: never happened; retried",
-                    now=now,
-                    lease_until=now + timedelta(seconds=timeout_s + self.lease_margin_s),
-                )
-                self._event(proposal_id, "reconciled", f"{entry.key}: never happened")
+                with anyio.CancelScope(shield=True):
+                    await self.store.aset_ledger_status(
+                        entry.key,
+                        LedgerStatus.INTENT,
+                        owner=owner,
+                        note="reconciled: never happened; retried",
+                        now=now,
+                        lease_until=now + timedelta(seconds=timeout_s + self.lease_margin_s),
+                    )
+                    await self._aevent(proposal_id, "reconciled", f"{entry.key}: never happened")
                 emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=False)
                 return None
         now = self.clock()
-        self.store.set_ledger_status(
-            entry.key, LedgerStatus.ESCALATED, owner=owner, note=why, now=now, lease_until=now
-        )
-        self._event(proposal_id, "escalated", f"{entry.key}: {why}")
+        with anyio.CancelScope(shield=True):
+            await self.store.aset_ledger_status(
+                entry.key, LedgerStatus.ESCALATED, owner=owner, note=why, now=now, lease_until=now
+            )
+            await self._aevent(proposal_id, "escalated", f"{entry.key}: {why}")
         emit("effect_escalated", key=entry.key, tool=entry.tool, why=why)
         raise ApprovalError("outcome_unknown", f"{entry.tool} {entry.key}: {why}; a person must resolve it")
 
@@ -483,6 +505,43 @@ class Approvals:
     def _event(self, proposal_id: str | None, op: str, detail: str) -> None:
         if proposal_id is not None:
             self.store.add_event(proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock())
+
+    async def _aevent(self, proposal_id: str | None, op: str, detail: str) -> None:
+        if proposal_id is not None:
+            await self.store.aadd_event(
+                proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock()
+            )
+
+
+def _new_proposal(
+    proposal: Proposal, proposed_by: str, run_id: str | None, step: int | None, call_id: str | None
+) -> NewProposal:
+    return NewProposal(
+        tenant=proposal.tenant,
+        tool=proposal.tool,
+        arguments=proposal.canonical_arguments,
+        content_hash=proposal.content_hash,
+        effect=proposal.effect,
+        proposed_by=proposed_by,
+        run_id=run_id,
+        step=step,
+        call_id=call_id,
+    )
+
+
+def _own(p: StoredProposal, proposal_id: str, tenant: str) -> StoredProposal:
+    if p.tenant != tenant:
+        # Same answer as an unknown id: another tenant's proposals are not confirmed to exist.
+        raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r} for this tenant")
+    return p
+
+
+def _executable(p: StoredProposal) -> StoredProposal:
+    if p.status is ProposalStatus.PENDING:
+        raise ApprovalError("not_approved", f"proposal {p.id} has no approval")
+    if p.status is not ProposalStatus.APPROVED:
+        raise ApprovalError(str(p.status), f"proposal {p.id} is {p.status}")
+    return p
 
 
 def _verify(p: StoredProposal) -> None:

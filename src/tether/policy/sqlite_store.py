@@ -1,19 +1,19 @@
-"""``SqliteApprovalStore``: the shipped ``ApprovalStore`` on one stdlib SQLite file (WAL).
+"""``SqliteApprovalStore``: the shipped ``ApprovalStore`` on one stdlib SQLite file.
 
-Every method runs in one ``BEGIN IMMEDIATE`` transaction: the write lock is taken before the
-checks read, so two processes racing to claim the same idempotency key, or to decide the same
-proposal, are serialised by SQLite and exactly one wins. The proposal's content columns are
-protected by a trigger (immutable once stored); the event table is append-only. Schema changes
-are ordered, named migrations recorded in ``_migrations``.
+Every operation is one transaction through the file's ``SqliteDatabase`` (tether.storage):
+writes take the write lock (``BEGIN IMMEDIATE``) before the checks read, so two processes
+racing to claim the same idempotency key, or to decide the same proposal, are serialised and
+exactly one wins. Each operation has a sync face (``claim``) for scripts and the CLI and an
+async face (``aclaim``) that runs the same transaction in a worker thread, for code on the
+event loop. The proposal's content columns are protected by a trigger (immutable once
+stored); the event table is append-only.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from tether.policy.store import (
     ProposalStatus,
     StoredProposal,
 )
-from tether.storage import apply_migrations
+from tether.storage import SqliteDatabase, Synchronous
 
 __all__ = ["MIGRATIONS", "SqliteApprovalStore"]
 
@@ -191,92 +191,284 @@ def _entry(row: tuple[Any, ...]) -> LedgerEntry:
     )
 
 
-class SqliteApprovalStore:
-    """An ``ApprovalStore`` in the SQLite file at ``path`` (created and migrated on open).
+def _checkpoint(r: tuple[Any, ...]) -> Checkpoint:
+    return Checkpoint(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5])
 
-    One connection per store object, guarded by a lock; processes each open their own.
+
+# -- operations: each runs inside one transaction opened by SqliteDatabase -----------------------
+
+
+def _get_proposal(conn: sqlite3.Connection, proposal_id: str) -> StoredProposal | None:
+    row = conn.execute(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (proposal_id,)).fetchone()
+    return _proposal(row) if row is not None else None
+
+
+def _add_event(conn: sqlite3.Connection, pid: str, op: str, actor: str, detail: str, now: datetime) -> None:
+    conn.execute(
+        "INSERT INTO approval_events (proposal_id, op, actor, detail, at) VALUES (?, ?, ?, ?, ?)",
+        (pid, op, actor, detail, _ts(now)),
+    )
+
+
+def _add_proposal(conn: sqlite3.Connection, proposal: NewProposal, now: datetime) -> StoredProposal:
+    pid = "prop_" + uuid.uuid4().hex  # random, never derived from content: same content, new id
+    conn.execute(
+        f"INSERT INTO proposals ({_P_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL,'')",
+        (
+            pid,
+            proposal.tenant,
+            proposal.tool,
+            proposal.arguments,
+            proposal.content_hash,
+            proposal.effect,
+            proposal.proposed_by,
+            _ts(now),
+            ProposalStatus.PENDING.value,
+            proposal.run_id,
+            proposal.step,
+            proposal.call_id,
+        ),
+    )
+    _add_event(conn, pid, "proposed", proposal.proposed_by, proposal.content_hash, now)
+    stored = _get_proposal(conn, pid)
+    assert stored is not None
+    return stored
+
+
+def _find_for_call(conn: sqlite3.Connection, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+    row = conn.execute(
+        f"SELECT {_P_COLS} FROM proposals WHERE run_id = ? AND step = ? AND call_id = ?",
+        (run_id, step, call_id),
+    ).fetchone()
+    return _proposal(row) if row is not None else None
+
+
+def _list_proposals(
+    conn: sqlite3.Connection, status: ProposalStatus | None, run_id: str | None
+) -> list[StoredProposal]:
+    sql, params = f"SELECT {_P_COLS} FROM proposals WHERE 1=1", []
+    if status is not None:
+        sql += " AND status = ?"
+        params.append(str(status))
+    if run_id is not None:
+        sql += " AND run_id = ?"
+        params.append(run_id)
+    return [_proposal(r) for r in conn.execute(sql + " ORDER BY created_at, id", params)]
+
+
+def _decide(
+    conn: sqlite3.Connection,
+    proposal_id: str,
+    to: ProposalStatus,
+    allowed_from: frozenset[ProposalStatus],
+    actor: str,
+    reason: str,
+    now: datetime,
+) -> StoredProposal:
+    current = _get_proposal(conn, proposal_id)
+    if current is None:
+        raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+    if current.status not in allowed_from:
+        raise ApprovalError(
+            f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
+        )
+    conn.execute(
+        "UPDATE proposals SET status = ?, decided_by = ?, decided_at = ?, decision_reason = ? WHERE id = ?",
+        (str(to), actor, _ts(now), reason, proposal_id),
+    )
+    _add_event(conn, proposal_id, str(to), actor, reason, now)
+    decided = _get_proposal(conn, proposal_id)
+    assert decided is not None
+    return decided
+
+
+def _events(conn: sqlite3.Connection, proposal_id: str) -> list[ApprovalEvent]:
+    rows = conn.execute(
+        "SELECT proposal_id, op, actor, at, detail FROM approval_events WHERE proposal_id = ? ORDER BY seq",
+        (proposal_id,),
+    )
+    return [
+        ApprovalEvent(p, op, actor, datetime.fromisoformat(at), detail) for p, op, actor, at, detail in rows
+    ]
+
+
+def _ledger_entry(conn: sqlite3.Connection, key: str) -> LedgerEntry | None:
+    row = conn.execute(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,)).fetchone()
+    return _entry(row) if row is not None else None
+
+
+def _entry_in(conn: sqlite3.Connection, key: str) -> LedgerEntry:
+    entry = _ledger_entry(conn, key)
+    assert entry is not None
+    return entry
+
+
+def _owned(conn: sqlite3.Connection, key: str, owner: str) -> LedgerEntry:
+    entry = _ledger_entry(conn, key)
+    if entry is None:
+        raise ApprovalError("unknown_key", f"no ledger entry {key}")
+    if entry.owner != owner or entry.status is LedgerStatus.DONE:
+        raise ApprovalError("lost_ownership", f"ledger entry {key} is no longer owned by this caller")
+    return entry
+
+
+def _claim(
+    conn: sqlite3.Connection,
+    key: str,
+    tool: str,
+    arguments_hash: str,
+    owner: str,
+    lease_until: datetime,
+    now: datetime,
+    owner_dead: Callable[[LedgerEntry, datetime], bool],
+    proposal_id: str | None,
+    run_id: str | None,
+) -> Claim:
+    entry = _ledger_entry(conn, key)
+    if entry is None:
+        conn.execute(
+            f"INSERT INTO effect_ledger ({_L_COLS}) VALUES (?,?,?,?,?,1,?,?,?,?,?,NULL,'')",
+            (
+                key,
+                tool,
+                arguments_hash,
+                LedgerStatus.INTENT.value,
+                owner,
+                _ts(now),
+                _ts(now),
+                _ts(lease_until),
+                proposal_id,
+                run_id,
+            ),
+        )
+        return Claim("run", _entry_in(conn, key))
+    if entry.arguments_hash != arguments_hash or entry.tool != tool:
+        # Same key, other content: a bug or a forged key; never run, never replay.
+        raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
+    if entry.status is LedgerStatus.DONE:
+        return Claim("done", entry)
+    if entry.status is LedgerStatus.ESCALATED:
+        return Claim("escalated", entry)
+    if not owner_dead(entry, now):
+        return Claim("busy", entry)
+    # The owner died between intent and outcome: whether the effect happened is unknown.
+    conn.execute(
+        "UPDATE effect_ledger SET status = ?, owner = ?, updated_at = ?, lease_until = ?, note = ?"
+        " WHERE key = ?",
+        (
+            LedgerStatus.RECONCILING.value,
+            owner,
+            _ts(now),
+            _ts(lease_until),
+            f"outcome unknown: owner {entry.owner} gone during {entry.status}",
+            key,
+        ),
+    )
+    return Claim("reconcile", _entry_in(conn, key))
+
+
+def _finish(
+    conn: sqlite3.Connection, key: str, owner: str | None, result: str, note: str, now: datetime
+) -> LedgerEntry:
+    if owner is None:  # a person resolving an escalated entry
+        entry = _ledger_entry(conn, key)
+        if entry is None or entry.status is not LedgerStatus.ESCALATED:
+            raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
+    else:
+        entry = _owned(conn, key, owner)
+    conn.execute(
+        "UPDATE effect_ledger SET status = 'done', result = ?, note = ?, updated_at = ? WHERE key = ?",
+        (result, note or entry.note, _ts(now), key),
+    )
+    return _entry_in(conn, key)
+
+
+def _set_ledger_status(
+    conn: sqlite3.Connection,
+    key: str,
+    status: LedgerStatus,
+    owner: str,
+    note: str,
+    now: datetime,
+    lease_until: datetime,
+) -> LedgerEntry:
+    _owned(conn, key, owner)
+    bump = 1 if status is LedgerStatus.INTENT else 0
+    conn.execute(
+        "UPDATE effect_ledger SET status = ?, note = ?, updated_at = ?, lease_until = ?,"
+        " attempts = attempts + ? WHERE key = ?",
+        (str(status), note, _ts(now), _ts(lease_until), bump, key),
+    )
+    return _entry_in(conn, key)
+
+
+def _ledger_for(conn: sqlite3.Connection, proposal_id: str) -> list[LedgerEntry]:
+    rows = conn.execute(
+        f"SELECT {_L_COLS} FROM effect_ledger WHERE proposal_id = ? ORDER BY created_at", (proposal_id,)
+    )
+    return [_entry(r) for r in rows]
+
+
+def _save_checkpoint(
+    conn: sqlite3.Connection,
+    run_id: str,
+    app: str | None,
+    state: str,
+    status: str,
+    stop_reason: str,
+    now: datetime,
+) -> None:
+    conn.execute(
+        "INSERT INTO run_checkpoints (run_id, app, state, status, stop_reason, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET app = excluded.app,"
+        " state = excluded.state, status = excluded.status, stop_reason = excluded.stop_reason,"
+        " updated_at = excluded.updated_at",
+        (run_id, app, state, status, stop_reason, _ts(now)),
+    )
+
+
+def _load_checkpoint(conn: sqlite3.Connection, run_id: str) -> Checkpoint | None:
+    row = conn.execute(f"SELECT {_C_COLS} FROM run_checkpoints WHERE run_id = ?", (run_id,)).fetchone()
+    return _checkpoint(row) if row is not None else None
+
+
+def _list_checkpoints(conn: sqlite3.Connection) -> list[Checkpoint]:
+    return [
+        _checkpoint(r) for r in conn.execute(f"SELECT {_C_COLS} FROM run_checkpoints ORDER BY updated_at")
+    ]
+
+
+class SqliteApprovalStore:
+    """An ``ApprovalStore`` in the SQLite file at ``path`` (created and migrated when built).
+
+    Each method is one transaction of ``self.db``; the ``a``-prefixed twin runs the same
+    transaction in a worker thread. Any number of store objects and processes may share a file.
     """
 
-    def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(
-            self.path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        with self._tx() as conn:
-            apply_migrations(conn, MIGRATIONS, now=_ts(datetime.now(UTC)))
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        self.path = self.db.path
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self.db.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-
-    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return list(self._conn.execute(sql, params))
-
-    # -- proposals -----------------------------------------------------------------------
+    # -- proposals (sync face) ---------------------------------------------------------------
 
     def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
-        pid = "prop_" + uuid.uuid4().hex  # random, never derived from content: same content, new id
-        with self._tx() as conn:
-            conn.execute(
-                f"INSERT INTO proposals ({_P_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,NULL,NULL,'')",
-                (
-                    pid,
-                    proposal.tenant,
-                    proposal.tool,
-                    proposal.arguments,
-                    proposal.content_hash,
-                    proposal.effect,
-                    proposal.proposed_by,
-                    _ts(now),
-                    ProposalStatus.PENDING.value,
-                    proposal.run_id,
-                    proposal.step,
-                    proposal.call_id,
-                ),
-            )
-            self._event(conn, pid, "proposed", proposal.proposed_by, proposal.content_hash, now)
-            row = conn.execute(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (pid,)).fetchone()
-        return _proposal(row)
+        return self.db.run(_add_proposal, proposal, now)
 
     def get_proposal(self, proposal_id: str) -> StoredProposal | None:
-        rows = self._read(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (proposal_id,))
-        return _proposal(rows[0]) if rows else None
+        return self.db.read(_get_proposal, proposal_id)
 
     def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
-        rows = self._read(
-            f"SELECT {_P_COLS} FROM proposals WHERE run_id = ? AND step = ? AND call_id = ?",
-            (run_id, step, call_id),
-        )
-        return _proposal(rows[0]) if rows else None
+        return self.db.read(_find_for_call, run_id, step, call_id)
 
     def list_proposals(
         self, *, status: ProposalStatus | None = None, run_id: str | None = None
     ) -> list[StoredProposal]:
-        sql, params = f"SELECT {_P_COLS} FROM proposals WHERE 1=1", []
-        if status is not None:
-            sql += " AND status = ?"
-            params.append(str(status))
-        if run_id is not None:
-            sql += " AND run_id = ?"
-            params.append(run_id)
-        return [_proposal(r) for r in self._read(sql + " ORDER BY created_at, id", tuple(params))]
+        return self.db.read(_list_proposals, status, run_id)
 
     def decide(
         self,
@@ -288,47 +480,49 @@ class SqliteApprovalStore:
         reason: str,
         now: datetime,
     ) -> StoredProposal:
-        with self._tx() as conn:
-            row = conn.execute(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (proposal_id,)).fetchone()
-            if row is None:
-                raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
-            current = _proposal(row)
-            if current.status not in allowed_from:
-                raise ApprovalError(
-                    f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
-                )
-            conn.execute(
-                "UPDATE proposals SET status = ?, decided_by = ?, decided_at = ?, decision_reason = ?"
-                " WHERE id = ?",
-                (str(to), actor, _ts(now), reason, proposal_id),
-            )
-            self._event(conn, proposal_id, str(to), actor, reason, now)
-            row = conn.execute(f"SELECT {_P_COLS} FROM proposals WHERE id = ?", (proposal_id,)).fetchone()
-        return _proposal(row)
+        return self.db.run(_decide, proposal_id, to, allowed_from, actor, reason, now)
 
     def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
-        with self._tx() as conn:
-            self._event(conn, proposal_id, op, actor, detail, now)
+        self.db.run(_add_event, proposal_id, op, actor, detail, now)
 
     def events(self, proposal_id: str) -> list[ApprovalEvent]:
-        rows = self._read(
-            "SELECT proposal_id, op, actor, at, detail FROM approval_events"
-            " WHERE proposal_id = ? ORDER BY seq",
-            (proposal_id,),
-        )
-        return [
-            ApprovalEvent(p, op, actor, datetime.fromisoformat(at), detail)
-            for p, op, actor, at, detail in rows
-        ]
+        return self.db.read(_events, proposal_id)
 
-    @staticmethod
-    def _event(conn: sqlite3.Connection, pid: str, op: str, actor: str, detail: str, now: datetime) -> None:
-        conn.execute(
-            "INSERT INTO approval_events (proposal_id, op, actor, detail, at) VALUES (?, ?, ?, ?, ?)",
-            (pid, op, actor, detail, _ts(now)),
-        )
+    # -- proposals (async face) --------------------------------------------------------------
 
-    # -- the effect ledger ------------------------------------------------------------------
+    async def aadd_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
+        return await self.db.arun(_add_proposal, proposal, now)
+
+    async def aget_proposal(self, proposal_id: str) -> StoredProposal | None:
+        return await self.db.aread(_get_proposal, proposal_id)
+
+    async def afind_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+        return await self.db.aread(_find_for_call, run_id, step, call_id)
+
+    async def alist_proposals(
+        self, *, status: ProposalStatus | None = None, run_id: str | None = None
+    ) -> list[StoredProposal]:
+        return await self.db.aread(_list_proposals, status, run_id)
+
+    async def adecide(
+        self,
+        proposal_id: str,
+        to: ProposalStatus,
+        *,
+        allowed_from: frozenset[ProposalStatus],
+        actor: str,
+        reason: str,
+        now: datetime,
+    ) -> StoredProposal:
+        return await self.db.arun(_decide, proposal_id, to, allowed_from, actor, reason, now)
+
+    async def aadd_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
+        await self.db.arun(_add_event, proposal_id, op, actor, detail, now)
+
+    async def aevents(self, proposal_id: str) -> list[ApprovalEvent]:
+        return await self.db.aread(_events, proposal_id)
+
+    # -- the effect ledger (sync face) -------------------------------------------------------
 
     def claim(
         self,
@@ -343,127 +537,83 @@ class SqliteApprovalStore:
         proposal_id: str | None = None,
         run_id: str | None = None,
     ) -> Claim:
-        with self._tx() as conn:
-            row = conn.execute(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,)).fetchone()
-            if row is None:
-                conn.execute(
-                    f"INSERT INTO effect_ledger ({_L_COLS}) VALUES (?,?,?,?,?,1,?,?,?,?,?,NULL,'')",
-                    (
-                        key,
-                        tool,
-                        arguments_hash,
-                        LedgerStatus.INTENT.value,
-                        owner,
-                        _ts(now),
-                        _ts(now),
-                        _ts(lease_until),
-                        proposal_id,
-                        run_id,
-                    ),
-                )
-                return Claim("run", self._entry_in(conn, key))
-            entry = _entry(row)
-            if entry.arguments_hash != arguments_hash or entry.tool != tool:
-                # Same key, other content: a bug or a forged key; never run, never replay.
-                raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
-            if entry.status is LedgerStatus.DONE:
-                return Claim("done", entry)
-            if entry.status is LedgerStatus.ESCALATED:
-                return Claim("escalated", entry)
-            if not owner_dead(entry, now):
-                return Claim("busy", entry)
-            # The owner died between intent and outcome: whether the effect happened is unknown.
-            conn.execute(
-                "UPDATE effect_ledger SET status = ?, owner = ?, updated_at = ?, lease_until = ?, note = ?"
-                " WHERE key = ?",
-                (
-                    LedgerStatus.RECONCILING.value,
-                    owner,
-                    _ts(now),
-                    _ts(lease_until),
-                    f"outcome unknown: owner {entry.owner} gone during {entry.status}",
-                    key,
-                ),
-            )
-            return Claim("reconcile", self._entry_in(conn, key))
+        return self.db.run(
+            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id
+        )
 
     def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> LedgerEntry:
-        with self._tx() as conn:
-            if owner is None:  # a person resolving an escalated entry
-                row = conn.execute(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,)).fetchone()
-                if row is None or _entry(row).status is not LedgerStatus.ESCALATED:
-                    raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
-                entry = _entry(row)
-            else:
-                entry = self._owned(conn, key, owner)
-            conn.execute(
-                "UPDATE effect_ledger SET status = 'done', result = ?, note = ?, updated_at = ?"
-                " WHERE key = ?",
-                (result, note or entry.note, _ts(now), key),
-            )
-            return self._entry_in(conn, key)
+        return self.db.run(_finish, key, owner, result, note, now)
 
     def set_ledger_status(
         self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
     ) -> LedgerEntry:
         if status is LedgerStatus.DONE:
             raise ValueError("use finish() to record an outcome")
-        with self._tx() as conn:
-            self._owned(conn, key, owner)
-            bump = 1 if status is LedgerStatus.INTENT else 0
-            conn.execute(
-                "UPDATE effect_ledger SET status = ?, note = ?, updated_at = ?, lease_until = ?,"
-                " attempts = attempts + ? WHERE key = ?",
-                (str(status), note, _ts(now), _ts(lease_until), bump, key),
-            )
-            return self._entry_in(conn, key)
+        return self.db.run(_set_ledger_status, key, status, owner, note, now, lease_until)
 
     def ledger_entry(self, key: str) -> LedgerEntry | None:
-        rows = self._read(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,))
-        return _entry(rows[0]) if rows else None
+        return self.db.read(_ledger_entry, key)
 
     def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
-        rows = self._read(
-            f"SELECT {_L_COLS} FROM effect_ledger WHERE proposal_id = ? ORDER BY created_at", (proposal_id,)
+        return self.db.read(_ledger_for, proposal_id)
+
+    # -- the effect ledger (async face) ------------------------------------------------------
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        tool: str,
+        arguments_hash: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[LedgerEntry, datetime], bool],
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Claim:
+        return await self.db.arun(
+            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id
         )
-        return [_entry(r) for r in rows]
 
-    def _entry_in(self, conn: sqlite3.Connection, key: str) -> LedgerEntry:
-        return _entry(conn.execute(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,)).fetchone())
+    async def afinish(
+        self, key: str, *, owner: str | None, result: str, note: str, now: datetime
+    ) -> LedgerEntry:
+        return await self.db.arun(_finish, key, owner, result, note, now)
 
-    def _owned(self, conn: sqlite3.Connection, key: str, owner: str) -> LedgerEntry:
-        row = conn.execute(f"SELECT {_L_COLS} FROM effect_ledger WHERE key = ?", (key,)).fetchone()
-        if row is None:
-            raise ApprovalError("unknown_key", f"no ledger entry {key}")
-        entry = _entry(row)
-        if entry.owner != owner or entry.status is LedgerStatus.DONE:
-            raise ApprovalError("lost_ownership", f"ledger entry {key} is no longer owned by this caller")
-        return entry
+    async def aset_ledger_status(
+        self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
+    ) -> LedgerEntry:
+        if status is LedgerStatus.DONE:
+            raise ValueError("use afinish() to record an outcome")
+        return await self.db.arun(_set_ledger_status, key, status, owner, note, now, lease_until)
 
-    # -- checkpoints -----------------------------------------------------------------------
+    async def aledger_entry(self, key: str) -> LedgerEntry | None:
+        return await self.db.aread(_ledger_entry, key)
+
+    async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]:
+        return await self.db.aread(_ledger_for, proposal_id)
+
+    # -- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
     ) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO run_checkpoints (run_id, app, state, status, stop_reason, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET app = excluded.app,"
-                " state = excluded.state, status = excluded.status, stop_reason = excluded.stop_reason,"
-                " updated_at = excluded.updated_at",
-                (run_id, app, state, status, stop_reason, _ts(now)),
-            )
+        self.db.run(_save_checkpoint, run_id, app, state, status, stop_reason, now)
 
     def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        rows = self._read(
-            f"SELECT {_C_COLS} FROM run_checkpoints WHERE run_id = ?",
-            (run_id,),
-        )
-        if not rows:
-            return None
-        r = rows[0]
-        return Checkpoint(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5])
+        return self.db.read(_load_checkpoint, run_id)
 
     def list_checkpoints(self) -> list[Checkpoint]:
-        rows = self._read(f"SELECT {_C_COLS} FROM run_checkpoints ORDER BY updated_at")
-        return [Checkpoint(r[0], r[1], r[2], r[3], datetime.fromisoformat(r[4]), r[5]) for r in rows]
+        return self.db.read(_list_checkpoints)
+
+    async def asave_checkpoint(
+        self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
+    ) -> None:
+        await self.db.arun(_save_checkpoint, run_id, app, state, status, stop_reason, now)
+
+    async def aload_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return await self.db.aread(_load_checkpoint, run_id)
+
+    async def alist_checkpoints(self) -> list[Checkpoint]:
+        return await self.db.aread(_list_checkpoints)

@@ -2,8 +2,12 @@
 
 A store persists; it does not decide. ``Approvals`` (policy/approvals.py) holds the rules and
 calls the store, whose every method is one atomic transaction, so several processes sharing
-one database see each transition exactly once. ``SqliteApprovalStore`` is the shipped backend;
-a PostgreSQL one implements the same protocol and passes the same tests.
+one database see each transition exactly once. Every method has two faces: ``claim`` for
+scripts and the CLI, ``aclaim`` for code on the event loop, which must never wait on the
+database's locks or disk there. ``SqliteApprovalStore`` is the shipped backend (its async face
+is the same transaction in a worker thread); a PostgreSQL one implements the same protocol
+(its async face on psycopg's async pool) and passes the same tests. A store that never blocks
+(in memory) gets its async face from ``InlineAsyncFace``.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ __all__ = [
     "ApprovalStore",
     "Checkpoint",
     "Claim",
+    "InlineAsyncFace",
     "LedgerEntry",
     "LedgerStatus",
     "NewProposal",
     "ProposalStatus",
     "StoredProposal",
+    "SyncApprovalStore",
 ]
 
 
@@ -123,9 +129,9 @@ class Checkpoint:
 
 
 @runtime_checkable
-class ApprovalStore(Protocol):
-    """Durable state of approvals. Every method is atomic; transitions are checked inside the
-    transaction (a decision on a proposal that is no longer pending changes nothing)."""
+class SyncApprovalStore(Protocol):
+    """The sync face of an approval store. Every method is atomic; transitions are checked inside
+    the transaction (a decision on a proposal that is no longer pending changes nothing)."""
 
     # proposals and decisions
     def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal: ...
@@ -194,6 +200,182 @@ class ApprovalStore(Protocol):
     def load_checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
     def list_checkpoints(self) -> list[Checkpoint]: ...
+
+
+@runtime_checkable
+class ApprovalStore(SyncApprovalStore, Protocol):
+    """Durable state of approvals: the sync face plus an async face (the same operations,
+    ``a``-prefixed, awaitable without ever blocking the event loop)."""
+
+    async def aadd_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal: ...
+
+    async def aget_proposal(self, proposal_id: str) -> StoredProposal | None: ...
+
+    async def afind_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None: ...
+
+    async def alist_proposals(
+        self, *, status: ProposalStatus | None = None, run_id: str | None = None
+    ) -> list[StoredProposal]: ...
+
+    async def adecide(
+        self,
+        proposal_id: str,
+        to: ProposalStatus,
+        *,
+        allowed_from: frozenset[ProposalStatus],
+        actor: str,
+        reason: str,
+        now: datetime,
+    ) -> StoredProposal: ...
+
+    async def aadd_event(
+        self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime
+    ) -> None: ...
+
+    async def aevents(self, proposal_id: str) -> list[ApprovalEvent]: ...
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        tool: str,
+        arguments_hash: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[LedgerEntry, datetime], bool],
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Claim: ...
+
+    async def afinish(
+        self, key: str, *, owner: str | None, result: str, note: str, now: datetime
+    ) -> LedgerEntry: ...
+
+    async def aset_ledger_status(
+        self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
+    ) -> LedgerEntry: ...
+
+    async def aledger_entry(self, key: str) -> LedgerEntry | None: ...
+
+    async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]: ...
+
+    async def asave_checkpoint(
+        self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
+    ) -> None: ...
+
+    async def aload_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    async def alist_checkpoints(self) -> list[Checkpoint]: ...
+
+
+class InlineAsyncFace:
+    """The async face of a store whose sync methods never block (in memory): each ``a``-method
+    calls its sync twin directly. A store on disk or a network must not use this."""
+
+    async def aadd_proposal(
+        self: SyncApprovalStore, proposal: NewProposal, *, now: datetime
+    ) -> StoredProposal:
+        return self.add_proposal(proposal, now=now)
+
+    async def aget_proposal(self: SyncApprovalStore, proposal_id: str) -> StoredProposal | None:
+        return self.get_proposal(proposal_id)
+
+    async def afind_for_call(
+        self: SyncApprovalStore, run_id: str, step: int, call_id: str
+    ) -> StoredProposal | None:
+        return self.find_for_call(run_id, step, call_id)
+
+    async def alist_proposals(
+        self: SyncApprovalStore, *, status: ProposalStatus | None = None, run_id: str | None = None
+    ) -> list[StoredProposal]:
+        return self.list_proposals(status=status, run_id=run_id)
+
+    async def adecide(
+        self: SyncApprovalStore,
+        proposal_id: str,
+        to: ProposalStatus,
+        *,
+        allowed_from: frozenset[ProposalStatus],
+        actor: str,
+        reason: str,
+        now: datetime,
+    ) -> StoredProposal:
+        return self.decide(proposal_id, to, allowed_from=allowed_from, actor=actor, reason=reason, now=now)
+
+    async def aadd_event(
+        self: SyncApprovalStore, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime
+    ) -> None:
+        self.add_event(proposal_id, op, actor=actor, detail=detail, now=now)
+
+    async def aevents(self: SyncApprovalStore, proposal_id: str) -> list[ApprovalEvent]:
+        return self.events(proposal_id)
+
+    async def aclaim(
+        self: SyncApprovalStore,
+        key: str,
+        *,
+        tool: str,
+        arguments_hash: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[LedgerEntry, datetime], bool],
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Claim:
+        return self.claim(
+            key,
+            tool=tool,
+            arguments_hash=arguments_hash,
+            owner=owner,
+            lease_until=lease_until,
+            now=now,
+            owner_dead=owner_dead,
+            proposal_id=proposal_id,
+            run_id=run_id,
+        )
+
+    async def afinish(
+        self: SyncApprovalStore, key: str, *, owner: str | None, result: str, note: str, now: datetime
+    ) -> LedgerEntry:
+        return self.finish(key, owner=owner, result=result, note=note, now=now)
+
+    async def aset_ledger_status(
+        self: SyncApprovalStore,
+        key: str,
+        status: LedgerStatus,
+        *,
+        owner: str,
+        note: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> LedgerEntry:
+        return self.set_ledger_status(key, status, owner=owner, note=note, now=now, lease_until=lease_until)
+
+    async def aledger_entry(self: SyncApprovalStore, key: str) -> LedgerEntry | None:
+        return self.ledger_entry(key)
+
+    async def aledger_for(self: SyncApprovalStore, proposal_id: str) -> list[LedgerEntry]:
+        return self.ledger_for(proposal_id)
+
+    async def asave_checkpoint(
+        self: SyncApprovalStore,
+        run_id: str,
+        *,
+        app: str | None,
+        state: str,
+        status: str,
+        stop_reason: str,
+        now: datetime,
+    ) -> None:
+        self.save_checkpoint(run_id, app=app, state=state, status=status, stop_reason=stop_reason, now=now)
+
+    async def aload_checkpoint(self: SyncApprovalStore, run_id: str) -> Checkpoint | None:
+        return self.load_checkpoint(run_id)
+
+    async def alist_checkpoints(self: SyncApprovalStore) -> list[Checkpoint]:
+        return self.list_checkpoints()
 
 
 def result_json(value: dict[str, Any]) -> str:

@@ -1,0 +1,167 @@
+"""Benchmark: the cost of keeping SQLite off the event loop (tether.storage.SqliteDatabase).
+
+    python bench/storage.py [--rounds 3] [--ops 300]
+
+For the approval store on a temporary file, each round measures, sync face on the loop's own
+thread vs async face through a worker thread:
+
+- ``submit+decide``: store a proposal, then approve it (two write transactions);
+- ``perform``: one effect through the ledger: claim (intent), the call, finish (outcome), and
+  the proposal's "executed" event (three write transactions). The sync variant is the same
+  sequence on the sync face, as ``Approvals.perform`` did before;
+- the longest stall of a task that ticks every millisecond meanwhile (the ops yield to it
+  between each other): how long every other run in the process can be kept waiting by one
+  operation on the database.
+
+Both at ``synchronous=NORMAL`` (tether's default: a commit survives a process crash) and
+``FULL`` (also a power cut, at one fsync per commit). Prints one line per figure, then ONE
+JSON object on the last line (medians over the rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from tether.policy import Approvals, ProposalStatus, SqliteApprovalStore
+from tether.policy.approvals import owner_dead
+from tether.policy.store import NewProposal, result_json
+from tether.storage import Synchronous
+
+PENDING = frozenset({ProposalStatus.PENDING})
+NEW = NewProposal("org-alpha", "send", '{"to":"x"}', "sha256:x", "write", "bench")
+
+
+def open_store(path: Path, synchronous: Synchronous) -> SqliteApprovalStore:
+    return SqliteApprovalStore(path, synchronous=synchronous)
+
+
+async def submit_decide_sync(store: SqliteApprovalStore, i: int) -> None:
+    now = datetime.now(UTC)
+    p = store.add_proposal(NEW, now=now)
+    store.decide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
+
+
+async def submit_decide_async(store: SqliteApprovalStore, i: int) -> None:
+    now = datetime.now(UTC)
+    p = await store.aadd_proposal(NEW, now=now)
+    await store.adecide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
+
+
+async def sent() -> dict[str, Any]:
+    return {"text": "sent", "is_error": False}
+
+
+def make_perform_sync(
+    store: SqliteApprovalStore, pid: str
+) -> Callable[[SqliteApprovalStore, int], Awaitable[None]]:
+    async def perform_sync(_: SqliteApprovalStore, i: int) -> None:
+        key, now = f"sync-{i}-{time.perf_counter_ns()}", datetime.now(UTC)
+        store.claim(
+            key, tool="send", arguments_hash="h", owner="bench", lease_until=now + timedelta(minutes=1),
+            now=now, owner_dead=owner_dead, proposal_id=pid,
+        )  # fmt: skip
+        result = await sent()
+        store.finish(key, owner="bench", result=result_json(result), note="", now=datetime.now(UTC))
+        store.add_event(pid, "executed", actor="host", detail=key, now=datetime.now(UTC))
+
+    return perform_sync
+
+
+def make_perform_async(
+    approvals: Approvals, pid: str
+) -> Callable[[SqliteApprovalStore, int], Awaitable[None]]:
+    async def perform_async(_: SqliteApprovalStore, i: int) -> None:
+        key = f"async-{i}-{time.perf_counter_ns()}"
+        await approvals.perform(key, tool="send", arguments={"to": "x"}, call=sent, proposal_id=pid)
+
+    return perform_async
+
+
+async def timed(
+    store: SqliteApprovalStore, op: Callable[[SqliteApprovalStore, int], Awaitable[None]], n: int
+) -> tuple[float, float]:
+    """ops/s of ``n`` ops in sequence, and the longest gap seen by a 1 ms ticker meanwhile (ms)."""
+    stalls: list[float] = []
+    stop = anyio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await anyio.sleep(0.001)
+            now = time.perf_counter()
+            stalls.append(now - last)
+            last = now
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ticker)
+        await anyio.sleep(0.005)
+        t0 = time.perf_counter()
+        for i in range(n):
+            await op(store, i)
+            await anyio.lowlevel.checkpoint()  # let the ticker in: a stall is one op, not the batch
+        elapsed = time.perf_counter() - t0
+        stop.set()
+    return n / elapsed, max(stalls, default=0.0) * 1000
+
+
+async def one_round(tmp: Path, r: int, n: int, synchronous: Synchronous) -> dict[str, tuple[float, float]]:
+    store = open_store(tmp / f"bench-{synchronous}-{r}.db", synchronous)
+    approvals = Approvals(store)
+    pid = store.add_proposal(NEW, now=datetime.now(UTC)).id
+    for i in range(n):  # warm up: the WAL file grows to its working size before anything is timed
+        await submit_decide_sync(store, i)
+    out = {
+        "submit_decide_sync": await timed(store, submit_decide_sync, n),
+        "submit_decide_async": await timed(store, submit_decide_async, n),
+        "perform_sync": await timed(store, make_perform_sync(store, pid), n),
+        "perform_async": await timed(store, make_perform_async(approvals, pid), n),
+    }
+    store.close()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ops", type=int, default=300, help="operations per figure per round")
+    args = parser.parse_args()
+    result: dict[str, Any] = {"rounds": args.rounds, "ops": args.ops, "python": sys.version.split()[0]}
+    with tempfile.TemporaryDirectory(prefix="tether-bench-storage-") as tmp:
+        for synchronous in ("NORMAL", "FULL"):
+            rounds = [anyio.run(one_round, Path(tmp), r, args.ops, synchronous) for r in range(args.rounds)]
+            figures: dict[str, Any] = {}
+            for name in rounds[0]:
+                figures[f"{name}_per_s"] = round(statistics.median(x[name][0] for x in rounds), 1)
+                figures[f"{name}_max_stall_ms"] = round(statistics.median(x[name][1] for x in rounds), 2)
+            for op in ("submit_decide", "perform"):
+                figures[f"{op}_async_over_sync"] = round(
+                    figures[f"{op}_async_per_s"] / figures[f"{op}_sync_per_s"], 3
+                )
+            result[synchronous.lower()] = figures
+            for op in ("submit_decide", "perform"):
+                print(
+                    f"{synchronous:6} {op:13}: sync {figures[f'{op}_sync_per_s']:7.0f}/s"
+                    f" (loop stalls up to {figures[f'{op}_sync_max_stall_ms']:.1f} ms),"
+                    f" async {figures[f'{op}_async_per_s']:7.0f}/s"
+                    f" (stalls up to {figures[f'{op}_async_max_stall_ms']:.1f} ms),"
+                    f" ratio {figures[f'{op}_async_over_sync']:.2f}"
+                )
+    result["store"] = "SqliteApprovalStore on a temporary file (WAL); one writer, ops in sequence"
+    print(json.dumps(result, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
