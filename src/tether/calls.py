@@ -239,27 +239,23 @@ class CallPipeline:
             assert o.spec is not None and o.arguments is not None
             known = scope.proposals.get(o.call.id)
             if known is not None:
-                stored = await anyio.to_thread.run_sync(store.get_proposal, known)
+                stored = await store.aget_proposal(known)
             else:
-                stored = await anyio.to_thread.run_sync(store.find_for_call, s.run_id, s.steps, o.call.id)
+                stored = await store.afind_for_call(s.run_id, s.steps, o.call.id)
             if stored is None:
                 proposal = Proposal.of(
                     o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
                 )
-                stored = await anyio.to_thread.run_sync(
-                    lambda p=proposal, c=o.call.id: approvals.submit(
-                        p, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=c
-                    )
+                stored = await approvals.asubmit(
+                    proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
                 )
                 if o.decision is not None and "provenance" in o.decision.details:
                     # Why the policy asked (rule, reason, argument provenance) goes into the
                     # proposal's history, so the reviewer sees it next to what will run.
                     why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
                     detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
-                    await anyio.to_thread.run_sync(
-                        lambda pid=stored.id, d=detail, r=o.decision.rule: store.add_event(
-                            pid, "policy", actor=f"rule:{r}", detail=d, now=host.clock()
-                        )
+                    await store.aadd_event(
+                        stored.id, "policy", actor=f"rule:{o.decision.rule}", detail=detail, now=host.clock()
                     )
                 t.emit(
                     EventKind.APPROVAL_REQUESTED,
@@ -350,15 +346,13 @@ class CallPipeline:
         assert approvals is not None
         s = scope.state
         text = state_to_json(s)
-        await anyio.to_thread.run_sync(
-            lambda: approvals.store.save_checkpoint(
-                s.run_id,
-                app=approvals.app,
-                state=text,
-                status=status,
-                stop_reason=str(reason),
-                now=self.host.clock(),
-            )
+        await approvals.store.asave_checkpoint(
+            s.run_id,
+            app=approvals.app,
+            state=text,
+            status=status,
+            stop_reason=str(reason),
+            now=self.host.clock(),
         )
         return status
 

@@ -135,7 +135,7 @@ class ProposalDesk:
         the tool propagates.
         """
         host = self.host
-        p = self.approvals.executable(context, proposal_id)
+        p = await self.approvals.aexecutable(context, proposal_id)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
         state = RunState(run_id, f"proposal {p.id}", context, time.monotonic(), host.clock(), steps=step)
         tracer, _ = host.new_tracer(f"{run_id}-desk-{p.id}")

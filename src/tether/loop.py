@@ -471,7 +471,7 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
     approvals = host.approvals
     if approvals is None:
         raise ApprovalError("no_store", "this host has no approval store to resume from")
-    cp = approvals.store.load_checkpoint(run_id)
+    cp = await approvals.store.aload_checkpoint(run_id)
     if cp is None:
         raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
     if cp.status == "finished":
@@ -479,7 +479,7 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
     state = state_from_json(cp.state)
     result = await AgentLoop(host, agent, state.objective, state.context, state=state).run()
     if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
-        approvals.store.save_checkpoint(
+        await approvals.store.asave_checkpoint(
             run_id,
             app=cp.app,
             state=state_to_json(state),

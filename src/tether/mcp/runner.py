@@ -270,7 +270,7 @@ async def resume_pause(
         tracer.close()
     store = PauseStore(config.path(config.host.state))
     try:
-        store.complete(pause_id, status)
+        await store.acomplete(pause_id, status)
     finally:
         store.close()
     return {
