@@ -84,6 +84,7 @@ def sqlite_sources(
     trace_dir: Path | None,
     mcp_config: Path | None = None,
     allow_resume: bool = True,
+    users: UserStore | None = None,
 ) -> ConsoleSources:
     """The embedded default: SQLite files and a folder of JSONL traces (an approval store that does
     not exist yet is created empty, for the hosts that will write to it)."""
@@ -114,7 +115,7 @@ def sqlite_sources(
     if allow_resume and approvals is not None and approvals_db is not None:
         resume = factory_resumer(approvals_db, approvals)
     return ConsoleSources(
-        users=UserStore(users_db),
+        users=users or UserStore(users_db),
         approvals=approvals,
         traces=TraceIndex(trace_dir) if trace_dir is not None else None,
         mcp_config=config,

@@ -70,13 +70,13 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def hash_secret(secret: str) -> str:
-    """``scrypt$N$r$p$salt$hash`` of a password or token."""
+def hash_secret(secret: str, *, n: int = _SCRYPT_N) -> str:
+    """``scrypt$N$r$p$salt$hash`` of a password or token (``n``: the CPU/memory cost, a power of 2)."""
     salt = secrets.token_bytes(16)
     dk = hashlib.scrypt(
-        secret.encode("utf-8"), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32, maxmem=2**26
+        secret.encode("utf-8"), salt=salt, n=n, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32, maxmem=2**26
     )
-    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
+    return f"scrypt${n}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
 
 
 def verify_secret(secret: str, stored: str) -> bool:
@@ -231,9 +231,15 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 class UserStore:
-    """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``."""
+    """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``.
 
-    def __init__(self, path: str | Path) -> None:
+    ``scrypt_n`` is the cost of new password and token hashes (each hash records its own, so
+    raising it later keeps old ones verifiable)."""
+
+    def __init__(self, path: str | Path, *, scrypt_n: int = _SCRYPT_N) -> None:
+        if scrypt_n < 2**10 or scrypt_n & (scrypt_n - 1):
+            raise ValueError("scrypt_n must be a power of two of at least 1024")
+        self.scrypt_n = scrypt_n
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
@@ -271,7 +277,7 @@ class UserStore:
         check_name(name)
         if len(password) < MIN_PASSWORD:
             raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
-        hashed = hash_secret(password)
+        hashed = hash_secret(password, n=self.scrypt_n)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
@@ -280,7 +286,7 @@ class UserStore:
     def set_password(self, name: str, password: str) -> None:
         if len(password) < MIN_PASSWORD:
             raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
-        hashed = hash_secret(password)
+        hashed = hash_secret(password, n=self.scrypt_n)
         with self._tx() as conn:
             if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
                 raise AuthError("unknown_user", f"no user {name}")
@@ -339,7 +345,7 @@ class UserStore:
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
-                (token_id, name, hash_secret(secret), label[:200], _ts(now), expires),
+                (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
             )
         return secret, TokenInfo(token_id, name, label[:200], _ts(now), expires, False)
 
