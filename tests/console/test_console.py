@@ -242,6 +242,26 @@ def test_run_pages_are_scoped_by_tenant_and_show_the_timeline_with_rule_and_prop
     assert world.clients["root"].get("/api/runs?tenant=tenant-b").json()["runs"][0]["run_id"] == world.run_b
 
 
+@pytest.mark.spec("T4")
+def test_a_denied_decision_on_the_run_page_links_to_its_rule(world: World) -> None:
+    import anyio
+    from _notes_app import TENANT_A, build
+
+    async def go() -> str:
+        host, agent = build(world.db)
+        run = await host.run(agent, "Note on order-b1: from the wrong tenant", context=TENANT_A)
+        await host.aclose()
+        assert str(run.stop_reason) == "policy_denied"
+        return run.run_id
+
+    run_id = anyio.run(go)
+    page = world.clients["ana"].get(f"/runs/{run_id}").text
+    assert 'href="/rules#rule-tenant_scope">rule tenant_scope</a>' in page
+    assert "denied add_note: cross_tenant (rule tenant_scope)" in page
+    assert 'id="rule-tenant_scope"' in world.clients["ana"].get("/rules").text
+    assert world.clients["bob"].get(f"/runs/{run_id}").status_code == 404
+
+
 def test_the_console_resume_action_continues_a_decided_run_for_its_tenants_reviewer_only(
     world: World,
 ) -> None:
@@ -294,3 +314,57 @@ def test_login_page_and_fresh_sign_in_work_for_a_new_user(world: World) -> None:
         TestClient(world.clients["anonymous"].app, base_url="http://testserver"), "newbie", "a fine password"
     )
     assert world.proposal_b in client.get("/approvals").text
+
+
+def test_sign_in_never_redirects_off_site_and_repeated_failures_are_throttled(world: World) -> None:
+    from starlette.testclient import TestClient
+
+    client = TestClient(world.clients["anonymous"].app, base_url="http://testserver", follow_redirects=False)
+
+    def attempt(password: str, target: str = "/runs") -> object:
+        token = re.search(r'name="csrf_login" value="([^"]+)"', client.get("/login").text)
+        assert token is not None
+        data = {"username": "bob", "password": password, "csrf_login": token.group(1), "next": target}
+        return client.post("/login", data=data)
+
+    for target in (
+        "//evil.example/x",
+        "/\\evil.example",
+        "https://evil.example/",
+        "/runs\r\nSet-Cookie: x=1",
+    ):
+        r = attempt(PASSWORD, target)
+        assert r.status_code == 303 and r.headers["location"] == "/"  # type: ignore[attr-defined]
+    assert attempt(PASSWORD).headers["location"] == "/runs"  # type: ignore[attr-defined]
+    for _ in range(5):
+        assert attempt("wrong password").status_code == 401  # type: ignore[attr-defined]
+    locked = attempt(PASSWORD)
+    assert locked.status_code == 429 and "tether_session" not in locked.headers.get("set-cookie", "")  # type: ignore[attr-defined]
+    assert ("session:bob", "login", "", "", "refused:throttled") in audit_rows(world)
+
+
+@pytest.mark.spec("T5")
+def test_a_proposal_edited_behind_the_stores_back_is_refused_not_shown_as_approvable(world: World) -> None:
+    ana = world.clients["ana"]
+    csrf = csrf_of(ana.get(f"/approvals/{world.proposal_a}").text)
+    with sqlite3.connect(world.db) as conn:
+        conn.execute("DROP TRIGGER proposals_immutable")
+        conn.execute(
+            "UPDATE proposals SET arguments = ? WHERE id = ?",
+            ('{"note":"wire the money","order_id":"order-a1"}', world.proposal_a),
+        )
+    page = ana.get(f"/approvals/{world.proposal_a}")
+    assert page.status_code == 409 and "tampered" in page.text and "wire the money" not in page.text
+    with sqlite3.connect(world.db) as conn:
+        stored_hash = conn.execute(
+            "SELECT content_hash FROM proposals WHERE id = ?", (world.proposal_a,)
+        ).fetchone()[0]
+    r = ana.post(
+        f"/approvals/{world.proposal_a}/approve", data={"csrf_token": csrf, "content_hash": stored_hash}
+    )
+    assert r.status_code == 409
+    with sqlite3.connect(world.db) as conn:
+        assert (
+            conn.execute("SELECT status FROM proposals WHERE id = ?", (world.proposal_a,)).fetchone()[0]
+            == "pending"
+        )

@@ -69,15 +69,10 @@ def _row(p: StoredProposal) -> dict[str, Any]:
 def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
     if sources.approvals is None:
         raise Hidden("proposal")
-    try:
-        p = sources.approvals.get(proposal_id)  # re-derives the content hash: "tampered" if edited
-    except ApprovalError as err:
-        if err.reason == "unknown_proposal":
-            raise Hidden("proposal") from None
-        raise
-    if not principal.sees(p.tenant):
+    found = sources.approvals.store.get_proposal(proposal_id)
+    if found is None or not principal.sees(found.tenant):
         raise Hidden("proposal")
-    return p
+    return sources.approvals.get(proposal_id)  # re-derives the content hash: "tampered" if edited
 
 
 def _masked(key: str, value: Any) -> Any:

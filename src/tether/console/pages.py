@@ -7,6 +7,7 @@ Another tenant's record answers 404, exactly like an unknown id.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any
@@ -41,8 +42,40 @@ NOTICES = {
 }
 
 
+def local_path(value: str) -> str:
+    """A redirect target on this site, or ``/`` (never ``//host`` or ``/\\host``, never a scheme)."""
+    if not value.startswith("/") or value.startswith(("//", "/\\")) or any(c in value for c in "\r\n\t"):
+        return "/"
+    return value
+
+
+class Throttle:
+    """Sign-in attempts per user name: after ``limit`` failures within ``window_s``, refused until
+    the window passes (so a password cannot be guessed at the speed of the network)."""
+
+    def __init__(self, limit: int = 5, window_s: float = 900.0) -> None:
+        self.limit, self.window_s = limit, window_s
+        self._failures: dict[str, list[float]] = {}
+
+    def _recent(self, name: str) -> list[float]:
+        now = time.monotonic()
+        recent = [t for t in self._failures.get(name, []) if now - t < self.window_s]
+        self._failures[name] = recent
+        return recent
+
+    def blocked(self, name: str) -> bool:
+        return len(self._recent(name)) >= self.limit
+
+    def failed(self, name: str) -> None:
+        self._recent(name).append(time.monotonic())
+
+    def succeeded(self, name: str) -> None:
+        self._failures.pop(name, None)
+
+
 def page_routes(console: Console) -> list[Route]:
     env, gate, sources = console.templates, console.gate, console.sources
+    throttle = Throttle()
 
     def render(
         request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
@@ -96,19 +129,18 @@ def page_routes(console: Console) -> list[Route]:
     # -- sign in and out --------------------------------------------------------------------
 
     async def login(request: Request) -> Response:
-        nxt = request.query_params.get("next", "/")
-        if not nxt.startswith("/") or nxt.startswith("//"):
-            nxt = "/"
+        nxt = local_path(request.query_params.get("next", "/"))
         error = ""
         status = 200
         if request.method == "POST":
             form = await request.form()
-            nxt = form_value(form, "next", 500) or "/"
-            if not nxt.startswith("/") or nxt.startswith("//"):
-                nxt = "/"
+            nxt = local_path(form_value(form, "next", 500))
             name = form_value(form, "username", 64).strip().lower()
             if not gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
+            elif throttle.blocked(name):
+                sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
+                error, status = "Too many failed attempts for this user; try again later.", 429
             else:
                 import anyio
 
@@ -117,9 +149,11 @@ def page_routes(console: Console) -> list[Route]:
                         sources.users.authenticate, name, form_value(form, "password", 1024)
                     )
                 except AuthError:
+                    throttle.failed(name)
                     sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
                     error, status = "Wrong user name or password.", 401
                 else:
+                    throttle.succeeded(name)
                     sources.users.audit(f"session:{name}", "login")
                     response = RedirectResponse(nxt, status_code=303)
                     gate.start_session(response, name)

@@ -189,6 +189,11 @@ _CATEGORY = {
     "approval_denied": "approval",
     "tool_observation": "observation",
     "tool_crashed": "observation",
+    "effect_intent": "effect",
+    "effect_recorded": "effect",
+    "effect_replayed": "effect",
+    "effect_reconciled": "effect",
+    "effect_escalated": "effect",
     "stop": "stop",
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
@@ -226,9 +231,11 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
         return f"request composed: {e.get('messages', '?')} messages, {e.get('tools', '?')} tools"
     if kind == "model_response":
         calls = ", ".join(c.get("name", "?") for c in e.get("tool_calls") or [] if isinstance(c, dict))
-        return f"model {e.get('model', '')} answered" + (f" with calls: {calls}" if calls else "")
+        tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
+        return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
     if kind == "tool_proposed":
-        return f"proposed {tool}"
+        args = str(e.get("arguments") or "")
+        return f"proposed {tool} " + (args if len(args) <= 120 else args[:119] + "…")
     if kind == "policy_allowed":
         return f"allowed {tool} (rule {e.get('rule', '?')})"
     if kind == "policy_denied":
@@ -246,6 +253,8 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
         return f"{state} from {tool} via {e.get('source', '?')}"
     if kind == "stop":
         return f"stop: {e.get('reason', '')}"
+    if kind.startswith("effect_"):
+        return f"{kind.replace('_', ' ')}: {tool} {e.get('key', '')}"
     if kind in ("run_started", "run_resumed"):
         return f"{kind.replace('_', ' ')}: {e.get('agent') or e.get('workflow') or e.get('design') or ''}"
     return kind.replace("_", " ")
