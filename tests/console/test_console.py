@@ -368,3 +368,20 @@ def test_a_proposal_edited_behind_the_stores_back_is_refused_not_shown_as_approv
             conn.execute("SELECT status FROM proposals WHERE id = ?", (world.proposal_a,)).fetchone()[0]
             == "pending"
         )
+
+
+def test_values_under_secret_looking_keys_are_never_rendered_but_stay_checkable(world: World) -> None:
+    from tether.policy.intake import Proposal
+
+    assert world.sources is not None and world.sources.approvals is not None
+    proposal = Proposal.of(
+        "rotate_key", {"api_key": "sk-live-0123456789", "service": "billing"}, "tenant-a", effect="write"
+    )
+    stored = world.sources.approvals.submit(proposal, proposed_by="desk:ops")
+    ana = world.clients["ana"]
+    page = ana.get(f"/approvals/{stored.id}").text
+    api = ana.get(f"/api/approvals/{stored.id}").text
+    assert "sk-live-0123456789" not in page and "sk-live-0123456789" not in api
+    assert "not shown: 18 characters under a secret-looking key" in page and "billing" in page
+    assert stored.content_hash in page  # the reviewer can still compare the hash of what will run
+    assert "Proposed through the approval desk" in page

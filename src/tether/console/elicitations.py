@@ -288,7 +288,7 @@ def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 
     if sources.traces is None:
         return []
     out: list[dict[str, Any]] = []
-    for run in sources.traces.runs(limit=200):
+    for run in sources.traces.runs(limit=50):  # the most recent runs: a page load stays cheap
         if not principal.sees(run.tenant):
             continue
         for e in sources.traces.events(run.run_id):

@@ -155,9 +155,9 @@ def page_routes(console: Console) -> list[Route]:
                 else:
                     throttle.succeeded(name)
                     sources.users.audit(f"session:{name}", "login")
-                    response = RedirectResponse(nxt, status_code=303)
-                    gate.start_session(response, name)
-                    return response
+                    done = RedirectResponse(nxt, status_code=303)
+                    gate.start_session(done, name)
+                    return done
         token = gate.new_login_token()
         response = render(
             request, "login.html", None, status, error=error, next=nxt, csrf_login=token,

@@ -95,8 +95,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
-    start = next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), {})
-    stop = next((e for e in reversed(events) if e.get("kind") == "stop"), {})
+    empty: dict[str, Any] = {}
+    start = next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty)
+    stop = next((e for e in reversed(events) if e.get("kind") == "stop"), empty)
     return RunSummary(
         run_id=run_id,
         tenant=start.get("tenant"),

@@ -66,7 +66,10 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
         if not checkpoint.app:
             raise ApprovalError("not_resumable", "the run recorded no application factory; use tether resume")
         module_name, _, function = checkpoint.app.partition(":")
-        build: Any = getattr(importlib.import_module(module_name), function)
+        try:
+            build: Any = getattr(importlib.import_module(module_name), function)
+        except (ImportError, AttributeError) as err:
+            raise ApprovalError("not_resumable", f"cannot load {checkpoint.app}: {err}") from None
         host, agent = build(db)
         try:
             result: RunResult = await host.resume(agent, run_id)
