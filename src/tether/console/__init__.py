@@ -1,0 +1,8 @@
+"""The console (``tether serve``): people decide approvals, answer questions, pin MCP servers and
+read runs in a browser, over the same stores the host and the CLI use. Needs ``tether[console]``."""
+
+from tether.console.app import create_app
+from tether.console.sources import ConsoleSources, sqlite_sources
+from tether.console.users import Principal, UserStore
+
+__all__ = ["ConsoleSources", "Principal", "UserStore", "create_app", "sqlite_sources"]
