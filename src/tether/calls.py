@@ -249,7 +249,7 @@ class CallPipeline:
                 stored = await approvals.asubmit(
                     proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
                 )
-                if o.decision is not None and "provenance" in o.decision.details:
+                if o.decision is not None:
                     # Why the policy asked (rule, reason, argument provenance) goes into the
                     # proposal's history, so the reviewer sees it next to what will run.
                     why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
@@ -264,6 +264,7 @@ class CallPipeline:
                     tool=o.spec.name,
                     effect=stored.effect,
                     content_hash=stored.content_hash,
+                    rule=o.decision.rule if o.decision else "",
                 )
             if (
                 stored.content_hash != content_hash(o.spec.name, o.arguments)

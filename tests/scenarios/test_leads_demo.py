@@ -97,7 +97,7 @@ def test_cli_pauses_lists_approves_and_resumes_a_run_in_separate_processes(tmp_p
     assert last_json(resumed.stdout)["stop_reason"] == "accepted"
     assert tether("resume", str(run["run_id"]), cwd=tmp_path).returncode == 1  # finished runs stay finished
     history = last_json(tether("approvals", "show", str(pid), "--json", cwd=tmp_path).stdout)["history"]
-    assert [h["op"] for h in history] == ["proposed", "approved", "executed"]  # type: ignore[union-attr]
+    assert [h["op"] for h in history] == ["proposed", "policy", "approved", "executed"]  # type: ignore[union-attr]
     assert (tmp_path / "out" / "approvals.db").exists()
 
 
