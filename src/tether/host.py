@@ -23,7 +23,6 @@ from tether.errors import (
     DependencyUnavailable,
     PolicyError,
     ToolError,
-    ToolInputError,
 )
 from tether.messages import ToolCall
 from tether.policy.intake import check_arguments, parse_arguments
@@ -188,13 +187,10 @@ class Host:
             decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
             return GateOutcome(call, "deny", spec=spec, decision=decision)
         try:
-            # Strict intake (T3) first, against the contract's schema; then the source's own validation.
+            # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
             arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
-            arguments = self.validate_arguments(spec, arguments)
         except PolicyError as err:
             return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
-        except ToolInputError as err:
-            return GateOutcome(call, "reject", spec=spec, error=err.message)
         decision = self.policy.check(ProposedCall(call.id, spec, arguments, state), context)
         if decision.verdict == "approve":
             if self.approvals is not None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.context.untrusted import Observation
-from tether.errors import ConfigError, PolicyError, ToolInputError
+from tether.errors import ConfigError, PolicyError
 from tether.policy.approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy.intake import propose
 from tether.policy.rules import ProposedCall
@@ -65,11 +65,7 @@ class ProposalDesk:
         ``policy:automatic``; every other one is pending.
         """
         tools = self._tools()
-        proposal = propose(context, raw_json, tools=tools, policy=self.host.policy)
-        try:
-            self.host.validate_arguments(tools[proposal.tool], proposal.arguments)
-        except ToolInputError as err:
-            raise PolicyError("invalid_arguments", err.message) from None
+        proposal = propose(context, raw_json, tools=tools, policy=self.host.policy)  # the one schema check
         stored = self.approvals.submit(proposal, proposed_by=proposed_by)
         if not proposal.needs_approval:
             stored = self.approvals.store.decide(
