@@ -226,6 +226,27 @@ def _properties(
             )
 
 
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality with exact types: ``true`` is not ``1`` and ``1.0`` is not ``1``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not any(_same(instance, e) for e in enums):
+        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not _same(instance, const):
+        yield ValidationError(f"{const!r} was expected")
+
+
 def _required(
     validator: Any, required: Any, instance: Any, schema: Mapping[str, Any]
 ) -> Iterator[ValidationError]:
@@ -251,9 +272,9 @@ def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]
     cls = _CLASSES.get(key)
     if cls is None:
         checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
-        keywords: dict[str, Any] = {}
+        keywords: dict[str, Any] = {"enum": _enum, "const": _const}
         if intake:
-            keywords = {
+            keywords |= {
                 "additionalProperties": _additional_properties,
                 "properties": _properties,
                 "required": _required,
