@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
+from tether._names import name_set
 from tether.policy.trusted import Catalog, TrustedContext
 from tether.tools.contract import Effect, ToolSpec
 
@@ -67,6 +68,11 @@ class Allowlist:
     deny: frozenset[str] = frozenset()
     name: str = "allowlist"
 
+    def __post_init__(self) -> None:
+        if self.allow is not None:
+            object.__setattr__(self, "allow", name_set(self.allow, what="allow"))
+        object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
+
     def permits(self, tool_name: str) -> bool:
         if tool_name in self.deny:
             return False
@@ -118,6 +124,10 @@ class Egress:
     allowed: frozenset[str]
     name: str = "egress"
 
+    def __post_init__(self) -> None:
+        allowed = name_set(self.allowed, what="egress")
+        object.__setattr__(self, "allowed", frozenset(d.lower() for d in allowed))
+
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         arg = call.spec.egress_argument
         if arg is None:
@@ -142,6 +152,10 @@ class EffectApproval:
     automatic: frozenset[Effect] = frozenset({Effect.READ})
     name: str = "effect"
 
+    def __post_init__(self) -> None:
+        effects = name_set(self.automatic, what="automatic_effects")  # Effect is a str enum
+        object.__setattr__(self, "automatic", frozenset(Effect(e) for e in effects))
+
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
         needs = spec.needs_approval if spec.needs_approval is not None else spec.effect not in self.automatic
@@ -163,12 +177,17 @@ class Policy:
         automatic_effects: Iterable[Effect] = (Effect.READ,),
         rules: Iterable[Rule] = (),
     ) -> None:
-        self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
+        # A bare string is a TypeError (name_set): allow="read_order" must not mean its letters.
+        self.allowlist = Allowlist(
+            name_set(allow, what="Policy.allow") if allow is not None else None,
+            name_set(deny, what="Policy.deny"),
+        )
         chain: list[Rule] = [self.allowlist]
         if catalog is not None:
             chain.append(TargetOwnership(catalog))
-        chain.append(Egress(frozenset(d.lower() for d in egress or ())))
-        chain.append(EffectApproval(frozenset(automatic_effects)))
+        chain.append(Egress(name_set(egress if egress is not None else (), what="Policy.egress")))
+        automatic = name_set(automatic_effects, what="Policy.automatic_effects")  # Effect is a str enum
+        chain.append(EffectApproval(frozenset(Effect(e) for e in automatic)))
         chain.extend(rules)
         self.rules: tuple[Rule, ...] = tuple(chain)
 

@@ -435,7 +435,7 @@ async def _review_and_resume(
     from tether.policy.store import ProposalStatus
     from tether.stop import StopReason
 
-    reviewer = Reviewer(REVIEWER_NAME)
+    reviewer = Reviewer.for_all_tenants(REVIEWER_NAME)  # the modelled user reviews their own runs
     for _ in range(100):
         if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
             break
