@@ -16,10 +16,10 @@ from tether.mcp.hosting import build_host
 from tether.mcp.pauses import PauseStore
 from tether.mcp.runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
 from tether.messages import ToolMessage
-from tether.models.test import FunctionModel
 from tether.policy import Approvals, SqliteApprovalStore, TrustedContext
 from tether.run import Agent, RunResult
 from tether.stop import StopReason
+from tether.testing import FunctionModel
 
 from .conftest import approve_all, web_server, write_config
 

@@ -14,8 +14,8 @@ from tether.mcp.runner import resume_pause, run_question
 from tether.mcp.sampling import SamplingPrompt
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel
 from tether.stop import StopReason
+from tether.testing import FunctionModel
 from tether.trace.tracer import read_trace
 
 from .conftest import approve, approve_all, script, stdio_server, web_server, write_config

@@ -16,10 +16,10 @@ from pydantic import Field
 
 from tether.errors import ApprovalError
 from tether.host import Host
-from tether.models.test import ScriptedModel, call, final
 from tether.policy import Policy, ProposalStatus, Reviewer
 from tether.run import Agent
 from tether.stop import StopReason
+from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
 from tether.trace.tracer import read_trace
 

@@ -12,10 +12,10 @@ from pydantic import Field
 
 from tether.errors import PolicyError
 from tether.host import Host
-from tether.models.test import ScriptedModel, call, final
 from tether.policy import Approvals, Policy, Reviewer, SqliteApprovalStore, TrustedContext, propose
 from tether.run import Agent
 from tether.stop import StopReason
+from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
 
 pytestmark = pytest.mark.anyio
