@@ -311,6 +311,21 @@ def test_errors_name_the_argument_path(arguments: dict[str, Any], reason: str, f
     assert check_arguments(ORDER, ok) == ok
 
 
+def test_closing_objects_never_weakens_a_condition() -> None:
+    params = {
+        "type": "object",
+        "properties": {"kind": {"type": "string"}, "limit": {"type": "integer"}},
+        "if": {"properties": {"kind": {"const": "bulk"}}, "required": ["kind"]},
+        "then": {"properties": {"limit": {"maximum": 10}}},
+        "not": {"properties": {"kind": {"const": "forbidden"}}, "required": ["kind"]},
+    }
+    for bad in ({"kind": "bulk", "limit": 50}, {"kind": "forbidden", "limit": 1}):
+        with pytest.raises(SchemaViolation):
+            check_arguments(params, bad)
+    for good in ({"kind": "bulk", "limit": 5}, {"kind": "one", "limit": 50}, {"kind": "forbidden-not"}):
+        assert check_arguments(params, good) == good
+
+
 def test_results_use_the_plain_rules_extra_keys_and_blank_text_allowed() -> None:
     out = {"type": "object", "properties": {"n": {"type": "integer"}}}
     validate(out, {"n": 1, "note": ""})

@@ -14,8 +14,9 @@ hold for every schema:
 
 ``check_arguments`` adds tether's intake rules for a call's arguments: the arguments object
 holds exactly the declared parameters (a root ``additionalProperties`` is always false), a
-nested object schema that lists ``properties`` and says nothing of other keys is closed too,
-no string anywhere is empty or whitespace only, and nesting is capped at ``MAX_DEPTH``.
+nested object schema that lists ``properties`` and says nothing of other keys is closed too
+(where it describes the value; conditions such as ``not`` and ``if`` keep their meaning), no
+string anywhere is empty or whitespace only, and nesting is capped at ``MAX_DEPTH``.
 ``validate`` applies the plain rules (for results, whose schemas belong to their producer).
 
 Every failure is a ``SchemaViolation`` (a ``PolicyError``) naming the path of the offending
@@ -207,23 +208,33 @@ def _additional_properties(
             yield ValidationError(f"unexpected field {key[:80]!r}", path=(key,))
 
 
-def _properties(
-    validator: Any, properties: Any, instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
-        return
-    for name, subschema in properties.items():
-        if name in instance:
-            yield from validator.descend(instance[name], subschema, path=name, schema_path=name)
-    if not any(k in schema for k in _OPENERS):
-        # Listing properties and saying nothing of others means exactly these (T3).
-        for key in _extras(instance, schema):
-            yield ValidationError(
-                f"unexpected field {key[:80]!r}",
-                path=(key,),
-                validator="additionalProperties",
-                validator_value=False,
-            )
+_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_VALUE_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
+
+
+def _closed(node: Any) -> Any:
+    """A copy where every object schema that lists ``properties`` and says nothing of other keys
+    is closed (T3: exactly these keys). Only where a schema describes the value itself (properties,
+    items, definitions, the options of anyOf/oneOf/allOf): never inside ``not``, ``if``, ``then``,
+    ``else`` or ``contains``, where closing would change what the condition means."""
+    if not isinstance(node, Mapping):
+        return node
+    out = dict(node)
+    for key in _VALUE_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {name: _closed(sub) for name, sub in out[key].items()}
+    for key in _VALUE_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_closed(sub) for sub in out[key]]
+    for key in ("additionalProperties", "items"):
+        sub = out.get(key)
+        if isinstance(sub, Mapping):
+            out[key] = _closed(sub)
+        elif key == "items" and isinstance(sub, list):  # drafts before 2020-12
+            out[key] = [_closed(x) for x in sub]
+    if "properties" in out and not any(k in out for k in _OPENERS):
+        out["additionalProperties"] = False
+    return out
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -274,18 +285,14 @@ def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]
         checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
         keywords: dict[str, Any] = {"enum": _enum, "const": _const}
         if intake:
-            keywords |= {
-                "additionalProperties": _additional_properties,
-                "properties": _properties,
-                "required": _required,
-            }
+            keywords |= {"additionalProperties": _additional_properties, "required": _required}
         cls = jsonschema.validators.extend(base, keywords, type_checker=checker)
         _CLASSES[key] = cls
     return cls
 
 
 def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
-    raise referencing.exceptions.NoSuchResource(ref=uri)
+    raise referencing.exceptions.NoSuchResource(uri)  # nothing is ever fetched
 
 
 _NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
@@ -358,8 +365,8 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
     root = schema
     if intake:
         # The arguments are exactly the declared parameters, whatever the root says of others.
-        root = {**schema, "additionalProperties": False}
-    validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)  # type: ignore[call-arg]
+        root = {**_closed(schema), "additionalProperties": False}
+    validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
     return CompiledSchema(schema, intake, validator)
 
 
@@ -391,7 +398,7 @@ class _Cache:
             self._by_id[key] = (schema, compiled)
             for table in (self._by_text, self._by_id):
                 while len(table) > self.size:
-                    table.popitem(last=False)  # type: ignore[attr-defined]
+                    table.popitem(last=False)
         return compiled
 
     def clear(self) -> None:
