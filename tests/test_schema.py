@@ -549,7 +549,6 @@ def test_the_gate_runs_one_schema_check_per_call_and_a_refused_call_never_runs(
     from tether.host import Host
     from tether.messages import ToolCall
     from tether.policy import Policy, TrustedContext
-    from tether.tools import ToolContext
 
     ran: list[int] = []
 
@@ -574,10 +573,7 @@ def test_the_gate_runs_one_schema_check_per_call_and_a_refused_call_never_runs(
     coerced = host.gate(ToolCall("c1", "add", '{"n": "1"}'), context, host.offered())
     assert coerced.status == "reject" and "wrong_type" in (coerced.error or "") and checks == [1]
     outcome = host.gate(ToolCall("c2", "add", '{"n": 1}'), context, host.offered())
-    assert outcome.status == "allow" and checks == [1, 1]
-    spec = host.offered()[0]
-    obs, crash = anyio.run(
-        host.execute, spec, outcome.arguments, ToolContext("r", "t", frozenset(), None, "c2")
-    )
-    assert crash is None and obs.text == "2" and ran == [1]
-    assert checks == [1, 1]  # execution builds typed arguments without a second schema check
+    assert outcome.status == "allow" and outcome.arguments == {"n": 1} and checks == [1, 1]
+    out = anyio.run(add.invoke, outcome.arguments)
+    assert out.text == "2" and ran == [1]
+    assert checks == [1, 1]  # running the tool builds typed arguments without a second schema check

@@ -88,8 +88,8 @@ def test_a_reviewer_must_be_given_a_tenant_scope_or_be_made_global_explicitly() 
         Reviewer("ana")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="ALL_TENANTS"):
         Reviewer("ana", tenants=None)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="empty"):
-        Reviewer("ana", tenants=set())
+    nobody = Reviewer("ana", tenants=set())  # a reviewer of no tenant decides nothing
+    assert not nobody.may_review("org-alpha") and not nobody.reviews_all_tenants
     with pytest.raises(ValueError):
         Reviewer(" ", tenants={"org-alpha"})
     scoped = Reviewer("ana", tenants={"org-alpha"})

@@ -76,7 +76,7 @@ class Reviewer:
     ``ALL_TENANTS`` for an operator at the host's console (``Reviewer.for_all_tenants(name)``).
 
     Raises ``TypeError`` for a bare string or ``None`` as ``tenants``, ``ValueError`` for an
-    empty name or an empty set of tenants."""
+    empty name."""
 
     name: str
     tenants: frozenset[str] | Literal[_AllTenants.ALL_TENANTS]
@@ -91,10 +91,8 @@ class Reviewer:
                 "Reviewer.tenants is required: name the tenants, or pass ALL_TENANTS "
                 "(Reviewer.for_all_tenants(name)) for a reviewer of every tenant"
             )
-        tenants = name_set(self.tenants, what="Reviewer.tenants")
-        if not tenants:
-            raise ValueError("Reviewer.tenants is empty: this reviewer could decide nothing")
-        object.__setattr__(self, "tenants", tenants)
+        # An empty set is allowed: a reviewer of no tenant decides nothing (fails closed).
+        object.__setattr__(self, "tenants", name_set(self.tenants, what="Reviewer.tenants"))
 
     @classmethod
     def for_all_tenants(cls, name: str) -> Reviewer:
