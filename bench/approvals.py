@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 
 from tether.host import Host
+from tether.desk import ProposalDesk
 from tether.policy import (
     Approvals,
     Policy,
-    ProposalDesk,
     Reviewer,
     SqliteApprovalStore,
     TrustedContext,

@@ -29,12 +29,12 @@ from tether.desk import ProposalDesk
 from tether.errors import PolicyError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel
 from tether.planexec import Plan, PlannedCall, run_plan
 from tether.policy.approvals import Approvals, Reviewer
 from tether.policy.sqlite_store import SqliteApprovalStore
 from tether.policy.trusted import DictCatalog
 from tether.ratelimit import TokenBucket
+from tether.testing import FunctionModel
 from tether.tools.contract import Effect, Target, ToolContext, tool
 from tether.trace.events import EventKind, TraceEvent
 from tether.workflow import Step, Workflow

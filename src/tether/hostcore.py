@@ -21,7 +21,6 @@ from tether.errors import (
     DependencyUnavailable,
     PolicyError,
     ToolError,
-    ToolInputError,
 )
 from tether.messages import ToolCall
 from tether.policy.intake import check_arguments, parse_arguments
@@ -175,15 +174,12 @@ class HostCore:
             decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
             return GateOutcome(call, "deny", spec=spec, decision=decision)
         try:
-            # Strict intake (T3) first, against the contract's schema; then the source's own validation.
+            # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
             arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
-            arguments = self.validate_arguments(spec, arguments)
         except PolicyError as err:
             return GateOutcome(
                 call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason
             )
-        except ToolInputError as err:
-            return GateOutcome(call, "reject", spec=spec, error=err.message, error_reason="invalid_arguments")
         return self.judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
 
     def judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
@@ -219,13 +215,6 @@ class HostCore:
             why = unavailable[0].unavailable  # type: ignore[attr-defined]
             return f"unknown tool {name!r}: its server {unavailable[0].name!r} is unavailable ({why})"
         return f"unknown tool {name!r}"
-
-    def validate_arguments(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
-        source = self._specs[spec.name][1]
-        validate = getattr(source, "validate", None)
-        if validate is None:
-            return arguments
-        return validate(spec.remote_name or spec.name, arguments)  # type: ignore[no-any-return]
 
     # -- the chokepoint (tether.calls) ---------------------------------------------------------
 

@@ -14,8 +14,8 @@ from backend_support import CONTEXT, make_host
 
 from tether import Agent, Limits, StopReason
 from tether.messages import AssistantMessage
-from tether.models import FunctionModel, call
 from tether.models.base import ModelRequest
+from tether.testing import FunctionModel, call
 
 pytestmark = pytest.mark.anyio
 

@@ -15,9 +15,9 @@ from pydantic import Field
 
 from tether.host import Host
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call, final, tool_results
 from tether.policy import Approvals, DictCatalog, Policy, SqliteApprovalStore, TrustedContext
 from tether.run import Agent
+from tether.testing import FunctionModel, call, final, tool_results
 from tether.tools import Effect, Target, ToolContext, tool
 
 APP = "_notes_app:build"

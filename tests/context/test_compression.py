@@ -26,9 +26,9 @@ from tether.context.pairing import units
 from tether.context.untrusted import Observation
 from tether.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, ScriptedModel, call
 from tether.run import RunState
 from tether.scenarios.research.task import OBJECTIVE, Research, completed, system_prompt
+from tether.testing import FunctionModel, ScriptedModel, call
 
 SPECS = [fetch.spec]
 

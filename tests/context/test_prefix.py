@@ -16,7 +16,7 @@ from tether.context import ContextConfig, PrefixMeter, StatusConfig, request_byt
 from tether.context.meter import common_prefix_len
 from tether.messages import SystemMessage, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import ScriptedModel, call
+from tether.testing import ScriptedModel, call
 from tether.trace.stats import trace_stats
 
 

@@ -13,7 +13,7 @@ from tether.context import ContextConfig, SkillError, SkillLibrary
 from tether.context.skills import parse_skill_md
 from tether.messages import SystemMessage, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, ScriptedModel, call
+from tether.testing import FunctionModel, ScriptedModel, call
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"
 

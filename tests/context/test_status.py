@@ -13,7 +13,7 @@ from tether import ToolInputError, tool
 from tether.context import CallLimit, ContextConfig, StatusConfig, choose_status_strategy
 from tether.messages import ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import ScriptedModel, call
+from tether.testing import ScriptedModel, call
 
 
 @tool
@@ -108,7 +108,7 @@ async def test_a_forged_status_inside_a_tool_result_stays_data_and_the_real_coun
             return "Limit reached; not calling again."
         return call("phone_call", company="Xfinity", note="again")
 
-    from tether.models.test import FunctionModel
+    from tether.testing import FunctionModel
 
     model = FunctionModel(obey)
     config = ContextConfig(

@@ -12,8 +12,8 @@ from pydantic import Field
 from tether import tool
 from tether.context import ContextConfig, ContextEngine, StatusConfig, Subagent, run_subtask
 from tether.messages import ToolMessage, UserMessage
-from tether.models.test import ScriptedModel, call
 from tether.run import RunState
+from tether.testing import ScriptedModel, call
 from tether.trace.tracer import read_trace
 
 

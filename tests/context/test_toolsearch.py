@@ -14,7 +14,7 @@ from tether import Tool, tool
 from tether.context import ContextConfig, ToolSearchConfig
 from tether.context.bm25 import BM25, tokenize
 from tether.messages import ToolMessage
-from tether.models.test import ScriptedModel, call
+from tether.testing import ScriptedModel, call
 
 TOPICS = [
     ("weather_forecast", "Forecast the weather for a city over the next days."),

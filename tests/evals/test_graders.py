@@ -24,9 +24,9 @@ from tether.evals.graders import (
     groundedness,
     split_sentences,
 )
-from tether.models.test import ScriptedModel, call
 from tether.run import CallRecord, RunResult
 from tether.stop import StopReason
+from tether.testing import ScriptedModel, call
 from tether.tools.contract import Effect
 
 T0 = datetime(2026, 8, 9, 14, 10, tzinfo=UTC)

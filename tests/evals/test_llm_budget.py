@@ -10,7 +10,7 @@ from pydantic import Field
 from tether import Agent, Host, Limits, Policy, StopReason, TrustedContext, tool
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call
+from tether.testing import FunctionModel, call
 
 
 @tool

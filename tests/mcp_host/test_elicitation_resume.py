@@ -16,10 +16,10 @@ from tether.mcp.hosting import build_host
 from tether.mcp.pauses import PauseStore
 from tether.mcp.runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
 from tether.messages import ToolMessage
-from tether.models.test import FunctionModel
 from tether.policy import Approvals, SqliteApprovalStore, TrustedContext
 from tether.run import Agent, RunResult
 from tether.stop import StopReason
+from tether.testing import FunctionModel
 
 from .conftest import approve_all, web_server, write_config
 
@@ -170,7 +170,7 @@ async def test_a_destructive_tool_asking_to_confirm_runs_once_approved_and_once_
     # First the side effect waits for a reviewer: nothing was sent to the server.
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and not log.exists()
     [pid] = [e.data["proposal_id"] for e in first.events if str(e.kind) == "approval_requested"]
-    Approvals(SqliteApprovalStore(db)).approve(Reviewer("ops"), pid)
+    Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
     # Approved, the call runs; the server asks "are you sure?" and nobody is there: paused again.
     second, _ = await _resume(config, db, first.run_id)
     assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in second.detail

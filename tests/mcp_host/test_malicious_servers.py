@@ -14,8 +14,8 @@ from tether.mcp.runner import resume_pause, run_question
 from tether.mcp.sampling import SamplingPrompt
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel
 from tether.stop import StopReason
+from tether.testing import FunctionModel
 from tether.trace.tracer import read_trace
 
 from .conftest import approve, approve_all, script, stdio_server, web_server, write_config
@@ -179,7 +179,7 @@ async def test_resource_links_and_remote_schema_refs_are_never_fetched(
     run = await run_question(config, "Q", script(("h__link", {}), ("h__remote_ref", {"x": "v"}), LOOKUP))
     assert f"[resource_link not fetched: {url}" in run.seen("h__link")[0]
     refused = run.seen("h__remote_ref")[0]  # cannot be validated, so never sent (intake or the source)
-    assert "is not followed" in refused or "is unusable" in refused
+    assert "unsupported_schema" in refused and "never fetched" in refused
     assert hits == []
     assert "value-of-alpha" in run.seen("h__lookup")[0]
 

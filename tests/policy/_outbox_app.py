@@ -122,7 +122,7 @@ LOOP_APP = "_outbox_app:build_loop"
 
 
 def _note_model(request: Any) -> Any:
-    from tether.models.test import call, final, tool_results
+    from tether.testing import call, final, tool_results
 
     if not tool_results(request):
         return call("add_note", order_id="order-1", note="Customer asked for a call back.")
@@ -131,8 +131,8 @@ def _note_model(request: Any) -> Any:
 
 def build_loop(db: Path) -> tuple[Host, Any]:
     """Factory for ``tether resume``: the host (outbox next to ``db``) and the agent."""
-    from tether.models.test import FunctionModel
     from tether.run import Agent
+    from tether.testing import FunctionModel
 
     host, _ = build(Path(db), Path(db).with_name("outbox.db"), crash=os.environ.get("OUTBOX_CRASH", ""))
     assert host.approvals is not None

@@ -16,10 +16,10 @@ from pydantic import Field
 
 from tether.errors import ApprovalError
 from tether.host import Host
-from tether.models.test import ScriptedModel, call, final
 from tether.policy import Policy, ProposalStatus, Reviewer
 from tether.run import Agent
 from tether.stop import StopReason
+from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
 from tether.trace.tracer import read_trace
 
@@ -172,7 +172,7 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert host.approvals is not None
     [p] = host.approvals.store.list_proposals()
-    host.approvals.approve(Reviewer("ops"), p.id)
+    host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
     crashed = run_app(tmp_path, "resume", first.run_id, OUTBOX_CRASH="after")
     assert crashed.returncode == 17, crashed.stderr
     box = build(tmp_path / "a.db", tmp_path / "outbox.db")[1]

@@ -12,10 +12,10 @@ from pydantic import Field
 
 from tether.errors import PolicyError
 from tether.host import Host
-from tether.models.test import ScriptedModel, call, final
 from tether.policy import Approvals, Policy, Reviewer, SqliteApprovalStore, TrustedContext, propose
 from tether.run import Agent
 from tether.stop import StopReason
+from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
 
 pytestmark = pytest.mark.anyio
@@ -94,7 +94,7 @@ async def test_in_the_loop_a_forbidden_destination_never_reaches_the_tool_and_an
     assert paused.stop_reason is StopReason.APPROVAL_REQUIRED and SENT == []
     assert host.approvals is not None
     [p] = host.approvals.store.list_proposals(run_id=paused.run_id)
-    host.approvals.approve(Reviewer("ops"), p.id)
+    host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
     done = await host.resume(agent, paused.run_id)
     assert done.stop_reason is StopReason.ACCEPTED
     assert SENT == [("https://partner.example/h", "weekly")]

@@ -10,11 +10,11 @@ import pytest
 
 from tether.host import Host
 from tether.messages import ToolCall
-from tether.models.test import ScriptedModel, call, final
 from tether.policy import Policy, TrustedContext
 from tether.run import Agent
 from tether.scenarios.maintenance.lab import erp_command
 from tether.stop import Limits, StopReason
+from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

@@ -105,7 +105,9 @@ async def test_unknown_outcome_without_a_reconciler_is_escalated_to_a_person(tmp
         desk.approvals.resolve(
             Reviewer("beta-manager", tenants=frozenset({"org-beta"})), entry.key, happened=True
         )
-    desk.approvals.resolve(Reviewer("ops"), entry.key, happened=True, note="seen in the order log")
+    desk.approvals.resolve(
+        Reviewer.for_all_tenants("ops"), entry.key, happened=True, note="seen in the order log"
+    )
     ex = await desk.execute(ALPHA, pid)
     assert ex.replayed and "resolved by ops" in ex.observation.text
     assert [e.op for e in desk.approvals.store.events(pid)][-3:] == ["escalated", "resolved", "replayed"]

@@ -9,9 +9,7 @@ from pydantic import Field
 
 from tether import Agent, Effect, Host, TrustedContext, tool
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models import FunctionModel
 from tether.models.base import ModelRequest
-from tether.models.test import call
 from tether.policy.provenance import SourceTrust, TrustConfig
 from tether.policy.provenance_rules import (
     ArgumentRule,
@@ -22,6 +20,7 @@ from tether.policy.provenance_rules import (
     rules_from_dict,
 )
 from tether.stop import StopReason
+from tether.testing import FunctionModel, call
 from tether.tools.contract import ToolContext
 from tether.trace.events import EventKind
 

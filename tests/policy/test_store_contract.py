@@ -1,25 +1,32 @@
-"""The ``ApprovalStore`` contract, run against every backend (SQLite today; a PostgreSQL store
-joins the ``store`` fixture's params and must pass the same tests)."""
+"""The ``ApprovalStore`` contract, run against every backend (SQLite and in-memory today; a
+PostgreSQL store joins the ``store`` fixture's params and must pass the same tests)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from tether.errors import ApprovalError
-from tether.policy import ApprovalStore, LedgerStatus, ProposalStatus, SqliteApprovalStore
+from tether.policy import (
+    ApprovalStore,
+    LedgerStatus,
+    MemoryApprovalStore,
+    ProposalStatus,
+    SqliteApprovalStore,
+)
 from tether.policy.store import LedgerEntry, NewProposal
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "memory"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalStore]:
-    s = SqliteApprovalStore(tmp_path / "approvals.db")
+    s: SqliteApprovalStore | MemoryApprovalStore
+    s = SqliteApprovalStore(tmp_path / "approvals.db") if request.param == "sqlite" else MemoryApprovalStore()
     yield s
     s.close()
 
@@ -131,3 +138,31 @@ def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -> None
     )
     assert store.load_checkpoint("run-2") is None
     assert [c.run_id for c in store.list_checkpoints()] == ["run-1"]
+
+
+def test_timestamps_must_be_aware_and_come_back_in_utc(store: ApprovalStore) -> None:
+    with pytest.raises(ValueError):
+        store.add_proposal(new(), now=datetime(2026, 11, 29, 12, 0))
+    assert store.list_proposals() == []  # the refused write left nothing behind
+    local = datetime(2026, 11, 29, 13, 0, tzinfo=timezone(timedelta(hours=1)))
+    p = store.add_proposal(new(), now=local)
+    assert p.created_at == T0 and p.created_at.utcoffset() == timedelta(0)
+    assert store.get_proposal(p.id) == p
+
+
+def test_stored_values_are_immutable_and_reads_are_consistent(store: ApprovalStore) -> None:
+    p = store.add_proposal(new("run-2", 1, "c9"), now=T0)
+    with pytest.raises(AttributeError):
+        p.arguments = "{}"  # type: ignore[misc]
+    assert store.get_proposal(p.id) == p
+    store.add_event(p.id, "executed", actor="host", detail="ok", now=LATER)
+    assert [(e.op, e.actor, e.detail, e.at) for e in store.events(p.id)] == [
+        ("proposed", "model", "sha256:x", T0),
+        ("executed", "host", "ok", LATER),
+    ]
+    with pytest.raises(ValueError):
+        store.set_ledger_status("k", LedgerStatus.DONE, owner="o", note="", now=T0, lease_until=T0)
+    with pytest.raises(ApprovalError) as info:
+        store.set_ledger_status("k", LedgerStatus.INTENT, owner="o", note="", now=T0, lease_until=T0)
+    assert info.value.reason == "unknown_key"
+    assert store.ledger_entry("k") is None and store.ledger_for(p.id) == []

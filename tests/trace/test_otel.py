@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from tether import Agent, Effect, Host, Policy, TrustedContext, tool
-from tether.models.test import ScriptedModel, call, final
+from tether.testing import ScriptedModel, call, final
 from tether.trace.otel import CAPTURE_ENV, OtelSink, otel_sink_from_env
 
 CTX = TrustedContext(tenant="shop-a", user="ops")

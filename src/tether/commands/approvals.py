@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                 for key, value in review.items():
                     print(f"{key}: {value}")
             return 0
-        reviewer = Reviewer(args.reviewer or getpass.getuser())
+        # An operator with the store open at the console acts for every tenant in it.
+        reviewer = Reviewer.for_all_tenants(args.reviewer or getpass.getuser())
         out: dict[str, Any]
         if args.action == "resolve":
             entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)

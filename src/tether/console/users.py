@@ -152,7 +152,9 @@ class Principal:
     def reviewer(self) -> Reviewer:
         """The host-side authority the approval desk checks again for every decision."""
         tenants = self.tenants("reviewer")
-        return Reviewer(self.name, tenants=tenants)
+        return (
+            Reviewer.for_all_tenants(self.name) if tenants is None else Reviewer(self.name, tenants=tenants)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from tether.context.subagent import Subagent, SubtaskRunner
 from tether.context.todo import TodoList
 from tether.context.tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context.toolsearch import ToolSearch, ToolSearchConfig
-from tether.errors import ConfigError, PolicyError, ToolError, ToolInputError
+from tether.errors import ConfigError, PolicyError, ToolError
 from tether.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
 from tether.models.base import Model, ModelRequest
 from tether.policy.intake import check_arguments, parse_arguments
@@ -269,12 +269,10 @@ class ContextEngine:
         if call.name in self._harness:
             spec = self._harness_specs[call.name]
             try:
-                raw = check_arguments(spec.parameters, parse_arguments(call.arguments))  # strict intake (T3)
-                arguments = self._harness[call.name].validate(raw)
+                # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
+                arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
             except PolicyError as err:
                 return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
-            except ToolInputError as err:
-                return GateOutcome(call, "reject", spec=spec, error=err.message)
             decision = Decision("allow", "harness_tool", "context tool run by the host", {"tool": call.name})
             return GateOutcome(call, "allow", spec=spec, arguments=arguments, decision=decision)
         if self.search is not None and (why := self.search.refusal(call.name)):

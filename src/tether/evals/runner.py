@@ -24,9 +24,9 @@ from tether.evals.graders import (
     grade_trajectory,
 )
 from tether.models.base import Model
-from tether.models.test import injected_calls
 from tether.run import RunResult
 from tether.stop import StopReason
+from tether.testing import injected_calls
 from tether.tools.contract import Effect, ToolSpec
 
 __all__ = ["CaseRun", "EvalScenario", "Execution", "ModelFactory", "grade_execution"]

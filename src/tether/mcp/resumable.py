@@ -51,8 +51,8 @@ def rebuild(db: Path) -> tuple[Host, Agent]:
     from tether.mcp.config import load_config
     from tether.mcp.hosting import build_host
     from tether.mcp.runner import INSTRUCTIONS, StandIn
-    from tether.models.test import FunctionModel
     from tether.run import Agent
+    from tether.testing import FunctionModel
 
     sidecar = _sidecar(Path(db))
     if not sidecar.exists():

@@ -23,10 +23,10 @@ from tether.mcp.hosting import build_host, mcp_sources
 from tether.mcp.pauses import Pause
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, injected_calls
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent, RunResult, RunState
 from tether.stop import Limits
+from tether.testing import FunctionModel, injected_calls
 from tether.trace.events import EventKind
 
 __all__ = ["ScriptStep", "StandIn", "answer_pause", "rerun_paused_call", "resume_pause", "run_question"]

@@ -36,6 +36,8 @@ from mcp import Client, StdioServerParameters
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
 from tether.mcp.elicitation import CallInfo
 from tether.mcp.pinning import PinStore, ToolCheck, canonical_definition, check_listing
+from tether.schema import SchemaViolation, UnusableSchema, check_arguments
+from tether.schema import validate as validate_schema
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace.events import EventKind
 
@@ -361,22 +363,21 @@ class McpServerSource:
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Check arguments against the pinned input schema with the host's one schema engine
+        (the gate runs the same check on the offered spec). Raises ``ToolInputError``."""
         definition = self._pinned.get(remote_name)
         if definition is None:
             raise ToolInputError(f"unknown tool {remote_name!r} on server {self.name}")
-        schema = definition.get("inputSchema") or {"type": "object"}
         try:
-            _validate(arguments, schema)
-        except jsonschema.ValidationError as err:
-            path = ".".join(str(p) for p in err.absolute_path) or "(arguments)"
+            return check_arguments(definition.get("inputSchema") or {"type": "object"}, arguments)
+        except UnusableSchema as err:  # an invalid or unresolvable schema is the server's fault
             raise ToolInputError(
-                f"{path}: {err.message}", hint="match the tool's input schema exactly"
+                f"the input schema of {remote_name} on server {self.name} is unusable: {err}"
             ) from None
-        except Exception as err:  # an invalid or unresolvable schema is the server's fault
+        except SchemaViolation as err:
             raise ToolInputError(
-                f"the input schema of {remote_name} on server {self.name} is unusable: {type(err).__name__}"
+                str(err), hint="match the tool's input schema exactly", details=dict(err.details)
             ) from None
-        return arguments
 
     def _refuse_unapproved(self, spec: ToolSpec) -> None:
         remote = spec.remote_name
@@ -546,15 +547,15 @@ class McpServerSource:
 
 
 def _validate(instance: Any, schema: dict[str, Any]) -> None:
-    """Validate with an empty reference registry: a ``$ref`` to another document is never fetched
-    (jsonschema's default would download http(s) references, letting a server make the host call out)."""
-    from referencing import Registry
-
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    error = jsonschema.exceptions.best_match(cls(schema, registry=Registry()).iter_errors(instance))
-    if error is not None:
-        raise error
+    """Check a result against its output schema with the host's one schema engine (exact types,
+    references resolved only inside the schema: nothing is ever fetched). Failures are raised as
+    ``jsonschema`` errors, which the result handling reports as ``invalid_output``."""
+    try:
+        validate_schema(schema, instance)
+    except UnusableSchema as err:
+        raise jsonschema.SchemaError(str(err)) from None
+    except SchemaViolation as err:
+        raise jsonschema.ValidationError(str(err)) from None
 
 
 def _describe(err: BaseException) -> str:

@@ -1,6 +1,6 @@
 """Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger."""
 
-from tether.policy.approvals import Approvals, EffectOutcome, Review, Reviewer, idempotency_key
+from tether.policy.approvals import ALL_TENANTS, Approvals, EffectOutcome, Review, Reviewer, idempotency_key
 from tether.policy.intake import (
     MAX_DEPTH,
     MAX_PROPOSAL_BYTES,
@@ -12,6 +12,7 @@ from tether.policy.intake import (
     parse_json,
     propose,
 )
+from tether.policy.memory_store import MemoryApprovalStore
 from tether.policy.provenance import ProvenanceIndex, SourceTrust, TrustConfig
 from tether.policy.provenance_rules import (
     ArgumentRule,
@@ -36,6 +37,7 @@ from tether.policy.store import ApprovalStore, LedgerStatus, ProposalStatus, Sto
 from tether.policy.trusted import Catalog, DictCatalog, Permissions, TrustedContext
 
 __all__ = [
+    "ALL_TENANTS",
     "MAX_DEPTH",
     "MAX_PROPOSAL_BYTES",
     "Allowlist",
@@ -49,6 +51,7 @@ __all__ = [
     "EffectOutcome",
     "Egress",
     "LedgerStatus",
+    "MemoryApprovalStore",
     "Permissions",
     "Policy",
     "Proposal",

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import hashlib
 import json
 import os
@@ -22,10 +23,11 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import anyio
 
+from tether._names import name_set
 from tether.errors import ApprovalError
 from tether.policy.intake import Proposal, canonical_json, content_hash
 from tether.policy.store import (
@@ -42,6 +44,7 @@ from tether.policy.store import (
 from tether.policy.trusted import TrustedContext
 
 __all__ = [
+    "ALL_TENANTS",
     "Approvals",
     "EffectOutcome",
     "Reconciler",
@@ -55,22 +58,53 @@ _PROCESS_TOKEN = uuid.uuid4().hex[:12]
 _HOST = socket.gethostname()
 
 
+class _AllTenants(enum.Enum):
+    ALL_TENANTS = "all_tenants"
+
+    def __repr__(self) -> str:
+        return "ALL_TENANTS"
+
+
+ALL_TENANTS: Final = _AllTenants.ALL_TENANTS
+"""A reviewer's scope that covers every tenant: must be given explicitly, never implied."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reviewer:
     """A person (or service) allowed to decide proposals. Built by the application, never from
-    model output. ``tenants=None`` reviews for every tenant (an operator at the host's console)."""
+    model output. ``tenants`` is required: the tenants this reviewer decides for, or
+    ``ALL_TENANTS`` for an operator at the host's console (``Reviewer.for_all_tenants(name)``).
+
+    Raises ``TypeError`` for a bare string or ``None`` as ``tenants``, ``ValueError`` for an
+    empty name."""
 
     name: str
-    tenants: frozenset[str] | None = None
+    tenants: frozenset[str] | Literal[_AllTenants.ALL_TENANTS]
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.strip():
-            raise ValueError("Reviewer.name must be non-empty")
-        if self.tenants is not None:
-            object.__setattr__(self, "tenants", frozenset(self.tenants))
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Reviewer.name must be a non-empty string")
+        if self.tenants is ALL_TENANTS:
+            return
+        if self.tenants is None:
+            raise TypeError(
+                "Reviewer.tenants is required: name the tenants, or pass ALL_TENANTS "
+                "(Reviewer.for_all_tenants(name)) for a reviewer of every tenant"
+            )
+        # An empty set is allowed: a reviewer of no tenant decides nothing (fails closed).
+        object.__setattr__(self, "tenants", name_set(self.tenants, what="Reviewer.tenants"))
+
+    @classmethod
+    def for_all_tenants(cls, name: str) -> Reviewer:
+        """A reviewer of every tenant (an operator at the host's console)."""
+        return cls(name, tenants=ALL_TENANTS)
+
+    @property
+    def reviews_all_tenants(self) -> bool:
+        return self.tenants is ALL_TENANTS
 
     def may_review(self, tenant: str) -> bool:
-        return self.tenants is None or tenant in self.tenants
+        return self.tenants is ALL_TENANTS or tenant in self.tenants
 
 
 class Reconciler(Protocol):

@@ -16,12 +16,19 @@ Every refusal is a ``PolicyError`` whose ``reason`` is machine-readable:
     wrong_type         no coercion: "1" is not 1, true is not 1, 1.0 is not an integer
     blank_string       an empty or whitespace-only string
     too_short/too_long a string outside the parameter's ``minLength``/``maxLength`` (code points)
-    out_of_range       a number outside ``minimum``/``maximum``, an array outside its item counts
+    out_of_range       a number outside ``minimum``/``maximum``/``multipleOf``, an array or object
+                       outside its item or key counts
     not_allowed_value  a value not in the parameter's ``enum``/``const``, or not matching ``pattern``
+    invalid_format     a string that is not the ``format`` it declares (date, date-time, email, …)
+    not_unique         an array with ``uniqueItems`` that repeats an item
+    schema_mismatch    any other keyword (``not``, ``oneOf`` matching twice, ``if``/``then`` …)
+    unsupported_schema the contract's schema is unusable (invalid, or a reference from outside it)
     unknown_tool       the envelope names a tool the host does not offer
 
 Per-parameter limits come from the tool contract's JSON Schema (pydantic ``Field`` constraints
-on local tools, ``inputSchema`` on MCP tools). Nothing is coerced and nothing is trimmed.
+on local tools, ``inputSchema`` on MCP tools), checked by the one schema engine in
+``tether.schema``; this module is the strict parser in front of it. Nothing is coerced and
+nothing is trimmed.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import PolicyError
+from tether.schema import MAX_DEPTH
+from tether.schema import check_arguments as _check_against_schema
 
 if TYPE_CHECKING:
     from tether.policy.rules import Decision, Policy
@@ -55,7 +63,6 @@ __all__ = [
 ]
 
 MAX_PROPOSAL_BYTES = 4096
-MAX_DEPTH = 16
 _INT_MIN, _INT_MAX = -(2**63), 2**63 - 1
 _BOM = "\ufeff"
 
@@ -169,150 +176,7 @@ def parse_arguments(raw: str | bytes) -> dict[str, Any]:
     return value
 
 
-# -- the contract: exact keys, types without coercion, per-parameter limits ----------------------
-
-
-def _type_ok(value: Any, kind: str) -> bool:
-    if kind == "string":
-        return isinstance(value, str)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "null":
-        return value is None
-    if kind == "array":
-        return isinstance(value, list)
-    if kind == "object":
-        return isinstance(value, dict)
-    return False
-
-
-def _resolve(schema: Mapping[str, Any], root: Mapping[str, Any]) -> Mapping[str, Any]:
-    ref = schema.get("$ref")
-    if not isinstance(ref, str):
-        return schema
-    if not ref.startswith("#/"):
-        raise PolicyError("unsupported_schema", f"external $ref {ref!r} is not followed")
-    node: Any = root
-    for part in ref[2:].split("/"):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    if not isinstance(node, Mapping):
-        raise PolicyError("unsupported_schema", f"$ref {ref!r} does not resolve")
-    return node
-
-
-def _check(value: Any, schema: Mapping[str, Any], root: Mapping[str, Any], where: str, depth: int) -> None:
-    if depth > MAX_DEPTH:
-        raise PolicyError("too_deep", f"schema nesting beyond {MAX_DEPTH} at {where}")
-    schema = _resolve(schema, root)
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            errors: list[PolicyError] = []
-            for option in options:
-                try:
-                    _check(value, option, root, where, depth + 1)
-                    break
-                except PolicyError as err:
-                    errors.append(err)
-            else:
-                # The most telling error is the one from the option whose type matched.
-                typed = [e for e in errors if e.reason != "wrong_type"]
-                raise (typed or errors)[0]
-    for option in schema.get("allOf") or ():
-        _check(value, option, root, where, depth + 1)
-
-    kinds = schema.get("type")
-    if kinds is not None:
-        kinds_list = [kinds] if isinstance(kinds, str) else list(kinds)
-        if not any(_type_ok(value, k) for k in kinds_list):
-            raise PolicyError(
-                "wrong_type",
-                f"{where} must be {' or '.join(kinds_list)}, not {_json_type(value)} (nothing is coerced)",
-                field=where,
-            )
-    if "const" in schema and not _same(value, schema["const"]):
-        raise PolicyError("not_allowed_value", f"{where} must be {schema['const']!r}", field=where)
-    enum = schema.get("enum")
-    if isinstance(enum, list) and not any(_same(value, e) for e in enum):
-        raise PolicyError("not_allowed_value", f"{where} must be one of {enum[:10]!r}", field=where)
-
-    if isinstance(value, str):
-        _check_string(value, schema, where)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        _check_number(value, schema, where)
-    elif isinstance(value, list):
-        lo, hi = schema.get("minItems"), schema.get("maxItems")
-        if (isinstance(lo, int) and len(value) < lo) or (isinstance(hi, int) and len(value) > hi):
-            raise PolicyError("out_of_range", f"{where} has {len(value)} items ({lo}–{hi})", field=where)
-        items = schema.get("items")
-        if isinstance(items, Mapping):
-            for i, item in enumerate(value):
-                _check(item, items, root, f"{where}[{i}]", depth + 1)
-    elif isinstance(value, dict):
-        _check_object(value, schema, root, where, depth, strict_keys=False)
-
-
-def _check_string(value: str, schema: Mapping[str, Any], where: str) -> None:
-    if not value.strip():
-        raise PolicyError("blank_string", f"{where} is empty or whitespace only", field=where)
-    lo, hi = schema.get("minLength"), schema.get("maxLength")
-    if isinstance(lo, int) and len(value) < lo:
-        raise PolicyError("too_short", f"{where} has {len(value)} characters; minimum {lo}", field=where)
-    if isinstance(hi, int) and len(value) > hi:
-        raise PolicyError("too_long", f"{where} has {len(value)} characters; maximum {hi}", field=where)
-    pattern = schema.get("pattern")
-    if isinstance(pattern, str) and re.search(pattern, value) is None:
-        raise PolicyError("not_allowed_value", f"{where} does not match {pattern!r}", field=where)
-
-
-def _check_number(value: float, schema: Mapping[str, Any], where: str) -> None:
-    bounds = (
-        ("minimum", lambda v, b: v >= b),
-        ("maximum", lambda v, b: v <= b),
-        ("exclusiveMinimum", lambda v, b: v > b),
-        ("exclusiveMaximum", lambda v, b: v < b),
-    )
-    for key, ok in bounds:
-        bound = schema.get(key)
-        if isinstance(bound, int | float) and not isinstance(bound, bool) and not ok(value, bound):
-            raise PolicyError("out_of_range", f"{where} = {value} violates {key} {bound}", field=where)
-
-
-def _check_object(
-    value: dict[str, Any],
-    schema: Mapping[str, Any],
-    root: Mapping[str, Any],
-    where: str,
-    depth: int,
-    *,
-    strict_keys: bool,
-) -> None:
-    props = schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
-    required = [r for r in schema.get("required") or () if isinstance(r, str)]
-    for name in required:
-        if name not in value:
-            raise PolicyError("missing_field", f"missing field {name!r}", field=name)
-    closed = strict_keys or schema.get("additionalProperties") is False or bool(props)
-    for name, item in value.items():
-        sub = props.get(name)
-        if sub is None:
-            if closed:
-                raise PolicyError("extra_field", f"unexpected field {name[:80]!r}", field=name[:80])
-            extra = schema.get("additionalProperties")
-            if isinstance(extra, Mapping):
-                _check(item, extra, root, f"{where}.{name[:40]}", depth + 1)
-            continue
-        label = name if where == "(arguments)" else f"{where}.{name}"
-        _check(item, sub, root, label, depth + 1)
-
-
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
+# -- the contract: one schema engine (tether.schema) --------------------------------------------
 
 
 def _json_type(value: Any) -> str:
@@ -328,12 +192,11 @@ def _json_type(value: Any) -> str:
 
 def check_arguments(parameters: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Check parsed arguments against a tool's parameter schema: exactly its keys, exact types,
-    per-parameter limits, no blank strings. Returns a copy; raises ``PolicyError``."""
+    per-parameter limits, no blank strings. Returns a copy; raises ``PolicyError`` (a
+    ``tether.schema.SchemaViolation`` naming the argument, or ``UnusableSchema``)."""
     if not isinstance(arguments, Mapping):
         raise PolicyError("not_an_object", "arguments must be a JSON object")
-    args = dict(arguments)
-    _check_object(args, parameters, parameters, "(arguments)", 0, strict_keys=True)
-    return args
+    return _check_against_schema(parameters, dict(arguments))
 
 
 # -- the envelope {"tool": ..., "arguments": {...}} and the Proposal value ------------------------

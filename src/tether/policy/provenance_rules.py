@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tether._names import name_set
 from tether.policy.provenance import (
     USER,
     Origin,
@@ -86,10 +87,10 @@ class ArgumentRule:
         links = data.get("links_from")
         return cls(
             argument,
-            allow=frozenset(data.get("allow", ())),
-            approve=frozenset(data.get("approve", ())),
+            allow=name_set(data.get("allow", ()), what=f"{argument}.allow"),
+            approve=name_set(data.get("approve", ()), what=f"{argument}.approve"),
             otherwise=otherwise,
-            links_from=frozenset(links) if links is not None else None,
+            links_from=name_set(links, what=f"{argument}.links_from") if links is not None else None,
             any=bool(data.get("any", False)),
         )
 
@@ -109,7 +110,7 @@ class ToolRules:
         if unknown:
             raise ValueError(f"unknown keys for tool {tool!r}: {sorted(unknown)}")
         args = {a: ArgumentRule.from_dict(a, r) for a, r in (data.get("arguments") or {}).items()}
-        return cls(tool, args, data.get("anchor"), frozenset(data.get("no_flow", ())))
+        return cls(tool, args, data.get("anchor"), name_set(data.get("no_flow", ()), what=f"{tool}.no_flow"))
 
 
 # -- the index of a run -------------------------------------------------------------------
@@ -193,7 +194,7 @@ class ProvenanceRules:
         self.tools = dict(tools)
         self.config = config
         self.directory = list(directory)
-        self.anchor_classes = frozenset(anchor_classes)
+        self.anchor_classes = name_set(anchor_classes, what="anchor_classes")
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
 
     def _index(self, state: Any) -> ProvenanceIndex:

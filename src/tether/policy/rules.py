@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from tether._names import name_set
 from tether.policy.trusted import Catalog, TrustedContext
 from tether.tools.contract import Effect
 from tether.types import Decision, ProposedCall
@@ -51,6 +52,11 @@ class Allowlist:
     allow: frozenset[str] | None = None
     deny: frozenset[str] = frozenset()
     name: str = "allowlist"
+
+    def __post_init__(self) -> None:
+        if self.allow is not None:
+            object.__setattr__(self, "allow", name_set(self.allow, what="allow"))
+        object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
 
     def permits(self, tool_name: str, *, harness: bool = False) -> bool:
         if tool_name in self.deny:
@@ -119,6 +125,10 @@ class Egress:
     allowed: frozenset[str]
     name: str = "egress"
 
+    def __post_init__(self) -> None:
+        allowed = name_set(self.allowed, what="egress")
+        object.__setattr__(self, "allowed", frozenset(d.lower() for d in allowed))
+
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         arg = call.spec.egress_argument
         if arg is None:
@@ -143,6 +153,10 @@ class EffectApproval:
     automatic: frozenset[Effect] = frozenset({Effect.READ})
     name: str = "effect"
 
+    def __post_init__(self) -> None:
+        effects = name_set(self.automatic, what="automatic_effects")  # Effect is a str enum
+        object.__setattr__(self, "automatic", frozenset(Effect(e) for e in effects))
+
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
         needs = spec.needs_approval if spec.needs_approval is not None else spec.effect not in self.automatic
@@ -166,14 +180,19 @@ class Policy:
         rules: Iterable[Rule] = (),
         roles: Mapping[str, Iterable[str]] | None = None,
     ) -> None:
-        self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
+        # A bare string is a TypeError (name_set): allow="read_order" must not mean its letters.
+        self.allowlist = Allowlist(
+            name_set(allow, what="Policy.allow") if allow is not None else None,
+            name_set(deny, what="Policy.deny"),
+        )
         chain: list[Rule] = [self.allowlist]
         if roles:
             chain.append(RoleRequirement({tool: frozenset(r) for tool, r in roles.items()}))
         if catalog is not None:
             chain.append(TargetOwnership(catalog))
-        chain.append(Egress(frozenset(d.lower() for d in egress or ())))
-        chain.append(EffectApproval(frozenset(automatic_effects)))
+        chain.append(Egress(name_set(egress if egress is not None else (), what="Policy.egress")))
+        automatic = name_set(automatic_effects, what="Policy.automatic_effects")  # Effect is a str enum
+        chain.append(EffectApproval(frozenset(Effect(e) for e in automatic)))
         chain.extend(rules)
         self.rules: tuple[Rule, ...] = tuple(chain)
 

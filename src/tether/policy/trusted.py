@@ -6,13 +6,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from tether._names import name_set
+
 __all__ = ["Catalog", "DictCatalog", "Permissions", "TrustedContext"]
 
 
 @dataclass(frozen=True, slots=True)
 class Permissions:
+    """What a run may read and write (names of scopes or resources)."""
+
     read: frozenset[str] = frozenset()
     write: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "read", name_set(self.read, what="Permissions.read"))
+        object.__setattr__(self, "write", name_set(self.write, what="Permissions.write"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +35,7 @@ class TrustedContext:
     def __post_init__(self) -> None:
         if not self.tenant or not self.tenant.strip():
             raise ValueError("TrustedContext.tenant must be a non-empty string")
-        object.__setattr__(self, "roles", frozenset(self.roles))
+        object.__setattr__(self, "roles", name_set(self.roles, what="TrustedContext.roles"))
 
     @property
     def scope(self) -> str:

@@ -19,7 +19,8 @@ import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
-from tether.errors import ToolError, ToolInputError, UpstreamError
+from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+from tether.schema import UnusableSchema, check_arguments, compile_schema
 from tether.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 
 __all__ = [
@@ -141,6 +142,10 @@ class Tool:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
         schema["additionalProperties"] = False
+        try:
+            compile_schema(schema, intake=True)  # fail at declaration, not at the first call
+        except UnusableSchema as err:
+            raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
         doc = inspect.getdoc(function) or ""
         self.spec = ToolSpec(
             name=tool_name,
@@ -173,9 +178,25 @@ class Tool:
         return bound
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Validate strictly (no coercion, no extra keys); raises ``ToolInputError`` for the model."""
+        """Check JSON arguments against the contract's schema with the host's intake rules (the
+        one schema engine, ``tether.schema``); returns a copy. Raises ``ToolInputError``."""
         try:
-            model = self.arguments_model.model_validate(arguments, strict=True)
+            return check_arguments(self.spec.parameters, arguments)
+        except PolicyError as err:
+            raise ToolInputError(
+                f"invalid arguments for {self.name}: {err}",
+                hint="call again with arguments that match the tool's schema exactly",
+                details={"reason": err.reason, **err.details},
+            ) from None
+
+    def build(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The typed Python arguments (nested models, enums, dates, defaults) from JSON arguments
+        the schema has already accepted. Pydantic reads them in strict JSON mode, so it converts
+        representations and never coerces one type into another; what only Python code can
+        check (a custom validator) fails here as ``ToolInputError``."""
+        try:
+            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            model = self.arguments_model.model_validate_json(text, strict=True)
         except ValidationError as err:
             raise ToolInputError(
                 f"invalid arguments for {self.name}: {_model_errors(err)}",
@@ -184,8 +205,9 @@ class Tool:
         return {k: getattr(model, k) for k in self.arguments_model.model_fields}
 
     async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
-        """Run the tool. ``ToolError`` subclasses are recoverable; anything else propagates."""
-        kwargs = self.validate(arguments)
+        """Run the tool on JSON arguments the host's gate has checked (``validate`` them first
+        when calling by hand). ``ToolError`` subclasses are recoverable; anything else propagates."""
+        kwargs = self.build(arguments)
         if self._context_param is not None:
             if context is None:
                 raise TypeError(f"tool {self.name} needs a ToolContext")

@@ -27,12 +27,12 @@ from tether.errors import ConfigError
 from tether.evals.agentdojo.source import DIRECTORIES, AgentDojoTools, SuiteDeclaration, load_declaration
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel
 from tether.policy.provenance import ProvenanceIndex, normalise, split_values
 from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
 from tether.policy.rules import Decision, ProposedCall
 from tether.policy.trusted import TrustedContext
 from tether.stop import Limits
+from tether.testing import FunctionModel
 
 __all__ = [
     "BENCHMARK_VERSION",
@@ -435,7 +435,7 @@ async def _review_and_resume(
     from tether.policy.store import ProposalStatus
     from tether.stop import StopReason
 
-    reviewer = Reviewer(REVIEWER_NAME)
+    reviewer = Reviewer.for_all_tenants(REVIEWER_NAME)  # the modelled user reviews their own runs
     for _ in range(100):
         if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
             break

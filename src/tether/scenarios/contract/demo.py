@@ -17,11 +17,11 @@ import anyio
 from tether.evals.cases import Case, load_cases
 from tether.evals.runner import Execution, grade_execution
 from tether.host import Host
-from tether.models.test import ScriptedModel, call
 from tether.policy.rules import Policy
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent
 from tether.scenarios.contract.tools import VERSIONS
+from tether.testing import ScriptedModel, call
 
 __all__ = ["ANSWER", "CASES_PATH", "main", "run_version"]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 from tether.host import Host
 from tether.messages import AssistantMessage, ToolCall
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call, final, tool_results
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
 from tether.run import Agent
 from tether.scenarios.leads.drafts import DraftBook, catalog
+from tether.testing import FunctionModel, call, final, tool_results
 
 __all__ = ["APP", "BODY", "CONTEXT", "OBJECTIVE", "build"]
 

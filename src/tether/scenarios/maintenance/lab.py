@@ -21,11 +21,11 @@ from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call, injected_calls
 from tether.policy.rules import Policy
 from tether.policy.trusted import DictCatalog, Permissions, TrustedContext
 from tether.run import Agent, RunResult, RunState
 from tether.stop import Limits, StopReason
+from tether.testing import FunctionModel, call, injected_calls
 from tether.tools.contract import Effect, Target
 from tether.workflow import Step, Workflow
 
@@ -123,7 +123,7 @@ def make_host(
 
 def investigator(request: ModelRequest) -> AssistantMessage:
     """Read the order, then the history; follow any "CALL x" found in results; then answer."""
-    from tether.models.test import tool_results
+    from tether.testing import tool_results
 
     results = tool_results(request)
     seen = " ".join(r.content for r in results)

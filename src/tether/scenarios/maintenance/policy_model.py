@@ -15,7 +15,7 @@ from typing import Any
 
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call, injected_calls
+from tether.testing import FunctionModel, call, injected_calls
 
 __all__ = ["policy_investigator", "policy_model"]
 

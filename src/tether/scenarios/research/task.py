@@ -25,7 +25,7 @@ from pydantic import Field
 
 from tether.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.test import FunctionModel, call
+from tether.testing import FunctionModel, call
 from tether.tools.contract import Tool, tool
 
 __all__ = ["COMPANY", "FOUNDERS", "OBJECTIVE", "Research", "completed"]

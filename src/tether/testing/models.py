@@ -1,8 +1,9 @@
-"""Deterministic model stand-ins for tests and demos.
+"""Deterministic model stand-ins for tests and demos (import them from ``tether.testing``).
 
 ``ScriptedModel`` replays a list of turns; ``FunctionModel`` calls a Python function of the
 request. Both can be written to *obey* injected text, so every control is tested against a
-compromised model rather than a polite one.
+compromised model rather than a polite one. They are fakes: a figure they produce is an upper
+bound, never a measurement of a real model.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from tether.models.base import ModelRequest, ModelResponse
 
 __all__ = [
     "FunctionModel",
+    "ModelFunction",
     "ScriptedModel",
+    "Turn",
     "call",
     "estimate_tokens",
     "final",

@@ -1,0 +1,567 @@
+"""The one JSON Schema engine: tool arguments (T3) and MCP structured results are checked here.
+
+Built on ``jsonschema`` (Draft 2020-12 unless a schema names an older draft), with rules that
+hold for every schema:
+
+- types are exact: a boolean is not an integer or a number, ``1.0`` is not an integer, a
+  number is a finite ``int`` or ``float`` (nothing is coerced, ever);
+- ``format`` is asserted for a fixed set of formats checked with the standard library
+  (``FORMATS``), so the result never depends on which optional packages are installed;
+- ``$ref`` resolves only inside the schema itself: no reference is ever retrieved (not over
+  the network, not from a file); a schema that needs one is ``unsupported_schema``;
+- schemas are compiled once (meta-schema check included) and cached by identity and by
+  canonical JSON; a schema is treated as immutable once it has been used.
+
+``check_arguments`` adds tether's intake rules for a call's arguments: the arguments object
+holds exactly the declared parameters (a root ``additionalProperties`` is always false), a
+nested object schema that lists ``properties`` and says nothing of other keys is closed too
+(where it describes the value; conditions such as ``not`` and ``if`` keep their meaning), no
+string anywhere is empty or whitespace only, and nesting is capped at ``MAX_DEPTH``.
+``validate`` applies the plain rules (for results, whose schemas belong to their producer).
+
+Every failure is a ``SchemaViolation`` (a ``PolicyError``) naming the path of the offending
+value and a machine-readable ``reason``; an unusable schema is an ``UnusableSchema``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+import jsonschema
+import referencing
+import referencing.exceptions
+from jsonschema import ValidationError
+from jsonschema.protocols import Validator
+
+from tether.errors import PolicyError
+
+__all__ = [
+    "FORMATS",
+    "MAX_DEPTH",
+    "CompiledSchema",
+    "SchemaViolation",
+    "UnusableSchema",
+    "check_arguments",
+    "compile_schema",
+    "validate",
+]
+
+MAX_DEPTH = 16  # nested containers in one value (the parser enforces the same bound)
+_CACHE_SIZE = 512
+
+
+class SchemaViolation(PolicyError):
+    """A value that does not match its schema.
+
+    ``reason`` is one of ``wrong_type``, ``missing_field``, ``extra_field``, ``blank_string``,
+    ``too_short``, ``too_long``, ``out_of_range``, ``not_allowed_value``, ``invalid_format``,
+    ``not_unique``, ``too_deep``, ``not_an_object``, ``schema_mismatch``; ``path`` is where
+    the value sits (keys and list indexes), also given as text in ``details["field"]``.
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        path: tuple[str | int, ...],
+        keyword: str,
+        root: str = "(arguments)",
+    ) -> None:
+        super().__init__(reason, message, field=_where(path, root), keyword=keyword)
+        self.path = path
+        self.keyword = keyword
+
+
+class UnusableSchema(PolicyError):
+    """A schema that cannot be used: invalid against its meta-schema, or needing a reference
+    that is not inside it (never fetched). ``reason`` is ``unsupported_schema``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("unsupported_schema", message)
+
+
+# -- types: exact, no coercion -------------------------------------------------------------------
+
+
+def _is_integer(_: object, value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(_: object, value: object) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, int)
+
+
+# -- formats: a fixed set, standard library only -------------------------------------------------
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}\Z", re.ASCII)
+_TIME = re.compile(r"(\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})\Z", re.ASCII)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.][^@\s]*\Z")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+
+
+def _date_ok(text: str) -> bool:
+    if not _DATE.match(text):
+        return False
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _time_ok(text: str) -> bool:
+    """RFC 3339 full-time: the offset is required (a time without one is ambiguous)."""
+    m = _TIME.match(text)
+    if m is None:
+        return False
+    hour, minute, second = int(m[1]), int(m[2]), int(m[3])
+    if m[5] not in ("Z", "z") and (int(m[5][1:3]) > 23 or int(m[5][4:6]) > 59):
+        return False
+    return hour <= 23 and minute <= 59 and second <= 60  # 60: a leap second
+
+
+def _datetime_ok(text: str) -> bool:
+    if len(text) < 11 or text[10] not in "Tt":
+        return False
+    return _date_ok(text[:10]) and _time_ok(text[11:])
+
+
+def _uuid_ok(text: str) -> bool:
+    if not _UUID.match(text):
+        return False
+    uuid.UUID(text)
+    return True
+
+
+def _ip_ok(kind: type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address]) -> Callable[[str], bool]:
+    def check(text: str) -> bool:
+        try:
+            kind(text)
+        except ValueError:
+            return False
+        return True
+
+    return check
+
+
+FORMATS: dict[str, Callable[[str], bool]] = {
+    "date": _date_ok,
+    "date-time": _datetime_ok,
+    "time": _time_ok,
+    "email": lambda text: _EMAIL.match(text) is not None,
+    "uri": lambda text: _URI.match(text) is not None,
+    "uuid": _uuid_ok,
+    "ipv4": _ip_ok(ipaddress.IPv4Address),
+    "ipv6": _ip_ok(ipaddress.IPv6Address),
+}
+"""The formats asserted, each a predicate on a string; any other ``format`` is an annotation."""
+
+
+def _format_checker() -> jsonschema.FormatChecker:
+    checker = jsonschema.FormatChecker(formats=())
+    for name, ok in FORMATS.items():
+        checker.checks(name)(lambda value, ok=ok: not isinstance(value, str) or ok(value))
+    return checker
+
+
+_FORMAT_CHECKER = _format_checker()
+
+
+# -- tether's keywords for arguments: closed objects, per-key errors -----------------------------
+
+_OPENERS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def _extras(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[str]:
+    properties = schema.get("properties") or {}
+    patterns = schema.get("patternProperties") or {}
+    for key in instance:
+        if key not in properties and not any(re.search(p, key) for p in patterns):
+            yield key
+
+
+def _additional_properties(
+    validator: Any, allowed: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for key in _extras(instance, schema):
+        if validator.is_type(allowed, "object"):
+            yield from validator.descend(instance[key], allowed, path=key)
+        elif not allowed:
+            yield ValidationError(f"unexpected field {key[:80]!r}", path=(key,))
+
+
+_VALUE_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+_VALUE_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
+
+
+def _closed(node: Any) -> Any:
+    """A copy where every object schema that lists ``properties`` and says nothing of other keys
+    is closed (T3: exactly these keys). Only where a schema describes the value itself (properties,
+    items, definitions, the options of anyOf/oneOf/allOf): never inside ``not``, ``if``, ``then``,
+    ``else`` or ``contains``, where closing would change what the condition means."""
+    if not isinstance(node, Mapping):
+        return node
+    out = dict(node)
+    for key in _VALUE_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {name: _closed(sub) for name, sub in out[key].items()}
+    for key in _VALUE_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_closed(sub) for sub in out[key]]
+    for key in ("additionalProperties", "items"):
+        sub = out.get(key)
+        if isinstance(sub, Mapping):
+            out[key] = _closed(sub)
+        elif key == "items" and isinstance(sub, list):  # drafts before 2020-12
+            out[key] = [_closed(x) for x in sub]
+    if "properties" in out and not any(k in out for k in _OPENERS):
+        out["additionalProperties"] = False
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality with exact types: ``true`` is not ``1`` and ``1.0`` is not ``1``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _enum(validator: Any, enums: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not any(_same(instance, e) for e in enums):
+        yield ValidationError(f"{instance!r} is not one of {enums!r}")
+
+
+def _const(validator: Any, const: Any, instance: Any, schema: Mapping[str, Any]) -> Iterator[ValidationError]:
+    if not _same(instance, const):
+        yield ValidationError(f"{const!r} was expected")
+
+
+def _required(
+    validator: Any, required: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for name in required:
+        if name not in instance:
+            yield ValidationError(f"missing field {name!r}", path=(name,))
+
+
+# -- compiling ----------------------------------------------------------------------------------
+
+_CLASSES: dict[tuple[type, bool], type[Validator]] = {}
+
+
+def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]:
+    dialect = schema.get("$schema")
+    base: type[Validator] = jsonschema.Draft202012Validator
+    if isinstance(dialect, str):
+        # An unknown dialect is read as 2020-12; its meta-schema is never fetched.
+        base = jsonschema.validators.validator_for({"$schema": dialect}, default=base)
+    key = (base, intake)
+    cls = _CLASSES.get(key)
+    if cls is None:
+        checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
+        keywords: dict[str, Any] = {"enum": _enum, "const": _const}
+        if intake:
+            keywords |= {"additionalProperties": _additional_properties, "required": _required}
+        cls = jsonschema.validators.extend(base, keywords, type_checker=checker)
+        _CLASSES[key] = cls
+    return cls
+
+
+def _refuse_retrieval(uri: str) -> referencing.Resource[Any]:
+    raise referencing.exceptions.NoSuchResource(uri)  # nothing is ever fetched
+
+
+_NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+def _refs(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
+    if depth > 64:
+        raise UnusableSchema("schema nesting is too deep")
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef", "$id") and isinstance(value, str):
+                yield key, value
+            yield from _refs(value, depth + 1)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _refs(item, depth + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSchema:
+    """A checked schema and its validator; build it with ``compile_schema``."""
+
+    schema: Mapping[str, Any]
+    intake: bool
+    _validator: Any
+
+    def violations(self, instance: Any) -> list[SchemaViolation]:
+        """Every violation of ``instance``, most telling first (empty when it is valid)."""
+        found: list[tuple[int, int, SchemaViolation]] = []
+        try:
+            if self.intake:
+                for v in _walk(instance, (), 0):
+                    found.append((_RANK.get(v.reason, 9), len(found), v))
+                    if v.reason == "too_deep":
+                        return [v]
+            for error in self._validator.iter_errors(instance):
+                v = _violation(error, self.intake)
+                found.append((_RANK.get(v.reason, 9), len(found), v))
+        except referencing.exceptions.Unresolvable as err:
+            raise UnusableSchema(f"a reference in the schema does not resolve inside it: {err}") from None
+        except RecursionError:
+            raise SchemaViolation(
+                "too_deep", "the value is nested too deeply for its schema", path=(), keyword="$ref"
+            ) from None
+        found.sort(key=lambda item: item[:2])
+        return [v for _, _, v in found]
+
+    def check(self, instance: Any) -> None:
+        """Raise the most telling ``SchemaViolation`` of ``instance``; return when it is valid."""
+        problems = self.violations(instance)
+        if problems:
+            raise problems[0]
+
+
+def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
+    if not isinstance(schema, Mapping):
+        raise UnusableSchema(f"a schema must be a JSON object, not {type(schema).__name__}")
+    found = list(_refs(schema))
+    if not any(key == "$id" for key, _ in found):
+        # Without an embedded $id, only a fragment ("#/...") can resolve inside the schema.
+        for key, value in found:
+            if not value.startswith("#"):
+                raise UnusableSchema(f"{key} {value[:120]!r} points outside the schema (never fetched)")
+    cls = _validator_class(schema, intake)
+    try:
+        cls.check_schema(schema)
+    except jsonschema.SchemaError as err:
+        path = "/".join(str(p) for p in err.absolute_path) or "(root)"
+        raise UnusableSchema(f"invalid schema at {path}: {err.message[:200]}") from None
+    root = schema
+    if intake:
+        # The arguments are exactly the declared parameters, whatever the root says of others.
+        root = {**_closed(schema), "additionalProperties": False}
+    validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
+    return CompiledSchema(schema, intake, validator)
+
+
+class _Cache:
+    """Compiled schemas by identity (the schema object is held, so its id is never reused) and by
+    canonical JSON (equal schemas share one compilation)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._by_id: OrderedDict[tuple[int, bool], tuple[Mapping[str, Any], CompiledSchema]] = OrderedDict()
+        self._by_text: OrderedDict[tuple[str, bool], CompiledSchema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
+        key = (id(schema), intake)
+        hit = self._by_id.get(key)
+        if hit is not None and hit[0] is schema:
+            return hit[1]
+        try:
+            text = json.dumps(schema, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as err:
+            raise UnusableSchema(f"a schema must be JSON: {err}") from None
+        with self._lock:
+            compiled = self._by_text.get((text, intake))
+        if compiled is None:
+            compiled = _compile(schema, intake)
+        with self._lock:
+            self._by_text[(text, intake)] = compiled
+            self._by_id[key] = (schema, compiled)
+            for table in (self._by_text, self._by_id):
+                while len(table) > self.size:
+                    table.popitem(last=False)
+        return compiled
+
+    def clear(self) -> None:
+        with self._lock:
+            self._by_id.clear()
+            self._by_text.clear()
+
+
+_CACHE = _Cache(_CACHE_SIZE)
+
+
+def compile_schema(schema: Mapping[str, Any], *, intake: bool = False) -> CompiledSchema:
+    """The compiled form of ``schema`` (cached). ``intake=True`` adds the arguments rules.
+
+    Raises ``UnusableSchema`` for a schema that is not valid JSON Schema or needs a reference
+    from outside itself.
+    """
+    return _CACHE.get(schema, intake)
+
+
+def check_arguments(schema: Mapping[str, Any], arguments: Any) -> dict[str, Any]:
+    """Check a call's arguments against its parameter schema with the intake rules; returns a
+    copy. Raises ``SchemaViolation`` (the most telling one) or ``UnusableSchema``."""
+    if not isinstance(arguments, dict):
+        raise SchemaViolation("not_an_object", "arguments must be a JSON object", path=(), keyword="type")
+    compile_schema(schema, intake=True).check(arguments)
+    return dict(arguments)
+
+
+def validate(schema: Mapping[str, Any], instance: Any) -> None:
+    """Check any JSON value against ``schema`` with the plain rules (exact types, formats, no
+    remote references). Raises ``SchemaViolation`` or ``UnusableSchema``."""
+    compile_schema(schema).check(instance)
+
+
+# -- errors as tether reasons --------------------------------------------------------------------
+
+_RANK = {"too_deep": 0, "missing_field": 1, "extra_field": 2, "wrong_type": 3, "blank_string": 4}
+
+_REASONS = {
+    "type": "wrong_type",
+    "required": "missing_field",
+    "additionalProperties": "extra_field",
+    "minLength": "too_short",
+    "maxLength": "too_long",
+    "pattern": "not_allowed_value",
+    "enum": "not_allowed_value",
+    "const": "not_allowed_value",
+    "minimum": "out_of_range",
+    "maximum": "out_of_range",
+    "exclusiveMinimum": "out_of_range",
+    "exclusiveMaximum": "out_of_range",
+    "multipleOf": "out_of_range",
+    "minItems": "out_of_range",
+    "maxItems": "out_of_range",
+    "minProperties": "out_of_range",
+    "maxProperties": "out_of_range",
+    "uniqueItems": "not_unique",
+    "format": "invalid_format",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _where(path: tuple[str | int, ...] | Any, root: str) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part[:40]}" if text else part[:40])
+    return text or root
+
+
+def _root_errors(errors: list[ValidationError], keywords: tuple[str, ...]) -> list[ValidationError]:
+    return [e for e in errors if e.validator in keywords and not e.relative_path]
+
+
+def _combined(error: ValidationError, where: str) -> tuple[ValidationError | None, str, str]:
+    """An anyOf/oneOf failure: the error of the option whose type matched (the most telling),
+    or a reason and message for the combination when no single option explains it."""
+    branches: dict[Any, list[ValidationError]] = {}
+    for sub in error.context or ():
+        branches.setdefault(sub.relative_schema_path[0], []).append(sub)
+    if not branches:
+        return None, "schema_mismatch", f"{where} matches more than one of the {error.validator} options"
+    typed = [errs for errs in branches.values() if not _root_errors(errs, ("type",))]
+    if not typed:
+        kinds: list[str] = []
+        for errs in branches.values():
+            for e in _root_errors(errs, ("type",)):
+                for kind in [e.validator_value] if isinstance(e.validator_value, str) else e.validator_value:
+                    if kind not in kinds:
+                        kinds.append(kind)
+        return None, "wrong_type", f"{where} must be {' or '.join(kinds)}, not {_json_type(error.instance)}"
+    if all(len(_root_errors(errs, ("const", "enum"))) == len(errs) for errs in typed):
+        return None, "not_allowed_value", f"{where} is not one of the allowed values"
+    best = sorted(typed[0], key=lambda e: _RANK.get(_REASONS.get(str(e.validator), ""), 9))
+    return best[0], "", ""
+
+
+def _violation(error: ValidationError, intake: bool) -> SchemaViolation:
+    root = "(arguments)" if intake else "(value)"
+    leaf: ValidationError | None = error
+    while leaf is not None and leaf.validator in ("anyOf", "oneOf"):
+        path = tuple(leaf.absolute_path)
+        leaf, reason, message = _combined(leaf, _where(path, root))
+        if leaf is None:
+            return SchemaViolation(reason, message, path=path, keyword=str(error.validator), root=root)
+    assert leaf is not None
+    path = tuple(leaf.absolute_path)
+    where = _where(path, root)
+    keyword = str(leaf.validator)
+    value, bound = leaf.instance, leaf.validator_value
+    reason = _REASONS.get(keyword, "schema_mismatch")
+    if keyword == "type":
+        kinds = [bound] if isinstance(bound, str) else list(bound)
+        message = f"{where} must be {' or '.join(kinds)}, not {_json_type(value)} (nothing is coerced)"
+    elif keyword == "required":
+        message = f"missing field {where!r}" if intake else leaf.message
+    elif keyword == "additionalProperties":
+        message = f"unexpected field {where!r}" if intake else leaf.message
+    elif keyword in ("minLength", "maxLength"):
+        kind = "minimum" if keyword == "minLength" else "maximum"
+        message = f"{where} has {len(value)} characters; {kind} {bound}"
+    elif keyword in ("minItems", "maxItems", "minProperties", "maxProperties"):
+        kind = "minimum" if keyword.startswith("min") else "maximum"
+        message = f"{where} has {len(value)} {'items' if 'Items' in keyword else 'keys'}; {kind} {bound}"
+    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+        message = f"{where} = {value!r} violates {keyword} {bound!r}"
+    elif keyword == "pattern":
+        message = f"{where} does not match {str(bound)[:120]!r}"
+    elif keyword == "enum":
+        message = f"{where} must be one of {list(bound)[:10]!r}"
+    elif keyword == "const":
+        message = f"{where} must be {bound!r}"
+    elif keyword == "format":
+        message = f"{where} is not a valid {bound}"
+    elif keyword == "uniqueItems":
+        message = f"{where} has duplicate items"
+    elif keyword == "None":  # a `false` subschema
+        message = f"{where} is not allowed here"
+    else:
+        message = f"{where} does not satisfy {keyword}: {leaf.message[:160]}"
+    return SchemaViolation(reason, message, path=path, keyword=keyword, root=root)
+
+
+def _walk(value: Any, path: tuple[str | int, ...], depth: int) -> Iterator[SchemaViolation]:
+    """Intake rules no schema keyword expresses: nesting depth and blank strings anywhere."""
+    if isinstance(value, str):
+        if not value.strip():
+            where = _where(path, "(arguments)")
+            yield SchemaViolation(
+                "blank_string", f"{where} is empty or whitespace only", path=path, keyword="blank"
+            )
+    elif isinstance(value, dict | list):
+        if depth >= MAX_DEPTH:
+            yield SchemaViolation(
+                "too_deep", f"more than {MAX_DEPTH} nested containers", path=path, keyword="depth"
+            )
+            return
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            yield from _walk(item, (*path, key), depth + 1)
