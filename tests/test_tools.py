@@ -125,3 +125,33 @@ def test_sync_tools_run_in_a_worker_thread() -> None:
         return threading.get_ident()
 
     assert anyio.run(where.invoke, {}).data != main
+
+
+def test_a_sync_tool_declared_non_blocking_runs_inline_and_others_in_a_worker_thread() -> None:
+    import threading
+
+    from tether.tools.contract import tool as declare
+
+    seen: dict[str, int] = {}
+
+    @declare(blocking=False)
+    def quick(x: Annotated[int, Field(description="A number.")]) -> int:
+        """Pure computation."""
+        seen["quick"] = threading.get_ident()
+        return x + 1
+
+    @declare
+    def slow(x: Annotated[int, Field(description="A number.")]) -> int:
+        """May block on I/O."""
+        seen["slow"] = threading.get_ident()
+        return x + 2
+
+    async def main() -> int:
+        loop_thread = threading.get_ident()
+        assert (await quick.invoke({"x": 1})).data == 2
+        assert (await slow.invoke({"x": 1})).data == 3
+        return loop_thread
+
+    loop_thread = anyio.run(main)
+    assert seen["quick"] == loop_thread
+    assert seen["slow"] != loop_thread

@@ -97,6 +97,7 @@ class Tool:
         max_result_chars: int = 20_000,
         idempotent: bool = False,
         needs_approval: bool | None = None,
+        blocking: bool = True,
     ) -> None:
         self.function = function
         self._options = {
@@ -109,7 +110,11 @@ class Tool:
             "max_result_chars": max_result_chars,
             "idempotent": idempotent,
             "needs_approval": needs_approval,
+            "blocking": blocking,
         }
+        # A plain function runs in a worker thread unless its author declares it never blocks
+        # (pure computation, no I/O): then it runs inline, with no thread hop per call.
+        self.inline = not inspect.iscoroutinefunction(function) and not blocking
         sig = inspect.signature(function)
         hints = get_type_hints(function, include_extras=True)
         fields: dict[str, Any] = {}
@@ -217,11 +222,14 @@ class Tool:
         if self._is_method and self._bound is None:
             raise TypeError(f"tool {self.name} is a method: use it from an instance")
         try:
-            with anyio.fail_after(self.spec.timeout_s):
-                if inspect.iscoroutinefunction(fn):
-                    value = await fn(*args, **kwargs)
-                else:
-                    value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+            if self.inline:
+                value = fn(*args, **kwargs)  # declared non-blocking: no thread, no cancel scope
+            else:
+                with anyio.fail_after(self.spec.timeout_s):
+                    if inspect.iscoroutinefunction(fn):
+                        value = await fn(*args, **kwargs)
+                    else:
+                        value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
         except TimeoutError:
             raise UpstreamError(
                 f"{self.name} timed out after {self.spec.timeout_s:g}s", hint="try again later"
@@ -260,8 +268,12 @@ def tool(
     max_result_chars: int = 20_000,
     idempotent: bool = False,
     needs_approval: bool | None = None,
+    blocking: bool = True,
 ) -> Any:
-    """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``."""
+    """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``.
+
+    ``blocking=False`` declares a plain (sync) function that never blocks (no I/O, quick): it runs
+    inline on the event loop instead of in a worker thread. Async functions never use a thread."""
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         return Tool(
@@ -275,6 +287,7 @@ def tool(
             max_result_chars=max_result_chars,
             idempotent=idempotent,
             needs_approval=needs_approval,
+            blocking=blocking,
         )
 
     return wrap(function) if function is not None else wrap
