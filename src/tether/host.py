@@ -33,7 +33,7 @@ from tether.tools.contract import Tool, ToolContext, ToolOutput, ToolSpec, unwra
 from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
 from tether.trace.sanitize import Redactor
-from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
+from tether.trace.tracer import FlushMode, JsonlSink, MemorySink, Tracer, TraceSink, flush_mode
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
@@ -75,11 +75,13 @@ class Host:
         approvals: Approvals | None = None,
         labeler: Callable[[Observation], Observation] | None = None,
         rate_limits: Mapping[str, TokenBucket] | None = None,
+        trace_flush: FlushMode = "batched",
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.extra_sinks = list(trace_sinks)
+        self.trace_flush = flush_mode(trace_flush)  # JSONL durability: trace/tracer.py
         self.secrets = frozenset(secrets)
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -259,7 +261,7 @@ class Host:
         path = None
         if self.trace_dir is not None:
             path = self.trace_dir / f"{run_id}.jsonl"
-            sinks.append(JsonlSink(path))
+            sinks.append(JsonlSink(path, flush=self.trace_flush))
         return Tracer(run_id, sinks, redactor=Redactor(set(self.secrets))), path
 
     @staticmethod
@@ -313,7 +315,7 @@ class Host:
             objective,
             context,
             rollback_from={
-                "run_id": failed.run_id,
+                "failed_run_id": failed.run_id,
                 "stop_reason": str(failed.stop_reason),
                 "trace": str(failed.trace_path) if failed.trace_path else None,
                 "disabled_sources": sorted(disable_sources),
