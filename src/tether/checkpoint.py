@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import json
 import time
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -48,7 +48,7 @@ __all__ = [
     "state_to_json",
 ]
 
-CHECKPOINT_VERSION = 2
+CHECKPOINT_VERSION: Final = 2
 
 
 # -- run state <-> JSON -----------------------------------------------------------------------
