@@ -295,9 +295,10 @@ def test_a_version_1_checkpoint_is_still_read() -> None:
 @pytest.mark.parametrize(
     ("change", "why"),
     [
-        (lambda d: d["state"].update(steps="3"), "steps"),  # no coercion of a wrong type
-        (lambda d: d["state"].update(surprise=1), "surprise"),  # no field the schema does not know
-        (lambda d: d["state"]["trajectory"].append({"kind": "robot", "content": "x"}), "trajectory"),
+        (lambda d: d.update(steps="3"), "steps"),  # no coercion of a wrong type
+        (lambda d: d.update(surprise=1), "surprise"),  # no field the schema does not know
+        (lambda d: d["trajectory"].append({"kind": "robot", "content": "x"}), "trajectory"),
+        (lambda d: d["context"].update(tenant=7), "tenant"),
         (lambda d: d.update(version=99), "version 99"),
     ],
 )

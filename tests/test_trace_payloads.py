@@ -132,3 +132,12 @@ def test_a_payload_can_never_overwrite_the_events_own_run_id(tmp_path: Path) -> 
         Tracer("run-1", [], strict=True).emit(EventKind.TOOL_ERROR, tool="read", error="x", run_id="run-evil")
     with pytest.raises(TraceSchemaError, match="overwrite"):
         TraceEvent("run-1", 1, "now", EventKind.STOP, {"run_id": "run-evil"})
+
+
+def test_an_event_read_back_from_its_line_is_the_same_event(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    t = Tracer("run-1", [JsonlSink(path)], strict=True)
+    t.emit(EventKind.STOP, reason="accepted", steps=2)
+    t.close()
+    (line,) = [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
+    assert TraceEvent.from_json(line) == t.events[0]

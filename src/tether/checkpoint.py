@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from pydantic_core import PydanticSerializationError, to_jsonable_python
-from typing_extensions import TypedDict
 
 from tether.errors import ApprovalError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
@@ -54,9 +53,9 @@ CHECKPOINT_VERSION: Final = 2
 # -- run state <-> JSON -----------------------------------------------------------------------
 #
 # The checkpoint is the run state as pydantic serialises it by its type hints (one TypeAdapter
-# over ``RunState``: messages, observations, memory records, usage, context), so a field added
-# to ``RunState`` is carried without anyone touching this file. Version 1 (written field by field
-# by hand) is still read.
+# over ``RunState``: messages, observations, memory records, usage, context), with a
+# ``version`` beside the fields, so a field added to ``RunState`` is carried without anyone
+# touching this file. Version 1 (the same fields, written one by one) is still read.
 #
 # Fields typed ``Any`` (observation data and meta, call arguments, workflow outputs, usage extra)
 # are stored in their JSON form and come back in that form: object keys become strings, tuples
@@ -72,19 +71,21 @@ class CheckpointError(ApprovalError):
 
 
 @with_config(ConfigDict(extra="forbid"))
-class _Checkpoint(TypedDict):
-    version: Literal[2]
-    state: RunState
+@dataclasses.dataclass
+class _Checkpoint(RunState):
+    """What is stored: every field of the run state, and the format's version."""
+
+    version: Literal[2] = 2
 
 
 @functools.cache
-def _adapter() -> TypeAdapter[_Checkpoint]:
+def _adapters() -> tuple[TypeAdapter[RunState], TypeAdapter[_Checkpoint]]:
     # RunState names MemoryRecord only for type checkers; pydantic resolves that forward
     # reference in this frame's namespace (the TypeAdapter's parent frame). Imported here,
     # not at module level, because tether.memory imports the run machinery.
     from tether.memory import MemoryRecord  # noqa: F401
 
-    return TypeAdapter(_Checkpoint)
+    return TypeAdapter(RunState), TypeAdapter(_Checkpoint)
 
 
 def _json_form(value: Any) -> Any:
@@ -119,9 +120,9 @@ def state_to_json(s: RunState) -> str:
     """The checkpoint of a run's working state, as JSON text.
 
     Raises ``CheckpointError`` (``unserializable_state``) when a value has no JSON form."""
-    doc = _adapter().dump_python({"version": CHECKPOINT_VERSION, "state": s}, mode="python")
+    fields = _adapters()[0].dump_python(s, mode="python")
     try:
-        return _encode(doc)
+        return _encode({"version": CHECKPOINT_VERSION, **fields})
     except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError) as err:
         where = _culprit(s, "state")
         raise CheckpointError(
@@ -132,12 +133,12 @@ def state_to_json(s: RunState) -> str:
 def state_from_json(text: str) -> RunState:
     """Rebuild a ``RunState`` from ``state_to_json`` (version 2, or the older version 1); the
     deadline clock restarts on resume. Raises ``CheckpointError`` (``bad_checkpoint``)."""
-    adapter = _adapter()
+    adapter = _adapters()[1]
     try:
         doc = adapter.validate_json(text, strict=True)
     except ValidationError as err:
         doc = _validate_older(adapter, text, err)
-    state = doc["state"]
+    state = RunState(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(RunState)})
     state.started = time.monotonic()
     return state
 
@@ -152,13 +153,12 @@ def _validate_older(adapter: TypeAdapter[_Checkpoint], text: str, err: Validatio
         raise CheckpointError("bad_checkpoint", f"the checkpoint does not fit the run state: {err}") from None
     if version != 1:
         raise CheckpointError("bad_checkpoint", f"checkpoint version {version!r} is not supported")
-    # Version 1 held the same fields flat, without the monotonic start (reset on resume anyway).
-    state = {k: v for k, v in data.items() if k != "version"}
-    upgraded = {"version": CHECKPOINT_VERSION, "state": {**state, "started": 0.0}}
+    # Version 1 held the same fields without the monotonic start (reset on resume anyway).
+    upgraded = {**data, "version": CHECKPOINT_VERSION, "started": 0.0}
     try:
         return adapter.validate_json(json.dumps(upgraded), strict=True)
     except ValidationError as err1:
-        raise CheckpointError("bad_checkpoint", f"the version 1 checkpoint does not match: {err1}") from None
+        raise CheckpointError("bad_checkpoint", f"the version 1 checkpoint does not fit: {err1}") from None
 
 
 # -- the loop side ---------------------------------------------------------------------------

@@ -11,9 +11,10 @@ The tracer checks the field *names* of every event against ``FIELDS`` (one set c
 """
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Required
+from typing import Any, Required, Self
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
@@ -95,7 +96,7 @@ class _Payload(TypedDict, total=False):
 class RunStarted(_Payload, total=False):
     design: Required[str]  # "agent" | "workflow" | "plan"
     objective: Required[str]
-    tools: Required[list[str]]
+    tools: list[str]
     agent: str
     model: str
     workflow: str
@@ -264,7 +265,7 @@ class WorkflowStep(_Payload, total=False):
 
 class Stop(_Payload, total=False):
     reason: Required[str]
-    steps: Required[int]
+    steps: int
     detail: str
     llm_calls: int
     design: str
@@ -329,6 +330,7 @@ class ApprovalRequested(_Payload, total=False):
     tool: Required[str]
     effect: str
     content_hash: str
+    rule: str  # the policy rule that asked for approval
 
 
 class ApprovalGranted(_Payload, total=False):
@@ -539,3 +541,16 @@ class TraceEvent:
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "seq": self.seq, "ts": self.ts, "kind": str(self.kind), **self.data}
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> Self:
+        """The event of one trace line (``to_json`` or a line of ``read_trace``). Raises
+        ``ValueError`` for an unknown kind."""
+        data = {k: v for k, v in line.items() if k not in RESERVED}
+        return cls(
+            str(line.get("run_id", "")),
+            int(line.get("seq", 0)),
+            str(line.get("ts", "")),
+            EventKind(line["kind"]),
+            data,
+        )
