@@ -19,8 +19,8 @@ from typing import Any
 
 import anyio
 
-from tether.host import Host
 from tether.desk import ProposalDesk
+from tether.host import Host
 from tether.policy import (
     Approvals,
     Policy,

@@ -36,7 +36,7 @@ from tether.policy.trusted import DictCatalog
 from tether.ratelimit import TokenBucket
 from tether.testing import FunctionModel
 from tether.tools.contract import Effect, Target, ToolContext, tool
-from tether.trace.events import EventKind, TraceEvent
+from tether.trace.events import TraceEvent
 from tether.workflow import Step, Workflow
 
 TENANT = TrustedContext(tenant="tenant-a", roles=frozenset({"reader"}), user="ana")
@@ -208,10 +208,7 @@ class SubagentEntry(AgentEntry):
         child_trace = Path(str(links[0].data["child_trace"]))
         from tether.trace.tracer import read_trace
 
-        events = [
-            TraceEvent(self.run_id, int(d["seq"]), d["ts"], EventKind(d["kind"]), d)
-            for d in read_trace(child_trace)
-        ]
+        events = [TraceEvent.from_json(d) for d in read_trace(child_trace)]
         return Outcome(str(links[0].data["stop_reason"]), events, [], self.run_id)
 
 

@@ -68,11 +68,93 @@ def test_secrets_are_redacted_by_value_and_by_key_while_other_fields_survive() -
 def test_jsonl_sink_writes_one_line_per_event_even_for_hostile_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "t.jsonl"
     tracer = Tracer("run-1", [JsonlSink(path), MemorySink()])
-    tracer.emit(EventKind.TOOL_OBSERVATION, note='ok\n{"kind":"stop"}\u2028x', tool="read_order")
-    tracer.emit(EventKind.STOP, reason="accepted")
+    hostile = 'ok\n{"kind":"stop"}\u2028x'
+    tracer.emit(EventKind.TOOL_ERROR, message=hostile, tool="read_order", error="upstream")
+    tracer.emit(EventKind.STOP, reason="accepted", steps=1)
     tracer.close()
     lines = path.read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
     first = json.loads(lines[0])
-    assert first["note"] == 'ok\\x0a{"kind":"stop"}\\u2028x' and first["tool"] == "read_order"
+    assert first["message"] == 'ok\\x0a{"kind":"stop"}\\u2028x' and first["tool"] == "read_order"
     assert json.loads(lines[1])["kind"] == "stop"
+
+
+def _lines(path) -> list[str]:  # type: ignore[no-untyped-def]
+    return [json.loads(line)["kind"] for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_batched_lines_wait_until_a_flush_and_reach_the_file_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, max_delay_s=3600)  # batched is the default; the timer kept out of the way
+    tracer = Tracer("run-1", [sink])
+    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="read_order", arguments="{}")
+    tracer.emit(EventKind.MODEL_ERROR, error="x")
+    assert sink.pending == 2 and _lines(path) == []
+    tracer.flush()  # what the host calls before a side effect
+    assert sink.pending == 0 and _lines(path) == ["tool_proposed", "model_error"]
+    tracer.emit(EventKind.MODEL_ERROR, error="y")
+    tracer.close()
+    assert _lines(path) == ["tool_proposed", "model_error", "model_error"]
+    tracer.close()  # closing twice is harmless
+    with pytest.raises(ValueError, match="closed"):
+        sink.write(tracer.events[0])
+
+
+def test_a_decision_before_a_tool_runs_is_written_at_once_in_batched_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    tracer = Tracer("run-1", [JsonlSink(path, max_delay_s=3600)])
+    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="add_note", arguments="{}")
+    tracer.emit(EventKind.POLICY_ALLOWED, call_id="c1", tool="add_note", rule="allowlist")
+    assert _lines(path) == ["tool_proposed", "policy_allowed"]
+    tracer.emit(EventKind.TOOL_OBSERVATION, call_id="c1", tool="add_note", source="local", is_error=False)
+    assert _lines(path) == ["tool_proposed", "policy_allowed"]  # waits for the next flush
+    tracer.emit(EventKind.STOP, reason="accepted", steps=1)
+    assert _lines(path)[-2:] == ["tool_observation", "stop"]
+    tracer.close()
+
+
+def test_a_full_buffer_is_written_by_the_emitter_so_memory_stays_bounded(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, max_events=3, max_delay_s=3600)
+    tracer = Tracer("run-1", [sink])
+    for i in range(7):
+        tracer.emit(EventKind.MODEL_ERROR, error=str(i))
+        assert sink.pending == (i + 1) % 3
+    assert len(_lines(path)) == 6
+    tracer.close()
+    assert len(_lines(path)) == 7
+
+
+def test_each_event_writes_every_line_before_emit_returns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    tracer = Tracer("run-1", [JsonlSink(path, flush="each_event")])
+    tracer.emit(EventKind.MODEL_ERROR, error="x")
+    assert _lines(path) == ["model_error"]
+    tracer.close()
+
+
+def test_the_host_passes_its_flush_mode_to_the_trace_file_and_refuses_an_unknown_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tether import Host
+    from tether.errors import ConfigError
+
+    tracer, path = Host(trace_dir=tmp_path, trace_flush="each_event").new_tracer("run-1")
+    (sink,) = [s for s in tracer.sinks if isinstance(s, JsonlSink)]
+    assert sink.mode == "each_event" and sink.path == path
+    tracer.close()
+    tracer, _ = Host(trace_dir=tmp_path).new_tracer("run-2")
+    assert [s.mode for s in tracer.sinks if isinstance(s, JsonlSink)] == ["batched"]
+    tracer.close()
+    with pytest.raises(ConfigError, match="each_event"):
+        Host(trace_flush="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        JsonlSink(tmp_path / "x.jsonl", flush="always")  # type: ignore[arg-type]
+
+
+def test_non_ascii_text_is_escaped_on_disk_and_reads_back_unchanged(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    tracer = Tracer("run-1", [JsonlSink(path)])
+    tracer.emit(EventKind.MODEL_ERROR, error="São Paulo — 日本 😀")
+    tracer.close()
+    raw = path.read_bytes()
+    assert raw.isascii() and raw.count(b"\n") == 1
+    assert json.loads(raw)["error"] == "São Paulo — 日本 😀"

@@ -14,142 +14,140 @@ the agent's configuration and the host's authority are rebuilt by the applicatio
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
-from datetime import datetime
-from typing import Any
+from typing import Any, Final, Literal
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from tether.errors import ApprovalError
-from tether.memory import MemoryRecord
-from tether.messages import (
-    AssistantMessage,
-    Message,
-    SystemMessage,
-    ToolCall,
-    ToolMessage,
-    Usage,
-    UserMessage,
-)
-from tether.policy.trusted import Permissions, TrustedContext
-from tether.run import CallRecord, RunState
+from tether.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.run import RunState
 from tether.trace.events import EventKind, TraceEvent
 from tether.trace.tracer import read_trace
-from tether.types import Observation
 
 __all__ = [
+    "CheckpointError",
     "pending_calls",
     "restore_trace",
     "state_from_json",
     "state_to_json",
 ]
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION: Final = 2
 
 
 # -- run state <-> JSON -----------------------------------------------------------------------
+#
+# The checkpoint is the run state as pydantic serialises it by its type hints (one TypeAdapter
+# over ``RunState``: messages, observations, memory records, usage, context), with a
+# ``version`` beside the fields, so a field added to ``RunState`` is carried without anyone
+# touching this file. Version 1 (the same fields, written one by one) is still read.
+#
+# Fields typed ``Any`` (observation data and meta, call arguments, workflow outputs, usage extra)
+# are stored in their JSON form and come back in that form: object keys become strings, tuples
+# and sets become lists, a pydantic model or a dataclass becomes an object, a datetime an ISO
+# string, NaN and infinities stay floats. A value with no JSON form (an arbitrary object, a
+# string with a lone surrogate) is refused with ``CheckpointError("unserializable_state")``
+# naming where it sits; nothing is dropped quietly.
 
 
-def _message_to(m: Message) -> dict[str, Any]:
-    data = dataclasses.asdict(m)
-    if isinstance(m, AssistantMessage):
-        data["tool_calls"] = [dataclasses.asdict(c) for c in m.tool_calls]
-    return data
+class CheckpointError(ApprovalError):
+    """A checkpoint that cannot be written (``unserializable_state``) or read back
+    (``bad_checkpoint``: not JSON, unknown version, or not the run-state schema)."""
 
 
-def _message_from(d: dict[str, Any]) -> Message:
-    kind = d["kind"]
-    if kind == "system":
-        return SystemMessage(d["content"])
-    if kind == "user":
-        return UserMessage(d["content"], d.get("origin", "user"))
-    if kind == "assistant":
-        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in d.get("tool_calls") or ())
-        return AssistantMessage(d.get("content"), calls, d.get("reasoning"))
-    if kind == "tool":
-        return ToolMessage(d["tool_call_id"], d["content"], d.get("name", ""))
-    raise ValueError(f"unknown message kind {kind!r}")
+@with_config(ConfigDict(extra="forbid"))
+@dataclasses.dataclass
+class _Checkpoint(RunState):
+    """What is stored: every field of the run state, and the format's version."""
+
+    version: Literal[2] = 2
 
 
-def _jsonable(value: Any) -> Any:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return None
-    return value
+@functools.cache
+def _adapters() -> tuple[TypeAdapter[RunState], TypeAdapter[_Checkpoint]]:
+    # RunState names MemoryRecord only for type checkers; pydantic resolves that forward
+    # reference in this frame's namespace (the TypeAdapter's parent frame). Imported here,
+    # not at module level, because tether.memory imports the run machinery.
+    from tether.memory import MemoryRecord  # noqa: F401
+
+    return TypeAdapter(RunState), TypeAdapter(_Checkpoint)
+
+
+def _json_form(value: Any) -> Any:
+    return to_jsonable_python(value, inf_nan_mode="constants")
+
+
+def _encode(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=_json_form)
+    text.encode("utf-8")  # a lone surrogate cannot be stored as text: fail here, by name
+    return text
+
+
+def _culprit(value: Any, path: str) -> str:
+    """Where in ``value`` the first part without a JSON form sits (called only on failure)."""
+    if isinstance(value, dict):
+        children: list[tuple[str, Any]] = [(f"{path}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        children = [(f"{path}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value)]
+    else:
+        return path
+    for where, child in children:
+        try:
+            _encode(child)
+        except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError):
+            return _culprit(child, where)
+    return path
 
 
 def state_to_json(s: RunState) -> str:
-    """The checkpoint of a run's working state, as JSON text."""
-    c = s.context
-    data = {
-        "version": CHECKPOINT_VERSION,
-        "run_id": s.run_id,
-        "objective": s.objective,
-        "context": {
-            "tenant": c.tenant,
-            "roles": sorted(c.roles),
-            "user": c.user,
-            "permissions": {"read": sorted(c.permissions.read), "write": sorted(c.permissions.write)},
-        },
-        "started_at": s.started_at.isoformat(),
-        "trajectory": [_message_to(m) for m in s.trajectory],
-        "observations": [
-            {**dataclasses.asdict(o), "observed_at": o.observed_at.isoformat(), "data": _jsonable(o.data)}
-            for o in s.observations
-        ],
-        "calls": [{**dataclasses.asdict(r), "arguments": _jsonable(r.arguments)} for r in s.calls],
-        "evidence": sorted(s.evidence),
-        "memory": [r.model_dump(mode="json") for r in s.memory],
-        "steps": s.steps,
-        "llm_calls": s.llm_calls,
-        "usage": {
-            "prompt_tokens": s.usage.prompt_tokens,
-            "completion_tokens": s.usage.completion_tokens,
-            "cached_tokens": s.usage.cached_tokens,
-        },
-        "cost_usd": s.cost_usd,
-        "malformed_turns": s.malformed_turns,
-        "unavailable": s.unavailable,
-        "outputs": {k: v for k, v in s.outputs.items() if _jsonable(v) is not None},
-    }
-    return json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
+    """The checkpoint of a run's working state, as JSON text.
+
+    Raises ``CheckpointError`` (``unserializable_state``) when a value has no JSON form."""
+    fields = _adapters()[0].dump_python(s, mode="python")
+    try:
+        return _encode({"version": CHECKPOINT_VERSION, **fields})
+    except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError) as err:
+        where = _culprit(s, "state")
+        raise CheckpointError(
+            "unserializable_state", f"cannot checkpoint {where}: {type(err).__name__}: {err}"
+        ) from None
 
 
 def state_from_json(text: str) -> RunState:
-    """Rebuild a ``RunState`` from ``state_to_json``; the deadline clock restarts on resume."""
-    d = json.loads(text)
-    if d.get("version") != CHECKPOINT_VERSION:
-        raise ApprovalError("bad_checkpoint", f"checkpoint version {d.get('version')!r} is not supported")
-    c = d["context"]
-    context = TrustedContext(
-        tenant=c["tenant"],
-        roles=frozenset(c["roles"]),
-        user=c["user"],
-        permissions=Permissions(frozenset(c["permissions"]["read"]), frozenset(c["permissions"]["write"])),
-    )
-    state = RunState(
-        run_id=d["run_id"],
-        objective=d["objective"],
-        context=context,
-        started=time.monotonic(),
-        started_at=datetime.fromisoformat(d["started_at"]),
-    )
-    state.trajectory = [_message_from(m) for m in d["trajectory"]]
-    state.observations = [
-        Observation(**{**o, "observed_at": datetime.fromisoformat(o["observed_at"])})
-        for o in d["observations"]
-    ]
-    state.calls = [CallRecord(**r) for r in d["calls"]]
-    state.evidence = set(d["evidence"])
-    state.memory = [MemoryRecord.model_validate(r) for r in d["memory"]]
-    state.steps = d["steps"]
-    state.llm_calls = d["llm_calls"]
-    state.usage = Usage(**d["usage"])
-    state.cost_usd = d["cost_usd"]
-    state.malformed_turns = d["malformed_turns"]
-    state.unavailable = dict(d["unavailable"])
-    state.outputs = dict(d["outputs"])
+    """Rebuild a ``RunState`` from ``state_to_json`` (version 2, or the older version 1); the
+    deadline clock restarts on resume. Raises ``CheckpointError`` (``bad_checkpoint``)."""
+    adapter = _adapters()[1]
+    try:
+        doc = adapter.validate_json(text, strict=True)
+    except ValidationError as err:
+        doc = _validate_older(adapter, text, err)
+    state = RunState(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(RunState)})
+    state.started = time.monotonic()
     return state
+
+
+def _validate_older(adapter: TypeAdapter[_Checkpoint], text: str, err: ValidationError) -> _Checkpoint:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise CheckpointError("bad_checkpoint", "the checkpoint is not JSON") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version == CHECKPOINT_VERSION:
+        raise CheckpointError("bad_checkpoint", f"the checkpoint does not fit the run state: {err}") from None
+    if version != 1:
+        raise CheckpointError("bad_checkpoint", f"checkpoint version {version!r} is not supported")
+    # Version 1 held the same fields without the monotonic start (reset on resume anyway).
+    upgraded = {**data, "version": CHECKPOINT_VERSION, "started": 0.0}
+    try:
+        return adapter.validate_json(json.dumps(upgraded), strict=True)
+    except ValidationError as err1:
+        raise CheckpointError("bad_checkpoint", f"the version 1 checkpoint does not fit: {err1}") from None
 
 
 # -- resuming ----------------------------------------------------------------------------------

@@ -67,7 +67,7 @@ class Host(HostCore):
             objective,
             context,
             rollback_from={
-                "run_id": failed.run_id,
+                "failed_run_id": failed.run_id,
                 "stop_reason": str(failed.stop_reason),
                 "trace": str(failed.trace_path) if failed.trace_path else None,
                 "disabled_sources": sorted(disable_sources),

@@ -30,7 +30,7 @@ from tether.tools.contract import Tool, ToolContext, ToolOutput, ToolSpec, unwra
 from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
 from tether.trace.sanitize import Redactor
-from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink
+from tether.trace.tracer import FlushMode, JsonlSink, MemorySink, Tracer, TraceSink, flush_mode
 from tether.types import GateOutcome, Observation
 
 if TYPE_CHECKING:
@@ -59,11 +59,13 @@ class HostCore:
         approvals: Approvals | None = None,
         labeler: Callable[[Observation], Observation] | None = None,
         rate_limits: Mapping[str, TokenBucket] | None = None,
+        trace_flush: FlushMode = "batched",
     ) -> None:
         self.policy = policy or Policy()
         self.memory = memory
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.extra_sinks = list(trace_sinks)
+        self.trace_flush = flush_mode(trace_flush)  # JSONL durability: trace/tracer.py
         self.secrets = frozenset(secrets)
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
@@ -292,7 +294,7 @@ class HostCore:
         path = None
         if self.trace_dir is not None:
             path = self.trace_dir / f"{run_id}.jsonl"
-            sinks.append(JsonlSink(path))
+            sinks.append(JsonlSink(path, flush=self.trace_flush))
         return Tracer(run_id, sinks, redactor=Redactor(set(self.secrets))), path
 
     @staticmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 
@@ -51,7 +52,9 @@ def test_run_state_round_trips_through_a_checkpoint() -> None:
 
 def test_a_checkpoint_of_another_version_is_refused() -> None:
     s = RunState("run-1", "x", TrustedContext("t"), time.monotonic(), T0)
-    text = state_to_json(s).replace('"version": 1', '"version": 99')
+    doc = json.loads(state_to_json(s))
+    assert doc["version"] == 2
+    doc["version"] = 99
     with pytest.raises(ApprovalError) as info:
-        state_from_json(text)
+        state_from_json(json.dumps(doc))
     assert info.value.reason == "bad_checkpoint"

@@ -96,7 +96,9 @@ def test_rollback_reports_agent_denied_then_workflow_accepted(tmp_path: Path) ->
     )
     events = trace(s)
     rollback = next(e for e in events if e["kind"] == "rollback")
-    assert rollback["run_id"] == s["agent_run"] and rollback["disabled_memory"] == ["order:742:equipment"]
+    assert rollback["failed_run_id"] == s["agent_run"]
+    assert rollback["disabled_memory"] == ["order:742:equipment"]
+    assert rollback["run_id"] != s["agent_run"]  # the event belongs to the workflow run
     assert "export_secrets" not in server_calls(tmp_path)
 
 

@@ -1,12 +1,33 @@
-"""Typed trace events: one frozen value per decision the host takes."""
+"""Typed trace events: one frozen value per decision the host takes.
 
-from __future__ import annotations
+Every ``EventKind`` has a declared payload (a ``TypedDict`` in ``PAYLOADS``): the fields an
+event of that kind may carry and their types *as written to the trace* (after sanitising:
+tuples and sets are lists, unknown objects are strings). ``run_id``, ``seq``, ``ts`` and
+``kind`` belong to the event itself and are never payload fields.
 
+The tracer checks the field *names* of every event against ``FIELDS`` (one set comparison);
+``check_payload`` also checks required fields and types, and runs when a tracer is strict
+(tests turn that on for every tracer with ``TETHER_TRACE_STRICT=1``).
+"""
+
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Required, Self
 
-__all__ = ["EventKind", "TraceEvent"]
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from typing_extensions import TypedDict
+
+__all__ = [
+    "FIELDS",
+    "PAYLOADS",
+    "RESERVED",
+    "EventKind",
+    "TraceEvent",
+    "TraceSchemaError",
+    "check_payload",
+]
 
 
 class EventKind(StrEnum):
@@ -63,6 +84,448 @@ class EventKind(StrEnum):
     SUBAGENT_FINISHED = "subagent_finished"
 
 
+# -- payloads, one per kind ------------------------------------------------------------------
+# ``Required`` marks what every emitter supplies; the rest may be absent. Field types are JSON
+# types; ``Any`` only where the payload is itself open data (a rule's details).
+
+
+class _Payload(TypedDict, total=False):
+    pass
+
+
+class RunStarted(_Payload, total=False):
+    design: Required[str]  # "agent" | "workflow" | "plan"
+    objective: Required[str]
+    tools: list[str]
+    agent: str
+    model: str
+    workflow: str
+    tenant: str
+    roles: list[str]
+
+
+class ContextComposed(_Payload, total=False):
+    messages: Required[int]
+    tools: Required[int]
+    tools_enabled: Required[bool]
+    request_tokens: int
+    request_bytes: int
+    common_prefix_bytes: int
+    prefix_reuse: float | None
+    cached_share: float | None
+    status_strategy: str | None
+
+
+class ModelRequest(_Payload, total=False):
+    """Declared for readers of older traces; the loop traces ``context_composed`` instead."""
+
+
+class ModelResponse(_Payload, total=False):
+    model: Required[str]
+    text: Required[str]
+    tool_calls: Required[list[dict[str, str]]]
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    cost_usd: float
+    # backend facts (ModelResponse.meta)
+    finish_reason: str | None
+    retries: list[dict[str, Any]]  # one entry per retry: kind, attempt, delay_s
+    unpriced: bool
+
+
+class ModelError(_Payload, total=False):
+    error: Required[str]
+
+
+class ToolProposed(_Payload, total=False):
+    call_id: Required[str]
+    tool: Required[str]
+    arguments: str
+
+
+class PolicyAllowed(_Payload, total=False):
+    call_id: Required[str]
+    tool: Required[str]
+    rule: Required[str]
+
+
+class PolicyDenied(_Payload, total=False):
+    tool: Required[str]
+    reason: Required[str]
+    call_id: str
+    rule: str
+    details: dict[str, Any]
+
+
+class ToolObservation(_Payload, total=False):
+    tool: Required[str]
+    source: Required[str]
+    is_error: Required[bool]
+    call_id: str
+    trust: str
+    observed_at: str
+    error_kind: str | None
+    chars: int
+    truncated: bool
+
+
+class ToolError(_Payload, total=False):
+    tool: Required[str]
+    error: Required[str]
+    call_id: str
+    message: str
+
+
+class ToolCrashed(_Payload, total=False):
+    tool: Required[str]
+    error: Required[str]
+
+
+class ServerLaunch(_Payload, total=False):
+    source: Required[str]
+    state: str  # launching | failed | running | not_started
+    at: str
+    error: str
+    transport: str
+    command: str
+    env_keys: list[str]
+    url: str | None
+    header_keys: list[str]
+
+
+class MemoryRetrieved(_Payload, total=False):
+    subject: Required[str]
+    record_id: str | None
+    source: str
+    confidence: str
+    conflict: bool
+
+
+class MemoryRejected(_Payload, total=False):
+    subject: Required[str | None]
+    reason: Required[str]
+    record_id: str
+
+
+class MemoryWritten(_Payload, total=False):
+    subject: Required[str]
+    record_id: str | None
+    status: str
+    conflicts_with: list[str]
+    valid_until: str
+
+
+class MemoryRefused(_Payload, total=False):
+    subject: Required[str]
+    reason: Required[str]
+    message: str
+
+
+class HandoffValidated(_Payload, total=False):
+    evidence: Required[list[str]]
+
+
+class HandoffRejected(_Payload, total=False):
+    problems: Required[list[str]]
+
+
+class VerificationFailed(_Payload, total=False):
+    problem: Required[str]
+
+
+class BudgetExhausted(_Payload, total=False):
+    reason: Required[str]
+    detail: str
+    answered_by: str
+    final_turn_refused: str
+
+
+class RepetitionDetected(_Payload, total=False):
+    detail: Required[str]
+
+
+class Rollback(_Payload, total=False):
+    from_design: Required[str]
+    to_design: Required[str]
+    failed_run_id: Required[str]  # the run rolled back from (the event's own run_id is the new run)
+    stop_reason: str
+    trace: str | None
+    disabled_sources: list[str]
+    disabled_memory: list[str]
+
+
+class WorkflowStep(_Payload, total=False):
+    step: Required[str]
+    index: int
+    child_run: str
+    stop_reason: str
+    calls: list[str]
+
+
+class Stop(_Payload, total=False):
+    reason: Required[str]
+    steps: int
+    detail: str
+    llm_calls: int
+    design: str
+
+
+class McpCapabilityBlocked(_Payload, total=False):
+    server: Required[str]
+    tool: Required[str]
+    status: Required[str]
+    why: str
+    sha256: str
+    pinned_sha256: str | None
+
+
+class McpCapabilityCheck(_Payload, total=False):
+    server: Required[str]
+    trigger: str
+
+
+class McpResultRejected(_Payload, total=False):
+    server: Required[str]
+    tool: Required[str]
+    reason: Required[str]
+    why: str
+    chars: int
+
+
+class McpElicitation(_Payload, total=False):
+    server: Required[str]
+    outcome: Required[str]
+    tool: str | None
+    reason: str
+    message: str
+    pause_id: str
+    answered_by: str
+    fields: list[str]
+    url: str
+    domain: str
+    action: str
+
+
+class McpSampling(_Payload, total=False):
+    server: Required[str]
+    outcome: Required[str]
+    tool: str | None
+    reason: str
+    tokens: int
+    calls_used: int
+    dropped_tool_calls: int
+    include_context_requested: str | None
+
+
+class McpRoots(_Payload, total=False):
+    server: Required[str]
+    action: Required[str]
+    roots: list[str]
+
+
+class ApprovalRequested(_Payload, total=False):
+    proposal_id: Required[str]
+    call_id: Required[str]
+    tool: Required[str]
+    effect: str
+    content_hash: str
+    rule: str  # the policy rule that asked for approval
+
+
+class ApprovalGranted(_Payload, total=False):
+    proposal_id: Required[str]
+    call_id: Required[str]
+    tool: Required[str]
+    content_hash: str
+    reviewer: str | None
+    decided_at: str | None
+    reason: str | None
+
+
+class ApprovalDenied(_Payload, total=False):
+    proposal_id: Required[str]
+    tool: Required[str]
+    call_id: str
+    reason: str | None
+    status: str
+    reviewer: str | None
+    decided_at: str | None
+
+
+class RunPaused(_Payload, total=False):
+    app: Required[str | None]
+    proposals: list[str]
+    problems: list[str]
+
+
+class RunResumed(RunStarted, total=False):
+    pass
+
+
+class _Effect(_Payload, total=False):
+    key: Required[str]
+    tool: Required[str]
+    proposal_id: str | None
+
+
+class EffectIntent(_Effect, total=False):
+    attempt: int
+
+
+class EffectRecorded(_Effect, total=False):
+    is_error: bool
+
+
+class EffectReplayed(_Effect, total=False):
+    pass
+
+
+class EffectReconciled(_Effect, total=False):
+    happened: Required[bool]
+
+
+class EffectEscalated(_Effect, total=False):
+    why: Required[str]
+
+
+class ContextCompressed(_Payload, total=False):
+    strategy: Required[str]
+    results: Required[int]
+    tokens_before: int | None
+    chars_before: int
+    chars_after: int
+    summary_tokens: int
+
+
+class CompressionFailed(_Payload, total=False):
+    call_id: Required[str]
+    tool: Required[str]
+    error: Required[str]
+
+
+class CompressionCircuitOpen(_Payload, total=False):
+    failures: Required[int]
+
+
+class ContextCompacted(_Payload, total=False):
+    start: Required[int]
+    upto: Required[int]
+    chars: int
+
+
+class ContextOverflow(_Payload, total=False):
+    tokens: Required[int]
+    window: Required[int]
+
+
+class OutputStored(_Payload, total=False):
+    call_id: Required[str]
+    tool: Required[str]
+    ref: Required[str]
+    chars: int
+
+
+class SkillLoaded(_Payload, total=False):
+    skill: Required[str]
+    digest: str
+    via: str  # "command" | "tool"
+
+
+class SkillRefused(_Payload, total=False):
+    path: Required[str]
+    reason: Required[str]
+    digest: str | None
+
+
+class ToolSchemasLoaded(_Payload, total=False):
+    tools: Required[list[str]]
+
+
+class SubagentFinished(_Payload, total=False):
+    child_run_id: Required[str]
+    stop_reason: Required[str]
+    child_trace: str | None
+    conclusion_chars: int
+    child_tokens: int
+
+
+PAYLOADS: dict[EventKind, type[_Payload]] = {
+    EventKind.RUN_STARTED: RunStarted,
+    EventKind.CONTEXT_COMPOSED: ContextComposed,
+    EventKind.MODEL_REQUEST: ModelRequest,
+    EventKind.MODEL_RESPONSE: ModelResponse,
+    EventKind.MODEL_ERROR: ModelError,
+    EventKind.TOOL_PROPOSED: ToolProposed,
+    EventKind.POLICY_ALLOWED: PolicyAllowed,
+    EventKind.POLICY_DENIED: PolicyDenied,
+    EventKind.TOOL_OBSERVATION: ToolObservation,
+    EventKind.TOOL_ERROR: ToolError,
+    EventKind.TOOL_CRASHED: ToolCrashed,
+    EventKind.SERVER_LAUNCH: ServerLaunch,
+    EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
+    EventKind.MEMORY_REJECTED: MemoryRejected,
+    EventKind.MEMORY_WRITTEN: MemoryWritten,
+    EventKind.MEMORY_REFUSED: MemoryRefused,
+    EventKind.HANDOFF_VALIDATED: HandoffValidated,
+    EventKind.HANDOFF_REJECTED: HandoffRejected,
+    EventKind.VERIFICATION_FAILED: VerificationFailed,
+    EventKind.BUDGET_EXHAUSTED: BudgetExhausted,
+    EventKind.REPETITION_DETECTED: RepetitionDetected,
+    EventKind.ROLLBACK: Rollback,
+    EventKind.WORKFLOW_STEP: WorkflowStep,
+    EventKind.STOP: Stop,
+    EventKind.MCP_CAPABILITY_BLOCKED: McpCapabilityBlocked,
+    EventKind.MCP_CAPABILITY_CHECK: McpCapabilityCheck,
+    EventKind.MCP_RESULT_REJECTED: McpResultRejected,
+    EventKind.MCP_ELICITATION: McpElicitation,
+    EventKind.MCP_SAMPLING: McpSampling,
+    EventKind.MCP_ROOTS: McpRoots,
+    EventKind.APPROVAL_REQUESTED: ApprovalRequested,
+    EventKind.APPROVAL_GRANTED: ApprovalGranted,
+    EventKind.APPROVAL_DENIED: ApprovalDenied,
+    EventKind.RUN_PAUSED: RunPaused,
+    EventKind.RUN_RESUMED: RunResumed,
+    EventKind.EFFECT_INTENT: EffectIntent,
+    EventKind.EFFECT_RECORDED: EffectRecorded,
+    EventKind.EFFECT_REPLAYED: EffectReplayed,
+    EventKind.EFFECT_RECONCILED: EffectReconciled,
+    EventKind.EFFECT_ESCALATED: EffectEscalated,
+    EventKind.CONTEXT_COMPRESSED: ContextCompressed,
+    EventKind.COMPRESSION_FAILED: CompressionFailed,
+    EventKind.COMPRESSION_CIRCUIT_OPEN: CompressionCircuitOpen,
+    EventKind.CONTEXT_COMPACTED: ContextCompacted,
+    EventKind.CONTEXT_OVERFLOW: ContextOverflow,
+    EventKind.OUTPUT_STORED: OutputStored,
+    EventKind.SKILL_LOADED: SkillLoaded,
+    EventKind.SKILL_REFUSED: SkillRefused,
+    EventKind.TOOL_SCHEMAS_LOADED: ToolSchemasLoaded,
+    EventKind.SUBAGENT_FINISHED: SubagentFinished,
+}
+
+RESERVED = frozenset({"run_id", "seq", "ts", "kind"})
+FIELDS: dict[EventKind, frozenset[str]] = {k: frozenset(p.__annotations__) for k, p in PAYLOADS.items()}
+
+
+class TraceSchemaError(ValueError):
+    """An event whose payload is not the one declared for its kind (a programming error)."""
+
+
+@functools.cache
+def _adapter(kind: EventKind) -> TypeAdapter[Any]:
+    return TypeAdapter(with_config(ConfigDict(extra="forbid", strict=True))(PAYLOADS[kind]))
+
+
+def check_payload(kind: EventKind, data: dict[str, Any]) -> None:
+    """Raise ``TraceSchemaError`` unless ``data`` (as sanitised for the trace) is exactly a
+    payload of ``kind``: declared names only, required ones present, declared types."""
+    try:
+        _adapter(kind).validate_python(data)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise TraceSchemaError(f"{kind} event: {problems}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
     run_id: str
@@ -71,5 +534,23 @@ class TraceEvent:
     kind: EventKind
     data: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if not RESERVED.isdisjoint(self.data):
+            clash = sorted(RESERVED.intersection(self.data))
+            raise TraceSchemaError(f"payload fields {clash} would overwrite the event's own fields")
+
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "seq": self.seq, "ts": self.ts, "kind": str(self.kind), **self.data}
+
+    @classmethod
+    def from_json(cls, line: Mapping[str, Any]) -> Self:
+        """The event of one trace line (``to_json`` or a line of ``read_trace``). Raises
+        ``ValueError`` for an unknown kind."""
+        data = {k: v for k, v in line.items() if k not in RESERVED}
+        return cls(
+            str(line.get("run_id", "")),
+            int(line.get("seq", 0)),
+            str(line.get("ts", "")),
+            EventKind(line["kind"]),
+            data,
+        )

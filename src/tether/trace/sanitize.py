@@ -82,6 +82,9 @@ class Redactor:
         if secret:
             self._secrets.add(secret)
 
+    def has_secrets(self) -> bool:
+        return bool(self._secrets)
+
     def text(self, value: str) -> str:
         for secret in self._secrets:
             if secret in value:
@@ -103,15 +106,24 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
     kind = type(value)
     if kind is int or kind is float or kind is bool or value is None:  # the common case first
         return value
-    if _key and redactor is not None and isinstance(value, (str, bytes)) and redactor.is_secret_key(_key):
-        return REDACTED
-    if isinstance(value, str):
+    # Exact types before the isinstance checks: an ABC check (Mapping) costs more than the rest.
+    if kind is str or isinstance(value, (str, bytes)):
+        if _key and redactor is not None and redactor.is_secret_key(_key):
+            return REDACTED
+        if kind is not str:
+            value = str(value) if kind is bytes else str.__str__(value)
         return sanitize(redactor.text(value) if redactor else value)
-    if isinstance(value, Mapping):
-        return {sanitize(str(k)): sanitize_value(v, redactor, str(k)) for k, v in value.items()}
+    if kind is dict or isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            name = str(k)
+            out[sanitize(name)] = sanitize_value(v, redactor, name)
+        return out
+    if kind is list or kind is tuple:
+        return [sanitize_value(v, redactor) for v in value]
     if isinstance(value, (list, tuple, set, frozenset)):
         items = sorted(value, key=str) if isinstance(value, (set, frozenset)) else value
         return [sanitize_value(v, redactor) for v in items]
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, (bool, int, float)):
         return value
     return sanitize(redactor.text(str(value)) if redactor else str(value))

@@ -37,7 +37,7 @@ def trace_stats(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     cached = [float(e["cached_share"]) for e in composed if e.get("cached_share") is not None]
     tokens = [int(e["request_tokens"]) for e in composed if e.get("request_tokens") is not None]
     responses = [e for e in events if e.get("kind") == "model_response"]
-    stop = next((e for e in reversed(events) if e.get("kind") == "stop"), {})
+    stop: Mapping[str, Any] = next((e for e in reversed(events) if e.get("kind") == "stop"), {})
     strategies: dict[str, int] = {}
     for e in composed:
         if e.get("status_strategy"):

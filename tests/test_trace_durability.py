@@ -1,0 +1,69 @@
+"""What a killed process leaves in its JSONL trace, per flush mode (a real SIGKILL).
+
+``each_event`` loses nothing. ``batched`` (the default) may lose the lines written since the
+last flush, such as the turn in flight, but never a decision taken before a tool ran (the
+tracer flushes after ``policy_allowed``, approvals and effect intents, and the host calls
+``Tracer.flush()`` before side effects) and never the stop event.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+APP = str(Path(__file__).with_name("_trace_crash_app.py"))
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+DECIDED = ["run_started", "context_composed", "model_response", "tool_proposed", "policy_allowed"]
+
+
+def killed_at(point: str, mode: str, tmp_path: Path) -> list[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")])}
+    argv = [sys.executable, APP, str(tmp_path), mode, point]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    (trace,) = tmp_path.glob("*.jsonl")
+    lines = trace.read_text(encoding="utf-8").splitlines()
+    return [json.loads(line)["kind"] for line in lines]
+
+
+def test_each_event_loses_nothing_when_the_process_dies_mid_turn(tmp_path: Path) -> None:
+    assert killed_at("model", "each_event", tmp_path) == [*DECIDED, "tool_observation", "context_composed"]
+
+
+def test_batched_loses_only_the_lines_since_the_last_decision_when_the_process_dies_mid_turn(
+    tmp_path: Path,
+) -> None:
+    # Lost: the observation and the next request, both after the last flush (timer held off).
+    assert killed_at("model", "batched", tmp_path) == DECIDED
+
+
+@pytest.mark.parametrize("mode", ["batched", "each_event"])
+def test_every_decision_before_an_effect_is_on_disk_when_the_effect_kills_the_process(
+    mode: str, tmp_path: Path
+) -> None:
+    assert killed_at("tool", mode, tmp_path) == DECIDED
+
+
+@pytest.mark.parametrize("mode", ["batched", "each_event"])
+def test_the_stop_event_is_on_disk_when_the_process_dies_after_the_run(mode: str, tmp_path: Path) -> None:
+    kinds = killed_at("after_stop", mode, tmp_path)
+    assert kinds[-1] == "stop" and kinds[:5] == DECIDED
+
+
+def test_tracer_flush_puts_what_waits_on_disk_and_without_it_batched_loses_it(tmp_path: Path) -> None:
+    assert killed_at("after_flush", "batched", tmp_path / "flushed") == ["tool_proposed"]
+    assert killed_at("no_flush", "batched", tmp_path / "unflushed") == []
+    assert killed_at("no_flush", "each_event", tmp_path / "each") == ["tool_proposed"]
+
+
+def test_the_timer_writes_a_waiting_line_without_any_flush_call(tmp_path: Path) -> None:
+    assert killed_at("idle", "batched", tmp_path) == ["tool_proposed"]
