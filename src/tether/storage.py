@@ -30,7 +30,8 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Concatenate, Literal, ParamSpec, TypeVar
@@ -158,7 +159,11 @@ class SqliteDatabase:
 
     # -- plumbing ------------------------------------------------------------------------
 
-    def _transaction(self, write: bool, fn: Callable[[sqlite3.Connection], T]) -> T:
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """The discipline of ``run``/``read`` for a block of statements on this thread: one
+        transaction (``BEGIN IMMEDIATE`` when ``write``), committed at the end of the block and
+        rolled back if it raises. Async code uses ``arun``/``aread`` instead."""
         held: set[str] = _held.__dict__.setdefault("files", set())
         if self._key in held:
             # The inner one would wait for the outer one's lock, which waits for it.
@@ -171,15 +176,25 @@ class SqliteDatabase:
             conn = self._acquire()
             healthy = False
             try:
-                result = self._in_transaction(conn, write, fn)
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
                 healthy = True
-                return result
             finally:
                 self._release(conn, healthy or not conn.in_transaction)
         finally:
             held.discard(self._key)
             if lock is not None:
                 lock.release()
+
+    def _transaction(self, write: bool, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self.transaction(write=write) as conn:
+            return fn(conn)
 
     @staticmethod
     def _in_transaction(conn: sqlite3.Connection, write: bool, fn: Callable[[sqlite3.Connection], T]) -> T:

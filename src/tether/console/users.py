@@ -19,10 +19,9 @@ import hmac
 import re
 import secrets
 import sqlite3
-import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any, Literal
 
 from tether.errors import TetherError
 from tether.policy.approvals import Reviewer
-from tether.storage import apply_migrations
+from tether.storage import SqliteDatabase
 
 __all__ = [
     "ALL_TENANTS",
@@ -244,33 +243,19 @@ class UserStore:
         self.scrypt_n = scrypt_n
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        with self._tx() as conn:
-            apply_migrations(conn, MIGRATIONS)
+        self._db = SqliteDatabase(self.path, MIGRATIONS)  # the one connection discipline (storage.py)
         # digest of a verified token -> (user, token id, valid until): skips scrypt on every API call.
         self._token_cache: dict[str, tuple[str, str, float]] = {}
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._db.close()
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.transaction()
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return list(self._conn.execute(sql, params))
+        with self._db.transaction(write=False) as conn:
+            return list(conn.execute(sql, params))
 
     # -- people and grants -------------------------------------------------------------------
 
