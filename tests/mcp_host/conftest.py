@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -115,6 +116,43 @@ def _serve() -> Iterator[str]:
 @pytest.fixture
 def http_url() -> Iterator[str]:
     yield from _serve()
+
+
+class HttpProcess:
+    """The hostile server over Streamable HTTP in a subprocess of its own (so it can die)."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> str:
+        command = [sys.executable, str(SERVER), "--http", str(self.port)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())  # printed once the socket listens
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+@pytest.fixture
+def http_process() -> Iterator[HttpProcess]:
+    server = HttpProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture

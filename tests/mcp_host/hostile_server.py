@@ -1,7 +1,8 @@
 """A real MCP server (official SDK) for the host's tests: one legitimate tool and many attacks.
 
-Run as a stdio subprocess (``python hostile_server.py``) or built in-process and served over
-Streamable HTTP (``build_server()``). Every server-to-client request is hand-rolled for both
+Run as a stdio subprocess (``python hostile_server.py``), as a Streamable HTTP subprocess
+(``python hostile_server.py --http [PORT]``: the port is the first stdout line; a server that
+can die), or built in-process and served over Streamable HTTP (``build_server()``). Every server-to-client request is hand-rolled for both
 protocol eras: a 2025-era request mid-call, or a 2026-07-28 input-required result.
 
 Environment (set by the test's config, never by the model):
@@ -306,5 +307,31 @@ def build_server(name: str = "hostile") -> MCPServer:
     return server
 
 
+def serve_http(name: str, port: int = 0) -> None:
+    """Streamable HTTP on 127.0.0.1 (``port``, or a free one), the port printed on the first stdout
+    line. The socket listens before the port is printed: a client may connect at once."""
+    import socket
+    import sys
+
+    import uvicorn
+
+    app = build_server(name).streamable_http_app()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    sock.listen(64)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    print(sock.getsockname()[1], flush=True)
+    sys.stdout = sys.stderr  # the parent stops reading stdout after the port
+    uvicorn.Server(config).run(sockets=[sock])
+
+
 if __name__ == "__main__":
-    build_server(os.environ.get("HOSTILE_NAME", "hostile")).run()
+    import sys
+
+    if "--http" in sys.argv:
+        at = sys.argv.index("--http")
+        port = int(sys.argv[at + 1]) if len(sys.argv) > at + 1 else 0
+        serve_http(os.environ.get("HOSTILE_NAME", "hostile"), port)
+    else:
+        build_server(os.environ.get("HOSTILE_NAME", "hostile")).run()

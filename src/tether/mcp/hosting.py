@@ -10,6 +10,7 @@ definition is not (or no longer) approved. Tools reach the model as
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -23,7 +24,8 @@ from tether.mcp.pauses import PauseStore
 from tether.mcp.pinning import PinStore
 from tether.mcp.roots import RootsGate
 from tether.mcp.sampling import Consent, SamplingGate
-from tether.mcp.source import McpServerSource
+from tether.mcp.serverlog import ServerStderr
+from tether.mcp.source import McpServerSource, ProgressSink
 from tether.models.base import Model
 from tether.policy.rules import Decision, Policy, ProposedCall
 from tether.policy.trusted import TrustedContext
@@ -65,11 +67,15 @@ def build_source(
     sampling_consent: Consent | None = None,
     environ: Mapping[str, str] | None = None,
     fail_soft: bool = False,
+    on_progress: ProgressSink | None = None,
 ) -> tuple[McpServerSource, set[str]]:
     """One server's connection with its gates; also returns its secrets (for the redactor)."""
     creds = resolve_credentials(
         server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
     )
+    cwd = None
+    if server.transport == "stdio":
+        cwd = str(config.path(server.cwd) if server.cwd else config.base_dir)
     source = McpServerSource(
         server.name,
         command=server.argv() if server.transport == "stdio" else None,
@@ -83,11 +89,20 @@ def build_source(
         allow_tools=server.tools,
         pins=pins,
         recheck=server.recheck,
-        cwd=str(config.path(server.cwd) if server.cwd else config.base_dir)
-        if server.transport == "stdio"
-        else None,
+        cwd=cwd,
         fail_soft=fail_soft,
+        restart=server.restart,
+        max_restarts=server.max_restarts,
+        connect_timeout_s=server.connect_timeout_s,
+        progress_resets_timeout=server.progress_resets_timeout,
+        max_call_s=server.max_call_s,
+        on_progress=on_progress,
     )
+    if server.transport == "stdio":
+        source.sandbox = _sandbox(server, config, cwd)
+        log = config.path(config.host.logs) / f"{server.name}.stderr.log"
+        show = sys.stderr if config.host.server_stderr == "terminal" else None
+        source.stderr_factory = lambda: ServerStderr(server.name, log_path=log, terminal=show)
     source.elicitation = ElicitationGate(
         server.name,
         server.elicitation,
@@ -107,6 +122,29 @@ def build_source(
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
     return source, creds.secrets
+
+
+def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
+    """The sandbox planner of one stdio server (run at each launch: bwrap is probed once)."""
+    from tether.mcp.sandbox import plan_confinement
+
+    read = [str(config.path(p)) for p in server.sandbox_read]
+    write = [str(config.path(p)) for p in server.sandbox_write]
+
+    def plan(argv: list[str], env: dict[str, str]) -> Any:
+        return plan_confinement(
+            server.sandbox,
+            argv,
+            roots=server.roots,
+            cwd=cwd,
+            network=server.allow_network,
+            read=read,
+            write=write,
+            env=env,
+            bwrap=config.host.bwrap,
+        )
+
+    return plan
 
 
 def build_host(
@@ -154,6 +192,8 @@ def build_host(
         approvals=approvals,  # side-effecting MCP calls then pause for approval instead of failing closed
     )
     for source in sources.values():
+        # Every server connects concurrently: the first one started launches the others too.
+        source.peers = [s for s in sources.values() if s is not source]
         host.add_source(source)
     host.mcp_pins = pins  # type: ignore[attr-defined]
     host.mcp_pauses = pauses  # type: ignore[attr-defined]

@@ -40,6 +40,9 @@ class EventKind(StrEnum):
     MCP_ELICITATION = "mcp_elicitation"
     MCP_SAMPLING = "mcp_sampling"
     MCP_ROOTS = "mcp_roots"
+    MCP_CONNECTION = "mcp_connection"  # a connection lost or restarted
+    MCP_SANDBOX = "mcp_sandbox"  # a stdio server confined, unconfined (warning) or refused
+    MCP_PROGRESS = "mcp_progress"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"
     APPROVAL_DENIED = "approval_denied"
