@@ -199,7 +199,7 @@ async def test_http_server_back_between_runs_is_reconnected_with_restart_on_fail
     await approve(config, "web")
     host = build_host(config)
     try:
-        first, model = await _run(host, script(("web__lookup", {"key": "one"}), "first"))
+        _, model = await _run(host, script(("web__lookup", {"key": "one"}), "first"))
         assert "value-of-one" in _seen(model, "web__lookup")[0]
         http_process.kill()
         http_process.start()  # the same port, a new process: the old session is gone

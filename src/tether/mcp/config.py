@@ -67,11 +67,12 @@ class ElicitationConfig(_Strict):
 
 
 class SamplingConfig(_Strict):
-    """Sampling opt-in and its separate budget (per server, per session)."""
+    """Sampling opt-in and its separate budget (per server and session, and per tool call)."""
 
     enabled: bool = False
     max_tokens: int = Field(default=512, ge=1, le=32_000)  # cap per request
-    max_calls: int = Field(default=3, ge=0, le=1000)
+    max_calls: int = Field(default=3, ge=0, le=1000)  # per server, per session
+    max_calls_per_call: int = Field(default=1, ge=1, le=100)  # per tool call of that server
     max_seconds: float = Field(default=60.0, gt=0)
     max_total_tokens: int = Field(default=4_000, ge=1)
 

@@ -116,7 +116,7 @@ def build_source(
         server.sampling,
         model=sampling_model,
         consent=sampling_consent,
-        current_tool=lambda: c.tool if (c := source.current_call()) else None,
+        current_call=source.current_call,
         on_event=source.event_sink(EventKind.MCP_SAMPLING),
     )
     if server.roots:

@@ -730,9 +730,15 @@ class McpServerSource:
                 f"(pause {info.pause_id})",
                 pause_id=info.pause_id,
             )
-        return convert_result(
+        output = convert_result(
             self.name, spec, result, self._pinned.get(spec.remote_name, {}), self.emit, _validate
         )
+        if info.elicitations:
+            # What became of the server's questions: the call's outcome says it, not only the server.
+            output.meta["elicitation"] = list(info.elicitations)
+        if info.samples:
+            output.meta["sampling_requests"] = info.samples
+        return output
 
     # -- roots ------------------------------------------------------------------------------
 
@@ -821,9 +827,16 @@ def _classify(server: str, err: BaseException) -> ToolError:
     if isinstance(leaf, ToolError):
         return leaf
     if type(leaf).__name__ == "MCPError":
+        if "refused by the host" in str(leaf):
+            # 2026-07-28: a refused input request (sampling, a question) ends the call client-side.
+            return UpstreamError(f"the host refused the server's {_what_refused(str(leaf))}: {leaf}")
         return UpstreamError(f"server {server} failed: {leaf}")
     # e.g. an answer that is not valid MCP: the server's fault, the connection is still up.
     return UpstreamError(f"server {server} failed: {describe_error(leaf)}")
+
+
+def _what_refused(message: str) -> str:
+    return "sampling request" if "sampling" in message else "request"
 
 
 def _closed_underneath(client: Any) -> bool:
