@@ -56,11 +56,14 @@ async def test_injected_instruction_in_a_result_never_reaches_the_server(
 
 
 @pytest.mark.spec("X2")
-@pytest.mark.parametrize(("mode", "recheck"), [("auto", "each_call"), ("legacy", "on_change")])
+@pytest.mark.parametrize(
+    ("mode", "recheck"), [("auto", "each_call"), ("legacy", "on_change"), ("auto", "on_change")]
+)
 async def test_description_changed_after_approval_is_blocked_until_reapproved(
     tmp_path: Path, http_url: str, monkeypatch: pytest.MonkeyPatch, mode: str, recheck: str
 ) -> None:
-    # each_call: the listing is re-checked before every call; on_change: after list_changed (legacy).
+    # each_call: the listing is re-checked before every call; on_change: after list_changed
+    # (legacy), or after the change event on the listen stream the host opens (2026-07-28).
     monkeypatch.setenv("HOSTILE_RUGPULL", "1")
     config = write_config(tmp_path, [web_server("h", http_url, effects=READS, mode=mode, recheck=recheck)])
     await approve_all(config)
@@ -85,7 +88,8 @@ async def test_description_changed_after_approval_is_blocked_until_reapproved(
     assert [b["tool"] for b in blocked] == ["h__fetch_note"]
     assert "description" in blocked[0]["why"]
     if recheck == "on_change":
-        assert [e["trigger"] for e in events(run, "mcp_capability_check")] == ["list_changed"]
+        triggers = [e["trigger"] for e in events(run, "mcp_capability_check")]
+        assert triggers == (["list_changed"] if mode == "legacy" else ["listen_opened", "list_changed"])
     # The model only ever saw the approved definition.
     tools = {t["function"]["name"]: t["function"] for t in run.model.requests[-1].tools}
     assert tools["h__fetch_note"]["description"] == "Reads the current note."

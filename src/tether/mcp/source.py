@@ -365,7 +365,8 @@ class McpServerSource:
             message, "method", None
         )
         if method == "notifications/tools/list_changed":
-            self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
+            if not self._listening:  # (the listen stream's own loop traces it once)
+                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._stale = True
 
     _stale = False
