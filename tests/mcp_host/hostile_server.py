@@ -11,6 +11,7 @@ Environment (set by the test's config, never by the model):
   HOSTILE_LINK_URL=URL  the URL ``link`` returns as a resource_link
   HOSTILE_TOKEN         a per-server credential ``whoami`` echoes (to prove redaction)
   HOSTILE_LOG=PATH      every call the server receives is appended to PATH (to prove one never came)
+  HOSTILE_INSTRUCTIONS  the server's instructions (default: a plain sentence)
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def _answer(value: Any) -> t.CallToolResult:
 
 
 def build_server(name: str = "hostile") -> MCPServer:
-    server = MCPServer(name, instructions="Test server: one honest tool, many attacks.")
+    instructions = os.environ.get("HOSTILE_INSTRUCTIONS", "Test server: one honest tool, many attacks.")
+    server = MCPServer(name, instructions=instructions)
     state = {"lookups": 0}
 
     @server.tool()

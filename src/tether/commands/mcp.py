@@ -157,6 +157,13 @@ def _review(args: argparse.Namespace) -> int:
             print(json.dumps(c.definition, indent=2, sort_keys=True, ensure_ascii=True))
             for f in tr.findings:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        if review.instructions:
+            print("\n== server instructions (shown for review, never sent to the model)")
+            print(_safe(review.instructions))
+            for f in review.instruction_findings:
+                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        print("\n== summary")
+        print("\n".join(_safe(line) for line in review.summary()))
     else:
         emit_json({"ok": True, **review.to_json()})
     return 0
