@@ -40,13 +40,20 @@ async def approve_all(config: McpConfig) -> None:
 
 
 def write_config(
-    tmp_path: Path, servers: list[dict[str, Any]], *, suffix: str = ".yaml", pins_from: Path | None = None
+    tmp_path: Path,
+    servers: list[dict[str, Any]],
+    *,
+    suffix: str = ".yaml",
+    pins_from: Path | None = None,
+    **host: Any,
 ) -> McpConfig:
-    """A config in ``tmp_path``; ``pins_from`` copies an approved pin file (saves a server launch)."""
+    """A config in ``tmp_path``; ``pins_from`` copies an approved pin file (saves a server launch);
+    ``host`` adds settings to the ``[host]`` section."""
     if pins_from is not None:
         shutil.copy(pins_from, tmp_path / "pins.db")
     path = tmp_path / f"mcp{suffix}"
-    data = {"host": {"pins": "pins.db", "state": "state.db", "trace_dir": "traces"}, "servers": servers}
+    section = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", **host}
+    data = {"host": section, "servers": servers}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return load_config(path)
 

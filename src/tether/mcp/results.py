@@ -7,13 +7,17 @@
 - the text and the structured data are cleaned (``tether.mcp.clean``): hidden characters
   removed and counted, HTML comments, images and link targets neutralised; the raw text is
   traced escaped, for the reviewer;
+- absolute paths quoted outside the server's roots are flagged (``paths_outside_roots``);
 - the text is cut at the tool's size cap with a marker (the rest never enters context).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from tether.mcp.clean import clean_result_data, clean_result_text, escape_for_review
@@ -35,6 +39,22 @@ def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOut
     )
 
 
+_ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(/(?:[\w.@+-]+/)*[\w.@+-]+)")
+
+
+def paths_outside(text: str, roots: Sequence[Path]) -> list[str]:
+    """Absolute paths (and file:// URIs) quoted in a result that lie outside every root."""
+    found: list[str] = []
+    for m in _ABS_PATH.finditer(text):
+        raw = m.group(1)
+        path = Path(os.path.normpath(raw))
+        if not any(path == r or r in path.parents for r in roots) and raw not in found:
+            found.append(raw)
+        if len(found) >= 10:
+            break
+    return found
+
+
 def convert_result(
     server: str,
     spec: ToolSpec,
@@ -42,6 +62,7 @@ def convert_result(
     definition: Mapping[str, Any],
     emit: Emit,
     validate: Callable[[Any, dict[str, Any]], None],
+    roots: Sequence[Path] = (),
 ) -> ToolOutput:
     import jsonschema
 
@@ -95,6 +116,16 @@ def convert_result(
             reason="hidden_content",
             cleaned=cleaned,
             raw_escaped=escape_for_review(raw, limit=2000),
+        )
+    if roots and (outside := paths_outside(text, roots)):
+        # Flagged, not removed: the server was told its roots and quotes a path beyond them.
+        meta["paths_outside_roots"] = outside
+        emit(
+            EventKind.MCP_RESULT_REJECTED,
+            server=server,
+            tool=spec.name,
+            reason="paths_outside_roots",
+            paths=outside,
         )
     total = len(text)
     truncated = False

@@ -732,7 +732,13 @@ class McpServerSource:
                 pause_id=info.pause_id,
             )
         output = convert_result(
-            self.name, spec, result, self._pinned.get(spec.remote_name, {}), self.emit, _validate
+            self.name,
+            spec,
+            result,
+            self._pinned.get(spec.remote_name, {}),
+            self.emit,
+            _validate,
+            roots=self._root_paths(),
         )
         if info.elicitations:
             # What became of the server's questions: the call's outcome says it, not only the server.
@@ -742,6 +748,14 @@ class McpServerSource:
         return output
 
     # -- roots ------------------------------------------------------------------------------
+
+    def _root_paths(self) -> list[Any]:
+        if self.roots is None:
+            return []
+        from pathlib import Path
+        from urllib.parse import unquote, urlsplit
+
+        return [Path(unquote(urlsplit(r).path)) for r in self.roots.roots]
 
     async def set_roots(self, roots: Iterable[str]) -> bool:
         """Change this server's roots; on a legacy connection, notify the server."""
