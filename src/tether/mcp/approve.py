@@ -13,13 +13,15 @@ import getpass
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ApprovalError
 from tether.mcp.config import McpConfig
 from tether.mcp.hosting import build_source
 from tether.mcp.pinning import PinStore, ToolCheck, bad_tool_name
-from tether.mcp.review import Finding, scan_definition, scan_text
+
+if TYPE_CHECKING:
+    from tether.mcp.review import Finding
 
 __all__ = ["ServerReview", "ToolReview", "approve_server", "review_server"]
 
@@ -120,6 +122,8 @@ async def review_server(config: McpConfig, name: str) -> ServerReview:
             checks = await source.refresh()
         finally:
             await source.close()
+        from tether.mcp.review import Finding, scan_definition, scan_text
+
         elsewhere = [(s.name, tool) for s in config.servers if s.name != name for tool in pins.pins(s.name)]
         # Other servers' tools by namespaced and by plain name; this server's own by plain name.
         others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}

@@ -13,10 +13,9 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.errors import ConfigError
-from tether.host import Host
 from tether.mcp.config import McpConfig, ServerConfig
 from tether.mcp.credentials import resolve_credentials
 from tether.mcp.elicitation import ElicitationGate, Responder
@@ -26,10 +25,15 @@ from tether.mcp.roots import RootsGate
 from tether.mcp.sampling import Consent, SamplingGate
 from tether.mcp.serverlog import ServerStderr
 from tether.mcp.source import McpServerSource, ProgressSink
-from tether.models.base import Model
-from tether.policy.rules import Decision, Policy, ProposedCall
-from tether.policy.trusted import TrustedContext
 from tether.trace.events import EventKind
+
+# The host and its policy are imported when a host is built: a review (one connection, no run)
+# starts its server without loading them.
+if TYPE_CHECKING:
+    from tether.host import Host
+    from tether.models.base import Model
+    from tether.policy.rules import Decision, ProposedCall
+    from tether.policy.trusted import TrustedContext
 
 __all__ = ["PinnedCapabilities", "build_host", "build_source", "mcp_sources"]
 
@@ -47,6 +51,8 @@ class PinnedCapabilities:
             return None
         remote = call.spec.remote_name
         if remote in source.blocked:
+            from tether.policy.rules import Decision
+
             return Decision(
                 "deny",
                 self.name,
@@ -160,6 +166,9 @@ def build_host(
     approvals: Any = None,
 ) -> Host:
     """A host with every configured server (or the named ones). Raises ``ConfigError``."""
+    from tether.host import Host
+    from tether.policy.rules import Policy
+
     environ = os.environ if environ is None else environ
     pins = PinStore(config.path(config.host.pins)) if use_pins else None
     pauses = PauseStore(config.path(config.host.state))
