@@ -137,7 +137,7 @@ def main() -> None:
         start = statistics.median(a for a, _ in alone)
         session = statistics.median(b for _, b in alone)
         plain, boxed = statistics.median(plains), statistics.median(boxes)
-        print(f"ERP server alone: listed its tools at {start * 1000:.0f} ms, exited at {session * 1000:.0f} ms")
+        print(f"ERP server alone: tools listed at {start * 1000:.0f} ms, exited at {session * 1000:.0f} ms")
         print(
             f"tether mcp review erp (sandbox none): {plain * 1000:.0f} ms, "
             f"{plain / session:.2f}x the server's own session ({plain / start:.2f}x its start alone)"

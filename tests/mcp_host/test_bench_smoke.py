@@ -43,5 +43,5 @@ def test_mcp_startup_bench_compares_review_with_the_servers_own_session() -> Non
     assert out.returncode == 0, out.stderr
     figures = json.loads(out.stdout.strip().splitlines()[-1])
     assert figures["servers"] == 2 and isinstance(figures["confined"], bool)
-    keys = ("server_start_ms", "server_session_ms", "review_ms", "review_over_server_session", "many_over_one")
-    assert all(figures[key] > 0 for key in keys)
+    keys = ("server_start_ms", "server_session_ms", "review_ms", "review_over_server_session")
+    assert all(figures[key] > 0 for key in keys) and figures["many_over_one"] > 0
