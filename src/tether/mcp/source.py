@@ -29,7 +29,6 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import shlex
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -40,10 +39,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 import jsonschema
 
-from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
+from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
 from tether.mcp.connection import Connection, ConnectionLost, describe_error
 from tether.mcp.elicitation import CallInfo
-from tether.mcp.pinning import PinStore, ToolCheck, canonical_definition, check_listing
+from tether.mcp.failures import (
+    Unavailable,
+    classify,
+    closed_underneath,
+    enabled,
+    is_modern,
+    leaf,
+    transport_failure,
+)
+from tether.mcp.listing import PinnedListing
+from tether.mcp.pinning import PinStore, ToolCheck
 from tether.mcp.results import convert_result, invalid_output
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace.events import EventKind
@@ -57,8 +66,6 @@ __all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
 SEPARATOR = "__"
 # Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
 _SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
-_CONNECTION_CLOSED = -32000
-_SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -79,14 +86,6 @@ class InputPending(ToolError):
             message, hint="a person answers with `tether mcp resume`", details={"pause": pause_id}
         )
         self.meta = {"pause": pause_id}
-
-
-class _Unavailable(DependencyUnavailable):
-    """The server is gone for this call; ``meta`` says why (the host copies it to the observation)."""
-
-    def __init__(self, message: str, **meta: Any) -> None:
-        super().__init__(message)
-        self.meta = {k: v for k, v in meta.items() if v is not None}
 
 
 class McpServerSource:
@@ -144,7 +143,6 @@ class McpServerSource:
         self.max_call_s = max_call_s
         self.max_result_chars = max_result_chars
         self.allow_tools = frozenset(allow_tools) if allow_tools is not None else None
-        self.pins = pins
         self.recheck = recheck
         self.elicitation = elicitation
         self.sampling = sampling
@@ -171,10 +169,7 @@ class McpServerSource:
         self._restart_lock: anyio.Lock | None = None
         self._listed_at_connect = False
         self._listening = False
-        self._pinned: dict[str, dict[str, Any]] = {}  # remote name -> approved canonical definition
-        self._live: dict[str, dict[str, Any]] = {}  # remote name -> last listed definition
-        self.blocked: dict[str, str] = {}  # remote name -> why
-        self.checks: list[ToolCheck] = []
+        self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
         self._tracer: Any = None
@@ -247,9 +242,9 @@ class McpServerSource:
 
         callbacks: dict[str, Any] = {}
         # A capability is advertised only when it is enabled: the SDK announces each callback given.
-        if _enabled(self.elicitation):
+        if enabled(self.elicitation):
             callbacks["elicitation_callback"] = self.elicitation
-        if _enabled(self.sampling):
+        if enabled(self.sampling):
             callbacks["sampling_callback"] = self.sampling
         if self.roots is not None:
             callbacks["list_roots_callback"] = self.roots
@@ -265,7 +260,7 @@ class McpServerSource:
         return client
 
     async def _stdio(self, stack: AsyncExitStack) -> Any:
-        from tether.mcp.stdio import spawn
+        from tether.mcp.stdio import opened, spawn
 
         assert self.command is not None
         env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
@@ -294,7 +289,7 @@ class McpServerSource:
             self.stderr.spawned()
         # One answer may be a few times the result cap in JSON (escapes, structured content too).
         max_line = max(8 * 1024 * 1024, 16 * self.max_result_chars)
-        return await stack.enter_async_context(_running(process, max_line))
+        return await stack.enter_async_context(opened(process, max_line))
 
     async def _http(self, stack: AsyncExitStack) -> Any:
         assert self.url is not None
@@ -327,7 +322,7 @@ class McpServerSource:
     async def _serve(self, client: Any) -> None:
         """For the connection's life: on a 2026-07-28 connection with ``recheck: on_change``, the
         listen stream is how a changed tool is noticed (without it, each call re-lists first)."""
-        if self.pins is None or self.recheck != "on_change" or not _modern(self.protocol_version):
+        if self.pins is None or self.recheck != "on_change" or not is_modern(self.protocol_version):
             return
         try:
             async with client.listen(tools_list_changed=True) as subscription:
@@ -397,7 +392,7 @@ class McpServerSource:
         assert conn is not None
         try:
             await self._ready(conn)
-        except _Unavailable as problem:
+        except Unavailable as problem:
             if not self.fail_soft:
                 raise DependencyUnavailable(problem.message) from None
             self._quarantine(problem.message, state="failed")
@@ -410,11 +405,11 @@ class McpServerSource:
             self._retire(conn)
             if isinstance(err, TimeoutError):
                 why = f"no answer within the connect timeout ({self.connect_timeout_s:g}s)"
-            elif isinstance(_leaf(err.cause), ConfigError):
-                why = str(_leaf(err.cause))
+            elif isinstance(leaf(err.cause), ConfigError):
+                why = str(leaf(err.cause))
             else:
                 why = describe_error(err)
-            raise _Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
+            raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
         self.emit(
             EventKind.SERVER_LAUNCH,
             source=self.name,
@@ -452,14 +447,14 @@ class McpServerSource:
     async def _usable(self) -> Connection:
         """A live connection for the next call: the current one, or a restart if allowed."""
         if self.unavailable is not None:
-            raise _Unavailable(self.unavailable, quarantined=True)
+            raise Unavailable(self.unavailable, quarantined=True)
         conn = self._conn
-        if conn is not None and conn.alive and not _closed_underneath(conn.client):
+        if conn is not None and conn.alive and not closed_underneath(conn.client):
             return conn
         if conn is not None:
             self._lost(conn, conn.error, "between calls")
             if self.unavailable is not None:
-                raise _Unavailable(self.unavailable, quarantined=True)
+                raise Unavailable(self.unavailable, quarantined=True)
         return await self._restart()
 
     async def _restart(self) -> Connection:
@@ -469,10 +464,10 @@ class McpServerSource:
             if self._conn is not None and self._conn.alive:
                 return self._conn
             if self.unavailable is not None:
-                raise _Unavailable(self.unavailable, quarantined=True)
+                raise Unavailable(self.unavailable, quarantined=True)
             if self.restart == "never" or self.restarts >= self.max_restarts:
                 self._quarantine(f"MCP server {self.name} is not connected")
-                raise _Unavailable(self.unavailable or "", quarantined=True)
+                raise Unavailable(self.unavailable or "", quarantined=True)
             self.restarts += 1
             self.emit(
                 EventKind.MCP_CONNECTION,
@@ -486,7 +481,7 @@ class McpServerSource:
             assert conn is not None
             try:
                 await self._ready(conn)
-            except _Unavailable as problem:
+            except Unavailable as problem:
                 if self.restarts >= self.max_restarts:
                     self._quarantine(f"{problem.message} (restart {self.restarts}/{self.max_restarts})")
                 raise
@@ -506,49 +501,32 @@ class McpServerSource:
     # -- listing and pins -------------------------------------------------------------------
 
     def _check(self, tools: Sequence[Any], *, complete: bool = True) -> None:
-        """Compare a listing with the pins. A partial listing (one page) never unlists tools."""
-        definitions = [canonical_definition(t) for t in tools]
-        listed = {d["name"]: d for d in definitions}
-        self._live = listed if complete else {**self._live, **listed}
-        if self.pins is None:
-            self._pinned = dict(self._live)
-            return
-        if not complete and not definitions:
-            return
-        checks = check_listing(definitions, self.pins.pins(self.name), self.endpoint())
-        self.checks = checks
-        duplicated = {c.tool for c in checks if c.why == "listed more than once"}
-        for name in duplicated:
-            self._pinned.pop(name, None)
-        for c in checks:
-            if c.status == "pinned" and c.tool not in duplicated:
-                if c.tool in self.blocked:
-                    # Back to the approved definition: unblock (the pin never changed).
-                    del self.blocked[c.tool]
-                self._pinned[c.tool] = c.definition
-                continue
-            if self.blocked.get(c.tool) != c.why:
-                self.blocked[c.tool] = c.why
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.name,
-                    tool=f"{self.name}{SEPARATOR}{c.tool}",
-                    status=c.status,
-                    why=c.why,
-                    sha256=c.sha256,
-                    pinned_sha256=c.pinned_sha256,
-                )
-        if complete:
-            for name in sorted(set(self._pinned) - set(self._live)):
-                self._pinned.pop(name)
-                self.blocked[name] = "no longer listed by the server"
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.name,
-                    tool=f"{self.name}{SEPARATOR}{name}",
-                    status="removed",
-                    why=self.blocked[name],
-                )
+        self.listing.absorb(tools, complete=complete)
+
+    # The listing's state, by the names the rest of the source (and the host's policy) reads.
+    @property
+    def pins(self) -> PinStore | None:
+        return self.listing.pins
+
+    @pins.setter
+    def pins(self, store: PinStore | None) -> None:
+        self.listing.pins = store
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        return self.listing.blocked
+
+    @property
+    def checks(self) -> list[ToolCheck]:
+        return self.listing.checks
+
+    @property
+    def _pinned(self) -> dict[str, dict[str, Any]]:
+        return self.listing.pinned
+
+    @property
+    def _live(self) -> dict[str, dict[str, Any]]:
+        return self.listing.live
 
     async def _list(self, client: Any) -> list[ToolCheck]:
         """List the server's tools now (bypassing the response cache); the hook checks them."""
@@ -646,16 +624,16 @@ class McpServerSource:
             with anyio.fail_after(timeout_s):
                 return await conn.run(fn)
         except TimeoutError:
-            raise _Unavailable(
+            raise Unavailable(
                 f"MCP server {self.name} did not answer in time ({timeout_s:g}s) {phase}", cause="timeout"
             ) from None
         except ToolError:
             raise
         except Exception as err:
-            if not _transport_failure(err):
-                raise _classify(self.name, err) from None
+            if not transport_failure(err):
+                raise classify(self.name, err) from None
             why = self._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
-            raise _Unavailable(
+            raise Unavailable(
                 f"MCP server {self.name} is not reachable ({phase}): {why}",
                 cause=why,
                 quarantined=self.unavailable is not None or None,
@@ -665,12 +643,12 @@ class McpServerSource:
         """The connection to call on, after the pin re-check this call needs. A failure here is
         before the call was sent, so one restart (if allowed) is tried before giving up."""
         conn = await self._usable()
-        modern_unheard = _modern(self.protocol_version) and not self._listening
+        modern_unheard = is_modern(self.protocol_version) and not self._listening
         if self.pins is None or not (self.recheck == "each_call" or self._stale or modern_unheard):
             return conn
         try:
             await self._guarded(conn, self._list, spec.timeout_s, "before the call")
-        except _Unavailable:
+        except Unavailable:
             if self.unavailable is not None or self._conn is not None:
                 raise
             conn = await self._usable()
@@ -712,19 +690,19 @@ class McpServerSource:
         except Exception as err:
             if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
                 return invalid_output(self.name, spec, str(err), self.emit)
-            if _transport_failure(err):
+            if transport_failure(err):
                 cause = err.cause if isinstance(err, ConnectionLost) else err
                 why = self._lost(conn, cause, "during the call")
-                raise _Unavailable(
+                raise Unavailable(
                     f"MCP server {self.name} went away during {spec.name}: {why}",
                     cause=why,
                     quarantined=self.unavailable is not None or None,
                 ) from None
-            raise _classify(self.name, err) from None
+            raise classify(self.name, err) from None
         finally:
             self._inflight.remove(info)
         if scope.cancelled_caught or result is None:
-            raise _Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
+            raise Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
         if info.pause_id is not None:
             raise InputPending(
                 f"{spec.name} is waiting for a person to answer a question from server {self.name} "
@@ -763,7 +741,7 @@ class McpServerSource:
             raise ConfigError(f"server {self.name} has no roots declared")
         changed: bool = self.roots.set_roots(roots)
         conn = self._conn
-        if changed and conn is not None and conn.alive and not _modern(self.protocol_version):
+        if changed and conn is not None and conn.alive and not is_modern(self.protocol_version):
 
             async def notify(client: Any) -> None:
                 with warnings.catch_warnings():
@@ -785,83 +763,6 @@ class McpServerSource:
         if self._conn is None or not self._conn.alive:
             raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
         return self._conn.client
-
-
-@contextlib.asynccontextmanager
-async def _running(process: Any, max_line: int) -> Any:
-    from tether.mcp.stdio import stdio_transport
-
-    async with stdio_transport(process, max_line_bytes=max_line) as streams:
-        yield _Streams(streams)
-
-
-class _Streams:
-    """An already-open transport, as the async context manager the SDK's ``Client`` enters."""
-
-    def __init__(self, streams: Any) -> None:
-        self._streams = streams
-
-    async def __aenter__(self) -> Any:
-        return self._streams
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
-
-
-def _enabled(gate: Any) -> bool:
-    """A gate is given to the SDK (and so advertised) only when its config enables it."""
-    return gate is not None and bool(getattr(getattr(gate, "config", None), "enabled", True))
-
-
-def _modern(version: str | None) -> bool:
-    return bool(version) and str(version) >= "2026"
-
-
-def _leaf(err: BaseException | None) -> BaseException | None:
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    return err
-
-
-def _transport_failure(err: BaseException) -> bool:
-    """Whether an error means the connection itself failed (not the server's answer)."""
-    leaf = _leaf(err)
-    if isinstance(err, ConnectionLost) or isinstance(leaf, ConnectionLost):
-        return True
-    if type(leaf).__name__ == "MCPError":
-        # A Streamable HTTP server that restarted no longer knows the session: it is gone.
-        return getattr(leaf, "code", None) == _CONNECTION_CLOSED or bool(_SESSION_GONE.search(str(leaf)))
-    if isinstance(leaf, (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
-        return True
-    module = type(leaf).__module__ or ""
-    return module.startswith(("httpx", "httpcore", "h11")) or isinstance(err, BaseExceptionGroup)
-
-
-def _classify(server: str, err: BaseException) -> ToolError:
-    leaf = _leaf(err) or err
-    if isinstance(leaf, ToolError):
-        return leaf
-    if type(leaf).__name__ == "MCPError":
-        if "refused by the host" in str(leaf):
-            # 2026-07-28: a refused input request (sampling, a question) ends the call client-side.
-            return UpstreamError(f"the host refused the server's {_what_refused(str(leaf))}: {leaf}")
-        return UpstreamError(f"server {server} failed: {leaf}")
-    # e.g. an answer that is not valid MCP: the server's fault, the connection is still up.
-    return UpstreamError(f"server {server} failed: {describe_error(leaf)}")
-
-
-def _what_refused(message: str) -> str:
-    return "sampling request" if "sampling" in message else "request"
-
-
-def _closed_underneath(client: Any) -> bool:
-    """Whether the session already saw its transport end (a stdio server that exited between
-    calls): best effort, through the SDK's dispatcher."""
-    try:
-        dispatcher = client.session._dispatcher
-    except Exception:
-        return False
-    return bool(getattr(dispatcher, "_closed", False))
 
 
 def _validate(instance: Any, schema: dict[str, Any]) -> None:

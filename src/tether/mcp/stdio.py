@@ -21,7 +21,7 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 
-__all__ = ["spawn", "stdio_transport"]
+__all__ = ["opened", "spawn", "stdio_transport", "stop"]
 
 STOP_GRACE_S = 2.0
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
@@ -137,3 +137,23 @@ async def stop(process: anyio.abc.Process) -> None:
     if callable(close):
         with suppress(PermissionError, ProcessLookupError):
             close()
+
+
+@asynccontextmanager
+async def opened(process: anyio.abc.Process, max_line: int) -> AsyncIterator[Any]:
+    """The transport over a running process, as the context manager the SDK's ``Client`` enters."""
+    async with stdio_transport(process, max_line_bytes=max_line) as streams:
+        yield _Streams(streams)
+
+
+class _Streams:
+    """An already-open transport, as the async context manager the SDK's ``Client`` enters."""
+
+    def __init__(self, streams: Any) -> None:
+        self._streams = streams
+
+    async def __aenter__(self) -> Any:
+        return self._streams
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
