@@ -110,8 +110,8 @@ def test_a_declined_question_shows_in_the_calls_outcome_on_the_command_line(
 
 @pytest.mark.spec("X1")
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_progress_is_traced_and_can_keep_a_long_call_alive(
-    tmp_path: Path, http_url: str, mode: str
+async def test_progress_is_traced_shown_and_can_keep_a_long_call_alive(
+    tmp_path: Path, http_url: str, mode: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     effects = {"progress": "read"}
     strict = web_server("s", http_url, mode=mode, effects=effects, timeout_s=1.5)
@@ -129,6 +129,7 @@ async def test_progress_is_traced_and_can_keep_a_long_call_alive(
         (1, 4, "step 1"), (2, 4, "step 2"), (3, 4, "step 3"), (4, 4, "step 4")
     ]  # fmt: skip
     assert run.result.stop_reason is StopReason.ACCEPTED
+    assert "[p] p__progress: progress 2/4 step 2" in capsys.readouterr().err.splitlines()
 
 
 @pytest.fixture

@@ -162,7 +162,8 @@ class HostSection(_Strict):
     tenant: str = "default"
     user: str | None = None
     logs: str = "tether-output/mcp-logs"  # per-server stderr log files
-    server_stderr: Literal["terminal", "log"] = "terminal"  # also show (escaped, rate-limited) lines
+    # terminal: server stderr (escaped, rate-limited) and progress also shown on stderr; log: file only
+    server_stderr: Literal["terminal", "log"] = "terminal"
     bwrap: str | None = None  # the bubblewrap executable (default: bwrap on PATH)
 
 

@@ -82,6 +82,8 @@ def build_source(
     cwd = None
     if server.transport == "stdio":
         cwd = str(config.path(server.cwd) if server.cwd else config.base_dir)
+    if on_progress is None and config.host.server_stderr == "terminal":
+        on_progress = _show_progress
     source = McpServerSource(
         server.name,
         command=server.argv() if server.transport == "stdio" else None,
@@ -128,6 +130,15 @@ def build_source(
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
     return source, creds.secrets
+
+
+def _show_progress(server: str, tool: str, done: float, total: float | None, message: str | None) -> None:
+    """A progress notification on the terminal: attributed, escaped, one line."""
+    from tether.mcp.clean import escape_for_review
+
+    of = f"/{total:g}" if total is not None else ""
+    note = f" {escape_for_review(message, limit=200)}" if message else ""
+    print(f"[{server}] {tool}: progress {done:g}{of}{note}", file=sys.stderr, flush=True)
 
 
 def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:

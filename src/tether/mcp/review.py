@@ -71,6 +71,7 @@ _INSTRUCTION_PATTERNS = [
     r"\b(dear|hey|hi|attention|note to( the)?)\s+(assistant|model|agent|ai|llm|claude|gpt|chatgpt)\b",
     r"^\s*(assistant|model|agent|ai|llm)\s*[:,]",
     r"\b(remember|make sure|ensure|be sure)\s+(to|that)\b.{0,60}\b(call|send|include|pass|read|tell)\b",
+    r"\bif (you are |you're )?asked\b.{0,80}\b(respond|reply|answer|say)\s+(with|that)\b",
 ]
 _INSTRUCTION = re.compile(
     "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
@@ -157,8 +158,8 @@ def scan_definition(definition: Mapping[str, Any], other_tools: Iterable[str] = 
     others = {t for t in other_tools if t and t != name}
     findings: list[Finding] = []
     for where, text in _strings({k: v for k, v in definition.items() if k != "name"}, ""):
-        # Property names are identifiers, not prose; a $ref is judged below.
-        prose = not where.endswith(("(key)", ".$ref"))
+        # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
+        prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id"))
         findings += scan_text(name, where, text, others, prose=prose)
     for key in ("inputSchema", "outputSchema"):
         schema = definition.get(key)
