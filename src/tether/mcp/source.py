@@ -167,6 +167,7 @@ class McpServerSource:
         self._conn: Connection | None = None
         self._retired: list[Connection] = []
         self._restart_lock: anyio.Lock | None = None
+        self._announced: Connection | None = None  # the connection whose start was traced
         self._listed_at_connect = False
         self._listening = False
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
@@ -383,7 +384,7 @@ class McpServerSource:
     async def start(self) -> None:
         """Connect (together with the peers) and list the tools. With ``fail_soft`` a server that
         cannot start is marked unavailable; otherwise raises ``DependencyUnavailable``."""
-        if self.unavailable is not None or (self._conn is not None and self._conn.alive):
+        if self.unavailable is not None or (self._conn is not None and self._conn is self._announced):
             return
         for peer in self.peers:
             peer.launch()  # the others connect while this one does
@@ -410,6 +411,7 @@ class McpServerSource:
             else:
                 why = describe_error(err)
             raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
+        self._announced = conn
         self.emit(
             EventKind.SERVER_LAUNCH,
             source=self.name,
