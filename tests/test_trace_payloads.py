@@ -34,6 +34,7 @@ DYNAMIC_SITES = {
     "mcp/source.py": "pending events replayed at bind time; server description fields",
     "hostcore.py": "server description fields",
     "workflow.py": "the rollback's description of the failed run",
+    "calls.py": "what cleaning found in a result (tool_observation's cleaned)",
 }
 
 

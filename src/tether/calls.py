@@ -148,6 +148,7 @@ def record_observation(tracer: Any, state: RunState, obs: Observation, arguments
         error_kind=obs.error_kind,
         chars=len(obs.text),
         truncated=bool(obs.meta.get("truncated")),
+        **({"cleaned": obs.meta["cleaned"]} if obs.meta.get("cleaned") else {}),
     )
 
 

@@ -22,6 +22,7 @@ from tether.errors import (
     PolicyError,
     ToolError,
 )
+from tether.mcp.clean import clean_result_data, clean_result_text
 from tether.messages import ToolCall
 from tether.policy.intake import check_arguments, parse_arguments
 from tether.policy.rules import Decision, Policy, ProposedCall
@@ -120,9 +121,12 @@ class HostCore:
     async def start(self, tracer: Tracer | None = None) -> None:
         """Start sources and index their tools. Duplicate names are a configuration error."""
         specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
-        for source in self.sources:
-            if source.name in self.disabled_sources:
-                continue
+        enabled = [s for s in self.sources if s.name not in self.disabled_sources]
+        for source in enabled:
+            launch = getattr(source, "launch", None)
+            if launch is not None:
+                launch()  # servers connect concurrently; each start() below waits for its own
+        for source in enabled:
             await source.start()
             for spec in await source.list_tools():
                 if spec.name in specs:
@@ -279,7 +283,14 @@ class HostCore:
         return self.finish_observation(spec, obs), None
 
     def finish_observation(self, spec: ToolSpec, obs: Observation) -> Observation:
-        """Truncation and labelling: one implementation for every tool, local, MCP or harness."""
+        """Cleaning, truncation and labelling: one implementation for every tool, local, MCP or
+        harness. Hidden characters (zero-width, bidi, tag characters) are removed and counted,
+        HTML comments and markdown image/link targets neutralised (``meta["cleaned"]``)."""
+        if "cleaned" not in obs.meta:
+            text, found = clean_result_text(obs.text)
+            data, found_in_data = clean_result_data(obs.data) if obs.data is not None else (None, {})
+            if found or found_in_data:
+                obs = replace(obs, text=text, data=data, meta={**obs.meta, "cleaned": found or found_in_data})
         if len(obs.text) > spec.max_result_chars:
             text = obs.text[: spec.max_result_chars] + f"\n[TRUNCATED: {len(obs.text)} characters in all]"
             obs = replace(obs, text=text, meta={**obs.meta, "truncated": True})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -39,13 +40,20 @@ async def approve_all(config: McpConfig) -> None:
 
 
 def write_config(
-    tmp_path: Path, servers: list[dict[str, Any]], *, suffix: str = ".yaml", pins_from: Path | None = None
+    tmp_path: Path,
+    servers: list[dict[str, Any]],
+    *,
+    suffix: str = ".yaml",
+    pins_from: Path | None = None,
+    **host: Any,
 ) -> McpConfig:
-    """A config in ``tmp_path``; ``pins_from`` copies an approved pin file (saves a server launch)."""
+    """A config in ``tmp_path``; ``pins_from`` copies an approved pin file (saves a server launch);
+    ``host`` adds settings to the ``[host]`` section."""
     if pins_from is not None:
         shutil.copy(pins_from, tmp_path / "pins.db")
     path = tmp_path / f"mcp{suffix}"
-    data = {"host": {"pins": "pins.db", "state": "state.db", "trace_dir": "traces"}, "servers": servers}
+    section = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", **host}
+    data = {"host": section, "servers": servers}
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return load_config(path)
 
@@ -118,6 +126,43 @@ def _serve() -> Iterator[str]:
 @pytest.fixture
 def http_url() -> Iterator[str]:
     yield from _serve()
+
+
+class HttpProcess:
+    """The hostile server over Streamable HTTP in a subprocess of its own (so it can die)."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> str:
+        command = [sys.executable, str(SERVER), "--http", str(self.port)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())  # printed once the socket listens
+        return self.url
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/mcp"
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+@pytest.fixture
+def http_process() -> Iterator[HttpProcess]:
+    server = HttpProcess()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
 
 
 @pytest.fixture

@@ -107,6 +107,10 @@ def test_review_flags_poisoned_text_but_not_an_honest_description() -> None:
     assert [f.kind for f in scan_definition(tagged)] == ["hidden_unicode"]
 
 
+def _array(field: dict[str, object]) -> dict[str, object]:
+    return {"type": "object", "properties": {"p": {"type": "array", **field}}}
+
+
 @pytest.mark.spec("X5")
 def test_only_flat_schemas_of_primitives_are_accepted() -> None:
     flat = {
@@ -116,6 +120,13 @@ def test_only_flat_schemas_of_primitives_are_accepted() -> None:
             "count": {"type": "integer", "minimum": 1},
             "ok": {"type": "boolean"},
             "size": {"type": "string", "oneOf": [{"const": "s", "title": "Small"}]},
+            # Multi-select (2025-11-25): an array of string choices, plain or titled.
+            "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "maxItems": 2},
+            "colours": {
+                "type": "array",
+                "items": {"anyOf": [{"const": "r", "title": "Red"}]},
+                "default": ["r"],
+            },
         },
         "required": ["name"],
     }
@@ -124,8 +135,10 @@ def test_only_flat_schemas_of_primitives_are_accepted() -> None:
         ({"type": "object", "properties": {"p": {"type": "object", "properties": {}}}}, "no nesting"),
         (
             {"type": "object", "properties": {"p": {"type": "array", "items": {"type": "string"}}}},
-            "no nesting",
+            "must list its choices",
         ),
+        (_array({"items": {"type": "object", "enum": []}}), "only be a list of string choices"),
+        (_array({"items": {"enum": ["a"]}, "default": ["z"]}), "default must be a list of the choices"),
         ({"type": "object", "properties": {"p": {"$ref": "#/x", "type": "string"}}}, "unsupported keys"),
         ({"type": "object", "properties": {"p": {"type": "string"}}, "required": ["q"]}, "required"),
         ({"type": "string"}, "must be an object"),

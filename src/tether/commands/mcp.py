@@ -157,6 +157,13 @@ def _review(args: argparse.Namespace) -> int:
             print(json.dumps(c.definition, indent=2, sort_keys=True, ensure_ascii=True))
             for f in tr.findings:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        if review.instructions:
+            print("\n== server instructions (shown for review, never sent to the model)")
+            print(_safe(review.instructions))
+            for f in review.instruction_findings:
+                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        print("\n== summary")
+        print("\n".join(_safe(line) for line in review.summary()))
     else:
         emit_json({"ok": True, **review.to_json()})
     return 0
@@ -219,7 +226,8 @@ def _consent(mode: str) -> Any:
             f"MCP server '{prompt.server}' asks the model (max_tokens {prompt.max_tokens}):", file=sys.stderr
         )
         if prompt.system_prompt:
-            print(f"  [system] {_safe(prompt.system_prompt)}", file=sys.stderr)
+            dropped = "[server's system prompt: DROPPED, never sent]"
+            print(f"  {dropped} {_safe(prompt.system_prompt)}", file=sys.stderr)
         for role, text in prompt.messages:
             print(f"  [{role}] {_safe(text)}", file=sys.stderr)
         if mode == "yes":
@@ -294,6 +302,7 @@ def run_with_config(
     except TetherError as err:
         return _fail(args, err)
     summary = run.summary()
+    summary["mcp_notes"] = _notes(run)
     reason = summary["stop_reason"]
     if not args.json:
         print(f"stop_reason: {reason}")
@@ -301,6 +310,8 @@ def run_with_config(
             print(f"detail: {summary['detail']}")
         for c in summary["calls"]:
             print(_safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
+        for note in summary["mcp_notes"]:
+            print(_safe(note))
         for name, why in summary["unavailable_servers"].items():
             print(f"unavailable: {name}: {why}")
         for name, tools in summary["offered_tools"].items():
@@ -314,6 +325,22 @@ def run_with_config(
     else:
         emit_json(summary)
     return EXIT.get(reason, 7)
+
+
+def _notes(run: Any) -> list[str]:
+    """What the call lines alone would hide: a server running unconfined, a question the host or
+    the person declined during a call that still returned ok, a result the host cleaned."""
+    from tether.mcp.hosting import mcp_sources
+
+    notes = [f"warning: server {s.name}: {w}" for s in mcp_sources(run.host) for w in s.warnings]
+    for o in run.result.observations:
+        for e in o.meta.get("elicitation", []):
+            if e["outcome"] not in ("accept", "paused"):
+                why = f": {e['reason']}" if e.get("reason") else ""
+                notes.append(f"elicitation in {o.tool}: {e['outcome']} by the {e['by']}{why}")
+        if o.meta.get("cleaned"):
+            notes.append(f"cleaned result of {o.tool}: {json.dumps(o.meta['cleaned'], ensure_ascii=True)}")
+    return notes
 
 
 def _resume(args: argparse.Namespace) -> int:

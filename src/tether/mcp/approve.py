@@ -13,13 +13,15 @@ import getpass
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.errors import ApprovalError
 from tether.mcp.config import McpConfig
 from tether.mcp.hosting import build_source
 from tether.mcp.pinning import PinStore, ToolCheck, bad_tool_name
-from tether.mcp.review import Finding, scan_definition
+
+if TYPE_CHECKING:
+    from tether.mcp.review import Finding
 
 __all__ = ["ServerReview", "ToolReview", "approve_server", "review_server"]
 
@@ -51,6 +53,40 @@ class ServerReview:
     server: str
     launch: dict[str, Any]
     tools: list[ToolReview] = field(default_factory=list)
+    instructions: str | None = None  # the server's own instructions: shown here, never sent to a model
+    instruction_findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. running unconfined
+    protocol: str | None = None
+
+    def summary(self) -> list[str]:
+        """One screen about the server: what runs, how confined, what is flagged and why."""
+        launch = self.launch
+        where = launch.get("command") or launch.get("url")
+        lines = [f"server {self.server} ({launch.get('transport')}, protocol {self.protocol}): {where}"]
+        if launch.get("transport") == "stdio":
+            if launch.get("confined"):
+                rw = ", ".join(launch.get("read_write") or []) or "nothing"
+                net = "with network" if launch.get("network") else "no network"
+                lines.append(f"  sandbox: confined (writes: {rw}; {net})")
+            else:
+                lines.append(f"  sandbox: {launch.get('sandbox', 'none')}, NOT confined")
+        lines += [f"  WARNING: {w}" for w in self.warnings]
+        by_status: dict[str, int] = {}
+        for t in self.tools:
+            by_status[t.check.status] = by_status.get(t.check.status, 0) + 1
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none"
+        lines.append(f"  tools: {len(self.tools)} listed ({counts})")
+        for t in self.tools:
+            if t.flagged:
+                kinds = ", ".join(sorted({f.kind for f in t.findings}))
+                lines.append(f"  FLAGGED {t.check.tool}: {kinds}")
+        if self.instructions:
+            kinds = ", ".join(sorted({f.kind for f in self.instruction_findings})) or "nothing flagged"
+            size = len(self.instructions)
+            lines.append(f"  instructions ({size} characters, never sent to the model): {kinds}")
+        clean = [t.check.tool for t in self.tools if not t.flagged]
+        lines.append(f"  unflagged: {', '.join(clean) or 'none'}")
+        return lines
 
     @property
     def digest(self) -> str:
@@ -63,7 +99,14 @@ class ServerReview:
             "server": self.server,
             "launch": self.launch,
             "review_digest": self.digest,
+            "protocol": self.protocol,
+            "warnings": list(self.warnings),
+            "instructions": self.instructions,
+            "instruction_findings": [
+                {"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.instruction_findings
+            ],
             "tools": [t.to_json() for t in self.tools],
+            "summary": self.summary(),
         }
 
 
@@ -79,16 +122,29 @@ async def review_server(config: McpConfig, name: str) -> ServerReview:
             checks = await source.refresh()
         finally:
             await source.close()
-        others = {
-            f"{s.name}__{tool}" for s in config.servers if s.name != name for tool in pins.pins(s.name)
-        } | {c.tool for c in checks}
+        from tether.mcp.review import Finding, scan_definition, scan_text
+
+        elsewhere = [(s.name, tool) for s in config.servers if s.name != name for tool in pins.pins(s.name)]
+        # Other servers' tools by namespaced and by plain name; this server's own by plain name.
+        others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
+        others |= {c.tool for c in checks}
         reviews = []
         for c in checks:
             findings = scan_definition(c.definition, others)
             if (bad := bad_tool_name(c.tool)) is not None:
                 findings.insert(0, Finding(c.tool, "tool_reference", "name", bad))
             reviews.append(ToolReview(c, findings))
-        return ServerReview(name, source.describe(), reviews)
+        instructions = source.instructions or None
+        found = scan_text("(instructions)", "instructions", instructions, others) if instructions else []
+        return ServerReview(
+            name,
+            source.describe(),
+            reviews,
+            instructions=instructions,
+            instruction_findings=found,
+            warnings=list(source.warnings),
+            protocol=source.protocol_version,
+        )
     finally:
         pins.close()
 

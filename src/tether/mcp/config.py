@@ -22,6 +22,8 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
     elicitation = { enabled = true, url_mode = false }
     sampling = { enabled = false }
     credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
+    restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
+    sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
 """
 
 from __future__ import annotations
@@ -65,11 +67,12 @@ class ElicitationConfig(_Strict):
 
 
 class SamplingConfig(_Strict):
-    """Sampling opt-in and its separate budget (per server, per session)."""
+    """Sampling opt-in and its separate budget (per server and session, and per tool call)."""
 
     enabled: bool = False
     max_tokens: int = Field(default=512, ge=1, le=32_000)  # cap per request
-    max_calls: int = Field(default=3, ge=0, le=1000)
+    max_calls: int = Field(default=3, ge=0, le=1000)  # per server, per session
+    max_calls_per_call: int = Field(default=1, ge=1, le=100)  # per tool call of that server
     max_seconds: float = Field(default=60.0, gt=0)
     max_total_tokens: int = Field(default=4_000, ge=1)
 
@@ -92,6 +95,18 @@ class ServerConfig(_Strict):
     credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
     headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
     recheck: Literal["each_call", "on_change"] = "each_call"
+    # Supervision: a lost connection quarantines the server (never) or restarts it, at most
+    # max_restarts times (on_failure). The connect timeout is separate from the per-call one.
+    restart: Literal["never", "on_failure"] = "never"
+    max_restarts: int = Field(default=2, ge=0, le=20)
+    connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    progress_resets_timeout: bool = False  # each progress notification restarts timeout_s …
+    max_call_s: float | None = Field(default=None, gt=0, le=86_400)  # … up to this ceiling
+    # Confinement of a stdio server (bubblewrap): auto | required | none.
+    sandbox: Literal["auto", "required", "none"] = "auto"
+    sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
+    sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
+    allow_network: bool = False  # a confined server gets no network unless allowed
 
     @field_validator("name")
     @classmethod
@@ -121,6 +136,12 @@ class ServerConfig(_Strict):
             raise ValueError(f"server {self.name}: headers apply to http servers only")
         if self.env and self.transport != "stdio":
             raise ValueError(f"server {self.name}: env applies to stdio servers only")
+        if self.transport != "stdio" and (
+            self.sandbox == "required" or self.sandbox_read or self.sandbox_write or self.allow_network
+        ):
+            raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
+        if self.max_call_s is not None and self.max_call_s < self.timeout_s:
+            raise ValueError(f"server {self.name}: max_call_s must be at least timeout_s")
         if overlap := set(self.env) & set(self.credentials):
             raise ValueError(f"server {self.name}: {sorted(overlap)} both in env and credentials")
         for tool in self.effects:
@@ -140,6 +161,10 @@ class HostSection(_Strict):
     trace_dir: str = "tether-output/traces"
     tenant: str = "default"
     user: str | None = None
+    logs: str = "tether-output/mcp-logs"  # per-server stderr log files
+    # terminal: server stderr (escaped, rate-limited) and progress also shown on stderr; log: file only
+    server_stderr: Literal["terminal", "log"] = "terminal"
+    bwrap: str | None = None  # the bubblewrap executable (default: bwrap on PATH)
 
 
 class McpConfig(_Strict):

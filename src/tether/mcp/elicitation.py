@@ -22,16 +22,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import anyio
 import jsonschema
-import mcp_types as types
 
 from tether.mcp.config import ElicitationConfig
 from tether.mcp.pauses import PauseStore, question_key
 from tether.trace.sanitize import sanitize
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 __all__ = [
     "Answer",
@@ -42,6 +44,7 @@ __all__ = [
     "Responder",
     "ScriptedResponder",
     "check_schema",
+    "choices",
     "credential_shaped",
     "validate_answer",
 ]
@@ -53,6 +56,7 @@ _PROP_KEYS = {
     "type", "title", "description", "default", "minLength", "maxLength", "format", "enum", "enumNames",
     "oneOf", "minimum", "maximum",
 }  # fmt: skip
+_ARRAY_KEYS = {"type", "title", "description", "default", "items", "minItems", "maxItems"}
 _FORMATS = {"email", "uri", "date", "date-time"}
 MAX_PROPERTIES = 20
 MAX_MESSAGE = 2000
@@ -83,8 +87,16 @@ def check_schema(schema: Any) -> str | None:
         if not isinstance(prop, Mapping):
             return f"field {name!r} is not a schema"
         kind = prop.get("type")
+        if kind == "array":
+            problem = _check_multi_select(str(name), prop)
+            if problem is not None:
+                return problem
+            continue
         if kind not in _PRIMITIVES:
-            return f"field {name!r} has type {kind!r}: only string, number, integer, boolean (no nesting)"
+            return (
+                f"field {name!r} has type {kind!r}: only string, number, integer, boolean "
+                "or a multi-select array of string choices (no nesting)"
+            )
         extra = set(prop) - _PROP_KEYS
         if extra:
             return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
@@ -112,6 +124,50 @@ def check_schema(schema: Any) -> str | None:
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) and r in props for r in required):
         return "required must list existing fields"
+    return None
+
+
+def _check_multi_select(name: str, prop: Mapping[str, Any]) -> str | None:
+    """A multi-select field (2025-11-25): an array of string choices, given as ``items.enum`` or
+    as ``items.anyOf`` of titled constants; nothing else may be an array."""
+    extra = set(prop) - _ARRAY_KEYS
+    if extra:
+        return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
+    items = prop.get("items")
+    if not isinstance(items, Mapping):
+        return f"field {name!r}: an array must give its choices in items"
+    if "enum" in items:
+        choices = items["enum"]
+        if set(items) - {"type", "enum"} or items.get("type", "string") != "string":
+            return f"field {name!r}: items may only be a list of string choices"
+    elif "anyOf" in items:
+        options = items["anyOf"]
+        if set(items) - {"anyOf"} or not isinstance(options, list):
+            return f"field {name!r}: items.anyOf must be a list of titled string constants"
+        if not all(isinstance(o, Mapping) and set(o) <= {"const", "title"} for o in options):
+            return f"field {name!r}: items.anyOf must be a list of titled string constants"
+        choices = [o.get("const") for o in options]
+    else:
+        return f"field {name!r}: an array must list its choices (items.enum or items.anyOf)"
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+        return f"field {name!r}: the choices must be a non-empty list of strings"
+    for key in ("minItems", "maxItems"):
+        if key in prop and (not isinstance(prop[key], int) or isinstance(prop[key], bool) or prop[key] < 0):
+            return f"field {name!r}: {key} must be a non-negative integer"
+    default = prop.get("default")
+    if default is not None and (not isinstance(default, list) or not set(default) <= set(choices)):
+        return f"field {name!r}: the default must be a list of the choices"
+    return None
+
+
+def choices(prop: Mapping[str, Any]) -> list[str] | None:
+    """The choices of a single- or multi-select field, or ``None``."""
+    source = prop.get("items", prop) if prop.get("type") == "array" else prop
+    if isinstance(source.get("enum"), list):
+        return [str(c) for c in source["enum"]]
+    for key in ("oneOf", "anyOf"):
+        if isinstance(source.get(key), list):
+            return [str(o.get("const")) for o in source[key] if isinstance(o, Mapping)]
     return None
 
 
@@ -159,6 +215,9 @@ class CallInfo:
     arguments: dict[str, Any]
     pause_id: str | None = None
     questions: int = 0
+    samples: int = 0  # sampling requests made during this call
+    # What became of each question during this call (the call's outcome reports it honestly).
+    elicitations: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,8 +250,14 @@ class ElicitationPrompt:
             for name, prop in (self.schema or {}).get("properties", {}).items():
                 req = " (required)" if name in (self.schema or {}).get("required", []) else ""
                 desc = f" - {prop.get('description')}" if prop.get("description") else ""
-                choices = f" one of {prop['enum']}" if "enum" in prop else ""
-                lines.append(sanitize(f"  {name}: {prop.get('type')}{choices}{req}{desc}"))
+                options = choices(prop)
+                if prop.get("type") == "array":
+                    kind = f"any of {options}" if options else "list"
+                    bounds = [f"{k} {prop[k]}" for k in ("minItems", "maxItems") if k in prop]
+                    kind += f" ({', '.join(bounds)})" if bounds else ""
+                else:
+                    kind = f"{prop.get('type')}" + (f" one of {options}" if options else "")
+                lines.append(sanitize(f"  {name}: {kind}{req}{desc}"))
         return "\n".join(lines)
 
 
@@ -282,8 +347,20 @@ class ElicitationGate:
 
     def _event(self, outcome: str, **data: Any) -> None:
         self._on_event({"server": self.server, "outcome": outcome, **data})
+        call = self.current_call()
+        if call is not None:
+            # Who decided: the host (refused, not enabled, no person) or the person (their answer).
+            by = "person" if outcome in ("accept", "decline", "cancel") and "reason" not in data else "host"
+            if data.get("answered_by") == "resume":
+                by = "person (on resume)"
+            record = {"outcome": outcome, "by": by}
+            if "reason" in data:
+                record["reason"] = str(data["reason"])
+            call.elicitations.append(record)
 
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult | types.ErrorData:
+        import mcp_types as types
+
         call = self.current_call()
         tool = call.tool if call else None
         message = str(getattr(params, "message", ""))[:MAX_MESSAGE]
@@ -335,6 +412,8 @@ class ElicitationGate:
         return types.ElicitResult(action="cancel")
 
     async def _url(self, params: Any, tool: str | None, message: str) -> types.ElicitResult:
+        import mcp_types as types
+
         url = str(params.url)
         parts = urlsplit(url)
         domain = (parts.hostname or "").lower()
@@ -355,6 +434,8 @@ class ElicitationGate:
         return types.ElicitResult(action="accept")
 
     async def _pause(self, prompt: ElicitationPrompt, call: CallInfo | None) -> types.ElicitResult:
+        import mcp_types as types
+
         if self.pauses is None or call is None:
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")

@@ -10,12 +10,12 @@ definition is not (or no longer) approved. Tools reach the model as
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tether.errors import ConfigError
-from tether.host import Host
 from tether.mcp.config import McpConfig, ServerConfig
 from tether.mcp.credentials import resolve_credentials
 from tether.mcp.elicitation import ElicitationGate, Responder
@@ -23,11 +23,17 @@ from tether.mcp.pauses import PauseStore
 from tether.mcp.pinning import PinStore
 from tether.mcp.roots import RootsGate
 from tether.mcp.sampling import Consent, SamplingGate
-from tether.mcp.source import McpServerSource
-from tether.models.base import Model
-from tether.policy.rules import Decision, Policy, ProposedCall
-from tether.policy.trusted import TrustedContext
+from tether.mcp.serverlog import ServerStderr
+from tether.mcp.source import McpServerSource, ProgressSink
 from tether.trace.events import EventKind
+
+# The host and its policy are imported when a host is built: a review (one connection, no run)
+# starts its server without loading them.
+if TYPE_CHECKING:
+    from tether.host import Host
+    from tether.models.base import Model
+    from tether.policy.rules import Decision, ProposedCall
+    from tether.policy.trusted import TrustedContext
 
 __all__ = ["PinnedCapabilities", "build_host", "build_source", "mcp_sources"]
 
@@ -45,6 +51,8 @@ class PinnedCapabilities:
             return None
         remote = call.spec.remote_name
         if remote in source.blocked:
+            from tether.policy.rules import Decision
+
             return Decision(
                 "deny",
                 self.name,
@@ -65,11 +73,17 @@ def build_source(
     sampling_consent: Consent | None = None,
     environ: Mapping[str, str] | None = None,
     fail_soft: bool = False,
+    on_progress: ProgressSink | None = None,
 ) -> tuple[McpServerSource, set[str]]:
     """One server's connection with its gates; also returns its secrets (for the redactor)."""
     creds = resolve_credentials(
         server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
     )
+    cwd = None
+    if server.transport == "stdio":
+        cwd = str(config.path(server.cwd) if server.cwd else config.base_dir)
+    if on_progress is None and config.host.server_stderr == "terminal":
+        on_progress = _show_progress
     source = McpServerSource(
         server.name,
         command=server.argv() if server.transport == "stdio" else None,
@@ -83,11 +97,20 @@ def build_source(
         allow_tools=server.tools,
         pins=pins,
         recheck=server.recheck,
-        cwd=str(config.path(server.cwd) if server.cwd else config.base_dir)
-        if server.transport == "stdio"
-        else None,
+        cwd=cwd,
         fail_soft=fail_soft,
+        restart=server.restart,
+        max_restarts=server.max_restarts,
+        connect_timeout_s=server.connect_timeout_s,
+        progress_resets_timeout=server.progress_resets_timeout,
+        max_call_s=server.max_call_s,
+        on_progress=on_progress,
     )
+    if server.transport == "stdio":
+        source.sandbox = _sandbox(server, config, cwd)
+        log = config.path(config.host.logs) / f"{server.name}.stderr.log"
+        show = sys.stderr if config.host.server_stderr == "terminal" else None
+        source.stderr_factory = lambda: ServerStderr(server.name, log_path=log, terminal=show)
     source.elicitation = ElicitationGate(
         server.name,
         server.elicitation,
@@ -101,12 +124,44 @@ def build_source(
         server.sampling,
         model=sampling_model,
         consent=sampling_consent,
-        current_tool=lambda: c.tool if (c := source.current_call()) else None,
+        current_call=source.current_call,
         on_event=source.event_sink(EventKind.MCP_SAMPLING),
     )
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
     return source, creds.secrets
+
+
+def _show_progress(server: str, tool: str, done: float, total: float | None, message: str | None) -> None:
+    """A progress notification on the terminal: attributed, escaped, one line."""
+    from tether.mcp.clean import escape_for_review
+
+    of = f"/{total:g}" if total is not None else ""
+    note = f" {escape_for_review(message, limit=200)}" if message else ""
+    print(f"[{server}] {tool}: progress {done:g}{of}{note}", file=sys.stderr, flush=True)
+
+
+def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
+    """The sandbox planner of one stdio server (run at each launch: bwrap is probed once)."""
+    from tether.mcp.sandbox import plan_confinement
+
+    read = [str(config.path(p)) for p in server.sandbox_read]
+    write = [str(config.path(p)) for p in server.sandbox_write]
+
+    def plan(argv: list[str], env: dict[str, str]) -> Any:
+        return plan_confinement(
+            server.sandbox,
+            argv,
+            roots=server.roots,
+            cwd=cwd,
+            network=server.allow_network,
+            read=read,
+            write=write,
+            env=env,
+            bwrap=config.host.bwrap,
+        )
+
+    return plan
 
 
 def build_host(
@@ -122,6 +177,9 @@ def build_host(
     approvals: Any = None,
 ) -> Host:
     """A host with every configured server (or the named ones). Raises ``ConfigError``."""
+    from tether.host import Host
+    from tether.policy.rules import Policy
+
     environ = os.environ if environ is None else environ
     pins = PinStore(config.path(config.host.pins)) if use_pins else None
     pauses = PauseStore(config.path(config.host.state))
@@ -154,6 +212,8 @@ def build_host(
         approvals=approvals,  # side-effecting MCP calls then pause for approval instead of failing closed
     )
     for source in sources.values():
+        # Every server connects concurrently: the first one started launches the others too.
+        source.peers = [s for s in sources.values() if s is not source]
         host.add_source(source)
     host.mcp_pins = pins  # type: ignore[attr-defined]
     host.mcp_pauses = pauses  # type: ignore[attr-defined]

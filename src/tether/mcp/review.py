@@ -1,20 +1,26 @@
-"""Review of a server's tools before approval: flags text that poisons a tool definition.
+"""Review of a server's tools before approval, read like an attacker would write them.
 
-Three kinds of finding, each with where it was found (``description``,
-``inputSchema.properties.x.description`` …):
+Kinds of finding, each with where it was found (``description``,
+``inputSchema.properties.x.description``, ``instructions`` …):
 
-- ``hidden_unicode``: format/control/private-use characters, Unicode tag characters,
-  variation selectors: text a person reviewing cannot see but a model reads;
+- ``hidden_unicode``: format/control/private-use characters, Unicode tag characters (an
+  ASCII message hidden in them is decoded for the reviewer), variation selectors: text a
+  person reviewing cannot see but a model reads;
 - ``instruction``: text addressed to the model rather than describing the tool
   ("ignore previous instructions", "<IMPORTANT>", "before using this tool, read ~/.ssh",
-  "do not tell the user" …);
-- ``tool_reference``: a definition naming another tool (of any configured server), a
-  namespaced name (``x__y``), or telling the model to call something;
+  "do not tell the user", "this tool now grants you internet access" …);
+- ``tool_reference``: a definition naming another tool — any configured server's, by its
+  namespaced or plain name, or a common sink (``send_email``, ``http_post``, ``curl`` …) —
+  or telling the model to call something;
+- ``url`` / ``email``: a web address or an e-mail address (where data would be sent);
+- ``secret_path``: the path of a credential file (``~/.ssh``, ``.env``, ``.aws/credentials`` …);
 - ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
   at a document elsewhere (the host never fetches it, so the tool cannot be validated).
 
-Findings are hints for the person approving; they never make a tool trusted. A flagged
-tool is not pinned unless the reviewer accepts it by name.
+``scan_text`` applies the prose checks to any server-written text, such as the server's
+``instructions`` (shown to the reviewer, never sent to the model). Findings are hints for
+the person approving; they never make a tool trusted. A flagged tool is not pinned unless
+the reviewer accepts it by name.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from typing import Any
 
 import jsonschema
 
-__all__ = ["Finding", "scan_definition"]
+__all__ = ["SINKS", "Finding", "scan_definition", "scan_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +43,14 @@ class Finding:
     where: str
     detail: str
 
+
+# Tool names that move data out or change the world: a description that names one is suspect.
+SINKS = (
+    "send_email", "send_mail", "send_message", "send_sms", "post_message", "http_request", "http_post",
+    "http_get", "fetch_url", "web_fetch", "upload", "upload_file", "write_file", "delete_file",
+    "remove_file", "run_command", "run_shell", "exec_command", "execute_command", "shell_exec",
+    "transfer_funds", "make_payment", "create_payment", "curl", "wget", "netcat",
+)  # fmt: skip
 
 _INSTRUCTION_PATTERNS = [
     r"\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|other|system)\b",
@@ -49,8 +63,27 @@ _INSTRUCTION_PATTERNS = [
     r"\b(system prompt|assistant:|as an ai|new instructions|jailbreak)\b",
     r"(~/?\.ssh|id_rsa|\.env\b|/etc/passwd|\.aws/credentials|mcp\.json|private key)",
     r"\b(this is (very )?important|critical instructions?)\b",
+    # Addressed to the model: it is told what it now is, has or may do.
+    r"\b(grants?|gives?|allows?|lets?|enables?)\s+(you|the (assistant|model|agent|ai))\b",
+    r"\byou\s+(now\s+)?(have|are|can|may)\s+(now\s+)?(full\s+|unrestricted\s+)?"
+    r"(access|permission|allowed|authori[sz]ed|root|admin|internet|free to)\b",
+    r"\byou (are|have) (now|been)\b",
+    r"\b(dear|hey|hi|attention|note to( the)?)\s+(assistant|model|agent|ai|llm|claude|gpt|chatgpt)\b",
+    r"^\s*(assistant|model|agent|ai|llm)\s*[:,]",
+    r"\b(remember|make sure|ensure|be sure)\s+(to|that)\b.{0,60}\b(call|send|include|pass|read|tell)\b",
+    r"\bif (you are |you're )?asked\b.{0,80}\b(respond|reply|answer|say)\s+(with|that)\b",
 ]
-_INSTRUCTION = re.compile("|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL)
+_INSTRUCTION = re.compile(
+    "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
+)
+_URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"')\]]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s<>\"')\]]*", re.I)
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_SECRET_PATH = re.compile(
+    r"(~/|\$HOME/|/home/[^/\s]+/|/root/)?\.(ssh|aws|gnupg|kube|docker|netrc|npmrc|pypirc|git-credentials|"
+    r"bash_history|zsh_history|config/gcloud)\b[^\s]*|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)"
+    r"|\b[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
+    re.IGNORECASE,
+)
 _CALL = re.compile(r"\b(call|invoke|use|run)\s+(the\s+)?[`'\"]?([A-Za-z_][A-Za-z0-9_.-]*__[A-Za-z0-9_.-]+)")
 _NAMESPACED = re.compile(r"\b[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
 
@@ -79,30 +112,55 @@ def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
             yield from _strings(v, f"{where}[{i}]")
 
 
+def _tag_text(text: str) -> str:
+    return "".join(chr(ord(c) - 0xE0000) for c in text if 0xE0020 <= ord(c) <= 0xE007E)
+
+
+def scan_text(
+    tool: str, where: str, text: str, others: Iterable[str] = (), *, prose: bool = True
+) -> list[Finding]:
+    """Flag one piece of server-written text (a description, a schema string, instructions)."""
+    findings: list[Finding] = []
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if _hidden(c)})
+    if hidden:
+        detail = ", ".join(hidden[:10])
+        if tags := _tag_text(text):
+            detail += f" (hidden tag text: {tags[:200]!r})"
+        findings.append(Finding(tool, "hidden_unicode", where, detail))
+    if not prose:
+        return findings
+    visible = "".join(c for c in text if not _hidden(c))
+    m = _INSTRUCTION.search(visible)
+    if m:
+        findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
+    names = {t for t in others if t and t != tool} | set(SINKS)
+    refs = {t for t in names if re.search(rf"(?<![A-Za-z0-9_]){re.escape(t)}(?![A-Za-z0-9_])", visible, re.I)}
+    refs |= {m.group(3) for m in _CALL.finditer(visible)}
+    refs |= {n for n in _NAMESPACED.findall(visible) if n != tool}
+    if refs:
+        findings.append(Finding(tool, "tool_reference", where, ", ".join(sorted(refs)[:10])))
+    if urls := sorted(set(_URL.findall(visible))):
+        findings.append(Finding(tool, "url", where, ", ".join(u[:100] for u in urls[:5])))
+    if emails := sorted(set(_EMAIL.findall(visible))):
+        findings.append(Finding(tool, "email", where, ", ".join(emails[:5])))
+    if paths := sorted({m.group(0).strip() for m in _SECRET_PATH.finditer(visible)}):
+        findings.append(Finding(tool, "secret_path", where, ", ".join(p[:80] for p in paths[:5])))
+    return findings
+
+
 def scan_definition(definition: Mapping[str, Any], other_tools: Iterable[str] = ()) -> list[Finding]:
     """Flag suspicious text in one canonical tool definition.
 
     ``other_tools``: names of every other tool known to the host (bare and namespaced);
-    a definition that mentions one of them is flagged.
+    a definition that mentions one of them (or a common sink) is flagged.
     """
     name = str(definition.get("name", ""))
     others = {t for t in other_tools if t and t != name}
     findings: list[Finding] = []
     for where, text in _strings({k: v for k, v in definition.items() if k != "name"}, ""):
-        hidden = sorted({f"U+{ord(c):04X}" for c in text if _hidden(c)})
-        if hidden:
-            findings.append(Finding(name, "hidden_unicode", where, ", ".join(hidden[:10])))
-        if where.endswith("(key)"):
-            continue  # property names are identifiers, not prose
-        visible = "".join(c for c in text if not _hidden(c))
-        m = _INSTRUCTION.search(visible)
-        if m:
-            findings.append(Finding(name, "instruction", where, repr(m.group(0)[:80])))
-        refs = {t for t in others if re.search(rf"(?<![A-Za-z0-9_]){re.escape(t)}(?![A-Za-z0-9_])", visible)}
-        refs |= {m.group(3) for m in _CALL.finditer(visible)}
-        refs |= {n for n in _NAMESPACED.findall(visible) if n != name}
-        if refs:
-            findings.append(Finding(name, "tool_reference", where, ", ".join(sorted(refs)[:10])))
+        # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
+        prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id"))
+        findings += scan_text(name, where, text, others, prose=prose)
     for key in ("inputSchema", "outputSchema"):
         schema = definition.get(key)
         if schema is None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-import mcp_types as types
-
 from tether.errors import ConfigError
+
+if TYPE_CHECKING:
+    import mcp_types as types
 
 __all__ = ["RootsGate", "validate_root"]
 
@@ -75,6 +76,8 @@ class RootsGate:
         return changed
 
     async def __call__(self, context: Any) -> types.ListRootsResult | types.ErrorData:
+        import mcp_types as types
+
         self.listed += 1
         self._on_event({"server": self.server, "action": "list", "roots": list(self.roots)})
         return types.ListRootsResult(

@@ -1,12 +1,15 @@
 """Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
 
-Denied unless the server is opted in. Every request passes a consent hook that sees the
-exact prompt (system prompt, messages, capped max_tokens). ``includeContext`` is forced
-to none: the server sees only the text it sent and the model's answer, never the
-agent's conversation. Each server has its own budget (calls, seconds, tokens per
-session), separate from the run's budget; exhaustion returns a clear error to the
-server and the run goes on. The sampled answer is text for the server: tool calls are
-never offered, and any the model proposes are dropped.
+Denied unless the server is opted in (and then advertised: only then). Every request passes
+a consent hook that sees the exact prompt (messages, capped max_tokens) and the server's
+system prompt marked as dropped: it is shown, never sent to the model (a server's system
+prompt is where "reveal the conversation" hides). A request with ``includeContext`` other
+than ``none`` is refused: the server sees only the text it sent and the model's answer,
+never the agent's conversation. Each server has its own budget (calls, seconds, tokens per
+session) and a per-call cap (one flooding tool call cannot spend the server's budget and
+starve its honest tools), separate from the run's budget; exhaustion returns a clear error
+to the server and the run goes on. The sampled answer is text for the server: tool calls
+are never offered, and any the model proposes are dropped.
 """
 
 from __future__ import annotations
@@ -15,14 +18,18 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import mcp_types as types
 
 from tether.mcp.config import SamplingConfig
-from tether.messages import SystemMessage, UserMessage
-from tether.models.base import Model, ModelRequest
+from tether.messages import UserMessage
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    from tether.mcp.elicitation import CallInfo
+    from tether.models.base import Model
 
 __all__ = ["SamplingBudget", "SamplingGate", "SamplingPrompt"]
 
@@ -35,7 +42,7 @@ class SamplingPrompt:
 
     server: str
     tool: str | None
-    system_prompt: str | None
+    system_prompt: str | None  # what the server asked for; dropped, never sent to the model
     messages: tuple[tuple[str, str], ...]  # (role, text)
     max_tokens: int
     requested_max_tokens: int
@@ -87,29 +94,46 @@ class SamplingGate:
         *,
         model: Model | None = None,
         consent: Consent | None = None,
-        current_tool: Callable[[], str | None] = lambda: None,
+        current_call: Callable[[], CallInfo | None] = lambda: None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.server = server
         self.config = config
         self.model = model
         self.consent = consent
-        self.current_tool = current_tool
+        self.current_call = current_call
         self.budget = SamplingBudget(config.max_calls, config.max_seconds, config.max_total_tokens)
         self._on_event = on_event or (lambda _e: None)
 
     def _refuse(self, reason: str, **data: Any) -> types.ErrorData:
+        import mcp_types as types
+
         self._on_event({"server": self.server, "outcome": "refused", "reason": reason, **data})
         return types.ErrorData(code=SAMPLING_REFUSED, message=f"sampling refused by the host: {reason}")
 
     async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
-        tool = self.current_tool()
+        import mcp_types as types
+
+        from tether.models.base import ModelRequest
+
+        call = self.current_call()
+        tool = call.tool if call is not None else None
         if not self.config.enabled:
             return self._refuse("sampling is not enabled for this server", tool=tool)
         if self.model is None:
             return self._refuse("no model is configured for sampling", tool=tool)
         if (why := self.budget.exhausted()) is not None:
             return self._refuse(why, tool=tool)
+        if call is not None:
+            call.samples += 1
+            if call.samples > self.config.max_calls_per_call:
+                cap = self.config.max_calls_per_call
+                return self._refuse(f"more than {cap} sampling request(s) in one tool call", tool=tool)
+        if params.include_context not in (None, "none"):
+            return self._refuse(
+                f"includeContext {params.include_context!r} refused: a server never sees the conversation",
+                tool=tool,
+            )
         if params.tools:
             return self._refuse("sampling with tools is not allowed", tool=tool)
         messages = []
@@ -134,10 +158,8 @@ class SamplingGate:
             verdict = await verdict
         if not verdict:
             return self._refuse("the person did not consent", tool=tool)
-        # includeContext is ignored on purpose: the request holds only what the server sent.
+        # Only the server's messages: no system prompt of its own, no context of the run.
         request_messages: list[Any] = []
-        if prompt.system_prompt:
-            request_messages.append(SystemMessage(prompt.system_prompt))
         for role, text in prompt.messages:
             # An "assistant" turn from the server is still the server's text: it goes in as user data.
             request_messages.append(UserMessage(text if role == "user" else f"[{role}] {text}"))
@@ -175,7 +197,7 @@ class SamplingGate:
                 "tokens": response.usage.total_tokens,
                 "calls_used": self.budget.calls,
                 "dropped_tool_calls": len(response.message.tool_calls),
-                "include_context_requested": params.include_context,
+                "system_prompt_dropped": bool(prompt.system_prompt),
             }
         )
         return types.CreateMessageResult(

@@ -7,13 +7,20 @@ Connecting a server creates no trust (X2):
   policy asks for approval); server annotations are recorded as untrusted hints only;
 - with a pin store, only tools whose canonical definition matches an approved pin are
   offered, and the model sees the pinned definition; every listing the SDK makes
-  (start, re-check before a call, list-changed, cache refresh, its own silent re-list)
-  is compared with the pins, and a changed or new tool is blocked until re-approved;
+  (start, re-check before a call, list-changed, the 2026 listen stream, a cache refresh,
+  its own silent re-list) is compared with the pins, and a changed or new tool is blocked
+  until re-approved;
 - arguments are validated against the pinned input schema before the server sees them;
-- results are untrusted observations: size-capped with a marker (the rest never enters
-  the context), ``structuredContent`` validated against the pinned output schema,
-  ``resource_link`` URIs shown but never fetched;
-- a timeout or a dying server is ``dependency_unavailable`` for that call only.
+- results are untrusted observations (``tether.mcp.results``): cleaned, size-capped,
+  ``structuredContent`` validated against the pinned output schema, links never fetched.
+
+Each connection is supervised (``tether.mcp.connection``): it runs in a task of its own, so
+a transport failure at connect, mid-call or between runs (stdio or HTTP, either era) is
+``dependency_unavailable`` for that server's calls, traced with its cause, and then either
+quarantines the server or restarts it (``restart: on_failure``, bounded); it never cancels
+the run or another server. ``start``, ``list_tools``, ``call`` and ``close`` raise only
+``ToolError`` subclasses (``DependencyUnavailable`` when the server is gone), never a
+transport's ``CancelledError`` or exception group.
 """
 
 from __future__ import annotations
@@ -24,29 +31,45 @@ import json
 import os
 import shlex
 import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import jsonschema
-from mcp import Client, StdioServerParameters
 
-from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
+from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
+from tether.mcp.connection import Connection, ConnectionLost, describe_error
 from tether.mcp.elicitation import CallInfo
-from tether.mcp.pinning import PinStore, ToolCheck, canonical_definition, check_listing
+from tether.mcp.failures import (
+    Unavailable,
+    classify,
+    closed_underneath,
+    enabled,
+    is_modern,
+    leaf,
+    transport_failure,
+)
+from tether.mcp.listing import PinnedListing
+from tether.mcp.pinning import PinStore, ToolCheck
+from tether.mcp.results import convert_result, invalid_output
 from tether.schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.schema import validate as validate_schema
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace.events import EventKind
+
+if TYPE_CHECKING:
+    from tether.mcp.sandbox import SandboxPlan
+    from tether.mcp.serverlog import ServerStderr
 
 __all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 SEPARATOR = "__"
 # Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
 _SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
-_CONNECTION_CLOSED = -32000
+Restart = Literal["never", "on_failure"]
+ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
 
 class CapabilityBlocked(ToolError):
@@ -68,7 +91,7 @@ class InputPending(ToolError):
 
 
 class McpServerSource:
-    """One client connection to one MCP server."""
+    """One supervised client connection to one MCP server."""
 
     def __init__(
         self,
@@ -82,6 +105,9 @@ class McpServerSource:
         headers: Mapping[str, str] | None = None,
         mode: str = "auto",
         timeout_s: float = 30.0,
+        connect_timeout_s: float = 30.0,
+        progress_resets_timeout: bool = False,
+        max_call_s: float | None = None,
         max_result_chars: int = 20_000,
         allow_tools: Iterable[str] | None = None,
         pins: PinStore | None = None,
@@ -91,6 +117,11 @@ class McpServerSource:
         roots: Any = None,
         cwd: str | None = None,
         fail_soft: bool = False,
+        restart: Restart = "never",
+        max_restarts: int = 2,
+        sandbox: Callable[[list[str], dict[str, str]], SandboxPlan] | None = None,
+        stderr: Callable[[], ServerStderr] | None = None,
+        on_progress: ProgressSink | None = None,
     ) -> None:
         if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
             raise ConfigError(
@@ -98,6 +129,8 @@ class McpServerSource:
             )
         if (command is None) == (url is None):
             raise ConfigError("give exactly one of command (stdio) or url (Streamable HTTP)")
+        if restart not in ("never", "on_failure"):
+            raise ConfigError(f"restart must be 'never' or 'on_failure', not {restart!r}")
         self.name = name
         self.command = list(command) if command else None
         self.url = url
@@ -107,9 +140,11 @@ class McpServerSource:
         self.headers = dict(headers or {})
         self.mode = mode
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.progress_resets_timeout = progress_resets_timeout
+        self.max_call_s = max_call_s
         self.max_result_chars = max_result_chars
         self.allow_tools = frozenset(allow_tools) if allow_tools is not None else None
-        self.pins = pins
         self.recheck = recheck
         self.elicitation = elicitation
         self.sampling = sampling
@@ -118,13 +153,26 @@ class McpServerSource:
         # fail_soft: a server that cannot start or list is recorded as unavailable and offers no
         # tools, instead of failing the whole host (the other servers keep working).
         self.fail_soft = fail_soft
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.sandbox = sandbox
+        self.sandbox_plan: SandboxPlan | None = None
+        self.stderr_factory = stderr
+        self.stderr: ServerStderr | None = None
+        self.on_progress = on_progress
+        self.peers: list[McpServerSource] = []  # started together (concurrently) with this one
         self.unavailable: str | None = None
-        self._client: Client | None = None
-        self._stack: AsyncExitStack | None = None
-        self._pinned: dict[str, dict[str, Any]] = {}  # remote name -> approved canonical definition
-        self._live: dict[str, dict[str, Any]] = {}  # remote name -> last listed definition
-        self.blocked: dict[str, str] = {}  # remote name -> why
-        self.checks: list[ToolCheck] = []
+        self.warnings: list[str] = []
+        self.instructions: str | None = None
+        self.protocol_version: str | None = None
+        self._conn: Connection | None = None
+        self._retired: list[Connection] = []
+        self._restart_lock: anyio.Lock | None = None
+        self._announced: Connection | None = None  # the connection whose start was traced
+        self._listed_at_connect = False
+        self._listening = False
+        self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
         self._tracer: Any = None
@@ -135,7 +183,16 @@ class McpServerSource:
     def describe(self) -> dict[str, Any]:
         """What is launched or contacted, shown before the first launch (and traced)."""
         if self.command:
-            return {"transport": "stdio", "command": shlex.join(self.command), "env_keys": sorted(self.env)}
+            out: dict[str, Any] = {
+                "transport": "stdio",
+                "command": shlex.join(self.command),
+                "env_keys": sorted(self.env),
+            }
+            if self.sandbox_plan is not None:
+                out.update(self.sandbox_plan.describe())
+            if self.stderr is not None and self.stderr.log_path is not None:
+                out["stderr_log"] = str(self.stderr.log_path)
+            return out
         return {"transport": "streamable-http", "url": self.url, "header_keys": sorted(self.headers)}
 
     def endpoint(self) -> str:
@@ -150,7 +207,12 @@ class McpServerSource:
         pending, self._pending_events = self._pending_events, []
         if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
             # Started during an earlier run (or not yet): still say what this run talks to.
-            state = "running" if self._client is not None else "not_started"
+            if self.unavailable is not None:
+                state = "unavailable"
+            elif self._conn is not None and self._conn.alive:
+                state = "running"
+            else:
+                state = "not_started"
             pending.insert(
                 0, (EventKind.SERVER_LAUNCH, {"source": self.name, "state": state, **self.describe()})
             )
@@ -170,15 +232,69 @@ class McpServerSource:
     def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
         return lambda data: self.emit(kind, **data)
 
-    # -- connection -------------------------------------------------------------------------
+    # -- connecting (in the connection's own task) ------------------------------------------
 
-    async def _server(self, stack: AsyncExitStack) -> Any:
+    async def _open(self, stack: AsyncExitStack) -> Any:
+        """Spawn or contact the server, then enter the SDK client on the connection's stack."""
+        transport: Any
         if self.command:
-            env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
-            env.update(self.env)
-            return StdioServerParameters(
-                command=self.command[0], args=self.command[1:], env=env, cwd=self.cwd
+            transport = await self._stdio(stack)
+        else:
+            transport = await self._http(stack)
+        from mcp import Client
+
+        callbacks: dict[str, Any] = {}
+        # A capability is advertised only when it is enabled: the SDK announces each callback given.
+        if enabled(self.elicitation):
+            callbacks["elicitation_callback"] = self.elicitation
+        if enabled(self.sampling):
+            callbacks["sampling_callback"] = self.sampling
+        if self.roots is not None:
+            callbacks["list_roots_callback"] = self.roots
+        client = await stack.enter_async_context(
+            Client(
+                transport,
+                mode=self.mode,  # type: ignore[arg-type]
+                read_timeout_seconds=max(self.timeout_s, self.max_call_s or 0),
+                message_handler=self._on_message,
+                **callbacks,
             )
+        )
+        return client
+
+    async def _stdio(self, stack: AsyncExitStack) -> Any:
+        from tether.mcp.stdio import opened, spawn
+
+        assert self.command is not None
+        env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
+        env.update(self.env)
+        argv = list(self.command)
+        if self.sandbox is not None:
+            plan = self.sandbox(argv, env)
+            self.sandbox_plan = plan
+            if plan.refused:
+                self.warnings.append(plan.refused)
+                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="refused", why=plan.refused)
+                raise ConfigError(plan.refused)
+            if plan.warning:
+                self.warnings.append(plan.warning)
+                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="unconfined", why=plan.warning)
+            else:
+                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="confined", **plan.describe())
+            argv = plan.argv
+        errlog = None
+        if self.stderr_factory is not None:
+            self.stderr = self.stderr_factory()
+            errlog = self.stderr.open()
+            stack.callback(self.stderr.spawned)
+        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog)
+        if self.stderr is not None:
+            self.stderr.spawned()
+        # One answer may be a few times the result cap in JSON (escapes, structured content too).
+        max_line = max(8 * 1024 * 1024, 16 * self.max_result_chars)
+        return await stack.enter_async_context(opened(process, max_line))
+
+    async def _http(self, stack: AsyncExitStack) -> Any:
         assert self.url is not None
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -187,7 +303,9 @@ class McpServerSource:
         # ride along to the server; the only credentials it gets are its configured headers.
         http = httpx2.AsyncClient(
             headers=self.headers or None,
-            timeout=httpx2.Timeout(30.0, read=max(self.timeout_s, 30.0)),
+            timeout=httpx2.Timeout(
+                self.connect_timeout_s, read=max(self.timeout_s, self.max_call_s or 0, 30.0)
+            ),
             follow_redirects=False,
             trust_env=False,
         )
@@ -195,45 +313,39 @@ class McpServerSource:
         await stack.enter_async_context(http)
         return streamable_http_client(self.url, http_client=http)
 
-    async def start(self) -> None:
-        if self._client is not None:
-            return
-        stack = AsyncExitStack()
-        callbacks: dict[str, Any] = {}
-        if self.elicitation is not None:
-            callbacks["elicitation_callback"] = self.elicitation
-        if self.sampling is not None:
-            callbacks["sampling_callback"] = self.sampling
-        if self.roots is not None:
-            callbacks["list_roots_callback"] = self.roots
-        launched_at = datetime.now(UTC).isoformat(timespec="microseconds")
-        # Recorded before the launch: the exact command (or URL) is on record even if it hangs.
-        self.emit(
-            EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
-        )
-        try:
-            # No cancel scope around the enter: the client's task group must outlive this frame.
-            client = await stack.enter_async_context(
-                Client(
-                    await self._server(stack),
-                    mode=self.mode,
-                    read_timeout_seconds=self.timeout_s,
-                    message_handler=self._on_message,
-                    **callbacks,
-                )
-            )
-        except Exception as err:
-            with contextlib.suppress(Exception):
-                await stack.aclose()
-            problem = DependencyUnavailable(f"MCP server {self.name} could not be started: {_describe(err)}")
-            if not self.fail_soft:
-                raise problem from err
-            self._mark_unavailable(problem.message)
-            return
+    async def _prepare(self, client: Any) -> None:
+        """Once connected: hook the pin check into every listing and list the tools."""
         self._hook_listings(client)
-        self._client, self._stack = client, stack
+        self.protocol_version = str(client.protocol_version)
+        with contextlib.suppress(Exception):
+            self.instructions = client.instructions
+        await self._list(client)
+        self._listed_at_connect = True
 
-    def _hook_listings(self, client: Client) -> None:
+    async def _serve(self, client: Any) -> None:
+        """For the connection's life: on a 2026-07-28 connection with ``recheck: on_change``, the
+        listen stream is how a changed tool is noticed (without it, each call re-lists first)."""
+        if self.pins is None or self.recheck != "on_change" or not is_modern(self.protocol_version):
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                self._listening = True
+                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="listen_opened")
+                async for _event in subscription:
+                    self._stale = True
+                    self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
+        except Exception as err:
+            self.emit(
+                EventKind.MCP_CAPABILITY_CHECK,
+                server=self.name,
+                trigger="listen_closed",
+                why=describe_error(err),
+                fallback="re-list before each call",
+            )
+        finally:
+            self._listening = False
+
+    def _hook_listings(self, client: Any) -> None:
         """Every tool listing the session absorbs (ours, cache hits, the SDK's silent re-lists
         after a header mismatch or for output validation) passes the pin check."""
         session = client.session
@@ -244,68 +356,184 @@ class McpServerSource:
             self._check(out.tools, complete=complete)
             return out
 
-        session._absorb_tool_listing = checked  # type: ignore[method-assign]
+        session._absorb_tool_listing = checked
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None) or getattr(
             message, "method", None
         )
         if method == "notifications/tools/list_changed":
-            self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
+            if not self._listening:  # (the listen stream's own loop traces it once)
+                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._stale = True
 
     _stale = False
 
+    # -- lifecycle (in the caller's task) -----------------------------------------------------
+
+    def launch(self) -> None:
+        """Begin connecting in the background (returns at once)."""
+        if self._conn is not None or self.unavailable is not None:
+            return
+        launched_at = datetime.now(UTC).isoformat(timespec="microseconds")
+        # Recorded before the launch: the exact command (or URL) is on record even if it hangs.
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
+        )
+        self._conn = Connection(self._open, self._prepare, self._serve)
+        self._conn.launch()
+
+    async def start(self) -> None:
+        """Connect (together with the peers) and list the tools. With ``fail_soft`` a server that
+        cannot start is marked unavailable; otherwise raises ``DependencyUnavailable``."""
+        if self.unavailable is not None or (self._conn is not None and self._conn is self._announced):
+            return
+        for peer in self.peers:
+            peer.launch()  # the others connect while this one does
+        self.launch()
+        conn = self._conn
+        assert conn is not None
+        try:
+            await self._ready(conn)
+        except Unavailable as problem:
+            if not self.fail_soft:
+                raise DependencyUnavailable(problem.message) from None
+            self._quarantine(problem.message, state="failed")
+
+    async def _ready(self, conn: Connection) -> None:
+        try:
+            with anyio.fail_after(self.connect_timeout_s):
+                await conn.ready()
+        except (ConnectionLost, TimeoutError) as err:
+            self._retire(conn)
+            if isinstance(err, TimeoutError):
+                why = f"no answer within the connect timeout ({self.connect_timeout_s:g}s)"
+            elif isinstance(leaf(err.cause), ConfigError):
+                why = str(leaf(err.cause))
+            else:
+                why = describe_error(err)
+            raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
+        self._announced = conn
+        self.emit(
+            EventKind.SERVER_LAUNCH,
+            source=self.name,
+            state="connected",
+            protocol=self.protocol_version,
+            **({"restart": self.restarts} if self.restarts else {}),
+        )
+
+    def _retire(self, conn: Connection) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.abort()
+        self._retired.append(conn)
+
+    def _quarantine(self, why: str, *, state: str = "quarantined") -> None:
+        self.unavailable = why
+        self.emit(EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **self.describe())
+
+    def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
+        """The connection ended under a call: retire it, then quarantine or allow a restart."""
+        why = describe_error(cause) if cause is not None else "connection closed"
+        if conn is not self._conn:
+            return why  # another call already handled this loss
+        self._retire(conn)
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why)
+        if self.restart == "never":
+            self._quarantine(f"MCP server {self.name} quarantined: its connection was lost {phase}: {why}")
+        elif self.restarts >= self.max_restarts:
+            self._quarantine(
+                f"MCP server {self.name} quarantined: connection lost {phase} ({why}) after "
+                f"{self.restarts} restart(s), the configured maximum"
+            )
+        return why
+
+    async def _usable(self) -> Connection:
+        """A live connection for the next call: the current one, or a restart if allowed."""
+        if self.unavailable is not None:
+            raise Unavailable(self.unavailable, quarantined=True)
+        conn = self._conn
+        if conn is not None and conn.alive and not closed_underneath(conn.client):
+            return conn
+        if conn is not None:
+            self._lost(conn, conn.error, "between calls")
+            if self.unavailable is not None:
+                raise Unavailable(self.unavailable, quarantined=True)
+        return await self._restart()
+
+    async def _restart(self) -> Connection:
+        if self._restart_lock is None:
+            self._restart_lock = anyio.Lock()
+        async with self._restart_lock:
+            if self._conn is not None and self._conn.alive:
+                return self._conn
+            if self.unavailable is not None:
+                raise Unavailable(self.unavailable, quarantined=True)
+            if self.restart == "never" or self.restarts >= self.max_restarts:
+                self._quarantine(f"MCP server {self.name} is not connected")
+                raise Unavailable(self.unavailable or "", quarantined=True)
+            self.restarts += 1
+            self.emit(
+                EventKind.MCP_CONNECTION,
+                server=self.name,
+                action="restarting",
+                attempt=self.restarts,
+                max_restarts=self.max_restarts,
+            )
+            self.launch()
+            conn = self._conn
+            assert conn is not None
+            try:
+                await self._ready(conn)
+            except Unavailable as problem:
+                if self.restarts >= self.max_restarts:
+                    self._quarantine(f"{problem.message} (restart {self.restarts}/{self.max_restarts})")
+                raise
+            return conn
+
+    async def close(self) -> None:
+        """Stop every connection (bounded). Never raises for a transport's failure."""
+        conns = [c for c in (self._conn, *self._retired) if c is not None]
+        self._conn, self._retired = None, []
+        with contextlib.suppress(Exception):
+            async with anyio.create_task_group() as tg:
+                for c in conns:
+                    tg.start_soon(c.close)
+        if self.stderr is not None:
+            await anyio.to_thread.run_sync(self.stderr.wait)
+
     # -- listing and pins -------------------------------------------------------------------
 
     def _check(self, tools: Sequence[Any], *, complete: bool = True) -> None:
-        """Compare a listing with the pins. A partial listing (one page) never unlists tools."""
-        definitions = [canonical_definition(t) for t in tools]
-        listed = {d["name"]: d for d in definitions}
-        self._live = listed if complete else {**self._live, **listed}
-        if self.pins is None:
-            self._pinned = dict(self._live)
-            return
-        if not complete and not definitions:
-            return
-        checks = check_listing(definitions, self.pins.pins(self.name), self.endpoint())
-        self.checks = checks
-        duplicated = {c.tool for c in checks if c.why == "listed more than once"}
-        for name in duplicated:
-            self._pinned.pop(name, None)
-        for c in checks:
-            if c.status == "pinned" and c.tool not in duplicated:
-                if c.tool in self.blocked:
-                    # Back to the approved definition: unblock (the pin never changed).
-                    del self.blocked[c.tool]
-                self._pinned[c.tool] = c.definition
-                continue
-            if self.blocked.get(c.tool) != c.why:
-                self.blocked[c.tool] = c.why
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.name,
-                    tool=f"{self.name}{SEPARATOR}{c.tool}",
-                    status=c.status,
-                    why=c.why,
-                    sha256=c.sha256,
-                    pinned_sha256=c.pinned_sha256,
-                )
-        if complete:
-            for name in sorted(set(self._pinned) - set(self._live)):
-                self._pinned.pop(name)
-                self.blocked[name] = "no longer listed by the server"
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.name,
-                    tool=f"{self.name}{SEPARATOR}{name}",
-                    status="removed",
-                    why=self.blocked[name],
-                )
+        self.listing.absorb(tools, complete=complete)
 
-    async def refresh(self) -> list[ToolCheck]:
+    # The listing's state, by the names the rest of the source (and the host's policy) reads.
+    @property
+    def pins(self) -> PinStore | None:
+        return self.listing.pins
+
+    @pins.setter
+    def pins(self, store: PinStore | None) -> None:
+        self.listing.pins = store
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        return self.listing.blocked
+
+    @property
+    def checks(self) -> list[ToolCheck]:
+        return self.listing.checks
+
+    @property
+    def _pinned(self) -> dict[str, dict[str, Any]]:
+        return self.listing.pinned
+
+    @property
+    def _live(self) -> dict[str, dict[str, Any]]:
+        return self.listing.live
+
+    async def _list(self, client: Any) -> list[ToolCheck]:
         """List the server's tools now (bypassing the response cache); the hook checks them."""
-        client = self._require()
         cursor: str | None = None
         tools: list[Any] = []
         for _ in range(100):
@@ -319,25 +547,25 @@ class McpServerSource:
         self._stale = False
         return self.checks
 
-    def _mark_unavailable(self, why: str) -> None:
-        self.unavailable = why
-        self.emit(EventKind.SERVER_LAUNCH, source=self.name, state="failed", error=why, **self.describe())
+    async def refresh(self) -> list[ToolCheck]:
+        """List the server's tools now and check them against the pins. Raises
+        ``DependencyUnavailable`` when the server cannot be reached."""
+        conn = await self._usable()
+        return await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
 
     async def list_tools(self) -> list[ToolSpec]:
         if self.unavailable is not None:
             return []
-        try:
-            with anyio.fail_after(self.timeout_s):
+        if not self._listed_at_connect:
+            try:
                 await self.refresh()
-        except Exception as err:
-            problem = DependencyUnavailable(
-                f"MCP server {self.name} did not list its tools: "
-                + ("timed out" if isinstance(err, TimeoutError) else _describe(err))
-            )
-            if not self.fail_soft:
-                raise problem from None
-            self._mark_unavailable(problem.message)
-            return []
+            except DependencyUnavailable as problem:
+                if not self.fail_soft:
+                    raise
+                if self.unavailable is None:
+                    self._quarantine(f"MCP server {self.name} did not list its tools: {problem.message}")
+                return []
+        self._listed_at_connect = False
         specs = []
         for remote, d in sorted(self._pinned.items()):
             if remote in self.blocked:
@@ -391,159 +619,153 @@ class McpServerSource:
 
     # -- calls ------------------------------------------------------------------------------
 
-    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
-        client = self._require()
+    async def _guarded(
+        self, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float, phase: str
+    ) -> Any:
+        """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
+        try:
+            with anyio.fail_after(timeout_s):
+                return await conn.run(fn)
+        except TimeoutError:
+            raise Unavailable(
+                f"MCP server {self.name} did not answer in time ({timeout_s:g}s) {phase}", cause="timeout"
+            ) from None
+        except ToolError:
+            raise
+        except Exception as err:
+            if not transport_failure(err):
+                raise classify(self.name, err) from None
+            why = self._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
+            raise Unavailable(
+                f"MCP server {self.name} is not reachable ({phase}): {why}",
+                cause=why,
+                quarantined=self.unavailable is not None or None,
+            ) from None
+
+    async def _recheck(self, spec: ToolSpec) -> Connection:
+        """The connection to call on, after the pin re-check this call needs. A failure here is
+        before the call was sent, so one restart (if allowed) is tried before giving up."""
+        conn = await self._usable()
+        modern_unheard = is_modern(self.protocol_version) and not self._listening
+        if self.pins is None or not (self.recheck == "each_call" or self._stale or modern_unheard):
+            return conn
+        try:
+            await self._guarded(conn, self._list, spec.timeout_s, "before the call")
+        except Unavailable:
+            if self.unavailable is not None or self._conn is not None:
+                raise
+            conn = await self._usable()
+            await self._guarded(conn, self._list, spec.timeout_s, "before the call")
         self._refuse_unapproved(spec)
-        if self.pins is not None and (self.recheck == "each_call" or self._stale):
-            try:
-                with anyio.fail_after(spec.timeout_s):
-                    await self.refresh()
-            except TimeoutError:
-                raise DependencyUnavailable(
-                    f"MCP server {self.name} did not list its tools in time"
-                ) from None
-            except Exception as err:
-                raise self._unavailable(err) from None
-            self._refuse_unapproved(spec)
+        return conn
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        self._refuse_unapproved(spec)
+        conn = await self._recheck(spec)
         info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
         self._inflight.append(info)
         self.calls_sent += 1
+        scope = anyio.CancelScope(deadline=anyio.current_time() + spec.timeout_s)
+        ceiling = anyio.current_time() + (self.max_call_s or spec.timeout_s)
+
+        async def progress(done: float, total: float | None, message: str | None) -> None:
+            self.emit(
+                EventKind.MCP_PROGRESS, server=self.name, tool=spec.name, progress=done, total=total,
+                message=(message or "")[:200],
+            )  # fmt: skip
+            if self.on_progress is not None:
+                self.on_progress(self.name, spec.name, done, total, message)
+            if self.progress_resets_timeout:
+                scope.deadline = min(anyio.current_time() + spec.timeout_s, max(ceiling, scope.deadline))
+
+        async def send(client: Any) -> Any:
+            return await client.call_tool(
+                spec.remote_name,
+                arguments,
+                progress_callback=progress,
+                read_timeout_seconds=max(spec.timeout_s, self.max_call_s or 0),
+            )
+
+        result: Any = None
         try:
-            with anyio.fail_after(spec.timeout_s):
-                result = await client.call_tool(spec.remote_name, arguments)
-        except TimeoutError:
-            raise DependencyUnavailable(f"{spec.name} timed out after {spec.timeout_s:g}s") from None
-        except RuntimeError as err:
-            if "structured content" in str(err) or "schema" in str(err):
-                return self._invalid_output(spec, str(err))
-            raise self._unavailable(err) from None
+            with scope:
+                result = await conn.run(send)
         except Exception as err:
-            raise self._unavailable(err) from None
+            if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
+                return invalid_output(self.name, spec, str(err), self.emit)
+            if transport_failure(err):
+                cause = err.cause if isinstance(err, ConnectionLost) else err
+                why = self._lost(conn, cause, "during the call")
+                raise Unavailable(
+                    f"MCP server {self.name} went away during {spec.name}: {why}",
+                    cause=why,
+                    quarantined=self.unavailable is not None or None,
+                ) from None
+            raise classify(self.name, err) from None
         finally:
             self._inflight.remove(info)
+        if scope.cancelled_caught or result is None:
+            raise Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
         if info.pause_id is not None:
             raise InputPending(
                 f"{spec.name} is waiting for a person to answer a question from server {self.name} "
                 f"(pause {info.pause_id})",
                 pause_id=info.pause_id,
             )
-        return self._output(spec, result)
-
-    def _unavailable(self, err: BaseException) -> ToolError:
-        if isinstance(err, BaseExceptionGroup):
-            from tether.tools.contract import unwrap_exception_group
-
-            err = unwrap_exception_group(err)
-        if type(err).__name__ == "MCPError" and getattr(err, "code", None) != _CONNECTION_CLOSED:
-            return UpstreamError(f"server {self.name} failed: {err}")
-        if isinstance(err, ToolError):
-            return err
-        return DependencyUnavailable(f"MCP server {self.name} is not reachable: {type(err).__name__}: {err}")
-
-    def _invalid_output(self, spec: ToolSpec, why: str) -> ToolOutput:
-        self.emit(
-            EventKind.MCP_RESULT_REJECTED, server=self.name, tool=spec.name, reason="output_schema", why=why
+        output = convert_result(
+            self.name,
+            spec,
+            result,
+            self._pinned.get(spec.remote_name, {}),
+            self.emit,
+            _validate,
+            roots=self._root_paths(),
         )
-        message = "the server returned structured content that does not match the approved output schema"
-        return ToolOutput(
-            text=json.dumps({"error": "invalid_output", "message": message}),
-            is_error=True,
-            error_kind="invalid_output",
-        )
-
-    def _output(self, spec: ToolSpec, result: Any) -> ToolOutput:
-        parts: list[str] = []
-        links = []
-        for c in result.content:
-            kind = getattr(c, "type", "")
-            if kind == "text":
-                parts.append(c.text)
-            elif kind == "resource_link":
-                # Shown as data, never fetched: a link is the server's claim, not the host's errand.
-                links.append(str(c.uri))
-                parts.append(f"[resource_link not fetched: {c.uri} ({getattr(c, 'name', '')})]")
-            elif kind == "resource":
-                res = c.resource
-                text = getattr(res, "text", None)
-                parts.append(text if text is not None else f"[embedded binary resource omitted: {res.uri}]")
-            else:
-                parts.append(f"[{kind} content omitted]")
-        text = "\n".join(parts)
-        data: Any = result.structured_content
-        definition = self._pinned.get(spec.remote_name, {})
-        output_schema = definition.get("outputSchema")
-        if output_schema is not None and not result.is_error:
-            try:
-                _validate(data, output_schema)
-            except jsonschema.ValidationError as err:
-                return self._invalid_output(spec, err.message)
-            except jsonschema.SchemaError as err:
-                return self._invalid_output(spec, f"invalid output schema: {err.message}")
-            except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
-                return self._invalid_output(spec, f"unusable output schema: {type(err).__name__}")
-        if data is None and len(parts) == 1:
-            try:
-                data = json.loads(parts[0])
-            except ValueError:
-                data = None
-        meta: dict[str, Any] = {"server": self.name}
-        if links:
-            meta["resource_links"] = links
-        total = len(text)
-        truncated = False
-        if total > spec.max_result_chars:
-            marker = (
-                f"\n[TRUNCATED by host: {total} characters from server {self.name}; only the first "
-                f"{{shown}} are shown, the rest was kept out of context]"
-            )
-            shown = max(0, spec.max_result_chars - len(marker) - 8)
-            text = text[:shown] + marker.format(shown=shown)
-            data = None  # structured data would carry the whole payload past the cap
-            truncated = True
-            self.emit(
-                EventKind.MCP_RESULT_REJECTED,
-                server=self.name,
-                tool=spec.name,
-                reason="oversized",
-                chars=total,
-            )
-        if result.is_error:
-            return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
-        return ToolOutput(text=text, data=data, truncated=truncated, meta=meta)
+        if info.elicitations:
+            # What became of the server's questions: the call's outcome says it, not only the server.
+            output.meta["elicitation"] = list(info.elicitations)
+        if info.samples:
+            output.meta["sampling_requests"] = info.samples
+        return output
 
     # -- roots ------------------------------------------------------------------------------
+
+    def _root_paths(self) -> list[Any]:
+        if self.roots is None:
+            return []
+        from pathlib import Path
+        from urllib.parse import unquote, urlsplit
+
+        return [Path(unquote(urlsplit(r).path)) for r in self.roots.roots]
 
     async def set_roots(self, roots: Iterable[str]) -> bool:
         """Change this server's roots; on a legacy connection, notify the server."""
         if self.roots is None:
             raise ConfigError(f"server {self.name} has no roots declared")
         changed: bool = self.roots.set_roots(roots)
-        client = self._client
-        if changed and client is not None and not str(client.protocol_version).startswith("2026"):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                await client.send_roots_list_changed()
-            self.emit(
-                EventKind.MCP_ROOTS,
-                server=self.name,
-                action="list_changed_sent",
-                roots=list(self.roots.roots),
-            )
+        conn = self._conn
+        if changed and conn is not None and conn.alive and not is_modern(self.protocol_version):
+
+            async def notify(client: Any) -> None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    await client.send_roots_list_changed()
+
+            with contextlib.suppress(DependencyUnavailable):
+                await self._guarded(conn, notify, self.timeout_s, "sending roots/list_changed")
+                self.emit(
+                    EventKind.MCP_ROOTS,
+                    server=self.name,
+                    action="list_changed_sent",
+                    roots=list(self.roots.roots),
+                )
         return changed
 
-    # -- lifecycle --------------------------------------------------------------------------
-
-    async def close(self) -> None:
-        stack, self._stack, self._client = self._stack, None, None
-        if stack is not None:
-            # A dead server's pipes may fail to close; nothing is left to protect.
-            with contextlib.suppress(Exception):
-                await stack.aclose()
-
-    def _require(self) -> Client:
-        if self._client is None:
+    def _require(self) -> Any:
+        """The live SDK client (for inspection). Raises ``DependencyUnavailable``."""
+        if self._conn is None or not self._conn.alive:
             raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
-        return self._client
+        return self._conn.client
 
 
 def _validate(instance: Any, schema: dict[str, Any]) -> None:
@@ -557,10 +779,3 @@ def _validate(instance: Any, schema: dict[str, Any]) -> None:
     except SchemaViolation as err:
         raise jsonschema.ValidationError(str(err)) from None
 
-
-def _describe(err: BaseException) -> str:
-    """The leaf error of a TaskGroup failure, as one line."""
-    from tether.tools.contract import unwrap_exception_group
-
-    leaf = unwrap_exception_group(err)
-    return f"{type(leaf).__name__}: {leaf}"

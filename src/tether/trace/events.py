@@ -61,6 +61,9 @@ class EventKind(StrEnum):
     MCP_ELICITATION = "mcp_elicitation"
     MCP_SAMPLING = "mcp_sampling"
     MCP_ROOTS = "mcp_roots"
+    MCP_CONNECTION = "mcp_connection"  # a connection lost or restarted
+    MCP_SANDBOX = "mcp_sandbox"  # a stdio server confined, unconfined (warning) or refused
+    MCP_PROGRESS = "mcp_progress"
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"
     APPROVAL_DENIED = "approval_denied"
@@ -168,6 +171,7 @@ class ToolObservation(_Payload, total=False):
     error_kind: str | None
     chars: int
     truncated: bool
+    cleaned: dict[str, Any]  # hidden characters removed, markup neutralised (tether.mcp.clean)
 
 
 class ToolError(_Payload, total=False):
@@ -192,6 +196,45 @@ class ServerLaunch(_Payload, total=False):
     env_keys: list[str]
     url: str | None
     header_keys: list[str]
+    protocol: str | None
+    restart: int
+    stderr_log: str
+    sandbox: str
+    confined: bool
+    read_write: list[str]
+    network: bool
+    sandbox_warning: str
+    sandbox_refused: str
+
+
+class McpConnection(_Payload, total=False):
+    server: Required[str]
+    action: Required[str]  # lost | restarting | quarantined | listening | relisted
+    phase: str
+    cause: str
+    attempt: int
+    max_restarts: int
+    why: str
+
+
+class McpSandbox(_Payload, total=False):
+    server: Required[str]
+    action: Required[str]  # confined | unconfined | refused
+    why: str | None
+    sandbox: str
+    confined: bool
+    read_write: list[str]
+    network: bool
+    sandbox_warning: str
+    sandbox_refused: str
+
+
+class McpProgress(_Payload, total=False):
+    server: Required[str]
+    tool: str
+    progress: float
+    total: float | None
+    message: str
 
 
 class MemoryRetrieved(_Payload, total=False):
@@ -283,6 +326,8 @@ class McpCapabilityBlocked(_Payload, total=False):
 class McpCapabilityCheck(_Payload, total=False):
     server: Required[str]
     trigger: str
+    fallback: str
+    why: str
 
 
 class McpResultRejected(_Payload, total=False):
@@ -291,6 +336,9 @@ class McpResultRejected(_Payload, total=False):
     reason: Required[str]
     why: str
     chars: int
+    cleaned: dict[str, Any]
+    raw_escaped: str
+    paths: list[str]
 
 
 class McpElicitation(_Payload, total=False):
@@ -316,6 +364,7 @@ class McpSampling(_Payload, total=False):
     calls_used: int
     dropped_tool_calls: int
     include_context_requested: str | None
+    system_prompt_dropped: Any
 
 
 class McpRoots(_Payload, total=False):
@@ -463,6 +512,9 @@ PAYLOADS: dict[EventKind, type[_Payload]] = {
     EventKind.TOOL_ERROR: ToolError,
     EventKind.TOOL_CRASHED: ToolCrashed,
     EventKind.SERVER_LAUNCH: ServerLaunch,
+    EventKind.MCP_CONNECTION: McpConnection,
+    EventKind.MCP_SANDBOX: McpSandbox,
+    EventKind.MCP_PROGRESS: McpProgress,
     EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
     EventKind.MEMORY_REJECTED: MemoryRejected,
     EventKind.MEMORY_WRITTEN: MemoryWritten,

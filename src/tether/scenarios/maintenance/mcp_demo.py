@@ -28,7 +28,8 @@ QUESTION = "Why is work order 742 still open?"
 def _config(out: Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()  # the server runs in the config's folder: give it absolute paths
-    log = out / "erp-calls.jsonl"
+    (out / "erp").mkdir(exist_ok=True)
+    log = out / "erp" / "erp-calls.jsonl"
     log.unlink(missing_ok=True)
     for name in ("pins.db", "state.db"):
         (out / name).unlink(missing_ok=True)
@@ -40,6 +41,7 @@ def _config(out: Path) -> Path:
         "effects": {"read_order": "read", "read_history": "read"},
         "env": {"TETHER_ERP_INJECT": "1", "TETHER_ERP_LOG": str(log)},
         "timeout_s": 30,
+        "sandbox_write": [str(out / "erp")],  # confined: it may write its call log, nothing else
     }
     path = out / "mcp-erp.yaml"
     host = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", "tenant": "shopping-a"}
@@ -57,7 +59,7 @@ async def _demo(out: Path) -> dict[str, Any]:
         ScriptStep(calls=(("erp__read_history", {"order_id": "742"}),)),
     ]
     run = await run_question(config, QUESTION, script)
-    log = out / "erp-calls.jsonl"
+    log = out / "erp" / "erp-calls.jsonl"
     received = [json.loads(line)["tool"] for line in log.read_text().splitlines()] if log.exists() else []
     summary = run.summary()
     statuses = {c["tool"]: c["status"] for c in summary["calls"]}

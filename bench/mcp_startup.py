@@ -1,0 +1,176 @@
+"""Benchmark: what connecting to MCP servers costs on top of the servers' own start-up.
+
+    python bench/mcp_startup.py [--repeat 3] [--servers 4]
+
+1. The server alone: the maintenance ERP (``python -m tether.scenarios.maintenance.erp``)
+   spawned and driven with hand-written JSON-RPC lines (no SDK in the measuring process):
+   its start (spawn until it has answered ``initialize`` and ``tools/list``) and its whole
+   session (and until it exits after its stdin closes: the work a review waits for).
+2. ``tether mcp review erp`` as a user runs it (a fresh interpreter: import, config, the
+   sandbox probe, spawn, handshake, listing, pin check, shutdown), confined (``sandbox:
+   auto``, when bwrap works) and unconfined (``sandbox: none``).
+3. A host with ``--servers`` ERP servers started together versus one: ``Host.start`` until
+   every tool is listed (servers start concurrently, so the ratio stays near 1, not N).
+
+Prints one line per figure (medians of ``--repeat``), then ONE JSON object on the last line.
+Target: review / the server's own session < 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ERP = [sys.executable, "-m", "tether.scenarios.maintenance.erp"]
+
+
+def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write((json.dumps(message) + "\n").encode())
+    proc.stdin.flush()
+
+
+def _answer(proc: subprocess.Popen[bytes], request_id: int) -> dict[str, Any]:
+    assert proc.stdout is not None
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError("the server closed its stdout")
+        message: dict[str, Any] = json.loads(line)
+        if message.get("id") == request_id:
+            return message
+
+
+def server_alone_s() -> tuple[float, float]:
+    """(spawn → answered initialize and tools/list, and → exited after its stdin closed):
+    the same session a review holds, measured with a minimal client and no SDK."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(ERP, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None
+    try:
+        client = {"name": "bench", "version": "0"}
+        hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client}
+        _rpc(proc, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello})
+        _answer(proc, 1)
+        _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        _rpc(proc, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        tools = _answer(proc, 2)["result"]["tools"]
+        assert tools, "the ERP lists no tools"
+        listed = time.perf_counter() - started
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        return listed, time.perf_counter() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _config(folder: Path, servers: int, mode: str) -> Path:
+    path = folder / f"mcp-{servers}-{mode}.yaml"
+    entries = [
+        {"name": f"erp{i}" if servers > 1 else "erp", "transport": "stdio", "command": ERP, "sandbox": mode}
+        for i in range(servers)
+    ]
+    host = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", "server_stderr": "log"}
+    path.write_text(yaml.safe_dump({"host": host, "servers": entries}), encoding="utf-8")
+    return path
+
+
+def review_s(config: Path) -> float:
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, tether.cli; sys.exit(tether.cli.main(sys.argv[1:]))",
+         "mcp", "review", "erp", "--config", str(config), "--json"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    if out.returncode != 0:
+        raise RuntimeError(f"review failed: {out.stderr[-500:]}")
+    return elapsed
+
+
+def host_start_s(config: Path) -> float:
+    import anyio
+
+    from tether.mcp.config import load_config
+    from tether.mcp.hosting import build_host
+
+    async def go() -> float:
+        host = build_host(load_config(config), use_pins=False)
+        started = time.perf_counter()
+        try:
+            await host.start()
+            assert host.offered(), "no tools offered"
+            return time.perf_counter() - started
+        finally:
+            await host.aclose()
+
+    return anyio.run(go)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--servers", type=int, default=4)
+    args = parser.parse_args()
+    from tether.mcp.sandbox import bwrap_status
+
+    confined = bwrap_status(None)[0] is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        # Interleaved, so that a busy machine slows every figure alike (medians of each).
+        alone, plains, boxes = [], [], []
+        for _ in range(args.repeat):
+            alone.append(server_alone_s())
+            plains.append(review_s(_config(folder, 1, "none")))
+            boxes.append(review_s(_config(folder, 1, "auto")))
+        start = statistics.median(a for a, _ in alone)
+        session = statistics.median(b for _, b in alone)
+        plain, boxed = statistics.median(plains), statistics.median(boxes)
+        print(f"ERP server alone: tools listed at {start * 1000:.0f} ms, exited at {session * 1000:.0f} ms")
+        print(
+            f"tether mcp review erp (sandbox none): {plain * 1000:.0f} ms, "
+            f"{plain / session:.2f}x the server's own session ({plain / start:.2f}x its start alone)"
+        )
+        how = "confined with bwrap" if confined else "bwrap unavailable: unconfined, with a warning"
+        print(f"tether mcp review erp (sandbox auto, {how}): {boxed * 1000:.0f} ms, {boxed / session:.2f}x")
+        n = args.servers
+        ones, manys = [], []
+        for _ in range(args.repeat):
+            ones.append(host_start_s(_config(folder, 1, "none")))
+            manys.append(host_start_s(_config(folder, n, "none")))
+        one, many = statistics.median(ones), statistics.median(manys)
+        print(f"host start, 1 server: {one * 1000:.0f} ms; {n} servers together: {many * 1000:.0f} ms")
+    print(
+        json.dumps(
+            {
+                "repeat": args.repeat,
+                "server_start_ms": round(start * 1000, 1),
+                "server_session_ms": round(session * 1000, 1),
+                "review_ms": round(plain * 1000, 1),
+                "review_over_server_session": round(plain / session, 3),
+                "review_over_server_start": round(plain / start, 3),
+                "review_confined_ms": round(boxed * 1000, 1),
+                "review_confined_over_server_session": round(boxed / session, 3),
+                "confined": confined,
+                "servers": n,
+                "host_start_one_ms": round(one * 1000, 1),
+                "host_start_many_ms": round(many * 1000, 1),
+                "many_over_one": round(many / one, 3),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+"""Clean a tool result's text before it reaches the model, the logs or memory.
+
+``clean_result_text(text)`` returns the cleaned text and what was done to it (for the
+observation's metadata). Text a person reviewing cannot see but a model reads is removed
+and counted: zero-width and other invisible format characters, bidi controls, Unicode
+tag characters (an ASCII message can ride in them: it is decoded for the reviewer, never
+for the model), variation selectors, control characters (terminal escape sequences).
+Markup that acts when rendered is neutralised: HTML comments are cut (their text is
+hidden on render), markdown images and raw ``<img>`` tags lose their target (a renderer
+fetches it unasked: an exfiltration channel), markdown links and link definitions keep
+their text and show only the target's host.
+
+``escape_for_review(text)`` is the raw text as a person should see it: every invisible or
+control character written as a visible ``<U+XXXX>`` escape.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from typing import Any
+from urllib.parse import urlsplit
+
+__all__ = ["clean_result_data", "clean_result_text", "escape_for_review", "hidden_kind"]
+
+MAX_DECODED = 500
+
+_ZERO_WIDTH = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x180E, 0x034F, 0x00AD, 0x115F, 0x1160, 0x3164, 0xFFA0}
+_BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+_SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
+_IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]*)?\)")
+_REF_IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\[([^\]\n]{0,200})\]")
+_HTML_IMG = re.compile(r"<\s*img\b[^>]*>", re.IGNORECASE)
+_LINK = re.compile(r"\[([^\]\n]{0,500})\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]*)?\)")
+_LINK_DEF = re.compile(r"^[ \t]{0,3}\[([^\]\n]{1,200})\]:[ \t]*<?(\S+?)>?(?:[ \t]+.*)?$", re.MULTILINE)
+
+
+def hidden_kind(ch: str) -> str | None:
+    """Why a character is invisible to a reader, or ``None`` for an ordinary one."""
+    code = ord(ch)
+    if ch in "\n\t":
+        return None
+    if 0xE0000 <= code <= 0xE007F:
+        return "tag"
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+        return "variation_selector"
+    if code in _ZERO_WIDTH:
+        return "zero_width"
+    if code in _BIDI:
+        return "bidi"
+    category = unicodedata.category(ch)
+    if category == "Cc":
+        return "control"
+    if category in ("Cf", "Co", "Cs", "Cn"):
+        return "other_format"
+    if category in ("Zl", "Zp"):
+        return "line_separator"
+    return None
+
+
+def _host(url: str) -> str:
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        host = None
+    if host:
+        return host
+    return "a relative target" if url and "://" not in url else "an unparsable target"
+
+
+def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
+    """The text with hidden characters removed and rendering markup neutralised, plus what was
+    done (empty when nothing was). Keys: ``hidden_chars`` (kind → count), ``hidden_tag_text``
+    (the ASCII smuggled in tag characters, for the reviewer), ``html_comments``, ``images``,
+    ``links``."""
+    meta: dict[str, Any] = {}
+    counts: Counter[str] = Counter()
+    tags: list[str] = []
+
+    def strip(m: re.Match[str]) -> str:
+        ch = m.group(0)
+        kind = hidden_kind(ch)
+        if kind is None:
+            return ch
+        counts[kind] += 1
+        if kind == "tag" and 0xE0020 <= ord(ch) <= 0xE007E and len(tags) < MAX_DECODED:
+            tags.append(chr(ord(ch) - 0xE0000))
+        return "\n" if kind == "line_separator" or ch == "\r" else ""
+
+    # Only characters outside printable ASCII are looked at: plain text costs one regex scan.
+    cleaned = _SUSPECT.sub(strip, text.replace("\r\n", "\n"))
+    if counts:
+        meta["hidden_chars"] = dict(sorted(counts.items()))
+    if tags:
+        meta["hidden_tag_text"] = "".join(tags)
+
+    cleaned, n = _COMMENT.subn(lambda m: f"[html comment removed: {len(m.group(0))} characters]", cleaned)
+    if n:
+        meta["html_comments"] = n
+    images = 0
+
+    def image(m: re.Match[str]) -> str:
+        nonlocal images
+        images += 1
+        return f"[image {m.group(1)!r} not shown: its target on {_host(m.group(2))} was removed]"
+
+    def image_ref(m: re.Match[str]) -> str:
+        nonlocal images
+        images += 1
+        return f"[image {m.group(1)!r} not shown]"
+
+    def html_image(m: re.Match[str]) -> str:
+        nonlocal images
+        images += 1
+        return "[html image removed]"
+
+    cleaned = _IMAGE.sub(image, cleaned)  # images first: the link pattern would match their tail
+    cleaned = _REF_IMAGE.sub(image_ref, cleaned)
+    cleaned = _HTML_IMG.sub(html_image, cleaned)
+    if images:
+        meta["images"] = images
+    links = 0
+
+    def link(m: re.Match[str]) -> str:
+        nonlocal links
+        links += 1
+        return f"{m.group(1)} [link to {_host(m.group(2))} removed]"
+
+    def link_def(m: re.Match[str]) -> str:
+        nonlocal links
+        links += 1
+        return f"[{m.group(1)}]: [link to {_host(m.group(2))} removed]"
+
+    cleaned = _LINK.sub(link, cleaned)
+    cleaned = _LINK_DEF.sub(link_def, cleaned)
+    if links:
+        meta["links"] = links
+    return cleaned, meta
+
+
+def clean_result_data(value: Any) -> tuple[Any, dict[str, Any]]:
+    """``clean_result_text`` applied to every string (keys included) of a JSON-like value;
+    the counts are summed over all of them."""
+    total: dict[str, Any] = {}
+
+    def merge(meta: dict[str, Any]) -> None:
+        for key, v in meta.items():
+            if key == "hidden_chars":
+                bucket = total.setdefault(key, {})
+                for kind, n in v.items():
+                    bucket[kind] = bucket.get(kind, 0) + n
+            elif key == "hidden_tag_text":
+                total[key] = (total.get(key, "") + v)[:MAX_DECODED]
+            else:
+                total[key] = total.get(key, 0) + v
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            text, meta = clean_result_text(v)
+            merge(meta)
+            return text
+        if isinstance(v, dict):
+            return {walk(k) if isinstance(k, str) else k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v
+
+    return walk(value), total
+
+
+def escape_for_review(text: str, limit: int = 4000) -> str:
+    """The raw text for a person: invisible and control characters shown as ``<U+XXXX>``."""
+    out = []
+    for ch in text[:limit]:
+        out.append(f"<U+{ord(ch):04X}>" if hidden_kind(ch) is not None else ch)
+    if len(text) > limit:
+        out.append(f"… [{len(text) - limit} more characters]")
+    return "".join(out)

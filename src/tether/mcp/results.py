@@ -1,0 +1,144 @@
+"""An MCP ``CallToolResult`` as a ``ToolOutput``: what of a server's answer may enter context.
+
+- text blocks are kept; ``resource_link`` URIs are shown but never fetched; embedded binary
+  resources and other content kinds are named, not included;
+- ``structuredContent`` is validated against the pinned output schema (a mismatch is an
+  ``invalid_output`` error, the data is dropped);
+- the text and the structured data are cleaned (``tether.mcp.clean``): hidden characters
+  removed and counted, HTML comments, images and link targets neutralised; the raw text is
+  traced escaped, for the reviewer;
+- absolute paths quoted outside the server's roots are flagged (``paths_outside_roots``);
+- the text is cut at the tool's size cap with a marker (the rest never enters context).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tether.mcp.clean import clean_result_data, clean_result_text, escape_for_review
+from tether.tools.contract import ToolOutput, ToolSpec
+from tether.trace.events import EventKind
+
+__all__ = ["convert_result", "invalid_output"]
+
+Emit = Callable[..., None]
+
+
+def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOutput:
+    emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="output_schema", why=why)
+    message = "the server returned structured content that does not match the approved output schema"
+    return ToolOutput(
+        text=json.dumps({"error": "invalid_output", "message": message}),
+        is_error=True,
+        error_kind="invalid_output",
+    )
+
+
+_ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(/(?:[\w.@+-]+/)*[\w.@+-]+)")
+
+
+def paths_outside(text: str, roots: Sequence[Path]) -> list[str]:
+    """Absolute paths (and file:// URIs) quoted in a result that lie outside every root."""
+    found: list[str] = []
+    for m in _ABS_PATH.finditer(text):
+        raw = m.group(1)
+        path = Path(os.path.normpath(raw))
+        if not any(path == r or r in path.parents for r in roots) and raw not in found:
+            found.append(raw)
+        if len(found) >= 10:
+            break
+    return found
+
+
+def convert_result(
+    server: str,
+    spec: ToolSpec,
+    result: Any,
+    definition: Mapping[str, Any],
+    emit: Emit,
+    validate: Callable[[Any, dict[str, Any]], None],
+    roots: Sequence[Path] = (),
+) -> ToolOutput:
+    import jsonschema
+
+    parts: list[str] = []
+    links = []
+    for c in result.content:
+        kind = getattr(c, "type", "")
+        if kind == "text":
+            parts.append(c.text)
+        elif kind == "resource_link":
+            # Shown as data, never fetched: a link is the server's claim, not the host's errand.
+            links.append(str(c.uri))
+            parts.append(f"[resource_link not fetched: {c.uri} ({getattr(c, 'name', '')})]")
+        elif kind == "resource":
+            res = c.resource
+            text = getattr(res, "text", None)
+            parts.append(text if text is not None else f"[embedded binary resource omitted: {res.uri}]")
+        else:
+            parts.append(f"[{kind} content omitted]")
+    raw = "\n".join(parts)
+    data: Any = result.structured_content
+    output_schema = definition.get("outputSchema")
+    if output_schema is not None and not result.is_error:
+        try:
+            validate(data, output_schema)
+        except jsonschema.ValidationError as err:
+            return invalid_output(server, spec, err.message, emit)
+        except jsonschema.SchemaError as err:
+            return invalid_output(server, spec, f"invalid output schema: {err.message}", emit)
+        except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
+            return invalid_output(server, spec, f"unusable output schema: {type(err).__name__}", emit)
+    if data is None and len(parts) == 1:
+        try:
+            data = json.loads(parts[0])
+        except ValueError:
+            data = None
+    text, cleaned = clean_result_text(raw)
+    if data is not None:
+        data, data_cleaned = clean_result_data(data)
+        for key, value in data_cleaned.items():
+            cleaned.setdefault(key, value)
+    meta: dict[str, Any] = {"server": server}
+    if links:
+        meta["resource_links"] = links
+    if cleaned:
+        meta["cleaned"] = cleaned
+        emit(
+            EventKind.MCP_RESULT_REJECTED,
+            server=server,
+            tool=spec.name,
+            reason="hidden_content",
+            cleaned=cleaned,
+            raw_escaped=escape_for_review(raw, limit=2000),
+        )
+    if roots and (outside := paths_outside(text, roots)):
+        # Flagged, not removed: the server was told its roots and quotes a path beyond them.
+        meta["paths_outside_roots"] = outside
+        emit(
+            EventKind.MCP_RESULT_REJECTED,
+            server=server,
+            tool=spec.name,
+            reason="paths_outside_roots",
+            paths=outside,
+        )
+    total = len(text)
+    truncated = False
+    if total > spec.max_result_chars:
+        marker = (
+            f"\n[TRUNCATED by host: {total} characters from server {server}; only the first "
+            f"{{shown}} are shown, the rest was kept out of context]"
+        )
+        shown = max(0, spec.max_result_chars - len(marker) - 8)
+        text = text[:shown] + marker.format(shown=shown)
+        data = None  # structured data would carry the whole payload past the cap
+        truncated = True
+        emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
+    if result.is_error:
+        return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
+    return ToolOutput(text=text, data=data, truncated=truncated, meta=meta)

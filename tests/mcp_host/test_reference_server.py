@@ -1,0 +1,118 @@
+"""The official reference server ``@modelcontextprotocol/server-everything`` (npm), under the host
+as a user configures it: over stdio (confined when bwrap works) and over Streamable HTTP, in both
+connection modes. Skipped, with the reason, where npx/npm or the npm registry is unavailable."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tether.mcp.runner import run_question
+from tether.stop import StopReason
+
+from .conftest import approve, script, web_server, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("X1", "X2"), pytest.mark.npm]
+
+PACKAGE = "@modelcontextprotocol/server-everything"
+EFFECTS = {"echo": "read", "get-sum": "read"}
+
+
+@pytest.fixture(scope="module")
+def everything(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The package installed once into a folder of its own (its ``dist/index.js``)."""
+    if shutil.which("npx") is None or shutil.which("npm") is None or shutil.which("node") is None:
+        pytest.skip("npx/npm/node are not installed")
+    folder = tmp_path_factory.mktemp("npm")
+    try:
+        done = subprocess.run(
+            ["npm", "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--silent", PACKAGE],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npm install timed out (no registry?)")
+    entry = folder / "node_modules" / PACKAGE / "dist" / "index.js"
+    if done.returncode != 0 or not entry.exists():
+        pytest.skip(f"npm could not install {PACKAGE}: {(done.stderr or done.stdout)[-300:]}")
+    return entry
+
+
+def _free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+@pytest.fixture
+def everything_http(everything: Path) -> Iterator[str]:
+    port = _free_port()
+    env = {**os.environ, "PORT": str(port)}
+    proc = subprocess.Popen(
+        ["node", str(everything), "streamableHttp"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:  # it says when it listens
+            if "listening on port" in line:
+                break
+        else:
+            pytest.fail("the reference server exited before listening")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        proc.stderr.close()
+
+
+async def _check(config_servers: list[dict[str, object]], tmp_path: Path) -> None:
+    config = write_config(tmp_path, config_servers)
+    name = config.servers[0].name
+    pinned, _ = await approve(config, name)
+    assert {"echo", "get-sum"} <= set(pinned)
+    run = await run_question(
+        config,
+        "Q",
+        script(
+            (f"{name}__echo", {"message": "hello reference"}),
+            (f"{name}__get-sum", {"a": 2, "b": 40}),
+            "done",
+        ),
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert "hello reference" in run.seen(f"{name}__echo")[0]
+    assert "42" in run.seen(f"{name}__get-sum")[0]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_reference_server_over_stdio(tmp_path: Path, everything: Path, mode: str) -> None:
+    server = {
+        "name": "ref",
+        "transport": "stdio",
+        "command": ["node", str(everything), "stdio"],
+        "mode": mode,
+        "tools": ["echo", "get-sum"],
+        "effects": EFFECTS,
+        "sandbox_read": [str(everything.parents[3])],  # its node_modules
+    }
+    await _check([server], tmp_path)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_reference_server_over_streamable_http(
+    tmp_path: Path, everything_http: str, mode: str
+) -> None:
+    server = web_server("ref", everything_http, mode=mode, tools=["echo", "get-sum"], effects=EFFECTS)
+    await _check([server], tmp_path)
