@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from tether.calls import CallPipeline, CallScope, Turn
 from tether.errors import (
@@ -140,7 +140,7 @@ class HostCore:
             await source.close()
         self._started = False
 
-    async def __aenter__(self) -> HostCore:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 

@@ -308,7 +308,7 @@ class AgentLoop:
 
     async def _run_subagent(self, sub: Any, task: str) -> Any:
         return await run_subtask(
-            self.host,
+            _ChildRuns(self.host),
             sub.agent(),
             task,
             context=self.state.context,
@@ -391,20 +391,22 @@ class AgentLoop:
             for rec in found.records:
                 record = rec.record
                 s.memory.append(record)
+                src = record.source
+                origin = f"{src.system}/{src.record}" if src is not None else "unknown"
                 t.emit(
                     EventKind.MEMORY_RETRIEVED,
                     subject=record.subject,
                     record_id=record.id,
-                    source=f"{record.source.system}/{record.source.record}",
+                    source=origin,
                     confidence=record.confidence,
                     conflict=rec.conflict,
                 )
                 lines.append(
                     wrap_untrusted(
                         record.claim,
-                        source=f"memory:{record.source.system}/{record.source.record}",
+                        source=f"memory:{origin}",
                         subject=record.subject,
-                        observed_at=record.source.observed_at.isoformat(),
+                        observed_at=src.observed_at.isoformat() if src is not None else "",
                         confidence=record.confidence,
                         conflict="yes" if rec.conflict else "",
                     )
@@ -488,3 +490,13 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
             now=host.clock(),
         )
     return result
+
+
+class _ChildRuns:
+    """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
+        return await AgentLoop(self.host, agent, objective, context).run()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ValidationError
 
 from tether.calls import CallScope
+from tether.loop import AgentLoop
 from tether.messages import ToolCall
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent, RunResult, RunState
@@ -93,7 +94,7 @@ async def run_workflow(
         for i, step in enumerate(workflow.steps, 1):
             tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
             if isinstance(step, AgentNode):
-                sub = await host.run(step.agent, step.objective(state.outputs), context=context)
+                sub = await AgentLoop(host, step.agent, step.objective(state.outputs), context).run()
                 tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,

@@ -162,7 +162,7 @@ class CompressionConfig:
 
 
 TokenCounter = Callable[[list[Message]], int]
-Emit = Callable[..., None]
+Emit = Callable[..., object]
 
 
 @dataclass

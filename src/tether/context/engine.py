@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import Field
 
@@ -45,8 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Composed", "ContextConfig", "ContextEngine"]
 
-HARNESS = "harness"
-Emit = Callable[..., None]
+HARNESS: Final = "harness"
+Emit = Callable[..., object]
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ class StatusBar:
         return ["tool calls: " + "; ".join(parts)]
 
     def _per_target(self, state: RunState, tool_name: str) -> list[str]:
-        out = []
+        out: list[str] = []
         limited = False
         for lim in self.config.limits:
             if lim.tool != tool_name or lim.per is None:

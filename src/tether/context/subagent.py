@@ -12,17 +12,22 @@ import contextvars
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether.errors import ToolError
 from tether.trace.events import EventKind
 
 if TYPE_CHECKING:
-    from tether.host import Host
     from tether.policy.trusted import TrustedContext
-    from tether.run import Agent
+    from tether.run import Agent, RunResult
 
-__all__ = ["Subagent", "SubtaskResult", "run_subtask"]
+__all__ = ["RunsAgents", "Subagent", "SubtaskResult", "run_subtask"]
+
+
+class RunsAgents(Protocol):
+    """What a subtask needs of the host: run a child agent through the same chokepoint."""
+
+    async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,7 @@ class SubtaskResult:
 
 
 async def run_subtask(
-    host: Host,
+    host: RunsAgents,
     agent: Agent,
     task: str,
     *,

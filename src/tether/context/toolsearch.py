@@ -92,7 +92,8 @@ class ToolSearch:
 
     def search(self, query: str, limit: int) -> dict[str, Any]:
         hits = self._index.top(query, len(self.specs))  # filtered below: only deferred tools count
-        found, already = [], []
+        found: list[dict[str, Any]] = []
+        already: list[str] = []
         for i, score in hits:
             spec = self.specs[i]
             if spec.name not in self.deferred:

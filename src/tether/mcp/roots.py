@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from pydantic import FileUrl
+
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -81,5 +83,7 @@ class RootsGate:
         self.listed += 1
         self._on_event({"server": self.server, "action": "list", "roots": list(self.roots)})
         return types.ListRootsResult(
-            roots=[types.Root(uri=r, name=Path(unquote(urlsplit(r).path)).name or "/") for r in self.roots]
+            roots=[
+                types.Root(uri=FileUrl(r), name=Path(unquote(urlsplit(r).path)).name or "/") for r in self.roots
+            ]
         )

@@ -34,7 +34,8 @@ __all__ = [
 
 
 class Rule(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None: ...
 
