@@ -25,8 +25,9 @@ import yaml
 
 from tether.mcp.approve import approve_server
 from tether.mcp.config import load_config
-from tether.mcp.hosting import build_host, mcp_sources
+from tether.mcp.hosting import mcp_sources
 from tether.mcp.pinning import check_listing
+from tether.mcpapp.hosting import build_host
 from tether.tools.contract import ToolContext
 
 

@@ -103,7 +103,7 @@ def host_start_s(config: Path) -> float:
     import anyio
 
     from tether.mcp.config import load_config
-    from tether.mcp.hosting import build_host
+    from tether.mcpapp.hosting import build_host
 
     async def go() -> float:
         host = build_host(load_config(config), use_pins=False)

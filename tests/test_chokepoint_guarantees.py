@@ -339,7 +339,7 @@ class McpResumeEntry:
         return await self.again(host, ctx)
 
     async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
-        from tether.mcp.runner import rerun_paused_call
+        from tether.mcpapp.runner import rerun_paused_call
 
         await host.start()
         tracer, _ = host.new_tracer(f"{self.run_id}-resume")

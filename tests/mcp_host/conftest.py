@@ -201,6 +201,6 @@ def hit_counter() -> Iterator[tuple[str, list[str]]]:
 
 def script(*calls: tuple[str, dict[str, Any]] | str) -> list[Any]:
     """Scripted turns: ``("h__lookup", {"key": "a"})`` is one call; a string is the final answer."""
-    from tether.mcp.runner import ScriptStep
+    from tether.mcpapp.runner import ScriptStep
 
     return [ScriptStep(final=c) if isinstance(c, str) else ScriptStep(calls=(c,)) for c in calls]

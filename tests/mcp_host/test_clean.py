@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tether.mcp.clean import clean_result_data, clean_result_text, escape_for_review
-from tether.mcp.runner import run_question
+from tether.mcpapp.runner import run_question
 from tether.trace.tracer import read_trace
 
 from .conftest import approve_all, script, stdio_server, web_server, write_config

@@ -12,9 +12,9 @@ import pytest
 from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp.config import McpConfig
-from tether.mcp.hosting import build_host
 from tether.mcp.pauses import PauseStore
-from tether.mcp.runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
+from tether.mcpapp.hosting import build_host
+from tether.mcpapp.runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
 from tether.messages import ToolMessage
 from tether.policy import Approvals, SqliteApprovalStore, TrustedContext
 from tether.run import Agent, RunResult

@@ -10,8 +10,8 @@ import pytest
 
 from tether.mcp.approve import approve_server
 from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcp.runner import resume_pause, run_question
 from tether.mcp.sampling import SamplingPrompt
+from tether.mcpapp.runner import resume_pause, run_question
 from tether.messages import AssistantMessage
 from tether.models.base import ModelRequest
 from tether.stop import StopReason

@@ -16,7 +16,7 @@ import pytest
 
 from tether.cli import main
 from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcp.runner import run_question
+from tether.mcpapp.runner import run_question
 from tether.stop import StopReason
 
 from .conftest import approve, approve_all, script, stdio_server, web_server, write_config

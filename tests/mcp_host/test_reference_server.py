@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.mcp.runner import run_question
+from tether.mcpapp.runner import run_question
 from tether.stop import StopReason
 
 from .conftest import approve, script, web_server, write_config

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tether.errors import ConfigError
-from tether.mcp.hosting import build_host, mcp_sources
+from tether.mcp.hosting import mcp_sources
+from tether.mcpapp.hosting import build_host
 from tether.tools.contract import ToolContext
 
 from .conftest import approve_all, web_server, write_config

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.mcp.runner import ScriptStep, StandIn
+from tether.mcpapp.runner import ScriptStep, StandIn
 from tether.messages import ToolMessage, UserMessage
 from tether.models.base import ModelRequest
 

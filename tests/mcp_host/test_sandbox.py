@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
-from tether.mcp.runner import run_question
 from tether.mcp.sandbox import bwrap_status
+from tether.mcpapp.runner import run_question
 from tether.trace.tracer import read_trace
 
 from .conftest import approve, script, stdio_server, write_config

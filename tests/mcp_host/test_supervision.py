@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 
 from tether.host import Host
-from tether.mcp.hosting import build_host, mcp_sources
-from tether.mcp.runner import INSTRUCTIONS, ScriptStep, StandIn, run_question
+from tether.mcp.hosting import mcp_sources
+from tether.mcpapp.hosting import build_host
+from tether.mcpapp.runner import INSTRUCTIONS, ScriptStep, StandIn, run_question
 from tether.messages import ToolMessage
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent, RunResult

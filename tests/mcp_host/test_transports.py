@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcp.runner import run_question
+from tether.mcpapp.runner import run_question
 from tether.stop import StopReason
 from tether.trace.tracer import read_trace
 

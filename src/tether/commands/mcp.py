@@ -240,7 +240,7 @@ def _consent(mode: str) -> Any:
 def _script(args: argparse.Namespace) -> list[Any]:
     import yaml
 
-    from tether.mcp.runner import ScriptStep
+    from tether.mcpapp.runner import ScriptStep
 
     steps: list[Any] = []
     if getattr(args, "script", None):
@@ -268,14 +268,14 @@ def run_with_config(
 
     from tether.commands._output import emit_json
     from tether.errors import TetherError
-    from tether.mcp.runner import run_question, standin_sampler
+    from tether.mcpapp.runner import run_question, standin_sampler
 
     try:
         config = _load(args)
         script = _script(args)
         approvals = None
         if getattr(args, "db", None) is not None:
-            from tether.mcp.resumable import approvals_for
+            from tether.mcpapp.resumable import approvals_for
 
             approvals = approvals_for(args.db, args.config)
     except (TetherError, ValueError, OSError) as err:
@@ -350,7 +350,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     from tether.commands._output import emit_json
     from tether.errors import TetherError
-    from tether.mcp.runner import answer_pause, resume_pause
+    from tether.mcpapp.runner import answer_pause, resume_pause
 
     try:
         config = _load(args)

@@ -1,10 +1,11 @@
 """The MCP host: real MCP servers (official SDK) under the host's authority (SPEC X1–X5).
 
-Server authors only need ``tether.mcp.confirm`` (the "confirm first" pattern).
+Server authors only need ``tether.mcp.confirm`` (the "confirm first" pattern). Building a host
+from a config file and running questions over it is ``tether.mcpapp``.
 """
 
 # Names are imported on first use (PEP 562): a review connects its one server without loading
-# the host, the runner or the MCP SDK before the server process is already starting.
+# the MCP SDK before the server process is already starting.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -12,10 +13,8 @@ if TYPE_CHECKING:
     from tether.mcp.clean import clean_result_text
     from tether.mcp.config import McpConfig, ServerConfig, load_config
     from tether.mcp.elicitation import Answer, ConsoleResponder, ElicitationGate, Responder, ScriptedResponder
-    from tether.mcp.hosting import build_host
     from tether.mcp.pinning import PinStore
     from tether.mcp.roots import RootsGate
-    from tether.mcp.runner import ScriptStep, resume_pause, run_question
     from tether.mcp.sampling import SamplingGate, SamplingPrompt
     from tether.mcp.source import McpServerSource
 
@@ -30,17 +29,13 @@ _EXPORTS = {
     "RootsGate": "tether.mcp.roots",
     "SamplingGate": "tether.mcp.sampling",
     "SamplingPrompt": "tether.mcp.sampling",
-    "ScriptStep": "tether.mcp.runner",
     "ScriptedResponder": "tether.mcp.elicitation",
     "ServerConfig": "tether.mcp.config",
     "ServerReview": "tether.mcp.approve",
     "approve_server": "tether.mcp.approve",
-    "build_host": "tether.mcp.hosting",
     "clean_result_text": "tether.mcp.clean",
     "load_config": "tether.mcp.config",
-    "resume_pause": "tether.mcp.runner",
     "review_server": "tether.mcp.approve",
-    "run_question": "tether.mcp.runner",
 }
 
 __all__ = [
@@ -54,17 +49,13 @@ __all__ = [
     "RootsGate",
     "SamplingGate",
     "SamplingPrompt",
-    "ScriptStep",
     "ScriptedResponder",
     "ServerConfig",
     "ServerReview",
     "approve_server",
-    "build_host",
     "clean_result_text",
     "load_config",
-    "resume_pause",
     "review_server",
-    "run_question",
 ]
 
 

@@ -1,6 +1,7 @@
-"""Build a governed ``Host`` from an MCP config file: one client per server, every gate wired.
+"""One MCP server source from its config, every gate wired (``tether.mcpapp.build_host`` builds
+the whole host from a config file).
 
-``build_host(config)`` resolves each server's credentials (registered as trace secrets),
+``build_source`` resolves each server's credentials (registered as trace secrets),
 creates its connection with the pin store, elicitation/sampling/roots gates and the
 host-declared effects, and adds a policy rule that denies any call to a tool whose
 definition is not (or no longer) approved. Tools reach the model as
@@ -9,13 +10,11 @@ definition is not (or no longer) approved. Tools reach the model as
 
 from __future__ import annotations
 
-import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from tether.errors import ConfigError
 from tether.mcp.config import McpConfig, ServerConfig
 from tether.mcp.credentials import resolve_credentials
 from tether.mcp.elicitation import ElicitationGate, Responder
@@ -30,12 +29,12 @@ from tether.trace.events import EventKind
 # The host and its policy are imported when a host is built: a review (one connection, no run)
 # starts its server without loading them.
 if TYPE_CHECKING:
-    from tether.host import Host
+    from tether.hostcore import HostCore as Host
     from tether.models.base import Model
     from tether.policy.rules import Decision, ProposedCall
     from tether.policy.trusted import TrustedContext
 
-__all__ = ["PinnedCapabilities", "build_host", "build_source", "mcp_sources"]
+__all__ = ["PinnedCapabilities", "build_source", "describe_all", "mcp_sources"]
 
 
 @dataclass(frozen=True)
@@ -162,62 +161,6 @@ def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
         )
 
     return plan
-
-
-def build_host(
-    config: McpConfig,
-    *,
-    responder: Responder | None = None,
-    sampling_model: Model | None = None,
-    sampling_consent: Consent | None = None,
-    environ: Mapping[str, str] | None = None,
-    servers: Iterable[str] | None = None,
-    on_denied: Literal["stop", "continue"] = "continue",
-    use_pins: bool = True,
-    approvals: Any = None,
-) -> Host:
-    """A host with every configured server (or the named ones). Raises ``ConfigError``."""
-    from tether.host import Host
-    from tether.policy.rules import Policy
-
-    environ = os.environ if environ is None else environ
-    pins = PinStore(config.path(config.host.pins)) if use_pins else None
-    pauses = PauseStore(config.path(config.host.state))
-    wanted = set(servers) if servers is not None else None
-    sources: dict[str, McpServerSource] = {}
-    secrets: set[str] = set()
-    for server in config.servers:
-        if wanted is not None and server.name not in wanted:
-            continue
-        source, found = build_source(
-            server,
-            config,
-            pins=pins,
-            pauses=pauses,
-            responder=responder,
-            sampling_model=sampling_model,
-            sampling_consent=sampling_consent,
-            environ=environ,
-            fail_soft=True,
-        )
-        sources[server.name] = source
-        secrets |= found
-    if wanted is not None and (missing := wanted - set(sources)):
-        raise ConfigError(f"no server named {', '.join(sorted(missing))} in the config")
-    host = Host(
-        policy=Policy(rules=[PinnedCapabilities(sources)]),
-        trace_dir=config.path(config.host.trace_dir),
-        secrets=secrets,
-        on_denied=on_denied,
-        approvals=approvals,  # side-effecting MCP calls then pause for approval instead of failing closed
-    )
-    for source in sources.values():
-        # Every server connects concurrently: the first one started launches the others too.
-        source.peers = [s for s in sources.values() if s is not source]
-        host.add_source(source)
-    host.mcp_pins = pins  # type: ignore[attr-defined]
-    host.mcp_pauses = pauses  # type: ignore[attr-defined]
-    return host
 
 
 def mcp_sources(host: Host) -> list[McpServerSource]:

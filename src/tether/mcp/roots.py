@@ -83,7 +83,9 @@ class RootsGate:
         self.listed += 1
         self._on_event({"server": self.server, "action": "list", "roots": list(self.roots)})
         return types.ListRootsResult(
-            roots=[
-                types.Root(uri=FileUrl(r), name=Path(unquote(urlsplit(r).path)).name or "/") for r in self.roots
-            ]
+            roots=[types.Root(uri=FileUrl(r), name=_root_name(r)) for r in self.roots]
         )
+
+
+def _root_name(uri: str) -> str:
+    return Path(unquote(urlsplit(uri).path)).name or "/"

@@ -20,7 +20,7 @@ import yaml
 
 from tether.mcp.approve import approve_server, review_server
 from tether.mcp.config import load_config
-from tether.mcp.runner import ScriptStep, run_question
+from tether.mcpapp.runner import ScriptStep, run_question
 
 QUESTION = "Why is work order 742 still open?"
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["APP", "approvals_for", "rebuild"]
 
-APP = "tether.mcp.resumable:rebuild"
+APP = "tether.mcpapp.resumable:rebuild"
 
 
 def _sidecar(db: Path) -> Path:
@@ -49,8 +49,8 @@ def approvals_for(db: Path, config_path: Path) -> Approvals:
 def rebuild(db: Path) -> tuple[Host, Agent]:
     """The application factory ``tether resume`` calls: host and agent of an MCP run."""
     from tether.mcp.config import load_config
-    from tether.mcp.hosting import build_host
-    from tether.mcp.runner import INSTRUCTIONS, StandIn
+    from tether.mcpapp.hosting import build_host
+    from tether.mcpapp.runner import INSTRUCTIONS, StandIn
     from tether.run import Agent
     from tether.testing import FunctionModel
 

@@ -19,8 +19,9 @@ from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp.config import McpConfig
 from tether.mcp.elicitation import Responder, check_schema, validate_answer
-from tether.mcp.hosting import build_host, mcp_sources
+from tether.mcp.hosting import mcp_sources
 from tether.mcp.pauses import Pause
+from tether.mcpapp.hosting import build_host
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.trusted import TrustedContext
