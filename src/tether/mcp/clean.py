@@ -76,6 +76,8 @@ def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
     done (empty when nothing was). Keys: ``hidden_chars`` (kind → count), ``hidden_tag_text``
     (the ASCII smuggled in tag characters, for the reviewer), ``html_comments``, ``images``,
     ``links``."""
+    if "[" not in text and "<" not in text and "\r" not in text and _SUSPECT.search(text) is None:
+        return text, {}  # plain text with no markup: nothing to look at (the common case)
     meta: dict[str, Any] = {}
     counts: Counter[str] = Counter()
     tags: list[str] = []
