@@ -11,11 +11,14 @@ the body is joined from those pieces. Fixed fields come first and ``messages`` l
 consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
-turn) with usage and cost, or raises ``ModelError``. Timeouts, 429 (honouring
-``Retry-After``), 5xx and connection errors are retried with capped exponential backoff and
-jitter; other HTTP errors and unusable responses are not. Tool-call arguments are returned
-raw — malformed JSON and unknown tool names are the host gate's business, which hands them
-back to the model as recoverable errors.
+turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
+Timeouts, 429 (honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are
+retried with capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
+a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
+a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
+completion, and a response with neither text nor tool calls. Once retries are spent the run
+ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
+names are the host gate's business, which hands them back to the model as recoverable errors.
 
 ``reasoning_content`` (models that think aloud) is stored on the ``AssistantMessage`` and sent
 back according to ``reasoning``:
@@ -340,7 +343,9 @@ class OpenAICompatible:
         else:
             response = await self._send_http(body)
         try:
-            if self.stream:
+            # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
+            whole = "json" in response.headers.get("content-type", "")
+            if self.stream and not whole:
                 return await self._read_stream(response)
             return self._parse(await response.aread())
         except httpx2.TimeoutException:
@@ -433,7 +438,10 @@ class OpenAICompatible:
             choice = data["choices"][0]
             wire = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ModelError(f"{self.model}: response is not a chat completion: {raw[:200]!r}") from None
+            why = f"response is not a chat completion: {raw[:200]!r}"
+            raise _Retryable("unusable_response", why) from None
+        if not isinstance(wire, dict):
+            raise _Retryable("unusable_response", f"response has no message: {raw[:200]!r}")
         calls = tuple(
             ToolCall(
                 id=str(c.get("id") or _call_id()),
@@ -444,9 +452,9 @@ class OpenAICompatible:
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
         message = AssistantMessage(content=wire.get("content"), tool_calls=calls, reasoning=reasoning)
-        return self._response(
-            message, self._usage(data.get("usage")), data.get("model", ""), choice.get("finish_reason")
-        )
+        finish = choice.get("finish_reason")
+        _require_output(message, finish)
+        return self._response(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         text: list[str] = []
@@ -455,17 +463,23 @@ class OpenAICompatible:
         usage_raw: Mapping[str, Any] | None = None
         model = ""
         finish: str | None = None
+        done = False
         on_delta = self.on_delta
         async for line in _sse_data(response):
             payload = line.strip()
             if payload == b"[DONE]":
+                done = True
                 break
             try:
                 chunk = json.loads(payload)
             except ValueError:
-                raise ModelError(f"{self.model}: unreadable stream event: {payload[:200]!r}") from None
+                why = f"stream event is not JSON: {payload[:200]!r}"
+                raise _Retryable("stream_unreadable", why) from None
+            if not isinstance(chunk, dict):
+                raise _Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
             if chunk.get("error"):
-                raise ModelError(f"{self.model}: stream error: {self._scrub(str(chunk['error'])[:500])}")
+                why = f"the server reported an error mid-stream: {str(chunk['error'])[:500]}"
+                raise _Retryable("stream_error", why)
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage_raw = chunk["usage"]
@@ -498,6 +512,12 @@ class OpenAICompatible:
                             on_delta("tool_call", fn["name"])
                     if fn.get("arguments"):
                         slot["arguments"].append(fn["arguments"])
+        if not done or finish is None:
+            missing = " and ".join(
+                part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
+            )
+            received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
+            raise _Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
         tool_calls = tuple(
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
@@ -507,6 +527,7 @@ class OpenAICompatible:
             tool_calls=tool_calls,
             reasoning="".join(thought) if thought else None,
         )
+        _require_output(message, finish)
         return self._response(message, self._usage(usage_raw), model, finish)
 
 
@@ -522,6 +543,14 @@ async def _sse_data(response: Any) -> AsyncIterator[bytes]:
                 yield line[5:]
     if pending.startswith(b"data:"):
         yield pending[5:]
+
+
+def _require_output(message: AssistantMessage, finish: str | None) -> None:
+    """A turn with neither text nor a tool call is no answer: never accepted as an empty one."""
+    if message.tool_calls or (message.content and message.content.strip()):
+        return
+    why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
+    raise _Retryable("empty_response", why)
 
 
 def _call_id() -> str:
