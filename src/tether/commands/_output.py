@@ -88,8 +88,10 @@ def call_problems(result: Any, unavailable_servers: Iterable[str] = ()) -> list[
         for o in getattr(result, "observations", ())
         if o.is_error and (o.meta.get("unavailable") or o.error_kind == "dependency_unavailable")
     }
+    # A call that paused (for an answer or an approval) and ran later counts by its last attempt.
+    last = {c.call_id: c for c in result.calls}
     problems = []
-    for c in result.calls:
+    for c in last.values():
         if c.status == "ok":
             continue
         kind = {"denied": "denied", "rejected": "rejected"}.get(c.status, "failed")

@@ -88,4 +88,6 @@ def run(args: argparse.Namespace) -> int:
         result = anyio.run(go)
     except ApprovalError as err:
         return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
-    return report(result, host, args, db=db, trace_results=args.trace_results, model=agent.model.name)
+    return report(
+        result, host, args, db=db, trace_results=args.trace_results, tools=agent.tools, model=agent.model.name
+    )

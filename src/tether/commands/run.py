@@ -213,6 +213,7 @@ def report(
     *,
     db: Path | None,
     trace_results: bool = False,
+    tools: Any = None,
     **extra: Any,
 ) -> int:
     """Print a finished (or paused) run and return its exit code."""
@@ -222,6 +223,7 @@ def report(
     down = unavailable_servers(host)
     payload = run_payload(result, unavailable_servers=down, **extra)
     payload["unavailable_servers"] = down
+    payload.update(mcp_facts(result, host, tools))
     if trace_results:
         path = write_results(result, host.secrets)
         payload["results_file"] = str(path) if path else None
@@ -241,6 +243,31 @@ def report(
             for i, line in enumerate(nxt, 1):
                 print(f"  {i}. {line}")
     return int(payload["exit"])
+
+
+_BLOCK_KINDS = ("policy_denied", "mcp_capability_blocked", "mcp_result_rejected")
+
+
+def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
+    """For runs over MCP servers: the tools offered per server, what the host blocked, launches."""
+    servers = [s for s in host.sources if callable(getattr(s, "describe", None))]
+    if not servers:
+        return {}
+    offered = [spec.name for spec in host.offered(tools)]
+    blocked = []
+    for e in result.events:
+        kind, data = str(e.kind), e.data
+        if kind in _BLOCK_KINDS or (
+            kind in ("mcp_elicitation", "mcp_sampling") and data.get("outcome") in ("refused", "declined")
+        ):
+            blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
+        elif kind == "tool_observation" and data.get("error_kind") == "capability_blocked":
+            blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    return {
+        "offered_tools": {s.name: [t for t in offered if t.startswith(s.name + "__")] for s in servers},
+        "blocked": blocked,
+        "servers": [{"server": s.name, **s.describe()} for s in servers],
+    }
 
 
 def unavailable_servers(host: Any) -> dict[str, str]:
