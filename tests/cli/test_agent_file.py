@@ -212,8 +212,8 @@ def test_a_side_effect_pauses_and_another_shell_resumes_the_same_agent(tmp_path:
     ]
     env = {"TETHER_AF_KEY": secret}
     with FakeChatServer(scripted(replies)) as chat:
-        started = tether("run", "Note 742", "--agent", str(path), "--base-url", chat.url, "--json", cwd=tmp_path,
-                         env=env)  # fmt: skip
+        argv = ["run", "Note 742", "--agent", str(path), "--base-url", chat.url, "--json"]
+        started = tether(*argv, cwd=tmp_path, env=env)
         paused = last_json(started.stdout)
         assert started.returncode == 5, started.stderr
         assert paused["stop_reason"] == "approval_required" and paused["ok"] is False
