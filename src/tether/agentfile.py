@@ -126,6 +126,9 @@ class ModelSpec(_Strict):
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_retries: int = Field(default=4, ge=0, le=20)
     rate: float | None = Field(default=None, gt=0)  # requests per second (a shared token bucket)
+    max_output_tokens: int | None = Field(default=None, ge=1)  # a cap on each response
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    extra_body: dict[str, Any] = Field(default_factory=dict)  # more fixed request fields
     prices: dict[str, PriceSpec] = Field(default_factory=dict)
     limits: LimitsSpec = Field(default_factory=LimitsSpec)
     # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
@@ -482,6 +485,8 @@ def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = N
         prices=prices,
         rate_limit=bucket,
         on_delta=on_delta,
+        max_tokens=m.max_output_tokens,
+        extra_body={**m.extra_body, **({"temperature": m.temperature} if m.temperature is not None else {})},
     )
     if m.limits.max_cost_usd is not None and model.price is None:
         raise ConfigError(

@@ -135,7 +135,9 @@ class OpenAICompatible:
     ``model`` is the provider's model name; ``base_url`` defaults to ``$OPENAI_BASE_URL`` or
     OpenAI's; the key comes from ``$<api_key_env>`` (required only for api.openai.com; local
     servers get a placeholder). ``rate_limit`` is a shared ``TokenBucket`` each attempt draws
-    from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``).
+    from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``). ``max_tokens``
+    caps every response unless the request sets its own cap; ``extra_body`` adds fixed request
+    fields (``temperature``, …), never those the backend writes itself.
     """
 
     def __init__(
@@ -159,6 +161,7 @@ class OpenAICompatible:
         cache_size: int = 8192,
         transport: Literal["http", "openai"] = "http",
         max_connections: int = 64,
+        max_tokens: int | None = None,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
@@ -176,6 +179,12 @@ class OpenAICompatible:
             raise ConfigError(f"unknown transport {transport!r}")
         self.transport = transport
         self.max_connections = max_connections
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError("max_tokens must be at least 1")
+        self.max_tokens = max_tokens  # a cap on every response unless the request sets its own
+        reserved = {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
+        if clash := sorted(reserved & set(extra_body or {})):
+            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
         self.stream = stream
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
@@ -216,8 +225,13 @@ class OpenAICompatible:
         if hit is not None and hit[0] is message:
             return hit[1]
         wire = message.wire()
-        if keep_reasoning and isinstance(message, AssistantMessage) and message.reasoning:
-            wire["reasoning_content"] = message.reasoning
+        if isinstance(message, AssistantMessage):
+            if wire.get("content") is None and message.tool_calls:
+                # A turn of tool calls only: "" rather than null, which llama.cpp's Python server
+                # refuses (its validation wants a string; its chat templates read the field).
+                wire["content"] = ""
+            if keep_reasoning and message.reasoning:
+                wire["reasoning_content"] = message.reasoning
         data = _dumps(wire)
         cache = self._cache
         cache[key] = (message, data)  # holding the message keeps its id from being reused
@@ -240,8 +254,9 @@ class OpenAICompatible:
                 b',"tool_choice":',
                 _dumps(request.tool_choice),
             ]
-        if request.max_tokens is not None:
-            parts += [b',"max_tokens":', str(int(request.max_tokens)).encode()]
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        if limit is not None:
+            parts += [b',"max_tokens":', str(int(limit)).encode()]
         messages = request.messages
         rule = self.reasoning
         boundary = -1  # messages after this index may carry their reasoning
