@@ -77,12 +77,19 @@ _HINTS = {
 }
 
 
-def call_problems(result: Any, unavailable_servers: Iterable[str] = ()) -> list[dict[str, Any]]:
+def call_problems(
+    result: Any,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml",
+) -> list[dict[str, Any]]:
     """Every requested call that did not run and succeed: denied, refused, failed, unavailable.
 
     ``unavailable_servers``: MCP server ids that never started; a call to one of their tools is
-    reported as reaching an unavailable server, not as a typo."""
+    reported as reaching an unavailable server, not as a typo. ``mcp_servers``: every server id; a
+    call to a tool of one that it does not offer is reported as an unapproved tool."""
     down = {f"{name}__" for name in unavailable_servers}
+    servers = {f"{name}__": name for name in mcp_servers}
     unavailable_calls = {
         o.call_id
         for o in getattr(result, "observations", ())
@@ -100,8 +107,14 @@ def call_problems(result: Any, unavailable_servers: Iterable[str] = ()) -> list[
             kind = "unavailable"
         elif c.status == "rejected" and any(c.tool.startswith(p) for p in down):
             kind, reason = "unavailable", f"server {c.tool.split('__', 1)[0]} is unavailable ({reason})"
-        entry = {"call_id": c.call_id, "tool": c.tool, "kind": kind, "reason": reason}
         hint = next((h for key, h in _HINTS.items() if key in reason), None)
+        prefix = next((p for p in servers if c.tool.startswith(p)), None)
+        if c.status == "rejected" and reason.startswith("unknown tool") and prefix and kind != "unavailable":
+            name = servers[prefix]
+            reason = f"server {name} offers no approved tool {c.tool.removeprefix(prefix)!r} ({reason})"
+            hint = f"if the server has it, review and pin it: tether mcp review {name} {where}, then "
+            hint += f"tether mcp approve {name} {where}"
+        entry = {"call_id": c.call_id, "tool": c.tool, "kind": kind, "reason": reason}
         if hint:
             entry["hint"] = hint
         problems.append(entry)
@@ -117,9 +130,16 @@ def run_exit(stop_reason: str, problems: list[dict[str, Any]]) -> int:
     return 2 if kinds & {"denied", "rejected"} else 6
 
 
-def run_payload(result: Any, *, unavailable_servers: Iterable[str] = (), **extra: Any) -> dict[str, Any]:
+def run_payload(
+    result: Any,
+    *,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml",
+    **extra: Any,
+) -> dict[str, Any]:
     """The JSON of one run: its summary, every call, the problems, and the envelope."""
-    problems = call_problems(result, unavailable_servers)
+    problems = call_problems(result, unavailable_servers, mcp_servers, where)
     stop = str(result.stop_reason)
     code = run_exit(stop, problems)
     out = result.summary()

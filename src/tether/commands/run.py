@@ -221,13 +221,16 @@ def report(
     from tether.commands._progress import write_results
 
     down = unavailable_servers(host)
-    payload = run_payload(result, unavailable_servers=down, **extra)
+    servers = [s.name for s in host.sources if callable(getattr(s, "describe", None))]
+    config, agent = getattr(args, "config", None), getattr(args, "agent", None)
+    where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
+    payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
     payload.update(mcp_facts(result, host, tools))
     if trace_results:
         path = write_results(result, host.secrets)
         payload["results_file"] = str(path) if path else None
-    nxt = next_steps(result, db, config=getattr(args, "config", None), agent=getattr(args, "agent", None))
+    nxt = next_steps(result, db, config=config, agent=agent)
     if nxt:
         payload["next"] = nxt
         payload["resume"] = nxt[-1]
