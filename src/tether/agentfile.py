@@ -29,9 +29,8 @@ The file names everything a run needs; relative paths are relative to the file's
 
 ``load_agent_file`` validates it (``ConfigError`` naming the file and the field);
 ``build_agent`` builds the ``Host`` and ``Agent`` through the public API. A run that may pause
-(``policy.approvals_db``) records the file — its path, sha256 and content, with the command
-line's overrides, never an API key — beside the approval store, so ``tether resume RUN``
-rebuilds the same agent (``rebuild``) from another process.
+(``policy.approvals_db``) records the file beside the approval store (``tether.agentrecord``),
+so ``tether resume RUN`` rebuilds the same agent from another process.
 """
 
 from __future__ import annotations
@@ -66,12 +65,13 @@ __all__ = [
     "Built",
     "build_agent",
     "load_agent_file",
+    "mcp_agent",
+    "mcp_config",
     "parse_agent",
-    "rebuild",
-    "record_path",
+    "with_overrides",
 ]
 
-APP = "tether.agentfile:rebuild"  # the factory `tether resume` calls for runs started from a file
+APP = "tether.agentrecord:rebuild"  # the factory `tether resume` calls for runs started from a file
 SCRIPTED = "scripted:"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -650,88 +650,6 @@ def build_agent(
     perms = Permissions(read=frozenset(p.permissions.read), write=frozenset(p.permissions.write))
     context = TrustedContext(tenant=p.tenant, roles=frozenset(p.roles), user=p.user, permissions=perms)
     return Built(host, agent, context, af, model, db)
-
-
-# -- resume ---------------------------------------------------------------------------------
-
-
-def record_path(db: Path, run_id: str) -> Path:
-    """Where the agent of run ``run_id`` is recorded: beside the approval store."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", run_id) or run_id.startswith("."):
-        raise ConfigError(f"not a run id: {run_id!r}")
-    return Path(str(db) + ".agents") / f"{run_id}.json"
-
-
-def record_run(db: Path, run_id: str, af: AgentFile) -> Path:
-    """Record which agent a run uses (path, sha256, content — never a key), once per run."""
-    path = record_path(db, run_id)
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = {
-        "run_id": run_id,
-        "agent_file": str(af.path) if af.path is not None else None,
-        "base_dir": str(af.base_dir),
-        "sha256": af.sha256,
-        "text": af.text,
-        "spec": af.spec.model_dump(mode="json"),  # with the command line's overrides applied
-    }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.chmod(tmp, 0o600)
-    tmp.replace(path)
-    return path
-
-
-class RecordSink:
-    """A trace sink that records the agent when its run starts (so a crash after a checkpoint
-    still leaves what ``tether resume`` needs)."""
-
-    def __init__(self, db: Path, af: AgentFile) -> None:
-        self.db = db
-        self.af = af
-        self.done: set[str] = set()
-
-    def write(self, event: Any) -> None:
-        if event.run_id not in self.done:
-            self.done.add(event.run_id)
-            record_run(self.db, event.run_id, self.af)
-
-    def close(self) -> None:
-        pass
-
-
-def load_record(db: Path, run_id: str) -> AgentFile:
-    """The agent a run recorded; a changed file on disk is reported, the recorded one is used."""
-    path = record_path(Path(db), run_id)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(
-            f"run {run_id} has no recorded agent ({path} is missing): was it started with --agent and an "
-            "approval store?"
-        ) from None
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read the recorded agent {path}: {err}") from None
-    af = parse_agent(data["spec"], base_dir=Path(data["base_dir"]), text=data["text"])
-    original = data.get("agent_file")
-    af = replace(af, path=Path(original) if original else None, sha256=data["sha256"])
-    if original and Path(original).is_file():
-        now = hashlib.sha256(Path(original).read_bytes()).hexdigest()
-        if now != data["sha256"]:
-            print(
-                f"note: {original} changed since run {run_id} started; resuming with the recorded version",
-                file=sys.stderr,
-            )
-    return af
-
-
-def rebuild(db: Path, run_id: str | None = None) -> tuple[Host, Agent]:
-    """The factory ``tether resume`` calls: the host and agent recorded for ``run_id``."""
-    if run_id is None:
-        raise ConfigError("tether.agentfile:rebuild needs the run id (use tether resume RUN)")
-    built = build_agent(load_record(Path(db), run_id), approvals_db=Path(db))
-    return built.host, built.agent
 
 
 def mcp_agent(

@@ -394,7 +394,7 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
     """The approval store a paused run lives in: --db, else the default one if the run is there."""
-    from tether.agentfile import record_path
+    from tether.agentrecord import record_path
     from tether.commands._approvals_db import default_db
 
     if getattr(args, "db", None) is not None:

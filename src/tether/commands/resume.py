@@ -3,7 +3,7 @@
 The checkpoint names the application factory (``module:function``) that rebuilds the host and
 the agent; it is host code chosen by the application that started the run, never by the model.
 Runs started from an agent file (``tether run --agent``, ``tether mcp run``) name
-``tether.agentfile:rebuild``, which rebuilds the same agent — model settings included, never an
+``tether.agentrecord:rebuild``, which rebuilds the same agent — model settings included, never an
 API key — from the file recorded beside the approval store when the run started.
 """
 

@@ -175,7 +175,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     """Run a built agent once and report it (progress on a terminal, the outcome, exit code)."""
     import anyio
 
-    from tether.agentfile import RecordSink
+    from tether.agentrecord import RecordSink
     from tether.commands._progress import ProgressSink, progress_wanted
 
     host = built.host
