@@ -284,3 +284,42 @@ def test_show_results_prints_tool_output_and_trace_results_stores_it_redacted(
     assert [s["tool"] for s in stored] == ["leaky"]
     assert secret not in trace.read_text() and "[REDACTED]" in stored[0]["text"]
     assert '"key": "k"' in stored[0]["text"]  # the rest of the result is kept
+
+
+@pytest.mark.slow
+@pytest.mark.spec("X1", "C2")
+def test_an_agent_file_with_its_own_tool_and_an_mcp_server_inline(tmp_path: Path) -> None:
+    erp = {
+        "name": "erp",
+        "transport": "stdio",
+        "command": ["{python}", "-m", "tether.scenarios.maintenance.erp"],
+        "tools": ["read_order", "read_history"],
+        "effects": {"read_order": "read", "read_history": "read"},
+    }
+    spec = agent_spec(
+        "tools_f",
+        mcp={"servers": [erp], "host": {"pins": "pins.db", "state": "state.db"}},
+        context={"status": True},
+    )
+    path = project(tmp_path, "tools_f", spec)
+    # The server's tools are offered only once a person reviewed and pinned them (stdio servers
+    # need a real stderr: these run as the user runs them, in a subprocess).
+    assert tether("mcp", "review", "erp", "--agent", str(path), cwd=tmp_path).returncode == 0
+    approved = tether("mcp", "approve", "erp", "--agent", str(path), "--json", cwd=tmp_path)
+    assert last_json(approved.stdout)["pinned"] == ["read_history", "read_order"]
+    replies = [
+        Reply.calls(("erp__read_order", '{"order_id": "742"}'), ORDER),
+        Reply.text(ANSWER),
+    ]
+    with FakeChatServer(scripted(replies)) as chat:
+        done = tether(
+            "run", "Why is 742 open?", "--agent", str(path), "--base-url", chat.url, "--json", cwd=tmp_path
+        )
+        first = chat.bodies()[0]
+    out = last_json(done.stdout)
+    assert done.returncode == 0 and out["stop_reason"] == "accepted", done.stderr
+    assert sorted(c["tool"] for c in out["calls"] if c["status"] == "ok") == ["erp__read_order", "read_order"]
+    assert out["offered_tools"] == {"erp": ["erp__read_history", "erp__read_order"]}
+    offered = {t["function"]["name"] for t in first["tools"]}
+    assert {"add_note", "erp__read_history", "erp__read_order", "read_order"} <= offered
+    assert first["messages"][-1]["content"].startswith("<agent_status>")  # context.status from the file
