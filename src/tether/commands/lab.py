@@ -45,11 +45,20 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{key}: {s[key]}")
         return outcome.exit_code
 
+    from tether.commands._progress import progress_wanted
+
+    console = None
+    if progress_wanted(args.json):
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
     rows = []
     ok = True
     for mode in LAB_MODES:
         if mode == "clean":
             continue
+        if console is not None:
+            console.print(f"[dim]lab {mode} …[/dim]")
         outcome = anyio.run(run_mode, mode, out)
         expected_reason, expected_code = EXPECTED[mode]
         passed = outcome.as_expected
