@@ -328,10 +328,14 @@ def load_agent_file(path: str | Path) -> AgentFile:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) agent file. Raises ``ConfigError``."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read agent file {path}: {err.strerror or err}") from None
-    return _parse_text(text, path)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    af = _parse_text(text, path)
+    return replace(af, sha256=hashlib.sha256(raw).hexdigest())  # of the bytes on disk
 
 
 def _parse_text(text: str, path: Path) -> AgentFile:

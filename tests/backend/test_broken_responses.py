@@ -132,3 +132,32 @@ async def test_a_server_that_ignores_stream_true_is_read_as_a_whole_answer(tmp_p
         result = await run(tmp_path, model(server, stream=True, transport="http", retries=0))
         assert server.bodies()[0]["stream"] is True
     assert result.ok and result.answer == ANSWER
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_json_of_the_wrong_shape_is_an_unusable_answer_not_a_crash(
+    tmp_path: Path, stream: bool
+) -> None:
+    """A proxy or a half-compatible server: valid JSON, but not a chat completion."""
+    import json
+
+    from tether.models.fake_server import Received
+
+    async def shapeless(method: str, path: str, headers: dict[str, str], body: bytes, writer: Any) -> bool:
+        server.received.append(Received(method, path, headers, body))
+        if stream:
+            events = b'data: {"choices": {"delta": "x"}}\n\ndata: [DONE]\n\n'
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+            writer.write(head % len(events) + events)
+        else:
+            data = json.dumps({"choices": [{"message": {"tool_calls": ["not an object"]}}]}).encode()
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+            writer.write(head % len(data) + data)
+        await writer.drain()
+        return True
+
+    with FakeChatServer(lambda request, index: Reply.text(ANSWER)) as server:
+        server._route = shapeless  # type: ignore[method-assign]
+        result = await run(tmp_path, model(server, stream=stream, transport="http", retries=1))
+    assert result.stop_reason is StopReason.MODEL_ERROR and result.answer is None
+    assert "unusable_response" in result.detail and len(server.received) == 2

@@ -367,6 +367,10 @@ class OpenAICompatible:
             raise _Retryable("timeout", "the response stalled") from None
         except httpx2.TransportError as err:
             raise _Retryable("connection", f"response interrupted: {type(err).__name__}") from None
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+            # JSON that parsed but is not shaped like a chat completion (a list for an object, …).
+            why = f"the answer is not shaped like a chat completion: {type(err).__name__}: {str(err)[:200]}"
+            raise _Retryable("unusable_response", why) from None
         finally:
             await response.aclose()
 
