@@ -83,6 +83,8 @@ class Received:
 
 Responder = Callable[[dict[str, Any], int], Reply]
 
+CLOSE = "connection: close\r\n"  # sent with every broken answer: never reused for a retry
+
 # Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body).
 CUTS: dict[str, str] = {
     "after_headers": "the status line and headers, then the connection closes",
@@ -285,8 +287,12 @@ class FakeChatServer:
         return out
 
     async def _stream(self, writer: asyncio.StreamWriter, reply: Reply, include_usage: bool) -> None:
+        # A broken answer ends its connection: say so, so a client never reuses it for a retry.
+        close = b"connection: close\r\n" if reply.cut else b""
         writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            + close
+            + b"\r\n"
         )
         if reply.cut == "after_headers":
             await writer.drain()
@@ -321,14 +327,12 @@ class FakeChatServer:
         data = json.dumps(self._completion(reply)).encode()
         if reply.cut == "malformed":
             data = b'{"id": "chatcmpl-x", "choices": [{"message": '
-            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
-            writer.write(head.encode() + data)
-            await writer.drain()
-            return
-        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
-        writer.write(head.encode())
-        if reply.cut in ("mid_chunk", "before_finish", "before_done", "error_event"):
-            writer.write(data[: len(data) // 2])
+        head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + CLOSE
+        writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode())
+        if reply.cut == "malformed":
+            writer.write(data)  # whole, but not JSON
+        elif reply.cut != "after_headers":
+            writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
         await writer.drain()
 
 
