@@ -13,6 +13,7 @@ from tether.errors import HandoffError
 from tether.handoff import (
     MAX_HANDOFF_BYTES,
     Artifact,
+    CallCitation,
     EvidenceRef,
     Handoff,
     Permissions,
@@ -22,11 +23,19 @@ from tether.handoff import (
 
 RUN = Permissions(read=["orders", "inventory"], write=["orders.comment"])
 KNOWN = {"mcp:erp/orders/742#v18", "api://orders/742#version-18"}
+CALLS = {"c1", "c2"}  # the calls the run made that succeeded
 REPORT = "reports/os-742-investigation.json"
 
 
-def resolve_known(ref: EvidenceRef) -> bool:
+def resolve_known(ref: EvidenceRef | CallCitation) -> bool:
+    if isinstance(ref, CallCitation):
+        return ref.call_id in CALLS
     return str(ref) in KNOWN
+
+
+def d(claim: str, *cites: str) -> dict[str, Any]:
+    """A done item citing the calls behind it (default: the run's first call)."""
+    return {"claim": claim, "cites": list(cites) or ["c1"]}
 
 
 @pytest.fixture
@@ -41,7 +50,7 @@ def valid(root: Path) -> dict[str, Any]:
     return {
         "version": 1,
         "objective": "explain why work order 742 is still open",
-        "done": ["order and history read in read-only mode"],
+        "done": [d("order and history read in read-only mode", "c1", "c2")],
         "evidence": ["mcp:erp/orders/742#v18", "api://orders/742#version-18"],
         "decisions": ["delay is tied to part P-17 not yet received"],
         "blocked": ["part cost not authorised for this profile"],
@@ -173,14 +182,15 @@ def test_unresolved_evidence_is_rejected_while_resolving_evidence_is_accepted(
 ) -> None:
     seen: list[str] = []
 
-    def resolve(ref: EvidenceRef) -> bool:
+    def resolve(ref: EvidenceRef | CallCitation) -> bool:
         seen.append(str(ref))
         return resolve_known(ref)
 
     data = with_changes(valid, evidence=["mcp:erp/orders/742#v18", "mcp:erp/orders/999#v1"])
 
     assert problems_of(data, root, resolve=resolve) == ["evidence:unresolved mcp:erp/orders/999#v1"]
-    assert seen == ["mcp:erp/orders/742#v18", "mcp:erp/orders/999#v1"]
+    # Each reference once, then each call the done items cite.
+    assert seen == ["mcp:erp/orders/742#v18", "mcp:erp/orders/999#v1", "call:c1", "call:c2"]
     assert len(check(valid, root, resolve=resolve).evidence) == 2
 
 
@@ -267,10 +277,10 @@ def test_artifact_for_pins_sha256_relative_to_root_and_refuses_outside_files(roo
 def test_claiming_tests_passed_without_a_report_is_rejected_and_with_a_report_accepted(
     valid: dict[str, Any], root: Path, claim: str
 ) -> None:
-    unbacked = with_changes(valid, done=["order read", claim], artifacts=[])
+    unbacked = with_changes(valid, done=[d("order read"), d(claim)], artifacts=[])
 
     assert problems_of(unbacked, root) == ["claim:unsupported done.1"]
-    assert check(with_changes(valid, done=["order read", claim]), root).done[1] == claim
+    assert check(with_changes(valid, done=[d("order read"), d(claim)]), root).done[1].claim == claim
 
 
 @pytest.mark.spec("H2")
@@ -284,16 +294,17 @@ def test_claim_backed_by_a_report_evidence_reference_is_accepted(valid: dict[str
 
 @pytest.mark.spec("H2")
 def test_negated_claims_and_unrelated_text_need_no_report(valid: dict[str, Any], root: Path) -> None:
-    data = with_changes(valid, done=["forecast not verified", "unverified supplier date"], artifacts=[])
+    texts = ["forecast not verified", "unverified supplier date"]
+    data = with_changes(valid, done=[d(t) for t in texts], artifacts=[])
 
-    assert check(data, root).done == ["forecast not verified", "unverified supplier date"]
+    assert [item.claim for item in check(data, root).done] == texts
 
 
 @pytest.mark.spec("H2")
 def test_claim_rule_can_be_turned_off_by_the_caller(valid: dict[str, Any], root: Path) -> None:
-    data = with_changes(valid, done=["tests passed"], artifacts=[])
+    data = with_changes(valid, done=[d("tests passed")], artifacts=[])
 
-    assert check(data, root, claims_require_report=False).done == ["tests passed"]
+    assert check(data, root, claims_require_report=False).done[0].claim == "tests passed"
 
 
 @pytest.mark.spec("H2")
@@ -302,7 +313,7 @@ def test_every_problem_is_reported_at_once(valid: dict[str, Any], root: Path) ->
     data.update(
         version=7,
         extra_field=1,
-        done=["tests passed"],
+        done=[d("tests passed")],
         evidence=["mcp:erp/orders/999#v1", "mcp:erp/orders/742"],
         permissions={"read": ["orders"], "write": ["orders.update"]},
         artifacts=[
@@ -396,7 +407,7 @@ def test_untrusted_text_echoed_in_problems_cannot_forge_a_line(valid: dict[str, 
 
 @pytest.mark.spec("H2")
 def test_strict_types_refuse_coercion(valid: dict[str, Any], root: Path) -> None:
-    data = with_changes(valid, done="one thing", blocked=[1], objective="")
+    data = with_changes(valid, done="one thing", blocked=[1], objective="")  # a string is not a list
 
     assert sorted(problems_of(data, root)) == [
         "invalid:blocked.0 (string_type)",
@@ -411,3 +422,23 @@ def test_handoff_model_is_frozen(valid: dict[str, Any], root: Path) -> None:
 
     with pytest.raises(ValueError):
         handoff.next = "something else"  # type: ignore[misc]
+
+
+@pytest.mark.spec("H1")
+def test_a_done_item_must_cite_calls_the_run_made_and_that_succeeded(
+    valid: dict[str, Any], root: Path
+) -> None:
+    data = with_changes(
+        valid,
+        done=[
+            "order read",  # no citation at all
+            {"claim": "history read", "cites": []},
+            d("order read", "c1", "c9"),  # c9: never made, or failed
+            d("history read", "c2"),
+        ],
+    )
+
+    assert sorted(problems_of(data, root)) == ["done:unbacked 2 c9", "done:uncited 0", "done:uncited 1"]
+    # A resolver that knows nothing of calls refuses every cited call: fail closed.
+    only_refs = problems_of(valid, root, resolve=lambda ref: str(ref) in KNOWN)
+    assert only_refs == ["done:unbacked 0 c1", "done:unbacked 0 c2"]

@@ -2,7 +2,13 @@
 
 A handoff crosses a boundary, so its text is untrusted data (SPEC H1, H2, P1). ``validate_handoff``
 checks schema, version, permissions, evidence references, artifact integrity and unsupported claims,
-and raises ``HandoffError`` listing every problem it found, each prefixed by a stable code:
+and raises ``HandoffError`` listing every problem it found, each prefixed by a stable code.
+
+A handoff cannot claim work the run did not do: every ``done`` item is ``{claim, cites}`` and cites
+the ids of the calls that did it; ``resolve`` is asked about each cited call (a ``CallCitation``) as
+it is about each evidence reference. ``resolve_from_trace`` answers both from the run's own record:
+a call counts when it exists and succeeded, a reference when a successful observation returned it.
+``done_from_trace`` / ``evidence_from_trace`` build those parts from the trace, never from a template.
 
     size:exceeded            raw input larger than ``MAX_HANDOFF_BYTES`` (nothing else is checked)
     json:invalid             not parseable JSON / not UTF-8 / not an object (nothing else is checked)
@@ -15,6 +21,8 @@ and raises ``HandoffError`` listing every problem it found, each prefixed by a s
     evidence:malformed R     a reference that is not ``scheme:path#version``
     evidence:unversioned R   a reference without a version fragment (``#latest`` is not a version)
     evidence:unresolved R    ``resolve(ref)`` returned False
+    done:uncited N           done item N is not ``{claim, cites}`` with at least one cited call id
+    done:unbacked N C        done item N cites call C, which the run did not make or which failed
     permissions:read_exceeds_run (P) / permissions:write_exceeds_run (P)
     artifact:path_escape P   absolute path, drive, ``..`` or a symlink leaving ``artifact_root``
     artifact:invalid_path P  empty path or one containing NUL
@@ -35,6 +43,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, TypeVar
 
@@ -55,10 +64,15 @@ __all__ = [
     "HANDOFF_VERSION",
     "MAX_HANDOFF_BYTES",
     "Artifact",
+    "CallCitation",
+    "DoneItem",
     "EvidenceRef",
     "Handoff",
     "Permissions",
     "artifact_for",
+    "done_from_trace",
+    "evidence_from_trace",
+    "resolve_from_trace",
     "validate_handoff",
 ]
 
@@ -125,6 +139,32 @@ class EvidenceRef(BaseModel):
         return f"{self.scheme}:{slashes}{self.path}#{self.version}"
 
 
+class DoneItem(BaseModel):
+    """One thing the run did, and the ids of the calls that did it."""
+
+    model_config = _STRICT
+
+    claim: str = Field(min_length=1)
+    cites: list[str] = Field(min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cited(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("cites"):
+            raise PydanticCustomError("done_uncited", "a done item must cite the calls that did it")
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class CallCitation:
+    """A done item's reference to a call of the run, as ``resolve`` receives it."""
+
+    call_id: str
+
+    def __str__(self) -> str:
+        return f"call:{self.call_id}"
+
+
 class Permissions(BaseModel):
     """What the successor may read and write; never wider than the run's own permissions."""
 
@@ -150,7 +190,7 @@ class Handoff(BaseModel):
 
     version: int = HANDOFF_VERSION
     objective: str = Field(min_length=1)
-    done: list[str]
+    done: list[DoneItem]
     evidence: list[EvidenceRef]
     decisions: list[str] = Field(default_factory=list)
     blocked: list[str]
@@ -187,13 +227,15 @@ def validate_handoff(
     data: Mapping[str, Any] | str | bytes,
     *,
     run_permissions: Permissions,
-    resolve: Callable[[EvidenceRef], bool],
+    resolve: Callable[[EvidenceRef | CallCitation], bool],
     artifact_root: Path | None,
     claims_require_report: bool = True,
 ) -> Handoff:
     """Validate an untrusted handoff and return it, or raise HandoffError listing every problem.
 
-    ``resolve`` is called once per well-formed evidence reference; its exceptions propagate.
+    ``resolve`` is called once per well-formed evidence reference and once per call a ``done``
+    item cites (a ``CallCitation``); its exceptions propagate. A resolver that knows nothing of
+    calls (``str(ref) in known_refs``) refuses every cited call: fail closed.
     """
     problems: list[str] = []
     raw = _load(data, problems)
@@ -207,6 +249,10 @@ def validate_handoff(
     problems.extend(_permission_problems(raw.get("permissions"), run_permissions))
     evidence = _valid_items(EvidenceRef, raw.get("evidence"))
     problems.extend(f"evidence:unresolved {_show(str(ref))}" for ref in evidence if not resolve(ref))
+    for index, item in _indexed_items(DoneItem, raw.get("done")):
+        problems.extend(
+            f"done:unbacked {index} {_show(cite)}" for cite in item.cites if not resolve(CallCitation(cite))
+        )
     artifacts = _valid_items(Artifact, raw.get("artifacts"))
     for artifact in artifacts:
         problem = _artifact_problem(artifact, artifact_root)
@@ -274,6 +320,8 @@ def _schema_problems(exc: ValidationError) -> list[str]:
             problems.append(f"extra:{_show(loc)}")
         elif error["loc"][:1] == ("version",):
             problems.append(f"version:unsupported ({_show(repr(error['input']))})")
+        elif kind == "done_uncited" or (error["loc"][:1] == ("done",) and error["loc"][-1:] == ("cites",)):
+            problems.append(f"done:uncited {error['loc'][1] if len(error['loc']) > 1 else ''}".rstrip())
         elif kind in ("evidence_malformed", "evidence_unversioned"):
             problems.append(f"evidence:{kind.removeprefix('evidence_')} {_show(str(error['input']))}")
         else:
@@ -292,12 +340,16 @@ def _permission_problems(raw: Any, run: Permissions) -> list[str]:
 
 
 def _valid_items(model: type[_M], raw: Any) -> list[_M]:
+    return [item for _, item in _indexed_items(model, raw)]
+
+
+def _indexed_items(model: type[_M], raw: Any) -> list[tuple[int, _M]]:
     if not isinstance(raw, list):
         return []
-    items: list[_M] = []
-    for item in raw:
+    items: list[tuple[int, _M]] = []
+    for index, item in enumerate(raw):
         try:
-            items.append(model.model_validate(item))
+            items.append((index, model.model_validate(item)))
         except ValidationError:
             continue  # already reported as a schema problem
     return items
@@ -341,6 +393,8 @@ def _claim_problems(
         if not isinstance(texts, list):
             continue
         for index, text in enumerate(texts):
+            if isinstance(text, dict):
+                text = text.get("claim")
             if isinstance(text, str) and _CLAIM.search(text):
                 problems.append(f"claim:unsupported {field}.{index}")
     return problems
@@ -361,3 +415,63 @@ def _show(value: str, limit: int = 120) -> str:
         for ch in value[:limit]
     )
     return escaped + ("…" if len(value) > limit else "")
+
+
+# -- handoffs built from, and checked against, the run's own record --------------------------
+
+
+def _succeeded(state: Any) -> dict[str, Any]:
+    """Call id -> its successful observation, for calls whose last attempt succeeded."""
+    last = {c.call_id: c.status for c in getattr(state, "calls", ())}
+    return {
+        o.call_id: o
+        for o in getattr(state, "observations", ())
+        if not o.is_error and last.get(o.call_id) == "ok"
+    }
+
+
+def resolve_from_trace(ref: EvidenceRef | CallCitation, state: Any) -> bool:
+    """Whether the run backs ``ref``: a cited call exists and succeeded; an evidence reference was
+    returned (as ``ref``) by a successful observation. Use it as ``Agent(resolve_evidence=...)``."""
+    ok = _succeeded(state)
+    if isinstance(ref, CallCitation):
+        return ref.call_id in ok
+    wanted = str(ref)
+    return any(isinstance(o.data, dict) and o.data.get("ref") == wanted for o in ok.values())
+
+
+def done_from_trace(
+    state: Any, describe: Callable[[str, Any], str | None] | None = None
+) -> list[dict[str, Any]]:
+    """One ``done`` item per successful call, citing it. ``describe(tool, arguments)`` words the
+    claim (None skips the call); by default ``"<tool> <arguments> returned a result"``."""
+    ok = _succeeded(state)
+    items: list[dict[str, Any]] = []
+    for c in getattr(state, "calls", ()):
+        if c.call_id not in ok or any(i["cites"] == [c.call_id] for i in items):
+            continue
+        claim = (
+            describe(c.tool, c.arguments) if describe else f"{c.tool} {_args(c.arguments)} returned a result"
+        )
+        if claim:
+            items.append({"claim": claim, "cites": [c.call_id]})
+    return items
+
+
+def evidence_from_trace(state: Any) -> list[str]:
+    """The versioned references that successful observations returned, in order, once each."""
+    refs: list[str] = []
+    for o in _succeeded(state).values():
+        ref = o.data.get("ref") if isinstance(o.data, dict) else None
+        if isinstance(ref, str) and ref not in refs:
+            refs.append(ref)
+    return refs
+
+
+def _args(arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments[:80]
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False)[:80]

@@ -17,7 +17,7 @@ from tether.context.subagent import run_subtask
 from tether.context.untrusted import Observation, wrap_untrusted
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.handoff import Permissions as HandoffPermissions
-from tether.handoff import validate_handoff
+from tether.handoff import resolve_from_trace, validate_handoff
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
@@ -425,7 +425,7 @@ class AgentLoop:
             data = agent.handoff(s, answer)
             if data is not None:
                 perms = s.context.permissions
-                resolve = agent.resolve_evidence or (lambda ref, st: str(ref) in st.evidence)
+                resolve: Any = agent.resolve_evidence or resolve_from_trace
                 try:
                     self.handoff = validate_handoff(
                         data,

@@ -14,6 +14,7 @@ import pytest
 from backend_support import CONTEXT, ORDER_CALLS, Sleeps, make_host
 
 from tether import Agent, Limits, StopReason
+from tether.errors import ConfigError
 from tether.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
 from tether.models.fake_server import FakeChatServer, Reply
@@ -339,3 +340,22 @@ async def test_with_the_status_bar_each_request_extends_the_last_and_ends_with_t
             == 1
         )
     assert server.bodies()[0]["tools"] == server.bodies()[2]["tools"]
+
+
+async def test_a_tool_call_turn_is_resent_with_empty_text_and_responses_are_capped(
+    serve: Serve, tmp_path: Path
+) -> None:
+    server = serve([Reply.calls(ORDER), Reply.text("open")])
+    model = backend(server, max_tokens=200, extra_body={"temperature": 0})
+    result = await make_host(tmp_path).run(agent(model), "q", context=CONTEXT)
+
+    assert result.ok
+    first, second = server.bodies()
+    # llama.cpp's Python server refuses "content": null on an assistant turn; "" is valid everywhere.
+    assert second["messages"][2]["content"] == "" and second["messages"][2]["tool_calls"]
+    assert first["max_tokens"] == second["max_tokens"] == 200 and first["temperature"] == 0
+
+
+def test_extra_body_cannot_overwrite_what_the_backend_writes() -> None:
+    with pytest.raises(ConfigError, match="extra_body may not set max_tokens, stream"):
+        OpenAICompatible("m", base_url="http://127.0.0.1:9/v1", extra_body={"stream": False, "max_tokens": 9})

@@ -58,6 +58,8 @@ def test_run_with_a_model_drives_the_scenario_through_a_chat_completions_server(
     argv = [
         "run",
         QUESTION,
+        "--scenario",
+        "maintenance",
         "--model",
         "fake-model",
         "--base-url",
@@ -81,7 +83,9 @@ def test_run_with_a_model_drives_the_scenario_through_a_chat_completions_server(
 @pytest.mark.spec("E5")
 def test_a_cost_budget_for_an_unpriced_model_is_refused_before_running(serve: Serve, tmp_path: Path) -> None:
     server = serve([])
-    argv = ["run", QUESTION, "--model", "unpriced-model", "--base-url", server.url, "--max-cost", "0.5"]
+    argv = ["run", QUESTION, "--scenario", "maintenance", "--model", "unpriced-model"]
+    argv += ["--base-url", server.url]
+    argv += ["--max-cost", "0.5"]
     done = tether(*argv, "--out", str(tmp_path))
     assert done.returncode == 1
     assert "--max-cost needs a price for unpriced-model" in done.stderr

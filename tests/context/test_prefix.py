@@ -103,7 +103,9 @@ def test_trace_stats_reports_prefix_reuse_of_a_run_as_one_json_line(
     figures = json.loads(last)
     assert figures["prefix_reuse_mean"] == 1.0 and figures["requests"] == 2
     assert figures["run_id"] == result.run_id and figures["stop_reason"] == "accepted"
-    assert figures == {**trace_stats(e.to_json() for e in result.events), "trace": str(result.trace_path)}
+    envelope = {"ok": True, "exit": 0, "error": None, "message": None}  # every command's JSON has these
+    expected = {**trace_stats(e.to_json() for e in result.events), "trace": str(result.trace_path)}
+    assert figures == {**expected, **envelope}
     # a path works too; an unknown run is a clear error, not a traceback
     assert main(["trace", "stats", str(result.trace_path), "--json"]) == 0
     assert main(["trace", "stats", "no-such-run", "--dir", str(tmp_path / "traces")]) == 1

@@ -179,7 +179,7 @@ def test_tether_compare_writes_json_markdown_png_and_ends_with_one_json_line(
 def test_tether_compare_refuses_a_bad_case_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("scenario: maintenance\ncases: []")
-    assert main(["compare", "--cases", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert main(["compare", "--cases", str(bad), "--out", str(tmp_path / "o")]) == 1  # a configuration error
     assert "at least one case" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing written
 

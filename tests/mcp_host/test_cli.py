@@ -59,7 +59,9 @@ def test_review_approve_run_and_resume_from_the_command_line(
         ]
     )  # fmt: skip
     summary = _last_json(capsys.readouterr().out)
-    assert code == 0 and summary["stop_reason"] == "accepted"
+    # The stand-in answered, but calls it asked for were refused: not a clean success (exit 2).
+    assert code == 2 and summary["stop_reason"] == "accepted" and summary["ok"] is False
+    assert {p["tool"] for p in summary["problems"]} == {"web__add_comment", "other__wipe"}
     offered = summary["offered_tools"]["web"]
     assert offered == sorted(offered) and "web__lookup" in offered and "web__add_comment" not in offered
     statuses = {c["tool"]: c["status"] for c in summary["calls"]}
@@ -96,6 +98,23 @@ def test_a_config_error_is_reported_clearly(tmp_path: Path, capsys: pytest.Captu
 def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
     tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from tether.models.fake_server import FakeChatServer, Reply
+
+    agent_turns = [
+        Reply.calls(("web__summarize", '{"text": "hi"}')),
+        Reply.calls(("web__summarize", '{"text": "again"}')),
+        Reply.calls(("web__lookup", '{"key": "k"}')),
+    ]
+
+    def respond(request: dict, index: int) -> Reply:
+        if "tools" not in request:  # a server's sampling request: no tools, only its own text
+            return Reply.text("a model-written summary")
+        turn = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        if turn < len(agent_turns):
+            return agent_turns[turn]
+        results = [m["content"] for m in request["messages"] if m["role"] == "tool"]
+        return Reply.text(" | ".join(results))
+
     path = tmp_path / "mcp.yaml"
     server = {
         "name": "web",
@@ -109,19 +128,22 @@ def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
     config = str(path)
     assert main(["mcp", "approve", "web", "--config", config]) == 0
     capsys.readouterr()
-    code = main(
-        [
-            "mcp", "run", "Q", "--config", config, "--json", "--sampler", "standin", "--consent", "yes",
-            "--call", "web__summarize", '{"text": "hi"}',
-            "--call", "web__summarize", '{"text": "again"}',
-            "--call", "web__lookup", '{"key": "k"}',
-        ]
-    )  # fmt: skip
+    with FakeChatServer(respond) as chat:
+        code = main(
+            [
+                "mcp", "run", "Q", "--config", config, "--json", "--sampler", "model", "--consent", "yes",
+                "--model", "fake-model", "--base-url", chat.url,
+            ]
+        )  # fmt: skip
+        sampled = [b for b in chat.bodies() if "tools" not in b]
     captured = capsys.readouterr()
     summary = _last_json(captured.out)
-    assert code == 0
+    # The run goes on past the exhausted budget, but the refused call failed: exit 6, not 0.
+    assert code == 6 and summary["stop_reason"] == "accepted"
+    assert [(p["tool"], p["kind"]) for p in summary["problems"]] == [("web__summarize", "failed")]
     assert "MCP server 'web' asks the model" in captured.err and "[user] Summarise: hi" in captured.err
-    assert "[stand-in sample of" in summary["answer"]
+    assert len(sampled) == 1  # the per-server cap: one sampling call reached the model
+    assert "a model-written summary" in summary["answer"]
     assert "budget exhausted: 1/1 calls used" in summary["answer"]
     assert "value-of-k" in summary["answer"]
 
@@ -145,7 +167,7 @@ def test_tether_run_with_a_config_drives_a_real_model_backend_over_the_servers(
         code = main([*argv, "--api-key-env", "TETHER_TEST_KEY", "--json"])
         offered = [t["function"]["name"] for t in chat.bodies()[0]["tools"]]
     summary = _last_json(capsys.readouterr().out)
-    assert code == 0 and summary["stop_reason"] == "accepted"
+    assert code == 2 and summary["stop_reason"] == "accepted"  # answered, but a call was refused
     assert summary["answer"] == "alpha is value-of-alpha"
     assert "web__lookup" in offered and "web__add_comment" not in offered
     statuses = {c["tool"]: c["status"] for c in summary["calls"]}

@@ -39,7 +39,11 @@ def test_agent_is_accepted_with_a_valid_handoff_and_a_governed_memory_write(tmp_
     outcome = anyio.run(run_mode, "agent", tmp_path)
     assert (outcome.stop_reason, outcome.exit_code) == ("accepted", 0)
     handoff = outcome.summary["handoff"]
-    assert handoff["blocked"] == ["part cost unavailable to a read-only role"]
+    # Built from the trace: each done item cites the successful call behind it (H1).
+    claims = [d["claim"] for d in handoff["done"]]
+    assert claims == ["read work order 742", "read the history of work order 742"]
+    assert all(len(d["cites"]) == 1 for d in handoff["done"])
+    assert handoff["blocked"] == ["no write permission: changes to the order need a person who may write"]
     assert handoff["evidence"] == ["mcp:erp/orders/742#v18", "mcp:erp/orders/742/history#v4"]
     assert handoff["permissions"] == {"read": ["orders", "history"], "write": []}
     kinds = [e["kind"] for e in trace(outcome.summary)]

@@ -1,16 +1,59 @@
-"""Shared output helpers: human text by default, one JSON object on the last line with --json."""
+"""What every command prints: human text by default; with ``--json``, one JSON object on the last
+line whose top-level keys always include ``ok``, ``exit``, ``stop_reason``, ``error`` and
+``message`` (null when they do not apply), whatever the command.
+
+Exit codes (README): 0 accepted, 1 usage or configuration error, 2 policy/approval denied,
+3 invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a person, 6 dependency
+unavailable, 7 model or internal error. A run that ends ``accepted`` while some of the calls the
+model asked for were denied or refused exits 2, or 6 when calls failed or reached an unavailable
+server: ``accepted`` with exit 0 means every requested call ran and succeeded.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
+EXIT_CODES = {
+    "accepted": 0,
+    "policy_denied": 2,
+    "approval_denied": 2,
+    "invalid_handoff": 3,
+    "max_steps": 4,
+    "budget": 4,
+    "deadline": 4,
+    "repetition": 4,
+    "approval_required": 5,
+    "dependency_unavailable": 6,
+    "model_error": 7,
+    "internal_error": 7,
+}
+USAGE = 1  # a usage or configuration error: nothing ran
+ENVELOPE = ("ok", "exit", "stop_reason", "error", "message")
 
-def emit_json(payload: dict[str, Any]) -> None:
-    """The last line of a reporting command: one JSON object."""
-    sys.stdout.write(json.dumps(payload, ensure_ascii=False, sort_keys=True, default=str) + "\n")
+
+def emit_json(payload: dict[str, Any], *, exit: int) -> None:
+    """The last line of a command: one JSON object with the common keys filled in."""
+    out = {**payload}
+    out["exit"] = exit
+    out.setdefault("ok", exit == 0)
+    out.setdefault("stop_reason", None)
+    out.setdefault("error", None)
+    out.setdefault("message", None)
+    sys.stdout.write(json.dumps(out, ensure_ascii=False, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
+
+
+def fail(command: str, err: BaseException | str, *, as_json: bool, code: int = USAGE, **extra: Any) -> int:
+    """Report an error that stopped a command before or outside a run; returns ``code``."""
+    message = str(err)
+    kind = getattr(err, "reason", None) or (type(err).__name__ if isinstance(err, BaseException) else "error")
+    print(f"{command}: {message}", file=sys.stderr)
+    if as_json:
+        emit_json({"ok": False, "error": kind, "message": message, **extra}, exit=code)
+    return code
 
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -20,3 +63,154 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     for r in rows:
         lines.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
     return "\n".join(lines)
+
+
+# -- run outcomes -----------------------------------------------------------------------------
+
+_HINTS = {
+    "approval_unavailable": "this tool has a side effect and nobody can approve it here: if it only "
+    "reads, declare its effect as read (agent file: policy.effects; MCP config: effects); otherwise "
+    "give an approval store (agent file: policy.approvals_db, or --db) so the run pauses for a person",
+    "tool_not_allowed": "the tool is not on the allowlist (agent file: policy.allow / policy.deny)",
+    "tool_definition_not_approved": "review and pin the server's tools: tether mcp review/approve",
+    "capability_blocked": "the tool's definition changed or is not approved: tether mcp review/approve",
+}
+
+
+def call_problems(
+    result: Any,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml",
+) -> list[dict[str, Any]]:
+    """Every requested call that did not run and succeed: denied, refused, failed, unavailable.
+
+    ``unavailable_servers``: MCP server ids that never started; a call to one of their tools is
+    reported as reaching an unavailable server, not as a typo. ``mcp_servers``: every server id; a
+    call to a tool of one that it does not offer is reported as an unapproved tool."""
+    down = {f"{name}__" for name in unavailable_servers}
+    servers = {f"{name}__": name for name in mcp_servers}
+    unavailable_calls = {
+        o.call_id
+        for o in getattr(result, "observations", ())
+        if o.is_error and (o.meta.get("unavailable") or o.error_kind == "dependency_unavailable")
+    }
+    # A call that paused (for an answer or an approval) and ran later counts by its last attempt.
+    last = {c.call_id: c for c in result.calls}
+    problems = []
+    for c in last.values():
+        if c.status == "ok":
+            continue
+        kind = {"denied": "denied", "rejected": "rejected"}.get(c.status, "failed")
+        reason = c.reason
+        if c.call_id in unavailable_calls:
+            kind = "unavailable"
+        elif c.status == "rejected" and any(c.tool.startswith(p) for p in down):
+            kind, reason = "unavailable", f"server {c.tool.split('__', 1)[0]} is unavailable ({reason})"
+        hint = next((h for key, h in _HINTS.items() if key in reason), None)
+        prefix = next((p for p in servers if c.tool.startswith(p)), None)
+        if c.status == "rejected" and reason.startswith("unknown tool") and prefix and kind != "unavailable":
+            name = servers[prefix]
+            reason = f"server {name} offers no approved tool {c.tool.removeprefix(prefix)!r} ({reason})"
+            hint = f"if the server has it, review and pin it: tether mcp review {name} {where}, then "
+            hint += f"tether mcp approve {name} {where}"
+        entry = {"call_id": c.call_id, "tool": c.tool, "kind": kind, "reason": reason}
+        if hint:
+            entry["hint"] = hint
+        problems.append(entry)
+    return problems
+
+
+def run_exit(stop_reason: str, problems: list[dict[str, Any]]) -> int:
+    """The exit code of a run: its stop reason's, unless an accepted run left calls undone."""
+    code = EXIT_CODES.get(stop_reason, 7)
+    if code != 0 or not problems:
+        return code
+    kinds = {p["kind"] for p in problems}
+    return 2 if kinds & {"denied", "rejected"} else 6
+
+
+def run_payload(
+    result: Any,
+    *,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml",
+    **extra: Any,
+) -> dict[str, Any]:
+    """The JSON of one run: its summary, every call, the problems, and the envelope."""
+    problems = call_problems(result, unavailable_servers, mcp_servers, where)
+    stop = str(result.stop_reason)
+    code = run_exit(stop, problems)
+    out = result.summary()
+    out["calls"] = [
+        {"call_id": c.call_id, "tool": c.tool, "status": c.status, "reason": c.reason} for c in result.calls
+    ]
+    out.update(extra)
+    out["notes"] = result_notes(result)
+    out.update(
+        ok=code == 0,
+        exit=code,
+        stop_reason=stop,
+        problems=problems,
+        error=None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
+        message=_message(stop, result.detail, problems),
+    )
+    return out
+
+
+def result_notes(result: Any) -> list[str]:
+    """What the call lines alone would hide: a question declined during a call that still returned
+    ok, a result the host cleaned of hidden text or markup."""
+    notes: list[str] = []
+    for o in result.observations:
+        for e in o.meta.get("elicitation", []) or []:
+            if isinstance(e, dict) and e.get("outcome") not in ("accept", "paused"):
+                why = f": {e['reason']}" if e.get("reason") else ""
+                notes.append(f"elicitation in {o.tool}: {e.get('outcome')} by the {e.get('by')}{why}")
+        if o.meta.get("cleaned"):
+            notes.append(f"cleaned result of {o.tool}: {json.dumps(o.meta['cleaned'], ensure_ascii=True)}")
+    return notes
+
+
+def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | None:
+    if stop != "accepted":
+        return f"{stop}: {detail}" if detail else stop
+    if problems:
+        listed = "; ".join(f"{p['tool']} {p['kind']} ({p['reason']})" for p in problems[:5])
+        more = f" and {len(problems) - 5} more" if len(problems) > 5 else ""
+        return f"answered, but {len(problems)} requested call(s) did not run and succeed: {listed}{more}"
+    return None
+
+
+def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | None = None) -> None:
+    """The human view of one run (untrusted text is escaped for the terminal)."""
+    print(f"stop_reason: {payload['stop_reason']}  (exit {payload['exit']})")
+    if payload.get("detail"):
+        print(safe(f"detail: {payload['detail']}"))
+    for c in payload.get("calls", ()):
+        print(safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
+    for name, why in (payload.get("unavailable_servers") or {}).items():
+        print(safe(f"unavailable: {name}: {why}"))
+    for note in payload.get("notes", ()):
+        print(safe(note))
+    for p in payload.get("problems", ()):
+        if p.get("hint"):
+            print(safe(f"hint for {p['tool']}: {p['hint']}"))
+    for tool_name, text in show_results or ():
+        print(f"--- result of {tool_name} ---")
+        print(safe(text))
+    if payload.get("stop_reason") == "accepted" and payload.get("problems"):
+        print(safe(f"note: {payload['message']}"))
+    print(safe(f"answer: {payload.get('answer')}"))
+    for key in ("llm_calls", "tokens", "cost_usd", "trace", "results_file"):
+        if payload.get(key) not in (None, ""):
+            print(f"{key}: {payload[key]}")
+
+
+def safe(text: object) -> str:
+    """Untrusted text for a terminal: line breaks kept, every other control or format character
+    escaped (no ANSI sequences, no carriage-return overwrites, no bidi tricks)."""
+    from tether.trace.sanitize import sanitize
+
+    return "\n".join(sanitize(line) for line in str(text).split("\n"))

@@ -15,7 +15,8 @@ def register(sub: Any) -> None:
     from tether.commands._approvals_db import default_db
 
     p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
-    p.add_argument("--db", type=Path, default=None, help=f"approval store (default {default_db()})")
+    db_help = f"approval store (default {default_db()})"
+    p.add_argument("--db", type=Path, default=None, help=db_help)
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="proposals (default: pending)")
     ls.add_argument("--status", default="pending", help="pending|approved|denied|invalidated|all")
@@ -39,6 +40,10 @@ def register(sub: Any) -> None:
     r.add_argument("--reviewer", default=None)
     r.add_argument("--note", default="")
     r.add_argument("--json", action="store_true")
+    # --db is accepted after the action too (`tether approvals list --db X`); SUPPRESS keeps a
+    # value given before the action from being reset by the action's own default.
+    for action in (ls, show, r, *(acts.choices[n] for n in ("approve", "deny", "invalidate"))):
+        action.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=db_help)
     p.set_defaults(handler=run)
 
 
@@ -46,22 +51,22 @@ def run(args: argparse.Namespace) -> int:
     import getpass
 
     from tether.commands._approvals_db import default_db
-    from tether.commands._output import emit_json, table
+    from tether.commands._output import emit_json, fail, table
     from tether.errors import ApprovalError
     from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
 
     db: Path = args.db or default_db()
+    as_json = getattr(args, "json", False)
     if not db.exists():  # never create a store just to look into it
         if args.action == "list":
-            if getattr(args, "json", False):
-                emit_json({"db": str(db), "count": 0, "proposals": []})
+            if as_json:
+                emit_json({"db": str(db), "count": 0, "proposals": []}, exit=0)
             else:
                 print(f"no approval store at {db}")
             return 0
-        print(f"no approval store at {db}")
-        return 1
+        why = f"no approval store at {db} (pass --db)"
+        return fail(f"tether approvals {args.action}", why, as_json=as_json)
     approvals = Approvals(SqliteApprovalStore(db))
-    as_json = getattr(args, "json", False)
     try:
         if args.action == "list":
             status = None if args.status == "all" else ProposalStatus(args.status)
@@ -77,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 for p in approvals.store.list_proposals(status=status)
             ]
             if as_json:
-                emit_json({"db": str(db), "count": len(rows), "proposals": rows})
+                emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
             elif rows:
                 print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
             else:
@@ -86,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "show":
             review = approvals.inspect(args.id).summary()
             if as_json:
-                emit_json(review)
+                emit_json(review, exit=0)
             else:
                 for key, value in review.items():
                     print(f"{key}: {value}")
@@ -108,16 +113,13 @@ def run(args: argparse.Namespace) -> int:
                 "run": p.run_id,
             }
     except (ApprovalError, ValueError) as err:
-        reason = getattr(err, "reason", "invalid")
-        if as_json:
-            emit_json({"error": reason, "message": str(err)})
-        else:
-            print(f"refused: {reason}: {err}")
-        return 1
+        return fail(f"tether approvals {args.action}", err, as_json=as_json)
+    if out.get("run"):
+        out["resume"] = f"tether resume {out['run']} --db {db}"
     if as_json:
-        emit_json(out)
+        emit_json(out, exit=0)
     else:
-        print(" ".join(f"{k}={v}" for k, v in out.items()))
-        if out.get("run"):
-            print(f"continue the run with: tether resume {out['run']}")
+        print(" ".join(f"{k}={v}" for k, v in out.items() if k != "resume"))
+        if out.get("resume"):
+            print(f"continue the run with: {out['resume']}")
     return 0

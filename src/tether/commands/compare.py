@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tether.commands._output import emit_json, table
+    from tether.commands._output import emit_json, fail, table
     from tether.errors import TetherError
     from tether.evals.cases import load_cases
     from tether.evals.compare import run_comparison
@@ -61,15 +61,13 @@ def run(args: argparse.Namespace) -> int:
     from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 
     if args.repeat < 1:
-        print("tether compare: --repeat must be at least 1", file=sys.stderr)
-        return 2
+        return fail("tether compare", "--repeat must be at least 1", as_json=args.json)
     out: Path = args.out
     try:
         config = load_config(args.config or CONFIG_PATH)  # fixed before any run
         cases = load_cases(args.cases or CASES_PATH)
     except TetherError as err:
-        print(f"tether compare: {err}", file=sys.stderr)
-        return 2
+        return fail("tether compare", err, as_json=args.json)
     from datetime import UTC, datetime
 
     loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -112,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             )
         except TetherError as err:
-            print(f"tether compare: {err}", file=sys.stderr)
-            return 2
+            return fail("tether compare", err, as_json=args.json)
     summary = write_report(comparison, out)
     fig, decision = summary["figures"], summary["decision"]
     last = {
@@ -161,5 +158,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"decision: {decision['decision']} — {decision['why']}")
         print(f"report: {summary['files']['markdown']}")
     if args.json:
-        emit_json(last)
+        emit_json(last, exit=0)
     return 0

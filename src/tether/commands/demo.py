@@ -14,6 +14,7 @@ DEMOS: dict[str, str] = {
     "claims": "tether.scenarios.claims.demo:main",
     "contract": "tether.scenarios.contract.demo:main",
     "leads": "tether.scenarios.leads.demo:main",
+    "maintenance": "tether.commands.run:demo_main",  # "QUESTION" [--model NAME --base-url URL …]
     "mcp": "tether.scenarios.maintenance.mcp_demo:main",
 }
 

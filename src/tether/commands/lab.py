@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode != "all":
         outcome = anyio.run(run_mode, args.mode, out)
         if args.json:
-            emit_json(outcome.summary)
+            emit_json(outcome.summary, exit=outcome.exit_code)
         else:
             s = outcome.summary
             print(f"mode: {outcome.mode}\nstop_reason: {outcome.stop_reason}")
@@ -45,11 +45,20 @@ def run(args: argparse.Namespace) -> int:
                     print(f"{key}: {s[key]}")
         return outcome.exit_code
 
+    from tether.commands._progress import progress_wanted
+
+    console = None
+    if progress_wanted(args.json):
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
     rows = []
     ok = True
     for mode in LAB_MODES:
         if mode == "clean":
             continue
+        if console is not None:
+            console.print(f"[dim]lab {mode} …[/dim]")
         outcome = anyio.run(run_mode, mode, out)
         expected_reason, expected_code = EXPECTED[mode]
         passed = outcome.as_expected
@@ -68,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
         print(table(rows, ["mode", "stop_reason", "exit", "expected", "ok"]))
         print("all modes as specified" if ok else "SOME MODES DID NOT END AS SPECIFIED")
     else:
-        emit_json({"mode": "all", "stop_reason": "accepted" if ok else "failed", "ok": ok, "modes": rows})
+        emit_json({"mode": "all", "ok": ok, "modes": rows}, exit=0 if ok else 1)
     return 0 if ok else 1

@@ -8,21 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-EXIT = {
-    "accepted": 0,
-    "policy_denied": 2,
-    "approval_denied": 2,
-    "invalid_handoff": 3,
-    "budget": 4,
-    "deadline": 4,
-    "max_steps": 4,
-    "repetition": 4,
-    "approval_required": 5,
-    "dependency_unavailable": 6,
-    "model_error": 7,
-    "internal_error": 7,
-}
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -50,27 +35,34 @@ def register(sub: Any) -> None:
 
     run = msub.add_parser(
         "run",
-        help="run a question over the configured servers with a scripted stand-in model",
-        description="The stand-in makes the scripted calls, obeys 'CALL <tool>' found in tool results "
-        "(to test containment), then answers with what it observed. Exit codes: 0 accepted, 2 policy "
-        "denied, 4 budget/steps/deadline/repetition, 5 paused for a person, 6 dependency unavailable, "
-        "7 error.",
+        help="run a question over the configured servers with a model",
+        description="Run QUESTION over every configured server with the model named by --model "
+        "(a chat-completions server), or with a scripted stand-in when you say so (--model "
+        "scripted:STEPS.yaml, --script or --call; the stand-in obeys 'CALL <tool>' found in tool "
+        "results unless --no-obey, to test containment). Exit codes as for `tether run`: 0 accepted "
+        "with every requested call done, 1 configuration error, 2 denied or refused calls, 4 budget/"
+        "steps/deadline/repetition, 5 paused for a person, 6 dependency unavailable or failed calls, "
+        "7 model or internal error.",
     )
     run.add_argument("question")
     run.add_argument(
-        "--script", type=Path, help="YAML/JSON list of steps: {call, arguments} | [..] | {final}"
-    )
+        "--script", type=Path,
+        help="scripted stand-in: YAML/JSON list of steps {call, arguments} | [..] | {final}",
+    )  # fmt: skip
     run.add_argument(
-        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"), help="a scripted call"
+        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
+        help="scripted stand-in: one call (repeatable)",
+    )  # fmt: skip
+    run.add_argument(
+        "--no-obey", action="store_true", help="the stand-in does not obey instructions found in results"
     )
-    run.add_argument("--no-obey", action="store_true", help="do not obey instructions found in results")
     run.add_argument(
         "--ask", choices=("auto", "never", "console"), default="auto",
         help="who answers elicitations: console (a person), never (pause), auto (console if a terminal)",
     )  # fmt: skip
     run.add_argument(
-        "--sampler", choices=("none", "standin"), default="none",
-        help="model that answers servers' sampling requests (default none: refused)",
+        "--sampler", choices=("none", "model"), default="none",
+        help="servers' sampling requests: none (refused) or model (answered by --model, a real model)",
     )  # fmt: skip
     run.add_argument(
         "--consent", choices=("no", "yes", "console"), default="no",
@@ -79,11 +71,15 @@ def register(sub: Any) -> None:
     )  # fmt: skip
     run.add_argument(
         "--db", type=Path, default=None,
-        help="approval store: a question nobody answers checkpoints the run, `tether resume RUN --db` "
-        "continues it (the config path is recorded beside the store)",
+        help="approval store: a call needing approval or a question nobody answers checkpoints the run; "
+        "`tether resume RUN --db` continues it with the same model and servers",
     )  # fmt: skip
-    _common(run)
-    run.set_defaults(handler=_run)
+    from tether.commands.run import add_model_options, add_output_options
+
+    add_model_options(run)
+    add_output_options(run)
+    run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
+    run.set_defaults(handler=_run, agent=None)
 
     res = msub.add_parser("resume", help="answer a paused elicitation and re-run the paused call")
     res.add_argument("pause_id")
@@ -92,6 +88,7 @@ def register(sub: Any) -> None:
     group.add_argument("--decline", action="store_true")
     group.add_argument("--cancel", action="store_true")
     res.add_argument("--by", default=None, help="who answers (default: the login name)")
+    res.add_argument("--db", type=Path, default=None, help="the run's approval store (for the resume hint)")
     res.add_argument(
         "--answer-only",
         action="store_true",
@@ -107,31 +104,37 @@ def register(sub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
+    where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
 
 
 def _load(args: argparse.Namespace) -> Any:
+    """The MCP config of --config, or of the agent file's mcp section (--agent)."""
+    from tether.errors import ConfigError
     from tether.mcp.config import load_config
 
+    if getattr(args, "agent", None) is not None:
+        from tether.agentfile import load_agent_file, mcp_config
+
+        af = load_agent_file(args.agent)
+        if af.spec.mcp is None:
+            raise ConfigError(f"{args.agent}: the agent file has no mcp section")
+        return mcp_config(af)
     return load_config(args.config)
 
 
 def _safe(text: object) -> str:
-    """Server-written text for a terminal: line breaks kept, every other control or format
-    character escaped (no ANSI sequences, no carriage-return overwrites, no bidi tricks)."""
-    from tether.trace.sanitize import sanitize
+    from tether.commands._output import safe
 
-    return "\n".join(sanitize(line) for line in str(text).split("\n"))
+    return safe(text)
 
 
-def _fail(args: argparse.Namespace, err: Exception, code: int = 1) -> int:
-    from tether.commands._output import emit_json
+def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
+    from tether.commands._output import fail
 
-    print(f"error: {err}", file=sys.stderr)
-    if args.json:
-        emit_json({"ok": False, "error": type(err).__name__, "message": str(err)})
-    return code
+    return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
 
 def _review(args: argparse.Namespace) -> int:
@@ -165,7 +168,7 @@ def _review(args: argparse.Namespace) -> int:
         print("\n== summary")
         print("\n".join(_safe(line) for line in review.summary()))
     else:
-        emit_json({"ok": True, **review.to_json()})
+        emit_json({"ok": True, **review.to_json()}, exit=0)
     return 0
 
 
@@ -203,12 +206,14 @@ def _approve(args: argparse.Namespace) -> int:
             print(f"NOT pinned {args.name}__{name}: {why}")
     else:
         emit_json(
-            {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped}
+            {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped},
+            exit=0,
         )
     return 0
 
 
-def _responder(mode: str) -> Any:
+def responder_for(mode: str) -> Any:
+    """Who answers elicitations: a person at this console, or nobody (the question pauses)."""
     from tether.mcp.elicitation import ConsoleResponder
 
     if mode == "console" or (mode == "auto" and sys.stdin.isatty()):
@@ -216,7 +221,7 @@ def _responder(mode: str) -> Any:
     return None
 
 
-def _consent(mode: str) -> Any:
+def consent_for(mode: str) -> Any:
     """The sampling consent hook: it always sees (and shows) the exact prompt first."""
     if mode == "no":
         return None
@@ -238,109 +243,121 @@ def _consent(mode: str) -> Any:
 
 
 def _script(args: argparse.Namespace) -> list[Any]:
-    import yaml
-
-    from tether.mcpapp.runner import ScriptStep
-
+    """The scripted stand-in's steps from --script and --call, as plain data."""
     steps: list[Any] = []
     if getattr(args, "script", None):
-        data = yaml.safe_load(args.script.read_text(encoding="utf-8")) or []
+        import yaml
+
+        try:
+            data = yaml.safe_load(args.script.read_text(encoding="utf-8")) or []
+        except OSError as err:
+            raise ValueError(f"cannot read --script {args.script}: {err.strerror or err}") from None
         if not isinstance(data, list):
-            raise ValueError("the script must be a list of steps")
-        steps.extend(ScriptStep.parse(item) for item in data)
+            raise ValueError(f"--script {args.script}: the script must be a list of steps")
+        steps.extend(data)
     for name, raw in getattr(args, "call", None) or []:
-        steps.append(ScriptStep(calls=((name, json.loads(raw)),)))
+        try:
+            arguments = json.loads(raw)
+        except json.JSONDecodeError as err:
+            why = f"--call {name}: the arguments are not JSON ({err.msg} at character {err.pos})"
+            raise ValueError(why) from None
+        if not isinstance(arguments, dict):
+            why = f"--call {name}: the arguments must be a JSON object, got {type(arguments).__name__}"
+            raise ValueError(why)
+        steps.append({"call": name, "arguments": arguments})
+    from tether.mcpapp.runner import ScriptStep
+
+    for item in steps:
+        ScriptStep.parse(item)  # ValueError with the step, before anything starts
     return steps
 
 
+NEEDS_MODEL = (
+    "tether mcp run needs a model: --model NAME --base-url URL (a chat-completions server), or a "
+    "scripted stand-in named as such: --model scripted:STEPS.yaml, --script STEPS.yaml or --call TOOL JSON"
+)
+
+
 def _run(args: argparse.Namespace) -> int:
-    return run_with_config(args)
+    return run_mcp(args)
 
 
-def run_with_config(
-    args: argparse.Namespace, *, model: Any = None, secrets: tuple[str, ...] = (), limits: Any = None
-) -> int:
-    """``tether mcp run`` and ``tether run --config``: a question over the configured servers.
+def run_mcp(args: argparse.Namespace) -> int:
+    """``tether mcp run`` and ``tether run --config``: a question over the configured servers."""
+    import hashlib
 
-    ``model``: a real backend (``tether run --model``); without it the scripted stand-in runs.
-    """
-    import anyio
+    import yaml
 
-    from tether.commands._output import emit_json
+    from tether.agentfile import build_agent, mcp_agent
+    from tether.commands.run import drive, model_overrides
     from tether.errors import TetherError
-    from tether.mcpapp.runner import run_question, standin_sampler
+    from tether.mcp.config import load_config
+    from tether.mcpapp.runner import INSTRUCTIONS
 
     try:
-        config = _load(args)
-        script = _script(args)
-        approvals = None
-        if getattr(args, "db", None) is not None:
-            from tether.mcpapp.resumable import approvals_for
-
-            approvals = approvals_for(args.db, args.config)
+        config = load_config(args.config)
+        steps = _script(args)
+        overrides = model_overrides(args)
+        model = {k: v for k, v in overrides.items() if v is not None and k != "limits"}
+        model["limits"] = {k: v for k, v in overrides["limits"].items() if v is not None}
+        if "name" not in model:
+            if not steps:
+                return _fail_run(args, NEEDS_MODEL)
+            # The stand-in's steps are written down so `tether resume` replays the same stand-in.
+            body = yaml.safe_dump(steps, sort_keys=True)
+            folder = config.path(config.host.trace_dir) / "scripts"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{hashlib.sha256(body.encode()).hexdigest()[:16]}.yaml"
+            path.write_text(body, encoding="utf-8")
+            model["name"] = f"scripted:{path.resolve()}"
+            model["obey_injected"] = not getattr(args, "no_obey", False)
+        elif steps:
+            why = "--script/--call are a scripted stand-in's steps: they do not go with --model"
+            return _fail_run(args, why)
+        sampler = getattr(args, "sampler", "none")
+        af = mcp_agent(
+            args.config,
+            model=model,
+            instructions=INSTRUCTIONS,
+            tenant=config.host.tenant,
+            user=config.host.user,
+            sampling=sampler,
+            consent=getattr(args, "consent", "no"),
+            trace_dir=str(config.path(config.host.trace_dir)),
+        )
+        for s in config.servers:
+            if s.sampling.enabled and sampler == "none":
+                print(
+                    f"note: server {s.name} may ask for samples, but no sampling model is set: its "
+                    "requests will be refused (pass --sampler model to answer them with --model)",
+                    file=sys.stderr,
+                )
+        built = build_agent(
+            af,
+            approvals_db=getattr(args, "db", None),
+            responder=responder_for(getattr(args, "ask", "never")),
+            consent=consent_for(getattr(args, "consent", "no")),
+            on_delta=None if args.json else _show_text,
+        )
     except (TetherError, ValueError, OSError) as err:
-        return _fail(args, err)
+        return _fail_run(args, err)
     for s in config.servers:
         shown = " ".join(s.argv()) if s.transport == "stdio" else s.url
-        print(f"launching {s.name}: {shown}", file=sys.stderr)
-    try:
-        run = anyio.run(
-            lambda: run_question(
-                config,
-                args.question,
-                script,
-                responder=_responder(getattr(args, "ask", "auto")),
-                obey=not getattr(args, "no_obey", False),
-                sampling_model=standin_sampler() if getattr(args, "sampler", "none") == "standin" else None,
-                sampling_consent=_consent(getattr(args, "consent", "no")),
-                model=model,
-                secrets=secrets,
-                limits=limits,
-                approvals=approvals,
-            )
-        )
-    except TetherError as err:
-        return _fail(args, err)
-    summary = run.summary()
-    summary["mcp_notes"] = _notes(run)
-    reason = summary["stop_reason"]
-    if not args.json:
-        print(f"stop_reason: {reason}")
-        if summary.get("detail"):
-            print(f"detail: {summary['detail']}")
-        for c in summary["calls"]:
-            print(_safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
-        for note in summary["mcp_notes"]:
-            print(_safe(note))
-        for name, why in summary["unavailable_servers"].items():
-            print(f"unavailable: {name}: {why}")
-        for name, tools in summary["offered_tools"].items():
-            if not tools and name not in summary["unavailable_servers"]:
-                print(f"server {name}: no approved tools offered (tether mcp review/approve {name})")
-        for b in summary["blocked"]:
-            what = b.get("tool") or b.get("server")
-            print(_safe(f"blocked: {b['kind']} {what}: {b.get('why') or b.get('reason') or ''}"))
-        print(f"answer: {_safe(summary.get('answer'))}")
-        print(f"trace: {summary.get('trace')}")
-    else:
-        emit_json(summary)
-    return EXIT.get(reason, 7)
+        print(f"launching {s.name}: {_safe(shown)}", file=sys.stderr)
+    return drive(built, args.question, args, **{"config": str(args.config)})
 
 
-def _notes(run: Any) -> list[str]:
-    """What the call lines alone would hide: a server running unconfined, a question the host or
-    the person declined during a call that still returned ok, a result the host cleaned."""
-    from tether.mcp.hosting import mcp_sources
+def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
+    from tether.commands._output import fail
 
-    notes = [f"warning: server {s.name}: {w}" for s in mcp_sources(run.host) for w in s.warnings]
-    for o in run.result.observations:
-        for e in o.meta.get("elicitation", []):
-            if e["outcome"] not in ("accept", "paused"):
-                why = f": {e['reason']}" if e.get("reason") else ""
-                notes.append(f"elicitation in {o.tool}: {e['outcome']} by the {e['by']}{why}")
-        if o.meta.get("cleaned"):
-            notes.append(f"cleaned result of {o.tool}: {json.dumps(o.meta['cleaned'], ensure_ascii=True)}")
-    return notes
+    command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
+    return fail(command, err, as_json=args.json)
+
+
+def _show_text(kind: str, piece: str) -> None:
+    if kind == "text":
+        sys.stderr.write(piece)
+        sys.stderr.flush()
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -357,24 +374,42 @@ def _resume(args: argparse.Namespace) -> int:
         content = None
         action = "decline" if args.decline else "cancel" if args.cancel else "accept"
         if action == "accept":
-            content = json.loads(args.answer)
+            try:
+                content = json.loads(args.answer)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
         if args.answer_only:
             pause = answer_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
+            hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
             if args.json:
-                emit_json({"ok": True, "pause": pause.id, "run_id": pause.run_id, "action": action})
+                payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
+                emit_json(payload, exit=0)
             else:
-                print(f"{pause.id}: answered ({action}); run: tether resume {pause.run_id}")
+                print(f"{pause.id}: answered ({action}); continue the run with: {hint}")
             return 0
         out = anyio.run(
             lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
         )
     except (TetherError, ValueError) as err:
         return _fail(args, err, 2)
+    code = 0 if out["status"] == "ok" else 2
     if args.json:
-        emit_json({"ok": out["status"] == "ok", **out})
+        emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
     else:
         print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
-    return 0 if out["status"] == "ok" else 2
+    return code
+
+
+def _db_of(args: argparse.Namespace, run_id: str) -> str:
+    """The approval store a paused run lives in: --db, else the default one if the run is there."""
+    from tether.agentrecord import record_path
+    from tether.commands._approvals_db import default_db
+
+    if getattr(args, "db", None) is not None:
+        return str(args.db)
+    if record_path(default_db(), run_id).exists():
+        return str(default_db())
+    return "DB  (the --db the run was started with)"
 
 
 def _pauses(args: argparse.Namespace) -> int:
@@ -389,13 +424,14 @@ def _pauses(args: argparse.Namespace) -> int:
     store = PauseStore(config.path(config.host.state))
     try:
         rows = [
-            {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema}
+            {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
+             "run_id": p.run_id}
             for p in store.pending()
-        ]
+        ]  # fmt: skip
     finally:
         store.close()
     if args.json:
-        emit_json({"ok": True, "pending": rows})
+        emit_json({"pending": rows}, exit=0)
     else:
         for r in rows:
             print(_safe(f"{r['id']}  {r['tool']}  asks: {r['message']}"))

@@ -1,70 +1,93 @@
-"""``tether resume RUN``: continue a run that paused for approval.
+"""``tether resume RUN``: continue a run that paused for an approval or a person's answer.
 
-The checkpoint names the application factory (``module:function``, called with the store's
-path) that rebuilds the host and the agent; the factory is host code chosen by the application
-that started the run, never by the model.
+The checkpoint names the application factory (``module:function``) that rebuilds the host and
+the agent; it is host code chosen by the application that started the run, never by the model.
+Runs started from an agent file (``tether run --agent``, ``tether mcp run``) name
+``tether.agentrecord:rebuild``, which rebuilds the same agent — model settings included, never an
+API key — from the file recorded beside the approval store when the run started.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 from pathlib import Path
 from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("resume", help="continue a run paused for approval")
+    p = sub.add_parser(
+        "resume",
+        help="continue a run paused for approval or for an answer",
+        description="Continue a paused run. Exit codes as for `tether run` (5: still waiting).",
+    )
     p.add_argument("run_id")
     p.add_argument("--db", type=Path, default=None, help="approval store (default $TETHER_OUT/approvals.db)")
     p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
+    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
+    p.add_argument(
+        "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
+    )
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
     import importlib
 
+    from tether.errors import ConfigError
+
+    module_name, _, function = app.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"cannot load the run's factory {app!r}: {err}") from None
+    params = inspect.signature(factory).parameters
+    if "run_id" in params:
+        return factory(db, run_id=run_id)  # type: ignore[no-any-return]
+    return factory(db)  # type: ignore[no-any-return]
+
+
+def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.commands._approvals_db import EXIT_CODES, default_db
-    from tether.commands._output import emit_json
-    from tether.errors import ApprovalError
+    from tether.commands._approvals_db import default_db
+    from tether.commands._output import fail
+    from tether.commands._progress import ProgressSink, progress_wanted
+    from tether.commands.run import report
+    from tether.errors import ApprovalError, ConfigError
     from tether.policy import SqliteApprovalStore
 
     db: Path = args.db or default_db()
     if not db.exists():
-        print(f"no approval store at {db}")
-        return 1
+        return fail("tether resume", f"no approval store at {db} (pass the run's --db)", as_json=args.json)
     store = SqliteApprovalStore(db)
     checkpoint = store.load_checkpoint(args.run_id)
     store.close()
     app = args.app or (checkpoint.app if checkpoint else None)
     if checkpoint is None or not app:
-        print(f"no resumable checkpoint for run {args.run_id}")
-        return 1
-    module_name, _, function = app.partition(":")
-    host, agent = getattr(importlib.import_module(module_name), function)(db)
+        why = f"no resumable checkpoint for run {args.run_id} in {db}"
+        return fail("tether resume", why, as_json=args.json)
+    try:
+        host, agent = _factory(app, db, args.run_id)
+    except (ConfigError, ValueError) as err:
+        return fail("tether resume", err, as_json=args.json)
+    if progress_wanted(args.json):
+        host.extra_sinks.append(ProgressSink())
 
     async def go() -> Any:
         try:
             return await host.resume(agent, args.run_id)
         finally:
             await host.aclose()
+            close = getattr(agent.model, "aclose", None)
+            if close is not None:
+                await close()
 
     try:
         result = anyio.run(go)
     except ApprovalError as err:
-        if args.json:
-            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)})
-        else:
-            print(f"cannot resume: {err.reason}: {err}")
-        return 1
-    summary = result.summary()
-    if args.json:
-        emit_json(summary)
-    else:
-        print(f"run: {result.run_id}\nstop_reason: {result.stop_reason}")
-        for key in ("answer", "detail", "trace"):
-            if summary.get(key):
-                print(f"{key}: {summary[key]}")
-    return EXIT_CODES.get(str(result.stop_reason), 7)
+        return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
+    return report(
+        result, host, args, db=db, trace_results=args.trace_results, tools=agent.tools, model=agent.model.name
+    )

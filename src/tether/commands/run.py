@@ -1,142 +1,311 @@
-"""``tether run "QUESTION" --scenario maintenance [--model NAME --base-url URL]``.
+"""``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file.
 
-Runs a reference scenario's agent on a question. Without ``--model`` the scenario's
-deterministic stand-in answers (no network); with it, any chat-completions server does.
-The host — policy, tenant, MCP server, memory, traces — is the scenario's, unchanged.
+Also ``--config MCP.yaml --model NAME`` (the MCP servers of a config file and a model, nothing
+else) and, only when asked for by name, ``--scenario maintenance`` (the S1 reference scenario; the
+same as ``tether demo maintenance``). Options given here override the file's model settings.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 SCENARIOS = ("maintenance",)
+NEEDS_AGENT = (
+    "tether run needs an agent: --agent FILE (see README, 'Agents from a file'), or --config MCP.yaml "
+    "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
+    "the reference scenario: tether demo maintenance"
+)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model and budget options shared by `tether run` and `tether mcp run`."""
+    g = p.add_argument_group("model (overrides the agent file)")
+    g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
+    g.add_argument("--base-url", help="chat-completions base URL (default $OPENAI_BASE_URL or OpenAI)")
+    g.add_argument(
+        "--api-key-env",
+        help="environment variable holding the API key (default OPENAI_API_KEY; the key itself is never "
+        "printed, traced or recorded)",
+    )
+    g.add_argument("--no-stream", action="store_true", help="ask for whole responses instead of a stream")
+    g.add_argument(
+        "--reasoning",
+        choices=("drop", "keep", "since_last_user"),
+        help="resend reasoning_content: default per model name (see README)",
+    )
+    g.add_argument("--prices", type=Path, help="JSON price table: {model: {input, output, cached_input}}")
+    g.add_argument("--rate", type=float, help="requests per second to the model backend (shared bucket)")
+    g.add_argument("--max-llm-calls", type=int, help="LLM-call budget for this invocation")
+    g.add_argument("--max-tokens", type=int, help="token budget (prompt + completion, all calls)")
+    g.add_argument("--max-cost", type=float, help="cost budget in USD (the model must be priced)")
+    g.add_argument("--deadline", type=float, help="deadline in seconds")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
+    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
+    p.add_argument(
+        "--trace-results",
+        action="store_true",
+        help="store every tool result's content (redacted) beside the trace: <run>.results.jsonl",
+    )
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "run",
-        help="run a scenario's agent on a question (scripted model, or a real one with --model)",
-        description="Run a scenario's agent on QUESTION. Exit codes as for `tether lab`: 0 accepted, "
-        "2 policy_denied, 3 invalid_handoff, 4 budget/steps/deadline/repetition, 6 dependency "
-        "unavailable, 7 model/internal error; 1 for a configuration error.",
+        help="run your agent (from a file) on an objective",
+        description="Run the agent described in --agent FILE (YAML or TOML) on OBJECTIVE. Exit codes: "
+        "0 accepted with every requested call done, 1 usage or configuration error, 2 policy or "
+        "approval denied (also: accepted but some calls were denied or refused), 3 invalid handoff, "
+        "4 budget/steps/deadline/repetition, 5 waiting for approval or an answer, 6 dependency "
+        "unavailable (also: accepted but some calls failed), 7 model or internal error.",
     )
-    p.add_argument("question")
-    p.add_argument("--scenario", choices=SCENARIOS, default="maintenance")
-    p.add_argument("--model", help="model name; without it the scenario's scripted stand-in answers")
-    p.add_argument("--base-url", help="chat-completions base URL (default $OPENAI_BASE_URL or OpenAI)")
+    p.add_argument("question", metavar="OBJECTIVE")
+    p.add_argument("--agent", type=Path, help="agent file (YAML or TOML): model, tools, MCP servers, policy")
+    p.add_argument("--config", type=Path, help="an MCP host config: run --model over its servers only")
     p.add_argument(
-        "--api-key-env",
-        default="OPENAI_API_KEY",
-        help="environment variable holding the API key (the key itself is never printed or traced)",
+        "--scenario", choices=SCENARIOS, help="the S1 reference scenario (as tether demo maintenance)"
     )
-    p.add_argument("--no-stream", action="store_true", help="ask for whole responses instead of a stream")
-    p.add_argument(
-        "--reasoning",
-        choices=("drop", "keep", "since_last_user"),
-        help="resend reasoning_content: default per model name (see README)",
-    )
-    p.add_argument("--prices", type=Path, help="JSON price table: {model: {input, output, cached_input}}")
-    p.add_argument("--max-llm-calls", type=int, help="LLM-call budget for this invocation")
-    p.add_argument("--max-tokens", type=int, help="token budget (prompt + completion, all calls)")
-    p.add_argument("--max-cost", type=float, help="cost budget in USD (the model must be priced)")
-    p.add_argument("--deadline", type=float, help="deadline in seconds")
-    p.add_argument("--rate", type=float, help="requests per second to the model backend (shared bucket)")
-    p.add_argument("--inject", action="store_true", help="let the ERP server inject an instruction")
-    p.add_argument(
-        "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    p.add_argument(
-        "--config", type=Path, help="MCP host config (TOML/YAML): run over its servers (see `tether mcp`)"
-    )
-    p.add_argument("--script", type=Path, help="with --config and no --model: scripted stand-in steps")
+    p.add_argument("--db", type=Path, help="approval store: side effects and questions pause the run there")
+    add_model_options(p)
+    add_output_options(p)
+    p.add_argument("--script", type=Path, help="with --config: scripted stand-in steps (a test double)")
     p.add_argument(
         "--call",
         nargs=2,
         action="append",
         default=[],
         metavar=("TOOL", "JSON"),
-        help="with --config: a scripted call",
+        help="with --config: a scripted call (a test double)",
     )
+    p.add_argument(
+        "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
+    )
+    p.add_argument("--out", type=Path, default=Path("tether-output"), help="--scenario only: output folder")
     p.set_defaults(handler=run)
 
 
-def _limits(args: argparse.Namespace, base: Any) -> Any:
-    from dataclasses import replace
+def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The model settings given on the command line (``None``: keep the file's)."""
+    from tether.models.pricing import load_prices
 
-    changes: dict[str, Any] = {}
-    if args.max_llm_calls is not None:
-        changes["llm_calls"] = args.max_llm_calls
-        changes["llm_calls_hard"] = max(base.llm_calls_hard, args.max_llm_calls + 2)
-    if args.max_tokens is not None:
-        changes["max_tokens"] = args.max_tokens
-    if args.max_cost is not None:
-        changes["max_cost_usd"] = args.max_cost
-    if args.deadline is not None:
-        changes["deadline_s"] = args.deadline
-    return replace(base, **changes)
+    prices = None
+    if getattr(args, "prices", None) is not None:
+        table = load_prices(args.prices)
+        prices = {
+            k: {"input": v.input, "output": v.output, "cached_input": v.cached_input}
+            for k, v in table.items()
+        }
+    limits = {
+        "llm_calls": args.max_llm_calls,
+        "max_tokens": args.max_tokens,
+        "max_cost_usd": args.max_cost,
+        "deadline_s": args.deadline,
+    }
+    return {
+        "name": args.model,
+        "base_url": args.base_url,
+        "api_key_env": args.api_key_env,
+        "streaming": False if args.no_stream else None,
+        "reasoning": args.reasoning,
+        "rate": args.rate,
+        "prices": prices,
+        "limits": limits,
+    }
 
 
-def _backend(args: argparse.Namespace) -> Any:
-    import sys
-
-    from tether.models.openai import OpenAICompatible
-    from tether.models.pricing import DEFAULT_PRICES, load_prices
-
-    prices = {**DEFAULT_PRICES, **load_prices(args.prices)} if args.prices else DEFAULT_PRICES
-    bucket = None
-    if args.rate is not None:
-        from tether.ratelimit import shared_bucket
-
-        bucket = shared_bucket(f"model:{args.base_url or 'default'}", args.rate, max(1.0, args.rate))
-
+def _show_delta() -> Any:
     def show(kind: str, piece: str) -> None:
         if kind == "text":
             sys.stderr.write(piece)
             sys.stderr.flush()
 
-    return OpenAICompatible(
-        args.model,
-        base_url=args.base_url,
-        api_key_env=args.api_key_env,
-        stream=not args.no_stream,
-        reasoning=args.reasoning,
-        prices=prices,
-        rate_limit=bucket,
-        on_delta=None if args.json else show,
-    )
+    return show
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.commands._output import fail
+
+    if args.scenario is not None:
+        return run_scenario(args)
+    if args.agent is None and args.config is not None:
+        from tether.commands.mcp import run_mcp
+
+        return run_mcp(args)
+    if args.agent is None:
+        return fail("tether run", NEEDS_AGENT, as_json=args.json)
+    if args.script or args.call:
+        why = "--script/--call apply to --config runs; name a script as --model scripted:FILE"
+        return fail("tether run", why, as_json=args.json)
+
+    from tether.agentfile import build_agent, load_agent_file, with_overrides
+    from tether.errors import ConfigError
+
+    try:
+        af = with_overrides(load_agent_file(args.agent), **model_overrides(args))
+        built = build_agent(
+            af,
+            approvals_db=args.db,
+            responder=_responder(af.spec.mcp.ask if af.spec.mcp else "never"),
+            consent=_consent(af.spec.mcp.consent if af.spec.mcp else "no"),
+            on_delta=None if args.json else _show_delta(),
+        )
+    except (ConfigError, ValueError) as err:
+        return fail("tether run", err, as_json=args.json)
+    return drive(built, args.question, args, agent=str(af.path))
+
+
+def _responder(mode: str) -> Any:
+    from tether.commands.mcp import responder_for
+
+    return responder_for(mode)
+
+
+def _consent(mode: str) -> Any:
+    from tether.commands.mcp import consent_for
+
+    return consent_for(mode)
+
+
+def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) -> int:
+    """Run a built agent once and report it (progress on a terminal, the outcome, exit code)."""
+    import anyio
+
+    from tether.agentrecord import RecordSink
+    from tether.commands._progress import ProgressSink, progress_wanted
+
+    host = built.host
+    if progress_wanted(args.json):
+        host.extra_sinks.append(ProgressSink())
+    if built.approvals_db is not None:
+        host.extra_sinks.append(RecordSink(built.approvals_db, built.agent_file))
+
+    async def main() -> Any:
+        try:
+            async with host:
+                return await host.run(built.agent, objective, context=built.context)
+        finally:
+            await built.aclose()
+
+    result = anyio.run(main)
+    if not args.json and getattr(built.agent.model, "stream", False):
+        sys.stderr.write("\n")
+    trace_results = getattr(args, "trace_results", False) or built.agent_file.spec.trace.results
+    return report(
+        result,
+        host,
+        args,
+        db=built.approvals_db,
+        trace_results=trace_results,
+        model=built.agent.model.name,
+        **extra,
+    )
+
+
+def report(
+    result: Any,
+    host: Any,
+    args: argparse.Namespace,
+    *,
+    db: Path | None,
+    trace_results: bool = False,
+    tools: Any = None,
+    **extra: Any,
+) -> int:
+    """Print a finished (or paused) run and return its exit code."""
+    from tether.commands._output import emit_json, print_run, run_payload
+    from tether.commands._progress import write_results
+
+    down = unavailable_servers(host)
+    servers = [s.name for s in host.sources if callable(getattr(s, "describe", None))]
+    config, agent = getattr(args, "config", None), getattr(args, "agent", None)
+    where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
+    payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
+    payload["unavailable_servers"] = down
+    payload.update(mcp_facts(result, host, tools))
+    if trace_results:
+        path = write_results(result, host.secrets)
+        payload["results_file"] = str(path) if path else None
+    nxt = next_steps(result, db, config=config, agent=agent)
+    if nxt:
+        payload["next"] = nxt
+        payload["resume"] = nxt[-1]
+    if args.json:
+        emit_json(payload, exit=payload["exit"])
+    else:
+        shown = (
+            [(o.tool, o.text) for o in result.observations] if getattr(args, "show_results", False) else None
+        )
+        print_run(payload, show_results=shown)
+        if nxt:
+            print("to continue:")
+            for i, line in enumerate(nxt, 1):
+                print(f"  {i}. {line}")
+    return int(payload["exit"])
+
+
+_BLOCK_KINDS = ("policy_denied", "mcp_capability_blocked", "mcp_result_rejected")
+
+
+def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
+    """For runs over MCP servers: the tools offered per server, what the host blocked, launches."""
+    servers = [s for s in host.sources if callable(getattr(s, "describe", None))]
+    if not servers:
+        return {}
+    offered = [spec.name for spec in host.offered(tools)]
+    blocked = []
+    for e in result.events:
+        kind, data = str(e.kind), e.data
+        if kind in _BLOCK_KINDS or (
+            kind in ("mcp_elicitation", "mcp_sampling") and data.get("outcome") in ("refused", "declined")
+        ):
+            blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
+        elif kind == "tool_observation" and data.get("error_kind") == "capability_blocked":
+            blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    return {
+        "offered_tools": {s.name: [t for t in offered if t.startswith(s.name + "__")] for s in servers},
+        "blocked": blocked,
+        "servers": [{"server": s.name, **s.describe()} for s in servers],
+    }
+
+
+def unavailable_servers(host: Any) -> dict[str, str]:
+    return {s.name: s.unavailable for s in host.sources if isinstance(getattr(s, "unavailable", None), str)}
+
+
+def next_steps(
+    result: Any, db: Path | None, *, config: Path | None = None, agent: Path | None = None
+) -> list[str]:
+    """Complete commands that continue a paused run: decide or answer first, then resume."""
+    if str(result.stop_reason) != "approval_required" or db is None:
+        return []
+    steps: list[str] = []
+    for e in result.events:
+        if str(e.kind) == "approval_requested" and e.data.get("proposal_id"):
+            steps.append(f"tether approvals approve {e.data['proposal_id']} --db {db}")
+    where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
+    for o in result.observations:
+        if o.meta.get("pause"):
+            steps.append(f"tether mcp resume {o.meta['pause']} {where} --answer-only --answer '{{...}}'")
+    steps.append(f"tether resume {result.run_id} --db {db}")
+    return steps
+
+
+def run_scenario(args: argparse.Namespace) -> int:
+    """The S1 maintenance scenario's own host and agent, with an optional real model."""
     import os
-    import sys
     from dataclasses import replace
 
     import anyio
 
-    from tether.commands._output import emit_json
+    from tether.agentfile import LimitsSpec
+    from tether.commands._output import fail
     from tether.errors import ConfigError
     from tether.scenarios.maintenance import lab
-
-    if args.config is not None:
-        # The configured MCP servers instead of the scenario's host (tether.commands.mcp owns it).
-        from tether.commands.mcp import run_with_config
-        from tether.stop import Limits
-
-        try:
-            backend = _backend(args) if args.model else None
-            limits = _limits(args, Limits())
-        except (ConfigError, ValueError) as err:
-            print(f"tether run: {err}", file=sys.stderr)
-            return 1
-        key = os.environ.get(args.api_key_env) if args.model else None
-        try:
-            return run_with_config(args, model=backend, secrets=(key,) if key else (), limits=limits)
-        finally:
-            if backend is not None:
-                anyio.run(backend.aclose)
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -145,39 +314,53 @@ def run(args: argparse.Namespace) -> int:
     backend = None
     try:
         if args.model:
-            backend = _backend(args)
-            if args.max_cost is not None and backend.price is None:
+            from tether.agentfile import parse_agent
+
+            overrides = {k: v for k, v in model_overrides(args).items() if v is not None and k != "limits"}
+            spec = {"instructions": lab.INSTRUCTIONS, "model": overrides}
+            af = parse_agent(spec, base_dir=Path.cwd())
+            from tether.agentfile import make_model
+
+            backend = make_model(af, on_delta=None if args.json else _show_delta())
+            if args.max_cost is not None and getattr(backend, "price", 1) is None:
                 raise ConfigError(f"--max-cost needs a price for {args.model}: pass --prices FILE")
             agent = replace(agent, model=backend)
-            secrets = [v for v in (os.environ.get(args.api_key_env),) if v]
-        agent = replace(agent, limits=_limits(args, agent.limits))
+            secrets = [v for v in (os.environ.get(af.spec.model.api_key_env),) if v]
+        limits = LimitsSpec(
+            llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, max_cost_usd=args.max_cost,
+            deadline_s=args.deadline,
+        )  # fmt: skip
+        changes = {k: v for k, v in limits.model_dump().items() if v is not None}
+        if "llm_calls" in changes:
+            changes["llm_calls_hard"] = max(agent.limits.llm_calls_hard, changes["llm_calls"] + 2)
+        agent = replace(agent, limits=replace(agent.limits, **changes))
     except (ConfigError, ValueError) as err:
-        print(f"tether run: {err}", file=sys.stderr)
-        return 1
+        return fail("tether run", err, as_json=args.json)
 
     mem_path = out / "memory" / "run.db"
     mem_path.parent.mkdir(parents=True, exist_ok=True)
+    host = lab.make_host(out, inject=args.inject, memory=lab.memory_store(mem_path))
+    host.secrets = frozenset(secrets)  # the tracer redacts the key should anything echo it
 
     async def main() -> Any:
-        host = lab.make_host(out, inject=args.inject, memory=lab.memory_store(mem_path))
-        host.secrets = frozenset(secrets)  # the tracer redacts the key should anything echo it
         try:
             async with host:
                 return await host.run(agent, args.question, context=lab.trusted_context())
         finally:
-            if backend is not None:
+            if backend is not None and hasattr(backend, "aclose"):
                 await backend.aclose()
 
     result = anyio.run(main)
-    code = lab.exit_code(result.stop_reason)
-    summary = {"scenario": args.scenario, "model": agent.model.name, **result.summary()}
-    if args.json:
-        emit_json(summary)
-    else:
-        if args.model:
-            sys.stderr.write("\n")
-        print(f"stop_reason: {result.stop_reason}")
-        for key in ("answer", "detail", "llm_calls", "tokens", "cost_usd", "trace"):
-            if summary.get(key) not in (None, ""):
-                print(f"{key}: {summary[key]}")
-    return code
+    if args.model and not args.json:
+        sys.stderr.write("\n")
+    return report(
+        result, host, args, db=None, scenario=args.scenario or "maintenance", model=agent.model.name
+    )
+
+
+def demo_main(argv: list[str]) -> int:
+    """``tether demo maintenance "QUESTION" [--model …]``: the S1 agent on a question."""
+    from tether.cli import build_parser
+
+    args = build_parser().parse_args(["run", *argv, "--scenario", "maintenance"])
+    return run(args)

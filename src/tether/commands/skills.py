@@ -23,17 +23,14 @@ def register(sub: Any) -> None:
 
 
 def review(args: argparse.Namespace) -> int:
-    import sys
-
-    from tether.commands._output import emit_json
+    from tether.commands._output import emit_json, fail
     from tether.context.skills import review_folder
 
     if not args.folder.is_dir():
-        print(f"tether skills review: {args.folder} is not a folder", file=sys.stderr)
-        return 1
+        return fail("tether skills review", f"{args.folder} is not a folder", as_json=args.json)
     entries = review_folder(args.folder)
     if args.json:
-        emit_json({"folder": str(args.folder), "skills": entries})
+        emit_json({"folder": str(args.folder), "skills": entries}, exit=0)
         return 0
     for e in entries:
         if "error" in e:

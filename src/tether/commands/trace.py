@@ -29,19 +29,16 @@ def register(sub: Any) -> None:
 
 
 def stats(args: argparse.Namespace) -> int:
-    import sys
-
-    from tether.commands._output import emit_json
+    from tether.commands._output import emit_json, fail
     from tether.errors import ConfigError
     from tether.trace.stats import stats_for
 
     try:
         figures = stats_for(args.run, args.dir)
     except (ConfigError, OSError, ValueError) as err:
-        print(f"tether trace stats: {err}", file=sys.stderr)
-        return 1
+        return fail("tether trace stats", err, as_json=args.json)
     if args.json:
-        emit_json(figures)
+        emit_json(figures, exit=0)
         return 0
     for key, value in figures.items():
         print(f"{key}: {value}")

@@ -123,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
     except (AuthError, ValueError) as err:
         reason = getattr(err, "reason", "invalid")
         if as_json:
-            emit_json({"error": reason, "message": str(err)})
+            emit_json({"error": reason, "message": str(err)}, exit=1)
         else:
             print(f"refused: {reason}: {err}", file=sys.stderr)
         return 1
     finally:
         store.close()
     if as_json:
-        emit_json(out)
+        emit_json(out, exit=0)
     else:
         print(" ".join(f"{k}={v}" for k, v in out.items()))
     return 0

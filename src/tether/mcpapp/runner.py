@@ -70,6 +70,8 @@ class StandIn:
     _obeyed: set[str] = field(default_factory=set)
 
     def __call__(self, request: ModelRequest) -> AssistantMessage:
+        if self._n == 0:
+            self._catch_up(request)
         self._n += 1
         results = [m for m in request.messages if isinstance(m, ToolMessage)]
         if self.obey and results:
@@ -93,8 +95,22 @@ class StandIn:
         return AssistantMessage(content="Observed:\n" + "\n".join(seen) if seen else "No tool was called.")
 
 
+    def _catch_up(self, request: ModelRequest) -> None:
+        """A stand-in rebuilt for a resumed run skips the steps the run already took (its turns
+        are in the restored trajectory), so a script is never replayed from the start."""
+        for m in request.messages:
+            if not isinstance(m, AssistantMessage) or not m.tool_calls:
+                continue
+            self._n += 1
+            if all(c.id.startswith("inj_") for c in m.tool_calls):
+                self._obeyed.update(c.name for c in m.tool_calls)
+            elif self.script:
+                self.script.pop(0)
+
+
 def standin_sampler() -> FunctionModel:
-    """A deterministic sampling stand-in: it says what it was asked, briefly (CLI demos, tests)."""
+    """A deterministic sampling stand-in for tests and demos only: it says what it was asked,
+    briefly. The CLI never offers it: sampling there uses the run's real model or is refused."""
 
     def answer(request: ModelRequest) -> AssistantMessage:
         last = request.messages[-1].content if request.messages else ""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FakeChatServer", "Received", "Reply", "scripted", "tool_loop_responder"]
+__all__ = ["CUTS", "FakeChatServer", "Received", "Reply", "scripted", "tool_loop_responder"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +34,7 @@ class Reply:
     ``status`` other than 200 sends ``error_body`` (JSON) with ``headers``; ``delay_s`` waits
     before answering; ``drop`` closes the connection without an answer. ``tool_calls`` are
     ``(name, raw_arguments)`` pairs: the arguments are sent as given, malformed or not.
+    ``cut`` breaks a 200 answer on purpose (one of ``CUTS``), streamed or whole.
     """
 
     content: str | None = None
@@ -47,6 +48,11 @@ class Reply:
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
     chunks: int = 3  # pieces each streamed string is cut into
+    cut: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cut is not None and self.cut not in CUTS:
+            raise ValueError(f"unknown cut {self.cut!r}; one of {', '.join(CUTS)}")
 
     @staticmethod
     def text(content: str, **kw: Any) -> Reply:
@@ -77,6 +83,18 @@ class Received:
 
 Responder = Callable[[dict[str, Any], int], Reply]
 
+CLOSE = "connection: close\r\n"  # sent with every broken answer: never reused for a retry
+
+# Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body).
+CUTS: dict[str, str] = {
+    "after_headers": "the status line and headers, then the connection closes",
+    "mid_chunk": "streamed: half an HTTP chunk then close; whole: half the body then close",
+    "before_finish": "streamed: the content, then a clean end with no finish reason and no [DONE]",
+    "before_done": "streamed: everything but [DONE], then a clean end",
+    "malformed": "streamed: an event whose data is not JSON; whole: a body that is not JSON",
+    "error_event": "streamed: some content, then a data event carrying an error object",
+}
+
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}
 
 
@@ -90,8 +108,13 @@ def _cut(text: str, n: int) -> list[str]:
 class FakeChatServer:
     """A chat-completions endpoint on 127.0.0.1 (``url`` ends in ``/v1``)."""
 
-    def __init__(self, responder: Responder, *, model: str = "fake-model", port: int = 0) -> None:
+    def __init__(
+        self, responder: Responder, *, model: str = "fake-model", port: int = 0, ignore_stream: bool = False
+    ) -> None:
+        """``ignore_stream``: answer whole JSON even when the request asks for a stream (some
+        servers do)."""
         self.responder = responder
+        self.ignore_stream = ignore_stream
         self.model = model
         self.port = port
         self.received: list[Received] = []
@@ -194,12 +217,14 @@ class FakeChatServer:
         if reply.status != 200:
             await self._send_json(writer, reply.status, reply.error_body or {}, reply.headers)
             return True
-        if request.get("stream"):
+        if request.get("stream") and not self.ignore_stream:
             include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
             await self._stream(writer, reply, include_usage)
+        elif reply.cut is not None:
+            await self._send_broken(writer, reply)
         else:
             await self._send_json(writer, 200, self._completion(reply))
-        return True
+        return reply.cut is None
 
     async def _send_json(
         self, writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None
@@ -262,16 +287,58 @@ class FakeChatServer:
         return out
 
     async def _stream(self, writer: asyncio.StreamWriter, reply: Reply, include_usage: bool) -> None:
+        # A broken answer ends its connection: say so, so a client never reuses it for a retry.
+        close = b"connection: close\r\n" if reply.cut else b""
         writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
+            + close
+            + b"\r\n"
         )
-        events = [f"data: {json.dumps(c)}\n\n" for c in self._chunks(reply, include_usage)]
+        if reply.cut == "after_headers":
+            await writer.drain()
+            return  # the caller closes the connection
+        chunks = self._chunks(reply, include_usage)
+        events = [f"data: {json.dumps(c)}\n\n" for c in chunks]
         events.append("data: [DONE]\n\n")
-        for event in events:
+        if reply.cut == "before_finish":
+            # Only the deltas before the one carrying the finish reason.
+            first_finish = next(i for i, c in enumerate(chunks) if _finish_of(c) is not None)
+            events = events[:first_finish]
+        elif reply.cut == "before_done":
+            events = events[:-1]
+        elif reply.cut == "malformed":
+            events = [*events[:2], "data: {not json at all\n\n"]
+        elif reply.cut == "error_event":
+            error = {"error": {"message": "the model crashed while generating", "code": 500}}
+            events = [*events[:2], f"data: {json.dumps(error)}\n\n"]
+        for i, event in enumerate(events):
             data = event.encode()
+            if reply.cut == "mid_chunk" and i == len(events) // 2:
+                # Announce the whole chunk, send half of it, then the connection dies.
+                writer.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
+                await writer.drain()
+                return
             writer.write(b"%x\r\n%s\r\n" % (len(data), data))
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+    async def _send_broken(self, writer: asyncio.StreamWriter, reply: Reply) -> None:
+        """A whole (non-streamed) 200 answer, broken as ``reply.cut`` says."""
+        data = json.dumps(self._completion(reply)).encode()
+        if reply.cut == "malformed":
+            data = b'{"id": "chatcmpl-x", "choices": [{"message": '
+        head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + CLOSE
+        writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode())
+        if reply.cut == "malformed":
+            writer.write(data)  # whole, but not JSON
+        elif reply.cut != "after_headers":
+            writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
+        await writer.drain()
+
+
+def _finish_of(chunk: dict[str, Any]) -> str | None:
+    choices = chunk.get("choices") or [{}]
+    return choices[0].get("finish_reason") if choices else None
 
 
 def scripted(replies: Sequence[Reply]) -> Responder:

@@ -11,11 +11,14 @@ the body is joined from those pieces. Fixed fields come first and ``messages`` l
 consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
-turn) with usage and cost, or raises ``ModelError``. Timeouts, 429 (honouring
-``Retry-After``), 5xx and connection errors are retried with capped exponential backoff and
-jitter; other HTTP errors and unusable responses are not. Tool-call arguments are returned
-raw — malformed JSON and unknown tool names are the host gate's business, which hands them
-back to the model as recoverable errors.
+turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
+Timeouts, 429 (honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are
+retried with capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
+a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
+a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
+completion, and a response with neither text nor tool calls. Once retries are spent the run
+ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
+names are the host gate's business, which hands them back to the model as recoverable errors.
 
 ``reasoning_content`` (models that think aloud) is stored on the ``AssistantMessage`` and sent
 back according to ``reasoning``:
@@ -132,7 +135,9 @@ class OpenAICompatible:
     ``model`` is the provider's model name; ``base_url`` defaults to ``$OPENAI_BASE_URL`` or
     OpenAI's; the key comes from ``$<api_key_env>`` (required only for api.openai.com; local
     servers get a placeholder). ``rate_limit`` is a shared ``TokenBucket`` each attempt draws
-    from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``).
+    from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``). ``max_tokens``
+    caps every response unless the request sets its own cap; ``extra_body`` adds fixed request
+    fields (``temperature``, …), never those the backend writes itself.
     """
 
     def __init__(
@@ -156,6 +161,7 @@ class OpenAICompatible:
         cache_size: int = 8192,
         transport: Literal["http", "openai"] = "http",
         max_connections: int = 64,
+        max_tokens: int | None = None,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
@@ -173,6 +179,12 @@ class OpenAICompatible:
             raise ConfigError(f"unknown transport {transport!r}")
         self.transport = transport
         self.max_connections = max_connections
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError("max_tokens must be at least 1")
+        self.max_tokens = max_tokens  # a cap on every response unless the request sets its own
+        reserved = {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
+        if clash := sorted(reserved & set(extra_body or {})):
+            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
         self.stream = stream
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
@@ -213,8 +225,13 @@ class OpenAICompatible:
         if hit is not None and hit[0] is message:
             return hit[1]
         wire = message.wire()
-        if keep_reasoning and isinstance(message, AssistantMessage) and message.reasoning:
-            wire["reasoning_content"] = message.reasoning
+        if isinstance(message, AssistantMessage):
+            if wire.get("content") is None and message.tool_calls:
+                # A turn of tool calls only: "" rather than null, which llama.cpp's Python server
+                # refuses (its validation wants a string; its chat templates read the field).
+                wire["content"] = ""
+            if keep_reasoning and message.reasoning:
+                wire["reasoning_content"] = message.reasoning
         data = _dumps(wire)
         cache = self._cache
         cache[key] = (message, data)  # holding the message keeps its id from being reused
@@ -237,8 +254,9 @@ class OpenAICompatible:
                 b',"tool_choice":',
                 _dumps(request.tool_choice),
             ]
-        if request.max_tokens is not None:
-            parts += [b',"max_tokens":', str(int(request.max_tokens)).encode()]
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        if limit is not None:
+            parts += [b',"max_tokens":', str(int(limit)).encode()]
         messages = request.messages
         rule = self.reasoning
         boundary = -1  # messages after this index may carry their reasoning
@@ -340,13 +358,19 @@ class OpenAICompatible:
         else:
             response = await self._send_http(body)
         try:
-            if self.stream:
+            # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
+            whole = "json" in response.headers.get("content-type", "")
+            if self.stream and not whole:
                 return await self._read_stream(response)
             return self._parse(await response.aread())
         except httpx2.TimeoutException:
             raise _Retryable("timeout", "the response stalled") from None
         except httpx2.TransportError as err:
             raise _Retryable("connection", f"response interrupted: {type(err).__name__}") from None
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+            # JSON that parsed but is not shaped like a chat completion (a list for an object, …).
+            why = f"the answer is not shaped like a chat completion: {type(err).__name__}: {str(err)[:200]}"
+            raise _Retryable("unusable_response", why) from None
         finally:
             await response.aclose()
 
@@ -433,7 +457,10 @@ class OpenAICompatible:
             choice = data["choices"][0]
             wire = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError):
-            raise ModelError(f"{self.model}: response is not a chat completion: {raw[:200]!r}") from None
+            why = f"response is not a chat completion: {raw[:200]!r}"
+            raise _Retryable("unusable_response", why) from None
+        if not isinstance(wire, dict):
+            raise _Retryable("unusable_response", f"response has no message: {raw[:200]!r}")
         calls = tuple(
             ToolCall(
                 id=str(c.get("id") or _call_id()),
@@ -444,9 +471,9 @@ class OpenAICompatible:
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
         message = AssistantMessage(content=wire.get("content"), tool_calls=calls, reasoning=reasoning)
-        return self._response(
-            message, self._usage(data.get("usage")), data.get("model", ""), choice.get("finish_reason")
-        )
+        finish = choice.get("finish_reason")
+        _require_output(message, finish)
+        return self._response(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         text: list[str] = []
@@ -455,17 +482,23 @@ class OpenAICompatible:
         usage_raw: Mapping[str, Any] | None = None
         model = ""
         finish: str | None = None
+        done = False
         on_delta = self.on_delta
         async for line in _sse_data(response):
             payload = line.strip()
             if payload == b"[DONE]":
+                done = True
                 break
             try:
                 chunk = json.loads(payload)
             except ValueError:
-                raise ModelError(f"{self.model}: unreadable stream event: {payload[:200]!r}") from None
+                why = f"stream event is not JSON: {payload[:200]!r}"
+                raise _Retryable("stream_unreadable", why) from None
+            if not isinstance(chunk, dict):
+                raise _Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
             if chunk.get("error"):
-                raise ModelError(f"{self.model}: stream error: {self._scrub(str(chunk['error'])[:500])}")
+                why = f"the server reported an error mid-stream: {str(chunk['error'])[:500]}"
+                raise _Retryable("stream_error", why)
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage_raw = chunk["usage"]
@@ -498,6 +531,12 @@ class OpenAICompatible:
                             on_delta("tool_call", fn["name"])
                     if fn.get("arguments"):
                         slot["arguments"].append(fn["arguments"])
+        if not done or finish is None:
+            missing = " and ".join(
+                part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
+            )
+            received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
+            raise _Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
         tool_calls = tuple(
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
@@ -507,6 +546,7 @@ class OpenAICompatible:
             tool_calls=tool_calls,
             reasoning="".join(thought) if thought else None,
         )
+        _require_output(message, finish)
         return self._response(message, self._usage(usage_raw), model, finish)
 
 
@@ -522,6 +562,14 @@ async def _sse_data(response: Any) -> AsyncIterator[bytes]:
                 yield line[5:]
     if pending.startswith(b"data:"):
         yield pending[5:]
+
+
+def _require_output(message: AssistantMessage, finish: str | None) -> None:
+    """A turn with neither text nor a tool call is no answer: never accepted as an empty one."""
+    if message.tool_calls or (message.content and message.content.strip()):
+        return
+    why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
+    raise _Retryable("empty_response", why)
 
 
 def _call_id() -> str:

@@ -136,7 +136,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_lines = stream.getvalue().splitlines()
     ok = all(r["ok"] for r in rows)
     if args.json:
-        emit_json({"demo": "claims", "ok": ok, "cases": rows, "log_lines": len(log_lines)})
+        payload = {"demo": "claims", "ok": ok, "cases": rows, "log_lines": len(log_lines)}
+        emit_json(payload, exit=0 if ok else 1)
     else:
         print(
             table(

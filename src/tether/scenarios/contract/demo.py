@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for k in ("passed", "groundedness", "unsupported", "trajectory", "final_response")
                 },
                 "fixed_by_tool": as_expected,
-            }
+            },
+            exit=0 if as_expected else 1,
         )
     return 0 if as_expected else 1

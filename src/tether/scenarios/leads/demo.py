@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="tether-leads-") as tmp:
             summary = anyio.run(run_scenario, Path(tmp) / "approvals.db")
     if args.json:
-        emit_json(summary)
+        emit_json(summary, exit=0 if summary["ok"] else 1)
     else:
         for key in (*EXPECTED, "after_invalidation"):
             mark = "ok " if summary["checks"].get(key) else "NO "
@@ -181,12 +181,13 @@ def _agent(db: Path | None, as_json: bool) -> int:
     assert host.approvals is not None
     pending = [p.id for p in host.approvals.store.list_proposals(run_id=result.run_id)]
     summary = {**result.summary(), "proposals": pending, "db": str(db)}
+    code = EXIT_CODES.get(str(result.stop_reason), 7)
     if as_json:
-        emit_json(summary)
+        emit_json(summary, exit=code)
     else:
         print(f"run: {result.run_id}\nstop_reason: {result.stop_reason}\ndetail: {result.detail}")
         for pid in pending:
             print(f"review:  tether approvals --db {db} show {pid}")
             print(f"approve: tether approvals --db {db} approve {pid}")
         print(f"resume:  tether resume --db {db} {result.run_id}")
-    return EXIT_CODES.get(str(result.stop_reason), 7)
+    return code

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tether.evals.cases import Case, CaseFileError
 from tether.evals.runner import Execution, ModelFactory
+from tether.handoff import resolve_from_trace
 from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory
 from tether.policy.trusted import Permissions, TrustedContext
@@ -126,19 +127,7 @@ def eval_agent(model: Any, order_id: str, *, omit: Sequence[str] = ()) -> Agent:
     """The agent design: same tools and limits as the lab, handoff and memory for ``order_id``."""
 
     def handoff(state: RunState, answer: str) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "objective": f"explain why work order {order_id} is open",
-            "done": ["order and history read"],
-            "evidence": sorted(state.evidence),
-            "decisions": [answer],
-            "blocked": ["part cost unavailable to a read-only role"],
-            "permissions": {"read": ["orders", "history"], "write": []},
-            "next": "ask the supervisor to confirm the forecast",
-            "stop_reason": "accepted",
-        }
-        for name in omit:
-            data.pop(name, None)
-        return data
+        return lab.handoff_from_trace(state, answer, order_id, omit=tuple(omit))
 
     def remember(state: RunState) -> list[MemoryRecord]:
         order = state.last_data("erp__read_order")
@@ -159,6 +148,7 @@ def eval_agent(model: Any, order_id: str, *, omit: Sequence[str] = ()) -> Agent:
         limits=Limits(max_steps=8, llm_calls=10, llm_calls_hard=12, deadline_s=60),
         memory_subjects=(_subject(order_id),),
         handoff=handoff,
+        resolve_evidence=resolve_from_trace,
         remember=remember,
     )
 

@@ -211,21 +211,56 @@ def equipment_record(
     )
 
 
+_CLAIMS = {
+    "erp__read_order": "read work order {id}",
+    "erp__read_history": "read the history of work order {id}",
+}
+
+
+def handoff_from_trace(
+    state: RunState, answer: str, order_id: str, *, omit: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The investigation's handoff, built from what the run actually did (H1): each ``done`` item
+    cites the successful call behind it, the evidence is what those calls returned, and what was
+    denied or failed is ``blocked``. A run that read nothing hands off nothing done."""
+    from tether.handoff import done_from_trace, evidence_from_trace
+
+    def describe(tool: str, arguments: Any) -> str | None:
+        claim = _CLAIMS.get(tool)
+        args = arguments if isinstance(arguments, dict) else {}
+        return claim.format(id=args.get("order_id", "?")) if claim else f"{tool} returned a result"
+
+    done = done_from_trace(state, describe)
+    last = {c.call_id: c for c in state.calls}
+    blocked = [f"{c.tool}: {c.status} ({c.reason})" for c in last.values() if c.status != "ok"]
+    if not state.context.permissions.write:
+        blocked.append("no write permission: changes to the order need a person who may write")
+    read = {c.tool for c in last.values() if c.status == "ok"}
+    missing = [t for t in ("erp__read_order", "erp__read_history") if t not in read]
+    if missing:
+        nxt = "not yet read: " + ", ".join(_CLAIMS[t].format(id=order_id) for t in missing)
+    else:
+        nxt = f"confirm with the supervisor what would close work order {order_id}"
+    data: dict[str, Any] = {
+        "objective": f"explain why work order {order_id} is open",
+        "done": done,
+        "evidence": evidence_from_trace(state),
+        "decisions": [answer] if answer else [],
+        "blocked": blocked,
+        "permissions": {"read": ["orders", "history"], "write": []},
+        "next": nxt,
+        "stop_reason": "accepted",
+    }
+    for name in omit:
+        data.pop(name, None)
+    return data
+
+
 def make_agent(*, omit_blocked: bool = False) -> Agent:
+    from tether.handoff import resolve_from_trace
+
     def handoff(state: RunState, answer: str) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "objective": f"explain why work order {ORDER} is open",
-            "done": ["order and history read"],
-            "evidence": sorted(state.evidence),
-            "decisions": [answer],
-            "blocked": ["part cost unavailable to a read-only role"],
-            "permissions": {"read": ["orders", "history"], "write": []},
-            "next": "ask the supervisor for the delivery forecast of part P-17",
-            "stop_reason": "accepted",
-        }
-        if omit_blocked:
-            data.pop("blocked")
-        return data
+        return handoff_from_trace(state, answer, ORDER, omit=("blocked",) if omit_blocked else ())
 
     def remember(state: RunState) -> list[MemoryRecord]:
         order = state.last_data("erp__read_order")
@@ -243,6 +278,7 @@ def make_agent(*, omit_blocked: bool = False) -> Agent:
         limits=Limits(max_steps=6, llm_calls=8, llm_calls_hard=10, deadline_s=60),
         memory_subjects=(SUBJECT,),
         handoff=handoff,
+        resolve_evidence=resolve_from_trace,
         remember=remember,
     )
 

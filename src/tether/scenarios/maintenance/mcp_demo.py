@@ -90,7 +90,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     result = anyio.run(_demo, args.out)
     if args.json:
-        print(json.dumps(result, sort_keys=True, default=str))
+        from tether.commands._output import emit_json
+
+        emit_json(result, exit=0 if result["ok"] else 1)
     else:
         print(f"review digest: {result['review_digest']}")
         print(f"pinned: {', '.join(result['pinned'])}; not pinned: {result['not_pinned']}")
