@@ -110,6 +110,7 @@ class HostCore:
         timeout_s: float = 30.0,
     ) -> ToolSource:
         """Connect an MCP server (stdio subprocess or Streamable HTTP). Tools become ``<name>__<tool>``."""
+        # Lazy for start-up time: hosts without MCP servers never load the MCP client.
         from tether.mcp.source import McpServerSource
 
         source = McpServerSource(

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tether.cli import main
-from tether.commands._output import ENVELOPE
+from tether.clisupport.output import ENVELOPE
 from tether.models.fake_server import FakeChatServer, Reply, scripted
 
 TOOLS = '''

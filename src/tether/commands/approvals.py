@@ -12,7 +12,7 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    from tether.commands._approvals_db import default_db
+    from tether.clisupport.approvals_db import default_db
 
     p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
     db_help = f"approval store (default {default_db()})"
@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import getpass
 
-    from tether.commands._approvals_db import default_db
-    from tether.commands._output import emit_json, fail, table
+    from tether.clisupport.approvals_db import default_db
+    from tether.clisupport.output import emit_json, fail, table
     from tether.errors import ApprovalError
     from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
 

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tether.commands._output import emit_json, fail, table
+    from tether.clisupport.output import emit_json, fail, table
     from tether.errors import TetherError
     from tether.evals.cases import load_cases
     from tether.evals.compare import run_comparison

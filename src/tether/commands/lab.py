@@ -28,7 +28,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.commands._output import emit_json, table
+    from tether.clisupport.output import emit_json, table
     from tether.scenarios.maintenance.lab import EXPECTED, run_mode
     from tether.scenarios.maintenance.lab import MODES as LAB_MODES
 

@@ -126,13 +126,13 @@ def _load(args: argparse.Namespace) -> Any:
 
 
 def _safe(text: object) -> str:
-    from tether.commands._output import safe
+    from tether.clisupport.output import safe
 
     return safe(text)
 
 
 def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
-    from tether.commands._output import fail
+    from tether.clisupport.output import fail
 
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
@@ -140,7 +140,7 @@ def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
 def _review(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
     from tether.mcp.approve import review_server
 
@@ -175,7 +175,7 @@ def _review(args: argparse.Namespace) -> int:
 def _approve(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
     from tether.mcp.approve import approve_server
 
@@ -348,7 +348,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
-    from tether.commands._output import fail
+    from tether.clisupport.output import fail
 
     command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
     return fail(command, err, as_json=args.json)
@@ -365,7 +365,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
     from tether.mcpapp.runner import answer_pause, resume_pause
 
@@ -403,7 +403,7 @@ def _resume(args: argparse.Namespace) -> int:
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
     """The approval store a paused run lives in: --db, else the default one if the run is there."""
     from tether.agentrecord import record_path
-    from tether.commands._approvals_db import default_db
+    from tether.clisupport.approvals_db import default_db
 
     if getattr(args, "db", None) is not None:
         return str(args.db)
@@ -413,7 +413,7 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _pauses(args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
     from tether.mcp.pauses import PauseStore
 

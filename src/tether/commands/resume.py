@@ -51,8 +51,8 @@ def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.commands._approvals_db import default_db
-    from tether.commands._output import fail
+    from tether.clisupport.approvals_db import default_db
+    from tether.clisupport.output import fail
     from tether.commands._progress import ProgressSink, progress_wanted
     from tether.commands.run import report
     from tether.errors import ApprovalError, ConfigError

@@ -128,7 +128,7 @@ def _show_delta() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.commands._output import fail
+    from tether.clisupport.output import fail
 
     if args.scenario is not None:
         return run_scenario(args)
@@ -217,7 +217,7 @@ def report(
     **extra: Any,
 ) -> int:
     """Print a finished (or paused) run and return its exit code."""
-    from tether.commands._output import emit_json, print_run, run_payload
+    from tether.clisupport.output import emit_json, print_run, run_payload
     from tether.commands._progress import write_results
 
     down = unavailable_servers(host)
@@ -303,7 +303,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.agentfile import LimitsSpec
-    from tether.commands._output import fail
+    from tether.clisupport.output import fail
     from tether.errors import ConfigError
     from tether.scenarios.maintenance import lab
 
@@ -360,7 +360,7 @@ def run_scenario(args: argparse.Namespace) -> int:
 
 def demo_main(argv: list[str]) -> int:
     """``tether demo maintenance "QUESTION" [--model …]``: the S1 agent on a question."""
-    from tether.cli import build_parser
-
-    args = build_parser().parse_args(["run", *argv, "--scenario", "maintenance"])
+    parser = argparse.ArgumentParser(prog="tether demo maintenance")
+    register(parser.add_subparsers(dest="command"))  # the `run` command's own options
+    args = parser.parse_args(["run", *argv, "--scenario", "maintenance"])
     return run(args)

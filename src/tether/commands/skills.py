@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 
 def review(args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json, fail
+    from tether.clisupport.output import emit_json, fail
     from tether.context.skills import review_folder
 
     if not args.folder.is_dir():

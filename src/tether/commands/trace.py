@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json, fail
+    from tether.clisupport.output import emit_json, fail
     from tether.errors import ConfigError
     from tether.trace.stats import stats_for
 

@@ -62,7 +62,7 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json, table
+    from tether.clisupport.output import emit_json, table
     from tether.console.users import AuthError, UserStore
 
     store = UserStore(args.db or default_users_db())

@@ -40,7 +40,6 @@ from tether.tools.contract import Effect, Tool, ToolContext, ToolSpec, tool
 from tether.types import Decision, GateOutcome, Observation
 
 if TYPE_CHECKING:
-    from tether.host import GateOutcome
     from tether.run import RunState
 
 __all__ = ["Composed", "ContextConfig", "ContextEngine"]

@@ -20,7 +20,7 @@ from tether.host import Host
 from tether.mcp.config import McpConfig
 from tether.mcp.elicitation import Responder, check_schema, validate_answer
 from tether.mcp.hosting import mcp_sources
-from tether.mcp.pauses import Pause
+from tether.mcp.pauses import Pause, PauseStore
 from tether.mcpapp.hosting import build_host
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
@@ -226,8 +226,6 @@ def answer_pause(
     Raises ``ApprovalError`` (``unknown_pause``, ``not_pending``, ``invalid_answer``); an
     invalid answer changes nothing.
     """
-    from tether.mcp.pauses import PauseStore
-
     store = PauseStore(config.path(config.host.state))
     try:
         pause = store.get(pause_id)
@@ -260,8 +258,6 @@ async def resume_pause(
 
     Raises ``ApprovalError`` (unknown/not pending pause, invalid answer) and ``ConfigError``.
     """
-    from tether.mcp.pauses import PauseStore
-
     pause = answer_pause(config, pause_id, action, content, actor=actor)
     server = pause.server
     host = build_host(config, servers=[server])

@@ -38,16 +38,14 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether.errors import PolicyError
+from tether.policy.rules import Decision, Policy, ProposedCall
+from tether.policy.trusted import TrustedContext
 from tether.schema import MAX_DEPTH
 from tether.schema import check_arguments as _check_against_schema
-
-if TYPE_CHECKING:
-    from tether.policy.rules import Decision, Policy
-    from tether.policy.trusted import TrustedContext
-    from tether.tools.contract import Tool, ToolSpec
+from tether.tools.contract import Tool, ToolSpec
 
 __all__ = [
     "MAX_DEPTH",
@@ -259,8 +257,6 @@ def parse_envelope(raw: str | bytes) -> tuple[str, dict[str, Any]]:
 
 
 def _specs(tools: Iterable[Tool | ToolSpec] | Mapping[str, Tool | ToolSpec]) -> dict[str, ToolSpec]:
-    from tether.tools.contract import ToolSpec
-
     items = tools.values() if isinstance(tools, Mapping) else tools
     out: dict[str, ToolSpec] = {}
     for t in items:
@@ -283,8 +279,6 @@ def propose(
     ``PolicyError`` for every refusal, with ``reason`` the failed check (for a policy denial,
     the rule's reason, e.g. ``cross_tenant``); it raises nothing else for any input.
     """
-    from tether.policy.rules import ProposedCall
-
     name, arguments = parse_envelope(raw_json)
     spec = _specs(tools).get(name)
     if spec is None:

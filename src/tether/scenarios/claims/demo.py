@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether demo claims", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(list(argv or []))
-    from tether.commands._output import emit_json, table
+    from tether.clisupport.output import emit_json, table
 
     stream = io.StringIO()
     rows = anyio.run(_run_all, stream)

@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether demo contract", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(list(argv or []))
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
 
     case = load_cases(CASES_PATH).cases[0]
     rows = [anyio.run(run_version, v, case) for v in ("v1", "v2")]

@@ -130,7 +130,7 @@ async def run_scenario(db: Path) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     import anyio
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
 
     parser = argparse.ArgumentParser(
         prog="tether demo leads", description="Scenario S2: lead-draft tool policy (offline, fictitious)."
@@ -164,8 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _agent(db: Path | None, as_json: bool) -> int:
     import anyio
 
-    from tether.commands._approvals_db import EXIT_CODES, default_db
-    from tether.commands._output import emit_json
+    from tether.clisupport.approvals_db import EXIT_CODES, default_db
+    from tether.clisupport.output import emit_json
     from tether.scenarios.leads.agent import CONTEXT, OBJECTIVE, build
 
     db = db or default_db()

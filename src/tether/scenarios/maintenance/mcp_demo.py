@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     result = anyio.run(_demo, args.out)
     if args.json:
-        from tether.commands._output import emit_json
+        from tether.clisupport.output import emit_json
 
         emit_json(result, exit=0 if result["ok"] else 1)
     else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tether.commands._output import EXIT_CODES  # one table for every command
+from tether.clisupport.output import EXIT_CODES  # one table for every command
 
 __all__ = ["EXIT_CODES", "default_db"]
 
