@@ -192,7 +192,7 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
         print(safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
     for name, why in (payload.get("unavailable_servers") or {}).items():
         print(safe(f"unavailable: {name}: {why}"))
-    for note in payload.get("notes", ()):
+    for note in payload.get("mcp_notes", payload.get("notes", ())):
         print(safe(note))
     for p in payload.get("problems", ()):
         if p.get("hint"):

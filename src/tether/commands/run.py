@@ -227,6 +227,10 @@ def report(
     payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
     payload.update(mcp_facts(result, host, tools))
+    # What the call lines alone would hide: a server running unconfined, a question declined
+    # during a call that still returned ok, a result cleaned of hidden text.
+    warnings = [f"warning: server {s.name}: {w}" for s in host.sources for w in getattr(s, "warnings", ())]
+    payload["mcp_notes"] = [*warnings, *payload.pop("notes", [])]
     if trace_results:
         path = write_results(result, host.secrets)
         payload["results_file"] = str(path) if path else None
