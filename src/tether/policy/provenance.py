@@ -199,9 +199,13 @@ _EDGE = " \t\n\"'`.,;:!?()[]{}<>"
 _NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$")
 
 
+_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+
+
 def normalise(value: str) -> str:
-    """Case-folded, NFKC, whitespace collapsed, surrounding quotes and punctuation stripped."""
-    text = unicodedata.normalize("NFKC", value).casefold()
+    """Case-folded, NFKC, invisible characters dropped, whitespace collapsed, surrounding
+    quotes and punctuation stripped: two values that read the same compare equal."""
+    text = unicodedata.normalize("NFKC", value).translate(_INVISIBLE).casefold()
     return _WS.sub(" ", text).strip(_EDGE)
 
 

@@ -16,7 +16,9 @@ may come from; an undeclared argument is a configuration error at load time
   declared fields (``named``) state; with ``cumulative`` the run's executed calls of the
   tool count towards it (no splitting into small payments);
 * ``option`` — an enumerated flag: ``safe`` values pass, others only when the request
-  contains a phrase declared for that value (``requested_by``), else approval;
+  contains a phrase declared for that value (``requested_by``), else approval; likewise a
+  tool with an effect and no arguments at all (marking mail as read) runs only when the
+  request contains one of the tool's declared ``requested_by`` phrases;
 * ``content`` — free text: any origin, but links, e-mail addresses and account numbers
   inside it must come from ``links_from`` classes (default: user, directory); the tool's
   ``no_flow`` classes may not leave in it (a whole field of such a source inside the
@@ -55,7 +57,7 @@ ROLES: tuple[str, ...] = (
     "content",
 )
 _SOURCED = frozenset({"destination", "target", "name", "profile", "secret"})
-RELAY_SPAN = 60
+RELAY_SPAN = 40
 """Characters of third-party text repeated verbatim that make a value a relay (``no_relay``)."""
 _KEYS = {
     "role",
@@ -160,10 +162,11 @@ class ToolRules:
     no_flow: frozenset[str] = frozenset()
     effect: str | None = None
     no_relay: frozenset[str] = frozenset()
+    requested_by: tuple[str, ...] = ()  # a tool with an effect and no arguments: the phrases that ask for it
 
     @classmethod
     def from_dict(cls, tool: str, data: Mapping[str, Any]) -> ToolRules:
-        unknown = set(data) - {"arguments", "no_flow", "no_relay", "effect"}
+        unknown = set(data) - {"arguments", "no_flow", "no_relay", "effect", "requested_by"}
         if unknown:
             raise ValueError(f"unknown keys for tool {tool!r}: {sorted(unknown)}")
         args = {a: ArgumentRule.from_dict(a, r) for a, r in (data.get("arguments") or {}).items()}
@@ -173,6 +176,7 @@ class ToolRules:
             frozenset(data.get("no_flow", ())),
             data.get("effect"),
             frozenset(data.get("no_relay", ())),
+            tuple(map(str, data.get("requested_by", ()))),
         )
 
 
@@ -198,6 +202,8 @@ def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> 
             problems.append(f"{spec.name}: undeclared arguments: {sorted(missing)}")
         if params and not any(r.restricts for r in declared.arguments.values()):
             problems.append(f"{spec.name}: no argument is restricted (declare its decisive arguments)")
+        if not params and not declared.requested_by:
+            problems.append(f"{spec.name}: an effect without arguments needs 'requested_by' phrases")
         for r in declared.arguments.values():
             if r.same_day_as is not None and r.same_day_as not in declared.arguments:
                 problems.append(f"{spec.name}.{r.argument}: same_day_as names no argument")

@@ -194,6 +194,9 @@ class ProvenanceRules:
             )
         index = self._index(call.state)
         out = _Verdict()
+        if effectful and rules.requested_by and not any(_phrase_in(index, p) for p in rules.requested_by):
+            # Nothing in the call can be traced: the request itself must ask for this effect.
+            out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
