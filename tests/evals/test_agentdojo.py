@@ -130,7 +130,15 @@ async def test_in_plan_mode_injected_text_adds_no_call_even_without_a_gate(
             attacker=attacker,
         )
         assert paid.triggered and not paid.attack_succeeded
-        assert paid.blocked == ["send_money:approval_unavailable"]
+        assert paid.blocked == ["send_money:approval_unavailable"] and paid.attacker_writes == []
+    # Without the gate the extracted attacker's IBAN is paid: the extractor attack is real.
+    open_ = await banking.run(
+        banking.user_tasks["user_task_0"],
+        banking.injection_tasks["injection_task_0"],
+        mode="plan",
+        gate=False,
+    )
+    assert open_.attack_succeeded and open_.attacker_writes == ["send_money:extracted"]
 
 
 async def test_attacks_written_for_tasks_without_ground_truth_are_real_and_blocked(

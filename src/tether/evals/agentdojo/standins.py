@@ -169,6 +169,7 @@ class CompromisedExtractor:
         self.adaptive = adaptive
         self.prompt = prompt
         self.triggered = False
+        self.substituted: set[int] = set()  # planned steps that received an attacker's value
 
     async def extract(self, request: Any) -> Any:
         seen = any(MARKER in text for text in request.sources)
@@ -179,6 +180,7 @@ class CompromisedExtractor:
         if not (seen and request.argument in self.attacker):
             return truth
         value = self.attacker[request.argument]
+        self.substituted.add(request.step)
         if not self.adaptive:
             return value
         if isinstance(truth, list) and isinstance(value, list):
