@@ -51,8 +51,8 @@ BETA = TrustedContext(tenant="org-beta")
         (lambda v: Egress(v), "egress"),
         (lambda v: EffectApproval(v), "automatic_effects"),
         (lambda v: ProvenancePolicy(ProvenanceRules({}, TrustConfig()), allow=v), "Policy.allow"),
-        (lambda v: ProvenanceRules({}, TrustConfig(), anchor_classes=v), "anchor_classes"),
-        (lambda v: ArgumentRule.from_dict("to", {"allow": v}), "to.allow"),
+        (lambda v: ArgumentRule.from_dict("to", {"role": "destination", "from": v}), "to.from"),
+        (lambda v: ArgumentRule.from_dict("to", {"role": "destination", "approve": v}), "to.approve"),
         (lambda v: ToolRules.from_dict("send", {"no_flow": v}), "send.no_flow"),
     ],
 )

@@ -30,7 +30,10 @@ TRUST = TrustConfig(sources={"read_bill": SourceTrust(default="third_party")})
 RULES = {
     "send_money": ToolRules(
         "send_money",
-        {"recipient": ArgumentRule("recipient", allow=frozenset({"user"}), otherwise="approve")},
+        {
+            "recipient": ArgumentRule("recipient", "destination", allow=frozenset({"user"})),
+            "amount": ArgumentRule("amount", "amount", bound=frozenset({"user"})),
+        },
     )
 }
 
@@ -124,7 +127,7 @@ async def test_the_same_plan_pays_when_the_user_named_the_payee() -> None:
     bank = Bank()
     async with make_host(bank) as host:
         result = await run_plan(
-            host, Planner(), Extractor(obey=False), f"Pay bill-dec.txt to {BILLER}", context=CTX
+            host, Planner(), Extractor(obey=False), f"Pay the 98.70 of bill-dec.txt to {BILLER}", context=CTX
         )
     assert result.stop_reason is StopReason.ACCEPTED
     assert bank.sent == [(BILLER, 98.7)]

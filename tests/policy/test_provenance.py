@@ -11,6 +11,7 @@ from tether.policy.provenance import (
     label_observation,
     split_values,
 )
+from tether.policy.provenance_values import date_mentions, figures, find_links, parse_date
 
 pytestmark = pytest.mark.spec("P1")
 
@@ -18,9 +19,9 @@ MAIL = TrustConfig(
     sources={
         "read_mail": SourceTrust(
             default="third_party",
-            fields={"id": "system", "sender": "address"},
+            fields={"id": "system", "sender": "address", "status": "system"},
             author=("sender",),
-            author_trust="internal",
+            naming=("sender",),
         )
     }
 )
@@ -43,19 +44,18 @@ INBOX = [
 def index(
     objective: str, data: object = INBOX, directory: tuple[str, ...] = ("bob@corp.example",)
 ) -> ProvenanceIndex:
-    segments = label_observation("read_mail", "mail", data, "", MAIL, directory=directory, call_id="c1")
+    segments = label_observation("read_mail", "mail", data, "", MAIL, call_id="c1")
     return ProvenanceIndex(objective, segments=segments, directory=directory)
 
 
 def test_every_leaf_carries_tool_server_record_field_author_and_trust() -> None:
-    segments = label_observation("read_mail", "mail", INBOX, "", MAIL, directory=["bob@corp.example"])
+    segments = label_observation("read_mail", "mail", INBOX, "", MAIL)
     body = next(s for s in segments if s.label.path == "[1].body")
     assert (body.label.tool, body.label.server, body.label.record_id) == ("read_mail", "mail", "14")
     assert (body.label.author, body.label.trust) == ("eve@evil.example", "third_party")
-    # The same field written by a directory member is raised to the author class; named
-    # fields keep their own class whoever wrote the record.
-    trusted_body = next(s for s in segments if s.label.path == "[0].body")
-    assert trusted_body.label.trust == "internal"
+    # What a colleague wrote is third-party text too: no author is trusted for their words.
+    colleague = next(s for s in segments if s.label.path == "[0].body")
+    assert colleague.label.trust == "third_party"
     assert next(s for s in segments if s.label.path == "[0].id").label.trust == "system"
 
 
@@ -114,23 +114,106 @@ def test_directory_values_trace_to_trusted_host_context() -> None:
     assert "host" in kinds and "tool" in kinds
 
 
-def test_a_record_is_named_by_the_user_through_its_title() -> None:
-    data = [{"id": "5", "title": "Dental check-up", "sender": "x@y.example"}]
-    idx = index("Please move my dental check-up to Friday", data=data)
-    origin = idx.trace("5")[0]
-    assert origin.label is not None and idx.record_named_by_user(origin.label)
-    other = index("Please move my haircut to Friday", data=data)
-    assert not other.record_named_by_user(other.trace("5")[0].label)  # type: ignore[arg-type]
+def test_a_record_is_named_only_through_a_declared_naming_field() -> None:
+    config = TrustConfig(sources={"events": SourceTrust(naming=("title",), fields={"status": "system"})})
+    data = [
+        {"id": "5", "title": "Dental check-up", "status": "received", "notes": "bring the forms"},
+        {"id": "6", "title": "Haircut", "status": "received", "notes": "dental check-up follow-up"},
+    ]
+
+    def named(objective: str, record: str) -> bool:
+        idx = ProvenanceIndex(objective, segments=label_observation("events", "cal", data, "", config))
+        origin = next(o for o in idx.trace(record) if o.label is not None)
+        assert origin.label is not None
+        return idx.record_named_by_user(origin.label)
+
+    # The whole title in the request names the event ...
+    assert named("Please move my dental check-up to Friday", "5")
+    # ... words elsewhere in the record do not (a note, a status), nor does part of a title.
+    assert not named("Please move my dental check-up to Friday", "6")
+    assert not named("Show the mails I received", "5")
+    assert not named("Move the dental appointment", "5")
 
 
-def test_template_filled_with_tool_fields_overlaps_the_request() -> None:
+def test_a_file_is_named_by_its_name_spoken_without_extension() -> None:
+    config = TrustConfig(sources={"files": SourceTrust(naming=("filename",))})
+    data = [{"id_": "9", "filename": "grocery-list.docx"}, {"id_": "4", "filename": "list.docx"}]
+    idx = ProvenanceIndex(
+        "Add eggs to my grocery list", segments=label_observation("files", "drive", data, "", config)
+    )
+    labels = {o.label.record_id: o.label for v in ("9", "4") for o in idx.trace(v) if o.label}
+    assert idx.record_named_by_user(labels["9"])
+    assert not idx.record_named_by_user(labels["4"])  # "list" is a word of the request, not its name
+
+
+def test_text_the_user_wrote_names_a_record_by_a_word_and_text_others_wrote_does_not() -> None:
+    config = TrustConfig(
+        sources={
+            "payments": SourceTrust(naming=("counterparty",), self_naming=("subject",), author=("sender",))
+        }
+    )
+    data = [
+        {"id": 3, "sender": "me", "counterparty": "SE35500", "subject": "Spotify Premium", "amount": 50},
+        {"id": 5, "sender": "GB29NWBK", "counterparty": "me", "subject": "Spotify refund", "amount": 10},
+    ]
+    segments = label_observation("payments", "bank", data, "", config, own=["me"])
+    idx = ProvenanceIndex("Pay what I usually pay for Spotify", segments=segments)
+    records = {seg.label.record_id: seg.label for seg in segments}
+    assert idx.record_named_by_user(records["3"])  # the user's own payment, by a word they wrote
+    assert not idx.record_named_by_user(records["5"])  # a subject someone else chose
+
+
+def test_template_filled_with_one_whole_tool_field_comes_from_the_request() -> None:
     data = {"New Israeli Restaurant": "123 Rue de Rivoli"}
     segments = label_observation("addr", "travel", data, "", TrustConfig())
     idx = ProvenanceIndex("Title it 'Dinner at {restaurant_name}'", segments=segments)
-    assert idx.user_overlap("Dinner at New Israeli Restaurant")
-    assert not idx.user_overlap("Booking a room at the New Israeli Restaurant")
+    assert idx.fills_template("Dinner at New Israeli Restaurant")
+    assert not idx.fills_template("Booking a room at the New Israeli Restaurant")
+    assert not idx.fills_template("Dinner at Riverside View Hotel")  # the filling is no tool field
+
+
+def test_links_are_found_with_any_tld_full_width_dots_and_defanged_and_idn_shown_as_registered() -> None:
+    keys = lambda text: [link.key for link in find_links(text)]  # noqa: E731
+    assert keys("see secure-login.xyz/a?b=1 now") == ["secure-login.xyz/a?b=1"]
+    assert keys("ｗｗｗ．evil．example today") == ["evil.example"]
+    assert keys("evil。example") == ["evil.example"]
+    assert keys("bit[.]ly/sUf7tOJ") == keys("https://bit.ly/sUf7tOJ") == ["bit.ly/suf7toj"]
+    (idn,) = find_links("log in at www.pаypal.com")  # a Cyrillic "а"
+    assert idn.registered.startswith("www.xn--") and idn.key != "paypal.com"
+    # Not links: an e-mail address, a decimal, an abbreviation.
+    assert keys("write to a@b.example, pay 98.70, e.g. soon") == []
+
+
+def test_dates_are_read_from_iso_values_and_english_mentions() -> None:
+    mentions = date_mentions("from January 11th to January 15th 2025, then the 13th to the 17th of May")
+    assert [(m.year, m.month, m.day) for m in mentions] == [
+        (2025, 1, 11),
+        (2025, 1, 15),
+        (None, 5, 13),
+        (None, 5, 17),
+    ]
+    assert parse_date("2024-5-19 12:00") == parse_date("2024-05-19T12:00:00") == parse_date("2024-05-19")
+    assert parse_date("next Friday") is None
+
+
+def test_figures_leave_out_days_years_and_identifiers() -> None:
+    assert figures("Spent 12.00 in March 2022 on May 3rd; rent is 2,200. IBAN GB29NWBK60161331926819") == [
+        12.0,
+        2200.0,
+    ]
 
 
 def test_trust_config_rejects_unknown_keys() -> None:
     with pytest.raises(ValueError, match="unknown source trust keys"):
         TrustConfig.from_dict({"sources": {"t": {"defualt": "web"}}})
+    with pytest.raises(ValueError, match="unknown source trust keys"):
+        TrustConfig.from_dict({"sources": {"t": {"author_trust": "internal"}}})
+
+
+def test_a_value_is_whole_in_the_request_not_the_tail_of_a_longer_address() -> None:
+    data = [{"id": "1", "sender": "alice.smith@x.example", "body": "hi"}]
+    idx = index("Reply to alice.smith@x.example, please.", data=data, directory=())
+    assert idx.trace("alice.smith@x.example")[0].kind == "user"
+    # The attacker's "smith@x.example" is inside the user's address but is another address.
+    assert [o.kind for o in idx.trace("smith@x.example")] == ["nowhere"]
+    assert [o.kind for o in idx.trace("x.example")] == ["nowhere"]

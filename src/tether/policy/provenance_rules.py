@@ -1,33 +1,25 @@
-"""Policy rules over provenance, declared per tool and argument.
+"""Policy rules over provenance: each proposed call checked against its tool's declaration.
 
-A rule says, for one argument of one tool, which origins are enough (``allow``), which
-need a reviewer (``approve``) and what happens otherwise (``deny`` or ``approve``) — e.g.
-"the recipient of send_money must come from the user or the trusted payee directory;
-from a bank record it needs approval; anything else is denied", "the body may come from
-anywhere, but links inside it must come from the user". Three checks apply per tool:
-
-* **anchor** (on by default for side-effecting tools): at least one argument must be
-  traceable to the user's request, trusted host context, or a record the user named — a
-  side effect built only from tool output and model composition is someone else's intent;
-* **no_flow**: values of the listed trust classes (``private``) must not be carried out in
-  any argument without approval;
-* per-argument rules, each element of a list checked on its own.
-
-Every decision carries the provenance of each argument, so the reviewer sees where each
-value came from. No rule here knows any scenario or benchmark task: rules are data.
+The declarations (roles, sources, bounds) are described in ``provenance_declarations``; this
+module applies them to a run: it labels observations, builds the run's provenance index,
+and decides allow / approve / deny for each call with the provenance of every argument in
+the decision, so a reviewer sees where each value came from. An undeclared side-effecting
+tool or argument is denied at call time (and refused at load time by
+``check_declarations``). No rule here knows any scenario or benchmark task: rules are data.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from tether._names import name_set
 from tether.policy.provenance import (
+    DIRECTORY,
     USER,
     Origin,
     ProvenanceIndex,
@@ -35,88 +27,41 @@ from tether.policy.provenance import (
     SourceLabel,
     TrustConfig,
     label_observation,
+    normalise,
     split_values,
 )
+from tether.policy.provenance_declarations import (
+    RELAY_SPAN,
+    ROLES,
+    ArgumentRule,
+    ToolRules,
+    check_declarations,
+    rules_from_dict,
+)
+from tether.policy.provenance_values import find_handles, find_links, parse_date
 from tether.policy.rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy.trusted import TrustedContext
 
 __all__ = [
+    "ROLES",
     "ArgumentRule",
     "ProvenancePolicy",
     "ProvenanceRules",
     "ToolRules",
+    "check_declarations",
     "index_for",
     "make_labeler",
     "observation_segments",
     "rules_from_dict",
 ]
 
-Otherwise = Literal["deny", "approve"]
 _RANK = {"allow": 0, "approve": 1, "deny": 2}
-_URL = re.compile(
-    r"(?:https?://)?(?:www\.)?[a-z0-9][a-z0-9-]*(?:\.[a-z0-9-]+)*\.(?:com|org|net|io|ly|dev|edu|gov|info|co|de|ch|uk|fr)"
-    r"(?:/[^\s'\"<>)]*)?",
-    re.IGNORECASE,
-)
-
-
-@dataclass(frozen=True)
-class ArgumentRule:
-    """Where one argument's value may come from. Classes: ``user``, ``directory``, ``model``
-    (composed, traced nowhere) and the trust classes of tool sources (``system``, ``web``…)."""
-
-    argument: str
-    allow: frozenset[str] = frozenset()
-    approve: frozenset[str] = frozenset()
-    otherwise: Otherwise = "deny"
-    links_from: frozenset[str] | None = None  # URLs inside the value must come from these
-    any: bool = False  # no restriction on origin (links_from may still apply)
-
-    @classmethod
-    def from_dict(cls, argument: str, data: Mapping[str, Any] | str) -> ArgumentRule:
-        if data == "any":
-            return cls(argument, any=True)
-        if not isinstance(data, Mapping):
-            raise ValueError(f"rule for {argument!r} must be 'any' or a mapping")
-        unknown = set(data) - {"allow", "approve", "otherwise", "links_from", "any"}
-        if unknown:
-            raise ValueError(f"unknown keys in rule for {argument!r}: {sorted(unknown)}")
-        otherwise = data.get("otherwise", "deny")
-        if otherwise not in ("deny", "approve"):
-            raise ValueError(f"otherwise must be deny or approve, not {otherwise!r}")
-        links = data.get("links_from")
-        return cls(
-            argument,
-            allow=name_set(data.get("allow", ()), what=f"{argument}.allow"),
-            approve=name_set(data.get("approve", ()), what=f"{argument}.approve"),
-            otherwise=otherwise,
-            links_from=name_set(links, what=f"{argument}.links_from") if links is not None else None,
-            any=bool(data.get("any", False)),
-        )
-
-
-@dataclass(frozen=True)
-class ToolRules:
-    """The provenance rules of one tool. ``anchor=None``: required when the tool has effects."""
-
-    tool: str
-    arguments: Mapping[str, ArgumentRule] = field(default_factory=dict)
-    anchor: bool | None = None
-    no_flow: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_dict(cls, tool: str, data: Mapping[str, Any]) -> ToolRules:
-        unknown = set(data) - {"arguments", "anchor", "no_flow", "effect", "egress_argument"}
-        if unknown:
-            raise ValueError(f"unknown keys for tool {tool!r}: {sorted(unknown)}")
-        args = {a: ArgumentRule.from_dict(a, r) for a, r in (data.get("arguments") or {}).items()}
-        return cls(tool, args, data.get("anchor"), name_set(data.get("no_flow", ()), what=f"{tool}.no_flow"))
 
 
 # -- the index of a run -------------------------------------------------------------------
 
 
-def observation_segments(obs: Any, config: TrustConfig, directory: Iterable[str] = ()) -> list[Segment]:
+def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
     """Segments of one observation: the labels the host attached, or labelled now."""
     cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
     if isinstance(cached, list):
@@ -125,22 +70,21 @@ def observation_segments(obs: Any, config: TrustConfig, directory: Iterable[str]
             return [seg for seg in restored if seg is not None]
     if obs.is_error:
         return []
-    return label_observation(
-        obs.tool, obs.source, obs.data, obs.text, config, directory=directory, call_id=obs.call_id
-    )
+    return label_observation(obs.tool, obs.source, obs.data, obs.text, config, own=own, call_id=obs.call_id)
 
 
-def make_labeler(config: TrustConfig, directory: Iterable[str] = ()) -> Callable[[Any], Any]:
+def make_labeler(config: TrustConfig, own: Iterable[str] = ()) -> Callable[[Any], Any]:
     """A ``Host(labeler=...)`` hook: attaches labelled segments (``meta["provenance"]``) and a
-    summary of the sources an observation holds (``meta["sources"]``: record, author, trust)."""
-    known = list(directory)
+    summary of the sources an observation holds (``meta["sources"]``: record, author, trust).
+    ``own``: the user's own identities (for ``self_naming`` fields)."""
+    mine = list(own)
 
     def label(obs: Any) -> Any:
         segments = (
             []
             if obs.is_error
             else label_observation(
-                obs.tool, obs.source, obs.data, obs.text, config, directory=known, call_id=obs.call_id
+                obs.tool, obs.source, obs.data, obs.text, config, own=mine, call_id=obs.call_id
             )
         )
         sources = sorted({(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments})
@@ -156,30 +100,54 @@ def _segment(item: Any) -> Segment | None:
         return item
     try:
         return Segment(
-            item["raw"], item["text"], SourceLabel(**item["label"]), bool(item["whole"]), item["field_name"]
+            item["raw"],
+            item["text"],
+            SourceLabel(**item["label"]),
+            bool(item["whole"]),
+            item["field_name"],
+            str(item.get("naming", "")),
         )
-    except (TypeError, KeyError):
+    except (TypeError, KeyError, AttributeError):
         return None
 
 
-def index_for(state: Any, config: TrustConfig, directory: Iterable[str] = ()) -> ProvenanceIndex:
+def index_for(
+    state: Any, config: TrustConfig, directory: Iterable[str] = (), own: Iterable[str] = ()
+) -> ProvenanceIndex:
     """The provenance index of a run state (objective + observations so far)."""
-    directory = list(directory)
     segments: list[Segment] = []
+    mine = list(own)
     for obs in getattr(state, "observations", []) or []:
-        segments.extend(observation_segments(obs, config, directory))
+        segments.extend(observation_segments(obs, config, mine))
     return ProvenanceIndex(getattr(state, "objective", "") or "", segments=segments, directory=directory)
 
 
 # -- the rule -------------------------------------------------------------------------------
 
 
-def _classes(origins: Sequence[Origin]) -> set[str]:
-    return {o.trust for o in origins}
+def classes_of(index: ProvenanceIndex, origins: Sequence[Origin]) -> set[str]:
+    """Trust classes of a value's origins, plus ``named:<class>`` for origins in a record the
+    user named (a whole field or text inside it)."""
+    out = {o.trust for o in origins}
+    for o in origins:
+        if o.kind == "tool" and o.label is not None and index.record_named_by_user(o.label):
+            out.add(f"named:{o.trust}")
+    return out
+
+
+@dataclass
+class _Verdict:
+    verdict: str = "allow"
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def worse(self, v: str, problem: dict[str, Any]) -> None:
+        self.problems.append(problem)
+        if _RANK[v] > _RANK[self.verdict]:
+            self.verdict = v
 
 
 class ProvenanceRules:
-    """A ``Rule``: checks each proposed call against its tool's provenance rules."""
+    """A ``Rule``: checks each proposed call against its tool's declared arguments."""
 
     name = "provenance"
 
@@ -189,12 +157,12 @@ class ProvenanceRules:
         config: TrustConfig,
         *,
         directory: Iterable[str] = (),
-        anchor_classes: Iterable[str] = (USER,),
+        own: Iterable[str] = (),
     ) -> None:
         self.tools = dict(tools)
         self.config = config
         self.directory = list(directory)
-        self.anchor_classes = name_set(anchor_classes, what="anchor_classes")
+        self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
 
     def _index(self, state: Any) -> ProvenanceIndex:
@@ -203,7 +171,7 @@ class ProvenanceRules:
         n = len(getattr(state, "observations", []) or [])
         if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
             return self._cache[2]
-        index = index_for(state, self.config, self.directory)
+        index = index_for(state, self.config, self.directory, self.own)
         try:
             ref: Callable[[], Any] = weakref.ref(state)
         except TypeError:  # not weak-referenceable (None, a plain dict): do not cache
@@ -213,50 +181,34 @@ class ProvenanceRules:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
-        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name) or ToolRules(spec.name)
-        needs_anchor = rules.anchor if rules.anchor is not None else spec.effect.side_effecting
-        if not rules.arguments and not needs_anchor and not rules.no_flow:
+        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        effectful = spec.effect.side_effecting
+        if rules is None:
+            if effectful:
+                return Decision("deny", self.name, "undeclared_tool", {"tool": spec.name})
             return None
+        undeclared = sorted(a for a in call.arguments if a not in rules.arguments)
+        if undeclared and effectful:
+            return Decision(
+                "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
+            )
         index = self._index(call.state)
-        verdict = "allow"
-        problems: list[dict[str, Any]] = []
+        out = _Verdict()
+        if effectful and rules.requested_by and not any(_phrase_in(index, p) for p in rules.requested_by):
+            # Nothing in the call can be traced: the request itself must ask for this effect.
+            out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
-        anchored = False
-
-        def worse(v: str, problem: dict[str, Any]) -> None:
-            nonlocal verdict
-            problems.append(problem)
-            if _RANK[v] > _RANK[verdict]:
-                verdict = v
-
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
-            for element in split_values(value):
-                origins = index.trace(element)
-                classes = _classes(origins)
-                # A whole field of a record the user named ("the Introductory meeting") also
-                # carries the class ``named:<trust>``, so rules may accept it specifically.
-                named = {
-                    f"named:{o.trust}"
-                    for o in origins
-                    if o.kind == "tool"
-                    and o.match == "exact"
-                    and o.label
-                    and index.record_named_by_user(o.label)
-                }
-                classes |= named
-                shown.setdefault(arg, []).append(
-                    {
-                        "value": element[:200],
-                        "origins": [o.describe() for o in origins[:5]] + sorted(named),
-                    }
-                )
-                if named or classes & self.anchor_classes or index.user_overlap(element):
-                    anchored = True
-                if rules.no_flow:
+            if rule is None or value is None:
+                continue
+            for element in _elements(value, rule):
+                shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
+            if rules.no_flow:
+                for element in split_values(value):
                     leaked = index.contained_segments(element, rules.no_flow)
                     if leaked:
-                        worse(
+                        out.worse(
                             "approve",
                             {
                                 "argument": arg,
@@ -264,36 +216,237 @@ class ProvenanceRules:
                                 "from": leaked[0].label.describe(),
                             },
                         )
-                if rule is None:
-                    continue
-                if rule.links_from is not None:
-                    for link in _URL.findall(element):
-                        link_classes = _classes(index.trace(link))
-                        if not link_classes & rule.links_from:
-                            worse(
-                                "approve",
-                                {
-                                    "argument": arg,
-                                    "problem": "untrusted_link",
-                                    "link": link,
-                                    "origins": sorted(link_classes),
-                                },
-                            )
-                if rule.any or classes & rule.allow:
-                    continue
-                v = "approve" if classes & rule.approve else rule.otherwise
-                worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
-        if needs_anchor and not anchored:
-            worse("approve", {"problem": "unanchored", "detail": "no argument traces to the user"})
-        if verdict == "allow":
+                        break
+            if rules.no_relay and rule.role == "content":
+                for element in split_values(value):
+                    relayed = _relayed(index, element, rules.no_relay)
+                    if relayed is not None:
+                        out.worse(
+                            "approve",
+                            {"argument": arg, "problem": "relayed_text", "from": relayed.label.describe()},
+                        )
+                        break
+        if out.verdict == "allow":
             return None
-        reason = problems[0]["problem"] if problems else "provenance"
         return Decision(
-            "deny" if verdict == "deny" else "approve",
+            "deny" if out.verdict == "deny" else "approve",
             self.name,
-            reason,
-            {"tool": spec.name, "problems": problems, "provenance": shown},
+            out.problems[0]["problem"],
+            {"tool": spec.name, "problems": out.problems, "provenance": shown},
         )
+
+    # -- one element of one argument --------------------------------------------------------
+
+    def _judge(
+        self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
+    ) -> dict[str, Any]:
+        text = element if isinstance(element, str) else json.dumps(element)
+        origins = index.trace(text) if not isinstance(element, bool) else []
+        classes = classes_of(index, origins)
+        if USER not in classes and "template" in rule.allow and index.fills_template(text):
+            classes.add("template")
+        shown: dict[str, Any] = {
+            "value": text[:200],
+            "role": rule.role,
+            "origins": [o.describe() for o in origins[:5]] + sorted(c for c in classes if ":" in c),
+        }
+        arg = rule.argument
+        if rule.role == "content":
+            self._links(index, rule, arg, text, out, shown)
+        elif rule.role == "amount":
+            self._amount(index, call, rule, element, out, shown)
+        elif rule.role == "option":
+            encoded = json.dumps(element)
+            phrases = rule.requested_by.get(encoded, ())
+            if encoded not in rule.safe and not any(_phrase_in(index, p) for p in phrases):
+                out.worse(
+                    rule.otherwise, {"argument": arg, "problem": "option_not_requested", "value": element}
+                )
+        elif rule.role == "date":
+            if not rule.any:
+                self._date(index, call, rule, element, classes, out, shown)
+        else:
+            links = find_links(text) if rule.role == "destination" else []
+            if links:
+                shown["registered"] = [link.registered for link in links]
+            if rule.role == "name":  # a title filled from a template carries no foreign link either
+                self._links(index, rule, arg, text, out, shown)
+            if not classes & rule.allow:
+                v = "approve" if classes & rule.approve else rule.otherwise
+                out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
+        return shown
+
+    def _links(
+        self,
+        index: ProvenanceIndex,
+        rule: ArgumentRule,
+        arg: str,
+        text: str,
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
+        # An address or account number in text points the reader at a party, as a link does.
+        for handle in find_handles(text):
+            handle_classes = classes_of(index, index.trace(handle))
+            if not handle_classes & allowed:
+                shown.setdefault("handles", []).append(handle)
+                out.worse(
+                    "approve",
+                    {
+                        "argument": arg,
+                        "problem": "untrusted_handle",
+                        "handle": handle[:200],
+                        "origins": sorted(handle_classes),
+                    },
+                )
+        for link in find_links(text):
+            link_classes = classes_of(index, index.link_origins(link.key))
+            if not link_classes & allowed:
+                shown.setdefault("links", []).append(link.registered)
+                out.worse(
+                    "approve",
+                    {
+                        "argument": arg,
+                        "problem": "untrusted_link",
+                        "link": link.raw[:200],
+                        "registered": link.registered,
+                        "origins": sorted(link_classes),
+                    },
+                )
+
+    def _date(
+        self,
+        index: ProvenanceIndex,
+        call: ProposedCall,
+        rule: ArgumentRule,
+        element: Any,
+        classes: set[str],
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        day = parse_date(element)
+        if day is None:
+            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_a_date"})
+            return
+        ok = False
+        if USER in rule.allow:
+            ok = any(m.matches(day) for m in index.request_dates)
+        named = {c.split(":", 1)[1] for c in rule.allow if c.startswith("named:")}
+        if not ok and named:
+            ok = day in index.named_dates(named)
+        if not ok and rule.same_day_as is not None:
+            ok = parse_date(call.arguments.get(rule.same_day_as)) == day
+        if not ok and rule.allow - {USER} - {c for c in rule.allow if c.startswith("named:")}:
+            ok = bool(classes & rule.allow)
+        shown["day"] = day.isoformat()
+        if not ok:
+            out.worse(
+                rule.otherwise,
+                {
+                    "argument": rule.argument,
+                    "problem": "date_not_requested",
+                    "day": day.isoformat(),
+                    "requested": sorted(
+                        {f"{m.year or '*'}-{m.month:02}-{m.day:02}" for m in index.request_dates}
+                    ),
+                },
+            )
+
+    def _amount(
+        self,
+        index: ProvenanceIndex,
+        call: ProposedCall,
+        rule: ArgumentRule,
+        element: Any,
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        try:
+            value = float(element)
+        except (TypeError, ValueError):
+            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_an_amount"})
+            return
+        stated: list[tuple[float, str]] = []
+        if USER in rule.bound:
+            stated += [(f, "the request") for f in index.request_figures]
+        if "named" in rule.bound:
+            for seg in index.named_values(fields=rule.fields):
+                try:
+                    stated.append((abs(float(seg.raw)), seg.label.describe()))
+                except ValueError:
+                    continue
+        bound, by = max(stated, default=(0.0, "nothing"))
+        spent = _spent(call, rule) if rule.cumulative else 0.0
+        shown.update({"bound": bound, "stated_by": by, "already": spent})
+        if value < 0 or value + spent > bound + 1e-9:
+            out.worse(
+                rule.otherwise,
+                {
+                    "argument": rule.argument,
+                    "problem": "amount_over_bound",
+                    "amount": value,
+                    "already_this_run": spent,
+                    "bound": bound,
+                    "stated_by": by,
+                },
+            )
+
+
+def _elements(value: Any, rule: ArgumentRule) -> list[Any]:
+    if rule.role in ("amount", "option") and not isinstance(value, list | dict):
+        return [value]
+    if rule.keys:
+        found: list[Any] = []
+
+        def walk(v: Any) -> None:
+            if isinstance(v, Mapping):
+                for k, item in v.items():
+                    if k in rule.keys and item is not None:
+                        found.extend(split_values(item))
+                    else:
+                        walk(item)
+            elif isinstance(v, list | tuple):
+                for item in v:
+                    walk(item)
+
+        walk(value)
+        return found
+    return list(split_values(value))
+
+
+def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Segment | None:
+    """A segment of ``classes`` that ``value`` repeats verbatim for ``RELAY_SPAN`` characters or
+    more. Windows of two thirds of the span, every third of it, find every such repeat."""
+    text = normalise(value)
+    width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
+    if len(text) < RELAY_SPAN:
+        return None
+    sources = [s for s in index.segments if s.label.trust in classes and len(s.text) >= width]
+    for start in range(0, len(text) - width + 1, stride):
+        window = text[start : start + width]
+        for seg in sources:
+            if window in seg.text:
+                return seg
+    return None
+
+
+def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
+    words = normalise(phrase)
+    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
+
+
+def _spent(call: ProposedCall, rule: ArgumentRule) -> float:
+    """What this run's executed calls of the same tool already put in this argument."""
+    total = 0.0
+    for record in getattr(call.state, "calls", []) or []:
+        if record.tool != call.spec.name or record.status != "ok" or not isinstance(record.arguments, dict):
+            continue
+        try:
+            total += float(record.arguments.get(rule.argument) or 0.0)
+        except (TypeError, ValueError):
+            continue
+    return total
 
 
 class ProvenancePolicy(Policy):
@@ -312,8 +465,3 @@ class ProvenancePolicy(Policy):
         self.provenance = rules
         self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
         self.rules = (self.allowlist, rules, *extra)
-
-
-def rules_from_dict(data: Mapping[str, Any]) -> dict[str, ToolRules]:
-    """Tool rules from a declaration's ``tools`` mapping."""
-    return {str(name): ToolRules.from_dict(str(name), spec or {}) for name, spec in data.items()}

@@ -1,9 +1,10 @@
 """AgentDojo's tools as a tether ``ToolSource``, with declared effects and trust.
 
 Each suite has a declaration file (``suites/<suite>.yaml``): the effect of every tool, the
-trust class of every result field, the provenance rules of every argument that matters and
-which trusted directory the host supplies. A suite tool missing from its declaration is a
-configuration error: nothing runs with an undeclared effect.
+trust class and naming fields of every result source, the role and sources of every
+argument of every tool with an effect, which curated directory the host supplies and which
+identities are the user's own. A suite tool missing from its declaration, or an undeclared
+argument of a tool with an effect, is a configuration error: nothing runs undeclared.
 
 Requires the optional extra ``tether[agentdojo]``; this module imports ``agentdojo`` lazily
 so ``tether`` itself never depends on it.
@@ -20,13 +21,13 @@ import yaml
 
 from tether.errors import ConfigError, ToolInputError
 from tether.policy.provenance import TrustConfig
-from tether.policy.provenance_rules import ToolRules, rules_from_dict
+from tether.policy.provenance_rules import ToolRules, check_declarations, rules_from_dict
 from tether.tools.contract import Effect, ToolContext, ToolOutput, ToolSpec
 
-__all__ = ["DIRECTORIES", "AgentDojoTools", "SuiteDeclaration", "load_declaration"]
+__all__ = ["DIRECTORIES", "SELVES", "AgentDojoTools", "SuiteDeclaration", "load_declaration", "suite_specs"]
 
 SUITES_DIR = Path(__file__).parent / "suites"
-_TOP_KEYS = {"suite", "directory", "trust", "tools"}
+_TOP_KEYS = {"suite", "directory", "self", "trust", "tools"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class SuiteDeclaration:
 
     suite: str
     directory: str
+    own: str
     effects: Mapping[str, Effect]
     trust: TrustConfig
     rules: Mapping[str, ToolRules]
@@ -62,15 +64,27 @@ def load_declaration(suite: str, path: Path | None = None) -> SuiteDeclaration:
     directory = str(data.get("directory", "none"))
     if directory not in DIRECTORIES:
         raise ConfigError(f"{path}: unknown directory {directory!r}; known: {sorted(DIRECTORIES)}")
-    return SuiteDeclaration(str(data.get("suite", suite)), directory, effects, trust, rules)
+    own = str(data.get("self", "none"))
+    if own not in SELVES:
+        raise ConfigError(f"{path}: unknown self {own!r}; known: {sorted(SELVES)}")
+    return SuiteDeclaration(str(data.get("suite", suite)), directory, own, effects, trust, rules)
 
 
-# -- trusted directories: host context read from the environment before the run ----------
+# -- curated host context, read from the environment before the run ------------------------
+# A directory is what the deployment itself vouches for, never whoever wrote to the user:
+# the account and the people it wrote to, the accounts it paid, the workspace's members.
 
 
 def _contacts(env: Any) -> list[str]:
     inbox = env.inbox
-    return [inbox.account_email, *(c.email for c in inbox.contact_list)]
+    mine = inbox.account_email.lower()
+    written_to = {
+        address
+        for mail in inbox.initial_emails
+        if mail.sender.lower() == mine
+        for address in (*mail.recipients, *mail.cc, *mail.bcc)
+    }
+    return [inbox.account_email, *sorted(written_to)]
 
 
 def _payees(env: Any) -> list[str]:
@@ -81,7 +95,7 @@ def _payees(env: Any) -> list[str]:
 
 
 def _members(env: Any) -> list[str]:
-    return list(env.slack.users)
+    return [*env.slack.users, *env.slack.channels]
 
 
 def _own_address(env: Any) -> list[str]:
@@ -96,22 +110,33 @@ DIRECTORIES: dict[str, Callable[[Any], list[str]]] = {
     "none": lambda env: [],
 }
 
+# The user's own identities: records they authored may name things by their words.
+SELVES: dict[str, Callable[[Any], list[str]]] = {
+    "account": lambda env: ["me", env.bank_account.iban],
+    "account_email": lambda env: [env.inbox.account_email],
+    "user_email": lambda env: [env.user.email],
+    "none": lambda env: [],
+}
+
 
 # -- the tool source -----------------------------------------------------------------------
 
 
-_SPECS: dict[str, tuple[ToolSpec, ...]] = {}
+_SPECS: dict[int, tuple[SuiteDeclaration, tuple[ToolSpec, ...]]] = {}
 
 
-def _specs(
+def suite_specs(
     suite_name: str, declaration: SuiteDeclaration, functions: tuple[Any, ...]
 ) -> tuple[ToolSpec, ...]:
-    if suite_name in _SPECS:
-        return _SPECS[suite_name]
+    """The suite's tools as ``ToolSpec``s with their declared effects. Raises ``ConfigError``
+    for a tool without an effect or an argument of a tool with an effect left undeclared."""
+    cached = _SPECS.get(id(declaration))
+    if cached is not None and cached[0] is declaration:
+        return cached[1]
     missing = [f.name for f in functions if f.name not in declaration.effects]
     if missing:
         raise ConfigError(f"suite {suite_name}: tools without a declared effect: {missing}")
-    specs = []
+    specs: list[ToolSpec] = []
     for f in functions:
         schema = f.parameters.model_json_schema()
         schema.pop("title", None)
@@ -126,8 +151,12 @@ def _specs(
                 max_result_chars=200_000,
             )
         )
-    _SPECS[suite_name] = tuple(specs)
-    return _SPECS[suite_name]
+    try:
+        check_declarations(declaration.rules, specs)
+    except ValueError as err:
+        raise ConfigError(f"suite {suite_name}: {err}") from None
+    _SPECS[id(declaration)] = (declaration, tuple(specs))
+    return tuple(specs)
 
 
 def _jsonable(value: Any) -> Any:
@@ -155,6 +184,8 @@ class AgentDojoTools:
         self.declaration = declaration
         self.runtime = FunctionsRuntime(suite.tools)
         self.executed: list[tuple[str, dict[str, Any]]] = []
+        self.call_ids: list[str] = []  # the call id of each executed call, in order
+        self.after_call: Callable[[str, str], None] | None = None  # (call id, tool), once it ran
 
     async def start(self) -> None:
         return None
@@ -163,7 +194,7 @@ class AgentDojoTools:
         return None
 
     async def list_tools(self) -> list[ToolSpec]:
-        return list(_specs(self.name, self.declaration, tuple(self.suite.tools)))
+        return list(suite_specs(self.name, self.declaration, tuple(self.suite.tools)))
 
     def validate(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         from pydantic import ValidationError
@@ -186,6 +217,9 @@ class AgentDojoTools:
         name = spec.remote_name or spec.name
         result, error = self.runtime.run_function(self.env, name, arguments)
         self.executed.append((name, dict(arguments)))
+        self.call_ids.append(context.call_id)
+        if self.after_call is not None:
+            self.after_call(context.call_id, name)
         if error is not None:
             raise ToolInputError(error)
         return ToolOutput(text=tool_result_to_str(result), data=_jsonable(result))
