@@ -290,8 +290,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trace_dir = Path(tmp) / "traces"
-            # First, while the heap holds little freed memory that would hide new allocations.
-            idle_floor, idle_tether = await idle_rss_per_run(many, trace_dir)
+            # Memory in fresh processes: freed memory this process keeps would hide new allocations.
+            idle_floor, idle_tether = memory_child("idle", many, server.url)
             print(
                 f"{many} idle runs in flight: {idle_tether / 1024:.1f} KB RSS per run"
                 f" (floor {idle_floor / 1024:.1f} KB; target <= 100 KB)",
@@ -347,14 +347,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     flush=True,
                 )
             concurrent_s, concurrent_raw = together["tether"][0], together["raw_httpx2"][0]
-            # Memory: the floor's runs first, then tether's (default settings), in this process.
-            gc.collect()
-            rss_start = rss_bytes()
-            rss_raw = await rss_after_runs(runners["raw_httpx2"], many)
-            rss_tether = await rss_after_runs(runners["tether"], many)
+            rss_start, rss_raw, rss_tether = memory_child("runs", many, server.url)
             print(
-                f"RSS after {many} sequential 1-step runs: start {rss_start / 2**20:.1f} MB,"
-                f" after the floor's {rss_raw / 2**20:.1f} MB, after tether's {rss_tether / 2**20:.1f} MB",
+                f"RSS after {many} sequential 1-step runs (fresh process): start {rss_start / 2**20:.1f} MB,"
+                f" after the floor's {rss_raw / 2**20:.1f} MB, after tether's {rss_tether / 2**20:.1f} MB"
+                f" (+{(rss_tether - rss_raw) / 2**20:.1f} MB for tether's)",
                 flush=True,
             )
             for name in (n for n in runners if n.startswith("peer:") and not (args.quick or args.smoke)):
@@ -427,6 +424,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "after_floor_runs_mb": round(rss_raw / 2**20, 1),
             "after_tether_runs_mb": round(rss_tether / 2**20, 1),
             "tether_ratio_to_floor": round(rss_tether / rss_raw, 3),
+            "tether_growth_mb": round((rss_tether - rss_raw) / 2**20, 1),
+            "floor_growth_mb": round((rss_raw - rss_start) / 2**20, 1),
             "idle_kb_per_run": round(idle_tether / 1024, 1),
             "idle_kb_per_run_floor": round(idle_floor / 1024, 1),
         },
@@ -447,13 +446,46 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def memory_child(kind: str, runs: int, url: str) -> list[float]:
+    """Run one memory measurement in a fresh interpreter (``--memory``); its figures."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory", kind, "--runs", str(runs), "--url", url],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return [float(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+async def memory_async(kind: str, runs: int, url: str) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_dir = Path(tmp) / "traces"
+        if kind == "idle":
+            return list(await idle_rss_per_run(runs, trace_dir))
+        server = Server.__new__(Server)  # the parent's server: only its URL is needed here
+        server.url = url
+        floor, tether = raw_session(server), tether_session(server, trace_dir, stream=False)
+        await floor(1)
+        await tether(1)  # imports, connections and first-use caches before the start figure
+        gc.collect()
+        start = rss_bytes()
+        return [start, await rss_after_runs(floor, runs), await rss_after_runs(tether, runs)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: checks the script runs, figures mean nothing"
     )
+    parser.add_argument("--memory", choices=("idle", "runs"), help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory:
+        print(json.dumps(asyncio.run(memory_async(args.memory, args.runs, args.url))))
+        return
     result = asyncio.run(main_async(args))
     print(json.dumps(result, sort_keys=True))
 
