@@ -2,14 +2,18 @@
 
 A fake server (``tether.models.fake_server``, in its own process so it does not share the
 GIL) scripts a tool loop: the model asks for ``lookup`` until N results are in, then answers.
-Each tool result is 2 KB. tether runs the loop with policy, tracing (JSONL sink, flushed per
-event), the status bar and the OpenAI-compatible backend; the overhead of one step is the
+Each tool result is 2 KB. tether runs the loop with policy, tracing (JSONL sink, batched: the
+default), the status bar and the OpenAI-compatible backend, and again with ``trace_flush=
+"each_event"`` and with no trace directory (no JSONL file); the overhead of one step is the
 session's wall time minus the server's handler time, divided by the number of model calls
 (N + 1). This process's CPU time per call is reported too: on a shared machine it is the
 steadier figure.
 
 Printed: medians over repeats for 5-, 20- and 50-step sessions (streaming off and on), the
-wall time of 100 concurrent 20-step sessions, the cold start of ``tether --help``, and the
+wall and CPU time of 100 concurrent 20-step sessions, process RSS after 1,000 sequential
+one-step runs, RSS per run with 1,000 idle runs in flight (each model waits on an event), the
+cold start of ``tether --help``, each beside its target as a ratio to the floor (targets are
+shown, never asserted), and the
 same loop written by hand on two baselines that need nothing beyond tether[openai]: raw
 ``httpx2`` posting prebuilt bodies (the floor) and the openai client's typed
 ``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI, LangGraph,
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -39,7 +44,10 @@ from pydantic import Field
 
 from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
 from tether.context import ContextConfig, StatusConfig
+from tether.messages import AssistantMessage
+from tether.models.base import ModelRequest, ModelResponse
 from tether.models.openai import OpenAICompatible
+from tether.trace.tracer import FlushMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 import peers  # bench/peers.py, next to this script
@@ -76,8 +84,8 @@ class Server:
         self.proc.wait(10)
 
 
-def make_host(trace_dir: Path) -> Host:
-    host = Host(policy=Policy(allow={"lookup"}), trace_dir=trace_dir)
+def make_host(trace_dir: Path | None, flush: FlushMode = "batched") -> Host:
+    host = Host(policy=Policy(allow={"lookup"}), trace_dir=trace_dir, trace_flush=flush)
     host.add_tools(lookup)
     return host
 
@@ -105,8 +113,15 @@ async def sample(server: Server, session: Session, steps: int) -> tuple[float, f
     return (wall - server.handler_s()) / calls * 1e6, cpu / calls * 1e6
 
 
-def tether_session(server: Server, trace_dir: Path, *, stream: bool, transport: str = "http") -> Session:
-    host = make_host(trace_dir)
+def tether_session(
+    server: Server,
+    trace_dir: Path | None,
+    *,
+    stream: bool,
+    transport: str = "http",
+    flush: FlushMode = "batched",
+) -> Session:
+    host = make_host(trace_dir, flush)
     agent = make_agent(server.url, stream=stream, transport=transport)
     context = TrustedContext(tenant="bench")
 
@@ -168,12 +183,89 @@ def typed_session(server: Server) -> Session:
 
 
 async def concurrent_wall(run: Session, sessions: int, steps: int) -> float:
+    return (await concurrent(run, sessions, steps))[0]
+
+
+async def concurrent(run: Session, sessions: int, steps: int) -> tuple[float, float]:
+    """Wall and this process's CPU seconds of ``sessions`` runs of ``steps`` steps at once."""
     await run(2)  # warm-up
+    cpu = time.process_time()
     started = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
         for _ in range(sessions):
             tg.create_task(run(steps))
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now (Linux /proc; elsewhere the peak, from getrusage)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+async def rss_after_runs(run: Session, runs: int) -> int:
+    """RSS after ``runs`` one-step runs one after another."""
+    for _ in range(runs):
+        await run(1)
+    gc.collect()
+    return rss_bytes()
+
+
+class IdleModel:
+    """A model that waits on an event before answering: an idle run in flight."""
+
+    name = "idle"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.waiting = 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.waiting += 1
+        await self.release.wait()
+        return ModelResponse(AssistantMessage("done"))
+
+
+async def idle_rss_per_run(runs: int, trace_dir: Path | None) -> tuple[float, float]:
+    """Bytes of RSS per run with ``runs`` runs in flight, all waiting on their model: the floor
+    (a bare task holding its two messages) first, then tether with its default settings."""
+    return await _idle(runs, None), await _idle(runs, make_host(trace_dir))
+
+
+async def _idle(runs: int, host: Host | None) -> float:
+    model = IdleModel()
+    agent = Agent(instructions="Look things up, then answer.", model=model)
+    context = TrustedContext(tenant="bench")
+
+    async def tether_run() -> None:
+        assert host is not None
+        await host.run(agent, "Wait, then answer.", context=context)
+
+    async def floor_run() -> None:
+        messages = [
+            {"role": "system", "content": "Look things up, then answer."},
+            {"role": "user", "content": "Wait, then answer."},
+        ]
+        await model.complete(ModelRequest(messages=()))
+        messages.append({"role": "assistant", "content": "done"})
+
+    run = floor_run if host is None else tether_run
+    gc.collect()
+    before = rss_bytes()
+    tasks = [asyncio.create_task(run()) for _ in range(runs)]
+    while model.waiting < runs:
+        await asyncio.sleep(0.01)
+    gc.collect()
+    per_run = (rss_bytes() - before) / runs
+    model.release.set()
+    await asyncio.gather(*tasks)
+    return per_run
 
 
 def cold_start(repeats: int) -> float:
@@ -193,12 +285,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     lengths = (1, 2, 3) if args.smoke else (5, 20, 50)  # --smoke: proves the script runs, no figures
     short, mid, long = lengths
     sessions, session_steps = (5, 2) if args.smoke else (100, 20)
+    many = 20 if args.smoke else 1000  # sequential runs for RSS, and idle runs in flight at once
     server = Server()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trace_dir = Path(tmp) / "traces"
+            # Memory in fresh processes: freed memory this process keeps would hide new allocations.
+            idle_floor, idle_tether = memory_child("idle", many, server.url)
+            print(
+                f"{many} idle runs in flight: {idle_tether / 1024:.1f} KB RSS per run"
+                f" (floor {idle_floor / 1024:.1f} KB; target <= 100 KB)",
+                flush=True,
+            )
             runners: dict[str, Session] = {
                 "tether": tether_session(server, trace_dir, stream=False),
+                "tether_each_event": tether_session(server, trace_dir, stream=False, flush="each_event"),
+                "tether_no_trace": tether_session(server, None, stream=False),
                 "tether_stream": tether_session(server, trace_dir, stream=True),
                 "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
                 "raw_httpx2": raw_session(server),
@@ -232,14 +334,26 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for name, by_len in figures.items():
                 row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
                 print(f"{name:20s} us/step: {row}", flush=True)
-            concurrent = await concurrent_wall(runners["tether"], sessions, session_steps)
+            label = f"{sessions} concurrent {session_steps}-step sessions"
+            together: dict[str, tuple[float, float]] = {}
+            for name in ("raw_httpx2", "tether", "tether_each_event", "tether_no_trace"):
+                together[name] = await concurrent(runners[name], sessions, session_steps)
+                wall_s, cpu_s = together[name]
+                ratio = wall_s / together["raw_httpx2"][0]
+                cpu_ratio = cpu_s / together["raw_httpx2"][1]
+                print(
+                    f"{label}, {name}: {wall_s:.2f} s wall ({ratio:.2f}x floor), {cpu_s:.2f} s cpu"
+                    f" ({cpu_ratio:.2f}x){'; target <= 1.2x' if name == 'tether' else ''}",
+                    flush=True,
+                )
+            concurrent_s, concurrent_raw = together["tether"][0], together["raw_httpx2"][0]
+            rss_start, rss_raw, rss_tether = memory_child("runs", many, server.url)
             print(
-                f"{sessions} concurrent {session_steps}-step sessions, tether: {concurrent:.2f} s wall",
+                f"RSS after {many} sequential 1-step runs (fresh process): start {rss_start / 2**20:.1f} MB,"
+                f" after the floor's {rss_raw / 2**20:.1f} MB, after tether's {rss_tether / 2**20:.1f} MB"
+                f" (+{(rss_tether - rss_raw) / 2**20:.1f} MB for tether's)",
                 flush=True,
             )
-            concurrent_raw = await concurrent_wall(runners["raw_httpx2"], sessions, session_steps)
-            label = f"{sessions} concurrent {session_steps}-step sessions"
-            print(f"{label}, raw httpx2: {concurrent_raw:.2f} s wall", flush=True)
             for name in (n for n in runners if n.startswith("peer:") and not (args.quick or args.smoke)):
                 wall = await concurrent_wall(runners[name], sessions, session_steps)
                 peer_report[name[5:]]["concurrent_100_wall_s"] = round(wall, 3)
@@ -252,6 +366,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cold = cold_start(1 if args.smoke else 3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
     t, raw = figures["tether"], figures["raw_httpx2"]
+    craw = cpu["raw_httpx2"]
+    print(f"per step at {mid} steps, ratio to the raw httpx2 floor (wall / cpu); target <= 1.3x for tether:")
+    for name in (
+        "tether",
+        "tether_each_event",
+        "tether_no_trace",
+        "tether_openai_post",
+        "openai_typed_create",
+    ):
+        print(f"  {name:20s} {figures[name][mid] / raw[mid]:5.2f}x / {cpu[name][mid] / craw[mid]:5.2f}x")
+    print(
+        f"tether per step, {long} steps / {short} steps: {t[long] / t[short]:.2f}x wall,"
+        f" {cpu['tether'][long] / cpu['tether'][short]:.2f}x cpu (target <= 1.1x)",
+        flush=True,
+    )
     runners_names = list(figures)
     for name in (n for n in figures if n.startswith("peer:")):
         peer_report[name[5:]].update(
@@ -273,15 +402,41 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ratio_50_to_5": round(cpu["tether"][long] / cpu["tether"][short], 3),
         "streaming_us_per_step_by_steps": rounded(figures["tether_stream"]),
         "openai_post_us_per_step_by_steps": rounded(figures["tether_openai_post"]),
-        "concurrent_100_wall_s": round(concurrent, 3),
+        "concurrent_100_wall_s": round(concurrent_s, 3),
         "concurrent_100_wall_s_raw_httpx2": round(concurrent_raw, 3),
+        "concurrent_100": {
+            n: {
+                "wall_s": round(w, 3),
+                "cpu_s": round(c, 3),
+                "wall_ratio_to_floor": round(w / concurrent_raw, 3),
+                "cpu_ratio_to_floor": round(c / together["raw_httpx2"][1], 3),
+            }
+            for n, (w, c) in together.items()
+        },
+        "ratio_to_floor_at_20": {
+            n: {"wall": round(figures[n][mid] / raw[mid], 3), "cpu": round(cpu[n][mid] / craw[mid], 3)}
+            for n in runners_names
+            if not n.startswith("peer:")
+        },
+        "rss": {
+            "runs": many,
+            "start_mb": round(rss_start / 2**20, 1),
+            "after_floor_runs_mb": round(rss_raw / 2**20, 1),
+            "after_tether_runs_mb": round(rss_tether / 2**20, 1),
+            "tether_ratio_to_floor": round(rss_tether / rss_raw, 3),
+            "tether_growth_mb": round((rss_tether - rss_raw) / 2**20, 1),
+            "floor_growth_mb": round((rss_raw - rss_start) / 2**20, 1),
+            "idle_kb_per_run": round(idle_tether / 1024, 1),
+            "idle_kb_per_run_floor": round(idle_floor / 1024, 1),
+        },
         "cold_start_s": round(cold, 4),
         "baselines": {n: rounded(figures[n]) for n in ("raw_httpx2", "openai_typed_create")},
         "peers": peer_report,
-        "targets": {
-            "us_per_step_20": 1800,
-            "ratio_50_to_5": 1.3,
-            "concurrent_100_wall_s": 6.0,
+        "targets": {  # shown beside the figures, never asserted
+            "ratio_to_floor_at_20": 1.3,
+            "ratio_50_to_5": 1.1,
+            "concurrent_100_ratio_to_floor": 1.2,
+            "idle_kb_per_run": 100,
             "cold_start_s": 0.3,
         },
         "repeats": repeats,
@@ -291,13 +446,46 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def memory_child(kind: str, runs: int, url: str) -> list[float]:
+    """Run one memory measurement in a fresh interpreter (``--memory``); its figures."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--memory", kind, "--runs", str(runs), "--url", url],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    return [float(x) for x in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+async def memory_async(kind: str, runs: int, url: str) -> list[float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace_dir = Path(tmp) / "traces"
+        if kind == "idle":
+            return list(await idle_rss_per_run(runs, trace_dir))
+        server = Server.__new__(Server)  # the parent's server: only its URL is needed here
+        server.url = url
+        floor, tether = raw_session(server), tether_session(server, trace_dir, stream=False)
+        await floor(1)
+        await tether(1)  # imports, connections and first-use caches before the start figure
+        gc.collect()
+        start = rss_bytes()
+        return [start, await rss_after_runs(floor, runs), await rss_after_runs(tether, runs)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: checks the script runs, figures mean nothing"
     )
+    parser.add_argument("--memory", choices=("idle", "runs"), help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory:
+        print(json.dumps(asyncio.run(memory_async(args.memory, args.runs, args.url))))
+        return
     result = asyncio.run(main_async(args))
     print(json.dumps(result, sort_keys=True))
 

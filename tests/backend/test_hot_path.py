@@ -11,8 +11,10 @@ from tether.context.incremental import ItemMemo
 from tether.context.meter import PrefixMeter, common_prefix_len, request_bytes
 from tether.context.pairing import ContextIntegrityError, PairingMemo, check_pairing
 from tether.context.tokens import TokenAccount, estimate_request
+from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
+from tether.models.openai import OpenAICompatible
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},)
 
@@ -91,3 +93,43 @@ def test_pairing_memo_still_catches_a_break_after_a_valid_prefix() -> None:
     rewritten = [requests[-1][0], UserMessage("q"), *turn(0)[1:]]  # a rewrite that split a pair
     with pytest.raises(ContextIntegrityError, match="without its call"):
         check_pairing(rewritten, memo=memo)
+
+
+def test_encoded_message_cache_stays_within_its_byte_bound_and_still_hits() -> None:
+    limit = 10_000  # about four 2 KB tool results
+    backend = OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=limit)
+    uncached = OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=0)
+    history: list[Message] = [SystemMessage("s"), UserMessage("q")]
+    for i in range(30):
+        history += [
+            AssistantMessage(tool_calls=(ToolCall(f"c{i}", "lookup", "{}"),)),
+            ToolMessage(f"c{i}", "r" * 2048),
+        ]
+        request = ModelRequest(messages=tuple(history), tools=TOOLS)
+        assert backend.encode(request) == uncached.encode(request)  # the cache never changes the body
+        stats = backend.cache_stats()
+        assert 0 < stats["bytes"] <= limit and stats["limit_bytes"] == limit
+        assert stats["bytes"] == sum(len(data) for _, data in backend._cache.values())
+    assert uncached.cache_stats() == {"entries": 0, "bytes": 0, "limit_bytes": 0}
+    # the newest message is a hit: the very same bytes object comes back, nothing re-encoded
+    newest = history[-1]
+    first = backend._message_bytes(newest, False)
+    assert backend._message_bytes(newest, False) is first
+    # a message read again becomes the most recently used, so it outlives newer ones
+    system = history[0]
+    held = backend._message_bytes(system, False)
+    for i in range(6):
+        backend._message_bytes(ToolMessage(f"x{i}", "y" * 1500), False)
+        assert backend._message_bytes(system, False) is held
+    assert backend._message_bytes(newest, False) is not first  # evicted meanwhile, encoded anew
+    # a message larger than the whole cache is encoded but never held
+    before = backend.cache_stats()
+    big = ToolMessage("big", "z" * (limit + 1))
+    assert len(backend._message_bytes(big, False)) > limit
+    assert backend.cache_stats()["bytes"] <= limit and all(m is not big for m, _ in backend._cache.values())
+    assert backend.cache_stats()["entries"] == before["entries"]
+
+
+def test_cache_bytes_must_not_be_negative() -> None:
+    with pytest.raises(ConfigError):
+        OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=-1)

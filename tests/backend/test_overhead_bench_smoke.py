@@ -23,6 +23,10 @@ def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
         "cold_start_s",
         "peers",
         "cpu_us_per_step_by_steps",
+        "concurrent_100",
+        "ratio_to_floor_at_20",
+        "rss",
+        "targets",
     }
     assert required <= set(figures) and figures["smoke"] is True
     assert (
@@ -30,5 +34,9 @@ def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
         and figures["concurrent_100_wall_s"] > 0
         and figures["cold_start_s"] > 0
     )
+    variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2"}
+    assert variants <= set(figures["ratio_to_floor_at_20"]) and variants == set(figures["concurrent_100"])
+    assert figures["rss"]["after_tether_runs_mb"] > 0
+    assert isinstance(figures["rss"]["idle_kb_per_run"], float | int)
     assert set(figures["peers"]) == {"openai-agents", "pydantic-ai", "langgraph", "langchain", "google-adk"}
     assert all("installed" in p and "measured" in p for p in figures["peers"].values())

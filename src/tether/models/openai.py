@@ -158,7 +158,7 @@ class OpenAICompatible:
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
-        cache_size: int = 8192,
+        cache_bytes: int = 8 * 1024 * 1024,
         transport: Literal["http", "openai"] = "http",
         max_connections: int = 64,
         max_tokens: int | None = None,
@@ -208,8 +208,13 @@ class OpenAICompatible:
                 fixed["stream_options"] = {"include_usage": True}
         fixed.update(extra_body or {})
         self._fixed = _dumps(fixed)[1:-1]
+        if cache_bytes < 0:
+            raise ConfigError("cache_bytes must be 0 (no cache) or more")
+        # Encoded messages by message identity, least recently used first; bounded by the sum
+        # of the encoded sizes, not by a count, so long tool results cannot make it grow unseen.
         self._cache: dict[int, tuple[Message, bytes]] = {}
-        self._cache_size = cache_size
+        self._cache_bytes = cache_bytes
+        self._cache_used = 0
         self._tools: tuple[Any, bytes] = ((), b"")
         self.calls = 0
         self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
@@ -221,9 +226,13 @@ class OpenAICompatible:
 
     def _message_bytes(self, message: Message, keep_reasoning: bool) -> bytes:
         key = id(message) * 2 + keep_reasoning
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] is message:
-            return hit[1]
+        cache = self._cache
+        hit = cache.pop(key, None)
+        if hit is not None:
+            if hit[0] is message:
+                cache[key] = hit  # now the most recently used
+                return hit[1]
+            self._cache_used -= len(hit[1])  # a stale entry for a reused id
         wire = message.wire()
         if isinstance(message, AssistantMessage):
             if wire.get("content") is None and message.tool_calls:
@@ -233,11 +242,20 @@ class OpenAICompatible:
             if keep_reasoning and message.reasoning:
                 wire["reasoning_content"] = message.reasoning
         data = _dumps(wire)
-        cache = self._cache
+        size = len(data)
+        if size > self._cache_bytes:
+            return data  # larger than the whole cache: encoded each time, never held
         cache[key] = (message, data)  # holding the message keeps its id from being reused
-        if len(cache) > self._cache_size:
-            del cache[next(iter(cache))]
+        used = self._cache_used + size
+        while used > self._cache_bytes:
+            used -= len(cache.pop(next(iter(cache)))[1])  # the least recently used first
+        self._cache_used = used
         return data
+
+    def cache_stats(self) -> dict[str, int]:
+        """The encoded-message cache now: ``entries``, ``bytes`` (encoded sizes summed; the
+        messages it holds are not counted) and ``limit_bytes``."""
+        return {"entries": len(self._cache), "bytes": self._cache_used, "limit_bytes": self._cache_bytes}
 
     def _tool_bytes(self, tools: tuple[dict[str, Any], ...]) -> bytes:
         if self._tools[0] is not tools:
