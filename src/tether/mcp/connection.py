@@ -41,19 +41,20 @@ def describe_error(err: BaseException) -> str:
 
 def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:
     """Run ``fn`` in a new task outside every cancel scope of the caller (asyncio or trio)."""
-    import sniffio
+    import asyncio
 
-    if sniffio.current_async_library() == "trio":  # pragma: no cover - the project runs on asyncio
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover - not asyncio: the project runs on asyncio
         import trio
 
         trio.lowlevel.spawn_system_task(fn)
         return
-    import asyncio
 
     async def main() -> None:
         await fn()
 
-    task = asyncio.get_running_loop().create_task(main())
+    task = loop.create_task(main())
     _TASKS.add(task)
     task.add_done_callback(_TASKS.discard)
 
