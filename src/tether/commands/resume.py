@@ -15,7 +15,7 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser("resume", help="continue a run paused for approval")
     p.add_argument("run_id")
-    p.add_argument("--db", type=Path, default=None, help="approval store (default $TETHER_OUT/approvals.db)")
+    p.add_argument("--db", default=None, help="approval store file, or a postgresql:// URL (durable runs)")
     p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     p.set_defaults(handler=run)
@@ -31,7 +31,11 @@ def run(args: argparse.Namespace) -> int:
     from tether.errors import ApprovalError
     from tether.policy import SqliteApprovalStore
 
-    db: Path = args.db or default_db()
+    if str(args.db or "").startswith(("postgresql://", "postgres://")):
+        from tether.commands.runs import resume_durable  # a durable run: any worker continues it
+
+        return resume_durable(args.run_id, args.db, as_json=args.json)
+    db: Path = Path(args.db) if args.db else default_db()
     if not db.exists():
         print(f"no approval store at {db}")
         return 1
