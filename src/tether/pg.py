@@ -127,8 +127,17 @@ class PgDatabase:
     awaits it (a pool belongs to one loop, so a new loop gets a new pool).
     """
 
-    def __init__(self, url: str | PgUrl, *, max_size: int = 8, timeout_s: float = 15.0) -> None:
+    def __init__(
+        self,
+        url: str | PgUrl,
+        *,
+        max_size: int = 8,
+        timeout_s: float = 15.0,
+        application_name: str | None = None,
+    ) -> None:
         self.url = url if isinstance(url, PgUrl) else PgUrl.parse(url)
+        # What an operator sees in pg_stat_activity (and can terminate by).
+        self.application_name = application_name or f"tether:{self.url.schema or 'public'}"
         self.max_size = max_size
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
@@ -148,13 +157,8 @@ class PgDatabase:
         return {
             "options": options,
             "connect_timeout": max(1, int(self.timeout_s)),
-            # What an operator sees in pg_stat_activity (and can terminate by).
             "application_name": self.application_name,
         }
-
-    @property
-    def application_name(self) -> str:
-        return f"tether:{self.schema or 'public'}"
 
     def _sync_pool(self) -> Any:
         with self._lock:

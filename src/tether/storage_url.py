@@ -82,6 +82,7 @@ def open_stores(
     *,
     memory_policy: Any = None,
     memory_clock: Callable[[], datetime] | None = None,
+    application_name: str | None = None,
 ) -> Stores:
     """Open (creating and migrating as needed) every store at ``url``.
 
@@ -114,7 +115,7 @@ def open_stores(
     from tether.policy.pg_store import PgApprovalStore
     from tether.trace.pg_index import PgTraceIndex
 
-    db = PgDatabase(loc.url)
+    db = PgDatabase(loc.url, application_name=application_name)
     traces = PgTraceIndex(db)
     return Stores(
         loc,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -110,12 +109,12 @@ def plan(objective: str) -> tuple[str, list[list[tuple[str, dict[str, str]]]]]:
     return tag.strip(), turns
 
 
-def model_function(request: ModelRequest) -> AssistantMessage:
+async def model_function(request: ModelRequest) -> AssistantMessage:
     objective = next(str(m.content) for m in request.messages if m.kind == "user")
     tag, turns = plan(objective.split("\n")[0] if ":" in objective else objective)
     done = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
     _append("model.log", f"{tag}\t{done}\t{os.getpid()}")
-    time.sleep(float(os.environ.get("DURABLE_MODEL_S", "0")))
+    await anyio.sleep(float(os.environ.get("DURABLE_MODEL_S", "0")))
     if done < len(turns):
         return AssistantMessage(
             tool_calls=tuple(

@@ -114,7 +114,9 @@ def runtime() -> Runtime:
     return _runtime
 
 
-def dbos_config(url: str, *, executor_id: str, log_level: str = "WARNING") -> dict[str, Any]:
+def dbos_config(
+    url: str, *, executor_id: str, log_level: str = "WARNING", pool_size: int = 10
+) -> dict[str, Any]:
     """The DBOS configuration of a deployment whose stores are at ``url``: its system database is
     the same PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a
     SQLite deployment's directory (one process)."""
@@ -130,7 +132,7 @@ def dbos_config(url: str, *, executor_id: str, log_level: str = "WARNING") -> di
         assert loc.path is not None
         loc.path.mkdir(parents=True, exist_ok=True)
         system, schema = f"sqlite:///{loc.path.resolve() / 'dbos.sqlite'}", "dbos"
-    return {
+    config: dict[str, Any] = {
         "name": APP_NAME,
         "system_database_url": system,
         "dbos_system_schema": schema,
@@ -138,7 +140,17 @@ def dbos_config(url: str, *, executor_id: str, log_level: str = "WARNING") -> di
         "application_version": APP_VERSION,
         "log_level": log_level,
         "notification_listener_polling_interval_sec": 0.1,
+        "sys_db_pool_size": pool_size,
     }
+    if loc.backend == "postgresql":
+        config["db_engine_kwargs"] = {
+            # Labelled per executor in pg_stat_activity (an operator can see, or cut, one worker).
+            "connect_args": {"application_name": f"dbos:{executor_id}"},
+            "pool_timeout": 30,
+            "max_overflow": 0,
+            "pool_pre_ping": True,
+        }
+    return config
 
 
 def context_to_json(c: TrustedContext) -> dict[str, Any]:

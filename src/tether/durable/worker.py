@@ -127,14 +127,16 @@ class Worker:
         from dbos import DBOS
 
         c = self.config
-        self.stores = open_stores(c.url)
+        self.stores = open_stores(c.url, application_name=f"tether:{self.executor_id}")
         if self.stores.db is not None:
             self._pg = self.stores.db
             self._pg.migrate("workers", MIGRATIONS)
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
             self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True)
         set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
-        DBOS(config=dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level))  # type: ignore[arg-type]
+        pool = max(8, 2 * c.concurrency + 4)
+        cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
+        DBOS(config=cfg)  # type: ignore[arg-type]
         DBOS.launch()
         partition = c.tenant_concurrency or c.global_concurrency or 100_000
         DBOS.register_queue(
