@@ -10,13 +10,15 @@ answer; it appends one line per call to ``$DURABLE_DIR/model.log`` so tests can 
 Effects: ``append_log`` and ``send_payment`` append ``key<TAB>tool<TAB>arg<TAB>pid`` to
 ``$DURABLE_DIR/effects.log`` (no uniqueness: a repeated effect shows as a second line), then
 linger ``$DURABLE_EFFECT_S`` seconds (a kill in that window leaves the outcome unrecorded);
-their reconciler looks the key up in that same log.
+their reconciler looks the key up in that same log. An effect whose argument is listed in
+``$DURABLE_CRASH_ON`` SIGKILLs its own process right after it happened, the first time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -67,6 +69,12 @@ def lookup(key: str) -> dict[str, Any] | None:
 
 async def _effect(tool_name: str, arg: str, ctx: ToolContext) -> dict[str, Any]:
     _append("effects.log", f"{ctx.idempotency_key}\t{tool_name}\t{arg}\t{os.getpid()}")
+    crash = os.environ.get("DURABLE_CRASH_ON", "")
+    marker = _dir() / f"crashed-{arg.replace(':', '_')}"
+    if arg in crash.split(",") and not marker.exists():
+        # The effect happened; the process dies before its outcome is recorded (once per arg).
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
     await anyio.sleep(float(os.environ.get("DURABLE_EFFECT_S", "0")))
     return {"done": arg, "key": ctx.idempotency_key}
 

@@ -4,14 +4,15 @@ the CLI that reads the shared state."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterator
 from typing import Any
 
+import durable_app
 import pytest
 
-import durable_app
 from tether.cli import main
 from tether.policy import Approvals, Reviewer, TrustedContext
 from tether.storage_url import open_stores
@@ -127,7 +128,7 @@ def test_runs_of_one_tenant_never_overlap_under_a_per_tenant_limit_of_one(deploy
     assert [v.stop_reason for v in views] == ["accepted"] * 3
     found = client.dbos.list_workflows(workflow_ids=ids)
     spans = sorted((w.dequeued_at, w.completed_at) for w in found)
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False)), spans
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), spans
 
 
 def test_a_cancelled_run_stops_and_says_so(deployment: Any) -> None:
@@ -147,7 +148,7 @@ def test_a_cancelled_run_stops_and_says_so(deployment: Any) -> None:
 
 
 def test_the_cli_reads_the_shared_state(deployment: Any, durable_url: str, capsys: Any) -> None:
-    _, client, _ = deployment
+    _, _client, _ = deployment
     code = main(
         ["submit", "--db", durable_url, "--agent", durable_app.APP, "cli: read a1", "--wait", "60", "--json"]
     )

@@ -48,11 +48,13 @@ MIGRATIONS: tuple[PgMigration, ...] = (
 
 
 def _beat(executor_id: str, host: str, pid: int, started: bool) -> Op[None]:
-    reset = ", started_at = now(), recovered_at = NULL, recovered_by = NULL" if started else ""
+    # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
+    # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
+    restart = ", started_at = now()" if started else ""
     yield Sql(
         "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at) VALUES (%s, %s, %s, now())"
-        f" ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
-        f" heartbeat_at = now(){reset}",
+        " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
+        f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
         (executor_id, host, pid),
         fetch="none",
     )
@@ -121,7 +123,10 @@ class Worker:
         self.recovered: list[str] = []  # executors this worker recovered
         self.resumed: list[str] = []  # resume workflows this worker enqueued
         self.errors: list[str] = []
-        self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
+        self._seen: set[tuple[str, str]] = set()
+        self._launched = (
+            threading.Event()
+        )  # recovery and resumes wait for DBOS  # (run, paused at) already resumed or not durable
 
     def start(self) -> Worker:
         from dbos import DBOS
@@ -131,8 +136,13 @@ class Worker:
         if self.stores.db is not None:
             self._pg = self.stores.db
             self._pg.migrate("workers", MIGRATIONS)
+            # A ledger entry owned by a worker whose heartbeat stopped is reconciled at once.
+            self.stores.approvals.worker_dead_after_s = c.dead_after_s
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
             self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True)
+        # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
+        self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
+        self._thread.start()
         set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
         pool = max(8, 2 * c.concurrency + 4)
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
@@ -148,8 +158,7 @@ class Worker:
             on_conflict="always_update",
         )
         self.client = DurableClient(c.url, stores=self.stores)
-        self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
-        self._thread.start()
+        self._launched.set()
         return self
 
     def stop(self) -> None:
@@ -184,7 +193,10 @@ class Worker:
     def _background(self) -> None:
         c = self.config
         while not self._stop.wait(c.heartbeat_s):
-            for duty in (self._heartbeat, self._recover_dead, self._resume_decided):
+            duties = [self._heartbeat]
+            if self._launched.is_set():
+                duties += [self._recover_dead, self._resume_decided]
+            for duty in duties:
                 try:
                     duty()
                 except Exception as err:  # a lost connection: the next round tries again

@@ -291,6 +291,7 @@ def _claim(
     owner_dead: Callable[[LedgerEntry, datetime], bool],
     proposal_id: str | None,
     run_id: str | None,
+    worker_dead_after_s: float | None = None,
 ) -> Op[Claim]:
     at, lease = ts(now), ts(lease_until)
     inserted = yield Sql(
@@ -310,7 +311,7 @@ def _claim(
         return Claim("done", entry)
     if entry.status is LedgerStatus.ESCALATED:
         return Claim("escalated", entry)
-    if not owner_dead(entry, now):
+    if not owner_dead(entry, now) and not (yield from _worker_gone(entry.owner, worker_dead_after_s)):
         return Claim("busy", entry)
     # The owner died between intent and outcome: whether the effect happened is unknown.
     row = yield Sql(
@@ -327,6 +328,22 @@ def _claim(
         fetch="one",
     )
     return Claim("reconcile", _entry(row))
+
+
+def _worker_gone(owner: str, dead_after_s: float | None) -> Op[bool]:
+    """Whether the owner ("host:pid:token") is a durable worker whose heartbeat stopped: on
+    another machine its pid cannot be checked, and its lease may run for minutes."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if dead_after_s is None or not pid.isdigit():
+        return False
+    row = yield Sql(
+        "SELECT 1 FROM tether_workers WHERE host = %s AND pid = %s"
+        " AND (heartbeat_at < now() - make_interval(secs => %s) OR recovered_at IS NOT NULL)",
+        (host, int(pid), dead_after_s),
+        fetch="one",
+    )
+    return row is not None
 
 
 def _owned(key: str, owner: str) -> Op[LedgerEntry]:
@@ -426,6 +443,9 @@ class PgApprovalStore:
         self._owns = not isinstance(db, PgDatabase)
         self.db = db if isinstance(db, PgDatabase) else PgDatabase(db)
         self.db.migrate("approvals", MIGRATIONS)
+        # Set by a durable worker (tether.durable): a ledger owner that is a worker whose
+        # heartbeat is this many seconds old counts as dead, wherever it ran.
+        self.worker_dead_after_s: float | None = None
 
     def close(self) -> None:
         if self._owns:
@@ -479,7 +499,17 @@ class PgApprovalStore:
         run_id: str | None = None,
     ) -> Claim:
         return self.db.run(
-            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id
+            _claim,
+            key,
+            tool,
+            arguments_hash,
+            owner,
+            lease_until,
+            now,
+            owner_dead,
+            proposal_id,
+            run_id,
+            self.worker_dead_after_s,
         )
 
     def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> LedgerEntry:
@@ -559,7 +589,17 @@ class PgApprovalStore:
         run_id: str | None = None,
     ) -> Claim:
         return await self.db.arun(
-            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id
+            _claim,
+            key,
+            tool,
+            arguments_hash,
+            owner,
+            lease_until,
+            now,
+            owner_dead,
+            proposal_id,
+            run_id,
+            self.worker_dead_after_s,
         )
 
     async def afinish(
