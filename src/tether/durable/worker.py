@@ -130,7 +130,11 @@ class Worker:
 
     def start(self) -> Worker:
         from dbos import DBOS
+        from dbos import _dbos as dbos_module
 
+        if getattr(dbos_module, "_dbos_global_instance", None) is not None:
+            # DBOS is one instance per process: a second would silently keep the first's settings.
+            raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
         c = self.config
         self.stores = open_stores(c.url, application_name=f"tether:{self.executor_id}")
         if self.stores.db is not None:
@@ -177,7 +181,10 @@ class Worker:
         if self.client is not None:
             self.client.close()
         if self.stores is not None:
-            self.stores.close()
+            try:
+                self.stores.close()
+            except Exception as err:  # e.g. a SQLite store opened by another thread: the OS reclaims it
+                self.errors.append(f"close: {type(err).__name__}: {err}")
 
     def __enter__(self) -> Worker:
         return self.start()
