@@ -2,15 +2,16 @@
 a plan written in the objective, and tools whose effects land in their own log file.
 
 Objective grammar: ``<tag>: step; step; …`` with steps ``read ID``, ``log TEXT`` (a write that
-needs no approval), ``pay N`` (a write that needs a person's approval), ``both TEXT`` (a read and
-a log in one turn). The model asks for the next step's calls until the plan is done, then
-answers. It is a pure function of the request, so a recovered run that asks again gets the same
-answer; it appends one line per call to ``$DURABLE_DIR/model.log`` so tests can count them.
+needs no approval), ``note TEXT`` (the same, but its tool has no reconciler), ``pay N`` (a write
+that needs a person's approval), ``both TEXT`` (a read and a log in one turn). The model asks
+for the next step's calls until the plan is done, then answers. It is a pure function of the
+request, so a recovered run that asks again gets the same answer; it appends one line per call
+to ``$DURABLE_DIR/model.log`` so tests can count them.
 
-Effects: ``append_log`` and ``send_payment`` append ``key<TAB>tool<TAB>arg<TAB>pid`` to
+Effects: ``append_log``, ``notify`` and ``send_payment`` append ``key<TAB>tool<TAB>arg<TAB>pid`` to
 ``$DURABLE_DIR/effects.log`` (no uniqueness: a repeated effect shows as a second line), then
 linger ``$DURABLE_EFFECT_S`` seconds (a kill in that window leaves the outcome unrecorded);
-their reconciler looks the key up in that same log. An effect whose argument is listed in
+the reconciler of the first and last looks the key up in that same log. An effect whose argument is listed in
 ``$DURABLE_CRASH_ON`` SIGKILLs its own process right after it happened, the first time.
 """
 
@@ -93,6 +94,14 @@ async def append_log(
     return await _effect("append_log", entry, ctx)
 
 
+@tool(effect=Effect.WRITE, needs_approval=False)
+async def notify(
+    message: Annotated[str, Field(description="The message to send.")], ctx: ToolContext
+) -> dict[str, Any]:
+    """Notify the team (a side effect no one can look up afterwards: no reconciler)."""
+    return await _effect("notify", message, ctx)
+
+
 @tool(effect=Effect.WRITE)
 async def send_payment(
     amount: Annotated[str, Field(description="Amount in USD, e.g. '10'.")], ctx: ToolContext
@@ -110,6 +119,8 @@ def plan(objective: str) -> tuple[str, list[list[tuple[str, dict[str, str]]]]]:
             turns.append([("read_item", {"item_id": arg})])
         elif verb == "log":
             turns.append([("append_log", {"entry": f"{tag.strip()}:{arg}"})])
+        elif verb == "note":
+            turns.append([("notify", {"message": f"{tag.strip()}:{arg}"})])
         elif verb == "pay":
             turns.append([("send_payment", {"amount": arg})])
         elif verb == "both":
@@ -142,6 +153,6 @@ def build(url: str, run_id: str | None = None) -> tuple[Host, Agent]:
     )
     traces = os.environ.get("DURABLE_TRACES")
     host = Host(policy=Policy(), approvals=approvals, trace_dir=traces or None)
-    host.add_tools(read_item, append_log, send_payment)
+    host.add_tools(read_item, append_log, notify, send_payment)
     agent = Agent("Follow the plan.", FunctionModel(model_function, name="plan-model"))
     return host, agent

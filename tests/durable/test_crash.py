@@ -303,3 +303,41 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     assert sum(cuts) >= 3, cuts  # connections of w1 were really cut
     assert alive  # w1 reconnected instead of dying
     assert figures["effects"] == 6 * 4
+
+
+def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
+    pg_url: str, cluster_dir: Path
+) -> None:
+    from tether.cli import main
+    from tether.durable import DurableClient
+
+    cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
+    cluster.start("w1")
+    client = DurableClient(pg_url)
+    try:
+        rid = client.submit(durable_app.APP, "esc-1: note x; log after", ACME)
+
+        def restart() -> None:
+            for name in cluster.dead():
+                cluster.start(name)
+
+        deadline = time.monotonic() + 60
+        while (view := client.run(rid)) is None or view.status != "paused":
+            assert time.monotonic() < deadline, view
+            restart()
+            time.sleep(0.2)
+        [entry] = client.stores.approvals.ledger_for_run(rid)
+        assert str(entry.status) == "escalated" and "cannot be asked" in entry.note
+        assert [r[2] for r in durable_app.effects()] == ["esc-1:x"]  # not retried
+        # A person checks the tool's side and records it; the run continues from any machine.
+        assert (
+            main(["runs", "--db", pg_url, "resolve", entry.key, "--happened", "yes", "--reviewer", "ana"])
+            == 0
+        )
+        assert main(["runs", "--db", pg_url, "resume", rid, "--wait", "60"]) == 0
+        view = client.run(rid)
+    finally:
+        cluster.stop()
+        client.close()
+    assert (view.status, view.stop_reason) == ("finished", "accepted")
+    assert [r[2] for r in durable_app.effects()] == ["esc-1:x", "esc-1:after"]

@@ -1,4 +1,4 @@
-"""``tether runs list|show|cancel|resume|approve|deny|workers``: the durable runs of a deployment,
+"""``tether runs list|show|cancel|resume|approve|deny|resolve|workers``: the durable runs of a deployment,
 read from the shared databases (any machine; no worker needed).
 
 ``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
@@ -14,7 +14,9 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("runs", help="durable runs: list, show, cancel, resume, approve, deny, workers")
+    p = sub.add_parser(
+        "runs", help="durable runs: list, show, cancel, resume, approve, deny, resolve, workers"
+    )
     p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="recent runs, newest first")
@@ -38,6 +40,12 @@ def register(sub: Any) -> None:
         d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
         d.add_argument("--reason", default="")
         d.add_argument("--json", action="store_true")
+    r = acts.add_parser("resolve", help="record what became of an escalated effect (outcome unknown)")
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None)
+    r.add_argument("--note", default="")
+    r.add_argument("--json", action="store_true")
     w = acts.add_parser("workers", help="workers and their heartbeats")
     w.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
@@ -182,6 +190,28 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _resolve(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.commands._output import emit_json
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, Reviewer
+
+    reviewer = Reviewer(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    try:
+        entry = Approvals(client.stores.approvals).resolve(
+            reviewer, args.key, happened=args.happened == "yes", note=args.note
+        )
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}) if args.json else print(f"{err.reason}: {err}")
+        return 1
+    out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
+    emit_json(out) if args.json else print(
+        f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}"
+    )
+    return 0
+
+
 def _workers(client: Any, args: argparse.Namespace) -> int:
     from tether.commands._output import emit_json, table
     from tether.durable.worker import _workers as op
@@ -215,5 +245,6 @@ _ACTIONS = {
     "resume": _resume,
     "approve": _decide,
     "deny": _decide,
+    "resolve": _resolve,
     "workers": _workers,
 }
