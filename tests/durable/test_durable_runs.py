@@ -97,6 +97,12 @@ def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
     payments = [r[2] for r in durable_app.effects() if r[1] == "send_payment"]
     assert payments == ["25"]  # the approved one, once; the denied one never
     assert [r[2] for r in durable_app.effects() if r[2].startswith("pay-no")] == []
+    # The trace index holds the whole run, the resume numbered after the pause, from any machine.
+    events = client.stores.traces.events(approved)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("stop") == 2 and kinds.index("run_paused") < kinds.index("run_resumed")
+    assert {"approval_granted", "effect_recorded"} <= set(kinds[kinds.index("run_resumed") :])
     # A second resume of the same (already finished) run changes nothing.
     from tether.errors import ApprovalError
 

@@ -223,11 +223,22 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             if approvals is None:
                 return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
 
+            traces = getattr(rt.stores, "traces", None)
+
             async def load() -> dict[str, Any] | None:
                 cp = await _store_call(approvals.store, "load_checkpoint", run_id)
                 if cp is None:
                     return None
-                return {"state": cp.state, "status": cp.status, "app": cp.app, "stop_reason": cp.stop_reason}
+                # How many of the run's events the trace index holds now: the resumed run numbers
+                # its events after them (recorded, so a recovery numbers them the same way).
+                seen = len(await _store_call(traces, "events", run_id)) if traces is not None else 0
+                return {
+                    "state": cp.state,
+                    "status": cp.status,
+                    "app": cp.app,
+                    "stop_reason": cp.stop_reason,
+                    "trace_events": seen,
+                }
 
             cp = await DBOS.run_step_async({"name": "tether.checkpoint"}, load)
             if cp is None or cp["status"] == "finished":
@@ -240,6 +251,8 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                 }
             state = state_from_json(cp["state"])
             loop = AgentLoop(host, agent, state.objective, state.context, state=state, steps=steps)
+            if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
+                await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
         else:
             context = context_from_json(request["context"])
             loop = AgentLoop(host, agent, str(request["objective"]), context, run_id=run_id, steps=steps)
@@ -264,6 +277,18 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             await close()
     summary = {**base, **result.summary(), "tenant": loop.state.context.tenant}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
+    """Start a resumed run's tracer after the ``count`` events the index already holds (a run
+    without trace files on this machine would otherwise number from 1 again)."""
+    from tether.trace.events import EventKind, TraceEvent
+
+    stored = (await _store_call(traces, "events", run_id))[:count]
+    tracer.events[:] = [
+        TraceEvent(run_id, int(d.get("seq", i + 1)), str(d.get("ts", "")), EventKind(d["kind"]), d)
+        for i, d in enumerate(stored)
+    ]
 
 
 def _register() -> Any:
