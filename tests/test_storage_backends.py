@@ -167,3 +167,49 @@ def test_a_cut_connection_is_replaced_and_nothing_is_lost(pg_url: str, pg_dsn: s
         assert {p.id for p in store.list_proposals()} == {first.id, second.id}
     finally:
         store.close()
+
+
+def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(pg_url: str) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tether.policy.pg_store import PgApprovalStore
+    from tether.policy.store import NewProposal, ProposalStatus
+
+    now = datetime.now(UTC)
+    setup = PgApprovalStore(pg_url)
+    proposal = setup.add_proposal(NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
+    barrier = threading.Barrier(6)
+    claims: list[str] = []
+    decisions: list[str] = []
+
+    def contender(i: int) -> None:  # one process each: its own pool and connections
+        store = PgApprovalStore(pg_url)
+        try:
+            barrier.wait()
+            claim = store.claim(
+                "k-race", tool="x", arguments_hash="h", owner=f"p{i}", lease_until=now + timedelta(minutes=1),
+                now=now, owner_dead=lambda e, t: False,
+            )  # fmt: skip
+            claims.append(claim.action)
+            try:
+                store.decide(
+                    proposal.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}),
+                    actor=f"r{i}", reason="", now=now,
+                )  # fmt: skip
+                decisions.append("approved")
+            except ApprovalError as err:
+                decisions.append(err.reason)
+        finally:
+            store.close()
+
+    threads = [threading.Thread(target=contender, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert sorted(claims) == ["busy"] * 5 + ["run"]
+        assert sorted(decisions) == ["already_approved"] * 5 + ["approved"]
+        assert [e.op for e in setup.events(proposal.id)] == ["proposed", "approved"]
+    finally:
+        setup.close()

@@ -172,6 +172,7 @@ def _wait_all(client: Any, runs: dict[str, str], timeout_s: float, tick: Any) ->
     raise AssertionError(f"runs not finished in {timeout_s}s: {json.dumps(pending, default=str)[:3000]}")
 
 
+@pytest.mark.spec("L2", "T5")
 def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_dir: Path) -> None:
     from tether.durable import DurableClient
 
@@ -305,6 +306,7 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     assert figures["effects"] == 6 * 4
 
 
+@pytest.mark.spec("T5")
 def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
     pg_url: str, cluster_dir: Path
 ) -> None:

@@ -69,6 +69,7 @@ def test_queued_runs_end_with_one_stop_reason_and_each_effect_happens_once(deplo
     assert worker.errors == []
 
 
+@pytest.mark.spec("T5")
 def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
     deployment: Any, durable_url: str
 ) -> None:

@@ -216,6 +216,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     except PermissionError as err:
         return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
     steps = DurableSteps()
+    cp: dict[str, Any] | None = None
     try:
         await host.start()
         if op == "resume":
@@ -259,7 +260,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         steps.attach(loop)
         result = await loop.run()
         if op == "resume" and result.stop_reason is not StopReason.APPROVAL_REQUIRED:
-            assert host.approvals is not None
+            assert host.approvals is not None and cp is not None
             await _store_call(
                 host.approvals.store,
                 "save_checkpoint",
