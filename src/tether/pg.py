@@ -16,8 +16,10 @@ isolated deployments (and the tests a fresh schema each).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -145,6 +147,7 @@ class PgDatabase:
         self._apool: Any = None
         self._aloop: Any = None
         self._migrated: set[str] = set()
+        self._aconns: weakref.WeakSet[Any] = weakref.WeakSet()  # what the async pools opened
 
     @property
     def schema(self) -> str | None:
@@ -188,6 +191,12 @@ class PgDatabase:
         from psycopg_pool import AsyncConnectionPool
 
         await anyio.to_thread.run_sync(self._ensure_schema)
+        self._drop_async_pool()  # a pool left on a finished loop
+        aconns = self._aconns
+
+        async def track(conn: Any) -> None:
+            aconns.add(conn)
+
         pool = AsyncConnectionPool(
             self.url.conninfo,
             kwargs=self._kwargs(),
@@ -198,11 +207,20 @@ class PgDatabase:
             timeout=self.timeout_s,
             open=False,
             name="tether-async",
+            configure=track,
         )
         await pool.open()
-        # A pool left on a finished loop cannot be closed from here; it is dropped.
         self._apool, self._aloop = pool, loop
         return pool
+
+    def _drop_async_pool(self) -> None:
+        """Close, without its event loop, what an async pool opened: a pool belongs to one loop,
+        and a loop that has ended can no longer close it (its connections would stay open)."""
+        self._apool = self._aloop = None
+        for conn in list(self._aconns):
+            with contextlib.suppress(Exception):  # already closed
+                conn.pgconn.finish()
+        self._aconns = weakref.WeakSet()
 
     def _ensure_schema(self) -> None:
         if not self.schema or "schema" in self._migrated:
@@ -302,7 +320,7 @@ class PgDatabase:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
-        self._apool = None
+        self._drop_async_pool()
 
     async def aclose(self) -> None:
         if self._apool is not None:

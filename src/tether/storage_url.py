@@ -83,6 +83,7 @@ def open_stores(
     memory_policy: Any = None,
     memory_clock: Callable[[], datetime] | None = None,
     application_name: str | None = None,
+    pool_size: int = 8,
 ) -> Stores:
     """Open (creating and migrating as needed) every store at ``url``.
 
@@ -115,7 +116,7 @@ def open_stores(
     from tether.policy.pg_store import PgApprovalStore
     from tether.trace.pg_index import PgTraceIndex
 
-    db = PgDatabase(loc.url, application_name=application_name)
+    db = PgDatabase(loc.url, application_name=application_name, max_size=pool_size)
     traces = PgTraceIndex(db)
     return Stores(
         loc,

@@ -136,7 +136,9 @@ class Worker:
             # DBOS is one instance per process: a second would silently keep the first's settings.
             raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
         c = self.config
-        self.stores = open_stores(c.url, application_name=f"tether:{self.executor_id}")
+        self.stores = open_stores(
+            c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
+        )
         if self.stores.db is not None:
             self._pg = self.stores.db
             self._pg.migrate("workers", MIGRATIONS)
