@@ -1,8 +1,53 @@
-"""Suite-wide settings."""
+"""Suite-wide settings and fixtures."""
 
 from __future__ import annotations
 
 import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+# -- PostgreSQL (the scale-out backend) ----------------------------------------------------------
+# The Postgres half of the store suites runs against TETHER_TEST_PG_DSN. On CI (CI=true) an
+# unreachable server fails those tests; elsewhere they are skipped with the DSN in the reason.
+
+PG_DSN = os.environ.get("TETHER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> str:
+    """A reachable PostgreSQL DSN, or a skip (a failure on CI) naming the DSN tried."""
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - the postgres extra is missing
+        message = "psycopg is not installed (pip install 'tether[postgres]')"
+        pytest.fail(message) if _on_ci() else pytest.skip(message)
+    try:
+        with psycopg.connect(PG_DSN, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+    except Exception as err:
+        message = f"PostgreSQL unreachable at {PG_DSN} (TETHER_TEST_PG_DSN): {err}"
+        pytest.fail(message) if _on_ci() else pytest.skip(message)
+    return PG_DSN
+
+
+@pytest.fixture
+def pg_url(pg_dsn: str) -> Iterator[str]:
+    """A URL on a fresh schema of its own (``?schema=…``), dropped after the test."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    sep = "&" if "?" in pg_dsn else "?"
+    yield f"{pg_dsn}{sep}schema={schema}"
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '20s'")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
 
 # Every tracer built during the tests checks each event against its kind's declared payload
 # (names, required fields, types) and raises on a mismatch (tether/trace/events.py).

@@ -1,7 +1,7 @@
 """The same guarantees through every entry point that runs tool calls (issue: one chokepoint).
 
 Each entry point — agent loop, workflow, plan-then-execute, approval desk, MCP elicitation
-resume, subagent — is driven by a small adapter with the same two moves: ``first`` (run the
+resume, subagent, durable worker — is driven by a small adapter with the same two moves: ``first`` (run the
 calls once) and ``again`` (continue the same run: resume, re-run under the same run id, execute
 the stored proposal again). Every guarantee below is asserted for every adapter, so a runner
 added later that does not go through ``Host.call_turn`` fails here.
@@ -10,7 +10,8 @@ added later that does not go through ``Host.call_turn`` fails here.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -372,7 +373,96 @@ class McpResumeEntry:
             self.calls = [(name, arguments) for name, _ in self.calls]
 
 
-ENTRIES = [AgentEntry, WorkflowEntry, PlanEntry, DeskEntry, McpResumeEntry, SubagentEntry]
+class DurableEntry(AgentEntry):
+    """A durable worker's run (tether.durable): a DBOS workflow whose model calls and tool turns
+    are recorded steps. ``again`` continues a paused run in a new (resume) workflow, or recovers
+    the same workflow when the 'process' died inside it (DBOS replays its recorded steps)."""
+
+    name = "durable"
+    _worker: Any = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.workflow_id = ""
+        self.resumes = 0
+
+    @classmethod
+    def _start(cls) -> None:
+        pytest.importorskip("dbos")
+        if cls._worker is None:
+            import tempfile
+
+            from tether.durable import Worker, WorkerConfig
+
+            folder = tempfile.mkdtemp(prefix="tether-durable-")
+            worker = Worker(WorkerConfig(f"sqlite:///{folder}", executor_id="chokepoint"))
+            # DBOS launches outside any event loop: from a thread of its own.
+            starter = threading.Thread(target=worker.start)
+            starter.start()
+            starter.join()
+            cls._worker = worker
+
+    @classmethod
+    def shutdown(cls) -> None:
+        if cls._worker is not None:
+            cls._worker.stop()
+            cls._worker = None
+
+    async def _run(self, host: Host, request: dict[str, Any], workflow_id: str) -> Outcome:
+        from dbos import DBOS, SetWorkflowID
+
+        from tether.durable.runtime import register_app, tether_run
+
+        register_app(request["app"], lambda *a, **k: (host, self.agent))
+        self.workflow_id = workflow_id
+        with SetWorkflowID(workflow_id):
+            handle = await DBOS.start_workflow_async(tether_run, request)
+        return self._outcome(host, await handle.get_result())
+
+    def _outcome(self, host: Host, out: dict[str, Any]) -> Outcome:
+        from tether.trace.tracer import read_trace
+
+        assert host.trace_dir is not None
+        path = host.trace_dir / f"{self.run_id}.jsonl"
+        events = [TraceEvent.from_json(d) for d in read_trace(path)]
+        return Outcome(str(out["stop_reason"]), events, [], self.run_id)
+
+    async def first(
+        self, host: Host, calls: Any, ctx: TrustedContext, cfg: ContextConfig | None = None
+    ) -> Outcome:
+        from tether.durable.runtime import context_to_json
+
+        self._start()
+        self.agent = self.make_agent(_calls(calls), cfg)
+        self.run_id = host.new_run_id()
+        request = {
+            "op": "start",
+            "run_id": self.run_id,
+            "app": f"chokepoint:{self.run_id}",
+            "objective": "do it",
+            "context": context_to_json(ctx),
+        }
+        return await self._run(host, request, self.run_id)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        from dbos import DBOS
+
+        status = await DBOS.get_workflow_status_async(self.workflow_id)
+        if status is not None and status.status == "PENDING":  # died inside it: recover it
+            handle = await DBOS.resume_workflow_async(self.workflow_id)
+            return self._outcome(host, await handle.get_result())
+        self.resumes += 1
+        request = {"op": "resume", "run_id": self.run_id, "app": f"chokepoint:{self.run_id}"}
+        return await self._run(host, request, f"{self.run_id}.resume.{self.resumes}")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_durable_worker() -> Iterator[None]:
+    yield
+    DurableEntry.shutdown()
+
+
+ENTRIES = [AgentEntry, WorkflowEntry, PlanEntry, DeskEntry, McpResumeEntry, SubagentEntry, DurableEntry]
 IDS = [e.name for e in ENTRIES]
 
 
@@ -520,7 +610,7 @@ def test_roles_and_tenant_scope_apply(world: World, entry_cls: Any) -> None:
     assert own.stop_reason == "accepted" and world.reads == ["a1"]
 
 
-TAMPERABLE = [AgentEntry, WorkflowEntry, PlanEntry, McpResumeEntry, SubagentEntry]
+TAMPERABLE = [AgentEntry, WorkflowEntry, PlanEntry, McpResumeEntry, SubagentEntry, DurableEntry]
 
 
 @pytest.mark.parametrize("entry_cls", TAMPERABLE, ids=[e.name for e in TAMPERABLE])

@@ -29,7 +29,7 @@ from tether.types import GateOutcome
 if TYPE_CHECKING:
     from tether.hostcore import HostCore as Host
 
-__all__ = ["AgentLoop", "StopRun"]
+__all__ = ["AgentLoop", "LoopSteps", "StopRun"]
 
 _RESPONSE_FIELDS = frozenset(
     {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
@@ -46,6 +46,19 @@ class StopRun(Exception):
         self.answer = answer
 
 
+class LoopSteps:
+    """How the loop takes its two kinds of step: asking the model, and handing a turn of tool
+    calls to the host's chokepoint. This default runs them in process; a durable runner
+    (``tether.durable``) records each as a step of a durable workflow, so a recovered run
+    neither asks the model again for a step it has nor runs a turn again."""
+
+    async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
+        return await loop.agent.model.complete(request)
+
+    async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Any:
+        return await loop.host.call_turn(calls, scope)
+
+
 class AgentLoop:
     def __init__(
         self,
@@ -55,13 +68,18 @@ class AgentLoop:
         context: TrustedContext,
         *,
         state: RunState | None = None,
+        run_id: str | None = None,
+        steps: LoopSteps | None = None,
     ) -> None:
-        """``state``: a checkpointed run to resume (tether.checkpoint), instead of a new run."""
+        """``state``: a checkpointed run to resume (tether.checkpoint), instead of a new run;
+        ``run_id``: the id of a new run (default: a fresh one); ``steps``: how model calls and
+        tool turns are taken (default: in process)."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
         self.resuming = state is not None
-        run_id = state.run_id if state is not None else host.new_run_id()
+        self.steps = steps or LoopSteps()
+        run_id = state.run_id if state is not None else (run_id or host.new_run_id())
         self.tracer, self.trace_path = host.new_tracer(run_id)
         if state is not None:
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
@@ -200,7 +218,7 @@ class AgentLoop:
         remaining = self._remaining()
         try:
             with anyio.fail_after(remaining if remaining is not None else None):
-                response = await self.agent.model.complete(request)
+                response = await self.steps.complete(self, request)
         except TimeoutError:
             raise StopRun(
                 StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()
@@ -239,7 +257,7 @@ class AgentLoop:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
         s, t, host = self.state, self.tracer, self.host
         scope = self._scope()
-        turn = await host.call_turn(calls, scope)
+        turn = await self.steps.turn(self, calls, scope)
         if turn.halted or turn.timed_out or turn.crashes:
             stop = turn.stop()
             assert stop is not None

@@ -1,5 +1,5 @@
-"""The ``ApprovalStore`` contract, run against every backend (SQLite and in-memory today; a
-PostgreSQL store joins the ``store`` fixture's params and must pass the same tests)."""
+"""The ``ApprovalStore`` contract, run against every backend: SQLite, in-memory and PostgreSQL
+(the Postgres half needs a server, see ``pg_url`` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,19 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalStore]:
-    s: SqliteApprovalStore | MemoryApprovalStore
-    s = SqliteApprovalStore(tmp_path / "approvals.db") if request.param == "sqlite" else MemoryApprovalStore()
+    s: ApprovalStore
+    if request.param == "postgres":
+        from tether.policy.pg_store import PgApprovalStore
+
+        s = PgApprovalStore(request.getfixturevalue("pg_url"))
+    elif request.param == "memory":
+        s = MemoryApprovalStore()
+    else:
+        s = SqliteApprovalStore(tmp_path / "approvals.db")
     yield s
-    s.close()
+    s.close()  # type: ignore[attr-defined]
 
 
 def new(run_id: str | None = None, step: int | None = None, call_id: str | None = None) -> NewProposal:

@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
         description="Continue a paused run. Exit codes as for `tether run` (5: still waiting).",
     )
     p.add_argument("run_id")
-    p.add_argument("--db", type=Path, default=None, help="approval store (default $TETHER_OUT/approvals.db)")
+    p.add_argument("--db", default=None, help="approval store file, or a postgresql:// URL (durable runs)")
     p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
     p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
     p.add_argument("--show-results", action="store_true", help="print every tool result in full")
@@ -58,7 +58,11 @@ def run(args: argparse.Namespace) -> int:
     from tether.errors import ApprovalError, ConfigError
     from tether.policy import SqliteApprovalStore
 
-    db: Path = args.db or default_db()
+    if str(args.db or "").startswith(("postgresql://", "postgres://")):
+        from tether.commands.runs import resume_durable  # a durable run: any worker continues it
+
+        return resume_durable(args.run_id, args.db, as_json=args.json)
+    db: Path = Path(args.db) if args.db else default_db()
     if not db.exists():
         return fail("tether resume", f"no approval store at {db} (pass the run's --db)", as_json=args.json)
     store = SqliteApprovalStore(db)

@@ -1,0 +1,250 @@
+"""``tether runs list|show|cancel|resume|approve|deny|resolve|workers``: the durable runs of a deployment,
+read from the shared databases (any machine; no worker needed).
+
+``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
+console's user); a worker then resumes the run on its own. ``resume RUN`` enqueues the
+continuation of a paused run (once per paused state, whoever asks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "runs", help="durable runs: list, show, cancel, resume, approve, deny, resolve, workers"
+    )
+    p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = acts.add_parser("list", help="recent runs, newest first")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
+    show.add_argument("run_id")
+    show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
+    show.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("cancel", "cancel its queued or running workflows"),
+        ("resume", "resume a paused run"),
+    ):
+        a = acts.add_parser(name, help=helptext)
+        a.add_argument("run_id")
+        a.add_argument("--wait", type=float, default=None, help="wait up to S seconds for it to end or pause")
+        a.add_argument("--json", action="store_true")
+    for name in ("approve", "deny"):
+        d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
+        d.add_argument("proposal_id")
+        d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        d.add_argument("--reason", default="")
+        d.add_argument("--json", action="store_true")
+    r = acts.add_parser("resolve", help="record what became of an escalated effect (outcome unknown)")
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None)
+    r.add_argument("--note", default="")
+    r.add_argument("--json", action="store_true")
+    w = acts.add_parser("workers", help="workers and their heartbeats")
+    w.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    url = args.db or os.environ.get("TETHER_DB")
+    if not url:
+        print("tether runs needs --db URL (or $TETHER_DB)")
+        return 1
+    from tether.durable import DurableClient
+
+    client = DurableClient(url)
+    try:
+        return _ACTIONS[args.action](client, args)
+    finally:
+        client.close()
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    from tether.commands._output import emit_json, table
+
+    views = client.runs(limit=args.limit)
+    rows = [
+        {
+            "run_id": v.run_id,
+            "tenant": v.tenant or "",
+            "status": v.status,
+            "stop_reason": v.stop_reason or "",
+            "workflows": len(v.workflows),
+            "executor": v.latest.executor or "",
+        }
+        for v in views
+    ]
+    if args.json:
+        emit_json({"count": len(rows), "runs": rows})
+    elif rows:
+        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "workflows", "executor"]))
+    else:
+        print("no durable runs")
+    return 0
+
+
+def _show(client: Any, args: argparse.Namespace) -> int:
+    from tether.commands._output import emit_json
+
+    view = client.run(args.run_id)
+    if view is None:
+        print(f"no durable run {args.run_id}")
+        return 1
+    out = view.summary()
+    store = client.stores.approvals
+    out["proposals"] = [
+        {"id": p.id, "tool": p.tool, "status": str(p.status), "decided_by": p.decided_by}
+        for p in store.list_proposals(run_id=args.run_id)
+    ]
+    ledger = getattr(store, "ledger_for_run", None)
+    out["effects"] = [
+        {"key": e.key, "tool": e.tool, "status": str(e.status), "attempts": e.attempts, "note": e.note}
+        for e in (ledger(args.run_id) if ledger else [])
+    ]
+    traces = client.stores.traces
+    if args.events and traces is not None:
+        out["events"] = traces.events(args.run_id)
+    if args.json:
+        emit_json(out)
+        return 0
+    for key in ("run_id", "tenant", "status", "stop_reason", "answer", "detail"):
+        if out.get(key):
+            print(f"{key}: {out[key]}")
+    for w in out["workflows"]:
+        print(
+            f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
+        )
+    for p in out["proposals"]:
+        print(
+            f"proposal {p['id']}: {p['tool']} {p['status']}"
+            + (f" by {p['decided_by']}" if p["decided_by"] else "")
+        )
+    for e in out["effects"]:
+        print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
+    for ev in out.get("events", []):
+        print(f"  {ev['seq']:>4} {ev['kind']}")
+    return 0
+
+
+def _cancel(client: Any, args: argparse.Namespace) -> int:
+    from tether.commands._output import emit_json
+
+    cancelled = client.cancel(args.run_id)
+    emit_json({"run_id": args.run_id, "cancelled": cancelled}) if args.json else print(
+        f"cancelled {len(cancelled)} workflow(s) of {args.run_id}"
+    )
+    return 0
+
+
+def _resume(client: Any, args: argparse.Namespace) -> int:
+    from tether.commands._approvals_db import EXIT_CODES
+    from tether.commands._output import emit_json
+    from tether.errors import ApprovalError
+
+    try:
+        workflow_id = client.resume(args.run_id)
+    except ApprovalError as err:
+        if args.json:
+            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)})
+        else:
+            print(f"cannot resume: {err.reason}: {err}")
+        return 1
+    if args.wait is None:
+        emit_json({"run_id": args.run_id, "workflow_id": workflow_id}) if args.json else print(workflow_id)
+        return 0
+    try:
+        view = client.wait(args.run_id, timeout_s=args.wait)
+    except TimeoutError as err:
+        print(str(err))
+        return 1
+    if args.json:
+        emit_json(view.summary())
+    else:
+        print(f"run: {args.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
+    return EXIT_CODES.get(str(view.stop_reason), 7)
+
+
+def _decide(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.commands._output import emit_json
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, Reviewer
+
+    approvals = Approvals(client.stores.approvals)
+    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    try:
+        decide = approvals.approve if args.action == "approve" else approvals.deny
+        p = decide(reviewer, args.proposal_id, reason=args.reason)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}) if args.json else print(f"{err.reason}: {err}")
+        return 1
+    out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
+    emit_json(out) if args.json else print(f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
+    return 0
+
+
+def _resolve(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.commands._output import emit_json
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, Reviewer
+
+    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    try:
+        entry = Approvals(client.stores.approvals).resolve(
+            reviewer, args.key, happened=args.happened == "yes", note=args.note
+        )
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}) if args.json else print(f"{err.reason}: {err}")
+        return 1
+    out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
+    emit_json(out) if args.json else print(
+        f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}"
+    )
+    return 0
+
+
+def _workers(client: Any, args: argparse.Namespace) -> int:
+    from tether.commands._output import emit_json, table
+    from tether.durable.worker import _workers as op
+
+    db = client.stores.db
+    rows = db.run(op) if db is not None else []
+    if args.json:
+        emit_json({"workers": rows})
+    elif rows:
+        print(table(rows, ["executor_id", "host", "pid", "heartbeat_at", "recovered_by"]))
+    else:
+        print("no workers have registered")
+    return 0
+
+
+def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
+    """``tether resume RUN --db postgresql://…``: the same as ``tether runs resume --wait``."""
+    from tether.durable import DurableClient
+
+    client = DurableClient(url)
+    try:
+        return _resume(client, argparse.Namespace(run_id=run_id, wait=wait, json=as_json))
+    finally:
+        client.close()
+
+
+_ACTIONS = {
+    "list": _list,
+    "show": _show,
+    "cancel": _cancel,
+    "resume": _resume,
+    "approve": _decide,
+    "deny": _decide,
+    "resolve": _resolve,
+    "workers": _workers,
+}

@@ -1,0 +1,78 @@
+"""``tether worker --db URL --app module:factory [--concurrency N]``: serve the durable run queue.
+
+Runs until SIGINT/SIGTERM. Each run is a DBOS workflow (model calls and tool turns are steps);
+a worker that dies has its runs recovered by its restart (same ``--executor-id``) or by a
+surviving worker once its heartbeat is ``--dead-after`` seconds old. Needs ``tether[durable]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("worker", help="serve the durable run queue (PostgreSQL + DBOS)")
+    p.add_argument(
+        "--db", default=None, help="storage URL (postgresql://… or sqlite:///dir; default $TETHER_DB)"
+    )
+    p.add_argument(
+        "--app",
+        action="append",
+        default=None,
+        help="an app it runs: module:factory returning (host, agent); repeatable (default $TETHER_APPS)",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="runs at once on this worker (default 4)")
+    p.add_argument("--global-concurrency", type=int, default=None, help="runs at once on all workers")
+    p.add_argument(
+        "--tenant-concurrency", type=int, default=None, help="runs at once per tenant, all workers"
+    )
+    p.add_argument("--executor-id", default=None, help="stable id: a restart recovers its own runs")
+    p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
+    p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
+    p.add_argument(
+        "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from tether.commands._output import emit_json
+
+    url = args.db or os.environ.get("TETHER_DB")
+    apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
+    if not url or not apps:
+        print("tether worker needs --db URL (or $TETHER_DB) and at least one --app module:factory")
+        return 1
+    try:
+        from tether.durable import Worker, WorkerConfig
+    except ImportError as err:
+        print(f"tether worker needs the durable extra (pip install 'tether[durable]'): {err}")
+        return 1
+    config = WorkerConfig(
+        url,
+        apps=apps,
+        executor_id=args.executor_id,
+        concurrency=args.concurrency,
+        global_concurrency=args.global_concurrency,
+        tenant_concurrency=args.tenant_concurrency,
+        poll_s=args.poll,
+        dead_after_s=args.dead_after,
+        auto_resume=not args.no_auto_resume,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    worker = Worker(config).start()
+    emit_json(
+        {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True}
+    )
+    try:
+        stop.wait()
+    finally:
+        worker.stop()
+    return 0

@@ -1,0 +1,275 @@
+"""Submitting, listing, resuming and cancelling durable runs from any machine.
+
+``DurableClient`` talks to the deployment's databases only (DBOS's system tables and tether's
+stores); it runs no workflow code, so ``tether submit`` and ``tether runs`` work on a machine
+with no worker. A run is the workflows that share its run id: the first (``op: start``, whose
+workflow id is the run id) and one per resume (``<run>.resume.<digest>``, the digest naming the
+paused state it resumes, so two machines resuming the same pause start one workflow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tether.durable.runtime import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.errors import ApprovalError
+from tether.policy.trusted import TrustedContext
+from tether.storage_url import Stores, open_stores
+
+__all__ = ["DurableClient", "RunView", "WorkflowView"]
+
+_STATUS = {
+    "ENQUEUED": "queued",
+    "DELAYED": "queued",
+    "PENDING": "running",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+}
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    workflow_id: str
+    op: str
+    status: str  # DBOS's status
+    executor: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    output: dict[str, Any] | None
+    error: str | None = None
+
+
+@dataclass
+class RunView:
+    """A run as every machine sees it: its workflows, and where it stands."""
+
+    run_id: str
+    tenant: str | None
+    workflows: list[WorkflowView] = field(default_factory=list)
+
+    @property
+    def latest(self) -> WorkflowView:
+        return self.workflows[-1]
+
+    @property
+    def status(self) -> str:
+        """queued | running | paused | finished | failed | cancelled"""
+        w = self.latest
+        if w.status != "SUCCESS":
+            return _STATUS.get(w.status, w.status.lower())
+        out = w.output or {}
+        if out.get("error") == "not_paused" and len(self.workflows) > 1:
+            # A resume that found nothing to resume: the run stands where the one before left it.
+            return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
+        return "paused" if out.get("stop_reason") == "approval_required" else "finished"
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The run's one stop reason once it ended (or paused); None while it is in flight."""
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return str((w.output or {})["stop_reason"])
+            if w.status == "CANCELLED":
+                return "cancelled"
+            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
+                return None
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        out = self.latest.output or {}
+        return {
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "answer": out.get("answer"),
+            "detail": out.get("detail"),
+            "pending_proposals": out.get("pending_proposals", []),
+            "workflows": [
+                {
+                    "workflow_id": w.workflow_id,
+                    "op": w.op,
+                    "status": w.status,
+                    "executor": w.executor,
+                    "stop_reason": (w.output or {}).get("stop_reason"),
+                    "replayed_steps": (w.output or {}).get("replayed_steps"),
+                }
+                for w in self.workflows
+            ],
+        }
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+class DurableClient:
+    """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
+
+    def __init__(self, url: str, *, stores: Stores | None = None) -> None:
+        from dbos import DBOS, DBOSClient
+
+        self.url = url
+        cfg = dbos_config(url, executor_id="client")
+        # Creating DBOS's tables is idempotent; a client may be the first to touch a database.
+        DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
+        self.dbos = DBOSClient(
+            system_database_url=cfg["system_database_url"],
+            dbos_system_schema=cfg["dbos_system_schema"],
+            application_name=cfg["name"],
+        )
+        self._stores = stores
+        self._own_stores = stores is None
+
+    @property
+    def stores(self) -> Stores:
+        if self._stores is None:
+            self._stores = open_stores(self.url)
+        return self._stores
+
+    def close(self) -> None:
+        self.dbos.destroy()
+        if self._own_stores and self._stores is not None:
+            self._stores.close()
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    def submit(self, app: str, objective: str, context: TrustedContext, *, run_id: str | None = None) -> str:
+        """Enqueue a new run; returns its run id (which is also its first workflow's id)."""
+        run_id = run_id or new_run_id()
+        request = {
+            "op": "start",
+            "run_id": run_id,
+            "app": app,
+            "objective": objective,
+            "context": context_to_json(context),
+        }
+        self._enqueue(run_id, request, tenant=context.tenant, op="start")
+        return run_id
+
+    def _enqueue(self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str) -> None:
+        self.dbos.enqueue(
+            {
+                "workflow_name": WORKFLOW,
+                "queue_name": QUEUE,
+                "workflow_id": workflow_id,
+                "app_version": APP_VERSION,
+                # Per-tenant limits: the queue is partitioned by tenant.
+                "queue_partition_key": tenant,
+                "attributes": {"run_id": request["run_id"], "op": op, "tenant": tenant},
+            },
+            request,
+        )
+
+    def resume(self, run_id: str) -> str:
+        """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
+        state: resuming the same pause twice (from two machines) starts one workflow. Raises
+        ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        cp = self.stores.approvals.load_checkpoint(run_id)
+        if cp is None:
+            raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
+        if cp.status == "finished":
+            raise ApprovalError("run_finished", f"run {run_id} already ended ({cp.stop_reason})")
+        first = self.workflows(run_id)
+        if not first:
+            raise ApprovalError("not_durable", f"run {run_id} was not started on this deployment's queue")
+        app = str((first[0].output or {}).get("app") or self._input(run_id).get("app") or cp.app)
+        tenant = json.loads(cp.state)["context"]["tenant"]
+        digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
+        workflow_id = f"{run_id}.resume.{digest}"
+        self._enqueue(workflow_id, {"op": "resume", "run_id": run_id, "app": app}, tenant=tenant, op="resume")
+        return workflow_id
+
+    def _input(self, run_id: str) -> dict[str, Any]:
+        found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+        if not found or found[0].input is None:
+            return {}
+        inputs: Any = found[0].input
+        args = inputs.get("args") if isinstance(inputs, dict) else getattr(inputs, "args", ())
+        return dict(args[0]) if args else {}
+
+    def cancel(self, run_id: str) -> list[str]:
+        """Cancel the run's workflows still queued or running; returns their ids."""
+        live = [
+            w.workflow_id for w in self.workflows(run_id) if w.status in ("ENQUEUED", "PENDING", "DELAYED")
+        ]
+        for wid in live:
+            self.dbos.cancel_workflow(wid)
+        return live
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def workflows(self, run_id: str) -> list[WorkflowView]:
+        found = self.dbos.list_workflows(
+            name=WORKFLOW, attributes={"run_id": run_id}, load_input=False, load_output=True
+        )
+        return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or _dt(1), w.workflow_id))
+
+    @staticmethod
+    def _view(w: Any) -> WorkflowView:
+        attrs = w.attributes or {}
+        output = w.output if isinstance(w.output, dict) else None
+        return WorkflowView(
+            workflow_id=w.workflow_id,
+            op=str(attrs.get("op", "start")),
+            status=str(w.status),
+            executor=w.executor_id,
+            created_at=_dt(w.created_at),
+            updated_at=_dt(w.updated_at),
+            output=output,
+            error=str(w.error) if w.error is not None else None,
+        )
+
+    def run(self, run_id: str) -> RunView | None:
+        flows = self.workflows(run_id)
+        if not flows:
+            return None
+        tenant = None
+        for w in flows:
+            tenant = tenant or (w.output or {}).get("tenant")
+        return RunView(run_id, tenant or self._tenant(run_id), flows)
+
+    def _tenant(self, run_id: str) -> str | None:
+        found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False)
+        return (found[0].attributes or {}).get("tenant") if found else None
+
+    def runs(self, *, limit: int = 100) -> list[RunView]:
+        """The most recent runs (by their first workflow), newest first."""
+        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, load_output=True, sort_desc=True)
+        by_run: dict[str, list[WorkflowView]] = {}
+        tenants: dict[str, str | None] = {}
+        for w in found:
+            rid = str((w.attributes or {}).get("run_id") or w.workflow_id)
+            by_run.setdefault(rid, []).append(self._view(w))
+            tenants.setdefault(rid, (w.attributes or {}).get("tenant"))
+        views = [
+            RunView(rid, tenants[rid], sorted(flows, key=lambda w: (w.created_at or _dt(1), w.workflow_id)))
+            for rid, flows in by_run.items()
+        ]
+        views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
+        return views[:limit]
+
+    def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:
+        """Until the run's latest workflow has ended (finished, paused, failed or cancelled).
+        Raises ``TimeoutError``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.run(run_id)
+            if view is not None and view.status not in ("queued", "running"):
+                return view
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run_id} still {view.status if view else 'unknown'} after {timeout_s}s"
+                )
+            time.sleep(poll_s)

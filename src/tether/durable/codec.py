@@ -1,0 +1,149 @@
+"""What a durable step records, as plain JSON: a model response, and a tool turn with the
+changes it made to the run state (observations and call records appended, proposals waited
+for). Replaying a recorded turn re-applies exactly those changes, so a recovered run reaches
+the state the lost process had without running any tool again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tether.calls import Turn
+from tether.checkpoint import state_from_json, state_to_json
+from tether.errors import ApprovalError
+from tether.messages import AssistantMessage, ToolCall, Usage
+from tether.models.base import ModelResponse
+from tether.run import RunState
+from tether.types import Decision, GateOutcome, Observation
+
+__all__ = ["apply_turn", "decode_response", "decode_turn", "encode_response", "encode_turn"]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+# -- model responses ----------------------------------------------------------------------------
+
+
+def encode_response(r: ModelResponse) -> dict[str, Any]:
+    m = r.message
+    return {
+        "content": m.content,
+        "reasoning": m.reasoning,
+        "tool_calls": [[c.id, c.name, c.arguments] for c in m.tool_calls],
+        "usage": [r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens],
+        "model": r.model,
+        "cost_usd": r.cost_usd,
+        "meta": {k: v for k, v in r.meta.items() if _jsonable(v) is not None},
+    }
+
+
+def decode_response(d: dict[str, Any]) -> ModelResponse:
+    calls = tuple(ToolCall(i, n, a) for i, n, a in d["tool_calls"])
+    prompt, completion, cached = d["usage"]
+    return ModelResponse(
+        message=AssistantMessage(d["content"], calls, d.get("reasoning")),
+        usage=Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached),
+        model=d["model"],
+        cost_usd=d["cost_usd"],
+        meta=dict(d["meta"]),
+    )
+
+
+# -- tool turns -----------------------------------------------------------------------------------
+
+
+def _obs(o: Observation) -> dict[str, Any]:
+    return {**dataclasses.asdict(o), "observed_at": o.observed_at.isoformat(), "data": _jsonable(o.data)}
+
+
+def _obs_from(d: dict[str, Any]) -> Observation:
+    return Observation(**{**d, "observed_at": datetime.fromisoformat(d["observed_at"])})
+
+
+def _outcome(o: GateOutcome) -> dict[str, Any]:
+    d = o.decision
+    return {
+        "call": [o.call.id, o.call.name, o.call.arguments],
+        "status": o.status,
+        "spec": o.spec.name if o.spec is not None else None,
+        "arguments": _jsonable(o.arguments),
+        "decision": [d.verdict, d.rule, d.reason, _jsonable(d.details) or {}] if d is not None else None,
+        "error": o.error,
+        "proposal_id": o.proposal_id,
+        "error_reason": o.error_reason,
+    }
+
+
+def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_before: int) -> dict[str, Any]:
+    """A turn as it ran, with the state it appended (observations and call records from the
+    given positions on, and the proposals the run now waits for)."""
+    appended = dataclasses.replace(
+        state,
+        observations=state.observations[observations_before:],
+        calls=state.calls[calls_before:],
+        trajectory=[],
+        memory=[],
+    )
+    return {
+        "outcomes": [_outcome(o) for o in turn.outcomes],
+        "observations": {k: _obs(v) for k, v in turn.observations.items()},
+        "denied": [turn.outcomes.index(o) for o in turn.denied],
+        "waiting": list(turn.waiting),
+        "refused": list(turn.refused),
+        "unsettled": list(turn.unsettled),
+        "unsettled_errors": [[e.reason, str(e)] for e in turn.unsettled_errors],
+        "crashes": [[name, type(c).__name__, str(c)] for name, c in turn.crashes],
+        "timed_out": turn.timed_out,
+        "halted": turn.halted,
+        "appended": state_to_json(appended),
+        "pending": list(state.pending),
+    }
+
+
+def apply_turn(data: dict[str, Any], state: RunState) -> None:
+    """Re-apply what a recorded turn appended to the run state (replay after recovery)."""
+    appended = state_from_json(data["appended"])
+    state.observations.extend(appended.observations)
+    state.calls.extend(appended.calls)
+    state.pending = list(data["pending"])
+
+
+def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -> Turn:
+    """The ``Turn`` a recorded step returned; ``resolve`` maps a tool name to its ``ToolSpec``."""
+    outcomes = []
+    for o in data["outcomes"]:
+        d = o["decision"]
+        outcomes.append(
+            GateOutcome(
+                call=ToolCall(*o["call"]),
+                status=o["status"],
+                spec=resolve(o["spec"]) if o["spec"] is not None else None,
+                arguments=o["arguments"],
+                decision=Decision(d[0], d[1], d[2], d[3]) if d is not None else None,
+                error=o["error"],
+                proposal_id=o["proposal_id"],
+                error_reason=o["error_reason"],
+            )
+        )
+    turn = Turn(outcomes)
+    turn.observations = {k: _obs_from(v) for k, v in data["observations"].items()}
+    turn.denied = [outcomes[i] for i in data["denied"]]
+    turn.waiting = list(data["waiting"])
+    turn.refused = list(data["refused"])
+    turn.unsettled = list(data["unsettled"])
+    turn.unsettled_errors = [ApprovalError(r, m) for r, m in data["unsettled_errors"]]
+    # A tool's programming error, as it was: the same type name and message (the run ends on it).
+    turn.crashes = [(name, type(kind, (Exception,), {})(message)) for name, kind, message in data["crashes"]]
+    turn.timed_out = bool(data["timed_out"])
+    turn.halted = bool(data["halted"])
+    return turn

@@ -1,0 +1,305 @@
+"""A run as a DBOS workflow, and the process-wide settings a worker runs it with.
+
+A request names the *app* — a factory ``module:function`` called with the deployment's storage
+URL that returns ``(host, agent)`` — the objective and the trusted context (tenant, roles, user).
+A worker runs only apps it was started with (``tether worker --app …``): a queue row is data,
+and data never chooses which code a worker imports. The workflow builds the host and agent,
+runs the agent loop with ``DurableSteps`` and returns the run's summary (its one stop reason).
+
+A run that pauses for a person ends its workflow ``approval_required``; the resume is another
+workflow on the same queue (``op: resume``), started by ``tether resume`` from any machine or by
+a worker that sees the awaited decisions made. Its first step loads the checkpoint, so a
+recovered resume starts from the state it first loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.checkpoint import state_from_json, state_to_json
+from tether.durable.steps import DurableSteps
+from tether.loop import AgentLoop
+from tether.policy.trusted import Permissions, TrustedContext
+from tether.stop import StopReason
+
+__all__ = [
+    "APP_VERSION",
+    "QUEUE",
+    "WORKFLOW",
+    "Runtime",
+    "context_from_json",
+    "context_to_json",
+    "dbos_config",
+    "register_app",
+    "runtime",
+    "set_runtime",
+    "stores_for",
+]
+
+WORKFLOW = "tether.run"
+QUEUE = "tether-runs"
+APP_NAME = "tether"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tether")
+    except Exception:  # pragma: no cover - not installed (a source checkout on PYTHONPATH)
+        return "0"
+
+
+# Workers and clients of one deployment must agree: DBOS dequeues a workflow only on an
+# executor of the version it was enqueued for, and recovers a dead executor's runs only there.
+APP_VERSION = f"tether-{_version()}"
+
+_APPS: dict[str, Callable[..., Any]] = {}
+
+
+def register_app(name: str, factory: Callable[..., Any]) -> None:
+    """Make ``factory`` available to this process's runs under ``name`` (in-process apps; a
+    worker also serves the ``module:function`` apps it was started with)."""
+    _APPS[name] = factory
+
+
+@dataclass
+class Runtime:
+    """What this process's workflows run with: the storage URL and the apps it serves."""
+
+    url: str
+    apps: frozenset[str] = frozenset()
+    executor_id: str = "local"
+    stores: Any = None  # tether.storage_url.Stores, opened by the worker
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def factory(self, app: str) -> Callable[..., Any]:
+        """Raises ``PermissionError`` for an app this worker was not started with."""
+        if app in _APPS:
+            return _APPS[app]
+        if app not in self.apps:
+            raise PermissionError(f"app {app!r} is not served by this worker (tether worker --app)")
+        module_name, _, function = app.partition(":")
+        return getattr(importlib.import_module(module_name), function)  # type: ignore[no-any-return]
+
+
+_runtime: Runtime | None = None
+_opened: dict[str, Any] = {}
+
+
+def stores_for(url: str) -> Any:
+    """The stores at ``url`` for an app factory: the worker's own when it serves that URL (one
+    pool per process), otherwise opened once per process."""
+    from tether.storage_url import open_stores
+
+    if _runtime is not None and _runtime.url == url and _runtime.stores is not None:
+        return _runtime.stores
+    if url not in _opened:
+        _opened[url] = open_stores(url)
+    return _opened[url]
+
+
+def set_runtime(rt: Runtime | None) -> None:
+    global _runtime
+    _runtime = rt
+
+
+def runtime() -> Runtime:
+    if _runtime is None:
+        raise RuntimeError("no durable runtime in this process: start it with tether.durable.Worker")
+    return _runtime
+
+
+def dbos_config(
+    url: str, *, executor_id: str, log_level: str = "WARNING", pool_size: int = 10
+) -> dict[str, Any]:
+    """The DBOS configuration of a deployment whose stores are at ``url``: its system database is
+    the same PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a
+    SQLite deployment's directory (one process)."""
+    from tether.storage_url import parse_url
+
+    loc = parse_url(url)
+    if loc.backend == "postgresql":
+        from tether.pg import PgUrl
+
+        pg = PgUrl.parse(url)
+        system, schema = pg.conninfo, f"{pg.schema}_dbos" if pg.schema else "dbos"
+    else:
+        assert loc.path is not None
+        loc.path.mkdir(parents=True, exist_ok=True)
+        system, schema = f"sqlite:///{loc.path.resolve() / 'dbos.sqlite'}", "dbos"
+    config: dict[str, Any] = {
+        "name": APP_NAME,
+        "system_database_url": system,
+        "dbos_system_schema": schema,
+        "executor_id": executor_id,
+        "application_version": APP_VERSION,
+        "log_level": log_level,
+        "notification_listener_polling_interval_sec": 0.1,
+        "sys_db_pool_size": pool_size,
+    }
+    if loc.backend == "postgresql":
+        config["db_engine_kwargs"] = {
+            # Labelled per executor in pg_stat_activity (an operator can see, or cut, one worker).
+            "connect_args": {"application_name": f"dbos:{executor_id}"},
+            "pool_timeout": 30,
+            "max_overflow": 0,
+            "pool_pre_ping": True,
+        }
+    return config
+
+
+def context_to_json(c: TrustedContext) -> dict[str, Any]:
+    return {
+        "tenant": c.tenant,
+        "roles": sorted(c.roles),
+        "user": c.user,
+        "read": sorted(c.permissions.read),
+        "write": sorted(c.permissions.write),
+    }
+
+
+def context_from_json(d: Mapping[str, Any]) -> TrustedContext:
+    return TrustedContext(
+        tenant=str(d["tenant"]),
+        roles=frozenset(d.get("roles") or ()),
+        user=d.get("user"),
+        permissions=Permissions(frozenset(d.get("read") or ()), frozenset(d.get("write") or ())),
+    )
+
+
+async def _build(app: str, rt: Runtime, run_id: str) -> tuple[Any, Any]:
+    factory = rt.factory(app)
+    params = inspect.signature(factory).parameters
+    built = factory(rt.url, run_id=run_id) if "run_id" in params else factory(rt.url)
+    if inspect.isawaitable(built):
+        built = await built
+    host, agent = built
+    traces = getattr(rt.stores, "traces", None)
+    if traces is not None and traces not in host.extra_sinks:
+        host.extra_sinks.append(traces)  # the trace index every machine reads
+    return host, agent
+
+
+async def _store_call(store: Any, name: str, *args: Any, **kw: Any) -> Any:
+    """A store method from the event loop: its async face if it has one, else a worker thread."""
+    import functools
+
+    import anyio
+
+    twin = getattr(store, "a" + name, None)
+    if twin is not None:
+        return await twin(*args, **kw)
+    return await anyio.to_thread.run_sync(functools.partial(getattr(store, name), *args, **kw))
+
+
+async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of the ``tether.run`` workflow (see the module docstring)."""
+    from dbos import DBOS
+
+    rt = runtime()
+    run_id = str(request["run_id"])
+    op = request.get("op", "start")
+    base = {
+        "run_id": run_id,
+        "op": op,
+        "app": request["app"],
+        "workflow_id": DBOS.workflow_id,
+        "executor": rt.executor_id,
+    }
+    try:
+        host, agent = await _build(str(request["app"]), rt, run_id)
+    except PermissionError as err:
+        return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
+    steps = DurableSteps()
+    cp: dict[str, Any] | None = None
+    try:
+        await host.start()
+        if op == "resume":
+            approvals = host.approvals
+            if approvals is None:
+                return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
+
+            traces = getattr(rt.stores, "traces", None)
+
+            async def load() -> dict[str, Any] | None:
+                cp = await _store_call(approvals.store, "load_checkpoint", run_id)
+                if cp is None:
+                    return None
+                # How many of the run's events the trace index holds now: the resumed run numbers
+                # its events after them (recorded, so a recovery numbers them the same way).
+                seen = len(await _store_call(traces, "events", run_id)) if traces is not None else 0
+                return {
+                    "state": cp.state,
+                    "status": cp.status,
+                    "app": cp.app,
+                    "stop_reason": cp.stop_reason,
+                    "trace_events": seen,
+                }
+
+            cp = await DBOS.run_step_async({"name": "tether.checkpoint"}, load)
+            if cp is None or cp["status"] == "finished":
+                why = "no checkpoint" if cp is None else f"already ended ({cp['stop_reason']})"
+                return {
+                    **base,
+                    "stop_reason": "",
+                    "detail": f"cannot resume {run_id}: {why}",
+                    "error": "not_paused",
+                }
+            state = state_from_json(cp["state"])
+            loop = AgentLoop(host, agent, state.objective, state.context, state=state, steps=steps)
+            if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
+                await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
+        else:
+            context = context_from_json(request["context"])
+            loop = AgentLoop(host, agent, str(request["objective"]), context, run_id=run_id, steps=steps)
+        steps.attach(loop)
+        result = await loop.run()
+        if op == "resume" and result.stop_reason is not StopReason.APPROVAL_REQUIRED:
+            assert host.approvals is not None and cp is not None
+            await _store_call(
+                host.approvals.store,
+                "save_checkpoint",
+                run_id,
+                app=cp["app"],
+                state=state_to_json(loop.state),
+                status="finished",
+                stop_reason=str(result.stop_reason),
+                now=host.clock(),
+            )
+    finally:
+        await host.aclose()
+        close = getattr(agent.model, "aclose", None)
+        if close is not None:
+            await close()
+    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant}
+    return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
+    """Start a resumed run's tracer after the ``count`` events the index already holds (a run
+    without trace files on this machine would otherwise number from 1 again)."""
+    from tether.trace.events import EventKind, TraceEvent
+
+    stored = (await _store_call(traces, "events", run_id))[:count]
+    tracer.events[:] = [
+        TraceEvent(run_id, int(d.get("seq", i + 1)), str(d.get("ts", "")), EventKind(d["kind"]), d)
+        for i, d in enumerate(stored)
+    ]
+
+
+def _register() -> Any:
+    from dbos import DBOS
+
+    @DBOS.workflow(name=WORKFLOW)
+    async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
+        return await execute(request)
+
+    return tether_run
+
+
+tether_run = _register()

@@ -1,0 +1,251 @@
+"""``Worker``: one process serving the deployment's run queue (``tether worker``).
+
+Each worker has an executor id. It launches DBOS (which first recovers the runs this executor id
+left unfinished: a restarted worker picks up its own), registers the queue with the worker's
+concurrency and the deployment's global and per-tenant limits, and keeps a heartbeat in the
+shared database. A background thread, on every worker:
+
+- beats the heartbeat;
+- claims, atomically, executors whose heartbeat stopped (``dead_after_s``) and hands their
+  unfinished runs back to the queue through DBOS's recovery (each dead executor recovered by
+  exactly one survivor; DBOS's own dequeue admits exactly one runner per workflow);
+- resumes paused runs whose awaited decisions were all made (an approval given on any
+  machine), with the resume's workflow id derived from the paused state so that several
+  workers seeing the same approval start one resume.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.durable.client import DurableClient
+from tether.durable.runtime import QUEUE, Runtime, dbos_config, set_runtime
+from tether.pg import Op, PgDatabase, PgMigration, Sql
+from tether.storage_url import Stores, open_stores
+
+__all__ = ["Worker", "WorkerConfig"]
+
+MIGRATIONS: tuple[PgMigration, ...] = (
+    (
+        "pg_w001_workers",
+        (
+            """CREATE TABLE tether_workers (
+                executor_id TEXT PRIMARY KEY,
+                host TEXT NOT NULL,
+                pid INTEGER NOT NULL,
+                started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                heartbeat_at TIMESTAMPTZ NOT NULL,
+                recovered_at TIMESTAMPTZ,
+                recovered_by TEXT
+            )""",
+        ),
+    ),
+)
+
+
+def _beat(executor_id: str, host: str, pid: int, started: bool) -> Op[None]:
+    # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
+    # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
+    restart = ", started_at = now()" if started else ""
+    yield Sql(
+        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at) VALUES (%s, %s, %s, now())"
+        " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
+        f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
+        (executor_id, host, pid),
+        fetch="none",
+    )
+
+
+def _stopped(executor_id: str) -> Op[None]:
+    # A clean stop: survivors recover what this executor leaves unfinished at once.
+    yield Sql(
+        "UPDATE tether_workers SET heartbeat_at = '-infinity' WHERE executor_id = %s",
+        (executor_id,),
+        fetch="none",
+    )
+
+
+def _claim_dead(me: str, dead_after_s: float) -> Op[list[str]]:
+    rows = yield Sql(
+        "UPDATE tether_workers SET recovered_at = now(), recovered_by = %s"
+        " WHERE executor_id <> %s AND recovered_at IS NULL"
+        " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING executor_id",
+        (me, me, dead_after_s),
+    )
+    return [r[0] for r in rows]
+
+
+def _workers() -> Op[list[dict[str, Any]]]:
+    rows = yield Sql(
+        "SELECT executor_id, host, pid, started_at, heartbeat_at, recovered_at, recovered_by,"
+        " heartbeat_at >= now() - interval '1 hour' FROM tether_workers ORDER BY executor_id"
+    )
+    keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by")
+    return [dict(zip(keys, r[:7], strict=True)) for r in rows]
+
+
+@dataclass
+class WorkerConfig:
+    """``concurrency``: runs at once on this worker; ``global_concurrency``: on all workers;
+    ``tenant_concurrency``: per tenant, on all workers. The last two are the queue's and are
+    shared: the last worker to start sets them."""
+
+    url: str
+    apps: tuple[str, ...] = ()
+    executor_id: str | None = None
+    concurrency: int = 4
+    global_concurrency: int | None = None
+    tenant_concurrency: int | None = None
+    poll_s: float = 0.5
+    heartbeat_s: float = 1.0
+    dead_after_s: float = 15.0
+    auto_resume: bool = True
+    log_level: str = "WARNING"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    """Start with ``start()`` (or as a context manager); ``stop()`` leaves unfinished runs to be
+    recovered by a survivor or by this executor id's next start."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.executor_id = config.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stores: Stores | None = None
+        self.client: DurableClient | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pg: PgDatabase | None = None
+        self.recovered: list[str] = []  # executors this worker recovered
+        self.resumed: list[str] = []  # resume workflows this worker enqueued
+        self.errors: list[str] = []
+        self._seen: set[tuple[str, str]] = set()
+        self._launched = (
+            threading.Event()
+        )  # recovery and resumes wait for DBOS  # (run, paused at) already resumed or not durable
+
+    def start(self) -> Worker:
+        from dbos import DBOS
+        from dbos import _dbos as dbos_module
+
+        if getattr(dbos_module, "_dbos_global_instance", None) is not None:
+            # DBOS is one instance per process: a second would silently keep the first's settings.
+            raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
+        c = self.config
+        self.stores = open_stores(
+            c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
+        )
+        if self.stores.db is not None:
+            self._pg = self.stores.db
+            self._pg.migrate("workers", MIGRATIONS)
+            # A ledger entry owned by a worker whose heartbeat stopped is reconciled at once.
+            self.stores.approvals.worker_dead_after_s = c.dead_after_s
+            # Alive before DBOS recovers this executor's runs: no survivor may take them too.
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True)
+        # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
+        self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
+        self._thread.start()
+        set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
+        pool = max(8, 2 * c.concurrency + 4)
+        cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
+        DBOS(config=cfg)  # type: ignore[arg-type]
+        DBOS.launch()
+        partition = c.tenant_concurrency or c.global_concurrency or 100_000
+        DBOS.register_queue(
+            QUEUE,
+            worker_concurrency=c.concurrency,
+            global_concurrency=c.global_concurrency,
+            partition_concurrency=partition,
+            polling_interval_sec=c.poll_s,
+            on_conflict="always_update",
+        )
+        self.client = DurableClient(c.url, stores=self.stores)
+        self._launched.set()
+        return self
+
+    def stop(self) -> None:
+        from dbos import DBOS
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        set_runtime(None)
+        if self._pg is not None:
+            try:
+                self._pg.run(_stopped, self.executor_id)
+            except Exception as err:  # the database is gone: survivors will see the heartbeat age
+                self.errors.append(f"stop: {err}")
+        if self.client is not None:
+            self.client.close()
+        if self.stores is not None:
+            try:
+                self.stores.close()
+            except Exception as err:  # e.g. a SQLite store opened by another thread: the OS reclaims it
+                self.errors.append(f"close: {type(err).__name__}: {err}")
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def workers(self) -> list[dict[str, Any]]:
+        return self._pg.run(_workers) if self._pg is not None else []
+
+    # -- the background duties --------------------------------------------------------------
+
+    def _background(self) -> None:
+        c = self.config
+        while not self._stop.wait(c.heartbeat_s):
+            duties = [self._heartbeat]
+            if self._launched.is_set():
+                duties += [self._recover_dead, self._resume_decided]
+            for duty in duties:
+                try:
+                    duty()
+                except Exception as err:  # a lost connection: the next round tries again
+                    self.errors.append(f"{duty.__name__}: {type(err).__name__}: {err}")
+
+    def _heartbeat(self) -> None:
+        if self._pg is not None:
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+
+    def _recover_dead(self) -> None:
+        from dbos import DBOS
+
+        if self._pg is None:
+            return
+        dead = self._pg.run(_claim_dead, self.executor_id, self.config.dead_after_s)
+        if dead:
+            DBOS._recover_pending_workflows(dead)
+            self.recovered.extend(dead)
+
+    def _resume_decided(self) -> None:
+        """Resume each durable run paused for approvals that have all been decided since."""
+        if not self.config.auto_resume or self.client is None or self.stores is None:
+            return
+        store = self.stores.approvals
+        try:
+            listed = store.list_checkpoints(status="paused")  # the PostgreSQL store filters in SQL
+        except TypeError:
+            listed = store.list_checkpoints()
+        for cp in listed:
+            seen = (cp.run_id, cp.updated_at.isoformat())
+            if cp.status != "paused" or seen in self._seen:
+                continue
+            proposals = store.list_proposals(run_id=cp.run_id)
+            if not proposals or any(str(p.status) == "pending" for p in proposals):
+                continue
+            if not any(p.decided_at is not None and p.decided_at >= cp.updated_at for p in proposals):
+                continue  # nothing was decided since it paused (an effect a person must resolve)
+            self._seen.add(seen)
+            try:
+                self.resumed.append(self.client.resume(cp.run_id))
+            except Exception as err:  # not a durable run (an embedded one on the same store), or ended
+                if getattr(err, "reason", "") != "not_durable":
+                    self.errors.append(f"resume {cp.run_id}: {err}")

@@ -1,0 +1,127 @@
+"""``PgTraceIndex``: trace events of every run on PostgreSQL, readable from any machine.
+
+A ``TraceSink``: events are handed to a background thread that inserts them in batches, so the
+event loop never waits on the network for a trace line. ``flush`` (and ``close``, which the
+tracer calls at the end of each run, and which only flushes: one index serves every run of a
+host) waits until what was written so far is stored. An event is keyed by (run, seq): an event
+written twice (a recovered run re-emitting the step it died in) is stored once. The local JSONL
+file stays the first record of a run on its machine; the index is what other machines read.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Any
+
+from tether.pg import Op, PgDatabase, PgMigration, Sql
+from tether.trace.events import TraceEvent
+
+__all__ = ["MIGRATIONS", "PgTraceIndex"]
+
+MIGRATIONS: tuple[PgMigration, ...] = (
+    (
+        "pg_t001_trace_events",
+        (
+            """CREATE TABLE trace_events (
+                run_id TEXT NOT NULL,
+                seq INTEGER NOT NULL,
+                ts TEXT NOT NULL,
+                kind TEXT NOT NULL,
+                data JSONB NOT NULL,
+                PRIMARY KEY (run_id, seq)
+            )""",
+            "CREATE INDEX trace_events_kind ON trace_events (kind)",
+        ),
+    ),
+)
+
+_BATCH = 200
+
+
+def _insert(rows: list[tuple[str, int, str, str, str]]) -> Op[None]:
+    for row in rows:
+        yield Sql(
+            "INSERT INTO trace_events (run_id, seq, ts, kind, data) VALUES (%s, %s, %s, %s, %s::jsonb)"
+            " ON CONFLICT (run_id, seq) DO NOTHING",
+            row,
+            fetch="none",
+        )
+
+
+def _events(run_id: str, kind: str | None) -> Op[list[dict[str, Any]]]:
+    if kind is None:
+        rows = yield Sql("SELECT data FROM trace_events WHERE run_id = %s ORDER BY seq", (run_id,))
+    else:
+        rows = yield Sql(
+            "SELECT data FROM trace_events WHERE run_id = %s AND kind = %s ORDER BY seq", (run_id, kind)
+        )
+    return [r[0] for r in rows]
+
+
+class PgTraceIndex:
+    """A trace sink on PostgreSQL, and the reader of what it stored."""
+
+    def __init__(self, db: str | PgDatabase) -> None:
+        self._owns = not isinstance(db, PgDatabase)
+        self.db = db if isinstance(db, PgDatabase) else PgDatabase(db)
+        self.db.migrate("traces", MIGRATIONS)
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.errors: list[str] = []  # write failures (the run goes on; its JSONL file has the events)
+
+    # -- TraceSink ---------------------------------------------------------------------------
+
+    def write(self, event: TraceEvent) -> None:
+        data = json.dumps(event.to_json(), ensure_ascii=False, default=str)
+        self._queue.put((event.run_id, event.seq, event.ts, str(event.kind), data))
+        self._start()
+
+    def close(self) -> None:
+        """Flush only: the index outlives each run's tracer."""
+        self.flush()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout_s)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._drain, name="tether-trace-index", daemon=True)
+                self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[Any] = [item]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            rows = [x for x in batch if isinstance(x, tuple)]
+            if rows:
+                try:
+                    self.db.run(_insert, rows)
+                except Exception as err:  # a lost trace batch must not stop the runs
+                    self.errors.append(f"{type(err).__name__}: {err}")
+            for x in batch:
+                if isinstance(x, threading.Event):
+                    x.set()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        """The stored events of one run (each as its JSONL line), in order."""
+        return self.db.run(_events, run_id, kind)
+
+    def shutdown(self) -> None:
+        self.flush()
+        if self._owns:
+            self.db.close()

@@ -1,0 +1,189 @@
+"""Durable runs through one in-process worker on PostgreSQL: the queue, approvals given on
+another connection resuming the run, the app allowlist, per-tenant limits, cancellation, and
+the CLI that reads the shared state."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import durable_app
+import pytest
+
+from tether.cli import main
+from tether.policy import Approvals, Reviewer, TrustedContext
+from tether.storage_url import open_stores
+
+pytestmark = pytest.mark.slow  # a worker with DBOS: a few seconds to start
+
+ACME = TrustedContext(tenant="acme", roles=frozenset({"ops"}), user="ana")
+GLOBEX = TrustedContext(tenant="globex", user="bo")
+
+
+@pytest.fixture(scope="module")
+def deployment(durable_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tether.durable import DurableClient, Worker, WorkerConfig
+
+    folder = tmp_path_factory.mktemp("durable")
+    os.environ["DURABLE_DIR"] = str(folder)
+    config = WorkerConfig(
+        durable_url,
+        apps=(durable_app.APP,),
+        executor_id="inproc-1",
+        concurrency=4,
+        tenant_concurrency=1,
+        poll_s=0.1,
+        heartbeat_s=0.2,
+    )
+    with Worker(config) as worker:
+        client = DurableClient(durable_url)
+        try:
+            yield worker, client, folder
+        finally:
+            client.close()
+    os.environ.pop("DURABLE_DIR", None)
+
+
+def test_queued_runs_end_with_one_stop_reason_and_each_effect_happens_once(deployment: Any) -> None:
+    worker, client, _ = deployment
+    plans = {
+        "ro-1": "ro-1: read a1; read a2",
+        "wr-1": "wr-1: log hello; both a3; log bye",
+    }
+    ids = {tag: client.submit(durable_app.APP, text, ACME) for tag, text in plans.items()}
+    views = {tag: client.wait(rid, timeout_s=60) for tag, rid in ids.items()}
+    assert {tag: (v.status, v.stop_reason) for tag, v in views.items()} == {
+        "ro-1": ("finished", "accepted"),
+        "wr-1": ("finished", "accepted"),
+    }
+    assert views["wr-1"].summary()["answer"] == "wr-1 done after 4 results"
+    logged = [row[2] for row in durable_app.effects() if row[2].startswith("wr-1:")]
+    assert logged == ["wr-1:hello", "wr-1:a3", "wr-1:bye"]
+    assert not [row for row in durable_app.effects() if row[2].startswith("ro-1")]
+    # The ledger of the shared store holds each effect once, done.
+    entries = client.stores.approvals.ledger_for_run(ids["wr-1"])
+    assert sorted(str(e.status) for e in entries) == ["done"] * 3
+    assert worker.errors == []
+
+
+@pytest.mark.spec("T5")
+def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
+    deployment: Any, durable_url: str
+) -> None:
+    _, client, _ = deployment
+    approved = client.submit(durable_app.APP, "pay-ok: read a1; pay 25; log after-pay", ACME)
+    denied = client.submit(durable_app.APP, "pay-no: pay 99; log never", GLOBEX)
+    for rid in (approved, denied):
+        paused = client.wait(rid, timeout_s=60)
+        assert (paused.status, paused.stop_reason) == ("paused", "approval_required")
+    assert not [r for r in durable_app.effects() if r[1] == "send_payment"]  # nothing ran before a person
+
+    elsewhere = open_stores(durable_url)  # the reviewer's machine: its own connections
+    try:
+        desk = Approvals(elsewhere.approvals)
+        [p_ok] = elsewhere.approvals.list_proposals(run_id=approved)
+        [p_no] = elsewhere.approvals.list_proposals(run_id=denied)
+        desk.approve(Reviewer("rita", tenants=frozenset({"acme"})), p_ok.id)
+        desk.deny(Reviewer("gus", tenants=frozenset({"globex"})), p_no.id, reason="too much")
+    finally:
+        elsewhere.close()
+
+    done = _wait_for(client, approved, "finished")
+    refused = _wait_for(client, denied, "finished")
+    assert (done.stop_reason, refused.stop_reason) == ("accepted", "approval_denied")
+    assert [w.op for w in done.workflows] == ["start", "resume"]
+    payments = [r[2] for r in durable_app.effects() if r[1] == "send_payment"]
+    assert payments == ["25"]  # the approved one, once; the denied one never
+    assert [r[2] for r in durable_app.effects() if r[2].startswith("pay-no")] == []
+    # The trace index holds the whole run, the resume numbered after the pause, from any machine.
+    events = client.stores.traces.events(approved)
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+    kinds = [e["kind"] for e in events]
+    assert kinds.count("stop") == 2 and kinds.index("run_paused") < kinds.index("run_resumed")
+    assert {"approval_granted", "effect_recorded"} <= set(kinds[kinds.index("run_resumed") :])
+    # A second resume of the same (already finished) run changes nothing.
+    from tether.errors import ApprovalError
+
+    with pytest.raises(ApprovalError) as info:
+        client.resume(approved)
+    assert info.value.reason == "run_finished"
+
+
+def test_a_worker_runs_only_the_apps_it_was_started_with(deployment: Any) -> None:
+    _, client, folder = deployment
+    marker = folder / "imported"
+    rid = client.submit("os:system", f"touch {marker}", ACME)
+    view = client.wait(rid, timeout_s=60)
+    assert view.stop_reason == "policy_denied"
+    assert "not served by this worker" in str(view.summary()["detail"])
+    assert not marker.exists()
+    ok = client.wait(client.submit(durable_app.APP, "legit: read a1", ACME), timeout_s=60)
+    assert ok.stop_reason == "accepted"
+
+
+def test_runs_of_one_tenant_never_overlap_under_a_per_tenant_limit_of_one(deployment: Any) -> None:
+    _, client, _ = deployment
+    os.environ["DURABLE_MODEL_S"] = "0.15"
+    try:
+        ids = [client.submit(durable_app.APP, f"lim-{i}: read a1; read a2", ACME) for i in range(3)]
+        views = [client.wait(rid, timeout_s=60) for rid in ids]
+    finally:
+        os.environ.pop("DURABLE_MODEL_S", None)
+    assert [v.stop_reason for v in views] == ["accepted"] * 3
+    found = client.dbos.list_workflows(workflow_ids=ids)
+    spans = sorted((w.dequeued_at, w.completed_at) for w in found)
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans)), spans
+
+
+def test_a_cancelled_run_stops_and_says_so(deployment: Any) -> None:
+    _, client, _ = deployment
+    os.environ["DURABLE_MODEL_S"] = "0.3"
+    try:
+        rid = client.submit(
+            durable_app.APP, "cancel-me: " + "; ".join(f"log x{i}" for i in range(10)), GLOBEX
+        )
+        _wait_for(client, rid, "running")
+        assert client.cancel(rid) == [rid]
+        view = _wait_for(client, rid, "cancelled")
+    finally:
+        os.environ.pop("DURABLE_MODEL_S", None)
+    assert view.stop_reason == "cancelled"
+    assert len([r for r in durable_app.effects() if r[2].startswith("cancel-me")]) < 10
+
+
+def test_the_cli_reads_the_shared_state(deployment: Any, durable_url: str, capsys: Any) -> None:
+    _, _client, _ = deployment
+    code = main(
+        ["submit", "--db", durable_url, "--agent", durable_app.APP, "cli: read a1", "--wait", "60", "--json"]
+    )
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["stop_reason"] == "accepted"
+    assert main(["runs", "--db", durable_url, "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["run_id"] in {r["run_id"] for r in listed["runs"]}
+    assert main(["runs", "--db", durable_url, "show", out["run_id"], "--events", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert shown["status"] == "finished" and shown["workflows"][0]["executor"] == "inproc-1"
+    assert [e["kind"] for e in shown["events"]][-1] == "stop"  # the trace index, read from here
+    assert main(["runs", "--db", durable_url, "workers", "--json"]) == 0
+    workers = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["workers"]
+    assert "inproc-1" in {w["executor_id"] for w in workers}
+    # tether resume on a durable run that is not paused: a clear refusal, exit 1
+    assert main(["resume", out["run_id"], "--db", durable_url, "--json"]) == 1
+    refusal = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert refusal["error"] in ("unknown_run", "run_finished")
+
+
+def _wait_for(client: Any, run_id: str, status: str, timeout_s: float = 60.0) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        view = client.run(run_id)
+        if view is not None and view.status == status:
+            return view
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} never reached {status}: {client.run(run_id)}")
