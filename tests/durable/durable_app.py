@@ -25,12 +25,12 @@ from typing import Annotated, Any
 
 import anyio
 from pydantic import Field
-from tether.models.test import FunctionModel
 
 from tether import Agent, Host, Policy
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy import Approvals
+from tether.testing import FunctionModel
 from tether.tools import Effect, ToolContext, tool
 
 APP = "durable_app:build"

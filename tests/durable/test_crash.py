@@ -103,7 +103,7 @@ def _decide_paused(client: Any, decided: set[str]) -> None:
         if str(p.status) != "pending" or p.id in decided:
             continue
         decided.add(p.id)
-        reviewer = Reviewer("rita")
+        reviewer = Reviewer.for_all_tenants("rita")
         if _TAGS.get(p.run_id, "").startswith("pd-"):
             desk.deny(reviewer, p.id, reason="no")
         else:

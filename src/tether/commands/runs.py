@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _list(client: Any, args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json, table
+    from tether.clisupport.output import emit_json, table
 
     views = client.runs(limit=args.limit)
     rows = [
@@ -81,7 +81,7 @@ def _list(client: Any, args: argparse.Namespace) -> int:
         for v in views
     ]
     if args.json:
-        emit_json({"count": len(rows), "runs": rows})
+        emit_json({"count": len(rows), "runs": rows}, exit=0)
     elif rows:
         print(table(rows, ["run_id", "tenant", "status", "stop_reason", "workflows", "executor"]))
     else:
@@ -90,7 +90,7 @@ def _list(client: Any, args: argparse.Namespace) -> int:
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
 
     view = client.run(args.run_id)
     if view is None:
@@ -111,7 +111,7 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     if args.events and traces is not None:
         out["events"] = traces.events(args.run_id)
     if args.json:
-        emit_json(out)
+        emit_json(out, exit=0)
         return 0
     for key in ("run_id", "tenant", "status", "stop_reason", "answer", "detail"):
         if out.get(key):
@@ -133,30 +133,32 @@ def _show(client: Any, args: argparse.Namespace) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
 
     cancelled = client.cancel(args.run_id)
-    emit_json({"run_id": args.run_id, "cancelled": cancelled}) if args.json else print(
+    emit_json({"run_id": args.run_id, "cancelled": cancelled}, exit=0) if args.json else print(
         f"cancelled {len(cancelled)} workflow(s) of {args.run_id}"
     )
     return 0
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.commands._approvals_db import EXIT_CODES
-    from tether.commands._output import emit_json
+    from tether.clisupport.approvals_db import EXIT_CODES
+    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
     try:
         workflow_id = client.resume(args.run_id)
     except ApprovalError as err:
         if args.json:
-            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)})
+            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)}, exit=1)
         else:
             print(f"cannot resume: {err.reason}: {err}")
         return 1
     if args.wait is None:
-        emit_json({"run_id": args.run_id, "workflow_id": workflow_id}) if args.json else print(workflow_id)
+        emit_json({"run_id": args.run_id, "workflow_id": workflow_id}, exit=0) if args.json else print(
+            workflow_id
+        )
         return 0
     try:
         view = client.wait(args.run_id, timeout_s=args.wait)
@@ -164,7 +166,7 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
         print(str(err))
         return 1
     if args.json:
-        emit_json(view.summary())
+        emit_json(view.summary(), exit=EXIT_CODES.get(str(view.stop_reason), 7))
     else:
         print(f"run: {args.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
     return EXIT_CODES.get(str(view.stop_reason), 7)
@@ -173,7 +175,7 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
 def _decide(client: Any, args: argparse.Namespace) -> int:
     import getpass
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
 
@@ -183,17 +185,19 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
         decide = approvals.approve if args.action == "approve" else approvals.deny
         p = decide(reviewer, args.proposal_id, reason=args.reason)
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}) if args.json else print(f"{err.reason}: {err}")
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
         return 1
     out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
-    emit_json(out) if args.json else print(f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
+    emit_json(out, exit=0) if args.json else print(f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
     return 0
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
     import getpass
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
 
@@ -203,23 +207,25 @@ def _resolve(client: Any, args: argparse.Namespace) -> int:
             reviewer, args.key, happened=args.happened == "yes", note=args.note
         )
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}) if args.json else print(f"{err.reason}: {err}")
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
         return 1
     out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
-    emit_json(out) if args.json else print(
+    emit_json(out, exit=0) if args.json else print(
         f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}"
     )
     return 0
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
-    from tether.commands._output import emit_json, table
+    from tether.clisupport.output import emit_json, table
     from tether.durable.worker import _workers as op
 
     db = client.stores.db
     rows = db.run(op) if db is not None else []
     if args.json:
-        emit_json({"workers": rows})
+        emit_json({"workers": rows}, exit=0)
     elif rows:
         print(table(rows, ["executor_id", "host", "pid", "heartbeat_at", "recovered_by"]))
     else:

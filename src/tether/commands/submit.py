@@ -28,8 +28,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.commands._approvals_db import EXIT_CODES
-    from tether.commands._output import emit_json
+    from tether.clisupport.approvals_db import EXIT_CODES
+    from tether.clisupport.output import emit_json
     from tether.policy.trusted import TrustedContext
 
     url = args.db or os.environ.get("TETHER_DB")
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         ctx = TrustedContext(tenant=args.tenant, roles=frozenset(args.role), user=args.user)
         run_id = client.submit(args.agent, args.objective, ctx, run_id=args.run_id)
         if args.wait is None:
-            emit_json({"run_id": run_id, "status": "queued"}) if args.json else print(run_id)
+            emit_json({"run_id": run_id, "status": "queued"}, exit=0) if args.json else print(run_id)
             return 0
         view = client.wait(run_id, timeout_s=args.wait)
     except TimeoutError as err:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         client.close()
     summary = view.summary()
     if args.json:
-        emit_json(summary)
+        emit_json(summary, exit=EXIT_CODES.get(str(view.stop_reason), 7))
     else:
         print(f"run: {run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
     return EXIT_CODES.get(str(view.stop_reason), 7)

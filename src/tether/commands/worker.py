@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from tether.commands._output import emit_json
+    from tether.clisupport.output import emit_json
 
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
@@ -69,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: stop.set())
     worker = Worker(config).start()
     emit_json(
-        {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True}
+        {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
+        exit=0,
     )
     try:
         stop.wait()
