@@ -283,11 +283,11 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
 async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
     """Start a resumed run's tracer after the ``count`` events the index already holds (a run
     without trace files on this machine would otherwise number from 1 again)."""
-    from tether.trace.events import EventKind, TraceEvent
+    from tether.trace.events import TraceEvent
 
     stored = (await _store_call(traces, "events", run_id))[:count]
     tracer.events[:] = [
-        TraceEvent(run_id, int(d.get("seq", i + 1)), str(d.get("ts", "")), EventKind(d["kind"]), d)
+        TraceEvent.from_json({**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))})
         for i, d in enumerate(stored)
     ]
 
