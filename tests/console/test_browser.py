@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 import pytest
 from _notes_app import TENANT_A, build
-from conftest import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
 
+from conftest import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
 from tether.console.users import UserStore
 from tether.mcp.pauses import PauseStore
 

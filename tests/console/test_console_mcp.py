@@ -9,9 +9,9 @@ import sqlite3
 from typing import Any
 
 import pytest
-from conftest import NotesServer, World, csrf_of
 from starlette.testclient import TestClient
 
+from conftest import NotesServer, World, csrf_of
 from tether.console.elicitations import domain_view, form_fields, parse_form
 from tether.mcp.pauses import PauseStore, question_key
 from tether.trace.events import EventKind
