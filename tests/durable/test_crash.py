@@ -44,6 +44,7 @@ class Cluster:
             **env,
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.spawned: list[subprocess.Popen[bytes]] = []  # every process started, for stop()
         self.starts: Counter[str] = Counter()
         self.kills = 0
 
@@ -55,6 +56,7 @@ class Cluster:
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
         self.procs[name] = proc
+        self.spawned.append(proc)
         self.starts[name] += 1
         if wait:
             self.ready(name)
@@ -76,10 +78,10 @@ class Cluster:
         return [n for n, p in self.procs.items() if p.poll() is not None]
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        for proc in self.spawned:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
+        for proc in self.spawned:
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -185,10 +187,6 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
         DURABLE_CRASH_ON="lg-0:b,33",  # mid-effect deaths: a plain run, and a payment during its resume
     )
     names = ["w1", "w2", "w3"]
-    for name in names:
-        cluster.start(name, wait=False)
-    for name in names:
-        cluster.ready(name)
     client = DurableClient(pg_url)
     plans = {
         **{f"ro-{i}": "read a1; read a2; read a3" for i in range(4)},
@@ -200,6 +198,10 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
     objectives = {tag: f"{tag}: {plan}" for tag, plan in plans.items()}
     runs: dict[str, str] = {}
     try:
+        for name in names:
+            cluster.start(name, wait=False)
+        for name in names:
+            cluster.ready(name)
         for i, tag in enumerate(plans):
             rid = client.submit(durable_app.APP, objectives[tag], ACME if i % 2 else GLOBEX)
             runs[tag] = rid
@@ -238,12 +240,12 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="cr-1:b", DURABLE_MODEL_S="0.05")
-    cluster.start("w1", wait=False)
-    cluster.start("w2", wait=False)
-    cluster.ready("w1")
-    cluster.ready("w2")
     client = DurableClient(pg_url)
     try:
+        cluster.start("w1", wait=False)
+        cluster.start("w2", wait=False)
+        cluster.ready("w1")
+        cluster.ready("w2")
         rid = client.submit(durable_app.APP, "cr-1: log a; log b; log c", ACME)
         _TAGS[rid] = "cr-1"
         _wait_all(client, {"cr-1": rid}, timeout_s=60, tick=cluster.dead)  # nobody restarts it
@@ -273,13 +275,13 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_EFFECT_S="0.1", DURABLE_MODEL_S="0.1")
-    cluster.start("w1", wait=False)
-    cluster.start("w2", wait=False)
-    cluster.ready("w1")
-    cluster.ready("w2")
     client = DurableClient(pg_url)
     runs = {}
     try:
+        cluster.start("w1", wait=False)
+        cluster.start("w2", wait=False)
+        cluster.ready("w1")
+        cluster.ready("w2")
         objectives = {f"cut-{i}": f"cut-{i}: log a; both b; log c; log d" for i in range(6)}
         for tag, objective in objectives.items():
             runs[tag] = client.submit(durable_app.APP, objective, ACME)
@@ -314,9 +316,9 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
-    cluster.start("w1")
     client = DurableClient(pg_url)
     try:
+        cluster.start("w1")
         rid = client.submit(durable_app.APP, "esc-1: note x; log after", ACME)
 
         def restart() -> None:
