@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,9 @@ class Cluster:
             "DURABLE_DIR": str(folder),
             **env,
         }
+        # Executor ids unique to this test: other sessions may run the same tests on the same
+        # server, and connections are labelled (and cut) by executor id.
+        self.suffix = uuid.uuid4().hex[:6]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.spawned: list[subprocess.Popen[bytes]] = []  # every process started, for stop()
         self.starts: Counter[str] = Counter()
@@ -52,7 +56,7 @@ class Cluster:
         log = (self.folder / f"{name}.log").open("ab")
         cmd = [
             sys.executable, "-m", "tether.cli", "worker", "--db", self.url, "--app", durable_app.APP,
-            "--executor-id", name, "--concurrency", "3", "--dead-after", "3", "--poll", "0.1",
+            "--executor-id", self.executor(name), "--concurrency", "3", "--dead-after", "3", "--poll", "0.1",
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
         self.procs[name] = proc
@@ -60,6 +64,9 @@ class Cluster:
         self.starts[name] += 1
         if wait:
             self.ready(name)
+
+    def executor(self, name: str) -> str:
+        return f"{name}-{self.suffix}"
 
     def ready(self, name: str) -> None:
         proc = self.procs[name]
@@ -257,7 +264,7 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
         client.close()
     assert view.stop_reason == "accepted" and len(dead) == 1
     [first] = view.workflows
-    assert first.executor != dead[0]  # finished by the survivor
+    assert first.executor != cluster.executor(dead[0])  # finished by the survivor
     assert [r[2] for r in durable_app.effects()] == ["cr-1:a", "cr-1:b", "cr-1:c"]
     reconciled = [e for e in ledger if "reconciled: happened" in e.note]
     assert len(reconciled) == 1  # the effect cut before its outcome: found in the tool's log
@@ -290,9 +297,11 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
         def cut() -> None:
             if len(cuts) < 3 and durable_app.effects():
                 with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                    w1 = cluster.executor("w1")
                     row = admin.execute(
                         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                        " WHERE application_name IN ('tether:w1', 'dbos:w1')"
+                        " WHERE application_name IN (%s, %s)",
+                        (f"tether:{w1}", f"dbos:{w1}"),
                     ).fetchone()
                 cuts.append(row[0] if row else 0)
                 time.sleep(0.5)
