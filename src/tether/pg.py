@@ -2,12 +2,17 @@
 migrations, and transactions written once for both faces (sync and async).
 
 A store writes each operation as a generator that yields ``Sql`` statements and receives their
-results; ``PgDatabase.run`` drives it on psycopg's sync pool (scripts, the CLI) and
-``PgDatabase.arun`` on its async pool (code on the event loop, which must never wait on the
-network). Each operation is one transaction. When the connection is lost *before* the commit
-is sent (the server restarted, an operator ran ``pg_terminate_backend``) nothing was written
-and the operation is retried on a fresh connection; a loss during the commit itself leaves the
-outcome unknown and is raised as ``StoreUnavailable``.
+results, so its SQL is written once whoever drives it; ``PgDatabase.run`` drives it on one
+psycopg connection pool (scripts, the CLI), ``PgDatabase.arun`` does the same in a worker
+thread for code on the event loop, which must never wait on the network. (psycopg's
+``AsyncConnectionPool`` is not used: a pool belongs to the event loop that opened it, and one
+left open keeps ``asyncio.run`` from returning — its tasks do not end on cancellation.) Each
+operation is one transaction; an awaiting task that is cancelled waits for it to end.
+
+When the connection is lost *before* the commit is sent (the server restarted, an operator
+ran ``pg_terminate_backend``) nothing was written and the operation is retried on a fresh
+connection; a loss during the commit itself leaves the outcome unknown and is raised as
+``StoreUnavailable``.
 
 URLs are libpq URLs plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1``
 puts every table in schema ``t1`` (created if missing), so one database can hold several
@@ -16,10 +21,9 @@ isolated deployments (and the tests a fresh schema each).
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import re
 import threading
-import weakref
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -125,8 +129,7 @@ class _Lost(Exception):
 class PgDatabase:
     """Pools on one PostgreSQL database (and schema), shared by every store of a deployment.
 
-    The sync pool opens on first use; the async pool opens inside the event loop that first
-    awaits it (a pool belongs to one loop, so a new loop gets a new pool).
+    The pool opens on first use; ``max_size`` caps its connections.
     """
 
     def __init__(
@@ -144,10 +147,7 @@ class PgDatabase:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._pool: Any = None
-        self._apool: Any = None
-        self._aloop: Any = None
         self._migrated: set[str] = set()
-        self._aconns: weakref.WeakSet[Any] = weakref.WeakSet()  # what the async pools opened
 
     @property
     def schema(self) -> str | None:
@@ -181,46 +181,6 @@ class PgDatabase:
                     name="tether-sync",
                 )
             return self._pool
-
-    async def _async_pool(self) -> Any:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
-        if self._apool is not None and self._aloop is loop:
-            return self._apool
-        from psycopg_pool import AsyncConnectionPool
-
-        await anyio.to_thread.run_sync(self._ensure_schema)
-        self._drop_async_pool()  # a pool left on a finished loop
-        aconns = self._aconns
-
-        async def track(conn: Any) -> None:
-            aconns.add(conn)
-
-        pool = AsyncConnectionPool(
-            self.url.conninfo,
-            kwargs=self._kwargs(),
-            min_size=1,
-            max_size=self.max_size,
-            check=AsyncConnectionPool.check_connection,
-            num_workers=1,
-            timeout=self.timeout_s,
-            open=False,
-            name="tether-async",
-            configure=track,
-        )
-        await pool.open()
-        self._apool, self._aloop = pool, loop
-        return pool
-
-    def _drop_async_pool(self) -> None:
-        """Close, without its event loop, what an async pool opened: a pool belongs to one loop,
-        and a loop that has ended can no longer close it (its connections would stay open)."""
-        self._apool = self._aloop = None
-        for conn in list(self._aconns):
-            with contextlib.suppress(Exception):  # already closed
-                conn.pgconn.finish()
-        self._aconns = weakref.WeakSet()
 
     def _ensure_schema(self) -> None:
         if not self.schema or "schema" in self._migrated:
@@ -260,28 +220,8 @@ class PgDatabase:
         raise AssertionError("unreachable")
 
     async def arun(self, fn: Callable[..., Op[T]], *args: Any) -> T:
-        """``run`` on the async pool, for code on the event loop."""
-        import psycopg
-        from psycopg_pool import PoolTimeout
-
-        pool = await self._async_pool()
-        for attempt in range(_RETRIES):
-            try:
-                async with pool.connection() as conn:
-                    try:
-                        value = await _adrive(conn, fn(*args))
-                    except psycopg.OperationalError as err:
-                        raise _Lost(str(err)) from err
-                    try:
-                        with anyio.CancelScope(shield=True):
-                            await conn.commit()
-                    except psycopg.OperationalError as err:
-                        raise StoreUnavailable(f"commit outcome unknown: {err}") from None
-                    return value
-            except (_Lost, psycopg.OperationalError, PoolTimeout) as err:
-                if attempt == _RETRIES - 1:
-                    raise StoreUnavailable(f"{self.url.redacted()}: {err}") from None
-        raise AssertionError("unreachable")
+        """``run`` in a worker thread, for code on the event loop (see the module docstring)."""
+        return await anyio.to_thread.run_sync(functools.partial(self.run, fn, *args))
 
     # -- migrations -------------------------------------------------------------------------
 
@@ -320,12 +260,8 @@ class PgDatabase:
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
-        self._drop_async_pool()
 
     async def aclose(self) -> None:
-        if self._apool is not None:
-            pool, self._apool = self._apool, None
-            await pool.close()
         await anyio.to_thread.run_sync(self.close)
 
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,7 +44,11 @@ class Cluster:
             "DURABLE_DIR": str(folder),
             **env,
         }
+        # Executor ids unique to this test: other sessions may run the same tests on the same
+        # server, and connections are labelled (and cut) by executor id.
+        self.suffix = uuid.uuid4().hex[:6]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.spawned: list[subprocess.Popen[bytes]] = []  # every process started, for stop()
         self.starts: Counter[str] = Counter()
         self.kills = 0
 
@@ -51,13 +56,17 @@ class Cluster:
         log = (self.folder / f"{name}.log").open("ab")
         cmd = [
             sys.executable, "-m", "tether.cli", "worker", "--db", self.url, "--app", durable_app.APP,
-            "--executor-id", name, "--concurrency", "3", "--dead-after", "3", "--poll", "0.1",
+            "--executor-id", self.executor(name), "--concurrency", "3", "--dead-after", "3", "--poll", "0.1",
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
         self.procs[name] = proc
+        self.spawned.append(proc)
         self.starts[name] += 1
         if wait:
             self.ready(name)
+
+    def executor(self, name: str) -> str:
+        return f"{name}-{self.suffix}"
 
     def ready(self, name: str) -> None:
         proc = self.procs[name]
@@ -76,10 +85,10 @@ class Cluster:
         return [n for n, p in self.procs.items() if p.poll() is not None]
 
     def stop(self) -> None:
-        for proc in self.procs.values():
+        for proc in self.spawned:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
-        for proc in self.procs.values():
+        for proc in self.spawned:
             try:
                 proc.wait(20)
             except subprocess.TimeoutExpired:
@@ -185,10 +194,6 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
         DURABLE_CRASH_ON="lg-0:b,33",  # mid-effect deaths: a plain run, and a payment during its resume
     )
     names = ["w1", "w2", "w3"]
-    for name in names:
-        cluster.start(name, wait=False)
-    for name in names:
-        cluster.ready(name)
     client = DurableClient(pg_url)
     plans = {
         **{f"ro-{i}": "read a1; read a2; read a3" for i in range(4)},
@@ -200,6 +205,10 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
     objectives = {tag: f"{tag}: {plan}" for tag, plan in plans.items()}
     runs: dict[str, str] = {}
     try:
+        for name in names:
+            cluster.start(name, wait=False)
+        for name in names:
+            cluster.ready(name)
         for i, tag in enumerate(plans):
             rid = client.submit(durable_app.APP, objectives[tag], ACME if i % 2 else GLOBEX)
             runs[tag] = rid
@@ -238,12 +247,12 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="cr-1:b", DURABLE_MODEL_S="0.05")
-    cluster.start("w1", wait=False)
-    cluster.start("w2", wait=False)
-    cluster.ready("w1")
-    cluster.ready("w2")
     client = DurableClient(pg_url)
     try:
+        cluster.start("w1", wait=False)
+        cluster.start("w2", wait=False)
+        cluster.ready("w1")
+        cluster.ready("w2")
         rid = client.submit(durable_app.APP, "cr-1: log a; log b; log c", ACME)
         _TAGS[rid] = "cr-1"
         _wait_all(client, {"cr-1": rid}, timeout_s=60, tick=cluster.dead)  # nobody restarts it
@@ -255,7 +264,7 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
         client.close()
     assert view.stop_reason == "accepted" and len(dead) == 1
     [first] = view.workflows
-    assert first.executor != dead[0]  # finished by the survivor
+    assert first.executor != cluster.executor(dead[0])  # finished by the survivor
     assert [r[2] for r in durable_app.effects()] == ["cr-1:a", "cr-1:b", "cr-1:c"]
     reconciled = [e for e in ledger if "reconciled: happened" in e.note]
     assert len(reconciled) == 1  # the effect cut before its outcome: found in the tool's log
@@ -273,13 +282,13 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_EFFECT_S="0.1", DURABLE_MODEL_S="0.1")
-    cluster.start("w1", wait=False)
-    cluster.start("w2", wait=False)
-    cluster.ready("w1")
-    cluster.ready("w2")
     client = DurableClient(pg_url)
     runs = {}
     try:
+        cluster.start("w1", wait=False)
+        cluster.start("w2", wait=False)
+        cluster.ready("w1")
+        cluster.ready("w2")
         objectives = {f"cut-{i}": f"cut-{i}: log a; both b; log c; log d" for i in range(6)}
         for tag, objective in objectives.items():
             runs[tag] = client.submit(durable_app.APP, objective, ACME)
@@ -288,9 +297,11 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
         def cut() -> None:
             if len(cuts) < 3 and durable_app.effects():
                 with psycopg.connect(pg_dsn, autocommit=True) as admin:
+                    w1 = cluster.executor("w1")
                     row = admin.execute(
                         "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
-                        " WHERE application_name IN ('tether:w1', 'dbos:w1')"
+                        " WHERE application_name IN (%s, %s)",
+                        (f"tether:{w1}", f"dbos:{w1}"),
                     ).fetchone()
                 cuts.append(row[0] if row else 0)
                 time.sleep(0.5)
@@ -314,9 +325,9 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
     from tether.durable import DurableClient
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
-    cluster.start("w1")
     client = DurableClient(pg_url)
     try:
+        cluster.start("w1")
         rid = client.submit(durable_app.APP, "esc-1: note x; log after", ACME)
 
         def restart() -> None:

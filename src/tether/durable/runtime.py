@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.checkpoint import state_from_json, state_to_json
-from tether.durable.steps import DurableSteps
+from tether.durable.steps import DurableSteps, step_options
 from tether.loop import AgentLoop
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.stop import StopReason
@@ -215,6 +215,12 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         host, agent = await _build(str(request["app"]), rt, run_id)
     except PermissionError as err:
         return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
+    except Exception as err:  # the app's factory failed: the run ends, it says why
+        return {
+            **base,
+            "stop_reason": str(StopReason.INTERNAL_ERROR),
+            "detail": f"{type(err).__name__}: {err}",
+        }
     steps = DurableSteps()
     cp: dict[str, Any] | None = None
     try:
@@ -241,7 +247,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                     "trace_events": seen,
                 }
 
-            cp = await DBOS.run_step_async({"name": "tether.checkpoint"}, load)
+            cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
             if cp is None or cp["status"] == "finished":
                 why = "no checkpoint" if cp is None else f"already ended ({cp['stop_reason']})"
                 return {

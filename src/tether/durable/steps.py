@@ -32,6 +32,31 @@ MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
 
 
+def _transient(err: BaseException) -> bool:
+    from tether.pg import StoreUnavailable
+
+    return isinstance(err, StoreUnavailable)
+
+
+def step_options(name: str, *, retry_store: bool = False) -> Any:
+    """DBOS options of a step. With ``retry_store``, a step failed by a store that cannot be
+    reached (a database restart, a cut connection) is tried again, up to about 30 s, before the
+    error stands. Running a turn again is safe: its effects go through the ledger (a recorded
+    outcome is replayed, an unknown one reconciled)."""
+    from dbos import StepOptions
+
+    if not retry_store:
+        return StepOptions(name=name)
+    return StepOptions(
+        name=name,
+        retries_allowed=True,
+        max_attempts=5,
+        interval_seconds=1.0,
+        backoff_rate=2.0,
+        should_retry=_transient,
+    )
+
+
 class ReplayDiverged(BaseException):
     """A recovered run asked for a step other than the one recorded at that position: the code
     or the agent changed under a run in flight. Never caught by the loop (a BaseException)."""
@@ -108,7 +133,7 @@ class DurableSteps(LoopSteps):
             return encode_response(await loop.agent.model.complete(request))
 
         try:
-            data = await DBOS.run_step_async({"name": MODEL_STEP}, ask)
+            data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
         if not ran:
@@ -130,7 +155,7 @@ class DurableSteps(LoopSteps):
             return encode_turn(turn, s, observations_before, calls_before)
 
         try:
-            data = await DBOS.run_step_async({"name": TURN_STEP}, act)
+            data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
         if executed:

@@ -152,8 +152,16 @@ class Worker:
         set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
         pool = max(8, 2 * c.concurrency + 4)
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
-        DBOS(config=cfg)  # type: ignore[arg-type]
-        DBOS.launch()
+        for attempt in range(3):
+            DBOS(config=cfg)  # type: ignore[arg-type]
+            try:
+                DBOS.launch()
+                break
+            except Exception as err:  # a connection cut while launching: start again, cleanly
+                DBOS.destroy(workflow_completion_timeout_sec=0)
+                if attempt == 2 or "OperationalError" not in type(err).__name__ + repr(err):
+                    raise
+                self.errors.append(f"launch: {type(err).__name__}: {err}")
         partition = c.tenant_concurrency or c.global_concurrency or 100_000
         DBOS.register_queue(
             QUEUE,

@@ -1,6 +1,6 @@
 """The MCP host's state on PostgreSQL: capability pins (``PgPinStore``) and elicitation pauses
 (``PgPauseStore``), with the methods of ``PinStore`` and ``PauseStore`` (and ``a``-prefixed
-twins on the async pool). Shared by every machine of a deployment: a tool approved, or a
+twins for the event loop). Shared by every machine of a deployment: a tool approved, or a
 question answered, on one machine is seen by all.
 """
 

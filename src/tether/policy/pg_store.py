@@ -5,8 +5,8 @@ on any number of machines can share it: every method is one transaction; rows a 
 reads are locked first (``SELECT … FOR UPDATE``), and a ledger claim inserts with ``ON CONFLICT
 DO NOTHING`` before it reads, so two claimers of one key are serialised and exactly one runs the
 effect. A stored proposal's content is immutable and the event table append-only (triggers); a
-recorded outcome is final. Each method has an ``a``-prefixed twin on psycopg's async pool for
-code on the event loop.
+recorded outcome is final. Each method has an ``a``-prefixed twin for code on the event loop
+(the same transaction in a worker thread, see ``tether.pg``).
 """
 
 from __future__ import annotations
