@@ -16,9 +16,11 @@ shared database. A background thread, on every worker:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +29,7 @@ from tether.durable.runtime import QUEUE, Runtime, dbos_config, set_runtime
 from tether.pg import Op, PgDatabase, PgMigration, Sql
 from tether.storage_url import Stores, open_stores
 
-__all__ = ["Worker", "WorkerConfig"]
+__all__ = ["Worker", "WorkerConfig", "decided_since_pause"]
 
 MIGRATIONS: tuple[PgMigration, ...] = (
     (
@@ -123,10 +125,8 @@ class Worker:
         self.recovered: list[str] = []  # executors this worker recovered
         self.resumed: list[str] = []  # resume workflows this worker enqueued
         self.errors: list[str] = []
-        self._seen: set[tuple[str, str]] = set()
-        self._launched = (
-            threading.Event()
-        )  # recovery and resumes wait for DBOS  # (run, paused at) already resumed or not durable
+        self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
+        self._launched = threading.Event()  # recovery and resumes wait for DBOS
 
     def start(self) -> Worker:
         from dbos import DBOS
@@ -246,14 +246,33 @@ class Worker:
             seen = (cp.run_id, cp.updated_at.isoformat())
             if cp.status != "paused" or seen in self._seen:
                 continue
-            proposals = store.list_proposals(run_id=cp.run_id)
-            if not proposals or any(str(p.status) == "pending" for p in proposals):
+            if not decided_since_pause(cp, store.list_proposals(run_id=cp.run_id)):
                 continue
-            if not any(p.decided_at is not None and p.decided_at >= cp.updated_at for p in proposals):
-                continue  # nothing was decided since it paused (an effect a person must resolve)
             self._seen.add(seen)
             try:
                 self.resumed.append(self.client.resume(cp.run_id))
             except Exception as err:  # not a durable run (an embedded one on the same store), or ended
                 if getattr(err, "reason", "") != "not_durable":
                     self.errors.append(f"resume {cp.run_id}: {err}")
+
+
+def decided_since_pause(cp: Any, proposals: Sequence[Any]) -> bool:
+    """Whether a paused run's awaited decisions have all been made, so a resume can go on.
+
+    A pause for approval names the proposals it waits for (the checkpoint's ``pending``): the run
+    is due once none of them is pending, however early a decision came; a person may approve in
+    the instant between the proposal's insert and the checkpoint's write. A pause that waits for
+    no proposal (an effect whose outcome a person must resolve) is due only when every proposal
+    of the run is decided and one of them was decided after the pause."""
+    if not proposals:
+        return False
+    by_id = {p.id: p for p in proposals}
+    try:
+        awaited = json.loads(cp.state).get("pending") or []
+    except (ValueError, AttributeError):
+        awaited = []
+    if awaited:
+        return all(pid in by_id and str(by_id[pid].status) != "pending" for pid in awaited)
+    if any(str(p.status) == "pending" for p in proposals):
+        return False
+    return any(p.decided_at is not None and p.decided_at >= cp.updated_at for p in proposals)

@@ -1,0 +1,64 @@
+"""When a worker resumes a paused run: the rule, on a real SQLite approval store."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from tether.durable.worker import decided_since_pause
+from tether.policy import ProposalStatus, SqliteApprovalStore
+from tether.policy.store import NewProposal
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+PENDING = frozenset({ProposalStatus.PENDING})
+
+
+def _store(tmp_path: Path) -> SqliteApprovalStore:
+    return SqliteApprovalStore(tmp_path / "approvals.db")
+
+
+def _propose(store: SqliteApprovalStore, run_id: str, call_id: str = "c1") -> str:
+    args = '{"amount":"30"}'
+    new = NewProposal("acme", "send_payment", args, "sha256:x", "write", "model", run_id, 1, call_id)
+    return store.add_proposal(new, now=T0).id
+
+
+def _pause(store: SqliteApprovalStore, run_id: str, pending: list[str], at: datetime) -> None:
+    state = json.dumps({"version": 2, "pending": pending})
+    reason = "approval_required"
+    store.save_checkpoint(run_id, app="m:f", state=state, status="paused", stop_reason=reason, now=at)
+
+
+def test_an_approval_given_before_the_pause_was_written_still_resumes(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    pid = _propose(store, "r1")
+    # The reviewer is fast: the decision lands between the proposal's insert and the checkpoint.
+    store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _pause(store, "r1", [pid], T0 + timedelta(milliseconds=5))
+    [cp] = store.list_checkpoints()
+    assert decided_since_pause(cp, store.list_proposals(run_id="r1"))
+    store.close()
+
+
+def test_a_run_waits_while_any_awaited_proposal_is_pending(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    a, b = _propose(store, "r1"), _propose(store, "r1", "c2")
+    _pause(store, "r1", [a, b], T0)
+    store.decide(a, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    [cp] = store.list_checkpoints()
+    assert not decided_since_pause(cp, store.list_proposals(run_id="r1"))
+    store.decide(b, ProposalStatus.DENIED, allowed_from=PENDING, actor="rita", reason="no", now=T0)
+    assert decided_since_pause(cp, store.list_proposals(run_id="r1"))  # a denial resumes too (to end it)
+    store.close()
+
+
+def test_a_pause_for_an_unresolved_effect_is_not_resumed_by_old_decisions(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    pid = _propose(store, "r1")
+    store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _pause(store, "r1", [], T0 + timedelta(seconds=1))  # paused later, waiting for no proposal
+    [cp] = store.list_checkpoints()
+    assert not decided_since_pause(cp, store.list_proposals(run_id="r1"))
+    assert not decided_since_pause(cp, [])  # a run with no proposals at all
+    store.close()
