@@ -324,6 +324,11 @@ def parse_agent(
     return AgentFile(spec, path, base_dir.resolve(), body, digest)
 
 
+def is_agent_file(name: str) -> bool:
+    """Whether ``name`` (an app on the command line) names an agent file, not ``module:factory``."""
+    return name.lower().endswith((".yaml", ".yml", ".toml"))
+
+
 def load_agent_file(path: str | Path) -> AgentFile:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) agent file. Raises ``ConfigError``."""
     path = Path(path)
@@ -567,16 +572,20 @@ def build_agent(
     on_delta: Callable[[str, str], None] | None = None,
     trace_sinks: Sequence[Any] = (),
     environ: Mapping[str, str] | None = None,
+    stores: Any = None,
+    app: str = APP,
 ) -> Built:
     """The host and agent an agent file describes, built through the public API.
 
     ``approvals_db`` overrides ``policy.approvals_db``; ``responder`` answers MCP elicitations
-    (None: nobody, questions pause); ``consent`` sees each sampling prompt. Raises ``ConfigError``.
+    (None: nobody, questions pause); ``consent`` sees each sampling prompt. ``stores`` (a
+    deployment's ``tether.storage_url.Stores``) replaces every SQLite file the agent would
+    keep — approvals, ledger and checkpoints, MCP pins and pauses — and ``app`` names the
+    factory its checkpoints record. Raises ``ConfigError``.
     """
     from tether.host import Host
     from tether.policy import Approvals, SqliteApprovalStore
     from tether.policy.rules import Allowlist, EffectApproval, Egress, Policy, TargetOwnership
-    from tether.policy.trusted import Permissions, TrustedContext
     from tether.run import Agent
 
     spec = af.spec
@@ -596,9 +605,12 @@ def build_agent(
 
     db = approvals_db or (af.resolve(spec.policy.approvals_db) if spec.policy.approvals_db else None)
     approvals = None
-    if db is not None:
+    if stores is not None:
+        db = None
+        approvals = Approvals(stores.approvals, app=app)
+    elif db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        approvals = Approvals(SqliteApprovalStore(db), app=APP)
+        approvals = Approvals(SqliteApprovalStore(db), app=app)
 
     p = spec.policy
     policy_args: dict[str, Any] = {
@@ -628,6 +640,8 @@ def build_agent(
             environ=environ,
             approvals=approvals,
             on_denied=p.on_denied,
+            pins=stores.pins if stores is not None else None,
+            pauses=stores.pauses if stores is not None else None,
         )
         # The pinned-capability rule (and any other MCP rule) stays after the file's own rules.
         standard = (Allowlist, Egress, EffectApproval, TargetOwnership)
@@ -651,9 +665,16 @@ def build_agent(
         limits=spec.model.limits.build(),
         context=context_config,
     )
+    return Built(host, agent, trusted_context(af), af, model, db)
+
+
+def trusted_context(af: AgentFile) -> TrustedContext:
+    """The tenant, roles, user and permissions the file's policy gives its runs."""
+    from tether.policy.trusted import Permissions, TrustedContext
+
+    p = af.spec.policy
     perms = Permissions(read=frozenset(p.permissions.read), write=frozenset(p.permissions.write))
-    context = TrustedContext(tenant=p.tenant, roles=frozenset(p.roles), user=p.user, permissions=perms)
-    return Built(host, agent, context, af, model, db)
+    return TrustedContext(tenant=p.tenant, roles=frozenset(p.roles), user=p.user, permissions=perms)
 
 
 def mcp_agent(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tether.host import Host
     from tether.run import Agent
 
-__all__ = ["RecordSink", "load_record", "rebuild", "record_path", "record_run"]
+__all__ = ["AgentFileApp", "RecordSink", "load_record", "rebuild", "record_path", "record_run"]
 
 
 def record_path(db: Path, run_id: str) -> Path:
@@ -106,3 +106,27 @@ def rebuild(db: Path, run_id: str | None = None) -> tuple[Host, Agent]:
         raise ConfigError("tether.agentfile:rebuild needs the run id (use tether resume RUN)")
     built = build_agent(load_record(Path(db), run_id), approvals_db=Path(db))
     return built.host, built.agent
+
+
+class AgentFileApp:
+    """A durable worker's app for one agent file (``tether worker --app agent.yaml``).
+
+    The file is read once, when the worker starts: editing it later changes nothing until the
+    worker restarts. ``digest`` is its sha256; ``tether submit`` records the digest of the file
+    it read, and a worker whose file differs refuses the run (it would run another agent than
+    the one submitted). Each run builds the host and agent with the deployment's stores, so
+    approvals, checkpoints, MCP pins and elicitation pauses are shared by every worker."""
+
+    def __init__(self, path: str | Path) -> None:
+        from tether.agentfile import load_agent_file
+
+        self.path = Path(path).resolve()
+        self.agent_file = load_agent_file(self.path)
+        self.digest = self.agent_file.sha256
+        self.name = str(self.path)
+
+    def __call__(self, url: str, run_id: str | None = None) -> tuple[Host, Agent]:
+        from tether.durable.runtime import stores_for
+
+        built = build_agent(self.agent_file, stores=stores_for(url), app=self.name)
+        return built.host, built.agent

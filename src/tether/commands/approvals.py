@@ -15,8 +15,11 @@ def register(sub: Any) -> None:
     from tether.clisupport.approvals_db import default_db
 
     p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
-    db_help = f"approval store (default {default_db()})"
-    p.add_argument("--db", type=Path, default=None, help=db_help)
+    db_help = (
+        f"approval store: a SQLite file (default {default_db()}) or a deployment's storage URL"
+        " (postgresql://… or sqlite:///dir)"
+    )
+    p.add_argument("--db", default=None, help=db_help)
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="proposals (default: pending)")
     ls.add_argument("--status", default="pending", help="pending|approved|denied|invalidated|all")
@@ -43,7 +46,7 @@ def register(sub: Any) -> None:
     # --db is accepted after the action too (`tether approvals list --db X`); SUPPRESS keeps a
     # value given before the action from being reset by the action's own default.
     for action in (ls, show, r, *(acts.choices[n] for n in ("approve", "deny", "invalidate"))):
-        action.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=db_help)
+        action.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
     p.set_defaults(handler=run)
 
 
@@ -55,18 +58,28 @@ def run(args: argparse.Namespace) -> int:
     from tether.errors import ApprovalError
     from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
 
-    db: Path = args.db or default_db()
+    db = str(args.db or default_db())
     as_json = getattr(args, "json", False)
-    if not db.exists():  # never create a store just to look into it
+    stores = None
+    if "://" in db:  # a deployment: the store every worker shares
+        from tether.storage_url import open_stores
+
+        try:
+            stores = open_stores(db)
+        except Exception as err:  # an unreachable server, a bad URL: say so, as for a missing file
+            return fail(f"tether approvals {args.action}", err, as_json=as_json)
+        approvals = Approvals(stores.approvals)
+    elif not Path(db).exists():  # never create a store just to look into it
         if args.action == "list":
             if as_json:
-                emit_json({"db": str(db), "count": 0, "proposals": []}, exit=0)
+                emit_json({"db": db, "count": 0, "proposals": []}, exit=0)
             else:
                 print(f"no approval store at {db}")
             return 0
         why = f"no approval store at {db} (pass --db)"
         return fail(f"tether approvals {args.action}", why, as_json=as_json)
-    approvals = Approvals(SqliteApprovalStore(db))
+    else:
+        approvals = Approvals(SqliteApprovalStore(db))
     try:
         if args.action == "list":
             status = None if args.status == "all" else ProposalStatus(args.status)
@@ -114,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             }
     except (ApprovalError, ValueError) as err:
         return fail(f"tether approvals {args.action}", err, as_json=as_json)
+    finally:
+        if stores is not None:
+            stores.close()
     if out.get("run"):
         out["resume"] = f"tether resume {out['run']} --db {db}"
     if as_json:

@@ -20,6 +20,7 @@ def register(sub: Any) -> None:
     r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
     r.add_argument("name", help="server id from the config")
     _common(r)
+    _shared(r)
     r.set_defaults(handler=_review)
 
     a = msub.add_parser("approve", help="pin the sha256 of each tool's current definition")
@@ -31,6 +32,7 @@ def register(sub: Any) -> None:
     a.add_argument("--by", default=None, help="who approves (default: the login name)")
     a.add_argument("--expect", default=None, metavar="DIGEST", help="the review digest shown by `review`")
     _common(a)
+    _shared(a)
     a.set_defaults(handler=_approve)
 
     run = msub.add_parser(
@@ -100,6 +102,7 @@ def register(sub: Any) -> None:
 
     ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
     _common(ps)
+    _shared(ps)
     ps.set_defaults(handler=_pauses)
 
 
@@ -108,6 +111,42 @@ def _common(p: argparse.ArgumentParser) -> None:
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
     p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
+        " as durable workers use them, instead of the config's files",
+    )
+
+
+class _Shared:
+    """The pin and pause stores a command uses: the config's files, or a deployment's (--db)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.stores: Any = None
+        if url:
+            from tether.storage_url import open_stores
+
+            self.stores = open_stores(url)
+
+    @property
+    def pins(self) -> Any:
+        return self.stores.pins if self.stores is not None else None
+
+    def pauses(self, config: Any) -> Any:
+        from tether.mcp.pauses import PauseStore
+
+        return self.stores.pauses if self.stores is not None else PauseStore(config.path(config.host.state))
+
+    def close(self, store: Any = None) -> None:
+        if self.stores is not None:
+            self.stores.close()
+        elif store is not None:
+            store.close()
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -144,11 +183,16 @@ def _review(args: argparse.Namespace) -> int:
     from tether.errors import TetherError
     from tether.mcp.approve import review_server
 
+    shared = None
     try:
         config = _load(args)
-        review = anyio.run(review_server, config, args.name)
+        shared = _Shared(args.db)
+        review = anyio.run(lambda: review_server(config, args.name, pins=shared.pins))
     except TetherError as err:
         return _fail(args, err)
+    finally:
+        if shared is not None:
+            shared.close()
     if not args.json:
         print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
         print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
@@ -179,8 +223,11 @@ def _approve(args: argparse.Namespace) -> int:
     from tether.errors import TetherError
     from tether.mcp.approve import approve_server
 
+    shared = None
     try:
         config = _load(args)
+        shared = _Shared(args.db)
+        pins = shared.pins
         review, pinned, skipped = anyio.run(
             lambda: approve_server(
                 config,
@@ -189,10 +236,14 @@ def _approve(args: argparse.Namespace) -> int:
                 accept_flagged=set(args.accept_flagged),
                 only=set(args.tool) if args.tool else None,
                 expect=args.expect,
+                pins=pins,
             )
         )
     except TetherError as err:
         return _fail(args, err)
+    finally:
+        if shared is not None:
+            shared.close()
     already = [
         t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
     ]
@@ -415,13 +466,13 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 def _pauses(args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import TetherError
-    from tether.mcp.pauses import PauseStore
 
     try:
         config = _load(args)
     except TetherError as err:
         return _fail(args, err)
-    store = PauseStore(config.path(config.host.state))
+    shared = _Shared(args.db)
+    store = shared.pauses(config)
     try:
         rows = [
             {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
@@ -429,7 +480,7 @@ def _pauses(args: argparse.Namespace) -> int:
             for p in store.pending()
         ]  # fmt: skip
     finally:
-        store.close()
+        shared.close(store)
     if args.json:
         emit_json({"pending": rows}, exit=0)
     else:

@@ -1,8 +1,9 @@
-"""``tether runs list|show|cancel|resume|approve|deny|resolve|workers``: the durable runs of a deployment,
-read from the shared databases (any machine; no worker needed).
+"""``tether runs list|show|cancel|resume|approve|deny|pauses|answer|resolve|workers``: the durable
+runs of a deployment, read from the shared databases (any machine; no worker needed).
 
 ``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
-console's user); a worker then resumes the run on its own. ``resume RUN`` enqueues the
+console's user); ``answer`` answers an MCP server's question (elicitation) a run paused on,
+validated against the question's schema. A worker then resumes the run on its own. ``resume RUN`` enqueues the
 continuation of a paused run (once per paused state, whoever asks).
 """
 
@@ -15,7 +16,8 @@ from typing import Any
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
-        "runs", help="durable runs: list, show, cancel, resume, approve, deny, resolve, workers"
+        "runs",
+        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers",
     )
     p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -40,6 +42,16 @@ def register(sub: Any) -> None:
         d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
         d.add_argument("--reason", default="")
         d.add_argument("--json", action="store_true")
+    ps = acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
+    ps.add_argument("--json", action="store_true")
+    ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
+    ans.add_argument("pause_id")
+    how = ans.add_mutually_exclusive_group(required=True)
+    how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
+    how.add_argument("--decline", action="store_true", help="decline to answer")
+    how.add_argument("--cancel", action="store_true", help="cancel the question")
+    ans.add_argument("--by", default=None, help="who answers (default: $USER)")
+    ans.add_argument("--json", action="store_true")
     r = acts.add_parser("resolve", help="record what became of an escalated effect (outcome unknown)")
     r.add_argument("key", help="idempotency key of the ledger entry")
     r.add_argument("--happened", choices=("yes", "no"), required=True)
@@ -194,6 +206,55 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _pauses(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, table
+
+    rows = [
+        {"id": p.id, "run": p.run_id, "server": p.server, "tool": p.tool, "asked": p.created_at,
+         "message": p.message, "schema": p.schema}
+        for p in client.stores.pauses.pending()
+    ]  # fmt: skip
+    if args.json:
+        emit_json({"count": len(rows), "pauses": rows}, exit=0)
+    elif rows:
+        print(table(rows, ["id", "run", "server", "tool", "asked", "message"]))
+    else:
+        print("no questions waiting")
+    return 0
+
+
+def _answer(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+    import json
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+    from tether.mcp.elicitation import store_answer
+
+    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    try:
+        content = None
+        if action == "accept":
+            try:
+                content = json.loads(args.answer)
+            except json.JSONDecodeError as err:
+                raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
+            if not isinstance(content, dict):
+                raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+        actor = args.by or os.environ.get("USER") or getpass.getuser()
+        pause = store_answer(client.stores.pauses, args.pause_id, action, content, actor=actor)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
+    emit_json(out, exit=0) if args.json else print(
+        f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
+    )
+    return 0
+
+
 def _resolve(client: Any, args: argparse.Namespace) -> int:
     import getpass
 
@@ -251,6 +312,8 @@ _ACTIONS = {
     "resume": _resume,
     "approve": _decide,
     "deny": _decide,
+    "pauses": _pauses,
+    "answer": _answer,
     "resolve": _resolve,
     "workers": _workers,
 }

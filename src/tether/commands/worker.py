@@ -1,4 +1,4 @@
-"""``tether worker --db URL --app module:factory [--concurrency N]``: serve the durable run queue.
+"""``tether worker --db URL --app agent.yaml|module:factory [--concurrency N]``: serve the durable run queue.
 
 Runs until SIGINT/SIGTERM. Each run is a DBOS workflow (model calls and tool turns are steps);
 a worker that dies has its runs recovered by its restart (same ``--executor-id``) or by a
@@ -21,7 +21,8 @@ def register(sub: Any) -> None:
         "--app",
         action="append",
         default=None,
-        help="an app it runs: module:factory returning (host, agent); repeatable (default $TETHER_APPS)",
+        help="an app it runs: an agent file, or module:factory returning (host, agent); repeatable"
+        " (default $TETHER_APPS, comma-separated)",
     )
     p.add_argument("--concurrency", type=int, default=4, help="runs at once on this worker (default 4)")
     p.add_argument("--global-concurrency", type=int, default=None, help="runs at once on all workers")
@@ -46,13 +47,29 @@ def run(args: argparse.Namespace) -> int:
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
     if not url or not apps:
-        print("tether worker needs --db URL (or $TETHER_DB) and at least one --app module:factory")
+        print("tether worker needs --db URL (or $TETHER_DB) and at least one --app agent.yaml|module:factory")
         return 1
     try:
-        from tether.durable import Worker, WorkerConfig
+        from tether.durable import Worker, WorkerConfig, register_app
     except ImportError as err:
         print(f"tether worker needs the durable extra (pip install 'tether[durable]'): {err}")
         return 1
+    from tether.agentfile import is_agent_file
+    from tether.agentrecord import AgentFileApp
+    from tether.errors import ConfigError
+
+    served = []
+    for app in apps:
+        if is_agent_file(app):
+            try:
+                file_app = AgentFileApp(app)  # read once, now: a broken file stops the worker here
+            except ConfigError as err:
+                print(f"tether worker: {err}")
+                return 2
+            register_app(file_app.name, file_app)
+            app = file_app.name
+        served.append(app)
+    apps = tuple(served)
     config = WorkerConfig(
         url,
         apps=apps,

@@ -145,16 +145,27 @@ class DurableClient:
 
     # -- submitting ----------------------------------------------------------------------------
 
-    def submit(self, app: str, objective: str, context: TrustedContext, *, run_id: str | None = None) -> str:
-        """Enqueue a new run; returns its run id (which is also its first workflow's id)."""
+    def submit(
+        self,
+        app: str,
+        objective: str,
+        context: TrustedContext,
+        *,
+        run_id: str | None = None,
+        app_digest: str | None = None,
+    ) -> str:
+        """Enqueue a new run; returns its run id (which is also its first workflow's id).
+        ``app_digest`` (an agent file's sha256): only a worker serving that version runs it."""
         run_id = run_id or new_run_id()
-        request = {
+        request: dict[str, Any] = {
             "op": "start",
             "run_id": run_id,
             "app": app,
             "objective": objective,
             "context": context_to_json(context),
         }
+        if app_digest:
+            request["app_digest"] = app_digest
         self._enqueue(run_id, request, tenant=context.tenant, op="start")
         return run_id
 
@@ -184,11 +195,15 @@ class DurableClient:
         first = self.workflows(run_id)
         if not first:
             raise ApprovalError("not_durable", f"run {run_id} was not started on this deployment's queue")
-        app = str((first[0].output or {}).get("app") or self._input(run_id).get("app") or cp.app)
+        started = self._input(run_id)
+        app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
         tenant = json.loads(cp.state)["context"]["tenant"]
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
-        self._enqueue(workflow_id, {"op": "resume", "run_id": run_id, "app": app}, tenant=tenant, op="resume")
+        request = {"op": "resume", "run_id": run_id, "app": app}
+        if started.get("app_digest"):
+            request["app_digest"] = started["app_digest"]  # the resume runs the same agent version
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume")
         return workflow_id
 
     def _input(self, run_id: str) -> dict[str, Any]:

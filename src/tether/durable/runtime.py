@@ -63,7 +63,8 @@ _APPS: dict[str, Callable[..., Any]] = {}
 
 def register_app(name: str, factory: Callable[..., Any]) -> None:
     """Make ``factory`` available to this process's runs under ``name`` (in-process apps; a
-    worker also serves the ``module:function`` apps it was started with)."""
+    worker also serves the ``module:function`` apps it was started with). A factory with a
+    ``digest`` attribute serves only runs submitted with that digest (or none)."""
     _APPS[name] = factory
 
 
@@ -172,8 +173,14 @@ def context_from_json(d: Mapping[str, Any]) -> TrustedContext:
     )
 
 
-async def _build(app: str, rt: Runtime, run_id: str) -> tuple[Any, Any]:
+async def _build(app: str, rt: Runtime, run_id: str, digest: str | None = None) -> tuple[Any, Any]:
     factory = rt.factory(app)
+    served = getattr(factory, "digest", None)
+    if digest and served and digest != served:
+        raise PermissionError(
+            f"app {app!r} on this worker (sha256 {served[:12]}) is not the one the run was submitted"
+            f" with (sha256 {digest[:12]}): restart the worker with that version"
+        )
     params = inspect.signature(factory).parameters
     built = factory(rt.url, run_id=run_id) if "run_id" in params else factory(rt.url)
     if inspect.isawaitable(built):
@@ -212,7 +219,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         "executor": rt.executor_id,
     }
     try:
-        host, agent = await _build(str(request["app"]), rt, run_id)
+        host, agent = await _build(str(request["app"]), rt, run_id, request.get("app_digest"))
     except PermissionError as err:
         return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
     except Exception as err:  # the app's factory failed: the run ends, it says why

@@ -9,9 +9,10 @@ shared database. A background thread, on every worker:
 - claims, atomically, executors whose heartbeat stopped (``dead_after_s``) and hands their
   unfinished runs back to the queue through DBOS's recovery (each dead executor recovered by
   exactly one survivor; DBOS's own dequeue admits exactly one runner per workflow);
-- resumes paused runs whose awaited decisions were all made (an approval given on any
-  machine), with the resume's workflow id derived from the paused state so that several
-  workers seeing the same approval start one resume.
+- resumes paused runs whose awaited decisions were all made and questions answered (an
+  approval or an MCP elicitation answer given on any machine), with the resume's workflow id
+  derived from the paused state so that several workers seeing the same approval start one
+  resume.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.durable.client import DurableClient
-from tether.durable.runtime import QUEUE, Runtime, dbos_config, set_runtime
+from tether.durable.runtime import _APPS, QUEUE, Runtime, dbos_config, set_runtime
 from tether.pg import Op, PgDatabase, PgMigration, Sql
 from tether.storage_url import Stores, open_stores
 
-__all__ = ["Worker", "WorkerConfig", "decided_since_pause"]
+__all__ = ["Worker", "WorkerConfig", "due_for_resume"]
 
 MIGRATIONS: tuple[PgMigration, ...] = (
     (
@@ -136,6 +137,7 @@ class Worker:
             # DBOS is one instance per process: a second would silently keep the first's settings.
             raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
         c = self.config
+        check_apps(c.apps)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )
@@ -246,7 +248,8 @@ class Worker:
             seen = (cp.run_id, cp.updated_at.isoformat())
             if cp.status != "paused" or seen in self._seen:
                 continue
-            if not decided_since_pause(cp, store.list_proposals(run_id=cp.run_id)):
+            pauses = self.stores.pauses.for_run(cp.run_id) if self.stores.pauses is not None else []
+            if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
                 continue
             self._seen.add(seen)
             try:
@@ -256,15 +259,33 @@ class Worker:
                     self.errors.append(f"resume {cp.run_id}: {err}")
 
 
-def decided_since_pause(cp: Any, proposals: Sequence[Any]) -> bool:
-    """Whether a paused run's awaited decisions have all been made, so a resume can go on.
+def check_apps(apps: Sequence[str]) -> None:
+    """Every app a worker serves is registered in this process or names ``module:function``.
+    Raises ``ValueError`` naming the first that is neither (an agent file must be registered:
+    ``tether worker --app FILE`` does it)."""
+    for app in apps:
+        if app in _APPS:
+            continue
+        module_name, _, function = app.partition(":")
+        if not (function.isidentifier() and all(part.isidentifier() for part in module_name.split("."))):
+            raise ValueError(
+                f"app {app!r} is neither module:function nor registered; serve an agent file with"
+                " register_app(path, tether.agentrecord.AgentFileApp(path))"
+                " (`tether worker --app FILE` does it)"
+            )
 
-    A pause for approval names the proposals it waits for (the checkpoint's ``pending``): the run
-    is due once none of them is pending, however early a decision came; a person may approve in
-    the instant between the proposal's insert and the checkpoint's write. A pause that waits for
-    no proposal (an effect whose outcome a person must resolve) is due only when every proposal
-    of the run is decided and one of them was decided after the pause."""
-    if not proposals:
+
+def due_for_resume(cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = ()) -> bool:
+    """Whether a paused run has what it waited for, so a resume can go on.
+
+    Nothing is due while one of its questions (MCP elicitation pauses) is unanswered. A pause
+    for approval names the proposals it waits for (the checkpoint's ``pending``): the run is due
+    once none of them is pending, however early a decision came (a person may approve in the
+    instant between the proposal's insert and the checkpoint's write). A question answered is
+    due the same way. A pause that waits for neither (an effect whose outcome a person must
+    resolve) is due only when every proposal of the run is decided and one of them was decided
+    after the pause."""
+    if any(str(p.status) == "pending" for p in pauses):
         return False
     by_id = {p.id: p for p in proposals}
     try:
@@ -273,6 +294,8 @@ def decided_since_pause(cp: Any, proposals: Sequence[Any]) -> bool:
         awaited = []
     if awaited:
         return all(pid in by_id and str(by_id[pid].status) != "pending" for pid in awaited)
-    if any(str(p.status) == "pending" for p in proposals):
+    if any(str(p.status) == "answered" for p in pauses):
+        return True
+    if not proposals or any(str(p.status) == "pending" for p in proposals):
         return False
     return any(p.decided_at is not None and p.decided_at >= cp.updated_at for p in proposals)

@@ -110,11 +110,14 @@ class ServerReview:
         }
 
 
-async def review_server(config: McpConfig, name: str) -> ServerReview:
-    """Connect to one server and review its current tool definitions. Raises ``ConfigError``,
+async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
+    """Connect to one server and review its current tool definitions against ``pins`` (default:
+    the config's pin file; a deployment's shared pin store otherwise). Raises ``ConfigError``,
     ``DependencyUnavailable``."""
     server = config.server(name)
-    pins = PinStore(config.path(config.host.pins))
+    own = pins is None
+    if pins is None:
+        pins = PinStore(config.path(config.host.pins))
     try:
         source, _ = build_source(server, config, pins=pins)
         try:
@@ -146,7 +149,8 @@ async def review_server(config: McpConfig, name: str) -> ServerReview:
             protocol=source.protocol_version,
         )
     finally:
-        pins.close()
+        if own:
+            pins.close()
 
 
 async def approve_server(
@@ -157,13 +161,15 @@ async def approve_server(
     accept_flagged: set[str] | frozenset[str] = frozenset(),
     only: set[str] | None = None,
     expect: str | None = None,
+    pins: Any = None,
 ) -> tuple[ServerReview, list[str], dict[str, str]]:
-    """Pin the server's current definitions. Returns (review, pinned tools, skipped tool → why).
+    """Pin the server's current definitions in ``pins`` (default: the config's pin file).
+    Returns (review, pinned tools, skipped tool → why).
 
     ``expect``: the review digest the person saw; if the server now lists anything else, nothing
     is pinned (``ApprovalError``): what is approved is exactly what was reviewed.
     """
-    review = await review_server(config, name)
+    review = await review_server(config, name, pins=pins)
     if expect is not None and review.digest != expect:
         raise ApprovalError(
             "listing_changed",
@@ -189,10 +195,13 @@ async def approve_server(
             skipped[tool] = "flagged (" + ", ".join(kinds) + "): accept it by name to pin it"
         elif tr.check.status != "pinned":
             to_pin.append(tr.check)
-    pins = PinStore(config.path(config.host.pins))
+    own = pins is None
+    if pins is None:
+        pins = PinStore(config.path(config.host.pins))
     try:
         source, _ = build_source(config.server(name), config, pins=None)
-        pinned = pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
+        pinned: list[str] = pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
     finally:
-        pins.close()
+        if own:
+            pins.close()
     return review, pinned, skipped

@@ -29,7 +29,7 @@ import anyio
 import jsonschema
 
 from tether.mcp.config import ElicitationConfig
-from tether.mcp.pauses import PauseStore, question_key
+from tether.mcp.pauses import Pause, PauseStore, question_key
 from tether.trace.sanitize import sanitize
 
 if TYPE_CHECKING:
@@ -203,6 +203,31 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
         where = ".".join(str(p) for p in err.absolute_path) or "(answer)"
         problems.append(f"{where}: {err.message}")
     return problems
+
+
+def store_answer(
+    store: Any, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+) -> Pause:
+    """Validate a person's answer to a pending question against its stored schema and record
+    it, once, in ``store`` (a ``PauseStore`` or ``PgPauseStore``). Nothing runs: the paused
+    call, when run again, finds the answer by the question's key. Raises ``ApprovalError``
+    (``unknown_pause``, ``not_pending``, ``invalid_answer``); an invalid answer changes nothing."""
+    from tether.errors import ApprovalError
+
+    pause = store.get(pause_id)
+    if pause.status != "pending":
+        raise ApprovalError("not_pending", f"pause {pause_id} is {pause.status}, not pending")
+    if action not in ("accept", "decline", "cancel"):
+        raise ApprovalError("invalid_answer", "action must be accept, decline or cancel")
+    if action == "accept":
+        if (problem := check_schema(pause.schema)) is not None:
+            raise ApprovalError("invalid_answer", f"the stored question is not answerable: {problem}")
+        problems = validate_answer(pause.schema, content)
+        if problems:
+            raise ApprovalError("invalid_answer", "; ".join(problems))
+    else:
+        content = None
+    return store.answer(pause_id, action, content, actor=actor)  # type: ignore[no-any-return]
 
 
 @dataclass

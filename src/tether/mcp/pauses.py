@@ -124,6 +124,13 @@ def _pending(conn: sqlite3.Connection) -> list[Pause]:
     return [_get(conn, r[0]) for r in rows]
 
 
+def _for_run(conn: sqlite3.Connection, run_id: str) -> list[Pause]:
+    rows = conn.execute(
+        "SELECT id FROM elicitation_pauses WHERE run_id = ? ORDER BY created_at, id", (run_id,)
+    ).fetchall()
+    return [_get(conn, r[0]) for r in rows]
+
+
 def _answer(
     conn: sqlite3.Connection, pause_id: str, action: str, content: dict[str, Any] | None, actor: str
 ) -> Pause:
@@ -189,6 +196,10 @@ class PauseStore:
 
     def pending(self) -> list[Pause]:
         return self.db.read(_pending)
+
+    def for_run(self, run_id: str) -> list[Pause]:
+        """Every pause of one run, whatever its status, oldest first."""
+        return self.db.read(_for_run, run_id)
 
     def answer(self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str) -> Pause:
         """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""

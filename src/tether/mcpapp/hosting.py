@@ -38,11 +38,20 @@ def build_host(
     on_denied: Literal["stop", "continue"] = "continue",
     use_pins: bool = True,
     approvals: Any = None,
+    pins: Any = None,
+    pauses: Any = None,
 ) -> Host:
-    """A host with every configured server (or the named ones). Raises ``ConfigError``."""
+    """A host with every configured server (or the named ones). Raises ``ConfigError``.
+
+    ``pins`` and ``pauses`` replace the config's SQLite files with other stores of the same
+    protocol (a deployment's PostgreSQL stores, shared by every worker)."""
     environ = os.environ if environ is None else environ
-    pins = PinStore(config.path(config.host.pins)) if use_pins else None
-    pauses = PauseStore(config.path(config.host.state))
+    if pins is None and use_pins:
+        pins = PinStore(config.path(config.host.pins))
+    elif not use_pins:
+        pins = None
+    if pauses is None:
+        pauses = PauseStore(config.path(config.host.state))
     wanted = set(servers) if servers is not None else None
     sources: dict[str, McpServerSource] = {}
     secrets: set[str] = set()

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.calls import CallScope
-from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp.config import McpConfig
-from tether.mcp.elicitation import Responder, check_schema, validate_answer
+from tether.mcp.elicitation import Responder, store_answer
 from tether.mcp.hosting import mcp_sources
 from tether.mcp.pauses import Pause, PauseStore
 from tether.mcpapp.hosting import build_host
@@ -228,20 +227,7 @@ def answer_pause(
     """
     store = PauseStore(config.path(config.host.state))
     try:
-        pause = store.get(pause_id)
-        if pause.status != "pending":
-            raise ApprovalError("not_pending", f"pause {pause_id} is {pause.status}, not pending")
-        if action not in ("accept", "decline", "cancel"):
-            raise ApprovalError("invalid_answer", "action must be accept, decline or cancel")
-        if action == "accept":
-            if (problem := check_schema(pause.schema)) is not None:
-                raise ApprovalError("invalid_answer", f"the stored question is not answerable: {problem}")
-            problems = validate_answer(pause.schema, content)
-            if problems:
-                raise ApprovalError("invalid_answer", "; ".join(problems))
-        else:
-            content = None
-        return store.answer(pause_id, action, content, actor=actor)
+        return store_answer(store, pause_id, action, content, actor=actor)
     finally:
         store.close()
 
