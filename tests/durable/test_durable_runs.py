@@ -191,3 +191,59 @@ def _wait_for(client: Any, run_id: str, status: str, timeout_s: float = 60.0) ->
             return view
         time.sleep(0.1)
     raise AssertionError(f"run {run_id} never reached {status}: {client.run(run_id)}")
+
+
+@pytest.mark.spec("T5")
+def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_worker(
+    deployment: Any, durable_url: str, tmp_path: Any
+) -> None:
+    import re
+
+    pytest.importorskip("starlette", reason="the console extra is not installed")
+    from starlette.testclient import TestClient
+
+    from tether.console import create_app, deployment_sources
+    from tether.console.users import UserStore
+
+    _, client, _ = deployment
+    rid = client.submit(durable_app.APP, "pay-console: pay 41; log after-console", ACME)
+    assert client.wait(rid, timeout_s=60).status == "paused"
+    [proposal] = client.stores.approvals.list_proposals(run_id=rid)
+
+    users_db = tmp_path / "console.db"
+    users = UserStore(users_db, scrypt_n=2**10)  # cheap hashes for a test
+    sources = deployment_sources(url=durable_url, users_db=users_db, users=users)
+    for name, tenant in (("rita", "acme"), ("gus", "globex")):
+        sources.users.add_user(name, "correct horse battery")
+        sources.users.grant(name, tenant, "reviewer")
+    app = create_app(sources, secret_key=b"durable-console-key-" * 3)
+
+    def signed_in(name: str) -> TestClient:
+        c = TestClient(app, base_url="http://testserver")
+        token = re.search(r'name="csrf_login" value="([^"]+)"', c.get("/login").text)
+        assert token is not None
+        form = {"username": name, "password": "correct horse battery", "csrf_login": token.group(1)}
+        assert c.post("/login", data={**form, "next": "/"}).status_code == 200
+        return c
+
+    try:
+        # Attack: a reviewer of another tenant neither sees nor decides the proposal.
+        gus = signed_in("gus")
+        assert gus.get(f"/approvals/{proposal.id}").status_code == 404
+        assert client.stores.approvals.get_proposal(proposal.id).status.value == "pending"
+        # Legitimate: the tenant's reviewer approves the exact content; a worker resumes the run.
+        rita = signed_in("rita")
+        page = rita.get(f"/approvals/{proposal.id}").text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        digest = re.search(r'id="content-hash">([^<]+)<', page)
+        assert csrf is not None and digest is not None and "41" in page
+        done = rita.post(
+            f"/approvals/{proposal.id}/approve",
+            data={"csrf_token": csrf.group(1), "content_hash": digest.group(1), "reason": "ok"},
+        )
+        assert done.status_code == 200 and "Approved" in done.text
+        view = _wait_for(client, rid, "finished")
+    finally:
+        sources.close()
+    assert view.stop_reason == "accepted" and [w.op for w in view.workflows] == ["start", "resume"]
+    assert [r[2] for r in durable_app.effects() if r[2] == "41"] == ["41"]  # paid once

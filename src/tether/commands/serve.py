@@ -23,7 +23,12 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8700)
-    p.add_argument("--db", type=Path, default=None, help=f"approval store (default {out / 'approvals.db'})")
+    p.add_argument(
+        "--db",
+        default=None,
+        help=f"approval store (default {out / 'approvals.db'}), or a deployment's storage URL"
+        " (postgresql://… or sqlite:///dir: its shared proposals, questions and pins; workers resume runs)",
+    )
     p.add_argument("--users", type=Path, default=None, help=f"user store (default {out / 'console.db'})")
     p.add_argument("--traces", type=Path, default=None, help=f"trace folder (default {out / 'traces'})")
     p.add_argument("--config", type=Path, default=None, help="MCP host config: servers, pins and questions")
@@ -39,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from tether.console import create_app, sqlite_sources
+        from tether.console import create_app, deployment_sources, sqlite_sources
         from tether.console.web import load_secret_key
     except ImportError as err:
         print(f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
@@ -58,13 +63,18 @@ def run(args: argparse.Namespace) -> int:
     if traces is None and args.config is None:
         traces = out / "traces"
     try:
-        sources = sqlite_sources(
-            users_db=users_db,
-            approvals_db=args.db or out / "approvals.db",
-            trace_dir=traces,
-            mcp_config=args.config,
-            allow_resume=not args.no_resume,
-        )
+        if args.db and "://" in args.db:
+            sources = deployment_sources(
+                url=args.db, users_db=users_db, trace_dir=traces, mcp_config=args.config
+            )
+        else:
+            sources = sqlite_sources(
+                users_db=users_db,
+                approvals_db=Path(args.db) if args.db else out / "approvals.db",
+                trace_dir=traces,
+                mcp_config=args.config,
+                allow_resume=not args.no_resume,
+            )
     except (TetherError, OSError) as err:
         print(f"tether serve: {err}", file=sys.stderr)
         return 1

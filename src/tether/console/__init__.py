@@ -2,7 +2,7 @@
 read runs in a browser, over the same stores the host and the CLI use. Needs ``tether[console]``."""
 
 from tether.console.app import create_app
-from tether.console.sources import ConsoleSources, sqlite_sources
+from tether.console.sources import ConsoleSources, deployment_sources, sqlite_sources
 from tether.console.users import Principal, UserStore
 
-__all__ = ["ConsoleSources", "Principal", "UserStore", "create_app", "sqlite_sources"]
+__all__ = ["ConsoleSources", "Principal", "UserStore", "create_app", "deployment_sources", "sqlite_sources"]

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tether.console.runs import TraceIndex
 from tether.console.users import UserStore
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from tether.mcp.pinning import PinStore
     from tether.run import RunResult
 
-__all__ = ["ConsoleSources", "sqlite_sources"]
+__all__ = ["ConsoleSources", "deployment_sources", "sqlite_sources"]
 
 Resumer = Callable[[str], Awaitable["RunResult"]]
 
@@ -45,10 +45,13 @@ class ConsoleSources:
     open_pauses: Callable[[], PauseStore] | None = None
     open_pins: Callable[[], PinStore] | None = None
     resume: Resumer | None = None
+    on_close: Callable[[], None] | None = None  # closes what the sources opened (a deployment's stores)
 
     def close(self) -> None:
         self.users.close()
-        if self.approvals is not None:
+        if self.on_close is not None:
+            self.on_close()
+        elif self.approvals is not None:
             close = getattr(self.approvals.store, "close", None)
             if close is not None:
                 close()
@@ -125,4 +128,59 @@ def sqlite_sources(
         open_pauses=open_pauses,
         open_pins=open_pins,
         resume=resume,
+    )
+
+
+class _Kept:
+    """A deployment's shared store lent to one request: the request's ``close`` leaves it open
+    (its connection pool serves every request and thread)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        pass
+
+
+def deployment_sources(
+    *,
+    url: str,
+    users_db: Path,
+    trace_dir: Path | None = None,
+    mcp_config: Path | None = None,
+    users: UserStore | None = None,
+) -> ConsoleSources:
+    """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
+    questions and pins every durable worker uses. Decisions and answers are recorded there, and a
+    worker resumes the run by itself, so the console resumes nothing (``resume`` is None)."""
+    from tether.storage_url import open_stores
+
+    config = None
+    if mcp_config is not None:
+        from tether.mcp.config import load_config
+
+        config = load_config(mcp_config)
+        if trace_dir is None:
+            trace_dir = config.path(config.host.trace_dir)
+    stores = open_stores(url)
+    pauses, pins = stores.pauses, stores.pins
+
+    def open_pauses() -> PauseStore:
+        return cast("PauseStore", _Kept(pauses))  # the same methods (the pause store protocol)
+
+    def open_pins() -> PinStore:
+        return cast("PinStore", _Kept(pins))
+
+    return ConsoleSources(
+        users=users or UserStore(users_db),
+        approvals=Approvals(stores.approvals),
+        traces=TraceIndex(trace_dir) if trace_dir is not None else None,
+        mcp_config=config,
+        open_pauses=open_pauses,
+        open_pins=open_pins if config is not None else None,
+        resume=None,
+        on_close=stores.close,
     )
