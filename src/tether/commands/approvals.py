@@ -7,6 +7,7 @@ The person at this console is the reviewer (host-side authority): decisions are 
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -131,11 +132,13 @@ def run(args: argparse.Namespace) -> int:
         if stores is not None:
             stores.close()
     if out.get("run"):
-        out["resume"] = f"tether resume {out['run']} --db {db}"
+        out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
     if as_json:
         emit_json(out, exit=0)
     else:
         print(" ".join(f"{k}={v}" for k, v in out.items() if k != "resume"))
-        if out.get("resume"):
+        if out.get("resume") and stores is not None:
+            print(f"a worker resumes the run by itself (or: {out['resume']})")
+        elif out.get("resume"):
             print(f"continue the run with: {out['resume']}")
     return 0
