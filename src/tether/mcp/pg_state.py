@@ -309,6 +309,9 @@ class PgPauseStore:
     async def apending(self) -> list[Pause]:
         return await self.db.arun(_pending)
 
+    async def afor_run(self, run_id: str) -> list[Pause]:
+        return await self.db.arun(_for_run, run_id)
+
     async def aanswer(
         self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
     ) -> Pause:
