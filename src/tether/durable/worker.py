@@ -27,6 +27,7 @@ from typing import Any
 
 from tether.durable.client import DurableClient
 from tether.durable.runtime import _APPS, QUEUE, Runtime, dbos_config, set_runtime
+from tether.errors import ApprovalError
 from tether.pg import Op, PgDatabase, PgMigration, Sql
 from tether.storage_url import Stores, open_stores
 
@@ -251,12 +252,15 @@ class Worker:
             pauses = self.stores.pauses.for_run(cp.run_id) if self.stores.pauses is not None else []
             if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
                 continue
-            self._seen.add(seen)
             try:
                 self.resumed.append(self.client.resume(cp.run_id))
-            except Exception as err:  # not a durable run (an embedded one on the same store), or ended
-                if getattr(err, "reason", "") != "not_durable":
+            except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
+                if err.reason != "not_durable":
                     self.errors.append(f"resume {cp.run_id}: {err}")
+            except Exception as err:  # a lost connection: the next round tries again
+                self.errors.append(f"resume {cp.run_id}: {type(err).__name__}: {err}")
+                continue
+            self._seen.add(seen)  # enqueued (once per paused state, whoever asks) or never resumable
 
 
 def check_apps(apps: Sequence[str]) -> None:
