@@ -221,7 +221,7 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
 
 
 def _public_methods(cls: type) -> dict[str, Any]:
-    return {n: f for n, f in vars(cls).items() if not n.startswith("_") and inspect.isfunction(f)}
+    return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
 @pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore, PauseStore])
