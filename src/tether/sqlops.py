@@ -48,12 +48,11 @@ class Dialect:
     ``order``: the column that gives insertion order. ``for_update``: the suffix of a SELECT that
     locks the rows it reads until the transaction ends (empty on SQLite, whose writers hold the
     whole file from their first statement); ``skip_locked``: the same, passing over rows another
-    transaction holds. ``advisory``: whether named locks exist (SQLite needs
-    none, for the same reason). ``text_time``: timestamps are stored as ISO text (SQLite) rather
-    than ``TIMESTAMPTZ``.
+    transaction holds. ``advisory``: whether named locks exist (SQLite needs none, for the same
+    reason). ``text_time``: timestamps are stored as ISO text in UTC (SQLite) rather than as
+    ``TIMESTAMPTZ``.
     """
 
-    name: Literal["sqlite", "postgresql"]
     order: str
     for_update: str
     skip_locked: str
@@ -75,9 +74,8 @@ class Dialect:
         return datetime.fromisoformat(value) if self.text_time else value  # type: ignore[no-any-return]
 
 
-SQLITE = Dialect("sqlite", order="rowid", for_update="", skip_locked="", advisory=False, text_time=True)
+SQLITE = Dialect(order="rowid", for_update="", skip_locked="", advisory=False, text_time=True)
 POSTGRES = Dialect(
-    "postgresql",
     order="seq",
     for_update=" FOR UPDATE",
     skip_locked=" FOR UPDATE SKIP LOCKED",
