@@ -31,7 +31,8 @@ from tether.mcp.pinning import PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
 from tether.policy.store import ApprovalStore, LedgerEntry, NewProposal
-from tether.storage import SqliteDatabase
+from tether.sqlops import SQLITE, Op, Sql
+from tether.storage import SqliteDatabase, SqliteOps
 
 pytestmark = pytest.mark.anyio
 
@@ -220,7 +221,7 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
 
 
 def _public_methods(cls: type) -> dict[str, Any]:
-    return {n: f for n, f in vars(cls).items() if not n.startswith("_") and inspect.isfunction(f)}
+    return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
 @pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore, PauseStore])
@@ -311,6 +312,34 @@ def test_migrations_are_applied_once_in_order(tmp_path: Path) -> None:
         again.read(lambda c: c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'c'").fetchone()[0])
         == 0
     )
+
+
+def _ops_round_trip(first: int, second: int) -> Op[tuple[Any, ...]]:
+    none = yield Sql("INSERT INTO t VALUES (%s), (%s)", (first, second), fetch="none")
+    one = yield Sql("SELECT n FROM t WHERE n = %s", (first,), fetch="one")
+    missing = yield Sql("SELECT n FROM t WHERE n = %s", (-1,), fetch="one")
+    count = yield Sql("UPDATE t SET n = n + 100 WHERE n %% 2 = %s", (first % 2,), fetch="rowcount")
+    rows = yield Sql("SELECT n FROM t ORDER BY n")
+    return none, one, missing, count, rows
+
+
+def _ops_all() -> Op[list[tuple[Any, ...]]]:
+    return (yield Sql("SELECT n FROM t ORDER BY n"))
+
+
+def _ops_refused() -> Op[None]:
+    yield Sql("INSERT INTO t VALUES (%s)", (7,), fetch="none")
+    raise ValueError("refused after the first write")
+
+
+async def test_sqlite_ops_drive_the_shared_operations_in_one_transaction(db: SqliteDatabase) -> None:
+    ops = SqliteOps(db)
+    assert ops.dialect is SQLITE
+    # %s placeholders, %% a literal %, and each fetch mode
+    assert ops.run(_ops_round_trip, 1, 2) == (None, (1,), None, 1, [(2,), (101,)])
+    with pytest.raises(ValueError):
+        await ops.arun(_ops_refused)
+    assert await ops.aread(_ops_all) == ops.read(_ops_all) == [(2,), (101,)]  # the refused one rolled back
 
 
 # -- concurrency ------------------------------------------------------------------------------------

@@ -213,3 +213,31 @@ def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(p
         assert [e.op for e in setup.events(proposal.id)] == ["proposed", "approved"]
     finally:
         setup.close()
+
+
+def test_processes_opening_a_new_schema_at_the_same_instant_all_start(pg_url: str) -> None:
+    """Workers started together race to create the deployment's schema and tables: each one
+    opens its stores (``CREATE SCHEMA IF NOT EXISTS`` alone is not safe against that race)."""
+    start = threading.Barrier(6)
+    errors: list[BaseException] = []
+    opened: list[Stores] = []
+
+    def open_one() -> None:
+        try:
+            start.wait()
+            opened.append(open_stores(pg_url))
+        except BaseException as err:  # collected: the assertion names it
+            errors.append(err)
+
+    threads = [threading.Thread(target=open_one) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert errors == [] and len(opened) == 6
+        opened[0].pins.approve("s", [], endpoint="e", actor="a")  # every store usable afterwards
+        assert all(s.pins.pins("s") == {} for s in opened)
+    finally:
+        for s in opened:
+            s.close()

@@ -2,12 +2,13 @@
 migrations, and transactions written once for both faces (sync and async).
 
 A store writes each operation as a generator that yields ``Sql`` statements and receives their
-results, so its SQL is written once whoever drives it; ``PgDatabase.run`` drives it on one
-psycopg connection pool (scripts, the CLI), ``PgDatabase.arun`` does the same in a worker
-thread for code on the event loop, which must never wait on the network. (psycopg's
-``AsyncConnectionPool`` is not used: a pool belongs to the event loop that opened it, and one
-left open keeps ``asyncio.run`` from returning — its tasks do not end on cancellation.) Each
-operation is one transaction; an awaiting task that is cancelled waits for it to end.
+results (``tether.sqlops``), so its SQL is written once whoever drives it, SQLite included;
+``PgDatabase.run`` drives it on one psycopg connection pool (scripts, the CLI),
+``PgDatabase.arun`` does the same in a worker thread for code on the event loop, which must
+never wait on the network. (psycopg's ``AsyncConnectionPool`` is not used: a pool belongs to
+the event loop that opened it, and one left open keeps ``asyncio.run`` from returning — its
+tasks do not end on cancellation.) Each operation is one transaction; an awaiting task that is
+cancelled waits for it to end.
 
 When the connection is lost *before* the commit is sent (the server restarted, an operator
 ran ``pg_terminate_backend``) nothing was written and the operation is retried on a fresh
@@ -24,21 +25,20 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
 from tether.errors import ConfigError, TetherError
+from tether.sqlops import POSTGRES, Dialect, Fetch, Op, Sql, ts
 
 __all__ = ["Op", "PgDatabase", "PgMigration", "PgUrl", "Sql", "StoreUnavailable", "ts"]
 
 T = TypeVar("T")
 
-Fetch = Literal["all", "one", "none", "rowcount"]
 PgMigration = tuple[str, tuple[str, ...]]
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -47,25 +47,6 @@ _RETRIES = 3
 
 class StoreUnavailable(TetherError):
     """The database could not be reached, or a commit's outcome is unknown (connection lost)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Sql:
-    """One statement of an operation, and what the operation wants back."""
-
-    text: str
-    params: tuple[Any, ...] = ()
-    fetch: Fetch = "all"
-
-
-Op = Generator[Sql, Any, T]
-
-
-def ts(value: datetime) -> datetime:
-    """A timestamp as stored: timezone-aware, in UTC. Naive values are refused (ValueError)."""
-    if value.tzinfo is None:
-        raise ValueError("timestamps must be timezone-aware")
-    return value.astimezone(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +93,6 @@ def _fetch(cur: Any, fetch: Fetch) -> Any:
     return cur.fetchall()
 
 
-async def _afetch(cur: Any, fetch: Fetch) -> Any:
-    if fetch == "none":
-        return None
-    if fetch == "rowcount":
-        return cur.rowcount
-    if fetch == "one":
-        return await cur.fetchone()
-    return await cur.fetchall()
-
-
 class _Lost(Exception):
     """The connection died before the commit: nothing was written, the operation may run again."""
 
@@ -148,6 +119,10 @@ class PgDatabase:
         self._lock = threading.Lock()
         self._pool: Any = None
         self._migrated: set[str] = set()
+
+    @property
+    def dialect(self) -> Dialect:
+        return POSTGRES
 
     @property
     def schema(self) -> str | None:
@@ -190,6 +165,8 @@ class PgDatabase:
         try:
             with psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=5) as conn:
                 conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+            pass  # another process created it at the same instant (IF NOT EXISTS does not lock)
         except psycopg.OperationalError as err:
             raise StoreUnavailable(f"PostgreSQL at {self.url.redacted()} is unreachable: {err}") from None
         self._migrated.add("schema")
@@ -222,6 +199,10 @@ class PgDatabase:
     async def arun(self, fn: Callable[..., Op[T]], *args: Any) -> T:
         """``run`` in a worker thread, for code on the event loop (see the module docstring)."""
         return await anyio.to_thread.run_sync(functools.partial(self.run, fn, *args))
+
+    # A read is a transaction like any other here (``tether.sqlops.OpDatabase``).
+    read = run
+    aread = arun
 
     # -- migrations -------------------------------------------------------------------------
 
@@ -271,15 +252,5 @@ def _drive(conn: Any, op: Op[T]) -> T:
         while True:
             cur = conn.execute(sql.text, sql.params or None)
             sql = op.send(_fetch(cur, sql.fetch))
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def _adrive(conn: Any, op: Op[T]) -> T:
-    try:
-        sql = op.send(None)
-        while True:
-            cur = await conn.execute(sql.text, sql.params or None)
-            sql = op.send(await _afetch(cur, sql.fetch))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

@@ -20,25 +20,29 @@ lock per file instead of SQLite's sleeping busy handler; writers of other proces
 busy timeout. Schema changes are ordered, named migrations
 recorded in ``_migrations``, applied when the database object is built.
 
-A PostgreSQL backend keeps the same shape (a pool and one transaction per operation) with
-psycopg's async connections instead of the worker thread.
+``SqliteOps`` runs, on the same transactions, the generator operations of ``tether.sqlops``
+that a store shares with its PostgreSQL backend (``tether.pg``), which keeps the same shape: a
+pool, and one transaction per operation.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import anyio.to_thread
 
-__all__ = ["Migration", "SqliteDatabase", "Synchronous", "apply_migrations"]
+from tether.sqlops import SQLITE, Dialect, Fetch, Op
+
+__all__ = ["Migration", "SqliteDatabase", "SqliteOps", "Synchronous", "apply_migrations"]
 
 Migration = tuple[str, tuple[str, ...]]
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -250,3 +254,54 @@ class SqliteDatabase:
             conn.close()
             raise
         self._release(conn, True)
+
+
+class SqliteOps:
+    """A ``SqliteDatabase`` as a ``tether.sqlops.OpDatabase``: each generator operation runs in
+    one transaction of ``run``/``read`` (or their worker-thread twins), its ``%s`` placeholders
+    written ``?`` and ``%%`` written ``%``."""
+
+    def __init__(self, db: SqliteDatabase) -> None:
+        self.db = db
+
+    @property
+    def dialect(self) -> Dialect:
+        return SQLITE
+
+    def run(self, fn: Callable[..., Op[T]], /, *args: Any) -> T:
+        return self.db.run(_drive, fn(*args))
+
+    def read(self, fn: Callable[..., Op[T]], /, *args: Any) -> T:
+        return self.db.read(_drive, fn(*args))
+
+    async def arun(self, fn: Callable[..., Op[T]], /, *args: Any) -> T:
+        return await self.db.arun(_drive, fn(*args))
+
+    async def aread(self, fn: Callable[..., Op[T]], /, *args: Any) -> T:
+        return await self.db.aread(_drive, fn(*args))
+
+
+@functools.lru_cache(maxsize=512)
+def _qmark(text: str) -> str:
+    return re.sub(r"%([s%])", lambda m: "?" if m.group(1) == "s" else "%", text)
+
+
+def _fetch(cur: sqlite3.Cursor, fetch: Fetch) -> Any:
+    if fetch == "none":
+        return None
+    if fetch == "rowcount":
+        return cur.rowcount
+    if fetch == "one":
+        row = cur.fetchone()
+        cur.close()  # the statement is done, whatever rows it had left
+        return row
+    return cur.fetchall()
+
+
+def _drive(conn: sqlite3.Connection, op: Op[T]) -> T:
+    try:
+        sql = op.send(None)
+        while True:
+            sql = op.send(_fetch(conn.execute(_qmark(sql.text), sql.params), sql.fetch))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]

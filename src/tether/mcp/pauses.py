@@ -2,15 +2,15 @@
 
 A pause stores what was asked (server, tool, the exact call arguments, message, schema)
 and, once answered through ``tether mcp resume``, the validated answer. Re-running the
-paused call then finds the answer by the question's key and hands it to the server. The
-store lives in SQLite through ``tether.storage.SqliteDatabase``.
+paused call then finds the answer by the question's key and hands it to the server.
+``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file
+through ``tether.storage.SqliteDatabase``) and PostgreSQL (``tether.mcp.pg_state``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tether.errors import ApprovalError
-from tether.storage import Migration, SqliteDatabase, Synchronous
+from tether.sqlops import Dialect, Op, OpDatabase, Sql
+from tether.storage import Migration, SqliteDatabase, SqliteOps, Synchronous
 
-__all__ = ["Pause", "PauseStore", "question_key"]
+__all__ = ["Pause", "PauseStore", "SqlPauseStore", "question_key"]
 
 PauseStatus = Literal["pending", "answered", "used", "completed"]
 
@@ -81,100 +82,111 @@ _COLUMNS = (
 )
 
 
-def _get(conn: sqlite3.Connection, pause_id: str) -> Pause:
-    row = conn.execute(f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE id = ?", (pause_id,)).fetchone()
-    if row is None:
-        raise ApprovalError("unknown_pause", f"no elicitation pause {pause_id!r}")
+def _stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _pause(row: tuple[Any, ...]) -> Pause:
     return Pause(
         row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], json.loads(row[7]), row[8],
         row[9], row[10], json.loads(row[11]) if row[11] else None, row[12], row[13],
     )  # fmt: skip
 
 
+# -- operations (one transaction each, see tether.sqlops) ------------------------------------------
+
+
+def _get(pause_id: str) -> Op[Pause]:
+    row = yield Sql(f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE id = %s", (pause_id,), fetch="one")
+    if row is None:
+        raise ApprovalError("unknown_pause", f"no elicitation pause {pause_id!r}")
+    return _pause(row)
+
+
 def _create(
-    conn: sqlite3.Connection,
+    d: Dialect,
     run_id: str,
     server: str,
     tool: str,
     arguments: dict[str, Any],
     message: str,
     schema: dict[str, Any],
-) -> Pause:
+) -> Op[Pause]:
     key = question_key(server, tool, arguments, message, schema)
-    row = conn.execute(
-        "SELECT id FROM elicitation_pauses WHERE question_key = ? AND run_id = ? AND status = 'pending'",
+    # One question, one pause: concurrent askers of the same question in one run are serialised.
+    yield from d.lock(f"pause|{run_id}|{key}")
+    row = yield Sql(
+        f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE question_key = %s AND run_id = %s"
+        " AND status = 'pending'",
         (key, run_id),
-    ).fetchone()
+        fetch="one",
+    )
     if row is not None:
-        return _get(conn, row[0])
+        return _pause(row)
     pid = "elic-" + uuid.uuid4().hex[:12]
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    conn.execute(
-        "INSERT INTO elicitation_pauses (id, created_at, run_id, server, tool, arguments, message, "
-        "schema, question_key, status) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending')",
-        (pid, now, run_id, server, tool, json.dumps(arguments), message, json.dumps(schema), key),
+    yield Sql(
+        "INSERT INTO elicitation_pauses (id, created_at, run_id, server, tool, arguments, message, schema,"
+        " question_key, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending')",
+        (pid, _stamp(), run_id, server, tool, json.dumps(arguments), message, json.dumps(schema), key),
+        fetch="none",
     )
-    return _get(conn, pid)
+    return (yield from _get(pid))
 
 
-def _pending(conn: sqlite3.Connection) -> list[Pause]:
-    rows = conn.execute(
-        "SELECT id FROM elicitation_pauses WHERE status = 'pending' ORDER BY created_at, id"
-    ).fetchall()
-    return [_get(conn, r[0]) for r in rows]
+def _pending(d: Dialect) -> Op[list[Pause]]:
+    rows = yield Sql(f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE status = 'pending' ORDER BY {d.order}")
+    return [_pause(r) for r in rows]
 
 
-def _for_run(conn: sqlite3.Connection, run_id: str) -> list[Pause]:
-    rows = conn.execute(
-        "SELECT id FROM elicitation_pauses WHERE run_id = ? ORDER BY created_at, id", (run_id,)
-    ).fetchall()
-    return [_get(conn, r[0]) for r in rows]
-
-
-def _answer(
-    conn: sqlite3.Connection, pause_id: str, action: str, content: dict[str, Any] | None, actor: str
-) -> Pause:
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    cur = conn.execute(
-        "UPDATE elicitation_pauses SET status = 'answered', action = ?, answer = ?, answered_by = ?, "
-        "answered_at = ? WHERE id = ? AND status = 'pending'",
-        (action, json.dumps(content) if content is not None else None, actor, now, pause_id),
+def _for_run(d: Dialect, run_id: str) -> Op[list[Pause]]:
+    rows = yield Sql(
+        f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE run_id = %s ORDER BY {d.order}", (run_id,)
     )
-    if not cur.rowcount:
-        raise ApprovalError("not_pending", f"pause {pause_id} is {_get(conn, pause_id).status}, not pending")
-    return _get(conn, pause_id)
+    return [_pause(r) for r in rows]
 
 
-def _take_answer(conn: sqlite3.Connection, key: str) -> Pause | None:
-    row = conn.execute(
-        "SELECT id FROM elicitation_pauses WHERE question_key = ? AND status = 'answered' "
-        "ORDER BY answered_at LIMIT 1",
+def _answer(pause_id: str, action: str, content: dict[str, Any] | None, actor: str) -> Op[Pause]:
+    count = yield Sql(
+        "UPDATE elicitation_pauses SET status = 'answered', action = %s, answer = %s, answered_by = %s,"
+        " answered_at = %s WHERE id = %s AND status = 'pending'",
+        (action, json.dumps(content) if content is not None else None, actor, _stamp(), pause_id),
+        fetch="rowcount",
+    )
+    current = yield from _get(pause_id)
+    if not count:
+        raise ApprovalError("not_pending", f"pause {pause_id} is {current.status}, not pending")
+    return current
+
+
+def _take_answer(d: Dialect, key: str) -> Op[Pause | None]:
+    # Handed over once: a concurrent taker (PostgreSQL) passes over the row this one holds.
+    row = yield Sql(
+        "SELECT id FROM elicitation_pauses WHERE question_key = %s AND status = 'answered'"
+        f" ORDER BY answered_at, {d.order} LIMIT 1{d.skip_locked}",
         (key,),
-    ).fetchone()
+        fetch="one",
+    )
     if row is None:
         return None
-    conn.execute("UPDATE elicitation_pauses SET status = 'used' WHERE id = ?", (row[0],))
-    return _get(conn, row[0])
+    yield Sql("UPDATE elicitation_pauses SET status = 'used' WHERE id = %s", (row[0],), fetch="none")
+    return (yield from _get(row[0]))
 
 
-def _complete(conn: sqlite3.Connection, pause_id: str, outcome: str) -> None:
-    conn.execute(
-        "UPDATE elicitation_pauses SET status = 'completed', outcome = ? WHERE id = ?", (outcome, pause_id)
+def _complete(pause_id: str, outcome: str) -> Op[None]:
+    yield Sql(
+        "UPDATE elicitation_pauses SET status = 'completed', outcome = %s WHERE id = %s",
+        (outcome, pause_id),
+        fetch="none",
     )
 
 
-class PauseStore:
-    """Elicitation pauses in the SQLite file at ``path``.
+class SqlPauseStore:
+    """Elicitation pauses on an ``OpDatabase``: each method is one transaction; the
+    ``a``-prefixed twin runs it without blocking the event loop. An answer given on any
+    machine sharing the database is handed over once (``take_answer``)."""
 
-    Each method is one transaction of ``self.db`` (tether.storage); the ``a``-prefixed twin
-    runs it in a worker thread, for code on the event loop.
-    """
-
-    def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
-    ) -> None:
-        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
-        self.path = self.db.path
+    def __init__(self, ops: OpDatabase) -> None:
+        self._ops = ops
 
     def create(
         self,
@@ -188,29 +200,30 @@ class PauseStore:
     ) -> Pause:
         """A new pending pause, or the run's one still pending for this very question (a resumed
         run asked again before anyone answered: one question, one pause)."""
-        return self.db.run(_create, run_id, server, tool, arguments, message, schema)
+        return self._ops.run(_create, self._ops.dialect, run_id, server, tool, arguments, message, schema)
 
     def get(self, pause_id: str) -> Pause:
         """Raises ``ApprovalError`` (``unknown_pause``)."""
-        return self.db.read(_get, pause_id)
+        return self._ops.read(_get, pause_id)
 
     def pending(self) -> list[Pause]:
-        return self.db.read(_pending)
+        """The pending pauses, oldest first."""
+        return self._ops.read(_pending, self._ops.dialect)
 
     def for_run(self, run_id: str) -> list[Pause]:
         """Every pause of one run, whatever its status, oldest first."""
-        return self.db.read(_for_run, run_id)
+        return self._ops.read(_for_run, self._ops.dialect, run_id)
 
     def answer(self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str) -> Pause:
         """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
-        return self.db.run(_answer, pause_id, action, content, actor)
+        return self._ops.run(_answer, pause_id, action, content, actor)
 
     def take_answer(self, key: str) -> Pause | None:
         """The answered pause for this question, marked used (an answer is handed over once)."""
-        return self.db.run(_take_answer, key)
+        return self._ops.run(_take_answer, self._ops.dialect, key)
 
     def complete(self, pause_id: str, outcome: str) -> None:
-        self.db.run(_complete, pause_id, outcome)
+        self._ops.run(_complete, pause_id, outcome)
 
     async def acreate(
         self,
@@ -222,27 +235,40 @@ class PauseStore:
         message: str,
         schema: dict[str, Any],
     ) -> Pause:
-        return await self.db.arun(_create, run_id, server, tool, arguments, message, schema)
+        return await self._ops.arun(
+            _create, self._ops.dialect, run_id, server, tool, arguments, message, schema
+        )
 
     async def aget(self, pause_id: str) -> Pause:
-        return await self.db.aread(_get, pause_id)
+        return await self._ops.aread(_get, pause_id)
 
     async def apending(self) -> list[Pause]:
-        return await self.db.aread(_pending)
+        return await self._ops.aread(_pending, self._ops.dialect)
 
     async def afor_run(self, run_id: str) -> list[Pause]:
-        return await self.db.aread(_for_run, run_id)
+        return await self._ops.aread(_for_run, self._ops.dialect, run_id)
 
     async def aanswer(
         self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
     ) -> Pause:
-        return await self.db.arun(_answer, pause_id, action, content, actor)
+        return await self._ops.arun(_answer, pause_id, action, content, actor)
 
     async def atake_answer(self, key: str) -> Pause | None:
-        return await self.db.arun(_take_answer, key)
+        return await self._ops.arun(_take_answer, self._ops.dialect, key)
 
     async def acomplete(self, pause_id: str, outcome: str) -> None:
-        await self.db.arun(_complete, pause_id, outcome)
+        await self._ops.arun(_complete, pause_id, outcome)
+
+
+class PauseStore(SqlPauseStore):
+    """Elicitation pauses in the SQLite file at ``path`` (created and migrated when built)."""
+
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        self.path = self.db.path
+        super().__init__(SqliteOps(self.db))
 
     def close(self) -> None:
         self.db.close()

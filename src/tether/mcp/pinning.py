@@ -6,7 +6,9 @@ JSON with sorted keys and no insignificant whitespace, so the same definition ha
 same whatever order a server lists its keys in. Every listing is compared with the pins;
 a changed or new tool is blocked until a person approves it again.
 
-Pins live in SQLite through ``tether.storage.SqliteDatabase``, with ordered, named migrations.
+``SqlPinStore`` holds the pins' operations once, for SQLite (``PinStore``, a file through
+``tether.storage.SqliteDatabase``, with ordered, named migrations) and PostgreSQL
+(``tether.mcp.pg_state``).
 """
 
 from __future__ import annotations
@@ -14,19 +16,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import sqlite3
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.storage import Migration, SqliteDatabase, Synchronous
+from tether.sqlops import Op, OpDatabase, Sql
+from tether.storage import Migration, SqliteDatabase, SqliteOps, Synchronous
 
 __all__ = [
     "Pin",
     "PinStatus",
     "PinStore",
+    "SqlPinStore",
     "ToolCheck",
     "bad_tool_name",
     "canonical_definition",
@@ -153,72 +156,84 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
 )
 
-_HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (?, ?, ?, ?, ?, ?)"
+_HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (%s, %s, %s, %s, %s, %s)"
 
 
-def _pins(conn: sqlite3.Connection, server: str) -> dict[str, Pin]:
-    rows = conn.execute(
-        "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at"
-        " FROM pins WHERE server = ?",
+def _stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+# -- operations (one transaction each, see tether.sqlops) ------------------------------------------
+
+
+def _pins(server: str) -> Op[dict[str, Pin]]:
+    rows = yield Sql(
+        "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at FROM pins"
+        " WHERE server = %s",
         (server,),
-    ).fetchall()
+    )
     return {r[1]: Pin(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
 
-def _approve(
-    conn: sqlite3.Connection, server: str, checks: list[ToolCheck], endpoint: str, actor: str
-) -> list[str]:
-    now = datetime.now(UTC).isoformat(timespec="seconds")
+def _approve(server: str, checks: tuple[ToolCheck, ...], endpoint: str, actor: str) -> Op[list[str]]:
+    now = _stamp()
     for c in checks:
-        conn.execute(
-            "INSERT OR REPLACE INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)",
+        yield Sql(
+            "INSERT INTO pins VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (server, tool) DO UPDATE SET"
+            " sha256 = excluded.sha256, definition = excluded.definition, endpoint = excluded.endpoint,"
+            " approved_by = excluded.approved_by, approved_at = excluded.approved_at",
             (server, c.tool, c.sha256, canonical_json(c.definition), endpoint, actor, now),
+            fetch="none",
         )
-        conn.execute(_HISTORY, (server, c.tool, c.sha256, "approve", actor, now))
+        yield Sql(_HISTORY, (server, c.tool, c.sha256, "approve", actor, now), fetch="none")
     return [c.tool for c in checks]
 
 
-def _revoke(conn: sqlite3.Connection, server: str, tool: str, actor: str) -> bool:
-    cur = conn.execute("DELETE FROM pins WHERE server = ? AND tool = ?", (server, tool))
-    if cur.rowcount:
-        now = datetime.now(UTC).isoformat(timespec="seconds")
-        conn.execute(_HISTORY, (server, tool, "", "revoke", actor, now))
-    return bool(cur.rowcount)
+def _revoke(server: str, tool: str, actor: str) -> Op[bool]:
+    count = yield Sql("DELETE FROM pins WHERE server = %s AND tool = %s", (server, tool), fetch="rowcount")
+    if count:
+        yield Sql(_HISTORY, (server, tool, "", "revoke", actor, _stamp()), fetch="none")
+    return bool(count)
 
 
-class PinStore:
-    """Approved tool definitions per server id, in the SQLite file at ``path``.
+class SqlPinStore:
+    """Approved tool definitions per server id, on an ``OpDatabase``: each method is one
+    transaction; the ``a``-prefixed twin runs it without blocking the event loop."""
 
-    Each method is one transaction of ``self.db`` (tether.storage); the ``a``-prefixed twin
-    runs it in a worker thread, for code on the event loop.
-    """
+    def __init__(self, ops: OpDatabase) -> None:
+        self._ops = ops
+
+    def pins(self, server: str) -> dict[str, Pin]:
+        return self._ops.read(_pins, server)
+
+    def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
+        """Pin these definitions (all in one transaction). Returns the tool names pinned."""
+        return self._ops.run(_approve, server, tuple(checks), endpoint, actor)
+
+    def revoke(self, server: str, tool: str, *, actor: str) -> bool:
+        return self._ops.run(_revoke, server, tool, actor)
+
+    async def apins(self, server: str) -> dict[str, Pin]:
+        return await self._ops.aread(_pins, server)
+
+    async def aapprove(
+        self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
+    ) -> list[str]:
+        return await self._ops.arun(_approve, server, tuple(checks), endpoint, actor)
+
+    async def arevoke(self, server: str, tool: str, *, actor: str) -> bool:
+        return await self._ops.arun(_revoke, server, tool, actor)
+
+
+class PinStore(SqlPinStore):
+    """Approved tool definitions per server id, in the SQLite file at ``path``."""
 
     def __init__(
         self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
     ) -> None:
         self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
         self.path = self.db.path
-
-    def pins(self, server: str) -> dict[str, Pin]:
-        return self.db.read(_pins, server)
-
-    def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
-        """Pin these definitions (all in one transaction). Returns the tool names pinned."""
-        return self.db.run(_approve, server, list(checks), endpoint, actor)
-
-    def revoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return self.db.run(_revoke, server, tool, actor)
-
-    async def apins(self, server: str) -> dict[str, Pin]:
-        return await self.db.aread(_pins, server)
-
-    async def aapprove(
-        self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
-    ) -> list[str]:
-        return await self.db.arun(_approve, server, list(checks), endpoint, actor)
-
-    async def arevoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return await self.db.arun(_revoke, server, tool, actor)
+        super().__init__(SqliteOps(self.db))
 
     def close(self) -> None:
         self.db.close()
