@@ -145,6 +145,9 @@ def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -> None
     )
     assert store.load_checkpoint("run-2") is None
     assert [c.run_id for c in store.list_checkpoints()] == ["run-1"]
+    store.save_checkpoint("run-3", app="m:f", state="{}", status="paused", stop_reason="x", now=LATER)
+    assert [c.run_id for c in store.list_checkpoints(status="paused")] == ["run-3"]  # filtered by status
+    assert [c.run_id for c in store.list_checkpoints(status="finished")] == ["run-1"]
 
 
 def test_timestamps_must_be_aware_and_come_back_in_utc(store: ApprovalStore) -> None:

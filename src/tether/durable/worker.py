@@ -241,10 +241,7 @@ class Worker:
         if not self.config.auto_resume or self.client is None or self.stores is None:
             return
         store = self.stores.approvals
-        try:
-            listed = store.list_checkpoints(status="paused")  # the PostgreSQL store filters in SQL
-        except TypeError:
-            listed = store.list_checkpoints()
+        listed = store.list_checkpoints(status="paused")  # filtered in SQL
         for cp in listed:
             seen = (cp.run_id, cp.updated_at.isoformat())
             if cp.status != "paused" or seen in self._seen:

@@ -261,6 +261,7 @@ class MemoryApprovalStore(InlineAsyncFace):
         with self._lock:
             return self._checkpoints.get(run_id)
 
-    def list_checkpoints(self) -> list[Checkpoint]:
+    def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
         with self._lock:
-            return sorted(self._checkpoints.values(), key=lambda c: c.updated_at)
+            found = [c for c in self._checkpoints.values() if status is None or c.status == status]
+            return sorted(found, key=lambda c: c.updated_at)

@@ -199,7 +199,7 @@ class SyncApprovalStore(Protocol):
 
     def load_checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
-    def list_checkpoints(self) -> list[Checkpoint]: ...
+    def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]: ...
 
 
 @runtime_checkable
@@ -266,7 +266,7 @@ class ApprovalStore(SyncApprovalStore, Protocol):
 
     async def aload_checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
-    async def alist_checkpoints(self) -> list[Checkpoint]: ...
+    async def alist_checkpoints(self, status: str | None = None) -> list[Checkpoint]: ...
 
 
 class InlineAsyncFace:
@@ -374,8 +374,8 @@ class InlineAsyncFace:
     async def aload_checkpoint(self: SyncApprovalStore, run_id: str) -> Checkpoint | None:
         return self.load_checkpoint(run_id)
 
-    async def alist_checkpoints(self: SyncApprovalStore) -> list[Checkpoint]:
-        return self.list_checkpoints()
+    async def alist_checkpoints(self: SyncApprovalStore, status: str | None = None) -> list[Checkpoint]:
+        return self.list_checkpoints(status)
 
 
 def result_json(value: dict[str, Any]) -> str:
