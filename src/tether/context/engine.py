@@ -323,16 +323,20 @@ class ContextEngine:
         return tool(delegate, name=sub.name, timeout_s=3600.0)
 
     def _read_output_tool(self) -> Tool:
-        outputs = self.outputs
+        return _OutputReader(self.outputs).read_output  # type: ignore[no-any-return]
 
-        @tool(name="read_output")
-        def read_output(
-            ref: Annotated[
-                str, Field(min_length=1, max_length=40, description="The ref shown in a preview.")
-            ],
-            offset: Annotated[int, Field(ge=0, description="Character offset to start from (0 first).")] = 0,
-        ) -> dict[str, Any]:
-            """Read part of a large tool output that was kept outside the context (4000 characters a page)."""
-            return outputs.read(ref, offset)
 
-        return read_output
+class _OutputReader:
+    """The ``read_output`` tool, declared once for the class and bound to one run's outputs."""
+
+    def __init__(self, outputs: LargeOutputStore) -> None:
+        self.outputs = outputs
+
+    @tool(name="read_output")
+    def read_output(
+        self,
+        ref: Annotated[str, Field(min_length=1, max_length=40, description="The ref shown in a preview.")],
+        offset: Annotated[int, Field(ge=0, description="Character offset to start from (0 first).")] = 0,
+    ) -> dict[str, Any]:
+        """Read part of a large tool output that was kept outside the context (4000 characters a page)."""
+        return self.outputs.read(ref, offset)
