@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from pydantic import Field
 
 from tether.context.compression import CompressionConfig, Compressor, ModelSummarizer
+from tether.context.incremental import ItemMemo, item_text
 from tether.context.meter import PrefixMeter, PrefixSample
 from tether.context.pairing import PairingMemo, check_pairing
 from tether.context.skills import SkillLibrary
@@ -122,8 +123,9 @@ class ContextEngine:
             summarizer=ModelSummarizer(summary_model) if summary_model is not None else None,
             emit=self._emit,
         )
-        self.tokens = TokenAccount(cfg.estimator)
-        self.meter = PrefixMeter()
+        texts = ItemMemo(item_text)  # each message is encoded once for the token count and the meter
+        self.tokens = TokenAccount(cfg.estimator, texts)
+        self.meter = PrefixMeter(texts)
         self._pairing = PairingMemo()
         self.expected_updates = max(
             1, (cfg.status.expected_updates if cfg.status else None) or expected_updates
@@ -235,10 +237,9 @@ class ContextEngine:
         chosen = self.config.status.strategy
         if chosen != "auto":
             return chosen
-        est = self.config.estimator
-        since = state.trajectory[self._status_mark :]
-        appended = sum(est(json.dumps(m.wire(), ensure_ascii=False)) for m in since)
-        return choose_status_strategy(est(text), appended, self.expected_updates, self.config.status.alpha)
+        appended = sum(map(self.tokens.estimate, state.trajectory[self._status_mark :]))
+        status = self.config.estimator(text)
+        return choose_status_strategy(status, appended, self.expected_updates, self.config.status.alpha)
 
     def observe_usage(self, usage: Usage) -> None:
         """Anchor token counting on what the provider reported for the last request."""

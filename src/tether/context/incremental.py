@@ -5,16 +5,28 @@ a dynamic tail), so the items of request N-1 are the prefix of request N. ``Item
 recognises that prefix by object identity with two C-level list comparisons, reuses its
 values, and computes only the new items' — falling back to a per-object cache when a
 rewrite (compression) changed the prefix.
+
+``item_text`` is the one JSON text of an item that the token estimate and the prefix meter
+both read; a session encodes each item once for both (``ItemMemo(item_text)``, shared).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["ItemMemo"]
+__all__ = ["ItemMemo", "item_text"]
 
 T = TypeVar("T")
+
+
+def item_text(item: object) -> str:
+    """An item of a request as JSON text: a message's wire form (non-ASCII kept as is), or a
+    tool definition (a dict) as it is."""
+    if isinstance(item, dict):
+        return json.dumps(item)
+    return json.dumps(item.wire(), ensure_ascii=False)  # type: ignore[attr-defined]
 
 
 class ItemMemo(Generic[T]):
@@ -26,6 +38,13 @@ class ItemMemo(Generic[T]):
         self._ids: list[int] = []
         self._values: list[T] = []
         self._cache: dict[int, tuple[object, T]] = {}
+
+    def value(self, item: object) -> T:
+        """``compute(item)``, computed once per item object."""
+        hit = self._cache.get(id(item))
+        if hit is None or hit[0] is not item:
+            hit = self._cache[id(item)] = (item, self._compute(item))
+        return hit[1]
 
     def values(self, items: Sequence[object]) -> list[T]:
         ids = list(map(id, items))
