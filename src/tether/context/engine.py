@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from pydantic import Field
 
 from tether.context.compression import CompressionConfig, Compressor, ModelSummarizer
-from tether.context.incremental import ItemMemo, item_text
+from tether.context.incremental import ItemMemo, item_json
 from tether.context.meter import PrefixMeter, PrefixSample
 from tether.context.pairing import PairingMemo, check_pairing
 from tether.context.skills import SkillLibrary
@@ -123,7 +123,7 @@ class ContextEngine:
             summarizer=ModelSummarizer(summary_model) if summary_model is not None else None,
             emit=self._emit,
         )
-        texts = ItemMemo(item_text)  # each message is encoded once for the token count and the meter
+        texts = ItemMemo(item_json)  # each message is encoded once for the token count and the meter
         self.tokens = TokenAccount(cfg.estimator, texts)
         self.meter = PrefixMeter(texts)
         self._pairing = PairingMemo()

@@ -6,27 +6,28 @@ recognises that prefix by object identity with two C-level list comparisons, reu
 values, and computes only the new items' — falling back to a per-object cache when a
 rewrite (compression) changed the prefix.
 
-``item_text`` is the one JSON text of an item that the token estimate and the prefix meter
-both read; a session encodes each item once for both (``ItemMemo(item_text)``, shared).
+``item_json`` is the one JSON encoding of an item that the token estimate and the prefix
+meter both read; a session encodes each item once for both (``ItemMemo(item_json)``, shared).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["ItemMemo", "item_text"]
+from pydantic_core import to_json
+
+__all__ = ["ItemMemo", "item_json"]
 
 T = TypeVar("T")
 
 
-def item_text(item: object) -> str:
-    """An item of a request as JSON text: a message's wire form (non-ASCII kept as is), or a
-    tool definition (a dict) as it is."""
-    if isinstance(item, dict):
-        return json.dumps(item)
-    return json.dumps(item.wire(), ensure_ascii=False)  # type: ignore[attr-defined]
+def item_json(item: object) -> bytes:
+    """An item of a request as compact JSON (UTF-8, non-ASCII kept): a message's wire form, or
+    a tool definition (a dict) as it is. pydantic-core's encoder: several times faster than
+    ``json.dumps`` on long tool results, the same bytes as ``json.dumps(..., separators=(",",
+    ":"), ensure_ascii=False)`` for every string."""
+    return to_json(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
 
 
 class ItemMemo(Generic[T]):

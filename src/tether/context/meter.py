@@ -3,7 +3,7 @@
 Providers cache the longest byte-identical prefix of a request; the share of the previous
 request that the current one repeats verbatim at its start is the cache-hit potential. A
 request is serialised as one JSON line per tool definition, then one per message (each
-item's ``item_text``), so an append-only request extends the previous one byte for byte.
+item's ``item_json``), so an append-only request extends the previous one byte for byte.
 """
 
 from __future__ import annotations
@@ -11,20 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.context.incremental import ItemMemo, item_text
+from tether.context.incremental import ItemMemo, item_json
 from tether.models.base import ModelRequest
 
 __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
 
 
-def _line(text: str) -> bytes:
-    return text.encode() + b"\n"
-
-
 def request_bytes(request: ModelRequest) -> bytes:
     """The bytes of a request as the meter reads them: tool definitions first (they are part
     of the prefix), then messages, one line each."""
-    return b"".join(_line(item_text(item)) for item in (*request.tools, *request.messages))
+    return b"".join(item_json(item) + b"\n" for item in (*request.tools, *request.messages))
 
 
 def common_prefix_len(a: bytes, b: bytes, *, chunk: int = 4096) -> int:
@@ -58,13 +54,13 @@ class PrefixMeter:
     """Keeps the previous request's lines and measures each new one against them. A line holds
     no raw newline (JSON escapes it) and ends with one, so two requests' common byte prefix
     ends inside their first differing line: only that line is compared byte by byte, never the
-    whole request. ``texts``: the session's memo of item texts, shared with its token account."""
+    whole request. ``texts``: the session's memo of ``item_json``, shared with its token account."""
 
-    def __init__(self, texts: ItemMemo[str] | None = None) -> None:
-        texts = texts if texts is not None else ItemMemo(item_text)
+    def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
+        texts = texts if texts is not None else ItemMemo(item_json)
         self._previous: list[bytes] | None = None
         self._previous_len = 0
-        self._lines: ItemMemo[bytes] = ItemMemo(lambda item: _line(texts.value(item)))
+        self._lines: ItemMemo[bytes] = ItemMemo(lambda item: texts.value(item) + b"\n")
         self.samples: list[PrefixSample] = []
 
     def measure(self, request: ModelRequest) -> PrefixSample:

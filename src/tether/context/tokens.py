@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tether.context.incremental import ItemMemo, item_text
+from tether.context.incremental import ItemMemo, item_json
 from tether.messages import Usage
 from tether.models.base import ModelRequest
 
@@ -25,8 +25,8 @@ def chars_estimator(text: str) -> int:
 
 
 def estimate_request(request: ModelRequest, estimator: TokenEstimator = chars_estimator) -> int:
-    """Estimated prompt tokens: each message and tool definition as its JSON text (``item_text``)."""
-    return sum(estimator(item_text(item)) for item in (*request.tools, *request.messages))
+    """Estimated prompt tokens: each message and tool definition as its JSON (``item_json``)."""
+    return sum(estimator(item_json(item).decode()) for item in (*request.tools, *request.messages))
 
 
 class TokenAccount:
@@ -34,17 +34,17 @@ class TokenAccount:
     item texts, shared with its prefix meter so each item is encoded once for both."""
 
     def __init__(
-        self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[str] | None = None
+        self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[bytes] | None = None
     ) -> None:
         self.estimator = estimator
         self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
         self._last_estimate: int | None = None
-        self._texts = texts if texts is not None else ItemMemo(item_text)
+        self._texts = texts if texts is not None else ItemMemo(item_json)
         # Each message and tool definition is estimated once per session (as estimate_request does).
         self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
 
     def _estimate_item(self, item: object) -> int:
-        return self.estimator(self._texts.value(item))
+        return self.estimator(self._texts.value(item).decode())
 
     def estimate(self, item: object) -> int:
         """The estimated tokens of one message or tool definition (computed once per object)."""

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import anyio
+from pydantic_core import to_json
 
 from tether.errors import ConfigError, ModelError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
@@ -112,7 +113,9 @@ class _Retryable(Exception):
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    # pydantic-core's encoder: the bytes of json.dumps(value, ensure_ascii=False, separators=(",",
+    # ":")) for strings, several times faster on long tool results.
+    return to_json(value)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
