@@ -61,8 +61,11 @@ class Limits:
                 raise ValueError(f"{name}_hard must be >= {name}")
 
 
+_SIGNATURE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)  # built once
+
+
 def call_signature(name: str, arguments: dict[str, object]) -> str:
-    return name + json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
+    return name + _SIGNATURE_JSON.encode(arguments)
 
 
 class RepetitionDetector:

@@ -152,8 +152,16 @@ def _neutralise(text: str) -> str:
         i = j + len(_CLOSE)
 
 
+_ATTR_SPECIAL = frozenset("&<>\"'\n\r\t")
+
+
+def _quoteattr(value: str) -> str:
+    """``quoteattr(value)``; a value with nothing to escape (the usual label) is only quoted."""
+    return quoteattr(value) if _ATTR_SPECIAL.intersection(value) else f'"{value}"'
+
+
 def wrap_untrusted(text: str, **labels: str) -> str:
-    attrs = " ".join(f"{k}={quoteattr(v)}" for k, v in labels.items() if v)
+    attrs = " ".join(f"{k}={_quoteattr(v)}" for k, v in labels.items() if v)
     return f"<untrusted_data {attrs}>\n{_neutralise(text)}\n</untrusted_data>"
 
 

@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
+
+
 def render_result(value: Any) -> str:
     """Structured results become canonical JSON; text stays text."""
     if isinstance(value, str):
@@ -202,7 +205,7 @@ class Tool:
         representations and never coerces one type into another; what only Python code can
         check (a custom validator) fails here as ``ToolInputError``."""
         try:
-            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            text = _ARGUMENTS_JSON.encode(arguments)
             model = self.arguments_model.model_validate_json(text, strict=True)
         except ValidationError as err:
             raise ToolInputError(
