@@ -31,12 +31,15 @@ def item_json(item: object) -> bytes:
 
 
 class ItemMemo(Generic[T]):
-    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object."""
+    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object.
+
+    ``compute`` must depend only on an item's value (messages are frozen values): the prefix
+    is recognised by tuple comparison, which is by identity for the same objects and by value
+    for equal ones, and equal items have equal values either way."""
 
     def __init__(self, compute: Callable[[object], T]) -> None:
         self._compute = compute
         self._items: tuple[object, ...] = ()  # holding them keeps their ids from being reused
-        self._ids: list[int] = []
         self._values: list[T] = []
         self._cache: dict[int, tuple[object, T]] = {}
 
@@ -48,11 +51,12 @@ class ItemMemo(Generic[T]):
         return hit[1]
 
     def values(self, items: Sequence[object]) -> list[T]:
-        ids = list(map(id, items))
-        k = len(self._ids)
-        if k and ids[:k] == self._ids:
+        items = tuple(items)
+        previous = self._items
+        k = len(previous)
+        if k and items[:k] == previous:
             p = k  # pure append
-        elif k > 1 and ids[: k - 1] == self._ids[: k - 1]:
+        elif k > 1 and items[: k - 1] == previous[: k - 1]:
             p = k - 1  # the dynamic tail was replaced
         else:
             p = 0
@@ -63,5 +67,5 @@ class ItemMemo(Generic[T]):
             if hit is None or hit[0] is not item:
                 hit = cache[id(item)] = (item, compute(item))
             values.append(hit[1])
-        self._items, self._ids, self._values = tuple(items), ids, values
+        self._items, self._values = items, values
         return values
