@@ -175,3 +175,36 @@ def test_frozen_view_keeps_one_object_per_rewrite() -> None:
     second, third = compressor.view(history), compressor.view([*history, *turn(2)])
     assert second[3] == ToolMessage("c0", "[COMPRESSED] r") and second[3] is third[3]  # not a new object
     assert [m for i, m in enumerate(second) if i != 3] == [m for i, m in enumerate(history) if i != 3]
+
+
+@pytest.mark.parametrize("reasoning", ["drop", "keep", "since_last_user"])
+def test_request_bodies_reusing_the_previous_request_equal_a_fresh_encoding(reasoning: str) -> None:
+    backend = OpenAICompatible("m", base_url="http://127.0.0.1:9", reasoning=reasoning)  # type: ignore[arg-type]
+
+    def fresh(request: ModelRequest) -> bytes:
+        return OpenAICompatible(
+            "m", base_url="http://127.0.0.1:9", reasoning=reasoning, cache_bytes=0
+        ).encode(  # type: ignore[arg-type]
+            request
+        )
+
+    a, b = session(5), session(3)
+    thought = [AssistantMessage("why", reasoning="because"), UserMessage("go on")]
+    requests = [
+        *a[:3],
+        [*a[2][:-1], *thought],  # a different tail after the same history
+        [a[2][0], UserMessage("[COMPRESSED] q"), *a[2][2:]],  # a rewrite in the middle
+        [*(SystemMessage(m.content) if isinstance(m, SystemMessage) else m for m in a[3])],  # equal, not same
+        b[0],  # another conversation in between
+        a[4],
+        list(a[4]),  # a list, as a caller may pass one, then changed: never reused as it was
+    ]
+    for messages in requests:
+        request = ModelRequest(messages=tuple(messages), tools=TOOLS)
+        assert backend.encode(request) == fresh(request)
+    mutable = list(a[4])
+    backend.encode(ModelRequest(messages=mutable, tools=TOOLS))  # type: ignore[arg-type]
+    mutable[2] = ToolMessage("c0", "changed")
+    assert backend.encode(ModelRequest(messages=mutable, tools=TOOLS)) == fresh(  # type: ignore[arg-type]
+        ModelRequest(messages=tuple(mutable), tools=TOOLS)
+    )
