@@ -142,6 +142,8 @@ _CLOSE = "</untrusted_data"
 
 def _neutralise(text: str) -> str:
     # Case-insensitive: a model may treat </UNTRUSTED_DATA> as the end of the block too.
+    if "</" not in text:  # no closing tag of any case (lowercasing never makes "<" or "/")
+        return text
     out, low, i = [], text.lower(), 0
     while True:
         j = low.find(_CLOSE, i)
