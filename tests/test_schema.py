@@ -3,6 +3,7 @@ errors that name the argument, and tool contracts validated the way pydantic dec
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import enum
 import json
@@ -577,3 +578,62 @@ def test_the_gate_runs_one_schema_check_per_call_and_a_refused_call_never_runs(
     out = anyio.run(add.invoke, outcome.arguments)
     assert out.text == "2" and ran == [1]
     assert checks == [1, 1]  # running the tool builds typed arguments without a second schema check
+
+
+_FLAT = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "minLength": 2, "maxLength": 5, "description": "k"},
+        "n": {"type": "integer", "minimum": 0, "maximum": 9},
+        "x": {"type": "number", "minimum": -1.5},
+        "flag": {"type": "boolean"},
+        "mode": {"type": "string", "enum": ["a", "b"]},
+        "none": {"type": "null"},
+    },
+    "required": ["key"],
+    "additionalProperties": False,
+}
+_ARGUMENT = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 12),
+    st.floats(-3, 12),
+    st.sampled_from(["a", "b", "c", "ab", "abcde", "abcdef", " "]),
+    st.text(max_size=7),
+    st.lists(st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.sampled_from(["key", "n", "x", "flag", "mode", "none", "other"]), _ARGUMENT))
+@example({"key": "abcdef"})
+@example({"key": "a"})
+@example({"key": "abc", "n": 10})
+@example({"key": "abc", "n": -1})
+@example({"key": "abc", "x": -2})
+@example({"key": "abc", "mode": "c"})
+@example({"key": "abc", "n": True})
+@example({"key": "abc", "x": float("nan")})
+@example({"key": "abc", "mode": "a", "n": 9, "x": -1.5, "flag": False, "none": None})
+def test_flat_schemas_are_answered_without_the_validator_exactly_as_with_it(
+    arguments: dict[str, Any],
+) -> None:
+    compiled = compile_schema(_FLAT, intake=True)
+    assert compiled._valid is not None  # a flat schema: the fast answer is used
+    full = dataclasses.replace(compiled, _valid=None)
+    assert [(v.reason, v.path) for v in compiled.violations(arguments)] == [
+        (v.reason, v.path) for v in full.violations(arguments)
+    ]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"d": {"type": "string", "format": "date"}}},
+        {"type": "object", "properties": {"v": {"type": ["string", "null"]}}},
+        {"type": "object", "properties": {"o": {"type": "object", "properties": {}}}},
+        {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "properties": {}},
+    ],
+)
+def test_schemas_beyond_flat_primitives_always_go_to_the_validator(schema: dict[str, Any]) -> None:
+    assert compile_schema(schema, intake=True)._valid is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from tether.trace import JsonlSink, MemorySink, Redactor, Tracer, sanitize, sanitize_value
 from tether.trace.events import EventKind
 from tether.trace.sanitize import LINE_BREAKS
+from tether.trace.tracer import _now
 
 BREAKERS = sorted(LINE_BREAKS)
 
@@ -158,3 +160,11 @@ def test_non_ascii_text_is_escaped_on_disk_and_reads_back_unchanged(tmp_path) ->
     raw = path.read_bytes()
     assert raw.isascii() and raw.count(b"\n") == 1
     assert json.loads(raw)["error"] == "São Paulo — 日本 😀"
+
+
+def test_event_timestamps_read_like_isoformat_in_utc() -> None:
+    before = datetime.now(UTC)
+    stamp = _now()
+    after = datetime.now(UTC)
+    assert before <= datetime.fromisoformat(stamp) <= after
+    assert len(stamp) == len(before.isoformat(timespec="microseconds")) and stamp.endswith("+00:00")

@@ -31,7 +31,7 @@ from tether.errors import ApprovalError
 from tether.policy.approvals import idempotency_key
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
-from tether.stop import StopReason
+from tether.stop import StopReason, cancel_after
 from tether.tools.contract import ToolContext, ToolSpec
 from tether.trace.events import EventKind
 from tether.types import Decision, GateOutcome, Observation, ToolCall
@@ -368,7 +368,7 @@ class CallPipeline:
         if len(allowed) == 1 and remaining is None:
             await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
             return
-        with anyio.move_on_after(remaining) as cancel:
+        with cancel_after(remaining) if remaining is not None else anyio.CancelScope() as cancel:
             if len(allowed) == 1:
                 await self._execute_one(allowed[0], turn, scope)
             else:

@@ -289,7 +289,11 @@ class HostCore:
         HTML comments and markdown image/link targets neutralised (``meta["cleaned"]``)."""
         if "cleaned" not in obs.meta:
             text, found = clean_result_text(obs.text)
-            data, found_in_data = clean_result_data(obs.data) if obs.data is not None else (None, {})
+            data: Any
+            if obs.data is obs.text:  # a text result: its data is the same string, cleaned once
+                data, found_in_data = text, found
+            else:
+                data, found_in_data = clean_result_data(obs.data) if obs.data is not None else (None, {})
             if found or found_in_data:
                 obs = replace(obs, text=text, data=data, meta={**obs.meta, "cleaned": found or found_in_data})
         if len(obs.text) > spec.max_result_chars:

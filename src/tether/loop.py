@@ -6,8 +6,6 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import anyio
-
 from tether.calls import CallScope
 from tether.checkpoint import pending_calls, restore_trace, state_from_json, state_to_json
 from tether.context.compression import ContextOverflow
@@ -22,7 +20,7 @@ from tether.messages import AssistantMessage, ToolMessage, UserMessage
 from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent, RunResult, RunState
-from tether.stop import RepetitionDetector, StopReason, call_signature
+from tether.stop import RepetitionDetector, StopReason, call_signature, cancel_after
 from tether.trace.events import EventKind
 from tether.types import GateOutcome
 
@@ -217,8 +215,13 @@ class AgentLoop:
         s.llm_calls += 1
         remaining = self._remaining()
         try:
-            with anyio.fail_after(remaining if remaining is not None else None):
+            if remaining is None:
                 response = await self.steps.complete(self, request)
+            else:
+                with cancel_after(remaining) as deadline:
+                    response = await self.steps.complete(self, request)
+                if deadline.cancelled_caught:
+                    raise TimeoutError
         except TimeoutError:
             raise StopRun(
                 StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()

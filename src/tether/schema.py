@@ -311,13 +311,97 @@ def _refs(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
             yield from _refs(item, depth + 1)
 
 
+# -- a fast answer for flat argument schemas -----------------------------------------------------
+
+# What a flat schema may say of one argument, and what each primitive type accepts (the exact
+# types above). Anything else (formats, patterns, nesting, references, combinators) is left to
+# the validator.
+_FLAT_ROOT = frozenset({"type", "properties", "required", "additionalProperties", "title", "description"})
+_FLAT_PROPERTY = frozenset(
+    {
+        "type",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "enum",
+    }
+)
+_FLAT_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: _is_integer(None, v),
+    "number": lambda v: _is_number(None, v),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+}
+
+
+def _flat_check(root: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """For a closed object of primitive arguments (most tools), a predicate that says whether
+    arguments are valid without running the validator: True only when the validator would find
+    nothing, so a False (or a schema it does not cover, None) leaves the answer to the validator."""
+    properties = root.get("properties")
+    required = root.get("required", [])
+    if (
+        set(root) - _FLAT_ROOT
+        or root.get("type") != "object"
+        or root.get("additionalProperties") is not False
+        or not isinstance(properties, Mapping)
+        or not isinstance(required, list)
+        or not all(isinstance(name, str) and name in properties for name in required)
+    ):
+        return None
+    checks: dict[str, Callable[[Any], bool]] = {}
+    for name, sub in properties.items():
+        kind = sub.get("type") if isinstance(sub, Mapping) else None
+        if not isinstance(kind, str) or kind not in _FLAT_TYPES or set(sub) - _FLAT_PROPERTY:
+            return None
+        checks[name] = _flat_property(sub)
+    needed = frozenset(required)
+
+    def valid(arguments: dict[str, Any]) -> bool:
+        return needed.issubset(arguments) and all(
+            (check := checks.get(key)) is not None and check(value) for key, value in arguments.items()
+        )
+
+    return valid
+
+
+def _flat_property(sub: Mapping[str, Any]) -> Callable[[Any], bool]:
+    typed = _FLAT_TYPES[sub["type"]]
+    low, high = sub.get("minLength"), sub.get("maxLength")
+    least, most = sub.get("minimum"), sub.get("maximum")
+    enum = sub.get("enum")
+
+    def ok(value: Any) -> bool:
+        if not typed(value):
+            return False
+        if isinstance(value, str) and (
+            (low is not None and len(value) < low) or (high is not None and len(value) > high)
+        ):
+            return False
+        if _is_number(None, value) and (
+            (least is not None and value < least) or (most is not None and value > most)
+        ):
+            return False
+        return enum is None or any(_same(value, e) for e in enum)
+
+    return ok
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledSchema:
-    """A checked schema and its validator; build it with ``compile_schema``."""
+    """A checked schema and its validator; build it with ``compile_schema``. ``_valid`` (flat
+    argument schemas only) answers "valid" without the validator; the validator names problems."""
 
     schema: Mapping[str, Any]
     intake: bool
     _validator: Any
+    _valid: Callable[[dict[str, Any]], bool] | None = None
 
     def violations(self, instance: Any) -> list[SchemaViolation]:
         """Every violation of ``instance``, most telling first (empty when it is valid)."""
@@ -328,6 +412,8 @@ class CompiledSchema:
                     found.append((_RANK.get(v.reason, 9), len(found), v))
                     if v.reason == "too_deep":
                         return [v]
+            if self._valid is not None and type(instance) is dict and self._valid(instance):
+                return [v for _, _, v in found]  # the validator would add nothing
             for error in self._validator.iter_errors(instance):
                 v = _violation(error, self.intake)
                 found.append((_RANK.get(v.reason, 9), len(found), v))
@@ -367,7 +453,7 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
         # The arguments are exactly the declared parameters, whatever the root says of others.
         root = {**_closed(schema), "additionalProperties": False}
     validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
-    return CompiledSchema(schema, intake, validator)
+    return CompiledSchema(schema, intake, validator, _flat_check(root) if intake else None)
 
 
 class _Cache:

@@ -142,6 +142,8 @@ _CLOSE = "</untrusted_data"
 
 def _neutralise(text: str) -> str:
     # Case-insensitive: a model may treat </UNTRUSTED_DATA> as the end of the block too.
+    if "</" not in text:  # no closing tag of any case (lowercasing never makes "<" or "/")
+        return text
     out, low, i = [], text.lower(), 0
     while True:
         j = low.find(_CLOSE, i)
@@ -152,8 +154,16 @@ def _neutralise(text: str) -> str:
         i = j + len(_CLOSE)
 
 
+_ATTR_SPECIAL = frozenset("&<>\"'\n\r\t")
+
+
+def _quoteattr(value: str) -> str:
+    """``quoteattr(value)``; a value with nothing to escape (the usual label) is only quoted."""
+    return quoteattr(value) if _ATTR_SPECIAL.intersection(value) else f'"{value}"'
+
+
 def wrap_untrusted(text: str, **labels: str) -> str:
-    attrs = " ".join(f"{k}={quoteattr(v)}" for k, v in labels.items() if v)
+    attrs = " ".join(f"{k}={_quoteattr(v)}" for k, v in labels.items() if v)
     return f"<untrusted_data {attrs}>\n{_neutralise(text)}\n</untrusted_data>"
 
 

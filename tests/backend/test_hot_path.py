@@ -5,16 +5,23 @@ pairing check reuse what they computed for request N-1 (bench/overhead.py measur
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
+from tether.context.compression import CompressionConfig, Compressor
 from tether.context.incremental import ItemMemo
 from tether.context.meter import PrefixMeter, common_prefix_len, request_bytes
 from tether.context.pairing import ContextIntegrityError, PairingMemo, check_pairing
+from tether.context.status import CallLimit, StatusBar, StatusConfig
+from tether.context.store import FrozenStore
 from tether.context.tokens import TokenAccount, estimate_request
 from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
 from tether.models.openai import OpenAICompatible
+from tether.policy.trusted import TrustedContext
+from tether.run import CallRecord, RunState
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},)
 
@@ -133,3 +140,71 @@ def test_encoded_message_cache_stays_within_its_byte_bound_and_still_hits() -> N
 def test_cache_bytes_must_not_be_negative() -> None:
     with pytest.raises(ConfigError):
         OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=-1)
+
+
+def test_status_counts_kept_up_to_date_equal_a_recount() -> None:
+    limits = (CallLimit("call", 2, per="company"), CallLimit("lookup", 5))
+    bar = StatusBar(StatusConfig(limits=limits, show_time=False))
+    bar.targets = {"lookup": "key"}
+    state = RunState("r", "q", TrustedContext(tenant="t"), 0.0, datetime.now(UTC))
+    records = [
+        CallRecord("1", "lookup", {"key": "a"}, "ok"),
+        CallRecord("2", "call", {"company": "Acme"}, "ok"),
+        CallRecord("3", "lookup", "{bad", "rejected", "invalid json"),
+        CallRecord("4", "call", {"company": "Acme"}, "error", "upstream_error"),
+        CallRecord("5", "delete", {}, "denied", "not allowed"),
+        CallRecord("6", "lookup", {"key": "b"}, "ok"),
+    ]
+    for record in records:
+        state.calls.append(record)
+        fresh = StatusBar(StatusConfig(limits=limits, show_time=False))
+        fresh.targets = dict(bar.targets)
+        assert bar.render(state) == fresh.render(state)  # counted from the new records only
+    state.calls = records[:2]  # a list replaced (a resumed run): counted again from the start
+    fresh = StatusBar(StatusConfig(limits=limits, show_time=False), targets={"lookup": "key"})
+    assert bar.render(state) == fresh.render(state) and "refused" not in bar.render(state)
+
+
+def test_frozen_view_keeps_one_object_per_rewrite() -> None:
+    store = FrozenStore()
+    compressor = Compressor(CompressionConfig(), store=store)
+    history: list[Message] = [SystemMessage("s"), UserMessage("q"), *turn(0), *turn(1)]
+    first = compressor.view(history)
+    assert first == history and all(a is b for a, b in zip(first, history, strict=True))
+    store.freeze("tool:c0", "[COMPRESSED] r")
+    second, third = compressor.view(history), compressor.view([*history, *turn(2)])
+    assert second[3] == ToolMessage("c0", "[COMPRESSED] r") and second[3] is third[3]  # not a new object
+    assert [m for i, m in enumerate(second) if i != 3] == [m for i, m in enumerate(history) if i != 3]
+
+
+@pytest.mark.parametrize("reasoning", ["drop", "keep", "since_last_user"])
+def test_request_bodies_reusing_the_previous_request_equal_a_fresh_encoding(reasoning: str) -> None:
+    backend = OpenAICompatible("m", base_url="http://127.0.0.1:9", reasoning=reasoning)  # type: ignore[arg-type]
+
+    def fresh(request: ModelRequest) -> bytes:
+        return OpenAICompatible(
+            "m", base_url="http://127.0.0.1:9", reasoning=reasoning, cache_bytes=0
+        ).encode(  # type: ignore[arg-type]
+            request
+        )
+
+    a, b = session(5), session(3)
+    thought = [AssistantMessage("why", reasoning="because"), UserMessage("go on")]
+    requests = [
+        *a[:3],
+        [*a[2][:-1], *thought],  # a different tail after the same history
+        [a[2][0], UserMessage("[COMPRESSED] q"), *a[2][2:]],  # a rewrite in the middle
+        [*(SystemMessage(m.content) if isinstance(m, SystemMessage) else m for m in a[3])],  # equal, not same
+        b[0],  # another conversation in between
+        a[4],
+        list(a[4]),  # a list, as a caller may pass one, then changed: never reused as it was
+    ]
+    for messages in requests:
+        request = ModelRequest(messages=tuple(messages), tools=TOOLS)
+        assert backend.encode(request) == fresh(request)
+    mutable = list(a[4])
+    backend.encode(ModelRequest(messages=mutable, tools=TOOLS))  # type: ignore[arg-type]
+    mutable[2] = ToolMessage("c0", "changed")
+    assert backend.encode(ModelRequest(messages=mutable, tools=TOOLS)) == fresh(  # type: ignore[arg-type]
+        ModelRequest(messages=tuple(mutable), tools=TOOLS)
+    )

@@ -79,8 +79,8 @@ def test_meter_measures_the_share_of_the_previous_request_kept_as_prefix() -> No
     s2 = meter.measure(r2)
     assert s2.reuse == 1.0 and s2.common_bytes == len(request_bytes(r1))
     s3 = meter.measure(r3)
-    # editing the system prompt throws away everything after the edit: only '{"content":"rules' stays
-    assert s3.common_bytes == len('{"content":"rules')
+    # editing the system prompt throws away everything after the edit: only its line's start stays
+    assert s3.common_bytes == len('{"role":"system","content":"rules')
     assert s3.reuse == round(s3.common_bytes / s2.request_bytes, 6)
     assert meter.mean_reuse == round((1.0 + s3.reuse) / 2, 6)
     assert common_prefix_len(b"a" * 10_000 + b"x", b"a" * 10_000 + b"y") == 10_000

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from tether.context.incremental import ItemMemo
 from tether.context.pairing import units
 from tether.context.store import FrozenStore, LargeOutputStore
 from tether.context.untrusted import rewrap, unwrap, wrap_untrusted
@@ -206,6 +207,16 @@ class Compressor:
         self.summarizer = config.summarizer or summarizer
         self.stats = CompressionStats()
         self._emit = emit or (lambda *a, **k: None)
+        # The view is rebuilt every step: each message's frozen form is looked up once per
+        # message object (again for all once something new is frozen), and a rewrite is one
+        # object for the whole run, so the caches keyed by message identity keep hitting.
+        self._rewritten: dict[int, tuple[ToolMessage, ToolMessage]] = {}
+        self._digest_message: UserMessage | None = None
+        self._frozen: ItemMemo[Any] = ItemMemo(self._frozen_of)
+        self._frozen_count = 0
+        self._large: ItemMemo[None] = ItemMemo(
+            self._store_one
+        )  # each tool result is checked against the budget once
 
     # -- the view: raw trajectory + frozen rewrites -------------------------------------------
 
@@ -217,17 +228,24 @@ class Compressor:
             start, upto = int(boundary["start"]), int(boundary["upto"])
             digest = self.store.get(f"compaction:{upto}")
             if digest is not None and upto <= len(msgs):
-                msgs = [*msgs[:start], UserMessage(digest, "harness"), *msgs[upto:]]
+                if self._digest_message is None or self._digest_message.content != digest:
+                    self._digest_message = UserMessage(digest, "harness")  # one object while it stands
+                msgs = [*msgs[:start], self._digest_message, *msgs[upto:]]
         return self._apply_frozen(msgs)
 
     def _apply_frozen(self, msgs: Sequence[Message]) -> list[Message]:
-        out: list[Message] = []
-        for m in msgs:
-            if isinstance(m, ToolMessage) and (text := self.store.get(f"tool:{m.tool_call_id}")) is not None:
-                out.append(ToolMessage(m.tool_call_id, text, m.name))
-            else:
-                out.append(m)
-        return out
+        if len(self.store) != self._frozen_count:  # something new was frozen: look at every message again
+            self._frozen_count = len(self.store)
+            self._frozen = ItemMemo(self._frozen_of)
+        return self._frozen.values(msgs)
+
+    def _frozen_of(self, m: object) -> Any:
+        if not isinstance(m, ToolMessage) or (text := self.store.get(f"tool:{m.tool_call_id}")) is None:
+            return m
+        hit = self._rewritten.get(id(m))
+        if hit is None or hit[0] is not m:  # frozen text never changes: one rewrite per message
+            hit = self._rewritten[id(m)] = (m, ToolMessage(m.tool_call_id, text, m.name))
+        return hit[1]
 
     # -- the layers ---------------------------------------------------------------------------
 
@@ -257,26 +275,28 @@ class Compressor:
         return view
 
     def _store_large(self, trajectory: Sequence[Message]) -> None:
+        if self.config.result_budget_chars is not None:
+            self._large.values(trajectory)
+
+    def _store_one(self, m: object) -> None:
         budget = self.config.result_budget_chars
-        if budget is None:
+        assert budget is not None
+        if not isinstance(m, ToolMessage) or f"tool:{m.tool_call_id}" in self.store:
             return
-        for m in trajectory:
-            if not isinstance(m, ToolMessage) or f"tool:{m.tool_call_id}" in self.store:
-                continue
-            if m.name == "read_output":  # a page of a stored output is already within budget
-                continue
-            inner = unwrap(m.content)
-            if len(inner) <= budget:
-                continue
-            ref = self.outputs.put(inner)
-            preview = inner[: self.config.preview_chars]
-            text = (
-                f"{STORED} ref={ref} chars={len(inner)}; the full output is kept outside the context. "
-                f"Preview:\n{preview}\n[… call read_output(ref={ref!r}, offset=...) to read more]"
-            )
-            self.store.freeze(f"tool:{m.tool_call_id}", rewrap(m.content, text, source="output-store"))
-            self.stats.results_stored += 1
-            self._emit("output_stored", call_id=m.tool_call_id, tool=m.name, ref=ref, chars=len(inner))
+        if m.name == "read_output":  # a page of a stored output is already within budget
+            return
+        inner = unwrap(m.content)
+        if len(inner) <= budget:
+            return
+        ref = self.outputs.put(inner)
+        preview = inner[: self.config.preview_chars]
+        text = (
+            f"{STORED} ref={ref} chars={len(inner)}; the full output is kept outside the context. "
+            f"Preview:\n{preview}\n[… call read_output(ref={ref!r}, offset=...) to read more]"
+        )
+        self.store.freeze(f"tool:{m.tool_call_id}", rewrap(m.content, text, source="output-store"))
+        self.stats.results_stored += 1
+        self._emit("output_stored", call_id=m.tool_call_id, tool=m.name, ref=ref, chars=len(inner))
 
     def _eligible(self, trajectory: Sequence[Message]) -> list[ToolMessage]:
         out = []

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from pydantic import Field
 
 from tether.context.compression import CompressionConfig, Compressor, ModelSummarizer
+from tether.context.incremental import ItemMemo, item_json
 from tether.context.meter import PrefixMeter, PrefixSample
 from tether.context.pairing import PairingMemo, check_pairing
 from tether.context.skills import SkillLibrary
@@ -122,8 +123,9 @@ class ContextEngine:
             summarizer=ModelSummarizer(summary_model) if summary_model is not None else None,
             emit=self._emit,
         )
-        self.tokens = TokenAccount(cfg.estimator)
-        self.meter = PrefixMeter()
+        texts = ItemMemo(item_json)  # each message is encoded once for the token count and the meter
+        self.tokens = TokenAccount(cfg.estimator, texts)
+        self.meter = PrefixMeter(texts)
         self._pairing = PairingMemo()
         self.expected_updates = max(
             1, (cfg.status.expected_updates if cfg.status else None) or expected_updates
@@ -235,10 +237,9 @@ class ContextEngine:
         chosen = self.config.status.strategy
         if chosen != "auto":
             return chosen
-        est = self.config.estimator
-        since = state.trajectory[self._status_mark :]
-        appended = sum(est(json.dumps(m.wire(), ensure_ascii=False)) for m in since)
-        return choose_status_strategy(est(text), appended, self.expected_updates, self.config.status.alpha)
+        appended = sum(map(self.tokens.estimate, state.trajectory[self._status_mark :]))
+        status = self.config.estimator(text)
+        return choose_status_strategy(status, appended, self.expected_updates, self.config.status.alpha)
 
     def observe_usage(self, usage: Usage) -> None:
         """Anchor token counting on what the provider reported for the last request."""
@@ -323,16 +324,20 @@ class ContextEngine:
         return tool(delegate, name=sub.name, timeout_s=3600.0)
 
     def _read_output_tool(self) -> Tool:
-        outputs = self.outputs
+        return _OutputReader(self.outputs).read_output  # type: ignore[no-any-return]
 
-        @tool(name="read_output")
-        def read_output(
-            ref: Annotated[
-                str, Field(min_length=1, max_length=40, description="The ref shown in a preview.")
-            ],
-            offset: Annotated[int, Field(ge=0, description="Character offset to start from (0 first).")] = 0,
-        ) -> dict[str, Any]:
-            """Read part of a large tool output that was kept outside the context (4000 characters a page)."""
-            return outputs.read(ref, offset)
 
-        return read_output
+class _OutputReader:
+    """The ``read_output`` tool, declared once for the class and bound to one run's outputs."""
+
+    def __init__(self, outputs: LargeOutputStore) -> None:
+        self.outputs = outputs
+
+    @tool(name="read_output")
+    def read_output(
+        self,
+        ref: Annotated[str, Field(min_length=1, max_length=40, description="The ref shown in a preview.")],
+        offset: Annotated[int, Field(ge=0, description="Character offset to start from (0 first).")] = 0,
+    ) -> dict[str, Any]:
+        """Read part of a large tool output that was kept outside the context (4000 characters a page)."""
+        return self.outputs.read(ref, offset)

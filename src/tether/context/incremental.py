@@ -5,6 +5,9 @@ a dynamic tail), so the items of request N-1 are the prefix of request N. ``Item
 recognises that prefix by object identity with two C-level list comparisons, reuses its
 values, and computes only the new items' — falling back to a per-object cache when a
 rewrite (compression) changed the prefix.
+
+``item_json`` is the one JSON encoding of an item that the token estimate and the prefix
+meter both read; a session encodes each item once for both (``ItemMemo(item_json)``, shared).
 """
 
 from __future__ import annotations
@@ -12,27 +15,48 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-__all__ = ["ItemMemo"]
+from pydantic_core import to_json
+
+__all__ = ["ItemMemo", "item_json"]
 
 T = TypeVar("T")
 
 
+def item_json(item: object) -> bytes:
+    """An item of a request as compact JSON (UTF-8, non-ASCII kept): a message's wire form, or
+    a tool definition (a dict) as it is. pydantic-core's encoder: several times faster than
+    ``json.dumps`` on long tool results, the same bytes as ``json.dumps(..., separators=(",",
+    ":"), ensure_ascii=False)`` for every string."""
+    return to_json(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
+
+
 class ItemMemo(Generic[T]):
-    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object."""
+    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object.
+
+    ``compute`` must depend only on an item's value (messages are frozen values): the prefix
+    is recognised by tuple comparison, which is by identity for the same objects and by value
+    for equal ones, and equal items have equal values either way."""
 
     def __init__(self, compute: Callable[[object], T]) -> None:
         self._compute = compute
         self._items: tuple[object, ...] = ()  # holding them keeps their ids from being reused
-        self._ids: list[int] = []
         self._values: list[T] = []
         self._cache: dict[int, tuple[object, T]] = {}
 
+    def value(self, item: object) -> T:
+        """``compute(item)``, computed once per item object."""
+        hit = self._cache.get(id(item))
+        if hit is None or hit[0] is not item:
+            hit = self._cache[id(item)] = (item, self._compute(item))
+        return hit[1]
+
     def values(self, items: Sequence[object]) -> list[T]:
-        ids = list(map(id, items))
-        k = len(self._ids)
-        if k and ids[:k] == self._ids:
+        items = tuple(items)
+        previous = self._items
+        k = len(previous)
+        if k and items[:k] == previous:
             p = k  # pure append
-        elif k > 1 and ids[: k - 1] == self._ids[: k - 1]:
+        elif k > 1 and items[: k - 1] == previous[: k - 1]:
             p = k - 1  # the dynamic tail was replaced
         else:
             p = 0
@@ -43,5 +67,5 @@ class ItemMemo(Generic[T]):
             if hit is None or hit[0] is not item:
                 hit = cache[id(item)] = (item, compute(item))
             values.append(hit[1])
-        self._items, self._ids, self._values = tuple(items), ids, values
+        self._items, self._values = items, values
         return values

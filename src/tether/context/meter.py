@@ -2,34 +2,25 @@
 
 Providers cache the longest byte-identical prefix of a request; the share of the previous
 request that the current one repeats verbatim at its start is the cache-hit potential. A
-request is serialised as one canonical JSON line per tool definition, then one per message,
-so an append-only request extends the previous one byte for byte.
+request is serialised as one JSON line per tool definition, then one per message (each
+item's ``item_json``), so an append-only request extends the previous one byte for byte.
 """
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.context.incremental import ItemMemo
+from tether.context.incremental import ItemMemo, item_json
 from tether.models.base import ModelRequest
 
 __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
 
 
-def _line(value: object) -> bytes:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode() + b"\n"
-
-
 def request_bytes(request: ModelRequest) -> bytes:
-    """Canonical bytes of a request: tool definitions first (they are part of the prefix), then messages."""
-    parts = [_line(t) for t in request.tools]
-    parts.extend(_line(m.wire()) for m in request.messages)
-    return b"".join(parts)
-
-
-def _item_line(item: object) -> bytes:
-    return _line(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
+    """The bytes of a request as the meter reads them: tool definitions first (they are part
+    of the prefix), then messages, one line each."""
+    return b"".join(item_json(item) + b"\n" for item in (*request.tools, *request.messages))
 
 
 def common_prefix_len(a: bytes, b: bytes, *, chunk: int = 4096) -> int:
@@ -60,27 +51,33 @@ class PrefixSample:
 
 
 class PrefixMeter:
-    """Keeps the previous request's bytes and measures each new one against them."""
+    """Keeps the previous request's lines and measures each new one against them. A line holds
+    no raw newline (JSON escapes it) and ends with one, so two requests' common byte prefix
+    ends inside their first differing line: only that line is compared byte by byte, never the
+    whole request. ``texts``: the session's memo of ``item_json``, shared with its token account."""
 
-    def __init__(self) -> None:
-        self._previous: bytes | None = None
-        self._lines: ItemMemo[bytes] = ItemMemo(_item_line)  # each line encoded once per session
+    def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
+        texts = texts if texts is not None else ItemMemo(item_json)
+        self._previous: list[bytes] | None = None
+        self._previous_len = 0
+        self._lines: ItemMemo[bytes] = ItemMemo(lambda item: texts.value(item) + b"\n")
         self.samples: list[PrefixSample] = []
 
     def measure(self, request: ModelRequest) -> PrefixSample:
-        data = b"".join(self._lines.values((*request.tools, *request.messages)))
-        prev = self._previous
+        lines = self._lines.values((*request.tools, *request.messages))
+        size = sum(map(len, lines))
+        prev, prev_len = self._previous, self._previous_len
         if prev is None:
-            sample = PrefixSample(len(data), 0, None, None)
+            sample = PrefixSample(size, 0, None, None)
         else:
-            common = common_prefix_len(prev, data)
+            common = _common_bytes(prev, lines)
             sample = PrefixSample(
-                len(data),
+                size,
                 common,
-                round(common / len(prev), 6) if prev else 1.0,
-                round(common / len(data), 6) if data else 1.0,
+                round(common / prev_len, 6) if prev_len else 1.0,
+                round(common / size, 6) if size else 1.0,
             )
-        self._previous = data
+        self._previous, self._previous_len = lines, size
         self.samples.append(sample)
         return sample
 
@@ -88,3 +85,16 @@ class PrefixMeter:
     def mean_reuse(self) -> float | None:
         values = [s.reuse for s in self.samples if s.reuse is not None]
         return round(sum(values) / len(values), 6) if values else None
+
+
+def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
+    """``common_prefix_len`` of the joined lines, from the lines (equal objects compare by identity)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return sum(map(len, a[:n]))
+    i = n - 1 if a[: n - 1] == b[: n - 1] else _first_difference(a, b, n)  # usually the tail
+    return sum(map(len, a[:i])) + common_prefix_len(a[i], b[i])
+
+
+def _first_difference(a: Sequence[bytes], b: Sequence[bytes], n: int) -> int:
+    return next(i for i in range(n) if a[i] != b[i])

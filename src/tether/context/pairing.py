@@ -68,27 +68,28 @@ class PairingMemo:
 
     def __init__(self) -> None:
         self.messages: tuple[Message, ...] = ()
-        self.ids: list[int] = []
 
     def known_valid(self, messages: Sequence[Message]) -> int:
-        """How many leading messages of ``messages`` need no second look."""
-        k = len(self.ids)
+        """How many leading messages of ``messages`` need no second look. The prefix is found
+        by tuple comparison: by identity for the same objects, by value for equal ones (equal
+        messages pair alike)."""
+        previous = self.messages
+        k = len(previous)
         if not k or len(messages) < k - 1:
             return 0
-        current = list(map(id, messages[:k]))
-        if current == self.ids:
+        current = tuple(messages[:k])
+        if current == previous:
             p = k
-        elif current[: k - 1] == self.ids[: k - 1]:  # the dynamic tail was replaced
+        elif current[: k - 1] == previous[: k - 1]:  # the dynamic tail was replaced
             p = k - 1
         else:
             return 0
-        while 0 < p < k and isinstance(self.messages[p], ToolMessage):
+        while 0 < p < k and isinstance(previous[p], ToolMessage):
             p -= 1  # back to a unit start of the valid request
         return p
 
     def remember(self, messages: Sequence[Message]) -> None:
-        self.messages = tuple(messages)  # holding them keeps their ids from being reused
-        self.ids = list(map(id, self.messages))
+        self.messages = tuple(messages)
 
 
 def check_pairing(

@@ -227,29 +227,30 @@ class SkillLibrary:
         skill = self.skills.get(word.strip())
         return (skill, rest.strip()) if skill else None
 
+    # Declared once for the class; ``tools()`` binds them to this library.
+    @tool(name="load_skill")
+    def load_skill(
+        self,
+        name: Annotated[
+            str, Field(min_length=1, max_length=64, description="A skill name from the catalog.")
+        ],
+    ) -> str:
+        """Load a skill's full instructions when the task matches its condition in the catalog."""
+        return self.body(name)
+
+    @tool(name="read_skill_file")
+    def read_skill_file(
+        self,
+        name: Annotated[str, Field(min_length=1, max_length=64, description="The skill's name.")],
+        path: Annotated[
+            str, Field(min_length=1, max_length=300, description="A path from the skill's file list.")
+        ],
+    ) -> str:
+        """Read one file a loaded skill refers to (a reference document or a script)."""
+        return self.read_file(name, path)
+
     def tools(self) -> list[Tool]:
-        library = self
-
-        @tool(name="load_skill")
-        def load_skill(
-            name: Annotated[
-                str, Field(min_length=1, max_length=64, description="A skill name from the catalog.")
-            ],
-        ) -> str:
-            """Load a skill's full instructions when the task matches its condition in the catalog."""
-            return library.body(name)
-
-        @tool(name="read_skill_file")
-        def read_skill_file(
-            name: Annotated[str, Field(min_length=1, max_length=64, description="The skill's name.")],
-            path: Annotated[
-                str, Field(min_length=1, max_length=300, description="A path from the skill's file list.")
-            ],
-        ) -> str:
-            """Read one file a loaded skill refers to (a reference document or a script)."""
-            return library.read_file(name, path)
-
-        return [load_skill, read_skill_file]
+        return [self.load_skill, self.read_skill_file]
 
 
 _SUSPICIOUS = (

@@ -90,6 +90,52 @@ class StatusConfig:
     show_last_error: bool = True
 
 
+class _CallTally:
+    """Counts over a run's call records, brought up to date with the records appended since
+    the last render: a status is rendered every step, and rescanning every call each time
+    would make a step cost O(history). ``pairs`` are the (tool, argument) pairs counted per
+    target value."""
+
+    def __init__(self, pairs: frozenset[tuple[str, str]]) -> None:
+        self.pairs = pairs
+        self.calls: list[Any] | None = None
+        self.seen = 0
+        self.last_seen: Any = None
+        self.any = False  # whether any call was recorded
+        self.executed: Counter[str] = Counter()  # ok or error, per tool
+        self.refused: Counter[str] = Counter()  # denied or rejected, per tool
+        self.targets: dict[tuple[str, str], Counter[str]] = {p: Counter() for p in pairs}
+        self.last_failed: Any = None
+
+    def fresh(self, calls: list[Any]) -> bool:
+        """Whether ``calls`` only grew since the last update (else the tally starts over)."""
+        return (
+            calls is self.calls
+            and len(calls) >= self.seen
+            and (not self.seen or calls[self.seen - 1] is self.last_seen)
+        )
+
+    def update(self, calls: list[Any]) -> None:
+        by_tool: dict[str, list[str]] = {}
+        for tool_name, argument in self.pairs:
+            by_tool.setdefault(tool_name, []).append(argument)
+        for c in calls[self.seen :]:
+            status = c.status
+            if status in ("ok", "error"):
+                self.executed[c.tool] += 1
+                if c.tool in by_tool and isinstance(c.arguments, dict):
+                    for argument in by_tool[c.tool]:
+                        if argument in c.arguments:
+                            self.targets[(c.tool, argument)][str(c.arguments[argument])] += 1
+            elif status in ("denied", "rejected"):
+                self.refused[c.tool] += 1
+            if status in ("error", "rejected", "denied", "crashed"):
+                self.last_failed = c
+        self.any = self.any or bool(calls)
+        self.calls, self.seen = calls, len(calls)
+        self.last_seen = calls[-1] if calls else None
+
+
 @dataclass
 class StatusBar:
     """Renders the status of one run."""
@@ -99,6 +145,7 @@ class StatusBar:
     clock: Callable[[], Any] | None = None
     extra_sections: list[StatusSection] = field(default_factory=list)
     targets: dict[str, str] = field(default_factory=dict)  # tool → argument naming its target
+    _tally: _CallTally | None = field(default=None, init=False, repr=False, compare=False)
 
     def add_section(self, section: StatusSection) -> None:
         """Add a block rendered after the built-in ones (e.g. a budget summary)."""
@@ -107,13 +154,14 @@ class StatusBar:
     def render(self, state: RunState) -> str:
         lines: list[str] = []
         cfg = self.config
+        tally = self._count(state.calls)
         if cfg.show_time and self.clock is not None:
             lines.append(f"time: {self.clock().isoformat(timespec='seconds')}")
         if cfg.working_dir:
             lines.append(f"working_directory: {cfg.working_dir}")
-        lines.extend(self._counts(state))
+        lines.append(self._counts(tally))
         checks = [c for c in (check(state) for check in cfg.checks) if c]
-        limit_lines = self._limit_checks(state)
+        limit_lines = self._limit_checks(tally)
         if limit_lines or checks:
             lines.append("constraints:")
             lines.extend(f"- {c}" for c in [*limit_lines, *checks])
@@ -121,7 +169,7 @@ class StatusBar:
             items = self.todo.render()
             lines.append("todo:" if items else "todo: (empty; plan with rewrite_todo_list)")
             lines.extend(f"- {i}" for i in items)
-        if cfg.show_last_error and (err := self._last_error(state)):
+        if cfg.show_last_error and (err := self._last_error(state, tally.last_failed)):
             lines.append(err)
         for section in [*cfg.sections, *self.extra_sections]:
             text = section(state)
@@ -131,50 +179,54 @@ class StatusBar:
 
     # -- parts --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _executed(state: RunState) -> list[Any]:
-        return [c for c in state.calls if c.status in ("ok", "error")]
+    def _count(self, calls: list[Any]) -> _CallTally:
+        pairs = frozenset(
+            [(lim.tool, lim.per) for lim in self.config.limits if lim.per is not None]
+            + [(name, argument) for name, argument in self.targets.items()]
+        )
+        tally = self._tally
+        if tally is None or tally.pairs != pairs or not tally.fresh(calls):
+            tally = self._tally = _CallTally(pairs)
+        tally.update(calls)
+        return tally
 
-    def _counts(self, state: RunState) -> list[str]:
-        executed = self._executed(state)
-        if not executed and not state.calls:
-            return ["tool calls: none yet"]
-        per_tool = Counter(c.tool for c in executed)
-        refused = Counter(c.tool for c in state.calls if c.status in ("denied", "rejected"))
+    def _counts(self, tally: _CallTally) -> str:
+        if not tally.executed and not tally.any:
+            return "tool calls: none yet"
+        per_tool, refused = tally.executed, tally.refused
         parts = []
         for name in sorted(set(per_tool) | set(refused)):
             text = f"{name} {per_tool[name]}"
-            targets = self._per_target(state, name)
+            targets = self._per_target(tally, name)
             if targets:
                 text += " (" + ", ".join(targets) + ")"
             if refused[name]:
                 text += f" [{refused[name]} refused]"
             parts.append(text)
-        return ["tool calls: " + "; ".join(parts)]
+        return "tool calls: " + "; ".join(parts)
 
-    def _per_target(self, state: RunState, tool_name: str) -> list[str]:
+    def _per_target(self, tally: _CallTally, tool_name: str) -> list[str]:
         out: list[str] = []
         limited = False
         for lim in self.config.limits:
             if lim.tool != tool_name or lim.per is None:
                 continue
             limited = True
-            counts = _target_counts(self._executed(state), tool_name, lim.per)
+            counts = tally.targets[(tool_name, lim.per)]
             out.extend(f"{target}: {n}/{lim.max_calls}" for target, n in sorted(counts.items()))
         if not limited and tool_name in self.targets:  # no limit configured: plain counts per target
-            counts = _target_counts(self._executed(state), tool_name, self.targets[tool_name])
+            counts = tally.targets[(tool_name, self.targets[tool_name])]
             out.extend(f"{target}: {n}" for target, n in sorted(counts.items()))
         return out
 
-    def _limit_checks(self, state: RunState) -> list[str]:
-        executed = self._executed(state)
+    def _limit_checks(self, tally: _CallTally) -> list[str]:
         out = []
         for lim in self.config.limits:
             if lim.per is None:
-                n = sum(1 for c in executed if c.tool == lim.tool)
+                n = tally.executed[lim.tool]
                 out.append(_limit_line(f"{lim.tool} {n}/{lim.max_calls}", n, lim.max_calls))
                 continue
-            counts = _target_counts(executed, lim.tool, lim.per)
+            counts = tally.targets[(lim.tool, lim.per)]
             if not counts:
                 out.append(f"{lim.tool}: at most {lim.max_calls} per {lim.per}")
             for target, n in sorted(counts.items()):
@@ -182,11 +234,9 @@ class StatusBar:
         return out
 
     @staticmethod
-    def _last_error(state: RunState) -> str | None:
-        failed = [c for c in state.calls if c.status in ("error", "rejected", "denied", "crashed")]
-        if not failed:
+    def _last_error(state: RunState, rec: Any) -> str | None:
+        if rec is None:
             return None
-        rec = failed[-1]
         kind = {"rejected": "rejected", "denied": "policy_denied"}.get(rec.status, rec.reason or "error")
         message, hint = rec.reason, None
         for obs in reversed(state.observations):
@@ -197,14 +247,6 @@ class StatusBar:
         hint = hint or _HINTS.get(kind, "read the error, change the call or the approach before retrying")
         args = rec.arguments if isinstance(rec.arguments, str) else json.dumps(rec.arguments, default=str)
         return f"last error: {rec.tool} {kind}: {message}\n  arguments: {args[:500]}\n  fix: {hint}"
-
-
-def _target_counts(executed: list[Any], tool_name: str, argument: str) -> dict[str, int]:
-    counts: Counter[str] = Counter()
-    for c in executed:
-        if c.tool == tool_name and isinstance(c.arguments, dict) and argument in c.arguments:
-            counts[str(c.arguments[argument])] += 1
-    return dict(counts)
 
 
 def _limit_line(text: str, n: int, limit: int) -> str:

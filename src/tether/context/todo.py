@@ -80,28 +80,30 @@ class TodoList:
     def render(self) -> list[str]:
         return [item.render() for item in self.items]
 
+    # The two tools, declared once for the class; ``tools()`` binds them to one list (a bound
+    # copy costs a dict copy, where declaring a tool builds a pydantic model and its schema).
+    @tool(name="rewrite_todo_list", blocking=False)
+    def rewrite_todo_list(
+        self,
+        items: Annotated[
+            list[TodoDraft], Field(description="The whole plan, in order; replaces the previous list.")
+        ],
+    ) -> dict[str, object]:
+        """Replace the TODO list with a new plan; items get fresh ids for update_todo_status."""
+        return {"todo": self.render_items(self.rewrite(items))}
+
+    @tool(name="update_todo_status", blocking=False)
+    def update_todo_status(
+        self,
+        id: Annotated[str, Field(description="The item id, as shown in the TODO list, e.g. '2'.")],
+        status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")],
+    ) -> dict[str, object]:
+        """Change the status of one TODO item."""
+        return {"updated": self.update(id, status).render()}
+
     def tools(self) -> list[Tool]:
         """The two tools bound to this list."""
-        todo = self
-
-        @tool(name="rewrite_todo_list")
-        def rewrite_todo_list(
-            items: Annotated[
-                list[TodoDraft], Field(description="The whole plan, in order; replaces the previous list.")
-            ],
-        ) -> dict[str, object]:
-            """Replace the TODO list with a new plan; items get fresh ids for update_todo_status."""
-            return {"todo": todo.render_items(todo.rewrite(items))}
-
-        @tool(name="update_todo_status")
-        def update_todo_status(
-            id: Annotated[str, Field(description="The item id, as shown in the TODO list, e.g. '2'.")],
-            status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")],
-        ) -> dict[str, object]:
-            """Change the status of one TODO item."""
-            return {"updated": todo.update(id, status).render()}
-
-        return [rewrite_todo_list, update_todo_status]
+        return [self.rewrite_todo_list, self.update_todo_status]
 
     @staticmethod
     def render_items(items: list[TodoItem]) -> list[str]:

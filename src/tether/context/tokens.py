@@ -8,10 +8,9 @@ estimated difference between the two requests, so the provider's own count ancho
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
-from tether.context.incremental import ItemMemo
+from tether.context.incremental import ItemMemo, item_json
 from tether.messages import Usage
 from tether.models.base import ModelRequest
 
@@ -26,30 +25,34 @@ def chars_estimator(text: str) -> int:
 
 
 def estimate_request(request: ModelRequest, estimator: TokenEstimator = chars_estimator) -> int:
-    """Estimated prompt tokens: each message and tool definition as its wire JSON."""
-    total = sum(estimator(json.dumps(m.wire(), ensure_ascii=False)) for m in request.messages)
-    total += sum(estimator(json.dumps(t)) for t in request.tools)
-    return total
+    """Estimated prompt tokens: each message and tool definition as its JSON (``item_json``)."""
+    return sum(estimator(item_json(item).decode()) for item in (*request.tools, *request.messages))
 
 
 class TokenAccount:
-    """Counts the tokens of each request of one session."""
+    """Counts the tokens of each request of one session. ``texts``: the session's memo of
+    item texts, shared with its prefix meter so each item is encoded once for both."""
 
-    def __init__(self, estimator: TokenEstimator = chars_estimator) -> None:
+    def __init__(
+        self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[bytes] | None = None
+    ) -> None:
         self.estimator = estimator
         self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
         self._last_estimate: int | None = None
+        self._texts = texts if texts is not None else ItemMemo(item_json)
         # Each message and tool definition is estimated once per session (as estimate_request does).
         self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
 
     def _estimate_item(self, item: object) -> int:
-        if isinstance(item, dict):
-            return self.estimator(json.dumps(item))
-        return self.estimator(json.dumps(item.wire(), ensure_ascii=False))  # type: ignore[attr-defined]
+        return self.estimator(self._texts.value(item).decode())
+
+    def estimate(self, item: object) -> int:
+        """The estimated tokens of one message or tool definition (computed once per object)."""
+        return self._memo.value(item)
 
     def count(self, request: ModelRequest) -> int:
         """Tokens of ``request``: anchored on the last reported usage when there is one."""
-        estimate = sum(self._memo.values((*request.messages, *request.tools)))
+        estimate = sum(self._memo.values((*request.tools, *request.messages)))
         self._last_estimate = estimate
         if self._anchor is None:
             return estimate

@@ -110,17 +110,15 @@ class ToolSearch:
             self.store.set_record("tools_loaded", sorted(self.loaded))
         return {"query": query, "tools": found, "already_loaded": already}
 
+    # Declared once for the class; ``tool()`` binds it to this search.
+    @tool(name="tool_search")
+    def tool_search(
+        self,
+        query: Annotated[str, Field(min_length=1, max_length=300, description="What the tool should do.")],
+        limit: Annotated[int, Field(ge=1, le=10, description="How many tools to return (1-10).")] = 5,
+    ) -> str:
+        """Find tools by what they do; returns their full schemas so you can call them."""
+        return json.dumps(self.search(query, limit), ensure_ascii=False, sort_keys=True)
+
     def tool(self) -> Tool:
-        search = self
-
-        @tool(name="tool_search")
-        def tool_search(
-            query: Annotated[
-                str, Field(min_length=1, max_length=300, description="What the tool should do.")
-            ],
-            limit: Annotated[int, Field(ge=1, le=10, description="How many tools to return (1-10).")] = 5,
-        ) -> str:
-            """Find tools by what they do; returns their full schemas so you can call them."""
-            return json.dumps(search.search(query, limit), ensure_ascii=False, sort_keys=True)
-
-        return tool_search
+        return self.tool_search  # type: ignore[no-any-return]

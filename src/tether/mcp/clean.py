@@ -30,6 +30,7 @@ _ZERO_WIDTH = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x180E, 0x034F, 0x00AD, 0
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 _SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
+_PLAIN = bytes(range(0x20, 0x7F)) + b"\n\t"  # every character _SUSPECT leaves alone
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.DOTALL)
 _IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]*)?\)")
 _REF_IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\[([^\]\n]{0,200})\]")
@@ -71,12 +72,18 @@ def _host(url: str) -> str:
     return "a relative target" if url and "://" not in url else "an unparsable target"
 
 
+def _plain(text: str) -> bool:
+    """``_SUSPECT.search(text) is None``: ASCII with no control character but newline and tab.
+    One pass over a byte table, an order of magnitude faster than the regex on long results."""
+    return text.isascii() and not text.encode().translate(None, _PLAIN)
+
+
 def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
     """The text with hidden characters removed and rendering markup neutralised, plus what was
     done (empty when nothing was). Keys: ``hidden_chars`` (kind → count), ``hidden_tag_text``
     (the ASCII smuggled in tag characters, for the reviewer), ``html_comments``, ``images``,
     ``links``."""
-    if "[" not in text and "<" not in text and "\r" not in text and _SUSPECT.search(text) is None:
+    if "[" not in text and "<" not in text and "\r" not in text and _plain(text):
         return text, {}  # plain text with no markup: nothing to look at (the common case)
     meta: dict[str, Any] = {}
     counts: Counter[str] = Counter()

@@ -15,6 +15,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from tether.context.tokens import estimate_request
 from tether.errors import ModelError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from tether.models.base import ModelRequest, ModelResponse
@@ -49,8 +50,7 @@ def estimate_tokens(text: str) -> int:
 
 
 def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
-    prompt = sum(estimate_tokens(json.dumps(m.wire(), ensure_ascii=False)) for m in request.messages)
-    prompt += sum(estimate_tokens(json.dumps(t)) for t in request.tools)
+    prompt = estimate_request(request, estimate_tokens)  # as the context engine estimates it
     out = message.content or ""
     out += "".join(c.name + c.arguments for c in message.tool_calls)
     return Usage(prompt_tokens=prompt, completion_tokens=estimate_tokens(out) if out else 0)

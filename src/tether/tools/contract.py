@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
 from tether.schema import UnusableSchema, check_arguments, compile_schema
+from tether.stop import cancel_after
 from tether.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
 
 __all__ = [
@@ -34,6 +35,9 @@ __all__ = [
     "tool",
     "unwrap_exception_group",
 ]
+
+
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
 
 
 def render_result(value: Any) -> str:
@@ -114,7 +118,8 @@ class Tool:
         }
         # A plain function runs in a worker thread unless its author declares it never blocks
         # (pure computation, no I/O): then it runs inline, with no thread hop per call.
-        self.inline = not inspect.iscoroutinefunction(function) and not blocking
+        self._is_async = inspect.iscoroutinefunction(function)
+        self.inline = not self._is_async and not blocking
         sig = inspect.signature(function)
         hints = get_type_hints(function, include_extras=True)
         fields: dict[str, Any] = {}
@@ -200,7 +205,7 @@ class Tool:
         representations and never coerces one type into another; what only Python code can
         check (a custom validator) fails here as ``ToolInputError``."""
         try:
-            text = json.dumps(arguments, ensure_ascii=False, allow_nan=False)
+            text = _ARGUMENTS_JSON.encode(arguments)
             model = self.arguments_model.model_validate_json(text, strict=True)
         except ValidationError as err:
             raise ToolInputError(
@@ -225,11 +230,13 @@ class Tool:
             if self.inline:
                 value = fn(*args, **kwargs)  # declared non-blocking: no thread, no cancel scope
             else:
-                with anyio.fail_after(self.spec.timeout_s):
-                    if inspect.iscoroutinefunction(fn):
+                with cancel_after(self.spec.timeout_s) as deadline:
+                    if self._is_async:
                         value = await fn(*args, **kwargs)
                     else:
                         value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                if deadline.cancelled_caught:
+                    raise TimeoutError
         except TimeoutError:
             raise UpstreamError(
                 f"{self.name} timed out after {self.spec.timeout_s:g}s", hint="try again later"
