@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from pydantic import Field
 
 from tether.context.compression import CompressionConfig, Compressor, ModelSummarizer
-from tether.context.incremental import ItemMemo, item_json
+from tether.context.incremental import ItemMemo
 from tether.context.meter import PrefixMeter, PrefixSample
 from tether.context.pairing import PairingMemo, check_pairing
 from tether.context.skills import SkillLibrary
@@ -36,6 +36,7 @@ from tether.context.toolsearch import ToolSearch, ToolSearchConfig
 from tether.errors import ConfigError, PolicyError, ToolError
 from tether.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
 from tether.models.base import Model, ModelRequest
+from tether.models.estimate import item_json
 from tether.policy.intake import check_arguments, parse_arguments
 from tether.tools.contract import Effect, Tool, ToolContext, ToolSpec, tool
 from tether.types import Decision, GateOutcome, Observation

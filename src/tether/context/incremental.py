@@ -6,8 +6,9 @@ recognises that prefix by object identity with two C-level list comparisons, reu
 values, and computes only the new items' — falling back to a per-object cache when a
 rewrite (compression) changed the prefix.
 
-``item_json`` is the one JSON encoding of an item that the token estimate and the prefix
-meter both read; a session encodes each item once for both (``ItemMemo(item_json)``, shared).
+``tether.models.estimate.item_json`` is the one JSON encoding of an item that the token
+estimate and the prefix meter both read; a session encodes each item once for both
+(``ItemMemo(item_json)``, shared).
 """
 
 from __future__ import annotations
@@ -15,19 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
 
-from pydantic_core import to_json
-
-__all__ = ["ItemMemo", "item_json"]
+__all__ = ["ItemMemo"]
 
 T = TypeVar("T")
-
-
-def item_json(item: object) -> bytes:
-    """An item of a request as compact JSON (UTF-8, non-ASCII kept): a message's wire form, or
-    a tool definition (a dict) as it is. pydantic-core's encoder: several times faster than
-    ``json.dumps`` on long tool results, the same bytes as ``json.dumps(..., separators=(",",
-    ":"), ensure_ascii=False)`` for every string."""
-    return to_json(item if isinstance(item, dict) else item.wire())  # type: ignore[attr-defined]
 
 
 class ItemMemo(Generic[T]):

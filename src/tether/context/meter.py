@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tether.context.incremental import ItemMemo, item_json
+from tether.context.incremental import ItemMemo
 from tether.models.base import ModelRequest
+from tether.models.estimate import item_json
 
 __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
 

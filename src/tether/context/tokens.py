@@ -8,26 +8,12 @@ estimated difference between the two requests, so the provider's own count ancho
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from tether.context.incremental import ItemMemo, item_json
+from tether.context.incremental import ItemMemo
 from tether.messages import Usage
 from tether.models.base import ModelRequest
+from tether.models.estimate import TokenEstimator, chars_estimator, estimate_request, item_json
 
 __all__ = ["TokenAccount", "TokenEstimator", "chars_estimator", "estimate_request"]
-
-TokenEstimator = Callable[[str], int]
-
-
-def chars_estimator(text: str) -> int:
-    """About four characters a token; at least one token for any text."""
-    return max(1, (len(text) + 3) // 4)
-
-
-def estimate_request(request: ModelRequest, estimator: TokenEstimator = chars_estimator) -> int:
-    """Estimated prompt tokens: each message and tool definition as its JSON (``item_json``)."""
-    return sum(estimator(item_json(item).decode()) for item in (*request.tools, *request.messages))
-
 
 class TokenAccount:
     """Counts the tokens of each request of one session. ``texts``: the session's memo of

@@ -15,10 +15,10 @@ import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from tether.context.tokens import estimate_request
 from tether.errors import ModelError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage, Usage
 from tether.models.base import ModelRequest, ModelResponse
+from tether.models.estimate import estimate_request
 
 __all__ = [
     "FunctionModel",
