@@ -19,7 +19,7 @@ from tether.console.approvals import Denied, Hidden
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError
-from tether.mcp.elicitation import check_schema, validate_answer
+from tether.mcp.elicitation import check_schema, store_answer, validate_answer
 
 __all__ = ["FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests"]
 
@@ -214,22 +214,10 @@ def answer(
     try:
         if not principal.may(tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
-        if action not in ("accept", "decline", "cancel"):
-            raise ApprovalError("invalid_answer", "action must be accept, decline or cancel")
-        if action == "accept":
-            if view["schema_problem"]:
-                raise ApprovalError(
-                    "invalid_answer", f"the question is not answerable: {view['schema_problem']}"
-                )
-            problems = validate_answer(view["schema"], content)
-            if problems:
-                raise ApprovalError("invalid_answer", "; ".join(problems))
-        else:
-            content = None
         assert sources.open_pauses is not None
         store = sources.open_pauses()
-        try:
-            stored = store.answer(pause_id, action, content, actor=f"console:{principal.name}")
+        try:  # validated against the stored question, as the CLI does
+            stored = store_answer(store, pause_id, action, content, actor=f"console:{principal.name}")
         finally:
             store.close()
     except ApprovalError as err:
