@@ -10,14 +10,15 @@ session's wall time minus the server's handler time, divided by the number of mo
 steadier figure.
 
 Printed: medians over repeats for 5-, 20- and 50-step sessions (streaming off and on), the
-wall and CPU time of 100 concurrent 20-step sessions, process RSS after 1,000 sequential
-one-step runs, RSS per run with 1,000 idle runs in flight (each model waits on an event), the
-cold start of ``tether --help``, each beside its target as a ratio to the floor (targets are
-shown, never asserted), and the
-same loop written by hand on two baselines that need nothing beyond tether[openai]: raw
-``httpx2`` posting prebuilt bodies (the floor) and the openai client's typed
-``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI, LangGraph,
-LangChain, ADK) are reported as installed or not; none is a dependency.
+wall and CPU time of 100 concurrent 20-step sessions (medians over the repeats), process RSS
+after 1,000 sequential one-step runs, RSS per run with 1,000 idle runs in flight (each model
+waits on an event), the cold start of ``tether --help``, each beside its target as a ratio to
+the floor (targets are shown, never asserted), and the same loop written by hand on baselines
+that need nothing beyond tether[openai]: raw ``httpx2`` posting prebuilt bodies (the floor),
+the same loop handing each POST to the client's transport as tether's backend does
+(``raw_httpx2_transport``: what that path saves, with no governance at all), and the openai
+client's typed ``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI,
+LangGraph, LangChain, ADK) are reported as installed or not; none is a dependency.
 
 The last line is one JSON object. Usage: ``python bench/overhead.py [--quick | --smoke]``.
 """
@@ -157,6 +158,37 @@ def raw_session(server: Server) -> Session:
                 "/chat/completions", content=body, headers={"content-type": "application/json"}
             )
             if not _tool_call_turn(r.json()["choices"][0]["message"], messages):
+                return
+
+    return run
+
+
+def transport_session(server: Server) -> Session:
+    """The floor on the path tether's backend takes: the same hand-written loop, each POST
+    handed to the httpx2 client's transport directly (no per-request client layer). The gap
+    between this and ``raw_httpx2`` is what that path saves, not governance."""
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+    client = httpx2.AsyncClient(limits=limits)
+    url = httpx2.URL(server.url + "/chat/completions")
+    transport = client._transport_for_url(url)
+    headers = httpx2.Headers({**client.headers, "content-type": "application/json"})
+    extensions = {"timeout": client.timeout.as_dict()}
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+    async def run(steps: int) -> None:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "Look things up, then answer."},
+            {"role": "user", "content": f"Collect the records. steps={steps}"},
+        ]
+        while True:
+            body = json.dumps({"model": "fake-model", "tools": tools, "messages": messages})
+            request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
+            response = await transport.handle_async_request(request)
+            try:
+                data = json.loads(await response.aread())
+            finally:
+                await response.aclose()
+            if not _tool_call_turn(data["choices"][0]["message"], messages):
                 return
 
     return run
@@ -304,6 +336,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "tether_stream": tether_session(server, trace_dir, stream=True),
                 "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
                 "raw_httpx2": raw_session(server),
+                "raw_httpx2_transport": transport_session(server),
                 "openai_typed_create": typed_session(server),
             }
             found, peer_report = peers.sessions(server.url, RESULT)
@@ -335,9 +368,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
                 print(f"{name:20s} us/step: {row}", flush=True)
             label = f"{sessions} concurrent {session_steps}-step sessions"
-            together: dict[str, tuple[float, float]] = {}
-            for name in ("raw_httpx2", "tether", "tether_each_event", "tether_no_trace"):
-                together[name] = await concurrent(runners[name], sessions, session_steps)
+            names = ("raw_httpx2", "raw_httpx2_transport", "tether", "tether_each_event", "tether_no_trace")
+            rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+            for _ in range(repeats):  # interleaved like the rest; medians, as one pass is noisy here
+                for name in names:
+                    rounds[name].append(await concurrent(runners[name], sessions, session_steps))
+            together: dict[str, tuple[float, float]] = {
+                name: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
+                for name, r in rounds.items()
+            }
+            for name in names:
                 wall_s, cpu_s = together[name]
                 ratio = wall_s / together["raw_httpx2"][0]
                 cpu_ratio = cpu_s / together["raw_httpx2"][1]
@@ -373,9 +413,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "tether_each_event",
         "tether_no_trace",
         "tether_openai_post",
+        "raw_httpx2_transport",
         "openai_typed_create",
     ):
         print(f"  {name:20s} {figures[name][mid] / raw[mid]:5.2f}x / {cpu[name][mid] / craw[mid]:5.2f}x")
+    lean = figures["raw_httpx2_transport"][mid]
+    print(
+        f"  tether against raw_httpx2_transport (governance alone, same HTTP path): "
+        f"{t[mid] / lean:.2f}x wall, {cpu['tether'][mid] / cpu['raw_httpx2_transport'][mid]:.2f}x cpu"
+    )
     print(
         f"tether per step, {long} steps / {short} steps: {t[long] / t[short]:.2f}x wall,"
         f" {cpu['tether'][long] / cpu['tether'][short]:.2f}x cpu (target <= 1.1x)",
@@ -398,6 +444,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "overhead_us_per_step_by_steps": rounded(t),
         "ratio_50_to_5": round(t[long] / t[short], 3),
         "ratio_to_raw_httpx2_at_20": round(t[mid] / raw[mid], 3),
+        "ratio_to_transport_floor_at_20": {
+            "wall": round(t[mid] / lean, 3),
+            "cpu": round(cpu["tether"][mid] / cpu["raw_httpx2_transport"][mid], 3),
+        },
         "cpu_us_per_step_by_steps": {n: rounded(cpu[n]) for n in runners_names},
         "cpu_ratio_50_to_5": round(cpu["tether"][long] / cpu["tether"][short], 3),
         "streaming_us_per_step_by_steps": rounded(figures["tether_stream"]),
@@ -430,7 +480,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "idle_kb_per_run_floor": round(idle_floor / 1024, 1),
         },
         "cold_start_s": round(cold, 4),
-        "baselines": {n: rounded(figures[n]) for n in ("raw_httpx2", "openai_typed_create")},
+        "baselines": {
+            n: rounded(figures[n]) for n in ("raw_httpx2", "raw_httpx2_transport", "openai_typed_create")
+        },
         "peers": peer_report,
         "targets": {  # shown beside the figures, never asserted
             "ratio_to_floor_at_20": 1.3,

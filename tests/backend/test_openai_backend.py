@@ -359,3 +359,25 @@ async def test_a_tool_call_turn_is_resent_with_empty_text_and_responses_are_capp
 def test_extra_body_cannot_overwrite_what_the_backend_writes() -> None:
     with pytest.raises(ConfigError, match="extra_body may not set max_tokens, stream"):
         OpenAICompatible("m", base_url="http://127.0.0.1:9/v1", extra_body={"stream": False, "max_tokens": 9})
+
+
+@pytest.mark.parametrize("transport", ["http", "openai"])
+async def test_a_proxy_named_in_the_environment_carries_the_requests(
+    serve: Serve, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str
+) -> None:
+    # The lean transport must pick what the full client picks: here the fake server is the
+    # proxy, so the request reaches it in absolute form, naming the upstream host.
+    server = serve([Reply.calls(ORDER), Reply.text("open")])
+    for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "http_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", server.url.rsplit("/", 1)[0])
+    model = OpenAICompatible(
+        "fake-model", base_url="http://upstream.invalid/v1", transport=transport, headers={"X-Team": "ops"}
+    )
+    result = await make_host(tmp_path).run(agent(model), "q", context=CONTEXT)
+    await model.aclose()
+
+    assert result.ok and result.answer == "open"
+    assert [r.path for r in server.received] == ["http://upstream.invalid/v1/chat/completions"] * 2
+    assert all(r.headers["x-team"] == "ops" for r in server.received)
+    assert all(r.headers["host"] == "upstream.invalid" for r in server.received)

@@ -34,8 +34,9 @@ def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
         and figures["concurrent_100_wall_s"] > 0
         and figures["cold_start_s"] > 0
     )
-    variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2"}
+    variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2", "raw_httpx2_transport"}
     assert variants <= set(figures["ratio_to_floor_at_20"]) and variants == set(figures["concurrent_100"])
+    assert set(figures["ratio_to_transport_floor_at_20"]) == {"wall", "cpu"}
     assert figures["rss"]["after_tether_runs_mb"] > 0
     assert isinstance(figures["rss"]["idle_kb_per_run"], float | int)
     assert set(figures["peers"]) == {"openai-agents", "pydantic-ai", "langgraph", "langchain", "google-adk"}

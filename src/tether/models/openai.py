@@ -1,7 +1,8 @@
 """A backend for any server that speaks chat completions (OpenAI, vLLM, Ollama, llama.cpp …).
 
 Transport: the official ``openai`` client's HTTP layer, ``httpx2`` (also a dependency of the
-MCP SDK, so the default needs no extra), with headers built once per backend; or, with
+MCP SDK, so the default needs no extra): a client built once per backend (headers, timeout,
+proxies from the environment) whose transport each POST is handed to directly; or, with
 ``transport="openai"``, the ``openai`` client itself (``pip install tether[openai]``, imported
 on first use) through its low-level ``post``, for its auth hooks and proxy handling. Neither
 path uses the typed ``chat.completions.create``: that re-validates and re-serialises the whole
@@ -130,6 +131,35 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         if seconds >= 0:
             return seconds
     return None
+
+
+class _Lane:
+    """The one request this backend sends, on an ``httpx2.AsyncClient``'s own transport.
+
+    The client is built once (its default and our headers merged, environment proxies and
+    mounts resolved for this URL, its timeout); each POST then goes straight to the transport
+    that client would pick, skipping what a chat-completions call never uses on the way: URL
+    merging, the auth and redirect loops (no redirects are followed either way), event hooks
+    and the cookie jar (cookies a server sets are not sent back). Timeouts, connection reuse,
+    proxies and the mapping of transport errors to ``httpx2`` exceptions are the transport's,
+    as they were. ``transport="openai"`` keeps the full client (its hooks, cookies, retries off).
+    """
+
+    def __init__(self, client: Any, url: str) -> None:
+        import httpx2
+
+        self.client = client
+        self.url = httpx2.URL(url)
+        self.transport = client._transport_for_url(self.url)
+        self.headers = client.headers
+        self.extensions = {"timeout": client.timeout.as_dict()}
+        self._request = httpx2.Request
+
+    async def post(self, body: bytes) -> Any:
+        request = self._request(
+            "POST", self.url, headers=self.headers, content=body, extensions=self.extensions
+        )
+        return await self.transport.handle_async_request(request)
 
 
 class OpenAICompatible:
@@ -347,17 +377,18 @@ class OpenAICompatible:
             )
         return self._client
 
-    def _http_client(self) -> Any:
+    def _http_client(self) -> _Lane:
         if self._client is None:
-            self._client = self._pool(Authorization=f"Bearer {self._api_key}", **self.headers)
-        return self._client
+            pool = self._pool(Authorization=f"Bearer {self._api_key}", **self.headers)
+            self._client = _Lane(pool, self.base_url + "/chat/completions")
+        return self._client  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         """Close the connection pool (a later call opens a new one). Call it, or use
         ``async with``, when done: a pool belongs to the event loop that opened it."""
         client, self._client = self._client, None
         if client is not None:
-            await (client.close() if self.transport == "openai" else client.aclose())
+            await (client.close() if self.transport == "openai" else client.client.aclose())
 
     async def __aenter__(self) -> OpenAICompatible:
         return self
@@ -418,14 +449,11 @@ class OpenAICompatible:
             await response.aclose()
 
     async def _send_http(self, body: bytes) -> Any:
-        """POST through the openai client's HTTP layer (httpx2) with headers built once."""
+        """POST through the openai client's HTTP layer (httpx2), on its transport (``_Lane``)."""
         import httpx2
 
-        client = self._http_client()
         try:
-            response = await client.send(
-                client.build_request("POST", "chat/completions", content=body), stream=True
-            )
+            response = await self._http_client().post(body)
         except httpx2.TimeoutException:
             raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
         except httpx2.TransportError as err:
