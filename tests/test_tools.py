@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
 from tether import Effect, Target, ToolContext, tool
@@ -155,3 +157,62 @@ def test_a_sync_tool_declared_non_blocking_runs_inline_and_others_in_a_worker_th
     loop_thread = anyio.run(main)
     assert seen["quick"] == loop_thread
     assert seen["slow"] != loop_thread
+
+
+@tool
+async def plain(
+    key: Annotated[str, Field(description="A key.")],
+    count: Annotated[int, Field(description="How many.")] = 3,
+    ratio: Annotated[float | None, Field(description="A ratio.")] = None,
+    flag: Annotated[bool, Field(description="A flag.")] = False,
+) -> str:
+    """A tool whose arguments are bare JSON scalars."""
+    return key
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=3), inner, max_size=2),
+    max_leaves=4,
+)
+
+
+def _slow_build(t: Tool, arguments: dict[str, Any]) -> Any:
+    slow = object.__new__(Tool)
+    slow.__dict__.update(t.__dict__)
+    slow._plain = None  # pydantic's round trip, as for any other tool
+    try:
+        return slow.build(arguments)
+    except ToolInputError as err:
+        return ("error", str(err))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["key", "count", "ratio", "flag", "other"]), _JSON, max_size=5).flatmap(
+        lambda d: st.sampled_from([d, {"key": "k", **{k: v for k, v in d.items() if k != "key"}}])
+    )
+)
+def test_the_shortcut_for_scalar_arguments_builds_exactly_what_pydantic_builds(
+    arguments: dict[str, Any],
+) -> None:
+    assert plain._plain is not None  # the shortcut is in use for this tool
+    try:
+        fast: Any = plain.build(arguments)
+    except ToolInputError as err:
+        fast = ("error", str(err))
+    slow = _slow_build(plain, arguments)
+    assert fast == slow and [type(v) for v in fast] == [type(v) for v in slow]
+    if isinstance(fast, dict):
+        assert [type(v) for v in fast.values()] == [type(v) for v in slow.values()]
+
+
+def test_arguments_with_a_constraint_or_a_model_keep_pydantic_building_them() -> None:
+    assert read_order._plain is None  # min_length / max_length: pydantic's own checks run
+    built = plain.build({"key": "k", "ratio": 2})
+    assert built == {"key": "k", "count": 3, "ratio": 2.0, "flag": False}
+    assert type(built["ratio"]) is float

@@ -13,7 +13,8 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, get_type_hints
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -38,6 +39,30 @@ __all__ = [
 
 
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
+_REQUIRED = object()
+
+
+def _plain_fields(model: type[BaseModel]) -> tuple[tuple[str, type, bool, Any], ...] | None:
+    """``(name, type, may_be_none, default)`` per field when every field is a bare ``str``,
+    ``int``, ``bool`` or ``float`` (or that ``| None``) with no constraint, validator or default
+    factory: the arguments pydantic would build from checked JSON are then the JSON values
+    themselves (an int for a float made float), so ``Tool.build`` can skip the round trip.
+    ``None`` otherwise: pydantic builds them. (The model is made from the signature alone, so
+    a validator can only come as ``Annotated`` metadata, which is excluded.)"""
+    fields: list[tuple[str, type, bool, Any]] = []
+    for name, info in model.model_fields.items():
+        kind: Any = info.annotation
+        optional = False
+        args = get_args(kind)
+        if get_origin(kind) in (Union, UnionType) and len(args) == 2 and type(None) in args:
+            kind, optional = next(a for a in args if a is not type(None)), True
+        if kind not in (str, int, bool, float) or info.metadata or info.default_factory is not None:
+            return None
+        default = _REQUIRED if info.is_required() else info.default
+        if default is not _REQUIRED and not (default is None or type(default) in (str, int, bool, float)):
+            return None
+        fields.append((name, kind, optional, default))
+    return tuple(fields)
 
 
 def render_result(value: Any) -> str:
@@ -147,6 +172,7 @@ class Tool:
                     f"tool {tool_name}: argument {fname!r} has no description "
                     "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
                 )
+        self._plain = _plain_fields(self.arguments_model)
         schema = self.arguments_model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
@@ -204,6 +230,24 @@ class Tool:
         the schema has already accepted. Pydantic reads them in strict JSON mode, so it converts
         representations and never coerces one type into another; what only Python code can
         check (a custom validator) fails here as ``ToolInputError``."""
+        plain = self._plain
+        if plain is not None and len(arguments) <= len(plain):
+            out: dict[str, Any] = {}
+            for name, kind, optional, default in plain:
+                value = arguments.get(name, _REQUIRED)
+                if value is _REQUIRED:
+                    if default is _REQUIRED:
+                        break  # pydantic says what is missing, below
+                    out[name] = default
+                elif type(value) is kind or (optional and value is None):
+                    out[name] = value
+                elif kind is float and type(value) is int and abs(value) < 2**53:
+                    out[name] = float(value)  # what strict JSON mode makes of an integer
+                else:
+                    break
+            else:
+                if len(out) == len(plain) and all(k in out for k in arguments):
+                    return out
         try:
             text = _ARGUMENTS_JSON.encode(arguments)
             model = self.arguments_model.model_validate_json(text, strict=True)
