@@ -8,7 +8,7 @@ The file names everything a run needs; relative paths are relative to the file's
       name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
       base_url: http://127.0.0.1:11434/v1
       api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
-      streaming: true
+      streaming: false                                   # default: stream when shown live
       limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
       prices: {"qwen3:8b": {input: 0, output: 0}}
     tools:                                               # local tools, by import path
@@ -121,7 +121,7 @@ class ModelSpec(_Strict):
     name: str = Field(min_length=1)
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    streaming: bool = True
+    streaming: bool | None = None  # None: stream when the answer is shown as it arrives
     reasoning: Literal["drop", "keep", "since_last_user"] | None = None
     timeout_s: float = Field(default=120.0, gt=0, le=3600)
     max_retries: int = Field(default=4, ge=0, le=20)

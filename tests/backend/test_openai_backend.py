@@ -303,9 +303,14 @@ async def test_streamed_or_whole_reasoning_is_kept_on_the_message_and_resent_whe
     assert server.bodies()[1]["messages"][2]["reasoning_content"] == "I should read the order."
 
 
-def test_a_backend_survives_being_reused_from_a_new_event_loop(serve: Serve, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["http", "openai"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_backend_survives_being_reused_from_a_new_event_loop(
+    serve: Serve, tmp_path: Path, stream: bool, transport: str
+) -> None:
+    # Whole responses leave a kept-alive connection in the pool, owned by the first loop.
     server = serve([Reply.text("first"), Reply.text("second")])
-    model = backend(server)
+    model = backend(server, stream=stream, transport=transport)
     answers = [
         make_host(tmp_path).run_sync(agent(model), "q", context=CONTEXT).answer,
         make_host(tmp_path).run_sync(agent(model), "q", context=CONTEXT).answer,
@@ -381,3 +386,13 @@ async def test_a_proxy_named_in_the_environment_carries_the_requests(
     assert [r.path for r in server.received] == ["http://upstream.invalid/v1/chat/completions"] * 2
     assert all(r.headers["x-team"] == "ops" for r in server.received)
     assert all(r.headers["host"] == "upstream.invalid" for r in server.received)
+
+
+def test_the_backend_streams_by_default_only_when_someone_reads_the_pieces() -> None:
+    url = "http://127.0.0.1:9/v1"
+    assert OpenAICompatible("m", base_url=url).stream is False
+    assert OpenAICompatible("m", base_url=url, on_delta=lambda kind, piece: None).stream is True
+    assert OpenAICompatible("m", base_url=url, stream=True).stream is True
+    assert OpenAICompatible("m", base_url=url, stream=False, on_delta=lambda k, p: None).stream is False
+    body = json.loads(OpenAICompatible("m", base_url=url).encode(ModelRequest(messages=(UserMessage("q"),))))
+    assert "stream" not in body and "stream_options" not in body

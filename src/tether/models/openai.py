@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import anyio
+import anyio.lowlevel
 from pydantic_core import to_json
 
 from tether.errors import ConfigError, ModelError
@@ -170,7 +171,10 @@ class OpenAICompatible:
     servers get a placeholder). ``rate_limit`` is a shared ``TokenBucket`` each attempt draws
     from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``). ``max_tokens``
     caps every response unless the request sets its own cap; ``extra_body`` adds fixed request
-    fields (``temperature``, …), never those the backend writes itself.
+    fields (``temperature``, …), never those the backend writes itself. ``stream`` asks for a
+    server-sent event stream; by default (``None``) only when ``on_delta`` is given, that is
+    when someone reads the pieces as they arrive: a whole response costs the client less per
+    step (one read, one parse) and gives the run the same message.
     """
 
     def __init__(
@@ -179,7 +183,7 @@ class OpenAICompatible:
         *,
         base_url: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
-        stream: bool = True,
+        stream: bool | None = None,
         stream_usage: bool = True,
         reasoning: ReasoningRule | None = None,
         timeout_s: float = 120.0,
@@ -218,7 +222,7 @@ class OpenAICompatible:
         reserved = {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
         if clash := sorted(reserved & set(extra_body or {})):
             raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
-        self.stream = stream
+        self.stream = stream = on_delta is not None if stream is None else stream
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
         if self.reasoning not in ("drop", "keep", "since_last_user"):
@@ -233,6 +237,7 @@ class OpenAICompatible:
         self._sleep = sleep
         self._rand = rand
         self._client: Any = None
+        self._client_loop: object = None  # the event loop the pool belongs to
         # Fixed request fields, encoded once: everything but messages (and the tool part).
         fixed: dict[str, Any] = {"model": model}
         if stream:
@@ -360,8 +365,18 @@ class OpenAICompatible:
             ),
         )
 
+    def _current_client(self) -> Any:
+        """The pool of the running event loop, or None. A pool opened on another loop (an
+        earlier ``asyncio.run``, ``Host.run_sync``) holds connections that loop owned: they
+        cannot be used, nor closed, from this one, so it is dropped and a new one opened."""
+        loop = anyio.lowlevel.current_token()
+        if self._client is not None and self._client_loop is not loop:
+            self._client = None
+        self._client_loop = loop
+        return self._client
+
     def _openai_client(self) -> Any:
-        if self._client is None:
+        if self._current_client() is None:
             try:
                 import openai
             except ImportError:  # pragma: no cover - depends on the installation
@@ -378,7 +393,7 @@ class OpenAICompatible:
         return self._client
 
     def _http_client(self) -> _Lane:
-        if self._client is None:
+        if self._current_client() is None:
             pool = self._pool(Authorization=f"Bearer {self._api_key}", **self.headers)
             self._client = _Lane(pool, self.base_url + "/chat/completions")
         return self._client  # type: ignore[no-any-return]
