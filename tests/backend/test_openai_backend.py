@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from backend_support import CONTEXT, ORDER_CALLS, Sleeps, make_host
 
@@ -396,3 +397,52 @@ def test_the_backend_streams_by_default_only_when_someone_reads_the_pieces() -> 
     assert OpenAICompatible("m", base_url=url, stream=False, on_delta=lambda k, p: None).stream is False
     body = json.loads(OpenAICompatible("m", base_url=url).encode(ModelRequest(messages=(UserMessage("q"),))))
     assert "stream" not in body and "stream_options" not in body
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_concurrent_calls_spread_over_the_pool_shards_and_every_call_gives_its_place_back(
+    serve: Serve, stream: bool
+) -> None:
+    # 64 connections are four shards of 16; 40 overlapping calls, some failing on the way
+    # (a 500 then a dropped connection, both retried), must leave no shard counting a call.
+    server = serve([])
+
+    def reply(request: Any, i: int) -> Reply:
+        if i == 0:
+            return Reply.text("warm")  # opens the pool before the concurrent calls
+        if i in (3, 17):
+            return Reply.error(500, "busy")
+        if i in (5, 23):
+            return Reply(drop=True)
+        return Reply.text(f"answer {i}", delay_s=0.2)
+
+    server.responder = reply
+    model = backend(server, stream=stream, max_connections=64)
+    request = ModelRequest(messages=(UserMessage("q"),))
+    answers: list[str | None] = []
+    seen: list[list[int]] = []
+
+    async def call() -> None:
+        answers.append((await model.complete(request)).message.content)
+
+    async def watch() -> None:
+        for _ in range(10):
+            await anyio.sleep(0.05)
+            if model._client is not None:
+                seen.append(list(model._client.in_flight))
+
+    assert (await model.complete(request)).message.content == "warm"
+    opened = model._client
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        for _ in range(40):
+            tg.start_soon(call)
+    lane = model._client
+    assert lane is opened  # one pool for every call on this event loop
+    await model.aclose()
+
+    assert len(answers) == 40 and all(a and a.startswith("answer") for a in answers)
+    assert len(lane.clients) == 4 and lane.in_flight == [0, 0, 0, 0]
+    busiest = max(seen, key=sum)
+    assert sum(busiest) >= 30 and max(busiest) - min(busiest) <= 1  # spread evenly while in flight
+    assert len(model.retries) == 4

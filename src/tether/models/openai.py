@@ -38,6 +38,7 @@ of ``repr``, error messages or traces (error text is scrubbed of it before it is
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -134,33 +135,80 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
     return None
 
 
-class _Lane:
-    """The one request this backend sends, on an ``httpx2.AsyncClient``'s own transport.
+SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
 
-    The client is built once (its default and our headers merged, environment proxies and
+
+class _Lane:
+    """The one request this backend sends, on ``httpx2.AsyncClient`` transports.
+
+    Each client is built once (its default and our headers merged, environment proxies and
     mounts resolved for this URL, its timeout); each POST then goes straight to the transport
     that client would pick, skipping what a chat-completions call never uses on the way: URL
     merging, the auth and redirect loops (no redirects are followed either way), event hooks
     and the cookie jar (cookies a server sets are not sent back). Timeouts, connection reuse,
     proxies and the mapping of transport errors to ``httpx2`` exceptions are the transport's,
     as they were. ``transport="openai"`` keeps the full client (its hooks, cookies, retries off).
+
+    A large pool is split into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of
+    16), each request going to the shard with the fewest requests in flight. httpcore's pool
+    walks all of its connections and waiting requests every time a request starts or ends;
+    with many concurrent sessions that walk, not the exchange, is what each call costs most,
+    and a shard's walk is a quarter as long. The connection limit overall stays the same.
     """
 
-    def __init__(self, client: Any, url: str) -> None:
+    def __init__(self, clients: list[Any], url: str) -> None:
         import httpx2
 
-        self.client = client
+        self.clients = clients
         self.url = httpx2.URL(url)
-        self.transport = client._transport_for_url(self.url)
-        self.headers = client.headers
-        self.extensions = {"timeout": client.timeout.as_dict()}
+        self.transports = [client._transport_for_url(self.url) for client in clients]
+        self.in_flight = [0] * len(clients)
+        self.headers = clients[0].headers
+        self.extensions = {"timeout": clients[0].timeout.as_dict()}
         self._request = httpx2.Request
+        self._counted = _counted_stream()
 
     async def post(self, body: bytes) -> Any:
         request = self._request(
             "POST", self.url, headers=self.headers, content=body, extensions=self.extensions
         )
-        return await self.transport.handle_async_request(request)
+        in_flight = self.in_flight
+        shard = 0 if len(in_flight) == 1 else min(range(len(in_flight)), key=in_flight.__getitem__)
+        in_flight[shard] += 1
+        try:
+            response = await self.transports[shard].handle_async_request(request)
+        except BaseException:
+            in_flight[shard] -= 1
+            raise
+        response.stream = self._counted(response.stream, in_flight, shard)
+        return response
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
+@functools.cache
+def _counted_stream() -> type:
+    """A response body that gives its shard's in-flight count back once, when closed (built on
+    first use: ``httpx2`` is imported lazily)."""
+    import httpx2
+
+    class Counted(httpx2.AsyncByteStream):
+        def __init__(self, stream: Any, in_flight: list[int], shard: int) -> None:
+            self._stream, self._in_flight, self._shard = stream, in_flight, shard
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self._stream:
+                yield chunk
+
+        async def aclose(self) -> None:
+            if self._in_flight is not None:
+                self._in_flight[self._shard] -= 1
+                self._in_flight = None  # type: ignore[assignment]
+            await self._stream.aclose()
+
+    return Counted
 
 
 class OpenAICompatible:
@@ -351,25 +399,26 @@ class OpenAICompatible:
 
     # -- transport ----------------------------------------------------------------------------
 
-    def _pool(self, **headers: str) -> Any:
+    def _pool(self, connections: int | None = None, verify: Any = True, **headers: str) -> Any:
         import httpx2
 
+        connections = self.max_connections if connections is None else connections
         return httpx2.AsyncClient(
             base_url=self.base_url + "/",
             headers=headers,
             timeout=self.timeout_s,
+            verify=verify,
             # Keep every connection of a busy host alive: the default (20 kept of 100) makes
             # concurrent sessions reconnect on most calls.
-            limits=httpx2.Limits(
-                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
-            ),
+            limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections),
         )
 
     def _current_client(self) -> Any:
         """The pool of the running event loop, or None. A pool opened on another loop (an
         earlier ``asyncio.run``, ``Host.run_sync``) holds connections that loop owned: they
         cannot be used, nor closed, from this one, so it is dropped and a new one opened."""
-        loop = anyio.lowlevel.current_token()
+        token = anyio.lowlevel.current_token()  # a new wrapper each call (anyio >= 4.11)
+        loop = getattr(token, "native_token", token)
         if self._client is not None and self._client_loop is not loop:
             self._client = None
         self._client_loop = loop
@@ -394,8 +443,15 @@ class OpenAICompatible:
 
     def _http_client(self) -> _Lane:
         if self._current_client() is None:
-            pool = self._pool(Authorization=f"Bearer {self._api_key}", **self.headers)
-            self._client = _Lane(pool, self.base_url + "/chat/completions")
+            total = self.max_connections
+            shards = max(1, total // SHARD_CONNECTIONS)
+            sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
+            headers = {"Authorization": f"Bearer {self._api_key}", **self.headers}
+            import httpx2
+
+            tls = httpx2.create_ssl_context()  # what each client would build (certificates loaded once)
+            pools = [self._pool(n, tls, **headers) for n in sizes]
+            self._client = _Lane(pools, self.base_url + "/chat/completions")
         return self._client  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
@@ -403,7 +459,7 @@ class OpenAICompatible:
         ``async with``, when done: a pool belongs to the event loop that opened it."""
         client, self._client = self._client, None
         if client is not None:
-            await (client.close() if self.transport == "openai" else client.client.aclose())
+            await (client.close() if self.transport == "openai" else client.aclose())
 
     async def __aenter__(self) -> OpenAICompatible:
         return self
