@@ -15,8 +15,9 @@ after 1,000 sequential one-step runs, RSS per run with 1,000 idle runs in flight
 waits on an event), the cold start of ``tether --help``, each beside its target as a ratio to
 the floor (targets are shown, never asserted), and the same loop written by hand on baselines
 that need nothing beyond tether[openai]: raw ``httpx2`` posting prebuilt bodies (the floor),
-the same loop handing each POST to the client's transport as tether's backend does
-(``raw_httpx2_transport``: what that path saves, with no governance at all), and the openai
+the same loop handing each POST to a client's transport over four 16-connection pools as
+tether's backend does (``raw_httpx2_transport``: what that path saves, with no governance at
+all), and the openai
 client's typed ``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI,
 LangGraph, LangChain, ADK) are reported as installed or not; none is a dependency.
 
@@ -165,14 +166,18 @@ def raw_session(server: Server) -> Session:
 
 def transport_session(server: Server) -> Session:
     """The floor on the path tether's backend takes: the same hand-written loop, each POST
-    handed to the httpx2 client's transport directly (no per-request client layer). The gap
-    between this and ``raw_httpx2`` is what that path saves, not governance."""
-    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
-    client = httpx2.AsyncClient(limits=limits)
+    handed to an httpx2 client's transport directly (no per-request client layer), over four
+    pools of 16 connections, each request to the one with the fewest in flight. The gap between
+    this and ``raw_httpx2`` is what that path saves, not governance."""
+    clients = [
+        httpx2.AsyncClient(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=16))
+        for _ in range(4)
+    ]
     url = httpx2.URL(server.url + "/chat/completions")
-    transport = client._transport_for_url(url)
-    headers = httpx2.Headers({**client.headers, "content-type": "application/json"})
-    extensions = {"timeout": client.timeout.as_dict()}
+    transports = [c._transport_for_url(url) for c in clients]
+    in_flight = [0] * len(clients)
+    headers = httpx2.Headers({**clients[0].headers, "content-type": "application/json"})
+    extensions = {"timeout": clients[0].timeout.as_dict()}
     tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
     async def run(steps: int) -> None:
@@ -183,11 +188,16 @@ def transport_session(server: Server) -> Session:
         while True:
             body = json.dumps({"model": "fake-model", "tools": tools, "messages": messages})
             request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
-            response = await transport.handle_async_request(request)
+            shard = min(range(len(in_flight)), key=in_flight.__getitem__)
+            in_flight[shard] += 1
             try:
-                data = json.loads(await response.aread())
+                response = await transports[shard].handle_async_request(request)
+                try:
+                    data = json.loads(await response.aread())
+                finally:
+                    await response.aclose()
             finally:
-                await response.aclose()
+                in_flight[shard] -= 1
             if not _tool_call_turn(data["choices"][0]["message"], messages):
                 return
 
