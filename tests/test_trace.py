@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -168,3 +171,48 @@ def test_event_timestamps_read_like_isoformat_in_utc() -> None:
     after = datetime.now(UTC)
     assert before <= datetime.fromisoformat(stamp) <= after
     assert len(stamp) == len(before.isoformat(timespec="microseconds")) and stamp.endswith("+00:00")
+
+
+def _flushes_recorded(sink: JsonlSink) -> list[int]:
+    threads: list[int] = []
+    flush_due = sink.flush_due
+
+    def recording() -> None:
+        threads.append(threading.get_ident())
+        flush_due()
+
+    sink.flush_due = recording  # type: ignore[method-assign]
+    return threads
+
+
+def test_a_waiting_line_of_a_run_on_an_event_loop_is_written_on_that_loop(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The timer thread only asks the loop: writing a hundred runs' files itself would hand the
+    # GIL back and forth with the loop's thread once per file.
+    path = tmp_path / "t.jsonl"
+
+    async def run() -> tuple[int, list[int], list[str]]:
+        sink = JsonlSink(path, max_delay_s=0.05)
+        threads = _flushes_recorded(sink)
+        Tracer("run-1", [sink]).emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            if path.read_bytes():
+                break
+        sink.close()
+        return threading.get_ident(), threads, _lines(path)
+
+    loop_thread, threads, kinds = asyncio.run(run())
+    assert kinds == ["tool_proposed"] and threads and set(threads) == {loop_thread}
+
+
+def test_a_waiting_line_written_outside_any_event_loop_is_written_by_the_timer_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, max_delay_s=0.05)
+    threads = _flushes_recorded(sink)
+    Tracer("run-1", [sink]).emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
+    for _ in range(100):
+        time.sleep(0.02)
+        if path.read_bytes():
+            break
+    sink.close()
+    assert _lines(path) == ["tool_proposed"] and threads and threading.get_ident() not in threads

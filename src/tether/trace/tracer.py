@@ -19,6 +19,7 @@ Neither mode calls ``fsync``: what the OS holds survives the process, not a powe
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import json
 import os
@@ -78,10 +79,17 @@ class TraceSink(Protocol):
 
 
 class _Timer:
-    """One daemon thread per process: every ``TICK`` seconds it writes the lines of batched
-    sinks whose oldest line is older than the sink's ``max_delay_s``. It is never woken by a
+    """One daemon thread per process: every ``TICK`` seconds it has the lines of batched sinks
+    whose oldest line is older than the sink's ``max_delay_s`` written. It is never woken by a
     writer (that would cost a thread switch per batch), its wake-ups do not grow with the
-    number of runs, and it ends after ``IDLE_S`` with nothing waiting."""
+    number of runs, and it ends after ``IDLE_S`` with nothing waiting.
+
+    A sink written from an event loop is flushed *on that loop* (one ``call_soon_threadsafe``
+    per loop and tick): were this thread to write a hundred files itself, each write would
+    hand the GIL back and forth with the loop's thread, a forced switch each time, which is
+    what concurrent runs paid for the batched mode. Sinks written outside a loop, whose loop
+    has closed, or whose loop did not get to it by the next tick (blocked), are written by
+    this thread."""
 
     TICK = 0.1
     IDLE_S = 5.0
@@ -115,8 +123,27 @@ class _Timer:
                         return
                     continue
             idle = 0.0
+            now = time.monotonic()
+            by_loop: dict[Any, list[JsonlSink]] = {}
             for sink in sinks:
-                sink.flush_due()
+                if not sink.due(now):
+                    continue
+                loop = sink.loop
+                if loop is None or loop.is_closed() or (sink.asked and now - sink.asked >= self.TICK):
+                    sink.flush_due()  # no loop, or one too busy to have done it since the last tick
+                else:
+                    sink.asked = now
+                    by_loop.setdefault(loop, []).append(sink)
+            for loop, due in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_flush_due, due)
+                except RuntimeError:  # closed since: nobody else will write them
+                    _flush_due(due)
+
+
+def _flush_due(sinks: list[JsonlSink]) -> None:
+    for sink in sinks:
+        sink.flush_due()
 
 
 _TIMER = _Timer()
@@ -172,6 +199,8 @@ class JsonlSink:
         self._lines: list[bytes] = []
         self._size = 0
         self._since = 0.0  # when the oldest waiting line was written
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop that wrote it, if any
+        self.asked = 0.0  # when the timer last asked that loop to write the waiting lines
         if flush == "batched":
             _OPEN.add(self)
 
@@ -186,6 +215,7 @@ class JsonlSink:
                 return
             if not self._lines:
                 self._since = time.monotonic()
+                self.loop = asyncio._get_running_loop()  # where the timer has it flushed
                 _TIMER.add(self)
             self._lines.append(line)
             self._size += len(line)
@@ -203,6 +233,11 @@ class JsonlSink:
             if not self._file.closed:
                 self._drain()
 
+    def due(self, now: float) -> bool:
+        """Whether the oldest waiting line has waited ``max_delay_s`` (read without the lock:
+        a stale answer only moves the write to the next tick)."""
+        return bool(self._lines) and now - self._since >= self.max_delay_s
+
     def flush_due(self) -> None:
         """The timer's call: write the waiting lines if the oldest has waited long enough."""
         with self._lock:
@@ -216,6 +251,7 @@ class JsonlSink:
             self._file.write(b"".join(self._lines))
             self._lines.clear()
             self._size = 0
+            self.asked = 0.0
             _TIMER.discard(self)
         self._file.flush()
 
