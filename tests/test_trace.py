@@ -216,3 +216,20 @@ def test_a_waiting_line_written_outside_any_event_loop_is_written_by_the_timer_t
             break
     sink.close()
     assert _lines(path) == ["tool_proposed"] and threads and threading.get_ident() not in threads
+
+
+def test_a_raw_write_that_takes_only_part_of_the_lines_is_continued_until_all_are_written() -> None:
+    from tether.trace.tracer import _write_all
+
+    class Trickle:  # a raw file that accepts at most 7 bytes per call
+        def __init__(self) -> None:
+            self.data = b""
+
+        def write(self, view: memoryview) -> int:
+            self.data += bytes(view[:7])
+            return min(7, len(view))
+
+    file = Trickle()
+    lines = b"".join(b'{"seq": %d}\n' % i for i in range(20))
+    _write_all(file, lines)
+    assert file.data == lines

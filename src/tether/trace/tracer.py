@@ -175,6 +175,13 @@ def _encode(event: TraceEvent) -> bytes:
         return json.dumps(data, ensure_ascii=True, default=str).encode("ascii") + b"\n"
 
 
+def _write_all(file: Any, data: bytes) -> None:
+    """All of ``data`` to an unbuffered file (a raw write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) :]
+
+
 class JsonlSink:
     """Append-only JSON lines, one file per run; see the module docstring for ``flush``."""
 
@@ -194,7 +201,9 @@ class JsonlSink:
         self.mode: FlushMode = flush
         self.max_events, self.max_bytes, self.max_delay_s = max_events, max_bytes, max_delay_s
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = path.open("ab")
+        # Unbuffered: lines are batched here already; a BufferedWriter would add a copy per
+        # write and an 8 KB buffer per open run.
+        self._file = path.open("ab", buffering=0)
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
         self._size = 0
@@ -210,8 +219,7 @@ class JsonlSink:
             if self._file.closed:
                 raise ValueError(f"trace {self.path} is closed")
             if self.mode == "each_event":
-                self._file.write(line)
-                self._file.flush()
+                _write_all(self._file, line)
                 return
             if not self._lines:
                 self._since = time.monotonic()
@@ -248,12 +256,11 @@ class JsonlSink:
         # Called with the lock held; leaving the timer's set under the same lock means a line
         # written meanwhile cannot be left without a timer.
         if self._lines:
-            self._file.write(b"".join(self._lines))
+            _write_all(self._file, b"".join(self._lines))
             self._lines.clear()
             self._size = 0
             self.asked = 0.0
             _TIMER.discard(self)
-        self._file.flush()
 
     def close(self) -> None:
         with self._lock:
