@@ -142,11 +142,12 @@ def _tool_call_turn(message: dict[str, Any], messages: list[dict[str, Any]]) -> 
     return bool(calls)
 
 
-def raw_session(server: Server) -> Session:
-    """The floor: a hand-written loop posting JSON bodies with httpx2."""
-    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)  # as tether's backend
-    client = httpx2.AsyncClient(base_url=server.url, limits=limits)
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+FLOOR_TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+
+def floor_loop(post: Callable[[str], Awaitable[dict[str, Any]]]) -> Session:
+    """The hand-written loop of the floors: post the whole history as JSON, append the answer
+    and its tool results, until an answer has no tool calls. ``post`` returns the message."""
 
     async def run(steps: int) -> None:
         messages: list[dict[str, Any]] = [
@@ -154,14 +155,23 @@ def raw_session(server: Server) -> Session:
             {"role": "user", "content": f"Collect the records. steps={steps}"},
         ]
         while True:
-            body = json.dumps({"model": "fake-model", "tools": tools, "messages": messages})
-            r = await client.post(
-                "/chat/completions", content=body, headers={"content-type": "application/json"}
-            )
-            if not _tool_call_turn(r.json()["choices"][0]["message"], messages):
+            body = json.dumps({"model": "fake-model", "tools": FLOOR_TOOLS, "messages": messages})
+            if not _tool_call_turn(await post(body), messages):
                 return
 
     return run
+
+
+def raw_session(server: Server) -> Session:
+    """The floor: a hand-written loop posting JSON bodies with httpx2."""
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)  # as tether's backend
+    client = httpx2.AsyncClient(base_url=server.url, limits=limits)
+
+    async def post(body: str) -> dict[str, Any]:
+        r = await client.post("/chat/completions", content=body, headers={"content-type": "application/json"})
+        return r.json()["choices"][0]["message"]  # type: ignore[no-any-return]
+
+    return floor_loop(post)
 
 
 def transport_session(server: Server) -> Session:
@@ -178,30 +188,22 @@ def transport_session(server: Server) -> Session:
     in_flight = [0] * len(clients)
     headers = httpx2.Headers({**clients[0].headers, "content-type": "application/json"})
     extensions = {"timeout": clients[0].timeout.as_dict()}
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
 
-    async def run(steps: int) -> None:
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": "Look things up, then answer."},
-            {"role": "user", "content": f"Collect the records. steps={steps}"},
-        ]
-        while True:
-            body = json.dumps({"model": "fake-model", "tools": tools, "messages": messages})
-            request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
-            shard = min(range(len(in_flight)), key=in_flight.__getitem__)
-            in_flight[shard] += 1
+    async def post(body: str) -> dict[str, Any]:
+        request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
+        shard = min(range(len(in_flight)), key=in_flight.__getitem__)
+        in_flight[shard] += 1
+        try:
+            response = await transports[shard].handle_async_request(request)
             try:
-                response = await transports[shard].handle_async_request(request)
-                try:
-                    data = json.loads(await response.aread())
-                finally:
-                    await response.aclose()
+                data = json.loads(await response.aread())
             finally:
-                in_flight[shard] -= 1
-            if not _tool_call_turn(data["choices"][0]["message"], messages):
-                return
+                await response.aclose()
+        finally:
+            in_flight[shard] -= 1
+        return data["choices"][0]["message"]  # type: ignore[no-any-return]
 
-    return run
+    return floor_loop(post)
 
 
 def typed_session(server: Server) -> Session:
@@ -209,7 +211,7 @@ def typed_session(server: Server) -> Session:
     import openai
 
     client = openai.AsyncOpenAI(api_key="no-key", base_url=server.url, max_retries=0)
-    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+    tools = FLOOR_TOOLS
 
     async def run(steps: int) -> None:
         messages: list[Any] = [
