@@ -451,3 +451,42 @@ async def test_trace_file_is_jsonl_with_one_event_per_line(tmp_path: Any) -> Non
     events = [json.loads(line) for line in lines]
     assert [e["kind"] for e in events] == result.kinds()
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+async def test_a_finished_run_leaves_no_reference_cycle_for_the_garbage_collector(tmp_path: Any) -> None:
+    # Under many concurrent runs, a run whose objects form a cycle is freed only by a full GC
+    # pass, which walks every live object: its state must be freed by reference counting.
+    import gc
+
+    from tether.context import ContextConfig, StatusConfig
+
+    erp = Erp()
+    host = make_host(erp, trace_dir=tmp_path)
+    steps = [call("read_order", order_id="742"), call("read_order", order_id="742"), "Order 742 is open."]
+    run_agent = Agent(
+        instructions="Investigate.",
+        model=ScriptedModel(steps),
+        limits=Limits(deadline_s=60),
+        context=ContextConfig(status=StatusConfig()),
+    )
+    await host.run(run_agent, "warm up", context=CTX)  # first-use caches and imports
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        run_agent = Agent(
+            instructions="Investigate.",
+            model=ScriptedModel(steps),
+            limits=Limits(deadline_s=60),
+            context=ContextConfig(status=StatusConfig()),
+        )
+        result = await host.run(run_agent, "Why is 742 open?", context=CTX)
+        assert result.answer == "Order 742 is open." and len(erp.received) == 4  # the run did its work
+        del result, run_agent
+        gc.collect()
+        cyclic = [type(x).__qualname__ for x in gc.garbage if type(x).__module__.startswith("tether")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []

@@ -89,6 +89,9 @@ class AgentLoop:
             started_at=host.clock(),
         )
         self.offered = host.offered(agent.tools)
+        # The engine's callbacks close over what they need, not over ``self``: a run's objects
+        # then form no reference cycle and are freed when the run ends, not by a full GC pass.
+        tracer, state = self.tracer, self.state
         self.engine = ContextEngine(
             agent.context,
             instructions=agent.instructions,
@@ -97,10 +100,21 @@ class AgentLoop:
             clock=host.clock,
             trace_dir=host.trace_dir,
             run_id=run_id,
-            emit=lambda kind, **data: self.tracer.emit(EventKind(kind), **data),
+            emit=lambda kind, **data: tracer.emit(EventKind(kind), **data),
             expected_updates=self.limits.max_steps,
         )
-        self.engine.runner = self._run_subagent
+
+        async def run_subagent(sub: Any, task: str) -> Any:
+            return await run_subtask(
+                _ChildRuns(host),
+                sub.agent(),
+                task,
+                context=state.context,
+                parent=tracer,
+                max_chars=sub.max_chars,
+            )
+
+        self.engine.runner = run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
         self.handoff: Any = None
 
@@ -326,16 +340,6 @@ class AgentLoop:
                     self._host_answer(),
                 )
         return None
-
-    async def _run_subagent(self, sub: Any, task: str) -> Any:
-        return await run_subtask(
-            _ChildRuns(self.host),
-            sub.agent(),
-            task,
-            context=self.state.context,
-            parent=self.tracer,
-            max_chars=sub.max_chars,
-        )
 
     # -- endings -----------------------------------------------------------------------------
 

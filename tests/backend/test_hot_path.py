@@ -67,8 +67,14 @@ def test_item_memo_computes_each_object_once() -> None:
     a, b, c, d = (UserMessage(x) for x in "abcd")
     assert memo.values([a, b, c]) == [1, 1, 1]
     assert memo.values([a, b, d]) == [1, 1, 1]  # tail replaced
-    assert memo.values([a, b, d, c]) == [1, 1, 1, 1]  # appended; c is cached
+    assert memo.values([a, b, d, a]) == [1, 1, 1, 1]  # appended; a is cached
     assert seen == [a, b, c, d]
+    # a replaced tail (the status line of the step before) is not held for the rest of the run
+    statuses = [UserMessage(f"status {i}") for i in range(50)]
+    for status in statuses:
+        assert memo.values([a, b, d, status]) == [1] * 4
+    assert len(memo._held) <= 4 and seen[-50:] == statuses
+    assert memo.values([a, b, d, statuses[0]]) == [1] * 4 and seen[-1] is statuses[0]  # computed again
 
 
 def test_prefix_meter_fast_path_measures_like_the_chunked_scan() -> None:
@@ -116,8 +122,16 @@ def test_encoded_message_cache_stays_within_its_byte_bound_and_still_hits() -> N
         assert backend.encode(request) == uncached.encode(request)  # the cache never changes the body
         stats = backend.cache_stats()
         assert 0 < stats["bytes"] <= limit and stats["limit_bytes"] == limit
-        assert stats["bytes"] == sum(len(data) for _, data in backend._cache.values())
-    assert uncached.cache_stats() == {"entries": 0, "bytes": 0, "limit_bytes": 0}
+        assert stats["bytes"] == sum(len(data) for data in backend._cache.values())
+        assert backend._cache.keys() == backend._held.keys()
+    assert uncached.cache_stats() == {
+        "entries": 0,
+        "bytes": 0,
+        "limit_bytes": 0,
+        "conversations": 0,
+        "conversation_bytes": 0,
+    }
+    assert backend.cache_stats()["conversation_bytes"] <= limit  # this history is larger: not kept
     # the newest message is a hit: the very same bytes object comes back, nothing re-encoded
     newest = history[-1]
     first = backend._message_bytes(newest, False)
@@ -133,7 +147,7 @@ def test_encoded_message_cache_stays_within_its_byte_bound_and_still_hits() -> N
     before = backend.cache_stats()
     big = ToolMessage("big", "z" * (limit + 1))
     assert len(backend._message_bytes(big, False)) > limit
-    assert backend.cache_stats()["bytes"] <= limit and all(m is not big for m, _ in backend._cache.values())
+    assert backend.cache_stats()["bytes"] <= limit and all(m is not big for m in backend._held.values())
     assert backend.cache_stats()["entries"] == before["entries"]
 
 
@@ -208,3 +222,38 @@ def test_request_bodies_reusing_the_previous_request_equal_a_fresh_encoding(reas
     assert backend.encode(ModelRequest(messages=mutable, tools=TOOLS)) == fresh(  # type: ignore[arg-type]
         ModelRequest(messages=tuple(mutable), tools=TOOLS)
     )
+
+
+def test_interleaved_conversations_each_encode_only_their_new_messages() -> None:
+    # A backend shared by concurrent runs sees their requests interleaved; each conversation's
+    # previous request is still found, so a step looks up its new messages only.
+    backend = OpenAICompatible("m", base_url="http://127.0.0.1:9")
+    fresh = OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=0)
+    looked_up: list[Message] = []
+    lookup = backend._message_bytes
+
+    def counted(message: Message, keep: bool) -> bytes:
+        looked_up.append(message)
+        return lookup(message, keep)
+
+    backend._message_bytes = counted  # type: ignore[method-assign]
+    conversations = [session(6) for _ in range(5)]
+    for step in range(6):
+        for requests in conversations:
+            looked_up.clear()
+            request = ModelRequest(messages=tuple(requests[step]), tools=TOOLS)
+            assert backend.encode(request) == fresh.encode(request)
+            new = requests[step] if step == 0 else requests[step][len(requests[step - 1]) - 1 :]
+            assert looked_up == new  # the turn's two messages and the new status line
+    assert backend.cache_stats()["conversations"] == 5
+
+
+def test_conversation_memos_stay_within_the_byte_bound() -> None:
+    limit = 20_000
+    backend = OpenAICompatible("m", base_url="http://127.0.0.1:9", cache_bytes=limit)
+    for _ in range(30):
+        history: list[Message] = [SystemMessage("s"), UserMessage("q"), ToolMessage("c", "x" * 3000)]
+        backend.encode(ModelRequest(messages=tuple(history), tools=TOOLS))
+        stats = backend.cache_stats()
+        assert stats["conversation_bytes"] <= limit and stats["conversations"] <= limit // 3000
+    assert backend.cache_stats()["conversations"] > 1

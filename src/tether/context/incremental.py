@@ -13,7 +13,9 @@ estimate and the prefix meter both read; a session encodes each item once for bo
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
+from types import MethodType
 from typing import Generic, TypeVar
 
 __all__ = ["ItemMemo"]
@@ -22,24 +24,36 @@ T = TypeVar("T")
 
 
 class ItemMemo(Generic[T]):
-    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object.
+    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object
+    (a replaced last item, a step's status line, is forgotten: computed again if it is used again).
 
     ``compute`` must depend only on an item's value (messages are frozen values): the prefix
     is recognised by tuple comparison, which is by identity for the same objects and by value
-    for equal ones, and equal items have equal values either way."""
+    for equal ones, and equal items have equal values either way.
+
+    A bound method is held weakly: an owner keeping a memo of its own method forms no
+    reference cycle, so a finished run's objects are freed at once, not by a full GC pass."""
 
     def __init__(self, compute: Callable[[object], T]) -> None:
+        if isinstance(compute, MethodType):
+            method = weakref.WeakMethod(compute)
+            compute = lambda item: method()(item)  # type: ignore[misc]  # noqa: E731
         self._compute = compute
-        self._items: tuple[object, ...] = ()  # holding them keeps their ids from being reused
+        self._items: tuple[object, ...] = ()
         self._values: list[T] = []
-        self._cache: dict[int, tuple[object, T]] = {}
+        # Two dicts by id, not one of (item, value) pairs: no tuple per item for the garbage
+        # collector to walk for the rest of the run. Holding the item keeps its id from being
+        # reused while its value is cached.
+        self._held: dict[int, object] = {}
+        self._cache: dict[int, T] = {}
 
     def value(self, item: object) -> T:
         """``compute(item)``, computed once per item object."""
-        hit = self._cache.get(id(item))
-        if hit is None or hit[0] is not item:
-            hit = self._cache[id(item)] = (item, self._compute(item))
-        return hit[1]
+        key = id(item)
+        if self._held.get(key) is not item:
+            self._cache[key] = self._compute(item)
+            self._held[key] = item
+        return self._cache[key]
 
     def values(self, items: Sequence[object]) -> list[T]:
         items = tuple(items)
@@ -48,15 +62,14 @@ class ItemMemo(Generic[T]):
         if k and items[:k] == previous:
             p = k  # pure append
         elif k > 1 and items[: k - 1] == previous[: k - 1]:
-            p = k - 1  # the dynamic tail was replaced
+            p = k - 1  # the dynamic tail was replaced: not held for the rest of the run
+            tail = previous[-1]
+            if self._held.get(id(tail)) is tail:
+                del self._held[id(tail)], self._cache[id(tail)]
         else:
             p = 0
         values = self._values[:p]
-        cache, compute = self._cache, self._compute
-        for item in items[p:]:
-            hit = cache.get(id(item))
-            if hit is None or hit[0] is not item:
-                hit = cache[id(item)] = (item, compute(item))
-            values.append(hit[1])
+        value = self.value
+        values += [value(item) for item in items[p:]]
         self._items, self._values = items, values
         return values

@@ -298,11 +298,17 @@ class OpenAICompatible:
             raise ConfigError("cache_bytes must be 0 (no cache) or more")
         # Encoded messages by message identity, least recently used first; bounded by the sum
         # of the encoded sizes, not by a count, so long tool results cannot make it grow unseen.
-        self._cache: dict[int, tuple[Message, bytes]] = {}
+        # Bytes and messages in two dicts (the same keys), not (message, bytes) pairs: no tuple
+        # per message for the garbage collector to walk while it is cached.
+        self._cache: dict[int, bytes] = {}
+        self._held: dict[int, Message] = {}  # holding the message keeps its id from being reused
         self._cache_bytes = cache_bytes
         self._cache_used = 0
         self._tools: tuple[Any, bytes] = ((), b"")
-        self._last: tuple[tuple[Message, ...], list[bytes]] = ((), [])  # the last request's messages
+        # Each conversation's last request (messages, their bytes, the bytes' total size), by the
+        # identity of its first message, least recently used first; bounded by that total size.
+        self._last: dict[int, tuple[tuple[Message, ...], list[bytes], int]] = {}
+        self._last_bytes = 0
         self.calls = 0
         self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
 
@@ -313,13 +319,14 @@ class OpenAICompatible:
 
     def _message_bytes(self, message: Message, keep_reasoning: bool) -> bytes:
         key = id(message) * 2 + keep_reasoning
-        cache = self._cache
+        cache, held = self._cache, self._held
         hit = cache.pop(key, None)
         if hit is not None:
-            if hit[0] is message:
+            if held[key] is message:
                 cache[key] = hit  # now the most recently used
-                return hit[1]
-            self._cache_used -= len(hit[1])  # a stale entry for a reused id
+                return hit
+            self._cache_used -= len(hit)  # a stale entry for a reused id
+            del held[key]
         wire = message.wire()
         if isinstance(message, AssistantMessage):
             if wire.get("content") is None and message.tool_calls:
@@ -332,17 +339,28 @@ class OpenAICompatible:
         size = len(data)
         if size > self._cache_bytes:
             return data  # larger than the whole cache: encoded each time, never held
-        cache[key] = (message, data)  # holding the message keeps its id from being reused
+        cache[key] = data
+        held[key] = message
         used = self._cache_used + size
         while used > self._cache_bytes:
-            used -= len(cache.pop(next(iter(cache)))[1])  # the least recently used first
+            oldest = next(iter(cache))  # the least recently used first
+            used -= len(cache.pop(oldest))
+            del held[oldest]
         self._cache_used = used
         return data
 
     def cache_stats(self) -> dict[str, int]:
         """The encoded-message cache now: ``entries``, ``bytes`` (encoded sizes summed; the
-        messages it holds are not counted) and ``limit_bytes``."""
-        return {"entries": len(self._cache), "bytes": self._cache_used, "limit_bytes": self._cache_bytes}
+        messages it holds are not counted) and ``limit_bytes``; ``conversations`` and
+        ``conversation_bytes``: the last requests kept per conversation (their bytes mostly
+        the cache's own objects, counted again here; bounded by ``limit_bytes`` too)."""
+        return {
+            "entries": len(self._cache),
+            "bytes": self._cache_used,
+            "limit_bytes": self._cache_bytes,
+            "conversations": len(self._last),
+            "conversation_bytes": self._last_bytes,
+        }
 
     def _tool_bytes(self, tools: tuple[dict[str, Any], ...]) -> bytes:
         if self._tools[0] is not tools:
@@ -366,12 +384,13 @@ class OpenAICompatible:
         return b"".join(parts)
 
     def _encoded_messages(self, messages: tuple[Message, ...]) -> list[bytes]:
-        """Each message's bytes. The previous request's messages and bytes are kept: when this
-        request repeats them (an agent's next step: the same history, new messages after it, the
-        status line replaced), only the new messages are looked up, so a step costs O(new
-        messages), not O(history). Compared as a tuple: by identity for the same objects, by
-        value for equal ones, whose bytes are equal. One request is kept, not one per
-        conversation: interleaved conversations fall back to the per-message cache."""
+        """Each message's bytes. Each conversation's previous request is kept (messages and
+        bytes, found by its first message): when this request repeats it (an agent's next
+        step: the same history, new messages after it, the status line replaced), only the new
+        messages are looked up, so a step costs O(new messages), not O(history), however many
+        conversations share the backend. Compared as a tuple: by identity for the same objects,
+        by value for equal ones, whose bytes are equal. What these memos hold is bounded by
+        ``cache_bytes`` too, the least recently used conversation dropped first."""
         rule = self.reasoning
         if rule == "since_last_user":  # which messages keep their reasoning moves with each user turn
             boundary = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
@@ -381,20 +400,32 @@ class OpenAICompatible:
             ]
         keep = rule == "keep"
         messages = tuple(messages)  # a list could change after this call; the memo must not
-        previous, previous_bytes = self._last
-        k = len(previous)
-        if k and messages[:k] == previous:
-            p = k
-        elif k > 1 and messages[: k - 1] == previous[: k - 1]:
-            p = k - 1
-        else:
-            p = 0
-        encoded = previous_bytes[:p]
-        encoded += [
-            self._message_bytes(m, keep and isinstance(m, AssistantMessage) and bool(m.reasoning))
-            for m in messages[p:]
-        ]
-        self._last = (messages, encoded)
+        if not messages:
+            return []
+        memos = self._last
+        key = id(messages[0])
+        memo = memos.pop(key, None)
+        p, size = 0, 0
+        if memo is not None:
+            previous, previous_bytes, size = memo
+            self._last_bytes -= size
+            k = len(previous)
+            if messages[:k] == previous:  # holding the messages keeps the key's id from being reused
+                p = k
+            elif k > 1 and messages[: k - 1] == previous[: k - 1]:
+                p, size = k - 1, size - len(previous_bytes[-1])
+            else:
+                size = 0
+        encoded = previous_bytes[:p] if p else []
+        for m in messages[p:]:
+            data = self._message_bytes(m, keep and isinstance(m, AssistantMessage) and bool(m.reasoning))
+            encoded.append(data)
+            size += len(data)
+        if size <= self._cache_bytes:
+            memos[key] = (messages, encoded, size)
+            self._last_bytes += size
+            while self._last_bytes > self._cache_bytes:
+                self._last_bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
         return encoded
 
     # -- transport ----------------------------------------------------------------------------
