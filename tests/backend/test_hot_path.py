@@ -246,6 +246,10 @@ def test_interleaved_conversations_each_encode_only_their_new_messages() -> None
             new = requests[step] if step == 0 else requests[step][len(requests[step - 1]) - 1 :]
             assert looked_up == new  # the turn's two messages and the new status line
     assert backend.cache_stats()["conversations"] == 5
+    # a replaced status line leaves the cache: only each conversation's current one is held
+    held = [m for m in backend._held.values() if isinstance(m, UserMessage) and "agent_status" in m.content]
+    assert len(held) == 5 and backend._cache.keys() == backend._held.keys()
+    assert backend.cache_stats()["bytes"] == sum(map(len, backend._cache.values()))
 
 
 def test_conversation_memos_stay_within_the_byte_bound() -> None:

@@ -249,7 +249,7 @@ class ContextEngine:
     def stats(self) -> dict[str, Any]:
         s = self.compressor.stats
         return {
-            "requests": len(self.meter.samples),
+            "requests": self.meter.requests,
             "prefix_reuse_mean": self.meter.mean_reuse,
             "compressions": s.compressions,
             "results_compressed": s.results_compressed,

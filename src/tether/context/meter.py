@@ -62,7 +62,10 @@ class PrefixMeter:
         self._previous: list[bytes] | None = None
         self._previous_len = 0
         self._lines: ItemMemo[bytes] = ItemMemo(lambda item: texts.value(item) + b"\n")
-        self.samples: list[PrefixSample] = []
+        # Running totals, not a sample per request kept for the rest of the run.
+        self.requests = 0
+        self._reuse_sum = 0.0
+        self._reuse_count = 0
 
     def measure(self, request: ModelRequest) -> PrefixSample:
         lines = self._lines.values((*request.tools, *request.messages))
@@ -79,13 +82,16 @@ class PrefixMeter:
                 round(common / size, 6) if size else 1.0,
             )
         self._previous, self._previous_len = lines, size
-        self.samples.append(sample)
+        self.requests += 1
+        if sample.reuse is not None:
+            self._reuse_sum += sample.reuse
+            self._reuse_count += 1
         return sample
 
     @property
     def mean_reuse(self) -> float | None:
-        values = [s.reuse for s in self.samples if s.reuse is not None]
-        return round(sum(values) / len(values), 6) if values else None
+        """The mean of the requests' ``reuse`` (the first request has none)."""
+        return round(self._reuse_sum / self._reuse_count, 6) if self._reuse_count else None
 
 
 def _common_bytes(a: list[bytes], b: list[bytes]) -> int:

@@ -349,6 +349,12 @@ class OpenAICompatible:
         self._cache_used = used
         return data
 
+    def _forget(self, message: Message) -> None:
+        for key in (id(message) * 2, id(message) * 2 + 1):
+            if self._held.get(key) is message:
+                del self._held[key]
+                self._cache_used -= len(self._cache.pop(key))
+
     def cache_stats(self) -> dict[str, int]:
         """The encoded-message cache now: ``entries``, ``bytes`` (encoded sizes summed; the
         messages it holds are not counted) and ``limit_bytes``; ``conversations`` and
@@ -414,6 +420,7 @@ class OpenAICompatible:
                 p = k
             elif k > 1 and messages[: k - 1] == previous[: k - 1]:
                 p, size = k - 1, size - len(previous_bytes[-1])
+                self._forget(previous[-1])  # the replaced status line is not asked for again
             else:
                 size = 0
         encoded = previous_bytes[:p] if p else []
