@@ -312,6 +312,19 @@ async def _idle(runs: int, host: Host | None) -> float:
     return per_run
 
 
+def file_create_us(folder: Path, count: int = 50) -> float:
+    """Median microseconds to create (and close) one new file in ``folder``: each run creates
+    its trace file, and on some filesystems this is kernel work worth a fraction of a step."""
+    folder.mkdir(parents=True, exist_ok=True)
+    times = []
+    for i in range(count):
+        started = time.perf_counter()
+        os.close(os.open(folder / f"probe-{i}.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+        times.append(time.perf_counter() - started)
+    shutil.rmtree(folder, ignore_errors=True)
+    return statistics.median(times) * 1e6
+
+
 def cold_start(repeats: int) -> float:
     exe = shutil.which("tether", path=str(Path(sys.executable).parent)) or shutil.which("tether")
     cmd = [exe, "--help"] if exe else [sys.executable, "-m", "tether.cli", "--help"]
@@ -334,6 +347,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             trace_dir = Path(tmp) / "traces"
+            create_us = file_create_us(Path(tmp) / "probe")
+            print(f"creating one file in the trace folder: {create_us:.0f} us (one per run)", flush=True)
             # Memory in fresh processes: freed memory this process keeps would hide new allocations.
             idle_floor, idle_tether = memory_child("idle", many, server.url)
             print(
@@ -492,6 +507,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "idle_kb_per_run_floor": round(idle_floor / 1024, 1),
         },
         "cold_start_s": round(cold, 4),
+        "file_create_us": round(create_us, 1),
         "baselines": {
             n: rounded(figures[n]) for n in ("raw_httpx2", "raw_httpx2_transport", "openai_typed_create")
         },
