@@ -4,6 +4,7 @@
 
 MODE is the host's ``trace_flush``; POINT is where the process dies:
 ``model`` (during the second model turn), ``tool`` (inside a side-effecting tool),
+``read_tool`` (inside a read-only tool),
 ``after_stop`` (after the run returned, before a normal exit), ``idle`` (a second after
 emitting, with no flush call), ``after_flush`` (right after ``Tracer.flush()``), ``no_flush``
 (right after emitting, without it).
@@ -45,8 +46,17 @@ def add_note(
     return f"noted on {order_id}"
 
 
+@tool(effect=Effect.READ)
+def read_order(order_id: Annotated[str, Field(description="The order.")]) -> str:
+    """Read an order."""
+    die()  # the process dies inside a read
+    return "open"
+
+
 def model(request: ModelRequest) -> object:
     if not tool_results(request):
+        if POINT == "read_tool":
+            return call("read_order", order_id="742")
         return call("add_note", order_id="742", note="call back")
     if POINT == "model":
         die()  # the process dies while the model is asked again
@@ -55,11 +65,11 @@ def model(request: ModelRequest) -> object:
 
 async def main() -> None:
     host = Host(
-        policy=Policy(allow={"add_note"}, automatic_effects=(Effect.READ, Effect.WRITE)),
+        policy=Policy(allow={"add_note", "read_order"}, automatic_effects=(Effect.READ, Effect.WRITE)),
         trace_dir=TRACE_DIR,
         trace_flush=MODE,  # type: ignore[arg-type]
     )
-    host.add_tools(add_note)
+    host.add_tools(add_note, read_order)
     if POINT in ("idle", "after_flush", "no_flush"):
         tracer, _ = host.new_tracer("run-1")
         tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="add_note", arguments="{}")

@@ -7,10 +7,12 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Annotated
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import Field
 
 from tether.trace import JsonlSink, MemorySink, Redactor, Tracer, sanitize, sanitize_value
 from tether.trace.events import EventKind
@@ -18,6 +20,7 @@ from tether.trace.sanitize import LINE_BREAKS
 from tether.trace.tracer import _now
 
 BREAKERS = sorted(LINE_BREAKS)
+_Text = Annotated[str, Field(description="A value.")]
 
 
 @pytest.mark.spec("P3")
@@ -105,17 +108,42 @@ def test_batched_lines_wait_until_a_flush_and_reach_the_file_in_order(tmp_path) 
         sink.write(tracer.events[0])
 
 
-def test_a_decision_before_a_tool_runs_is_written_at_once_in_batched_mode(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    path = tmp_path / "t.jsonl"
-    tracer = Tracer("run-1", [JsonlSink(path, max_delay_s=3600)])
-    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="add_note", arguments="{}")
-    tracer.emit(EventKind.POLICY_ALLOWED, call_id="c1", tool="add_note", rule="allowlist")
-    assert _lines(path) == ["tool_proposed", "policy_allowed"]
-    tracer.emit(EventKind.TOOL_OBSERVATION, call_id="c1", tool="add_note", source="local", is_error=False)
-    assert _lines(path) == ["tool_proposed", "policy_allowed"]  # waits for the next flush
-    tracer.emit(EventKind.STOP, reason="accepted", steps=1)
-    assert _lines(path)[-2:] == ["tool_observation", "stop"]
-    tracer.close()
+def test_decisions_reach_the_file_before_a_side_effect_runs_and_wait_before_a_read(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # Batched mode flushes before every side-effecting tool (the issue's durability rule), not
+    # after every allowed call: a read-only step costs no write of its own.
+    from tether import Agent, Effect, Host, Policy, TrustedContext, tool
+    from tether.testing import ScriptedModel, call
+
+    seen: dict[str, list[str]] = {}
+
+    def on_disk() -> list[str]:
+        return [json.loads(line)["kind"] for line in next(tmp_path.glob("*.jsonl")).read_text().splitlines()]
+
+    @tool(effect=Effect.READ)
+    def read_order(order_id: _Text) -> str:
+        """Read an order."""
+        seen["read"] = on_disk()
+        return "open"
+
+    @tool(effect=Effect.WRITE)
+    def add_note(order_id: _Text, note: _Text) -> str:
+        """Add a note."""
+        seen["write"] = on_disk()
+        return "noted"
+
+    host = Host(
+        policy=Policy(allow={"read_order", "add_note"}, automatic_effects=(Effect.READ, Effect.WRITE)),
+        trace_dir=tmp_path,
+    )
+    host.add_tools(read_order, add_note)
+    steps = [call("read_order", order_id="742"), call("add_note", order_id="742", note="x"), "Done."]
+    agent = Agent(instructions="Work.", model=ScriptedModel(steps))
+    result = asyncio.run(host.run(agent, "go", context=TrustedContext(tenant="t")))  # type: ignore[attr-defined]
+    assert result.answer == "Done."
+    assert "policy_allowed" not in seen["read"]  # a read's decision waits for the next flush
+    assert seen["write"][-2:] == ["tool_proposed", "policy_allowed"]  # on disk before the effect
+    assert seen["write"].count("tool_observation") == 1  # the read's turn went out with it
+    assert on_disk()[-1] == "stop"
 
 
 def test_a_full_buffer_is_written_by_the_emitter_so_memory_stays_bounded(tmp_path) -> None:  # type: ignore[no-untyped-def]

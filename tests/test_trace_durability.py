@@ -1,9 +1,9 @@
 """What a killed process leaves in its JSONL trace, per flush mode (a real SIGKILL).
 
 ``each_event`` loses nothing. ``batched`` (the default) may lose the lines written since the
-last flush, such as the turn in flight, but never a decision taken before a tool ran (the
-tracer flushes after ``policy_allowed``, approvals and effect intents, and the host calls
-``Tracer.flush()`` before side effects) and never the stop event.
+last flush, such as the turn in flight or a read-only tool's turn, but never a decision taken
+before a side effect (the host calls ``Tracer.flush()`` before every side-effecting tool, the
+tracer flushes after approvals and effect intents) and never the stop event.
 """
 
 from __future__ import annotations
@@ -51,6 +51,12 @@ def test_every_decision_before_an_effect_is_on_disk_when_the_effect_kills_the_pr
     mode: str, tmp_path: Path
 ) -> None:
     assert killed_at("tool", mode, tmp_path) == DECIDED
+
+
+def test_batched_may_lose_the_turn_of_a_read_only_tool_and_each_event_does_not(tmp_path: Path) -> None:
+    # A read changes nothing outside: its decision is not worth a write of its own per step.
+    assert killed_at("read_tool", "batched", tmp_path / "batched") == []
+    assert killed_at("read_tool", "each_event", tmp_path / "each") == DECIDED
 
 
 @pytest.mark.parametrize("mode", ["batched", "each_event"])

@@ -389,13 +389,14 @@ class CallPipeline:
             now=host.clock(),
         )
         harness = scope.harness
+        if o.spec.effect.side_effecting:
+            flush = getattr(t, "flush", None)
+            if flush is not None:
+                flush()  # every decision before an effect is on disk before the effect happens
         if harness is not None and harness.owns(o.spec.name):
             obs, crash = await harness.execute(o.spec, o.arguments, ctx)
             obs = host.finish_observation(o.spec, obs)
         elif host.approvals is not None and o.spec.effect.side_effecting:
-            flush = getattr(t, "flush", None)
-            if flush is not None:
-                flush()  # every decision before an effect is on disk before the effect happens
             try:
                 obs, crash = await self._effect(o, ctx, scope)
             except ApprovalError as err:  # outcome unknown, or held by another process

@@ -6,11 +6,12 @@ Durability of the JSON-lines file is a choice (``JsonlSink(flush=…)``, ``Host(
     Encoded lines wait in a bounded buffer and reach the OS in one write when the buffer is
     full (the emitting thread writes it: back-pressure instead of unbounded memory), when the
     oldest line has waited ``max_delay_s`` (one timer thread per process, not per run), when
-    ``Tracer.flush()`` is called, right after an event of a kind in ``DURABLE_KINDS`` (a call
-    was allowed or approved, an effect is about to run, the run pauses or stops), and at close.
-    A process killed between two of those loses the lines written since the last one: for
-    example the request and response of the model turn in flight. It never loses a decision
-    that came before a tool ran, nor the stop event.
+    ``Tracer.flush()`` is called (the host calls it before every side-effecting tool runs),
+    right after an event of a kind in ``DURABLE_KINDS`` (an approval was granted, an effect is
+    about to run, the run pauses or stops), and at close. A process killed between two of those
+    loses the lines written since the last one: for example the request and response of the
+    model turn in flight, or the turn of a read-only tool. It never loses a decision that came
+    before a side effect, nor the stop event.
 ``"each_event"``
     Every line reaches the OS before ``emit`` returns; a killed process loses nothing.
 
@@ -54,7 +55,6 @@ FlushMode = Literal["each_event", "batched"]
 # effect is attempted) or the run is over for this process (paused, stopped).
 DURABLE_KINDS = frozenset(
     {
-        EventKind.POLICY_ALLOWED,
         EventKind.APPROVAL_GRANTED,
         EventKind.EFFECT_INTENT,
         EventKind.RUN_PAUSED,
