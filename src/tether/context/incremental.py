@@ -35,10 +35,10 @@ class ItemMemo(Generic[T]):
     reference cycle, so a finished run's objects are freed at once, not by a full GC pass."""
 
     def __init__(self, compute: Callable[[object], T]) -> None:
-        if isinstance(compute, MethodType):
-            method = weakref.WeakMethod(compute)
-            compute = lambda item: method()(item)  # type: ignore[misc]  # noqa: E731
-        self._compute = compute
+        self._compute: Callable[..., T] = compute
+        self._owner: weakref.ref[object] | None = None
+        if isinstance(compute, MethodType):  # held as its function and a weak reference to its owner
+            self._compute, self._owner = compute.__func__, weakref.ref(compute.__self__)
         self._items: tuple[object, ...] = ()
         self._values: list[T] = []
         # Two dicts by id, not one of (item, value) pairs: no tuple per item for the garbage
@@ -51,7 +51,9 @@ class ItemMemo(Generic[T]):
         """``compute(item)``, computed once per item object."""
         key = id(item)
         if self._held.get(key) is not item:
-            self._cache[key] = self._compute(item)
+            owner = self._owner
+            value = self._compute(item) if owner is None else self._compute(owner(), item)
+            self._cache[key] = value
             self._held[key] = item
         return self._cache[key]
 
