@@ -104,10 +104,8 @@ Session = Callable[[int], Awaitable[None]]
 
 async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
     """Per model call of one session, in microseconds: wall time minus the server's handler
-    time, and this process's CPU time (the server runs in another process). The heap is
-    collected first, so no sample pays for garbage another runner left behind."""
+    time, and this process's CPU time (the server runs in another process)."""
     server.reset()
-    gc.collect()
     cpu = time.process_time()
     started = time.perf_counter()
     await session(steps)
@@ -235,7 +233,7 @@ async def concurrent_wall(run: Session, sessions: int, steps: int) -> float:
 async def concurrent(run: Session, sessions: int, steps: int) -> tuple[float, float]:
     """Wall and this process's CPU seconds of ``sessions`` runs of ``steps`` steps at once."""
     await run(2)  # warm-up
-    gc.collect()  # as in sample(): nothing left by the runner before is collected on this one's time
+    gc.collect()  # untimed: garbage the runner before left is not collected on this round's time
     cpu = time.process_time()
     started = time.perf_counter()
     async with asyncio.TaskGroup() as tg:
