@@ -53,8 +53,9 @@ __all__ = [
 
 FlushMode = Literal["each_event", "batched"]
 
-# After these the tracer flushes at once: something irreversible may follow (a tool runs, an
-# effect is attempted) or the run is over for this process (paused, stopped).
+# After these the tracer flushes at once: something irreversible may follow (an approved call
+# runs, an effect is attempted) or the run is over for this process (paused, stopped). Before any
+# other side-effecting tool the host calls ``Tracer.flush()`` itself (``tether.calls``).
 DURABLE_KINDS = frozenset(
     {
         EventKind.APPROVAL_GRANTED,
