@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from types import MethodType
 from typing import Generic, TypeVar
 
+from tether.models.base import repeated_prefix
+
 __all__ = ["ItemMemo"]
 
 T = TypeVar("T")
@@ -60,16 +62,11 @@ class ItemMemo(Generic[T]):
     def values(self, items: Sequence[object]) -> list[T]:
         items = tuple(items)
         previous = self._items
-        k = len(previous)
-        if k and items[:k] == previous:
-            p = k  # pure append
-        elif k > 1 and items[: k - 1] == previous[: k - 1]:
-            p = k - 1  # the dynamic tail was replaced: not held for the rest of the run
+        p = repeated_prefix(previous, items)
+        if p and p == len(previous) - 1:  # the dynamic tail was replaced: not held for the run
             tail = previous[-1]
             if self._held.get(id(tail)) is tail:
                 del self._held[id(tail)], self._cache[id(tail)]
-        else:
-            p = 0
         values = self._values[:p]
         value = self.value
         values += [value(item) for item in items[p:]]

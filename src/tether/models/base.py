@@ -7,7 +7,20 @@ from typing import Any, Protocol, runtime_checkable
 
 from tether.messages import AssistantMessage, Message, Usage
 
-__all__ = ["Model", "ModelRequest", "ModelResponse"]
+__all__ = ["Model", "ModelRequest", "ModelResponse", "repeated_prefix"]
+
+
+def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:
+    """How many leading items of ``items`` the previous request of a session had, as a step
+    repeats them: all of them (pure append), all but its last (the dynamic tail, such as the
+    status line, was replaced), or none. Compared as tuples: by identity for the same objects,
+    by value for equal ones."""
+    k = len(previous)
+    if k and items[:k] == previous:
+        return k
+    if k > 1 and items[: k - 1] == previous[: k - 1]:
+        return k - 1
+    return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,7 @@ from pydantic_core import to_json
 
 from tether.errors import ConfigError, ModelError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
-from tether.models.base import ModelRequest, ModelResponse
+from tether.models.base import ModelRequest, ModelResponse, repeated_prefix
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
 
 if TYPE_CHECKING:
@@ -412,16 +412,14 @@ class OpenAICompatible:
         key = id(messages[0])
         memo = memos.pop(key, None)
         p, size = 0, 0
-        if memo is not None:
+        if memo is not None:  # holding its messages keeps the key's id from being reused
             previous, previous_bytes, size = memo
             self._last_bytes -= size
-            k = len(previous)
-            if messages[:k] == previous:  # holding the messages keeps the key's id from being reused
-                p = k
-            elif k > 1 and messages[: k - 1] == previous[: k - 1]:
-                p, size = k - 1, size - len(previous_bytes[-1])
+            p = repeated_prefix(previous, messages)
+            if p and p == len(previous) - 1:
+                size -= len(previous_bytes[-1])
                 self._forget(previous[-1])  # the replaced status line is not asked for again
-            else:
+            elif p == 0:
                 size = 0
         encoded = previous_bytes[:p] if p else []
         for m in messages[p:]:
