@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
@@ -13,7 +14,7 @@ from tether import Agent, Effect, Host, Limits, Policy, StopReason, Target, Trus
 from tether.errors import DependencyUnavailable, ModelError, NotFoundError
 from tether.messages import AssistantMessage, ToolMessage
 from tether.models.base import ModelRequest
-from tether.policy import DictCatalog
+from tether.policy import Approvals, DictCatalog, SqliteApprovalStore
 from tether.testing import FunctionModel, ScriptedModel, call
 
 pytestmark = pytest.mark.anyio
@@ -322,11 +323,56 @@ async def test_deadline_stops_a_run_whose_tool_hangs() -> None:
         await anyio.sleep_forever()
         return ""
 
-    host = Host(policy=Policy(allow={"hang"}))
-    host.add_tools(hang)
+    @tool
+    async def quick() -> str:
+        """Returns at once."""
+        return "done"
+
+    host = Host(policy=Policy(allow={"hang", "quick"}))
+    host.add_tools(hang, quick)
     result = await host.run(agent(call("hang"), "never", deadline_s=0.2), "q", context=CTX)
     assert result.stop_reason is StopReason.DEADLINE
+    assert result.detail == "deadline passed while tools were running"
     assert result.answer and result.answer.startswith("Stopped before a verified answer")
+
+    # A turn of two calls: the one that returned is kept (and named in the host's answer), the
+    # hanging one is cancelled at the deadline, and the run still stops there.
+    turn = AssistantMessage(tool_calls=(call("quick"), call("hang")))
+    started = anyio.current_time()
+    result = await host.run(agent(turn, "never", deadline_s=0.2), "q", context=CTX)
+    assert anyio.current_time() - started < 5
+    assert result.stop_reason is StopReason.DEADLINE
+    assert result.detail == "deadline passed while tools were running"
+    assert [c.tool for c in result.calls] == ["quick"]
+    assert result.answer and result.answer.endswith("Observed: quick.")
+
+
+@pytest.mark.spec("L2", "P3")
+async def test_a_deadline_passing_while_approvals_are_settled_does_not_cut_the_settlement(
+    tmp_path: Path,
+) -> None:
+    class SlowStore(SqliteApprovalStore):
+        async def afind_for_call(self, run_id: str, step: int, call_id: str) -> Any:
+            await anyio.sleep(0.4)  # the store answers after the run's deadline has passed
+            return await super().afind_for_call(run_id, step, call_id)
+
+    @tool(effect=Effect.WRITE)
+    def note(text: Annotated[str, Field(description="The note.")]) -> str:
+        """Write a note (a side effect: it needs a person's approval)."""
+        return text
+
+    store = SlowStore(tmp_path / "approvals.db")
+    host = Host(policy=Policy(allow={"note"}), approvals=Approvals(store))
+    host.add_tools(note)
+    result = await host.run(agent(call("note", text="hi"), "never", deadline_s=0.1), "q", context=CTX)
+    # The proposal, its policy history and the run's checkpoint are all stored: the run waits
+    # for the person, as it would have without a deadline, and resume can continue it.
+    assert result.stop_reason is StopReason.APPROVAL_REQUIRED
+    [proposal] = store.list_proposals()
+    assert proposal.tool == "note" and str(proposal.status) == "pending"
+    assert [e.op for e in store.events(proposal.id)] == ["proposed", "policy"]
+    checkpoint = store.load_checkpoint(result.run_id)
+    assert checkpoint is not None and checkpoint.status == "paused"
 
 
 @pytest.mark.spec("L2", "P4")

@@ -31,7 +31,7 @@ from tether.errors import ApprovalError
 from tether.policy.approvals import idempotency_key
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
-from tether.stop import StopReason, cancel_after
+from tether.stop import StopReason
 from tether.tools.contract import ToolContext, ToolSpec
 from tether.trace.events import EventKind
 from tether.types import Decision, GateOutcome, Observation, ToolCall
@@ -64,8 +64,6 @@ class CallScope:
     offered: Sequence[ToolSpec]
     harness: Harness | None = None
     proposed_by: str = "model"
-    # Seconds left before the run's deadline, asked when the turn executes (None: no deadline).
-    remaining: Any = None
     # Whether a pause (approval pending, outcome unknown) checkpoints the run state for resume.
     checkpoint: bool = True
     # A denied call stops the turn before anything runs (the host's ``on_denied``) unless a
@@ -87,7 +85,6 @@ class Turn:
     unsettled: list[str] = field(default_factory=list)  # effects whose outcome a person must resolve
     unsettled_errors: list[ApprovalError] = field(default_factory=list)
     crashes: list[tuple[str, BaseException]] = field(default_factory=list)
-    timed_out: bool = False
     halted: bool = False  # stopped before execution (denial or approval): nothing of the turn ran
 
     @property
@@ -104,8 +101,6 @@ class Turn:
             return StopReason.APPROVAL_DENIED, "; ".join(self.refused)
         if self.waiting:
             return StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(self.waiting)
-        if self.timed_out:
-            return StopReason.DEADLINE, "deadline passed while tools were running"
         if self.unsettled:
             return StopReason.APPROVAL_REQUIRED, "; ".join(self.unsettled)
         if self.crashes:
@@ -213,8 +208,11 @@ class CallPipeline:
             turn.halted = True
             return turn
         if any(o.status == "approve" for o in outcomes):
-            # Nothing of this turn runs until every call needing approval has one.
-            turn.outcomes = await self._settle(turn, scope)
+            # Nothing of this turn runs until every call needing approval has one. Settling is
+            # store work a run's deadline does not cut in half (proposals, their history, the
+            # checkpoint): it is shielded, and what runs after it is cancelled at once.
+            with anyio.CancelScope(shield=True):
+                turn.outcomes = await self._settle(turn, scope)
             if turn.refused or turn.waiting:
                 turn.halted = True
                 return turn
@@ -348,14 +346,15 @@ class CallPipeline:
         assert approvals is not None
         s = scope.state
         text = state_to_json(s)
-        await approvals.store.asave_checkpoint(
-            s.run_id,
-            app=approvals.app,
-            state=text,
-            status=status,
-            stop_reason=str(reason),
-            now=self.host.clock(),
-        )
+        with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
+            await approvals.store.asave_checkpoint(
+                s.run_id,
+                app=approvals.app,
+                state=text,
+                status=status,
+                stop_reason=str(reason),
+                now=self.host.clock(),
+            )
         return status
 
     # execution ---------------------------------------------------------------------------
@@ -364,18 +363,13 @@ class CallPipeline:
         allowed = [o for o in turn.outcomes if o.status == "allow"]
         if not allowed:
             return
-        remaining = scope.remaining() if callable(scope.remaining) else scope.remaining
-        if len(allowed) == 1 and remaining is None:
+        # A run's deadline is the runner's cancel scope around its steps (``AgentLoop``), not one per turn.
+        if len(allowed) == 1:
             await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
             return
-        with cancel_after(remaining) if remaining is not None else anyio.CancelScope() as cancel:
-            if len(allowed) == 1:
-                await self._execute_one(allowed[0], turn, scope)
-            else:
-                async with anyio.create_task_group() as tg:
-                    for o in allowed:
-                        tg.start_soon(self._execute_one, o, turn, scope)
-        turn.timed_out = cancel.cancelled_caught
+        async with anyio.create_task_group() as tg:
+            for o in allowed:
+                tg.start_soon(self._execute_one, o, turn, scope)
 
     async def _execute_one(self, o: GateOutcome, turn: Turn, scope: CallScope) -> None:
         host, s, t = self.host, scope.state, scope.tracer

@@ -6,6 +6,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from tether.calls import CallScope
 from tether.checkpoint import pending_calls, restore_trace, state_from_json, state_to_json
 from tether.context.compression import ContextOverflow
@@ -28,6 +30,12 @@ if TYPE_CHECKING:
     from tether.hostcore import HostCore as Host
 
 __all__ = ["AgentLoop", "LoopSteps", "StopRun"]
+
+# What a run was doing when its deadline passed, as its stop detail says it.
+_DEADLINE_DETAIL = {
+    "model": "deadline passed while the model was thinking",
+    "tools": "deadline passed while tools were running",
+}
 
 _RESPONSE_FIELDS = frozenset(
     {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
@@ -117,6 +125,7 @@ class AgentLoop:
         self.engine.runner = run_subagent
         self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
         self.handoff: Any = None
+        self._phase: str | None = None  # "model" or "tools" while the loop waits on one
 
     # -- public ----------------------------------------------------------------------------
 
@@ -135,15 +144,23 @@ class AgentLoop:
         await self.host.trace_launches(t)
         answer: str | None = None
         try:
-            if self.resuming:
-                # Finish the turn the run paused in; its calls are settled against the store again.
-                if pending := pending_calls(s):
-                    await self._act(pending)
-                    s.steps += 1
-            else:
+            pending = pending_calls(s) if self.resuming else []
+            if not self.resuming:
                 await self._recall_memory()
                 s.trajectory.extend(self.engine.opening(s.objective))
-            answer = await self._loop()
+            # The run's deadline is one cancel scope around its steps, not one per model call
+            # and per turn: whatever the run waits on when it passes (the model, a tool, a
+            # summary) is cancelled; approval settlement and checkpoints are shielded.
+            with self._deadline():
+                if pending:
+                    # Finish the turn the run paused in; its calls are settled against the store again.
+                    await self._act(pending)
+                    s.steps += 1
+                answer = await self._loop()
+            if answer is None:  # the deadline's scope cancelled the loop
+                passed = f"deadline of {self.limits.deadline_s}s passed"
+                detail = _DEADLINE_DETAIL.get(self._phase or "", passed)
+                raise StopRun(StopReason.DEADLINE, detail, self._host_answer())
             await self._finish(answer)
             reason, detail = StopReason.ACCEPTED, ""
         except StopRun as stop:
@@ -154,6 +171,10 @@ class AgentLoop:
         return RunResult.of(s, t, self.trace_path, reason, answer=answer, detail=detail, handoff=self.handoff)
 
     # -- the loop ----------------------------------------------------------------------------
+
+    def _deadline(self) -> anyio.CancelScope:
+        left = self._remaining()
+        return anyio.CancelScope() if left is None else cancel_after(left)
 
     def _remaining(self) -> float | None:
         if self.limits.deadline_s is None:
@@ -227,22 +248,13 @@ class AgentLoop:
             **(composed.trace_fields() if composed else {}),
         )
         s.llm_calls += 1
-        remaining = self._remaining()
+        self._phase = "model"
         try:
-            if remaining is None:
-                response = await self.steps.complete(self, request)
-            else:
-                with cancel_after(remaining) as deadline:
-                    response = await self.steps.complete(self, request)
-                if deadline.cancelled_caught:
-                    raise TimeoutError
-        except TimeoutError:
-            raise StopRun(
-                StopReason.DEADLINE, "deadline passed while the model was thinking", self._host_answer()
-            ) from None
+            response = await self.steps.complete(self, request)
         except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
             t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
             raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
+        self._phase = None
         s.usage = s.usage + response.usage
         self.engine.observe_usage(response.usage)
         s.cost_usd += response.cost_usd
@@ -267,19 +279,19 @@ class AgentLoop:
             offered=self.offered,
             harness=self.engine,
             proposed_by=f"model:{self.agent.model.name}",
-            remaining=self._remaining,
         )
 
     async def _act(self, calls: list[Any]) -> None:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
         s, t, host = self.state, self.tracer, self.host
         scope = self._scope()
+        self._phase = "tools"
         turn = await self.steps.turn(self, calls, scope)
-        if turn.halted or turn.timed_out or turn.crashes:
+        self._phase = None
+        if turn.halted or turn.crashes:
             stop = turn.stop()
             assert stop is not None
-            answer = self._host_answer() if stop[0] is StopReason.DEADLINE else None
-            raise StopRun(stop[0], stop[1], answer)
+            raise StopRun(stop[0], stop[1], None)
 
         malformed = all(o.status in ("reject", "unknown") for o in turn.outcomes)
         s.malformed_turns = s.malformed_turns + 1 if malformed else 0

@@ -138,6 +138,7 @@ async def test_deadline_while_the_model_thinks_ends_with_the_hosts_answer(tmp_pa
     agent = Agent(instructions="i", model=FunctionModel(stuck), limits=Limits(deadline_s=0.2))
     result = await make_host(tmp_path).run(agent, "Why is 742 open?", context=CONTEXT)
     assert result.stop_reason is StopReason.DEADLINE
+    assert result.detail == "deadline passed while the model was thinking"
     assert result.answer == "Stopped before a verified answer to: Why is 742 open? Observed: read_order."
 
 

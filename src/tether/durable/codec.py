@@ -103,7 +103,6 @@ def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_bef
         "unsettled": list(turn.unsettled),
         "unsettled_errors": [[e.reason, str(e)] for e in turn.unsettled_errors],
         "crashes": [[name, type(c).__name__, str(c)] for name, c in turn.crashes],
-        "timed_out": turn.timed_out,
         "halted": turn.halted,
         "appended": state_to_json(appended),
         "pending": list(state.pending),
@@ -144,6 +143,5 @@ def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -
     turn.unsettled_errors = [ApprovalError(r, m) for r, m in data["unsettled_errors"]]
     # A tool's programming error, as it was: the same type name and message (the run ends on it).
     turn.crashes = [(name, type(kind, (Exception,), {})(message)) for name, kind, message in data["crashes"]]
-    turn.timed_out = bool(data["timed_out"])
     turn.halted = bool(data["halted"])
     return turn
