@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import errno
 import json
 import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
@@ -156,12 +154,6 @@ _TIMER = _Timer()
 _OPEN: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
 
 
-# One thread creates the files of batched sinks: creating a file is filesystem metadata work
-# (0.1-0.7 ms of kernel time on this project's VMs, more when the journal is busy) that the
-# run's event loop should not wait for; its first lines wait in memory meanwhile.
-_OPENER: ThreadPoolExecutor | None = None
-_OPENER_LOCK = threading.Lock()
-
 
 def _open_append(path: Path) -> Any:
     # Unbuffered: lines are batched by the sink already; a BufferedWriter would add a copy per
@@ -169,23 +161,9 @@ def _open_append(path: Path) -> Any:
     return path.open("ab", buffering=0)
 
 
-def _open_later(path: Path) -> Future[Any] | None:
-    """The file opened by the opener thread; None when no thread can take it (shutdown)."""
-    global _OPENER
-    with _OPENER_LOCK:
-        if _OPENER is None:
-            _OPENER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tether-trace-open")
-        opener = _OPENER
-    try:
-        return opener.submit(_open_append, path)
-    except RuntimeError:  # the interpreter is shutting down
-        return None
-
-
 def _reset_after_fork() -> None:
-    global _TIMER, _OPENER  # the parent's threads do not exist in the child
+    global _TIMER  # the parent's thread does not exist in the child
     _TIMER = _Timer()
-    _OPENER = None
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -233,16 +211,12 @@ class JsonlSink:
         self.path = path
         self.mode: FlushMode = flush
         self.max_events, self.max_bytes, self.max_delay_s = max_events, max_bytes, max_delay_s
-        # A folder that cannot be made or written fails here, before any line; the file itself
-        # is created by the opener thread when batched (the first write to it waits for it).
+        # A folder or file that cannot be made fails here, before any line. The file is created
+        # on the caller's thread: handing it to another thread cost more (two GIL hand-offs per
+        # run, measured with bench/overhead.py) than creating it does.
         if not os.path.isdir(path.parent):  # one stat when it exists, as it does after a first run
             path.parent.mkdir(parents=True, exist_ok=True)
-        if not os.access(path.parent, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, "trace folder is not writable", str(path.parent))
-        self._file: Any = None
-        self._opening = _open_later(path) if flush == "batched" else None
-        if self._opening is None:
-            self._file = _open_append(path)
+        self._file: Any = _open_append(path)
         self._closed = False
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
@@ -296,7 +270,7 @@ class JsonlSink:
         # Called with the lock held; leaving the timer's set under the same lock means a line
         # written meanwhile cannot be left without a timer.
         if self._lines:
-            _write_all(self._handle(), b"".join(self._lines))
+            _write_all(self._file, b"".join(self._lines))
             self._lines.clear()
             self._size = 0
             self.asked = 0.0
@@ -308,19 +282,9 @@ class JsonlSink:
                 self._closed = True
                 try:
                     self._drain()
-                    self._handle()  # a run that wrote nothing still leaves its (empty) file
                 finally:
-                    if self._file is not None:
-                        self._file.close()
+                    self._file.close()
         _OPEN.discard(self)
-
-    def _handle(self) -> Any:
-        # Called with the lock held: the open file, once the opener thread has created it.
-        # Raises the OSError of a file that could not be created.
-        if self._file is None:
-            assert self._opening is not None
-            self._file = self._opening.result()
-        return self._file
 
 
 class MemorySink:
