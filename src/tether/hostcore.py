@@ -196,7 +196,7 @@ class HostCore:
         decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
         if decision.verdict == "approve":
             if self.approvals is not None:
-                return replace(outcome, status="approve", decision=decision)
+                return outcome.decided("approve", decision)
             # No approval store in this host: fail closed, and say how to proceed.
             decision = Decision(
                 "deny",
@@ -208,8 +208,7 @@ class HostCore:
                     "the tool's effect as read if it has no side effect",
                 },
             )
-        status: Literal["allow", "deny"] = "allow" if decision.allowed else "deny"
-        return replace(outcome, status=status, decision=decision)
+        return outcome.decided("allow" if decision.allowed else "deny", decision)
 
     def _unknown(self, name: str) -> str:
         for source in self.sources:

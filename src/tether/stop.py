@@ -96,11 +96,12 @@ class RepetitionDetector:
             self.calls[sig] += 1
             if self.calls[sig] > self.max_identical_calls:
                 return f"identical call made {self.calls[sig]} times: {sig[:200]}"
+        turns = self.turns
         for period in range(1, self.max_period + 1):
             need = period * self.repeat_limit
-            if len(self.turns) < need:
-                continue
-            tail = self.turns[-need:]
+            if len(turns) < need or (need > period and turns[-1] != turns[-1 - period]):
+                continue  # too few turns, or this turn does not repeat the one a period back
+            tail = turns[-need:]
             block = tail[:period]
             if len(set(block)) != period and period > 1:
                 continue  # a "cycle" of one repeated turn is period 1's business

@@ -234,6 +234,14 @@ class GateOutcome:
     proposal_id: str | None = None  # the approved proposal an "allow" executes (its stored arguments)
     error_reason: str = ""  # machine-readable reason of a "reject" (e.g. ``duplicate_key``)
 
+    def decided(self, status: Literal["allow", "deny", "approve"], decision: Decision) -> GateOutcome:
+        """This outcome with the policy's verdict (``dataclasses.replace`` without its generic
+        field walk: the gate does this once per call)."""
+        return GateOutcome(
+            self.call, status, self.spec, self.arguments, decision, self.error, self.proposal_id,
+            self.error_reason,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:

@@ -540,8 +540,7 @@ class OpenAICompatible:
             response = await self._send_http(body)
         try:
             # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
-            whole = "json" in response.headers.get("content-type", "")
-            if self.stream and not whole:
+            if self.stream and "json" not in response.headers.get("content-type", ""):
                 return await self._read_stream(response)
             return self._parse(await response.aread())
         except httpx2.TimeoutException:
