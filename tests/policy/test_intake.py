@@ -287,3 +287,28 @@ def test_the_gate_turns_any_raw_arguments_into_an_outcome_never_an_exception(nam
     assert host.gate(ToolCall("c2", "prepare_draft", valid), ALPHA, host.offered()).decision.reason == (  # type: ignore[union-attr]
         "approval_unavailable"
     )
+
+
+def test_strict_parsing_holds_in_many_threads_at_once() -> None:
+    # Each thread keeps its own decoder (its hooks are Python code): parses running side by
+    # side still refuse duplicate keys, NaN and overflowing numbers, and still return exactly
+    # what was sent.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tether.policy.intake import parse_json
+
+    def work(i: int) -> list[str]:
+        seen = []
+        for j in range(300):
+            value = parse_json(json.dumps({"i": i, "j": j, "text": "é" * (j % 7), "n": [1.5, j]}))
+            assert value == {"i": i, "j": j, "text": "é" * (j % 7), "n": [1.5, j]}
+            for hostile in ('{"a": 1, "a": 2}', '{"a": NaN}', '{"a": 1e999}'):
+                with pytest.raises(PolicyError) as caught:
+                    parse_json(hostile)
+                seen.append(caught.value.reason)
+        return seen
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(work, range(8)))
+    for seen in results:
+        assert set(seen) == {"duplicate_key", "non_standard_json", "number_overflow"}, set(seen)

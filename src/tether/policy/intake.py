@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -115,6 +116,24 @@ def _walk(value: Any, depth: int, where: str) -> None:
         _check_text(value, where)
 
 
+_DECODERS = threading.local()
+
+
+def _decoder() -> json.JSONDecoder:
+    """This thread's strict decoder. One per thread, not one per call (building one costs more
+    than parsing a tool call's arguments) and not one per process: the hooks are Python code,
+    so a shared scanner could be re-entered from another thread mid-parse."""
+    decoder: json.JSONDecoder | None = getattr(_DECODERS, "decoder", None)
+    if decoder is None:
+        decoder = _DECODERS.decoder = json.JSONDecoder(
+            object_pairs_hook=_pairs,
+            parse_constant=_reject_constant,
+            parse_float=_finite,
+            parse_int=_bounded_int,
+        )
+    return decoder
+
+
 def parse_json(raw: str | bytes) -> Any:
     """Parse one untrusted JSON document strictly; raises ``PolicyError`` and nothing else."""
     if isinstance(raw, bytes | bytearray):
@@ -139,15 +158,7 @@ def parse_json(raw: str | bytes) -> Any:
     if text.startswith(_BOM):
         raise PolicyError("bom", "a byte-order mark is not allowed")
     try:
-        # A decoder per call: the hooks are Python code, so a shared scanner could be re-entered
-        # from another thread mid-parse.
-        value = json.loads(
-            text,
-            object_pairs_hook=_pairs,
-            parse_constant=_reject_constant,
-            parse_float=_finite,
-            parse_int=_bounded_int,
-        )
+        value = _decoder().decode(text)
     except PolicyError:
         raise
     except RecursionError:
