@@ -58,18 +58,19 @@ class PrefixMeter:
     whole request. ``texts``: the session's memo of ``item_json``, shared with its token account."""
 
     def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
-        texts = texts if texts is not None else ItemMemo(item_json)
+        # Each line is an item's ``item_json`` and its newline: the items are read from the
+        # shared memo as they are (no copy with a newline per item); the newlines are counted.
+        self._texts: ItemMemo[bytes] = texts if texts is not None else ItemMemo(item_json)
         self._previous: list[bytes] | None = None
         self._previous_len = 0
-        self._lines: ItemMemo[bytes] = ItemMemo(lambda item: texts.value(item) + b"\n")
         # Running totals, not a sample per request kept for the rest of the run.
         self.requests = 0
         self._reuse_sum = 0.0
         self._reuse_count = 0
 
     def measure(self, request: ModelRequest) -> PrefixSample:
-        lines = self._lines.values((*request.tools, *request.messages))
-        size = sum(map(len, lines))
+        lines = self._texts.values((*request.tools, *request.messages))
+        size = sum(map(len, lines)) + len(lines)
         prev, prev_len = self._previous, self._previous_len
         if prev is None:
             sample = PrefixSample(size, 0, None, None)
@@ -95,12 +96,14 @@ class PrefixMeter:
 
 
 def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
-    """``common_prefix_len`` of the joined lines, from the lines (equal objects compare by identity)."""
+    """``common_prefix_len`` of the two requests' lines (each item and a newline), from the
+    items (equal objects compare by identity). No item holds a raw newline, so the common
+    prefix of two different lines ends inside their items, before either newline."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
-        return sum(map(len, a[:n]))
+        return sum(map(len, a[:n])) + n
     i = n - 1 if a[: n - 1] == b[: n - 1] else _first_difference(a, b, n)  # usually the tail
-    return sum(map(len, a[:i])) + common_prefix_len(a[i], b[i])
+    return sum(map(len, a[:i])) + i + common_prefix_len(a[i], b[i])
 
 
 def _first_difference(a: Sequence[bytes], b: Sequence[bytes], n: int) -> int:
