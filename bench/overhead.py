@@ -2,12 +2,14 @@
 
 A fake server (``tether.models.fake_server``, in its own process so it does not share the
 GIL) scripts a tool loop: the model asks for ``lookup`` until N results are in, then answers.
-Each tool result is 2 KB. tether runs the loop with policy, tracing (JSONL sink, batched: the
-default), the status bar and the OpenAI-compatible backend, and again with ``trace_flush=
-"each_event"`` and with no trace directory (no JSONL file); the overhead of one step is the
-session's wall time minus the server's handler time, divided by the number of model calls
-(N + 1). This process's CPU time per call is reported too: on a shared machine it is the
-steadier figure.
+Each tool result is 2 KB. tether runs the loop with its default settings (policy, JSONL trace
+batched, the default context: no status bar) and the OpenAI-compatible backend; again with
+``trace_flush="each_event"``, with no trace directory (no JSONL file), with the status bar
+(and its TODO tools) on, streamed, and through the openai client's ``post``. The overhead of
+one step is the wall time of back-to-back sessions (at least ``SAMPLE_CALLS`` model calls)
+minus the server's handler time, divided by the number of model calls (N + 1 per session).
+This process's CPU time per call is reported too: on a shared machine it is the steadier
+figure.
 
 Printed: medians over repeats for 5-, 20- and 50-step sessions (streaming off and on), the
 wall and CPU time of 100 concurrent 20-step sessions (medians over the repeats), process RSS
@@ -92,26 +94,33 @@ def make_host(trace_dir: Path | None, flush: FlushMode = "batched") -> Host:
     return host
 
 
-def make_agent(url: str, *, stream: bool, transport: str = "http") -> Agent:
+def make_agent(url: str, *, stream: bool, transport: str = "http", status: bool = False) -> Agent:
     limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
     model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport)  # type: ignore[arg-type]
-    status = ContextConfig(status=StatusConfig())  # the status bar on, as in a real run
-    return Agent(instructions="Look things up, then answer.", model=model, limits=limits, context=status)
+    # The default context (no status bar); ``status=True`` turns the status bar and its TODO tools on.
+    context = ContextConfig(status=StatusConfig()) if status else None
+    return Agent(instructions="Look things up, then answer.", model=model, limits=limits, context=context)
 
 
 Session = Callable[[int], Awaitable[None]]
 
 
+SAMPLE_CALLS = 100  # model calls per sample, at least: one 20-step session alone is too short to time here
+
+
 async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
-    """Per model call of one session, in microseconds: wall time minus the server's handler
-    time, and this process's CPU time (the server runs in another process)."""
+    """Per model call of back-to-back sessions (at least ``SAMPLE_CALLS`` calls), in
+    microseconds: wall time minus the server's handler time, and this process's CPU time (the
+    server runs in another process)."""
+    sessions = -(-SAMPLE_CALLS // (steps + 1))
     server.reset()
     cpu = time.process_time()
     started = time.perf_counter()
-    await session(steps)
+    for _ in range(sessions):
+        await session(steps)
     wall = time.perf_counter() - started
     cpu = time.process_time() - cpu
-    calls = steps + 1
+    calls = sessions * (steps + 1)
     return (wall - server.handler_s()) / calls * 1e6, cpu / calls * 1e6
 
 
@@ -122,9 +131,10 @@ def tether_session(
     stream: bool,
     transport: str = "http",
     flush: FlushMode = "batched",
+    status: bool = False,
 ) -> Session:
     host = make_host(trace_dir, flush)
-    agent = make_agent(server.url, stream=stream, transport=transport)
+    agent = make_agent(server.url, stream=stream, transport=transport, status=status)
     context = TrustedContext(tenant="bench")
 
     async def run(steps: int) -> None:
@@ -361,6 +371,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "tether": tether_session(server, trace_dir, stream=False),
                 "tether_each_event": tether_session(server, trace_dir, stream=False, flush="each_event"),
                 "tether_no_trace": tether_session(server, None, stream=False),
+                "tether_status": tether_session(server, trace_dir, stream=False, status=True),
                 "tether_stream": tether_session(server, trace_dir, stream=True),
                 "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
                 "raw_httpx2": raw_session(server),
@@ -440,6 +451,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "tether",
         "tether_each_event",
         "tether_no_trace",
+        "tether_status",
         "tether_openai_post",
         "raw_httpx2_transport",
         "openai_typed_create",

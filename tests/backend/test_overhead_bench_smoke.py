@@ -36,6 +36,7 @@ def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
     )
     variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2", "raw_httpx2_transport"}
     assert variants <= set(figures["ratio_to_floor_at_20"]) and variants == set(figures["concurrent_100"])
+    assert "tether_status" in figures["ratio_to_floor_at_20"]  # the status bar on, beside the defaults
     assert set(figures["ratio_to_transport_floor_at_20"]) == {"wall", "cpu"}
     assert figures["rss"]["after_tether_runs_mb"] > 0
     assert isinstance(figures["rss"]["idle_kb_per_run"], float | int)
