@@ -386,7 +386,13 @@ class OpenAICompatible:
         limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
         if limit is not None:
             parts += [b',"max_tokens":', str(int(limit)).encode()]
-        parts += [b',"messages":[', b",".join(self._encoded_messages(request.messages)), b"]}"]
+        parts.append(b',"messages":[')
+        encoded = self._encoded_messages(request.messages)
+        if encoded:  # the messages and their commas go into the one join: the body is copied once
+            parts.append(encoded[0])
+            for message in encoded[1:]:
+                parts += (b",", message)
+        parts.append(b"]}")
         return b"".join(parts)
 
     def _encoded_messages(self, messages: tuple[Message, ...]) -> list[bytes]:
