@@ -154,13 +154,6 @@ _TIMER = _Timer()
 _OPEN: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
 
 
-
-def _open_append(path: Path) -> Any:
-    # Unbuffered: lines are batched by the sink already; a BufferedWriter would add a copy per
-    # write and an 8 KB buffer per open run.
-    return path.open("ab", buffering=0)
-
-
 def _reset_after_fork() -> None:
     global _TIMER  # the parent's thread does not exist in the child
     _TIMER = _Timer()
@@ -216,8 +209,9 @@ class JsonlSink:
         # run, measured with bench/overhead.py) than creating it does.
         if not os.path.isdir(path.parent):  # one stat when it exists, as it does after a first run
             path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: Any = _open_append(path)
-        self._closed = False
+        # Unbuffered: lines are batched here already; a BufferedWriter would add a copy per
+        # write and an 8 KB buffer per open run.
+        self._file = path.open("ab", buffering=0)
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
         self._size = 0
@@ -230,7 +224,7 @@ class JsonlSink:
     def write(self, event: TraceEvent) -> None:
         line = _encode(event)
         with self._lock:
-            if self._closed:
+            if self._file.closed:
                 raise ValueError(f"trace {self.path} is closed")
             if self.mode == "each_event":
                 _write_all(self._file, line)
@@ -252,7 +246,7 @@ class JsonlSink:
     def flush(self) -> None:
         """Hand every waiting line to the OS now."""
         with self._lock:
-            if not self._closed:
+            if not self._file.closed:
                 self._drain()
 
     def due(self, now: float) -> bool:
@@ -263,7 +257,7 @@ class JsonlSink:
     def flush_due(self) -> None:
         """The timer's call: write the waiting lines if the oldest has waited long enough."""
         with self._lock:
-            if self._lines and not self._closed and time.monotonic() - self._since >= self.max_delay_s:
+            if self._lines and not self._file.closed and time.monotonic() - self._since >= self.max_delay_s:
                 self._drain()
 
     def _drain(self) -> None:
@@ -278,8 +272,7 @@ class JsonlSink:
 
     def close(self) -> None:
         with self._lock:
-            if not self._closed:
-                self._closed = True
+            if not self._file.closed:
                 try:
                     self._drain()
                 finally:
