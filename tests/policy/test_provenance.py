@@ -95,11 +95,33 @@ def test_short_word_counts_only_as_a_whole_word_of_the_request() -> None:
     assert idx.trace("Bo")[0].kind == "nowhere"
 
 
-def test_list_arguments_reencoded_as_json_or_python_or_yaml_are_traced_per_element() -> None:
-    assert split_values("['a@x.example', 'b@x.example']") == ["a@x.example", "b@x.example"]
-    assert split_values('["a@x.example"]') == ["a@x.example"]
+def test_the_raw_value_is_always_judged_and_decoded_parts_only_in_addition() -> None:
+    # What the tool receives is judged as it is; a string that encodes a list is decoded in
+    # addition only when the schema lets the parameter be structured, never instead.
+    encoded = "['a@x.example', 'b@x.example']"
+    assert split_values(encoded) == [encoded, "a@x.example", "b@x.example"]
+    assert split_values(encoded, {"type": "array", "items": {"type": "string"}}) == [
+        encoded,
+        "a@x.example",
+        "b@x.example",
+    ]
+    assert split_values(encoded, {"type": "string"}) == [encoded]
+    assert split_values('["a@x.example"]') == ['["a@x.example"]', "a@x.example"]
     assert split_values("- a@x.example\n- b@x.example") == ["- a@x.example\n- b@x.example"]
-    assert split_values({"to": ["a@x.example"], "n": 2, "flag": True}) == ["a@x.example", "2"]
+    # Keys that are data are judged; keys the schema declares are structure.
+    assert split_values({"to": ["a@x.example"], "n": 2, "flag": True}) == [
+        "to",
+        "a@x.example",
+        "n",
+        "2",
+        "flag",
+    ]
+    schema = {"type": "object", "properties": {"to": {"type": "array"}, "n": {"type": "integer"}}}
+    assert split_values({"to": ["a@x.example"], "n": 2}, schema) == ["a@x.example", "2"]
+    hidden = {"type": "object", "properties": {"to": {"type": "array"}}}
+    assert split_values({"to": [], "evil@x.example": 1}, hidden) == ["evil@x.example", "1"]
+    # A string that looks structured but does not decode is still judged whole.
+    assert split_values('{"a": evil@x.example') == ['{"a": evil@x.example']
 
 
 def test_numbers_match_across_formats() -> None:
@@ -167,9 +189,12 @@ def test_template_filled_with_one_whole_tool_field_comes_from_the_request() -> N
     data = {"New Israeli Restaurant": "123 Rue de Rivoli"}
     segments = label_observation("addr", "travel", data, "", TrustConfig())
     idx = ProvenanceIndex("Title it 'Dinner at {restaurant_name}'", segments=segments)
-    assert idx.fills_template("Dinner at New Israeli Restaurant")
-    assert not idx.fills_template("Booking a room at the New Israeli Restaurant")
-    assert not idx.fills_template("Dinner at Riverside View Hotel")  # the filling is no tool field
+    assert idx.fills_template("Dinner at New Israeli Restaurant", ["key"])
+    assert not idx.fills_template("Booking a room at the New Israeli Restaurant", ["key"])
+    assert not idx.fills_template("Dinner at Riverside View Hotel", ["key"])  # the filling is no tool field
+    # Only declared fields fill a template: the address (someone else's text) does not.
+    assert not idx.fills_template("Dinner at 123 Rue de Rivoli", ["key"])
+    assert not idx.fills_template("Dinner at New Israeli Restaurant", ["title"])
 
 
 def test_links_are_found_with_any_tld_full_width_dots_and_defanged_and_idn_shown_as_registered() -> None:

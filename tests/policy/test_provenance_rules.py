@@ -185,7 +185,7 @@ DECLARATION = {
     "add_event": {
         "effect": "write",
         "arguments": {
-            "title": {"role": "name", "from": ["user", "template"]},
+            "title": {"role": "name", "from": ["user", "template"], "fill_from": ["key"]},
             "day": {"role": "date", "from": ["user"]},
             "description": {"role": "content"},
         },
@@ -305,7 +305,7 @@ async def test_a_standing_order_changes_only_to_a_figure_the_user_stated() -> No
     world2 = World()
     other = await run(
         world2,
-        "Set 1200 on my order, please.",
+        "Set my order amount to 1200, please.",
         call("list_orders"),
         call("update_order", id=7, amount=1200.0),
     )

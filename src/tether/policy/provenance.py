@@ -38,26 +38,42 @@ from typing import Any, Literal
 
 import yaml
 
-from tether.policy.provenance_values import DateMention, date_mentions, figures, find_links, parse_date
+from tether.policy.provenance_values import (
+    DateMention,
+    Link,
+    amounts,
+    date_mentions,
+    find_links,
+    link_key,
+    parse_date,
+)
 
 __all__ = [
     "MIN_CONTAINED",
+    "Directory",
     "Origin",
     "ProvenanceIndex",
     "Segment",
     "SourceLabel",
     "SourceTrust",
     "TrustConfig",
+    "Written",
+    "contains_whole",
     "label_observation",
     "normalise",
+    "shape_kind",
     "split_values",
 ]
 
+
+DATA_KEY = "key"
+"""Field name of a mapping key that is data (a hotel's name keying its reviews)."""
 
 MIN_CONTAINED = 5
 """Shortest value (after normalisation) that may count as contained in longer text."""
 
 USER = "user"
+USER_WORD = "user:word"  # a single word of the request that the request does not use as a name
 DIRECTORY = "directory"
 MODEL = "model"  # composed by the model: traced nowhere
 
@@ -194,19 +210,16 @@ class TrustConfig:
 
 # -- normalisation -------------------------------------------------------------------------
 
-_WS = re.compile(r"\s+")
-_EDGE = " \t\n\"'`.,;:!?()[]{}<>"
+_WS = re.compile(r"[ \t\r\n]+")
 _NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$")
 
 
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
-
-
 def normalise(value: str) -> str:
-    """Case-folded, NFKC, invisible characters dropped, whitespace collapsed, surrounding
-    quotes and punctuation stripped: two values that read the same compare equal."""
-    text = unicodedata.normalize("NFKC", value).translate(_INVISIBLE).casefold()
-    return _WS.sub(" ", text).strip(_EDGE)
+    """The form values are compared in: canonically composed (NFC), case-folded, runs of
+    ASCII whitespace made one space and trimmed. Nothing else is removed or replaced: a
+    zero-width, full-width or look-alike character, a quote or a trailing dot stays, so a
+    value matches only what the tool would receive as the same text."""
+    return _WS.sub(" ", unicodedata.normalize("NFC", value).casefold()).strip(" ")
 
 
 def _number(value: str) -> float | None:
@@ -219,32 +232,66 @@ def _number(value: str) -> float | None:
         return None
 
 
-def split_values(value: Any) -> list[str]:
-    """The scalar values inside an argument: lists and dicts are walked, and a string that is
-    itself a JSON or Python/YAML list re-encoding (``"['a@b.com']"``) is decoded first."""
+def _structured(schema: Any) -> bool:
+    """Whether a JSON Schema admits an object or an array (no schema: it may)."""
+    if not isinstance(schema, Mapping):
+        return True
+    kind = schema.get("type")
+    if kind is None:
+        alternatives = [*schema.get("anyOf", ()), *schema.get("oneOf", ())]
+        return not alternatives or any(_structured(alt) for alt in alternatives)
+    kinds = {kind} if isinstance(kind, str) else set(kind)
+    return bool(kinds & {"object", "array"})
+
+
+def _child(schema: Any, key: str | None) -> Any:
+    if not isinstance(schema, Mapping):
+        return None
+    if key is None:
+        items = schema.get("items")
+        return items if isinstance(items, Mapping) else None
+    props = schema.get("properties")
+    if isinstance(props, Mapping) and key in props:
+        return props[key]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, Mapping) else None
+
+
+def _declared(schema: Any, key: str) -> bool:
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    return isinstance(props, Mapping) and key in props
+
+
+def split_values(value: Any, schema: Any = None) -> list[str]:
+    """The scalar values a tool receives in one argument, judged one by one: every leaf of a
+    list or mapping, every key that is data (not a property the schema declares), and a
+    string always whole, as it is. A string that itself encodes a list or mapping
+    (``"['a@b.com']"``) is decoded *in addition* when the schema lets the parameter be
+    structured — never instead of the raw string, which is what the tool receives."""
     out: list[str] = []
 
-    def walk(v: Any) -> None:
+    def walk(v: Any, node: Any) -> None:
         if isinstance(v, Mapping):
-            for item in v.values():
-                walk(item)
+            for k, item in v.items():
+                if not _declared(node, str(k)):
+                    out.append(str(k))
+                walk(item, _child(node, str(k)))
         elif isinstance(v, list | tuple | set | frozenset):
             for item in v:
-                walk(item)
+                walk(item, _child(node, None))
         elif isinstance(v, bool) or v is None:
             return
         elif isinstance(v, str):
+            out.append(v)
             s = v.strip()
-            if s[:1] in "[{" and s[-1:] in "]}":
+            if s[:1] in "[{" and s[-1:] in "]}" and _structured(node):
                 decoded = _decode(s)
                 if decoded is not None:
-                    walk(decoded)
-                    return
-            out.append(v)
+                    walk(decoded, None)
         else:
             out.append(str(v))
 
-    walk(value)
+    walk(value, schema)
     return out
 
 
@@ -257,6 +304,69 @@ def _decode(text: str) -> Any:
         if isinstance(value, list | dict):
             return value
     return None
+
+
+# -- curated host context ---------------------------------------------------------------------
+
+_EMAIL_SHAPE = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+_ACCOUNT_SHAPE = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}")
+_LINK_SHAPE = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?[^\s/@]+\.[^\s/@]+(?:/\S*)?")
+SHAPE_KINDS = ("mailbox", "account", "link")
+
+
+def shape_kind(value: str) -> str:
+    """The kind of destination a value is shaped as: ``mailbox`` (an e-mail address),
+    ``account`` (IBAN-shaped), ``link``, or ``name`` (anything else: a person, a channel)."""
+    v = normalise(value)
+    if _EMAIL_SHAPE.fullmatch(v):
+        return "mailbox"
+    if _ACCOUNT_SHAPE.fullmatch(v.replace(" ", "")):
+        return "account"
+    if _LINK_SHAPE.fullmatch(v) and not v.replace(".", "").isdigit():
+        return "link"
+    return "name"
+
+
+class Directory:
+    """What the deployment vouches for, by kind: each entry vouches for one kind of
+    destination only (a mailbox for a mailbox, a channel for a channel, a link for a link).
+    Built from a mapping ``{kind: [entries]}``, or from plain entries whose kind is their
+    shape (``shape_kind``). Entries that outsiders can create (a channel anyone may open)
+    do not belong here: they are third-party data."""
+
+    def __init__(self, entries: Mapping[str, Iterable[str]] | Iterable[str] = ()) -> None:
+        self.kinds: dict[str, set[str]] = {}
+        if isinstance(entries, Mapping):
+            for kind, values in entries.items():
+                if isinstance(values, str):
+                    raise TypeError(f"directory kind {kind!r}: a list of entries, not a string")
+                for v in values:
+                    self._add(str(kind), v)
+        else:
+            for v in entries:
+                self._add(shape_kind(v), v)
+
+    def _add(self, kind: str, value: str) -> None:
+        text = normalise(value)
+        if text:
+            self.kinds.setdefault(kind, set()).add(text)
+
+    def __bool__(self) -> bool:
+        return bool(self.kinds)
+
+    def __contains__(self, text: object) -> bool:
+        return any(text in values for values in self.kinds.values())
+
+    def vouches(self, text: str, kind: str | None = None) -> bool:
+        """Whether the normalised ``text`` is an entry of ``kind`` (by default, the kind its
+        shape says; a ``name`` is vouched for by an entry of any kind that is not a shape)."""
+        kind = kind or shape_kind(text)
+        if kind == "name":
+            return any(text in v for k, v in self.kinds.items() if k not in SHAPE_KINDS)
+        return text in self.kinds.get(kind, ())
+
+    def entries(self, kind: str) -> set[str]:
+        return self.kinds.get(kind, set())
 
 
 # -- labelling -----------------------------------------------------------------------------
@@ -279,7 +389,9 @@ def label_observation(
     mine = {normalise(o) for o in own if normalise(o)}
     segments: list[Segment] = []
 
-    def leaf(raw: str, path: str, key: str, record: str | None, author: str | None) -> None:
+    def leaf(
+        raw: str, path: str, key: str, record: str | None, author: str | None, field_name: str | None = None
+    ) -> None:
         trust = source.fields.get(key, source.default)
         naming = ""
         if record is not None and key in source.naming:
@@ -287,7 +399,8 @@ def label_observation(
         elif record is not None and key in source.self_naming and author is not None:
             naming = "word" if normalise(author) in mine else ""
         label = SourceLabel(tool, server, trust, path, record, author, call_id)
-        segments.append(Segment(raw, normalise(raw), label, whole=True, field_name=key, naming=naming))
+        name = key if field_name is None else field_name
+        segments.append(Segment(raw, normalise(raw), label, whole=True, field_name=name, naming=naming))
 
     def walk(v: Any, path: str, key: str, record: str | None, author: str | None) -> None:
         if isinstance(v, Mapping):
@@ -308,7 +421,7 @@ def label_observation(
                 k = str(k)
                 if not k.isidentifier():
                     # A key that is data (a hotel's name, an e-mail address) is a leaf too.
-                    leaf(k, f"{path}.{k}" if path else k, key, rec, auth)
+                    leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
                 walk(item, f"{path}.{k}" if path else k, k, rec, auth)
         elif isinstance(v, list | tuple):
             for i, item in enumerate(v):
@@ -342,7 +455,7 @@ _EXTENSION = re.compile(r"\.[a-z0-9]{1,5}$")
 _JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a link, a file name)
 
 
-def _contains(haystack: str, needle: str) -> bool:
+def contains_whole(haystack: str, needle: str) -> bool:
     """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the end
     of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``. After it,
     a full stop or a colon may end the sentence (prompts write "www.site.com.They")."""
@@ -370,24 +483,68 @@ def _name_forms(text: str) -> set[str]:
     return forms
 
 
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A value the run itself sent to a tool (an argument leaf of a call that ran), and when:
+    ``position`` is the number of observations the run had made before that call."""
+
+    text: str  # normalised
+    position: int
+    links: frozenset[str] = frozenset()  # keys of the links inside it
+
+
+_QUOTED = re.compile(r"[\"'“”‘’«»`]([^\"'“”‘’«»`]{1,80})[\"'“”‘’«»`]")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
+
+
+def _request_names(objective: str) -> set[str]:
+    """Words the request uses as names: capitalised where a sentence does not begin, or quoted.
+    "Invite Dora" names Dora; "her website" does not make "website" a name."""
+    text = unicodedata.normalize("NFC", objective)
+    names: set[str] = set()
+    for m in _ALPHA_WORD.finditer(text):
+        word = m.group(0)
+        if word[:1].isupper() and not _SENTENCE_START.search(text[: m.start()]):
+            names.add(word.casefold())
+    for m in _QUOTED.finditer(text):
+        names |= {w.casefold() for w in _ALPHA_WORD.findall(m.group(1))}
+    return names
+
+
 class ProvenanceIndex:
-    """What the host knows at one moment of a run: the user's request, trusted host values and
-    labelled observations. ``trace`` answers where a value came from."""
+    """What the host knows at one moment of a run: the user's request, trusted host values,
+    labelled observations and the values the run itself wrote. ``trace`` answers where a
+    value came from.
+
+    *Taint through writes*: a value the run wrote keeps, when it is read back, the provenance
+    it had when it was written. A tool origin from a segment observed after a write whose
+    text holds the value (and is the segment, or holds it, or is held by it) is replaced by
+    the value's origins at the moment of that write — so writing an attacker's address into
+    a file, an event or a message and reading it back does not make it better trusted."""
 
     def __init__(
         self,
         objective: str,
         *,
         segments: Sequence[Segment] = (),
-        directory: Iterable[str] = (),
+        directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
+        positions: Sequence[int] | None = None,
+        writes: Sequence[Written] = (),
     ) -> None:
         self.objective = objective
         self.user_text = normalise(objective)
         words = _WORD.findall(self.user_text)
         self._user_words = {w.strip(".,+-") for w in words} | set(words)
         self._user_words |= set(_ALPHA_WORD.findall(self.user_text))
-        self.directory = {normalise(d) for d in directory if normalise(d)}
+        self._user_names = _request_names(objective)
+        self.directory = directory if isinstance(directory, Directory) else Directory(directory)
         self.segments = list(segments)
+        pos = list(positions) if positions is not None else [0] * len(self.segments)
+        if len(pos) != len(self.segments):
+            raise ValueError("one position per segment")
+        self._pos = {id(seg): p for seg, p in zip(self.segments, pos, strict=True)}
+        self.writes = sorted(writes, key=lambda w: w.position)
+        self._prefixes: dict[int, ProvenanceIndex] = {}
         self._whole: dict[str, list[Segment]] = {}
         self._numbers: dict[float, list[Segment]] = {}
         for seg in self.segments:
@@ -404,52 +561,104 @@ class ProvenanceIndex:
         self._named: dict[tuple[str, str, str], bool] = {}
         self._links: dict[str, list[Segment]] | None = None
         self._user_links: set[str] = set()
+        self._user_sites: set[str] = set()
         self._directory_links: set[str] = set()
+        self._directory_sites: set[str] = set()
         self._dates: list[DateMention] | None = None
-        self._figures: list[float] | None = None
+        self._amounts: list[float] | None = None
+
+    # -- the run's own writes -----------------------------------------------------------
+
+    def _prefix(self, position: int) -> ProvenanceIndex:
+        """The index as it stood when a call made after ``position`` observations was made."""
+        if position not in self._prefixes:
+            keep = [(seg, p) for seg in self.segments if (p := self._pos[id(seg)]) < position]
+            self._prefixes[position] = ProvenanceIndex(
+                self.objective,
+                segments=[seg for seg, _ in keep],
+                directory=self.directory,
+                positions=[p for _, p in keep],
+                writes=[w for w in self.writes if w.position < position],
+            )
+        return self._prefixes[position]
+
+    def _writes_into(self, seg: Segment) -> list[Written]:
+        """The run's writes made before ``seg`` was observed that the segment may echo: its
+        text is the written value, holds it, or is held by it."""
+        p = self._pos.get(id(seg), 0)
+        return [
+            w
+            for w in self.writes
+            if w.position <= p
+            and (w.text == seg.text or contains_whole(seg.text, w.text) or contains_whole(w.text, seg.text))
+        ]
+
+    def written(self, seg: Segment) -> bool:
+        """Whether ``seg`` echoes something the run wrote (it is not the source's own data)."""
+        return bool(self._writes_into(seg))
+
+    def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
+        """A tool origin's replacement when the value came back from the run's own write."""
+        hits = [w for w in self._writes_into(seg) if w.text == text or contains_whole(w.text, text)]
+        if not hits:
+            return None
+        out: list[Origin] = []
+        for w in hits:
+            out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
+        return out
 
     # -- one scalar ---------------------------------------------------------------------
 
-    def trace(self, value: str) -> list[Origin]:
-        """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found."""
+    def trace(self, value: str, kind: str | None = None) -> list[Origin]:
+        """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
+        the kind of destination the value is for (the directory vouches per kind)."""
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
-        out: list[Origin] = []
+        found: list[tuple[Origin, Segment | None]] = []
         short = len(text) < MIN_CONTAINED
         numeric = _number(value)
-        # The user's request: the whole value appears in it.
+        single = _ALPHA_WORD.fullmatch(text) is not None
+        # The user's request: the whole value appears in it. A single word counts as the
+        # user's only where the request uses it as a name (capitalised, or quoted).
         if numeric is not None and self._user_number(numeric):
-            out.append(Origin("user", USER, "word"))
-        elif short:
-            if text.isalpha() and len(text) >= 3 and text in self._user_words:
-                out.append(Origin("user", USER, "word"))
-        elif _contains(self.user_text, text):
-            out.append(Origin("user", USER, "contained"))
-        # Trusted host context.
-        if text in self.directory:
-            out.append(Origin("host", DIRECTORY, "exact"))
+            found.append((Origin("user", USER, "word"), None))
+        elif single:
+            if len(text) >= 3 and text in self._user_words:
+                trust = USER if text in self._user_names else USER_WORD
+                found.append((Origin("user", trust, "word"), None))
+        elif not short and contains_whole(self.user_text, text):
+            found.append((Origin("user", USER, "contained"), None))
+        # Trusted host context: an entry of the kind the value is for.
+        if self.directory.vouches(text, kind):
+            found.append((Origin("host", DIRECTORY, "exact"), None))
         # Observations: whole structured fields first, then containment in longer text.
         seen: set[int] = set()
         for seg in self._whole.get(text, []):
             seen.add(id(seg))
-            out.append(Origin("tool", seg.label.trust, "exact", seg.label))
+            found.append((Origin("tool", seg.label.trust, "exact", seg.label), seg))
         if numeric is not None:
             for seg in self._numbers.get(numeric, []):
                 if id(seg) not in seen and (not short or seg.field_name in _ID_FIELDS):
                     seen.add(id(seg))
-                    out.append(Origin("tool", seg.label.trust, "exact", seg.label))
+                    found.append((Origin("tool", seg.label.trust, "exact", seg.label), seg))
         if short:
             # A short number counts only as a whole identifier field; a short word only as a
             # whole field. Neither counts as contained in longer text.
             if numeric is not None:
-                out = [o for o in out if o.kind != "tool" or _identifier_like(o)]
+                found = [(o, s) for o, s in found if o.kind != "tool" or _identifier_like(o)]
         else:
             for seg in self.segments:
                 if id(seg) in seen or len(seg.text) <= len(text):
                     continue
-                if _contains(seg.text, text):
-                    out.append(Origin("tool", seg.label.trust, "contained", seg.label))
+                if contains_whole(seg.text, text):
+                    found.append((Origin("tool", seg.label.trust, "contained", seg.label), seg))
+        out: list[Origin] = []
+        for origin, source in found:
+            again = self._retrace(value, text, origin, source) if source is not None and self.writes else None
+            for o in again if again is not None else [origin]:
+                if o not in out:
+                    out.append(o)
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _user_number(self, n: float) -> bool:
@@ -460,18 +669,26 @@ class ProvenanceIndex:
                 return True
         return False
 
-    def fills_template(self, value: str) -> bool:
+    def fills_template(self, value: str, fields: Iterable[str] = ()) -> bool:
         """Whether ``value`` is a template the user wrote with its ``{placeholder}`` filled by
-        one whole field of a tool result: the request says "title it 'Dinner at {name}'" and
-        the value is "Dinner at New Israeli Restaurant". The filled-in part is the only part
-        not written by the user, and it is a whole value, not free composition."""
+        one whole field of a tool result, of one of the declared ``fields``: the request says
+        "title it 'Dinner at {name}'" and the value is "Dinner at New Israeli Restaurant".
+        The filled-in part is the only part not written by the user; it is a whole value of a
+        field declared for filling, never text the run wrote itself."""
         text = normalise(value)
-        request = _WS.sub(" ", unicodedata.normalize("NFKC", self.objective).casefold())
-        if not text or "{" not in request:
+        allowed = set(fields)
+        request = normalise(self.objective)
+        if not text or "{" not in request or not allowed:
             return False
+        fillers = {
+            seg.text
+            for segs in self._whole.values()
+            for seg in segs
+            if seg.field_name in allowed and not self.written(seg)
+        }
         for m in _PLACEHOLDER.finditer(request):
             before, after = request[: m.start()], request[m.end() :]
-            for filler in self._whole:
+            for filler in fillers:
                 if len(filler) < 2 or filler not in text:
                     continue
                 i = text.find(filler)
@@ -491,7 +708,8 @@ class ProvenanceIndex:
 
     def record_named_by_user(self, label: SourceLabel) -> bool:
         """Whether the record a value came from is one the user named, through one of the
-        naming fields its source declares (see the module docstring)."""
+        naming fields its source declares (see the module docstring). A name the run wrote
+        names its record only when it is the user's own words, whole."""
         if label.record_id is None:
             return False
         key = (label.call_id, label.tool, label.record_id)
@@ -505,11 +723,11 @@ class ProvenanceIndex:
                 if len(form) < 3:
                     continue
                 if len(form) < MIN_CONTAINED:
-                    if form.isalpha() and form in self._user_words:
+                    if form.isalpha() and form in self._user_names:
                         return True
-                elif _contains(self.user_text, form):
+                elif contains_whole(self.user_text, form):
                     return True
-        elif seg.naming == "word":
+        elif seg.naming == "word" and not self.written(seg):
             words = {w for w in _ALPHA_WORD.findall(seg.text) if len(w) >= 4 and w not in _STOP}
             return bool(words & self._user_words)
         return False
@@ -520,28 +738,46 @@ class ProvenanceIndex:
 
     # -- typed values -------------------------------------------------------------------
 
-    def link_origins(self, key: str) -> list[Origin]:
-        """Origins of a link (by ``provenance_values.Link.key``): the request, the directory,
-        or the tool segments that hold the same link."""
+    def _link_tables(self) -> dict[str, list[Segment]]:
         if self._links is None:
             table: dict[str, list[Segment]] = {}
             for seg in self.segments:
                 for link in find_links(seg.raw):
                     table.setdefault(link.key, []).append(seg)
+                    if link.site != link.key:
+                        table.setdefault("site:" + link.site, []).append(seg)
             self._links = table
-            self._user_links = {link.key for link in find_links(self.objective)}
-            # Only an entry that *is* a link vouches for it: a link inside a longer entry (a
-            # channel named by whoever created it) is someone else's text.
-            self._directory_links = {
-                link.key for d in self.directory for link in find_links(d) if normalise(link.raw) == d
-            }
+            user = find_links(self.objective)
+            self._user_links = {link.key for link in user}
+            self._user_sites = {link.site for link in user if link.key == link_key(link.host)}
+            # Only an entry of the link kind vouches for links: a channel or a person named
+            # like a web site is someone else's choice of name.
+            vouched = [link for d in self.directory.entries("link") for link in find_links(d)]
+            self._directory_links = {link.key for link in vouched}
+            self._directory_sites = {link.site for link in vouched if link.key == link_key(link.host)}
+        return self._links
+
+    def link_origins(self, link: Link | str) -> list[Origin]:
+        """Origins of a link: the request, the directory, or the tool segments that hold the
+        same link. A link is the same when its key (host and path) is, or when its registrable
+        domain is one that a source names as a whole site (``example.com``, no path)."""
+        table = self._link_tables()
+        key = link if isinstance(link, str) else link.key
+        site = None if isinstance(link, str) else link.site
         out: list[Origin] = []
-        if key in self._user_links:
+        if key in self._user_links or (site is not None and site in self._user_sites):
             out.append(Origin("user", USER, "contained"))
-        if key in self._directory_links:
+        if key in self._directory_links or (site is not None and site in self._directory_sites):
             out.append(Origin("host", DIRECTORY, "exact"))
-        for seg in self._links.get(key, []):
-            out.append(Origin("tool", seg.label.trust, "exact" if seg.whole else "contained", seg.label))
+        segs = list(table.get(key, []))
+        for seg in segs:
+            origin = Origin("tool", seg.label.trust, "exact" if seg.whole else "contained", seg.label)
+            earlier = [w for w in self._writes_into(seg) if key in w.links]
+            if earlier:
+                for w in earlier:
+                    out.extend(o for o in self._prefix(w.position).link_origins(link) if o not in out)
+            elif origin not in out:
+                out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
 
     @property
@@ -552,20 +788,21 @@ class ProvenanceIndex:
         return self._dates
 
     @property
-    def request_figures(self) -> list[float]:
-        """The numbers the request states (not days, years or parts of identifiers)."""
-        if self._figures is None:
-            self._figures = figures(self.objective)
-        return self._figures
+    def request_amounts(self) -> list[float]:
+        """The amounts of money the request states (``provenance_values.amounts``)."""
+        if self._amounts is None:
+            self._amounts = amounts(self.objective)
+        return self._amounts
 
     def named_values(self, *, trust: Iterable[str] = (), fields: Iterable[str] = ()) -> list[Segment]:
-        """Whole fields of records the user named, of the given trust classes or field names."""
+        """Whole fields of records the user named, of the given trust classes or field names;
+        never a field whose value the run wrote itself."""
         classes, names = set(trust), set(fields)
         return [
             seg
             for segs in self.named_records()
             for seg in segs
-            if seg.whole and (seg.label.trust in classes or seg.field_name in names)
+            if seg.whole and (seg.label.trust in classes or seg.field_name in names) and not self.written(seg)
         ]
 
     def named_dates(self, trust: Iterable[str]) -> list[Any]:
@@ -586,7 +823,7 @@ class ProvenanceIndex:
             and len(s.text) >= MIN_CONTAINED
             and s.text in text
             and s.text not in self.directory
-            and not _contains(self.user_text, s.text)
+            and not contains_whole(self.user_text, s.text)
         ]
 
 

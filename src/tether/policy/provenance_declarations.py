@@ -74,6 +74,8 @@ _KEYS = {
     "safe",
     "requested_by",
     "keys",
+    "kind",
+    "fill_from",
 }
 
 
@@ -96,6 +98,8 @@ class ArgumentRule:
     safe: frozenset[str] = frozenset()  # option values, JSON-encoded
     requested_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     keys: tuple[str, ...] = ()  # check only the leaves under these keys (attachments)
+    kind: str | None = None  # the kind of destination (mailbox, account, link, channel, member…)
+    fill_from: tuple[str, ...] = ()  # fields whose whole values may fill the user's template
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -114,6 +118,8 @@ class ArgumentRule:
             raise ValueError(f"{self.argument}: an amount needs a 'bound' (user, named)")
         if self.bound - {USER, "named"}:
             raise ValueError(f"{self.argument}: bound classes are user and named")
+        if "template" in self.allow and not self.fill_from:
+            raise ValueError(f"{self.argument}: 'template' needs 'fill_from' (the fields that may fill it)")
 
     @property
     def restricts(self) -> bool:
@@ -150,6 +156,8 @@ class ArgumentRule:
             # YAML keys true/false arrive as booleans, so they encode like the values they name.
             requested_by={json.dumps(k): tuple(map(str, v)) for k, v in requested.items()},
             keys=tuple(data.get("keys", ())),
+            kind=str(data["kind"]) if data.get("kind") is not None else None,
+            fill_from=tuple(map(str, data.get("fill_from", ()))),
         )
 
 

@@ -21,13 +21,17 @@ from typing import Any
 from tether.policy.provenance import (
     DIRECTORY,
     USER,
+    Directory,
     Origin,
     ProvenanceIndex,
     Segment,
     SourceLabel,
     TrustConfig,
+    Written,
+    contains_whole,
     label_observation,
     normalise,
+    shape_kind,
     split_values,
 )
 from tether.policy.provenance_declarations import (
@@ -112,14 +116,43 @@ def _segment(item: Any) -> Segment | None:
 
 
 def index_for(
-    state: Any, config: TrustConfig, directory: Iterable[str] = (), own: Iterable[str] = ()
+    state: Any,
+    config: TrustConfig,
+    directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
+    own: Iterable[str] = (),
 ) -> ProvenanceIndex:
-    """The provenance index of a run state (objective + observations so far)."""
+    """The provenance index of a run state: the objective, the observations so far (each with
+    its position in the run) and every value the run sent to a tool (the arguments of each
+    call that ran, with the number of observations made before it)."""
     segments: list[Segment] = []
+    positions: list[int] = []
     mine = list(own)
-    for obs in getattr(state, "observations", []) or []:
-        segments.extend(observation_segments(obs, config, mine))
-    return ProvenanceIndex(getattr(state, "objective", "") or "", segments=segments, directory=directory)
+    observations = getattr(state, "observations", []) or []
+    first_seen: dict[str, int] = {}
+    for i, obs in enumerate(observations):
+        first_seen.setdefault(obs.call_id, i)
+        found = observation_segments(obs, config, mine)
+        segments.extend(found)
+        positions.extend([i] * len(found))
+    writes: list[Written] = []
+    for record in getattr(state, "calls", []) or []:
+        if record.status not in _REACHED:
+            continue
+        at = first_seen.get(record.call_id, len(observations))
+        for leaf in split_values(record.arguments):
+            text = normalise(leaf)
+            if len(text) >= 2:
+                writes.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+    return ProvenanceIndex(
+        getattr(state, "objective", "") or "",
+        segments=segments,
+        directory=directory,
+        positions=positions,
+        writes=writes,
+    )
+
+
+_REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
 
 
 # -- the rule -------------------------------------------------------------------------------
@@ -156,12 +189,12 @@ class ProvenanceRules:
         tools: Mapping[str, ToolRules],
         config: TrustConfig,
         *,
-        directory: Iterable[str] = (),
+        directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
         own: Iterable[str] = (),
     ) -> None:
         self.tools = dict(tools)
         self.config = config
-        self.directory = list(directory)
+        self.directory = directory if isinstance(directory, Directory) else Directory(directory)
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
 
@@ -198,14 +231,20 @@ class ProvenanceRules:
             # Nothing in the call can be traced: the request itself must ask for this effect.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
+        properties = (spec.parameters or {}).get("properties") or {}
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
             if rule is None or value is None:
                 continue
-            for element in _elements(value, rule):
+            schema = properties.get(arg)
+            elements = _elements(value, rule, schema)
+            if not elements and rule.restricts and _has_content(value):
+                # Something the tool receives that yields nothing to judge: fail closed.
+                out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
+            for element in elements:
                 shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
             if rules.no_flow:
-                for element in split_values(value):
+                for element in split_values(value, schema):
                     leaked = index.contained_segments(element, rules.no_flow)
                     if leaked:
                         out.worse(
@@ -218,7 +257,7 @@ class ProvenanceRules:
                         )
                         break
             if rules.no_relay and rule.role == "content":
-                for element in split_values(value):
+                for element in split_values(value, schema):
                     relayed = _relayed(index, element, rules.no_relay)
                     if relayed is not None:
                         out.worse(
@@ -241,9 +280,9 @@ class ProvenanceRules:
         self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
     ) -> dict[str, Any]:
         text = element if isinstance(element, str) else json.dumps(element)
-        origins = index.trace(text) if not isinstance(element, bool) else []
+        origins = index.trace(text, rule.kind) if not isinstance(element, bool) else []
         classes = classes_of(index, origins)
-        if USER not in classes and "template" in rule.allow and index.fills_template(text):
+        if USER not in classes and "template" in rule.allow and index.fills_template(text, rule.fill_from):
             classes.add("template")
         shown: dict[str, Any] = {
             "value": text[:200],
@@ -288,7 +327,7 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does.
         for handle in find_handles(text):
-            handle_classes = classes_of(index, index.trace(handle))
+            handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
             if not handle_classes & allowed:
                 shown.setdefault("handles", []).append(handle)
                 out.worse(
@@ -301,7 +340,7 @@ class ProvenanceRules:
                     },
                 )
         for link in find_links(text):
-            link_classes = classes_of(index, index.link_origins(link.key))
+            link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:
                 shown.setdefault("links", []).append(link.registered)
                 out.worse(
@@ -369,7 +408,7 @@ class ProvenanceRules:
             return
         stated: list[tuple[float, str]] = []
         if USER in rule.bound:
-            stated += [(f, "the request") for f in index.request_figures]
+            stated += [(f, "the request") for f in index.request_amounts]
         if "named" in rule.bound:
             for seg in index.named_values(fields=rule.fields):
                 try:
@@ -393,7 +432,7 @@ class ProvenanceRules:
             )
 
 
-def _elements(value: Any, rule: ArgumentRule) -> list[Any]:
+def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     if rule.role in ("amount", "option") and not isinstance(value, list | dict):
         return [value]
     if rule.keys:
@@ -409,26 +448,53 @@ def _elements(value: Any, rule: ArgumentRule) -> list[Any]:
             elif isinstance(v, list | tuple):
                 for item in v:
                     walk(item)
+            elif isinstance(v, str) and v.strip():
+                found.append(v)  # not the structure the keys were declared for: judge it whole
 
         walk(value)
         return found
-    return list(split_values(value))
+    return list(split_values(value, schema))
+
+
+def _has_content(value: Any) -> bool:
+    """Whether a value carries anything at all (an empty list or mapping does not)."""
+    if isinstance(value, Mapping):
+        return bool(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return bool(value)
+    return value is not None
 
 
 def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Segment | None:
-    """A segment of ``classes`` that ``value`` repeats verbatim for ``RELAY_SPAN`` characters or
-    more. Windows of two thirds of the span, every third of it, find every such repeat."""
+    """A segment of ``classes`` that ``value`` repeats, at any length: a run of ``RELAY_SPAN``
+    characters or more found verbatim in the segment (windows of two thirds of the span,
+    every third of it, find every such repeat); or, in a shorter value, the whole value, or
+    one of its tokens that carries digits (a code, an amount, an identifier), found in the
+    segment as a whole and not stated by the user or the directory."""
     text = normalise(value)
-    width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
-    if len(text) < RELAY_SPAN:
+    sources = [s for s in index.segments if s.label.trust in classes]
+    if not text or not sources:
         return None
-    sources = [s for s in index.segments if s.label.trust in classes and len(s.text) >= width]
-    for start in range(0, len(text) - width + 1, stride):
-        window = text[start : start + width]
+    width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
+    if len(text) >= RELAY_SPAN:
+        long = [s for s in sources if len(s.text) >= width]
+        for start in range(0, len(text) - width + 1, stride):
+            window = text[start : start + width]
+            for seg in long:
+                if window in seg.text:
+                    return seg
+    pieces = [text] if len(text) < RELAY_SPAN else []
+    pieces += [t for t in _TOKEN.findall(text) if any(c.isdigit() for c in t) and len(t) >= 4]
+    for piece in pieces:
+        if len(piece) < 3 or contains_whole(index.user_text, piece) or piece in index.directory:
+            continue
         for seg in sources:
-            if window in seg.text:
+            if (seg.text == piece or contains_whole(seg.text, piece)) and not index.written(seg):
                 return seg
     return None
+
+
+_TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:

@@ -18,14 +18,18 @@ path), a date by the calendar day it names, an amount by the figures the user st
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
 __all__ = [
     "DateMention",
     "Link",
+    "amounts",
     "date_mentions",
     "figures",
     "find_handles",
@@ -56,28 +60,27 @@ def unfold(text: str) -> str:
 
 # -- links -----------------------------------------------------------------------------------
 
-_LABEL = r"[^\W_](?:[\w-]{0,61}[^\W_])?"
-_LINK = re.compile(
-    r"(?<![@\w.-])"  # not the domain of an e-mail address, not inside a longer token
-    rf"(?:(?P<scheme>[a-z][a-z0-9+.-]{{1,15}})://)?"
-    rf"(?P<host>(?:{_LABEL}\.)+(?P<tld>xn--[a-z0-9-]{{2,59}}|[^\W\d_]{{2,63}}))"
-    r"(?P<port>:\d{1,5})?"
-    r"(?P<path>[/?#][^\s<>\"'`)\]]*)?"
-    r"(?![\w@-])",  # the whole token: not the first part of an e-mail address or a longer name
-    re.UNICODE,
-)
 _SCHEME_ONLY = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+")
+# A run of characters a host name can be made of, wherever it stands: glued to other words,
+# to digits, to underscores or to punctuation, a host inside it is still found.
+_HOST_RUN = re.compile(r"[\w.-]+", re.UNICODE)
+_SCHEME_BEFORE = re.compile(r"([a-z][a-z0-9+.-]{1,15})://$")
+_PATH_AFTER = re.compile(r"(?::\d{1,5})?([/?#][^\s<>\"'`)\]]*)?")
+_IPV4 = re.compile(r"(?<!\d)(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?!\d)")
 
 
 @dataclass(frozen=True, slots=True)
 class Link:
     """One link found in text. ``key`` compares links (host without ``www.``, path without a
-    trailing slash); ``registered`` is the host as the DNS knows it (punycode for IDN)."""
+    trailing slash); ``registered`` is the host as the DNS knows it (punycode for IDN);
+    ``site`` is its registrable domain (``mail.example.co.uk`` → ``example.co.uk``), by the
+    Public Suffix List, or the host itself for an address or a name without a public suffix."""
 
     raw: str
     host: str
     registered: str
     key: str
+    site: str = ""
 
 
 def _registered(host: str) -> str:
@@ -87,39 +90,124 @@ def _registered(host: str) -> str:
         return host.encode("ascii", "backslashreplace").decode("ascii")
 
 
+@functools.cache
+def _suffixes() -> Any:
+    from publicsuffixlist import PublicSuffixList
+
+    return PublicSuffixList()
+
+
+def _public_suffix(labels: Sequence[str]) -> bool:
+    """Whether ``labels`` (registered form) end in a suffix the Public Suffix List knows."""
+    return bool(labels) and _suffixes().publicsuffix(".".join(labels), accept_unknown=False) is not None
+
+
+def registrable(host: str) -> str:
+    """The registrable domain of ``host`` (``www.a.example.com`` → ``example.com``), by the
+    Public Suffix List; the host itself for an IP address or a name with no known suffix."""
+    reg = _registered(host.rstrip(".")).lower()
+    if _IPV4.fullmatch(reg):
+        return reg
+    return _suffixes().privatesuffix(reg, accept_unknown=False) or reg
+
+
 def link_key(host: str, path: str = "") -> str:
     host = _registered(host.rstrip(".")).removeprefix("www.")
     return host + path.rstrip("/.,;:!?")
 
 
+def _hosts_in_run(run: str) -> list[tuple[int, int]]:
+    """Spans of the hosts inside one run of host characters (letters, digits, ``_.-``).
+
+    A dotted sequence is a host when its last label is a word of two letters or more (any
+    top-level domain, known or not, as a reader would take it), when a label in the middle
+    is a suffix the Public Suffix List knows (``a.com.evil.org`` holds ``a.com`` too), or
+    when a label begins with a known top-level domain glued to digits or ``_``/``-``
+    (``site.com123``: a check that looks for the link as a substring still finds
+    ``site.com``) at the end of the run. Whatever stands glued before the host stays in it;
+    its registrable domain is unchanged."""
+    spans: list[tuple[int, int]] = []
+    labels = run.split(".")
+    starts = []
+    pos = 0
+    for label in labels:
+        starts.append(pos)
+        pos += len(label) + 1
+    first = 0
+    for i in range(1, len(labels)):
+        if not labels[i - 1].strip("_-"):
+            first = i  # an empty label ("a..b") breaks the sequence
+            continue
+        label = labels[i].rstrip("_-")
+        end = -1
+        last = i == len(labels) - 1 or not labels[i + 1]
+        if _ALPHA_LABEL.fullmatch(label) and (last or _public_suffix([_registered(label)])):
+            end = starts[i] + len(label)
+        elif last and (head := _GLUED_HEAD.match(label)) and _public_suffix([_registered(head.group(1))]):
+            end = starts[i] + len(head.group(1))
+        if end > 0:
+            start = starts[first]
+            while start < end and not run[start].isalnum():
+                start += 1
+            spans.append((start, end))
+    return spans
+
+
+_ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}")
+_GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
+
+
 def find_links(text: str) -> list[Link]:
-    """Every link in ``text`` (see the module docstring for what counts)."""
+    """Every link in ``text``: hosts with a public suffix found anywhere in a token (see
+    ``_hosts_in_run``), IPv4 addresses, and ``scheme://`` links with a dotless host; text is
+    NFKC-normalised, invisible characters dropped and defanged forms undone first."""
     folded = unfold(text)
     out: list[Link] = []
     seen: set[str] = set()
-    for m in _LINK.finditer(folded):
-        host, path = m.group("host"), m.group("path") or ""
+
+    def add(raw: str, host: str, path: str) -> None:
         key = link_key(host, path)
         if key not in seen:
             seen.add(key)
-            out.append(Link(m.group(0).rstrip(".,;:!?"), host, _registered(host), key))
+            out.append(Link(raw, host, _registered(host), key, registrable(host)))
+
+    for m in _HOST_RUN.finditer(folded):
+        run = m.group(0)
+        if "." not in run:
+            continue
+        for a, b in _hosts_in_run(run):
+            start, end = m.start() + a, m.start() + b
+            host = folded[start:end]
+            if "@" in folded[max(0, start - 1) : start]:
+                continue  # the domain of an e-mail address: a handle, checked as one
+            path = ""
+            if end == m.end():
+                after = _PATH_AFTER.match(folded, end)
+                path = after.group(1) or "" if after else ""
+            scheme = _SCHEME_BEFORE.search(folded[max(0, start - 20) : start])
+            raw = (scheme.group(0) if scheme else "") + host + path
+            add(raw.rstrip(".,;:!?"), host, path)
+    for m in _IPV4.finditer(folded):
+        add(m.group(0), m.group(0), "")
     # A scheme with a host that has no dot ("http://intranet/x") is a link too.
     for m in _SCHEME_ONLY.finditer(folded):
         rest = m.group(0).split("://", 1)[1]
         host, _, path = rest.partition("/")
         key = link_key(host, "/" + path if path else "")
         if key not in seen and not any(key.startswith(k) for k in seen):
-            seen.add(key)
-            out.append(Link(m.group(0), host, _registered(host), key))
+            add(m.group(0), host, "/" + path if path else "")
     return out
 
 
-_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
-_IBAN = re.compile(r"(?<![\w])[a-z]{2}\d{2}[a-z0-9]{10,30}(?![\w])")
+_EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
+# Account numbers of the IBAN shape, found even when glued to other characters.
+_IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
 
 
 def find_handles(text: str) -> list[str]:
-    """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case)."""
+    """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
+    wherever they stand: glued to other characters they are still found (with their glue,
+    so the handle checked is the one a reader would copy)."""
     folded = unfold(text)
     out: list[str] = []
     for pattern in (_EMAIL, _IBAN):
@@ -278,4 +366,75 @@ def figures(text: str) -> list[float]:
             continue
         whole = m.group(1).replace(",", "")
         out.append(float(whole + ("." + m.group(2) if m.group(2) else "")))
+    return out
+
+
+# -- amounts ---------------------------------------------------------------------------------
+
+_CURRENCY = r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy|cad|aud|dollars?|euros?|pounds?|bucks)"
+_AMOUNT_CUES = frozenset(
+    [
+        "amount",
+        "amounts",
+        "pay",
+        "paid",
+        "pays",
+        "paying",
+        "payment",
+        "payments",
+        "send",
+        "sent",
+        "transfer",
+        "transferred",
+        "refund",
+        "refunded",
+        "total",
+        "price",
+        "prices",
+        "cost",
+        "costs",
+        "rent",
+        "fee",
+        "fees",
+        "charge",
+        "charged",
+        "sum",
+        "balance",
+        "owe",
+        "owed",
+        "worth",
+        "budget",
+        "salary",
+        "spent",
+        "spend",
+        "spending",
+        "difference",
+        "tip",
+        "deposit",
+    ]
+)
+_CUE_WINDOW = 4  # words before a figure where a cue governs it ("rent goes up to 1200", "a fee of 5.29")
+
+
+def amounts(text: str) -> list[float]:
+    """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
+    written with cents (``12.00``), or governed by a word that asks for an amount within a few
+    words (``rent is 2200``, ``a fee of 5.29``). A postal code, a street number, an order or a
+    count is a figure, not an amount; a percentage is not an amount either."""
+    folded = unfold(text)
+    words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
+    out: list[float] = []
+    for m in _FIGURE.finditer(folded):
+        start, end = m.start(1), m.end()
+        after = folded[end : end + 12]
+        if after.lstrip().startswith("%") or re.match(r"\s*percent", after):
+            continue
+        whole = m.group(1).replace(",", "")
+        value = float(whole + ("." + m.group(2) if m.group(2) else ""))
+        before = folded[max(0, m.start() - 8) : start]
+        currency = re.search(_CURRENCY + r"\s?$", before) or re.match(r"\s?" + _CURRENCY + r"\b", after)
+        cents = m.group(2) is not None and len(m.group(2)) == 2
+        preceding = [w for pos, w in words if pos < m.start()][-_CUE_WINDOW:]
+        if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
+            out.append(value)
     return out

@@ -275,7 +275,7 @@ class SuiteBench:
 
         return after
 
-    def directory(self, env: Any) -> list[str]:
+    def directory(self, env: Any) -> dict[str, list[str]]:
         return DIRECTORIES[self.declaration.directory](env)
 
     def own(self, env: Any) -> list[str]:

@@ -71,11 +71,13 @@ def load_declaration(suite: str, path: Path | None = None) -> SuiteDeclaration:
 
 
 # -- curated host context, read from the environment before the run ------------------------
-# A directory is what the deployment itself vouches for, never whoever wrote to the user:
-# the account and the people it wrote to, the accounts it paid, the workspace's members.
+# A directory is what the deployment itself vouches for, never whoever wrote to the user: the
+# account and the people it wrote to, the accounts it paid, the workspace's members. Each
+# entry vouches for one kind of destination (a mailbox for a mailbox, a member for a member);
+# names anyone can create (a Slack channel) are not curated: they are third-party data.
 
 
-def _contacts(env: Any) -> list[str]:
+def _contacts(env: Any) -> dict[str, list[str]]:
     inbox = env.inbox
     mine = inbox.account_email.lower()
     written_to = {
@@ -84,30 +86,30 @@ def _contacts(env: Any) -> list[str]:
         if mail.sender.lower() == mine
         for address in (*mail.recipients, *mail.cc, *mail.bcc)
     }
-    return [inbox.account_email, *sorted(written_to)]
+    return {"mailbox": [inbox.account_email, *sorted(written_to)]}
 
 
-def _payees(env: Any) -> list[str]:
+def _payees(env: Any) -> dict[str, list[str]]:
     account = env.bank_account
     # Outgoing payments name the account as "me" or by its IBAN.
     paid = [t.recipient for t in account.transactions if t.sender in ("me", account.iban)]
-    return [*paid, *(t.recipient for t in account.scheduled_transactions)]
+    return {"account": [*paid, *(t.recipient for t in account.scheduled_transactions)]}
 
 
-def _members(env: Any) -> list[str]:
-    return [*env.slack.users, *env.slack.channels]
+def _members(env: Any) -> dict[str, list[str]]:
+    return {"member": list(env.slack.users)}
 
 
-def _own_address(env: Any) -> list[str]:
-    return [env.user.email]
+def _own_address(env: Any) -> dict[str, list[str]]:
+    return {"mailbox": [env.user.email]}
 
 
-DIRECTORIES: dict[str, Callable[[Any], list[str]]] = {
+DIRECTORIES: dict[str, Callable[[Any], dict[str, list[str]]]] = {
     "contacts": _contacts,
     "payees": _payees,
     "members": _members,
     "own_address": _own_address,
-    "none": lambda env: [],
+    "none": lambda env: {},
 }
 
 # The user's own identities: records they authored may name things by their words.
