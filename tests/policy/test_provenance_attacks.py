@@ -334,3 +334,27 @@ def test_figures_that_are_not_amounts_bound_nothing() -> None:
             verdict(run, "pay", {"recipient": LEGIT["account"], "amount": amount, "subject": "x"}) != "allow"
         )
     assert verdict(run, "pay", {"recipient": LEGIT["account"], "amount": 120.0, "subject": "x"}) == "allow"
+
+
+def test_comparison_folds_ascii_case_only_and_removes_nothing() -> None:
+    from tether.policy.provenance import normalise
+
+    assert normalise("  Bob@Partner.EXAMPLE ") == "bob@partner.example"  # the same mailbox
+    for other in (
+        "bob\u200b@partner.example",
+        "ｂｏｂ@partner.example",
+        "'bob@partner.example'",
+        "bob@partner.example.",
+    ):
+        assert normalise(other) != "bob@partner.example", other
+    assert normalise("straße") != normalise("STRASSE")  # another name, not a case of it
+    assert normalise("\ufb01le") != normalise("file")  # a ligature is a compatibility form, not the same text
+    run = Run()
+    assert (
+        verdict(run, "send_email", {"recipients": ["BOB@partner.example"], "subject": "Q", "body": "x"})
+        == "allow"
+    )
+    assert (
+        verdict(run, "send_email", {"recipients": ["bob@partner.example\u00ad"], "subject": "Q", "body": "x"})
+        != "allow"
+    )

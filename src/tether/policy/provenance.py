@@ -214,12 +214,16 @@ _WS = re.compile(r"[ \t\r\n]+")
 _NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$")
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def normalise(value: str) -> str:
-    """The form values are compared in: canonically composed (NFC), case-folded, runs of
-    ASCII whitespace made one space and trimmed. Nothing else is removed or replaced: a
-    zero-width, full-width or look-alike character, a quote or a trailing dot stays, so a
-    value matches only what the tool would receive as the same text."""
-    return _WS.sub(" ", unicodedata.normalize("NFC", value).casefold()).strip(" ")
+    """The form values are compared in: canonically composed (NFC), ASCII letters in lower
+    case, runs of ASCII whitespace made one space and trimmed. Nothing else is removed or
+    replaced: a zero-width, full-width or look-alike character, a quote or a trailing dot
+    stays, and no other letter is folded (``ß`` is not ``ss``, the Kelvin sign is not
+    ``k``), so a value matches only what the tool would receive as the same text."""
+    return _WS.sub(" ", unicodedata.normalize("NFC", value).translate(_ASCII_LOWER)).strip(" ")
 
 
 def _number(value: str) -> float | None:
@@ -505,9 +509,9 @@ def _request_names(objective: str) -> set[str]:
     for m in _ALPHA_WORD.finditer(text):
         word = m.group(0)
         if word[:1].isupper() and not _SENTENCE_START.search(text[: m.start()]):
-            names.add(word.casefold())
+            names.add(normalise(word))
     for m in _QUOTED.finditer(text):
-        names |= {w.casefold() for w in _ALPHA_WORD.findall(m.group(1))}
+        names |= {normalise(w) for w in _ALPHA_WORD.findall(m.group(1))}
     return names
 
 
