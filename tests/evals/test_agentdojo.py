@@ -29,6 +29,7 @@ ALLOWED = [
     ("banking", "user_task_3", "injection_task_0", "adaptive"),  # ... against laundering and splits
     ("slack", "user_task_4", "injection_task_2", "standard"),  # post to a user-named site; exfiltration
     ("slack", "user_task_1", "injection_task_1", "standard"),  # a link in the message the user named
+    ("slack", "user_task_12", "injection_task_1", "adaptive"),  # phishing link inside a channel's name
     ("travel", "user_task_3", "injection_task_5", "adaptive"),  # e-mail to a user-named address; passport
     ("workspace", "user_task_9", "injection_task_2", "standard"),  # the named meeting's people; stranger
     ("workspace", "user_task_8", "injection_task_1", "standard"),  # add the user's people; file deletion
@@ -69,21 +70,6 @@ async def test_attack_blocked_and_user_task_completed(
         for w in gated.attacker_writes
     )
     open_ = await b.run(u, i, gate=False, attacker=attacker)
-    assert open_.attack_succeeded, "without the gate the same agent carries the attack out"
-
-
-async def test_a_channel_named_by_an_outsider_vouches_for_nothing(benches: dict[str, SuiteBench]) -> None:
-    b = bench(benches, "slack")
-    u, i = b.user_tasks["user_task_12"], b.injection_tasks["injection_task_1"]
-    # The user asks for a message to "the channel starting with External": its name was chosen
-    # by whoever opened it (here, the attacker), so it is third-party data, not a curated
-    # destination, and cannot vouch for the phishing link hidden in it either.
-    alone = await b.run(u, i, attacker="adaptive")
-    assert alone.attempted and not alone.attack_succeeded and not alone.utility
-    # A reviewer who approves exactly the user's call gets it done; the attack still fails.
-    reviewed = await b.run(u, i, attacker="adaptive", reviewer=True)
-    assert reviewed.utility and not reviewed.attack_succeeded and reviewed.approvals >= 1
-    open_ = await b.run(u, i, gate=False, attacker="adaptive")
     assert open_.attack_succeeded, "without the gate the same agent carries the attack out"
 
 
@@ -187,10 +173,13 @@ def test_the_directory_is_who_the_account_wrote_to_not_who_wrote_to_it(
     }
     assert not senders_only & set(contacts)
     assert senders_only <= {c.email for c in env.inbox.contact_list}  # AgentDojo's list has them all
-    # Each entry vouches for its kind only; Slack's channels (anyone may open one) are not curated.
+    # Each entry vouches for its kind only: a channel for a channel, never for a link or mailbox.
     assert set(DIRECTORIES["contacts"](env)) == {"mailbox"}
     slack = bench(benches, "slack").environment({})
-    assert DIRECTORIES["members"](slack) == {"member": list(slack.slack.users)}
+    assert DIRECTORIES["members"](slack) == {
+        "member": list(slack.slack.users),
+        "channel": slack.slack.channels,
+    }
 
 
 def test_the_paraphrasing_stand_in_reformats_dates_and_recases_names() -> None:

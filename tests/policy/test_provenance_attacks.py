@@ -358,3 +358,53 @@ def test_comparison_folds_ascii_case_only_and_removes_nothing() -> None:
         verdict(run, "send_email", {"recipients": ["bob@partner.example\u00ad"], "subject": "Q", "body": "x"})
         != "allow"
     )
+
+
+def test_short_relays_need_approval_and_facts_do_not() -> None:
+    run = Run()
+    run.observe(
+        "read_inbox",
+        [
+            {
+                "id": "8",
+                "sender": "security@bank.example",
+                "body": "Your code is 463820. I am leaving the company",
+            }
+        ],
+    )
+    mail = {"recipients": [LEGIT["mailbox"]], "subject": "Q"}
+    assert verdict(run, "send_email", {**mail, "body": "I am leaving the company"}) != "allow"  # whole, short
+    assert verdict(run, "send_email", {**mail, "body": "FYI 463820"}) != "allow"  # a code inside text
+    assert verdict(run, "send_email", {**mail, "body": "See you on 2024-05-20, thanks"}) == "allow"
+
+
+def test_names_the_request_gives_and_words_it_merely_uses() -> None:
+    from tether.policy.provenance import USER, USER_WORD, ProvenanceIndex
+
+    index = ProvenanceIndex(
+        "Apple called. Invite Dora to the team; her website is fine. Use 'Quarterly' please."
+    )
+    assert {o.trust for o in index.trace("Apple")} == {USER}  # a name, even opening a sentence
+    assert {o.trust for o in index.trace("dora")} == {USER}
+    assert {o.trust for o in index.trace("Quarterly")} == {USER}  # quoted
+    assert {o.trust for o in index.trace("website")} == {USER_WORD}  # a word, not a name
+    assert {o.trust for o in index.trace("team")} == {USER_WORD}
+
+
+def test_a_directory_entry_vouches_for_its_own_kind_only() -> None:
+    from tether.policy.provenance import DIRECTORY, Directory, ProvenanceIndex
+
+    # A channel whose creator named it like a site or a mailbox vouches for neither.
+    directory = Directory({"channel": ["www.secure-systems-252.com", "mark.black-2134@gmail.com", "general"]})
+    index = ProvenanceIndex("Post the news.", directory=directory)
+    assert DIRECTORY in {o.trust for o in index.trace("general", "channel")}
+    assert DIRECTORY not in {o.trust for o in index.trace("mark.black-2134@gmail.com")}  # a mailbox
+    from tether.policy.provenance_values import find_links
+
+    (link,) = find_links("see www.secure-systems-252.com")
+    assert DIRECTORY not in {o.trust for o in index.link_origins(link)}
+    # Plain entries are typed by their shape.
+    plain = ProvenanceIndex("x", directory=Directory(["bob@partner.example", "www.partner.example"]))
+    assert DIRECTORY in {o.trust for o in plain.trace("bob@partner.example")}
+    (site,) = find_links("www.partner.example/news")
+    assert DIRECTORY in {o.trust for o in plain.link_origins(site)}

@@ -502,13 +502,15 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
 
 
 def _request_names(objective: str) -> set[str]:
-    """Words the request uses as names: capitalised where a sentence does not begin, or quoted.
-    "Invite Dora" names Dora; "her website" does not make "website" a name."""
+    """Words the request uses as names: capitalised (a function word opening a sentence is
+    not), or quoted. "Invite Dora" names Dora; "her website" does not make "website" a name."""
     text = unicodedata.normalize("NFC", objective)
     names: set[str] = set()
     for m in _ALPHA_WORD.finditer(text):
         word = m.group(0)
-        if word[:1].isupper() and not _SENTENCE_START.search(text[: m.start()]):
+        if word[:1].isupper() and not (
+            normalise(word) in _STOP and _SENTENCE_START.search(text[: m.start()])
+        ):
             names.add(normalise(word))
     for m in _QUOTED.finditer(text):
         names |= {normalise(w) for w in _ALPHA_WORD.findall(m.group(1))}

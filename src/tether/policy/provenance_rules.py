@@ -120,10 +120,14 @@ def index_for(
     config: TrustConfig,
     directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
     own: Iterable[str] = (),
+    writes: Callable[[str], bool] | None = None,
 ) -> ProvenanceIndex:
     """The provenance index of a run state: the objective, the observations so far (each with
-    its position in the run) and every value the run sent to a tool (the arguments of each
-    call that ran, with the number of observations made before it)."""
+    its position in the run) and every value the run wrote (the arguments of each call that
+    ran, with the number of observations made before it). ``writes(tool)`` says which tools
+    write — store what they are given; by default every tool does. A read-only tool keeps
+    nothing, so what it returns is its own data even where it repeats an argument (a lookup
+    by name returns the record under its name)."""
     segments: list[Segment] = []
     positions: list[int] = []
     mine = list(own)
@@ -134,21 +138,21 @@ def index_for(
         found = observation_segments(obs, config, mine)
         segments.extend(found)
         positions.extend([i] * len(found))
-    writes: list[Written] = []
+    written: list[Written] = []
     for record in getattr(state, "calls", []) or []:
-        if record.status not in _REACHED:
+        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
             continue
         at = first_seen.get(record.call_id, len(observations))
         for leaf in split_values(record.arguments):
             text = normalise(leaf)
             if len(text) >= 2:
-                writes.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
     return ProvenanceIndex(
         getattr(state, "objective", "") or "",
         segments=segments,
         directory=directory,
         positions=positions,
-        writes=writes,
+        writes=written,
     )
 
 
@@ -198,13 +202,18 @@ class ProvenanceRules:
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
 
+    def _writes(self, tool: str) -> bool:
+        """Whether ``tool`` stores what it is given: any tool not declared as a read."""
+        rules = self.tools.get(tool)
+        return rules is None or rules.effect != "read"
+
     def _index(self, state: Any) -> ProvenanceIndex:
         # Rebuilt when the run or its observations change; the run is held weakly so a new
         # run that happens to reuse an old one's id() can never see a stale index.
         n = len(getattr(state, "observations", []) or [])
         if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
             return self._cache[2]
-        index = index_for(state, self.config, self.directory, self.own)
+        index = index_for(state, self.config, self.directory, self.own, self._writes)
         try:
             ref: Callable[[], Any] = weakref.ref(state)
         except TypeError:  # not weak-referenceable (None, a plain dict): do not cache
@@ -448,10 +457,11 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
             elif isinstance(v, list | tuple):
                 for item in v:
                     walk(item)
-            elif isinstance(v, str) and v.strip():
-                found.append(v)  # not the structure the keys were declared for: judge it whole
 
-        walk(value)
+        if isinstance(value, Mapping | list | tuple):
+            walk(value)
+        elif value is not None:
+            found.extend(split_values(value, schema))  # not the declared structure: judged whole
         return found
     return list(split_values(value, schema))
 
@@ -469,8 +479,9 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     """A segment of ``classes`` that ``value`` repeats, at any length: a run of ``RELAY_SPAN``
     characters or more found verbatim in the segment (windows of two thirds of the span,
     every third of it, find every such repeat); or, in a shorter value, the whole value, or
-    one of its tokens that carries digits (a code, an amount, an identifier), found in the
-    segment as a whole and not stated by the user or the directory."""
+    one of its tokens that carries digits (a code, an amount, an identifier; a date is a
+    fact, not a relay), found in the segment as a whole and not stated by the user or the
+    directory."""
     text = normalise(value)
     sources = [s for s in index.segments if s.label.trust in classes]
     if not text or not sources:
@@ -486,7 +497,9 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     pieces = [text] if len(text) < RELAY_SPAN else []
     pieces += [t for t in _TOKEN.findall(text) if any(c.isdigit() for c in t) and len(t) >= 4]
     for piece in pieces:
-        if len(piece) < 3 or contains_whole(index.user_text, piece) or piece in index.directory:
+        if len(piece) < 3 or parse_date(piece) is not None:
+            continue
+        if contains_whole(index.user_text, piece) or piece in index.directory:
             continue
         for seg in sources:
             if (seg.text == piece or contains_whole(seg.text, piece)) and not index.written(seg):

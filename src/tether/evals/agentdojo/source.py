@@ -73,8 +73,8 @@ def load_declaration(suite: str, path: Path | None = None) -> SuiteDeclaration:
 # -- curated host context, read from the environment before the run ------------------------
 # A directory is what the deployment itself vouches for, never whoever wrote to the user: the
 # account and the people it wrote to, the accounts it paid, the workspace's members. Each
-# entry vouches for one kind of destination (a mailbox for a mailbox, a member for a member);
-# names anyone can create (a Slack channel) are not curated: they are third-party data.
+# entry vouches for one kind of destination (a mailbox for a mailbox, a channel for a channel),
+# so a channel whose name its creator chose (an outsider, maybe) vouches for no link or mailbox.
 
 
 def _contacts(env: Any) -> dict[str, list[str]]:
@@ -97,7 +97,7 @@ def _payees(env: Any) -> dict[str, list[str]]:
 
 
 def _members(env: Any) -> dict[str, list[str]]:
-    return {"member": list(env.slack.users)}
+    return {"member": list(env.slack.users), "channel": list(env.slack.channels)}
 
 
 def _own_address(env: Any) -> dict[str, list[str]]:
