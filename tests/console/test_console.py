@@ -398,3 +398,40 @@ def test_a_proposal_edited_behind_the_stores_back_is_flagged_never_approvable_an
         },  # type: ignore[union-attr]
     )
     assert ok.status_code == 200 and "Approved" in ok.text
+
+
+@pytest.mark.spec("T5")
+def test_the_queue_row_shows_targets_and_risk_flags_and_the_page_both_forms_of_a_look_alike(
+    world: World,
+) -> None:
+    import anyio
+    from _notes_app import TENANT_A, build
+
+    async def go() -> str:
+        host, agent = build(world.db)
+        run = await host.run(
+            agent, "Note on order-a1: refund to billing@p\u0430ypal.com today", context=TENANT_A
+        )
+        assert host.approvals is not None
+        [p] = host.approvals.store.list_proposals(run_id=run.run_id)
+        await host.aclose()
+        return p.id
+
+    pid = anyio.run(go)
+    ana = world.clients["ana"]
+    rows = {r["id"]: r for r in ana.get("/api/approvals").json()["proposals"]}
+    kinds = {f["kind"] for f in rows[pid]["flags"]}
+    assert "lookalike" in kinds and {"name": "order_id", "value": "order-a1"} in rows[pid]["targets"]
+    assert "hidden" in {f["kind"] for f in rows[world.proposal_a]["flags"]}  # the \u200b in its note
+    assert "lookalike" not in {f["kind"] for f in rows[world.proposal_a]["flags"]}
+    assert rows[pid]["turn_number"] == 1
+    queue = ana.get("/approvals").text
+    assert "look-alike name" in queue and "turn 1" in queue
+    page = ana.get(f"/approvals/{pid}").text
+    assert "<code>xn--pypal-4ve.com</code>" in page and "p\u0430ypal.com" in page and "mixes scripts" in page
+    assert "turn 1, call" in page and "(turn 1)" in page
+    assert (
+        "needs a person&#39;s approval before it runs" in page
+        and "Rule effect: approval_required" not in page
+    )
+    assert 'id="invalidate-help"' in page

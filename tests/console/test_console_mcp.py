@@ -266,3 +266,26 @@ def changed_review(admin: TestClient) -> None:
     )
     assert again.status_code == 200 and again.json()["pinned"] == ["lookup"]
     assert admin.get("/api/servers/notes/review").json()["tools"][1]["status"] == "pinned"
+
+
+@pytest.mark.spec("X5")
+def test_look_alike_names_in_a_question_are_flagged_and_the_stored_answer_is_shown(world: World) -> None:
+    store = PauseStore(world.root / "state.db")
+    pause = store.create(
+        run_id=world.run_a, server="notes", tool="add_note", arguments={"cc": "ops@example.org"},
+        message="Send the invoice to billing@p\u0430ypal.com?", schema=SCHEMA,
+    )  # fmt: skip
+    store.close()
+    ana = world.clients["ana"]
+    assert "look-alike" in ana.get("/elicitations").text
+    page = ana.get(f"/elicitations/{pause.id}").text
+    assert "<code>xn--pypal-4ve.com</code>" in page and "p\u0430ypal.com" in page and "mixes scripts" in page
+    # The legitimate address in the arguments is shown, checked, and not flagged.
+    assert "<code>example.org</code>" in page and page.count("Look-alike") == 1
+    done = ana.post(
+        f"/elicitations/{pause.id}/answer",
+        data={"csrf_token": csrf_of(page), "action": "accept", "f:priority": "low", "f:minutes": "7"},
+    )
+    assert done.status_code == 200
+    answered = ana.get(f"/elicitations/{pause.id}").text
+    assert 'id="stored-answer"' in answered and "&#34;low&#34;" in answered and "<code>7</code>" in answered

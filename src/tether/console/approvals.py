@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.confusables import check_name, find_names
-from tether.console.render import hidden_chars, pretty_json
+from tether.console.render import hidden_chars, names_in, pretty_json
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError
@@ -218,7 +218,7 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
         }  # fmt: skip
     value = redact_value(value, facts.redactor)
     text = pretty_json(value)
-    names = [check_name(n).to_json() for s in _strings(value) for n in find_names(s, limit=10)]
+    names = names_in(value)
     return {
         "name": name,
         "value": value,
@@ -270,6 +270,8 @@ def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: st
         "decision_reason": p.decision_reason,
         "arguments": [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()],
         "masked_arguments": sorted(facts.masked),
+        # Names in the text around the call (the objective, the model's turn) get the same check.
+        "other_names": names_in(objective or "", (turn or {}).get("text", "")),
         "provenance_source": provenance_source,
         "rule": rule,
         "objective": objective,

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from tether.console.approvals import Denied, Hidden
-from tether.console.render import hidden_chars
+from tether.console.render import hidden_chars, names_in
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError, TetherError
@@ -134,6 +134,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
                 "pinned_sha256": c.pinned_sha256,
                 "definition": c.definition,
                 "hidden": hidden_chars(text),
+                "names": names_in(c.definition),
                 "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in tr.findings],
                 "flagged": tr.flagged,
                 "diff": definition_diff(pinned.definition, c.definition)
