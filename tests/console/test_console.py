@@ -435,3 +435,14 @@ def test_the_queue_row_shows_targets_and_risk_flags_and_the_page_both_forms_of_a
         and "Rule effect: approval_required" not in page
     )
     assert 'id="invalidate-help"' in page
+
+
+def test_turns_are_numbered_the_same_in_the_queue_the_proposal_and_the_timeline(world: World) -> None:
+    ana = world.clients["ana"]
+    row = next(r for r in ana.get("/api/approvals").json()["proposals"] if r["id"] == world.proposal_a)
+    view = ana.get(f"/api/approvals/{world.proposal_a}").json()
+    run = ana.get(f"/api/runs/{world.run_a}").json()
+    asked = next(i for i in run["timeline"] if i["kind"] == "approval_requested")
+    assert row["turn_number"] == view["turn_number"] == view["turn"]["position"] == asked["turn"] == 1
+    assert run["timeline"][0]["turn"] == 0  # the run's start comes before any model turn
+    assert "turn 1" in ana.get(f"/runs/{world.run_a}").text
