@@ -56,8 +56,8 @@ def test_a_run_started_from_an_agent_file_resumes_from_the_console(
         assert code == 5 and paused["stop_reason"] == "approval_required"
         run_id = paused["run_id"]
         sources = sqlite_sources(
-            users_db=tmp_path / "console.db", approvals_db=tmp_path / "approvals.db", trace_dir=tmp_path / "traces",
-            users=UserStore(tmp_path / "console.db", scrypt_n=2**10),
+            users_db=tmp_path / "console.db", approvals_db=tmp_path / "approvals.db",
+            trace_dir=tmp_path / "traces", users=UserStore(tmp_path / "console.db", scrypt_n=2**10),
         )  # fmt: skip
         sources.users.add_user("ana", PASSWORD)
         sources.users.grant("ana", "shop-a", "reviewer")
