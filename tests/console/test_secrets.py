@@ -125,6 +125,11 @@ def test_a_declared_secret_is_masked_in_every_sink_and_other_arguments_are_shown
     assert "Ana Passenger" in page and "sec@example.org" in page and "1200" in page
     assert f"secret, not shown: {len(SECRET)} characters" in page
     assert json.loads(api)["masked_arguments"] == ["api_token"]
+    [row] = [r for r in ana.get("/api/approvals").json()["proposals"] if r["id"] == pid]
+    flags = {f["kind"]: f["text"] for f in row["flags"]}
+    # Triage without opening it: a secret is there, and the model composed two arguments itself.
+    assert flags["secret"] == "secret (not shown): api_token"
+    assert flags["composed"] == "composed by the model: max_tokens, secretary_email"
 
     # The reviewer approves; the resumed call fails with the token in its error message.
     approved = ana.post(

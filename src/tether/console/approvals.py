@@ -25,6 +25,7 @@ __all__ = ["Denied", "Hidden", "decide", "proposal_view", "queue"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
+QUEUE_TRACED = 50  # queue rows whose argument provenance is traced from the checkpoint
 # Argument names (whole words) that usually say what a call acts on: shown in the queue's row.
 _TARGET_WORDS = frozenset(
     {
@@ -55,11 +56,14 @@ def queue(
     if sources.approvals is None:
         return []
     wanted = None if status == "all" else ProposalStatus(status)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for p in sources.approvals.store.list_proposals(status=wanted):
         if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
             continue
-        facts = _Facts.of(sources, p)
+        # Where the arguments came from is traced from the run's checkpoint when the policy did not
+        # record it: for the first rows only, so a long queue stays quick.
+        state = _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
+        facts = _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
     rows.reverse()
     return rows
@@ -116,6 +120,8 @@ class _Facts:
     masked: frozenset[str]
     redactor: Redactor
     intact: bool
+    provenance: dict[str, list[dict[str, Any]]]
+    provenance_source: str
 
     @classmethod
     def of(cls, sources: ConsoleSources, p: StoredProposal, state: Any = None) -> _Facts:
@@ -146,7 +152,15 @@ class _Facts:
                     for c in message.tool_calls:
                         if c.name == p.tool:
                             redactor.learn(p.tool, c.arguments)
-        return cls(p, arguments, policy, masked, redactor, sources.approvals.intact(p))
+        recorded = (policy or {}).get("provenance")
+        if isinstance(recorded, dict):
+            provenance, source = _recorded_provenance(recorded), "recorded by the policy when proposed"
+        elif state is not None:
+            provenance = _computed_provenance(arguments, state)
+            source = "traced now from the run's checkpoint (default trust classes)"
+        else:
+            provenance, source = {}, "no run state: proposed through the desk, not by a model"
+        return cls(p, arguments, policy, masked, redactor, sources.approvals.intact(p), provenance, source)
 
     def targets(self) -> list[dict[str, Any]]:
         """Up to four arguments that name what the call acts on (recipient, amount, path …)."""
@@ -169,16 +183,14 @@ class _Facts:
         flags: list[dict[str, str]] = []
         if not self.intact:
             flags.append({"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"})
-        provenance = (self.policy or {}).get("provenance")
         untrusted, composed = set(), set()
-        if isinstance(provenance, dict):
-            for arg, items in provenance.items():
-                for item in items if isinstance(items, list) else []:
-                    origins = [str(o) for o in (item.get("origins") or [])] if isinstance(item, dict) else []
-                    if any(o.startswith("nowhere") for o in origins):
-                        composed.add(str(arg))
-                    if any("untrusted" in o for o in origins):
-                        untrusted.add(str(arg))
+        for arg, items in self.provenance.items():
+            for item in items:
+                origins = [str(o) for o in item.get("origins") or []]
+                if any(o.startswith("nowhere") for o in origins):
+                    composed.add(str(arg))
+                if any("untrusted" in o for o in origins):
+                    untrusted.add(str(arg))
         if untrusted:
             flags.append(
                 {"kind": "untrusted", "text": "from untrusted content: " + ", ".join(sorted(untrusted))}
@@ -243,16 +255,7 @@ def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: st
     state = _state(sources, p.run_id)
     facts = _Facts.of(sources, p, state)
     policy = facts.policy
-    recorded = (policy or {}).get("provenance")
-    if isinstance(recorded, dict):
-        provenance, provenance_source = _recorded_provenance(recorded), "recorded by the policy when proposed"
-    elif state is not None:
-        provenance, provenance_source = (
-            _computed_provenance(facts.arguments, state),
-            ("traced now from the run's checkpoint (default trust classes)"),
-        )
-    else:
-        provenance, provenance_source = {}, "no run state: proposed through the desk, not by a model"
+    provenance, provenance_source = facts.provenance, facts.provenance_source
     rule = _rule(policy, p)
     turn = _turn(state, p.call_id) if state is not None else None
     objective = getattr(state, "objective", None)
