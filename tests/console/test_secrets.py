@@ -127,9 +127,9 @@ def test_a_declared_secret_is_masked_in_every_sink_and_other_arguments_are_shown
     assert json.loads(api)["masked_arguments"] == ["api_token"]
     [row] = [r for r in ana.get("/api/approvals").json()["proposals"] if r["id"] == pid]
     flags = {f["kind"]: f["text"] for f in row["flags"]}
-    # Triage without opening it: a secret is there, and the model composed two arguments itself.
+    # Triage without opening it: a secret is there, and which arguments the model composed itself.
     assert flags["secret"] == "secret (not shown): api_token"
-    assert flags["composed"] == "composed by the model: max_tokens, secretary_email"
+    assert flags["composed"] == "composed by the model: api_token, max_tokens, secretary_email"
 
     # The reviewer approves; the resumed call fails with the token in its error message.
     approved = ana.post(
