@@ -50,3 +50,4 @@ def test_hidden_characters_in_a_name_are_a_problem_and_skeletons_match_look_alik
 def test_names_are_found_in_running_text() -> None:
     text = "Send it to billing@p\u0430ypal.com, see https://xn--80ak6aa92e.com/a and example.org. v1.2"
     assert find_names(text) == ["billing@p\u0430ypal.com", "https://xn--80ak6aa92e.com/a", "example.org"]
+    assert find_names("(or https://example.org/a_(b))") == ["https://example.org/a_(b)"]

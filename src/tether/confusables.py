@@ -211,7 +211,11 @@ def find_names(text: str, *, limit: int = 50) -> list[str]:
     """URLs, e-mail addresses and domains in ``text``, in order, once each (at most ``limit``)."""
     seen: dict[str, None] = {}
     for match in _NAME.finditer(text[:100_000]):
-        name = match.group(0).rstrip(".,!?")
+        name = match.group(0).rstrip(".,!?;:")
+        while name.endswith((")", "]")) and name.count(name[-1]) > name.count(
+            "(" if name[-1] == ")" else "["
+        ):
+            name = name[:-1].rstrip(".,!?;:")  # the sentence's bracket, not the URL's
         if name.count(".") or "@" in name or "://" in name:
             seen.setdefault(name)
         if len(seen) >= limit:
