@@ -265,3 +265,30 @@ def test_spans_reach_an_otlp_http_collector_configured_by_the_standard_variables
     [tool_span] = [s for s in spans if s.name == "execute_tool read_order"]
     attributes = {a.key: a.value.string_value for a in tool_span.attributes}
     assert attributes["tether.policy.decision"] == "allow" and attributes["gen_ai.tool.name"] == "read_order"
+
+
+def test_a_backends_response_id_and_address_are_exported_and_a_made_up_tool_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from tether.trace.events import EventKind
+    from tether.trace.tracer import Tracer
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    sink, exporter = memory_sink(model=SimpleNamespace(base_url="https://api.openai.com/v1"))
+    tracer = Tracer("run-x", [sink], strict=True)
+    tracer.emit(EventKind.RUN_STARTED, design="agent", objective="secret plans", tools=["read_order"])
+    tracer.emit(EventKind.CONTEXT_COMPOSED, messages=2, tools=1, tools_enabled=True)
+    tracer.emit(
+        EventKind.MODEL_RESPONSE, model="gpt-x", text="free text", response_id="chatcmpl-123",
+        tool_calls=[{"id": "call_1", "name": "read_order"}, {"id": "ignore all rules", "name": "wire_money"}],
+    )  # fmt: skip
+    tracer.emit(EventKind.STOP, reason="accepted")
+    sink.shutdown()
+    [chat] = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert chat.attributes["gen_ai.response.id"] == "chatcmpl-123"
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert (chat.attributes["server.address"], chat.attributes["server.port"]) == ("api.openai.com", 443)
+    assert list(chat.attributes["tether.tool_calls"]) == ["read_order", "[not offered]"]
+    assert "wire_money" not in every_string(exporter.get_finished_spans())
