@@ -563,6 +563,22 @@ def _context_config(af: AgentFile) -> Any:
     return ContextConfig(status=status, compression=compression, skills=skills, tool_search=search)
 
 
+def _otel_wanted() -> bool:
+    """Whether the ``OTEL_*`` variables ask for trace export (cheap: nothing imported otherwise).
+    Raises ``ConfigError`` when they do and the ``otel`` extra is missing."""
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_TRACES_EXPORTER")
+    ):
+        return False
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError:
+        raise ConfigError("OTEL_* variables ask for trace export: pip install 'tether[otel]'") from None
+    return True
+
+
 def build_agent(
     af: AgentFile,
     *,
@@ -658,6 +674,12 @@ def build_agent(
     key = (environ if environ is not None else os.environ).get(spec.model.api_key_env, "")
     if key and spec.model.scripted is None:
         host.secrets = frozenset(host.secrets | {key})  # redacted should anything echo it
+    if _otel_wanted():
+        from tether.trace.otel import otel_sink_for  # needs the otel extra, checked by _otel_wanted
+
+        sink = otel_sink_for(model, secrets=host.secrets)
+        if sink is not None:  # OTEL_* variables (or tether run/worker --otel flags) ask for export
+            host.extra_sinks.append(sink)
     agent = Agent(
         instructions=instructions,
         model=model,

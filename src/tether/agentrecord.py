@@ -103,7 +103,7 @@ def load_record(db: Path, run_id: str) -> AgentFile:
 def rebuild(db: Path, run_id: str | None = None) -> tuple[Host, Agent]:
     """The factory ``tether resume`` calls: the host and agent recorded for ``run_id``."""
     if run_id is None:
-        raise ConfigError("tether.agentfile:rebuild needs the run id (use tether resume RUN)")
+        raise ConfigError("tether.agentrecord:rebuild needs the run id (use tether resume RUN)")
     built = build_agent(load_record(Path(db), run_id), approvals_db=Path(db))
     return built.host, built.agent
 

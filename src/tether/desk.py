@@ -86,7 +86,9 @@ class ProposalDesk:
             needs_approval=outcome.status == "approve",
         )
         stored = self.approvals.submit(proposal, proposed_by=proposed_by)
-        if not proposal.needs_approval:
+        if proposal.needs_approval:
+            self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
+        else:
             stored = self.approvals.store.decide(
                 stored.id,
                 ProposalStatus.APPROVED,

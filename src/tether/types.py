@@ -29,6 +29,7 @@ __all__ = [
     "ToolSpec",
     "Trust",
     "Verdict",
+    "secret_arguments",
     "wrap_untrusted",
 ]
 
@@ -102,12 +103,35 @@ class ToolSpec:
     remote_name: str = ""  # the name at the source (MCP tool name before namespacing)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def secret_arguments(self) -> frozenset[str]:
+        """The arguments the contract declares secret (``secret_arguments(self.parameters)``)."""
+        return secret_arguments(self.parameters)
+
     def wire(self) -> dict[str, Any]:
         """The chat-completions function definition the model reads."""
         return {
             "type": "function",
             "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
         }
+
+
+def secret_arguments(parameters: dict[str, Any]) -> frozenset[str]:
+    """Top-level arguments a tool's JSON Schema declares secret: ``writeOnly: true`` or
+    ``format: "password"`` (what pydantic writes for ``SecretStr``; MCP servers can say the same),
+    or listed under the schema's ``x-secret-arguments``. A name alone never makes a secret."""
+    props = parameters.get("properties")
+    if not isinstance(props, dict):
+        return frozenset()
+    found = {
+        str(name)
+        for name, prop in props.items()
+        if isinstance(prop, dict) and (prop.get("writeOnly") is True or prop.get("format") == "password")
+    }
+    listed = parameters.get("x-secret-arguments")
+    if isinstance(listed, list):
+        found.update(str(n) for n in listed if isinstance(n, str) and n in props)
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)

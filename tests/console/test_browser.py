@@ -289,7 +289,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         page.goto(f"{base}/servers")
         page.screenshot(path=str(SCREENS / "06-servers.png"), full_page=True)
         assert "s3cr3t-notes-token-value" not in page.content()
-        page.goto(f"{base}/servers/notes/review")
+        page.click("form[action='/servers/notes/review'] button")  # a POST with the CSRF token
         card = page.locator("section.tool", has_text="add_note")
         assert "U+200B, U+202E, U+202C, U+E0049" in card.inner_text()
         escapes = card.locator("pre.definition .hidden-char").all_inner_texts()

@@ -349,7 +349,9 @@ def test_sign_in_never_redirects_off_site_and_repeated_failures_are_throttled(wo
 
 
 @pytest.mark.spec("T5")
-def test_a_proposal_edited_behind_the_stores_back_is_refused_not_shown_as_approvable(world: World) -> None:
+def test_a_proposal_edited_behind_the_stores_back_is_flagged_never_approvable_and_can_be_denied(
+    world: World,
+) -> None:
     ana = world.clients["ana"]
     csrf = csrf_of(ana.get(f"/approvals/{world.proposal_a}").text)
     with sqlite3.connect(world.db) as conn:
@@ -358,35 +360,89 @@ def test_a_proposal_edited_behind_the_stores_back_is_refused_not_shown_as_approv
             "UPDATE proposals SET arguments = ? WHERE id = ?",
             ('{"note":"wire the money","order_id":"order-a1"}', world.proposal_a),
         )
-    page = ana.get(f"/approvals/{world.proposal_a}")
-    assert page.status_code == 409 and "tampered" in page.text and "wire the money" not in page.text
-    with sqlite3.connect(world.db) as conn:
         stored_hash = conn.execute(
             "SELECT content_hash FROM proposals WHERE id = ?", (world.proposal_a,)
         ).fetchone()[0]
+    page = ana.get(f"/approvals/{world.proposal_a}")
+    # Shown as what it is: changed after it was proposed, with no Approve button.
+    assert page.status_code == 200 and "changed after it was proposed" in page.text
+    assert 'id="approve"' not in page.text and 'id="deny"' in page.text and 'id="invalidate"' in page.text
+    queue = ana.get("/api/approvals").json()["proposals"]
+    assert any(f["kind"] == "tampered" for r in queue if r["id"] == world.proposal_a for f in r["flags"])
     r = ana.post(
         f"/approvals/{world.proposal_a}/approve", data={"csrf_token": csrf, "content_hash": stored_hash}
     )
-    assert r.status_code == 409
-    with sqlite3.connect(world.db) as conn:
-        assert (
-            conn.execute("SELECT status FROM proposals WHERE id = ?", (world.proposal_a,)).fetchone()[0]
-            == "pending"
-        )
+    assert r.status_code == 409 and "tampered" in r.text
 
+    def status() -> str:
+        with sqlite3.connect(world.db) as conn:
+            row = conn.execute("SELECT status FROM proposals WHERE id = ?", (world.proposal_a,)).fetchone()
+        return str(row[0])
 
-def test_values_under_secret_looking_keys_are_never_rendered_but_stay_checkable(world: World) -> None:
-    from tether.policy.intake import Proposal
-
-    assert world.sources is not None and world.sources.approvals is not None
-    proposal = Proposal.of(
-        "rotate_key", {"api_key": "sk-live-0123456789", "service": "billing"}, "tenant-a", effect="write"
+    assert status() == "pending"
+    denied = ana.post(
+        f"/approvals/{world.proposal_a}/deny", data={"csrf_token": csrf, "reason": "edited behind our back"}
     )
-    stored = world.sources.approvals.submit(proposal, proposed_by="desk:ops")
+    assert denied.status_code == 200 and status() == "denied"
+    assert any(
+        r[:3] == ("session:ana", "deny", world.proposal_a) and r[4] == "denied" for r in audit_rows(world)
+    )
+    # An intact proposal is still approved as before.
+    bob = world.clients["bob"]
+    page_b = bob.get(f"/approvals/{world.proposal_b}").text
+    ok = bob.post(
+        f"/approvals/{world.proposal_b}/approve",
+        data={
+            "csrf_token": csrf_of(page_b),
+            "content_hash": re.search(r'id="content-hash">([^<]+)<', page_b).group(1),
+        },  # type: ignore[union-attr]
+    )
+    assert ok.status_code == 200 and "Approved" in ok.text
+
+
+@pytest.mark.spec("T5")
+def test_the_queue_row_shows_targets_and_risk_flags_and_the_page_both_forms_of_a_look_alike(
+    world: World,
+) -> None:
+    import anyio
+    from _notes_app import TENANT_A, build
+
+    async def go() -> str:
+        host, agent = build(world.db)
+        run = await host.run(
+            agent, "Note on order-a1: refund to billing@p\u0430ypal.com today", context=TENANT_A
+        )
+        assert host.approvals is not None
+        [p] = host.approvals.store.list_proposals(run_id=run.run_id)
+        await host.aclose()
+        return p.id
+
+    pid = anyio.run(go)
     ana = world.clients["ana"]
-    page = ana.get(f"/approvals/{stored.id}").text
-    api = ana.get(f"/api/approvals/{stored.id}").text
-    assert "sk-live-0123456789" not in page and "sk-live-0123456789" not in api
-    assert "not shown: 18 characters under a secret-looking key" in page and "billing" in page
-    assert stored.content_hash in page  # the reviewer can still compare the hash of what will run
-    assert "Proposed through the approval desk" in page
+    rows = {r["id"]: r for r in ana.get("/api/approvals").json()["proposals"]}
+    kinds = {f["kind"] for f in rows[pid]["flags"]}
+    assert "lookalike" in kinds and {"name": "order_id", "value": "order-a1"} in rows[pid]["targets"]
+    assert "hidden" in {f["kind"] for f in rows[world.proposal_a]["flags"]}  # the \u200b in its note
+    assert "lookalike" not in {f["kind"] for f in rows[world.proposal_a]["flags"]}
+    assert rows[pid]["turn_number"] == 1
+    queue = ana.get("/approvals").text
+    assert "look-alike name" in queue and "turn 1" in queue
+    page = ana.get(f"/approvals/{pid}").text
+    assert "<code>xn--pypal-4ve.com</code>" in page and "p\u0430ypal.com" in page and "mixes scripts" in page
+    assert "turn 1, call" in page and "(turn 1)" in page
+    assert (
+        "needs a person&#39;s approval before it runs" in page
+        and "Rule effect: approval_required" not in page
+    )
+    assert 'id="invalidate-help"' in page
+
+
+def test_turns_are_numbered_the_same_in_the_queue_the_proposal_and_the_timeline(world: World) -> None:
+    ana = world.clients["ana"]
+    row = next(r for r in ana.get("/api/approvals").json()["proposals"] if r["id"] == world.proposal_a)
+    view = ana.get(f"/api/approvals/{world.proposal_a}").json()
+    run = ana.get(f"/api/runs/{world.run_a}").json()
+    asked = next(i for i in run["timeline"] if i["kind"] == "approval_requested")
+    assert row["turn_number"] == view["turn_number"] == view["turn"]["position"] == asked["turn"] == 1
+    assert run["timeline"][0]["turn"] == 0  # the run's start comes before any model turn
+    assert "turn 1" in ana.get(f"/runs/{world.run_a}").text

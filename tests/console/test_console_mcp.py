@@ -199,10 +199,14 @@ def test_admins_review_servers_with_hidden_characters_escaped_and_pin_exactly_wh
         and "Review the current tools" not in listing
     )
     assert "s3cr3t-notes-token-value" not in listing and "CONSOLE_TEST_NOTES_TOKEN" not in listing
-    assert ana.get("/servers/notes/review").status_code == 403
-    assert bob.get("/servers/notes/review").status_code == 404 and "notes" not in bob.get("/api/servers").text
+    token = csrf_of(listing)
+    assert ana.post("/servers/notes/review", data={"csrf_token": token}).status_code == 403
+    bob_csrf = csrf_of(bob.get("/servers").text)
+    assert bob.post("/servers/notes/review", data={"csrf_token": bob_csrf}).status_code == 404
+    assert "notes" not in bob.get("/api/servers").text
 
-    page = root.get("/servers/notes/review").text
+    root_csrf = csrf_of(root.get("/servers").text)
+    page = root.post("/servers/notes/review", data={"csrf_token": root_csrf}).text
     assert "s3cr3t-notes-token-value" not in page and "Bearer" not in page
     for hidden in ("\u200b", "\u202e", "\U000e0049"):
         assert hidden not in page
@@ -251,12 +255,13 @@ def test_admins_review_servers_with_hidden_characters_escaped_and_pin_exactly_wh
 
 
 def changed_review(admin: TestClient) -> None:
-    review = admin.get("/api/servers/notes/review").json()
+    csrf = csrf_of(admin.get("/servers").text)
+    review = admin.post("/api/servers/notes/review", headers={"X-CSRF-Token": csrf}).json()
     lookup = next(t for t in review["tools"] if t["tool"] == "lookup")
     assert lookup["status"] == "changed" and lookup["why"] == "changed: description"
     assert '-  "description": "Looks up an order.",' in lookup["diff"]
     assert '+  "description": "Looks up an order and every note on it.",' in lookup["diff"]
-    html = admin.get("/servers/notes/review").text
+    html = admin.post("/servers/notes/review", data={"csrf_token": csrf}).text
     assert '<span class="ddel">-  &#34;description&#34;: &#34;Looks up an order.&#34;,</span>' in html
     assert "re-approve" in html
     again = admin.post(
@@ -265,4 +270,50 @@ def changed_review(admin: TestClient) -> None:
         headers={"X-CSRF-Token": csrf_of(html)},
     )
     assert again.status_code == 200 and again.json()["pinned"] == ["lookup"]
-    assert admin.get("/api/servers/notes/review").json()["tools"][1]["status"] == "pinned"
+    again_review = admin.post("/api/servers/notes/review", headers={"X-CSRF-Token": csrf}).json()
+    assert again_review["tools"][1]["status"] == "pinned"
+
+
+@pytest.mark.spec("X5")
+def test_look_alike_names_in_a_question_are_flagged_and_the_stored_answer_is_shown(world: World) -> None:
+    store = PauseStore(world.root / "state.db")
+    pause = store.create(
+        run_id=world.run_a, server="notes", tool="add_note", arguments={"cc": "ops@example.org"},
+        message="Send the invoice to billing@p\u0430ypal.com?", schema=SCHEMA,
+    )  # fmt: skip
+    store.close()
+    ana = world.clients["ana"]
+    assert "look-alike" in ana.get("/elicitations").text
+    page = ana.get(f"/elicitations/{pause.id}").text
+    assert "<code>xn--pypal-4ve.com</code>" in page and "p\u0430ypal.com" in page and "mixes scripts" in page
+    # The legitimate address in the arguments is shown, checked, and not flagged.
+    assert "<code>example.org</code>" in page and page.count("Look-alike") == 1
+    done = ana.post(
+        f"/elicitations/{pause.id}/answer",
+        data={"csrf_token": csrf_of(page), "action": "accept", "f:priority": "low", "f:minutes": "7"},
+    )
+    assert done.status_code == 200
+    answered = ana.get(f"/elicitations/{pause.id}").text
+    assert 'id="stored-answer"' in answered and "&#34;low&#34;" in answered and "<code>7</code>" in answered
+
+
+@pytest.mark.spec("X2")
+def test_a_review_is_never_started_by_a_get_and_every_review_is_audited(world: World) -> None:
+    root = world.clients["root"]
+    # What an <img src=".../servers/notes/review"> on another local page would send: no launch.
+    for path in ("/servers/notes/review", "/api/servers/notes/review"):
+        assert root.get(path).status_code == 405
+    # A POST without the CSRF token (a cross-site form) is refused and audited as such.
+    assert root.post("/servers/notes/review", data={}).status_code == 403
+
+    def reviews() -> list[tuple[str, str]]:
+        with sqlite3.connect(world.users_db) as conn:
+            return list(conn.execute("SELECT actor, outcome FROM audit WHERE action = 'review'"))
+
+    assert reviews() == []
+    csrf = csrf_of(root.get("/servers").text)
+    ok = root.post("/servers/notes/review", data={"csrf_token": csrf})
+    assert ok.status_code == 200 and "lookup" in ok.text
+    unknown = root.post("/servers/nope/review", data={"csrf_token": csrf})
+    assert unknown.status_code == 400
+    assert reviews() == [("session:root", "ok"), ("session:root", "refused:ConfigError")]

@@ -216,7 +216,7 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
     for name, tenant in (("rita", "acme"), ("gus", "globex")):
         sources.users.add_user(name, "correct horse battery")
         sources.users.grant(name, tenant, "reviewer")
-    app = create_app(sources, secret_key=b"durable-console-key-" * 3)
+    app = create_app(sources, secret_key=b"durable-console-key-" * 3, allowed_hosts=("testserver",))
 
     def signed_in(name: str) -> TestClient:
         c = TestClient(app, base_url="http://testserver")

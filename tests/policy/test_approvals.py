@@ -72,7 +72,7 @@ async def test_review_shows_exactly_what_runs_and_execute_runs_the_stored_argume
     assert again.replayed and again.data == first.data
     assert len(box.rows()) == 1
     ops = [e.op for e in d.approvals.store.events(p.id)]
-    assert ops == ["proposed", "approved", "executed", "replayed"]
+    assert ops == ["proposed", "policy", "approved", "executed", "replayed"]
 
 
 @pytest.mark.spec("T5")

@@ -143,5 +143,5 @@ async def test_the_in_memory_store_runs_the_approval_workflow_exactly_once() -> 
     again = await desk.execute(ALPHA, p.id)
     assert not first.replayed and again.replayed and again.data == first.data
     assert len(notes.rows) == 1 and notes.rows[0][1:] == ("order-1", "Call back.")
-    assert [e.op for e in store.events(p.id)] == ["proposed", "approved", "executed", "replayed"]
+    assert [e.op for e in store.events(p.id)] == ["proposed", "policy", "approved", "executed", "replayed"]
     await host.aclose()

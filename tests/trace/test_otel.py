@@ -56,6 +56,7 @@ def run(sink: OtelSink, objective: str, turns: list[Any], *, secrets: tuple[str,
     )
     host.add_tools(read_order, delete_order)
     agent = Agent(instructions="Answer from tool results.", model=ScriptedModel(turns), name="investigator")
+    sink.describe_model(agent.model)  # what tether run / tether worker do for the agent's model
     return host.run_sync(agent, objective, context=CTX)
 
 
@@ -90,11 +91,14 @@ def test_a_run_is_an_agent_span_with_chat_and_tool_children_carrying_usage_and_p
     [root] = [s for s in spans if s.name == "invoke_agent investigator"]
     chats = [s for s in spans if s.name.startswith("chat ")]
     tools = {s.name: s for s in spans if s.name.startswith("execute_tool ")}
-    assert len(chats) == 3 and set(tools) == {"execute_tool read_order", "execute_tool delete_order"}
+    # delete_order was never offered (the policy allows read_order only): with content capture off
+    # a name the model made up is not exported.
+    assert len(chats) == 3 and set(tools) == {"execute_tool read_order", "execute_tool [not offered]"}
     assert all(
         s.parent is not None and s.parent.span_id == root.context.span_id for s in [*chats, *tools.values()]
     )
     assert {s.context.trace_id for s in spans} == {root.context.trace_id}
+    assert root.attributes["gen_ai.provider.name"] == "tether.testing"  # the scripted stand-in
 
     assert root.attributes["gen_ai.operation.name"] == "invoke_agent"
     assert root.attributes["gen_ai.agent.name"] == "investigator"
@@ -111,7 +115,7 @@ def test_a_run_is_an_agent_span_with_chat_and_tool_children_carrying_usage_and_p
     )
     assert root.attributes["gen_ai.usage.input_tokens"] == result.usage.prompt_tokens
 
-    read, delete = tools["execute_tool read_order"], tools["execute_tool delete_order"]
+    read, delete = tools["execute_tool read_order"], tools["execute_tool [not offered]"]
     assert read.attributes["gen_ai.operation.name"] == "execute_tool"
     assert read.attributes["gen_ai.tool.name"] == "read_order" and read.attributes["gen_ai.tool.call.id"]
     assert read.attributes["tether.policy.decision"] == "allow"
@@ -261,3 +265,30 @@ def test_spans_reach_an_otlp_http_collector_configured_by_the_standard_variables
     [tool_span] = [s for s in spans if s.name == "execute_tool read_order"]
     attributes = {a.key: a.value.string_value for a in tool_span.attributes}
     assert attributes["tether.policy.decision"] == "allow" and attributes["gen_ai.tool.name"] == "read_order"
+
+
+def test_a_backends_response_id_and_address_are_exported_and_a_made_up_tool_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from tether.trace.events import EventKind
+    from tether.trace.tracer import Tracer
+
+    monkeypatch.delenv(CAPTURE_ENV, raising=False)
+    sink, exporter = memory_sink(model=SimpleNamespace(base_url="https://api.openai.com/v1"))
+    tracer = Tracer("run-x", [sink], strict=True)
+    tracer.emit(EventKind.RUN_STARTED, design="agent", objective="secret plans", tools=["read_order"])
+    tracer.emit(EventKind.CONTEXT_COMPOSED, messages=2, tools=1, tools_enabled=True)
+    tracer.emit(
+        EventKind.MODEL_RESPONSE, model="gpt-x", text="free text", response_id="chatcmpl-123",
+        tool_calls=[{"id": "call_1", "name": "read_order"}, {"id": "ignore all rules", "name": "wire_money"}],
+    )  # fmt: skip
+    tracer.emit(EventKind.STOP, reason="accepted")
+    sink.shutdown()
+    [chat] = [s for s in exporter.get_finished_spans() if s.name.startswith("chat ")]
+    assert chat.attributes["gen_ai.response.id"] == "chatcmpl-123"
+    assert chat.attributes["gen_ai.provider.name"] == "openai"
+    assert (chat.attributes["server.address"], chat.attributes["server.port"]) == ("api.openai.com", 443)
+    assert list(chat.attributes["tether.tool_calls"]) == ["read_order", "[not offered]"]
+    assert "wire_money" not in every_string(exporter.get_finished_spans())

@@ -51,6 +51,30 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def _audit(
+    who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
+) -> None:
+    """A decision taken here goes into the console's audit log too, when there is one (the
+    console's user store at its default place), so one log shows every decision."""
+    from tether.commands.users import default_users_db
+
+    path = default_users_db()
+    if not path.exists():
+        return
+    try:
+        from tether.console.users import UserStore
+    except ImportError:  # no console extra: the approval store's history still has it
+        return
+    store = UserStore(path)
+    try:
+        store.audit(
+            f"cli:{who}", action, tenant=tenant, target=target, content_hash=content_hash,
+            outcome=outcome, detail=detail, client="cli",
+        )  # fmt: skip
+    finally:
+        store.close()
+
+
 def run(args: argparse.Namespace) -> int:
     import getpass
 
@@ -118,7 +142,12 @@ def run(args: argparse.Namespace) -> int:
             out = {"key": entry.key, "status": str(entry.status), "note": entry.note}
         else:
             act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
-            p = act[args.action](reviewer, args.id, reason=args.reason)
+            try:
+                p = act[args.action](reviewer, args.id, reason=args.reason)
+            except ApprovalError as err:
+                _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
+                raise
+            _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
             out = {
                 "id": p.id,
                 "status": str(p.status),

@@ -29,6 +29,9 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
     )
+    from tether.clisupport.telemetry import add_otel_flags
+
+    add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
@@ -49,6 +52,9 @@ def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.telemetry import apply_otel_flags
+
+    apply_otel_flags(args)
     import anyio
 
     from tether.clisupport.approvals_db import default_db

@@ -86,6 +86,9 @@ def register(sub: Any) -> None:
         "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
     )
     p.add_argument("--out", type=Path, default=Path("tether-output"), help="--scenario only: output folder")
+    from tether.clisupport.telemetry import add_otel_flags
+
+    add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
@@ -128,6 +131,9 @@ def _show_delta() -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.telemetry import apply_otel_flags
+
+    apply_otel_flags(args)
     from tether.clisupport.output import fail
 
     if args.scenario is not None:

@@ -37,6 +37,14 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the console answers to (repeatable; the loopback names and --host always):"
+        " requests naming any other host are refused (DNS rebinding)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -81,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
     key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(
         users_db.with_name(users_db.name + ".key")
     )
-    app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies)
+    from tether.console.app import LOOPBACK_HOSTS
+
+    hosts = [*LOOPBACK_HOSTS, *args.allowed_host]
+    if args.host not in ("0.0.0.0", "::"):
+        hosts.append(args.host)
+    app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
     if not sources.users.has_users():
         print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)

@@ -44,8 +44,12 @@ def register(sub: Any) -> None:
     pw = acts.add_parser("password", help="set a new password (ends the person's sessions)")
     pw.add_argument("name")
     pw.add_argument("--password-stdin", action="store_true")
+    dis = acts.add_parser("disable", help="disable a person: sessions end, tokens revoked, sign-in refused")
+    dis.add_argument("name")
+    en = acts.add_parser("enable", help="let a disabled person sign in again (tokens stay revoked)")
+    en.add_argument("name")
     acts.add_parser("list", help="people and their roles")
-    for a in (add, grant, revoke, token, tokens, rt, pw):
+    for a in (add, grant, revoke, token, tokens, rt, pw, dis, en):
         a.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
@@ -63,8 +67,9 @@ def _password(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json, table
-    from tether.console.users import AuthError, UserStore
+    from tether.console.users import CLIENT, AuthError, UserStore
 
+    CLIENT.set("cli")  # every audit entry below records where it came from
     store = UserStore(args.db or default_users_db())
     as_json = getattr(args, "json", False)
     out: dict[str, Any] = {}
@@ -111,14 +116,22 @@ def run(args: argparse.Namespace) -> int:
             store.audit("cli", "token_revoke", target=args.token_id)
         elif args.action == "password":
             store.set_password(args.name, _password(args))
-            store.audit("cli", "password", target=args.name)
+            store.audit("cli", "password", target=args.name, detail="sessions ended, API tokens revoked")
             out = {"user": args.name, "password": "changed"}
+        elif args.action in ("disable", "enable"):
+            store.set_disabled(args.name, args.action == "disable")
+            store.audit("cli", f"user_{args.action}", target=args.name)
+            out = {"user": args.name, "disabled": args.action == "disable"}
         else:
             rows = [
-                {"name": u["name"], "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items()))}
+                {
+                    "name": u["name"],
+                    "disabled": "yes" if u["disabled"] else "",
+                    "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
+                }
                 for u in store.users()
             ]
-            print(table(rows, ["name", "roles"]) if rows else "no users")
+            print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")
             return 0
     except (AuthError, ValueError) as err:
         reason = getattr(err, "reason", "invalid")

@@ -35,10 +35,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
+    from tether.clisupport.telemetry import add_otel_flags
+
+    add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.telemetry import apply_otel_flags
+
+    apply_otel_flags(args)
     import signal
     import threading
 

@@ -187,7 +187,7 @@ def api_routes(console: Console) -> list[Route]:
         Route("/api/elicitations", list_questions),
         Route("/api/elicitations/{eid}/answer", answer_question, methods=["POST"]),
         Route("/api/servers", list_servers),
-        Route("/api/servers/{name}/review", review_server),
+        Route("/api/servers/{name}/review", review_server, methods=["POST"]),
         Route("/api/servers/{name}/pin", pin_server, methods=["POST"]),
         Route("/api/runs", list_runs),
         Route("/api/runs/{run_id}", get_run),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tether.console.render import environment
 from tether.console.sources import ConsoleSources
+from tether.console.users import CLIENT
 from tether.console.web import Gate
 
-__all__ = ["Console", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "Console", "create_app"]
 
 MAX_BODY = 256 * 1024
 
@@ -42,12 +43,27 @@ class Console:
     templates: Environment
 
 
-class Guard:
-    """Every response gets the same protective headers (no framing, no sniffing, a strict CSP);
-    a request body over ``MAX_BODY`` bytes is refused with 413 before a handler reads it."""
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
-    def __init__(self, app: ASGIApp) -> None:
+
+def _host_name(value: bytes) -> str:
+    """The host of a ``Host`` header, without its port, lower-cased (``[::1]:8700`` -> ``::1``)."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+class Guard:
+    """In front of every request: the ``Host`` header must name this console (a DNS-rebinding
+    page, whose Origin matches its own name, is refused with 421); the request body may not
+    exceed ``MAX_BODY`` bytes, declared or not (413, before a handler reads it); every response
+    gets the same protective headers (no framing, no sniffing, a strict CSP); and the client's
+    address is recorded for the audit entries written while serving it."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
+        self.allowed_hosts = frozenset(h.strip().lower().strip("[]") for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,9 +79,44 @@ class Guard:
                 ]
             await send(message)
 
-        declared = dict(scope.get("headers") or []).get(b"content-length", b"0")
-        if not declared.isdigit() or int(declared) > MAX_BODY:
+        headers = dict(scope.get("headers") or [])
+        if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
+            await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
+            return
+        client = scope.get("client")
+        CLIENT.set(str(client[0]) if client else "")
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
             await PlainTextResponse("request body too large", status_code=413)(scope, receive, wrapped)
+            return
+        if declared is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
+            # No length declared (chunked): read it here, at most MAX_BODY bytes, then replay it.
+            chunks: list[bytes] = []
+            seen = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                if seen > MAX_BODY:
+                    too_large = PlainTextResponse("request body too large", status_code=413)
+                    await too_large(scope, receive, wrapped)
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.app(scope, replay, wrapped)
             return
         seen = 0
 
@@ -73,7 +124,7 @@ class Guard:
             nonlocal seen
             message = await receive()
             seen += len(message.get("body", b""))
-            if seen > MAX_BODY:
+            if seen > MAX_BODY:  # more than declared: the server stops reading
                 raise ValueError("request body larger than declared")
             return message
 
@@ -86,8 +137,10 @@ def create_app(
     secret_key: bytes,
     secure_cookies: bool = False,
     on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
 ) -> Any:
-    """The console's ASGI application over ``sources``."""
+    """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
+    to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
     from contextlib import asynccontextmanager
 
     from tether.console.api import api_routes
@@ -108,4 +161,4 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.console = console
-    return Guard(app)
+    return Guard(app, allowed_hosts)

@@ -15,13 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from tether.confusables import check_name
 from tether.console.approvals import Denied, Hidden
+from tether.console.render import names_in
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError
 from tether.mcp.elicitation import check_schema, store_answer, validate_answer
 
-__all__ = ["FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests"]
+__all__ = [
+    "FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests",
+]  # fmt: skip
 
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -167,6 +171,8 @@ def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
         "status": pause.status,
         "action": pause.action,
         "answered_by": pause.answered_by,
+        "answer": pause.answer,  # what was stored, shown with the question once answered
+        "names": names_in(pause.message, pause.arguments),
         "fields": fields,
         "schema_problem": problem,
     }
@@ -235,39 +241,25 @@ def answer(
 
 
 def domain_view(url: str) -> dict[str, Any]:
-    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode)."""
+    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode), with the
+    look-alike check every name shown to a reviewer gets (``tether.confusables.check_name``)."""
+    check = check_name(url)
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
+        scheme = urlsplit(url).scheme
     except ValueError:
-        parts, host = None, ""
-    ascii_host = unicode_host = ""
-    problem = ""
-    labels = [label for label in host.split(".") if label]
-    try:
-        ascii_host = ".".join(label.encode("idna").decode("ascii") for label in labels)
-    except UnicodeError:
-        problem = "not a valid domain name"
-    try:
-        unicode_host = (
-            ".".join(label.encode("ascii").decode("idna") for label in ascii_host.split("."))
-            if ascii_host
-            else ""
-        )
-    except UnicodeError:
-        problem = problem or "the punycode does not decode"
+        scheme = ""
     # The last two labels: what a registrar sold (approximate: no public-suffix list is consulted).
-    registered = ".".join(ascii_host.split(".")[-2:]) if ascii_host else ""
     return {
         "url": url,
-        "scheme": parts.scheme if parts is not None else "",
-        "raw": host,
-        "ascii": ascii_host,
-        "unicode": unicode_host,
-        "registered_ascii": registered,
-        "registered_unicode": ".".join(unicode_host.split(".")[-2:]) if unicode_host else "",
-        "internationalised": ascii_host != unicode_host or not host.isascii() or "xn--" in ascii_host,
-        "problem": problem,
+        "scheme": scheme,
+        "raw": check.host,
+        "ascii": check.ascii,
+        "unicode": check.unicode,
+        "registered_ascii": ".".join(check.ascii.split(".")[-2:]) if check.ascii else "",
+        "registered_unicode": ".".join(check.unicode.split(".")[-2:]) if check.unicode else "",
+        "internationalised": check.internationalised or not check.host.isascii(),
+        "suspicious": check.suspicious,
+        "problems": list(check.problems),
     }
 
 

@@ -50,27 +50,46 @@ def local_path(value: str) -> str:
 
 
 class Throttle:
-    """Sign-in attempts per user name: after ``limit`` failures within ``window_s``, refused until
-    the window passes (so a password cannot be guessed at the speed of the network)."""
+    """Failed sign-ins, counted per (user name, client address), per client address and per
+    user name, within ``window_s``. Attempts are refused for the window after ``per_pair``
+    failures for one name from one address, ``per_client`` failures from one address whatever
+    the names (unknown names count the same), or ``per_name`` failures for one name from
+    anywhere. Someone guessing from elsewhere therefore never locks a person out at their own
+    address with a handful of failures; only a guessing campaign from many addresses reaches
+    the per-name limit."""
 
-    def __init__(self, limit: int = 5, window_s: float = 900.0) -> None:
-        self.limit, self.window_s = limit, window_s
-        self._failures: dict[str, list[float]] = {}
+    def __init__(
+        self, per_pair: int = 5, per_client: int = 20, per_name: int = 100, window_s: float = 900.0
+    ) -> None:
+        self.limits = {"pair": per_pair, "client": per_client, "name": per_name}
+        self.window_s = window_s
+        self._failures: dict[tuple[str, str], list[float]] = {}
 
-    def _recent(self, name: str) -> list[float]:
+    def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
+        return [("pair", f"{name}\x00{client}"), ("client", client), ("name", name)]
+
+    def _recent(self, key: tuple[str, str]) -> list[float]:
         now = time.monotonic()
-        recent = [t for t in self._failures.get(name, []) if now - t < self.window_s]
-        self._failures[name] = recent
+        recent = [t for t in self._failures.get(key, []) if now - t < self.window_s]
+        if recent:
+            self._failures[key] = recent
+        else:
+            self._failures.pop(key, None)
         return recent
 
-    def blocked(self, name: str) -> bool:
-        return len(self._recent(name)) >= self.limit
+    def blocked(self, name: str, client: str) -> bool:
+        return any(len(self._recent(k)) >= self.limits[k[0]] for k in self._keys(name, client))
 
-    def failed(self, name: str) -> None:
-        self._recent(name).append(time.monotonic())
+    def failed(self, name: str, client: str) -> None:
+        if len(self._failures) > 50_000:  # bounded memory: drop what has expired
+            for key in list(self._failures):
+                self._recent(key)
+        now = time.monotonic()
+        for key in self._keys(name, client):
+            self._failures.setdefault(key, []).append(now)
 
-    def succeeded(self, name: str) -> None:
-        self._failures.pop(name, None)
+    def succeeded(self, name: str, client: str) -> None:
+        self._failures.pop(("pair", f"{name}\x00{client}"), None)
 
 
 def page_routes(console: Console) -> list[Route]:
@@ -136,11 +155,12 @@ def page_routes(console: Console) -> list[Route]:
             form = await request.form()
             nxt = local_path(form_value(form, "next", 500))
             name = form_value(form, "username", 64).strip().lower()
+            client = request.client.host if request.client else ""
             if not gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
-            elif throttle.blocked(name):
+            elif throttle.blocked(name, client):
                 sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
-                error, status = "Too many failed attempts for this user; try again later.", 429
+                error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
                 import anyio
 
@@ -149,11 +169,11 @@ def page_routes(console: Console) -> list[Route]:
                         sources.users.authenticate, name, form_value(form, "password", 1024)
                     )
                 except AuthError:
-                    throttle.failed(name)
+                    throttle.failed(name, client)
                     sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
                     error, status = "Wrong user name or password.", 401
                 else:
-                    throttle.succeeded(name)
+                    throttle.succeeded(name, client)
                     sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
                     gate.start_session(done, name)
@@ -343,7 +363,9 @@ def page_routes(console: Console) -> list[Route]:
         Route("/elicitations/{eid}", question),
         Route("/elicitations/{eid}/answer", answer, methods=["POST"]),
         Route("/servers", servers),
-        Route("/servers/{name}/review", review),
+        # POST with the CSRF token: a review launches or contacts the server, so no link, image
+        # or prefetch on another page can start it.
+        Route("/servers/{name}/review", review, methods=["POST"]),
         Route("/servers/{name}/pin", pin, methods=["POST"]),
         Route("/runs", runs),
         Route("/runs/{run_id}", run),

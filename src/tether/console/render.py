@@ -15,7 +15,9 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
-__all__ = ["environment", "has_hidden", "hidden_chars", "pretty_json", "reveal"]
+from tether.confusables import check_name, find_names
+
+__all__ = ["environment", "has_hidden", "hidden_chars", "names_in", "pretty_json", "reveal"]
 
 _TEMPLATES = Path(__file__).with_name("templates")
 
@@ -63,6 +65,22 @@ def reveal(value: Any) -> Markup:
         else:
             parts.append(str(escape(ch)))
     return Markup("".join(parts))
+
+
+def names_in(*texts: Any) -> list[dict[str, Any]]:
+    """The look-alike check of every URL, e-mail address and domain in ``texts`` (strings, or
+    JSON-like values whose strings are searched)."""
+    found: dict[str, None] = {}
+    stack = list(texts)
+    while stack and len(found) < 50:
+        value = stack.pop(0)
+        if isinstance(value, str):
+            found.update(dict.fromkeys(find_names(value, limit=20)))
+        elif isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return [check_name(n).to_json() for n in found]
 
 
 def pretty_json(value: Any) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from tether.console.approvals import Denied, Hidden
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, TetherError
 
 __all__ = ["resume_run"]
 
@@ -45,8 +45,9 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
         if checkpoint.status != "paused":
             raise ApprovalError("not_paused", f"run {run_id} is {checkpoint.status}")
         result = await sources.resume(run_id)
-    except ApprovalError as err:
-        sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=f"refused:{err.reason}",
+    except TetherError as err:  # an approval state, or a factory that cannot rebuild the run
+        reason = getattr(err, "reason", "") or type(err).__name__
+        sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=f"refused:{reason}",
                             detail=str(err)[:500])  # fmt: skip
         raise
     sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=str(result.stop_reason))

@@ -211,10 +211,12 @@ class TimelineItem:
     rule: str | None = None  # a decision links to its rule
     proposal: str | None = None  # an approval links to its proposal
     trust: str | None = None  # an observation's trust label
+    turn: int = 0  # the model turn it belongs to (0: before the first), as the queue and proposals number it
 
     def to_json(self) -> dict[str, Any]:
         return {
             "seq": self.seq,
+            "turn": self.turn,
             "ts": self.ts,
             "kind": self.kind,
             "category": self.category,
@@ -262,9 +264,15 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
 
 
 def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
+    """The run's events in order, each with its model turn: turn N starts at the run's Nth model
+    response (across resumed parts: a resumed run first settles the turn it paused in), the
+    numbering the approval queue and the proposal page use (a proposal of turn N has step N-1)."""
     items = []
+    turn = 0
     for e in events:
         kind = str(e.get("kind", ""))
+        if kind == "model_response":
+            turn += 1
         facts = {k: v for k, v in e.items() if k not in _SKIP}
         rule = e.get("rule") if kind in ("policy_allowed", "policy_denied") else None
         proposal = e.get("proposal_id") if kind.startswith("approval_") else None
@@ -280,6 +288,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
                 rule=str(rule) if rule else None,
                 proposal=str(proposal) if proposal else None,
                 trust=str(trust) if trust else None,
+                turn=turn,
             )
         )
     return items

@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from tether.console.approvals import Denied, Hidden
-from tether.console.render import hidden_chars
+from tether.console.render import hidden_chars, names_in
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError, TetherError
@@ -109,10 +109,19 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
     ``TetherError`` (config, server unavailable)."""
     from tether.mcp.approve import review_server
 
-    _check(sources, principal, "admin")
+    tenant = _check(sources, principal, "admin")
     assert sources.mcp_config is not None
-    sources.mcp_config.server(name)  # ConfigError for an unknown name
-    result = await review_server(sources.mcp_config, name)
+    actor = f"{principal.via}:{principal.name}"
+    try:
+        sources.mcp_config.server(name)  # ConfigError for an unknown name
+        result = await review_server(sources.mcp_config, name)
+    except TetherError as err:
+        sources.users.audit(
+            actor, "review", tenant=tenant, target=name,
+            outcome=f"refused:{getattr(err, 'reason', type(err).__name__)}", detail=str(err)[:500],
+        )  # fmt: skip
+        raise
+    sources.users.audit(actor, "review", tenant=tenant, target=name, content_hash=result.digest)
     pins = {}
     if sources.open_pins is not None:
         store = sources.open_pins()
@@ -134,6 +143,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
                 "pinned_sha256": c.pinned_sha256,
                 "definition": c.definition,
                 "hidden": hidden_chars(text),
+                "names": names_in(c.definition),
                 "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in tr.findings],
                 "flagged": tr.flagged,
                 "diff": definition_diff(pinned.definition, c.definition)

@@ -8,6 +8,7 @@ only how ``ConsoleSources`` is built.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,14 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
         try:
             build: Any = getattr(importlib.import_module(module_name), function)
         except (ImportError, AttributeError) as err:
-            raise ApprovalError("not_resumable", f"cannot load {checkpoint.app}: {err}") from None
-        host, agent = build(db)
+            why = f"cannot load the run's factory {checkpoint.app}: {err}"
+            raise ApprovalError("not_resumable", why) from None
+        # As tether resume calls it: a factory that rebuilds one run's agent (an agent file's
+        # tether.agentrecord:rebuild, tether mcp run's) is told which run.
+        if "run_id" in inspect.signature(build).parameters:
+            host, agent = build(db, run_id=run_id)
+        else:
+            host, agent = build(db)
         try:
             result: RunResult = await host.resume(agent, run_id)
         finally:

@@ -22,6 +22,7 @@ import sqlite3
 import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -177,6 +178,7 @@ class AuditEntry:
     content_hash: str
     outcome: str
     detail: str
+    client: str = ""
 
 
 MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -228,7 +230,13 @@ MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END""",
         ),
     ),
+    # Where each audited request came from (the console's client address, or "cli").
+    ("c002_audit_client", ("ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT ''",)),
 )
+
+# The address of the request being served (set by the console's middleware for each request):
+# every audit entry written while serving it records it without each caller passing it on.
+CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
 
 
 class UserStore:
@@ -278,6 +286,21 @@ class UserStore:
             if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
                 raise AuthError("unknown_user", f"no user {name}")
             conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+            # A new password means the old one may be known: its API tokens end with its sessions.
+            conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
+        self._token_cache.clear()
+
+    def set_disabled(self, name: str, disabled: bool) -> None:
+        """Disable a person (every session ends, every token is refused, sign-in fails) or enable
+        them again (their tokens stay revoked). Raises ``AuthError("unknown_user")``."""
+        with self._tx() as conn:
+            done = conn.execute("UPDATE users SET disabled = ? WHERE name = ?", (int(disabled), name))
+            if not done.rowcount:
+                raise AuthError("unknown_user", f"no user {name}")
+            if disabled:
+                conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+                conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
+        self._token_cache.clear()
 
     def grant(self, name: str, tenant: str, role: str) -> None:
         """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there)."""
@@ -416,18 +439,21 @@ class UserStore:
         content_hash: str = "",
         outcome: str = "ok",
         detail: str = "",
+        client: str | None = None,
     ) -> None:
+        """Append an entry; ``client`` defaults to the address of the request being served."""
+        where = CLIENT.get() if client is None else client
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
-                 outcome, detail[:2000]),
+                 outcome, detail[:2000], where[:200]),
             )  # fmt: skip
 
     def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
         rows = self._read(
-            "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail FROM audit"
+            "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail, client FROM audit"
             " ORDER BY seq DESC LIMIT ?",
             (limit,),
         )

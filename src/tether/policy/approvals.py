@@ -258,12 +258,33 @@ class Approvals:
         new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
         return await self.store.aadd_proposal(new, now=self.clock())
 
+    def record_policy(self, proposal_id: str, rule: str, reason: str, details: Mapping[str, Any]) -> None:
+        """Why the policy asked for approval (rule, reason, argument provenance, the arguments the
+        tool declares secret) in the proposal's history, where a reviewer reads it."""
+        why = {"rule": rule, "reason": reason, **details}
+        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+        self.store.add_event(proposal_id, "policy", actor=f"rule:{rule}", detail=detail, now=self.clock())
+
     def get(self, proposal_id: str) -> StoredProposal:
+        found = self.stored(proposal_id)
+        _verify(found)
+        return found
+
+    def stored(self, proposal_id: str) -> StoredProposal:
+        """The row as stored, *not* checked against its content hash: for refusing it (deny,
+        invalidate) and for showing a reviewer what was changed. Never for running it."""
         found = self.store.get_proposal(proposal_id)
         if found is None:
             raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
-        _verify(found)
         return found
+
+    def intact(self, p: StoredProposal) -> bool:
+        """Whether the stored arguments still hash to the stored content hash."""
+        try:
+            _verify(p)
+        except (ApprovalError, ValueError):
+            return False
+        return True
 
     async def aget(self, proposal_id: str) -> StoredProposal:
         """``get`` for code on the event loop."""
@@ -314,7 +335,8 @@ class Approvals:
     ) -> StoredProposal:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
-        p = self.get(proposal_id)
+        # A refusal needs no intact row: a tampered proposal can (and should) be denied.
+        p = self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id)
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
         return self.store.decide(
@@ -335,7 +357,7 @@ class Approvals:
             self._for_tenant(proposal_id, authority.tenant)
             actor = f"context:{authority.user or authority.tenant}"
         elif isinstance(authority, Reviewer):
-            p = self.get(proposal_id)
+            p = self.stored(proposal_id)  # a tampered proposal can be invalidated
             if not authority.may_review(p.tenant):
                 raise ApprovalError("reviewer_not_allowed", f"{authority.name} may not act for {p.tenant}")
             actor = f"reviewer:{authority.name}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from types import UnionType
 from typing import Any, Union, get_args, get_origin, get_type_hints
@@ -127,8 +127,12 @@ class Tool:
         idempotent: bool = False,
         needs_approval: bool | None = None,
         blocking: bool = True,
+        secret_arguments: Iterable[str] = (),
     ) -> None:
         self.function = function
+        if isinstance(secret_arguments, str):
+            raise TypeError("secret_arguments is a list of argument names, not one string")
+        secret = tuple(secret_arguments)
         self._options = {
             "name": name,
             "description": description,
@@ -140,6 +144,7 @@ class Tool:
             "idempotent": idempotent,
             "needs_approval": needs_approval,
             "blocking": blocking,
+            "secret_arguments": secret,
         }
         # A plain function runs in a worker thread unless its author declares it never blocks
         # (pure computation, no I/O): then it runs inline, with no thread hop per call.
@@ -178,6 +183,13 @@ class Tool:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
         schema["additionalProperties"] = False
+        for secret_name in secret:
+            prop = schema.get("properties", {}).get(secret_name)
+            if not isinstance(prop, dict):
+                raise TypeError(
+                    f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments"
+                )
+            prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
         try:
             compile_schema(schema, intake=True)  # fail at declaration, not at the first call
         except UnusableSchema as err:
@@ -320,11 +332,17 @@ def tool(
     idempotent: bool = False,
     needs_approval: bool | None = None,
     blocking: bool = True,
+    secret_arguments: Iterable[str] = (),
 ) -> Any:
     """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``.
 
     ``blocking=False`` declares a plain (sync) function that never blocks (no I/O, quick): it runs
-    inline on the event loop instead of in a worker thread. Async functions never use a thread."""
+    inline on the event loop instead of in a worker thread. Async functions never use a thread.
+
+    ``secret_arguments=("api_token",)`` declares arguments secret (their schema gets
+    ``writeOnly: true``; a ``SecretStr`` argument or ``Field(json_schema_extra={"writeOnly": True})``
+    says the same): their values are masked on the console, in the API, in traces and in
+    OpenTelemetry. Nothing is masked because of its name."""
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         return Tool(
@@ -339,6 +357,7 @@ def tool(
             idempotent=idempotent,
             needs_approval=needs_approval,
             blocking=blocking,
+            secret_arguments=secret_arguments,
         )
 
     return wrap(function) if function is not None else wrap

@@ -133,6 +133,7 @@ class ModelResponse(_Payload, total=False):
     cost_usd: float
     # backend facts (ModelResponse.meta)
     finish_reason: str | None
+    response_id: str  # the provider's id of this completion (exported as gen_ai.response.id)
     retries: list[dict[str, Any]]  # one entry per retry: kind, attempt, delay_s
     unpriced: bool
 

@@ -21,25 +21,44 @@ Needs the ``otel`` extra (``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import trace as otel_trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+)
 
 from tether.trace.events import TraceEvent
 from tether.trace.sanitize import Redactor, sanitize_value
 
-__all__ = ["OtelSink", "otel_sink_from_env"]
+__all__ = [
+    "OtelSink",
+    "model_endpoint",
+    "otel_sink_for",
+    "otel_sink_from_env",
+    "otlp_configured",
+    "run_trace_context",
+]
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE = "tether"
@@ -48,10 +67,59 @@ _MAX_TEXT = 4000
 _SAFE_KEYS = frozenset(
     {
         "tool", "server", "source", "rule", "reason", "status", "outcome", "design", "trust", "error_kind",
-        "proposal_id", "call_id", "key", "answered_by", "strategy", "subject", "kind",
+        "proposal_id", "call_id", "key", "answered_by", "strategy", "kind",
         "model", "agent", "workflow", "tenant", "effect", "content_hash", "reviewer", "state",
     }
 )  # fmt: skip
+
+
+# With content capture off, a string under one of these keys is exported only if it looks like an
+# identifier (a rule name, a reason code, a call id); anything else is free text from the model,
+# a tool or a person, and is replaced.
+_IDENTIFIER = re.compile(r"^[A-Za-z0-9_.:@/+=-]{1,200}$")
+_CHECKED = _SAFE_KEYS | {"error", "finish_reason", "model"}
+_NOT_OFFERED = "[not offered]"
+_FREE_TEXT = "[text not exported]"
+# Events whose "reason" is what a person typed (a reviewer's note), not a code.
+_PERSON_TEXT = frozenset({"approval_granted", "approval_denied"})
+# Host names of the providers the GenAI conventions name (gen_ai.provider.name).
+PROVIDERS = {
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+    "api.cohere.com": "cohere",
+}
+
+
+def run_trace_context(run_id: str) -> SpanContext:
+    """The span context every part of run ``run_id`` descends from: its trace id and parent span
+    id are derived from the run id, so a run resumed in another process, or on another worker,
+    continues the same trace without any stored state."""
+    digest = hashlib.sha256(f"tether.run:{run_id}".encode()).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:24], "big") or 1
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+def model_endpoint(model: Any) -> tuple[str, str | None, int | None]:
+    """(``gen_ai.provider.name``, ``server.address``, ``server.port``) of a model backend, from
+    its ``base_url`` when it has one (an OpenAI-compatible backend at an unlisted host is named
+    after the protocol it speaks, ``openai``, and told apart by its address)."""
+    base_url = getattr(model, "base_url", None)
+    if isinstance(base_url, str) and "://" in base_url:
+        parts = urlsplit(base_url)
+        host = (parts.hostname or "").lower()
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return PROVIDERS.get(host, "openai"), host or None, port
+    module = type(model).__module__
+    if module.startswith("tether.testing"):
+        return "tether.testing", None, None
+    return type(model).__name__.lower(), None, None
 
 
 def _ns(ts: str) -> int:
@@ -86,7 +154,10 @@ class OtelSink:
         capture_content: bool | None = None,
         redactor: Redactor | None = None,
         secrets: Iterable[str] = (),
-        provider_name: str = "tether",
+        provider_name: str | None = None,
+        server_address: str | None = None,
+        server_port: int | None = None,
+        model: Any = None,
         flush_timeout_ms: int = 2000,
     ) -> None:
         self._owns_provider = tracer_provider is None
@@ -98,18 +169,31 @@ class OtelSink:
         self.redactor = redactor or Redactor()
         for secret in secrets:
             self.redactor.add(secret)
-        self.provider_name = provider_name
+        self.provider_name, self.server_address, self.server_port = "unknown", server_address, server_port
+        if model is not None:
+            self.describe_model(model)
+        if provider_name is not None:
+            self.provider_name = provider_name
         self.flush_timeout_ms = flush_timeout_ms
         self._runs: dict[str, _Run] = {}
+        self._offered: dict[str, frozenset[str]] = {}  # run id -> the tool names offered to its model
         self._lock = threading.Lock()
 
     # -- the TraceSink protocol --------------------------------------------------------------
+
+    def describe_model(self, model: Any) -> None:
+        """Name the model backend the runs talk to (``model_endpoint``): provider and address."""
+        self.provider_name, self.server_address, self.server_port = model_endpoint(model)
 
     def write(self, event: TraceEvent) -> None:
         data = sanitize_value(dict(event.data), self.redactor)
         kind = str(event.kind)
         at = _ns(event.ts)
         with self._lock:
+            if kind in ("run_started", "run_resumed") and isinstance(data.get("tools"), list):
+                self._offered[event.run_id] = frozenset(str(t) for t in data["tools"])
+            if not self.capture_content:
+                data = self._public(event.run_id, kind, data)
             handler = getattr(self, f"_on_{kind}", None)
             if handler is not None:
                 handler(event.run_id, data, at)
@@ -130,6 +214,43 @@ class OtelSink:
             self.provider.force_flush()
 
     # -- attribute helpers -----------------------------------------------------------------
+
+    def _tool_name(self, run_id: str, name: Any) -> str:
+        offered = self._offered.get(run_id)
+        text = str(name)
+        return text if offered is not None and text in offered else _NOT_OFFERED
+
+    def _public(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
+        """With content capture off: tool names only from the offered set, and identifiers only
+        (anything else a model, a tool or a person wrote is replaced)."""
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key == "tool" and value is not None and kind not in ("run_started", "run_resumed"):
+                out[key] = self._tool_name(run_id, value)
+            elif key == "tool_calls" and isinstance(value, list):
+                out[key] = [
+                    {
+                        "id": str(c.get("id", "")) if _IDENTIFIER.match(str(c.get("id", ""))) else _FREE_TEXT,
+                        "name": self._tool_name(run_id, c.get("name", "")),
+                    }
+                    for c in value
+                    if isinstance(c, dict)
+                ]
+            elif key == "reason" and kind in _PERSON_TEXT:
+                continue
+            elif key in _CHECKED and isinstance(value, str):
+                out[key] = value if _IDENTIFIER.match(value) else _FREE_TEXT
+            else:
+                out[key] = value
+        return out
+
+    def _endpoint(self) -> dict[str, Any]:
+        attrs: dict[str, Any] = {"gen_ai.provider.name": self.provider_name}
+        if self.server_address:
+            attrs["server.address"] = self.server_address
+        if self.server_port:
+            attrs["server.port"] = self.server_port
+        return attrs
 
     def _text(self, value: Any) -> str:
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
@@ -165,7 +286,7 @@ class OtelSink:
         agent = str(data.get("agent") or data.get("workflow") or data.get("design") or "agent")
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.provider.name": self.provider_name,
+            **self._endpoint(),
             "gen_ai.agent.name": agent,
             "gen_ai.conversation.id": run_id,
             "tether.run_id": run_id,
@@ -181,8 +302,16 @@ class OtelSink:
         if self.capture_content and data.get("objective"):
             message = {"role": "user", "parts": [{"type": "text", "content": self._text(data["objective"])}]}
             attrs["gen_ai.input.messages"] = json.dumps([message], ensure_ascii=False)
+        # Every part of the run (the first, each resume) is a child of the run's own context, so
+        # they share one trace; a resumed part also links to it, as the part that continues it.
+        run_ctx = run_trace_context(run_id)
         span = self._tracer.start_span(
-            f"invoke_agent {agent}", kind=SpanKind.INTERNAL, attributes=attrs, start_time=at
+            f"invoke_agent {agent}",
+            context=otel_trace.set_span_in_context(NonRecordingSpan(run_ctx)),
+            kind=SpanKind.INTERNAL,
+            attributes=attrs,
+            start_time=at,
+            links=[Link(run_ctx, {"tether.link": "resumes run"})] if resumed else None,
         )
         self._runs[run_id] = _Run(span, otel_trace.set_span_in_context(span), str(data.get("model") or ""))
 
@@ -228,7 +357,7 @@ class OtelSink:
         model = run.model or "model"
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": self.provider_name,
+            **self._endpoint(),
             "gen_ai.request.model": model,
         }
         for key in ("messages", "tools", "request_tokens", "prefix_reuse", "cached_share"):
@@ -260,6 +389,8 @@ class OtelSink:
             span.set_attribute("gen_ai.response.model", str(data["model"]))
         if isinstance(data.get("cost_usd"), int | float):
             span.set_attribute("tether.cost_usd", float(data["cost_usd"]))
+        if data.get("response_id"):
+            span.set_attribute("gen_ai.response.id", str(data["response_id"]))
         if data.get("finish_reason"):
             span.set_attribute("gen_ai.response.finish_reasons", [str(data["finish_reason"])])
         calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict)]
@@ -416,13 +547,63 @@ class OtelSink:
         target.add_event(f"tether.{kind}", self._attrs(data), timestamp=at)
 
 
-def otel_sink_from_env(*, capture_content: bool | None = None, secrets: Iterable[str] = ()) -> OtelSink:
-    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say."""
+_PROVIDERS_BY_CONFIG: dict[tuple[str, ...], TracerProvider] = {}
+_ENV_KEYS = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
+)  # fmt: skip
+
+
+def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard variables ask for OTLP trace export: an endpoint is set, or
+    ``OTEL_TRACES_EXPORTER`` names ``otlp``; ``OTEL_SDK_DISABLED=true`` or an exporter list
+    without ``otlp`` turns it off. Raises ``ConfigError`` for a protocol other than HTTP."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = [e.strip() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()]
+    if exporters and "otlp" not in exporters:
+        return False
+    wanted = bool(
+        env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or exporters
+    )
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or ""
+    if wanted and protocol and protocol != "http/protobuf":
+        from tether.errors import ConfigError
+
+        raise ConfigError(f"OTLP protocol {protocol!r}: tether exports traces over HTTP (http/protobuf)")
+    return wanted
+
+
+def _env_provider() -> TracerProvider:
+    """One exporting provider per configuration, for the whole process (every run, every agent
+    built, shares its batch and its connection); shut down at exit by the SDK."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tether")})
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    sink = OtelSink(provider, capture_content=capture_content, secrets=secrets)
-    sink._owns_provider = True
-    return sink
+    key = tuple(os.environ.get(k, "") for k in _ENV_KEYS)
+    provider = _PROVIDERS_BY_CONFIG.get(key)
+    if provider is None:
+        # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the exporter reads
+        # the endpoint, headers, timeout and compression variables.
+        resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tether")})
+        provider = TracerProvider(resource=resource)
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        _PROVIDERS_BY_CONFIG[key] = provider
+    return provider
+
+
+def otel_sink_from_env(
+    *, capture_content: bool | None = None, secrets: Iterable[str] = (), model: Any = None
+) -> OtelSink:
+    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say
+    (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` turns content capture on)."""
+    return OtelSink(_env_provider(), capture_content=capture_content, secrets=secrets, model=model)
+
+
+def otel_sink_for(model: Any, *, secrets: Iterable[str] = ()) -> OtelSink | None:
+    """The sink an agent built from a file gets when the ``OTEL_*`` variables ask for export
+    (``tether run``, ``tether resume``, ``tether worker``, ``tether mcp run`` and the console's
+    resume all build agents this way); ``None`` otherwise."""
+    if not otlp_configured():
+        return None
+    return otel_sink_from_env(secrets=secrets, model=model)

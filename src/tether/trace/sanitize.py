@@ -9,12 +9,22 @@ through unchanged, so a sanitised value is still readable and diffable.
 from __future__ import annotations
 
 import functools
+import itertools
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["LINE_BREAKS", "REDACTED", "Redactor", "sanitize", "sanitize_value"]
+__all__ = [
+    "LINE_BREAKS",
+    "MIN_FRAGMENT",
+    "REDACTED",
+    "Redactor",
+    "redact_value",
+    "sanitize",
+    "sanitize_value",
+]
 
 LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 REDACTED = "[REDACTED]"
@@ -67,38 +77,180 @@ def sanitize(text: str) -> str:
     return text.translate(_ESCAPES)
 
 
-_SECRET_KEY = re.compile(
-    r"(pass(word)?|secret|token|api[_-]?key|authorization|cookie|credential|private[_-]?key)", re.I
-)
+# Key names whose values are credentials, matched as whole words of the name (``api_token``,
+# ``clientSecret``, ``Authorization``), never as substrings: ``passenger_name``,
+# ``secretary_email`` and ``max_tokens`` are data. Tool arguments are secret by declaration
+# (``ToolSpec.secret_arguments``); this list covers the host's own fields (headers, env).
+_SECRET_WORDS = frozenset(
+    {
+        "password", "passwd", "passphrase", "secret", "token", "apikey", "authorization",
+        "cookie", "credential", "credentials", "privatekey", "accesskey", "secretkey",
+    }
+)  # fmt: skip
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+MIN_FRAGMENT = 8  # a piece of a secret this long or longer is redacted wherever it appears
+_ANCHOR = 4  # every fragment of MIN_FRAGMENT characters holds one 4-character piece at a multiple of 4
 
 
 class Redactor:
-    """Replaces known secret values and values under secret-looking keys with ``[REDACTED]``."""
+    """Replaces secrets with ``[REDACTED]``: known values (and every piece of one that is
+    ``MIN_FRAGMENT`` characters or longer, so a value cut anywhere leaks nothing), values of
+    arguments a tool declares secret (learned when the call is proposed: ``declare``,
+    ``learn``), and values under credential-named keys (``is_secret_key``)."""
 
     def __init__(self, secrets: frozenset[str] | set[str] = frozenset()) -> None:
-        self._secrets = {s for s in secrets if s}
+        self._secrets: set[str] = set()
+        # piece -> (secret, offset of the piece in it); one pattern finds any piece in one pass
+        self._anchors: dict[str, list[tuple[str, int]]] = {}
+        self._anchor_rx: re.Pattern[str] | None = None
+        self._order: list[str] = []  # longest first
+        self._declared: dict[str, frozenset[str]] = {}
+        for secret in secrets:
+            self.add(secret)
 
     def add(self, secret: str) -> None:
-        if secret:
-            self._secrets.add(secret)
+        if not secret or secret in self._secrets:
+            return
+        self._secrets.add(secret)
+        self._order = sorted(self._secrets, key=len, reverse=True)
+        if len(secret) >= MIN_FRAGMENT:
+            for at in range(0, len(secret) - _ANCHOR + 1, _ANCHOR):
+                self._anchors.setdefault(secret[at : at + _ANCHOR], []).append((secret, at))
+            self._anchor_rx = re.compile("|".join(map(re.escape, sorted(self._anchors))))
 
     def has_secrets(self) -> bool:
         return bool(self._secrets)
 
+    # -- declared secret arguments --------------------------------------------------------
+
+    def declare(self, tool: str, arguments: frozenset[str] | set[str]) -> None:
+        """``tool``'s contract declares ``arguments`` secret: their values are learned per call."""
+        if arguments:
+            self._declared[tool] = frozenset(arguments) | self._declared.get(tool, frozenset())
+
+    def declared(self, tool: Any) -> frozenset[str]:
+        return (
+            self._declared.get(tool, frozenset()) if self._declared and isinstance(tool, str) else frozenset()
+        )
+
+    def learn(self, tool: Any, arguments: Any) -> None:
+        """Add the values of ``tool``'s declared secret arguments as secrets. ``arguments`` is a
+        mapping or its JSON text, which may have been cut short: a value cut off is still learned."""
+        names = self._declared.get(tool) if isinstance(tool, str) else None
+        if not names:
+            return
+        if isinstance(arguments, str):
+            try:
+                parsed = json.loads(arguments)
+            except ValueError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                for name in names:
+                    for raw in re.findall(rf'"{re.escape(name)}"\s*:\s*"((?:[^"\\]|\\.)*)', arguments):
+                        self._learn_value(_unescape(raw))
+                        self._learn_value(raw)
+                return
+            arguments = parsed
+        if isinstance(arguments, Mapping):
+            for name in names:
+                if name in arguments:
+                    self._learn_value(arguments[name])
+
+    def _learn_value(self, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for v in value.values():
+                self._learn_value(v)
+        elif isinstance(value, list | tuple):
+            for v in value:
+                self._learn_value(v)
+        elif value is not None and not isinstance(value, bool):
+            text = str(value)
+            if len(text) >= 4:  # shorter would redact every common word or number
+                self.add(text)
+                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
+                if escaped != text:
+                    self.add(escaped)  # as it appears inside JSON text
+                ascii_escaped = json.dumps(text)[1:-1]
+                if ascii_escaped != escaped:
+                    self.add(ascii_escaped)
+
+    # -- redaction -------------------------------------------------------------------------
+
     def text(self, value: str) -> str:
-        for secret in self._secrets:
+        for secret in self._order:
             if secret in value:
                 value = value.replace(secret, REDACTED)
+        if self._anchors:
+            value = self._fragments(value)
         return value
+
+    def _positions(self, value: str) -> list[tuple[int, str]]:
+        """Where a piece of a secret starts in ``value`` (overlapping ones too). One pattern for
+        short values; for long ones a ``str.find`` per piece, which scans faster than ``re``."""
+        out: list[tuple[int, str]] = []
+        if len(value) <= 512:
+            rx = self._anchor_rx
+            assert rx is not None
+            found = rx.search(value)
+            while found is not None:
+                out.append((found.start(), found.group()))
+                found = rx.search(value, found.start() + 1)
+            return out
+        for piece in self._anchors:
+            pos = value.find(piece)
+            while pos != -1:
+                out.append((pos, piece))
+                pos = value.find(piece, pos + 1)
+        return out
+
+    def _fragments(self, value: str) -> str:
+        spans: list[tuple[int, int]] = []
+        for pos, piece in self._positions(value):
+            for secret, at in self._anchors[piece]:
+                left = 0
+                while pos - left > 0 and at - left > 0 and value[pos - left - 1] == secret[at - left - 1]:
+                    left += 1
+                right = 0
+                end, send = pos + _ANCHOR, at + _ANCHOR
+                while end + right < len(value) and send + right < len(secret) and (
+                    value[end + right] == secret[send + right]
+                ):
+                    right += 1
+                if left + _ANCHOR + right >= MIN_FRAGMENT:
+                    spans.append((pos - left, end + right))
+        if not spans:
+            return value
+        spans.sort()
+        out, last = [], 0
+        for start, stop in spans:
+            if stop <= last:
+                continue
+            if start >= last:
+                out.append(value[last:start])
+                out.append(REDACTED)
+            last = stop
+        out.append(value[last:])
+        return "".join(out)
 
     def is_secret_key(self, key: str) -> bool:
         return _secret_key(key)
 
 
+def _unescape(raw: str) -> str:
+    try:
+        value = json.loads(f'"{raw}"')
+    except ValueError:  # cut inside an escape
+        return raw
+    return value if isinstance(value, str) else raw
+
+
 @functools.lru_cache(maxsize=4096)
 def _secret_key(key: str) -> bool:
     # Trace keys repeat on every event: match each one once.
-    return bool(_SECRET_KEY.search(key))
+    words = [w.lower() for w in _WORD.findall(key)]
+    if any(w in _SECRET_WORDS for w in words):
+        return True
+    return any(a + b in _SECRET_WORDS for a, b in itertools.pairwise(words))
 
 
 def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "") -> Any:
@@ -127,3 +279,15 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
     if isinstance(value, (bool, int, float)):
         return value
     return sanitize(redactor.text(str(value)) if redactor else str(value))
+
+
+def redact_value(value: Any, redactor: Redactor) -> Any:
+    """``value`` with the redactor applied to every string in it, and nothing else changed
+    (no escaping: for a page that shows hidden characters itself)."""
+    if isinstance(value, str):
+        return redactor.text(value)
+    if isinstance(value, Mapping):
+        return {k: redact_value(v, redactor) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v, redactor) for v in value]
+    return value

@@ -351,6 +351,9 @@ class Tracer:
         declared = FIELDS[kind]
         if not declared.issuperset(data):
             data = self._undeclared(kind, data, declared)
+        if "arguments" in data and self.redactor.declared(data.get("tool")):
+            # A tool's declared secret arguments become known secrets before anything is written.
+            self.redactor.learn(data["tool"], data["arguments"])
         clean = self._clean(data)
         if self.strict:
             check_payload(kind, clean)
