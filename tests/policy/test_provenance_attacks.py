@@ -408,3 +408,15 @@ def test_a_directory_entry_vouches_for_its_own_kind_only() -> None:
     assert DIRECTORY in {o.trust for o in plain.trace("bob@partner.example")}
     (site,) = find_links("www.partner.example/news")
     assert DIRECTORY in {o.trust for o in plain.link_origins(site)}
+
+
+def test_a_look_alike_goes_to_a_reviewer_even_when_the_request_holds_it() -> None:
+    # The request itself carries a look-alike (pasted from a phishing mail): Cyrillic а in paypal.
+    run = Run()
+    run.objective = REQUEST + " Also send it to billing@p\u0430ypal.com."
+    mail = {"subject": "Q", "body": "x"}
+    assert verdict(run, "send_email", {**mail, "recipients": ["billing@p\u0430ypal.com"]}) != "allow"
+    assert verdict(run, "send_email", {**mail, "recipients": ["bob@partner.example"]}) == "allow"
+    # An internationalised name in one script is no look-alike.
+    run.objective = REQUEST + " Also send it to info@münchen.de."
+    assert verdict(run, "send_email", {**mail, "recipients": ["info@münchen.de"]}) == "allow"

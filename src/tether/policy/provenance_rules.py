@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tether.confusables import check_name
 from tether.policy.provenance import (
     DIRECTORY,
     USER,
@@ -317,6 +318,8 @@ class ProvenanceRules:
             links = find_links(text) if rule.role == "destination" else []
             if links:
                 shown["registered"] = [link.registered for link in links]
+            if rule.role == "destination":
+                _look_alike(arg, text, out, shown)
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(index, rule, arg, text, out, shown)
             if not classes & rule.allow:
@@ -336,6 +339,7 @@ class ProvenanceRules:
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does.
         for handle in find_handles(text):
+            _look_alike(arg, handle, out, shown)
             handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
             if not handle_classes & allowed:
                 shown.setdefault("handles", []).append(handle)
@@ -349,6 +353,7 @@ class ProvenanceRules:
                     },
                 )
         for link in find_links(text):
+            _look_alike(arg, link.raw, out, shown)
             link_classes = classes_of(index, index.link_origins(link))
             if not link_classes & allowed:
                 shown.setdefault("links", []).append(link.registered)
@@ -464,6 +469,27 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
             found.extend(split_values(value, schema))  # not the declared structure: judged whole
         return found
     return list(split_values(value, schema))
+
+
+def _look_alike(arg: str, name: str, out: _Verdict, shown: dict[str, Any]) -> None:
+    """A domain, address or link that can pass for another (mixed scripts, a TR39 skeleton of
+    another ASCII name) goes to a reviewer, shown in both forms — whatever it traces to. The
+    same check (``tether.confusables``) marks it on the console's pages."""
+    if name.isascii() and "xn--" not in name.lower():
+        return
+    check = check_name(name)
+    if check.suspicious:
+        shown.setdefault("look_alikes", []).append(check.to_json())
+        out.worse(
+            "approve",
+            {
+                "argument": arg,
+                "problem": "look_alike",
+                "name": name[:200],
+                "registered": check.ascii,
+                "looks_like": check.looks_like,
+            },
+        )
 
 
 def _has_content(value: Any) -> bool:
