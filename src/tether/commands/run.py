@@ -62,7 +62,8 @@ def register(sub: Any) -> None:
         "0 accepted with every requested call done, 1 usage or configuration error, 2 policy or "
         "approval denied (also: accepted but some calls were denied or refused), 3 invalid handoff, "
         "4 budget/steps/deadline/repetition, 5 waiting for approval or an answer, 6 dependency "
-        "unavailable (also: accepted but some calls failed), 7 model or internal error.",
+        "unavailable (also: accepted but some calls failed), 7 model or internal error (also truncated: "
+        "the final answer was cut at the token limit; model_refused: the provider refused it).",
     )
     p.add_argument("question", metavar="OBJECTIVE")
     p.add_argument("--agent", type=Path, help="agent file (YAML or TOML): model, tools, MCP servers, policy")

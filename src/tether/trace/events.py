@@ -132,7 +132,11 @@ class ModelResponse(_Payload, total=False):
     cached_tokens: int
     cost_usd: float
     # backend facts (ModelResponse.meta)
-    finish_reason: str | None
+    finish_reason: str | None  # the provider's own value
+    finish: str  # the same in tether's words: stop, tool_calls, length, refused, paused, unknown
+    cache_write_tokens: int  # prompt tokens the provider wrote to its prefix cache (Anthropic)
+    provider: str  # openai-chat, openai-responses or anthropic
+    fallback_from: list[str]  # models tried before this one (model.fallback)
     retries: list[dict[str, Any]]  # one entry per retry: kind, attempt, delay_s
     unpriced: bool
 

@@ -203,7 +203,7 @@ class OtelSink:
             run.span.set_attribute("tether.stop_detail", self._text(data["detail"]))
         if reason == "accepted":
             run.span.set_status(Status(StatusCode.OK))
-        elif reason in ("model_error", "internal_error"):
+        elif reason in ("model_error", "truncated", "model_refused", "internal_error"):
             run.span.set_status(Status(StatusCode.ERROR, reason))
             run.span.set_attribute("error.type", reason)
         self._end_run(run_id, at)
