@@ -264,6 +264,7 @@ class AnthropicMessages:
 
     async def _attempt(self, params: dict[str, Any]) -> ModelResponse:
         import anthropic
+        import httpx2
 
         client = self._client.get()
         try:
@@ -276,6 +277,10 @@ class AnthropicMessages:
             message = await client.messages.create(**params)
         except anthropic.AnthropicError as err:
             raise sdk_error(anthropic, err, self.model) from None
+        except httpx2.TimeoutException:  # mid-body: the SDK wraps only what fails before it
+            raise Retryable("timeout", "the response stalled") from None
+        except httpx2.TransportError as err:
+            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
         return self._whole(message)
 
     def _whole(self, message: Any) -> ModelResponse:

@@ -224,6 +224,8 @@ class FakeChatServer:
             collect = _Collect()
             await self._answer(collect, request, reply)  # type: ignore[arg-type]
             for i in range(len(collect.data)):
+                if writer.is_closing():
+                    break
                 writer.write(collect.data[i : i + 1])
                 await writer.drain()
                 await asyncio.sleep(reply.trickle_s)
