@@ -110,29 +110,66 @@ class LimitsSpec(_Strict):
 
 
 class PriceSpec(_Strict):
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    """USD per million tokens."""
+
+    input: float = Field(ge=0, description="uncached prompt tokens")
+    output: float = Field(ge=0, description="completion tokens (reasoning included)")
+    cached_input: float | None = Field(default=None, ge=0, description="prompt tokens read from the cache")
+    cache_write: float | None = Field(default=None, ge=0, description="prompt tokens written to the cache")
 
 
-class ModelSpec(_Strict):
-    """The model: a chat-completions server, or a scripted stand-in named as one."""
+Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 
-    name: str = Field(min_length=1)
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    streaming: bool | None = None  # None: stream when the answer is shown as it arrives
-    reasoning: Literal["drop", "keep", "since_last_user"] | None = None
-    timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    max_retries: int = Field(default=4, ge=0, le=20)
-    rate: float | None = Field(default=None, gt=0)  # requests per second (a shared token bucket)
-    max_output_tokens: int | None = Field(default=None, ge=1)  # a cap on each response
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    extra_body: dict[str, Any] = Field(default_factory=dict)  # more fixed request fields
-    prices: dict[str, PriceSpec] = Field(default_factory=dict)
-    limits: LimitsSpec = Field(default_factory=LimitsSpec)
-    # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
-    obey_injected: bool = False
+# The key's variable when the file names none, by provider.
+KEY_ENV: dict[str, str] = {
+    "openai-chat": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
+
+
+class BackendSpec(_Strict):
+    """One model and how to reach it: a provider's API, or a scripted stand-in named as one."""
+
+    provider: Provider = Field(
+        default="openai-chat",
+        description="the protocol: openai-chat (chat completions: OpenAI, vLLM, Ollama, llama.cpp …), "
+        "openai-responses (the OpenAI Responses API) or anthropic (the Anthropic Messages API)",
+    )
+    name: str = Field(min_length=1, description="the provider's model name, or scripted:STEPS.yaml")
+    base_url: str | None = Field(
+        default=None,
+        description="the API's base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL or the provider's)",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="the environment variable holding the key (default OPENAI_API_KEY, or ANTHROPIC_API_KEY "
+        "for anthropic); the key itself is never read from a file",
+    )
+    streaming: bool | None = Field(
+        default=None, description="ask for a stream (default: when the answer is shown as it arrives)"
+    )
+    reasoning: Literal["drop", "keep", "since_last_user"] | None = Field(
+        default=None, description="openai-chat: resend reasoning_content (default: by model name)"
+    )
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        default=None, description="openai-responses: the reasoning effort of a reasoning model"
+    )
+    thinking_budget: int | None = Field(
+        default=None, ge=1024, description="anthropic: extended thinking with this many tokens"
+    )
+    timeout_s: float = Field(
+        default=120.0, gt=0, le=3600, description="bound on each call attempt as a whole, every byte included"
+    )
+    max_retries: int = Field(
+        default=4, ge=0, le=20, description="retries of 429, 5xx, timeouts, broken answers"
+    )
+    rate: float | None = Field(default=None, gt=0, description="requests per second (a shared token bucket)")
+    max_output_tokens: int | None = Field(default=None, ge=1, description="a cap on each response")
+    temperature: float | None = Field(default=None, ge=0, le=2, description="sampling temperature")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="more fixed request fields (never those the backend writes)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -146,8 +183,8 @@ class ModelSpec(_Strict):
 
     @field_validator("api_key_env")
     @classmethod
-    def _env_name(cls, v: str) -> str:
-        if not _ENV_NAME.match(v):
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not _ENV_NAME.match(v):
             raise ValueError(f"{v[:4]}… is not an environment variable name (api_key_env names the variable)")
         return v
 
@@ -159,15 +196,55 @@ class ModelSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _stand_in_only(self) -> ModelSpec:
-        if self.obey_injected and not self.name.startswith(SCRIPTED):
-            raise ValueError("obey_injected applies to a scripted stand-in (name: scripted:FILE) only")
+    def _provider_fields(self) -> BackendSpec:
+        for name, provider in (
+            ("reasoning", "openai-chat"),
+            ("reasoning_effort", "openai-responses"),
+            ("thinking_budget", "anthropic"),
+        ):
+            if getattr(self, name) is not None and self.provider != provider:
+                raise ValueError(f"{name} applies to provider {provider} only (this model: {self.provider})")
         return self
+
+    @property
+    def key_env(self) -> str:
+        """The variable the key is read from: the file's, or the provider's default."""
+        return self.api_key_env or KEY_ENV[self.provider]
 
     @property
     def scripted(self) -> str | None:
         """The script path of a scripted stand-in, or None for a real model."""
         return self.name[len(SCRIPTED) :] if self.name.startswith(SCRIPTED) else None
+
+
+class ModelSpec(BackendSpec):
+    """The model, its budgets and prices, and the models to fall back on."""
+
+    prices: dict[str, PriceSpec] = Field(
+        default_factory=dict, description="USD per million tokens by model name (over the built-in table)"
+    )
+    limits: LimitsSpec = Field(
+        default_factory=LimitsSpec, description="the run's budgets and stop conditions"
+    )
+    fallback: list[BackendSpec] = Field(
+        default_factory=list,
+        description="models to move to, in order, when the one in use fails (retries spent, unavailable); "
+        "the run's budgets count across all of them",
+    )
+    # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
+    obey_injected: bool = Field(
+        default=False, description="scripted stand-ins only: obey CALL lines found in tool results"
+    )
+
+    @model_validator(mode="after")
+    def _stand_in_only(self) -> ModelSpec:
+        if self.obey_injected and not self.name.startswith(SCRIPTED):
+            raise ValueError("obey_injected applies to a scripted stand-in (name: scripted:FILE) only")
+        return self
+
+    def backends(self) -> list[BackendSpec]:
+        """This model, then its fallbacks."""
+        return [self, *self.fallback]
 
 
 class ToolRef(_Strict):
@@ -470,38 +547,68 @@ def mcp_config(af: AgentFile) -> Any:
 
 
 def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = None) -> Any:
-    """The agent's model: an ``OpenAICompatible`` backend, or a scripted stand-in named as one."""
+    """The agent's model: a backend for its provider (``OpenAICompatible``, ``OpenAIResponses``,
+    ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
+    ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
     m = af.spec.model
-    if (script := m.scripted) is not None:
-        return scripted_model(af.resolve(script), label=m.name, obey=m.obey_injected)
-    from tether.models.openai import OpenAICompatible, RetryPolicy
     from tether.models.pricing import DEFAULT_PRICES, Price
 
-    prices = {**DEFAULT_PRICES, **{k: Price(p.input, p.output, p.cached_input) for k, p in m.prices.items()}}
+    prices = {
+        **DEFAULT_PRICES,
+        **{k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()},
+    }
+    models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
+    if m.limits.max_cost_usd is not None:
+        for spec, model in zip(m.backends(), models, strict=True):
+            if spec.scripted is None and getattr(model, "price", None) is None:
+                raise ConfigError(
+                    f"{af.label()}: model.limits.max_cost_usd needs a price for {spec.name}: add model.prices"
+                )
+    if len(models) == 1:
+        return models[0]
+    from tether.models.fallback import FallbackModel
+
+    return FallbackModel(models)
+
+
+def _backend(
+    af: AgentFile, spec: BackendSpec, prices: Mapping[str, Any], on_delta: Callable[[str, str], None] | None
+) -> Any:
+    if (script := spec.scripted) is not None:
+        obey = isinstance(spec, ModelSpec) and spec.obey_injected
+        return scripted_model(af.resolve(script), label=spec.name, obey=obey)
+    from tether.models.retrying import RetryPolicy
+
     bucket = None
-    if m.rate is not None:
+    if spec.rate is not None:
         from tether.ratelimit import shared_bucket
 
-        bucket = shared_bucket(f"model:{m.base_url or 'default'}", m.rate, max(1.0, m.rate))
-    model = OpenAICompatible(
-        m.name,
-        base_url=m.base_url,
-        api_key_env=m.api_key_env,
-        stream=m.streaming,
-        reasoning=m.reasoning,
-        timeout_s=m.timeout_s,
-        retry=RetryPolicy(max_retries=m.max_retries),
-        prices=prices,
-        rate_limit=bucket,
-        on_delta=on_delta,
-        max_tokens=m.max_output_tokens,
-        extra_body={**m.extra_body, **({"temperature": m.temperature} if m.temperature is not None else {})},
-    )
-    if m.limits.max_cost_usd is not None and model.price is None:
-        raise ConfigError(
-            f"{af.label()}: model.limits.max_cost_usd needs a price for {m.name}: add model.prices"
-        )
-    return model
+        bucket = shared_bucket(f"model:{spec.base_url or spec.provider}", spec.rate, max(1.0, spec.rate))
+    extra = {**spec.extra_body, **({"temperature": spec.temperature} if spec.temperature is not None else {})}
+    common: dict[str, Any] = {
+        "base_url": spec.base_url,
+        "api_key_env": spec.key_env,
+        "stream": spec.streaming,
+        "timeout_s": spec.timeout_s,
+        "retry": RetryPolicy(max_retries=spec.max_retries),
+        "prices": prices,
+        "rate_limit": bucket,
+        "on_delta": on_delta,
+        "max_tokens": spec.max_output_tokens,
+        "extra_body": extra,
+    }
+    if spec.provider == "anthropic":
+        from tether.models.anthropic import AnthropicMessages
+
+        return AnthropicMessages(spec.name, thinking_budget=spec.thinking_budget, **common)
+    if spec.provider == "openai-responses":
+        from tether.models.responses import OpenAIResponses
+
+        effort = {"effort": spec.reasoning_effort} if spec.reasoning_effort else None
+        return OpenAIResponses(spec.name, reasoning=effort, **common)
+    from tether.models.openai import OpenAICompatible
+
+    return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
 
 
 def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) -> Any:
@@ -655,9 +762,10 @@ def build_agent(
     if tools:
         host.add_tools(*tools)
     host.extra_sinks.extend(trace_sinks)
-    key = (environ if environ is not None else os.environ).get(spec.model.api_key_env, "")
-    if key and spec.model.scripted is None:
-        host.secrets = frozenset(host.secrets | {key})  # redacted should anything echo it
+    env = environ if environ is not None else os.environ
+    keys = {env.get(b.key_env, "") for b in spec.model.backends() if b.scripted is None}
+    if keys - {""}:
+        host.secrets = frozenset(host.secrets | (keys - {""}))  # redacted should anything echo it
     agent = Agent(
         instructions=instructions,
         model=model,

@@ -132,3 +132,25 @@ async def test_a_history_with_tool_use_keeps_its_tools_on_the_final_turn_without
         "read_history",
         "read_order",
     ]
+
+
+async def test_fallback_model_in_python_moves_on_and_stays_on_the_model_that_answers(tmp_path: Path) -> None:
+    from tether.models.fallback import FallbackModel
+    from tether.models.retrying import RetryPolicy
+
+    down = FakeAnthropicServer.error(529, "Overloaded")
+    with (
+        FakeAnthropicServer(scripted([down, down])) as first,
+        FakeResponsesServer(scripted([Reply.calls(ORDER), Reply.text("open")])) as second,
+    ):
+        primary = AnthropicMessages(
+            "claude-test", base_url=first.url, retry=RetryPolicy(max_retries=1), sleep=Sleeps()
+        )
+        backup = OpenAIResponses("gpt-test", base_url=second.url, sleep=Sleeps())
+        model = FallbackModel([primary, backup])
+        result = await make_host(tmp_path).run(agent(model), "q", context=CONTEXT)
+        await model.aclose()
+        assert (len(first.received), len(second.received)) == (2, 2)
+    assert result.stop_reason is StopReason.ACCEPTED and result.answer == "open"
+    assert model.switches == [{"model": "claude-test", "error": model.switches[0]["error"], "to": "gpt-test"}]
+    assert "overloaded" in model.switches[0]["error"]

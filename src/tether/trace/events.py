@@ -136,7 +136,7 @@ class ModelResponse(_Payload, total=False):
     finish: str  # the same in tether's words: stop, tool_calls, length, refused, paused, unknown
     cache_write_tokens: int  # prompt tokens the provider wrote to its prefix cache (Anthropic)
     provider: str  # openai-chat, openai-responses or anthropic
-    fallback_from: list[str]  # models tried before this one (model.fallback)
+    fallback_from: list[dict[str, str]]  # models that failed before this one: model, error
     retries: list[dict[str, Any]]  # one entry per retry: kind, attempt, delay_s
     unpriced: bool
 
