@@ -5,12 +5,14 @@ The file names everything a run needs; relative paths are relative to the file's
     name: order-agent
     instructions: Answer from tool results only.        # or instructions_file: prompt.md
     model:
+      provider: openai-chat                              # or openai-responses, anthropic
       name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
       base_url: http://127.0.0.1:11434/v1
       api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
       streaming: false                                   # default: stream when shown live
       limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
       prices: {"qwen3:8b": {input: 0, output: 0}}
+      fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
     tools:                                               # local tools, by import path
       - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
       - {function: myapp.tools:send_note, effect: send, egress_argument: to}
@@ -27,7 +29,8 @@ The file names everything a run needs; relative paths are relative to the file's
               skills: {dir: skills, trusted: true}, tool_search: {threshold: 20}}
     trace: {dir: traces, results: false}                 # results: store tool output, redacted
 
-``load_agent_file`` validates it (``ConfigError`` naming the file and the field);
+``load_agent_file`` validates it (``ConfigError`` naming the file and the field); ``tether agent
+schema`` prints its JSON Schema, generated from the models below;
 ``build_agent`` builds the ``Host`` and ``Agent`` through the public API. A run that may pause
 (``policy.approvals_db``) records the file beside the approval store (``tether.agentrecord``),
 so ``tether resume RUN`` rebuilds the same agent from another process.

@@ -69,16 +69,19 @@ def _chat_error(status: int, message: str = "error", **kw: Any) -> Reply:
 PROVIDERS = {
     "openai-chat": lambda: Provider(
         "openai-chat", FakeChatServer, OpenAICompatible, "fake-model",
-        {"length": "length", "refused": "content_filter", "unknown": "weird"}, _chat_error, "messages",
+        {"length": "length", "refused": "content_filter", "refusal": "refusal", "unknown": "weird"},
+        _chat_error, "messages",
     ),
     "anthropic": lambda: Provider(
         "anthropic", FakeAnthropicServer, AnthropicMessages, "claude-test",
-        {"length": "max_tokens", "refused": "refusal", "unknown": "weird", "paused": "pause_turn"},
+        {"length": "max_tokens", "refused": "refusal", "refusal": "refusal", "unknown": "weird",
+         "paused": "pause_turn"},
         FakeAnthropicServer.error, "messages",
     ),
     "openai-responses": lambda: Provider(
         "openai-responses", FakeResponsesServer, OpenAIResponses, "gpt-test",
-        {"length": "max_output_tokens", "refused": "content_filter", "unknown": "weird"},
+        {"length": "max_output_tokens", "refused": "content_filter", "refusal": "refusal",
+         "unknown": "weird"},
         FakeResponsesServer.error, "input",
     ),
 }  # fmt: skip
@@ -131,6 +134,7 @@ async def test_parallel_tool_calls_round_trip_and_the_answer_is_accepted(
     [
         ("length", StopReason.TRUNCATED),
         ("refused", StopReason.MODEL_REFUSED),
+        ("refusal", StopReason.MODEL_REFUSED),  # a refusal part or field, not only a stop reason
         ("unknown", StopReason.MODEL_ERROR),
         ("paused", StopReason.MODEL_ERROR),
     ],
@@ -151,7 +155,7 @@ async def test_a_final_answer_that_did_not_end_normally_is_never_accepted(
     assert result.answer == "Order 742 is op"  # kept, and flagged by the stop reason
     stop = events(result, "stop")[0]
     assert stop["reason"] == str(reason) and repr(raw) in stop["detail"]
-    assert events(result, "model_response")[-1]["finish"] == finish
+    assert events(result, "model_response")[-1]["finish"] == ("refused" if finish == "refusal" else finish)
 
 
 async def test_a_normal_answer_after_the_same_exchange_is_accepted(

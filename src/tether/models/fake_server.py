@@ -267,6 +267,8 @@ class FakeChatServer:
 
     def _completion(self, reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.finish_reason == "refusal":  # OpenAI's refusal field; the choice itself ends "stop"
+            message.update(content=None, refusal=reply.content)
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
@@ -275,6 +277,7 @@ class FakeChatServer:
                 for n, a in reply.tool_calls
             ]
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        finish = "stop" if finish == "refusal" else finish
         return {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
@@ -293,14 +296,15 @@ class FakeChatServer:
 
         out = [chunk({"role": "assistant", "content": ""})]
         out += [chunk({"reasoning_content": p}) for p in _cut(reply.reasoning or "", reply.chunks)]
-        out += [chunk({"content": p}) for p in _cut(reply.content or "", reply.chunks)]
+        key = "refusal" if reply.finish_reason == "refusal" else "content"
+        out += [chunk({key: p}) for p in _cut(reply.content or "", reply.chunks)]
         for index, (name, arguments) in enumerate(reply.tool_calls):
             head = {"index": index, "id": f"call_{next(self._ids)}", "type": "function"}
             out.append(chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}))
             for piece in _cut(arguments, reply.chunks):
                 out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        out.append(chunk({}, finish))
+        out.append(chunk({}, "stop" if finish == "refusal" else finish))
         if include_usage:
             out.append({**base, "choices": [], "usage": self._usage(reply)})
         return out
