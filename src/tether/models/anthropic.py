@@ -34,8 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic_core import to_json
 
-from tether.errors import ConfigError
+from tether.errors import ConfigError, ModelError
 from tether.messages import (
     AssistantMessage,
     Message,
@@ -48,7 +49,16 @@ from tether.messages import (
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
 from tether.models.retrying import Retryable, RetryPolicy, call_with_retries
-from tether.models.sdk import LoopClient, api_key, cache_encoded, sdk_error
+from tether.models.sdk import (
+    LoopClient,
+    api_key,
+    body_error,
+    cache_encoded,
+    events,
+    httpx2_errors,
+    post,
+    read_json,
+)
 
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
@@ -66,8 +76,9 @@ class AnthropicMessages:
 
     ``base_url`` defaults to ``$ANTHROPIC_BASE_URL`` or Anthropic's; the key comes from
     ``$<api_key_env>`` (required for api.anthropic.com only). ``max_tokens`` caps each response
-    (the API requires one; default 4096) unless the request sets its own. ``thinking_budget``
-    turns extended thinking on with that many tokens. ``extra_body`` adds fixed request fields
+    (the API requires one; default 4096, plus the thinking budget) unless the request sets its
+    own. ``thinking_budget`` turns extended thinking on with that many tokens (a turn capped
+    under it is asked without thinking). ``extra_body`` adds fixed request fields
     (``temperature``, ``metadata`` …), never those the backend writes. ``cache`` places the
     ``cache_control`` breakpoints (on by default). The rest as ``OpenAICompatible``.
     """
@@ -189,7 +200,7 @@ class AnthropicMessages:
         return "system", [{"type": "text", "text": message.content}]
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request's parameters for ``messages.create`` (without ``stream``)."""
+        """The request's body (the Messages API's ``POST /v1/messages``)."""
         system: list[dict[str, Any]] = []
         turns: list[tuple[str, list[dict[str, Any]]]] = []
         stable_end: tuple[int, int] | None = None  # (turn, block) that ends the trajectory
@@ -215,7 +226,8 @@ class AnthropicMessages:
             role, blocks = turns[t]
             turns[t] = (role, [*blocks[:b], {**blocks[b], "cache_control": _CACHE}, *blocks[b + 1 :]])
         limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
-        params: dict[str, Any] = {"model": self.model, "max_tokens": limit or DEFAULT_MAX_TOKENS}
+        default = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
+        params: dict[str, Any] = {"model": self.model, "max_tokens": limit or default}
         if system:
             params["system"] = system
         tools = request.tools
@@ -226,10 +238,14 @@ class AnthropicMessages:
         if tools:
             params["tools"] = self._tool_defs(tools)
             params["tool_choice"] = {"type": "none" if not request.tools else request.tool_choice}
-        if self.thinking_budget:
+        if self.thinking_budget and params["max_tokens"] > self.thinking_budget:
+            # The API wants the budget under the cap: a turn capped below it (the budget's last
+            # turn) is asked without thinking rather than refused.
             params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
-        params["messages"] = [{"role": r, "content": b} for r, b in turns]
         params.update(self.extra_body)
+        if self.stream:
+            params["stream"] = True
+        params["messages"] = [{"role": r, "content": b} for r, b in turns]  # last: the prefix holds
         return params
 
     # -- call ---------------------------------------------------------------------------------
@@ -237,7 +253,7 @@ class AnthropicMessages:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
         ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
-        params = self.body(request)
+        body = to_json(self.body(request))
         taken: list[dict[str, Any]] = []
 
         def count() -> None:
@@ -245,7 +261,7 @@ class AnthropicMessages:
 
         try:
             response = await call_with_retries(
-                lambda: self._attempt(params),
+                lambda: self._attempt(body),
                 label=self.model,
                 timeout_s=self.timeout_s,
                 retry=self.retry,
@@ -262,98 +278,97 @@ class AnthropicMessages:
             response.meta["retries"] = taken
         return response
 
-    async def _attempt(self, params: dict[str, Any]) -> ModelResponse:
+    async def _attempt(self, body: bytes) -> ModelResponse:
         import anthropic
-        import httpx2
 
-        client = self._client.get()
+        response = await post(anthropic, self._client.get(), "/v1/messages", body, self.model)
         try:
-            if self.stream:
-                stream = await client.messages.create(**params, stream=True)
-                try:
-                    return await self._read_stream(stream)
-                finally:
-                    await stream.close()
-            message = await client.messages.create(**params)
-        except anthropic.AnthropicError as err:
-            raise sdk_error(anthropic, err, self.model) from None
-        except httpx2.TimeoutException:  # mid-body: the SDK wraps only what fails before it
-            raise Retryable("timeout", "the response stalled") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
-        return self._whole(message)
+            if self.stream and "json" not in response.headers.get("content-type", ""):
+                return await self._read_stream(response)
+            return self._whole(await read_json(response))
+        except httpx2_errors() as err:
+            raise body_error(err) from None
+        finally:
+            await response.aclose()
 
-    def _whole(self, message: Any) -> ModelResponse:
+    def _whole(self, message: dict[str, Any]) -> ModelResponse:
+        if message.get("type") == "error":
+            raise _error_event(message, self.model)
+        content = message.get("content")
+        if not isinstance(content, list):
+            raise Retryable("unusable_response", f"the answer is not a message: {str(message)[:200]}")
         turn = _Turn()
-        for block in getattr(message, "content", None) or ():
-            kind = getattr(block, "type", None)
+        for block in content:
+            kind = block.get("type")
             if kind == "text":
-                turn.text.append(block.text)
+                turn.text.append(str(block.get("text") or ""))
             elif kind == "tool_use":
-                turn.calls.append([block.id, block.name, [json.dumps(block.input, ensure_ascii=False)]])
+                arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+                turn.calls.append([str(block.get("id") or ""), str(block.get("name") or ""), [arguments]])
             elif kind in ("thinking", "redacted_thinking"):
-                turn.items.append(block.model_dump(mode="json", exclude_none=True))
-        usage = getattr(message, "usage", None)
-        turn.usage(usage.model_dump() if usage is not None else {})
-        return self._response(turn, getattr(message, "stop_reason", None), getattr(message, "model", ""))
+                turn.items.append(block)
+        turn.usage(message.get("usage") or {})
+        return self._response(turn, message.get("stop_reason"), str(message.get("model") or ""))
 
-    async def _read_stream(self, stream: Any) -> ModelResponse:
+    async def _read_stream(self, response: Any) -> ModelResponse:
         turn = _Turn()
         blocks: dict[int, dict[str, Any]] = {}
         stop_reason: str | None = None
         model = ""
         done = False
         on_delta = self.on_delta
-        async for event in stream:
-            kind = getattr(event, "type", None)
-            if kind == "message_start":
-                model = getattr(event.message, "model", "") or model
-                turn.usage(event.message.usage.model_dump() if event.message.usage else {})
+        async for event in events(response):
+            kind = event.get("type")
+            if kind == "content_block_delta":
+                block = blocks.get(event.get("index", -1))
+                if block is None:
+                    raise Retryable(
+                        "stream_unreadable", f"a delta for block {event.get('index')}, never started"
+                    )
+                delta = event.get("delta") or {}
+                dtype = delta.get("type")
+                if dtype == "text_delta":
+                    block["text"] = block.get("text", "") + delta.get("text", "")
+                    if on_delta is not None:
+                        on_delta("text", delta.get("text", ""))
+                elif dtype == "input_json_delta":
+                    block["_json"].append(delta.get("partial_json", ""))
+                elif dtype == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                    if on_delta is not None:
+                        on_delta("reasoning", delta.get("thinking", ""))
+                elif dtype == "signature_delta":
+                    block["signature"] = block.get("signature", "") + delta.get("signature", "")
             elif kind == "content_block_start":
-                block = event.content_block.model_dump(mode="json", exclude_none=True)
-                blocks[event.index] = block
+                block = dict(event.get("content_block") or {})
+                blocks[event.get("index", len(blocks))] = block
                 if block.get("type") == "tool_use":
                     block["_json"] = []
                     if on_delta is not None:
-                        on_delta("tool_call", block.get("name", ""))
-            elif kind == "content_block_delta":
-                block = blocks.get(event.index)
-                if block is None:
-                    raise Retryable("stream_unreadable", f"a delta for block {event.index}, never started")
-                delta = event.delta
-                dtype = getattr(delta, "type", None)
-                if dtype == "text_delta":
-                    block["text"] = block.get("text", "") + delta.text
-                    if on_delta is not None:
-                        on_delta("text", delta.text)
-                elif dtype == "input_json_delta":
-                    block["_json"].append(delta.partial_json)
-                elif dtype == "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta.thinking
-                    if on_delta is not None:
-                        on_delta("reasoning", delta.thinking)
-                elif dtype == "signature_delta":
-                    block["signature"] = block.get("signature", "") + delta.signature
+                        on_delta("tool_call", str(block.get("name", "")))
+            elif kind == "message_start":
+                message = event.get("message") or {}
+                model = str(message.get("model") or model)
+                turn.usage(message.get("usage") or {})
             elif kind == "message_delta":
-                stop_reason = getattr(event.delta, "stop_reason", None) or stop_reason
-                if event.usage is not None:
-                    turn.usage(event.usage.model_dump())
+                stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+                turn.usage(event.get("usage") or {})
             elif kind == "message_stop":
                 done = True
+            elif kind == "error":
+                raise _error_event(event, self.model)
             # content_block_stop, ping and event types added later carry nothing to keep
         if not done:
-            raise Retryable(
-                "stream_incomplete", f"the stream ended without message_stop ({len(blocks)} blocks)"
-            )
+            why = f"the stream ended without message_stop ({len(blocks)} blocks)"
+            raise Retryable("stream_incomplete", why)
         for _, block in sorted(blocks.items()):
             btype = block.get("type")
             if btype == "text":
                 turn.text.append(block.get("text", ""))
             elif btype == "tool_use":
-                raw = "".join(block["_json"])
-                turn.calls.append(
-                    [block.get("id", ""), block.get("name", ""), [raw if raw.strip() else "{}"]]
-                )
+                raw = "".join(block.pop("_json"))
+                call = [str(block.get("id", "")), str(block.get("name", "")), [raw if raw.strip() else "{}"]]
+                turn.calls.append(call)
             elif btype in ("thinking", "redacted_thinking"):
                 turn.items.append(block)
         return self._response(turn, stop_reason, model)
@@ -428,3 +443,15 @@ def _input(call: ToolCall) -> Any:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _error_event(event: Mapping[str, Any], label: str) -> Exception:
+    """An ``error`` event in a stream (or an error body with status 200): retried when the API
+    says it is overloaded or failed inside, final otherwise."""
+    error = event.get("error") or {}
+    kind = str(error.get("type") or "error") if isinstance(error, dict) else "error"
+    message = str(error.get("message") or error)[:300] if isinstance(error, dict) else str(error)[:300]
+    why = f"the server reported {kind}: {message}"
+    if kind in ("overloaded_error", "api_error", "rate_limit_error", "timeout_error"):
+        return Retryable("overloaded" if kind == "overloaded_error" else "stream_error", why)
+    return ModelError(f"{label}: {why}")

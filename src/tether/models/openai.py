@@ -56,6 +56,7 @@ from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMess
 from tether.models.base import ModelRequest, ModelResponse, finish_of, repeated_prefix
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
 from tether.models.retrying import Retryable, RetryPolicy, call_with_retries, status_error
+from tether.models.sdk import sse_data
 
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
@@ -625,7 +626,7 @@ class OpenAICompatible:
         finish: str | None = None
         done = False
         on_delta = self.on_delta
-        async for line in _sse_data(response):
+        async for line in sse_data(response):
             payload = line.strip()
             if payload == b"[DONE]":
                 done = True
@@ -695,20 +696,6 @@ class OpenAICompatible:
         )
         _require_output(message, finish)
         return self._response(message, self._usage(usage_raw), model, finish)
-
-
-async def _sse_data(response: Any) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
-    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
-    pending = b""
-    async for block in response.aiter_bytes():
-        pending += block
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:]
-    if pending.startswith(b"data:"):
-        yield pending[5:]
 
 
 def _require_output(message: AssistantMessage, finish: str | None) -> None:

@@ -29,13 +29,23 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from pydantic_core import to_json
 
 from tether.errors import ConfigError, ModelError
 from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
 from tether.models.retrying import Retryable, RetryPolicy, call_with_retries
-from tether.models.sdk import LoopClient, api_key, cache_encoded, sdk_error
+from tether.models.sdk import (
+    LoopClient,
+    api_key,
+    body_error,
+    cache_encoded,
+    events,
+    httpx2_errors,
+    post,
+    read_json,
+)
 
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
@@ -181,7 +191,7 @@ class OpenAIResponses:
         return [{"role": "user", "content": message.content}]
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request's parameters for ``responses.create`` (without ``stream``)."""
+        """The request's body (the Responses API's ``POST /responses``)."""
         instructions = [m.content for m in request.messages if isinstance(m, SystemMessage)]
         items: list[dict[str, Any]] = []
         for m in request.messages:
@@ -206,8 +216,10 @@ class OpenAIResponses:
             stable = (params.get("instructions", "") + "\x00" + self._tools[2]).encode()
             key = "tether-" + hashlib.sha256(stable).hexdigest()[:24]
         params["prompt_cache_key"] = key
-        params["input"] = items
         params.update(self.extra_body)
+        if self.stream:
+            params["stream"] = True
+        params["input"] = items  # last: the byte prefix holds across turns
         return params
 
     # -- call ---------------------------------------------------------------------------------
@@ -215,7 +227,7 @@ class OpenAIResponses:
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
         ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
-        params = self.body(request)
+        body = to_json(self.body(request))
         taken: list[dict[str, Any]] = []
 
         def count() -> None:
@@ -223,7 +235,7 @@ class OpenAIResponses:
 
         try:
             response = await call_with_retries(
-                lambda: self._attempt(params),
+                lambda: self._attempt(body),
                 label=self.model,
                 timeout_s=self.timeout_s,
                 retry=self.retry,
@@ -240,68 +252,62 @@ class OpenAIResponses:
             response.meta["retries"] = taken
         return response
 
-    async def _attempt(self, params: dict[str, Any]) -> ModelResponse:
-        import httpx2
+    async def _attempt(self, body: bytes) -> ModelResponse:
         import openai
 
-        client = self._client.get()
+        response = await post(openai, self._client.get(), "/responses", body, self.model)
         try:
-            if self.stream:
-                stream = await client.responses.create(**params, stream=True)
-                try:
-                    return await self._read_stream(stream)
-                finally:
-                    await stream.close()
-            response = await client.responses.create(**params)
-        except openai.OpenAIError as err:
-            raise sdk_error(openai, err, self.model) from None
-        except httpx2.TimeoutException:  # mid-body: the SDK wraps only what fails before it
-            raise Retryable("timeout", "the response stalled") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
-        return self._parse(response.model_dump(mode="json", exclude_none=True), [])
+            if self.stream and "json" not in response.headers.get("content-type", ""):
+                return await self._read_stream(response)
+            data = await read_json(response)
+            if "error" in data and "output" not in data:
+                raise self._failure(data["error"] or {}, "the server answered an error")
+            return self._parse(data, [])
+        except httpx2_errors() as err:
+            raise body_error(err) from None
+        finally:
+            await response.aclose()
 
-    async def _read_stream(self, stream: Any) -> ModelResponse:
+    def _failure(self, error: Mapping[str, Any], what: str) -> Exception:
+        code = str(error.get("code") or error.get("type") or "") if isinstance(error, Mapping) else ""
+        message = str(error.get("message", "") if isinstance(error, Mapping) else error)[:300]
+        why = f"{what}: {code or 'error'}: {message}"
+        if code in _RETRYABLE_CODES or not code:
+            return Retryable("server_error", why)
+        return ModelError(f"{self.model}: {why}")
+
+    async def _read_stream(self, response: Any) -> ModelResponse:
         done_items: list[dict[str, Any]] = []
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
-        async for event in stream:
-            kind = getattr(event, "type", None)
+        async for event in events(response):
+            kind = event.get("type")
             if kind == "response.output_text.delta":
                 if on_delta is not None:
-                    on_delta("text", event.delta)
+                    on_delta("text", str(event.get("delta", "")))
             elif kind == "response.reasoning_summary_text.delta":
                 if on_delta is not None:
-                    on_delta("reasoning", event.delta)
+                    on_delta("reasoning", str(event.get("delta", "")))
             elif kind == "response.output_item.added":
-                if on_delta is not None and getattr(event.item, "type", None) == "function_call":
-                    on_delta("tool_call", event.item.name)
+                item = event.get("item") or {}
+                if on_delta is not None and item.get("type") == "function_call":
+                    on_delta("tool_call", str(item.get("name", "")))
             elif kind == "response.output_item.done":
-                done_items.append(event.item.model_dump(mode="json", exclude_none=True))
+                done_items.append(event.get("item") or {})
             elif kind in _TERMINAL:
-                final = event.response.model_dump(mode="json", exclude_none=True)
+                final = event.get("response") or {}
                 break
             elif kind == "error":
-                code = str(getattr(event, "code", "") or "")
-                why = f"the server reported {code or 'an error'} mid-stream: {getattr(event, 'message', '')}"
-                if code in _RETRYABLE_CODES or not code:
-                    raise Retryable("stream_error", why)
-                raise ModelError(f"{self.model}: {why}")
+                raise self._failure(event, "the server reported an error mid-stream")
         if final is None:
-            raise Retryable(
-                "stream_incomplete", f"the stream ended without a terminal event ({len(done_items)} items)"
-            )
+            why = f"the stream ended without a terminal event ({len(done_items)} items)"
+            raise Retryable("stream_incomplete", why)
         return self._parse(final, done_items)
 
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
         status = data.get("status")
         if status == "failed":
-            error = data.get("error") or {}
-            code = str(error.get("code") or "")
-            why = f"the response failed: {code}: {str(error.get('message', ''))[:300]}"
-            if code in _RETRYABLE_CODES:
-                raise Retryable("response_failed", why)
-            raise ModelError(f"{self.model}: {why}")
+            raise self._failure(data.get("error") or {}, "the response failed")
         output = data.get("output") or streamed  # a server that sends an empty final output
         text: list[str] = []
         refusal: list[str] = []

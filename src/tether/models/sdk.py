@@ -1,12 +1,19 @@
 """What the backends on an official SDK share (``anthropic``, ``openai-responses``): one client
-per event loop, the API key from a named environment variable, and the SDK's errors sorted
-into retryable and final. Both SDKs are generated from the same template: their error classes
-carry the same names and fields (``status_code``, ``response.headers``, ``body``)."""
+per event loop, the API key from a named environment variable, the exchange, and the SDK's
+errors sorted into retryable and final. Both SDKs are generated from the same template: their
+error classes carry the same names and fields (``status_code``, ``response.headers``, ``body``).
+
+The exchange goes through the SDK client's own ``post`` (its auth, headers, base URL, proxies
+and status-error mapping; its retries off), with a body tether encoded once, and the answer
+read as JSON — not through the typed ``messages.create`` / ``responses.create``, which walk and
+re-serialise the whole history on every call and build typed objects of every answer and
+stream event: in ``bench/backends.py`` that cost several times the rest of a step."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,7 +22,17 @@ import anyio.lowlevel
 from tether.errors import ConfigError, ModelError
 from tether.models.retrying import Retryable, status_error
 
-__all__ = ["LoopClient", "api_key", "cache_encoded", "sdk_error"]
+__all__ = [
+    "LoopClient",
+    "api_key",
+    "body_error",
+    "cache_encoded",
+    "events",
+    "post",
+    "read_json",
+    "sdk_error",
+    "sse_data",
+]
 
 # Error types a provider sends in a body (Anthropic's ``error.type``, OpenAI's ``error.code``)
 # that another attempt may get past.
@@ -106,3 +123,74 @@ class cache_encoded:
             self._memo.pop(next(iter(self._memo)))
         self._memo[key] = (item, value)
         return value
+
+
+async def post(sdk: Any, client: Any, path: str, body: bytes, label: str) -> Any:
+    """POST ``body`` through the SDK client; the response unread (an ``httpx2.Response``).
+    Raises ``Retryable`` or ``ModelError`` (``sdk_error``)."""
+    import httpx2
+
+    try:
+        return await client.post(
+            path,
+            cast_to=httpx2.Response,
+            content=body,
+            options={"headers": {"Content-Type": "application/json"}},
+            stream=True,
+        )
+    except sdk.APIError as err:
+        raise sdk_error(sdk, err, label) from None
+
+
+async def sse_data(response: Any) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
+    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
+    pending = b""
+    async for block in response.aiter_bytes():
+        pending += block
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:]
+    if pending.startswith(b"data:"):
+        yield pending[5:]
+
+
+async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
+    async for payload in sse_data(response):
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise Retryable("stream_unreadable", f"stream event is not JSON: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
+        yield event
+
+
+async def read_json(response: Any) -> dict[str, Any]:
+    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response."""
+    raw = await response.aread()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise Retryable("unusable_response", f"the answer is not a JSON object: {raw[:200]!r}")
+    return data
+
+
+def body_error(err: BaseException) -> Retryable:
+    """A failure while the body was read (the SDK maps only what fails before the headers)."""
+    import httpx2
+
+    if isinstance(err, httpx2.TimeoutException):
+        return Retryable("timeout", "the response stalled")
+    return Retryable("connection", f"response interrupted: {type(err).__name__}")
+
+
+def httpx2_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's errors a body read can raise (``body_error`` maps them)."""
+    import httpx2
+
+    return (httpx2.TimeoutException, httpx2.TransportError)

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from typing import Any
 
 from tether.models.fake_server import CLOSE, FakeChatServer, Reply
 
-__all__ = ["FakeAnthropicServer", "FakeResponsesServer"]
+__all__ = ["FakeAnthropicServer", "FakeResponsesServer", "serve_tool_loop", "tool_loop"]
 
 
 def _pieces(text: str, n: int) -> list[str]:
@@ -493,3 +494,52 @@ class FakeResponsesServer(_SseServer):
         for n, event in enumerate(out):
             event["sequence_number"] = n
         return out
+
+
+def tool_loop(protocol: str, steps: int | None = None, *, tool: str = "lookup") -> Any:
+    """A responder for ``protocol`` (``anthropic`` or ``responses``): ask for ``tool`` until the
+    request holds ``steps`` results (``None``: ``steps=N`` read from the first user text), then
+    answer. The counterpart of ``tether.models.fake_server.tool_loop_responder``."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        if protocol == "anthropic":
+            turns = request.get("messages", ())
+            blocks = [b for m in turns if isinstance(m.get("content"), list) for b in m["content"]]
+            texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+            done = sum(1 for b in blocks if b.get("type") == "tool_result")
+        else:
+            items = request.get("input", ())
+            texts = [str(i.get("content", "")) for i in items if i.get("role") == "user"]
+            done = sum(1 for i in items if i.get("type") == "function_call_output")
+        target = steps
+        if target is None:
+            found = re.search(r"steps=(\d+)", texts[0] if texts else "")
+            target = int(found.group(1)) if found else 1
+        if done < target:
+            return Reply(tool_calls=((tool, json.dumps({"key": f"k{done}"})),), chunks=1)
+        return Reply(content=f"done after {done} steps", chunks=1)
+
+    return respond
+
+
+def serve_tool_loop() -> None:  # pragma: no cover - exercised by bench/backends.py
+    """Serve ``tool_loop`` for the protocol named on the command line; print the URL first."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(description="Serve a scripted tool loop on 127.0.0.1.")
+    parser.add_argument("protocol", choices=("anthropic", "responses"))
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    kind = FakeAnthropicServer if args.protocol == "anthropic" else FakeResponsesServer
+    server = kind(tool_loop(args.protocol), port=args.port)
+
+    def ready(url: str) -> None:
+        sys.stdout.write(url + "\n")
+        sys.stdout.flush()
+
+    asyncio.run(server.serve(ready))
+
+
+if __name__ == "__main__":
+    serve_tool_loop()
