@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -116,7 +117,10 @@ def raw_session(provider: str, server: Server) -> Session:
     limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
     client = httpx2.AsyncClient(limits=limits, headers={"content-type": "application/json"})
 
+    posts = [0]
+
     async def post(path: str, body: dict[str, Any]) -> Any:
+        posts[0] += 1
         r = await client.post(server.url + path, content=json.dumps(body))
         return r.json()
 
@@ -168,7 +172,14 @@ def raw_session(provider: str, server: Server) -> Session:
             results = [{"type": "tool_result", "tool_use_id": b["id"], "content": RESULT} for b in uses]
             turns.append({"role": "user", "content": results})
 
-    return {"openai-chat": chat, "openai-responses": responses, "anthropic": anthropic}[provider]
+    loop = {"openai-chat": chat, "openai-responses": responses, "anthropic": anthropic}[provider]
+
+    async def run(steps: int) -> None:  # the floor makes exactly the calls tether makes
+        posts[0] = 0
+        await loop(steps)
+        assert posts[0] == steps + 1, (provider, posts[0], steps)
+
+    return run
 
 
 async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
@@ -235,6 +246,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         )
     return {
         "backends": rows,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
         "steps": steps,
         "repeats": repeats,
         "smoke": args.smoke,

@@ -504,8 +504,16 @@ def tool_loop(protocol: str, steps: int | None = None, *, tool: str = "lookup") 
     def respond(request: dict[str, Any], index: int) -> Reply:
         if protocol == "anthropic":
             turns = request.get("messages", ())
-            blocks = [b for m in turns if isinstance(m.get("content"), list) for b in m["content"]]
-            texts = [b.get("text", "") for b in blocks if b.get("type") == "text"]
+            blocks = [
+                b
+                for m in turns
+                for b in (
+                    m["content"]
+                    if isinstance(m.get("content"), list)
+                    else [{"type": "text", "text": m.get("content")}]
+                )
+            ]
+            texts = [str(b.get("text") or "") for b in blocks if b.get("type") == "text"]
             done = sum(1 for b in blocks if b.get("type") == "tool_result")
         else:
             items = request.get("input", ())
