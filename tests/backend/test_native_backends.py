@@ -154,3 +154,23 @@ async def test_fallback_model_in_python_moves_on_and_stays_on_the_model_that_ans
     assert result.stop_reason is StopReason.ACCEPTED and result.answer == "open"
     assert model.switches == [{"model": "claude-test", "error": model.switches[0]["error"], "to": "gpt-test"}]
     assert "overloaded" in model.switches[0]["error"]
+
+
+def test_a_checkpoint_keeps_the_provider_items_a_paused_run_must_send_back() -> None:
+    # A run paused for approval resumes from its checkpoint: the thinking block and its
+    # signature must still be there for the next request, or Anthropic refuses it.
+    from datetime import UTC, datetime
+
+    from tether.checkpoint import state_from_json, state_to_json
+    from tether.messages import AssistantMessage, ToolCall
+    from tether.run import RunState
+
+    thinking = {"provider": "anthropic", "type": "thinking", "thinking": "read it", "signature": "c2ln"}
+    state = RunState(run_id="r", objective="q", context=CONTEXT, started=0.0, started_at=datetime.now(UTC))
+    state.trajectory.append(
+        AssistantMessage("x", (ToolCall("t1", "read_order", "{}"),), provider_items=(thinking,))
+    )
+    restored = state_from_json(state_to_json(state)).trajectory[-1]
+    assert isinstance(restored, AssistantMessage) and restored.provider_items == (thinking,)
+    blocks = AnthropicMessages._message_blocks(restored)[1]
+    assert blocks[0] == {"type": "thinking", "thinking": "read it", "signature": "c2ln"}
