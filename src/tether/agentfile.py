@@ -297,6 +297,53 @@ class PolicySpec(_Strict):
     egress: list[str] = Field(default_factory=list)
     approvals_db: str | None = None
     on_denied: Literal["stop", "continue"] = "stop"
+    catalog: dict[str, dict[str, str]] | None = Field(
+        default=None,
+        description="the trusted owner of each target, {kind: {id: tenant}}: a call whose target is "
+        "unknown or another tenant's is denied (tools declare their target argument)",
+    )
+    catalog_file: str | None = Field(default=None, description="the same catalog in a YAML or JSON file")
+
+    @model_validator(mode="after")
+    def _one_catalog(self) -> PolicySpec:
+        if self.catalog is not None and self.catalog_file is not None:
+            raise ValueError("give catalog or catalog_file, not both")
+        return self
+
+
+class MemorySpec(_Strict):
+    """Governed durable memory: what the run recalls before any tool runs, and what it may write."""
+
+    db: str = Field(description="the SQLite file of the store (created when missing)")
+    subjects: list[str] = Field(
+        default_factory=list,
+        description="subjects recalled at the start of each run (expired and foreign "
+        "records never enter the context)",
+    )
+    approved_sources: list[str] = Field(
+        default_factory=list, description="source systems whose records the store accepts on write"
+    )
+    disabled: list[str] = Field(default_factory=list, description="subjects never read (a rollback)")
+
+
+class HooksSpec(_Strict):
+    """Host code the run calls, by import path (``module:function``)."""
+
+    verify: str | None = Field(
+        default=None, description="(state, answer) -> problem or None: accept or reject a final answer"
+    )
+    check_claims: bool = Field(
+        default=False,
+        description='reject a final answer that claims an action ("I e-mailed the buyer") when no '
+        "side-effecting call succeeded in the run",
+    )
+    handoff: str | None = Field(
+        default=None, description="(state, answer) -> the handoff to validate, or None"
+    )
+    resolve_evidence: str | None = Field(
+        default=None, description='(ref, state) -> bool; "trace": backed by the run\'s own successful calls'
+    )
+    remember: str | None = Field(default=None, description="(state) -> memory records to propose")
 
 
 class StatusSpec(_Strict):
@@ -331,8 +378,15 @@ class ContextSpec(_Strict):
 
 
 class TraceSpec(_Strict):
-    dir: str = "tether-output/traces"
-    results: bool = False  # store every tool result's content (redacted) beside the trace
+    dir: str = Field(default="tether-output/traces", description="the folder of the JSONL traces")
+    results: bool = Field(
+        default=False, description="store every tool result's content (redacted) beside the trace"
+    )
+    otel: bool = Field(
+        default=False,
+        description="also export OpenTelemetry spans over OTLP/HTTP as the OTEL_* variables say "
+        "(pip install 'tether[otel]')",
+    )
 
 
 class AgentSpec(_Strict):
@@ -348,6 +402,8 @@ class AgentSpec(_Strict):
     policy: PolicySpec = Field(default_factory=PolicySpec)
     context: ContextSpec = Field(default_factory=ContextSpec)
     trace: TraceSpec = Field(default_factory=TraceSpec)
+    memory: MemorySpec | None = None
+    hooks: HooksSpec = Field(default_factory=HooksSpec)
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -728,6 +784,7 @@ def build_agent(
         "deny": p.deny,
         "egress": p.egress,
         "automatic_effects": p.automatic,
+        "catalog": _catalog(af),
     }
     trace_dir = af.resolve(spec.trace.dir)
     if spec.mcp is not None:
@@ -765,18 +822,100 @@ def build_agent(
     if tools:
         host.add_tools(*tools)
     host.extra_sinks.extend(trace_sinks)
+    if spec.memory is not None:
+        host.memory = _memory(af, spec.memory)
+        host.disabled_memory.update(spec.memory.disabled)
     env = environ if environ is not None else os.environ
     keys = {env.get(b.key_env, "") for b in spec.model.backends() if b.scripted is None}
     if keys - {""}:
         host.secrets = frozenset(host.secrets | (keys - {""}))  # redacted should anything echo it
+    if spec.trace.otel:
+        try:
+            from tether.trace.otel import otel_sink_from_env
+        except ImportError:
+            raise ConfigError(f"{af.label()}: trace.otel needs: pip install 'tether[otel]'") from None
+        host.extra_sinks.append(otel_sink_from_env(secrets=host.secrets))
     agent = Agent(
         instructions=instructions,
         model=model,
         name=spec.name,
         limits=spec.model.limits.build(),
         context=context_config,
+        memory_subjects=tuple(spec.memory.subjects) if spec.memory is not None else (),
+        **_hooks(af, host),
     )
     return Built(host, agent, trusted_context(af), af, model, db)
+
+
+def _catalog(af: AgentFile) -> Any:
+    p = af.spec.policy
+    entries: Any = p.catalog
+    if p.catalog_file is not None:
+        path = af.resolve(p.catalog_file)
+        try:
+            entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{af.label()}: policy.catalog_file: cannot read {path}: {err}") from None
+        valid = isinstance(entries, dict) and all(
+            isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
+            for ids in entries.values()
+        )
+        if not valid:
+            raise ConfigError(
+                f"{af.label()}: policy.catalog_file: expected {{kind: {{id: tenant}}}} in {path}"
+            )
+    if entries is None:
+        return None
+    from tether.policy.trusted import DictCatalog
+
+    return DictCatalog(entries)
+
+
+def _memory(af: AgentFile, m: MemorySpec) -> Any:
+    from tether.memory import MemoryPolicy, SqliteMemory
+
+    path = af.resolve(m.db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset(m.approved_sources)))
+
+
+def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
+    """The agent's hooks: imported by path, the claim check and the trace resolver built in."""
+    h = af.spec.hooks
+    out: dict[str, Any] = {}
+    for name in ("verify", "handoff", "remember"):
+        ref = getattr(h, name)
+        if ref is not None:
+            out[name] = _hook(af, f"hooks.{name}", ref)
+    if h.resolve_evidence == "trace":
+        from tether.handoff import resolve_from_trace
+
+        out["resolve_evidence"] = resolve_from_trace
+    elif h.resolve_evidence is not None:
+        out["resolve_evidence"] = _hook(af, "hooks.resolve_evidence", h.resolve_evidence)
+    if h.check_claims:
+        from tether.handoff import claim_check
+
+        claims = claim_check(lambda: {s.name: s.effect for s in host.offered()})
+        own = out.get("verify")
+        out["verify"] = claims if own is None else _both(claims, own)
+    return out
+
+
+def _hook(af: AgentFile, where: str, ref: str) -> Any:
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", ref):
+        raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
+    found = _import(ref, f"{af.label()}: {where}")
+    if not callable(found):
+        raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
+    return found
+
+
+def _both(first: Any, second: Any) -> Any:
+    def verify(state: Any, answer: str) -> str | None:
+        return first(state, answer) or second(state, answer)
+
+    return verify
 
 
 def trusted_context(af: AgentFile) -> TrustedContext:
