@@ -80,24 +80,37 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description in the generated JSON Schema (tether agent schema).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class LimitsSpec(_Strict):
     """``tether.Limits``, field for field; unset fields keep the library's defaults."""
 
     max_steps: int | None = Field(default=None, ge=1)
+    """most tool turns a run takes (default 12)"""
     llm_calls: int | None = Field(default=None, ge=1)
+    """model calls per run before the budget trips (default 16)"""
     llm_calls_hard: int | None = Field(default=None, ge=1)
+    """the ceiling above llm_calls that only the final turn may use"""
     max_tokens: int | None = Field(default=None, ge=1)
+    """prompt + completion tokens over the run"""
     max_cost_usd: float | None = Field(default=None, gt=0)
+    """USD over the run (the model must be priced)"""
     deadline_s: float | None = Field(default=None, gt=0)
+    """seconds for the whole run (default 120)"""
     repeat_limit: int | None = Field(default=None, ge=1)
+    """how often the same cycle of calls may repeat"""
     max_identical_calls: int | None = Field(default=None, ge=1)
+    """how often one identical call may be made"""
     max_malformed_turns: int | None = Field(default=None, ge=1)
+    """malformed tool-call turns in a row before model_error"""
     max_unavailable: int | None = Field(default=None, ge=1)
+    """failures of one source before dependency_unavailable"""
     final_turn_on_budget: bool | None = None
+    """one last model turn without tools when a budget trips"""
     final_turn_max_tokens: int | None = Field(default=None, ge=1)
+    """the output cap of that last turn"""
 
     def build(self) -> Any:
         from tether.stop import Limits
@@ -254,22 +267,34 @@ class ToolRef(_Strict):
     """A local tool by import path: a ``@tool``, a plain function, or a list/tuple of them."""
 
     function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """the tool by import path, module:name (a @tool, a function, or a list of them)"""
     name: str | None = None
+    """the name the model sees (default: the function's)"""
     effect: Effect | None = None
+    """read, write, send, purchase or delete (an undeclared function is a write)"""
     egress_argument: str | None = None
+    """the argument holding a destination, checked against policy.egress"""
     timeout_s: float | None = Field(default=None, gt=0)
+    """seconds a call may take"""
     needs_approval: bool | None = None
+    """always ask a person before a call"""
 
 
 class McpSpec(_Strict):
     """MCP servers in the MCP host's own config format: a file (``config``) or inline."""
 
     config: str | None = None
+    """an MCP host config file (servers, effects, host settings)"""
     host: dict[str, Any] | None = None
+    """host settings inline (with servers)"""
     servers: list[dict[str, Any]] | None = None
+    """MCP servers inline, in the config file's format"""
     sampling: Literal["none", "model"] = "none"  # model: servers' sampling requests go to the agent's model
+    """model: servers' sampling requests go to the agent's model"""
     consent: Literal["no", "yes", "console"] = "no"
+    """who consents to each sampling prompt: no, yes or console"""
     ask: Literal["auto", "never", "console"] = "auto"
+    """who answers a server's elicitation: auto, never or console"""
 
     @model_validator(mode="after")
     def _one(self) -> McpSpec:
@@ -282,21 +307,34 @@ class McpSpec(_Strict):
 
 class PermissionsSpec(_Strict):
     read: list[str] = Field(default_factory=list)
+    """what the run may read (handoff permissions)"""
     write: list[str] = Field(default_factory=list)
+    """what the run may write (handoff permissions)"""
 
 
 class PolicySpec(_Strict):
     allow: list[str] | None = None
+    """tools the model may see and call (default: every tool offered)"""
     deny: list[str] = Field(default_factory=list)
+    """tools never offered"""
     tenant: str = Field(default="default", min_length=1)
+    """the tenant every run acts for (from the host, never from the model)"""
     user: str | None = None
+    """the user runs act for"""
     roles: list[str] = Field(default_factory=list)
+    """the roles of the run (memory ACLs, role rules)"""
     permissions: PermissionsSpec = Field(default_factory=PermissionsSpec)
+    """read and write permissions a handoff may carry"""
     effects: dict[str, Effect] = Field(default_factory=dict)
+    """effects of plain-function tools by name"""
     automatic: list[Effect] = Field(default_factory=lambda: [Effect.READ])
+    """effects that run without approval (default: read)"""
     egress: list[str] = Field(default_factory=list)
+    """hosts or e-mail domains a tool may send to"""
     approvals_db: str | None = None
+    """SQLite approval store: side effects pause for a person"""
     on_denied: Literal["stop", "continue"] = "stop"
+    """stop the run at a denied call, or continue (the model sees the denial)"""
     catalog: dict[str, dict[str, str]] | None = Field(
         default=None,
         description="the trusted owner of each target, {kind: {id: tenant}}: a call whose target is "
@@ -348,33 +386,49 @@ class HooksSpec(_Strict):
 
 class StatusSpec(_Strict):
     strategy: Literal["auto", "append", "replace"] = "auto"
+    """how the status bar enters the context: auto, append or replace"""
     todo: bool = True
+    """offer the TODO-list tools"""
     show_time: bool = True
+    """show the time in the status bar"""
 
 
 class CompressionSpec(_Strict):
     strategy: Literal["none", "per_result", "task_aware", "adaptive"] = "adaptive"
+    """none, per_result, task_aware or adaptive"""
     window_tokens: int | None = Field(default=None, ge=256)
+    """the model's context window"""
     trigger: float = Field(default=0.8, ge=0.1, le=1.0)
+    """fraction of the window at which compression starts"""
     result_budget_chars: int | None = Field(default=None, ge=100)
+    """characters of a tool result kept in context (the rest stored)"""
 
 
 class SkillsSpec(_Strict):
     dir: str
+    """a folder of skills (one SKILL.md each)"""
     trusted: bool = True
+    """whether the folder's skills are trusted instructions"""
     approved: list[str] = Field(default_factory=list)
+    """skills approved by digest when the folder is untrusted"""
 
 
 class ToolSearchSpec(_Strict):
     threshold: int = Field(default=20, ge=1)
+    """offer tool search above this many tools"""
     max_results: int = Field(default=5, ge=1)
+    """tools one search returns"""
 
 
 class ContextSpec(_Strict):
     status: bool | StatusSpec = False
+    """the <agent_status> bar: true, or its settings"""
     compression: CompressionSpec | None = None
+    """how long histories are compressed"""
     skills: SkillsSpec | None = None
+    """a skills folder"""
     tool_search: ToolSearchSpec | None = None
+    """tool search for large tool sets"""
 
 
 class TraceSpec(_Strict):
@@ -393,17 +447,29 @@ class AgentSpec(_Strict):
     """The whole agent file."""
 
     name: str = Field(default="agent", min_length=1)
+    """the agent's name in traces"""
     instructions: str | None = None
+    """the system prompt"""
     instructions_file: str | None = None
+    """the system prompt from a file"""
     model: ModelSpec
+    """the model, its budgets, prices and fallbacks"""
     tools: list[ToolRef] = Field(default_factory=list)
+    """local tools by import path"""
     python_path: list[str] = Field(default_factory=lambda: ["."])
+    """folders put on sys.path for the imports"""
     mcp: McpSpec | None = None
+    """MCP servers"""
     policy: PolicySpec = Field(default_factory=PolicySpec)
+    """what runs may do: tools, tenant, roles, effects, egress, approvals, catalog"""
     context: ContextSpec = Field(default_factory=ContextSpec)
+    """status bar, compression, skills, tool search"""
     trace: TraceSpec = Field(default_factory=TraceSpec)
+    """where traces go"""
     memory: MemorySpec | None = None
+    """governed durable memory"""
     hooks: HooksSpec = Field(default_factory=HooksSpec)
+    """host code the run calls"""
 
     @field_validator("tools", mode="before")
     @classmethod

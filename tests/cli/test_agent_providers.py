@@ -167,11 +167,10 @@ def test_agent_schema_validates_a_good_file_and_refuses_a_bad_one(
     ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
-    # every field of the model section says what it is
-    model = schema["$defs"]["ModelSpec"]["properties"]
-    assert all(field.get("description") for name, field in model.items()), [
-        n for n, f in model.items() if not f.get("description")
-    ]
+    # every field of the file says what it is (editors show it)
+    fields = [(n, f, p) for n, d in schema["$defs"].items() for f, p in d.get("properties", {}).items()]
+    fields += [("AgentSpec", f, p) for f, p in schema["properties"].items()]
+    assert len(fields) > 80 and [f"{n}.{f}" for n, f, p in fields if not p.get("description")] == []
 
 
 def test_agent_check_names_the_field_of_a_provider_mismatch(
