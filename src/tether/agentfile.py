@@ -46,7 +46,7 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -420,6 +420,26 @@ class ToolSearchSpec(_Strict):
     """tools one search returns"""
 
 
+class SubagentSpec(_Strict):
+    """A subagent the model calls as a tool ``name(task)``: a fresh run in its own context, on
+    the same host (the same gate, policy and tenant), its answer returned as the tool result."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    """the tool name the model calls"""
+    description: str = Field(min_length=1)
+    """what the subagent does, as the model reads it"""
+    instructions: str = Field(min_length=1)
+    """the subagent's system prompt"""
+    tools: list[str] | None = None
+    """the host's tools it may use (default: every tool the policy offers)"""
+    model: BackendSpec | None = None
+    """its model (default: the agent's own)"""
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    """its run's budgets"""
+    max_chars: int = Field(default=2000, ge=100)
+    """characters of its answer handed back"""
+
+
 class ContextSpec(_Strict):
     status: bool | StatusSpec = False
     """the <agent_status> bar: true, or its settings"""
@@ -429,6 +449,8 @@ class ContextSpec(_Strict):
     """a skills folder"""
     tool_search: ToolSearchSpec | None = None
     """tool search for large tool sets"""
+    subagents: list[SubagentSpec] = Field(default_factory=list)
+    """subagents the model may delegate a task to"""
 
 
 class TraceSpec(_Strict):
@@ -586,11 +608,13 @@ class Built:
     agent_file: AgentFile
     model: Any
     approvals_db: Path | None = None
+    extra_models: list[Any] = field(default_factory=list)  # subagents' own models
 
     async def aclose(self) -> None:
-        close = getattr(self.model, "aclose", None)
-        if close is not None:
-            await close()
+        for model in (self.model, *self.extra_models):
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _import(ref: str, where: str) -> Any:
@@ -676,12 +700,7 @@ def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = N
     ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
     ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
     m = af.spec.model
-    from tether.models.pricing import DEFAULT_PRICES, Price
-
-    prices = {
-        **DEFAULT_PRICES,
-        **{k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()},
-    }
+    prices = _prices(m)
     models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
     if m.limits.max_cost_usd is not None:
         for spec, model in zip(m.backends(), models, strict=True):
@@ -694,6 +713,13 @@ def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = N
     from tether.models.fallback import FallbackModel
 
     return FallbackModel(models)
+
+
+def _prices(m: ModelSpec) -> dict[str, Any]:
+    from tether.models.pricing import DEFAULT_PRICES, Price
+
+    own = {k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()}
+    return {**DEFAULT_PRICES, **own}
 
 
 def _backend(
@@ -758,9 +784,9 @@ def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) 
     return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
 
 
-def _context_config(af: AgentFile) -> Any:
+def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     c = af.spec.context
-    if not (c.status or c.compression or c.skills or c.tool_search):
+    if not (c.status or c.compression or c.skills or c.tool_search or c.subagents):
         return None
     from tether.context import (
         CompressionConfig,
@@ -792,7 +818,31 @@ def _context_config(af: AgentFile) -> Any:
     search = None
     if c.tool_search is not None:
         search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
-    return ContextConfig(status=status, compression=compression, skills=skills, tool_search=search)
+    subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
+    names = [sub.name for sub in c.subagents]
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
+    return ContextConfig(
+        status=status, compression=compression, skills=skills, tool_search=search, subagents=subagents
+    )
+
+
+def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
+    from tether.context import Subagent
+    from tether.run import Agent
+
+    model = parent_model
+    if sub.model is not None:
+        model = _backend(af, sub.model, _prices(af.spec.model), None)
+        built.append(model)  # closed with the agent's own (Built.aclose)
+    limits = sub.limits.build()
+
+    def agent() -> Agent:
+        return Agent(
+            instructions=sub.instructions, model=model, name=sub.name, limits=limits, tools=sub.tools
+        )
+
+    return Subagent(sub.name, sub.description, agent, sub.max_chars)
 
 
 def build_agent(
@@ -833,7 +883,8 @@ def build_agent(
             raise ConfigError(why) from None
     assert instructions is not None
     model = make_model(af, on_delta=on_delta)
-    context_config = _context_config(af)
+    extra_models: list[Any] = []
+    context_config = _context_config(af, model, extra_models)
 
     db = approvals_db or (af.resolve(spec.policy.approvals_db) if spec.policy.approvals_db else None)
     approvals = None
@@ -910,7 +961,7 @@ def build_agent(
         memory_subjects=tuple(spec.memory.subjects) if spec.memory is not None else (),
         **_hooks(af, host),
     )
-    return Built(host, agent, trusted_context(af), af, model, db)
+    return Built(host, agent, trusted_context(af), af, model, db, extra_models)
 
 
 def _catalog(af: AgentFile) -> Any:

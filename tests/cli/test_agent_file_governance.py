@@ -158,3 +158,28 @@ def test_trace_otel_adds_an_exporting_sink(tmp_path: Path, monkeypatch: pytest.M
     assert any(isinstance(s, OtelSink) for s in built.host.extra_sinks)
     plain = build_agent(load_agent_file(write_agent(tmp_path, "http://127.0.0.1:9/v1")))
     assert not any(isinstance(s, OtelSink) for s in plain.host.extra_sinks)
+
+
+def test_a_subagent_from_the_file_runs_on_the_same_gate_with_only_its_tools(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replies = [
+        Reply.calls(("researcher", '{"task": "read order 742"}')),  # the parent delegates
+        Reply.calls(READ),  # the subagent reads
+        Reply.text("742 is open."),  # the subagent's answer
+        Reply.text("The researcher says 742 is open."),  # the parent's
+    ]
+    sub = {
+        "name": "researcher", "description": "Reads orders.", "instructions": "Read, then answer.",
+        "tools": ["read_order"], "limits": {"max_steps": 3},
+    }  # fmt: skip
+    with FakeChatServer(scripted(replies)) as server:
+        path = write_agent(tmp_path, server.url, context={"subagents": [sub]})
+        code, out = run(path, capsys)
+        bodies = server.bodies()
+    assert code == 0 and out["answer"] == "The researcher says 742 is open."
+    assert "researcher" in {t["function"]["name"] for t in bodies[0]["tools"]}
+    # the child sees its own instructions and only the tools it was given (not add_note)
+    assert bodies[1]["messages"][0]["content"] == "Read, then answer."
+    assert {t["function"]["name"] for t in bodies[1]["tools"]} == {"read_order"}
+    assert "742 is open." in json.dumps(bodies[3]["messages"][-1])  # its answer came back as a result
