@@ -44,11 +44,11 @@ READ = ("read_order", '{"order_id": "742"}')
 
 
 def write_agent(tmp_path: Path, url: str, **extra: Any) -> Path:
-    (tmp_path / "tools_g.py").write_text(TOOLS, encoding="utf-8")
+    (tmp_path / "tools_governance24.py").write_text(TOOLS, encoding="utf-8")
     spec = {
         "instructions": "Answer from tool results only.",
         "model": {"name": "m", "base_url": url},
-        "tools": ["tools_g:read_order", "tools_g:add_note"],
+        "tools": ["tools_governance24:read_order", "tools_governance24:add_note"],
         "policy": {"tenant": "shop-a"},
         "trace": {"dir": "traces"},
         **extra,
@@ -92,12 +92,12 @@ def test_hooks_by_import_path_run_and_a_bad_path_is_refused(
 ) -> None:
     replies = [Reply.text("Sorry, 742 is open."), Reply.text("742 is open.")]
     with FakeChatServer(scripted(replies)) as server:
-        path = write_agent(tmp_path, server.url, hooks={"verify": "tools_g:no_apologies"})
+        path = write_agent(tmp_path, server.url, hooks={"verify": "tools_governance24:no_apologies"})
         code, out = run(path, capsys)
     assert code == 0 and out["answer"] == "742 is open."
     assert kinds(out, "verification_failed")[0]["problem"] == "do not apologise"
 
-    path = write_agent(tmp_path, "http://127.0.0.1:9/v1", hooks={"verify": "tools_g:nothing_here"})
+    path = write_agent(tmp_path, "http://127.0.0.1:9/v1", hooks={"verify": "tools_governance24:nothing_here"})
     with pytest.raises(ConfigError, match=r"hooks\.verify.*has no 'nothing_here'"):
         build_agent(load_agent_file(path))
 

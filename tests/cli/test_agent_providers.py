@@ -38,12 +38,12 @@ SERVERS = {
 
 
 def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
-    (tmp_path / "tools_p.py").write_text(TOOLS, encoding="utf-8")
+    (tmp_path / "tools_providers24.py").write_text(TOOLS, encoding="utf-8")
     spec = {
         "name": "order-agent",
         "instructions": "Answer from tool results only.",
         "model": model,
-        "tools": ["tools_p:read_order"],
+        "tools": ["tools_providers24:read_order"],
         "trace": {"dir": "traces"},
     }
     path = tmp_path / "agent.yaml"

@@ -13,8 +13,11 @@ consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
 turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
-Timeouts, 429 (honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are
-retried with capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
+Its finish is reported in tether's words (``meta["finish"]``: an answer cut at ``length``, a
+``content_filter`` or a ``refusal`` never passes for a whole one, see ``finish_problem``), and
+``timeout_s`` bounds each attempt whole, every byte of the body included. Timeouts, 429
+(honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are retried with
+capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
 a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
 a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
 completion, and a response with neither text nor tool calls. Once retries are spent the run
@@ -583,7 +586,11 @@ class OpenAICompatible:
         self, message: AssistantMessage, usage: Usage, model: str, finish: str | None
     ) -> ModelResponse:
         cost = self.price.cost(usage) if self.price is not None else 0.0
-        meta: dict[str, Any] = {"finish_reason": finish, "finish": finish_of(finish)}
+        meta: dict[str, Any] = {
+            "finish_reason": finish,
+            "finish": finish_of(finish),
+            "provider": "openai-chat",
+        }
         if self.price is None:
             meta["unpriced"] = True
         return ModelResponse(
