@@ -182,3 +182,24 @@ def test_agent_check_names_the_field_of_a_provider_mismatch(
     path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "thinking_budget": 2048})
     assert main(["agent", "check", str(path)]) == 0
     assert "anthropic:m" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_server_sending_one_byte_a_second_is_cut_at_timeout_s_not_at_the_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str
+) -> None:
+    # Every read gets a byte within a second, so no read timeout fires; the answer would take
+    # minutes. The call's timeout_s (2 s) must end it, well before the run's 60 s deadline.
+    with SERVERS[provider](scripted([Reply.text("742 is open.", trickle_s=1.0)])) as server:
+        model = {
+            "provider": provider,
+            "name": "m-1",
+            "base_url": server.url,
+            "timeout_s": 2,
+            "max_retries": 0,
+        }
+        path = write_agent(tmp_path, {**model, "limits": {"deadline_s": 60}})
+        code = main(["run", "q", "--agent", str(path), "--json"])
+    out = last_json(capsys.readouterr().out)
+    assert code == 7 and out["stop_reason"] == "model_error"
+    assert "did not complete within 2s" in out["message"]
