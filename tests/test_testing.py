@@ -15,7 +15,9 @@ from tether.models.base import ModelRequest
 
 def test_tether_testing_exports_exactly_the_test_doubles() -> None:
     assert sorted(tether.testing.__all__) == [
+        "FakeAnthropicServer",
         "FakeChatServer",
+        "FakeResponsesServer",
         "FunctionModel",
         "ModelFunction",
         "Received",

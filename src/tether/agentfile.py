@@ -5,12 +5,14 @@ The file names everything a run needs; relative paths are relative to the file's
     name: order-agent
     instructions: Answer from tool results only.        # or instructions_file: prompt.md
     model:
+      provider: openai-chat                              # or openai-responses, anthropic
       name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
       base_url: http://127.0.0.1:11434/v1
       api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
       streaming: false                                   # default: stream when shown live
       limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
       prices: {"qwen3:8b": {input: 0, output: 0}}
+      fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
     tools:                                               # local tools, by import path
       - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
       - {function: myapp.tools:send_note, effect: send, egress_argument: to}
@@ -27,7 +29,8 @@ The file names everything a run needs; relative paths are relative to the file's
               skills: {dir: skills, trusted: true}, tool_search: {threshold: 20}}
     trace: {dir: traces, results: false}                 # results: store tool output, redacted
 
-``load_agent_file`` validates it (``ConfigError`` naming the file and the field);
+``load_agent_file`` validates it (``ConfigError`` naming the file and the field); ``tether agent
+schema`` prints its JSON Schema, generated from the models below;
 ``build_agent`` builds the ``Host`` and ``Agent`` through the public API. A run that may pause
 (``policy.approvals_db``) records the file beside the approval store (``tether.agentrecord``),
 so ``tether resume RUN`` rebuilds the same agent from another process.
@@ -43,7 +46,7 @@ import re
 import sys
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -77,24 +80,37 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description in the generated JSON Schema (tether agent schema).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 class LimitsSpec(_Strict):
     """``tether.Limits``, field for field; unset fields keep the library's defaults."""
 
     max_steps: int | None = Field(default=None, ge=1)
+    """most tool turns a run takes (default 12)"""
     llm_calls: int | None = Field(default=None, ge=1)
+    """model calls per run before the budget trips (default 16)"""
     llm_calls_hard: int | None = Field(default=None, ge=1)
+    """the ceiling above llm_calls that only the final turn may use"""
     max_tokens: int | None = Field(default=None, ge=1)
+    """prompt + completion tokens over the run"""
     max_cost_usd: float | None = Field(default=None, gt=0)
+    """USD over the run (the model must be priced)"""
     deadline_s: float | None = Field(default=None, gt=0)
+    """seconds for the whole run (default 120)"""
     repeat_limit: int | None = Field(default=None, ge=1)
+    """how often the same cycle of calls may repeat"""
     max_identical_calls: int | None = Field(default=None, ge=1)
+    """how often one identical call may be made"""
     max_malformed_turns: int | None = Field(default=None, ge=1)
+    """malformed tool-call turns in a row before model_error"""
     max_unavailable: int | None = Field(default=None, ge=1)
+    """failures of one source before dependency_unavailable"""
     final_turn_on_budget: bool | None = None
+    """one last model turn without tools when a budget trips"""
     final_turn_max_tokens: int | None = Field(default=None, ge=1)
+    """the output cap of that last turn"""
 
     def build(self) -> Any:
         from tether.stop import Limits
@@ -110,29 +126,66 @@ class LimitsSpec(_Strict):
 
 
 class PriceSpec(_Strict):
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cached_input: float | None = Field(default=None, ge=0)
+    """USD per million tokens."""
+
+    input: float = Field(ge=0, description="uncached prompt tokens")
+    output: float = Field(ge=0, description="completion tokens (reasoning included)")
+    cached_input: float | None = Field(default=None, ge=0, description="prompt tokens read from the cache")
+    cache_write: float | None = Field(default=None, ge=0, description="prompt tokens written to the cache")
 
 
-class ModelSpec(_Strict):
-    """The model: a chat-completions server, or a scripted stand-in named as one."""
+Provider = Literal["openai-chat", "openai-responses", "anthropic"]
 
-    name: str = Field(min_length=1)
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    streaming: bool | None = None  # None: stream when the answer is shown as it arrives
-    reasoning: Literal["drop", "keep", "since_last_user"] | None = None
-    timeout_s: float = Field(default=120.0, gt=0, le=3600)
-    max_retries: int = Field(default=4, ge=0, le=20)
-    rate: float | None = Field(default=None, gt=0)  # requests per second (a shared token bucket)
-    max_output_tokens: int | None = Field(default=None, ge=1)  # a cap on each response
-    temperature: float | None = Field(default=None, ge=0, le=2)
-    extra_body: dict[str, Any] = Field(default_factory=dict)  # more fixed request fields
-    prices: dict[str, PriceSpec] = Field(default_factory=dict)
-    limits: LimitsSpec = Field(default_factory=LimitsSpec)
-    # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
-    obey_injected: bool = False
+# The key's variable when the file names none, by provider.
+KEY_ENV: dict[str, str] = {
+    "openai-chat": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
+
+
+class BackendSpec(_Strict):
+    """One model and how to reach it: a provider's API, or a scripted stand-in named as one."""
+
+    provider: Provider = Field(
+        default="openai-chat",
+        description="the protocol: openai-chat (chat completions: OpenAI, vLLM, Ollama, llama.cpp …), "
+        "openai-responses (the OpenAI Responses API) or anthropic (the Anthropic Messages API)",
+    )
+    name: str = Field(min_length=1, description="the provider's model name, or scripted:STEPS.yaml")
+    base_url: str | None = Field(
+        default=None,
+        description="the API's base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL or the provider's)",
+    )
+    api_key_env: str | None = Field(
+        default=None,
+        description="the environment variable holding the key (default OPENAI_API_KEY, or ANTHROPIC_API_KEY "
+        "for anthropic); the key itself is never read from a file",
+    )
+    streaming: bool | None = Field(
+        default=None, description="ask for a stream (default: when the answer is shown as it arrives)"
+    )
+    reasoning: Literal["drop", "keep", "since_last_user"] | None = Field(
+        default=None, description="openai-chat: resend reasoning_content (default: by model name)"
+    )
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
+        default=None, description="openai-responses: the reasoning effort of a reasoning model"
+    )
+    thinking_budget: int | None = Field(
+        default=None, ge=1024, description="anthropic: extended thinking with this many tokens"
+    )
+    timeout_s: float = Field(
+        default=120.0, gt=0, le=3600, description="bound on each call attempt as a whole, every byte included"
+    )
+    max_retries: int = Field(
+        default=4, ge=0, le=20, description="retries of 429, 5xx, timeouts, broken answers"
+    )
+    rate: float | None = Field(default=None, gt=0, description="requests per second (a shared token bucket)")
+    max_output_tokens: int | None = Field(default=None, ge=1, description="a cap on each response")
+    temperature: float | None = Field(default=None, ge=0, le=2, description="sampling temperature")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="more fixed request fields (never those the backend writes)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -146,8 +199,8 @@ class ModelSpec(_Strict):
 
     @field_validator("api_key_env")
     @classmethod
-    def _env_name(cls, v: str) -> str:
-        if not _ENV_NAME.match(v):
+    def _env_name(cls, v: str | None) -> str | None:
+        if v is not None and not _ENV_NAME.match(v):
             raise ValueError(f"{v[:4]}… is not an environment variable name (api_key_env names the variable)")
         return v
 
@@ -159,10 +212,20 @@ class ModelSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _stand_in_only(self) -> ModelSpec:
-        if self.obey_injected and not self.name.startswith(SCRIPTED):
-            raise ValueError("obey_injected applies to a scripted stand-in (name: scripted:FILE) only")
+    def _provider_fields(self) -> BackendSpec:
+        for name, provider in (
+            ("reasoning", "openai-chat"),
+            ("reasoning_effort", "openai-responses"),
+            ("thinking_budget", "anthropic"),
+        ):
+            if getattr(self, name) is not None and self.provider != provider:
+                raise ValueError(f"{name} applies to provider {provider} only (this model: {self.provider})")
         return self
+
+    @property
+    def key_env(self) -> str:
+        """The variable the key is read from: the file's, or the provider's default."""
+        return self.api_key_env or KEY_ENV[self.provider]
 
     @property
     def scripted(self) -> str | None:
@@ -170,26 +233,68 @@ class ModelSpec(_Strict):
         return self.name[len(SCRIPTED) :] if self.name.startswith(SCRIPTED) else None
 
 
+class ModelSpec(BackendSpec):
+    """The model, its budgets and prices, and the models to fall back on."""
+
+    prices: dict[str, PriceSpec] = Field(
+        default_factory=dict, description="USD per million tokens by model name (over the built-in table)"
+    )
+    limits: LimitsSpec = Field(
+        default_factory=LimitsSpec, description="the run's budgets and stop conditions"
+    )
+    fallback: list[BackendSpec] = Field(
+        default_factory=list,
+        description="models to move to, in order, when the one in use fails (retries spent, unavailable); "
+        "the run's budgets count across all of them",
+    )
+    # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
+    obey_injected: bool = Field(
+        default=False, description="scripted stand-ins only: obey CALL lines found in tool results"
+    )
+
+    @model_validator(mode="after")
+    def _stand_in_only(self) -> ModelSpec:
+        if self.obey_injected and not self.name.startswith(SCRIPTED):
+            raise ValueError("obey_injected applies to a scripted stand-in (name: scripted:FILE) only")
+        return self
+
+    def backends(self) -> list[BackendSpec]:
+        """This model, then its fallbacks."""
+        return [self, *self.fallback]
+
+
 class ToolRef(_Strict):
     """A local tool by import path: a ``@tool``, a plain function, or a list/tuple of them."""
 
     function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """the tool by import path, module:name (a @tool, a function, or a list of them)"""
     name: str | None = None
+    """the name the model sees (default: the function's)"""
     effect: Effect | None = None
+    """read, write, send, purchase or delete (an undeclared function is a write)"""
     egress_argument: str | None = None
+    """the argument holding a destination, checked against policy.egress"""
     timeout_s: float | None = Field(default=None, gt=0)
+    """seconds a call may take"""
     needs_approval: bool | None = None
+    """always ask a person before a call"""
 
 
 class McpSpec(_Strict):
     """MCP servers in the MCP host's own config format: a file (``config``) or inline."""
 
     config: str | None = None
+    """an MCP host config file (servers, effects, host settings)"""
     host: dict[str, Any] | None = None
+    """host settings inline (with servers)"""
     servers: list[dict[str, Any]] | None = None
+    """MCP servers inline, in the config file's format"""
     sampling: Literal["none", "model"] = "none"  # model: servers' sampling requests go to the agent's model
+    """model: servers' sampling requests go to the agent's model"""
     consent: Literal["no", "yes", "console"] = "no"
+    """who consents to each sampling prompt: no, yes or console"""
     ask: Literal["auto", "never", "console"] = "auto"
+    """who answers a server's elicitation: auto, never or console"""
 
     @model_validator(mode="after")
     def _one(self) -> McpSpec:
@@ -202,72 +307,191 @@ class McpSpec(_Strict):
 
 class PermissionsSpec(_Strict):
     read: list[str] = Field(default_factory=list)
+    """what the run may read (handoff permissions)"""
     write: list[str] = Field(default_factory=list)
+    """what the run may write (handoff permissions)"""
 
 
 class PolicySpec(_Strict):
     allow: list[str] | None = None
+    """tools the model may see and call (default: every tool offered)"""
     deny: list[str] = Field(default_factory=list)
+    """tools never offered"""
     tenant: str = Field(default="default", min_length=1)
+    """the tenant every run acts for (from the host, never from the model)"""
     user: str | None = None
+    """the user runs act for"""
     roles: list[str] = Field(default_factory=list)
+    """the roles of the run (memory ACLs, role rules)"""
     permissions: PermissionsSpec = Field(default_factory=PermissionsSpec)
+    """read and write permissions a handoff may carry"""
     effects: dict[str, Effect] = Field(default_factory=dict)
+    """effects of plain-function tools by name"""
     automatic: list[Effect] = Field(default_factory=lambda: [Effect.READ])
+    """effects that run without approval (default: read)"""
     egress: list[str] = Field(default_factory=list)
+    """hosts or e-mail domains a tool may send to"""
     approvals_db: str | None = None
+    """SQLite approval store: side effects pause for a person"""
     on_denied: Literal["stop", "continue"] = "stop"
+    """stop the run at a denied call, or continue (the model sees the denial)"""
+    catalog: dict[str, dict[str, str]] | None = Field(
+        default=None,
+        description="the trusted owner of each target, {kind: {id: tenant}}: a call whose target is "
+        "unknown or another tenant's is denied (tools declare their target argument)",
+    )
+    catalog_file: str | None = Field(default=None, description="the same catalog in a YAML or JSON file")
+
+    @model_validator(mode="after")
+    def _one_catalog(self) -> PolicySpec:
+        if self.catalog is not None and self.catalog_file is not None:
+            raise ValueError("give catalog or catalog_file, not both")
+        return self
+
+
+class MemorySpec(_Strict):
+    """Governed durable memory: what the run recalls before any tool runs, and what it may write."""
+
+    db: str = Field(description="the SQLite file of the store (created when missing)")
+    subjects: list[str] = Field(
+        default_factory=list,
+        description="subjects recalled at the start of each run (expired and foreign "
+        "records never enter the context)",
+    )
+    approved_sources: list[str] = Field(
+        default_factory=list, description="source systems whose records the store accepts on write"
+    )
+    disabled: list[str] = Field(default_factory=list, description="subjects never read (a rollback)")
+
+
+class HooksSpec(_Strict):
+    """Host code the run calls, by import path (``module:function``)."""
+
+    verify: str | None = Field(
+        default=None, description="(state, answer) -> problem or None: accept or reject a final answer"
+    )
+    check_claims: bool = Field(
+        default=False,
+        description='reject a final answer that claims an action ("I e-mailed the buyer") when no '
+        "side-effecting call succeeded in the run",
+    )
+    handoff: str | None = Field(
+        default=None, description="(state, answer) -> the handoff to validate, or None"
+    )
+    resolve_evidence: str | None = Field(
+        default=None, description='(ref, state) -> bool; "trace": backed by the run\'s own successful calls'
+    )
+    remember: str | None = Field(default=None, description="(state) -> memory records to propose")
 
 
 class StatusSpec(_Strict):
     strategy: Literal["auto", "append", "replace"] = "auto"
+    """how the status bar enters the context: auto, append or replace"""
     todo: bool = True
+    """offer the TODO-list tools"""
     show_time: bool = True
+    """show the time in the status bar"""
 
 
 class CompressionSpec(_Strict):
     strategy: Literal["none", "per_result", "task_aware", "adaptive"] = "adaptive"
+    """none, per_result, task_aware or adaptive"""
     window_tokens: int | None = Field(default=None, ge=256)
+    """the model's context window"""
     trigger: float = Field(default=0.8, ge=0.1, le=1.0)
+    """fraction of the window at which compression starts"""
     result_budget_chars: int | None = Field(default=None, ge=100)
+    """characters of a tool result kept in context (the rest stored)"""
 
 
 class SkillsSpec(_Strict):
     dir: str
+    """a folder of skills (one SKILL.md each)"""
     trusted: bool = True
+    """whether the folder's skills are trusted instructions"""
     approved: list[str] = Field(default_factory=list)
+    """skills approved by digest when the folder is untrusted"""
 
 
 class ToolSearchSpec(_Strict):
     threshold: int = Field(default=20, ge=1)
+    """offer tool search above this many tools"""
     max_results: int = Field(default=5, ge=1)
+    """tools one search returns"""
+
+
+class SubagentSpec(_Strict):
+    """A subagent the model calls as a tool ``name(task)``: a fresh run in its own context, on
+    the same host (the same gate, policy and tenant), its answer returned as the tool result."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
+    """the tool name the model calls"""
+    description: str = Field(min_length=1)
+    """what the subagent does, as the model reads it"""
+    instructions: str = Field(min_length=1)
+    """the subagent's system prompt"""
+    tools: list[str] | None = None
+    """the host's tools it may use (default: every tool the policy offers)"""
+    model: BackendSpec | None = None
+    """its model (default: the agent's own)"""
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    """its run's budgets"""
+    max_chars: int = Field(default=2000, ge=100)
+    """characters of its answer handed back"""
 
 
 class ContextSpec(_Strict):
     status: bool | StatusSpec = False
+    """the <agent_status> bar: true, or its settings"""
     compression: CompressionSpec | None = None
+    """how long histories are compressed"""
     skills: SkillsSpec | None = None
+    """a skills folder"""
     tool_search: ToolSearchSpec | None = None
+    """tool search for large tool sets"""
+    subagents: list[SubagentSpec] = Field(default_factory=list)
+    """subagents the model may delegate a task to"""
 
 
 class TraceSpec(_Strict):
-    dir: str = "tether-output/traces"
-    results: bool = False  # store every tool result's content (redacted) beside the trace
+    dir: str = Field(default="tether-output/traces", description="the folder of the JSONL traces")
+    results: bool = Field(
+        default=False, description="store every tool result's content (redacted) beside the trace"
+    )
+    otel: bool = Field(
+        default=False,
+        description="also export OpenTelemetry spans over OTLP/HTTP as the OTEL_* variables say "
+        "(pip install 'tether[otel]')",
+    )
 
 
 class AgentSpec(_Strict):
     """The whole agent file."""
 
     name: str = Field(default="agent", min_length=1)
+    """the agent's name in traces"""
     instructions: str | None = None
+    """the system prompt"""
     instructions_file: str | None = None
+    """the system prompt from a file"""
     model: ModelSpec
+    """the model, its budgets, prices and fallbacks"""
     tools: list[ToolRef] = Field(default_factory=list)
+    """local tools by import path"""
     python_path: list[str] = Field(default_factory=lambda: ["."])
+    """folders put on sys.path for the imports"""
     mcp: McpSpec | None = None
+    """MCP servers"""
     policy: PolicySpec = Field(default_factory=PolicySpec)
+    """what runs may do: tools, tenant, roles, effects, egress, approvals, catalog"""
     context: ContextSpec = Field(default_factory=ContextSpec)
+    """status bar, compression, skills, tool search"""
     trace: TraceSpec = Field(default_factory=TraceSpec)
+    """where traces go"""
+    memory: MemorySpec | None = None
+    """governed durable memory"""
+    hooks: HooksSpec = Field(default_factory=HooksSpec)
+    """host code the run calls"""
 
     @field_validator("tools", mode="before")
     @classmethod
@@ -384,11 +608,13 @@ class Built:
     agent_file: AgentFile
     model: Any
     approvals_db: Path | None = None
+    extra_models: list[Any] = field(default_factory=list)  # subagents' own models
 
     async def aclose(self) -> None:
-        close = getattr(self.model, "aclose", None)
-        if close is not None:
-            await close()
+        for model in (self.model, *self.extra_models):
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
 
 
 def _import(ref: str, where: str) -> Any:
@@ -470,38 +696,70 @@ def mcp_config(af: AgentFile) -> Any:
 
 
 def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = None) -> Any:
-    """The agent's model: an ``OpenAICompatible`` backend, or a scripted stand-in named as one."""
+    """The agent's model: a backend for its provider (``OpenAICompatible``, ``OpenAIResponses``,
+    ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
+    ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
     m = af.spec.model
-    if (script := m.scripted) is not None:
-        return scripted_model(af.resolve(script), label=m.name, obey=m.obey_injected)
-    from tether.models.openai import OpenAICompatible, RetryPolicy
+    prices = _prices(m)
+    models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
+    if m.limits.max_cost_usd is not None:
+        for spec, model in zip(m.backends(), models, strict=True):
+            if spec.scripted is None and getattr(model, "price", None) is None:
+                raise ConfigError(
+                    f"{af.label()}: model.limits.max_cost_usd needs a price for {spec.name}: add model.prices"
+                )
+    if len(models) == 1:
+        return models[0]
+    from tether.models.fallback import FallbackModel
+
+    return FallbackModel(models)
+
+
+def _prices(m: ModelSpec) -> dict[str, Any]:
     from tether.models.pricing import DEFAULT_PRICES, Price
 
-    prices = {**DEFAULT_PRICES, **{k: Price(p.input, p.output, p.cached_input) for k, p in m.prices.items()}}
+    own = {k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()}
+    return {**DEFAULT_PRICES, **own}
+
+
+def _backend(
+    af: AgentFile, spec: BackendSpec, prices: Mapping[str, Any], on_delta: Callable[[str, str], None] | None
+) -> Any:
+    if (script := spec.scripted) is not None:
+        obey = isinstance(spec, ModelSpec) and spec.obey_injected
+        return scripted_model(af.resolve(script), label=spec.name, obey=obey)
+    from tether.models.retrying import RetryPolicy
+
     bucket = None
-    if m.rate is not None:
+    if spec.rate is not None:
         from tether.ratelimit import shared_bucket
 
-        bucket = shared_bucket(f"model:{m.base_url or 'default'}", m.rate, max(1.0, m.rate))
-    model = OpenAICompatible(
-        m.name,
-        base_url=m.base_url,
-        api_key_env=m.api_key_env,
-        stream=m.streaming,
-        reasoning=m.reasoning,
-        timeout_s=m.timeout_s,
-        retry=RetryPolicy(max_retries=m.max_retries),
-        prices=prices,
-        rate_limit=bucket,
-        on_delta=on_delta,
-        max_tokens=m.max_output_tokens,
-        extra_body={**m.extra_body, **({"temperature": m.temperature} if m.temperature is not None else {})},
-    )
-    if m.limits.max_cost_usd is not None and model.price is None:
-        raise ConfigError(
-            f"{af.label()}: model.limits.max_cost_usd needs a price for {m.name}: add model.prices"
-        )
-    return model
+        bucket = shared_bucket(f"model:{spec.base_url or spec.provider}", spec.rate, max(1.0, spec.rate))
+    extra = {**spec.extra_body, **({"temperature": spec.temperature} if spec.temperature is not None else {})}
+    common: dict[str, Any] = {
+        "base_url": spec.base_url,
+        "api_key_env": spec.key_env,
+        "stream": spec.streaming,
+        "timeout_s": spec.timeout_s,
+        "retry": RetryPolicy(max_retries=spec.max_retries),
+        "prices": prices,
+        "rate_limit": bucket,
+        "on_delta": on_delta,
+        "max_tokens": spec.max_output_tokens,
+        "extra_body": extra,
+    }
+    if spec.provider == "anthropic":
+        from tether.models.anthropic import AnthropicMessages
+
+        return AnthropicMessages(spec.name, thinking_budget=spec.thinking_budget, **common)
+    if spec.provider == "openai-responses":
+        from tether.models.responses import OpenAIResponses
+
+        effort = {"effort": spec.reasoning_effort} if spec.reasoning_effort else None
+        return OpenAIResponses(spec.name, reasoning=effort, **common)
+    from tether.models.openai import OpenAICompatible
+
+    return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
 
 
 def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) -> Any:
@@ -526,9 +784,9 @@ def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) 
     return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
 
 
-def _context_config(af: AgentFile) -> Any:
+def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     c = af.spec.context
-    if not (c.status or c.compression or c.skills or c.tool_search):
+    if not (c.status or c.compression or c.skills or c.tool_search or c.subagents):
         return None
     from tether.context import (
         CompressionConfig,
@@ -560,7 +818,31 @@ def _context_config(af: AgentFile) -> Any:
     search = None
     if c.tool_search is not None:
         search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
-    return ContextConfig(status=status, compression=compression, skills=skills, tool_search=search)
+    subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
+    names = [sub.name for sub in c.subagents]
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
+    return ContextConfig(
+        status=status, compression=compression, skills=skills, tool_search=search, subagents=subagents
+    )
+
+
+def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
+    from tether.context import Subagent
+    from tether.run import Agent
+
+    model = parent_model
+    if sub.model is not None:
+        model = _backend(af, sub.model, _prices(af.spec.model), None)
+        built.append(model)  # closed with the agent's own (Built.aclose)
+    limits = sub.limits.build()
+
+    def agent() -> Agent:
+        return Agent(
+            instructions=sub.instructions, model=model, name=sub.name, limits=limits, tools=sub.tools
+        )
+
+    return Subagent(sub.name, sub.description, agent, sub.max_chars)
 
 
 def _otel_wanted() -> bool:
@@ -617,7 +899,8 @@ def build_agent(
             raise ConfigError(why) from None
     assert instructions is not None
     model = make_model(af, on_delta=on_delta)
-    context_config = _context_config(af)
+    extra_models: list[Any] = []
+    context_config = _context_config(af, model, extra_models)
 
     db = approvals_db or (af.resolve(spec.policy.approvals_db) if spec.policy.approvals_db else None)
     approvals = None
@@ -634,6 +917,7 @@ def build_agent(
         "deny": p.deny,
         "egress": p.egress,
         "automatic_effects": p.automatic,
+        "catalog": _catalog(af),
     }
     trace_dir = af.resolve(spec.trace.dir)
     if spec.mcp is not None:
@@ -671,23 +955,101 @@ def build_agent(
     if tools:
         host.add_tools(*tools)
     host.extra_sinks.extend(trace_sinks)
-    key = (environ if environ is not None else os.environ).get(spec.model.api_key_env, "")
-    if key and spec.model.scripted is None:
-        host.secrets = frozenset(host.secrets | {key})  # redacted should anything echo it
-    if _otel_wanted():
-        from tether.trace.otel import otel_sink_for  # needs the otel extra, checked by _otel_wanted
-
-        sink = otel_sink_for(model, secrets=host.secrets)
-        if sink is not None:  # OTEL_* variables (or tether run/worker --otel flags) ask for export
-            host.extra_sinks.append(sink)
+    if spec.memory is not None:
+        host.memory = _memory(af, spec.memory)
+        host.disabled_memory.update(spec.memory.disabled)
+    env = environ if environ is not None else os.environ
+    keys = {env.get(b.key_env, "") for b in spec.model.backends() if b.scripted is None}
+    if keys - {""}:
+        host.secrets = frozenset(host.secrets | (keys - {""}))  # redacted should anything echo it
+    # Trace export: the file's trace.otel, or the OTEL_* variables (tether run/worker --otel set them).
+    if spec.trace.otel or _otel_wanted():
+        try:
+            from tether.trace.otel import otel_sink_from_env
+        except ImportError:
+            raise ConfigError(f"{af.label()}: trace export needs: pip install 'tether[otel]'") from None
+        host.extra_sinks.append(otel_sink_from_env(secrets=host.secrets, model=model))
     agent = Agent(
         instructions=instructions,
         model=model,
         name=spec.name,
         limits=spec.model.limits.build(),
         context=context_config,
+        memory_subjects=tuple(spec.memory.subjects) if spec.memory is not None else (),
+        **_hooks(af, host),
     )
-    return Built(host, agent, trusted_context(af), af, model, db)
+    return Built(host, agent, trusted_context(af), af, model, db, extra_models)
+
+
+def _catalog(af: AgentFile) -> Any:
+    p = af.spec.policy
+    entries: Any = p.catalog
+    if p.catalog_file is not None:
+        path = af.resolve(p.catalog_file)
+        try:
+            entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{af.label()}: policy.catalog_file: cannot read {path}: {err}") from None
+        valid = isinstance(entries, dict) and all(
+            isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
+            for ids in entries.values()
+        )
+        if not valid:
+            raise ConfigError(
+                f"{af.label()}: policy.catalog_file: expected {{kind: {{id: tenant}}}} in {path}"
+            )
+    if entries is None:
+        return None
+    from tether.policy.trusted import DictCatalog
+
+    return DictCatalog(entries)
+
+
+def _memory(af: AgentFile, m: MemorySpec) -> Any:
+    from tether.memory import MemoryPolicy, SqliteMemory
+
+    path = af.resolve(m.db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset(m.approved_sources)))
+
+
+def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
+    """The agent's hooks: imported by path, the claim check and the trace resolver built in."""
+    h = af.spec.hooks
+    out: dict[str, Any] = {}
+    for name in ("verify", "handoff", "remember"):
+        ref = getattr(h, name)
+        if ref is not None:
+            out[name] = _hook(af, f"hooks.{name}", ref)
+    if h.resolve_evidence == "trace":
+        from tether.handoff import resolve_from_trace
+
+        out["resolve_evidence"] = resolve_from_trace
+    elif h.resolve_evidence is not None:
+        out["resolve_evidence"] = _hook(af, "hooks.resolve_evidence", h.resolve_evidence)
+    if h.check_claims:
+        from tether.handoff import claim_check
+
+        claims = claim_check(lambda: {s.name: s.effect for s in host.offered()})
+        own = out.get("verify")
+        out["verify"] = claims if own is None else _both(claims, own)
+    return out
+
+
+def _hook(af: AgentFile, where: str, ref: str) -> Any:
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", ref):
+        raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
+    found = _import(ref, f"{af.label()}: {where}")
+    if not callable(found):
+        raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
+    return found
+
+
+def _both(first: Any, second: Any) -> Any:
+    def verify(state: Any, answer: str) -> str | None:
+        return first(state, answer) or second(state, answer)
+
+    return verify
 
 
 def trusted_context(af: AgentFile) -> TrustedContext:

@@ -70,6 +70,7 @@ __all__ = [
     "Handoff",
     "Permissions",
     "artifact_for",
+    "claim_check",
     "done_from_trace",
     "evidence_from_trace",
     "resolve_from_trace",
@@ -466,6 +467,44 @@ def evidence_from_trace(state: Any) -> list[str]:
         if isinstance(ref, str) and ref not in refs:
             refs.append(ref)
     return refs
+
+
+# A final answer that says the agent acted ("I e-mailed the buyer", "we've cancelled the order"):
+# past-tense verbs of side effects in the first person. The passive ("order 742 was closed") is
+# left alone: it is how an answer reports what a tool result says.
+_ACTION = re.compile(
+    r"\b(?:i|we)(?:'ve|\s+have)?\s+(?:(?:just|now|already|successfully|also)\s+)?"
+    r"(?P<verb>e-?mailed|sent|messaged|notified|called|phoned|texted|posted|published|submitted|filed|"
+    r"created|updated|changed|modified|deleted|removed|cancell?ed|closed|booked|scheduled|ordered|"
+    r"purchased|bought|paid|refunded|transferred|issued|approved|escalated|assigned|wrote|written|saved)\b",
+    re.IGNORECASE,
+)
+
+
+def claim_check(effects: Callable[[], Mapping[str, Any]]) -> Callable[[Any, str], str | None]:
+    """A ``verify`` hook: a final answer in which the agent claims an action ("I e-mailed the
+    buyer", "we've cancelled the order") is rejected unless the run made at least one successful call of a
+    side-effecting tool. ``effects()`` maps tool names to their effects (``"read"`` for tools
+    that only read), read when the answer comes, so tools of servers started later count."""
+
+    def verify(state: Any, answer: str) -> str | None:
+        found = _ACTION.search(answer or "")
+        if found is None:
+            return None
+        known = effects()
+        acted = [
+            c.tool
+            for c in getattr(state, "calls", ())
+            if c.status == "ok" and str(known.get(c.tool, "write")) != "read"
+        ]
+        if acted:
+            return None
+        return (
+            f"the answer says {found.group(0)!r} but no side-effecting call succeeded in this run: "
+            "state only what the tool results show"
+        )
+
+    return verify
 
 
 def _args(arguments: Any) -> str:

@@ -19,7 +19,7 @@ from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.handoff import Permissions as HandoffPermissions
 from tether.handoff import resolve_from_trace, validate_handoff
 from tether.messages import AssistantMessage, ToolMessage, UserMessage
-from tether.models.base import ModelResponse
+from tether.models.base import ModelResponse, finish_problem
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent, RunResult, RunState
 from tether.stop import RepetitionDetector, StopReason, call_signature, cancel_after
@@ -207,6 +207,8 @@ class AgentLoop:
             message = response.message
             s.trajectory.append(message)
             if not message.tool_calls:
+                if (cut := finish_problem(response)) is not None:  # never accepted as if whole
+                    raise StopRun(cut[0], cut[1], message.content)
                 answer = message.content or ""
                 problem = self.agent.verify(s, answer) if self.agent.verify else None
                 if problem is None:

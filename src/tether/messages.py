@@ -48,10 +48,15 @@ class UserMessage:
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
+    """One model turn. ``provider_items``: what a provider requires back as it sent it, each
+    a dict tagged with its ``provider`` (Anthropic thinking blocks with their signatures,
+    OpenAI Responses reasoning items); a backend sends back only its own provider's items."""
+
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     reasoning: str | None = None
     kind: Literal["assistant"] = "assistant"
+    provider_items: tuple[dict[str, Any], ...] = ()
 
     def wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"role": "assistant", "content": self.content}

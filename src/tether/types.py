@@ -62,6 +62,8 @@ class StopReason(StrEnum):
     DEPENDENCY_UNAVAILABLE = "dependency_unavailable"
     INVALID_HANDOFF = "invalid_handoff"
     MODEL_ERROR = "model_error"
+    TRUNCATED = "truncated"  # the final answer was cut at the output-token limit
+    MODEL_REFUSED = "model_refused"  # the provider refused or filtered the final answer
     INTERNAL_ERROR = "internal_error"
 
 

@@ -24,11 +24,16 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     """The model and budget options shared by `tether run` and `tether mcp run`."""
     g = p.add_argument_group("model (overrides the agent file)")
     g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
-    g.add_argument("--base-url", help="chat-completions base URL (default $OPENAI_BASE_URL or OpenAI)")
+    g.add_argument(
+        "--provider",
+        choices=("openai-chat", "openai-responses", "anthropic"),
+        help="the model's protocol (default: the agent file's, else openai-chat)",
+    )
+    g.add_argument("--base-url", help="the API's base URL (default $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL)")
     g.add_argument(
         "--api-key-env",
-        help="environment variable holding the API key (default OPENAI_API_KEY; the key itself is never "
-        "printed, traced or recorded)",
+        help="environment variable holding the API key (default OPENAI_API_KEY, ANTHROPIC_API_KEY for "
+        "anthropic; the key itself is never printed, traced or recorded)",
     )
     g.add_argument("--no-stream", action="store_true", help="ask for whole responses instead of a stream")
     g.add_argument(
@@ -36,7 +41,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         choices=("drop", "keep", "since_last_user"),
         help="resend reasoning_content: default per model name (see README)",
     )
-    g.add_argument("--prices", type=Path, help="JSON price table: {model: {input, output, cached_input}}")
+    g.add_argument(
+        "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
+    )
     g.add_argument("--rate", type=float, help="requests per second to the model backend (shared bucket)")
     g.add_argument("--max-llm-calls", type=int, help="LLM-call budget for this invocation")
     g.add_argument("--max-tokens", type=int, help="token budget (prompt + completion, all calls)")
@@ -62,7 +69,8 @@ def register(sub: Any) -> None:
         "0 accepted with every requested call done, 1 usage or configuration error, 2 policy or "
         "approval denied (also: accepted but some calls were denied or refused), 3 invalid handoff, "
         "4 budget/steps/deadline/repetition, 5 waiting for approval or an answer, 6 dependency "
-        "unavailable (also: accepted but some calls failed), 7 model or internal error.",
+        "unavailable (also: accepted but some calls failed), 7 model or internal error (also truncated: "
+        "the final answer was cut at the token limit; model_refused: the provider refused it).",
     )
     p.add_argument("question", metavar="OBJECTIVE")
     p.add_argument("--agent", type=Path, help="agent file (YAML or TOML): model, tools, MCP servers, policy")
@@ -100,7 +108,12 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "prices", None) is not None:
         table = load_prices(args.prices)
         prices = {
-            k: {"input": v.input, "output": v.output, "cached_input": v.cached_input}
+            k: {
+                "input": v.input,
+                "output": v.output,
+                "cached_input": v.cached_input,
+                "cache_write": v.cache_write,
+            }
             for k, v in table.items()
         }
     limits = {
@@ -112,6 +125,7 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "name": args.model,
         "base_url": args.base_url,
+        "provider": getattr(args, "provider", None),
         "api_key_env": args.api_key_env,
         "streaming": False if args.no_stream else None,
         "reasoning": args.reasoning,
@@ -335,7 +349,7 @@ def run_scenario(args: argparse.Namespace) -> int:
             if args.max_cost is not None and getattr(backend, "price", 1) is None:
                 raise ConfigError(f"--max-cost needs a price for {args.model}: pass --prices FILE")
             agent = replace(agent, model=backend)
-            secrets = [v for v in (os.environ.get(af.spec.model.api_key_env),) if v]
+            secrets = [v for v in (os.environ.get(af.spec.model.key_env),) if v]
         limits = LimitsSpec(
             llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, max_cost_usd=args.max_cost,
             deadline_s=args.deadline,

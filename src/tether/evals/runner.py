@@ -46,6 +46,8 @@ _NEEDS_HUMAN = frozenset(
         StopReason.BUDGET,
         StopReason.DEADLINE,
         StopReason.MODEL_ERROR,
+        StopReason.TRUNCATED,
+        StopReason.MODEL_REFUSED,
         StopReason.INTERNAL_ERROR,
     }
 )

@@ -1,15 +1,25 @@
-"""Model backends: the ``Model`` protocol and the OpenAI-compatible backend. The deterministic
-stand-ins (``ScriptedModel``, ``FunctionModel``) are test doubles: they live in ``tether.testing``."""
+"""Model backends: the ``Model`` protocol and one backend per protocol — ``OpenAICompatible``
+(chat completions), ``OpenAIResponses`` (the OpenAI Responses API), ``AnthropicMessages`` (the
+Anthropic Messages API) — and ``FallbackModel`` over several. The SDK-based backends import
+their SDK on first use. The deterministic stand-ins (``ScriptedModel``, ``FunctionModel``) are
+test doubles: they live in ``tether.testing``."""
 
+from tether.models.anthropic import AnthropicMessages
 from tether.models.base import Model, ModelRequest, ModelResponse
-from tether.models.openai import OpenAICompatible, RetryPolicy
+from tether.models.fallback import FallbackModel
+from tether.models.openai import OpenAICompatible
 from tether.models.pricing import Price
+from tether.models.responses import OpenAIResponses
+from tether.models.retrying import RetryPolicy
 
 __all__ = [
+    "AnthropicMessages",
+    "FallbackModel",
     "Model",
     "ModelRequest",
     "ModelResponse",
     "OpenAICompatible",
+    "OpenAIResponses",
     "Price",
     "RetryPolicy",
 ]

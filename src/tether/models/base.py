@@ -3,11 +3,75 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.messages import AssistantMessage, Message, Usage
+from tether.types import StopReason
 
-__all__ = ["Model", "ModelRequest", "ModelResponse", "repeated_prefix"]
+__all__ = [
+    "Finish",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "finish_of",
+    "finish_problem",
+    "repeated_prefix",
+]
+
+# How a model turn ended, the same words for every provider. A backend puts it in
+# ``ModelResponse.meta["finish"]`` beside the provider's own value (``meta["finish_reason"]``).
+Finish = Literal["stop", "tool_calls", "length", "refused", "paused", "unknown"]
+
+_FINISHES: dict[str, Finish] = {
+    # a normal end of the answer
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "eos": "stop",
+    "eos_token": "stop",
+    "completed": "stop",
+    # the model asks for tools
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    # cut at a token limit
+    "length": "length",
+    "max_tokens": "length",
+    "max_output_tokens": "length",
+    "model_length": "length",
+    "model_context_window_exceeded": "length",
+    # the provider refused or filtered the answer
+    "content_filter": "refused",
+    "refusal": "refused",
+    "safety": "refused",
+    "recitation": "refused",
+    # the provider paused a long turn (Anthropic's server tools): not an answer yet
+    "pause_turn": "paused",
+}
+
+
+def finish_of(raw: object) -> Finish:
+    """A provider's finish or stop reason in tether's words; ``unknown`` for anything else
+    (a missing value included)."""
+    return _FINISHES.get(str(raw).lower(), "unknown") if isinstance(raw, str) else "unknown"
+
+
+def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
+    """Why a final answer (a turn without tool calls) must not be accepted, as the stop
+    reason and its detail; None for a normal end. A response with no ``finish`` in its meta
+    (a test double) counts as a normal end."""
+    finish = response.meta.get("finish", "stop")
+    if finish in ("stop", "tool_calls"):
+        return None
+    raw = response.meta.get("finish_reason")
+    said = f" (the provider said {raw!r})"
+    if finish == "length":
+        return StopReason.TRUNCATED, "the answer was cut at the output-token limit" + said
+    if finish == "refused":
+        return StopReason.MODEL_REFUSED, "the provider refused or filtered the answer" + said
+    if finish == "paused":
+        return StopReason.MODEL_ERROR, "the provider paused the turn before an answer" + said
+    return StopReason.MODEL_ERROR, "the answer ended for an unknown reason" + said
 
 
 def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:

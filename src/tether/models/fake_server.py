@@ -34,7 +34,9 @@ class Reply:
     ``status`` other than 200 sends ``error_body`` (JSON) with ``headers``; ``delay_s`` waits
     before answering; ``drop`` closes the connection without an answer. ``tool_calls`` are
     ``(name, raw_arguments)`` pairs: the arguments are sent as given, malformed or not.
-    ``cut`` breaks a 200 answer on purpose (one of ``CUTS``), streamed or whole.
+    ``cut`` breaks a 200 answer on purpose (one of ``CUTS``), streamed or whole. ``trickle_s``
+    sends the answer one byte at a time (a server that never stalls long enough for a read
+    timeout, yet never finishes in time).
     """
 
     content: str | None = None
@@ -49,6 +51,7 @@ class Reply:
     finish_reason: str | None = None
     chunks: int = 3  # pieces each streamed string is cut into
     cut: str | None = None
+    trickle_s: float = 0.0  # > 0: the whole answer, headers included, one byte every trickle_s
 
     def __post_init__(self) -> None:
         if self.cut is not None and self.cut not in CUTS:
@@ -106,7 +109,10 @@ def _cut(text: str, n: int) -> list[str]:
 
 
 class FakeChatServer:
-    """A chat-completions endpoint on 127.0.0.1 (``url`` ends in ``/v1``)."""
+    """A chat-completions endpoint on 127.0.0.1 (``url`` ends in ``/v1``). Servers of other
+    protocols subclass it: their ``endpoint`` and ``_answer`` (``tether.testing``)."""
+
+    endpoint = "/chat/completions"
 
     def __init__(
         self, responder: Responder, *, model: str = "fake-model", port: int = 0, ignore_stream: bool = False
@@ -132,8 +138,8 @@ class FakeChatServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def bodies(self) -> list[dict[str, Any]]:
-        """The JSON bodies of the chat-completions requests received, in order."""
-        return [r.json() for r in self.received if r.path.endswith("/chat/completions")]
+        """The JSON bodies of the requests to ``endpoint`` received, in order."""
+        return [r.json() for r in self.received if r.path.endswith(self.endpoint)]
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -204,7 +210,7 @@ class FakeChatServer:
             self.handler_s = 0.0
             await self._send_json(writer, 200, {})
             return True
-        if method != "POST" or not path.endswith("/chat/completions"):
+        if method != "POST" or not path.endswith(self.endpoint):
             await self._send_json(writer, 404, {"error": {"message": f"no route {path}"}})
             return True
         self.received.append(Received(method, path, headers, body))
@@ -214,6 +220,19 @@ class FakeChatServer:
             await asyncio.sleep(reply.delay_s)
         if reply.drop:
             return False
+        if reply.trickle_s > 0:
+            collect = _Collect()
+            await self._answer(collect, request, reply)  # type: ignore[arg-type]
+            for i in range(len(collect.data)):
+                if writer.is_closing():
+                    break
+                writer.write(collect.data[i : i + 1])
+                await writer.drain()
+                await asyncio.sleep(reply.trickle_s)
+            return False
+        return await self._answer(writer, request, reply)
+
+    async def _answer(self, writer: asyncio.StreamWriter, request: dict[str, Any], reply: Reply) -> bool:
         if reply.status != 200:
             await self._send_json(writer, reply.status, reply.error_body or {}, reply.headers)
             return True
@@ -248,6 +267,8 @@ class FakeChatServer:
 
     def _completion(self, reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.finish_reason == "refusal":  # OpenAI's refusal field; the choice itself ends "stop"
+            message.update(content=None, refusal=reply.content)
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
@@ -256,6 +277,7 @@ class FakeChatServer:
                 for n, a in reply.tool_calls
             ]
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+        finish = "stop" if finish == "refusal" else finish
         return {
             "id": f"chatcmpl-{next(self._ids)}",
             "object": "chat.completion",
@@ -274,14 +296,15 @@ class FakeChatServer:
 
         out = [chunk({"role": "assistant", "content": ""})]
         out += [chunk({"reasoning_content": p}) for p in _cut(reply.reasoning or "", reply.chunks)]
-        out += [chunk({"content": p}) for p in _cut(reply.content or "", reply.chunks)]
+        key = "refusal" if reply.finish_reason == "refusal" else "content"
+        out += [chunk({key: p}) for p in _cut(reply.content or "", reply.chunks)]
         for index, (name, arguments) in enumerate(reply.tool_calls):
             head = {"index": index, "id": f"call_{next(self._ids)}", "type": "function"}
             out.append(chunk({"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]}))
             for piece in _cut(arguments, reply.chunks):
                 out.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
         finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        out.append(chunk({}, finish))
+        out.append(chunk({}, "stop" if finish == "refusal" else finish))
         if include_usage:
             out.append({**base, "choices": [], "usage": self._usage(reply)})
         return out
@@ -334,6 +357,19 @@ class FakeChatServer:
         elif reply.cut != "after_headers":
             writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
         await writer.drain()
+
+
+class _Collect:
+    """A stand-in for a stream writer that keeps what is written (for ``Reply.trickle_s``)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        return None
 
 
 def _finish_of(chunk: dict[str, Any]) -> str | None:

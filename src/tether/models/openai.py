@@ -13,8 +13,11 @@ consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
 turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
-Timeouts, 429 (honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are
-retried with capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
+Its finish is reported in tether's words (``meta["finish"]``: an answer cut at ``length``, a
+``content_filter`` or a ``refusal`` never passes for a whole one, see ``finish_problem``), and
+``timeout_s`` bounds each attempt whole, every byte of the body included. Timeouts, 429
+(honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are retried with
+capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
 a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
 a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
 completion, and a response with neither text nor tool calls. Once retries are spent the run
@@ -44,7 +47,6 @@ import os
 import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -52,10 +54,12 @@ import anyio
 import anyio.lowlevel
 from pydantic_core import to_json
 
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
-from tether.models.base import ModelRequest, ModelResponse, repeated_prefix
+from tether.models.base import ModelRequest, ModelResponse, finish_of, repeated_prefix
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
+from tether.models.retrying import Retryable, RetryPolicy, call_with_retries, status_error
+from tether.models.sdk import sse_data
 
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
@@ -86,53 +90,10 @@ def reasoning_rule(model: str) -> ReasoningRule:
     return "drop"
 
 
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """Capped exponential backoff with jitter.
-
-    Attempt ``n`` (0-based) waits ``min(max_delay_s, base_delay_s * 2**n)`` reduced by up to
-    ``jitter`` (a fraction) at random, or the server's ``Retry-After`` when it sends one — unless
-    that exceeds ``max_retry_after_s``, in which case the call fails rather than stall the run.
-    """
-
-    max_retries: int = 4
-    base_delay_s: float = 0.5
-    max_delay_s: float = 8.0
-    jitter: float = 0.25
-    max_retry_after_s: float = 60.0
-
-    def delay(self, attempt: int, retry_after: float | None, rand: float) -> float:
-        if retry_after is not None:
-            return retry_after
-        backoff = min(self.max_delay_s, self.base_delay_s * (2.0**attempt))
-        return backoff * (1.0 - self.jitter * rand)
-
-
-class _Retryable(Exception):
-    def __init__(self, kind: str, detail: str, retry_after: float | None = None) -> None:
-        super().__init__(detail)
-        self.kind = kind
-        self.retry_after = retry_after
-
-
 def _dumps(value: Any) -> bytes:
     # pydantic-core's encoder: the bytes of json.dumps(value, ensure_ascii=False, separators=(",",
     # ":")) for strings, several times faster on long tool results.
     return to_json(value)
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            continue  # an HTTP date: fall back to our own backoff
-        if seconds >= 0:
-            return seconds
-    return None
 
 
 SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
@@ -513,29 +474,32 @@ class OpenAICompatible:
         return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One model turn; raises ``ModelError`` when retries are spent or the error is final."""
+        """One model turn; raises ``ModelError`` when retries are spent or the error is final.
+        ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
         body = self.encode(request)
         taken: list[dict[str, Any]] = []
-        while True:
-            if self.rate_limit is not None:
-                await self.rate_limit.acquire()
+
+        def count() -> None:
             self.calls += 1
-            try:
-                response = await self._attempt(body)
-            except _Retryable as err:
-                detail = self._scrub(str(err))
-                too_long = err.retry_after is not None and err.retry_after > self.retry.max_retry_after_s
-                if len(taken) >= self.retry.max_retries or too_long:
-                    why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
-                    raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
-                delay = self.retry.delay(len(taken), err.retry_after, self._rand())
-                taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
-                self.retries.append(taken[-1])
-                await self._sleep(delay)
-                continue
-            if taken:
-                response.meta["retries"] = taken
-            return response
+
+        try:
+            response = await call_with_retries(
+                lambda: self._attempt(body),
+                label=self.model,
+                timeout_s=self.timeout_s,
+                retry=self.retry,
+                sleep=self._sleep,
+                rand=self._rand,
+                rate_limit=self.rate_limit,
+                scrub=self._scrub,
+                taken=taken,
+                on_attempt=count,
+            )
+        finally:
+            self.retries.extend(taken)
+        if taken:
+            response.meta["retries"] = taken
+        return response
 
     async def _attempt(self, body: bytes) -> ModelResponse:
         import httpx2
@@ -550,13 +514,13 @@ class OpenAICompatible:
                 return await self._read_stream(response)
             return self._parse(await response.aread())
         except httpx2.TimeoutException:
-            raise _Retryable("timeout", "the response stalled") from None
+            raise Retryable("timeout", "the response stalled") from None
         except httpx2.TransportError as err:
-            raise _Retryable("connection", f"response interrupted: {type(err).__name__}") from None
+            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
             # JSON that parsed but is not shaped like a chat completion (a list for an object, …).
             why = f"the answer is not shaped like a chat completion: {type(err).__name__}: {str(err)[:200]}"
-            raise _Retryable("unusable_response", why) from None
+            raise Retryable("unusable_response", why) from None
         finally:
             await response.aclose()
 
@@ -567,9 +531,9 @@ class OpenAICompatible:
         try:
             response = await self._http_client().post(body)
         except httpx2.TimeoutException:
-            raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
         except httpx2.TransportError as err:
-            raise _Retryable("connection", type(err).__name__) from None
+            raise Retryable("connection", type(err).__name__) from None
         if response.status_code >= 400:
             try:
                 raw = await response.aread()
@@ -593,20 +557,15 @@ class OpenAICompatible:
                 stream=True,
             )
         except openai.APITimeoutError:
-            raise _Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
         except openai.APIConnectionError as err:
-            raise _Retryable("connection", type(err.__cause__ or err).__name__) from None
+            raise Retryable("connection", type(err.__cause__ or err).__name__) from None
         except openai.APIStatusError as err:
             self._status_error(err.status_code, _error_text(err), err.response.headers)
             raise  # unreachable: _status_error always raises
 
     def _status_error(self, status: int, message: str, headers: Mapping[str, str]) -> None:
-        detail = f"HTTP {status}: {message}"
-        if status == 429:
-            raise _Retryable("rate_limited", detail, _retry_after(headers))
-        if status >= 500 or status in (408, 409):
-            raise _Retryable("server_error", detail, _retry_after(headers))
-        raise ModelError(f"{self.model}: {self._scrub(detail)}")
+        raise status_error(self.model, status, message, headers)
 
     # -- responses ----------------------------------------------------------------------------
 
@@ -627,7 +586,11 @@ class OpenAICompatible:
         self, message: AssistantMessage, usage: Usage, model: str, finish: str | None
     ) -> ModelResponse:
         cost = self.price.cost(usage) if self.price is not None else 0.0
-        meta: dict[str, Any] = {"finish_reason": finish}
+        meta: dict[str, Any] = {
+            "finish_reason": finish,
+            "finish": finish_of(finish),
+            "provider": "openai-chat",
+        }
         if self.price is None:
             meta["unpriced"] = True
         return ModelResponse(
@@ -641,9 +604,9 @@ class OpenAICompatible:
             wire = choice["message"]
         except (ValueError, KeyError, IndexError, TypeError):
             why = f"response is not a chat completion: {raw[:200]!r}"
-            raise _Retryable("unusable_response", why) from None
+            raise Retryable("unusable_response", why) from None
         if not isinstance(wire, dict):
-            raise _Retryable("unusable_response", f"response has no message: {raw[:200]!r}")
+            raise Retryable("unusable_response", f"response has no message: {raw[:200]!r}")
         calls = tuple(
             ToolCall(
                 id=str(c.get("id") or _call_id()),
@@ -653,21 +616,24 @@ class OpenAICompatible:
             for c in wire.get("tool_calls") or ()
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
-        message = AssistantMessage(content=wire.get("content"), tool_calls=calls, reasoning=reasoning)
-        finish = choice.get("finish_reason")
+        content, finish = wire.get("content"), choice.get("finish_reason")
+        if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
+            content, finish = content or str(wire["refusal"]), "refusal"
+        message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
         _require_output(message, finish)
         return self._response(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         text: list[str] = []
         thought: list[str] = []
+        refused: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage_raw: Mapping[str, Any] | None = None
         model = ""
         finish: str | None = None
         done = False
         on_delta = self.on_delta
-        async for line in _sse_data(response):
+        async for line in sse_data(response):
             payload = line.strip()
             if payload == b"[DONE]":
                 done = True
@@ -676,12 +642,12 @@ class OpenAICompatible:
                 chunk = json.loads(payload)
             except ValueError:
                 why = f"stream event is not JSON: {payload[:200]!r}"
-                raise _Retryable("stream_unreadable", why) from None
+                raise Retryable("stream_unreadable", why) from None
             if not isinstance(chunk, dict):
-                raise _Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
+                raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
             if chunk.get("error"):
                 why = f"the server reported an error mid-stream: {str(chunk['error'])[:500]}"
-                raise _Retryable("stream_error", why)
+                raise Retryable("stream_error", why)
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage_raw = chunk["usage"]
@@ -693,6 +659,9 @@ class OpenAICompatible:
                     text.append(piece)
                     if on_delta is not None:
                         on_delta("text", piece)
+                piece = delta.get("refusal")
+                if piece:
+                    refused.append(piece)
                 piece = delta.get("reasoning_content") or delta.get("reasoning")
                 if piece:
                     thought.append(piece)
@@ -719,11 +688,14 @@ class OpenAICompatible:
                 part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
             )
             received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
-            raise _Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
+            raise Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
         tool_calls = tuple(
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
         )
+        if refused and not tool_calls:  # OpenAI's refusal deltas: the answer is a refusal
+            finish = "refusal"
+            text = text or refused
         message = AssistantMessage(
             content="".join(text) if text else None,
             tool_calls=tool_calls,
@@ -733,26 +705,12 @@ class OpenAICompatible:
         return self._response(message, self._usage(usage_raw), model, finish)
 
 
-async def _sse_data(response: Any) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
-    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
-    pending = b""
-    async for block in response.aiter_bytes():
-        pending += block
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                yield line[5:]
-    if pending.startswith(b"data:"):
-        yield pending[5:]
-
-
 def _require_output(message: AssistantMessage, finish: str | None) -> None:
     """A turn with neither text nor a tool call is no answer: never accepted as an empty one."""
     if message.tool_calls or (message.content and message.content.strip()):
         return
     why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
-    raise _Retryable("empty_response", why)
+    raise Retryable("empty_response", why)
 
 
 def _call_id() -> str:

@@ -1,11 +1,13 @@
 """Prices per model, and the cost of one call's usage.
 
-Prices are USD per million tokens: ``input`` for uncached prompt tokens, ``cached_input``
-for prompt tokens the provider served from its prefix cache, ``output`` for completion
-tokens (reasoning tokens are billed as output). The built-in table is a starting point —
-providers change prices — so every backend takes its own table (``prices=``) or a JSON
-file (``load_prices``). A model found in no table costs 0.0 and is reported as unpriced,
-so a cost budget cannot silently pass for a model nobody priced (see ``OpenAICompatible``).
+Prices are USD per million tokens: ``input`` for uncached prompt tokens, ``cached_input`` for
+prompt tokens the provider served from its prefix cache, ``output`` for completion tokens
+(reasoning tokens are billed as output), ``cache_write`` for prompt tokens the provider wrote to
+its cache (Anthropic bills them apart; ``Usage.extra["cache_write_tokens"]``). The built-in
+table is a starting point — providers change prices — so every backend takes its own table
+(``prices=``) or a JSON file (``load_prices``). A model found in no table costs 0.0 and is
+reported as unpriced, so a cost budget cannot silently pass for a model nobody priced (see
+``OpenAICompatible``).
 """
 
 from __future__ import annotations
@@ -28,12 +30,16 @@ class Price:
     input: float
     output: float
     cached_input: float | None = None  # None: cached tokens cost the same as input
+    cache_write: float | None = None  # None: tokens written to the cache cost the same as input
 
     def cost(self, usage: Usage) -> float:
         cached = min(usage.cached_tokens, usage.prompt_tokens)
+        written = min(int(usage.extra.get("cache_write_tokens", 0) or 0), usage.prompt_tokens - cached)
         cached_rate = self.input if self.cached_input is None else self.cached_input
-        fresh = usage.prompt_tokens - cached
-        return (fresh * self.input + cached * cached_rate + usage.completion_tokens * self.output) / 1_000_000
+        write_rate = self.input if self.cache_write is None else self.cache_write
+        fresh = usage.prompt_tokens - cached - written
+        prompt = fresh * self.input + cached * cached_rate + written * write_rate
+        return (prompt + usage.completion_tokens * self.output) / 1_000_000
 
 
 # Published list prices at the time of writing; override with your own table.
@@ -46,6 +52,11 @@ DEFAULT_PRICES: Mapping[str, Price] = {
     "o4-mini": Price(1.10, 4.40, 0.275),
     "deepseek-chat": Price(0.27, 1.10, 0.07),
     "deepseek-reasoner": Price(0.55, 2.19, 0.14),
+    # Anthropic: cache reads 0.1x input, 5-minute cache writes 1.25x input
+    "claude-opus-4-5": Price(5.00, 25.00, 0.50, 6.25),
+    "claude-opus-4": Price(15.00, 75.00, 1.50, 18.75),
+    "claude-sonnet-4": Price(3.00, 15.00, 0.30, 3.75),
+    "claude-haiku-4-5": Price(1.00, 5.00, 0.10, 1.25),
 }
 
 
@@ -58,7 +69,8 @@ def price_for(model: str, table: Mapping[str, Price]) -> Price | None:
 
 
 def load_prices(path: str | Path) -> dict[str, Price]:
-    """Read ``{"model": {"input": 2.5, "output": 10, "cached_input": 1.25}, ...}``; raises ``ConfigError``."""
+    """Read ``{"model": {"input": 2.5, "output": 10, "cached_input": 1.25, "cache_write": 3.1}, ...}``
+    (``cached_input`` and ``cache_write`` optional); raises ``ConfigError``."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
@@ -67,12 +79,14 @@ def load_prices(path: str | Path) -> dict[str, Price]:
         raise ConfigError(f"price table {path} must be a JSON object of model -> prices")
     table: dict[str, Price] = {}
     for model, entry in raw.items():
-        if not isinstance(entry, dict) or set(entry) - {"input", "output", "cached_input"}:
-            raise ConfigError(f"price of {model!r}: expected keys input, output[, cached_input]")
+        if not isinstance(entry, dict) or set(entry) - {"input", "output", "cached_input", "cache_write"}:
+            raise ConfigError(f"price of {model!r}: expected keys input, output[, cached_input, cache_write]")
         if "input" not in entry or "output" not in entry:
             raise ConfigError(f"price of {model!r}: input and output are required")
         for key, value in entry.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"price of {model!r}: {key} must be a non-negative number, got {value!r}")
-        table[model] = Price(float(entry["input"]), float(entry["output"]), entry.get("cached_input"))
+        table[model] = Price(
+            float(entry["input"]), float(entry["output"]), entry.get("cached_input"), entry.get("cache_write")
+        )
     return table

@@ -5,7 +5,9 @@
   ``injected_calls`` (what a compromised model obeys), ``estimate_tokens``;
 - a chat-completions server on 127.0.0.1 for the OpenAI-compatible backend: ``FakeChatServer``
   with ``Reply``, ``Received``, ``scripted`` and ``tool_loop_responder``
-  (``python -m tether.models.fake_server`` runs it as a process).
+  (``python -m tether.models.fake_server`` runs it as a process);
+- the same for the Anthropic Messages API and the OpenAI Responses API: ``FakeAnthropicServer``
+  and ``FakeResponsesServer`` (``tether.testing.servers``), answering the same ``Reply``.
 
 For approvals without a database file, see ``tether.policy.MemoryApprovalStore``.
 """
@@ -22,9 +24,12 @@ from tether.testing.models import (
     injected_calls,
     tool_results,
 )
+from tether.testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 __all__ = [
+    "FakeAnthropicServer",
     "FakeChatServer",
+    "FakeResponsesServer",
     "FunctionModel",
     "ModelFunction",
     "Received",

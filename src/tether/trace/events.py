@@ -132,8 +132,12 @@ class ModelResponse(_Payload, total=False):
     cached_tokens: int
     cost_usd: float
     # backend facts (ModelResponse.meta)
-    finish_reason: str | None
+    finish_reason: str | None  # the provider's own value
     response_id: str  # the provider's id of this completion (exported as gen_ai.response.id)
+    finish: str  # the same in tether's words: stop, tool_calls, length, refused, paused, unknown
+    cache_write_tokens: int  # prompt tokens the provider wrote to its prefix cache (Anthropic)
+    provider: str  # openai-chat, openai-responses or anthropic
+    fallback_from: list[dict[str, str]]  # models that failed before this one: model, error
     retries: list[dict[str, Any]]  # one entry per retry: kind, attempt, delay_s
     unpriced: bool
 

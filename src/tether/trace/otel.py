@@ -54,7 +54,6 @@ from tether.trace.sanitize import Redactor, sanitize_value
 __all__ = [
     "OtelSink",
     "model_endpoint",
-    "otel_sink_for",
     "otel_sink_from_env",
     "otlp_configured",
     "run_trace_context",
@@ -332,7 +331,7 @@ class OtelSink:
             run.span.set_attribute("tether.stop_detail", self._text(data["detail"]))
         if reason == "accepted":
             run.span.set_status(Status(StatusCode.OK))
-        elif reason in ("model_error", "internal_error"):
+        elif reason in ("model_error", "truncated", "model_refused", "internal_error"):
             run.span.set_status(Status(StatusCode.ERROR, reason))
             run.span.set_attribute("error.type", reason)
         self._end_run(run_id, at)
@@ -598,12 +597,3 @@ def otel_sink_from_env(
     """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say
     (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` turns content capture on)."""
     return OtelSink(_env_provider(), capture_content=capture_content, secrets=secrets, model=model)
-
-
-def otel_sink_for(model: Any, *, secrets: Iterable[str] = ()) -> OtelSink | None:
-    """The sink an agent built from a file gets when the ``OTEL_*`` variables ask for export
-    (``tether run``, ``tether resume``, ``tether worker``, ``tether mcp run`` and the console's
-    resume all build agents this way); ``None`` otherwise."""
-    if not otlp_configured():
-        return None
-    return otel_sink_from_env(secrets=secrets, model=model)

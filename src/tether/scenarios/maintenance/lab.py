@@ -316,6 +316,8 @@ EXIT_CODES = {
     StopReason.APPROVAL_REQUIRED: 5,
     StopReason.DEPENDENCY_UNAVAILABLE: 6,
     StopReason.MODEL_ERROR: 7,
+    StopReason.TRUNCATED: 7,
+    StopReason.MODEL_REFUSED: 7,
     StopReason.INTERNAL_ERROR: 7,
 }
 

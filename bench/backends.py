@@ -1,0 +1,269 @@
+"""Client overhead per step of each model backend, against a raw ``httpx2`` loop speaking the
+same protocol, and the import time of each backend.
+
+For each protocol — chat completions (``openai-chat``), the OpenAI Responses API
+(``openai-responses``) and the Anthropic Messages API (``anthropic``) — a loopback server that
+speaks it (``tether.models.fake_server`` / ``tether.testing.servers``, in its own process so it
+does not share the GIL) scripts a tool loop: the model asks for ``lookup`` until N results are
+in, then answers; each result is 2 KB. tether runs the loop with its default settings on the
+backend for that protocol (whole responses; the two SDK backends through their official SDK),
+and a hand-written loop posts the same conversation as JSON with ``httpx2`` (the floor). The
+overhead of one step is the wall time of back-to-back sessions (at least 100 model calls)
+minus the server's handler time, divided by the model calls; this process's CPU time per call
+is reported too (the steadier figure on a shared machine). Import time: a fresh interpreter
+importing the backend module and its SDK (``tether.models.openai`` needs no SDK).
+
+The last line is one JSON object; targets are shown, never asserted. Usage:
+``python bench/backends.py [--quick | --smoke]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import httpx2
+from pydantic import Field
+
+from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
+
+RESULT = "r" * 2048
+SAMPLE_CALLS = 100
+INSTRUCTIONS = "Look things up, then answer."
+SCHEMA = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
+Session = Callable[[int], Awaitable[None]]
+
+_LOOP = "from tether.testing.servers import serve_tool_loop; serve_tool_loop()"
+SERVER_COMMAND = {
+    "openai-chat": ["-m", "tether.models.fake_server"],
+    "openai-responses": ["-c", _LOOP, "responses"],
+    "anthropic": ["-c", _LOOP, "anthropic"],
+}
+IMPORTS = {
+    "openai-chat": "import tether.models.openai, httpx2",
+    "openai-responses": "import tether.models.responses, openai",
+    "anthropic": "import tether.models.anthropic, anthropic",
+}
+
+
+@tool(effect=Effect.READ)
+async def lookup(key: Annotated[str, Field(description="The key to look up, e.g. 'k3'.")]) -> str:
+    """Look up one key and return its 2 KB record."""
+    return RESULT
+
+
+class Server:
+    """A loopback server for one protocol in a subprocess; ``handler_s`` reads its handler time."""
+
+    def __init__(self, provider: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, *SERVER_COMMAND[provider]], stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        self.root = self.url.removesuffix("/v1")
+        self.http = httpx2.Client()
+
+    def reset(self) -> None:
+        self.http.post(self.root + "/stats/reset")
+
+    def handler_s(self) -> float:
+        return float(self.http.get(self.root + "/stats").json()["handler_s"])
+
+    def close(self) -> None:
+        self.http.close()
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def backend(provider: str, url: str) -> Any:
+    if provider == "anthropic":
+        from tether.models.anthropic import AnthropicMessages
+
+        return AnthropicMessages("bench-model", base_url=url, stream=False)
+    if provider == "openai-responses":
+        from tether.models.responses import OpenAIResponses
+
+        return OpenAIResponses("bench-model", base_url=url, stream=False)
+    from tether.models.openai import OpenAICompatible
+
+    return OpenAICompatible("bench-model", base_url=url, stream=False)
+
+
+def tether_session(provider: str, server: Server) -> Session:
+    host = Host(policy=Policy(allow={"lookup"}), trace_dir=None)
+    host.add_tools(lookup)
+    limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
+    agent = Agent(instructions=INSTRUCTIONS, model=backend(provider, server.url), limits=limits)
+    context = TrustedContext(tenant="bench")
+
+    async def run(steps: int) -> None:
+        result = await host.run(agent, f"Collect the records. steps={steps}", context=context)
+        assert result.ok and result.llm_calls == steps + 1, (result.stop_reason, result.detail)
+
+    return run
+
+
+def raw_session(provider: str, server: Server) -> Session:
+    """The floor: the same loop by hand, whole JSON bodies posted with httpx2."""
+    limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
+    client = httpx2.AsyncClient(limits=limits, headers={"content-type": "application/json"})
+
+    posts = [0]
+
+    async def post(path: str, body: dict[str, Any]) -> Any:
+        posts[0] += 1
+        r = await client.post(server.url + path, content=json.dumps(body))
+        return r.json()
+
+    async def chat(steps: int) -> None:
+        tools = [{"type": "function", "function": {"name": "lookup", "parameters": SCHEMA}}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": INSTRUCTIONS},
+            {"role": "user", "content": f"Collect the records. steps={steps}"},
+        ]
+        while True:
+            data = await post("/chat/completions", {"model": "m", "tools": tools, "messages": messages})
+            message = data["choices"][0]["message"]
+            messages.append(message)
+            if not message.get("tool_calls"):
+                return
+            for c in message["tool_calls"]:
+                messages.append({"role": "tool", "tool_call_id": c["id"], "content": RESULT})
+
+    async def responses(steps: int) -> None:
+        tools = [{"type": "function", "name": "lookup", "parameters": SCHEMA}]
+        items: list[dict[str, Any]] = [{"role": "user", "content": f"Collect the records. steps={steps}"}]
+        while True:
+            body = {"model": "m", "instructions": INSTRUCTIONS, "tools": tools, "input": items}
+            output = (await post("/responses", body))["output"]
+            calls = [i for i in output if i["type"] == "function_call"]
+            items.extend(output)
+            if not calls:
+                return
+            items.extend(
+                {"type": "function_call_output", "call_id": c["call_id"], "output": RESULT} for c in calls
+            )
+
+    async def anthropic(steps: int) -> None:
+        tools = [{"name": "lookup", "input_schema": SCHEMA}]
+        turns: list[dict[str, Any]] = [{"role": "user", "content": f"Collect the records. steps={steps}"}]
+        while True:
+            body = {
+                "model": "m",
+                "max_tokens": 4096,
+                "system": INSTRUCTIONS,
+                "tools": tools,
+                "messages": turns,
+            }
+            content = (await post("/v1/messages", body))["content"]
+            turns.append({"role": "assistant", "content": content})
+            uses = [b for b in content if b["type"] == "tool_use"]
+            if not uses:
+                return
+            results = [{"type": "tool_result", "tool_use_id": b["id"], "content": RESULT} for b in uses]
+            turns.append({"role": "user", "content": results})
+
+    loop = {"openai-chat": chat, "openai-responses": responses, "anthropic": anthropic}[provider]
+
+    async def run(steps: int) -> None:  # the floor makes exactly the calls tether makes
+        posts[0] = 0
+        await loop(steps)
+        assert posts[0] == steps + 1, (provider, posts[0], steps)
+
+    return run
+
+
+async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
+    """Per model call, in microseconds: wall minus the server's handler time, and CPU."""
+    sessions = -(-SAMPLE_CALLS // (steps + 1))
+    server.reset()
+    cpu = time.process_time()
+    started = time.perf_counter()
+    for _ in range(sessions):
+        await session(steps)
+    wall = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    calls = sessions * (steps + 1)
+    return (wall - server.handler_s()) / calls * 1e6, cpu / calls * 1e6
+
+
+def import_time(statement: str, repeats: int) -> float:
+    """Median seconds for a fresh interpreter to run ``statement`` (interpreter start subtracted)."""
+
+    def once(code: str) -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+        return time.perf_counter() - started
+
+    base = statistics.median(once("pass") for _ in range(repeats))
+    return max(0.0, statistics.median(once(statement) for _ in range(repeats)) - base)
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    repeats = 1 if args.smoke else 3 if args.quick else 5
+    steps = 2 if args.smoke else 20
+    rows: dict[str, Any] = {}
+    for provider in SERVER_COMMAND:
+        server = Server(provider)
+        try:
+            runners = {
+                "tether": tether_session(provider, server),
+                "raw_httpx2": raw_session(provider, server),
+            }
+            for run in runners.values():
+                await run(2)  # warm-up: connections, imports, first-use caches
+            got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
+            for _ in range(repeats):  # interleaved: both see the same machine load
+                for name, run in runners.items():
+                    got[name].append(await sample(server, run, steps))
+        finally:
+            server.close()
+        wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
+        cpu = {n: statistics.median(c for _, c in v) for n, v in got.items()}
+        seconds = import_time(IMPORTS[provider], 1 if args.smoke else 3)
+        rows[provider] = {
+            "tether_us_per_step": round(wall["tether"]),
+            "raw_httpx2_us_per_step": round(wall["raw_httpx2"]),
+            "ratio_to_raw_httpx2": round(wall["tether"] / wall["raw_httpx2"], 3),
+            "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
+            "import_s": round(seconds, 3),
+        }
+        print(
+            f"{provider:17s} {steps} steps: tether {wall['tether']:7.0f} us/step, raw httpx2 "
+            f"{wall['raw_httpx2']:7.0f} ({rows[provider]['ratio_to_raw_httpx2']:.2f}x wall, "
+            f"{rows[provider]['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); "
+            f"import {seconds * 1000:.0f} ms",
+            flush=True,
+        )
+    return {
+        "backends": rows,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+        "steps": steps,
+        "repeats": repeats,
+        "smoke": args.smoke,
+        "targets": {"ratio_to_raw_httpx2": 1.3},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes: the script runs, figures mean nothing"
+    )
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(main_async(args)), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

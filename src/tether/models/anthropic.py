@@ -1,0 +1,457 @@
+"""A backend for the Anthropic Messages API, on the official ``anthropic`` SDK
+(``pip install 'tether[anthropic]'``; imported on first use).
+
+The request: tool definitions as ``input_schema`` tools, the system prompt as a ``system``
+block, tool results as ``tool_result`` blocks in the user turn that follows the calls
+(consecutive user-role messages merged into one turn, results first). Two ``cache_control``
+breakpoints: at the end of the composer's stable prefix (tools, then the system prompt) and
+at the end of the trajectory, before the dynamic tail (trailing status messages), so each
+step reads the previous step's prefix from Anthropic's cache. Each message's blocks are built
+once and reused, so the prefix is byte-identical across turns.
+
+The answer: text, ``tool_use`` blocks (their input as the raw JSON the model wrote when
+streamed: partial-JSON deltas joined, never re-parsed), ``thinking`` and ``redacted_thinking``
+blocks. Thinking blocks are kept on the message (``provider_items``) with their signatures and
+sent back unchanged before the turn's other blocks, as the API requires when a thinking model
+uses tools. Usage maps to ``prompt_tokens`` = input + cache reads + cache writes (Anthropic
+counts the three apart), ``cached_tokens`` = cache reads, ``cache_write_tokens`` in the
+usage's extra; the price table prices each (``Price.cache_write``).
+
+Errors: 429 (``retry-after`` honoured), 5xx, 529 ``overloaded_error``, an ``error`` event in
+the stream (``overloaded_error``, ``api_error``), a stream that ends without ``message_stop``
+and a turn with neither text nor a tool call are retried (``tether.models.retrying``); other
+statuses are final. ``stop_reason`` is kept and mapped (``end_turn`` → stop, ``max_tokens`` →
+length, ``refusal`` → refused, ``pause_turn`` → paused …): a final answer that did not end
+normally never ends the run ``accepted`` (``tether.models.base.finish_problem``).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic_core import to_json
+
+from tether.errors import ConfigError, ModelError
+from tether.messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    Usage,
+    UserMessage,
+)
+from tether.models.base import ModelRequest, ModelResponse, finish_of
+from tether.models.pricing import DEFAULT_PRICES, Price, price_for
+from tether.models.retrying import Retryable, RetryPolicy, call_with_retries
+from tether.models.sdk import (
+    LoopClient,
+    api_key,
+    body_error,
+    cache_encoded,
+    events,
+    httpx2_errors,
+    post,
+    read_json,
+)
+
+if TYPE_CHECKING:
+    from tether.ratelimit import TokenBucket
+
+__all__ = ["AnthropicMessages"]
+
+PROVIDER = "anthropic"
+DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a cap on every response
+_CACHE = {"type": "ephemeral"}
+DeltaCallback = Callable[[str, str], None]
+
+
+class AnthropicMessages:
+    """A ``Model`` on the Anthropic Messages API.
+
+    ``base_url`` defaults to ``$ANTHROPIC_BASE_URL`` or Anthropic's; the key comes from
+    ``$<api_key_env>`` (required for api.anthropic.com only). ``max_tokens`` caps each response
+    (the API requires one; default 4096, plus the thinking budget) unless the request sets its
+    own. ``thinking_budget`` turns extended thinking on with that many tokens (a turn capped
+    under it is asked without thinking). ``extra_body`` adds fixed request fields
+    (``temperature``, ``metadata`` …), never those the backend writes. ``cache`` places the
+    ``cache_control`` breakpoints (on by default). The rest as ``OpenAICompatible``.
+    """
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str = "ANTHROPIC_API_KEY",
+        stream: bool | None = None,
+        timeout_s: float = 120.0,
+        retry: RetryPolicy | None = None,
+        prices: Mapping[str, Price] | None = None,
+        rate_limit: TokenBucket | None = None,
+        on_delta: DeltaCallback | None = None,
+        max_tokens: int | None = None,
+        thinking_budget: int | None = None,
+        cache: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        import os
+
+        if not model:
+            raise ConfigError("model name is required")
+        self.name = self.model = model
+        self.base_url = (
+            base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+        ).rstrip("/")
+        self.api_key_env = api_key_env
+        self._api_key = api_key(api_key_env, self.base_url, "api.anthropic.com")
+        self.stream = on_delta is not None if stream is None else stream
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError("max_tokens must be at least 1")
+        self.max_tokens = max_tokens
+        reserved = {"model", "messages", "system", "tools", "tool_choice", "stream", "max_tokens", "thinking"}
+        if clash := sorted(reserved & set(extra_body or {})):
+            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
+        self.extra_body = dict(extra_body or {})
+        self.thinking_budget = thinking_budget
+        self.cache = cache
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self.prices = DEFAULT_PRICES if prices is None else prices
+        self.price = price_for(model, self.prices)
+        self.rate_limit = rate_limit
+        self.on_delta = on_delta
+        self.headers = dict(headers or {})
+        self._sleep = sleep
+        self._rand = rand
+        self._client = LoopClient(self._make_client)
+        self._blocks = cache_encoded(self._message_blocks)
+        self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
+        self.calls = 0
+        self.retries: list[dict[str, Any]] = []
+
+    def __repr__(self) -> str:
+        return f"AnthropicMessages(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _make_client(self) -> Any:
+        try:
+            import anthropic
+        except ImportError:  # pragma: no cover - depends on the installation
+            raise ConfigError("provider anthropic needs: pip install 'tether[anthropic]'") from None
+        return anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            max_retries=0,  # retries are tether's: one policy, traced
+            timeout=self.timeout_s,
+            default_headers=self.headers or None,
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
+
+    # -- request ------------------------------------------------------------------------------
+
+    def _tool_defs(self, tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+        if self._tools[0] is not tools:
+            defs = []
+            for t in tools:
+                fn = t.get("function", t)
+                entry: dict[str, Any] = {"name": fn["name"]}
+                if fn.get("description"):
+                    entry["description"] = fn["description"]
+                entry["input_schema"] = fn.get("parameters") or {"type": "object", "properties": {}}
+                defs.append(entry)
+            self._tools = (tools, defs)
+        return self._tools[1]
+
+    @staticmethod
+    def _message_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+        """A message as (role, content blocks); built once per message (``cache_encoded``)."""
+        if isinstance(message, ToolMessage):
+            return "user", [
+                {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+            ]
+        if isinstance(message, UserMessage):
+            return "user", [{"type": "text", "text": message.content or " "}]
+        if isinstance(message, AssistantMessage):
+            blocks: list[dict[str, Any]] = [
+                {k: v for k, v in item.items() if k != "provider"}
+                for item in message.provider_items
+                if item.get("provider") == PROVIDER
+            ]
+            if message.content and message.content.strip():
+                blocks.append({"type": "text", "text": message.content})
+            for call in message.tool_calls:
+                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)})
+            return "assistant", blocks or [{"type": "text", "text": " "}]
+        return "system", [{"type": "text", "text": message.content}]
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's body (the Messages API's ``POST /v1/messages``)."""
+        system: list[dict[str, Any]] = []
+        turns: list[tuple[str, list[dict[str, Any]]]] = []
+        stable_end: tuple[int, int] | None = None  # (turn, block) that ends the trajectory
+        messages = request.messages
+        tail = len(messages)
+        while tail and getattr(messages[tail - 1], "origin", None) == "harness":
+            tail -= 1  # the dynamic tail: not worth a breakpoint, it changes every step
+        for i, m in enumerate(messages):
+            if isinstance(m, SystemMessage):
+                system.extend(self._blocks(m)[1])
+                continue
+            role, blocks = self._blocks(m)
+            if turns and turns[-1][0] == role:
+                turns[-1] = (role, turns[-1][1] + blocks)
+            else:
+                turns.append((role, list(blocks)))
+            if i < tail:
+                stable_end = (len(turns) - 1, len(turns[-1][1]) - 1)
+        if self.cache and system:
+            system = [*system[:-1], {**system[-1], "cache_control": _CACHE}]
+        if self.cache and stable_end is not None:
+            t, b = stable_end
+            role, blocks = turns[t]
+            turns[t] = (role, [*blocks[:b], {**blocks[b], "cache_control": _CACHE}, *blocks[b + 1 :]])
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        default = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
+        params: dict[str, Any] = {"model": self.model, "max_tokens": limit or default}
+        if system:
+            params["system"] = system
+        tools = request.tools
+        if not tools and any(
+            r == "assistant" and any(b["type"] == "tool_use" for b in bl) for r, bl in turns
+        ):
+            tools = self._tools[0]  # a history with tool_use blocks must still define its tools
+        if tools:
+            params["tools"] = self._tool_defs(tools)
+            params["tool_choice"] = {"type": "none" if not request.tools else request.tool_choice}
+        if self.thinking_budget and params["max_tokens"] > self.thinking_budget:
+            # The API wants the budget under the cap: a turn capped below it (the budget's last
+            # turn) is asked without thinking rather than refused.
+            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        params.update(self.extra_body)
+        if self.stream:
+            params["stream"] = True
+        params["messages"] = [{"role": r, "content": b} for r, b in turns]  # last: the prefix holds
+        return params
+
+    # -- call ---------------------------------------------------------------------------------
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model turn; raises ``ModelError`` when retries are spent or the error is final.
+        ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
+        body = to_json(self.body(request))
+        taken: list[dict[str, Any]] = []
+
+        def count() -> None:
+            self.calls += 1
+
+        try:
+            response = await call_with_retries(
+                lambda: self._attempt(body),
+                label=self.model,
+                timeout_s=self.timeout_s,
+                retry=self.retry,
+                sleep=self._sleep,
+                rand=self._rand,
+                rate_limit=self.rate_limit,
+                scrub=self._scrub,
+                taken=taken,
+                on_attempt=count,
+            )
+        finally:
+            self.retries.extend(taken)
+        if taken:
+            response.meta["retries"] = taken
+        return response
+
+    async def _attempt(self, body: bytes) -> ModelResponse:
+        import anthropic
+
+        response = await post(anthropic, self._client.get(), "/v1/messages", body, self.model)
+        try:
+            if self.stream and "json" not in response.headers.get("content-type", ""):
+                return await self._read_stream(response)
+            return self._whole(await read_json(response))
+        except httpx2_errors() as err:
+            raise body_error(err) from None
+        finally:
+            await response.aclose()
+
+    def _whole(self, message: dict[str, Any]) -> ModelResponse:
+        if message.get("type") == "error":
+            raise _error_event(message, self.model)
+        content = message.get("content")
+        if not isinstance(content, list):
+            raise Retryable("unusable_response", f"the answer is not a message: {str(message)[:200]}")
+        turn = _Turn()
+        for block in content:
+            kind = block.get("type")
+            if kind == "text":
+                turn.text.append(str(block.get("text") or ""))
+            elif kind == "tool_use":
+                arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+                turn.calls.append([str(block.get("id") or ""), str(block.get("name") or ""), [arguments]])
+            elif kind in ("thinking", "redacted_thinking"):
+                turn.items.append(block)
+        turn.usage(message.get("usage") or {})
+        return self._response(turn, message.get("stop_reason"), str(message.get("model") or ""))
+
+    async def _read_stream(self, response: Any) -> ModelResponse:
+        turn = _Turn()
+        blocks: dict[int, dict[str, Any]] = {}
+        stop_reason: str | None = None
+        model = ""
+        done = False
+        on_delta = self.on_delta
+        async for event in events(response):
+            kind = event.get("type")
+            if kind == "content_block_delta":
+                block = blocks.get(event.get("index", -1))
+                if block is None:
+                    raise Retryable(
+                        "stream_unreadable", f"a delta for block {event.get('index')}, never started"
+                    )
+                delta = event.get("delta") or {}
+                dtype = delta.get("type")
+                if dtype == "text_delta":
+                    block["text"] = block.get("text", "") + delta.get("text", "")
+                    if on_delta is not None:
+                        on_delta("text", delta.get("text", ""))
+                elif dtype == "input_json_delta":
+                    block["_json"].append(delta.get("partial_json", ""))
+                elif dtype == "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                    if on_delta is not None:
+                        on_delta("reasoning", delta.get("thinking", ""))
+                elif dtype == "signature_delta":
+                    block["signature"] = block.get("signature", "") + delta.get("signature", "")
+            elif kind == "content_block_start":
+                block = dict(event.get("content_block") or {})
+                blocks[event.get("index", len(blocks))] = block
+                if block.get("type") == "tool_use":
+                    block["_json"] = []
+                    if on_delta is not None:
+                        on_delta("tool_call", str(block.get("name", "")))
+            elif kind == "message_start":
+                message = event.get("message") or {}
+                model = str(message.get("model") or model)
+                turn.usage(message.get("usage") or {})
+            elif kind == "message_delta":
+                stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+                turn.usage(event.get("usage") or {})
+            elif kind == "message_stop":
+                done = True
+            elif kind == "error":
+                raise _error_event(event, self.model)
+            # content_block_stop, ping and event types added later carry nothing to keep
+        if not done:
+            why = f"the stream ended without message_stop ({len(blocks)} blocks)"
+            raise Retryable("stream_incomplete", why)
+        for _, block in sorted(blocks.items()):
+            btype = block.get("type")
+            if btype == "text":
+                turn.text.append(block.get("text", ""))
+            elif btype == "tool_use":
+                raw = "".join(block.pop("_json"))
+                call = [str(block.get("id", "")), str(block.get("name", "")), [raw if raw.strip() else "{}"]]
+                turn.calls.append(call)
+            elif btype in ("thinking", "redacted_thinking"):
+                turn.items.append(block)
+        return self._response(turn, stop_reason, model)
+
+    def _response(self, turn: _Turn, stop_reason: str | None, model: str) -> ModelResponse:
+        calls = tuple(
+            ToolCall(id=i or "toolu_" + uuid.uuid4().hex[:16], name=n, arguments="".join(a))
+            for i, n, a in turn.calls
+        )
+        text = "".join(turn.text)
+        thought = "".join(str(item.get("thinking", "")) for item in turn.items)
+        message = AssistantMessage(
+            content=text or None,
+            tool_calls=calls,
+            reasoning=thought or None,
+            provider_items=tuple({"provider": PROVIDER, **item} for item in turn.items),
+        )
+        if not calls and not text.strip() and finish_of(stop_reason) in ("stop", "tool_calls"):
+            raise Retryable(
+                "empty_response", f"the response has neither text nor tool calls ({stop_reason!r})"
+            )
+        usage = turn.to_usage()
+        meta: dict[str, Any] = {
+            "finish_reason": stop_reason,
+            "finish": finish_of(stop_reason),
+            "provider": PROVIDER,
+        }
+        if usage.extra.get("cache_write_tokens"):
+            meta["cache_write_tokens"] = usage.extra["cache_write_tokens"]
+        if self.price is None:
+            meta["unpriced"] = True
+        cost = self.price.cost(usage) if self.price is not None else 0.0
+        return ModelResponse(
+            message=message, usage=usage, model=model or self.model, cost_usd=cost, meta=meta
+        )
+
+
+class _Turn:
+    """What one answer has gathered so far."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: list[list[Any]] = []  # [id, name, [argument pieces]]
+        self.items: list[dict[str, Any]] = []
+        self.counts: dict[str, int] = {}
+
+    def usage(self, raw: Mapping[str, Any]) -> None:
+        # message_start has the input side, message_delta the running output count (and, from
+        # newer servers, the input side again): the last value of each field is the total.
+        for key in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ):
+            value = raw.get(key)
+            if isinstance(value, int):
+                self.counts[key] = value
+
+    def to_usage(self) -> Usage:
+        c = self.counts
+        read, write = c.get("cache_read_input_tokens", 0), c.get("cache_creation_input_tokens", 0)
+        extra = {"cache_write_tokens": write} if write else {}
+        return Usage(c.get("input_tokens", 0) + read + write, c.get("output_tokens", 0), read, extra)
+
+
+def _input(call: ToolCall) -> Any:
+    """A call's input object as the API wants it back; arguments that were not a JSON object
+    (the host refused them) go back as an empty object: the tool result says what was wrong."""
+    try:
+        value = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _error_event(event: Mapping[str, Any], label: str) -> Exception:
+    """An ``error`` event in a stream (or an error body with status 200): retried when the API
+    says it is overloaded or failed inside, final otherwise."""
+    error = event.get("error") or {}
+    kind = str(error.get("type") or "error") if isinstance(error, dict) else "error"
+    message = str(error.get("message") or error)[:300] if isinstance(error, dict) else str(error)[:300]
+    why = f"the server reported {kind}: {message}"
+    if kind in ("overloaded_error", "api_error", "rate_limit_error", "timeout_error"):
+        return Retryable("overloaded" if kind == "overloaded_error" else "stream_error", why)
+    return ModelError(f"{label}: {why}")

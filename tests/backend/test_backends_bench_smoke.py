@@ -1,0 +1,24 @@
+"""bench/backends.py runs end to end and reports a row per backend as one JSON object last."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "backends.py"
+
+
+@pytest.mark.slow
+def test_backends_bench_runs_and_prints_a_row_per_backend_last() -> None:
+    out = subprocess.run([sys.executable, str(BENCH), "--smoke"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["smoke"] is True and figures["targets"] == {"ratio_to_raw_httpx2": 1.3}
+    assert set(figures["backends"]) == {"openai-chat", "openai-responses", "anthropic"}
+    for row in figures["backends"].values():
+        assert row["tether_us_per_step"] > 0 and row["raw_httpx2_us_per_step"] > 0
+        assert row["ratio_to_raw_httpx2"] > 0 and row["import_s"] >= 0

@@ -1,0 +1,205 @@
+"""Agent files choose a provider (``model.provider``, ``tether run --provider``), fall back to
+other models (``model.fallback``), and their schema is printed for editors
+(``tether agent schema``). Each provider runs against its loopback server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tether.cli import main
+from tether.models.fake_server import FakeChatServer, Reply, scripted
+from tether.testing.servers import FakeAnthropicServer, FakeResponsesServer
+from tether.trace import read_trace
+
+pytestmark = pytest.mark.slow
+
+TOOLS = '''
+from typing import Annotated
+from pydantic import Field
+from tether import Effect, tool
+
+@tool(effect=Effect.READ)
+def read_order(order_id: Annotated[str, Field(description="Work order id, e.g. '742'.")]) -> dict:
+    """Read one work order."""
+    return {"order_id": order_id, "status": "open"}
+'''
+ORDER = ("read_order", '{"order_id": "742"}')
+SERVERS = {
+    "openai-chat": FakeChatServer,
+    "openai-responses": FakeResponsesServer,
+    "anthropic": FakeAnthropicServer,
+}
+
+
+def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
+    (tmp_path / "tools_providers24.py").write_text(TOOLS, encoding="utf-8")
+    spec = {
+        "name": "order-agent",
+        "instructions": "Answer from tool results only.",
+        "model": model,
+        "tools": ["tools_providers24:read_order"],
+        "trace": {"dir": "traces"},
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+def last_json(out: str) -> dict[str, Any]:
+    return json.loads(out.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_the_file_names_the_provider_and_the_key_reaches_it_by_its_protocol(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    monkeypatch.setenv("TETHER_PROVIDER_KEY", "sk-provider-secret-77")
+    with SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text("742 is open.")])) as server:
+        model = {
+            "provider": provider,
+            "name": "m-1",
+            "base_url": server.url,
+            "api_key_env": "TETHER_PROVIDER_KEY",
+        }
+        path = write_agent(tmp_path, model)
+        code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+        headers = server.received[0].headers
+    out = last_json(capsys.readouterr().out)
+    assert code == 0 and out["stop_reason"] == "accepted" and out["answer"] == "742 is open."
+    assert [(c["tool"], c["status"]) for c in out["calls"]] == [("read_order", "ok")]
+    # the SDK's own header: Anthropic's x-api-key or a bearer token, as its version sends it
+    sent = headers.get("x-api-key") or headers["authorization"].removeprefix("Bearer ")
+    assert sent == "sk-provider-secret-77"
+    assert "sk-provider-secret-77" not in Path(out["trace"]).read_text()
+
+
+def test_provider_on_the_command_line_overrides_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_agent(tmp_path, {"name": "m-1"})  # openai-chat by default
+    with FakeAnthropicServer(scripted([Reply.text("742 is open.")])) as server:
+        code = main(
+            ["run", "q", "--agent", str(path), "--provider", "anthropic", "--base-url", server.url, "--json"]
+        )
+        assert len(server.bodies()) == 1
+    assert code == 0 and last_json(capsys.readouterr().out)["answer"] == "742 is open."
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_an_answer_cut_at_the_token_limit_exits_7_as_truncated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str
+) -> None:
+    raw = {"openai-chat": "length", "openai-responses": "max_output_tokens", "anthropic": "max_tokens"}[
+        provider
+    ]
+    with SERVERS[provider](scripted([Reply.text("742 is op", finish_reason=raw)])) as server:
+        path = write_agent(tmp_path, {"provider": provider, "name": "m-1", "base_url": server.url})
+        code = main(["run", "q", "--agent", str(path), "--json"])
+    out = last_json(capsys.readouterr().out)
+    assert code == 7 and out["exit"] == 7 and out["ok"] is False
+    assert out["stop_reason"] == "truncated" and out["error"] == "truncated"
+    assert "output-token limit" in out["message"]
+
+
+def test_a_failing_model_falls_back_to_the_next_and_the_trace_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    overloaded = FakeAnthropicServer.error(529, "Overloaded")
+    with (
+        FakeAnthropicServer(scripted([overloaded] * 3)) as down,
+        FakeChatServer(scripted([Reply.calls(ORDER), Reply.text("742 is open.")])) as up,
+    ):
+        model = {
+            "provider": "anthropic", "name": "claude-test", "base_url": down.url, "max_retries": 1,
+            "limits": {"llm_calls": 5},
+            "fallback": [{"provider": "openai-chat", "name": "local-model", "base_url": up.url}],
+        }  # fmt: skip
+        path = write_agent(tmp_path, model)
+        code = main(["run", "q", "--agent", str(path), "--json"])
+        assert len(down.received) == 2 and len(up.received) == 2  # the run stays on the fallback
+    out = last_json(capsys.readouterr().out)
+    assert code == 0 and out["answer"] == "742 is open."
+    responses = [e for e in read_trace(Path(out["trace"])) if e["kind"] == "model_response"]
+    assert [r["model"] for r in responses] == ["fake-model", "fake-model"]
+    assert responses[0]["fallback_from"][0]["model"] == "claude-test"
+    assert "overloaded" in responses[0]["fallback_from"][0]["error"]
+    assert "fallback_from" not in responses[1]
+    assert out["llm_calls"] == 2  # one budget across the models
+
+
+def test_when_every_model_fails_the_run_ends_model_error_naming_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with (
+        FakeChatServer(scripted([Reply.error(401, "bad key")])) as first,
+        FakeResponsesServer(scripted([FakeResponsesServer.error(404, "no such model")])) as second,
+    ):
+        model = {
+            "name": "a", "base_url": first.url,
+            "fallback": [{"provider": "openai-responses", "name": "b", "base_url": second.url}],
+        }  # fmt: skip
+        code = main(["run", "q", "--agent", str(write_agent(tmp_path, model)), "--json"])
+    out = last_json(capsys.readouterr().out)
+    assert code == 7 and out["stop_reason"] == "model_error"
+    assert "a: HTTP 401" in out["message"] and "b: HTTP 404" in out["message"]
+
+
+def test_agent_schema_validates_a_good_file_and_refuses_a_bad_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["agent", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    good = {
+        "instructions": "x",
+        "model": {"provider": "anthropic", "name": "claude-sonnet-4-5", "fallback": [{"name": "gpt-4.1"}]},
+    }
+    jsonschema.validate(good, schema)
+    for bad in (
+        {"instructions": "x", "model": {"provider": "gemini", "name": "m"}},
+        {"instructions": "x", "model": {"name": "m", "api_key": "sk-1"}},
+    ):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+    # every field of the file says what it is (editors show it)
+    fields = [(n, f, p) for n, d in schema["$defs"].items() for f, p in d.get("properties", {}).items()]
+    fields += [("AgentSpec", f, p) for f, p in schema["properties"].items()]
+    assert len(fields) > 80 and [f"{n}.{f}" for n, f, p in fields if not p.get("description")] == []
+
+
+def test_agent_check_names_the_field_of_a_provider_mismatch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "reasoning_effort": "low"})
+    assert main(["agent", "check", str(path)]) == 1
+    assert "reasoning_effort applies to provider openai-responses only" in capsys.readouterr().err
+    path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "thinking_budget": 2048})
+    assert main(["agent", "check", str(path)]) == 0
+    assert "anthropic:m" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_server_sending_one_byte_a_second_is_cut_at_timeout_s_not_at_the_deadline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str
+) -> None:
+    # Every read gets a byte within a second, so no read timeout fires; the answer would take
+    # minutes. The call's timeout_s (2 s) must end it, well before the run's 60 s deadline.
+    with SERVERS[provider](scripted([Reply.text("742 is open.", trickle_s=1.0)])) as server:
+        model = {
+            "provider": provider,
+            "name": "m-1",
+            "base_url": server.url,
+            "timeout_s": 2,
+            "max_retries": 0,
+        }
+        path = write_agent(tmp_path, {**model, "limits": {"deadline_s": 60}})
+        code = main(["run", "q", "--agent", str(path), "--json"])
+    out = last_json(capsys.readouterr().out)
+    assert code == 7 and out["stop_reason"] == "model_error"
+    assert "did not complete within 2s" in out["message"]
