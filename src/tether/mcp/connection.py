@@ -31,12 +31,23 @@ class ConnectionLost(Exception):
 
 def describe_error(err: BaseException) -> str:
     """The innermost error of a task-group failure, as one line."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    while isinstance(err, ConnectionLost) and err.cause is not None:
-        err = err.cause
+    while True:
+        if isinstance(err, BaseExceptionGroup) and err.exceptions:
+            # The first failure that is not a cancellation caused by it.
+            real = [e for e in err.exceptions if not _cancellation(e)]
+            err = (real or list(err.exceptions))[0]
+        elif isinstance(err, ConnectionLost) and err.cause is not None:
+            err = err.cause
+        else:
+            break
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _cancellation(err: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(err, (asyncio.CancelledError, anyio.get_cancelled_exc_class()))
 
 
 def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:

@@ -162,7 +162,9 @@ class McpServerSource:
         self.stderr: ServerStderr | None = None
         self.on_progress = on_progress
         self.peers: list[McpServerSource] = []  # started together (concurrently) with this one
-        self.unavailable: str | None = None
+        self.unavailable: str | None = None  # why the server is gone (short: the model may see it)
+        self.unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
+        self._start_detail: str | None = None
         self.warnings: list[str] = []
         self.instructions: str | None = None
         self.protocol_version: str | None = None
@@ -282,12 +284,17 @@ class McpServerSource:
             else:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="confined", **plan.describe())
             argv = plan.argv
+            if plan.problem:
+                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="cannot_confine", why=plan.problem)
+                raise ConfigError(plan.problem)
+            env = plan.env if plan.env is not None else env
         errlog = None
         if self.stderr_factory is not None:
             self.stderr = self.stderr_factory()
             errlog = self.stderr.open()
             stack.callback(self.stderr.spawned)
-        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog)
+        options = self.sandbox_plan.options if self.sandbox_plan is not None else ()
+        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog, options=options)
         if self.stderr is not None:
             self.stderr.spawned()
         # One answer may be a few times the result cap in JSON (escapes, structured content too).
@@ -396,9 +403,12 @@ class McpServerSource:
         try:
             await self._ready(conn)
         except Unavailable as problem:
+            detail, self._start_detail = self._start_detail, None
             if not self.fail_soft:
-                raise DependencyUnavailable(problem.message) from None
-            self._quarantine(problem.message, state="failed")
+                raise DependencyUnavailable(
+                    f"MCP server {self.name} could not be started: {detail}" if detail else problem.message
+                ) from None
+            self._quarantine(problem.message, state="failed", detail=detail)
 
     async def _ready(self, conn: Connection) -> None:
         try:
@@ -412,6 +422,7 @@ class McpServerSource:
                 why = str(leaf(err.cause))
             else:
                 why = describe_error(err)
+            self._start_detail = await self._failure_detail(why)
             raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
         self._announced = conn
         self.emit(
@@ -422,15 +433,41 @@ class McpServerSource:
             **({"restart": self.restarts} if self.restarts else {}),
         )
 
+    async def _failure_detail(self, why: str) -> str | None:
+        """For the person (never the model): the cause, the server's last stderr lines and, for
+        a confined server, which sandbox setting may be the cause."""
+        from tether.mcp.sandbox import failure_hint
+
+        tail: list[str] = []
+        if self.stderr is not None:
+            stderr = self.stderr
+            await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
+            tail = list(stderr.tail)
+        parts = [why]
+        if tail:
+            parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
+        hint = failure_hint(self.sandbox_plan, tail)
+        if hint:
+            parts.append(hint)
+        if len(parts) == 1:
+            return None
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
+                  stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
+        return "; ".join(parts)
+
     def _retire(self, conn: Connection) -> None:
         if self._conn is conn:
             self._conn = None
         conn.abort()
         self._retired.append(conn)
 
-    def _quarantine(self, why: str, *, state: str = "quarantined") -> None:
+    def _quarantine(self, why: str, *, state: str = "quarantined", detail: str | None = None) -> None:
         self.unavailable = why
-        self.emit(EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **self.describe())
+        self.unavailable_detail = f"MCP server {self.name} could not be started: {detail}" if detail else None
+        extra = {"detail": self.unavailable_detail} if detail else {}
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **extra, **self.describe()
+        )
 
     def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
         """The connection ended under a call: retire it, then quarantine or allow a restart."""
@@ -778,4 +815,3 @@ def _validate(instance: Any, schema: dict[str, Any]) -> None:
         raise jsonschema.SchemaError(str(err)) from None
     except SchemaViolation as err:
         raise jsonschema.ValidationError(str(err)) from None
-

@@ -199,12 +199,17 @@ class ServerLaunch(_Payload, total=False):
     protocol: str | None
     restart: int
     stderr_log: str
+    detail: str  # a failed start for the person: the server's last stderr lines, a sandbox hint
     sandbox: str
     confined: bool
+    launcher: str
+    read_only: list[str]
     read_write: list[str]
-    network: bool
+    network: str  # none | any
+    withheld: list[str]
     sandbox_warning: str
     sandbox_refused: str
+    sandbox_problem: str
 
 
 class McpConnection(_Payload, total=False):
@@ -215,6 +220,8 @@ class McpConnection(_Payload, total=False):
     attempt: int
     max_restarts: int
     why: str
+    stderr_tail: list[str]
+    sandbox_hint: str | None
 
 
 class McpSandbox(_Payload, total=False):
@@ -223,10 +230,14 @@ class McpSandbox(_Payload, total=False):
     why: str | None
     sandbox: str
     confined: bool
+    launcher: str
+    read_only: list[str]
     read_write: list[str]
-    network: bool
+    network: str  # none | any
+    withheld: list[str]
     sandbox_warning: str
     sandbox_refused: str
+    sandbox_problem: str
 
 
 class McpProgress(_Payload, total=False):
