@@ -260,3 +260,37 @@ def test_the_launch_profiles_show_what_each_needs_and_never_the_config_folder(tm
     assert str(conf / "server.py") in shown and str(conf) not in shown
     assert any(str(conf) in w for w in plan.confinement.withheld)
     assert str(Path(sys.base_prefix).resolve()) in shown or sys.base_prefix.startswith("/usr")
+
+
+@pytest.fixture(scope="module")
+def uvx_tool() -> str:
+    """mcp-server-time in uv's cache, as a user's first ``uvx mcp-server-time`` leaves it."""
+    import subprocess
+
+    uvx = shutil.which("uvx")
+    if uvx is None:
+        pytest.skip("uvx is not installed (pip install uv)")
+    try:
+        done = subprocess.run([uvx, "mcp-server-time", "--help"], capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.skip("uvx timed out (no package index?)")
+    if done.returncode != 0:
+        pytest.skip(f"uvx could not fetch mcp-server-time: {done.stderr[-300:]}")
+    return uvx
+
+
+@pytest.mark.anyio
+async def test_a_uvx_server_starts_confined_offline(tmp_path: Path, uvx_tool: str) -> None:
+    server = {"name": "time", "transport": "stdio", "command": [uvx_tool, "mcp-server-time"],
+              "effects": {"get_current_time": "read"}, "tools": ["get_current_time"]}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    await approve(config, "time")
+    run = await run_question(
+        config, "Q", script(("time__get_current_time", {"timezone": "Europe/Paris"}), "done")
+    )
+    assert "Europe/Paris" in run.seen("time__get_current_time")[0]
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    (confined,) = [e for e in trace if e["kind"] == "mcp_sandbox"]
+    assert (
+        confined["action"] == "confined" and confined["launcher"] == "uvx" and confined["network"] == "none"
+    )

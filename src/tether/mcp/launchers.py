@@ -144,12 +144,15 @@ def _interpreter_of(exe: Path) -> str | None:
             return None
         found = shutil.which(rest[0])
         return found
-    if Path(words[0]).name in ("sh", "bash") and len(lines) > 1:
-        # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
-        exec_line = re.match(r"""^'''exec' (\S+)""", lines[1])
-        if exec_line:
-            return exec_line.group(1)
-    return words[0]
+    # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
+    # and uv's relocatable one: '''exec' "$(dirname -- "$(realpath -- "$0")")"/'python' "$0" …
+    if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
+        beside = re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1])
+        if beside:
+            return str(exe.resolve().parent / beside.group(1))
+        absolute = re.match(r"""^'''exec' '?(/[^' ]+)""", lines[1])
+        return absolute.group(1) if absolute else None
+    return words[0] if words[0].startswith("/") else None
 
 
 def _installation(binary: Path) -> list[Path]:
