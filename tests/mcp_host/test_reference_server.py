@@ -158,3 +158,26 @@ async def test_the_reference_server_over_streamable_http(
 ) -> None:
     server = web_server("ref", everything_http, mode=mode, tools=["echo", "get-sum"], effects=EFFECTS)
     await _check([server], tmp_path)
+
+
+@pytest.mark.anyio
+async def test_the_reference_servers_form_is_asked_not_refused_as_credential_shaped(
+    tmp_path: Path, everything: Path
+) -> None:
+    """Its form's integer field says "do not give us your phone number, pin, …": a warning, not a
+    pin field. The person is asked; nothing is refused as credential-shaped."""
+    from tether.mcp.elicitation import Answer, ScriptedResponder
+    from tether.trace.tracer import read_trace
+
+    tool = "trigger-elicitation-request"
+    server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],
+              "tools": [tool], "effects": {tool: "read"}, "elicitation": {"enabled": True}}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    pinned, _ = await approve(config, "ref")
+    assert tool in pinned
+    person = ScriptedResponder([Answer("decline")])
+    run = await run_question(config, "Q", script((f"ref__{tool}", {}), "done"), responder=person)
+    assert len(person.shown) == 1 and "integer" in str(person.shown[0])
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    outcomes = [e.get("outcome") for e in trace if e["kind"] == "mcp_elicitation"]
+    assert outcomes and "refused" not in outcomes, outcomes

@@ -217,7 +217,7 @@ def report(
     **extra: Any,
 ) -> int:
     """Print a finished (or paused) run and return its exit code."""
-    from tether.clisupport.output import emit_json, print_run, run_payload
+    from tether.clisupport.output import block_fix, emit_json, print_run, run_payload
     from tether.commands._progress import write_results
 
     down = unavailable_servers(host)
@@ -227,6 +227,10 @@ def report(
     payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
     payload.update(mcp_facts(result, host, tools))
+    for entry in payload.get("blocked", ()):
+        fix = block_fix(entry, where)
+        if fix:
+            entry["fix"] = fix
     # What the call lines alone would hide: a server running unconfined, a question declined
     # during a call that still returned ok, a result cleaned of hidden text.
     warnings = [f"warning: server {s.name}: {w}" for s in host.sources for w in getattr(s, "warnings", ())]
@@ -278,7 +282,12 @@ def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
 
 
 def unavailable_servers(host: Any) -> dict[str, str]:
-    return {s.name: s.unavailable for s in host.sources if isinstance(getattr(s, "unavailable", None), str)}
+    """Each server that is gone, with why: for the person, its cause in full (stderr, hints)."""
+    return {
+        s.name: getattr(s, "unavailable_detail", None) or s.unavailable
+        for s in host.sources
+        if isinstance(getattr(s, "unavailable", None), str)
+    }
 
 
 def next_steps(

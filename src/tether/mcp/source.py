@@ -165,6 +165,7 @@ class McpServerSource:
         self.unavailable: str | None = None  # why the server is gone (short: the model may see it)
         self.unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
         self._start_detail: str | None = None
+        self._process: Any = None  # the stdio server's process (its exit code, for a failed start)
         self.warnings: list[str] = []
         self.instructions: str | None = None
         self.protocol_version: str | None = None
@@ -297,6 +298,7 @@ class McpServerSource:
         process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog, options=options)
         if self.stderr is not None:
             self.stderr.spawned()
+        self._process = process
         # One answer may be a few times the result cap in JSON (escapes, structured content too).
         max_line = max(8 * 1024 * 1024, 16 * self.max_result_chars)
         return await stack.enter_async_context(opened(process, max_line))
@@ -387,7 +389,7 @@ class McpServerSource:
         self.emit(
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
-        self._conn = Connection(self._open, self._prepare, self._serve)
+        self._conn = Connection(self._open, self._prepare, self._serve, name=self.name)
         self._conn.launch()
 
     async def start(self) -> None:
@@ -438,22 +440,27 @@ class McpServerSource:
         a confined server, which sandbox setting may be the cause."""
         from tether.mcp.sandbox import failure_hint
 
-        tail: list[str] = []
         if self.stderr is not None:
             stderr = self.stderr
             await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
-            tail = list(stderr.tail)
+        tail = list(self.stderr.tail) if self.stderr is not None else []
+        hint = failure_hint(self.sandbox_plan, tail)
+        detail = self._detail(why, tail, hint)
+        if detail is not None:
+            self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
+                      stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
+        return detail
+
+    def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
         parts = [why]
+        code = getattr(self._process, "returncode", None)
+        if code is not None:
+            parts.append(f"its process exited with {f'signal {-code}' if code < 0 else f'code {code}'}")
         if tail:
             parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
-        hint = failure_hint(self.sandbox_plan, tail)
         if hint:
             parts.append(hint)
-        if len(parts) == 1:
-            return None
-        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
-                  stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
-        return "; ".join(parts)
+        return "; ".join(parts) if len(parts) > 1 else None
 
     def _retire(self, conn: Connection) -> None:
         if self._conn is conn:
@@ -463,7 +470,9 @@ class McpServerSource:
 
     def _quarantine(self, why: str, *, state: str = "quarantined", detail: str | None = None) -> None:
         self.unavailable = why
-        self.unavailable_detail = f"MCP server {self.name} could not be started: {detail}" if detail else None
+        if detail is not None and state == "failed":
+            detail = f"MCP server {self.name} could not be started: {detail}"
+        self.unavailable_detail = detail
         extra = {"detail": self.unavailable_detail} if detail else {}
         self.emit(
             EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **extra, **self.describe()
@@ -475,13 +484,19 @@ class McpServerSource:
         if conn is not self._conn:
             return why  # another call already handled this loss
         self._retire(conn)
-        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why)
+        tail = list(self.stderr.tail)[-4:] if self.stderr is not None else []
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why,
+                  **({"stderr_tail": tail} if tail else {}))  # fmt: skip
+        detail = self._detail(why, tail)
         if self.restart == "never":
-            self._quarantine(f"MCP server {self.name} quarantined: its connection was lost {phase}: {why}")
+            why_quarantined = f"MCP server {self.name} quarantined: its connection was lost {phase}"
+            self._quarantine(f"{why_quarantined}: {why}", detail=detail and f"{why_quarantined}: {detail}")
         elif self.restarts >= self.max_restarts:
+            why_quarantined = f"MCP server {self.name} quarantined: connection lost {phase}"
+            limit = f"after {self.restarts} restart(s), the configured maximum"
             self._quarantine(
-                f"MCP server {self.name} quarantined: connection lost {phase} ({why}) after "
-                f"{self.restarts} restart(s), the configured maximum"
+                f"{why_quarantined} ({why}) {limit}",
+                detail=detail and f"{why_quarantined} ({detail}) {limit}",
             )
         return why
 

@@ -1,0 +1,100 @@
+"""A server that cannot start says why, in words a person can act on: the real error (never
+"unhandled errors in a TaskGroup"), its exit code and last stderr lines; the model gets only
+the short reason. The SDK's own log lines name the server they concern."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.errors import DependencyUnavailable
+from tether.mcp.approve import approve_server
+from tether.mcpapp.runner import run_question
+
+from .conftest import script, write_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("X1")]
+
+
+def _closed_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port: int = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+@pytest.fixture
+def html_server() -> Iterator[str]:
+    """Answers every request with an HTML page: not an MCP server at all."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = b"<html>login page</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_DELETE = do_POST
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+async def test_a_crashing_server_names_its_exit_code_and_last_words(tmp_path: Path, sandbox: str) -> None:
+    code = (
+        "import sys; sys.stderr.write('usage: srv --root DIR\\nerror: unknown option --rot\\n'); sys.exit(2)"
+    )
+    config = write_config(
+        tmp_path,
+        [{"name": "c", "transport": "stdio", "command": [sys.executable, "-c", code], "sandbox": sandbox}],
+    )
+    with pytest.raises(DependencyUnavailable) as caught:
+        await approve_server(config, "c", actor="tester")
+    message = str(caught.value)
+    assert "TaskGroup" not in message and "ExceptionGroup" not in message
+    assert "exited with code 2" in message and "error: unknown option --rot" in message
+
+
+@pytest.mark.anyio
+async def test_refused_and_wrong_http_servers_name_their_cause(tmp_path: Path, html_server: str) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/mcp"
+    config = write_config(tmp_path, [{"name": "gone", "transport": "http", "url": url}])
+    with pytest.raises(DependencyUnavailable) as caught:
+        await approve_server(config, "gone", actor="tester")
+    assert "TaskGroup" not in str(caught.value) and "ConnectError" in str(caught.value)
+
+
+@pytest.mark.anyio
+async def test_the_sdk_log_lines_name_their_server_and_the_user_sees_the_cause(
+    tmp_path: Path, html_server: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    servers = [{"name": "web", "transport": "http", "url": html_server, "connect_timeout_s": 5}]
+    config = write_config(tmp_path, servers)
+    with caplog.at_level(logging.WARNING):
+        run = await run_question(config, "Q", script(("web__anything", {}), "done"))
+    sdk = [r.getMessage() for r in caplog.records if r.name.split(".")[0] in ("mcp", "client")]
+    assert sdk and all(m.startswith("[web] mcp sdk: ") for m in sdk), sdk
+    why = run.summary()["unavailable_servers"]["web"]
+    assert why.startswith("MCP server web could not be started") and "TaskGroup" not in why
