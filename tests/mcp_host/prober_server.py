@@ -56,6 +56,25 @@ def build() -> MCPServer:
         except OSError as err:
             return f"cannot connect: {type(err).__name__}: {err}"
 
+    gate = {"opened": False}
+
+    @server.tool()
+    def gated() -> str:
+        """Works once the person has opened the sign-in page (a -32042 error until then)."""
+        import mcp_types as t
+        from mcp.shared.exceptions import UrlElicitationRequiredError
+
+        if not gate["opened"]:
+            gate["opened"] = True  # the next attempt stands for "after the person signed in"
+            page = t.ElicitRequestURLParams(
+                mode="url",
+                message="Sign in first",
+                url="https://auth.example/sign-in?s=1",
+                elicitation_id="e1",
+            )
+            raise UrlElicitationRequiredError([page])
+        return "GATED-OK"
+
     @server.tool()
     def whereami() -> str:
         """What this process sees of where it runs."""

@@ -98,3 +98,64 @@ async def test_the_sdk_log_lines_name_their_server_and_the_user_sees_the_cause(
     assert sdk and all(m.startswith("[web] mcp sdk: ") for m in sdk), sdk
     why = run.summary()["unavailable_servers"]["web"]
     assert why.startswith("MCP server web could not be started") and "TaskGroup" not in why
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("consent", [True, False])
+async def test_a_url_required_error_is_asked_as_a_url_elicitation_then_the_call_is_sent_again(
+    tmp_path: Path, consent: bool
+) -> None:
+    from tether.mcp.elicitation import ScriptedResponder
+
+    prober = str(Path(__file__).with_name("prober_server.py"))
+    server = {"name": "p", "transport": "stdio", "command": [sys.executable, prober], "mode": "legacy",
+              "tools": ["gated"], "effects": {"gated": "read"},
+              "elicitation": {"enabled": True, "url_mode": True}}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    await approve_server(config, "p", actor="tester")
+    person = ScriptedResponder(url_consent=consent)
+    run = await run_question(config, "Q", script(("p__gated", {}), "done"), responder=person)
+    (seen,) = run.seen("p__gated")
+    (prompt,) = person.shown
+    assert prompt.mode == "url" and prompt.domain == "auth.example"
+    if consent:
+        assert "GATED-OK" in seen
+    else:
+        assert "needs the person to open a URL first" in seen and "upstream_error" in seen
+
+
+@pytest.mark.anyio
+async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_path(tmp_path: Path) -> None:
+    """After a run, its trace is closed; a server's late roots/list (a connection being retired
+    after a restart) is still answered, its event kept for the next run's trace; a host failure
+    in answering tells the server only that the host could not answer, never a local path."""
+    import mcp_types as types
+
+    from tether.mcp.hosting import build_source
+    from tether.trace.tracer import JsonlSink, Tracer
+
+    root = tmp_path / "root"
+    root.mkdir()
+    server = {
+        "name": "p",
+        "transport": "stdio",
+        "command": [sys.executable, "-c", "pass"],
+        "roots": [root.as_uri()],
+    }
+    config = write_config(tmp_path, [server])
+    source, _ = build_source(config.servers[0], config, pins=None)
+    trace = tmp_path / "run.jsonl"
+    tracer = Tracer("run-1", [JsonlSink(trace)])
+    source.bind_tracer(tracer)
+    tracer.close()
+    roots = source._shielded("roots/list", source.roots)
+    answer = await roots(None)
+    assert isinstance(answer, types.ListRootsResult) and str(answer.roots[0].uri).startswith("file://")
+    assert any(kind == "mcp_roots" for kind, _ in source._pending_events)
+
+    async def broken(_context: Any) -> Any:
+        raise ValueError(f"trace {trace} is unwritable")
+
+    failed = await source._shielded("roots/list", broken)(None)
+    assert isinstance(failed, types.ErrorData) and str(tmp_path) not in failed.message
+    assert failed.message == "the host could not answer roots/list"

@@ -458,6 +458,26 @@ class ElicitationGate:
         self._event("cancel", tool=tool, reason="no valid answer: " + "; ".join(problems), message=message)
         return types.ElicitResult(action="cancel")
 
+    async def url_required(self, data: Any, tool: str | None) -> bool:
+        """A ``-32042`` error's URLs, each handled as a URL elicitation (enabled, http(s), an
+        interactive person who consents). True only when every one was accepted."""
+        import mcp_types as types
+        from pydantic import ValidationError
+
+        try:
+            required = types.ElicitationRequiredErrorData.model_validate(data)
+        except ValidationError:
+            self._event("refused", tool=tool, reason="url_required error without valid elicitations")
+            return False
+        if not required.elicitations or not self.config.enabled:
+            self._event("declined", tool=tool, reason="elicitation not enabled for this server")
+            return False
+        for params in required.elicitations[: self.config.max_questions_per_call]:
+            message = str(params.message)[:MAX_MESSAGE]
+            if (await self._url(params, tool, message)).action != "accept":
+                return False
+        return len(required.elicitations) <= self.config.max_questions_per_call
+
     async def _url(self, params: Any, tool: str | None, message: str) -> types.ElicitResult:
         import mcp_types as types
 

@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 __all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 SEPARATOR = "__"
+URL_ELICITATION_REQUIRED = -32042
 # Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
 _SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
 Restart = Literal["never", "on_failure"]
@@ -224,9 +225,16 @@ class McpServerSource:
 
     def emit(self, kind: EventKind, **data: Any) -> None:
         if self._tracer is not None:
-            self._tracer.emit(kind, **data)
-        else:
-            self._pending_events.append((kind, data))
+            try:
+                self._tracer.emit(kind, **data)
+                return
+            except ValueError as err:
+                if not str(err).endswith("is closed"):
+                    raise
+                # The run's trace is closed (a server request after the run ended, e.g. a late
+                # roots/list to a connection being retired): kept for the next run's trace.
+                self._tracer = None
+        self._pending_events.append((kind, data))
 
     def current_call(self) -> CallInfo | None:
         """The call a server request belongs to: known when exactly one call is in flight."""
@@ -249,11 +257,11 @@ class McpServerSource:
         callbacks: dict[str, Any] = {}
         # A capability is advertised only when it is enabled: the SDK announces each callback given.
         if enabled(self.elicitation):
-            callbacks["elicitation_callback"] = self.elicitation
+            callbacks["elicitation_callback"] = self._shielded("elicitation/create", self.elicitation)
         if enabled(self.sampling):
-            callbacks["sampling_callback"] = self.sampling
+            callbacks["sampling_callback"] = self._shielded("sampling/createMessage", self.sampling)
         if self.roots is not None:
-            callbacks["list_roots_callback"] = self.roots
+            callbacks["list_roots_callback"] = self._shielded("roots/list", self.roots)
         client = await stack.enter_async_context(
             Client(
                 transport,
@@ -264,6 +272,26 @@ class McpServerSource:
             )
         )
         return client
+
+    def _shielded(self, method: str, answer: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """A server request's handler that never fails into the SDK: a failure of the host's own
+        (whatever its text: a local path, a traceback) is logged here, and the server is told
+        only that the host could not answer."""
+
+        async def handler(*args: Any) -> Any:
+            try:
+                return await answer(*args)
+            except Exception as err:
+                import logging
+
+                import mcp_types as types
+
+                logging.getLogger("tether.mcp").warning(
+                    "[%s] the host could not answer %s: %s", self.name, method, describe_error(err)
+                )
+                return types.ErrorData(code=-32603, message=f"the host could not answer {method}")
+
+        return handler
 
     async def _stdio(self, stack: AsyncExitStack) -> Any:
         from tether.mcp.stdio import opened, spawn
@@ -741,7 +769,14 @@ class McpServerSource:
         result: Any = None
         try:
             with scope:
-                result = await conn.run(send)
+                try:
+                    result = await conn.run(send)
+                except Exception as err:
+                    # -32042 (2025-11-25): the server needs the person to open a URL first. It is
+                    # asked like a URL elicitation; once every URL is accepted the call is sent again.
+                    if not await self._url_flow(err, info):
+                        raise
+                    result = await conn.run(send)
         except Exception as err:
             if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
                 return invalid_output(self.name, spec, str(err), self.emit)
@@ -779,6 +814,13 @@ class McpServerSource:
         if info.samples:
             output.meta["sampling_requests"] = info.samples
         return output
+
+    async def _url_flow(self, err: BaseException, info: CallInfo) -> bool:
+        """Whether ``err`` was a URL-required error whose URLs the person all accepted."""
+        inner = leaf(err)
+        if getattr(inner, "code", None) != URL_ELICITATION_REQUIRED or self.elicitation is None:
+            return False
+        return bool(await self.elicitation.url_required(getattr(inner, "data", None), info.tool))
 
     # -- roots ------------------------------------------------------------------------------
 
