@@ -311,7 +311,10 @@ def scan_definition(
     findings: list[Finding] = []
     for where, text in strings({k: v for k, v in definition.items() if k != "name"}, ""):
         # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
-        prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id"))
+        # Nor are the parts no model reads (task support, icons, _meta): pinned, not scanned as prose.
+        prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id")) and not where.startswith(
+            ("execution", "icons", "_meta")
+        )
         findings += scan_text(name, where, text, others, prose=prose, script=script, siblings=siblings)
     for key in ("inputSchema", "outputSchema"):
         schema = definition.get(key)
