@@ -181,3 +181,23 @@ async def test_the_reference_servers_form_is_asked_not_refused_as_credential_sha
     trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
     outcomes = [e.get("outcome") for e in trace if e["kind"] == "mcp_elicitation"]
     assert outcomes and "refused" not in outcomes, outcomes
+
+
+@pytest.mark.anyio
+async def test_the_reference_servers_task_only_tool_runs_to_its_end(tmp_path: Path, everything: Path) -> None:
+    """``simulate-research-query`` (``execution.taskSupport: required``) over stdio, confined:
+    created, polled through its stages (shown as progress), its report fetched."""
+    from tether.trace.tracer import read_trace
+
+    tool = "simulate-research-query"
+    server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],
+              "mode": "legacy", "tools": [tool], "effects": {tool: "read"}, "timeout_s": 60}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    pinned, _ = await approve(config, "ref")
+    assert tool in pinned
+    run = await run_question(config, "Q", script((f"ref__{tool}", {"topic": "tasks"}), "done"))
+    assert "Research Report: tasks" in run.seen(f"ref__{tool}")[0]
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    tasks = [e for e in trace if e["kind"] == "mcp_task"]
+    assert [e["action"] for e in tasks] == ["created", "finished"] and tasks[-1]["status"] == "completed"
+    assert any(e["kind"] == "mcp_progress" for e in trace)  # its status messages

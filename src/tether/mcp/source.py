@@ -54,6 +54,7 @@ from tether.mcp.failures import (
 from tether.mcp.listing import PinnedListing
 from tether.mcp.pinning import PinStore, ToolCheck
 from tether.mcp.results import convert_result, invalid_output
+from tether.mcp.tasks import TaskRelay, run_task, task_required
 from tether.schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.schema import validate as validate_schema
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
@@ -167,6 +168,7 @@ class McpServerSource:
         self.unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
         self._start_detail: str | None = None
         self._process: Any = None  # the stdio server's process (its exit code, for a failed start)
+        self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
         self.warnings: list[str] = []
         self.instructions: str | None = None
         self.protocol_version: str | None = None
@@ -254,6 +256,11 @@ class McpServerSource:
             transport = await self._http(stack)
         from mcp import Client
 
+        # Every message passes the connection's task relay, which can also send the host's own
+        # task requests (tether.mcp.tasks): the SDK has no client for tasks.
+        relay = TaskRelay()
+        transport = relay.wrap(transport)
+
         callbacks: dict[str, Any] = {}
         # A capability is advertised only when it is enabled: the SDK announces each callback given.
         if enabled(self.elicitation):
@@ -271,6 +278,8 @@ class McpServerSource:
                 **callbacks,
             )
         )
+        self._relays[id(client)] = relay
+        stack.callback(self._relays.pop, id(client), None)
         return client
 
     def _shielded(self, method: str, answer: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -758,7 +767,11 @@ class McpServerSource:
             if self.progress_resets_timeout:
                 scope.deadline = min(anyio.current_time() + spec.timeout_s, max(ceiling, scope.deadline))
 
+        definition = self._pinned.get(spec.remote_name, {})
+
         async def send(client: Any) -> Any:
+            if task_required(definition):
+                return await self._task(client, spec, arguments, progress)
             return await client.call_tool(
                 spec.remote_name,
                 arguments,
@@ -814,6 +827,37 @@ class McpServerSource:
         if info.samples:
             output.meta["sampling_requests"] = info.samples
         return output
+
+    async def _task(
+        self,
+        client: Any,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], Awaitable[None]],
+    ) -> Any:
+        """A tool that runs only as a task: polled to its end within this call's limits (a new
+        status message counts as progress); its result is used only if the tool's definition
+        is still the approved one when the task ends."""
+
+        def emit(**data: Any) -> None:
+            self.emit(EventKind.MCP_TASK, server=self.name, tool=spec.name, **data)
+
+        async def status(polls: int, message: str | None) -> None:
+            await progress(float(polls), None, message)
+
+        limit = max(spec.timeout_s, self.max_call_s or 0)
+        result = await run_task(
+            self._relays[id(client)], spec.remote_name, arguments, ttl_s=limit, emit=emit, on_status=status
+        )
+        if self.pins is not None:
+            await self._list(client)
+            if spec.remote_name in self.blocked:
+                raise CapabilityBlocked(
+                    f"{spec.name} changed while its task ran ({self.blocked[spec.remote_name]}): its "
+                    "result is not used",
+                    hint=f"a person must review and approve it again (tether mcp approve {self.name})",
+                )
+        return result
 
     async def _url_flow(self, err: BaseException, info: CallInfo) -> bool:
         """Whether ``err`` was a URL-required error whose URLs the person all accepted."""

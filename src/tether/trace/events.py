@@ -64,6 +64,7 @@ class EventKind(StrEnum):
     MCP_CONNECTION = "mcp_connection"  # a connection lost or restarted
     MCP_SANDBOX = "mcp_sandbox"  # a stdio server confined, unconfined (warning) or refused
     MCP_PROGRESS = "mcp_progress"
+    MCP_TASK = "mcp_task"  # a task-augmented tool call: created, polled to its end, or cancelled
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"
     APPROVAL_DENIED = "approval_denied"
@@ -238,6 +239,15 @@ class McpSandbox(_Payload, total=False):
     sandbox_warning: str
     sandbox_refused: str
     sandbox_problem: str
+
+
+class McpTask(_Payload, total=False):
+    server: Required[str]
+    tool: Required[str]
+    action: Required[str]  # created | finished | cancel_sent
+    task_id: str
+    status: str
+    polls: int
 
 
 class McpProgress(_Payload, total=False):
@@ -526,6 +536,7 @@ PAYLOADS: dict[EventKind, type[_Payload]] = {
     EventKind.MCP_CONNECTION: McpConnection,
     EventKind.MCP_SANDBOX: McpSandbox,
     EventKind.MCP_PROGRESS: McpProgress,
+    EventKind.MCP_TASK: McpTask,
     EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
     EventKind.MEMORY_REJECTED: MemoryRejected,
     EventKind.MEMORY_WRITTEN: MemoryWritten,
