@@ -189,6 +189,8 @@ def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | 
     reason = str(entry.get("reason") or "")
     review = f"tether mcp review {server} {where}, then tether mcp approve {server} {where}"
     if kind == "mcp_capability_blocked":
+        if "impersonate" in str(entry.get("why")):
+            return "none here: a name like another server's tool is never approved; the server must rename it"
         if entry.get("status") == "changed":
             return f"its definition changed since approval: review the change and pin it again: {review}"
         return f"review it and pin it if you trust it: {review}"
@@ -220,12 +222,19 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
         print(safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
     for name, why in (payload.get("unavailable_servers") or {}).items():
         print(safe(f"unavailable: {name}: {why}"))
+    # What the host blocked, with its fix: one line per reason, naming every tool it concerns.
+    hinted = {p["tool"] for p in payload.get("problems", ()) if p.get("hint")}
+    groups: dict[tuple[str, str, str], list[str]] = {}
     for b in payload.get("blocked", ()):
-        what = b.get("tool") or b.get("server") or ""
-        why = b.get("why") or b.get("reason") or b.get("status") or b.get("outcome") or ""
-        print(safe(f"blocked: {what}: {b.get('kind')}: {why}"))
-        if b.get("fix"):
-            print(safe(f"  fix: {b['fix']}"))
+        what = str(b.get("tool") or b.get("server") or "")
+        why = str(b.get("why") or b.get("reason") or b.get("status") or b.get("outcome") or "")
+        fix = "" if what in hinted else str(b.get("fix") or "")  # the call's own hint says it already
+        groups.setdefault((str(b.get("kind")), why[:300], fix), []).append(what)
+    for (kind, why, fix), names in groups.items():
+        shown = ", ".join(dict.fromkeys(names))
+        print(safe(f"blocked ({kind}): {shown}: {why}"))
+        if fix:
+            print(safe(f"  fix: {fix}"))
     for note in payload.get("mcp_notes", payload.get("notes", ())):
         print(safe(note))
     for p in payload.get("problems", ()):

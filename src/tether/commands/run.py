@@ -274,11 +274,22 @@ def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
             blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
         elif kind == "tool_observation" and data.get("error_kind") == "capability_blocked":
             blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    # A tool the config never offers (not in its server's tools) is not news when it is unapproved.
+    offers = {s.name: getattr(s, "allow_tools", None) for s in servers}
+    blocked = [b for b in blocked if not _never_offered(b, offers)]
     return {
         "offered_tools": {s.name: [t for t in offered if t.startswith(s.name + "__")] for s in servers},
         "blocked": blocked,
         "servers": [{"server": s.name, **s.describe()} for s in servers],
     }
+
+
+def _never_offered(entry: dict[str, Any], offers: dict[str, Any]) -> bool:
+    if entry.get("kind") != "mcp_capability_blocked" or entry.get("status") != "new":
+        return False
+    server, _, remote = str(entry.get("tool", "")).partition("__")
+    allowed = offers.get(str(entry.get("server") or server))
+    return allowed is not None and remote not in allowed
 
 
 def unavailable_servers(host: Any) -> dict[str, str]:
