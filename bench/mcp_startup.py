@@ -117,7 +117,9 @@ def host_start_s(config: Path) -> float:
         started = time.perf_counter()
         try:
             await host.start()
-            assert host.offered(), "no tools offered"
+            down = [getattr(s, "unavailable_detail", None) or s.unavailable for s in host.sources
+                    if getattr(s, "unavailable", None)]  # fmt: skip
+            assert host.offered(), f"no tools offered: {down}"
             return time.perf_counter() - started
         finally:
             await host.aclose()
@@ -149,13 +151,15 @@ def _profiles(folder: Path) -> dict[str, list[str] | str]:
         why = npx.problem or "npx is not installed"
         out["npx"] = out["node"] = f"skipped: {why}"
     else:
-        out["npx"] = ["npx", "-y", EVERYTHING]
+        # --offline: unconfined, npx would ask the registry first; confined it never does.
+        out["npx"] = ["npx", "--offline", "-y", EVERYTHING]
         out["node"] = npx.argv  # node <npx's install>/dist/index.js
     if shutil.which("uvx") is None:
         out["uvx"] = "skipped: uvx is not installed"
     else:
         uvx = resolve_launch(["uvx", "mcp-server-time"], env=env, cwd=folder)
-        out["uvx"] = ["uvx", "mcp-server-time"] if uvx.problem is None else f"skipped: {uvx.problem}"
+        command = ["uvx", "--offline", "mcp-server-time"]  # the same cached environment both ways
+        out["uvx"] = command if uvx.problem is None else f"skipped: {uvx.problem}"
     return out
 
 
@@ -178,11 +182,16 @@ def profile_ratios(folder: Path, repeat: int, wanted: set[str] | None = None) ->
             continue
         plain_config = _profile_config(folder, name, command, "none")
         boxed_config = _profile_config(folder, name, command, "auto")
-        host_start_s(plain_config)  # once first: caches warm for both
         plains, boxes = [], []
-        for _ in range(repeat):
-            plains.append(host_start_s(plain_config))
-            boxes.append(host_start_s(boxed_config))
+        try:
+            host_start_s(plain_config)  # once first: caches warm for both
+            for _ in range(repeat):
+                plains.append(host_start_s(plain_config))
+                boxes.append(host_start_s(boxed_config))
+        except AssertionError as err:
+            out[name] = {"failed": str(err)}
+            print(f"launcher {name}: failed ({err})")
+            continue
         plain, boxed = statistics.median(plains), statistics.median(boxes)
         out[name] = {
             "unconfined_ms": round(plain * 1000, 1),
