@@ -805,6 +805,15 @@ class McpServerSource:
         finally:
             self._inflight.remove(info)
         if scope.cancelled_caught or result is None:
+            stretched = self.progress_resets_timeout and (self.max_call_s or 0) > spec.timeout_s
+            if stretched and scope.deadline >= ceiling:
+                # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
+                limit = self.max_call_s or spec.timeout_s
+                raise Unavailable(
+                    f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
+                    "reporting progress",
+                    cause="ceiling",
+                )
             raise Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
         if info.pause_id is not None:
             raise InputPending(
