@@ -294,3 +294,28 @@ async def test_a_uvx_server_starts_confined_offline(tmp_path: Path, uvx_tool: st
     assert (
         confined["action"] == "confined" and confined["launcher"] == "uvx" and confined["network"] == "none"
     )
+
+
+def test_finding_what_a_python_server_imports_runs_none_of_its_code(tmp_path: Path) -> None:
+    """A package's .pth file runs code whenever its interpreter starts: the host reads the
+    environment's files instead of asking the interpreter, so that code runs only confined.
+    A .pth path line (an editable install) is still followed."""
+    import subprocess
+    import venv
+
+    from tether.mcp.launchers import resolve_launch
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    site = next(env_dir.glob("lib/python3*/site-packages"))
+    marker = tmp_path / "ran-on-the-host"
+    (site / "evil.pth").write_text(f"import os; open({str(marker)!r}, 'w').close()\n", encoding="utf-8")
+    editable = tmp_path / "src"
+    editable.mkdir()
+    (site / "editable.pth").write_text(f"{editable}\n", encoding="utf-8")
+    python = str(env_dir / "bin" / "python")
+    launch = resolve_launch([python, "-m", "server"], env={"PATH": os.environ["PATH"]}, cwd=tmp_path)
+    assert not marker.exists()
+    assert editable in launch.read_only and env_dir in launch.read_only
+    subprocess.run([python, "-c", "pass"], check=True)  # the same interpreter, run: the code runs
+    assert marker.exists()

@@ -4,10 +4,11 @@ A confined server sees only what its launcher needs (``tether.mcp.sandbox``). Th
 reads the command the way the launcher would and names that, read-only:
 
 - **python** (``python -m pkg``, ``python script.py``, a venv or uv console script, whose
-  interpreter is found through its ``#!`` line): the interpreter asked for its own prefixes
-  and import path (``sys.prefix``, ``sys.base_prefix``, ``sys.path`` with the server's
-  ``PYTHONPATH``), so a pyenv, uv or venv interpreter anywhere works; a script named on the
-  command line is shown as that one file, never its folder;
+  interpreter is found through its ``#!`` line): the interpreter's installation, a venv's base
+  (``pyvenv.cfg``), the folders its ``.pth`` files list and the server's ``PYTHONPATH``, read
+  from files (nothing of the server's runs outside the sandbox), so a pyenv, uv or venv
+  interpreter anywhere works; a script named on the command line is shown as that one file,
+  never its folder;
 - **node** (``node <pkg>/dist/index.js``, a ``#!/usr/bin/env node`` script): the node
   installation, the package the script belongs to (its nearest ``package.json``) and every
   ``node_modules`` folder node's resolution walks up through;
@@ -15,8 +16,8 @@ reads the command the way the launcher would and names that, read-only:
   in the npm cache (``~/.npm/_npx``), launched with node directly: no registry request, no
   writable npm cache; a package not installed there needs the network, and the plan says so;
 - **uvx** (``uvx pkg``, ``uv tool run pkg``): uv resolves the tool's environment from its
-  cache, offline, on the host (no package code runs there); the server then starts from
-  that environment like a console script;
+  cache, offline and without building anything (``--no-build``), on the host; the server then
+  starts from that environment like a console script;
 - anything else: the executable file itself.
 
 No folder is ever shown just because a script sits in it, and none that holds (or is) one
@@ -25,7 +26,6 @@ of the host's protected paths (its config folder, pins, state, logs, credential 
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -175,29 +175,39 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
 # -- python ----------------------------------------------------------------------------------
 
 
-@functools.cache
-def _python_paths(interpreter: str, pythonpath: str) -> tuple[str, ...]:
-    """The interpreter's prefixes and import path, asked of the interpreter itself (once)."""
-    probe = (
-        "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix,"
-        " sys.base_exec_prefix, *sys.path]))"
-    )
-    env = {"PATH": os.defpath}
-    if pythonpath:
-        env["PYTHONPATH"] = pythonpath
-    try:
-        done = subprocess.run(
-            [interpreter, "-c", probe],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            env=env,
-            cwd="/",
-            check=False,
-        )
-        return tuple(json.loads(done.stdout.strip().splitlines()[-1])) if done.returncode == 0 else ()
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return ()
+def _python_paths(interpreter: str, pythonpath: str) -> list[Path]:
+    """Where the interpreter imports from, read from its files, never by running it (a ``.pth``
+    file of a package in its environment runs code at start-up: that code runs only confined).
+
+    Its installation and a venv's base (``pyvenv.cfg``'s ``home``), the folders its
+    ``site-packages`` ``.pth`` files list (editable installs) and the ``PYTHONPATH`` entries."""
+    interp = Path(interpreter)
+    prefixes = {interp.parent.parent, interp.resolve().parent.parent}
+    for prefix in list(prefixes):
+        cfg = prefix / "pyvenv.cfg"
+        try:
+            lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
+        except OSError:
+            lines = []
+        for line in lines:
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                home = Path(value.strip())
+                prefixes |= {home.parent, home.resolve().parent}
+    out = [p for p in prefixes if p.is_dir()]
+    for prefix in prefixes:
+        for site in prefix.glob("lib/python3*/site-packages"):
+            for pth in sorted(site.glob("*.pth")):
+                try:
+                    entries = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    continue
+                for entry in entries:
+                    entry = entry.strip()
+                    if entry and not entry.startswith(("#", "import ", "import\t")):
+                        out.append(Path(entry) if os.path.isabs(entry) else site / entry)
+    out += [Path(p) for p in pythonpath.split(os.pathsep) if p]
+    return [p for p in out if p.is_dir()]
 
 
 def _python(
@@ -208,12 +218,9 @@ def _python(
     for p in {exe.resolve(), *_installation(interp)}:
         guard.show(launch, p)
     launch.path_dirs.append(interp.parent)
-    paths = _python_paths(interpreter, env.get("PYTHONPATH", ""))
-    if not paths:
-        launch.withheld.append(f"(the interpreter {interpreter} did not say its import path)")
-    for entry in paths:
-        if entry and entry != "/" and Path(entry).is_dir():
-            guard.show(launch, Path(entry).resolve())
+    for entry in _python_paths(interpreter, env.get("PYTHONPATH", "")):
+        if entry != Path("/"):
+            guard.show(launch, entry.resolve())
     if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
         for i, arg in enumerate(argv[1:], start=1):
             if arg in ("-m", "-c"):
@@ -387,9 +394,9 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _
         return Launch("uvx", argv, problem="cannot read this uvx command (no tool named)")
     rest = argv[i + 1 :]
     tool = command.split("@", 1)[0].split("[", 1)[0]
+    # printenv, not the environment's python: nothing of the tool's (a .pth file) runs here.
     probe = [str(exe)] if exe.name == "uvx" else [str(exe), "tool", "run"]
-    probe += ["--offline", *uv_args, "--from", source or command, "python", "-c",
-              "import sys, sysconfig; print(sys.prefix); print(sysconfig.get_path('scripts'))"]  # fmt: skip
+    probe += ["--offline", "--no-build", *uv_args, "--from", source or command, "printenv", "PATH"]
     run_env = {k: v for k, v in env.items() if k in ("PATH", "HOME", "UV_CACHE_DIR", "XDG_CACHE_HOME")}
     try:
         done = subprocess.run(
@@ -397,8 +404,8 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _
         )
     except (OSError, subprocess.TimeoutExpired) as err:
         return Launch("uvx", argv, problem=f"uv could not resolve {command}: {err}")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or len(lines) < 2:
+    scripts = Path(done.stdout.strip().split(os.pathsep, 1)[0]) if done.stdout.strip() else None
+    if done.returncode != 0 or scripts is None or not (scripts.parent / "pyvenv.cfg").is_file():
         detail = (done.stderr or "").strip().splitlines()
         return Launch(
             "uvx",
@@ -408,11 +415,11 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _
                 f"and a confined server has no network: run `uvx {command} --help` once, or set network: any"
             ),
         )
-    script = Path(lines[1]) / tool
+    script = scripts / tool
     if not script.is_file():
         return Launch("uvx", argv, problem=f"uv's environment for {command} has no command {tool!r}")
-    interpreter = _interpreter_of(script) or str(Path(lines[1]) / "python")
+    interpreter = _interpreter_of(script) or str(scripts / "python")
     launch = _python([str(script), *rest], script, interpreter, env, cwd, guard)
+    guard.show(launch, scripts.parent.resolve())
     launch.profile = "uvx"
-    guard.show(launch, Path(lines[0]).resolve())
     return launch
