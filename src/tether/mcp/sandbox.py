@@ -212,7 +212,10 @@ def _confine(
     def allowed(p: Path) -> bool:
         for q in guarded:
             if inside(q, p):
-                withheld.append(f"{p} (holds {q}, which servers never see)")
+                withheld.append(
+                    f"{p} (holds {q}, which servers never see: keep the MCP config, pins, state and "
+                    "credential files outside the folders a server is given)"
+                )
                 return False
         return p.exists()
 

@@ -321,6 +321,8 @@ class McpServerSource:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="unconfined", why=plan.warning)
             else:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="confined", **plan.describe())
+                for path in plan.confinement.withheld if plan.confinement is not None else ():
+                    self.warnings.append(f"not shown to the confined server: {path}")
             argv = plan.argv
             if plan.problem:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="cannot_confine", why=plan.problem)
