@@ -159,3 +159,24 @@ async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_p
     failed = await source._shielded("roots/list", broken)(None)
     assert isinstance(failed, types.ErrorData) and str(tmp_path) not in failed.message
     assert failed.message == "the host could not answer roots/list"
+
+
+@pytest.mark.anyio
+async def test_a_launch_the_host_refuses_is_explained_to_the_person_and_kept_short_for_the_model(
+    tmp_path: Path,
+) -> None:
+    """``npx -y`` of a package npx never installed, confined (no network): the person reads the
+    reason and the fix; the model reads only that the host could not launch it."""
+    import shutil
+
+    from tether.mcp.sandbox import bwrap_status
+
+    if shutil.which("npx") is None or bwrap_status(None)[0] is None:
+        pytest.skip("needs npx and a working bwrap")
+    package = "@tether-tests/never-installed-server"
+    config = write_config(tmp_path, [{"name": "n", "transport": "stdio", "command": ["npx", "-y", package]}])
+    run = await run_question(config, "Q", script(("n__anything", {}), "done"))
+    (seen,) = run.seen("n__anything")
+    assert "could not launch it as configured" in seen and ".npm" not in seen
+    detail = run.summary()["unavailable_servers"]["n"]
+    assert f"{package} is not installed in the npm cache" in detail and "network: any" in detail

@@ -463,8 +463,14 @@ class McpServerSource:
                 why = str(leaf(err.cause))
             else:
                 why = describe_error(err)
-            self._start_detail = await self._failure_detail(why)
-            raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
+            # The model may read this reason: the host's own refusals (with their local paths)
+            # are told in full to the person only.
+            short = why
+            if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
+                short = "the host could not launch it as configured (the run's output says why)"
+            detail = await self._failure_detail(why)
+            self._start_detail = detail or (why if short != why else None)
+            raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
         self.emit(
             EventKind.SERVER_LAUNCH,
