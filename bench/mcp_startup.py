@@ -11,15 +11,22 @@
    auto``, when bwrap works) and unconfined (``sandbox: none``).
 3. A host with ``--servers`` ERP servers started together versus one: ``Host.start`` until
    every tool is listed (servers start concurrently, so the ratio stays near 1, not N).
+4. Each launcher profile of the sandbox, confined (``sandbox: auto``) over the same server
+   unconfined (``sandbox: none``), ``Host.start`` until its tools are listed: ``python -m``,
+   a venv console script, ``node <pkg>/dist/index.js``, ``npx -y <pkg>`` and ``uvx <tool>``
+   (the last three when node/npx/uv and the package in their cache are there; otherwise the
+   profile is reported as skipped, with why). Confined, npx and uvx start from their cached
+   install without the registry round trip an unconfined ``npx``/``uvx`` makes.
 
 Prints one line per figure (medians of ``--repeat``), then ONE JSON object on the last line.
-Target: review / the server's own session < 2.
+Targets: review / the server's own session < 2; confined / unconfined <= 1.3 per profile.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -110,7 +117,9 @@ def host_start_s(config: Path) -> float:
         started = time.perf_counter()
         try:
             await host.start()
-            assert host.offered(), "no tools offered"
+            down = [getattr(s, "unavailable_detail", None) or s.unavailable for s in host.sources
+                    if getattr(s, "unavailable", None)]  # fmt: skip
+            assert host.offered(), f"no tools offered: {down}"
             return time.perf_counter() - started
         finally:
             await host.aclose()
@@ -118,10 +127,91 @@ def host_start_s(config: Path) -> float:
     return anyio.run(go)
 
 
+EVERYTHING = "@modelcontextprotocol/server-everything"
+
+
+def _profiles(folder: Path) -> dict[str, list[str] | str]:
+    """The command of each launcher profile here, or why it is skipped."""
+    import shutil
+
+    from tether.mcp.launchers import resolve_launch
+
+    console = folder / "bin" / "erp-server"
+    console.parent.mkdir(exist_ok=True)
+    console.write_text(
+        f"#!{sys.executable}\nimport runpy\nrunpy.run_module('tether.scenarios.maintenance.erp', "
+        "run_name='__main__')\n",
+        encoding="utf-8",
+    )
+    console.chmod(0o755)
+    out: dict[str, list[str] | str] = {"python -m": ERP, "console script": [str(console)]}
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(Path.home())}
+    npx = resolve_launch(["npx", "-y", EVERYTHING], env=env, cwd=folder)
+    if shutil.which("npx") is None or npx.problem:
+        why = npx.problem or "npx is not installed"
+        out["npx"] = out["node"] = f"skipped: {why}"
+    else:
+        # --offline: unconfined, npx would ask the registry first; confined it never does.
+        out["npx"] = ["npx", "--offline", "-y", EVERYTHING]
+        out["node"] = npx.argv  # node <npx's install>/dist/index.js
+    if shutil.which("uvx") is None:
+        out["uvx"] = "skipped: uvx is not installed"
+    else:
+        uvx = resolve_launch(["uvx", "mcp-server-time"], env=env, cwd=folder)
+        command = ["uvx", "--offline", "mcp-server-time"]  # the same cached environment both ways
+        out["uvx"] = command if uvx.problem is None else f"skipped: {uvx.problem}"
+    return out
+
+
+def _profile_config(folder: Path, name: str, command: list[str], mode: str) -> Path:
+    path = folder / f"profile-{abs(hash(name))}-{mode}.yaml"
+    host = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", "server_stderr": "log"}
+    server = {"name": "srv", "transport": "stdio", "command": command, "sandbox": mode}
+    path.write_text(yaml.safe_dump({"host": host, "servers": [server]}), encoding="utf-8")
+    return path
+
+
+def profile_ratios(folder: Path, repeat: int, wanted: set[str] | None = None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for name, command in _profiles(folder).items():
+        if wanted is not None and name not in wanted:
+            continue
+        if isinstance(command, str):
+            out[name] = {"skipped": command}
+            print(f"launcher {name}: {command}")
+            continue
+        plain_config = _profile_config(folder, name, command, "none")
+        boxed_config = _profile_config(folder, name, command, "auto")
+        plains, boxes = [], []
+        try:
+            host_start_s(plain_config)  # once first: caches warm for both
+            for _ in range(repeat):
+                plains.append(host_start_s(plain_config))
+                boxes.append(host_start_s(boxed_config))
+        except AssertionError as err:
+            out[name] = {"failed": str(err)}
+            print(f"launcher {name}: failed ({err})")
+            continue
+        plain, boxed = statistics.median(plains), statistics.median(boxes)
+        out[name] = {
+            "unconfined_ms": round(plain * 1000, 1),
+            "confined_ms": round(boxed * 1000, 1),
+            "confined_over_unconfined": round(boxed / plain, 3),
+        }
+        print(f"launcher {name}: unconfined {plain * 1000:.0f} ms, confined {boxed * 1000:.0f} ms "
+              f"({boxed / plain:.2f}x)")  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--servers", type=int, default=4)
+    parser.add_argument(
+        "--profiles",
+        default="all",
+        help="launcher profiles to time (4.): all, none or a comma-separated list",
+    )
     args = parser.parse_args()
     from tether.mcp.sandbox import bwrap_status
 
@@ -151,6 +241,10 @@ def main() -> None:
             manys.append(host_start_s(_config(folder, n, "none")))
         one, many = statistics.median(ones), statistics.median(manys)
         print(f"host start, 1 server: {one * 1000:.0f} ms; {n} servers together: {many * 1000:.0f} ms")
+        listed = {p for p in args.profiles.split(",") if p and p != "none"}
+        wanted = None if args.profiles == "all" else listed
+        profiles = profile_ratios(folder, args.repeat, wanted) if confined else {}
+    ratios = [p["confined_over_unconfined"] for p in profiles.values() if "confined_over_unconfined" in p]
     print(
         json.dumps(
             {
@@ -167,6 +261,8 @@ def main() -> None:
                 "host_start_one_ms": round(one * 1000, 1),
                 "host_start_many_ms": round(many * 1000, 1),
                 "many_over_one": round(many / one, 3),
+                "profiles": profiles,
+                "max_confined_over_unconfined": max(ratios) if ratios else None,
             }
         )
     )

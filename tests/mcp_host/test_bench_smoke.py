@@ -35,7 +35,7 @@ def test_mcp_host_bench_reports_the_cost_of_rechecking_pins() -> None:
 def test_mcp_startup_bench_compares_review_with_the_servers_own_session() -> None:
     bench = BENCH.with_name("mcp_startup.py")
     out = subprocess.run(
-        [sys.executable, str(bench), "--repeat", "1", "--servers", "2"],
+        [sys.executable, str(bench), "--repeat", "1", "--servers", "2", "--profiles", "python -m"],
         capture_output=True,
         text=True,
         timeout=600,
@@ -45,3 +45,5 @@ def test_mcp_startup_bench_compares_review_with_the_servers_own_session() -> Non
     assert figures["servers"] == 2 and isinstance(figures["confined"], bool)
     keys = ("server_start_ms", "server_session_ms", "review_ms", "review_over_server_session")
     assert all(figures[key] > 0 for key in keys) and figures["many_over_one"] > 0
+    if figures["confined"]:
+        assert figures["profiles"]["python -m"]["confined_over_unconfined"] > 0

@@ -101,3 +101,20 @@ async def test_hidden_text_in_a_result_never_reaches_the_model_and_the_raw_is_tr
 @example("café")
 def test_the_plain_text_shortcut_agrees_with_the_scan_it_replaces(text: str) -> None:
     assert clean._plain(text) == (clean._SUSPECT.search(text) is None)
+
+
+def test_raw_html_links_are_cleaned_like_markdown_ones_and_loading_elements_removed() -> None:
+    text = (
+        'See <a href="https://evil.example/c?d=SECRET">the docs</a>, <A HREF=https://two.example/q>this</a>, '
+        "<a href='//three.example/x'>unclosed and <iframe src=\"https://frame.example/\"></iframe>"
+        '<form action="https://post.example/"> done. Also a < b and c > d.'
+    )
+    cleaned, meta = clean_result_text(text)
+    assert "SECRET" not in cleaned and "https://" not in cleaned and "//three.example" not in cleaned
+    assert (
+        "the docs [link to evil.example removed]" in cleaned
+        and "this [link to two.example removed]" in cleaned
+    )
+    assert "[link to three.example removed]" in cleaned and "[html iframe removed]" in cleaned
+    assert "[html form removed]" in cleaned and "a < b and c > d." in cleaned
+    assert meta["links"] == 5

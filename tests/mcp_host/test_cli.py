@@ -198,3 +198,31 @@ def test_a_paused_mcp_run_with_an_approval_store_is_continued_by_tether_resume(
     assert main(["resume", paused["run_id"], "--db", db, "--json"]) == 0
     done = _last_json(capsys.readouterr().out)
     assert done["stop_reason"] == "accepted" and "content={'colour': 'red'}" in done["answer"]
+
+
+@pytest.mark.slow  # a stdio server launch
+def test_the_terminal_says_what_was_blocked_why_and_the_fix_in_one_outcome_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from .conftest import stdio_server, write_config
+
+    effects = {"lookup": "read", "big": "read", "bad_struct": "read"}
+    write_config(tmp_path, [stdio_server("h", effects=effects, max_result_chars=200)])
+    config = str(tmp_path / "mcp.yaml")
+    assert main(["mcp", "approve", "h", "--config", config]) == 0
+    capsys.readouterr()
+    code = main(
+        ["mcp", "run", "Q", "--config", config, "--call", "h__big", "{}", "--call", "h__wipe", "{}",
+         "--call", "h__lookup", '{"key": "a"}']
+    )  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 2
+    first = out.splitlines()[0]
+    assert first == "outcome: answered, calls not completed  (exit 2; stop_reason: accepted)"
+    assert "stop_reason: accepted  (exit" not in out  # no line saying "accepted" next to a failure code
+    lines = out.splitlines()
+    oversized = lines.index("blocked (mcp_result_rejected): h__big: oversized")
+    assert lines[oversized + 1].startswith("  fix: raise max_result_chars for server h")
+    unapproved = next(line for line in lines if line.startswith("blocked (mcp_capability_blocked)"))
+    assert "h__add_comment" in unapproved and "not approved" in unapproved
+    assert "tether mcp review h --config" in lines[lines.index(unapproved) + 1]

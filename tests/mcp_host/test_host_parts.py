@@ -62,7 +62,7 @@ def test_config_reads_toml_and_yaml_and_refuses_duplicates_and_bad_ids(tmp_path:
 @pytest.mark.spec("X2")
 def test_pins_match_the_canonical_definition_whatever_the_key_order(tmp_path: Path) -> None:
     definition = canonical_definition(TOOL)
-    assert "_meta" not in definition
+    assert "_meta" in definition  # pinned too (issue 27): a change to it is reviewed like any other
     reordered = dict(reversed(list(definition.items())))
     assert digest(reordered) == digest(definition)
     store = PinStore(tmp_path / "pins.db")
@@ -164,6 +164,33 @@ def test_credential_shaped_questions_are_recognised_and_ordinary_ones_are_not() 
         ("Deploy", "private_key"),
     ]:
         assert credential_shaped(message, {"type": "object", "properties": {field: {"type": "string"}}})
+    # By the form's shape: a password format, a title, a camelCase name.
+    for prop in ({"type": "string", "format": "password"}, {"type": "string", "writeOnly": True}):
+        assert credential_shaped("Continue", {"type": "object", "properties": {"value": prop}})
+    titled = {"type": "object", "properties": {"v": {"type": "string", "title": "Your PIN"}}}
+    assert credential_shaped("Confirm", titled) == "field 'v' asks for 'pin'"
+    assert credential_shaped("Pay", {"type": "object", "properties": {"cardNumber": {"type": "string"}}})
+
+
+@pytest.mark.spec("X5")
+def test_a_warning_in_a_description_or_a_negated_term_is_not_a_credential_field() -> None:
+    """server-everything's form: 'Your favorite integer (do not give us your phone number, pin,
+    or other sensitive info)' describes an ordinary integer field."""
+    warned = {
+        "type": "integer",
+        "title": "Integer",
+        "description": "Your favorite integer (do not give us your phone number, pin, or other sensitive "
+        "info)",
+    }
+    name = {"type": "string", "title": "String"}
+    form = {"type": "object", "properties": {"integer": warned, "name": name}}
+    assert credential_shaped("Please provide inputs for the following fields:", form) is None
+    assert credential_shaped("Never paste a password here. Which colour?", form) is None
+    # The same words, asked for, still are.
+    assert credential_shaped("Now give us your pin", form) == "message asks for 'pin'"
+    integer = {"type": "integer", "description": "Your favorite integer"}
+    pin = {"type": "object", "properties": {"pin": integer}}
+    assert credential_shaped("Please provide inputs", pin) == "field 'pin' asks for 'pin'"
 
 
 @pytest.mark.spec("X5")

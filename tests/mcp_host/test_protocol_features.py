@@ -132,6 +132,28 @@ async def test_progress_is_traced_shown_and_can_keep_a_long_call_alive(
     assert "[p] p__progress: progress 2/4 step 2" in capsys.readouterr().err.splitlines()
 
 
+@pytest.mark.spec("X1")
+async def test_a_call_kept_alive_by_progress_that_reaches_its_ceiling_names_the_ceiling(
+    tmp_path: Path, http_url: str
+) -> None:
+    effects = {"progress": "read"}
+    capped = web_server(
+        "c",
+        http_url,
+        mode="legacy",
+        effects=effects,
+        timeout_s=1.0,
+        progress_resets_timeout=True,
+        max_call_s=2.0,
+    )
+    config = write_config(tmp_path, [capped])
+    await approve_all(config)
+    slow = {"steps": 6, "pause_s": 0.6}  # a report every 0.6 s, 3.6 s in all: past the 2 s ceiling
+    run = await run_question(config, "Q", script(("c__progress", slow), "end"))
+    (seen,) = run.seen("c__progress")
+    assert "reached its ceiling of 2s (max_call_s)" in seen and "timed out after 1s" not in seen
+
+
 @pytest.fixture
 def silent_url() -> Iterator[str]:
     """A TCP server that accepts connections and never says anything."""

@@ -10,6 +10,7 @@ import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ def everything_http(everything: Path) -> Iterator[str]:
         proc.stderr.close()
 
 
-async def _check(config_servers: list[dict[str, object]], tmp_path: Path) -> None:
+async def _check(config_servers: list[dict[str, object]], tmp_path: Path) -> Any:
     config = write_config(tmp_path, config_servers)
     name = config.servers[0].name
     pinned, _ = await approve(config, name)
@@ -92,6 +93,7 @@ async def _check(config_servers: list[dict[str, object]], tmp_path: Path) -> Non
     assert run.result.stop_reason is StopReason.ACCEPTED
     assert "hello reference" in run.seen(f"{name}__echo")[0]
     assert "42" in run.seen(f"{name}__get-sum")[0]
+    return run
 
 
 @pytest.mark.anyio
@@ -103,10 +105,50 @@ async def test_the_reference_server_over_stdio(tmp_path: Path, everything: Path,
         "command": ["node", str(everything), "stdio"],
         "mode": mode,
         "tools": ["echo", "get-sum"],
-        "effects": EFFECTS,
-        "sandbox_read": [str(everything.parents[3])],  # its node_modules
+        "effects": EFFECTS,  # confined (sandbox: auto): its package and node_modules found from the script
     }
     await _check([server], tmp_path)
+
+
+@pytest.fixture(scope="module")
+def npx_installed() -> str:
+    """The package in npx's own cache, as a user's first ``npx -y`` leaves it."""
+    if shutil.which("npx") is None or shutil.which("node") is None:
+        pytest.skip("npx/node are not installed")
+    try:
+        done = subprocess.run(
+            ["npx", "-y", PACKAGE], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300
+        )
+    except subprocess.TimeoutExpired:
+        pytest.skip("npx -y timed out (no registry?)")
+    if "Starting" not in done.stderr and done.returncode != 0:
+        pytest.skip(f"npx could not fetch {PACKAGE}: {done.stderr[-300:]}")
+    return PACKAGE
+
+
+@pytest.mark.anyio
+async def test_the_reference_server_by_its_npx_command_starts_confined(
+    tmp_path: Path, npx_installed: str
+) -> None:
+    """``npx -y <package>``, as its README says, under the default sandbox: no network, no
+    writable npm cache, and it starts (from npx's install, with node directly)."""
+    from tether.trace.tracer import read_trace
+
+    command = ["npx", "-y", npx_installed]
+    server = {
+        "name": "ref",
+        "transport": "stdio",
+        "command": command,
+        "effects": EFFECTS,
+        "tools": list(EFFECTS),
+    }
+    run = await _check([server], tmp_path)
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    (confined,) = [e for e in trace if e["kind"] == "mcp_sandbox"]
+    assert (
+        confined["action"] == "confined" and confined["launcher"] == "npx" and confined["network"] == "none"
+    )
+    assert not any(p.endswith("/.npm") for p in confined["read_only"])  # the install, not the whole cache
 
 
 @pytest.mark.anyio
@@ -116,3 +158,46 @@ async def test_the_reference_server_over_streamable_http(
 ) -> None:
     server = web_server("ref", everything_http, mode=mode, tools=["echo", "get-sum"], effects=EFFECTS)
     await _check([server], tmp_path)
+
+
+@pytest.mark.anyio
+async def test_the_reference_servers_form_is_asked_not_refused_as_credential_shaped(
+    tmp_path: Path, everything: Path
+) -> None:
+    """Its form's integer field says "do not give us your phone number, pin, …": a warning, not a
+    pin field. The person is asked; nothing is refused as credential-shaped."""
+    from tether.mcp.elicitation import Answer, ScriptedResponder
+    from tether.trace.tracer import read_trace
+
+    tool = "trigger-elicitation-request"
+    server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],
+              "tools": [tool], "effects": {tool: "read"}, "elicitation": {"enabled": True}}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    pinned, _ = await approve(config, "ref")
+    assert tool in pinned
+    person = ScriptedResponder([Answer("decline")])
+    run = await run_question(config, "Q", script((f"ref__{tool}", {}), "done"), responder=person)
+    assert len(person.shown) == 1 and "integer" in str(person.shown[0])
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    outcomes = [e.get("outcome") for e in trace if e["kind"] == "mcp_elicitation"]
+    assert outcomes and "refused" not in outcomes, outcomes
+
+
+@pytest.mark.anyio
+async def test_the_reference_servers_task_only_tool_runs_to_its_end(tmp_path: Path, everything: Path) -> None:
+    """``simulate-research-query`` (``execution.taskSupport: required``) over stdio, confined:
+    created, polled through its stages (shown as progress), its report fetched."""
+    from tether.trace.tracer import read_trace
+
+    tool = "simulate-research-query"
+    server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],
+              "mode": "legacy", "tools": [tool], "effects": {tool: "read"}, "timeout_s": 60}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    pinned, _ = await approve(config, "ref")
+    assert tool in pinned
+    run = await run_question(config, "Q", script((f"ref__{tool}", {"topic": "tasks"}), "done"))
+    assert "Research Report: tasks" in run.seen(f"ref__{tool}")[0]
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    tasks = [e for e in trace if e["kind"] == "mcp_task"]
+    assert [e["action"] for e in tasks] == ["created", "finished"] and tasks[-1]["status"] == "completed"
+    assert any(e["kind"] == "mcp_progress" for e in trace)  # its status messages

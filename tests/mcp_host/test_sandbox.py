@@ -60,8 +60,9 @@ async def test_a_confined_server_reads_inside_its_root_and_nothing_else(tmp_path
     assert flagged[0] is None and flagged[2] == ["/etc/passwd"]
     trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
     confined = [e for e in trace if e["kind"] == "mcp_sandbox"]
-    assert confined[0]["action"] == "confined" and confined[0]["read_write"] == [str(root)]
-    assert confined[0]["network"] is False
+    assert confined[0]["action"] == "confined" and confined[0]["read_write"] == []
+    assert str(root) in confined[0]["read_only"]  # roots are read-only unless declared writable
+    assert confined[0]["network"] == "none" and confined[0]["launcher"] == "python"
 
 
 def test_without_a_working_bwrap_auto_warns_everywhere_and_required_refuses(

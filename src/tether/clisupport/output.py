@@ -187,15 +187,58 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
     return None
 
 
+def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | None:
+    """What to change about something the host blocked (an entry of a run's ``blocked``)."""
+    kind, server = entry.get("kind"), entry.get("server") or str(entry.get("tool", "")).split("__", 1)[0]
+    reason = str(entry.get("reason") or "")
+    review = f"tether mcp review {server} {where}, then tether mcp approve {server} {where}"
+    if kind == "mcp_capability_blocked":
+        if "impersonate" in str(entry.get("why")):
+            return "none here: a name like another server's tool is never approved; the server must rename it"
+        if entry.get("status") == "changed":
+            return f"its definition changed since approval: review the change and pin it again: {review}"
+        return f"review it and pin it if you trust it: {review}"
+    if kind == "mcp_result_rejected":
+        if reason == "oversized":
+            return f"raise max_result_chars for server {server} in the config if the size is expected"
+        if reason == "output_schema":
+            return f"the server's result broke its own approved output schema: a server fault ({review})"
+        return None
+    if kind == "mcp_elicitation":
+        return (
+            f"to let a person answer: elicitation: {{enabled: true}} for server {server}, and --ask console"
+        )
+    if kind == "mcp_sampling":
+        return f"to answer samples: sampling: {{enabled: true}} for server {server}, and --sampler model"
+    return next((h for key, h in _HINTS.items() if key in reason), None)
+
+
 def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | None = None) -> None:
     """The human view of one run (untrusted text is escaped for the terminal)."""
-    print(f"stop_reason: {payload['stop_reason']}  (exit {payload['exit']})")
+    if payload["stop_reason"] == "accepted" and payload["exit"] != 0:
+        # The model answered, but the exit code says what the run left undone: one line, not two.
+        print(f"outcome: answered, calls not completed  (exit {payload['exit']}; stop_reason: accepted)")
+    else:
+        print(f"stop_reason: {payload['stop_reason']}  (exit {payload['exit']})")
     if payload.get("detail"):
         print(safe(f"detail: {payload['detail']}"))
     for c in payload.get("calls", ()):
         print(safe(f"call {c['tool']}: {c['status']}{' (' + c['reason'] + ')' if c['reason'] else ''}"))
     for name, why in (payload.get("unavailable_servers") or {}).items():
         print(safe(f"unavailable: {name}: {why}"))
+    # What the host blocked, with its fix: one line per reason, naming every tool it concerns.
+    hinted = {p["tool"] for p in payload.get("problems", ()) if p.get("hint")}
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for b in payload.get("blocked", ()):
+        what = str(b.get("tool") or b.get("server") or "")
+        why = str(b.get("why") or b.get("reason") or b.get("status") or b.get("outcome") or "")
+        fix = "" if what in hinted else str(b.get("fix") or "")  # the call's own hint says it already
+        groups.setdefault((str(b.get("kind")), why[:300], fix), []).append(what)
+    for (kind, why, fix), names in groups.items():
+        shown = ", ".join(dict.fromkeys(names))
+        print(safe(f"blocked ({kind}): {shown}: {why}"))
+        if fix:
+            print(safe(f"  fix: {fix}"))
     for note in payload.get("mcp_notes", payload.get("notes", ())):
         print(safe(note))
     for p in payload.get("problems", ()):

@@ -237,7 +237,7 @@ def report(
     **extra: Any,
 ) -> int:
     """Print a finished (or paused) run and return its exit code."""
-    from tether.clisupport.output import emit_json, print_run, run_payload
+    from tether.clisupport.output import block_fix, emit_json, print_run, run_payload
     from tether.commands._progress import write_results
 
     down = unavailable_servers(host)
@@ -247,6 +247,10 @@ def report(
     payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
     payload.update(mcp_facts(result, host, tools))
+    for entry in payload.get("blocked", ()):
+        fix = block_fix(entry, where)
+        if fix:
+            entry["fix"] = fix
     # What the call lines alone would hide: a server running unconfined, a question declined
     # during a call that still returned ok, a result cleaned of hidden text.
     warnings = [f"warning: server {s.name}: {w}" for s in host.sources for w in getattr(s, "warnings", ())]
@@ -290,6 +294,9 @@ def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
             blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
         elif kind == "tool_observation" and data.get("error_kind") == "capability_blocked":
             blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    # A tool the config never offers (not in its server's tools) is not news when it is unapproved.
+    offers = {s.name: getattr(s, "allow_tools", None) for s in servers}
+    blocked = [b for b in blocked if not _never_offered(b, offers)]
     return {
         "offered_tools": {s.name: [t for t in offered if t.startswith(s.name + "__")] for s in servers},
         "blocked": blocked,
@@ -297,8 +304,21 @@ def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
     }
 
 
+def _never_offered(entry: dict[str, Any], offers: dict[str, Any]) -> bool:
+    if entry.get("kind") != "mcp_capability_blocked" or entry.get("status") != "new":
+        return False
+    server, _, remote = str(entry.get("tool", "")).partition("__")
+    allowed = offers.get(str(entry.get("server") or server))
+    return allowed is not None and remote not in allowed
+
+
 def unavailable_servers(host: Any) -> dict[str, str]:
-    return {s.name: s.unavailable for s in host.sources if isinstance(getattr(s, "unavailable", None), str)}
+    """Each server that is gone, with why: for the person, its cause in full (stderr, hints)."""
+    return {
+        s.name: getattr(s, "unavailable_detail", None) or s.unavailable
+        for s in host.sources
+        if isinstance(getattr(s, "unavailable", None), str)
+    }
 
 
 def next_steps(

@@ -66,8 +66,17 @@ class ServerReview:
         if launch.get("transport") == "stdio":
             if launch.get("confined"):
                 rw = ", ".join(launch.get("read_write") or []) or "nothing"
-                net = "with network" if launch.get("network") else "no network"
-                lines.append(f"  sandbox: confined (writes: {rw}; {net})")
+                net = (
+                    "the host's network (loopback included)"
+                    if launch.get("network") == "any"
+                    else "no network"
+                )
+                reads = len(launch.get("read_only") or [])
+                lines.append(
+                    f"  sandbox: confined, {launch.get('launcher')} launcher (reads {reads} paths besides "
+                    f"the system's; writes: {rw}; {net})"
+                )
+                lines += [f"  withheld from it: {w}" for w in launch.get("withheld") or []]
             else:
                 lines.append(f"  sandbox: {launch.get('sandbox', 'none')}, NOT confined")
         lines += [f"  WARNING: {w}" for w in self.warnings]
@@ -125,20 +134,29 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             checks = await source.refresh()
         finally:
             await source.close()
-        from tether.mcp.review import Finding, scan_definition, scan_text
+        from tether.mcp.review import Finding, main_script, scan_definition, scan_text, strings
 
         elsewhere = [(s.name, tool) for s in config.servers if s.name != name for tool in pins.pins(s.name)]
-        # Other servers' tools by namespaced and by plain name; this server's own by plain name.
+        # Other servers' tools by namespaced and by plain name. This server naming its own tools
+        # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
+        # an instruction, flagged as such.
         others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
-        others |= {c.tool for c in checks}
+        siblings = [c.tool for c in checks]
+        script = main_script(text for c in checks for _, text in strings(c.definition, ""))
         reviews = []
         for c in checks:
-            findings = scan_definition(c.definition, others)
+            findings = scan_definition(c.definition, others, script=script, siblings=siblings)
             if (bad := bad_tool_name(c.tool)) is not None:
                 findings.insert(0, Finding(c.tool, "tool_reference", "name", bad))
             reviews.append(ToolReview(c, findings))
         instructions = source.instructions or None
-        found = scan_text("(instructions)", "instructions", instructions, others) if instructions else []
+        found = (
+            scan_text(
+                "(instructions)", "instructions", instructions, others, script=script, siblings=siblings
+            )
+            if instructions
+            else []
+        )
         return ServerReview(
             name,
             source.describe(),

@@ -7,8 +7,9 @@ tag characters (an ASCII message can ride in them: it is decoded for the reviewe
 for the model), variation selectors, control characters (terminal escape sequences).
 Markup that acts when rendered is neutralised: HTML comments are cut (their text is
 hidden on render), markdown images and raw ``<img>`` tags lose their target (a renderer
-fetches it unasked: an exfiltration channel), markdown links and link definitions keep
-their text and show only the target's host.
+fetches it unasked: an exfiltration channel), markdown links, link definitions and raw HTML
+``<a href>`` links keep their text and show only the target's host; HTML elements that load
+or submit by themselves (``<iframe>``, ``<script>``, ``<form>``, ``<link>`` …) are removed.
 
 ``escape_for_review(text)`` is the raw text as a person should see it: every invisible or
 control character written as a visible ``<U+XXXX>`` escape.
@@ -36,6 +37,13 @@ _IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]
 _REF_IMAGE = re.compile(r"!\[([^\]\n]{0,500})\]\[([^\]\n]{0,200})\]")
 _HTML_IMG = re.compile(r"<\s*img\b[^>]*>", re.IGNORECASE)
 _LINK = re.compile(r"\[([^\]\n]{0,500})\]\(\s*<?([^)\s>]*)>?(?:\s+[\"'(][^)\n]*)?\)")
+_HREF = r"""\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))"""
+_HTML_LINK = re.compile(rf"<\s*a\b[^>]*?{_HREF}[^>]*>(.{{0,2000}}?)<\s*/\s*a\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_OPEN_LINK = re.compile(rf"<\s*a\b[^>]*?{_HREF}[^>]*>", re.IGNORECASE)
+# Elements a renderer loads or submits by themselves: removed with their target.
+_HTML_FETCHING = re.compile(
+    r"<\s*(iframe|frame|script|embed|object|link|source|video|audio|form|meta|base)\b[^>]*>", re.IGNORECASE
+)
 _LINK_DEF = re.compile(r"^[ \t]{0,3}\[([^\]\n]{1,200})\]:[ \t]*<?(\S+?)>?(?:[ \t]+.*)?$", re.MULTILINE)
 
 
@@ -143,8 +151,24 @@ def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
         links += 1
         return f"[{m.group(1)}]: [link to {_host(m.group(2))} removed]"
 
+    def html_link(m: re.Match[str]) -> str:
+        nonlocal links
+        links += 1
+        target = next((g for g in m.groups()[:3] if g is not None), "")
+        inner = m.group(4) if m.lastindex and m.lastindex >= 4 and m.group(4) is not None else ""
+        return f"{inner}{' ' if inner else ''}[link to {_host(target)} removed]"
+
+    def html_fetching(m: re.Match[str]) -> str:
+        nonlocal links
+        links += 1
+        return f"[html {m.group(1).lower()} removed]"
+
     cleaned = _LINK.sub(link, cleaned)
     cleaned = _LINK_DEF.sub(link_def, cleaned)
+    if "<" in cleaned:  # raw HTML: links cleaned like markdown ones, loading elements removed
+        cleaned = _HTML_LINK.sub(html_link, cleaned)
+        cleaned = _HTML_OPEN_LINK.sub(html_link, cleaned)
+        cleaned = _HTML_FETCHING.sub(html_fetching, cleaned)
     if links:
         meta["links"] = links
     return cleaned, meta

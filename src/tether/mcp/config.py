@@ -24,6 +24,8 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
     credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
     restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
     sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
+    network = "none"              # confined: none (own loopback only) | any (the host's network)
+    roots_writable = false        # confined: roots are read-only unless this is set
 """
 
 from __future__ import annotations
@@ -106,7 +108,25 @@ class ServerConfig(_Strict):
     sandbox: Literal["auto", "required", "none"] = "auto"
     sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
     sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
-    allow_network: bool = False  # a confined server gets no network unless allowed
+    roots_writable: bool = False  # a confined server may write into its roots only when set
+    # none: a network namespace of its own (only its own loopback); any: the host's network,
+    # loopback services included. bubblewrap cannot filter by host:port (no allowlist).
+    network: Literal["none", "any"] = "none"
+    allow_network: bool = False  # older spelling of network: any
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            raise ValueError(
+                "a host:port allowlist cannot be enforced: bubblewrap confines a server to no network "
+                "or the host's whole network; use network: none (the default) or network: any"
+            )
+        return v
+
+    @property
+    def network_access(self) -> Literal["none", "any"]:
+        return "any" if self.allow_network else self.network
 
     @field_validator("name")
     @classmethod
@@ -137,7 +157,12 @@ class ServerConfig(_Strict):
         if self.env and self.transport != "stdio":
             raise ValueError(f"server {self.name}: env applies to stdio servers only")
         if self.transport != "stdio" and (
-            self.sandbox == "required" or self.sandbox_read or self.sandbox_write or self.allow_network
+            self.sandbox == "required"
+            or self.sandbox_read
+            or self.sandbox_write
+            or self.allow_network
+            or self.network != "none"
+            or self.roots_writable
         ):
             raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
         if self.max_call_s is not None and self.max_call_s < self.timeout_s:

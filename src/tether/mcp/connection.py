@@ -9,8 +9,10 @@ tasks and are woken with ``ConnectionLost`` when the connection ends under them.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import anyio
@@ -18,6 +20,35 @@ import anyio
 __all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
 
 T = TypeVar("T")
+# The server a piece of SDK code works for: set in each connection's task (inherited by the
+# tasks the SDK starts there) and around each call, so the SDK's log lines name their server.
+SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
+_SDK_LOGGERS = ("mcp", "client")  # the SDK's client session logs as "client"
+_factory_installed = False
+
+
+def _attribute_sdk_logs() -> None:
+    """Prefix the SDK's log records with the server they concern (escaped: a server's text may be
+    in them). Installed once, chained to the record factory already in place."""
+    global _factory_installed
+    if _factory_installed:
+        return
+    _factory_installed = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        server = SERVER.get()
+        if server is not None and record.name.split(".", 1)[0] in _SDK_LOGGERS:
+            from tether.mcp.clean import escape_for_review
+
+            text = escape_for_review(record.getMessage(), limit=2000)
+            record.msg, record.args = f"[{server}] mcp sdk: {text}", None
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
 _TASKS: set[Any] = set()  # strong references: asyncio keeps only weak ones to running tasks
 
 
@@ -31,12 +62,23 @@ class ConnectionLost(Exception):
 
 def describe_error(err: BaseException) -> str:
     """The innermost error of a task-group failure, as one line."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    while isinstance(err, ConnectionLost) and err.cause is not None:
-        err = err.cause
+    while True:
+        if isinstance(err, BaseExceptionGroup) and err.exceptions:
+            # The first failure that is not a cancellation caused by it.
+            real = [e for e in err.exceptions if not _cancellation(e)]
+            err = (real or list(err.exceptions))[0]
+        elif isinstance(err, ConnectionLost) and err.cause is not None:
+            err = err.cause
+        else:
+            break
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _cancellation(err: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(err, (asyncio.CancelledError, anyio.get_cancelled_exc_class()))
 
 
 def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:
@@ -69,7 +111,11 @@ class Connection:
         open: Callable[[AsyncExitStack], Awaitable[Any]],
         prepare: Callable[[Any], Awaitable[None]] | None = None,
         serve: Callable[[Any], Awaitable[None]] | None = None,
+        name: str | None = None,
     ) -> None:
+        self.name = name
+        if name is not None:
+            _attribute_sdk_logs()
         self._open = open
         self._prepare = prepare
         self._serve = serve
@@ -89,6 +135,7 @@ class Connection:
             spawn_detached(self._main)
 
     async def _main(self) -> None:
+        SERVER.set(self.name)  # this task's own context (and the SDK tasks started from it)
         if self._stop.is_set():
             self._ready.set()
             self._done.set()
@@ -152,6 +199,7 @@ class Connection:
         box: list[Any] = []
 
         async def body() -> None:
+            SERVER.set(self.name)
             try:
                 box.append((True, await fn(client)))
             except anyio.get_cancelled_exc_class():

@@ -171,19 +171,41 @@ def choices(prop: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
+# "do not give us your pin", "never share a password": a term under a negation is a warning to
+# the person, not something asked for.
+_NEGATED = re.compile(r"\b(do not|don't|dont|never|not|no|without|avoid|instead of)\b[^.;:!?()]{0,60}$", re.I)
+
+
 def credential_shaped(message: str, schema: Mapping[str, Any] | None) -> str | None:
-    """What makes this question ask for a credential, or ``None``."""
-    texts = [("message", message)]
+    """What makes this question ask for a credential, or ``None``.
+
+    Judged by the form's shape, as a person filling it would see it: a field's name, its
+    title, a ``password`` format or ``writeOnly`` flag, and what the message asks for. A
+    field's description explains; it is not read for words (a hint such as "do not give us
+    your pin" is no pin field), and a credential word under a negation asks for nothing."""
     for name, prop in ((schema or {}).get("properties") or {}).items():
-        texts.append((f"field {name!r}", str(name)))
-        if isinstance(prop, Mapping):
-            texts.extend((f"field {name!r}", str(prop.get(k, ""))) for k in ("title", "description"))
-            if prop.get("format") == "password" or prop.get("writeOnly"):
-                return f"field {name!r} is a password field"
-    for where, text in texts:
-        m = _CREDENTIAL.search(text.replace("_", " "))
-        if m:
-            return f"{where} asks for {m.group(0).lower()!r}"
+        if isinstance(prop, Mapping) and (prop.get("format") == "password" or prop.get("writeOnly")):
+            return f"field {name!r} is a password field"
+        texts = [str(name)]
+        if isinstance(prop, Mapping) and prop.get("title"):
+            texts.append(str(prop["title"]))
+        for text in texts:
+            found = _asks(_words(text))
+            if found:
+                return f"field {name!r} asks for {found!r}"
+    found = _asks(message)
+    return f"message asks for {found!r}" if found else None
+
+
+def _words(name: str) -> str:
+    """A field name as words: ``cardNumber``, ``card_number`` and ``card-number`` alike."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name).replace("_", " ").replace("-", " ")
+
+
+def _asks(text: str) -> str | None:
+    for m in _CREDENTIAL.finditer(text):
+        if not _NEGATED.search(text[: m.start()]):
+            return m.group(0).lower()
     return None
 
 
@@ -435,6 +457,26 @@ class ElicitationGate:
                 return types.ElicitResult(action="accept", content=dict(answer.content or {}))
         self._event("cancel", tool=tool, reason="no valid answer: " + "; ".join(problems), message=message)
         return types.ElicitResult(action="cancel")
+
+    async def url_required(self, data: Any, tool: str | None) -> bool:
+        """A ``-32042`` error's URLs, each handled as a URL elicitation (enabled, http(s), an
+        interactive person who consents). True only when every one was accepted."""
+        import mcp_types as types
+        from pydantic import ValidationError
+
+        try:
+            required = types.ElicitationRequiredErrorData.model_validate(data)
+        except ValidationError:
+            self._event("refused", tool=tool, reason="url_required error without valid elicitations")
+            return False
+        if not required.elicitations or not self.config.enabled:
+            self._event("declined", tool=tool, reason="elicitation not enabled for this server")
+            return False
+        for params in required.elicitations[: self.config.max_questions_per_call]:
+            message = str(params.message)[:MAX_MESSAGE]
+            if (await self._url(params, tool, message)).action != "accept":
+                return False
+        return len(required.elicitations) <= self.config.max_questions_per_call
 
     async def _url(self, params: Any, tool: str | None, message: str) -> types.ElicitResult:
         import mcp_types as types

@@ -71,6 +71,12 @@ def classify(server: str, err: BaseException) -> ToolError:
     if isinstance(inner, ToolError):
         return inner
     if type(inner).__name__ == "MCPError":
+        if getattr(inner, "code", None) == -32042:
+            return UpstreamError(
+                f"server {server} needs the person to open a URL first (URL elicitation), which did not "
+                "happen: it needs elicitation with url_mode enabled for this server and a person at the "
+                "terminal (--ask console) who consents"
+            )
         if "refused by the host" in str(inner):
             # 2026-07-28: a refused input request (sampling, a question) ends the call client-side.
             return UpstreamError(f"the host refused the server's {_what_refused(str(inner))}: {inner}")

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tether.policy.rules import Decision, ProposedCall
     from tether.policy.trusted import TrustedContext
 
-__all__ = ["PinnedCapabilities", "build_source", "describe_all", "mcp_sources"]
+__all__ = ["PinnedCapabilities", "build_source", "describe_all", "mcp_sources", "protected_paths"]
 
 
 @dataclass(frozen=True)
@@ -153,14 +153,29 @@ def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
             argv,
             roots=server.roots,
             cwd=cwd,
-            network=server.allow_network,
+            network=server.network_access,
+            roots_writable=server.roots_writable,
             read=read,
             write=write,
             env=env,
+            protected=protected_paths(config),
             bwrap=config.host.bwrap,
         )
 
     return plan
+
+
+def protected_paths(config: McpConfig) -> list[str]:
+    """What no server ever sees: the config's folder, the pins, the state, the logs, the traces
+    and every server's credential files."""
+    host = config.host
+    out = [str(config.base_dir)]
+    out += [str(config.path(p)) for p in (host.pins, host.state, host.logs, host.trace_dir)]
+    for server in config.servers:
+        for ref in server.credentials.values():
+            if ref.startswith("file:"):
+                out.append(str(config.path(ref[len("file:") :])))
+    return out
 
 
 def mcp_sources(host: Host) -> list[McpServerSource]:

@@ -1,7 +1,8 @@
 """Capability pinning: an approved tool is a sha256 of its canonical definition.
 
 The canonical definition is the part of a tool the model reads or the host relies on:
-name, title, description, input and output schema, annotations. It is serialised as
+name, title, description, input and output schema, annotations, ``execution`` (task
+support), ``icons`` and ``_meta``. It is serialised as
 JSON with sorted keys and no insignificant whitespace, so the same definition hashes the
 same whatever order a server lists its keys in. Every listing is compared with the pins;
 a changed or new tool is blocked until a person approves it again.
@@ -38,7 +39,12 @@ __all__ = [
 ]
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_FIELDS = ("name", "title", "description", "inputSchema", "outputSchema", "annotations")
+# ``execution`` (whether a tool runs as a task), ``icons`` (what a person is shown) and ``_meta``
+# are pinned too: a change in any of them is a change to review.
+_FIELDS = (
+    "name", "title", "description", "inputSchema", "outputSchema", "annotations",
+    "execution", "icons", "_meta",
+)  # fmt: skip
 
 PinStatus = Literal["pinned", "changed", "new"]
 

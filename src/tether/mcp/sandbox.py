@@ -1,39 +1,63 @@
-"""Confine a stdio server to its declared roots with bubblewrap (``bwrap``), on Linux.
+"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs.
 
 Roots say what a server should look at; the sandbox is what holds it to that (X4). A
 confined server sees:
 
 - read-only: the system's program folders (``/usr``, ``/lib*``, ``/bin``, ``/sbin``), a few
-  files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), the
-  interpreter it runs under and its libraries, the folders of the script files named on
-  its command line, and any path the config lists in ``sandbox_read``;
-- read-write: its ``file://`` roots and the paths listed in ``sandbox_write``, nothing else;
-- a fresh, empty ``/tmp``, its own ``/proc`` and a minimal ``/dev``;
-- no network unless the config allows it; new user, PID, IPC and UTS namespaces; it dies
-  with the host.
+  files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), what
+  its launcher needs (``tether.mcp.launchers``: the interpreter and its import path, a node
+  package and its ``node_modules``, an npx or uvx install, a script as that one file), its
+  ``file://`` roots and the paths listed in ``sandbox_read``;
+- read-write: its roots only when ``roots_writable`` is set, and the paths listed in
+  ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
+  stops;
+- never the config folder, the pins, the state, the logs or any server's credential files,
+  even when a listed path would hold them (the path is withheld and the review says so);
+- its own ``/proc`` (the bwrap options travel on a file descriptor, so ``/proc/1/cmdline``
+  shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
+  PID, IPC and UTS namespaces; it dies with the host;
+- network: ``none`` (the default: a network namespace of its own with only its own
+  loopback) or ``any`` (the host's network, its loopback services included). bubblewrap
+  cannot filter by host and port, so there is no allowlist: a server that needs one host
+  gets ``any``, and the review says so.
 
 ``sandbox: auto`` (the default) confines whenever ``bwrap`` works here and otherwise starts
 the server unconfined with a visible warning; ``required`` refuses to start an unconfined
-server; ``none`` opts out.
+server; ``none`` opts out. When a confined server fails to start, ``hint`` says which
+setting may be the cause.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["Confinement", "SandboxMode", "SandboxPlan", "bwrap_status", "plan_confinement"]
+from tether.mcp.launchers import SYSTEM_DIRS, inside, resolve_launch
+
+__all__ = [
+    "ARGS_FD",
+    "Confinement",
+    "Network",
+    "SandboxMode",
+    "SandboxPlan",
+    "bwrap_status",
+    "failure_hint",
+    "plan_confinement",
+]
 
 SandboxMode = Literal["auto", "required", "none"]
+Network = Literal["none", "any"]
+ARGS_FD = "{args-fd}"  # where the launch puts the descriptor its bwrap options are read from
+HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
 
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC = (
     "/etc/ld.so.cache",
     "/etc/ld.so.conf",
@@ -46,6 +70,8 @@ _ETC = (
     "/etc/mime.types",
 )
 _ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
+# What a server inherits inside, besides its configured env and credentials.
+_INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
 
 
 @functools.cache
@@ -70,31 +96,43 @@ def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
 class Confinement:
     """What a confined server may touch (shown in the review and traced)."""
 
+    profile: str
     read_only: tuple[str, ...]
     read_write: tuple[str, ...]
-    network: bool
+    network: Network
+    withheld: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class SandboxPlan:
-    """How a stdio server is launched: ``argv`` (wrapped in bwrap when confined)."""
+    """How a stdio server is launched: ``argv`` and ``env``; confined, ``argv`` is bwrap's, and
+    ``options`` (its mounts) are handed to it on the descriptor that replaces ``ARGS_FD``."""
 
     mode: SandboxMode
     argv: list[str]
+    env: dict[str, str] | None = None
+    options: tuple[str, ...] = ()
     confinement: Confinement | None = None
     warning: str | None = None  # set when the server runs unconfined although it was not opted out
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
+    problem: str | None = None  # set when the launch cannot work confined as configured
     notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"sandbox": self.mode, "confined": self.confinement is not None}
         if self.confinement is not None:
+            out["launcher"] = self.confinement.profile
+            out["read_only"] = list(self.confinement.read_only)
             out["read_write"] = list(self.confinement.read_write)
             out["network"] = self.confinement.network
+            if self.confinement.withheld:
+                out["withheld"] = list(self.confinement.withheld)
         if self.warning:
             out["sandbox_warning"] = self.warning
         if self.refused:
             out["sandbox_refused"] = self.refused
+        if self.problem:
+            out["sandbox_problem"] = self.problem
         return out
 
 
@@ -109,35 +147,18 @@ def _root_paths(roots: Iterable[str]) -> list[Path]:
     return out
 
 
-def _interpreter_paths(executable: str) -> list[Path]:
-    """The installation an executable belongs to (``…/bin/x`` → ``…``), through symlinks; for
-    this very Python interpreter, also every folder on its import path."""
-    found = shutil.which(executable)
-    if found is None:
-        return []
-    paths = []
-    for candidate in (Path(found), Path(found).resolve()):
-        if candidate.parent.name == "bin":
-            paths.append(candidate.parent.parent)
-        else:
-            paths.append(candidate.parent)
-    if Path(found).resolve() == Path(sys.executable).resolve() or Path(found) == Path(sys.executable):
-        paths += [Path(sys.prefix), Path(sys.base_prefix)]
-        here = Path.cwd()
-        paths += [Path(p) for p in sys.path if p and Path(p).is_dir() and Path(p).resolve() != here]
-    return paths
-
-
 def plan_confinement(
     mode: SandboxMode,
     argv: Sequence[str],
     *,
     roots: Iterable[str],
     cwd: str | None,
-    network: bool = False,
+    network: Network = "none",
+    roots_writable: bool = False,
     read: Iterable[str] = (),
     write: Iterable[str] = (),
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    protected: Iterable[str | Path] = (),
     bwrap: str | None = None,
 ) -> SandboxPlan:
     """The launch of one stdio server under ``mode``."""
@@ -150,7 +171,17 @@ def plan_confinement(
         path, why = bwrap_status(bwrap)
         if path is not None:
             return _confine(
-                mode, path, argv, roots=roots, cwd=cwd, network=network, read=read, write=write, env=env
+                mode,
+                path,
+                argv,
+                roots=roots,
+                cwd=cwd,
+                network=network,
+                roots_writable=roots_writable,
+                read=read,
+                write=write,
+                env=dict(env or {}),
+                protected=[Path(p) for p in protected],
             )
     if mode == "required":
         return SandboxPlan(mode, argv, refused=f"sandbox required but unavailable: {why}")
@@ -164,58 +195,117 @@ def _confine(
     *,
     roots: Iterable[str],
     cwd: str | None,
-    network: bool,
+    network: Network,
+    roots_writable: bool,
     read: Iterable[str],
     write: Iterable[str],
-    env: dict[str, str] | None,
+    env: dict[str, str],
+    protected: list[Path],
 ) -> SandboxPlan:
-    base = Path(cwd) if cwd else Path.cwd()
-    rw = [p.resolve() for p in _root_paths(roots) if p.exists()]
-    rw += [Path(p).expanduser().resolve() for p in write if Path(p).expanduser().exists()]
-    ro: list[Path] = []
-    ro += _interpreter_paths(argv[0])
-    for i, arg in enumerate(argv[1:], start=1):
-        if arg.startswith("-"):
-            continue
-        p = Path(arg) if os.path.isabs(arg) else base / arg
-        if p.is_file():
-            ro.append(p.resolve().parent)
-            argv[i] = str(p.resolve())  # the server may start in another folder (below)
-    for entry in (env or {}).get("PYTHONPATH", "").split(os.pathsep):
-        if entry and Path(entry).is_dir():
-            ro.append(Path(entry).resolve())
-    ro += [Path(p).expanduser().resolve() for p in read]
-    cmd = [bwrap, "--die-with-parent", "--new-session", "--unshare-all"]
-    if network:
-        cmd.append("--share-net")
-    for sysdir in _SYSTEM:
+    base = (Path(cwd) if cwd else Path.cwd()).resolve()
+    guarded = [p.resolve() for p in protected]
+    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network == "any")
+    if launch.problem:
+        return SandboxPlan(mode, argv, problem=launch.problem)
+    withheld = list(launch.withheld)
+
+    def allowed(p: Path) -> bool:
+        for q in guarded:
+            if inside(q, p):
+                withheld.append(
+                    f"{p} (holds {q}, which servers never see: keep the MCP config, pins, state and "
+                    "credential files outside the folders a server is given)"
+                )
+                return False
+        return p.exists()
+
+    declared_roots = [p.resolve() for p in _root_paths(roots)]
+    rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
+    ro = list(launch.read_only)
+    ro += [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
+    (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
+    opts = ["--die-with-parent", "--new-session", "--unshare-all"]
+    if network == "any":
+        opts.append("--share-net")
+    for sysdir in SYSTEM_DIRS:
         p = Path(sysdir)
         if p.is_symlink():
-            cmd += ["--symlink", os.readlink(p), sysdir]
+            opts += ["--symlink", os.readlink(p), sysdir]
         elif p.is_dir():
-            cmd += ["--ro-bind", sysdir, sysdir]
-    for etc in (*_ETC, *(_ETC_NETWORK if network else ())):
-        cmd += ["--ro-bind-try", etc, etc]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+            opts += ["--ro-bind", sysdir, sysdir]
+    for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
+        opts += ["--ro-bind-try", etc, etc]
+    opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+    rw_out = _outermost(rw)
     shown_ro: list[str] = []
     for p in _outermost(ro):
-        if any(_inside(p, r) for r in rw) or any(_inside(p, Path(s)) for s in _SYSTEM):
+        if any(inside(p, r) for r in rw_out):
             continue
-        cmd += ["--ro-bind-try", str(p), str(p)]
+        opts += ["--ro-bind", str(p), str(p)]
         shown_ro.append(str(p))
-    for p in _outermost(rw):
-        cmd += ["--bind", str(p), str(p)]
-    workdir = base.resolve()
-    if not any(_inside(workdir, r) for r in [*rw, *map(Path, shown_ro)]):
+    for p in rw_out:
+        opts += ["--bind", str(p), str(p)]
+    visible = [*rw_out, *map(Path, shown_ro)]
+    if base.is_dir() and any(inside(base, v) for v in visible if v.is_dir()):
+        workdir = str(base)
+    else:
         # The config's folder holds pins, state and credential files: never shown to the server.
-        workdir = rw[0] if rw else Path("/tmp")
-    cmd += ["--chdir", str(workdir), "--", *argv]
-    confinement = Confinement(tuple(shown_ro), tuple(str(p) for p in _outermost(rw)), network)
-    return SandboxPlan(mode, cmd, confinement)
+        workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
+    opts += ["--chdir", workdir, "--"]
+    inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
+    inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
+    inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
+    path_dirs = [str(d) for d in dict.fromkeys(launch.path_dirs)]
+    inside_env["PATH"] = os.pathsep.join([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"])
+    inside_env["HOME"] = HOME
+    inside_env["TMPDIR"] = "/tmp"
+    confinement = Confinement(
+        launch.profile, tuple(shown_ro), tuple(str(p) for p in rw_out), network, tuple(withheld)
+    )
+    return SandboxPlan(mode, [bwrap, "--args", ARGS_FD, *launch.argv], inside_env, tuple(opts), confinement)
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
+# The host's own variables a server is started with unconfined; inside, these are the sandbox's.
+_HOST_ENV = ("PATH", "HOME", "TMPDIR", "VIRTUAL_ENV", "SYSTEMROOT", "LANG", "LC_ALL", "PYTHONPATH")
+
+
+_CAUSES = (
+    (
+        re.compile(r"read-only file system|\berofs\b|permission denied|\beacces\b", re.I),
+        "it tried to write outside its private home and /tmp: list that folder in sandbox_write",
+    ),
+    (
+        re.compile(
+            r"\benotfound\b|\beai_again\b|name resolution|network is unreachable|name or service not known"
+            r"|\beconnrefused\b|getaddrinfo|connection refused",
+            re.I,
+        ),
+        "it has no network here: set network: any for this server if it needs one",
+    ),
+    (
+        re.compile(r"no such file|\benoent\b|cannot find module|modulenotfounderror|not found", re.I),
+        "it could not find a file it needs: list its folder in sandbox_read",
+    ),
+)
+
+
+def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> str | None:
+    """What to change when a confined server failed to start, from what it said last."""
+    if plan is None or plan.confinement is None:
+        return None
+    change = "list what it needs in sandbox_read / sandbox_write, or set network: any"
+    found = False
+    for line in reversed(stderr_tail):  # its last words first: the error, then the traceback
+        for pattern, advice in _CAUSES:
+            if pattern.search(line):
+                change, found = advice, True
+                break
+        if found:
+            break
+    return (
+        f"the server ran confined ({plan.confinement.profile} launcher, sandbox: {plan.mode}); the sandbox "
+        f"may be the cause: {change} (sandbox: none runs it unconfined, to check)"
+    )
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:
@@ -223,6 +313,6 @@ def _outermost(paths: Iterable[Path]) -> list[Path]:
     unique = sorted(set(paths), key=lambda p: len(p.parts))
     out: list[Path] = []
     for p in unique:
-        if not any(_inside(p, q) for q in out):
+        if not any(inside(p, q) for q in out):
             out.append(p)
     return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import IO, Any, TextIO
 
@@ -39,6 +40,7 @@ class ServerStderr:
         self.burst = burst
         self.per_second = per_second
         self.lines = 0
+        self.tail: deque[str] = deque(maxlen=8)  # its last lines (escaped), for a failure's cause
         self.suppressed = 0
         self._tokens = float(burst)
         self._last = time.monotonic()
@@ -88,6 +90,7 @@ class ServerStderr:
         text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         line = escape_for_review(text, limit=MAX_LINE)
         self.lines += 1
+        self.tail.append(line[:300])
         if log is not None:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             log.write(f"{stamp} {line}\n")

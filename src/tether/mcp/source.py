@@ -54,6 +54,7 @@ from tether.mcp.failures import (
 from tether.mcp.listing import PinnedListing
 from tether.mcp.pinning import PinStore, ToolCheck
 from tether.mcp.results import convert_result, invalid_output
+from tether.mcp.tasks import TaskRelay, run_task, task_required
 from tether.schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.schema import validate as validate_schema
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 SEPARATOR = "__"
+URL_ELICITATION_REQUIRED = -32042
 # Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
 _SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
 Restart = Literal["never", "on_failure"]
@@ -162,7 +164,11 @@ class McpServerSource:
         self.stderr: ServerStderr | None = None
         self.on_progress = on_progress
         self.peers: list[McpServerSource] = []  # started together (concurrently) with this one
-        self.unavailable: str | None = None
+        self.unavailable: str | None = None  # why the server is gone (short: the model may see it)
+        self.unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
+        self._start_detail: str | None = None
+        self._process: Any = None  # the stdio server's process (its exit code, for a failed start)
+        self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
         self.warnings: list[str] = []
         self.instructions: str | None = None
         self.protocol_version: str | None = None
@@ -221,9 +227,16 @@ class McpServerSource:
 
     def emit(self, kind: EventKind, **data: Any) -> None:
         if self._tracer is not None:
-            self._tracer.emit(kind, **data)
-        else:
-            self._pending_events.append((kind, data))
+            try:
+                self._tracer.emit(kind, **data)
+                return
+            except ValueError as err:
+                if not str(err).endswith("is closed"):
+                    raise
+                # The run's trace is closed (a server request after the run ended, e.g. a late
+                # roots/list to a connection being retired): kept for the next run's trace.
+                self._tracer = None
+        self._pending_events.append((kind, data))
 
     def current_call(self) -> CallInfo | None:
         """The call a server request belongs to: known when exactly one call is in flight."""
@@ -243,14 +256,19 @@ class McpServerSource:
             transport = await self._http(stack)
         from mcp import Client
 
+        # Every message passes the connection's task relay, which can also send the host's own
+        # task requests (tether.mcp.tasks): the SDK has no client for tasks.
+        relay = TaskRelay()
+        transport = relay.wrap(transport)
+
         callbacks: dict[str, Any] = {}
         # A capability is advertised only when it is enabled: the SDK announces each callback given.
         if enabled(self.elicitation):
-            callbacks["elicitation_callback"] = self.elicitation
+            callbacks["elicitation_callback"] = self._shielded("elicitation/create", self.elicitation)
         if enabled(self.sampling):
-            callbacks["sampling_callback"] = self.sampling
+            callbacks["sampling_callback"] = self._shielded("sampling/createMessage", self.sampling)
         if self.roots is not None:
-            callbacks["list_roots_callback"] = self.roots
+            callbacks["list_roots_callback"] = self._shielded("roots/list", self.roots)
         client = await stack.enter_async_context(
             Client(
                 transport,
@@ -260,7 +278,29 @@ class McpServerSource:
                 **callbacks,
             )
         )
+        self._relays[id(client)] = relay
+        stack.callback(self._relays.pop, id(client), None)
         return client
+
+    def _shielded(self, method: str, answer: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        """A server request's handler that never fails into the SDK: a failure of the host's own
+        (whatever its text: a local path, a traceback) is logged here, and the server is told
+        only that the host could not answer."""
+
+        async def handler(*args: Any) -> Any:
+            try:
+                return await answer(*args)
+            except Exception as err:
+                import logging
+
+                import mcp_types as types
+
+                logging.getLogger("tether.mcp").warning(
+                    "[%s] the host could not answer %s: %s", self.name, method, describe_error(err)
+                )
+                return types.ErrorData(code=-32603, message=f"the host could not answer {method}")
+
+        return handler
 
     async def _stdio(self, stack: AsyncExitStack) -> Any:
         from tether.mcp.stdio import opened, spawn
@@ -281,15 +321,23 @@ class McpServerSource:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="unconfined", why=plan.warning)
             else:
                 self.emit(EventKind.MCP_SANDBOX, server=self.name, action="confined", **plan.describe())
+                for path in plan.confinement.withheld if plan.confinement is not None else ():
+                    self.warnings.append(f"not shown to the confined server: {path}")
             argv = plan.argv
+            if plan.problem:
+                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="cannot_confine", why=plan.problem)
+                raise ConfigError(plan.problem)
+            env = plan.env if plan.env is not None else env
         errlog = None
         if self.stderr_factory is not None:
             self.stderr = self.stderr_factory()
             errlog = self.stderr.open()
             stack.callback(self.stderr.spawned)
-        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog)
+        options = self.sandbox_plan.options if self.sandbox_plan is not None else ()
+        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog, options=options)
         if self.stderr is not None:
             self.stderr.spawned()
+        self._process = process
         # One answer may be a few times the result cap in JSON (escapes, structured content too).
         max_line = max(8 * 1024 * 1024, 16 * self.max_result_chars)
         return await stack.enter_async_context(opened(process, max_line))
@@ -380,7 +428,7 @@ class McpServerSource:
         self.emit(
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
-        self._conn = Connection(self._open, self._prepare, self._serve)
+        self._conn = Connection(self._open, self._prepare, self._serve, name=self.name)
         self._conn.launch()
 
     async def start(self) -> None:
@@ -396,9 +444,12 @@ class McpServerSource:
         try:
             await self._ready(conn)
         except Unavailable as problem:
+            detail, self._start_detail = self._start_detail, None
             if not self.fail_soft:
-                raise DependencyUnavailable(problem.message) from None
-            self._quarantine(problem.message, state="failed")
+                raise DependencyUnavailable(
+                    f"MCP server {self.name} could not be started: {detail}" if detail else problem.message
+                ) from None
+            self._quarantine(problem.message, state="failed", detail=detail)
 
     async def _ready(self, conn: Connection) -> None:
         try:
@@ -412,7 +463,14 @@ class McpServerSource:
                 why = str(leaf(err.cause))
             else:
                 why = describe_error(err)
-            raise Unavailable(f"MCP server {self.name} could not be started: {why}", cause=why) from None
+            # The model may read this reason: the host's own refusals (with their local paths)
+            # are told in full to the person only.
+            short = why
+            if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
+                short = "the host could not launch it as configured (the run's output says why)"
+            detail = await self._failure_detail(why)
+            self._start_detail = detail or (why if short != why else None)
+            raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
         self.emit(
             EventKind.SERVER_LAUNCH,
@@ -422,15 +480,48 @@ class McpServerSource:
             **({"restart": self.restarts} if self.restarts else {}),
         )
 
+    async def _failure_detail(self, why: str) -> str | None:
+        """For the person (never the model): the cause, the server's last stderr lines and, for
+        a confined server, which sandbox setting may be the cause."""
+        from tether.mcp.sandbox import failure_hint
+
+        if self.stderr is not None:
+            stderr = self.stderr
+            await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
+        tail = list(self.stderr.tail) if self.stderr is not None else []
+        hint = failure_hint(self.sandbox_plan, tail)
+        detail = self._detail(why, tail, hint)
+        if detail is not None:
+            self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
+                      stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
+        return detail
+
+    def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
+        parts = [why]
+        code = getattr(self._process, "returncode", None)
+        if code is not None:
+            parts.append(f"its process exited with {f'signal {-code}' if code < 0 else f'code {code}'}")
+        if tail:
+            parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
+        if hint:
+            parts.append(hint)
+        return "; ".join(parts) if len(parts) > 1 else None
+
     def _retire(self, conn: Connection) -> None:
         if self._conn is conn:
             self._conn = None
         conn.abort()
         self._retired.append(conn)
 
-    def _quarantine(self, why: str, *, state: str = "quarantined") -> None:
+    def _quarantine(self, why: str, *, state: str = "quarantined", detail: str | None = None) -> None:
         self.unavailable = why
-        self.emit(EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **self.describe())
+        if detail is not None and state == "failed":
+            detail = f"MCP server {self.name} could not be started: {detail}"
+        self.unavailable_detail = detail
+        extra = {"detail": self.unavailable_detail} if detail else {}
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **extra, **self.describe()
+        )
 
     def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
         """The connection ended under a call: retire it, then quarantine or allow a restart."""
@@ -438,13 +529,19 @@ class McpServerSource:
         if conn is not self._conn:
             return why  # another call already handled this loss
         self._retire(conn)
-        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why)
+        tail = list(self.stderr.tail)[-4:] if self.stderr is not None else []
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why,
+                  **({"stderr_tail": tail} if tail else {}))  # fmt: skip
+        detail = self._detail(why, tail)
         if self.restart == "never":
-            self._quarantine(f"MCP server {self.name} quarantined: its connection was lost {phase}: {why}")
+            why_quarantined = f"MCP server {self.name} quarantined: its connection was lost {phase}"
+            self._quarantine(f"{why_quarantined}: {why}", detail=detail and f"{why_quarantined}: {detail}")
         elif self.restarts >= self.max_restarts:
+            why_quarantined = f"MCP server {self.name} quarantined: connection lost {phase}"
+            limit = f"after {self.restarts} restart(s), the configured maximum"
             self._quarantine(
-                f"MCP server {self.name} quarantined: connection lost {phase} ({why}) after "
-                f"{self.restarts} restart(s), the configured maximum"
+                f"{why_quarantined} ({why}) {limit}",
+                detail=detail and f"{why_quarantined} ({detail}) {limit}",
             )
         return why
 
@@ -678,7 +775,11 @@ class McpServerSource:
             if self.progress_resets_timeout:
                 scope.deadline = min(anyio.current_time() + spec.timeout_s, max(ceiling, scope.deadline))
 
+        definition = self._pinned.get(spec.remote_name, {})
+
         async def send(client: Any) -> Any:
+            if task_required(definition):
+                return await self._task(client, spec, arguments, progress)
             return await client.call_tool(
                 spec.remote_name,
                 arguments,
@@ -689,7 +790,14 @@ class McpServerSource:
         result: Any = None
         try:
             with scope:
-                result = await conn.run(send)
+                try:
+                    result = await conn.run(send)
+                except Exception as err:
+                    # -32042 (2025-11-25): the server needs the person to open a URL first. It is
+                    # asked like a URL elicitation; once every URL is accepted the call is sent again.
+                    if not await self._url_flow(err, info):
+                        raise
+                    result = await conn.run(send)
         except Exception as err:
             if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
                 return invalid_output(self.name, spec, str(err), self.emit)
@@ -705,6 +813,15 @@ class McpServerSource:
         finally:
             self._inflight.remove(info)
         if scope.cancelled_caught or result is None:
+            stretched = self.progress_resets_timeout and (self.max_call_s or 0) > spec.timeout_s
+            if stretched and scope.deadline >= ceiling:
+                # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
+                limit = self.max_call_s or spec.timeout_s
+                raise Unavailable(
+                    f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
+                    "reporting progress",
+                    cause="ceiling",
+                )
             raise Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
         if info.pause_id is not None:
             raise InputPending(
@@ -727,6 +844,44 @@ class McpServerSource:
         if info.samples:
             output.meta["sampling_requests"] = info.samples
         return output
+
+    async def _task(
+        self,
+        client: Any,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        progress: Callable[[float, float | None, str | None], Awaitable[None]],
+    ) -> Any:
+        """A tool that runs only as a task: polled to its end within this call's limits (a new
+        status message counts as progress); its result is used only if the tool's definition
+        is still the approved one when the task ends."""
+
+        def emit(**data: Any) -> None:
+            self.emit(EventKind.MCP_TASK, server=self.name, tool=spec.name, **data)
+
+        async def status(polls: int, message: str | None) -> None:
+            await progress(float(polls), None, message)
+
+        limit = max(spec.timeout_s, self.max_call_s or 0)
+        result = await run_task(
+            self._relays[id(client)], spec.remote_name, arguments, ttl_s=limit, emit=emit, on_status=status
+        )
+        if self.pins is not None:
+            await self._list(client)
+            if spec.remote_name in self.blocked:
+                raise CapabilityBlocked(
+                    f"{spec.name} changed while its task ran ({self.blocked[spec.remote_name]}): its "
+                    "result is not used",
+                    hint=f"a person must review and approve it again (tether mcp approve {self.name})",
+                )
+        return result
+
+    async def _url_flow(self, err: BaseException, info: CallInfo) -> bool:
+        """Whether ``err`` was a URL-required error whose URLs the person all accepted."""
+        inner = leaf(err)
+        if getattr(inner, "code", None) != URL_ELICITATION_REQUIRED or self.elicitation is None:
+            return False
+        return bool(await self.elicitation.url_required(getattr(inner, "data", None), info.tool))
 
     # -- roots ------------------------------------------------------------------------------
 
@@ -778,4 +933,3 @@ def _validate(instance: Any, schema: dict[str, Any]) -> None:
         raise jsonschema.SchemaError(str(err)) from None
     except SchemaViolation as err:
         raise jsonschema.ValidationError(str(err)) from None
-

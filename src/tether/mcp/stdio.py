@@ -28,12 +28,32 @@ _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
 async def spawn(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, stderr: IO[str] | None
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    stderr: IO[str] | None,
+    options: Sequence[str] = (),
 ) -> anyio.abc.Process:
-    """Start the server in its own session (its process group is killed as one)."""
-    return await anyio.open_process(
-        list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
-    )
+    """Start the server in its own session (its process group is killed as one). ``options``
+    (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
+    so the mounts are not on any command line the server could read."""
+    from tether.mcp.sandbox import ARGS_FD
+
+    if not options:
+        return await anyio.open_process(
+            list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
+        )
+    fd = os.memfd_create("bwrap-args")
+    try:
+        os.write(fd, b"".join(o.encode("utf-8") + b"\0" for o in options))
+        os.lseek(fd, 0, os.SEEK_SET)
+        argv = [str(fd) if a == ARGS_FD else a for a in argv]
+        return await anyio.open_process(
+            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=(fd,)
+        )
+    finally:
+        os.close(fd)
 
 
 @asynccontextmanager

@@ -148,7 +148,9 @@ class McpRun:
         out = self.result.summary()
         out["blocked"] = self.blocked
         out["unavailable_servers"] = {
-            s.name: s.unavailable for s in mcp_sources(self.host) if s.unavailable is not None
+            s.name: s.unavailable_detail or s.unavailable
+            for s in mcp_sources(self.host)
+            if s.unavailable is not None
         }
         offered = self.offered()
         out["offered_tools"] = {

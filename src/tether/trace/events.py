@@ -64,6 +64,7 @@ class EventKind(StrEnum):
     MCP_CONNECTION = "mcp_connection"  # a connection lost or restarted
     MCP_SANDBOX = "mcp_sandbox"  # a stdio server confined, unconfined (warning) or refused
     MCP_PROGRESS = "mcp_progress"
+    MCP_TASK = "mcp_task"  # a task-augmented tool call: created, polled to its end, or cancelled
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"
     APPROVAL_DENIED = "approval_denied"
@@ -204,12 +205,17 @@ class ServerLaunch(_Payload, total=False):
     protocol: str | None
     restart: int
     stderr_log: str
+    detail: str  # a failed start for the person: the server's last stderr lines, a sandbox hint
     sandbox: str
     confined: bool
+    launcher: str
+    read_only: list[str]
     read_write: list[str]
-    network: bool
+    network: str  # none | any
+    withheld: list[str]
     sandbox_warning: str
     sandbox_refused: str
+    sandbox_problem: str
 
 
 class McpConnection(_Payload, total=False):
@@ -220,6 +226,8 @@ class McpConnection(_Payload, total=False):
     attempt: int
     max_restarts: int
     why: str
+    stderr_tail: list[str]
+    sandbox_hint: str | None
 
 
 class McpSandbox(_Payload, total=False):
@@ -228,10 +236,23 @@ class McpSandbox(_Payload, total=False):
     why: str | None
     sandbox: str
     confined: bool
+    launcher: str
+    read_only: list[str]
     read_write: list[str]
-    network: bool
+    network: str  # none | any
+    withheld: list[str]
     sandbox_warning: str
     sandbox_refused: str
+    sandbox_problem: str
+
+
+class McpTask(_Payload, total=False):
+    server: Required[str]
+    tool: Required[str]
+    action: Required[str]  # created | finished | cancel_sent
+    task_id: str
+    status: str
+    polls: int
 
 
 class McpProgress(_Payload, total=False):
@@ -520,6 +541,7 @@ PAYLOADS: dict[EventKind, type[_Payload]] = {
     EventKind.MCP_CONNECTION: McpConnection,
     EventKind.MCP_SANDBOX: McpSandbox,
     EventKind.MCP_PROGRESS: McpProgress,
+    EventKind.MCP_TASK: McpTask,
     EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
     EventKind.MEMORY_REJECTED: MemoryRejected,
     EventKind.MEMORY_WRITTEN: MemoryWritten,

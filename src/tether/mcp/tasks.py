@@ -1,0 +1,182 @@
+"""Task-augmented tool calls (MCP 2025-11-25 tasks), for a tool whose pinned definition says
+``execution.taskSupport: required``.
+
+The SDK has the task messages but no client for them (it validates every ``tools/call``
+answer as a ``CallToolResult``), so the host speaks them itself, on the same connection:
+a ``TaskRelay`` sits between the SDK session and the transport's message streams (stdio or
+Streamable HTTP alike), forwards everything both ways, and lets the host send requests of
+its own, with ids of its own (``tether-task-N``) whose answers it takes before the SDK sees
+them. Requests the server sends meanwhile (a task's questions) reach the SDK and the
+elicitation gate like any other.
+
+``run_task`` sends ``tools/call`` with a ``task`` (its time to live: the call's limit), then
+polls ``tasks/get`` at the server's suggested interval, clamped to [50 ms, 5 s] whatever
+it asks, until the task ends or needs input, then fetches the result with ``tasks/result``.
+A call that ends before its task (its timeout, the run cancelled, a failed poll) sends
+``tasks/cancel`` (bounded). Status notifications are not needed and not counted: a flood
+of them costs the host nothing. The caller cleans and labels the result like any other.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, suppress
+from typing import Any
+
+import anyio
+
+from tether.errors import UpstreamError
+
+__all__ = ["MAX_POLL_S", "MIN_POLL_S", "TaskRelay", "run_task", "task_required"]
+
+MIN_POLL_S = 0.05
+MAX_POLL_S = 5.0
+_ENDED = frozenset({"completed", "failed", "cancelled"})
+_PREFIX = "tether-task-"
+
+
+class TaskRequestFailed(Exception):
+    """The server answered one of the relay's requests with a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+
+
+def task_required(definition: dict[str, Any]) -> bool:
+    execution = definition.get("execution") or {}
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+
+
+class TaskRelay:
+    """One connection's message relay (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
+        self._send: Any = None
+        self._closed = False
+
+    @asynccontextmanager
+    async def wrap(self, transport: Any) -> AsyncIterator[Any]:
+        """The transport's streams, relayed: what the SDK's ``Client`` enters instead."""
+        async with transport as streams:
+            inner_read, inner_write = streams[0], streams[1]
+            to_sdk, sdk_read = anyio.create_memory_object_stream[Any](0)
+            sdk_write, from_sdk = anyio.create_memory_object_stream[Any](0)
+            self._send = inner_write
+
+            async def inbound() -> None:
+                try:
+                    async with to_sdk:
+                        async for item in inner_read:
+                            message = getattr(item, "message", None)
+                            ident = getattr(message, "id", None)
+                            if (
+                                isinstance(ident, str)
+                                and ident in self._waiting
+                                and not hasattr(message, "method")
+                            ):
+                                box = self._waiting.pop(ident)
+                                box[1] = message
+                                box[0].set()
+                                continue
+                            await to_sdk.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+                    pass
+                finally:
+                    self._close()
+
+            async def outbound() -> None:
+                try:
+                    async with from_sdk:
+                        async for item in from_sdk:
+                            await inner_write.send(item)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(inbound)
+                tg.start_soon(outbound)
+                try:
+                    yield (sdk_read, sdk_write, *streams[2:])
+                finally:
+                    self._close()
+                    tg.cancel_scope.cancel()
+
+    def _close(self) -> None:
+        self._closed = True
+        for box in self._waiting.values():
+            box[0].set()
+        self._waiting.clear()
+
+    async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send one request of the host's own; its result (a dict). Raises ``TaskRequestFailed``
+        for an error answer and ``anyio.ClosedResourceError`` when the connection ended."""
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
+        if self._closed or self._send is None:
+            raise anyio.ClosedResourceError
+        ident = f"{_PREFIX}{next(self._ids)}"
+        box: list[Any] = [anyio.Event(), None]
+        self._waiting[ident] = box
+        try:
+            message = types.JSONRPCRequest(jsonrpc="2.0", id=ident, method=method, params=params)
+            await self._send.send(SessionMessage(message))
+            await box[0].wait()
+        finally:
+            self._waiting.pop(ident, None)
+        answer = box[1]
+        if answer is None:
+            raise anyio.ClosedResourceError
+        error = getattr(answer, "error", None)
+        if error is not None:
+            raise TaskRequestFailed(int(error.code), str(error.message))
+        return dict(getattr(answer, "result", None) or {})
+
+
+async def run_task(
+    relay: TaskRelay,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    ttl_s: float,
+    emit: Callable[..., None],
+    on_status: Callable[[int, str | None], Awaitable[None]] | None = None,
+) -> Any:
+    """Run one task-augmented call to its end; returns the tool's ``CallToolResult``."""
+    import mcp_types as types
+
+    params = {"name": name, "arguments": arguments, "task": {"ttl": int(ttl_s * 1000)}}
+    created = types.CreateTaskResult.model_validate(await relay.request("tools/call", params))
+    task: Any = created.task
+    task_id = task.task_id
+    emit(action="created", task_id=task_id, status=task.status)
+    polls = 0
+    shown: str | None = None
+    try:
+        while task.status not in _ENDED and task.status != "input_required":
+            interval = (task.poll_interval or 500) / 1000
+            await anyio.sleep(min(max(interval, MIN_POLL_S), MAX_POLL_S))
+            task = types.GetTaskResult.model_validate(await relay.request("tasks/get", {"taskId": task_id}))
+            polls += 1
+            if on_status is not None and task.status_message != shown:
+                shown = task.status_message
+                await on_status(polls, shown)
+        if task.status == "cancelled":
+            raise UpstreamError(f"the server cancelled the task of {name}")
+        result = types.CallToolResult.model_validate(await relay.request("tasks/result", {"taskId": task_id}))
+    except BaseException:
+        if task.status not in _ENDED:
+            # The call ended before its task: the server is told, within a bounded wait. The
+            # call's own error stands whatever becomes of the cancel.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0), suppress(Exception):
+                await relay.request("tasks/cancel", {"taskId": task_id})
+            emit(action="cancel_sent", task_id=task_id, status=task.status, polls=polls)
+        else:
+            emit(action="finished", task_id=task_id, status=task.status, polls=polls)
+        raise
+    emit(action="finished", task_id=task_id, status=task.status, polls=polls)
+    return result
