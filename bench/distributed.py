@@ -75,8 +75,10 @@ class Deployment:
             "BENCH_MODEL_URL": model_url,
         }
         from tether.durable import DurableClient
+        from tether.durable.deploy import init_deployment
 
-        self.client = DurableClient(self.url)  # creates the schemas before the workers race to
+        init_deployment(self.url)  # the schemas, once, before the workers race to create them
+        self.client = DurableClient(self.url)
         self.procs = []
         for i in range(workers):
             cmd = [

@@ -184,6 +184,7 @@ def _wait_all(client: Any, runs: dict[str, str], timeout_s: float, tick: Any) ->
 @pytest.mark.spec("L2", "T5")
 def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_dir: Path) -> None:
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     rng = random.Random(1414)
     cluster = Cluster(
@@ -194,6 +195,7 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
         DURABLE_CRASH_ON="lg-0:b,33",  # mid-effect deaths: a plain run, and a payment during its resume
     )
     names = ["w1", "w2", "w3"]
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     plans = {
         **{f"ro-{i}": "read a1; read a2; read a3" for i in range(4)},
@@ -245,8 +247,10 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     pg_url: str, cluster_dir: Path
 ) -> None:
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="cr-1:b", DURABLE_MODEL_S="0.05")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     try:
         cluster.start("w1", wait=False)
@@ -280,8 +284,10 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     import psycopg
 
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_EFFECT_S="0.1", DURABLE_MODEL_S="0.1")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     runs = {}
     try:
@@ -323,8 +329,10 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
 ) -> None:
     from tether.cli import main
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     try:
         cluster.start("w1")

@@ -68,13 +68,33 @@ def run(args: argparse.Namespace) -> int:
     if not url:
         print("tether runs needs --db URL (or $TETHER_DB)")
         return 1
-    from tether.durable import DurableClient
-
-    client = DurableClient(url)
+    client = open_client(url, "tether runs", as_json=getattr(args, "json", False))
+    if isinstance(client, int):
+        return client
     try:
         return _ACTIONS[args.action](client, args)
     finally:
         client.close()
+
+
+def open_client(url: str, command: str, *, as_json: bool) -> Any:
+    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not (the
+    deployment's host, database and the cause; nothing is created)."""
+    from tether.clisupport.output import fail
+    from tether.errors import ConfigError
+
+    try:
+        from tether.durable import DurableClient
+        from tether.durable.deploy import DeploymentUnavailable
+    except ImportError as err:
+        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
+        return fail(command, need, as_json=as_json)
+    try:
+        return DurableClient(url)
+    except DeploymentUnavailable as err:
+        return fail(command, err, as_json=as_json, code=err.exit)
+    except ConfigError as err:
+        return fail(command, err, as_json=as_json)
 
 
 def _list(client: Any, args: argparse.Namespace) -> int:
@@ -296,9 +316,9 @@ def _workers(client: Any, args: argparse.Namespace) -> int:
 
 def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
     """``tether resume RUN --db postgresql://…``: the same as ``tether runs resume --wait``."""
-    from tether.durable import DurableClient
-
-    client = DurableClient(url)
+    client = open_client(url, "tether resume", as_json=as_json)
+    if isinstance(client, int):
+        return client
     try:
         return _resume(client, argparse.Namespace(run_id=run_id, wait=wait, json=as_json))
     finally:

@@ -67,9 +67,11 @@ def run(args: argparse.Namespace) -> int:
             roles=frozenset(args.role) if args.role else base.roles,
             user=args.user if args.user is not None else base.user,
         )
-    from tether.durable import DurableClient
+    from tether.commands.runs import open_client
 
-    client = DurableClient(url)
+    client = open_client(url, "tether submit", as_json=args.json)
+    if isinstance(client, int):
+        return client
     try:
         run_id = client.submit(app, args.objective, ctx, run_id=args.run_id, app_digest=digest)
         if args.wait is None:

@@ -33,6 +33,11 @@ def register(sub: Any) -> None:
     p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
     p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
     p.add_argument(
+        "--init",
+        action="store_true",
+        help="create the database if it is missing, and its tables (as tether db init); else it must exist",
+    )
+    p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
     p.set_defaults(handler=run)
@@ -80,11 +85,18 @@ def run(args: argparse.Namespace) -> int:
         poll_s=args.poll,
         dead_after_s=args.dead_after,
         auto_resume=not args.no_auto_resume,
+        init=args.init,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    worker = Worker(config).start()
+    from tether.clisupport.output import fail
+    from tether.durable.deploy import DeploymentUnavailable
+
+    try:
+        worker = Worker(config).start()
+    except DeploymentUnavailable as err:
+        return fail("tether worker", err, as_json=False, code=err.exit)
     emit_json(
         {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
         exit=0,

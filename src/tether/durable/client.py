@@ -118,16 +118,23 @@ class DurableClient:
     """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
 
     def __init__(self, url: str, *, stores: Stores | None = None) -> None:
-        from dbos import DBOS, DBOSClient
+        """Raises ``DeploymentUnavailable`` (one line, in seconds) unless the deployment exists:
+        a client creates nothing (``tether db init URL`` does), so a mistyped URL cannot queue
+        runs where no worker looks. A worker's own client (``stores`` given) skips the check."""
+        from dbos import DBOSClient
+
+        from tether.durable.deploy import check_deployment
 
         self.url = url
+        if stores is None:
+            check_deployment(url)
         cfg = dbos_config(url, executor_id="client")
-        # Creating DBOS's tables is idempotent; a client may be the first to touch a database.
-        DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
             dbos_system_schema=cfg["dbos_system_schema"],
             application_name=cfg["name"],
+            # A command fails on a lost database instead of waiting for it (a worker's retries).
+            retry_connection_errors=stores is not None,
         )
         self._stores = stores
         self._own_stores = stores is None

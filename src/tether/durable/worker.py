@@ -108,6 +108,7 @@ class WorkerConfig:
     heartbeat_s: float = 1.0
     dead_after_s: float = 15.0
     auto_resume: bool = True
+    init: bool = False  # create the database if missing (tether worker --init); else it must exist
     log_level: str = "WARNING"
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -137,8 +138,12 @@ class Worker:
         if getattr(dbos_module, "_dbos_global_instance", None) is not None:
             # DBOS is one instance per process: a second would silently keep the first's settings.
             raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
+        from tether.durable.deploy import check_deployment, init_deployment
+
         c = self.config
         check_apps(c.apps)
+        # The database must exist (one line in seconds if not): only --init creates it.
+        init_deployment(c.url) if c.init else check_deployment(c.url, initialized=False)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )
