@@ -247,3 +247,42 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
         sources.close()
     assert view.stop_reason == "accepted" and [w.op for w in view.workflows] == ["start", "resume"]
     assert [r[2] for r in durable_app.effects() if r[2] == "41"] == ["41"]  # paid once
+
+
+@pytest.mark.parametrize(
+    ("plan", "code", "kind"), [("ghost x1", 2, "rejected"), ("gone x2", 6, "unavailable")]
+)
+def test_an_accepted_run_with_a_call_undone_exits_as_tether_run_does(
+    deployment: Any, durable_url: str, capsys: Any, plan: str, code: int, kind: str
+) -> None:
+    import anyio
+
+    from tether.clisupport.output import run_payload
+
+    _, client, _ = deployment
+    objective = f"undone-{code}: read a1; {plan}; read a3"
+    # The same app in process: what `tether run` reports for it.
+    host, agent = durable_app.build(durable_url)
+
+    async def go() -> Any:
+        try:
+            return await host.run(agent, objective, context=ACME)
+        finally:
+            await host.aclose()
+
+    in_process = run_payload(anyio.run(go))
+    assert (in_process["stop_reason"], in_process["exit"]) == ("accepted", code)
+
+    argv = ["submit", "--db", durable_url, "--agent", durable_app.APP, objective, "--wait", "60", "--json"]
+    assert main(argv) == code
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (out["stop_reason"], out["exit"], out["ok"]) == ("accepted", code, False)
+    assert [p["kind"] for p in out["problems"]] == [kind]
+    assert out["problems"] == in_process["problems"]
+    assert out["error"] == in_process["error"] == "calls_not_completed"
+    # runs show: the same exit; a clean run still exits 0.
+    assert main(["runs", "--db", durable_url, "show", out["run_id"], "--json"]) == code
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["exit"] == code
+    clean = client.submit(durable_app.APP, "clean: read a1", ACME)
+    client.wait(clean, timeout_s=60)
+    assert main(["runs", "--db", durable_url, "show", clean, "--json"]) == 0

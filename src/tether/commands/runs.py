@@ -142,9 +142,10 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     traces = client.stores.traces
     if args.events and traces is not None:
         out["events"] = traces.events(args.run_id)
+    code = view.exit_code  # the run's, by the rule of `tether run`
     if args.json:
-        emit_json(out, exit=0)
-        return 0
+        emit_json(out, exit=code)
+        return code
     for key in ("run_id", "tenant", "status", "stop_reason", "answer", "detail"):
         if out.get(key):
             print(f"{key}: {out[key]}")
@@ -161,7 +162,31 @@ def _show(client: Any, args: argparse.Namespace) -> int:
         print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
     for ev in out.get("events", []):
         print(f"  {ev['seq']:>4} {ev['kind']}")
-    return 0
+    _print_problems(out)
+    return code
+
+
+def _print_problems(out: dict[str, Any]) -> None:
+    from tether.clisupport.output import safe
+
+    if out.get("stop_reason") == "accepted" and out.get("problems"):
+        print(safe(f"note: {out['message']}"))
+    if out.get("stop_reason") is not None:
+        print(f"exit: {out['exit']}")
+
+
+def report_view(view: Any, *, as_json: bool) -> int:
+    """A durable run that ended (or paused), as ``submit --wait`` and ``resume`` report it; returns
+    its exit code (``RunView.exit_code``: the rule of ``tether run``)."""
+    from tether.clisupport.output import emit_json
+
+    out = view.summary()
+    if as_json:
+        emit_json(out, exit=out["exit"])
+    else:
+        print(f"run: {view.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
+        _print_problems(out)
+    return int(out["exit"])
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
@@ -175,7 +200,6 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.approvals_db import EXIT_CODES
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
@@ -197,11 +221,7 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
     except TimeoutError as err:
         print(str(err))
         return 1
-    if args.json:
-        emit_json(view.summary(), exit=EXIT_CODES.get(str(view.stop_reason), 7))
-    else:
-        print(f"run: {args.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
-    return EXIT_CODES.get(str(view.stop_reason), 7)
+    return report_view(view, as_json=args.json)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:

@@ -39,7 +39,6 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tether.agentfile import is_agent_file
-    from tether.clisupport.approvals_db import EXIT_CODES
     from tether.clisupport.output import emit_json
     from tether.policy.trusted import TrustedContext
 
@@ -67,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             roles=frozenset(args.role) if args.role else base.roles,
             user=args.user if args.user is not None else base.user,
         )
-    from tether.commands.runs import open_client
+    from tether.commands.runs import open_client, report_view
 
     client = open_client(url, "tether submit", as_json=args.json)
     if isinstance(client, int):
@@ -83,9 +82,4 @@ def run(args: argparse.Namespace) -> int:
         return 1
     finally:
         client.close()
-    summary = view.summary()
-    if args.json:
-        emit_json(summary, exit=EXIT_CODES.get(str(view.stop_reason), 7))
-    else:
-        print(f"run: {run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
-    return EXIT_CODES.get(str(view.stop_reason), 7)
+    return report_view(view, as_json=args.json)

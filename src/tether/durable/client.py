@@ -82,9 +82,36 @@ class RunView:
                 return None
         return None
 
+    @property
+    def outcome(self) -> dict[str, Any]:
+        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
+        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
+        6. A run still queued or running exits 0 with no stop reason yet."""
+        from tether.clisupport.output import run_envelope
+
+        stop = self.stop_reason
+        if stop is None:
+            return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
+        out = self._ended_output()
+        return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.outcome["exit"])
+
+    def _ended_output(self) -> dict[str, Any]:
+        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return w.output or {}
+            if w.status == "CANCELLED":
+                return {}
+        return {}
+
     def summary(self) -> dict[str, Any]:
         out = self.latest.output or {}
         return {
+            **self.outcome,
             "run_id": self.run_id,
             "tenant": self.tenant,
             "status": self.status,

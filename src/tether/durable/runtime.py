@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.checkpoint import state_from_json, state_to_json
+from tether.clisupport.output import call_problems
 from tether.durable.steps import DurableSteps, step_options
 from tether.loop import AgentLoop
 from tether.policy.trusted import Permissions, TrustedContext
@@ -289,7 +290,9 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         close = getattr(agent.model, "aclose", None)
         if close is not None:
             await close()
-    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant}
+    # The calls that did not run and succeed: an accepted run exits as `tether run` would.
+    problems = call_problems(result)
+    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
 
 
