@@ -150,7 +150,7 @@ def test_a_cancelled_run_stops_and_says_so(deployment: Any) -> None:
             durable_app.APP, "cancel-me: " + "; ".join(f"log x{i}" for i in range(10)), GLOBEX
         )
         _wait_for(client, rid, "running")
-        assert client.cancel(rid) == [rid]
+        assert client.cancel(rid)["workflows"] == [rid]
         view = _wait_for(client, rid, "cancelled")
     finally:
         os.environ.pop("DURABLE_MODEL_S", None)
@@ -286,3 +286,53 @@ def test_an_accepted_run_with_a_call_undone_exits_as_tether_run_does(
     clean = client.submit(durable_app.APP, "clean: read a1", ACME)
     client.wait(clean, timeout_s=60)
     assert main(["runs", "--db", durable_url, "show", clean, "--json"]) == 0
+
+
+def test_a_cancelled_paused_run_runs_nothing_when_approved_later(
+    deployment: Any, durable_url: str, capsys: Any
+) -> None:
+    worker, client, _ = deployment
+    rid = client.submit(durable_app.APP, "cx-pause: pay 77; log after-cancel", ACME)
+    assert client.wait(rid, timeout_s=60).status == "paused"
+    [proposal] = client.stores.approvals.list_proposals(run_id=rid)
+    assert main(["runs", "--db", durable_url, "cancel", rid, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert done["proposals_invalidated"] == [proposal.id] and done["workflows"] == [f"{rid}.cancel"]
+    view = client.run(rid)
+    assert (view.status, view.stop_reason) == ("cancelled", "cancelled")
+    # Attack: a reviewer approves it afterwards from the approvals desk; nothing runs.
+    code = main(["approvals", "approve", proposal.id, "--db", durable_url, "--reviewer", "rita", "--json"])
+    refused = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and refused["error"] == "already_invalidated"
+    assert main(["runs", "--db", durable_url, "resume", rid, "--json"]) == 1
+    capsys.readouterr()
+    import time
+
+    time.sleep(1.0)  # several rounds of the worker's resume duty
+    assert client.run(rid).status == "cancelled" and len(client.workflows(rid)) == 2
+    assert not [r for r in durable_app.effects() if r[2] in ("77", "cx-pause:after-cancel")]
+    assert not [e for e in worker.errors if rid in e]
+    # Legitimate: another paused run, approved, still runs (cancel touched only its own run).
+    other = client.submit(durable_app.APP, "cx-keep: pay 78", ACME)
+    assert client.wait(other, timeout_s=60).status == "paused"
+    [p2] = client.stores.approvals.list_proposals(run_id=other)
+    assert main(["approvals", "approve", p2.id, "--db", durable_url, "--reviewer", "rita", "--json"]) == 0
+    capsys.readouterr()
+    assert _wait_for(client, other, "finished").stop_reason == "accepted"
+    assert [r[2] for r in durable_app.effects() if r[2] == "78"] == ["78"]
+
+
+def test_a_queued_run_cancelled_never_starts(deployment: Any) -> None:
+    _, client, folder = deployment
+    os.environ["DURABLE_MODEL_S"] = "0.3"
+    try:
+        first = client.submit(durable_app.APP, "cq-1: read a1; read a2", GLOBEX)  # holds globex's one slot
+        queued = client.submit(durable_app.APP, "cq-2: log never", GLOBEX)
+        assert client.run(queued).status == "queued"
+        assert client.cancel(queued)["workflows"] == [queued]
+        assert client.wait(first, timeout_s=60).stop_reason == "accepted"
+    finally:
+        os.environ.pop("DURABLE_MODEL_S", None)
+    assert client.run(queued).status == "cancelled"
+    model_calls = (folder / "model.log").read_text().splitlines()
+    assert not [line for line in model_calls if line.startswith("cq-2\t")]

@@ -29,7 +29,7 @@ def register(sub: Any) -> None:
     show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
     show.add_argument("--json", action="store_true")
     for name, helptext in (
-        ("cancel", "cancel its queued or running workflows"),
+        ("cancel", "cancel a queued, running or paused run (its proposals and questions too)"),
         ("resume", "resume a paused run"),
     ):
         a = acts.add_parser(name, help=helptext)
@@ -192,10 +192,26 @@ def report_view(view: Any, *, as_json: bool) -> int:
 def _cancel(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
 
-    cancelled = client.cancel(args.run_id)
-    emit_json({"run_id": args.run_id, "cancelled": cancelled}, exit=0) if args.json else print(
-        f"cancelled {len(cancelled)} workflow(s) of {args.run_id}"
-    )
+    import getpass
+
+    from tether.errors import ApprovalError
+
+    by = os.environ.get("USER") or getpass.getuser()
+    try:
+        done = client.cancel(args.run_id, by=by)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    if args.json:
+        emit_json({"run_id": args.run_id, **done}, exit=0)
+    else:
+        print(
+            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+            f" {len(done['questions_closed'])} question(s) closed"
+        )
     return 0
 
 

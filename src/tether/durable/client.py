@@ -24,6 +24,10 @@ from tether.storage_url import Stores, open_stores
 
 __all__ = ["DurableClient", "RunView", "WorkflowView"]
 
+_LIVE = ("ENQUEUED", "PENDING", "DELAYED")
+# Cancellation markers of paused runs go to a queue no worker serves: they never run.
+CANCEL_QUEUE = "tether-cancelled"
+
 _STATUS = {
     "ENQUEUED": "queued",
     "DELAYED": "queued",
@@ -229,6 +233,8 @@ class DurableClient:
         first = self.workflows(run_id)
         if not first:
             raise ApprovalError("not_durable", f"run {run_id} was not started on this deployment's queue")
+        if any(w.status == "CANCELLED" for w in first):
+            raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
         started = self._input(run_id)
         app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
         tenant = json.loads(cp.state)["context"]["tenant"]
@@ -248,14 +254,74 @@ class DurableClient:
         args = inputs.get("args") if isinstance(inputs, dict) else getattr(inputs, "args", ())
         return dict(args[0]) if args else {}
 
-    def cancel(self, run_id: str) -> list[str]:
-        """Cancel the run's workflows still queued or running; returns their ids."""
-        live = [
-            w.workflow_id for w in self.workflows(run_id) if w.status in ("ENQUEUED", "PENDING", "DELAYED")
-        ]
+    def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
+        """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
+        stops at its next step), a paused one gets a cancelled marker workflow, its checkpoint ends
+        ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
+        unanswered questions closed, so a later approval or answer runs nothing and no worker
+        resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        flows = self.workflows(run_id)
+        if not flows:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        live = [w.workflow_id for w in flows if w.status in _LIVE]
         for wid in live:
             self.dbos.cancel_workflow(wid)
-        return live
+        view = RunView(run_id, None, flows)
+        marker = None
+        if not live and view.status == "paused":
+            # Nothing is running: a workflow that never runs (no worker serves its queue) records
+            # the cancellation where every machine reads a run's state.
+            marker = f"{run_id}.cancel"
+            tenant = self._tenant(run_id) or "default"
+            self.dbos.enqueue(
+                {
+                    "workflow_name": WORKFLOW,
+                    "queue_name": CANCEL_QUEUE,
+                    "workflow_id": marker,
+                    "app_version": APP_VERSION,
+                    "queue_partition_key": tenant,
+                    "attributes": {"run_id": run_id, "op": "cancel", "tenant": tenant},
+                },
+                {"op": "cancel", "run_id": run_id, "app": ""},
+            )
+            self.dbos.cancel_workflow(marker)
+        store = self.stores.approvals
+        cp = store.load_checkpoint(run_id)
+        if cp is not None and cp.status != "finished":
+            now = datetime.now(UTC)
+            store.save_checkpoint(
+                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now
+            )
+        return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
+
+    def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
+        """Invalidate what a cancelled run still waited for (proposals, questions)."""
+        from tether.policy import Approvals, Reviewer
+
+        store = self.stores.approvals
+        desk = Approvals(store)
+        reviewer = Reviewer.for_all_tenants(by)
+        invalidated = []
+        for p in store.list_proposals(run_id=run_id):
+            if str(p.status) not in ("pending", "approved") or store.ledger_for(p.id):
+                continue  # decided for good, or its effect already happened (kept in the ledger)
+            try:
+                desk.invalidate(reviewer, p.id, reason="run cancelled")
+                invalidated.append(p.id)
+            except ApprovalError:
+                pass  # decided in the meantime: its run is cancelled, so it runs nothing
+        closed = []
+        pauses = self.stores.pauses
+        for q in pauses.for_run(run_id) if pauses is not None else []:
+            if str(q.status) != "pending":
+                continue
+            try:
+                pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
+            except ApprovalError:
+                continue  # answered in the meantime
+            pauses.complete(q.id, "run cancelled")
+            closed.append(q.id)
+        return {"proposals_invalidated": invalidated, "questions_closed": closed}
 
     # -- reading -------------------------------------------------------------------------------
 

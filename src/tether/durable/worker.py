@@ -257,7 +257,10 @@ class Worker:
             try:
                 self.resumed.append(self.client.resume(cp.run_id))
             except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
-                if err.reason != "not_durable":
+                if err.reason == "run_cancelled":
+                    # Cancelled while a step was writing its pause: what it waited for is void.
+                    self.client.cancel(cp.run_id, by=f"worker:{self.executor_id}")
+                elif err.reason != "not_durable":
                     self.errors.append(f"resume {cp.run_id}: {err}")
             except Exception as err:  # a lost connection: the next round tries again
                 self.errors.append(f"resume {cp.run_id}: {type(err).__name__}: {err}")
