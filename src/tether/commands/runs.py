@@ -190,10 +190,9 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
-
     import getpass
 
+    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
     by = os.environ.get("USER") or getpass.getuser()
