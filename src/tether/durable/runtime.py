@@ -311,9 +311,11 @@ async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int)
 def _register() -> Any:
     from dbos import DBOS
 
+    from tether.durable.events import observed
+
     @DBOS.workflow(name=WORKFLOW)
     async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
-        return await execute(request)
+        return await observed(request, execute)  # logs claimed/paused/finished for the operator
 
     return tether_run
 

@@ -13,7 +13,10 @@ held back and dropped when the next step turns out recorded, written when it run
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from tether.durable.codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
 from tether.loop import LoopSteps
@@ -26,7 +29,7 @@ if TYPE_CHECKING:
     from tether.loop import AgentLoop
     from tether.trace.events import TraceEvent
 
-__all__ = ["DurableSteps", "ReplayDiverged"]
+__all__ = ["DRAIN", "Drain", "DurableSteps", "ReplayDiverged"]
 
 MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
@@ -55,6 +58,41 @@ def step_options(name: str, *, retry_store: bool = False) -> Any:
         backoff_rate=2.0,
         should_retry=_transient,
     )
+
+
+class Drain:
+    """This process's steps, for a worker that stops: once ``begin`` is called no step starts
+    (its workflow parks before it, to be recovered from its last recorded step by a survivor or
+    by this executor's restart), and ``in_flight`` counts the steps still running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stopping = False
+        self.in_flight = 0
+        self.parked = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self.stopping, self.in_flight, self.parked = False, 0, 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self.stopping = True
+
+    async def enter(self) -> None:
+        with self._lock:
+            if not self.stopping:
+                self.in_flight += 1
+                return
+            self.parked += 1
+        await anyio.sleep_forever()  # the process exits around it; DBOS recovers the workflow
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+DRAIN = Drain()
 
 
 class ReplayDiverged(BaseException):
@@ -132,10 +170,13 @@ class DurableSteps(LoopSteps):
             self._live()
             return encode_response(await loop.agent.model.complete(request))
 
+        await DRAIN.enter()
         try:
             data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
         if not ran:
             self._recorded()
         return decode_response(data)
@@ -154,10 +195,13 @@ class DurableSteps(LoopSteps):
             executed.append(turn)
             return encode_turn(turn, s, observations_before, calls_before)
 
+        await DRAIN.enter()
         try:
             data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
         if executed:
             return executed[0]
         self._recorded()

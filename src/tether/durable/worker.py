@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.durable.client import DurableClient
+from tether.durable.events import log_event
 from tether.durable.runtime import _APPS, QUEUE, Runtime, dbos_config, set_runtime
+from tether.durable.steps import DRAIN
 from tether.errors import ApprovalError
 from tether.pg import Op, PgDatabase, PgMigration, Sql
 from tether.storage_url import Stores, open_stores
@@ -108,6 +110,7 @@ class WorkerConfig:
     heartbeat_s: float = 1.0
     dead_after_s: float = 15.0
     auto_resume: bool = True
+    grace_s: float = 30.0  # on stop: how long the steps in flight may take to finish
     init: bool = False  # create the database if missing (tether worker --init); else it must exist
     log_level: str = "WARNING"
     extra: dict[str, Any] = field(default_factory=dict)
@@ -130,6 +133,8 @@ class Worker:
         self.errors: list[str] = []
         self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
         self._launched = threading.Event()  # recovery and resumes wait for DBOS
+        self._draining = False
+        self.drained: dict[str, int] = {}
 
     def start(self) -> Worker:
         from dbos import DBOS
@@ -142,6 +147,7 @@ class Worker:
 
         c = self.config
         check_apps(c.apps)
+        DRAIN.reset()
         # The database must exist (one line in seconds if not): only --init creates it.
         init_deployment(c.url) if c.init else check_deployment(c.url, initialized=False)
         self.stores = open_stores(
@@ -181,11 +187,19 @@ class Worker:
         )
         self.client = DurableClient(c.url, stores=self.stores)
         self._launched.set()
+        log_event("worker_started", executor=self.executor_id, apps=list(c.apps), concurrency=c.concurrency)
         return self
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float | None = None) -> None:
+        """Drain, then stop: no new step starts, the steps in flight get up to ``grace_s``
+        (default ``config.grace_s``) to finish, then the process lets go of its runs, which a
+        survivor (or this executor id's restart) continues from their last recorded step. Only a
+        step still running when the grace ends is cut (its effect, if any, is reconciled)."""
         from dbos import DBOS
 
+        grace = self.config.grace_s if grace_s is None else grace_s
+        if self._launched.is_set():
+            self._drain(grace)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
@@ -204,6 +218,18 @@ class Worker:
             except Exception as err:  # e.g. a SQLite store opened by another thread: the OS reclaims it
                 self.errors.append(f"close: {type(err).__name__}: {err}")
 
+    def _drain(self, grace_s: float) -> None:
+        import time
+
+        self._draining = True  # the background thread only beats from now on
+        DRAIN.begin()
+        log_event("worker_draining", executor=self.executor_id, in_flight=DRAIN.in_flight, grace_s=grace_s)
+        deadline = time.monotonic() + grace_s
+        while DRAIN.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.drained = {"cut_steps": DRAIN.in_flight, "parked_runs": DRAIN.parked}
+        log_event("worker_stopped", executor=self.executor_id, **self.drained)
+
     def __enter__(self) -> Worker:
         return self.start()
 
@@ -219,13 +245,19 @@ class Worker:
         c = self.config
         while not self._stop.wait(c.heartbeat_s):
             duties = [self._heartbeat]
-            if self._launched.is_set():
+            if self._launched.is_set() and not self._draining:
                 duties += [self._recover_dead, self._resume_decided]
             for duty in duties:
                 try:
                     duty()
                 except Exception as err:  # a lost connection: the next round tries again
-                    self.errors.append(f"{duty.__name__}: {type(err).__name__}: {err}")
+                    self._error(duty.__name__.strip("_"), err)
+
+    def _error(self, duty: str, err: BaseException, **fields: Any) -> None:
+        """A background duty failed: kept in ``errors`` and logged with its cause."""
+        cause = f"{type(err).__name__}: {err}"
+        self.errors.append(f"{duty}{' ' + str(fields['run_id']) if 'run_id' in fields else ''}: {cause}")
+        log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
 
     def _heartbeat(self) -> None:
         if self._pg is not None:
@@ -240,6 +272,7 @@ class Worker:
         if dead:
             DBOS._recover_pending_workflows(dead)
             self.recovered.extend(dead)
+            log_event("executors_recovered", executor=self.executor_id, dead=dead)
 
     def _resume_decided(self) -> None:
         """Resume each durable run paused for approvals that have all been decided since."""
@@ -256,14 +289,20 @@ class Worker:
                 continue
             try:
                 self.resumed.append(self.client.resume(cp.run_id))
+                log_event(
+                    "resume_enqueued",
+                    executor=self.executor_id,
+                    run_id=cp.run_id,
+                    workflow_id=self.resumed[-1],
+                )
             except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
                 if err.reason == "run_cancelled":
                     # Cancelled while a step was writing its pause: what it waited for is void.
                     self.client.cancel(cp.run_id, by=f"worker:{self.executor_id}")
-                elif err.reason != "not_durable":
-                    self.errors.append(f"resume {cp.run_id}: {err}")
+                elif err.reason not in ("not_durable", "run_finished"):
+                    self._error("resume", err, run_id=cp.run_id)
             except Exception as err:  # a lost connection: the next round tries again
-                self.errors.append(f"resume {cp.run_id}: {type(err).__name__}: {err}")
+                self._error("resume", err, run_id=cp.run_id)
                 continue
             self._seen.add(seen)  # enqueued (once per paused state, whoever asks) or never resumable
 
