@@ -325,7 +325,7 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
 
 @pytest.mark.spec("T5")
 def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
-    pg_url: str, cluster_dir: Path
+    pg_url: str, cluster_dir: Path, capsys: Any
 ) -> None:
     from tether.cli import main
     from tether.durable import DurableClient
@@ -350,6 +350,17 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
         [entry] = client.stores.approvals.ledger_for_run(rid)
         assert str(entry.status) == "escalated" and "cannot be asked" in entry.note
         assert [r[2] for r in durable_app.effects()] == ["esc-1:x"]  # not retried
+        # The operator's view: the listing names the entry and the command that resolves it, and
+        # the worker logged it.
+        capsys.readouterr()
+        assert main(["runs", "--db", pg_url, "escalations", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"]
+        assert [(e["key"], e["run_id"], e["tool"]) for e in listed] == [(entry.key, rid, "notify")]
+        assert listed[0]["resolve"] == f"tether runs resolve {entry.key} --happened yes|no"
+        logged = [
+            json.loads(x) for x in (cluster_dir / "w1.log").read_text().splitlines() if x.startswith("{")
+        ]
+        assert [e["key"] for e in logged if e["event"] == "effect_escalated"] == [entry.key]
         # A person checks the tool's side and records it; the run continues from any machine.
         assert (
             main(["runs", "--db", pg_url, "resolve", entry.key, "--happened", "yes", "--reviewer", "ana"])
@@ -362,3 +373,6 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
         client.close()
     assert (view.status, view.stop_reason) == ("finished", "accepted")
     assert [r[2] for r in durable_app.effects()] == ["esc-1:x", "esc-1:after"]
+    capsys.readouterr()
+    assert main(["runs", "--db", pg_url, "escalations", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"] == []

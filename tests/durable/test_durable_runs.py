@@ -336,3 +336,43 @@ def test_a_queued_run_cancelled_never_starts(deployment: Any) -> None:
     assert client.run(queued).status == "cancelled"
     model_calls = (folder / "model.log").read_text().splitlines()
     assert not [line for line in model_calls if line.startswith("cq-2\t")]
+
+
+def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_url: str, capsys: Any) -> None:
+    import psycopg
+
+    from tether.pg import PgUrl
+
+    _, client, _ = deployment
+    paused = client.submit(durable_app.APP, "vis-p: pay 5", GLOBEX)
+    done = client.submit(durable_app.APP, "vis-f: read a1", GLOBEX)
+    for rid in (paused, done):
+        client.wait(rid, timeout_s=60)
+
+    def listed(*flags: str) -> set[str]:
+        assert main(["runs", "--db", durable_url, "list", *flags, "--json"]) == 0
+        return {r["run_id"] for r in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]}
+
+    assert {paused, done} <= listed()
+    by_status = listed("--status", "paused", "--tenant", "globex")
+    assert paused in by_status and done not in by_status
+    assert not {paused, done} & listed("--tenant", "acme")
+    assert not {paused, done} & listed("--older-than", "1h")
+    assert {paused, done} <= listed("--older-than", "0s")
+    assert main(["runs", "--db", durable_url, "list", "--older-than", "soon", "--json"]) == 1
+    capsys.readouterr()
+    client.cancel(paused)
+
+    # A worker that was killed: its heartbeat stopped long ago.
+    pg = PgUrl.parse(durable_url)
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {pg.schema}.tether_workers (executor_id, host, pid, heartbeat_at)"
+            " VALUES ('ghost-1', 'gone', 1, now() - interval '10 minutes')"
+        )
+    assert main(["runs", "--db", durable_url, "workers", "--json"]) == 0
+    workers = {
+        w["executor_id"]: w for w in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["workers"]
+    }
+    assert workers["ghost-1"]["state"] == "dead" and workers["ghost-1"]["silent_s"] >= 600
+    assert workers["inproc-1"]["state"] == "alive" and workers["inproc-1"]["silent_s"] < 15

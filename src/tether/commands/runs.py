@@ -17,12 +17,20 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "runs",
-        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers",
+        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
+        " escalations",
     )
     p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument(
+        "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
+    )
+    ls.add_argument("--tenant", default=None)
+    ls.add_argument(
+        "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
+    )
     ls.add_argument("--json", action="store_true")
     show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
     show.add_argument("run_id")
@@ -58,8 +66,13 @@ def register(sub: Any) -> None:
     r.add_argument("--reviewer", default=None)
     r.add_argument("--note", default="")
     r.add_argument("--json", action="store_true")
-    w = acts.add_parser("workers", help="workers and their heartbeats")
+    w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
+    w.add_argument(
+        "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
+    )
     w.add_argument("--json", action="store_true")
+    e = acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
+    e.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
 
@@ -98,15 +111,25 @@ def open_client(url: str, command: str, *, as_json: bool) -> Any:
 
 
 def _list(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
+    from datetime import UTC, datetime
 
-    views = client.runs(limit=args.limit)
+    from tether.clisupport.output import emit_json, fail, table
+
+    try:
+        older = parse_age(args.older_than) if args.older_than else None
+    except ValueError as err:
+        return fail("tether runs list", err, as_json=args.json)
+    views = client.runs(limit=args.limit, status=args.status, tenant=args.tenant, older_than_s=older)
+    now = datetime.now(UTC)
     rows = [
         {
             "run_id": v.run_id,
             "tenant": v.tenant or "",
             "status": v.status,
             "stop_reason": v.stop_reason or "",
+            "age": _age(
+                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
+            ),
             "workflows": len(v.workflows),
             "executor": v.latest.executor or "",
         }
@@ -115,10 +138,38 @@ def _list(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"count": len(rows), "runs": rows}, exit=0)
     elif rows:
-        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "workflows", "executor"]))
+        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "workflows", "executor"]))
     else:
         print("no durable runs")
     return 0
+
+
+def parse_age(text: str) -> float:
+    """``90`` or ``90s``, ``15m``, ``2h``, ``1d`` -> seconds; raises ``ValueError``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    scale = units.get(t[-1:])
+    number = t[:-1] if scale is not None else t
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"--older-than {text!r}: use seconds or a number with s, m, h or d") from None
+    if value < 0:
+        raise ValueError(f"--older-than {text!r} is negative")
+    return value
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"{s}s"
+        if s < 120
+        else f"{s // 60}m"
+        if s < 7200
+        else f"{s // 3600}h"
+        if s < 172800
+        else f"{s // 86400}d"
+    )
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
@@ -339,13 +390,35 @@ def _workers(client: Any, args: argparse.Namespace) -> int:
     from tether.durable.worker import _workers as op
 
     db = client.stores.db
-    rows = db.run(op) if db is not None else []
+    rows = db.run(op, args.dead_after) if db is not None else []
     if args.json:
         emit_json({"workers": rows}, exit=0)
     elif rows:
-        print(table(rows, ["executor_id", "host", "pid", "heartbeat_at", "recovered_by"]))
+        print(
+            table(rows, ["executor_id", "state", "host", "pid", "silent_s", "heartbeat_at", "recovered_by"])
+        )
     else:
         print("no workers have registered")
+    return 0
+
+
+def _escalations(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, safe, table
+    from tether.durable.events import resolve_command
+    from tether.policy.store import LedgerStatus
+
+    store = client.stores.approvals
+    rows = [
+        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "since": e.updated_at, "note": e.note,
+         "resolve": resolve_command(e.key)}
+        for e in store.ledger_in(LedgerStatus.ESCALATED)
+    ]  # fmt: skip
+    if args.json:
+        emit_json({"count": len(rows), "escalations": rows}, exit=0)
+    elif rows:
+        print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
+    else:
+        print("no effects wait for a person")
     return 0
 
 
@@ -371,4 +444,5 @@ _ACTIONS = {
     "answer": _answer,
     "resolve": _resolve,
     "workers": _workers,
+    "escalations": _escalations,
 }

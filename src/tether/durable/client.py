@@ -359,9 +359,24 @@ class DurableClient:
         found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False)
         return (found[0].attributes or {}).get("tenant") if found else None
 
-    def runs(self, *, limit: int = 100) -> list[RunView]:
-        """The most recent runs (by their first workflow), newest first."""
-        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, load_output=True, sort_desc=True)
+    def runs(
+        self,
+        *,
+        limit: int = 100,
+        status: str | None = None,
+        tenant: str | None = None,
+        older_than_s: float | None = None,
+    ) -> list[RunView]:
+        """The most recent runs (by their first workflow), newest first; only those with
+        ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
+        started more than ``older_than_s`` seconds ago when given."""
+        found = self.dbos.list_workflows(
+            name=WORKFLOW,
+            load_input=False,
+            load_output=True,
+            sort_desc=True,
+            attributes={"tenant": tenant} if tenant else None,
+        )
         by_run: dict[str, list[WorkflowView]] = {}
         tenants: dict[str, str | None] = {}
         for w in found:
@@ -373,6 +388,11 @@ class DurableClient:
             for rid, flows in by_run.items()
         ]
         views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
+        if status:
+            views = [v for v in views if v.status == status]
+        if older_than_s is not None:
+            cut = datetime.now(UTC).timestamp() - older_than_s
+            views = [v for v in views if (v.workflows[0].created_at or _dt(1)).timestamp() <= cut]  # type: ignore[union-attr]
         return views[:limit]
 
     def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:

@@ -85,13 +85,22 @@ def _claim_dead(me: str, dead_after_s: float) -> Op[list[str]]:
     return [r[0] for r in rows]
 
 
-def _workers() -> Op[list[dict[str, Any]]]:
+def _workers(dead_after_s: float = 15.0) -> Op[list[dict[str, Any]]]:
+    """Every worker that registered, with its ``state``: ``alive`` (a recent heartbeat),
+    ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
+    cut off), and ``silent_s`` (seconds since its last heartbeat)."""
     rows = yield Sql(
         "SELECT executor_id, host, pid, started_at, heartbeat_at, recovered_at, recovered_by,"
-        " heartbeat_at >= now() - interval '1 hour' FROM tether_workers ORDER BY executor_id"
+        " CASE WHEN heartbeat_at = '-infinity' THEN 'stopped'"
+        " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead' ELSE 'alive' END,"
+        " CASE WHEN heartbeat_at = '-infinity' THEN NULL"
+        " ELSE round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float END"
+        " FROM tether_workers ORDER BY executor_id",
+        (dead_after_s,),
     )
-    keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by")
-    return [dict(zip(keys, r[:7], strict=True)) for r in rows]
+    keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by",
+            "state", "silent_s")  # fmt: skip
+    return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 @dataclass
@@ -237,7 +246,7 @@ class Worker:
         self.stop()
 
     def workers(self) -> list[dict[str, Any]]:
-        return self._pg.run(_workers) if self._pg is not None else []
+        return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
 
     # -- the background duties --------------------------------------------------------------
 

@@ -295,6 +295,16 @@ def _ledger_for(d: Dialect, proposal_id: str) -> Op[list[LedgerEntry]]:
     return [_entry(d, r) for r in rows]
 
 
+def _ledger_in(d: Dialect, statuses: tuple[str, ...]) -> Op[list[LedgerEntry]]:
+    if not statuses:
+        return []
+    marks = ", ".join(["%s"] * len(statuses))
+    rows = yield Sql(
+        f"SELECT {_L} FROM effect_ledger WHERE status IN ({marks}) ORDER BY created_at, key", statuses
+    )
+    return [_entry(d, r) for r in rows]
+
+
 def ledger_for_run(d: Dialect, run_id: str) -> Op[list[LedgerEntry]]:
     """The operation listing every ledger entry of one run (``PgApprovalStore.ledger_for_run``)."""
     rows = yield Sql(f"SELECT {_L} FROM effect_ledger WHERE run_id = %s ORDER BY created_at, key", (run_id,))
@@ -455,6 +465,11 @@ class SqlApprovalStore:
 
     def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         return self._ops.read(_ledger_for, self._d, proposal_id)
+
+    def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        """Every ledger entry in one of ``statuses``, oldest first (e.g. those a person must
+        resolve: ``tether runs escalations``)."""
+        return self._ops.read(_ledger_in, self._d, tuple(str(s) for s in statuses))
 
     # -- the effect ledger (async face) ------------------------------------------------------
 
