@@ -13,7 +13,8 @@ The file names everything a run needs; relative paths are relative to the file's
       prices: {"qwen3:8b": {input: 0, output: 0}}
     tools:                                               # local tools, by import path
       - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
-      - {function: myapp.tools:send_note, effect: send, egress_argument: to}
+      - {function: myapp.tools:send_note, effect: send, egress_argument: to,
+         reconciler: myapp.tools:find_note}            # asked by key after a cut or a raise
     python_path: ["."]                                   # folders put on sys.path for the imports
     mcp: {config: mcp.yaml}                              # or inline: {servers: [...], host: {...}}
     policy:
@@ -179,6 +180,9 @@ class ToolRef(_Strict):
     egress_argument: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
     needs_approval: bool | None = None
+    # ``module:function`` called with an effect's idempotency key after the call was cut or
+    # raised: the tool's own record of it (a dict), or None if it never happened.
+    reconciler: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class McpSpec(_Strict):
@@ -410,11 +414,13 @@ def _python_path(af: AgentFile) -> None:
             sys.path.insert(0, folder)
 
 
-def _local_tools(af: AgentFile) -> list[Any]:
+def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
+    """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
     from tether.tools.contract import Tool
 
     spec = af.spec
     tools: list[Any] = []
+    reconcilers = {} if reconcilers is None else reconcilers
     for i, ref in enumerate(spec.tools):
         where = f"{af.label()}: tools[{i}] ({ref.function})"
         found = _import(ref.function, where)
@@ -449,6 +455,11 @@ def _local_tools(af: AgentFile) -> list[Any]:
             except TypeError as err:
                 raise ConfigError(f"{where}: {err}") from None
             tools.append(tool)
+            if ref.reconciler is not None:
+                fn = _import(ref.reconciler, f"{af.label()}: tools[{i}].reconciler ({ref.reconciler})")
+                if not callable(fn):
+                    raise ConfigError(f"{where}: reconciler {ref.reconciler} is not callable")
+                reconcilers[tool.name] = fn
     names = [t.name for t in tools]
     if dup := sorted({n for n in names if names.count(n) > 1}):
         raise ConfigError(f"{af.label()}: tools: the same tool name twice: {', '.join(dup)}")
@@ -590,7 +601,8 @@ def build_agent(
 
     spec = af.spec
     _python_path(af)
-    tools = _local_tools(af)
+    reconcilers: dict[str, Any] = {}
+    tools = _local_tools(af, reconcilers)
     instructions = spec.instructions
     if spec.instructions_file is not None:
         path = af.resolve(spec.instructions_file)
@@ -607,10 +619,10 @@ def build_agent(
     approvals = None
     if stores is not None:
         db = None
-        approvals = Approvals(stores.approvals, app=app)
+        approvals = Approvals(stores.approvals, app=app, reconcilers=reconcilers)
     elif db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        approvals = Approvals(SqliteApprovalStore(db), app=app)
+        approvals = Approvals(SqliteApprovalStore(db), app=app, reconcilers=reconcilers)
 
     p = spec.policy
     policy_args: dict[str, Any] = {

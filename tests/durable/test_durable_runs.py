@@ -376,3 +376,23 @@ def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_u
     }
     assert workers["ghost-1"]["state"] == "dead" and workers["ghost-1"]["silent_s"] >= 600
     assert workers["inproc-1"]["state"] == "alive" and workers["inproc-1"]["silent_s"] < 15
+
+
+def test_a_write_that_raised_is_listed_for_a_person_and_runs_resolve_accepts_it(
+    deployment: Any, durable_url: str, capsys: Any
+) -> None:
+    _, client, _ = deployment
+    rid = client.submit(durable_app.APP, "fl-1: flaky x; read a1", ACME)
+    view = client.wait(rid, timeout_s=60)
+    assert (view.stop_reason, view.exit_code) == ("internal_error", 7)  # a tool that raises ends the run
+    [entry] = client.stores.approvals.ledger_for_run(rid)
+    assert str(entry.status) == "reconciling"
+    assert main(["runs", "--db", durable_url, "escalations", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"]
+    [row] = [e for e in listed if e["run_id"] == rid]
+    assert row["key"] == entry.key and row["resolve"].startswith(f"tether runs resolve {entry.key} ")
+    argv = ["runs", "--db", durable_url, "resolve", entry.key, "--happened", "yes", "--reviewer", "ana"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "done"
+    assert main([*argv, "--json"]) == 1  # once: it is settled now
+    capsys.readouterr()

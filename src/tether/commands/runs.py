@@ -403,15 +403,24 @@ def _workers(client: Any, args: argparse.Namespace) -> int:
 
 
 def _escalations(client: Any, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
     from tether.clisupport.output import emit_json, safe, table
     from tether.durable.events import resolve_command
     from tether.policy.store import LedgerStatus
 
     store = client.stores.approvals
+    now = datetime.now(UTC)
+    # Escalated, and those whose call raised that no one is reconciling: both wait for a person.
+    waiting = [
+        e
+        for e in store.ledger_in(LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
+        if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
+    ]
     rows = [
-        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "since": e.updated_at, "note": e.note,
-         "resolve": resolve_command(e.key)}
-        for e in store.ledger_in(LedgerStatus.ESCALATED)
+        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "status": str(e.status),
+         "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
+        for e in waiting
     ]  # fmt: skip
     if args.json:
         emit_json({"count": len(rows), "escalations": rows}, exit=0)

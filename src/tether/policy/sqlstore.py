@@ -262,7 +262,10 @@ def _finish(
 ) -> Op[LedgerEntry]:
     if owner is None:  # a person resolving an escalated entry
         entry = yield from _ledger_entry(d, key, d.for_update)
-        if entry is None or entry.status is not LedgerStatus.ESCALATED:
+        # Also one whose call raised and that no one is reconciling (its lease ran out): its
+        # outcome is as unknown as an escalated one's, and a person may say what happened.
+        unowned = entry is not None and entry.status is LedgerStatus.RECONCILING and entry.lease_until <= now
+        if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
             raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
     else:
         entry = yield from _owned(d, key, owner)
