@@ -407,6 +407,36 @@ def _import(ref: str, where: str) -> Any:
         raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}") from None
 
 
+def agent_digest(af: AgentFile) -> str:
+    """sha256 of the agent file and every file it depends on that can be found: its
+    instructions file, its scripted model's script, its MCP config file, and the source of each
+    module its tools and reconcilers are imported from. A durable run is bound to this digest:
+    editing any of them makes a new version (``tether.durable.versions``)."""
+    import importlib.util
+
+    spec = af.spec
+    files: list[Path] = []
+    for value in (spec.instructions_file, spec.model.scripted, spec.mcp.config if spec.mcp else None):
+        if value:
+            files.append(af.resolve(value))
+    _python_path(af)
+    for ref in spec.tools:
+        for target in (ref.function, ref.reconciler):
+            if not target:
+                continue
+            try:
+                found = importlib.util.find_spec(target.partition(":")[0])
+            except (ImportError, ValueError):
+                continue
+            if found is not None and found.origin and Path(found.origin).is_file():
+                files.append(Path(found.origin))
+    h = hashlib.sha256(af.sha256.encode())
+    for path in sorted(set(files)):
+        h.update(str(path).encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return h.hexdigest()
+
+
 def _python_path(af: AgentFile) -> None:
     for entry in reversed(af.spec.python_path):
         folder = str(af.resolve(entry).resolve())

@@ -113,9 +113,26 @@ def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
 
 
 def test_a_worker_runs_only_the_apps_it_was_started_with(deployment: Any) -> None:
-    _, client, folder = deployment
+    import time
+
+    from tether.durable.runtime import QUEUE, WORKFLOW, context_to_json
+
+    worker, client, folder = deployment
     marker = folder / "imported"
-    rid = client.submit("os:system", f"touch {marker}", ACME)
+    # Submitted: bound to a version no worker has (none serves that app), it is never taken.
+    queued = client.submit("os:system", f"touch {marker}", ACME)
+    time.sleep(1.0)
+    assert client.run(queued).status == "queued" and client.run(queued).version != worker.version
+    client.cancel(queued)
+    # A queue row forged with this worker's version: the worker still refuses the app.
+    rid = "forged-" + queued
+    request = {"op": "start", "run_id": rid, "app": "os:system", "objective": f"touch {marker}",
+               "context": context_to_json(ACME)}  # fmt: skip
+    client.dbos.enqueue(
+        {"workflow_name": WORKFLOW, "queue_name": QUEUE, "workflow_id": rid, "app_version": worker.version,
+         "queue_partition_key": "acme", "attributes": {"run_id": rid, "op": "start", "tenant": "acme"}},
+        request,
+    )  # fmt: skip
     view = client.wait(rid, timeout_s=60)
     assert view.stop_reason == "policy_denied"
     assert "not served by this worker" in str(view.summary()["detail"])

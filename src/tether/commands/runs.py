@@ -18,7 +18,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "runs",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
-        " escalations",
+        " escalations, move",
     )
     p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -28,6 +28,7 @@ def register(sub: Any) -> None:
         "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
     )
     ls.add_argument("--tenant", default=None)
+    ls.add_argument("--version", default=None, help="runs bound to this application version")
     ls.add_argument(
         "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
     )
@@ -66,6 +67,10 @@ def register(sub: Any) -> None:
     r.add_argument("--reviewer", default=None)
     r.add_argument("--note", default="")
     r.add_argument("--json", action="store_true")
+    mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
+    mv.add_argument("run_id")
+    mv.add_argument("--to", default="latest", help="a live worker's version, or latest (default)")
+    mv.add_argument("--json", action="store_true")
     w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
     w.add_argument(
         "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
@@ -119,7 +124,9 @@ def _list(client: Any, args: argparse.Namespace) -> int:
         older = parse_age(args.older_than) if args.older_than else None
     except ValueError as err:
         return fail("tether runs list", err, as_json=args.json)
-    views = client.runs(limit=args.limit, status=args.status, tenant=args.tenant, older_than_s=older)
+    views = client.runs(
+        limit=args.limit, status=args.status, tenant=args.tenant, older_than_s=older, version=args.version
+    )
     now = datetime.now(UTC)
     rows = [
         {
@@ -132,13 +139,14 @@ def _list(client: Any, args: argparse.Namespace) -> int:
             ),
             "workflows": len(v.workflows),
             "executor": v.latest.executor or "",
+            "version": v.version or "",
         }
         for v in views
     ]
     if args.json:
         emit_json({"count": len(rows), "runs": rows}, exit=0)
     elif rows:
-        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "workflows", "executor"]))
+        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]))
     else:
         print("no durable runs")
     return 0
@@ -197,7 +205,7 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out, exit=code)
         return code
-    for key in ("run_id", "tenant", "status", "stop_reason", "answer", "detail"):
+    for key in ("run_id", "tenant", "status", "stop_reason", "version", "answer", "detail"):
         if out.get(key):
             print(f"{key}: {out[key]}")
     for w in out["workflows"]:
@@ -385,6 +393,25 @@ def _resolve(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _move(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    try:
+        moved = client.move(args.run_id, args.to, by=os.environ.get("USER") or getpass.getuser())
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    emit_json(moved, exit=0) if args.json else print(
+        f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there"
+    )
+    return 0
+
+
 def _workers(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json, table
     from tether.durable.worker import _workers as op
@@ -394,9 +421,7 @@ def _workers(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"workers": rows}, exit=0)
     elif rows:
-        print(
-            table(rows, ["executor_id", "state", "host", "pid", "silent_s", "heartbeat_at", "recovered_by"])
-        )
+        print(table(rows, ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]))
     else:
         print("no workers have registered")
     return 0
@@ -454,4 +479,5 @@ _ACTIONS = {
     "resolve": _resolve,
     "workers": _workers,
     "escalations": _escalations,
+    "move": _move,
 }

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     app, digest = args.agent, None
     ctx = TrustedContext(tenant=args.tenant or "default", roles=frozenset(args.role), user=args.user)
     if is_agent_file(args.agent):
-        from tether.agentfile import load_agent_file, trusted_context
+        from tether.agentfile import agent_digest, load_agent_file, trusted_context
         from tether.errors import ConfigError
 
         try:
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"tether submit: {err}")
             return 2
         assert af.path is not None
-        app, digest = str(af.path.resolve()), af.sha256
+        app, digest = str(af.path.resolve()), agent_digest(af)
         base = trusted_context(af)
         ctx = dataclasses.replace(
             base,

@@ -48,6 +48,7 @@ class WorkflowView:
     updated_at: datetime | None
     output: dict[str, Any] | None
     error: str | None = None
+    app_version: str | None = None
 
 
 @dataclass
@@ -61,6 +62,11 @@ class RunView:
     @property
     def latest(self) -> WorkflowView:
         return self.workflows[-1]
+
+    @property
+    def version(self) -> str | None:
+        """The application version its latest workflow was enqueued with (versions.py)."""
+        return next((w.app_version for w in reversed(self.workflows) if w.op != "cancel"), None)
 
     @property
     def status(self) -> str:
@@ -123,12 +129,14 @@ class RunView:
             "answer": out.get("answer"),
             "detail": out.get("detail"),
             "pending_proposals": out.get("pending_proposals", []),
+            "version": self.version,
             "workflows": [
                 {
                     "workflow_id": w.workflow_id,
                     "op": w.op,
                     "status": w.status,
                     "executor": w.executor,
+                    "version": w.app_version,
                     "stop_reason": (w.output or {}).get("stop_reason"),
                     "replayed_steps": (w.output or {}).get("replayed_steps"),
                 }
@@ -195,6 +203,7 @@ class DurableClient:
         """Enqueue a new run; returns its run id (which is also its first workflow's id).
         ``app_digest`` (an agent file's sha256): only a worker serving that version runs it."""
         run_id = run_id or new_run_id()
+        version, app_digest = self._version_for(app, app_digest)
         request: dict[str, Any] = {
             "op": "start",
             "run_id": run_id,
@@ -204,16 +213,33 @@ class DurableClient:
         }
         if app_digest:
             request["app_digest"] = app_digest
-        self._enqueue(run_id, request, tenant=context.tenant, op="start")
+        self._enqueue(run_id, request, tenant=context.tenant, op="start", version=version)
         return run_id
 
-    def _enqueue(self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str) -> None:
+    def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
+        """(DBOS application version, app digest) a new run of ``app`` is bound to (versions.py):
+        the newest live worker serving it (that digest, if given), else the version a worker
+        serving that app alone will have."""
+        from tether.durable.versions import app_digest, serving, version_of
+
+        db = self.stores.db
+        if db is None:
+            return APP_VERSION, digest  # SQLite: one process, one version
+        found = db.run(serving, app, digest)
+        if found:
+            return found[0]
+        digest = digest or app_digest(app)
+        return version_of({app: digest}), digest
+
+    def _enqueue(
+        self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
+    ) -> None:
         self.dbos.enqueue(
             {
                 "workflow_name": WORKFLOW,
                 "queue_name": QUEUE,
                 "workflow_id": workflow_id,
-                "app_version": APP_VERSION,
+                "app_version": version,
                 # Per-tenant limits: the queue is partitioned by tenant.
                 "queue_partition_key": tenant,
                 "attributes": {"run_id": request["run_id"], "op": op, "tenant": tenant},
@@ -241,10 +267,47 @@ class DurableClient:
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
         request = {"op": "resume", "run_id": run_id, "app": app}
-        if started.get("app_digest"):
-            request["app_digest"] = started["app_digest"]  # the resume runs the same agent version
-        self._enqueue(workflow_id, request, tenant=tenant, op="resume")
+        # The resume runs on the version the run was bound to, unless an operator moved it.
+        version: str = first[0].app_version or APP_VERSION
+        bound: str | None = started.get("app_digest")
+        moved = self._moved(run_id)
+        if moved is not None:
+            version, bound = moved
+        if bound:
+            request["app_digest"] = bound
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version)
         return workflow_id
+
+    def _moved(self, run_id: str) -> tuple[str, str | None] | None:
+        from tether.durable.versions import moved_to
+
+        db = self.stores.db
+        return db.run(moved_to, run_id) if db is not None else None
+
+    def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
+        """Bind a paused run to another version (``latest``: the newest live worker serving its
+        app), so its resume runs there: the operator's call after an upgrade, when the old
+        version's workers are gone. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
+        ``no_such_version``)."""
+        from tether.durable.versions import record_move, serving
+
+        view = self.run(run_id)
+        if view is None:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        if view.status != "paused":
+            raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
+        db = self.stores.db
+        if db is None:
+            raise ApprovalError("no_such_version", "a SQLite deployment has one version")
+        app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
+        live = db.run(serving, app, None)
+        target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
+        if target is None:
+            known = ", ".join(sorted({v for v, _ in live})) or "none"
+            raise ApprovalError("no_such_version", f"no live worker of {to!r} serves {app} (live: {known})")
+        before = self._moved(run_id) or (view.workflows[0].app_version, None)
+        db.run(record_move, run_id, target[0], target[1], by)
+        return {"run_id": run_id, "from": before[0], "to": target[0], "app": app}
 
     def _input(self, run_id: str) -> dict[str, Any]:
         found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
@@ -344,6 +407,7 @@ class DurableClient:
             updated_at=_dt(w.updated_at),
             output=output,
             error=str(w.error) if w.error is not None else None,
+            app_version=getattr(w, "app_version", None),
         )
 
     def run(self, run_id: str) -> RunView | None:
@@ -366,6 +430,7 @@ class DurableClient:
         status: str | None = None,
         tenant: str | None = None,
         older_than_s: float | None = None,
+        version: str | None = None,
     ) -> list[RunView]:
         """The most recent runs (by their first workflow), newest first; only those with
         ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
@@ -390,6 +455,8 @@ class DurableClient:
         views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
         if status:
             views = [v for v in views if v.status == status]
+        if version:
+            views = [v for v in views if v.version == version]
         if older_than_s is not None:
             cut = datetime.now(UTC).timestamp() - older_than_s
             views = [v for v in views if (v.workflows[0].created_at or _dt(1)).timestamp() <= cut]  # type: ignore[union-attr]

@@ -27,8 +27,9 @@ from typing import Any
 
 from tether.durable.client import DurableClient
 from tether.durable.events import log_event
-from tether.durable.runtime import _APPS, QUEUE, Runtime, dbos_config, set_runtime
+from tether.durable.runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable.steps import DRAIN
+from tether.durable.versions import app_digest, version_of
 from tether.errors import ApprovalError
 from tether.pg import Op, PgDatabase, PgMigration, Sql
 from tether.storage_url import Stores, open_stores
@@ -50,20 +51,65 @@ MIGRATIONS: tuple[PgMigration, ...] = (
             )""",
         ),
     ),
+    (
+        "pg_w002_versions",
+        (
+            "ALTER TABLE tether_workers ADD COLUMN app_version TEXT",
+            "ALTER TABLE tether_workers ADD COLUMN apps TEXT",
+            """CREATE TABLE tether_run_versions (
+                run_id TEXT PRIMARY KEY,
+                app_version TEXT NOT NULL,
+                app_digest TEXT,
+                moved_by TEXT NOT NULL,
+                moved_at TIMESTAMPTZ NOT NULL DEFAULT now()
+            )""",
+            # An executor id restarted with another version leaves its unfinished runs of the old
+            # one here, for a survivor of that version to recover.
+            """CREATE TABLE tether_orphans (
+                executor_id TEXT NOT NULL,
+                app_version TEXT NOT NULL,
+                left_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+                PRIMARY KEY (executor_id, app_version)
+            )""",
+        ),
+    ),
 )
 
 
-def _beat(executor_id: str, host: str, pid: int, started: bool) -> Op[None]:
+def _beat(
+    executor_id: str, host: str, pid: int, started: bool, version: str | None = None, apps: str | None = None
+) -> Op[None]:
     # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
     # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
-    restart = ", started_at = now()" if started else ""
+    # A start also records the worker's version and apps (a restart may serve new ones).
+    restart = (
+        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
+    )
     yield Sql(
-        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at) VALUES (%s, %s, %s, now())"
+        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps)"
+        " VALUES (%s, %s, %s, now(), %s, %s)"
         " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
-        (executor_id, host, pid),
+        (executor_id, host, pid, version, apps),
         fetch="none",
     )
+
+
+def _leave_orphans(executor_id: str, version: str) -> Op[None]:
+    row = yield Sql(
+        "SELECT app_version FROM tether_workers WHERE executor_id = %s", (executor_id,), fetch="one"
+    )
+    if row is not None and row[0] is not None and row[0] != version:
+        yield Sql(
+            "INSERT INTO tether_orphans (executor_id, app_version) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (executor_id, row[0]),
+            fetch="none",
+        )
+
+
+def _claim_orphans(version: str) -> Op[list[str]]:
+    rows = yield Sql("DELETE FROM tether_orphans WHERE app_version = %s RETURNING executor_id", (version,))
+    return [r[0] for r in rows]
 
 
 def _stopped(executor_id: str) -> Op[None]:
@@ -75,12 +121,14 @@ def _stopped(executor_id: str) -> Op[None]:
     )
 
 
-def _claim_dead(me: str, dead_after_s: float) -> Op[list[str]]:
+def _claim_dead(me: str, dead_after_s: float, version: str | None = None) -> Op[list[str]]:
+    # Only executors of this worker's version: DBOS recovers a workflow only on its own version,
+    # so a survivor of another version would claim the dead one's runs and run none of them.
     rows = yield Sql(
         "UPDATE tether_workers SET recovered_at = now(), recovered_by = %s"
-        " WHERE executor_id <> %s AND recovered_at IS NULL"
+        " WHERE executor_id <> %s AND recovered_at IS NULL AND app_version IS NOT DISTINCT FROM %s"
         " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING executor_id",
-        (me, me, dead_after_s),
+        (me, me, version, dead_after_s),
     )
     return [r[0] for r in rows]
 
@@ -90,7 +138,7 @@ def _workers(dead_after_s: float = 15.0) -> Op[list[dict[str, Any]]]:
     ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
     cut off), and ``silent_s`` (seconds since its last heartbeat)."""
     rows = yield Sql(
-        "SELECT executor_id, host, pid, started_at, heartbeat_at, recovered_at, recovered_by,"
+        "SELECT executor_id, host, pid, started_at, heartbeat_at, recovered_at, recovered_by, app_version,"
         " CASE WHEN heartbeat_at = '-infinity' THEN 'stopped'"
         " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead' ELSE 'alive' END,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL"
@@ -99,7 +147,7 @@ def _workers(dead_after_s: float = 15.0) -> Op[list[dict[str, Any]]]:
         (dead_after_s,),
     )
     keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by",
-            "state", "silent_s")  # fmt: skip
+            "app_version", "state", "silent_s")  # fmt: skip
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
@@ -143,6 +191,8 @@ class Worker:
         self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
         self._launched = threading.Event()  # recovery and resumes wait for DBOS
         self._draining = False
+        self.version = APP_VERSION  # with PostgreSQL: tether's and the served apps' (versions.py)
+        self.digests: dict[str, str | None] = {}
         self.drained: dict[str, int] = {}
 
     def start(self) -> Worker:
@@ -162,19 +212,24 @@ class Worker:
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )
+        self.digests = {app: app_digest(app, _APPS.get(app)) for app in c.apps}
         if self.stores.db is not None:
+            self.version = version_of(self.digests)
             self._pg = self.stores.db
             self._pg.migrate("workers", MIGRATIONS)
             # A ledger entry owned by a worker whose heartbeat stopped is reconciled at once.
             self.stores.approvals.worker_dead_after_s = c.dead_after_s
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
-            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True)
+            apps = json.dumps(self.digests, sort_keys=True)
+            self._pg.run(_leave_orphans, self.executor_id, self.version)
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True, self.version, apps)
         # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
         self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
         self._thread.start()
         set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
         pool = max(8, 2 * c.concurrency + 4)
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
+        cfg["application_version"] = self.version
         for attempt in range(3):
             DBOS(config=cfg)  # type: ignore[arg-type]
             try:
@@ -196,7 +251,13 @@ class Worker:
         )
         self.client = DurableClient(c.url, stores=self.stores)
         self._launched.set()
-        log_event("worker_started", executor=self.executor_id, apps=list(c.apps), concurrency=c.concurrency)
+        log_event(
+            "worker_started",
+            executor=self.executor_id,
+            apps=list(c.apps),
+            version=self.version,
+            concurrency=c.concurrency,
+        )
         return self
 
     def stop(self, grace_s: float | None = None) -> None:
@@ -277,7 +338,8 @@ class Worker:
 
         if self._pg is None:
             return
-        dead = self._pg.run(_claim_dead, self.executor_id, self.config.dead_after_s)
+        dead = self._pg.run(_claim_dead, self.executor_id, self.config.dead_after_s, self.version)
+        dead += self._pg.run(_claim_orphans, self.version)
         if dead:
             DBOS._recover_pending_workflows(dead)
             self.recovered.extend(dead)
