@@ -138,7 +138,9 @@ def _workers(dead_after_s: float = 15.0) -> Op[list[dict[str, Any]]]:
     ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
     cut off), and ``silent_s`` (seconds since its last heartbeat)."""
     rows = yield Sql(
-        "SELECT executor_id, host, pid, started_at, heartbeat_at, recovered_at, recovered_by, app_version,"
+        "SELECT executor_id, host, pid, started_at,"
+        " CASE WHEN heartbeat_at = '-infinity' THEN NULL ELSE heartbeat_at END,"  # a clean stop
+        " recovered_at, recovered_by, app_version,"
         " CASE WHEN heartbeat_at = '-infinity' THEN 'stopped'"
         " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead' ELSE 'alive' END,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL"
