@@ -119,3 +119,35 @@ def test_a_worker_without_init_refuses_a_missing_database(pg_dsn: str, fresh_db:
         Worker(WorkerConfig(_with_db(pg_dsn, fresh_db), apps=("durable_app:build",))).start()
     assert info.value.reason == "no_database" and "--init" not in str(info.value)
     assert fresh_db not in _databases(pg_dsn)
+
+
+def test_a_batch_submits_every_line_or_nothing(pg_url: str, tmp_path: Any, capsys: Any) -> None:
+    from tether.durable.deploy import init_deployment
+
+    init_deployment(pg_url)
+
+    def count() -> int:
+        code, out, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--limit", "1000", "--json")
+        assert code == 0
+        return int(out["count"])
+
+    lines = [{"objective": f"b{i}: read a{i}", "tenant": "acme" if i % 2 else "globex"} for i in range(5)]
+    # Attack: one bad line (an oversized objective) among good ones: nothing is stored.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(x) for x in [*lines[:2], {"objective": "x" * 100_001}]) + "\n")
+    base = ("submit", "--db", pg_url, "--agent", "durable_app:build")
+    code, out, _, _ = _cli(capsys, *base, "--batch", str(bad), "--json")
+    assert code == 1 and "line 3" in out["message"] and "limit" in out["message"]
+    assert count() == 0
+    code, out, _, _ = _cli(capsys, *base, "x" * 100_001, "--json")
+    assert code == 1 and count() == 0
+    # Legitimate: every line queued, each with its own tenant; one run id a line.
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    capsys.readouterr()
+    assert main([*base, "--batch", str(good), "--json"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    ids = [json.loads(line)["run_id"] for line in printed[:-1]]
+    assert len(set(ids)) == 5 and json.loads(printed[-1])["submitted"] == 5
+    _, listed, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--tenant", "acme", "--json")
+    assert sorted(r["run_id"] for r in listed["runs"]) == sorted(ids[1::2])

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.durable.runtime import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.durable.config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
 from tether.errors import ApprovalError
 from tether.policy.trusted import TrustedContext
-from tether.storage_url import Stores, open_stores
+from tether.storage_url import Stores, open_stores, parse_url
 
 __all__ = ["DurableClient", "RunView", "WorkflowView"]
 
@@ -177,6 +177,8 @@ class DurableClient:
         )
         self._stores = stores
         self._own_stores = stores is None
+        self._pg: Any = None  # the deployment's database alone, before (or without) its stores
+        self._versions: dict[tuple[str, str | None], tuple[str, str | None]] = {}
 
     @property
     def stores(self) -> Stores:
@@ -184,7 +186,20 @@ class DurableClient:
             self._stores = open_stores(self.url)
         return self._stores
 
+    @property
+    def db(self) -> Any:
+        """The deployment's ``PgDatabase`` (None for SQLite), without opening every store."""
+        if self._stores is not None:
+            return self._stores.db
+        if self._pg is None and parse_url(self.url).backend == "postgresql":
+            from tether.pg import PgDatabase
+
+            self._pg = PgDatabase(self.url, max_size=2, application_name="tether:client")
+        return self._pg
+
     def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
         self.dbos.destroy()
         if self._own_stores and self._stores is not None:
             self._stores.close()
@@ -222,14 +237,15 @@ class DurableClient:
         serving that app alone will have."""
         from tether.durable.versions import app_digest, serving, version_of
 
-        db = self.stores.db
+        db = self.db
         if db is None:
             return APP_VERSION, digest  # SQLite: one process, one version
-        found = db.run(serving, app, digest)
-        if found:
-            return found[0]
-        digest = digest or app_digest(app)
-        return version_of({app: digest}), digest
+        key = (app, digest)
+        if key not in self._versions:  # a batch: one look-up per app
+            found = db.run(serving, app, digest)
+            own = digest or (None if found else app_digest(app))
+            self._versions[key] = found[0] if found else (version_of({app: own}), own)
+        return self._versions[key]
 
     def _enqueue(
         self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
@@ -281,7 +297,7 @@ class DurableClient:
     def _moved(self, run_id: str) -> tuple[str, str | None] | None:
         from tether.durable.versions import moved_to
 
-        db = self.stores.db
+        db = self.db
         return db.run(moved_to, run_id) if db is not None else None
 
     def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
@@ -296,7 +312,7 @@ class DurableClient:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
         if view.status != "paused":
             raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
-        db = self.stores.db
+        db = self.db
         if db is None:
             raise ApprovalError("no_such_version", "a SQLite deployment has one version")
         app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))

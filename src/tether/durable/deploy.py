@@ -124,7 +124,7 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     Returns what it found and did. Raises ``DeploymentUnavailable`` as ``check_deployment``."""
     from dbos import DBOS
 
-    from tether.durable.runtime import dbos_config
+    from tether.durable.config import dbos_config
     from tether.storage_url import open_stores
 
     t = target(url)

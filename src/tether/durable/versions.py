@@ -31,7 +31,7 @@ __all__ = ["app_digest", "version_of"]
 
 def version_of(apps: Mapping[str, str | None]) -> str:
     """The DBOS application version of a worker serving ``apps`` (name -> digest)."""
-    from tether.durable.runtime import APP_VERSION
+    from tether.durable.config import APP_VERSION
 
     body = json.dumps(sorted((name, digest or "") for name, digest in apps.items()))
     return f"{APP_VERSION}+{hashlib.sha256(body.encode()).hexdigest()[:12]}"
