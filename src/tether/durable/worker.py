@@ -1,6 +1,7 @@
 """``Worker``: one process serving the deployment's run queue (``tether worker``).
 
-Each worker has an executor id. It launches DBOS (which first recovers the runs this executor id
+Each worker has an executor id and a version (``tether.durable.versions``: it takes only runs
+bound to it). It launches DBOS (which first recovers the runs this executor id
 left unfinished: a restarted worker picks up its own), registers the queue with the worker's
 concurrency and the deployment's global and per-tenant limits, and keeps a heartbeat in the
 shared database. A background thread, on every worker:
@@ -176,8 +177,9 @@ class WorkerConfig:
 
 
 class Worker:
-    """Start with ``start()`` (or as a context manager); ``stop()`` leaves unfinished runs to be
-    recovered by a survivor or by this executor id's next start."""
+    """Start with ``start()`` (or as a context manager); ``stop()`` drains (the steps in flight
+    finish within ``grace_s``, no new step starts) and leaves unfinished runs to be recovered by
+    a survivor of its version or by this executor id's next start."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
