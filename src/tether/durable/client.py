@@ -25,6 +25,7 @@ from tether.storage_url import Stores, open_stores, parse_url
 __all__ = ["DurableClient", "RunView", "WorkflowView"]
 
 _LIVE = ("ENQUEUED", "PENDING", "DELAYED")
+VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
 # Cancellation markers of paused runs go to a queue no worker serves: they never run.
 CANCEL_QUEUE = "tether-cancelled"
 
@@ -178,7 +179,7 @@ class DurableClient:
         self._stores = stores
         self._own_stores = stores is None
         self._pg: Any = None  # the deployment's database alone, before (or without) its stores
-        self._versions: dict[tuple[str, str | None], tuple[str, str | None]] = {}
+        self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
 
     @property
     def stores(self) -> Stores:
@@ -241,11 +242,14 @@ class DurableClient:
         if db is None:
             return APP_VERSION, digest  # SQLite: one process, one version
         key = (app, digest)
-        if key not in self._versions:  # a batch: one look-up per app
-            found = db.run(serving, app, digest)
-            own = digest or (None if found else app_digest(app))
-            self._versions[key] = found[0] if found else (version_of({app: own}), own)
-        return self._versions[key]
+        cached = self._versions.get(key)
+        if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
+            return cached[1]  # a batch: one look-up per app and second, not one per run
+        found = db.run(serving, app, digest)
+        own = digest or (None if found else app_digest(app))
+        bound = found[0] if found else (version_of({app: own}), own)
+        self._versions[key] = (time.monotonic(), bound)
+        return bound
 
     def _enqueue(
         self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
