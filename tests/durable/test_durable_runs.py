@@ -413,3 +413,34 @@ def test_a_write_that_raised_is_listed_for_a_person_and_runs_resolve_accepts_it(
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "done"
     assert main([*argv, "--json"]) == 1  # once: it is settled now
     capsys.readouterr()
+
+
+def test_a_worker_records_opentelemetry_metrics_when_configured(deployment: Any) -> None:
+    pytest.importorskip("opentelemetry.sdk.metrics", reason="the otel extra is not installed")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tether.durable import metrics
+
+    worker, client, _ = deployment
+    reader = InMemoryMetricReader()
+    metrics.configure(MeterProvider(metric_readers=[reader]), queue_depth=worker.queue_depth)
+    try:
+        rid = client.submit(durable_app.APP, "otel-1: read a1; log m1", ACME)
+        assert client.wait(rid, timeout_s=60).stop_reason == "accepted"
+        data = reader.get_metrics_data()
+    finally:
+        metrics.configure(None)
+    points: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                points[m.name] = list(m.data.data_points)
+    assert {p.attributes["kind"]: p.count for p in points["tether.durable.step.duration"]} == {
+        "model": 3,
+        "turn": 2,
+    }
+    [run] = points["tether.durable.run.duration"]
+    assert run.count == 1 and dict(run.attributes) == {"op": "start", "stop_reason": "accepted"}
+    assert [p.value for p in points["tether.durable.runs.in_flight"]] == [0]  # started and ended
+    assert [p.value for p in points["tether.durable.queue.depth"]] == [0]

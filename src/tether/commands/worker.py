@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 
@@ -110,6 +111,15 @@ def run(args: argparse.Namespace) -> int:
         worker = Worker(config).start()
     except DeploymentUnavailable as err:
         return fail("tether worker", err, as_json=False, code=err.exit)
+    from tether.durable.metrics import configure_from_env
+
+    try:
+        meters = configure_from_env(worker.queue_depth)  # with OTEL_EXPORTER_OTLP_ENDPOINT set
+    except ImportError as err:
+        print(
+            f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}", file=sys.stderr
+        )
+        meters = None
     emit_json(
         {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
         exit=0,
@@ -118,4 +128,6 @@ def run(args: argparse.Namespace) -> int:
         stop.wait()
     finally:
         worker.stop()
+        if meters is not None:
+            meters.shutdown()
     return 0

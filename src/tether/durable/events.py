@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from tether.durable import metrics
+
 __all__ = ["LOGGER", "configure_stderr", "log_event", "observed", "resolve_command"]
 
 LOGGER = logging.getLogger("tether.worker")
@@ -58,9 +60,11 @@ async def observed(
     if op == "resume":
         log_event("run_resumed", **ids)
     started = time.monotonic()
+    metrics.run_started()
     try:
         out = await body(request)
     except BaseException as err:
+        metrics.run_ended(time.monotonic() - started, op, "exception")
         from tether.durable.steps import DRAIN
 
         if DRAIN.stopping and not isinstance(err, Exception):
@@ -71,6 +75,7 @@ async def observed(
         raise
     took = round(time.monotonic() - started, 3)
     stop = str(out.get("stop_reason") or "")
+    metrics.run_ended(took, op, stop)
     ids["tenant"] = out.get("tenant") or ids["tenant"]
     if stop == "approval_required":
         log_event("run_paused", **ids, pending=out.get("pending_proposals", []), elapsed_s=took)
@@ -97,6 +102,7 @@ async def _escalations(rt: Any, ids: dict[str, Any]) -> None:
         return
     for e in entries:
         if str(e.status) == "escalated":
+            metrics.escalated(e.tool)
             log_event("effect_escalated", **ids, key=e.key, tool=e.tool, resolve=resolve_command(e.key))
 
 

@@ -14,10 +14,12 @@ held back and dropped when the next step turns out recorded, written when it run
 from __future__ import annotations
 
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tether.durable import metrics
 from tether.durable.codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
 from tether.loop import LoopSteps
 from tether.models.base import ModelResponse
@@ -171,12 +173,15 @@ class DurableSteps(LoopSteps):
             return encode_response(await loop.agent.model.complete(request))
 
         await DRAIN.enter()
+        started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
         finally:
             DRAIN.leave()
+        if ran:
+            metrics.step_done("model", time.monotonic() - started)
         if not ran:
             self._recorded()
         return decode_response(data)
@@ -196,6 +201,7 @@ class DurableSteps(LoopSteps):
             return encode_turn(turn, s, observations_before, calls_before)
 
         await DRAIN.enter()
+        started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
         except DBOSUnexpectedStepError as err:
@@ -203,6 +209,7 @@ class DurableSteps(LoopSteps):
         finally:
             DRAIN.leave()
         if executed:
+            metrics.step_done("turn", time.monotonic() - started)
             return executed[0]
         self._recorded()
         apply_turn(data, s)
