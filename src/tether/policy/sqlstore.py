@@ -522,6 +522,9 @@ class SqlApprovalStore:
     async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         return await self._ops.aread(_ledger_for, self._d, proposal_id)
 
+    async def aledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        return await self._ops.aread(_ledger_in, self._d, tuple(str(s) for s in statuses))
+
     # -- checkpoints -------------------------------------------------------------------------
 
     def save_checkpoint(
