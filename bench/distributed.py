@@ -12,7 +12,13 @@ measurement, dropped after):
 2. the cost of durability: the same agent run one run at a time, in process (``Host.run``)
    and as a durable run on one worker (queue, DBOS steps on Postgres, the trace index), per
    model call, and their ratio (both include the fake server's own time); and the time to
-   first step of a run submitted to an idle worker.
+   first step of a run submitted to an idle worker;
+3. DBOS's own cost next to tether's: a bare DBOS workflow (in this process, on a fresh schema of
+   the same database) of as many steps as the durable run has (model calls + tool turns), each
+   step returning the same 512-character record; its cost per step, next to tether's durable cost
+   per step ((durable run - in-process run) / steps), per model call and per tool turn (the
+   median duration DBOS recorded for each kind of step, minus the in-process run's time per
+   model call for a model step), and the ratio of tether's per-step cost to DBOS's.
 
 All figures come from one invocation on this machine (every process shares its cores), so the
 ratios are the figures to compare. The last line is one JSON object.
@@ -75,8 +81,10 @@ class Deployment:
             "BENCH_MODEL_URL": model_url,
         }
         from tether.durable import DurableClient
+        from tether.durable.deploy import init_deployment
 
-        self.client = DurableClient(self.url)  # creates the schemas before the workers race to
+        init_deployment(self.url)  # the schemas, once, before the workers race to create them
+        self.client = DurableClient(self.url)
         self.procs = []
         for i in range(workers):
             cmd = [
@@ -149,6 +157,48 @@ def throughput(dsn: str, model_url: str, workers: int, runs: int, steps: int) ->
     }
 
 
+def bare_dbos(dsn: str, runs: int, steps: int) -> dict[str, Any]:
+    """A bare DBOS workflow of ``steps`` steps, each returning a 512-character record: ms/step."""
+    import psycopg
+    from dbos import DBOS, StepOptions
+
+    from tether.durable.config import dbos_config
+
+    schema = f"bench_bare_{uuid.uuid4().hex[:8]}"
+    cfg = dbos_config(f"{dsn}?schema={schema}", executor_id="bench-bare")
+    cfg["name"] = "tether-bench-bare"
+    cfg["application_version"] = "bare"
+
+    async def record() -> str:
+        return distributed_app.RESULT
+
+    @DBOS.workflow(name="bench.bare")
+    async def bare(n: int) -> int:
+        for _ in range(n):
+            await DBOS.run_step_async(StepOptions(name="bench.step"), record)
+        return n
+
+    DBOS(config=cfg)  # type: ignore[arg-type]
+    DBOS.launch()
+    try:
+
+        async def timed() -> list[float]:
+            out = []
+            for _ in range(runs + 1):
+                started = time.perf_counter()
+                assert await bare(steps) == steps
+                out.append((time.perf_counter() - started) / steps)
+            return out[1:]  # the first warms the pool
+
+        per_step = anyio.run(timed)
+    finally:
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    return {"steps": steps, "ms_per_step": round(statistics.median(per_step) * 1000, 2)}
+
+
 def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str, Any]:
     calls = steps + 1
     os.environ["BENCH_MODEL_URL"] = model_url
@@ -169,19 +219,35 @@ def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str
     in_process = anyio.run(local)
     dep = Deployment(dsn, 1, concurrency=1, model_url=model_url)
     try:
-        durable, first_step = [], []
+        durable, first_step, per_run = [], [], []
+        step_ms: dict[str, list[float]] = {"tether.model": [], "tether.turn": []}
         for i in range(runs + 1):
             rid = dep.client.submit(distributed_app.APP, f"Collect the records. steps={steps}", CTX)
             [w] = _finished(dep.client, [rid], timeout_s=120)
             if i:  # the first run warms the worker
                 durable.append((w.completed_at - w.dequeued_at) / 1000 / calls)
+                per_run.append((w.completed_at - w.dequeued_at) / 1000)
                 recorded = dep.client.dbos.list_workflow_steps(rid)
+                for s in recorded:
+                    if s["function_name"] in step_ms and s.get("started_at_epoch_ms"):
+                        took = s["completed_at_epoch_ms"] - s["started_at_epoch_ms"]
+                        step_ms[s["function_name"]].append(float(took))
                 first = min(recorded, key=lambda s: s["function_id"])
                 first_step.append((first["completed_at_epoch_ms"] - w.created_at) / 1000)
     finally:
         dep.close()
     local_ms, durable_ms = statistics.median(in_process) * 1000, statistics.median(durable) * 1000
+    turns = steps  # one tool turn per lookup; calls = turns + the answer
+    run_overhead_ms = statistics.median(per_run) * 1000 - local_ms * calls
     return {
+        "durable_steps_per_run": calls + turns,
+        "durability_ms_per_step": round(run_overhead_ms / (calls + turns), 2),
+        "model_step_ms_p50": round(statistics.median(step_ms["tether.model"]), 2)
+        if step_ms["tether.model"]
+        else None,
+        "turn_step_ms_p50": round(statistics.median(step_ms["tether.turn"]), 2)
+        if step_ms["tether.turn"]
+        else None,
         "steps": steps,
         "in_process_ms_per_call": round(local_ms, 2),
         "durable_ms_per_call": round(durable_ms, 2),
@@ -205,6 +271,9 @@ def main() -> None:
         cost = durability_cost(args.dsn, server.url, cost_runs, steps=8)
     finally:
         server.close()
+    bare = bare_dbos(args.dsn, cost_runs, steps=cost["durable_steps_per_run"])
+    cost["bare_dbos_ms_per_step"] = bare["ms_per_step"]
+    cost["tether_step_over_bare_dbos"] = round(cost["durability_ms_per_step"] / bare["ms_per_step"], 2)
     print(f"{'workers':>7} {'runs/s':>8} {'first step p50':>15} {'p95':>8}")
     for row in scale:
         p50, p95 = row["first_step_p50_s"], row["first_step_p95_s"]
@@ -214,6 +283,11 @@ def main() -> None:
         f"per model call: in process {local} ms, durable {durable} ms"
         f" (+{cost['durability_ms_per_call']} ms, x{cost['durable_over_in_process']});"
         f" idle worker, first step after {cost['idle_first_step_p50_s']} s"
+    )
+    print(
+        f"per durable step: tether +{cost['durability_ms_per_step']} ms, a bare DBOS step"
+        f" {cost['bare_dbos_ms_per_step']} ms (x{cost['tether_step_over_bare_dbos']});"
+        f" recorded step p50: model {cost['model_step_ms_p50']} ms, tool turn {cost['turn_step_ms_p50']} ms"
     )
     base = scale[0]["runs_per_s"]
     summary = {

@@ -15,7 +15,8 @@ The file names everything a run needs; relative paths are relative to the file's
       fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
     tools:                                               # local tools, by import path
       - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
-      - {function: myapp.tools:send_note, effect: send, egress_argument: to}
+      - {function: myapp.tools:send_note, effect: send, egress_argument: to,
+         reconciler: myapp.tools:find_note}            # asked by key after a cut or a raise
     python_path: ["."]                                   # folders put on sys.path for the imports
     mcp: {config: mcp.yaml}                              # or inline: {servers: [...], host: {...}}
     policy:
@@ -278,6 +279,9 @@ class ToolRef(_Strict):
     """seconds a call may take"""
     needs_approval: bool | None = None
     """always ask a person before a call"""
+    reconciler: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    """module:function asked with an effect's idempotency key after the call was cut or raised:
+    the tool's own record of it (a dict), or None if it never happened"""
 
 
 class McpSpec(_Strict):
@@ -629,6 +633,36 @@ def _import(ref: str, where: str) -> Any:
         raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}") from None
 
 
+def agent_digest(af: AgentFile) -> str:
+    """sha256 of the agent file and every file it depends on that can be found: its
+    instructions file, its scripted model's script, its MCP config file, and the source of each
+    module its tools and reconcilers are imported from. A durable run is bound to this digest:
+    editing any of them makes a new version (``tether.durable.versions``)."""
+    import importlib.util
+
+    spec = af.spec
+    files: list[Path] = []
+    for value in (spec.instructions_file, spec.model.scripted, spec.mcp.config if spec.mcp else None):
+        if value:
+            files.append(af.resolve(value))
+    _python_path(af)
+    for ref in spec.tools:
+        for target in (ref.function, ref.reconciler):
+            if not target:
+                continue
+            try:
+                found = importlib.util.find_spec(target.partition(":")[0])
+            except (ImportError, ValueError):
+                continue
+            if found is not None and found.origin and Path(found.origin).is_file():
+                files.append(Path(found.origin))
+    h = hashlib.sha256(af.sha256.encode())
+    for path in sorted(set(files)):
+        h.update(str(path).encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return h.hexdigest()
+
+
 def _python_path(af: AgentFile) -> None:
     for entry in reversed(af.spec.python_path):
         folder = str(af.resolve(entry).resolve())
@@ -636,11 +670,13 @@ def _python_path(af: AgentFile) -> None:
             sys.path.insert(0, folder)
 
 
-def _local_tools(af: AgentFile) -> list[Any]:
+def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
+    """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
     from tether.tools.contract import Tool
 
     spec = af.spec
     tools: list[Any] = []
+    reconcilers = {} if reconcilers is None else reconcilers
     for i, ref in enumerate(spec.tools):
         where = f"{af.label()}: tools[{i}] ({ref.function})"
         found = _import(ref.function, where)
@@ -675,6 +711,11 @@ def _local_tools(af: AgentFile) -> list[Any]:
             except TypeError as err:
                 raise ConfigError(f"{where}: {err}") from None
             tools.append(tool)
+            if ref.reconciler is not None:
+                fn = _import(ref.reconciler, f"{af.label()}: tools[{i}].reconciler ({ref.reconciler})")
+                if not callable(fn):
+                    raise ConfigError(f"{where}: reconciler {ref.reconciler} is not callable")
+                reconcilers[tool.name] = fn
     names = [t.name for t in tools]
     if dup := sorted({n for n in names if names.count(n) > 1}):
         raise ConfigError(f"{af.label()}: tools: the same tool name twice: {', '.join(dup)}")
@@ -888,7 +929,8 @@ def build_agent(
 
     spec = af.spec
     _python_path(af)
-    tools = _local_tools(af)
+    reconcilers: dict[str, Any] = {}
+    tools = _local_tools(af, reconcilers)
     instructions = spec.instructions
     if spec.instructions_file is not None:
         path = af.resolve(spec.instructions_file)
@@ -906,10 +948,10 @@ def build_agent(
     approvals = None
     if stores is not None:
         db = None
-        approvals = Approvals(stores.approvals, app=app)
+        approvals = Approvals(stores.approvals, app=app, reconcilers=reconcilers)
     elif db is not None:
         db.parent.mkdir(parents=True, exist_ok=True)
-        approvals = Approvals(SqliteApprovalStore(db), app=app)
+        approvals = Approvals(SqliteApprovalStore(db), app=app, reconcilers=reconcilers)
 
     p = spec.policy
     policy_args: dict[str, Any] = {

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.agentfile import AgentFile, build_agent, parse_agent
+from tether.agentfile import AgentFile, agent_digest, build_agent, parse_agent
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -112,7 +112,8 @@ class AgentFileApp:
     """A durable worker's app for one agent file (``tether worker --app agent.yaml``).
 
     The file is read once, when the worker starts: editing it later changes nothing until the
-    worker restarts. ``digest`` is its sha256; ``tether submit`` records the digest of the file
+    worker restarts. ``digest`` covers it and the files it depends on (``agent_digest``);
+    ``tether submit`` records the digest of the file
     it read, and a worker whose file differs refuses the run (it would run another agent than
     the one submitted). Each run builds the host and agent with the deployment's stores, so
     approvals, checkpoints, MCP pins and elicitation pauses are shared by every worker."""
@@ -122,7 +123,7 @@ class AgentFileApp:
 
         self.path = Path(path).resolve()
         self.agent_file = load_agent_file(self.path)
-        self.digest = self.agent_file.sha256
+        self.digest = agent_digest(self.agent_file)  # the file and every file it depends on
         self.name = str(self.path)
 
     def __call__(self, url: str, run_id: str | None = None) -> tuple[Host, Agent]:

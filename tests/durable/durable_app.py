@@ -3,7 +3,9 @@ a plan written in the objective, and tools whose effects land in their own log f
 
 Objective grammar: ``<tag>: step; step; …`` with steps ``read ID``, ``log TEXT`` (a write that
 needs no approval), ``note TEXT`` (the same, but its tool has no reconciler), ``pay N`` (a write
-that needs a person's approval), ``both TEXT`` (a read and a log in one turn). The model asks
+that needs a person's approval), ``both TEXT`` (a read and a log in one turn), ``ghost X`` (a
+call to a tool no one offers: refused), ``gone X`` (a read whose upstream is unavailable),
+``flaky X`` (a write whose effect happens, then the tool raises: its outcome is unknown). The model asks
 for the next step's calls until the plan is done, then answers. It is a pure function of the
 request, so a recovered run that asks again gets the same answer; it appends one line per call
 to ``$DURABLE_DIR/model.log`` so tests can count them.
@@ -27,6 +29,7 @@ import anyio
 from pydantic import Field
 
 from tether import Agent, Host, Policy
+from tether.errors import DependencyUnavailable
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy import Approvals
@@ -86,6 +89,19 @@ async def read_item(item_id: Annotated[str, Field(description="Item id, e.g. 'a1
     return {"item": item_id, "text": f"contents of {item_id}"}
 
 
+@tool(effect=Effect.READ)
+async def read_remote(item_id: Annotated[str, Field(description="Item id.")]) -> dict[str, Any]:
+    """Read one item from a remote system (down in these tests)."""
+    raise DependencyUnavailable(f"remote system down for {item_id}")
+
+
+@tool(effect=Effect.WRITE, needs_approval=False)
+async def flaky_log(entry: Annotated[str, Field(description="The line to append.")], ctx: ToolContext) -> Any:
+    """Append a line to a log whose reply gets lost (the effect happens, then an error)."""
+    await _effect("flaky_log", entry, ctx)
+    raise ConnectionResetError("the log service dropped the connection")
+
+
 @tool(effect=Effect.WRITE, needs_approval=False)
 async def append_log(
     entry: Annotated[str, Field(description="The line to append.")], ctx: ToolContext
@@ -123,6 +139,12 @@ def plan(objective: str) -> tuple[str, list[list[tuple[str, dict[str, str]]]]]:
             turns.append([("notify", {"message": f"{tag.strip()}:{arg}"})])
         elif verb == "pay":
             turns.append([("send_payment", {"amount": arg})])
+        elif verb == "ghost":
+            turns.append([("ghost_tool", {"x": arg})])
+        elif verb == "flaky":
+            turns.append([("flaky_log", {"entry": f"{tag.strip()}:{arg}"})])
+        elif verb == "gone":
+            turns.append([("read_remote", {"item_id": arg})])
         elif verb == "both":
             turns.append([("read_item", {"item_id": arg}), ("append_log", {"entry": f"{tag.strip()}:{arg}"})])
     return tag.strip(), turns
@@ -153,6 +175,6 @@ def build(url: str, run_id: str | None = None) -> tuple[Host, Agent]:
     )
     traces = os.environ.get("DURABLE_TRACES")
     host = Host(policy=Policy(), approvals=approvals, trace_dir=traces or None)
-    host.add_tools(read_item, append_log, notify, send_payment)
+    host.add_tools(read_item, read_remote, flaky_log, append_log, notify, send_payment)
     agent = Agent("Follow the plan.", FunctionModel(model_function, name="plan-model"))
     return host, agent

@@ -163,13 +163,39 @@ def test_an_agent_file_runs_on_a_worker_and_a_question_and_an_approval_from_othe
     assert (agent.parent / "notes.log").read_text() == "colour chosen\n"  # once
 
 
-def test_a_worker_refuses_a_run_submitted_with_another_version_of_its_agent_file(
-    worker: tuple[Path, Any], durable_url: str, capsys: Any
+def test_a_run_of_another_version_of_the_agent_file_waits_for_a_worker_of_that_version(
+    worker: tuple[Path, Any], durable_url: str, tmp_path: Path, capsys: Any
 ) -> None:
     agent, _ = worker
     db = ("--db", durable_url)
-    agent.write_text(agent.read_text().replace("Ask for the colour", "Ask for any colour"))  # edited since
-    code, sub = _cli(capsys, "submit", "--agent", str(agent), "ask", *db, "--wait", "60", "--json")
-    assert sub["stop_reason"] == "policy_denied" and "not the one the run was submitted with" in sub["detail"]
-    assert code != 0
+    _, workers = _cli(capsys, "runs", *db, "workers", "--json")
+    [old] = [w["app_version"] for w in workers["workers"] if w["state"] == "alive"]
+    # The tool module the file imports is edited: a new version, though the file is the same.
+    tools = agent.parent / "tools.py"
+    tools.write_text(tools.read_text().replace("Add a note", "Add one note"))
+    code, sub = _cli(capsys, "submit", "--agent", str(agent), "ask", *db, "--json")
+    assert code == 0
+    time.sleep(2.0)
+    _, shown = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
+    assert shown["status"] == "queued" and shown["version"] != old  # the old worker did not take it
+    # A worker of the new version takes it.
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    cmd = [
+        sys.executable, "-m", "tether.cli", "worker", "--db", durable_url, "--app", str(agent),
+        "--executor-id", f"af2-{uuid.uuid4().hex[:6]}", "--poll", "0.1",
+    ]  # fmt: skip
+    log = (tmp_path / "worker2.log").open("ab")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=tmp_path)
+    try:
+        assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
+
+        def taken() -> dict[str, Any] | None:
+            _, view = _cli(capsys, "runs", *db, "show", sub["run_id"], "--json")
+            return view if view.get("status") != "queued" else None
+
+        view = _until("the new version's worker to take the run", taken)
+        assert view["workflows"][0]["executor"].startswith("af2-") and view["version"] == shown["version"]
+    finally:
+        proc.terminate()
+        proc.wait(20)
     assert not (agent.parent / "notes.log").exists()

@@ -184,6 +184,7 @@ def _wait_all(client: Any, runs: dict[str, str], timeout_s: float, tick: Any) ->
 @pytest.mark.spec("L2", "T5")
 def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_dir: Path) -> None:
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     rng = random.Random(1414)
     cluster = Cluster(
@@ -194,6 +195,7 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
         DURABLE_CRASH_ON="lg-0:b,33",  # mid-effect deaths: a plain run, and a payment during its resume
     )
     names = ["w1", "w2", "w3"]
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     plans = {
         **{f"ro-{i}": "read a1; read a2; read a3" for i in range(4)},
@@ -245,8 +247,10 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     pg_url: str, cluster_dir: Path
 ) -> None:
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="cr-1:b", DURABLE_MODEL_S="0.05")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     try:
         cluster.start("w1", wait=False)
@@ -280,8 +284,10 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     import psycopg
 
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_EFFECT_S="0.1", DURABLE_MODEL_S="0.1")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     runs = {}
     try:
@@ -319,12 +325,14 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
 
 @pytest.mark.spec("T5")
 def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
-    pg_url: str, cluster_dir: Path
+    pg_url: str, cluster_dir: Path, capsys: Any
 ) -> None:
     from tether.cli import main
     from tether.durable import DurableClient
+    from tether.durable.deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
+    init_deployment(pg_url)  # once, explicitly: a client creates nothing
     client = DurableClient(pg_url)
     try:
         cluster.start("w1")
@@ -342,6 +350,17 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
         [entry] = client.stores.approvals.ledger_for_run(rid)
         assert str(entry.status) == "escalated" and "cannot be asked" in entry.note
         assert [r[2] for r in durable_app.effects()] == ["esc-1:x"]  # not retried
+        # The operator's view: the listing names the entry and the command that resolves it, and
+        # the worker logged it.
+        capsys.readouterr()
+        assert main(["runs", "--db", pg_url, "escalations", "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"]
+        assert [(e["key"], e["run_id"], e["tool"]) for e in listed] == [(entry.key, rid, "notify")]
+        assert listed[0]["resolve"] == f"tether runs resolve {entry.key} --happened yes|no"
+        logged = [
+            json.loads(x) for x in (cluster_dir / "w1.log").read_text().splitlines() if x.startswith("{")
+        ]
+        assert [e["key"] for e in logged if e["event"] == "effect_escalated"] == [entry.key]
         # A person checks the tool's side and records it; the run continues from any machine.
         assert (
             main(["runs", "--db", pg_url, "resolve", entry.key, "--happened", "yes", "--reviewer", "ana"])
@@ -354,3 +373,6 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
         client.close()
     assert (view.status, view.stop_reason) == ("finished", "accepted")
     assert [r[2] for r in durable_app.effects()] == ["esc-1:x", "esc-1:after"]
+    capsys.readouterr()
+    assert main(["runs", "--db", pg_url, "escalations", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"] == []

@@ -113,9 +113,26 @@ def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
 
 
 def test_a_worker_runs_only_the_apps_it_was_started_with(deployment: Any) -> None:
-    _, client, folder = deployment
+    import time
+
+    from tether.durable.runtime import QUEUE, WORKFLOW, context_to_json
+
+    worker, client, folder = deployment
     marker = folder / "imported"
-    rid = client.submit("os:system", f"touch {marker}", ACME)
+    # Submitted: bound to a version no worker has (none serves that app), it is never taken.
+    queued = client.submit("os:system", f"touch {marker}", ACME)
+    time.sleep(1.0)
+    assert client.run(queued).status == "queued" and client.run(queued).version != worker.version
+    client.cancel(queued)
+    # A queue row forged with this worker's version: the worker still refuses the app.
+    rid = "forged-" + queued
+    request = {"op": "start", "run_id": rid, "app": "os:system", "objective": f"touch {marker}",
+               "context": context_to_json(ACME)}  # fmt: skip
+    client.dbos.enqueue(
+        {"workflow_name": WORKFLOW, "queue_name": QUEUE, "workflow_id": rid, "app_version": worker.version,
+         "queue_partition_key": "acme", "attributes": {"run_id": rid, "op": "start", "tenant": "acme"}},
+        request,
+    )  # fmt: skip
     view = client.wait(rid, timeout_s=60)
     assert view.stop_reason == "policy_denied"
     assert "not served by this worker" in str(view.summary()["detail"])
@@ -150,7 +167,7 @@ def test_a_cancelled_run_stops_and_says_so(deployment: Any) -> None:
             durable_app.APP, "cancel-me: " + "; ".join(f"log x{i}" for i in range(10)), GLOBEX
         )
         _wait_for(client, rid, "running")
-        assert client.cancel(rid) == [rid]
+        assert client.cancel(rid)["workflows"] == [rid]
         view = _wait_for(client, rid, "cancelled")
     finally:
         os.environ.pop("DURABLE_MODEL_S", None)
@@ -247,3 +264,183 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
         sources.close()
     assert view.stop_reason == "accepted" and [w.op for w in view.workflows] == ["start", "resume"]
     assert [r[2] for r in durable_app.effects() if r[2] == "41"] == ["41"]  # paid once
+
+
+@pytest.mark.parametrize(
+    ("plan", "code", "kind"), [("ghost x1", 2, "rejected"), ("gone x2", 6, "unavailable")]
+)
+def test_an_accepted_run_with_a_call_undone_exits_as_tether_run_does(
+    deployment: Any, durable_url: str, capsys: Any, plan: str, code: int, kind: str
+) -> None:
+    import anyio
+
+    from tether.clisupport.output import run_payload
+
+    _, client, _ = deployment
+    objective = f"undone-{code}: read a1; {plan}; read a3"
+    # The same app in process: what `tether run` reports for it.
+    host, agent = durable_app.build(durable_url)
+
+    async def go() -> Any:
+        try:
+            return await host.run(agent, objective, context=ACME)
+        finally:
+            await host.aclose()
+
+    in_process = run_payload(anyio.run(go))
+    assert (in_process["stop_reason"], in_process["exit"]) == ("accepted", code)
+
+    argv = ["submit", "--db", durable_url, "--agent", durable_app.APP, objective, "--wait", "60", "--json"]
+    assert main(argv) == code
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (out["stop_reason"], out["exit"], out["ok"]) == ("accepted", code, False)
+    assert [p["kind"] for p in out["problems"]] == [kind]
+    assert out["problems"] == in_process["problems"]
+    assert out["error"] == in_process["error"] == "calls_not_completed"
+    # runs show: the same exit; a clean run still exits 0.
+    assert main(["runs", "--db", durable_url, "show", out["run_id"], "--json"]) == code
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["exit"] == code
+    clean = client.submit(durable_app.APP, "clean: read a1", ACME)
+    client.wait(clean, timeout_s=60)
+    assert main(["runs", "--db", durable_url, "show", clean, "--json"]) == 0
+
+
+def test_a_cancelled_paused_run_runs_nothing_when_approved_later(
+    deployment: Any, durable_url: str, capsys: Any
+) -> None:
+    worker, client, _ = deployment
+    rid = client.submit(durable_app.APP, "cx-pause: pay 77; log after-cancel", ACME)
+    assert client.wait(rid, timeout_s=60).status == "paused"
+    [proposal] = client.stores.approvals.list_proposals(run_id=rid)
+    assert main(["runs", "--db", durable_url, "cancel", rid, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert done["proposals_invalidated"] == [proposal.id] and done["workflows"] == [f"{rid}.cancel"]
+    view = client.run(rid)
+    assert (view.status, view.stop_reason) == ("cancelled", "cancelled")
+    # Attack: a reviewer approves it afterwards from the approvals desk; nothing runs.
+    code = main(["approvals", "approve", proposal.id, "--db", durable_url, "--reviewer", "rita", "--json"])
+    refused = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 1 and refused["error"] == "already_invalidated"
+    assert main(["runs", "--db", durable_url, "resume", rid, "--json"]) == 1
+    capsys.readouterr()
+    import time
+
+    time.sleep(1.0)  # several rounds of the worker's resume duty
+    assert client.run(rid).status == "cancelled" and len(client.workflows(rid)) == 2
+    assert not [r for r in durable_app.effects() if r[2] in ("77", "cx-pause:after-cancel")]
+    assert not [e for e in worker.errors if rid in e]
+    # Legitimate: another paused run, approved, still runs (cancel touched only its own run).
+    other = client.submit(durable_app.APP, "cx-keep: pay 78", ACME)
+    assert client.wait(other, timeout_s=60).status == "paused"
+    [p2] = client.stores.approvals.list_proposals(run_id=other)
+    assert main(["approvals", "approve", p2.id, "--db", durable_url, "--reviewer", "rita", "--json"]) == 0
+    capsys.readouterr()
+    assert _wait_for(client, other, "finished").stop_reason == "accepted"
+    assert [r[2] for r in durable_app.effects() if r[2] == "78"] == ["78"]
+
+
+def test_a_queued_run_cancelled_never_starts(deployment: Any) -> None:
+    _, client, folder = deployment
+    os.environ["DURABLE_MODEL_S"] = "0.3"
+    try:
+        first = client.submit(durable_app.APP, "cq-1: read a1; read a2", GLOBEX)  # holds globex's one slot
+        queued = client.submit(durable_app.APP, "cq-2: log never", GLOBEX)
+        assert client.run(queued).status == "queued"
+        assert client.cancel(queued)["workflows"] == [queued]
+        assert client.wait(first, timeout_s=60).stop_reason == "accepted"
+    finally:
+        os.environ.pop("DURABLE_MODEL_S", None)
+    assert client.run(queued).status == "cancelled"
+    model_calls = (folder / "model.log").read_text().splitlines()
+    assert not [line for line in model_calls if line.startswith("cq-2\t")]
+
+
+def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_url: str, capsys: Any) -> None:
+    import psycopg
+
+    from tether.pg import PgUrl
+
+    _, client, _ = deployment
+    paused = client.submit(durable_app.APP, "vis-p: pay 5", GLOBEX)
+    done = client.submit(durable_app.APP, "vis-f: read a1", GLOBEX)
+    for rid in (paused, done):
+        client.wait(rid, timeout_s=60)
+
+    def listed(*flags: str) -> set[str]:
+        assert main(["runs", "--db", durable_url, "list", *flags, "--json"]) == 0
+        return {r["run_id"] for r in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["runs"]}
+
+    assert {paused, done} <= listed()
+    by_status = listed("--status", "paused", "--tenant", "globex")
+    assert paused in by_status and done not in by_status
+    assert not {paused, done} & listed("--tenant", "acme")
+    assert not {paused, done} & listed("--older-than", "1h")
+    assert {paused, done} <= listed("--older-than", "0s")
+    assert main(["runs", "--db", durable_url, "list", "--older-than", "soon", "--json"]) == 1
+    capsys.readouterr()
+    client.cancel(paused)
+
+    # A worker that was killed: its heartbeat stopped long ago.
+    pg = PgUrl.parse(durable_url)
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {pg.schema}.tether_workers (executor_id, host, pid, heartbeat_at)"
+            " VALUES ('ghost-1', 'gone', 1, now() - interval '10 minutes')"
+        )
+    assert main(["runs", "--db", durable_url, "workers", "--json"]) == 0
+    workers = {
+        w["executor_id"]: w for w in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["workers"]
+    }
+    assert workers["ghost-1"]["state"] == "dead" and workers["ghost-1"]["silent_s"] >= 600
+    assert workers["inproc-1"]["state"] == "alive" and workers["inproc-1"]["silent_s"] < 15
+
+
+def test_a_write_that_raised_is_listed_for_a_person_and_runs_resolve_accepts_it(
+    deployment: Any, durable_url: str, capsys: Any
+) -> None:
+    _, client, _ = deployment
+    rid = client.submit(durable_app.APP, "fl-1: flaky x; read a1", ACME)
+    view = client.wait(rid, timeout_s=60)
+    assert (view.stop_reason, view.exit_code) == ("internal_error", 7)  # a tool that raises ends the run
+    [entry] = client.stores.approvals.ledger_for_run(rid)
+    assert str(entry.status) == "reconciling"
+    assert main(["runs", "--db", durable_url, "escalations", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"]
+    [row] = [e for e in listed if e["run_id"] == rid]
+    assert row["key"] == entry.key and row["resolve"].startswith(f"tether runs resolve {entry.key} ")
+    argv = ["runs", "--db", durable_url, "resolve", entry.key, "--happened", "yes", "--reviewer", "ana"]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["status"] == "done"
+    assert main([*argv, "--json"]) == 1  # once: it is settled now
+    capsys.readouterr()
+
+
+def test_a_worker_records_opentelemetry_metrics_when_configured(deployment: Any) -> None:
+    pytest.importorskip("opentelemetry.sdk.metrics", reason="the otel extra is not installed")
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from tether.durable import metrics
+
+    worker, client, _ = deployment
+    reader = InMemoryMetricReader()
+    metrics.configure(MeterProvider(metric_readers=[reader]), queue_depth=worker.queue_depth)
+    try:
+        rid = client.submit(durable_app.APP, "otel-1: read a1; log m1", ACME)
+        assert client.wait(rid, timeout_s=60).stop_reason == "accepted"
+        data = reader.get_metrics_data()
+    finally:
+        metrics.configure(None)
+    points: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for m in sm.metrics:
+                points[m.name] = list(m.data.data_points)
+    assert {p.attributes["kind"]: p.count for p in points["tether.durable.step.duration"]} == {
+        "model": 3,
+        "turn": 2,
+    }
+    [run] = points["tether.durable.run.duration"]
+    assert run.count == 1 and dict(run.attributes) == {"op": "start", "stop_reason": "accepted"}
+    assert [p.value for p in points["tether.durable.runs.in_flight"]] == [0]  # started and ended
+    assert [p.value for p in points["tether.durable.queue.depth"]] == [0]

@@ -144,23 +144,28 @@ def run_payload(
 ) -> dict[str, Any]:
     """The JSON of one run: its summary, every call, the problems, and the envelope."""
     problems = call_problems(result, unavailable_servers, mcp_servers, where)
-    stop = str(result.stop_reason)
-    code = run_exit(stop, problems)
     out = result.summary()
     out["calls"] = [
         {"call_id": c.call_id, "tool": c.tool, "status": c.status, "reason": c.reason} for c in result.calls
     ]
     out.update(extra)
     out["notes"] = result_notes(result)
-    out.update(
-        ok=code == 0,
-        exit=code,
-        stop_reason=stop,
-        problems=problems,
-        error=None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
-        message=_message(stop, result.detail, problems),
-    )
+    out.update(run_envelope(str(result.stop_reason), result.detail, problems))
     return out
+
+
+def run_envelope(stop: str, detail: str, problems: list[dict[str, Any]]) -> dict[str, Any]:
+    """The envelope of a run's outcome (``ok``, ``exit``, ``stop_reason``, ``problems``, ``error``,
+    ``message``) by ``run_exit``: every command that reports a run, in process or durable."""
+    code = run_exit(stop, problems)
+    return {
+        "ok": code == 0,
+        "exit": code,
+        "stop_reason": stop,
+        "problems": problems,
+        "error": None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
+        "message": _message(stop, detail, problems),
+    }
 
 
 def result_notes(result: Any) -> list[str]:

@@ -17,19 +17,28 @@ from typing import Any
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "runs",
-        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers",
+        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
+        " escalations, move",
     )
     p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument(
+        "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
+    )
+    ls.add_argument("--tenant", default=None)
+    ls.add_argument("--version", default=None, help="runs bound to this application version")
+    ls.add_argument(
+        "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
+    )
     ls.add_argument("--json", action="store_true")
     show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
     show.add_argument("--json", action="store_true")
     for name, helptext in (
-        ("cancel", "cancel its queued or running workflows"),
+        ("cancel", "cancel a queued, running or paused run (its proposals and questions too)"),
         ("resume", "resume a paused run"),
     ):
         a = acts.add_parser(name, help=helptext)
@@ -58,8 +67,17 @@ def register(sub: Any) -> None:
     r.add_argument("--reviewer", default=None)
     r.add_argument("--note", default="")
     r.add_argument("--json", action="store_true")
-    w = acts.add_parser("workers", help="workers and their heartbeats")
+    mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
+    mv.add_argument("run_id")
+    mv.add_argument("--to", default="latest", help="a live worker's version, or latest (default)")
+    mv.add_argument("--json", action="store_true")
+    w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
+    w.add_argument(
+        "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
+    )
     w.add_argument("--json", action="store_true")
+    e = acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
+    e.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
 
 
@@ -68,37 +86,98 @@ def run(args: argparse.Namespace) -> int:
     if not url:
         print("tether runs needs --db URL (or $TETHER_DB)")
         return 1
-    from tether.durable import DurableClient
-
-    client = DurableClient(url)
+    client = open_client(url, "tether runs", as_json=getattr(args, "json", False))
+    if isinstance(client, int):
+        return client
     try:
         return _ACTIONS[args.action](client, args)
     finally:
         client.close()
 
 
-def _list(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
+def open_client(url: str, command: str, *, as_json: bool) -> Any:
+    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not (the
+    deployment's host, database and the cause; nothing is created)."""
+    from tether.clisupport.output import fail
+    from tether.errors import ConfigError
 
-    views = client.runs(limit=args.limit)
+    try:
+        from tether.durable import DurableClient
+        from tether.durable.deploy import DeploymentUnavailable
+    except ImportError as err:
+        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
+        return fail(command, need, as_json=as_json)
+    try:
+        return DurableClient(url)
+    except DeploymentUnavailable as err:
+        return fail(command, err, as_json=as_json, code=err.exit)
+    except ConfigError as err:
+        return fail(command, err, as_json=as_json)
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tether.clisupport.output import emit_json, fail, table
+
+    try:
+        older = parse_age(args.older_than) if args.older_than else None
+    except ValueError as err:
+        return fail("tether runs list", err, as_json=args.json)
+    views = client.runs(
+        limit=args.limit, status=args.status, tenant=args.tenant, older_than_s=older, version=args.version
+    )
+    now = datetime.now(UTC)
     rows = [
         {
             "run_id": v.run_id,
             "tenant": v.tenant or "",
             "status": v.status,
             "stop_reason": v.stop_reason or "",
+            "age": _age(
+                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
+            ),
             "workflows": len(v.workflows),
             "executor": v.latest.executor or "",
+            "version": v.version or "",
         }
         for v in views
     ]
     if args.json:
         emit_json({"count": len(rows), "runs": rows}, exit=0)
     elif rows:
-        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "workflows", "executor"]))
+        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]))
     else:
         print("no durable runs")
     return 0
+
+
+def parse_age(text: str) -> float:
+    """``90`` or ``90s``, ``15m``, ``2h``, ``1d`` -> seconds; raises ``ValueError``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    scale = units.get(t[-1:])
+    number = t[:-1] if scale is not None else t
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"--older-than {text!r}: use seconds or a number with s, m, h or d") from None
+    if value < 0:
+        raise ValueError(f"--older-than {text!r} is negative")
+    return value
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"{s}s"
+        if s < 120
+        else f"{s // 60}m"
+        if s < 7200
+        else f"{s // 3600}h"
+        if s < 172800
+        else f"{s // 86400}d"
+    )
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
@@ -122,10 +201,11 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     traces = client.stores.traces
     if args.events and traces is not None:
         out["events"] = traces.events(args.run_id)
+    code = view.exit_code  # the run's, by the rule of `tether run`
     if args.json:
-        emit_json(out, exit=0)
-        return 0
-    for key in ("run_id", "tenant", "status", "stop_reason", "answer", "detail"):
+        emit_json(out, exit=code)
+        return code
+    for key in ("run_id", "tenant", "status", "stop_reason", "version", "answer", "detail"):
         if out.get(key):
             print(f"{key}: {out[key]}")
     for w in out["workflows"]:
@@ -141,21 +221,59 @@ def _show(client: Any, args: argparse.Namespace) -> int:
         print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
     for ev in out.get("events", []):
         print(f"  {ev['seq']:>4} {ev['kind']}")
-    return 0
+    _print_problems(out)
+    return code
+
+
+def _print_problems(out: dict[str, Any]) -> None:
+    from tether.clisupport.output import safe
+
+    if out.get("stop_reason") == "accepted" and out.get("problems"):
+        print(safe(f"note: {out['message']}"))
+    if out.get("stop_reason") is not None:
+        print(f"exit: {out['exit']}")
+
+
+def report_view(view: Any, *, as_json: bool) -> int:
+    """A durable run that ended (or paused), as ``submit --wait`` and ``resume`` report it; returns
+    its exit code (``RunView.exit_code``: the rule of ``tether run``)."""
+    from tether.clisupport.output import emit_json
+
+    out = view.summary()
+    if as_json:
+        emit_json(out, exit=out["exit"])
+    else:
+        print(f"run: {view.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
+        _print_problems(out)
+    return int(out["exit"])
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
+    import getpass
 
-    cancelled = client.cancel(args.run_id)
-    emit_json({"run_id": args.run_id, "cancelled": cancelled}, exit=0) if args.json else print(
-        f"cancelled {len(cancelled)} workflow(s) of {args.run_id}"
-    )
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    by = os.environ.get("USER") or getpass.getuser()
+    try:
+        done = client.cancel(args.run_id, by=by)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    if args.json:
+        emit_json({"run_id": args.run_id, **done}, exit=0)
+    else:
+        print(
+            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+            f" {len(done['questions_closed'])} question(s) closed"
+        )
     return 0
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.approvals_db import EXIT_CODES
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
@@ -177,11 +295,7 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
     except TimeoutError as err:
         print(str(err))
         return 1
-    if args.json:
-        emit_json(view.summary(), exit=EXIT_CODES.get(str(view.stop_reason), 7))
-    else:
-        print(f"run: {args.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
-    return EXIT_CODES.get(str(view.stop_reason), 7)
+    return report_view(view, as_json=args.json)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:
@@ -279,26 +393,74 @@ def _resolve(client: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _move(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    try:
+        moved = client.move(args.run_id, args.to, by=os.environ.get("USER") or getpass.getuser())
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    emit_json(moved, exit=0) if args.json else print(
+        f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there"
+    )
+    return 0
+
+
 def _workers(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json, table
     from tether.durable.worker import _workers as op
 
     db = client.stores.db
-    rows = db.run(op) if db is not None else []
+    rows = db.run(op, args.dead_after) if db is not None else []
     if args.json:
         emit_json({"workers": rows}, exit=0)
     elif rows:
-        print(table(rows, ["executor_id", "host", "pid", "heartbeat_at", "recovered_by"]))
+        print(table(rows, ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]))
     else:
         print("no workers have registered")
     return 0
 
 
+def _escalations(client: Any, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tether.clisupport.output import emit_json, safe, table
+    from tether.durable.events import resolve_command
+    from tether.policy.store import LedgerStatus
+
+    store = client.stores.approvals
+    now = datetime.now(UTC)
+    # Escalated, and those whose call raised that no one is reconciling: both wait for a person.
+    waiting = [
+        e
+        for e in store.ledger_in(LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
+        if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
+    ]
+    rows = [
+        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "status": str(e.status),
+         "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
+        for e in waiting
+    ]  # fmt: skip
+    if args.json:
+        emit_json({"count": len(rows), "escalations": rows}, exit=0)
+    elif rows:
+        print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
+    else:
+        print("no effects wait for a person")
+    return 0
+
+
 def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
     """``tether resume RUN --db postgresql://…``: the same as ``tether runs resume --wait``."""
-    from tether.durable import DurableClient
-
-    client = DurableClient(url)
+    client = open_client(url, "tether resume", as_json=as_json)
+    if isinstance(client, int):
+        return client
     try:
         return _resume(client, argparse.Namespace(run_id=run_id, wait=wait, json=as_json))
     finally:
@@ -316,4 +478,6 @@ _ACTIONS = {
     "answer": _answer,
     "resolve": _resolve,
     "workers": _workers,
+    "escalations": _escalations,
+    "move": _move,
 }

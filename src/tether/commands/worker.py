@@ -1,6 +1,9 @@
 """``tether worker --db URL --app agent.yaml|module:factory [--concurrency N]``: serve the durable run queue.
 
-Runs until SIGINT/SIGTERM. Each run is a DBOS workflow (model calls and tool turns are steps);
+Runs until SIGINT/SIGTERM, then drains: no new step starts, the steps in flight get ``--grace``
+seconds to finish, and the runs it held are continued by a survivor from their last recorded
+step. Writes one JSON object a line to stderr for each thing an operator follows
+(``tether.durable.events``). Each run is a DBOS workflow (model calls and tool turns are steps);
 a worker that dies has its runs recovered by its restart (same ``--executor-id``) or by a
 surviving worker once its heartbeat is ``--dead-after`` seconds old. Needs ``tether[durable]``.
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 
@@ -32,6 +36,17 @@ def register(sub: Any) -> None:
     p.add_argument("--executor-id", default=None, help="stable id: a restart recovers its own runs")
     p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
     p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT: seconds the steps in flight may take to finish (default 30)",
+    )
+    p.add_argument(
+        "--init",
+        action="store_true",
+        help="create the database if it is missing, and its tables (as tether db init); else it must exist",
+    )
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
@@ -86,11 +101,31 @@ def run(args: argparse.Namespace) -> int:
         poll_s=args.poll,
         dead_after_s=args.dead_after,
         auto_resume=not args.no_auto_resume,
+        init=args.init,
+        grace_s=args.grace,
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    worker = Worker(config).start()
+    from tether.clisupport.output import fail
+    from tether.durable.deploy import DeploymentUnavailable
+    from tether.durable.events import configure_stderr
+
+    configure_stderr()  # one JSON object a line on stderr: run claimed, paused, finished, ...
+
+    try:
+        worker = Worker(config).start()
+    except DeploymentUnavailable as err:
+        return fail("tether worker", err, as_json=False, code=err.exit)
+    from tether.durable.metrics import configure_from_env
+
+    try:
+        meters = configure_from_env(worker.queue_depth)  # with OTEL_EXPORTER_OTLP_ENDPOINT set
+    except ImportError as err:
+        print(
+            f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}", file=sys.stderr
+        )
+        meters = None
     emit_json(
         {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
         exit=0,
@@ -99,4 +134,6 @@ def run(args: argparse.Namespace) -> int:
         stop.wait()
     finally:
         worker.stop()
+        if meters is not None:
+            meters.shutdown()
     return 0

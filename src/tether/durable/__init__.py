@@ -1,10 +1,19 @@
 """Durable runs across many workers: each run a DBOS workflow, each model call and tool turn a
-step; a shared queue with global, per-worker and per-tenant limits (needs ``tether[durable]``)."""
+step; a shared queue with global, per-worker and per-tenant limits (needs ``tether[durable]``).
 
-from tether.durable.client import DurableClient, RunView
-from tether.durable.runtime import APP_VERSION, QUEUE, WORKFLOW, register_app, stores_for
-from tether.durable.steps import DurableSteps, ReplayDiverged
-from tether.durable.worker import Worker, WorkerConfig
+Names are imported on first use: a client (``tether submit``) does not load the agent loop."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.durable.client import DurableClient, RunView
+    from tether.durable.config import APP_VERSION, QUEUE, WORKFLOW
+    from tether.durable.runtime import register_app, stores_for
+    from tether.durable.steps import DurableSteps, ReplayDiverged
+    from tether.durable.worker import Worker, WorkerConfig
 
 __all__ = [
     "APP_VERSION",
@@ -19,3 +28,23 @@ __all__ = [
     "register_app",
     "stores_for",
 ]
+
+_WHERE = {
+    "APP_VERSION": "config",
+    "QUEUE": "config",
+    "WORKFLOW": "config",
+    "DurableClient": "client",
+    "RunView": "client",
+    "register_app": "runtime",
+    "stores_for": "runtime",
+    "DurableSteps": "steps",
+    "ReplayDiverged": "steps",
+    "Worker": "worker",
+    "WorkerConfig": "worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'tether.durable' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"tether.durable.{_WHERE[name]}"), name)

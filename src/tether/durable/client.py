@@ -17,12 +17,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tether.durable.runtime import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.durable.config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
 from tether.errors import ApprovalError
 from tether.policy.trusted import TrustedContext
-from tether.storage_url import Stores, open_stores
+from tether.storage_url import Stores, open_stores, parse_url
 
 __all__ = ["DurableClient", "RunView", "WorkflowView"]
+
+_LIVE = ("ENQUEUED", "PENDING", "DELAYED")
+VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
+# Cancellation markers of paused runs go to a queue no worker serves: they never run.
+CANCEL_QUEUE = "tether-cancelled"
 
 _STATUS = {
     "ENQUEUED": "queued",
@@ -44,6 +49,7 @@ class WorkflowView:
     updated_at: datetime | None
     output: dict[str, Any] | None
     error: str | None = None
+    app_version: str | None = None
 
 
 @dataclass
@@ -57,6 +63,11 @@ class RunView:
     @property
     def latest(self) -> WorkflowView:
         return self.workflows[-1]
+
+    @property
+    def version(self) -> str | None:
+        """The application version its latest workflow was enqueued with (versions.py)."""
+        return next((w.app_version for w in reversed(self.workflows) if w.op != "cancel"), None)
 
     @property
     def status(self) -> str:
@@ -82,9 +93,36 @@ class RunView:
                 return None
         return None
 
+    @property
+    def outcome(self) -> dict[str, Any]:
+        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
+        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
+        6. A run still queued or running exits 0 with no stop reason yet."""
+        from tether.clisupport.output import run_envelope
+
+        stop = self.stop_reason
+        if stop is None:
+            return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
+        out = self._ended_output()
+        return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.outcome["exit"])
+
+    def _ended_output(self) -> dict[str, Any]:
+        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return w.output or {}
+            if w.status == "CANCELLED":
+                return {}
+        return {}
+
     def summary(self) -> dict[str, Any]:
         out = self.latest.output or {}
         return {
+            **self.outcome,
             "run_id": self.run_id,
             "tenant": self.tenant,
             "status": self.status,
@@ -92,12 +130,14 @@ class RunView:
             "answer": out.get("answer"),
             "detail": out.get("detail"),
             "pending_proposals": out.get("pending_proposals", []),
+            "version": self.version,
             "workflows": [
                 {
                     "workflow_id": w.workflow_id,
                     "op": w.op,
                     "status": w.status,
                     "executor": w.executor,
+                    "version": w.app_version,
                     "stop_reason": (w.output or {}).get("stop_reason"),
                     "replayed_steps": (w.output or {}).get("replayed_steps"),
                 }
@@ -118,19 +158,28 @@ class DurableClient:
     """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
 
     def __init__(self, url: str, *, stores: Stores | None = None) -> None:
-        from dbos import DBOS, DBOSClient
+        """Raises ``DeploymentUnavailable`` (one line, in seconds) unless the deployment exists:
+        a client creates nothing (``tether db init URL`` does), so a mistyped URL cannot queue
+        runs where no worker looks. A worker's own client (``stores`` given) skips the check."""
+        from dbos import DBOSClient
+
+        from tether.durable.deploy import check_deployment
 
         self.url = url
+        if stores is None:
+            check_deployment(url)
         cfg = dbos_config(url, executor_id="client")
-        # Creating DBOS's tables is idempotent; a client may be the first to touch a database.
-        DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
             dbos_system_schema=cfg["dbos_system_schema"],
             application_name=cfg["name"],
+            # A command fails on a lost database instead of waiting for it (a worker's retries).
+            retry_connection_errors=stores is not None,
         )
         self._stores = stores
         self._own_stores = stores is None
+        self._pg: Any = None  # the deployment's database alone, before (or without) its stores
+        self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
 
     @property
     def stores(self) -> Stores:
@@ -138,7 +187,20 @@ class DurableClient:
             self._stores = open_stores(self.url)
         return self._stores
 
+    @property
+    def db(self) -> Any:
+        """The deployment's ``PgDatabase`` (None for SQLite), without opening every store."""
+        if self._stores is not None:
+            return self._stores.db
+        if self._pg is None and parse_url(self.url).backend == "postgresql":
+            from tether.pg import PgDatabase
+
+            self._pg = PgDatabase(self.url, max_size=2, application_name="tether:client")
+        return self._pg
+
     def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
         self.dbos.destroy()
         if self._own_stores and self._stores is not None:
             self._stores.close()
@@ -157,6 +219,7 @@ class DurableClient:
         """Enqueue a new run; returns its run id (which is also its first workflow's id).
         ``app_digest`` (an agent file's sha256): only a worker serving that version runs it."""
         run_id = run_id or new_run_id()
+        version, app_digest = self._version_for(app, app_digest)
         request: dict[str, Any] = {
             "op": "start",
             "run_id": run_id,
@@ -166,16 +229,37 @@ class DurableClient:
         }
         if app_digest:
             request["app_digest"] = app_digest
-        self._enqueue(run_id, request, tenant=context.tenant, op="start")
+        self._enqueue(run_id, request, tenant=context.tenant, op="start", version=version)
         return run_id
 
-    def _enqueue(self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str) -> None:
+    def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
+        """(DBOS application version, app digest) a new run of ``app`` is bound to (versions.py):
+        the newest live worker serving it (that digest, if given), else the version a worker
+        serving that app alone will have."""
+        from tether.durable.versions import app_digest, serving, version_of
+
+        db = self.db
+        if db is None:
+            return APP_VERSION, digest  # SQLite: one process, one version
+        key = (app, digest)
+        cached = self._versions.get(key)
+        if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
+            return cached[1]  # a batch: one look-up per app and second, not one per run
+        found = db.run(serving, app, digest)
+        own = digest or (None if found else app_digest(app))
+        bound = found[0] if found else (version_of({app: own}), own)
+        self._versions[key] = (time.monotonic(), bound)
+        return bound
+
+    def _enqueue(
+        self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
+    ) -> None:
         self.dbos.enqueue(
             {
                 "workflow_name": WORKFLOW,
                 "queue_name": QUEUE,
                 "workflow_id": workflow_id,
-                "app_version": APP_VERSION,
+                "app_version": version,
                 # Per-tenant limits: the queue is partitioned by tenant.
                 "queue_partition_key": tenant,
                 "attributes": {"run_id": request["run_id"], "op": op, "tenant": tenant},
@@ -195,16 +279,55 @@ class DurableClient:
         first = self.workflows(run_id)
         if not first:
             raise ApprovalError("not_durable", f"run {run_id} was not started on this deployment's queue")
+        if any(w.status == "CANCELLED" for w in first):
+            raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
         started = self._input(run_id)
         app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
         tenant = json.loads(cp.state)["context"]["tenant"]
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
         request = {"op": "resume", "run_id": run_id, "app": app}
-        if started.get("app_digest"):
-            request["app_digest"] = started["app_digest"]  # the resume runs the same agent version
-        self._enqueue(workflow_id, request, tenant=tenant, op="resume")
+        # The resume runs on the version the run was bound to, unless an operator moved it.
+        version: str = first[0].app_version or APP_VERSION
+        bound: str | None = started.get("app_digest")
+        moved = self._moved(run_id)
+        if moved is not None:
+            version, bound = moved
+        if bound:
+            request["app_digest"] = bound
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version)
         return workflow_id
+
+    def _moved(self, run_id: str) -> tuple[str, str | None] | None:
+        from tether.durable.versions import moved_to
+
+        db = self.db
+        return db.run(moved_to, run_id) if db is not None else None
+
+    def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
+        """Bind a paused run to another version (``latest``: the newest live worker serving its
+        app), so its resume runs there: the operator's call after an upgrade, when the old
+        version's workers are gone. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
+        ``no_such_version``)."""
+        from tether.durable.versions import record_move, serving
+
+        view = self.run(run_id)
+        if view is None:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        if view.status != "paused":
+            raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
+        db = self.db
+        if db is None:
+            raise ApprovalError("no_such_version", "a SQLite deployment has one version")
+        app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
+        live = db.run(serving, app, None)
+        target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
+        if target is None:
+            known = ", ".join(sorted({v for v, _ in live})) or "none"
+            raise ApprovalError("no_such_version", f"no live worker of {to!r} serves {app} (live: {known})")
+        before = self._moved(run_id) or (view.workflows[0].app_version, None)
+        db.run(record_move, run_id, target[0], target[1], by)
+        return {"run_id": run_id, "from": before[0], "to": target[0], "app": app}
 
     def _input(self, run_id: str) -> dict[str, Any]:
         found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
@@ -214,14 +337,74 @@ class DurableClient:
         args = inputs.get("args") if isinstance(inputs, dict) else getattr(inputs, "args", ())
         return dict(args[0]) if args else {}
 
-    def cancel(self, run_id: str) -> list[str]:
-        """Cancel the run's workflows still queued or running; returns their ids."""
-        live = [
-            w.workflow_id for w in self.workflows(run_id) if w.status in ("ENQUEUED", "PENDING", "DELAYED")
-        ]
+    def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
+        """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
+        stops at its next step), a paused one gets a cancelled marker workflow, its checkpoint ends
+        ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
+        unanswered questions closed, so a later approval or answer runs nothing and no worker
+        resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        flows = self.workflows(run_id)
+        if not flows:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        live = [w.workflow_id for w in flows if w.status in _LIVE]
         for wid in live:
             self.dbos.cancel_workflow(wid)
-        return live
+        view = RunView(run_id, None, flows)
+        marker = None
+        if not live and view.status == "paused":
+            # Nothing is running: a workflow that never runs (no worker serves its queue) records
+            # the cancellation where every machine reads a run's state.
+            marker = f"{run_id}.cancel"
+            tenant = self._tenant(run_id) or "default"
+            self.dbos.enqueue(
+                {
+                    "workflow_name": WORKFLOW,
+                    "queue_name": CANCEL_QUEUE,
+                    "workflow_id": marker,
+                    "app_version": APP_VERSION,
+                    "queue_partition_key": tenant,
+                    "attributes": {"run_id": run_id, "op": "cancel", "tenant": tenant},
+                },
+                {"op": "cancel", "run_id": run_id, "app": ""},
+            )
+            self.dbos.cancel_workflow(marker)
+        store = self.stores.approvals
+        cp = store.load_checkpoint(run_id)
+        if cp is not None and cp.status != "finished":
+            now = datetime.now(UTC)
+            store.save_checkpoint(
+                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now
+            )
+        return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
+
+    def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
+        """Invalidate what a cancelled run still waited for (proposals, questions)."""
+        from tether.policy import Approvals, Reviewer
+
+        store = self.stores.approvals
+        desk = Approvals(store)
+        reviewer = Reviewer.for_all_tenants(by)
+        invalidated = []
+        for p in store.list_proposals(run_id=run_id):
+            if str(p.status) not in ("pending", "approved") or store.ledger_for(p.id):
+                continue  # decided for good, or its effect already happened (kept in the ledger)
+            try:
+                desk.invalidate(reviewer, p.id, reason="run cancelled")
+                invalidated.append(p.id)
+            except ApprovalError:
+                pass  # decided in the meantime: its run is cancelled, so it runs nothing
+        closed = []
+        pauses = self.stores.pauses
+        for q in pauses.for_run(run_id) if pauses is not None else []:
+            if str(q.status) != "pending":
+                continue
+            try:
+                pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
+            except ApprovalError:
+                continue  # answered in the meantime
+            pauses.complete(q.id, "run cancelled")
+            closed.append(q.id)
+        return {"proposals_invalidated": invalidated, "questions_closed": closed}
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -244,6 +427,7 @@ class DurableClient:
             updated_at=_dt(w.updated_at),
             output=output,
             error=str(w.error) if w.error is not None else None,
+            app_version=getattr(w, "app_version", None),
         )
 
     def run(self, run_id: str) -> RunView | None:
@@ -259,9 +443,25 @@ class DurableClient:
         found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False)
         return (found[0].attributes or {}).get("tenant") if found else None
 
-    def runs(self, *, limit: int = 100) -> list[RunView]:
-        """The most recent runs (by their first workflow), newest first."""
-        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, load_output=True, sort_desc=True)
+    def runs(
+        self,
+        *,
+        limit: int = 100,
+        status: str | None = None,
+        tenant: str | None = None,
+        older_than_s: float | None = None,
+        version: str | None = None,
+    ) -> list[RunView]:
+        """The most recent runs (by their first workflow), newest first; only those with
+        ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
+        started more than ``older_than_s`` seconds ago when given."""
+        found = self.dbos.list_workflows(
+            name=WORKFLOW,
+            load_input=False,
+            load_output=True,
+            sort_desc=True,
+            attributes={"tenant": tenant} if tenant else None,
+        )
         by_run: dict[str, list[WorkflowView]] = {}
         tenants: dict[str, str | None] = {}
         for w in found:
@@ -273,6 +473,13 @@ class DurableClient:
             for rid, flows in by_run.items()
         ]
         views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
+        if status:
+            views = [v for v in views if v.status == status]
+        if version:
+            views = [v for v in views if v.version == version]
+        if older_than_s is not None:
+            cut = datetime.now(UTC).timestamp() - older_than_s
+            views = [v for v in views if (v.workflows[0].created_at or _dt(1)).timestamp() <= cut]  # type: ignore[union-attr]
         return views[:limit]
 
     def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:

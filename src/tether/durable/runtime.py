@@ -21,9 +21,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.checkpoint import state_from_json, state_to_json
+from tether.clisupport.output import call_problems
+from tether.durable.config import (  # the names a client needs, without the agent loop
+    APP_VERSION,
+    QUEUE,
+    WORKFLOW,
+    context_from_json,
+    context_to_json,
+    dbos_config,
+)
 from tether.durable.steps import DurableSteps, step_options
 from tether.loop import AgentLoop
-from tether.policy.trusted import Permissions, TrustedContext
 from tether.stop import StopReason
 
 __all__ = [
@@ -39,24 +47,6 @@ __all__ = [
     "set_runtime",
     "stores_for",
 ]
-
-WORKFLOW = "tether.run"
-QUEUE = "tether-runs"
-APP_NAME = "tether"
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("tether")
-    except Exception:  # pragma: no cover - not installed (a source checkout on PYTHONPATH)
-        return "0"
-
-
-# Workers and clients of one deployment must agree: DBOS dequeues a workflow only on an
-# executor of the version it was enqueued for, and recovers a dead executor's runs only there.
-APP_VERSION = f"tether-{_version()}"
 
 _APPS: dict[str, Callable[..., Any]] = {}
 
@@ -113,64 +103,6 @@ def runtime() -> Runtime:
     if _runtime is None:
         raise RuntimeError("no durable runtime in this process: start it with tether.durable.Worker")
     return _runtime
-
-
-def dbos_config(
-    url: str, *, executor_id: str, log_level: str = "WARNING", pool_size: int = 10
-) -> dict[str, Any]:
-    """The DBOS configuration of a deployment whose stores are at ``url``: its system database is
-    the same PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a
-    SQLite deployment's directory (one process)."""
-    from tether.storage_url import parse_url
-
-    loc = parse_url(url)
-    if loc.backend == "postgresql":
-        from tether.pg import PgUrl
-
-        pg = PgUrl.parse(url)
-        system, schema = pg.conninfo, f"{pg.schema}_dbos" if pg.schema else "dbos"
-    else:
-        assert loc.path is not None
-        loc.path.mkdir(parents=True, exist_ok=True)
-        system, schema = f"sqlite:///{loc.path.resolve() / 'dbos.sqlite'}", "dbos"
-    config: dict[str, Any] = {
-        "name": APP_NAME,
-        "system_database_url": system,
-        "dbos_system_schema": schema,
-        "executor_id": executor_id,
-        "application_version": APP_VERSION,
-        "log_level": log_level,
-        "notification_listener_polling_interval_sec": 0.1,
-        "sys_db_pool_size": pool_size,
-    }
-    if loc.backend == "postgresql":
-        config["db_engine_kwargs"] = {
-            # Labelled per executor in pg_stat_activity (an operator can see, or cut, one worker).
-            "connect_args": {"application_name": f"dbos:{executor_id}"},
-            "pool_timeout": 30,
-            "max_overflow": 0,
-            "pool_pre_ping": True,
-        }
-    return config
-
-
-def context_to_json(c: TrustedContext) -> dict[str, Any]:
-    return {
-        "tenant": c.tenant,
-        "roles": sorted(c.roles),
-        "user": c.user,
-        "read": sorted(c.permissions.read),
-        "write": sorted(c.permissions.write),
-    }
-
-
-def context_from_json(d: Mapping[str, Any]) -> TrustedContext:
-    return TrustedContext(
-        tenant=str(d["tenant"]),
-        roles=frozenset(d.get("roles") or ()),
-        user=d.get("user"),
-        permissions=Permissions(frozenset(d.get("read") or ()), frozenset(d.get("write") or ())),
-    )
 
 
 async def _build(app: str, rt: Runtime, run_id: str, digest: str | None = None) -> tuple[Any, Any]:
@@ -289,7 +221,9 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         close = getattr(agent.model, "aclose", None)
         if close is not None:
             await close()
-    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant}
+    # The calls that did not run and succeed: an accepted run exits as `tether run` would.
+    problems = call_problems(result)
+    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
 
 
@@ -308,9 +242,11 @@ async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int)
 def _register() -> Any:
     from dbos import DBOS
 
+    from tether.durable.events import observed
+
     @DBOS.workflow(name=WORKFLOW)
     async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
-        return await execute(request)
+        return await observed(request, execute)  # logs claimed/paused/finished for the operator
 
     return tether_run
 

@@ -13,8 +13,13 @@ held back and dropped when the next step turns out recorded, written when it run
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
+from tether.durable import metrics
 from tether.durable.codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
 from tether.loop import LoopSteps
 from tether.models.base import ModelResponse
@@ -26,7 +31,7 @@ if TYPE_CHECKING:
     from tether.loop import AgentLoop
     from tether.trace.events import TraceEvent
 
-__all__ = ["DurableSteps", "ReplayDiverged"]
+__all__ = ["DRAIN", "Drain", "DurableSteps", "ReplayDiverged"]
 
 MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
@@ -55,6 +60,41 @@ def step_options(name: str, *, retry_store: bool = False) -> Any:
         backoff_rate=2.0,
         should_retry=_transient,
     )
+
+
+class Drain:
+    """This process's steps, for a worker that stops: once ``begin`` is called no step starts
+    (its workflow parks before it, to be recovered from its last recorded step by a survivor or
+    by this executor's restart), and ``in_flight`` counts the steps still running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stopping = False
+        self.in_flight = 0
+        self.parked = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self.stopping, self.in_flight, self.parked = False, 0, 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self.stopping = True
+
+    async def enter(self) -> None:
+        with self._lock:
+            if not self.stopping:
+                self.in_flight += 1
+                return
+            self.parked += 1
+        await anyio.sleep_forever()  # the process exits around it; DBOS recovers the workflow
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+DRAIN = Drain()
 
 
 class ReplayDiverged(BaseException):
@@ -132,10 +172,16 @@ class DurableSteps(LoopSteps):
             self._live()
             return encode_response(await loop.agent.model.complete(request))
 
+        await DRAIN.enter()
+        started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
+        if ran:
+            metrics.step_done("model", time.monotonic() - started)
         if not ran:
             self._recorded()
         return decode_response(data)
@@ -154,11 +200,16 @@ class DurableSteps(LoopSteps):
             executed.append(turn)
             return encode_turn(turn, s, observations_before, calls_before)
 
+        await DRAIN.enter()
+        started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
         except DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
         if executed:
+            metrics.step_done("turn", time.monotonic() - started)
             return executed[0]
         self._recorded()
         apply_turn(data, s)

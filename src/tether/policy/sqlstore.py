@@ -262,7 +262,10 @@ def _finish(
 ) -> Op[LedgerEntry]:
     if owner is None:  # a person resolving an escalated entry
         entry = yield from _ledger_entry(d, key, d.for_update)
-        if entry is None or entry.status is not LedgerStatus.ESCALATED:
+        # Also one whose call raised and that no one is reconciling (its lease ran out): its
+        # outcome is as unknown as an escalated one's, and a person may say what happened.
+        unowned = entry is not None and entry.status is LedgerStatus.RECONCILING and entry.lease_until <= now
+        if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
             raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
     else:
         entry = yield from _owned(d, key, owner)
@@ -291,6 +294,16 @@ def _set_ledger_status(
 def _ledger_for(d: Dialect, proposal_id: str) -> Op[list[LedgerEntry]]:
     rows = yield Sql(
         f"SELECT {_L} FROM effect_ledger WHERE proposal_id = %s ORDER BY created_at, key", (proposal_id,)
+    )
+    return [_entry(d, r) for r in rows]
+
+
+def _ledger_in(d: Dialect, statuses: tuple[str, ...]) -> Op[list[LedgerEntry]]:
+    if not statuses:
+        return []
+    marks = ", ".join(["%s"] * len(statuses))
+    rows = yield Sql(
+        f"SELECT {_L} FROM effect_ledger WHERE status IN ({marks}) ORDER BY created_at, key", statuses
     )
     return [_entry(d, r) for r in rows]
 
@@ -456,6 +469,11 @@ class SqlApprovalStore:
     def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         return self._ops.read(_ledger_for, self._d, proposal_id)
 
+    def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        """Every ledger entry in one of ``statuses``, oldest first (e.g. those a person must
+        resolve: ``tether runs escalations``)."""
+        return self._ops.read(_ledger_in, self._d, tuple(str(s) for s in statuses))
+
     # -- the effect ledger (async face) ------------------------------------------------------
 
     async def aclaim(
@@ -503,6 +521,9 @@ class SqlApprovalStore:
 
     async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         return await self._ops.aread(_ledger_for, self._d, proposal_id)
+
+    async def aledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        return await self._ops.aread(_ledger_in, self._d, tuple(str(s) for s in statuses))
 
     # -- checkpoints -------------------------------------------------------------------------
 

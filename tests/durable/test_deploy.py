@@ -1,0 +1,153 @@
+"""Safe URLs: client commands create nothing and a wrong URL fails in seconds, in one line naming
+the host, the database and the cause; ``tether db init`` creates a deployment, once."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tether.cli import main
+
+pytestmark = pytest.mark.slow  # DBOS migrations: a few seconds
+
+
+def _databases(dsn: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+
+
+def _schemas(dsn: str) -> set[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace").fetchall()}
+
+
+def _with_db(dsn: str, name: str) -> str:
+    return dsn.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def fresh_db(pg_dsn: str) -> Iterator[str]:
+    """A database name no one has created; dropped afterwards if a test created it."""
+    import psycopg
+
+    name = f"tether_t_{uuid.uuid4().hex[:10]}"
+    yield name
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def _cli(capsys: Any, *argv: str) -> tuple[int, dict[str, Any], str, float]:
+    capsys.readouterr()
+    started = time.monotonic()
+    code = main(list(argv))
+    elapsed = time.monotonic() - started
+    out, err = capsys.readouterr()
+    lines = out.strip().splitlines()
+    return code, (json.loads(lines[-1]) if lines else {}), err, elapsed
+
+
+def test_a_mistyped_database_fails_at_once_and_is_not_created(
+    pg_dsn: str, fresh_db: str, capsys: Any
+) -> None:
+    url = _with_db(pg_dsn, fresh_db)
+    for argv in (
+        ("submit", "--db", url, "--agent", "durable_app:build", "t: read a1", "--json"),
+        ("runs", "--db", url, "list", "--json"),
+        ("runs", "--db", url, "show", "r1", "--json"),
+    ):
+        code, out, err, elapsed = _cli(capsys, *argv)
+        assert code == 1 and out["error"] == "no_database", out
+        assert elapsed < 5
+        [line] = err.strip().splitlines()  # one line: where, which database, why, what to do
+        assert "127.0.0.1:5432" in line and fresh_db in line and "does not exist" in line
+        assert "tether db init" in line
+    assert fresh_db not in _databases(pg_dsn)
+
+
+def test_a_wrong_port_or_user_fails_in_one_line(pg_dsn: str, capsys: Any) -> None:
+    port = pg_dsn.replace("127.0.0.1:5432", "127.0.0.1:1")
+    code, out, err, elapsed = _cli(capsys, "runs", "--db", port, "list", "--json")
+    assert (code, out["error"]) == (6, "unreachable") and elapsed < 5
+    [line] = err.strip().splitlines()
+    assert "127.0.0.1:1" in line and "refused" in line.lower()
+    user = pg_dsn.replace("postgres@", f"nobody_{uuid.uuid4().hex[:6]}@")
+    code, out, err, _ = _cli(capsys, "runs", "--db", user, "list", "--json")
+    assert (code, out["error"]) == (1, "auth") and "role" in err
+
+
+def test_a_mistyped_schema_is_refused_and_not_created(pg_dsn: str, capsys: Any) -> None:
+    schema = f"typo_{uuid.uuid4().hex[:8]}"
+    code, out, err, _ = _cli(capsys, "runs", "--db", f"{pg_dsn}?schema={schema}", "list", "--json")
+    assert (code, out["error"]) == (1, "not_initialized")
+    assert f"{schema}_dbos" in err and "tether db init" in err
+    assert not {schema, f"{schema}_dbos"} & _schemas(pg_dsn)
+
+
+def test_db_init_creates_the_deployment_once_and_clients_then_use_it(
+    pg_dsn: str, fresh_db: str, capsys: Any
+) -> None:
+    url = _with_db(pg_dsn, fresh_db)
+    code, out, _, _ = _cli(capsys, "db", "check", url, "--json")
+    assert code == 1 and fresh_db not in _databases(pg_dsn)
+    code, out, _, _ = _cli(capsys, "db", "init", url, "--json")
+    assert code == 0 and out["database_created"] is True
+    assert fresh_db in _databases(pg_dsn)
+    code, out, _, _ = _cli(capsys, "db", "init", url, "--json")  # again: nothing to create
+    assert code == 0 and out["database_created"] is False
+    assert _cli(capsys, "db", "check", url, "--json")[0] == 0
+    submit = ("submit", "--db", url, "--agent", "durable_app:build", "t: read a1", "--json")
+    code, out, _, _ = _cli(capsys, *submit)
+    assert code == 0 and out["status"] == "queued"
+    code, listed, _, _ = _cli(capsys, "runs", "--db", url, "list", "--json")
+    assert code == 0 and [r["status"] for r in listed["runs"]] == ["queued"]
+
+
+def test_a_worker_without_init_refuses_a_missing_database(pg_dsn: str, fresh_db: str) -> None:
+    from tether.durable import Worker, WorkerConfig
+    from tether.durable.deploy import DeploymentUnavailable
+
+    with pytest.raises(DeploymentUnavailable) as info:
+        Worker(WorkerConfig(_with_db(pg_dsn, fresh_db), apps=("durable_app:build",))).start()
+    assert info.value.reason == "no_database" and "--init" not in str(info.value)
+    assert fresh_db not in _databases(pg_dsn)
+
+
+def test_a_batch_submits_every_line_or_nothing(pg_url: str, tmp_path: Any, capsys: Any) -> None:
+    from tether.durable.deploy import init_deployment
+
+    init_deployment(pg_url)
+
+    def count() -> int:
+        code, out, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--limit", "1000", "--json")
+        assert code == 0
+        return int(out["count"])
+
+    lines = [{"objective": f"b{i}: read a{i}", "tenant": "acme" if i % 2 else "globex"} for i in range(5)]
+    # Attack: one bad line (an oversized objective) among good ones: nothing is stored.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(x) for x in [*lines[:2], {"objective": "x" * 100_001}]) + "\n")
+    base = ("submit", "--db", pg_url, "--agent", "durable_app:build")
+    code, out, _, _ = _cli(capsys, *base, "--batch", str(bad), "--json")
+    assert code == 1 and "line 3" in out["message"] and "limit" in out["message"]
+    assert count() == 0
+    code, out, _, _ = _cli(capsys, *base, "x" * 100_001, "--json")
+    assert code == 1 and count() == 0
+    # Legitimate: every line queued, each with its own tenant; one run id a line.
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    capsys.readouterr()
+    assert main([*base, "--batch", str(good), "--json"]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    ids = [json.loads(line)["run_id"] for line in printed[:-1]]
+    assert len(set(ids)) == 5 and json.loads(printed[-1])["submitted"] == 5
+    _, listed, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--tenant", "acme", "--json")
+    assert sorted(r["run_id"] for r in listed["runs"]) == sorted(ids[1::2])
