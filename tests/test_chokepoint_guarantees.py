@@ -35,6 +35,7 @@ from tether.policy.approvals import Approvals, Reviewer
 from tether.policy.sqlite_store import SqliteApprovalStore
 from tether.policy.trusted import DictCatalog
 from tether.ratelimit import TokenBucket
+from tether.runscope import RunScope
 from tether.testing import FunctionModel
 from tether.tools.contract import Effect, Target, ToolContext, tool
 from tether.trace.events import TraceEvent
@@ -343,17 +344,17 @@ class McpResumeEntry:
         from tether.mcpapp.runner import rerun_paused_call
 
         await host.start()
-        tracer, _ = host.new_tracer(f"{self.run_id}-resume")
+        run = RunScope(
+            host, design="mcp_resume", objective="resume", context=ctx, run_id=self.run_id,
+            trace_id=f"{self.run_id}-resume", checkpoints=False,
+        )  # fmt: skip
         statuses = []
         try:
             for i, (name, args) in enumerate(self.calls):
-                statuses.append(
-                    await rerun_paused_call(
-                        host, tracer, name, args, run_id=self.run_id, call_id=f"resume_{i}", context=ctx
-                    )
-                )
+                statuses.append(await rerun_paused_call(run, name, args, call_id=f"resume_{i}"))
         finally:
-            tracer.close()
+            run.tracer.close()
+        tracer = run.tracer
         kinds = [str(e.kind) for e in tracer.events]
         if any(s == "denied" for s, _ in statuses):
             reason = (

@@ -238,11 +238,6 @@ class HostCore:
         """``call_turn`` for a single call."""
         return await self._pipeline.turn([call], scope)
 
-    async def pause_run(self, scope: CallScope, problems: Sequence[str]) -> str:
-        """Checkpoint a run whose side effect has an unknown outcome (a person must resolve it)
-        or is held by another process; ``resume`` continues once that is settled."""
-        return await self._pipeline.pause(scope, problems)
-
     async def run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
