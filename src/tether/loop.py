@@ -281,7 +281,8 @@ class AgentLoop:
 
         # The results enter the trajectory as the chokepoint wrote them, in proposal order.
         s.trajectory.extend(turn.messages())
-        unavailable = [why for o in turn.executed if (why := self._observe(turn.observations[o.call.id]))]
+        observed = (self._observe(turn.observations[o.call.id]) for o in turn.executed)
+        unavailable = [stop for stop in observed if stop is not None]
         if (stop := turn.stop()) is not None:  # a question or an unknown outcome: the run is paused
             raise StopRun(stop[0], stop[1], None)
         # The turn is done: whatever stops the run now, a resumed run's next turn is a new step
