@@ -422,15 +422,12 @@ class CallPipeline:
             call_id=o.call.id,
             now=host.clock(),
         )
-        harness = scope.harness
+        harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
         if o.spec.effect.side_effecting:
             flush = getattr(t, "flush", None)
             if flush is not None:
                 flush()  # every decision before an effect is on disk before the effect happens
-        if harness is not None and harness.owns(o.spec.name):
-            obs, crash = await harness.execute(o.spec, o.arguments, ctx)
-            obs = host.finish_observation(o.spec, obs)
-        elif host.approvals is not None and o.spec.effect.side_effecting:
+        if harness is None and host.approvals is not None and o.spec.effect.side_effecting:
             try:
                 obs, crash = await self._effect(o, ctx, scope)
             except ApprovalError as err:  # outcome unknown, or held by another process
@@ -438,7 +435,7 @@ class CallPipeline:
                 turn.unsettled_errors.append(err)
                 return
         else:
-            obs, crash = await host.run_tool(o.spec, o.arguments, ctx)
+            obs, crash = await host.run_tool(o.spec, o.arguments, ctx, harness)
         if crash is not None:
             turn.crashes.append((o.spec.name, crash))
             s.calls.append(
