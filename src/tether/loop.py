@@ -25,6 +25,7 @@ from tether.run import Agent, RunResult
 from tether.runscope import ResumePoint, RunScope, resume_point
 from tether.stop import RepetitionDetector, StopReason, call_signature, cancel_after
 from tether.trace.events import EventKind
+from tether.types import Observation
 
 if TYPE_CHECKING:
     from tether.hostcore import HostCore as Host
@@ -300,7 +301,7 @@ class AgentLoop:
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
 
-    def _observe(self, obs: Any) -> StopRun | None:
+    def _observe(self, obs: Observation) -> StopRun | None:
         """What the loop keeps of one result besides its message: evidence it may cite, and how
         often its source was unavailable. Returns the stop when that is too often."""
         s = self.state
