@@ -103,7 +103,8 @@ class RunScope:
             if resume.status == "stopped":
                 state.unavailable = {}  # a retry after an outage: the dependency gets its allowance again
         else:
-            assert context is not None, "a new run needs its trusted context"
+            if context is None:
+                raise TypeError("a new run needs its trusted context (or a resume point)")
             state = RunState(
                 run_id or host.new_run_id(), objective, context, time.monotonic(), host.clock(), steps=step
             )
