@@ -360,9 +360,9 @@ class CallPipeline:
         s.pending = list(turn.waiting)
         if scope.checkpoint:
             if turn.refused:
-                await self.checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
+                await self._checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
             elif turn.waiting:
-                await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
+                await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
                 t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
         return settled
 
@@ -375,10 +375,10 @@ class CallPipeline:
         turn.checkpointed = True
         s = scope.state
         after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
-        await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
+        await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
         scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
 
-    async def checkpoint(
+    async def _checkpoint(
         self, scope: CallScope, status: str, reason: StopReason, *, state: RunState | None = None
     ) -> str:
         """Save the run's working state in the approval store (resume continues from it)."""
