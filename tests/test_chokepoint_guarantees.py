@@ -73,7 +73,7 @@ class World:
     writes: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
     crash: CrashAfterEffect = field(default_factory=CrashAfterEffect)
-    outage: bool = False  # the item store is down: reads fail as an unavailable dependency
+    outage: int = 0  # the item store is down for this many more reads (an unavailable dependency)
 
     def host(self, policy: Policy | None = None, *, rate: TokenBucket | None = None) -> Host:
         world = self
@@ -89,7 +89,8 @@ class World:
         @tool(target=Target("item_id", "item"))
         def read_item(item_id: Annotated[str, Field(description="The item id.")]) -> dict[str, Any]:
             """Read one item."""
-            if world.outage:
+            if world.outage > 0:
+                world.outage -= 1
                 raise DependencyUnavailable("the item store is down")
             world.reads.append(item_id)
             if item_id == "a2":  # a record an attacker wrote: hidden text and an exfiltrating image
@@ -708,9 +709,11 @@ def test_a_run_that_fails_transiently_after_an_approved_effect_resumes_without_r
         first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
         assert first.stop_reason == "approval_required", first.kinds()
         assert world.approve_all(host)
-        world.outage = failure == "dependency_unavailable"
+        world.outage = 2 if failure == "dependency_unavailable" else 0
         failed = await entry.again(host, TENANT)  # the effect runs, then the run fails
-        world.outage = False
+        # The store is back after one more failed read: a resumed run retries with a fresh
+        # allowance of failures, so that one does not stop it again.
+        world.outage = 1 if failure == "dependency_unavailable" else 0
         return failed, await entry.again(host, TENANT)
 
     failed, last = _run(_closing(host, scenario()))
@@ -718,7 +721,7 @@ def test_a_run_that_fails_transiently_after_an_approved_effect_resumes_without_r
     assert world.writes == ["hello"]
     assert last.stop_reason == "accepted", last.kinds()
     assert world.writes == ["hello"], "the approved effect ran again on resume"
-    assert world.reads == ["a1"] * (2 if failure == "dependency_unavailable" else 0)
+    assert world.reads == (["a1"] if failure == "dependency_unavailable" else [])
     kinds = last.kinds()
     resumed = len(kinds) - kinds[::-1].index("run_resumed")  # the last resume's events
     assert "effect_intent" not in kinds[resumed:] and "run_resumed" not in kinds[resumed:]
