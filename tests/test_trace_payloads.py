@@ -34,6 +34,7 @@ DYNAMIC_SITES = {
     "mcp/source.py": "pending events replayed at bind time; server description fields",
     "hostcore.py": "server description fields",
     "workflow.py": "the rollback's description of the failed run",
+    "runscope.py": "the runner's description of itself in run_started (agent and model, or workflow)",
     "calls.py": "what cleaning found in a result (tool_observation's cleaned)",
 }
 

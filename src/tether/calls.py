@@ -9,10 +9,12 @@ elicitation resume never execute a tool themselves. They hand the calls of one t
     → truncation → untrusted labelling and provenance → one trace event per decision
     and per outcome
 
-and returns a ``Turn``: what was decided and observed for each call, and the stop the
-host requires (denied, waiting for approval, refused, outcome unknown, crashed), if any.
-What a runner does with a turn that did not stop (append tool messages, extract fields,
-read the next step) is its own business; what may run, and how, is not.
+and returns a ``Turn``, settled: what was decided and observed for each call, the results as
+the model reads them (``Turn.messages``), and the stop the host requires (denied, waiting for
+approval, refused, outcome unknown, a question for a person, crashed), if any. A turn that
+must pause comes back paused: its run is checkpointed here (``run_paused``), so no runner has
+to remember to. What a runner does with a turn that did not stop (append its messages, extract
+fields, read the next step) is its own business; what may run, and how, is not.
 """
 
 from __future__ import annotations
@@ -28,13 +30,14 @@ import anyio
 from tether.checkpoint import state_to_json
 from tether.effects import run_effect
 from tether.errors import ApprovalError
+from tether.messages import ToolMessage
 from tether.policy.approvals import idempotency_key
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
 from tether.stop import StopReason
 from tether.tools.contract import ToolContext, ToolSpec
 from tether.trace.events import EventKind
-from tether.types import Decision, GateOutcome, Observation, ToolCall
+from tether.types import Decision, GateOutcome, Observation, ToolCall, wrap_untrusted
 
 if TYPE_CHECKING:
     from tether.hostcore import HostCore as Host
@@ -86,10 +89,33 @@ class Turn:
     unsettled_errors: list[ApprovalError] = field(default_factory=list)
     crashes: list[tuple[str, BaseException]] = field(default_factory=list)
     halted: bool = False  # stopped before execution (denial or approval): nothing of the turn ran
+    # Calls waiting for a person's answer (MCP elicitation), by call id: why. When the turn was
+    # checkpointed they have no result, so a resume runs them again and the server finds the answer.
+    questions: dict[str, str] = field(default_factory=dict)
+    checkpointed: bool = False  # the run paused here and its state is saved for ``resume``
 
     @property
     def executed(self) -> list[GateOutcome]:
         return [o for o in self.outcomes if o.call.id in self.observations]
+
+    def messages(self) -> list[ToolMessage]:
+        """The turn's results as the model reads them, in proposal order: each observation with
+        its labels (``Observation.render``), a host-written error for a call that did not run.
+        A call whose effect's outcome is unknown, or that waits for an answer in a checkpointed
+        turn, has none (resume settles it)."""
+        out: list[ToolMessage] = []
+        for o in self.outcomes:
+            call = o.call
+            obs = self.observations.get(call.id)
+            if obs is not None:
+                if not (self.checkpointed and call.id in self.questions):
+                    out.append(ToolMessage(call.id, obs.render(), obs.tool))
+            elif o.status != "allow":
+                message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
+                body = json.dumps({"error": o.status, "message": message}, ensure_ascii=False)
+                text = wrap_untrusted(body, source="host", trust="trusted")
+                out.append(ToolMessage(call.id, text, call.name))
+        return out
 
     def stop(self) -> tuple[StopReason, str] | None:
         """The stop the host requires after this turn, or None when the runner may go on."""
@@ -101,8 +127,8 @@ class Turn:
             return StopReason.APPROVAL_DENIED, "; ".join(self.refused)
         if self.waiting:
             return StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(self.waiting)
-        if self.unsettled:
-            return StopReason.APPROVAL_REQUIRED, "; ".join(self.unsettled)
+        if self.unsettled or self.questions:
+            return StopReason.APPROVAL_REQUIRED, "; ".join([*self.unsettled, *self.questions.values()])
         if self.crashes:
             name, crash = self.crashes[0]
             return StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}"
@@ -219,6 +245,14 @@ class CallPipeline:
         await self._execute_allowed(turn, scope)
         for name, crash in turn.crashes:
             scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+        turn.questions = {
+            call_id: f"{obs.tool}: paused for input: {obs.meta['pause']}"
+            for call_id, obs in turn.observations.items()
+            if obs.meta.get("pause")
+        }
+        if (turn.unsettled or turn.questions) and scope.checkpoint and host.approvals is not None:
+            with anyio.CancelScope(shield=True):
+                await self._pause(turn, scope, [*turn.unsettled, *turn.questions.values()])
         return turn
 
     # approval settlement -----------------------------------------------------------------
@@ -326,26 +360,32 @@ class CallPipeline:
         s.pending = list(turn.waiting)
         if scope.checkpoint:
             if turn.refused:
-                await self.checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
+                await self._checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
             elif turn.waiting:
-                await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
+                await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
                 t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
         return settled
 
-    async def pause(self, scope: CallScope, problems: Sequence[str]) -> str:
-        """Checkpoint a run paused for a person (an effect's unknown outcome, a question)."""
+    async def _pause(self, turn: Turn, scope: CallScope, problems: Sequence[str]) -> None:
+        """Checkpoint a run paused for a person (an effect's unknown outcome, a question). The
+        checkpoint holds the turn's other results as the model will read them, so a resume runs
+        only the calls that have none."""
         approvals = self.host.approvals
         assert approvals is not None
-        await self.checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
+        turn.checkpointed = True
+        s = scope.state
+        after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
+        await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
         scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
-        return "; ".join(problems)
 
-    async def checkpoint(self, scope: CallScope, status: str, reason: StopReason) -> str:
+    async def _checkpoint(
+        self, scope: CallScope, status: str, reason: StopReason, *, state: RunState | None = None
+    ) -> str:
         """Save the run's working state in the approval store (resume continues from it)."""
         approvals = self.host.approvals
         assert approvals is not None
         s = scope.state
-        text = state_to_json(s)
+        text = state_to_json(state or s)
         with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
             await approvals.store.asave_checkpoint(
                 s.run_id,
@@ -382,15 +422,12 @@ class CallPipeline:
             call_id=o.call.id,
             now=host.clock(),
         )
-        harness = scope.harness
+        harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
         if o.spec.effect.side_effecting:
             flush = getattr(t, "flush", None)
             if flush is not None:
                 flush()  # every decision before an effect is on disk before the effect happens
-        if harness is not None and harness.owns(o.spec.name):
-            obs, crash = await harness.execute(o.spec, o.arguments, ctx)
-            obs = host.finish_observation(o.spec, obs)
-        elif host.approvals is not None and o.spec.effect.side_effecting:
+        if harness is None and host.approvals is not None and o.spec.effect.side_effecting:
             try:
                 obs, crash = await self._effect(o, ctx, scope)
             except ApprovalError as err:  # outcome unknown, or held by another process
@@ -398,7 +435,7 @@ class CallPipeline:
                 turn.unsettled_errors.append(err)
                 return
         else:
-            obs, crash = await host.run_tool(o.spec, o.arguments, ctx)
+            obs, crash = await host.run_tool(o.spec, o.arguments, ctx, harness)
         if crash is not None:
             turn.crashes.append((o.spec.name, crash))
             s.calls.append(

@@ -14,19 +14,19 @@ its own id and needs its own approval.
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tether.calls import CallScope
+from tether.calls import Turn
 from tether.errors import ApprovalError, ConfigError, PolicyError
 from tether.messages import ToolCall
 from tether.policy.approvals import Approvals, Review, Reviewer, idempotency_key
 from tether.policy.intake import Proposal, parse_envelope
 from tether.policy.store import ProposalStatus, StoredProposal
 from tether.policy.trusted import TrustedContext
-from tether.run import RunState
+from tether.runscope import RunScope
+from tether.stop import StopReason
 from tether.tools.contract import ToolSpec
 from tether.types import GateOutcome, Observation
 
@@ -104,12 +104,12 @@ class ProposalDesk:
         host = self.host
         name, arguments = parse_envelope(raw_json)  # strict intake of the envelope (T3)
         call = ToolCall(f"desk-{uuid.uuid4().hex[:12]}", name, json.dumps(arguments, ensure_ascii=False))
-        state = RunState(call.id, "proposal", context, time.monotonic(), host.clock())
-        tracer, _ = host.new_tracer(call.id)
+        # Only decided, never run: a scope for its trace, not a run with a start and a stop.
+        run = RunScope(host, design="desk", objective="proposal", context=context, run_id=call.id)
         try:
-            return host.decide(call, CallScope(state=state, tracer=tracer, offered=host.offered()))
+            return host.decide(call, run.calls(host.offered(), proposed_by="desk"))
         finally:
-            tracer.close()
+            run.tracer.close()
 
     def review(self, context: TrustedContext, proposal_id: str) -> Review:
         return self.approvals.review(context, proposal_id)
@@ -139,21 +139,20 @@ class ProposalDesk:
         host = self.host
         p = await self.approvals.aexecutable(context, proposal_id)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
-        state = RunState(run_id, f"proposal {p.id}", context, time.monotonic(), host.clock(), steps=step)
-        tracer, _ = host.new_tracer(f"{run_id}-desk-{p.id}")
-        scope = CallScope(
-            state=state,
-            tracer=tracer,
-            offered=host.offered(),
-            proposed_by="desk",
-            checkpoint=False,
-            stop_on_denial=True,
-            proposals={call_id: p.id},
-        )
+        # The proposal's own run id and step: the effect's ledger key is the one its run would use.
+        run = RunScope(
+            host, design="desk", objective=f"proposal {p.id}", context=context, run_id=run_id,
+            checkpoints=False, trace_id=f"{run_id}-desk-{p.id}", step=step,
+        )  # fmt: skip
+        offered = host.offered()
+        await run.start(offered)
+        scope = run.calls(offered, proposed_by="desk", stop_on_denial=True, proposals={call_id: p.id})
+        reason, detail = StopReason.INTERNAL_ERROR, "the call raised"
         try:
             turn = await host.call(ToolCall(call_id, p.tool, p.arguments), scope)
+            reason, detail = _stop(turn)
         finally:
-            tracer.close()
+            await run.finish(reason, detail=detail)
         outcome = turn.outcomes[0]
         if outcome.status == "unknown":
             raise PolicyError("tool_not_allowed", f"{p.tool} is no longer offered")
@@ -174,3 +173,13 @@ class ProposalDesk:
             run_id, step, call_id, p.tool, json.loads(p.arguments)
         )
         return Execution(p.id, str(key), obs, bool(obs.meta.get("replayed")))
+
+
+def _stop(turn: Turn) -> tuple[StopReason, str]:
+    """The stop of a desk execution: the host's, or why the call did not run, or accepted."""
+    if (stop := turn.stop()) is not None:
+        return stop
+    outcome = turn.outcomes[0]
+    if outcome.call.id in turn.observations:
+        return StopReason.ACCEPTED, ""
+    return StopReason.POLICY_DENIED, outcome.error or outcome.status

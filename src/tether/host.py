@@ -33,7 +33,9 @@ class Host(HostCore):
         return await AgentLoop(self, agent, objective, context).run()
 
     async def resume(self, agent: Agent, run_id: str) -> RunResult:
-        """Continue a run paused for approval (its checkpoint is in ``approvals.store``)."""
+        """Continue a run paused for approval or an answer, or stopped on a transient failure
+        (its checkpoint is in ``approvals.store``). Raises ``ApprovalError`` (``no_store``,
+        ``unknown_run``, ``run_finished``)."""
         if not self._started:
             await self.start()
         return await resume_run(self, agent, run_id)

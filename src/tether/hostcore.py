@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from tether.calls import CallPipeline, CallScope, Turn
+from tether.calls import CallPipeline, CallScope, Harness, Turn
 from tether.errors import (
     ConfigError,
     DependencyUnavailable,
@@ -238,17 +238,22 @@ class HostCore:
         """``call_turn`` for a single call."""
         return await self._pipeline.turn([call], scope)
 
-    async def pause_run(self, scope: CallScope, problems: Sequence[str]) -> str:
-        """Checkpoint a run whose side effect has an unknown outcome (a person must resolve it)
-        or is held by another process; ``resume`` continues once that is settled."""
-        return await self._pipeline.pause(scope, problems)
-
     async def run_tool(
-        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        context: ToolContext,
+        harness: Harness | None = None,
     ) -> tuple[Observation, BaseException | None]:
-        """Execution stage of the chokepoint (rate limit, source call, truncation, labels).
-        Recoverable failures become error observations; a programming error is returned as the
-        second value so the caller can end the run loudly. Only ``tether.calls`` calls this."""
+        """Execution stage of the chokepoint, the one place a tool runs: a harness tool of the
+        run (``harness``, which owns ``spec``) or a source's tool (rate limit, source call), then
+        cleaning, truncation and labels (``finish_observation``). Recoverable failures become
+        error observations; a programming error is returned as the second value so the caller
+        can end the run loudly. Only ``tether.calls`` (and the ledger it hands effects to) calls
+        this."""
+        if harness is not None:
+            obs, crash = await harness.execute(spec, arguments, context)
+            return self.finish_observation(spec, obs), crash
         source = self._specs[spec.name][1]
         bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
         waited = await bucket.acquire() if bucket is not None else 0.0

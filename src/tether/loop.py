@@ -9,22 +9,23 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from tether.calls import CallScope
-from tether.checkpoint import pending_calls, restore_trace, state_from_json, state_to_json
+from tether.checkpoint import pending_calls
 from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
 from tether.context.subagent import run_subtask
-from tether.context.untrusted import Observation, wrap_untrusted
+from tether.context.untrusted import wrap_untrusted
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.handoff import Permissions as HandoffPermissions
 from tether.handoff import resolve_from_trace, validate_handoff
-from tether.messages import AssistantMessage, ToolMessage, UserMessage
+from tether.messages import AssistantMessage, UserMessage
 from tether.models.base import ModelResponse, finish_problem
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult, RunState
+from tether.run import Agent, RunResult
+from tether.runscope import ResumePoint, RunScope, resume_point
 from tether.stop import RepetitionDetector, StopReason, call_signature, cancel_after
 from tether.trace.events import EventKind
-from tether.types import GateOutcome
+from tether.types import Observation
 
 if TYPE_CHECKING:
     from tether.hostcore import HostCore as Host
@@ -70,32 +71,28 @@ class AgentLoop:
         self,
         host: Host,
         agent: Agent,
-        objective: str,
-        context: TrustedContext,
+        objective: str = "",
+        context: TrustedContext | None = None,
         *,
-        state: RunState | None = None,
+        resume: ResumePoint | None = None,
         run_id: str | None = None,
         steps: LoopSteps | None = None,
     ) -> None:
-        """``state``: a checkpointed run to resume (tether.checkpoint), instead of a new run;
-        ``run_id``: the id of a new run (default: a fresh one); ``steps``: how model calls and
-        tool turns are taken (default: in process)."""
+        """``resume``: a checkpointed run to continue (``resume_point``), instead of a new run of
+        ``objective`` for ``context``; ``run_id``: the id of a new run (default: a fresh one);
+        ``steps``: how model calls and tool turns are taken (default: in process)."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
-        self.resuming = state is not None
+        self.resuming = resume is not None
         self.steps = steps or LoopSteps()
-        run_id = state.run_id if state is not None else (run_id or host.new_run_id())
-        self.tracer, self.trace_path = host.new_tracer(run_id)
-        if state is not None:
-            restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
-        self.state = state or RunState(
-            run_id=run_id,
-            objective=objective,
-            context=context,
-            started=time.monotonic(),
-            started_at=host.clock(),
-        )
+        self.lifecycle = RunScope(
+            host, design="agent", objective=objective, context=context, run_id=run_id, resume=resume,
+            resumable=True,
+        )  # fmt: skip
+        self.state, self.tracer = self.lifecycle.state, self.lifecycle.tracer
+        self.trace_path = self.lifecycle.trace_path
+        run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
         # The engine's callbacks close over what they need, not over ``self``: a run's objects
         # then form no reference cycle and are freed when the run ends, not by a full GC pass.
@@ -130,18 +127,8 @@ class AgentLoop:
     # -- public ----------------------------------------------------------------------------
 
     async def run(self) -> RunResult:
-        s, t = self.state, self.tracer
-        t.emit(
-            EventKind.RUN_RESUMED if self.resuming else EventKind.RUN_STARTED,
-            design="agent",
-            agent=self.agent.name,
-            model=self.agent.model.name,
-            objective=s.objective,
-            tenant=s.context.tenant,
-            roles=sorted(s.context.roles),
-            tools=[spec.name for spec in self.offered],
-        )
-        await self.host.trace_launches(t)
+        s = self.state
+        await self.lifecycle.start(self.offered, agent=self.agent.name, model=self.agent.model.name)
         answer: str | None = None
         try:
             pending = pending_calls(s) if self.resuming else []
@@ -155,7 +142,6 @@ class AgentLoop:
                 if pending:
                     # Finish the turn the run paused in; its calls are settled against the store again.
                     await self._act(pending)
-                    s.steps += 1
                 answer = await self._loop()
             if answer is None:  # the deadline's scope cancelled the loop
                 passed = f"deadline of {self.limits.deadline_s}s passed"
@@ -166,9 +152,7 @@ class AgentLoop:
         except StopRun as stop:
             reason, detail = stop.reason, stop.detail
             answer = stop.answer if stop.answer is not None else answer
-        t.emit(EventKind.STOP, reason=str(reason), detail=detail, steps=s.steps, llm_calls=s.llm_calls)
-        t.close()
-        return RunResult.of(s, t, self.trace_path, reason, answer=answer, detail=detail, handoff=self.handoff)
+        return await self.lifecycle.finish(reason, answer=answer, detail=detail, handoff=self.handoff)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -220,7 +204,6 @@ class AgentLoop:
                 s.steps += 1
                 continue
             await self._act(list(message.tool_calls))
-            s.steps += 1
 
     async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
         s, t = self.state, self.tracer
@@ -285,10 +268,9 @@ class AgentLoop:
 
     async def _act(self, calls: list[Any]) -> None:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
-        s, t, host = self.state, self.tracer, self.host
-        scope = self._scope()
+        s, t = self.state, self.tracer
         self._phase = "tools"
-        turn = await self.steps.turn(self, calls, scope)
+        turn = await self.steps.turn(self, calls, self._scope())
         self._phase = None
         if turn.halted or turn.crashes:
             stop = turn.stop()
@@ -300,27 +282,17 @@ class AgentLoop:
         if s.malformed_turns >= self.limits.max_malformed_turns:
             raise StopRun(StopReason.MODEL_ERROR, f"{s.malformed_turns} malformed turns in a row")
 
-        # Results enter the trajectory in the order the model proposed the calls.
-        waiting_input: list[str] = []
-        unsettled = set(turn.unsettled)
-        for o in turn.outcomes:
-            call = o.call
-            if call.id in turn.observations:
-                if (why := self._observe(o, turn.observations[call.id])) is not None:
-                    waiting_input.append(why)
-            elif o.status == "allow":
-                continue  # its effect's outcome is unknown: no result, resume settles it
-            else:
-                message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
-                text = wrap_untrusted(
-                    f'{{"error": "{o.status}", "message": {_json(message)}}}', source="host", trust="trusted"
-                )
-                s.trajectory.append(ToolMessage(call.id, text, call.name))
-
-        if unsettled or waiting_input:
-            # The turn's other results are kept; the paused calls have none, so resume re-runs them.
-            detail = await host.pause_run(scope, [*turn.unsettled, *waiting_input])
-            raise StopRun(StopReason.APPROVAL_REQUIRED, detail, None)
+        # The results enter the trajectory as the chokepoint wrote them, in proposal order.
+        s.trajectory.extend(turn.messages())
+        observed = (self._observe(turn.observations[o.call.id]) for o in turn.executed)
+        unavailable = [stop for stop in observed if stop is not None]
+        if (stop := turn.stop()) is not None:  # a question or an unknown outcome: the run is paused
+            raise StopRun(stop[0], stop[1], None)
+        # The turn is done: whatever stops the run now, a resumed run's next turn is a new step
+        # (its calls get ledger keys of their own).
+        s.steps += 1
+        if unavailable:
+            raise unavailable[0]
 
         signatures = [
             call_signature(o.spec.name, o.arguments)
@@ -331,28 +303,18 @@ class AgentLoop:
             t.emit(EventKind.REPETITION_DETECTED, detail=why)
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
 
-    def _observe(self, outcome: GateOutcome, obs: Observation) -> str | None:
-        """Record one result. Returns why the call waits for a person (an MCP elicitation with
-        nobody to answer) when the host can checkpoint the run; the call is then left without a
-        result so ``resume`` runs it again and the server finds the stored answer."""
+    def _observe(self, obs: Observation) -> StopRun | None:
+        """What the loop keeps of one result besides its message: evidence it may cite, and how
+        often its source was unavailable. Returns the stop when that is too often."""
         s = self.state
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
-        if obs.meta.get("pause") and self.host.approvals is not None:
-            return f"{obs.tool}: paused for input: {obs.meta['pause']}"
-        s.trajectory.append(ToolMessage(obs.call_id, obs.render(), obs.tool))
-        if obs.meta.get("pause"):
-            # A question only a person can answer (MCP elicitation): the run waits, durably.
-            raise StopRun(StopReason.APPROVAL_REQUIRED, f"paused for input: {obs.meta['pause']}", None)
         if obs.meta.get("unavailable"):
             count = s.unavailable.get(obs.source, 0) + 1
             s.unavailable[obs.source] = count
             if count >= self.limits.max_unavailable:
-                raise StopRun(
-                    StopReason.DEPENDENCY_UNAVAILABLE,
-                    f"source {obs.source} unavailable {count} times",
-                    self._host_answer(),
-                )
+                why = f"source {obs.source} unavailable {count} times"
+                return StopRun(StopReason.DEPENDENCY_UNAVAILABLE, why, self._host_answer())
         return None
 
     # -- endings -----------------------------------------------------------------------------
@@ -501,34 +463,15 @@ async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent
         )
 
 
-def _json(value: str) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False)
-
-
 async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
-    """Continue a paused run. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+    """Continue a run that paused (for an approval or an answer) or stopped on a transient
+    failure, from its checkpoint in the host's approval store. Raises ``ApprovalError``
+    (``no_store``, ``unknown_run``, ``run_finished``)."""
     approvals = host.approvals
     if approvals is None:
         raise ApprovalError("no_store", "this host has no approval store to resume from")
-    cp = await approvals.store.aload_checkpoint(run_id)
-    if cp is None:
-        raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
-    if cp.status == "finished":
-        raise ApprovalError("run_finished", f"run {run_id} already ended ({cp.stop_reason})")
-    state = state_from_json(cp.state)
-    result = await AgentLoop(host, agent, state.objective, state.context, state=state).run()
-    if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
-        await approvals.store.asave_checkpoint(
-            run_id,
-            app=cp.app,
-            state=state_to_json(state),
-            status="finished",
-            stop_reason=str(result.stop_reason),
-            now=host.clock(),
-        )
-    return result
+    point = resume_point(await approvals.store.aload_checkpoint(run_id), run_id)
+    return await AgentLoop(host, agent, resume=point).run()
 
 
 class _ChildRuns:

@@ -16,19 +16,18 @@ it can only try to change extracted values, which the provenance rules then judg
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 
-from tether.calls import CallScope
 from tether.messages import ToolCall
 from tether.policy.provenance import Segment as _Segment
 from tether.policy.provenance import SourceLabel, normalise
 from tether.policy.trusted import TrustedContext
 from tether.run import CallRecord, RunResult, RunState
+from tether.runscope import RunScope
 from tether.stop import StopReason
 from tether.trace.events import EventKind
 from tether.types import Observation
@@ -119,23 +118,20 @@ async def run_plan(
     """
     if not host._started:
         await host.start()
-    run_id = run_id or host.new_run_id()
-    tracer, trace_path = host.new_tracer(run_id)
-    state = RunState(run_id, objective, context, time.monotonic(), host.clock())
+    run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
+    state, tracer = run.state, run.tracer
     offered = host.offered()
-    tracer.emit(EventKind.RUN_STARTED, design="plan", objective=objective, tools=[s.name for s in offered])
+    await run.start(offered)
     plan = await planner.plan(objective, [s.wire() for s in offered])
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
-    run = _Run(state)
-    scope = CallScope(
-        state=state, tracer=tracer, offered=offered, proposed_by="planner", stop_on_denial=False
-    )
+    scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)
+    progress = _Run(state)
     allowed = 0
     for i, planned in enumerate(plan.calls):
         try:
             arguments = {
-                name: await _resolve(run, extractor, value, i, name) if isinstance(value, Extract) else value
-                for name, value in planned.arguments.items()
+                name: await _resolve(progress, extractor, v, i, name) if isinstance(v, Extract) else v
+                for name, v in planned.arguments.items()
             }
         except _ExtractionFailed as err:
             tracer.emit(EventKind.TOOL_ERROR, tool=planned.tool, error="extraction_failed", message=str(err))
@@ -144,25 +140,22 @@ async def run_plan(
         call = ToolCall(f"plan_{i}", planned.tool, json.dumps(arguments, ensure_ascii=False, default=str))
         state.steps = i
         turn = await host.call(call, scope)
-        if turn.unsettled:
-            detail = await host.pause_run(scope, turn.unsettled)
-            return _finish(state, tracer, trace_path, StopReason.APPROVAL_REQUIRED, None, detail)
-        if (stop := turn.stop()) is not None:
-            return _finish(state, tracer, trace_path, stop[0], None, stop[1])
+        if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
+            return await run.finish(stop[0], detail=stop[1], steps=len(state.calls))
         if call.id not in turn.observations:
             continue  # denied or rejected: recorded by the host; the plan goes on
         allowed += 1
-        run.results[i] = turn.observations[call.id]
+        progress.results[i] = turn.observations[call.id]
     answer = None
     if plan.answer is not None:
         try:
             answer = str(
-                await _resolve(run, extractor, plan.answer, len(plan.calls), "answer", may_be_empty=True)
+                await _resolve(progress, extractor, plan.answer, len(plan.calls), "answer", may_be_empty=True)
             )
         except _ExtractionFailed as err:
             answer = f"(no answer: {err})"
     reason = StopReason.ACCEPTED if allowed or not plan.calls else StopReason.POLICY_DENIED
-    return _finish(state, tracer, trace_path, reason, answer, "")
+    return await run.finish(reason, answer=answer, steps=len(state.calls))
 
 
 class _ExtractionFailed(Exception):
@@ -223,13 +216,3 @@ def _least_trusted(classes: set[str]) -> str:
     if unknown:
         return sorted(unknown)[0]
     return max(classes, key=TRUST_ORDER.index) if classes else "third_party"
-
-
-def _finish(
-    state: RunState, tracer: Any, path: Any, reason: StopReason, answer: str | None, detail: str
-) -> RunResult:
-    tracer.emit(EventKind.STOP, reason=str(reason), detail=detail, steps=len(state.calls))
-    tracer.close()
-    return RunResult.of(
-        state, tracer, path, reason, answer=answer, design="plan", detail=detail, steps=len(state.calls)
-    )

@@ -3,7 +3,6 @@ the state of one run, and its result."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,6 +79,8 @@ class Agent:
 
 @dataclass
 class RunResult:
+    """How a run ended; built in one place, ``tether.runscope.RunScope.finish``, for every runner."""
+
     run_id: str
     stop_reason: StopReason
     answer: str | None
@@ -97,41 +98,6 @@ class RunResult:
     outputs: dict[str, Any] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)  # what the tools returned (evals)
     pending_proposals: list[str] = field(default_factory=list)  # what an approval_required run waits for
-
-    @classmethod
-    def of(
-        cls,
-        state: RunState,
-        tracer: Any,
-        trace_path: Path | None,
-        reason: StopReason,
-        *,
-        answer: str | None = None,
-        design: str = "agent",
-        detail: str = "",
-        handoff: Handoff | None = None,
-        steps: int | None = None,
-    ) -> RunResult:
-        """The one place a run's result is assembled from its state and trace (every runner)."""
-        return cls(
-            run_id=state.run_id,
-            stop_reason=reason,
-            answer=answer,
-            design=design,
-            detail=detail,
-            handoff=handoff,
-            trace_path=trace_path,
-            steps=state.steps if steps is None else steps,
-            llm_calls=state.llm_calls,
-            usage=state.usage,
-            cost_usd=state.cost_usd,
-            calls=state.calls,
-            events=tracer.events,
-            elapsed_s=time.monotonic() - state.started,
-            outputs=state.outputs,
-            observations=state.observations,
-            pending_proposals=list(state.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
-        )
 
     @property
     def ok(self) -> bool:

@@ -8,7 +8,6 @@ fields its ``extract`` schema names. A step may be an agentic node (``AgentNode`
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,8 @@ from tether.calls import CallScope
 from tether.loop import AgentLoop
 from tether.messages import ToolCall
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult, RunState
+from tether.run import Agent, RunResult
+from tether.runscope import RunScope
 from tether.stop import StopReason
 from tether.trace.events import EventKind
 
@@ -71,31 +71,19 @@ async def run_workflow(
     """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
     of the same workflow: its steps run again under the same call ids, so recorded side effects
     replay from the ledger and approved proposals are found instead of asked again."""
-    run_id = run_id or host.new_run_id()
-    tracer, path = host.new_tracer(run_id)
-    state = RunState(run_id, objective, context, time.monotonic(), host.clock())
-    scope = CallScope(
-        state=state, tracer=tracer, offered=host.offered(), proposed_by=f"workflow:{workflow.name}"
-    )
-    tracer.emit(
-        EventKind.RUN_STARTED,
-        design="workflow",
-        workflow=workflow.name,
-        objective=objective,
-        tenant=context.tenant,
-        roles=sorted(context.roles),
-        tools=[s.name for s in scope.offered],
-    )
+    run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
+    state = run.state
+    scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
+    await run.start(scope.offered, workflow=workflow.name)
     if rollback_from is not None:
-        tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
-    await host.trace_launches(tracer)
+        run.tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
     reason, detail, answer = StopReason.ACCEPTED, "", None
     try:
         for i, step in enumerate(workflow.steps, 1):
-            tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
+            run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
             if isinstance(step, AgentNode):
                 sub = await AgentLoop(host, step.agent, step.objective(state.outputs), context).run()
-                tracer.emit(
+                run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,
                     child_run=sub.run_id,
@@ -114,9 +102,7 @@ async def run_workflow(
             answer = workflow.answer(state.outputs)
     except (KeyError, TypeError, ValueError) as err:  # a bug in the workflow's own code: loud
         reason, detail = StopReason.INTERNAL_ERROR, f"{type(err).__name__}: {err}"
-    tracer.emit(EventKind.STOP, reason=str(reason), detail=detail, design="workflow", steps=state.steps)
-    tracer.close()
-    return RunResult.of(state, tracer, path, reason, answer=answer, design="workflow", detail=detail)
+    return await run.finish(reason, answer=answer, detail=detail)
 
 
 async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
@@ -125,9 +111,7 @@ async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReaso
     call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
     turn = await host.call(call, scope)
     state.steps += 1
-    if turn.unsettled:
-        return StopReason.APPROVAL_REQUIRED, await host.pause_run(scope, turn.unsettled)
-    if (stop := turn.stop()) is not None:
+    if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
         return stop
     outcome = turn.outcomes[0]
     if call.id not in turn.observations:  # rejected at intake, or unknown: a fixed sequence cannot go on

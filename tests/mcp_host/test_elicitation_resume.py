@@ -185,3 +185,34 @@ async def test_a_destructive_tool_asking_to_confirm_runs_once_approved_and_once_
     assert log.read_text().split() == ["delete_record", "delete_record"]
     with pytest.raises(ApprovalError, match="already ended"):
         await _resume(config, db, first.run_id)
+
+
+@pytest.mark.spec("X5")
+async def test_a_question_pauses_its_turn_and_resume_runs_only_the_call_that_asked(
+    tmp_path: Path, http_url: str
+) -> None:
+    # Two connections to the server: the question handler tells calls apart per connection (two
+    # concurrent calls on one connection can leave a question unattributed, and declined).
+    config = write_config(
+        tmp_path,
+        [
+            web_server("h", http_url, effects=EFFECTS, elicitation={"enabled": True}),
+            web_server("g", http_url, effects=EFFECTS),
+        ],
+    )
+    await approve_all(config)
+    db = tmp_path / "approvals.db"
+    # One turn of two calls: a plain read, and a question nobody is there to answer.
+    first = await _start(
+        config, db, [ScriptStep(calls=(("g__lookup", {"key": "alpha"}), ("h__ask_colour", {})))]
+    )
+    assert first.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in first.detail
+    [pause] = _pending(config)
+    answer_pause(config, pause.id, "accept", {"colour": "blue"}, actor="ops")
+    second, seen = await _resume(config, db, first.run_id)
+    assert second.stop_reason is StopReason.ACCEPTED, second.detail
+    # The read's result was checkpointed with the pause: the model reads it once, it ran once.
+    assert len(seen["g__lookup"]) == 1 and len(seen["h__ask_colour"]) == 1
+    assert "colour': 'blue'" in seen["h__ask_colour"][0]
+    ran = [e for e in second.events if str(e.kind) == "tool_observation" and e.data["tool"] == "g__lookup"]
+    assert len(ran) == 1

@@ -286,3 +286,31 @@ async def test_approval_is_configurable_per_tool_and_every_side_effect_goes_thro
     [p] = host.approvals.store.list_proposals()
     assert p.tool == "read_payroll" and p.effect == "read"
     await host.aclose()
+
+
+MAIN_FIXTURE = Path(__file__).parent / "fixtures" / "main-39b49db"
+
+
+@pytest.mark.spec("T5")
+async def test_a_run_paused_by_the_code_before_the_run_scope_resumes(tmp_path: Path) -> None:
+    import shutil
+
+    shutil.copytree(MAIN_FIXTURE, tmp_path / "run")
+    run_id = next((tmp_path / "run" / "traces").glob("*.jsonl")).stem
+    old = read_trace(tmp_path / "run" / "traces" / f"{run_id}.jsonl")
+    host, agent = build_loop(tmp_path / "run" / "approvals.db")
+    assert host.approvals is not None
+    [p] = host.approvals.store.list_proposals(run_id=run_id)
+    host.approvals.approve(REVIEWER, p.id, reason="ok")
+    done = await host.resume(agent, run_id)
+    assert done.stop_reason is StopReason.ACCEPTED, done.kinds()
+    assert done.answer == "The note was added to order-1."
+    box = build(tmp_path / "run" / "approvals.db", tmp_path / "run" / "outbox.db")[1]
+    assert [(r[1], r[2]) for r in box.rows()] == [("order-1", "Customer asked for a call back.")]
+    trace = read_trace(tmp_path / "run" / "traces" / f"{run_id}.jsonl")
+    assert trace[: len(old)] == old and [e["seq"] for e in trace] == list(range(1, len(trace) + 1))
+    assert trace[len(old)]["kind"] == "run_resumed" and trace[-1]["kind"] == "stop"
+    with pytest.raises(ApprovalError) as info:
+        await host.resume(agent, run_id)
+    assert info.value.reason == "run_finished"
+    await host.aclose()

@@ -104,6 +104,8 @@ def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_bef
         "unsettled_errors": [[e.reason, str(e)] for e in turn.unsettled_errors],
         "crashes": [[name, type(c).__name__, str(c)] for name, c in turn.crashes],
         "halted": turn.halted,
+        "questions": dict(turn.questions),
+        "checkpointed": turn.checkpointed,
         "appended": state_to_json(appended),
         "pending": list(state.pending),
     }
@@ -144,4 +146,13 @@ def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -
     # A tool's programming error, as it was: the same type name and message (the run ends on it).
     turn.crashes = [(name, type(kind, (Exception,), {})(message)) for name, kind, message in data["crashes"]]
     turn.halted = bool(data["halted"])
+    if "questions" in data:
+        turn.questions, turn.checkpointed = dict(data["questions"]), bool(data["checkpointed"])
+    else:  # recorded before turns were settled by the chokepoint: a question paused the run then too
+        turn.questions = {
+            k: f"{o.tool}: paused for input: {o.meta['pause']}"
+            for k, o in turn.observations.items()
+            if o.meta.get("pause")
+        }
+        turn.checkpointed = bool(turn.questions)
     return turn

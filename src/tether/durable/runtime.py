@@ -20,7 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.checkpoint import state_from_json, state_to_json
 from tether.clisupport.output import call_problems
 from tether.durable.config import (  # the names a client needs, without the agent loop
     APP_VERSION,
@@ -31,7 +30,9 @@ from tether.durable.config import (  # the names a client needs, without the age
     dbos_config,
 )
 from tether.durable.steps import DurableSteps, step_options
+from tether.errors import ApprovalError
 from tether.loop import AgentLoop
+from tether.runscope import resume_point
 from tether.stop import StopReason
 
 __all__ = [
@@ -161,7 +162,6 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             "detail": f"{type(err).__name__}: {err}",
         }
     steps = DurableSteps()
-    cp: dict[str, Any] | None = None
     try:
         await host.start()
         if op == "resume":
@@ -187,16 +187,13 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                 }
 
             cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
-            if cp is None or cp["status"] == "finished":
-                why = "no checkpoint" if cp is None else f"already ended ({cp['stop_reason']})"
-                return {
-                    **base,
-                    "stop_reason": "",
-                    "detail": f"cannot resume {run_id}: {why}",
-                    "error": "not_paused",
-                }
-            state = state_from_json(cp["state"])
-            loop = AgentLoop(host, agent, state.objective, state.context, state=state, steps=steps)
+            try:
+                point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+            except ApprovalError as err:
+                why = f"cannot resume {run_id}: {err}"
+                return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
+            assert cp is not None  # resume_point refuses a missing checkpoint
+            loop = AgentLoop(host, agent, resume=point, steps=steps)
             if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
                 await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
         else:
@@ -204,18 +201,6 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             loop = AgentLoop(host, agent, str(request["objective"]), context, run_id=run_id, steps=steps)
         steps.attach(loop)
         result = await loop.run()
-        if op == "resume" and result.stop_reason is not StopReason.APPROVAL_REQUIRED:
-            assert host.approvals is not None and cp is not None
-            await _store_call(
-                host.approvals.store,
-                "save_checkpoint",
-                run_id,
-                app=cp["app"],
-                state=state_to_json(loop.state),
-                status="finished",
-                stop_reason=str(result.stop_reason),
-                now=host.clock(),
-            )
     finally:
         await host.aclose()
         close = getattr(agent.model, "aclose", None)
@@ -225,6 +210,17 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
     problems = call_problems(result)
     summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """The checkpoint as the recorded ``tether.checkpoint`` step returned it."""
+
+    state: str
+    status: str
+    app: str | None
+    stop_reason: str | None
+    trace_events: int = 0
 
 
 async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:

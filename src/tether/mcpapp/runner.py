@@ -9,12 +9,10 @@ elicitation pause and re-runs the paused call through the same gate.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.calls import CallScope
 from tether.host import Host
 from tether.mcp.config import McpConfig
 from tether.mcp.elicitation import Responder, store_answer
@@ -24,8 +22,9 @@ from tether.mcpapp.hosting import build_host
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult, RunState
-from tether.stop import Limits
+from tether.run import Agent, RunResult
+from tether.runscope import RunScope
+from tether.stop import Limits, StopReason
 from tether.testing import FunctionModel, injected_calls
 from tether.trace.events import EventKind
 
@@ -249,26 +248,25 @@ async def resume_pause(
     pause = answer_pause(config, pause_id, action, content, actor=actor)
     server = pause.server
     host = build_host(config, servers=[server])
-    tracer, trace_path = host.new_tracer(f"{pause.run_id}-resume-{pause_id}")
+    context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
+    # The paused run's id (its effects' ledger keys), traced in a file of its own.
+    run = RunScope(
+        host, design="mcp_resume", objective=f"resume of pause {pause_id}", context=context,
+        run_id=pause.run_id, trace_id=f"{pause.run_id}-resume-{pause_id}", checkpoints=False,
+    )  # fmt: skip
+    reason, status, text = StopReason.INTERNAL_ERROR, "error", ""
     try:
         await host.start()
-        await host.trace_launches(tracer)
-        tracer.emit(
+        await run.start(host.offered())
+        run.tracer.emit(
             EventKind.MCP_ELICITATION, server=server, outcome="resumed", pause_id=pause_id, action=action
         )
-        context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
-        status, text = await rerun_paused_call(
-            host,
-            tracer,
-            pause.tool,
-            pause.arguments,
-            run_id=pause.run_id,
-            call_id=f"resume_{pause_id}",
-            context=context,
-        )
+        status, text = await rerun_paused_call(run, pause.tool, pause.arguments, call_id=f"resume_{pause_id}")
+        reason = _RERUN_STOP[status]
     finally:
         await host.aclose()
-        tracer.close()
+        await run.finish(reason, detail="" if status == "ok" else text[:500])
+    trace_path = run.trace_path
     store = PauseStore(config.path(config.host.state))
     try:
         await store.acomplete(pause_id, status)
@@ -284,24 +282,23 @@ async def resume_pause(
     }
 
 
+# How a resume of one paused call ends: it ran, its tool failed, or the host refused it.
+_RERUN_STOP = {
+    "ok": StopReason.ACCEPTED,
+    "error": StopReason.DEPENDENCY_UNAVAILABLE,
+    "denied": StopReason.POLICY_DENIED,
+}
+
+
 async def rerun_paused_call(
-    host: Host,
-    tracer: Any,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    run_id: str,
-    call_id: str,
-    context: TrustedContext,
+    run: RunScope, tool: str, arguments: dict[str, Any], *, call_id: str
 ) -> tuple[str, str]:
-    """Run a paused call again through the host's chokepoint (the server now finds the stored
-    answer). Returns ``(status, text)``: ``ok``/``error`` with the result, or ``denied`` with why."""
+    """Run a paused call again through the host's chokepoint, in ``run`` (the server now finds
+    the stored answer). Returns ``(status, text)``: ``ok``/``error`` with the result, or
+    ``denied`` with why."""
+    host = run.host
     call = ToolCall(call_id, tool, json.dumps(arguments))
-    state = RunState(run_id, f"resume of {call_id}", context, time.monotonic(), host.clock())
-    scope = CallScope(
-        state=state, tracer=tracer, offered=host.offered(), proposed_by="resume", checkpoint=False
-    )
-    turn = await host.call(call, scope)
+    turn = await host.call(call, run.calls(host.offered(), proposed_by="resume"))
     if call.id in turn.observations:
         obs = turn.observations[call.id]
         return ("error" if obs.is_error else "ok"), obs.text
