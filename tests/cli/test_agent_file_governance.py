@@ -156,6 +156,11 @@ def test_trace_otel_adds_an_exporting_sink(tmp_path: Path, monkeypatch: pytest.M
     from tether.trace.otel import OtelSink
 
     assert any(isinstance(s, OtelSink) for s in built.host.extra_sinks)
+    # The standard OTEL_* variables ask for export on their own too (tether run --otel sets them);
+    # without them and without trace.otel, nothing is exported.
+    env_only = build_agent(load_agent_file(write_agent(tmp_path, "http://127.0.0.1:9/v1")))
+    assert any(isinstance(s, OtelSink) for s in env_only.host.extra_sinks)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT")
     plain = build_agent(load_agent_file(write_agent(tmp_path, "http://127.0.0.1:9/v1")))
     assert not any(isinstance(s, OtelSink) for s in plain.host.extra_sinks)
 
