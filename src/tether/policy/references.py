@@ -343,16 +343,23 @@ class References:
         runs = self._runs.get(state) or {}
         return runs.get(call_id) or _Resolution()
 
-    def written(self, state: Any) -> list[tuple[str, frozenset[str]]]:
-        """Strings the run's executed side-effecting calls wrote, with their classes then."""
+    def written(self, state: Any, effectful: Callable[[str], bool]) -> list[tuple[str, frozenset[str]]]:
+        """Strings the run's executed side-effecting calls wrote, with their classes then. A call
+        this object did not see resolved (a run resumed from a checkpoint in another process)
+        counts as written from nowhere (``model``): unknown provenance is the least trusted."""
         runs = self._runs.get(state) or {}
         out: list[tuple[str, frozenset[str]]] = []
         for rec in getattr(state, "calls", None) or []:
             if rec.status != "ok":
                 continue
             res = runs.get(rec.call_id)
-            if res is not None and res.effectful:
-                out.extend(res.written)
+            if res is not None:
+                if res.effectful:
+                    out.extend(res.written)
+            elif effectful(rec.tool) and isinstance(rec.arguments, Mapping):
+                for _, leaf in _leaves(dict(rec.arguments), ""):
+                    if isinstance(leaf, str) and len(normalise(leaf)) >= 3:
+                        out.append((normalise(leaf), frozenset({MODEL})))
         return out
 
 
@@ -412,7 +419,7 @@ class ReferenceRule:
         record = self.references.resolution(state, call.call_id)
         record.effectful = spec.effect.side_effecting
         index = self._index(state)
-        written = self.references.written(state)
+        written = self.references.written(state, self._effectful)
         verdict = "allow"
         problems: list[dict[str, Any]] = []
         shown: dict[str, list[dict[str, Any]]] = {}
@@ -446,6 +453,10 @@ class ReferenceRule:
             "unreferenced_origin",
             {"tool": spec.name, "problems": problems, "provenance": shown},
         )
+
+    def _effectful(self, tool: str) -> bool:
+        rules = self.tools.get(tool)
+        return rules is not None and rules.effect not in (None, "read")
 
     def _classes(
         self,
