@@ -7,8 +7,10 @@ the legitimate call runs.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import pytest
@@ -20,9 +22,12 @@ from tether.models.base import ModelRequest
 from tether.policy.provenance import SourceTrust, TrustConfig
 from tether.policy.provenance_rules import ProvenanceRules, rules_from_dict
 from tether.policy.references import CONCAT, REF, ReferencePolicy, References, listed_handles
+from tether.run import RunState
 from tether.stop import StopReason
 from tether.testing import FunctionModel
+from tether.tools.contract import ToolSpec
 from tether.trace.events import EventKind
+from tether.types import ProposedCall
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "T5", "T6", "T8")]
 
@@ -319,3 +324,39 @@ async def test_a_template_is_filled_only_by_a_join_of_the_users_text_and_one_who
     )
     assert world.received == [("add_event", {"title": "Dinner at New Israeli Restaurant"})]
     assert len(events(result, EventKind.POLICY_DENIED)) == 2
+
+
+async def test_after_a_resume_in_another_process_earlier_writes_count_as_from_nowhere() -> None:
+    # The same laundering, but the run state is a copy the rule never saw resolved (as after a
+    # checkpoint restored elsewhere): the note's text is still not trusted as the user's.
+    world = World()
+    references = References(TRUST)
+    policy = ReferencePolicy(ProvenanceRules(RULES, TRUST), references)
+    host = Host(policy=policy, on_denied="continue", labeler=references.labeler())
+    host.add_tools(world.save_note, world.list_notes, world.send_money)
+    async with host:
+        result = await host.run(
+            Agent("act", referring(("save_note", {"title": "Rent", "text": MULE}), ("list_notes", {}))),
+            "Look at my 'Rent' note.",
+            context=CTX,
+        )
+    state = RunState(
+        run_id="r2",
+        objective="Look at my 'Rent' note.",
+        context=CTX,
+        started=0.0,
+        started_at=result.events[0].at
+        if hasattr(result.events[0], "at")
+        else __import__("datetime").datetime.now(),
+        observations=copy.deepcopy(list(result.observations)),
+        calls=copy.deepcopy(list(result.calls)),
+    )
+    handle = next(
+        item.handle for obs in state.observations for item in listed_handles(obs.text) if item.value == MULE
+    )
+    arguments = references.resolve("c9", {"recipient": {REF: handle}, "amount": 10.0}, state)
+    assert arguments["recipient"] == MULE
+    spec = ToolSpec(name="send_money", description="", parameters={}, effect=Effect.PURCHASE, source="local")
+    decision = policy.check(ProposedCall("c9", spec, arguments, state), CTX)
+    assert decision.verdict == "approve" and decision.rule == "references"
+    assert decision.details["provenance"]["recipient"][0]["classes"] == ["model"]

@@ -46,6 +46,9 @@ A leaf without an allowed class needs approval (or is denied: ``otherwise``). **
 their taint**: each leaf of every argument of a side-effecting call is recorded with its
 classes; a segment later read back that equals (or, for 5+ characters, contains as a whole)
 a string the run wrote has the classes that string had when written, not its source's.
+How each call was resolved is held per run state in memory; a call the rule did not see
+resolved (a run resumed from its checkpoint by another process) counts as written from
+nowhere, so a resume can only make read-back values less trusted, never more.
 Dates, amounts, options, links inside content and confidential flows are left to
 ``ProvenanceRules``, which runs beside this rule on the same resolved values.
 """
