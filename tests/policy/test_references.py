@@ -345,9 +345,7 @@ async def test_after_a_resume_in_another_process_earlier_writes_count_as_from_no
         objective="Look at my 'Rent' note.",
         context=CTX,
         started=0.0,
-        started_at=result.events[0].at
-        if hasattr(result.events[0], "at")
-        else __import__("datetime").datetime.now(),
+        started_at=datetime.now(UTC),
         observations=copy.deepcopy(list(result.observations)),
         calls=copy.deepcopy(list(result.calls)),
     )
