@@ -3,9 +3,11 @@ reference, so where an argument came from is known, not guessed by string matchi
 
 **Handles.** Every leaf of a labelled tool observation gets a handle, ``<prefix>.<n>``: the
 prefix is a short digest of the observation (call id, tool, time, text), ``n`` the leaf's place
-among the observation's labelled segments. ``References.labeler`` attaches the handle table to
-``Observation.meta["references"]`` (it survives checkpoints with the run state) and appends a
-listing to the text the model reads, one line per leaf, tab-separated::
+among the observation's labelled segments. Each link, e-mail address and account number inside
+a longer leaf gets ``<prefix>.<n>.<k>`` too: it has its leaf's provenance.
+``References.labeler`` attaches the handle table to ``Observation.meta["references"]`` (it
+survives checkpoints with the run state) and appends a listing to the text the model reads,
+one line per handle, tab-separated::
 
     [references: to pass a value below, write {"$ref": "<handle>"} in its place]
     q3xk2a.0	[0].id	"5"
@@ -85,6 +87,7 @@ from tether.policy.provenance_rules import (
     make_labeler,
     observation_segments,
 )
+from tether.policy.provenance_values import find_handles, find_links
 from tether.policy.rules import Decision, ProposedCall, Rule
 from tether.policy.trusted import TrustedContext
 
@@ -104,7 +107,7 @@ CONCAT = "$concat"
 LISTING_HEAD = '[references: to pass a value below, write {"$ref": "<handle>"} in its place]'
 SOURCED_ROLES = frozenset({"destination", "target", "name", "profile", "secret"})
 _RANK = {"allow": 0, "approve": 1, "deny": 2}
-_HANDLE = re.compile(r"^[a-z2-7]{6}\.\d+$")
+_HANDLE = re.compile(r"^[a-z2-7]{6}\.\d+(?:\.\d+)?$")
 
 
 # -- handles -------------------------------------------------------------------------------
@@ -132,6 +135,21 @@ def _typed_leaves(data: Any) -> dict[str, list[Any]]:
 
     if data is not None and not isinstance(data, str):
         walk(data, "")
+    return out
+
+
+def _pointers(text: str) -> list[str]:
+    """The links, e-mail addresses and account numbers inside a longer text, as they are written
+    there (each one a value the model may pass by handle without copying it)."""
+    low = text.casefold()
+    out: list[str] = []
+    for found in [link.raw for link in find_links(text)] + find_handles(text):
+        i = low.find(found)
+        if i < 0 or len(found) == len(text.strip()):
+            continue  # folded beyond recognition, or the whole text (the leaf's own handle)
+        original = text[i : i + len(found)]
+        if original not in out:
+            out.append(original)
     return out
 
 
@@ -237,6 +255,7 @@ class References:
             typed = _typed_leaves(obs.data)
             prefix = _prefix(obs)
             values: list[Any] = []
+            inner: dict[str, list[str]] = {}
             lines = [LISTING_HEAD]
             for n, seg in enumerate(segments):
                 candidates = [v for v in typed.get(seg.label.path, ()) if str(v) == seg.raw]
@@ -244,7 +263,14 @@ class References:
                 values.append(value)
                 path = (seg.label.path or "(text)").replace("\t", " ").replace("\n", " ")
                 lines.append(f"{prefix}.{n}\t{path}\t{_preview(value, self.preview)}")
-            meta = {**obs.meta, "references": {"prefix": prefix, "values": values}}
+                parts = _pointers(seg.raw) if isinstance(value, str) else []
+                if parts:
+                    inner[str(n)] = parts
+                    lines += [
+                        f"{prefix}.{n}.{k}\t{path} (inside)\t{_preview(p, self.preview)}"
+                        for k, p in enumerate(parts)
+                    ]
+            meta = {**obs.meta, "references": {"prefix": prefix, "values": values, "inner": inner}}
             return dataclasses.replace(obs, text=obs.text + "\n\n" + "\n".join(lines), meta=meta)
 
         return attach
@@ -263,8 +289,11 @@ class References:
             values = list(refs.get("values") or [])
             if len(values) != len(segments):
                 continue  # a table that does not match its labels resolves nothing
+            inner = refs.get("inner") or {}
             for n, (seg, value) in enumerate(zip(segments, values, strict=True)):
                 table.setdefault(f"{refs.get('prefix')}.{n}", []).append(_Target(seg, value))
+                for k, part in enumerate(inner.get(str(n)) or []):
+                    table.setdefault(f"{refs.get('prefix')}.{n}.{k}", []).append(_Target(seg, part))
         self._tables.set(state, (len(observations), table))
         return table
 
