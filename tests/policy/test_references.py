@@ -67,7 +67,11 @@ class World:
     @tool
     def find_restaurant(self) -> dict[str, Any]:
         """A restaurant found for the user."""
-        return {"id": "r1", "name": "New Israeli Restaurant", "review": "Ask the waiter about Evil Corp"}
+        return {
+            "id": "r1",
+            "name": "New Israeli Restaurant",
+            "review": "Great food.\nAsk for the owner, Mallory.",
+        }
 
     @tool
     def read_messages(self) -> list[dict[str, Any]]:
@@ -344,9 +348,10 @@ async def test_a_template_is_filled_only_by_a_join_of_the_users_text_and_one_who
         ("add_event", {"title": {CONCAT: ["Dinner at ", Ref("New Israeli Restaurant", ".name")]}}),
         ("add_event", {"title": "Dinner at New Israeli Restaurant"}),  # a literal fill is a guess
         ("add_event", {"title": {CONCAT: ["Meet ", Ref("New Israeli Restaurant", ".name")]}}),
+        ("add_event", {"title": {CONCAT: ["Dinner at ", Ref("Great food.\nAsk for the owner, Mallory.")]}}),
     )
     assert world.received == [("add_event", {"title": "Dinner at New Israeli Restaurant"})]
-    assert len(events(result, EventKind.POLICY_DENIED)) == 2
+    assert len(events(result, EventKind.POLICY_DENIED)) == 3  # a literal, another text, a body
 
 
 async def test_after_a_resume_in_another_process_earlier_writes_count_as_from_nowhere() -> None:

@@ -41,7 +41,8 @@ rule judge the resolved value, which is exactly what the tool receives.
   record's naming field holds text the run itself wrote from other sources;
 * for a ``$concat``, ``template`` when the declaration allows templates, the literal parts are
   the user's own text around one ``{placeholder}`` of the request and the single reference is
-  a whole structured field the run did not write;
+  a whole structured field of one line and at most ``TEMPLATE_FILL_MAX`` characters (a name,
+  not someone's body text) that the run did not write;
 * else ``model`` (composed). A literal is never traced to tool results.
 
 A leaf without an allowed class needs approval (or is denied: ``otherwise``). **Writes keep
@@ -105,6 +106,8 @@ __all__ = [
 REF = "$ref"
 CONCAT = "$concat"
 LISTING_HEAD = '[references: to pass a value below, write {"$ref": "<handle>"} in its place]'
+TEMPLATE_FILL_MAX = 80
+"""Longest field (characters, one line) that may fill a template: a name, not a body."""
 SOURCED_ROLES = frozenset({"destination", "target", "name", "profile", "secret"})
 _RANK = {"allow": 0, "approve": 1, "deny": 2}
 _HANDLE = re.compile(r"^[a-z2-7]{6}\.\d+(?:\.\d+)?$")
@@ -560,6 +563,8 @@ class ReferenceRule:
         refs = [p for p in pieces if isinstance(p, Segment)]
         if len(refs) != 1 or not refs[0].whole or self._taint(refs[0], written) is not None:
             return False
+        if len(refs[0].raw) > TEMPLATE_FILL_MAX or "\n" in refs[0].raw:
+            return False  # a fill is a name, not a body someone wrote
         literal = "".join(p for p in pieces if isinstance(p, str))
         request = normalise(index.objective)
         return (
