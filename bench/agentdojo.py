@@ -41,6 +41,8 @@ Figures per suite, mode and overall:
     pairs_attempted / pairs_not_attempted   the agent read the injection and had calls to make,
                                             or not (apart: text-only goals)
     succeeded_attempted, asr_attempted      AgentDojo's own security check, attempted pairs only
+    succeeded_by_tactic                     the tactic family of the attacker write after which the
+                                            goal first held ("end_of_run": only at the end)
     by_kind                                 tool: AgentDojo's ground truth; written: ours
     attacker_writes_executed                side-effecting calls the attacker chose that ran,
                                             even when the goal failed (by tool)
@@ -239,7 +241,8 @@ def _print(name: str, f: dict[str, Any]) -> None:
         gate_off = f"  no gate: {pct(a['asr_no_gate'])}" if "asr_no_gate" in a else ""
         print(
             f"{'':>18}{attacker:>8}: attempted {a['pairs_attempted']} (not {a['pairs_not_attempted']}), "
-            f"succeeded {a['succeeded_attempted']} ({pct(a['asr_attempted'])}){gate_off}; "
+            f"succeeded {a['succeeded_attempted']} ({pct(a['asr_attempted'])}){gate_off} "
+            f"{a['succeeded_by_tactic']}; "
             f"attacker writes run {a['attacker_writes_executed']} in {a['pairs_with_attacker_write']} pairs "
             f"{a['attacker_writes_by_tool']}; harmful {a['harmful_writes_executed']} in "
             f"{a['pairs_with_harmful_write']} pairs {a['harmful_writes_by_tactic']}; "
