@@ -52,7 +52,8 @@ a string the run wrote has the classes that string had when written, not its sou
 How each call was resolved is held per run state in memory; a call the rule did not see
 resolved (a run resumed from its checkpoint by another process) counts as written from
 nowhere, so a resume can only make read-back values less trusted, never more.
-Dates, amounts, options, links inside content and confidential flows are left to
+A segment that holds a string the run wrote beside other text keeps only the classes all its
+parts share. Dates, amounts, options, links inside content and confidential flows are left to
 ``ProvenanceRules``, which runs beside this rule on the same resolved values.
 """
 
@@ -461,12 +462,17 @@ class ReferenceRule:
         record.written = []
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg) if rules is not None else None
-            for path, leaf in _leaves(value, arg, rule.keys if rule is not None else ()):
+            judged = (
+                {p for p, _ in _leaves(value, arg, rule.keys)} if rule is not None and rule.keys else None
+            )
+            for path, leaf in _leaves(value, arg):
                 classes = self._classes(index, record, path, leaf, written, rule)
                 if isinstance(leaf, str) and len(normalise(leaf)) >= 3:
-                    record.written.append((normalise(leaf), frozenset(classes)))
+                    record.written.append((normalise(leaf), frozenset(classes)))  # every leaf it writes
                 if rule is None or rule.role not in SOURCED_ROLES or not rule.restricts:
                     continue
+                if judged is not None and path not in judged:
+                    continue  # declared keys: only the leaves under them are restricted
                 how = "reference" if path in record.refs else "join" if path in record.concats else "literal"
                 shown.setdefault(arg, []).append(
                     {"value": str(leaf)[:200], "as": how, "classes": sorted(classes)}
@@ -517,12 +523,22 @@ class ReferenceRule:
         return classes or {MODEL}
 
     def _taint(self, seg: Segment, written: list[tuple[str, frozenset[str]]]) -> set[str] | None:
-        hits = [
+        """The classes of a segment the run wrote into, or ``None``. A segment that *is* a
+        string the run wrote has that string's classes; one that holds such a string beside
+        other text has only the classes every part shares (no part lends another its trust),
+        which is usually none: composed (``model``)."""
+        equal = [classes for w, classes in written if w == seg.text]
+        if equal:
+            return set().union(*equal)
+        inside = [
             classes
             for w, classes in written
-            if w == seg.text or (len(w) >= MIN_CONTAINED and len(seg.text) > len(w) and _within(seg.text, w))
+            if len(w) >= MIN_CONTAINED and len(seg.text) > len(w) and _within(seg.text, w)
         ]
-        return set().union(*hits) if hits else None
+        if not inside:
+            return None
+        shared = {seg.label.trust}.intersection(*inside)
+        return shared or {MODEL}
 
     def _segment_classes(
         self, index: ProvenanceIndex, seg: Segment, written: list[tuple[str, frozenset[str]]]
