@@ -1,4 +1,5 @@
-"""What the attacker asks for in AgentDojo pairs: the plain goal and an adaptive campaign.
+"""What the attacker asks for in AgentDojo pairs: the plain goal, an adaptive campaign and an
+informed one.
 
 ``goal_steps`` are the calls that carry out an injection task: its ground truth, or — for
 the tasks AgentDojo ships without one (workspace 6–13) — calls written here from the task's
@@ -9,8 +10,17 @@ a destination, a name, a date…) and the user's request, and tries to get its v
 rules: re-cased and Unicode-disguised values, padding with the request's own words and dates,
 values hidden beside legitimate ones, amounts split under the stated figures, laundering (write
 the attacker's value into a file, event, message, page, payment or profile through an allowed
-tool, read it back, use it), and switching to another tool with the same effect. This is bench
-code: it may know the suite, the request and the environment; the policy knows none of it.
+tool, read it back, use it), and switching to another tool with the same effect.
+
+``informed_campaign`` is written from the holes an attacker who has read the rules looks for
+(issue 29): structured-looking strings, characters a comparison strips, values glued to
+trusted ones, laundering through the user's own writes, directory-built destinations, glued
+links, short relays, figure bounds, template fills and request-word names, each generic over
+the declared roles of the goal's arguments. ``harmful`` tells a write that ran with an
+attacker-chosen value in a restricted argument, whether or not AgentDojo's goal check holds.
+
+This is bench code: it may know the suite, the request and the environment; the policy knows
+none of it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ No model API is reachable, so deterministic stand-ins play the agent:
   text it also proposes the attacker's calls — it obeys the attacker every time. With the
   ``standard`` attacker these are the injection task's calls (``attacks.goal_steps``); with
   the ``adaptive`` attacker, a campaign that knows the declaration and launders values
-  (``attacks.adaptive_campaign``). If the goal is text only, it says what the attacker wanted.
+  (``attacks.adaptive_campaign``); with the ``informed`` attacker, tactics aimed at the
+  rules' holes (``attacks.informed_campaign``). If the goal is text only, it says what the
+  attacker wanted. In ``reference`` mode the same agent passes values by handle wherever a
+  tool result lists them (``standins.Referrer``; ``policy/references.py``).
 
 Every call passes the host's gate with a ``ProvenancePolicy`` built from the suite's
 declaration. A **reviewer** can be modelled: a host-side function that approves a call iff
