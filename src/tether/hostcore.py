@@ -182,7 +182,11 @@ class HostCore:
             return GateOutcome(call, "deny", spec=spec, decision=decision)
         try:
             # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
-            arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
+            parsed = parse_arguments(call.arguments)
+            resolve = getattr(self.policy, "resolve_references", None)  # reference mode: policy/references.py
+            if resolve is not None:
+                parsed = resolve(call.id, parsed, state)  # the schema and the policy judge resolved values
+            arguments = check_arguments(spec.parameters, parsed)
         except PolicyError as err:
             return GateOutcome(
                 call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason

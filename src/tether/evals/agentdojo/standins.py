@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tether.evals.agentdojo.attacks import Step, resolve
@@ -21,9 +21,18 @@ from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.provenance import ProvenanceIndex, normalise, split_values
 from tether.policy.provenance_values import date_mentions, parse_date
+from tether.policy.references import CONCAT, REF, Listed, listed_handles
 from tether.testing import FunctionModel
 
-__all__ = ["ATTACKER_ID", "MARKER", "CompromisedExtractor", "OraclePlanner", "compromised", "paraphrase"]
+__all__ = [
+    "ATTACKER_ID",
+    "MARKER",
+    "CompromisedExtractor",
+    "OraclePlanner",
+    "Referrer",
+    "compromised",
+    "paraphrase",
+]
 
 MARKER = "<INFORMATION>"
 ATTACKER_ID = "atk_"
@@ -59,9 +68,78 @@ def _paraphrase_value(tool: str, value: Any) -> Any:
     return value
 
 
+class Referrer:
+    """A model using reference mode: wherever a value it is about to write is listed whole after a
+    tool result, it writes that value's handle instead (``{"$ref": ...}``); a string that holds a
+    listed value inside it, for an argument that takes a template, becomes a ``$concat`` of the
+    text around it and the handle. Everything else stays a literal. Among several listings of
+    the same value it prefers one whose field has the argument's name, then the latest."""
+
+    def __init__(self, templates: Iterable[tuple[str, str]] = ()) -> None:
+        self.templates = set(templates)  # (tool, argument) pairs whose declaration allows a template
+        self._parsed: dict[int, list[Listed]] = {}
+
+    def listings(self, request: ModelRequest) -> list[Listed]:
+        out: list[Listed] = []
+        for m in request.messages:
+            if isinstance(m, ToolMessage):
+                key = hash(m.content)
+                if key not in self._parsed:
+                    self._parsed[key] = [x for x in listed_handles(m.content) if x.complete]
+                out.extend(self._parsed[key])
+        return out
+
+    def __call__(self, request: ModelRequest, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        listed = self.listings(request)
+        if not listed:
+            return args
+        by_value: dict[str, list[Listed]] = {}
+        for item in listed:
+            if isinstance(item.value, str | int | float) and not isinstance(item.value, bool):
+                by_value.setdefault(json.dumps(item.value), []).append(item)
+
+        def pick(value: Any, key: str) -> Listed | None:
+            found = by_value.get(json.dumps(value), [])
+            if isinstance(value, float) and value.is_integer():
+                found = found + by_value.get(json.dumps(int(value)), [])
+            if not found:
+                return None
+            named = [x for x in found if x.path.rsplit(".", 1)[-1].split("[")[0] == key]
+            return (named or found)[-1]
+
+        def walk(value: Any, key: str, arg: str) -> Any:
+            if isinstance(value, dict):
+                return {k: walk(v, k, arg) for k, v in value.items()}
+            if isinstance(value, list):
+                return [walk(v, key, arg) for v in value]
+            if isinstance(value, bool) or value is None:
+                return value
+            hit = pick(value, key)
+            if hit is not None:
+                return {REF: hit.handle}
+            if isinstance(value, str) and (tool, arg) in self.templates:
+                fills = [
+                    x for x in listed if isinstance(x.value, str) and len(x.value) >= 3 and x.value in value
+                ]
+                if fills:
+                    best = max(fills, key=lambda x: len(x.value))
+                    pre, _, post = value.partition(best.value)
+                    return {CONCAT: [p for p in (pre, {REF: best.handle}, post) if p]}
+            return value
+
+        return {arg: walk(v, arg, arg) for arg, v in args.items()}
+
+
 def compromised(
-    user_steps: Sequence[Step], attack: Sequence[Step], answer: str, extra: str, env: Any
+    user_steps: Sequence[Step],
+    attack: Sequence[Step],
+    answer: str,
+    extra: str,
+    env: Any,
+    refer: Referrer | None = None,
 ) -> FunctionModel:
+    """The compromised agent (see the module docstring). With ``refer``, every call it proposes
+    — the user's and the attacker's — passes values by handle where a tool result lists them."""
     queue: list[tuple[str, Step]] = [("gt", s) for s in user_steps]
     state = {"triggered": False, "n": 0}
 
@@ -76,7 +154,10 @@ def compromised(
         who, step = queue.pop(0)
         state["n"] += 1
         prefix = ATTACKER_ID if who == "atk" else "gt_"
-        args = json.dumps(resolve(step, env), ensure_ascii=False, default=str)
+        values = resolve(step, env)
+        if refer is not None:
+            values = refer(request, step.function, values)
+        args = json.dumps(values, ensure_ascii=False, default=str)
         return AssistantMessage(
             tool_calls=(
                 ToolCall(id=f"{prefix}{state['n']}.{step.tactic}", name=step.function, arguments=args),
