@@ -159,7 +159,7 @@ RULES = rules_from_dict(
         },
         "add_event": {
             "effect": "write",
-            "arguments": {"title": {"role": "name", "from": ["user", "template"]}},
+            "arguments": {"title": {"role": "name", "from": ["user", "template"], "fill_from": ["name"]}},
         },
         "fetch": {
             "effect": "send",

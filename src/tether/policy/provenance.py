@@ -604,14 +604,31 @@ class ProvenanceIndex:
         return bool(self._writes_into(seg))
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
-        """A tool origin's replacement when the value came back from the run's own write."""
-        hits = [w for w in self._writes_into(seg) if w.text == text or contains_whole(w.text, text)]
-        if not hits:
+        """A tool origin's replacement when the value came back from the run's own write: the
+        value's origins when it was written, if the write held it; if the value holds a write
+        beside other text, only the classes every part shares (no part lends another its
+        trust; none shared: composed)."""
+        writes = self._writes_into(seg)
+        inside = [w for w in writes if w.text == text or contains_whole(w.text, text)]
+        if inside:
+            out: list[Origin] = []
+            for w in inside:
+                out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
+            return out
+        holds = [w for w in writes if len(w.text) >= MIN_CONTAINED and contains_whole(text, w.text)]
+        if not holds:
             return None
-        out: list[Origin] = []
-        for w in hits:
-            out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
-        return out
+        shared = {origin.trust}
+        for w in holds:
+            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
+        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+
+    def segment_origins(self, seg: Segment) -> list[Origin]:
+        """The origins of one whole segment (a value passed by reference to it): its own label,
+        or, where it echoes the run's writes, what they were when written."""
+        origin = Origin("tool", seg.label.trust, "exact", seg.label)
+        again = self._retrace(seg.raw, seg.text, origin, seg) if self.writes else None
+        return again if again is not None else [origin]
 
     # -- one scalar ---------------------------------------------------------------------
 

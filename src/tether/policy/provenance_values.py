@@ -413,13 +413,14 @@ _AMOUNT_CUES = frozenset(
         "deposit",
     ]
 )
-_CUE_WINDOW = 4  # words before a figure where a cue governs it ("rent goes up to 1200", "a fee of 5.29")
+_SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
+_CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
 
 
 def amounts(text: str) -> list[float]:
     """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
-    written with cents (``12.00``), or governed by a word that asks for an amount within a few
-    words (``rent is 2200``, ``a fee of 5.29``). A postal code, a street number, an order or a
+    written with cents (``12.00``), or governed by a word that asks for an amount a few words
+    before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a street number, an order or a
     count is a figure, not an amount; a percentage is not an amount either."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
@@ -434,7 +435,9 @@ def amounts(text: str) -> list[float]:
         before = folded[max(0, m.start() - 8) : start]
         currency = re.search(_CURRENCY + r"\s?$", before) or re.match(r"\s?" + _CURRENCY + r"\b", after)
         cents = m.group(2) is not None and len(m.group(2)) == 2
-        preceding = [w for pos, w in words if pos < m.start()][-_CUE_WINDOW:]
+        ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
+        sentence = ends[-1] if ends else -1
+        preceding = [w for pos, w in words if sentence < pos < m.start()][-_CUE_WINDOW:]
         if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
             out.append(value)
     return out

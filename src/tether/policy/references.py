@@ -73,9 +73,9 @@ from typing import Any
 from tether.errors import PolicyError
 from tether.policy.provenance import (
     DIRECTORY,
-    MIN_CONTAINED,
     MODEL,
     USER,
+    Directory,
     ProvenanceIndex,
     Segment,
     TrustConfig,
@@ -85,6 +85,7 @@ from tether.policy.provenance_declarations import ArgumentRule, ToolRules
 from tether.policy.provenance_rules import (
     ProvenancePolicy,
     ProvenanceRules,
+    classes_of,
     index_for,
     make_labeler,
     observation_segments,
@@ -207,8 +208,6 @@ class _Resolution:
 
     refs: dict[str, Segment] = field(default_factory=dict)
     concats: dict[str, list[str | Segment]] = field(default_factory=dict)
-    effectful: bool = False
-    written: list[tuple[str, frozenset[str]]] = field(default_factory=list)  # (normalised, classes)
 
 
 class _PerRun:
@@ -379,25 +378,6 @@ class References:
         runs = self._runs.get(state) or {}
         return runs.get(call_id) or _Resolution()
 
-    def written(self, state: Any, effectful: Callable[[str], bool]) -> list[tuple[str, frozenset[str]]]:
-        """Strings the run's executed side-effecting calls wrote, with their classes then. A call
-        this object did not see resolved (a run resumed from a checkpoint in another process)
-        counts as written from nowhere (``model``): unknown provenance is the least trusted."""
-        runs = self._runs.get(state) or {}
-        out: list[tuple[str, frozenset[str]]] = []
-        for rec in getattr(state, "calls", None) or []:
-            if rec.status != "ok":
-                continue
-            res = runs.get(rec.call_id)
-            if res is not None:
-                if res.effectful:
-                    out.extend(res.written)
-            elif effectful(rec.tool) and isinstance(rec.arguments, Mapping):
-                for _, leaf in _leaves(dict(rec.arguments), ""):
-                    if isinstance(leaf, str) and len(normalise(leaf)) >= 3:
-                        out.append((normalise(leaf), frozenset({MODEL})))
-        return out
-
 
 # -- the rule -------------------------------------------------------------------------------
 
@@ -422,7 +402,9 @@ def _within(text: str, needle: str) -> bool:
 
 class ReferenceRule:
     """A ``Rule``: restricted arguments hold literals from the request, directory entries or
-    references to segments of allowed classes (see the module docstring)."""
+    references to segments of allowed classes (see the module docstring). What a referenced
+    segment is worth — its label, or what the run wrote into it when it echoes a write — is the
+    run's provenance index's answer (``ProvenanceIndex.segment_origins``): one owner of taint."""
 
     name = "references"
 
@@ -431,21 +413,22 @@ class ReferenceRule:
         references: References,
         tools: Mapping[str, ToolRules],
         *,
-        directory: Iterable[str] = (),
+        directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
     ) -> None:
         self.references = references
         self.tools = dict(tools)
-        self.directory = list(directory)
-        self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
+        self.directory = directory if isinstance(directory, Directory) else Directory(directory)
+        self._cache: tuple[Callable[[], Any], int, int, ProvenanceIndex] | None = None
 
     def _index(self, state: Any) -> ProvenanceIndex:
         n = len(getattr(state, "observations", None) or [])
-        if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
-            return self._cache[2]
+        c = len(getattr(state, "calls", None) or [])
+        if self._cache is not None and self._cache[0]() is state and self._cache[1:3] == (n, c):
+            return self._cache[3]
         refs = self.references
-        index = index_for(state, refs.config, self.directory, refs.own)
+        index = index_for(state, refs.config, self.directory, refs.own, self._writes)
         with contextlib.suppress(TypeError):
-            self._cache = (weakref.ref(state), n, index)
+            self._cache = (weakref.ref(state), n, c, index)
         return index
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
@@ -453,26 +436,19 @@ class ReferenceRule:
         rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
         state = call.state
         record = self.references.resolution(state, call.call_id)
-        record.effectful = spec.effect.side_effecting
         index = self._index(state)
-        written = self.references.written(state, self._effectful)
         verdict = "allow"
         problems: list[dict[str, Any]] = []
         shown: dict[str, list[dict[str, Any]]] = {}
-        record.written = []
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg) if rules is not None else None
-            judged = (
-                {p for p, _ in _leaves(value, arg, rule.keys)} if rule is not None and rule.keys else None
-            )
+            if rule is None or rule.role not in SOURCED_ROLES or not rule.restricts:
+                continue
+            judged = {p for p, _ in _leaves(value, arg, rule.keys)} if rule.keys else None
             for path, leaf in _leaves(value, arg):
-                classes = self._classes(index, record, path, leaf, written, rule)
-                if isinstance(leaf, str) and len(normalise(leaf)) >= 3:
-                    record.written.append((normalise(leaf), frozenset(classes)))  # every leaf it writes
-                if rule is None or rule.role not in SOURCED_ROLES or not rule.restricts:
-                    continue
                 if judged is not None and path not in judged:
                     continue  # declared keys: only the leaves under them are restricted
+                classes = self._classes(index, record, path, leaf, rule)
                 how = "reference" if path in record.refs else "join" if path in record.concats else "literal"
                 shown.setdefault(arg, []).append(
                     {"value": str(leaf)[:200], "as": how, "classes": sorted(classes)}
@@ -495,89 +471,33 @@ class ReferenceRule:
             {"tool": spec.name, "problems": problems, "provenance": shown},
         )
 
-    def _effectful(self, tool: str) -> bool:
+    def _writes(self, tool: str) -> bool:
+        """Whether ``tool`` stores what it is given: any tool not declared as a read."""
         rules = self.tools.get(tool)
-        return rules is not None and rules.effect not in (None, "read")
+        return rules is None or rules.effect != "read"
 
     def _classes(
-        self,
-        index: ProvenanceIndex,
-        record: _Resolution,
-        path: str,
-        leaf: Any,
-        written: list[tuple[str, frozenset[str]]],
-        rule: ArgumentRule | None,
+        self, index: ProvenanceIndex, record: _Resolution, path: str, leaf: Any, rule: ArgumentRule
     ) -> set[str]:
         text = leaf if isinstance(leaf, str) else json.dumps(leaf)
-        # The value itself: in the request as a whole, or a directory entry.
-        classes = {o.trust for o in index.trace(text) if o.kind in ("user", "host")} & {USER, DIRECTORY}
+        # The value itself: in the request as a whole, or a directory entry of its kind.
+        classes = {o.trust for o in index.trace(text, rule.kind) if o.kind in ("user", "host")}
+        classes &= {USER, DIRECTORY}
         if path in record.refs:
-            classes |= self._segment_classes(index, record.refs[path], written)
+            classes |= classes_of(index, index.segment_origins(record.refs[path]))
         elif (
             path in record.concats
-            and rule is not None
             and "template" in rule.allow
-            and self._template(index, record.concats[path], text, written)
+            and self._template(index, record.concats[path], text, rule)
         ):
             classes.add("template")
         return classes or {MODEL}
 
-    def _taint(self, seg: Segment, written: list[tuple[str, frozenset[str]]]) -> set[str] | None:
-        """The classes of a segment the run wrote into, or ``None``. A segment that *is* a
-        string the run wrote has that string's classes; one that holds such a string beside
-        other text has only the classes every part shares (no part lends another its trust),
-        which is usually none: composed (``model``)."""
-        equal = [classes for w, classes in written if w == seg.text]
-        if equal:
-            return set().union(*equal)
-        inside = [
-            classes
-            for w, classes in written
-            if len(w) >= MIN_CONTAINED and len(seg.text) > len(w) and _within(seg.text, w)
-        ]
-        if not inside:
-            return None
-        shared = {seg.label.trust}.intersection(*inside)
-        return shared or {MODEL}
-
-    def _segment_classes(
-        self, index: ProvenanceIndex, seg: Segment, written: list[tuple[str, frozenset[str]]]
-    ) -> set[str]:
-        tainted = self._taint(seg, written)
-        if tainted is not None:
-            return tainted  # the run wrote it: what it was when written, not its record's class
-        out = {seg.label.trust}
-        if index.record_named_by_user(seg.label) and not self._named_by_run(index, seg, written):
-            out.add(f"named:{seg.label.trust}")
-        return out
-
-    def _named_by_run(
-        self, index: ProvenanceIndex, seg: Segment, written: list[tuple[str, frozenset[str]]]
-    ) -> bool:
-        """Whether the record's naming fields hold text the run wrote from something other than
-        the user's words (a record the run created is not one the user named)."""
-        label = seg.label
-        for other in index.segments:
-            o = other.label
-            if other.naming and (o.call_id, o.tool, o.record_id) == (
-                label.call_id,
-                label.tool,
-                label.record_id,
-            ):
-                tainted = self._taint(other, written)
-                if tainted is not None and USER not in tainted:
-                    return True
-        return False
-
     def _template(
-        self,
-        index: ProvenanceIndex,
-        pieces: list[str | Segment],
-        text: str,
-        written: list[tuple[str, frozenset[str]]],
+        self, index: ProvenanceIndex, pieces: list[str | Segment], text: str, rule: ArgumentRule
     ) -> bool:
         refs = [p for p in pieces if isinstance(p, Segment)]
-        if len(refs) != 1 or not refs[0].whole or self._taint(refs[0], written) is not None:
+        if len(refs) != 1 or not refs[0].whole or index.written(refs[0]):
             return False
         if len(refs[0].raw) > TEMPLATE_FILL_MAX or "\n" in refs[0].raw:
             return False  # a fill is a name, not a body someone wrote
@@ -586,7 +506,7 @@ class ReferenceRule:
         return (
             bool(normalise(literal))
             and all(normalise(p) in request for p in pieces if isinstance(p, str) and normalise(p))
-            and index.fills_template(text)
+            and index.fills_template(text, rule.fill_from)
         )
 
 

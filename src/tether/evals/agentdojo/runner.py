@@ -387,7 +387,7 @@ class SuiteBench:
                     prompt=user_task.PROMPT,
                     user_steps=user_steps,
                     env=pre,
-                    directory=self.directory(pre),
+                    directory=[e for entries in self.directory(pre).values() for e in entries],
                 )
 
         def review(call: ProposedCall, decision: Decision) -> bool:
