@@ -420,8 +420,8 @@ _CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs i
 def amounts(text: str) -> list[float]:
     """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
     written with cents (``12.00``), or governed by a word that asks for an amount a few words
-    before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a street number, an order or a
-    count is a figure, not an amount; a percentage is not an amount either."""
+    before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
+    street number, an order or a count is a figure, not an amount; nor is a percentage."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     out: list[float] = []
