@@ -217,7 +217,7 @@ def case_agent(case: Any, env: Any, url: str, stream: bool, out: Path) -> dict[s
     erp = {
         "name": "erp",
         "transport": "stdio",
-        "command": ["{python}", "-m", "tether.scenarios.maintenance.erp"],
+        "command": ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"],
         "tools": ["read_order", "read_history"],
         "effects": {"read_order": "read", "read_history": "read"},
         "env": server_env,
@@ -383,7 +383,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from tether.evals.cases import load_cases
-    from tether.scenarios.maintenance.evals import CASES_PATH, environment
+    from tether_examples.scenarios.maintenance.evals import CASES_PATH, environment
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -17,9 +17,9 @@ agentdojo = pytest.importorskip(
 )
 
 from tether.errors import ConfigError  # noqa: E402
-from tether.evals.agentdojo.attacks import Step  # noqa: E402
-from tether.evals.agentdojo.runner import SuiteBench, paraphrase  # noqa: E402
-from tether.evals.agentdojo.source import DIRECTORIES, SUITES_DIR, load_declaration  # noqa: E402
+from tether_examples.agentdojo.attacks import Step  # noqa: E402
+from tether_examples.agentdojo.runner import SuiteBench, paraphrase  # noqa: E402
+from tether_examples.agentdojo.source import DIRECTORIES, SUITES_DIR, load_declaration  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.spec("P1", "P2", "T5", "T8")]
 

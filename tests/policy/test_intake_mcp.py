@@ -12,7 +12,7 @@ from tether.host import Host
 from tether.messages import ToolCall
 from tether.policy import Policy, TrustedContext
 from tether.run import Agent
-from tether.scenarios.maintenance.lab import erp_command
+from tether_examples.scenarios.maintenance.lab import erp_command
 from tether.stop import Limits, StopReason
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tether.policy import DictCatalog
-from tether.scenarios.leads import demo, drafts
+from tether_examples.scenarios.leads import demo, drafts
 
 
 def last_json(text: str) -> dict[str, object]:
@@ -116,6 +116,6 @@ def test_tether_demo_dispatches_to_the_registered_scenario(capsys: pytest.Captur
     from tether.cli import main
     from tether.commands.demo import DEMOS
 
-    assert DEMOS["leads"] == "tether.scenarios.leads.demo:main"
+    assert DEMOS["leads"] == "tether_examples.scenarios.leads.demo:main"
     assert main(["demo", "leads", "--json"]) == 0
     assert last_json(capsys.readouterr().out)["draft_count_after_replay"] == 1

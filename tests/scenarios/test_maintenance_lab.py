@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.scenarios.maintenance.lab import run_mode
+from tether_examples.scenarios.maintenance.lab import run_mode
 from tether.trace import read_trace
 
 pytestmark = pytest.mark.slow

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from tether.evals.config import load_config
     from tether.evals.graders import ModelJudge
     from tether.evals.report import write_report
-    from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
+    from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 
     if args.repeat < 1:
         return fail("tether compare", "--repeat must be at least 1", as_json=args.json)

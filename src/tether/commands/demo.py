@@ -11,11 +11,11 @@ import importlib
 from typing import Any
 
 DEMOS: dict[str, str] = {
-    "claims": "tether.scenarios.claims.demo:main",
-    "contract": "tether.scenarios.contract.demo:main",
-    "leads": "tether.scenarios.leads.demo:main",
+    "claims": "tether_examples.scenarios.claims.demo:main",
+    "contract": "tether_examples.scenarios.contract.demo:main",
+    "leads": "tether_examples.scenarios.leads.demo:main",
     "maintenance": "tether.commands.run:demo_main",  # "QUESTION" [--model NAME --base-url URL …]
-    "mcp": "tether.scenarios.maintenance.mcp_demo:main",
+    "mcp": "tether_examples.scenarios.maintenance.mcp_demo:main",
 }
 
 

@@ -29,8 +29,8 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.clisupport.output import emit_json, table
-    from tether.scenarios.maintenance.lab import EXPECTED, run_mode
-    from tether.scenarios.maintenance.lab import MODES as LAB_MODES
+    from tether_examples.scenarios.maintenance.lab import EXPECTED, run_mode
+    from tether_examples.scenarios.maintenance.lab import MODES as LAB_MODES
 
     out: Path = args.out
     if args.mode != "all":

@@ -309,7 +309,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     from tether.agentfile import LimitsSpec
     from tether.clisupport.output import fail
     from tether.errors import ConfigError
-    from tether.scenarios.maintenance import lab
+    from tether_examples.scenarios.maintenance import lab
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

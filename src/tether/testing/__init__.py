@@ -5,12 +5,12 @@
   ``injected_calls`` (what a compromised model obeys), ``estimate_tokens``;
 - a chat-completions server on 127.0.0.1 for the OpenAI-compatible backend: ``FakeChatServer``
   with ``Reply``, ``Received``, ``scripted`` and ``tool_loop_responder``
-  (``python -m tether.models.fake_server`` runs it as a process).
+  (``python -m tether_testing.fake_server`` runs it as a process).
 
 For approvals without a database file, see ``tether.policy.MemoryApprovalStore``.
 """
 
-from tether.models.fake_server import FakeChatServer, Received, Reply, scripted, tool_loop_responder
+from tether_testing.fake_server import FakeChatServer, Received, Reply, scripted, tool_loop_responder
 from tether.testing.models import (
     FunctionModel,
     ModelFunction,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.scenarios.claims.models import ClaimExtract, Email
+from tether_examples.scenarios.claims.models import ClaimExtract, Email
 from tether.trace.sanitize import sanitize
 
 __all__ = ["Actions", "clean"]

@@ -29,8 +29,8 @@ from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.run import Agent, RunResult, RunState
-from tether.scenarios.maintenance import lab
-from tether.scenarios.maintenance.policy_model import policy_model
+from tether_examples.scenarios.maintenance import lab
+from tether_examples.scenarios.maintenance.policy_model import policy_model
 from tether.stop import Limits, StopReason
 from tether.tools.contract import Effect
 

@@ -20,7 +20,7 @@ from tether.host import Host
 from tether.policy.rules import Policy
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent
-from tether.scenarios.contract.tools import VERSIONS
+from tether_examples.scenarios.contract.tools import VERSIONS
 from tether.testing import ScriptedModel, call
 
 __all__ = ["ANSWER", "CASES_PATH", "main", "run_version"]

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import ConfigError
-from tether.evals.agentdojo.attacks import Step, adaptive_campaign, goal_steps
-from tether.evals.agentdojo.source import (
+from tether_examples.agentdojo.attacks import Step, adaptive_campaign, goal_steps
+from tether_examples.agentdojo.source import (
     DIRECTORIES,
     SELVES,
     AgentDojoTools,
@@ -37,7 +37,7 @@ from tether.evals.agentdojo.source import (
     load_declaration,
     suite_specs,
 )
-from tether.evals.agentdojo.standins import (
+from tether_examples.agentdojo.standins import (
     ATTACKER_ID,
     CompromisedExtractor,
     OraclePlanner,

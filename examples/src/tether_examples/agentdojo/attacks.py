@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.evals.agentdojo.source import SuiteDeclaration
+from tether_examples.agentdojo.source import SuiteDeclaration
 from tether.policy.provenance_values import date_mentions, find_links
 
 __all__ = ["Dynamic", "Step", "adaptive_campaign", "goal_steps", "resolve"]

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tether.evals.agentdojo.attacks import Step, resolve
+from tether_examples.agentdojo.attacks import Step, resolve
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.provenance import ProvenanceIndex, normalise, split_values
