@@ -14,9 +14,9 @@ from tether.evals.cases import load_cases
 from tether.evals.compare import run_comparison
 from tether.evals.config import load_config
 from tether.evals.graders import ModelJudge
+from tether.testing import FunctionModel, ScriptedModel
 from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 from tether_examples.scenarios.maintenance.policy_model import policy_investigator
-from tether.testing import FunctionModel, ScriptedModel
 
 SUBSET = (
     "complete-742",

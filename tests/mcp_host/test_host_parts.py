@@ -34,9 +34,8 @@ def test_config_reads_toml_and_yaml_and_refuses_duplicates_and_bad_ids(tmp_path:
     )
     config = load_config(toml)
     erp = config.server("erp")
-    assert (
-        erp.argv()[1:] == ["-m", "tether_examples.scenarios.maintenance.erp"] and erp.effects["read_order"] == "read"
-    )
+    assert erp.argv()[1:] == ["-m", "tether_examples.scenarios.maintenance.erp"]
+    assert erp.effects["read_order"] == "read"
     assert config.path(config.host.pins) == tmp_path / "p.db"
 
     dup = tmp_path / "dup.yaml"

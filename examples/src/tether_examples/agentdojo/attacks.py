@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether_examples.agentdojo.source import SuiteDeclaration
 from tether.policy.provenance_values import date_mentions, find_links
+from tether_examples.agentdojo.source import SuiteDeclaration
 
 __all__ = ["Dynamic", "Step", "adaptive_campaign", "goal_steps", "resolve"]
 

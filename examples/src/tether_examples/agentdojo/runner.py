@@ -28,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import ConfigError
+from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.policy.rules import Decision, ProposedCall
+from tether.policy.trusted import TrustedContext
+from tether.stop import Limits
 from tether_examples.agentdojo.attacks import Step, adaptive_campaign, goal_steps
 from tether_examples.agentdojo.source import (
     DIRECTORIES,
@@ -44,10 +48,6 @@ from tether_examples.agentdojo.standins import (
     compromised,
     paraphrase,
 )
-from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
-from tether.policy.rules import Decision, ProposedCall
-from tether.policy.trusted import TrustedContext
-from tether.stop import Limits
 
 __all__ = [
     "BENCHMARK_VERSION",

@@ -16,12 +16,12 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tether_examples.agentdojo.attacks import Step, resolve
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.provenance import ProvenanceIndex, normalise, split_values
 from tether.policy.provenance_values import date_mentions, parse_date
 from tether.testing import FunctionModel
+from tether_examples.agentdojo.attacks import Step, resolve
 
 __all__ = ["ATTACKER_ID", "MARKER", "CompromisedExtractor", "OraclePlanner", "compromised", "paraphrase"]
 

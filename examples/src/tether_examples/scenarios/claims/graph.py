@@ -26,7 +26,13 @@ from tether.messages import SystemMessage, UserMessage
 from tether.models.base import Model, ModelRequest
 from tether_examples.scenarios.claims.actions import Actions
 from tether_examples.scenarios.claims.backstop import deterministic_triggers
-from tether_examples.scenarios.claims.models import BinaryAnswer, ClaimExtract, Email, EscalationCheck, TriageResult
+from tether_examples.scenarios.claims.models import (
+    BinaryAnswer,
+    ClaimExtract,
+    Email,
+    EscalationCheck,
+    TriageResult,
+)
 
 __all__ = ["CHECKLIST", "DATA_RULE", "Triage", "delimit"]
 

@@ -14,8 +14,8 @@ from tether.messages import AssistantMessage, ToolCall
 from tether.models.base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
 from tether.run import Agent
-from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 from tether.testing import FunctionModel, call, final, tool_results
+from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
 __all__ = ["APP", "BODY", "CONTEXT", "OBJECTIVE", "build"]
 
