@@ -19,8 +19,6 @@ import pytest
 
 from tether.clisupport.scenarios import INSTALL_HINT, ScenarioPlugin, installed, resolve
 
-pytestmark = pytest.mark.spec("C1")
-
 SCENARIO_COMMANDS = {
     "lab": ["lab", "all"],
     "demo": ["demo", "leads"],
