@@ -87,7 +87,7 @@ def _require_agentdojo() -> None:
 async def _run_suite(
     name: str, limit: int | None, mode: str, attackers: list[str], baseline: bool, approvals_db: Path | None
 ) -> dict[str, list[Any]]:
-    from tether.evals.agentdojo.runner import SuiteBench
+    from tether_examples.agentdojo.runner import SuiteBench
 
     bench = SuiteBench(name, approvals_db=approvals_db if mode in ("agent", "reference") else None)
     users = list(bench.user_tasks.values())[:limit]
@@ -112,7 +112,7 @@ async def _run_suite(
 
 
 def _figures(runs: dict[str, list[Any]], attackers: list[str]) -> dict[str, Any]:
-    from tether.evals.agentdojo.runner import attack_figures, summarise
+    from tether_examples.agentdojo.runner import attack_figures, summarise
 
     figures = summarise(
         runs["benign"],

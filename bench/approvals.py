@@ -29,7 +29,7 @@ from tether.policy import (
     TrustedContext,
     propose,
 )
-from tether.scenarios.leads.drafts import DraftBook, catalog
+from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
 CTX = TrustedContext(tenant="org-alpha")
 REVIEWER = Reviewer("bench", tenants=frozenset({"org-alpha"}))

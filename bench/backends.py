@@ -3,7 +3,7 @@ same protocol, and the import time of each backend.
 
 For each protocol — chat completions (``openai-chat``), the OpenAI Responses API
 (``openai-responses``) and the Anthropic Messages API (``anthropic``) — a loopback server that
-speaks it (``tether.models.fake_server`` / ``tether.testing.servers``, in its own process so it
+speaks it (``tether_testing.fake_server`` / ``tether_testing.servers``, in its own process so it
 does not share the GIL) scripts a tool loop: the model asks for ``lookup`` until N results are
 in, then answers; each result is 2 KB. tether runs the loop with its default settings on the
 backend for that protocol (whole responses; the two SDK backends through their official SDK),
@@ -41,9 +41,9 @@ INSTRUCTIONS = "Look things up, then answer."
 SCHEMA = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
 Session = Callable[[int], Awaitable[None]]
 
-_LOOP = "from tether.testing.servers import serve_tool_loop; serve_tool_loop()"
+_LOOP = "from tether_testing.servers import serve_tool_loop; serve_tool_loop()"
 SERVER_COMMAND = {
-    "openai-chat": ["-m", "tether.models.fake_server"],
+    "openai-chat": ["-m", "tether_testing.fake_server"],
     "openai-responses": ["-c", _LOOP, "responses"],
     "anthropic": ["-c", _LOOP, "anthropic"],
 }

@@ -1,6 +1,6 @@
 """Durable runs on 1, 2 and 4 worker processes, and what durability costs per step.
 
-Against the local fake chat server (``tether.models.fake_server`` in its own process, asking for
+Against the local fake chat server (``tether_testing.fake_server`` in its own process, asking for
 ``lookup`` until ``steps=N`` results are in), on PostgreSQL (``--dsn``, default
 ``$TETHER_TEST_PG_DSN`` or ``postgresql://postgres@127.0.0.1:5432/test``; a fresh schema per
 measurement, dropped after):
@@ -58,7 +58,7 @@ def pct(values: list[float], q: float) -> float:
 class FakeServer:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.models.fake_server"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-m", "tether_testing.fake_server"], stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()

@@ -36,7 +36,7 @@ def _config(folder: Path, mode: str, recheck: str) -> Any:
     server = {
         "name": "erp",
         "transport": "stdio",
-        "command": [sys.executable, "-m", "tether.scenarios.maintenance.erp"],
+        "command": [sys.executable, "-m", "tether_examples.scenarios.maintenance.erp"],
         "mode": mode,
         "tools": ["read_order"],
         "effects": {"read_order": "read"},

@@ -2,7 +2,7 @@
 
     python bench/mcp_startup.py [--repeat 3] [--servers 4]
 
-1. The server alone: the maintenance ERP (``python -m tether.scenarios.maintenance.erp``)
+1. The server alone: the maintenance ERP (``python -m tether_examples.scenarios.maintenance.erp``)
    spawned and driven with hand-written JSON-RPC lines (no SDK in the measuring process):
    its start (spawn until it has answered ``initialize`` and ``tools/list``) and its whole
    session (and until it exits after its stdin closes: the work a review waits for).
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-ERP = [sys.executable, "-m", "tether.scenarios.maintenance.erp"]
+ERP = [sys.executable, "-m", "tether_examples.scenarios.maintenance.erp"]
 
 
 def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:

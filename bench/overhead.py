@@ -1,6 +1,6 @@
 """Client overhead per step of tether's agent loop against a local chat-completions server.
 
-A fake server (``tether.models.fake_server``, in its own process so it does not share the
+A fake server (``tether_testing.fake_server``, in its own process so it does not share the
 GIL) scripts a tool loop: the model asks for ``lookup`` until N results are in, then answers.
 Each tool result is 2 KB. tether runs the loop with its default settings (policy, JSONL trace
 batched, the default context: no status bar) and the OpenAI-compatible backend; again with
@@ -70,7 +70,7 @@ class Server:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tether.models.fake_server"], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-m", "tether_testing.fake_server"], stdout=subprocess.PIPE, text=True
         )
         assert self.proc.stdout is not None
         self.url = self.proc.stdout.readline().strip()

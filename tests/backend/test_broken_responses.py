@@ -18,8 +18,8 @@ import pytest
 from backend_support import CONTEXT, ORDER_CALLS, Sleeps, make_host
 
 from tether import Agent, StopReason
-from tether.models.fake_server import CUTS, FakeChatServer, Reply
 from tether.models.openai import OpenAICompatible, RetryPolicy
+from tether_testing.fake_server import CUTS, FakeChatServer, Reply
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("L2")]
 
@@ -141,7 +141,7 @@ async def test_json_of_the_wrong_shape_is_an_unusable_answer_not_a_crash(
     """A proxy or a half-compatible server: valid JSON, but not a chat completion."""
     import json
 
-    from tether.models.fake_server import Received
+    from tether_testing.fake_server import Received
 
     async def shapeless(method: str, path: str, headers: dict[str, str], body: bytes, writer: Any) -> bool:
         server.received.append(Received(method, path, headers, body))

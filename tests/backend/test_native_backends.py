@@ -13,9 +13,9 @@ from backend_support import CONTEXT, Sleeps, make_host
 from tether import Agent, Limits, StopReason
 from tether.context import ContextConfig, StatusConfig
 from tether.models.anthropic import AnthropicMessages
-from tether.models.fake_server import Reply, scripted
 from tether.models.responses import OpenAIResponses
-from tether.testing.servers import FakeAnthropicServer, FakeResponsesServer
+from tether_testing.fake_server import Reply, scripted
+from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

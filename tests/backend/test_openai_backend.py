@@ -18,10 +18,10 @@ from tether import Agent, Limits, StopReason
 from tether.errors import ConfigError
 from tether.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.models.fake_server import FakeChatServer, Reply
 from tether.models.openai import OpenAICompatible, RetryPolicy, reasoning_rule
 from tether.models.pricing import Price
 from tether.trace import read_trace
+from tether_testing.fake_server import FakeChatServer, Reply
 
 pytestmark = pytest.mark.anyio
 

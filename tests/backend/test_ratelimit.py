@@ -12,10 +12,10 @@ from backend_support import CONTEXT, Sleeps, make_host
 from tether import Agent
 from tether.messages import UserMessage
 from tether.models.base import ModelRequest
-from tether.models.fake_server import FakeChatServer, Reply
 from tether.models.openai import OpenAICompatible
 from tether.ratelimit import TokenBucket, shared_bucket
 from tether.testing import ScriptedModel, call
+from tether_testing.fake_server import FakeChatServer, Reply
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.models.fake_server import FakeChatServer, Reply
+from tether_testing.fake_server import FakeChatServer, Reply
 
 Serve = Callable[[Sequence[Reply]], FakeChatServer]
 QUESTION = "Why is work order 742 still open?"

@@ -22,7 +22,7 @@ from tether.agentfile import load_agent_file
 from tether.agentrecord import record_path
 from tether.cli import main
 from tether.errors import ConfigError
-from tether.models.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 pytestmark = pytest.mark.spec("L1")
 
@@ -293,7 +293,7 @@ def test_an_agent_file_with_its_own_tool_and_an_mcp_server_inline(tmp_path: Path
     erp = {
         "name": "erp",
         "transport": "stdio",
-        "command": ["{python}", "-m", "tether.scenarios.maintenance.erp"],
+        "command": ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"],
         "tools": ["read_order", "read_history"],
         "effects": {"read_order": "read", "read_history": "read"},
     }

@@ -17,8 +17,8 @@ from tether.agentfile import build_agent, load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError, MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
-from tether.models.fake_server import FakeChatServer, Reply, scripted
 from tether.trace import read_trace
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tether.cli import main
-from tether.models.fake_server import FakeChatServer, Reply, scripted
-from tether.testing.servers import FakeAnthropicServer, FakeResponsesServer
 from tether.trace import read_trace
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import yaml
 
 from tether.cli import main
 from tether.clisupport.output import ENVELOPE
-from tether.models.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 TOOLS = '''
 from typing import Annotated

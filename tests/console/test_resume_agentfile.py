@@ -14,7 +14,7 @@ from conftest import PASSWORD, csrf_of, login
 from tether.cli import main
 from tether.console import create_app, sqlite_sources
 from tether.console.users import UserStore
-from tether.models.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 TOOLS = '''
 from typing import Annotated

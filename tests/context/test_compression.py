@@ -27,8 +27,8 @@ from tether.context.untrusted import Observation
 from tether.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
 from tether.models.base import ModelRequest
 from tether.run import RunState
-from tether.scenarios.research.task import OBJECTIVE, Research, completed, system_prompt
 from tether.testing import FunctionModel, ScriptedModel, call
+from tether_examples.scenarios.research.task import OBJECTIVE, Research, completed, system_prompt
 
 SPECS = [fetch.spec]
 

@@ -18,9 +18,9 @@ agentdojo = pytest.importorskip(
 )
 
 from tether.errors import ConfigError  # noqa: E402
-from tether.evals.agentdojo.attacks import Step, attacker_values, harmful  # noqa: E402
-from tether.evals.agentdojo.runner import SuiteBench, paraphrase  # noqa: E402
-from tether.evals.agentdojo.source import DIRECTORIES, SUITES_DIR, load_declaration  # noqa: E402
+from tether_examples.agentdojo.attacks import Step, attacker_values, harmful  # noqa: E402
+from tether_examples.agentdojo.runner import SuiteBench, paraphrase  # noqa: E402
+from tether_examples.agentdojo.source import DIRECTORIES, SUITES_DIR, load_declaration  # noqa: E402
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.spec("P1", "P2", "T5", "T8")]
 
@@ -224,7 +224,7 @@ async def test_in_reference_mode_the_oracle_passes_values_by_handle_and_the_task
     b = bench(benches, "banking")
     u = b.user_tasks["user_task_3"]  # refund a friend named by IBAN: the IBAN is read from history
     seen: list[str] = []
-    import tether.evals.agentdojo.standins as standins
+    import tether_examples.agentdojo.standins as standins
 
     original = standins.Referrer.__call__
 

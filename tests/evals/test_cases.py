@@ -8,7 +8,7 @@ import pytest
 
 from tether.evals.cases import CaseFileError, load_cases
 from tether.evals.config import load_config
-from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, environment
+from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, environment
 
 CASE = {
     "id": "c1",

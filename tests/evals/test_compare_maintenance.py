@@ -14,9 +14,9 @@ from tether.evals.cases import load_cases
 from tether.evals.compare import run_comparison
 from tether.evals.config import load_config
 from tether.evals.graders import ModelJudge
-from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
-from tether.scenarios.maintenance.policy_model import policy_investigator
 from tether.testing import FunctionModel, ScriptedModel
+from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
+from tether_examples.scenarios.maintenance.policy_model import policy_investigator
 
 SUBSET = (
     "complete-742",
@@ -157,7 +157,7 @@ def test_tether_compare_writes_json_markdown_png_and_ends_with_one_json_line(
             "--out",
             str(out),
             "--model-factory",  # the hook a real backend plugs into; here the policy model again
-            "tether.scenarios.maintenance.policy_model:policy_model",
+            "tether_examples.scenarios.maintenance.policy_model:policy_model",
             "--json",
         ]
     )

@@ -98,7 +98,7 @@ def test_a_config_error_is_reported_clearly(tmp_path: Path, capsys: pytest.Captu
 def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
     tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tether.models.fake_server import FakeChatServer, Reply
+    from tether_testing.fake_server import FakeChatServer, Reply
 
     agent_turns = [
         Reply.calls(("web__summarize", '{"text": "hi"}')),
@@ -151,7 +151,7 @@ def test_sampling_from_the_command_line_shows_the_prompt_and_keeps_its_budget(
 def test_tether_run_with_a_config_drives_a_real_model_backend_over_the_servers(
     tmp_path: Path, http_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tether.models.fake_server import FakeChatServer, Reply, scripted
+    from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
     config = str(_config(tmp_path, http_url))
     assert main(["mcp", "approve", "web", "--config", config]) == 0

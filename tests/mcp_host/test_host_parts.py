@@ -29,14 +29,13 @@ def test_config_reads_toml_and_yaml_and_refuses_duplicates_and_bad_ids(tmp_path:
     toml = tmp_path / "mcp.toml"
     toml.write_text(
         '[host]\npins = "p.db"\n\n[[servers]]\nname = "erp"\ntransport = "stdio"\n'
-        'command = "{python} -m tether.scenarios.maintenance.erp"\ntools = ["read_order"]\n'
+        'command = "{python} -m tether_examples.scenarios.maintenance.erp"\ntools = ["read_order"]\n'
         'effects = { read_order = "read" }\n'
     )
     config = load_config(toml)
     erp = config.server("erp")
-    assert (
-        erp.argv()[1:] == ["-m", "tether.scenarios.maintenance.erp"] and erp.effects["read_order"] == "read"
-    )
+    assert erp.argv()[1:] == ["-m", "tether_examples.scenarios.maintenance.erp"]
+    assert erp.effects["read_order"] == "read"
     assert config.path(config.host.pins) == tmp_path / "p.db"
 
     dup = tmp_path / "dup.yaml"

@@ -12,10 +12,10 @@ from tether.host import Host
 from tether.messages import ToolCall
 from tether.policy import Policy, TrustedContext
 from tether.run import Agent
-from tether.scenarios.maintenance.lab import erp_command
 from tether.stop import Limits, StopReason
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect
+from tether_examples.scenarios.maintenance.lab import erp_command
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -10,13 +10,13 @@ import pytest
 
 from tether.cli import main
 from tether.evals.cases import load_cases
-from tether.scenarios.claims import graph as graph_module
-from tether.scenarios.claims.backstop import ESCALATION_THRESHOLD_USD, deterministic_triggers
-from tether.scenarios.claims.demo import CASES_PATH, email_of, persuadable_reader, run_case
-from tether.scenarios.claims.graph import CHECKLIST, Triage
-from tether.scenarios.claims.models import ClaimExtract, Email
 from tether.testing import FunctionModel, ScriptedModel
 from tether.trace.sanitize import LINE_BREAKS
+from tether_examples.scenarios.claims import graph as graph_module
+from tether_examples.scenarios.claims.backstop import ESCALATION_THRESHOLD_USD, deterministic_triggers
+from tether_examples.scenarios.claims.demo import CASES_PATH, email_of, persuadable_reader, run_case
+from tether_examples.scenarios.claims.graph import CHECKLIST, Triage
+from tether_examples.scenarios.claims.models import ClaimExtract, Email
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from tether.cli import main
 from tether.errors import NotFoundError, ToolInputError
 from tether.evals.cases import load_cases
-from tether.scenarios.contract.demo import CASES_PATH, run_version
-from tether.scenarios.contract.tools import get_race_result_v1, get_race_result_v2
+from tether_examples.scenarios.contract.demo import CASES_PATH, run_version
+from tether_examples.scenarios.contract.tools import get_race_result_v1, get_race_result_v2
 
 
 @pytest.fixture

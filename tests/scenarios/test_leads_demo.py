@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tether.policy import DictCatalog
-from tether.scenarios.leads import demo, drafts
+from tether_examples.scenarios.leads import demo, drafts
 
 
 def last_json(text: str) -> dict[str, object]:
@@ -114,8 +114,9 @@ def test_cli_deny_ends_the_resumed_run_approval_denied(tmp_path: Path) -> None:
 @pytest.mark.spec("S2")
 def test_tether_demo_dispatches_to_the_registered_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     from tether.cli import main
-    from tether.commands.demo import DEMOS
+    from tether.commands.demo import demos
 
-    assert DEMOS["leads"] == "tether.scenarios.leads.demo:main"
+    own, runnable = demos()  # from the tether.scenarios entry points of the examples distribution
+    assert own["leads"] == "tether_examples.scenarios.leads.demo:main" and "maintenance" in runnable
     assert main(["demo", "leads", "--json"]) == 0
     assert last_json(capsys.readouterr().out)["draft_count_after_replay"] == 1

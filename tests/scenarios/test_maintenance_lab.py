@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.scenarios.maintenance.lab import run_mode
 from tether.trace import read_trace
+from tether_examples.scenarios.maintenance.lab import run_mode
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("maintenance",)
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -16,7 +14,11 @@ def register(sub: Any) -> None:
         description="Run every design on every case N times, grade each run, and write report.json, "
         "report.md and report.png. The decision rule comes from the config file, fixed before the run.",
     )
-    p.add_argument("--scenario", choices=SCENARIOS, default="maintenance")
+    p.add_argument(
+        "--scenario",
+        metavar="NAME",
+        help="an installed scenario with a case set (default: the only one; the reference: maintenance)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per case and design (default 3)")
     p.add_argument("--out", type=Path, default=Path("tether-output/compare"), help="report folder")
     p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
@@ -52,28 +54,30 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import TetherError
     from tether.evals.cases import load_cases
     from tether.evals.compare import run_comparison
     from tether.evals.config import load_config
     from tether.evals.graders import ModelJudge
     from tether.evals.report import write_report
-    from tether.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 
     if args.repeat < 1:
         return fail("tether compare", "--repeat must be at least 1", as_json=args.json)
     out: Path = args.out
     try:
-        config = load_config(args.config or CONFIG_PATH)  # fixed before any run
-        cases = load_cases(args.cases or CASES_PATH)
-    except TetherError as err:
+        name, spec = scenario_with("compare", args.scenario)
+        scenario_class, defaults = resolve(spec), resolve(spec.partition(":")[0])
+        config = load_config(args.config or defaults.CONFIG_PATH)  # fixed before any run
+        cases = load_cases(args.cases or defaults.CASES_PATH)
+    except (TetherError, ScenarioUnavailable) as err:
         return fail("tether compare", err, as_json=args.json)
     from datetime import UTC, datetime
 
     loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
     factory = _factory(args.model_factory) if args.model_factory else None
     judge = ModelJudge(_factory(args.judge_factory)()) if args.judge_factory else None
-    scenario = MaintenanceScenario(out / "runs")
+    scenario = scenario_class(out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 
     # mcp.client.stdio binds its default errlog to sys.stderr on first import: import it before
@@ -91,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         redirect_stdout=False,
         redirect_stderr=False,
     ) as progress:
-        task = progress.add_task(args.scenario, total=total)
+        task = progress.add_task(name, total=total)
 
         def tick(row: Any) -> None:
             progress.update(task, advance=1, description=f"{row.case_id} · {row.design} #{row.repeat}")
@@ -114,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     summary = write_report(comparison, out)
     fig, decision = summary["figures"], summary["decision"]
     last = {
-        "scenario": args.scenario,
+        "scenario": name,
         "repeat": args.repeat,
         "decision": decision["decision"],
         "why": decision["why"],

@@ -1,4 +1,8 @@
-"""``tether lab MODE``: the maintenance-order lab (scenario S1)."""
+"""``tether lab MODE``: an installed scenario's lab (the reference one: the maintenance-order lab, S1).
+
+The lab is the ``lab`` part of a scenario registered under the ``tether.scenarios`` entry
+points (``tether.clisupport.scenarios``); its modes are the lab module's ``MODES``.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,22 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-MODES = ("clean", "workflow", "agent", "expired-memory", "injection", "handoff-omission", "rollback", "all")
-
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
         "lab",
-        help="run the maintenance-order lab (S1)",
-        description="Run one mode of the maintenance-order lab, or all of them. Exit codes: 0 accepted, "
+        help="run a scenario's lab (the maintenance-order lab, S1)",
+        description="Run one mode of an installed scenario's lab, or all of them (the reference lab: "
+        "pip install -e examples). Exit codes: 0 accepted, 1 not installed or unknown mode, "
         "2 policy_denied, 3 invalid_handoff, 4 budget/steps/deadline/repetition, 5 approval, "
         "6 dependency_unavailable, 7 model/internal error.",
     )
-    p.add_argument("mode", choices=MODES)
+    p.add_argument(
+        "mode",
+        help="a mode of the lab, or all (maintenance: clean, workflow, agent, expired-memory, injection, "
+        "handoff-omission, rollback)",
+    )
+    p.add_argument("--scenario", metavar="NAME", help="whose lab (default: the only installed one)")
     p.add_argument(
         "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
     )
@@ -28,10 +36,17 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.clisupport.output import emit_json, table
-    from tether.scenarios.maintenance.lab import EXPECTED, run_mode
-    from tether.scenarios.maintenance.lab import MODES as LAB_MODES
+    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
 
+    try:
+        lab = resolve(scenario_with("lab", args.scenario)[1])
+    except ScenarioUnavailable as err:
+        return fail("tether lab", err, as_json=args.json)
+    run_mode, modes = lab.run_mode, tuple(lab.MODES)
+    if args.mode != "all" and args.mode not in modes:
+        known = ", ".join((*modes, "all"))
+        return fail("tether lab", f"unknown mode {args.mode!r}; one of: {known}", as_json=args.json)
     out: Path = args.out
     if args.mode != "all":
         outcome = anyio.run(run_mode, args.mode, out)
@@ -54,13 +69,13 @@ def run(args: argparse.Namespace) -> int:
         console = Console(stderr=True, highlight=False)
     rows = []
     ok = True
-    for mode in LAB_MODES:
+    for mode in modes:
         if mode == "clean":
             continue
         if console is not None:
             console.print(f"[dim]lab {mode} …[/dim]")
         outcome = anyio.run(run_mode, mode, out)
-        expected_reason, expected_code = EXPECTED[mode]
+        expected_reason, expected_code = lab.EXPECTED[mode]
         passed = outcome.as_expected
         ok &= passed
         rows.append(

@@ -1,8 +1,9 @@
 """``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file.
 
 Also ``--config MCP.yaml --model NAME`` (the MCP servers of a config file and a model, nothing
-else) and, only when asked for by name, ``--scenario maintenance`` (the S1 reference scenario; the
-same as ``tether demo maintenance``). Options given here override the file's model settings.
+else) and, only when asked for by name, ``--scenario NAME`` (an installed scenario with a ``run``
+part, ``tether.clisupport.scenarios``: the S1 reference one is ``maintenance``, the same as
+``tether demo maintenance``). Options given here override the file's model settings.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-SCENARIOS = ("maintenance",)
 NEEDS_AGENT = (
     "tether run needs an agent: --agent FILE (see README, 'Agents from a file'), or --config MCP.yaml "
     "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
@@ -76,7 +76,9 @@ def register(sub: Any) -> None:
     p.add_argument("--agent", type=Path, help="agent file (YAML or TOML): model, tools, MCP servers, policy")
     p.add_argument("--config", type=Path, help="an MCP host config: run --model over its servers only")
     p.add_argument(
-        "--scenario", choices=SCENARIOS, help="the S1 reference scenario (as tether demo maintenance)"
+        "--scenario",
+        metavar="NAME",
+        help="an installed scenario's own agent (maintenance: as tether demo maintenance)",
     )
     p.add_argument("--db", type=Path, help="approval store: side effects and questions pause the run there")
     add_model_options(p)
@@ -340,7 +342,7 @@ def next_steps(
 
 
 def run_scenario(args: argparse.Namespace) -> int:
-    """The S1 maintenance scenario's own host and agent, with an optional real model."""
+    """An installed scenario's own host and agent (S1: maintenance), with an optional real model."""
     import os
     from dataclasses import replace
 
@@ -348,9 +350,13 @@ def run_scenario(args: argparse.Namespace) -> int:
 
     from tether.agentfile import LimitsSpec
     from tether.clisupport.output import fail
+    from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import ConfigError
-    from tether.scenarios.maintenance import lab
 
+    try:
+        lab = resolve(scenario_with("run", args.scenario)[1])
+    except ScenarioUnavailable as err:
+        return fail("tether run", err, as_json=args.json)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     agent = lab.make_agent()
@@ -397,14 +403,12 @@ def run_scenario(args: argparse.Namespace) -> int:
     result = anyio.run(main)
     if args.model and not args.json:
         sys.stderr.write("\n")
-    return report(
-        result, host, args, db=None, scenario=args.scenario or "maintenance", model=agent.model.name
-    )
+    return report(result, host, args, db=None, scenario=args.scenario, model=agent.model.name)
 
 
-def demo_main(argv: list[str]) -> int:
-    """``tether demo maintenance "QUESTION" [--model …]``: the S1 agent on a question."""
-    parser = argparse.ArgumentParser(prog="tether demo maintenance")
+def demo_main(argv: list[str], *, scenario: str) -> int:
+    """``tether demo maintenance "QUESTION" [--model …]``: a scenario's agent on a question."""
+    parser = argparse.ArgumentParser(prog=f"tether demo {scenario}")
     register(parser.add_subparsers(dest="command"))  # the `run` command's own options
-    args = parser.parse_args(["run", *argv, "--scenario", "maintenance"])
+    args = parser.parse_args(["run", *argv, "--scenario", scenario])
     return run(args)

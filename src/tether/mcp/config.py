@@ -13,7 +13,7 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
     [[servers]]
     name = "erp"
     transport = "stdio"           # or "http" (Streamable HTTP)
-    command = ["{python}", "-m", "tether.scenarios.maintenance.erp"]
+    command = ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"]
     tools = ["read_order", "read_history"]
     effects = { read_order = "read", read_history = "read" }
     timeout_s = 10

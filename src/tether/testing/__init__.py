@@ -2,17 +2,16 @@
 
 - model stand-ins: ``ScriptedModel`` (replays turns), ``FunctionModel`` (a function of the
   request), and helpers to write them: ``call``, ``final``, ``tool_results``,
-  ``injected_calls`` (what a compromised model obeys), ``estimate_tokens``;
-- a chat-completions server on 127.0.0.1 for the OpenAI-compatible backend: ``FakeChatServer``
-  with ``Reply``, ``Received``, ``scripted`` and ``tool_loop_responder``
-  (``python -m tether.models.fake_server`` runs it as a process);
-- the same for the Anthropic Messages API and the OpenAI Responses API: ``FakeAnthropicServer``
-  and ``FakeResponsesServer`` (``tether.testing.servers``), answering the same ``Reply``.
+  ``injected_calls`` (what a compromised model obeys), ``estimate_tokens``.
+
+They are pure Python and the harness itself uses some (a scripted model named in an agent file,
+the evaluation runner's injected model), so they stay in the library. The chat-completions server
+on 127.0.0.1 that tether's own backend tests use is not shipped: it is ``tether_testing`` in
+tether's repository (``pip install -e testing``).
 
 For approvals without a database file, see ``tether.policy.MemoryApprovalStore``.
 """
 
-from tether.models.fake_server import FakeChatServer, Received, Reply, scripted, tool_loop_responder
 from tether.testing.models import (
     FunctionModel,
     ModelFunction,
@@ -24,23 +23,15 @@ from tether.testing.models import (
     injected_calls,
     tool_results,
 )
-from tether.testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 __all__ = [
-    "FakeAnthropicServer",
-    "FakeChatServer",
-    "FakeResponsesServer",
     "FunctionModel",
     "ModelFunction",
-    "Received",
-    "Reply",
     "ScriptedModel",
     "Turn",
     "call",
     "estimate_tokens",
     "final",
     "injected_calls",
-    "scripted",
-    "tool_loop_responder",
     "tool_results",
 ]

@@ -55,7 +55,7 @@ EXPECTED: dict[str, tuple[str, int]] = {
 
 
 def erp_command() -> list[str]:
-    return [sys.executable, "-m", "tether.scenarios.maintenance.erp"]
+    return [sys.executable, "-m", "tether_examples.scenarios.maintenance.erp"]
 
 
 def catalog(extra: dict[str, str] | None = None) -> DictCatalog:

@@ -7,7 +7,7 @@ reported, negations included, stays with the model.
 
 from __future__ import annotations
 
-from tether.scenarios.claims.models import ClaimExtract
+from tether_examples.scenarios.claims.models import ClaimExtract
 
 __all__ = ["ESCALATION_THRESHOLD_USD", "deterministic_triggers"]
 

@@ -24,9 +24,15 @@ from tether.context.untrusted import wrap_untrusted
 from tether.errors import ModelError
 from tether.messages import SystemMessage, UserMessage
 from tether.models.base import Model, ModelRequest
-from tether.scenarios.claims.actions import Actions
-from tether.scenarios.claims.backstop import deterministic_triggers
-from tether.scenarios.claims.models import BinaryAnswer, ClaimExtract, Email, EscalationCheck, TriageResult
+from tether_examples.scenarios.claims.actions import Actions
+from tether_examples.scenarios.claims.backstop import deterministic_triggers
+from tether_examples.scenarios.claims.models import (
+    BinaryAnswer,
+    ClaimExtract,
+    Email,
+    EscalationCheck,
+    TriageResult,
+)
 
 __all__ = ["CHECKLIST", "DATA_RULE", "Triage", "delimit"]
 

@@ -40,7 +40,7 @@ async def run_scenario(db: Path) -> dict[str, Any]:
     from tether.desk import ProposalDesk
     from tether.host import Host
     from tether.policy import Approvals, Policy, Reviewer, SqliteApprovalStore, TrustedContext
-    from tether.scenarios.leads.drafts import DraftBook, catalog
+    from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
     book = DraftBook()
     store = SqliteApprovalStore(db)
@@ -166,7 +166,7 @@ def _agent(db: Path | None, as_json: bool) -> int:
 
     from tether.clisupport.approvals_db import EXIT_CODES, default_db
     from tether.clisupport.output import emit_json
-    from tether.scenarios.leads.agent import CONTEXT, OBJECTIVE, build
+    from tether_examples.scenarios.leads.agent import CONTEXT, OBJECTIVE, build
 
     db = db or default_db()
     host, agent = build(db)

@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from tether.models.fake_server import CLOSE, FakeChatServer, Reply
+from tether_testing.fake_server import CLOSE, FakeChatServer, Reply
 
 __all__ = ["FakeAnthropicServer", "FakeResponsesServer", "serve_tool_loop", "tool_loop"]
 
@@ -499,7 +499,7 @@ class FakeResponsesServer(_SseServer):
 def tool_loop(protocol: str, steps: int | None = None, *, tool: str = "lookup") -> Any:
     """A responder for ``protocol`` (``anthropic`` or ``responses``): ask for ``tool`` until the
     request holds ``steps`` results (``None``: ``steps=N`` read from the first user text), then
-    answer. The counterpart of ``tether.models.fake_server.tool_loop_responder``."""
+    answer. The counterpart of ``tether_testing.fake_server.tool_loop_responder``."""
 
     def respond(request: dict[str, Any], index: int) -> Reply:
         if protocol == "anthropic":

@@ -36,7 +36,7 @@ def _config(out: Path) -> Path:
     server = {
         "name": "erp",
         "transport": "stdio",
-        "command": [sys.executable, "-m", "tether.scenarios.maintenance.erp"],
+        "command": [sys.executable, "-m", "tether_examples.scenarios.maintenance.erp"],
         "tools": ["read_order", "read_history"],
         "effects": {"read_order": "read", "read_history": "read"},
         "env": {"TETHER_ERP_INJECT": "1", "TETHER_ERP_LOG": str(log)},

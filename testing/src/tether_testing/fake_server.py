@@ -8,7 +8,7 @@ responses) to be driven by the official ``openai`` client. What it answers is de
 so tests can compare the bytes the backend sent across turns.
 
 It runs on its own event loop in a background thread (``with FakeChatServer(fn) as srv``),
-or as a process: ``python -m tether.models.fake_server`` prints its URL and serves a
+or as a process: ``python -m tether_testing.fake_server`` prints its URL and serves a
 scripted tool loop (used by ``bench/overhead.py``).
 """
 

@@ -40,7 +40,7 @@ ORDERS: dict[str, dict[str, Any]] = {
         "site": "shopping-a",
     },
     "901": {"order_id": "901", "status": "open", "equipment": "boiler-1", "version": 2, "site": "shopping-b"},
-    # Orders used by the evaluation cases (tether.scenarios.maintenance.cases).
+    # Orders used by the evaluation cases (tether_examples.scenarios.maintenance.cases).
     "745": {"order_id": "745", "status": "open", "equipment": "hvac-7", "version": 5, "site": "shopping-a"},
     "746": {
         "order_id": "746",

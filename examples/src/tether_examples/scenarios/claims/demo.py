@@ -22,10 +22,10 @@ from tether.evals.cases import Case, load_cases
 from tether.evals.graders import grade_state
 from tether.messages import AssistantMessage, UserMessage
 from tether.models.base import ModelRequest
-from tether.scenarios.claims.actions import Actions
-from tether.scenarios.claims.graph import Triage
-from tether.scenarios.claims.models import Email
 from tether.testing import FunctionModel
+from tether_examples.scenarios.claims.actions import Actions
+from tether_examples.scenarios.claims.graph import Triage
+from tether_examples.scenarios.claims.models import Email
 
 __all__ = ["CASES_PATH", "email_of", "main", "persuadable_reader", "run_case"]
 

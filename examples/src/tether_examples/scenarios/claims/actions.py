@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.scenarios.claims.models import ClaimExtract, Email
 from tether.trace.sanitize import sanitize
+from tether_examples.scenarios.claims.models import ClaimExtract, Email
 
 __all__ = ["Actions", "clean"]
 

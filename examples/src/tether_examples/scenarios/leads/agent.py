@@ -14,12 +14,12 @@ from tether.messages import AssistantMessage, ToolCall
 from tether.models.base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
 from tether.run import Agent
-from tether.scenarios.leads.drafts import DraftBook, catalog
 from tether.testing import FunctionModel, call, final, tool_results
+from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
 __all__ = ["APP", "BODY", "CONTEXT", "OBJECTIVE", "build"]
 
-APP = "tether.scenarios.leads.agent:build"
+APP = "tether_examples.scenarios.leads.agent:build"
 OBJECTIVE = "Prepare a follow-up draft for lead-alpha."
 BODY = "Hello from org-alpha: a synthetic follow-up for review."
 CONTEXT = TrustedContext(tenant="org-alpha", user="alpha-sales")

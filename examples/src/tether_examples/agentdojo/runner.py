@@ -31,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from tether.errors import ConfigError
-from tether.evals.agentdojo.attacks import (
+from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.policy.references import ReferencePolicy, References
+from tether.policy.rules import Decision, ProposedCall
+from tether.policy.trusted import TrustedContext
+from tether.stop import Limits
+from tether_examples.agentdojo.attacks import (
     Step,
     adaptive_campaign,
     attacker_values,
@@ -39,7 +44,7 @@ from tether.evals.agentdojo.attacks import (
     harmful,
     informed_campaign,
 )
-from tether.evals.agentdojo.source import (
+from tether_examples.agentdojo.source import (
     DIRECTORIES,
     SELVES,
     AgentDojoTools,
@@ -47,7 +52,7 @@ from tether.evals.agentdojo.source import (
     load_declaration,
     suite_specs,
 )
-from tether.evals.agentdojo.standins import (
+from tether_examples.agentdojo.standins import (
     ATTACKER_ID,
     CompromisedExtractor,
     OraclePlanner,
@@ -55,11 +60,6 @@ from tether.evals.agentdojo.standins import (
     compromised,
     paraphrase,
 )
-from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
-from tether.policy.references import ReferencePolicy, References
-from tether.policy.rules import Decision, ProposedCall
-from tether.policy.trusted import TrustedContext
-from tether.stop import Limits
 
 __all__ = [
     "BENCHMARK_VERSION",

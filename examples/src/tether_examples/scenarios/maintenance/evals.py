@@ -29,10 +29,10 @@ from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory
 from tether.policy.trusted import Permissions, TrustedContext
 from tether.run import Agent, RunResult, RunState
-from tether.scenarios.maintenance import lab
-from tether.scenarios.maintenance.policy_model import policy_model
 from tether.stop import Limits, StopReason
 from tether.tools.contract import Effect
+from tether_examples.scenarios.maintenance import lab
+from tether_examples.scenarios.maintenance.policy_model import policy_model
 
 __all__ = ["CASES_PATH", "CONFIG_PATH", "MaintenanceScenario"]
 

@@ -16,13 +16,13 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tether.evals.agentdojo.attacks import Step, resolve
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy.provenance import ProvenanceIndex, normalise, split_values
 from tether.policy.provenance_values import date_mentions, parse_date
 from tether.policy.references import CONCAT, REF, Listed, listed_handles
 from tether.testing import FunctionModel
+from tether_examples.agentdojo.attacks import Step, resolve
 
 __all__ = [
     "ATTACKER_ID",

@@ -20,8 +20,8 @@ from tether.host import Host
 from tether.policy.rules import Policy
 from tether.policy.trusted import TrustedContext
 from tether.run import Agent
-from tether.scenarios.contract.tools import VERSIONS
 from tether.testing import ScriptedModel, call
+from tether_examples.scenarios.contract.tools import VERSIONS
 
 __all__ = ["ANSWER", "CASES_PATH", "main", "run_version"]
 

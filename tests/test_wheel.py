@@ -1,0 +1,49 @@
+"""The ``tether`` wheel holds the harness only (issue 23, item 3).
+
+The reference scenarios and the AgentDojo adapter are the ``tether-examples`` distribution
+(``examples/``), the fake chat-completions server is ``tether-testing`` (``testing/``). This
+builds the core wheel from the repository and reads what it holds.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_THE_LIBRARY = re.compile(r"(^|/)(scenarios|agentdojo|tether_examples|tether_testing)(/|$)|fake_server")
+IMPORTS_THEM = re.compile(r"^\s*(from|import)\s+tether_(examples|testing)\b", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [built] = out.glob("tether-*.whl")
+    return built
+
+
+@pytest.mark.slow
+def test_the_core_wheel_holds_no_scenario_agentdojo_or_fake_server_module(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        sources = {n: zf.read(n).decode() for n in names if n.endswith(".py")}
+        [entry_points] = [zf.read(n).decode() for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert not [n for n in names if NOT_THE_LIBRARY.search(n)]
+    assert {n.split("/")[0] for n in names} == {"tether", wheel.name.split("-")[0] + "-0.1.0.dist-info"}
+    assert not [n for n, text in sources.items() if IMPORTS_THEM.search(text)]
+    assert "tether.scenarios" not in entry_points  # the core registers no scenario of its own
+    # ... and it is the library: the command, the chokepoint and the scenario discovery are there.
+    assert {"tether/cli.py", "tether/calls.py", "tether/clisupport/scenarios.py"} <= set(names)
+    assert "tether = tether.cli:main" in entry_points
