@@ -331,6 +331,23 @@ def shape_kind(value: str) -> str:
     return "name"
 
 
+_PLAIN_NAME = re.compile(r"[^\x00-\x1f\x7f<>{}\[\]]{1,100}")
+
+
+def _well_formed(kind: str, text: str) -> bool:
+    """Whether an entry is a plain value of its kind, fit to vouch: an address, an account or a
+    link of that shape; for any other kind (a member, a channel) a short name on one line with
+    no link, address or markup inside — a name that carries a link or an instruction was chosen
+    to be read, and vouches for nothing."""
+    if kind in SHAPE_KINDS:
+        return shape_kind(text) == kind
+    if not _PLAIN_NAME.fullmatch(text) or "@" in text:
+        return False
+    from tether.policy.provenance_values import find_links
+
+    return not find_links(text)
+
+
 class Directory:
     """What the deployment vouches for, by kind: each entry vouches for one kind of
     destination only (a mailbox for a mailbox, a channel for a channel, a link for a link).
@@ -352,7 +369,7 @@ class Directory:
 
     def _add(self, kind: str, value: str) -> None:
         text = normalise(value)
-        if text:
+        if text and _well_formed(kind, text):
             self.kinds.setdefault(kind, set()).add(text)
 
     def __bool__(self) -> bool:
