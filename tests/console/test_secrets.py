@@ -98,7 +98,7 @@ def _host(db: Path, sinks: list[Any]) -> tuple[Host, Agent]:
     return host, Agent(instructions="Book.", model=FunctionModel(_model, name="stand-in"), name="booker")
 
 
-@pytest.mark.spec("T5", "O1")
+@pytest.mark.spec("T5", "P1")
 def test_a_declared_secret_is_masked_in_every_sink_and_other_arguments_are_shown(world: Any) -> None:
     exporter = InMemorySpanExporter()
     provider = TracerProvider()

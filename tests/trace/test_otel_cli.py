@@ -93,7 +93,7 @@ def attrs(span: Any) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.spec("O1", "O2")
+@pytest.mark.spec("P1", "P3")
 def test_a_resumed_run_continues_its_trace_with_the_real_provider_and_no_free_text(
     tmp_path: Path, receiver: tuple[str, list[ExportTraceServiceRequest]]
 ) -> None:
