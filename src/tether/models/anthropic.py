@@ -48,7 +48,7 @@ from tether.messages import (
 )
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
-from tether.models.retrying import Retryable, RetryPolicy, call_with_retries
+from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models.sdk import (
     LoopClient,
     api_key,
@@ -71,7 +71,7 @@ _CACHE = {"type": "ephemeral"}
 DeltaCallback = Callable[[str, str], None]
 
 
-class AnthropicMessages:
+class AnthropicMessages(RetryingBackend):
     """A ``Model`` on the Anthropic Messages API.
 
     ``base_url`` defaults to ``$ANTHROPIC_BASE_URL`` or Anthropic's; the key comes from
@@ -254,29 +254,7 @@ class AnthropicMessages:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
         ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
         body = to_json(self.body(request))
-        taken: list[dict[str, Any]] = []
-
-        def count() -> None:
-            self.calls += 1
-
-        try:
-            response = await call_with_retries(
-                lambda: self._attempt(body),
-                label=self.model,
-                timeout_s=self.timeout_s,
-                retry=self.retry,
-                sleep=self._sleep,
-                rand=self._rand,
-                rate_limit=self.rate_limit,
-                scrub=self._scrub,
-                taken=taken,
-                on_attempt=count,
-            )
-        finally:
-            self.retries.extend(taken)
-        if taken:
-            response.meta["retries"] = taken
-        return response
+        return await self.send(body)
 
     async def _attempt(self, body: bytes) -> ModelResponse:
         import anthropic

@@ -58,7 +58,7 @@ from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.models.base import ModelRequest, ModelResponse, finish_of, repeated_prefix
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
-from tether.models.retrying import Retryable, RetryPolicy, call_with_retries, status_error
+from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy, status_error
 from tether.models.sdk import sse_data
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ def _counted_stream() -> type:
     return Counted
 
 
-class OpenAICompatible:
+class OpenAICompatible(RetryingBackend):
     """A ``Model`` that talks to a chat-completions endpoint.
 
     ``model`` is the provider's model name; ``base_url`` defaults to ``$OPENAI_BASE_URL`` or
@@ -477,29 +477,7 @@ class OpenAICompatible:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
         ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
         body = self.encode(request)
-        taken: list[dict[str, Any]] = []
-
-        def count() -> None:
-            self.calls += 1
-
-        try:
-            response = await call_with_retries(
-                lambda: self._attempt(body),
-                label=self.model,
-                timeout_s=self.timeout_s,
-                retry=self.retry,
-                sleep=self._sleep,
-                rand=self._rand,
-                rate_limit=self.rate_limit,
-                scrub=self._scrub,
-                taken=taken,
-                on_attempt=count,
-            )
-        finally:
-            self.retries.extend(taken)
-        if taken:
-            response.meta["retries"] = taken
-        return response
+        return await self.send(body)
 
     async def _attempt(self, body: bytes) -> ModelResponse:
         import httpx2

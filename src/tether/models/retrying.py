@@ -27,7 +27,7 @@ from tether.errors import ModelError
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
 
-__all__ = ["RetryPolicy", "Retryable", "call_with_retries", "retry_after", "status_error"]
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries", "retry_after", "status_error"]
 
 T = TypeVar("T")
 
@@ -130,3 +130,49 @@ async def call_with_retries(
         delay = retry.delay(len(taken), err.retry_after, rand())
         taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
         await sleep(delay)
+
+
+class RetryingBackend:
+    """What every HTTP backend's ``complete`` does with its encoded request, in one place:
+    ``send`` runs ``_attempt`` under ``call_with_retries``, counts each attempt in ``calls``,
+    lists every retry in ``retries`` and on the response (``meta["retries"]``)."""
+
+    model: str
+    timeout_s: float
+    retry: RetryPolicy
+    rate_limit: TokenBucket | None
+    calls: int
+    retries: list[dict[str, Any]]
+    _sleep: Callable[[float], Awaitable[None]]
+    _rand: Callable[[], float]
+
+    def _scrub(self, text: str) -> str:
+        return text
+
+    async def _attempt(self, body: bytes) -> Any:
+        raise NotImplementedError
+
+    async def send(self, body: bytes) -> Any:
+        taken: list[dict[str, Any]] = []
+
+        def count() -> None:
+            self.calls += 1
+
+        try:
+            response = await call_with_retries(
+                lambda: self._attempt(body),
+                label=self.model,
+                timeout_s=self.timeout_s,
+                retry=self.retry,
+                sleep=self._sleep,
+                rand=self._rand,
+                rate_limit=self.rate_limit,
+                scrub=self._scrub,
+                taken=taken,
+                on_attempt=count,
+            )
+        finally:
+            self.retries.extend(taken)
+        if taken:
+            response.meta["retries"] = taken
+        return response
