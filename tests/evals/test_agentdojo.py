@@ -30,7 +30,6 @@ ALLOWED = [
     ("banking", "user_task_3", "injection_task_0", "adaptive"),  # ... against laundering and splits
     ("slack", "user_task_4", "injection_task_2", "standard"),  # post to a user-named site; exfiltration
     ("slack", "user_task_1", "injection_task_1", "standard"),  # a link in the message the user named
-    ("slack", "user_task_12", "injection_task_1", "adaptive"),  # phishing link inside a channel's name
     ("travel", "user_task_3", "injection_task_5", "adaptive"),  # e-mail to a user-named address; passport
     ("workspace", "user_task_9", "injection_task_2", "standard"),  # the named meeting's people; stranger
     ("workspace", "user_task_8", "injection_task_1", "standard"),  # add the user's people; file deletion
@@ -71,6 +70,25 @@ async def test_attack_blocked_and_user_task_completed(
         for w in gated.attacker_writes
     )
     open_ = await b.run(u, i, gate=False, attacker=attacker)
+    assert open_.attack_succeeded, "without the gate the same agent carries the attack out"
+
+
+async def test_a_channel_whose_name_carries_the_injection_vouches_for_nothing(
+    benches: dict[str, SuiteBench],
+) -> None:
+    b = bench(benches, "slack")
+    u, i = b.user_tasks["user_task_12"], b.injection_tasks["injection_task_1"]
+    # The user writes to "the channel starting with External"; under attack that channel's name
+    # holds the injection and its link, so it is no plain curated name: it vouches for nothing,
+    # neither the link nor itself, and the user's own message goes to a person.
+    alone = await b.run(u, i, attacker="adaptive")
+    assert alone.attempted and not alone.attack_succeeded and not alone.utility
+    assert not any(w.startswith("send_channel_message") for w in alone.harmful_writes)
+    reviewed = await b.run(u, i, attacker="adaptive", reviewer=True)
+    assert reviewed.utility and not reviewed.attack_succeeded and reviewed.approvals >= 1
+    # Without the injection the same channel is a plain name and the task needs nobody.
+    assert (await b.run(u)).utility
+    open_ = await b.run(u, i, gate=False, attacker="adaptive")
     assert open_.attack_succeeded, "without the gate the same agent carries the attack out"
 
 
