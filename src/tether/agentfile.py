@@ -316,6 +316,43 @@ class PermissionsSpec(_Strict):
     """what the run may write (handoff permissions)"""
 
 
+class ProvenanceSpec(_Strict):
+    """Provenance-aware rules: where each argument of each side-effecting tool may come from.
+    With them, the rules decide which effects need a person (instead of every effect)."""
+
+    file: str | None = Field(
+        default=None,
+        description="a YAML file holding trust, tools, directory and own (relative to this file)",
+    )
+    trust: dict[str, Any] = Field(
+        default_factory=dict,
+        description="trust classes per source and field: {default: {...}, sources: {tool: {default, "
+        "fields, record_id, author, naming, self_naming}}}",
+    )
+    tools: dict[str, Any] = Field(
+        default_factory=dict,
+        description="per tool: effect, requested_by, no_flow, no_relay and arguments "
+        "{name: {role, from, …}}; every argument of every side-effecting tool must be declared",
+    )
+    directory: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="curated destinations by kind ({mailbox: [...], account: [...], member: [...]}): "
+        "each entry vouches for its own kind only",
+    )
+    own: list[str] = Field(default_factory=list, description="the user's own identities (address, account)")
+    mode: Literal["matching", "reference"] = Field(
+        default="matching",
+        description="matching: values traced by whole-value matching; reference: the model passes values "
+        'from tool results by handle ({"$ref": ...}), resolved by the host',
+    )
+
+    @model_validator(mode="after")
+    def _file_or_inline(self) -> ProvenanceSpec:
+        if self.file is not None and (self.trust or self.tools or self.directory or self.own):
+            raise ValueError("give provenance.file or inline trust/tools/directory/own, not both")
+        return self
+
+
 class PolicySpec(_Strict):
     allow: list[str] | None = None
     """tools the model may see and call (default: every tool offered)"""
@@ -345,6 +382,9 @@ class PolicySpec(_Strict):
         "unknown or another tenant's is denied (tools declare their target argument)",
     )
     catalog_file: str | None = Field(default=None, description="the same catalog in a YAML or JSON file")
+    provenance: ProvenanceSpec | None = Field(
+        default=None, description="provenance rules per tool argument (see ProvenanceSpec)"
+    )
 
     @model_validator(mode="after")
     def _one_catalog(self) -> PolicySpec:
@@ -886,6 +926,54 @@ def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[A
     return Subagent(sub.name, sub.description, agent, sub.max_chars)
 
 
+def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]) -> None:
+    """Swap the host's effect-approval rule for the file's provenance rules (declarations checked
+    against the offered tools now, not at the first call) and label what tools return."""
+    from tether.policy.provenance import Directory, TrustConfig
+    from tether.policy.provenance_rules import (
+        ProvenancePolicy,
+        ProvenanceRules,
+        check_declarations,
+        make_labeler,
+        rules_from_dict,
+    )
+    from tether.policy.rules import EffectApproval
+
+    data: dict[str, Any] = spec.model_dump(exclude={"file", "mode"})
+    if spec.file is not None:
+        path = af.resolve(spec.file)
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{af.label()}: policy.provenance.file {spec.file}: {err}") from None
+        if not isinstance(loaded, dict) or set(loaded) - {"trust", "tools", "directory", "own"}:
+            raise ConfigError(
+                f"{af.label()}: policy.provenance.file {spec.file}: a mapping of trust, tools, directory, own"
+            )
+        data = {"trust": {}, "tools": {}, "directory": {}, "own": [], **loaded}
+    try:
+        trust = TrustConfig.from_dict(data["trust"] or {})
+        declared = rules_from_dict(data["tools"] or {})
+        directory = Directory(data["directory"] or {})
+        check_declarations(declared, local)  # local tools now; an MCP tool's at its first call
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{af.label()}: policy.provenance: {err}") from None
+    rules = ProvenanceRules(declared, trust, directory=directory, own=list(data["own"] or []))
+    base = host.policy
+    extra = [r for r in base.rules if r is not base.allowlist and not isinstance(r, EffectApproval)]
+    allow, deny = base.allowlist.allow, base.allowlist.deny
+    label = make_labeler(trust, list(data["own"] or []))
+    if spec.mode == "reference":
+        from tether.policy.references import ReferencePolicy, References
+
+        references = References(trust, list(data["own"] or []))
+        host.policy = ReferencePolicy(rules, references, allow=allow, deny=deny, extra=extra)
+        host.labeler = references.labeler(label)
+    else:
+        host.policy = ProvenancePolicy(rules, allow=allow, deny=deny, extra=extra)
+        host.labeler = label
+
+
 def _otel_wanted() -> bool:
     """Whether the ``OTEL_*`` variables ask for trace export (cheap: nothing imported otherwise).
     Raises ``ConfigError`` when they do and the ``otel`` extra is missing."""
@@ -996,6 +1084,8 @@ def build_agent(
         )
     if tools:
         host.add_tools(*tools)
+    if p.provenance is not None:
+        _provenance(af, p.provenance, host, [t.spec for t in tools])
     host.extra_sinks.extend(trace_sinks)
     if spec.memory is not None:
         host.memory = _memory(af, spec.memory)
