@@ -47,3 +47,27 @@ def test_the_core_wheel_holds_no_scenario_agentdojo_or_fake_server_module(wheel:
     # ... and it is the library: the command, the chokepoint and the scenario discovery are there.
     assert {"tether/cli.py", "tether/calls.py", "tether/clisupport/scenarios.py"} <= set(names)
     assert "tether = tether.cli:main" in entry_points
+
+
+@pytest.mark.slow
+def test_the_wheel_and_sdist_are_ready_to_publish(wheel: Path, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    [sdist] = tmp_path.glob("tether-*.tar.gz")
+    check = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        [meta] = [zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in meta and "Classifier: Typing :: Typed" in meta
+    assert any(n.endswith("licenses/LICENSE") for n in names) and "tether/py.typed" in names
