@@ -187,6 +187,8 @@ class CallPipeline:
     def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
         """resolve → harness intercept → intake → validation → policy, traced and recorded."""
         s, t, host = scope.state, scope.tracer, self.host
+        if t.redactor.declared(call.name):  # learn secrets from the whole call, not the cut below
+            t.redactor.learn(call.name, call.arguments)
         t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
         outcome = None
         if scope.harness is not None:

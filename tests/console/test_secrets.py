@@ -196,3 +196,28 @@ def test_no_piece_of_a_secret_survives_a_cut_at_any_length_and_position(
     for name, text in sinks.items():
         leaked = fragments(text, secret[:known]) if known >= MIN_FRAGMENT else []
         assert not leaked, (name, leaked)
+
+
+def test_a_secret_past_the_cut_of_the_proposal_event_is_still_learned_and_redacted(tmp_path: Path) -> None:
+    # The proposal event keeps the first 2,000 characters of the arguments; a secret after
+    # them must be learned from the whole call, or the tool's echo of it would reach the trace.
+    def model(request: ModelRequest) -> Any:
+        if results := tool_results(request):
+            return final(f"The airline said: {results[0].content}")
+        return call(
+            "book_seat", passenger_name="A" * 2100, secretary_email="sec@example.org", max_tokens=1,
+            api_token=SECRET,
+        )  # fmt: skip
+
+    host = Host(
+        policy=Policy(allow={"book_seat"}, automatic_effects=(Effect.READ, Effect.WRITE)),
+        trace_dir=tmp_path / "traces",
+        on_denied="continue",
+    )
+    host.add_tools(book_seat)
+    agent = Agent(instructions="Book.", model=FunctionModel(model, name="stand-in"), name="booker")
+    result = anyio.run(lambda: host.run(agent, "Book my seat.", context=CTX))
+    text = (tmp_path / "traces" / f"{result.run_id}.jsonl").read_text(encoding="utf-8")
+    assert "airline refused token" in text  # the tool's error is traced ...
+    assert fragments(text) == []  # ... without any piece of the secret
+    assert "A" * 1000 in text  # the other argument is shown
