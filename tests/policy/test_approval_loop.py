@@ -294,8 +294,13 @@ MAIN_FIXTURE = Path(__file__).parent / "fixtures" / "main-39b49db"
 @pytest.mark.spec("T5")
 async def test_a_run_paused_by_the_code_before_the_run_scope_resumes(tmp_path: Path) -> None:
     import shutil
+    import sqlite3
 
-    shutil.copytree(MAIN_FIXTURE, tmp_path / "run")
+    # The store main@39b49db wrote, kept as its SQL dump and loaded into a real SQLite file.
+    shutil.copytree(MAIN_FIXTURE, tmp_path / "run", ignore=shutil.ignore_patterns("*.sql"))
+    with sqlite3.connect(tmp_path / "run" / "approvals.db") as db:
+        db.executescript((MAIN_FIXTURE / "approvals.sql").read_text(encoding="utf-8"))
+    db.close()
     run_id = next((tmp_path / "run" / "traces").glob("*.jsonl")).stem
     old = read_trace(tmp_path / "run" / "traces" / f"{run_id}.jsonl")
     host, agent = build_loop(tmp_path / "run" / "approvals.db")

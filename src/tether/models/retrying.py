@@ -16,6 +16,7 @@ will not (401, 400, …). ``call_with_retries`` owns the rest, once for every ba
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -132,7 +133,7 @@ async def call_with_retries(
         await sleep(delay)
 
 
-class RetryingBackend:
+class RetryingBackend(ABC):
     """What every HTTP backend's ``complete`` does with its encoded request, in one place:
     ``send`` runs ``_attempt`` under ``call_with_retries``, counts each attempt in ``calls``,
     lists every retry in ``retries`` and on the response (``meta["retries"]``)."""
@@ -149,8 +150,9 @@ class RetryingBackend:
     def _scrub(self, text: str) -> str:
         return text
 
+    @abstractmethod
     async def _attempt(self, body: bytes) -> Any:
-        raise NotImplementedError
+        """One try: post ``body`` and read the answer (a backend's own protocol)."""
 
     async def send(self, body: bytes) -> Any:
         taken: list[dict[str, Any]] = []

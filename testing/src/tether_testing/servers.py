@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import json
 import re
+from abc import ABC, abstractmethod
 from typing import Any
 
 from tether_testing.fake_server import CLOSE, FakeChatServer, Reply
@@ -35,7 +36,7 @@ def _pieces(text: str, n: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
-class _SseServer(FakeChatServer):
+class _SseServer(FakeChatServer, ABC):
     """What both servers share: JSON answers, SSE answers with ``event:`` lines, cuts."""
 
     async def _answer(self, writer: asyncio.StreamWriter, request: dict[str, Any], reply: Reply) -> bool:
@@ -85,17 +86,21 @@ class _SseServer(FakeChatServer):
 
     # -- what each protocol fills in ----------------------------------------------------------
 
+    @abstractmethod
     def error_body(self, reply: Reply) -> dict[str, Any]:
-        raise NotImplementedError
+        """The protocol's error body for a failing reply."""
 
+    @abstractmethod
     def error_event(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """The protocol's error event inside a stream."""
 
+    @abstractmethod
     def whole(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
-        raise NotImplementedError
+        """The protocol's whole (not streamed) answer."""
 
+    @abstractmethod
     def events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """The protocol's stream events, in order."""
 
 
 class FakeAnthropicServer(_SseServer):
