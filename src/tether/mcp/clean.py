@@ -93,7 +93,21 @@ def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
     ``links``."""
     if "[" not in text and "<" not in text and "\r" not in text and _plain(text):
         return text, {}  # plain text with no markup: nothing to look at (the common case)
-    meta: dict[str, Any] = {}
+    cleaned, meta = _strip_hidden(text)
+    cleaned, n = _COMMENT.subn(lambda m: f"[html comment removed: {len(m.group(0))} characters]", cleaned)
+    if n:
+        meta["html_comments"] = n
+    cleaned, images = _neutralise_images(cleaned)
+    if images:
+        meta["images"] = images
+    cleaned, links = _neutralise_links(cleaned)
+    if links:
+        meta["links"] = links
+    return cleaned, meta
+
+
+def _strip_hidden(text: str) -> tuple[str, dict[str, Any]]:
+    """Hidden characters removed (counted by kind; tag characters' ASCII kept for the review)."""
     counts: Counter[str] = Counter()
     tags: list[str] = []
 
@@ -109,69 +123,44 @@ def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
 
     # Only characters outside printable ASCII are looked at: plain text costs one regex scan.
     cleaned = _SUSPECT.sub(strip, text.replace("\r\n", "\n"))
+    meta: dict[str, Any] = {}
     if counts:
         meta["hidden_chars"] = dict(sorted(counts.items()))
     if tags:
         meta["hidden_tag_text"] = "".join(tags)
+    return cleaned, meta
 
-    cleaned, n = _COMMENT.subn(lambda m: f"[html comment removed: {len(m.group(0))} characters]", cleaned)
-    if n:
-        meta["html_comments"] = n
-    images = 0
+
+def _neutralise_images(text: str) -> tuple[str, int]:
+    """Markdown and HTML images replaced by a note (a rendered image fetches its target)."""
 
     def image(m: re.Match[str]) -> str:
-        nonlocal images
-        images += 1
         return f"[image {m.group(1)!r} not shown: its target on {_host(m.group(2))} was removed]"
 
-    def image_ref(m: re.Match[str]) -> str:
-        nonlocal images
-        images += 1
-        return f"[image {m.group(1)!r} not shown]"
+    text, a = _IMAGE.subn(image, text)  # images first: the link pattern would match their tail
+    text, b = _REF_IMAGE.subn(lambda m: f"[image {m.group(1)!r} not shown]", text)
+    text, c = _HTML_IMG.subn("[html image removed]", text)
+    return text, a + b + c
 
-    def html_image(m: re.Match[str]) -> str:
-        nonlocal images
-        images += 1
-        return "[html image removed]"
 
-    cleaned = _IMAGE.sub(image, cleaned)  # images first: the link pattern would match their tail
-    cleaned = _REF_IMAGE.sub(image_ref, cleaned)
-    cleaned = _HTML_IMG.sub(html_image, cleaned)
-    if images:
-        meta["images"] = images
-    links = 0
-
-    def link(m: re.Match[str]) -> str:
-        nonlocal links
-        links += 1
-        return f"{m.group(1)} [link to {_host(m.group(2))} removed]"
-
-    def link_def(m: re.Match[str]) -> str:
-        nonlocal links
-        links += 1
-        return f"[{m.group(1)}]: [link to {_host(m.group(2))} removed]"
+def _neutralise_links(text: str) -> tuple[str, int]:
+    """Markdown and raw HTML links keep their text, lose their target (its host is named);
+    HTML elements that load something are removed."""
 
     def html_link(m: re.Match[str]) -> str:
-        nonlocal links
-        links += 1
         target = next((g for g in m.groups()[:3] if g is not None), "")
         inner = m.group(4) if m.lastindex and m.lastindex >= 4 and m.group(4) is not None else ""
         return f"{inner}{' ' if inner else ''}[link to {_host(target)} removed]"
 
-    def html_fetching(m: re.Match[str]) -> str:
-        nonlocal links
-        links += 1
-        return f"[html {m.group(1).lower()} removed]"
-
-    cleaned = _LINK.sub(link, cleaned)
-    cleaned = _LINK_DEF.sub(link_def, cleaned)
-    if "<" in cleaned:  # raw HTML: links cleaned like markdown ones, loading elements removed
-        cleaned = _HTML_LINK.sub(html_link, cleaned)
-        cleaned = _HTML_OPEN_LINK.sub(html_link, cleaned)
-        cleaned = _HTML_FETCHING.sub(html_fetching, cleaned)
-    if links:
-        meta["links"] = links
-    return cleaned, meta
+    text, a = _LINK.subn(lambda m: f"{m.group(1)} [link to {_host(m.group(2))} removed]", text)
+    text, b = _LINK_DEF.subn(lambda m: f"[{m.group(1)}]: [link to {_host(m.group(2))} removed]", text)
+    count = a + b
+    if "<" in text:  # raw HTML: links cleaned like markdown ones, loading elements removed
+        text, c = _HTML_LINK.subn(html_link, text)
+        text, d = _HTML_OPEN_LINK.subn(html_link, text)
+        text, e = _HTML_FETCHING.subn(lambda m: f"[html {m.group(1).lower()} removed]", text)
+        count += c + d + e
+    return text, count
 
 
 def clean_result_data(value: Any) -> tuple[Any, dict[str, Any]]:

@@ -20,6 +20,7 @@ __all__ = [
     "classify",
     "closed_underneath",
     "enabled",
+    "failure_detail",
     "is_modern",
     "leaf",
     "transport_failure",
@@ -97,3 +98,18 @@ def closed_underneath(client: Any) -> bool:
     except Exception:
         return False
     return bool(getattr(dispatcher, "_closed", False))
+
+
+def failure_detail(why: str, returncode: int | None, tail: list[str], hint: str | None = None) -> str | None:
+    """For the person: ``why`` with the process's exit, its last stderr lines and a hint (or
+    ``None`` when there is nothing to add)."""
+    parts = [why]
+    if returncode is not None:
+        parts.append(
+            f"its process exited with {f'signal {-returncode}' if returncode < 0 else f'code {returncode}'}"
+        )
+    if tail:
+        parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
+    if hint:
+        parts.append(hint)
+    return "; ".join(parts) if len(parts) > 1 else None

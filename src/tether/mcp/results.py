@@ -55,20 +55,11 @@ def paths_outside(text: str, roots: Sequence[Path]) -> list[str]:
     return found
 
 
-def convert_result(
-    server: str,
-    spec: ToolSpec,
-    result: Any,
-    definition: Mapping[str, Any],
-    emit: Emit,
-    validate: Callable[[Any, dict[str, Any]], None],
-    roots: Sequence[Path] = (),
-) -> ToolOutput:
-    import jsonschema
-
+def _content_parts(content: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """The text of each content block (what is not text, described) and the links shown."""
     parts: list[str] = []
     links = []
-    for c in result.content:
+    for c in content:
         kind = getattr(c, "type", "")
         if kind == "text":
             parts.append(c.text)
@@ -82,18 +73,49 @@ def convert_result(
             parts.append(text if text is not None else f"[embedded binary resource omitted: {res.uri}]")
         else:
             parts.append(f"[{kind} content omitted]")
+    return parts, links
+
+
+def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, Any]], None]) -> str | None:
+    """Why ``data`` fails its output schema (``None``: it passes)."""
+    import jsonschema
+
+    try:
+        validate(data, schema)
+    except jsonschema.ValidationError as err:
+        return err.message
+    except jsonschema.SchemaError as err:
+        return f"invalid output schema: {err.message}"
+    except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
+        return f"unusable output schema: {type(err).__name__}"
+    return None
+
+
+def _truncated(text: str, server: str, limit: int) -> str:
+    marker = (
+        f"\n[TRUNCATED by host: {len(text)} characters from server {server}; only the first "
+        f"{{shown}} are shown, the rest was kept out of context]"
+    )
+    shown = max(0, limit - len(marker) - 8)
+    return text[:shown] + marker.format(shown=shown)
+
+
+def convert_result(
+    server: str,
+    spec: ToolSpec,
+    result: Any,
+    definition: Mapping[str, Any],
+    emit: Emit,
+    validate: Callable[[Any, dict[str, Any]], None],
+    roots: Sequence[Path] = (),
+) -> ToolOutput:
+    parts, links = _content_parts(result.content)
     raw = "\n".join(parts)
     data: Any = result.structured_content
     output_schema = definition.get("outputSchema")
-    if output_schema is not None and not result.is_error:
-        try:
-            validate(data, output_schema)
-        except jsonschema.ValidationError as err:
-            return invalid_output(server, spec, err.message, emit)
-        except jsonschema.SchemaError as err:
-            return invalid_output(server, spec, f"invalid output schema: {err.message}", emit)
-        except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
-            return invalid_output(server, spec, f"unusable output schema: {type(err).__name__}", emit)
+    why = None if output_schema is None or result.is_error else _schema_failure(data, output_schema, validate)
+    if why is not None:
+        return invalid_output(server, spec, why, emit)
     if data is None and len(parts) == 1:
         try:
             data = json.loads(parts[0])
@@ -128,16 +150,10 @@ def convert_result(
             paths=outside,
         )
     total = len(text)
-    truncated = False
-    if total > spec.max_result_chars:
-        marker = (
-            f"\n[TRUNCATED by host: {total} characters from server {server}; only the first "
-            f"{{shown}} are shown, the rest was kept out of context]"
-        )
-        shown = max(0, spec.max_result_chars - len(marker) - 8)
-        text = text[:shown] + marker.format(shown=shown)
+    truncated = total > spec.max_result_chars
+    if truncated:
+        text = _truncated(text, server, spec.max_result_chars)
         data = None  # structured data would carry the whole payload past the cap
-        truncated = True
         emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)

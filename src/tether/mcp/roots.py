@@ -70,6 +70,12 @@ class RootsGate:
         self._on_event = on_event or (lambda _e: None)
         self.listed = 0
 
+    def paths(self) -> list[Path]:
+        """The roots as local paths (what results are checked against)."""
+        from urllib.parse import unquote, urlsplit
+
+        return [Path(unquote(urlsplit(r).path)) for r in self.roots]
+
     def set_roots(self, roots: Iterable[str]) -> bool:
         """Replace the roots (all validated first: a bad one changes nothing). True if they changed."""
         new = [validate_root(r, base=self.base) for r in roots]

@@ -112,52 +112,46 @@ class SamplingGate:
         return types.ErrorData(code=SAMPLING_REFUSED, message=f"sampling refused by the host: {reason}")
 
     async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        call = self.current_call()
+        tool = call.tool if call is not None else None
+        prompt = self._refusal(params, call) or _prompt(self.server, tool, params, self.config.max_tokens)
+        if isinstance(prompt, SamplingPrompt):
+            if self.consent is None:
+                prompt = "no consent hook: nobody can inspect the prompt"
+            else:
+                verdict = self.consent(prompt)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+                prompt = prompt if verdict else "the person did not consent"
+        if isinstance(prompt, str):
+            return self._refuse(prompt, tool=tool)
+        return await self._sample(prompt, tool)
+
+    def _refusal(self, params: types.CreateMessageRequestParams, call: CallInfo | None) -> str | None:
+        """Why this request is refused before anyone sees it (``None``: it may go on)."""
+        if not self.config.enabled:
+            return "sampling is not enabled for this server"
+        if self.model is None:
+            return "no model is configured for sampling"
+        if (why := self.budget.exhausted()) is not None:
+            return why
+        if call is not None:
+            call.samples += 1
+            if call.samples > self.config.max_calls_per_call:
+                return f"more than {self.config.max_calls_per_call} sampling request(s) in one tool call"
+        if params.include_context not in (None, "none"):
+            return f"includeContext {params.include_context!r} refused: a server never sees the conversation"
+        if params.tools:
+            return "sampling with tools is not allowed"
+        return None
+
+    async def _sample(self, prompt: SamplingPrompt, tool: str | None) -> Any:
+        """Ask the model, within the budget; its answer capped and traced."""
         import mcp_types as types
 
         from tether.models.base import ModelRequest
 
-        call = self.current_call()
-        tool = call.tool if call is not None else None
-        if not self.config.enabled:
-            return self._refuse("sampling is not enabled for this server", tool=tool)
-        if self.model is None:
-            return self._refuse("no model is configured for sampling", tool=tool)
-        if (why := self.budget.exhausted()) is not None:
-            return self._refuse(why, tool=tool)
-        if call is not None:
-            call.samples += 1
-            if call.samples > self.config.max_calls_per_call:
-                cap = self.config.max_calls_per_call
-                return self._refuse(f"more than {cap} sampling request(s) in one tool call", tool=tool)
-        if params.include_context not in (None, "none"):
-            return self._refuse(
-                f"includeContext {params.include_context!r} refused: a server never sees the conversation",
-                tool=tool,
-            )
-        if params.tools:
-            return self._refuse("sampling with tools is not allowed", tool=tool)
-        messages = []
-        for m in params.messages:
-            text = _text(m.content)
-            if text is None:
-                return self._refuse("only text messages can be sampled", tool=tool)
-            messages.append((m.role, text))
-        prompt = SamplingPrompt(
-            server=self.server,
-            tool=tool,
-            system_prompt=params.system_prompt,
-            messages=tuple(messages),
-            max_tokens=min(params.max_tokens, self.config.max_tokens),
-            requested_max_tokens=params.max_tokens,
-            requested_include_context=params.include_context,
-        )
-        if self.consent is None:
-            return self._refuse("no consent hook: nobody can inspect the prompt", tool=tool)
-        verdict = self.consent(prompt)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
-        if not verdict:
-            return self._refuse("the person did not consent", tool=tool)
+        assert self.model is not None
         # Only the server's messages: no system prompt of its own, no context of the run.
         request_messages: list[Any] = []
         for role, text in prompt.messages:
@@ -186,9 +180,8 @@ class SamplingGate:
             return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
         self.budget.seconds += time.monotonic() - started
         self.budget.tokens += response.usage.total_tokens
-        text = response.message.content or ""
         # Cap the answer itself (about 4 characters a token), whatever the model did.
-        text = text[: prompt.max_tokens * 4]
+        text = (response.message.content or "")[: prompt.max_tokens * 4]
         self._on_event(
             {
                 "server": self.server,
@@ -206,3 +199,24 @@ class SamplingGate:
             model=response.model or getattr(self.model, "name", "host-model"),
             stop_reason="endTurn",
         )
+
+
+def _prompt(
+    server: str, tool: str | None, params: types.CreateMessageRequestParams, max_tokens: int
+) -> SamplingPrompt | str:
+    """What a person is asked to consent to (or why it cannot be sampled: not text)."""
+    messages = []
+    for m in params.messages:
+        text = _text(m.content)
+        if text is None:
+            return "only text messages can be sampled"
+        messages.append((m.role, text))
+    return SamplingPrompt(
+        server=server,
+        tool=tool,
+        system_prompt=params.system_prompt,
+        messages=tuple(messages),
+        max_tokens=min(params.max_tokens, max_tokens),
+        requested_max_tokens=params.max_tokens,
+        requested_include_context=params.include_context,
+    )

@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shlex
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -37,26 +36,23 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
-import jsonschema
 
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
+from tether.mcp.calling import call_tool, guarded
 from tether.mcp.connection import Connection, ConnectionLost, describe_error
 from tether.mcp.elicitation import CallInfo
 from tether.mcp.failures import (
     Unavailable,
-    classify,
     closed_underneath,
-    enabled,
+    failure_detail,
     is_modern,
     leaf,
-    transport_failure,
 )
 from tether.mcp.listing import PinnedListing
+from tether.mcp.opening import open_client, prepare, serve
 from tether.mcp.pinning import PinStore, ToolCheck
-from tether.mcp.results import convert_result, invalid_output
-from tether.mcp.tasks import TaskRelay, run_task, task_required
+from tether.mcp.tasks import TaskRelay
 from tether.schema import SchemaViolation, UnusableSchema, check_arguments
-from tether.schema import validate as validate_schema
 from tether.tools.contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace.events import EventKind
 
@@ -67,9 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 SEPARATOR = "__"
-URL_ELICITATION_REQUIRED = -32042
-# Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
-_SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -94,6 +87,25 @@ class InputPending(ToolError):
 
 class McpServerSource:
     """One supervised client connection to one MCP server."""
+
+    # The connection's state, before the first start (instances set their own as it changes).
+    restarts = 0
+    sandbox_plan: SandboxPlan | None = None
+    stderr: ServerStderr | None = None
+    unavailable: str | None = None  # why the server is gone (short: the model may see it)
+    unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
+    instructions: str | None = None
+    protocol_version: str | None = None
+    calls_sent = 0
+    _start_detail: str | None = None
+    _process: Any = None  # the stdio server's process (its exit code, for a failed start)
+    _conn: Connection | None = None
+    _restart_lock: anyio.Lock | None = None
+    _announced: Connection | None = None  # the connection whose start was traced
+    _listed_at_connect = False
+    _listening = False
+    _stale = False  # a list-changed was heard: re-list before the next call
+    _tracer: Any = None
 
     def __init__(
         self,
@@ -125,14 +137,7 @@ class McpServerSource:
         stderr: Callable[[], ServerStderr] | None = None,
         on_progress: ProgressSink | None = None,
     ) -> None:
-        if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
-            raise ConfigError(
-                f"server id {name!r} must be alphanumeric (with - or _) and not contain {SEPARATOR!r}"
-            )
-        if (command is None) == (url is None):
-            raise ConfigError("give exactly one of command (stdio) or url (Streamable HTTP)")
-        if restart not in ("never", "on_failure"):
-            raise ConfigError(f"restart must be 'never' or 'on_failure', not {restart!r}")
+        _check_identity(name, command, url, restart)
         self.name = name
         self.command = list(command) if command else None
         self.url = url
@@ -157,32 +162,16 @@ class McpServerSource:
         self.fail_soft = fail_soft
         self.restart = restart
         self.max_restarts = max_restarts
-        self.restarts = 0
         self.sandbox = sandbox
-        self.sandbox_plan: SandboxPlan | None = None
         self.stderr_factory = stderr
-        self.stderr: ServerStderr | None = None
         self.on_progress = on_progress
         self.peers: list[McpServerSource] = []  # started together (concurrently) with this one
-        self.unavailable: str | None = None  # why the server is gone (short: the model may see it)
-        self.unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
-        self._start_detail: str | None = None
-        self._process: Any = None  # the stdio server's process (its exit code, for a failed start)
         self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
         self.warnings: list[str] = []
-        self.instructions: str | None = None
-        self.protocol_version: str | None = None
-        self._conn: Connection | None = None
         self._retired: list[Connection] = []
-        self._restart_lock: anyio.Lock | None = None
-        self._announced: Connection | None = None  # the connection whose start was traced
-        self._listed_at_connect = False
-        self._listening = False
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
-        self._tracer: Any = None
-        self.calls_sent = 0
 
     # -- identity and tracing ---------------------------------------------------------------
 
@@ -248,163 +237,13 @@ class McpServerSource:
     # -- connecting (in the connection's own task) ------------------------------------------
 
     async def _open(self, stack: AsyncExitStack) -> Any:
-        """Spawn or contact the server, then enter the SDK client on the connection's stack."""
-        transport: Any
-        if self.command:
-            transport = await self._stdio(stack)
-        else:
-            transport = await self._http(stack)
-        from mcp import Client
-
-        # Every message passes the connection's task relay, which can also send the host's own
-        # task requests (tether.mcp.tasks): the SDK has no client for tasks.
-        relay = TaskRelay()
-        transport = relay.wrap(transport)
-
-        callbacks: dict[str, Any] = {}
-        # A capability is advertised only when it is enabled: the SDK announces each callback given.
-        if enabled(self.elicitation):
-            callbacks["elicitation_callback"] = self._shielded("elicitation/create", self.elicitation)
-        if enabled(self.sampling):
-            callbacks["sampling_callback"] = self._shielded("sampling/createMessage", self.sampling)
-        if self.roots is not None:
-            callbacks["list_roots_callback"] = self._shielded("roots/list", self.roots)
-        client = await stack.enter_async_context(
-            Client(
-                transport,
-                mode=self.mode,  # type: ignore[arg-type]
-                read_timeout_seconds=max(self.timeout_s, self.max_call_s or 0),
-                message_handler=self._on_message,
-                **callbacks,
-            )
-        )
-        self._relays[id(client)] = relay
-        stack.callback(self._relays.pop, id(client), None)
-        return client
-
-    def _shielded(self, method: str, answer: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-        """A server request's handler that never fails into the SDK: a failure of the host's own
-        (whatever its text: a local path, a traceback) is logged here, and the server is told
-        only that the host could not answer."""
-
-        async def handler(*args: Any) -> Any:
-            try:
-                return await answer(*args)
-            except Exception as err:
-                import logging
-
-                import mcp_types as types
-
-                logging.getLogger("tether.mcp").warning(
-                    "[%s] the host could not answer %s: %s", self.name, method, describe_error(err)
-                )
-                return types.ErrorData(code=-32603, message=f"the host could not answer {method}")
-
-        return handler
-
-    async def _stdio(self, stack: AsyncExitStack) -> Any:
-        from tether.mcp.stdio import opened, spawn
-
-        assert self.command is not None
-        env = {k: os.environ[k] for k in _SAFE_ENV if k in os.environ}
-        env.update(self.env)
-        argv = list(self.command)
-        if self.sandbox is not None:
-            plan = self.sandbox(argv, env)
-            self.sandbox_plan = plan
-            if plan.refused:
-                self.warnings.append(plan.refused)
-                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="refused", why=plan.refused)
-                raise ConfigError(plan.refused)
-            if plan.warning:
-                self.warnings.append(plan.warning)
-                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="unconfined", why=plan.warning)
-            else:
-                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="confined", **plan.describe())
-                for path in plan.confinement.withheld if plan.confinement is not None else ():
-                    self.warnings.append(f"not shown to the confined server: {path}")
-            argv = plan.argv
-            if plan.problem:
-                self.emit(EventKind.MCP_SANDBOX, server=self.name, action="cannot_confine", why=plan.problem)
-                raise ConfigError(plan.problem)
-            env = plan.env if plan.env is not None else env
-        errlog = None
-        if self.stderr_factory is not None:
-            self.stderr = self.stderr_factory()
-            errlog = self.stderr.open()
-            stack.callback(self.stderr.spawned)
-        options = self.sandbox_plan.options if self.sandbox_plan is not None else ()
-        process = await spawn(argv, env=env, cwd=self.cwd, stderr=errlog, options=options)
-        if self.stderr is not None:
-            self.stderr.spawned()
-        self._process = process
-        # One answer may be a few times the result cap in JSON (escapes, structured content too).
-        max_line = max(8 * 1024 * 1024, 16 * self.max_result_chars)
-        return await stack.enter_async_context(opened(process, max_line))
-
-    async def _http(self, stack: AsyncExitStack) -> Any:
-        assert self.url is not None
-        import httpx2
-        from mcp.client.streamable_http import streamable_http_client
-
-        # trust_env=False: no ~/.netrc credentials, no proxy settings from the user's environment
-        # ride along to the server; the only credentials it gets are its configured headers.
-        http = httpx2.AsyncClient(
-            headers=self.headers or None,
-            timeout=httpx2.Timeout(
-                self.connect_timeout_s, read=max(self.timeout_s, self.max_call_s or 0, 30.0)
-            ),
-            follow_redirects=False,
-            trust_env=False,
-        )
-        # The transport does not close a client it was given: the stack does, after the session.
-        await stack.enter_async_context(http)
-        return streamable_http_client(self.url, http_client=http)
+        return await open_client(self, stack)
 
     async def _prepare(self, client: Any) -> None:
-        """Once connected: hook the pin check into every listing and list the tools."""
-        self._hook_listings(client)
-        self.protocol_version = str(client.protocol_version)
-        with contextlib.suppress(Exception):
-            self.instructions = client.instructions
-        await self._list(client)
-        self._listed_at_connect = True
+        await prepare(self, client)
 
     async def _serve(self, client: Any) -> None:
-        """For the connection's life: on a 2026-07-28 connection with ``recheck: on_change``, the
-        listen stream is how a changed tool is noticed (without it, each call re-lists first)."""
-        if self.pins is None or self.recheck != "on_change" or not is_modern(self.protocol_version):
-            return
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                self._listening = True
-                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="listen_opened")
-                async for _event in subscription:
-                    self._stale = True
-                    self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
-        except Exception as err:
-            self.emit(
-                EventKind.MCP_CAPABILITY_CHECK,
-                server=self.name,
-                trigger="listen_closed",
-                why=describe_error(err),
-                fallback="re-list before each call",
-            )
-        finally:
-            self._listening = False
-
-    def _hook_listings(self, client: Any) -> None:
-        """Every tool listing the session absorbs (ours, cache hits, the SDK's silent re-lists
-        after a header mismatch or for output validation) passes the pin check."""
-        session = client.session
-        absorb = session._absorb_tool_listing  # private seam: the one place all listings pass
-
-        def checked(result: Any, *, complete: bool) -> Any:
-            out = absorb(result, complete=complete)
-            self._check(out.tools, complete=complete)
-            return out
-
-        session._absorb_tool_listing = checked
+        await serve(self, client)
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None) or getattr(
@@ -414,8 +253,6 @@ class McpServerSource:
             if not self._listening:  # (the listen stream's own loop traces it once)
                 self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._stale = True
-
-    _stale = False
 
     # -- lifecycle (in the caller's task) -----------------------------------------------------
 
@@ -497,15 +334,7 @@ class McpServerSource:
         return detail
 
     def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
-        parts = [why]
-        code = getattr(self._process, "returncode", None)
-        if code is not None:
-            parts.append(f"its process exited with {f'signal {-code}' if code < 0 else f'code {code}'}")
-        if tail:
-            parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
-        if hint:
-            parts.append(hint)
-        return "; ".join(parts) if len(parts) > 1 else None
+        return failure_detail(why, getattr(self._process, "returncode", None), tail, hint)
 
     def _retire(self, conn: Connection) -> None:
         if self._conn is conn:
@@ -625,10 +454,6 @@ class McpServerSource:
     def _pinned(self) -> dict[str, dict[str, Any]]:
         return self.listing.pinned
 
-    @property
-    def _live(self) -> dict[str, dict[str, Any]]:
-        return self.listing.live
-
     async def _list(self, client: Any) -> list[ToolCheck]:
         """List the server's tools now (bypassing the response cache); the hook checks them."""
         cursor: str | None = None
@@ -639,7 +464,7 @@ class McpServerSource:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        if cursor is not None or len(tools) != len(self._live):
+        if cursor is not None or len(tools) != len(self.listing.live):
             self._check(tools)  # several pages: check the union as one complete listing
         self._stale = False
         return self.checks
@@ -648,7 +473,8 @@ class McpServerSource:
         """List the server's tools now and check them against the pins. Raises
         ``DependencyUnavailable`` when the server cannot be reached."""
         conn = await self._usable()
-        return await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        checks: list[ToolCheck] = await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        return checks
 
     async def list_tools(self) -> list[ToolSpec]:
         if self.unavailable is not None:
@@ -719,179 +545,16 @@ class McpServerSource:
     async def _guarded(
         self, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float, phase: str
     ) -> Any:
-        """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
-        try:
-            with anyio.fail_after(timeout_s):
-                return await conn.run(fn)
-        except TimeoutError:
-            raise Unavailable(
-                f"MCP server {self.name} did not answer in time ({timeout_s:g}s) {phase}", cause="timeout"
-            ) from None
-        except ToolError:
-            raise
-        except Exception as err:
-            if not transport_failure(err):
-                raise classify(self.name, err) from None
-            why = self._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
-            raise Unavailable(
-                f"MCP server {self.name} is not reachable ({phase}): {why}",
-                cause=why,
-                quarantined=self.unavailable is not None or None,
-            ) from None
-
-    async def _recheck(self, spec: ToolSpec) -> Connection:
-        """The connection to call on, after the pin re-check this call needs. A failure here is
-        before the call was sent, so one restart (if allowed) is tried before giving up."""
-        conn = await self._usable()
-        modern_unheard = is_modern(self.protocol_version) and not self._listening
-        if self.pins is None or not (self.recheck == "each_call" or self._stale or modern_unheard):
-            return conn
-        try:
-            await self._guarded(conn, self._list, spec.timeout_s, "before the call")
-        except Unavailable:
-            if self.unavailable is not None or self._conn is not None:
-                raise
-            conn = await self._usable()
-            await self._guarded(conn, self._list, spec.timeout_s, "before the call")
-        self._refuse_unapproved(spec)
-        return conn
+        return await guarded(self, conn, fn, timeout_s, phase)
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
-        self._refuse_unapproved(spec)
-        conn = await self._recheck(spec)
-        info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
-        self._inflight.append(info)
-        self.calls_sent += 1
-        scope = anyio.CancelScope(deadline=anyio.current_time() + spec.timeout_s)
-        ceiling = anyio.current_time() + (self.max_call_s or spec.timeout_s)
-
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            self.emit(
-                EventKind.MCP_PROGRESS, server=self.name, tool=spec.name, progress=done, total=total,
-                message=(message or "")[:200],
-            )  # fmt: skip
-            if self.on_progress is not None:
-                self.on_progress(self.name, spec.name, done, total, message)
-            if self.progress_resets_timeout:
-                scope.deadline = min(anyio.current_time() + spec.timeout_s, max(ceiling, scope.deadline))
-
-        definition = self._pinned.get(spec.remote_name, {})
-
-        async def send(client: Any) -> Any:
-            if task_required(definition):
-                return await self._task(client, spec, arguments, progress)
-            return await client.call_tool(
-                spec.remote_name,
-                arguments,
-                progress_callback=progress,
-                read_timeout_seconds=max(spec.timeout_s, self.max_call_s or 0),
-            )
-
-        result: Any = None
-        try:
-            with scope:
-                try:
-                    result = await conn.run(send)
-                except Exception as err:
-                    # -32042 (2025-11-25): the server needs the person to open a URL first. It is
-                    # asked like a URL elicitation; once every URL is accepted the call is sent again.
-                    if not await self._url_flow(err, info):
-                        raise
-                    result = await conn.run(send)
-        except Exception as err:
-            if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
-                return invalid_output(self.name, spec, str(err), self.emit)
-            if transport_failure(err):
-                cause = err.cause if isinstance(err, ConnectionLost) else err
-                why = self._lost(conn, cause, "during the call")
-                raise Unavailable(
-                    f"MCP server {self.name} went away during {spec.name}: {why}",
-                    cause=why,
-                    quarantined=self.unavailable is not None or None,
-                ) from None
-            raise classify(self.name, err) from None
-        finally:
-            self._inflight.remove(info)
-        if scope.cancelled_caught or result is None:
-            stretched = self.progress_resets_timeout and (self.max_call_s or 0) > spec.timeout_s
-            if stretched and scope.deadline >= ceiling:
-                # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
-                limit = self.max_call_s or spec.timeout_s
-                raise Unavailable(
-                    f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
-                    "reporting progress",
-                    cause="ceiling",
-                )
-            raise Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
-        if info.pause_id is not None:
-            raise InputPending(
-                f"{spec.name} is waiting for a person to answer a question from server {self.name} "
-                f"(pause {info.pause_id})",
-                pause_id=info.pause_id,
-            )
-        output = convert_result(
-            self.name,
-            spec,
-            result,
-            self._pinned.get(spec.remote_name, {}),
-            self.emit,
-            _validate,
-            roots=self._root_paths(),
-        )
-        if info.elicitations:
-            # What became of the server's questions: the call's outcome says it, not only the server.
-            output.meta["elicitation"] = list(info.elicitations)
-        if info.samples:
-            output.meta["sampling_requests"] = info.samples
-        return output
-
-    async def _task(
-        self,
-        client: Any,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
-        progress: Callable[[float, float | None, str | None], Awaitable[None]],
-    ) -> Any:
-        """A tool that runs only as a task: polled to its end within this call's limits (a new
-        status message counts as progress); its result is used only if the tool's definition
-        is still the approved one when the task ends."""
-
-        def emit(**data: Any) -> None:
-            self.emit(EventKind.MCP_TASK, server=self.name, tool=spec.name, **data)
-
-        async def status(polls: int, message: str | None) -> None:
-            await progress(float(polls), None, message)
-
-        limit = max(spec.timeout_s, self.max_call_s or 0)
-        result = await run_task(
-            self._relays[id(client)], spec.remote_name, arguments, ttl_s=limit, emit=emit, on_status=status
-        )
-        if self.pins is not None:
-            await self._list(client)
-            if spec.remote_name in self.blocked:
-                raise CapabilityBlocked(
-                    f"{spec.name} changed while its task ran ({self.blocked[spec.remote_name]}): its "
-                    "result is not used",
-                    hint=f"a person must review and approve it again (tether mcp approve {self.name})",
-                )
-        return result
-
-    async def _url_flow(self, err: BaseException, info: CallInfo) -> bool:
-        """Whether ``err`` was a URL-required error whose URLs the person all accepted."""
-        inner = leaf(err)
-        if getattr(inner, "code", None) != URL_ELICITATION_REQUIRED or self.elicitation is None:
-            return False
-        return bool(await self.elicitation.url_required(getattr(inner, "data", None), info.tool))
+        """One call (``tether.mcp.calling``). Raises ``ToolError`` subclasses only."""
+        return await call_tool(self, spec, arguments, context)
 
     # -- roots ------------------------------------------------------------------------------
 
     def _root_paths(self) -> list[Any]:
-        if self.roots is None:
-            return []
-        from pathlib import Path
-        from urllib.parse import unquote, urlsplit
-
-        return [Path(unquote(urlsplit(r).path)) for r in self.roots.roots]
+        return list(self.roots.paths()) if self.roots is not None else []
 
     async def set_roots(self, roots: Iterable[str]) -> bool:
         """Change this server's roots; on a legacy connection, notify the server."""
@@ -923,13 +586,12 @@ class McpServerSource:
         return self._conn.client
 
 
-def _validate(instance: Any, schema: dict[str, Any]) -> None:
-    """Check a result against its output schema with the host's one schema engine (exact types,
-    references resolved only inside the schema: nothing is ever fetched). Failures are raised as
-    ``jsonschema`` errors, which the result handling reports as ``invalid_output``."""
-    try:
-        validate_schema(schema, instance)
-    except UnusableSchema as err:
-        raise jsonschema.SchemaError(str(err)) from None
-    except SchemaViolation as err:
-        raise jsonschema.ValidationError(str(err)) from None
+def _check_identity(name: str, command: Sequence[str] | None, url: str | None, restart: str) -> None:
+    if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(
+            f"server id {name!r} must be alphanumeric (with - or _) and not contain {SEPARATOR!r}"
+        )
+    if (command is None) == (url is None):
+        raise ConfigError("give exactly one of command (stdio) or url (Streamable HTTP)")
+    if restart not in ("never", "on_failure"):
+        raise ConfigError(f"restart must be 'never' or 'on_failure', not {restart!r}")
