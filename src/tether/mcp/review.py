@@ -17,8 +17,10 @@ Kinds of finding, each with where it was found (``description``,
 - ``encoded_text``: prose hidden in base64, hex, %-escapes or ``\\u`` escapes (decoded for the
   reviewer and scanned again), and ``foreign_script``: a passage in another writing system inside
   Latin text, or a word mixing scripts. These two do not depend on the hidden text's language:
-  text the reviewer cannot read is flagged as such. The ``instruction`` patterns are English:
-  an instruction in another language written in Latin letters is not recognised as one;
+  text the reviewer cannot read is flagged as such. Besides the English patterns, an
+  ``instruction`` is a sentence shaped like one in any language (``tether.mcp.addressed``: the
+  model named as its subject or called on, role markers, the conversation's machinery, an
+  override, emphasis, a target), after HTML entities are decoded;
 - ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
   at a document elsewhere (the host never fetches it, so the tool cannot be validated).
 
@@ -30,13 +32,16 @@ the reviewer accepts it by name.
 
 from __future__ import annotations
 
+import html
 import re
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
+
+from tether.mcp.addressed import addressed_instruction
 
 __all__ = [
     "SINKS",
@@ -139,7 +144,8 @@ def _tag_text(text: str) -> str:
 # Runs of text that may be encoded prose: base64 (standard or URL-safe), hex, %-escapes, \u/\x escapes.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){12,}(?![0-9A-Fa-f])")
-_PERCENT = re.compile(r"(?:%[0-9A-Fa-f]{2}){6,}")
+# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them.
+_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]*%[0-9A-Fa-f]{2}){3,}[A-Za-z0-9._~+-]*")
 _ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}){4,}")
 
 
@@ -227,6 +233,25 @@ def foreign_script(text: str, main: str = "LATIN") -> str | None:
     return f"{script} text in a server written in {main}: {' '.join(sample.split())[:80]!r}"
 
 
+_QUOTED_FIELD = re.compile(r"`[^`\s]{1,60}`")
+
+
+def _target_check(names: set[str]) -> Callable[[str], bool]:
+    """Whether a sentence names where data would go: an address, a credential path, a tool,
+    or a quoted field (the review's own checks, for ``addressed_instruction``)."""
+
+    def named(sentence: str) -> bool:
+        if _URL.search(sentence) or _EMAIL.search(sentence) or _SECRET_PATH.search(sentence):
+            return True
+        if _QUOTED_FIELD.search(sentence):
+            return True
+        return any(
+            re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", sentence, re.I) for n in names
+        )
+
+    return named
+
+
 def scan_text(
     tool: str,
     where: str,
@@ -249,11 +274,14 @@ def scan_text(
     if not prose:
         return findings
     # Compatibility forms folded (full-width or styled letters read as plain ones).
-    visible = unicodedata.normalize("NFKC", "".join(c for c in text if not _hidden(c)))
+    # HTML entities decoded: '&#105;gnore' is what a model reads as 'ignore'.
+    visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not _hidden(c))))
+    names = {t for t in others if t and t != tool} | set(SINKS)
     m = _INSTRUCTION.search(visible)
     if m:
         findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
-    names = {t for t in others if t and t != tool} | set(SINKS)
+    elif (addressed := addressed_instruction(visible, _target_check(names | set(siblings)))) is not None:
+        findings.append(Finding(tool, "instruction", where, addressed))
     for sibling in siblings:
         # The server's own tools may be named ("deprecated: use read_text_file instead"); a
         # sibling the model is told to call, invoke or run is still a reference.
