@@ -41,7 +41,10 @@ from collections.abc import Callable
 __all__ = ["addressed_instruction", "fold"]
 
 # Names for the model shared by the languages written in Latin letters (loanwords, cognates).
-_NAMES = r"assist\w*|asist\w*|model\w*|agent\w*|ai|ia|ki|llm\w*|gpt\w*|chatgpt|claude|gemini|copilot|chatbot\w*|bot"
+_NAMES = (
+    r"assist\w*|asist\w*|model\w*|agent\w*|ai|ia|ki|llm\w*|gpt\w*|chatgpt|claude|gemini|copilot"
+    r"|chatbot\w*|bot"
+)
 _ADDRESSEE = re.compile(rf"^(?:{_NAMES})$")
 # Called on: "Assistente: …", "Hola IA: …", "KI, …" (a name then a colon, or first and a comma).
 _CALL_ON = re.compile(rf"^\W*(?:(?:\w+\W+)?(?:{_NAMES})\s*:|(?:{_NAMES})\s*,)")
