@@ -132,6 +132,7 @@ async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_p
     import mcp_types as types
 
     from tether.mcp.hosting import build_source
+    from tether.mcp.opening import shielded
     from tether.trace.tracer import JsonlSink, Tracer
 
     root = tmp_path / "root"
@@ -148,7 +149,7 @@ async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_p
     tracer = Tracer("run-1", [JsonlSink(trace)])
     source.bind_tracer(tracer)
     tracer.close()
-    roots = source._shielded("roots/list", source.roots)
+    roots = shielded(source.name, "roots/list", source.roots)
     answer = await roots(None)
     assert isinstance(answer, types.ListRootsResult) and str(answer.roots[0].uri).startswith("file://")
     assert any(kind == "mcp_roots" for kind, _ in source._pending_events)
@@ -156,7 +157,7 @@ async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_p
     async def broken(_context: Any) -> Any:
         raise ValueError(f"trace {trace} is unwritable")
 
-    failed = await source._shielded("roots/list", broken)(None)
+    failed = await shielded(source.name, "roots/list", broken)(None)
     assert isinstance(failed, types.ErrorData) and str(tmp_path) not in failed.message
     assert failed.message == "the host could not answer roots/list"
 

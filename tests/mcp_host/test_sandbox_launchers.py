@@ -24,6 +24,7 @@ import pytest
 
 from tether.mcp.sandbox import bwrap_status
 from tether.mcpapp.runner import run_question
+from tether.stop import Limits
 from tether.trace.tracer import read_trace
 
 from .conftest import approve, script, write_config
@@ -103,6 +104,9 @@ async def test_a_hostile_server_next_to_the_config_sees_none_of_the_host(
             ("p__read", {"path": str(token)}),
             ("p__read", {"path": str(tmp_path / "pins.db")}),
             ("p__listing", {"path": str(tmp_path)}),
+            ("p__listing", {"path": "/"}),
+            ("p__listing", {"path": "/opt/mcp"}),
+            ("p__listing", {"path": str(Path(sys.base_prefix).resolve().parent)}),
             ("p__write", {"path": str(root / "new.txt")}),
             ("p__write", {"path": f"{home}/cache.txt"}),
             ("p__write", {"path": "/tmp/scratch.txt"}),
@@ -110,6 +114,7 @@ async def test_a_hostile_server_next_to_the_config_sees_none_of_the_host(
             ("p__whereami", {}),
             "done",
         ),
+        limits=Limits(max_steps=20, llm_calls=24, llm_calls_hard=28),
     )
     ok, *stolen = run.seen("p__read")
     assert "READ:inside the root" in ok
@@ -117,8 +122,29 @@ async def test_a_hostile_server_next_to_the_config_sees_none_of_the_host(
         assert attempt.startswith("cannot read") or "cannot read" in attempt, attempt
     text = " ".join(run.seen("p__read"))
     assert "NEXT-TO-THE-SCRIPT" not in text and "OTHER-SERVERS-TOKEN" not in text and "servers:" not in text
-    (listing,) = run.seen("p__listing")
-    assert "prober.py" in listing and "secret.txt" not in listing and "mcp.yaml" not in listing
+    listing, top, launcher, interpreters = run.seen("p__listing")
+    # Only the declared root shows at its host path: the script, its folder and the config don't.
+    assert "LIST:root\n" in listing and "prober.py" not in listing and "mcp.yaml" not in listing
+    # Nothing of the host's own folders: the system's, the private home and /opt/mcp, where the
+    # launcher's files show under the names of their role (the script as one file).
+    host_top = {p.name for p in Path("/").iterdir()} - {
+        "usr",
+        "bin",
+        "sbin",
+        "lib",
+        "lib64",
+        "etc",
+        "dev",
+        "proc",
+        "tmp",
+        "home",
+        "opt",
+        "lib32",
+        "libx32",
+    }
+    assert not any(f"{name}," in top or f"{name}\n" in top for name in host_top), top
+    assert "bin" in launcher and "prober" not in launcher
+    assert Path(sys.base_prefix).is_relative_to("/usr") or "cannot list" in interpreters
     into_root, into_home, into_tmp = run.seen("p__write")
     assert "cannot write" in into_root and "Read-only" in into_root
     assert not (root / "new.txt").exists()
@@ -129,6 +155,7 @@ async def test_a_hostile_server_next_to_the_config_sees_none_of_the_host(
     pid1 = where.split("PID1=", 1)[1].splitlines()[0]
     assert "bwrap --args " in pid1 and "--bind" not in pid1 and str(root) not in pid1
     assert f"HOME={home}" in where and f"CWD={root}" in where
+    assert "PATH=/opt/mcp/" in where or "PATH=/usr" in where
 
 
 @pytest.mark.anyio

@@ -42,17 +42,68 @@ _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _NODE = ("node", "nodejs")
 
 
+MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under names of their role
+
+
 @dataclass
 class Launch:
-    """The launch as confinement sees it: ``argv`` (rewritten for npx/uvx), what it reads."""
+    """The launch as confinement sees it. ``argv`` is the command inside, with the paths the
+    server sees (its files are shown under ``MOUNT_ROOT``, never at their host paths);
+    ``host_argv`` is the same command outside (npx/uvx rewritten to what they would run);
+    ``read_only`` the host paths shown, ``ops`` the bwrap operations that show them, in order,
+    and ``data`` the contents of the files generated for inside (``{data-fd:N}`` in ``ops``)."""
 
     profile: str
     argv: list[str]
+    host_argv: list[str] | None = None
     read_only: list[Path] = field(default_factory=list)
-    path_dirs: list[Path] = field(default_factory=list)  # PATH inside: the interpreters' bin folders
+    ops: list[tuple[str, ...]] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    path_dirs: list[str] = field(default_factory=list)  # PATH inside: the interpreters' bin folders
     env: dict[str, str] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)  # paths not shown, with why
     problem: str | None = None  # the launch cannot work confined as configured: why and what to change
+    _shown: dict[Path, str] = field(default_factory=dict)
+    _names: set[str] = field(default_factory=set)
+    _protected: list[Path] = field(default_factory=list)
+
+    def translate(self, host: Path) -> str | None:
+        """Where a host path shows inside (a system path at its own), or ``None``."""
+        if _system(host):
+            return str(host)
+        for shown, at in sorted(self._shown.items(), key=lambda kv: -len(kv[0].parts)):
+            if inside(host, shown):
+                rest = host.relative_to(shown)
+                return at if rest == Path(".") else f"{at}/{rest.as_posix()}"
+        return None
+
+    def show(self, host: Path, role: str, *, at: str | None = None) -> str | None:
+        """Show ``host`` read-only under ``MOUNT_ROOT`` (a name of its role, or ``at``);
+        ``None`` when it does not exist or is, or holds, a protected path."""
+        if not host.exists():
+            return None
+        if (already := self.translate(host)) is not None and at is None:
+            return already
+        for p in self._protected:
+            if inside(p, host):
+                self.withheld.append(f"{host} (holds {p}, which servers never see)")
+                return None
+        if at is None:
+            name, n = role, 1
+            while name in self._names:
+                n += 1
+                name = f"{role}-{n}"
+            self._names.add(name)
+            at = f"{MOUNT_ROOT}/{name}"
+        self._shown[host] = at
+        self.read_only.append(host)
+        self.ops.append(("--ro-bind", str(host), at))
+        return at
+
+    def generate(self, at: str, content: bytes) -> None:
+        """A file inside with ``content`` (over whatever is there: a rewritten config)."""
+        self.ops.append(("--ro-bind-data", f"{{data-fd:{len(self.data)}}}", at))
+        self.data.append(content)
 
 
 def inside(path: Path, folder: Path) -> bool:
@@ -72,44 +123,29 @@ def resolve_launch(
     network: bool = False,
 ) -> Launch:
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``)."""
-    guard = _Guard([Path(p).resolve() for p in protected])
+    guarded = [Path(p).resolve() for p in protected]
     argv = list(argv)
     exe = _which(argv[0], env, cwd)
     if exe is None:
         return Launch("unknown", argv, problem=f"{argv[0]!r} was not found (PATH of the server)")
     name = Path(argv[0]).name
     if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
-        return _npx(argv, exe, env, cwd, guard, network)
+        return _npx(argv, exe, env, cwd, guarded, network)
     if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
-        return _uvx(argv, exe, env, cwd, guard)
+        return _uvx(argv, exe, env, cwd, guarded)
     interpreter = _interpreter_of(exe)
     if interpreter is not None and _PYTHON.match(Path(interpreter).name):
-        return _python(argv, exe, interpreter, env, cwd, guard)
+        return _python(Launch("python", argv, _protected=guarded), exe, interpreter, env, cwd)
     if interpreter is not None and Path(interpreter).name in _NODE:
-        return _node(argv, exe, interpreter, cwd, guard)
-    launch = Launch("executable", argv)
-    guard.show(launch, exe.resolve())
+        return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
+    launch = Launch("executable", argv, _protected=guarded)
+    shown = launch.show(exe.resolve(), f"bin/{exe.name}")
+    if shown is not None:
+        launch.argv[0] = shown
     return launch
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-class _Guard:
-    """Adds paths to a launch unless they are, or hold, a protected path."""
-
-    def __init__(self, protected: list[Path]) -> None:
-        self.protected = protected
-
-    def show(self, launch: Launch, path: Path) -> bool:
-        if not path.exists() or _system(path):
-            return path.exists()
-        for p in self.protected:
-            if inside(p, path):
-                launch.withheld.append(f"{path} (holds {p}, which servers never see)")
-                return False
-        launch.read_only.append(path)
-        return True
 
 
 def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
@@ -155,14 +191,6 @@ def _interpreter_of(exe: Path) -> str | None:
     return words[0] if words[0].startswith("/") else None
 
 
-def _installation(binary: Path) -> list[Path]:
-    """The installation a binary belongs to (``…/bin/x`` → ``…``), for the link and its target."""
-    out = []
-    for candidate in (binary, binary.resolve()):
-        out.append(candidate.parent.parent if candidate.parent.name == "bin" else candidate.parent)
-    return out
-
-
 def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
     for i, arg in enumerate(argv[1:], start=1):
         if arg.startswith("-"):
@@ -173,95 +201,150 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
 
 
 # -- python ----------------------------------------------------------------------------------
+# Read from the environment's files, never by running its interpreter: a ``.pth`` file of a
+# package runs code whenever the interpreter starts, and that code runs only confined.
 
 
-def _python_paths(interpreter: str, pythonpath: str) -> list[Path]:
-    """Where the interpreter imports from, read from its files, never by running it (a ``.pth``
-    file of a package in its environment runs code at start-up: that code runs only confined).
+def _venv_config(prefix: Path) -> dict[str, str]:
+    cfg = prefix / "pyvenv.cfg"
+    try:
+        lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
 
-    Its installation and a venv's base (``pyvenv.cfg``'s ``home``), the folders its
-    ``site-packages`` ``.pth`` files list (editable installs) and the ``PYTHONPATH`` entries."""
-    interp = Path(interpreter)
-    prefixes = {interp.parent.parent, interp.resolve().parent.parent}
-    for prefix in list(prefixes):
-        cfg = prefix / "pyvenv.cfg"
-        try:
-            lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
-        except OSError:
-            lines = []
-        for line in lines:
-            key, _, value = line.partition("=")
-            if key.strip() == "home" and value.strip():
-                home = Path(value.strip())
-                prefixes |= {home.parent, home.resolve().parent}
-    out = [p for p in prefixes if p.is_dir()]
-    for prefix in prefixes:
-        for site in prefix.glob("lib/python3*/site-packages"):
+
+def _show_python(launch: Launch, interp: Path) -> str:
+    """Show the interpreter's installation (and its venv, rewired to it); the path to run."""
+    venv = interp.parent.parent if (interp.parent.parent / "pyvenv.cfg").is_file() else None
+    config = _venv_config(venv) if venv is not None else {}
+    real = interp.resolve()
+    base = Path(config["home"]).resolve().parent if "home" in config else real.parent.parent
+    base_at = launch.show(base, "python") or str(base)
+    if not _system(base):
+        launch.env["LD_LIBRARY_PATH"] = f"{base_at}/lib"  # a shared libpython's RUNPATH is a host path
+    if venv is None:
+        launch.path_dirs.append(f"{base_at}/bin")
+        return launch.translate(real) or str(real)
+    venv_at = launch.show(venv, "env")
+    if venv_at is None:
+        return str(interp)
+    # The venv's bin/python links to its base by a host path: inside, bin is new, linked anew.
+    launch.ops.append(("--tmpfs", f"{venv_at}/bin"))
+    base_exe = launch.translate(real)
+    if base_exe is None:  # a copied interpreter (venv --copies): the file itself
+        base_exe = f"{MOUNT_ROOT}/python-bin/{real.name}"
+        launch.ops.append(("--ro-bind", str(real), base_exe))
+    for link in dict.fromkeys(("python", "python3", interp.name)):
+        launch.ops.append(("--symlink", base_exe, f"{venv_at}/bin/{link}"))
+    kept = {k: v for k, v in config.items() if k not in ("home", "executable", "command")}
+    lines = [f"home = {base_at}/bin", *(f"{k} = {v}" for k, v in kept.items())]
+    launch.generate(f"{venv_at}/pyvenv.cfg", ("\n".join(lines) + "\n").encode("utf-8"))
+    launch.path_dirs.append(f"{venv_at}/bin")
+    return f"{venv_at}/bin/{interp.name}"
+
+
+def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
+    """The folders ``.pth`` files list (editable installs), each shown and its ``.pth`` file
+    rewritten to name it inside, and the server's ``PYTHONPATH``, shown and rewritten."""
+    for prefix in list(launch.read_only):
+        for site in sorted(prefix.glob("lib/python3*/site-packages")):
             for pth in sorted(site.glob("*.pth")):
                 try:
-                    entries = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+                    lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
                 except OSError:
                     continue
-                for entry in entries:
-                    entry = entry.strip()
-                    if entry and not entry.startswith(("#", "import ", "import\t")):
-                        out.append(Path(entry) if os.path.isabs(entry) else site / entry)
-    out += [Path(p) for p in pythonpath.split(os.pathsep) if p]
-    return [p for p in out if p.is_dir()]
+                changed, out = False, []
+                for line in lines:
+                    entry = line.strip()
+                    if entry and os.path.isabs(entry) and not entry.startswith(("#", "import")):
+                        at = launch.show(Path(entry).resolve(), "path")
+                        changed = changed or at != entry
+                        line = at or ""
+                    out.append(line)
+                pth_at = launch.translate(pth)
+                if changed and pth_at is not None:
+                    launch.generate(pth_at, ("\n".join(out) + "\n").encode("utf-8"))
+    entries = [Path(p).resolve() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    shown = [at for p in entries if p != Path("/") and (at := launch.show(p, "path")) is not None]
+    if env.get("PYTHONPATH"):
+        launch.env["PYTHONPATH"] = os.pathsep.join(shown)
 
 
-def _python(
-    argv: list[str], exe: Path, interpreter: str, env: Mapping[str, str], cwd: Path, guard: _Guard
-) -> Launch:
-    launch = Launch("python", argv)
+def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str], cwd: Path) -> Launch:
+    argv = launch.argv
+    launch.host_argv = list(argv)
     interp = Path(interpreter)
-    for p in {exe.resolve(), *_installation(interp)}:
-        guard.show(launch, p)
-    launch.path_dirs.append(interp.parent)
-    for entry in _python_paths(interpreter, env.get("PYTHONPATH", "")):
-        if entry != Path("/"):
-            guard.show(launch, entry.resolve())
+    python_at = _show_python(launch, interp)
+    _show_import_path(launch, env)
+    launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
     if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
+        argv[0] = python_at
         for i, arg in enumerate(argv[1:], start=1):
             if arg in ("-m", "-c"):
                 break
             if arg.startswith("-"):
                 continue
             script = (Path(arg) if os.path.isabs(arg) else cwd / arg).resolve()
-            if script.is_file():
-                guard.show(launch, script)  # the file only: its folder may hold anything
-                argv[i] = str(script)
+            if script.is_file():  # the file only: its folder may hold anything
+                argv[i] = launch.show(script, f"bin/{script.name}") or arg
             break
-    launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return launch
+    # A console script (its #! names the interpreter): run by the interpreter inside. In a
+    # venv's bin (new inside) it is put back where it was; elsewhere it is shown as one file.
+    script = exe.resolve()
+    at = launch.translate(script)
+    if at is not None and any(op[0] == "--tmpfs" and at.startswith(op[1] + "/") for op in launch.ops):
+        at = launch.show(script, "bin", at=at)
+    elif at is None:
+        at = launch.show(script, f"bin/{script.name}")
+    launch.argv = [python_at, at or str(script), *argv[1:]]
     return launch
 
 
 # -- node ------------------------------------------------------------------------------------
 
 
-def _node(argv: list[str], exe: Path, interpreter: str, cwd: Path, guard: _Guard) -> Launch:
-    launch = Launch("node", argv)
-    node = Path(interpreter)
-    for p in _installation(node):
-        guard.show(launch, p)
-    launch.path_dirs.append(node.parent)
-    scripts = [(0, exe.resolve())] if exe.name not in _NODE else list(_script_args(argv, cwd))[:1]
-    for i, script in scripts:
-        if i:
-            argv[i] = str(script)
-        _node_package(launch, script, guard)
+def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
+    argv = launch.argv
+    launch.host_argv = list(argv)
+    node = Path(interpreter).resolve()
+    if launch.translate(node) is None:
+        launch.show(node.parent.parent if node.parent.name == "bin" else node.parent, "node")
+    node_at = launch.translate(node) or str(node)
+    launch.path_dirs.append(str(Path(node_at).parent))
+    if exe.name not in _NODE:  # a script whose #! names node
+        launch.argv = [node_at, _node_package(launch, exe.resolve()), *argv[1:]]
+        return launch
+    launch.argv = [node_at, *argv[1:]]
+    for i, script in list(_script_args(argv, cwd))[:1]:
+        launch.argv[i] = _node_package(launch, script)
     return launch
 
 
-def _node_package(launch: Launch, script: Path, guard: _Guard) -> None:
-    """The script's package (its nearest ``package.json``) and every ``node_modules`` above it."""
+def _node_package(launch: Launch, script: Path) -> str:
+    """Show the script's package (its nearest ``package.json``) and every ``node_modules``
+    above it, their layout kept (node resolves by walking up); where the script is inside."""
     package = next((d for d in script.parents if (d / "package.json").is_file()), None)
-    if package is None or not guard.show(launch, package):
-        guard.show(launch, script)
-    for d in script.parents:
-        modules = d / "node_modules"
-        if modules.is_dir() and not any(inside(modules, p) for p in launch.read_only):
-            guard.show(launch, modules)
+    items = [
+        package or script,
+        *(d / "node_modules" for d in script.parents if (d / "node_modules").is_dir()),
+    ]
+    top = Path(os.path.commonpath([str(p) for p in items]))
+    if top == Path(top.anchor):
+        top = (package or script).parent
+        items = [p for p in items if inside(p, top)]
+    root = f"{MOUNT_ROOT}/app/node_modules" if top.name == "node_modules" else f"{MOUNT_ROOT}/app"
+    for item in sorted(items, key=lambda p: len(p.parts)):
+        if launch.translate(item) is None:
+            rest = item.relative_to(top).as_posix()
+            launch.show(item, "app", at=root if rest == "." else f"{root}/{rest}")
+    return launch.translate(script) or str(script)
 
 
 def _npm_cache(env: Mapping[str, str]) -> Path:
@@ -330,7 +413,7 @@ def _bin_of(package: Path, name: str) -> Path | None:
 
 
 def _npx(
-    argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _Guard, network: bool
+    argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path], network: bool
 ) -> Launch:
     spec, rest = _npx_spec(argv)
     node = shutil.which("node", path=env.get("PATH", os.environ.get("PATH")))
@@ -345,11 +428,16 @@ def _npx(
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
             launch = Launch(
-                "npx", argv, env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"}
+                "npx",
+                argv,
+                env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
+                _protected=guarded,
             )
-            for p in _installation(Path(node)) + _installation(exe):
-                guard.show(launch, p)
-            launch.path_dirs += [Path(node).parent, exe.parent]
+            for binary in (Path(node).resolve(), exe.resolve()):
+                folder = binary.parent.parent if binary.parent.name == "bin" else binary.parent
+                launch.show(folder, "node")
+            for binary in (Path(node), exe):
+                launch.path_dirs.append(launch.translate(binary.parent.resolve()) or str(binary.parent))
             return launch
         return Launch(
             "npx",
@@ -360,15 +448,14 @@ def _npx(
                 "network: any for this server"
             ),
         )
-    launch = _node([node, str(entry), *rest], Path(node), node, cwd, guard)
-    launch.profile = "npx"
+    launch = _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
     return launch
 
 
 # -- uvx -------------------------------------------------------------------------------------
 
 
-def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _Guard) -> Launch:
+def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:
     """``uvx [--from X] pkg args``: uv finds (offline) the tool's cached environment on the host;
     the server then starts from that environment's own console script."""
     i = 1 if Path(argv[0]).name == "uvx" else 3
@@ -419,7 +506,4 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guard: _
     if not script.is_file():
         return Launch("uvx", argv, problem=f"uv's environment for {command} has no command {tool!r}")
     interpreter = _interpreter_of(script) or str(scripts / "python")
-    launch = _python([str(script), *rest], script, interpreter, env, cwd, guard)
-    guard.show(launch, scripts.parent.resolve())
-    launch.profile = "uvx"
-    return launch
+    return _python(Launch("uvx", [str(script), *rest], _protected=guarded), script, interpreter, env, cwd)

@@ -115,8 +115,9 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
         source.stderr = source.stderr_factory()
         errlog = source.stderr.open()
         stack.callback(source.stderr.spawned)
-    options = source.sandbox_plan.options if source.sandbox_plan is not None else ()
-    process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options)
+    chosen = source.sandbox_plan
+    options, data = (chosen.options, chosen.data) if chosen is not None else ((), ())
+    process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options, data=data)
     if source.stderr is not None:
         source.stderr.spawned()
     source._process = process

@@ -113,6 +113,7 @@ class SandboxPlan:
     env: dict[str, str] | None = None
     options: tuple[str, ...] = ()
     confinement: Confinement | None = None
+    data: tuple[bytes, ...] = ()  # files generated for inside: ``{data-fd:N}`` in ``options``
     warning: str | None = None  # set when the server runs unconfined although it was not opted out
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
     problem: str | None = None  # set when the launch cannot work confined as configured
@@ -221,8 +222,9 @@ def _confine(
 
     declared_roots = [p.resolve() for p in _root_paths(roots)]
     rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
-    ro = list(launch.read_only)
-    ro += [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
+    # What the user declared shows at its own path (the model and the server name it so);
+    # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
+    ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
     opts = ["--die-with-parent", "--new-session", "--unshare-all"]
     if network == "any":
@@ -236,6 +238,8 @@ def _confine(
     for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
         opts += ["--ro-bind-try", etc, etc]
     opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+    for op in launch.ops:
+        opts += list(op)
     rw_out = _outermost(rw)
     shown_ro: list[str] = []
     for p in _outermost(ro):
@@ -255,14 +259,14 @@ def _confine(
     inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
     inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
     inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
-    path_dirs = [str(d) for d in dict.fromkeys(launch.path_dirs)]
+    path_dirs = list(dict.fromkeys(launch.path_dirs))
     inside_env["PATH"] = os.pathsep.join([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"])
     inside_env["HOME"] = HOME
     inside_env["TMPDIR"] = "/tmp"
-    confinement = Confinement(
-        launch.profile, tuple(shown_ro), tuple(str(p) for p in rw_out), network, tuple(withheld)
-    )
-    return SandboxPlan(mode, [bwrap, "--args", ARGS_FD, *launch.argv], inside_env, tuple(opts), confinement)
+    shown = (*(str(p) for p in launch.read_only), *shown_ro)
+    confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
+    argv = [bwrap, "--args", ARGS_FD, *launch.argv]
+    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
 
 
 # The host's own variables a server is started with unconfined; inside, these are the sandbox's.

@@ -34,26 +34,39 @@ async def spawn(
     cwd: str | None,
     stderr: IO[str] | None,
     options: Sequence[str] = (),
+    data: Sequence[bytes] = (),
 ) -> anyio.abc.Process:
     """Start the server in its own session (its process group is killed as one). ``options``
     (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
-    so the mounts are not on any command line the server could read."""
+    so the mounts are not on any command line the server could read; each of ``data`` (a file
+    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands."""
     from tether.mcp.sandbox import ARGS_FD
 
     if not options:
         return await anyio.open_process(
             list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
         )
-    fd = os.memfd_create("bwrap-args")
+    fds: list[int] = []
     try:
-        os.write(fd, b"".join(o.encode("utf-8") + b"\0" for o in options))
-        os.lseek(fd, 0, os.SEEK_SET)
-        argv = [str(fd) if a == ARGS_FD else a for a in argv]
+        for i, content in enumerate(data):
+            fds.append(_memfd(f"bwrap-data-{i}", content))
+        named = {f"{{data-fd:{i}}}": str(fd) for i, fd in enumerate(fds)}
+        args = b"".join(named.get(o, o).encode("utf-8") + b"\0" for o in options)
+        fds.append(_memfd("bwrap-args", args))
+        argv = [str(fds[-1]) if a == ARGS_FD else a for a in argv]
         return await anyio.open_process(
-            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=(fd,)
+            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=tuple(fds)
         )
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
+
+
+def _memfd(name: str, content: bytes) -> int:
+    fd = os.memfd_create(name)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 @asynccontextmanager
