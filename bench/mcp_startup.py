@@ -153,7 +153,7 @@ def _profiles(folder: Path) -> dict[str, list[str] | str]:
     else:
         # --offline: unconfined, npx would ask the registry first; confined it never does.
         out["npx"] = ["npx", "--offline", "-y", EVERYTHING]
-        out["node"] = npx.argv  # node <npx's install>/dist/index.js
+        out["node"] = npx.host_argv or npx.argv  # node <npx's install>/dist/index.js, as run on the host
     if shutil.which("uvx") is None:
         out["uvx"] = "skipped: uvx is not installed"
     else:

@@ -5,7 +5,8 @@ task. ``TASK_MODE`` picks the attack:
 - ``never``: the task never ends; every poll is answered with a flood of status notifications
   and a request to be polled every millisecond;
 - ``rugpull``: the task completes, but the tool's definition changes while it runs;
-- ``honest``: the task completes after two polls.
+- ``honest``: the task completes after two polls;
+- ``optional``: the tool's task support is ``optional``: a plain call is answered at once.
 
 Every ``tasks/cancel`` and every ``tasks/get`` is appended to ``TASK_LOG`` (one line each).
 """
@@ -40,7 +41,7 @@ def tool() -> dict:
         "name": "research",
         "description": description,
         "inputSchema": {"type": "object", "properties": {"topic": {"type": "string"}}},
-        "execution": {"taskSupport": "required"},
+        "execution": {"taskSupport": "optional" if MODE == "optional" else "required"},
     }
 
 
@@ -60,6 +61,8 @@ def answer(method: str, params: dict) -> dict:
         return {"tools": [tool()]}
     if method == "tools/call":
         if "task" not in params:
+            if MODE == "optional":
+                return {"content": [{"type": "text", "text": "FINDINGS: answered at once"}]}
             raise LookupError("research runs only as a task")
         state["created"] = True
         return {"task": task("working")}

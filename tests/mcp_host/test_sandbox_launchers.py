@@ -346,3 +346,128 @@ def test_finding_what_a_python_server_imports_runs_none_of_its_code(tmp_path: Pa
     assert editable in launch.read_only and env_dir in launch.read_only
     subprocess.run([python, "-c", "pass"], check=True)  # the same interpreter, run: the code runs
     assert marker.exists()
+
+
+def _destinations(options: tuple[str, ...]) -> list[str]:
+    """Where each of bwrap's mount operations puts something inside."""
+    takes_two = {"--ro-bind", "--bind", "--ro-bind-try", "--bind-try", "--symlink", "--ro-bind-data"}
+    out, i = [], 0
+    while i < len(options):
+        op = options[i]
+        if op in takes_two:
+            out.append(options[i + 2])
+            i += 3
+        elif op in ("--tmpfs", "--dir", "--proc", "--dev", "--chdir"):
+            out.append(options[i + 1])
+            i += 2
+        else:
+            i += 1
+    return out
+
+
+def test_a_venv_with_editable_installs_shows_inside_under_neutral_names_only(tmp_path: Path) -> None:
+    """A venv (its interpreter elsewhere), an editable install (.pth), a PYTHONPATH folder and a
+    console script: inside, every mount lands in a system folder, /opt/mcp, the private home or
+    /tmp, or a declared root; no host path is on the command line, in pyvenv.cfg or a .pth file."""
+    import venv
+
+    from tether.mcp.sandbox import plan_confinement
+
+    env_dir = tmp_path / "secret-project" / "venv"
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
+    site = next(env_dir.glob("lib/python3*/site-packages"))
+    editable = tmp_path / "secret-project" / "src"
+    editable.mkdir()
+    (site / "editable.pth").write_text(f"{editable}\n", encoding="utf-8")
+    extra = tmp_path / "extra-lib"
+    extra.mkdir()
+    console = env_dir / "bin" / "serve"
+    console.write_text(f"#!{env_dir / 'bin' / 'python'}\nimport prober_server\n", encoding="utf-8")
+    console.chmod(0o755)
+    root = tmp_path / "data"
+    root.mkdir()
+    plan = plan_confinement(
+        "auto",
+        [str(console), "--flag"],
+        roots=[root.as_uri()],
+        cwd=str(tmp_path),
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(extra)},
+    )
+    assert plan.confinement is not None and plan.env is not None
+    exact = {"/tmp", "/home/mcp-server", "/proc", "/dev", "/lib", "/lib64", "/bin", "/sbin", str(root)}
+    under = ("/usr", "/etc/", "/opt/mcp/", "/dev/")
+    for dest in _destinations(plan.options):
+        assert dest in exact or dest.startswith(under), dest
+    inside_argv = plan.argv[3:]
+    assert inside_argv[0].startswith("/opt/mcp/") and inside_argv[-1] == "--flag"
+    assert not any(str(tmp_path) in a for a in inside_argv)
+    assert str(tmp_path) not in plan.env["PYTHONPATH"] and plan.env["PYTHONPATH"].startswith("/opt/mcp/")
+    generated = b"".join(plan.data).decode("utf-8")
+    assert "/opt/mcp/" in generated and str(tmp_path) not in generated and "secret-project" not in generated
+    # What is shown is still named to the person, by its host path.
+    assert str(editable) in plan.confinement.read_only and str(extra) in plan.confinement.read_only
+
+
+@pytest.fixture
+def web_page() -> Iterator[str]:
+    """An HTML page served on the host's loopback."""
+    import http.server
+
+    page = (
+        b"<html><head><title>Notes</title></head><body><article><h1>Quarterly notes</h1>"
+        + (b"<p>The harbour crane was inspected and passed every check this quarter.</p>" * 5)
+        + b"</article></body></html>"
+    )
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/notes.html"
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.anyio
+async def test_mcp_server_fetch_works_confined_without_sandbox_write(tmp_path: Path, web_page: str) -> None:
+    """mcp-server-fetch writes into its own package folder on first use (readabilipy installs its
+    node project there): its environment gets a private write layer, so it works with network
+    access alone; the host's copy of the environment is left as it was."""
+    import subprocess
+
+    uvx = shutil.which("uvx")
+    if uvx is None:
+        pytest.skip("uvx is not installed (pip install uv)")
+    try:
+        done = subprocess.run([uvx, "mcp-server-fetch", "--help"], capture_output=True, text=True, timeout=99)
+    except subprocess.TimeoutExpired:
+        pytest.skip("uvx timed out (no package index?)")
+    if done.returncode != 0:
+        pytest.skip(f"uvx could not fetch mcp-server-fetch: {done.stderr[-300:]}")
+    from tether.mcp.sandbox import overlay_status
+
+    if (why := overlay_status()) is not None:
+        pytest.skip(f"private write layers do not work here: {why}")
+    command = [uvx, "mcp-server-fetch", "--ignore-robots-txt", "--allow-private-ips"]
+    server = {"name": "web", "transport": "stdio", "command": command, "network": "any",
+              "effects": {"fetch": "read"}, "timeout_s": 120}  # fmt: skip
+    config = write_config(tmp_path, [server])
+    await approve(config, "web", accept_flagged={"fetch"})  # its description is model-addressed
+    run = await run_question(config, "Q", script(("web__fetch", {"url": web_page}), "done"))
+    (seen,) = run.seen("web__fetch")
+    assert "harbour crane was inspected" in seen, seen
+    trace = read_trace(run.result.trace_path)  # type: ignore[arg-type]
+    (confined,) = [e for e in trace if e["kind"] == "mcp_sandbox"]
+    assert confined["action"] == "confined" and not confined["read_write"]
+    env_dir = next(Path(p) for p in confined["read_only"] if (Path(p) / "pyvenv.cfg").is_file())
+    assert not list(env_dir.glob("lib/python3*/site-packages/readabilipy/javascript/node_modules"))

@@ -69,3 +69,11 @@ async def test_a_task_that_completes_after_its_tool_changed_is_refused(tmp_path:
     assert "FINDINGS" not in seen and "changed while its task ran" in seen
     blocked = [e for e in read_trace(run.result.trace_path) if e["kind"] == "mcp_capability_blocked"]
     assert blocked and blocked[0]["status"] == "changed"
+
+
+@pytest.mark.anyio
+async def test_a_tool_whose_task_support_is_optional_is_called_plainly(tmp_path: Path) -> None:
+    run, _ = await _run(tmp_path, "optional")
+    (seen,) = run.seen("t__research")
+    assert "FINDINGS: answered at once" in seen and 'source="t"' in seen
+    assert _task_events(run) == []  # no task was created: nothing to poll or cancel

@@ -20,8 +20,13 @@ reads the command the way the launcher would and names that, read-only:
   starts from that environment like a console script;
 - anything else: the executable file itself.
 
-No folder is ever shown just because a script sits in it, and none that holds (or is) one
-of the host's protected paths (its config folder, pins, state, logs, credential files).
+Each is shown under ``/opt/mcp`` by its role (``python``, ``env``, ``path``, ``app``, ``bin``),
+never at its host path, and what names host paths is rewritten for inside: a venv's
+``pyvenv.cfg`` and ``bin`` links, ``.pth`` files, ``PYTHONPATH``, the command line. No folder
+is ever shown just because a script sits in it, and none that holds (or is) one of the host's
+protected paths (its config folder, pins, state, logs, credential files). Not followed: an
+editable install through an import hook (setuptools' strict mode), whose finder module names
+host paths; its source must be a declared read path.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ class Launch:
     read_only: list[Path] = field(default_factory=list)
     ops: list[tuple[str, ...]] = field(default_factory=list)
     data: list[bytes] = field(default_factory=list)
+    overlays: list[Path] = field(default_factory=list)  # host folders shown with a private write layer
     path_dirs: list[str] = field(default_factory=list)  # PATH inside: the interpreters' bin folders
     env: dict[str, str] = field(default_factory=dict)
     withheld: list[str] = field(default_factory=list)  # paths not shown, with why
@@ -77,9 +83,11 @@ class Launch:
                 return at if rest == Path(".") else f"{at}/{rest.as_posix()}"
         return None
 
-    def show(self, host: Path, role: str, *, at: str | None = None) -> str | None:
+    def show(self, host: Path, role: str, *, at: str | None = None, private: bool = False) -> str | None:
         """Show ``host`` read-only under ``MOUNT_ROOT`` (a name of its role, or ``at``);
-        ``None`` when it does not exist or is, or holds, a protected path."""
+        ``None`` when it does not exist or is, or holds, a protected path. ``private``: the
+        server may write there, into a layer of its own that is gone when it stops (where
+        the sandbox can lay one: otherwise read-only)."""
         if not host.exists():
             return None
         if (already := self.translate(host)) is not None and at is None:
@@ -97,7 +105,11 @@ class Launch:
             at = f"{MOUNT_ROOT}/{name}"
         self._shown[host] = at
         self.read_only.append(host)
-        self.ops.append(("--ro-bind", str(host), at))
+        if private:
+            self.ops.append(("--bind", f"{{overlay:{len(self.overlays)}}}", at))
+            self.overlays.append(host)
+        else:
+            self.ops.append(("--ro-bind", str(host), at))
         return at
 
     def generate(self, at: str, content: bytes) -> None:
@@ -231,7 +243,9 @@ def _show_python(launch: Launch, interp: Path) -> str:
     if venv is None:
         launch.path_dirs.append(f"{base_at}/bin")
         return launch.translate(real) or str(real)
-    venv_at = launch.show(venv, "env")
+    # The server's own environment: some packages write into their folder (a node project they
+    # install on first use), so it gets a private write layer over the host's, gone when it stops.
+    venv_at = launch.show(venv, "env", private=True)
     if venv_at is None:
         return str(interp)
     # The venv's bin/python links to its base by a host path: inside, bin is new, linked anew.
@@ -336,6 +350,8 @@ def _node_package(launch: Launch, script: Path) -> str:
         *(d / "node_modules" for d in script.parents if (d / "node_modules").is_dir()),
     ]
     top = Path(os.path.commonpath([str(p) for p in items]))
+    if top.is_file():  # a lone script keeps its name (node reads .mjs/.cjs from it)
+        top = top.parent
     if top == Path(top.anchor):
         top = (package or script).parent
         items = [p for p in items if inside(p, top)]

@@ -6,18 +6,25 @@ confined server sees:
 - read-only: the system's program folders (``/usr``, ``/lib*``, ``/bin``, ``/sbin``), a few
   files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), what
   its launcher needs (``tether.mcp.launchers``: the interpreter and its import path, a node
-  package and its ``node_modules``, an npx or uvx install, a script as that one file), its
-  ``file://`` roots and the paths listed in ``sandbox_read``;
+  package and its ``node_modules``, an npx or uvx install, a script as that one file) under
+  ``/opt/mcp`` by the names of their roles, never at their host paths, and its ``file://``
+  roots and the paths listed in ``sandbox_read`` at their own paths (the user named them);
+  nothing else of the host's folders shows, not even their names (the kernel's
+  ``/proc/self/mountinfo`` still names the host folder each mount comes from);
 - read-write: its roots only when ``roots_writable`` is set, and the paths listed in
   ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
-  stops;
+  stops; and its own Python environment (a venv or uvx install) through a private write layer
+  (an overlay in a mount namespace only the launch has), gone when it stops, so a package that
+  installs something into its own folder on first use works and the host's copy is unchanged
+  (where overlays cannot be had, ``overlay_status`` says why and the folder is read-only);
 - never the config folder, the pins, the state, the logs or any server's credential files,
   even when a listed path would hold them (the path is withheld and the review says so);
 - its own ``/proc`` (the bwrap options travel on a file descriptor, so ``/proc/1/cmdline``
   shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
   PID, IPC and UTS namespaces; it dies with the host;
 - network: ``none`` (the default: a network namespace of its own with only its own
-  loopback) or ``any`` (the host's network, its loopback services included). bubblewrap
+  loopback) or ``any`` (the host's network, its loopback services included, and the host's
+  certificate settings where they name a shown file). bubblewrap
   cannot filter by host and port, so there is no allowlist: a server that needs one host
   gets ``any``, and the review says so.
 
@@ -32,6 +39,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -40,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tether.mcp.launchers import SYSTEM_DIRS, inside, resolve_launch
+from tether.mcp.launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
 
 __all__ = [
     "ARGS_FD",
@@ -50,6 +58,7 @@ __all__ = [
     "SandboxPlan",
     "bwrap_status",
     "failure_hint",
+    "overlay_status",
     "plan_confinement",
 ]
 
@@ -256,6 +265,18 @@ def _confine(
         # The config's folder holds pins, state and credential files: never shown to the server.
         workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
     opts += ["--chdir", workdir, "--"]
+    inside_env = _inside_env(env, launch, network)
+    shown = (*(str(p) for p in launch.read_only), *shown_ro)
+    confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
+    argv = [bwrap, "--args", ARGS_FD, *launch.argv]
+    argv, opts = _private_layers(argv, opts, launch.overlays)
+    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
+
+
+def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
+    """The server's environment inside: its own settings, the launcher's, a PATH of what is
+    shown, the private home; with network, the host's certificate settings that name a file
+    shown inside."""
     inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
     inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
     inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
@@ -263,10 +284,63 @@ def _confine(
     inside_env["PATH"] = os.pathsep.join([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"])
     inside_env["HOME"] = HOME
     inside_env["TMPDIR"] = "/tmp"
-    shown = (*(str(p) for p in launch.read_only), *shown_ro)
-    confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
-    argv = [bwrap, "--args", ARGS_FD, *launch.argv]
-    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
+    if network == "any":
+        shown = ("/etc/ssl/", "/usr/")
+        inside_env.update({k: os.environ[k] for k in _TLS_ENV if os.environ.get(k, "").startswith(shown)})
+    return inside_env
+
+
+_TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+_LAYERS = "/mnt"  # in the launch's own mount namespace: where the private layers are laid
+
+
+@functools.cache
+def overlay_status() -> str | None:
+    """``None`` when private write layers work here (an overlay in a user namespace of the
+    launch's own, Linux 5.11+), else why not: then those folders are shown read-only."""
+    unshare = shutil.which("unshare")
+    if unshare is None or not Path(_LAYERS).is_dir():
+        return f"unshare or {_LAYERS} is missing"
+    script = _layer_script([Path("/usr/share")]) + ' && test -d "$0"'
+    try:
+        done = subprocess.run(
+            [unshare, "-Urm", "--", "/bin/sh", "-c", script, "/"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{type(err).__name__}: {err}"
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+def _layer_script(lowers: Sequence[Path]) -> str:
+    steps = [f"mount -t tmpfs tether-layers {_LAYERS}"]
+    for i, lower in enumerate(lowers):
+        u, w, m = (f"{_LAYERS}/{x}{i}" for x in "uwm")
+        layer = shlex.quote(f"lowerdir={lower},upperdir={u},workdir={w}")
+        steps += [f"mkdir {u} {w} {m}", f"mount -t overlay overlay -o {layer} {m}"]
+    return " && ".join(steps)
+
+
+def _private_layers(argv: list[str], opts: list[str], lowers: Sequence[Path]) -> tuple[list[str], list[str]]:
+    """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
+    options): an overlay on a tmpfs, in a mount namespace that only the launch sees, under
+    bwrap. Where that cannot be had (or a path would not survive the overlay's options), the
+    folder is shown read-only instead."""
+    usable = lowers and overlay_status() is None and not any(c in str(p) for p in lowers for c in ",:\\")
+    out = []
+    for i, opt in enumerate(opts):
+        if opt.startswith("{overlay:"):
+            n = int(opt[len("{overlay:") : -1])
+            out.append(f"{_LAYERS}/m{n}" if usable else str(lowers[n]))
+            if not usable and i > 0 and out[-2] == "--bind":
+                out[-2] = "--ro-bind"
+        else:
+            out.append(opt)
+    if not usable:
+        return argv, out
+    unshare = shutil.which("unshare") or "unshare"
+    script = _layer_script(lowers) + ' && exec "$@"'
+    return [unshare, "-Urm", "--", "/bin/sh", "-c", script, "tether-layers", *argv], out
 
 
 # The host's own variables a server is started with unconfined; inside, these are the sandbox's.
