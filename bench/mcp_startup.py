@@ -139,7 +139,7 @@ def _profiles(folder: Path) -> dict[str, list[str] | str]:
     console = folder / "bin" / "erp-server"
     console.parent.mkdir(exist_ok=True)
     console.write_text(
-        f"#!{sys.executable}\nimport runpy\nrunpy.run_module('tether.scenarios.maintenance.erp', "
+        f"#!{sys.executable}\nimport runpy\nrunpy.run_module('tether_examples.scenarios.maintenance.erp', "
         "run_name='__main__')\n",
         encoding="utf-8",
     )

@@ -398,7 +398,9 @@ def test_a_venv_with_editable_installs_shows_inside_under_neutral_names_only(tmp
     under = ("/usr", "/etc/", "/opt/mcp/", "/dev/")
     for dest in _destinations(plan.options):
         assert dest in exact or dest.startswith(under), dest
-    inside_argv = plan.argv[3:]
+    from tether.mcp.sandbox import ARGS_FD
+
+    inside_argv = plan.argv[plan.argv.index(ARGS_FD) + 1 :]
     assert inside_argv[0].startswith("/opt/mcp/") and inside_argv[-1] == "--flag"
     assert not any(str(tmp_path) in a for a in inside_argv)
     assert str(tmp_path) not in plan.env["PYTHONPATH"] and plan.env["PYTHONPATH"].startswith("/opt/mcp/")
