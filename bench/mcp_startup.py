@@ -117,8 +117,8 @@ def host_start_s(config: Path) -> float:
         started = time.perf_counter()
         try:
             await host.start()
-            down = [getattr(s, "unavailable_detail", None) or s.unavailable for s in host.sources
-                    if getattr(s, "unavailable", None)]  # fmt: skip
+            down = [getattr(s, "unavailable_detail", None) or getattr(s, "unavailable", None)
+                    for s in host.sources if getattr(s, "unavailable", None)]  # fmt: skip
             assert host.offered(), f"no tools offered: {down}"
             return time.perf_counter() - started
         finally:

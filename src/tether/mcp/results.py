@@ -83,7 +83,7 @@ def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, A
     try:
         validate(data, schema)
     except jsonschema.ValidationError as err:
-        return err.message
+        return str(err.message)
     except jsonschema.SchemaError as err:
         return f"invalid output schema: {err.message}"
     except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
