@@ -127,18 +127,10 @@ def convert_result(
             reason="paths_outside_roots",
             paths=outside,
         )
-    total = len(text)
-    truncated = False
-    if total > spec.max_result_chars:
-        marker = (
-            f"\n[TRUNCATED by host: {total} characters from server {server}; only the first "
-            f"{{shown}} are shown, the rest was kept out of context]"
-        )
-        shown = max(0, spec.max_result_chars - len(marker) - 8)
-        text = text[:shown] + marker.format(shown=shown)
-        data = None  # structured data would carry the whole payload past the cap
-        truncated = True
+    if (total := len(text)) > spec.max_result_chars:
+        # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
+        # (``HostCore._finish``), data included.
         emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
-    return ToolOutput(text=text, data=data, truncated=truncated, meta=meta)
+    return ToolOutput(text=text, data=data, meta=meta)
