@@ -26,13 +26,14 @@ import anyio
 
 from tether.checkpoint import state_to_json
 from tether.errors import ApprovalError
+from tether.labels import host_note
 from tether.messages import ToolMessage
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
 from tether.stop import StopReason
 from tether.tools.contract import ToolContext, ToolSpec
 from tether.trace.events import EventKind
-from tether.types import Decision, GateOutcome, Observation, ToolCall, Trust, wrap_untrusted
+from tether.types import Decision, GateOutcome, Observation, ToolCall, Trust
 
 if TYPE_CHECKING:
     from tether.policy.approvals import Approvals
@@ -123,8 +124,7 @@ class Turn:
             elif o.status != "allow":
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 body = json.dumps({"error": o.status, "message": message}, ensure_ascii=False)
-                text = wrap_untrusted(body, source="host", trust="trusted")
-                out.append(ToolMessage(call.id, text, call.name))
+                out.append(ToolMessage(call.id, host_note(body), call.name))
         return out
 
     def stop(self) -> tuple[StopReason, str] | None:

@@ -9,8 +9,8 @@ private to this class. One call goes, in order:
     resolve → harness-tool intercept → strict intake → contract validation → Policy (harness
     tools too) → approval settlement (``tether.calls.settle``) → effect ledger (side effects,
     ``tether.effects``) → rate limit → the tool runs (``_run_tool``: the one place, harness
-    tools included) → ``_finish``: cleaning, truncation and labels (source, time, trust;
-    provenance) → one trace event per decision and per outcome → Observation
+    tools included) → ``labels.finish``: cleaning, truncation and labels (source, time,
+    trust; provenance) → one trace event per decision and per outcome → Observation
 
 and a ``Turn`` comes back settled (checkpointed when it must pause).
 """
@@ -30,7 +30,7 @@ import anyio
 from tether.calls import CallScope, Harness, Turn, checkpoint_pause, record_denial, record_observation, settle
 from tether.effects import run_effect
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
-from tether.mcp.clean import clean_result_data, clean_result_text
+from tether.labels import finish, memory_line, memory_origin
 from tether.messages import ToolCall, UserMessage
 from tether.policy.approvals import idempotency_key
 from tether.policy.intake import check_arguments, parse_arguments
@@ -42,14 +42,14 @@ from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
 from tether.trace.sanitize import Redactor
 from tether.trace.tracer import FlushMode, JsonlSink, MemorySink, Tracer, TraceSink, flush_mode
-from tether.types import GateOutcome, Observation, Trust, wrap_untrusted
+from tether.types import GateOutcome, Observation
 
 if TYPE_CHECKING:
     from tether.memory import MemoryStore
     from tether.policy.approvals import Approvals
     from tether.ratelimit import TokenBucket
 
-__all__ = ["HostCore", "truncate"]
+__all__ = ["HostCore"]
 
 Executed = tuple[Observation, BaseException | None]
 
@@ -263,7 +263,7 @@ class HostCore:
 
     async def recall(self, subjects: Sequence[str], state: RunState, tracer: Tracer) -> UserMessage | None:
         """Read memory for a run before any tool is consulted: expired, foreign and disabled
-        records never enter context; each recalled claim is cleaned and labelled (``_memory_line``)."""
+        records never enter context; each recalled claim is cleaned and labelled (``labels.memory_line``)."""
         if self.memory is None or not subjects:
             return None
         lines = []
@@ -283,9 +283,9 @@ class HostCore:
                 state.memory.append(record)
                 tracer.emit(
                     EventKind.MEMORY_RETRIEVED, subject=record.subject, record_id=record.id,
-                    source=_memory_origin(src), confidence=record.confidence, conflict=rec.conflict,
+                    source=memory_origin(src), confidence=record.confidence, conflict=rec.conflict,
                 )  # fmt: skip
-                lines.append(_memory_line(record, conflict=rec.conflict))
+                lines.append(memory_line(record, conflict=rec.conflict))
         if not lines:
             return None
         return UserMessage(
@@ -438,13 +438,16 @@ class HostCore:
     async def _run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
     ) -> Executed:
-        """The one place a tool runs: a harness tool of the run (``harness``, which owns ``spec``)
-        or a source's tool (rate limit, source call); then ``_finish``. Recoverable failures
-        become error observations; a programming error is returned as the second value so the
-        caller can end the run loudly."""
+        """The one place a tool runs: a harness tool of the run (``harness``, which owns
+        ``spec``) or a source's tool (rate limit, source call); then ``labels.finish`` (cleaning,
+        truncation, the trust label: ``untrusted``, or the harness's word for its own text).
+        Recoverable failures become error observations; a programming error is returned as the
+        second value so the caller can end the run loudly."""
         if harness is not None:
             obs, crash = await harness.execute(spec, arguments, context)
-            return self._finish(spec, obs, trust=harness.trust(spec.name)), crash
+            return finish(
+                obs, limit=spec.max_result_chars, trust=harness.trust(spec.name), labeler=self.labeler
+            ), crash
         source = self._specs[spec.name][1]
         bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
         waited = await bucket.acquire() if bucket is not None else 0.0
@@ -465,67 +468,7 @@ class HostCore:
             call_id=context.call_id, tool=spec.name, source=source.name, observed_at=now, text=output.text,
             data=output.data, is_error=output.is_error, error_kind=output.error_kind, meta=meta,
         )  # fmt: skip
-        return self._finish(spec, obs, trust="untrusted"), None
-
-    # -- labels (the one place) -------------------------------------------------------------
-
-    def _finish(self, spec: ToolSpec, obs: Observation, *, trust: Trust) -> Observation:
-        """Cleaning, truncation and labels, for every tool's result (local, MCP or harness):
-        hidden characters (zero-width, bidi, tag characters) removed and counted, HTML comments
-        and markdown image/link targets neutralised (``meta["cleaned"]``); the text cut to the
-        tool's ``max_result_chars`` (``truncate``); the trust label set (``untrusted`` unless a
-        harness tool writes the host's own text); then the provenance labeler, if any."""
-        if "cleaned" not in obs.meta:
-            text, found = clean_result_text(obs.text)
-            data: Any
-            if obs.data is obs.text:  # a text result: its data is the same string, cleaned once
-                data, found_in_data = text, found
-            else:
-                data, found_in_data = clean_result_data(obs.data) if obs.data is not None else (None, {})
-            if found or found_in_data:
-                obs = replace(obs, text=text, data=data, meta={**obs.meta, "cleaned": found or found_in_data})
-        obs = truncate(obs, spec.max_result_chars)
-        if obs.trust != trust:
-            obs = replace(obs, trust=trust)
-        if self.labeler is not None:
-            obs = self.labeler(obs)
-        return obs
-
-
-def truncate(obs: Observation, limit: int) -> Observation:
-    """``obs`` with its text cut to ``limit`` characters, a note of how much was kept out of
-    context in place of the rest; its structured data is dropped too (it would carry the whole
-    payload past the cap). The cut text, note included, fits in ``limit``."""
-    total = len(obs.text)
-    if total <= limit:
-        return obs
-    marker = (
-        f"\n[TRUNCATED by host: {total} characters from {obs.source}; only the first {{shown}} are "
-        "shown, the rest was kept out of context]"
-    )
-    shown = max(0, limit - len(marker) - 8)
-    text = obs.text[:shown] + marker.format(shown=shown)
-    return replace(obs, text=text, data=None, meta={**obs.meta, "truncated": True})
-
-
-def _memory_origin(src: Any) -> str:
-    return f"{src.system}/{src.record}" if src is not None else "unknown"
-
-
-def _memory_line(record: Any, *, conflict: bool) -> str:
-    """A recalled memory claim as the model reads it: cleaned like a tool result, and labelled
-    untrusted with its origin, subject, time, confidence and any conflict."""
-    claim, _ = clean_result_text(record.claim)
-    src = record.source
-    return wrap_untrusted(
-        claim,
-        source=f"memory:{_memory_origin(src)}",
-        subject=record.subject,
-        observed_at=src.observed_at.isoformat() if src is not None else "",
-        confidence=record.confidence,
-        trust="untrusted",
-        conflict="yes" if conflict else "",
-    )
+        return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler), None
 
 
 def _error_output(err: ToolError) -> ToolOutput:
