@@ -836,6 +836,20 @@ def test_a_harness_tools_result_is_cleaned_like_any_other(
     assert "Do the demo" in shown and "now." in shown  # the skill's own words still read
 
 
+@pytest.mark.parametrize("entry_cls", [AgentEntry, SubagentEntry], ids=["agent", "subagent"])
+def test_a_harness_tools_trust_label_says_whose_text_it_is(world: World, entry_cls: Any) -> None:
+    cfg = ContextConfig(status=StatusConfig(todo=True), tool_search=ToolSearchConfig(threshold=1))
+    entry = entry_cls()
+    host = world.host()
+    calls = [("tool_search", {"query": "notes"}), ("rewrite_todo_list", {"items": [{"content": "x"}]})]
+    out = _run(_closing(host, entry.first(host, calls, TENANT, cfg)))
+    assert out.stop_reason == "accepted", out.kinds()
+    [search] = _model_read(entry, "tool_search")  # derived from tool descriptions: untrusted
+    [todo] = _model_read(entry, "rewrite_todo_list")  # the host's own list: trusted
+    assert 'trust="untrusted"' in search and 'source="harness"' in search
+    assert 'trust="trusted"' in todo and 'source="harness"' in todo
+
+
 def _remember(path: Path, claims: dict[str, str]) -> SqliteMemory:
     """A memory holding one record per subject, each from the approved CRM."""
     memory = SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset({"crm"})))
