@@ -55,7 +55,7 @@ async def _latencies(config: Any, calls: int) -> tuple[list[float], float]:
         out = []
         for _ in range(calls):
             started = time.perf_counter()
-            obs, crash = await host.run_tool(spec, {"order_id": "742"}, ctx)
+            obs, crash = await host._run_tool(spec, {"order_id": "742"}, ctx)
             out.append(time.perf_counter() - started)
             assert crash is None and not obs.is_error, obs.text
         source = mcp_sources(host)[0]

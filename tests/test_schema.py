@@ -571,9 +571,9 @@ def test_the_gate_runs_one_schema_check_per_call_and_a_refused_call_never_runs(
     host.add_tools(add)
     anyio.run(host.start)
     context = TrustedContext(tenant="t")
-    coerced = host.gate(ToolCall("c1", "add", '{"n": "1"}'), context, host.offered())
+    coerced = host._gate(ToolCall("c1", "add", '{"n": "1"}'), context, host.offered())
     assert coerced.status == "reject" and "wrong_type" in (coerced.error or "") and checks == [1]
-    outcome = host.gate(ToolCall("c2", "add", '{"n": 1}'), context, host.offered())
+    outcome = host._gate(ToolCall("c2", "add", '{"n": 1}'), context, host.offered())
     assert outcome.status == "allow" and outcome.arguments == {"n": 1} and checks == [1, 1]
     out = anyio.run(add.invoke, outcome.arguments)
     assert out.text == "2" and ran == [1]

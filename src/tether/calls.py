@@ -1,49 +1,55 @@
-"""The chokepoint: the one path of a tool call, whichever runner proposed it.
+"""What the chokepoint (``HostCore.call_turn``, ``tether.hostcore``) works with and returns.
 
-The agent loop, workflows, plan-then-execute, subagents, the approval desk and the MCP
-elicitation resume never execute a tool themselves. They hand the calls of one turn to
-``Host.call_turn`` (or one call to ``Host.call``), which does, in order:
+A runner hands the calls of one turn, with their ``CallScope`` (the run's state, tracer, the
+tools it was offered, its ``Harness`` tools), to ``Host.call_turn`` and gets back a ``Turn``,
+settled: what was decided and observed for each call, the results as the model reads them
+(``Turn.messages``), and the stop the host requires (denied, waiting for approval, refused,
+outcome unknown, a question for a person, crashed), if any. A turn that must pause comes back
+paused: its run is checkpointed here (``settle``, ``checkpoint_pause``: ``run_paused``), so no
+runner has to remember to. What a runner does with a turn that did not stop (append its
+messages, extract fields, read the next step) is its own business; what may run, and how, is not.
 
-    resolve → harness-tool intercept → strict intake → contract validation → Policy
-    → approval settlement → effect ledger (side effects) → rate limit → execution
-    → truncation → untrusted labelling and provenance → one trace event per decision
-    and per outcome
-
-and returns a ``Turn``, settled: what was decided and observed for each call, the results as
-the model reads them (``Turn.messages``), and the stop the host requires (denied, waiting for
-approval, refused, outcome unknown, a question for a person, crashed), if any. A turn that
-must pause comes back paused: its run is checkpointed here (``run_paused``), so no runner has
-to remember to. What a runner does with a turn that did not stop (append its messages, extract
-fields, read the next step) is its own business; what may run, and how, is not.
+Also here: recording a denial or an observation in the run (``record_denial``,
+``record_observation``) and approval settlement against the store, the chokepoint's store work.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
 from tether.checkpoint import state_to_json
-from tether.effects import run_effect
 from tether.errors import ApprovalError
+from tether.labels import host_note
 from tether.messages import ToolMessage
-from tether.policy.approvals import idempotency_key
 from tether.policy.intake import Proposal, content_hash
 from tether.run import CallRecord, RunState
 from tether.stop import StopReason
 from tether.tools.contract import ToolContext, ToolSpec
 from tether.trace.events import EventKind
-from tether.types import Decision, GateOutcome, Observation, ToolCall, wrap_untrusted
+from tether.types import Decision, GateOutcome, Observation, ToolCall, Trust
 
 if TYPE_CHECKING:
-    from tether.hostcore import HostCore as Host
+    from tether.policy.approvals import Approvals
     from tether.trace.tracer import Tracer
 
-__all__ = ["CallScope", "Harness", "Turn", "record_denial", "record_observation"]
+__all__ = [
+    "CallScope",
+    "Harness",
+    "Turn",
+    "checkpoint_pause",
+    "record_denial",
+    "record_observation",
+    "settle",
+]
+
+Clock = Callable[[], datetime]
 
 
 class Harness(Protocol):
@@ -52,6 +58,11 @@ class Harness(Protocol):
     def owns(self, name: str) -> bool: ...
 
     def intercept(self, call: ToolCall) -> GateOutcome | None: ...
+
+    def trust(self, name: str) -> Trust:
+        """The trust label of the tool's results: ``trusted`` only for the host's own text (a
+        TODO list, a reviewed skill), ``untrusted`` for anything derived from tool sources."""
+        ...
 
     async def execute(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
@@ -113,8 +124,7 @@ class Turn:
             elif o.status != "allow":
                 message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
                 body = json.dumps({"error": o.status, "message": message}, ensure_ascii=False)
-                text = wrap_untrusted(body, source="host", trust="trusted")
-                out.append(ToolMessage(call.id, text, call.name))
+                out.append(ToolMessage(call.id, host_note(body), call.name))
         return out
 
     def stop(self) -> tuple[StopReason, str] | None:
@@ -173,299 +183,122 @@ def record_observation(tracer: Any, state: RunState, obs: Observation, arguments
     )
 
 
-# -- the pipeline -----------------------------------------------------------------------------
+# -- approval settlement (the chokepoint's store work, ``HostCore.call_turn``) ---------------------
 
 
-class CallPipeline:
-    """The host's one path for tool calls. Built by ``Host``; runners use ``Host.call_turn``."""
+async def settle(approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope) -> list[GateOutcome]:
+    """The turn's outcomes with each "approve" settled: "allow" when approved (on the stored
+    arguments), refused, or waiting (the run checkpointed, ``run_paused``). A call whose content
+    or tenant differs from its proposal is refused."""
+    s, t = scope.state, scope.tracer
+    settled: list[GateOutcome] = []
+    for o in turn.outcomes:
+        settled.append(o if o.status != "approve" else await _settle_one(approvals, clock, o, turn, scope))
+    s.pending = list(turn.waiting)
+    if scope.checkpoint:
+        if turn.refused:
+            await _checkpoint(approvals, clock, scope, "finished", StopReason.APPROVAL_DENIED)
+        elif turn.waiting:
+            await _checkpoint(approvals, clock, scope, "paused", StopReason.APPROVAL_REQUIRED)
+            t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
+    return settled
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
 
-    # decide ------------------------------------------------------------------------------
-
-    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
-        """resolve → harness intercept → intake → validation → policy, traced and recorded."""
-        s, t, host = scope.state, scope.tracer, self.host
-        if t.redactor.declared(call.name):  # learn secrets from the whole call, not the cut below
-            t.redactor.learn(call.name, call.arguments)
-        t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
-        outcome = None
-        if scope.harness is not None:
-            outcome = scope.harness.intercept(call)
-            if outcome is not None and outcome.status == "allow" and outcome.spec is not None:
-                # Harness tools are tools like any other: the policy decides them too.
-                outcome = host.judge(outcome, s.context, s)
-        if outcome is None:
-            outcome = host.gate(call, s.context, scope.offered, s)
-        if outcome.status == "deny" and outcome.decision is not None:
-            d = outcome.decision
-            record_denial(t, s, call, d.rule, d.reason, d.details)
-        elif outcome.status in ("reject", "unknown"):
-            t.emit(
-                EventKind.TOOL_ERROR,
-                call_id=call.id,
-                tool=call.name,
-                error="proposal_rejected",
-                message=outcome.error,
-            )
-            s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
-        elif outcome.status == "allow":
-            assert outcome.decision is not None
-            t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
-        return outcome
-
-    # a turn ------------------------------------------------------------------------------
-
-    async def turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
-        host = self.host
-        outcomes = [self.decide(call, scope) for call in calls]
-        if scope.proposals:
-            outcomes = [
-                dataclasses.replace(o, proposal_id=scope.proposals[o.call.id])
-                if o.status == "allow" and o.call.id in scope.proposals
-                else o
-                for o in outcomes
-            ]
-        turn = Turn(outcomes)
-        turn.denied = [o for o in outcomes if o.status == "deny"]
-        stop_on_denial = scope.stop_on_denial
-        if stop_on_denial is None:
-            stop_on_denial = host.on_denied == "stop"
-        if turn.denied and stop_on_denial:
-            turn.halted = True
-            return turn
-        if any(o.status == "approve" for o in outcomes):
-            # Nothing of this turn runs until every call needing approval has one. Settling is
-            # store work a run's deadline does not cut in half (proposals, their history, the
-            # checkpoint): it is shielded, and what runs after it is cancelled at once.
-            with anyio.CancelScope(shield=True):
-                turn.outcomes = await self._settle(turn, scope)
-            if turn.refused or turn.waiting:
-                turn.halted = True
-                return turn
-        await self._execute_allowed(turn, scope)
-        for name, crash in turn.crashes:
-            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
-        turn.questions = {
-            call_id: f"{obs.tool}: paused for input: {obs.meta['pause']}"
-            for call_id, obs in turn.observations.items()
-            if obs.meta.get("pause")
-        }
-        if (turn.unsettled or turn.questions) and scope.checkpoint and host.approvals is not None:
-            with anyio.CancelScope(shield=True):
-                await self._pause(turn, scope, [*turn.unsettled, *turn.questions.values()])
-        return turn
-
-    # approval settlement -----------------------------------------------------------------
-
-    async def _settle(self, turn: Turn, scope: CallScope) -> list[GateOutcome]:
-        """ "approve" outcomes become "allow" (approved: the stored arguments), refusals, or a
-        checkpointed wait. A call whose content or tenant differs from its proposal is refused."""
-        host, s, t = self.host, scope.state, scope.tracer
-        approvals = host.approvals
-        assert approvals is not None
-        store = approvals.store
-        settled: list[GateOutcome] = []
-        for o in turn.outcomes:
-            if o.status != "approve":
-                settled.append(o)
-                continue
-            assert o.spec is not None and o.arguments is not None
-            known = scope.proposals.get(o.call.id)
-            if known is not None:
-                stored = await store.aget_proposal(known)
-            else:
-                stored = await store.afind_for_call(s.run_id, s.steps, o.call.id)
-            if stored is None:
-                proposal = Proposal.of(
-                    o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
-                )
-                stored = await approvals.asubmit(
-                    proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
-                )
-                if o.decision is not None:
-                    # Why the policy asked (rule, reason, argument provenance) goes into the
-                    # proposal's history, so the reviewer sees it next to what will run.
-                    why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
-                    detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
-                    await store.aadd_event(
-                        stored.id, "policy", actor=f"rule:{o.decision.rule}", detail=detail, now=host.clock()
-                    )
-                t.emit(
-                    EventKind.APPROVAL_REQUESTED,
-                    proposal_id=stored.id,
-                    call_id=o.call.id,
-                    tool=o.spec.name,
-                    effect=stored.effect,
-                    content_hash=stored.content_hash,
-                    rule=o.decision.rule if o.decision else "",
-                )
-            if (
-                stored.content_hash != content_hash(o.spec.name, o.arguments)
-                or stored.tenant != s.context.tenant
-            ):
-                # The call being settled is not what was proposed: never run it on that approval.
-                t.emit(
-                    EventKind.APPROVAL_DENIED,
-                    proposal_id=stored.id,
-                    call_id=o.call.id,
-                    tool=o.spec.name,
-                    reason="content_mismatch",
-                )
-                turn.refused.append(f"{stored.id}: content_mismatch")
-                s.calls.append(
-                    CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch")
-                )
-                settled.append(o)
-                continue
-            if stored.status.value == "approved":
-                t.emit(
-                    EventKind.APPROVAL_GRANTED,
-                    proposal_id=stored.id,
-                    call_id=o.call.id,
-                    tool=stored.tool,
-                    content_hash=stored.content_hash,
-                    reviewer=stored.decided_by,
-                    decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
-                    reason=stored.decision_reason,
-                )
-                decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
-                settled.append(
-                    dataclasses.replace(
-                        o,
-                        status="allow",
-                        arguments=json.loads(stored.arguments),
-                        decision=decision,
-                        proposal_id=stored.id,
-                    )
-                )
-            elif stored.status.value == "pending":
-                turn.waiting.append(stored.id)
-                settled.append(o)
-            else:
-                t.emit(
-                    EventKind.APPROVAL_DENIED,
-                    proposal_id=stored.id,
-                    call_id=o.call.id,
-                    tool=stored.tool,
-                    status=str(stored.status),
-                    reviewer=stored.decided_by,
-                    decided_at=stored.decided_at.isoformat() if stored.decided_at else None,
-                    reason=stored.decision_reason,
-                )
-                turn.refused.append(f"{stored.id}: {stored.status}")
-                s.calls.append(
-                    CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status))
-                )
-                settled.append(o)
-        s.pending = list(turn.waiting)
-        if scope.checkpoint:
-            if turn.refused:
-                await self._checkpoint(scope, "finished", StopReason.APPROVAL_DENIED)
-            elif turn.waiting:
-                await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED)
-                t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
-        return settled
-
-    async def _pause(self, turn: Turn, scope: CallScope, problems: Sequence[str]) -> None:
-        """Checkpoint a run paused for a person (an effect's unknown outcome, a question). The
-        checkpoint holds the turn's other results as the model will read them, so a resume runs
-        only the calls that have none."""
-        approvals = self.host.approvals
-        assert approvals is not None
-        turn.checkpointed = True
-        s = scope.state
-        after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
-        await self._checkpoint(scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
-        scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
-
-    async def _checkpoint(
-        self, scope: CallScope, status: str, reason: StopReason, *, state: RunState | None = None
-    ) -> str:
-        """Save the run's working state in the approval store (resume continues from it)."""
-        approvals = self.host.approvals
-        assert approvals is not None
-        s = scope.state
-        text = state_to_json(state or s)
-        with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
-            await approvals.store.asave_checkpoint(
-                s.run_id,
-                app=approvals.app,
-                state=text,
-                status=status,
-                stop_reason=str(reason),
-                now=self.host.clock(),
-            )
-        return status
-
-    # execution ---------------------------------------------------------------------------
-
-    async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
-        allowed = [o for o in turn.outcomes if o.status == "allow"]
-        if not allowed:
-            return
-        # A run's deadline is the runner's cancel scope around its steps (``AgentLoop``), not one per turn.
-        if len(allowed) == 1:
-            await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
-            return
-        async with anyio.create_task_group() as tg:
-            for o in allowed:
-                tg.start_soon(self._execute_one, o, turn, scope)
-
-    async def _execute_one(self, o: GateOutcome, turn: Turn, scope: CallScope) -> None:
-        host, s, t = self.host, scope.state, scope.tracer
-        assert o.spec is not None and o.arguments is not None
-        ctx = ToolContext(
-            run_id=s.run_id,
-            tenant=s.context.tenant,
-            roles=s.context.roles,
-            user=s.context.user,
-            call_id=o.call.id,
-            now=host.clock(),
+async def _settle_one(
+    approvals: Approvals, clock: Clock, o: GateOutcome, turn: Turn, scope: CallScope
+) -> GateOutcome:
+    assert o.spec is not None and o.arguments is not None
+    s, t = scope.state, scope.tracer
+    stored = await _proposal(approvals, clock, o, scope)
+    if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
+        # The call being settled is not what was proposed: never run it on that approval.
+        t.emit(
+            EventKind.APPROVAL_DENIED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
+            reason="content_mismatch",
+        )  # fmt: skip
+        turn.refused.append(f"{stored.id}: content_mismatch")
+        s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch"))
+        return o
+    decided = {
+        "proposal_id": stored.id, "call_id": o.call.id, "tool": stored.tool, "reviewer": stored.decided_by,
+        "decided_at": stored.decided_at.isoformat() if stored.decided_at else None,
+        "reason": stored.decision_reason,
+    }  # fmt: skip
+    if stored.status.value == "approved":
+        t.emit(EventKind.APPROVAL_GRANTED, content_hash=stored.content_hash, **decided)
+        decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
+        arguments = json.loads(stored.arguments)
+        return dataclasses.replace(
+            o, status="allow", arguments=arguments, decision=decision, proposal_id=stored.id
         )
-        harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
-        if o.spec.effect.side_effecting:
-            flush = getattr(t, "flush", None)
-            if flush is not None:
-                flush()  # every decision before an effect is on disk before the effect happens
-        if harness is None and host.approvals is not None and o.spec.effect.side_effecting:
-            try:
-                obs, crash = await self._effect(o, ctx, scope)
-            except ApprovalError as err:  # outcome unknown, or held by another process
-                turn.unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
-                turn.unsettled_errors.append(err)
-                return
-        else:
-            obs, crash = await host.run_tool(o.spec, o.arguments, ctx, harness)
-        if crash is not None:
-            turn.crashes.append((o.spec.name, crash))
-            s.calls.append(
-                CallRecord(o.call.id, o.call.name, o.call.arguments, "crashed", type(crash).__name__)
-            )
-            return
-        turn.observations[o.call.id] = obs
-        record_observation(t, s, obs, o.arguments)
+    if stored.status.value == "pending":
+        turn.waiting.append(stored.id)
+        return o
+    t.emit(EventKind.APPROVAL_DENIED, status=str(stored.status), **decided)
+    turn.refused.append(f"{stored.id}: {stored.status}")
+    s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status)))
+    return o
 
-    async def _effect(
-        self, o: GateOutcome, ctx: ToolContext, scope: CallScope
-    ) -> tuple[Observation, BaseException | None]:
-        assert o.spec is not None and o.arguments is not None
-        s = scope.state
-        # Each time this call paused for a person's answer (MCP elicitation), the server was told
-        # "cancel"; the next attempt is a new effect under its own key, not a replay of the pause.
-        pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
-        key = None
-        if pauses:
-            attempt = f"{o.call.id}#after-pause-{pauses}"
-            key = idempotency_key(s.run_id, s.steps, attempt, o.spec.name, o.arguments)
-        return await run_effect(
-            self.host,
-            o.spec,
-            o.arguments,
-            ctx,
-            step=s.steps,
-            proposal_id=o.proposal_id,
-            key=key,
-            emit=scope.tracer.emit,
+
+async def _proposal(approvals: Approvals, clock: Clock, o: GateOutcome, scope: CallScope) -> Any:
+    """The stored proposal this call settles on: the one named for it, the one submitted for it
+    earlier in this run, or a new one (with why the policy asked, in its history)."""
+    assert o.spec is not None and o.arguments is not None
+    s, store = scope.state, approvals.store
+    known = scope.proposals.get(o.call.id)
+    if known is not None:
+        found = await store.aget_proposal(known)
+    else:
+        found = await store.afind_for_call(s.run_id, s.steps, o.call.id)
+    if found is not None:
+        return found
+    proposal = Proposal.of(
+        o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
+    )
+    stored = await approvals.asubmit(
+        proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
+    )
+    if o.decision is not None:
+        # Why the policy asked (rule, reason, argument provenance) goes into the proposal's
+        # history, so the reviewer sees it next to what will run.
+        why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
+        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+        await store.aadd_event(
+            stored.id, "policy", actor=f"rule:{o.decision.rule}", detail=detail, now=clock()
+        )
+    scope.tracer.emit(
+        EventKind.APPROVAL_REQUESTED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
+        effect=stored.effect, content_hash=stored.content_hash, rule=o.decision.rule if o.decision else "",
+    )  # fmt: skip
+    return stored
+
+
+async def checkpoint_pause(
+    approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope, problems: Sequence[str]
+) -> None:
+    """Checkpoint a run paused for a person (an effect's unknown outcome, a question). The
+    checkpoint holds the turn's other results as the model will read them, so a resume runs
+    only the calls that have none."""
+    turn.checkpointed = True
+    s = scope.state
+    after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
+    await _checkpoint(approvals, clock, scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
+    scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
+
+
+async def _checkpoint(
+    approvals: Approvals,
+    clock: Clock,
+    scope: CallScope,
+    status: str,
+    reason: StopReason,
+    *,
+    state: RunState | None = None,
+) -> None:
+    """Save the run's working state in the approval store (resume continues from it)."""
+    s = scope.state
+    text = state_to_json(state or s)
+    with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
+        await approvals.store.asave_checkpoint(
+            s.run_id, app=approvals.app, state=text, status=status, stop_reason=str(reason), now=clock()
         )

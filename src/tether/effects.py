@@ -1,4 +1,4 @@
-"""Side-effecting calls through the effect ledger: the bridge between the host and ``Approvals``.
+"""Side-effecting calls through the effect ledger: the bridge between the chokepoint and ``Approvals``.
 
 The tool receives the idempotency key in its ``ToolContext``; the ledger guarantees the call
 runs at most once per key, whatever retries, resumes or concurrent processes do.
@@ -6,6 +6,7 @@ runs at most once per key, whatever retries, resumes or concurrent processes do.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from tether.tools.contract import ToolContext, ToolSpec
 from tether.types import Observation
 
 if TYPE_CHECKING:
-    from tether.hostcore import HostCore as Host
+    from tether.policy.approvals import Approvals
 
 __all__ = ["ToolCrashed", "observation_from_result", "result_from_observation", "run_effect"]
 
@@ -60,31 +61,32 @@ def observation_from_result(
 
 
 async def run_effect(
-    host: Host,
+    approvals: Approvals,
     spec: ToolSpec,
     arguments: dict[str, Any],
     context: ToolContext,
+    run: Callable[[ToolContext], Awaitable[tuple[Observation, BaseException | None]]],
     *,
     step: int,
     proposal_id: str | None = None,
     key: str | None = None,
     emit: Any = None,
+    now: Callable[[], datetime],
 ) -> tuple[Observation, BaseException | None]:
-    """Execute one side-effecting call at most once (``host.approvals`` must be set).
+    """Execute one side-effecting call at most once: ``run`` (the host's one execution stage,
+    given the context with the idempotency key) runs only if the ledger has no outcome for it.
 
     Returns the observation (replayed from the ledger when the outcome was recorded before)
     and a programming error if the tool crashed. Raises ``ApprovalError`` when the outcome is
     unknown and a person must decide, or another process holds the call too long.
     """
-    approvals = host.approvals
-    assert approvals is not None
     key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
     ctx = replace(context, idempotency_key=key)
 
     fresh: list[Observation] = []
 
     async def call() -> dict[str, Any]:
-        obs, crash = await host.run_tool(spec, arguments, ctx)
+        obs, crash = await run(ctx)
         if crash is not None:
             raise ToolCrashed(obs, crash)
         fresh.append(obs)
@@ -110,6 +112,6 @@ async def run_effect(
     if fresh and not outcome.replayed:
         obs = fresh[0]  # this call ran now: keep the host's own observation (labels, truncation)
     else:
-        obs = observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=host.clock())
+        obs = observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=now())
     meta = {"idempotency_key": key, "replayed": outcome.replayed, "reconciled": outcome.reconciled}
     return replace(obs, meta={**obs.meta, **meta}), None

@@ -1,13 +1,23 @@
-"""The host's authority: the one gate every call passes (the chokepoint is ``tether.calls``).
+"""The host's authority and its chokepoint, one component: the one path of every tool call.
 
-The model proposes tool calls; the host resolves each name to a known tool, parses the
-arguments strictly, validates them against the contract, applies policy (allowlist,
-tenant scope, egress, effect) and only then lets the tool source see the call. Results
-come back as untrusted observations with source and time.
+The model proposes; the host decides. Runners (agent loop, workflow, plan, desk, MCP resume,
+subagents, a durable worker) see a narrow interface: ``offered`` (the tools a run may be shown),
+``decide`` (the decision alone, for proposals stored before anything runs), ``call_turn`` /
+``call`` (decide, settle, execute, record) and ``recall`` (memory, labelled). Everything else is
+private to this class. One call goes, in order:
+
+    resolve → harness-tool intercept → strict intake → contract validation → Policy (harness
+    tools too) → approval settlement (``tether.calls.settle``) → effect ledger (side effects,
+    ``tether.effects``) → rate limit → the tool runs (``_run_tool``: the one place, harness
+    tools included) → ``labels.finish``: cleaning, truncation and labels (source, time,
+    trust; provenance) → one trace event per decision and per outcome → Observation
+
+and a ``Turn`` comes back settled (checkpointed when it must pause).
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -15,18 +25,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from tether.calls import CallPipeline, CallScope, Harness, Turn
-from tether.errors import (
-    ConfigError,
-    DependencyUnavailable,
-    PolicyError,
-    ToolError,
-)
-from tether.mcp.clean import clean_result_data, clean_result_text
-from tether.messages import ToolCall
+import anyio
+
+from tether.calls import CallScope, Harness, Turn, checkpoint_pause, record_denial, record_observation, settle
+from tether.effects import run_effect
+from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
+from tether.labels import finish, memory_line, memory_origin
+from tether.messages import ToolCall, UserMessage
+from tether.policy.approvals import idempotency_key
 from tether.policy.intake import check_arguments, parse_arguments
 from tether.policy.rules import Decision, Policy, ProposedCall
 from tether.policy.trusted import TrustedContext
+from tether.run import CallRecord, RunState
 from tether.tools.contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
 from tether.tools.source import LocalTools, ToolSource
 from tether.trace.events import EventKind
@@ -41,10 +51,12 @@ if TYPE_CHECKING:
 
 __all__ = ["HostCore"]
 
+Executed = tuple[Observation, BaseException | None]
+
 
 class HostCore:
-    """The authority and its chokepoint: tools, policy, approvals, memory, traces. Knows no runner;
-    ``tether.host.Host`` adds the run entry points (agent loop, workflows, resume)."""
+    """The authority and its chokepoint: tools, policy, approvals, memory, traces. Knows no
+    runner; ``tether.host.Host`` adds the run entry points (agent loop, workflows, resume)."""
 
     def __init__(
         self,
@@ -82,7 +94,6 @@ class HostCore:
         self.disabled_sources: set[str] = set()
         self.disabled_memory: set[str] = set()
         self._specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
-        self._pipeline = CallPipeline(self)
         self._started = False
 
     # -- wiring ---------------------------------------------------------------------------
@@ -148,169 +159,6 @@ class HostCore:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- tools offered and the gate ---------------------------------------------------------
-
-    def offered(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
-        """Tools the model may see: allowed by policy, from enabled sources, optionally narrowed."""
-        out = []
-        for spec, source in self._specs.values():
-            if source.name in self.disabled_sources or not self.policy.permits_tool(spec.name):
-                continue
-            if names is not None and spec.name not in names:
-                continue
-            out.append(spec)
-        return sorted(out, key=lambda s: s.name)
-
-    def _resolve(self, name: str) -> ToolSpec | None:
-        if name in self._specs:
-            return self._specs[name][0]
-        # A bare remote name ("export_secrets") still names a real, known tool: resolve it so
-        # the policy denies it, rather than treating a forbidden tool as a typo.
-        matches = [s for s, _ in self._specs.values() if s.remote_name == name]
-        return matches[0] if len(matches) == 1 else None
-
-    def gate(
-        self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
-    ) -> GateOutcome:
-        """Decide one proposed call, without running or tracing anything. Never raises for bad
-        model output. Runners do not call this: ``call_turn`` decides, settles and executes."""
-        spec = self._resolve(call.name)
-        if spec is None:
-            return GateOutcome(call, "unknown", error=self._unknown(call.name))
-        if spec.name not in {s.name for s in offered}:
-            decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
-            return GateOutcome(call, "deny", spec=spec, decision=decision)
-        try:
-            # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
-            parsed = parse_arguments(call.arguments)
-            resolve = getattr(self.policy, "resolve_references", None)  # reference mode: policy/references.py
-            if resolve is not None:
-                parsed = resolve(call.id, parsed, state)  # the schema and the policy judge resolved values
-            arguments = check_arguments(spec.parameters, parsed)
-        except PolicyError as err:
-            return GateOutcome(
-                call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason
-            )
-        return self.judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
-
-    def judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
-        """Apply the policy to a call whose arguments passed intake (source and harness tools alike)."""
-        assert outcome.spec is not None and outcome.arguments is not None
-        spec, call = outcome.spec, outcome.call
-        decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
-        if decision.verdict == "approve":
-            if self.approvals is not None:
-                return outcome.decided("approve", decision)
-            # No approval store in this host: fail closed, and say how to proceed.
-            decision = Decision(
-                "deny",
-                decision.rule,
-                "approval_unavailable",
-                {
-                    **decision.details,
-                    "hint": "give the host an approval store (Host(approvals=...), --db) or declare "
-                    "the tool's effect as read if it has no side effect",
-                },
-            )
-        return outcome.decided("allow" if decision.allowed else "deny", decision)
-
-    def _unknown(self, name: str) -> str:
-        for source in self.sources:
-            if name.startswith(f"{source.name}__") and source.name in self.disabled_sources:
-                return f"unknown tool {name!r}: its server {source.name!r} is disabled"
-        unavailable = [
-            s for s in self.sources if getattr(s, "unavailable", None) and name.startswith(f"{s.name}__")
-        ]
-        if unavailable:
-            why = unavailable[0].unavailable  # type: ignore[attr-defined]
-            return f"unknown tool {name!r}: its server {unavailable[0].name!r} is unavailable ({why})"
-        return f"unknown tool {name!r}"
-
-    # -- the chokepoint (tether.calls) ---------------------------------------------------------
-
-    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
-        """The chokepoint's decision stage alone (traced and recorded): for proposals that are
-        stored before anything runs (the approval desk)."""
-        return self._pipeline.decide(call, scope)
-
-    async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
-        """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
-        truncation, labels), trace and record. Every runner calls this and nothing else."""
-        return await self._pipeline.turn(calls, scope)
-
-    async def call(self, call: ToolCall, scope: CallScope) -> Turn:
-        """``call_turn`` for a single call."""
-        return await self._pipeline.turn([call], scope)
-
-    async def run_tool(
-        self,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
-        context: ToolContext,
-        harness: Harness | None = None,
-    ) -> tuple[Observation, BaseException | None]:
-        """Execution stage of the chokepoint, the one place a tool runs: a harness tool of the
-        run (``harness``, which owns ``spec``) or a source's tool (rate limit, source call), then
-        cleaning, truncation and labels (``finish_observation``). Recoverable failures become
-        error observations; a programming error is returned as the second value so the caller
-        can end the run loudly. Only ``tether.calls`` (and the ledger it hands effects to) calls
-        this."""
-        if harness is not None:
-            obs, crash = await harness.execute(spec, arguments, context)
-            return self.finish_observation(spec, obs), crash
-        source = self._specs[spec.name][1]
-        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
-        waited = await bucket.acquire() if bucket is not None else 0.0
-        now = self.clock()
-        try:
-            output = await source.call(spec, arguments, context)
-        except BaseExceptionGroup as group:
-            leaf = unwrap_exception_group(group)
-            if isinstance(leaf, ToolError):
-                output = _error_output(leaf)
-            else:
-                return _crash(spec, source, now, leaf), leaf
-        except ToolError as err:
-            output = _error_output(err)
-        except Exception as err:
-            return _crash(spec, source, now, err), err
-        obs = Observation(
-            call_id=context.call_id,
-            tool=spec.name,
-            source=source.name,
-            observed_at=now,
-            text=output.text,
-            data=output.data,
-            is_error=output.is_error,
-            error_kind=output.error_kind,
-            meta={
-                **output.meta,
-                "truncated": output.truncated,
-                **({"rate_wait_s": waited} if waited else {}),
-            },
-        )
-        return self.finish_observation(spec, obs), None
-
-    def finish_observation(self, spec: ToolSpec, obs: Observation) -> Observation:
-        """Cleaning, truncation and labelling: one implementation for every tool, local, MCP or
-        harness. Hidden characters (zero-width, bidi, tag characters) are removed and counted,
-        HTML comments and markdown image/link targets neutralised (``meta["cleaned"]``)."""
-        if "cleaned" not in obs.meta:
-            text, found = clean_result_text(obs.text)
-            data: Any
-            if obs.data is obs.text:  # a text result: its data is the same string, cleaned once
-                data, found_in_data = text, found
-            else:
-                data, found_in_data = clean_result_data(obs.data) if obs.data is not None else (None, {})
-            if found or found_in_data:
-                obs = replace(obs, text=text, data=data, meta={**obs.meta, "cleaned": found or found_in_data})
-        if len(obs.text) > spec.max_result_chars:
-            text = obs.text[: spec.max_result_chars] + f"\n[TRUNCATED: {len(obs.text)} characters in all]"
-            obs = replace(obs, text=text, meta={**obs.meta, "truncated": True})
-        if self.labeler is not None:
-            obs = self.labeler(obs)
-        return obs
-
     # -- tracing --------------------------------------------------------------------------
 
     def new_tracer(self, run_id: str) -> tuple[Tracer, Path | None]:
@@ -335,10 +183,295 @@ class HostCore:
             if describe is not None:
                 tracer.emit(EventKind.SERVER_LAUNCH, source=source.name, **describe())
 
+    # -- the narrow interface -----------------------------------------------------------------
+
+    def offered(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
+        """Tools the model may see: allowed by policy, from enabled sources, optionally narrowed."""
+        out = []
+        for spec, source in self._specs.values():
+            if source.name in self.disabled_sources or not self.policy.permits_tool(spec.name):
+                continue
+            if names is not None and spec.name not in names:
+                continue
+            out.append(spec)
+        return sorted(out, key=lambda s: s.name)
+
+    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
+        """The decision stage alone, traced and recorded: resolve → harness intercept → intake →
+        validation → policy. For proposals stored before anything runs (the approval desk)."""
+        s, t = scope.state, scope.tracer
+        if t.redactor.declared(call.name):  # learn secrets from the whole call, not the cut below
+            t.redactor.learn(call.name, call.arguments)
+        t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
+        outcome = None
+        if scope.harness is not None:
+            outcome = scope.harness.intercept(call)
+            if outcome is not None and outcome.status == "allow" and outcome.spec is not None:
+                # Harness tools are tools like any other: the policy decides them too.
+                outcome = self._judge(outcome, s.context, s)
+        if outcome is None:
+            outcome = self._gate(call, s.context, scope.offered, s)
+        if outcome.status == "deny" and outcome.decision is not None:
+            d = outcome.decision
+            record_denial(t, s, call, d.rule, d.reason, d.details)
+        elif outcome.status in ("reject", "unknown"):
+            t.emit(
+                EventKind.TOOL_ERROR, call_id=call.id, tool=call.name, error="proposal_rejected",
+                message=outcome.error,
+            )  # fmt: skip
+            s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
+        elif outcome.status == "allow":
+            assert outcome.decision is not None
+            t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+        return outcome
+
+    async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
+        """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
+        truncation, labels), trace and record. Every runner calls this and nothing else."""
+        outcomes = [self.decide(call, scope) for call in calls]
+        if scope.proposals:
+            outcomes = [
+                replace(o, proposal_id=scope.proposals[o.call.id])
+                if o.status == "allow" and o.call.id in scope.proposals
+                else o
+                for o in outcomes
+            ]
+        turn = Turn(outcomes)
+        turn.denied = [o for o in outcomes if o.status == "deny"]
+        stop_on_denial = scope.stop_on_denial
+        if stop_on_denial is None:
+            stop_on_denial = self.on_denied == "stop"
+        if turn.denied and stop_on_denial:
+            turn.halted = True
+            return turn
+        if any(o.status == "approve" for o in outcomes):
+            assert self.approvals is not None  # the gate asks for approval only with a store
+            # Nothing of this turn runs until every call needing approval has one. Settling is
+            # store work a run's deadline does not cut in half (proposals, their history, the
+            # checkpoint): it is shielded, and what runs after it is cancelled at once.
+            with anyio.CancelScope(shield=True):
+                turn.outcomes = await settle(self.approvals, self.clock, turn, scope)
+            if turn.refused or turn.waiting:
+                turn.halted = True
+                return turn
+        await self._execute_allowed(turn, scope)
+        return await self._close_turn(turn, scope)
+
+    async def call(self, call: ToolCall, scope: CallScope) -> Turn:
+        """``call_turn`` for a single call."""
+        return await self.call_turn([call], scope)
+
+    async def recall(self, subjects: Sequence[str], state: RunState, tracer: Tracer) -> UserMessage | None:
+        """Read memory for a run before any tool is consulted: expired, foreign and disabled
+        records never enter context; each recalled claim is cleaned and labelled (``labels.memory_line``)."""
+        if self.memory is None or not subjects:
+            return None
+        lines = []
+        for subject in subjects:
+            if subject in self.disabled_memory:
+                tracer.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
+                continue
+            found = await self.memory.read(
+                subject, scope=state.context.scope, roles=set(state.context.roles), now=self.clock()
+            )
+            for rej in found.rejected:
+                tracer.emit(
+                    EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason
+                )
+            for rec in found.records:
+                record, src = rec.record, rec.record.source
+                state.memory.append(record)
+                tracer.emit(
+                    EventKind.MEMORY_RETRIEVED, subject=record.subject, record_id=record.id,
+                    source=memory_origin(src), confidence=record.confidence, conflict=rec.conflict,
+                )  # fmt: skip
+                lines.append(memory_line(record, conflict=rec.conflict))
+        if not lines:
+            return None
+        return UserMessage(
+            "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
+        )
+
+    # -- decision (private) -----------------------------------------------------------------
+
+    def _resolve(self, name: str) -> ToolSpec | None:
+        if name in self._specs:
+            return self._specs[name][0]
+        # A bare remote name ("export_secrets") still names a real, known tool: resolve it so
+        # the policy denies it, rather than treating a forbidden tool as a typo.
+        matches = [s for s, _ in self._specs.values() if s.remote_name == name]
+        return matches[0] if len(matches) == 1 else None
+
+    def _gate(
+        self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
+    ) -> GateOutcome:
+        """Decide one proposed call, without running or tracing anything. Never raises for bad
+        model output."""
+        spec = self._resolve(call.name)
+        if spec is None:
+            return GateOutcome(call, "unknown", error=self._unknown(call.name))
+        if spec.name not in {s.name for s in offered}:
+            decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
+            return GateOutcome(call, "deny", spec=spec, decision=decision)
+        try:
+            # Strict intake (T3): the strict parser, then the one schema check (tether.schema).
+            parsed = parse_arguments(call.arguments)
+            resolve = getattr(self.policy, "resolve_references", None)  # reference mode: policy/references.py
+            if resolve is not None:
+                parsed = resolve(call.id, parsed, state)  # the schema and the policy judge resolved values
+            arguments = check_arguments(spec.parameters, parsed)
+        except PolicyError as err:
+            return GateOutcome(
+                call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason
+            )
+        return self._judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
+
+    def _judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
+        """Apply the policy to a call whose arguments passed intake (source and harness tools alike)."""
+        assert outcome.spec is not None and outcome.arguments is not None
+        spec, call = outcome.spec, outcome.call
+        decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
+        if decision.verdict == "approve":
+            if self.approvals is not None:
+                return outcome.decided("approve", decision)
+            # No approval store in this host: fail closed, and say how to proceed.
+            hint = (
+                "give the host an approval store (Host(approvals=...), --db) or declare "
+                "the tool's effect as read if it has no side effect"
+            )
+            decision = Decision(
+                "deny", decision.rule, "approval_unavailable", {**decision.details, "hint": hint}
+            )
+        return outcome.decided("allow" if decision.allowed else "deny", decision)
+
+    def _unknown(self, name: str) -> str:
+        for source in self.sources:
+            if name.startswith(f"{source.name}__") and source.name in self.disabled_sources:
+                return f"unknown tool {name!r}: its server {source.name!r} is disabled"
+        unavailable = [
+            s for s in self.sources if getattr(s, "unavailable", None) and name.startswith(f"{s.name}__")
+        ]
+        if unavailable:
+            why = unavailable[0].unavailable  # type: ignore[attr-defined]
+            return f"unknown tool {name!r}: its server {unavailable[0].name!r} is unavailable ({why})"
+        return f"unknown tool {name!r}"
+
+    # -- execution (private) ----------------------------------------------------------------
+
+    async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
+        allowed = [o for o in turn.outcomes if o.status == "allow"]
+        # A run's deadline is the runner's cancel scope around its steps (``AgentLoop``), not one per turn.
+        if len(allowed) == 1:
+            await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
+        elif allowed:
+            async with anyio.create_task_group() as tg:
+                for o in allowed:
+                    tg.start_soon(self._execute_one, o, turn, scope)
+
+    async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
+        """Trace crashes, note the calls waiting for a person's answer, and checkpoint a turn
+        that must pause (an effect's unknown outcome, a question)."""
+        for name, crash in turn.crashes:
+            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+        turn.questions = {
+            call_id: f"{obs.tool}: paused for input: {obs.meta['pause']}"
+            for call_id, obs in turn.observations.items()
+            if obs.meta.get("pause")
+        }
+        if (turn.unsettled or turn.questions) and scope.checkpoint and self.approvals is not None:
+            with anyio.CancelScope(shield=True):
+                await checkpoint_pause(
+                    self.approvals, self.clock, turn, scope, [*turn.unsettled, *turn.questions.values()]
+                )
+        return turn
+
+    async def _execute_one(self, o: GateOutcome, turn: Turn, scope: CallScope) -> None:
+        s, t = scope.state, scope.tracer
+        assert o.spec is not None and o.arguments is not None
+        ctx = ToolContext(
+            run_id=s.run_id, tenant=s.context.tenant, roles=s.context.roles, user=s.context.user,
+            call_id=o.call.id, now=self.clock(),
+        )  # fmt: skip
+        harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
+        if o.spec.effect.side_effecting:
+            flush = getattr(t, "flush", None)
+            if flush is not None:
+                flush()  # every decision before an effect is on disk before the effect happens
+        if harness is None and self.approvals is not None and o.spec.effect.side_effecting:
+            try:
+                obs, crash = await self._effect(o, ctx, scope)
+            except ApprovalError as err:  # outcome unknown, or held by another process
+                turn.unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
+                turn.unsettled_errors.append(err)
+                return
+        else:
+            obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness)
+        if crash is not None:
+            turn.crashes.append((o.spec.name, crash))
+            s.calls.append(
+                CallRecord(o.call.id, o.call.name, o.call.arguments, "crashed", type(crash).__name__)
+            )
+            return
+        turn.observations[o.call.id] = obs
+        record_observation(t, s, obs, o.arguments)
+
+    async def _effect(self, o: GateOutcome, ctx: ToolContext, scope: CallScope) -> Executed:
+        """A side-effecting call through the effect ledger: at most once per idempotency key."""
+        assert o.spec is not None and o.arguments is not None and self.approvals is not None
+        s, spec, arguments = scope.state, o.spec, o.arguments
+        # Each time this call paused for a person's answer (MCP elicitation), the server was told
+        # "cancel"; the next attempt is a new effect under its own key, not a replay of the pause.
+        pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
+        key = None
+        if pauses:
+            attempt = f"{o.call.id}#after-pause-{pauses}"
+            key = idempotency_key(s.run_id, s.steps, attempt, spec.name, arguments)
+
+        async def run(context: ToolContext) -> Executed:
+            return await self._run_tool(spec, arguments, context)
+
+        return await run_effect(
+            self.approvals, spec, arguments, ctx, run, step=s.steps, proposal_id=o.proposal_id, key=key,
+            emit=scope.tracer.emit, now=self.clock,
+        )  # fmt: skip
+
+    async def _run_tool(
+        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
+    ) -> Executed:
+        """The one place a tool runs: a harness tool of the run (``harness``, which owns
+        ``spec``) or a source's tool (rate limit, source call); then ``labels.finish`` (cleaning,
+        truncation, the trust label: ``untrusted``, or the harness's word for its own text).
+        Recoverable failures become error observations; a programming error is returned as the
+        second value so the caller can end the run loudly."""
+        if harness is not None:
+            obs, crash = await harness.execute(spec, arguments, context)
+            return finish(
+                obs, limit=spec.max_result_chars, trust=harness.trust(spec.name), labeler=self.labeler
+            ), crash
+        source = self._specs[spec.name][1]
+        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
+        waited = await bucket.acquire() if bucket is not None else 0.0
+        now = self.clock()
+        try:
+            output = await source.call(spec, arguments, context)
+        except BaseExceptionGroup as group:
+            leaf = unwrap_exception_group(group)
+            if not isinstance(leaf, ToolError):
+                return _crash(spec, source, now, leaf), leaf
+            output = _error_output(leaf)
+        except ToolError as err:
+            output = _error_output(err)
+        except Exception as err:
+            return _crash(spec, source, now, err), err
+        meta = {**output.meta, "truncated": output.truncated, **({"rate_wait_s": waited} if waited else {})}
+        obs = Observation(
+            call_id=context.call_id, tool=spec.name, source=source.name, observed_at=now, text=output.text,
+            data=output.data, is_error=output.is_error, error_kind=output.error_kind, meta=meta,
+        )  # fmt: skip
+        return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler), None
+
 
 def _error_output(err: ToolError) -> ToolOutput:
-    import json
-
     return ToolOutput(
         text=json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True),
         data=err.to_result(),

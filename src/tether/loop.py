@@ -14,7 +14,6 @@ from tether.context.compression import ContextOverflow
 from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
 from tether.context.subagent import run_subtask
-from tether.context.untrusted import wrap_untrusted
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.handoff import Permissions as HandoffPermissions
 from tether.handoff import resolve_from_trace, validate_handoff
@@ -133,7 +132,9 @@ class AgentLoop:
         try:
             pending = pending_calls(s) if self.resuming else []
             if not self.resuming:
-                await self._recall_memory()
+                recalled = await self.host.recall(self.agent.memory_subjects, s, self.tracer)
+                if recalled is not None:
+                    s.trajectory.append(recalled)
                 s.trajectory.extend(self.engine.opening(s.objective))
             # The run's deadline is one cancel scope around its steps, not one per model call
             # and per turn: whatever the run waits on when it passes (the model, a tool, a
@@ -371,53 +372,6 @@ class AgentLoop:
             return self._host_answer()
         s.trajectory.append(AssistantMessage(content=response.message.content))
         return response.message.content or self._host_answer()
-
-    async def _recall_memory(self) -> None:
-        """Read memory before any tool is consulted; expired and foreign records never enter context."""
-        host, s, t = self.host, self.state, self.tracer
-        if host.memory is None or not self.agent.memory_subjects:
-            return
-        lines = []
-        for subject in self.agent.memory_subjects:
-            if subject in host.disabled_memory:
-                t.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
-                continue
-            found = await host.memory.read(
-                subject, scope=s.context.scope, roles=set(s.context.roles), now=host.clock()
-            )
-            for rej in found.rejected:
-                t.emit(
-                    EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason
-                )
-            for rec in found.records:
-                record = rec.record
-                s.memory.append(record)
-                src = record.source
-                origin = f"{src.system}/{src.record}" if src is not None else "unknown"
-                t.emit(
-                    EventKind.MEMORY_RETRIEVED,
-                    subject=record.subject,
-                    record_id=record.id,
-                    source=origin,
-                    confidence=record.confidence,
-                    conflict=rec.conflict,
-                )
-                lines.append(
-                    wrap_untrusted(
-                        record.claim,
-                        source=f"memory:{origin}",
-                        subject=record.subject,
-                        observed_at=src.observed_at.isoformat() if src is not None else "",
-                        confidence=record.confidence,
-                        conflict="yes" if rec.conflict else "",
-                    )
-                )
-        if lines:
-            s.trajectory.append(
-                UserMessage(
-                    "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
-                )
-            )
 
     async def _finish(self, answer: str) -> None:
         """Validate the handoff, then let the host decide on proposed memories."""

@@ -7,7 +7,7 @@ sequence of calls up front: each argument is either a literal the planner wrote 
 instruction and the source text, has no tools, and whose output is validated against the
 declared type and recorded as an observation labelled with the *source's* trust class
 (tainted: an IBAN extracted from a third-party bill stays third-party). Every planned call
-then passes ``Host.gate`` — provenance rules included — exactly as in the agent loop.
+then passes ``Host.call_turn`` — provenance rules included — exactly as in the agent loop.
 
 Injected text can therefore never add a call (the plan is fixed before any data is read);
 it can only try to change extracted values, which the provenance rules then judge.

@@ -12,7 +12,7 @@ themselves:
   run ends, so nobody resumes it again;
 - the ``RunResult``.
 
-A pause is checkpointed where it happens, by the chokepoint (``tether.calls``): a ``Turn``
+A pause is checkpointed where it happens, by the chokepoint (``HostCore.call_turn``): a ``Turn``
 comes back settled. ``resume_point`` is the one rule of what may be resumed, for embedded
 and durable runs alike.
 """

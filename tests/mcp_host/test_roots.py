@@ -31,9 +31,9 @@ async def test_roots_are_listed_changed_and_validated(tmp_path: Path, http_url: 
         await host.trace_launches(tracer)
         specs = {s.name: s for s in host.offered()}
         ctx = ToolContext("roots-test", "default", frozenset(), None, "c1")
-        obs, _ = await host.run_tool(specs["r__show_roots"], {}, ctx)
+        obs, _ = await host._run_tool(specs["r__show_roots"], {}, ctx)
         assert obs.text == f"roots: {first}"
-        refused, _ = await host.run_tool(specs["n__show_roots"], {}, ctx)
+        refused, _ = await host._run_tool(specs["n__show_roots"], {}, ctx)
         assert refused.is_error and first not in refused.text  # no roots declared: nothing answered
 
         source = next(s for s in mcp_sources(host) if s.name == "r")
@@ -41,7 +41,7 @@ async def test_roots_are_listed_changed_and_validated(tmp_path: Path, http_url: 
             await source.set_roots([f"file://{tmp_path}/../etc"])
         assert source.roots.roots == [first]  # a bad change changes nothing
         assert await source.set_roots([second]) is True
-        obs, _ = await host.run_tool(specs["r__show_roots"], {}, ctx)
+        obs, _ = await host._run_tool(specs["r__show_roots"], {}, ctx)
         assert obs.text == f"roots: {second}"
         announced = [
             e.data for e in tracer.events if str(e.kind) == "mcp_roots" and e.data["action"] != "list"

@@ -279,12 +279,12 @@ def test_the_gate_turns_any_raw_arguments_into_an_outcome_never_an_exception(nam
     host = Host(policy=POLICY)
     host.add_tools(*TOOLS)
     anyio.run(host.start)
-    outcome = host.gate(ToolCall("c1", name, raw), ALPHA, host.offered())
+    outcome = host._gate(ToolCall("c1", name, raw), ALPHA, host.offered())
     assert outcome.status in {"allow", "reject", "deny"}  # no approval store here: "approve" fails closed
     if outcome.status == "reject":
         assert outcome.error.split(":")[0].replace("_", "").isalnum()
     valid = json.dumps({"lead_id": "lead-alpha", "body": "ok"})
-    assert host.gate(ToolCall("c2", "prepare_draft", valid), ALPHA, host.offered()).decision.reason == (  # type: ignore[union-attr]
+    assert host._gate(ToolCall("c2", "prepare_draft", valid), ALPHA, host.offered()).decision.reason == (  # type: ignore[union-attr]
         "approval_unavailable"
     )
 

@@ -471,7 +471,7 @@ async def test_observations_carry_their_sources_labels() -> None:
     async with host_for(world) as host:
         spec = next(s for s in host.offered() if s.name == "read_bill")
         ctx = ToolContext(run_id="r", tenant="acme", roles=frozenset(), user="emma", call_id="c9")
-        obs, crash = await host.run_tool(spec, {"name": "x"}, ctx)
+        obs, crash = await host._run_tool(spec, {"name": "x"}, ctx)
     assert crash is None
     assert obs.meta["sources"] == [{"record_id": "bill-7", "author": None, "trust": "third_party"}]
     assert all(seg.label.call_id == "c9" for seg in obs.meta["provenance"])

@@ -39,7 +39,7 @@ from tether.models.base import Model, ModelRequest
 from tether.models.estimate import item_json
 from tether.policy.intake import check_arguments, parse_arguments
 from tether.tools.contract import Effect, Tool, ToolContext, ToolSpec, tool
-from tether.types import Decision, GateOutcome, Observation
+from tether.types import Decision, GateOutcome, Observation, Trust
 
 if TYPE_CHECKING:
     from tether.run import RunState
@@ -280,16 +280,23 @@ class ContextEngine:
             return GateOutcome(call, "reject", error=why)
         return None
 
+    def trust(self, name: str) -> Trust:
+        """What the host labels this harness tool's results: a search over tool descriptions, a
+        stored tool output and a child's findings derive from tool sources; the rest (TODO list,
+        skills the host loaded) is the host's own text."""
+        if name in ("tool_search", "read_output") or name in self._subagents:
+            return "untrusted"
+        return "trusted"
+
     async def execute(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
-        """Run one harness tool; recoverable errors become error observations, like the host's."""
+        """Run one harness tool; recoverable errors become error observations, like the host's.
+        The host cleans, truncates and labels the result (``HostCore._finish``, ``trust``)."""
         now = self.clock()
-        source, trust = HARNESS, "trusted"
+        source = HARNESS
         if spec.name in ("load_skill", "read_skill_file"):
             source = f"skill:{arguments.get('name', '')}"
-        elif spec.name in ("tool_search", "read_output") or spec.name in self._subagents:
-            trust = "untrusted"  # derived from tool sources: descriptions, outputs, a child's findings
         try:
             out = await self._harness[spec.name].invoke(arguments, context)
             text, data, is_error, kind = out.text, out.data, False, None
@@ -306,8 +313,7 @@ class ContextEngine:
             self._emit("skill_loaded", skill=skill.name, digest=skill.digest, via="tool")
         if not is_error and spec.name == "tool_search":
             self._emit("tool_schemas_loaded", tools=[t["name"] for t in json.loads(text)["tools"]])
-        obs = Observation(context.call_id, spec.name, source, now, text, data, is_error, kind, trust)  # type: ignore[arg-type]
-        return obs, None
+        return Observation(context.call_id, spec.name, source, now, text, data, is_error, kind), None
 
     def _subagent_tool(self, sub: Subagent) -> Tool:
         engine = self

@@ -91,15 +91,6 @@ def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, A
     return None
 
 
-def _truncated(text: str, server: str, limit: int) -> str:
-    marker = (
-        f"\n[TRUNCATED by host: {len(text)} characters from server {server}; only the first "
-        f"{{shown}} are shown, the rest was kept out of context]"
-    )
-    shown = max(0, limit - len(marker) - 8)
-    return text[:shown] + marker.format(shown=shown)
-
-
 def convert_result(
     server: str,
     spec: ToolSpec,
@@ -149,12 +140,10 @@ def convert_result(
             reason="paths_outside_roots",
             paths=outside,
         )
-    total = len(text)
-    truncated = total > spec.max_result_chars
-    if truncated:
-        text = _truncated(text, server, spec.max_result_chars)
-        data = None  # structured data would carry the whole payload past the cap
+    if (total := len(text)) > spec.max_result_chars:
+        # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
+        # (``HostCore._finish``), data included.
         emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
-    return ToolOutput(text=text, data=data, truncated=truncated, meta=meta)
+    return ToolOutput(text=text, data=data, meta=meta)

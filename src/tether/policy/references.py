@@ -27,7 +27,7 @@ resolves to the whole value).
   ``unknown_reference`` (``PolicyError``: the model is told and may try again; nothing runs).
 
 The host resolves references before the schema check and before policy
-(``ReferencePolicy.resolve_references``, called by ``HostCore.gate``): the schema and every
+(``ReferencePolicy.resolve_references``, called by ``HostCore.decide``): the schema and every
 rule judge the resolved value, which is exactly what the tool receives.
 
 **Judgement** (``ReferenceRule``). For each argument a tool's declaration restricts (roles

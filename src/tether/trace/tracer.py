@@ -53,7 +53,7 @@ FlushMode = Literal["each_event", "batched"]
 
 # After these the tracer flushes at once: something irreversible may follow (an approved call
 # runs, an effect is attempted) or the run is over for this process (paused, stopped). Before any
-# other side-effecting tool the host calls ``Tracer.flush()`` itself (``tether.calls``).
+# other side-effecting tool the host calls ``Tracer.flush()`` itself (``HostCore._execute_one``).
 DURABLE_KINDS = frozenset(
     {
         EventKind.APPROVAL_GRANTED,
