@@ -48,7 +48,7 @@ SERVER_COMMAND = {
     "anthropic": ["-c", _LOOP, "anthropic"],
 }
 IMPORTS = {
-    "openai-chat": "import tether.models.openai, httpx2",
+    "openai-chat": "import tether.models.openai, httpx2",  # no SDK: httpx2 is a dependency
     "openai-responses": "import tether.models.responses, openai",
     "anthropic": "import tether.models.anthropic, anthropic",
 }
@@ -208,42 +208,43 @@ def import_time(statement: str, repeats: int) -> float:
     return max(0.0, statistics.median(once(statement) for _ in range(repeats)) - base)
 
 
+async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
+    """One protocol's row: tether's backend and the raw loop, interleaved, against its server;
+    and the import time of the backend."""
+    server = Server(provider)
+    try:
+        runners = {"tether": tether_session(provider, server), "raw_httpx2": raw_session(provider, server)}
+        for run in runners.values():
+            await run(2)  # warm-up: connections, imports, first-use caches
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
+        for _ in range(repeats):  # interleaved: both see the same machine load
+            for name, run in runners.items():
+                got[name].append(await sample(server, run, steps))
+    finally:
+        server.close()
+    wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
+    cpu = {n: statistics.median(c for _, c in v) for n, v in got.items()}
+    seconds = import_time(IMPORTS[provider], max(1, min(repeats, 3)))
+    row = {
+        "tether_us_per_step": round(wall["tether"]),
+        "raw_httpx2_us_per_step": round(wall["raw_httpx2"]),
+        "ratio_to_raw_httpx2": round(wall["tether"] / wall["raw_httpx2"], 3),
+        "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
+        "import_s": round(seconds, 3),
+    }
+    print(
+        f"{provider:17s} {steps} steps: tether {wall['tether']:7.0f} us/step, raw httpx2 "
+        f"{wall['raw_httpx2']:7.0f} ({row['ratio_to_raw_httpx2']:.2f}x wall, "
+        f"{row['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); import {seconds * 1000:.0f} ms",
+        flush=True,
+    )
+    return row
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     repeats = 1 if args.smoke else 3 if args.quick else 5
     steps = 2 if args.smoke else 20
-    rows: dict[str, Any] = {}
-    for provider in SERVER_COMMAND:
-        server = Server(provider)
-        try:
-            runners = {
-                "tether": tether_session(provider, server),
-                "raw_httpx2": raw_session(provider, server),
-            }
-            for run in runners.values():
-                await run(2)  # warm-up: connections, imports, first-use caches
-            got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
-            for _ in range(repeats):  # interleaved: both see the same machine load
-                for name, run in runners.items():
-                    got[name].append(await sample(server, run, steps))
-        finally:
-            server.close()
-        wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
-        cpu = {n: statistics.median(c for _, c in v) for n, v in got.items()}
-        seconds = import_time(IMPORTS[provider], 1 if args.smoke else 3)
-        rows[provider] = {
-            "tether_us_per_step": round(wall["tether"]),
-            "raw_httpx2_us_per_step": round(wall["raw_httpx2"]),
-            "ratio_to_raw_httpx2": round(wall["tether"] / wall["raw_httpx2"], 3),
-            "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
-            "import_s": round(seconds, 3),
-        }
-        print(
-            f"{provider:17s} {steps} steps: tether {wall['tether']:7.0f} us/step, raw httpx2 "
-            f"{wall['raw_httpx2']:7.0f} ({rows[provider]['ratio_to_raw_httpx2']:.2f}x wall, "
-            f"{rows[provider]['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); "
-            f"import {seconds * 1000:.0f} ms",
-            flush=True,
-        )
+    rows = {provider: await measure(provider, repeats, steps) for provider in SERVER_COMMAND}
     return {
         "backends": rows,
         "load_avg_1m": round(os.getloadavg()[0], 2),
