@@ -196,7 +196,8 @@ async def test_spent_retries_end_the_run_with_model_error_not_a_crash(serve: Ser
 async def test_client_errors_and_overlong_retry_after_are_not_retried(serve: Serve, tmp_path: Path) -> None:
     server = serve([Reply.error(400, "context too long")])
     result = await make_host(tmp_path).run(agent(backend(server)), "q", context=CONTEXT)
-    assert result.stop_reason is StopReason.MODEL_ERROR and "HTTP 400: context too long" in result.detail
+    assert result.stop_reason is StopReason.MODEL_ERROR
+    assert "HTTP 400: server_error: context too long" in result.detail
     assert len(server.received) == 1
 
     server = serve([Reply.error(429, "quota", headers={"retry-after": "3600"}), Reply.text("never")])

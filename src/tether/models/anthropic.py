@@ -1,5 +1,6 @@
-"""A backend for the Anthropic Messages API, on the official ``anthropic`` SDK
-(``pip install 'tether[anthropic]'``; imported on first use).
+"""A backend for the Anthropic Messages API: over ``httpx2`` (default), or with
+``transport="sdk"`` on the official ``anthropic`` SDK (``pip install 'tether[anthropic]'``;
+imported on first use); the same body and the same answer either way (``tether.models.backend``).
 
 The request: tool definitions as ``input_schema`` tools, the system prompt as a ``system``
 block, tool results as ``tool_result`` blocks in the user turn that follows the calls
@@ -47,11 +48,12 @@ from tether.messages import (
 from tether.models.backend import BackendOptions, HTTPBackend, events
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.retrying import Retryable
-from tether.models.sdk import cache_encoded, post
+from tether.models.sdk import cache_encoded
 
 __all__ = ["AnthropicMessages"]
 
 PROVIDER = "anthropic"
+API_VERSION = "2023-06-01"  # the ``anthropic-version`` header on the "http" transport
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a cap on every response
 _CACHE = {"type": "ephemeral"}
 
@@ -75,6 +77,8 @@ class AnthropicMessages(HTTPBackend):
     reserved = frozenset(
         {"model", "messages", "system", "tools", "tool_choice", "stream", "max_tokens", "thinking"}
     )
+    path = "/v1/messages"
+    sdk = ("anthropic", "AsyncAnthropic")
 
     def __init__(
         self,
@@ -90,8 +94,8 @@ class AnthropicMessages(HTTPBackend):
         self._blocks = cache_encoded(self._message_blocks)
         self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
 
-    def _open_client(self) -> Any:
-        return self._sdk_client("anthropic", "AsyncAnthropic", "anthropic")
+    def _auth_headers(self) -> dict[str, str]:
+        return {"x-api-key": self._api_key, "anthropic-version": API_VERSION}
 
     # -- request ------------------------------------------------------------------------------
 
@@ -184,11 +188,6 @@ class AnthropicMessages(HTTPBackend):
     def encode(self, request: ModelRequest) -> bytes:
         """The request's body as sent."""
         return to_json(self.body(request))
-
-    async def _post(self, body: bytes) -> Any:
-        import anthropic
-
-        return await post(anthropic, self._client.get(), "/v1/messages", body, self.model)
 
     def _whole(self, message: dict[str, Any]) -> ModelResponse:
         if message.get("type") == "error":

@@ -1,11 +1,20 @@
 """What every HTTP backend shares — chat completions, the Responses API, Anthropic Messages —
 written once: the settings each constructor takes and checks (``BackendOptions``), the API key
-from a named environment variable, the HTTP client of the running event loop (``LoopClient``,
-on ``httpx2``: the HTTP layer of both official SDKs, and a declared dependency), one attempt's
-read of the answer (whole or streamed), and the response with its finish, cost and meta.
+from a named environment variable, the connection pool of the running event loop
+(``LoopClient``), the exchange, one attempt's read of the answer (whole or streamed), and the
+response with its finish, cost and meta.
 
-Only public APIs of ``httpx2`` and of the SDKs are used: ``AsyncClient.send`` with a
-``Request`` built here, and the SDK clients' documented low-level ``post``.
+Two transports, the same bytes on the wire and the same answer:
+
+``"http"`` (default)
+    ``httpx2`` — the HTTP layer of both official SDKs, and a dependency of tether — through its
+    public API (``_Lane``): each POST a ``Request`` of headers merged once and the body encoded
+    once, handed to ``AsyncClient.send``. Needs no SDK.
+``"sdk"``
+    The provider's official SDK client (``openai`` or ``anthropic``, an extra, imported on first
+    use) through its documented low-level ``post``: its auth hooks, headers and status-error
+    mapping. Its request building costs each call about as much again as the rest of the
+    client's work: ``bench/backends.py`` profiles and measures both (``tether_sdk``).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ import os
 import random
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 from urllib.parse import urlsplit
 
 import anyio
@@ -25,14 +34,28 @@ from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Usage
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.pricing import DEFAULT_PRICES, Price, price_for
-from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy
+from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy, status_error
 
 if TYPE_CHECKING:
     from tether.ratelimit import TokenBucket
 
-__all__ = ["BackendOptions", "DeltaCallback", "HTTPBackend", "LoopClient", "api_key", "events", "sse_data"]
+__all__ = [
+    "SHARD_CONNECTIONS",
+    "BackendOptions",
+    "DeltaCallback",
+    "HTTPBackend",
+    "LoopClient",
+    "Transport",
+    "api_key",
+    "error_message",
+    "events",
+    "sse_data",
+]
 
 DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "tool_call", piece)
+# "openai" and "anthropic" name the SDK of the backend that speaks through it: the same as "sdk".
+Transport = Literal["http", "sdk", "openai", "anthropic"]
+SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
 
 
 class BackendOptions(TypedDict, total=False):
@@ -50,6 +73,7 @@ class BackendOptions(TypedDict, total=False):
     extra_body: Mapping[str, Any] | None
     headers: Mapping[str, str] | None
     max_connections: int
+    transport: Transport
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
 
@@ -92,6 +116,43 @@ class LoopClient:
             await client.aclose() if hasattr(client, "aclose") else await client.close()
 
 
+class _Lane:
+    """The ``"http"`` transport: one request, through ``httpx2``'s public API, over a pool split
+    into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of 16), taken in turn.
+
+    httpcore's pool walks all of its connections each time a request starts or ends, and asks
+    each idle one whether it has expired (a poll of its socket): with a large pool that walk,
+    not the exchange, is what a call costs most, and a shard's walk is a quarter as long.
+    ``bench/overhead.py`` measures it (``tether_one_pool``, ``after_burst``): once a burst has
+    opened every connection, a sequential 20-step session costs about half as much again per
+    step on one pool of 64 as on four of 16. The connection limit overall stays the same.
+
+    Each shard's headers (its defaults, the protocol's, ours) are merged once; each POST is a
+    ``Request`` of those headers and the body handed to ``AsyncClient.send``, which picks the
+    transport (environment proxies and mounts), applies the timeout and maps transport errors,
+    as ``post`` would; what ``post`` adds and a model call never uses — URL and header merging
+    per call, the cookie jar (cookies a server sets are not sent back) — is skipped."""
+
+    def __init__(self, clients: list[Any], url: str) -> None:
+        import httpx2
+
+        self.clients = clients
+        self.url = httpx2.URL(url)
+        self.headers = clients[0].headers
+        self._request = httpx2.Request
+        self._turn = 0
+
+    async def post(self, body: bytes) -> Any:
+        request = self._request("POST", self.url, headers=self.headers, content=body)
+        clients = self.clients
+        self._turn = turn = (self._turn + 1) % len(clients)
+        return await clients[turn].send(request, stream=True)
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
 class HTTPBackend(RetryingBackend):
     """A ``Model`` over HTTP. Each subclass names its protocol (``provider``), its default URL
     and key variable, the body fields it writes itself, and implements ``encode``, ``_post``,
@@ -106,10 +167,14 @@ class HTTPBackend(RetryingBackend):
     bounds each attempt whole; ``retry`` is the retry policy; ``prices`` maps model names to
     ``Price`` (default ``DEFAULT_PRICES``); ``rate_limit`` is a shared ``TokenBucket`` each
     attempt draws from; ``headers`` are sent with every request; ``max_connections`` bounds the
-    connection pool (all kept alive: a busy host's sessions do not reconnect).
+    connection pool (all kept alive: a busy host's sessions do not reconnect); ``transport`` is
+    ``"http"`` or ``"sdk"`` (see the module docstring).
     """
 
     provider: ClassVar[str]
+    path: ClassVar[str]  # the endpoint, after base_url
+    sdk: ClassVar[tuple[str, str]]  # the official SDK's module and client class
+    shard_connections: int = SHARD_CONNECTIONS  # connections per pool shard (see _Lane)
     base_url_env: ClassVar[str]
     default_base_url: ClassVar[str]
     default_key_env: ClassVar[str]
@@ -131,11 +196,15 @@ class HTTPBackend(RetryingBackend):
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         max_connections: int = 64,
+        transport: Transport = "http",
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
+        if transport not in ("http", "sdk", self.sdk[0]):
+            raise ConfigError(f"unknown transport {transport!r}: 'http' or 'sdk'")
+        self.transport: Literal["http", "sdk"] = "http" if transport == "http" else "sdk"
         self.name = self.model = model
         url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         self.base_url = url.rstrip("/")
@@ -181,18 +250,32 @@ class HTTPBackend(RetryingBackend):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # -- clients ------------------------------------------------------------------------------
+    # -- the exchange -------------------------------------------------------------------------
 
-    @abstractmethod
+    def _auth_headers(self) -> dict[str, str]:
+        """The protocol's own headers on the ``"http"`` transport (the key, a version …)."""
+        return {"Authorization": f"Bearer {self._api_key}"}
+
     def _open_client(self) -> Any:
-        """The client this backend posts through, for the running event loop."""
+        """The pool of the running event loop: the SDK client, or a ``_Lane``."""
+        if self.transport == "sdk":
+            return self._sdk_client()
+        import httpx2
+
+        headers = {**self._auth_headers(), "Content-Type": "application/json", **self.headers}
+        total = self.max_connections
+        shards = max(1, total // self.shard_connections)
+        sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
+        tls = httpx2.create_ssl_context()  # what each client would build: certificates loaded once
+        clients = [self._http_client(headers, n, tls) for n in sizes]
+        return _Lane(clients, self.base_url + self.path)
 
     def _http_client(
         self, headers: Mapping[str, str] | None = None, connections: int | None = None, verify: Any = True
     ) -> Any:
-        """An ``httpx2.AsyncClient`` for ``base_url``: our timeout, every connection of the pool
-        kept alive (the default, 20 kept of 100, makes concurrent sessions reconnect on most
-        calls), proxies from the environment."""
+        """An ``httpx2.AsyncClient``: our timeout, every connection of the pool kept alive (the
+        default, 20 kept of 100, makes concurrent sessions reconnect on most calls), proxies
+        from the environment."""
         import httpx2
 
         n = self.max_connections if connections is None else connections
@@ -203,16 +286,19 @@ class HTTPBackend(RetryingBackend):
             limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
         )
 
-    def _sdk_client(self, module: str, cls: str, extra: str) -> Any:
-        """The official SDK's client (``module.cls``) on our HTTP client, its retries off
-        (retries are tether's: one policy, traced). Raises ``ConfigError`` without the SDK."""
+    def _sdk_module(self) -> Any:
         import importlib
 
         try:
-            sdk = importlib.import_module(module)
+            return importlib.import_module(self.sdk[0])
         except ImportError:  # pragma: no cover - depends on the installation
-            raise ConfigError(f"provider {self.provider} needs: pip install 'tether[{extra}]'") from None
-        return getattr(sdk, cls)(
+            hint = f"pip install 'tether[{self.sdk[0]}]'"
+            raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+
+    def _sdk_client(self) -> Any:
+        """The official SDK's client on our HTTP client, its retries off (retries are tether's:
+        one policy, traced)."""
+        return getattr(self._sdk_module(), self.sdk[1])(
             api_key=self._api_key,
             base_url=self.base_url,
             max_retries=0,
@@ -222,6 +308,28 @@ class HTTPBackend(RetryingBackend):
             # whatever event loop is running when it is garbage-collected.
             http_client=self._http_client(),
         )
+
+    async def _post(self, body: bytes) -> Any:
+        """POST ``body``; the response with its body unread, or ``Retryable``/``ModelError``."""
+        if self.transport == "sdk":
+            from tether.models.sdk import post
+
+            return await post(self._sdk_module(), self._client.get(), self.path, body, self.model)
+        import httpx2
+
+        try:
+            response = await self._client.get().post(body)
+        except httpx2.TimeoutException:
+            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+        except httpx2.TransportError as err:
+            raise Retryable("connection", type(err).__name__) from None
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            raise status_error(self.model, response.status_code, error_message(raw), response.headers)
+        return response
 
     # -- one call -----------------------------------------------------------------------------
 
@@ -234,10 +342,6 @@ class HTTPBackend(RetryingBackend):
         ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
         response: ModelResponse = await self.send(self.encode(request))
         return response
-
-    @abstractmethod
-    async def _post(self, body: bytes) -> Any:
-        """POST ``body``; the response with its body unread, or ``Retryable``/``ModelError``."""
 
     @abstractmethod
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
@@ -317,3 +421,22 @@ async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
         if not isinstance(event, dict):
             raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
         yield event
+
+
+def error_body(body: object) -> tuple[str | None, str]:
+    """The error type and message of an error body (``{"error": {"type"|"code", "message"}}``)."""
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(inner, dict):
+        kind = inner.get("type") or inner.get("code")
+        return (str(kind) if kind else None), str(inner.get("message") or inner)[:500]
+    return None, str(inner)[:500]
+
+
+def error_message(raw: bytes) -> str:
+    """An HTTP error answer's text: ``type: message`` from a JSON error body, else its start."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:500].decode("utf-8", "replace")
+    kind, message = error_body(body)
+    return f"{kind}: {message}" if kind else message

@@ -1,15 +1,13 @@
 """A backend for any server that speaks chat completions (OpenAI, vLLM, Ollama, llama.cpp …).
 
-Transport: ``httpx2``, the HTTP layer of the official ``openai`` client (a dependency of tether
-and of both SDKs): one ``AsyncClient`` per event loop (headers, timeout, proxies from the
-environment), each POST a ``Request`` built from the body and handed to its public ``send``;
-or, with ``transport="openai"``, the ``openai`` client itself (``pip install tether[openai]``,
-imported on first use) through its documented low-level ``post``, for its auth hooks and proxy
-handling. Neither path uses the typed ``chat.completions.create``: that re-validates and
-re-serialises the whole history on every call, so its cost per step grows with the run. Here
-every message is encoded to JSON once and its bytes reused, the tool list is encoded once per
-session, and the body is joined from those pieces. Fixed fields come first and ``messages``
-last, so consecutive requests of a session share a byte-identical prefix (C1).
+Transport: ``httpx2`` through its public API (default, needs no SDK), or with
+``transport="sdk"`` (or ``"openai"``) the official ``openai`` client's low-level ``post``
+(``pip install tether[openai]``; see ``tether.models.backend``). Neither path uses the typed
+``chat.completions.create``: that re-validates and re-serialises the whole history on every
+call, so its cost per step grows with the run. Here every message is encoded to JSON once and
+its bytes reused (``bench/overhead.py``: ``tether_no_message_cache``), the tool list is
+encoded once per session, and the body is joined from those pieces. Fixed fields come first
+and ``messages`` last, so consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
 turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
@@ -52,8 +50,7 @@ from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.models.backend import BackendOptions, HTTPBackend, sse_data
 from tether.models.base import ModelRequest, ModelResponse, repeated_prefix
-from tether.models.retrying import Retryable, RetryPolicy, status_error
-from tether.models.sdk import post
+from tether.models.retrying import Retryable, RetryPolicy
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
@@ -86,55 +83,13 @@ def _dumps(value: Any) -> bytes:
     return to_json(value)
 
 
-SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
-
-
-class _Lane:
-    """The one request this backend sends, through ``httpx2``'s public API, over a pool split
-    into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of 16), taken in turn.
-
-    httpcore's pool walks all of its connections each time a request starts or ends, and asks
-    each idle one whether it has expired (a poll of its socket): with a large pool that walk,
-    not the exchange, is what a call costs most, and a shard's walk is a quarter as long.
-    ``bench/overhead.py`` (``tether_one_pool``) measures it: after a burst has opened every
-    connection, a sequential 20-step session costs about twice as much per step on one pool of
-    64 as on four of 16. The connection limit overall stays the same.
-
-    Each shard's headers (its defaults, the key, ours) are merged once; each POST is a
-    ``Request`` of those headers and the body handed to ``AsyncClient.send``, which picks the
-    transport (environment proxies and mounts), applies the timeout and maps transport errors,
-    as ``post`` would; what ``post`` adds and a chat-completions call never uses — URL and
-    header merging per call, the cookie jar (cookies a server sets are not sent back) — is
-    skipped."""
-
-    def __init__(self, clients: list[Any], url: str) -> None:
-        import httpx2
-
-        self.clients = clients
-        self.url = httpx2.URL(url)
-        self.headers = clients[0].headers
-        self._request = httpx2.Request
-        self._turn = 0
-
-    async def post(self, body: bytes) -> Any:
-        request = self._request("POST", self.url, headers=self.headers, content=body)
-        clients = self.clients
-        self._turn = turn = (self._turn + 1) % len(clients)
-        return await clients[turn].send(request, stream=True)
-
-    async def aclose(self) -> None:
-        for client in self.clients:
-            await client.aclose()
-
-
 class OpenAICompatible(HTTPBackend):
     """A ``Model`` that talks to a chat-completions endpoint (``POST {base_url}/chat/completions``).
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
     ``$<api_key_env>`` (``OPENAI_API_KEY``; required only for api.openai.com). ``stream_usage``
     asks a stream for its usage; ``reasoning`` is the rule for sending reasoning back (see the
-    module docstring); ``cache_bytes`` bounds the encoded-message cache (0: none);
-    ``transport`` is ``"http"`` or ``"openai"`` (see the module docstring). A whole response
+    module docstring); ``cache_bytes`` bounds the encoded-message cache (0: none). A whole response
     costs the client less per step than a stream (one read, one parse) and gives the run the
     same message. The other options are every backend's (``tether.models.backend.HTTPBackend``).
     """
@@ -146,7 +101,8 @@ class OpenAICompatible(HTTPBackend):
     reserved = frozenset(
         {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
     )
-    shard_connections = SHARD_CONNECTIONS  # connections per pool shard (see _Lane)
+    path = "/chat/completions"
+    sdk = ("openai", "AsyncOpenAI")
 
     def __init__(
         self,
@@ -155,13 +111,9 @@ class OpenAICompatible(HTTPBackend):
         stream_usage: bool = True,
         reasoning: ReasoningRule | None = None,
         cache_bytes: int = 8 * 1024 * 1024,
-        transport: Literal["http", "openai"] = "http",
         **options: Unpack[BackendOptions],
     ) -> None:
         super().__init__(model, **options)
-        if transport not in ("http", "openai"):
-            raise ConfigError(f"unknown transport {transport!r}")
-        self.transport = transport
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
         if self.reasoning not in ("drop", "keep", "since_last_user"):
@@ -314,42 +266,6 @@ class OpenAICompatible(HTTPBackend):
                 self._last_bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
         return encoded
 
-    # -- transport ----------------------------------------------------------------------------
-
-    def _open_client(self) -> Any:
-        if self.transport == "openai":
-            return self._sdk_client("openai", "AsyncOpenAI", "openai")
-        headers = {"Authorization": f"Bearer {self._api_key}", "Content-Type": "application/json"}
-        total = self.max_connections
-        shards = max(1, total // self.shard_connections)
-        sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
-        import httpx2
-
-        tls = httpx2.create_ssl_context()  # what each client would build: certificates loaded once
-        clients = [self._http_client({**headers, **self.headers}, n, tls) for n in sizes]
-        return _Lane(clients, self.base_url + "/chat/completions")
-
-    async def _post(self, body: bytes) -> Any:
-        import httpx2
-
-        if self.transport == "openai":
-            import openai
-
-            return await post(openai, self._client.get(), "/chat/completions", body, self.model)
-        try:
-            response = await self._client.get().post(body)
-        except httpx2.TimeoutException:
-            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", type(err).__name__) from None
-        if response.status_code >= 400:
-            try:
-                raw = await response.aread()
-            finally:
-                await response.aclose()
-            raise status_error(self.model, response.status_code, _message_of(raw), response.headers)
-        return response
-
     # -- responses ----------------------------------------------------------------------------
 
     def _usage(self, raw: Mapping[str, Any] | None) -> Usage:
@@ -485,13 +401,3 @@ def _require_output(message: AssistantMessage, finish: str | None) -> None:
 def _call_id() -> str:
     # Some servers omit ids; a tool result must still name the call it answers.
     return "call_" + uuid.uuid4().hex[:16]
-
-
-def _message_of(raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw[:500].decode("utf-8", "replace")
-    inner = body.get("error", body) if isinstance(body, dict) else body
-    message = inner.get("message", inner) if isinstance(inner, dict) else inner
-    return str(message)[:500]

@@ -1,5 +1,6 @@
-"""A backend for the OpenAI Responses API, on the official ``openai`` SDK
-(``pip install 'tether[openai]'``; imported on first use).
+"""A backend for the OpenAI Responses API: over ``httpx2`` (default), or with
+``transport="sdk"`` on the official ``openai`` SDK (``pip install 'tether[openai]'``; imported
+on first use); the same body and the same answer either way (``tether.models.backend``).
 
 The request: the system prompt as ``instructions``; user turns, assistant turns, each tool
 call as a ``function_call`` item and each result as a ``function_call_output`` item, in the
@@ -34,7 +35,7 @@ from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, 
 from tether.models.backend import BackendOptions, HTTPBackend, events
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.retrying import Retryable
-from tether.models.sdk import cache_encoded, post
+from tether.models.sdk import cache_encoded
 
 __all__ = ["OpenAIResponses"]
 
@@ -60,6 +61,8 @@ class OpenAIResponses(HTTPBackend):
     reserved = frozenset(
         {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
     )
+    path = "/responses"
+    sdk = ("openai", "AsyncOpenAI")
 
     def __init__(
         self,
@@ -76,9 +79,6 @@ class OpenAIResponses(HTTPBackend):
         self.prompt_cache_key = prompt_cache_key
         self._items = cache_encoded(self._message_items)
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
-
-    def _open_client(self) -> Any:
-        return self._sdk_client("openai", "AsyncOpenAI", "openai")
 
     # -- request ------------------------------------------------------------------------------
 
@@ -160,11 +160,6 @@ class OpenAIResponses(HTTPBackend):
     def encode(self, request: ModelRequest) -> bytes:
         """The request's body as sent."""
         return to_json(self.body(request))
-
-    async def _post(self, body: bytes) -> Any:
-        import openai
-
-        return await post(openai, self._client.get(), "/responses", body, self.model)
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         if "error" in data and "output" not in data:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tether.errors import ModelError
+from tether.models.backend import error_body
 from tether.models.retrying import Retryable, status_error
 
 __all__ = ["cache_encoded", "post", "sdk_error"]
@@ -26,15 +27,6 @@ _RETRYABLE_TYPES = frozenset(
 )
 
 
-def _body_message(body: object) -> tuple[str | None, str]:
-    """The error type and message of an error body (``{"error": {"type"|"code", "message"}}``)."""
-    inner = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(inner, dict):
-        kind = inner.get("type") or inner.get("code")
-        return (str(kind) if kind else None), str(inner.get("message") or inner)[:500]
-    return None, str(inner)[:500]
-
-
 def sdk_error(sdk: Any, err: BaseException, label: str) -> Exception:
     """The ``Retryable`` or ``ModelError`` for an exception of the SDK module ``sdk``."""
     if isinstance(err, sdk.APITimeoutError):
@@ -42,7 +34,7 @@ def sdk_error(sdk: Any, err: BaseException, label: str) -> Exception:
     if isinstance(err, sdk.APIConnectionError):
         return Retryable("connection", type(err.__cause__ or err).__name__)
     if isinstance(err, sdk.APIStatusError):
-        kind, message = _body_message(err.body)
+        kind, message = error_body(err.body)
         status = err.status_code
         if status == 200:  # an error event inside a stream: judged by its type
             if kind in _RETRYABLE_TYPES:
