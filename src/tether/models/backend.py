@@ -45,6 +45,7 @@ __all__ = [
     "DeltaCallback",
     "HTTPBackend",
     "LoopClient",
+    "OpenAIBackend",
     "Transport",
     "api_key",
     "error_message",
@@ -440,3 +441,13 @@ def error_message(raw: bytes) -> str:
         return raw[:500].decode("utf-8", "replace")
     kind, message = error_body(body)
     return f"{kind}: {message}" if kind else message
+
+
+class OpenAIBackend(HTTPBackend):
+    """Where both OpenAI protocols live (chat completions and the Responses API): the URL and
+    key variables, the default host, the ``openai`` SDK."""
+
+    base_url_env = "OPENAI_BASE_URL"
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+    sdk = ("openai", "AsyncOpenAI")

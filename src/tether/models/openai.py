@@ -48,7 +48,7 @@ from pydantic_core import to_json
 
 from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
-from tether.models.backend import BackendOptions, HTTPBackend, sse_data
+from tether.models.backend import BackendOptions, OpenAIBackend, sse_data
 from tether.models.base import ModelRequest, ModelResponse, repeated_prefix
 from tether.models.retrying import Retryable, RetryPolicy
 
@@ -83,7 +83,7 @@ def _dumps(value: Any) -> bytes:
     return to_json(value)
 
 
-class OpenAICompatible(HTTPBackend):
+class OpenAICompatible(OpenAIBackend):
     """A ``Model`` that talks to a chat-completions endpoint (``POST {base_url}/chat/completions``).
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
@@ -95,14 +95,10 @@ class OpenAICompatible(HTTPBackend):
     """
 
     provider = "openai-chat"
-    base_url_env = "OPENAI_BASE_URL"
-    default_base_url = "https://api.openai.com/v1"
-    default_key_env = "OPENAI_API_KEY"
     reserved = frozenset(
         {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
     )
     path = "/chat/completions"
-    sdk = ("openai", "AsyncOpenAI")
 
     def __init__(
         self,

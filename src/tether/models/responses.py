@@ -32,10 +32,9 @@ from pydantic_core import to_json
 
 from tether.errors import ModelError
 from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
-from tether.models.backend import BackendOptions, HTTPBackend, events
+from tether.models.backend import BackendOptions, OpenAIBackend, events
 from tether.models.base import ModelRequest, ModelResponse, finish_of
 from tether.models.retrying import Retryable
-from tether.models.sdk import cache_encoded
 
 __all__ = ["OpenAIResponses"]
 
@@ -44,7 +43,7 @@ _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "timeout", 
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
-class OpenAIResponses(HTTPBackend):
+class OpenAIResponses(OpenAIBackend):
     """A ``Model`` on the OpenAI Responses API (``POST {base_url}/responses``).
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
@@ -55,14 +54,10 @@ class OpenAIResponses(HTTPBackend):
     """
 
     provider = PROVIDER
-    base_url_env = "OPENAI_BASE_URL"
-    default_base_url = "https://api.openai.com/v1"
-    default_key_env = "OPENAI_API_KEY"
     reserved = frozenset(
         {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
     )
     path = "/responses"
-    sdk = ("openai", "AsyncOpenAI")
 
     def __init__(
         self,
@@ -77,7 +72,6 @@ class OpenAIResponses(HTTPBackend):
         self.reasoning = dict(reasoning) if reasoning else None
         self.store = store
         self.prompt_cache_key = prompt_cache_key
-        self._items = cache_encoded(self._message_items)
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
 
     # -- request ------------------------------------------------------------------------------
@@ -98,7 +92,7 @@ class OpenAIResponses(HTTPBackend):
 
     @staticmethod
     def _message_items(message: Message) -> list[dict[str, Any]]:
-        """A message as Responses input items; built once per message (``cache_encoded``)."""
+        """A message as Responses input items, the same for the same message on every step."""
         if isinstance(message, ToolMessage):
             return [
                 {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
@@ -129,7 +123,7 @@ class OpenAIResponses(HTTPBackend):
         items: list[dict[str, Any]] = []
         for m in request.messages:
             if not isinstance(m, SystemMessage):
-                items.extend(self._items(m))
+                items.extend(self._message_items(m))
         params: dict[str, Any] = {"model": self.model}
         if instructions:
             params["instructions"] = "\n\n".join(instructions)

@@ -11,14 +11,14 @@ answer and stream event: in ``bench/backends.py`` that cost several times the re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from tether.errors import ModelError
 from tether.models.backend import error_body
 from tether.models.retrying import Retryable, status_error
 
-__all__ = ["cache_encoded", "post", "sdk_error"]
+__all__ = ["post", "sdk_error"]
 
 # Error types a provider sends in a body (Anthropic's ``error.type``, OpenAI's ``error.code``)
 # that another attempt may get past.
@@ -46,27 +46,6 @@ def sdk_error(sdk: Any, err: BaseException, label: str) -> Exception:
     if isinstance(err, sdk.APIError):  # a response the SDK could not read
         return Retryable("unusable_response", f"{type(err).__name__}: {str(err)[:300]}")
     raise err
-
-
-class cache_encoded:
-    """A bounded memo of each message's wire form, by identity (the message is held so its id
-    cannot be reused): a step converts only the messages it has not seen."""
-
-    def __init__(self, convert: Callable[[Any], Any], limit: int = 8192) -> None:
-        self._convert = convert
-        self._memo: dict[int, tuple[Any, Any]] = {}
-        self._limit = limit
-
-    def __call__(self, item: Any) -> Any:
-        key = id(item)
-        hit = self._memo.get(key)
-        if hit is not None and hit[0] is item:
-            return hit[1]
-        value = self._convert(item)
-        if len(self._memo) >= self._limit:
-            self._memo.pop(next(iter(self._memo)))
-        self._memo[key] = (item, value)
-        return value
 
 
 async def post(sdk: Any, client: Any, path: str, body: bytes, label: str) -> Any:
