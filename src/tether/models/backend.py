@@ -155,9 +155,10 @@ class _Lane:
 
 
 class HTTPBackend(RetryingBackend):
-    """A ``Model`` over HTTP. Each subclass names its protocol (``provider``), its default URL
-    and key variable, the body fields it writes itself, and implements ``encode``, ``_post``,
-    ``_whole`` and ``_read_stream``.
+    """A ``Model`` over HTTP. Each subclass names its protocol (``provider``, ``path``, ``sdk``),
+    its default URL and key variable, the body fields it writes itself, and implements
+    ``encode``, ``_whole`` and ``_read_stream`` (and ``_auth_headers`` where its protocol does
+    not take a bearer token).
 
     ``model`` is the provider's model name; ``base_url`` defaults to ``$<base_url_env>`` or the
     provider's; the key comes from ``$<api_key_env>`` (required only for the provider's own
