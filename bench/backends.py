@@ -6,12 +6,13 @@ For each protocol — chat completions (``openai-chat``), the OpenAI Responses A
 speaks it (``tether_testing.fake_server`` / ``tether_testing.servers``, in its own process so it
 does not share the GIL) scripts a tool loop: the model asks for ``lookup`` until N results are
 in, then answers; each result is 2 KB. tether runs the loop with its default settings on the
-backend for that protocol (whole responses; the two SDK backends through their official SDK),
-and a hand-written loop posts the same conversation as JSON with ``httpx2`` (the floor). The
+backend for that protocol (whole responses; on its default transport, and on its official SDK
+client: ``tether_sdk``), and a hand-written loop posts the same conversation as JSON with
+``httpx2`` (the floor). The
 overhead of one step is the wall time of back-to-back sessions (at least 100 model calls)
 minus the server's handler time, divided by the model calls; this process's CPU time per call
 is reported too (the steadier figure on a shared machine). Import time: a fresh interpreter
-importing the backend module and its SDK (``tether.models.openai`` needs no SDK).
+importing the backend module (all its default transport needs), and the module with its SDK.
 
 The last line is one JSON object; targets are shown, never asserted. Usage:
 ``python bench/backends.py [--quick | --smoke]``.
@@ -47,11 +48,12 @@ SERVER_COMMAND = {
     "openai-responses": ["-c", _LOOP, "responses"],
     "anthropic": ["-c", _LOOP, "anthropic"],
 }
-IMPORTS = {
-    "openai-chat": "import tether.models.openai, httpx2",
-    "openai-responses": "import tether.models.responses, openai",
-    "anthropic": "import tether.models.anthropic, anthropic",
+MODULES = {
+    "openai-chat": "tether.models.openai",
+    "openai-responses": "tether.models.responses",
+    "anthropic": "tether.models.anthropic",
 }
+SDKS = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
 
 
 @tool(effect=Effect.READ)
@@ -84,25 +86,25 @@ class Server:
         self.proc.wait(10)
 
 
-def backend(provider: str, url: str) -> Any:
+def backend(provider: str, url: str, transport: str) -> Any:
     if provider == "anthropic":
         from tether.models.anthropic import AnthropicMessages
 
-        return AnthropicMessages("bench-model", base_url=url, stream=False)
+        return AnthropicMessages("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
     if provider == "openai-responses":
         from tether.models.responses import OpenAIResponses
 
-        return OpenAIResponses("bench-model", base_url=url, stream=False)
+        return OpenAIResponses("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
     from tether.models.openai import OpenAICompatible
 
-    return OpenAICompatible("bench-model", base_url=url, stream=False)
+    return OpenAICompatible("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
 
 
-def tether_session(provider: str, server: Server) -> Session:
+def tether_session(provider: str, server: Server, transport: str = "http") -> Session:
     host = Host(policy=Policy(allow={"lookup"}), trace_dir=None)
     host.add_tools(lookup)
     limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
-    agent = Agent(instructions=INSTRUCTIONS, model=backend(provider, server.url), limits=limits)
+    agent = Agent(instructions=INSTRUCTIONS, model=backend(provider, server.url, transport), limits=limits)
     context = TrustedContext(tenant="bench")
 
     async def run(steps: int) -> None:
@@ -208,42 +210,55 @@ def import_time(statement: str, repeats: int) -> float:
     return max(0.0, statistics.median(once(statement) for _ in range(repeats)) - base)
 
 
+async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
+    """One protocol's row: tether's backend (its default transport, and its official SDK's) and
+    the raw loop, interleaved, against its server; and the import time of the backend, alone
+    (all the default transport needs) and with its SDK."""
+    server = Server(provider)
+    try:
+        runners = {
+            "tether": tether_session(provider, server),
+            "tether_sdk": tether_session(provider, server, "sdk"),
+            "raw_httpx2": raw_session(provider, server),
+        }
+        for run in runners.values():
+            await run(2)  # warm-up: connections, imports, first-use caches
+        got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
+        for _ in range(repeats):  # interleaved: both see the same machine load
+            for name, run in runners.items():
+                got[name].append(await sample(server, run, steps))
+    finally:
+        server.close()
+    wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
+    cpu = {n: statistics.median(c for _, c in v) for n, v in got.items()}
+    times = max(1, min(repeats, 3))
+    seconds = import_time(f"import {MODULES[provider]}", times)
+    with_sdk = import_time(f"import {MODULES[provider]}, {SDKS[provider]}", times)
+    raw = wall["raw_httpx2"]
+    row = {
+        "tether_us_per_step": round(wall["tether"]),
+        "tether_sdk_us_per_step": round(wall["tether_sdk"]),
+        "raw_httpx2_us_per_step": round(raw),
+        "ratio_to_raw_httpx2": round(wall["tether"] / raw, 3),
+        "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
+        "sdk_ratio_to_raw_httpx2": round(wall["tether_sdk"] / raw, 3),
+        "import_s": round(seconds, 3),
+        "import_with_sdk_s": round(with_sdk, 3),
+    }
+    print(
+        f"{provider:17s} {steps} steps: tether {wall['tether']:5.0f} us/step, on the SDK"
+        f" {wall['tether_sdk']:5.0f}, raw httpx2 {raw:5.0f} ({row['ratio_to_raw_httpx2']:.2f}x wall,"
+        f" {row['cpu_ratio_to_raw_httpx2']:.2f}x cpu, SDK {row['sdk_ratio_to_raw_httpx2']:.2f}x;"
+        f" target <= 1.3x); import {seconds * 1000:.0f} ms, with the SDK {with_sdk * 1000:.0f} ms",
+        flush=True,
+    )
+    return row
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     repeats = 1 if args.smoke else 3 if args.quick else 5
     steps = 2 if args.smoke else 20
-    rows: dict[str, Any] = {}
-    for provider in SERVER_COMMAND:
-        server = Server(provider)
-        try:
-            runners = {
-                "tether": tether_session(provider, server),
-                "raw_httpx2": raw_session(provider, server),
-            }
-            for run in runners.values():
-                await run(2)  # warm-up: connections, imports, first-use caches
-            got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
-            for _ in range(repeats):  # interleaved: both see the same machine load
-                for name, run in runners.items():
-                    got[name].append(await sample(server, run, steps))
-        finally:
-            server.close()
-        wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
-        cpu = {n: statistics.median(c for _, c in v) for n, v in got.items()}
-        seconds = import_time(IMPORTS[provider], 1 if args.smoke else 3)
-        rows[provider] = {
-            "tether_us_per_step": round(wall["tether"]),
-            "raw_httpx2_us_per_step": round(wall["raw_httpx2"]),
-            "ratio_to_raw_httpx2": round(wall["tether"] / wall["raw_httpx2"], 3),
-            "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
-            "import_s": round(seconds, 3),
-        }
-        print(
-            f"{provider:17s} {steps} steps: tether {wall['tether']:7.0f} us/step, raw httpx2 "
-            f"{wall['raw_httpx2']:7.0f} ({rows[provider]['ratio_to_raw_httpx2']:.2f}x wall, "
-            f"{rows[provider]['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); "
-            f"import {seconds * 1000:.0f} ms",
-            flush=True,
-        )
+    rows = {provider: await measure(provider, repeats, steps) for provider in SERVER_COMMAND}
     return {
         "backends": rows,
         "load_avg_1m": round(os.getloadavg()[0], 2),

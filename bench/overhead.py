@@ -17,11 +17,22 @@ after 1,000 sequential one-step runs, RSS per run with 1,000 idle runs in flight
 waits on an event), the cold start of ``tether --help``, each beside its target as a ratio to
 the floor (targets are shown, never asserted), and the same loop written by hand on baselines
 that need nothing beyond tether[openai]: raw ``httpx2`` posting prebuilt bodies (the floor),
-the same loop handing each POST to a client's transport over four 16-connection pools as
-tether's backend does (``raw_httpx2_transport``: what that path saves, with no governance at
-all), and the openai
-client's typed ``chat.completions.create``. Peer frameworks (OpenAI Agents SDK, Pydantic AI,
-LangGraph, LangChain, ADK) are reported as installed or not; none is a dependency.
+the same loop sending each prebuilt ``Request`` with ``AsyncClient.send`` over four
+16-connection pools as tether's backend does (``raw_httpx2_sharded``: what that path saves,
+with no governance at all), and the openai client's typed ``chat.completions.create``. Peer
+frameworks (OpenAI Agents SDK, Pydantic AI, LangGraph, LangChain, ADK) are reported as
+installed or not; none is a dependency.
+
+A/B rows for the machinery in the model path, each beside ``tether`` (the defaults):
+``tether_one_pool`` (the backend's pool not split into shards of 16 connections; also timed
+sequentially right after the concurrent burst, ``after_burst``, when every connection is
+open), ``tether_no_message_cache`` (``cache_bytes=0``: every message encoded on every step)
+and ``tether_each_event`` (the trace written line by line: no batching, so no flusher thread).
+
+Per backend (``backends``): tether on each protocol's backend — ``openai-chat``,
+``openai-responses``, ``anthropic`` — against that protocol's loopback server, as a ratio to a
+raw ``httpx2`` loop speaking the same protocol, and the import time of each backend
+(``bench/backends.py`` measures them; ``--no-backends`` skips them).
 
 The last line is one JSON object. Usage: ``python bench/overhead.py [--quick | --smoke]``.
 """
@@ -54,6 +65,7 @@ from tether.models.openai import OpenAICompatible
 from tether.trace.tracer import FlushMode
 
 sys.path.insert(0, str(Path(__file__).parent))
+import backends  # bench/backends.py, next to this script
 import peers  # bench/peers.py, next to this script
 
 RESULT = "r" * 2048  # the 2 KB tool result of every step
@@ -94,9 +106,14 @@ def make_host(trace_dir: Path | None, flush: FlushMode = "batched") -> Host:
     return host
 
 
-def make_agent(url: str, *, stream: bool, transport: str = "http", status: bool = False) -> Agent:
+def make_agent(
+    url: str, *, stream: bool, transport: str = "http", status: bool = False, **model_options: Any
+) -> Agent:
     limits = Limits(max_steps=200, llm_calls=200, llm_calls_hard=201, deadline_s=600)
-    model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport)  # type: ignore[arg-type]
+    shards = model_options.pop("shard_connections", None)
+    model = OpenAICompatible("fake-model", base_url=url, stream=stream, transport=transport, **model_options)  # type: ignore[arg-type]
+    if shards is not None:
+        model.shard_connections = shards
     # The default context (no status bar); ``status=True`` turns the status bar and its TODO tools on.
     context = ContextConfig(status=StatusConfig()) if status else None
     return Agent(instructions="Look things up, then answer.", model=model, limits=limits, context=context)
@@ -132,9 +149,10 @@ def tether_session(
     transport: str = "http",
     flush: FlushMode = "batched",
     status: bool = False,
+    **model_options: Any,
 ) -> Session:
     host = make_host(trace_dir, flush)
-    agent = make_agent(server.url, stream=stream, transport=transport, status=status)
+    agent = make_agent(server.url, stream=stream, transport=transport, status=status, **model_options)
     context = TrustedContext(tenant="bench")
 
     async def run(steps: int) -> None:
@@ -184,33 +202,25 @@ def raw_session(server: Server) -> Session:
     return floor_loop(post)
 
 
-def transport_session(server: Server) -> Session:
-    """The floor on the path tether's backend takes: the same hand-written loop, each POST
-    handed to an httpx2 client's transport directly (no per-request client layer), over four
-    pools of 16 connections, each request to the one with the fewest in flight. The gap between
-    this and ``raw_httpx2`` is what that path saves, not governance."""
-    clients = [
-        httpx2.AsyncClient(limits=httpx2.Limits(max_connections=16, max_keepalive_connections=16))
-        for _ in range(4)
-    ]
+def sharded_session(server: Server) -> Session:
+    """The floor on the path tether's backend takes: the same hand-written loop, each POST a
+    prebuilt ``Request`` sent with ``AsyncClient.send`` (no per-request URL and header
+    merging), over four pools of 16 connections taken in turn. The gap between this and
+    ``raw_httpx2`` is what that path saves, not governance."""
+    limits = httpx2.Limits(max_connections=16, max_keepalive_connections=16)
+    clients = [httpx2.AsyncClient(limits=limits) for _ in range(4)]
     url = httpx2.URL(server.url + "/chat/completions")
-    transports = [c._transport_for_url(url) for c in clients]
-    in_flight = [0] * len(clients)
     headers = httpx2.Headers({**clients[0].headers, "content-type": "application/json"})
-    extensions = {"timeout": clients[0].timeout.as_dict()}
+    turn = [0]
 
     async def post(body: str) -> dict[str, Any]:
-        request = httpx2.Request("POST", url, headers=headers, content=body, extensions=extensions)
-        shard = min(range(len(in_flight)), key=in_flight.__getitem__)
-        in_flight[shard] += 1
+        request = httpx2.Request("POST", url, headers=headers, content=body)
+        turn[0] = (turn[0] + 1) % len(clients)
+        response = await clients[turn[0]].send(request, stream=True)
         try:
-            response = await transports[shard].handle_async_request(request)
-            try:
-                data = json.loads(await response.aread())
-            finally:
-                await response.aclose()
+            data = json.loads(await response.aread())
         finally:
-            in_flight[shard] -= 1
+            await response.aclose()
         return data["choices"][0]["message"]  # type: ignore[no-any-return]
 
     return floor_loop(post)
@@ -374,8 +384,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "tether_status": tether_session(server, trace_dir, stream=False, status=True),
                 "tether_stream": tether_session(server, trace_dir, stream=True),
                 "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
+                "tether_one_pool": tether_session(server, trace_dir, stream=False, shard_connections=64),
+                "tether_no_message_cache": tether_session(server, trace_dir, stream=False, cache_bytes=0),
                 "raw_httpx2": raw_session(server),
-                "raw_httpx2_transport": transport_session(server),
+                "raw_httpx2_sharded": sharded_session(server),
                 "openai_typed_create": typed_session(server),
             }
             found, peer_report = peers.sessions(server.url, RESULT)
@@ -407,11 +419,22 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 row = "  ".join(f"{k:2d} steps {v:7.0f} ({cpu[name][k]:6.0f} cpu)" for k, v in by_len.items())
                 print(f"{name:20s} us/step: {row}", flush=True)
             label = f"{sessions} concurrent {session_steps}-step sessions"
-            names = ("raw_httpx2", "raw_httpx2_transport", "tether", "tether_each_event", "tether_no_trace")
+            names = (
+                "raw_httpx2",
+                "raw_httpx2_sharded",
+                "tether",
+                "tether_each_event",
+                "tether_no_trace",
+                "tether_one_pool",
+                "tether_no_message_cache",
+            )
             rounds: dict[str, list[tuple[float, float]]] = {name: [] for name in names}
+            after_burst: dict[str, list[tuple[float, float]]] = {"tether": [], "tether_one_pool": []}
             for _ in range(repeats):  # interleaved like the rest; medians, as one pass is noisy here
                 for name in names:
                     rounds[name].append(await concurrent(runners[name], sessions, session_steps))
+                    if name in ("tether", "tether_one_pool"):  # every connection of its pool now open
+                        after_burst[name].append(await sample(server, runners[name], mid))
             together: dict[str, tuple[float, float]] = {
                 name: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
                 for name, r in rounds.items()
@@ -425,6 +448,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     f" ({cpu_ratio:.2f}x){'; target <= 1.2x' if name == 'tether' else ''}",
                     flush=True,
                 )
+            burst = {n: statistics.median(w for w, _ in v) for n, v in after_burst.items()}
+            print(
+                f"{mid} steps right after the burst (every connection open):"
+                f" tether {burst['tether']:.0f} us/step,"
+                f" tether_one_pool {burst['tether_one_pool']:.0f} us/step",
+                flush=True,
+            )
             concurrent_s, concurrent_raw = together["tether"][0], together["raw_httpx2"][0]
             rss_start, rss_raw, rss_tether = memory_child("runs", many, server.url)
             print(
@@ -442,6 +472,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 )
     finally:
         server.close()
+    backend_rows: dict[str, Any] = {}
+    if not args.no_backends:
+        for provider in backends.SERVER_COMMAND:
+            backend_rows[provider] = await backends.measure(provider, repeats, 2 if args.smoke else mid)
     cold = cold_start(1 if args.smoke else 3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
     t, raw = figures["tether"], figures["raw_httpx2"]
@@ -453,14 +487,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "tether_no_trace",
         "tether_status",
         "tether_openai_post",
-        "raw_httpx2_transport",
+        "tether_one_pool",
+        "tether_no_message_cache",
+        "raw_httpx2_sharded",
         "openai_typed_create",
     ):
         print(f"  {name:20s} {figures[name][mid] / raw[mid]:5.2f}x / {cpu[name][mid] / craw[mid]:5.2f}x")
-    lean = figures["raw_httpx2_transport"][mid]
+    lean = figures["raw_httpx2_sharded"][mid]
     print(
-        f"  tether against raw_httpx2_transport (governance alone, same HTTP path): "
-        f"{t[mid] / lean:.2f}x wall, {cpu['tether'][mid] / cpu['raw_httpx2_transport'][mid]:.2f}x cpu"
+        f"  tether against raw_httpx2_sharded (governance alone, same HTTP path): "
+        f"{t[mid] / lean:.2f}x wall, {cpu['tether'][mid] / cpu['raw_httpx2_sharded'][mid]:.2f}x cpu"
     )
     print(
         f"tether per step, {long} steps / {short} steps: {t[long] / t[short]:.2f}x wall,"
@@ -486,7 +522,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_to_raw_httpx2_at_20": round(t[mid] / raw[mid], 3),
         "ratio_to_transport_floor_at_20": {
             "wall": round(t[mid] / lean, 3),
-            "cpu": round(cpu["tether"][mid] / cpu["raw_httpx2_transport"][mid], 3),
+            "cpu": round(cpu["tether"][mid] / cpu["raw_httpx2_sharded"][mid], 3),
         },
         "cpu_us_per_step_by_steps": {n: rounded(cpu[n]) for n in runners_names},
         "cpu_ratio_50_to_5": round(cpu["tether"][long] / cpu["tether"][short], 3),
@@ -522,13 +558,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "cold_start_s": round(cold, 4),
         "file_create_us": round(create_us, 1),
         "baselines": {
-            n: rounded(figures[n]) for n in ("raw_httpx2", "raw_httpx2_transport", "openai_typed_create")
+            n: rounded(figures[n]) for n in ("raw_httpx2", "raw_httpx2_sharded", "openai_typed_create")
         },
+        "after_burst_us_per_step": {n: round(v) for n, v in burst.items()},
+        "backends": backend_rows,
         "peers": peer_report,
         "targets": {  # shown beside the figures, never asserted
             "ratio_to_floor_at_20": 1.3,
             "ratio_50_to_5": 1.1,
             "concurrent_100_ratio_to_floor": 1.2,
+            "backend_ratio_to_raw_httpx2": 1.3,
             "idle_kb_per_run": 100,
             "cold_start_s": 0.3,
         },
@@ -572,6 +611,7 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="tiny sizes: checks the script runs, figures mean nothing"
     )
+    parser.add_argument("--no-backends", action="store_true", help="skip the per-backend rows")
     parser.add_argument("--memory", choices=("idle", "runs"), help=argparse.SUPPRESS)
     parser.add_argument("--runs", type=int, default=1000, help=argparse.SUPPRESS)
     parser.add_argument("--url", default="", help=argparse.SUPPRESS)

@@ -1,10 +1,13 @@
-"""One contract for every model backend, each driven through its official client against a
-real server on 127.0.0.1 that speaks its protocol: chat completions (``OpenAICompatible``),
-the Anthropic Messages API (``AnthropicMessages`` on the ``anthropic`` SDK) and the OpenAI
-Responses API (``OpenAIResponses`` on the ``openai`` SDK). SPEC L1, L2, L4, C1."""
+"""One contract for every model backend against a real server on 127.0.0.1 that speaks its
+protocol: chat completions (``OpenAICompatible``), the Anthropic Messages API
+(``AnthropicMessages``) and the OpenAI Responses API (``OpenAIResponses``), each on both of
+its transports: httpx2 directly (the default) and its official SDK client (``anthropic``,
+``openai``; ``transport="sdk"``). SPEC L1, L2, L4, C1."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import json
 from collections.abc import Callable, Iterator, Sequence
@@ -85,6 +88,12 @@ PROVIDERS = {
         FakeResponsesServer.error, "input",
     ),
 }  # fmt: skip
+# The same contract on the official SDK clients' own transport (``transport="sdk"``; the default
+# posts over httpx2 directly): the same bodies, the same answers.
+for _name in ("openai-chat", "anthropic", "openai-responses"):
+    PROVIDERS[f"{_name}+sdk"] = lambda _name=_name: dataclasses.replace(  # type: ignore[misc]
+        PROVIDERS[_name](), backend=functools.partial(PROVIDERS[_name]().backend, transport="sdk")
+    )
 
 
 @pytest.fixture(params=sorted(PROVIDERS))

@@ -1,6 +1,6 @@
 """What only one protocol has: Anthropic thinking blocks and cache breakpoints, Responses
-reasoning items, refusals and prompt_cache_key — each against its loopback server, through the
-official SDK."""
+reasoning items, refusals and prompt_cache_key — each against its loopback server; and the
+protocol's own headers on both transports (httpx2 directly, the official SDK)."""
 
 from __future__ import annotations
 
@@ -174,3 +174,41 @@ def test_a_checkpoint_keeps_the_provider_items_a_paused_run_must_send_back() -> 
     assert isinstance(restored, AssistantMessage) and restored.provider_items == (thinking,)
     blocks = AnthropicMessages._message_blocks(restored)[1]
     assert blocks[0] == {"type": "thinking", "thinking": "read it", "signature": "c2ln"}
+
+
+async def test_httpx2_directly_sends_the_headers_the_official_sdk_sends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The "http" transport must say what the SDK says: the key where the protocol wants it, the
+    # API version the SDK pins, the caller's headers — so the two transports speak one API.
+    monkeypatch.setenv("TETHER_TEST_KEY", "sk-native-0123456789")
+    sent: dict[str, list[dict[str, str]]] = {}
+    for name, backend, server_type in (
+        ("anthropic", AnthropicMessages, FakeAnthropicServer),
+        ("openai-responses", OpenAIResponses, FakeResponsesServer),
+    ):
+        for transport in ("http", "sdk"):
+            with server_type(scripted([Reply.text("open")])) as server:
+                model = backend(
+                    "m", base_url=server.url, api_key_env="TETHER_TEST_KEY", headers={"X-Team": "ops"},
+                    transport=transport,
+                )  # fmt: skip
+                result = await make_host(tmp_path).run(agent(model), "q", context=CONTEXT)
+                await model.aclose()
+                assert result.stop_reason is StopReason.ACCEPTED and result.answer == "open"
+                sent.setdefault(name, []).append(dict(server.received[0].headers))
+    keys = ("authorization", "x-api-key", "anthropic-version", "x-team", "content-type")
+    for name, (http, sdk) in sent.items():
+        assert {k: http.get(k) for k in keys} == {k: sdk.get(k) for k in keys}, name
+        assert "sk-native-0123456789" in (http.get("authorization") or http.get("x-api-key") or "")
+        assert http["x-team"] == "ops" and http["content-type"] == "application/json"
+    assert "anthropic-version" in sent["anthropic"][0]
+
+
+def test_an_unknown_transport_is_a_configuration_error() -> None:
+    from tether.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown transport 'grpc'"):
+        AnthropicMessages("claude-test", base_url="http://127.0.0.1:9", transport="grpc")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="unknown transport 'anthropic'"):
+        OpenAIResponses("gpt-test", base_url="http://127.0.0.1:9", transport="anthropic")

@@ -34,8 +34,14 @@ def test_overhead_bench_runs_and_prints_the_required_figures_last() -> None:
         and figures["concurrent_100_wall_s"] > 0
         and figures["cold_start_s"] > 0
     )
-    variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2", "raw_httpx2_transport"}
-    assert variants <= set(figures["ratio_to_floor_at_20"]) and variants == set(figures["concurrent_100"])
+    variants = {"tether", "tether_each_event", "tether_no_trace", "raw_httpx2", "raw_httpx2_sharded"}
+    ab = {"tether_one_pool", "tether_no_message_cache"}  # the A/B rows of the model path's machinery
+    assert variants | ab <= set(figures["ratio_to_floor_at_20"])
+    assert variants | ab == set(figures["concurrent_100"])
+    assert set(figures["after_burst_us_per_step"]) == {"tether", "tether_one_pool"}
+    assert set(figures["backends"]) == {"openai-chat", "openai-responses", "anthropic"}
+    for row in figures["backends"].values():  # each protocol against its raw loop, and its import time
+        assert row["tether_us_per_step"] > 0 and row["ratio_to_raw_httpx2"] > 0 and row["import_s"] >= 0
     assert "tether_status" in figures["ratio_to_floor_at_20"]  # the status bar on, beside the defaults
     assert set(figures["ratio_to_transport_floor_at_20"]) == {"wall", "cpu"}
     assert figures["rss"]["after_tether_runs_mb"] > 0

@@ -6,8 +6,12 @@ import json
 import time
 from datetime import UTC, datetime
 
+import pytest
+
 from tether.calls import Turn
-from tether.durable.codec import decode_turn, encode_turn
+from tether.durable.codec import decode_response, decode_turn, encode_response, encode_turn
+from tether.messages import AssistantMessage, Usage
+from tether.models.base import ModelResponse
 from tether.policy.trusted import TrustedContext
 from tether.run import RunState
 from tether.types import Decision, Effect, GateOutcome, Observation, ToolCall, ToolSpec
@@ -50,3 +54,42 @@ def test_a_turn_recorded_before_turns_were_settled_replays_its_question_as_a_pau
     old = json.loads(json.dumps(encode_turn(plain, state, 0, 0)))
     del old["questions"], old["checkpointed"]
     assert decode_turn(old, lambda name: SPEC, []).stop() is None  # no question: nothing to pause
+
+
+def test_a_recorded_model_response_keeps_what_the_provider_needs_back() -> None:
+    # Every durable model step returns the decoded record (live or replayed): a thinking block's
+    # signature or a reasoning item's encrypted content lost here is missing from the next turn,
+    # which the Anthropic and Responses APIs refuse for a reasoning model using tools.
+    thinking = {"provider": "anthropic", "type": "thinking", "thinking": "check 742", "signature": "c2ln"}
+    reasoning = {
+        "provider": "openai-responses",
+        "type": "reasoning",
+        "id": "rs_1",
+        "encrypted_content": "gAAA",
+    }
+    response = ModelResponse(
+        message=AssistantMessage(
+            None,
+            (ToolCall("c1", "lookup", '{"key": "k1"}'),),
+            "check 742",
+            provider_items=(thinking, reasoning),
+        ),
+        usage=Usage(120, 30, 100, {"cache_write_tokens": 20, "reasoning_tokens": 12}),
+        model="m",
+        cost_usd=0.25,
+        meta={"finish": "tool_calls", "provider": "anthropic"},
+    )
+    replayed = decode_response(json.loads(json.dumps(encode_response(response))))  # as DBOS stores it
+    assert replayed == response
+    assert replayed.message.provider_items == (thinking, reasoning)
+    assert replayed.usage.extra == {"cache_write_tokens": 20, "reasoning_tokens": 12}
+    # a record written before these were kept still decodes, without them
+    old = encode_response(response)
+    del old["provider_items"], old["usage_extra"]
+    assert decode_response(old).message.provider_items == () and decode_response(old).usage.extra == {}
+
+
+def test_a_provider_item_with_no_json_form_is_refused_not_dropped() -> None:
+    message = AssistantMessage("done", provider_items=({"provider": "anthropic", "raw": object()},))
+    with pytest.raises(TypeError):
+        encode_response(ModelResponse(message=message))

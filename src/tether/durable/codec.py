@@ -35,12 +35,21 @@ def _jsonable(value: Any) -> Any:
 
 
 def encode_response(r: ModelResponse) -> dict[str, Any]:
+    """A model response as plain JSON, all of it: what the provider needs back on the next turn
+    (``provider_items``: thinking blocks with their signatures, reasoning items with their
+    encrypted content) and the usage's extra counts (cache writes, reasoning tokens) included.
+    Raises ``TypeError`` for a provider item with no JSON form (none of the backends makes one):
+    a recovered run must not send back less than the lost process would have."""
     m = r.message
+    items = list(m.provider_items)
+    json.dumps(items)  # a TypeError here, by name, rather than a silently shorter history
     return {
         "content": m.content,
         "reasoning": m.reasoning,
         "tool_calls": [[c.id, c.name, c.arguments] for c in m.tool_calls],
+        "provider_items": items,
         "usage": [r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens],
+        "usage_extra": {k: v for k, v in r.usage.extra.items() if _jsonable(v) is not None},
         "model": r.model,
         "cost_usd": r.cost_usd,
         "meta": {k: v for k, v in r.meta.items() if _jsonable(v) is not None},
@@ -48,11 +57,14 @@ def encode_response(r: ModelResponse) -> dict[str, Any]:
 
 
 def decode_response(d: dict[str, Any]) -> ModelResponse:
+    """The response ``encode_response`` recorded (one recorded before provider items and usage
+    extras were kept decodes without them, as it was)."""
     calls = tuple(ToolCall(i, n, a) for i, n, a in d["tool_calls"])
     prompt, completion, cached = d["usage"]
+    items = tuple(dict(item) for item in d.get("provider_items", ()))
     return ModelResponse(
-        message=AssistantMessage(d["content"], calls, d.get("reasoning")),
-        usage=Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached),
+        message=AssistantMessage(d["content"], calls, d.get("reasoning"), provider_items=items),
+        usage=Usage(prompt, completion, cached, dict(d.get("usage_extra", {}))),
         model=d["model"],
         cost_usd=d["cost_usd"],
         meta=dict(d["meta"]),

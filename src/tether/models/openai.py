@@ -1,15 +1,13 @@
 """A backend for any server that speaks chat completions (OpenAI, vLLM, Ollama, llama.cpp …).
 
-Transport: the official ``openai`` client's HTTP layer, ``httpx2`` (also a dependency of the
-MCP SDK, so the default needs no extra): a client built once per backend (headers, timeout,
-proxies from the environment) whose transport each POST is handed to directly; or, with
-``transport="openai"``, the ``openai`` client itself (``pip install tether[openai]``, imported
-on first use) through its low-level ``post``, for its auth hooks and proxy handling. Neither
-path uses the typed ``chat.completions.create``: that re-validates and re-serialises the whole
-history on every call, so its cost per step grows with the run. Here every message is
-encoded to JSON once and its bytes reused, the tool list is encoded once per session, and
-the body is joined from those pieces. Fixed fields come first and ``messages`` last, so
-consecutive requests of a session share a byte-identical prefix (C1).
+Transport: ``httpx2`` through its public API (default, needs no SDK), or with
+``transport="sdk"`` (or ``"openai"``) the official ``openai`` client's low-level ``post``
+(``pip install tether[openai]``; see ``tether.models.backend``). Neither path uses the typed
+``chat.completions.create``: that re-validates and re-serialises the whole history on every
+call, so its cost per step grows with the run. Here every message is encoded to JSON once and
+its bytes reused (``bench/overhead.py``: ``tether_no_message_cache``), the tool list is
+encoded once per session, and the body is joined from those pieces. Fixed fields come first
+and ``messages`` last, so consecutive requests of a session share a byte-identical prefix (C1).
 
 Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
 turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
@@ -41,33 +39,22 @@ of ``repr``, error messages or traces (error text is scrubbed of it before it is
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import random
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
+from collections.abc import Mapping
+from typing import Any, Literal, Unpack
 
-import anyio
-import anyio.lowlevel
 from pydantic_core import to_json
 
 from tether.errors import ConfigError
 from tether.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
-from tether.models.base import ModelRequest, ModelResponse, finish_of, repeated_prefix
-from tether.models.pricing import DEFAULT_PRICES, Price, price_for
-from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy, status_error
-from tether.models.sdk import sse_data
-
-if TYPE_CHECKING:
-    from tether.ratelimit import TokenBucket
+from tether.models.backend import BackendOptions, OpenAIBackend, sse_data
+from tether.models.base import ModelRequest, ModelResponse, repeated_prefix
+from tether.models.retrying import Retryable, RetryPolicy
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
 ReasoningRule = Literal["drop", "keep", "since_last_user"]
-DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "tool_call", piece)
 
 # Model-name prefixes -> how their servers want reasoning back (see the module docstring).
 _REASONING_RULES: tuple[tuple[str, ReasoningRule], ...] = (
@@ -96,164 +83,44 @@ def _dumps(value: Any) -> bytes:
     return to_json(value)
 
 
-SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
+class OpenAICompatible(OpenAIBackend):
+    """A ``Model`` that talks to a chat-completions endpoint (``POST {base_url}/chat/completions``).
 
-
-class _Lane:
-    """The one request this backend sends, on ``httpx2.AsyncClient`` transports.
-
-    Each client is built once (its default and our headers merged, environment proxies and
-    mounts resolved for this URL, its timeout); each POST then goes straight to the transport
-    that client would pick, skipping what a chat-completions call never uses on the way: URL
-    merging, the auth and redirect loops (no redirects are followed either way), event hooks
-    and the cookie jar (cookies a server sets are not sent back). Timeouts, connection reuse,
-    proxies and the mapping of transport errors to ``httpx2`` exceptions are the transport's,
-    as they were. ``transport="openai"`` keeps the full client (its hooks, cookies, retries off).
-
-    A large pool is split into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of
-    16), each request going to the shard with the fewest requests in flight. httpcore's pool
-    walks all of its connections and waiting requests every time a request starts or ends;
-    with many concurrent sessions that walk, not the exchange, is what each call costs most,
-    and a shard's walk is a quarter as long. The connection limit overall stays the same.
+    ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
+    ``$<api_key_env>`` (``OPENAI_API_KEY``; required only for api.openai.com). ``stream_usage``
+    asks a stream for its usage; ``reasoning`` is the rule for sending reasoning back (see the
+    module docstring); ``cache_bytes`` bounds the encoded-message cache (0: none). A whole response
+    costs the client less per step than a stream (one read, one parse) and gives the run the
+    same message. The other options are every backend's (``tether.models.backend.HTTPBackend``).
     """
 
-    def __init__(self, clients: list[Any], url: str) -> None:
-        import httpx2
-
-        self.clients = clients
-        self.url = httpx2.URL(url)
-        self.transports = [client._transport_for_url(self.url) for client in clients]
-        self.in_flight = [0] * len(clients)
-        self.headers = clients[0].headers
-        self.extensions = {"timeout": clients[0].timeout.as_dict()}
-        self._request = httpx2.Request
-        self._counted = _counted_stream()
-
-    async def post(self, body: bytes) -> Any:
-        request = self._request(
-            "POST", self.url, headers=self.headers, content=body, extensions=self.extensions
-        )
-        in_flight = self.in_flight
-        shard = 0 if len(in_flight) == 1 else min(range(len(in_flight)), key=in_flight.__getitem__)
-        in_flight[shard] += 1
-        try:
-            response = await self.transports[shard].handle_async_request(request)
-        except BaseException:
-            in_flight[shard] -= 1
-            raise
-        response.stream = self._counted(response.stream, in_flight, shard)
-        return response
-
-    async def aclose(self) -> None:
-        for client in self.clients:
-            await client.aclose()
-
-
-@functools.cache
-def _counted_stream() -> type:
-    """A response body that gives its shard's in-flight count back once, when closed (built on
-    first use: ``httpx2`` is imported lazily)."""
-    import httpx2
-
-    class Counted(httpx2.AsyncByteStream):
-        def __init__(self, stream: Any, in_flight: list[int], shard: int) -> None:
-            self._stream, self._in_flight, self._shard = stream, in_flight, shard
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            async for chunk in self._stream:
-                yield chunk
-
-        async def aclose(self) -> None:
-            if self._in_flight is not None:
-                self._in_flight[self._shard] -= 1
-                self._in_flight = None  # type: ignore[assignment]
-            await self._stream.aclose()
-
-    return Counted
-
-
-class OpenAICompatible(RetryingBackend):
-    """A ``Model`` that talks to a chat-completions endpoint.
-
-    ``model`` is the provider's model name; ``base_url`` defaults to ``$OPENAI_BASE_URL`` or
-    OpenAI's; the key comes from ``$<api_key_env>`` (required only for api.openai.com; local
-    servers get a placeholder). ``rate_limit`` is a shared ``TokenBucket`` each attempt draws
-    from. ``prices`` maps model names to ``Price`` (default: ``DEFAULT_PRICES``). ``max_tokens``
-    caps every response unless the request sets its own cap; ``extra_body`` adds fixed request
-    fields (``temperature``, …), never those the backend writes itself. ``stream`` asks for a
-    server-sent event stream; by default (``None``) only when ``on_delta`` is given, that is
-    when someone reads the pieces as they arrive: a whole response costs the client less per
-    step (one read, one parse) and gives the run the same message.
-    """
+    provider = "openai-chat"
+    reserved = frozenset(
+        {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
+    )
+    path = "/chat/completions"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        stream: bool | None = None,
         stream_usage: bool = True,
         reasoning: ReasoningRule | None = None,
-        timeout_s: float = 120.0,
-        retry: RetryPolicy | None = None,
-        prices: Mapping[str, Price] | None = None,
-        rate_limit: TokenBucket | None = None,
-        on_delta: DeltaCallback | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        rand: Callable[[], float] = random.random,
         cache_bytes: int = 8 * 1024 * 1024,
-        transport: Literal["http", "openai"] = "http",
-        max_connections: int = 64,
-        max_tokens: int | None = None,
+        **options: Unpack[BackendOptions],
     ) -> None:
-        if not model:
-            raise ConfigError("model name is required")
-        self.name = model
-        self.model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip(
-            "/"
-        )
-        self.api_key_env = api_key_env
-        key = os.environ.get(api_key_env, "")
-        if not key and urlsplit(self.base_url).hostname == "api.openai.com":
-            raise ConfigError(f"set ${api_key_env} to use {self.base_url}")
-        self._api_key = key or "no-key"  # local servers ignore it; never printed or traced
-        if transport not in ("http", "openai"):
-            raise ConfigError(f"unknown transport {transport!r}")
-        self.transport = transport
-        self.max_connections = max_connections
-        if max_tokens is not None and max_tokens < 1:
-            raise ConfigError("max_tokens must be at least 1")
-        self.max_tokens = max_tokens  # a cap on every response unless the request sets its own
-        reserved = {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
-        if clash := sorted(reserved & set(extra_body or {})):
-            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
-        self.stream = stream = on_delta is not None if stream is None else stream
+        super().__init__(model, **options)
         self.stream_usage = stream_usage
         self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
         if self.reasoning not in ("drop", "keep", "since_last_user"):
             raise ConfigError(f"unknown reasoning rule {self.reasoning!r}")
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self.prices = DEFAULT_PRICES if prices is None else prices
-        self.price = price_for(model, self.prices)
-        self.rate_limit = rate_limit
-        self.on_delta = on_delta
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
-        self._sleep = sleep
-        self._rand = rand
-        self._client: Any = None
-        self._client_loop: object = None  # the event loop the pool belongs to
         # Fixed request fields, encoded once: everything but messages (and the tool part).
         fixed: dict[str, Any] = {"model": model}
-        if stream:
+        if self.stream:
             fixed["stream"] = True
             if stream_usage:
                 fixed["stream_options"] = {"include_usage": True}
-        fixed.update(extra_body or {})
+        fixed.update(self.extra_body)
         self._fixed = _dumps(fixed)[1:-1]
         if cache_bytes < 0:
             raise ConfigError("cache_bytes must be 0 (no cache) or more")
@@ -270,11 +137,6 @@ class OpenAICompatible(RetryingBackend):
         # identity of its first message, least recently used first; bounded by that total size.
         self._last: dict[int, tuple[tuple[Message, ...], list[bytes], int]] = {}
         self._last_bytes = 0
-        self.calls = 0
-        self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
-
-    def __repr__(self) -> str:
-        return f"OpenAICompatible(model={self.model!r}, base_url={self.base_url!r})"
 
     # -- request body -------------------------------------------------------------------------
 
@@ -400,151 +262,6 @@ class OpenAICompatible(RetryingBackend):
                 self._last_bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
         return encoded
 
-    # -- transport ----------------------------------------------------------------------------
-
-    def _pool(self, connections: int | None = None, verify: Any = True, **headers: str) -> Any:
-        import httpx2
-
-        connections = self.max_connections if connections is None else connections
-        return httpx2.AsyncClient(
-            base_url=self.base_url + "/",
-            headers=headers,
-            timeout=self.timeout_s,
-            verify=verify,
-            # Keep every connection of a busy host alive: the default (20 kept of 100) makes
-            # concurrent sessions reconnect on most calls.
-            limits=httpx2.Limits(max_connections=connections, max_keepalive_connections=connections),
-        )
-
-    def _current_client(self) -> Any:
-        """The pool of the running event loop, or None. A pool opened on another loop (an
-        earlier ``asyncio.run``, ``Host.run_sync``) holds connections that loop owned: they
-        cannot be used, nor closed, from this one, so it is dropped and a new one opened."""
-        token = anyio.lowlevel.current_token()  # a new wrapper each call (anyio >= 4.11)
-        loop = getattr(token, "native_token", token)
-        if self._client is not None and self._client_loop is not loop:
-            self._client = None
-        self._client_loop = loop
-        return self._client
-
-    def _openai_client(self) -> Any:
-        if self._current_client() is None:
-            try:
-                import openai
-            except ImportError:  # pragma: no cover - depends on the installation
-                raise ConfigError("transport='openai' needs: pip install 'tether[openai]'") from None
-            # Our own pool, not the client's default wrapper: that one schedules its own close
-            # on whatever event loop is running when it is garbage-collected.
-            self._client = openai.AsyncOpenAI(
-                api_key=self._api_key,
-                base_url=self.base_url,
-                max_retries=0,
-                timeout=self.timeout_s,
-                http_client=self._pool(),
-            )
-        return self._client
-
-    def _http_client(self) -> _Lane:
-        if self._current_client() is None:
-            total = self.max_connections
-            shards = max(1, total // SHARD_CONNECTIONS)
-            sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
-            headers = {"Authorization": f"Bearer {self._api_key}", **self.headers}
-            import httpx2
-
-            tls = httpx2.create_ssl_context()  # what each client would build (certificates loaded once)
-            pools = [self._pool(n, tls, **headers) for n in sizes]
-            self._client = _Lane(pools, self.base_url + "/chat/completions")
-        return self._client  # type: ignore[no-any-return]
-
-    async def aclose(self) -> None:
-        """Close the connection pool (a later call opens a new one). Call it, or use
-        ``async with``, when done: a pool belongs to the event loop that opened it."""
-        client, self._client = self._client, None
-        if client is not None:
-            await (client.close() if self.transport == "openai" else client.aclose())
-
-    async def __aenter__(self) -> OpenAICompatible:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
-
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One model turn; raises ``ModelError`` when retries are spent or the error is final.
-        ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
-        body = self.encode(request)
-        return await self.send(body)
-
-    async def _attempt(self, body: bytes) -> ModelResponse:
-        import httpx2
-
-        if self.transport == "openai":
-            response = await self._send_openai(body)
-        else:
-            response = await self._send_http(body)
-        try:
-            # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
-            if self.stream and "json" not in response.headers.get("content-type", ""):
-                return await self._read_stream(response)
-            return self._parse(await response.aread())
-        except httpx2.TimeoutException:
-            raise Retryable("timeout", "the response stalled") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
-            # JSON that parsed but is not shaped like a chat completion (a list for an object, …).
-            why = f"the answer is not shaped like a chat completion: {type(err).__name__}: {str(err)[:200]}"
-            raise Retryable("unusable_response", why) from None
-        finally:
-            await response.aclose()
-
-    async def _send_http(self, body: bytes) -> Any:
-        """POST through the openai client's HTTP layer (httpx2), on its transport (``_Lane``)."""
-        import httpx2
-
-        try:
-            response = await self._http_client().post(body)
-        except httpx2.TimeoutException:
-            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", type(err).__name__) from None
-        if response.status_code >= 400:
-            try:
-                raw = await response.aread()
-            finally:
-                await response.aclose()
-            self._status_error(response.status_code, _message_of(raw), response.headers)
-        return response
-
-    async def _send_openai(self, body: bytes) -> Any:
-        """POST through the openai client's low-level ``post`` (its auth, headers, proxies)."""
-        import httpx2
-        import openai
-
-        client = self._openai_client()
-        try:
-            return await client.post(
-                "/chat/completions",
-                cast_to=httpx2.Response,
-                content=body,
-                options={"headers": self.headers},
-                stream=True,
-            )
-        except openai.APITimeoutError:
-            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
-        except openai.APIConnectionError as err:
-            raise Retryable("connection", type(err.__cause__ or err).__name__) from None
-        except openai.APIStatusError as err:
-            self._status_error(err.status_code, _error_text(err), err.response.headers)
-            raise  # unreachable: _status_error always raises
-
-    def _status_error(self, status: int, message: str, headers: Mapping[str, str]) -> None:
-        raise status_error(self.model, status, message, headers)
-
     # -- responses ----------------------------------------------------------------------------
 
     def _usage(self, raw: Mapping[str, Any] | None) -> Usage:
@@ -560,31 +277,11 @@ class OpenAICompatible(RetryingBackend):
             int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0), int(cached), extra
         )
 
-    def _response(
-        self, message: AssistantMessage, usage: Usage, model: str, finish: str | None
-    ) -> ModelResponse:
-        cost = self.price.cost(usage) if self.price is not None else 0.0
-        meta: dict[str, Any] = {
-            "finish_reason": finish,
-            "finish": finish_of(finish),
-            "provider": "openai-chat",
-        }
-        if self.price is None:
-            meta["unpriced"] = True
-        return ModelResponse(
-            message=message, usage=usage, model=model or self.model, cost_usd=cost, meta=meta
-        )
-
-    def _parse(self, raw: bytes) -> ModelResponse:
-        try:
-            data = json.loads(raw)
-            choice = data["choices"][0]
-            wire = choice["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            why = f"response is not a chat completion: {raw[:200]!r}"
-            raise Retryable("unusable_response", why) from None
+    def _whole(self, data: dict[str, Any]) -> ModelResponse:
+        choice = data["choices"][0]
+        wire = choice["message"]
         if not isinstance(wire, dict):
-            raise Retryable("unusable_response", f"response has no message: {raw[:200]!r}")
+            raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
         calls = tuple(
             ToolCall(
                 id=str(c.get("id") or _call_id()),
@@ -599,7 +296,7 @@ class OpenAICompatible(RetryingBackend):
             content, finish = content or str(wire["refusal"]), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
         _require_output(message, finish)
-        return self._response(message, self._usage(data.get("usage")), data.get("model", ""), finish)
+        return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         text: list[str] = []
@@ -646,21 +343,7 @@ class OpenAICompatible(RetryingBackend):
                     if on_delta is not None:
                         on_delta("reasoning", piece)
                 for tc in delta.get("tool_calls") or ():
-                    index = tc.get("index")
-                    if index is None:
-                        index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
-                    slot = calls.get(index)
-                    if slot is None:
-                        slot = calls[index] = {"id": "", "name": "", "arguments": []}
-                    fn = tc.get("function") or {}
-                    if tc.get("id"):
-                        slot["id"] = tc["id"]
-                    if fn.get("name"):
-                        slot["name"] += fn["name"]
-                        if on_delta is not None:
-                            on_delta("tool_call", fn["name"])
-                    if fn.get("arguments"):
-                        slot["arguments"].append(fn["arguments"])
+                    _add_call_delta(calls, tc, on_delta)
         if not done or finish is None:
             missing = " and ".join(
                 part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
@@ -680,7 +363,27 @@ class OpenAICompatible(RetryingBackend):
             reasoning="".join(thought) if thought else None,
         )
         _require_output(message, finish)
-        return self._response(message, self._usage(usage_raw), model, finish)
+        return self._answer(message, self._usage(usage_raw), model, finish)
+
+
+def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
+    """One streamed tool-call delta into the call it continues (by ``index``; a server that
+    omits it gets the call by id, or a new one)."""
+    index = tc.get("index")
+    if index is None:
+        index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
+    slot = calls.get(index)
+    if slot is None:
+        slot = calls[index] = {"id": "", "name": "", "arguments": []}
+    fn = tc.get("function") or {}
+    if tc.get("id"):
+        slot["id"] = tc["id"]
+    if fn.get("name"):
+        slot["name"] += fn["name"]
+        if on_delta is not None:
+            on_delta("tool_call", fn["name"])
+    if fn.get("arguments"):
+        slot["arguments"].append(fn["arguments"])
 
 
 def _require_output(message: AssistantMessage, finish: str | None) -> None:
@@ -694,22 +397,3 @@ def _require_output(message: AssistantMessage, finish: str | None) -> None:
 def _call_id() -> str:
     # Some servers omit ids; a tool result must still name the call it answers.
     return "call_" + uuid.uuid4().hex[:16]
-
-
-def _message_of(raw: bytes) -> str:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw[:500].decode("utf-8", "replace")
-    inner = body.get("error", body) if isinstance(body, dict) else body
-    message = inner.get("message", inner) if isinstance(inner, dict) else inner
-    return str(message)[:500]
-
-
-def _error_text(err: Any) -> str:
-    body = getattr(err, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        return str(message)[:500]
-    return str(getattr(err, "message", err))[:500]

@@ -1,5 +1,6 @@
-"""A backend for the OpenAI Responses API, on the official ``openai`` SDK
-(``pip install 'tether[openai]'``; imported on first use).
+"""A backend for the OpenAI Responses API: over ``httpx2`` (default), or with
+``transport="sdk"`` on the official ``openai`` SDK (``pip install 'tether[openai]'``; imported
+on first use); the same body and the same answer either way (``tether.models.backend``).
 
 The request: the system prompt as ``instructions``; user turns, assistant turns, each tool
 call as a ``function_call`` item and each result as a ``function_call_output`` item, in the
@@ -23,129 +24,55 @@ retried (``tether.models.retrying``); other errors are final.
 from __future__ import annotations
 
 import hashlib
-import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Unpack
 
-import anyio
 from pydantic_core import to_json
 
-from tether.errors import ConfigError, ModelError
+from tether.errors import ModelError
 from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
+from tether.models.backend import BackendOptions, OpenAIBackend, events
 from tether.models.base import ModelRequest, ModelResponse, finish_of
-from tether.models.pricing import DEFAULT_PRICES, Price, price_for
-from tether.models.retrying import Retryable, RetryingBackend, RetryPolicy
-from tether.models.sdk import (
-    LoopClient,
-    api_key,
-    body_error,
-    cache_encoded,
-    events,
-    httpx2_errors,
-    post,
-    read_json,
-)
-
-if TYPE_CHECKING:
-    from tether.ratelimit import TokenBucket
+from tether.models.retrying import Retryable
 
 __all__ = ["OpenAIResponses"]
 
 PROVIDER = "openai-responses"
-DeltaCallback = Callable[[str, str], None]
 _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "timeout", "overloaded"})
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 
 
-class OpenAIResponses(RetryingBackend):
+class OpenAIResponses(OpenAIBackend):
     """A ``Model`` on the OpenAI Responses API (``POST {base_url}/responses``).
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
-    ``$<api_key_env>`` (required for api.openai.com only). ``reasoning`` is the API's reasoning
-    setting (``{"effort": "low"}`` …); ``store`` keeps responses server-side (off);
-    ``prompt_cache_key`` overrides the derived one. The rest as ``OpenAICompatible``.
+    ``$<api_key_env>`` (``OPENAI_API_KEY``; required for api.openai.com only). ``reasoning`` is
+    the API's reasoning setting (``{"effort": "low"}`` …); ``store`` keeps responses server-side
+    (off); ``prompt_cache_key`` overrides the derived one. The other options are every
+    backend's (``tether.models.backend.HTTPBackend``).
     """
 
     provider = PROVIDER
+    reserved = frozenset(
+        {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
+    )
+    path = "/responses"
 
     def __init__(
         self,
         model: str,
         *,
-        base_url: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        stream: bool | None = None,
-        timeout_s: float = 120.0,
-        retry: RetryPolicy | None = None,
-        prices: Mapping[str, Price] | None = None,
-        rate_limit: TokenBucket | None = None,
-        on_delta: DeltaCallback | None = None,
-        max_tokens: int | None = None,
         reasoning: Mapping[str, Any] | None = None,
         store: bool = False,
         prompt_cache_key: str | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        headers: Mapping[str, str] | None = None,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        rand: Callable[[], float] = random.random,
+        **options: Unpack[BackendOptions],
     ) -> None:
-        import os
-
-        if not model:
-            raise ConfigError("model name is required")
-        self.name = self.model = model
-        url = base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-        self.base_url = url.rstrip("/")
-        self.api_key_env = api_key_env
-        self._api_key = api_key(api_key_env, self.base_url, "api.openai.com")
-        self.stream = on_delta is not None if stream is None else stream
-        if max_tokens is not None and max_tokens < 1:
-            raise ConfigError("max_tokens must be at least 1")
-        self.max_tokens = max_tokens
-        reserved = {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
-        if clash := sorted(reserved & set(extra_body or {})):
-            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
-        self.extra_body = dict(extra_body or {})
+        super().__init__(model, **options)
         self.reasoning = dict(reasoning) if reasoning else None
         self.store = store
         self.prompt_cache_key = prompt_cache_key
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self.prices = DEFAULT_PRICES if prices is None else prices
-        self.price = price_for(model, self.prices)
-        self.rate_limit = rate_limit
-        self.on_delta = on_delta
-        self.headers = dict(headers or {})
-        self._sleep = sleep
-        self._rand = rand
-        self._client = LoopClient(self._make_client)
-        self._items = cache_encoded(self._message_items)
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
-        self.calls = 0
-        self.retries: list[dict[str, Any]] = []
-
-    def __repr__(self) -> str:
-        return f"OpenAIResponses(model={self.model!r}, base_url={self.base_url!r})"
-
-    def _make_client(self) -> Any:
-        try:
-            import openai
-        except ImportError:  # pragma: no cover - depends on the installation
-            raise ConfigError("provider openai-responses needs: pip install 'tether[openai]'") from None
-        return openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.base_url,
-            max_retries=0,  # retries are tether's: one policy, traced
-            timeout=self.timeout_s,
-            default_headers=self.headers or None,
-        )
-
-    async def aclose(self) -> None:
-        await self._client.aclose()
-
-    def _scrub(self, text: str) -> str:
-        return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
 
     # -- request ------------------------------------------------------------------------------
 
@@ -165,7 +92,7 @@ class OpenAIResponses(RetryingBackend):
 
     @staticmethod
     def _message_items(message: Message) -> list[dict[str, Any]]:
-        """A message as Responses input items; built once per message (``cache_encoded``)."""
+        """A message as Responses input items, the same for the same message on every step."""
         if isinstance(message, ToolMessage):
             return [
                 {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
@@ -196,7 +123,7 @@ class OpenAIResponses(RetryingBackend):
         items: list[dict[str, Any]] = []
         for m in request.messages:
             if not isinstance(m, SystemMessage):
-                items.extend(self._items(m))
+                items.extend(self._message_items(m))
         params: dict[str, Any] = {"model": self.model}
         if instructions:
             params["instructions"] = "\n\n".join(instructions)
@@ -224,27 +151,14 @@ class OpenAIResponses(RetryingBackend):
 
     # -- call ---------------------------------------------------------------------------------
 
-    async def complete(self, request: ModelRequest) -> ModelResponse:
-        """One model turn; raises ``ModelError`` when retries are spent or the error is final.
-        ``timeout_s`` bounds each attempt whole (see ``tether.models.retrying``)."""
-        body = to_json(self.body(request))
-        return await self.send(body)
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request's body as sent."""
+        return to_json(self.body(request))
 
-    async def _attempt(self, body: bytes) -> ModelResponse:
-        import openai
-
-        response = await post(openai, self._client.get(), "/responses", body, self.model)
-        try:
-            if self.stream and "json" not in response.headers.get("content-type", ""):
-                return await self._read_stream(response)
-            data = await read_json(response)
-            if "error" in data and "output" not in data:
-                raise self._failure(data["error"] or {}, "the server answered an error")
-            return self._parse(data, [])
-        except httpx2_errors() as err:
-            raise body_error(err) from None
-        finally:
-            await response.aclose()
+    def _whole(self, data: dict[str, Any]) -> ModelResponse:
+        if "error" in data and "output" not in data:
+            raise self._failure(data["error"] or {}, "the server answered an error")
+        return self._parse(data, [])
 
     def _failure(self, error: Mapping[str, Any], what: str) -> Exception:
         code = str(error.get("code") or error.get("type") or "") if isinstance(error, Mapping) else ""
@@ -321,12 +235,7 @@ class OpenAIResponses(RetryingBackend):
         if not calls and not (content and content.strip()) and finish_of(raw) == "stop":
             raise Retryable("empty_response", f"the response has neither text nor tool calls ({raw!r})")
         usage = _usage(data.get("usage") or {})
-        meta: dict[str, Any] = {"finish_reason": raw, "finish": finish_of(raw), "provider": PROVIDER}
-        if self.price is None:
-            meta["unpriced"] = True
-        cost = self.price.cost(usage) if self.price is not None else 0.0
-        model = str(data.get("model") or self.model)
-        return ModelResponse(message=message, usage=usage, model=model, cost_usd=cost, meta=meta)
+        return self._answer(message, usage, str(data.get("model") or ""), raw)
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:
