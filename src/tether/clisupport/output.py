@@ -72,9 +72,9 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 # -- run outcomes -----------------------------------------------------------------------------
 
 _HINTS = {
-    "approval_unavailable": "this tool has a side effect and nobody can approve it here: if it only "
-    "reads, declare its effect as read (agent file: policy.effects; MCP config: effects); otherwise "
-    "give an approval store (agent file: policy.approvals_db, or --db) so the run pauses for a person",
+    # Never "declare it read": a tool that changes something must keep its effect.
+    "approval_unavailable": "this call needs a person's approval and the run has no approval store: "
+    "give one (agent file: policy.approvals_db, or --db) so the run pauses for a person to approve it",
     "tool_not_allowed": "the tool is not on the allowlist (agent file: policy.allow / policy.deny)",
     "tool_definition_not_approved": "review and pin the server's tools: tether mcp review/approve",
     "capability_blocked": "the tool's definition changed or is not approved: tether mcp review/approve",
