@@ -273,7 +273,8 @@ def exit_codes_reference() -> str:
     missing = reasons - STOP_DESCRIPTIONS.keys() or reasons - EXIT_CODES.keys()
     stale = STOP_DESCRIPTIONS.keys() - reasons
     if missing or stale:
-        raise DocsError(f"stop reasons: undocumented or no exit code {sorted(missing)}, stale {sorted(stale)}")
+        why = f"undocumented or without an exit code {sorted(missing)}, stale {sorted(stale)}"
+        raise DocsError(f"stop reasons: {why}")
     codes = sorted({*EXIT_CODES.values(), USAGE})
     if set(codes) != set(EXIT_MEANINGS):
         raise DocsError(f"exit codes in the code {codes} differ from those described {sorted(EXIT_MEANINGS)}")

@@ -208,8 +208,8 @@ class HostCore:
                 "approval_unavailable",
                 {
                     **decision.details,
-                    "hint": "give the host an approval store (Host(approvals=...), --db) or declare "
-                    "the tool's effect as read if it has no side effect",
+                    "hint": "this call needs a person's approval: give the host an approval store "
+                    "(Host(approvals=...), --db) so the run pauses for one",
                 },
             )
         return outcome.decided("allow" if decision.allowed else "deny", decision)

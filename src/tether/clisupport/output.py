@@ -192,6 +192,39 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
     return None
 
 
+def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) -> list[str]:
+    """What to check when a run ends ``model_error``: the URL a connection was refused at, an
+    unset key variable (named), a stream the server could not give. One line each."""
+    import os
+    import re
+
+    if stop_reason != "model_error" or model is None:
+        return []
+    env = os.environ if environ is None else environ
+    backends = list(getattr(model, "models", None) or [model])  # a FallbackModel: each in turn
+    hints: list[str] = []
+    text = detail or ""
+    for backend in backends:
+        url = getattr(backend, "base_url", None)
+        if url and re.search(r"connect|connection|refused|unreachable", text, re.IGNORECASE):
+            hints.append(
+                f"could not reach the model server at {url}: is it running there? "
+                "(agent file: model.base_url, or --base-url)"
+            )
+        var = getattr(backend, "api_key_env", None)
+        if var and not env.get(var):
+            hints.append(
+                f"${var} is not set, so no API key was sent (agent file: model.api_key_env names the "
+                "variable; a local server needs none)"
+            )
+        if getattr(backend, "stream", False):
+            hints.append(
+                "the model was asked to stream: some servers (llama.cpp's Python server) cannot stream "
+                "tool calls; set model.streaming: false or pass --no-stream"
+            )
+    return list(dict.fromkeys(hints))
+
+
 def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | None:
     """What to change about something the host blocked (an entry of a run's ``blocked``)."""
     kind, server = entry.get("kind"), entry.get("server") or str(entry.get("tool", "")).split("__", 1)[0]
@@ -249,6 +282,8 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     for p in payload.get("problems", ()):
         if p.get("hint"):
             print(safe(f"hint for {p['tool']}: {p['hint']}"))
+    for hint in payload.get("hints", ()):
+        print(safe(f"hint: {hint}"))
     for tool_name, text in show_results or ():
         print(f"--- result of {tool_name} ---")
         print(safe(text))
