@@ -18,11 +18,13 @@ Other fences (```` ```bash ````, ```` ```yaml ```` without a title, ```` ```text
 
 from __future__ import annotations
 
+import argparse
 import ast
 import asyncio
 import inspect
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -175,3 +177,62 @@ def test_the_harness_reads_fences_titles_and_transcripts() -> None:
     assert doc == real == "run <RUN1> at TIME"
     assert names.command("tether resume 20261201T181857-9e6c003c") == "tether resume 20270101T000000-00000000"
     assert names.command("tether resume 20991201T181857-9e6c003c") == "tether resume 20991201T181857-9e6c003c"
+
+
+# -- every tether command line shown in the docs exists ---------------------------------------
+
+
+def _sub_actions(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # argparse has no public walk of its sub-commands
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def shown_commands() -> list[tuple[str, str]]:
+    """Every ``tether …`` command line in a bash or console block: (where, line)."""
+    out = []
+    for page in PAGES:
+        rel = page.relative_to(ROOT)
+        for block in blocks(page.read_text(encoding="utf-8")):
+            if block.lang not in ("bash", "console"):
+                continue
+            joined = block.body.replace("\\\n", " ")  # continued lines are one command
+            for n, raw in enumerate(joined.splitlines()):
+                line = raw[2:] if raw.startswith("$ ") else raw
+                code = line.split(" #", 1)[0]
+                for part in re.split(r"&&|;|\|\|", code):
+                    words = part.split()
+                    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
+                        words = words[1:]  # VAR=value before the command
+                    if words and words[0] == "tether":
+                        out.append((f"{rel}:{block.line + n + 1}", " ".join(words)))
+    return out
+
+
+def test_every_tether_command_shown_in_the_docs_exists_with_its_options() -> None:
+    from tether.cli import build_parser
+
+    commands = shown_commands()
+    assert len(commands) > 50  # the pages are full of them: an empty list means a broken reader
+    problems = []
+    for where, line in commands:
+        parser, path = build_parser(), ["tether"]
+        known: set[str] = set()
+        try:
+            words = shlex.split(line, posix=True)[1:]
+        except ValueError:  # an unbalanced quote in a shown fragment: plain words are enough here
+            words = line.split()[1:]
+        for word in words:
+            if any(a.nargs == argparse.REMAINDER for a in parser._actions):
+                break  # the rest belongs to a plug-in's own parser (tether demo NAME …)
+            known |= {o for a in parser._actions for o in a.option_strings}
+            subs = _sub_actions(parser)
+            if word.startswith("-"):
+                if word.split("=", 1)[0] not in known:
+                    problems.append(f"{where}: {' '.join(path)}: no option {word} ({line})")
+            elif subs and word in subs:
+                parser, path = subs[word], [*path, word]
+            elif subs and word.isidentifier() and word.islower() and len(path) == 1:
+                problems.append(f"{where}: no command {' '.join([*path, word])} ({line})")
+    assert problems == []
