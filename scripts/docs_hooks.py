@@ -25,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 ROOT = Path(__file__).resolve().parent.parent
 for sub in ("src",):
     if str(ROOT / sub) not in sys.path:
@@ -82,7 +84,7 @@ def _type_of(schema: dict[str, Any]) -> str:
     if "anyOf" in schema:
         return " or ".join(_type_of(s) for s in schema["anyOf"])
     if "enum" in schema:
-        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+        return " or ".join(f"`{v}`" for v in schema["enum"])
     if "const" in schema:
         return f"`{schema['const']}`"
     kind = schema.get("type", "any")
@@ -98,15 +100,46 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _model_table(name: str, schema: dict[str, Any]) -> str:
+def _models(root: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    """Every pydantic model reachable from ``root``'s fields, by class name (as in ``$defs``)."""
+    found: dict[str, type[BaseModel]] = {}
+
+    def visit(tp: Any) -> None:
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if tp.__name__ not in found:
+                found[tp.__name__] = tp
+                for f in tp.model_fields.values():
+                    visit(f.annotation)
+            return
+        for arg in typing.get_args(tp):
+            visit(arg)
+
+    visit(root)
+    return found
+
+
+def _default(model: type[BaseModel] | None, field: str, prop: dict[str, Any]) -> str:
+    """A field's default as the loader applies it (default factories called)."""
+    info = model.model_fields.get(field) if model is not None else None
+    if info is None:
+        return f"`{json.dumps(prop.get('default'))}`"
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return "its defaults"
+    return f"`{json.dumps(value, default=str)}`"
+
+
+def _model_table(name: str, schema: dict[str, Any], model: type[BaseModel] | None = None) -> str:
     lines = [f"### {name}\n"]
     if schema.get("description"):
         lines.append(_cell(schema["description"]) + "\n")
+    if "enum" in schema:
+        return "\n".join([*lines, f"One of {_type_of(schema)}.\n"])
     required = set(schema.get("required", ()))
     lines.append("| field | type | default | description |")
     lines.append("| --- | --- | --- | --- |")
     for field, prop in schema.get("properties", {}).items():
-        default = "required" if field in required else f"`{json.dumps(prop.get('default'))}`"
+        default = "required" if field in required else _default(model, field, prop)
         description = _cell(prop.get("description", ""))
         lines.append(f"| `{field}` | {_cell(_type_of(prop))} | {_cell(default)} | {description} |")
     return "\n".join(lines) + "\n"
@@ -117,8 +150,9 @@ def agent_file_reference() -> str:
 
     schema = AgentSpec.model_json_schema()
     defs = schema.pop("$defs", {})
-    parts = [_model_table("AgentSpec", schema)]
-    parts += [_model_table(name, sub) for name, sub in sorted(defs.items())]
+    models = _models(AgentSpec)
+    parts = [_model_table("AgentSpec", schema, AgentSpec)]
+    parts += [_model_table(name, sub, models.get(name)) for name, sub in sorted(defs.items())]
     return "\n".join(parts)
 
 
@@ -199,7 +233,7 @@ def _hint(tp: Any) -> str:
     if origin in (typing.Required, typing.NotRequired):
         return _hint(typing.get_args(tp)[0])
     text = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp)
-    return text.replace("typing.", "")
+    return text.replace("typing.", "").replace(" | ", " or ")  # a pipe would split the table cell
 
 
 def trace_events_reference() -> str:
