@@ -69,6 +69,7 @@ __all__ = [
     "Built",
     "build_agent",
     "load_agent_file",
+    "local_tool_names",
     "mcp_agent",
     "mcp_config",
     "parse_agent",
@@ -726,6 +727,14 @@ def _python_path(af: AgentFile) -> None:
         folder = str(af.resolve(entry).resolve())
         if folder not in sys.path:
             sys.path.insert(0, folder)
+
+
+def local_tool_names(af: AgentFile) -> list[str]:
+    """Import the file's local tools as a run would (its ``python_path`` first) and return their
+    names: ``tether agent check`` catches a mistyped import path before any run. Raises
+    ``ConfigError`` naming the entry that fails."""
+    _python_path(af)
+    return [t.name for t in _local_tools(af)]
 
 
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:

@@ -160,7 +160,8 @@ def test_responses_are_whole_unless_the_file_asks_for_a_stream_and_a_streamed_fa
     path = project(tmp_path, "tools_nc3", {"name": "local", "base_url": url})
     shown: list[str] = []
     built = build_agent(load_agent_file(path), on_delta=lambda kind, piece: shown.append(piece))
-    assert getattr(built.agent.model, "stream", None) is False  # a terminal's live view does not turn streaming on
+    # a terminal's live view (on_delta) does not turn streaming on
+    assert getattr(built.agent.model, "stream", None) is False
     assert not any("stream" in h for h in model_hints("model_error", "broken stream", built.agent.model))
 
     streamed = project(tmp_path, "tools_nc3", {"name": "local", "base_url": url, "streaming": True})
@@ -171,7 +172,9 @@ def test_responses_are_whole_unless_the_file_asks_for_a_stream_and_a_streamed_fa
     assert model_hints("accepted", "", model) == []
 
 
-def test_a_mistyped_import_path_is_explained_not_shown_as_a_pattern(tmp_path: Path) -> None:
+def test_a_mistyped_import_path_is_explained_not_shown_as_a_pattern(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = project(tmp_path, "tools_nc4", {"name": "m"})
     spec = yaml.safe_load(path.read_text())
     spec["tools"] = ["tools_nc4.read_order"]  # a dot where the colon goes
@@ -186,6 +189,13 @@ def test_a_mistyped_import_path_is_explained_not_shown_as_a_pattern(tmp_path: Pa
     with pytest.raises(ConfigError) as typo:
         build_agent(load_agent_file(path))
     assert "has no 'read_ordr' (did you mean tools_nc4:read_order?)" in str(typo.value)
+    # `tether agent check` imports the tools as a run would, so it catches the typo first.
+    assert main(["agent", "check", str(path)]) == 1
+    assert "did you mean tools_nc4:read_order?" in capsys.readouterr().err
+    spec["tools"] = ["tools_nc4:read_order"]
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["agent", "check", str(path), "--json"]) == 0
+    assert last_json(capsys.readouterr().out)["tools"] == ["read_order"]
 
     spec["tools"] = ["tools_nc4:read_order", {"function": "tools_nc4:add_note", "reconciler": "tools_nc4"}]
     path.write_text(yaml.safe_dump(spec))
