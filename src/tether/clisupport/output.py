@@ -2,13 +2,13 @@
 line whose top-level keys always include ``ok``, ``exit``, ``stop_reason``, ``error`` and
 ``message`` (null when they do not apply), whatever the command.
 
-Exit codes (README): 0 accepted, 1 usage or configuration error, 2 policy/approval denied, 3
-invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a person, 6 dependency
-unavailable, 7 model or internal error (also ``truncated``: the final answer was cut at the
-token limit, and ``model_refused``: the provider refused or filtered it). A run that ends
-``accepted`` while some of the calls the model asked for were denied or refused exits 2, or 6
-when calls failed or reached an unavailable server: ``accepted`` with exit 0 means every
-requested call ran and succeeded.
+Exit codes (docs: reference/exit-codes): 0 accepted, 1 usage or configuration error, 2
+policy/approval denied, 3 invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a
+person, 6 dependency unavailable, 7 model or internal error (also ``truncated``: the final
+answer was cut at the token limit, and ``model_refused``: the provider refused or filtered it).
+A run that ends ``accepted`` while some of the calls the model asked for were denied or refused
+exits 2, or 6 when calls failed or reached an unavailable server: ``accepted`` with exit 0 means
+every requested call ran and succeeded.
 """
 
 from __future__ import annotations

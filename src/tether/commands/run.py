@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 NEEDS_AGENT = (
-    "tether run needs an agent: --agent FILE (see README, 'Agents from a file'), or --config MCP.yaml "
+    "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
     "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
     "the reference scenario: tether demo maintenance"
 )
@@ -41,7 +41,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--reasoning",
         choices=("drop", "keep", "since_last_user"),
-        help="resend reasoning_content: default per model name (see README)",
+        help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
     )
     g.add_argument(
         "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
