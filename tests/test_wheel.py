@@ -7,6 +7,7 @@ builds the core wheel from the repository and reads what it holds.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -71,3 +72,41 @@ def test_the_wheel_and_sdist_are_ready_to_publish(wheel: Path, tmp_path: Path) -
         [meta] = [zf.read(n).decode() for n in names if n.endswith(".dist-info/METADATA")]
     assert "License-Expression: Apache-2.0" in meta and "Classifier: Typing :: Typed" in meta
     assert any(n.endswith("licenses/LICENSE") for n in names) and "tether/py.typed" in names
+
+
+@pytest.mark.slow
+def test_the_built_wheel_installs_in_a_fresh_venv_and_runs_the_tutorial(wheel: Path, tmp_path: Path) -> None:
+    """A newcomer's install: the wheel alone (its dependencies from the package index) in a new
+    virtual environment, then ``tether --help`` and the tutorial's first agent: the run pauses
+    for the write, the approval lets it run once."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python, tether = venv / "bin" / "python", venv / "bin" / "tether"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=600
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    helped = subprocess.run([str(tether), "--help"], capture_output=True, text=True, env=env, timeout=60)
+    assert helped.returncode == 0 and "approvals" in helped.stdout, helped.stderr
+
+    page = (ROOT / "docs" / "tutorial" / "first-agent.md").read_text(encoding="utf-8")
+    project = tmp_path / "orders"
+    project.mkdir()
+    for name, body in re.findall(r'^```\w+ title="([^"]+)"\n(.*?)^```$', page, re.MULTILINE | re.DOTALL):
+        (project / name).write_text(body, encoding="utf-8")
+
+    def tether_in_project(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(tether), *argv], cwd=project, capture_output=True, text=True, env=env, timeout=120
+        )
+
+    run = tether_in_project("run", "Why is work order 742 still open?", "--agent", "agent.yaml", "--json")
+    assert run.returncode == 5, run.stdout + run.stderr
+    paused = json.loads(run.stdout.strip().splitlines()[-1])
+    [proposal] = paused["pending_proposals"]
+    assert not (project / "notes.txt").exists()
+    assert tether_in_project("approvals", "approve", proposal, "--db", "approvals.db").returncode == 0
+    resumed = tether_in_project("resume", paused["run_id"], "--db", "approvals.db", "--json")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert (project / "notes.txt").read_text(encoding="utf-8") == "742: Waiting for part P-17.\n"

@@ -9,7 +9,7 @@ The file names everything a run needs; relative paths are relative to the file's
       name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
       base_url: http://127.0.0.1:11434/v1
       api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
-      streaming: false                                   # default: stream when shown live
+      streaming: false                                   # default: whole responses
       limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
       prices: {"qwen3:8b": {input: 0, output: 0}}
       fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
@@ -69,12 +69,14 @@ __all__ = [
     "Built",
     "build_agent",
     "load_agent_file",
+    "local_tool_names",
     "mcp_agent",
     "mcp_config",
     "parse_agent",
     "with_overrides",
 ]
 
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 APP = "tether.agentrecord:rebuild"  # the factory `tether resume` calls for runs started from a file
 SCRIPTED = "scripted:"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -164,7 +166,9 @@ class BackendSpec(_Strict):
         "for anthropic); the key itself is never read from a file",
     )
     streaming: bool | None = Field(
-        default=None, description="ask for a stream (default: when the answer is shown as it arrives)"
+        default=None,
+        description="ask for a stream (default: no: whole responses, which every OpenAI-compatible server "
+        "gives; some, like llama.cpp's Python server, cannot stream tool calls)",
     )
     reasoning: Literal["drop", "keep", "since_last_user"] | None = Field(
         default=None, description="openai-chat: resend reasoning_content (default: by model name)"
@@ -269,6 +273,17 @@ class ToolRef(_Strict):
 
     function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     """the tool by import path, module:name (a @tool, a function, or a list of them)"""
+
+    @field_validator("function", "reconciler", mode="before")
+    @classmethod
+    def _import_path(cls, v: Any) -> Any:
+        # The pattern below stays in the schema; a person reads this sentence, not the regex.
+        if isinstance(v, str) and not _IMPORT_PATH.match(v):
+            raise ValueError(
+                f"{v!r} is not an import path: write module:name, e.g. mytools:read_order "
+                "(a colon between the module and the function)"
+            )
+        return v
     name: str | None = None
     """the name the model sees (default: the function's)"""
     effect: Effect | None = None
@@ -670,7 +685,11 @@ def _import(ref: str, where: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}") from None
+        import difflib
+
+        close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
+        maybe = f" (did you mean {module_name}:{close[0]}?)" if close else ""
+        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
 
 
 def agent_digest(af: AgentFile) -> str:
@@ -708,6 +727,14 @@ def _python_path(af: AgentFile) -> None:
         folder = str(af.resolve(entry).resolve())
         if folder not in sys.path:
             sys.path.insert(0, folder)
+
+
+def local_tool_names(af: AgentFile) -> list[str]:
+    """Import the file's local tools as a run would (its ``python_path`` first) and return their
+    names: ``tether agent check`` catches a mistyped import path before any run. Raises
+    ``ConfigError`` naming the entry that fails."""
+    _python_path(af)
+    return [t.name for t in _local_tools(af)]
 
 
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
@@ -820,7 +847,9 @@ def _backend(
     common: dict[str, Any] = {
         "base_url": spec.base_url,
         "api_key_env": spec.key_env,
-        "stream": spec.streaming,
+        # Whole responses unless the file asks for a stream: every OpenAI-compatible server answers
+        # them, while some (llama.cpp's Python server) cannot stream tool calls at all.
+        "stream": bool(spec.streaming),
         "timeout_s": spec.timeout_s,
         "retry": RetryPolicy(max_retries=spec.max_retries),
         "prices": prices,

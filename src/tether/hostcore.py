@@ -336,8 +336,8 @@ class HostCore:
                 return outcome.decided("approve", decision)
             # No approval store in this host: fail closed, and say how to proceed.
             hint = (
-                "give the host an approval store (Host(approvals=...), --db) or declare "
-                "the tool's effect as read if it has no side effect"
+                "this call needs a person's approval: give the host an approval store "
+                "(Host(approvals=...), --db) so the run pauses for one"
             )
             decision = Decision(
                 "deny", decision.rule, "approval_unavailable", {**decision.details, "hint": hint}

@@ -89,7 +89,8 @@ def test_an_answer_after_a_denied_or_failed_call_is_not_a_clean_success(
     assert code == 2 and out["stop_reason"] == "accepted" and out["ok"] is False
     [problem] = out["problems"]
     assert problem["kind"] == "denied" and "approval_unavailable" in problem["reason"]
-    assert "declare its effect as read" in problem["hint"] and "policy.approvals_db" in problem["hint"]
+    # The hint gives the run an approval store; it never suggests declaring a write as a read.
+    assert "policy.approvals_db" in problem["hint"] and "read" not in problem["hint"]
 
     replies = [Reply.calls(("read_order", '{"order_id": "999"}')), Reply.text("No such order.")]
     with FakeChatServer(scripted(replies)) as chat:

@@ -2,13 +2,13 @@
 line whose top-level keys always include ``ok``, ``exit``, ``stop_reason``, ``error`` and
 ``message`` (null when they do not apply), whatever the command.
 
-Exit codes (README): 0 accepted, 1 usage or configuration error, 2 policy/approval denied, 3
-invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a person, 6 dependency
-unavailable, 7 model or internal error (also ``truncated``: the final answer was cut at the
-token limit, and ``model_refused``: the provider refused or filtered it). A run that ends
-``accepted`` while some of the calls the model asked for were denied or refused exits 2, or 6
-when calls failed or reached an unavailable server: ``accepted`` with exit 0 means every
-requested call ran and succeeded.
+Exit codes (docs: reference/exit-codes): 0 accepted, 1 usage or configuration error, 2
+policy/approval denied, 3 invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a
+person, 6 dependency unavailable, 7 model or internal error (also ``truncated``: the final
+answer was cut at the token limit, and ``model_refused``: the provider refused or filtered it).
+A run that ends ``accepted`` while some of the calls the model asked for were denied or refused
+exits 2, or 6 when calls failed or reached an unavailable server: ``accepted`` with exit 0 means
+every requested call ran and succeeded.
 """
 
 from __future__ import annotations
@@ -72,9 +72,9 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 # -- run outcomes -----------------------------------------------------------------------------
 
 _HINTS = {
-    "approval_unavailable": "this tool has a side effect and nobody can approve it here: if it only "
-    "reads, declare its effect as read (agent file: policy.effects; MCP config: effects); otherwise "
-    "give an approval store (agent file: policy.approvals_db, or --db) so the run pauses for a person",
+    # Never "declare it read": a tool that changes something must keep its effect.
+    "approval_unavailable": "this call needs a person's approval and the run has no approval store: "
+    "give one (agent file: policy.approvals_db, or --db) so the run pauses for a person to approve it",
     "tool_not_allowed": "the tool is not on the allowlist (agent file: policy.allow / policy.deny)",
     "tool_definition_not_approved": "review and pin the server's tools: tether mcp review/approve",
     "capability_blocked": "the tool's definition changed or is not approved: tether mcp review/approve",
@@ -192,6 +192,39 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
     return None
 
 
+def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) -> list[str]:
+    """What to check when a run ends ``model_error``: the URL a connection was refused at, an
+    unset key variable (named), a stream the server could not give. One line each."""
+    import os
+    import re
+
+    if stop_reason != "model_error" or model is None:
+        return []
+    env = os.environ if environ is None else environ
+    backends = list(getattr(model, "models", None) or [model])  # a FallbackModel: each in turn
+    hints: list[str] = []
+    text = detail or ""
+    for backend in backends:
+        url = getattr(backend, "base_url", None)
+        if url and re.search(r"connect|connection|refused|unreachable", text, re.IGNORECASE):
+            hints.append(
+                f"could not reach the model server at {url}: is it running there? "
+                "(agent file: model.base_url, or --base-url)"
+            )
+        var = getattr(backend, "api_key_env", None)
+        if var and not env.get(var):
+            hints.append(
+                f"${var} is not set, so no API key was sent (agent file: model.api_key_env names the "
+                "variable; a local server needs none)"
+            )
+        if getattr(backend, "stream", False):
+            hints.append(
+                "the model was asked to stream: some servers (llama.cpp's Python server) cannot stream "
+                "tool calls; set model.streaming: false or pass --no-stream"
+            )
+    return list(dict.fromkeys(hints))
+
+
 def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | None:
     """What to change about something the host blocked (an entry of a run's ``blocked``)."""
     kind, server = entry.get("kind"), entry.get("server") or str(entry.get("tool", "")).split("__", 1)[0]
@@ -249,6 +282,8 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     for p in payload.get("problems", ()):
         if p.get("hint"):
             print(safe(f"hint for {p['tool']}: {p['hint']}"))
+    for hint in payload.get("hints", ()):
+        print(safe(f"hint: {hint}"))
     for tool_name, text in show_results or ():
         print(f"--- result of {tool_name} ---")
         print(safe(text))

@@ -35,18 +35,19 @@ def print_schema(args: argparse.Namespace) -> int:
 
 
 def check_file(args: argparse.Namespace) -> int:
-    from tether.agentfile import load_agent_file
+    from tether.agentfile import load_agent_file, local_tool_names
     from tether.clisupport.output import emit_json, fail
     from tether.errors import ConfigError
 
     try:
         af = load_agent_file(args.file)
+        tools = local_tool_names(af)  # imported as a run would: a mistyped path fails here
     except ConfigError as err:
         return fail("tether agent check", err, as_json=args.json)
     m = af.spec.model
     models = [f"{b.provider}:{b.name}" for b in m.backends()]
     if args.json:
-        emit_json({"file": str(af.path), "models": models, "sha256": af.sha256}, exit=0)
+        emit_json({"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}, exit=0)
     else:
-        print(f"{af.path}: valid; models: {', '.join(models)}")
+        print(f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}")
     return 0

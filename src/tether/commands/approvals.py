@@ -95,14 +95,10 @@ def run(args: argparse.Namespace) -> int:
             return fail(f"tether approvals {args.action}", err, as_json=as_json)
         approvals = Approvals(stores.approvals)
     elif not Path(db).exists():  # never create a store just to look into it
-        if args.action == "list":
-            if as_json:
-                emit_json({"db": db, "count": 0, "proposals": []}, exit=0)
-            else:
-                print(f"no approval store at {db}")
-            return 0
-        why = f"no approval store at {db} (pass --db)"
-        return fail(f"tether approvals {args.action}", why, as_json=as_json)
+        # A missing file is most often a mistyped path: an error (exit 1), not an empty queue.
+        given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
+        why = f"no approval store at {db}{given}"
+        return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
     else:
         approvals = Approvals(SqliteApprovalStore(db))
     try:

@@ -13,7 +13,8 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "mcp",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
-        description="MCP servers are declared in a TOML/YAML config file (see README, 'MCP host').",
+        description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
+        "safely').",
     )
     msub = p.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
 

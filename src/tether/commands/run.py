@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 NEEDS_AGENT = (
-    "tether run needs an agent: --agent FILE (see README, 'Agents from a file'), or --config MCP.yaml "
+    "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
     "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
     "the reference scenario: tether demo maintenance"
 )
@@ -35,11 +35,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         help="environment variable holding the API key (default OPENAI_API_KEY, ANTHROPIC_API_KEY for "
         "anthropic; the key itself is never printed, traced or recorded)",
     )
-    g.add_argument("--no-stream", action="store_true", help="ask for whole responses instead of a stream")
+    g.add_argument(
+        "--no-stream", action="store_true", help="whole responses, even if the agent file asks for a stream"
+    )
     g.add_argument(
         "--reasoning",
         choices=("drop", "keep", "since_last_user"),
-        help="resend reasoning_content: default per model name (see README)",
+        help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
     )
     g.add_argument(
         "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
@@ -224,6 +226,7 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         db=built.approvals_db,
         trace_results=trace_results,
         model=built.agent.model.name,
+        backend=built.agent.model,
         **extra,
     )
 
@@ -236,10 +239,12 @@ def report(
     db: Path | None,
     trace_results: bool = False,
     tools: Any = None,
+    backend: Any = None,
     **extra: Any,
 ) -> int:
-    """Print a finished (or paused) run and return its exit code."""
-    from tether.clisupport.output import block_fix, emit_json, print_run, run_payload
+    """Print a finished (or paused) run and return its exit code. ``backend``: the run's model,
+    for the hints of a ``model_error`` (the URL, the key variable, streaming)."""
+    from tether.clisupport.output import block_fix, emit_json, model_hints, print_run, run_payload
     from tether.commands._progress import write_results
 
     down = unavailable_servers(host)
@@ -248,6 +253,9 @@ def report(
     where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
     payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
+    hints = model_hints(str(result.stop_reason), str(result.detail or ""), backend)
+    if hints:
+        payload["hints"] = hints
     payload.update(mcp_facts(result, host, tools))
     for entry in payload.get("blocked", ()):
         fix = block_fix(entry, where)
@@ -330,15 +338,37 @@ def next_steps(
     if str(result.stop_reason) != "approval_required" or db is None:
         return []
     steps: list[str] = []
-    for e in result.events:
-        if str(e.kind) == "approval_requested" and e.data.get("proposal_id"):
-            steps.append(f"tether approvals approve {e.data['proposal_id']} --db {db}")
+    for proposal in dict.fromkeys(_requested(result)):
+        if _pending(db, proposal):  # a resumed run's events hold proposals decided before it
+            steps.append(f"tether approvals approve {proposal} --db {db}")
     where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
     for o in result.observations:
         if o.meta.get("pause"):
             steps.append(f"tether mcp resume {o.meta['pause']} {where} --answer-only --answer '{{...}}'")
     steps.append(f"tether resume {result.run_id} --db {db}")
     return steps
+
+
+def _requested(result: Any) -> list[str]:
+    return [
+        str(e.data["proposal_id"])
+        for e in result.events
+        if str(e.kind) == "approval_requested" and e.data.get("proposal_id")
+    ]
+
+
+def _pending(db: Path, proposal_id: str) -> bool:
+    """Whether a proposal still waits for a decision (an unreadable store: assume it does)."""
+    from tether.policy import SqliteApprovalStore
+
+    if not Path(db).exists():
+        return True
+    store = SqliteApprovalStore(db)
+    try:
+        found = store.get_proposal(proposal_id)
+    finally:
+        store.close()
+    return found is None or str(found.status) == "pending"
 
 
 def run_scenario(args: argparse.Namespace) -> int:
