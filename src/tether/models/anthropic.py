@@ -80,6 +80,7 @@ class AnthropicMessages(HTTPBackend):
     )
     path = "/v1/messages"
     sdk = ("anthropic", "AsyncAnthropic")
+    default_transport = "sdk"
 
     def __init__(
         self,

@@ -6,11 +6,12 @@ response with its finish, cost and meta.
 
 Two transports, the same bytes on the wire and the same answer:
 
-``"http"`` (default)
+``"http"`` (the chat-completions backend's default)
     ``httpx2`` — the HTTP layer of both official SDKs, and a dependency of tether — through its
     public API (``_Lane``): each POST a ``Request`` of headers merged once and the body encoded
     once, handed to ``AsyncClient.send``. Needs no SDK.
-``"sdk"``
+``"sdk"`` (the Anthropic and Responses backends' default: they speak through the vendor's
+    official SDK unless ``transport="http"`` asks for the faster path)
     The provider's official SDK client (``openai`` or ``anthropic``, an extra, imported on first
     use) through its documented low-level ``post``: its auth hooks, headers and status-error
     mapping. Its request building costs each call about as much again as the rest of the
@@ -170,12 +171,13 @@ class HTTPBackend(RetryingBackend):
     ``Price`` (default ``DEFAULT_PRICES``); ``rate_limit`` is a shared ``TokenBucket`` each
     attempt draws from; ``headers`` are sent with every request; ``max_connections`` bounds the
     connection pool (all kept alive: a busy host's sessions do not reconnect); ``transport`` is
-    ``"http"`` or ``"sdk"`` (see the module docstring).
+    ``"http"`` or ``"sdk"`` (see the module docstring; default ``default_transport``).
     """
 
     provider: ClassVar[str]
     path: ClassVar[str]  # the endpoint, after base_url
     sdk: ClassVar[tuple[str, str]]  # the official SDK's module and client class
+    default_transport: ClassVar[Literal["http", "sdk"]] = "http"
     shard_connections: int = SHARD_CONNECTIONS  # connections per pool shard (see _Lane)
     base_url_env: ClassVar[str]
     default_base_url: ClassVar[str]
@@ -198,12 +200,13 @@ class HTTPBackend(RetryingBackend):
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         max_connections: int = 64,
-        transport: Transport = "http",
+        transport: Transport | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
     ) -> None:
         if not model:
             raise ConfigError("model name is required")
+        transport = transport or self.default_transport
         if transport not in ("http", "sdk", self.sdk[0]):
             raise ConfigError(f"unknown transport {transport!r}: 'http' or 'sdk'")
         self.transport: Literal["http", "sdk"] = "http" if transport == "http" else "sdk"

@@ -58,6 +58,7 @@ class OpenAIResponses(OpenAIBackend):
         {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
     )
     path = "/responses"
+    default_transport = "sdk"
 
     def __init__(
         self,
