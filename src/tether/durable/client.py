@@ -189,13 +189,13 @@ class DurableClient:
 
     @property
     def db(self) -> Any:
-        """The deployment's ``PgDatabase`` (None for SQLite), without opening every store."""
+        """The deployment's PostgreSQL ``Database`` (None for SQLite), without opening every store."""
         if self._stores is not None:
             return self._stores.db
         if self._pg is None and parse_url(self.url).backend == "postgresql":
-            from tether.pg import PgDatabase
+            from tether.storage import Database
 
-            self._pg = PgDatabase(self.url, max_size=2, application_name="tether:client")
+            self._pg = Database.postgresql(self.url, max_size=2, application_name="tether:client")
         return self._pg
 
     def close(self) -> None:
