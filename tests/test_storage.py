@@ -30,7 +30,8 @@ from tether.mcp.pauses import PauseStore
 from tether.mcp.pinning import PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
-from tether.policy.store import ApprovalStore, LedgerEntry, NewProposal
+from tether.policy.memory_store import MemoryApprovalStore
+from tether.policy.store import ApprovalStore, CheckpointStore, LedgerEntry, NewProposal
 from tether.storage import MIGRATIONS, Database
 
 pytestmark = pytest.mark.anyio
@@ -125,9 +126,15 @@ def pauses_case(path: Path) -> Case:
     box: dict[str, Any] = {}
 
     async def write() -> None:
-        box["p"] = await store.acreate(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
+        box["p"] = await store.create(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
 
-    return Case(store, write, lambda: store.get(box["p"].id).status == "pending")
+    def written() -> bool:
+        query = "SELECT status FROM elicitation_pauses WHERE id = ?"
+        return bool(
+            store.db.snapshot(lambda c: c.exec_driver_sql(query, (box["p"].id,)).scalar()) == "pending"
+        )
+
+    return Case(store, write, written)
 
 
 def memory_case(path: Path) -> Case:
@@ -225,7 +232,7 @@ def _public_methods(cls: type) -> dict[str, Any]:
     return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore, PauseStore])
+@pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore])
 def test_each_sync_method_has_an_async_twin_with_the_same_parameters(cls: type) -> None:
     methods = _public_methods(cls)
     sync = {n: f for n, f in methods.items() if not inspect.iscoroutinefunction(f) and n != "close"}
@@ -235,8 +242,20 @@ def test_each_sync_method_has_an_async_twin_with_the_same_parameters(cls: type) 
         assert twin is not None and inspect.iscoroutinefunction(twin), f"{cls.__name__}.a{name} missing"
         assert list(inspect.signature(twin).parameters) == list(inspect.signature(fn).parameters)
         assert inspect.signature(twin).return_annotation == inspect.signature(fn).return_annotation
-    # and no async method without a sync twin (SqliteMemory is async-only: it has no CLI path)
-    assert {n for n, f in methods.items() if inspect.iscoroutinefunction(f)} == {"a" + n for n in sync}
+    # and no async method without a sync twin but the concerns that are async only (checkpoints;
+    # SqliteMemory has no sync face at all)
+    only_async = {n for n in vars(CheckpointStore) if not n.startswith("_")}
+    assert {n for n, f in methods.items() if inspect.iscoroutinefunction(f)} - only_async == {
+        "a" + n for n in sync
+    }
+
+
+def test_checkpoints_have_an_async_face_only() -> None:
+    names = {n for n in vars(CheckpointStore) if not n.startswith("_")}
+    assert names == {"save_checkpoint", "load_checkpoint", "list_checkpoints"}
+    for name in names:
+        assert inspect.iscoroutinefunction(getattr(SqliteApprovalStore, name))
+        assert inspect.iscoroutinefunction(getattr(MemoryApprovalStore, name))
 
 
 def test_the_approval_store_protocol_has_both_faces() -> None:

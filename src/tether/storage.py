@@ -32,7 +32,7 @@ import functools
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,7 +48,7 @@ from tether.pg import PgUrl, StoreUnavailable
 from tether.tables import CONCERNS, METADATA
 from tether.tables import migrations as migrations_table
 
-__all__ = ["MIGRATIONS", "Database", "Migration", "Synchronous"]
+__all__ = ["MIGRATIONS", "Database", "Migration", "Synchronous", "blocking"]
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 Migration = tuple[str, Callable[[Connection], None]]
@@ -97,6 +97,13 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 def _write_lock(key: str) -> threading.Lock:
     with _WRITE_LOCKS_GUARD:
         return _WRITE_LOCKS.setdefault(key, threading.Lock())
+
+
+def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
+    """Await ``fn(*args, **kw)`` from synchronous code: the CLI's edge and threads of our own
+    (a durable worker's duties). Never on the event loop's thread, which must await instead
+    (this raises ``RuntimeError`` there)."""
+    return anyio.run(functools.partial(fn, *args, **kw))
 
 
 class Database:

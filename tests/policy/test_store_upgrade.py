@@ -73,10 +73,11 @@ async def _carry_on(stores: object) -> None:
     """What every store of the fixture still does after the upgrade, whatever the backend."""
     pins = stores.pins.pins("erp")  # type: ignore[attr-defined]
     assert [c.status for c in check_listing([TOOL], pins, "sha256:cmd")] == ["pinned"]
-    [pause] = stores.pauses.pending()  # type: ignore[attr-defined]
+    [pause] = await stores.pauses.pending()  # type: ignore[attr-defined]
     assert pause.run_id == "run-77" and pause.arguments == {"order": "742"}
-    stores.pauses.answer(pause.id, "accept", {"w": "Lyon"}, actor="ops")  # type: ignore[attr-defined]
-    assert stores.pauses.take_answer(pause.question_key).answer == {"w": "Lyon"}  # type: ignore[attr-defined]
+    await stores.pauses.answer(pause.id, "accept", {"w": "Lyon"}, actor="ops")  # type: ignore[attr-defined]
+    taken = await stores.pauses.take_answer(pause.question_key)  # type: ignore[attr-defined]
+    assert taken.answer == {"w": "Lyon"}
     recalled = await stores.memory.read("order:742", scope="tenant:alpha", roles={"support"}, now=NOW)  # type: ignore[attr-defined]
     assert [r.record.claim for r in recalled.records] == ["Ships to the Lyon depot."]
     assert [e.op for e in await stores.memory.history(recalled.records[0].record.id)] == ["write"]  # type: ignore[attr-defined]
@@ -172,7 +173,7 @@ async def test_postgres_stores_written_by_main_077ce60_upgrade_in_place_and_carr
             reason="", now=NOW,
         )  # fmt: skip
         assert decided.status is ProposalStatus.APPROVED and decided.created_at < NOW
-        checkpoint = stores.approvals.load_checkpoint("run-pg")
+        checkpoint = await stores.approvals.load_checkpoint("run-pg")
         assert checkpoint is not None and checkpoint.stop_reason == "approval_required"
         assert [e.op for e in stores.approvals.events(p.id)] == ["proposed", "approved"]
     finally:

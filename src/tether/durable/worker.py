@@ -34,7 +34,7 @@ from tether.durable.runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_conf
 from tether.durable.steps import DRAIN
 from tether.durable.versions import app_digest, version_of
 from tether.errors import ApprovalError
-from tether.storage import Database
+from tether.storage import Database, blocking
 from tether.storage_url import Stores, open_stores
 
 __all__ = ["Worker", "WorkerConfig", "due_for_resume"]
@@ -330,12 +330,12 @@ class Worker:
         if not self.config.auto_resume or self.client is None or self.stores is None:
             return
         store = self.stores.approvals
-        listed = store.list_checkpoints(status="paused")  # filtered in SQL
+        listed = blocking(store.list_checkpoints, status="paused")  # filtered in SQL
         for cp in listed:
             seen = (cp.run_id, cp.updated_at.isoformat())
             if cp.status != "paused" or seen in self._seen:
                 continue
-            pauses = self.stores.pauses.for_run(cp.run_id) if self.stores.pauses is not None else []
+            pauses = blocking(self.stores.pauses.for_run, cp.run_id) if self.stores.pauses is not None else []
             if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
                 continue
             try:

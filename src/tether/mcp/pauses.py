@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Row, select, update
 
@@ -24,7 +24,7 @@ from tether.storage import Database, Synchronous
 from tether.tables import PG_ONLY, insertion_order, lock
 from tether.tables import elicitation_pauses as T
 
-__all__ = ["Pause", "PauseStore", "SqlPauseStore", "question_key"]
+__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key"]
 
 PauseStatus = Literal["pending", "answered", "used", "completed"]
 
@@ -145,10 +145,34 @@ def _complete(conn: Connection, pause_id: str, outcome: str) -> None:
     conn.execute(update(T).where(T.c.id == pause_id).values(status="completed", outcome=outcome))
 
 
+@runtime_checkable
+class Pauses(Protocol):
+    """The pauses concern, async only: what a host, the console and the CLI do with pauses."""
+
+    async def create(
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
+        schema: dict[str, Any],
+    ) -> Pause: ...  # fmt: skip
+
+    async def get(self, pause_id: str) -> Pause: ...
+
+    async def pending(self) -> list[Pause]: ...
+
+    async def for_run(self, run_id: str) -> list[Pause]: ...
+
+    async def answer(
+        self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    ) -> Pause: ...
+
+    async def take_answer(self, key: str) -> Pause | None: ...
+
+    async def complete(self, pause_id: str, outcome: str) -> None: ...
+
+
 class SqlPauseStore:
-    """Elicitation pauses on a ``Database``: each method is one transaction; the
-    ``a``-prefixed twin runs it without blocking the event loop. An answer given on any
-    machine sharing the database is handed over once (``take_answer``)."""
+    """Elicitation pauses on a ``Database`` (``Pauses``): each method is one transaction, run off
+    the event loop. An answer given on any machine sharing the database is handed over once
+    (``take_answer``)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -157,7 +181,7 @@ class SqlPauseStore:
     def close(self) -> None:
         self.db.close()
 
-    def create(
+    async def create(
         self,
         *,
         run_id: str,
@@ -169,61 +193,31 @@ class SqlPauseStore:
     ) -> Pause:
         """A new pending pause, or the run's one still pending for this very question (a resumed
         run asked again before anyone answered: one question, one pause)."""
-        return self.db.run(_create, run_id, server, tool, arguments, message, schema)
-
-    def get(self, pause_id: str) -> Pause:
-        """Raises ``ApprovalError`` (``unknown_pause``)."""
-        return self.db.snapshot(_get, pause_id)
-
-    def pending(self) -> list[Pause]:
-        """The pending pauses, oldest first."""
-        return self.db.snapshot(_where, T.c.status == "pending")
-
-    def for_run(self, run_id: str) -> list[Pause]:
-        """Every pause of one run, whatever its status, oldest first."""
-        return self.db.snapshot(_where, T.c.run_id == run_id)
-
-    def answer(self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str) -> Pause:
-        """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
-        return self.db.run(_answer, pause_id, action, content, actor)
-
-    def take_answer(self, key: str) -> Pause | None:
-        """The answered pause for this question, marked used (an answer is handed over once)."""
-        return self.db.run(_take_answer, key)
-
-    def complete(self, pause_id: str, outcome: str) -> None:
-        self.db.run(_complete, pause_id, outcome)
-
-    async def acreate(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        message: str,
-        schema: dict[str, Any],
-    ) -> Pause:
         return await self.db.write(_create, run_id, server, tool, arguments, message, schema)
 
-    async def aget(self, pause_id: str) -> Pause:
+    async def get(self, pause_id: str) -> Pause:
+        """Raises ``ApprovalError`` (``unknown_pause``)."""
         return await self.db.read(_get, pause_id)
 
-    async def apending(self) -> list[Pause]:
+    async def pending(self) -> list[Pause]:
+        """The pending pauses, oldest first."""
         return await self.db.read(_where, T.c.status == "pending")
 
-    async def afor_run(self, run_id: str) -> list[Pause]:
+    async def for_run(self, run_id: str) -> list[Pause]:
+        """Every pause of one run, whatever its status, oldest first."""
         return await self.db.read(_where, T.c.run_id == run_id)
 
-    async def aanswer(
+    async def answer(
         self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
     ) -> Pause:
+        """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
         return await self.db.write(_answer, pause_id, action, content, actor)
 
-    async def atake_answer(self, key: str) -> Pause | None:
+    async def take_answer(self, key: str) -> Pause | None:
+        """The answered pause for this question, marked used (an answer is handed over once)."""
         return await self.db.write(_take_answer, key)
 
-    async def acomplete(self, pause_id: str, outcome: str) -> None:
+    async def complete(self, pause_id: str, outcome: str) -> None:
         await self.db.write(_complete, pause_id, outcome)
 
 

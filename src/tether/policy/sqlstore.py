@@ -534,27 +534,16 @@ class SqlApprovalStore:
     async def aledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
         return await self.db.read(_ledger_where, L.c.status.in_([str(s) for s in statuses]))
 
-    # -- checkpoints -------------------------------------------------------------------------
+    # -- checkpoints (async only) -------------------------------------------------------------
 
-    def save_checkpoint(
-        self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
-    ) -> None:
-        self.db.run(_save_checkpoint, run_id, app, state, status, stop_reason, now)
-
-    def load_checkpoint(self, run_id: str) -> Checkpoint | None:
-        return self.db.snapshot(_load_checkpoint, run_id)
-
-    def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
-        """The checkpoints (with ``status`` only, if given), least recently updated first."""
-        return self.db.snapshot(_list_checkpoints, status)
-
-    async def asave_checkpoint(
+    async def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
     ) -> None:
         await self.db.write(_save_checkpoint, run_id, app, state, status, stop_reason, now)
 
-    async def aload_checkpoint(self, run_id: str) -> Checkpoint | None:
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         return await self.db.read(_load_checkpoint, run_id)
 
-    async def alist_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
+    async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
+        """The checkpoints (with ``status`` only, if given), least recently updated first."""
         return await self.db.read(_list_checkpoints, status)
