@@ -41,46 +41,19 @@ __all__ = ["SqlApprovalStore"]
 WorkerGone = Callable[[Connection, str], bool]
 
 
+# The tables' columns are named as the values' fields (tether.tables): a row maps onto its value.
+
+
 def _proposal(row: Row[Any]) -> StoredProposal:
-    return StoredProposal(
-        id=row.id,
-        tenant=row.tenant,
-        tool=row.tool,
-        arguments=row.arguments,
-        content_hash=row.content_hash,
-        effect=row.effect,
-        proposed_by=row.proposed_by,
-        created_at=row.created_at,
-        status=ProposalStatus(row.status),
-        run_id=row.run_id,
-        step=row.step,
-        call_id=row.call_id,
-        decided_by=row.decided_by,
-        decided_at=row.decided_at,
-        decision_reason=row.decision_reason,
-    )
+    return StoredProposal(**{**row._mapping, "status": ProposalStatus(row.status)})
 
 
 def _entry(row: Row[Any]) -> LedgerEntry:
-    return LedgerEntry(
-        key=row.key,
-        tool=row.tool,
-        arguments_hash=row.arguments_hash,
-        status=LedgerStatus(row.status),
-        owner=row.owner,
-        attempts=row.attempts,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        lease_until=row.lease_until,
-        proposal_id=row.proposal_id,
-        run_id=row.run_id,
-        result=row.result,
-        note=row.note,
-    )
+    return LedgerEntry(**{**row._mapping, "status": LedgerStatus(row.status)})
 
 
-def _checkpoint(r: Row[Any]) -> Checkpoint:
-    return Checkpoint(r.run_id, r.app, r.state, r.status, r.updated_at, r.stop_reason)
+def _checkpoint(row: Row[Any]) -> Checkpoint:
+    return Checkpoint(**row._mapping)
 
 
 # -- operations (one transaction each) ----------------------------------------------------------
