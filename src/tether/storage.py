@@ -145,6 +145,8 @@ class Database:
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=-1,
+            # Every transaction ends in a commit or a rollback of ours: nothing to reset on return.
+            pool_reset_on_return=None,
             connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
         )
 
@@ -157,7 +159,8 @@ class Database:
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:
             write = conn.get_execution_options().get("tether_write", True)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+            # On the driver's connection: a statement through SQLAlchemy costs as much again.
+            conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")  # type: ignore[union-attr]
 
         db = cls(engine, key=os.path.abspath(file), busy_timeout_s=busy_timeout_s)
         db.path = file
