@@ -1,4 +1,4 @@
-"""Benchmark: the cost of keeping SQLite off the event loop (tether.storage.SqliteDatabase).
+"""Benchmark: the cost of keeping SQLite off the event loop (tether.storage.Database).
 
     python bench/storage.py [--rounds 3] [--ops 300]
 

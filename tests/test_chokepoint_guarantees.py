@@ -38,6 +38,7 @@ from tether.policy.sqlite_store import SqliteApprovalStore
 from tether.policy.trusted import DictCatalog
 from tether.ratelimit import TokenBucket
 from tether.runscope import RunScope
+from tether.storage import blocking
 from tether.testing import FunctionModel
 from tether.tools.contract import Effect, Target, ToolContext, tool
 from tether.trace.events import TraceEvent
@@ -188,13 +189,13 @@ class AgentEntry:
         assert self.agent is not None
         return _result(await host.resume(self.agent, self.run_id))
 
-    def tamper(
+    async def tamper(
         self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
     ) -> None:
         """Change the checkpointed call (or its tenant) behind the approved proposal's back."""
         assert host.approvals is not None
         store = host.approvals.store
-        cp = store.load_checkpoint(self.run_id)
+        cp = await store.load_checkpoint(self.run_id)
         assert cp is not None
         state = json.loads(cp.state)
         if arguments is not None:
@@ -203,7 +204,7 @@ class AgentEntry:
                     c["arguments"] = json.dumps(arguments)
         if tenant is not None:
             state["context"]["tenant"] = tenant
-        store.save_checkpoint(
+        await store.save_checkpoint(
             self.run_id, app=cp.app, state=json.dumps(state), status="paused",
             stop_reason=cp.stop_reason, now=host.clock(),
         )  # fmt: skip
@@ -263,7 +264,7 @@ class WorkflowEntry:
     async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
         return _result(await host.run_workflow(self.workflow(), "do it", context=ctx, run_id=self.run_id))
 
-    def tamper(
+    async def tamper(
         self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
     ) -> None:
         if arguments is not None:
@@ -393,7 +394,7 @@ class McpResumeEntry:
             return Outcome(reason, tracer.events, [])
         return Outcome("accepted", tracer.events, [])
 
-    def tamper(
+    async def tamper(
         self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
     ) -> None:
         if arguments is not None:
@@ -653,10 +654,10 @@ def test_a_resume_whose_call_differs_from_the_approved_proposal_is_refused(
         assert first.stop_reason == "approval_required"
         world.approve_all(host)
         if change == "content":
-            entry.tamper(host, arguments={"note": "something else"})
+            await entry.tamper(host, arguments={"note": "something else"})
             return await entry.again(host, TENANT)
         if isinstance(entry, AgentEntry):
-            entry.tamper(host, tenant="tenant-b")
+            await entry.tamper(host, tenant="tenant-b")
             return await entry.again(host, TENANT)
         return await entry.again(host, TrustedContext(tenant="tenant-b", roles=frozenset({"reader"})))
 
@@ -738,7 +739,7 @@ def test_a_run_that_fails_transiently_after_an_approved_effect_resumes_without_r
     kinds = last.kinds()
     resumed = len(kinds) - kinds[::-1].index("run_resumed")  # the last resume's events
     assert "effect_intent" not in kinds[resumed:] and "run_resumed" not in kinds[resumed:]
-    cp = store.load_checkpoint(entry.run_id)
+    cp = blocking(store.load_checkpoint, entry.run_id)
     assert cp is not None and (cp.status, cp.stop_reason) == ("finished", "accepted")
 
 

@@ -371,7 +371,7 @@ async def test_a_deadline_passing_while_approvals_are_settled_does_not_cut_the_s
     [proposal] = store.list_proposals()
     assert proposal.tool == "note" and str(proposal.status) == "pending"
     assert [e.op for e in store.events(proposal.id)] == ["proposed", "policy"]
-    checkpoint = store.load_checkpoint(result.run_id)
+    checkpoint = await store.load_checkpoint(result.run_id)
     assert checkpoint is not None and checkpoint.status == "paused"
 
 

@@ -1,8 +1,8 @@
-"""One connection discipline for every SQLite store (tether.storage.SqliteDatabase).
+"""One connection discipline for every SQLite store (tether.storage.Database).
 
 - A store operation awaited on the event loop waits for a locked file in a worker thread:
   the loop keeps running (tested per store, with the write lock held by another connection).
-- Every store is built on ``SqliteDatabase``, with the same connection settings, and its async
+- Every store is built on ``Database``, with the same connection settings, and its async
   face mirrors its sync face; no other module opens SQLite itself.
 - Concurrent writers (threads, tasks, processes) on one file: no "database is locked", no
   lost write.
@@ -30,9 +30,9 @@ from tether.mcp.pauses import PauseStore
 from tether.mcp.pinning import PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
-from tether.policy.store import ApprovalStore, LedgerEntry, NewProposal
-from tether.sqlops import SQLITE, Op, Sql
-from tether.storage import SqliteDatabase, SqliteOps
+from tether.policy.memory_store import MemoryApprovalStore
+from tether.policy.store import ApprovalStore, CheckpointStore, LedgerEntry, NewProposal
+from tether.storage import MIGRATIONS, Database
 
 pytestmark = pytest.mark.anyio
 
@@ -126,9 +126,15 @@ def pauses_case(path: Path) -> Case:
     box: dict[str, Any] = {}
 
     async def write() -> None:
-        box["p"] = await store.acreate(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
+        box["p"] = await store.create(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
 
-    return Case(store, write, lambda: store.get(box["p"].id).status == "pending")
+    def written() -> bool:
+        query = "SELECT status FROM elicitation_pauses WHERE id = ?"
+        return bool(
+            store.db.snapshot(lambda c: c.exec_driver_sql(query, (box["p"].id,)).scalar()) == "pending"
+        )
+
+    return Case(store, write, written)
 
 
 def memory_case(path: Path) -> Case:
@@ -139,7 +145,7 @@ def memory_case(path: Path) -> Case:
         box["w"] = await store.propose(memory_record())
 
     def written() -> bool:
-        rows = store.db.read(lambda c: c.execute("SELECT id FROM memory_records").fetchall())
+        rows = store.db.snapshot(lambda c: c.exec_driver_sql("SELECT id FROM memory_records").fetchall())
         return rows == [(box["w"].record.id,)]
 
     return Case(store, write, written)
@@ -208,23 +214,25 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
 ) -> None:
     store = CASES[name](tmp_path / "store.db").store
     db = store.db
-    assert isinstance(db, SqliteDatabase)
+    assert isinstance(db, Database) and db.dialect == "sqlite"
 
-    def settings(conn: sqlite3.Connection) -> tuple[Any, ...]:
+    def settings(conn: Any) -> tuple[Any, ...]:
         return tuple(
-            conn.execute(f"PRAGMA {p}").fetchone()[0]
+            conn.exec_driver_sql(f"PRAGMA {p}").scalar()
             for p in ("journal_mode", "foreign_keys", "busy_timeout", "synchronous")
         )
 
-    assert db.read(settings) == ("wal", 1, 30_000, 1)  # synchronous=NORMAL
-    assert db.run(lambda c: c.execute("SELECT count(*) FROM _migrations").fetchone()[0]) == len(db.migrations)
+    assert db.snapshot(settings) == ("wal", 1, 30_000, 1)  # synchronous=NORMAL
+    concern = {"ledger": "approvals"}.get(name, name)
+    count = db.run(lambda c: c.exec_driver_sql("SELECT count(*) FROM _migrations").scalar())
+    assert count == len(MIGRATIONS[concern])
 
 
 def _public_methods(cls: type) -> dict[str, Any]:
     return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore, PauseStore])
+@pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore])
 def test_each_sync_method_has_an_async_twin_with_the_same_parameters(cls: type) -> None:
     methods = _public_methods(cls)
     sync = {n: f for n, f in methods.items() if not inspect.iscoroutinefunction(f) and n != "close"}
@@ -234,8 +242,20 @@ def test_each_sync_method_has_an_async_twin_with_the_same_parameters(cls: type) 
         assert twin is not None and inspect.iscoroutinefunction(twin), f"{cls.__name__}.a{name} missing"
         assert list(inspect.signature(twin).parameters) == list(inspect.signature(fn).parameters)
         assert inspect.signature(twin).return_annotation == inspect.signature(fn).return_annotation
-    # and no async method without a sync twin (SqliteMemory is async-only: it has no CLI path)
-    assert {n for n, f in methods.items() if inspect.iscoroutinefunction(f)} == {"a" + n for n in sync}
+    # and no async method without a sync twin but the concerns that are async only (checkpoints;
+    # SqliteMemory has no sync face at all)
+    only_async = {n for n in vars(CheckpointStore) if not n.startswith("_")}
+    assert {n for n, f in methods.items() if inspect.iscoroutinefunction(f)} - only_async == {
+        "a" + n for n in sync
+    }
+
+
+def test_checkpoints_have_an_async_face_only() -> None:
+    names = {n for n in vars(CheckpointStore) if not n.startswith("_")}
+    assert names == {"save_checkpoint", "load_checkpoint", "list_checkpoints"}
+    for name in names:
+        assert inspect.iscoroutinefunction(getattr(SqliteApprovalStore, name))
+        assert inspect.iscoroutinefunction(getattr(MemoryApprovalStore, name))
 
 
 def test_the_approval_store_protocol_has_both_faces() -> None:
@@ -269,77 +289,74 @@ def test_no_module_but_tether_storage_opens_a_sqlite_connection() -> None:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[SqliteDatabase]:
-    d = SqliteDatabase(tmp_path / "t.db", [("t001", ("CREATE TABLE t (n INTEGER PRIMARY KEY)",))])
+def db(tmp_path: Path) -> Iterator[Database]:
+    d = Database.sqlite(tmp_path / "t.db")
+    d.run(lambda c: c.exec_driver_sql("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
     yield d
     d.close()
 
 
-def test_an_operation_that_raises_leaves_nothing_behind(db: SqliteDatabase) -> None:
-    def half(conn: sqlite3.Connection) -> None:
-        conn.execute("INSERT INTO t VALUES (1)")
+def _numbers(conn: Any) -> list[tuple[int]]:
+    return [tuple(r) for r in conn.exec_driver_sql("SELECT n FROM t ORDER BY n")]
+
+
+async def test_an_operation_that_raises_leaves_nothing_behind(db: Database) -> None:
+    def half(conn: Any) -> None:
+        conn.exec_driver_sql("INSERT INTO t VALUES (1)")
         raise ValueError("refused after the first write")
 
     with pytest.raises(ValueError):
         db.run(half)
-    db.run(lambda c: c.execute("INSERT INTO t VALUES (2)"))  # the connection is usable again
-    assert db.read(lambda c: c.execute("SELECT n FROM t").fetchall()) == [(2,)]
+    with pytest.raises(ValueError):
+        await db.write(half)
+    db.run(lambda c: c.exec_driver_sql("INSERT INTO t VALUES (2)"))  # the connection is usable again
+    assert db.snapshot(_numbers) == await db.read(_numbers) == [(2,)]
 
 
-def test_a_nested_operation_is_refused_instead_of_deadlocking(db: SqliteDatabase) -> None:
+def test_a_driver_error_comes_out_as_the_drivers_own(db: Database) -> None:
+    with pytest.raises(sqlite3.IntegrityError):
+        db.run(lambda c: c.exec_driver_sql("INSERT INTO t VALUES (3), (3)"))
+    assert db.snapshot(_numbers) == []
+
+
+def test_a_nested_operation_is_refused_instead_of_deadlocking(db: Database) -> None:
     with pytest.raises(RuntimeError, match="nested transaction"):
         db.run(lambda c: db.run(lambda c2: None))
     assert db.run(lambda c: 1) == 1
 
 
-def test_a_closed_database_refuses_operations(db: SqliteDatabase) -> None:
+def test_a_closed_database_refuses_operations(db: Database) -> None:
     db.close()
     with pytest.raises(sqlite3.ProgrammingError):
         db.run(lambda c: 1)
 
 
-def test_migrations_are_applied_once_in_order(tmp_path: Path) -> None:
-    migrations = [("m1", ("CREATE TABLE a (x)",)), ("m2", ("CREATE TABLE b (x)",))]
-    SqliteDatabase(tmp_path / "m.db", migrations[:1]).close()
-    again = SqliteDatabase(tmp_path / "m.db", migrations)
-    assert again.read(lambda c: [r[0] for r in c.execute("SELECT name FROM _migrations ORDER BY rowid")]) == [
-        "m1",
-        "m2",
-    ]
-    with pytest.raises(sqlite3.OperationalError):  # a failing migration applies nothing
-        SqliteDatabase(tmp_path / "m.db", [*migrations, ("m3", ("CREATE TABLE c (x)", "NOT SQL"))])
-    assert (
-        again.read(lambda c: c.execute("SELECT count(*) FROM sqlite_master WHERE name = 'c'").fetchone()[0])
-        == 0
-    )
+def _table(name: str) -> Any:
+    return lambda conn: conn.exec_driver_sql(f"CREATE TABLE {name} (x)")
 
 
-def _ops_round_trip(first: int, second: int) -> Op[tuple[Any, ...]]:
-    none = yield Sql("INSERT INTO t VALUES (%s), (%s)", (first, second), fetch="none")
-    one = yield Sql("SELECT n FROM t WHERE n = %s", (first,), fetch="one")
-    missing = yield Sql("SELECT n FROM t WHERE n = %s", (-1,), fetch="one")
-    count = yield Sql("UPDATE t SET n = n + 100 WHERE n %% 2 = %s", (first % 2,), fetch="rowcount")
-    rows = yield Sql("SELECT n FROM t ORDER BY n")
-    return none, one, missing, count, rows
+def test_migrations_are_applied_once_in_order_and_a_failing_one_applies_nothing(tmp_path: Path) -> None:
+    steps = [("m1", _table("a")), ("m2", _table("b"))]
+    first = Database.sqlite(tmp_path / "m.db")
+    assert first.migrate("test", steps[:1]) == ["m1"]
+    first.close()
+    again = Database.sqlite(tmp_path / "m.db")
+    assert again.migrate("test", steps) == ["m2"]
 
+    def names(conn: Any) -> list[str]:
+        return [r[0] for r in conn.exec_driver_sql("SELECT name FROM _migrations ORDER BY rowid")]
 
-def _ops_all() -> Op[list[tuple[Any, ...]]]:
-    return (yield Sql("SELECT n FROM t ORDER BY n"))
+    assert again.snapshot(names) == ["m1", "m2"]
 
+    def broken(conn: Any) -> None:
+        conn.exec_driver_sql("CREATE TABLE c (x)")
+        conn.exec_driver_sql("NOT SQL")
 
-def _ops_refused() -> Op[None]:
-    yield Sql("INSERT INTO t VALUES (%s)", (7,), fetch="none")
-    raise ValueError("refused after the first write")
-
-
-async def test_sqlite_ops_drive_the_shared_operations_in_one_transaction(db: SqliteDatabase) -> None:
-    ops = SqliteOps(db)
-    assert ops.dialect is SQLITE
-    # %s placeholders, %% a literal %, and each fetch mode
-    assert ops.run(_ops_round_trip, 1, 2) == (None, (1,), None, 1, [(2,), (101,)])
-    with pytest.raises(ValueError):
-        await ops.arun(_ops_refused)
-    assert await ops.aread(_ops_all) == ops.read(_ops_all) == [(2,), (101,)]  # the refused one rolled back
+    third = Database.sqlite(tmp_path / "m.db")
+    with pytest.raises(sqlite3.OperationalError):
+        third.migrate("test", [*steps, ("m3", broken)])
+    tables = third.snapshot(lambda c: c.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'c'").all())
+    assert tables == [] and third.snapshot(names) == ["m1", "m2"]
 
 
 # -- concurrency ------------------------------------------------------------------------------------
@@ -401,11 +418,11 @@ async def test_threads_and_tasks_writing_one_file_lose_nothing(tmp_path: Path) -
     assert errors == []
     total = per_writer * (threads + tasks)
     assert len(shared.list_proposals()) == total
-    done = shared.db.read(
-        lambda c: c.execute("SELECT count(*) FROM effect_ledger WHERE status = 'done'").fetchone()[0]
+    done = shared.db.snapshot(
+        lambda c: c.exec_driver_sql("SELECT count(*) FROM effect_ledger WHERE status = 'done'").scalar()
     )
     assert done == total
-    events = shared.db.read(lambda c: c.execute("SELECT count(*) FROM approval_events").fetchone()[0])
+    events = shared.db.snapshot(lambda c: c.exec_driver_sql("SELECT count(*) FROM approval_events").scalar())
     assert events == total
 
 
@@ -454,7 +471,7 @@ def test_processes_racing_on_a_fresh_file_lose_nothing(tmp_path: Path) -> None:
     ] * procs
     store = SqliteApprovalStore(path)
     assert len(store.list_proposals()) == n * procs
-    done = store.db.read(
-        lambda c: c.execute("SELECT count(*) FROM effect_ledger WHERE status = 'done'").fetchone()[0]
+    done = store.db.snapshot(
+        lambda c: c.exec_driver_sql("SELECT count(*) FROM effect_ledger WHERE status = 'done'").scalar()
     )
     assert done == n * procs

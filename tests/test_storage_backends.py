@@ -15,6 +15,7 @@ from tether.errors import ApprovalError, ConfigError
 from tether.mcp.pinning import canonical_definition, check_listing
 from tether.memory import MemoryPolicy, MemoryStore
 from tether.policy import ApprovalStore
+from tether.storage import blocking
 from tether.storage_url import Stores, open_stores, parse_url
 
 TOOL = {
@@ -85,20 +86,20 @@ def test_a_pause_is_one_per_question_answered_once_and_its_answer_handed_over_on
     stores: Stores, url: str
 ) -> None:
     ask = {"server": "erp", "tool": "close", "arguments": {"id": 1}, "message": "Sure?", "schema": {"a": 1}}
-    p = stores.pauses.create(run_id="r1", **ask)
-    assert stores.pauses.create(run_id="r1", **ask).id == p.id  # asked again: the same pause
-    assert [x.id for x in stores.pauses.pending()] == [p.id]
-    answered = stores.pauses.answer(p.id, "accept", {"ok": True}, actor="ana")
+    p = blocking(stores.pauses.create, run_id="r1", **ask)
+    assert blocking(stores.pauses.create, run_id="r1", **ask).id == p.id  # asked again: the same pause
+    assert [x.id for x in blocking(stores.pauses.pending)] == [p.id]
+    answered = blocking(stores.pauses.answer, p.id, "accept", {"ok": True}, actor="ana")
     assert (answered.status, answered.answer, answered.answered_by) == ("answered", {"ok": True}, "ana")
     with pytest.raises(ApprovalError) as info:
-        stores.pauses.answer(p.id, "decline", None, actor="bo")
+        blocking(stores.pauses.answer, p.id, "decline", None, actor="bo")
     assert info.value.reason == "not_pending"
     winners: list[Any] = []
 
     def take() -> None:  # four processes (each its own connection) race for the answer
         mine = open_stores(url)
         try:
-            winners.append(mine.pauses.take_answer(p.question_key))
+            winners.append(blocking(mine.pauses.take_answer, p.question_key))
         finally:
             mine.close()
 
@@ -108,20 +109,18 @@ def test_a_pause_is_one_per_question_answered_once_and_its_answer_handed_over_on
     for t in threads:
         t.join()
     assert [w.id for w in winners if w is not None] == [p.id]
-    stores.pauses.complete(p.id, "done")
-    assert stores.pauses.get(p.id).status == "completed"
+    blocking(stores.pauses.complete, p.id, "done")
+    assert blocking(stores.pauses.get, p.id).status == "completed"
     with pytest.raises(ApprovalError):
-        stores.pauses.get("elic-missing")
+        blocking(stores.pauses.get, "elic-missing")
 
 
 def test_the_async_faces_see_what_the_sync_faces_wrote(stores: Stores) -> None:
     ask = {"server": "erp", "tool": "t", "arguments": {}, "message": "m", "schema": {}}
-    p = stores.pauses.create(run_id="r2", **ask)
+    p = blocking(stores.pauses.create, run_id="r2", **ask)
 
     async def main() -> tuple[Any, Any]:
-        if not hasattr(stores.pauses, "aget"):
-            pytest.skip("this SQLite pause store has no async face yet")
-        return await stores.pauses.aget(p.id), await stores.pins.apins("none")
+        return await stores.pauses.get(p.id), await stores.pins.apins("none")
 
     got, pins = anyio.run(main)
     assert got.id == p.id and pins == {}

@@ -299,6 +299,6 @@ async def _checkpoint(
     s = scope.state
     text = state_to_json(state or s)
     with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
-        await approvals.store.asave_checkpoint(
+        await approvals.store.save_checkpoint(
             s.run_id, app=approvals.app, state=text, status=status, stop_reason=str(reason), now=clock()
         )

@@ -424,7 +424,7 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
     approvals = host.approvals
     if approvals is None:
         raise ApprovalError("no_store", "this host has no approval store to resume from")
-    point = resume_point(await approvals.store.aload_checkpoint(run_id), run_id)
+    point = resume_point(await approvals.store.load_checkpoint(run_id), run_id)
     return await AgentLoop(host, agent, resume=point).run()
 
 

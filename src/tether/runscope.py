@@ -215,7 +215,7 @@ class RunScope:
             return f"{detail} (not resumable: {err})".strip()
         app = self.resumed.app if self.resumed is not None and self.resumed.app else approvals.app
         with anyio.CancelScope(shield=True):
-            await approvals.store.asave_checkpoint(
+            await approvals.store.save_checkpoint(
                 self.run_id, app=app, state=text, status=status, stop_reason=str(reason),
                 now=self.host.clock(),
             )  # fmt: skip

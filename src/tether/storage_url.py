@@ -68,7 +68,7 @@ class Stores:
     pauses: Any
     memory: Any = None
     traces: Any = None
-    db: Any = None  # the shared PgDatabase (postgresql)
+    db: Any = None  # the shared Database (postgresql)
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close(self) -> None:
@@ -112,11 +112,11 @@ def open_stores(
 
     from tether.mcp.pg_state import PgPauseStore, PgPinStore
     from tether.memory.pg import PgMemory
-    from tether.pg import PgDatabase
     from tether.policy.pg_store import PgApprovalStore
+    from tether.storage import Database
     from tether.trace.pg_index import PgTraceIndex
 
-    db = PgDatabase(loc.url, application_name=application_name, max_size=pool_size)
+    db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
     traces = PgTraceIndex(db)
     return Stores(
         loc,

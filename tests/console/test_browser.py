@@ -29,6 +29,7 @@ from _notes_app import TENANT_A, build
 from conftest import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
 from tether.console.users import UserStore
 from tether.mcp.pauses import PauseStore
+from tether.storage import blocking
 
 pytestmark = pytest.mark.slow
 
@@ -267,7 +268,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         assert page.locator("#timeline a.proposal").count() >= 2  # requested, then granted
         page.screenshot(path=str(SCREENS / "04-run.png"), full_page=True)
         store = PauseStore(world.root / "state.db")
-        pause = store.create(
+        pause = blocking(store.create,
             run_id=world.run_a, server="notes", tool="add_note", arguments={"order_id": "order-a1"},
             message="How many minutes until the call back?",
             schema={"type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1}},
@@ -280,7 +281,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         page.click("#accept")
         page.wait_for_selector(".notice")
         store = PauseStore(world.root / "state.db")
-        assert store.get(pause.id).answer == {"minutes": 20}
+        assert blocking(store.get, pause.id).answer == {"minutes": 20}
         store.close()
         page.click("button.link")  # sign out
 

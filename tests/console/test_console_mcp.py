@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 from conftest import NotesServer, World, csrf_of
 from tether.console.elicitations import domain_view, form_fields, parse_form
 from tether.mcp.pauses import PauseStore, question_key
+from tether.storage import blocking
 from tether.trace.events import EventKind
 from tether.trace.tracer import JsonlSink, Tracer
 
@@ -33,8 +34,14 @@ QUESTION = "Which priority should the note on order-a1 get?\u202e"
 
 def ask(world: World) -> str:
     store = PauseStore(world.root / "state.db")
-    pause = store.create(
-        run_id=world.run_a, server="notes", tool="add_note", arguments=ARGS, message=QUESTION, schema=SCHEMA
+    pause = blocking(
+        store.create,
+        run_id=world.run_a,
+        server="notes",
+        tool="add_note",
+        arguments=ARGS,
+        message=QUESTION,
+        schema=SCHEMA,
     )
     store.close()
     return pause.id
@@ -43,7 +50,7 @@ def ask(world: World) -> str:
 def pause_status(world: World, pause_id: str) -> tuple[str, Any]:
     store = PauseStore(world.root / "state.db")
     try:
-        p = store.get(pause_id)
+        p = blocking(store.get, pause_id)
         return p.status, p.answer
     finally:
         store.close()
@@ -106,7 +113,7 @@ def test_a_question_is_answered_through_a_form_from_its_schema_and_validated_bef
     assert pause_status(world, pause_id) == ("answered", {"priority": "high", "minutes": 15, "urgent": True})
     # What the gate hands the server when the paused call runs again, by the question's key.
     store = PauseStore(world.root / "state.db")
-    taken = store.take_answer(question_key("notes", "add_note", ARGS, QUESTION, SCHEMA))
+    taken = blocking(store.take_answer, question_key("notes", "add_note", ARGS, QUESTION, SCHEMA))
     store.close()
     assert taken is not None and taken.answer == {"priority": "high", "minutes": 15, "urgent": True}
     assert taken.answered_by == "console:ana"
@@ -277,7 +284,7 @@ def changed_review(admin: TestClient) -> None:
 @pytest.mark.spec("X5")
 def test_look_alike_names_in_a_question_are_flagged_and_the_stored_answer_is_shown(world: World) -> None:
     store = PauseStore(world.root / "state.db")
-    pause = store.create(
+    pause = blocking(store.create,
         run_id=world.run_a, server="notes", tool="add_note", arguments={"cc": "ops@example.org"},
         message="Send the invoice to billing@p\u0430ypal.com?", schema=SCHEMA,
     )  # fmt: skip

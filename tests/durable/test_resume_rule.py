@@ -14,6 +14,7 @@ from tether.mcp.elicitation import store_answer
 from tether.mcp.pauses import PauseStore
 from tether.policy import ProposalStatus, SqliteApprovalStore
 from tether.policy.store import NewProposal
+from tether.storage import blocking
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 PENDING = frozenset({ProposalStatus.PENDING})
@@ -32,7 +33,9 @@ def _propose(store: SqliteApprovalStore, run_id: str, call_id: str = "c1") -> st
 def _pause(store: SqliteApprovalStore, run_id: str, pending: list[str], at: datetime) -> None:
     state = json.dumps({"version": 2, "pending": pending})
     reason = "approval_required"
-    store.save_checkpoint(run_id, app="m:f", state=state, status="paused", stop_reason=reason, now=at)
+    blocking(
+        store.save_checkpoint, run_id, app="m:f", state=state, status="paused", stop_reason=reason, now=at
+    )
 
 
 def test_an_approval_given_before_the_pause_was_written_still_resumes(tmp_path: Path) -> None:
@@ -41,7 +44,7 @@ def test_an_approval_given_before_the_pause_was_written_still_resumes(tmp_path: 
     # The reviewer is fast: the decision lands between the proposal's insert and the checkpoint.
     store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
     _pause(store, "r1", [pid], T0 + timedelta(milliseconds=5))
-    [cp] = store.list_checkpoints()
+    [cp] = blocking(store.list_checkpoints)
     assert due_for_resume(cp, store.list_proposals(run_id="r1"))
     store.close()
 
@@ -51,7 +54,7 @@ def test_a_run_waits_while_any_awaited_proposal_is_pending(tmp_path: Path) -> No
     a, b = _propose(store, "r1"), _propose(store, "r1", "c2")
     _pause(store, "r1", [a, b], T0)
     store.decide(a, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
-    [cp] = store.list_checkpoints()
+    [cp] = blocking(store.list_checkpoints)
     assert not due_for_resume(cp, store.list_proposals(run_id="r1"))
     store.decide(b, ProposalStatus.DENIED, allowed_from=PENDING, actor="rita", reason="no", now=T0)
     assert due_for_resume(cp, store.list_proposals(run_id="r1"))  # a denial resumes too (to end it)
@@ -63,7 +66,7 @@ def test_a_pause_for_an_unresolved_effect_is_not_resumed_by_old_decisions(tmp_pa
     pid = _propose(store, "r1")
     store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
     _pause(store, "r1", [], T0 + timedelta(seconds=1))  # paused later, waiting for no proposal
-    [cp] = store.list_checkpoints()
+    [cp] = blocking(store.list_checkpoints)
     assert not due_for_resume(cp, store.list_proposals(run_id="r1"))
     assert not due_for_resume(cp, [])  # a run with no proposals at all
     store.close()
@@ -71,8 +74,14 @@ def test_a_pause_for_an_unresolved_effect_is_not_resumed_by_old_decisions(tmp_pa
 
 def _ask(pauses: PauseStore, run_id: str, message: str) -> str:
     schema = {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]}
-    return pauses.create(
-        run_id=run_id, server="shop", tool="order", arguments={}, message=message, schema=schema
+    return blocking(
+        pauses.create,
+        run_id=run_id,
+        server="shop",
+        tool="order",
+        arguments={},
+        message=message,
+        schema=schema,
     ).id
 
 
@@ -81,16 +90,16 @@ def test_a_run_paused_for_questions_is_due_once_every_question_is_answered(tmp_p
     q1, q2 = _ask(pauses, "r1", "which size?"), _ask(pauses, "r1", "which colour size?")
     _ask(pauses, "r2", "another run's question")
     _pause(store, "r1", [], T0)
-    [cp] = store.list_checkpoints()
-    assert not due_for_resume(cp, [], pauses.for_run("r1"))
+    [cp] = blocking(store.list_checkpoints)
+    assert not due_for_resume(cp, [], blocking(pauses.for_run, "r1"))
     with pytest.raises(ApprovalError) as bad:  # an answer that does not fit is refused, nothing stored
-        store_answer(pauses, q1, "accept", {"size": "XL"}, actor="ana")
-    assert bad.value.reason == "invalid_answer" and pauses.get(q1).status == "pending"
-    store_answer(pauses, q1, "accept", {"size": 42}, actor="ana")
-    assert not due_for_resume(cp, [], pauses.for_run("r1"))  # q2 still waits
-    store_answer(pauses, q2, "decline", None, actor="ana")
-    assert due_for_resume(cp, [], pauses.for_run("r1"))
-    assert [p.id for p in pauses.for_run("r1")] == [q1, q2]
+        blocking(store_answer, pauses, q1, "accept", {"size": "XL"}, actor="ana")
+    assert bad.value.reason == "invalid_answer" and blocking(pauses.get, q1).status == "pending"
+    blocking(store_answer, pauses, q1, "accept", {"size": 42}, actor="ana")
+    assert not due_for_resume(cp, [], blocking(pauses.for_run, "r1"))  # q2 still waits
+    blocking(store_answer, pauses, q2, "decline", None, actor="ana")
+    assert due_for_resume(cp, [], blocking(pauses.for_run, "r1"))
+    assert [p.id for p in blocking(pauses.for_run, "r1")] == [q1, q2]
     pauses.close()
     store.close()
 
@@ -100,9 +109,9 @@ def test_an_awaited_approval_and_an_open_question_both_hold_the_run(tmp_path: Pa
     pid, q = _propose(store, "r1"), _ask(pauses, "r1", "which size?")
     _pause(store, "r1", [pid], T0)
     store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
-    [cp] = store.list_checkpoints()
-    assert not due_for_resume(cp, store.list_proposals(run_id="r1"), pauses.for_run("r1"))
-    store_answer(pauses, q, "accept", {"size": 3}, actor="ana")
-    assert due_for_resume(cp, store.list_proposals(run_id="r1"), pauses.for_run("r1"))
+    [cp] = blocking(store.list_checkpoints)
+    assert not due_for_resume(cp, store.list_proposals(run_id="r1"), blocking(pauses.for_run, "r1"))
+    blocking(store_answer, pauses, q, "accept", {"size": 3}, actor="ana")
+    assert due_for_resume(cp, store.list_proposals(run_id="r1"), blocking(pauses.for_run, "r1"))
     pauses.close()
     store.close()

@@ -79,9 +79,9 @@ def approved_pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
         def copy(conn: Any) -> None:
             for name in ("a", "b"):
                 columns = "tool, sha256, definition, endpoint, approved_by, approved_at"
-                rows = conn.execute(f"SELECT {columns} FROM pins WHERE server = 'h'").fetchall()
+                rows = conn.exec_driver_sql(f"SELECT {columns} FROM pins WHERE server = 'h'").fetchall()
                 for row in rows:
-                    conn.execute("INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (name, *row))
+                    conn.exec_driver_sql("INSERT INTO pins VALUES (?, ?, ?, ?, ?, ?, ?)", (name, *row))
 
         store = PinStore(folder / "pins.db")
         try:

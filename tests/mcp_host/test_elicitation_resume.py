@@ -63,10 +63,10 @@ async def _resume(config: McpConfig, db: Path, run_id: str) -> tuple[RunResult, 
     return result, seen
 
 
-def _pending(config: McpConfig) -> list[Any]:
+async def _pending(config: McpConfig) -> list[Any]:
     store = PauseStore(config.path(config.host.state))
     try:
-        return store.pending()
+        return await store.pending()
     finally:
         store.close()
 
@@ -91,23 +91,23 @@ async def test_an_unanswered_question_checkpoints_the_run_and_resume_hands_the_s
     )
 
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in first.detail
-    checkpoint = SqliteApprovalStore(db).load_checkpoint(first.run_id)
+    checkpoint = await SqliteApprovalStore(db).load_checkpoint(first.run_id)
     assert checkpoint is not None and checkpoint.status == "paused"
     # Attack: the credential-shaped question was refused outright; it never became a pause.
     refused = [e for e in _elicitations(first) if e["outcome"] == "refused"]
     assert [e["tool"] for e in refused] == ["h__ask_password"]
     assert refused[0]["reason"].startswith("credential_shaped")
-    pauses = _pending(config)
+    pauses = await _pending(config)
     assert [(p.tool, p.run_id) for p in pauses] == [("h__ask_colour", first.run_id)]
 
     # Attack: an answer outside the schema is refused at answer time and changes nothing.
     with pytest.raises(ApprovalError) as info:
-        answer_pause(config, pauses[0].id, "accept", {"colour": "green"}, actor="ops")
+        await answer_pause(config, pauses[0].id, "accept", {"colour": "green"}, actor="ops")
     assert info.value.reason == "invalid_answer"
-    assert [p.id for p in _pending(config)] == [pauses[0].id]
+    assert [p.id for p in await _pending(config)] == [pauses[0].id]
 
     # Legitimate: a valid answer is stored, the run resumes and the server receives it.
-    answer_pause(config, pauses[0].id, "accept", {"colour": "red"}, actor="ops")
+    await answer_pause(config, pauses[0].id, "accept", {"colour": "red"}, actor="ops")
     second, seen = await _resume(config, db, first.run_id)
     assert second.stop_reason is StopReason.ACCEPTED, second.detail
     assert (
@@ -116,8 +116,8 @@ async def test_an_unanswered_question_checkpoints_the_run_and_resume_hands_the_s
     )
     # The password call already had its (declined) result: it is not run again on resume.
     assert len(seen["h__ask_password"]) == 1 and "action=decline" in seen["h__ask_password"][0]
-    assert _pending(config) == []
-    assert SqliteApprovalStore(db).load_checkpoint(first.run_id).status == "finished"  # type: ignore[union-attr]
+    assert await _pending(config) == []
+    assert (await SqliteApprovalStore(db).load_checkpoint(first.run_id)).status == "finished"  # type: ignore[union-attr]
     with pytest.raises(ApprovalError, match="already ended"):
         await _resume(config, db, first.run_id)
 
@@ -138,14 +138,14 @@ async def test_a_resumed_run_without_an_answer_pauses_again_and_a_decline_reache
         config, db, [ScriptStep(calls=(("g__lookup", {"key": "alpha"}), ("h__ask_colour", {})))]
     )
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED
-    [pause] = _pending(config)
+    [pause] = await _pending(config)
 
     # Nobody answered yet: resuming asks the same question again and pauses again, same pause.
     again, _ = await _resume(config, db, first.run_id)
     assert again.stop_reason is StopReason.APPROVAL_REQUIRED
-    assert [p.id for p in _pending(config)] == [pause.id]
+    assert [p.id for p in await _pending(config)] == [pause.id]
 
-    answer_pause(config, pause.id, "decline", None, actor="ops")
+    await answer_pause(config, pause.id, "decline", None, actor="ops")
     done, seen = await _resume(config, db, first.run_id)
     assert done.stop_reason is StopReason.ACCEPTED, done.detail
     assert "action=decline" in seen["h__ask_colour"][0]
@@ -174,10 +174,10 @@ async def test_a_destructive_tool_asking_to_confirm_runs_once_approved_and_once_
     # Approved, the call runs; the server asks "are you sure?" and nobody is there: paused again.
     second, _ = await _resume(config, db, first.run_id)
     assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in second.detail
-    [pause] = _pending(config)
+    [pause] = await _pending(config)
     with pytest.raises(ApprovalError):
-        answer_pause(config, pause.id, "accept", {"confirm": "yes"}, actor="ops")  # no coercion
-    answer_pause(config, pause.id, "accept", {"confirm": True}, actor="ops")
+        await answer_pause(config, pause.id, "accept", {"confirm": "yes"}, actor="ops")  # no coercion
+    await answer_pause(config, pause.id, "accept", {"confirm": True}, actor="ops")
     done, seen = await _resume(config, db, first.run_id)
     assert done.stop_reason is StopReason.ACCEPTED, done.detail
     assert "record r1 deleted" in seen["h__delete_record"][0]
@@ -207,8 +207,8 @@ async def test_a_question_pauses_its_turn_and_resume_runs_only_the_call_that_ask
         config, db, [ScriptStep(calls=(("g__lookup", {"key": "alpha"}), ("h__ask_colour", {})))]
     )
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in first.detail
-    [pause] = _pending(config)
-    answer_pause(config, pause.id, "accept", {"colour": "blue"}, actor="ops")
+    [pause] = await _pending(config)
+    await answer_pause(config, pause.id, "accept", {"colour": "blue"}, actor="ops")
     second, seen = await _resume(config, db, first.run_id)
     assert second.stop_reason is StopReason.ACCEPTED, second.detail
     # The read's result was checkpointed with the pause: the model reads it once, it ran once.

@@ -14,8 +14,8 @@ import pytest
 
 from tether.errors import MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, MemoryStore, Rejection, Source, SqliteMemory
-from tether.memory.sqlite import MIGRATIONS
 from tether.memory.store import MemoryStore as _Store
+from tether.storage import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -526,10 +526,6 @@ async def test_migrations_are_recorded_once_and_reopening_changes_nothing(db: Ba
     before = db.dump()
     db.open()
     assert db.dump() == before
+    assert db.migration_names() == [name for name, _ in MIGRATIONS["memory"]]
     if db.kind == "sqlite":
-        assert db.migration_names() == [name for name, _ in MIGRATIONS]
         assert db.rows("PRAGMA journal_mode") == [("wal",)]
-    else:
-        from tether.memory.pg import MIGRATIONS as PG_MIGRATIONS
-
-        assert db.migration_names() == [name for name, _ in PG_MIGRATIONS]

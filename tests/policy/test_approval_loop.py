@@ -183,7 +183,7 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
     assert len(box.rows()) == 1
     [entry] = host.approvals.store.ledger_for(p.id)
     assert entry.note == "reconciled: happened"
-    assert host.approvals.store.load_checkpoint(first.run_id).app == LOOP_APP  # type: ignore[union-attr]
+    assert (await host.approvals.store.load_checkpoint(first.run_id)).app == LOOP_APP  # type: ignore[union-attr]
     await host.aclose()
 
 

@@ -80,14 +80,14 @@ async def test_ledger_and_checkpoints_through_the_async_face(store: ApprovalStor
     with pytest.raises(ValueError):
         await store.aset_ledger_status("k", LedgerStatus.DONE, owner="b", note="", now=T0, lease_until=T0)
 
-    assert await store.aload_checkpoint("run-1") is None
-    await store.asave_checkpoint("run-1", app="m:f", state="{}", status="paused", stop_reason="x", now=T0)
-    await store.asave_checkpoint(
+    assert await store.load_checkpoint("run-1") is None
+    await store.save_checkpoint("run-1", app="m:f", state="{}", status="paused", stop_reason="x", now=T0)
+    await store.save_checkpoint(
         "run-1", app="m:f", state="{}", status="finished", stop_reason="y", now=LATER
     )
-    cp = await store.aload_checkpoint("run-1")
+    cp = await store.load_checkpoint("run-1")
     assert cp is not None and (cp.status, cp.stop_reason, cp.updated_at) == ("finished", "y", LATER)
-    assert [c.run_id for c in await store.alist_checkpoints()] == ["run-1"]
+    assert [c.run_id for c in await store.list_checkpoints()] == ["run-1"]
 
 
 async def test_an_effect_that_happened_is_recorded_even_if_the_caller_is_cancelled_as_it_returns(

@@ -133,21 +133,26 @@ def test_a_dead_owner_hands_the_entry_over_for_reconciliation_once(store: Approv
     assert resolved.status is LedgerStatus.DONE
 
 
-def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -> None:
-    store.save_checkpoint("run-1", app="m:f", state='{"a": 1}', status="paused", stop_reason="x", now=T0)
-    store.save_checkpoint("run-1", app="m:f", state='{"a": 2}', status="finished", stop_reason="y", now=LATER)
-    cp = store.load_checkpoint("run-1")
+@pytest.mark.anyio
+async def test_checkpoints_are_saved_replaced_and_listed(store: ApprovalStore) -> None:
+    await store.save_checkpoint(
+        "run-1", app="m:f", state='{"a": 1}', status="paused", stop_reason="x", now=T0
+    )
+    await store.save_checkpoint(
+        "run-1", app="m:f", state='{"a": 2}', status="finished", stop_reason="y", now=LATER
+    )
+    cp = await store.load_checkpoint("run-1")
     assert cp is not None and (cp.state, cp.status, cp.stop_reason, cp.updated_at) == (
         '{"a": 2}',
         "finished",
         "y",
         LATER,
     )
-    assert store.load_checkpoint("run-2") is None
-    assert [c.run_id for c in store.list_checkpoints()] == ["run-1"]
-    store.save_checkpoint("run-3", app="m:f", state="{}", status="paused", stop_reason="x", now=LATER)
-    assert [c.run_id for c in store.list_checkpoints(status="paused")] == ["run-3"]  # filtered by status
-    assert [c.run_id for c in store.list_checkpoints(status="finished")] == ["run-1"]
+    assert await store.load_checkpoint("run-2") is None
+    assert [c.run_id for c in await store.list_checkpoints()] == ["run-1"]
+    await store.save_checkpoint("run-3", app="m:f", state="{}", status="paused", stop_reason="x", now=LATER)
+    assert [c.run_id for c in await store.list_checkpoints(status="paused")] == ["run-3"]  # by status
+    assert [c.run_id for c in await store.list_checkpoints(status="finished")] == ["run-1"]
 
 
 def test_timestamps_must_be_aware_and_come_back_in_utc(store: ApprovalStore) -> None:

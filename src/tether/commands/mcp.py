@@ -420,6 +420,7 @@ def _resume(args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import TetherError
     from tether.mcpapp.runner import answer_pause, resume_pause
+    from tether.storage import blocking
 
     try:
         config = _load(args)
@@ -431,7 +432,8 @@ def _resume(args: argparse.Namespace) -> int:
             except json.JSONDecodeError as err:
                 raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
         if args.answer_only:
-            pause = answer_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
+            actor = args.by or getpass.getuser()
+            pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)
             hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
             if args.json:
                 payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
@@ -467,6 +469,7 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 def _pauses(args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import TetherError
+    from tether.storage import blocking
 
     try:
         config = _load(args)
@@ -478,7 +481,7 @@ def _pauses(args: argparse.Namespace) -> int:
         rows = [
             {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
              "run_id": p.run_id}
-            for p in store.pending()
+            for p in blocking(store.pending)
         ]  # fmt: skip
     finally:
         shared.close(store)

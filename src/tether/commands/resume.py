@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from tether.commands.run import report
     from tether.errors import ApprovalError, ConfigError
     from tether.policy import SqliteApprovalStore
+    from tether.storage import blocking
 
     if str(args.db or "").startswith(("postgresql://", "postgres://")):
         from tether.commands.runs import resume_durable  # a durable run: any worker continues it
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not db.exists():
         return fail("tether resume", f"no approval store at {db} (pass the run's --db)", as_json=args.json)
     store = SqliteApprovalStore(db)
-    checkpoint = store.load_checkpoint(args.run_id)
+    checkpoint = blocking(store.load_checkpoint, args.run_id)
     store.close()
     app = args.app or (checkpoint.app if checkpoint else None)
     if checkpoint is None or not app:

@@ -322,11 +322,12 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json, table
+    from tether.storage import blocking
 
     rows = [
         {"id": p.id, "run": p.run_id, "server": p.server, "tool": p.tool, "asked": p.created_at,
          "message": p.message, "schema": p.schema}
-        for p in client.stores.pauses.pending()
+        for p in blocking(client.stores.pauses.pending)
     ]  # fmt: skip
     if args.json:
         emit_json({"count": len(rows), "pauses": rows}, exit=0)
@@ -344,6 +345,7 @@ def _answer(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.mcp.elicitation import store_answer
+    from tether.storage import blocking
 
     action = "decline" if args.decline else "cancel" if args.cancel else "accept"
     try:
@@ -356,7 +358,7 @@ def _answer(client: Any, args: argparse.Namespace) -> int:
             if not isinstance(content, dict):
                 raise ApprovalError("invalid_answer", "--answer must be a JSON object")
         actor = args.by or os.environ.get("USER") or getpass.getuser()
-        pause = store_answer(client.stores.pauses, args.pause_id, action, content, actor=actor)
+        pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
     except ApprovalError as err:
         emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
             f"{err.reason}: {err}"

@@ -93,12 +93,13 @@ def api_routes(console: Console) -> list[Route]:
         status = request.query_params.get("status", "pending")
         if status not in ("pending", "approved", "denied", "invalidated", "all"):
             raise ApprovalError("bad_request", "status: pending|approved|denied|invalidated|all")
-        rows = approvals_view.queue(sources, p, status=status, tenant=request.query_params.get("tenant", ""))
+        tenant = request.query_params.get("tenant", "")
+        rows = await approvals_view.queue(sources, p, status=status, tenant=tenant)
         return {"count": len(rows), "proposals": rows}
 
     @api
     async def get_approval(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        return approvals_view.proposal_view(sources, p, request.path_params["pid"])
+        return await approvals_view.proposal_view(sources, p, request.path_params["pid"])
 
     @api
     async def decide(request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -110,7 +111,7 @@ def api_routes(console: Console) -> list[Route]:
 
     @api
     async def list_questions(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        rows = elicitations_view.pending(sources, p)
+        rows = await elicitations_view.pending(sources, p)
         for row in rows:
             row.pop("fields", None)
         return {
@@ -125,7 +126,7 @@ def api_routes(console: Console) -> list[Route]:
         content = body.get("content")
         if content is not None and not isinstance(content, dict):
             raise ApprovalError("invalid_answer", "content must be a JSON object")
-        return elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
+        return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
 
     @api
     async def list_servers(request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -48,7 +48,7 @@ class Denied(ApprovalError):
     """Visible, but the principal's role for that tenant does not allow the action."""
 
 
-def queue(
+async def queue(
     sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
 ) -> list[dict[str, Any]]:
     """Proposals the principal may see, newest first, each with what a reviewer triages on:
@@ -57,12 +57,12 @@ def queue(
         return []
     wanted = None if status == "all" else ProposalStatus(status)
     rows: list[dict[str, Any]] = []
-    for p in sources.approvals.store.list_proposals(status=wanted):
+    for p in await sources.approvals.store.alist_proposals(status=wanted):
         if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
             continue
         # Where the arguments came from is traced from the run's checkpoint when the policy did not
         # record it: for the first rows only, so a long queue stays quick.
-        state = _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
+        state = await _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
         facts = _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
     rows.reverse()
@@ -244,7 +244,7 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
     }
 
 
-def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
+async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
     """Everything the reviewer sees about one proposal. Raises ``Hidden`` for another tenant's.
     Arguments the tool declares secret are never shown: not in the table, not in the turn, the
     history or the provenance (every piece of their values is redacted)."""
@@ -252,7 +252,7 @@ def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: st
     assert sources.approvals is not None
     store = sources.approvals.store
     history = store.events(p.id)
-    state = _state(sources, p.run_id)
+    state = await _state(sources, p.run_id)
     facts = _Facts.of(sources, p, state)
     policy = facts.policy
     provenance, provenance_source = facts.provenance, facts.provenance_source
@@ -289,7 +289,7 @@ def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: st
             for x in store.ledger_for(p.id)
         ],
         "can_decide": principal.may(p.tenant, "reviewer"),
-        "resumable": _resumable(sources, p),
+        "resumable": await _resumable(sources, p),
     }
     arguments = view.pop("arguments")  # already redacted, each with its own care
     out: dict[str, Any] = redact_value(view, facts.redactor)
@@ -297,17 +297,17 @@ def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: st
     return out
 
 
-def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
+async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
     if sources.resume is None or sources.approvals is None or not p.run_id:
         return False
-    cp = sources.approvals.store.load_checkpoint(p.run_id)
+    cp = await sources.approvals.store.load_checkpoint(p.run_id)
     return cp is not None and cp.status == "paused" and bool(cp.app)
 
 
-def _state(sources: ConsoleSources, run_id: str | None) -> Any:
+async def _state(sources: ConsoleSources, run_id: str | None) -> Any:
     if not run_id or sources.approvals is None:
         return None
-    cp = sources.approvals.store.load_checkpoint(run_id)
+    cp = await sources.approvals.store.load_checkpoint(run_id)
     if cp is None:
         return None
     from tether.checkpoint import state_from_json

@@ -138,11 +138,11 @@ def parse_form(schema: dict[str, Any], form: dict[str, str]) -> tuple[dict[str, 
     return content, problems
 
 
-def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
+async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
     if sources.traces is not None and (tenant := sources.traces.tenant_of(run_id)):
         return tenant
     if sources.approvals is not None:
-        cp = sources.approvals.store.load_checkpoint(run_id)
+        cp = await sources.approvals.store.load_checkpoint(run_id)
         if cp is not None:
             import json
 
@@ -153,7 +153,7 @@ def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
     return sources.mcp_config.host.tenant if sources.mcp_config is not None else None
 
 
-def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
+async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
     try:
         fields, problem = form_fields(pause.schema), None
     except ApprovalError as err:
@@ -162,7 +162,7 @@ def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
         "id": pause.id,
         "created_at": pause.created_at,
         "run_id": pause.run_id,
-        "tenant": _tenant_of(sources, pause.run_id),
+        "tenant": await _tenant_of(sources, pause.run_id),
         "server": pause.server,
         "tool": pause.tool,
         "arguments": pause.arguments,
@@ -178,24 +178,24 @@ def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
     }
 
 
-def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
+async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
     if sources.open_pauses is None:
         return []
     store = sources.open_pauses()
     try:
-        views = [_view(sources, p) for p in store.pending()]
+        views = [await _view(sources, p) for p in await store.pending()]
     finally:
         store.close()
     return [v for v in views if principal.sees(v["tenant"])]
 
 
-def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
+async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
     if sources.open_pauses is None:
         raise Hidden("question")
     store = sources.open_pauses()
     try:
         try:
-            view = _view(sources, store.get(pause_id))
+            view = await _view(sources, await store.get(pause_id))
         except ApprovalError:
             raise Hidden("question") from None
     finally:
@@ -205,7 +205,7 @@ def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[st
     return view
 
 
-def answer(
+async def answer(
     sources: ConsoleSources,
     principal: Principal,
     pause_id: str,
@@ -214,7 +214,7 @@ def answer(
 ) -> dict[str, Any]:
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
-    view = get(sources, principal, pause_id)
+    view = await get(sources, principal, pause_id)
     actor = f"{principal.via}:{principal.name}"
     tenant = view["tenant"] or ""
     try:
@@ -223,7 +223,7 @@ def answer(
         assert sources.open_pauses is not None
         store = sources.open_pauses()
         try:  # validated against the stored question, as the CLI does
-            stored = store_answer(store, pause_id, action, content, actor=f"console:{principal.name}")
+            stored = await store_answer(store, pause_id, action, content, actor=f"console:{principal.name}")
         finally:
             store.close()
     except ApprovalError as err:

@@ -208,8 +208,8 @@ def page_routes(console: Console) -> list[Route]:
         if status not in ("pending", "approved", "denied", "invalidated", "all"):
             status = "pending"
         tenant = request.query_params.get("tenant", "")
-        rows = approvals_view.queue(sources, me, status=status, tenant=tenant)
-        everyone = approvals_view.queue(sources, me, status="all")
+        rows = await approvals_view.queue(sources, me, status=status, tenant=tenant)
+        everyone = await approvals_view.queue(sources, me, status="all")
         return render(
             request, "approvals.html", me, rows=rows, status=status, tenant=tenant,
             tenants=visible_tenants(me, {r["tenant"] for r in everyone}),
@@ -217,7 +217,7 @@ def page_routes(console: Console) -> list[Route]:
 
     @page
     async def proposal(request: Request, me: Principal) -> Response:
-        view = approvals_view.proposal_view(sources, me, request.path_params["pid"])
+        view = await approvals_view.proposal_view(sources, me, request.path_params["pid"])
         return render(request, "proposal.html", me, p=view)
 
     @page
@@ -238,14 +238,13 @@ def page_routes(console: Console) -> list[Route]:
 
     @page
     async def questions(request: Request, me: Principal) -> Response:
-        return render(
-            request, "elicitations.html", me,
-            pending=elicitations_view.pending(sources, me), urls=elicitations_view.url_requests(sources, me),
-        )  # fmt: skip
+        pending = await elicitations_view.pending(sources, me)
+        urls = elicitations_view.url_requests(sources, me)
+        return render(request, "elicitations.html", me, pending=pending, urls=urls)
 
     @page
     async def question(request: Request, me: Principal) -> Response:
-        view = elicitations_view.get(sources, me, request.path_params["eid"])
+        view = await elicitations_view.get(sources, me, request.path_params["eid"])
         return render(request, "elicitation.html", me, q=view, problems=[], values={})
 
     @page
@@ -255,13 +254,13 @@ def page_routes(console: Console) -> list[Route]:
         action = form_value(form, "action", 20)
         content = None
         if action == "accept":
-            view = elicitations_view.get(sources, me, eid)
+            view = await elicitations_view.get(sources, me, eid)
             fields = {k: form_value(form, k) for k in form if k.startswith("f:")}
             values = {k[2:]: v for k, v in fields.items()}
             content, problems = elicitations_view.parse_form(view["schema"], values)
             if problems:
                 return render(request, "elicitation.html", me, 400, q=view, problems=problems, values=values)
-        elicitations_view.answer(sources, me, eid, action, content)
+        await elicitations_view.answer(sources, me, eid, action, content)
         return RedirectResponse("/elicitations?done=answered", status_code=303)
 
     # -- MCP servers -----------------------------------------------------------------------
@@ -321,7 +320,7 @@ def page_routes(console: Console) -> list[Route]:
         summary = _run(me, run_id)
         assert sources.traces is not None
         events = sources.traces.events(run_id)
-        checkpoint = sources.approvals.store.load_checkpoint(run_id) if sources.approvals else None
+        checkpoint = await sources.approvals.store.load_checkpoint(run_id) if sources.approvals else None
         resumable = (
             sources.resume is not None and checkpoint is not None and checkpoint.status == "paused"
             and bool(checkpoint.app) and me.may(summary.tenant or "", "reviewer")

@@ -30,7 +30,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     """Resume ``run_id``; returns the run's summary. Raises ``Hidden``, ``Denied``, ``ApprovalError``."""
     if sources.approvals is None:
         raise Hidden("run")
-    checkpoint = sources.approvals.store.load_checkpoint(run_id)
+    checkpoint = await sources.approvals.store.load_checkpoint(run_id)
     tenant = _tenant(checkpoint.state) if checkpoint is not None else None
     if checkpoint is None or tenant is None or not principal.sees(tenant):
         raise Hidden("run")

@@ -64,7 +64,7 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
     called with the store's path to rebuild the host and the agent."""
 
     async def resume(run_id: str) -> RunResult:
-        checkpoint = approvals.store.load_checkpoint(run_id)
+        checkpoint = await approvals.store.load_checkpoint(run_id)
         if checkpoint is None:
             raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
         if not checkpoint.app:

@@ -20,8 +20,8 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from tether.errors import TetherError
 from tether.policy.approvals import Reviewer
-from tether.storage import SqliteDatabase
+from tether.storage import Database
 
 __all__ = [
     "ALL_TENANTS",
@@ -181,59 +181,6 @@ class AuditEntry:
     client: str = ""
 
 
-MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "c001_accounts",
-        (
-            """CREATE TABLE users (
-                name TEXT PRIMARY KEY,
-                password_hash TEXT NOT NULL,
-                created_at TEXT NOT NULL,
-                disabled INTEGER NOT NULL DEFAULT 0
-            )""",
-            """CREATE TABLE grants (
-                user TEXT NOT NULL REFERENCES users (name),
-                tenant TEXT NOT NULL,
-                role TEXT NOT NULL CHECK (role IN ('viewer', 'reviewer', 'admin')),
-                PRIMARY KEY (user, tenant)
-            )""",
-            """CREATE TABLE tokens (
-                id TEXT PRIMARY KEY,
-                user TEXT NOT NULL REFERENCES users (name),
-                secret_hash TEXT NOT NULL,
-                label TEXT NOT NULL,
-                created_at TEXT NOT NULL,
-                expires_at TEXT,
-                revoked INTEGER NOT NULL DEFAULT 0
-            )""",
-            """CREATE TABLE sessions (
-                id_hash TEXT PRIMARY KEY,
-                user TEXT NOT NULL REFERENCES users (name),
-                csrf TEXT NOT NULL,
-                created_at TEXT NOT NULL,
-                expires_at TEXT NOT NULL
-            )""",
-            """CREATE TABLE audit (
-                seq INTEGER PRIMARY KEY AUTOINCREMENT,
-                at TEXT NOT NULL,
-                actor TEXT NOT NULL,
-                action TEXT NOT NULL,
-                tenant TEXT NOT NULL,
-                target TEXT NOT NULL,
-                content_hash TEXT NOT NULL,
-                outcome TEXT NOT NULL,
-                detail TEXT NOT NULL
-            )""",
-            """CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
-               BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END""",
-            """CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
-               BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END""",
-        ),
-    ),
-    # Where each audited request came from (the console's client address, or "cli").
-    ("c002_audit_client", ("ALTER TABLE audit ADD COLUMN client TEXT NOT NULL DEFAULT ''",)),
-)
-
 # The address of the request being served (set by the console's middleware for each request):
 # every audit entry written while serving it records it without each caller passing it on.
 CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
@@ -251,18 +198,21 @@ class UserStore:
         self.scrypt_n = scrypt_n
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = SqliteDatabase(self.path, MIGRATIONS)  # the one connection discipline (storage.py)
+        self._db = Database.sqlite(self.path)  # the one connection discipline (storage.py)
+        self._db.migrate("users")  # the tables: tether.tables
         # digest of a verified token -> (user, token id, valid until): skips scrypt on every API call.
         self._token_cache: dict[str, tuple[str, str, float]] = {}
 
     def close(self) -> None:
         self._db.close()
 
-    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        return self._db.transaction()
+    @contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._db.transaction(write=write) as conn:
+            yield conn.connection.driver_connection  # type: ignore[misc]
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._db.transaction(write=False) as conn:
+        with self._tx(write=False) as conn:
             return list(conn.execute(sql, params))
 
     # -- people and grants -------------------------------------------------------------------

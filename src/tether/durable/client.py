@@ -20,6 +20,7 @@ from typing import Any
 from tether.durable.config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
 from tether.errors import ApprovalError
 from tether.policy.trusted import TrustedContext
+from tether.storage import blocking
 from tether.storage_url import Stores, open_stores, parse_url
 
 __all__ = ["DurableClient", "RunView", "WorkflowView"]
@@ -189,13 +190,13 @@ class DurableClient:
 
     @property
     def db(self) -> Any:
-        """The deployment's ``PgDatabase`` (None for SQLite), without opening every store."""
+        """The deployment's PostgreSQL ``Database`` (None for SQLite), without opening every store."""
         if self._stores is not None:
             return self._stores.db
         if self._pg is None and parse_url(self.url).backend == "postgresql":
-            from tether.pg import PgDatabase
+            from tether.storage import Database
 
-            self._pg = PgDatabase(self.url, max_size=2, application_name="tether:client")
+            self._pg = Database.postgresql(self.url, max_size=2, application_name="tether:client")
         return self._pg
 
     def close(self) -> None:
@@ -271,7 +272,7 @@ class DurableClient:
         """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
         state: resuming the same pause twice (from two machines) starts one workflow. Raises
         ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
-        cp = self.stores.approvals.load_checkpoint(run_id)
+        cp = blocking(self.stores.approvals.load_checkpoint, run_id)
         if cp is None:
             raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
         if cp.status == "finished":
@@ -369,12 +370,13 @@ class DurableClient:
             )
             self.dbos.cancel_workflow(marker)
         store = self.stores.approvals
-        cp = store.load_checkpoint(run_id)
+        cp = blocking(store.load_checkpoint, run_id)
         if cp is not None and cp.status != "finished":
             now = datetime.now(UTC)
-            store.save_checkpoint(
-                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now
-            )
+            blocking(
+                store.save_checkpoint,
+                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
+            )  # fmt: skip
         return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
 
     def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
@@ -395,14 +397,14 @@ class DurableClient:
                 pass  # decided in the meantime: its run is cancelled, so it runs nothing
         closed = []
         pauses = self.stores.pauses
-        for q in pauses.for_run(run_id) if pauses is not None else []:
+        for q in blocking(pauses.for_run, run_id) if pauses is not None else []:
             if str(q.status) != "pending":
                 continue
             try:
-                pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
+                blocking(pauses.answer, q.id, "cancel", None, actor=f"operator:{by}")
             except ApprovalError:
                 continue  # answered in the meantime
-            pauses.complete(q.id, "run cancelled")
+            blocking(pauses.complete, q.id, "run cancelled")
             closed.append(q.id)
         return {"proposals_invalidated": invalidated, "questions_closed": closed}
 

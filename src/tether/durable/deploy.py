@@ -141,9 +141,7 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     stores = open_stores(url)
     try:
         if stores.db is not None:
-            from tether.durable.worker import MIGRATIONS
-
-            stores.db.migrate("workers", MIGRATIONS)
+            stores.db.migrate("workers")
     finally:
         stores.close()
     check_deployment(url, timeout_s=timeout_s)

@@ -172,7 +172,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             traces = getattr(rt.stores, "traces", None)
 
             async def load() -> dict[str, Any] | None:
-                cp = await _store_call(approvals.store, "load_checkpoint", run_id)
+                cp = await approvals.store.load_checkpoint(run_id)
                 if cp is None:
                     return None
                 # How many of the run's events the trace index holds now: the resumed run numbers

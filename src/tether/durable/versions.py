@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tether.pg import Op, Sql
+from sqlalchemy import Connection
 
 __all__ = ["app_digest", "version_of"]
 
@@ -56,10 +56,10 @@ def app_digest(app: str, factory: Any = None) -> str | None:
 LIVE_S = 30.0  # a worker whose heartbeat is older does not count for new submissions
 
 
-def serving(app: str, digest: str | None) -> Op[list[tuple[str, str | None]]]:
+def serving(conn: Connection, app: str, digest: str | None) -> list[tuple[str, str | None]]:
     """(version, the app's digest there) of live workers serving ``app`` (with ``digest`` when
     given), newest worker first."""
-    rows = yield Sql(
+    rows = conn.exec_driver_sql(
         "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL"
         " AND heartbeat_at >= now() - make_interval(secs => %s) ORDER BY started_at DESC",
         (LIVE_S,),
@@ -72,18 +72,17 @@ def serving(app: str, digest: str | None) -> Op[list[tuple[str, str | None]]]:
     return found
 
 
-def moved_to(run_id: str) -> Op[tuple[str, str | None] | None]:
-    row = yield Sql(
-        "SELECT app_version, app_digest FROM tether_run_versions WHERE run_id = %s", (run_id,), fetch="one"
-    )
+def moved_to(conn: Connection, run_id: str) -> tuple[str, str | None] | None:
+    row = conn.exec_driver_sql(
+        "SELECT app_version, app_digest FROM tether_run_versions WHERE run_id = %s", (run_id,)
+    ).first()
     return (str(row[0]), row[1]) if row else None
 
 
-def record_move(run_id: str, version: str, digest: str | None, by: str) -> Op[None]:
-    yield Sql(
+def record_move(conn: Connection, run_id: str, version: str, digest: str | None, by: str) -> None:
+    conn.exec_driver_sql(
         "INSERT INTO tether_run_versions (run_id, app_version, app_digest, moved_by) VALUES (%s, %s, %s, %s)"
         " ON CONFLICT (run_id) DO UPDATE SET app_version = excluded.app_version,"
         " app_digest = excluded.app_digest, moved_by = excluded.moved_by, moved_at = now()",
         (run_id, version, digest, by),
-        fetch="none",
     )

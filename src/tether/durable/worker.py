@@ -26,106 +26,73 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import Connection
+
 from tether.durable.client import DurableClient
 from tether.durable.events import log_event
 from tether.durable.runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable.steps import DRAIN
 from tether.durable.versions import app_digest, version_of
 from tether.errors import ApprovalError
-from tether.pg import Op, PgDatabase, PgMigration, Sql
+from tether.storage import Database, blocking
 from tether.storage_url import Stores, open_stores
 
 __all__ = ["Worker", "WorkerConfig", "due_for_resume"]
 
-MIGRATIONS: tuple[PgMigration, ...] = (
-    (
-        "pg_w001_workers",
-        (
-            """CREATE TABLE tether_workers (
-                executor_id TEXT PRIMARY KEY,
-                host TEXT NOT NULL,
-                pid INTEGER NOT NULL,
-                started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-                heartbeat_at TIMESTAMPTZ NOT NULL,
-                recovered_at TIMESTAMPTZ,
-                recovered_by TEXT
-            )""",
-        ),
-    ),
-    (
-        "pg_w002_versions",
-        (
-            "ALTER TABLE tether_workers ADD COLUMN app_version TEXT",
-            "ALTER TABLE tether_workers ADD COLUMN apps TEXT",
-            """CREATE TABLE tether_run_versions (
-                run_id TEXT PRIMARY KEY,
-                app_version TEXT NOT NULL,
-                app_digest TEXT,
-                moved_by TEXT NOT NULL,
-                moved_at TIMESTAMPTZ NOT NULL DEFAULT now()
-            )""",
-            # An executor id restarted with another version leaves its unfinished runs of the old
-            # one here, for a survivor of that version to recover.
-            """CREATE TABLE tether_orphans (
-                executor_id TEXT NOT NULL,
-                app_version TEXT NOT NULL,
-                left_at TIMESTAMPTZ NOT NULL DEFAULT now(),
-                PRIMARY KEY (executor_id, app_version)
-            )""",
-        ),
-    ),
-)
-
 
 def _beat(
-    executor_id: str, host: str, pid: int, started: bool, version: str | None = None, apps: str | None = None
-) -> Op[None]:
+    conn: Connection,
+    executor_id: str,
+    host: str,
+    pid: int,
+    started: bool,
+    version: str | None = None,
+    apps: str | None = None,
+) -> None:
     # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
     # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
     # A start also records the worker's version and apps (a restart may serve new ones).
     restart = (
         ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
     )
-    yield Sql(
+    conn.exec_driver_sql(
         "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps)"
         " VALUES (%s, %s, %s, now(), %s, %s)"
         " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
         (executor_id, host, pid, version, apps),
-        fetch="none",
     )
 
 
-def _leave_orphans(executor_id: str, version: str) -> Op[None]:
-    row = yield Sql(
-        "SELECT app_version FROM tether_workers WHERE executor_id = %s", (executor_id,), fetch="one"
-    )
+def _leave_orphans(conn: Connection, executor_id: str, version: str) -> None:
+    row = conn.exec_driver_sql(
+        "SELECT app_version FROM tether_workers WHERE executor_id = %s", (executor_id,)
+    ).first()
     if row is not None and row[0] is not None and row[0] != version:
-        yield Sql(
+        conn.exec_driver_sql(
             "INSERT INTO tether_orphans (executor_id, app_version) VALUES (%s, %s) ON CONFLICT DO NOTHING",
             (executor_id, row[0]),
-            fetch="none",
         )
 
 
-def _claim_orphans(version: str) -> Op[list[str]]:
-    rows = yield Sql("DELETE FROM tether_orphans WHERE app_version = %s RETURNING executor_id", (version,))
+def _claim_orphans(conn: Connection, version: str) -> list[str]:
+    rows = conn.exec_driver_sql(
+        "DELETE FROM tether_orphans WHERE app_version = %s RETURNING executor_id", (version,)
+    )
     return [r[0] for r in rows]
 
 
-def _stopped(executor_id: str) -> Op[None]:
+def _stopped(conn: Connection, executor_id: str) -> None:
     # A clean stop: survivors recover what this executor leaves unfinished at once.
-    yield Sql(
-        "UPDATE tether_workers SET heartbeat_at = '-infinity' WHERE executor_id = %s",
-        (executor_id,),
-        fetch="none",
+    conn.exec_driver_sql(
+        "UPDATE tether_workers SET heartbeat_at = '-infinity' WHERE executor_id = %s", (executor_id,)
     )
 
 
-def _claim_dead(me: str, dead_after_s: float, version: str | None = None) -> Op[list[str]]:
+def _claim_dead(conn: Connection, me: str, dead_after_s: float, version: str | None = None) -> list[str]:
     # Only executors of this worker's version: DBOS recovers a workflow only on its own version,
     # so a survivor of another version would claim the dead one's runs and run none of them.
-    rows = yield Sql(
+    rows = conn.exec_driver_sql(
         "UPDATE tether_workers SET recovered_at = now(), recovered_by = %s"
         " WHERE executor_id <> %s AND recovered_at IS NULL AND app_version IS NOT DISTINCT FROM %s"
         " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING executor_id",
@@ -134,11 +101,11 @@ def _claim_dead(me: str, dead_after_s: float, version: str | None = None) -> Op[
     return [r[0] for r in rows]
 
 
-def _workers(dead_after_s: float = 15.0) -> Op[list[dict[str, Any]]]:
+def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any]]:
     """Every worker that registered, with its ``state``: ``alive`` (a recent heartbeat),
     ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
     cut off), and ``silent_s`` (seconds since its last heartbeat)."""
-    rows = yield Sql(
+    rows = conn.exec_driver_sql(
         "SELECT executor_id, host, pid, started_at,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL ELSE heartbeat_at END,"  # a clean stop
         " recovered_at, recovered_by, app_version,"
@@ -188,7 +155,7 @@ class Worker:
         self.client: DurableClient | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._pg: PgDatabase | None = None
+        self._pg: Database | None = None
         self.recovered: list[str] = []  # executors this worker recovered
         self.resumed: list[str] = []  # resume workflows this worker enqueued
         self.errors: list[str] = []
@@ -220,7 +187,7 @@ class Worker:
         if self.stores.db is not None:
             self.version = version_of(self.digests)
             self._pg = self.stores.db
-            self._pg.migrate("workers", MIGRATIONS)
+            self._pg.migrate("workers")
             # A ledger entry owned by a worker whose heartbeat stopped is reconciled at once.
             self.stores.approvals.worker_dead_after_s = c.dead_after_s
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
@@ -363,12 +330,12 @@ class Worker:
         if not self.config.auto_resume or self.client is None or self.stores is None:
             return
         store = self.stores.approvals
-        listed = store.list_checkpoints(status="paused")  # filtered in SQL
+        listed = blocking(store.list_checkpoints, status="paused")  # filtered in SQL
         for cp in listed:
             seen = (cp.run_id, cp.updated_at.isoformat())
             if cp.status != "paused" or seen in self._seen:
                 continue
-            pauses = self.stores.pauses.for_run(cp.run_id) if self.stores.pauses is not None else []
+            pauses = blocking(self.stores.pauses.for_run, cp.run_id) if self.stores.pauses is not None else []
             if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
                 continue
             try:

@@ -227,7 +227,7 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
     return problems
 
 
-def store_answer(
+async def store_answer(
     store: Any, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
     """Validate a person's answer to a pending question against its stored schema and record
@@ -236,7 +236,7 @@ def store_answer(
     (``unknown_pause``, ``not_pending``, ``invalid_answer``); an invalid answer changes nothing."""
     from tether.errors import ApprovalError
 
-    pause = store.get(pause_id)
+    pause = await store.get(pause_id)
     if pause.status != "pending":
         raise ApprovalError("not_pending", f"pause {pause_id} is {pause.status}, not pending")
     if action not in ("accept", "decline", "cancel"):
@@ -249,7 +249,7 @@ def store_answer(
             raise ApprovalError("invalid_answer", "; ".join(problems))
     else:
         content = None
-    return store.answer(pause_id, action, content, actor=actor)  # type: ignore[no-any-return]
+    return await store.answer(pause_id, action, content, actor=actor)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -437,7 +437,7 @@ class ElicitationGate:
             return types.ElicitResult(action="decline")
         prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
         if self.pauses is not None and call is not None:
-            stored = await self.pauses.atake_answer(
+            stored = await self.pauses.take_answer(
                 question_key(self.server, call.tool, call.arguments, message, schema)
             )
             if stored is not None:
@@ -506,7 +506,7 @@ class ElicitationGate:
         if self.pauses is None or call is None:
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")
-        pause = await self.pauses.acreate(
+        pause = await self.pauses.create(
             run_id=call.run_id,
             server=self.server,
             tool=call.tool,

@@ -3,8 +3,8 @@
 A pause stores what was asked (server, tool, the exact call arguments, message, schema)
 and, once answered through ``tether mcp resume``, the validated answer. Re-running the
 paused call then finds the answer by the question's key and hands it to the server.
-``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file
-through ``tether.storage.SqliteDatabase``) and PostgreSQL (``tether.mcp.pg_state``).
+``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file) and
+PostgreSQL (``tether.mcp.pg_state``); its table is declared in ``tether.tables``.
 """
 
 from __future__ import annotations
@@ -15,41 +15,18 @@ import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from sqlalchemy import Connection, Row, select, update
 
 from tether.errors import ApprovalError
-from tether.sqlops import Dialect, Op, OpDatabase, Sql
-from tether.storage import Migration, SqliteDatabase, SqliteOps, Synchronous
+from tether.storage import Database, Synchronous
+from tether.tables import PG_ONLY, insertion_order, lock
+from tether.tables import elicitation_pauses as T
 
-__all__ = ["Pause", "PauseStore", "SqlPauseStore", "question_key"]
+__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key"]
 
 PauseStatus = Literal["pending", "answered", "used", "completed"]
-
-MIGRATIONS: tuple[Migration, ...] = (
-    (
-        "001_elicitation_pauses",
-        (
-            """CREATE TABLE elicitation_pauses (
-                id TEXT PRIMARY KEY,
-                created_at TEXT NOT NULL,
-                run_id TEXT NOT NULL,
-                server TEXT NOT NULL,
-                tool TEXT NOT NULL,
-                arguments TEXT NOT NULL,
-                message TEXT NOT NULL,
-                schema TEXT NOT NULL,
-                question_key TEXT NOT NULL,
-                status TEXT NOT NULL,
-                action TEXT,
-                answer TEXT,
-                answered_by TEXT,
-                answered_at TEXT,
-                outcome TEXT
-            )""",
-            "CREATE INDEX elicitation_pauses_key ON elicitation_pauses (question_key, status)",
-        ),
-    ),
-)
 
 
 def question_key(server: str, tool: str, arguments: Any, message: str, schema: Any) -> str:
@@ -76,119 +53,135 @@ class Pause:
     outcome: str | None = None
 
 
-_COLUMNS = (
-    "id, created_at, run_id, server, tool, arguments, message, schema, question_key, status, action, answer,"
-    " answered_by, outcome"
-)
+_COLUMNS = [c for c in T.c if not c.info.get(PG_ONLY)]
 
 
 def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _pause(row: tuple[Any, ...]) -> Pause:
+def _pause(row: Row[Any]) -> Pause:
     return Pause(
-        row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], json.loads(row[7]), row[8],
-        row[9], row[10], json.loads(row[11]) if row[11] else None, row[12], row[13],
+        row.id, row.created_at, row.run_id, row.server, row.tool, json.loads(row.arguments), row.message,
+        json.loads(row.schema), row.question_key, row.status, row.action,
+        json.loads(row.answer) if row.answer else None, row.answered_by, row.outcome,
     )  # fmt: skip
 
 
-# -- operations (one transaction each, see tether.sqlops) ------------------------------------------
+# -- operations (one transaction each) --------------------------------------------------------------
 
 
-def _get(pause_id: str) -> Op[Pause]:
-    row = yield Sql(f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE id = %s", (pause_id,), fetch="one")
+def _get(conn: Connection, pause_id: str) -> Pause:
+    row = conn.execute(select(*_COLUMNS).where(T.c.id == pause_id)).first()
     if row is None:
         raise ApprovalError("unknown_pause", f"no elicitation pause {pause_id!r}")
     return _pause(row)
 
 
 def _create(
-    d: Dialect,
+    conn: Connection,
     run_id: str,
     server: str,
     tool: str,
     arguments: dict[str, Any],
     message: str,
     schema: dict[str, Any],
-) -> Op[Pause]:
+) -> Pause:
     key = question_key(server, tool, arguments, message, schema)
     # One question, one pause: concurrent askers of the same question in one run are serialised.
-    yield from d.lock(f"pause|{run_id}|{key}")
-    row = yield Sql(
-        f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE question_key = %s AND run_id = %s"
-        " AND status = 'pending'",
-        (key, run_id),
-        fetch="one",
-    )
+    lock(conn, f"pause|{run_id}|{key}")
+    row = conn.execute(
+        select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "pending")
+    ).first()
     if row is not None:
         return _pause(row)
     pid = "elic-" + uuid.uuid4().hex[:12]
-    yield Sql(
-        "INSERT INTO elicitation_pauses (id, created_at, run_id, server, tool, arguments, message, schema,"
-        " question_key, status) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, 'pending')",
-        (pid, _stamp(), run_id, server, tool, json.dumps(arguments), message, json.dumps(schema), key),
-        fetch="none",
-    )
-    return (yield from _get(pid))
+    conn.execute(
+        T.insert().values(
+            id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
+            arguments=json.dumps(arguments), message=message, schema=json.dumps(schema), question_key=key,
+            status="pending",
+        )
+    )  # fmt: skip
+    return _get(conn, pid)
 
 
-def _pending(d: Dialect) -> Op[list[Pause]]:
-    rows = yield Sql(f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE status = 'pending' ORDER BY {d.order}")
-    return [_pause(r) for r in rows]
+def _where(conn: Connection, *where: Any) -> list[Pause]:
+    query = select(*_COLUMNS).where(*where).order_by(insertion_order(conn, T))
+    return [_pause(r) for r in conn.execute(query)]
 
 
-def _for_run(d: Dialect, run_id: str) -> Op[list[Pause]]:
-    rows = yield Sql(
-        f"SELECT {_COLUMNS} FROM elicitation_pauses WHERE run_id = %s ORDER BY {d.order}", (run_id,)
-    )
-    return [_pause(r) for r in rows]
-
-
-def _answer(pause_id: str, action: str, content: dict[str, Any] | None, actor: str) -> Op[Pause]:
-    count = yield Sql(
-        "UPDATE elicitation_pauses SET status = 'answered', action = %s, answer = %s, answered_by = %s,"
-        " answered_at = %s WHERE id = %s AND status = 'pending'",
-        (action, json.dumps(content) if content is not None else None, actor, _stamp(), pause_id),
-        fetch="rowcount",
-    )
-    current = yield from _get(pause_id)
+def _answer(
+    conn: Connection, pause_id: str, action: str, content: dict[str, Any] | None, actor: str
+) -> Pause:
+    answer = json.dumps(content) if content is not None else None
+    count = conn.execute(
+        update(T)
+        .where(T.c.id == pause_id, T.c.status == "pending")
+        .values(status="answered", action=action, answer=answer, answered_by=actor, answered_at=_stamp())
+    ).rowcount
+    current = _get(conn, pause_id)
     if not count:
         raise ApprovalError("not_pending", f"pause {pause_id} is {current.status}, not pending")
     return current
 
 
-def _take_answer(d: Dialect, key: str) -> Op[Pause | None]:
+def _take_answer(conn: Connection, key: str) -> Pause | None:
     # Handed over once: a concurrent taker (PostgreSQL) passes over the row this one holds.
-    row = yield Sql(
-        "SELECT id FROM elicitation_pauses WHERE question_key = %s AND status = 'answered'"
-        f" ORDER BY answered_at, {d.order} LIMIT 1{d.skip_locked}",
-        (key,),
-        fetch="one",
-    )
+    row = conn.execute(
+        select(T.c.id)
+        .where(T.c.question_key == key, T.c.status == "answered")
+        .order_by(T.c.answered_at, insertion_order(conn, T))
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).first()
     if row is None:
         return None
-    yield Sql("UPDATE elicitation_pauses SET status = 'used' WHERE id = %s", (row[0],), fetch="none")
-    return (yield from _get(row[0]))
+    conn.execute(update(T).where(T.c.id == row.id).values(status="used"))
+    return _get(conn, row.id)
 
 
-def _complete(pause_id: str, outcome: str) -> Op[None]:
-    yield Sql(
-        "UPDATE elicitation_pauses SET status = 'completed', outcome = %s WHERE id = %s",
-        (outcome, pause_id),
-        fetch="none",
-    )
+def _complete(conn: Connection, pause_id: str, outcome: str) -> None:
+    conn.execute(update(T).where(T.c.id == pause_id).values(status="completed", outcome=outcome))
+
+
+@runtime_checkable
+class Pauses(Protocol):
+    """The pauses concern, async only: what a host, the console and the CLI do with pauses."""
+
+    async def create(
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
+        schema: dict[str, Any],
+    ) -> Pause: ...  # fmt: skip
+
+    async def get(self, pause_id: str) -> Pause: ...
+
+    async def pending(self) -> list[Pause]: ...
+
+    async def for_run(self, run_id: str) -> list[Pause]: ...
+
+    async def answer(
+        self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    ) -> Pause: ...
+
+    async def take_answer(self, key: str) -> Pause | None: ...
+
+    async def complete(self, pause_id: str, outcome: str) -> None: ...
 
 
 class SqlPauseStore:
-    """Elicitation pauses on an ``OpDatabase``: each method is one transaction; the
-    ``a``-prefixed twin runs it without blocking the event loop. An answer given on any
-    machine sharing the database is handed over once (``take_answer``)."""
+    """Elicitation pauses on a ``Database`` (``Pauses``): each method is one transaction, run off
+    the event loop. An answer given on any machine sharing the database is handed over once
+    (``take_answer``)."""
 
-    def __init__(self, ops: OpDatabase) -> None:
-        self._ops = ops
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate("pauses")
 
-    def create(
+    def close(self) -> None:
+        self.db.close()
+
+    async def create(
         self,
         *,
         run_id: str,
@@ -200,64 +193,32 @@ class SqlPauseStore:
     ) -> Pause:
         """A new pending pause, or the run's one still pending for this very question (a resumed
         run asked again before anyone answered: one question, one pause)."""
-        return self._ops.run(_create, self._ops.dialect, run_id, server, tool, arguments, message, schema)
+        return await self.db.write(_create, run_id, server, tool, arguments, message, schema)
 
-    def get(self, pause_id: str) -> Pause:
+    async def get(self, pause_id: str) -> Pause:
         """Raises ``ApprovalError`` (``unknown_pause``)."""
-        return self._ops.read(_get, pause_id)
+        return await self.db.read(_get, pause_id)
 
-    def pending(self) -> list[Pause]:
+    async def pending(self) -> list[Pause]:
         """The pending pauses, oldest first."""
-        return self._ops.read(_pending, self._ops.dialect)
+        return await self.db.read(_where, T.c.status == "pending")
 
-    def for_run(self, run_id: str) -> list[Pause]:
+    async def for_run(self, run_id: str) -> list[Pause]:
         """Every pause of one run, whatever its status, oldest first."""
-        return self._ops.read(_for_run, self._ops.dialect, run_id)
+        return await self.db.read(_where, T.c.run_id == run_id)
 
-    def answer(self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str) -> Pause:
-        """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
-        return self._ops.run(_answer, pause_id, action, content, actor)
-
-    def take_answer(self, key: str) -> Pause | None:
-        """The answered pause for this question, marked used (an answer is handed over once)."""
-        return self._ops.run(_take_answer, self._ops.dialect, key)
-
-    def complete(self, pause_id: str, outcome: str) -> None:
-        self._ops.run(_complete, pause_id, outcome)
-
-    async def acreate(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        message: str,
-        schema: dict[str, Any],
-    ) -> Pause:
-        return await self._ops.arun(
-            _create, self._ops.dialect, run_id, server, tool, arguments, message, schema
-        )
-
-    async def aget(self, pause_id: str) -> Pause:
-        return await self._ops.aread(_get, pause_id)
-
-    async def apending(self) -> list[Pause]:
-        return await self._ops.aread(_pending, self._ops.dialect)
-
-    async def afor_run(self, run_id: str) -> list[Pause]:
-        return await self._ops.aread(_for_run, self._ops.dialect, run_id)
-
-    async def aanswer(
+    async def answer(
         self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
     ) -> Pause:
-        return await self._ops.arun(_answer, pause_id, action, content, actor)
+        """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
+        return await self.db.write(_answer, pause_id, action, content, actor)
 
-    async def atake_answer(self, key: str) -> Pause | None:
-        return await self._ops.arun(_take_answer, self._ops.dialect, key)
+    async def take_answer(self, key: str) -> Pause | None:
+        """The answered pause for this question, marked used (an answer is handed over once)."""
+        return await self.db.write(_take_answer, key)
 
-    async def acomplete(self, pause_id: str, outcome: str) -> None:
-        await self._ops.arun(_complete, pause_id, outcome)
+    async def complete(self, pause_id: str, outcome: str) -> None:
+        await self.db.write(_complete, pause_id, outcome)
 
 
 class PauseStore(SqlPauseStore):
@@ -266,9 +227,5 @@ class PauseStore(SqlPauseStore):
     def __init__(
         self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
     ) -> None:
-        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
-        self.path = self.db.path
-        super().__init__(SqliteOps(self.db))
-
-    def close(self) -> None:
-        self.db.close()
+        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
+        self.path = Path(path)

@@ -7,9 +7,8 @@ JSON with sorted keys and no insignificant whitespace, so the same definition ha
 same whatever order a server lists its keys in. Every listing is compared with the pins;
 a changed or new tool is blocked until a person approves it again.
 
-``SqlPinStore`` holds the pins' operations once, for SQLite (``PinStore``, a file through
-``tether.storage.SqliteDatabase``, with ordered, named migrations) and PostgreSQL
-(``tether.mcp.pg_state``).
+``SqlPinStore`` holds the pins' operations once, for SQLite (``PinStore``, a file) and
+PostgreSQL (``tether.mcp.pg_state``); its tables are declared in ``tether.tables``.
 """
 
 from __future__ import annotations
@@ -23,8 +22,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.sqlops import Op, OpDatabase, Sql
-from tether.storage import Migration, SqliteDatabase, SqliteOps, Synchronous
+from sqlalchemy import Connection, delete, select
+
+from tether.storage import Database, Synchronous
+from tether.tables import pin_history as H
+from tether.tables import pins as T
+from tether.tables import upsert
 
 __all__ = [
     "Pin",
@@ -135,100 +138,86 @@ def check_listing(
     return sorted(out, key=lambda c: c.tool)
 
 
-MIGRATIONS: tuple[Migration, ...] = (
-    (
-        "001_pins",
-        (
-            """CREATE TABLE pins (
-                server TEXT NOT NULL,
-                tool TEXT NOT NULL,
-                sha256 TEXT NOT NULL,
-                definition TEXT NOT NULL,
-                endpoint TEXT NOT NULL,
-                approved_by TEXT NOT NULL,
-                approved_at TEXT NOT NULL,
-                PRIMARY KEY (server, tool)
-            )""",
-            """CREATE TABLE pin_history (
-                id INTEGER PRIMARY KEY AUTOINCREMENT,
-                server TEXT NOT NULL,
-                tool TEXT NOT NULL,
-                sha256 TEXT NOT NULL,
-                action TEXT NOT NULL,
-                actor TEXT NOT NULL,
-                at TEXT NOT NULL
-            )""",
-        ),
-    ),
-)
-
-_HISTORY = "INSERT INTO pin_history (server, tool, sha256, action, actor, at) VALUES (%s, %s, %s, %s, %s, %s)"
-
-
 def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# -- operations (one transaction each, see tether.sqlops) ------------------------------------------
+# -- operations (one transaction each) --------------------------------------------------------------
 
 
-def _pins(server: str) -> Op[dict[str, Pin]]:
-    rows = yield Sql(
-        "SELECT server, tool, sha256, definition, endpoint, approved_by, approved_at FROM pins"
-        " WHERE server = %s",
-        (server,),
+def _history(conn: Connection, server: str, tool: str, sha256: str, action: str, actor: str, at: str) -> None:
+    conn.execute(
+        H.insert().values(server=server, tool=tool, sha256=sha256, action=action, actor=actor, at=at)
     )
-    return {r[1]: Pin(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], r[6]) for r in rows}
 
 
-def _approve(server: str, checks: tuple[ToolCheck, ...], endpoint: str, actor: str) -> Op[list[str]]:
+def _pins(conn: Connection, server: str) -> dict[str, Pin]:
+    rows = conn.execute(select(T).where(T.c.server == server))
+    return {
+        r.tool: Pin(
+            r.server, r.tool, r.sha256, json.loads(r.definition), r.endpoint, r.approved_by, r.approved_at
+        )
+        for r in rows
+    }
+
+
+def _approve(
+    conn: Connection, server: str, checks: tuple[ToolCheck, ...], endpoint: str, actor: str
+) -> list[str]:
     now = _stamp()
     for c in checks:
-        yield Sql(
-            "INSERT INTO pins VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (server, tool) DO UPDATE SET"
-            " sha256 = excluded.sha256, definition = excluded.definition, endpoint = excluded.endpoint,"
-            " approved_by = excluded.approved_by, approved_at = excluded.approved_at",
-            (server, c.tool, c.sha256, canonical_json(c.definition), endpoint, actor, now),
-            fetch="none",
+        insert = upsert(conn, T).values(
+            server=server, tool=c.tool, sha256=c.sha256, definition=canonical_json(c.definition),
+            endpoint=endpoint, approved_by=actor, approved_at=now,
+        )  # fmt: skip
+        keep = ("sha256", "definition", "endpoint", "approved_by", "approved_at")
+        conn.execute(
+            insert.on_conflict_do_update(
+                index_elements=["server", "tool"], set_={k: insert.excluded[k] for k in keep}
+            )
         )
-        yield Sql(_HISTORY, (server, c.tool, c.sha256, "approve", actor, now), fetch="none")
+        _history(conn, server, c.tool, c.sha256, "approve", actor, now)
     return [c.tool for c in checks]
 
 
-def _revoke(server: str, tool: str, actor: str) -> Op[bool]:
-    count = yield Sql("DELETE FROM pins WHERE server = %s AND tool = %s", (server, tool), fetch="rowcount")
+def _revoke(conn: Connection, server: str, tool: str, actor: str) -> bool:
+    count = conn.execute(delete(T).where(T.c.server == server, T.c.tool == tool)).rowcount
     if count:
-        yield Sql(_HISTORY, (server, tool, "", "revoke", actor, _stamp()), fetch="none")
+        _history(conn, server, tool, "", "revoke", actor, _stamp())
     return bool(count)
 
 
 class SqlPinStore:
-    """Approved tool definitions per server id, on an ``OpDatabase``: each method is one
+    """Approved tool definitions per server id, on a ``Database``: each method is one
     transaction; the ``a``-prefixed twin runs it without blocking the event loop."""
 
-    def __init__(self, ops: OpDatabase) -> None:
-        self._ops = ops
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate("pins")
+
+    def close(self) -> None:
+        self.db.close()
 
     def pins(self, server: str) -> dict[str, Pin]:
-        return self._ops.read(_pins, server)
+        return self.db.snapshot(_pins, server)
 
     def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
         """Pin these definitions (all in one transaction). Returns the tool names pinned."""
-        return self._ops.run(_approve, server, tuple(checks), endpoint, actor)
+        return self.db.run(_approve, server, tuple(checks), endpoint, actor)
 
     def revoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return self._ops.run(_revoke, server, tool, actor)
+        return self.db.run(_revoke, server, tool, actor)
 
     async def apins(self, server: str) -> dict[str, Pin]:
-        return await self._ops.aread(_pins, server)
+        return await self.db.read(_pins, server)
 
     async def aapprove(
         self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
     ) -> list[str]:
-        return await self._ops.arun(_approve, server, tuple(checks), endpoint, actor)
+        return await self.db.write(_approve, server, tuple(checks), endpoint, actor)
 
     async def arevoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return await self._ops.arun(_revoke, server, tool, actor)
+        return await self.db.write(_revoke, server, tool, actor)
 
 
 class PinStore(SqlPinStore):
@@ -237,9 +226,5 @@ class PinStore(SqlPinStore):
     def __init__(
         self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
     ) -> None:
-        self.db = SqliteDatabase(path, MIGRATIONS, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
-        self.path = self.db.path
-        super().__init__(SqliteOps(self.db))
-
-    def close(self) -> None:
-        self.db.close()
+        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
+        self.path = Path(path)

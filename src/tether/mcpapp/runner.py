@@ -216,7 +216,7 @@ async def run_question(
     return McpRun(result, host, blocked, launches, stand_in)
 
 
-def answer_pause(
+async def answer_pause(
     config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
     """Validate an answer to a pending elicitation against its stored schema and store it, once.
@@ -228,7 +228,7 @@ def answer_pause(
     """
     store = PauseStore(config.path(config.host.state))
     try:
-        return store_answer(store, pause_id, action, content, actor=actor)
+        return await store_answer(store, pause_id, action, content, actor=actor)
     finally:
         store.close()
 
@@ -245,7 +245,7 @@ async def resume_pause(
 
     Raises ``ApprovalError`` (unknown/not pending pause, invalid answer) and ``ConfigError``.
     """
-    pause = answer_pause(config, pause_id, action, content, actor=actor)
+    pause = await answer_pause(config, pause_id, action, content, actor=actor)
     server = pause.server
     host = build_host(config, servers=[server])
     context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
@@ -269,7 +269,7 @@ async def resume_pause(
     trace_path = run.trace_path
     store = PauseStore(config.path(config.host.state))
     try:
-        await store.acomplete(pause_id, status)
+        await store.complete(pause_id, status)
     finally:
         store.close()
     return {

@@ -1,13 +1,13 @@
 """The governance of a SQL memory store, written once for SQLite and PostgreSQL.
 
-``SqlMemory`` holds the rules (duplicates, staleness, supersession, conflicts, deletion) as
-operations of ``tether.sqlops``, each one transaction of its database; a write serialises with
-the other writers of its (scope, subject) before its checks read (``Dialect.lock``: an advisory
-lock on PostgreSQL, the file's write lock on SQLite), so a refused write changes nothing and
-concurrent identical proposals leave exactly one row. ``SqliteMemory`` and ``PgMemory`` add
-only their migrations and how they are opened. Ids are ``mem_`` + a random uuid4: a
-content-derived id would let a tenant confirm a guessed claim from an id reported in a
-foreign-scope rejection.
+``SqlMemory`` holds the rules (duplicates, staleness, supersession, conflicts, deletion), each
+operation one transaction of its ``Database`` on the tables of ``tether.tables``; a write
+serialises with the other writers of its (scope, subject) before its checks read
+(``tether.tables.lock``: an advisory lock on PostgreSQL, the file's write lock on SQLite), so
+a refused write changes nothing and concurrent identical proposals leave exactly one row.
+``SqliteMemory`` and ``PgMemory`` add only how they are opened. Ids are ``mem_`` + a random
+uuid4: a content-derived id would let a tenant confirm a guessed claim from an id reported in
+a foreign-scope rejection.
 """
 
 from __future__ import annotations
@@ -20,8 +20,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from sqlalchemy import Connection, func, or_, select, update
+
 from ..errors import MemoryPolicyError
-from ..sqlops import Dialect, Op, OpDatabase, Sql
+from ..storage import Database
+from ..tables import insertion_order, lock, upsert
+from ..tables import memory_conflicts as Cf
+from ..tables import memory_events as Ev
+from ..tables import memory_records as R
 from .records import (
     MemoryEvent,
     MemoryRecord,
@@ -35,8 +41,6 @@ from .records import (
 from .store import MemoryPolicy, check_proposal, normalize_claim
 
 __all__ = ["SqlMemory", "utc_now"]
-
-_COLS = "id, subject, scope, status, body"
 
 
 def utc_now() -> datetime:
@@ -68,30 +72,34 @@ class _Row:
         return self.status == "active" and self.record is not None and self.record.valid_until > now
 
 
-def _row(raw: tuple[Any, ...]) -> _Row:
-    rid, subject, scope, status, body = raw
-    return _Row(rid, subject, scope, status, MemoryRecord.model_validate_json(body) if body else None)
-
-
-def _event(d: Dialect, record_id: str, op: str, actor: str, reason: str, now: datetime) -> Sql:
-    return Sql(
-        "INSERT INTO memory_events (record_id, op, actor, reason, at) VALUES (%s, %s, %s, %s, %s)",
-        (record_id, op, actor, reason, d.stamp(now)),
-        fetch="none",
+def _row(raw: Any) -> _Row:
+    body = raw.body
+    return _Row(
+        raw.id, raw.subject, raw.scope, raw.status, MemoryRecord.model_validate_json(body) if body else None
     )
 
 
-def _get(record_id: str, lock: str = "") -> Op[_Row | None]:
-    raw = yield Sql(f"SELECT {_COLS} FROM memory_records WHERE id = %s{lock}", (record_id,), fetch="one")
+_COLS = (R.c.id, R.c.subject, R.c.scope, R.c.status, R.c.body)
+
+
+def _event(conn: Connection, record_id: str, op: str, actor: str, reason: str, now: datetime) -> None:
+    conn.execute(Ev.insert().values(record_id=record_id, op=op, actor=actor, reason=reason, at=now))
+
+
+def _get(conn: Connection, record_id: str, lock_row: bool = False) -> _Row | None:
+    query = select(*_COLS).where(R.c.id == record_id)
+    raw = conn.execute(query.with_for_update() if lock_row else query).first()
     return _row(raw) if raw is not None else None
 
 
-def _supersede_target(record: MemoryRecord, rows: list[_Row], correcting: str | None) -> Op[_Row | None]:
+def _supersede_target(
+    conn: Connection, record: MemoryRecord, rows: list[_Row], correcting: str | None
+) -> _Row | None:
     """The active record the new one replaces: the named one for a correction, otherwise the
     active record of the same source system for the same subject and scope."""
     assert record.source is not None
     if correcting is not None:
-        old = yield from _get(correcting)
+        old = _get(conn, correcting)
         if old is None:
             raise MemoryPolicyError("not_found", f"no memory record {correcting!r}")
         if old.status != "active":
@@ -120,34 +128,11 @@ def _supersede_target(record: MemoryRecord, rows: list[_Row], correcting: str | 
     return target
 
 
-def _write(
-    d: Dialect,
-    record: MemoryRecord,
-    src: Source,
-    now: datetime,
-    actor: str,
-    reason: str,
-    correcting: str | None,
-) -> Op[WriteResult]:
-    yield from d.lock(f"memory|{record.scope}|{record.subject}")
-    if record.id is not None:
-        yield from d.lock(f"memory-id|{record.id}")
-        if (yield from _get(record.id)) is not None:
-            raise MemoryPolicyError("duplicate", f"a record with id {record.id!r} already exists")
-    raw = yield Sql(
-        f"SELECT {_COLS} FROM memory_records WHERE subject = %s AND scope = %s AND status = 'active'"
-        f" ORDER BY {d.order}",
-        (record.subject, record.scope),
-    )
-    rows = [_row(r) for r in raw]
-    target = yield from _supersede_target(record, rows, correcting)
-    fingerprint = _fingerprint(record)
-    for row in rows:
-        if row.live(now) and row.record is not None and _fingerprint(row.record) == fingerprint:
-            raise MemoryPolicyError(
-                "duplicate", f"same claim from the same source is already stored as {row.id}"
-            )
-    conflicts = [
+def _conflicts(
+    record: MemoryRecord, src: Source, rows: list[_Row], target: _Row | None, now: datetime
+) -> list[str]:
+    """The live authoritative records of other sources that say something else."""
+    return [
         row.id
         for row in rows
         if row.live(now)
@@ -158,53 +143,76 @@ def _write(
         and row.record.source.system != src.system
         and normalize_claim(row.record.claim) != normalize_claim(record.claim)
     ]
+
+
+def _write(
+    conn: Connection,
+    record: MemoryRecord,
+    src: Source,
+    now: datetime,
+    actor: str,
+    reason: str,
+    correcting: str | None,
+) -> WriteResult:
+    lock(conn, f"memory|{record.scope}|{record.subject}")
+    if record.id is not None:
+        lock(conn, f"memory-id|{record.id}")
+        if _get(conn, record.id) is not None:
+            raise MemoryPolicyError("duplicate", f"a record with id {record.id!r} already exists")
+    raw = conn.execute(
+        select(*_COLS)
+        .where(R.c.subject == record.subject, R.c.scope == record.scope, R.c.status == "active")
+        .order_by(insertion_order(conn, R))
+    )
+    rows = [_row(r) for r in raw]
+    target = _supersede_target(conn, record, rows, correcting)
+    fingerprint = _fingerprint(record)
+    for row in rows:
+        if row.live(now) and row.record is not None and _fingerprint(row.record) == fingerprint:
+            raise MemoryPolicyError(
+                "duplicate", f"same claim from the same source is already stored as {row.id}"
+            )
+    conflicts = _conflicts(record, src, rows, target, now)
     stored = record.model_copy(
         update={"id": record.id or f"mem_{uuid.uuid4().hex}", "supersedes": target.id if target else None}
     )
     assert stored.id is not None
-    at = d.stamp(now)
-    yield Sql(
-        "INSERT INTO memory_records (id, subject, scope, source_system, status, fingerprint, body,"
-        " created_at) VALUES (%s, %s, %s, %s, 'active', %s, %s, %s)",
-        (stored.id, stored.subject, stored.scope, src.system, fingerprint, stored.model_dump_json(), at),
-        fetch="none",
-    )
-    yield _event(d, stored.id, "write", actor, reason, now)
+    conn.execute(
+        R.insert().values(
+            id=stored.id, subject=stored.subject, scope=stored.scope, source_system=src.system,
+            status="active", fingerprint=fingerprint, body=stored.model_dump_json(), created_at=now,
+        )
+    )  # fmt: skip
+    _event(conn, stored.id, "write", actor, reason, now)
     status: WriteStatus = "stored"
     if target is not None:
-        yield Sql(
-            "UPDATE memory_records SET status = 'superseded', superseded_by = %s WHERE id = %s",
-            (stored.id, target.id),
-            fetch="none",
+        conn.execute(
+            update(R).where(R.c.id == target.id).values(status="superseded", superseded_by=stored.id)
         )
         op = "corrected" if correcting else "superseded"
-        yield _event(d, target.id, op, actor, f"{reason} (replaced by {stored.id})", now)
+        _event(conn, target.id, op, actor, f"{reason} (replaced by {stored.id})", now)
         status = "superseded"
     note = "authoritative sources disagree; confirm with the system of record or a person"
     for other in conflicts:
         for a, b in ((stored.id, other), (other, stored.id)):
-            yield Sql(
-                "INSERT INTO memory_conflicts VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                (a, b, at),
-                fetch="none",
-            )
-        yield _event(d, stored.id, "conflict", actor, f"conflicts with {other}: {note}", now)
-        yield _event(d, other, "conflict", actor, f"conflicts with {stored.id}: {note}", now)
+            conn.execute(upsert(conn, Cf).values(record_id=a, other_id=b, at=now).on_conflict_do_nothing())
+        _event(conn, stored.id, "conflict", actor, f"conflicts with {other}: {note}", now)
+        _event(conn, other, "conflict", actor, f"conflicts with {stored.id}: {note}", now)
         status = "conflicted"
     return WriteResult(stored, status, tuple(conflicts))
 
 
-def _read(d: Dialect, subject: str, scope: str, roles: frozenset[str], now: datetime) -> Op[ReadResult]:
-    raw = yield Sql(
-        f"SELECT {_COLS} FROM memory_records WHERE subject = %s OR substr(subject, 1, %s) = %s"
-        f" ORDER BY {d.order}",
-        (subject, len(subject) + 1, subject + ":"),
+def _read(conn: Connection, subject: str, scope: str, roles: frozenset[str], now: datetime) -> ReadResult:
+    raw = conn.execute(
+        select(*_COLS)
+        .where(or_(R.c.subject == subject, func.substr(R.c.subject, 1, len(subject) + 1) == subject + ":"))
+        .order_by(insertion_order(conn, R))
     )
     rows = [_row(r) for r in raw]
-    pairs = yield Sql(
-        "SELECT c.record_id, c.other_id FROM memory_conflicts c JOIN memory_records r ON r.id = c.record_id"
-        " WHERE r.scope = %s AND r.status = 'active'",
-        (scope,),
+    pairs = conn.execute(
+        select(Cf.c.record_id, Cf.c.other_id)
+        .join(R, R.c.id == Cf.c.record_id)
+        .where(R.c.scope == scope, R.c.status == "active")
     )
     live = {row.id for row in rows if row.scope == scope and row.live(now)}
     partners: dict[str, list[str]] = {}
@@ -229,39 +237,35 @@ def _read(d: Dialect, subject: str, scope: str, roles: frozenset[str], now: date
     return ReadResult(tuple(records), tuple(rejected))
 
 
-def _delete(d: Dialect, record_id: str, actor: str, reason: str, now: datetime) -> Op[None]:
-    row = yield from _get(record_id, d.for_update)
+def _delete(conn: Connection, record_id: str, actor: str, reason: str, now: datetime) -> None:
+    row = _get(conn, record_id, lock_row=True)
     if row is None:
         raise MemoryPolicyError("not_found", f"no memory record {record_id!r}")
     if row.status == "deleted":
         raise MemoryPolicyError("deleted", f"record {record_id!r} is already deleted")
-    yield Sql(
-        "UPDATE memory_records SET status = 'deleted', body = NULL, fingerprint = NULL WHERE id = %s",
-        (record_id,),
-        fetch="none",
-    )
-    yield _event(d, record_id, "delete", actor, reason, now)
+    conn.execute(update(R).where(R.c.id == record_id).values(status="deleted", body=None, fingerprint=None))
+    _event(conn, record_id, "delete", actor, reason, now)
 
 
-def _history(d: Dialect, record_id: str) -> Op[tuple[MemoryEvent, ...]]:
-    rows = yield Sql(
-        "SELECT id, record_id, op, actor, reason, at FROM memory_events WHERE record_id = %s ORDER BY id",
-        (record_id,),
-    )
+def _history(conn: Connection, record_id: str) -> tuple[MemoryEvent, ...]:
+    rows = conn.execute(select(Ev).where(Ev.c.record_id == record_id).order_by(Ev.c.id))
     return tuple(
-        MemoryEvent(id=i, record_id=r, op=cast(Any, op), actor=a, reason=why, at=d.instant(at))
-        for i, r, op, a, why, at in rows
+        MemoryEvent(
+            id=r.id, record_id=r.record_id, op=cast(Any, r.op), actor=r.actor, reason=r.reason, at=r.at
+        )
+        for r in rows
     )
 
 
 class SqlMemory:
-    """A ``MemoryStore`` on an ``OpDatabase``. ``clock`` gives the write time (expiry checks,
+    """A ``MemoryStore`` on a ``Database``. ``clock`` gives the write time (expiry checks,
     history rows); inject a fixed one in tests. Reads take ``now`` explicitly."""
 
     def __init__(
-        self, ops: OpDatabase, *, policy: MemoryPolicy, clock: Callable[[], datetime] = utc_now
+        self, db: Database, *, policy: MemoryPolicy, clock: Callable[[], datetime] = utc_now
     ) -> None:
-        self._ops = ops
+        self.db = db
+        db.migrate("memory")
         self.policy = policy
         self._clock = clock
 
@@ -285,18 +289,18 @@ class SqlMemory:
         """Records for ``subject`` or its sub-subjects, filtered by scope, status, expiry and ACL."""
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
-        return await self._ops.aread(_read, self._ops.dialect, subject, scope, frozenset(roles), now)
+        return await self.db.read(_read, subject, scope, frozenset(roles), now)
 
     async def delete(self, record_id: str, *, actor: str, reason: str) -> None:
         """Delete a record: its content is erased, its id and history stay.
 
         Raises ``MemoryPolicyError`` (``not_found``, or ``deleted`` if already deleted).
         """
-        await self._ops.arun(_delete, self._ops.dialect, record_id, actor, reason, self._now())
+        await self.db.write(_delete, record_id, actor, reason, self._now())
 
     async def history(self, record_id: str) -> tuple[MemoryEvent, ...]:
         """The operations on ``record_id``, oldest first (empty for an unknown id)."""
-        return await self._ops.aread(_history, self._ops.dialect, record_id)
+        return await self.db.read(_history, record_id)
 
     def _now(self) -> datetime:
         now = self._clock()
@@ -309,4 +313,4 @@ class SqlMemory:
     ) -> WriteResult:
         now = self._now()
         src = check_proposal(record, self.policy, now=now)  # pure: refused before the database is touched
-        return await self._ops.arun(_write, self._ops.dialect, record, src, now, actor, reason, correcting)
+        return await self.db.write(_write, record, src, now, actor, reason, correcting)

@@ -250,18 +250,18 @@ class MemoryApprovalStore(InlineAsyncFace):
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def save_checkpoint(
+    async def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
     ) -> None:
         at = _utc(now)
         with self._lock:
             self._checkpoints[run_id] = Checkpoint(run_id, app, state, status, at, stop_reason)
 
-    def load_checkpoint(self, run_id: str) -> Checkpoint | None:
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         with self._lock:
             return self._checkpoints.get(run_id)
 
-    def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
+    async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
         with self._lock:
             found = [c for c in self._checkpoints.values() if status is None or c.status == status]
             return sorted(found, key=lambda c: c.updated_at)

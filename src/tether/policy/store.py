@@ -22,6 +22,7 @@ __all__ = [
     "ApprovalEvent",
     "ApprovalStore",
     "Checkpoint",
+    "CheckpointStore",
     "Claim",
     "InlineAsyncFace",
     "LedgerEntry",
@@ -192,20 +193,30 @@ class SyncApprovalStore(Protocol):
 
     def ledger_for(self, proposal_id: str) -> list[LedgerEntry]: ...
 
-    # run checkpoints
-    def save_checkpoint(
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Run checkpoints, async only: the working state of a run that paused (or ended), by run id,
+    written at every pause and read to resume it."""
+
+    async def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
-    ) -> None: ...
+    ) -> None:
+        """Write (or replace) the checkpoint of ``run_id``."""
+        ...
 
-    def load_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None: ...
 
-    def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]: ...
+    async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
+        """The checkpoints (with ``status`` only, if given), least recently updated first."""
+        ...
 
 
 @runtime_checkable
-class ApprovalStore(SyncApprovalStore, Protocol):
-    """Durable state of approvals: the sync face plus an async face (the same operations,
-    ``a``-prefixed, awaitable without ever blocking the event loop)."""
+class ApprovalStore(SyncApprovalStore, CheckpointStore, Protocol):
+    """Durable state of approvals: proposals and the effect ledger with a sync face and an async
+    face (``a``-prefixed, awaitable without ever blocking the event loop), and run checkpoints
+    (async only)."""
 
     async def aadd_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal: ...
 
@@ -259,14 +270,6 @@ class ApprovalStore(SyncApprovalStore, Protocol):
     async def aledger_entry(self, key: str) -> LedgerEntry | None: ...
 
     async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]: ...
-
-    async def asave_checkpoint(
-        self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
-    ) -> None: ...
-
-    async def aload_checkpoint(self, run_id: str) -> Checkpoint | None: ...
-
-    async def alist_checkpoints(self, status: str | None = None) -> list[Checkpoint]: ...
 
 
 class InlineAsyncFace:
@@ -358,24 +361,6 @@ class InlineAsyncFace:
 
     async def aledger_for(self: SyncApprovalStore, proposal_id: str) -> list[LedgerEntry]:
         return self.ledger_for(proposal_id)
-
-    async def asave_checkpoint(
-        self: SyncApprovalStore,
-        run_id: str,
-        *,
-        app: str | None,
-        state: str,
-        status: str,
-        stop_reason: str,
-        now: datetime,
-    ) -> None:
-        self.save_checkpoint(run_id, app=app, state=state, status=status, stop_reason=stop_reason, now=now)
-
-    async def aload_checkpoint(self: SyncApprovalStore, run_id: str) -> Checkpoint | None:
-        return self.load_checkpoint(run_id)
-
-    async def alist_checkpoints(self: SyncApprovalStore, status: str | None = None) -> list[Checkpoint]:
-        return self.list_checkpoints(status)
 
 
 def result_json(value: dict[str, Any]) -> str:

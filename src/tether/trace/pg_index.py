@@ -15,58 +15,36 @@ import queue
 import threading
 from typing import Any
 
-from tether.pg import Op, PgDatabase, PgMigration, Sql
+from sqlalchemy import Connection, select
+
+from tether.storage import Database
+from tether.tables import trace_events as T
+from tether.tables import upsert
 from tether.trace.events import TraceEvent
 
-__all__ = ["MIGRATIONS", "PgTraceIndex"]
-
-MIGRATIONS: tuple[PgMigration, ...] = (
-    (
-        "pg_t001_trace_events",
-        (
-            """CREATE TABLE trace_events (
-                run_id TEXT NOT NULL,
-                seq INTEGER NOT NULL,
-                ts TEXT NOT NULL,
-                kind TEXT NOT NULL,
-                data JSONB NOT NULL,
-                PRIMARY KEY (run_id, seq)
-            )""",
-            "CREATE INDEX trace_events_kind ON trace_events (kind)",
-        ),
-    ),
-)
+__all__ = ["PgTraceIndex"]
 
 _BATCH = 200
 
 
-def _insert(rows: list[tuple[str, int, str, str, str]]) -> Op[None]:
-    for row in rows:
-        yield Sql(
-            "INSERT INTO trace_events (run_id, seq, ts, kind, data) VALUES (%s, %s, %s, %s, %s::jsonb)"
-            " ON CONFLICT (run_id, seq) DO NOTHING",
-            row,
-            fetch="none",
-        )
+def _insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    conn.execute(upsert(conn, T).on_conflict_do_nothing(index_elements=["run_id", "seq"]), rows)
 
 
-def _events(run_id: str, kind: str | None) -> Op[list[dict[str, Any]]]:
-    if kind is None:
-        rows = yield Sql("SELECT data FROM trace_events WHERE run_id = %s ORDER BY seq", (run_id,))
-    else:
-        rows = yield Sql(
-            "SELECT data FROM trace_events WHERE run_id = %s AND kind = %s ORDER BY seq", (run_id, kind)
-        )
-    return [r[0] for r in rows]
+def _events(conn: Connection, run_id: str, kind: str | None) -> list[dict[str, Any]]:
+    query = select(T.c.data).where(T.c.run_id == run_id).order_by(T.c.seq)
+    if kind is not None:
+        query = query.where(T.c.kind == kind)
+    return list(conn.scalars(query))
 
 
 class PgTraceIndex:
     """A trace sink on PostgreSQL, and the reader of what it stored."""
 
-    def __init__(self, db: str | PgDatabase) -> None:
-        self._owns = not isinstance(db, PgDatabase)
-        self.db = db if isinstance(db, PgDatabase) else PgDatabase(db)
-        self.db.migrate("traces", MIGRATIONS)
+    def __init__(self, db: str | Database) -> None:
+        self._owns = not isinstance(db, Database)
+        self.db = db if isinstance(db, Database) else Database.postgresql(db)
+        self.db.migrate("traces")
         self._queue: queue.Queue[Any] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -105,7 +83,11 @@ class PgTraceIndex:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            rows = [x for x in batch if isinstance(x, tuple)]
+            rows = [
+                {"run_id": x[0], "seq": x[1], "ts": x[2], "kind": x[3], "data": json.loads(x[4])}
+                for x in batch
+                if isinstance(x, tuple)
+            ]
             if rows:
                 try:
                     self.db.run(_insert, rows)
@@ -119,7 +101,7 @@ class PgTraceIndex:
 
     def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         """The stored events of one run (each as its JSONL line), in order."""
-        return self.db.run(_events, run_id, kind)
+        return self.db.snapshot(_events, run_id, kind)
 
     def shutdown(self) -> None:
         self.flush()
