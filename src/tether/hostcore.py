@@ -161,6 +161,11 @@ class HostCore:
             out.append(spec)
         return sorted(out, key=lambda s: s.name)
 
+    def known_tools(self) -> list[ToolSpec]:
+        """Every tool the started sources list, offered or not: a call to one not offered is
+        still proposed and traced (and resolved by its bare remote name, see ``_resolve``)."""
+        return [spec for spec, _ in self._specs.values()]
+
     def _resolve(self, name: str) -> ToolSpec | None:
         if name in self._specs:
             return self._specs[name][0]

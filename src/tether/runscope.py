@@ -5,6 +5,8 @@ elicitation resume and a durable worker each open a ``RunScope`` and write none 
 themselves:
 
 - the run id, its tracer (and trace file) and its ``RunState``;
+- the tracer's knowledge of which arguments each tool declares secret (``declare_secrets``:
+  local and MCP tools alike, for every runner), so their values are redacted from every event;
 - the ``run_started`` event (``run_resumed`` for a resumed run), always with the tenant and
   the roles, and the one ``stop`` event;
 - the checkpoint a run leaves when it stops: ``stopped`` after a transient failure (a model
@@ -20,7 +22,7 @@ and durable runs alike.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
@@ -38,8 +40,9 @@ if TYPE_CHECKING:
     from tether.handoff import Handoff
     from tether.hostcore import HostCore as Host
     from tether.tools.contract import ToolSpec
+    from tether.trace.tracer import Tracer
 
-__all__ = ["TRANSIENT", "ResumePoint", "RunScope", "resume_point"]
+__all__ = ["TRANSIENT", "ResumePoint", "RunScope", "declare_secrets", "resume_point"]
 
 # Stops a run may be continued from: nothing the host decided ended it, and its state up to
 # the failure is kept (effects already recorded replay from the ledger, never run again).
@@ -66,6 +69,30 @@ def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
     if checkpoint.status == "finished":
         raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
     return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
+
+
+def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
+    """Tell ``tracer`` which arguments each tool declares secret (``ToolSpec.secret_arguments``:
+    JSON Schema ``writeOnly`` / ``format: password`` / ``x-secret-arguments``), whatever its
+    source: a local tool's contract or an MCP server's input schema. The chokepoint then learns
+    their values from each proposed call before anything is written (``Redactor.learn``).
+
+    A tool is declared under its name and, when no other tool claims it, under its bare remote
+    name (an MCP tool's name at its server), which the host also resolves a call by."""
+    specs = list(specs)
+    names = {spec.name for spec in specs}
+    remotes: dict[str, int] = {}
+    for spec in specs:
+        if spec.remote_name:
+            remotes[spec.remote_name] = remotes.get(spec.remote_name, 0) + 1
+    for spec in specs:
+        secret = spec.secret_arguments
+        if not secret:
+            continue
+        tracer.redactor.declare(spec.name, secret)
+        remote = spec.remote_name
+        if remote and remote not in names and remotes.get(remote) == 1:
+            tracer.redactor.declare(remote, secret)
 
 
 class RunScope:
@@ -110,6 +137,7 @@ class RunScope:
             )
         self.state = state
         self.tracer, self.trace_path = host.new_tracer(trace_id or state.run_id)
+        declare_secrets(self.tracer, host.known_tools())  # again at start: a host started late
         if resume is not None:
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self._finished: RunResult | None = None
@@ -123,6 +151,7 @@ class RunScope:
         of the host's sources. ``about``: the runner's own description (agent and model, or
         workflow)."""
         s = self.state
+        declare_secrets(self.tracer, [*self.host.known_tools(), *tools])  # tools: harness ones too
         self.tracer.emit(
             EventKind.RUN_RESUMED if self.resumed is not None else EventKind.RUN_STARTED,
             design=self.design,
