@@ -1,10 +1,11 @@
-"""Sets of names given by the application (roles, tenants, tool names, destinations)."""
+"""Names given by the application: sets of them (roles, tenants, tool names, destinations), and
+what an app name on the command line is (an agent file or ``module:factory``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["name_set"]
+__all__ = ["is_agent_file", "name_set"]
 
 
 def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
@@ -20,3 +21,10 @@ def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
         if not isinstance(name, str):
             raise TypeError(f"{what} must hold strings, not {type(name).__name__} ({name!r})")
     return names
+
+
+def is_agent_file(name: str) -> bool:
+    """Whether ``name`` (an app on the command line) names an agent file, not ``module:factory``.
+    Here, not in ``tether.agentfile``, so a command that only needs the answer (``tether submit
+    module:factory``) does not load the agent-file machinery."""
+    return name.lower().endswith((".yaml", ".yml", ".toml"))

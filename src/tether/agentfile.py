@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tether._names import is_agent_file as is_agent_file  # re-exported: commands that load agent files
 from tether.errors import ConfigError
 from tether.tools.contract import Effect
 
@@ -605,11 +606,6 @@ def parse_agent(
     body = text if text is not None else json.dumps(spec.model_dump(mode="json"), sort_keys=True)
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     return AgentFile(spec, path, base_dir.resolve(), body, digest)
-
-
-def is_agent_file(name: str) -> bool:
-    """Whether ``name`` (an app on the command line) names an agent file, not ``module:factory``."""
-    return name.lower().endswith((".yaml", ".yml", ".toml"))
 
 
 def load_agent_file(path: str | Path) -> AgentFile:

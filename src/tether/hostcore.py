@@ -196,6 +196,11 @@ class HostCore:
             out.append(spec)
         return sorted(out, key=lambda s: s.name)
 
+    def known_tools(self) -> list[ToolSpec]:
+        """Every tool the started sources list, offered or not: a call to one not offered is
+        still proposed and traced (and resolved by its bare remote name, see ``_resolve``)."""
+        return [spec for spec, _ in self._specs.values()]
+
     def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
         """The decision stage alone, traced and recorded: resolve → harness intercept → intake →
         validation → policy. For proposals stored before anything runs (the approval desk)."""

@@ -5,6 +5,8 @@ elicitation resume and a durable worker each open a ``RunScope`` and write none 
 themselves:
 
 - the run id, its tracer (and trace file) and its ``RunState``;
+- the tracer's knowledge of which arguments each tool declares secret (``declare_secrets``:
+  local and MCP tools alike, for every runner), so their values are redacted from every event;
 - the ``run_started`` event (``run_resumed`` for a resumed run), always with the tenant and
   the roles, and the one ``stop`` event;
 - the checkpoint a run leaves when it stops: ``stopped`` after a transient failure (a model
@@ -14,21 +16,23 @@ themselves:
 
 A pause is checkpointed where it happens, by the chokepoint (``HostCore.call_turn``): a ``Turn``
 comes back settled. ``resume_point`` is the one rule of what may be resumed, for embedded
-and durable runs alike.
+and durable runs alike; ``rebuild`` and ``resume_rebuilt`` the one path an embedded run is
+continued by (``tether resume`` and the console's Resume alike).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
 from tether.calls import CallScope, Harness
 from tether.checkpoint import CheckpointError, restore_trace, state_from_json, state_to_json
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, ConfigError
 from tether.policy.trusted import TrustedContext
 from tether.run import RunResult, RunState
 from tether.stop import StopReason
@@ -38,8 +42,17 @@ if TYPE_CHECKING:
     from tether.handoff import Handoff
     from tether.hostcore import HostCore as Host
     from tether.tools.contract import ToolSpec
+    from tether.trace.tracer import Tracer
 
-__all__ = ["TRANSIENT", "ResumePoint", "RunScope", "resume_point"]
+__all__ = [
+    "TRANSIENT",
+    "ResumePoint",
+    "RunScope",
+    "declare_secrets",
+    "rebuild",
+    "resume_point",
+    "resume_rebuilt",
+]
 
 # Stops a run may be continued from: nothing the host decided ended it, and its state up to
 # the failure is kept (effects already recorded replay from the ledger, never run again).
@@ -66,6 +79,70 @@ def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
     if checkpoint.status == "finished":
         raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
     return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
+
+
+def rebuild(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
+    """The host and agent of ``run_id``, built by the application factory its checkpoint names
+    (``module:function``: host code chosen by the application that started the run, never by
+    the model), called with the approval store's path — and the run id, when the factory takes
+    one (``tether.agentrecord:rebuild`` rebuilds an agent file's run; ``tether mcp run``'s too).
+
+    Raises ``ConfigError`` naming the factory when it cannot be loaded or cannot rebuild."""
+    import importlib
+    import inspect
+
+    module_name, _, function = app.partition(":")
+    if not module_name or not function:
+        raise ConfigError(f"the run's factory {app!r} is not module:function")
+    try:
+        factory = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"cannot load the run's factory {app!r}: {err}") from None
+    try:
+        takes_run_id = "run_id" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_run_id = False
+    built = factory(db, run_id=run_id) if takes_run_id else factory(db)
+    if not (isinstance(built, tuple) and len(built) == 2):
+        raise ConfigError(f"the run's factory {app!r} must return (host, agent), not {type(built).__name__}")
+    return built[0], built[1]
+
+
+async def resume_rebuilt(host: Any, agent: Any, run_id: str) -> RunResult:
+    """Continue ``run_id`` on a host and agent ``rebuild`` made, then close both (the host's
+    sources and the model's client). Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+    try:
+        result: RunResult = await host.resume(agent, run_id)
+    finally:
+        await host.aclose()
+        close = getattr(agent.model, "aclose", None)
+        if close is not None:
+            await close()
+    return result
+
+
+def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
+    """Tell ``tracer`` which arguments each tool declares secret (``ToolSpec.secret_arguments``:
+    JSON Schema ``writeOnly`` / ``format: password`` / ``x-secret-arguments``), whatever its
+    source: a local tool's contract or an MCP server's input schema. The chokepoint then learns
+    their values from each proposed call before anything is written (``Redactor.learn``).
+
+    A tool is declared under its name and, when no other tool claims it, under its bare remote
+    name (an MCP tool's name at its server), which the host also resolves a call by."""
+    specs = list(specs)
+    names = {spec.name for spec in specs}
+    remotes: dict[str, int] = {}
+    for spec in specs:
+        if spec.remote_name:
+            remotes[spec.remote_name] = remotes.get(spec.remote_name, 0) + 1
+    for spec in specs:
+        secret = spec.secret_arguments
+        if not secret:
+            continue
+        tracer.redactor.declare(spec.name, secret)
+        remote = spec.remote_name
+        if remote and remote not in names and remotes.get(remote) == 1:
+            tracer.redactor.declare(remote, secret)
 
 
 class RunScope:
@@ -110,6 +187,7 @@ class RunScope:
             )
         self.state = state
         self.tracer, self.trace_path = host.new_tracer(trace_id or state.run_id)
+        declare_secrets(self.tracer, host.known_tools())  # again at start: a host started late
         if resume is not None:
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self._finished: RunResult | None = None
@@ -123,6 +201,7 @@ class RunScope:
         of the host's sources. ``about``: the runner's own description (agent and model, or
         workflow)."""
         s = self.state
+        declare_secrets(self.tracer, [*self.host.known_tools(), *tools])  # tools: harness ones too
         self.tracer.emit(
             EventKind.RUN_RESUMED if self.resumed is not None else EventKind.RUN_STARTED,
             design=self.design,

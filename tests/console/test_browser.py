@@ -4,7 +4,8 @@ download) driven by Playwright against ``tether serve`` on 127.0.0.1.
 A reviewer signs in, sees only their tenant's queue, approves one proposal (its run resumes to
 ``accepted``) and denies another (``approval_denied``); cross-tenant attempts by URL and API and
 a cross-site form post without the CSRF token are refused; an MCP tool description with hidden
-characters is shown escaped. Screenshots of every page go to ``tether-output/console-screens``.
+characters is shown escaped. Screenshots of every page go to ``tether-output/console-screens``
+(or ``$TETHER_SCREENS``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ sync_api = pytest.importorskip(
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENS = ROOT / "tether-output" / "console-screens"
+SCREENS = Path(os.environ.get("TETHER_SCREENS") or ROOT / "tether-output" / "console-screens")
 HERE = Path(__file__).parent
 
 
@@ -206,6 +207,8 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         context = browser.new_context(viewport={"width": 1200, "height": 900})
         page = context.new_page()
 
+        page.goto(f"{base}/approvals")  # not signed in: the sign-in page
+        page.screenshot(path=str(SCREENS / "00-sign-in.png"), full_page=True)
         sign_in(page, base, "ana")
         queue = page.inner_text("#queue")
         assert world.proposal_a[:17] in queue and proposal_deny[:17] in queue
@@ -283,6 +286,13 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         store = PauseStore(world.root / "state.db")
         assert blocking(store.get, pause.id).answer == {"minutes": 20}
         store.close()
+        page.goto(f"{base}/elicitations")
+        page.screenshot(path=str(SCREENS / "08-questions.png"), full_page=True)
+        page.goto(f"{base}/runs")
+        assert world.run_a in page.content() and world.run_b not in page.content()
+        page.screenshot(path=str(SCREENS / "09-runs.png"), full_page=True)
+        page.goto(f"{base}/rules")
+        page.screenshot(path=str(SCREENS / "10-rules.png"), full_page=True)
         page.click("button.link")  # sign out
 
         # An admin reviews the MCP server: hidden characters are shown escaped and flagged.
@@ -297,4 +307,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         assert "\\u200b" in escapes and "\\u202e" in escapes and "\\U000e0049" in escapes
         assert "\u200b" not in card.inner_text() and "\u202e" not in card.inner_text()
         page.screenshot(path=str(SCREENS / "07-server-review.png"), full_page=True)
+        page.goto(f"{base}/audit")
+        assert "approve" in page.inner_text("body")
+        page.screenshot(path=str(SCREENS / "11-audit.png"), full_page=True)
         browser.close()

@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 from conftest import PASSWORD, csrf_of, login
 from tether.cli import main
 from tether.console import create_app, sqlite_sources
+from tether.console.sources import ConsoleSources
 from tether.console.users import UserStore
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
@@ -82,4 +83,119 @@ def test_a_run_started_from_an_agent_file_resumes_from_the_console(
             again = ana.post(f"/api/runs/{run_id}/resume", headers={"x-csrf-token": csrf})
             assert again.status_code == 409  # finished: nothing to resume
             entries = [(e.action, e.outcome) for e in sources.users.audit_log()]
-    assert ("resume", "accepted") in entries and ("resume", "refused:not_paused") in entries
+    # The refusal is named as tether resume names it (runscope.resume_point).
+    assert ("resume", "accepted") in entries and ("resume", "refused:run_finished") in entries
+
+
+LOOKUP = '''
+from typing import Annotated
+from pydantic import Field
+from tether import Effect, tool
+
+
+@tool(effect=Effect.READ)
+def lookup(order_id: Annotated[str, Field(description="Work order id.")]) -> dict:
+    """Look up a work order."""
+    return {"order_id": order_id, "state": "open"}
+'''
+
+
+def _console(tmp_path: Path) -> tuple[TestClient, ConsoleSources]:
+    sources = sqlite_sources(
+        users_db=tmp_path / "console.db", approvals_db=tmp_path / "approvals.db",
+        trace_dir=tmp_path / "traces", users=UserStore(tmp_path / "console.db", scrypt_n=2**10),
+    )  # fmt: skip
+    sources.users.add_user("ana", PASSWORD)
+    sources.users.grant("ana", "shop-a", "reviewer")
+    sources.users.add_user("vic", PASSWORD)
+    sources.users.grant("vic", "shop-a", "viewer")
+    app = create_app(sources, secret_key=b"resume-test-key-" * 3, allowed_hosts=("testserver",))
+    return TestClient(app, base_url="http://testserver"), sources
+
+
+@pytest.mark.spec("T5")
+def test_a_run_stopped_on_a_model_error_resumes_from_the_console_as_tether_resume_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "lookup_tools.py").write_text(LOOKUP, encoding="utf-8")
+    agent = {
+        "name": "reader",
+        "instructions": "Read orders.",
+        "model": {"name": "fake-model", "api_key_env": "RESUME_TEST_KEY", "streaming": False},
+        "tools": ["lookup_tools:lookup"],
+        "policy": {"tenant": "shop-a", "approvals_db": "approvals.db"},
+        "trace": {"dir": "traces"},
+    }
+    (tmp_path / "agent.yaml").write_text(yaml.safe_dump(agent), encoding="utf-8")
+    monkeypatch.setenv("RESUME_TEST_KEY", "sk-resume-console-2")
+    replies = [
+        Reply.error(400, "the provider refused the request"),
+        Reply.calls(("lookup", '{"order_id": "742"}')),
+        Reply.text("Order 742 is open."),
+    ]
+    with FakeChatServer(scripted(replies)) as chat:
+        main(["run", "Read 742", "--agent", "agent.yaml", "--base-url", chat.url, "--json"])
+        stopped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert stopped["stop_reason"] == "model_error", stopped
+        run_id = stopped["run_id"]
+        client, sources = _console(tmp_path)
+        with client:
+            # Attack: a viewer of the tenant sees the run but may not resume it (audited).
+            vic = login(TestClient(client.app, base_url="http://testserver"), "vic")
+            vic_page = vic.get(f"/runs/{run_id}").text
+            assert 'id="resume"' not in vic_page
+            vic_csrf = csrf_of(vic_page)
+            refused = vic.post(f"/api/runs/{run_id}/resume", headers={"x-csrf-token": vic_csrf})
+            assert refused.status_code == 403
+            ana = login(client, "ana")
+            page = ana.get(f"/runs/{run_id}").text
+            assert 'id="resume"' in page and "stopped (model_error)" in page  # offered, as the CLI would
+            done = ana.post(f"/runs/{run_id}/resume", data={"csrf_token": csrf_of(page)})
+            assert done.status_code == 200 and "The run was resumed." in done.text
+            again = ana.post(f"/api/runs/{run_id}/resume", headers={"x-csrf-token": csrf_of(page)})
+            assert again.status_code == 409 and again.json()["error"] == "run_finished"
+            entries = [(e.actor, e.action, e.outcome) for e in sources.users.audit_log()]
+    assert ("session:ana", "resume", "accepted") in entries
+    assert ("session:ana", "resume", "refused:run_finished") in entries
+    assert ("session:vic", "resume", "refused:not_reviewer") in entries
+    trace = (tmp_path / "traces" / f"{run_id}.jsonl").read_text(encoding="utf-8")
+    assert '"kind":"run_resumed"' in trace and "Order 742 is open." in trace
+
+
+@pytest.mark.spec("T5")
+def test_a_factory_that_cannot_be_loaded_is_refused_by_name_and_audited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime
+
+    from tether.policy import SqliteApprovalStore
+
+    monkeypatch.chdir(tmp_path)
+    store = SqliteApprovalStore(tmp_path / "approvals.db")
+    state = {"run_id": "run-x1", "context": {"tenant": "shop-a"}}
+    store.save_checkpoint(
+        "run-x1", app="no_such_module_here:build", state=json.dumps(state), status="stopped",
+        stop_reason="model_error", now=datetime.now(UTC),
+    )  # fmt: skip
+    store.close()
+    (tmp_path / "traces").mkdir()
+    event = {"run_id": "run-x1", "seq": 1, "ts": "2026-01-01T00:00:00+00:00", "kind": "run_started",
+             "design": "agent", "tenant": "shop-a", "objective": "x"}  # fmt: skip
+    (tmp_path / "traces" / "run-x1.jsonl").write_text(json.dumps(event) + "\n", encoding="utf-8")
+    client, sources = _console(tmp_path)
+    with client:
+        ana = login(client, "ana")
+        csrf = csrf_of(ana.get("/runs/run-x1").text)
+        refused = ana.post("/api/runs/run-x1/resume", headers={"x-csrf-token": csrf})
+        assert refused.status_code == 409, refused.text
+        body = refused.json()
+        assert body["error"] == "not_resumable" and "no_such_module_here:build" in body["message"]
+        [entry] = [e for e in sources.users.audit_log() if e.action == "resume"]
+    assert entry.outcome == "refused:not_resumable" and "no_such_module_here" in entry.detail
+    # Nothing was changed by the refusal: the run is still there to resume once the factory exists.
+    after = SqliteApprovalStore(tmp_path / "approvals.db")
+    checkpoint = after.load_checkpoint("run-x1")
+    after.close()
+    assert checkpoint is not None and checkpoint.status == "stopped"

@@ -21,9 +21,9 @@ from tether.host import Host
 from tether.models.base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
 from tether.run import Agent
+from tether.runscope import declare_secrets
 from tether.testing import FunctionModel, call, final, tool_results
 from tether.tools import Effect, tool
-from tether.tools.source import LocalTools
 from tether.trace.events import EventKind
 from tether.trace.sanitize import MIN_FRAGMENT
 from tether.trace.tracer import JsonlSink, Tracer, read_trace
@@ -176,7 +176,7 @@ def test_no_piece_of_a_secret_survives_a_cut_at_any_length_and_position(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     otel = OtelSink(provider, capture_content=True)
     tracer = Tracer("run-1", [JsonlSink(path, flush="each_event"), otel], strict=True)
-    LocalTools([book_seat]).bind_tracer(tracer)
+    declare_secrets(tracer, [book_seat.spec])  # what every run scope does at its start
     tracer.emit(EventKind.RUN_STARTED, design="agent", objective="book", tools=["book_seat"])
     tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="book_seat", arguments=arguments[:2000])
     tracer.emit(EventKind.TOOL_ERROR, call_id="c1", tool="book_seat", error="upstream", message=message[:cut])

@@ -5,6 +5,7 @@ Objective grammar: ``<tag>: step; step; …`` with steps ``read ID``, ``log TEXT
 needs no approval), ``note TEXT`` (the same, but its tool has no reconciler), ``pay N`` (a write
 that needs a person's approval), ``both TEXT`` (a read and a log in one turn), ``ghost X`` (a
 call to a tool no one offers: refused), ``gone X`` (a read whose upstream is unavailable),
+``down X`` (the run's first model call fails, once per X: the run stops ``model_error``),
 ``flaky X`` (a write whose effect happens, then the tool raises: its outcome is unknown). The model asks
 for the next step's calls until the plan is done, then answers. It is a pure function of the
 request, so a recovered run that asks again gets the same answer; it appends one line per call
@@ -29,7 +30,7 @@ import anyio
 from pydantic import Field
 
 from tether import Agent, Host, Policy
-from tether.errors import DependencyUnavailable
+from tether.errors import DependencyUnavailable, ModelError
 from tether.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models.base import ModelRequest
 from tether.policy import Approvals
@@ -155,6 +156,12 @@ async def model_function(request: ModelRequest) -> AssistantMessage:
     tag, turns = plan(objective.split("\n")[0] if ":" in objective else objective)
     done = sum(1 for m in request.messages if isinstance(m, AssistantMessage) and m.tool_calls)
     _append("model.log", f"{tag}\t{done}\t{os.getpid()}")
+    for step in objective.split("\n")[0].partition(":")[2].split(";"):
+        verb, _, arg = step.strip().partition(" ")
+        marker = _dir() / f"model-down-{arg}"
+        if verb == "down" and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            raise ModelError(f"the model provider is down ({arg})")
     await anyio.sleep(float(os.environ.get("DURABLE_MODEL_S", "0")))
     if done < len(turns):
         return AssistantMessage(

@@ -444,3 +444,95 @@ def test_a_worker_records_opentelemetry_metrics_when_configured(deployment: Any)
     assert run.count == 1 and dict(run.attributes) == {"op": "start", "stop_reason": "accepted"}
     assert [p.value for p in points["tether.durable.runs.in_flight"]] == [0]  # started and ended
     assert [p.value for p in points["tether.durable.queue.depth"]] == [0]
+
+
+def _console(durable_url: str, tmp_path: Any) -> tuple[Any, Any]:
+    """The console on the deployment's shared stores (as ``tether serve --db URL``), with rita
+    reviewing acme and gus reviewing globex; returns (sources, sign_in)."""
+    import re
+
+    pytest.importorskip("starlette", reason="the console extra is not installed")
+    from starlette.testclient import TestClient
+
+    from tether.console import create_app, deployment_sources
+    from tether.console.users import UserStore
+
+    users_db = tmp_path / "console.db"
+    sources = deployment_sources(
+        url=durable_url, users_db=users_db, users=UserStore(users_db, scrypt_n=2**10)
+    )  # fmt: skip
+    for name, tenant in (("rita", "acme"), ("gus", "globex")):
+        sources.users.add_user(name, "correct horse battery")
+        sources.users.grant(name, tenant, "reviewer")
+    app = create_app(sources, secret_key=b"durable-console-key-" * 3, allowed_hosts=("testserver",))
+
+    def signed_in(name: str) -> Any:
+        c = TestClient(app, base_url="http://testserver")
+        token = re.search(r'name="csrf_login" value="([^"]+)"', c.get("/login").text)
+        assert token is not None
+        form = {"username": name, "password": "correct horse battery", "csrf_login": token.group(1)}
+        assert c.post("/login", data={**form, "next": "/"}).status_code == 200
+        return c
+
+    return sources, signed_in
+
+
+@pytest.mark.spec("T5", "O1")
+def test_the_console_lists_opens_and_resumes_a_postgresql_deployments_run_stopped_on_a_model_error(
+    deployment: Any, durable_url: str, tmp_path: Any
+) -> None:
+    import re
+
+    _, client, _ = deployment
+    rid = client.submit(durable_app.APP, "down-console: down c1; read a1; log after-down", ACME)
+    stopped = client.wait(rid, timeout_s=60)
+    assert stopped.stop_reason == "model_error"
+    checkpoint = client.stores.approvals.load_checkpoint(rid)
+    assert checkpoint is not None and checkpoint.status == "stopped"  # what tether resume continues
+    client.stores.traces.flush()
+
+    sources, signed_in = _console(durable_url, tmp_path)
+    try:
+        # Attack: another tenant's reviewer neither sees nor resumes the run (404 like an unknown id).
+        gus = signed_in("gus")
+        assert rid not in gus.get("/runs").text
+        assert gus.get(f"/runs/{rid}").status_code == 404
+        token = re.search(r'name="csrf_token" value="([^"]+)"', gus.get("/runs").text)
+        assert token is not None
+        assert (
+            gus.post(f"/api/runs/{rid}/resume", headers={"x-csrf-token": token.group(1)}).status_code == 404
+        )
+        assert [w.op for w in client.workflows(rid)] == ["start"]  # nothing was enqueued
+
+        # Legitimate: the tenant's reviewer finds the run, written by a worker, in the list ...
+        rita = signed_in("rita")
+        listed = rita.get("/runs").text
+        assert rid in listed and "model_error" in listed
+        assert any(
+            r["run_id"] == rid and r["stop_reason"] == "model_error"
+            for r in rita.get("/api/runs").json()["runs"]
+        )
+        # ... opens it (its timeline from the shared trace store) and resumes it: a worker continues.
+        page = rita.get(f"/runs/{rid}").text
+        assert "the model provider is down" in page and 'id="resume"' in page
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page)
+        assert csrf is not None
+        done = rita.post(f"/runs/{rid}/resume", data={"csrf_token": csrf.group(1)})
+        assert done.status_code == 200 and "a worker of the deployment resumes it" in done.text
+        view = _wait_for(client, rid, "finished")
+        assert view.stop_reason == "accepted" and [w.op for w in view.workflows] == ["start", "resume"]
+        assert [r[2] for r in durable_app.effects() if r[2] == "down-console:after-down"] == [
+            "down-console:after-down"
+        ]
+        # Resumed once: a second resume is refused as tether resume refuses it, and audited.
+        again = rita.post(f"/api/runs/{rid}/resume", headers={"x-csrf-token": csrf.group(1)})
+        assert again.status_code == 409 and again.json()["error"] == "run_finished"
+        audit = [(e.actor, e.outcome) for e in sources.users.audit_log() if e.action == "resume"]
+        assert ("session:rita", f"enqueued:{view.workflows[1].workflow_id}") in audit
+        assert ("session:rita", "refused:run_finished") in audit
+        assert ("session:gus", "refused:not_found") not in audit  # hidden: nothing to audit for gus
+        client.stores.traces.flush()
+        timeline = rita.get(f"/api/runs/{rid}").json()
+        assert timeline["resumed"] and timeline["stop_reason"] == "accepted"
+    finally:
+        sources.close()

@@ -10,7 +10,6 @@ API key — from the file recorded beside the approval store when the run starte
 from __future__ import annotations
 
 import argparse
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -36,19 +35,9 @@ def register(sub: Any) -> None:
 
 
 def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
-    import importlib
+    from tether.runscope import rebuild  # the one rebuild path (the console's Resume uses it too)
 
-    from tether.errors import ConfigError
-
-    module_name, _, function = app.partition(":")
-    try:
-        factory = getattr(importlib.import_module(module_name), function)
-    except (ImportError, AttributeError) as err:
-        raise ConfigError(f"cannot load the run's factory {app!r}: {err}") from None
-    params = inspect.signature(factory).parameters
-    if "run_id" in params:
-        return factory(db, run_id=run_id)  # type: ignore[no-any-return]
-    return factory(db)  # type: ignore[no-any-return]
+    return rebuild(app, db, run_id)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,13 +76,9 @@ def run(args: argparse.Namespace) -> int:
         host.extra_sinks.append(ProgressSink())
 
     async def go() -> Any:
-        try:
-            return await host.resume(agent, args.run_id)
-        finally:
-            await host.aclose()
-            close = getattr(agent.model, "aclose", None)
-            if close is not None:
-                await close()
+        from tether.runscope import resume_rebuilt
+
+        return await resume_rebuilt(host, agent, args.run_id)
 
     try:
         result = anyio.run(go)

@@ -46,7 +46,7 @@ def register(sub: Any) -> None:
         "--wait", type=float, default=None, help="wait up to S seconds for the run to end or pause"
     )
     p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=run)
+    p.set_defaults(handler=run, quick_exit=True)  # cli.main: a client command, closed when it returns
 
 
 class _Bad(Exception):
@@ -76,7 +76,7 @@ def _prepare(
     files: dict[str, Any],
 ) -> _Run:
     """Check one run and resolve its app; raises ``_Bad``. ``files``: agent files read so far."""
-    from tether.agentfile import is_agent_file
+    from tether._names import is_agent_file
     from tether.policy.trusted import TrustedContext
 
     if not agent:

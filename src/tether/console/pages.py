@@ -39,6 +39,7 @@ NOTICES = {
     "answered": "Answer stored. The paused run continues when it is resumed.",
     "pinned": "Pinned.",
     "resumed": "The run was resumed.",
+    "resume_enqueued": "The run's continuation is queued: a worker of the deployment resumes it.",
 }
 
 
@@ -321,9 +322,12 @@ def page_routes(console: Console) -> list[Route]:
         assert sources.traces is not None
         events = sources.traces.events(run_id)
         checkpoint = await sources.approvals.store.load_checkpoint(run_id) if sources.approvals else None
+        # What tether resume would continue (runscope.resume_point): paused, or stopped on a
+        # transient failure; never a run that ended.
         resumable = (
-            sources.resume is not None and checkpoint is not None and checkpoint.status == "paused"
-            and bool(checkpoint.app) and me.may(summary.tenant or "", "reviewer")
+            sources.resume is not None and checkpoint is not None
+            and checkpoint.status in ("paused", "stopped") and bool(checkpoint.app)
+            and me.may(summary.tenant or "", "reviewer")
         )  # fmt: skip
         return render(
             request, "run.html", me, run=summary, items=timeline(events), totals=run_totals(events),
@@ -335,8 +339,9 @@ def page_routes(console: Console) -> list[Route]:
         from tether.console.resume import resume_run
 
         run_id = request.path_params["run_id"]
-        await resume_run(sources, me, run_id)
-        return RedirectResponse(f"/runs/{quote(run_id)}?done=resumed", status_code=303)
+        summary = await resume_run(sources, me, run_id)
+        done = "resume_enqueued" if summary.get("enqueued") else "resumed"
+        return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
 
     # -- rules and audit -------------------------------------------------------------------
 

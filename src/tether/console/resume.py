@@ -1,9 +1,12 @@
-"""The console's "resume" action: continue a paused run once its approvals are decided.
+"""The console's "resume" action: continue a run that may be resumed — paused (its approvals
+decided, its questions answered) or stopped on a transient failure — by the rule and the path
+``tether resume`` uses.
 
 The run's tenant is read from its checkpoint (what the host recorded), never from the request;
-only a reviewer of that tenant may resume it. The run is rebuilt and continued by the
-``ConsoleSources.resume`` callable (by default the application factory the checkpoint names,
-exactly as ``tether resume`` does).
+only a reviewer of that tenant may resume it. The run is continued by ``ConsoleSources.resume``:
+embedded, the application factory the checkpoint names rebuilds it here (``factory_resumer``);
+on a deployment, its continuation is enqueued for a worker (``DurableResumer``). Every refusal
+is audited with its reason, as is every resume.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from tether.console.approvals import Denied, Hidden
 from tether.console.sources import ConsoleSources
 from tether.console.users import Principal
 from tether.errors import ApprovalError, TetherError
+from tether.runscope import resume_point
 
 __all__ = ["resume_run"]
 
@@ -27,7 +31,9 @@ def _tenant(state: str) -> str | None:
 
 
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
-    """Resume ``run_id``; returns the run's summary. Raises ``Hidden``, ``Denied``, ``ApprovalError``."""
+    """Resume ``run_id``; returns the run's summary (or the enqueued continuation's on a
+    deployment). Raises ``Hidden``, ``Denied``, ``ApprovalError`` (``resume_disabled``,
+    ``run_finished``, ``not_resumable``, ``run_cancelled``, ``not_durable`` …)."""
     if sources.approvals is None:
         raise Hidden("run")
     checkpoint = await sources.approvals.store.load_checkpoint(run_id)
@@ -42,14 +48,15 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
             raise ApprovalError(
                 "resume_disabled", f"this console does not resume runs: tether resume {run_id}"
             )
-        if checkpoint.status != "paused":
-            raise ApprovalError("not_paused", f"run {run_id} is {checkpoint.status}")
-        result = await sources.resume(run_id)
-    except TetherError as err:  # an approval state, or a factory that cannot rebuild the run
+        resume_point(checkpoint, run_id)  # the one rule: paused or stopped, never finished
+        summary = await sources.resume(run_id)
+    except TetherError as err:  # a refusal, or a factory that cannot rebuild the run
         reason = getattr(err, "reason", "") or type(err).__name__
         sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=f"refused:{reason}",
                             detail=str(err)[:500])  # fmt: skip
         raise
-    sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=str(result.stop_reason))
-    summary: dict[str, Any] = result.summary()
+    outcome = str(summary.get("stop_reason") or "")
+    if summary.get("enqueued"):
+        outcome = f"enqueued:{summary.get('workflow_id', '')}"
+    sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=outcome)
     return summary

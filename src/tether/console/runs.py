@@ -1,7 +1,8 @@
-"""Runs from their JSONL traces: a filtered list, and one run as a timeline.
+"""Runs from their traces: a filtered list, and one run as a timeline.
 
-The trace folder is the source of truth (one ``<run_id>.jsonl`` per run, append-only); each
-file's summary is cached by size and modification time. Values in a trace were sanitised and
+Embedded, the trace folder is the source of truth (one ``<run_id>.jsonl`` per run,
+append-only); each file's summary is cached by size and modification time. A deployment's runs
+are read from its shared trace store (``StoredTraceIndex``). Values in a trace were sanitised and
 redacted when they were written.
 """
 
@@ -14,11 +15,21 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tether.trace.stats import trace_stats
 
-__all__ = ["RunFilter", "RunSummary", "TimelineItem", "TraceIndex", "run_totals", "timeline", "valid_run_id"]
+__all__ = [
+    "RunFilter",
+    "RunIndex",
+    "RunSummary",
+    "StoredTraceIndex",
+    "TimelineItem",
+    "TraceIndex",
+    "run_totals",
+    "timeline",
+    "valid_run_id",
+]
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -96,8 +107,25 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
     empty: dict[str, Any] = {}
-    start = next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty)
-    stop = next((e for e in reversed(events) if e.get("kind") == "stop"), empty)
+    return _summary(
+        run_id,
+        start=next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
+        stop=next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
+        first_ts=str(events[0].get("ts", "")) if events else "",
+        events=len(events),
+        resumed=any(e.get("kind") == "run_resumed" for e in events),
+    )
+
+
+def _summary(
+    run_id: str,
+    *,
+    start: Mapping[str, Any],
+    stop: Mapping[str, Any],
+    first_ts: str,
+    events: int,
+    resumed: bool,
+) -> RunSummary:
     return RunSummary(
         run_id=run_id,
         tenant=start.get("tenant"),
@@ -105,13 +133,26 @@ def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
         design=str(start.get("design") or ""),
         model=str(start.get("model") or ""),
         objective=str(start.get("objective") or ""),
-        started=str(events[0].get("ts", "")) if events else "",
+        started=first_ts,
         ended=str(stop.get("ts", "")),
         stop_reason=str(stop.get("reason") or ""),
         detail=str(stop.get("detail") or ""),
-        events=len(events),
-        resumed=any(e.get("kind") == "run_resumed" for e in events),
+        events=events,
+        resumed=resumed,
     )
+
+
+class RunIndex(Protocol):
+    """Where the console reads runs: a folder of JSONL traces (``TraceIndex``) or a deployment's
+    shared trace store (``StoredTraceIndex``)."""
+
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]: ...
+
+    def get(self, run_id: str) -> RunSummary | None: ...
+
+    def events(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    def tenant_of(self, run_id: str) -> str | None: ...
 
 
 class TraceIndex:
@@ -322,3 +363,41 @@ def parse_day(text: str) -> str:
     except ValueError:
         return ""
     return text
+
+
+class StoredTraceIndex:
+    """The runs of a deployment, read from its shared trace store (``PgTraceIndex``: every
+    worker's events, readable from any machine), so the console lists and opens runs that ran
+    on other machines. ``scan``: how many of the most recent runs a list looks at."""
+
+    def __init__(self, store: Any, *, scan: int = 2000) -> None:
+        self.store = store
+        self.scan = scan
+
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        out = []
+        for head in self.store.runs(self.scan):
+            run_id = str(head["run_id"])
+            if not valid_run_id(run_id):
+                continue
+            summary = _summary(
+                run_id, start=head.get("start") or {}, stop=head.get("stop") or {},
+                first_ts=str(head.get("first_ts") or ""), events=int(head.get("events") or 0),
+                resumed=bool(head.get("resumed")),
+            )  # fmt: skip
+            if flt is None or flt.matches(summary):
+                out.append(summary)
+        return out[:limit]
+
+    def get(self, run_id: str) -> RunSummary | None:
+        events = self.events(run_id)
+        return summarise(run_id, events) if events else None
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        if not valid_run_id(run_id):
+            return []
+        return [e for e in self.store.events(run_id) if isinstance(e, dict)]
+
+    def tenant_of(self, run_id: str) -> str | None:
+        run = self.get(run_id)
+        return run.tenant if run else None

@@ -7,27 +7,29 @@ only how ``ConsoleSources`` is built.
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from tether.console.runs import TraceIndex
+import anyio
+
+from tether.console.runs import RunIndex, StoredTraceIndex, TraceIndex
 from tether.console.users import UserStore
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, ConfigError
 from tether.policy.approvals import Approvals
 
 if TYPE_CHECKING:
     from tether.mcp.config import McpConfig
     from tether.mcp.pauses import PauseStore
     from tether.mcp.pinning import PinStore
-    from tether.run import RunResult
 
 __all__ = ["ConsoleSources", "deployment_sources", "sqlite_sources"]
 
-Resumer = Callable[[str], Awaitable["RunResult"]]
+# Continues a run (by its id) and returns its summary: the run's own when it ran here, or the
+# enqueued continuation's (``workflow_id``, ``status``) on a deployment.
+Resumer = Callable[[str], Awaitable[dict[str, Any]]]
 
 
 @dataclass
@@ -35,13 +37,14 @@ class ConsoleSources:
     """The stores behind the console.
 
     ``open_pauses`` / ``open_pins`` open a store for one request (SQLite connections stay on
-    the thread that opened them); ``resume`` continues a paused run, or is ``None`` when the
-    console may only record decisions (then ``tether resume RUN`` continues it).
+    the thread that opened them); ``resume`` continues a run that may be resumed (paused, or
+    stopped on a transient failure), or is ``None`` when the console may only record decisions
+    (then ``tether resume RUN`` continues it).
     """
 
     users: UserStore
     approvals: Approvals | None = None
-    traces: TraceIndex | None = None
+    traces: RunIndex | None = None
     mcp_config: McpConfig | None = None
     open_pauses: Callable[[], PauseStore] | None = None
     open_pins: Callable[[], PinStore] | None = None
@@ -59,35 +62,68 @@ class ConsoleSources:
 
 
 def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
-    """Resume a run the way ``tether resume`` does: the checkpoint names the application factory
-    (``module:function``, host code chosen by the application that started the run), which is
-    called with the store's path to rebuild the host and the agent."""
+    """Resume a run the way ``tether resume`` does, by the same code: the one rule of what may
+    be resumed (``resume_point``: a paused run, or one stopped on a transient failure), then
+    the application factory its checkpoint names rebuilds the host and the agent
+    (``runscope.rebuild``, told the run id when it takes one) and the run continues
+    (``runscope.resume_rebuilt``). Returns the run's summary."""
 
-    async def resume(run_id: str) -> RunResult:
-        checkpoint = await approvals.store.load_checkpoint(run_id)
-        if checkpoint is None:
-            raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
-        if not checkpoint.app:
-            raise ApprovalError("not_resumable", "the run recorded no application factory; use tether resume")
-        module_name, _, function = checkpoint.app.partition(":")
+    async def resume(run_id: str) -> dict[str, Any]:
+        from tether.runscope import rebuild, resume_point, resume_rebuilt
+
+        point = resume_point(await approvals.store.load_checkpoint(run_id), run_id)
+        if not point.app:
+            raise ApprovalError(
+                "not_resumable", f"run {run_id} recorded no application factory: tether resume {run_id} --app"
+            )
         try:
-            build: Any = getattr(importlib.import_module(module_name), function)
-        except (ImportError, AttributeError) as err:
-            why = f"cannot load the run's factory {checkpoint.app}: {err}"
-            raise ApprovalError("not_resumable", why) from None
-        # As tether resume calls it: a factory that rebuilds one run's agent (an agent file's
-        # tether.agentrecord:rebuild, tether mcp run's) is told which run.
-        if "run_id" in inspect.signature(build).parameters:
-            host, agent = build(db, run_id=run_id)
-        else:
-            host, agent = build(db)
-        try:
-            result: RunResult = await host.resume(agent, run_id)
-        finally:
-            await host.aclose()
-        return result
+            host, agent = rebuild(point.app, db, run_id)
+        except ConfigError as err:
+            raise ApprovalError("not_resumable", str(err)) from None
+        result = await resume_rebuilt(host, agent, run_id)
+        summary: dict[str, Any] = result.summary()
+        return summary
 
     return resume
+
+
+class DurableResumer:
+    """Resume a deployment's run the way ``tether resume RUN --db URL`` does: the continuation
+    is enqueued on the deployment's queue (``DurableClient.resume``: a paused run, or one
+    stopped on a transient failure; idempotent per paused state) and a worker serving the run's
+    version rebuilds and continues it. Returns ``{"run_id", "workflow_id", "status"}``."""
+
+    def __init__(self, url: str, stores: Any) -> None:
+        self.url = url
+        self.stores = stores
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                try:
+                    from tether.durable import DurableClient
+                except ImportError as err:
+                    raise ConfigError(f"resuming a deployment's run needs the durable extra: {err}") from None
+                self._client = DurableClient(self.url, stores=self.stores, retry=False)
+            return self._client
+
+    def _resume(self, run_id: str) -> dict[str, Any]:
+        client = self._open()
+        workflow_id = client.resume(run_id)
+        view = client.run(run_id)
+        status = view.status if view is not None else "queued"
+        return {"run_id": run_id, "workflow_id": workflow_id, "status": status, "enqueued": True}
+
+    async def __call__(self, run_id: str) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(self._resume, run_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
 
 def sqlite_sources(
@@ -159,10 +195,15 @@ def deployment_sources(
     trace_dir: Path | None = None,
     mcp_config: Path | None = None,
     users: UserStore | None = None,
+    allow_resume: bool = True,
 ) -> ConsoleSources:
     """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
-    questions and pins every durable worker uses. Decisions and answers are recorded there, and a
-    worker resumes the run by itself, so the console resumes nothing (``resume`` is None)."""
+    questions and pins every durable worker uses. Decisions and answers are recorded there (a
+    worker resumes a run once all it waits for is decided). Runs are read from the deployment's
+    shared trace store on PostgreSQL (every worker's runs, whatever machine ran them), from
+    ``trace_dir`` on SQLite. Resume (``allow_resume``) enqueues the run's continuation for a
+    worker, as ``tether resume RUN --db URL`` does: for a run stopped on a transient failure,
+    or a paused one a worker has not picked up."""
     from tether.storage_url import open_stores
 
     config = None
@@ -181,13 +222,25 @@ def deployment_sources(
     def open_pins() -> PinStore:
         return cast("PinStore", _Kept(pins))
 
+    traces: RunIndex | None = None
+    if stores.traces is not None:
+        traces = StoredTraceIndex(stores.traces)
+    elif trace_dir is not None:
+        traces = TraceIndex(trace_dir)
+    resumer = DurableResumer(url, stores) if allow_resume else None
+
+    def close() -> None:
+        if resumer is not None:
+            resumer.close()
+        stores.close()
+
     return ConsoleSources(
         users=users or UserStore(users_db),
         approvals=Approvals(stores.approvals),
-        traces=TraceIndex(trace_dir) if trace_dir is not None else None,
+        traces=traces,
         mcp_config=config,
         open_pauses=open_pauses,
         open_pins=open_pins if config is not None else None,
-        resume=None,
-        on_close=stores.close,
+        resume=resumer,
+        on_close=close,
     )

@@ -158,10 +158,12 @@ def new_run_id() -> str:
 class DurableClient:
     """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
 
-    def __init__(self, url: str, *, stores: Stores | None = None) -> None:
+    def __init__(self, url: str, *, stores: Stores | None = None, retry: bool | None = None) -> None:
         """Raises ``DeploymentUnavailable`` (one line, in seconds) unless the deployment exists:
         a client creates nothing (``tether db init URL`` does), so a mistyped URL cannot queue
-        runs where no worker looks. A worker's own client (``stores`` given) skips the check."""
+        runs where no worker looks. A client on stores already open (a worker's, the console's:
+        ``stores`` given) skips the check. ``retry``: wait out a lost database (default: only a
+        client on given stores, a worker's); a command or a console request fails at once."""
         from dbos import DBOSClient
 
         from tether.durable.deploy import check_deployment
@@ -175,7 +177,7 @@ class DurableClient:
             dbos_system_schema=cfg["dbos_system_schema"],
             application_name=cfg["name"],
             # A command fails on a lost database instead of waiting for it (a worker's retries).
-            retry_connection_errors=stores is not None,
+            retry_connection_errors=stores is not None if retry is None else retry,
         )
         self._stores = stores
         self._own_stores = stores is None

@@ -1,40 +1,56 @@
-"""Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger."""
+"""Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger.
 
-from tether.policy.approvals import ALL_TENANTS, Approvals, EffectOutcome, Review, Reviewer, idempotency_key
-from tether.policy.intake import (
-    MAX_DEPTH,
-    MAX_PROPOSAL_BYTES,
-    Proposal,
-    check_arguments,
-    content_hash,
-    parse_arguments,
-    parse_envelope,
-    parse_json,
-    propose,
-)
-from tether.policy.memory_store import MemoryApprovalStore
-from tether.policy.provenance import ProvenanceIndex, SourceTrust, TrustConfig
-from tether.policy.provenance_rules import (
-    ArgumentRule,
-    ProvenancePolicy,
-    ProvenanceRules,
-    ToolRules,
-    make_labeler,
-)
-from tether.policy.rules import (
-    Allowlist,
-    Decision,
-    EffectApproval,
-    Egress,
-    Policy,
-    ProposedCall,
-    Rule,
-    TargetOwnership,
-    destination_of,
-)
-from tether.policy.sqlite_store import SqliteApprovalStore
-from tether.policy.store import ApprovalStore, LedgerStatus, ProposalStatus, StoredProposal
-from tether.policy.trusted import Catalog, DictCatalog, Permissions, TrustedContext
+Names are imported on first use: importing one submodule (``tether.policy.trusted``, all a
+client such as ``tether submit`` needs) does not load the rules, the desk and the schema engine."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.policy.approvals import (
+        ALL_TENANTS,
+        Approvals,
+        EffectOutcome,
+        Review,
+        Reviewer,
+        idempotency_key,
+    )
+    from tether.policy.intake import (
+        MAX_DEPTH,
+        MAX_PROPOSAL_BYTES,
+        Proposal,
+        check_arguments,
+        content_hash,
+        parse_arguments,
+        parse_envelope,
+        parse_json,
+        propose,
+    )
+    from tether.policy.memory_store import MemoryApprovalStore
+    from tether.policy.provenance import ProvenanceIndex, SourceTrust, TrustConfig
+    from tether.policy.provenance_rules import (
+        ArgumentRule,
+        ProvenancePolicy,
+        ProvenanceRules,
+        ToolRules,
+        make_labeler,
+    )
+    from tether.policy.rules import (
+        Allowlist,
+        Decision,
+        EffectApproval,
+        Egress,
+        Policy,
+        ProposedCall,
+        Rule,
+        TargetOwnership,
+        destination_of,
+    )
+    from tether.policy.sqlite_store import SqliteApprovalStore
+    from tether.policy.store import ApprovalStore, LedgerStatus, ProposalStatus, StoredProposal
+    from tether.policy.trusted import Catalog, DictCatalog, Permissions, TrustedContext
 
 __all__ = [
     "ALL_TENANTS",
@@ -80,3 +96,56 @@ __all__ = [
     "parse_json",
     "propose",
 ]
+
+_WHERE = {
+    "ALL_TENANTS": "approvals",
+    "Allowlist": "rules",
+    "ApprovalStore": "store",
+    "Approvals": "approvals",
+    "ArgumentRule": "provenance_rules",
+    "Catalog": "trusted",
+    "Decision": "rules",
+    "DictCatalog": "trusted",
+    "EffectApproval": "rules",
+    "EffectOutcome": "approvals",
+    "Egress": "rules",
+    "LedgerStatus": "store",
+    "MAX_DEPTH": "intake",
+    "MAX_PROPOSAL_BYTES": "intake",
+    "MemoryApprovalStore": "memory_store",
+    "Permissions": "trusted",
+    "Policy": "rules",
+    "Proposal": "intake",
+    "ProposalStatus": "store",
+    "ProposedCall": "rules",
+    "ProvenanceIndex": "provenance",
+    "ProvenancePolicy": "provenance_rules",
+    "ProvenanceRules": "provenance_rules",
+    "Review": "approvals",
+    "Reviewer": "approvals",
+    "Rule": "rules",
+    "SourceTrust": "provenance",
+    "SqliteApprovalStore": "sqlite_store",
+    "StoredProposal": "store",
+    "TargetOwnership": "rules",
+    "ToolRules": "provenance_rules",
+    "TrustConfig": "provenance",
+    "TrustedContext": "trusted",
+    "check_arguments": "intake",
+    "content_hash": "intake",
+    "destination_of": "rules",
+    "idempotency_key": "approvals",
+    "make_labeler": "provenance_rules",
+    "parse_arguments": "intake",
+    "parse_envelope": "intake",
+    "parse_json": "intake",
+    "propose": "intake",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'tether.policy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"tether.policy.{_WHERE[name]}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value

@@ -59,12 +59,6 @@ class LocalTools:
     async def list_tools(self) -> list[ToolSpec]:
         return [t.spec for t in self._tools.values()]
 
-    def bind_tracer(self, tracer: Any) -> None:
-        """A run starts: its tracer learns which arguments each tool declares secret, so their
-        values are redacted from every event (the call, errors, decisions) before any sink."""
-        for t in self._tools.values():
-            tracer.redactor.declare(t.name, t.spec.secret_arguments)
-
     def validate(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return self.get(name).validate(arguments)
 

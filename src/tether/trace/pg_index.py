@@ -15,7 +15,7 @@ import queue
 import threading
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, text
 
 from tether.storage import Database
 from tether.tables import trace_events as T
@@ -36,6 +36,35 @@ def _events(conn: Connection, run_id: str, kind: str | None) -> list[dict[str, A
     if kind is not None:
         query = query.where(T.c.kind == kind)
     return list(conn.scalars(query))
+
+
+def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text(
+            """WITH recent AS (
+               SELECT run_id, count(*) AS events, min(ts) AS first_ts,
+                      bool_or(kind = 'run_resumed') AS resumed
+               FROM trace_events GROUP BY run_id ORDER BY min(ts) DESC, run_id DESC LIMIT :limit)
+           SELECT r.run_id, r.events, r.first_ts, r.resumed,
+                  (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
+                     AND s.kind IN ('run_started', 'run_resumed') ORDER BY s.seq LIMIT 1),
+                  (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
+                     AND s.kind = 'stop' ORDER BY s.seq DESC LIMIT 1)
+           FROM recent r ORDER BY r.first_ts DESC, r.run_id DESC"""
+        ),
+        {"limit": limit},
+    ).all()
+    return [
+        {
+            "run_id": r[0],
+            "events": int(r[1]),
+            "first_ts": r[2],
+            "resumed": bool(r[3]),
+            "start": r[4],
+            "stop": r[5],
+        }
+        for r in rows
+    ]
 
 
 class PgTraceIndex:
@@ -102,6 +131,11 @@ class PgTraceIndex:
     def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         """The stored events of one run (each as its JSONL line), in order."""
         return self.db.snapshot(_events, run_id, kind)
+
+    def runs(self, limit: int = 500) -> list[dict[str, Any]]:
+        """The most recent ``limit`` runs, newest first, each as ``run_id``, ``events`` (how
+        many), ``first_ts``, ``resumed``, and its first start and last stop event (or None)."""
+        return self.db.snapshot(_heads, limit)
 
     def shutdown(self) -> None:
         self.flush()

@@ -1,0 +1,121 @@
+"""What one ``tether submit`` costs, as an operator runs it: a fresh ``tether`` process per call
+(interpreter start, imports, connecting, enqueueing, exit), on PostgreSQL (``--dsn``, default
+``$TETHER_TEST_PG_DSN`` or ``postgresql://postgres@127.0.0.1:5432/test``; a fresh schema,
+initialised with ``tether db init`` and dropped after).
+
+Two apps: ``module:factory`` (``distributed_app:build``, nothing to read) and an agent file
+(read, checked and digested: its tools module and instructions included), ``--calls`` calls
+each, interleaved; seconds per call at p50 and p90, and, for the batch form, seconds per run of
+one ``tether submit --batch`` of ``--calls`` runs. No worker runs: only the submission is timed.
+The last line is one JSON object. Usage: ``python bench/submit.py [--calls N] [--dsn DSN]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+TOOLS = '''
+from typing import Annotated
+from pydantic import Field
+from tether import Effect, tool
+
+
+@tool(effect=Effect.READ)
+def lookup(key: Annotated[str, Field(description="The key to look up.")]) -> str:
+    """Look up one key."""
+    return key
+'''
+
+AGENT = """name: bench-submit
+instructions: Look things up, then answer.
+model: {name: fake-model, base_url: "http://127.0.0.1:9/v1", api_key_env: BENCH_SUBMIT_KEY}
+tools: ["bench_submit_tools:lookup"]
+policy: {tenant: bench}
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=15)
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("TETHER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+    )
+    args = parser.parse_args()
+    import psycopg
+
+    schema = f"bench_submit_{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in args.dsn else "?"
+    url = f"{args.dsn}{sep}schema={schema}"
+    folder = Path(tempfile.mkdtemp(prefix="bench-submit-"))
+    (folder / "bench_submit_tools.py").write_text(TOOLS, encoding="utf-8")
+    (folder / "agent.yaml").write_text(AGENT, encoding="utf-8")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), str(folder), os.environ.get("PYTHONPATH", "")]),
+        "BENCH_SUBMIT_KEY": "sk-bench",
+    }
+    tether = [sys.executable, "-m", "tether.cli"]
+
+    def call(*words: str, stdin: str | None = None) -> float:
+        started = time.perf_counter()
+        done = subprocess.run(
+            [*tether, *words], env=env, cwd=folder, input=stdin, capture_output=True, text=True, check=False
+        )
+        elapsed = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(
+                f"{' '.join(words[:3])} failed ({done.returncode}): {done.stderr or done.stdout}"
+            )
+        return elapsed
+
+    apps = {"module_factory": "distributed_app:build", "agent_file": str(folder / "agent.yaml")}
+    try:
+        call("db", "init", url)
+        for app in apps.values():  # warm: bytecode caches written, the version looked up once
+            call("submit", "warm-up", "--agent", app, "--db", url)
+        times: dict[str, list[float]] = {name: [] for name in apps}
+        for i in range(args.calls):
+            for name, app in apps.items():
+                times[name].append(
+                    call("submit", f"Collect the records. steps=2 #{i}", "--agent", app, "--db", url)
+                )
+        lines = "".join(
+            json.dumps({"objective": f"batch run {i}", "agent": apps["agent_file"]}) + "\n"
+            for i in range(args.calls)
+        )
+        batch_s = call("submit", "--batch", "-", "--db", url, stdin=lines)
+    finally:
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
+    out: dict[str, object] = {"bench": "submit", "calls": args.calls, "cpus": os.cpu_count()}
+    for name, values in times.items():
+        out[f"{name}_p50_s"] = round(statistics.median(values), 3)
+        out[f"{name}_p90_s"] = round(pct(values, 0.9), 3)
+        print(
+            f"tether submit --agent {apps[name]}: p50 {out[f'{name}_p50_s']} s, p90 {out[f'{name}_p90_s']} s"
+        )
+    out["batch_per_run_s"] = round(batch_s / args.calls, 4)
+    print(f"tether submit --batch ({args.calls} runs, agent file): {out['batch_per_run_s']} s per run")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
