@@ -34,6 +34,13 @@ from tether.storage import blocking
 
 pytestmark = pytest.mark.slow
 
+
+def _off_loop(fn: Any, /, *args: Any, **kw: Any) -> Any:
+    """``blocking`` on a thread of its own: Playwright's sync API keeps an event loop running on
+    the test's thread."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(blocking, fn, *args, **kw).result()
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
     pytest.skip("chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
@@ -271,7 +278,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         assert page.locator("#timeline a.proposal").count() >= 2  # requested, then granted
         page.screenshot(path=str(SCREENS / "04-run.png"), full_page=True)
         store = PauseStore(world.root / "state.db")
-        pause = blocking(store.create,
+        pause = _off_loop(store.create,
             run_id=world.run_a, server="notes", tool="add_note", arguments={"order_id": "order-a1"},
             message="How many minutes until the call back?",
             schema={"type": "object", "properties": {"minutes": {"type": "integer", "minimum": 1}},
@@ -284,7 +291,7 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         page.click("#accept")
         page.wait_for_selector(".notice")
         store = PauseStore(world.root / "state.db")
-        assert blocking(store.get, pause.id).answer == {"minutes": 20}
+        assert _off_loop(store.get, pause.id).answer == {"minutes": 20}
         store.close()
         page.goto(f"{base}/elicitations")
         page.screenshot(path=str(SCREENS / "08-questions.png"), full_page=True)

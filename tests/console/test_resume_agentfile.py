@@ -171,13 +171,14 @@ def test_a_factory_that_cannot_be_loaded_is_refused_by_name_and_audited(
     from datetime import UTC, datetime
 
     from tether.policy import SqliteApprovalStore
+    from tether.storage import blocking
 
     monkeypatch.chdir(tmp_path)
     store = SqliteApprovalStore(tmp_path / "approvals.db")
     state = {"run_id": "run-x1", "context": {"tenant": "shop-a"}}
-    store.save_checkpoint(
-        "run-x1", app="no_such_module_here:build", state=json.dumps(state), status="stopped",
-        stop_reason="model_error", now=datetime.now(UTC),
+    blocking(
+        store.save_checkpoint, "run-x1", app="no_such_module_here:build", state=json.dumps(state),
+        status="stopped", stop_reason="model_error", now=datetime.now(UTC),
     )  # fmt: skip
     store.close()
     (tmp_path / "traces").mkdir()
@@ -196,6 +197,6 @@ def test_a_factory_that_cannot_be_loaded_is_refused_by_name_and_audited(
     assert entry.outcome == "refused:not_resumable" and "no_such_module_here" in entry.detail
     # Nothing was changed by the refusal: the run is still there to resume once the factory exists.
     after = SqliteApprovalStore(tmp_path / "approvals.db")
-    checkpoint = after.load_checkpoint("run-x1")
+    checkpoint = blocking(after.load_checkpoint, "run-x1")
     after.close()
     assert checkpoint is not None and checkpoint.status == "stopped"

@@ -15,6 +15,7 @@ import pytest
 
 from tether.cli import main
 from tether.policy import Approvals, Reviewer, TrustedContext
+from tether.storage import blocking
 from tether.storage_url import open_stores
 
 pytestmark = pytest.mark.slow  # a worker with DBOS: a few seconds to start
@@ -487,7 +488,7 @@ def test_the_console_lists_opens_and_resumes_a_postgresql_deployments_run_stoppe
     rid = client.submit(durable_app.APP, "down-console: down c1; read a1; log after-down", ACME)
     stopped = client.wait(rid, timeout_s=60)
     assert stopped.stop_reason == "model_error"
-    checkpoint = client.stores.approvals.load_checkpoint(rid)
+    checkpoint = blocking(client.stores.approvals.load_checkpoint, rid)
     assert checkpoint is not None and checkpoint.status == "stopped"  # what tether resume continues
     client.stores.traces.flush()
 
