@@ -77,6 +77,10 @@ USER = "user"
 USER_WORD = "user:word"  # a single word of the request that the request does not use as a name
 DIRECTORY = "directory"
 MODEL = "model"  # composed by the model: traced nowhere
+EXTRACTOR = "quarantined_extractor"
+"""The tool name of a plan's extracted values (``planexec``): a copy of a value taken from
+earlier results, labelled with its sources' least trusted class. It neither mentions a value
+nor shows where the system assigned it; its sources, in the same run, do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -862,6 +866,8 @@ class ProvenanceIndex:
         pattern = re.compile(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", re.UNICODE)
         keep = frozenset(assigned)
         for seg in self.segments:
+            if seg.label.tool == EXTRACTOR:
+                continue
             hay = self._unfolded.get(id(seg))
             if hay is None:
                 hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()

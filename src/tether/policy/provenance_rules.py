@@ -21,6 +21,7 @@ from typing import Any
 from tether.confusables import check_name
 from tether.policy.provenance import (
     DIRECTORY,
+    EXTRACTOR,
     USER,
     USER_WORD,
     Directory,
@@ -359,7 +360,11 @@ class ProvenanceRules:
         else:
             steering = index.steering(self.config.assigned)
             assigned = any(
-                o.kind == "tool" and o.match == "exact" and o.trust in self.config.assigned for o in origins
+                o.kind == "tool"
+                and o.match == "exact"
+                and o.trust in self.config.assigned
+                and (o.label is None or o.label.tool != EXTRACTOR)
+                for o in origins
             )
             if steering is not None and not assigned:
                 problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
