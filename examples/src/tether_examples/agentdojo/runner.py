@@ -192,6 +192,7 @@ class SuiteBench:
         self._envs: dict[tuple[tuple[str, str], ...], Any] = {}
         self._candidates: dict[str, list[str]] = {}
         self._kinds: dict[str, str] = {}
+        self._published: dict[str, str] = {}
         self._defaults: dict[str, str] | None = None
         # With a database, the reviewer works through the durable approval store: the run
         # pauses, the reviewer decides the stored proposals, the run resumes.
@@ -307,6 +308,15 @@ class SuiteBench:
 
         return after
 
+    def published(self, user_task: Any) -> str:
+        """The text of the user task's environment without any injection: what the user's own
+        data holds before an attacker writes anything (``attacks.attacker_values``)."""
+        key = user_task.ID
+        if key not in self._published:
+            clean = user_task.init_environment(self.environment({}))
+            self._published[key] = clean.model_dump_json()
+        return self._published[key]
+
     def directory(self, env: Any) -> dict[str, list[str]]:
         return DIRECTORIES[self.declaration.directory](env)
 
@@ -367,7 +377,14 @@ class SuiteBench:
         if injection_task is not None:
             kind = self.kind(injection_task)
             attack = goal_steps(self.name, injection_task, pre)
-            chosen = attacker_values(attack, self.declaration, user_task.PROMPT, user_steps)
+            chosen = attacker_values(
+                attack,
+                self.declaration,
+                user_task.PROMPT,
+                user_steps,
+                own=[o for o in self.own(pre) if "@" in o or any(c.isdigit() for c in o)],
+                published=self.published(user_task),
+            )
             if kind == "text_only":
                 extra = injection_task.GROUND_TRUTH_OUTPUT or injection_task.GOAL
             if attacker == "adaptive" and attack:
