@@ -712,7 +712,7 @@ def _python_path(af: AgentFile) -> None:
 
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
     """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
-    from tether.tools.contract import Tool
+    from tether.tools.contract import Tool, ToolOptions
 
     spec = af.spec
     tools: list[Any] = []
@@ -722,16 +722,15 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
         found = _import(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
         for item in items:
-            options = {
-                k: v
-                for k, v in (
-                    ("name", ref.name),
-                    ("egress_argument", ref.egress_argument),
-                    ("timeout_s", ref.timeout_s),
-                    ("needs_approval", ref.needs_approval),
-                )
-                if v is not None
-            }
+            options: ToolOptions = {}
+            if ref.name is not None:
+                options["name"] = ref.name
+            if ref.egress_argument is not None:
+                options["egress_argument"] = ref.egress_argument
+            if ref.timeout_s is not None:
+                options["timeout_s"] = ref.timeout_s
+            if ref.needs_approval is not None:
+                options["needs_approval"] = ref.needs_approval
             try:
                 if isinstance(item, Tool):
                     declared = ref.effect or spec.policy.effects.get(ref.name or item.name)
@@ -745,7 +744,8 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
                     name = str(ref.name or getattr(item, "__name__", ""))
                     # An undeclared effect is a side effect: it needs approval (fail closed).
                     effect = ref.effect or spec.policy.effects.get(name) or Effect.WRITE
-                    tool = Tool(item, effect=effect, **options)  # type: ignore[arg-type]
+                    with_effect: ToolOptions = {**options, "effect": effect}
+                    tool = Tool(item, **with_effect)
                 else:
                     raise ConfigError(f"{where}: not a tool or a function ({type(item).__name__})")
             except TypeError as err:
@@ -1179,7 +1179,8 @@ def _hook(af: AgentFile, where: str, ref: str) -> Any:
 
 def _both(first: Any, second: Any) -> Any:
     def verify(state: Any, answer: str) -> str | None:
-        return first(state, answer) or second(state, answer)
+        problem: str | None = first(state, answer) or second(state, answer)
+        return problem
 
     return verify
 

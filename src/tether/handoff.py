@@ -509,8 +509,9 @@ def claim_check(effects: Callable[[], Mapping[str, Any]]) -> Callable[[Any, str]
 
 def _args(arguments: Any) -> str:
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(text)
         except ValueError:
-            return arguments[:80]
+            return text[:80]
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)[:80]

@@ -71,7 +71,7 @@ class Dialect:
 
     def instant(self, value: Any) -> datetime:
         """A stored timestamp read back."""
-        return datetime.fromisoformat(value) if self.text_time else value  # type: ignore[no-any-return]
+        return datetime.fromisoformat(value) if self.text_time else value
 
 
 SQLITE = Dialect(order="rowid", for_update="", skip_locked="", advisory=False, text_time=True)

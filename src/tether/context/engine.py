@@ -325,7 +325,7 @@ class ContextEngine:
         return tool(delegate, name=sub.name, timeout_s=3600.0)
 
     def _read_output_tool(self) -> Tool:
-        return _OutputReader(self.outputs).read_output  # type: ignore[no-any-return]
+        return _OutputReader(self.outputs).read_output
 
 
 class _OutputReader:

@@ -272,7 +272,7 @@ class McpServerSource:
         client = await stack.enter_async_context(
             Client(
                 transport,
-                mode=self.mode,  # type: ignore[arg-type]
+                mode=self.mode,
                 read_timeout_seconds=max(self.timeout_s, self.max_call_s or 0),
                 message_handler=self._on_message,
                 **callbacks,
@@ -648,7 +648,8 @@ class McpServerSource:
         """List the server's tools now and check them against the pins. Raises
         ``DependencyUnavailable`` when the server cannot be reached."""
         conn = await self._usable()
-        return await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        checks: list[ToolCheck] = await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        return checks
 
     async def list_tools(self) -> list[ToolSpec]:
         if self.unavailable is not None:

@@ -14,11 +14,24 @@ import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Protocol,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from typing_extensions import ParamSpec, TypeVar, Unpack
 
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
 from tether.schema import UnusableSchema, check_arguments, compile_schema
@@ -30,12 +43,38 @@ __all__ = [
     "Target",
     "Tool",
     "ToolContext",
+    "ToolOptions",
     "ToolOutput",
     "ToolSpec",
     "render_result",
     "tool",
     "unwrap_exception_group",
 ]
+
+
+# A tool keeps its function's signature for the type checker: ``Tool[P, T]`` is called with
+# the function's parameters ``P`` and, awaited, gives its result ``T`` (an async function's
+# awaited result). A bare ``Tool`` is ``Tool[..., Any]``.
+P = ParamSpec("P", default=...)
+T = TypeVar("T", default=Any)
+_Q = ParamSpec("_Q")
+_U = TypeVar("_U")
+
+
+class ToolOptions(TypedDict, total=False):
+    """The contract options of ``@tool(...)`` and ``Tool.with_options``."""
+
+    name: str | None
+    description: str | None
+    effect: Effect
+    target: Target | None
+    egress_argument: str | None
+    timeout_s: float
+    max_result_chars: int
+    idempotent: bool
+    needs_approval: bool | None
+    blocking: bool
+    secret_arguments: Iterable[str]
 
 
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
@@ -106,7 +145,7 @@ def _model_errors(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-class Tool:
+class Tool(Generic[P, T]):
     """A typed function with a contract. Build it with ``@tool(...)``.
 
     Works on plain functions, async functions and methods (as a descriptor it binds to
@@ -115,7 +154,7 @@ class Tool:
 
     def __init__(
         self,
-        function: Callable[..., Any],
+        function: Callable[P, Awaitable[T]] | Callable[P, T],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -133,7 +172,7 @@ class Tool:
         if isinstance(secret_arguments, str):
             raise TypeError("secret_arguments is a list of argument names, not one string")
         secret = tuple(secret_arguments)
-        self._options = {
+        self._options: ToolOptions = {
             "name": name,
             "description": description,
             "effect": effect,
@@ -166,7 +205,7 @@ class Tool:
             default = ... if p.default is inspect.Parameter.empty else p.default
             fields[p.name] = (annotation, default)
         tool_name = name or function.__name__
-        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        self.arguments_model: type[BaseModel] = create_model(
             f"{tool_name}_arguments",
             __config__=ConfigDict(strict=True, extra="forbid"),
             **fields,
@@ -217,10 +256,18 @@ class Tool:
     def name(self) -> str:
         return self.spec.name
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Tool:
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Tool[P, T]: ...
+
+    @overload
+    def __get__(
+        self: Tool[Concatenate[Any, _Q], _U], instance: object, owner: type | None = None
+    ) -> Tool[_Q, _U]: ...
+
+    def __get__(self, instance: object, owner: type | None = None) -> Tool[Any, Any]:
         if instance is None:
             return self
-        bound = object.__new__(Tool)
+        bound: Tool[Any, Any] = object.__new__(Tool)
         bound.__dict__.update(self.__dict__)
         bound._bound = instance
         return bound
@@ -278,7 +325,7 @@ class Tool:
             if context is None:
                 raise TypeError(f"tool {self.name} needs a ToolContext")
             kwargs[self._context_param] = context
-        fn = self.function
+        fn: Callable[..., Any] = self.function
         args: tuple[Any, ...] = (self._bound,) if self._is_method else ()
         if self._is_method and self._bound is None:
             raise TypeError(f"tool {self.name} is a method: use it from an instance")
@@ -303,37 +350,39 @@ class Tool:
         data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         return ToolOutput(text=text, data=data)
 
-    def with_options(self, **changes: Any) -> Tool:
+    def with_options(self, **changes: Unpack[ToolOptions]) -> Tool[P, T]:
         """A copy with other contract options (e.g. another effect)."""
-        options = {**self._options, **changes}
+        options: ToolOptions = {**self._options, **changes}
         new = Tool(self.function, **options)
         new._bound = self._bound
-        if "name" in changes:
-            new.spec = replace(new.spec, name=changes["name"])
+        if changes.get("name"):
+            new.spec = replace(new.spec, name=new.name)
         return new
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        fn = self.function
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call the function itself (no contract check): a tool stays usable as the function."""
+        fn: Callable[..., Any] = self.function
         bound = (self._bound,) if self._is_method else ()
         result = fn(*bound, *args, **kwargs)
-        return await result if isinstance(result, Awaitable) else result
+        return cast(T, await result if isinstance(result, Awaitable) else result)
 
 
+class _ToolDecorator(Protocol):
+    @overload
+    def __call__(self, function: Callable[P, Awaitable[T]], /) -> Tool[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[P, T], /) -> Tool[P, T]: ...
+
+
+@overload
+def tool(function: Callable[P, Awaitable[T]], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: Callable[P, T], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: None = None, /, **options: Unpack[ToolOptions]) -> _ToolDecorator: ...
 def tool(
-    function: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    effect: Effect = Effect.READ,
-    target: Target | None = None,
-    egress_argument: str | None = None,
-    timeout_s: float = 30.0,
-    max_result_chars: int = 20_000,
-    idempotent: bool = False,
-    needs_approval: bool | None = None,
-    blocking: bool = True,
-    secret_arguments: Iterable[str] = (),
-) -> Any:
+    function: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
+) -> Tool[..., Any] | _ToolDecorator:
     """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``.
 
     ``blocking=False`` declares a plain (sync) function that never blocks (no I/O, quick): it runs
@@ -344,20 +393,7 @@ def tool(
     says the same): their values are masked on the console, in the API, in traces and in
     OpenTelemetry. Nothing is masked because of its name."""
 
-    def wrap(fn: Callable[..., Any]) -> Tool:
-        return Tool(
-            fn,
-            name=name,
-            description=description,
-            effect=effect,
-            target=target,
-            egress_argument=egress_argument,
-            timeout_s=timeout_s,
-            max_result_chars=max_result_chars,
-            idempotent=idempotent,
-            needs_approval=needs_approval,
-            blocking=blocking,
-            secret_arguments=secret_arguments,
-        )
+    def wrap(fn: Callable[..., Any]) -> Tool[..., Any]:
+        return Tool(fn, **options)
 
-    return wrap(function) if function is not None else wrap
+    return wrap(function) if function is not None else cast(_ToolDecorator, wrap)
