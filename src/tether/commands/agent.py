@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 def agent_schema() -> dict[str, Any]:
     """The JSON Schema of an agent file (``AgentSpec``), with a title and a draft."""
-    from tether.agentfile import AgentSpec
+    from tether.agentspec import AgentSpec
 
     schema = AgentSpec.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "tether agent file", **schema}

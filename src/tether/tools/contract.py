@@ -145,6 +145,57 @@ def _model_errors(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _arguments_model(
+    function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
+) -> tuple[type[BaseModel], str | None]:
+    """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
+    parameter (injected by the host, never in the schema). Raises ``TypeError``."""
+    hints = get_type_hints(function, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for p in params:
+        annotation = hints.get(p.name, Any)
+        if annotation is ToolContext:
+            context_param = p.name
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(strict=True, extra="forbid"),
+        **fields,
+    )
+    for fname, finfo in model.model_fields.items():
+        if not isinstance(finfo, FieldInfo) or not finfo.description:
+            raise TypeError(
+                f"tool {tool_name}: argument {fname!r} has no description "
+                "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+            )
+    return model, context_param
+
+
+def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON Schema the model reads: closed, untitled, secret arguments marked ``writeOnly``,
+    and usable by the intake (checked now, not at the first call). Raises ``TypeError``."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema["additionalProperties"] = False
+    for secret_name in secret:
+        prop = schema.get("properties", {}).get(secret_name)
+        if not isinstance(prop, dict):
+            raise TypeError(f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments")
+        prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
+    try:
+        compile_schema(schema, intake=True)
+    except UnusableSchema as err:
+        raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
+    return schema
+
+
 class Tool(Generic[P, T]):
     """A typed function with a contract. Build it with ``@tool(...)``.
 
@@ -189,50 +240,14 @@ class Tool(Generic[P, T]):
         # (pure computation, no I/O): then it runs inline, with no thread hop per call.
         self._is_async = inspect.iscoroutinefunction(function)
         self.inline = not self._is_async and not blocking
-        sig = inspect.signature(function)
-        hints = get_type_hints(function, include_extras=True)
-        fields: dict[str, Any] = {}
-        self._context_param: str | None = None
-        params = list(sig.parameters.values())
-        self._is_method = bool(params) and params[0].name == "self"
-        for p in params[1:] if self._is_method else params:
-            annotation = hints.get(p.name, Any)
-            if annotation is ToolContext:
-                self._context_param = p.name
-                continue
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            fields[p.name] = (annotation, default)
         tool_name = name or function.__name__
-        self.arguments_model: type[BaseModel] = create_model(
-            f"{tool_name}_arguments",
-            __config__=ConfigDict(strict=True, extra="forbid"),
-            **fields,
+        params = list(inspect.signature(function).parameters.values())
+        self._is_method = bool(params) and params[0].name == "self"
+        self.arguments_model, self._context_param = _arguments_model(
+            function, tool_name, params[1:] if self._is_method else params
         )
-        for fname, finfo in self.arguments_model.model_fields.items():
-            if not isinstance(finfo, FieldInfo) or not finfo.description:
-                raise TypeError(
-                    f"tool {tool_name}: argument {fname!r} has no description "
-                    "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
-                )
         self._plain = _plain_fields(self.arguments_model)
-        schema = self.arguments_model.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema["additionalProperties"] = False
-        for secret_name in secret:
-            prop = schema.get("properties", {}).get(secret_name)
-            if not isinstance(prop, dict):
-                raise TypeError(
-                    f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments"
-                )
-            prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
-        try:
-            compile_schema(schema, intake=True)  # fail at declaration, not at the first call
-        except UnusableSchema as err:
-            raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
+        schema = _argument_schema(self.arguments_model, tool_name, secret)
         doc = inspect.getdoc(function) or ""
         self.spec = ToolSpec(
             name=tool_name,
