@@ -16,12 +16,12 @@ from tether.handoff import (
     CallCitation,
     EvidenceRef,
     Handoff,
-    Permissions,
+    HandoffGrants,
     artifact_for,
     validate_handoff,
 )
 
-RUN = Permissions(read=["orders", "inventory"], write=["orders.comment"])
+RUN = HandoffGrants(read=["orders", "inventory"], write=["orders.comment"])
 KNOWN = {"mcp:erp/orders/742#v18", "api://orders/742#version-18"}
 CALLS = {"c1", "c2"}  # the calls the run made that succeeded
 REPORT = "reports/os-742-investigation.json"
@@ -82,7 +82,7 @@ def test_complete_valid_handoff_is_accepted_with_parsed_references(valid: dict[s
     handoff = check(valid, root)
 
     assert handoff.blocked == ["part cost not authorised for this profile"]
-    assert handoff.permissions == Permissions(read=["orders", "inventory"], write=[])
+    assert handoff.permissions == HandoffGrants(read=["orders", "inventory"], write=[])
     assert handoff.evidence[0] == EvidenceRef(scheme="mcp", path="erp/orders/742", version="v18")
     assert handoff.evidence[1] == EvidenceRef(
         scheme="api", path="orders/742", version="version-18", hierarchical=True

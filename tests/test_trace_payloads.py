@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tether.trace import JsonlSink, MemorySink, Tracer
-from tether.trace.events import FIELDS, PAYLOADS, RESERVED, EventKind, TraceEvent, TraceSchemaError
+from tether.trace.events import RESERVED, EventKind, TraceEvent, TraceSchemaError
+from tether.trace.payloads import FIELDS, PAYLOADS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 

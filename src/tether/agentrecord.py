@@ -19,7 +19,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.agentfile import AgentFile, agent_digest, build_agent, parse_agent
+from tether.agentbuild import build_agent
+from tether.agentfile import AgentFile, agent_digest, parse_agent
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -68,7 +68,7 @@ __all__ = [
     "DoneItem",
     "EvidenceRef",
     "Handoff",
-    "Permissions",
+    "HandoffGrants",
     "artifact_for",
     "claim_check",
     "done_from_trace",
@@ -166,7 +166,7 @@ class CallCitation:
         return f"call:{self.call_id}"
 
 
-class Permissions(BaseModel):
+class HandoffGrants(BaseModel):
     """What the successor may read and write; never wider than the run's own permissions."""
 
     model_config = _STRICT
@@ -195,7 +195,7 @@ class Handoff(BaseModel):
     evidence: list[EvidenceRef]
     decisions: list[str] = Field(default_factory=list)
     blocked: list[str]
-    permissions: Permissions
+    permissions: HandoffGrants
     artifacts: list[Artifact] = Field(default_factory=list)
     next: str
     stop_reason: str = Field(min_length=1)
@@ -227,7 +227,7 @@ def artifact_for(path: Path, root: Path) -> Artifact:
 def validate_handoff(
     data: Mapping[str, Any] | str | bytes,
     *,
-    run_permissions: Permissions,
+    run_permissions: HandoffGrants,
     resolve: Callable[[EvidenceRef | CallCitation], bool],
     artifact_root: Path | None,
     claims_require_report: bool = True,
@@ -330,9 +330,9 @@ def _schema_problems(exc: ValidationError) -> list[str]:
     return problems
 
 
-def _permission_problems(raw: Any, run: Permissions) -> list[str]:
+def _permission_problems(raw: Any, run: HandoffGrants) -> list[str]:
     try:
-        granted = Permissions.model_validate(raw)
+        granted = HandoffGrants.model_validate(raw)
     except ValidationError:
         return []  # already reported as a schema problem
     problems = [f"permissions:read_exceeds_run ({_show(p)})" for p in granted.read if p not in run.read]
@@ -509,8 +509,9 @@ def claim_check(effects: Callable[[], Mapping[str, Any]]) -> Callable[[Any, str]
 
 def _args(arguments: Any) -> str:
     if isinstance(arguments, str):
+        text = arguments
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(text)
         except ValueError:
-            return arguments[:80]
+            return text[:80]
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False)[:80]

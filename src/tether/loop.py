@@ -15,8 +15,7 @@ from tether.context.engine import ContextEngine
 from tether.context.pairing import ContextIntegrityError
 from tether.context.subagent import run_subtask
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
-from tether.handoff import Permissions as HandoffPermissions
-from tether.handoff import resolve_from_trace, validate_handoff
+from tether.handoff import HandoffGrants, resolve_from_trace, validate_handoff
 from tether.messages import AssistantMessage, UserMessage
 from tether.models.base import ModelResponse, finish_problem
 from tether.policy.trusted import TrustedContext
@@ -384,7 +383,7 @@ class AgentLoop:
                 try:
                     self.handoff = validate_handoff(
                         data,
-                        run_permissions=HandoffPermissions(
+                        run_permissions=HandoffGrants(
                             read=sorted(perms.read), write=sorted(perms.write)
                         ),
                         resolve=lambda ref: resolve(ref, s),

@@ -13,7 +13,8 @@ import anyio
 import pytest
 import yaml
 
-from tether.agentfile import build_agent, load_agent_file
+from tether.agentbuild import build_agent
+from tether.agentfile import load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError, MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory

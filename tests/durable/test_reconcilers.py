@@ -12,7 +12,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.agentfile import build_agent, load_agent_file
+from tether.agentbuild import build_agent
+from tether.agentfile import load_agent_file
 from tether.errors import ApprovalError, ConfigError
 from tether.policy import Reviewer
 from tether.policy.store import LedgerStatus

@@ -144,7 +144,7 @@ def run_payload(
 ) -> dict[str, Any]:
     """The JSON of one run: its summary, every call, the problems, and the envelope."""
     problems = call_problems(result, unavailable_servers, mcp_servers, where)
-    out = result.summary()
+    out: dict[str, Any] = result.summary()
     out["calls"] = [
         {"call_id": c.call_id, "tool": c.tool, "status": c.status, "reason": c.reason} for c in result.calls
     ]

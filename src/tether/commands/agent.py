@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
 
 def agent_schema() -> dict[str, Any]:
     """The JSON Schema of an agent file (``AgentSpec``), with a title and a draft."""
-    from tether.agentfile import AgentSpec
+    from tether.agentspec import AgentSpec
 
     schema = AgentSpec.model_json_schema()
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "tether agent file", **schema}
@@ -35,7 +35,8 @@ def print_schema(args: argparse.Namespace) -> int:
 
 
 def check_file(args: argparse.Namespace) -> int:
-    from tether.agentfile import load_agent_file, local_tool_names
+    from tether.agentbuild import local_tool_names
+    from tether.agentfile import load_agent_file
     from tether.clisupport.output import emit_json, fail
     from tether.errors import ConfigError
 

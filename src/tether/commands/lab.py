@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             for key in ("answer", "detail", "agent", "rollback", "memory_after", "trace"):
                 if s.get(key):
                     print(f"{key}: {s[key]}")
-        return outcome.exit_code
+        return int(outcome.exit_code)
 
     from tether.commands._progress import progress_wanted
 

@@ -340,7 +340,8 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from tether.agentfile import build_agent, mcp_agent
+    from tether.agentbuild import build_agent
+    from tether.agentfile import mcp_agent
     from tether.commands.run import drive, model_overrides
     from tether.errors import TetherError
     from tether.mcp.config import load_config

@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         why = "--script/--call apply to --config runs; name a script as --model scripted:FILE"
         return fail("tether run", why, as_json=args.json)
 
-    from tether.agentfile import build_agent, load_agent_file, with_overrides
+    from tether.agentbuild import build_agent
+    from tether.agentfile import load_agent_file, with_overrides
     from tether.errors import ConfigError
 
     try:
@@ -378,7 +379,7 @@ def run_scenario(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.agentfile import LimitsSpec
+    from tether.agentspec import LimitsSpec
     from tether.clisupport.output import fail
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import ConfigError
@@ -399,7 +400,7 @@ def run_scenario(args: argparse.Namespace) -> int:
             overrides = {k: v for k, v in model_overrides(args).items() if v is not None and k != "limits"}
             spec = {"instructions": lab.INSTRUCTIONS, "model": overrides}
             af = parse_agent(spec, base_dir=Path.cwd())
-            from tether.agentfile import make_model
+            from tether.agentbuild import make_model
 
             backend = make_model(af, on_delta=None if args.json else _show_delta())
             if args.max_cost is not None and getattr(backend, "price", 1) is None:

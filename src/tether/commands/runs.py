@@ -201,7 +201,7 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     traces = client.stores.traces
     if args.events and traces is not None:
         out["events"] = traces.events(args.run_id)
-    code = view.exit_code  # the run's, by the rule of `tether run`
+    code: int = view.exit_code  # the run's, by the rule of `tether run`
     if args.json:
         emit_json(out, exit=code)
         return code

@@ -88,7 +88,8 @@ def _prepare(
     ctx = TrustedContext(tenant=tenant or "default", roles=frozenset(roles), user=user)
     if not is_agent_file(agent):
         return _Run(agent, None, objective, ctx, run_id)
-    from tether.agentfile import agent_digest, load_agent_file, trusted_context
+    from tether.agentbuild import trusted_context
+    from tether.agentfile import agent_digest, load_agent_file
     from tether.errors import ConfigError
 
     if agent not in files:

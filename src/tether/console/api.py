@@ -29,6 +29,7 @@ from tether.errors import ApprovalError, TetherError
 __all__ = ["api_routes"]
 
 Handler = Callable[[Request, Principal, dict[str, Any]], Awaitable[Any]]
+Api = Callable[[Handler], Callable[[Request], Awaitable[Response]]]
 
 
 def _error(status: int, reason: str, message: str) -> JSONResponse:
@@ -39,50 +40,70 @@ def api_routes(console: Console) -> list[Route]:
     gate, sources = console.gate, console.sources
 
     def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        @wraps(handler)
-        async def endpoint(request: Request) -> Response:
-            try:
-                principal = await gate.principal(request)
-            except AuthError as err:
-                return _error(401, err.reason, str(err))
-            if principal is None:
-                return _error(401, "unauthenticated", "sign in or send Authorization: Bearer <token>")
-            body: dict[str, Any] = {}
-            if request.method == "POST":
-                if not gate.csrf_ok(request, principal, None):
-                    sources.users.audit(
-                        f"{principal.via}:{principal.name}", "csrf_refused", target=request.url.path,
-                        outcome="refused:csrf",
-                    )  # fmt: skip
-                    return _error(403, "csrf", "missing or wrong X-CSRF-Token header")
-                raw = await request.body()
-                if raw.strip():
-                    try:
-                        parsed = json.loads(raw)
-                    except ValueError:
-                        return _error(400, "bad_json", "the body must be a JSON object")
-                    if not isinstance(parsed, dict):
-                        return _error(400, "bad_json", "the body must be a JSON object")
-                    body = parsed
-            try:
-                return JSONResponse(await handler(request, principal, body))
-            except Hidden as err:
-                return _error(404, "not_found", str(err))
-            except Denied as err:
-                return _error(403, err.reason, str(err))
-            except ApprovalError as err:
-                status = 400 if err.reason in ("invalid_answer", "bad_action", "reason_required") else 409
-                return _error(status, err.reason, str(err))
-            except TetherError as err:
-                return _error(400, type(err).__name__, str(err))
+        return _api(gate, sources, handler)
 
-        return endpoint
+    return [
+        *_approval_api(api, sources),
+        *_elicitation_api(api, sources),
+        *_server_api(api, sources),
+        *_run_api(api, sources),
+    ]
 
-    def text(body: dict[str, Any], key: str, limit: int = 2000) -> str:
-        value = body.get(key, "")
-        if not isinstance(value, str):
-            raise ApprovalError("bad_request", f"{key} must be a string")
-        return value[:limit]
+
+def _api(gate: Any, sources: Any, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """An API endpoint: the principal resolved first, the CSRF header of a POST checked before
+    the body is read, the body a JSON object, and tether's refusals as JSON errors."""
+
+    @wraps(handler)
+    async def endpoint(request: Request) -> Response:
+        try:
+            principal = await gate.principal(request)
+        except AuthError as err:
+            return _error(401, err.reason, str(err))
+        if principal is None:
+            return _error(401, "unauthenticated", "sign in or send Authorization: Bearer <token>")
+        body: dict[str, Any] = {}
+        if request.method == "POST":
+            if not gate.csrf_ok(request, principal, None):
+                sources.users.audit(
+                    f"{principal.via}:{principal.name}", "csrf_refused", target=request.url.path,
+                    outcome="refused:csrf",
+                )  # fmt: skip
+                return _error(403, "csrf", "missing or wrong X-CSRF-Token header")
+            raw = await request.body()
+            if raw.strip():
+                try:
+                    parsed = json.loads(raw)
+                except ValueError:
+                    return _error(400, "bad_json", "the body must be a JSON object")
+                if not isinstance(parsed, dict):
+                    return _error(400, "bad_json", "the body must be a JSON object")
+                body = parsed
+        try:
+            return JSONResponse(await handler(request, principal, body))
+        except Hidden as err:
+            return _error(404, "not_found", str(err))
+        except Denied as err:
+            return _error(403, err.reason, str(err))
+        except ApprovalError as err:
+            status = 400 if err.reason in ("invalid_answer", "bad_action", "reason_required") else 409
+            return _error(status, err.reason, str(err))
+        except TetherError as err:
+            return _error(400, type(err).__name__, str(err))
+
+    return endpoint
+
+
+def _text(body: dict[str, Any], key: str, limit: int = 2000) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise ApprovalError("bad_request", f"{key} must be a string")
+    return value[:limit]
+
+
+def _approval_api(api: Api, sources: Any) -> list[Route]:
+    """Who is asking, the approval queue, one proposal, a decision."""
+    text = _text
 
     @api
     async def me(request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -109,6 +130,18 @@ def api_routes(console: Console) -> list[Route]:
         )  # fmt: skip
         return done.to_json()
 
+    return [
+        Route("/api/me", me),
+        Route("/api/approvals", list_approvals),
+        Route("/api/approvals/{pid}", get_approval),
+        Route("/api/approvals/{pid}/{action}", decide, methods=["POST"]),
+    ]
+
+
+def _elicitation_api(api: Api, sources: Any) -> list[Route]:
+    """Servers' questions waiting for a person, and the answers."""
+    text = _text
+
     @api
     async def list_questions(request: Request, p: Principal, body: dict[str, Any]) -> Any:
         rows = await elicitations_view.pending(sources, p)
@@ -127,6 +160,16 @@ def api_routes(console: Console) -> list[Route]:
         if content is not None and not isinstance(content, dict):
             raise ApprovalError("invalid_answer", "content must be a JSON object")
         return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
+
+    return [
+        Route("/api/elicitations", list_questions),
+        Route("/api/elicitations/{eid}/answer", answer_question, methods=["POST"]),
+    ]
+
+
+def _server_api(api: Api, sources: Any) -> list[Route]:
+    """MCP servers: their review and the pinning of their tools."""
+    text = _text
 
     @api
     async def list_servers(request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -148,6 +191,16 @@ def api_routes(console: Console) -> list[Route]:
             sources, p, request.path_params["name"], digest=text(body, "digest", 100),
             tools={str(t) for t in tools}, accept_flagged={str(t) for t in flagged},
         )  # fmt: skip
+
+    return [
+        Route("/api/servers", list_servers),
+        Route("/api/servers/{name}/review", review_server, methods=["POST"]),
+        Route("/api/servers/{name}/pin", pin_server, methods=["POST"]),
+    ]
+
+
+def _run_api(api: Api, sources: Any) -> list[Route]:
+    """Runs: the list, one run, resuming a paused one."""
 
     @api
     async def list_runs(request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -181,15 +234,6 @@ def api_routes(console: Console) -> list[Route]:
         return await resume_run(sources, p, request.path_params["run_id"])
 
     return [
-        Route("/api/me", me),
-        Route("/api/approvals", list_approvals),
-        Route("/api/approvals/{pid}", get_approval),
-        Route("/api/approvals/{pid}/{action}", decide, methods=["POST"]),
-        Route("/api/elicitations", list_questions),
-        Route("/api/elicitations/{eid}/answer", answer_question, methods=["POST"]),
-        Route("/api/servers", list_servers),
-        Route("/api/servers/{name}/review", review_server, methods=["POST"]),
-        Route("/api/servers/{name}/pin", pin_server, methods=["POST"]),
         Route("/api/runs", list_runs),
         Route("/api/runs/{run_id}", get_run),
         Route("/api/runs/{run_id}/resume", resume, methods=["POST"]),

@@ -94,28 +94,47 @@ class Throttle:
 
 
 def page_routes(console: Console) -> list[Route]:
-    env, gate, sources = console.templates, console.gate, console.sources
-    throttle = Throttle()
+    ui = _Pages(console)
+    return [
+        *_session_routes(ui),
+        *_approval_routes(ui),
+        *_elicitation_routes(ui),
+        *_server_routes(ui),
+        *_run_routes(ui),
+        *_admin_routes(ui),
+    ]
+
+
+class _Pages:
+    """What every page shares: the templates, the gate, the sources, the sign-in throttle."""
+
+    def __init__(self, console: Console) -> None:
+        self.env, self.gate, self.sources = console.templates, console.gate, console.sources
+        self.throttle = Throttle()
 
     def render(
-        request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
+        self, request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
     ) -> Response:
-        html = env.get_template(name).render(
+        html = self.env.get_template(name).render(
             me=principal,
             csrf=principal.csrf if principal else None,
             path=request.url.path,
             notice=NOTICES.get(request.query_params.get("done", "")),
-            has_servers=sources.mcp_config is not None,
+            has_servers=self.sources.mcp_config is not None,
             **ctx,
         )
         return HTMLResponse(html, status_code=code)
 
     def problem(
-        request: Request, principal: Principal | None, status: int, title: str, message: str
+        self, request: Request, principal: Principal | None, status: int, title: str, message: str
     ) -> Response:
-        return render(request, "error.html", principal, status, title=title, message=message)
+        return self.render(request, "error.html", principal, status, title=title, message=message)
 
-    def page(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """A page: the principal resolved first (none: the sign-in page), the CSRF token of a POST
+        checked before anything else, and tether's refusals shown as error pages."""
+        gate, sources, problem = self.gate, self.sources, self.problem
+
         @wraps(handler)
         async def endpoint(request: Request) -> Response:
             try:
@@ -146,7 +165,10 @@ def page_routes(console: Console) -> list[Route]:
 
         return endpoint
 
-    # -- sign in and out --------------------------------------------------------------------
+
+def _session_routes(ui: _Pages) -> list[Route]:
+    """Sign in (throttled, CSRF-checked) and out."""
+    render, page, gate, sources, throttle = ui.render, ui.page, ui.gate, ui.sources, ui.throttle
 
     async def login(request: Request) -> Response:
         nxt = local_path(request.query_params.get("next", "/"))
@@ -194,7 +216,15 @@ def page_routes(console: Console) -> list[Route]:
         gate.end_session(response, me)
         return response
 
-    # -- approvals -------------------------------------------------------------------------
+    return [
+        Route("/login", login, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+    ]
+
+
+def _approval_routes(ui: _Pages) -> list[Route]:
+    """The approval queue, one proposal, a decision."""
+    render, page, sources = ui.render, ui.page, ui.sources
 
     def visible_tenants(me: Principal, tenants: set[str]) -> list[str]:
         return sorted(t for t in tenants if me.sees(t))
@@ -235,7 +265,17 @@ def page_routes(console: Console) -> list[Route]:
         )
         return RedirectResponse(f"/approvals/{quote(done.proposal_id)}?done={done.status}", status_code=303)
 
-    # -- elicitations ----------------------------------------------------------------------
+    return [
+        Route("/", home),
+        Route("/approvals", approvals),
+        Route("/approvals/{pid}", proposal),
+        Route("/approvals/{pid}/{action}", decide, methods=["POST"]),
+    ]
+
+
+def _elicitation_routes(ui: _Pages) -> list[Route]:
+    """Servers' questions waiting for a person, and the answers."""
+    render, page, sources = ui.render, ui.page, ui.sources
 
     @page
     async def questions(request: Request, me: Principal) -> Response:
@@ -264,7 +304,16 @@ def page_routes(console: Console) -> list[Route]:
         await elicitations_view.answer(sources, me, eid, action, content)
         return RedirectResponse("/elicitations?done=answered", status_code=303)
 
-    # -- MCP servers -----------------------------------------------------------------------
+    return [
+        Route("/elicitations", questions),
+        Route("/elicitations/{eid}", question),
+        Route("/elicitations/{eid}/answer", answer, methods=["POST"]),
+    ]
+
+
+def _server_routes(ui: _Pages) -> list[Route]:
+    """MCP servers: their review and the pinning of their tools."""
+    render, page, sources = ui.render, ui.page, ui.sources
 
     @page
     async def servers(request: Request, me: Principal) -> Response:
@@ -290,7 +339,18 @@ def page_routes(console: Console) -> list[Route]:
         )
         return render(request, "pinned.html", me, result=result)
 
-    # -- runs ----------------------------------------------------------------------------
+    return [
+        Route("/servers", servers),
+        # POST with the CSRF token: a review launches or contacts the server, so no link, image
+        # or prefetch on another page can start it.
+        Route("/servers/{name}/review", review, methods=["POST"]),
+        Route("/servers/{name}/pin", pin, methods=["POST"]),
+    ]
+
+
+def _run_routes(ui: _Pages) -> list[Route]:
+    """Runs: the list, one run, resuming a paused one."""
+    render, page, sources = ui.render, ui.page, ui.sources
 
     @page
     async def runs(request: Request, me: Principal) -> Response:
@@ -343,7 +403,16 @@ def page_routes(console: Console) -> list[Route]:
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
         return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
 
-    # -- rules and audit -------------------------------------------------------------------
+    return [
+        Route("/runs", runs),
+        Route("/runs/{run_id}", run),
+        Route("/runs/{run_id}/resume", resume, methods=["POST"]),
+    ]
+
+
+def _admin_routes(ui: _Pages) -> list[Route]:
+    """The rules in force and the audit log."""
+    render, page, sources = ui.render, ui.page, ui.sources
 
     @page
     async def rules(request: Request, me: Principal) -> Response:
@@ -357,23 +426,6 @@ def page_routes(console: Console) -> list[Route]:
         return render(request, "audit.html", me, entries=sources.users.audit_log(tenants=tenants))
 
     return [
-        Route("/", home),
-        Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
-        Route("/approvals", approvals),
-        Route("/approvals/{pid}", proposal),
-        Route("/approvals/{pid}/{action}", decide, methods=["POST"]),
-        Route("/elicitations", questions),
-        Route("/elicitations/{eid}", question),
-        Route("/elicitations/{eid}/answer", answer, methods=["POST"]),
-        Route("/servers", servers),
-        # POST with the CSRF token: a review launches or contacts the server, so no link, image
-        # or prefetch on another page can start it.
-        Route("/servers/{name}/review", review, methods=["POST"]),
-        Route("/servers/{name}/pin", pin, methods=["POST"]),
-        Route("/runs", runs),
-        Route("/runs/{run_id}", run),
-        Route("/runs/{run_id}/resume", resume, methods=["POST"]),
         Route("/rules", rules),
         Route("/audit", audit),
     ]

@@ -43,7 +43,7 @@ def _where(server: Any) -> str:
     """What the server is: the launch command, or the URL without user info or query."""
     if server.transport == "stdio":
         return " ".join(server.argv())
-    parts = urlsplit(server.url)
+    parts = urlsplit(str(server.url))
     host = parts.hostname or ""
     netloc = host + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

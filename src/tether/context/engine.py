@@ -111,11 +111,9 @@ class ContextEngine:
         if store is None:
             path = cfg.store_path or (base / f"{run_id}.context.json" if base is not None else None)
             store = FrozenStore(path)
-        self.store = store
         if outputs is None:
-            root = cfg.outputs_dir or (base / "outputs" if base is not None else None)
-            outputs = LargeOutputStore(root)
-        self.outputs = outputs
+            outputs = LargeOutputStore(cfg.outputs_dir or (base / "outputs" if base is not None else None))
+        self.store, self.outputs = store, outputs
         summary_model = cfg.summary_model or model
         self.compressor = Compressor(
             cfg.compression,
@@ -132,7 +130,15 @@ class ContextEngine:
             1, (cfg.status.expected_updates if cfg.status else None) or expected_updates
         )
 
-        # Harness tools, decided once: they are part of the stable prefix.
+        self._add_harness_tools(cfg, tools, store)
+        self._stable_prefix(cfg, instructions, tools)
+        self.last: Composed | None = None
+        self._status_mark = 0
+        self._usage_charged = Usage()
+
+    def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
+        """The harness tools (todo list, skills, tool search, output reader, subagents), decided
+        once: they are part of the stable prefix. Raises ``ConfigError`` on a name clash."""
         self.todo = TodoList(self.clock) if cfg.status is not None and cfg.status.todo else None
         self.status = StatusBar(cfg.status, self.todo, self.clock) if cfg.status is not None else None
         if self.status is not None:
@@ -160,6 +166,8 @@ class ContextEngine:
             name: replace(t.spec, source=HARNESS, effect=Effect.READ) for name, t in self._harness.items()
         }
 
+    def _stable_prefix(self, cfg: ContextConfig, instructions: str, tools: Sequence[ToolSpec]) -> None:
+        """The system message and the tool list every request of the run starts with."""
         system = instructions
         if cfg.skills is not None and (catalog := cfg.skills.catalog()):
             system += "\n\n" + catalog
@@ -167,10 +175,6 @@ class ContextEngine:
         tool_wire = self.search.wire_tools() if self.search is not None else [s.wire() for s in tools]
         tool_wire.extend(s.wire() for s in self._harness_specs.values())
         self.tools: tuple[dict[str, Any], ...] = tuple(sorted(tool_wire, key=lambda t: t["function"]["name"]))
-
-        self.last: Composed | None = None
-        self._status_mark = 0
-        self._usage_charged = Usage()
 
     # -- composition ------------------------------------------------------------------------
 
@@ -331,7 +335,7 @@ class ContextEngine:
         return tool(delegate, name=sub.name, timeout_s=3600.0)
 
     def _read_output_tool(self) -> Tool:
-        return _OutputReader(self.outputs).read_output  # type: ignore[no-any-return]
+        return _OutputReader(self.outputs).read_output
 
 
 class _OutputReader:

@@ -121,4 +121,4 @@ class ToolSearch:
         return json.dumps(self.search(query, limit), ensure_ascii=False, sort_keys=True)
 
     def tool(self) -> Tool:
-        return self.tool_search  # type: ignore[no-any-return]
+        return self.tool_search

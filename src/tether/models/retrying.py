@@ -26,6 +26,7 @@ import anyio
 from tether.errors import ModelError
 
 if TYPE_CHECKING:
+    from tether.models.base import ModelResponse
     from tether.ratelimit import TokenBucket
 
 __all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries", "retry_after", "status_error"]
@@ -151,10 +152,10 @@ class RetryingBackend(ABC):
         return text
 
     @abstractmethod
-    async def _attempt(self, body: bytes) -> Any:
+    async def _attempt(self, body: bytes) -> ModelResponse:
         """One try: post ``body`` and read the answer (a backend's own protocol)."""
 
-    async def send(self, body: bytes) -> Any:
+    async def send(self, body: bytes) -> ModelResponse:
         taken: list[dict[str, Any]] = []
 
         def count() -> None:

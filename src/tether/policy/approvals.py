@@ -489,7 +489,7 @@ class Approvals:
         else:
             try:
                 got = reconciler(entry.key)
-                answer = await got if isinstance(got, Awaitable) else got  # type: ignore[assignment]
+                answer = await got if isinstance(got, Awaitable) else got
             except Exception as err:  # the tool cannot tell: a person decides
                 why = f"reconciliation failed: {type(err).__name__}: {err}"
             else:

@@ -280,7 +280,7 @@ class References:
 
     def _table(self, state: Any) -> dict[str, list[_Target]]:
         observations = list(getattr(state, "observations", None) or [])
-        cached = self._tables.get(state)
+        cached: tuple[int, dict[str, list[_Target]]] | None = self._tables.get(state)
         if cached is not None and cached[0] == len(observations):
             return cached[1]
         table: dict[str, list[_Target]] = {}

@@ -112,7 +112,7 @@ class FunctionModel:
         result = self._function(request)
         if inspect.isawaitable(result):
             result = await result
-        message = _as_message(result)  # type: ignore[arg-type]
+        message = _as_message(result)
         return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
 
 

@@ -14,11 +14,24 @@ import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 from types import UnionType
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Protocol,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
 
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
+from typing_extensions import ParamSpec, TypeVar, Unpack
 
 from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
 from tether.schema import UnusableSchema, check_arguments, compile_schema
@@ -30,12 +43,38 @@ __all__ = [
     "Target",
     "Tool",
     "ToolContext",
+    "ToolOptions",
     "ToolOutput",
     "ToolSpec",
     "render_result",
     "tool",
     "unwrap_exception_group",
 ]
+
+
+# A tool keeps its function's signature for the type checker: ``Tool[P, T]`` is called with
+# the function's parameters ``P`` and, awaited, gives its result ``T`` (an async function's
+# awaited result). A bare ``Tool`` is ``Tool[..., Any]``.
+P = ParamSpec("P", default=...)
+T = TypeVar("T", default=Any)
+_Q = ParamSpec("_Q")
+_U = TypeVar("_U")
+
+
+class ToolOptions(TypedDict, total=False):
+    """The contract options of ``@tool(...)`` and ``Tool.with_options``."""
+
+    name: str | None
+    description: str | None
+    effect: Effect
+    target: Target | None
+    egress_argument: str | None
+    timeout_s: float
+    max_result_chars: int
+    idempotent: bool
+    needs_approval: bool | None
+    blocking: bool
+    secret_arguments: Iterable[str]
 
 
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
@@ -106,7 +145,58 @@ def _model_errors(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-class Tool:
+def _arguments_model(
+    function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
+) -> tuple[type[BaseModel], str | None]:
+    """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
+    parameter (injected by the host, never in the schema). Raises ``TypeError``."""
+    hints = get_type_hints(function, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for p in params:
+        annotation = hints.get(p.name, Any)
+        if annotation is ToolContext:
+            context_param = p.name
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(strict=True, extra="forbid"),
+        **fields,
+    )
+    for fname, finfo in model.model_fields.items():
+        if not isinstance(finfo, FieldInfo) or not finfo.description:
+            raise TypeError(
+                f"tool {tool_name}: argument {fname!r} has no description "
+                "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+            )
+    return model, context_param
+
+
+def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON Schema the model reads: closed, untitled, secret arguments marked ``writeOnly``,
+    and usable by the intake (checked now, not at the first call). Raises ``TypeError``."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema["additionalProperties"] = False
+    for secret_name in secret:
+        prop = schema.get("properties", {}).get(secret_name)
+        if not isinstance(prop, dict):
+            raise TypeError(f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments")
+        prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
+    try:
+        compile_schema(schema, intake=True)
+    except UnusableSchema as err:
+        raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
+    return schema
+
+
+class Tool(Generic[P, T]):
     """A typed function with a contract. Build it with ``@tool(...)``.
 
     Works on plain functions, async functions and methods (as a descriptor it binds to
@@ -115,7 +205,7 @@ class Tool:
 
     def __init__(
         self,
-        function: Callable[..., Any],
+        function: Callable[P, Awaitable[T]] | Callable[P, T],
         *,
         name: str | None = None,
         description: str | None = None,
@@ -133,7 +223,7 @@ class Tool:
         if isinstance(secret_arguments, str):
             raise TypeError("secret_arguments is a list of argument names, not one string")
         secret = tuple(secret_arguments)
-        self._options = {
+        self._options: ToolOptions = {
             "name": name,
             "description": description,
             "effect": effect,
@@ -150,50 +240,14 @@ class Tool:
         # (pure computation, no I/O): then it runs inline, with no thread hop per call.
         self._is_async = inspect.iscoroutinefunction(function)
         self.inline = not self._is_async and not blocking
-        sig = inspect.signature(function)
-        hints = get_type_hints(function, include_extras=True)
-        fields: dict[str, Any] = {}
-        self._context_param: str | None = None
-        params = list(sig.parameters.values())
-        self._is_method = bool(params) and params[0].name == "self"
-        for p in params[1:] if self._is_method else params:
-            annotation = hints.get(p.name, Any)
-            if annotation is ToolContext:
-                self._context_param = p.name
-                continue
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
-            default = ... if p.default is inspect.Parameter.empty else p.default
-            fields[p.name] = (annotation, default)
         tool_name = name or function.__name__
-        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
-            f"{tool_name}_arguments",
-            __config__=ConfigDict(strict=True, extra="forbid"),
-            **fields,
+        params = list(inspect.signature(function).parameters.values())
+        self._is_method = bool(params) and params[0].name == "self"
+        self.arguments_model, self._context_param = _arguments_model(
+            function, tool_name, params[1:] if self._is_method else params
         )
-        for fname, finfo in self.arguments_model.model_fields.items():
-            if not isinstance(finfo, FieldInfo) or not finfo.description:
-                raise TypeError(
-                    f"tool {tool_name}: argument {fname!r} has no description "
-                    "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
-                )
         self._plain = _plain_fields(self.arguments_model)
-        schema = self.arguments_model.model_json_schema()
-        schema.pop("title", None)
-        for prop in schema.get("properties", {}).values():
-            prop.pop("title", None)
-        schema["additionalProperties"] = False
-        for secret_name in secret:
-            prop = schema.get("properties", {}).get(secret_name)
-            if not isinstance(prop, dict):
-                raise TypeError(
-                    f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments"
-                )
-            prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
-        try:
-            compile_schema(schema, intake=True)  # fail at declaration, not at the first call
-        except UnusableSchema as err:
-            raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
+        schema = _argument_schema(self.arguments_model, tool_name, secret)
         doc = inspect.getdoc(function) or ""
         self.spec = ToolSpec(
             name=tool_name,
@@ -217,10 +271,18 @@ class Tool:
     def name(self) -> str:
         return self.spec.name
 
-    def __get__(self, instance: Any, owner: type | None = None) -> Tool:
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Tool[P, T]: ...
+
+    @overload
+    def __get__(
+        self: Tool[Concatenate[Any, _Q], _U], instance: object, owner: type | None = None
+    ) -> Tool[_Q, _U]: ...
+
+    def __get__(self, instance: object, owner: type | None = None) -> Tool[Any, Any]:
         if instance is None:
             return self
-        bound = object.__new__(Tool)
+        bound: Tool[Any, Any] = object.__new__(Tool)
         bound.__dict__.update(self.__dict__)
         bound._bound = instance
         return bound
@@ -278,7 +340,7 @@ class Tool:
             if context is None:
                 raise TypeError(f"tool {self.name} needs a ToolContext")
             kwargs[self._context_param] = context
-        fn = self.function
+        fn: Callable[..., Any] = self.function
         args: tuple[Any, ...] = (self._bound,) if self._is_method else ()
         if self._is_method and self._bound is None:
             raise TypeError(f"tool {self.name} is a method: use it from an instance")
@@ -303,37 +365,39 @@ class Tool:
         data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         return ToolOutput(text=text, data=data)
 
-    def with_options(self, **changes: Any) -> Tool:
+    def with_options(self, **changes: Unpack[ToolOptions]) -> Tool[P, T]:
         """A copy with other contract options (e.g. another effect)."""
-        options = {**self._options, **changes}
+        options: ToolOptions = {**self._options, **changes}
         new = Tool(self.function, **options)
         new._bound = self._bound
-        if "name" in changes:
-            new.spec = replace(new.spec, name=changes["name"])
+        if changes.get("name"):
+            new.spec = replace(new.spec, name=new.name)
         return new
 
-    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        fn = self.function
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call the function itself (no contract check): a tool stays usable as the function."""
+        fn: Callable[..., Any] = self.function
         bound = (self._bound,) if self._is_method else ()
         result = fn(*bound, *args, **kwargs)
-        return await result if isinstance(result, Awaitable) else result
+        return cast(T, await result if isinstance(result, Awaitable) else result)
 
 
+class _ToolDecorator(Protocol):
+    @overload
+    def __call__(self, function: Callable[P, Awaitable[T]], /) -> Tool[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[P, T], /) -> Tool[P, T]: ...
+
+
+@overload
+def tool(function: Callable[P, Awaitable[T]], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: Callable[P, T], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: None = None, /, **options: Unpack[ToolOptions]) -> _ToolDecorator: ...
 def tool(
-    function: Callable[..., Any] | None = None,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    effect: Effect = Effect.READ,
-    target: Target | None = None,
-    egress_argument: str | None = None,
-    timeout_s: float = 30.0,
-    max_result_chars: int = 20_000,
-    idempotent: bool = False,
-    needs_approval: bool | None = None,
-    blocking: bool = True,
-    secret_arguments: Iterable[str] = (),
-) -> Any:
+    function: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
+) -> Tool[..., Any] | _ToolDecorator:
     """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``.
 
     ``blocking=False`` declares a plain (sync) function that never blocks (no I/O, quick): it runs
@@ -344,20 +408,7 @@ def tool(
     says the same): their values are masked on the console, in the API, in traces and in
     OpenTelemetry. Nothing is masked because of its name."""
 
-    def wrap(fn: Callable[..., Any]) -> Tool:
-        return Tool(
-            fn,
-            name=name,
-            description=description,
-            effect=effect,
-            target=target,
-            egress_argument=egress_argument,
-            timeout_s=timeout_s,
-            max_result_chars=max_result_chars,
-            idempotent=idempotent,
-            needs_approval=needs_approval,
-            blocking=blocking,
-            secret_arguments=secret_arguments,
-        )
+    def wrap(fn: Callable[..., Any]) -> Tool[..., Any]:
+        return Tool(fn, **options)
 
-    return wrap(function) if function is not None else wrap
+    return wrap(function) if function is not None else cast(_ToolDecorator, wrap)

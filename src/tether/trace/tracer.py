@@ -35,7 +35,8 @@ from typing import Any, Literal, Protocol, cast, get_args
 from pydantic_core import PydanticSerializationError, to_json
 
 from tether.errors import ConfigError
-from tether.trace.events import FIELDS, RESERVED, EventKind, TraceEvent, TraceSchemaError, check_payload
+from tether.trace.events import RESERVED, EventKind, TraceEvent, TraceSchemaError
+from tether.trace.payloads import FIELDS, check_payload
 from tether.trace.sanitize import REDACTED, Redactor, sanitize, sanitize_value
 
 __all__ = [

@@ -222,7 +222,7 @@ class _Knowledge:
 
     @property
     def phrase(self) -> str:
-        quoted = re.findall(r"'([^']{3,60})'|\"([^\"]{3,60})\"", self.prompt)
+        quoted: list[tuple[str, str]] = re.findall(r"'([^']{3,60})'|\"([^\"]{3,60})\"", self.prompt)
         for a, b in quoted:
             if (a or b) and "@" not in (a or b):
                 return a or b
@@ -251,7 +251,8 @@ class _Knowledge:
             for arg, role in self.roles(step.function).items():
                 if role == "destination" and step.args.get(arg):
                     value = step.args[arg]
-                    return value[0] if isinstance(value, list) and value else value
+                    found = value[0] if isinstance(value, list) and value else value
+                    return str(found)
         return None
 
 
