@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tether.agentfile import build_agent, load_agent_file
+from tether.agentbuild import build_agent
+from tether.agentfile import load_agent_file
 from tether.cli import main
 from tether.clisupport.output import model_hints
 from tether.errors import ConfigError
