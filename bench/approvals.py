@@ -19,7 +19,6 @@ from typing import Any
 
 import anyio
 
-from tether.desk import ProposalDesk
 from tether.host import Host
 from tether.policy import (
     Approvals,
@@ -29,6 +28,7 @@ from tether.policy import (
     TrustedContext,
     propose,
 )
+from tether.runners._desk import ProposalDesk
 from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
 CTX = TrustedContext(tenant="org-alpha")

@@ -49,9 +49,9 @@ SERVER_COMMAND = {
     "anthropic": ["-c", _LOOP, "anthropic"],
 }
 MODULES = {
-    "openai-chat": "tether.models.openai",
-    "openai-responses": "tether.models.responses",
-    "anthropic": "tether.models.anthropic",
+    "openai-chat": "tether.models._openai",
+    "openai-responses": "tether.models._responses",
+    "anthropic": "tether.models._anthropic",
 }
 SDKS = {"openai-chat": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
 
@@ -88,14 +88,14 @@ class Server:
 
 def backend(provider: str, url: str, transport: str) -> Any:
     if provider == "anthropic":
-        from tether.models.anthropic import AnthropicMessages
+        from tether.models._anthropic import AnthropicMessages
 
         return AnthropicMessages("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
     if provider == "openai-responses":
-        from tether.models.responses import OpenAIResponses
+        from tether.models._responses import OpenAIResponses
 
         return OpenAIResponses("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
-    from tether.models.openai import OpenAICompatible
+    from tether.models._openai import OpenAICompatible
 
     return OpenAICompatible("bench-model", base_url=url, stream=False, transport=transport)  # type: ignore[arg-type]
 

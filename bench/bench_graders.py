@@ -10,11 +10,11 @@ import statistics
 import sys
 import time
 
-from tether.context.untrusted import Observation
-from tether.evals.cases import ExpectedCall, TrajectoryExpectation
-from tether.evals.graders import evidence_of, grade_final_response, grade_trajectory, groundedness
-from tether.run import CallRecord, RunResult
-from tether.stop import StopReason
+from tether.context._untrusted import Observation
+from tether.core.stop import StopReason
+from tether.evals._cases import ExpectedCall, TrajectoryExpectation
+from tether.evals._graders import evidence_of, grade_final_response, grade_trajectory, groundedness
+from tether.runs._values import CallRecord, RunResult
 
 
 def sample(i: int) -> RunResult:

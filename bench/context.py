@@ -22,7 +22,7 @@ from typing import Any
 
 from tether import Agent, Host, Limits, Policy, TrustedContext
 from tether.context import CallLimit, CompressionConfig, ContextConfig, StatusConfig
-from tether.trace.stats import trace_stats
+from tether.trace._stats import trace_stats
 from tether_examples.scenarios.research.task import OBJECTIVE, Research, completed, system_prompt
 
 STRATEGIES = {

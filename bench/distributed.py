@@ -81,7 +81,7 @@ class Deployment:
             "BENCH_MODEL_URL": model_url,
         }
         from tether.durable import DurableClient
-        from tether.durable.deploy import init_deployment
+        from tether.durable._deploy import init_deployment
 
         init_deployment(self.url)  # the schemas, once, before the workers race to create them
         self.client = DurableClient(self.url)
@@ -162,7 +162,7 @@ def bare_dbos(dsn: str, runs: int, steps: int) -> dict[str, Any]:
     import psycopg
     from dbos import DBOS, StepOptions
 
-    from tether.durable.config import dbos_config
+    from tether.durable._config import dbos_config
 
     schema = f"bench_bare_{uuid.uuid4().hex[:8]}"
     cfg = dbos_config(f"{dsn}?schema={schema}", executor_id="bench-bare")

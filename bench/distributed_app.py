@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field
 
 from tether import Agent, Host, Limits, Policy, tool
-from tether.models.openai import OpenAICompatible
+from tether.models._openai import OpenAICompatible
 from tether.policy import Approvals
 
 APP = "distributed_app:build"

@@ -23,12 +23,12 @@ from typing import Any
 import anyio
 import yaml
 
-from tether.mcp.approve import approve_server
-from tether.mcp.config import load_config
-from tether.mcp.hosting import mcp_sources
-from tether.mcp.pinning import check_listing
-from tether.mcpapp.hosting import build_host
-from tether.tools.contract import ToolContext
+from tether.mcp._approve import approve_server
+from tether.mcp._config import load_config
+from tether.mcp._hosting import mcp_sources
+from tether.mcp._pinning import check_listing
+from tether.mcphost._build import build_host
+from tether.tools._contract import ToolContext
 
 
 def _config(folder: Path, mode: str, recheck: str) -> Any:

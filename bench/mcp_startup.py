@@ -109,8 +109,8 @@ def review_s(config: Path) -> float:
 def host_start_s(config: Path) -> float:
     import anyio
 
-    from tether.mcp.config import load_config
-    from tether.mcpapp.hosting import build_host
+    from tether.mcp._config import load_config
+    from tether.mcphost._build import build_host
 
     async def go() -> float:
         host = build_host(load_config(config), use_pins=False)
@@ -134,7 +134,7 @@ def _profiles(folder: Path) -> dict[str, list[str] | str]:
     """The command of each launcher profile here, or why it is skipped."""
     import shutil
 
-    from tether.mcp.launchers import resolve_launch
+    from tether.mcp._launchers import resolve_launch
 
     console = folder / "bin" / "erp-server"
     console.parent.mkdir(exist_ok=True)
@@ -213,7 +213,7 @@ def main() -> None:
         help="launcher profiles to time (4.): all, none or a comma-separated list",
     )
     args = parser.parse_args()
-    from tether.mcp.sandbox import bwrap_status
+    from tether.mcp._sandbox import bwrap_status
 
     confined = bwrap_status(None)[0] is not None
     with tempfile.TemporaryDirectory() as tmp:

@@ -59,10 +59,10 @@ from pydantic import Field
 
 from tether import Agent, Effect, Host, Limits, Policy, TrustedContext, tool
 from tether.context import ContextConfig, StatusConfig
-from tether.messages import AssistantMessage
-from tether.models.base import ModelRequest, ModelResponse
-from tether.models.openai import OpenAICompatible
-from tether.trace.tracer import FlushMode
+from tether.core.messages import AssistantMessage
+from tether.models._base import ModelRequest, ModelResponse
+from tether.models._openai import OpenAICompatible
+from tether.trace._tracer import FlushMode
 
 sys.path.insert(0, str(Path(__file__).parent))
 import backends  # bench/backends.py, next to this script

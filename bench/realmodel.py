@@ -382,7 +382,7 @@ def main() -> int:
     parser.add_argument("--url", help="use an already running server at this base URL (…/v1)")
     args = parser.parse_args()
 
-    from tether.evals.cases import load_cases
+    from tether.evals._cases import load_cases
     from tether_examples.scenarios.maintenance.evals import CASES_PATH, environment
 
     out = args.out.resolve()

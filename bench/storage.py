@@ -1,4 +1,4 @@
-"""Benchmark: the cost of keeping SQLite off the event loop (tether.storage.Database).
+"""Benchmark: the cost of keeping SQLite off the event loop (tether.sql._database.Database).
 
     python bench/storage.py [--rounds 3] [--ops 300]
 
@@ -35,9 +35,9 @@ import anyio
 import anyio.lowlevel
 
 from tether.policy import Approvals, ProposalStatus, SqliteApprovalStore
-from tether.policy.approvals import owner_dead
-from tether.policy.store import NewProposal, result_json
-from tether.storage import Synchronous
+from tether.policy._approvals import owner_dead
+from tether.policy._store import NewProposal, result_json
+from tether.sql._database import Synchronous
 
 PENDING = frozenset({ProposalStatus.PENDING})
 NEW = NewProposal("org-alpha", "send", '{"to":"x"}', "sha256:x", "write", "bench")

@@ -28,7 +28,7 @@ from typing import Any
 from pydantic_core import to_json
 
 from tether.trace import JsonlSink, MemorySink, Redactor, Tracer
-from tether.trace.events import EventKind
+from tether.trace._events import EventKind
 
 ARGS = json.dumps({"order_id": "order-742", "fields": ["status", "lines", "history"], "note": "x" * 60})
 TEXT = "Checking the order status before answering. " * 10

@@ -5,8 +5,8 @@ A page asks for a generated section with a marker on a line of its own::
     <!-- generated: cli -->
 
 and the hook replaces it with Markdown built from the code that defines it: the argparse parser
-(``tether.cli.build_parser``), the agent file's pydantic models (``tether.agentspec.AgentSpec``),
-the typed trace payloads (``tether.trace.events.PAYLOADS``), the exit-code table
+(``tether.cli.build_parser``), the agent file's pydantic models (``tether.agents._spec.AgentSpec``),
+the typed trace payloads (``tether.trace._events.PAYLOADS``), the exit-code table
 (``tether.clisupport.output.EXIT_CODES``) and ``StopReason``. A marker with no generator, a stop
 reason or trace event kind with no description here, or a description of one the code no longer
 has fails the build (``mkdocs build --strict`` runs in the test command).
@@ -146,7 +146,7 @@ def _model_table(name: str, schema: dict[str, Any], model: type[BaseModel] | Non
 
 
 def agent_file_reference() -> str:
-    from tether.agentspec import AgentSpec
+    from tether.agents._spec import AgentSpec
 
     schema = AgentSpec.model_json_schema()
     defs = schema.pop("$defs", {})
@@ -237,8 +237,8 @@ def _hint(tp: Any) -> str:
 
 
 def trace_events_reference() -> str:
-    from tether.trace.events import EventKind
-    from tether.trace.payloads import PAYLOADS
+    from tether.trace._events import EventKind
+    from tether.trace._payloads import PAYLOADS
 
     kinds = {str(k) for k in EventKind}
     missing, stale = kinds - EVENT_DESCRIPTIONS.keys(), EVENT_DESCRIPTIONS.keys() - kinds
@@ -302,7 +302,7 @@ EXIT_MEANINGS = {
 
 def exit_codes_reference() -> str:
     from tether.clisupport.output import EXIT_CODES, USAGE
-    from tether.stop import StopReason
+    from tether.core.stop import StopReason
 
     reasons = {str(r) for r in StopReason}
     missing = reasons - STOP_DESCRIPTIONS.keys() or reasons - EXIT_CODES.keys()

@@ -23,10 +23,10 @@ import anyio
 from pydantic import Field
 
 from tether import Agent, Effect, Host, Policy, TrustedContext, tool
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call, tool_results
-from tether.trace.events import EventKind
-from tether.trace.tracer import _Timer
+from tether.trace._events import EventKind
+from tether.trace._tracer import _Timer
 
 TRACE_DIR, MODE, POINT = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 

@@ -19,13 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from tether.checkpoint import CheckpointError, state_from_json, state_to_json
-from tether.context.untrusted import Observation
+from tether.context._untrusted import Observation
+from tether.core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from tether.errors import ApprovalError
 from tether.memory import MemoryRecord, Source
-from tether.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from tether.policy import Permissions, TrustedContext
-from tether.run import CallRecord, RunState
+from tether.runs._checkpoint import CheckpointError, state_from_json, state_to_json
+from tether.runs._values import CallRecord, RunState
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 FIELDS = {f.name for f in dataclasses.fields(RunState)}

@@ -22,27 +22,27 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Host, Policy, TrustedContext
-from tether.context.engine import ContextConfig
-from tether.context.skills import SkillLibrary
-from tether.context.status import StatusConfig
-from tether.context.subagent import Subagent
-from tether.context.toolsearch import ToolSearchConfig
-from tether.desk import ProposalDesk
+from tether.context._engine import ContextConfig
+from tether.context._skills import SkillLibrary
+from tether.context._status import StatusConfig
+from tether.context._subagent import Subagent
+from tether.context._toolsearch import ToolSearchConfig
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.core.ratelimit import TokenBucket
 from tether.errors import DependencyUnavailable, ModelError, PolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
-from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models.base import ModelRequest
-from tether.planexec import Plan, PlannedCall, run_plan
-from tether.policy.approvals import Approvals, Reviewer
-from tether.policy.sqlite_store import SqliteApprovalStore
-from tether.policy.trusted import DictCatalog
-from tether.ratelimit import TokenBucket
-from tether.runscope import RunScope
-from tether.storage import blocking
+from tether.models._base import ModelRequest
+from tether.policy._approvals import Approvals, Reviewer
+from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.policy._trusted import DictCatalog
+from tether.runners._desk import ProposalDesk
+from tether.runners._plan import Plan, PlannedCall, run_plan
+from tether.runners._scope import RunScope
+from tether.runners._workflow import Step, Workflow
+from tether.sql._database import blocking
 from tether.testing import FunctionModel
-from tether.tools.contract import Effect, Target, ToolContext, tool
-from tether.trace.events import TraceEvent
-from tether.workflow import Step, Workflow
+from tether.tools._contract import Effect, Target, ToolContext, tool
+from tether.trace._events import TraceEvent
 
 TENANT = TrustedContext(tenant="tenant-a", roles=frozenset({"reader"}), user="ana")
 OTHER = TrustedContext(tenant="tenant-b", roles=frozenset({"reader"}), user="bo")
@@ -237,7 +237,7 @@ class SubagentEntry(AgentEntry):
         assert links, r.kinds()
         self.run_id = str(links[0].data["child_run_id"])
         child_trace = Path(str(links[0].data["child_trace"]))
-        from tether.trace.tracer import read_trace
+        from tether.trace._tracer import read_trace
 
         events = [TraceEvent.from_json(d) for d in read_trace(child_trace)]
         return Outcome(str(links[0].data["stop_reason"]), events, [], self.run_id)
@@ -368,7 +368,7 @@ class McpResumeEntry:
         return await self.again(host, ctx)
 
     async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
-        from tether.mcpapp.runner import rerun_paused_call
+        from tether.mcphost._runner import rerun_paused_call
 
         await host.start()
         run = RunScope(
@@ -439,7 +439,7 @@ class DurableEntry(AgentEntry):
     async def _run(self, host: Host, request: dict[str, Any], workflow_id: str) -> Outcome:
         from dbos import DBOS, SetWorkflowID
 
-        from tether.durable.runtime import register_app, tether_run
+        from tether.durable._runtime import register_app, tether_run
 
         register_app(request["app"], lambda *a, **k: (host, self.agent))
         self.workflow_id = workflow_id
@@ -448,7 +448,7 @@ class DurableEntry(AgentEntry):
         return self._outcome(host, await handle.get_result())
 
     def _outcome(self, host: Host, out: dict[str, Any]) -> Outcome:
-        from tether.trace.tracer import read_trace
+        from tether.trace._tracer import read_trace
 
         assert host.trace_dir is not None
         path = host.trace_dir / f"{self.run_id}.jsonl"
@@ -458,7 +458,7 @@ class DurableEntry(AgentEntry):
     async def first(
         self, host: Host, calls: Any, ctx: TrustedContext, cfg: ContextConfig | None = None
     ) -> Outcome:
-        from tether.durable.runtime import context_to_json
+        from tether.durable._runtime import context_to_json
 
         self._start()
         self.agent = self.make_agent(_calls(calls), cfg)

@@ -1,11 +1,11 @@
-"""The one look-alike check (tether.confusables): mixed scripts and TR39 skeletons, punycode
+"""The one look-alike check (tether.core._confusables): mixed scripts and TR39 skeletons, punycode
 decoded and both forms given; legitimate international names pass."""
 
 from __future__ import annotations
 
 import pytest
 
-from tether.confusables import check_name, find_names, skeleton
+from tether.core._confusables import check_name, find_names, skeleton
 
 
 @pytest.mark.parametrize(

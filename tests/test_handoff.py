@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from tether.errors import HandoffError
-from tether.handoff import (
+from tether.core.handoff import (
     MAX_HANDOFF_BYTES,
     Artifact,
     CallCitation,
@@ -20,6 +19,7 @@ from tether.handoff import (
     artifact_for,
     validate_handoff,
 )
+from tether.errors import HandoffError
 
 RUN = HandoffGrants(read=["orders", "inventory"], write=["orders.comment"])
 KNOWN = {"mcp:erp/orders/742#v18", "api://orders/742#version-18"}

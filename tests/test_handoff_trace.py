@@ -14,9 +14,9 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Host, Policy, StopReason, TrustedContext, tool
+from tether.core.handoff import resolve_from_trace
 from tether.errors import NotFoundError
-from tether.handoff import resolve_from_trace
-from tether.policy.trusted import Permissions
+from tether.policy._trusted import Permissions
 from tether.testing import ScriptedModel, call
 from tether_examples.scenarios.maintenance.lab import handoff_from_trace
 

@@ -11,9 +11,9 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Effect, Host, Limits, Policy, StopReason, Target, TrustedContext, tool
+from tether.core.messages import AssistantMessage, ToolMessage
 from tether.errors import DependencyUnavailable, ModelError, NotFoundError
-from tether.messages import AssistantMessage, ToolMessage
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.policy import Approvals, DictCatalog, SqliteApprovalStore
 from tether.testing import FunctionModel, ScriptedModel, call
 

@@ -1,4 +1,4 @@
-"""The one schema engine (tether.schema): exact types, formats, no remote references, a cache,
+"""The one schema engine (tether.core._schema): exact types, formats, no remote references, a cache,
 errors that name the argument, and tool contracts validated the way pydantic declares them."""
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, Field
 
-from tether import schema as engine
-from tether.errors import PolicyError, ToolInputError
-from tether.schema import (
+from tether.core import _schema as engine
+from tether.core._schema import (
     FORMATS,
     SchemaViolation,
     UnusableSchema,
@@ -30,6 +29,7 @@ from tether.schema import (
     compile_schema,
     validate,
 )
+from tether.errors import PolicyError, ToolInputError
 from tether.tools import Effect, tool
 
 # -- the type checker --------------------------------------------------------------------------
@@ -547,8 +547,8 @@ def test_whatever_the_engine_accepts_pydantic_builds_without_coercion(arguments:
 def test_the_gate_runs_one_schema_check_per_call_and_a_refused_call_never_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from tether.core.messages import ToolCall
     from tether.host import Host
-    from tether.messages import ToolCall
     from tether.policy import Policy, TrustedContext
 
     ran: list[int] = []

@@ -7,9 +7,9 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.stop import RepetitionDetector
-from tether.tools.contract import Effect
-from tether.types import Decision, GateOutcome, ToolCall, ToolSpec
+from tether.core.stop import RepetitionDetector
+from tether.core.types import Decision, GateOutcome, ToolCall, ToolSpec
+from tether.tools._contract import Effect
 
 
 def _cycle(turns: list[tuple[str, ...]], repeat_limit: int, max_period: int) -> str | None:

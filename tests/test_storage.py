@@ -1,4 +1,4 @@
-"""One connection discipline for every SQLite store (tether.storage.Database).
+"""One connection discipline for every SQLite store (tether.sql._database.Database).
 
 - A store operation awaited on the event loop waits for a locked file in a worker thread:
   the loop keeps running (tested per store, with the write lock held by another connection).
@@ -26,13 +26,13 @@ import anyio
 import pytest
 
 import tether
-from tether.mcp.pauses import PauseStore
-from tether.mcp.pinning import PinStore, ToolCheck
+from tether.mcp._pauses import PauseStore
+from tether.mcp._pinning import PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
-from tether.policy.memory_store import MemoryApprovalStore
-from tether.policy.store import ApprovalStore, CheckpointStore, LedgerEntry, NewProposal
-from tether.storage import MIGRATIONS, Database
+from tether.policy._memory_store import MemoryApprovalStore
+from tether.policy._store import ApprovalStore, CheckpointStore, LedgerEntry, NewProposal
+from tether.sql._database import MIGRATIONS, Database
 
 pytestmark = pytest.mark.anyio
 
@@ -268,7 +268,7 @@ def test_the_approval_store_protocol_has_both_faces() -> None:
 def test_no_module_but_tether_storage_opens_a_sqlite_connection() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
-        if path == SRC / "storage.py":
+        if path == SRC / "sql/_database.py":
             continue
         text = path.read_text(encoding="utf-8")
         if "sqlite3" not in text:
@@ -430,7 +430,7 @@ WRITER = """
 import sys
 from datetime import UTC, datetime, timedelta
 from tether.policy import SqliteApprovalStore
-from tether.policy.store import NewProposal
+from tether.policy._store import NewProposal
 
 path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.stdin.readline()  # start together: the first operations race to create and migrate the file

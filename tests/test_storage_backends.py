@@ -12,11 +12,11 @@ import anyio
 import pytest
 
 from tether.errors import ApprovalError, ConfigError
-from tether.mcp.pinning import canonical_definition, check_listing
+from tether.mcp._pinning import canonical_definition, check_listing
 from tether.memory import MemoryPolicy, MemoryStore
 from tether.policy import ApprovalStore
-from tether.storage import blocking
-from tether.storage_url import Stores, open_stores, parse_url
+from tether.sql._database import blocking
+from tether.stores._url import Stores, open_stores, parse_url
 
 TOOL = {
     "name": "lookup",
@@ -59,7 +59,7 @@ def test_an_unsupported_or_malformed_url_is_refused_with_what_is_accepted() -> N
 
 
 def test_an_unreachable_server_is_a_typed_error_naming_the_server() -> None:
-    from tether.pg import StoreUnavailable
+    from tether.sql._postgres import StoreUnavailable
 
     with pytest.raises(StoreUnavailable, match=r"127\.0\.0\.1:1"):
         open_stores("postgresql://postgres@127.0.0.1:1/test?schema=nowhere&connect_timeout=1")
@@ -127,7 +127,7 @@ def test_the_async_faces_see_what_the_sync_faces_wrote(stores: Stores) -> None:
 
 
 def test_the_trace_index_stores_each_event_once_and_reads_back_in_order(pg_url: str) -> None:
-    from tether.trace.events import EventKind, TraceEvent
+    from tether.trace._events import EventKind, TraceEvent
 
     s = open_stores(pg_url)
     try:
@@ -147,8 +147,8 @@ def test_the_trace_index_stores_each_event_once_and_reads_back_in_order(pg_url: 
 def test_a_cut_connection_is_replaced_and_nothing_is_lost(pg_url: str, pg_dsn: str) -> None:
     import psycopg
 
-    from tether.policy.pg_store import PgApprovalStore
-    from tether.policy.store import NewProposal
+    from tether.policy._pg_store import PgApprovalStore
+    from tether.policy._store import NewProposal
 
     store = PgApprovalStore(pg_url)
     try:
@@ -171,8 +171,8 @@ def test_a_cut_connection_is_replaced_and_nothing_is_lost(pg_url: str, pg_dsn: s
 def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(pg_url: str) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from tether.policy.pg_store import PgApprovalStore
-    from tether.policy.store import NewProposal, ProposalStatus
+    from tether.policy._pg_store import PgApprovalStore
+    from tether.policy._store import NewProposal, ProposalStatus
 
     now = datetime.now(UTC)
     setup = PgApprovalStore(pg_url)

@@ -9,8 +9,8 @@ import pytest
 
 import tether.models
 import tether.testing
-from tether.messages import ToolCall
-from tether.models.base import ModelRequest
+from tether.core.messages import ToolCall
+from tether.models._base import ModelRequest
 
 
 def test_tether_testing_exports_exactly_the_test_doubles() -> None:

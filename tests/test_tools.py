@@ -132,7 +132,7 @@ def test_sync_tools_run_in_a_worker_thread() -> None:
 def test_a_sync_tool_declared_non_blocking_runs_inline_and_others_in_a_worker_thread() -> None:
     import threading
 
-    from tether.tools.contract import tool as declare
+    from tether.tools._contract import tool as declare
 
     seen: dict[str, int] = {}
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pydantic import Field
 
 from tether.trace import JsonlSink, MemorySink, Redactor, Tracer, sanitize, sanitize_value
-from tether.trace.events import EventKind
-from tether.trace.sanitize import LINE_BREAKS
-from tether.trace.tracer import _now
+from tether.trace._events import EventKind
+from tether.trace._sanitize import LINE_BREAKS
+from tether.trace._tracer import _now
 
 BREAKERS = sorted(LINE_BREAKS)
 _Text = Annotated[str, Field(description="A value.")]
@@ -248,7 +248,7 @@ def test_a_waiting_line_written_outside_any_event_loop_is_written_by_the_timer_t
 
 
 def test_a_raw_write_that_takes_only_part_of_the_lines_is_continued_until_all_are_written() -> None:
-    from tether.trace.tracer import _write_all
+    from tether.trace._tracer import _write_all
 
     class Trickle:  # a raw file that accepts at most 7 bytes per call
         def __init__(self) -> None:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tether.trace import JsonlSink, MemorySink, Tracer
-from tether.trace.events import RESERVED, EventKind, TraceEvent, TraceSchemaError
-from tether.trace.payloads import FIELDS, PAYLOADS
+from tether.trace._events import RESERVED, EventKind, TraceEvent, TraceSchemaError
+from tether.trace._payloads import FIELDS, PAYLOADS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 
@@ -24,19 +24,19 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tether"
 EMITTERS = {"emit", "_emit"}
 # MCP client gates send one kind each through a callback, with fields they always add.
 GATES = {
-    "mcp/elicitation.py": (EventKind.MCP_ELICITATION, {"server", "outcome"}),
-    "mcp/sampling.py": (EventKind.MCP_SAMPLING, {"server", "outcome", "reason"}),
-    "mcp/roots.py": (EventKind.MCP_ROOTS, {"server"}),
+    "mcp/_elicitation.py": (EventKind.MCP_ELICITATION, {"server", "outcome"}),
+    "mcp/_sampling.py": (EventKind.MCP_SAMPLING, {"server", "outcome", "reason"}),
+    "mcp/_roots.py": (EventKind.MCP_ROOTS, {"server"}),
 }
 # Where the kind or the field names are only known at run time (strict tracers check these).
 DYNAMIC_SITES = {
-    "effects.py": "on_event forwards the ledger's events, adding proposal_id",
-    "loop.py": "the context engine's events, ModelResponse.meta and composed.trace_fields()",
-    "mcp/source.py": "pending events replayed at bind time; server description fields",
-    "hostcore.py": "server description fields",
-    "workflow.py": "the rollback's description of the failed run",
-    "runscope.py": "the runner's description of itself in run_started (agent and model, or workflow)",
-    "calls.py": "what cleaning found in a result (tool_observation's cleaned)",
+    "chokepoint/_effects.py": "on_event forwards the ledger's events, adding proposal_id",
+    "runners/_loop.py": "the context engine's events, ModelResponse.meta and composed.trace_fields()",
+    "mcp/_source.py": "pending events replayed at bind time; server description fields",
+    "chokepoint/_authority.py": "server description fields",
+    "runners/_workflow.py": "the rollback's description of the failed run",
+    "runners/_scope.py": "the runner's description of itself in run_started (agent and model, or workflow)",
+    "chokepoint/_calls.py": "what cleaning found in a result (tool_observation's cleaned)",
 }
 
 

@@ -46,7 +46,9 @@ def test_the_core_wheel_holds_no_scenario_agentdojo_or_fake_server_module(wheel:
     assert not [n for n, text in sources.items() if IMPORTS_THEM.search(text)]
     assert "tether.scenarios" not in entry_points  # the core registers no scenario of its own
     # ... and it is the library: the command, the chokepoint and the scenario discovery are there.
-    assert {"tether/cli.py", "tether/calls.py", "tether/clisupport/scenarios.py"} <= set(names)
+    assert {"tether/cli/_main.py", "tether/chokepoint/_calls.py", "tether/clisupport/scenarios.py"} <= set(
+        names
+    )
     assert "tether = tether.cli:main" in entry_points
 
 

@@ -6,7 +6,7 @@
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.desk import ProposalDesk
+    from tether.core.stop import Limits, StopReason
     from tether.errors import (
         ApprovalError,
         ConfigError,
@@ -23,14 +23,14 @@ if TYPE_CHECKING:
     )
     from tether.host import Host
     from tether.policy import Approvals, DictCatalog, Permissions, Policy, Reviewer, TrustedContext
-    from tether.run import Agent, RunResult, RunState
-    from tether.stop import Limits, StopReason
+    from tether.runners._desk import ProposalDesk
+    from tether.runners._workflow import AgentNode, Step, Workflow
+    from tether.runs._values import Agent, RunResult, RunState
     from tether.tools import Effect, Target, Tool, ToolContext, tool
-    from tether.workflow import AgentNode, Step, Workflow
 
 _EXPORTS = {
-    "Agent": "tether.run",
-    "AgentNode": "tether.workflow",
+    "Agent": "tether.runs._values",
+    "AgentNode": "tether.runners._workflow",
     "ApprovalError": "tether.errors",
     "Approvals": "tether.policy",
     "ConfigError": "tether.errors",
@@ -39,19 +39,19 @@ _EXPORTS = {
     "Effect": "tether.tools",
     "HandoffError": "tether.errors",
     "Host": "tether.host",
-    "Limits": "tether.stop",
+    "Limits": "tether.core.stop",
     "ModelError": "tether.errors",
     "NotFoundError": "tether.errors",
     "Permissions": "tether.policy",
     "Policy": "tether.policy",
     "PolicyError": "tether.errors",
-    "ProposalDesk": "tether.desk",
+    "ProposalDesk": "tether.runners._desk",
     "Reviewer": "tether.policy",
     "RunError": "tether.errors",
-    "RunResult": "tether.run",
-    "RunState": "tether.run",
-    "Step": "tether.workflow",
-    "StopReason": "tether.stop",
+    "RunResult": "tether.runs._values",
+    "RunState": "tether.runs._values",
+    "Step": "tether.runners._workflow",
+    "StopReason": "tether.core.stop",
     "Target": "tether.tools",
     "TetherError": "tether.errors",
     "Tool": "tether.tools",
@@ -60,7 +60,7 @@ _EXPORTS = {
     "ToolInputError": "tether.errors",
     "TrustedContext": "tether.policy",
     "UpstreamError": "tether.errors",
-    "Workflow": "tether.workflow",
+    "Workflow": "tether.runners._workflow",
     "tool": "tether.tools",
 }
 

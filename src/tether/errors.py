@@ -9,8 +9,8 @@ Two channels, never mixed:
     │   └── UpstreamError            the system behind the tool failed or timed out
     │       └── DependencyUnavailable  the tool source itself is gone (server died, down)
     ├── PolicyError                  a proposal the host refuses (intake, allowlist, tenant, egress)
-    │   ├── SchemaViolation          (tether.schema) a value that does not match its schema
-    │   └── UnusableSchema           (tether.schema) a schema that cannot be used (never fetched)
+    │   ├── SchemaViolation          (tether.core._schema) a value that does not match its schema
+    │   └── UnusableSchema           (tether.core._schema) a schema that cannot be used (never fetched)
     ├── ApprovalError                approval workflow misuse (unknown id, revoked, not approved)
     ├── MemoryPolicyError            a memory write refused (provenance, scope, conflict, duplicate)
     ├── HandoffError                 a handoff that fails validation

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 
 import anyio
 
-from tether.hostcore import HostCore
-from tether.loop import AgentLoop, resume_run
-from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult
-from tether.types import GateOutcome
-from tether.workflow import Workflow, run_workflow
+from tether.chokepoint._authority import HostCore
+from tether.core.types import GateOutcome
+from tether.policy._trusted import TrustedContext
+from tether.runners._loop import AgentLoop, resume_run
+from tether.runners._workflow import Workflow, run_workflow
+from tether.runs._values import Agent, RunResult
 
 __all__ = ["GateOutcome", "Host"]
 
@@ -45,7 +45,7 @@ class Host(HostCore):
         self, workflow: Workflow, objective: str, *, context: TrustedContext, run_id: str | None = None
     ) -> RunResult:
         """Run a workflow; ``run_id`` continues an earlier run of it (recorded effects replay,
-        approved proposals are found; see ``tether.workflow.run_workflow``)."""
+        approved proposals are found; see ``tether.runners._workflow.run_workflow``)."""
         if not self._started:
             await self.start()
         return await run_workflow(self, workflow, objective, context, run_id=run_id)

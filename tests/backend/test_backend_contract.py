@@ -20,11 +20,11 @@ from backend_support import CONTEXT, Sleeps, make_host
 
 from tether import Agent, Limits, StopReason
 from tether.clisupport.output import run_exit
-from tether.models.anthropic import AnthropicMessages
-from tether.models.openai import OpenAICompatible
-from tether.models.pricing import Price
-from tether.models.responses import OpenAIResponses
-from tether.models.retrying import RetryPolicy
+from tether.models._anthropic import AnthropicMessages
+from tether.models._openai import OpenAICompatible
+from tether.models._pricing import Price
+from tether.models._responses import OpenAIResponses
+from tether.models._retrying import RetryPolicy
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 

@@ -18,7 +18,7 @@ import pytest
 from backend_support import CONTEXT, ORDER_CALLS, Sleeps, make_host
 
 from tether import Agent, StopReason
-from tether.models.openai import OpenAICompatible, RetryPolicy
+from tether.models._openai import OpenAICompatible, RetryPolicy
 from tether_testing.fake_server import CUTS, FakeChatServer, Reply
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("L2")]

@@ -13,8 +13,8 @@ import pytest
 from backend_support import CONTEXT, make_host
 
 from tether import Agent, Limits, StopReason
-from tether.messages import AssistantMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import AssistantMessage
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call
 
 pytestmark = pytest.mark.anyio
@@ -105,7 +105,7 @@ async def test_token_budget_trips_and_a_hard_token_ceiling_refuses_the_last_turn
 
 @pytest.mark.spec("E5")
 async def test_cost_budget_trips_on_reported_cost(tmp_path: Path) -> None:
-    from tether.models.base import ModelResponse
+    from tether.models._base import ModelResponse
 
     class Priced(FunctionModel):
         async def complete(self, request: ModelRequest) -> ModelResponse:

@@ -9,19 +9,19 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tether.context.compression import CompressionConfig, Compressor
-from tether.context.incremental import ItemMemo
-from tether.context.meter import PrefixMeter, common_prefix_len, request_bytes
-from tether.context.pairing import ContextIntegrityError, PairingMemo, check_pairing
-from tether.context.status import CallLimit, StatusBar, StatusConfig
-from tether.context.store import FrozenStore
-from tether.context.tokens import TokenAccount, estimate_request
+from tether.context._compression import CompressionConfig, Compressor
+from tether.context._incremental import ItemMemo
+from tether.context._meter import PrefixMeter, common_prefix_len, request_bytes
+from tether.context._pairing import ContextIntegrityError, PairingMemo, check_pairing
+from tether.context._status import CallLimit, StatusBar, StatusConfig
+from tether.context._store import FrozenStore
+from tether.context._tokens import TokenAccount, estimate_request
+from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.errors import ConfigError
-from tether.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
-from tether.models.openai import OpenAICompatible
-from tether.policy.trusted import TrustedContext
-from tether.run import CallRecord, RunState
+from tether.models._base import ModelRequest
+from tether.models._openai import OpenAICompatible
+from tether.policy._trusted import TrustedContext
+from tether.runs._values import CallRecord, RunState
 
 TOOLS = ({"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}},)
 

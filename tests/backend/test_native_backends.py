@@ -12,8 +12,8 @@ from backend_support import CONTEXT, Sleeps, make_host
 
 from tether import Agent, Limits, StopReason
 from tether.context import ContextConfig, StatusConfig
-from tether.models.anthropic import AnthropicMessages
-from tether.models.responses import OpenAIResponses
+from tether.models._anthropic import AnthropicMessages
+from tether.models._responses import OpenAIResponses
 from tether_testing.fake_server import Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
@@ -135,8 +135,8 @@ async def test_a_history_with_tool_use_keeps_its_tools_on_the_final_turn_without
 
 
 async def test_fallback_model_in_python_moves_on_and_stays_on_the_model_that_answers(tmp_path: Path) -> None:
-    from tether.models.fallback import FallbackModel
-    from tether.models.retrying import RetryPolicy
+    from tether.models._fallback import FallbackModel
+    from tether.models._retrying import RetryPolicy
 
     down = FakeAnthropicServer.error(529, "Overloaded")
     with (
@@ -161,9 +161,9 @@ def test_a_checkpoint_keeps_the_provider_items_a_paused_run_must_send_back() -> 
     # signature must still be there for the next request, or Anthropic refuses it.
     from datetime import UTC, datetime
 
-    from tether.checkpoint import state_from_json, state_to_json
-    from tether.messages import AssistantMessage, ToolCall
-    from tether.run import RunState
+    from tether.core.messages import AssistantMessage, ToolCall
+    from tether.runs._checkpoint import state_from_json, state_to_json
+    from tether.runs._values import RunState
 
     thinking = {"provider": "anthropic", "type": "thinking", "thinking": "read it", "signature": "c2ln"}
     state = RunState(run_id="r", objective="q", context=CONTEXT, started=0.0, started_at=datetime.now(UTC))

@@ -15,11 +15,11 @@ import pytest
 from backend_support import CONTEXT, ORDER_CALLS, Sleeps, make_host
 
 from tether import Agent, Limits, StopReason
+from tether.core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.errors import ConfigError
-from tether.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
-from tether.models.openai import OpenAICompatible, RetryPolicy, reasoning_rule
-from tether.models.pricing import Price
+from tether.models._base import ModelRequest
+from tether.models._openai import OpenAICompatible, RetryPolicy, reasoning_rule
+from tether.models._pricing import Price
 from tether.trace import read_trace
 from tether_testing.fake_server import FakeChatServer, Reply
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from tether.core.messages import Usage
 from tether.errors import ConfigError
-from tether.messages import Usage
-from tether.models.pricing import DEFAULT_PRICES, Price, load_prices, price_for
+from tether.models._pricing import DEFAULT_PRICES, Price, load_prices, price_for
 
 
 @pytest.mark.spec("E5")

@@ -10,10 +10,10 @@ import pytest
 from backend_support import CONTEXT, Sleeps, make_host
 
 from tether import Agent
-from tether.messages import UserMessage
-from tether.models.base import ModelRequest
-from tether.models.openai import OpenAICompatible
-from tether.ratelimit import TokenBucket, shared_bucket
+from tether.core.messages import UserMessage
+from tether.core.ratelimit import TokenBucket, shared_bucket
+from tether.models._base import ModelRequest
+from tether.models._openai import OpenAICompatible
 from tether.testing import ScriptedModel, call
 from tether_testing.fake_server import FakeChatServer, Reply
 

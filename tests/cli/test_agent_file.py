@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tether.agentfile import load_agent_file
-from tether.agentrecord import record_path
+from tether.agents._file import load_agent_file
+from tether.agents._record import record_path
 from tether.cli import main
 from tether.errors import ConfigError
 from tether_testing.fake_server import FakeChatServer, Reply, scripted

@@ -13,8 +13,8 @@ import anyio
 import pytest
 import yaml
 
-from tether.agentbuild import build_agent
-from tether.agentfile import load_agent_file
+from tether.agents._build import build_agent
+from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError, MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
@@ -154,7 +154,7 @@ def test_trace_otel_adds_an_exporting_sink(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
     path = write_agent(tmp_path, "http://127.0.0.1:9/v1", trace={"dir": "traces", "otel": True})
     built = build_agent(load_agent_file(path))
-    from tether.trace.otel import OtelSink
+    from tether.trace._otel import OtelSink
 
     assert any(isinstance(s, OtelSink) for s in built.host.extra_sinks)
     # The standard OTEL_* variables ask for export on their own too (tether run --otel sets them);

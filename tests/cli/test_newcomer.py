@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tether.agentbuild import build_agent
-from tether.agentfile import load_agent_file
+from tether.agents._build import build_agent
+from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.clisupport.output import model_hints
 from tether.errors import ConfigError

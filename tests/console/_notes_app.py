@@ -14,9 +14,9 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from tether.host import Host
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.policy import Approvals, DictCatalog, Policy, SqliteApprovalStore, TrustedContext
-from tether.run import Agent
+from tether.runs._values import Agent
 from tether.testing import FunctionModel, call, final, tool_results
 from tether.tools import Effect, Target, ToolContext, tool
 

@@ -20,8 +20,8 @@ from _notes_app import TENANT_A, TENANT_B, Outbox, build
 from starlette.testclient import TestClient
 
 from tether.console import create_app, sqlite_sources
-from tether.console.sources import ConsoleSources
-from tether.console.users import UserStore
+from tether.console._sources import ConsoleSources
+from tether.console._users import UserStore
 
 PASSWORD = "correct horse battery"
 # who -> {tenant: role}

@@ -28,9 +28,9 @@ import pytest
 from _notes_app import TENANT_A, build
 
 from conftest import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
-from tether.console.users import UserStore
-from tether.mcp.pauses import PauseStore
-from tether.storage import blocking
+from tether.console._users import UserStore
+from tether.mcp._pauses import PauseStore
+from tether.sql._database import blocking
 
 pytestmark = pytest.mark.slow
 
@@ -177,7 +177,7 @@ def second_run(world: World) -> tuple[str, str]:
 
 
 def status(world: World, proposal_id: str) -> str:
-    from tether.policy.sqlite_store import SqliteApprovalStore
+    from tether.policy._sqlite_store import SqliteApprovalStore
 
     store = SqliteApprovalStore(world.db)
     try:

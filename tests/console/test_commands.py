@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
-from tether.console.users import UserStore
+from tether.console._users import UserStore
 
 
 def run(

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from conftest import PASSWORD, World, csrf_of, login
-from tether.console.users import UserStore
+from tether.console._users import UserStore
 
 
 def status_of(world: World, proposal_id: str) -> str:
@@ -160,7 +160,7 @@ def test_api_tokens_are_hashed_at_rest_and_a_bad_token_is_refused_even_with_a_se
     secret, info = world.sources.users.create_token("ana", label="ci")
     raw = world.users_db.read_bytes() + world.users_db.with_name("console.db-wal").read_bytes()
     assert secret.encode() not in raw and PASSWORD.encode() not in raw
-    from tether.console.users import TOKEN_PREFIX
+    from tether.console._users import TOKEN_PREFIX
 
     random_part = secret.removeprefix(f"{TOKEN_PREFIX}{info.id}_")  # may itself contain "_"
     assert len(random_part) == 43 and random_part.encode() not in raw

@@ -12,11 +12,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from conftest import NotesServer, World, csrf_of
-from tether.console.elicitations import domain_view, form_fields, parse_form
-from tether.mcp.pauses import PauseStore, question_key
-from tether.storage import blocking
-from tether.trace.events import EventKind
-from tether.trace.tracer import JsonlSink, Tracer
+from tether.console._elicitations import domain_view, form_fields, parse_form
+from tether.mcp._pauses import PauseStore, question_key
+from tether.sql._database import blocking
+from tether.trace._events import EventKind
+from tether.trace._tracer import JsonlSink, Tracer
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -14,7 +14,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from conftest import PASSWORD, World, csrf_of, login
-from tether.console.app import MAX_BODY
+from tether.console._app import MAX_BODY
 
 
 def _app(world: World) -> Any:
@@ -158,7 +158,7 @@ def test_a_password_change_revokes_tokens_and_a_disabled_person_is_refused_every
 
 
 def test_a_huge_argument_is_shown_cut_with_its_length(world: World) -> None:
-    from tether.policy.intake import Proposal
+    from tether.policy._intake import Proposal
 
     assert world.sources is not None and world.sources.approvals is not None
     note = "word " * 40_000  # 200 000 characters

@@ -13,8 +13,8 @@ from starlette.testclient import TestClient
 from conftest import PASSWORD, csrf_of, login
 from tether.cli import main
 from tether.console import create_app, sqlite_sources
-from tether.console.sources import ConsoleSources
-from tether.console.users import UserStore
+from tether.console._sources import ConsoleSources
+from tether.console._users import UserStore
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 TOOLS = '''
@@ -171,7 +171,7 @@ def test_a_factory_that_cannot_be_loaded_is_refused_by_name_and_audited(
     from datetime import UTC, datetime
 
     from tether.policy import SqliteApprovalStore
-    from tether.storage import blocking
+    from tether.sql._database import blocking
 
     monkeypatch.chdir(tmp_path)
     store = SqliteApprovalStore(tmp_path / "approvals.db")

@@ -15,18 +15,18 @@ from hypothesis import strategies as st
 from pydantic import Field, SecretStr
 
 from conftest import csrf_of
-from tether.console.runs import timeline
+from tether.console._runs import timeline
 from tether.errors import UpstreamError
 from tether.host import Host
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
-from tether.run import Agent
-from tether.runscope import declare_secrets
+from tether.runners._scope import declare_secrets
+from tether.runs._values import Agent
 from tether.testing import FunctionModel, call, final, tool_results
 from tether.tools import Effect, tool
-from tether.trace.events import EventKind
-from tether.trace.sanitize import MIN_FRAGMENT
-from tether.trace.tracer import JsonlSink, Tracer, read_trace
+from tether.trace._events import EventKind
+from tether.trace._sanitize import MIN_FRAGMENT
+from tether.trace._tracer import JsonlSink, Tracer, read_trace
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tether.trace.otel import OtelSink
+from tether.trace._otel import OtelSink
 
 SECRET = "tok_live_7Gq2ZpXw9RbN4sKd8LmVa3Tc"
 CTX = TrustedContext(tenant="tenant-a", user="ops-a")

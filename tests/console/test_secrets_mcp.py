@@ -16,14 +16,14 @@ import pytest
 
 from conftest import csrf_of
 from tether.host import Host
-from tether.models.base import ModelRequest
-from tether.planexec import Plan, PlannedCall, run_plan
+from tether.models._base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
-from tether.run import Agent
+from tether.runners._plan import Plan, PlannedCall, run_plan
+from tether.runners._workflow import Step, Workflow
+from tether.runs._values import Agent
 from tether.testing import FunctionModel, call, final, tool_results
 from tether.tools import Effect
-from tether.trace.sanitize import MIN_FRAGMENT
-from tether.workflow import Step, Workflow
+from tether.trace._sanitize import MIN_FRAGMENT
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tether.trace.otel import OtelSink
+from tether.trace._otel import OtelSink
 
 pytestmark = pytest.mark.slow
 

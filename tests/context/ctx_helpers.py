@@ -10,7 +10,7 @@ from pydantic import Field
 
 from tether import Agent, Host, Limits, Policy, TrustedContext, tool
 from tether.context import ContextConfig
-from tether.models.base import Model
+from tether.models._base import Model
 
 NOW = datetime(2026, 3, 2, 10, 30, 45, tzinfo=UTC)
 

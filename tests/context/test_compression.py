@@ -21,12 +21,12 @@ from tether.context import (
     pairing_problems,
     request_bytes,
 )
-from tether.context.compression import STRATEGIES, Compressor, ContextOverflow, citations
-from tether.context.pairing import units
-from tether.context.untrusted import Observation
-from tether.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
-from tether.models.base import ModelRequest
-from tether.run import RunState
+from tether.context._compression import STRATEGIES, Compressor, ContextOverflow, citations
+from tether.context._pairing import units
+from tether.context._untrusted import Observation
+from tether.core.messages import AssistantMessage, Message, ToolCall, ToolMessage, Usage, UserMessage
+from tether.models._base import ModelRequest
+from tether.runs._values import RunState
 from tether.testing import FunctionModel, ScriptedModel, call
 from tether_examples.scenarios.research.task import OBJECTIVE, Research, completed, system_prompt
 
@@ -333,7 +333,7 @@ async def test_large_outputs_are_stored_outside_the_context_with_a_frozen_previe
 @pytest.mark.spec("C3")
 def test_token_count_is_anchored_on_the_usage_the_provider_reported() -> None:
     from tether.context import TokenAccount
-    from tether.messages import SystemMessage
+    from tether.core.messages import SystemMessage
 
     account = TokenAccount()
     r1 = ModelRequest(messages=(SystemMessage("s"), UserMessage("a" * 400)))
@@ -347,7 +347,7 @@ def test_token_count_is_anchored_on_the_usage_the_provider_reported() -> None:
 
 @pytest.mark.spec("C3")
 def test_noise_drop_removes_repeated_lines_and_keeps_every_distinct_one() -> None:
-    from tether.context.compression import drop_noise
+    from tether.context._compression import drop_noise
 
     text = "Home | News\n\n\nFact one [source: a]\nHome | News\nFact two\n\nHome | News"
     assert drop_noise(text) == "Home | News\n\nFact one [source: a]\nFact two\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.context.store import FrozenStore
+from tether.context._store import FrozenStore
 from tether.errors import ConfigError
 
 

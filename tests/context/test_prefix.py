@@ -13,11 +13,11 @@ from pydantic import Field
 from tether import tool
 from tether.cli import main
 from tether.context import ContextConfig, PrefixMeter, StatusConfig, request_bytes
-from tether.context.meter import common_prefix_len
-from tether.messages import SystemMessage, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.context._meter import common_prefix_len
+from tether.core.messages import SystemMessage, ToolMessage, UserMessage
+from tether.models._base import ModelRequest
 from tether.testing import ScriptedModel, call
-from tether.trace.stats import trace_stats
+from tether.trace._stats import trace_stats
 
 
 @tool

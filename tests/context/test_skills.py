@@ -10,9 +10,9 @@ import pytest
 from ctx_helpers import CTX, agent_with, fetch, host_with
 
 from tether.context import ContextConfig, SkillError, SkillLibrary
-from tether.context.skills import parse_skill_md
-from tether.messages import SystemMessage, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.context._skills import parse_skill_md
+from tether.core.messages import SystemMessage, ToolMessage, UserMessage
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, ScriptedModel, call
 
 FIXTURES = Path(__file__).parent / "fixtures" / "skills"

@@ -11,8 +11,8 @@ from pydantic import Field
 
 from tether import ToolInputError, tool
 from tether.context import CallLimit, ContextConfig, StatusConfig, choose_status_strategy
-from tether.messages import ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import ToolMessage, UserMessage
+from tether.models._base import ModelRequest
 from tether.testing import ScriptedModel, call
 
 
@@ -172,8 +172,8 @@ async def test_auto_strategy_follows_the_cost_model_and_is_traced(tmp_path: Path
 def test_tools_with_a_declared_target_are_counted_per_target_without_a_limit() -> None:
     from ctx_helpers import CTX, NOW
 
-    from tether.context.status import StatusBar
-    from tether.run import CallRecord, RunState
+    from tether.context._status import StatusBar
+    from tether.runs._values import CallRecord, RunState
 
     state = RunState(run_id="r", objective="o", context=CTX, started=0.0, started_at=NOW)
     state.calls += [

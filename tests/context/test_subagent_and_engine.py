@@ -11,10 +11,10 @@ from pydantic import Field
 
 from tether import tool
 from tether.context import ContextConfig, ContextEngine, StatusConfig, Subagent, run_subtask
-from tether.messages import ToolMessage, UserMessage
-from tether.run import RunState
+from tether.core.messages import ToolMessage, UserMessage
+from tether.runs._values import RunState
 from tether.testing import ScriptedModel, call
-from tether.trace.tracer import read_trace
+from tether.trace._tracer import read_trace
 
 
 @pytest.mark.spec("C6")
@@ -85,7 +85,7 @@ async def test_configured_subagent_is_a_tool_whose_child_trace_is_linked_and_dep
     assert "callbacks live in pay.py" in "".join(m.content or "" for m in last.messages)
     assert "lorem ipsum" not in "".join(m.content or "" for m in last.messages)
 
-    from tether.context.subagent import MAX_DEPTH, _depth
+    from tether.context._subagent import MAX_DEPTH, _depth
     from tether.errors import ToolError
 
     token = _depth.set(MAX_DEPTH)

@@ -12,8 +12,8 @@ from pydantic import Field
 
 from tether import Tool, tool
 from tether.context import ContextConfig, ToolSearchConfig
-from tether.context.bm25 import BM25, tokenize
-from tether.messages import ToolMessage
+from tether.context._bm25 import BM25, tokenize
+from tether.core.messages import ToolMessage
 from tether.testing import ScriptedModel, call
 
 TOPICS = [

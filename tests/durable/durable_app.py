@@ -30,9 +30,9 @@ import anyio
 from pydantic import Field
 
 from tether import Agent, Host, Policy
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.errors import DependencyUnavailable, ModelError
-from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.policy import Approvals
 from tether.testing import FunctionModel
 from tether.tools import Effect, ToolContext, tool

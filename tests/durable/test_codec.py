@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tether.calls import Turn
-from tether.durable.codec import decode_response, decode_turn, encode_response, encode_turn
-from tether.messages import AssistantMessage, Usage
-from tether.models.base import ModelResponse
-from tether.policy.trusted import TrustedContext
-from tether.run import RunState
-from tether.types import Decision, Effect, GateOutcome, Observation, ToolCall, ToolSpec
+from tether.chokepoint._calls import Turn
+from tether.core.messages import AssistantMessage, Usage
+from tether.core.types import Decision, Effect, GateOutcome, Observation, ToolCall, ToolSpec
+from tether.durable._codec import decode_response, decode_turn, encode_response, encode_turn
+from tether.models._base import ModelResponse
+from tether.policy._trusted import TrustedContext
+from tether.runs._values import RunState
 
 SPEC = ToolSpec(name="h__ask", description="", parameters={}, effect=Effect.READ, source="h")
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -184,7 +184,7 @@ def _wait_all(client: Any, runs: dict[str, str], timeout_s: float, tick: Any) ->
 @pytest.mark.spec("L2", "T5")
 def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_dir: Path) -> None:
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     rng = random.Random(1414)
     cluster = Cluster(
@@ -247,7 +247,7 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     pg_url: str, cluster_dir: Path
 ) -> None:
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="cr-1:b", DURABLE_MODEL_S="0.05")
     init_deployment(pg_url)  # once, explicitly: a client creates nothing
@@ -284,7 +284,7 @@ def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing
     import psycopg
 
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_EFFECT_S="0.1", DURABLE_MODEL_S="0.1")
     init_deployment(pg_url)  # once, explicitly: a client creates nothing
@@ -329,7 +329,7 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
 ) -> None:
     from tether.cli import main
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     cluster = Cluster(pg_url, cluster_dir, DURABLE_CRASH_ON="esc-1:x")
     init_deployment(pg_url)  # once, explicitly: a client creates nothing

@@ -113,7 +113,7 @@ def test_db_init_creates_the_deployment_once_and_clients_then_use_it(
 
 def test_a_worker_without_init_refuses_a_missing_database(pg_dsn: str, fresh_db: str) -> None:
     from tether.durable import Worker, WorkerConfig
-    from tether.durable.deploy import DeploymentUnavailable
+    from tether.durable._deploy import DeploymentUnavailable
 
     with pytest.raises(DeploymentUnavailable) as info:
         Worker(WorkerConfig(_with_db(pg_dsn, fresh_db), apps=("durable_app:build",))).start()
@@ -122,7 +122,7 @@ def test_a_worker_without_init_refuses_a_missing_database(pg_dsn: str, fresh_db:
 
 
 def test_a_batch_submits_every_line_or_nothing(pg_url: str, tmp_path: Any, capsys: Any) -> None:
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     init_deployment(pg_url)
 

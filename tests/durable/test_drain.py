@@ -36,7 +36,7 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_survivor_continues(
     cluster_dir: Path,  # noqa: F811
 ) -> None:
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     init_deployment(pg_url)
     # Each effect lingers 2 s after it happened; `note` has no reconciler, so an effect cut in

@@ -15,8 +15,8 @@ import pytest
 
 from tether.cli import main
 from tether.policy import Approvals, Reviewer, TrustedContext
-from tether.storage import blocking
-from tether.storage_url import open_stores
+from tether.sql._database import blocking
+from tether.stores._url import open_stores
 
 pytestmark = pytest.mark.slow  # a worker with DBOS: a few seconds to start
 
@@ -116,7 +116,7 @@ def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
 def test_a_worker_runs_only_the_apps_it_was_started_with(deployment: Any) -> None:
     import time
 
-    from tether.durable.runtime import QUEUE, WORKFLOW, context_to_json
+    from tether.durable._runtime import QUEUE, WORKFLOW, context_to_json
 
     worker, client, folder = deployment
     marker = folder / "imported"
@@ -221,7 +221,7 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
     from starlette.testclient import TestClient
 
     from tether.console import create_app, deployment_sources
-    from tether.console.users import UserStore
+    from tether.console._users import UserStore
 
     _, client, _ = deployment
     rid = client.submit(durable_app.APP, "pay-console: pay 41; log after-console", ACME)
@@ -359,7 +359,7 @@ def test_a_queued_run_cancelled_never_starts(deployment: Any) -> None:
 def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_url: str, capsys: Any) -> None:
     import psycopg
 
-    from tether.pg import PgUrl
+    from tether.sql._postgres import PgUrl
 
     _, client, _ = deployment
     paused = client.submit(durable_app.APP, "vis-p: pay 5", GLOBEX)
@@ -421,7 +421,7 @@ def test_a_worker_records_opentelemetry_metrics_when_configured(deployment: Any)
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from tether.durable import metrics
+    from tether.durable import _metrics as metrics
 
     worker, client, _ = deployment
     reader = InMemoryMetricReader()
@@ -456,7 +456,7 @@ def _console(durable_url: str, tmp_path: Any) -> tuple[Any, Any]:
     from starlette.testclient import TestClient
 
     from tether.console import create_app, deployment_sources
-    from tether.console.users import UserStore
+    from tether.console._users import UserStore
 
     users_db = tmp_path / "console.db"
     sources = deployment_sources(

@@ -12,11 +12,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.agentbuild import build_agent
-from tether.agentfile import load_agent_file
+from tether.agents._build import build_agent
+from tether.agents._file import load_agent_file
 from tether.errors import ApprovalError, ConfigError
 from tether.policy import Reviewer
-from tether.policy.store import LedgerStatus
+from tether.policy._store import LedgerStatus
 
 TOOLS = '''
 import json, os

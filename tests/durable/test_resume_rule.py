@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from tether.durable.worker import due_for_resume
+from tether.durable._worker import due_for_resume
 from tether.errors import ApprovalError
-from tether.mcp.elicitation import store_answer
-from tether.mcp.pauses import PauseStore
+from tether.mcp._elicitation import store_answer
+from tether.mcp._pauses import PauseStore
 from tether.policy import ProposalStatus, SqliteApprovalStore
-from tether.policy.store import NewProposal
-from tether.storage import blocking
+from tether.policy._store import NewProposal
+from tether.sql._database import blocking
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 PENDING = frozenset({ProposalStatus.PENDING})

@@ -21,7 +21,7 @@ import pytest
 from test_crash import _TAGS, ACME, GLOBEX, _check_invariants, cluster_dir  # noqa: F401
 
 from tether.policy import Approvals, Reviewer
-from tether.policy.store import ProposalStatus
+from tether.policy._store import ProposalStatus
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_a_rolling_upgrade_of_three_workers_while_runs_flow_loses_none(
 ) -> None:
     from tether.cli import main
     from tether.durable import DurableClient
-    from tether.durable.deploy import init_deployment
+    from tether.durable._deploy import init_deployment
 
     init_deployment(pg_url)
     client = DurableClient(pg_url)

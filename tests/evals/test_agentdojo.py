@@ -114,8 +114,8 @@ async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: A
     # (exactly the user's call) and the run resumes from its checkpoint and pays.
     reviewed = await b.run(u, reviewer=True)
     assert reviewed.utility and reviewed.approvals == 1
-    from tether.policy.sqlite_store import SqliteApprovalStore
-    from tether.policy.store import ProposalStatus
+    from tether.policy._sqlite_store import SqliteApprovalStore
+    from tether.policy._store import ProposalStatus
 
     store = SqliteApprovalStore(tmp_path / "approvals.db")
     (stored,) = store.list_proposals()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tether.evals.cases import CaseFileError, load_cases
-from tether.evals.config import load_config
+from tether.evals._cases import CaseFileError, load_cases
+from tether.evals._config import load_config
 from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, environment
 
 CASE = {

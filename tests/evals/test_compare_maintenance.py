@@ -10,10 +10,10 @@ import yaml
 
 from tether.cli import main
 from tether.errors import ConfigError
-from tether.evals.cases import load_cases
-from tether.evals.compare import run_comparison
-from tether.evals.config import load_config
-from tether.evals.graders import ModelJudge
+from tether.evals._cases import load_cases
+from tether.evals._compare import run_comparison
+from tether.evals._config import load_config
+from tether.evals._graders import ModelJudge
 from tether.testing import FunctionModel, ScriptedModel
 from tether_examples.scenarios.maintenance.evals import CASES_PATH, CONFIG_PATH, MaintenanceScenario
 from tether_examples.scenarios.maintenance.policy_model import policy_investigator
@@ -186,7 +186,7 @@ def test_tether_compare_refuses_a_bad_case_file(tmp_path: Path, capsys: pytest.C
 
 @pytest.mark.anyio
 async def test_cases_that_do_not_fit_the_scenario_are_refused_before_any_run(tmp_path: Path) -> None:
-    from tether.evals.cases import CaseFileError
+    from tether.evals._cases import CaseFileError
 
     config = load_config(CONFIG_PATH)
     other = load_cases(

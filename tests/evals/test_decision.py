@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from tether.evals.cases import load_cases
-from tether.evals.compare import Comparison, decide, premortem, summarize
-from tether.evals.config import CompareConfig, DecisionRule, FailureMode
-from tether.evals.graders import Grade
-from tether.evals.runner import CaseRun
+from tether.evals._cases import load_cases
+from tether.evals._compare import Comparison, decide, premortem, summarize
+from tether.evals._config import CompareConfig, DecisionRule, FailureMode
+from tether.evals._graders import Grade
+from tether.evals._runner import CaseRun
 
 
 def fig(success: float, holdout: float, cost: float, **extra: Any) -> dict[str, Any]:
@@ -177,7 +177,7 @@ def _small_comparison() -> Comparison:
 def test_report_writes_json_markdown_and_png(tmp_path) -> None:
     import json
 
-    from tether.evals.report import write_report
+    from tether.evals._report import write_report
 
     summary = write_report(_small_comparison(), tmp_path)
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
@@ -189,7 +189,7 @@ def test_report_writes_json_markdown_and_png(tmp_path) -> None:
 def test_report_without_matplotlib_still_writes_a_plain_chart_and_says_so(tmp_path, monkeypatch) -> None:
     import sys
 
-    from tether.evals.report import write_report
+    from tether.evals._report import write_report
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if the extra were missing
     summary = write_report(_small_comparison(), tmp_path)

@@ -10,9 +10,10 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Host, Policy, TrustedContext, tool
-from tether.context.untrusted import Observation
-from tether.evals.cases import ExpectedCall, TrajectoryExpectation
-from tether.evals.graders import (
+from tether.context._untrusted import Observation
+from tether.core.stop import StopReason
+from tether.evals._cases import ExpectedCall, TrajectoryExpectation
+from tether.evals._graders import (
     ModelJudge,
     call_f1,
     extract_facts,
@@ -24,10 +25,9 @@ from tether.evals.graders import (
     groundedness,
     split_sentences,
 )
-from tether.run import CallRecord, RunResult
-from tether.stop import StopReason
+from tether.runs._values import CallRecord, RunResult
 from tether.testing import ScriptedModel, call
-from tether.tools.contract import Effect
+from tether.tools._contract import Effect
 
 T0 = datetime(2026, 8, 9, 14, 10, tzinfo=UTC)
 
@@ -295,7 +295,7 @@ async def test_a_right_answer_through_a_forbidden_call_fails_the_policy_trace() 
 
 @pytest.mark.spec("E3", "T5")
 def test_a_side_effect_passes_only_with_an_approval_for_that_very_call() -> None:
-    from tether.trace.events import EventKind, TraceEvent
+    from tether.trace._events import EventKind, TraceEvent
 
     def granted(call_id: str) -> TraceEvent:
         return TraceEvent("r1", 1, "t", EventKind.APPROVAL_GRANTED, {"call_id": call_id, "proposal_id": "p1"})
@@ -321,7 +321,7 @@ def test_policy_trace_fails_a_crashed_run() -> None:
 
 
 def test_observations_feed_evidence() -> None:
-    from tether.evals.graders import evidence_of
+    from tether.evals._graders import evidence_of
 
     obs = Observation("c1", "erp__read_order", "erp", T0, json.dumps({"equipment": "pump-19"}))
     result = RunResult("r", StopReason.ACCEPTED, "x", observations=[obs])

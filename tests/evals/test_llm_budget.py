@@ -8,8 +8,8 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Host, Limits, Policy, StopReason, TrustedContext, tool
-from tether.messages import AssistantMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import AssistantMessage
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tether.mcp.approve import approve_server
-from tether.mcp.config import McpConfig, load_config
+from tether.mcp._approve import approve_server
+from tether.mcp._config import McpConfig, load_config
 
 SERVER = Path(__file__).with_name("hostile_server.py")
 
@@ -74,7 +74,7 @@ def approved_pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> None:
         await approve(config, "h")
         # Same command, same definitions: copy h's pins to a and b without two more launches.
-        from tether.mcp.pinning import PinStore
+        from tether.mcp._pinning import PinStore
 
         def copy(conn: Any) -> None:
             for name in ("a", "b"):
@@ -201,6 +201,6 @@ def hit_counter() -> Iterator[tuple[str, list[str]]]:
 
 def script(*calls: tuple[str, dict[str, Any]] | str) -> list[Any]:
     """Scripted turns: ``("h__lookup", {"key": "a"})`` is one call; a string is the final answer."""
-    from tether.mcpapp.runner import ScriptStep
+    from tether.mcphost._runner import ScriptStep
 
     return [ScriptStep(final=c) if isinstance(c, str) else ScriptStep(calls=(c,)) for c in calls]

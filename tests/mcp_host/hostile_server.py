@@ -26,7 +26,7 @@ from mcp.server.elicitation import ElicitationResult
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from tether.mcp.confirm import Confirmation, confirm_first, confirmed
+from tether.mcp._confirm import Confirmation, confirm_first, confirmed
 
 # The server speaks deprecated features (sampling, roots) on purpose.
 warnings.filterwarnings("ignore", message=".*deprecated as of 2026-07-28.*")

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tether.errors import DependencyUnavailable
-from tether.mcp.approve import approve_server
-from tether.mcpapp.runner import run_question
+from tether.mcp._approve import approve_server
+from tether.mcphost._runner import run_question
 
 from .conftest import script, write_config
 
@@ -105,7 +105,7 @@ async def test_the_sdk_log_lines_name_their_server_and_the_user_sees_the_cause(
 async def test_a_url_required_error_is_asked_as_a_url_elicitation_then_the_call_is_sent_again(
     tmp_path: Path, consent: bool
 ) -> None:
-    from tether.mcp.elicitation import ScriptedResponder
+    from tether.mcp._elicitation import ScriptedResponder
 
     prober = str(Path(__file__).with_name("prober_server.py"))
     server = {"name": "p", "transport": "stdio", "command": [sys.executable, prober], "mode": "legacy",
@@ -131,9 +131,9 @@ async def test_a_late_server_request_after_the_run_gets_an_answer_and_no_local_p
     in answering tells the server only that the host could not answer, never a local path."""
     import mcp_types as types
 
-    from tether.mcp.hosting import build_source
-    from tether.mcp.opening import shielded
-    from tether.trace.tracer import JsonlSink, Tracer
+    from tether.mcp._hosting import build_source
+    from tether.mcp._opening import shielded
+    from tether.trace._tracer import JsonlSink, Tracer
 
     root = tmp_path / "root"
     root.mkdir()
@@ -170,7 +170,7 @@ async def test_a_launch_the_host_refuses_is_explained_to_the_person_and_kept_sho
     reason and the fix; the model reads only that the host could not launch it."""
     import shutil
 
-    from tether.mcp.sandbox import bwrap_status
+    from tether.mcp._sandbox import bwrap_status
 
     if shutil.which("npx") is None or bwrap_status(None)[0] is None:
         pytest.skip("needs npx and a working bwrap")

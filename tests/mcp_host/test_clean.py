@@ -9,10 +9,10 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from tether.mcp import clean
-from tether.mcp.clean import clean_result_data, clean_result_text, escape_for_review
-from tether.mcpapp.runner import run_question
-from tether.trace.tracer import read_trace
+from tether.mcp import _clean as clean
+from tether.mcp._clean import clean_result_data, clean_result_text, escape_for_review
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve_all, script, stdio_server, web_server, write_config
 

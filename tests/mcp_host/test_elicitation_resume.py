@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
+from tether.core.messages import ToolMessage
+from tether.core.stop import StopReason
 from tether.errors import ApprovalError
 from tether.host import Host
-from tether.mcp.config import McpConfig
-from tether.mcp.pauses import PauseStore
-from tether.mcpapp.hosting import build_host
-from tether.mcpapp.runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
-from tether.messages import ToolMessage
+from tether.mcp._config import McpConfig
+from tether.mcp._pauses import PauseStore
+from tether.mcphost._build import build_host
+from tether.mcphost._runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
 from tether.policy import Approvals, SqliteApprovalStore, TrustedContext
-from tether.run import Agent, RunResult
-from tether.stop import StopReason
+from tether.runs._values import Agent, RunResult
 from tether.testing import FunctionModel
 
 from .conftest import approve_all, web_server, write_config

@@ -5,11 +5,11 @@ from __future__ import annotations
 import mcp_types as types
 import pytest
 
-from tether.mcp.config import ElicitationConfig, SamplingConfig
-from tether.mcp.elicitation import ConsoleResponder, ElicitationGate
-from tether.mcp.sampling import SamplingGate
-from tether.messages import AssistantMessage, Usage
-from tether.models.base import ModelRequest, ModelResponse
+from tether.core.messages import AssistantMessage, Usage
+from tether.mcp._config import ElicitationConfig, SamplingConfig
+from tether.mcp._elicitation import ConsoleResponder, ElicitationGate
+from tether.mcp._sampling import SamplingGate
+from tether.models._base import ModelRequest, ModelResponse
 
 pytestmark = pytest.mark.anyio
 
@@ -90,7 +90,7 @@ async def test_sampling_budget_consent_and_failures_are_errors_to_the_server() -
 
 @pytest.mark.spec("X5")
 def test_what_a_person_reads_cannot_be_rewritten_by_control_characters() -> None:
-    from tether.mcp.elicitation import ElicitationPrompt
+    from tether.mcp._elicitation import ElicitationPrompt
 
     form = ElicitationPrompt("s", None, "form", "Proceed?\x1b[2J\rAPPROVED BY ADMIN\u202e", SCHEMA)
     text = form.render()

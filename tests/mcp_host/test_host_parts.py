@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from tether.errors import ConfigError
-from tether.mcp.config import load_config
-from tether.mcp.credentials import resolve_credentials
-from tether.mcp.elicitation import check_schema, credential_shaped, validate_answer
-from tether.mcp.pinning import PinStore, canonical_definition, check_listing, digest
-from tether.mcp.review import scan_definition
-from tether.mcp.roots import validate_root
+from tether.mcp._config import load_config
+from tether.mcp._credentials import resolve_credentials
+from tether.mcp._elicitation import check_schema, credential_shaped, validate_answer
+from tether.mcp._pinning import PinStore, canonical_definition, check_listing, digest
+from tether.mcp._review import scan_definition
+from tether.mcp._roots import validate_root
 
 TOOL = {
     "name": "lookup",

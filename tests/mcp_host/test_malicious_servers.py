@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
-from tether.mcp.approve import approve_server
-from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcp.sampling import SamplingPrompt
-from tether.mcpapp.runner import resume_pause, run_question
-from tether.messages import AssistantMessage
-from tether.models.base import ModelRequest
-from tether.stop import StopReason
+from tether.core.messages import AssistantMessage
+from tether.core.stop import StopReason
+from tether.mcp._approve import approve_server
+from tether.mcp._elicitation import Answer, ScriptedResponder
+from tether.mcp._sampling import SamplingPrompt
+from tether.mcphost._runner import resume_pause, run_question
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel
-from tether.trace.tracer import read_trace
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, approve_all, script, stdio_server, web_server, write_config
 

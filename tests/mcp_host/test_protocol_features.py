@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tether.cli import main
-from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcpapp.runner import run_question
-from tether.stop import StopReason
+from tether.core.stop import StopReason
+from tether.mcp._elicitation import Answer, ScriptedResponder
+from tether.mcphost._runner import run_question
 
 from .conftest import approve, approve_all, script, stdio_server, web_server, write_config
 

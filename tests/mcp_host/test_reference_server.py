@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tether.mcpapp.runner import run_question
-from tether.stop import StopReason
+from tether.core.stop import StopReason
+from tether.mcphost._runner import run_question
 
 from .conftest import approve, script, web_server, write_config
 
@@ -132,7 +132,7 @@ async def test_the_reference_server_by_its_npx_command_starts_confined(
 ) -> None:
     """``npx -y <package>``, as its README says, under the default sandbox: no network, no
     writable npm cache, and it starts (from npx's install, with node directly)."""
-    from tether.trace.tracer import read_trace
+    from tether.trace._tracer import read_trace
 
     command = ["npx", "-y", npx_installed]
     server = {
@@ -166,8 +166,8 @@ async def test_the_reference_servers_form_is_asked_not_refused_as_credential_sha
 ) -> None:
     """Its form's integer field says "do not give us your phone number, pin, …": a warning, not a
     pin field. The person is asked; nothing is refused as credential-shaped."""
-    from tether.mcp.elicitation import Answer, ScriptedResponder
-    from tether.trace.tracer import read_trace
+    from tether.mcp._elicitation import Answer, ScriptedResponder
+    from tether.trace._tracer import read_trace
 
     tool = "trigger-elicitation-request"
     server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],
@@ -187,7 +187,7 @@ async def test_the_reference_servers_form_is_asked_not_refused_as_credential_sha
 async def test_the_reference_servers_task_only_tool_runs_to_its_end(tmp_path: Path, everything: Path) -> None:
     """``simulate-research-query`` (``execution.taskSupport: required``) over stdio, confined:
     created, polled through its stages (shown as progress), its report fetched."""
-    from tether.trace.tracer import read_trace
+    from tether.trace._tracer import read_trace
 
     tool = "simulate-research-query"
     server = {"name": "ref", "transport": "stdio", "command": ["node", str(everything), "stdio"],

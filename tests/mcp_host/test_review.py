@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
-from tether.mcp.review import scan_definition, scan_text
+from tether.mcp._review import scan_definition, scan_text
 
 from .conftest import stdio_server, write_config
 
@@ -163,7 +163,7 @@ def test_task_support_icons_and_meta_are_pinned_and_a_change_is_named(
 ) -> None:
     import mcp_types as types
 
-    from tether.mcp.pinning import Pin, canonical_definition, check_listing, digest
+    from tether.mcp._pinning import Pin, canonical_definition, check_listing, digest
 
     wire = {"name": "t", "inputSchema": {"type": "object"}, field: before}
     approved = canonical_definition(types.Tool.model_validate(wire))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tether.errors import ConfigError
-from tether.mcp.hosting import mcp_sources
-from tether.mcpapp.hosting import build_host
-from tether.tools.contract import ToolContext
+from tether.mcp._hosting import mcp_sources
+from tether.mcphost._build import build_host
+from tether.tools._contract import ToolContext
 
 from .conftest import approve_all, web_server, write_config
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tether.mcpapp.runner import ScriptStep, StandIn
-from tether.messages import ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import ToolMessage, UserMessage
+from tether.mcphost._runner import ScriptStep, StandIn
+from tether.models._base import ModelRequest
 
 pytestmark = pytest.mark.spec("X1")
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
-from tether.mcp.sandbox import bwrap_status
-from tether.mcpapp.runner import run_question
-from tether.trace.tracer import read_trace
+from tether.mcp._sandbox import bwrap_status
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, stdio_server, write_config
 

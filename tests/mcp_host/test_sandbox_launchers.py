@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from tether.mcp.sandbox import bwrap_status
-from tether.mcpapp.runner import run_question
-from tether.stop import Limits
-from tether.trace.tracer import read_trace
+from tether.core.stop import Limits
+from tether.mcp._sandbox import bwrap_status
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, write_config
 
@@ -254,7 +254,7 @@ async def test_a_confined_start_failure_names_its_cause_and_the_setting_to_chang
     failing = _server("p", [sys.executable, str(PROBER)], env={"PROBER_REQUIRE": str(needed)})
     config = write_config(conf, [failing])
     from tether.errors import DependencyUnavailable
-    from tether.mcp.approve import approve_server
+    from tether.mcp._approve import approve_server
 
     with pytest.raises(DependencyUnavailable) as caught:
         await approve_server(config, "p", actor="tester")
@@ -268,7 +268,7 @@ async def test_a_confined_start_failure_names_its_cause_and_the_setting_to_chang
 
 
 def test_the_launch_profiles_show_what_each_needs_and_never_the_config_folder(tmp_path: Path) -> None:
-    from tether.mcp.sandbox import plan_confinement
+    from tether.mcp._sandbox import plan_confinement
 
     conf = tmp_path / "conf"
     conf.mkdir()
@@ -330,7 +330,7 @@ def test_finding_what_a_python_server_imports_runs_none_of_its_code(tmp_path: Pa
     import subprocess
     import venv
 
-    from tether.mcp.launchers import resolve_launch
+    from tether.mcp._launchers import resolve_launch
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
@@ -371,7 +371,7 @@ def test_a_venv_with_editable_installs_shows_inside_under_neutral_names_only(tmp
     /tmp, or a declared root; no host path is on the command line, in pyvenv.cfg or a .pth file."""
     import venv
 
-    from tether.mcp.sandbox import plan_confinement
+    from tether.mcp._sandbox import plan_confinement
 
     env_dir = tmp_path / "secret-project" / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(env_dir)
@@ -398,7 +398,7 @@ def test_a_venv_with_editable_installs_shows_inside_under_neutral_names_only(tmp
     under = ("/usr", "/etc/", "/opt/mcp/", "/dev/")
     for dest in _destinations(plan.options):
         assert dest in exact or dest.startswith(under), dest
-    from tether.mcp.sandbox import ARGS_FD
+    from tether.mcp._sandbox import ARGS_FD
 
     inside_argv = plan.argv[plan.argv.index(ARGS_FD) + 1 :]
     assert inside_argv[0].startswith("/opt/mcp/") and inside_argv[-1] == "--flag"
@@ -456,7 +456,7 @@ async def test_mcp_server_fetch_works_confined_without_sandbox_write(tmp_path: P
         pytest.skip("uvx timed out (no package index?)")
     if done.returncode != 0:
         pytest.skip(f"uvx could not fetch mcp-server-fetch: {done.stderr[-300:]}")
-    from tether.mcp.sandbox import overlay_status
+    from tether.mcp._sandbox import overlay_status
 
     if (why := overlay_status()) is not None:
         pytest.skip(f"private write layers do not work here: {why}")

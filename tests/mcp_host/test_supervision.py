@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from tether.core.messages import ToolMessage
+from tether.core.stop import Limits, StopReason
 from tether.host import Host
-from tether.mcp.hosting import mcp_sources
-from tether.mcpapp.hosting import build_host
-from tether.mcpapp.runner import INSTRUCTIONS, ScriptStep, StandIn, run_question
-from tether.messages import ToolMessage
-from tether.policy.trusted import TrustedContext
-from tether.run import Agent, RunResult
-from tether.stop import Limits, StopReason
+from tether.mcp._hosting import mcp_sources
+from tether.mcphost._build import build_host
+from tether.mcphost._runner import INSTRUCTIONS, ScriptStep, StandIn, run_question
+from tether.policy._trusted import TrustedContext
+from tether.runs._values import Agent, RunResult
 from tether.testing import FunctionModel
-from tether.trace.tracer import read_trace
+from tether.trace._tracer import read_trace
 
 from .conftest import HttpProcess, approve, script, stdio_server, web_server, write_config
 

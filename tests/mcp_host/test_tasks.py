@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tether.mcpapp.runner import run_question
-from tether.trace.tracer import read_trace
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, write_config
 

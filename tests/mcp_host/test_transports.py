@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from tether.mcp.elicitation import Answer, ScriptedResponder
-from tether.mcpapp.runner import run_question
-from tether.stop import StopReason
-from tether.trace.tracer import read_trace
+from tether.core.stop import StopReason
+from tether.mcp._elicitation import Answer, ScriptedResponder
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, stdio_server, write_config
 

@@ -14,8 +14,8 @@ import pytest
 
 from tether.errors import MemoryPolicyError
 from tether.memory import MemoryPolicy, MemoryRecord, MemoryStore, Rejection, Source, SqliteMemory
-from tether.memory.store import MemoryStore as _Store
-from tether.storage import MIGRATIONS
+from tether.memory._store import MemoryStore as _Store
+from tether.sql._database import MIGRATIONS
 
 pytestmark = pytest.mark.anyio
 
@@ -56,7 +56,7 @@ class Backend:
             kw["clock"] = clock
         if self.kind == "sqlite":
             return SqliteMemory(self.location(name), **kw)
-        from tether.memory.pg import PgMemory
+        from tether.memory._pg import PgMemory
 
         store = PgMemory(self.location(name), **kw)
         self.stores.append(store)
@@ -73,7 +73,7 @@ class Backend:
                 conn.close()
         import psycopg
 
-        from tether.pg import PgUrl
+        from tether.sql._postgres import PgUrl
 
         url = PgUrl.parse(self.pg_url or "")
         with psycopg.connect(url.conninfo, options=f"-c search_path={url.schema}") as conn:
@@ -114,7 +114,7 @@ class Backend:
         if self.extra_schemas:
             import psycopg
 
-            from tether.pg import PgUrl
+            from tether.sql._postgres import PgUrl
 
             with psycopg.connect(PgUrl.parse(self.pg_url or "").conninfo, autocommit=True) as conn:
                 for schema in self.extra_schemas:

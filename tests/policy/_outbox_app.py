@@ -17,7 +17,6 @@ from typing import Annotated, Any
 import anyio
 from pydantic import Field
 
-from tether.desk import ProposalDesk
 from tether.host import Host
 from tether.policy import (
     Approvals,
@@ -27,6 +26,7 @@ from tether.policy import (
     SqliteApprovalStore,
     TrustedContext,
 )
+from tether.runners._desk import ProposalDesk
 from tether.tools import Effect, Target, ToolContext, tool
 
 ALPHA = TrustedContext(tenant="org-alpha", user="alpha-ops")
@@ -131,7 +131,7 @@ def _note_model(request: Any) -> Any:
 
 def build_loop(db: Path) -> tuple[Host, Any]:
     """Factory for ``tether resume``: the host (outbox next to ``db``) and the agent."""
-    from tether.run import Agent
+    from tether.runs._values import Agent
     from tether.testing import FunctionModel
 
     host, _ = build(Path(db), Path(db).with_name("outbox.db"), crash=os.environ.get("OUTBOX_CRASH", ""))

@@ -14,14 +14,14 @@ import pytest
 from _outbox_app import ALPHA, LOOP_APP, REVIEWER, build, build_loop
 from pydantic import Field
 
+from tether.core.stop import StopReason
 from tether.errors import ApprovalError
 from tether.host import Host
 from tether.policy import Policy, ProposalStatus, Reviewer
-from tether.run import Agent
-from tether.stop import StopReason
+from tether.runs._values import Agent
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
-from tether.trace.tracer import read_trace
+from tether.trace._tracer import read_trace
 
 pytestmark = pytest.mark.anyio
 
@@ -189,7 +189,7 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
 
 @pytest.mark.spec("T5")
 async def test_a_reused_call_id_in_a_later_turn_does_not_ride_on_the_old_approval(tmp_path: Path) -> None:
-    from tether.messages import ToolCall
+    from tether.core.messages import ToolCall
 
     host, box = build(tmp_path / "a.db", tmp_path / "outbox.db")
     args = json.dumps({"order_id": "order-1", "note": "Same note."})
@@ -212,7 +212,7 @@ async def test_a_reused_call_id_in_a_later_turn_does_not_ride_on_the_old_approva
 async def test_a_loop_proposal_executed_at_the_desk_is_not_repeated_by_the_resumed_run(
     tmp_path: Path,
 ) -> None:
-    from tether.desk import ProposalDesk
+    from tether.runners._desk import ProposalDesk
 
     host, agent = build_loop(tmp_path / "a.db")
     first = await host.run(agent, "Note it.", context=ALPHA)

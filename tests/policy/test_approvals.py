@@ -12,7 +12,6 @@ import pytest
 from _outbox_app import ALPHA, BETA, REVIEWER, Outbox, build
 from pydantic import Field
 
-from tether.desk import ProposalDesk
 from tether.errors import ApprovalError, PolicyError
 from tether.host import Host
 from tether.policy import (
@@ -23,6 +22,7 @@ from tether.policy import (
     SqliteApprovalStore,
     idempotency_key,
 )
+from tether.runners._desk import ProposalDesk
 from tether.tools import tool
 
 pytestmark = pytest.mark.anyio

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tether.checkpoint import pending_calls, state_from_json, state_to_json
-from tether.context.untrusted import Observation
+from tether.context._untrusted import Observation
+from tether.core.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from tether.errors import ApprovalError
-from tether.messages import AssistantMessage, SystemMessage, ToolCall, ToolMessage, Usage, UserMessage
 from tether.policy import Permissions, TrustedContext
-from tether.run import CallRecord, RunState
+from tether.runs._checkpoint import pending_calls, state_from_json, state_to_json
+from tether.runs._values import CallRecord, RunState
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

@@ -10,11 +10,11 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
+from tether.core.stop import StopReason
 from tether.errors import PolicyError
 from tether.host import Host
 from tether.policy import Approvals, Policy, Reviewer, SqliteApprovalStore, TrustedContext, propose
-from tether.run import Agent
-from tether.stop import StopReason
+from tether.runs._values import Agent
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
 

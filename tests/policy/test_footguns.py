@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-from tether.desk import ProposalDesk
 from tether.errors import ApprovalError
 from tether.host import Host
 from tether.policy import (
@@ -27,8 +26,9 @@ from tether.policy import (
     Reviewer,
     TrustedContext,
 )
-from tether.policy.provenance import TrustConfig
-from tether.policy.provenance_rules import ArgumentRule, ProvenancePolicy, ProvenanceRules, ToolRules
+from tether.policy._provenance import TrustConfig
+from tether.policy._provenance_rules import ArgumentRule, ProvenancePolicy, ProvenanceRules, ToolRules
+from tether.runners._desk import ProposalDesk
 from tether.tools import Effect, Target, ToolContext, tool
 
 ALPHA = TrustedContext(tenant="org-alpha")

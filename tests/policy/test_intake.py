@@ -273,8 +273,8 @@ def test_tool_spec_without_properties_accepts_only_no_arguments() -> None:
 def test_the_gate_turns_any_raw_arguments_into_an_outcome_never_an_exception(name: str, raw: str) -> None:
     import anyio
 
+    from tether.core.messages import ToolCall
     from tether.host import Host
-    from tether.messages import ToolCall
 
     host = Host(policy=POLICY)
     host.add_tools(*TOOLS)
@@ -295,7 +295,7 @@ def test_strict_parsing_holds_in_many_threads_at_once() -> None:
     # what was sent.
     from concurrent.futures import ThreadPoolExecutor
 
-    from tether.policy.intake import parse_json
+    from tether.policy._intake import parse_json
 
     def work(i: int) -> list[str]:
         seen = []

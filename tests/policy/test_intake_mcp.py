@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tether.core.messages import ToolCall
+from tether.core.stop import Limits, StopReason
 from tether.host import Host
-from tether.messages import ToolCall
 from tether.policy import Policy, TrustedContext
-from tether.run import Agent
-from tether.stop import Limits, StopReason
+from tether.runs._values import Agent
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect
 from tether_examples.scenarios.maintenance.lab import erp_command

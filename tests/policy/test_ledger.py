@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from _outbox_app import ALPHA, REVIEWER, build
 
-from tether.desk import ProposalDesk
 from tether.errors import ApprovalError
 from tether.policy import LedgerStatus, Reviewer, idempotency_key
+from tether.runners._desk import ProposalDesk
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -9,17 +9,17 @@ import pytest
 from pydantic import Field
 
 from tether import Effect, Host, TrustedContext, tool
-from tether.planexec import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
-from tether.policy.provenance import SourceTrust, TrustConfig
-from tether.policy.provenance_rules import (
+from tether.core.stop import StopReason
+from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_rules import (
     ArgumentRule,
     ProvenancePolicy,
     ProvenanceRules,
     ToolRules,
     make_labeler,
 )
-from tether.stop import StopReason
-from tether.trace.events import EventKind
+from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
+from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1")]
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tether.policy.provenance import (
+from tether.policy._provenance import (
     ProvenanceIndex,
     SourceTrust,
     TrustConfig,
     label_observation,
     split_values,
 )
-from tether.policy.provenance_values import date_mentions, figures, find_links, parse_date
+from tether.policy._provenance_values import date_mentions, figures, find_links, parse_date
 
 pytestmark = pytest.mark.spec("P1")
 

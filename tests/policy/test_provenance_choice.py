@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.policy.provenance import ASSIGNED, SourceTrust, TrustConfig
-from tether.policy.provenance_rules import ProvenanceRules, make_labeler, rules_from_dict
-from tether.policy.trusted import TrustedContext
-from tether.types import CallRecord, Effect, Observation, ProposedCall, ToolSpec
+from tether.core.types import CallRecord, Effect, Observation, ProposedCall, ToolSpec
+from tether.policy._provenance import ASSIGNED, SourceTrust, TrustConfig
+from tether.policy._provenance_rules import ProvenanceRules, make_labeler, rules_from_dict
+from tether.policy._trusted import TrustedContext
 
 pytestmark = pytest.mark.spec("P1", "P2", "T5", "T8")
 

@@ -12,10 +12,11 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Effect, Host, TrustedContext, tool
-from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models.base import ModelRequest
-from tether.policy.provenance import SourceTrust, TrustConfig
-from tether.policy.provenance_rules import (
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.core.stop import StopReason
+from tether.models._base import ModelRequest
+from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_rules import (
     ArgumentRule,
     ProvenancePolicy,
     ProvenanceRules,
@@ -24,10 +25,9 @@ from tether.policy.provenance_rules import (
     make_labeler,
     rules_from_dict,
 )
-from tether.stop import StopReason
 from tether.testing import FunctionModel, call
-from tether.tools.contract import ToolContext
-from tether.trace.events import EventKind
+from tether.tools._contract import ToolContext
+from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "T5", "T6", "T8")]
 

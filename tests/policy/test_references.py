@@ -17,17 +17,17 @@ import pytest
 from pydantic import Field
 
 from tether import Agent, Effect, Host, TrustedContext, tool
-from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models.base import ModelRequest
-from tether.policy.provenance import SourceTrust, TrustConfig
-from tether.policy.provenance_rules import ProvenanceRules, rules_from_dict
-from tether.policy.references import CONCAT, REF, ReferencePolicy, References, listed_handles
-from tether.run import RunState
-from tether.stop import StopReason
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.core.stop import StopReason
+from tether.core.types import ProposedCall
+from tether.models._base import ModelRequest
+from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_rules import ProvenanceRules, rules_from_dict
+from tether.policy._references import CONCAT, REF, ReferencePolicy, References, listed_handles
+from tether.runs._values import RunState
 from tether.testing import FunctionModel
-from tether.tools.contract import ToolSpec
-from tether.trace.events import EventKind
-from tether.types import ProposedCall
+from tether.tools._contract import ToolSpec
+from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "T5", "T6", "T8")]
 

@@ -17,7 +17,7 @@ import pytest
 
 from tether.errors import ApprovalError
 from tether.policy import Approvals, ApprovalStore, LedgerStatus, ProposalStatus, SqliteApprovalStore
-from tether.policy.store import LedgerEntry, NewProposal
+from tether.policy._store import LedgerEntry, NewProposal
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from tether.policy import (
     ProposalStatus,
     SqliteApprovalStore,
 )
-from tether.policy.store import LedgerEntry, NewProposal
+from tether.policy._store import LedgerEntry, NewProposal
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LATER = T0 + timedelta(minutes=5)
@@ -27,7 +27,7 @@ LATER = T0 + timedelta(minutes=5)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ApprovalStore]:
     s: ApprovalStore
     if request.param == "postgres":
-        from tether.policy.pg_store import PgApprovalStore
+        from tether.policy._pg_store import PgApprovalStore
 
         s = PgApprovalStore(request.getfixturevalue("pg_url"))
     elif request.param == "memory":

@@ -1,5 +1,5 @@
 """Stores written by main@077ce60 (before the tables were declared once) open, are upgraded in
-place by the one migration mechanism (tether.storage), and carry on: a paused run resumes, a
+place by the one migration mechanism (tether.sql._database), and carry on: a paused run resumes, a
 pin still counts, a pause is answered, a memory is recalled, a console user logs in.
 
 The fixture is the SQL text of those stores (fixtures/main-077ce60/make.py wrote it with that
@@ -19,13 +19,13 @@ import pytest
 from _outbox_app import REVIEWER, build, build_loop
 from sqlalchemy import inspect
 
-from tether.console.users import UserStore
-from tether.mcp.pinning import check_listing
+from tether.console._users import UserStore
+from tether.core.stop import StopReason
+from tether.mcp._pinning import check_listing
 from tether.memory import MemoryPolicy
-from tether.stop import StopReason
-from tether.storage import Database
-from tether.storage_url import open_stores
-from tether.tables import CONCERNS, PG_ONLY
+from tether.sql._database import Database
+from tether.sql._tables import CONCERNS, PG_ONLY
+from tether.stores._url import open_stores
 
 pytestmark = pytest.mark.anyio
 
@@ -158,7 +158,7 @@ def legacy_pg(pg_dsn: str) -> Iterator[str]:
 
 
 async def test_postgres_stores_written_by_main_077ce60_upgrade_in_place_and_carry_on(legacy_pg: str) -> None:
-    from tether.policy.store import ProposalStatus
+    from tether.policy._store import ProposalStatus
 
     stores = open_stores(legacy_pg, memory_policy=POLICY, memory_clock=lambda: NOW)
     try:

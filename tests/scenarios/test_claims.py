@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from tether.cli import main
-from tether.evals.cases import load_cases
+from tether.evals._cases import load_cases
 from tether.testing import FunctionModel, ScriptedModel
-from tether.trace.sanitize import LINE_BREAKS
+from tether.trace._sanitize import LINE_BREAKS
 from tether_examples.scenarios.claims import graph as graph_module
 from tether_examples.scenarios.claims.backstop import ESCALATION_THRESHOLD_USD, deterministic_triggers
 from tether_examples.scenarios.claims.demo import CASES_PATH, email_of, persuadable_reader, run_case

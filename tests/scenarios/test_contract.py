@@ -8,7 +8,7 @@ import pytest
 
 from tether.cli import main
 from tether.errors import NotFoundError, ToolInputError
-from tether.evals.cases import load_cases
+from tether.evals._cases import load_cases
 from tether_examples.scenarios.contract.demo import CASES_PATH, run_version
 from tether_examples.scenarios.contract.tools import get_race_result_v1, get_race_result_v2
 

@@ -114,7 +114,7 @@ def test_cli_deny_ends_the_resumed_run_approval_denied(tmp_path: Path) -> None:
 @pytest.mark.spec("S2")
 def test_tether_demo_dispatches_to_the_registered_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     from tether.cli import main
-    from tether.commands.demo import demos
+    from tether.cli._commands.demo import demos
 
     own, runnable = demos()  # from the tether.scenarios entry points of the examples distribution
     assert own["leads"] == "tether_examples.scenarios.leads.demo:main" and "maintenance" in runnable

@@ -26,7 +26,7 @@ from opentelemetry.trace import StatusCode
 
 from tether import Agent, Effect, Host, Policy, TrustedContext, tool
 from tether.testing import ScriptedModel, call, final
-from tether.trace.otel import CAPTURE_ENV, OtelSink, otel_sink_from_env
+from tether.trace._otel import CAPTURE_ENV, OtelSink, otel_sink_from_env
 
 CTX = TrustedContext(tenant="shop-a", user="ops")
 
@@ -272,8 +272,8 @@ def test_a_backends_response_id_and_address_are_exported_and_a_made_up_tool_is_n
 ) -> None:
     from types import SimpleNamespace
 
-    from tether.trace.events import EventKind
-    from tether.trace.tracer import Tracer
+    from tether.trace._events import EventKind
+    from tether.trace._tracer import Tracer
 
     monkeypatch.delenv(CAPTURE_ENV, raising=False)
     sink, exporter = memory_sink(model=SimpleNamespace(base_url="https://api.openai.com/v1"))

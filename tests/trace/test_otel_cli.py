@@ -22,7 +22,7 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tether.trace.otel import run_trace_context
+from tether.trace._otel import run_trace_context
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 TOOLS = '''

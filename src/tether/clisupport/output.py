@@ -298,6 +298,6 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
 def safe(text: object) -> str:
     """Untrusted text for a terminal: line breaks kept, every other control or format character
     escaped (no ANSI sequences, no carriage-return overwrites, no bidi tricks)."""
-    from tether.trace.sanitize import sanitize
+    from tether.trace._sanitize import sanitize
 
     return "\n".join(sanitize(line) for line in str(text).split("\n"))

@@ -1,5 +1,5 @@
 """``--otel`` flags of ``tether run`` and ``tether worker``: they set the standard ``OTEL_*``
-variables for this process, so the one configuration path (``tether.agentbuild.build_agent``,
+variables for this process, so the one configuration path (``tether.agents._build.build_agent``,
 used wherever an agent file is built) sees the same thing a deployment sets in its environment."""
 
 from __future__ import annotations

@@ -1,18 +1,18 @@
 """What the model sees: request composition, status bar, compression, skills, tool search,
 untrusted-data labelling and the prefix-stability meter (SPEC C1-C7)."""
 
-from tether.context.composer import Composer
-from tether.context.compression import COMPRESSED, CompressionConfig, ContextOverflow, ModelSummarizer
-from tether.context.engine import Composed, ContextConfig, ContextEngine
-from tether.context.meter import PrefixMeter, request_bytes
-from tether.context.pairing import ContextIntegrityError, check_pairing, pairing_problems
-from tether.context.skills import Skill, SkillError, SkillLibrary
-from tether.context.status import CallLimit, StatusConfig, choose_status_strategy
-from tether.context.store import FrozenStore, LargeOutputStore
-from tether.context.subagent import Subagent, SubtaskResult, run_subtask
-from tether.context.tokens import TokenAccount, chars_estimator
-from tether.context.toolsearch import ToolSearchConfig
-from tether.context.untrusted import Observation, wrap_untrusted
+from tether.context._composer import Composer
+from tether.context._compression import COMPRESSED, CompressionConfig, ContextOverflow, ModelSummarizer
+from tether.context._engine import Composed, ContextConfig, ContextEngine
+from tether.context._meter import PrefixMeter, request_bytes
+from tether.context._pairing import ContextIntegrityError, check_pairing, pairing_problems
+from tether.context._skills import Skill, SkillError, SkillLibrary
+from tether.context._status import CallLimit, StatusConfig, choose_status_strategy
+from tether.context._store import FrozenStore, LargeOutputStore
+from tether.context._subagent import Subagent, SubtaskResult, run_subtask
+from tether.context._tokens import TokenAccount, chars_estimator
+from tether.context._toolsearch import ToolSearchConfig
+from tether.context._untrusted import Observation, wrap_untrusted
 
 __all__ = [
     "COMPRESSED",

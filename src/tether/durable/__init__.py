@@ -9,11 +9,11 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.durable.client import DurableClient, RunView
-    from tether.durable.config import APP_VERSION, QUEUE, WORKFLOW
-    from tether.durable.runtime import register_app, stores_for
-    from tether.durable.steps import DurableSteps, ReplayDiverged
-    from tether.durable.worker import Worker, WorkerConfig
+    from tether.durable._client import DurableClient, RunView
+    from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW
+    from tether.durable._runtime import register_app, stores_for
+    from tether.durable._steps import DurableSteps, ReplayDiverged
+    from tether.durable._worker import Worker, WorkerConfig
 
 __all__ = [
     "APP_VERSION",
@@ -47,4 +47,4 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'tether.durable' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"tether.durable.{_WHERE[name]}"), name)
+    return getattr(importlib.import_module(f"tether.durable._{_WHERE[name]}"), name)

@@ -1,6 +1,6 @@
 """Evals (SPEC E1–E5): case sets, graders, the workflow-versus-agent comparison, reports."""
 
-from tether.evals.cases import (
+from tether.evals._cases import (
     Case,
     CaseFileError,
     CaseSet,
@@ -9,9 +9,9 @@ from tether.evals.cases import (
     TrajectoryExpectation,
     load_cases,
 )
-from tether.evals.compare import Comparison, run_comparison
-from tether.evals.config import CompareConfig, load_config
-from tether.evals.graders import (
+from tether.evals._compare import Comparison, run_comparison
+from tether.evals._config import CompareConfig, load_config
+from tether.evals._graders import (
     Grade,
     Judge,
     ModelJudge,
@@ -22,7 +22,7 @@ from tether.evals.graders import (
     grade_trajectory,
     groundedness,
 )
-from tether.evals.runner import CaseRun, EvalScenario, Execution, grade_execution
+from tether.evals._runner import CaseRun, EvalScenario, Execution, grade_execution
 
 __all__ = [
     "Case",

@@ -1,7 +1,7 @@
 """The MCP host: real MCP servers (official SDK) under the host's authority (SPEC X1–X5).
 
-Server authors only need ``tether.mcp.confirm`` (the "confirm first" pattern). Building a host
-from a config file and running questions over it is ``tether.mcpapp``.
+Server authors only need ``tether.mcp._confirm`` (the "confirm first" pattern). Building a host
+from a config file and running questions over it is ``tether.mcphost``.
 """
 
 # Names are imported on first use (PEP 562): a review connects its one server without loading
@@ -9,33 +9,39 @@ from a config file and running questions over it is ``tether.mcpapp``.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.mcp.approve import ServerReview, approve_server, review_server
-    from tether.mcp.clean import clean_result_text
-    from tether.mcp.config import McpConfig, ServerConfig, load_config
-    from tether.mcp.elicitation import Answer, ConsoleResponder, ElicitationGate, Responder, ScriptedResponder
-    from tether.mcp.pinning import PinStore
-    from tether.mcp.roots import RootsGate
-    from tether.mcp.sampling import SamplingGate, SamplingPrompt
-    from tether.mcp.source import McpServerSource
+    from tether.mcp._approve import ServerReview, approve_server, review_server
+    from tether.mcp._clean import clean_result_text
+    from tether.mcp._config import McpConfig, ServerConfig, load_config
+    from tether.mcp._elicitation import (
+        Answer,
+        ConsoleResponder,
+        ElicitationGate,
+        Responder,
+        ScriptedResponder,
+    )
+    from tether.mcp._pinning import PinStore
+    from tether.mcp._roots import RootsGate
+    from tether.mcp._sampling import SamplingGate, SamplingPrompt
+    from tether.mcp._source import McpServerSource
 
 _EXPORTS = {
-    "Answer": "tether.mcp.elicitation",
-    "ConsoleResponder": "tether.mcp.elicitation",
-    "ElicitationGate": "tether.mcp.elicitation",
-    "McpConfig": "tether.mcp.config",
-    "McpServerSource": "tether.mcp.source",
-    "PinStore": "tether.mcp.pinning",
-    "Responder": "tether.mcp.elicitation",
-    "RootsGate": "tether.mcp.roots",
-    "SamplingGate": "tether.mcp.sampling",
-    "SamplingPrompt": "tether.mcp.sampling",
-    "ScriptedResponder": "tether.mcp.elicitation",
-    "ServerConfig": "tether.mcp.config",
-    "ServerReview": "tether.mcp.approve",
-    "approve_server": "tether.mcp.approve",
-    "clean_result_text": "tether.mcp.clean",
-    "load_config": "tether.mcp.config",
-    "review_server": "tether.mcp.approve",
+    "Answer": "tether.mcp._elicitation",
+    "ConsoleResponder": "tether.mcp._elicitation",
+    "ElicitationGate": "tether.mcp._elicitation",
+    "McpConfig": "tether.mcp._config",
+    "McpServerSource": "tether.mcp._source",
+    "PinStore": "tether.mcp._pinning",
+    "Responder": "tether.mcp._elicitation",
+    "RootsGate": "tether.mcp._roots",
+    "SamplingGate": "tether.mcp._sampling",
+    "SamplingPrompt": "tether.mcp._sampling",
+    "ScriptedResponder": "tether.mcp._elicitation",
+    "ServerConfig": "tether.mcp._config",
+    "ServerReview": "tether.mcp._approve",
+    "approve_server": "tether.mcp._approve",
+    "clean_result_text": "tether.mcp._clean",
+    "load_config": "tether.mcp._config",
+    "review_server": "tether.mcp._approve",
 }
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Governed durable memory (SPEC section 3): the model proposes, the store decides."""
 
-from .records import (
+from tether.memory._records import (
     Confidence,
     MemoryEvent,
     MemoryKind,
@@ -14,8 +14,8 @@ from .records import (
     WriteResult,
     WriteStatus,
 )
-from .sqlite import SqliteMemory
-from .store import DEFAULT_MAX_CLAIM_CHARS, MemoryPolicy, MemoryStore, check_proposal
+from tether.memory._sqlite import SqliteMemory
+from tether.memory._store import DEFAULT_MAX_CLAIM_CHARS, MemoryPolicy, MemoryStore, check_proposal
 
 __all__ = [
     "DEFAULT_MAX_CLAIM_CHARS",

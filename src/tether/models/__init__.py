@@ -4,13 +4,13 @@ Anthropic Messages API) — and ``FallbackModel`` over several. The SDK-based ba
 their SDK on first use. The deterministic stand-ins (``ScriptedModel``, ``FunctionModel``) are
 test doubles: they live in ``tether.testing``."""
 
-from tether.models.anthropic import AnthropicMessages
-from tether.models.base import Model, ModelRequest, ModelResponse
-from tether.models.fallback import FallbackModel
-from tether.models.openai import OpenAICompatible
-from tether.models.pricing import Price
-from tether.models.responses import OpenAIResponses
-from tether.models.retrying import RetryPolicy
+from tether.models._anthropic import AnthropicMessages
+from tether.models._base import Model, ModelRequest, ModelResponse
+from tether.models._fallback import FallbackModel
+from tether.models._openai import OpenAICompatible
+from tether.models._pricing import Price
+from tether.models._responses import OpenAIResponses
+from tether.models._retrying import RetryPolicy
 
 __all__ = [
     "AnthropicMessages",

@@ -1,6 +1,6 @@
 """Host-side authority: proposal intake, policy rules, trusted context, approvals and the effect ledger.
 
-Names are imported on first use: importing one submodule (``tether.policy.trusted``, all a
+Names are imported on first use: importing one submodule (``tether.policy._trusted``, all a
 client such as ``tether submit`` needs) does not load the rules, the desk and the schema engine."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.policy.approvals import (
+    from tether.policy._approvals import (
         ALL_TENANTS,
         Approvals,
         EffectOutcome,
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
         Reviewer,
         idempotency_key,
     )
-    from tether.policy.intake import (
+    from tether.policy._intake import (
         MAX_DEPTH,
         MAX_PROPOSAL_BYTES,
         Proposal,
@@ -28,16 +28,16 @@ if TYPE_CHECKING:
         parse_json,
         propose,
     )
-    from tether.policy.memory_store import MemoryApprovalStore
-    from tether.policy.provenance import ProvenanceIndex, SourceTrust, TrustConfig
-    from tether.policy.provenance_rules import (
+    from tether.policy._memory_store import MemoryApprovalStore
+    from tether.policy._provenance import ProvenanceIndex, SourceTrust, TrustConfig
+    from tether.policy._provenance_rules import (
         ArgumentRule,
         ProvenancePolicy,
         ProvenanceRules,
         ToolRules,
         make_labeler,
     )
-    from tether.policy.rules import (
+    from tether.policy._rules import (
         Allowlist,
         Decision,
         EffectApproval,
@@ -48,9 +48,9 @@ if TYPE_CHECKING:
         TargetOwnership,
         destination_of,
     )
-    from tether.policy.sqlite_store import SqliteApprovalStore
-    from tether.policy.store import ApprovalStore, LedgerStatus, ProposalStatus, StoredProposal
-    from tether.policy.trusted import Catalog, DictCatalog, Permissions, TrustedContext
+    from tether.policy._sqlite_store import SqliteApprovalStore
+    from tether.policy._store import ApprovalStore, LedgerStatus, ProposalStatus, StoredProposal
+    from tether.policy._trusted import Catalog, DictCatalog, Permissions, TrustedContext
 
 __all__ = [
     "ALL_TENANTS",
@@ -146,6 +146,6 @@ _WHERE = {
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module 'tether.policy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tether.policy.{_WHERE[name]}"), name)
+    value = getattr(importlib.import_module(f"tether.policy._{_WHERE[name]}"), name)
     globals()[name] = value  # later look-ups skip this function
     return value

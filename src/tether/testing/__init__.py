@@ -12,7 +12,7 @@ tether's repository (``pip install -e testing``).
 For approvals without a database file, see ``tether.policy.MemoryApprovalStore``.
 """
 
-from tether.testing.models import (
+from tether.testing._models import (
     FunctionModel,
     ModelFunction,
     ScriptedModel,

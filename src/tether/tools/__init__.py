@@ -1,6 +1,6 @@
 """Tool contracts and tool sources."""
 
-from tether.tools.contract import (
+from tether.tools._contract import (
     Effect,
     Target,
     Tool,
@@ -12,7 +12,7 @@ from tether.tools.contract import (
     tool,
     unwrap_exception_group,
 )
-from tether.tools.source import LocalTools, ToolSource
+from tether.tools._source import LocalTools, ToolSource
 
 __all__ = [
     "Effect",

@@ -1,8 +1,8 @@
 """Traces: typed events, sanitising, redaction and sinks."""
 
-from tether.trace.events import EventKind, TraceEvent
-from tether.trace.sanitize import Redactor, sanitize, sanitize_value
-from tether.trace.tracer import JsonlSink, MemorySink, Tracer, TraceSink, read_trace
+from tether.trace._events import EventKind, TraceEvent
+from tether.trace._sanitize import Redactor, sanitize, sanitize_value
+from tether.trace._tracer import JsonlSink, MemorySink, Tracer, TraceSink, read_trace
 
 __all__ = [
     "EventKind",

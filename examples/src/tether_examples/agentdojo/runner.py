@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tether.core.stop import Limits
 from tether.errors import ConfigError
-from tether.policy.provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
-from tether.policy.references import ReferencePolicy, References
-from tether.policy.rules import Decision, ProposedCall
-from tether.policy.trusted import TrustedContext
-from tether.stop import Limits
+from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.policy._references import ReferencePolicy, References
+from tether.policy._rules import Decision, ProposedCall
+from tether.policy._trusted import TrustedContext
 from tether_examples.agentdojo.attacks import (
     Step,
     adaptive_campaign,
@@ -358,7 +358,7 @@ class SuiteBench:
         from agentdojo.types import text_content_block_from_string
 
         from tether.host import Host
-        from tether.run import Agent
+        from tether.runs._values import Agent
 
         injections = self.injections(user_task, injection_task) if injection_task is not None else {}
         env = user_task.init_environment(self.environment(injections))
@@ -423,8 +423,8 @@ class SuiteBench:
             tools.after_call = self._watch(injection_task, pre, env, tools, reached)
         approvals = None
         if durable:
-            from tether.policy.approvals import Approvals
-            from tether.policy.sqlite_store import SqliteApprovalStore
+            from tether.policy._approvals import Approvals
+            from tether.policy._sqlite_store import SqliteApprovalStore
 
             approvals = Approvals(SqliteApprovalStore(self.approvals_db))  # type: ignore[arg-type]
         host = Host(
@@ -444,7 +444,7 @@ class SuiteBench:
         substituted: set[int] = set()
         try:
             if mode == "plan":
-                from tether.planexec import run_plan
+                from tether.runners._plan import run_plan
 
                 extractor = CompromisedExtractor(
                     user_steps,
@@ -522,9 +522,9 @@ async def _review_and_resume(
 ) -> tuple[Any, int]:
     """While the run is paused for approval, the modelled reviewer decides every pending stored
     proposal — approve iff it is one of the user's own calls — and the run is resumed."""
-    from tether.policy.approvals import Reviewer
-    from tether.policy.store import ProposalStatus
-    from tether.stop import StopReason
+    from tether.core.stop import StopReason
+    from tether.policy._approvals import Reviewer
+    from tether.policy._store import ProposalStatus
 
     reviewer = Reviewer.for_all_tenants(REVIEWER_NAME)  # the modelled user reviews their own runs
     for _ in range(100):

@@ -20,9 +20,9 @@ from typing import Any
 import yaml
 
 from tether.errors import ConfigError, ToolInputError
-from tether.policy.provenance import TrustConfig
-from tether.policy.provenance_rules import ToolRules, check_declarations, rules_from_dict
-from tether.tools.contract import Effect, ToolContext, ToolOutput, ToolSpec
+from tether.policy._provenance import TrustConfig
+from tether.policy._provenance_rules import ToolRules, check_declarations, rules_from_dict
+from tether.tools._contract import Effect, ToolContext, ToolOutput, ToolSpec
 
 __all__ = ["DIRECTORIES", "SELVES", "AgentDojoTools", "SuiteDeclaration", "load_declaration", "suite_specs"]
 

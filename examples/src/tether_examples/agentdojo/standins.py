@@ -16,11 +16,11 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from tether.messages import AssistantMessage, ToolCall, ToolMessage
-from tether.models.base import ModelRequest
-from tether.policy.provenance import ProvenanceIndex, normalise, split_values
-from tether.policy.provenance_values import date_mentions, parse_date
-from tether.policy.references import CONCAT, REF, Listed, listed_handles
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.models._base import ModelRequest
+from tether.policy._provenance import ProvenanceIndex, normalise, split_values
+from tether.policy._provenance_values import date_mentions, parse_date
+from tether.policy._references import CONCAT, REF, Listed, listed_handles
 from tether.testing import FunctionModel
 from tether_examples.agentdojo.attacks import Step, resolve
 
@@ -194,7 +194,7 @@ class OraclePlanner:
         self.step_texts = [normalise(t) for t in step_texts]
 
     async def plan(self, objective: str, tools: Sequence[dict[str, Any]]) -> Any:
-        from tether.planexec import Extract, Plan, PlannedCall
+        from tether.runners._plan import Extract, Plan, PlannedCall
 
         request_only = ProvenanceIndex(objective)
         dates = date_mentions(objective)

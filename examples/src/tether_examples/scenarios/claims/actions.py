@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.trace.sanitize import sanitize
+from tether.trace._sanitize import sanitize
 from tether_examples.scenarios.claims.models import ClaimExtract, Email
 
 __all__ = ["Actions", "clean"]

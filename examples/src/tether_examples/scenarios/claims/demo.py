@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 
-from tether.evals.cases import Case, load_cases
-from tether.evals.graders import grade_state
-from tether.messages import AssistantMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import AssistantMessage, UserMessage
+from tether.evals._cases import Case, load_cases
+from tether.evals._graders import grade_state
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel
 from tether_examples.scenarios.claims.actions import Actions
 from tether_examples.scenarios.claims.graph import Triage

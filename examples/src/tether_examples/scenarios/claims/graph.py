@@ -20,10 +20,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from tether.context.untrusted import wrap_untrusted
+from tether.context._untrusted import wrap_untrusted
+from tether.core.messages import SystemMessage, UserMessage
 from tether.errors import ModelError
-from tether.messages import SystemMessage, UserMessage
-from tether.models.base import Model, ModelRequest
+from tether.models._base import Model, ModelRequest
 from tether_examples.scenarios.claims.actions import Actions
 from tether_examples.scenarios.claims.backstop import deterministic_triggers
 from tether_examples.scenarios.claims.models import (

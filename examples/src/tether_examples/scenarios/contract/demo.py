@@ -14,12 +14,12 @@ from typing import Any
 
 import anyio
 
-from tether.evals.cases import Case, load_cases
-from tether.evals.runner import Execution, grade_execution
+from tether.evals._cases import Case, load_cases
+from tether.evals._runner import Execution, grade_execution
 from tether.host import Host
-from tether.policy.rules import Policy
-from tether.policy.trusted import TrustedContext
-from tether.run import Agent
+from tether.policy._rules import Policy
+from tether.policy._trusted import TrustedContext
+from tether.runs._values import Agent
 from tether.testing import ScriptedModel, call
 from tether_examples.scenarios.contract.tools import VERSIONS
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from tether.errors import NotFoundError, ToolInputError
-from tether.tools.contract import Tool, tool
+from tether.tools._contract import Tool, tool
 
 __all__ = ["ARCHIVE", "FastestLap", "ResultV1", "ResultV2", "get_race_result_v1", "get_race_result_v2"]
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tether.core.messages import AssistantMessage, ToolCall
 from tether.host import Host
-from tether.messages import AssistantMessage, ToolCall
-from tether.models.base import ModelRequest
+from tether.models._base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
-from tether.run import Agent
+from tether.runs._values import Agent
 from tether.testing import FunctionModel, call, final, tool_results
 from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 

@@ -37,9 +37,9 @@ def _envelope(lead_id: str, body: str) -> str:
 
 async def run_scenario(db: Path) -> dict[str, Any]:
     """Run S2 against the approval store at ``db``; returns the summary (with ``ok``)."""
-    from tether.desk import ProposalDesk
     from tether.host import Host
     from tether.policy import Approvals, Policy, Reviewer, SqliteApprovalStore, TrustedContext
+    from tether.runners._desk import ProposalDesk
     from tether_examples.scenarios.leads.drafts import DraftBook, catalog
 
     book = DraftBook()

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from tether.errors import ToolInputError
-from tether.policy.trusted import DictCatalog
-from tether.tools.contract import Effect, Target, ToolContext, render_result, tool
+from tether.policy._trusted import DictCatalog
+from tether.tools._contract import Effect, Target, ToolContext, render_result, tool
 
 __all__ = ["LEADS", "Draft", "DraftBook", "catalog"]
 

@@ -22,15 +22,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tether.evals.cases import Case, CaseFileError
-from tether.evals.runner import Execution, ModelFactory
-from tether.handoff import resolve_from_trace
+from tether.core.handoff import resolve_from_trace
+from tether.core.stop import Limits, StopReason
+from tether.evals._cases import Case, CaseFileError
+from tether.evals._runner import Execution, ModelFactory
 from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, SqliteMemory
-from tether.policy.trusted import Permissions, TrustedContext
-from tether.run import Agent, RunResult, RunState
-from tether.stop import Limits, StopReason
-from tether.tools.contract import Effect
+from tether.policy._trusted import Permissions, TrustedContext
+from tether.runs._values import Agent, RunResult, RunState
+from tether.tools._contract import Effect
 from tether_examples.scenarios.maintenance import lab
 from tether_examples.scenarios.maintenance.policy_model import policy_model
 

@@ -17,17 +17,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from tether.core.messages import AssistantMessage
+from tether.core.stop import Limits, StopReason
 from tether.host import Host
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
-from tether.messages import AssistantMessage
-from tether.models.base import ModelRequest
-from tether.policy.rules import Policy
-from tether.policy.trusted import DictCatalog, Permissions, TrustedContext
-from tether.run import Agent, RunResult, RunState
-from tether.stop import Limits, StopReason
+from tether.models._base import ModelRequest
+from tether.policy._rules import Policy
+from tether.policy._trusted import DictCatalog, Permissions, TrustedContext
+from tether.runners._workflow import Step, Workflow
+from tether.runs._values import Agent, RunResult, RunState
 from tether.testing import FunctionModel, call, injected_calls
-from tether.tools.contract import Effect, Target
-from tether.workflow import Step, Workflow
+from tether.tools._contract import Effect, Target
 
 __all__ = ["EXPECTED", "MODES", "LabOutcome", "run_mode"]
 
@@ -223,7 +223,7 @@ def handoff_from_trace(
     """The investigation's handoff, built from what the run actually did (H1): each ``done`` item
     cites the successful call behind it, the evidence is what those calls returned, and what was
     denied or failed is ``blocked``. A run that read nothing hands off nothing done."""
-    from tether.handoff import done_from_trace, evidence_from_trace
+    from tether.core.handoff import done_from_trace, evidence_from_trace
 
     def describe(tool: str, arguments: Any) -> str | None:
         claim = _CLAIMS.get(tool)
@@ -257,7 +257,7 @@ def handoff_from_trace(
 
 
 def make_agent(*, omit_blocked: bool = False) -> Agent:
-    from tether.handoff import resolve_from_trace
+    from tether.core.handoff import resolve_from_trace
 
     def handoff(state: RunState, answer: str) -> dict[str, Any]:
         return handoff_from_trace(state, answer, ORDER, omit=("blocked",) if omit_blocked else ())

@@ -18,9 +18,9 @@ from typing import Any
 import anyio
 import yaml
 
-from tether.mcp.approve import approve_server, review_server
-from tether.mcp.config import load_config
-from tether.mcpapp.runner import ScriptStep, run_question
+from tether.mcp._approve import approve_server, review_server
+from tether.mcp._config import load_config
+from tether.mcphost._runner import ScriptStep, run_question
 
 QUESTION = "Why is work order 742 still open?"
 

@@ -13,8 +13,8 @@ import json
 import re
 from typing import Any
 
-from tether.messages import AssistantMessage, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import AssistantMessage, ToolMessage, UserMessage
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call, injected_calls
 
 __all__ = ["policy_investigator", "policy_model"]

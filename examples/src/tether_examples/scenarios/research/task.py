@@ -23,10 +23,10 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from tether.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
-from tether.models.base import ModelRequest
+from tether.core.messages import AssistantMessage, SystemMessage, ToolMessage, UserMessage
+from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call
-from tether.tools.contract import Tool, tool
+from tether.tools._contract import Tool, tool
 
 __all__ = ["COMPANY", "FOUNDERS", "OBJECTIVE", "Research", "completed"]
 

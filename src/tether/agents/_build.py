@@ -1,0 +1,569 @@
+"""Building what an agent file describes: the ``Host``, the ``Agent`` and its model, through the
+public API (``build_agent``). The file itself is read and checked by ``tether.agents._file``."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from tether.agents._file import AgentFile, _import, _python_path, mcp_config
+from tether.agents._spec import (
+    SCRIPTED,
+    BackendSpec,
+    MemorySpec,
+    ModelSpec,
+    ProvenanceSpec,
+    StatusSpec,
+    SubagentSpec,
+)
+from tether.errors import ConfigError
+from tether.tools._contract import Effect
+
+if TYPE_CHECKING:
+    from tether.host import Host
+    from tether.policy._trusted import TrustedContext
+    from tether.runs._values import Agent
+
+__all__ = [
+    "APP",
+    "Built",
+    "build_agent",
+    "local_tool_names",
+    "make_model",
+    "scripted_model",
+    "trusted_context",
+]
+
+APP = "tether.agents._record:rebuild"  # the factory `tether resume` calls for runs started from a file
+
+
+@dataclass
+class Built:
+    """What a run needs: the host, the agent, the trusted context, and what to close after."""
+
+    host: Host
+    agent: Agent
+    context: TrustedContext
+    agent_file: AgentFile
+    model: Any
+    approvals_db: Path | None = None
+    extra_models: list[Any] = field(default_factory=list)  # subagents' own models
+
+    async def aclose(self) -> None:
+        for model in (self.model, *self.extra_models):
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()
+
+
+def build_agent(
+    af: AgentFile,
+    *,
+    approvals_db: Path | None = None,
+    responder: Any = None,
+    consent: Any = None,
+    on_delta: Callable[[str, str], None] | None = None,
+    trace_sinks: Sequence[Any] = (),
+    environ: Mapping[str, str] | None = None,
+    stores: Any = None,
+    app: str = APP,
+) -> Built:
+    """The host and agent an agent file describes, built through the public API.
+
+    ``approvals_db`` overrides ``policy.approvals_db``; ``responder`` answers MCP elicitations
+    (None: nobody, questions pause); ``consent`` sees each sampling prompt. ``stores`` (a
+    deployment's ``tether.stores._url.Stores``) replaces every SQLite file the agent would
+    keep — approvals, ledger and checkpoints, MCP pins and pauses — and ``app`` names the
+    factory its checkpoints record. Raises ``ConfigError``.
+    """
+    from tether.runs._values import Agent
+
+    spec = af.spec
+    _python_path(af)
+    reconcilers: dict[str, Any] = {}
+    tools = _local_tools(af, reconcilers)
+    instructions = _instructions(af)
+    model = make_model(af, on_delta=on_delta)
+    extra_models: list[Any] = []
+    context_config = _context_config(af, model, extra_models)
+    approvals, db = _approvals(af, approvals_db, stores, app, reconcilers)
+    host = _host(af, model, approvals, responder=responder, consent=consent, environ=environ, stores=stores)
+    if tools:
+        host.add_tools(*tools)
+    if spec.policy.provenance is not None:
+        _provenance(af, spec.policy.provenance, host, [t.spec for t in tools])
+    host.extra_sinks.extend(trace_sinks)
+    if spec.memory is not None:
+        host.memory = _memory(af, spec.memory)
+        host.disabled_memory.update(spec.memory.disabled)
+    _secrets_and_export(af, host, model, environ)
+    agent = Agent(
+        instructions=instructions,
+        model=model,
+        name=spec.name,
+        limits=spec.model.limits.build(),
+        context=context_config,
+        memory_subjects=tuple(spec.memory.subjects) if spec.memory is not None else (),
+        **_hooks(af, host),
+    )
+    return Built(host, agent, trusted_context(af), af, model, db, extra_models)
+
+
+def _instructions(af: AgentFile) -> str:
+    """The file's instructions, inline or read from ``instructions_file``."""
+    spec = af.spec
+    if spec.instructions_file is None:
+        assert spec.instructions is not None  # the spec requires one of the two
+        return spec.instructions
+    path = af.resolve(spec.instructions_file)
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{af.label()}: instructions_file: cannot read {path}: {err.strerror}") from None
+
+
+def _approvals(
+    af: AgentFile, approvals_db: Path | None, stores: Any, app: str, reconcilers: dict[str, Any]
+) -> tuple[Any, Path | None]:
+    """The approval desk (None: side effects are not paused for a person) and its SQLite file
+    (None when a deployment's stores keep the approvals)."""
+    from tether.policy import Approvals, SqliteApprovalStore
+
+    spec = af.spec
+    db = approvals_db or (af.resolve(spec.policy.approvals_db) if spec.policy.approvals_db else None)
+    if stores is not None:
+        return Approvals(stores.approvals, app=app, reconcilers=reconcilers), None
+    if db is None:
+        return None, None
+    db.parent.mkdir(parents=True, exist_ok=True)
+    return Approvals(SqliteApprovalStore(db), app=app, reconcilers=reconcilers), db
+
+
+def _host(
+    af: AgentFile, model: Any, approvals: Any, *, responder: Any, consent: Any, environ: Any, stores: Any
+) -> Host:
+    """The host with the file's policy: over the file's MCP servers, or over local tools only."""
+    from tether.host import Host
+    from tether.policy._rules import Allowlist, EffectApproval, Egress, Policy, TargetOwnership
+
+    spec = af.spec
+    p = spec.policy
+    policy_args: dict[str, Any] = {
+        "allow": p.allow,
+        "deny": p.deny,
+        "egress": p.egress,
+        "automatic_effects": p.automatic,
+        "catalog": _catalog(af),
+    }
+    trace_dir = af.resolve(spec.trace.dir)
+    if spec.mcp is None:
+        return Host(
+            policy=Policy(**policy_args), trace_dir=trace_dir, approvals=approvals, on_denied=p.on_denied
+        )
+    from tether.mcphost._build import build_host
+
+    sampler = None
+    if spec.mcp.sampling == "model":
+        if spec.model.scripted is not None:
+            raise ConfigError(
+                f"{af.label()}: mcp.sampling: model needs a real model; a scripted stand-in "
+                "cannot answer a server's sampling request"
+            )
+        sampler = model
+    host = build_host(
+        mcp_config(af),
+        responder=responder,
+        sampling_model=sampler,
+        sampling_consent=consent,
+        environ=environ,
+        approvals=approvals,
+        on_denied=p.on_denied,
+        pins=stores.pins if stores is not None else None,
+        pauses=stores.pauses if stores is not None else None,
+    )
+    # The pinned-capability rule (and any other MCP rule) stays after the file's own rules.
+    standard = (Allowlist, Egress, EffectApproval, TargetOwnership)
+    extra = [r for r in host.policy.rules if not isinstance(r, standard)]
+    host.policy = Policy(**policy_args, rules=extra)
+    host.trace_dir = trace_dir
+    return host
+
+
+def _secrets_and_export(af: AgentFile, host: Any, model: Any, environ: Mapping[str, str] | None) -> None:
+    """The model keys become trace secrets (redacted should anything echo one); traces are
+    exported when the file's ``trace.otel`` or the ``OTEL_*`` variables ask for it."""
+    spec = af.spec
+    env = environ if environ is not None else os.environ
+    keys = {env.get(b.key_env, "") for b in spec.model.backends() if b.scripted is None}
+    if keys - {""}:
+        host.secrets = frozenset(host.secrets | (keys - {""}))
+    # Trace export: the file's trace.otel, or the OTEL_* variables (tether run/worker --otel set them).
+    if spec.trace.otel or _otel_wanted():
+        try:
+            from tether.trace._otel import otel_sink_from_env
+        except ImportError:
+            raise ConfigError(f"{af.label()}: trace export needs: pip install 'tether[otel]'") from None
+        host.extra_sinks.append(otel_sink_from_env(secrets=host.secrets, model=model))
+
+
+def local_tool_names(af: AgentFile) -> list[str]:
+    """Import the file's local tools as a run would (its ``python_path`` first) and return their
+    names: ``tether agent check`` catches a mistyped import path before any run. Raises
+    ``ConfigError`` naming the entry that fails."""
+    _python_path(af)
+    return [t.name for t in _local_tools(af)]
+
+
+def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
+    """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
+    from tether.tools._contract import Tool, ToolOptions
+
+    spec = af.spec
+    tools: list[Any] = []
+    reconcilers = {} if reconcilers is None else reconcilers
+    for i, ref in enumerate(spec.tools):
+        where = f"{af.label()}: tools[{i}] ({ref.function})"
+        found = _import(ref.function, where)
+        items = list(found) if isinstance(found, (list, tuple)) else [found]
+        for item in items:
+            options: ToolOptions = {}
+            if ref.name is not None:
+                options["name"] = ref.name
+            if ref.egress_argument is not None:
+                options["egress_argument"] = ref.egress_argument
+            if ref.timeout_s is not None:
+                options["timeout_s"] = ref.timeout_s
+            if ref.needs_approval is not None:
+                options["needs_approval"] = ref.needs_approval
+            try:
+                if isinstance(item, Tool):
+                    declared = ref.effect or spec.policy.effects.get(ref.name or item.name)
+                    if declared is not None and declared != item.spec.effect:
+                        raise ConfigError(
+                            f"{where}: {item.name} declares effect {item.spec.effect} in code; the "
+                            f"file says {declared}. Change one of them."
+                        )
+                    tool = item.with_options(**options) if options else item
+                elif callable(item):
+                    name = str(ref.name or getattr(item, "__name__", ""))
+                    # An undeclared effect is a side effect: it needs approval (fail closed).
+                    effect = ref.effect or spec.policy.effects.get(name) or Effect.WRITE
+                    with_effect: ToolOptions = {**options, "effect": effect}
+                    tool = Tool(item, **with_effect)
+                else:
+                    raise ConfigError(f"{where}: not a tool or a function ({type(item).__name__})")
+            except TypeError as err:
+                raise ConfigError(f"{where}: {err}") from None
+            tools.append(tool)
+            if ref.reconciler is not None:
+                fn = _import(ref.reconciler, f"{af.label()}: tools[{i}].reconciler ({ref.reconciler})")
+                if not callable(fn):
+                    raise ConfigError(f"{where}: reconciler {ref.reconciler} is not callable")
+                reconcilers[tool.name] = fn
+    names = [t.name for t in tools]
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"{af.label()}: tools: the same tool name twice: {', '.join(dup)}")
+    return tools
+
+
+def make_model(af: AgentFile, *, on_delta: Callable[[str, str], None] | None = None) -> Any:
+    """The agent's model: a backend for its provider (``OpenAICompatible``, ``OpenAIResponses``,
+    ``AnthropicMessages``) or a scripted stand-in named as one; with ``model.fallback``, a
+    ``FallbackModel`` over it and its fallbacks. Raises ``ConfigError``."""
+    m = af.spec.model
+    prices = _prices(m)
+    models = [_backend(af, spec, prices, on_delta) for spec in m.backends()]
+    if m.limits.max_cost_usd is not None:
+        for spec, model in zip(m.backends(), models, strict=True):
+            if spec.scripted is None and getattr(model, "price", None) is None:
+                raise ConfigError(
+                    f"{af.label()}: model.limits.max_cost_usd needs a price for {spec.name}: add model.prices"
+                )
+    if len(models) == 1:
+        return models[0]
+    from tether.models._fallback import FallbackModel
+
+    return FallbackModel(models)
+
+
+def _prices(m: ModelSpec) -> dict[str, Any]:
+    from tether.models._pricing import DEFAULT_PRICES, Price
+
+    own = {k: Price(p.input, p.output, p.cached_input, p.cache_write) for k, p in m.prices.items()}
+    return {**DEFAULT_PRICES, **own}
+
+
+def _backend(
+    af: AgentFile, spec: BackendSpec, prices: Mapping[str, Any], on_delta: Callable[[str, str], None] | None
+) -> Any:
+    if (script := spec.scripted) is not None:
+        obey = isinstance(spec, ModelSpec) and spec.obey_injected
+        return scripted_model(af.resolve(script), label=spec.name, obey=obey)
+    from tether.models._retrying import RetryPolicy
+
+    bucket = None
+    if spec.rate is not None:
+        from tether.core.ratelimit import shared_bucket
+
+        bucket = shared_bucket(f"model:{spec.base_url or spec.provider}", spec.rate, max(1.0, spec.rate))
+    extra = {**spec.extra_body, **({"temperature": spec.temperature} if spec.temperature is not None else {})}
+    common: dict[str, Any] = {
+        "base_url": spec.base_url,
+        "api_key_env": spec.key_env,
+        # Whole responses unless the file asks for a stream: every OpenAI-compatible server answers
+        # them, while some (llama.cpp's Python server) cannot stream tool calls at all.
+        "stream": bool(spec.streaming),
+        "timeout_s": spec.timeout_s,
+        "retry": RetryPolicy(max_retries=spec.max_retries),
+        "prices": prices,
+        "rate_limit": bucket,
+        "on_delta": on_delta,
+        "max_tokens": spec.max_output_tokens,
+        "extra_body": extra,
+    }
+    if spec.provider == "anthropic":
+        from tether.models._anthropic import AnthropicMessages
+
+        return AnthropicMessages(spec.name, thinking_budget=spec.thinking_budget, **common)
+    if spec.provider == "openai-responses":
+        from tether.models._responses import OpenAIResponses
+
+        effort = {"effort": spec.reasoning_effort} if spec.reasoning_effort else None
+        return OpenAIResponses(spec.name, reasoning=effort, **common)
+    from tether.models._openai import OpenAICompatible
+
+    return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
+
+
+def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) -> Any:
+    """A scripted stand-in from a YAML/JSON list of ``{call, arguments}`` / ``[...]`` / ``{final}``.
+
+    It is a test double: it makes exactly the listed calls and answers with what it observed."""
+    from tether.mcphost._runner import ScriptStep, StandIn
+    from tether.testing import FunctionModel
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+    except OSError as err:
+        raise ConfigError(f"cannot read model script {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"model script {path}: not valid YAML/JSON: {err}") from None
+    if not isinstance(data, list):
+        raise ConfigError(f"model script {path}: expected a list of steps")
+    try:
+        steps = [ScriptStep.parse(item) for item in data]
+    except ValueError as err:
+        raise ConfigError(f"model script {path}: {err}") from None
+    return FunctionModel(StandIn(steps, obey=obey), name=label or f"{SCRIPTED}{path}")
+
+
+def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
+    c = af.spec.context
+    if not (c.status or c.compression or c.skills or c.tool_search or c.subagents):
+        return None
+    from tether.context import (
+        CompressionConfig,
+        ContextConfig,
+        SkillLibrary,
+        StatusConfig,
+        ToolSearchConfig,
+    )
+
+    status = None
+    if c.status:
+        s = c.status if isinstance(c.status, StatusSpec) else StatusSpec()
+        status = StatusConfig(strategy=s.strategy, todo=s.todo, show_time=s.show_time)
+    compression = CompressionConfig()
+    if c.compression is not None:
+        compression = CompressionConfig(
+            strategy=c.compression.strategy,
+            window_tokens=c.compression.window_tokens,
+            trigger=c.compression.trigger,
+            result_budget_chars=c.compression.result_budget_chars,
+        )
+    skills = None
+    if c.skills is not None:
+        folder = af.resolve(c.skills.dir)
+        if not folder.is_dir():
+            raise ConfigError(f"{af.label()}: context.skills.dir: {folder} is not a folder")
+        skills = SkillLibrary()
+        skills.add_folder(folder, trusted=c.skills.trusted, approved=c.skills.approved)
+    search = None
+    if c.tool_search is not None:
+        search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
+    subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
+    names = [sub.name for sub in c.subagents]
+    if dup := sorted({n for n in names if names.count(n) > 1}):
+        raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
+    return ContextConfig(
+        status=status, compression=compression, skills=skills, tool_search=search, subagents=subagents
+    )
+
+
+def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[Any]) -> Any:
+    from tether.context import Subagent
+    from tether.runs._values import Agent
+
+    model = parent_model
+    if sub.model is not None:
+        model = _backend(af, sub.model, _prices(af.spec.model), None)
+        built.append(model)  # closed with the agent's own (Built.aclose)
+    limits = sub.limits.build()
+
+    def agent() -> Agent:
+        return Agent(
+            instructions=sub.instructions, model=model, name=sub.name, limits=limits, tools=sub.tools
+        )
+
+    return Subagent(sub.name, sub.description, agent, sub.max_chars)
+
+
+def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]) -> None:
+    """Swap the host's effect-approval rule for the file's provenance rules (declarations checked
+    against the offered tools now, not at the first call) and label what tools return."""
+    from tether.policy._provenance import Directory, TrustConfig
+    from tether.policy._provenance_rules import (
+        ProvenancePolicy,
+        ProvenanceRules,
+        check_declarations,
+        make_labeler,
+        rules_from_dict,
+    )
+    from tether.policy._rules import EffectApproval
+
+    data: dict[str, Any] = spec.model_dump(exclude={"file", "mode"})
+    if spec.file is not None:
+        path = af.resolve(spec.file)
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{af.label()}: policy.provenance.file {spec.file}: {err}") from None
+        if not isinstance(loaded, dict) or set(loaded) - {"trust", "tools", "directory", "own"}:
+            raise ConfigError(
+                f"{af.label()}: policy.provenance.file {spec.file}: a mapping of trust, tools, directory, own"
+            )
+        data = {"trust": {}, "tools": {}, "directory": {}, "own": [], **loaded}
+    try:
+        trust = TrustConfig.from_dict(data["trust"] or {})
+        declared = rules_from_dict(data["tools"] or {})
+        directory = Directory(data["directory"] or {})
+        check_declarations(declared, local)  # local tools now; an MCP tool's at its first call
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"{af.label()}: policy.provenance: {err}") from None
+    rules = ProvenanceRules(declared, trust, directory=directory, own=list(data["own"] or []))
+    base = host.policy
+    extra = [r for r in base.rules if r is not base.allowlist and not isinstance(r, EffectApproval)]
+    allow, deny = base.allowlist.allow, base.allowlist.deny
+    label = make_labeler(trust, list(data["own"] or []))
+    if spec.mode == "reference":
+        from tether.policy._references import ReferencePolicy, References
+
+        references = References(trust, list(data["own"] or []))
+        host.policy = ReferencePolicy(rules, references, allow=allow, deny=deny, extra=extra)
+        host.labeler = references.labeler(label)
+    else:
+        host.policy = ProvenancePolicy(rules, allow=allow, deny=deny, extra=extra)
+        host.labeler = label
+
+
+def _otel_wanted() -> bool:
+    """Whether the ``OTEL_*`` variables ask for trace export (cheap: nothing imported otherwise).
+    Raises ``ConfigError`` when they do and the ``otel`` extra is missing."""
+    if not (
+        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        or os.environ.get("OTEL_TRACES_EXPORTER")
+    ):
+        return False
+    try:
+        import opentelemetry.exporter.otlp.proto.http  # noqa: F401
+    except ImportError:
+        raise ConfigError("OTEL_* variables ask for trace export: pip install 'tether[otel]'") from None
+    return True
+
+
+def _catalog(af: AgentFile) -> Any:
+    p = af.spec.policy
+    entries: Any = p.catalog
+    if p.catalog_file is not None:
+        path = af.resolve(p.catalog_file)
+        try:
+            entries = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as err:
+            raise ConfigError(f"{af.label()}: policy.catalog_file: cannot read {path}: {err}") from None
+        valid = isinstance(entries, dict) and all(
+            isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
+            for ids in entries.values()
+        )
+        if not valid:
+            raise ConfigError(
+                f"{af.label()}: policy.catalog_file: expected {{kind: {{id: tenant}}}} in {path}"
+            )
+    if entries is None:
+        return None
+    from tether.policy._trusted import DictCatalog
+
+    return DictCatalog(entries)
+
+
+def _memory(af: AgentFile, m: MemorySpec) -> Any:
+    from tether.memory import MemoryPolicy, SqliteMemory
+
+    path = af.resolve(m.db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return SqliteMemory(path, policy=MemoryPolicy(approved_sources=frozenset(m.approved_sources)))
+
+
+def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
+    """The agent's hooks: imported by path, the claim check and the trace resolver built in."""
+    h = af.spec.hooks
+    out: dict[str, Any] = {}
+    for name in ("verify", "handoff", "remember"):
+        ref = getattr(h, name)
+        if ref is not None:
+            out[name] = _hook(af, f"hooks.{name}", ref)
+    if h.resolve_evidence == "trace":
+        from tether.core.handoff import resolve_from_trace
+
+        out["resolve_evidence"] = resolve_from_trace
+    elif h.resolve_evidence is not None:
+        out["resolve_evidence"] = _hook(af, "hooks.resolve_evidence", h.resolve_evidence)
+    if h.check_claims:
+        from tether.core.handoff import claim_check
+
+        claims = claim_check(lambda: {s.name: s.effect for s in host.offered()})
+        own = out.get("verify")
+        out["verify"] = claims if own is None else _both(claims, own)
+    return out
+
+
+def _hook(af: AgentFile, where: str, ref: str) -> Any:
+    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", ref):
+        raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
+    found = _import(ref, f"{af.label()}: {where}")
+    if not callable(found):
+        raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
+    return found
+
+
+def _both(first: Any, second: Any) -> Any:
+    def verify(state: Any, answer: str) -> str | None:
+        problem: str | None = first(state, answer) or second(state, answer)
+        return problem
+
+    return verify
+
+
+def trusted_context(af: AgentFile) -> TrustedContext:
+    """The tenant, roles, user and permissions the file's policy gives its runs."""
+    from tether.policy._trusted import Permissions, TrustedContext
+
+    p = af.spec.policy
+    perms = Permissions(read=frozenset(p.permissions.read), write=frozenset(p.permissions.write))
+    return TrustedContext(tenant=p.tenant, roles=frozenset(p.roles), user=p.user, permissions=perms)

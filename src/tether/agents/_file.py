@@ -1,0 +1,243 @@
+"""Agents from a file: ``tether run --agent agent.yaml "objective"`` (YAML or TOML).
+
+The file names everything a run needs; relative paths are relative to the file's folder::
+
+    name: order-agent
+    instructions: Answer from tool results only.        # or instructions_file: prompt.md
+    model:
+      provider: openai-chat                              # or openai-responses, anthropic
+      name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
+      base_url: http://127.0.0.1:11434/v1
+      api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
+      streaming: false                                   # default: whole responses
+      limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
+      prices: {"qwen3:8b": {input: 0, output: 0}}
+      fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
+    tools:                                               # local tools, by import path
+      - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
+      - {function: myapp.tools:send_note, effect: send, egress_argument: to,
+         reconciler: myapp.tools:find_note}            # asked by key after a cut or a raise
+    python_path: ["."]                                   # folders put on sys.path for the imports
+    mcp: {config: mcp.yaml}                              # or inline: {servers: [...], host: {...}}
+    policy:
+      allow: [read_order, erp__read_order]               # default: every tool offered
+      deny: []
+      tenant: shopping-a
+      roles: [maintenance-read]
+      effects: {read_order: read}                        # effects of plain-function tools
+      approvals_db: approvals.db                         # side effects pause for a person
+    context: {status: true, compression: {strategy: adaptive, window_tokens: 8192},
+              skills: {dir: skills, trusted: true}, tool_search: {threshold: 20}}
+    trace: {dir: traces, results: false}                 # results: store tool output, redacted
+
+``load_agent_file`` validates it (``ConfigError`` naming the file and the field); ``tether agent
+schema`` prints its JSON Schema, generated from the models of ``tether.agents._spec``;
+``tether.agents._build.build_agent`` builds the ``Host`` and ``Agent`` through the public API. A
+run that may pause (``policy.approvals_db``) records the file beside the approval store
+(``tether.agents._record``), so ``tether resume RUN`` rebuilds the same agent from another process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tether.agents._spec import SCRIPTED, AgentSpec
+from tether.core._names import is_agent_file as is_agent_file  # re-exported: commands that load agent files
+from tether.errors import ConfigError
+
+__all__ = [
+    "AgentFile",
+    "agent_digest",
+    "is_agent_file",
+    "load_agent_file",
+    "mcp_agent",
+    "mcp_config",
+    "parse_agent",
+    "with_overrides",
+]
+
+
+@dataclass(frozen=True)
+class AgentFile:
+    """A validated agent file: its spec, where it lives, and exactly what it said."""
+
+    spec: AgentSpec
+    path: Path | None  # None: built from command-line options (tether mcp run)
+    base_dir: Path
+    text: str
+    sha256: str
+
+    def resolve(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else (self.base_dir / p)
+
+    def label(self) -> str:
+        return str(self.path) if self.path is not None else "(command line)"
+
+
+def _problems(err: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
+        for e in err.errors(include_url=False)
+    )
+
+
+def parse_agent(
+    data: Mapping[str, Any], *, base_dir: Path, path: Path | None = None, text: str | None = None
+) -> AgentFile:
+    """Validate an agent spec given as a mapping. Raises ``ConfigError`` naming the field."""
+    where = str(path) if path is not None else "agent"
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: the top level must be a table/mapping")
+    try:
+        spec = AgentSpec.model_validate(dict(data))
+    except ValidationError as err:
+        raise ConfigError(f"{where}: {_problems(err)}") from None
+    body = text if text is not None else json.dumps(spec.model_dump(mode="json"), sort_keys=True)
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    return AgentFile(spec, path, base_dir.resolve(), body, digest)
+
+
+def load_agent_file(path: str | Path) -> AgentFile:
+    """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) agent file. Raises ``ConfigError``."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read agent file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    af = _parse_text(text, path)
+    return replace(af, sha256=hashlib.sha256(raw).hexdigest())  # of the bytes on disk
+
+
+def _parse_text(text: str, path: Path) -> AgentFile:
+    toml = path.suffix.lower() == ".toml"
+    try:
+        data = tomllib.loads(text) if toml else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: not valid {'TOML' if toml else 'YAML'}: {err}") from None
+    return parse_agent(data, base_dir=path.resolve().parent, path=path.resolve(), text=text)
+
+
+def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:
+    """The same file with model settings replaced (command-line options; ``None`` keeps the file's)."""
+    spec = agent_file.spec
+    changes = {k: v for k, v in model.items() if v is not None and k != "limits"}
+    limits = {k: v for k, v in (model.get("limits") or {}).items() if v is not None}
+    data = spec.model_dump(mode="json")
+    data["model"].update(changes)
+    if str(data["model"]["name"]).startswith(SCRIPTED):
+        data["model"].pop("base_url", None)
+    data["model"]["limits"] = {**data["model"]["limits"], **limits}
+    if not changes and not limits:
+        return agent_file
+    try:
+        new = AgentSpec.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{agent_file.label()} with the command line's options: {_problems(err)}") from None
+    return replace(agent_file, spec=new)
+
+
+def _import(ref: str, where: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"{where}: cannot import {module_name!r}: {err}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        import difflib
+
+        close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
+        maybe = f" (did you mean {module_name}:{close[0]}?)" if close else ""
+        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
+
+
+def _python_path(af: AgentFile) -> None:
+    for entry in reversed(af.spec.python_path):
+        folder = str(af.resolve(entry).resolve())
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+
+
+def agent_digest(af: AgentFile) -> str:
+    """sha256 of the agent file and every file it depends on that can be found: its
+    instructions file, its scripted model's script, its MCP config file, and the source of each
+    module its tools and reconcilers are imported from. A durable run is bound to this digest:
+    editing any of them makes a new version (``tether.durable._versions``)."""
+    import importlib.util
+
+    spec = af.spec
+    files: list[Path] = []
+    for value in (spec.instructions_file, spec.model.scripted, spec.mcp.config if spec.mcp else None):
+        if value:
+            files.append(af.resolve(value))
+    _python_path(af)
+    for ref in spec.tools:
+        for target in (ref.function, ref.reconciler):
+            if not target:
+                continue
+            try:
+                found = importlib.util.find_spec(target.partition(":")[0])
+            except (ImportError, ValueError):
+                continue
+            if found is not None and found.origin and Path(found.origin).is_file():
+                files.append(Path(found.origin))
+    h = hashlib.sha256(af.sha256.encode())
+    for path in sorted(set(files)):
+        h.update(str(path).encode() + b"\0")
+        h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return h.hexdigest()
+
+
+def mcp_config(af: AgentFile) -> Any:
+    from tether.mcp._config import McpConfig, load_config
+
+    mcp = af.spec.mcp
+    assert mcp is not None
+    if mcp.config is not None:
+        return load_config(af.resolve(mcp.config))
+    data = {"servers": mcp.servers, "host": mcp.host or {}, "base_dir": af.base_dir}
+    try:
+        return McpConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{af.label()}: mcp: {_problems(err)}") from None
+
+
+def mcp_agent(
+    config_path: Path,
+    *,
+    model: Mapping[str, Any],
+    instructions: str,
+    tenant: str,
+    user: str | None,
+    sampling: str = "none",
+    consent: str = "no",
+    trace_dir: str,
+    on_denied: str = "continue",
+    name: str = "mcp-agent",
+) -> AgentFile:
+    """The agent ``tether mcp run`` builds from its options over one MCP config file."""
+    data = {
+        "name": name,
+        "instructions": instructions,
+        "model": dict(model),
+        "mcp": {"config": str(Path(config_path).resolve()), "sampling": sampling, "consent": consent},
+        "policy": {"tenant": tenant, "user": user, "on_denied": on_denied},
+        "trace": {"dir": trace_dir},
+    }
+    return parse_agent(data, base_dir=Path.cwd())

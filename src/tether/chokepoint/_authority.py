@@ -1,0 +1,507 @@
+"""The host's authority and its chokepoint, one component: the one path of every tool call.
+
+The model proposes; the host decides. Runners (agent loop, workflow, plan, desk, MCP resume,
+subagents, a durable worker) see a narrow interface: ``offered`` (the tools a run may be shown),
+``decide`` (the decision alone, for proposals stored before anything runs), ``call_turn`` /
+``call`` (decide, settle, execute, record) and ``recall`` (memory, labelled). Everything else is
+private to this class. One call goes, in order:
+
+    resolve → harness-tool intercept → strict intake → contract validation → Policy (harness
+    tools too) → approval settlement (``tether.chokepoint._calls.settle``) → effect ledger (side effects,
+    ``tether.chokepoint._effects``) → rate limit → the tool runs (``_run_tool``: the one place, harness
+    tools included) → ``labels.finish``: cleaning, truncation and labels (source, time,
+    trust; provenance) → one trace event per decision and per outcome → Observation
+
+and a ``Turn`` comes back settled (checkpointed when it must pause).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Self
+
+import anyio
+
+from tether.chokepoint._calls import (
+    CallScope,
+    Harness,
+    Turn,
+    checkpoint_pause,
+    record_denial,
+    record_observation,
+    settle,
+)
+from tether.chokepoint._effects import run_effect
+from tether.chokepoint._labels import finish, memory_line, memory_origin
+from tether.core.messages import ToolCall, UserMessage
+from tether.core.types import GateOutcome, Observation
+from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
+from tether.policy._approvals import idempotency_key
+from tether.policy._intake import check_arguments, parse_arguments
+from tether.policy._rules import Decision, Policy, ProposedCall
+from tether.policy._trusted import TrustedContext
+from tether.runs._values import CallRecord, RunState
+from tether.tools._contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
+from tether.tools._source import LocalTools, ToolSource
+from tether.trace._events import EventKind
+from tether.trace._sanitize import Redactor
+from tether.trace._tracer import FlushMode, JsonlSink, MemorySink, Tracer, TraceSink, flush_mode
+
+if TYPE_CHECKING:
+    from tether.core.ratelimit import TokenBucket
+    from tether.memory import MemoryStore
+    from tether.policy._approvals import Approvals
+
+__all__ = ["HostCore"]
+
+Executed = tuple[Observation, BaseException | None]
+
+
+class HostCore:
+    """The authority and its chokepoint: tools, policy, approvals, memory, traces. Knows no
+    runner; ``tether.host.Host`` adds the run entry points (agent loop, workflows, resume)."""
+
+    def __init__(
+        self,
+        *,
+        policy: Policy | None = None,
+        memory: MemoryStore | None = None,
+        trace_dir: str | Path | None = None,
+        trace_sinks: Sequence[TraceSink] = (),
+        secrets: Iterable[str] = (),
+        on_denied: Literal["stop", "continue"] = "stop",
+        clock: Any = None,
+        approved_memory_sources: Iterable[str] = (),
+        approvals: Approvals | None = None,
+        labeler: Callable[[Observation], Observation] | None = None,
+        rate_limits: Mapping[str, TokenBucket] | None = None,
+        trace_flush: FlushMode = "batched",
+    ) -> None:
+        self.policy = policy or Policy()
+        self.memory = memory
+        self.trace_dir = Path(trace_dir) if trace_dir is not None else None
+        self.extra_sinks = list(trace_sinks)
+        self.trace_flush = flush_mode(trace_flush)  # JSONL durability: trace/tracer.py
+        self.secrets = frozenset(secrets)
+        self.on_denied = on_denied
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.approved_memory_sources = frozenset(approved_memory_sources)
+        self.approvals = approvals
+        # Optional provenance labelling of every observation (policy/provenance_rules.py).
+        self.labeler = labeler
+        # Shared token buckets by tool name or source (upstream) name: one budget for every
+        # concurrent call to that upstream, across turns and runs (L4).
+        self.rate_limits = dict(rate_limits or {})
+        self.local = LocalTools()
+        self.sources: list[ToolSource] = [self.local]
+        self.disabled_sources: set[str] = set()
+        self.disabled_memory: set[str] = set()
+        self._specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        self._started = False
+
+    # -- wiring ---------------------------------------------------------------------------
+
+    def add_tools(self, *tools: Tool) -> None:
+        for t in tools:
+            self.local.add(t)
+        self._started = False
+
+    def add_source(self, source: ToolSource) -> None:
+        if any(s.name == source.name for s in self.sources):
+            raise ConfigError(f"duplicate tool source {source.name!r}")
+        self.sources.append(source)
+        self._started = False
+
+    def add_mcp_server(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        effects: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        mode: str = "auto",
+        timeout_s: float = 30.0,
+    ) -> ToolSource:
+        """Connect an MCP server (stdio subprocess or Streamable HTTP). Tools become ``<name>__<tool>``."""
+        # Lazy for start-up time: hosts without MCP servers never load the MCP client.
+        from tether.mcp._source import McpServerSource
+
+        source = McpServerSource(
+            name, command=command, url=url, effects=effects or {}, env=env, mode=mode, timeout_s=timeout_s
+        )
+        self.add_source(source)
+        return source
+
+    async def start(self, tracer: Tracer | None = None) -> None:
+        """Start sources and index their tools. Duplicate names are a configuration error."""
+        specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        enabled = [s for s in self.sources if s.name not in self.disabled_sources]
+        for source in enabled:
+            launch = getattr(source, "launch", None)
+            if launch is not None:
+                launch()  # servers connect concurrently; each start() below waits for its own
+        for source in enabled:
+            await source.start()
+            for spec in await source.list_tools():
+                if spec.name in specs:
+                    raise ConfigError(f"tool {spec.name!r} offered by two sources")
+                specs[spec.name] = (spec, source)
+        self._specs = specs
+        self._started = True
+
+    async def aclose(self) -> None:
+        for source in reversed(self.sources):
+            await source.close()
+        self._started = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- tracing --------------------------------------------------------------------------
+
+    def new_tracer(self, run_id: str) -> tuple[Tracer, Path | None]:
+        sinks: list[TraceSink] = [MemorySink(), *self.extra_sinks]
+        path = None
+        if self.trace_dir is not None:
+            path = self.trace_dir / f"{run_id}.jsonl"
+            sinks.append(JsonlSink(path, flush=self.trace_flush))
+        return Tracer(run_id, sinks, redactor=Redactor(set(self.secrets))), path
+
+    @staticmethod
+    def new_run_id() -> str:
+        return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+    async def trace_launches(self, tracer: Tracer) -> None:
+        for source in self.sources:
+            bind = getattr(source, "bind_tracer", None)
+            if bind is not None:
+                bind(tracer)  # the source traces its own launch and decisions (pins, elicitation …)
+                continue
+            describe = getattr(source, "describe", None)
+            if describe is not None:
+                tracer.emit(EventKind.SERVER_LAUNCH, source=source.name, **describe())
+
+    # -- the narrow interface -----------------------------------------------------------------
+
+    def offered(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
+        """Tools the model may see: allowed by policy, from enabled sources, optionally narrowed."""
+        out = []
+        for spec, source in self._specs.values():
+            if source.name in self.disabled_sources or not self.policy.permits_tool(spec.name):
+                continue
+            if names is not None and spec.name not in names:
+                continue
+            out.append(spec)
+        return sorted(out, key=lambda s: s.name)
+
+    def known_tools(self) -> list[ToolSpec]:
+        """Every tool the started sources list, offered or not: a call to one not offered is
+        still proposed and traced (and resolved by its bare remote name, see ``_resolve``)."""
+        return [spec for spec, _ in self._specs.values()]
+
+    def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
+        """The decision stage alone, traced and recorded: resolve → harness intercept → intake →
+        validation → policy. For proposals stored before anything runs (the approval desk)."""
+        s, t = scope.state, scope.tracer
+        if t.redactor.declared(call.name):  # learn secrets from the whole call, not the cut below
+            t.redactor.learn(call.name, call.arguments)
+        t.emit(EventKind.TOOL_PROPOSED, call_id=call.id, tool=call.name, arguments=call.arguments[:2000])
+        outcome = None
+        if scope.harness is not None:
+            outcome = scope.harness.intercept(call)
+            if outcome is not None and outcome.status == "allow" and outcome.spec is not None:
+                # Harness tools are tools like any other: the policy decides them too.
+                outcome = self._judge(outcome, s.context, s)
+        if outcome is None:
+            outcome = self._gate(call, s.context, scope.offered, s)
+        if outcome.status == "deny" and outcome.decision is not None:
+            d = outcome.decision
+            record_denial(t, s, call, d.rule, d.reason, d.details)
+        elif outcome.status in ("reject", "unknown"):
+            t.emit(
+                EventKind.TOOL_ERROR, call_id=call.id, tool=call.name, error="proposal_rejected",
+                message=outcome.error,
+            )  # fmt: skip
+            s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
+        elif outcome.status == "allow":
+            assert outcome.decision is not None
+            t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)
+        return outcome
+
+    async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
+        """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
+        truncation, labels), trace and record. Every runner calls this and nothing else."""
+        outcomes = [self.decide(call, scope) for call in calls]
+        if scope.proposals:
+            outcomes = [
+                replace(o, proposal_id=scope.proposals[o.call.id])
+                if o.status == "allow" and o.call.id in scope.proposals
+                else o
+                for o in outcomes
+            ]
+        turn = Turn(outcomes)
+        turn.denied = [o for o in outcomes if o.status == "deny"]
+        stop_on_denial = scope.stop_on_denial
+        if stop_on_denial is None:
+            stop_on_denial = self.on_denied == "stop"
+        if turn.denied and stop_on_denial:
+            turn.halted = True
+            return turn
+        if any(o.status == "approve" for o in outcomes):
+            assert self.approvals is not None  # the gate asks for approval only with a store
+            # Nothing of this turn runs until every call needing approval has one. Settling is
+            # store work a run's deadline does not cut in half (proposals, their history, the
+            # checkpoint): it is shielded, and what runs after it is cancelled at once.
+            with anyio.CancelScope(shield=True):
+                turn.outcomes = await settle(self.approvals, self.clock, turn, scope)
+            if turn.refused or turn.waiting:
+                turn.halted = True
+                return turn
+        await self._execute_allowed(turn, scope)
+        return await self._close_turn(turn, scope)
+
+    async def call(self, call: ToolCall, scope: CallScope) -> Turn:
+        """``call_turn`` for a single call."""
+        return await self.call_turn([call], scope)
+
+    async def recall(self, subjects: Sequence[str], state: RunState, tracer: Tracer) -> UserMessage | None:
+        """Read memory for a run before any tool is consulted: expired, foreign and disabled
+        records never enter context; each recalled claim is cleaned and labelled (``labels.memory_line``)."""
+        if self.memory is None or not subjects:
+            return None
+        lines = []
+        for subject in subjects:
+            if subject in self.disabled_memory:
+                tracer.emit(EventKind.MEMORY_REJECTED, subject=subject, reason="disabled")
+                continue
+            found = await self.memory.read(
+                subject, scope=state.context.scope, roles=set(state.context.roles), now=self.clock()
+            )
+            for rej in found.rejected:
+                tracer.emit(
+                    EventKind.MEMORY_REJECTED, subject=rej.subject, record_id=rej.record_id, reason=rej.reason
+                )
+            for rec in found.records:
+                record, src = rec.record, rec.record.source
+                state.memory.append(record)
+                tracer.emit(
+                    EventKind.MEMORY_RETRIEVED, subject=record.subject, record_id=record.id,
+                    source=memory_origin(src), confidence=record.confidence, conflict=rec.conflict,
+                )  # fmt: skip
+                lines.append(memory_line(record, conflict=rec.conflict))
+        if not lines:
+            return None
+        return UserMessage(
+            "Remembered facts (verify before relying on them):\n" + "\n".join(lines), "harness"
+        )
+
+    # -- decision (private) -----------------------------------------------------------------
+
+    def _resolve(self, name: str) -> ToolSpec | None:
+        if name in self._specs:
+            return self._specs[name][0]
+        # A bare remote name ("export_secrets") still names a real, known tool: resolve it so
+        # the policy denies it, rather than treating a forbidden tool as a typo.
+        matches = [s for s, _ in self._specs.values() if s.remote_name == name]
+        return matches[0] if len(matches) == 1 else None
+
+    def _gate(
+        self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
+    ) -> GateOutcome:
+        """Decide one proposed call, without running or tracing anything. Never raises for bad
+        model output."""
+        spec = self._resolve(call.name)
+        if spec is None:
+            return GateOutcome(call, "unknown", error=self._unknown(call.name))
+        if spec.name not in {s.name for s in offered}:
+            decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
+            return GateOutcome(call, "deny", spec=spec, decision=decision)
+        try:
+            # Strict intake (T3): the strict parser, then the one schema check (tether.core._schema).
+            parsed = parse_arguments(call.arguments)
+            resolve = getattr(self.policy, "resolve_references", None)  # reference mode: policy/references.py
+            if resolve is not None:
+                parsed = resolve(call.id, parsed, state)  # the schema and the policy judge resolved values
+            arguments = check_arguments(spec.parameters, parsed)
+        except PolicyError as err:
+            return GateOutcome(
+                call, "reject", spec=spec, error=f"{err.reason}: {err}", error_reason=err.reason
+            )
+        return self._judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
+
+    def _judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
+        """Apply the policy to a call whose arguments passed intake (source and harness tools alike)."""
+        assert outcome.spec is not None and outcome.arguments is not None
+        spec, call = outcome.spec, outcome.call
+        decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
+        if decision.verdict == "approve":
+            if self.approvals is not None:
+                return outcome.decided("approve", decision)
+            # No approval store in this host: fail closed, and say how to proceed.
+            hint = (
+                "this call needs a person's approval: give the host an approval store "
+                "(Host(approvals=...), --db) so the run pauses for one"
+            )
+            decision = Decision(
+                "deny", decision.rule, "approval_unavailable", {**decision.details, "hint": hint}
+            )
+        return outcome.decided("allow" if decision.allowed else "deny", decision)
+
+    def _unknown(self, name: str) -> str:
+        for source in self.sources:
+            if name.startswith(f"{source.name}__") and source.name in self.disabled_sources:
+                return f"unknown tool {name!r}: its server {source.name!r} is disabled"
+        unavailable = [
+            s for s in self.sources if getattr(s, "unavailable", None) and name.startswith(f"{s.name}__")
+        ]
+        if unavailable:
+            why = unavailable[0].unavailable  # type: ignore[attr-defined]
+            return f"unknown tool {name!r}: its server {unavailable[0].name!r} is unavailable ({why})"
+        return f"unknown tool {name!r}"
+
+    # -- execution (private) ----------------------------------------------------------------
+
+    async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
+        allowed = [o for o in turn.outcomes if o.status == "allow"]
+        # A run's deadline is the runner's cancel scope around its steps (``AgentLoop``), not one per turn.
+        if len(allowed) == 1:
+            await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
+        elif allowed:
+            async with anyio.create_task_group() as tg:
+                for o in allowed:
+                    tg.start_soon(self._execute_one, o, turn, scope)
+
+    async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
+        """Trace crashes, note the calls waiting for a person's answer, and checkpoint a turn
+        that must pause (an effect's unknown outcome, a question)."""
+        for name, crash in turn.crashes:
+            scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
+        turn.questions = {
+            call_id: f"{obs.tool}: paused for input: {obs.meta['pause']}"
+            for call_id, obs in turn.observations.items()
+            if obs.meta.get("pause")
+        }
+        if (turn.unsettled or turn.questions) and scope.checkpoint and self.approvals is not None:
+            with anyio.CancelScope(shield=True):
+                await checkpoint_pause(
+                    self.approvals, self.clock, turn, scope, [*turn.unsettled, *turn.questions.values()]
+                )
+        return turn
+
+    async def _execute_one(self, o: GateOutcome, turn: Turn, scope: CallScope) -> None:
+        s, t = scope.state, scope.tracer
+        assert o.spec is not None and o.arguments is not None
+        ctx = ToolContext(
+            run_id=s.run_id, tenant=s.context.tenant, roles=s.context.roles, user=s.context.user,
+            call_id=o.call.id, now=self.clock(),
+        )  # fmt: skip
+        harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
+        if o.spec.effect.side_effecting:
+            flush = getattr(t, "flush", None)
+            if flush is not None:
+                flush()  # every decision before an effect is on disk before the effect happens
+        if harness is None and self.approvals is not None and o.spec.effect.side_effecting:
+            try:
+                obs, crash = await self._effect(o, ctx, scope)
+            except ApprovalError as err:  # outcome unknown, or held by another process
+                turn.unsettled.append(f"{o.spec.name}: {err.reason}: {err}")
+                turn.unsettled_errors.append(err)
+                return
+        else:
+            obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness)
+        if crash is not None:
+            turn.crashes.append((o.spec.name, crash))
+            s.calls.append(
+                CallRecord(o.call.id, o.call.name, o.call.arguments, "crashed", type(crash).__name__)
+            )
+            return
+        turn.observations[o.call.id] = obs
+        record_observation(t, s, obs, o.arguments)
+
+    async def _effect(self, o: GateOutcome, ctx: ToolContext, scope: CallScope) -> Executed:
+        """A side-effecting call through the effect ledger: at most once per idempotency key."""
+        assert o.spec is not None and o.arguments is not None and self.approvals is not None
+        s, spec, arguments = scope.state, o.spec, o.arguments
+        # Each time this call paused for a person's answer (MCP elicitation), the server was told
+        # "cancel"; the next attempt is a new effect under its own key, not a replay of the pause.
+        pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
+        key = None
+        if pauses:
+            attempt = f"{o.call.id}#after-pause-{pauses}"
+            key = idempotency_key(s.run_id, s.steps, attempt, spec.name, arguments)
+
+        async def run(context: ToolContext) -> Executed:
+            return await self._run_tool(spec, arguments, context)
+
+        return await run_effect(
+            self.approvals, spec, arguments, ctx, run, step=s.steps, proposal_id=o.proposal_id, key=key,
+            emit=scope.tracer.emit, now=self.clock,
+        )  # fmt: skip
+
+    async def _run_tool(
+        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
+    ) -> Executed:
+        """The one place a tool runs: a harness tool of the run (``harness``, which owns
+        ``spec``) or a source's tool (rate limit, source call); then ``labels.finish`` (cleaning,
+        truncation, the trust label: ``untrusted``, or the harness's word for its own text).
+        Recoverable failures become error observations; a programming error is returned as the
+        second value so the caller can end the run loudly."""
+        if harness is not None:
+            obs, crash = await harness.execute(spec, arguments, context)
+            return finish(
+                obs, limit=spec.max_result_chars, trust=harness.trust(spec.name), labeler=self.labeler
+            ), crash
+        source = self._specs[spec.name][1]
+        bucket = self.rate_limits.get(spec.name) or self.rate_limits.get(source.name)
+        waited = await bucket.acquire() if bucket is not None else 0.0
+        now = self.clock()
+        try:
+            output = await source.call(spec, arguments, context)
+        except BaseExceptionGroup as group:
+            leaf = unwrap_exception_group(group)
+            if not isinstance(leaf, ToolError):
+                return _crash(spec, source, now, leaf), leaf
+            output = _error_output(leaf)
+        except ToolError as err:
+            output = _error_output(err)
+        except Exception as err:
+            return _crash(spec, source, now, err), err
+        meta = {**output.meta, "truncated": output.truncated, **({"rate_wait_s": waited} if waited else {})}
+        obs = Observation(
+            call_id=context.call_id, tool=spec.name, source=source.name, observed_at=now, text=output.text,
+            data=output.data, is_error=output.is_error, error_kind=output.error_kind, meta=meta,
+        )  # fmt: skip
+        return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler), None
+
+
+def _error_output(err: ToolError) -> ToolOutput:
+    return ToolOutput(
+        text=json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True),
+        data=err.to_result(),
+        is_error=True,
+        error_kind=err.kind,
+        meta={"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})},
+    )
+
+
+def _crash(spec: ToolSpec, source: ToolSource, now: datetime, err: BaseException) -> Observation:
+    return Observation(
+        call_id="",
+        tool=spec.name,
+        source=source.name,
+        observed_at=now,
+        text="internal error",
+        is_error=True,
+        error_kind="internal_error",
+        meta={"exception": f"{type(err).__name__}: {err}"},
+    )

@@ -1,0 +1,304 @@
+"""What the chokepoint (``HostCore.call_turn``, ``tether.chokepoint._authority``) works with and returns.
+
+A runner hands the calls of one turn, with their ``CallScope`` (the run's state, tracer, the
+tools it was offered, its ``Harness`` tools), to ``Host.call_turn`` and gets back a ``Turn``,
+settled: what was decided and observed for each call, the results as the model reads them
+(``Turn.messages``), and the stop the host requires (denied, waiting for approval, refused,
+outcome unknown, a question for a person, crashed), if any. A turn that must pause comes back
+paused: its run is checkpointed here (``settle``, ``checkpoint_pause``: ``run_paused``), so no
+runner has to remember to. What a runner does with a turn that did not stop (append its
+messages, extract fields, read the next step) is its own business; what may run, and how, is not.
+
+Also here: recording a denial or an observation in the run (``record_denial``,
+``record_observation``) and approval settlement against the store, the chokepoint's store work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+
+from tether.chokepoint._labels import host_note
+from tether.core.messages import ToolMessage
+from tether.core.stop import StopReason
+from tether.core.types import Decision, GateOutcome, Observation, ToolCall, Trust
+from tether.errors import ApprovalError
+from tether.policy._intake import Proposal, content_hash
+from tether.runs._checkpoint import state_to_json
+from tether.runs._values import CallRecord, RunState
+from tether.tools._contract import ToolContext, ToolSpec
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.policy._approvals import Approvals
+    from tether.trace._tracer import Tracer
+
+__all__ = [
+    "CallScope",
+    "Harness",
+    "Turn",
+    "checkpoint_pause",
+    "record_denial",
+    "record_observation",
+    "settle",
+]
+
+Clock = Callable[[], datetime]
+
+
+class Harness(Protocol):
+    """Tools the host itself provides to one run (TODO, skills, tool search, subagents)."""
+
+    def owns(self, name: str) -> bool: ...
+
+    def intercept(self, call: ToolCall) -> GateOutcome | None: ...
+
+    def trust(self, name: str) -> Trust:
+        """The trust label of the tool's results: ``trusted`` only for the host's own text (a
+        TODO list, a reviewed skill), ``untrusted`` for anything derived from tool sources."""
+        ...
+
+    async def execute(
+        self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
+    ) -> tuple[Observation, BaseException | None]: ...
+
+
+@dataclass
+class CallScope:
+    """The run a call belongs to: its state, tracer, the tools it was offered."""
+
+    state: RunState
+    tracer: Tracer
+    offered: Sequence[ToolSpec]
+    harness: Harness | None = None
+    proposed_by: str = "model"
+    # Whether a pause (approval pending, outcome unknown) checkpoints the run state for resume.
+    checkpoint: bool = True
+    # A denied call stops the turn before anything runs (the host's ``on_denied``) unless a
+    # runner's semantics say otherwise (plan mode skips a denied step and goes on).
+    stop_on_denial: bool | None = None
+    # Proposals already stored for these call ids (the approval desk executes one by its id).
+    proposals: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Turn:
+    """What the host decided and observed for the calls of one turn, in proposal order."""
+
+    outcomes: list[GateOutcome]
+    observations: dict[str, Observation] = field(default_factory=dict)
+    denied: list[GateOutcome] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # proposal ids pending a person's decision
+    refused: list[str] = field(default_factory=list)  # approvals denied, invalidated or mismatched
+    unsettled: list[str] = field(default_factory=list)  # effects whose outcome a person must resolve
+    unsettled_errors: list[ApprovalError] = field(default_factory=list)
+    crashes: list[tuple[str, BaseException]] = field(default_factory=list)
+    halted: bool = False  # stopped before execution (denial or approval): nothing of the turn ran
+    # Calls waiting for a person's answer (MCP elicitation), by call id: why. When the turn was
+    # checkpointed they have no result, so a resume runs them again and the server finds the answer.
+    questions: dict[str, str] = field(default_factory=dict)
+    checkpointed: bool = False  # the run paused here and its state is saved for ``resume``
+
+    @property
+    def executed(self) -> list[GateOutcome]:
+        return [o for o in self.outcomes if o.call.id in self.observations]
+
+    def messages(self) -> list[ToolMessage]:
+        """The turn's results as the model reads them, in proposal order: each observation with
+        its labels (``Observation.render``), a host-written error for a call that did not run.
+        A call whose effect's outcome is unknown, or that waits for an answer in a checkpointed
+        turn, has none (resume settles it)."""
+        out: list[ToolMessage] = []
+        for o in self.outcomes:
+            call = o.call
+            obs = self.observations.get(call.id)
+            if obs is not None:
+                if not (self.checkpointed and call.id in self.questions):
+                    out.append(ToolMessage(call.id, obs.render(), obs.tool))
+            elif o.status != "allow":
+                message = o.error or (f"denied by policy: {o.decision.reason}" if o.decision else "denied")
+                body = json.dumps({"error": o.status, "message": message}, ensure_ascii=False)
+                out.append(ToolMessage(call.id, host_note(body), call.name))
+        return out
+
+    def stop(self) -> tuple[StopReason, str] | None:
+        """The stop the host requires after this turn, or None when the runner may go on."""
+        if self.denied and self.halted:
+            first = self.denied[0]
+            reason = first.decision.reason if first.decision else "denied"
+            return StopReason.POLICY_DENIED, f"{first.call.name}: {reason}"
+        if self.refused:
+            return StopReason.APPROVAL_DENIED, "; ".join(self.refused)
+        if self.waiting:
+            return StopReason.APPROVAL_REQUIRED, "waiting for approval of " + ", ".join(self.waiting)
+        if self.unsettled or self.questions:
+            return StopReason.APPROVAL_REQUIRED, "; ".join([*self.unsettled, *self.questions.values()])
+        if self.crashes:
+            name, crash = self.crashes[0]
+            return StopReason.INTERNAL_ERROR, f"tool {name} raised {type(crash).__name__}: {crash}"
+        return None
+
+
+# -- recording (one place for every runner) ---------------------------------------------------
+
+
+def record_denial(
+    tracer: Any, state: RunState, call: ToolCall, rule: str, reason: str, details: Any = None
+) -> None:
+    """Trace a refused call and keep it in the run's call list."""
+    tracer.emit(
+        EventKind.POLICY_DENIED,
+        call_id=call.id,
+        tool=call.name,
+        rule=rule,
+        reason=reason,
+        details=details or {},
+    )
+    state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
+
+
+def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:
+    """Keep an observation in the run state and trace it with its trust label."""
+    state.observations.append(obs)
+    status = "error" if obs.is_error else "ok"
+    state.calls.append(CallRecord(obs.call_id, obs.tool, arguments, status, obs.error_kind or ""))
+    tracer.emit(
+        EventKind.TOOL_OBSERVATION,
+        call_id=obs.call_id,
+        tool=obs.tool,
+        source=obs.source,
+        trust=obs.trust,
+        observed_at=obs.observed_at.isoformat(),
+        is_error=obs.is_error,
+        error_kind=obs.error_kind,
+        chars=len(obs.text),
+        truncated=bool(obs.meta.get("truncated")),
+        **({"cleaned": obs.meta["cleaned"]} if obs.meta.get("cleaned") else {}),
+    )
+
+
+# -- approval settlement (the chokepoint's store work, ``HostCore.call_turn``) ---------------------
+
+
+async def settle(approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope) -> list[GateOutcome]:
+    """The turn's outcomes with each "approve" settled: "allow" when approved (on the stored
+    arguments), refused, or waiting (the run checkpointed, ``run_paused``). A call whose content
+    or tenant differs from its proposal is refused."""
+    s, t = scope.state, scope.tracer
+    settled: list[GateOutcome] = []
+    for o in turn.outcomes:
+        settled.append(o if o.status != "approve" else await _settle_one(approvals, clock, o, turn, scope))
+    s.pending = list(turn.waiting)
+    if scope.checkpoint:
+        if turn.refused:
+            await _checkpoint(approvals, clock, scope, "finished", StopReason.APPROVAL_DENIED)
+        elif turn.waiting:
+            await _checkpoint(approvals, clock, scope, "paused", StopReason.APPROVAL_REQUIRED)
+            t.emit(EventKind.RUN_PAUSED, proposals=turn.waiting, app=approvals.app)
+    return settled
+
+
+async def _settle_one(
+    approvals: Approvals, clock: Clock, o: GateOutcome, turn: Turn, scope: CallScope
+) -> GateOutcome:
+    assert o.spec is not None and o.arguments is not None
+    s, t = scope.state, scope.tracer
+    stored = await _proposal(approvals, clock, o, scope)
+    if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
+        # The call being settled is not what was proposed: never run it on that approval.
+        t.emit(
+            EventKind.APPROVAL_DENIED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
+            reason="content_mismatch",
+        )  # fmt: skip
+        turn.refused.append(f"{stored.id}: content_mismatch")
+        s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch"))
+        return o
+    decided = {
+        "proposal_id": stored.id, "call_id": o.call.id, "tool": stored.tool, "reviewer": stored.decided_by,
+        "decided_at": stored.decided_at.isoformat() if stored.decided_at else None,
+        "reason": stored.decision_reason,
+    }  # fmt: skip
+    if stored.status.value == "approved":
+        t.emit(EventKind.APPROVAL_GRANTED, content_hash=stored.content_hash, **decided)
+        decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
+        arguments = json.loads(stored.arguments)
+        return dataclasses.replace(
+            o, status="allow", arguments=arguments, decision=decision, proposal_id=stored.id
+        )
+    if stored.status.value == "pending":
+        turn.waiting.append(stored.id)
+        return o
+    t.emit(EventKind.APPROVAL_DENIED, status=str(stored.status), **decided)
+    turn.refused.append(f"{stored.id}: {stored.status}")
+    s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", str(stored.status)))
+    return o
+
+
+async def _proposal(approvals: Approvals, clock: Clock, o: GateOutcome, scope: CallScope) -> Any:
+    """The stored proposal this call settles on: the one named for it, the one submitted for it
+    earlier in this run, or a new one (with why the policy asked, in its history)."""
+    assert o.spec is not None and o.arguments is not None
+    s, store = scope.state, approvals.store
+    known = scope.proposals.get(o.call.id)
+    if known is not None:
+        found = await store.aget_proposal(known)
+    else:
+        found = await store.afind_for_call(s.run_id, s.steps, o.call.id)
+    if found is not None:
+        return found
+    proposal = Proposal.of(
+        o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
+    )
+    stored = await approvals.asubmit(
+        proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
+    )
+    if o.decision is not None:
+        # Why the policy asked (rule, reason, argument provenance) goes into the proposal's
+        # history, so the reviewer sees it next to what will run.
+        why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
+        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+        await store.aadd_event(
+            stored.id, "policy", actor=f"rule:{o.decision.rule}", detail=detail, now=clock()
+        )
+    scope.tracer.emit(
+        EventKind.APPROVAL_REQUESTED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
+        effect=stored.effect, content_hash=stored.content_hash, rule=o.decision.rule if o.decision else "",
+    )  # fmt: skip
+    return stored
+
+
+async def checkpoint_pause(
+    approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope, problems: Sequence[str]
+) -> None:
+    """Checkpoint a run paused for a person (an effect's unknown outcome, a question). The
+    checkpoint holds the turn's other results as the model will read them, so a resume runs
+    only the calls that have none."""
+    turn.checkpointed = True
+    s = scope.state
+    after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
+    await _checkpoint(approvals, clock, scope, "paused", StopReason.APPROVAL_REQUIRED, state=after)
+    scope.tracer.emit(EventKind.RUN_PAUSED, problems=list(problems), app=approvals.app)
+
+
+async def _checkpoint(
+    approvals: Approvals,
+    clock: Clock,
+    scope: CallScope,
+    status: str,
+    reason: StopReason,
+    *,
+    state: RunState | None = None,
+) -> None:
+    """Save the run's working state in the approval store (resume continues from it)."""
+    s = scope.state
+    text = state_to_json(state or s)
+    with anyio.CancelScope(shield=True):  # a run's deadline never leaves half a checkpoint
+        await approvals.store.save_checkpoint(
+            s.run_id, app=approvals.app, state=text, status=status, stop_reason=str(reason), now=clock()
+        )

@@ -1,0 +1,169 @@
+"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``.
+
+The person at this console is the reviewer (host-side authority): decisions are recorded with
+``--reviewer`` (default: $USER) and the time, in the approval store's append-only history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    from tether.clisupport.approvals_db import default_db
+
+    p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
+    db_help = (
+        f"approval store: a SQLite file (default {default_db()}) or a deployment's storage URL"
+        " (postgresql://… or sqlite:///dir)"
+    )
+    p.add_argument("--db", default=None, help=db_help)
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = acts.add_parser("list", help="proposals (default: pending)")
+    ls.add_argument("--status", default="pending", help="pending|approved|denied|invalidated|all")
+    ls.add_argument("--json", action="store_true")
+    show = acts.add_parser("show", help="exactly what would run, and its history")
+    show.add_argument("id")
+    show.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("approve", "approve this stored proposal"),
+        ("deny", "deny it"),
+        ("invalidate", "revoke it: it can never run (again)"),
+    ):
+        a = acts.add_parser(name, help=helptext)
+        a.add_argument("id")
+        a.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        a.add_argument("--reason", default="")
+        a.add_argument("--json", action="store_true")
+    r = acts.add_parser("resolve", help="record what became of an escalated call (outcome unknown)")
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None)
+    r.add_argument("--note", default="")
+    r.add_argument("--json", action="store_true")
+    # --db is accepted after the action too (`tether approvals list --db X`); SUPPRESS keeps a
+    # value given before the action from being reset by the action's own default.
+    for action in (ls, show, r, *(acts.choices[n] for n in ("approve", "deny", "invalidate"))):
+        action.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
+    p.set_defaults(handler=run)
+
+
+def _audit(
+    who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
+) -> None:
+    """A decision taken here goes into the console's audit log too, when there is one (the
+    console's user store at its default place), so one log shows every decision."""
+    from tether.cli._commands.users import default_users_db
+
+    path = default_users_db()
+    if not path.exists():
+        return
+    try:
+        from tether.console._users import UserStore
+    except ImportError:  # no console extra: the approval store's history still has it
+        return
+    store = UserStore(path)
+    try:
+        store.audit(
+            f"cli:{who}", action, tenant=tenant, target=target, content_hash=content_hash,
+            outcome=outcome, detail=detail, client="cli",
+        )  # fmt: skip
+    finally:
+        store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.approvals_db import default_db
+    from tether.clisupport.output import emit_json, fail, table
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
+
+    db = str(args.db or default_db())
+    as_json = getattr(args, "json", False)
+    stores = None
+    if "://" in db:  # a deployment: the store every worker shares
+        from tether.stores._url import open_stores
+
+        try:
+            stores = open_stores(db)
+        except Exception as err:  # an unreachable server, a bad URL: say so, as for a missing file
+            return fail(f"tether approvals {args.action}", err, as_json=as_json)
+        approvals = Approvals(stores.approvals)
+    elif not Path(db).exists():  # never create a store just to look into it
+        # A missing file is most often a mistyped path: an error (exit 1), not an empty queue.
+        given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
+        why = f"no approval store at {db}{given}"
+        return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
+    else:
+        approvals = Approvals(SqliteApprovalStore(db))
+    try:
+        if args.action == "list":
+            status = None if args.status == "all" else ProposalStatus(args.status)
+            rows = [
+                {
+                    "id": p.id,
+                    "status": str(p.status),
+                    "tenant": p.tenant,
+                    "tool": p.tool,
+                    "run": p.run_id or "",
+                    "created": p.created_at.isoformat(timespec="seconds"),
+                }
+                for p in approvals.store.list_proposals(status=status)
+            ]
+            if as_json:
+                emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
+            elif rows:
+                print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
+            else:
+                print("no proposals")
+            return 0
+        if args.action == "show":
+            review = approvals.inspect(args.id).summary()
+            if as_json:
+                emit_json(review, exit=0)
+            else:
+                for key, value in review.items():
+                    print(f"{key}: {value}")
+            return 0
+        # An operator with the store open at the console acts for every tenant in it.
+        reviewer = Reviewer.for_all_tenants(args.reviewer or getpass.getuser())
+        out: dict[str, Any]
+        if args.action == "resolve":
+            entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
+            out = {"key": entry.key, "status": str(entry.status), "note": entry.note}
+        else:
+            act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
+            try:
+                p = act[args.action](reviewer, args.id, reason=args.reason)
+            except ApprovalError as err:
+                _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
+                raise
+            _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
+            out = {
+                "id": p.id,
+                "status": str(p.status),
+                "decided_by": p.decided_by,
+                "decided_at": p.decided_at.isoformat() if p.decided_at else None,
+                "run": p.run_id,
+            }
+    except (ApprovalError, ValueError) as err:
+        return fail(f"tether approvals {args.action}", err, as_json=as_json)
+    finally:
+        if stores is not None:
+            stores.close()
+    if out.get("run"):
+        out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
+    if as_json:
+        emit_json(out, exit=0)
+    else:
+        print(" ".join(f"{k}={v}" for k, v in out.items() if k != "resume"))
+        if out.get("resume") and stores is not None:
+            print(f"a worker resumes the run by itself (or: {out['resume']})")
+        elif out.get("resume"):
+            print(f"continue the run with: {out['resume']}")
+    return 0

@@ -1,0 +1,166 @@
+"""``tether compare``: workflow versus agent on a scenario's case set (SPEC E1, E2, L3)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare workflow and agent on a scenario's cases",
+        description="Run every design on every case N times, grade each run, and write report.json, "
+        "report.md and report.png. The decision rule comes from the config file, fixed before the run.",
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="NAME",
+        help="an installed scenario with a case set (default: the only one; the reference: maintenance)",
+    )
+    p.add_argument("--repeat", type=int, default=3, help="runs per case and design (default 3)")
+    p.add_argument("--out", type=Path, default=Path("tether-output/compare"), help="report folder")
+    p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
+    p.add_argument("--config", type=Path, help="decision rule and cost model (default: the scenario's own)")
+    p.add_argument(
+        "--model-factory",
+        metavar="MODULE:FUNCTION",
+        help="a function returning the agent's Model (default: the deterministic policy model)",
+    )
+    p.add_argument(
+        "--judge-factory",
+        metavar="MODULE:FUNCTION",
+        help="a function returning a Model used as groundedness judge (must differ from the agent's)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(handler=run)
+
+
+def _factory(spec: str) -> Any:
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise SystemExit(f"--model-factory must be MODULE:FUNCTION, got {spec!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    import anyio
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
+    from tether.errors import TetherError
+    from tether.evals._cases import load_cases
+    from tether.evals._compare import run_comparison
+    from tether.evals._config import load_config
+    from tether.evals._graders import ModelJudge
+    from tether.evals._report import write_report
+
+    if args.repeat < 1:
+        return fail("tether compare", "--repeat must be at least 1", as_json=args.json)
+    out: Path = args.out
+    try:
+        name, spec = scenario_with("compare", args.scenario)
+        scenario_class, defaults = resolve(spec), resolve(spec.partition(":")[0])
+        config = load_config(args.config or defaults.CONFIG_PATH)  # fixed before any run
+        cases = load_cases(args.cases or defaults.CASES_PATH)
+    except (TetherError, ScenarioUnavailable) as err:
+        return fail("tether compare", err, as_json=args.json)
+    from datetime import UTC, datetime
+
+    loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
+    factory = _factory(args.model_factory) if args.model_factory else None
+    judge = ModelJudge(_factory(args.judge_factory)()) if args.judge_factory else None
+    scenario = scenario_class(out / "runs")
+    total = len(cases.cases) * len(scenario.designs) * args.repeat
+
+    # mcp.client.stdio binds its default errlog to sys.stderr on first import: import it before
+    # anything could replace sys.stderr, so the ERP subprocess inherits a real file.
+    import mcp.client.stdio  # noqa: F401
+
+    # The bar goes to stderr: stdout keeps the report lines and the final JSON object.
+    with Progress(
+        TextColumn("[bold]compare[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        # No redirection: MCP stdio servers inherit the real stderr, which needs a file descriptor.
+        redirect_stdout=False,
+        redirect_stderr=False,
+    ) as progress:
+        task = progress.add_task(name, total=total)
+
+        def tick(row: Any) -> None:
+            progress.update(task, advance=1, description=f"{row.case_id} · {row.design} #{row.repeat}")
+
+        try:
+            comparison = anyio.run(
+                lambda: run_comparison(
+                    scenario,
+                    cases,
+                    config,
+                    repeat=args.repeat,
+                    model_factory=factory,
+                    judge=judge,
+                    progress=tick,
+                    config_loaded_at=loaded_at,
+                )
+            )
+        except TetherError as err:
+            return fail("tether compare", err, as_json=args.json)
+    summary = write_report(comparison, out)
+    fig, decision = summary["figures"], summary["decision"]
+    last = {
+        "scenario": name,
+        "repeat": args.repeat,
+        "decision": decision["decision"],
+        "why": decision["why"],
+        "designs": {
+            d: {
+                k: fig[d][k]
+                for k in (
+                    "success_rate",
+                    "success_rate_spread",
+                    "pass_k",
+                    "holdout_success_rate",
+                    "mean_calls",
+                    "mean_cost_usd",
+                    "violations_blocked",
+                    "untrusted_instructions_followed",
+                )
+            }
+            for d in summary["designs"]
+        },
+        "files": summary["files"],
+    }
+    last.update(last["designs"])  # also per design at the top level: {"workflow": {...}, "agent": {...}}
+    if summary.get("chart_error"):
+        print(f"tether compare: no PNG chart: {summary['chart_error']}", file=sys.stderr)
+    if not args.json:
+        rows = [{"design": d, **last["designs"][d]} for d in summary["designs"]]
+        print(
+            table(
+                rows,
+                [
+                    "design",
+                    "success_rate",
+                    "pass_k",
+                    "holdout_success_rate",
+                    "mean_calls",
+                    "mean_cost_usd",
+                    "violations_blocked",
+                ],
+            )
+        )
+        print(f"decision: {decision['decision']} — {decision['why']}")
+        print(f"report: {summary['files']['markdown']}")
+    if args.json:
+        emit_json(last, exit=0)
+    return 0

@@ -1,0 +1,96 @@
+"""``tether lab MODE``: an installed scenario's lab (the reference one: the maintenance-order lab, S1).
+
+The lab is the ``lab`` part of a scenario registered under the ``tether.scenarios`` entry
+points (``tether.clisupport.scenarios``); its modes are the lab module's ``MODES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "lab",
+        help="run a scenario's lab (the maintenance-order lab, S1)",
+        description="Run one mode of an installed scenario's lab, or all of them (the reference lab: "
+        "pip install -e examples). Exit codes: 0 accepted, 1 not installed or unknown mode, "
+        "2 policy_denied, 3 invalid_handoff, 4 budget/steps/deadline/repetition, 5 approval, "
+        "6 dependency_unavailable, 7 model/internal error.",
+    )
+    p.add_argument(
+        "mode",
+        help="a mode of the lab, or all (maintenance: clean, workflow, agent, expired-memory, injection, "
+        "handoff-omission, rollback)",
+    )
+    p.add_argument("--scenario", metavar="NAME", help="whose lab (default: the only installed one)")
+    p.add_argument(
+        "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
+
+    try:
+        lab = resolve(scenario_with("lab", args.scenario)[1])
+    except ScenarioUnavailable as err:
+        return fail("tether lab", err, as_json=args.json)
+    run_mode, modes = lab.run_mode, tuple(lab.MODES)
+    if args.mode != "all" and args.mode not in modes:
+        known = ", ".join((*modes, "all"))
+        return fail("tether lab", f"unknown mode {args.mode!r}; one of: {known}", as_json=args.json)
+    out: Path = args.out
+    if args.mode != "all":
+        outcome = anyio.run(run_mode, args.mode, out)
+        if args.json:
+            emit_json(outcome.summary, exit=outcome.exit_code)
+        else:
+            s = outcome.summary
+            print(f"mode: {outcome.mode}\nstop_reason: {outcome.stop_reason}")
+            for key in ("answer", "detail", "agent", "rollback", "memory_after", "trace"):
+                if s.get(key):
+                    print(f"{key}: {s[key]}")
+        return int(outcome.exit_code)
+
+    from tether.cli._commands._progress import progress_wanted
+
+    console = None
+    if progress_wanted(args.json):
+        from rich.console import Console
+
+        console = Console(stderr=True, highlight=False)
+    rows = []
+    ok = True
+    for mode in modes:
+        if mode == "clean":
+            continue
+        if console is not None:
+            console.print(f"[dim]lab {mode} …[/dim]")
+        outcome = anyio.run(run_mode, mode, out)
+        expected_reason, expected_code = lab.EXPECTED[mode]
+        passed = outcome.as_expected
+        ok &= passed
+        rows.append(
+            {
+                "mode": mode,
+                "stop_reason": outcome.stop_reason,
+                "exit": outcome.exit_code,
+                "expected": f"{expected_reason}/{expected_code}",
+                "ok": "yes" if passed else "NO",
+                **({"agent": outcome.summary["agent"]} if "agent" in outcome.summary else {}),
+            }
+        )
+    if not args.json:
+        print(table(rows, ["mode", "stop_reason", "exit", "expected", "ok"]))
+        print("all modes as specified" if ok else "SOME MODES DID NOT END AS SPECIFIED")
+    else:
+        emit_json({"mode": "all", "ok": ok, "modes": rows}, exit=0 if ok else 1)
+    return 0 if ok else 1

@@ -1,0 +1,496 @@
+"""``tether mcp review|approve|run|resume|pauses``: the MCP host from a config file (X1–X5)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "mcp",
+        help="the MCP host: review/approve servers, run a question over them, resume paused questions",
+        description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
+        "safely').",
+    )
+    msub = p.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
+
+    r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
+    r.add_argument("name", help="server id from the config")
+    _common(r)
+    _shared(r)
+    r.set_defaults(handler=_review)
+
+    a = msub.add_parser("approve", help="pin the sha256 of each tool's current definition")
+    a.add_argument("name", help="server id from the config")
+    a.add_argument("--tool", action="append", default=None, help="approve only this tool (repeatable)")
+    a.add_argument(
+        "--accept-flagged", action="append", default=[], metavar="TOOL", help="pin this flagged tool anyway"
+    )
+    a.add_argument("--by", default=None, help="who approves (default: the login name)")
+    a.add_argument("--expect", default=None, metavar="DIGEST", help="the review digest shown by `review`")
+    _common(a)
+    _shared(a)
+    a.set_defaults(handler=_approve)
+
+    run = msub.add_parser(
+        "run",
+        help="run a question over the configured servers with a model",
+        description="Run QUESTION over every configured server with the model named by --model "
+        "(a chat-completions server), or with a scripted stand-in when you say so (--model "
+        "scripted:STEPS.yaml, --script or --call; the stand-in obeys 'CALL <tool>' found in tool "
+        "results unless --no-obey, to test containment). Exit codes as for `tether run`: 0 accepted "
+        "with every requested call done, 1 configuration error, 2 denied or refused calls, 4 budget/"
+        "steps/deadline/repetition, 5 paused for a person, 6 dependency unavailable or failed calls, "
+        "7 model or internal error.",
+    )
+    run.add_argument("question")
+    run.add_argument(
+        "--script", type=Path,
+        help="scripted stand-in: YAML/JSON list of steps {call, arguments} | [..] | {final}",
+    )  # fmt: skip
+    run.add_argument(
+        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
+        help="scripted stand-in: one call (repeatable)",
+    )  # fmt: skip
+    run.add_argument(
+        "--no-obey", action="store_true", help="the stand-in does not obey instructions found in results"
+    )
+    run.add_argument(
+        "--ask", choices=("auto", "never", "console"), default="auto",
+        help="who answers elicitations: console (a person), never (pause), auto (console if a terminal)",
+    )  # fmt: skip
+    run.add_argument(
+        "--sampler", choices=("none", "model"), default="none",
+        help="servers' sampling requests: none (refused) or model (answered by --model, a real model)",
+    )  # fmt: skip
+    run.add_argument(
+        "--consent", choices=("no", "yes", "console"), default="no",
+        help="sampling consent: no; yes (each exact prompt is printed to stderr, then allowed); "
+        "console (asked)",
+    )  # fmt: skip
+    run.add_argument(
+        "--db", type=Path, default=None,
+        help="approval store: a call needing approval or a question nobody answers checkpoints the run; "
+        "`tether resume RUN --db` continues it with the same model and servers",
+    )  # fmt: skip
+    from tether.cli._commands.run import add_model_options, add_output_options
+
+    add_model_options(run)
+    add_output_options(run)
+    run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
+    run.set_defaults(handler=_run, agent=None)
+
+    res = msub.add_parser("resume", help="answer a paused elicitation and re-run the paused call")
+    res.add_argument("pause_id")
+    group = res.add_mutually_exclusive_group(required=True)
+    group.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
+    group.add_argument("--decline", action="store_true")
+    group.add_argument("--cancel", action="store_true")
+    res.add_argument("--by", default=None, help="who answers (default: the login name)")
+    res.add_argument("--db", type=Path, default=None, help="the run's approval store (for the resume hint)")
+    res.add_argument(
+        "--answer-only",
+        action="store_true",
+        help="store the validated answer without re-running the call (a checkpointed run then "
+        "continues with `tether resume RUN`)",
+    )
+    _common(res)
+    res.set_defaults(handler=_resume)
+
+    ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
+    _common(ps)
+    _shared(ps)
+    ps.set_defaults(handler=_pauses)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
+    where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
+    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+
+
+def _shared(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--db",
+        default=None,
+        metavar="URL",
+        help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
+        " as durable workers use them, instead of the config's files",
+    )
+
+
+class _Shared:
+    """The pin and pause stores a command uses: the config's files, or a deployment's (--db)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.stores: Any = None
+        if url:
+            from tether.stores._url import open_stores
+
+            self.stores = open_stores(url)
+
+    @property
+    def pins(self) -> Any:
+        return self.stores.pins if self.stores is not None else None
+
+    def pauses(self, config: Any) -> Any:
+        from tether.mcp._pauses import PauseStore
+
+        return self.stores.pauses if self.stores is not None else PauseStore(config.path(config.host.state))
+
+    def close(self, store: Any = None) -> None:
+        if self.stores is not None:
+            self.stores.close()
+        elif store is not None:
+            store.close()
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The MCP config of --config, or of the agent file's mcp section (--agent)."""
+    from tether.errors import ConfigError
+    from tether.mcp._config import load_config
+
+    if getattr(args, "agent", None) is not None:
+        from tether.agents._file import load_agent_file, mcp_config
+
+        af = load_agent_file(args.agent)
+        if af.spec.mcp is None:
+            raise ConfigError(f"{args.agent}: the agent file has no mcp section")
+        return mcp_config(af)
+    return load_config(args.config)
+
+
+def _safe(text: object) -> str:
+    from tether.clisupport.output import safe
+
+    return safe(text)
+
+
+def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
+    from tether.clisupport.output import fail
+
+    return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
+
+
+def _review(args: argparse.Namespace) -> int:
+    import anyio
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import TetherError
+    from tether.mcp._approve import review_server
+
+    shared = None
+    try:
+        config = _load(args)
+        shared = _Shared(args.db)
+        review = anyio.run(lambda: review_server(config, args.name, pins=shared.pins))
+    except TetherError as err:
+        return _fail(args, err)
+    finally:
+        if shared is not None:
+            shared.close()
+    if not args.json:
+        print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
+        print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
+        for tr in review.tools:
+            c = tr.check
+            flag = "  FLAGGED" if tr.flagged else ""
+            print(f"\n== {c.tool}  [{c.status}{': ' + c.why if c.why else ''}]{flag}\nsha256: {c.sha256}")
+            # Full and untruncated; ascii() makes hidden characters visible instead of invisible.
+            print(json.dumps(c.definition, indent=2, sort_keys=True, ensure_ascii=True))
+            for f in tr.findings:
+                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        if review.instructions:
+            print("\n== server instructions (shown for review, never sent to the model)")
+            print(_safe(review.instructions))
+            for f in review.instruction_findings:
+                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+        print("\n== summary")
+        print("\n".join(_safe(line) for line in review.summary()))
+    else:
+        emit_json({"ok": True, **review.to_json()}, exit=0)
+    return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    import anyio
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import TetherError
+    from tether.mcp._approve import approve_server
+
+    shared = None
+    try:
+        config = _load(args)
+        shared = _Shared(args.db)
+        pins = shared.pins
+        review, pinned, skipped = anyio.run(
+            lambda: approve_server(
+                config,
+                args.name,
+                actor=args.by,
+                accept_flagged=set(args.accept_flagged),
+                only=set(args.tool) if args.tool else None,
+                expect=args.expect,
+                pins=pins,
+            )
+        )
+    except TetherError as err:
+        return _fail(args, err)
+    finally:
+        if shared is not None:
+            shared.close()
+    already = [
+        t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
+    ]
+    if not args.json:
+        for name in pinned:
+            print(f"pinned   {args.name}__{name}")
+        for name in already:
+            if name not in pinned:
+                print(f"unchanged {args.name}__{name}")
+        for name, why in skipped.items():
+            print(f"NOT pinned {args.name}__{name}: {why}")
+    else:
+        emit_json(
+            {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped},
+            exit=0,
+        )
+    return 0
+
+
+def responder_for(mode: str) -> Any:
+    """Who answers elicitations: a person at this console, or nobody (the question pauses)."""
+    from tether.mcp._elicitation import ConsoleResponder
+
+    if mode == "console" or (mode == "auto" and sys.stdin.isatty()):
+        return ConsoleResponder()
+    return None
+
+
+def consent_for(mode: str) -> Any:
+    """The sampling consent hook: it always sees (and shows) the exact prompt first."""
+    if mode == "no":
+        return None
+
+    def hook(prompt: Any) -> bool:
+        print(
+            f"MCP server '{prompt.server}' asks the model (max_tokens {prompt.max_tokens}):", file=sys.stderr
+        )
+        if prompt.system_prompt:
+            dropped = "[server's system prompt: DROPPED, never sent]"
+            print(f"  {dropped} {_safe(prompt.system_prompt)}", file=sys.stderr)
+        for role, text in prompt.messages:
+            print(f"  [{role}] {_safe(text)}", file=sys.stderr)
+        if mode == "yes":
+            return True
+        return input("allow this sampling request? (yes/no): ").strip().lower() == "yes"
+
+    return hook
+
+
+def _script(args: argparse.Namespace) -> list[Any]:
+    """The scripted stand-in's steps from --script and --call, as plain data."""
+    steps: list[Any] = []
+    if getattr(args, "script", None):
+        import yaml
+
+        try:
+            data = yaml.safe_load(args.script.read_text(encoding="utf-8")) or []
+        except OSError as err:
+            raise ValueError(f"cannot read --script {args.script}: {err.strerror or err}") from None
+        if not isinstance(data, list):
+            raise ValueError(f"--script {args.script}: the script must be a list of steps")
+        steps.extend(data)
+    for name, raw in getattr(args, "call", None) or []:
+        try:
+            arguments = json.loads(raw)
+        except json.JSONDecodeError as err:
+            why = f"--call {name}: the arguments are not JSON ({err.msg} at character {err.pos})"
+            raise ValueError(why) from None
+        if not isinstance(arguments, dict):
+            why = f"--call {name}: the arguments must be a JSON object, got {type(arguments).__name__}"
+            raise ValueError(why)
+        steps.append({"call": name, "arguments": arguments})
+    from tether.mcphost._runner import ScriptStep
+
+    for item in steps:
+        ScriptStep.parse(item)  # ValueError with the step, before anything starts
+    return steps
+
+
+NEEDS_MODEL = (
+    "tether mcp run needs a model: --model NAME --base-url URL (a chat-completions server), or a "
+    "scripted stand-in named as such: --model scripted:STEPS.yaml, --script STEPS.yaml or --call TOOL JSON"
+)
+
+
+def _run(args: argparse.Namespace) -> int:
+    return run_mcp(args)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    """``tether mcp run`` and ``tether run --config``: a question over the configured servers."""
+    import hashlib
+
+    import yaml
+
+    from tether.agents._build import build_agent
+    from tether.agents._file import mcp_agent
+    from tether.cli._commands.run import drive, model_overrides
+    from tether.errors import TetherError
+    from tether.mcp._config import load_config
+    from tether.mcphost._runner import INSTRUCTIONS
+
+    try:
+        config = load_config(args.config)
+        steps = _script(args)
+        overrides = model_overrides(args)
+        model = {k: v for k, v in overrides.items() if v is not None and k != "limits"}
+        model["limits"] = {k: v for k, v in overrides["limits"].items() if v is not None}
+        if "name" not in model:
+            if not steps:
+                return _fail_run(args, NEEDS_MODEL)
+            # The stand-in's steps are written down so `tether resume` replays the same stand-in.
+            body = yaml.safe_dump(steps, sort_keys=True)
+            folder = config.path(config.host.trace_dir) / "scripts"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{hashlib.sha256(body.encode()).hexdigest()[:16]}.yaml"
+            path.write_text(body, encoding="utf-8")
+            model["name"] = f"scripted:{path.resolve()}"
+            model["obey_injected"] = not getattr(args, "no_obey", False)
+        elif steps:
+            why = "--script/--call are a scripted stand-in's steps: they do not go with --model"
+            return _fail_run(args, why)
+        sampler = getattr(args, "sampler", "none")
+        af = mcp_agent(
+            args.config,
+            model=model,
+            instructions=INSTRUCTIONS,
+            tenant=config.host.tenant,
+            user=config.host.user,
+            sampling=sampler,
+            consent=getattr(args, "consent", "no"),
+            trace_dir=str(config.path(config.host.trace_dir)),
+        )
+        for s in config.servers:
+            if s.sampling.enabled and sampler == "none":
+                print(
+                    f"note: server {s.name} may ask for samples, but no sampling model is set: its "
+                    "requests will be refused (pass --sampler model to answer them with --model)",
+                    file=sys.stderr,
+                )
+        built = build_agent(
+            af,
+            approvals_db=getattr(args, "db", None),
+            responder=responder_for(getattr(args, "ask", "never")),
+            consent=consent_for(getattr(args, "consent", "no")),
+            on_delta=None if args.json else _show_text,
+        )
+    except (TetherError, ValueError, OSError) as err:
+        return _fail_run(args, err)
+    for s in config.servers:
+        shown = " ".join(s.argv()) if s.transport == "stdio" else s.url
+        print(f"launching {s.name}: {_safe(shown)}", file=sys.stderr)
+    return drive(built, args.question, args, **{"config": str(args.config)})
+
+
+def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
+    from tether.clisupport.output import fail
+
+    command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
+    return fail(command, err, as_json=args.json)
+
+
+def _show_text(kind: str, piece: str) -> None:
+    if kind == "text":
+        sys.stderr.write(piece)
+        sys.stderr.flush()
+
+
+def _resume(args: argparse.Namespace) -> int:
+    import getpass
+
+    import anyio
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import TetherError
+    from tether.mcphost._runner import answer_pause, resume_pause
+    from tether.sql._database import blocking
+
+    try:
+        config = _load(args)
+        content = None
+        action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+        if action == "accept":
+            try:
+                content = json.loads(args.answer)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
+        if args.answer_only:
+            actor = args.by or getpass.getuser()
+            pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)
+            hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
+            if args.json:
+                payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
+                emit_json(payload, exit=0)
+            else:
+                print(f"{pause.id}: answered ({action}); continue the run with: {hint}")
+            return 0
+        out = anyio.run(
+            lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
+        )
+    except (TetherError, ValueError) as err:
+        return _fail(args, err, 2)
+    code = 0 if out["status"] == "ok" else 2
+    if args.json:
+        emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
+    else:
+        print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
+    return code
+
+
+def _db_of(args: argparse.Namespace, run_id: str) -> str:
+    """The approval store a paused run lives in: --db, else the default one if the run is there."""
+    from tether.agents._record import record_path
+    from tether.clisupport.approvals_db import default_db
+
+    if getattr(args, "db", None) is not None:
+        return str(args.db)
+    if record_path(default_db(), run_id).exists():
+        return str(default_db())
+    return "DB  (the --db the run was started with)"
+
+
+def _pauses(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json
+    from tether.errors import TetherError
+    from tether.sql._database import blocking
+
+    try:
+        config = _load(args)
+    except TetherError as err:
+        return _fail(args, err)
+    shared = _Shared(args.db)
+    store = shared.pauses(config)
+    try:
+        rows = [
+            {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
+             "run_id": p.run_id}
+            for p in blocking(store.pending)
+        ]  # fmt: skip
+    finally:
+        shared.close(store)
+    if args.json:
+        emit_json({"pending": rows}, exit=0)
+    else:
+        for r in rows:
+            print(_safe(f"{r['id']}  {r['tool']}  asks: {r['message']}"))
+        if not rows:
+            print("no pending elicitations")
+    return 0

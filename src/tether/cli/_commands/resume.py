@@ -1,0 +1,96 @@
+"""``tether resume RUN``: continue a run that paused for an approval or a person's answer.
+
+The checkpoint names the application factory (``module:function``) that rebuilds the host and
+the agent; it is host code chosen by the application that started the run, never by the model.
+Runs started from an agent file (``tether run --agent``, ``tether mcp run``) name
+``tether.agents._record:rebuild``, which rebuilds the same agent — model settings included, never an
+API key — from the file recorded beside the approval store when the run started.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "resume",
+        help="continue a run paused for approval or for an answer",
+        description="Continue a paused run. Exit codes as for `tether run` (5: still waiting).",
+    )
+    p.add_argument("run_id")
+    p.add_argument("--db", default=None, help="approval store file, or a postgresql:// URL (durable runs)")
+    p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
+    p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
+    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
+    p.add_argument(
+        "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
+    )
+    from tether.clisupport.telemetry import add_otel_flags
+
+    add_otel_flags(p)
+    p.set_defaults(handler=run)
+
+
+def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
+    from tether.runners._scope import rebuild  # the one rebuild path (the console's Resume uses it too)
+
+    return rebuild(app, db, run_id)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.telemetry import apply_otel_flags
+
+    apply_otel_flags(args)
+    import anyio
+
+    from tether.cli._commands._progress import ProgressSink, progress_wanted
+    from tether.cli._commands.run import report
+    from tether.clisupport.approvals_db import default_db
+    from tether.clisupport.output import fail
+    from tether.errors import ApprovalError, ConfigError
+    from tether.policy import SqliteApprovalStore
+    from tether.sql._database import blocking
+
+    if str(args.db or "").startswith(("postgresql://", "postgres://")):
+        from tether.cli._commands.runs import resume_durable  # a durable run: any worker continues it
+
+        return resume_durable(args.run_id, args.db, as_json=args.json)
+    db: Path = Path(args.db) if args.db else default_db()
+    if not db.exists():
+        return fail("tether resume", f"no approval store at {db} (pass the run's --db)", as_json=args.json)
+    store = SqliteApprovalStore(db)
+    checkpoint = blocking(store.load_checkpoint, args.run_id)
+    store.close()
+    app = args.app or (checkpoint.app if checkpoint else None)
+    if checkpoint is None or not app:
+        why = f"no resumable checkpoint for run {args.run_id} in {db}"
+        return fail("tether resume", why, as_json=args.json)
+    try:
+        host, agent = _factory(app, db, args.run_id)
+    except (ConfigError, ValueError) as err:
+        return fail("tether resume", err, as_json=args.json)
+    if progress_wanted(args.json):
+        host.extra_sinks.append(ProgressSink())
+
+    async def go() -> Any:
+        from tether.runners._scope import resume_rebuilt
+
+        return await resume_rebuilt(host, agent, args.run_id)
+
+    try:
+        result = anyio.run(go)
+    except ApprovalError as err:
+        return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
+    return report(
+        result,
+        host,
+        args,
+        db=db,
+        trace_results=args.trace_results,
+        tools=agent.tools,
+        model=agent.model.name,
+        backend=agent.model,
+    )

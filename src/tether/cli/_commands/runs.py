@@ -1,0 +1,485 @@
+"""``tether runs list|show|cancel|resume|approve|deny|pauses|answer|resolve|workers``: the durable
+runs of a deployment, read from the shared databases (any machine; no worker needed).
+
+``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
+console's user); ``answer`` answers an MCP server's question (elicitation) a run paused on,
+validated against the question's schema. A worker then resumes the run on its own. ``resume RUN`` enqueues the
+continuation of a paused run (once per paused state, whoever asks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "runs",
+        help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
+        " escalations, move",
+    )
+    p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    ls = acts.add_parser("list", help="recent runs, newest first")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument(
+        "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
+    )
+    ls.add_argument("--tenant", default=None)
+    ls.add_argument("--version", default=None, help="runs bound to this application version")
+    ls.add_argument(
+        "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
+    )
+    ls.add_argument("--json", action="store_true")
+    show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
+    show.add_argument("run_id")
+    show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
+    show.add_argument("--json", action="store_true")
+    for name, helptext in (
+        ("cancel", "cancel a queued, running or paused run (its proposals and questions too)"),
+        ("resume", "resume a paused run"),
+    ):
+        a = acts.add_parser(name, help=helptext)
+        a.add_argument("run_id")
+        a.add_argument("--wait", type=float, default=None, help="wait up to S seconds for it to end or pause")
+        a.add_argument("--json", action="store_true")
+    for name in ("approve", "deny"):
+        d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
+        d.add_argument("proposal_id")
+        d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        d.add_argument("--reason", default="")
+        d.add_argument("--json", action="store_true")
+    ps = acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
+    ps.add_argument("--json", action="store_true")
+    ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
+    ans.add_argument("pause_id")
+    how = ans.add_mutually_exclusive_group(required=True)
+    how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
+    how.add_argument("--decline", action="store_true", help="decline to answer")
+    how.add_argument("--cancel", action="store_true", help="cancel the question")
+    ans.add_argument("--by", default=None, help="who answers (default: $USER)")
+    ans.add_argument("--json", action="store_true")
+    r = acts.add_parser("resolve", help="record what became of an escalated effect (outcome unknown)")
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None)
+    r.add_argument("--note", default="")
+    r.add_argument("--json", action="store_true")
+    mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
+    mv.add_argument("run_id")
+    mv.add_argument("--to", default="latest", help="a live worker's version, or latest (default)")
+    mv.add_argument("--json", action="store_true")
+    w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
+    w.add_argument(
+        "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
+    )
+    w.add_argument("--json", action="store_true")
+    e = acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
+    e.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    url = args.db or os.environ.get("TETHER_DB")
+    if not url:
+        print("tether runs needs --db URL (or $TETHER_DB)")
+        return 1
+    client = open_client(url, "tether runs", as_json=getattr(args, "json", False))
+    if isinstance(client, int):
+        return client
+    try:
+        return _ACTIONS[args.action](client, args)
+    finally:
+        client.close()
+
+
+def open_client(url: str, command: str, *, as_json: bool) -> Any:
+    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not (the
+    deployment's host, database and the cause; nothing is created)."""
+    from tether.clisupport.output import fail
+    from tether.errors import ConfigError
+
+    try:
+        from tether.durable import DurableClient
+        from tether.durable._deploy import DeploymentUnavailable
+    except ImportError as err:
+        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
+        return fail(command, need, as_json=as_json)
+    try:
+        return DurableClient(url)
+    except DeploymentUnavailable as err:
+        return fail(command, err, as_json=as_json, code=err.exit)
+    except ConfigError as err:
+        return fail(command, err, as_json=as_json)
+
+
+def _list(client: Any, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tether.clisupport.output import emit_json, fail, table
+
+    try:
+        older = parse_age(args.older_than) if args.older_than else None
+    except ValueError as err:
+        return fail("tether runs list", err, as_json=args.json)
+    views = client.runs(
+        limit=args.limit, status=args.status, tenant=args.tenant, older_than_s=older, version=args.version
+    )
+    now = datetime.now(UTC)
+    rows = [
+        {
+            "run_id": v.run_id,
+            "tenant": v.tenant or "",
+            "status": v.status,
+            "stop_reason": v.stop_reason or "",
+            "age": _age(
+                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
+            ),
+            "workflows": len(v.workflows),
+            "executor": v.latest.executor or "",
+            "version": v.version or "",
+        }
+        for v in views
+    ]
+    if args.json:
+        emit_json({"count": len(rows), "runs": rows}, exit=0)
+    elif rows:
+        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]))
+    else:
+        print("no durable runs")
+    return 0
+
+
+def parse_age(text: str) -> float:
+    """``90`` or ``90s``, ``15m``, ``2h``, ``1d`` -> seconds; raises ``ValueError``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    scale = units.get(t[-1:])
+    number = t[:-1] if scale is not None else t
+    try:
+        value = float(number) * (scale or 1)
+    except ValueError:
+        raise ValueError(f"--older-than {text!r}: use seconds or a number with s, m, h or d") from None
+    if value < 0:
+        raise ValueError(f"--older-than {text!r} is negative")
+    return value
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    return (
+        f"{s}s"
+        if s < 120
+        else f"{s // 60}m"
+        if s < 7200
+        else f"{s // 3600}h"
+        if s < 172800
+        else f"{s // 86400}d"
+    )
+
+
+def _show(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json
+
+    view = client.run(args.run_id)
+    if view is None:
+        print(f"no durable run {args.run_id}")
+        return 1
+    out = view.summary()
+    store = client.stores.approvals
+    out["proposals"] = [
+        {"id": p.id, "tool": p.tool, "status": str(p.status), "decided_by": p.decided_by}
+        for p in store.list_proposals(run_id=args.run_id)
+    ]
+    ledger = getattr(store, "ledger_for_run", None)
+    out["effects"] = [
+        {"key": e.key, "tool": e.tool, "status": str(e.status), "attempts": e.attempts, "note": e.note}
+        for e in (ledger(args.run_id) if ledger else [])
+    ]
+    traces = client.stores.traces
+    if args.events and traces is not None:
+        out["events"] = traces.events(args.run_id)
+    code: int = view.exit_code  # the run's, by the rule of `tether run`
+    if args.json:
+        emit_json(out, exit=code)
+        return code
+    for key in ("run_id", "tenant", "status", "stop_reason", "version", "answer", "detail"):
+        if out.get(key):
+            print(f"{key}: {out[key]}")
+    for w in out["workflows"]:
+        print(
+            f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
+        )
+    for p in out["proposals"]:
+        print(
+            f"proposal {p['id']}: {p['tool']} {p['status']}"
+            + (f" by {p['decided_by']}" if p["decided_by"] else "")
+        )
+    for e in out["effects"]:
+        print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
+    for ev in out.get("events", []):
+        print(f"  {ev['seq']:>4} {ev['kind']}")
+    _print_problems(out)
+    return code
+
+
+def _print_problems(out: dict[str, Any]) -> None:
+    from tether.clisupport.output import safe
+
+    if out.get("stop_reason") == "accepted" and out.get("problems"):
+        print(safe(f"note: {out['message']}"))
+    if out.get("stop_reason") is not None:
+        print(f"exit: {out['exit']}")
+
+
+def report_view(view: Any, *, as_json: bool) -> int:
+    """A durable run that ended (or paused), as ``submit --wait`` and ``resume`` report it; returns
+    its exit code (``RunView.exit_code``: the rule of ``tether run``)."""
+    from tether.clisupport.output import emit_json
+
+    out = view.summary()
+    if as_json:
+        emit_json(out, exit=out["exit"])
+    else:
+        print(f"run: {view.run_id}\nstatus: {view.status}\nstop_reason: {view.stop_reason}")
+        _print_problems(out)
+    return int(out["exit"])
+
+
+def _cancel(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    by = os.environ.get("USER") or getpass.getuser()
+    try:
+        done = client.cancel(args.run_id, by=by)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    if args.json:
+        emit_json({"run_id": args.run_id, **done}, exit=0)
+    else:
+        print(
+            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+            f" {len(done['questions_closed'])} question(s) closed"
+        )
+    return 0
+
+
+def _resume(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    try:
+        workflow_id = client.resume(args.run_id)
+    except ApprovalError as err:
+        if args.json:
+            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)}, exit=1)
+        else:
+            print(f"cannot resume: {err.reason}: {err}")
+        return 1
+    if args.wait is None:
+        emit_json({"run_id": args.run_id, "workflow_id": workflow_id}, exit=0) if args.json else print(
+            workflow_id
+        )
+        return 0
+    try:
+        view = client.wait(args.run_id, timeout_s=args.wait)
+    except TimeoutError as err:
+        print(str(err))
+        return 1
+    return report_view(view, as_json=args.json)
+
+
+def _decide(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, Reviewer
+
+    approvals = Approvals(client.stores.approvals)
+    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    try:
+        decide = approvals.approve if args.action == "approve" else approvals.deny
+        p = decide(reviewer, args.proposal_id, reason=args.reason)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
+    emit_json(out, exit=0) if args.json else print(f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
+    return 0
+
+
+def _pauses(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, table
+    from tether.sql._database import blocking
+
+    rows = [
+        {"id": p.id, "run": p.run_id, "server": p.server, "tool": p.tool, "asked": p.created_at,
+         "message": p.message, "schema": p.schema}
+        for p in blocking(client.stores.pauses.pending)
+    ]  # fmt: skip
+    if args.json:
+        emit_json({"count": len(rows), "pauses": rows}, exit=0)
+    elif rows:
+        print(table(rows, ["id", "run", "server", "tool", "asked", "message"]))
+    else:
+        print("no questions waiting")
+    return 0
+
+
+def _answer(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+    import json
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+    from tether.mcp._elicitation import store_answer
+    from tether.sql._database import blocking
+
+    action = "decline" if args.decline else "cancel" if args.cancel else "accept"
+    try:
+        content = None
+        if action == "accept":
+            try:
+                content = json.loads(args.answer)
+            except json.JSONDecodeError as err:
+                raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
+            if not isinstance(content, dict):
+                raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+        actor = args.by or os.environ.get("USER") or getpass.getuser()
+        pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
+    emit_json(out, exit=0) if args.json else print(
+        f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
+    )
+    return 0
+
+
+def _resolve(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, Reviewer
+
+    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    try:
+        entry = Approvals(client.stores.approvals).resolve(
+            reviewer, args.key, happened=args.happened == "yes", note=args.note
+        )
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
+    emit_json(out, exit=0) if args.json else print(
+        f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}"
+    )
+    return 0
+
+
+def _move(client: Any, args: argparse.Namespace) -> int:
+    import getpass
+
+    from tether.clisupport.output import emit_json
+    from tether.errors import ApprovalError
+
+    try:
+        moved = client.move(args.run_id, args.to, by=os.environ.get("USER") or getpass.getuser())
+    except ApprovalError as err:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
+            f"{err.reason}: {err}"
+        )
+        return 1
+    emit_json(moved, exit=0) if args.json else print(
+        f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there"
+    )
+    return 0
+
+
+def _workers(client: Any, args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, table
+    from tether.durable._worker import _workers as op
+
+    db = client.stores.db
+    rows = db.run(op, args.dead_after) if db is not None else []
+    if args.json:
+        emit_json({"workers": rows}, exit=0)
+    elif rows:
+        print(table(rows, ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]))
+    else:
+        print("no workers have registered")
+    return 0
+
+
+def _escalations(client: Any, args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+
+    from tether.clisupport.output import emit_json, safe, table
+    from tether.durable._events import resolve_command
+    from tether.policy._store import LedgerStatus
+
+    store = client.stores.approvals
+    now = datetime.now(UTC)
+    # Escalated, and those whose call raised that no one is reconciling: both wait for a person.
+    waiting = [
+        e
+        for e in store.ledger_in(LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
+        if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
+    ]
+    rows = [
+        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "status": str(e.status),
+         "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
+        for e in waiting
+    ]  # fmt: skip
+    if args.json:
+        emit_json({"count": len(rows), "escalations": rows}, exit=0)
+    elif rows:
+        print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
+    else:
+        print("no effects wait for a person")
+    return 0
+
+
+def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
+    """``tether resume RUN --db postgresql://…``: the same as ``tether runs resume --wait``."""
+    client = open_client(url, "tether resume", as_json=as_json)
+    if isinstance(client, int):
+        return client
+    try:
+        return _resume(client, argparse.Namespace(run_id=run_id, wait=wait, json=as_json))
+    finally:
+        client.close()
+
+
+_ACTIONS = {
+    "list": _list,
+    "show": _show,
+    "cancel": _cancel,
+    "resume": _resume,
+    "approve": _decide,
+    "deny": _decide,
+    "pauses": _pauses,
+    "answer": _answer,
+    "resolve": _resolve,
+    "workers": _workers,
+    "escalations": _escalations,
+    "move": _move,
+}

@@ -1,0 +1,102 @@
+"""``tether serve``: the console on the embedded default (SQLite stores, a folder of traces).
+
+Needs the ``console`` extra (``pip install 'tether[console]'``). Binds 127.0.0.1 by default;
+anything else needs ``--secure-cookies`` behind an HTTPS proxy, or ``--insecure-bind``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    out = Path(os.environ.get("TETHER_OUT", "tether-output"))
+    p = sub.add_parser(
+        "serve",
+        help="the console: approvals, questions, MCP servers and runs in a browser",
+        description="Serve the console over the host's stores. Create a user first: "
+        "tether users add NAME --tenant TENANT --role reviewer",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8700)
+    p.add_argument(
+        "--db",
+        default=None,
+        help=f"approval store (default {out / 'approvals.db'}), or a deployment's storage URL"
+        " (postgresql://… or sqlite:///dir: its shared proposals, questions and pins; workers resume runs)",
+    )
+    p.add_argument("--users", type=Path, default=None, help=f"user store (default {out / 'console.db'})")
+    p.add_argument("--traces", type=Path, default=None, help=f"trace folder (default {out / 'traces'})")
+    p.add_argument("--config", type=Path, default=None, help="MCP host config: servers, pins and questions")
+    p.add_argument(
+        "--no-resume", action="store_true", help="record decisions only; runs resume via tether resume"
+    )
+    p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
+    p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the console answers to (repeatable; the loopback names and --host always):"
+        " requests naming any other host are refused (DNS rebinding)",
+    )
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from tether.console import create_app, deployment_sources, sqlite_sources
+        from tether.console._web import load_secret_key
+    except ImportError as err:
+        print(f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    from tether.errors import TetherError
+
+    out = Path(os.environ.get("TETHER_OUT", "tether-output"))
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    if not loopback and not (args.secure_cookies or args.insecure_bind):
+        print(f"refusing to serve sign-in cookies over plain HTTP on {args.host}: use --secure-cookies "
+              "behind HTTPS (or --insecure-bind)", file=sys.stderr)  # fmt: skip
+        return 1
+    users_db = args.users or out / "console.db"
+    traces = args.traces
+    if traces is None and args.config is None:
+        traces = out / "traces"
+    try:
+        if args.db and "://" in args.db:
+            sources = deployment_sources(
+                url=args.db, users_db=users_db, trace_dir=traces, mcp_config=args.config
+            )
+        else:
+            sources = sqlite_sources(
+                users_db=users_db,
+                approvals_db=Path(args.db) if args.db else out / "approvals.db",
+                trace_dir=traces,
+                mcp_config=args.config,
+                allow_resume=not args.no_resume,
+            )
+    except (TetherError, OSError) as err:
+        print(f"tether serve: {err}", file=sys.stderr)
+        return 1
+    key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(
+        users_db.with_name(users_db.name + ".key")
+    )
+    from tether.console._app import LOOPBACK_HOSTS
+
+    hosts = [*LOOPBACK_HOSTS, *args.allowed_host]
+    if args.host not in ("0.0.0.0", "::"):
+        hosts.append(args.host)
+    app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
+    if not sources.users.has_users():
+        print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
+    print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", server_header=False)
+    return 0

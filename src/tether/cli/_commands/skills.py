@@ -1,0 +1,43 @@
+"""``tether skills review FOLDER``: what a reviewer needs before approving third-party skills."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("skills", help="review agent skills (SKILL.md folders)", description="Agent skills.")
+    ssub = p.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
+    r = ssub.add_parser(
+        "review",
+        help="show each skill's name, description, files, digest and flagged lines",
+        description="Review the skills under FOLDER (a skill folder, or a folder of skill folders). "
+        "Approve a third-party skill by passing its digest to SkillLibrary.add_folder(..., approved=...); "
+        "any later change to its files changes the digest and refuses it again.",
+    )
+    r.add_argument("folder", type=Path)
+    r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    r.set_defaults(handler=review)
+
+
+def review(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, fail
+    from tether.context._skills import review_folder
+
+    if not args.folder.is_dir():
+        return fail("tether skills review", f"{args.folder} is not a folder", as_json=args.json)
+    entries = review_folder(args.folder)
+    if args.json:
+        emit_json({"folder": str(args.folder), "skills": entries}, exit=0)
+        return 0
+    for e in entries:
+        if "error" in e:
+            print(f"{e['path']}: REFUSED: {e['error']}")
+            continue
+        print(f"{e['name']}  ({e['path']})\n  description: {e['description']}\n  digest: {e['digest']}")
+        print(f"  files: {', '.join(e['files']) or '-'}  extra keys: {', '.join(e['extra_keys']) or '-'}")
+        for flag in e["flags"]:
+            print(f"  FLAG {flag}")
+    return 0

@@ -1,0 +1,187 @@
+"""``tether submit --agent agent.yaml|module:factory "objective" [--tenant T]``: enqueue a durable run.
+
+Prints the run id (the JSON last line with ``--json``). Any worker serving the app's version
+takes it. An agent file is named by its absolute path and bound to its digest (the file and the
+files it depends on): only a worker started with the same files runs it; its policy gives the
+run's tenant, roles, user and permissions unless ``--tenant``/``--role``/``--user`` say
+otherwise. ``--wait S`` waits for the run to end or pause and exits as ``tether run`` would.
+
+``--batch FILE`` (``-``: stdin) submits many runs in one process, one JSON object a line:
+``{"objective": "...", "agent": "...", "tenant": "...", "roles": [...], "user": "...",
+"run_id": "..."}`` (only ``objective`` is required; the rest default to the command's flags).
+Every line is checked before anything is enqueued: a bad line names its number and nothing is
+stored. Prints one JSON line per run (``run_id``), then the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+# A run's objective travels in the queue row: larger ones are refused before anything is stored.
+MAX_OBJECTIVE_CHARS = 100_000
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("submit", help="enqueue a durable run for the workers (or a batch of them)")
+    p.add_argument("objective", nargs="?", default=None)
+    p.add_argument(
+        "--agent",
+        default=None,
+        help="the app: an agent file (.yaml/.yml/.toml) or module:factory returning (host, agent)",
+    )
+    p.add_argument(
+        "--tenant", default=None, help="trusted tenant of the run (default: the agent file's, else 'default')"
+    )
+    p.add_argument("--role", action="append", default=[], help="trusted role; repeatable")
+    p.add_argument("--user", default=None)
+    p.add_argument("--run-id", default=None, help="choose the run id (default: a fresh one)")
+    p.add_argument("--batch", default=None, metavar="FILE", help="JSON lines of runs to submit (- for stdin)")
+    p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
+    p.add_argument(
+        "--wait", type=float, default=None, help="wait up to S seconds for the run to end or pause"
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run, quick_exit=True)  # cli.main: a client command, closed when it returns
+
+
+class _Bad(Exception):
+    """A run that cannot be submitted as given (nothing was stored)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclasses.dataclass
+class _Run:
+    app: str
+    digest: str | None
+    objective: str
+    context: Any
+    run_id: str | None
+
+
+def _prepare(
+    agent: str | None,
+    objective: str | None,
+    tenant: str | None,
+    roles: list[str],
+    user: str | None,
+    run_id: str | None,
+    files: dict[str, Any],
+) -> _Run:
+    """Check one run and resolve its app; raises ``_Bad``. ``files``: agent files read so far."""
+    from tether.core._names import is_agent_file
+    from tether.policy._trusted import TrustedContext
+
+    if not agent:
+        raise _Bad("--agent is required (an agent file or module:factory)")
+    if not isinstance(objective, str) or not objective.strip():
+        raise _Bad("an objective is required")
+    if len(objective) > MAX_OBJECTIVE_CHARS:
+        raise _Bad(f"the objective has {len(objective)} characters; the limit is {MAX_OBJECTIVE_CHARS}")
+    ctx = TrustedContext(tenant=tenant or "default", roles=frozenset(roles), user=user)
+    if not is_agent_file(agent):
+        return _Run(agent, None, objective, ctx, run_id)
+    from tether.agents._build import trusted_context
+    from tether.agents._file import agent_digest, load_agent_file
+    from tether.errors import ConfigError
+
+    if agent not in files:
+        try:
+            af = load_agent_file(agent)
+        except ConfigError as err:
+            raise _Bad(str(err), code=2) from None
+        assert af.path is not None
+        files[agent] = (af, agent_digest(af))
+    af, digest = files[agent]
+    base = trusted_context(af)
+    ctx = dataclasses.replace(
+        base,
+        tenant=tenant or base.tenant,
+        roles=frozenset(roles) if roles else base.roles,
+        user=user if user is not None else base.user,
+    )
+    return _Run(str(af.path.resolve()), digest, objective, ctx, run_id)
+
+
+def _batch_runs(args: argparse.Namespace) -> list[_Run]:
+    source = sys.stdin if args.batch == "-" else open(args.batch, encoding="utf-8")  # noqa: SIM115
+    files: dict[str, Any] = {}
+    runs = []
+    try:
+        for number, line in enumerate(source, 1):
+            if not line.strip():
+                continue
+            try:
+                item = json.loads(line)
+                if not isinstance(item, dict):
+                    raise ValueError("not a JSON object")
+                roles = item.get("roles", args.role)
+                if not isinstance(roles, list) or not all(isinstance(r, str) for r in roles):
+                    raise ValueError("roles must be a list of strings")
+                runs.append(
+                    _prepare(
+                        item.get("agent", args.agent),
+                        item.get("objective"),
+                        item.get("tenant", args.tenant),
+                        roles,
+                        item.get("user", args.user),
+                        item.get("run_id"),
+                        files,
+                    )
+                )
+            except (ValueError, _Bad) as err:
+                raise _Bad(f"line {number}: {err}", getattr(err, "code", 1)) from None
+    finally:
+        if source is not sys.stdin:
+            source.close()
+    return runs
+
+
+def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, fail
+
+    url = args.db or os.environ.get("TETHER_DB")
+    if not url:
+        return fail("tether submit", "needs --db URL (or $TETHER_DB)", as_json=args.json)
+    try:
+        if args.batch is not None:
+            if args.objective is not None or args.wait is not None:
+                raise _Bad("--batch takes its objectives from the file, and does not --wait")
+            runs = _batch_runs(args)
+        else:
+            runs = [_prepare(args.agent, args.objective, args.tenant, args.role, args.user, args.run_id, {})]
+    except OSError as err:
+        return fail("tether submit", f"cannot read {args.batch}: {err.strerror or err}", as_json=args.json)
+    except _Bad as err:
+        return fail("tether submit", err, as_json=args.json, code=err.code)
+    from tether.cli._commands.runs import open_client, report_view
+
+    client = open_client(url, "tether submit", as_json=args.json)
+    if isinstance(client, int):
+        return client
+    try:
+        ids = [
+            client.submit(r.app, r.objective, r.context, run_id=r.run_id, app_digest=r.digest) for r in runs
+        ]
+        if args.batch is not None:
+            for rid in ids:
+                print(json.dumps({"run_id": rid}))
+            emit_json({"submitted": len(ids)}, exit=0) if args.json else None
+            return 0
+        if args.wait is None:
+            emit_json({"run_id": ids[0], "status": "queued"}, exit=0) if args.json else print(ids[0])
+            return 0
+        view = client.wait(ids[0], timeout_s=args.wait)
+    except TimeoutError as err:
+        print(str(err))
+        return 1
+    finally:
+        client.close()
+    return report_view(view, as_json=args.json)

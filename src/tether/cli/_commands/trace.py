@@ -1,0 +1,45 @@
+"""``tether trace stats RUN``: per-run figures from a trace (requests, tokens, prefix reuse)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("trace", help="inspect run traces", description="Inspect run traces.")
+    tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
+    s = tsub.add_parser(
+        "stats",
+        help="per-run figures: requests, tokens, prefix reuse, compressions",
+        description="Figures of one run from its trace. RUN is a run id (looked up in --dir) "
+        "or the path of a .jsonl trace. prefix_reuse is the share of the previous request that "
+        "is a byte-identical prefix of the next (the cache-hit potential).",
+    )
+    s.add_argument("run", metavar="RUN")
+    s.add_argument(
+        "--dir",
+        type=Path,
+        default=Path("tether-output/traces"),
+        help="trace folder (default ./tether-output/traces)",
+    )
+    s.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    s.set_defaults(handler=stats)
+
+
+def stats(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, fail
+    from tether.errors import ConfigError
+    from tether.trace._stats import stats_for
+
+    try:
+        figures = stats_for(args.run, args.dir)
+    except (ConfigError, OSError, ValueError) as err:
+        return fail("tether trace stats", err, as_json=args.json)
+    if args.json:
+        emit_json(figures, exit=0)
+        return 0
+    for key, value in figures.items():
+        print(f"{key}: {value}")
+    return 0

@@ -1,0 +1,149 @@
+"""``tether users add | grant | revoke | token | tokens | revoke-token | list``: console accounts.
+
+Passwords are read from the terminal (twice) or from stdin with ``--password-stdin``; tokens
+are printed once. Both are stored only as scrypt hashes in the console's user store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def default_users_db() -> Path:
+    return Path(os.environ.get("TETHER_OUT", "tether-output")) / "console.db"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("users", help="console accounts: people, roles per tenant, API tokens")
+    p.add_argument("--db", type=Path, default=None, help=f"user store (default {default_users_db()})")
+    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    add = acts.add_parser("add", help="create a person (asks for a password)")
+    add.add_argument("name")
+    add.add_argument("--tenant", action="append", default=[], help="tenant for --role (repeatable; * = all)")
+    add.add_argument("--role", choices=("viewer", "reviewer", "admin"), default="viewer")
+    add.add_argument("--password-stdin", action="store_true", help="read the password from stdin")
+    grant = acts.add_parser("grant", help="give a role for a tenant (replaces the role there)")
+    grant.add_argument("name")
+    grant.add_argument("--tenant", required=True)
+    grant.add_argument("--role", choices=("viewer", "reviewer", "admin"), required=True)
+    revoke = acts.add_parser("revoke", help="remove a person's role for a tenant")
+    revoke.add_argument("name")
+    revoke.add_argument("--tenant", required=True)
+    token = acts.add_parser("token", help="create an API token (printed once)")
+    token.add_argument("name")
+    token.add_argument("--label", default="")
+    token.add_argument("--days", type=float, default=None, help="expires after this many days")
+    tokens = acts.add_parser("tokens", help="list tokens (never their secrets)")
+    tokens.add_argument("name", nargs="?")
+    rt = acts.add_parser("revoke-token", help="revoke a token by id")
+    rt.add_argument("token_id")
+    pw = acts.add_parser("password", help="set a new password (ends the person's sessions)")
+    pw.add_argument("name")
+    pw.add_argument("--password-stdin", action="store_true")
+    dis = acts.add_parser("disable", help="disable a person: sessions end, tokens revoked, sign-in refused")
+    dis.add_argument("name")
+    en = acts.add_parser("enable", help="let a disabled person sign in again (tokens stay revoked)")
+    en.add_argument("name")
+    acts.add_parser("list", help="people and their roles")
+    for a in (add, grant, revoke, token, tokens, rt, pw, dis, en):
+        a.add_argument("--json", action="store_true")
+    p.set_defaults(handler=run)
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_stdin:
+        return sys.stdin.readline().rstrip("\n")
+    import getpass
+
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise ValueError("the passwords differ")
+    return first
+
+
+def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json, table
+    from tether.console._users import CLIENT, AuthError, UserStore
+
+    CLIENT.set("cli")  # every audit entry below records where it came from
+    store = UserStore(args.db or default_users_db())
+    as_json = getattr(args, "json", False)
+    out: dict[str, Any] = {}
+    try:
+        if args.action == "add":
+            store.add_user(args.name, _password(args))
+            for tenant in args.tenant:
+                store.grant(args.name, tenant, args.role)
+            store.audit("cli", "user_add", target=args.name, detail=f"{args.role}: {', '.join(args.tenant)}")
+            out = {"user": args.name, "grants": store.grants(args.name)}
+        elif args.action == "grant":
+            store.grant(args.name, args.tenant, args.role)
+            store.audit("cli", "grant", tenant=args.tenant, target=args.name, detail=args.role)
+            out = {"user": args.name, "grants": store.grants(args.name)}
+        elif args.action == "revoke":
+            removed = store.revoke_grant(args.name, args.tenant)
+            store.audit(
+                "cli", "revoke", tenant=args.tenant, target=args.name, outcome="ok" if removed else "none"
+            )
+            out = {"user": args.name, "removed": removed, "grants": store.grants(args.name)}
+        elif args.action == "token":
+            secret, info = store.create_token(args.name, label=args.label, days=args.days)
+            store.audit("cli", "token_create", target=args.name, detail=f"token {info.id}")
+            out = {"user": args.name, "token_id": info.id, "token": secret, "expires_at": info.expires_at}
+            if not as_json:
+                print(f"token {info.id} for {args.name} (shown once, stored only hashed):\n{secret}")
+                return 0
+        elif args.action == "tokens":
+            rows = [
+                {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
+                 "expires": t.expires_at or "", "revoked": t.revoked}
+                for t in store.tokens(args.name)
+            ]  # fmt: skip
+            out = {"tokens": rows}
+            if not as_json:
+                print(
+                    table(rows, ["id", "user", "label", "created", "expires", "revoked"])
+                    if rows
+                    else "no tokens"
+                )
+                return 0
+        elif args.action == "revoke-token":
+            out = {"token_id": args.token_id, "revoked": store.revoke_token(args.token_id)}
+            store.audit("cli", "token_revoke", target=args.token_id)
+        elif args.action == "password":
+            store.set_password(args.name, _password(args))
+            store.audit("cli", "password", target=args.name, detail="sessions ended, API tokens revoked")
+            out = {"user": args.name, "password": "changed"}
+        elif args.action in ("disable", "enable"):
+            store.set_disabled(args.name, args.action == "disable")
+            store.audit("cli", f"user_{args.action}", target=args.name)
+            out = {"user": args.name, "disabled": args.action == "disable"}
+        else:
+            rows = [
+                {
+                    "name": u["name"],
+                    "disabled": "yes" if u["disabled"] else "",
+                    "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
+                }
+                for u in store.users()
+            ]
+            print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")
+            return 0
+    except (AuthError, ValueError) as err:
+        reason = getattr(err, "reason", "invalid")
+        if as_json:
+            emit_json({"error": reason, "message": str(err)}, exit=1)
+        else:
+            print(f"refused: {reason}: {err}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if as_json:
+        emit_json(out, exit=0)
+    else:
+        print(" ".join(f"{k}={v}" for k, v in out.items()))
+    return 0

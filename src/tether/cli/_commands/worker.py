@@ -1,0 +1,139 @@
+"""``tether worker --db URL --app agent.yaml|module:factory [--concurrency N]``: serve the durable run queue.
+
+Runs until SIGINT/SIGTERM, then drains: no new step starts, the steps in flight get ``--grace``
+seconds to finish, and the runs it held are continued by a survivor from their last recorded
+step. Writes one JSON object a line to stderr for each thing an operator follows
+(``tether.durable._events``). Each run is a DBOS workflow (model calls and tool turns are steps);
+a worker that dies has its runs recovered by its restart (same ``--executor-id``) or by a
+surviving worker once its heartbeat is ``--dead-after`` seconds old. Needs ``tether[durable]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("worker", help="serve the durable run queue (PostgreSQL + DBOS)")
+    p.add_argument(
+        "--db", default=None, help="storage URL (postgresql://… or sqlite:///dir; default $TETHER_DB)"
+    )
+    p.add_argument(
+        "--app",
+        action="append",
+        default=None,
+        help="an app it runs: an agent file, or module:factory returning (host, agent); repeatable"
+        " (default $TETHER_APPS, comma-separated)",
+    )
+    p.add_argument("--concurrency", type=int, default=4, help="runs at once on this worker (default 4)")
+    p.add_argument("--global-concurrency", type=int, default=None, help="runs at once on all workers")
+    p.add_argument(
+        "--tenant-concurrency", type=int, default=None, help="runs at once per tenant, all workers"
+    )
+    p.add_argument("--executor-id", default=None, help="stable id: a restart recovers its own runs")
+    p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
+    p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="on SIGTERM/SIGINT: seconds the steps in flight may take to finish (default 30)",
+    )
+    p.add_argument(
+        "--init",
+        action="store_true",
+        help="create the database if it is missing, and its tables (as tether db init); else it must exist",
+    )
+    p.add_argument(
+        "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
+    )
+    from tether.clisupport.telemetry import add_otel_flags
+
+    add_otel_flags(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.telemetry import apply_otel_flags
+
+    apply_otel_flags(args)
+    import signal
+    import threading
+
+    from tether.clisupport.output import emit_json
+
+    url = args.db or os.environ.get("TETHER_DB")
+    apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
+    if not url or not apps:
+        print("tether worker needs --db URL (or $TETHER_DB) and at least one --app agent.yaml|module:factory")
+        return 1
+    try:
+        from tether.durable import Worker, WorkerConfig, register_app
+    except ImportError as err:
+        print(f"tether worker needs the durable extra (pip install 'tether[durable]'): {err}")
+        return 1
+    from tether.agents._file import is_agent_file
+    from tether.agents._record import AgentFileApp
+    from tether.errors import ConfigError
+
+    served = []
+    for app in apps:
+        if is_agent_file(app):
+            try:
+                file_app = AgentFileApp(app)  # read once, now: a broken file stops the worker here
+            except ConfigError as err:
+                print(f"tether worker: {err}")
+                return 2
+            register_app(file_app.name, file_app)
+            app = file_app.name
+        served.append(app)
+    apps = tuple(served)
+    config = WorkerConfig(
+        url,
+        apps=apps,
+        executor_id=args.executor_id,
+        concurrency=args.concurrency,
+        global_concurrency=args.global_concurrency,
+        tenant_concurrency=args.tenant_concurrency,
+        poll_s=args.poll,
+        dead_after_s=args.dead_after,
+        auto_resume=not args.no_auto_resume,
+        init=args.init,
+        grace_s=args.grace,
+    )
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    from tether.clisupport.output import fail
+    from tether.durable._deploy import DeploymentUnavailable
+    from tether.durable._events import configure_stderr
+
+    configure_stderr()  # one JSON object a line on stderr: run claimed, paused, finished, ...
+
+    try:
+        worker = Worker(config).start()
+    except DeploymentUnavailable as err:
+        return fail("tether worker", err, as_json=False, code=err.exit)
+    from tether.durable._metrics import configure_from_env
+
+    try:
+        meters = configure_from_env(worker.queue_depth)  # with OTEL_EXPORTER_OTLP_ENDPOINT set
+    except ImportError as err:
+        print(
+            f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}", file=sys.stderr
+        )
+        meters = None
+    emit_json(
+        {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
+        exit=0,
+    )
+    try:
+        stop.wait()
+    finally:
+        worker.stop()
+        if meters is not None:
+            meters.shutdown()
+    return 0

@@ -1,0 +1,164 @@
+"""``create_app``: the console as a Starlette application (HTML pages and a JSON API, same rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tether.console._render import environment
+from tether.console._sources import ConsoleSources
+from tether.console._users import CLIENT
+from tether.console._web import Gate
+
+__all__ = ["LOOPBACK_HOSTS", "Console", "create_app"]
+
+MAX_BODY = 256 * 1024
+
+_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+     b"frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"x-frame-options", b"DENY"),
+    (b"referrer-policy", b"same-origin"),
+    (b"cache-control", b"no-store"),
+]  # fmt: skip
+
+
+@dataclass
+class Console:
+    """What every handler needs: the stores, the gate and the templates."""
+
+    sources: ConsoleSources
+    gate: Gate
+    templates: Environment
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _host_name(value: bytes) -> str:
+    """The host of a ``Host`` header, without its port, lower-cased (``[::1]:8700`` -> ``::1``)."""
+    text = value.decode("latin-1").strip().lower()
+    if text.startswith("["):
+        return text[1 : text.find("]")] if "]" in text else text
+    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+
+
+class Guard:
+    """In front of every request: the ``Host`` header must name this console (a DNS-rebinding
+    page, whose Origin matches its own name, is refused with 421); the request body may not
+    exceed ``MAX_BODY`` bytes, declared or not (413, before a handler reads it); every response
+    gets the same protective headers (no framing, no sniffing, a strict CSP); and the client's
+    address is recorded for the audit entries written while serving it."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
+        self.app = app
+        self.allowed_hosts = frozenset(h.strip().lower().strip("[]") for h in allowed_hosts)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = [
+                    *message.get("headers", []),
+                    *[(k, v) for k, v in _HEADERS if k not in names],
+                ]
+            await send(message)
+
+        headers = dict(scope.get("headers") or [])
+        if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
+            await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
+            return
+        client = scope.get("client")
+        CLIENT.set(str(client[0]) if client else "")
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+            await PlainTextResponse("request body too large", status_code=413)(scope, receive, wrapped)
+            return
+        if declared is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
+            # No length declared (chunked): read it here, at most MAX_BODY bytes, then replay it.
+            chunks: list[bytes] = []
+            seen = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                chunk = message.get("body", b"")
+                seen += len(chunk)
+                if seen > MAX_BODY:
+                    too_large = PlainTextResponse("request body too large", status_code=413)
+                    await too_large(scope, receive, wrapped)
+                    return
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+            body = b"".join(chunks)
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if replayed:
+                    return await receive()
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            await self.app(scope, replay, wrapped)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY:  # more than declared: the server stops reading
+                raise ValueError("request body larger than declared")
+            return message
+
+        await self.app(scope, limited, wrapped)
+
+
+def create_app(
+    sources: ConsoleSources,
+    *,
+    secret_key: bytes,
+    secure_cookies: bool = False,
+    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+) -> Any:
+    """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
+    to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
+    from contextlib import asynccontextmanager
+
+    from tether.console._api import api_routes
+    from tether.console._pages import page_routes
+
+    console = Console(sources, Gate(sources.users, secret_key, secure_cookies), environment())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        yield
+        if on_shutdown is not None:
+            await on_shutdown()
+        sources.close()
+
+    static = StaticFiles(directory=str(Path(__file__).with_name("static")))
+    app = Starlette(
+        routes=[*page_routes(console), *api_routes(console), Mount("/static", static, name="static")],
+        lifespan=lifespan,
+    )
+    app.state.console = console
+    return Guard(app, allowed_hosts)

@@ -1,0 +1,518 @@
+"""The approval queue: what a reviewer sees about a proposal, and the decisions they take.
+
+A reviewer sees exactly what would run (the stored arguments, verbatim, with the content hash),
+where each argument came from, the rule that asked for approval, the run's objective and the
+turn that proposed the call. Decisions go through ``Approvals`` (which checks the reviewer's
+tenant again and moves the proposal atomically) and are audited with the content hash.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tether.console._render import hidden_chars, names_in, pretty_json
+from tether.console._sources import ConsoleSources
+from tether.console._users import Principal
+from tether.core._confusables import check_name, find_names
+from tether.errors import ApprovalError
+from tether.policy._store import ProposalStatus, StoredProposal
+from tether.trace._sanitize import Redactor, redact_value
+
+__all__ = ["Denied", "Hidden", "decide", "proposal_view", "queue"]
+
+ACTIONS = ("approve", "deny", "invalidate")
+SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
+QUEUE_TRACED = 50  # queue rows whose argument provenance is traced from the checkpoint
+# Argument names (whole words) that usually say what a call acts on: shown in the queue's row.
+_TARGET_WORDS = frozenset(
+    {
+        "to", "recipient", "recipients", "email", "address", "destination", "url", "link", "path",
+        "file", "amount", "total", "price", "account", "iban", "target", "host", "domain", "order",
+        "customer", "user", "id", "cc", "bcc", "phone", "quantity", "currency",
+    }
+)  # fmt: skip
+_WORDS = re.compile(r"[a-z]+|[0-9]+")
+
+
+class Hidden(ApprovalError):
+    """Not visible to this principal: answered exactly like an unknown id."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("not_found", f"no {what} here")
+
+
+class Denied(ApprovalError):
+    """Visible, but the principal's role for that tenant does not allow the action."""
+
+
+async def queue(
+    sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
+) -> list[dict[str, Any]]:
+    """Proposals the principal may see, newest first, each with what a reviewer triages on:
+    the key targets of the call and its risk flags."""
+    if sources.approvals is None:
+        return []
+    wanted = None if status == "all" else ProposalStatus(status)
+    rows: list[dict[str, Any]] = []
+    for p in await sources.approvals.store.alist_proposals(status=wanted):
+        if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
+            continue
+        # Where the arguments came from is traced from the run's checkpoint when the policy did not
+        # record it: for the first rows only, so a long queue stays quick.
+        state = await _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
+        facts = _Facts.of(sources, p, state)
+        rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
+    rows.reverse()
+    return rows
+
+
+def _row(p: StoredProposal) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "tenant": p.tenant,
+        "tool": p.tool,
+        "effect": p.effect,
+        "status": str(p.status),
+        "run_id": p.run_id,
+        "step": p.step,
+        # One numbering everywhere (queue, proposal, run timeline): the run's Nth model turn.
+        "turn_number": p.step + 1 if p.step is not None else None,
+        "created_at": p.created_at.isoformat(timespec="seconds"),
+        "content_hash": p.content_hash,
+        "decided_by": p.decided_by,
+    }
+
+
+def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
+    """The stored row (tampered or not: see ``_Facts.intact``). Raises ``Hidden``."""
+    if sources.approvals is None:
+        raise Hidden("proposal")
+    found = sources.approvals.store.get_proposal(proposal_id)
+    if found is None or not principal.sees(found.tenant):
+        raise Hidden("proposal")
+    return found
+
+
+def _words(name: str) -> list[str]:
+    return _WORDS.findall(re.sub(r"([a-z])([A-Z])", r"\1_\2", name).lower())
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+@dataclass
+class _Facts:
+    """One proposal read once: its arguments, the policy's record, which values are secret."""
+
+    p: StoredProposal
+    arguments: dict[str, Any]
+    policy: dict[str, Any] | None
+    masked: frozenset[str]
+    redactor: Redactor
+    intact: bool
+    provenance: dict[str, list[dict[str, Any]]]
+    provenance_source: str
+
+    @classmethod
+    def of(cls, sources: ConsoleSources, p: StoredProposal, state: Any = None) -> _Facts:
+        assert sources.approvals is not None
+        try:
+            loaded = json.loads(p.arguments)
+            arguments = loaded if isinstance(loaded, dict) else {"(arguments)": loaded}
+        except ValueError:
+            arguments = {"(unreadable arguments)": p.arguments}
+        policy: dict[str, Any] | None = None
+        for event in sources.approvals.store.events(p.id):
+            if event.op == "policy":
+                try:
+                    loaded = json.loads(event.detail)
+                    policy = loaded if isinstance(loaded, dict) else None
+                except ValueError:
+                    policy = {"rule": event.actor.removeprefix("rule:"), "reason": event.detail}
+        declared = (policy or {}).get("masked_arguments")
+        masked = frozenset(str(n) for n in declared) if isinstance(declared, list) else frozenset()
+        redactor = Redactor()
+        redactor.declare(p.tool, masked)
+        redactor.learn(p.tool, arguments)
+        if state is not None and masked:  # the same tool's other calls in the run: their secrets too
+            from tether.core.messages import AssistantMessage
+
+            for message in state.trajectory:
+                if isinstance(message, AssistantMessage):
+                    for c in message.tool_calls:
+                        if c.name == p.tool:
+                            redactor.learn(p.tool, c.arguments)
+        recorded = (policy or {}).get("provenance")
+        if isinstance(recorded, dict):
+            provenance, source = _recorded_provenance(recorded), "recorded by the policy when proposed"
+        elif state is not None:
+            provenance = _computed_provenance(arguments, state)
+            source = "traced now from the run's checkpoint (default trust classes)"
+        else:
+            provenance, source = {}, "no run state: proposed through the desk, not by a model"
+        return cls(p, arguments, policy, masked, redactor, sources.approvals.intact(p), provenance, source)
+
+    def targets(self) -> list[dict[str, Any]]:
+        """Up to four arguments that name what the call acts on (recipient, amount, path …)."""
+        out = []
+        for name, value in self.arguments.items():
+            if not (set(_words(name)) & _TARGET_WORDS) and len(self.arguments) > 3:
+                continue
+            if name in self.masked:
+                out.append({"name": name, "value": f"[secret, {len(str(value))} characters]"})
+            else:
+                text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+                out.append({"name": name, "value": self.redactor.text(text)})
+            if len(out) == 4:
+                break
+        return out
+
+    def flags(self) -> list[dict[str, str]]:
+        """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
+        hidden characters, a declared secret, a row that no longer matches its hash."""
+        flags: list[dict[str, str]] = []
+        if not self.intact:
+            flags.append({"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"})
+        untrusted, composed = set(), set()
+        for arg, items in self.provenance.items():
+            for item in items:
+                origins = [str(o) for o in item.get("origins") or []]
+                if any(o.startswith("nowhere") for o in origins):
+                    composed.add(str(arg))
+                if any("untrusted" in o for o in origins):
+                    untrusted.add(str(arg))
+        if untrusted:
+            flags.append(
+                {"kind": "untrusted", "text": "from untrusted content: " + ", ".join(sorted(untrusted))}
+            )
+        if composed:
+            flags.append(
+                {"kind": "composed", "text": "composed by the model: " + ", ".join(sorted(composed))}
+            )
+        looks, hidden = [], []
+        for name, value in self.arguments.items():
+            if name in self.masked:
+                continue
+            for text in _strings(value):
+                for found in find_names(text, limit=10):
+                    check = check_name(found)
+                    if check.suspicious:
+                        looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
+                if hidden_chars(text):
+                    hidden.append(name)
+        if looks:
+            flags.append({"kind": "lookalike", "text": "look-alike name: " + "; ".join(dict.fromkeys(looks))})
+        if hidden:
+            flags.append(
+                {"kind": "hidden", "text": "hidden characters in: " + ", ".join(dict.fromkeys(hidden))}
+            )
+        if self.masked:
+            flags.append({"kind": "secret", "text": "secret (not shown): " + ", ".join(sorted(self.masked))})
+        return flags
+
+
+def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, Any]]) -> dict[str, Any]:
+    if name in facts.masked:
+        chars = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False))
+        return {
+            "name": name, "value": None, "secret": True, "chars": chars, "cut": False, "shown": "",
+            "provenance": [], "names": [], "hidden": [],
+        }  # fmt: skip
+    value = redact_value(value, facts.redactor)
+    text = pretty_json(value)
+    names = names_in(value)
+    return {
+        "name": name,
+        "value": value,
+        "secret": False,
+        "chars": len(value) if isinstance(value, str) else len(text),
+        "cut": len(text) > SHOWN_CHARS,
+        "shown": text[:SHOWN_CHARS],
+        "provenance": redact_value(provenance, facts.redactor),
+        "names": names,
+        "hidden": hidden_chars(text),
+    }
+
+
+async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
+    """Everything the reviewer sees about one proposal. Raises ``Hidden`` for another tenant's.
+    Arguments the tool declares secret are never shown: not in the table, not in the turn, the
+    history or the provenance (every piece of their values is redacted)."""
+    p = _visible(sources, principal, proposal_id)
+    assert sources.approvals is not None
+    store = sources.approvals.store
+    history = store.events(p.id)
+    state = await _state(sources, p.run_id)
+    facts = _Facts.of(sources, p, state)
+    policy = facts.policy
+    provenance, provenance_source = facts.provenance, facts.provenance_source
+    rule = _rule(policy, p)
+    turn = _turn(state, p.call_id) if state is not None else None
+    objective = getattr(state, "objective", None)
+    if objective is None and sources.traces is not None and p.run_id:
+        run = sources.traces.get(p.run_id)
+        objective = run.objective if run else None
+    view = {
+        **_row(p),
+        "targets": facts.targets(),
+        "flags": facts.flags(),
+        "intact": facts.intact,
+        "call_id": p.call_id,
+        "proposed_by": p.proposed_by,
+        "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
+        "decision_reason": p.decision_reason,
+        "arguments": [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()],
+        "masked_arguments": sorted(facts.masked),
+        # Names in the text around the call (the objective, the model's turn) get the same check.
+        "other_names": names_in(objective or "", (turn or {}).get("text", "")),
+        "provenance_source": provenance_source,
+        "rule": rule,
+        "objective": objective,
+        "turn": turn,
+        "history": [
+            {"op": e.op, "actor": e.actor, "at": e.at.isoformat(timespec="seconds"), "detail": e.detail}
+            for e in history
+            if e.op != "policy"
+        ],
+        "executions": [
+            {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
+            for x in store.ledger_for(p.id)
+        ],
+        "can_decide": principal.may(p.tenant, "reviewer"),
+        "resumable": await _resumable(sources, p),
+    }
+    arguments = view.pop("arguments")  # already redacted, each with its own care
+    out: dict[str, Any] = redact_value(view, facts.redactor)
+    out["arguments"] = arguments
+    return out
+
+
+async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
+    if sources.resume is None or sources.approvals is None or not p.run_id:
+        return False
+    cp = await sources.approvals.store.load_checkpoint(p.run_id)
+    return cp is not None and cp.status == "paused" and bool(cp.app)
+
+
+async def _state(sources: ConsoleSources, run_id: str | None) -> Any:
+    if not run_id or sources.approvals is None:
+        return None
+    cp = await sources.approvals.store.load_checkpoint(run_id)
+    if cp is None:
+        return None
+    from tether.runs._checkpoint import state_from_json
+
+    try:
+        return state_from_json(cp.state)
+    except (ApprovalError, ValueError, KeyError, TypeError):
+        return None
+
+
+_PROBLEMS = {
+    "effect_not_requested": "the user's request does not ask for this kind of action",
+    "confidential_flow": "confidential data would leave through this argument",
+    "relayed_text": "text from a tool result would be passed on as is",
+    "option_not_requested": "this option was not in the user's request",
+    "untrusted_origin": "this value comes from untrusted content (a tool result, a web page, an e-mail)",
+    "untrusted_handle": "this handle comes from untrusted content",
+    "untrusted_link": "this link comes from untrusted content",
+    "not_a_date": "this is not a date",
+    "date_not_requested": "this date is not one the user asked for",
+    "not_an_amount": "this is not an amount",
+    "amount_over_bound": "this amount is over the allowed bound",
+}
+
+
+def _problem_words(problem: Any) -> str:
+    if not isinstance(problem, dict):
+        return str(problem)
+    what = _PROBLEMS.get(str(problem.get("problem", "")), str(problem.get("problem", "")).replace("_", " "))
+    arg = problem.get("argument")
+    return f"{arg}: {what}" if arg else what
+
+
+def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
+    """The rule that asked for approval, and why, in words a reviewer reads."""
+    if isinstance(policy, dict) and policy.get("rule"):
+        listed = policy.get("problems")
+        problems: list[Any] = listed if isinstance(listed, list) else []
+        name, reason = str(policy["rule"]), str(policy.get("reason") or "")
+        recorded = True
+    else:
+        # The host recorded no rule for this proposal: under the default Policy the only rule that
+        # asks for approval is the effect rule (a side-effecting tool). Said as an inference.
+        name, reason, problems, recorded = "effect", "approval_required", [], False
+    if name == "effect":
+        words = (
+            f"The tool declares the effect \u201c{p.effect}\u201d: a call that changes something outside "
+            "the run needs a person's approval before it runs."
+        )
+    elif problems:
+        words = (
+            "The "
+            + name
+            + " rule asks a person to look: "
+            + "; ".join(_problem_words(x) for x in problems)
+            + "."
+        )
+    else:
+        words = f"The {name} rule asks a person to approve this call ({reason.replace('_', ' ')})."
+    return {
+        "name": name,
+        "reason": reason,
+        "words": words,
+        "problems": problems,
+        "problem_words": [_problem_words(x) for x in problems],
+        "recorded": recorded,
+    }
+
+
+def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
+    """The assistant turn that proposed ``call_id``: its text, its calls, what it had seen."""
+    from tether.core.messages import AssistantMessage
+
+    if not call_id:
+        return None
+    for index, message in enumerate(state.trajectory):
+        if isinstance(message, AssistantMessage) and any(c.id == call_id for c in message.tool_calls):
+            seen = {m.tool_call_id for m in state.trajectory[:index] if hasattr(m, "tool_call_id")}
+            return {
+                "text": message.content or "",
+                "calls": [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments, "this": c.id == call_id}
+                    for c in message.tool_calls
+                ],
+                "observations_before": [
+                    {"tool": o.tool, "source": o.source, "trust": o.trust, "call_id": o.call_id}
+                    for o in state.observations
+                    if o.call_id in seen
+                ],
+                "position": sum(isinstance(m, AssistantMessage) for m in state.trajectory[: index + 1]),
+            }
+    return None
+
+
+def _recorded_provenance(recorded: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for arg, items in recorded.items():
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                origins = [str(o) for o in item.get("origins") or []]
+                out.setdefault(str(arg), []).append({"value": str(item.get("value", "")), "origins": origins})
+    return out
+
+
+def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, list[dict[str, Any]]]:
+    from tether.policy._provenance import TrustConfig, normalise, split_values
+    from tether.policy._provenance_rules import index_for
+
+    index = index_for(state, TrustConfig())
+    memory = [(r, normalise(r.claim)) for r in getattr(state, "memory", []) or []]
+    out: dict[str, list[dict[str, Any]]] = {}
+    for arg, value in arguments.items():
+        for element in split_values(value):
+            origins = []
+            for o in index.trace(element)[:5]:
+                text = o.describe()
+                if o.label is not None and o.label.call_id:
+                    text += f", call {o.label.call_id}"
+                origins.append(text)
+            wanted = normalise(element)
+            for record, claim in memory:
+                if wanted and (wanted == claim or (len(wanted) >= 5 and wanted in claim)):
+                    src = record.source
+                    where = f"{src.system} {src.record}" if src is not None else "no source"
+                    origins.append(f"memory record {record.id or '?'} ({record.confidence}, from {where})")
+            if len(origins) > 1:
+                origins = [o for o in origins if not o.startswith("nowhere")]
+            out.setdefault(arg, []).append({"value": element[:200], "origins": origins})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    proposal_id: str
+    status: str
+    decided_by: str | None
+    decided_at: str | None
+    content_hash: str
+    run_id: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.proposal_id,
+            "status": self.status,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at,
+            "content_hash": self.content_hash,
+            "run_id": self.run_id,
+        }
+
+
+def decide(
+    sources: ConsoleSources,
+    principal: Principal,
+    proposal_id: str,
+    action: str,
+    *,
+    reason: str,
+    content_hash: str | None,
+) -> Decision:
+    """Approve, deny or invalidate one proposal, audited either way.
+
+    Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
+    ``ApprovalError`` (``content_changed``, ``reason_required``, ``already_<status>`` …)."""
+    actor = f"{principal.via}:{principal.name}"
+    tenant, seen_hash = "", content_hash or ""
+    try:
+        if action not in ACTIONS:
+            raise ApprovalError("bad_action", f"action must be one of {', '.join(ACTIONS)}")
+        p = _visible(sources, principal, proposal_id)
+        assert sources.approvals is not None
+        tenant = p.tenant
+        if not principal.may(p.tenant, "reviewer"):
+            raise Denied("not_reviewer", f"{principal.name} is not a reviewer for this tenant")
+        if action == "approve" and not content_hash:
+            raise ApprovalError("content_hash_required", "approve names the content hash that was reviewed")
+        if content_hash and content_hash != p.content_hash:
+            raise ApprovalError(
+                "content_changed", "the proposal is not the one reviewed (content hash differs)"
+            )
+        reason = reason.strip()
+        if action == "deny" and not reason:
+            raise ApprovalError("reason_required", "a denial needs a reason")
+        reviewer = principal.reviewer()
+        if action == "approve":
+            done = sources.approvals.approve(reviewer, p.id, reason=reason)
+        elif action == "deny":
+            done = sources.approvals.deny(reviewer, p.id, reason=reason)
+        else:
+            done = sources.approvals.invalidate(reviewer, p.id, reason=reason or "invalidated")
+    except ApprovalError as err:
+        sources.users.audit(
+            actor, action, tenant=tenant, target=proposal_id, content_hash=seen_hash,
+            outcome=f"refused:{err.reason}", detail=str(err),
+        )  # fmt: skip
+        raise
+    sources.users.audit(
+        actor, action, tenant=done.tenant, target=done.id, content_hash=done.content_hash,
+        outcome=str(done.status), detail=reason,
+    )  # fmt: skip
+    return Decision(
+        done.id,
+        str(done.status),
+        done.decided_by,
+        done.decided_at.isoformat(timespec="seconds") if done.decided_at else None,
+        done.content_hash,
+        done.run_id,
+    )

@@ -1,0 +1,290 @@
+"""Pending elicitations (X5): the question, attributed to the asking server, and a form built
+from its flat schema. Answers are converted without guessing and validated against the stored
+schema before anything is stored; an invalid answer changes nothing.
+
+URL-mode requests are never paused by the host (they need a person at the moment they are
+made); the console lists the ones the traces recorded, with the URL's host shown as given,
+as the ASCII (punycode) name that is actually registered, and decoded to Unicode.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from tether.console._approvals import Denied, Hidden
+from tether.console._render import names_in
+from tether.console._sources import ConsoleSources
+from tether.console._users import Principal
+from tether.core._confusables import check_name
+from tether.errors import ApprovalError
+from tether.mcp._elicitation import check_schema, store_answer, validate_answer
+
+__all__ = [
+    "FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests",
+]  # fmt: skip
+
+_INT = re.compile(r"^[+-]?\d{1,18}$")
+_NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
+
+
+@dataclass(frozen=True, slots=True)
+class FormField:
+    name: str
+    kind: str  # string | number | integer | boolean
+    label: str
+    description: str
+    required: bool
+    input_type: str  # text | email | url | date | number | select | boolean
+    options: list[tuple[str, str]] = field(default_factory=list)  # (value, label)
+    attrs: dict[str, Any] = field(default_factory=dict)  # minlength, maxlength, min, max, step
+    default: Any = None
+
+    @property
+    def default_text(self) -> str:
+        if self.default is None:
+            return ""
+        if isinstance(self.default, bool):
+            return "true" if self.default else "false"
+        return str(self.default)
+
+
+def form_fields(schema: dict[str, Any]) -> list[FormField]:
+    """The form of a validated flat schema. Raises ``ApprovalError`` if the schema is not flat."""
+    problem = check_schema(schema)
+    if problem is not None:
+        raise ApprovalError("invalid_schema", problem)
+    required = set(schema.get("required", []))
+    out = []
+    for name, prop in schema["properties"].items():
+        kind = prop["type"]
+        attrs: dict[str, Any] = {}
+        options: list[tuple[str, str]] = []
+        if kind == "string":
+            if "enum" in prop:
+                names = prop.get("enumNames") or prop["enum"]
+                options = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)]
+                input_type = "select"
+            elif "oneOf" in prop:
+                options = [(o["const"], str(o.get("title") or o["const"])) for o in prop["oneOf"]]
+                input_type = "select"
+            else:
+                input_type = _INPUT_TYPE.get(prop.get("format", ""), "text")
+                if "minLength" in prop:
+                    attrs["minlength"] = prop["minLength"]
+                if "maxLength" in prop:
+                    attrs["maxlength"] = prop["maxLength"]
+        elif kind in ("number", "integer"):
+            input_type = "number"
+            attrs["step"] = "1" if kind == "integer" else "any"
+            for key in ("minimum", "maximum"):
+                if key in prop:
+                    attrs[key[:3]] = prop[key]
+        else:
+            input_type = "boolean"
+        out.append(
+            FormField(
+                name=str(name),
+                kind=kind,
+                label=str(prop.get("title") or name),
+                description=str(prop.get("description") or ""),
+                required=name in required,
+                input_type=input_type,
+                options=options,
+                attrs=attrs,
+                default=prop.get("default"),
+            )
+        )
+    return out
+
+
+def parse_form(schema: dict[str, Any], form: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """Typed content from form strings, and the problems (conversion, then schema validation).
+
+    An empty field is left out (the schema says whether it was required); a number is read only
+    if it is written as one; a boolean is ``true`` or ``false``."""
+    content: dict[str, Any] = {}
+    problems: list[str] = []
+    for f in form_fields(schema):
+        raw = form.get(f.name, "")
+        if raw == "":
+            continue
+        if f.kind == "string":
+            content[f.name] = raw
+        elif f.kind == "integer":
+            if _INT.match(raw.strip()):
+                content[f.name] = int(raw.strip())
+            else:
+                problems.append(f"{f.name}: {raw!r} is not a whole number")
+        elif f.kind == "number":
+            text = raw.strip()
+            if _NUM.match(text) and math.isfinite(float(text)):
+                content[f.name] = int(text) if _INT.match(text) else float(text)
+            else:
+                problems.append(f"{f.name}: {raw!r} is not a number")
+        elif raw in ("true", "false"):
+            content[f.name] = raw == "true"
+        else:
+            problems.append(f"{f.name}: choose yes or no")
+    unknown = sorted(set(form) - {f.name for f in form_fields(schema)})
+    if unknown:
+        problems.append(f"fields not in the question: {', '.join(unknown)}")
+    if not problems:
+        problems = validate_answer(schema, content)
+    return content, problems
+
+
+async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
+    if sources.traces is not None and (tenant := sources.traces.tenant_of(run_id)):
+        return tenant
+    if sources.approvals is not None:
+        cp = await sources.approvals.store.load_checkpoint(run_id)
+        if cp is not None:
+            import json
+
+            try:
+                return str(json.loads(cp.state)["context"]["tenant"])
+            except (ValueError, KeyError, TypeError):
+                pass
+    return sources.mcp_config.host.tenant if sources.mcp_config is not None else None
+
+
+async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
+    try:
+        fields, problem = form_fields(pause.schema), None
+    except ApprovalError as err:
+        fields, problem = [], str(err)
+    return {
+        "id": pause.id,
+        "created_at": pause.created_at,
+        "run_id": pause.run_id,
+        "tenant": await _tenant_of(sources, pause.run_id),
+        "server": pause.server,
+        "tool": pause.tool,
+        "arguments": pause.arguments,
+        "message": pause.message,
+        "schema": pause.schema,
+        "status": pause.status,
+        "action": pause.action,
+        "answered_by": pause.answered_by,
+        "answer": pause.answer,  # what was stored, shown with the question once answered
+        "names": names_in(pause.message, pause.arguments),
+        "fields": fields,
+        "schema_problem": problem,
+    }
+
+
+async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
+    if sources.open_pauses is None:
+        return []
+    store = sources.open_pauses()
+    try:
+        views = [await _view(sources, p) for p in await store.pending()]
+    finally:
+        store.close()
+    return [v for v in views if principal.sees(v["tenant"])]
+
+
+async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
+    if sources.open_pauses is None:
+        raise Hidden("question")
+    store = sources.open_pauses()
+    try:
+        try:
+            view = await _view(sources, await store.get(pause_id))
+        except ApprovalError:
+            raise Hidden("question") from None
+    finally:
+        store.close()
+    if not principal.sees(view["tenant"]):
+        raise Hidden("question")
+    return view
+
+
+async def answer(
+    sources: ConsoleSources,
+    principal: Principal,
+    pause_id: str,
+    action: str,
+    content: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
+    ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
+    view = await get(sources, principal, pause_id)
+    actor = f"{principal.via}:{principal.name}"
+    tenant = view["tenant"] or ""
+    try:
+        if not principal.may(tenant, "reviewer"):
+            raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
+        assert sources.open_pauses is not None
+        store = sources.open_pauses()
+        try:  # validated against the stored question, as the CLI does
+            stored = await store_answer(store, pause_id, action, content, actor=f"console:{principal.name}")
+        finally:
+            store.close()
+    except ApprovalError as err:
+        sources.users.audit(
+            actor, f"elicitation_{action}", tenant=tenant, target=pause_id,
+            outcome=f"refused:{err.reason}", detail=str(err)[:500],
+        )  # fmt: skip
+        raise
+    fields = sorted(content or {})
+    sources.users.audit(
+        actor, f"elicitation_{action}", tenant=tenant, target=pause_id,
+        outcome="answered", detail=f"fields: {', '.join(fields)}" if fields else "",
+    )  # fmt: skip
+    return {"id": stored.id, "status": stored.status, "action": stored.action, "run_id": stored.run_id}
+
+
+def domain_view(url: str) -> dict[str, Any]:
+    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode), with the
+    look-alike check every name shown to a reviewer gets (``tether.core._confusables.check_name``)."""
+    check = check_name(url)
+    try:
+        scheme = urlsplit(url).scheme
+    except ValueError:
+        scheme = ""
+    # The last two labels: what a registrar sold (approximate: no public-suffix list is consulted).
+    return {
+        "url": url,
+        "scheme": scheme,
+        "raw": check.host,
+        "ascii": check.ascii,
+        "unicode": check.unicode,
+        "registered_ascii": ".".join(check.ascii.split(".")[-2:]) if check.ascii else "",
+        "registered_unicode": ".".join(check.unicode.split(".")[-2:]) if check.unicode else "",
+        "internationalised": check.internationalised or not check.host.isascii(),
+        "suspicious": check.suspicious,
+        "problems": list(check.problems),
+    }
+
+
+def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:
+    """URL-mode elicitations recorded in traces (newest first), with their domains decoded."""
+    if sources.traces is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for run in sources.traces.runs(limit=50):  # the most recent runs: a page load stays cheap
+        if not principal.sees(run.tenant):
+            continue
+        for e in sources.traces.events(run.run_id):
+            if e.get("kind") == "mcp_elicitation" and e.get("url"):
+                out.append(
+                    {
+                        "run_id": run.run_id,
+                        "tenant": run.tenant,
+                        "ts": e.get("ts", ""),
+                        "server": e.get("server", ""),
+                        "tool": e.get("tool"),
+                        "outcome": e.get("outcome", ""),
+                        "reason": e.get("reason", ""),
+                        "domain": domain_view(str(e["url"])),
+                    }
+                )
+        if len(out) >= limit:
+            break
+    return out[:limit]

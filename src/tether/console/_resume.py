@@ -1,0 +1,62 @@
+"""The console's "resume" action: continue a run that may be resumed — paused (its approvals
+decided, its questions answered) or stopped on a transient failure — by the rule and the path
+``tether resume`` uses.
+
+The run's tenant is read from its checkpoint (what the host recorded), never from the request;
+only a reviewer of that tenant may resume it. The run is continued by ``ConsoleSources.resume``:
+embedded, the application factory the checkpoint names rebuilds it here (``factory_resumer``);
+on a deployment, its continuation is enqueued for a worker (``DurableResumer``). Every refusal
+is audited with its reason, as is every resume.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tether.console._approvals import Denied, Hidden
+from tether.console._sources import ConsoleSources
+from tether.console._users import Principal
+from tether.errors import ApprovalError, TetherError
+from tether.runners._scope import resume_point
+
+__all__ = ["resume_run"]
+
+
+def _tenant(state: str) -> str | None:
+    try:
+        return str(json.loads(state)["context"]["tenant"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
+    """Resume ``run_id``; returns the run's summary (or the enqueued continuation's on a
+    deployment). Raises ``Hidden``, ``Denied``, ``ApprovalError`` (``resume_disabled``,
+    ``run_finished``, ``not_resumable``, ``run_cancelled``, ``not_durable`` …)."""
+    if sources.approvals is None:
+        raise Hidden("run")
+    checkpoint = await sources.approvals.store.load_checkpoint(run_id)
+    tenant = _tenant(checkpoint.state) if checkpoint is not None else None
+    if checkpoint is None or tenant is None or not principal.sees(tenant):
+        raise Hidden("run")
+    actor = f"{principal.via}:{principal.name}"
+    try:
+        if not principal.may(tenant, "reviewer"):
+            raise Denied("not_reviewer", f"{principal.name} may not resume runs of this tenant")
+        if sources.resume is None:
+            raise ApprovalError(
+                "resume_disabled", f"this console does not resume runs: tether resume {run_id}"
+            )
+        resume_point(checkpoint, run_id)  # the one rule: paused or stopped, never finished
+        summary = await sources.resume(run_id)
+    except TetherError as err:  # a refusal, or a factory that cannot rebuild the run
+        reason = getattr(err, "reason", "") or type(err).__name__
+        sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=f"refused:{reason}",
+                            detail=str(err)[:500])  # fmt: skip
+        raise
+    outcome = str(summary.get("stop_reason") or "")
+    if summary.get("enqueued"):
+        outcome = f"enqueued:{summary.get('workflow_id', '')}"
+    sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=outcome)
+    return summary

@@ -1,0 +1,403 @@
+"""Runs from their traces: a filtered list, and one run as a timeline.
+
+Embedded, the trace folder is the source of truth (one ``<run_id>.jsonl`` per run,
+append-only); each file's summary is cached by size and modification time. A deployment's runs
+are read from its shared trace store (``StoredTraceIndex``). Values in a trace were sanitised and
+redacted when they were written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from tether.trace._stats import trace_stats
+
+__all__ = [
+    "RunFilter",
+    "RunIndex",
+    "RunSummary",
+    "StoredTraceIndex",
+    "TimelineItem",
+    "TraceIndex",
+    "run_totals",
+    "timeline",
+    "valid_run_id",
+]
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def valid_run_id(run_id: str) -> bool:
+    return bool(_RUN_ID.match(run_id)) and ".." not in run_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    run_id: str
+    tenant: str | None
+    agent: str
+    design: str
+    model: str
+    objective: str
+    started: str
+    ended: str
+    stop_reason: str  # the last stop; "" while running (or if the trace was cut short)
+    detail: str
+    events: int
+    resumed: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "agent": self.agent,
+            "design": self.design,
+            "model": self.model,
+            "objective": self.objective,
+            "started": self.started,
+            "ended": self.ended,
+            "stop_reason": self.stop_reason,
+            "detail": self.detail,
+            "events": self.events,
+            "resumed": self.resumed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    tenant: str = ""
+    stop_reason: str = ""
+    agent: str = ""
+    since: str = ""  # ISO date or date-time (UTC)
+    until: str = ""
+
+    def matches(self, run: RunSummary) -> bool:
+        if self.tenant and run.tenant != self.tenant:
+            return False
+        if self.stop_reason and run.stop_reason != self.stop_reason:
+            return False
+        if self.agent and self.agent not in (run.agent, run.design):
+            return False
+        if self.since and run.started[: len(self.since)] < self.since:
+            return False
+        return not (self.until and run.started[: len(self.until)] > self.until)
+
+
+def _read(path: Path) -> list[dict[str, Any]]:
+    events = []
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except ValueError:  # a line cut by a crash: keep what was decided before it
+                continue
+            if isinstance(value, dict):
+                events.append(value)
+    return events
+
+
+def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
+    empty: dict[str, Any] = {}
+    return _summary(
+        run_id,
+        start=next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
+        stop=next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
+        first_ts=str(events[0].get("ts", "")) if events else "",
+        events=len(events),
+        resumed=any(e.get("kind") == "run_resumed" for e in events),
+    )
+
+
+def _summary(
+    run_id: str,
+    *,
+    start: Mapping[str, Any],
+    stop: Mapping[str, Any],
+    first_ts: str,
+    events: int,
+    resumed: bool,
+) -> RunSummary:
+    return RunSummary(
+        run_id=run_id,
+        tenant=start.get("tenant"),
+        agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
+        design=str(start.get("design") or ""),
+        model=str(start.get("model") or ""),
+        objective=str(start.get("objective") or ""),
+        started=first_ts,
+        ended=str(stop.get("ts", "")),
+        stop_reason=str(stop.get("reason") or ""),
+        detail=str(stop.get("detail") or ""),
+        events=events,
+        resumed=resumed,
+    )
+
+
+class RunIndex(Protocol):
+    """Where the console reads runs: a folder of JSONL traces (``TraceIndex``) or a deployment's
+    shared trace store (``StoredTraceIndex``)."""
+
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]: ...
+
+    def get(self, run_id: str) -> RunSummary | None: ...
+
+    def events(self, run_id: str) -> list[dict[str, Any]]: ...
+
+    def tenant_of(self, run_id: str) -> str | None: ...
+
+
+class TraceIndex:
+    """The runs of one trace folder."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._cache: dict[str, tuple[int, int, RunSummary]] = {}
+        self._lock = threading.Lock()
+
+    def path(self, run_id: str) -> Path | None:
+        if not valid_run_id(run_id):
+            return None
+        path = self.directory / f"{run_id}.jsonl"
+        return path if path.is_file() else None
+
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        if not self.directory.is_dir():
+            return []
+        out = []
+        for path in self.directory.glob("*.jsonl"):
+            summary = self._summary(path)
+            if summary is not None and (flt is None or flt.matches(summary)):
+                out.append(summary)
+        out.sort(key=lambda r: (r.started, r.run_id), reverse=True)
+        return out[:limit]
+
+    def get(self, run_id: str) -> RunSummary | None:
+        path = self.path(run_id)
+        return self._summary(path) if path is not None else None
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        path = self.path(run_id)
+        return _read(path) if path is not None else []
+
+    def tenant_of(self, run_id: str) -> str | None:
+        run = self.get(run_id)
+        return run.tenant if run else None
+
+    def _summary(self, path: Path) -> RunSummary | None:
+        run_id = path.stem
+        if not valid_run_id(run_id):
+            return None
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        with self._lock:
+            cached = self._cache.get(run_id)
+        if cached and cached[0] == st.st_mtime_ns and cached[1] == st.st_size:
+            return cached[2]
+        try:
+            summary = summarise(run_id, _read(path))
+        except OSError:
+            return None
+        with self._lock:
+            self._cache[run_id] = (st.st_mtime_ns, st.st_size, summary)
+        return summary
+
+
+# -- one run as a timeline -------------------------------------------------------------------
+
+_CATEGORY = {
+    "run_started": "lifecycle",
+    "run_resumed": "lifecycle",
+    "run_paused": "lifecycle",
+    "context_composed": "model",
+    "model_response": "model",
+    "model_error": "model",
+    "tool_proposed": "proposal",
+    "policy_allowed": "decision",
+    "policy_denied": "decision",
+    "tool_error": "decision",
+    "approval_requested": "approval",
+    "approval_granted": "approval",
+    "approval_denied": "approval",
+    "tool_observation": "observation",
+    "tool_crashed": "observation",
+    "effect_intent": "effect",
+    "effect_recorded": "effect",
+    "effect_replayed": "effect",
+    "effect_reconciled": "effect",
+    "effect_escalated": "effect",
+    "stop": "stop",
+}
+_SKIP = {"run_id", "seq", "ts", "kind"}
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineItem:
+    seq: int
+    ts: str
+    kind: str
+    category: str
+    title: str
+    facts: dict[str, Any] = field(default_factory=dict)
+    rule: str | None = None  # a decision links to its rule
+    proposal: str | None = None  # an approval links to its proposal
+    trust: str | None = None  # an observation's trust label
+    turn: int = 0  # the model turn it belongs to (0: before the first), as the queue and proposals number it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "turn": self.turn,
+            "ts": self.ts,
+            "kind": self.kind,
+            "category": self.category,
+            "title": self.title,
+            "facts": self.facts,
+            "rule": self.rule,
+            "proposal": self.proposal,
+            "trust": self.trust,
+        }
+
+
+def _title(kind: str, e: Mapping[str, Any]) -> str:
+    tool = e.get("tool") or ""
+    if kind == "context_composed":
+        return f"request composed: {e.get('messages', '?')} messages, {e.get('tools', '?')} tools"
+    if kind == "model_response":
+        calls = ", ".join(c.get("name", "?") for c in e.get("tool_calls") or [] if isinstance(c, dict))
+        tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
+        return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
+    if kind == "tool_proposed":
+        args = str(e.get("arguments") or "")
+        return f"proposed {tool} " + (args if len(args) <= 120 else args[:119] + "…")
+    if kind == "policy_allowed":
+        return f"allowed {tool} (rule {e.get('rule', '?')})"
+    if kind == "policy_denied":
+        return f"denied {tool}: {e.get('reason', '')} (rule {e.get('rule', '?')})"
+    if kind == "tool_error":
+        return f"refused {tool}: {e.get('error', '')}"
+    if kind == "approval_requested":
+        return f"approval requested for {tool}"
+    if kind == "approval_granted":
+        return f"approved {tool} by {e.get('reviewer', '?')}"
+    if kind == "approval_denied":
+        return f"not approved {tool}: {e.get('status') or e.get('reason') or ''}"
+    if kind == "tool_observation":
+        state = "error" if e.get("is_error") else "result"
+        return f"{state} from {tool} via {e.get('source', '?')}"
+    if kind == "stop":
+        return f"stop: {e.get('reason', '')}"
+    if kind.startswith("effect_"):
+        return f"{kind.replace('_', ' ')}: {tool} {e.get('key', '')}"
+    if kind in ("run_started", "run_resumed"):
+        return f"{kind.replace('_', ' ')}: {e.get('agent') or e.get('workflow') or e.get('design') or ''}"
+    return kind.replace("_", " ")
+
+
+def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
+    """The run's events in order, each with its model turn: turn N starts at the run's Nth model
+    response (across resumed parts: a resumed run first settles the turn it paused in), the
+    numbering the approval queue and the proposal page use (a proposal of turn N has step N-1)."""
+    items = []
+    turn = 0
+    for e in events:
+        kind = str(e.get("kind", ""))
+        if kind == "model_response":
+            turn += 1
+        facts = {k: v for k, v in e.items() if k not in _SKIP}
+        rule = e.get("rule") if kind in ("policy_allowed", "policy_denied") else None
+        proposal = e.get("proposal_id") if kind.startswith("approval_") else None
+        trust = e.get("trust") if kind == "tool_observation" else None
+        items.append(
+            TimelineItem(
+                seq=int(e.get("seq") or 0),
+                ts=str(e.get("ts", "")),
+                kind=kind,
+                category=_CATEGORY.get(kind, "other"),
+                title=_title(kind, e),
+                facts=facts,
+                rule=str(rule) if rule else None,
+                proposal=str(proposal) if proposal else None,
+                trust=str(trust) if trust else None,
+                turn=turn,
+            )
+        )
+    return items
+
+
+def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens, cost and prefix reuse of one run (every part, resumed parts included)."""
+    responses = [e for e in events if e.get("kind") == "model_response"]
+    stats = trace_stats(events)
+    return {
+        "model_calls": len(responses),
+        "prompt_tokens": sum(int(e.get("prompt_tokens") or 0) for e in responses),
+        "completion_tokens": sum(int(e.get("completion_tokens") or 0) for e in responses),
+        "cached_tokens": sum(int(e.get("cached_tokens") or 0) for e in responses),
+        "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
+        "prefix_reuse_mean": stats["prefix_reuse_mean"],
+        "prefix_reuse_min": stats["prefix_reuse_min"],
+        "tool_calls": sum(1 for e in events if e.get("kind") == "tool_proposed"),
+        "denied": sum(1 for e in events if e.get("kind") == "policy_denied"),
+        "approvals": sum(1 for e in events if e.get("kind") == "approval_requested"),
+    }
+
+
+def parse_day(text: str) -> str:
+    """A filter bound: an ISO date or date-time, else ``""`` (ignored)."""
+    text = text.strip()
+    if not text:
+        return ""
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return ""
+    return text
+
+
+class StoredTraceIndex:
+    """The runs of a deployment, read from its shared trace store (``PgTraceIndex``: every
+    worker's events, readable from any machine), so the console lists and opens runs that ran
+    on other machines. ``scan``: how many of the most recent runs a list looks at."""
+
+    def __init__(self, store: Any, *, scan: int = 2000) -> None:
+        self.store = store
+        self.scan = scan
+
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        out = []
+        for head in self.store.runs(self.scan):
+            run_id = str(head["run_id"])
+            if not valid_run_id(run_id):
+                continue
+            summary = _summary(
+                run_id, start=head.get("start") or {}, stop=head.get("stop") or {},
+                first_ts=str(head.get("first_ts") or ""), events=int(head.get("events") or 0),
+                resumed=bool(head.get("resumed")),
+            )  # fmt: skip
+            if flt is None or flt.matches(summary):
+                out.append(summary)
+        return out[:limit]
+
+    def get(self, run_id: str) -> RunSummary | None:
+        events = self.events(run_id)
+        return summarise(run_id, events) if events else None
+
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        if not valid_run_id(run_id):
+            return []
+        return [e for e in self.store.events(run_id) if isinstance(e, dict)]
+
+    def tenant_of(self, run_id: str) -> str | None:
+        run = self.get(run_id)
+        return run.tenant if run else None

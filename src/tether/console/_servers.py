@@ -1,0 +1,213 @@
+"""MCP servers (X2): what each configured server may do, its pins, a live review of its tools
+(full text, hidden characters flagged, a diff against the pinned definition) and pinning.
+
+The servers belong to the host configuration's tenant (``host.tenant``): its viewers see the
+list and the pins, its admins review (which launches or contacts the server) and pin.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from tether.console._approvals import Denied, Hidden
+from tether.console._render import hidden_chars, names_in
+from tether.console._sources import ConsoleSources
+from tether.console._users import Principal
+from tether.errors import ApprovalError, TetherError
+
+__all__ = ["definition_diff", "pin", "review", "servers"]
+
+
+def _tenant(sources: ConsoleSources) -> str:
+    assert sources.mcp_config is not None
+    return sources.mcp_config.host.tenant
+
+
+def _check(sources: ConsoleSources, principal: Principal, role: str) -> str:
+    if sources.mcp_config is None:
+        raise Hidden("server")
+    tenant = _tenant(sources)
+    if not principal.sees(tenant):
+        raise Hidden("server")
+    if not principal.may(tenant, role):
+        raise Denied(
+            "not_admin", f"{principal.name} may not {'pin' if role == 'admin' else 'see'} servers here"
+        )
+    return tenant
+
+
+def _where(server: Any) -> str:
+    """What the server is: the launch command, or the URL without user info or query."""
+    if server.transport == "stdio":
+        return " ".join(server.argv())
+    parts = urlsplit(str(server.url))
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
+    """Configured servers with their pins; credentials are named, never shown."""
+    if sources.mcp_config is None or not principal.sees(_tenant(sources)):
+        return []
+    out = []
+    store = sources.open_pins() if sources.open_pins is not None else None
+    try:
+        for s in sources.mcp_config.servers:
+            pins = store.pins(s.name) if store is not None else {}
+            out.append(
+                {
+                    "name": s.name,
+                    "transport": s.transport,
+                    "where": _where(s),
+                    "tools": s.tools,
+                    "effects": {k: str(v) for k, v in s.effects.items()},
+                    "elicitation": s.elicitation.enabled,
+                    "url_mode": s.elicitation.url_mode,
+                    "sampling": s.sampling.enabled,
+                    "credential_names": sorted(s.credentials),
+                    "header_names": sorted(s.headers),
+                    "env_names": sorted(s.env),
+                    "pins": [
+                        {
+                            "tool": p.tool,
+                            "sha256": p.sha256,
+                            "approved_by": p.approved_by,
+                            "approved_at": p.approved_at,
+                        }
+                        for p in sorted(pins.values(), key=lambda p: p.tool)
+                    ],
+                }
+            )
+    finally:
+        if store is not None:
+            store.close()
+    return out
+
+
+def _lines(definition: dict[str, Any] | None) -> list[str]:
+    if definition is None:
+        return []
+    return json.dumps(definition, indent=2, sort_keys=True, ensure_ascii=False).splitlines()
+
+
+def definition_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tuple[str, str]]:
+    """A unified diff of two tool definitions as (kind, line): kind is ``+``, ``-``, ``@`` or ``" "``."""
+    out = []
+    for line in difflib.unified_diff(_lines(old), _lines(new), "pinned", "listed now", lineterm="", n=3):
+        if line.startswith(("---", "+++")):
+            continue
+        out.append((line[0] if line[:1] in "+-@" else " ", line))
+    return out
+
+
+async def review(sources: ConsoleSources, principal: Principal, name: str) -> dict[str, Any]:
+    """Connect to the server and compare every tool with its pin. Raises ``Hidden``, ``Denied``,
+    ``TetherError`` (config, server unavailable)."""
+    from tether.mcp._approve import review_server
+
+    tenant = _check(sources, principal, "admin")
+    assert sources.mcp_config is not None
+    actor = f"{principal.via}:{principal.name}"
+    try:
+        sources.mcp_config.server(name)  # ConfigError for an unknown name
+        result = await review_server(sources.mcp_config, name)
+    except TetherError as err:
+        sources.users.audit(
+            actor, "review", tenant=tenant, target=name,
+            outcome=f"refused:{getattr(err, 'reason', type(err).__name__)}", detail=str(err)[:500],
+        )  # fmt: skip
+        raise
+    sources.users.audit(actor, "review", tenant=tenant, target=name, content_hash=result.digest)
+    pins = {}
+    if sources.open_pins is not None:
+        store = sources.open_pins()
+        try:
+            pins = store.pins(name)
+        finally:
+            store.close()
+    tools = []
+    for tr in result.tools:
+        c = tr.check
+        pinned = pins.get(c.tool)
+        text = json.dumps(c.definition, ensure_ascii=False)
+        tools.append(
+            {
+                "tool": c.tool,
+                "status": c.status,
+                "why": c.why,
+                "sha256": c.sha256,
+                "pinned_sha256": c.pinned_sha256,
+                "definition": c.definition,
+                "hidden": hidden_chars(text),
+                "names": names_in(c.definition),
+                "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in tr.findings],
+                "flagged": tr.flagged,
+                "diff": definition_diff(pinned.definition, c.definition)
+                if pinned and c.status == "changed"
+                else [],
+                "pinned_by": pinned.approved_by if pinned else None,
+            }
+        )
+    return {"server": name, "launch": _safe_launch(result.launch), "digest": result.digest, "tools": tools}
+
+
+def _safe_launch(launch: dict[str, Any]) -> dict[str, Any]:
+    out = dict(launch)
+    if out.get("url"):
+        parts = urlsplit(str(out["url"]))
+        out["url"] = urlunsplit(
+            (
+                parts.scheme,
+                (parts.hostname or "") + (f":{parts.port}" if parts.port else ""),
+                parts.path,
+                "",
+                "",
+            )
+        )
+    return out
+
+
+async def pin(
+    sources: ConsoleSources,
+    principal: Principal,
+    name: str,
+    *,
+    digest: str,
+    tools: set[str],
+    accept_flagged: set[str],
+) -> dict[str, Any]:
+    """Pin exactly the reviewed listing (``digest``): nothing is pinned if the server now lists
+    anything else. Audited. Raises ``Hidden``, ``Denied``, ``ApprovalError``, ``TetherError``."""
+    from tether.mcp._approve import approve_server
+
+    tenant = _check(sources, principal, "admin")
+    assert sources.mcp_config is not None
+    actor = f"{principal.via}:{principal.name}"
+    try:
+        if not digest:
+            raise ApprovalError("digest_required", "pinning names the review digest that was reviewed")
+        if not tools:
+            raise ApprovalError("nothing_selected", "select at least one tool to pin")
+        _, pinned, skipped = await approve_server(
+            sources.mcp_config,
+            name,
+            actor=f"console:{principal.name}",
+            accept_flagged=accept_flagged & tools,
+            only=tools,
+            expect=digest,
+        )
+    except TetherError as err:
+        sources.users.audit(
+            actor, "pin", tenant=tenant, target=name, content_hash=digest,
+            outcome=f"refused:{getattr(err, 'reason', type(err).__name__)}", detail=str(err)[:500],
+        )  # fmt: skip
+        raise
+    sources.users.audit(
+        actor, "pin", tenant=tenant, target=name, content_hash=digest, outcome="ok",
+        detail=json.dumps({"pinned": pinned, "skipped": skipped}, ensure_ascii=False)[:2000],
+    )  # fmt: skip
+    return {"server": name, "pinned": pinned, "skipped": skipped, "digest": digest}

@@ -1,0 +1,246 @@
+"""What the console reads and writes: the same store objects the host and the CLI use.
+
+Every page goes through these objects, never through a database of its own, so swapping the
+embedded SQLite stores for other backends (an ``ApprovalStore`` on PostgreSQL, say) changes
+only how ``ConsoleSources`` is built.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from tether.console._runs import RunIndex, StoredTraceIndex, TraceIndex
+from tether.console._users import UserStore
+from tether.errors import ApprovalError, ConfigError
+from tether.policy._approvals import Approvals
+
+if TYPE_CHECKING:
+    from tether.mcp._config import McpConfig
+    from tether.mcp._pauses import PauseStore
+    from tether.mcp._pinning import PinStore
+
+__all__ = ["ConsoleSources", "deployment_sources", "sqlite_sources"]
+
+# Continues a run (by its id) and returns its summary: the run's own when it ran here, or the
+# enqueued continuation's (``workflow_id``, ``status``) on a deployment.
+Resumer = Callable[[str], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class ConsoleSources:
+    """The stores behind the console.
+
+    ``open_pauses`` / ``open_pins`` open a store for one request (SQLite connections stay on
+    the thread that opened them); ``resume`` continues a run that may be resumed (paused, or
+    stopped on a transient failure), or is ``None`` when the console may only record decisions
+    (then ``tether resume RUN`` continues it).
+    """
+
+    users: UserStore
+    approvals: Approvals | None = None
+    traces: RunIndex | None = None
+    mcp_config: McpConfig | None = None
+    open_pauses: Callable[[], PauseStore] | None = None
+    open_pins: Callable[[], PinStore] | None = None
+    resume: Resumer | None = None
+    on_close: Callable[[], None] | None = None  # closes what the sources opened (a deployment's stores)
+
+    def close(self) -> None:
+        self.users.close()
+        if self.on_close is not None:
+            self.on_close()
+        elif self.approvals is not None:
+            close = getattr(self.approvals.store, "close", None)
+            if close is not None:
+                close()
+
+
+def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
+    """Resume a run the way ``tether resume`` does, by the same code: the one rule of what may
+    be resumed (``resume_point``: a paused run, or one stopped on a transient failure), then
+    the application factory its checkpoint names rebuilds the host and the agent
+    (``runscope.rebuild``, told the run id when it takes one) and the run continues
+    (``runscope.resume_rebuilt``). Returns the run's summary."""
+
+    async def resume(run_id: str) -> dict[str, Any]:
+        from tether.runners._scope import rebuild, resume_point, resume_rebuilt
+
+        point = resume_point(await approvals.store.load_checkpoint(run_id), run_id)
+        if not point.app:
+            raise ApprovalError(
+                "not_resumable", f"run {run_id} recorded no application factory: tether resume {run_id} --app"
+            )
+        try:
+            host, agent = rebuild(point.app, db, run_id)
+        except ConfigError as err:
+            raise ApprovalError("not_resumable", str(err)) from None
+        result = await resume_rebuilt(host, agent, run_id)
+        summary: dict[str, Any] = result.summary()
+        return summary
+
+    return resume
+
+
+class DurableResumer:
+    """Resume a deployment's run the way ``tether resume RUN --db URL`` does: the continuation
+    is enqueued on the deployment's queue (``DurableClient.resume``: a paused run, or one
+    stopped on a transient failure; idempotent per paused state) and a worker serving the run's
+    version rebuilds and continues it. Returns ``{"run_id", "workflow_id", "status"}``."""
+
+    def __init__(self, url: str, stores: Any) -> None:
+        self.url = url
+        self.stores = stores
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                try:
+                    from tether.durable import DurableClient
+                except ImportError as err:
+                    raise ConfigError(f"resuming a deployment's run needs the durable extra: {err}") from None
+                self._client = DurableClient(self.url, stores=self.stores, retry=False)
+            return self._client
+
+    def _resume(self, run_id: str) -> dict[str, Any]:
+        client = self._open()
+        workflow_id = client.resume(run_id)
+        view = client.run(run_id)
+        status = view.status if view is not None else "queued"
+        return {"run_id": run_id, "workflow_id": workflow_id, "status": status, "enqueued": True}
+
+    async def __call__(self, run_id: str) -> dict[str, Any]:
+        return await anyio.to_thread.run_sync(self._resume, run_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def sqlite_sources(
+    *,
+    users_db: Path,
+    approvals_db: Path | None,
+    trace_dir: Path | None,
+    mcp_config: Path | None = None,
+    allow_resume: bool = True,
+    users: UserStore | None = None,
+) -> ConsoleSources:
+    """The embedded default: SQLite files and a folder of JSONL traces (an approval store that does
+    not exist yet is created empty, for the hosts that will write to it)."""
+    from tether.policy._sqlite_store import SqliteApprovalStore
+
+    approvals = None
+    if approvals_db is not None:
+        approvals = Approvals(SqliteApprovalStore(approvals_db))
+    config = None
+    open_pauses = open_pins = None
+    if mcp_config is not None:
+        from tether.mcp._config import load_config
+        from tether.mcp._pauses import PauseStore
+        from tether.mcp._pinning import PinStore
+
+        config = load_config(mcp_config)
+        state, pins = config.path(config.host.state), config.path(config.host.pins)
+
+        def open_pauses() -> PauseStore:
+            return PauseStore(state)
+
+        def open_pins() -> PinStore:
+            return PinStore(pins)
+
+        if trace_dir is None:
+            trace_dir = config.path(config.host.trace_dir)
+    resume = None
+    if allow_resume and approvals is not None and approvals_db is not None:
+        resume = factory_resumer(approvals_db, approvals)
+    return ConsoleSources(
+        users=users or UserStore(users_db),
+        approvals=approvals,
+        traces=TraceIndex(trace_dir) if trace_dir is not None else None,
+        mcp_config=config,
+        open_pauses=open_pauses,
+        open_pins=open_pins,
+        resume=resume,
+    )
+
+
+class _Kept:
+    """A deployment's shared store lent to one request: the request's ``close`` leaves it open
+    (its connection pool serves every request and thread)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def close(self) -> None:
+        pass
+
+
+def deployment_sources(
+    *,
+    url: str,
+    users_db: Path,
+    trace_dir: Path | None = None,
+    mcp_config: Path | None = None,
+    users: UserStore | None = None,
+    allow_resume: bool = True,
+) -> ConsoleSources:
+    """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
+    questions and pins every durable worker uses. Decisions and answers are recorded there (a
+    worker resumes a run once all it waits for is decided). Runs are read from the deployment's
+    shared trace store on PostgreSQL (every worker's runs, whatever machine ran them), from
+    ``trace_dir`` on SQLite. Resume (``allow_resume``) enqueues the run's continuation for a
+    worker, as ``tether resume RUN --db URL`` does: for a run stopped on a transient failure,
+    or a paused one a worker has not picked up."""
+    from tether.stores._url import open_stores
+
+    config = None
+    if mcp_config is not None:
+        from tether.mcp._config import load_config
+
+        config = load_config(mcp_config)
+        if trace_dir is None:
+            trace_dir = config.path(config.host.trace_dir)
+    stores = open_stores(url)
+    pauses, pins = stores.pauses, stores.pins
+
+    def open_pauses() -> PauseStore:
+        return cast("PauseStore", _Kept(pauses))  # the same methods (the pause store protocol)
+
+    def open_pins() -> PinStore:
+        return cast("PinStore", _Kept(pins))
+
+    traces: RunIndex | None = None
+    if stores.traces is not None:
+        traces = StoredTraceIndex(stores.traces)
+    elif trace_dir is not None:
+        traces = TraceIndex(trace_dir)
+    resumer = DurableResumer(url, stores) if allow_resume else None
+
+    def close() -> None:
+        if resumer is not None:
+            resumer.close()
+        stores.close()
+
+    return ConsoleSources(
+        users=users or UserStore(users_db),
+        approvals=Approvals(stores.approvals),
+        traces=traces,
+        mcp_config=config,
+        open_pauses=open_pauses,
+        open_pins=open_pins if config is not None else None,
+        resume=resumer,
+        on_close=close,
+    )

@@ -1,0 +1,413 @@
+"""Console accounts in SQLite: people, per-tenant roles, API tokens, sessions and the audit log.
+
+Secrets never rest in plaintext: passwords and API tokens are stored as scrypt hashes (random
+salt, ``hmac.compare_digest``), session ids as SHA-256 digests (they are 256-bit random values,
+so a fast hash is enough). A role is granted per tenant; ``*`` grants it for every tenant.
+
+    viewer   reads the tenant's queue, questions, runs and servers
+    reviewer also decides proposals, answers questions, resumes runs
+    admin    also reviews and pins MCP servers and reads the audit log
+
+The audit log is append-only (triggers refuse updates and deletes).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from tether.errors import TetherError
+from tether.policy._approvals import Reviewer
+from tether.sql._database import Database
+
+__all__ = [
+    "ALL_TENANTS",
+    "ROLES",
+    "AuditEntry",
+    "AuthError",
+    "Principal",
+    "TokenInfo",
+    "UserStore",
+    "hash_secret",
+    "verify_secret",
+]
+
+ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
+ALL_TENANTS = "*"
+SESSION_TTL = timedelta(hours=12)
+MIN_PASSWORD = 10
+TOKEN_PREFIX = "tether_"
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+
+
+class AuthError(TetherError):
+    """A refused sign-in, token or account change. ``reason`` is machine-readable."""
+
+    def __init__(self, reason: str, message: str | None = None) -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def hash_secret(secret: str, *, n: int = _SCRYPT_N) -> str:
+    """``scrypt$N$r$p$salt$hash`` of a password or token (``n``: the CPU/memory cost, a power of 2)."""
+    salt = secrets.token_bytes(16)
+    dk = hashlib.scrypt(
+        secret.encode("utf-8"), salt=salt, n=n, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32, maxmem=2**26
+    )
+    return f"scrypt${n}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
+
+
+def verify_secret(secret: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, expected = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        dk = hashlib.scrypt(
+            secret.encode("utf-8"), salt=_unb64(salt), n=int(n), r=int(r), p=int(p), dklen=32, maxmem=2**26
+        )
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(dk, _unb64(expected))
+
+
+# Verified against when the user does not exist, so a wrong name costs the same as a wrong password.
+_DUMMY_HASH = hash_secret(secrets.token_hex(16))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _ts(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise AuthError("bad_name", "user names are 1-64 of a-z 0-9 . _ - (starting with a letter or digit)")
+    return name
+
+
+def check_tenant(tenant: str) -> str:
+    if tenant != ALL_TENANTS and (
+        not tenant or len(tenant) > 128 or not tenant.isprintable() or tenant != tenant.strip()
+    ):
+        raise AuthError("bad_tenant", "a tenant is 1-128 printable characters, or * for every tenant")
+    return tenant
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is asking, as the console established it (a session or an API token)."""
+
+    name: str
+    grants: Mapping[str, str] = field(default_factory=dict)  # tenant -> role
+    via: Literal["session", "token"] = "session"
+    csrf: str | None = None  # the session's CSRF token (sessions only)
+    session: str | None = None  # digest of the session id (sessions only)
+
+    def level(self, tenant: str) -> int:
+        return max(ROLES.get(self.grants.get(tenant, ""), 0), ROLES.get(self.grants.get(ALL_TENANTS, ""), 0))
+
+    def may(self, tenant: str, role: str) -> bool:
+        return self.level(tenant) >= ROLES[role]
+
+    def tenants(self, role: str = "viewer") -> frozenset[str] | None:
+        """The tenants where this principal has at least ``role``; ``None`` means every tenant."""
+        if ROLES.get(self.grants.get(ALL_TENANTS, ""), 0) >= ROLES[role]:
+            return None
+        return frozenset(t for t, r in self.grants.items() if ROLES.get(r, 0) >= ROLES[role])
+
+    def sees(self, tenant: str | None) -> bool:
+        """Whether records of ``tenant`` are visible (records with no tenant: only to ``*`` grants)."""
+        visible = self.tenants("viewer")
+        return visible is None or (tenant is not None and tenant in visible)
+
+    def reviewer(self) -> Reviewer:
+        """The host-side authority the approval desk checks again for every decision."""
+        tenants = self.tenants("reviewer")
+        return (
+            Reviewer.for_all_tenants(self.name) if tenants is None else Reviewer(self.name, tenants=tenants)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    id: str
+    user: str
+    label: str
+    created_at: str
+    expires_at: str | None
+    revoked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    seq: int
+    at: str
+    actor: str
+    action: str
+    tenant: str
+    target: str
+    content_hash: str
+    outcome: str
+    detail: str
+    client: str = ""
+
+
+# The address of the request being served (set by the console's middleware for each request):
+# every audit entry written while serving it records it without each caller passing it on.
+CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
+
+
+class UserStore:
+    """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``.
+
+    ``scrypt_n`` is the cost of new password and token hashes (each hash records its own, so
+    raising it later keeps old ones verifiable)."""
+
+    def __init__(self, path: str | Path, *, scrypt_n: int = _SCRYPT_N) -> None:
+        if scrypt_n < 2**10 or scrypt_n & (scrypt_n - 1):
+            raise ValueError("scrypt_n must be a power of two of at least 1024")
+        self.scrypt_n = scrypt_n
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = Database.sqlite(self.path)  # the one connection discipline (storage.py)
+        self._db.migrate("users")  # the tables: tether.sql._tables
+        # digest of a verified token -> (user, token id, valid until): skips scrypt on every API call.
+        self._token_cache: dict[str, tuple[str, str, float]] = {}
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._db.transaction(write=write) as conn:
+            yield conn.connection.driver_connection  # type: ignore[misc]
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._tx(write=False) as conn:
+            return list(conn.execute(sql, params))
+
+    # -- people and grants -------------------------------------------------------------------
+
+    def add_user(self, name: str, password: str) -> None:
+        """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
+        check_name(name)
+        if len(password) < MIN_PASSWORD:
+            raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
+        hashed = hash_secret(password, n=self.scrypt_n)
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
+                raise AuthError("exists", f"user {name} exists")
+            conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
+
+    def set_password(self, name: str, password: str) -> None:
+        if len(password) < MIN_PASSWORD:
+            raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
+        hashed = hash_secret(password, n=self.scrypt_n)
+        with self._tx() as conn:
+            if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
+                raise AuthError("unknown_user", f"no user {name}")
+            conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+            # A new password means the old one may be known: its API tokens end with its sessions.
+            conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
+        self._token_cache.clear()
+
+    def set_disabled(self, name: str, disabled: bool) -> None:
+        """Disable a person (every session ends, every token is refused, sign-in fails) or enable
+        them again (their tokens stay revoked). Raises ``AuthError("unknown_user")``."""
+        with self._tx() as conn:
+            done = conn.execute("UPDATE users SET disabled = ? WHERE name = ?", (int(disabled), name))
+            if not done.rowcount:
+                raise AuthError("unknown_user", f"no user {name}")
+            if disabled:
+                conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
+                conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
+        self._token_cache.clear()
+
+    def grant(self, name: str, tenant: str, role: str) -> None:
+        """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there)."""
+        check_tenant(tenant)
+        if role not in ROLES:
+            raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+        with self._tx() as conn:
+            if not conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
+                raise AuthError("unknown_user", f"no user {name}")
+            conn.execute(
+                "INSERT INTO grants VALUES (?, ?, ?) ON CONFLICT (user, tenant) DO UPDATE SET role = ?",
+                (name, tenant, role, role),
+            )
+
+    def revoke_grant(self, name: str, tenant: str) -> bool:
+        with self._tx() as conn:
+            return bool(
+                conn.execute("DELETE FROM grants WHERE user = ? AND tenant = ?", (name, tenant)).rowcount
+            )
+
+    def grants(self, name: str) -> dict[str, str]:
+        return dict(self._read("SELECT tenant, role FROM grants WHERE user = ?", (name,)))
+
+    def users(self) -> list[dict[str, Any]]:
+        rows = self._read("SELECT name, created_at, disabled FROM users ORDER BY name")
+        return [
+            {"name": n, "created_at": c, "disabled": bool(d), "grants": self.grants(n)} for n, c, d in rows
+        ]
+
+    def has_users(self) -> bool:
+        return bool(self._read("SELECT 1 FROM users LIMIT 1"))
+
+    def authenticate(self, name: str, password: str) -> str:
+        """The user's name if the password matches; raises ``AuthError("bad_credentials")``."""
+        rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))
+        stored, disabled = rows[0] if rows else (_DUMMY_HASH, 1)
+        ok = verify_secret(password, stored)
+        if not ok or disabled or not rows:
+            raise AuthError("bad_credentials", "wrong user name or password")
+        return name
+
+    # -- API tokens -------------------------------------------------------------------------
+
+    def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
+        """A new API token for ``name``: the secret is returned once and stored only hashed."""
+        if not self._read("SELECT 1 FROM users WHERE name = ?", (name,)):
+            raise AuthError("unknown_user", f"no user {name}")
+        token_id = secrets.token_hex(6)
+        secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
+        now = _now()
+        expires = _ts(now + timedelta(days=days)) if days else None
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
+                (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
+            )
+        return secret, TokenInfo(token_id, name, label[:200], _ts(now), expires, False)
+
+    def tokens(self, name: str | None = None) -> list[TokenInfo]:
+        sql = "SELECT id, user, label, created_at, expires_at, revoked FROM tokens"
+        rows = self._read(
+            sql + (" WHERE user = ?" if name else "") + " ORDER BY created_at", (name,) if name else ()
+        )
+        return [TokenInfo(i, u, la, c, e, bool(r)) for i, u, la, c, e, r in rows]
+
+    def revoke_token(self, token_id: str) -> bool:
+        with self._tx() as conn:
+            done = bool(conn.execute("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,)).rowcount)
+        self._token_cache.clear()
+        return done
+
+    def principal_for_token(self, secret: str) -> Principal:
+        """Raises ``AuthError("bad_token")`` for an unknown, revoked, expired or malformed token."""
+        match = re.fullmatch(rf"{TOKEN_PREFIX}([0-9a-f]{{12}})_[A-Za-z0-9_-]{{20,100}}", secret)
+        if match is None:
+            raise AuthError("bad_token", "not a tether API token")
+        rows = self._read(
+            "SELECT t.user, t.secret_hash, t.expires_at, t.revoked, u.disabled FROM tokens t"
+            " JOIN users u ON u.name = t.user WHERE t.id = ?",
+            (match.group(1),),
+        )
+        if not rows:
+            verify_secret(secret, _DUMMY_HASH)
+            raise AuthError("bad_token", "unknown token")
+        user, stored, expires, revoked, disabled = rows[0]
+        if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
+            raise AuthError("bad_token", "token revoked or expired")
+        key = _digest(secret)
+        cached = self._token_cache.get(key)
+        if not (cached and cached[0] == user and cached[2] > time.monotonic()):
+            if not verify_secret(secret, stored):
+                raise AuthError("bad_token", "unknown token")
+            self._token_cache[key] = (user, match.group(1), time.monotonic() + 60)
+        return Principal(user, self.grants(user), via="token")
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def create_session(self, name: str) -> str:
+        """A new session for ``name``; returns the raw session id (only its digest is stored)."""
+        raw = secrets.token_urlsafe(32)
+        now = _now()
+        with self._tx() as conn:
+            conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (_ts(now),))
+            conn.execute(
+                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?)",
+                (_digest(raw), name, secrets.token_urlsafe(32), _ts(now), _ts(now + SESSION_TTL)),
+            )
+        return raw
+
+    def principal_for_session(self, raw: str) -> Principal | None:
+        rows = self._read(
+            "SELECT s.user, s.csrf, s.expires_at, u.disabled FROM sessions s JOIN users u ON u.name = s.user"
+            " WHERE s.id_hash = ?",
+            (_digest(raw),),
+        )
+        if not rows:
+            return None
+        user, csrf, expires, disabled = rows[0]
+        if disabled or datetime.fromisoformat(expires) <= _now():
+            return None
+        return Principal(user, self.grants(user), via="session", csrf=csrf, session=_digest(raw))
+
+    def end_session(self, session_digest: str) -> None:
+        with self._tx() as conn:
+            conn.execute("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
+
+    # -- audit ------------------------------------------------------------------------------
+
+    def audit(
+        self,
+        actor: str,
+        action: str,
+        *,
+        tenant: str = "",
+        target: str = "",
+        content_hash: str = "",
+        outcome: str = "ok",
+        detail: str = "",
+        client: str | None = None,
+    ) -> None:
+        """Append an entry; ``client`` defaults to the address of the request being served."""
+        where = CLIENT.get() if client is None else client
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
+                 outcome, detail[:2000], where[:200]),
+            )  # fmt: skip
+
+    def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
+        rows = self._read(
+            "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail, client FROM audit"
+            " ORDER BY seq DESC LIMIT ?",
+            (limit,),
+        )
+        entries = [AuditEntry(*r) for r in rows]
+        if tenants is None:
+            return entries
+        return [e for e in entries if e.tenant in tenants]

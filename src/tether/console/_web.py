@@ -1,0 +1,141 @@
+"""Who is asking, and whether a state change may proceed: session cookies, API tokens, CSRF.
+
+- People sign in with a password and get a session: the cookie holds a random id, signed
+  (itsdangerous), ``HttpOnly``, ``SameSite=Strict``, ``Secure`` when served over HTTPS; the
+  store keeps only the id's digest, so signing out (or a password change) ends it.
+- Programs send ``Authorization: Bearer <token>``; a bad token is refused even if a cookie is
+  present. Tokens never come from cookies or query strings.
+- Every state change by a session carries the session's CSRF token (a form field or the
+  ``X-CSRF-Token`` header), and a cross-site ``Origin`` is refused. Sign-in itself is protected
+  by a signed double-submit token. Bearer requests need no CSRF token: a browser never adds
+  that header on its own.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+from itsdangerous import BadSignature, Signer
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tether.console._users import AuthError, Principal, UserStore
+
+__all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Gate", "load_secret_key"]
+
+SESSION_COOKIE = "tether_session"
+LOGIN_COOKIE = "tether_login"
+
+
+def load_secret_key(path: Path) -> bytes:
+    """The signing key kept beside the user store (created once, mode 600)."""
+    if path.exists():
+        key = path.read_bytes().strip()
+        if len(key) >= 32:
+            return key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48).encode("ascii")
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_bytes(key + b"\n")
+    return key
+
+
+@dataclass
+class Gate:
+    users: UserStore
+    secret_key: bytes
+    secure_cookies: bool = False
+
+    def __post_init__(self) -> None:
+        self._session = Signer(self.secret_key, salt="tether-console-session")
+        self._login = Signer(self.secret_key, salt="tether-console-login")
+
+    # -- who is asking -------------------------------------------------------------------
+
+    async def principal(self, request: Request) -> Principal | None:
+        """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
+        header = request.headers.get("authorization")
+        if header is not None:
+            scheme, _, token = header.partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise AuthError("bad_token", "use Authorization: Bearer <token>")
+            return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if not cookie:
+            return None
+        try:
+            raw = self._session.unsign(cookie).decode("ascii")
+        except (BadSignature, UnicodeDecodeError):
+            return None
+        return self.users.principal_for_session(raw)
+
+    def start_session(self, response: Response, name: str) -> None:
+        raw = self.users.create_session(name)
+        response.set_cookie(
+            SESSION_COOKIE,
+            self._session.sign(raw.encode("ascii")).decode("ascii"),
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+            max_age=12 * 3600,
+        )
+        response.delete_cookie(LOGIN_COOKIE, path="/")
+
+    def end_session(self, response: Response, principal: Principal) -> None:
+        if principal.session:
+            self.users.end_session(principal.session)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+
+    # -- CSRF ----------------------------------------------------------------------------
+
+    @staticmethod
+    def same_origin(request: Request) -> bool:
+        origin = request.headers.get("origin")
+        if origin is None:  # not a browser, or an old one: the CSRF token still decides
+            return True
+        expected = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
+        return origin == expected
+
+    def csrf_ok(self, request: Request, principal: Principal, supplied: str | None) -> bool:
+        if principal.via == "token":
+            return True
+        if not self.same_origin(request):
+            return False
+        token = supplied or request.headers.get("x-csrf-token") or ""
+        return bool(token) and principal.csrf is not None and hmac.compare_digest(token, principal.csrf)
+
+    @staticmethod
+    def new_login_token() -> str:
+        return secrets.token_urlsafe(24)
+
+    def set_login_cookie(self, response: Response, value: str) -> None:
+        """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
+        response.set_cookie(
+            LOGIN_COOKIE,
+            self._login.sign(value.encode("ascii")).decode("ascii"),
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+            max_age=1800,
+        )
+
+    def login_ok(self, request: Request, supplied: str | None) -> bool:
+        cookie = request.cookies.get(LOGIN_COOKIE, "")
+        try:
+            expected = self._login.unsign(cookie).decode("ascii")
+        except (BadSignature, UnicodeDecodeError):
+            return False
+        return self.same_origin(request) and bool(supplied) and hmac.compare_digest(expected, supplied or "")
+
+
+def form_value(form: Any, key: str, limit: int = 4000) -> str:
+    value = form.get(key, "")
+    return value[:limit] if isinstance(value, str) else ""

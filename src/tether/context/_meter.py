@@ -1,0 +1,110 @@
+"""Prefix-stability meter (C7): how much of the previous request is a byte prefix of this one.
+
+Providers cache the longest byte-identical prefix of a request; the share of the previous
+request that the current one repeats verbatim at its start is the cache-hit potential. A
+request is serialised as one JSON line per tool definition, then one per message (each
+item's ``item_json``), so an append-only request extends the previous one byte for byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tether.context._incremental import ItemMemo
+from tether.models._base import ModelRequest
+from tether.models._estimate import item_json
+
+__all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
+
+
+def request_bytes(request: ModelRequest) -> bytes:
+    """The bytes of a request as the meter reads them: tool definitions first (they are part
+    of the prefix), then messages, one line each."""
+    return b"".join(item_json(item) + b"\n" for item in (*request.tools, *request.messages))
+
+
+def common_prefix_len(a: bytes, b: bytes, *, chunk: int = 4096) -> int:
+    """Length of the longest common prefix: chunked compares (memcmp) then one byte scan."""
+    if b.startswith(a) or a.startswith(b):  # the append-only case: one memcmp, no copies
+        return min(len(a), len(b))
+    n = min(len(a), len(b))
+    i = 0
+    while i < n:
+        j = min(i + chunk, n)
+        if a[i:j] == b[i:j]:
+            i = j
+            continue
+        while a[i] == b[i]:
+            i += 1
+        return i
+    return n
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixSample:
+    """One request's figures. ``reuse`` is None for the first request of a session."""
+
+    request_bytes: int
+    common_bytes: int
+    reuse: float | None  # common / len(previous): share of the previous request reused
+    cached_share: float | None  # common / len(this): share of this request a cache could serve
+
+
+class PrefixMeter:
+    """Keeps the previous request's lines and measures each new one against them. A line holds
+    no raw newline (JSON escapes it) and ends with one, so two requests' common byte prefix
+    ends inside their first differing line: only that line is compared byte by byte, never the
+    whole request. ``texts``: the session's memo of ``item_json``, shared with its token account."""
+
+    def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
+        # Each line is an item's ``item_json`` and its newline: the items are read from the
+        # shared memo as they are (no copy with a newline per item); the newlines are counted.
+        self._texts: ItemMemo[bytes] = texts if texts is not None else ItemMemo(item_json)
+        self._previous: list[bytes] | None = None
+        self._previous_len = 0
+        # Running totals, not a sample per request kept for the rest of the run.
+        self.requests = 0
+        self._reuse_sum = 0.0
+        self._reuse_count = 0
+
+    def measure(self, request: ModelRequest) -> PrefixSample:
+        lines = self._texts.values((*request.tools, *request.messages))
+        size = sum(map(len, lines)) + len(lines)
+        prev, prev_len = self._previous, self._previous_len
+        if prev is None:
+            sample = PrefixSample(size, 0, None, None)
+        else:
+            common = _common_bytes(prev, lines)
+            sample = PrefixSample(
+                size,
+                common,
+                round(common / prev_len, 6) if prev_len else 1.0,
+                round(common / size, 6) if size else 1.0,
+            )
+        self._previous, self._previous_len = lines, size
+        self.requests += 1
+        if sample.reuse is not None:
+            self._reuse_sum += sample.reuse
+            self._reuse_count += 1
+        return sample
+
+    @property
+    def mean_reuse(self) -> float | None:
+        """The mean of the requests' ``reuse`` (the first request has none)."""
+        return round(self._reuse_sum / self._reuse_count, 6) if self._reuse_count else None
+
+
+def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
+    """``common_prefix_len`` of the two requests' lines (each item and a newline), from the
+    items (equal objects compare by identity). No item holds a raw newline, so the common
+    prefix of two different lines ends inside their items, before either newline."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return sum(map(len, a[:n])) + n
+    i = n - 1 if a[: n - 1] == b[: n - 1] else _first_difference(a, b, n)  # usually the tail
+    return sum(map(len, a[:i])) + i + common_prefix_len(a[i], b[i])
+
+
+def _first_difference(a: Sequence[bytes], b: Sequence[bytes], n: int) -> int:
+    return next(i for i in range(n) if a[i] != b[i])

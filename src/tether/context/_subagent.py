@@ -1,0 +1,114 @@
+"""Subagent isolation (C6): a bulky subtask runs in its own context; only its conclusion returns.
+
+``run_subtask`` runs a child agent on the same host (same policy, tools and gate) with a
+fresh trajectory and its own trace, and hands back a short conclusion. The parent's trace
+records a ``subagent_finished`` event naming the child's run id, trace file and stop reason,
+so a reader can follow the link; none of the child's intermediate output enters the parent.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tether.errors import ToolError
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.policy._trusted import TrustedContext
+    from tether.runs._values import Agent, RunResult
+
+__all__ = ["RunsAgents", "Subagent", "SubtaskResult", "run_subtask"]
+
+
+class RunsAgents(Protocol):
+    """What a subtask needs of the host: run a child agent through the same chokepoint."""
+
+    async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult: ...
+
+
+@dataclass(frozen=True)
+class Subagent:
+    """A subagent the model may call as a tool ``name(task)``; ``agent`` builds a fresh agent per call.
+
+    Configured in ``ContextConfig.subagents``; the run's host, trusted context and tracer are
+    used, so the child passes the same gate and the parent's trace links the child's.
+    """
+
+    name: str
+    description: str
+    agent: Callable[[], Agent]
+    max_chars: int = 2000
+
+
+MAX_DEPTH = 3  # subagents of subagents: bounded, so a loop of delegation cannot run away (P4)
+_depth: contextvars.ContextVar[int] = contextvars.ContextVar("tether_subagent_depth", default=0)
+
+SubtaskRunner = Callable[[Subagent, str], Awaitable["SubtaskResult"]]
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskResult:
+    conclusion: str
+    ok: bool
+    stop_reason: str
+    run_id: str
+    trace_path: Path | None
+    tokens: int
+
+    def as_tool_result(self) -> dict[str, Any]:
+        return {
+            "conclusion": self.conclusion,
+            "ok": self.ok,
+            "stop_reason": self.stop_reason,
+            "subagent_run": self.run_id,
+        }
+
+
+async def run_subtask(
+    host: RunsAgents,
+    agent: Agent,
+    task: str,
+    *,
+    context: TrustedContext,
+    parent: Any = None,
+    max_chars: int = 2000,
+) -> SubtaskResult:
+    """Run ``agent`` on ``task`` in an isolated context; return at most ``max_chars`` of conclusion.
+
+    ``task`` must be self-contained: the child sees none of the parent's conversation.
+    ``parent`` is the parent's ``Tracer`` (optional): it receives the link event.
+    Raises ``ToolError`` (recoverable) when subagents are already nested ``MAX_DEPTH`` deep.
+    """
+    depth = _depth.get()
+    if depth >= MAX_DEPTH:
+        raise ToolError(f"subagents may nest at most {MAX_DEPTH} deep", hint="do this step yourself")
+    token = _depth.set(depth + 1)
+    try:
+        result = await host.run(agent, task, context=context)
+    finally:
+        _depth.reset(token)
+    answer = (result.answer or "").strip()
+    if len(answer) > max_chars:
+        answer = answer[: max_chars - 1].rstrip() + "…"
+    out = SubtaskResult(
+        conclusion=answer,
+        ok=result.ok,
+        stop_reason=str(result.stop_reason),
+        run_id=result.run_id,
+        trace_path=result.trace_path,
+        tokens=result.usage.total_tokens,
+    )
+    if parent is not None:
+        parent.emit(
+            EventKind.SUBAGENT_FINISHED,
+            child_run_id=out.run_id,
+            child_trace=str(out.trace_path) if out.trace_path else None,
+            stop_reason=out.stop_reason,
+            conclusion_chars=len(out.conclusion),
+            child_tokens=out.tokens,
+        )
+    return out

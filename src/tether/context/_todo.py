@@ -1,0 +1,110 @@
+"""The TODO list of the status bar, kept by code and edited by the model only through two tools.
+
+``rewrite_todo_list`` replaces the whole plan; ``update_todo_status`` moves one item. Each item
+has an id, its content, a status (pending / in_progress / completed / cancelled) and the time of
+its last change. The list is run state: the host renders it, the model never counts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tether.errors import ToolInputError
+from tether.tools._contract import Tool, tool
+
+__all__ = ["TodoDraft", "TodoItem", "TodoList", "TodoStatus"]
+
+TodoStatus = Literal["pending", "in_progress", "completed", "cancelled"]
+
+
+class TodoDraft(BaseModel):
+    """One item as the model writes it in ``rewrite_todo_list``."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    content: Annotated[str, Field(min_length=1, max_length=500, description="What to do, one step.")]
+    status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")] = (
+        "pending"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TodoItem:
+    id: str
+    content: str
+    status: TodoStatus
+    updated_at: datetime
+
+    def render(self) -> str:
+        return f"[{self.id}] {self.content} ({self.status}, {self.updated_at.isoformat(timespec='seconds')})"
+
+
+class TodoList:
+    """Per-run TODO list and the two tools that edit it."""
+
+    MAX_ITEMS = 50
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self.items: list[TodoItem] = []
+        self._next = 1
+
+    def rewrite(self, drafts: list[TodoDraft]) -> list[TodoItem]:
+        if len(drafts) > self.MAX_ITEMS:
+            raise ToolInputError(
+                f"a TODO list holds at most {self.MAX_ITEMS} items", hint="merge small steps into larger ones"
+            )
+        now = self._clock()
+        items = []
+        for d in drafts:
+            items.append(TodoItem(str(self._next), d.content.strip(), d.status, now))
+            self._next += 1
+        self.items = items
+        return items
+
+    def update(self, item_id: str, status: TodoStatus) -> TodoItem:
+        for i, item in enumerate(self.items):
+            if item.id == item_id:
+                self.items[i] = TodoItem(item.id, item.content, status, self._clock())
+                return self.items[i]
+        known = ", ".join(i.id for i in self.items) or "none"
+        raise ToolInputError(
+            f"no TODO item with id {item_id!r} (known ids: {known})",
+            hint="use an id shown in the TODO list of the status, or rewrite the list",
+        )
+
+    def render(self) -> list[str]:
+        return [item.render() for item in self.items]
+
+    # The two tools, declared once for the class; ``tools()`` binds them to one list (a bound
+    # copy costs a dict copy, where declaring a tool builds a pydantic model and its schema).
+    @tool(name="rewrite_todo_list", blocking=False)
+    def rewrite_todo_list(
+        self,
+        items: Annotated[
+            list[TodoDraft], Field(description="The whole plan, in order; replaces the previous list.")
+        ],
+    ) -> dict[str, object]:
+        """Replace the TODO list with a new plan; items get fresh ids for update_todo_status."""
+        return {"todo": self.render_items(self.rewrite(items))}
+
+    @tool(name="update_todo_status", blocking=False)
+    def update_todo_status(
+        self,
+        id: Annotated[str, Field(description="The item id, as shown in the TODO list, e.g. '2'.")],
+        status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")],
+    ) -> dict[str, object]:
+        """Change the status of one TODO item."""
+        return {"updated": self.update(id, status).render()}
+
+    def tools(self) -> list[Tool]:
+        """The two tools bound to this list."""
+        return [self.rewrite_todo_list, self.update_todo_status]
+
+    @staticmethod
+    def render_items(items: list[TodoItem]) -> list[str]:
+        return [i.render() for i in items]

@@ -1,0 +1,51 @@
+"""Token accounting: the provider's reported usage when present, a pluggable estimator otherwise.
+
+No tokenizer is downloaded at run time. The default estimator counts about four characters
+a token (the same rule the scripted models report, so tests are consistent). When a backend
+reports ``prompt_tokens`` for a request, the next request is counted as that figure plus the
+estimated difference between the two requests, so the provider's own count anchors the total.
+"""
+
+from __future__ import annotations
+
+from tether.context._incremental import ItemMemo
+from tether.core.messages import Usage
+from tether.models._base import ModelRequest
+from tether.models._estimate import TokenEstimator, chars_estimator, estimate_request, item_json
+
+__all__ = ["TokenAccount", "TokenEstimator", "chars_estimator", "estimate_request"]
+
+class TokenAccount:
+    """Counts the tokens of each request of one session. ``texts``: the session's memo of
+    item texts, shared with its prefix meter so each item is encoded once for both."""
+
+    def __init__(
+        self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[bytes] | None = None
+    ) -> None:
+        self.estimator = estimator
+        self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
+        self._last_estimate: int | None = None
+        self._texts = texts if texts is not None else ItemMemo(item_json)
+        # Each message and tool definition is estimated once per session (as estimate_request does).
+        self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
+
+    def _estimate_item(self, item: object) -> int:
+        return self.estimator(self._texts.value(item).decode())
+
+    def estimate(self, item: object) -> int:
+        """The estimated tokens of one message or tool definition (computed once per object)."""
+        return self._memo.value(item)
+
+    def count(self, request: ModelRequest) -> int:
+        """Tokens of ``request``: anchored on the last reported usage when there is one."""
+        estimate = sum(self._memo.values((*request.tools, *request.messages)))
+        self._last_estimate = estimate
+        if self._anchor is None:
+            return estimate
+        reported, estimated_then = self._anchor
+        return max(1, reported + (estimate - estimated_then))
+
+    def observe(self, usage: Usage) -> None:
+        """Record the usage the provider reported for the request counted last."""
+        if usage.prompt_tokens > 0 and self._last_estimate is not None:
+            self._anchor = (usage.prompt_tokens, self._last_estimate)

@@ -1,0 +1,132 @@
+"""Chat messages as pure values, and their chat-completions wire format.
+
+Roles are never flattened into text: a tool result is a ``ToolMessage`` with the id of
+the call it answers, and the harness's own status goes in a user-role message it writes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether.core.types import ToolCall
+
+__all__ = [
+    "AssistantMessage",
+    "Message",
+    "SystemMessage",
+    "ToolCall",
+    "ToolMessage",
+    "Usage",
+    "UserMessage",
+    "message_from_wire",
+    "to_wire",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SystemMessage:
+    content: str
+    kind: Literal["system"] = "system"
+
+    def wire(self) -> dict[str, Any]:
+        return {"role": "system", "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    """A user-role message. ``origin`` says who wrote it: the user, or the harness (status bar)."""
+
+    content: str
+    origin: Literal["user", "harness"] = "user"
+    kind: Literal["user"] = "user"
+
+    def wire(self) -> dict[str, Any]:
+        return {"role": "user", "content": self.content}
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """One model turn. ``provider_items``: what a provider requires back as it sent it, each
+    a dict tagged with its ``provider`` (Anthropic thinking blocks with their signatures,
+    OpenAI Responses reasoning items); a backend sends back only its own provider's items."""
+
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None
+    kind: Literal["assistant"] = "assistant"
+    provider_items: tuple[dict[str, Any], ...] = ()
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [c.wire() for c in self.tool_calls]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ToolMessage:
+    """The result of one tool call, as the model reads it (already wrapped as untrusted data)."""
+
+    tool_call_id: str
+    content: str
+    name: str = ""
+    kind: Literal["tool"] = "tool"
+
+    def wire(self) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": self.tool_call_id, "content": self.content}
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.cached_tokens + other.cached_tokens,
+        )
+
+
+def to_wire(messages: list[Message] | tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The chat-completions ``messages`` array."""
+    return [m.wire() for m in messages]
+
+
+def message_from_wire(data: dict[str, Any]) -> Message:
+    """Parse one chat-completions message (used by backends and checkpoints)."""
+    role = data.get("role")
+    if role == "system":
+        return SystemMessage(str(data.get("content") or ""))
+    if role == "user":
+        return UserMessage(str(data.get("content") or ""))
+    if role == "assistant":
+        calls = tuple(
+            ToolCall(
+                id=str(c["id"]),
+                name=str(c["function"]["name"]),
+                arguments=c["function"].get("arguments") or "",
+            )
+            for c in data.get("tool_calls") or ()
+        )
+        return AssistantMessage(content=data.get("content"), tool_calls=calls)
+    if role == "tool":
+        return ToolMessage(tool_call_id=str(data["tool_call_id"]), content=str(data.get("content") or ""))
+    raise ValueError(f"unknown role {role!r}")
+
+
+def dumps(value: Any) -> str:
+    """Canonical compact JSON used for tool results and hashes."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)

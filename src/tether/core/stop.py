@@ -1,0 +1,110 @@
+"""Stop reasons, limits and the detectors that end a run from outside the model."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import anyio
+
+from tether.core.types import StopReason
+
+__all__ = ["Limits", "RepetitionDetector", "StopReason", "call_signature", "cancel_after"]
+
+
+def cancel_after(seconds: float) -> anyio.CancelScope:
+    """A cancel scope whose body is cancelled after ``seconds``; ``cancelled_caught`` says
+    whether it was. ``anyio.fail_after`` in one cancel scope: without its two generator
+    context managers and with one event-loop lookup instead of three (a step takes several
+    of these)."""
+    if _backend is None:
+        return anyio.CancelScope(deadline=anyio.current_time() + seconds)
+    backend = _backend()
+    return backend.create_cancel_scope(deadline=backend.current_time() + seconds)
+
+
+try:  # anyio's dispatch to the running event loop's backend, looked up once per scope
+    from anyio._core._eventloop import get_async_backend as _backend
+except ImportError:  # pragma: no cover - a later anyio that moved it: the public two lookups
+    _backend = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """External stop conditions. ``llm_calls`` is the per-invocation budget; ``llm_calls_hard``
+    is the safety net above it (the graceful final turn may use the gap, nothing else may).
+
+    When a budget trips (LLM calls, ``max_tokens``, ``max_cost_usd``, ``max_steps``) the run gets
+    one last model turn with tools disabled, its output capped at ``final_turn_max_tokens`` —
+    if ``final_turn_on_budget`` and that turn is affordable: under ``llm_calls_hard``, under the
+    optional hard ceilings ``max_tokens_hard`` / ``max_cost_usd_hard``, and before the deadline.
+    Otherwise the host answers from what was observed. Token and cost figures are cumulative
+    over the run's model calls (prompt + completion, as billed)."""
+
+    max_steps: int = 12
+    llm_calls: int = 16
+    llm_calls_hard: int = 20
+    max_tokens: int | None = None
+    max_cost_usd: float | None = None
+    deadline_s: float | None = 120.0
+    repeat_limit: int = 3
+    max_identical_calls: int = 3
+    max_malformed_turns: int = 3
+    max_unavailable: int = 2
+    final_turn_on_budget: bool = True
+    final_turn_max_tokens: int | None = 1024
+    max_tokens_hard: int | None = None
+    max_cost_usd_hard: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.llm_calls_hard < self.llm_calls:
+            raise ValueError("llm_calls_hard must be >= llm_calls")
+        if min(self.max_steps, self.llm_calls, self.repeat_limit, self.max_identical_calls) < 1:
+            raise ValueError("limits must be positive")
+        for soft, hard, name in (
+            (self.max_tokens, self.max_tokens_hard, "max_tokens"),
+            (self.max_cost_usd, self.max_cost_usd_hard, "max_cost_usd"),
+        ):
+            if soft is not None and hard is not None and hard < soft:
+                raise ValueError(f"{name}_hard must be >= {name}")
+
+
+_SIGNATURE_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str)  # built once
+
+
+def call_signature(name: str, arguments: dict[str, object]) -> str:
+    return name + _SIGNATURE_JSON.encode(arguments)
+
+
+class RepetitionDetector:
+    """Detects the same turn repeated, a short cycle of turns (A,B,A,B,…), or one identical call
+    made too often across the run, whatever the model claims about progress."""
+
+    def __init__(self, repeat_limit: int = 3, max_identical_calls: int = 3, max_period: int = 3) -> None:
+        self.repeat_limit = repeat_limit
+        self.max_identical_calls = max_identical_calls
+        self.max_period = max_period
+        self.turns: list[tuple[str, ...]] = []
+        self.calls: Counter[str] = Counter()
+
+    def observe(self, signatures: list[str]) -> str | None:
+        """Record one turn's calls; returns a description when a repetition is detected."""
+        turn = tuple(sorted(signatures))
+        self.turns.append(turn)
+        for sig in signatures:
+            self.calls[sig] += 1
+            if self.calls[sig] > self.max_identical_calls:
+                return f"identical call made {self.calls[sig]} times: {sig[:200]}"
+        turns = self.turns
+        for period in range(1, self.max_period + 1):
+            need = period * self.repeat_limit
+            if len(turns) < need or (need > period and turns[-1] != turns[-1 - period]):
+                continue  # too few turns, or this turn does not repeat the one a period back
+            tail = turns[-need:]
+            block = tail[:period]
+            if len(set(block)) != period and period > 1:
+                continue  # a "cycle" of one repeated turn is period 1's business
+            if all(tail[i] == block[i % period] for i in range(need)):
+                return f"cycle of {period} turn(s) repeated {self.repeat_limit} times"
+        return None

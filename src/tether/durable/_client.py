@@ -1,0 +1,501 @@
+"""Submitting, listing, resuming and cancelling durable runs from any machine.
+
+``DurableClient`` talks to the deployment's databases only (DBOS's system tables and tether's
+stores); it runs no workflow code, so ``tether submit`` and ``tether runs`` work on a machine
+with no worker. A run is the workflows that share its run id: the first (``op: start``, whose
+workflow id is the run id) and one per resume (``<run>.resume.<digest>``, the digest naming the
+paused state it resumes, so two machines resuming the same pause start one workflow).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.errors import ApprovalError
+from tether.policy._trusted import TrustedContext
+from tether.sql._database import blocking
+from tether.stores._url import Stores, open_stores, parse_url
+
+__all__ = ["DurableClient", "RunView", "WorkflowView"]
+
+_LIVE = ("ENQUEUED", "PENDING", "DELAYED")
+VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
+# Cancellation markers of paused runs go to a queue no worker serves: they never run.
+CANCEL_QUEUE = "tether-cancelled"
+
+_STATUS = {
+    "ENQUEUED": "queued",
+    "DELAYED": "queued",
+    "PENDING": "running",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+}
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    workflow_id: str
+    op: str
+    status: str  # DBOS's status
+    executor: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    output: dict[str, Any] | None
+    error: str | None = None
+    app_version: str | None = None
+
+
+@dataclass
+class RunView:
+    """A run as every machine sees it: its workflows, and where it stands."""
+
+    run_id: str
+    tenant: str | None
+    workflows: list[WorkflowView] = field(default_factory=list)
+
+    @property
+    def latest(self) -> WorkflowView:
+        return self.workflows[-1]
+
+    @property
+    def version(self) -> str | None:
+        """The application version its latest workflow was enqueued with (versions.py)."""
+        return next((w.app_version for w in reversed(self.workflows) if w.op != "cancel"), None)
+
+    @property
+    def status(self) -> str:
+        """queued | running | paused | finished | failed | cancelled"""
+        w = self.latest
+        if w.status != "SUCCESS":
+            return _STATUS.get(w.status, w.status.lower())
+        out = w.output or {}
+        if out.get("error") == "not_paused" and len(self.workflows) > 1:
+            # A resume that found nothing to resume: the run stands where the one before left it.
+            return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
+        return "paused" if out.get("stop_reason") == "approval_required" else "finished"
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The run's one stop reason once it ended (or paused); None while it is in flight."""
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return str((w.output or {})["stop_reason"])
+            if w.status == "CANCELLED":
+                return "cancelled"
+            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
+                return None
+        return None
+
+    @property
+    def outcome(self) -> dict[str, Any]:
+        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
+        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
+        6. A run still queued or running exits 0 with no stop reason yet."""
+        from tether.clisupport.output import run_envelope
+
+        stop = self.stop_reason
+        if stop is None:
+            return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
+        out = self._ended_output()
+        return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.outcome["exit"])
+
+    def _ended_output(self) -> dict[str, Any]:
+        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return w.output or {}
+            if w.status == "CANCELLED":
+                return {}
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        out = self.latest.output or {}
+        return {
+            **self.outcome,
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "answer": out.get("answer"),
+            "detail": out.get("detail"),
+            "pending_proposals": out.get("pending_proposals", []),
+            "version": self.version,
+            "workflows": [
+                {
+                    "workflow_id": w.workflow_id,
+                    "op": w.op,
+                    "status": w.status,
+                    "executor": w.executor,
+                    "version": w.app_version,
+                    "stop_reason": (w.output or {}).get("stop_reason"),
+                    "replayed_steps": (w.output or {}).get("replayed_steps"),
+                }
+                for w in self.workflows
+            ],
+        }
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+
+
+class DurableClient:
+    """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
+
+    def __init__(self, url: str, *, stores: Stores | None = None, retry: bool | None = None) -> None:
+        """Raises ``DeploymentUnavailable`` (one line, in seconds) unless the deployment exists:
+        a client creates nothing (``tether db init URL`` does), so a mistyped URL cannot queue
+        runs where no worker looks. A client on stores already open (a worker's, the console's:
+        ``stores`` given) skips the check. ``retry``: wait out a lost database (default: only a
+        client on given stores, a worker's); a command or a console request fails at once."""
+        from dbos import DBOSClient
+
+        from tether.durable._deploy import check_deployment
+
+        self.url = url
+        if stores is None:
+            check_deployment(url)
+        cfg = dbos_config(url, executor_id="client")
+        self.dbos = DBOSClient(
+            system_database_url=cfg["system_database_url"],
+            dbos_system_schema=cfg["dbos_system_schema"],
+            application_name=cfg["name"],
+            # A command fails on a lost database instead of waiting for it (a worker's retries).
+            retry_connection_errors=stores is not None if retry is None else retry,
+        )
+        self._stores = stores
+        self._own_stores = stores is None
+        self._pg: Any = None  # the deployment's database alone, before (or without) its stores
+        self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
+
+    @property
+    def stores(self) -> Stores:
+        if self._stores is None:
+            self._stores = open_stores(self.url)
+        return self._stores
+
+    @property
+    def db(self) -> Any:
+        """The deployment's PostgreSQL ``Database`` (None for SQLite), without opening every store."""
+        if self._stores is not None:
+            return self._stores.db
+        if self._pg is None and parse_url(self.url).backend == "postgresql":
+            from tether.sql._database import Database
+
+            self._pg = Database.postgresql(self.url, max_size=2, application_name="tether:client")
+        return self._pg
+
+    def close(self) -> None:
+        if self._pg is not None:
+            self._pg.close()
+        self.dbos.destroy()
+        if self._own_stores and self._stores is not None:
+            self._stores.close()
+
+    # -- submitting ----------------------------------------------------------------------------
+
+    def submit(
+        self,
+        app: str,
+        objective: str,
+        context: TrustedContext,
+        *,
+        run_id: str | None = None,
+        app_digest: str | None = None,
+    ) -> str:
+        """Enqueue a new run; returns its run id (which is also its first workflow's id).
+        ``app_digest`` (an agent file's sha256): only a worker serving that version runs it."""
+        run_id = run_id or new_run_id()
+        version, app_digest = self._version_for(app, app_digest)
+        request: dict[str, Any] = {
+            "op": "start",
+            "run_id": run_id,
+            "app": app,
+            "objective": objective,
+            "context": context_to_json(context),
+        }
+        if app_digest:
+            request["app_digest"] = app_digest
+        self._enqueue(run_id, request, tenant=context.tenant, op="start", version=version)
+        return run_id
+
+    def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
+        """(DBOS application version, app digest) a new run of ``app`` is bound to (versions.py):
+        the newest live worker serving it (that digest, if given), else the version a worker
+        serving that app alone will have."""
+        from tether.durable._versions import app_digest, serving, version_of
+
+        db = self.db
+        if db is None:
+            return APP_VERSION, digest  # SQLite: one process, one version
+        key = (app, digest)
+        cached = self._versions.get(key)
+        if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
+            return cached[1]  # a batch: one look-up per app and second, not one per run
+        found = db.run(serving, app, digest)
+        own = digest or (None if found else app_digest(app))
+        bound = found[0] if found else (version_of({app: own}), own)
+        self._versions[key] = (time.monotonic(), bound)
+        return bound
+
+    def _enqueue(
+        self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
+    ) -> None:
+        self.dbos.enqueue(
+            {
+                "workflow_name": WORKFLOW,
+                "queue_name": QUEUE,
+                "workflow_id": workflow_id,
+                "app_version": version,
+                # Per-tenant limits: the queue is partitioned by tenant.
+                "queue_partition_key": tenant,
+                "attributes": {"run_id": request["run_id"], "op": op, "tenant": tenant},
+            },
+            request,
+        )
+
+    def resume(self, run_id: str) -> str:
+        """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
+        state: resuming the same pause twice (from two machines) starts one workflow. Raises
+        ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        cp = blocking(self.stores.approvals.load_checkpoint, run_id)
+        if cp is None:
+            raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
+        if cp.status == "finished":
+            raise ApprovalError("run_finished", f"run {run_id} already ended ({cp.stop_reason})")
+        first = self.workflows(run_id)
+        if not first:
+            raise ApprovalError("not_durable", f"run {run_id} was not started on this deployment's queue")
+        if any(w.status == "CANCELLED" for w in first):
+            raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
+        started = self._input(run_id)
+        app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
+        tenant = json.loads(cp.state)["context"]["tenant"]
+        digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
+        workflow_id = f"{run_id}.resume.{digest}"
+        request = {"op": "resume", "run_id": run_id, "app": app}
+        # The resume runs on the version the run was bound to, unless an operator moved it.
+        version: str = first[0].app_version or APP_VERSION
+        bound: str | None = started.get("app_digest")
+        moved = self._moved(run_id)
+        if moved is not None:
+            version, bound = moved
+        if bound:
+            request["app_digest"] = bound
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version)
+        return workflow_id
+
+    def _moved(self, run_id: str) -> tuple[str, str | None] | None:
+        from tether.durable._versions import moved_to
+
+        db = self.db
+        return db.run(moved_to, run_id) if db is not None else None
+
+    def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
+        """Bind a paused run to another version (``latest``: the newest live worker serving its
+        app), so its resume runs there: the operator's call after an upgrade, when the old
+        version's workers are gone. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
+        ``no_such_version``)."""
+        from tether.durable._versions import record_move, serving
+
+        view = self.run(run_id)
+        if view is None:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        if view.status != "paused":
+            raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
+        db = self.db
+        if db is None:
+            raise ApprovalError("no_such_version", "a SQLite deployment has one version")
+        app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
+        live = db.run(serving, app, None)
+        target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
+        if target is None:
+            known = ", ".join(sorted({v for v, _ in live})) or "none"
+            raise ApprovalError("no_such_version", f"no live worker of {to!r} serves {app} (live: {known})")
+        before = self._moved(run_id) or (view.workflows[0].app_version, None)
+        db.run(record_move, run_id, target[0], target[1], by)
+        return {"run_id": run_id, "from": before[0], "to": target[0], "app": app}
+
+    def _input(self, run_id: str) -> dict[str, Any]:
+        found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
+        if not found or found[0].input is None:
+            return {}
+        inputs: Any = found[0].input
+        args = inputs.get("args") if isinstance(inputs, dict) else getattr(inputs, "args", ())
+        return dict(args[0]) if args else {}
+
+    def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
+        """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
+        stops at its next step), a paused one gets a cancelled marker workflow, its checkpoint ends
+        ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
+        unanswered questions closed, so a later approval or answer runs nothing and no worker
+        resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        flows = self.workflows(run_id)
+        if not flows:
+            raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        live = [w.workflow_id for w in flows if w.status in _LIVE]
+        for wid in live:
+            self.dbos.cancel_workflow(wid)
+        view = RunView(run_id, None, flows)
+        marker = None
+        if not live and view.status == "paused":
+            # Nothing is running: a workflow that never runs (no worker serves its queue) records
+            # the cancellation where every machine reads a run's state.
+            marker = f"{run_id}.cancel"
+            tenant = self._tenant(run_id) or "default"
+            self.dbos.enqueue(
+                {
+                    "workflow_name": WORKFLOW,
+                    "queue_name": CANCEL_QUEUE,
+                    "workflow_id": marker,
+                    "app_version": APP_VERSION,
+                    "queue_partition_key": tenant,
+                    "attributes": {"run_id": run_id, "op": "cancel", "tenant": tenant},
+                },
+                {"op": "cancel", "run_id": run_id, "app": ""},
+            )
+            self.dbos.cancel_workflow(marker)
+        store = self.stores.approvals
+        cp = blocking(store.load_checkpoint, run_id)
+        if cp is not None and cp.status != "finished":
+            now = datetime.now(UTC)
+            blocking(
+                store.save_checkpoint,
+                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
+            )  # fmt: skip
+        return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
+
+    def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
+        """Invalidate what a cancelled run still waited for (proposals, questions)."""
+        from tether.policy import Approvals, Reviewer
+
+        store = self.stores.approvals
+        desk = Approvals(store)
+        reviewer = Reviewer.for_all_tenants(by)
+        invalidated = []
+        for p in store.list_proposals(run_id=run_id):
+            if str(p.status) not in ("pending", "approved") or store.ledger_for(p.id):
+                continue  # decided for good, or its effect already happened (kept in the ledger)
+            try:
+                desk.invalidate(reviewer, p.id, reason="run cancelled")
+                invalidated.append(p.id)
+            except ApprovalError:
+                pass  # decided in the meantime: its run is cancelled, so it runs nothing
+        closed = []
+        pauses = self.stores.pauses
+        for q in blocking(pauses.for_run, run_id) if pauses is not None else []:
+            if str(q.status) != "pending":
+                continue
+            try:
+                blocking(pauses.answer, q.id, "cancel", None, actor=f"operator:{by}")
+            except ApprovalError:
+                continue  # answered in the meantime
+            blocking(pauses.complete, q.id, "run cancelled")
+            closed.append(q.id)
+        return {"proposals_invalidated": invalidated, "questions_closed": closed}
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def workflows(self, run_id: str) -> list[WorkflowView]:
+        found = self.dbos.list_workflows(
+            name=WORKFLOW, attributes={"run_id": run_id}, load_input=False, load_output=True
+        )
+        return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or _dt(1), w.workflow_id))
+
+    @staticmethod
+    def _view(w: Any) -> WorkflowView:
+        attrs = w.attributes or {}
+        output = w.output if isinstance(w.output, dict) else None
+        return WorkflowView(
+            workflow_id=w.workflow_id,
+            op=str(attrs.get("op", "start")),
+            status=str(w.status),
+            executor=w.executor_id,
+            created_at=_dt(w.created_at),
+            updated_at=_dt(w.updated_at),
+            output=output,
+            error=str(w.error) if w.error is not None else None,
+            app_version=getattr(w, "app_version", None),
+        )
+
+    def run(self, run_id: str) -> RunView | None:
+        flows = self.workflows(run_id)
+        if not flows:
+            return None
+        tenant = None
+        for w in flows:
+            tenant = tenant or (w.output or {}).get("tenant")
+        return RunView(run_id, tenant or self._tenant(run_id), flows)
+
+    def _tenant(self, run_id: str) -> str | None:
+        found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=False, load_output=False)
+        return (found[0].attributes or {}).get("tenant") if found else None
+
+    def runs(
+        self,
+        *,
+        limit: int = 100,
+        status: str | None = None,
+        tenant: str | None = None,
+        older_than_s: float | None = None,
+        version: str | None = None,
+    ) -> list[RunView]:
+        """The most recent runs (by their first workflow), newest first; only those with
+        ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
+        started more than ``older_than_s`` seconds ago when given."""
+        found = self.dbos.list_workflows(
+            name=WORKFLOW,
+            load_input=False,
+            load_output=True,
+            sort_desc=True,
+            attributes={"tenant": tenant} if tenant else None,
+        )
+        by_run: dict[str, list[WorkflowView]] = {}
+        tenants: dict[str, str | None] = {}
+        for w in found:
+            rid = str((w.attributes or {}).get("run_id") or w.workflow_id)
+            by_run.setdefault(rid, []).append(self._view(w))
+            tenants.setdefault(rid, (w.attributes or {}).get("tenant"))
+        views = [
+            RunView(rid, tenants[rid], sorted(flows, key=lambda w: (w.created_at or _dt(1), w.workflow_id)))
+            for rid, flows in by_run.items()
+        ]
+        views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
+        if status:
+            views = [v for v in views if v.status == status]
+        if version:
+            views = [v for v in views if v.version == version]
+        if older_than_s is not None:
+            cut = datetime.now(UTC).timestamp() - older_than_s
+            views = [v for v in views if (v.workflows[0].created_at or _dt(1)).timestamp() <= cut]  # type: ignore[union-attr]
+        return views[:limit]
+
+    def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:
+        """Until the run's latest workflow has ended (finished, paused, failed or cancelled).
+        Raises ``TimeoutError``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.run(run_id)
+            if view is not None and view.status not in ("queued", "running"):
+                return view
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"run {run_id} still {view.status if view else 'unknown'} after {timeout_s}s"
+                )
+            time.sleep(poll_s)

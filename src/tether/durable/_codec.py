@@ -1,0 +1,170 @@
+"""What a durable step records, as plain JSON: a model response, and a tool turn with the
+changes it made to the run state (observations and call records appended, proposals waited
+for). Replaying a recorded turn re-applies exactly those changes, so a recovered run reaches
+the state the lost process had without running any tool again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from tether.chokepoint._calls import Turn
+from tether.core.messages import AssistantMessage, ToolCall, Usage
+from tether.core.types import Decision, GateOutcome, Observation
+from tether.errors import ApprovalError
+from tether.models._base import ModelResponse
+from tether.runs._checkpoint import state_from_json, state_to_json
+from tether.runs._values import RunState
+
+__all__ = ["apply_turn", "decode_response", "decode_turn", "encode_response", "encode_turn"]
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+# -- model responses ----------------------------------------------------------------------------
+
+
+def encode_response(r: ModelResponse) -> dict[str, Any]:
+    """A model response as plain JSON, all of it: what the provider needs back on the next turn
+    (``provider_items``: thinking blocks with their signatures, reasoning items with their
+    encrypted content) and the usage's extra counts (cache writes, reasoning tokens) included.
+    Raises ``TypeError`` for a provider item with no JSON form (none of the backends makes one):
+    a recovered run must not send back less than the lost process would have."""
+    m = r.message
+    items = list(m.provider_items)
+    json.dumps(items)  # a TypeError here, by name, rather than a silently shorter history
+    return {
+        "content": m.content,
+        "reasoning": m.reasoning,
+        "tool_calls": [[c.id, c.name, c.arguments] for c in m.tool_calls],
+        "provider_items": items,
+        "usage": [r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.cached_tokens],
+        "usage_extra": {k: v for k, v in r.usage.extra.items() if _jsonable(v) is not None},
+        "model": r.model,
+        "cost_usd": r.cost_usd,
+        "meta": {k: v for k, v in r.meta.items() if _jsonable(v) is not None},
+    }
+
+
+def decode_response(d: dict[str, Any]) -> ModelResponse:
+    """The response ``encode_response`` recorded (one recorded before provider items and usage
+    extras were kept decodes without them, as it was)."""
+    calls = tuple(ToolCall(i, n, a) for i, n, a in d["tool_calls"])
+    prompt, completion, cached = d["usage"]
+    items = tuple(dict(item) for item in d.get("provider_items", ()))
+    return ModelResponse(
+        message=AssistantMessage(d["content"], calls, d.get("reasoning"), provider_items=items),
+        usage=Usage(prompt, completion, cached, dict(d.get("usage_extra", {}))),
+        model=d["model"],
+        cost_usd=d["cost_usd"],
+        meta=dict(d["meta"]),
+    )
+
+
+# -- tool turns -----------------------------------------------------------------------------------
+
+
+def _obs(o: Observation) -> dict[str, Any]:
+    return {**dataclasses.asdict(o), "observed_at": o.observed_at.isoformat(), "data": _jsonable(o.data)}
+
+
+def _obs_from(d: dict[str, Any]) -> Observation:
+    return Observation(**{**d, "observed_at": datetime.fromisoformat(d["observed_at"])})
+
+
+def _outcome(o: GateOutcome) -> dict[str, Any]:
+    d = o.decision
+    return {
+        "call": [o.call.id, o.call.name, o.call.arguments],
+        "status": o.status,
+        "spec": o.spec.name if o.spec is not None else None,
+        "arguments": _jsonable(o.arguments),
+        "decision": [d.verdict, d.rule, d.reason, _jsonable(d.details) or {}] if d is not None else None,
+        "error": o.error,
+        "proposal_id": o.proposal_id,
+        "error_reason": o.error_reason,
+    }
+
+
+def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_before: int) -> dict[str, Any]:
+    """A turn as it ran, with the state it appended (observations and call records from the
+    given positions on, and the proposals the run now waits for)."""
+    appended = dataclasses.replace(
+        state,
+        observations=state.observations[observations_before:],
+        calls=state.calls[calls_before:],
+        trajectory=[],
+        memory=[],
+    )
+    return {
+        "outcomes": [_outcome(o) for o in turn.outcomes],
+        "observations": {k: _obs(v) for k, v in turn.observations.items()},
+        "denied": [turn.outcomes.index(o) for o in turn.denied],
+        "waiting": list(turn.waiting),
+        "refused": list(turn.refused),
+        "unsettled": list(turn.unsettled),
+        "unsettled_errors": [[e.reason, str(e)] for e in turn.unsettled_errors],
+        "crashes": [[name, type(c).__name__, str(c)] for name, c in turn.crashes],
+        "halted": turn.halted,
+        "questions": dict(turn.questions),
+        "checkpointed": turn.checkpointed,
+        "appended": state_to_json(appended),
+        "pending": list(state.pending),
+    }
+
+
+def apply_turn(data: dict[str, Any], state: RunState) -> None:
+    """Re-apply what a recorded turn appended to the run state (replay after recovery)."""
+    appended = state_from_json(data["appended"])
+    state.observations.extend(appended.observations)
+    state.calls.extend(appended.calls)
+    state.pending = list(data["pending"])
+
+
+def decode_turn(data: dict[str, Any], resolve: Any, calls: Sequence[ToolCall]) -> Turn:
+    """The ``Turn`` a recorded step returned; ``resolve`` maps a tool name to its ``ToolSpec``."""
+    outcomes = []
+    for o in data["outcomes"]:
+        d = o["decision"]
+        outcomes.append(
+            GateOutcome(
+                call=ToolCall(*o["call"]),
+                status=o["status"],
+                spec=resolve(o["spec"]) if o["spec"] is not None else None,
+                arguments=o["arguments"],
+                decision=Decision(d[0], d[1], d[2], d[3]) if d is not None else None,
+                error=o["error"],
+                proposal_id=o["proposal_id"],
+                error_reason=o["error_reason"],
+            )
+        )
+    turn = Turn(outcomes)
+    turn.observations = {k: _obs_from(v) for k, v in data["observations"].items()}
+    turn.denied = [outcomes[i] for i in data["denied"]]
+    turn.waiting = list(data["waiting"])
+    turn.refused = list(data["refused"])
+    turn.unsettled = list(data["unsettled"])
+    turn.unsettled_errors = [ApprovalError(r, m) for r, m in data["unsettled_errors"]]
+    # A tool's programming error, as it was: the same type name and message (the run ends on it).
+    turn.crashes = [(name, type(kind, (Exception,), {})(message)) for name, kind, message in data["crashes"]]
+    turn.halted = bool(data["halted"])
+    if "questions" in data:
+        turn.questions, turn.checkpointed = dict(data["questions"]), bool(data["checkpointed"])
+    else:  # recorded before turns were settled by the chokepoint: a question paused the run then too
+        turn.questions = {
+            k: f"{o.tool}: paused for input: {o.meta['pause']}"
+            for k, o in turn.observations.items()
+            if o.meta.get("pause")
+        }
+        turn.checkpointed = bool(turn.questions)
+    return turn

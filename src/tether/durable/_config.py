@@ -1,0 +1,96 @@
+"""What every process of a deployment agrees on — workflow and queue names, the base application
+version, DBOS's configuration, a trusted context as JSON — without importing the agent loop, so
+a client (``tether submit``, ``tether runs``) starts fast."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tether.policy._trusted import Permissions, TrustedContext
+
+__all__ = [
+    "APP_NAME",
+    "APP_VERSION",
+    "QUEUE",
+    "WORKFLOW",
+    "context_from_json",
+    "context_to_json",
+    "dbos_config",
+]
+
+WORKFLOW = "tether.runs._values"
+QUEUE = "tether-runs"
+APP_NAME = "tether"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tether")
+    except Exception:  # pragma: no cover - not installed (a source checkout on PYTHONPATH)
+        return "0"
+
+
+# Workers and clients of one deployment must agree: DBOS dequeues a workflow only on an
+# executor of the version it was enqueued for, and recovers a dead executor's runs only there.
+APP_VERSION = f"tether-{_version()}"
+
+
+def dbos_config(
+    url: str, *, executor_id: str, log_level: str = "WARNING", pool_size: int = 10
+) -> dict[str, Any]:
+    """The DBOS configuration of a deployment whose stores are at ``url``: its system database is
+    the same PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a
+    SQLite deployment's directory (one process)."""
+    from tether.stores._url import parse_url
+
+    loc = parse_url(url)
+    if loc.backend == "postgresql":
+        from tether.sql._postgres import PgUrl
+
+        pg = PgUrl.parse(url)
+        system, schema = pg.conninfo, f"{pg.schema}_dbos" if pg.schema else "dbos"
+    else:
+        assert loc.path is not None
+        loc.path.mkdir(parents=True, exist_ok=True)
+        system, schema = f"sqlite:///{loc.path.resolve() / 'dbos.sqlite'}", "dbos"
+    config: dict[str, Any] = {
+        "name": APP_NAME,
+        "system_database_url": system,
+        "dbos_system_schema": schema,
+        "executor_id": executor_id,
+        "application_version": APP_VERSION,
+        "log_level": log_level,
+        "notification_listener_polling_interval_sec": 0.1,
+        "sys_db_pool_size": pool_size,
+    }
+    if loc.backend == "postgresql":
+        config["db_engine_kwargs"] = {
+            # Labelled per executor in pg_stat_activity (an operator can see, or cut, one worker).
+            "connect_args": {"application_name": f"dbos:{executor_id}"},
+            "pool_timeout": 30,
+            "max_overflow": 0,
+            "pool_pre_ping": True,
+        }
+    return config
+
+
+def context_to_json(c: TrustedContext) -> dict[str, Any]:
+    return {
+        "tenant": c.tenant,
+        "roles": sorted(c.roles),
+        "user": c.user,
+        "read": sorted(c.permissions.read),
+        "write": sorted(c.permissions.write),
+    }
+
+
+def context_from_json(d: Mapping[str, Any]) -> TrustedContext:
+    return TrustedContext(
+        tenant=str(d["tenant"]),
+        roles=frozenset(d.get("roles") or ()),
+        user=d.get("user"),
+        permissions=Permissions(frozenset(d.get("read") or ()), frozenset(d.get("write") or ())),
+    )

@@ -1,0 +1,163 @@
+"""Where a deployment lives, checked before anything touches it; and its one explicit creation.
+
+Client commands (``tether submit``, ``tether runs …``) never create anything: DBOS would create a
+missing PostgreSQL database and its tables on first contact, so a mistyped database name (or
+``schema=``) would queue runs where no worker looks. ``check_deployment`` connects once, with a
+short timeout and no retries, and raises ``DeploymentUnavailable`` in one line naming the host, the
+database and the cause. ``init_deployment`` (``tether db init URL``, ``tether worker --init``)
+creates the database if it is missing and migrates DBOS's tables and tether's stores, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from tether.sql._postgres import PgUrl, StoreUnavailable
+from tether.stores._url import parse_url
+
+__all__ = ["DeploymentUnavailable", "Target", "check_deployment", "init_deployment", "target"]
+
+INIT_HINT = "create it once with: tether db init URL"
+
+
+class DeploymentUnavailable(StoreUnavailable):
+    """A deployment that cannot be used as given. ``reason``: ``no_database``, ``auth``,
+    ``unreachable``, ``not_initialized``; ``exit``: the CLI's code (1 configuration, 6 down)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.exit = 6 if reason == "unreachable" else 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a storage URL points at, for messages: ``host:port``, database, DBOS schema."""
+
+    backend: str
+    where: str
+    database: str
+    dbos_schema: str
+    conninfo: str = ""
+    path: Path | None = None
+
+    def describe(self) -> str:
+        if self.backend == "sqlite":
+            return f"SQLite deployment {self.where}"
+        return f"PostgreSQL database {self.database!r} on {self.where}"
+
+
+def target(url: str) -> Target:
+    """Raises ``ConfigError`` for an unsupported URL."""
+    loc = parse_url(url)
+    if loc.backend == "sqlite":
+        assert loc.path is not None
+        return Target("sqlite", str(loc.path), str(loc.path / "dbos.sqlite"), "dbos", path=loc.path)
+    pg = PgUrl.parse(url)
+    parts = urlsplit(pg.conninfo)
+    host = parts.hostname or "localhost"
+    port = parts.port or 5432
+    database = parts.path.lstrip("/") or (parts.username or "postgres")
+    schema = f"{pg.schema}_dbos" if pg.schema else "dbos"
+    return Target("postgresql", f"{host}:{port}", database, schema, conninfo=pg.conninfo)
+
+
+def _cause(err: BaseException) -> tuple[str, str]:
+    """(reason, one-line cause) of a failed connection."""
+    text = " ".join(str(err).split())
+    text = text.split("failed: ", 1)[-1].replace("FATAL: ", "").strip()
+    text = text.replace(" Is the server running on that host and accepting TCP/IP connections?", "")
+    low = text.lower()
+    if "database" in low and "does not exist" in low:
+        return "no_database", text
+    if "password" in low or ("role" in low and "does not exist" in low) or "authentication" in low:
+        return "auth", text
+    if "no pg_hba.conf entry" in low or "permission denied" in low:
+        return "auth", text
+    return "unreachable", text or type(err).__name__
+
+
+def _connect(t: Target, *, database: str | None = None, timeout_s: float = 5.0) -> Any:
+    import psycopg
+
+    conninfo = t.conninfo
+    if database is not None:
+        parts = urlsplit(conninfo)
+        conninfo = urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, ""))
+    return psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(timeout_s)))
+
+
+def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> Target:
+    """Raise ``DeploymentUnavailable`` (one line: where, which database, why) unless the database
+    at ``url`` exists and can be reached; with ``initialized``, unless its DBOS tables exist too.
+    Creates nothing."""
+    t = target(url)
+    if t.backend == "sqlite":
+        assert t.path is not None
+        if initialized and not (t.path / "dbos.sqlite").exists():
+            raise DeploymentUnavailable(
+                "not_initialized", f"{t.describe()}: no deployment there ({INIT_HINT})"
+            )
+        return t
+    import psycopg
+
+    try:
+        with _connect(t, timeout_s=timeout_s) as conn:
+            found = conn.execute("SELECT to_regclass(%s)", (f"{t.dbos_schema}.workflow_status",)).fetchone()
+    except psycopg.Error as err:
+        reason, cause = _cause(err)
+        hint = f" ({INIT_HINT})" if reason == "no_database" else ""
+        raise DeploymentUnavailable(reason, f"{t.describe()}: {cause}{hint}") from None
+    if initialized and (found is None or found[0] is None):
+        raise DeploymentUnavailable(
+            "not_initialized",
+            f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
+        )
+    return t
+
+
+def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Create the database if missing, then DBOS's tables and tether's stores (idempotent).
+    Returns what it found and did. Raises ``DeploymentUnavailable`` as ``check_deployment``."""
+    from dbos import DBOS
+
+    from tether.durable._config import dbos_config
+    from tether.stores._url import open_stores
+
+    t = target(url)
+    created = False
+    if t.backend == "postgresql":
+        try:
+            check_deployment(url, initialized=False, timeout_s=timeout_s)
+        except DeploymentUnavailable as err:
+            if err.reason != "no_database":
+                raise
+            created = _create_database(t, timeout_s)
+    cfg = dbos_config(url, executor_id="init")
+    DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])
+    stores = open_stores(url)
+    try:
+        if stores.db is not None:
+            stores.db.migrate("workers")
+    finally:
+        stores.close()
+    check_deployment(url, timeout_s=timeout_s)
+    return {"target": t.describe(), "database_created": created, "dbos_schema": t.dbos_schema}
+
+
+def _create_database(t: Target, timeout_s: float) -> bool:
+    import psycopg
+    from psycopg import sql
+
+    try:
+        with _connect(t, database="postgres", timeout_s=timeout_s) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(t.database)))
+    except psycopg.errors.DuplicateDatabase:
+        return False  # another init created it at the same instant
+    except psycopg.Error as err:
+        reason, cause = _cause(err)
+        raise DeploymentUnavailable(reason, f"{t.describe()}: cannot create it: {cause}") from None
+    return True

@@ -1,0 +1,120 @@
+"""What a worker tells its operator: one JSON object per line on the ``tether.worker`` logger
+(``tether worker`` writes them to stderr).
+
+Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, ``workflow_id``,
+``op`` and ``tenant``. Events: ``worker_started``, ``worker_draining``, ``worker_stopped``,
+``run_claimed`` (a workflow began or was recovered here), ``run_resumed`` (a resume began),
+``run_paused``, ``run_finished`` (with ``stop_reason`` and ``exit``), ``run_failed`` (an
+exception ended the workflow, with its ``cause``), ``run_released`` (a draining worker let go of
+it between steps; a survivor continues it), ``effect_escalated`` (an effect whose outcome
+a person must resolve, with the command that does it), ``resume_enqueued``,
+``executors_recovered`` and ``worker_error`` (a background duty failed, with its ``cause``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from tether.durable import _metrics as metrics
+
+__all__ = ["LOGGER", "configure_stderr", "log_event", "observed", "resolve_command"]
+
+LOGGER = logging.getLogger("tether.worker")
+
+
+def log_event(event: str, **fields: Any) -> None:
+    if not LOGGER.isEnabledFor(logging.INFO):
+        return
+    line = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "event": event, **fields}
+    LOGGER.info(json.dumps(line, default=str, ensure_ascii=False))
+
+
+def resolve_command(key: str) -> str:
+    return f"tether runs resolve {key} --happened yes|no"
+
+
+async def observed(
+    request: Mapping[str, Any], body: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """Run a workflow's ``body`` and log what became of it."""
+    from dbos import DBOS
+
+    from tether.clisupport.output import run_exit
+    from tether.durable._runtime import runtime
+
+    rt = runtime()
+    op = str(request.get("op", "start"))
+    ids = {
+        "executor": rt.executor_id,
+        "run_id": request.get("run_id"),
+        "workflow_id": DBOS.workflow_id,
+        "op": op,
+        "tenant": (request.get("context") or {}).get("tenant"),
+    }
+    log_event("run_claimed", **ids, app=request.get("app"))
+    if op == "resume":
+        log_event("run_resumed", **ids)
+    started = time.monotonic()
+    metrics.run_started()
+    try:
+        out = await body(request)
+    except BaseException as err:
+        metrics.run_ended(time.monotonic() - started, op, "exception")
+        from tether.durable._steps import DRAIN
+
+        if DRAIN.stopping and not isinstance(err, Exception):
+            # Parked by a drain, then dropped with the event loop: a survivor continues it.
+            log_event("run_released", **ids)
+        else:
+            log_event("run_failed", **ids, cause=f"{type(err).__name__}: {err}")
+        raise
+    took = round(time.monotonic() - started, 3)
+    stop = str(out.get("stop_reason") or "")
+    metrics.run_ended(took, op, stop)
+    ids["tenant"] = out.get("tenant") or ids["tenant"]
+    if stop == "approval_required":
+        log_event("run_paused", **ids, pending=out.get("pending_proposals", []), elapsed_s=took)
+    elif stop:
+        code = run_exit(stop, list(out.get("problems") or []))
+        log_event(
+            "run_finished", **ids, stop_reason=stop, exit=code, detail=out.get("detail"), elapsed_s=took
+        )
+    if stop and (stop != "accepted" or out.get("problems")):
+        await _escalations(rt, ids)
+    return out
+
+
+async def _escalations(rt: Any, ids: dict[str, Any]) -> None:
+    import anyio
+
+    ledger = getattr(getattr(rt.stores, "approvals", None), "ledger_for_run", None)
+    if ledger is None:
+        return
+    try:
+        entries = await anyio.to_thread.run_sync(ledger, ids["run_id"])
+    except Exception as err:  # the log must not fail the run
+        log_event("worker_error", executor=rt.executor_id, duty="escalations", cause=repr(err))
+        return
+    for e in entries:
+        if str(e.status) == "escalated":
+            metrics.escalated(e.tool)
+            log_event("effect_escalated", **ids, key=e.key, tool=e.tool, resolve=resolve_command(e.key))
+
+
+def configure_stderr(level: int = logging.INFO) -> None:
+    """``tether worker``: the events, one JSON object a line, on stderr."""
+    import sys
+
+    if any(getattr(h, "_tether_events", False) for h in LOGGER.handlers):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler._tether_events = True  # type: ignore[attr-defined]
+    LOGGER.addHandler(handler)
+    LOGGER.setLevel(level)
+    LOGGER.propagate = False

@@ -1,0 +1,253 @@
+"""A run as a DBOS workflow, and the process-wide settings a worker runs it with.
+
+A request names the *app* — a factory ``module:function`` called with the deployment's storage
+URL that returns ``(host, agent)`` — the objective and the trusted context (tenant, roles, user).
+A worker runs only apps it was started with (``tether worker --app …``): a queue row is data,
+and data never chooses which code a worker imports. The workflow builds the host and agent,
+runs the agent loop with ``DurableSteps`` and returns the run's summary (its one stop reason).
+
+A run that pauses for a person ends its workflow ``approval_required``; the resume is another
+workflow on the same queue (``op: resume``), started by ``tether resume`` from any machine or by
+a worker that sees the awaited decisions made. Its first step loads the checkpoint, so a
+recovered resume starts from the state it first loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.clisupport.output import call_problems
+from tether.core.stop import StopReason
+from tether.durable._config import (  # the names a client needs, without the agent loop
+    APP_VERSION,
+    QUEUE,
+    WORKFLOW,
+    context_from_json,
+    context_to_json,
+    dbos_config,
+)
+from tether.durable._steps import DurableSteps, step_options
+from tether.errors import ApprovalError
+from tether.runners._loop import AgentLoop
+from tether.runners._scope import current_app, resume_point
+
+__all__ = [
+    "APP_VERSION",
+    "QUEUE",
+    "WORKFLOW",
+    "Runtime",
+    "context_from_json",
+    "context_to_json",
+    "dbos_config",
+    "register_app",
+    "runtime",
+    "set_runtime",
+    "stores_for",
+]
+
+_APPS: dict[str, Callable[..., Any]] = {}
+
+
+def register_app(name: str, factory: Callable[..., Any]) -> None:
+    """Make ``factory`` available to this process's runs under ``name`` (in-process apps; a
+    worker also serves the ``module:function`` apps it was started with). A factory with a
+    ``digest`` attribute serves only runs submitted with that digest (or none)."""
+    _APPS[name] = factory
+
+
+@dataclass
+class Runtime:
+    """What this process's workflows run with: the storage URL and the apps it serves."""
+
+    url: str
+    apps: frozenset[str] = frozenset()
+    executor_id: str = "local"
+    stores: Any = None  # tether.stores._url.Stores, opened by the worker
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def factory(self, app: str) -> Callable[..., Any]:
+        """Raises ``PermissionError`` for an app this worker was not started with. An app named
+        by an earlier release's import path is served under today's (``current_app``)."""
+        if app not in self.apps:
+            app = current_app(app)
+        if app in _APPS:
+            return _APPS[app]
+        if app not in self.apps:
+            raise PermissionError(f"app {app!r} is not served by this worker (tether worker --app)")
+        module_name, _, function = app.partition(":")
+        return getattr(importlib.import_module(module_name), function)  # type: ignore[no-any-return]
+
+
+_runtime: Runtime | None = None
+_opened: dict[str, Any] = {}
+
+
+def stores_for(url: str) -> Any:
+    """The stores at ``url`` for an app factory: the worker's own when it serves that URL (one
+    pool per process), otherwise opened once per process."""
+    from tether.stores._url import open_stores
+
+    if _runtime is not None and _runtime.url == url and _runtime.stores is not None:
+        return _runtime.stores
+    if url not in _opened:
+        _opened[url] = open_stores(url)
+    return _opened[url]
+
+
+def set_runtime(rt: Runtime | None) -> None:
+    global _runtime
+    _runtime = rt
+
+
+def runtime() -> Runtime:
+    if _runtime is None:
+        raise RuntimeError("no durable runtime in this process: start it with tether.durable.Worker")
+    return _runtime
+
+
+async def _build(app: str, rt: Runtime, run_id: str, digest: str | None = None) -> tuple[Any, Any]:
+    factory = rt.factory(app)
+    served = getattr(factory, "digest", None)
+    if digest and served and digest != served:
+        raise PermissionError(
+            f"app {app!r} on this worker (sha256 {served[:12]}) is not the one the run was submitted"
+            f" with (sha256 {digest[:12]}): restart the worker with that version"
+        )
+    params = inspect.signature(factory).parameters
+    built = factory(rt.url, run_id=run_id) if "run_id" in params else factory(rt.url)
+    if inspect.isawaitable(built):
+        built = await built
+    host, agent = built
+    traces = getattr(rt.stores, "traces", None)
+    if traces is not None and traces not in host.extra_sinks:
+        host.extra_sinks.append(traces)  # the trace index every machine reads
+    return host, agent
+
+
+async def _store_call(store: Any, name: str, *args: Any, **kw: Any) -> Any:
+    """A store method from the event loop: its async face if it has one, else a worker thread."""
+    import functools
+
+    import anyio
+
+    twin = getattr(store, "a" + name, None)
+    if twin is not None:
+        return await twin(*args, **kw)
+    return await anyio.to_thread.run_sync(functools.partial(getattr(store, name), *args, **kw))
+
+
+async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The body of the ``tether.runs._values`` workflow (see the module docstring)."""
+    from dbos import DBOS
+
+    rt = runtime()
+    run_id = str(request["run_id"])
+    op = request.get("op", "start")
+    base = {
+        "run_id": run_id,
+        "op": op,
+        "app": request["app"],
+        "workflow_id": DBOS.workflow_id,
+        "executor": rt.executor_id,
+    }
+    try:
+        host, agent = await _build(str(request["app"]), rt, run_id, request.get("app_digest"))
+    except PermissionError as err:
+        return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
+    except Exception as err:  # the app's factory failed: the run ends, it says why
+        return {
+            **base,
+            "stop_reason": str(StopReason.INTERNAL_ERROR),
+            "detail": f"{type(err).__name__}: {err}",
+        }
+    steps = DurableSteps()
+    try:
+        await host.start()
+        if op == "resume":
+            approvals = host.approvals
+            if approvals is None:
+                return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
+
+            traces = getattr(rt.stores, "traces", None)
+
+            async def load() -> dict[str, Any] | None:
+                cp = await approvals.store.load_checkpoint(run_id)
+                if cp is None:
+                    return None
+                # How many of the run's events the trace index holds now: the resumed run numbers
+                # its events after them (recorded, so a recovery numbers them the same way).
+                seen = len(await _store_call(traces, "events", run_id)) if traces is not None else 0
+                return {
+                    "state": cp.state,
+                    "status": cp.status,
+                    "app": cp.app,
+                    "stop_reason": cp.stop_reason,
+                    "trace_events": seen,
+                }
+
+            cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
+            try:
+                point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+            except ApprovalError as err:
+                why = f"cannot resume {run_id}: {err}"
+                return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
+            assert cp is not None  # resume_point refuses a missing checkpoint
+            loop = AgentLoop(host, agent, resume=point, steps=steps)
+            if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
+                await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
+        else:
+            context = context_from_json(request["context"])
+            loop = AgentLoop(host, agent, str(request["objective"]), context, run_id=run_id, steps=steps)
+        steps.attach(loop)
+        result = await loop.run()
+    finally:
+        await host.aclose()
+        close = getattr(agent.model, "aclose", None)
+        if close is not None:
+            await close()
+    # The calls that did not run and succeed: an accepted run exits as `tether run` would.
+    problems = call_problems(result)
+    summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
+    return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """The checkpoint as the recorded ``tether.runs._checkpoint`` step returned it."""
+
+    state: str
+    status: str
+    app: str | None
+    stop_reason: str | None
+    trace_events: int = 0
+
+
+async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
+    """Start a resumed run's tracer after the ``count`` events the index already holds (a run
+    without trace files on this machine would otherwise number from 1 again)."""
+    from tether.trace._events import TraceEvent
+
+    stored = (await _store_call(traces, "events", run_id))[:count]
+    tracer.events[:] = [
+        TraceEvent.from_json({**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))})
+        for i, d in enumerate(stored)
+    ]
+
+
+def _register() -> Any:
+    from dbos import DBOS
+
+    from tether.durable._events import observed
+
+    @DBOS.workflow(name=WORKFLOW)
+    async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
+        return await observed(request, execute)  # logs claimed/paused/finished for the operator
+
+    return tether_run
+
+
+tether_run = _register()

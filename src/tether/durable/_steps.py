@@ -1,0 +1,227 @@
+"""The agent loop's steps as DBOS steps: each model call and each tool turn is recorded.
+
+When a worker dies and another (or its restart) recovers the run, DBOS runs the workflow again
+from the top: a step already recorded returns its recorded result without running, so the
+model is not asked again and no tool turn runs again; the loop's own code in between is
+deterministic, so it rebuilds the same state. The turn step calls ``Host.call_turn`` (the
+chokepoint) and nothing else; tether's idempotency keys and effect ledger still guard an
+effect whose step was cut between the tool's intent and its outcome.
+
+Trace events emitted while replaying were written by the process that ran them first: they are
+held back and dropped when the next step turns out recorded, written when it runs live.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tether.core.types import Effect, ToolSpec
+from tether.durable import _metrics as metrics
+from tether.durable._codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
+from tether.models._base import ModelResponse
+from tether.runners._loop import LoopSteps
+from tether.trace._tracer import MemorySink
+
+if TYPE_CHECKING:
+    from tether.chokepoint._calls import CallScope, Turn
+    from tether.runners._loop import AgentLoop
+    from tether.trace._events import TraceEvent
+
+__all__ = ["DRAIN", "Drain", "DurableSteps", "ReplayDiverged"]
+
+MODEL_STEP = "tether.model"
+TURN_STEP = "tether.turn"
+
+
+def _transient(err: BaseException) -> bool:
+    from tether.sql._postgres import StoreUnavailable
+
+    return isinstance(err, StoreUnavailable)
+
+
+def step_options(name: str, *, retry_store: bool = False) -> Any:
+    """DBOS options of a step. With ``retry_store``, a step failed by a store that cannot be
+    reached (a database restart, a cut connection) is tried again, up to about 30 s, before the
+    error stands. Running a turn again is safe: its effects go through the ledger (a recorded
+    outcome is replayed, an unknown one reconciled)."""
+    from dbos import StepOptions
+
+    if not retry_store:
+        return StepOptions(name=name)
+    return StepOptions(
+        name=name,
+        retries_allowed=True,
+        max_attempts=5,
+        interval_seconds=1.0,
+        backoff_rate=2.0,
+        should_retry=_transient,
+    )
+
+
+class Drain:
+    """This process's steps, for a worker that stops: once ``begin`` is called no step starts
+    (its workflow parks before it, to be recovered from its last recorded step by a survivor or
+    by this executor's restart), and ``in_flight`` counts the steps still running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.stopping = False
+        self.in_flight = 0
+        self.parked = 0
+
+    def reset(self) -> None:
+        with self._lock:
+            self.stopping, self.in_flight, self.parked = False, 0, 0
+
+    def begin(self) -> None:
+        with self._lock:
+            self.stopping = True
+
+    async def enter(self) -> None:
+        with self._lock:
+            if not self.stopping:
+                self.in_flight += 1
+                return
+            self.parked += 1
+        await anyio.sleep_forever()  # the process exits around it; DBOS recovers the workflow
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+
+DRAIN = Drain()
+
+
+class ReplayDiverged(BaseException):
+    """A recovered run asked for a step other than the one recorded at that position: the code
+    or the agent changed under a run in flight. Never caught by the loop (a BaseException)."""
+
+
+class _Gate:
+    """Holds trace events back while the run may be replaying recorded steps."""
+
+    def __init__(self, sinks: list[Any]) -> None:
+        self.sinks = sinks
+        self.held: list[TraceEvent] = []
+        self.live = False
+
+    def write(self, event: TraceEvent) -> None:
+        if self.live:
+            for sink in self.sinks:
+                sink.write(event)
+        else:
+            self.held.append(event)
+
+    def release(self) -> None:
+        """A step runs live: what was held had not been written; write it and go live."""
+        self.live = True
+        held, self.held = self.held, []
+        for event in held:
+            for sink in self.sinks:
+                sink.write(event)
+
+    def drop(self) -> None:
+        """A recorded step was replayed: the events before it were written the first time."""
+        if not self.live:
+            self.held.clear()
+
+    def close(self) -> None:
+        self.release()  # events after the last recorded step: written (a duplicate at worst)
+        for sink in self.sinks:
+            sink.close()
+
+
+class DurableSteps(LoopSteps):
+    """``LoopSteps`` on DBOS. Use one per workflow execution; ``attach`` it to the loop first."""
+
+    def __init__(self) -> None:
+        self.gate: _Gate | None = None
+        self.replayed = 0
+        self.ran = 0
+
+    def attach(self, loop: AgentLoop) -> None:
+        tracer = loop.tracer
+        kept = [s for s in tracer.sinks if isinstance(s, MemorySink)]
+        self.gate = _Gate([s for s in tracer.sinks if not isinstance(s, MemorySink)])
+        tracer.sinks = [*kept, self.gate]
+
+    def _live(self) -> None:
+        self.ran += 1
+        if self.gate is not None:
+            self.gate.release()
+
+    def _recorded(self) -> None:
+        self.replayed += 1
+        if self.gate is not None:
+            self.gate.drop()
+
+    async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
+        from dbos import DBOS
+        from dbos._error import DBOSUnexpectedStepError
+
+        ran = False
+
+        async def ask() -> dict[str, Any]:
+            nonlocal ran
+            ran = True
+            self._live()
+            return encode_response(await loop.agent.model.complete(request))
+
+        await DRAIN.enter()
+        started = time.monotonic()
+        try:
+            data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
+        except DBOSUnexpectedStepError as err:
+            raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
+        if ran:
+            metrics.step_done("model", time.monotonic() - started)
+        if not ran:
+            self._recorded()
+        return decode_response(data)
+
+    async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Turn:
+        from dbos import DBOS
+        from dbos._error import DBOSUnexpectedStepError
+
+        s = loop.state
+        observations_before, calls_before = len(s.observations), len(s.calls)
+        executed: list[Turn] = []
+
+        async def act() -> dict[str, Any]:
+            self._live()
+            turn = await loop.host.call_turn(calls, scope)
+            executed.append(turn)
+            return encode_turn(turn, s, observations_before, calls_before)
+
+        await DRAIN.enter()
+        started = time.monotonic()
+        try:
+            data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
+        except DBOSUnexpectedStepError as err:
+            raise ReplayDiverged(str(err)) from err
+        finally:
+            DRAIN.leave()
+        if executed:
+            metrics.step_done("turn", time.monotonic() - started)
+            return executed[0]
+        self._recorded()
+        apply_turn(data, s)
+        return decode_turn(data, lambda name: _spec(loop, name), calls)
+
+
+def _spec(loop: AgentLoop, name: str) -> ToolSpec:
+    for spec in loop.offered:
+        if spec.name == name:
+            return spec
+    found = loop.host._resolve(name)
+    if found is not None:
+        return found
+    # A harness tool (TODO list, skills, tool search): only its name is read after a turn.
+    return ToolSpec(name=name, description="", parameters={}, effect=Effect.READ, source="harness")

@@ -1,0 +1,400 @@
+"""``Worker``: one process serving the deployment's run queue (``tether worker``).
+
+Each worker has an executor id and a version (``tether.durable._versions``: it takes only runs
+bound to it). It launches DBOS (which first recovers the runs this executor id
+left unfinished: a restarted worker picks up its own), registers the queue with the worker's
+concurrency and the deployment's global and per-tenant limits, and keeps a heartbeat in the
+shared database. A background thread, on every worker:
+
+- beats the heartbeat;
+- claims, atomically, executors whose heartbeat stopped (``dead_after_s``) and hands their
+  unfinished runs back to the queue through DBOS's recovery (each dead executor recovered by
+  exactly one survivor; DBOS's own dequeue admits exactly one runner per workflow);
+- resumes paused runs whose awaited decisions were all made and questions answered (an
+  approval or an MCP elicitation answer given on any machine), with the resume's workflow id
+  derived from the paused state so that several workers seeing the same approval start one
+  resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from tether.durable._client import DurableClient
+from tether.durable._events import log_event
+from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
+from tether.durable._steps import DRAIN
+from tether.durable._versions import app_digest, version_of
+from tether.errors import ApprovalError
+from tether.sql._database import Database, blocking
+from tether.stores._url import Stores, open_stores
+
+__all__ = ["Worker", "WorkerConfig", "due_for_resume"]
+
+
+def _beat(
+    conn: Connection,
+    executor_id: str,
+    host: str,
+    pid: int,
+    started: bool,
+    version: str | None = None,
+    apps: str | None = None,
+) -> None:
+    # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
+    # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
+    # A start also records the worker's version and apps (a restart may serve new ones).
+    restart = (
+        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
+    )
+    conn.exec_driver_sql(
+        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps)"
+        " VALUES (%s, %s, %s, now(), %s, %s)"
+        " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
+        f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
+        (executor_id, host, pid, version, apps),
+    )
+
+
+def _leave_orphans(conn: Connection, executor_id: str, version: str) -> None:
+    row = conn.exec_driver_sql(
+        "SELECT app_version FROM tether_workers WHERE executor_id = %s", (executor_id,)
+    ).first()
+    if row is not None and row[0] is not None and row[0] != version:
+        conn.exec_driver_sql(
+            "INSERT INTO tether_orphans (executor_id, app_version) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (executor_id, row[0]),
+        )
+
+
+def _claim_orphans(conn: Connection, version: str) -> list[str]:
+    rows = conn.exec_driver_sql(
+        "DELETE FROM tether_orphans WHERE app_version = %s RETURNING executor_id", (version,)
+    )
+    return [r[0] for r in rows]
+
+
+def _stopped(conn: Connection, executor_id: str) -> None:
+    # A clean stop: survivors recover what this executor leaves unfinished at once.
+    conn.exec_driver_sql(
+        "UPDATE tether_workers SET heartbeat_at = '-infinity' WHERE executor_id = %s", (executor_id,)
+    )
+
+
+def _claim_dead(conn: Connection, me: str, dead_after_s: float, version: str | None = None) -> list[str]:
+    # Only executors of this worker's version: DBOS recovers a workflow only on its own version,
+    # so a survivor of another version would claim the dead one's runs and run none of them.
+    rows = conn.exec_driver_sql(
+        "UPDATE tether_workers SET recovered_at = now(), recovered_by = %s"
+        " WHERE executor_id <> %s AND recovered_at IS NULL AND app_version IS NOT DISTINCT FROM %s"
+        " AND heartbeat_at < now() - make_interval(secs => %s) RETURNING executor_id",
+        (me, me, version, dead_after_s),
+    )
+    return [r[0] for r in rows]
+
+
+def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any]]:
+    """Every worker that registered, with its ``state``: ``alive`` (a recent heartbeat),
+    ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
+    cut off), and ``silent_s`` (seconds since its last heartbeat)."""
+    rows = conn.exec_driver_sql(
+        "SELECT executor_id, host, pid, started_at,"
+        " CASE WHEN heartbeat_at = '-infinity' THEN NULL ELSE heartbeat_at END,"  # a clean stop
+        " recovered_at, recovered_by, app_version,"
+        " CASE WHEN heartbeat_at = '-infinity' THEN 'stopped'"
+        " WHEN heartbeat_at < now() - make_interval(secs => %s) THEN 'dead' ELSE 'alive' END,"
+        " CASE WHEN heartbeat_at = '-infinity' THEN NULL"
+        " ELSE round(extract(epoch FROM now() - heartbeat_at)::numeric, 1)::float END"
+        " FROM tether_workers ORDER BY executor_id",
+        (dead_after_s,),
+    )
+    keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by",
+            "app_version", "state", "silent_s")  # fmt: skip
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+@dataclass
+class WorkerConfig:
+    """``concurrency``: runs at once on this worker; ``global_concurrency``: on all workers;
+    ``tenant_concurrency``: per tenant, on all workers. The last two are the queue's and are
+    shared: the last worker to start sets them."""
+
+    url: str
+    apps: tuple[str, ...] = ()
+    executor_id: str | None = None
+    concurrency: int = 4
+    global_concurrency: int | None = None
+    tenant_concurrency: int | None = None
+    poll_s: float = 0.5
+    heartbeat_s: float = 1.0
+    dead_after_s: float = 15.0
+    auto_resume: bool = True
+    grace_s: float = 30.0  # on stop: how long the steps in flight may take to finish
+    init: bool = False  # create the database if missing (tether worker --init); else it must exist
+    log_level: str = "WARNING"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Worker:
+    """Start with ``start()`` (or as a context manager); ``stop()`` drains (the steps in flight
+    finish within ``grace_s``, no new step starts) and leaves unfinished runs to be recovered by
+    a survivor of its version or by this executor id's next start."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.executor_id = config.executor_id or f"{socket.gethostname()}-{os.getpid()}"
+        self.stores: Stores | None = None
+        self.client: DurableClient | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pg: Database | None = None
+        self.recovered: list[str] = []  # executors this worker recovered
+        self.resumed: list[str] = []  # resume workflows this worker enqueued
+        self.errors: list[str] = []
+        self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
+        self._launched = threading.Event()  # recovery and resumes wait for DBOS
+        self._draining = False
+        self.version = APP_VERSION  # with PostgreSQL: tether's and the served apps' (versions.py)
+        self.digests: dict[str, str | None] = {}
+        self.drained: dict[str, int] = {}
+
+    def start(self) -> Worker:
+        from dbos import DBOS
+        from dbos import _dbos as dbos_module
+
+        if getattr(dbos_module, "_dbos_global_instance", None) is not None:
+            # DBOS is one instance per process: a second would silently keep the first's settings.
+            raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
+        from tether.durable._deploy import check_deployment, init_deployment
+
+        c = self.config
+        check_apps(c.apps)
+        DRAIN.reset()
+        # The database must exist (one line in seconds if not): only --init creates it.
+        init_deployment(c.url) if c.init else check_deployment(c.url, initialized=False)
+        self.stores = open_stores(
+            c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
+        )
+        self.digests = {app: app_digest(app, _APPS.get(app)) for app in c.apps}
+        if self.stores.db is not None:
+            self.version = version_of(self.digests)
+            self._pg = self.stores.db
+            self._pg.migrate("workers")
+            # A ledger entry owned by a worker whose heartbeat stopped is reconciled at once.
+            self.stores.approvals.worker_dead_after_s = c.dead_after_s
+            # Alive before DBOS recovers this executor's runs: no survivor may take them too.
+            apps = json.dumps(self.digests, sort_keys=True)
+            self._pg.run(_leave_orphans, self.executor_id, self.version)
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True, self.version, apps)
+        # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
+        self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
+        self._thread.start()
+        set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
+        pool = max(8, 2 * c.concurrency + 4)
+        cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
+        cfg["application_version"] = self.version
+        for attempt in range(3):
+            DBOS(config=cfg)  # type: ignore[arg-type]
+            try:
+                DBOS.launch()
+                break
+            except Exception as err:  # a connection cut while launching: start again, cleanly
+                DBOS.destroy(workflow_completion_timeout_sec=0)
+                if attempt == 2 or "OperationalError" not in type(err).__name__ + repr(err):
+                    raise
+                self.errors.append(f"launch: {type(err).__name__}: {err}")
+        partition = c.tenant_concurrency or c.global_concurrency or 100_000
+        DBOS.register_queue(
+            QUEUE,
+            worker_concurrency=c.concurrency,
+            global_concurrency=c.global_concurrency,
+            partition_concurrency=partition,
+            polling_interval_sec=c.poll_s,
+            on_conflict="always_update",
+        )
+        self.client = DurableClient(c.url, stores=self.stores)
+        self._launched.set()
+        log_event(
+            "worker_started",
+            executor=self.executor_id,
+            apps=list(c.apps),
+            version=self.version,
+            concurrency=c.concurrency,
+        )
+        return self
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Drain, then stop: no new step starts, the steps in flight get up to ``grace_s``
+        (default ``config.grace_s``) to finish, then the process lets go of its runs, which a
+        survivor (or this executor id's restart) continues from their last recorded step. Only a
+        step still running when the grace ends is cut (its effect, if any, is reconciled)."""
+        from dbos import DBOS
+
+        grace = self.config.grace_s if grace_s is None else grace_s
+        if self._launched.is_set():
+            self._drain(grace)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        DBOS.destroy(workflow_completion_timeout_sec=0)
+        set_runtime(None)
+        if self._pg is not None:
+            try:
+                self._pg.run(_stopped, self.executor_id)
+            except Exception as err:  # the database is gone: survivors will see the heartbeat age
+                self.errors.append(f"stop: {err}")
+        if self.client is not None:
+            self.client.close()
+        if self.stores is not None:
+            try:
+                self.stores.close()
+            except Exception as err:  # e.g. a SQLite store opened by another thread: the OS reclaims it
+                self.errors.append(f"close: {type(err).__name__}: {err}")
+
+    def _drain(self, grace_s: float) -> None:
+        import time
+
+        self._draining = True  # the background thread only beats from now on
+        DRAIN.begin()
+        log_event("worker_draining", executor=self.executor_id, in_flight=DRAIN.in_flight, grace_s=grace_s)
+        deadline = time.monotonic() + grace_s
+        while DRAIN.in_flight > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.drained = {"cut_steps": DRAIN.in_flight, "parked_runs": DRAIN.parked}
+        log_event("worker_stopped", executor=self.executor_id, **self.drained)
+
+    def __enter__(self) -> Worker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def queue_depth(self) -> int:
+        """Runs waiting in the queue (every version), for the ``tether.durable.queue.depth`` gauge."""
+        if self.client is None:
+            return 0
+        found = self.client.dbos.list_workflows(
+            status="ENQUEUED", queue_name=QUEUE, load_input=False, load_output=False
+        )
+        return len(found)
+
+    def workers(self) -> list[dict[str, Any]]:
+        return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
+
+    # -- the background duties --------------------------------------------------------------
+
+    def _background(self) -> None:
+        c = self.config
+        while not self._stop.wait(c.heartbeat_s):
+            duties = [self._heartbeat]
+            if self._launched.is_set() and not self._draining:
+                duties += [self._recover_dead, self._resume_decided]
+            for duty in duties:
+                try:
+                    duty()
+                except Exception as err:  # a lost connection: the next round tries again
+                    self._error(duty.__name__.strip("_"), err)
+
+    def _error(self, duty: str, err: BaseException, **fields: Any) -> None:
+        """A background duty failed: kept in ``errors`` and logged with its cause."""
+        cause = f"{type(err).__name__}: {err}"
+        self.errors.append(f"{duty}{' ' + str(fields['run_id']) if 'run_id' in fields else ''}: {cause}")
+        log_event("worker_error", executor=self.executor_id, duty=duty, cause=cause, **fields)
+
+    def _heartbeat(self) -> None:
+        if self._pg is not None:
+            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
+
+    def _recover_dead(self) -> None:
+        from dbos import DBOS
+
+        if self._pg is None:
+            return
+        dead = self._pg.run(_claim_dead, self.executor_id, self.config.dead_after_s, self.version)
+        dead += self._pg.run(_claim_orphans, self.version)
+        if dead:
+            DBOS._recover_pending_workflows(dead)
+            self.recovered.extend(dead)
+            log_event("executors_recovered", executor=self.executor_id, dead=dead)
+
+    def _resume_decided(self) -> None:
+        """Resume each durable run paused for approvals that have all been decided since."""
+        if not self.config.auto_resume or self.client is None or self.stores is None:
+            return
+        store = self.stores.approvals
+        listed = blocking(store.list_checkpoints, status="paused")  # filtered in SQL
+        for cp in listed:
+            seen = (cp.run_id, cp.updated_at.isoformat())
+            if cp.status != "paused" or seen in self._seen:
+                continue
+            pauses = blocking(self.stores.pauses.for_run, cp.run_id) if self.stores.pauses is not None else []
+            if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
+                continue
+            try:
+                self.resumed.append(self.client.resume(cp.run_id))
+                log_event(
+                    "resume_enqueued",
+                    executor=self.executor_id,
+                    run_id=cp.run_id,
+                    workflow_id=self.resumed[-1],
+                )
+            except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
+                if err.reason == "run_cancelled":
+                    # Cancelled while a step was writing its pause: what it waited for is void.
+                    self.client.cancel(cp.run_id, by=f"worker:{self.executor_id}")
+                elif err.reason not in ("not_durable", "run_finished"):
+                    self._error("resume", err, run_id=cp.run_id)
+            except Exception as err:  # a lost connection: the next round tries again
+                self._error("resume", err, run_id=cp.run_id)
+                continue
+            self._seen.add(seen)  # enqueued (once per paused state, whoever asks) or never resumable
+
+
+def check_apps(apps: Sequence[str]) -> None:
+    """Every app a worker serves is registered in this process or names ``module:function``.
+    Raises ``ValueError`` naming the first that is neither (an agent file must be registered:
+    ``tether worker --app FILE`` does it)."""
+    for app in apps:
+        if app in _APPS:
+            continue
+        module_name, _, function = app.partition(":")
+        if not (function.isidentifier() and all(part.isidentifier() for part in module_name.split("."))):
+            raise ValueError(
+                f"app {app!r} is neither module:function nor registered; serve an agent file with"
+                " register_app(path, tether.agents._record.AgentFileApp(path))"
+                " (`tether worker --app FILE` does it)"
+            )
+
+
+def due_for_resume(cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = ()) -> bool:
+    """Whether a paused run has what it waited for, so a resume can go on.
+
+    Nothing is due while one of its questions (MCP elicitation pauses) is unanswered. A pause
+    for approval names the proposals it waits for (the checkpoint's ``pending``): the run is due
+    once none of them is pending, however early a decision came (a person may approve in the
+    instant between the proposal's insert and the checkpoint's write). A question answered is
+    due the same way. A pause that waits for neither (an effect whose outcome a person must
+    resolve) is due only when every proposal of the run is decided and one of them was decided
+    after the pause."""
+    if any(str(p.status) == "pending" for p in pauses):
+        return False
+    by_id = {p.id: p for p in proposals}
+    try:
+        awaited = json.loads(cp.state).get("pending") or []
+    except (ValueError, AttributeError):
+        awaited = []
+    if awaited:
+        return all(pid in by_id and str(by_id[pid].status) != "pending" for pid in awaited)
+    if any(str(p.status) == "answered" for p in pauses):
+        return True
+    if not proposals or any(str(p.status) == "pending" for p in proposals):
+        return False
+    return any(p.decided_at is not None and p.decided_at >= cp.updated_at for p in proposals)

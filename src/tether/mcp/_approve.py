@@ -1,0 +1,225 @@
+"""``review`` and ``approve`` a configured server: what a person sees before pinning.
+
+``review_server`` connects to the server (exactly as configured), lists its tools, and
+returns every tool's full, untruncated definition, its sha256, its status against the
+pins, and the suspicious text found in it. ``approve_server`` pins the listed
+definitions; a flagged tool, or one whose name cannot be namespaced safely, is left
+unpinned (so it stays blocked) unless the reviewer accepts a flagged tool by name.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import ApprovalError
+from tether.mcp._config import McpConfig
+from tether.mcp._hosting import build_source
+from tether.mcp._pinning import PinStore, ToolCheck, bad_tool_name
+
+if TYPE_CHECKING:
+    from tether.mcp._review import Finding
+
+__all__ = ["ServerReview", "ToolReview", "approve_server", "review_server"]
+
+
+@dataclass(frozen=True)
+class ToolReview:
+    check: ToolCheck
+    findings: list[Finding]
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.findings)
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.check
+        return {
+            "tool": c.tool,
+            "status": c.status,
+            "why": c.why,
+            "sha256": c.sha256,
+            "pinned_sha256": c.pinned_sha256,
+            "definition": c.definition,
+            "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.findings],
+        }
+
+
+@dataclass(frozen=True)
+class ServerReview:
+    server: str
+    launch: dict[str, Any]
+    tools: list[ToolReview] = field(default_factory=list)
+    instructions: str | None = None  # the server's own instructions: shown here, never sent to a model
+    instruction_findings: list[Finding] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. running unconfined
+    protocol: str | None = None
+
+    def summary(self) -> list[str]:
+        """One screen about the server: what runs, how confined, what is flagged and why."""
+        launch = self.launch
+        where = launch.get("command") or launch.get("url")
+        lines = [f"server {self.server} ({launch.get('transport')}, protocol {self.protocol}): {where}"]
+        if launch.get("transport") == "stdio":
+            if launch.get("confined"):
+                rw = ", ".join(launch.get("read_write") or []) or "nothing"
+                net = (
+                    "the host's network (loopback included)"
+                    if launch.get("network") == "any"
+                    else "no network"
+                )
+                reads = len(launch.get("read_only") or [])
+                lines.append(
+                    f"  sandbox: confined, {launch.get('launcher')} launcher (reads {reads} paths besides "
+                    f"the system's; writes: {rw}; {net})"
+                )
+                lines += [f"  withheld from it: {w}" for w in launch.get("withheld") or []]
+            else:
+                lines.append(f"  sandbox: {launch.get('sandbox', 'none')}, NOT confined")
+        lines += [f"  WARNING: {w}" for w in self.warnings]
+        by_status: dict[str, int] = {}
+        for t in self.tools:
+            by_status[t.check.status] = by_status.get(t.check.status, 0) + 1
+        counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none"
+        lines.append(f"  tools: {len(self.tools)} listed ({counts})")
+        for t in self.tools:
+            if t.flagged:
+                kinds = ", ".join(sorted({f.kind for f in t.findings}))
+                lines.append(f"  FLAGGED {t.check.tool}: {kinds}")
+        if self.instructions:
+            kinds = ", ".join(sorted({f.kind for f in self.instruction_findings})) or "nothing flagged"
+            size = len(self.instructions)
+            lines.append(f"  instructions ({size} characters, never sent to the model): {kinds}")
+        clean = [t.check.tool for t in self.tools if not t.flagged]
+        lines.append(f"  unflagged: {', '.join(clean) or 'none'}")
+        return lines
+
+    @property
+    def digest(self) -> str:
+        """One sha256 over every listed tool's digest: what the person reviewed, as a whole."""
+        listing = sorted((t.check.tool, t.check.sha256) for t in self.tools)
+        return hashlib.sha256(json.dumps(listing).encode("utf-8")).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "launch": self.launch,
+            "review_digest": self.digest,
+            "protocol": self.protocol,
+            "warnings": list(self.warnings),
+            "instructions": self.instructions,
+            "instruction_findings": [
+                {"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.instruction_findings
+            ],
+            "tools": [t.to_json() for t in self.tools],
+            "summary": self.summary(),
+        }
+
+
+async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
+    """Connect to one server and review its current tool definitions against ``pins`` (default:
+    the config's pin file; a deployment's shared pin store otherwise). Raises ``ConfigError``,
+    ``DependencyUnavailable``."""
+    server = config.server(name)
+    own = pins is None
+    if pins is None:
+        pins = PinStore(config.path(config.host.pins))
+    try:
+        source, _ = build_source(server, config, pins=pins)
+        try:
+            await source.start()
+            checks = await source.refresh()
+        finally:
+            await source.close()
+        from tether.mcp._review import Finding, main_script, scan_definition, scan_text, strings
+
+        elsewhere = [(s.name, tool) for s in config.servers if s.name != name for tool in pins.pins(s.name)]
+        # Other servers' tools by namespaced and by plain name. This server naming its own tools
+        # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
+        # an instruction, flagged as such.
+        others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
+        siblings = [c.tool for c in checks]
+        script = main_script(text for c in checks for _, text in strings(c.definition, ""))
+        reviews = []
+        for c in checks:
+            findings = scan_definition(c.definition, others, script=script, siblings=siblings)
+            if (bad := bad_tool_name(c.tool)) is not None:
+                findings.insert(0, Finding(c.tool, "tool_reference", "name", bad))
+            reviews.append(ToolReview(c, findings))
+        instructions = source.instructions or None
+        found = (
+            scan_text(
+                "(instructions)", "instructions", instructions, others, script=script, siblings=siblings
+            )
+            if instructions
+            else []
+        )
+        return ServerReview(
+            name,
+            source.describe(),
+            reviews,
+            instructions=instructions,
+            instruction_findings=found,
+            warnings=list(source.warnings),
+            protocol=source.protocol_version,
+        )
+    finally:
+        if own:
+            pins.close()
+
+
+async def approve_server(
+    config: McpConfig,
+    name: str,
+    *,
+    actor: str | None = None,
+    accept_flagged: set[str] | frozenset[str] = frozenset(),
+    only: set[str] | None = None,
+    expect: str | None = None,
+    pins: Any = None,
+) -> tuple[ServerReview, list[str], dict[str, str]]:
+    """Pin the server's current definitions in ``pins`` (default: the config's pin file).
+    Returns (review, pinned tools, skipped tool → why).
+
+    ``expect``: the review digest the person saw; if the server now lists anything else, nothing
+    is pinned (``ApprovalError``): what is approved is exactly what was reviewed.
+    """
+    review = await review_server(config, name, pins=pins)
+    if expect is not None and review.digest != expect:
+        raise ApprovalError(
+            "listing_changed",
+            f"server {name} lists different tools than the reviewed ones (digest {review.digest[:12]}…, "
+            f"expected {expect[:12]}…): review again",
+        )
+    actor = actor or getpass.getuser()
+    to_pin: list[ToolCheck] = []
+    skipped: dict[str, str] = {}
+    allowed = config.server(name).tools
+    for tr in review.tools:
+        tool = tr.check.tool
+        if only is not None and tool not in only:
+            continue
+        if allowed is not None and tool not in allowed:
+            skipped[tool] = "not in the config's tools for this server (never offered)"
+        elif (bad := bad_tool_name(tool)) is not None:
+            skipped[tool] = bad
+        elif tr.check.why == "listed more than once":
+            skipped[tool] = tr.check.why
+        elif tr.flagged and tool not in accept_flagged:
+            kinds = sorted({f.kind for f in tr.findings})
+            skipped[tool] = "flagged (" + ", ".join(kinds) + "): accept it by name to pin it"
+        elif tr.check.status != "pinned":
+            to_pin.append(tr.check)
+    own = pins is None
+    if pins is None:
+        pins = PinStore(config.path(config.host.pins))
+    try:
+        source, _ = build_source(config.server(name), config, pins=None)
+        pinned: list[str] = pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
+    finally:
+        if own:
+            pins.close()
+    return review, pinned, skipped

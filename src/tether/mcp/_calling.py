@@ -1,0 +1,252 @@
+"""One tool call to an MCP server: the pin re-check before it, its limits (a timeout, stretched
+by progress up to ``max_call_s`` when configured), the send (plain or as a task), the ``-32042``
+URL flow, and what a failure means (the connection lost, the server's own error, output that
+breaks its schema). The result is converted (``tether.mcp._results``) like any other."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import jsonschema
+
+from tether.core._schema import SchemaViolation, UnusableSchema
+from tether.core._schema import validate as validate_schema
+from tether.errors import ToolError
+from tether.mcp._connection import Connection, ConnectionLost
+from tether.mcp._elicitation import CallInfo
+from tether.mcp._failures import Unavailable, classify, is_modern, leaf, transport_failure
+from tether.mcp._results import convert_result, invalid_output
+from tether.mcp._tasks import run_task, task_required
+from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.mcp._source import McpServerSource
+
+__all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "guarded", "recheck"]
+
+URL_ELICITATION_REQUIRED = -32042
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+
+
+async def guarded(
+    source: McpServerSource,
+    conn: Connection,
+    fn: Callable[[Any], Awaitable[Any]],
+    timeout_s: float,
+    phase: str,
+) -> Any:
+    """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
+    try:
+        with anyio.fail_after(timeout_s):
+            return await conn.run(fn)
+    except TimeoutError:
+        raise Unavailable(
+            f"MCP server {source.name} did not answer in time ({timeout_s:g}s) {phase}", cause="timeout"
+        ) from None
+    except ToolError:
+        raise
+    except Exception as err:
+        if not transport_failure(err):
+            raise classify(source.name, err) from None
+        why = source._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
+        raise Unavailable(
+            f"MCP server {source.name} is not reachable ({phase}): {why}",
+            cause=why,
+            quarantined=source.unavailable is not None or None,
+        ) from None
+
+
+async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
+    """The connection to call on, after the pin re-check this call needs. A failure here is
+    before the call was sent, so one restart (if allowed) is tried before giving up."""
+    conn = await source._usable()
+    modern_unheard = is_modern(source.protocol_version) and not source._listening
+    if source.pins is None or not (source.recheck == "each_call" or source._stale or modern_unheard):
+        return conn
+    try:
+        await guarded(source, conn, source._list, spec.timeout_s, "before the call")
+    except Unavailable:
+        if source.unavailable is not None or source._conn is not None:
+            raise
+        conn = await source._usable()
+        await guarded(source, conn, source._list, spec.timeout_s, "before the call")
+    source._refuse_unapproved(spec)
+    return conn
+
+
+@dataclass
+class _Limits:
+    """A call's deadline: its timeout, moved on by progress (when configured) up to its ceiling."""
+
+    source: McpServerSource
+    spec: ToolSpec
+    scope: anyio.CancelScope = field(init=False)
+    ceiling: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        now = anyio.current_time()
+        self.scope = anyio.CancelScope(deadline=now + self.spec.timeout_s)
+        self.ceiling = now + (self.source.max_call_s or self.spec.timeout_s)
+
+    async def progress(self, done: float, total: float | None, message: str | None) -> None:
+        source, spec = self.source, self.spec
+        source.emit(
+            EventKind.MCP_PROGRESS, server=source.name, tool=spec.name, progress=done, total=total,
+            message=(message or "")[:200],
+        )  # fmt: skip
+        if source.on_progress is not None:
+            source.on_progress(source.name, spec.name, done, total, message)
+        if source.progress_resets_timeout:
+            deadline = min(anyio.current_time() + spec.timeout_s, max(self.ceiling, self.scope.deadline))
+            self.scope.deadline = deadline
+
+    def exceeded(self) -> Unavailable:
+        source, spec = self.source, self.spec
+        stretched = source.progress_resets_timeout and (source.max_call_s or 0) > spec.timeout_s
+        if stretched and self.scope.deadline >= self.ceiling:
+            # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
+            limit = source.max_call_s or spec.timeout_s
+            return Unavailable(
+                f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
+                "reporting progress",
+                cause="ceiling",
+            )
+        return Unavailable(f"{spec.name} timed out after {spec.timeout_s:g}s", cause="timeout")
+
+
+async def call_tool(
+    source: McpServerSource, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
+) -> ToolOutput:
+    """Send one call and convert its result. Raises ``ToolError`` subclasses only."""
+    source._refuse_unapproved(spec)
+    conn = await recheck(source, spec)
+    info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
+    source._inflight.append(info)
+    source.calls_sent += 1
+    limits = _Limits(source, spec)
+    result: Any = None
+    try:
+        with limits.scope:
+            result = await _send(source, conn, spec, arguments, info, limits.progress)
+    except Exception as err:
+        return _failed(source, conn, spec, err)
+    finally:
+        source._inflight.remove(info)
+    if limits.scope.cancelled_caught or result is None:
+        raise limits.exceeded()
+    if info.pause_id is not None:
+        from tether.mcp._source import InputPending
+
+        raise InputPending(
+            f"{spec.name} is waiting for a person to answer a question from server {source.name} "
+            f"(pause {info.pause_id})",
+            pause_id=info.pause_id,
+        )
+    definition = source._pinned.get(spec.remote_name, {})
+    output = convert_result(
+        source.name, spec, result, definition, source.emit, _validate, roots=source._root_paths()
+    )
+    if info.elicitations:
+        # What became of the server's questions: the call's outcome says it, not only the server.
+        output.meta["elicitation"] = list(info.elicitations)
+    if info.samples:
+        output.meta["sampling_requests"] = info.samples
+    return output
+
+
+async def _send(
+    source: McpServerSource,
+    conn: Connection,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    info: CallInfo,
+    progress: Progress,
+) -> Any:
+    definition = source._pinned.get(spec.remote_name, {})
+
+    async def send(client: Any) -> Any:
+        if task_required(definition):
+            return await run_as_task(source, client, spec, arguments, progress)
+        return await client.call_tool(
+            spec.remote_name,
+            arguments,
+            progress_callback=progress,
+            read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
+        )
+
+    try:
+        return await conn.run(send)
+    except Exception as err:
+        # -32042 (2025-11-25): the server needs the person to open a URL first. It is asked
+        # like a URL elicitation; once every URL is accepted the call is sent again.
+        if not await _url_flow(source, err, info):
+            raise
+        return await conn.run(send)
+
+
+def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exception) -> ToolOutput:
+    """A failed send: invalid output becomes a result the model reads; anything else raises."""
+    if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
+        return invalid_output(source.name, spec, str(err), source.emit)
+    if transport_failure(err):
+        cause = err.cause if isinstance(err, ConnectionLost) else err
+        why = source._lost(conn, cause, "during the call")
+        raise Unavailable(
+            f"MCP server {source.name} went away during {spec.name}: {why}",
+            cause=why,
+            quarantined=source.unavailable is not None or None,
+        ) from None
+    raise classify(source.name, err) from None
+
+
+async def run_as_task(
+    source: McpServerSource, client: Any, spec: ToolSpec, arguments: dict[str, Any], progress: Progress
+) -> Any:
+    """A tool that runs only as a task: polled to its end within this call's limits (a new
+    status message counts as progress); its result is used only if the tool's definition
+    is still the approved one when the task ends."""
+    from tether.mcp._source import CapabilityBlocked
+
+    def emit(**data: Any) -> None:
+        source.emit(EventKind.MCP_TASK, server=source.name, tool=spec.name, **data)
+
+    async def status(polls: int, message: str | None) -> None:
+        await progress(float(polls), None, message)
+
+    limit = max(spec.timeout_s, source.max_call_s or 0)
+    result = await run_task(
+        source._relays[id(client)], spec.remote_name, arguments, ttl_s=limit, emit=emit, on_status=status
+    )
+    if source.pins is not None:
+        await source._list(client)
+        if spec.remote_name in source.blocked:
+            raise CapabilityBlocked(
+                f"{spec.name} changed while its task ran ({source.blocked[spec.remote_name]}): its "
+                "result is not used",
+                hint=f"a person must review and approve it again (tether mcp approve {source.name})",
+            )
+    return result
+
+
+async def _url_flow(source: McpServerSource, err: BaseException, info: CallInfo) -> bool:
+    """Whether ``err`` was a URL-required error whose URLs the person all accepted."""
+    inner = leaf(err)
+    if getattr(inner, "code", None) != URL_ELICITATION_REQUIRED or source.elicitation is None:
+        return False
+    return bool(await source.elicitation.url_required(getattr(inner, "data", None), info.tool))
+
+
+def _validate(instance: Any, schema: dict[str, Any]) -> None:
+    """Check a result against its output schema with the host's one schema engine (exact types,
+    references resolved only inside the schema: nothing is ever fetched). Failures are raised as
+    ``jsonschema`` errors, which the result handling reports as ``invalid_output``."""
+    try:
+        validate_schema(schema, instance)
+    except UnusableSchema as err:
+        raise jsonschema.SchemaError(str(err)) from None
+    except SchemaViolation as err:
+        raise jsonschema.ValidationError(str(err)) from None

@@ -1,0 +1,243 @@
+"""The MCP host's configuration file (TOML or YAML): which servers, and what each may do.
+
+Server ids are the ``name`` keys the host's owner writes here, never a server's own
+self-declared name. Everything a server is allowed is opt-in: tools (``tools``), effects
+(undeclared = side-effecting), elicitation, sampling, roots and credentials.
+
+    [host]
+    pins = "mcp-pins.db"          # approved tool definitions (relative to this file)
+    state = "mcp-state.db"        # durable elicitation pauses
+    trace_dir = "tether-output/traces"
+    tenant = "default"
+
+    [[servers]]
+    name = "erp"
+    transport = "stdio"           # or "http" (Streamable HTTP)
+    command = ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"]
+    tools = ["read_order", "read_history"]
+    effects = { read_order = "read", read_history = "read" }
+    timeout_s = 10
+    max_result_chars = 20000
+    roots = ["file:///srv/project"]
+    elicitation = { enabled = true, url_mode = false }
+    sampling = { enabled = false }
+    credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
+    restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
+    sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
+    network = "none"              # confined: none (own loopback only) | any (the host's network)
+    roots_writable = false        # confined: roots are read-only unless this is set
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tether.errors import ConfigError
+from tether.tools._contract import Effect
+
+__all__ = [
+    "ElicitationConfig",
+    "HostSection",
+    "McpConfig",
+    "SamplingConfig",
+    "ServerConfig",
+    "load_config",
+]
+
+SEPARATOR = "__"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ElicitationConfig(_Strict):
+    """Elicitation opt-in. Off: every request is declined without asking anyone."""
+
+    enabled: bool = False
+    url_mode: bool = False  # URL mode still needs an interactive person who consents
+    max_answer_attempts: int = Field(default=3, ge=1, le=10)
+    max_questions_per_call: int = Field(default=3, ge=1, le=20)
+
+
+class SamplingConfig(_Strict):
+    """Sampling opt-in and its separate budget (per server and session, and per tool call)."""
+
+    enabled: bool = False
+    max_tokens: int = Field(default=512, ge=1, le=32_000)  # cap per request
+    max_calls: int = Field(default=3, ge=0, le=1000)  # per server, per session
+    max_calls_per_call: int = Field(default=1, ge=1, le=100)  # per tool call of that server
+    max_seconds: float = Field(default=60.0, gt=0)
+    max_total_tokens: int = Field(default=4_000, ge=1)
+
+
+class ServerConfig(_Strict):
+    name: str
+    transport: Literal["stdio", "http"]
+    command: list[str] | None = None
+    url: str | None = None
+    cwd: str | None = None  # stdio working folder; default: the config file's folder
+    mode: Literal["auto", "legacy"] = "auto"
+    tools: list[str] | None = None  # allowed tools (remote names); None: every approved tool
+    effects: dict[str, Effect] = Field(default_factory=dict)
+    timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    max_result_chars: int = Field(default=20_000, ge=100, le=10_000_000)
+    roots: list[str] = Field(default_factory=list)
+    elicitation: ElicitationConfig = Field(default_factory=ElicitationConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    env: dict[str, str] = Field(default_factory=dict)  # plain, non-secret settings for a stdio child
+    credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
+    headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
+    recheck: Literal["each_call", "on_change"] = "each_call"
+    # Supervision: a lost connection quarantines the server (never) or restarts it, at most
+    # max_restarts times (on_failure). The connect timeout is separate from the per-call one.
+    restart: Literal["never", "on_failure"] = "never"
+    max_restarts: int = Field(default=2, ge=0, le=20)
+    connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    progress_resets_timeout: bool = False  # each progress notification restarts timeout_s …
+    max_call_s: float | None = Field(default=None, gt=0, le=86_400)  # … up to this ceiling
+    # Confinement of a stdio server (bubblewrap): auto | required | none.
+    sandbox: Literal["auto", "required", "none"] = "auto"
+    sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
+    sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
+    roots_writable: bool = False  # a confined server may write into its roots only when set
+    # none: a network namespace of its own (only its own loopback); any: the host's network,
+    # loopback services included. bubblewrap cannot filter by host:port (no allowlist).
+    network: Literal["none", "any"] = "none"
+    allow_network: bool = False  # older spelling of network: any
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            raise ValueError(
+                "a host:port allowlist cannot be enforced: bubblewrap confines a server to no network "
+                "or the host's whole network; use network: none (the default) or network: any"
+            )
+        return v
+
+    @property
+    def network_access(self) -> Literal["none", "any"]:
+        return "any" if self.allow_network else self.network
+
+    @field_validator("name")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not v or SEPARATOR in v or not v.replace("-", "").replace("_", "").isalnum() or not v.isascii():
+            raise ValueError(
+                f"server id {v!r} must be ASCII letters/digits (with - or _), without {SEPARATOR!r}"
+            )
+        return v
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        return shlex.split(v) if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _transport(self) -> ServerConfig:
+        if self.transport == "stdio":
+            if not self.command or self.url is not None:
+                raise ValueError(f"server {self.name}: stdio needs command (and no url)")
+        else:
+            if not self.url or self.command is not None:
+                raise ValueError(f"server {self.name}: http needs url (and no command)")
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"server {self.name}: url must be http(s)")
+        if self.headers and self.transport != "http":
+            raise ValueError(f"server {self.name}: headers apply to http servers only")
+        if self.env and self.transport != "stdio":
+            raise ValueError(f"server {self.name}: env applies to stdio servers only")
+        if self.transport != "stdio" and (
+            self.sandbox == "required"
+            or self.sandbox_read
+            or self.sandbox_write
+            or self.allow_network
+            or self.network != "none"
+            or self.roots_writable
+        ):
+            raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
+        if self.max_call_s is not None and self.max_call_s < self.timeout_s:
+            raise ValueError(f"server {self.name}: max_call_s must be at least timeout_s")
+        if overlap := set(self.env) & set(self.credentials):
+            raise ValueError(f"server {self.name}: {sorted(overlap)} both in env and credentials")
+        for tool in self.effects:
+            if self.tools is not None and tool not in self.tools:
+                raise ValueError(f"server {self.name}: effect declared for {tool!r}, which is not in tools")
+        return self
+
+    def argv(self) -> list[str]:
+        """The exact command launched: ``{python}`` stands for this interpreter."""
+        assert self.command is not None
+        return [sys.executable if part == "{python}" else part for part in self.command]
+
+
+class HostSection(_Strict):
+    pins: str = "mcp-pins.db"
+    state: str = "mcp-state.db"
+    trace_dir: str = "tether-output/traces"
+    tenant: str = "default"
+    user: str | None = None
+    logs: str = "tether-output/mcp-logs"  # per-server stderr log files
+    # terminal: server stderr (escaped, rate-limited) and progress also shown on stderr; log: file only
+    server_stderr: Literal["terminal", "log"] = "terminal"
+    bwrap: str | None = None  # the bubblewrap executable (default: bwrap on PATH)
+
+
+class McpConfig(_Strict):
+    host: HostSection = Field(default_factory=HostSection)
+    servers: list[ServerConfig]
+    base_dir: Path = Path(".")
+
+    @model_validator(mode="after")
+    def _unique(self) -> McpConfig:
+        seen: set[str] = set()
+        for s in self.servers:
+            if s.name in seen:
+                raise ValueError(f"duplicate server id {s.name!r}")
+            seen.add(s.name)
+        return self
+
+    def server(self, name: str) -> ServerConfig:
+        for s in self.servers:
+            if s.name == name:
+                return s
+        known = ", ".join(s.name for s in self.servers) or "none"
+        raise ConfigError(f"no server named {name!r} in the config (known: {known})")
+
+    def path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return Path(os.path.normpath(p if p.is_absolute() else self.base_dir / p))
+
+
+def load_config(path: str | Path) -> McpConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config. Raises ``ConfigError``."""
+    path = Path(path)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"cannot read MCP config {path}: {err.strerror}") from None
+    try:
+        data = tomllib.loads(raw) if path.suffix == ".toml" else yaml.safe_load(raw)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(
+            f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {err}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a table/mapping")
+    try:
+        return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}"
+            for e in err.errors(include_url=False)
+        )
+        raise ConfigError(f"{path}: {problems}") from None

@@ -1,0 +1,244 @@
+"""One MCP server's SDK client, run in a task of its own (a supervised connection).
+
+The SDK runs a connection's transport in task groups. Entered from a caller's task, a
+transport failure (a Streamable HTTP server gone mid-request) cancels that caller: the
+whole run. Here each connection lives in a detached task that owns every scope the SDK
+opens; whatever the transport does ends that task only. Callers use the client across
+tasks and are woken with ``ConnectionLost`` when the connection ends under them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import anyio
+
+__all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
+
+T = TypeVar("T")
+# The server a piece of SDK code works for: set in each connection's task (inherited by the
+# tasks the SDK starts there) and around each call, so the SDK's log lines name their server.
+SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
+_SDK_LOGGERS = ("mcp", "client")  # the SDK's client session logs as "client"
+_factory_installed = False
+
+
+def _attribute_sdk_logs() -> None:
+    """Prefix the SDK's log records with the server they concern (escaped: a server's text may be
+    in them). Installed once, chained to the record factory already in place."""
+    global _factory_installed
+    if _factory_installed:
+        return
+    _factory_installed = True
+    previous = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = previous(*args, **kwargs)
+        server = SERVER.get()
+        if server is not None and record.name.split(".", 1)[0] in _SDK_LOGGERS:
+            from tether.mcp._clean import escape_for_review
+
+            text = escape_for_review(record.getMessage(), limit=2000)
+            record.msg, record.args = f"[{server}] mcp sdk: {text}", None
+        return record
+
+    logging.setLogRecordFactory(factory)
+
+
+_TASKS: set[Any] = set()  # strong references: asyncio keeps only weak ones to running tasks
+
+
+class ConnectionLost(Exception):
+    """The connection ended (or never came up); ``cause`` is the transport's own error, if any."""
+
+    def __init__(self, cause: BaseException | None) -> None:
+        super().__init__(describe_error(cause) if cause is not None else "connection closed")
+        self.cause = cause
+
+
+def describe_error(err: BaseException) -> str:
+    """The innermost error of a task-group failure, as one line."""
+    while True:
+        if isinstance(err, BaseExceptionGroup) and err.exceptions:
+            # The first failure that is not a cancellation caused by it.
+            real = [e for e in err.exceptions if not _cancellation(e)]
+            err = (real or list(err.exceptions))[0]
+        elif isinstance(err, ConnectionLost) and err.cause is not None:
+            err = err.cause
+        else:
+            break
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _cancellation(err: BaseException) -> bool:
+    import asyncio
+
+    return isinstance(err, (asyncio.CancelledError, anyio.get_cancelled_exc_class()))
+
+
+def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:
+    """Run ``fn`` in a new task outside every cancel scope of the caller (asyncio or trio)."""
+    import asyncio
+
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # pragma: no cover - not asyncio: the project runs on asyncio
+        import trio
+
+        trio.lowlevel.spawn_system_task(fn)
+        return
+
+    async def main() -> None:
+        await fn()
+
+    task = loop.create_task(main())
+    _TASKS.add(task)
+    task.add_done_callback(_TASKS.discard)
+
+
+class Connection:
+    """One attempt to connect: ``open`` enters the SDK client on a stack the connection's own
+    task owns; ``prepare`` runs there once connected (the first tool listing); ``serve`` runs
+    there for the connection's life (a listen stream), its failure ending only itself."""
+
+    def __init__(
+        self,
+        open: Callable[[AsyncExitStack], Awaitable[Any]],
+        prepare: Callable[[Any], Awaitable[None]] | None = None,
+        serve: Callable[[Any], Awaitable[None]] | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.name = name
+        if name is not None:
+            _attribute_sdk_logs()
+        self._open = open
+        self._prepare = prepare
+        self._serve = serve
+        self.client: Any = None
+        self.error: BaseException | None = None
+        self._ready = anyio.Event()
+        self._done = anyio.Event()
+        self._stop = anyio.Event()
+        self._scope: anyio.CancelScope | None = None
+        self._launched = False
+
+    # -- the connection's own task ----------------------------------------------------------
+
+    def launch(self) -> None:
+        if not self._launched:
+            self._launched = True
+            spawn_detached(self._main)
+
+    async def _main(self) -> None:
+        SERVER.set(self.name)  # this task's own context (and the SDK tasks started from it)
+        if self._stop.is_set():
+            self._ready.set()
+            self._done.set()
+            return
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with AsyncExitStack() as stack:
+                    client = await self._open(stack)
+                    if self._prepare is not None:
+                        await self._prepare(client)
+                    self.client = client
+                    self._ready.set()
+                    async with anyio.create_task_group() as tg:
+                        if self._serve is not None:
+                            tg.start_soon(self._serve_quietly, client)
+                        await self._stop.wait()
+                        tg.cancel_scope.cancel()
+        except (KeyboardInterrupt, SystemExit):  # pragma: no cover
+            raise
+        except BaseException as err:
+            self.error = err
+        finally:
+            self._ready.set()
+            self._done.set()
+
+    async def _serve_quietly(self, client: Any) -> None:
+        assert self._serve is not None
+        try:
+            await self._serve(client)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException:
+            pass
+
+    # -- callers ------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self.client is not None and not self._done.is_set() and not self._stop.is_set()
+
+    @property
+    def ended(self) -> bool:
+        return self._done.is_set()
+
+    async def ready(self) -> Any:
+        """Wait until connected; returns the client. Raises ``ConnectionLost`` if it never was."""
+        self.launch()
+        await self._ready.wait()
+        if not self.alive:
+            raise ConnectionLost(self.error)
+        return self.client
+
+    async def run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run ``fn(client)`` in the caller's task; ``ConnectionLost`` if the connection ends first.
+
+        The caller's own cancellation (a timeout around this call) still reaches it."""
+        if not self.alive:
+            raise ConnectionLost(self.error)
+        client = self.client
+        box: list[Any] = []
+
+        async def body() -> None:
+            SERVER.set(self.name)
+            try:
+                box.append((True, await fn(client)))
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as err:
+                box.append((False, err))
+            finally:
+                tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            await self._done.wait()
+            tg.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            tg.start_soon(body)
+        if not box:
+            raise ConnectionLost(self.error)
+        ok, value = box[0]
+        if ok:
+            return value  # type: ignore[no-any-return]
+        if self._done.is_set() or not isinstance(value, Exception):
+            raise ConnectionLost(self.error or value)
+        raise value
+
+    def abort(self) -> None:
+        """End the connection now (connecting or connected); returns at once."""
+        self._stop.set()
+        if self._scope is not None and not self._ready.is_set():
+            self._scope.cancel()  # still connecting: nothing to wind down gracefully
+
+    async def close(self, grace_s: float = 6.0) -> None:
+        """Wind down and wait (bounded); past the grace period the task is cancelled."""
+        self._stop.set()
+        if not self._launched:
+            return
+        with anyio.move_on_after(grace_s):
+            await self._done.wait()
+        if not self._done.is_set() and self._scope is not None:
+            self._scope.cancel()
+            with anyio.move_on_after(2.0):
+                await self._done.wait()

@@ -1,0 +1,115 @@
+"""How the MCP host reads a failure: the connection gone, or the server's answer wrong.
+
+A transport failure (the process or the HTTP server gone, the session no longer known, the
+connection closed) loses the connection: the server is quarantined or restarted. Anything
+else is the server's own answer failing (``UpstreamError``); the connection stays.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import anyio
+
+from tether.errors import DependencyUnavailable, ToolError, UpstreamError
+from tether.mcp._connection import ConnectionLost, describe_error
+
+__all__ = [
+    "Unavailable",
+    "classify",
+    "closed_underneath",
+    "enabled",
+    "failure_detail",
+    "is_modern",
+    "leaf",
+    "transport_failure",
+]
+
+_CONNECTION_CLOSED = -32000
+_SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
+
+
+class Unavailable(DependencyUnavailable):
+    """The server is gone for this call; ``meta`` says why (the host copies it to the observation)."""
+
+    def __init__(self, message: str, **meta: Any) -> None:
+        super().__init__(message)
+        self.meta = {k: v for k, v in meta.items() if v is not None}
+
+
+def enabled(gate: Any) -> bool:
+    """A gate is given to the SDK (and so advertised) only when its config enables it."""
+    return gate is not None and bool(getattr(getattr(gate, "config", None), "enabled", True))
+
+
+def is_modern(version: str | None) -> bool:
+    return bool(version) and str(version) >= "2026"
+
+
+def leaf(err: BaseException | None) -> BaseException | None:
+    while isinstance(err, BaseExceptionGroup) and err.exceptions:
+        err = err.exceptions[0]
+    return err
+
+
+def transport_failure(err: BaseException) -> bool:
+    """Whether an error means the connection itself failed (not the server's answer)."""
+    inner = leaf(err)
+    if isinstance(err, ConnectionLost) or isinstance(inner, ConnectionLost):
+        return True
+    if type(inner).__name__ == "MCPError":
+        # A Streamable HTTP server that restarted no longer knows the session: it is gone.
+        return getattr(inner, "code", None) == _CONNECTION_CLOSED or bool(_SESSION_GONE.search(str(inner)))
+    if isinstance(inner, (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
+        return True
+    module = type(inner).__module__ or ""
+    return module.startswith(("httpx", "httpcore", "h11")) or isinstance(err, BaseExceptionGroup)
+
+
+def classify(server: str, err: BaseException) -> ToolError:
+    inner = leaf(err) or err
+    if isinstance(inner, ToolError):
+        return inner
+    if type(inner).__name__ == "MCPError":
+        if getattr(inner, "code", None) == -32042:
+            return UpstreamError(
+                f"server {server} needs the person to open a URL first (URL elicitation), which did not "
+                "happen: it needs elicitation with url_mode enabled for this server and a person at the "
+                "terminal (--ask console) who consents"
+            )
+        if "refused by the host" in str(inner):
+            # 2026-07-28: a refused input request (sampling, a question) ends the call client-side.
+            return UpstreamError(f"the host refused the server's {_what_refused(str(inner))}: {inner}")
+        return UpstreamError(f"server {server} failed: {inner}")
+    # e.g. an answer that is not valid MCP: the server's fault, the connection is still up.
+    return UpstreamError(f"server {server} failed: {describe_error(inner)}")
+
+
+def _what_refused(message: str) -> str:
+    return "sampling request" if "sampling" in message else "request"
+
+
+def closed_underneath(client: Any) -> bool:
+    """Whether the session already saw its transport end (a stdio server that exited between
+    calls): best effort, through the SDK's dispatcher."""
+    try:
+        dispatcher = client.session._dispatcher
+    except Exception:
+        return False
+    return bool(getattr(dispatcher, "_closed", False))
+
+
+def failure_detail(why: str, returncode: int | None, tail: list[str], hint: str | None = None) -> str | None:
+    """For the person: ``why`` with the process's exit, its last stderr lines and a hint (or
+    ``None`` when there is nothing to add)."""
+    parts = [why]
+    if returncode is not None:
+        parts.append(
+            f"its process exited with {f'signal {-returncode}' if returncode < 0 else f'code {returncode}'}"
+        )
+    if tail:
+        parts.append("its last stderr lines: " + " | ".join(tail[-4:]))
+    if hint:
+        parts.append(hint)
+    return "; ".join(parts) if len(parts) > 1 else None

@@ -1,0 +1,186 @@
+"""One MCP server source from its config, every gate wired (``tether.mcphost.build_host`` builds
+the whole host from a config file).
+
+``build_source`` resolves each server's credentials (registered as trace secrets),
+creates its connection with the pin store, elicitation/sampling/roots gates and the
+host-declared effects, and adds a policy rule that denies any call to a tool whose
+definition is not (or no longer) approved. Tools reach the model as
+``<server id>__<tool>`` in a fixed order (sorted by name).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tether.mcp._config import McpConfig, ServerConfig
+from tether.mcp._credentials import resolve_credentials
+from tether.mcp._elicitation import ElicitationGate, Responder
+from tether.mcp._pauses import PauseStore
+from tether.mcp._pinning import PinStore
+from tether.mcp._roots import RootsGate
+from tether.mcp._sampling import Consent, SamplingGate
+from tether.mcp._serverlog import ServerStderr
+from tether.mcp._source import McpServerSource, ProgressSink
+from tether.trace._events import EventKind
+
+# The host and its policy are imported when a host is built: a review (one connection, no run)
+# starts its server without loading them.
+if TYPE_CHECKING:
+    from tether.chokepoint._authority import HostCore as Host
+    from tether.models._base import Model
+    from tether.policy._rules import Decision, ProposedCall
+    from tether.policy._trusted import TrustedContext
+
+__all__ = ["PinnedCapabilities", "build_source", "describe_all", "mcp_sources", "protected_paths"]
+
+
+@dataclass(frozen=True)
+class PinnedCapabilities:
+    """Denies calls to MCP tools that are blocked (changed or unapproved since the run began)."""
+
+    sources: Mapping[str, McpServerSource]
+    name: str = "capability_pin"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        source = self.sources.get(call.spec.source)
+        if source is None:
+            return None
+        remote = call.spec.remote_name
+        if remote in source.blocked:
+            from tether.policy._rules import Decision
+
+            return Decision(
+                "deny",
+                self.name,
+                "tool_definition_not_approved",
+                {"tool": call.spec.name, "why": source.blocked[remote]},
+            )
+        return None
+
+
+def build_source(
+    server: ServerConfig,
+    config: McpConfig,
+    *,
+    pins: PinStore | None,
+    pauses: PauseStore | None = None,
+    responder: Responder | None = None,
+    sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None,
+    environ: Mapping[str, str] | None = None,
+    fail_soft: bool = False,
+    on_progress: ProgressSink | None = None,
+) -> tuple[McpServerSource, set[str]]:
+    """One server's connection with its gates; also returns its secrets (for the redactor)."""
+    creds = resolve_credentials(
+        server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
+    )
+    cwd = None
+    if server.transport == "stdio":
+        cwd = str(config.path(server.cwd) if server.cwd else config.base_dir)
+    if on_progress is None and config.host.server_stderr == "terminal":
+        on_progress = _show_progress
+    source = McpServerSource(
+        server.name,
+        command=server.argv() if server.transport == "stdio" else None,
+        url=server.url if server.transport == "http" else None,
+        effects=server.effects,
+        env={**server.env, **creds.env} if server.transport == "stdio" else None,
+        headers=creds.headers,
+        mode=server.mode,
+        timeout_s=server.timeout_s,
+        max_result_chars=server.max_result_chars,
+        allow_tools=server.tools,
+        pins=pins,
+        recheck=server.recheck,
+        cwd=cwd,
+        fail_soft=fail_soft,
+        restart=server.restart,
+        max_restarts=server.max_restarts,
+        connect_timeout_s=server.connect_timeout_s,
+        progress_resets_timeout=server.progress_resets_timeout,
+        max_call_s=server.max_call_s,
+        on_progress=on_progress,
+    )
+    if server.transport == "stdio":
+        source.sandbox = _sandbox(server, config, cwd)
+        log = config.path(config.host.logs) / f"{server.name}.stderr.log"
+        show = sys.stderr if config.host.server_stderr == "terminal" else None
+        source.stderr_factory = lambda: ServerStderr(server.name, log_path=log, terminal=show)
+    source.elicitation = ElicitationGate(
+        server.name,
+        server.elicitation,
+        responder=responder,
+        pauses=pauses,
+        current_call=source.current_call,
+        on_event=source.event_sink(EventKind.MCP_ELICITATION),
+    )
+    source.sampling = SamplingGate(
+        server.name,
+        server.sampling,
+        model=sampling_model,
+        consent=sampling_consent,
+        current_call=source.current_call,
+        on_event=source.event_sink(EventKind.MCP_SAMPLING),
+    )
+    if server.roots:
+        source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
+    return source, creds.secrets
+
+
+def _show_progress(server: str, tool: str, done: float, total: float | None, message: str | None) -> None:
+    """A progress notification on the terminal: attributed, escaped, one line."""
+    from tether.mcp._clean import escape_for_review
+
+    of = f"/{total:g}" if total is not None else ""
+    note = f" {escape_for_review(message, limit=200)}" if message else ""
+    print(f"[{server}] {tool}: progress {done:g}{of}{note}", file=sys.stderr, flush=True)
+
+
+def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
+    """The sandbox planner of one stdio server (run at each launch: bwrap is probed once)."""
+    from tether.mcp._sandbox import plan_confinement
+
+    read = [str(config.path(p)) for p in server.sandbox_read]
+    write = [str(config.path(p)) for p in server.sandbox_write]
+
+    def plan(argv: list[str], env: dict[str, str]) -> Any:
+        return plan_confinement(
+            server.sandbox,
+            argv,
+            roots=server.roots,
+            cwd=cwd,
+            network=server.network_access,
+            roots_writable=server.roots_writable,
+            read=read,
+            write=write,
+            env=env,
+            protected=protected_paths(config),
+            bwrap=config.host.bwrap,
+        )
+
+    return plan
+
+
+def protected_paths(config: McpConfig) -> list[str]:
+    """What no server ever sees: the config's folder, the pins, the state, the logs, the traces
+    and every server's credential files."""
+    host = config.host
+    out = [str(config.base_dir)]
+    out += [str(config.path(p)) for p in (host.pins, host.state, host.logs, host.trace_dir)]
+    for server in config.servers:
+        for ref in server.credentials.values():
+            if ref.startswith("file:"):
+                out.append(str(config.path(ref[len("file:") :])))
+    return out
+
+
+def mcp_sources(host: Host) -> list[McpServerSource]:
+    return [s for s in host.sources if isinstance(s, McpServerSource)]
+
+
+def describe_all(host: Host) -> list[dict[str, Any]]:
+    return [{"server": s.name, **s.describe()} for s in mcp_sources(host)]

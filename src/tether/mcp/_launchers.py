@@ -1,0 +1,525 @@
+"""What a stdio server's launch command needs to run, found from the command itself.
+
+A confined server sees only what its launcher needs (``tether.mcp._sandbox``). This module
+reads the command the way the launcher would and names that, read-only:
+
+- **python** (``python -m pkg``, ``python script.py``, a venv or uv console script, whose
+  interpreter is found through its ``#!`` line): the interpreter's installation, a venv's base
+  (``pyvenv.cfg``), the folders its ``.pth`` files list and the server's ``PYTHONPATH``, read
+  from files (nothing of the server's runs outside the sandbox), so a pyenv, uv or venv
+  interpreter anywhere works; a script named on the command line is shown as that one file,
+  never its folder;
+- **node** (``node <pkg>/dist/index.js``, a ``#!/usr/bin/env node`` script): the node
+  installation, the package the script belongs to (its nearest ``package.json``) and every
+  ``node_modules`` folder node's resolution walks up through;
+- **npx** (``npx -y pkg``, ``npm exec pkg``, ``npm x pkg``): the package as npx installed it
+  in the npm cache (``~/.npm/_npx``), launched with node directly: no registry request, no
+  writable npm cache; a package not installed there needs the network, and the plan says so;
+- **uvx** (``uvx pkg``, ``uv tool run pkg``): uv resolves the tool's environment from its
+  cache, offline and without building anything (``--no-build``), on the host; the server then
+  starts from that environment like a console script;
+- anything else: the executable file itself.
+
+Each is shown under ``/opt/mcp`` by its role (``python``, ``env``, ``path``, ``app``, ``bin``),
+never at its host path, and what names host paths is rewritten for inside: a venv's
+``pyvenv.cfg`` and ``bin`` links, ``.pth`` files, ``PYTHONPATH``, the command line. No folder
+is ever shown just because a script sits in it, and none that holds (or is) one of the host's
+protected paths (its config folder, pins, state, logs, credential files). Not followed: an
+editable install through an import hook (setuptools' strict mode), whose finder module names
+host paths; its source must be a declared read path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["SYSTEM_DIRS", "Launch", "inside", "resolve_launch"]
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NODE = ("node", "nodejs")
+
+
+MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under names of their role
+
+
+@dataclass
+class Launch:
+    """The launch as confinement sees it. ``argv`` is the command inside, with the paths the
+    server sees (its files are shown under ``MOUNT_ROOT``, never at their host paths);
+    ``host_argv`` is the same command outside (npx/uvx rewritten to what they would run);
+    ``read_only`` the host paths shown, ``ops`` the bwrap operations that show them, in order,
+    and ``data`` the contents of the files generated for inside (``{data-fd:N}`` in ``ops``)."""
+
+    profile: str
+    argv: list[str]
+    host_argv: list[str] | None = None
+    read_only: list[Path] = field(default_factory=list)
+    ops: list[tuple[str, ...]] = field(default_factory=list)
+    data: list[bytes] = field(default_factory=list)
+    overlays: list[Path] = field(default_factory=list)  # host folders shown with a private write layer
+    path_dirs: list[str] = field(default_factory=list)  # PATH inside: the interpreters' bin folders
+    env: dict[str, str] = field(default_factory=dict)
+    withheld: list[str] = field(default_factory=list)  # paths not shown, with why
+    problem: str | None = None  # the launch cannot work confined as configured: why and what to change
+    _shown: dict[Path, str] = field(default_factory=dict)
+    _names: set[str] = field(default_factory=set)
+    _protected: list[Path] = field(default_factory=list)
+
+    def translate(self, host: Path) -> str | None:
+        """Where a host path shows inside (a system path at its own), or ``None``."""
+        if _system(host):
+            return str(host)
+        for shown, at in sorted(self._shown.items(), key=lambda kv: -len(kv[0].parts)):
+            if inside(host, shown):
+                rest = host.relative_to(shown)
+                return at if rest == Path(".") else f"{at}/{rest.as_posix()}"
+        return None
+
+    def show(self, host: Path, role: str, *, at: str | None = None, private: bool = False) -> str | None:
+        """Show ``host`` read-only under ``MOUNT_ROOT`` (a name of its role, or ``at``);
+        ``None`` when it does not exist or is, or holds, a protected path. ``private``: the
+        server may write there, into a layer of its own that is gone when it stops (where
+        the sandbox can lay one: otherwise read-only)."""
+        if not host.exists():
+            return None
+        if (already := self.translate(host)) is not None and at is None:
+            return already
+        for p in self._protected:
+            if inside(p, host):
+                self.withheld.append(f"{host} (holds {p}, which servers never see)")
+                return None
+        if at is None:
+            name, n = role, 1
+            while name in self._names:
+                n += 1
+                name = f"{role}-{n}"
+            self._names.add(name)
+            at = f"{MOUNT_ROOT}/{name}"
+        self._shown[host] = at
+        self.read_only.append(host)
+        if private:
+            self.ops.append(("--bind", f"{{overlay:{len(self.overlays)}}}", at))
+            self.overlays.append(host)
+        else:
+            self.ops.append(("--ro-bind", str(host), at))
+        return at
+
+    def generate(self, at: str, content: bytes) -> None:
+        """A file inside with ``content`` (over whatever is there: a rewritten config)."""
+        self.ops.append(("--ro-bind-data", f"{{data-fd:{len(self.data)}}}", at))
+        self.data.append(content)
+
+
+def inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _system(path: Path) -> bool:
+    return any(inside(path, Path(s)) for s in SYSTEM_DIRS)
+
+
+def resolve_launch(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    protected: Iterable[Path] = (),
+    network: bool = False,
+) -> Launch:
+    """The launch profile of ``argv`` (run in ``cwd`` with ``env``)."""
+    guarded = [Path(p).resolve() for p in protected]
+    argv = list(argv)
+    exe = _which(argv[0], env, cwd)
+    if exe is None:
+        return Launch("unknown", argv, problem=f"{argv[0]!r} was not found (PATH of the server)")
+    name = Path(argv[0]).name
+    if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
+        return _npx(argv, exe, env, cwd, guarded, network)
+    if name == "uvx" or (name == "uv" and argv[1:3] == ["tool", "run"]):
+        return _uvx(argv, exe, env, cwd, guarded)
+    interpreter = _interpreter_of(exe)
+    if interpreter is not None and _PYTHON.match(Path(interpreter).name):
+        return _python(Launch("python", argv, _protected=guarded), exe, interpreter, env, cwd)
+    if interpreter is not None and Path(interpreter).name in _NODE:
+        return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
+    launch = Launch("executable", argv, _protected=guarded)
+    shown = launch.show(exe.resolve(), f"bin/{exe.name}")
+    if shown is not None:
+        launch.argv[0] = shown
+    return launch
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
+    if os.sep in command:
+        p = Path(command) if os.path.isabs(command) else cwd / command
+        return p if p.is_file() else None
+    found = shutil.which(command, path=env.get("PATH", os.environ.get("PATH")))
+    return Path(found) if found else None
+
+
+def _interpreter_of(exe: Path) -> str | None:
+    """The interpreter an executable runs under: itself (python, node) or its ``#!`` line's."""
+    if _PYTHON.match(exe.name) or exe.name in _NODE:
+        return str(exe)
+    real = exe.resolve()
+    if _PYTHON.match(real.name) or real.name in _NODE:
+        return str(exe)
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(1024)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    lines = head.decode("utf-8", errors="replace").splitlines()
+    words = lines[0][2:].split()
+    if not words:
+        return None
+    if Path(words[0]).name == "env":
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        if not rest:
+            return None
+        found = shutil.which(rest[0])
+        return found
+    # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
+    # and uv's relocatable one: '''exec' "$(dirname -- "$(realpath -- "$0")")"/'python' "$0" …
+    if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
+        beside = re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1])
+        if beside:
+            return str(exe.resolve().parent / beside.group(1))
+        absolute = re.match(r"""^'''exec' '?(/[^' ]+)""", lines[1])
+        return absolute.group(1) if absolute else None
+    return words[0] if words[0].startswith("/") else None
+
+
+def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg.startswith("-"):
+            continue
+        p = Path(arg) if os.path.isabs(arg) else cwd / arg
+        if p.is_file():
+            yield i, p.resolve()
+
+
+# -- python ----------------------------------------------------------------------------------
+# Read from the environment's files, never by running its interpreter: a ``.pth`` file of a
+# package runs code whenever the interpreter starts, and that code runs only confined.
+
+
+def _venv_config(prefix: Path) -> dict[str, str]:
+    cfg = prefix / "pyvenv.cfg"
+    try:
+        lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _show_python(launch: Launch, interp: Path) -> str:
+    """Show the interpreter's installation (and its venv, rewired to it); the path to run."""
+    venv = interp.parent.parent if (interp.parent.parent / "pyvenv.cfg").is_file() else None
+    config = _venv_config(venv) if venv is not None else {}
+    real = interp.resolve()
+    base = Path(config["home"]).resolve().parent if "home" in config else real.parent.parent
+    base_at = launch.show(base, "python") or str(base)
+    if not _system(base):
+        launch.env["LD_LIBRARY_PATH"] = f"{base_at}/lib"  # a shared libpython's RUNPATH is a host path
+    if venv is None:
+        launch.path_dirs.append(f"{base_at}/bin")
+        return launch.translate(real) or str(real)
+    # The server's own environment: some packages write into their folder (a node project they
+    # install on first use), so it gets a private write layer over the host's, gone when it stops.
+    venv_at = launch.show(venv, "env", private=True)
+    if venv_at is None:
+        return str(interp)
+    # The venv's bin/python links to its base by a host path: inside, bin is new, linked anew.
+    launch.ops.append(("--tmpfs", f"{venv_at}/bin"))
+    base_exe = launch.translate(real)
+    if base_exe is None:  # a copied interpreter (venv --copies): the file itself
+        base_exe = f"{MOUNT_ROOT}/python-bin/{real.name}"
+        launch.ops.append(("--ro-bind", str(real), base_exe))
+    for link in dict.fromkeys(("python", "python3", interp.name)):
+        launch.ops.append(("--symlink", base_exe, f"{venv_at}/bin/{link}"))
+    kept = {k: v for k, v in config.items() if k not in ("home", "executable", "command")}
+    lines = [f"home = {base_at}/bin", *(f"{k} = {v}" for k, v in kept.items())]
+    launch.generate(f"{venv_at}/pyvenv.cfg", ("\n".join(lines) + "\n").encode("utf-8"))
+    launch.path_dirs.append(f"{venv_at}/bin")
+    return f"{venv_at}/bin/{interp.name}"
+
+
+def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
+    """The folders ``.pth`` files list (editable installs), each shown and its ``.pth`` file
+    rewritten to name it inside, and the server's ``PYTHONPATH``, shown and rewritten."""
+    for prefix in list(launch.read_only):
+        for site in sorted(prefix.glob("lib/python3*/site-packages")):
+            for pth in sorted(site.glob("*.pth")):
+                try:
+                    lines = pth.read_text(encoding="utf-8", errors="replace").splitlines()
+                except OSError:
+                    continue
+                changed, out = False, []
+                for line in lines:
+                    entry = line.strip()
+                    if entry and os.path.isabs(entry) and not entry.startswith(("#", "import")):
+                        at = launch.show(Path(entry).resolve(), "path")
+                        changed = changed or at != entry
+                        line = at or ""
+                    out.append(line)
+                pth_at = launch.translate(pth)
+                if changed and pth_at is not None:
+                    launch.generate(pth_at, ("\n".join(out) + "\n").encode("utf-8"))
+    entries = [Path(p).resolve() for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    shown = [at for p in entries if p != Path("/") and (at := launch.show(p, "path")) is not None]
+    if env.get("PYTHONPATH"):
+        launch.env["PYTHONPATH"] = os.pathsep.join(shown)
+
+
+def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str], cwd: Path) -> Launch:
+    argv = launch.argv
+    launch.host_argv = list(argv)
+    interp = Path(interpreter)
+    python_at = _show_python(launch, interp)
+    _show_import_path(launch, env)
+    launch.env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if _PYTHON.match(exe.name) or exe.resolve() == interp.resolve():
+        argv[0] = python_at
+        for i, arg in enumerate(argv[1:], start=1):
+            if arg in ("-m", "-c"):
+                break
+            if arg.startswith("-"):
+                continue
+            script = (Path(arg) if os.path.isabs(arg) else cwd / arg).resolve()
+            if script.is_file():  # the file only: its folder may hold anything
+                argv[i] = launch.show(script, f"bin/{script.name}") or arg
+            break
+        return launch
+    # A console script (its #! names the interpreter): run by the interpreter inside. In a
+    # venv's bin (new inside) it is put back where it was; elsewhere it is shown as one file.
+    script = exe.resolve()
+    at = launch.translate(script)
+    if at is not None and any(op[0] == "--tmpfs" and at.startswith(op[1] + "/") for op in launch.ops):
+        at = launch.show(script, "bin", at=at)
+    elif at is None:
+        at = launch.show(script, f"bin/{script.name}")
+    launch.argv = [python_at, at or str(script), *argv[1:]]
+    return launch
+
+
+# -- node ------------------------------------------------------------------------------------
+
+
+def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
+    argv = launch.argv
+    launch.host_argv = list(argv)
+    node = Path(interpreter).resolve()
+    if launch.translate(node) is None:
+        launch.show(node.parent.parent if node.parent.name == "bin" else node.parent, "node")
+    node_at = launch.translate(node) or str(node)
+    launch.path_dirs.append(str(Path(node_at).parent))
+    if exe.name not in _NODE:  # a script whose #! names node
+        launch.argv = [node_at, _node_package(launch, exe.resolve()), *argv[1:]]
+        return launch
+    launch.argv = [node_at, *argv[1:]]
+    for i, script in list(_script_args(argv, cwd))[:1]:
+        launch.argv[i] = _node_package(launch, script)
+    return launch
+
+
+def _node_package(launch: Launch, script: Path) -> str:
+    """Show the script's package (its nearest ``package.json``) and every ``node_modules``
+    above it, their layout kept (node resolves by walking up); where the script is inside."""
+    package = next((d for d in script.parents if (d / "package.json").is_file()), None)
+    items = [
+        package or script,
+        *(d / "node_modules" for d in script.parents if (d / "node_modules").is_dir()),
+    ]
+    top = Path(os.path.commonpath([str(p) for p in items]))
+    if top.is_file():  # a lone script keeps its name (node reads .mjs/.cjs from it)
+        top = top.parent
+    if top == Path(top.anchor):
+        top = (package or script).parent
+        items = [p for p in items if inside(p, top)]
+    root = f"{MOUNT_ROOT}/app/node_modules" if top.name == "node_modules" else f"{MOUNT_ROOT}/app"
+    for item in sorted(items, key=lambda p: len(p.parts)):
+        if launch.translate(item) is None:
+            rest = item.relative_to(top).as_posix()
+            launch.show(item, "app", at=root if rest == "." else f"{root}/{rest}")
+    return launch.translate(script) or str(script)
+
+
+def _npm_cache(env: Mapping[str, str]) -> Path:
+    configured = env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(env.get("HOME") or Path.home()) / ".npm"
+
+
+def _npx_spec(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """The package spec and the arguments given to it."""
+    i = 2 if Path(argv[0]).name == "npm" else 1
+    spec: str | None = None
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            i += 1
+            continue
+        if arg in ("-p", "--package") and i + 1 < len(argv):
+            spec = argv[i + 1]
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        if spec is None:
+            spec = arg
+            return spec, list(argv[i + 1 :])
+        return spec, list(argv[i + 1 :])  # with --package, the command is the bin's name
+    return spec, []
+
+
+def _package_name(spec: str) -> str:
+    at = spec.find("@", 1)
+    return spec[:at] if at > 0 else spec
+
+
+def _npx_installed(cache: Path, spec: str) -> Path | None:
+    """The npx install folder holding exactly ``spec`` (npx names it by a hash of the specs)."""
+    root = cache / "_npx"
+    if not root.is_dir():
+        return None
+    for manifest in sorted(root.glob("*/package.json")):
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if (data.get("_npx") or {}).get("packages") == [spec]:
+            return manifest.parent
+    return None
+
+
+def _bin_of(package: Path, name: str) -> Path | None:
+    try:
+        data = json.loads((package / "package.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    bins = data.get("bin")
+    if isinstance(bins, str):
+        return package / bins
+    if isinstance(bins, dict) and bins:
+        short = name.rsplit("/", 1)[-1]
+        chosen = bins.get(short) or (next(iter(bins.values())) if len(bins) == 1 else None)
+        return package / chosen if isinstance(chosen, str) else None
+    return None
+
+
+def _npx(
+    argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path], network: bool
+) -> Launch:
+    spec, rest = _npx_spec(argv)
+    node = shutil.which("node", path=env.get("PATH", os.environ.get("PATH")))
+    if spec is None or node is None:
+        why = "no package named" if spec is None else "node is not on the PATH"
+        return Launch("npx", argv, problem=f"cannot read this npx command ({why})")
+    cache = _npm_cache(env)
+    installed = _npx_installed(cache, spec)
+    name = _package_name(spec)
+    entry = _bin_of(installed / "node_modules" / name, name) if installed is not None else None
+    if entry is None or not entry.is_file():
+        if network:
+            # npx may download: it gets a private, writable npm cache of its own.
+            launch = Launch(
+                "npx",
+                argv,
+                env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
+                _protected=guarded,
+            )
+            for binary in (Path(node).resolve(), exe.resolve()):
+                folder = binary.parent.parent if binary.parent.name == "bin" else binary.parent
+                launch.show(folder, "node")
+            for binary in (Path(node), exe):
+                launch.path_dirs.append(launch.translate(binary.parent.resolve()) or str(binary.parent))
+            return launch
+        return Launch(
+            "npx",
+            argv,
+            problem=(
+                f"{spec} is not installed in the npm cache ({cache / '_npx'}) and a confined server has "
+                f"no network: run `npx -y {spec} --help` once (it installs the package there), or set "
+                "network: any for this server"
+            ),
+        )
+    launch = _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
+    return launch
+
+
+# -- uvx -------------------------------------------------------------------------------------
+
+
+def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:
+    """``uvx [--from X] pkg args``: uv finds (offline) the tool's cached environment on the host;
+    the server then starts from that environment's own console script."""
+    i = 1 if Path(argv[0]).name == "uvx" else 3
+    source: str | None = None
+    command: str | None = None
+    uv_args: list[str] = []
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--from" and i + 1 < len(argv):
+            source = argv[i + 1]
+            i += 2
+            continue
+        if arg in ("--python", "-p", "--with") and i + 1 < len(argv):
+            uv_args += [arg, argv[i + 1]]
+            i += 2
+            continue
+        if arg.startswith("-"):
+            i += 1
+            continue
+        command = arg
+        break
+    if command is None:
+        return Launch("uvx", argv, problem="cannot read this uvx command (no tool named)")
+    rest = argv[i + 1 :]
+    tool = command.split("@", 1)[0].split("[", 1)[0]
+    # printenv, not the environment's python: nothing of the tool's (a .pth file) runs here.
+    probe = [str(exe)] if exe.name == "uvx" else [str(exe), "tool", "run"]
+    probe += ["--offline", "--no-build", *uv_args, "--from", source or command, "printenv", "PATH"]
+    run_env = {k: v for k, v in env.items() if k in ("PATH", "HOME", "UV_CACHE_DIR", "XDG_CACHE_HOME")}
+    try:
+        done = subprocess.run(
+            probe, capture_output=True, text=True, timeout=60, env=run_env, cwd="/", check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Launch("uvx", argv, problem=f"uv could not resolve {command}: {err}")
+    scripts = Path(done.stdout.strip().split(os.pathsep, 1)[0]) if done.stdout.strip() else None
+    if done.returncode != 0 or scripts is None or not (scripts.parent / "pyvenv.cfg").is_file():
+        detail = (done.stderr or "").strip().splitlines()
+        return Launch(
+            "uvx",
+            argv,
+            problem=(
+                f"{command} is not in uv's cache ({detail[-1] if detail else 'offline resolution failed'}) "
+                f"and a confined server has no network: run `uvx {command} --help` once, or set network: any"
+            ),
+        )
+    script = scripts / tool
+    if not script.is_file():
+        return Launch("uvx", argv, problem=f"uv's environment for {command} has no command {tool!r}")
+    interpreter = _interpreter_of(script) or str(scripts / "python")
+    return _python(Launch("uvx", [str(script), *rest], _protected=guarded), script, interpreter, env, cwd)

@@ -1,0 +1,82 @@
+"""A server's tools as last listed, checked against the approved pins (X2).
+
+Every listing (start, re-check, list-changed, the listen stream, the SDK's own re-lists)
+passes ``absorb``: a tool whose canonical definition matches its pin is offered with the
+pinned definition; a new, changed, duplicated or vanished tool is blocked (and traced) until
+a person approves it again. A partial listing (one page) never unlists a tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tether.mcp._pinning import PinStore, ToolCheck, canonical_definition, check_listing
+from tether.trace._events import EventKind
+
+__all__ = ["SEPARATOR", "PinnedListing"]
+
+SEPARATOR = "__"
+
+
+class PinnedListing:
+    def __init__(
+        self,
+        server: str,
+        pins: PinStore | None,
+        endpoint: Callable[[], str],
+        emit: Callable[..., None],
+    ) -> None:
+        self.server = server
+        self.pins = pins
+        self.endpoint = endpoint
+        self.emit = emit
+        self.pinned: dict[str, dict[str, Any]] = {}  # remote name -> approved canonical definition
+        self.live: dict[str, dict[str, Any]] = {}  # remote name -> last listed definition
+        self.blocked: dict[str, str] = {}  # remote name -> why
+        self.checks: list[ToolCheck] = []
+
+    def absorb(self, tools: Sequence[Any], *, complete: bool = True) -> None:
+        """Compare a listing with the pins. A partial listing (one page) never unlists tools."""
+        definitions = [canonical_definition(t) for t in tools]
+        listed = {d["name"]: d for d in definitions}
+        self.live = listed if complete else {**self.live, **listed}
+        if self.pins is None:
+            self.pinned = dict(self.live)
+            return
+        if not complete and not definitions:
+            return
+        checks = check_listing(definitions, self.pins.pins(self.server), self.endpoint())
+        self.checks = checks
+        duplicated = {c.tool for c in checks if c.why == "listed more than once"}
+        for name in duplicated:
+            self.pinned.pop(name, None)
+        for c in checks:
+            if c.status == "pinned" and c.tool not in duplicated:
+                if c.tool in self.blocked:
+                    # Back to the approved definition: unblock (the pin never changed).
+                    del self.blocked[c.tool]
+                self.pinned[c.tool] = c.definition
+                continue
+            if self.blocked.get(c.tool) != c.why:
+                self.blocked[c.tool] = c.why
+                self.emit(
+                    EventKind.MCP_CAPABILITY_BLOCKED,
+                    server=self.server,
+                    tool=f"{self.server}{SEPARATOR}{c.tool}",
+                    status=c.status,
+                    why=c.why,
+                    sha256=c.sha256,
+                    pinned_sha256=c.pinned_sha256,
+                )
+        if complete:
+            for name in sorted(set(self.pinned) - set(self.live)):
+                self.pinned.pop(name)
+                self.blocked[name] = "no longer listed by the server"
+                self.emit(
+                    EventKind.MCP_CAPABILITY_BLOCKED,
+                    server=self.server,
+                    tool=f"{self.server}{SEPARATOR}{name}",
+                    status="removed",
+                    why=self.blocked[name],
+                )

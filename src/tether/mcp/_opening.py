@@ -1,0 +1,194 @@
+"""Opening one connection to an MCP server (in the connection's own task): spawn the stdio
+server (confined as its sandbox plan says) or contact the HTTP one, relay its messages through
+a ``TaskRelay`` and enter the SDK's ``Client`` with the host's callbacks."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import ConfigError
+from tether.mcp._connection import describe_error
+from tether.mcp._failures import enabled, is_modern
+from tether.mcp._tasks import TaskRelay
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.mcp._source import McpServerSource
+
+__all__ = ["SAFE_ENV", "open_client", "prepare", "serve", "shielded"]
+
+# Environment a stdio server inherits: nothing that could carry the user's or provider's credentials.
+SAFE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "SYSTEMROOT", "VIRTUAL_ENV")
+
+
+async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
+    """Spawn or contact the server, then enter the SDK client on the connection's stack."""
+    transport: Any
+    if source.command:
+        transport = await _stdio(source, stack)
+    else:
+        transport = await _http(source, stack)
+    from mcp import Client
+
+    # Every message passes the connection's task relay, which can also send the host's own
+    # task requests (tether.mcp._tasks): the SDK has no client for tasks.
+    relay = TaskRelay()
+    transport = relay.wrap(transport)
+
+    callbacks: dict[str, Any] = {}
+    # A capability is advertised only when it is enabled: the SDK announces each callback given.
+    if enabled(source.elicitation):
+        callbacks["elicitation_callback"] = shielded(source.name, "elicitation/create", source.elicitation)
+    if enabled(source.sampling):
+        callbacks["sampling_callback"] = shielded(source.name, "sampling/createMessage", source.sampling)
+    if source.roots is not None:
+        callbacks["list_roots_callback"] = shielded(source.name, "roots/list", source.roots)
+    client = await stack.enter_async_context(
+        Client(
+            transport,
+            mode=source.mode,
+            read_timeout_seconds=max(source.timeout_s, source.max_call_s or 0),
+            message_handler=source._on_message,
+            **callbacks,
+        )
+    )
+    source._relays[id(client)] = relay
+    stack.callback(source._relays.pop, id(client), None)
+    return client
+
+
+def shielded(
+    server: str, method: str, answer: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
+    """A server request's handler that never fails into the SDK: a failure of the host's own
+    (whatever its text: a local path, a traceback) is logged here, and the server is told
+    only that the host could not answer."""
+
+    async def handler(*args: Any) -> Any:
+        try:
+            return await answer(*args)
+        except Exception as err:
+            import logging
+
+            import mcp_types as types
+
+            logging.getLogger("tether.mcp").warning(
+                "[%s] the host could not answer %s: %s", server, method, describe_error(err)
+            )
+            return types.ErrorData(code=-32603, message=f"the host could not answer {method}")
+
+    return handler
+
+
+async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
+    from tether.mcp._stdio import opened, spawn
+
+    assert source.command is not None
+    env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
+    env.update(source.env)
+    argv = list(source.command)
+    if source.sandbox is not None:
+        plan = source.sandbox(argv, env)
+        source.sandbox_plan = plan
+        if plan.refused:
+            source.warnings.append(plan.refused)
+            source.emit(EventKind.MCP_SANDBOX, server=source.name, action="refused", why=plan.refused)
+            raise ConfigError(plan.refused)
+        if plan.warning:
+            source.warnings.append(plan.warning)
+            source.emit(EventKind.MCP_SANDBOX, server=source.name, action="unconfined", why=plan.warning)
+        else:
+            source.emit(EventKind.MCP_SANDBOX, server=source.name, action="confined", **plan.describe())
+            for path in plan.confinement.withheld if plan.confinement is not None else ():
+                source.warnings.append(f"not shown to the confined server: {path}")
+        argv = plan.argv
+        if plan.problem:
+            source.emit(EventKind.MCP_SANDBOX, server=source.name, action="cannot_confine", why=plan.problem)
+            raise ConfigError(plan.problem)
+        env = plan.env if plan.env is not None else env
+    errlog = None
+    if source.stderr_factory is not None:
+        source.stderr = source.stderr_factory()
+        errlog = source.stderr.open()
+        stack.callback(source.stderr.spawned)
+    chosen = source.sandbox_plan
+    options, data = (chosen.options, chosen.data) if chosen is not None else ((), ())
+    process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options, data=data)
+    if source.stderr is not None:
+        source.stderr.spawned()
+    source._process = process
+    # One answer may be a few times the result cap in JSON (escapes, structured content too).
+    max_line = max(8 * 1024 * 1024, 16 * source.max_result_chars)
+    return await stack.enter_async_context(opened(process, max_line))
+
+
+async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
+    assert source.url is not None
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # trust_env=False: no ~/.netrc credentials, no proxy settings from the user's environment
+    # ride along to the server; the only credentials it gets are its configured headers.
+    http = httpx2.AsyncClient(
+        headers=source.headers or None,
+        timeout=httpx2.Timeout(
+            source.connect_timeout_s, read=max(source.timeout_s, source.max_call_s or 0, 30.0)
+        ),
+        follow_redirects=False,
+        trust_env=False,
+    )
+    # The transport does not close a client it was given: the stack does, after the session.
+    await stack.enter_async_context(http)
+    return streamable_http_client(source.url, http_client=http)
+
+
+async def prepare(source: McpServerSource, client: Any) -> None:
+    """Once connected: hook the pin check into every listing and list the tools."""
+    _hook_listings(source, client)
+    source.protocol_version = str(client.protocol_version)
+    with contextlib.suppress(Exception):
+        source.instructions = client.instructions
+    await source._list(client)
+    source._listed_at_connect = True
+
+
+async def serve(source: McpServerSource, client: Any) -> None:
+    """For the connection's life: on a 2026-07-28 connection with ``recheck: on_change``, the
+    listen stream is how a changed tool is noticed (without it, each call re-lists first)."""
+    if source.pins is None or source.recheck != "on_change" or not is_modern(source.protocol_version):
+        return
+    try:
+        async with client.listen(tools_list_changed=True) as subscription:
+            source._listening = True
+            source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_opened")
+            async for _event in subscription:
+                source._stale = True
+                source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
+    except Exception as err:
+        source.emit(
+            EventKind.MCP_CAPABILITY_CHECK,
+            server=source.name,
+            trigger="listen_closed",
+            why=describe_error(err),
+            fallback="re-list before each call",
+        )
+    finally:
+        source._listening = False
+
+
+def _hook_listings(source: McpServerSource, client: Any) -> None:
+    """Every tool listing the session absorbs (ours, cache hits, the SDK's silent re-lists
+    after a header mismatch or for output validation) passes the pin check."""
+    session = client.session
+    absorb = session._absorb_tool_listing  # private seam: the one place all listings pass
+
+    def checked(result: Any, *, complete: bool) -> Any:
+        out = absorb(result, complete=complete)
+        source._check(out.tools, complete=complete)
+        return out
+
+    session._absorb_tool_listing = checked

@@ -1,0 +1,231 @@
+"""Durable pauses: an elicitation nobody could answer, kept until a person does.
+
+A pause stores what was asked (server, tool, the exact call arguments, message, schema)
+and, once answered through ``tether mcp resume``, the validated answer. Re-running the
+paused call then finds the answer by the question's key and hands it to the server.
+``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file) and
+PostgreSQL (``tether.mcp._pg_state``); its table is declared in ``tether.sql._tables``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from sqlalchemy import Connection, Row, select, update
+
+from tether.errors import ApprovalError
+from tether.sql._database import Database, Synchronous
+from tether.sql._tables import PG_ONLY, insertion_order, lock
+from tether.sql._tables import elicitation_pauses as T
+
+__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key"]
+
+PauseStatus = Literal["pending", "answered", "used", "completed"]
+
+
+def question_key(server: str, tool: str, arguments: Any, message: str, schema: Any) -> str:
+    """The identity of one question asked during one call (same call, same question)."""
+    blob = json.dumps([server, tool, arguments, message, schema], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    id: str
+    created_at: str
+    run_id: str
+    server: str
+    tool: str
+    arguments: dict[str, Any]
+    message: str
+    schema: dict[str, Any]
+    question_key: str
+    status: PauseStatus
+    action: str | None = None
+    answer: dict[str, Any] | None = None
+    answered_by: str | None = None
+    outcome: str | None = None
+
+
+_COLUMNS = [c for c in T.c if not c.info.get(PG_ONLY)]
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _pause(row: Row[Any]) -> Pause:
+    return Pause(
+        row.id, row.created_at, row.run_id, row.server, row.tool, json.loads(row.arguments), row.message,
+        json.loads(row.schema), row.question_key, row.status, row.action,
+        json.loads(row.answer) if row.answer else None, row.answered_by, row.outcome,
+    )  # fmt: skip
+
+
+# -- operations (one transaction each) --------------------------------------------------------------
+
+
+def _get(conn: Connection, pause_id: str) -> Pause:
+    row = conn.execute(select(*_COLUMNS).where(T.c.id == pause_id)).first()
+    if row is None:
+        raise ApprovalError("unknown_pause", f"no elicitation pause {pause_id!r}")
+    return _pause(row)
+
+
+def _create(
+    conn: Connection,
+    run_id: str,
+    server: str,
+    tool: str,
+    arguments: dict[str, Any],
+    message: str,
+    schema: dict[str, Any],
+) -> Pause:
+    key = question_key(server, tool, arguments, message, schema)
+    # One question, one pause: concurrent askers of the same question in one run are serialised.
+    lock(conn, f"pause|{run_id}|{key}")
+    row = conn.execute(
+        select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "pending")
+    ).first()
+    if row is not None:
+        return _pause(row)
+    pid = "elic-" + uuid.uuid4().hex[:12]
+    conn.execute(
+        T.insert().values(
+            id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
+            arguments=json.dumps(arguments), message=message, schema=json.dumps(schema), question_key=key,
+            status="pending",
+        )
+    )  # fmt: skip
+    return _get(conn, pid)
+
+
+def _where(conn: Connection, *where: Any) -> list[Pause]:
+    query = select(*_COLUMNS).where(*where).order_by(insertion_order(conn, T))
+    return [_pause(r) for r in conn.execute(query)]
+
+
+def _answer(
+    conn: Connection, pause_id: str, action: str, content: dict[str, Any] | None, actor: str
+) -> Pause:
+    answer = json.dumps(content) if content is not None else None
+    count = conn.execute(
+        update(T)
+        .where(T.c.id == pause_id, T.c.status == "pending")
+        .values(status="answered", action=action, answer=answer, answered_by=actor, answered_at=_stamp())
+    ).rowcount
+    current = _get(conn, pause_id)
+    if not count:
+        raise ApprovalError("not_pending", f"pause {pause_id} is {current.status}, not pending")
+    return current
+
+
+def _take_answer(conn: Connection, key: str) -> Pause | None:
+    # Handed over once: a concurrent taker (PostgreSQL) passes over the row this one holds.
+    row = conn.execute(
+        select(T.c.id)
+        .where(T.c.question_key == key, T.c.status == "answered")
+        .order_by(T.c.answered_at, insertion_order(conn, T))
+        .limit(1)
+        .with_for_update(skip_locked=True)
+    ).first()
+    if row is None:
+        return None
+    conn.execute(update(T).where(T.c.id == row.id).values(status="used"))
+    return _get(conn, row.id)
+
+
+def _complete(conn: Connection, pause_id: str, outcome: str) -> None:
+    conn.execute(update(T).where(T.c.id == pause_id).values(status="completed", outcome=outcome))
+
+
+@runtime_checkable
+class Pauses(Protocol):
+    """The pauses concern, async only: what a host, the console and the CLI do with pauses."""
+
+    async def create(
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
+        schema: dict[str, Any],
+    ) -> Pause: ...  # fmt: skip
+
+    async def get(self, pause_id: str) -> Pause: ...
+
+    async def pending(self) -> list[Pause]: ...
+
+    async def for_run(self, run_id: str) -> list[Pause]: ...
+
+    async def answer(
+        self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    ) -> Pause: ...
+
+    async def take_answer(self, key: str) -> Pause | None: ...
+
+    async def complete(self, pause_id: str, outcome: str) -> None: ...
+
+
+class SqlPauseStore:
+    """Elicitation pauses on a ``Database`` (``Pauses``): each method is one transaction, run off
+    the event loop. An answer given on any machine sharing the database is handed over once
+    (``take_answer``)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate("pauses")
+
+    def close(self) -> None:
+        self.db.close()
+
+    async def create(
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        message: str,
+        schema: dict[str, Any],
+    ) -> Pause:
+        """A new pending pause, or the run's one still pending for this very question (a resumed
+        run asked again before anyone answered: one question, one pause)."""
+        return await self.db.write(_create, run_id, server, tool, arguments, message, schema)
+
+    async def get(self, pause_id: str) -> Pause:
+        """Raises ``ApprovalError`` (``unknown_pause``)."""
+        return await self.db.read(_get, pause_id)
+
+    async def pending(self) -> list[Pause]:
+        """The pending pauses, oldest first."""
+        return await self.db.read(_where, T.c.status == "pending")
+
+    async def for_run(self, run_id: str) -> list[Pause]:
+        """Every pause of one run, whatever its status, oldest first."""
+        return await self.db.read(_where, T.c.run_id == run_id)
+
+    async def answer(
+        self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
+    ) -> Pause:
+        """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
+        return await self.db.write(_answer, pause_id, action, content, actor)
+
+    async def take_answer(self, key: str) -> Pause | None:
+        """The answered pause for this question, marked used (an answer is handed over once)."""
+        return await self.db.write(_take_answer, key)
+
+    async def complete(self, pause_id: str, outcome: str) -> None:
+        await self.db.write(_complete, pause_id, outcome)
+
+
+class PauseStore(SqlPauseStore):
+    """Elicitation pauses in the SQLite file at ``path`` (created and migrated when built)."""
+
+    def __init__(
+        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
+    ) -> None:
+        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
+        self.path = Path(path)

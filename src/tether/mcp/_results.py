@@ -1,0 +1,149 @@
+"""An MCP ``CallToolResult`` as a ``ToolOutput``: what of a server's answer may enter context.
+
+- text blocks are kept; ``resource_link`` URIs are shown but never fetched; embedded binary
+  resources and other content kinds are named, not included;
+- ``structuredContent`` is validated against the pinned output schema (a mismatch is an
+  ``invalid_output`` error, the data is dropped);
+- the text and the structured data are cleaned (``tether.mcp._clean``): hidden characters
+  removed and counted, HTML comments, images and link targets neutralised; the raw text is
+  traced escaped, for the reviewer;
+- absolute paths quoted outside the server's roots are flagged (``paths_outside_roots``);
+- the text is cut at the tool's size cap with a marker (the rest never enters context).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tether.mcp._clean import clean_result_data, clean_result_text, escape_for_review
+from tether.tools._contract import ToolOutput, ToolSpec
+from tether.trace._events import EventKind
+
+__all__ = ["convert_result", "invalid_output"]
+
+Emit = Callable[..., None]
+
+
+def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOutput:
+    emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="output_schema", why=why)
+    message = "the server returned structured content that does not match the approved output schema"
+    return ToolOutput(
+        text=json.dumps({"error": "invalid_output", "message": message}),
+        is_error=True,
+        error_kind="invalid_output",
+    )
+
+
+_ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(/(?:[\w.@+-]+/)*[\w.@+-]+)")
+
+
+def paths_outside(text: str, roots: Sequence[Path]) -> list[str]:
+    """Absolute paths (and file:// URIs) quoted in a result that lie outside every root."""
+    found: list[str] = []
+    for m in _ABS_PATH.finditer(text):
+        raw = m.group(1)
+        path = Path(os.path.normpath(raw))
+        if not any(path == r or r in path.parents for r in roots) and raw not in found:
+            found.append(raw)
+        if len(found) >= 10:
+            break
+    return found
+
+
+def _content_parts(content: Sequence[Any]) -> tuple[list[str], list[str]]:
+    """The text of each content block (what is not text, described) and the links shown."""
+    parts: list[str] = []
+    links = []
+    for c in content:
+        kind = getattr(c, "type", "")
+        if kind == "text":
+            parts.append(c.text)
+        elif kind == "resource_link":
+            # Shown as data, never fetched: a link is the server's claim, not the host's errand.
+            links.append(str(c.uri))
+            parts.append(f"[resource_link not fetched: {c.uri} ({getattr(c, 'name', '')})]")
+        elif kind == "resource":
+            res = c.resource
+            text = getattr(res, "text", None)
+            parts.append(text if text is not None else f"[embedded binary resource omitted: {res.uri}]")
+        else:
+            parts.append(f"[{kind} content omitted]")
+    return parts, links
+
+
+def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, Any]], None]) -> str | None:
+    """Why ``data`` fails its output schema (``None``: it passes)."""
+    import jsonschema
+
+    try:
+        validate(data, schema)
+    except jsonschema.ValidationError as err:
+        return str(err.message)
+    except jsonschema.SchemaError as err:
+        return f"invalid output schema: {err.message}"
+    except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
+        return f"unusable output schema: {type(err).__name__}"
+    return None
+
+
+def convert_result(
+    server: str,
+    spec: ToolSpec,
+    result: Any,
+    definition: Mapping[str, Any],
+    emit: Emit,
+    validate: Callable[[Any, dict[str, Any]], None],
+    roots: Sequence[Path] = (),
+) -> ToolOutput:
+    parts, links = _content_parts(result.content)
+    raw = "\n".join(parts)
+    data: Any = result.structured_content
+    output_schema = definition.get("outputSchema")
+    why = None if output_schema is None or result.is_error else _schema_failure(data, output_schema, validate)
+    if why is not None:
+        return invalid_output(server, spec, why, emit)
+    if data is None and len(parts) == 1:
+        try:
+            data = json.loads(parts[0])
+        except ValueError:
+            data = None
+    text, cleaned = clean_result_text(raw)
+    if data is not None:
+        data, data_cleaned = clean_result_data(data)
+        for key, value in data_cleaned.items():
+            cleaned.setdefault(key, value)
+    meta: dict[str, Any] = {"server": server}
+    if links:
+        meta["resource_links"] = links
+    if cleaned:
+        meta["cleaned"] = cleaned
+        emit(
+            EventKind.MCP_RESULT_REJECTED,
+            server=server,
+            tool=spec.name,
+            reason="hidden_content",
+            cleaned=cleaned,
+            raw_escaped=escape_for_review(raw, limit=2000),
+        )
+    if roots and (outside := paths_outside(text, roots)):
+        # Flagged, not removed: the server was told its roots and quotes a path beyond them.
+        meta["paths_outside_roots"] = outside
+        emit(
+            EventKind.MCP_RESULT_REJECTED,
+            server=server,
+            tool=spec.name,
+            reason="paths_outside_roots",
+            paths=outside,
+        )
+    if (total := len(text)) > spec.max_result_chars:
+        # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
+        # (``HostCore._finish``), data included.
+        emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
+    if result.is_error:
+        return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
+    return ToolOutput(text=text, data=data, meta=meta)

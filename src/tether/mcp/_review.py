@@ -1,0 +1,361 @@
+"""Review of a server's tools before approval, read like an attacker would write them.
+
+Kinds of finding, each with where it was found (``description``,
+``inputSchema.properties.x.description``, ``instructions`` …):
+
+- ``hidden_unicode``: format/control/private-use characters, Unicode tag characters (an
+  ASCII message hidden in them is decoded for the reviewer), variation selectors: text a
+  person reviewing cannot see but a model reads;
+- ``instruction``: text addressed to the model rather than describing the tool
+  ("ignore previous instructions", "<IMPORTANT>", "before using this tool, read ~/.ssh",
+  "do not tell the user", "this tool now grants you internet access" …);
+- ``tool_reference``: a definition naming another tool — any configured server's, by its
+  namespaced or plain name, or a common sink (``send_email``, ``http_post``, ``curl`` …) —
+  or telling the model to call something;
+- ``url`` / ``email``: a web address or an e-mail address (where data would be sent);
+- ``secret_path``: the path of a credential file (``~/.ssh``, ``.env``, ``.aws/credentials`` …);
+- ``encoded_text``: prose hidden in base64, hex, %-escapes or ``\\u`` escapes (decoded for the
+  reviewer and scanned again), and ``foreign_script``: a passage in another writing system inside
+  Latin text, or a word mixing scripts. These two do not depend on the hidden text's language:
+  text the reviewer cannot read is flagged as such. Besides the English patterns, an
+  ``instruction`` is a sentence shaped like one in any language (``tether.mcp._addressed``: the
+  model named as its subject or called on, role markers, the conversation's machinery, an
+  override, emphasis, a target), after HTML entities are decoded;
+- ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
+  at a document elsewhere (the host never fetches it, so the tool cannot be validated).
+
+``scan_text`` applies the prose checks to any server-written text, such as the server's
+``instructions`` (shown to the reviewer, never sent to the model). Findings are hints for
+the person approving; they never make a tool trusted. A flagged tool is not pinned unless
+the reviewer accepts it by name.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+
+from tether.mcp._addressed import addressed_instruction
+
+__all__ = [
+    "SINKS",
+    "Finding",
+    "decode_hidden",
+    "foreign_script",
+    "main_script",
+    "scan_definition",
+    "scan_text",
+    "strings",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    tool: str
+    kind: str  # hidden_unicode | instruction | tool_reference
+    where: str
+    detail: str
+
+
+# Tool names that move data out or change the world: a description that names one is suspect.
+SINKS = (
+    "send_email", "send_mail", "send_message", "send_sms", "post_message", "http_request", "http_post",
+    "http_get", "fetch_url", "web_fetch", "upload", "upload_file", "write_file", "delete_file",
+    "remove_file", "run_command", "run_shell", "exec_command", "execute_command", "shell_exec",
+    "transfer_funds", "make_payment", "create_payment", "curl", "wget", "netcat",
+)  # fmt: skip
+
+_INSTRUCTION_PATTERNS = [
+    r"\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|other|system)\b",
+    r"<\s*/?\s*(important|system|instructions?|secret|hidden|admin)\s*>",
+    r"\bthe (assistant|model|agent|ai|llm)\s+(must|should|needs to|has to|is required to)\b",
+    r"\byou (must|should|need to|have to) (always|first|also|never|not|immediately|secretly)\b",
+    r"\b(always|first|before (using|calling|answering|you)|after (using|calling))\b.{0,40}"
+    r"\b(call|invoke|use|run|read|send|include|pass)\b",
+    r"\b(do not|don't|never)\s+(tell|mention|inform|reveal|show|disclose)\b",
+    r"\b(system prompt|assistant:|as an ai|new instructions|jailbreak)\b",
+    r"(~/?\.ssh|id_rsa|\.env\b|/etc/passwd|\.aws/credentials|mcp\.json|private key)",
+    r"\b(this is (very )?important|critical instructions?)\b",
+    # Addressed to the model: it is told what it now is, has or may do.
+    r"\b(grants?|gives?|allows?|lets?|enables?)\s+(you|the (assistant|model|agent|ai))\b",
+    r"\byou\s+(now\s+)?(have|are|can|may)\s+(now\s+)?(full\s+|unrestricted\s+)?"
+    r"(access|permission|allowed|authori[sz]ed|root|admin|internet|free to)\b",
+    r"\byou (are|have) (now|been)\b",
+    r"\b(dear|hey|hi|attention|note to( the)?)\s+(assistant|model|agent|ai|llm|claude|gpt|chatgpt)\b",
+    r"^\s*(assistant|model|agent|ai|llm)\s*[:,]",
+    r"\b(remember|make sure|ensure|be sure)\s+(to|that)\b.{0,60}\b(call|send|include|pass|read|tell)\b",
+    r"\bif (you are |you're )?asked\b.{0,80}\b(respond|reply|answer|say)\s+(with|that)\b",
+    # The model cast in a role, or told to hand over what only it holds.
+    r"\bas an? (assistant|ai|(large )?language model|model|agent|llm|chatbot)\b",
+    r"\byou\s+(must|shall|are required to|are expected to)\s+(include|send|append|attach|forward|copy|"
+    r"output|reveal|print|repeat|paste)\b",
+    r"\b(full|entire|whole|complete)\s+(conversation|chat|dialogue|context|transcript)\b",
+    r"\bconversation history\b",
+]
+_INSTRUCTION = re.compile(
+    "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
+)
+_URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"')\]]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s<>\"')\]]*", re.I)
+_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+_SECRET_PATH = re.compile(
+    r"(~/|\$HOME/|/home/[^/\s]+/|/root/)?\.(ssh|aws|gnupg|kube|docker|netrc|npmrc|pypirc|git-credentials|"
+    r"bash_history|zsh_history|config/gcloud)\b[^\s]*|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)"
+    r"|\b[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
+    re.IGNORECASE,
+)
+_CALL = re.compile(r"\b(call|invoke|use|run)\s+(the\s+)?[`'\"]?([A-Za-z_][A-Za-z0-9_.-]*__[A-Za-z0-9_.-]+)")
+_NAMESPACED = re.compile(r"\b[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
+
+
+def _hidden(ch: str) -> bool:
+    if ch in "\n\t":
+        return False
+    code = ord(ch)
+    if 0xE0000 <= code <= 0xE007F or 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
+        return True
+    return unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp")
+
+
+def strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Every string in a definition (keys of schema properties included), with its location."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            path = f"{where}.{k}" if where else str(k)
+            if isinstance(k, str):
+                yield f"{path}(key)", k
+            yield from strings(v, path)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from strings(v, f"{where}[{i}]")
+
+
+def _tag_text(text: str) -> str:
+    return "".join(chr(ord(c) - 0xE0000) for c in text if 0xE0020 <= ord(c) <= 0xE007E)
+
+
+# Runs of text that may be encoded prose: base64 (standard or URL-safe), hex, %-escapes, \u/\x escapes.
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
+_HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){12,}(?![0-9A-Fa-f])")
+# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them.
+_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]*%[0-9A-Fa-f]{2}){3,}[A-Za-z0-9._~+-]*")
+_ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}){4,}")
+
+
+def _readable(raw: bytes) -> str | None:
+    """Decoded bytes that read as prose (letters and spaces, no binary), else ``None``."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if len(text) < 8 or not any(c.isspace() for c in text):
+        return None
+    printable = sum(1 for c in text if c.isprintable() or c in "\n\t")
+    letters = sum(1 for c in text if c.isalpha())
+    return text if printable >= 0.95 * len(text) and letters >= 0.5 * len(text) else None
+
+
+def decode_hidden(text: str) -> list[tuple[str, str]]:
+    """Prose hidden in an encoding, as ``(encoding, decoded text)``. What matters is not the
+    language of what is hidden but that a description says something a reviewer cannot read."""
+    import base64
+    import binascii
+    from urllib.parse import unquote_to_bytes
+
+    found: list[tuple[str, str]] = []
+    for m in _BASE64.finditer(text):
+        token = m.group(0)
+        if token.isalpha() and (token.islower() or token.isupper()):
+            continue  # one long word
+        alt = b"-_" if ("-" in token or "_" in token) else None
+        try:
+            raw = base64.b64decode(token + "=" * (-len(token) % 4), altchars=alt, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if (decoded := _readable(raw)) is not None:
+            found.append(("base64", decoded))
+    for m in _HEX.finditer(text):
+        if (decoded := _readable(bytes.fromhex(m.group(0)))) is not None:
+            found.append(("hex", decoded))
+    for m in _PERCENT.finditer(text):
+        if (decoded := _readable(unquote_to_bytes(m.group(0)))) is not None:
+            found.append(("percent-encoding", decoded))
+    for m in _ESCAPES.finditer(text):
+        try:
+            raw = m.group(0).encode("ascii").decode("unicode_escape").encode("utf-8")
+        except (UnicodeDecodeError, UnicodeEncodeError):
+            continue
+        if (decoded := _readable(raw)) is not None:
+            found.append(("escapes", decoded))
+    return found
+
+
+def _script(ch: str) -> str:
+    name = unicodedata.name(ch, "")
+    first = name.split(" ", 1)[0]
+    return "CJK" if first in ("CJK", "HIRAGANA", "KATAKANA", "HANGUL") else first
+
+
+def main_script(texts: Iterable[str]) -> str:
+    """The writing system most of a server's text is in (``LATIN`` when it has no letters)."""
+    counts: dict[str, int] = {}
+    for text in texts:
+        for ch in text:
+            if ch.isalpha():
+                counts[_script(ch)] = counts.get(_script(ch), 0) + 1
+    return max(counts, key=lambda k: counts[k]) if counts else "LATIN"
+
+
+def foreign_script(text: str, main: str = "LATIN") -> str | None:
+    """A passage in a writing system other than the server's own (``main``), which a reviewer
+    of the rest may not read whatever its language, or a word mixing scripts (look-alike
+    letters). Latin letters are ordinary in any text (identifiers, acronyms, units)."""
+    for word in re.findall(r"\w+", text):
+        scripts = {_script(c) for c in word if c.isalpha()}
+        if len(scripts) > 1:
+            return f"a word mixing {' and '.join(sorted(scripts))} letters: {word[:40]!r}"
+    counts: dict[str, int] = {}
+    for ch in text:
+        if ch.isalpha() and _script(ch) not in (main, "LATIN"):
+            counts[_script(ch)] = counts.get(_script(ch), 0) + 1
+    other = {k: n for k, n in counts.items() if n >= 3}
+    if not other:
+        return None
+    script = max(other, key=lambda k: other[k])
+    sample = "".join(c if (not c.isalpha() or _script(c) == script) else " " for c in text)
+    return f"{script} text in a server written in {main}: {' '.join(sample.split())[:80]!r}"
+
+
+_QUOTED_FIELD = re.compile(r"`[^`\s]{1,60}`")
+
+
+def _target_check(names: set[str]) -> Callable[[str], bool]:
+    """Whether a sentence names where data would go: an address, a credential path, a tool,
+    or a quoted field (the review's own checks, for ``addressed_instruction``)."""
+
+    def named(sentence: str) -> bool:
+        if _URL.search(sentence) or _EMAIL.search(sentence) or _SECRET_PATH.search(sentence):
+            return True
+        if _QUOTED_FIELD.search(sentence):
+            return True
+        return any(
+            re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", sentence, re.I) for n in names
+        )
+
+    return named
+
+
+def scan_text(
+    tool: str,
+    where: str,
+    text: str,
+    others: Iterable[str] = (),
+    *,
+    prose: bool = True,
+    script: str = "LATIN",
+    siblings: Iterable[str] = (),
+    _depth: int = 0,
+) -> list[Finding]:
+    """Flag one piece of server-written text (a description, a schema string, instructions)."""
+    findings: list[Finding] = []
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if _hidden(c)})
+    if hidden:
+        detail = ", ".join(hidden[:10])
+        if tags := _tag_text(text):
+            detail += f" (hidden tag text: {tags[:200]!r})"
+        findings.append(Finding(tool, "hidden_unicode", where, detail))
+    if not prose:
+        return findings
+    # Compatibility forms folded (full-width or styled letters read as plain ones).
+    # HTML entities decoded: '&#105;gnore' is what a model reads as 'ignore'.
+    visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not _hidden(c))))
+    names = {t for t in others if t and t != tool} | set(SINKS)
+    m = _INSTRUCTION.search(visible)
+    if m:
+        findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
+    elif (addressed := addressed_instruction(visible, _target_check(names | set(siblings)))) is not None:
+        findings.append(Finding(tool, "instruction", where, addressed))
+    for sibling in siblings:
+        # The server's own tools may be named ("deprecated: use read_text_file instead"); a
+        # sibling the model is told to call, invoke or run is still a reference.
+        if sibling != tool and re.search(
+            rf"\b(call|invoke|run|trigger)\s+(the\s+)?[`'\"]?{re.escape(sibling)}(?![A-Za-z0-9_])",
+            visible,
+            re.I,
+        ):
+            names.add(sibling)
+    refs = {t for t in names if re.search(rf"(?<![A-Za-z0-9_]){re.escape(t)}(?![A-Za-z0-9_])", visible, re.I)}
+    refs |= {m.group(3) for m in _CALL.finditer(visible)}
+    refs |= {n for n in _NAMESPACED.findall(visible) if n != tool}
+    if refs:
+        findings.append(Finding(tool, "tool_reference", where, ", ".join(sorted(refs)[:10])))
+    if urls := sorted(set(_URL.findall(visible))):
+        findings.append(Finding(tool, "url", where, ", ".join(u[:100] for u in urls[:5])))
+    if emails := sorted(set(_EMAIL.findall(visible))):
+        findings.append(Finding(tool, "email", where, ", ".join(emails[:5])))
+    if paths := sorted({m.group(0).strip() for m in _SECRET_PATH.finditer(visible)}):
+        findings.append(Finding(tool, "secret_path", where, ", ".join(p[:80] for p in paths[:5])))
+    if (mixed := foreign_script(visible, script)) is not None:
+        findings.append(Finding(tool, "foreign_script", where, mixed))
+    if _depth < 2:
+        for encoding, decoded in decode_hidden(visible):
+            findings.append(Finding(tool, "encoded_text", where, f"{encoding}: {decoded[:120]!r}"))
+            inner = scan_text(
+                tool,
+                f"{where} ({encoding}-decoded)",
+                decoded,
+                others,
+                script=script,
+                siblings=siblings,
+                _depth=_depth + 1,
+            )
+            findings += inner
+    return findings
+
+
+def scan_definition(
+    definition: Mapping[str, Any],
+    other_tools: Iterable[str] = (),
+    *,
+    script: str = "LATIN",
+    siblings: Iterable[str] = (),
+) -> list[Finding]:
+    """Flag suspicious text in one canonical tool definition.
+
+    ``other_tools``: names of every other tool known to the host (bare and namespaced);
+    a definition that mentions one of them (or a common sink) is flagged. ``script``: the
+    server's own writing system (``main_script`` of all its text); ``siblings``: the same
+    server's tools, flagged only when the text tells the model to call one.
+    """
+    name = str(definition.get("name", ""))
+    others = {t for t in other_tools if t and t != name}
+    findings: list[Finding] = []
+    for where, text in strings({k: v for k, v in definition.items() if k != "name"}, ""):
+        # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
+        # Nor are the parts no model reads (task support, icons, _meta): pinned, not scanned as prose.
+        prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id")) and not where.startswith(
+            ("execution", "icons", "_meta")
+        )
+        findings += scan_text(name, where, text, others, prose=prose, script=script, siblings=siblings)
+    for key in ("inputSchema", "outputSchema"):
+        schema = definition.get(key)
+        if schema is None:
+            continue
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as err:
+            findings.append(Finding(name, "invalid_schema", key, err.message[:120]))
+        refs = sorted({v for w, v in strings(schema, key) if w.endswith(".$ref") and not v.startswith("#")})
+        if refs:
+            findings.append(Finding(name, "remote_ref", key, ", ".join(refs[:5]) + " (never fetched)"))
+    # Also the name itself: a name with hidden characters can impersonate another tool.
+    if any(_hidden(c) for c in name) or not name.isascii():
+        findings.append(Finding(name, "hidden_unicode", "name", "non-ASCII or hidden characters in the name"))
+    return findings

@@ -1,0 +1,222 @@
+"""Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
+
+Denied unless the server is opted in (and then advertised: only then). Every request passes
+a consent hook that sees the exact prompt (messages, capped max_tokens) and the server's
+system prompt marked as dropped: it is shown, never sent to the model (a server's system
+prompt is where "reveal the conversation" hides). A request with ``includeContext`` other
+than ``none`` is refused: the server sees only the text it sent and the model's answer,
+never the agent's conversation. Each server has its own budget (calls, seconds, tokens per
+session) and a per-call cap (one flooding tool call cannot spend the server's budget and
+starve its honest tools), separate from the run's budget; exhaustion returns a clear error
+to the server and the run goes on. The sampled answer is text for the server: tool calls
+are never offered, and any the model proposes are dropped.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tether.core.messages import UserMessage
+from tether.mcp._config import SamplingConfig
+
+if TYPE_CHECKING:
+    import mcp_types as types
+
+    from tether.mcp._elicitation import CallInfo
+    from tether.models._base import Model
+
+__all__ = ["SamplingBudget", "SamplingGate", "SamplingPrompt"]
+
+SAMPLING_REFUSED = -32001  # application error code for refused sampling requests
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingPrompt:
+    """Exactly what would be sent to the model, shown to the consent hook."""
+
+    server: str
+    tool: str | None
+    system_prompt: str | None  # what the server asked for; dropped, never sent to the model
+    messages: tuple[tuple[str, str], ...]  # (role, text)
+    max_tokens: int
+    requested_max_tokens: int
+    requested_include_context: str | None
+
+
+Consent = Callable[[SamplingPrompt], bool | Awaitable[bool]]
+
+
+@dataclass
+class SamplingBudget:
+    """One server's sampling budget for one session (separate from the run's budget)."""
+
+    max_calls: int
+    max_seconds: float
+    max_total_tokens: int
+    calls: int = 0
+    seconds: float = 0.0
+    tokens: int = 0
+    events: list[str] = field(default_factory=list)
+
+    def exhausted(self) -> str | None:
+        if self.calls >= self.max_calls:
+            return f"sampling budget exhausted: {self.calls}/{self.max_calls} calls used"
+        if self.seconds >= self.max_seconds:
+            return f"sampling budget exhausted: {self.seconds:.1f}/{self.max_seconds:g} seconds used"
+        if self.tokens >= self.max_total_tokens:
+            return f"sampling budget exhausted: {self.tokens}/{self.max_total_tokens} tokens used"
+        return None
+
+
+def _text(content: Any) -> str | None:
+    blocks = content if isinstance(content, list) else [content]
+    out = []
+    for b in blocks:
+        if getattr(b, "type", None) != "text":
+            return None
+        out.append(b.text)
+    return "\n".join(out)
+
+
+class SamplingGate:
+    """The sampling callback for one server."""
+
+    def __init__(
+        self,
+        server: str,
+        config: SamplingConfig,
+        *,
+        model: Model | None = None,
+        consent: Consent | None = None,
+        current_call: Callable[[], CallInfo | None] = lambda: None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.server = server
+        self.config = config
+        self.model = model
+        self.consent = consent
+        self.current_call = current_call
+        self.budget = SamplingBudget(config.max_calls, config.max_seconds, config.max_total_tokens)
+        self._on_event = on_event or (lambda _e: None)
+
+    def _refuse(self, reason: str, **data: Any) -> types.ErrorData:
+        import mcp_types as types
+
+        self._on_event({"server": self.server, "outcome": "refused", "reason": reason, **data})
+        return types.ErrorData(code=SAMPLING_REFUSED, message=f"sampling refused by the host: {reason}")
+
+    async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
+        call = self.current_call()
+        tool = call.tool if call is not None else None
+        prompt = self._refusal(params, call) or _prompt(self.server, tool, params, self.config.max_tokens)
+        if isinstance(prompt, SamplingPrompt):
+            if self.consent is None:
+                prompt = "no consent hook: nobody can inspect the prompt"
+            else:
+                verdict = self.consent(prompt)
+                if inspect.isawaitable(verdict):
+                    verdict = await verdict
+                prompt = prompt if verdict else "the person did not consent"
+        if isinstance(prompt, str):
+            return self._refuse(prompt, tool=tool)
+        return await self._sample(prompt, tool)
+
+    def _refusal(self, params: types.CreateMessageRequestParams, call: CallInfo | None) -> str | None:
+        """Why this request is refused before anyone sees it (``None``: it may go on)."""
+        if not self.config.enabled:
+            return "sampling is not enabled for this server"
+        if self.model is None:
+            return "no model is configured for sampling"
+        if (why := self.budget.exhausted()) is not None:
+            return why
+        if call is not None:
+            call.samples += 1
+            if call.samples > self.config.max_calls_per_call:
+                return f"more than {self.config.max_calls_per_call} sampling request(s) in one tool call"
+        if params.include_context not in (None, "none"):
+            return f"includeContext {params.include_context!r} refused: a server never sees the conversation"
+        if params.tools:
+            return "sampling with tools is not allowed"
+        return None
+
+    async def _sample(self, prompt: SamplingPrompt, tool: str | None) -> Any:
+        """Ask the model, within the budget; its answer capped and traced."""
+        import mcp_types as types
+
+        from tether.models._base import ModelRequest
+
+        assert self.model is not None
+        # Only the server's messages: no system prompt of its own, no context of the run.
+        request_messages: list[Any] = []
+        for role, text in prompt.messages:
+            # An "assistant" turn from the server is still the server's text: it goes in as user data.
+            request_messages.append(UserMessage(text if role == "user" else f"[{role}] {text}"))
+        request = ModelRequest(
+            messages=tuple(request_messages),
+            tools=(),
+            tool_choice="none",
+            max_tokens=prompt.max_tokens,
+            metadata={"purpose": "mcp_sampling", "server": self.server},
+        )
+        started = time.monotonic()
+        self.budget.calls += 1
+        left = self.budget.max_seconds - self.budget.seconds
+        try:
+            with anyio.fail_after(left):
+                response = await self.model.complete(request)
+        except TimeoutError:
+            self.budget.seconds += time.monotonic() - started
+            return self._refuse(
+                f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used", tool=tool
+            )
+        except Exception as err:  # a model failure is the server's problem to handle, not the run's
+            self.budget.seconds += time.monotonic() - started
+            return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
+        self.budget.seconds += time.monotonic() - started
+        self.budget.tokens += response.usage.total_tokens
+        # Cap the answer itself (about 4 characters a token), whatever the model did.
+        text = (response.message.content or "")[: prompt.max_tokens * 4]
+        self._on_event(
+            {
+                "server": self.server,
+                "outcome": "answered",
+                "tool": tool,
+                "tokens": response.usage.total_tokens,
+                "calls_used": self.budget.calls,
+                "dropped_tool_calls": len(response.message.tool_calls),
+                "system_prompt_dropped": bool(prompt.system_prompt),
+            }
+        )
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=text),
+            model=response.model or getattr(self.model, "name", "host-model"),
+            stop_reason="endTurn",
+        )
+
+
+def _prompt(
+    server: str, tool: str | None, params: types.CreateMessageRequestParams, max_tokens: int
+) -> SamplingPrompt | str:
+    """What a person is asked to consent to (or why it cannot be sampled: not text)."""
+    messages = []
+    for m in params.messages:
+        text = _text(m.content)
+        if text is None:
+            return "only text messages can be sampled"
+        messages.append((m.role, text))
+    return SamplingPrompt(
+        server=server,
+        tool=tool,
+        system_prompt=params.system_prompt,
+        messages=tuple(messages),
+        max_tokens=min(params.max_tokens, max_tokens),
+        requested_max_tokens=params.max_tokens,
+        requested_include_context=params.include_context,
+    )

@@ -1,0 +1,396 @@
+"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs.
+
+Roots say what a server should look at; the sandbox is what holds it to that (X4). A
+confined server sees:
+
+- read-only: the system's program folders (``/usr``, ``/lib*``, ``/bin``, ``/sbin``), a few
+  files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), what
+  its launcher needs (``tether.mcp._launchers``: the interpreter and its import path, a node
+  package and its ``node_modules``, an npx or uvx install, a script as that one file) under
+  ``/opt/mcp`` by the names of their roles, never at their host paths, and its ``file://``
+  roots and the paths listed in ``sandbox_read`` at their own paths (the user named them);
+  nothing else of the host's folders shows, not even their names (the kernel's
+  ``/proc/self/mountinfo`` still names the host folder each mount comes from);
+- read-write: its roots only when ``roots_writable`` is set, and the paths listed in
+  ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
+  stops; and its own Python environment (a venv or uvx install) through a private write layer
+  (an overlay in a mount namespace only the launch has), gone when it stops, so a package that
+  installs something into its own folder on first use works and the host's copy is unchanged
+  (where overlays cannot be had, ``overlay_status`` says why and the folder is read-only);
+- never the config folder, the pins, the state, the logs or any server's credential files,
+  even when a listed path would hold them (the path is withheld and the review says so);
+- its own ``/proc`` (the bwrap options travel on a file descriptor, so ``/proc/1/cmdline``
+  shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
+  PID, IPC and UTS namespaces; it dies with the host;
+- network: ``none`` (the default: a network namespace of its own with only its own
+  loopback) or ``any`` (the host's network, its loopback services included, and the host's
+  certificate settings where they name a shown file). bubblewrap
+  cannot filter by host and port, so there is no allowlist: a server that needs one host
+  gets ``any``, and the review says so.
+
+``sandbox: auto`` (the default) confines whenever ``bwrap`` works here and otherwise starts
+the server unconfined with a visible warning; ``required`` refuses to start an unconfined
+server; ``none`` opts out. When a confined server fails to start, ``hint`` says which
+setting may be the cause.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from tether.mcp._launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
+
+__all__ = [
+    "ARGS_FD",
+    "Confinement",
+    "Network",
+    "SandboxMode",
+    "SandboxPlan",
+    "bwrap_status",
+    "failure_hint",
+    "overlay_status",
+    "plan_confinement",
+]
+
+SandboxMode = Literal["auto", "required", "none"]
+Network = Literal["none", "any"]
+ARGS_FD = "{args-fd}"  # where the launch puts the descriptor its bwrap options are read from
+HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
+
+_ETC = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/mime.types",
+)
+_ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
+# What a server inherits inside, besides its configured env and credentials.
+_INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
+
+
+@functools.cache
+def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
+    """(path of a working ``bwrap``, why not) — it is tried once per process, with the same
+    namespaces a confined server gets, so "found but unusable" (no user namespaces) shows."""
+    path = shutil.which(executable or "bwrap")
+    if path is None:
+        return None, f"{executable or 'bwrap'} is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"{path} could not run: {type(err).__name__}: {err}"
+    if done.returncode != 0:
+        detail = (done.stderr or "").strip().splitlines()
+        return None, f"{path} does not work here: {detail[-1] if detail else f'exit {done.returncode}'}"
+    return path, ""
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What a confined server may touch (shown in the review and traced)."""
+
+    profile: str
+    read_only: tuple[str, ...]
+    read_write: tuple[str, ...]
+    network: Network
+    withheld: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SandboxPlan:
+    """How a stdio server is launched: ``argv`` and ``env``; confined, ``argv`` is bwrap's, and
+    ``options`` (its mounts) are handed to it on the descriptor that replaces ``ARGS_FD``."""
+
+    mode: SandboxMode
+    argv: list[str]
+    env: dict[str, str] | None = None
+    options: tuple[str, ...] = ()
+    confinement: Confinement | None = None
+    data: tuple[bytes, ...] = ()  # files generated for inside: ``{data-fd:N}`` in ``options``
+    warning: str | None = None  # set when the server runs unconfined although it was not opted out
+    refused: str | None = None  # set when ``required`` cannot be met: the server must not start
+    problem: str | None = None  # set when the launch cannot work confined as configured
+    notes: list[str] = field(default_factory=list)
+
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"sandbox": self.mode, "confined": self.confinement is not None}
+        if self.confinement is not None:
+            out["launcher"] = self.confinement.profile
+            out["read_only"] = list(self.confinement.read_only)
+            out["read_write"] = list(self.confinement.read_write)
+            out["network"] = self.confinement.network
+            if self.confinement.withheld:
+                out["withheld"] = list(self.confinement.withheld)
+        if self.warning:
+            out["sandbox_warning"] = self.warning
+        if self.refused:
+            out["sandbox_refused"] = self.refused
+        if self.problem:
+            out["sandbox_problem"] = self.problem
+        return out
+
+
+def _root_paths(roots: Iterable[str]) -> list[Path]:
+    from urllib.parse import unquote, urlsplit
+
+    out = []
+    for uri in roots:
+        parts = urlsplit(uri)
+        if parts.scheme == "file" and parts.path:
+            out.append(Path(unquote(parts.path)))
+    return out
+
+
+def plan_confinement(
+    mode: SandboxMode,
+    argv: Sequence[str],
+    *,
+    roots: Iterable[str],
+    cwd: str | None,
+    network: Network = "none",
+    roots_writable: bool = False,
+    read: Iterable[str] = (),
+    write: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    protected: Iterable[str | Path] = (),
+    bwrap: str | None = None,
+) -> SandboxPlan:
+    """The launch of one stdio server under ``mode``."""
+    argv = list(argv)
+    if mode == "none":
+        return SandboxPlan(mode, argv)
+    if not sys.platform.startswith("linux"):
+        why = "confinement needs Linux with bubblewrap"
+    else:
+        path, why = bwrap_status(bwrap)
+        if path is not None:
+            return _confine(
+                mode,
+                path,
+                argv,
+                roots=roots,
+                cwd=cwd,
+                network=network,
+                roots_writable=roots_writable,
+                read=read,
+                write=write,
+                env=dict(env or {}),
+                protected=[Path(p) for p in protected],
+            )
+    if mode == "required":
+        return SandboxPlan(mode, argv, refused=f"sandbox required but unavailable: {why}")
+    return SandboxPlan(mode, argv, warning=f"running UNCONFINED (reads anything the user can): {why}")
+
+
+def _confine(
+    mode: SandboxMode,
+    bwrap: str,
+    argv: list[str],
+    *,
+    roots: Iterable[str],
+    cwd: str | None,
+    network: Network,
+    roots_writable: bool,
+    read: Iterable[str],
+    write: Iterable[str],
+    env: dict[str, str],
+    protected: list[Path],
+) -> SandboxPlan:
+    base = (Path(cwd) if cwd else Path.cwd()).resolve()
+    guarded = [p.resolve() for p in protected]
+    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network == "any")
+    if launch.problem:
+        return SandboxPlan(mode, argv, problem=launch.problem)
+    withheld = list(launch.withheld)
+
+    def allowed(p: Path) -> bool:
+        for q in guarded:
+            if inside(q, p):
+                withheld.append(
+                    f"{p} (holds {q}, which servers never see: keep the MCP config, pins, state and "
+                    "credential files outside the folders a server is given)"
+                )
+                return False
+        return p.exists()
+
+    declared_roots = [p.resolve() for p in _root_paths(roots)]
+    rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
+    # What the user declared shows at its own path (the model and the server name it so);
+    # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
+    ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
+    (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
+    opts = ["--die-with-parent", "--new-session", "--unshare-all"]
+    if network == "any":
+        opts.append("--share-net")
+    for sysdir in SYSTEM_DIRS:
+        p = Path(sysdir)
+        if p.is_symlink():
+            opts += ["--symlink", os.readlink(p), sysdir]
+        elif p.is_dir():
+            opts += ["--ro-bind", sysdir, sysdir]
+    for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
+        opts += ["--ro-bind-try", etc, etc]
+    opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+    for op in launch.ops:
+        opts += list(op)
+    rw_out = _outermost(rw)
+    shown_ro: list[str] = []
+    for p in _outermost(ro):
+        if any(inside(p, r) for r in rw_out):
+            continue
+        opts += ["--ro-bind", str(p), str(p)]
+        shown_ro.append(str(p))
+    for p in rw_out:
+        opts += ["--bind", str(p), str(p)]
+    visible = [*rw_out, *map(Path, shown_ro)]
+    if base.is_dir() and any(inside(base, v) for v in visible if v.is_dir()):
+        workdir = str(base)
+    else:
+        # The config's folder holds pins, state and credential files: never shown to the server.
+        workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
+    opts += ["--chdir", workdir, "--"]
+    inside_env = _inside_env(env, launch, network)
+    shown = (*(str(p) for p in launch.read_only), *shown_ro)
+    confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
+    argv = [bwrap, "--args", ARGS_FD, *launch.argv]
+    argv, opts = _private_layers(argv, opts, launch.overlays)
+    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
+
+
+def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
+    """The server's environment inside: its own settings, the launcher's, a PATH of what is
+    shown, the private home; with network, the host's certificate settings that name a file
+    shown inside."""
+    inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
+    inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
+    inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
+    path_dirs = list(dict.fromkeys(launch.path_dirs))
+    inside_env["PATH"] = os.pathsep.join([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"])
+    inside_env["HOME"] = HOME
+    inside_env["TMPDIR"] = "/tmp"
+    if network == "any":
+        shown = ("/etc/ssl/", "/usr/")
+        inside_env.update({k: os.environ[k] for k in _TLS_ENV if os.environ.get(k, "").startswith(shown)})
+    return inside_env
+
+
+_TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+_LAYERS = "/mnt"  # in the launch's own mount namespace: where the private layers are laid
+
+
+@functools.cache
+def overlay_status() -> str | None:
+    """``None`` when private write layers work here (an overlay in a user namespace of the
+    launch's own, Linux 5.11+), else why not: then those folders are shown read-only."""
+    unshare = shutil.which("unshare")
+    if unshare is None or not Path(_LAYERS).is_dir():
+        return f"unshare or {_LAYERS} is missing"
+    script = _layer_script([Path("/usr/share")]) + ' && test -d "$0"'
+    try:
+        done = subprocess.run(
+            [unshare, "-Urm", "--", "/bin/sh", "-c", script, "/"],
+            capture_output=True, text=True, timeout=10, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{type(err).__name__}: {err}"
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+def _layer_script(lowers: Sequence[Path]) -> str:
+    steps = [f"mount -t tmpfs tether-layers {_LAYERS}"]
+    for i, lower in enumerate(lowers):
+        u, w, m = (f"{_LAYERS}/{x}{i}" for x in "uwm")
+        layer = shlex.quote(f"lowerdir={lower},upperdir={u},workdir={w}")
+        steps += [f"mkdir {u} {w} {m}", f"mount -t overlay overlay -o {layer} {m}"]
+    return " && ".join(steps)
+
+
+def _private_layers(argv: list[str], opts: list[str], lowers: Sequence[Path]) -> tuple[list[str], list[str]]:
+    """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
+    options): an overlay on a tmpfs, in a mount namespace that only the launch sees, under
+    bwrap. Where that cannot be had (or a path would not survive the overlay's options), the
+    folder is shown read-only instead."""
+    usable = lowers and overlay_status() is None and not any(c in str(p) for p in lowers for c in ",:\\")
+    out = []
+    for i, opt in enumerate(opts):
+        if opt.startswith("{overlay:"):
+            n = int(opt[len("{overlay:") : -1])
+            out.append(f"{_LAYERS}/m{n}" if usable else str(lowers[n]))
+            if not usable and i > 0 and out[-2] == "--bind":
+                out[-2] = "--ro-bind"
+        else:
+            out.append(opt)
+    if not usable:
+        return argv, out
+    unshare = shutil.which("unshare") or "unshare"
+    script = _layer_script(lowers) + ' && exec "$@"'
+    return [unshare, "-Urm", "--", "/bin/sh", "-c", script, "tether-layers", *argv], out
+
+
+# The host's own variables a server is started with unconfined; inside, these are the sandbox's.
+_HOST_ENV = ("PATH", "HOME", "TMPDIR", "VIRTUAL_ENV", "SYSTEMROOT", "LANG", "LC_ALL", "PYTHONPATH")
+
+
+_CAUSES = (
+    (
+        re.compile(r"read-only file system|\berofs\b|permission denied|\beacces\b", re.I),
+        "it tried to write outside its private home and /tmp: list that folder in sandbox_write",
+    ),
+    (
+        re.compile(
+            r"\benotfound\b|\beai_again\b|name resolution|network is unreachable|name or service not known"
+            r"|\beconnrefused\b|getaddrinfo|connection refused",
+            re.I,
+        ),
+        "it has no network here: set network: any for this server if it needs one",
+    ),
+    (
+        re.compile(r"no such file|\benoent\b|cannot find module|modulenotfounderror|not found", re.I),
+        "it could not find a file it needs: list its folder in sandbox_read",
+    ),
+)
+
+
+def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> str | None:
+    """What to change when a confined server failed to start, from what it said last."""
+    if plan is None or plan.confinement is None:
+        return None
+    change = "list what it needs in sandbox_read / sandbox_write, or set network: any"
+    found = False
+    for line in reversed(stderr_tail):  # its last words first: the error, then the traceback
+        for pattern, advice in _CAUSES:
+            if pattern.search(line):
+                change, found = advice, True
+                break
+        if found:
+            break
+    return (
+        f"the server ran confined ({plan.confinement.profile} launcher, sandbox: {plan.mode}); the sandbox "
+        f"may be the cause: {change} (sandbox: none runs it unconfined, to check)"
+    )
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """Unique paths, without those inside another one of the list."""
+    unique = sorted(set(paths), key=lambda p: len(p.parts))
+    out: list[Path] = []
+    for p in unique:
+        if not any(inside(p, q) for q in out):
+            out.append(p)
+    return out

@@ -1,0 +1,597 @@
+"""An MCP server as a tool source, through the official ``mcp`` SDK (stdio or Streamable HTTP).
+
+Connecting a server creates no trust (X2):
+
+- tool names are namespaced with the id the host assigns (``<server>__<tool>``);
+- effects come from the host's declaration (an undeclared tool is side-effecting, so the
+  policy asks for approval); server annotations are recorded as untrusted hints only;
+- with a pin store, only tools whose canonical definition matches an approved pin are
+  offered, and the model sees the pinned definition; every listing the SDK makes
+  (start, re-check before a call, list-changed, the 2026 listen stream, a cache refresh,
+  its own silent re-list) is compared with the pins, and a changed or new tool is blocked
+  until re-approved;
+- arguments are validated against the pinned input schema before the server sees them;
+- results are untrusted observations (``tether.mcp._results``): cleaned, size-capped,
+  ``structuredContent`` validated against the pinned output schema, links never fetched.
+
+Each connection is supervised (``tether.mcp._connection``): it runs in a task of its own, so
+a transport failure at connect, mid-call or between runs (stdio or HTTP, either era) is
+``dependency_unavailable`` for that server's calls, traced with its cause, and then either
+quarantines the server or restarts it (``restart: on_failure``, bounded); it never cancels
+the run or another server. ``start``, ``list_tools``, ``call`` and ``close`` raise only
+``ToolError`` subclasses (``DependencyUnavailable`` when the server is gone), never a
+transport's ``CancelledError`` or exception group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shlex
+import warnings
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
+from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
+from tether.mcp._calling import call_tool, guarded
+from tether.mcp._connection import Connection, ConnectionLost, describe_error
+from tether.mcp._elicitation import CallInfo
+from tether.mcp._failures import (
+    Unavailable,
+    closed_underneath,
+    failure_detail,
+    is_modern,
+    leaf,
+)
+from tether.mcp._listing import PinnedListing
+from tether.mcp._opening import open_client, prepare, serve
+from tether.mcp._pinning import PinStore, ToolCheck
+from tether.mcp._tasks import TaskRelay
+from tether.tools._contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.mcp._sandbox import SandboxPlan
+    from tether.mcp._serverlog import ServerStderr
+
+__all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
+
+SEPARATOR = "__"
+Restart = Literal["never", "on_failure"]
+ProgressSink = Callable[[str, str, float, float | None, str | None], None]
+
+
+class CapabilityBlocked(ToolError):
+    """The tool's definition is not approved (new, or changed since approval)."""
+
+    kind = "capability_blocked"
+
+
+class InputPending(ToolError):
+    """The server asked a question nobody could answer now; the call is paused."""
+
+    kind = "input_pending"
+
+    def __init__(self, message: str, *, pause_id: str) -> None:
+        super().__init__(
+            message, hint="a person answers with `tether mcp resume`", details={"pause": pause_id}
+        )
+        self.meta = {"pause": pause_id}
+
+
+class McpServerSource:
+    """One supervised client connection to one MCP server."""
+
+    # The connection's state, before the first start (instances set their own as it changes).
+    restarts = 0
+    sandbox_plan: SandboxPlan | None = None
+    stderr: ServerStderr | None = None
+    unavailable: str | None = None  # why the server is gone (short: the model may see it)
+    unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
+    instructions: str | None = None
+    protocol_version: str | None = None
+    calls_sent = 0
+    _start_detail: str | None = None
+    _process: Any = None  # the stdio server's process (its exit code, for a failed start)
+    _conn: Connection | None = None
+    _restart_lock: anyio.Lock | None = None
+    _announced: Connection | None = None  # the connection whose start was traced
+    _listed_at_connect = False
+    _listening = False
+    _stale = False  # a list-changed was heard: re-list before the next call
+    _tracer: Any = None
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        effects: Mapping[str, Effect | str] | None = None,
+        targets: Mapping[str, Target] | None = None,
+        env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        mode: str = "auto",
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 30.0,
+        progress_resets_timeout: bool = False,
+        max_call_s: float | None = None,
+        max_result_chars: int = 20_000,
+        allow_tools: Iterable[str] | None = None,
+        pins: PinStore | None = None,
+        recheck: str = "each_call",
+        elicitation: Any = None,
+        sampling: Any = None,
+        roots: Any = None,
+        cwd: str | None = None,
+        fail_soft: bool = False,
+        restart: Restart = "never",
+        max_restarts: int = 2,
+        sandbox: Callable[[list[str], dict[str, str]], SandboxPlan] | None = None,
+        stderr: Callable[[], ServerStderr] | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> None:
+        _check_identity(name, command, url, restart)
+        self.name = name
+        self.command = list(command) if command else None
+        self.url = url
+        self.effects = {k: Effect(v) for k, v in (effects or {}).items()}
+        self.targets = dict(targets or {})
+        self.env = dict(env or {})
+        self.headers = dict(headers or {})
+        self.mode = mode
+        self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.progress_resets_timeout = progress_resets_timeout
+        self.max_call_s = max_call_s
+        self.max_result_chars = max_result_chars
+        self.allow_tools = frozenset(allow_tools) if allow_tools is not None else None
+        self.recheck = recheck
+        self.elicitation = elicitation
+        self.sampling = sampling
+        self.roots = roots
+        self.cwd = cwd
+        # fail_soft: a server that cannot start or list is recorded as unavailable and offers no
+        # tools, instead of failing the whole host (the other servers keep working).
+        self.fail_soft = fail_soft
+        self.restart = restart
+        self.max_restarts = max_restarts
+        self.sandbox = sandbox
+        self.stderr_factory = stderr
+        self.on_progress = on_progress
+        self.peers: list[McpServerSource] = []  # started together (concurrently) with this one
+        self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
+        self.warnings: list[str] = []
+        self._retired: list[Connection] = []
+        self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
+        self._inflight: list[CallInfo] = []
+        self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
+
+    # -- identity and tracing ---------------------------------------------------------------
+
+    def describe(self) -> dict[str, Any]:
+        """What is launched or contacted, shown before the first launch (and traced)."""
+        if self.command:
+            out: dict[str, Any] = {
+                "transport": "stdio",
+                "command": shlex.join(self.command),
+                "env_keys": sorted(self.env),
+            }
+            if self.sandbox_plan is not None:
+                out.update(self.sandbox_plan.describe())
+            if self.stderr is not None and self.stderr.log_path is not None:
+                out["stderr_log"] = str(self.stderr.log_path)
+            return out
+        return {"transport": "streamable-http", "url": self.url, "header_keys": sorted(self.headers)}
+
+    def endpoint(self) -> str:
+        """A digest of what the pins were approved for: the exact command or URL."""
+        ident = json.dumps(self.command) if self.command else str(self.url)
+        return hashlib.sha256(ident.encode("utf-8")).hexdigest()
+
+    def bind_tracer(self, tracer: Any) -> None:
+        """Send this source's decisions to a run's tracer: first what happened before the run
+        (the launch, recorded before it happened, and the pin checks), then everything after."""
+        self._tracer = tracer
+        pending, self._pending_events = self._pending_events, []
+        if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
+            # Started during an earlier run (or not yet): still say what this run talks to.
+            if self.unavailable is not None:
+                state = "unavailable"
+            elif self._conn is not None and self._conn.alive:
+                state = "running"
+            else:
+                state = "not_started"
+            pending.insert(
+                0, (EventKind.SERVER_LAUNCH, {"source": self.name, "state": state, **self.describe()})
+            )
+        for kind, data in pending:
+            tracer.emit(kind, **data)
+
+    def emit(self, kind: EventKind, **data: Any) -> None:
+        if self._tracer is not None:
+            try:
+                self._tracer.emit(kind, **data)
+                return
+            except ValueError as err:
+                if not str(err).endswith("is closed"):
+                    raise
+                # The run's trace is closed (a server request after the run ended, e.g. a late
+                # roots/list to a connection being retired): kept for the next run's trace.
+                self._tracer = None
+        self._pending_events.append((kind, data))
+
+    def current_call(self) -> CallInfo | None:
+        """The call a server request belongs to: known when exactly one call is in flight."""
+        return self._inflight[0] if len(self._inflight) == 1 else None
+
+    def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
+        return lambda data: self.emit(kind, **data)
+
+    # -- connecting (in the connection's own task) ------------------------------------------
+
+    async def _open(self, stack: AsyncExitStack) -> Any:
+        return await open_client(self, stack)
+
+    async def _prepare(self, client: Any) -> None:
+        await prepare(self, client)
+
+    async def _serve(self, client: Any) -> None:
+        await serve(self, client)
+
+    async def _on_message(self, message: Any) -> None:
+        method = getattr(getattr(message, "root", message), "method", None) or getattr(
+            message, "method", None
+        )
+        if method == "notifications/tools/list_changed":
+            if not self._listening:  # (the listen stream's own loop traces it once)
+                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
+            self._stale = True
+
+    # -- lifecycle (in the caller's task) -----------------------------------------------------
+
+    def launch(self) -> None:
+        """Begin connecting in the background (returns at once)."""
+        if self._conn is not None or self.unavailable is not None:
+            return
+        launched_at = datetime.now(UTC).isoformat(timespec="microseconds")
+        # Recorded before the launch: the exact command (or URL) is on record even if it hangs.
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
+        )
+        self._conn = Connection(self._open, self._prepare, self._serve, name=self.name)
+        self._conn.launch()
+
+    async def start(self) -> None:
+        """Connect (together with the peers) and list the tools. With ``fail_soft`` a server that
+        cannot start is marked unavailable; otherwise raises ``DependencyUnavailable``."""
+        if self.unavailable is not None or (self._conn is not None and self._conn is self._announced):
+            return
+        for peer in self.peers:
+            peer.launch()  # the others connect while this one does
+        self.launch()
+        conn = self._conn
+        assert conn is not None
+        try:
+            await self._ready(conn)
+        except Unavailable as problem:
+            detail, self._start_detail = self._start_detail, None
+            if not self.fail_soft:
+                raise DependencyUnavailable(
+                    f"MCP server {self.name} could not be started: {detail}" if detail else problem.message
+                ) from None
+            self._quarantine(problem.message, state="failed", detail=detail)
+
+    async def _ready(self, conn: Connection) -> None:
+        try:
+            with anyio.fail_after(self.connect_timeout_s):
+                await conn.ready()
+        except (ConnectionLost, TimeoutError) as err:
+            self._retire(conn)
+            if isinstance(err, TimeoutError):
+                why = f"no answer within the connect timeout ({self.connect_timeout_s:g}s)"
+            elif isinstance(leaf(err.cause), ConfigError):
+                why = str(leaf(err.cause))
+            else:
+                why = describe_error(err)
+            # The model may read this reason: the host's own refusals (with their local paths)
+            # are told in full to the person only.
+            short = why
+            if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
+                short = "the host could not launch it as configured (the run's output says why)"
+            detail = await self._failure_detail(why)
+            self._start_detail = detail or (why if short != why else None)
+            raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
+        self._announced = conn
+        self.emit(
+            EventKind.SERVER_LAUNCH,
+            source=self.name,
+            state="connected",
+            protocol=self.protocol_version,
+            **({"restart": self.restarts} if self.restarts else {}),
+        )
+
+    async def _failure_detail(self, why: str) -> str | None:
+        """For the person (never the model): the cause, the server's last stderr lines and, for
+        a confined server, which sandbox setting may be the cause."""
+        from tether.mcp._sandbox import failure_hint
+
+        if self.stderr is not None:
+            stderr = self.stderr
+            await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
+        tail = list(self.stderr.tail) if self.stderr is not None else []
+        hint = failure_hint(self.sandbox_plan, tail)
+        detail = self._detail(why, tail, hint)
+        if detail is not None:
+            self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
+                      stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
+        return detail
+
+    def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
+        return failure_detail(why, getattr(self._process, "returncode", None), tail, hint)
+
+    def _retire(self, conn: Connection) -> None:
+        if self._conn is conn:
+            self._conn = None
+        conn.abort()
+        self._retired.append(conn)
+
+    def _quarantine(self, why: str, *, state: str = "quarantined", detail: str | None = None) -> None:
+        self.unavailable = why
+        if detail is not None and state == "failed":
+            detail = f"MCP server {self.name} could not be started: {detail}"
+        self.unavailable_detail = detail
+        extra = {"detail": self.unavailable_detail} if detail else {}
+        self.emit(
+            EventKind.SERVER_LAUNCH, source=self.name, state=state, error=why, **extra, **self.describe()
+        )
+
+    def _lost(self, conn: Connection, cause: BaseException | None, phase: str) -> str:
+        """The connection ended under a call: retire it, then quarantine or allow a restart."""
+        why = describe_error(cause) if cause is not None else "connection closed"
+        if conn is not self._conn:
+            return why  # another call already handled this loss
+        self._retire(conn)
+        tail = list(self.stderr.tail)[-4:] if self.stderr is not None else []
+        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why,
+                  **({"stderr_tail": tail} if tail else {}))  # fmt: skip
+        detail = self._detail(why, tail)
+        if self.restart == "never":
+            why_quarantined = f"MCP server {self.name} quarantined: its connection was lost {phase}"
+            self._quarantine(f"{why_quarantined}: {why}", detail=detail and f"{why_quarantined}: {detail}")
+        elif self.restarts >= self.max_restarts:
+            why_quarantined = f"MCP server {self.name} quarantined: connection lost {phase}"
+            limit = f"after {self.restarts} restart(s), the configured maximum"
+            self._quarantine(
+                f"{why_quarantined} ({why}) {limit}",
+                detail=detail and f"{why_quarantined} ({detail}) {limit}",
+            )
+        return why
+
+    async def _usable(self) -> Connection:
+        """A live connection for the next call: the current one, or a restart if allowed."""
+        if self.unavailable is not None:
+            raise Unavailable(self.unavailable, quarantined=True)
+        conn = self._conn
+        if conn is not None and conn.alive and not closed_underneath(conn.client):
+            return conn
+        if conn is not None:
+            self._lost(conn, conn.error, "between calls")
+            if self.unavailable is not None:
+                raise Unavailable(self.unavailable, quarantined=True)
+        return await self._restart()
+
+    async def _restart(self) -> Connection:
+        if self._restart_lock is None:
+            self._restart_lock = anyio.Lock()
+        async with self._restart_lock:
+            if self._conn is not None and self._conn.alive:
+                return self._conn
+            if self.unavailable is not None:
+                raise Unavailable(self.unavailable, quarantined=True)
+            if self.restart == "never" or self.restarts >= self.max_restarts:
+                self._quarantine(f"MCP server {self.name} is not connected")
+                raise Unavailable(self.unavailable or "", quarantined=True)
+            self.restarts += 1
+            self.emit(
+                EventKind.MCP_CONNECTION,
+                server=self.name,
+                action="restarting",
+                attempt=self.restarts,
+                max_restarts=self.max_restarts,
+            )
+            self.launch()
+            conn = self._conn
+            assert conn is not None
+            try:
+                await self._ready(conn)
+            except Unavailable as problem:
+                if self.restarts >= self.max_restarts:
+                    self._quarantine(f"{problem.message} (restart {self.restarts}/{self.max_restarts})")
+                raise
+            return conn
+
+    async def close(self) -> None:
+        """Stop every connection (bounded). Never raises for a transport's failure."""
+        conns = [c for c in (self._conn, *self._retired) if c is not None]
+        self._conn, self._retired = None, []
+        with contextlib.suppress(Exception):
+            async with anyio.create_task_group() as tg:
+                for c in conns:
+                    tg.start_soon(c.close)
+        if self.stderr is not None:
+            await anyio.to_thread.run_sync(self.stderr.wait)
+
+    # -- listing and pins -------------------------------------------------------------------
+
+    def _check(self, tools: Sequence[Any], *, complete: bool = True) -> None:
+        self.listing.absorb(tools, complete=complete)
+
+    # The listing's state, by the names the rest of the source (and the host's policy) reads.
+    @property
+    def pins(self) -> PinStore | None:
+        return self.listing.pins
+
+    @pins.setter
+    def pins(self, store: PinStore | None) -> None:
+        self.listing.pins = store
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        return self.listing.blocked
+
+    @property
+    def checks(self) -> list[ToolCheck]:
+        return self.listing.checks
+
+    @property
+    def _pinned(self) -> dict[str, dict[str, Any]]:
+        return self.listing.pinned
+
+    async def _list(self, client: Any) -> list[ToolCheck]:
+        """List the server's tools now (bypassing the response cache); the hook checks them."""
+        cursor: str | None = None
+        tools: list[Any] = []
+        for _ in range(100):
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        if cursor is not None or len(tools) != len(self.listing.live):
+            self._check(tools)  # several pages: check the union as one complete listing
+        self._stale = False
+        return self.checks
+
+    async def refresh(self) -> list[ToolCheck]:
+        """List the server's tools now and check them against the pins. Raises
+        ``DependencyUnavailable`` when the server cannot be reached."""
+        conn = await self._usable()
+        checks: list[ToolCheck] = await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        return checks
+
+    async def list_tools(self) -> list[ToolSpec]:
+        if self.unavailable is not None:
+            return []
+        if not self._listed_at_connect:
+            try:
+                await self.refresh()
+            except DependencyUnavailable as problem:
+                if not self.fail_soft:
+                    raise
+                if self.unavailable is None:
+                    self._quarantine(f"MCP server {self.name} did not list its tools: {problem.message}")
+                return []
+        self._listed_at_connect = False
+        specs = []
+        for remote, d in sorted(self._pinned.items()):
+            if remote in self.blocked:
+                continue
+            if self.allow_tools is not None and remote not in self.allow_tools:
+                continue
+            annotations = d.get("annotations") or {}
+            specs.append(
+                ToolSpec(
+                    name=f"{self.name}{SEPARATOR}{remote}",
+                    description=d.get("description") or "",
+                    parameters=d.get("inputSchema") or {"type": "object"},
+                    # The host's declaration wins over the server's annotations; undeclared = side-effecting.
+                    effect=self.effects.get(remote, Effect.WRITE),
+                    source=self.name,
+                    target=self.targets.get(remote),
+                    timeout_s=self.timeout_s,
+                    max_result_chars=self.max_result_chars,
+                    remote_name=remote,
+                    meta={"server_annotations": annotations, "untrusted_hints": True},
+                )
+            )
+        return specs
+
+    def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Check arguments against the pinned input schema with the host's one schema engine
+        (the gate runs the same check on the offered spec). Raises ``ToolInputError``."""
+        definition = self._pinned.get(remote_name)
+        if definition is None:
+            raise ToolInputError(f"unknown tool {remote_name!r} on server {self.name}")
+        try:
+            return check_arguments(definition.get("inputSchema") or {"type": "object"}, arguments)
+        except UnusableSchema as err:  # an invalid or unresolvable schema is the server's fault
+            raise ToolInputError(
+                f"the input schema of {remote_name} on server {self.name} is unusable: {err}"
+            ) from None
+        except SchemaViolation as err:
+            raise ToolInputError(
+                str(err), hint="match the tool's input schema exactly", details=dict(err.details)
+            ) from None
+
+    def _refuse_unapproved(self, spec: ToolSpec) -> None:
+        remote = spec.remote_name
+        if remote in self.blocked:
+            raise CapabilityBlocked(
+                f"{spec.name} is blocked: {self.blocked[remote]} since approval",
+                hint=f"a person must review and approve it again (tether mcp approve {self.name})",
+            )
+        if remote not in self._pinned or (self.allow_tools is not None and remote not in self.allow_tools):
+            raise CapabilityBlocked(f"{spec.name} is not an approved tool of server {self.name}")
+
+    # -- calls ------------------------------------------------------------------------------
+
+    async def _guarded(
+        self, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float, phase: str
+    ) -> Any:
+        return await guarded(self, conn, fn, timeout_s, phase)
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
+        """One call (``tether.mcp._calling``). Raises ``ToolError`` subclasses only."""
+        return await call_tool(self, spec, arguments, context)
+
+    # -- roots ------------------------------------------------------------------------------
+
+    def _root_paths(self) -> list[Any]:
+        return list(self.roots.paths()) if self.roots is not None else []
+
+    async def set_roots(self, roots: Iterable[str]) -> bool:
+        """Change this server's roots; on a legacy connection, notify the server."""
+        if self.roots is None:
+            raise ConfigError(f"server {self.name} has no roots declared")
+        changed: bool = self.roots.set_roots(roots)
+        conn = self._conn
+        if changed and conn is not None and conn.alive and not is_modern(self.protocol_version):
+
+            async def notify(client: Any) -> None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    await client.send_roots_list_changed()
+
+            with contextlib.suppress(DependencyUnavailable):
+                await self._guarded(conn, notify, self.timeout_s, "sending roots/list_changed")
+                self.emit(
+                    EventKind.MCP_ROOTS,
+                    server=self.name,
+                    action="list_changed_sent",
+                    roots=list(self.roots.roots),
+                )
+        return changed
+
+    def _require(self) -> Any:
+        """The live SDK client (for inspection). Raises ``DependencyUnavailable``."""
+        if self._conn is None or not self._conn.alive:
+            raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
+        return self._conn.client
+
+
+def _check_identity(name: str, command: Sequence[str] | None, url: str | None, restart: str) -> None:
+    if SEPARATOR in name or not name.replace("-", "").replace("_", "").isalnum():
+        raise ConfigError(
+            f"server id {name!r} must be alphanumeric (with - or _) and not contain {SEPARATOR!r}"
+        )
+    if (command is None) == (url is None):
+        raise ConfigError("give exactly one of command (stdio) or url (Streamable HTTP)")
+    if restart not in ("never", "on_failure"):
+        raise ConfigError(f"restart must be 'never' or 'on_failure', not {restart!r}")

@@ -1,0 +1,192 @@
+"""The stdio transport: a server process spawned before the MCP SDK is even imported.
+
+Launching first lets the server start up while the host loads the SDK (both take about
+the same time, so a connection costs about one start-up, not two). The transport then
+speaks newline-delimited JSON-RPC over the child's stdin/stdout, as the SDK's own does,
+with two differences: a line longer than the cap is discarded while it streams in (never
+held whole in memory) and answered for the server as an error, and shutting down closes
+stdin, then terminates and kills the whole process group, each after a grace period.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import IO, Any
+
+import anyio
+import anyio.abc
+
+__all__ = ["opened", "spawn", "stdio_transport", "stop"]
+
+STOP_GRACE_S = 2.0
+_ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    stderr: IO[str] | None,
+    options: Sequence[str] = (),
+    data: Sequence[bytes] = (),
+) -> anyio.abc.Process:
+    """Start the server in its own session (its process group is killed as one). ``options``
+    (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
+    so the mounts are not on any command line the server could read; each of ``data`` (a file
+    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands."""
+    from tether.mcp._sandbox import ARGS_FD
+
+    if not options:
+        return await anyio.open_process(
+            list(argv), env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True
+        )
+    fds: list[int] = []
+    try:
+        for i, content in enumerate(data):
+            fds.append(_memfd(f"bwrap-data-{i}", content))
+        named = {f"{{data-fd:{i}}}": str(fd) for i, fd in enumerate(fds)}
+        args = b"".join(named.get(o, o).encode("utf-8") + b"\0" for o in options)
+        fds.append(_memfd("bwrap-args", args))
+        argv = [str(fds[-1]) if a == ARGS_FD else a for a in argv]
+        return await anyio.open_process(
+            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=tuple(fds)
+        )
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _memfd(name: str, content: bytes) -> int:
+    fd = os.memfd_create(name)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+@asynccontextmanager
+async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) -> AsyncIterator[Any]:
+    """The SDK transport streams (read, write) over an already running process."""
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    assert process.stdin is not None and process.stdout is not None
+    read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
+    write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
+    stdout, stdin = process.stdout, process.stdin
+
+    def parse(line: bytes) -> Any:
+        try:
+            return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except ValueError as err:
+            return err
+
+    def too_long(head: bytes, size: int) -> Any:
+        """An oversized answer becomes an error for the request it answers (if its id shows)."""
+        found = _ID.search(head)
+        if found is None or b'"method"' in head:
+            return ValueError(f"a message of more than {size} bytes was discarded")
+        too_big = f"the server's answer was larger than the host accepts ({max_line_bytes} bytes)"
+        error = types.ErrorData(code=-32603, message=too_big)
+        request_id = json.loads(found.group(1))
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    async def reader() -> None:
+        buffer = b""
+        discarding = 0  # bytes of an oversized line dropped so far (0: not discarding)
+        head = b""
+        try:
+            async with read_writer:
+                async for chunk in stdout:
+                    while chunk:
+                        cut = chunk.find(b"\n")
+                        piece, chunk = (chunk, b"") if cut < 0 else (chunk[:cut], chunk[cut + 1 :])
+                        if discarding:
+                            discarding += len(piece)
+                        elif len(buffer) + len(piece) > max_line_bytes:
+                            head = (buffer + piece)[:4096]
+                            discarding = len(buffer) + len(piece)
+                            buffer = b""
+                        else:
+                            buffer += piece
+                        if cut < 0:
+                            break
+                        if discarding:
+                            item, discarding = too_long(head, discarding), 0
+                        else:
+                            line, buffer = buffer.strip(), b""
+                            if not line:
+                                continue
+                            item = parse(line)
+                        await read_writer.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
+            pass
+
+    async def writer() -> None:
+        try:
+            async with write_reader:
+                async for message in write_reader:
+                    data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    await stdin.send((data + "\n").encode("utf-8"))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+            # The server stopped reading: end the session instead of leaving requests hanging.
+            await read_writer.aclose()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(reader)
+        tg.start_soon(writer)
+        try:
+            yield read_stream, write_stream
+        finally:
+            with anyio.CancelScope(shield=True):
+                await stop(process)
+            tg.cancel_scope.cancel()
+
+
+async def stop(process: anyio.abc.Process) -> None:
+    """Close stdin; after a grace period terminate, then kill, the server's process group."""
+    if process.stdin is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdin.aclose()
+    for sig in (signal.SIGTERM, signal.SIGKILL, None):
+        with anyio.move_on_after(STOP_GRACE_S):
+            while process.returncode is None:
+                await anyio.sleep(0.01)
+        if process.returncode is not None or sig is None:
+            break
+        with suppress(OSError):
+            os.killpg(process.pid, sig)
+    if process.stdout is not None:
+        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            await process.stdout.aclose()
+    # Not process.aclose(): it waits for pipe EOF, which a surviving grandchild can withhold.
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with suppress(PermissionError, ProcessLookupError):
+            close()
+
+
+@asynccontextmanager
+async def opened(process: anyio.abc.Process, max_line: int) -> AsyncIterator[Any]:
+    """The transport over a running process, as the context manager the SDK's ``Client`` enters."""
+    async with stdio_transport(process, max_line_bytes=max_line) as streams:
+        yield _Streams(streams)
+
+
+class _Streams:
+    """An already-open transport, as the async context manager the SDK's ``Client`` enters."""
+
+    def __init__(self, streams: Any) -> None:
+        self._streams = streams
+
+    async def __aenter__(self) -> Any:
+        return self._streams
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None

@@ -1,0 +1,43 @@
+"""``SqliteMemory``: the shipped ``MemoryStore`` on a stdlib SQLite file (WAL mode).
+
+The rules are ``SqlMemory``'s (tether.memory._sqlstore), the tables ``tether.sql._tables``'s; each
+operation is one transaction of the file's ``Database`` (tether.sql._database), run in an anyio
+worker thread. A write takes the write lock (``BEGIN IMMEDIATE``) before its checks read, so
+checks and writes cannot interleave and a refused write changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+
+from tether.memory._sqlstore import SqlMemory, utc_now
+from tether.memory._store import MemoryPolicy
+from tether.sql._database import Database, Synchronous
+
+__all__ = ["SqliteMemory"]
+
+
+class SqliteMemory(SqlMemory):
+    """A ``MemoryStore`` in the SQLite file at ``path`` (created and migrated when built).
+
+    ``clock`` gives the write time used for expiry checks and history rows; inject a fixed
+    one in tests. Reads take ``now`` explicitly.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        policy: MemoryPolicy,
+        clock: Callable[[], datetime] = utc_now,
+        busy_timeout_s: float = 30.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        db = Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        super().__init__(db, policy=policy, clock=clock)
+        self.path = Path(path)
+
+    def close(self) -> None:
+        self.db.close()

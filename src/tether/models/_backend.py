@@ -1,0 +1,457 @@
+"""What every HTTP backend shares — chat completions, the Responses API, Anthropic Messages —
+written once: the settings each constructor takes and checks (``BackendOptions``), the API key
+from a named environment variable, the connection pool of the running event loop
+(``LoopClient``), the exchange, one attempt's read of the answer (whole or streamed), and the
+response with its finish, cost and meta.
+
+Two transports, the same bytes on the wire and the same answer:
+
+``"http"`` (the chat-completions backend's default)
+    ``httpx2`` — the HTTP layer of both official SDKs, and a dependency of tether — through its
+    public API (``_Lane``): each POST a ``Request`` of headers merged once and the body encoded
+    once, handed to ``AsyncClient.send``. Needs no SDK.
+``"sdk"`` (the Anthropic and Responses backends' default: they speak through the vendor's
+    official SDK unless ``transport="http"`` asks for the faster path)
+    The provider's official SDK client (``openai`` or ``anthropic``, an extra, imported on first
+    use) through its documented low-level ``post``: its auth hooks, headers and status-error
+    mapping. Its request building costs each call about as much again as the rest of the
+    client's work: ``bench/backends.py`` profiles and measures both (``tether_sdk``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from abc import abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
+from urllib.parse import urlsplit
+
+import anyio
+import anyio.lowlevel
+
+from tether.core.messages import AssistantMessage, Usage
+from tether.errors import ConfigError
+from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._pricing import DEFAULT_PRICES, Price, price_for
+from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, status_error
+
+if TYPE_CHECKING:
+    from tether.core.ratelimit import TokenBucket
+
+__all__ = [
+    "SHARD_CONNECTIONS",
+    "BackendOptions",
+    "DeltaCallback",
+    "HTTPBackend",
+    "LoopClient",
+    "OpenAIBackend",
+    "Transport",
+    "api_key",
+    "error_message",
+    "events",
+    "sse_data",
+]
+
+DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "tool_call", piece)
+# "openai" and "anthropic" name the SDK of the backend that speaks through it: the same as "sdk".
+Transport = Literal["http", "sdk", "openai", "anthropic"]
+SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
+
+
+class BackendOptions(TypedDict, total=False):
+    """The options every backend takes (``HTTPBackend`` documents them and their defaults)."""
+
+    base_url: str | None
+    api_key_env: str | None
+    stream: bool | None
+    timeout_s: float
+    retry: RetryPolicy | None
+    prices: Mapping[str, Price] | None
+    rate_limit: TokenBucket | None
+    on_delta: DeltaCallback | None
+    max_tokens: int | None
+    extra_body: Mapping[str, Any] | None
+    headers: Mapping[str, str] | None
+    max_connections: int
+    transport: Transport
+    sleep: Callable[[float], Awaitable[None]]
+    rand: Callable[[], float]
+
+
+def api_key(env: str, base_url: str, official_host: str | None) -> str:
+    """The key from ``$env``: required for the provider's own host, a placeholder for a local
+    server. Raises ``ConfigError``."""
+    key = os.environ.get(env, "")
+    if not key and urlsplit(base_url).hostname == official_host:
+        raise ConfigError(f"set ${env} to use {base_url}")
+    return key or "no-key"
+
+
+class LoopClient:
+    """A client for the running event loop: a client opened on another loop (an earlier
+    ``asyncio.run``, ``Host.run_sync``) holds connections that loop owned — they can be neither
+    used nor closed from this one — so it is dropped and a new one built."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make = make
+        self._client: Any = None
+        self._loop: object = None
+
+    def get(self) -> Any:
+        token = anyio.lowlevel.current_token()  # a new wrapper each call (anyio >= 4.11)
+        loop = getattr(token, "native_token", token)
+        if self._client is None or self._loop is not loop:
+            self._client = self._make()
+            self._loop = loop
+        return self._client
+
+    @property
+    def current(self) -> Any:
+        """The client built last (None before the first call or after ``aclose``)."""
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose() if hasattr(client, "aclose") else await client.close()
+
+
+class _Lane:
+    """The ``"http"`` transport: one request, through ``httpx2``'s public API, over a pool split
+    into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of 16), taken in turn.
+
+    httpcore's pool walks all of its connections each time a request starts or ends, and asks
+    each idle one whether it has expired (a poll of its socket): with a large pool that walk,
+    not the exchange, is what a call costs most, and a shard's walk is a quarter as long.
+    ``bench/overhead.py`` measures it (``tether_one_pool``, ``after_burst``): once a burst has
+    opened every connection, a sequential 20-step session costs about half as much again per
+    step on one pool of 64 as on four of 16. The connection limit overall stays the same.
+
+    Each shard's headers (its defaults, the protocol's, ours) are merged once; each POST is a
+    ``Request`` of those headers and the body handed to ``AsyncClient.send``, which picks the
+    transport (environment proxies and mounts), applies the timeout and maps transport errors,
+    as ``post`` would; what ``post`` adds and a model call never uses — URL and header merging
+    per call, the cookie jar (cookies a server sets are not sent back) — is skipped."""
+
+    def __init__(self, clients: list[Any], url: str) -> None:
+        import httpx2
+
+        self.clients = clients
+        self.url = httpx2.URL(url)
+        self.headers = clients[0].headers
+        self._request = httpx2.Request
+        self._turn = 0
+
+    async def post(self, body: bytes) -> Any:
+        request = self._request("POST", self.url, headers=self.headers, content=body)
+        clients = self.clients
+        self._turn = turn = (self._turn + 1) % len(clients)
+        return await clients[turn].send(request, stream=True)
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
+class HTTPBackend(RetryingBackend):
+    """A ``Model`` over HTTP. Each subclass names its protocol (``provider``, ``path``, ``sdk``),
+    its default URL and key variable, the body fields it writes itself, and implements
+    ``encode``, ``_whole`` and ``_read_stream`` (and ``_auth_headers`` where its protocol does
+    not take a bearer token).
+
+    ``model`` is the provider's model name; ``base_url`` defaults to ``$<base_url_env>`` or the
+    provider's; the key comes from ``$<api_key_env>`` (required only for the provider's own
+    host; local servers get a placeholder; never in ``repr``, errors or traces). ``stream`` asks
+    for server-sent events; by default (``None``) only when ``on_delta`` reads the pieces as they
+    arrive. ``max_tokens`` caps every response unless the request sets its own. ``extra_body``
+    adds fixed request fields (``temperature`` …), never those the backend writes. ``timeout_s``
+    bounds each attempt whole; ``retry`` is the retry policy; ``prices`` maps model names to
+    ``Price`` (default ``DEFAULT_PRICES``); ``rate_limit`` is a shared ``TokenBucket`` each
+    attempt draws from; ``headers`` are sent with every request; ``max_connections`` bounds the
+    connection pool (all kept alive: a busy host's sessions do not reconnect); ``transport`` is
+    ``"http"`` or ``"sdk"`` (see the module docstring; default ``default_transport``).
+    """
+
+    provider: ClassVar[str]
+    path: ClassVar[str]  # the endpoint, after base_url
+    sdk: ClassVar[tuple[str, str]]  # the official SDK's module and client class
+    default_transport: ClassVar[Literal["http", "sdk"]] = "http"
+    shard_connections: int = SHARD_CONNECTIONS  # connections per pool shard (see _Lane)
+    base_url_env: ClassVar[str]
+    default_base_url: ClassVar[str]
+    default_key_env: ClassVar[str]
+    reserved: ClassVar[frozenset[str]]  # the body fields the backend writes itself
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key_env: str | None = None,
+        stream: bool | None = None,
+        timeout_s: float = 120.0,
+        retry: RetryPolicy | None = None,
+        prices: Mapping[str, Price] | None = None,
+        rate_limit: TokenBucket | None = None,
+        on_delta: DeltaCallback | None = None,
+        max_tokens: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        max_connections: int = 64,
+        transport: Transport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        if not model:
+            raise ConfigError("model name is required")
+        transport = transport or self.default_transport
+        if transport not in ("http", "sdk", self.sdk[0]):
+            raise ConfigError(f"unknown transport {transport!r}: 'http' or 'sdk'")
+        self.transport: Literal["http", "sdk"] = "http" if transport == "http" else "sdk"
+        self.name = self.model = model
+        url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
+        self.base_url = url.rstrip("/")
+        self.api_key_env = api_key_env or self.default_key_env
+        self._api_key = api_key(self.api_key_env, self.base_url, urlsplit(self.default_base_url).hostname)
+        self.stream = on_delta is not None if stream is None else stream
+        if max_tokens is not None and max_tokens < 1:
+            raise ConfigError("max_tokens must be at least 1")
+        self.max_tokens = max_tokens
+        if clash := sorted(self.reserved & set(extra_body or {})):
+            raise ConfigError(f"extra_body may not set {', '.join(clash)}: the backend writes those")
+        self.extra_body = dict(extra_body or {})
+        self.timeout_s = timeout_s
+        self.retry = retry or RetryPolicy()
+        self.prices = DEFAULT_PRICES if prices is None else prices
+        self.price = price_for(model, self.prices)
+        self.rate_limit = rate_limit
+        self.on_delta = on_delta
+        self.headers = dict(headers or {})
+        if max_connections < 1:
+            raise ConfigError("max_connections must be at least 1")
+        self.max_connections = max_connections
+        self._sleep = sleep
+        self._rand = rand
+        self._client = LoopClient(self._open_client)
+        self.calls = 0
+        self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._api_key, "[REDACTED]") if self._api_key != "no-key" else text
+
+    async def aclose(self) -> None:
+        """Close the connection pool (a later call opens a new one). Call it, or use
+        ``async with``, when done: a pool belongs to the event loop that opened it."""
+        await self._client.aclose()
+
+    async def __aenter__(self) -> HTTPBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- the exchange -------------------------------------------------------------------------
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The protocol's own headers on the ``"http"`` transport (the key, a version …)."""
+        return {"Authorization": f"Bearer {self._api_key}"}
+
+    def _open_client(self) -> Any:
+        """The pool of the running event loop: the SDK client, or a ``_Lane``."""
+        if self.transport == "sdk":
+            return self._sdk_client()
+        import httpx2
+
+        headers = {**self._auth_headers(), "Content-Type": "application/json", **self.headers}
+        total = self.max_connections
+        shards = max(1, total // self.shard_connections)
+        sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
+        tls = httpx2.create_ssl_context()  # what each client would build: certificates loaded once
+        clients = [self._http_client(headers, n, tls) for n in sizes]
+        return _Lane(clients, self.base_url + self.path)
+
+    def _http_client(
+        self, headers: Mapping[str, str] | None = None, connections: int | None = None, verify: Any = True
+    ) -> Any:
+        """An ``httpx2.AsyncClient``: our timeout, every connection of the pool kept alive (the
+        default, 20 kept of 100, makes concurrent sessions reconnect on most calls), proxies
+        from the environment."""
+        import httpx2
+
+        n = self.max_connections if connections is None else connections
+        return httpx2.AsyncClient(
+            headers=dict(headers or {}),
+            timeout=self.timeout_s,
+            verify=verify,
+            limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+        )
+
+    def _sdk_module(self) -> Any:
+        import importlib
+
+        try:
+            return importlib.import_module(self.sdk[0])
+        except ImportError:  # pragma: no cover - depends on the installation
+            hint = f"pip install 'tether[{self.sdk[0]}]'"
+            raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+
+    def _sdk_client(self) -> Any:
+        """The official SDK's client on our HTTP client, its retries off (retries are tether's:
+        one policy, traced)."""
+        return getattr(self._sdk_module(), self.sdk[1])(
+            api_key=self._api_key,
+            base_url=self.base_url,
+            max_retries=0,
+            timeout=self.timeout_s,
+            default_headers=self.headers or None,
+            # Our own client, not the SDK's default wrapper: that one schedules its own close on
+            # whatever event loop is running when it is garbage-collected.
+            http_client=self._http_client(),
+        )
+
+    async def _post(self, body: bytes) -> Any:
+        """POST ``body``; the response with its body unread, or ``Retryable``/``ModelError``."""
+        if self.transport == "sdk":
+            from tether.models._sdk import post
+
+            return await post(self._sdk_module(), self._client.get(), self.path, body, self.model)
+        import httpx2
+
+        try:
+            response = await self._client.get().post(body)
+        except httpx2.TimeoutException:
+            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
+        except httpx2.TransportError as err:
+            raise Retryable("connection", type(err).__name__) from None
+        if response.status_code >= 400:
+            try:
+                raw = await response.aread()
+            finally:
+                await response.aclose()
+            raise status_error(self.model, response.status_code, error_message(raw), response.headers)
+        return response
+
+    # -- one call -----------------------------------------------------------------------------
+
+    @abstractmethod
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request's body as sent."""
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """One model turn; raises ``ModelError`` when retries are spent or the error is final.
+        ``timeout_s`` bounds each attempt whole (see ``tether.models._retrying``)."""
+        response: ModelResponse = await self.send(self.encode(request))
+        return response
+
+    @abstractmethod
+    def _whole(self, data: dict[str, Any]) -> ModelResponse:
+        """A whole (not streamed) answer's JSON object as a response."""
+
+    @abstractmethod
+    async def _read_stream(self, response: Any) -> ModelResponse:
+        """A streamed answer as a response."""
+
+    async def _attempt(self, body: bytes) -> ModelResponse:
+        import httpx2
+
+        response = await self._post(body)
+        try:
+            # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
+            if self.stream and "json" not in response.headers.get("content-type", ""):
+                return await self._read_stream(response)
+            return self._whole(await _read_json(response))
+        except httpx2.TimeoutException:
+            raise Retryable("timeout", "the response stalled") from None
+        except httpx2.TransportError as err:
+            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
+            # JSON that parsed but is not shaped as the protocol says (a list for an object, …).
+            why = f"the answer is not shaped like a {self.provider} answer: {type(err).__name__}: {err}"
+            raise Retryable("unusable_response", why[:300]) from None
+        finally:
+            await response.aclose()
+
+    def _answer(
+        self, message: AssistantMessage, usage: Usage, model: str, finish: str | None, **meta: Any
+    ) -> ModelResponse:
+        """The response: the provider's finish and tether's word for it, the cost by the price
+        table (``unpriced`` when the model is in none), and any further ``meta``."""
+        meta = {"finish_reason": finish, "finish": finish_of(finish), "provider": self.provider, **meta}
+        if self.price is None:
+            meta["unpriced"] = True
+        cost = self.price.cost(usage) if self.price is not None else 0.0
+        return ModelResponse(
+            message=message, usage=usage, model=model or self.model, cost_usd=cost, meta=meta
+        )
+
+
+async def _read_json(response: Any) -> dict[str, Any]:
+    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response."""
+    raw = await response.aread()
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise Retryable("unusable_response", f"the answer is not a JSON object: {raw[:200]!r}")
+    return data
+
+
+async def sse_data(response: Any) -> AsyncIterator[bytes]:
+    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
+    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
+    pending = b""
+    async for block in response.aiter_bytes():
+        pending += block
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:]
+    if pending.startswith(b"data:"):
+        yield pending[5:]
+
+
+async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
+    async for payload in sse_data(response):
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise Retryable("stream_unreadable", f"stream event is not JSON: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
+        yield event
+
+
+def error_body(body: object) -> tuple[str | None, str]:
+    """The error type and message of an error body (``{"error": {"type"|"code", "message"}}``)."""
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(inner, dict):
+        kind = inner.get("type") or inner.get("code")
+        return (str(kind) if kind else None), str(inner.get("message") or inner)[:500]
+    return None, str(inner)[:500]
+
+
+def error_message(raw: bytes) -> str:
+    """An HTTP error answer's text: ``type: message`` from a JSON error body, else its start."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:500].decode("utf-8", "replace")
+    kind, message = error_body(body)
+    return f"{kind}: {message}" if kind else message
+
+
+class OpenAIBackend(HTTPBackend):
+    """Where both OpenAI protocols live (chat completions and the Responses API): the URL and
+    key variables, the default host, the ``openai`` SDK."""
+
+    base_url_env = "OPENAI_BASE_URL"
+    default_base_url = "https://api.openai.com/v1"
+    default_key_env = "OPENAI_API_KEY"
+    sdk = ("openai", "AsyncOpenAI")

@@ -1,0 +1,116 @@
+"""The one seam every model backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from tether.core.messages import AssistantMessage, Message, Usage
+from tether.core.types import StopReason
+
+__all__ = [
+    "Finish",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "finish_of",
+    "finish_problem",
+    "repeated_prefix",
+]
+
+# How a model turn ended, the same words for every provider. A backend puts it in
+# ``ModelResponse.meta["finish"]`` beside the provider's own value (``meta["finish_reason"]``).
+Finish = Literal["stop", "tool_calls", "length", "refused", "paused", "unknown"]
+
+_FINISHES: dict[str, Finish] = {
+    # a normal end of the answer
+    "stop": "stop",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "eos": "stop",
+    "eos_token": "stop",
+    "completed": "stop",
+    # the model asks for tools
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "tool_use": "tool_calls",
+    # cut at a token limit
+    "length": "length",
+    "max_tokens": "length",
+    "max_output_tokens": "length",
+    "model_length": "length",
+    "model_context_window_exceeded": "length",
+    # the provider refused or filtered the answer
+    "content_filter": "refused",
+    "refusal": "refused",
+    "safety": "refused",
+    "recitation": "refused",
+    # the provider paused a long turn (Anthropic's server tools): not an answer yet
+    "pause_turn": "paused",
+}
+
+
+def finish_of(raw: object) -> Finish:
+    """A provider's finish or stop reason in tether's words; ``unknown`` for anything else
+    (a missing value included)."""
+    return _FINISHES.get(str(raw).lower(), "unknown") if isinstance(raw, str) else "unknown"
+
+
+def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
+    """Why a final answer (a turn without tool calls) must not be accepted, as the stop
+    reason and its detail; None for a normal end. A response with no ``finish`` in its meta
+    (a test double) counts as a normal end."""
+    finish = response.meta.get("finish", "stop")
+    if finish in ("stop", "tool_calls"):
+        return None
+    raw = response.meta.get("finish_reason")
+    said = f" (the provider said {raw!r})"
+    if finish == "length":
+        return StopReason.TRUNCATED, "the answer was cut at the output-token limit" + said
+    if finish == "refused":
+        return StopReason.MODEL_REFUSED, "the provider refused or filtered the answer" + said
+    if finish == "paused":
+        return StopReason.MODEL_ERROR, "the provider paused the turn before an answer" + said
+    return StopReason.MODEL_ERROR, "the answer ended for an unknown reason" + said
+
+
+def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:
+    """How many leading items of ``items`` the previous request of a session had, as a step
+    repeats them: all of them (pure append), all but its last (the dynamic tail, such as the
+    status line, was replaced), or none. Compared as tuples: by identity for the same objects,
+    by value for equal ones."""
+    k = len(previous)
+    if k and items[:k] == previous:
+        return k
+    if k > 1 and items[: k - 1] == previous[: k - 1]:
+        return k - 1
+    return 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """What the host sends: structured messages and the tool definitions (wire format)."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str = "auto"  # "auto" | "none"
+    max_tokens: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelResponse:
+    message: AssistantMessage
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    cost_usd: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)  # backend facts for the trace (finish reason …)
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model proposes; it never decides. ``complete`` may raise ``ModelError``."""
+
+    name: str
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...

@@ -1,0 +1,73 @@
+"""``FallbackModel``: one ``Model`` over an ordered list of models. When the model in use fails
+— its backend raised ``ModelError``: retries spent on 429/5xx/timeouts, or an error no retry
+fixes (401, 404, a context it refuses) — the same request goes to the next one, and the rest
+of the run stays on it. The answer that comes back says which model gave it and which
+failed before (``meta["fallback_from"]``: model, error), so the trace records every switch.
+
+Budgets need nothing of their own: the run counts one LLM call per ``complete`` and adds the
+usage and cost of the answer that came back, whichever model gave it, and its deadline
+bounds the whole of it. A final answer that did not end normally (cut at the token limit,
+refused) is an answer, not a failure: it is returned, and the run stops on it honestly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tether.errors import ConfigError, ModelError
+from tether.models._base import Model, ModelRequest, ModelResponse
+
+__all__ = ["FallbackModel"]
+
+
+class FallbackModel:
+    """Try ``models`` in order; stay on the first that answers. ``name`` is the first's."""
+
+    def __init__(self, models: Sequence[Model]) -> None:
+        if not models:
+            raise ConfigError("FallbackModel needs at least one model")
+        self.models = list(models)
+        self.name = self.models[0].name
+        self.active = 0  # the model in use: moves forward on failure, never back
+        self.switches: list[dict[str, Any]] = []  # every switch taken: from, to, error
+
+    def __repr__(self) -> str:
+        return f"FallbackModel({[m.name for m in self.models]!r})"
+
+    @property
+    def stream(self) -> bool:
+        return bool(getattr(self.models[self.active], "stream", False))
+
+    @property
+    def price(self) -> Any:
+        """The price of the model in use; None when any model is unpriced (a cost budget
+        then cannot be trusted, whichever model the run ends on)."""
+        prices = [getattr(m, "price", None) for m in self.models]
+        return None if any(p is None for p in prices) else prices[self.active]
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """The answer of the first model that gives one; raises ``ModelError`` listing every
+        model's error when none does."""
+        failed: list[dict[str, str]] = []
+        while True:
+            model = self.models[self.active]
+            try:
+                response = await model.complete(request)
+            except ModelError as err:
+                failed.append({"model": model.name, "error": str(err)[:500]})
+                if self.active + 1 >= len(self.models):
+                    tried = "; ".join(f"{f['model']}: {f['error']}" for f in failed)
+                    raise ModelError(f"every model failed: {tried}") from None
+                self.active += 1
+                self.switches.append({**failed[-1], "to": self.models[self.active].name})
+                continue
+            if failed:
+                response.meta["fallback_from"] = failed
+            return response
+
+    async def aclose(self) -> None:
+        for model in self.models:
+            close = getattr(model, "aclose", None)
+            if close is not None:
+                await close()

@@ -1,0 +1,399 @@
+"""A backend for any server that speaks chat completions (OpenAI, vLLM, Ollama, llama.cpp …).
+
+Transport: ``httpx2`` through its public API (default, needs no SDK), or with
+``transport="sdk"`` (or ``"openai"``) the official ``openai`` client's low-level ``post``
+(``pip install tether[openai]``; see ``tether.models._backend``). Neither path uses the typed
+``chat.completions.create``: that re-validates and re-serialises the whole history on every
+call, so its cost per step grows with the run. Here every message is encoded to JSON once and
+its bytes reused (``bench/overhead.py``: ``tether_no_message_cache``), the tool list is
+encoded once per session, and the body is joined from those pieces. Fixed fields come first
+and ``messages`` last, so consecutive requests of a session share a byte-identical prefix (C1).
+
+Contract of ``complete``: returns one assistant message (text and/or tool calls, several per
+turn) with usage and cost, or raises ``ModelError``; never an empty or half-received answer.
+Its finish is reported in tether's words (``meta["finish"]``: an answer cut at ``length``, a
+``content_filter`` or a ``refusal`` never passes for a whole one, see ``finish_problem``), and
+``timeout_s`` bounds each attempt whole, every byte of the body included. Timeouts, 429
+(honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are retried with
+capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
+a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
+a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
+completion, and a response with neither text nor tool calls. Once retries are spent the run
+ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
+names are the host gate's business, which hands them back to the model as recoverable errors.
+
+``reasoning_content`` (models that think aloud) is stored on the ``AssistantMessage`` and sent
+back according to ``reasoning``:
+
+- ``"drop"`` never resend it (the OpenAI protocol has no such field; DeepSeek R1 asked for this),
+- ``"keep"`` resend every assistant message's reasoning unchanged (DeepSeek V4, Kimi K2, GLM-5
+  return HTTP 400 when reasoning is missing from a tool-using conversation),
+- ``"since_last_user"`` resend only the reasoning after the last user-role message (Qwen3's
+  chat template keeps exactly that).
+
+``reasoning=None`` picks the rule from the model name (``reasoning_rule``); unknown models drop.
+
+The API key is read from the environment variable named by ``api_key_env``; it is never part
+of ``repr``, error messages or traces (error text is scrubbed of it before it is raised).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any, Literal, Unpack
+
+from pydantic_core import to_json
+
+from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
+from tether.errors import ConfigError
+from tether.models._backend import BackendOptions, OpenAIBackend, sse_data
+from tether.models._base import ModelRequest, ModelResponse, repeated_prefix
+from tether.models._retrying import Retryable, RetryPolicy
+
+__all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
+
+ReasoningRule = Literal["drop", "keep", "since_last_user"]
+
+# Model-name prefixes -> how their servers want reasoning back (see the module docstring).
+_REASONING_RULES: tuple[tuple[str, ReasoningRule], ...] = (
+    ("deepseek-reasoner", "drop"),
+    ("deepseek-r1", "drop"),
+    ("deepseek", "keep"),
+    ("kimi", "keep"),
+    ("moonshot", "keep"),
+    ("glm", "keep"),
+    ("qwen3", "since_last_user"),
+)
+
+
+def reasoning_rule(model: str) -> ReasoningRule:
+    """The documented default rule for a model name (case-insensitive prefix match)."""
+    name = model.lower().rsplit("/", 1)[-1]
+    for prefix, rule in _REASONING_RULES:
+        if name.startswith(prefix):
+            return rule
+    return "drop"
+
+
+def _dumps(value: Any) -> bytes:
+    # pydantic-core's encoder: the bytes of json.dumps(value, ensure_ascii=False, separators=(",",
+    # ":")) for strings, several times faster on long tool results.
+    return to_json(value)
+
+
+class OpenAICompatible(OpenAIBackend):
+    """A ``Model`` that talks to a chat-completions endpoint (``POST {base_url}/chat/completions``).
+
+    ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
+    ``$<api_key_env>`` (``OPENAI_API_KEY``; required only for api.openai.com). ``stream_usage``
+    asks a stream for its usage; ``reasoning`` is the rule for sending reasoning back (see the
+    module docstring); ``cache_bytes`` bounds the encoded-message cache (0: none). A whole response
+    costs the client less per step than a stream (one read, one parse) and gives the run the
+    same message. The other options are every backend's (``tether.models._backend.HTTPBackend``).
+    """
+
+    provider = "openai-chat"
+    reserved = frozenset(
+        {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
+    )
+    path = "/chat/completions"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        stream_usage: bool = True,
+        reasoning: ReasoningRule | None = None,
+        cache_bytes: int = 8 * 1024 * 1024,
+        **options: Unpack[BackendOptions],
+    ) -> None:
+        super().__init__(model, **options)
+        self.stream_usage = stream_usage
+        self.reasoning: ReasoningRule = reasoning or reasoning_rule(model)
+        if self.reasoning not in ("drop", "keep", "since_last_user"):
+            raise ConfigError(f"unknown reasoning rule {self.reasoning!r}")
+        # Fixed request fields, encoded once: everything but messages (and the tool part).
+        fixed: dict[str, Any] = {"model": model}
+        if self.stream:
+            fixed["stream"] = True
+            if stream_usage:
+                fixed["stream_options"] = {"include_usage": True}
+        fixed.update(self.extra_body)
+        self._fixed = _dumps(fixed)[1:-1]
+        if cache_bytes < 0:
+            raise ConfigError("cache_bytes must be 0 (no cache) or more")
+        # Encoded messages by message identity, least recently used first; bounded by the sum
+        # of the encoded sizes, not by a count, so long tool results cannot make it grow unseen.
+        # Bytes and messages in two dicts (the same keys), not (message, bytes) pairs: no tuple
+        # per message for the garbage collector to walk while it is cached.
+        self._cache: dict[int, bytes] = {}
+        self._held: dict[int, Message] = {}  # holding the message keeps its id from being reused
+        self._cache_bytes = cache_bytes
+        self._cache_used = 0
+        self._tools: tuple[Any, bytes] = ((), b"")
+        # Each conversation's last request (messages, their bytes, the bytes' total size), by the
+        # identity of its first message, least recently used first; bounded by that total size.
+        self._last: dict[int, tuple[tuple[Message, ...], list[bytes], int]] = {}
+        self._last_bytes = 0
+
+    # -- request body -------------------------------------------------------------------------
+
+    def _message_bytes(self, message: Message, keep_reasoning: bool) -> bytes:
+        key = id(message) * 2 + keep_reasoning
+        cache, held = self._cache, self._held
+        hit = cache.pop(key, None)
+        if hit is not None:
+            if held[key] is message:
+                cache[key] = hit  # now the most recently used
+                return hit
+            self._cache_used -= len(hit)  # a stale entry for a reused id
+            del held[key]
+        wire = message.wire()
+        if isinstance(message, AssistantMessage):
+            if wire.get("content") is None and message.tool_calls:
+                # A turn of tool calls only: "" rather than null, which llama.cpp's Python server
+                # refuses (its validation wants a string; its chat templates read the field).
+                wire["content"] = ""
+            if keep_reasoning and message.reasoning:
+                wire["reasoning_content"] = message.reasoning
+        data = _dumps(wire)
+        size = len(data)
+        if size > self._cache_bytes:
+            return data  # larger than the whole cache: encoded each time, never held
+        cache[key] = data
+        held[key] = message
+        used = self._cache_used + size
+        while used > self._cache_bytes:
+            oldest = next(iter(cache))  # the least recently used first
+            used -= len(cache.pop(oldest))
+            del held[oldest]
+        self._cache_used = used
+        return data
+
+    def _forget(self, message: Message) -> None:
+        for key in (id(message) * 2, id(message) * 2 + 1):
+            if self._held.get(key) is message:
+                del self._held[key]
+                self._cache_used -= len(self._cache.pop(key))
+
+    def cache_stats(self) -> dict[str, int]:
+        """The encoded-message cache now: ``entries``, ``bytes`` (encoded sizes summed; the
+        messages it holds are not counted) and ``limit_bytes``; ``conversations`` and
+        ``conversation_bytes``: the last requests kept per conversation (their bytes mostly
+        the cache's own objects, counted again here; bounded by ``limit_bytes`` too)."""
+        return {
+            "entries": len(self._cache),
+            "bytes": self._cache_used,
+            "limit_bytes": self._cache_bytes,
+            "conversations": len(self._last),
+            "conversation_bytes": self._last_bytes,
+        }
+
+    def _tool_bytes(self, tools: tuple[dict[str, Any], ...]) -> bytes:
+        if self._tools[0] is not tools:
+            self._tools = (tools, _dumps(list(tools)))
+        return self._tools[1]
+
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request body: fixed fields, tools, tool_choice, then messages (append-only)."""
+        parts = [b"{", self._fixed]
+        if request.tools:
+            parts += [
+                b',"tools":',
+                self._tool_bytes(request.tools),
+                b',"tool_choice":',
+                _dumps(request.tool_choice),
+            ]
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        if limit is not None:
+            parts += [b',"max_tokens":', str(int(limit)).encode()]
+        parts.append(b',"messages":[')
+        encoded = self._encoded_messages(request.messages)
+        if encoded:  # the messages and their commas go into the one join: the body is copied once
+            parts.append(encoded[0])
+            for message in encoded[1:]:
+                parts += (b",", message)
+        parts.append(b"]}")
+        return b"".join(parts)
+
+    def _encoded_messages(self, messages: tuple[Message, ...]) -> list[bytes]:
+        """Each message's bytes. Each conversation's previous request is kept (messages and
+        bytes, found by its first message): when this request repeats it (an agent's next
+        step: the same history, new messages after it, the status line replaced), only the new
+        messages are looked up, so a step costs O(new messages), not O(history), however many
+        conversations share the backend. Compared as a tuple: by identity for the same objects,
+        by value for equal ones, whose bytes are equal. What these memos hold is bounded by
+        ``cache_bytes`` too, the least recently used conversation dropped first."""
+        rule = self.reasoning
+        if rule == "since_last_user":  # which messages keep their reasoning moves with each user turn
+            boundary = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
+            return [
+                self._message_bytes(m, i > boundary and isinstance(m, AssistantMessage) and bool(m.reasoning))
+                for i, m in enumerate(messages)
+            ]
+        keep = rule == "keep"
+        messages = tuple(messages)  # a list could change after this call; the memo must not
+        if not messages:
+            return []
+        memos = self._last
+        key = id(messages[0])
+        memo = memos.pop(key, None)
+        p, size = 0, 0
+        if memo is not None:  # holding its messages keeps the key's id from being reused
+            previous, previous_bytes, size = memo
+            self._last_bytes -= size
+            p = repeated_prefix(previous, messages)
+            if p and p == len(previous) - 1:
+                size -= len(previous_bytes[-1])
+                self._forget(previous[-1])  # the replaced status line is not asked for again
+            elif p == 0:
+                size = 0
+        encoded = previous_bytes[:p] if p else []
+        for m in messages[p:]:
+            data = self._message_bytes(m, keep and isinstance(m, AssistantMessage) and bool(m.reasoning))
+            encoded.append(data)
+            size += len(data)
+        if size <= self._cache_bytes:
+            memos[key] = (messages, encoded, size)
+            self._last_bytes += size
+            while self._last_bytes > self._cache_bytes:
+                self._last_bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
+        return encoded
+
+    # -- responses ----------------------------------------------------------------------------
+
+    def _usage(self, raw: Mapping[str, Any] | None) -> Usage:
+        if not raw:
+            return Usage()
+        details = raw.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0
+        extra: dict[str, Any] = {}
+        reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        if reasoning:
+            extra["reasoning_tokens"] = reasoning
+        return Usage(
+            int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0), int(cached), extra
+        )
+
+    def _whole(self, data: dict[str, Any]) -> ModelResponse:
+        choice = data["choices"][0]
+        wire = choice["message"]
+        if not isinstance(wire, dict):
+            raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
+        calls = tuple(
+            ToolCall(
+                id=str(c.get("id") or _call_id()),
+                name=str((c.get("function") or {}).get("name") or ""),
+                arguments=str((c.get("function") or {}).get("arguments") or ""),
+            )
+            for c in wire.get("tool_calls") or ()
+        )
+        reasoning = wire.get("reasoning_content") or wire.get("reasoning")
+        content, finish = wire.get("content"), choice.get("finish_reason")
+        if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
+            content, finish = content or str(wire["refusal"]), "refusal"
+        message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
+        _require_output(message, finish)
+        return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
+
+    async def _read_stream(self, response: Any) -> ModelResponse:
+        text: list[str] = []
+        thought: list[str] = []
+        refused: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage_raw: Mapping[str, Any] | None = None
+        model = ""
+        finish: str | None = None
+        done = False
+        on_delta = self.on_delta
+        async for line in sse_data(response):
+            payload = line.strip()
+            if payload == b"[DONE]":
+                done = True
+                break
+            try:
+                chunk = json.loads(payload)
+            except ValueError:
+                why = f"stream event is not JSON: {payload[:200]!r}"
+                raise Retryable("stream_unreadable", why) from None
+            if not isinstance(chunk, dict):
+                raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
+            if chunk.get("error"):
+                why = f"the server reported an error mid-stream: {str(chunk['error'])[:500]}"
+                raise Retryable("stream_error", why)
+            model = chunk.get("model") or model
+            if chunk.get("usage"):
+                usage_raw = chunk["usage"]
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                finish = choice.get("finish_reason") or finish
+                piece = delta.get("content")
+                if piece:
+                    text.append(piece)
+                    if on_delta is not None:
+                        on_delta("text", piece)
+                piece = delta.get("refusal")
+                if piece:
+                    refused.append(piece)
+                piece = delta.get("reasoning_content") or delta.get("reasoning")
+                if piece:
+                    thought.append(piece)
+                    if on_delta is not None:
+                        on_delta("reasoning", piece)
+                for tc in delta.get("tool_calls") or ():
+                    _add_call_delta(calls, tc, on_delta)
+        if not done or finish is None:
+            missing = " and ".join(
+                part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
+            )
+            received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
+            raise Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
+        tool_calls = tuple(
+            ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
+            for _, c in sorted(calls.items())
+        )
+        if refused and not tool_calls:  # OpenAI's refusal deltas: the answer is a refusal
+            finish = "refusal"
+            text = text or refused
+        message = AssistantMessage(
+            content="".join(text) if text else None,
+            tool_calls=tool_calls,
+            reasoning="".join(thought) if thought else None,
+        )
+        _require_output(message, finish)
+        return self._answer(message, self._usage(usage_raw), model, finish)
+
+
+def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
+    """One streamed tool-call delta into the call it continues (by ``index``; a server that
+    omits it gets the call by id, or a new one)."""
+    index = tc.get("index")
+    if index is None:
+        index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
+    slot = calls.get(index)
+    if slot is None:
+        slot = calls[index] = {"id": "", "name": "", "arguments": []}
+    fn = tc.get("function") or {}
+    if tc.get("id"):
+        slot["id"] = tc["id"]
+    if fn.get("name"):
+        slot["name"] += fn["name"]
+        if on_delta is not None:
+            on_delta("tool_call", fn["name"])
+    if fn.get("arguments"):
+        slot["arguments"].append(fn["arguments"])
+
+
+def _require_output(message: AssistantMessage, finish: str | None) -> None:
+    """A turn with neither text nor a tool call is no answer: never accepted as an empty one."""
+    if message.tool_calls or (message.content and message.content.strip()):
+        return
+    why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
+    raise Retryable("empty_response", why)
+
+
+def _call_id() -> str:
+    # Some servers omit ids; a tool result must still name the call it answers.
+    return "call_" + uuid.uuid4().hex[:16]

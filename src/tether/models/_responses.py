@@ -1,0 +1,246 @@
+"""A backend for the OpenAI Responses API: over ``httpx2`` (default), or with
+``transport="sdk"`` on the official ``openai`` SDK (``pip install 'tether[openai]'``; imported
+on first use); the same body and the same answer either way (``tether.models._backend``).
+
+The request: the system prompt as ``instructions``; user turns, assistant turns, each tool
+call as a ``function_call`` item and each result as a ``function_call_output`` item, in the
+order of the trajectory; function tools (``strict`` off: the host validates arguments
+itself). ``store`` is off by default — every request carries the whole conversation, nothing
+is kept server-side — so reasoning items come back with their ``encrypted_content`` (asked
+for with ``include`` when ``reasoning`` is set) and are sent back unchanged before the turn's
+other items (``provider_items``), as the API requires for reasoning models across tool calls.
+``prompt_cache_key`` defaults to a digest of the stable prefix (instructions and tool
+names), so every step of every run of one agent lands on the same cache.
+
+The answer: ``output_text`` parts, ``refusal`` parts (finish ``refusal``), ``function_call``
+items (arguments returned raw), ``reasoning`` items (their summaries as the message's
+reasoning). ``status`` ``completed`` is a normal end; ``incomplete`` carries its reason
+(``max_output_tokens`` → length, ``content_filter`` → refused); any other is unknown: such a
+final answer never ends the run ``accepted``. A ``response.failed`` or ``error`` event with a
+server error, a stream that ends without a terminal event, 429 (``retry-after``) and 5xx are
+retried (``tether.models._retrying``); other errors are final.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from typing import Any, Unpack
+
+from pydantic_core import to_json
+
+from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
+from tether.errors import ModelError
+from tether.models._backend import BackendOptions, OpenAIBackend, events
+from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._retrying import Retryable
+
+__all__ = ["OpenAIResponses"]
+
+PROVIDER = "openai-responses"
+_RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "timeout", "overloaded"})
+_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+class OpenAIResponses(OpenAIBackend):
+    """A ``Model`` on the OpenAI Responses API (``POST {base_url}/responses``).
+
+    ``base_url`` defaults to ``$OPENAI_BASE_URL`` or OpenAI's; the key comes from
+    ``$<api_key_env>`` (``OPENAI_API_KEY``; required for api.openai.com only). ``reasoning`` is
+    the API's reasoning setting (``{"effort": "low"}`` …); ``store`` keeps responses server-side
+    (off); ``prompt_cache_key`` overrides the derived one. The other options are every
+    backend's (``tether.models._backend.HTTPBackend``).
+    """
+
+    provider = PROVIDER
+    reserved = frozenset(
+        {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
+    )
+    path = "/responses"
+    default_transport = "sdk"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        reasoning: Mapping[str, Any] | None = None,
+        store: bool = False,
+        prompt_cache_key: str | None = None,
+        **options: Unpack[BackendOptions],
+    ) -> None:
+        super().__init__(model, **options)
+        self.reasoning = dict(reasoning) if reasoning else None
+        self.store = store
+        self.prompt_cache_key = prompt_cache_key
+        self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
+
+    # -- request ------------------------------------------------------------------------------
+
+    def _tool_defs(self, tools: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+        if self._tools[0] is not tools:
+            defs = []
+            for t in tools:
+                fn = t.get("function", t)
+                entry: dict[str, Any] = {"type": "function", "name": fn["name"]}
+                if fn.get("description"):
+                    entry["description"] = fn["description"]
+                entry["parameters"] = fn.get("parameters") or {"type": "object", "properties": {}}
+                entry["strict"] = False
+                defs.append(entry)
+            self._tools = (tools, defs, ",".join(d["name"] for d in defs))
+        return self._tools[1]
+
+    @staticmethod
+    def _message_items(message: Message) -> list[dict[str, Any]]:
+        """A message as Responses input items, the same for the same message on every step."""
+        if isinstance(message, ToolMessage):
+            return [
+                {"type": "function_call_output", "call_id": message.tool_call_id, "output": message.content}
+            ]
+        if isinstance(message, AssistantMessage):
+            items: list[dict[str, Any]] = [
+                {k: v for k, v in item.items() if k != "provider"}
+                for item in message.provider_items
+                if item.get("provider") == PROVIDER
+            ]
+            if message.content:
+                items.append({"role": "assistant", "content": message.content})
+            for call in message.tool_calls:
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    }
+                )
+            return items
+        return [{"role": "user", "content": message.content}]
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request's body (the Responses API's ``POST /responses``)."""
+        instructions = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+        items: list[dict[str, Any]] = []
+        for m in request.messages:
+            if not isinstance(m, SystemMessage):
+                items.extend(self._message_items(m))
+        params: dict[str, Any] = {"model": self.model}
+        if instructions:
+            params["instructions"] = "\n\n".join(instructions)
+        if request.tools:
+            params["tools"] = self._tool_defs(request.tools)
+            params["tool_choice"] = request.tool_choice
+        limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
+        if limit is not None:
+            params["max_output_tokens"] = limit
+        params["store"] = self.store
+        if self.reasoning is not None:
+            params["reasoning"] = self.reasoning
+            if not self.store:
+                params["include"] = ["reasoning.encrypted_content"]
+        key = self.prompt_cache_key
+        if key is None:
+            stable = (params.get("instructions", "") + "\x00" + self._tools[2]).encode()
+            key = "tether-" + hashlib.sha256(stable).hexdigest()[:24]
+        params["prompt_cache_key"] = key
+        params.update(self.extra_body)
+        if self.stream:
+            params["stream"] = True
+        params["input"] = items  # last: the byte prefix holds across turns
+        return params
+
+    # -- call ---------------------------------------------------------------------------------
+
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request's body as sent."""
+        return to_json(self.body(request))
+
+    def _whole(self, data: dict[str, Any]) -> ModelResponse:
+        if "error" in data and "output" not in data:
+            raise self._failure(data["error"] or {}, "the server answered an error")
+        return self._parse(data, [])
+
+    def _failure(self, error: Mapping[str, Any], what: str) -> Exception:
+        code = str(error.get("code") or error.get("type") or "") if isinstance(error, Mapping) else ""
+        message = str(error.get("message", "") if isinstance(error, Mapping) else error)[:300]
+        why = f"{what}: {code or 'error'}: {message}"
+        if code in _RETRYABLE_CODES or not code:
+            return Retryable("server_error", why)
+        return ModelError(f"{self.model}: {why}")
+
+    async def _read_stream(self, response: Any) -> ModelResponse:
+        done_items: list[dict[str, Any]] = []
+        final: dict[str, Any] | None = None
+        on_delta = self.on_delta
+        async for event in events(response):
+            kind = event.get("type")
+            if kind == "response.output_text.delta":
+                if on_delta is not None:
+                    on_delta("text", str(event.get("delta", "")))
+            elif kind == "response.reasoning_summary_text.delta":
+                if on_delta is not None:
+                    on_delta("reasoning", str(event.get("delta", "")))
+            elif kind == "response.output_item.added":
+                item = event.get("item") or {}
+                if on_delta is not None and item.get("type") == "function_call":
+                    on_delta("tool_call", str(item.get("name", "")))
+            elif kind == "response.output_item.done":
+                done_items.append(event.get("item") or {})
+            elif kind in _TERMINAL:
+                final = event.get("response") or {}
+                break
+            elif kind == "error":
+                raise self._failure(event, "the server reported an error mid-stream")
+        if final is None:
+            why = f"the stream ended without a terminal event ({len(done_items)} items)"
+            raise Retryable("stream_incomplete", why)
+        return self._parse(final, done_items)
+
+    def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
+        status = data.get("status")
+        if status == "failed":
+            raise self._failure(data.get("error") or {}, "the response failed")
+        output = data.get("output") or streamed  # a server that sends an empty final output
+        text: list[str] = []
+        refusal: list[str] = []
+        calls: list[ToolCall] = []
+        kept: list[dict[str, Any]] = []
+        thought: list[str] = []
+        for item in output:
+            kind = item.get("type")
+            if kind == "message":
+                for part in item.get("content") or ():
+                    if part.get("type") == "output_text":
+                        text.append(part.get("text", ""))
+                    elif part.get("type") == "refusal":
+                        refusal.append(part.get("refusal", ""))
+            elif kind == "function_call":
+                call_id = item.get("call_id") or "call_" + uuid.uuid4().hex[:16]
+                calls.append(ToolCall(call_id, str(item.get("name") or ""), str(item.get("arguments") or "")))
+            elif kind == "reasoning":
+                kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
+                thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
+        raw: str | None = status
+        if status == "incomplete":
+            raw = (data.get("incomplete_details") or {}).get("reason") or "incomplete"
+        elif refusal and not calls:
+            raw = "refusal"
+        content = "".join(text) or "".join(refusal) or None
+        message = AssistantMessage(
+            content=content,
+            tool_calls=tuple(calls),
+            reasoning="".join(thought) or None,
+            provider_items=tuple(kept),
+        )
+        if not calls and not (content and content.strip()) and finish_of(raw) == "stop":
+            raise Retryable("empty_response", f"the response has neither text nor tool calls ({raw!r})")
+        usage = _usage(data.get("usage") or {})
+        return self._answer(message, usage, str(data.get("model") or ""), raw)
+
+
+def _usage(raw: Mapping[str, Any]) -> Usage:
+    cached = (raw.get("input_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (raw.get("output_tokens_details") or {}).get("reasoning_tokens") or 0
+    extra = {"reasoning_tokens": reasoning} if reasoning else {}
+    return Usage(int(raw.get("input_tokens") or 0), int(raw.get("output_tokens") or 0), int(cached), extra)

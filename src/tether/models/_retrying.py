@@ -1,0 +1,181 @@
+"""What every backend does around one model call: draw from the rate limit, bound the attempt
+as a whole, retry what may succeed next time, give up with one ``ModelError``.
+
+A backend's attempt raises ``Retryable`` for what may pass on another try (a timeout, 429,
+5xx and 529, a dropped connection, an answer that is not usable) and ``ModelError`` for what
+will not (401, 400, …). ``call_with_retries`` owns the rest, once for every backend:
+
+- ``timeout_s`` bounds each attempt *whole*: connecting, the headers and every byte of the
+  body or stream. A server that trickles one byte a second is cut at ``timeout_s``, however
+  long it keeps the connection busy (an HTTP client's own timeout bounds each read only).
+- Capped exponential backoff with jitter between attempts, or the server's ``Retry-After``
+  (``retry-after-ms`` too) unless that is longer than ``RetryPolicy.max_retry_after_s``, in
+  which case the call fails at once rather than stall the run.
+- Every retry taken is listed (kind, attempt, delay) for the trace.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from tether.errors import ModelError
+
+if TYPE_CHECKING:
+    from tether.core.ratelimit import TokenBucket
+    from tether.models._base import ModelResponse
+
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries", "retry_after", "status_error"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Capped exponential backoff with jitter.
+
+    Attempt ``n`` (0-based) waits ``min(max_delay_s, base_delay_s * 2**n)`` reduced by up to
+    ``jitter`` (a fraction) at random, or the server's ``Retry-After`` when it sends one — unless
+    that exceeds ``max_retry_after_s``, in which case the call fails rather than stall the run.
+    """
+
+    max_retries: int = 4
+    base_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    jitter: float = 0.25
+    max_retry_after_s: float = 60.0
+
+    def delay(self, attempt: int, retry_after: float | None, rand: float) -> float:
+        if retry_after is not None:
+            return retry_after
+        backoff = min(self.max_delay_s, self.base_delay_s * (2.0**attempt))
+        return backoff * (1.0 - self.jitter * rand)
+
+
+class Retryable(Exception):
+    """One attempt failed in a way another attempt may not: ``kind`` names it for the trace."""
+
+    def __init__(self, kind: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.retry_after = retry_after
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
+    an HTTP date falls back to our own backoff)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None
+
+
+def status_error(label: str, status: int, message: str, headers: Mapping[str, str]) -> Exception:
+    """The error for an HTTP error answer: ``Retryable`` for 429, 408, 409 and 5xx (529
+    ``overloaded_error`` included), ``ModelError`` for every other status."""
+    detail = f"HTTP {status}: {message}"
+    if status == 429:
+        return Retryable("rate_limited", detail, retry_after(headers))
+    if status >= 500 or status in (408, 409):
+        kind = "overloaded" if status == 529 else "server_error"
+        return Retryable(kind, detail, retry_after(headers))
+    return ModelError(f"{label}: {detail}")
+
+
+async def call_with_retries(
+    attempt: Callable[[], Awaitable[T]],
+    *,
+    label: str,
+    timeout_s: float,
+    retry: RetryPolicy,
+    sleep: Callable[[float], Awaitable[None]],
+    rand: Callable[[], float],
+    rate_limit: TokenBucket | None = None,
+    scrub: Callable[[str], str] = lambda text: text,
+    taken: list[dict[str, Any]] | None = None,
+    on_attempt: Callable[[], None] | None = None,
+) -> T:
+    """Run ``attempt`` until it returns, each try bounded whole by ``timeout_s``. Retries are
+    appended to ``taken``. Raises ``ModelError`` once retries are spent or the error is final
+    (its text passed through ``scrub``, so no key leaks)."""
+    taken = [] if taken is None else taken
+    while True:
+        if rate_limit is not None:
+            await rate_limit.acquire()
+        if on_attempt is not None:
+            on_attempt()
+        try:
+            with anyio.fail_after(timeout_s):
+                return await attempt()
+        except TimeoutError:
+            err = Retryable("timeout", f"the call did not complete within {timeout_s:g}s")
+        except Retryable as caught:
+            err = caught
+        except ModelError as final:
+            raise ModelError(scrub(str(final))) from None
+        detail = scrub(str(err))
+        too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
+        if len(taken) >= retry.max_retries or too_long:
+            why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
+            raise ModelError(f"{label}: {err.kind}: {detail} ({why})") from None
+        delay = retry.delay(len(taken), err.retry_after, rand())
+        taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
+        await sleep(delay)
+
+
+class RetryingBackend(ABC):
+    """What every HTTP backend's ``complete`` does with its encoded request, in one place:
+    ``send`` runs ``_attempt`` under ``call_with_retries``, counts each attempt in ``calls``,
+    lists every retry in ``retries`` and on the response (``meta["retries"]``)."""
+
+    model: str
+    timeout_s: float
+    retry: RetryPolicy
+    rate_limit: TokenBucket | None
+    calls: int
+    retries: list[dict[str, Any]]
+    _sleep: Callable[[float], Awaitable[None]]
+    _rand: Callable[[], float]
+
+    def _scrub(self, text: str) -> str:
+        return text
+
+    @abstractmethod
+    async def _attempt(self, body: bytes) -> ModelResponse:
+        """One try: post ``body`` and read the answer (a backend's own protocol)."""
+
+    async def send(self, body: bytes) -> ModelResponse:
+        taken: list[dict[str, Any]] = []
+
+        def count() -> None:
+            self.calls += 1
+
+        try:
+            response = await call_with_retries(
+                lambda: self._attempt(body),
+                label=self.model,
+                timeout_s=self.timeout_s,
+                retry=self.retry,
+                sleep=self._sleep,
+                rand=self._rand,
+                rate_limit=self.rate_limit,
+                scrub=self._scrub,
+                taken=taken,
+                on_attempt=count,
+            )
+        finally:
+            self.retries.extend(taken)
+        if taken:
+            response.meta["retries"] = taken
+        return response

@@ -1,0 +1,611 @@
+"""Approvals (T5, T6) and exactly-once effects: the rules, on top of an ``ApprovalStore``.
+
+- A side-effecting proposal is stored immutably under a fresh random id with a content hash;
+  the same content proposed again is a new proposal that needs its own approval.
+- ``approve``/``deny`` take a ``Reviewer`` (host-side authority); ``invalidate`` revokes and
+  blocks further execution while history stays.
+- Every side-effecting call gets an idempotency key derived from (run, step, call, tool,
+  arguments) and handed to the tool. The effect ledger records intent before the call and the
+  outcome after it; a recorded outcome is replayed, never repeated. An entry whose owner died
+  between intent and outcome is reconciled by asking the tool by key (a ``Reconciler``) or,
+  when the tool cannot say, escalated to a person. Nothing is blindly re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import hashlib
+import json
+import os
+import socket
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal, Protocol
+
+import anyio
+
+from tether.core._names import name_set
+from tether.errors import ApprovalError
+from tether.policy._intake import Proposal, canonical_json, content_hash
+from tether.policy._store import (
+    ApprovalEvent,
+    ApprovalStore,
+    Claim,
+    LedgerEntry,
+    LedgerStatus,
+    NewProposal,
+    ProposalStatus,
+    StoredProposal,
+    result_json,
+)
+from tether.policy._trusted import TrustedContext
+
+__all__ = [
+    "ALL_TENANTS",
+    "Approvals",
+    "EffectOutcome",
+    "Reconciler",
+    "Review",
+    "Reviewer",
+    "idempotency_key",
+    "owner_dead",
+]
+
+_PROCESS_TOKEN = uuid.uuid4().hex[:12]
+_HOST = socket.gethostname()
+
+
+class _AllTenants(enum.Enum):
+    ALL_TENANTS = "all_tenants"
+
+    def __repr__(self) -> str:
+        return "ALL_TENANTS"
+
+
+ALL_TENANTS: Final = _AllTenants.ALL_TENANTS
+"""A reviewer's scope that covers every tenant: must be given explicitly, never implied."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reviewer:
+    """A person (or service) allowed to decide proposals. Built by the application, never from
+    model output. ``tenants`` is required: the tenants this reviewer decides for, or
+    ``ALL_TENANTS`` for an operator at the host's console (``Reviewer.for_all_tenants(name)``).
+
+    Raises ``TypeError`` for a bare string or ``None`` as ``tenants``, ``ValueError`` for an
+    empty name."""
+
+    name: str
+    tenants: frozenset[str] | Literal[_AllTenants.ALL_TENANTS]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("Reviewer.name must be a non-empty string")
+        if self.tenants is ALL_TENANTS:
+            return
+        if self.tenants is None:
+            raise TypeError(
+                "Reviewer.tenants is required: name the tenants, or pass ALL_TENANTS "
+                "(Reviewer.for_all_tenants(name)) for a reviewer of every tenant"
+            )
+        # An empty set is allowed: a reviewer of no tenant decides nothing (fails closed).
+        object.__setattr__(self, "tenants", name_set(self.tenants, what="Reviewer.tenants"))
+
+    @classmethod
+    def for_all_tenants(cls, name: str) -> Reviewer:
+        """A reviewer of every tenant (an operator at the host's console)."""
+        return cls(name, tenants=ALL_TENANTS)
+
+    @property
+    def reviews_all_tenants(self) -> bool:
+        return self.tenants is ALL_TENANTS
+
+    def may_review(self, tenant: str) -> bool:
+        return self.tenants is ALL_TENANTS or tenant in self.tenants
+
+
+class Reconciler(Protocol):
+    """Asks a tool whether the effect with ``key`` happened: its recorded result (a JSON-ready
+    dict) if so, ``None`` if it never happened. Raising means "cannot tell": a person decides."""
+
+    def __call__(self, key: str) -> Awaitable[dict[str, Any] | None] | dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Review:
+    """Exactly what will run if this proposal is executed, and its history."""
+
+    id: str
+    tenant: str
+    tool: str
+    arguments: dict[str, Any]
+    content_hash: str
+    effect: str
+    status: ProposalStatus
+    created_at: datetime
+    proposed_by: str
+    run_id: str | None
+    decided_by: str | None
+    decided_at: datetime | None
+    history: tuple[ApprovalEvent, ...]
+    executions: tuple[LedgerEntry, ...]
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "tenant": self.tenant,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "content_hash": self.content_hash,
+            "effect": self.effect,
+            "status": str(self.status),
+            "created_at": self.created_at.isoformat(),
+            "proposed_by": self.proposed_by,
+            "run_id": self.run_id,
+            "decided_by": self.decided_by,
+            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            "history": [
+                {"op": e.op, "actor": e.actor, "at": e.at.isoformat(), "detail": e.detail}
+                for e in self.history
+            ],
+            "executions": [
+                {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
+                for x in self.executions
+            ],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """The recorded outcome of one side-effecting call."""
+
+    key: str
+    result: dict[str, Any]
+    replayed: bool = False  # the outcome was recorded earlier; the tool was not called now
+    reconciled: bool = False  # the outcome was learnt from the tool after a crash
+    attempts: int = 1
+
+
+def idempotency_key(run_id: str, step: int, call_id: str, tool: str, arguments: Mapping[str, Any]) -> str:
+    """Deterministic key of one side-effecting call: same run, step, call and arguments, same key."""
+    text = canonical_json([run_id, step, call_id, tool, dict(arguments)])
+    return "idem_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+def _owner() -> str:
+    return f"{_HOST}:{os.getpid()}:{_PROCESS_TOKEN}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owner_dead(entry: LedgerEntry, now: datetime) -> bool:
+    """Whether the process that owns a ledger entry is gone: its lease ran out, or it ran on this
+    machine and its process no longer exists (a previous incarnation of this pid counts as gone)."""
+    if entry.lease_until <= now:
+        return True
+    host, _, rest = entry.owner.partition(":")
+    pid_text, _, token = rest.partition(":")
+    if host != _HOST or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return token != _PROCESS_TOKEN
+    return not _pid_alive(pid)
+
+
+@dataclass
+class Approvals:
+    """The approval desk and effect ledger of a host. Give it to ``Host(approvals=...)``.
+
+    ``reconcilers`` maps tool names to a ``Reconciler``; ``app`` names a factory
+    (``"module:function"``) that rebuilds ``(host, agent)`` so ``tether resume`` can continue a
+    paused run in another process; ``wait_s`` bounds how long a caller waits for another live
+    process that is executing the same call.
+    """
+
+    store: ApprovalStore
+    reconcilers: Mapping[str, Reconciler] = field(default_factory=dict)
+    app: str | None = None
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
+    wait_s: float = 30.0
+    lease_margin_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.store, ApprovalStore):
+            # Without the async face, perform() would block the event loop or fail mid-call.
+            raise TypeError(
+                f"{type(self.store).__name__} lacks the ApprovalStore async face (aclaim, afinish, ...);"
+                " a store that never blocks can inherit tether.policy._store.InlineAsyncFace"
+            )
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        proposal: Proposal,
+        *,
+        proposed_by: str,
+        run_id: str | None = None,
+        step: int | None = None,
+        call_id: str | None = None,
+    ) -> StoredProposal:
+        """Store a proposal that passed intake and policy, pending approval, under a fresh id."""
+        return self.store.add_proposal(
+            _new_proposal(proposal, proposed_by, run_id, step, call_id), now=self.clock()
+        )
+
+    async def asubmit(
+        self,
+        proposal: Proposal,
+        *,
+        proposed_by: str,
+        run_id: str | None = None,
+        step: int | None = None,
+        call_id: str | None = None,
+    ) -> StoredProposal:
+        """``submit`` for code on the event loop."""
+        new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
+        return await self.store.aadd_proposal(new, now=self.clock())
+
+    def record_policy(self, proposal_id: str, rule: str, reason: str, details: Mapping[str, Any]) -> None:
+        """Why the policy asked for approval (rule, reason, argument provenance, the arguments the
+        tool declares secret) in the proposal's history, where a reviewer reads it."""
+        why = {"rule": rule, "reason": reason, **details}
+        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+        self.store.add_event(proposal_id, "policy", actor=f"rule:{rule}", detail=detail, now=self.clock())
+
+    def get(self, proposal_id: str) -> StoredProposal:
+        found = self.stored(proposal_id)
+        _verify(found)
+        return found
+
+    def stored(self, proposal_id: str) -> StoredProposal:
+        """The row as stored, *not* checked against its content hash: for refusing it (deny,
+        invalidate) and for showing a reviewer what was changed. Never for running it."""
+        found = self.store.get_proposal(proposal_id)
+        if found is None:
+            raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+        return found
+
+    def intact(self, p: StoredProposal) -> bool:
+        """Whether the stored arguments still hash to the stored content hash."""
+        try:
+            _verify(p)
+        except (ApprovalError, ValueError):
+            return False
+        return True
+
+    async def aget(self, proposal_id: str) -> StoredProposal:
+        """``get`` for code on the event loop."""
+        found = await self.store.aget_proposal(proposal_id)
+        if found is None:
+            raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+        _verify(found)
+        return found
+
+    def review(self, context: TrustedContext, proposal_id: str) -> Review:
+        """What would run: the stored tool and arguments, verbatim. Raises ``ApprovalError``
+        (``unknown_proposal`` also for another tenant's id, ``tampered``)."""
+        p = self._for_tenant(proposal_id, context.tenant)
+        return self._review(p)
+
+    def inspect(self, proposal_id: str) -> Review:
+        """``review`` for the host's operator (any tenant)."""
+        return self._review(self.get(proposal_id))
+
+    def _review(self, p: StoredProposal) -> Review:
+        return Review(
+            id=p.id,
+            tenant=p.tenant,
+            tool=p.tool,
+            arguments=json.loads(p.arguments),
+            content_hash=p.content_hash,
+            effect=p.effect,
+            status=p.status,
+            created_at=p.created_at,
+            proposed_by=p.proposed_by,
+            run_id=p.run_id,
+            decided_by=p.decided_by,
+            decided_at=p.decided_at,
+            history=tuple(self.store.events(p.id)),
+            executions=tuple(self.store.ledger_for(p.id)),
+        )
+
+    def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+        """Approve exactly this stored proposal. Raises ``ApprovalError`` (``reviewer_not_allowed``,
+        ``already_<status>``, ``unknown_proposal``, ``tampered``)."""
+        return self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason)
+
+    def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+        return self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
+
+    def _decide(
+        self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str
+    ) -> StoredProposal:
+        if not isinstance(reviewer, Reviewer):
+            raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
+        # A refusal needs no intact row: a tampered proposal can (and should) be denied.
+        p = self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id)
+        if not reviewer.may_review(p.tenant):
+            raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
+        return self.store.decide(
+            proposal_id,
+            to,
+            allowed_from=frozenset({ProposalStatus.PENDING}),
+            actor=f"reviewer:{reviewer.name}",
+            reason=reason,
+            now=self.clock(),
+        )
+
+    def invalidate(
+        self, authority: TrustedContext | Reviewer, proposal_id: str, *, reason: str = "invalidated"
+    ) -> StoredProposal:
+        """Revoke a pending or approved proposal: it can never run (again). Effects already made
+        stay in the ledger and the history."""
+        if isinstance(authority, TrustedContext):
+            self._for_tenant(proposal_id, authority.tenant)
+            actor = f"context:{authority.user or authority.tenant}"
+        elif isinstance(authority, Reviewer):
+            p = self.stored(proposal_id)  # a tampered proposal can be invalidated
+            if not authority.may_review(p.tenant):
+                raise ApprovalError("reviewer_not_allowed", f"{authority.name} may not act for {p.tenant}")
+            actor = f"reviewer:{authority.name}"
+        else:
+            raise ApprovalError("not_authorised", "invalidation needs a TrustedContext or a Reviewer")
+        return self.store.decide(
+            proposal_id,
+            ProposalStatus.INVALIDATED,
+            allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
+            actor=actor,
+            reason=reason,
+            now=self.clock(),
+        )
+
+    def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
+        """The stored proposal if ``context`` may execute it now; raises ``ApprovalError``
+        (``not_approved``, ``denied``, ``invalidated``, ``unknown_proposal``, ``tampered``)."""
+        return _executable(self._for_tenant(proposal_id, context.tenant))
+
+    async def aexecutable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
+        """``executable`` for code on the event loop."""
+        return _executable(_own(await self.aget(proposal_id), proposal_id, context.tenant))
+
+    def _for_tenant(self, proposal_id: str, tenant: str) -> StoredProposal:
+        return _own(self.get(proposal_id), proposal_id, tenant)
+
+    # -- the effect ledger ---------------------------------------------------------------------
+
+    async def perform(
+        self,
+        key: str,
+        *,
+        tool: str,
+        arguments: Mapping[str, Any],
+        call: Callable[[], Awaitable[dict[str, Any]]],
+        timeout_s: float = 30.0,
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+        on_event: Callable[..., Any] | None = None,
+    ) -> EffectOutcome:
+        """Run ``call`` at most once for ``key``, recording intent before and outcome after.
+
+        ``call`` returns the JSON-ready outcome. If ``call`` raises, the outcome is unknown:
+        the entry is left for reconciliation and the exception propagates. Raises
+        ``ApprovalError`` (``outcome_unknown`` when a person must decide, ``in_progress`` when
+        another live process holds the call beyond ``wait_s``, ``key_conflict``).
+        """
+        emit = on_event or (lambda *a, **k: None)
+        args_hash = content_hash(tool, arguments)
+        owner = _owner()
+        deadline = anyio.current_time() + self.wait_s
+        delay = 0.005
+        while True:
+            now = self.clock()
+            claim: Claim = await self.store.aclaim(
+                key,
+                tool=tool,
+                arguments_hash=args_hash,
+                owner=owner,
+                lease_until=now + timedelta(seconds=timeout_s + self.lease_margin_s),
+                now=now,
+                owner_dead=owner_dead,
+                proposal_id=proposal_id,
+                run_id=run_id,
+            )
+            if claim.action == "done":
+                await self._aevent(proposal_id, "replayed", key)
+                emit("effect_replayed", key=key, tool=tool)
+                return EffectOutcome(
+                    key, _load(claim.entry.result), replayed=True, attempts=claim.entry.attempts
+                )
+            if claim.action == "escalated":
+                raise ApprovalError(
+                    "outcome_unknown", f"{tool} {key}: outcome unknown; a person must resolve it"
+                )
+            if claim.action == "busy":
+                if anyio.current_time() >= deadline:
+                    raise ApprovalError(
+                        "in_progress", f"{tool} {key} is being executed by {claim.entry.owner}"
+                    )
+                await anyio.sleep(delay)  # another live process owns it: wait for its outcome
+                delay = min(delay * 2, 0.2)
+                continue
+            if claim.action == "reconcile":
+                outcome = await self._reconcile(claim.entry, owner, timeout_s, proposal_id, emit)
+                if outcome is not None:
+                    return outcome
+            break
+        emit("effect_intent", key=key, tool=tool, attempt=claim.entry.attempts)
+        try:
+            result = await call()
+        except BaseException:
+            # Whether the effect happened is unknown: expire the lease so the next attempt
+            # reconciles instead of waiting for (or blindly repeating) this one.
+            now = self.clock()
+            with contextlib.suppress(Exception), anyio.CancelScope(shield=True):
+                await self.store.aset_ledger_status(
+                    key,
+                    LedgerStatus.RECONCILING,
+                    owner=owner,
+                    note="call failed mid-way",
+                    now=now,
+                    lease_until=now,
+                )
+            raise
+        # The effect happened: its outcome is recorded even if this task is being cancelled.
+        with anyio.CancelScope(shield=True):
+            entry = await self.store.afinish(
+                key, owner=owner, result=result_json(result), note="", now=self.clock()
+            )
+            await self._aevent(proposal_id, "executed", key)
+        emit("effect_recorded", key=key, tool=tool, is_error=bool(result.get("is_error")))
+        return EffectOutcome(key, result, attempts=entry.attempts)
+
+    async def _reconcile(
+        self,
+        entry: LedgerEntry,
+        owner: str,
+        timeout_s: float,
+        proposal_id: str | None,
+        emit: Callable[..., Any],
+    ) -> EffectOutcome | None:
+        """Ask the tool what became of ``entry``; ``None`` means it never happened (run it)."""
+        reconciler = self.reconcilers.get(entry.tool)
+        answer: dict[str, Any] | None
+        why = ""
+        if reconciler is None:
+            why = f"{entry.tool} cannot be asked whether {entry.key} happened"
+        else:
+            try:
+                got = reconciler(entry.key)
+                answer = await got if isinstance(got, Awaitable) else got
+            except Exception as err:  # the tool cannot tell: a person decides
+                why = f"reconciliation failed: {type(err).__name__}: {err}"
+            else:
+                now = self.clock()
+                if answer is not None:
+                    with anyio.CancelScope(shield=True):
+                        done = await self.store.afinish(
+                            entry.key,
+                            owner=owner,
+                            result=result_json(answer),
+                            note="reconciled: happened",
+                            now=now,
+                        )
+                        await self._aevent(proposal_id, "reconciled", f"{entry.key}: happened")
+                    emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=True)
+                    return EffectOutcome(
+                        entry.key, answer, replayed=True, reconciled=True, attempts=done.attempts
+                    )
+                with anyio.CancelScope(shield=True):
+                    await self.store.aset_ledger_status(
+                        entry.key,
+                        LedgerStatus.INTENT,
+                        owner=owner,
+                        note="reconciled: never happened; retried",
+                        now=now,
+                        lease_until=now + timedelta(seconds=timeout_s + self.lease_margin_s),
+                    )
+                    await self._aevent(proposal_id, "reconciled", f"{entry.key}: never happened")
+                emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=False)
+                return None
+        now = self.clock()
+        with anyio.CancelScope(shield=True):
+            await self.store.aset_ledger_status(
+                entry.key, LedgerStatus.ESCALATED, owner=owner, note=why, now=now, lease_until=now
+            )
+            await self._aevent(proposal_id, "escalated", f"{entry.key}: {why}")
+        emit("effect_escalated", key=entry.key, tool=entry.tool, why=why)
+        raise ApprovalError("outcome_unknown", f"{entry.tool} {entry.key}: {why}; a person must resolve it")
+
+    def resolve(self, reviewer: Reviewer, key: str, *, happened: bool, note: str = "") -> LedgerEntry:
+        """A person records what became of an escalated call. Either way the call is final: if it
+        did not happen, a new proposal (and approval) is needed to try again."""
+        if not isinstance(reviewer, Reviewer):
+            raise ApprovalError("not_a_reviewer", "resolution needs a Reviewer built by the host")
+        entry = self.store.ledger_entry(key)
+        if entry is None:
+            raise ApprovalError("unknown_key", f"no ledger entry {key}")
+        if entry.proposal_id:
+            p = self.get(entry.proposal_id)
+            if not reviewer.may_review(p.tenant):
+                raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not act for {p.tenant}")
+        if happened:
+            result = {
+                "text": f"resolved by {reviewer.name}: the effect happened. {note}".strip(),
+                "is_error": False,
+            }
+        else:
+            result = {
+                "text": f"resolved by {reviewer.name}: the effect did not happen; propose it again. {note}",
+                "is_error": True,
+                "error_kind": "not_executed",
+            }
+        done = self.store.finish(
+            key, owner=None, result=result_json(result), note=f"resolved by {reviewer.name}", now=self.clock()
+        )
+        self._event(entry.proposal_id, "resolved", f"{key}: happened={happened} by {reviewer.name}")
+        return done
+
+    def _event(self, proposal_id: str | None, op: str, detail: str) -> None:
+        if proposal_id is not None:
+            self.store.add_event(proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock())
+
+    async def _aevent(self, proposal_id: str | None, op: str, detail: str) -> None:
+        if proposal_id is not None:
+            await self.store.aadd_event(
+                proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock()
+            )
+
+
+def _new_proposal(
+    proposal: Proposal, proposed_by: str, run_id: str | None, step: int | None, call_id: str | None
+) -> NewProposal:
+    return NewProposal(
+        tenant=proposal.tenant,
+        tool=proposal.tool,
+        arguments=proposal.canonical_arguments,
+        content_hash=proposal.content_hash,
+        effect=proposal.effect,
+        proposed_by=proposed_by,
+        run_id=run_id,
+        step=step,
+        call_id=call_id,
+    )
+
+
+def _own(p: StoredProposal, proposal_id: str, tenant: str) -> StoredProposal:
+    if p.tenant != tenant:
+        # Same answer as an unknown id: another tenant's proposals are not confirmed to exist.
+        raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r} for this tenant")
+    return p
+
+
+def _executable(p: StoredProposal) -> StoredProposal:
+    if p.status is ProposalStatus.PENDING:
+        raise ApprovalError("not_approved", f"proposal {p.id} has no approval")
+    if p.status is not ProposalStatus.APPROVED:
+        raise ApprovalError(str(p.status), f"proposal {p.id} is {p.status}")
+    return p
+
+
+def _verify(p: StoredProposal) -> None:
+    """The stored arguments must still hash to the stored content hash (integrity of the row)."""
+    if content_hash(p.tool, json.loads(p.arguments)) != p.content_hash:
+        raise ApprovalError("tampered", f"proposal {p.id} does not match its content hash")
+
+
+def _load(text: str | None) -> dict[str, Any]:
+    value = json.loads(text) if text else {}
+    return value if isinstance(value, dict) else {"value": value}

@@ -1,0 +1,225 @@
+"""Declarations of provenance rules: one role and one source list per tool argument.
+
+Every argument of every side-effecting tool is declared with a **role** and where its value
+may come from; an undeclared argument is a configuration error at load time
+(``check_declarations``) and a denial at call time. Roles:
+
+* ``destination`` — who receives (recipient, participants, channel, url): ``from`` classes
+  such as ``user`` (the whole value is in the request), ``directory`` (curated host
+  context), ``named:address`` (an address field of a record the user named);
+* ``target`` — the record acted on (an event id, a file id), ``name`` — what a new thing is
+  called (a title, a file name), ``profile`` — facts about the user, ``secret`` — a
+  password: each with ``from`` classes, never ``any``;
+* ``date`` — the calendar day must be one the request (``user``) or a named record
+  (``named:<class>``) states, or the same day as another argument (``same_day_as``);
+* ``amount`` — at most the largest figure the request (``user``) or a named record's
+  declared fields (``named``) state; with ``cumulative`` the run's executed calls of the
+  tool count towards it (no splitting into small payments);
+* ``option`` — an enumerated flag: ``safe`` values pass, others only when the request
+  contains a phrase declared for that value (``requested_by``), else approval; likewise a
+  tool with an effect and no arguments at all (marking mail as read) runs only when the
+  request contains one of the tool's declared ``requested_by`` phrases;
+* ``content`` — free text: any origin, but links, e-mail addresses and account numbers
+  inside it must come from ``links_from`` classes (default: user, directory); the tool's
+  ``no_flow`` classes may not leave in it (a whole field of such a source inside the
+  value), and with ``no_relay`` it may not repeat
+  text of those classes verbatim (``RELAY_SPAN`` characters or more: a forwarded body, a
+  ransom note written by someone else) — both need a reviewer.
+
+A class that is not enough may still be listed under ``approve`` (a reviewer decides);
+``otherwise`` says what happens to the rest (``approve`` by default, ``deny`` for secrets).
+``from: any`` is a declaration too, allowed for dates and content only and only with a
+written ``why``. No rule here knows any scenario or benchmark task: rules are data.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tether.core._names import name_set
+from tether.policy._provenance import USER
+
+__all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
+
+Otherwise = Literal["deny", "approve"]
+Role = Literal["destination", "target", "name", "profile", "secret", "date", "amount", "option", "content"]
+ROLES: tuple[str, ...] = (
+    "destination",
+    "target",
+    "name",
+    "profile",
+    "secret",
+    "date",
+    "amount",
+    "option",
+    "content",
+)
+_SOURCED = frozenset({"destination", "target", "name", "profile", "secret"})
+RELAY_SPAN = 40
+"""Characters of third-party text repeated verbatim that make a value a relay (``no_relay``)."""
+_KEYS = {
+    "role",
+    "from",
+    "approve",
+    "otherwise",
+    "why",
+    "links_from",
+    "same_day_as",
+    "bound",
+    "fields",
+    "cumulative",
+    "safe",
+    "requested_by",
+    "keys",
+    "kind",
+    "fill_from",
+}
+
+
+@dataclass(frozen=True)
+class ArgumentRule:
+    """Where one argument's value may come from (see the module docstring for the roles)."""
+
+    argument: str
+    role: Role
+    allow: frozenset[str] = frozenset()  # the ``from`` classes
+    approve: frozenset[str] = frozenset()
+    otherwise: Otherwise = "approve"
+    any: bool = False
+    why: str = ""
+    links_from: frozenset[str] | None = None
+    same_day_as: str | None = None
+    bound: frozenset[str] = frozenset()
+    fields: tuple[str, ...] = ("amount",)
+    cumulative: bool = False
+    safe: frozenset[str] = frozenset()  # option values, JSON-encoded
+    requested_by: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    keys: tuple[str, ...] = ()  # check only the leaves under these keys (attachments)
+    kind: str | None = None  # the kind of destination (mailbox, account, link, channel, member…)
+    fill_from: tuple[str, ...] = ()  # fields whose whole values may fill the user's template
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"{self.argument}: unknown role {self.role!r}; roles: {list(ROLES)}")
+        if self.otherwise not in ("deny", "approve"):
+            raise ValueError(f"{self.argument}: otherwise must be deny or approve, not {self.otherwise!r}")
+        if self.any and self.role not in ("date", "content"):
+            raise ValueError(f"{self.argument}: a {self.role} argument cannot come from anywhere")
+        if self.any and self.role == "date" and not self.why:
+            raise ValueError(f"{self.argument}: 'from: any' needs a written 'why'")
+        if self.role in _SOURCED and not self.allow and not self.approve:
+            raise ValueError(f"{self.argument}: a {self.role} argument needs 'from' classes")
+        if self.role == "date" and not self.any and not self.allow and not self.same_day_as:
+            raise ValueError(f"{self.argument}: a date needs 'from' classes, 'same_day_as' or 'from: any'")
+        if self.role == "amount" and not self.bound:
+            raise ValueError(f"{self.argument}: an amount needs a 'bound' (user, named)")
+        if self.bound - {USER, "named"}:
+            raise ValueError(f"{self.argument}: bound classes are user and named")
+        if "template" in self.allow and not self.fill_from:
+            raise ValueError(f"{self.argument}: 'template' needs 'fill_from' (the fields that may fill it)")
+
+    @property
+    def restricts(self) -> bool:
+        """Whether the rule limits the value itself (content and ``from: any`` do not)."""
+        return not self.any and self.role != "content"
+
+    @classmethod
+    def from_dict(cls, argument: str, data: Mapping[str, Any]) -> ArgumentRule:
+        if not isinstance(data, Mapping):
+            raise ValueError(f"rule for {argument!r} must be a mapping with a role")
+        unknown = set(data) - _KEYS
+        if unknown:
+            raise ValueError(f"unknown keys in rule for {argument!r}: {sorted(unknown)}")
+        if "role" not in data:
+            raise ValueError(f"rule for {argument!r} has no role; roles: {list(ROLES)}")
+        role = str(data["role"])
+        sources = data.get("from", "any" if role == "content" else ())
+        links = data.get("links_from")
+        requested = data.get("requested_by") or {}
+        return cls(
+            argument,
+            role=role,  # type: ignore[arg-type]
+            allow=frozenset() if sources == "any" else name_set(sources, what=f"{argument}.from"),
+            approve=name_set(data.get("approve", ()), what=f"{argument}.approve"),
+            otherwise=data.get("otherwise", "deny" if role == "secret" else "approve"),
+            any=sources == "any",
+            why=str(data.get("why", "")),
+            links_from=name_set(links, what=f"{argument}.links_from") if links is not None else None,
+            same_day_as=data.get("same_day_as"),
+            bound=frozenset(data.get("bound", ())),
+            fields=tuple(data.get("fields", ("amount",))),
+            cumulative=bool(data.get("cumulative", False)),
+            safe=frozenset(json.dumps(v) for v in data.get("safe", ())),
+            # YAML keys true/false arrive as booleans, so they encode like the values they name.
+            requested_by={json.dumps(k): tuple(map(str, v)) for k, v in requested.items()},
+            keys=tuple(data.get("keys", ())),
+            kind=str(data["kind"]) if data.get("kind") is not None else None,
+            fill_from=tuple(map(str, data.get("fill_from", ()))),
+        )
+
+
+@dataclass(frozen=True)
+class ToolRules:
+    """The provenance rules of one tool: one ``ArgumentRule`` per argument, and the trust
+    classes (``no_flow``) whose values may not leave in any argument without approval."""
+
+    tool: str
+    arguments: Mapping[str, ArgumentRule] = field(default_factory=dict)
+    no_flow: frozenset[str] = frozenset()
+    effect: str | None = None
+    no_relay: frozenset[str] = frozenset()
+    requested_by: tuple[str, ...] = ()  # a tool with an effect and no arguments: the phrases that ask for it
+
+    @classmethod
+    def from_dict(cls, tool: str, data: Mapping[str, Any]) -> ToolRules:
+        unknown = set(data) - {"arguments", "no_flow", "no_relay", "effect", "requested_by"}
+        if unknown:
+            raise ValueError(f"unknown keys for tool {tool!r}: {sorted(unknown)}")
+        args = {a: ArgumentRule.from_dict(a, r) for a, r in (data.get("arguments") or {}).items()}
+        return cls(
+            tool,
+            args,
+            name_set(data.get("no_flow", ()), what=f"{tool}.no_flow"),
+            data.get("effect"),
+            name_set(data.get("no_relay", ()), what=f"{tool}.no_relay"),
+            tuple(map(str, data.get("requested_by", ()))),
+        )
+
+
+def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> None:
+    """Every argument of every side-effecting tool must be declared, every declared argument
+    must exist, and a tool with arguments must restrict at least one of them (its decisive
+    arguments). Raises ``ValueError`` listing every problem."""
+    problems: list[str] = []
+    for spec in specs:
+        declared = rules.get(spec.name) or rules.get(getattr(spec, "remote_name", None) or "")
+        params = set((spec.parameters or {}).get("properties", {}))
+        if declared is None:
+            if spec.effect.side_effecting:
+                problems.append(f"{spec.name}: side-effecting tool without rules")
+            continue
+        extra = set(declared.arguments) - params
+        if extra:
+            problems.append(f"{spec.name}: declared arguments the tool does not have: {sorted(extra)}")
+        if not spec.effect.side_effecting:
+            continue
+        missing = params - set(declared.arguments)
+        if missing:
+            problems.append(f"{spec.name}: undeclared arguments: {sorted(missing)}")
+        if params and not any(r.restricts for r in declared.arguments.values()):
+            problems.append(f"{spec.name}: no argument is restricted (declare its decisive arguments)")
+        if not params and not declared.requested_by:
+            problems.append(f"{spec.name}: an effect without arguments needs 'requested_by' phrases")
+        for r in declared.arguments.values():
+            if r.same_day_as is not None and r.same_day_as not in declared.arguments:
+                problems.append(f"{spec.name}.{r.argument}: same_day_as names no argument")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def rules_from_dict(data: Mapping[str, Any]) -> dict[str, ToolRules]:
+    """Tool rules from a declaration's ``tools`` mapping."""
+    return {str(name): ToolRules.from_dict(str(name), spec or {}) for name, spec in data.items()}

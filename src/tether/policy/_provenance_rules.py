@@ -1,0 +1,623 @@
+"""Policy rules over provenance: each proposed call checked against its tool's declaration.
+
+The declarations (roles, sources, bounds) are described in ``provenance_declarations``; this
+module applies them to a run: it labels observations, builds the run's provenance index,
+and decides allow / approve / deny for each call with the provenance of every argument in
+the decision, so a reviewer sees where each value came from. An undeclared side-effecting
+tool or argument is denied at call time (and refused at load time by
+``check_declarations``). No rule here knows any scenario or benchmark task: rules are data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.core._confusables import check_name
+from tether.policy._provenance import (
+    DIRECTORY,
+    EXTRACTOR,
+    USER,
+    USER_WORD,
+    Directory,
+    Origin,
+    ProvenanceIndex,
+    Segment,
+    SourceLabel,
+    TrustConfig,
+    Written,
+    contains_whole,
+    label_observation,
+    normalise,
+    shape_kind,
+    split_values,
+)
+from tether.policy._provenance_declarations import (
+    RELAY_SPAN,
+    ROLES,
+    ArgumentRule,
+    ToolRules,
+    check_declarations,
+    rules_from_dict,
+)
+from tether.policy._provenance_values import find_handles, find_links, parse_date
+from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
+from tether.policy._trusted import TrustedContext
+
+__all__ = [
+    "ROLES",
+    "ArgumentRule",
+    "ProvenancePolicy",
+    "ProvenanceRules",
+    "ToolRules",
+    "check_declarations",
+    "index_for",
+    "make_labeler",
+    "observation_segments",
+    "rules_from_dict",
+]
+
+_RANK = {"allow": 0, "approve": 1, "deny": 2}
+
+
+# -- the index of a run -------------------------------------------------------------------
+
+
+def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
+    """Segments of one observation: the labels the host attached, or labelled now."""
+    cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
+    if isinstance(cached, list):
+        restored = [_segment(item) for item in cached]
+        if all(seg is not None for seg in restored):
+            return [seg for seg in restored if seg is not None]
+    if obs.is_error:
+        return []
+    return label_observation(obs.tool, obs.source, obs.data, obs.text, config, own=own, call_id=obs.call_id)
+
+
+def make_labeler(config: TrustConfig, own: Iterable[str] = ()) -> Callable[[Any], Any]:
+    """A ``Host(labeler=...)`` hook: attaches labelled segments (``meta["provenance"]``) and a
+    summary of the sources an observation holds (``meta["sources"]``: record, author, trust).
+    ``own``: the user's own identities (for ``self_naming`` fields)."""
+    mine = list(own)
+
+    def label(obs: Any) -> Any:
+        segments = (
+            []
+            if obs.is_error
+            else label_observation(
+                obs.tool, obs.source, obs.data, obs.text, config, own=mine, call_id=obs.call_id
+            )
+        )
+        sources = sorted({(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments})
+        summary = [{"record_id": r or None, "author": a or None, "trust": t} for r, a, t in sources]
+        return dataclasses.replace(obs, meta={**obs.meta, "provenance": segments, "sources": summary})
+
+    return label
+
+
+def _segment(item: Any) -> Segment | None:
+    """A segment, or one restored from a checkpoint (where it became a plain mapping)."""
+    if isinstance(item, Segment):
+        return item
+    try:
+        return Segment(
+            item["raw"],
+            item["text"],
+            SourceLabel(**item["label"]),
+            bool(item["whole"]),
+            item["field_name"],
+            str(item.get("naming", "")),
+        )
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def index_for(
+    state: Any,
+    config: TrustConfig,
+    directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
+    own: Iterable[str] = (),
+    writes: Callable[[str], bool] | None = None,
+) -> ProvenanceIndex:
+    """The provenance index of a run state: the objective, the observations so far (each with
+    its position in the run) and every value the run wrote (the arguments of each call that
+    ran, with the number of observations made before it). ``writes(tool)`` says which tools
+    write — store what they are given; by default every tool does. A read-only tool keeps
+    nothing, so what it returns is its own data even where it repeats an argument (a lookup
+    by name returns the record under its name)."""
+    segments: list[Segment] = []
+    positions: list[int] = []
+    mine = list(own)
+    observations = getattr(state, "observations", []) or []
+    first_seen: dict[str, int] = {}
+    for i, obs in enumerate(observations):
+        first_seen.setdefault(obs.call_id, i)
+        found = observation_segments(obs, config, mine)
+        segments.extend(found)
+        positions.extend([i] * len(found))
+    written: list[Written] = []
+    for record in getattr(state, "calls", []) or []:
+        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
+            continue
+        at = first_seen.get(record.call_id, len(observations))
+        for leaf in split_values(record.arguments):
+            text = normalise(leaf)
+            if len(text) >= 2:
+                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+    return ProvenanceIndex(
+        getattr(state, "objective", "") or "",
+        segments=segments,
+        directory=directory,
+        positions=positions,
+        writes=written,
+    )
+
+
+_REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
+
+
+# -- the rule -------------------------------------------------------------------------------
+
+
+def classes_of(index: ProvenanceIndex, origins: Sequence[Origin]) -> set[str]:
+    """Trust classes of a value's origins, plus ``named:<class>`` for origins in a record the
+    user named (a whole field or text inside it)."""
+    out = {o.trust for o in origins}
+    for o in origins:
+        if o.kind == "tool" and o.label is not None and index.record_named_by_user(o.label):
+            out.add(f"named:{o.trust}")
+    return out
+
+
+@dataclass
+class _Verdict:
+    verdict: str = "allow"
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+    def worse(self, v: str, problem: dict[str, Any]) -> None:
+        self.problems.append(problem)
+        if _RANK[v] > _RANK[self.verdict]:
+            self.verdict = v
+
+
+class ProvenanceRules:
+    """A ``Rule``: checks each proposed call against its tool's declared arguments."""
+
+    name = "provenance"
+
+    def __init__(
+        self,
+        tools: Mapping[str, ToolRules],
+        config: TrustConfig,
+        *,
+        directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
+        own: Iterable[str] = (),
+    ) -> None:
+        self.tools = dict(tools)
+        self.config = config
+        self.directory = directory if isinstance(directory, Directory) else Directory(directory)
+        self.own = list(own)
+        self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
+
+    def _writes(self, tool: str) -> bool:
+        """Whether ``tool`` stores what it is given: any tool not declared as a read."""
+        rules = self.tools.get(tool)
+        return rules is None or rules.effect != "read"
+
+    def _index(self, state: Any) -> ProvenanceIndex:
+        # Rebuilt when the run or its observations change; the run is held weakly so a new
+        # run that happens to reuse an old one's id() can never see a stale index.
+        n = len(getattr(state, "observations", []) or [])
+        if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
+            return self._cache[2]
+        index = index_for(state, self.config, self.directory, self.own, self._writes)
+        try:
+            ref: Callable[[], Any] = weakref.ref(state)
+        except TypeError:  # not weak-referenceable (None, a plain dict): do not cache
+            return index
+        self._cache = (ref, n, index)
+        return index
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        spec = call.spec
+        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        effectful = spec.effect.side_effecting
+        if rules is None:
+            if effectful:
+                return Decision("deny", self.name, "undeclared_tool", {"tool": spec.name})
+            return None
+        undeclared = sorted(a for a in call.arguments if a not in rules.arguments)
+        if undeclared and effectful:
+            return Decision(
+                "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
+            )
+        index = self._index(call.state)
+        out = _Verdict()
+        if effectful and rules.requested_by and not any(_phrase_in(index, p) for p in rules.requested_by):
+            # Nothing in the call can be traced: the request itself must ask for this effect.
+            out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
+        shown: dict[str, list[dict[str, Any]]] = {}
+        properties = (spec.parameters or {}).get("properties") or {}
+        for arg, value in call.arguments.items():
+            rule = rules.arguments.get(arg)
+            if rule is None or value is None:
+                continue
+            schema = properties.get(arg)
+            elements = _elements(value, rule, schema)
+            if not elements and rule.restricts and _has_content(value):
+                # Something the tool receives that yields nothing to judge: fail closed.
+                out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
+            for element in elements:
+                shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
+            if rules.no_flow:
+                for element in split_values(value, schema):
+                    leaked = index.contained_segments(element, rules.no_flow)
+                    if leaked:
+                        out.worse(
+                            "approve",
+                            {
+                                "argument": arg,
+                                "problem": "confidential_flow",
+                                "from": leaked[0].label.describe(),
+                            },
+                        )
+                        break
+            if rules.no_relay and rule.role == "content":
+                for element in split_values(value, schema):
+                    relayed = _relayed(index, element, rules.no_relay)
+                    if relayed is not None:
+                        out.worse(
+                            "approve",
+                            {"argument": arg, "problem": "relayed_text", "from": relayed.label.describe()},
+                        )
+                        break
+        if out.verdict == "allow":
+            return None
+        return Decision(
+            "deny" if out.verdict == "deny" else "approve",
+            self.name,
+            out.problems[0]["problem"],
+            {"tool": spec.name, "problems": out.problems, "provenance": shown},
+        )
+
+    # -- one element of one argument --------------------------------------------------------
+
+    def _judge(
+        self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
+    ) -> dict[str, Any]:
+        text = element if isinstance(element, str) else json.dumps(element)
+        origins = index.trace(text, rule.kind) if not isinstance(element, bool) else []
+        classes = classes_of(index, origins)
+        if USER not in classes and "template" in rule.allow and index.fills_template(text, rule.fill_from):
+            classes.add("template")
+        shown: dict[str, Any] = {
+            "value": text[:200],
+            "role": rule.role,
+            "origins": [o.describe() for o in origins[:5]] + sorted(c for c in classes if ":" in c),
+        }
+        arg = rule.argument
+        if rule.role == "content":
+            self._links(index, rule, arg, text, out, shown)
+        elif rule.role == "amount":
+            self._amount(index, call, rule, element, out, shown)
+        elif rule.role == "option":
+            encoded = json.dumps(element)
+            phrases = rule.requested_by.get(encoded, ())
+            if encoded not in rule.safe and not any(_phrase_in(index, p) for p in phrases):
+                out.worse(
+                    rule.otherwise, {"argument": arg, "problem": "option_not_requested", "value": element}
+                )
+        elif rule.role == "date":
+            if not rule.any:
+                self._date(index, call, rule, element, classes, out, shown)
+        else:
+            links = find_links(text) if rule.role == "destination" else []
+            if links:
+                shown["registered"] = [link.registered for link in links]
+            if rule.role == "destination":
+                _look_alike(arg, text, out, shown)
+            if rule.role == "name":  # a title filled from a template carries no foreign link either
+                self._links(index, rule, arg, text, out, shown)
+            if not classes & rule.allow:
+                v = "approve" if classes & rule.approve else rule.otherwise
+                out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
+            else:
+                self._chosen(index, arg, text, origins, classes & rule.allow, out, shown)
+        return shown
+
+    def _chosen(
+        self,
+        index: ProvenanceIndex,
+        arg: str,
+        text: str,
+        origins: Sequence[Origin],
+        accepted: set[str],
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        """Who chose the value. A class that *designates* it — the user's words (``user``,
+        ``user:word``, a ``template`` the user wrote), or a field of a record the user named
+        (``named:…``) — says the user picked it. Every other accepted class (``directory``, a
+        system-assigned field) only *vouches* that it is a valid destination of its kind; the
+        choice among such values is the model's. It goes to a reviewer when text someone
+        chose may have made it: the value is mentioned inside longer text the run read (a
+        member named in a message, a page, a channel's name), or, once the run has read text
+        outside the trust configuration's ``assigned`` classes, the value was not read from
+        an assigned field at all (it is only the directory's, or a field its record's author
+        chose: a participant list, a mail's recipients)."""
+        if any(_designates(c) for c in accepted):
+            return
+        problem: dict[str, Any] | None = None
+        mention = index.mentioned(text, self.config.assigned)
+        if mention is not None:
+            problem = {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+        else:
+            steering = index.steering(self.config.assigned)
+            assigned = any(
+                o.kind == "tool"
+                and o.match == "exact"
+                and o.trust in self.config.assigned
+                and (o.label is None or o.label.tool != EXTRACTOR)
+                for o in origins
+            )
+            if steering is not None and not assigned:
+                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
+        if problem is None:
+            return
+        shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
+        out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **problem})
+
+    def _links(
+        self,
+        index: ProvenanceIndex,
+        rule: ArgumentRule,
+        arg: str,
+        text: str,
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
+        # An address or account number in text points the reader at a party, as a link does.
+        for handle in find_handles(text):
+            _look_alike(arg, handle, out, shown)
+            handle_classes = classes_of(index, index.trace(handle, shape_kind(handle)))
+            if not handle_classes & allowed:
+                shown.setdefault("handles", []).append(handle)
+                out.worse(
+                    "approve",
+                    {
+                        "argument": arg,
+                        "problem": "untrusted_handle",
+                        "handle": handle[:200],
+                        "origins": sorted(handle_classes),
+                    },
+                )
+        for link in find_links(text):
+            _look_alike(arg, link.raw, out, shown)
+            link_classes = classes_of(index, index.link_origins(link))
+            if not link_classes & allowed:
+                shown.setdefault("links", []).append(link.registered)
+                out.worse(
+                    "approve",
+                    {
+                        "argument": arg,
+                        "problem": "untrusted_link",
+                        "link": link.raw[:200],
+                        "registered": link.registered,
+                        "origins": sorted(link_classes),
+                    },
+                )
+
+    def _date(
+        self,
+        index: ProvenanceIndex,
+        call: ProposedCall,
+        rule: ArgumentRule,
+        element: Any,
+        classes: set[str],
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        day = parse_date(element)
+        if day is None:
+            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_a_date"})
+            return
+        ok = False
+        if USER in rule.allow:
+            ok = any(m.matches(day) for m in index.request_dates)
+        named = {c.split(":", 1)[1] for c in rule.allow if c.startswith("named:")}
+        if not ok and named:
+            ok = day in index.named_dates(named)
+        if not ok and rule.same_day_as is not None:
+            ok = parse_date(call.arguments.get(rule.same_day_as)) == day
+        if not ok and rule.allow - {USER} - {c for c in rule.allow if c.startswith("named:")}:
+            ok = bool(classes & rule.allow)
+        shown["day"] = day.isoformat()
+        if not ok:
+            out.worse(
+                rule.otherwise,
+                {
+                    "argument": rule.argument,
+                    "problem": "date_not_requested",
+                    "day": day.isoformat(),
+                    "requested": sorted(
+                        {f"{m.year or '*'}-{m.month:02}-{m.day:02}" for m in index.request_dates}
+                    ),
+                },
+            )
+
+    def _amount(
+        self,
+        index: ProvenanceIndex,
+        call: ProposedCall,
+        rule: ArgumentRule,
+        element: Any,
+        out: _Verdict,
+        shown: dict[str, Any],
+    ) -> None:
+        try:
+            value = float(element)
+        except (TypeError, ValueError):
+            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_an_amount"})
+            return
+        stated: list[tuple[float, str]] = []
+        if USER in rule.bound:
+            stated += [(f, "the request") for f in index.request_amounts]
+        if "named" in rule.bound:
+            for seg in index.named_values(fields=rule.fields):
+                try:
+                    stated.append((abs(float(seg.raw)), seg.label.describe()))
+                except ValueError:
+                    continue
+        bound, by = max(stated, default=(0.0, "nothing"))
+        spent = _spent(call, rule) if rule.cumulative else 0.0
+        shown.update({"bound": bound, "stated_by": by, "already": spent})
+        if value < 0 or value + spent > bound + 1e-9:
+            out.worse(
+                rule.otherwise,
+                {
+                    "argument": rule.argument,
+                    "problem": "amount_over_bound",
+                    "amount": value,
+                    "already_this_run": spent,
+                    "bound": bound,
+                    "stated_by": by,
+                },
+            )
+
+
+def _designates(cls: str) -> bool:
+    """Whether an accepted class says the user chose the value (see ``_chosen``)."""
+    return cls in (USER, USER_WORD, "template") or cls.startswith("named:")
+
+
+def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
+    if rule.role in ("amount", "option") and not isinstance(value, list | dict):
+        return [value]
+    if rule.keys:
+        found: list[Any] = []
+
+        def walk(v: Any) -> None:
+            if isinstance(v, Mapping):
+                for k, item in v.items():
+                    if k in rule.keys and item is not None:
+                        found.extend(split_values(item))
+                    else:
+                        walk(item)
+            elif isinstance(v, list | tuple):
+                for item in v:
+                    walk(item)
+
+        if isinstance(value, Mapping | list | tuple):
+            walk(value)
+        elif value is not None:
+            found.extend(split_values(value, schema))  # not the declared structure: judged whole
+        return found
+    return list(split_values(value, schema))
+
+
+def _look_alike(arg: str, name: str, out: _Verdict, shown: dict[str, Any]) -> None:
+    """A domain, address or link that can pass for another (mixed scripts, a TR39 skeleton of
+    another ASCII name) goes to a reviewer, shown in both forms — whatever it traces to. The
+    same check (``tether.core._confusables``) marks it on the console's pages."""
+    if name.isascii() and "xn--" not in name.lower():
+        return
+    check = check_name(name)
+    if check.suspicious:
+        shown.setdefault("look_alikes", []).append(check.to_json())
+        out.worse(
+            "approve",
+            {
+                "argument": arg,
+                "problem": "look_alike",
+                "name": name[:200],
+                "registered": check.ascii,
+                "looks_like": check.looks_like,
+            },
+        )
+
+
+def _has_content(value: Any) -> bool:
+    """Whether a value carries anything at all (an empty list or mapping does not)."""
+    if isinstance(value, Mapping):
+        return bool(value)
+    if isinstance(value, list | tuple | set | frozenset):
+        return bool(value)
+    return value is not None
+
+
+def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Segment | None:
+    """A segment of ``classes`` that ``value`` repeats, at any length: a run of ``RELAY_SPAN``
+    characters or more found verbatim in the segment (windows of two thirds of the span,
+    every third of it, find every such repeat); or, in a shorter value, the whole value, or
+    one of its tokens that carries digits (a code, an amount, an identifier; a date is a
+    fact, not a relay), found in the segment as a whole and not stated by the user or the
+    directory."""
+    text = normalise(value)
+    sources = [s for s in index.segments if s.label.trust in classes]
+    if not text or not sources:
+        return None
+    width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
+    if len(text) >= RELAY_SPAN:
+        long = [s for s in sources if len(s.text) >= width]
+        for start in range(0, len(text) - width + 1, stride):
+            window = text[start : start + width]
+            for seg in long:
+                if window in seg.text:
+                    return seg
+    pieces = [text] if len(text) < RELAY_SPAN else []
+    pieces += [t for t in _TOKEN.findall(text) if any(c.isdigit() for c in t) and len(t) >= 4]
+    for piece in pieces:
+        if len(piece) < 3 or parse_date(piece) is not None:
+            continue
+        if contains_whole(index.user_text, piece) or piece in index.directory:
+            continue
+        for seg in sources:
+            if (seg.text == piece or contains_whole(seg.text, piece)) and not index.written(seg):
+                return seg
+    return None
+
+
+_TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
+
+
+def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
+    words = normalise(phrase)
+    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
+
+
+def _spent(call: ProposedCall, rule: ArgumentRule) -> float:
+    """What this run's executed calls of the same tool already put in this argument."""
+    total = 0.0
+    for record in getattr(call.state, "calls", []) or []:
+        if record.tool != call.spec.name or record.status != "ok" or not isinstance(record.arguments, dict):
+            continue
+        try:
+            total += float(record.arguments.get(rule.argument) or 0.0)
+        except (TypeError, ValueError):
+            continue
+    return total
+
+
+class ProvenancePolicy(Policy):
+    """Allowlist, then provenance rules, then any extra rules. Unlike ``Policy`` it does not
+    ask approval for every effect: the provenance rules decide which calls need a reviewer."""
+
+    def __init__(
+        self,
+        rules: ProvenanceRules,
+        *,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] = (),
+        extra: Iterable[Rule] = (),
+    ) -> None:
+        super().__init__(allow=allow, deny=deny)
+        self.provenance = rules
+        self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
+        self.rules = (self.allowlist, rules, *extra)

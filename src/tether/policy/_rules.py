@@ -1,0 +1,220 @@
+"""Policy as composition: small rules, each doing one thing, evaluated in order.
+
+A rule returns a ``Decision`` or ``None`` (no opinion). The first ``deny`` wins; an
+``approve`` (needs approval) is kept unless a later rule denies; no opinion from anyone
+means allow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from tether.core._names import name_set
+from tether.core.types import Decision, ProposedCall
+from tether.policy._trusted import Catalog, TrustedContext
+from tether.tools._contract import Effect
+
+HARNESS_SOURCE = "harness"  # ToolSpec.source of the host's own context tools
+
+__all__ = [
+    "Allowlist",
+    "Decision",
+    "EffectApproval",
+    "Egress",
+    "Policy",
+    "ProposedCall",
+    "RoleRequirement",
+    "Rule",
+    "TargetOwnership",
+    "destination_of",
+]
+
+
+class Rule(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None: ...
+
+
+@dataclass(frozen=True)
+class Allowlist:
+    """Only named tools may run; ``deny`` wins over ``allow``. ``allow=None`` allows every offered tool.
+
+    ``allow`` names the tools of sources (local functions, MCP servers). Harness tools (TODO,
+    skills, tool search, subagents: ``ToolSpec.source == "harness"``) exist only when the agent's
+    context configuration enables them, so ``allow`` does not have to repeat them; ``deny`` (and
+    every other rule: roles, effects, custom rules) applies to them like to any tool.
+    """
+
+    allow: frozenset[str] | None = None
+    deny: frozenset[str] = frozenset()
+    name: str = "allowlist"
+
+    def __post_init__(self) -> None:
+        if self.allow is not None:
+            object.__setattr__(self, "allow", name_set(self.allow, what="allow"))
+        object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
+
+    def permits(self, tool_name: str, *, harness: bool = False) -> bool:
+        if tool_name in self.deny:
+            return False
+        return self.allow is None or harness or tool_name in self.allow
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        if not self.permits(call.spec.name, harness=call.spec.source == HARNESS_SOURCE):
+            return Decision("deny", self.name, "tool_not_allowed", {"tool": call.spec.name})
+        return None
+
+
+@dataclass(frozen=True)
+class RoleRequirement:
+    """A tool runs only for a context holding one of the roles it requires (``{tool: roles}``)."""
+
+    required: Mapping[str, frozenset[str]]
+    name: str = "roles"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        needed = self.required.get(call.spec.name)
+        if needed is not None and not (needed & context.roles):
+            return Decision(
+                "deny", self.name, "role_missing", {"tool": call.spec.name, "roles": sorted(needed)}
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class TargetOwnership:
+    """The call's target must exist in the trusted catalog and belong to the context's tenant (T4)."""
+
+    catalog: Catalog
+    name: str = "tenant_scope"
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        target = call.spec.target
+        if target is None:
+            return None
+        target_id = call.arguments.get(target.argument)
+        if not isinstance(target_id, str):
+            return Decision("deny", self.name, "target_missing", {"argument": target.argument})
+        owner = self.catalog.owner(target.kind, target_id)
+        if owner is None:
+            return Decision("deny", self.name, "target_unknown", {"kind": target.kind, "id": target_id})
+        if owner != context.tenant:
+            # The foreign owner is not echoed: the decision must not leak other tenants' data.
+            return Decision("deny", self.name, "cross_tenant", {"kind": target.kind, "id": target_id})
+        return None
+
+
+def destination_of(value: str) -> str:
+    """The host (or e-mail domain) a destination argument points at, lower-cased."""
+    value = value.strip().lower()
+    if "://" in value:
+        return (urlsplit(value).hostname or "").rstrip(".")
+    if "@" in value:
+        return value.rsplit("@", 1)[1].rstrip(".")
+    return value.rstrip(".")
+
+
+@dataclass(frozen=True)
+class Egress:
+    """Destinations of sending tools must be on the allowlist (T8). Subdomains must be listed too."""
+
+    allowed: frozenset[str]
+    name: str = "egress"
+
+    def __post_init__(self) -> None:
+        allowed = name_set(self.allowed, what="egress")
+        object.__setattr__(self, "allowed", frozenset(d.lower() for d in allowed))
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        arg = call.spec.egress_argument
+        if arg is None:
+            if call.spec.effect is Effect.SEND:
+                return Decision("deny", self.name, "egress_undeclared", {"tool": call.spec.name})
+            return None
+        raw = call.arguments.get(arg)
+        values = raw if isinstance(raw, list) else [raw]
+        for v in values:
+            if not isinstance(v, str) or not v.strip():
+                return Decision("deny", self.name, "egress_missing", {"argument": arg})
+            dest = destination_of(v)
+            if dest not in self.allowed:
+                return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
+        return None
+
+
+@dataclass(frozen=True)
+class EffectApproval:
+    """Side-effecting calls need approval unless their effect is listed as automatic."""
+
+    automatic: frozenset[Effect] = frozenset({Effect.READ})
+    name: str = "effect"
+
+    def __post_init__(self) -> None:
+        effects = name_set(self.automatic, what="automatic_effects")  # Effect is a str enum
+        object.__setattr__(self, "automatic", frozenset(Effect(e) for e in effects))
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
+        spec = call.spec
+        needs = spec.needs_approval if spec.needs_approval is not None else spec.effect not in self.automatic
+        if needs:
+            return Decision("approve", self.name, "approval_required", {"effect": str(spec.effect)})
+        return None
+
+
+class Policy:
+    """The host's rules, evaluated in order: allowlist → roles → tenant scope → egress → effect → extra
+    rules. ``roles`` maps a tool name to the roles of which the context must hold one."""
+
+    def __init__(
+        self,
+        *,
+        allow: Iterable[str] | None = None,
+        deny: Iterable[str] = (),
+        catalog: Catalog | None = None,
+        egress: Iterable[str] | None = None,
+        automatic_effects: Iterable[Effect] = (Effect.READ,),
+        rules: Iterable[Rule] = (),
+        roles: Mapping[str, Iterable[str]] | None = None,
+    ) -> None:
+        # A bare string is a TypeError (name_set): allow="read_order" must not mean its letters.
+        self.allowlist = Allowlist(
+            name_set(allow, what="Policy.allow") if allow is not None else None,
+            name_set(deny, what="Policy.deny"),
+        )
+        chain: list[Rule] = [self.allowlist]
+        if roles:
+            chain.append(RoleRequirement({tool: frozenset(r) for tool, r in roles.items()}))
+        if catalog is not None:
+            chain.append(TargetOwnership(catalog))
+        chain.append(Egress(name_set(egress if egress is not None else (), what="Policy.egress")))
+        automatic = name_set(automatic_effects, what="Policy.automatic_effects")  # Effect is a str enum
+        chain.append(EffectApproval(frozenset(Effect(e) for e in automatic)))
+        chain.extend(rules)
+        self.rules: tuple[Rule, ...] = tuple(chain)
+
+    def permits_tool(self, name: str) -> bool:
+        """Whether a tool may be offered to the model at all."""
+        return self.allowlist.permits(name)
+
+    def check(self, call: ProposedCall, context: TrustedContext) -> Decision:
+        pending: Decision | None = None
+        for rule in self.rules:
+            decision = rule.check(call, context)
+            if decision is None:
+                continue
+            if decision.verdict == "deny":
+                return decision
+            if decision.verdict == "approve" and pending is None:
+                pending = decision
+        if pending is None:
+            return Decision("allow", "policy", "allowed")
+        masked = call.spec.secret_arguments
+        if masked:
+            # Recorded with the proposal: a reviewer's page and the API mask these values.
+            pending = replace(pending, details={**pending.details, "masked_arguments": sorted(masked)})
+        return pending

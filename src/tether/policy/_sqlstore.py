@@ -1,0 +1,522 @@
+"""``SqlApprovalStore``: the ``ApprovalStore`` on a ``tether.sql._database.Database``, written once
+for SQLite (``SqliteApprovalStore``) and PostgreSQL (``PgApprovalStore``), whose tables are
+declared once in ``tether.sql._tables``.
+
+Every method is one transaction. Rows a transition reads are locked first (``FOR UPDATE`` on
+PostgreSQL; SQLite's writers hold the file from their first statement), and a ledger claim
+inserts with ``ON CONFLICT DO NOTHING`` before it reads, so two claimers of one key, or two
+deciders of one proposal, are serialised and exactly one wins.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, bindparam, select, text, update
+
+from tether.errors import ApprovalError
+from tether.policy._store import (
+    ApprovalEvent,
+    Checkpoint,
+    Claim,
+    LedgerEntry,
+    LedgerStatus,
+    NewProposal,
+    ProposalStatus,
+    StoredProposal,
+)
+from tether.sql._database import Database
+from tether.sql._tables import approval_events as E
+from tether.sql._tables import effect_ledger as L
+from tether.sql._tables import proposals as P
+from tether.sql._tables import run_checkpoints as C
+from tether.sql._tables import upsert_for, utc
+
+__all__ = ["SqlApprovalStore"]
+
+WorkerGone = Callable[[Connection, str], bool]
+
+
+# The tables' columns are named as the values' fields (tether.sql._tables): a row maps onto its value.
+
+
+def _proposal(row: Row[Any]) -> StoredProposal:
+    return StoredProposal(**{**row._mapping, "status": ProposalStatus(row.status)})
+
+
+def _entry(row: Row[Any]) -> LedgerEntry:
+    return LedgerEntry(**{**row._mapping, "status": LedgerStatus(row.status)})
+
+
+def _checkpoint(row: Row[Any]) -> Checkpoint:
+    return Checkpoint(**row._mapping)
+
+
+# -- operations (one transaction each) ----------------------------------------------------------
+#
+# The statements of the hot path are built once, here, with bound parameters: SQLAlchemy then
+# compiles each once and reuses it (building one per call costs more than the SQLite write;
+# bench/storage.py). Writes read back what they wrote with RETURNING, not a second SELECT.
+
+_GET_P = select(P).where(P.c.id == bindparam("b_id"))
+_GET_P_LOCKED = _GET_P.with_for_update()
+_INSERT_P = P.insert()
+_INSERT_E = E.insert()
+_DECIDE = (
+    update(P)
+    .where(P.c.id == bindparam("b_id"))
+    .values(
+        status=bindparam("b_status"),
+        decided_by=bindparam("b_by"),
+        decided_at=bindparam("b_at"),
+        decision_reason=bindparam("b_reason"),
+    )
+    .returning(*P.c)
+)
+_GET_L = select(L).where(L.c.key == bindparam("b_key"))
+_GET_L_LOCKED = _GET_L.with_for_update()
+_CLAIM = {
+    name: upsert_for(name, L).on_conflict_do_nothing(index_elements=["key"]).returning(*L.c)
+    for name in ("sqlite", "postgresql")
+}
+_FINISH = (
+    update(L)
+    .where(L.c.key == bindparam("b_key"))
+    .values(status=LedgerStatus.DONE.value, result=bindparam("b_result"), note=bindparam("b_note"),
+            updated_at=bindparam("b_at"))
+    .returning(*L.c)
+)  # fmt: skip
+
+
+def _save_checkpoint_statement(name: str) -> Any:
+    insert = upsert_for(name, C)
+    keep = ("app", "state", "status", "stop_reason", "updated_at")
+    return insert.on_conflict_do_update(index_elements=["run_id"], set_={k: insert.excluded[k] for k in keep})
+
+
+_SAVE_CHECKPOINT = {name: _save_checkpoint_statement(name) for name in ("sqlite", "postgresql")}
+
+
+def _get_proposal(conn: Connection, proposal_id: str, lock: bool = False) -> StoredProposal | None:
+    row = conn.execute(_GET_P_LOCKED if lock else _GET_P, {"b_id": proposal_id}).first()
+    return _proposal(row) if row is not None else None
+
+
+def _add_event(conn: Connection, proposal_id: str, op: str, actor: str, detail: str, now: datetime) -> None:
+    conn.execute(
+        _INSERT_E, {"proposal_id": proposal_id, "op": op, "actor": actor, "detail": detail, "at": now}
+    )
+
+
+def _add_proposal(conn: Connection, proposal: NewProposal, now: datetime) -> StoredProposal:
+    stored = StoredProposal(
+        id="prop_" + uuid.uuid4().hex,  # random, never derived from content: same content, new id
+        tenant=proposal.tenant,
+        tool=proposal.tool,
+        arguments=proposal.arguments,
+        content_hash=proposal.content_hash,
+        effect=proposal.effect,
+        proposed_by=proposal.proposed_by,
+        created_at=utc(now),
+        status=ProposalStatus.PENDING,
+        run_id=proposal.run_id,
+        step=proposal.step,
+        call_id=proposal.call_id,
+    )
+    values = {f: getattr(stored, f) for f in _PROPOSAL_FIELDS}
+    conn.execute(_INSERT_P, {**values, "status": stored.status.value})
+    _add_event(conn, stored.id, "proposed", proposal.proposed_by, proposal.content_hash, now)
+    return stored
+
+
+_PROPOSAL_FIELDS = tuple(c.name for c in P.c)
+
+
+def _find_for_call(conn: Connection, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+    row = conn.execute(
+        select(P).where(P.c.run_id == run_id, P.c.step == step, P.c.call_id == call_id)
+    ).first()
+    return _proposal(row) if row is not None else None
+
+
+def _list_proposals(
+    conn: Connection, status: ProposalStatus | None, run_id: str | None
+) -> list[StoredProposal]:
+    query = select(P).order_by(P.c.created_at, P.c.id)
+    if status is not None:
+        query = query.where(P.c.status == str(status))
+    if run_id is not None:
+        query = query.where(P.c.run_id == run_id)
+    return [_proposal(r) for r in conn.execute(query)]
+
+
+def _decide(
+    conn: Connection,
+    proposal_id: str,
+    to: ProposalStatus,
+    allowed_from: frozenset[ProposalStatus],
+    actor: str,
+    reason: str,
+    now: datetime,
+) -> StoredProposal:
+    current = _get_proposal(conn, proposal_id, lock=True)
+    if current is None:
+        raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+    if current.status not in allowed_from:
+        raise ApprovalError(
+            f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
+        )
+    row = conn.execute(
+        _DECIDE, {"b_id": proposal_id, "b_status": str(to), "b_by": actor, "b_at": now, "b_reason": reason}
+    ).one()
+    _add_event(conn, proposal_id, str(to), actor, reason, now)
+    return _proposal(row)
+
+
+def _events(conn: Connection, proposal_id: str) -> list[ApprovalEvent]:
+    rows = conn.execute(select(E).where(E.c.proposal_id == proposal_id).order_by(E.c.seq))
+    return [ApprovalEvent(r.proposal_id, r.op, r.actor, r.at, r.detail) for r in rows]
+
+
+def _ledger_entry(conn: Connection, key: str, lock: bool = False) -> LedgerEntry | None:
+    row = conn.execute(_GET_L_LOCKED if lock else _GET_L, {"b_key": key}).first()
+    return _entry(row) if row is not None else None
+
+
+def _entry_in(conn: Connection, key: str) -> LedgerEntry:
+    entry = _ledger_entry(conn, key)
+    assert entry is not None
+    return entry
+
+
+def _owned(conn: Connection, key: str, owner: str) -> LedgerEntry:
+    entry = _ledger_entry(conn, key, lock=True)
+    if entry is None:
+        raise ApprovalError("unknown_key", f"no ledger entry {key}")
+    if entry.owner != owner or entry.status is LedgerStatus.DONE:
+        raise ApprovalError("lost_ownership", f"ledger entry {key} is no longer owned by this caller")
+    return entry
+
+
+def _claim(
+    conn: Connection,
+    key: str,
+    tool: str,
+    arguments_hash: str,
+    owner: str,
+    lease_until: datetime,
+    now: datetime,
+    owner_dead: Callable[[LedgerEntry, datetime], bool],
+    proposal_id: str | None,
+    run_id: str | None,
+    worker_gone: WorkerGone | None,
+) -> Claim:
+    fresh = dict(
+        key=key, tool=tool, arguments_hash=arguments_hash, status=LedgerStatus.INTENT.value, owner=owner,
+        attempts=1, created_at=now, updated_at=now, lease_until=lease_until, proposal_id=proposal_id,
+        run_id=run_id, result=None, note="",
+    )  # fmt: skip
+    inserted = conn.execute(_CLAIM[conn.dialect.name], fresh).first()
+    if inserted is not None:
+        return Claim("run", _entry(inserted))
+    entry = _ledger_entry(conn, key, lock=True)
+    assert entry is not None
+    if entry.arguments_hash != arguments_hash or entry.tool != tool:
+        # Same key, other content: a bug or a forged key; never run, never replay.
+        raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
+    if entry.status is LedgerStatus.DONE:
+        return Claim("done", entry)
+    if entry.status is LedgerStatus.ESCALATED:
+        return Claim("escalated", entry)
+    if not owner_dead(entry, now) and not (worker_gone is not None and worker_gone(conn, entry.owner)):
+        return Claim("busy", entry)
+    # The owner died between intent and outcome: whether the effect happened is unknown.
+    conn.execute(
+        update(L)
+        .where(L.c.key == key)
+        .values(
+            status=LedgerStatus.RECONCILING.value,
+            owner=owner,
+            updated_at=now,
+            lease_until=lease_until,
+            note=f"outcome unknown: owner {entry.owner} gone during {entry.status}",
+        )
+    )
+    return Claim("reconcile", _entry_in(conn, key))
+
+
+def _finish(
+    conn: Connection, key: str, owner: str | None, result: str, note: str, now: datetime
+) -> LedgerEntry:
+    if owner is None:  # a person resolving an escalated entry
+        entry = _ledger_entry(conn, key, lock=True)
+        # Also one whose call raised and that no one is reconciling (its lease ran out): its
+        # outcome is as unknown as an escalated one's, and a person may say what happened.
+        unowned = entry is not None and entry.status is LedgerStatus.RECONCILING and entry.lease_until <= now
+        if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
+            raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
+    else:
+        entry = _owned(conn, key, owner)
+    done = {"b_key": key, "b_result": result, "b_note": note or entry.note, "b_at": now}
+    return _entry(conn.execute(_FINISH, done).one())
+
+
+def _set_ledger_status(
+    conn: Connection,
+    key: str,
+    status: LedgerStatus,
+    owner: str,
+    note: str,
+    now: datetime,
+    lease_until: datetime,
+) -> LedgerEntry:
+    _owned(conn, key, owner)
+    bump = 1 if status is LedgerStatus.INTENT else 0
+    conn.execute(
+        update(L)
+        .where(L.c.key == key)
+        .values(
+            status=str(status),
+            note=note,
+            updated_at=now,
+            lease_until=lease_until,
+            attempts=L.c.attempts + bump,
+        )
+    )
+    return _entry_in(conn, key)
+
+
+def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
+    return [_entry(r) for r in conn.execute(select(L).where(*where).order_by(L.c.created_at, L.c.key))]
+
+
+def _save_checkpoint(
+    conn: Connection, run_id: str, app: str | None, state: str, status: str, stop_reason: str, now: datetime
+) -> None:
+    values = {"run_id": run_id, "app": app, "state": state, "status": status, "updated_at": now}
+    conn.execute(_SAVE_CHECKPOINT[conn.dialect.name], {**values, "stop_reason": stop_reason})
+
+
+def _load_checkpoint(conn: Connection, run_id: str) -> Checkpoint | None:
+    row = conn.execute(select(C).where(C.c.run_id == run_id)).first()
+    return _checkpoint(row) if row is not None else None
+
+
+def _list_checkpoints(conn: Connection, status: str | None) -> list[Checkpoint]:
+    query = select(C).order_by(C.c.updated_at, C.c.run_id)
+    if status is not None:
+        query = query.where(C.c.status == status)
+    return [_checkpoint(r) for r in conn.execute(query)]
+
+
+def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool:
+    """Whether the owner ("host:pid:token") is a durable worker whose heartbeat stopped: on
+    another machine its pid cannot be checked, and its lease may run for minutes (PostgreSQL)."""
+    host, _, rest = owner.partition(":")
+    pid = rest.partition(":")[0]
+    if not pid.isdigit():
+        return False
+    row = conn.execute(
+        text(
+            "SELECT 1 FROM tether_workers WHERE host = :host AND pid = :pid"
+            " AND (heartbeat_at < now() - make_interval(secs => :secs) OR recovered_at IS NOT NULL)"
+        ),
+        {"host": host, "pid": int(pid), "secs": dead_after_s},
+    ).first()
+    return row is not None
+
+
+class SqlApprovalStore:
+    """An ``ApprovalStore`` on a ``Database``: each method one transaction, its ``a``-prefixed
+    twin the same transaction off the event loop. Any number of store objects and processes may
+    share the database."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        db.migrate("approvals")
+        # Set by a durable worker (tether.durable): a ledger owner that is a worker whose
+        # heartbeat is this many seconds old counts as dead, wherever it ran (PostgreSQL).
+        self.worker_dead_after_s: float | None = None
+
+    def _worker_gone(self) -> WorkerGone | None:
+        if self.worker_dead_after_s is None or self.db.dialect != "postgresql":
+            return None
+        return functools.partial(heartbeat_stopped, self.worker_dead_after_s)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- proposals (sync face) ---------------------------------------------------------------
+
+    def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
+        return self.db.run(_add_proposal, proposal, now)
+
+    def get_proposal(self, proposal_id: str) -> StoredProposal | None:
+        return self.db.snapshot(_get_proposal, proposal_id)
+
+    def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+        return self.db.snapshot(_find_for_call, run_id, step, call_id)
+
+    def list_proposals(
+        self, *, status: ProposalStatus | None = None, run_id: str | None = None
+    ) -> list[StoredProposal]:
+        return self.db.snapshot(_list_proposals, status, run_id)
+
+    def decide(
+        self,
+        proposal_id: str,
+        to: ProposalStatus,
+        *,
+        allowed_from: frozenset[ProposalStatus],
+        actor: str,
+        reason: str,
+        now: datetime,
+    ) -> StoredProposal:
+        return self.db.run(_decide, proposal_id, to, allowed_from, actor, reason, now)
+
+    def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
+        self.db.run(_add_event, proposal_id, op, actor, detail, now)
+
+    def events(self, proposal_id: str) -> list[ApprovalEvent]:
+        return self.db.snapshot(_events, proposal_id)
+
+    # -- proposals (async face) --------------------------------------------------------------
+
+    async def aadd_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
+        return await self.db.write(_add_proposal, proposal, now)
+
+    async def aget_proposal(self, proposal_id: str) -> StoredProposal | None:
+        return await self.db.read(_get_proposal, proposal_id)
+
+    async def afind_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+        return await self.db.read(_find_for_call, run_id, step, call_id)
+
+    async def alist_proposals(
+        self, *, status: ProposalStatus | None = None, run_id: str | None = None
+    ) -> list[StoredProposal]:
+        return await self.db.read(_list_proposals, status, run_id)
+
+    async def adecide(
+        self,
+        proposal_id: str,
+        to: ProposalStatus,
+        *,
+        allowed_from: frozenset[ProposalStatus],
+        actor: str,
+        reason: str,
+        now: datetime,
+    ) -> StoredProposal:
+        return await self.db.write(_decide, proposal_id, to, allowed_from, actor, reason, now)
+
+    async def aadd_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
+        await self.db.write(_add_event, proposal_id, op, actor, detail, now)
+
+    async def aevents(self, proposal_id: str) -> list[ApprovalEvent]:
+        return await self.db.read(_events, proposal_id)
+
+    # -- the effect ledger (sync face) -------------------------------------------------------
+
+    def claim(
+        self,
+        key: str,
+        *,
+        tool: str,
+        arguments_hash: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[LedgerEntry, datetime], bool],
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Claim:
+        return self.db.run(
+            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id,
+            self._worker_gone(),
+        )  # fmt: skip
+
+    def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> LedgerEntry:
+        return self.db.run(_finish, key, owner, result, note, now)
+
+    def set_ledger_status(
+        self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
+    ) -> LedgerEntry:
+        if status is LedgerStatus.DONE:
+            raise ValueError("use finish() to record an outcome")
+        return self.db.run(_set_ledger_status, key, status, owner, note, now, lease_until)
+
+    def ledger_entry(self, key: str) -> LedgerEntry | None:
+        return self.db.snapshot(_ledger_entry, key)
+
+    def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
+        return self.db.snapshot(_ledger_where, L.c.proposal_id == proposal_id)
+
+    def ledger_for_run(self, run_id: str) -> list[LedgerEntry]:
+        """Every ledger entry of one run, oldest first."""
+        return self.db.snapshot(_ledger_where, L.c.run_id == run_id)
+
+    def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        """Every ledger entry in one of ``statuses``, oldest first (e.g. those a person must
+        resolve: ``tether runs escalations``)."""
+        return self.db.snapshot(_ledger_where, L.c.status.in_([str(s) for s in statuses]))
+
+    # -- the effect ledger (async face) ------------------------------------------------------
+
+    async def aclaim(
+        self,
+        key: str,
+        *,
+        tool: str,
+        arguments_hash: str,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[LedgerEntry, datetime], bool],
+        proposal_id: str | None = None,
+        run_id: str | None = None,
+    ) -> Claim:
+        return await self.db.write(
+            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id,
+            self._worker_gone(),
+        )  # fmt: skip
+
+    async def afinish(
+        self, key: str, *, owner: str | None, result: str, note: str, now: datetime
+    ) -> LedgerEntry:
+        return await self.db.write(_finish, key, owner, result, note, now)
+
+    async def aset_ledger_status(
+        self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
+    ) -> LedgerEntry:
+        if status is LedgerStatus.DONE:
+            raise ValueError("use afinish() to record an outcome")
+        return await self.db.write(_set_ledger_status, key, status, owner, note, now, lease_until)
+
+    async def aledger_entry(self, key: str) -> LedgerEntry | None:
+        return await self.db.read(_ledger_entry, key)
+
+    async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]:
+        return await self.db.read(_ledger_where, L.c.proposal_id == proposal_id)
+
+    async def aledger_for_run(self, run_id: str) -> list[LedgerEntry]:
+        return await self.db.read(_ledger_where, L.c.run_id == run_id)
+
+    async def aledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        return await self.db.read(_ledger_where, L.c.status.in_([str(s) for s in statuses]))
+
+    # -- checkpoints (async only) -------------------------------------------------------------
+
+    async def save_checkpoint(
+        self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
+    ) -> None:
+        await self.db.write(_save_checkpoint, run_id, app, state, status, stop_reason, now)
+
+    async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
+        return await self.db.read(_load_checkpoint, run_id)
+
+    async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
+        """The checkpoints (with ``status`` only, if given), least recently updated first."""
+        return await self.db.read(_list_checkpoints, status)

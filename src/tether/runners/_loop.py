@@ -1,0 +1,437 @@
+"""The agent loop: observe → decide → act → observe, until the host stops it (L1, L2, L4)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from tether.chokepoint._calls import CallScope
+from tether.context._compression import ContextOverflow
+from tether.context._engine import ContextEngine
+from tether.context._pairing import ContextIntegrityError
+from tether.context._subagent import run_subtask
+from tether.core.handoff import HandoffGrants, resolve_from_trace, validate_handoff
+from tether.core.messages import AssistantMessage, UserMessage
+from tether.core.stop import RepetitionDetector, StopReason, call_signature, cancel_after
+from tether.core.types import Observation
+from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
+from tether.models._base import ModelResponse, finish_problem
+from tether.policy._trusted import TrustedContext
+from tether.runners._scope import ResumePoint, RunScope, resume_point
+from tether.runs._checkpoint import pending_calls
+from tether.runs._values import Agent, RunResult
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.chokepoint._authority import HostCore as Host
+
+__all__ = ["AgentLoop", "LoopSteps", "StopRun"]
+
+# What a run was doing when its deadline passed, as its stop detail says it.
+_DEADLINE_DETAIL = {
+    "model": "deadline passed while the model was thinking",
+    "tools": "deadline passed while tools were running",
+}
+
+_RESPONSE_FIELDS = frozenset(
+    {"kind", "model", "text", "tool_calls", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd"}
+)
+
+
+class StopRun(Exception):
+    """Internal control flow: the host has decided to stop the run."""
+
+    def __init__(self, reason: StopReason, detail: str = "", answer: str | None = None) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+        self.answer = answer
+
+
+class LoopSteps:
+    """How the loop takes its two kinds of step: asking the model, and handing a turn of tool
+    calls to the host's chokepoint. This default runs them in process; a durable runner
+    (``tether.durable``) records each as a step of a durable workflow, so a recovered run
+    neither asks the model again for a step it has nor runs a turn again."""
+
+    async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
+        return await loop.agent.model.complete(request)
+
+    async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Any:
+        return await loop.host.call_turn(calls, scope)
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        host: Host,
+        agent: Agent,
+        objective: str = "",
+        context: TrustedContext | None = None,
+        *,
+        resume: ResumePoint | None = None,
+        run_id: str | None = None,
+        steps: LoopSteps | None = None,
+    ) -> None:
+        """``resume``: a checkpointed run to continue (``resume_point``), instead of a new run of
+        ``objective`` for ``context``; ``run_id``: the id of a new run (default: a fresh one);
+        ``steps``: how model calls and tool turns are taken (default: in process)."""
+        self.host = host
+        self.agent = agent
+        self.limits = agent.limits
+        self.resuming = resume is not None
+        self.steps = steps or LoopSteps()
+        self.lifecycle = RunScope(
+            host, design="agent", objective=objective, context=context, run_id=run_id, resume=resume,
+            resumable=True,
+        )  # fmt: skip
+        self.state, self.tracer = self.lifecycle.state, self.lifecycle.tracer
+        self.trace_path = self.lifecycle.trace_path
+        run_id = self.state.run_id
+        self.offered = host.offered(agent.tools)
+        # The engine's callbacks close over what they need, not over ``self``: a run's objects
+        # then form no reference cycle and are freed when the run ends, not by a full GC pass.
+        tracer, state = self.tracer, self.state
+        self.engine = ContextEngine(
+            agent.context,
+            instructions=agent.instructions,
+            tools=self.offered,
+            model=agent.model,
+            clock=host.clock,
+            trace_dir=host.trace_dir,
+            run_id=run_id,
+            emit=lambda kind, **data: tracer.emit(EventKind(kind), **data),
+            expected_updates=self.limits.max_steps,
+        )
+
+        async def run_subagent(sub: Any, task: str) -> Any:
+            return await run_subtask(
+                _ChildRuns(host),
+                sub.agent(),
+                task,
+                context=state.context,
+                parent=tracer,
+                max_chars=sub.max_chars,
+            )
+
+        self.engine.runner = run_subagent
+        self.repetition = RepetitionDetector(self.limits.repeat_limit, self.limits.max_identical_calls)
+        self.handoff: Any = None
+        self._phase: str | None = None  # "model" or "tools" while the loop waits on one
+
+    # -- public ----------------------------------------------------------------------------
+
+    async def run(self) -> RunResult:
+        s = self.state
+        await self.lifecycle.start(self.offered, agent=self.agent.name, model=self.agent.model.name)
+        answer: str | None = None
+        try:
+            pending = pending_calls(s) if self.resuming else []
+            if not self.resuming:
+                recalled = await self.host.recall(self.agent.memory_subjects, s, self.tracer)
+                if recalled is not None:
+                    s.trajectory.append(recalled)
+                s.trajectory.extend(self.engine.opening(s.objective))
+            # The run's deadline is one cancel scope around its steps, not one per model call
+            # and per turn: whatever the run waits on when it passes (the model, a tool, a
+            # summary) is cancelled; approval settlement and checkpoints are shielded.
+            with self._deadline():
+                if pending:
+                    # Finish the turn the run paused in; its calls are settled against the store again.
+                    await self._act(pending)
+                answer = await self._loop()
+            if answer is None:  # the deadline's scope cancelled the loop
+                passed = f"deadline of {self.limits.deadline_s}s passed"
+                detail = _DEADLINE_DETAIL.get(self._phase or "", passed)
+                raise StopRun(StopReason.DEADLINE, detail, self._host_answer())
+            await self._finish(answer)
+            reason, detail = StopReason.ACCEPTED, ""
+        except StopRun as stop:
+            reason, detail = stop.reason, stop.detail
+            answer = stop.answer if stop.answer is not None else answer
+        return await self.lifecycle.finish(reason, answer=answer, detail=detail, handoff=self.handoff)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _deadline(self) -> anyio.CancelScope:
+        left = self._remaining()
+        return anyio.CancelScope() if left is None else cancel_after(left)
+
+    def _remaining(self) -> float | None:
+        if self.limits.deadline_s is None:
+            return None
+        return self.limits.deadline_s - (time.monotonic() - self.state.started)
+
+    def _check_budgets(self) -> None:
+        s, lim = self.state, self.limits
+        if (left := self._remaining()) is not None and left <= 0:
+            raise StopRun(StopReason.DEADLINE, f"deadline of {lim.deadline_s}s passed", self._host_answer())
+        if s.steps >= lim.max_steps:
+            raise StopRun(StopReason.MAX_STEPS, f"{lim.max_steps} steps taken", None)
+        if s.llm_calls >= lim.llm_calls:
+            raise StopRun(StopReason.BUDGET, f"LLM-call budget of {lim.llm_calls} used", None)
+        if lim.max_tokens is not None and s.usage.total_tokens >= lim.max_tokens:
+            raise StopRun(StopReason.BUDGET, f"token budget of {lim.max_tokens} used", None)
+        if lim.max_cost_usd is not None and s.cost_usd >= lim.max_cost_usd:
+            raise StopRun(StopReason.BUDGET, f"cost budget of ${lim.max_cost_usd} used", None)
+
+    async def _loop(self) -> str:
+        s = self.state
+        while True:
+            try:
+                self._check_budgets()
+            except StopRun as stop:
+                if stop.reason in (StopReason.BUDGET, StopReason.MAX_STEPS):
+                    stop.answer = await self._graceful_answer(stop)
+                raise
+            response = await self._ask(tools_enabled=True)
+            message = response.message
+            s.trajectory.append(message)
+            if not message.tool_calls:
+                if (cut := finish_problem(response)) is not None:  # never accepted as if whole
+                    raise StopRun(cut[0], cut[1], message.content)
+                answer = message.content or ""
+                problem = self.agent.verify(s, answer) if self.agent.verify else None
+                if problem is None:
+                    return answer
+                self.tracer.emit(EventKind.VERIFICATION_FAILED, problem=problem)
+                s.trajectory.append(
+                    UserMessage(f"<agent_status>\nanswer rejected: {problem}\n</agent_status>", "harness")
+                )
+                s.steps += 1
+                continue
+            await self._act(list(message.tool_calls))
+
+    async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
+        s, t = self.state, self.tracer
+        if s.llm_calls >= self.limits.llm_calls_hard:
+            raise StopRun(
+                StopReason.BUDGET,
+                f"hard ceiling of {self.limits.llm_calls_hard} LLM calls",
+                self._host_answer(),
+            )
+        try:
+            request = await self.engine.build(s, tools_enabled=tools_enabled)
+        except ContextOverflow as err:
+            t.emit(EventKind.CONTEXT_OVERFLOW, tokens=err.tokens, window=err.window)
+            raise StopRun(StopReason.BUDGET, str(err), self._host_answer()) from None
+        except ContextIntegrityError as err:  # providers reject such a request: stop, never send it
+            reason = StopReason.MODEL_ERROR if err.in_history else StopReason.INTERNAL_ERROR
+            t.emit(EventKind.MODEL_ERROR, error=f"unpaired tool calls: {err}")
+            raise StopRun(reason, f"unpaired tool calls: {err}", self._host_answer()) from None
+        if max_tokens is not None:
+            request = replace(request, max_tokens=max_tokens)
+        composed = self.engine.last
+        t.emit(
+            EventKind.CONTEXT_COMPOSED,
+            messages=len(request.messages),
+            tools=len(request.tools),
+            tools_enabled=tools_enabled,
+            **(composed.trace_fields() if composed else {}),
+        )
+        s.llm_calls += 1
+        self._phase = "model"
+        try:
+            response = await self.steps.complete(self, request)
+        except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
+            t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
+            raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
+        self._phase = None
+        s.usage = s.usage + response.usage
+        self.engine.observe_usage(response.usage)
+        s.cost_usd += response.cost_usd
+        t.emit(
+            EventKind.MODEL_RESPONSE,
+            model=response.model,
+            text=(response.message.content or "")[:500],
+            tool_calls=[{"id": c.id, "name": c.name} for c in response.message.tool_calls],
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            cached_tokens=response.usage.cached_tokens,
+            cost_usd=response.cost_usd,
+            # Backend facts (finish reason, retries taken, unpriced); never overriding the above.
+            **{k: v for k, v in response.meta.items() if k not in _RESPONSE_FIELDS},
+        )
+        return response
+
+    def _scope(self) -> CallScope:
+        return CallScope(
+            state=self.state,
+            tracer=self.tracer,
+            offered=self.offered,
+            harness=self.engine,
+            proposed_by=f"model:{self.agent.model.name}",
+        )
+
+    async def _act(self, calls: list[Any]) -> None:
+        """Hand the turn's calls to the host's chokepoint; then record results for the model."""
+        s, t = self.state, self.tracer
+        self._phase = "tools"
+        turn = await self.steps.turn(self, calls, self._scope())
+        self._phase = None
+        if turn.halted or turn.crashes:
+            stop = turn.stop()
+            assert stop is not None
+            raise StopRun(stop[0], stop[1], None)
+
+        malformed = all(o.status in ("reject", "unknown") for o in turn.outcomes)
+        s.malformed_turns = s.malformed_turns + 1 if malformed else 0
+        if s.malformed_turns >= self.limits.max_malformed_turns:
+            raise StopRun(StopReason.MODEL_ERROR, f"{s.malformed_turns} malformed turns in a row")
+
+        # The results enter the trajectory as the chokepoint wrote them, in proposal order.
+        s.trajectory.extend(turn.messages())
+        observed = (self._observe(turn.observations[o.call.id]) for o in turn.executed)
+        unavailable = [stop for stop in observed if stop is not None]
+        if (stop := turn.stop()) is not None:  # a question or an unknown outcome: the run is paused
+            raise StopRun(stop[0], stop[1], None)
+        # The turn is done: whatever stops the run now, a resumed run's next turn is a new step
+        # (its calls get ledger keys of their own).
+        s.steps += 1
+        if unavailable:
+            raise unavailable[0]
+
+        signatures = [
+            call_signature(o.spec.name, o.arguments)
+            for o in turn.executed
+            if o.spec and o.arguments is not None
+        ]
+        if signatures and (why := self.repetition.observe(signatures)):
+            t.emit(EventKind.REPETITION_DETECTED, detail=why)
+            raise StopRun(StopReason.REPETITION, why, self._host_answer())
+
+    def _observe(self, obs: Observation) -> StopRun | None:
+        """What the loop keeps of one result besides its message: evidence it may cite, and how
+        often its source was unavailable. Returns the stop when that is too often."""
+        s = self.state
+        if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
+            s.evidence.add(obs.data["ref"])
+        if obs.meta.get("unavailable"):
+            count = s.unavailable.get(obs.source, 0) + 1
+            s.unavailable[obs.source] = count
+            if count >= self.limits.max_unavailable:
+                why = f"source {obs.source} unavailable {count} times"
+                return StopRun(StopReason.DEPENDENCY_UNAVAILABLE, why, self._host_answer())
+        return None
+
+    # -- endings -----------------------------------------------------------------------------
+
+    def _host_answer(self) -> str:
+        """The host's own answer when the model cannot be asked: what was observed, what is missing."""
+        s = self.state
+        seen = sorted({o.tool for o in s.observations if not o.is_error})
+        failed = sorted({o.tool for o in s.observations if o.is_error})
+        parts = [f"Stopped before a verified answer to: {s.objective}"]
+        parts.append("Observed: " + (", ".join(seen) if seen else "nothing") + ".")
+        if failed:
+            parts.append("Failed: " + ", ".join(failed) + ".")
+        return " ".join(parts)
+
+    def _final_turn_refused(self) -> str | None:
+        """Why one last model turn is not affordable, or None when it is (see ``Limits``)."""
+        s, lim = self.state, self.limits
+        if not lim.final_turn_on_budget:
+            return "final turn disabled"
+        if s.llm_calls >= lim.llm_calls_hard:
+            return f"hard ceiling of {lim.llm_calls_hard} LLM calls"
+        if lim.max_tokens_hard is not None and s.usage.total_tokens >= lim.max_tokens_hard:
+            return f"hard token ceiling of {lim.max_tokens_hard}"
+        if lim.max_cost_usd_hard is not None and s.cost_usd >= lim.max_cost_usd_hard:
+            return f"hard cost ceiling of ${lim.max_cost_usd_hard}"
+        if (left := self._remaining()) is not None and left <= 0:
+            return "deadline passed"
+        return None
+
+    async def _graceful_answer(self, stop: StopRun) -> str:
+        """One last turn without tools when affordable; otherwise the host answers."""
+        s, t = self.state, self.tracer
+        refused = self._final_turn_refused()
+        t.emit(
+            EventKind.BUDGET_EXHAUSTED,
+            reason=str(stop.reason),
+            detail=stop.detail,
+            answered_by="host" if refused else "model",
+            **({"final_turn_refused": refused} if refused else {}),
+        )
+        if refused:
+            return self._host_answer()
+        s.trajectory.append(
+            UserMessage(
+                f"<agent_status>\n{stop.detail}. Tools are disabled. Answer now: state what you found, "
+                "with its source, and what is still missing.\n</agent_status>",
+                "harness",
+            )
+        )
+        try:
+            response = await self._ask(tools_enabled=False, max_tokens=self.limits.final_turn_max_tokens)
+        except StopRun:
+            return self._host_answer()
+        s.trajectory.append(AssistantMessage(content=response.message.content))
+        return response.message.content or self._host_answer()
+
+    async def _finish(self, answer: str) -> None:
+        """Validate the handoff, then let the host decide on proposed memories."""
+        s, t, agent, host = self.state, self.tracer, self.agent, self.host
+        if agent.handoff is not None:
+            data = agent.handoff(s, answer)
+            if data is not None:
+                perms = s.context.permissions
+                resolve: Any = agent.resolve_evidence or resolve_from_trace
+                try:
+                    self.handoff = validate_handoff(
+                        data,
+                        run_permissions=HandoffGrants(
+                            read=sorted(perms.read), write=sorted(perms.write)
+                        ),
+                        resolve=lambda ref: resolve(ref, s),
+                        artifact_root=host.trace_dir,
+                    )
+                except HandoffError as err:
+                    t.emit(EventKind.HANDOFF_REJECTED, problems=err.problems)
+                    raise StopRun(StopReason.INVALID_HANDOFF, "; ".join(err.problems), answer) from None
+                t.emit(EventKind.HANDOFF_VALIDATED, evidence=[str(e) for e in self.handoff.evidence])
+        if agent.remember is not None and host.memory is not None:
+            await remember(host, t, agent.remember(s), actor=f"agent:{agent.name}")
+
+
+async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent") -> None:
+    """Submit proposed memories; the store's validation decides, the trace says what happened."""
+    assert host.memory is not None
+    for record in records:
+        try:
+            written = await host.memory.propose(record, actor=actor)
+        except MemoryPolicyError as err:
+            tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason=err.reason, message=str(err))
+            continue
+        tracer.emit(
+            EventKind.MEMORY_WRITTEN,
+            subject=record.subject,
+            record_id=written.record.id,
+            status=str(written.status),
+            conflicts_with=list(written.conflicts_with),
+            valid_until=record.valid_until.isoformat(),
+        )
+
+
+async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
+    """Continue a run that paused (for an approval or an answer) or stopped on a transient
+    failure, from its checkpoint in the host's approval store. Raises ``ApprovalError``
+    (``no_store``, ``unknown_run``, ``run_finished``)."""
+    approvals = host.approvals
+    if approvals is None:
+        raise ApprovalError("no_store", "this host has no approval store to resume from")
+    point = resume_point(await approvals.store.load_checkpoint(run_id), run_id)
+    return await AgentLoop(host, agent, resume=point).run()
+
+
+class _ChildRuns:
+    """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores)."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
+        return await AgentLoop(self.host, agent, objective, context).run()

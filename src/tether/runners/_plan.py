@@ -1,0 +1,218 @@
+"""Plan-then-execute: the dual-model pattern, governed by the same gate.
+
+A **planner** sees only the user's request and the tool signatures and fixes the whole
+sequence of calls up front: each argument is either a literal the planner wrote or an
+``Extract`` — a typed value to be pulled from earlier results. Extraction from those
+(untrusted) results is done by a **quarantined extractor**: a model call that sees one
+instruction and the source text, has no tools, and whose output is validated against the
+declared type and recorded as an observation labelled with the *source's* trust class
+(tainted: an IBAN extracted from a third-party bill stays third-party). Every planned call
+then passes ``Host.call_turn`` — provenance rules included — exactly as in the agent loop.
+
+Injected text can therefore never add a call (the plan is fixed before any data is read);
+it can only try to change extracted values, which the provenance rules then judge.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import TypeAdapter, ValidationError
+
+from tether.core.messages import ToolCall
+from tether.core.stop import StopReason
+from tether.core.types import Observation
+from tether.policy._provenance import EXTRACTOR, SourceLabel, normalise
+from tether.policy._provenance import Segment as _Segment
+from tether.policy._trusted import TrustedContext
+from tether.runners._scope import RunScope
+from tether.runs._values import CallRecord, RunResult, RunState
+from tether.trace._events import EventKind
+
+__all__ = [
+    "Extract",
+    "ExtractionRequest",
+    "Extractor",
+    "Plan",
+    "PlannedCall",
+    "Planner",
+    "run_plan",
+]
+
+ValueType = Literal["string", "number", "integer", "boolean", "list[string]", "json"]
+_TYPES: dict[str, Any] = {
+    "string": str,
+    "number": float,
+    "integer": int,
+    "boolean": bool,
+    "list[string]": list[str],
+    "json": Any,  # structured values (lists of objects): validated as JSON-like only
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Extract:
+    """A value the planner cannot know: extract it from the results of ``steps`` (indices of
+    earlier planned calls; empty = all earlier results)."""
+
+    instruction: str
+    type: ValueType = "string"
+    steps: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCall:
+    tool: str
+    arguments: dict[str, Any | Extract]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    calls: tuple[PlannedCall, ...]
+    answer: Extract | None = None  # the final answer, composed by the extractor from results
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionRequest:
+    """Everything the quarantined extractor sees: no tools, no conversation, no user request."""
+
+    instruction: str
+    type: ValueType
+    sources: tuple[str, ...]
+    step: int
+    argument: str
+
+
+class Planner(Protocol):
+    async def plan(self, objective: str, tools: Sequence[dict[str, Any]]) -> Plan: ...
+
+
+class Extractor(Protocol):
+    async def extract(self, request: ExtractionRequest) -> Any: ...
+
+
+@dataclass
+class _Run:
+    state: RunState
+    results: dict[int, Observation] = field(default_factory=dict)
+
+
+async def run_plan(
+    host: Any,
+    planner: Planner,
+    extractor: Extractor,
+    objective: str,
+    *,
+    context: TrustedContext,
+    run_id: str | None = None,
+) -> RunResult:
+    """Plan once from the request, then execute every planned call through the host's chokepoint.
+    ``run_id`` continues an earlier run: the same planned calls replay recorded effects from the
+    ledger and find their proposals (a plan that changed is refused, never run on an old approval).
+
+    A denied call or a failed extraction skips that step (recorded) and the plan goes on; the
+    run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
+    """
+    if not host._started:
+        await host.start()
+    run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
+    state, tracer = run.state, run.tracer
+    offered = host.offered()
+    await run.start(offered)
+    plan = await planner.plan(objective, [s.wire() for s in offered])
+    tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
+    scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)
+    progress = _Run(state)
+    allowed = 0
+    for i, planned in enumerate(plan.calls):
+        try:
+            arguments = {
+                name: await _resolve(progress, extractor, v, i, name) if isinstance(v, Extract) else v
+                for name, v in planned.arguments.items()
+            }
+        except _ExtractionFailed as err:
+            tracer.emit(EventKind.TOOL_ERROR, tool=planned.tool, error="extraction_failed", message=str(err))
+            state.calls.append(CallRecord(f"plan_{i}", planned.tool, None, "rejected", str(err)))
+            continue
+        call = ToolCall(f"plan_{i}", planned.tool, json.dumps(arguments, ensure_ascii=False, default=str))
+        state.steps = i
+        turn = await host.call(call, scope)
+        if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
+            return await run.finish(stop[0], detail=stop[1], steps=len(state.calls))
+        if call.id not in turn.observations:
+            continue  # denied or rejected: recorded by the host; the plan goes on
+        allowed += 1
+        progress.results[i] = turn.observations[call.id]
+    answer = None
+    if plan.answer is not None:
+        try:
+            answer = str(
+                await _resolve(progress, extractor, plan.answer, len(plan.calls), "answer", may_be_empty=True)
+            )
+        except _ExtractionFailed as err:
+            answer = f"(no answer: {err})"
+    reason = StopReason.ACCEPTED if allowed or not plan.calls else StopReason.POLICY_DENIED
+    return await run.finish(reason, answer=answer, steps=len(state.calls))
+
+
+class _ExtractionFailed(Exception):
+    pass
+
+
+async def _resolve(
+    run: _Run, extractor: Extractor, spec: Extract, step: int, argument: str, *, may_be_empty: bool = False
+) -> Any:
+    steps = spec.steps or tuple(sorted(run.results))
+    sources = [run.results[s] for s in steps if s in run.results and not run.results[s].is_error]
+    if not sources and not may_be_empty:
+        raise _ExtractionFailed(f"no result to extract {argument!r} from")
+    request = ExtractionRequest(spec.instruction, spec.type, tuple(o.text for o in sources), step, argument)
+    try:
+        raw = await extractor.extract(request)
+        value = TypeAdapter(_TYPES[spec.type]).validate_python(raw, strict=True)
+    except ValidationError as err:
+        raise _ExtractionFailed(
+            f"extracted {argument!r} is not a {spec.type}: {err.errors()[0]['msg']}"
+        ) from None
+    except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
+        raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
+    # The value enters the run as an observation of the quarantined extractor, carrying the
+    # least trusted class among its sources: extraction never launders untrusted data.
+    labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
+        SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
+    ]
+    trust = _least_trusted({lbl.trust for lbl in labels})
+    label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
+    segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
+    run.state.observations.append(
+        Observation(
+            call_id=f"extract_{step}_{argument}",
+            tool=EXTRACTOR,
+            source="extractor",
+            observed_at=run.state.started_at,
+            text=json.dumps(value, ensure_ascii=False),
+            data={"value": value},
+            meta={"provenance": segments, "sources": [{"record_id": None, "author": None, "trust": trust}]},
+        )
+    )
+    return value
+
+
+def _scalars(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list) else [value]
+
+
+# Order of integrity used to taint extracted values; unknown classes (``private``…) count as
+# least trusted. Confidentiality is followed separately: the source observation stays in the
+# run, so its private values are still found inside any argument that carries them.
+TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
+
+
+def _least_trusted(classes: set[str]) -> str:
+    unknown = [c for c in classes if c not in TRUST_ORDER]
+    if unknown:
+        return sorted(unknown)[0]
+    return max(classes, key=TRUST_ORDER.index) if classes else "third_party"

@@ -1,0 +1,311 @@
+"""The run scope: the one owner of a run's lifecycle, whichever runner drives it.
+
+The agent loop (and its subagents), a workflow, a plan, the approval desk, the MCP
+elicitation resume and a durable worker each open a ``RunScope`` and write none of this
+themselves:
+
+- the run id, its tracer (and trace file) and its ``RunState``;
+- the tracer's knowledge of which arguments each tool declares secret (``declare_secrets``:
+  local and MCP tools alike, for every runner), so their values are redacted from every event;
+- the ``run_started`` event (``run_resumed`` for a resumed run), always with the tenant and
+  the roles, and the one ``stop`` event;
+- the checkpoint a run leaves when it stops: ``stopped`` after a transient failure (a model
+  error, an unavailable dependency), so ``resume`` continues it; ``finished`` when a resumed
+  run ends, so nobody resumes it again;
+- the ``RunResult``.
+
+A pause is checkpointed where it happens, by the chokepoint (``HostCore.call_turn``): a ``Turn``
+comes back settled. ``resume_point`` is the one rule of what may be resumed, for embedded
+and durable runs alike; ``rebuild`` and ``resume_rebuilt`` the one path an embedded run is
+continued by (``tether resume`` and the console's Resume alike).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+
+from tether.chokepoint._calls import CallScope, Harness
+from tether.core.stop import StopReason
+from tether.errors import ApprovalError, ConfigError
+from tether.policy._trusted import TrustedContext
+from tether.runs._checkpoint import CheckpointError, restore_trace, state_from_json, state_to_json
+from tether.runs._values import RunResult, RunState
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.chokepoint._authority import HostCore as Host
+    from tether.core.handoff import Handoff
+    from tether.tools._contract import ToolSpec
+    from tether.trace._tracer import Tracer
+
+__all__ = [
+    "TRANSIENT",
+    "ResumePoint",
+    "RunScope",
+    "declare_secrets",
+    "rebuild",
+    "resume_point",
+    "resume_rebuilt",
+]
+
+# Stops a run may be continued from: nothing the host decided ended it, and its state up to
+# the failure is kept (effects already recorded replay from the ledger, never run again).
+TRANSIENT: Final = frozenset({StopReason.MODEL_ERROR, StopReason.DEPENDENCY_UNAVAILABLE})
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """A checkpoint that may be continued: the run state (JSON), why it stopped, and the
+    application that wrote it."""
+
+    state: str
+    status: str  # "paused" (for a person) or "stopped" (a transient failure)
+    app: str | None = None
+    stop_reason: str | None = None
+
+
+def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
+    """What ``resume`` continues from, given the stored checkpoint of ``run_id`` (or None).
+
+    Raises ``ApprovalError`` (``unknown_run``: no checkpoint; ``run_finished``: it ended)."""
+    if checkpoint is None:
+        raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
+    if checkpoint.status == "finished":
+        raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
+    return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
+
+
+# Factories that checkpoints name, under the import paths earlier releases wrote: a run paused
+# before a module moved still resumes (the checkpoint is never rewritten; the name is resolved).
+RENAMED_APPS = {"tether.agentrecord:rebuild": "tether.agents._record:rebuild"}
+
+
+def current_app(app: str) -> str:
+    """The import path a checkpoint's ``app`` names today (``RENAMED_APPS``)."""
+    return RENAMED_APPS.get(app, app)
+
+
+def rebuild(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
+    """The host and agent of ``run_id``, built by the application factory its checkpoint names
+    (``module:function``: host code chosen by the application that started the run, never by
+    the model), called with the approval store's path — and the run id, when the factory takes
+    one (``tether.agents._record:rebuild`` rebuilds an agent file's run; ``tether mcp run``'s too).
+
+    Raises ``ConfigError`` naming the factory when it cannot be loaded or cannot rebuild."""
+    import importlib
+    import inspect
+
+    module_name, _, function = current_app(app).partition(":")
+    if not module_name or not function:
+        raise ConfigError(f"the run's factory {app!r} is not module:function")
+    try:
+        factory = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"cannot load the run's factory {app!r}: {err}") from None
+    try:
+        takes_run_id = "run_id" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_run_id = False
+    built = factory(db, run_id=run_id) if takes_run_id else factory(db)
+    if not (isinstance(built, tuple) and len(built) == 2):
+        raise ConfigError(f"the run's factory {app!r} must return (host, agent), not {type(built).__name__}")
+    return built[0], built[1]
+
+
+async def resume_rebuilt(host: Any, agent: Any, run_id: str) -> RunResult:
+    """Continue ``run_id`` on a host and agent ``rebuild`` made, then close both (the host's
+    sources and the model's client). Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+    try:
+        result: RunResult = await host.resume(agent, run_id)
+    finally:
+        await host.aclose()
+        close = getattr(agent.model, "aclose", None)
+        if close is not None:
+            await close()
+    return result
+
+
+def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
+    """Tell ``tracer`` which arguments each tool declares secret (``ToolSpec.secret_arguments``:
+    JSON Schema ``writeOnly`` / ``format: password`` / ``x-secret-arguments``), whatever its
+    source: a local tool's contract or an MCP server's input schema. The chokepoint then learns
+    their values from each proposed call before anything is written (``Redactor.learn``).
+
+    A tool is declared under its name and, when no other tool claims it, under its bare remote
+    name (an MCP tool's name at its server), which the host also resolves a call by."""
+    specs = list(specs)
+    names = {spec.name for spec in specs}
+    remotes: dict[str, int] = {}
+    for spec in specs:
+        if spec.remote_name:
+            remotes[spec.remote_name] = remotes.get(spec.remote_name, 0) + 1
+    for spec in specs:
+        secret = spec.secret_arguments
+        if not secret:
+            continue
+        tracer.redactor.declare(spec.name, secret)
+        remote = spec.remote_name
+        if remote and remote not in names and remotes.get(remote) == 1:
+            tracer.redactor.declare(remote, secret)
+
+
+class RunScope:
+    """One run, from its id to its result. Build one per run; ``start`` it, hand its ``calls``
+    scope to the chokepoint, and ``finish`` it exactly once.
+
+    ``resume``: continue the checkpointed run instead of starting one (state restored, the
+    trace goes on numbering). ``resumable``: the run can be resumed from its checkpoint (an
+    agent run), so a transient stop leaves one. ``checkpoints``: pauses are checkpointed (off
+    for runners whose state is a throwaway: the desk and the MCP resume). ``trace_id``: the
+    trace file's name when it is not the run id (a desk execution of a run's proposal).
+    """
+
+    def __init__(
+        self,
+        host: Host,
+        *,
+        design: str,
+        objective: str = "",
+        context: TrustedContext | None = None,
+        run_id: str | None = None,
+        resume: ResumePoint | None = None,
+        resumable: bool = False,
+        checkpoints: bool = True,
+        trace_id: str | None = None,
+        step: int = 0,
+    ) -> None:
+        self.host = host
+        self.design = design
+        self.resumed = resume
+        self.resumable = resumable
+        self.checkpoints = checkpoints and host.approvals is not None
+        if resume is not None:
+            state = state_from_json(resume.state)
+            if resume.status == "stopped":
+                state.unavailable = {}  # a retry after an outage: the dependency gets its allowance again
+        else:
+            if context is None:
+                raise TypeError("a new run needs its trusted context (or a resume point)")
+            state = RunState(
+                run_id or host.new_run_id(), objective, context, time.monotonic(), host.clock(), steps=step
+            )
+        self.state = state
+        self.tracer, self.trace_path = host.new_tracer(trace_id or state.run_id)
+        declare_secrets(self.tracer, host.known_tools())  # again at start: a host started late
+        if resume is not None:
+            restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
+        self._finished: RunResult | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    async def start(self, tools: Sequence[ToolSpec], **about: str) -> None:
+        """Emit the run's first event (what it is, for whom, with which tools) and the launches
+        of the host's sources. ``about``: the runner's own description (agent and model, or
+        workflow)."""
+        s = self.state
+        declare_secrets(self.tracer, [*self.host.known_tools(), *tools])  # tools: harness ones too
+        self.tracer.emit(
+            EventKind.RUN_RESUMED if self.resumed is not None else EventKind.RUN_STARTED,
+            design=self.design,
+            **about,
+            objective=s.objective,
+            tenant=s.context.tenant,
+            roles=sorted(s.context.roles),
+            tools=[spec.name for spec in tools],
+        )
+        await self.host.trace_launches(self.tracer)
+
+    def calls(
+        self,
+        offered: Sequence[ToolSpec],
+        *,
+        proposed_by: str,
+        harness: Harness | None = None,
+        stop_on_denial: bool | None = None,
+        proposals: Mapping[str, str] | None = None,
+    ) -> CallScope:
+        """The scope the chokepoint runs this run's calls in."""
+        return CallScope(
+            state=self.state,
+            tracer=self.tracer,
+            offered=offered,
+            harness=harness,
+            proposed_by=proposed_by,
+            checkpoint=self.checkpoints,
+            stop_on_denial=stop_on_denial,
+            proposals=proposals or {},
+        )
+
+    async def finish(
+        self,
+        reason: StopReason,
+        *,
+        answer: str | None = None,
+        detail: str = "",
+        handoff: Handoff | None = None,
+        steps: int | None = None,
+    ) -> RunResult:
+        """End the run with one stop reason: checkpoint it (see the module docstring), emit
+        ``stop``, close the trace and build the result. Raises ``RuntimeError`` if called twice."""
+        if self._finished is not None:
+            raise RuntimeError(f"run {self.run_id} already finished ({self._finished.stop_reason})")
+        s = self.state
+        steps = s.steps if steps is None else steps
+        detail = await self._checkpoint_stop(reason, detail)
+        self.tracer.emit(
+            EventKind.STOP, reason=str(reason), detail=detail, design=self.design, steps=steps,
+            llm_calls=s.llm_calls,
+        )  # fmt: skip
+        self.tracer.close()
+        self._finished = RunResult(
+            run_id=s.run_id,
+            stop_reason=reason,
+            answer=answer,
+            design=self.design,
+            detail=detail,
+            handoff=handoff,
+            trace_path=self.trace_path,
+            steps=steps,
+            llm_calls=s.llm_calls,
+            usage=s.usage,
+            cost_usd=s.cost_usd,
+            calls=s.calls,
+            events=self.tracer.events,
+            elapsed_s=time.monotonic() - s.started,
+            outputs=s.outputs,
+            observations=s.observations,
+            pending_proposals=list(s.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
+        )
+        return self._finished
+
+    async def _checkpoint_stop(self, reason: StopReason, detail: str) -> str:
+        """Leave the checkpoint this stop calls for; returns the stop's detail (with why a
+        checkpoint could not be written, if so)."""
+        approvals = self.host.approvals
+        if approvals is None or not self.checkpoints or reason is StopReason.APPROVAL_REQUIRED:
+            return detail  # a pause was checkpointed by the chokepoint when it happened
+        if self.resumable and reason in TRANSIENT:
+            status = "stopped"
+        elif self.resumed is not None:
+            status = "finished"
+        else:
+            return detail  # a run that never paused leaves nothing to resume
+        try:
+            text = state_to_json(self.state)
+        except CheckpointError as err:
+            return f"{detail} (not resumable: {err})".strip()
+        app = self.resumed.app if self.resumed is not None and self.resumed.app else approvals.app
+        with anyio.CancelScope(shield=True):
+            await approvals.store.save_checkpoint(
+                self.run_id, app=app, state=text, status=status, stop_reason=str(reason),
+                now=self.host.clock(),
+            )  # fmt: skip
+        return detail

@@ -1,0 +1,136 @@
+"""Deterministic workflows (L3): known steps, a fixed tool sequence, fields extracted by schema.
+
+A workflow passes through the same host gate and produces the same kind of trace as an
+agent. Free text in a result is never read as an instruction: a step reads only the
+fields its ``extract`` schema names. A step may be an agentic node (``AgentNode``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from tether.chokepoint._calls import CallScope
+from tether.core.messages import ToolCall
+from tether.core.stop import StopReason
+from tether.policy._trusted import TrustedContext
+from tether.runners._loop import AgentLoop
+from tether.runners._scope import RunScope
+from tether.runs._values import Agent, RunResult
+from tether.trace._events import EventKind
+
+if TYPE_CHECKING:
+    from tether.chokepoint._authority import HostCore as Host
+
+__all__ = ["AgentNode", "Step", "Workflow", "run_workflow"]
+
+Arguments = Mapping[str, Any] | Callable[[dict[str, Any]], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class Step:
+    """Call ``tool`` with ``arguments`` (fixed, or computed from earlier outputs); keep only the
+    fields of ``extract`` under ``name``."""
+
+    name: str
+    tool: str
+    arguments: Arguments
+    extract: type[BaseModel] | None = None
+
+
+@dataclass(frozen=True)
+class AgentNode:
+    """An agentic node inside a workflow: its answer is stored under ``name``."""
+
+    name: str
+    agent: Agent
+    objective: Callable[[dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    steps: Sequence[Step | AgentNode]
+    answer: Callable[[dict[str, Any]], str]
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+async def run_workflow(
+    host: Host,
+    workflow: Workflow,
+    objective: str,
+    context: TrustedContext,
+    *,
+    rollback_from: dict[str, Any] | None = None,
+    run_id: str | None = None,
+) -> RunResult:
+    """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
+    of the same workflow: its steps run again under the same call ids, so recorded side effects
+    replay from the ledger and approved proposals are found instead of asked again."""
+    run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
+    state = run.state
+    scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
+    await run.start(scope.offered, workflow=workflow.name)
+    if rollback_from is not None:
+        run.tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
+    reason, detail, answer = StopReason.ACCEPTED, "", None
+    try:
+        for i, step in enumerate(workflow.steps, 1):
+            run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
+            if isinstance(step, AgentNode):
+                sub = await AgentLoop(host, step.agent, step.objective(state.outputs), context).run()
+                run.tracer.emit(
+                    EventKind.WORKFLOW_STEP,
+                    step=step.name,
+                    child_run=sub.run_id,
+                    stop_reason=str(sub.stop_reason),
+                )
+                if not sub.ok:
+                    reason, detail = sub.stop_reason, f"agent node {step.name}: {sub.detail}"
+                    break
+                state.outputs[step.name] = sub.answer
+                continue
+            stop = await _run_step(host, scope, step)
+            if stop is not None:
+                reason, detail = stop
+                break
+        else:
+            answer = workflow.answer(state.outputs)
+    except (KeyError, TypeError, ValueError) as err:  # a bug in the workflow's own code: loud
+        reason, detail = StopReason.INTERNAL_ERROR, f"{type(err).__name__}: {err}"
+    return await run.finish(reason, answer=answer, detail=detail)
+
+
+async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
+    state = scope.state
+    args = step.arguments(state.outputs) if callable(step.arguments) else step.arguments
+    call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
+    turn = await host.call(call, scope)
+    state.steps += 1
+    if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
+        return stop
+    outcome = turn.outcomes[0]
+    if call.id not in turn.observations:  # rejected at intake, or unknown: a fixed sequence cannot go on
+        why = outcome.error or (outcome.decision.reason if outcome.decision else outcome.status)
+        return StopReason.POLICY_DENIED, f"{call.name}: {why}"
+    obs = turn.observations[call.id]
+    if obs.is_error:
+        # A fixed sequence has no plan B: the dependency did not deliver what the next step needs.
+        return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name} failed: {obs.text[:200]}"
+    if step.extract is None:
+        state.outputs[step.name] = obs.data
+        return None
+    try:
+        data = obs.data if isinstance(obs.data, dict) else json.loads(obs.text)
+        # Only the declared fields survive; free text elsewhere is never looked at.
+        state.outputs[step.name] = step.extract.model_validate(data)
+    except (ValidationError, ValueError) as err:
+        return (
+            StopReason.DEPENDENCY_UNAVAILABLE,
+            f"{call.name}: result does not match {step.extract.__name__}: {err}",
+        )
+    return None

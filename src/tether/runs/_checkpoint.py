@@ -1,0 +1,175 @@
+"""Pausing a run for approval and resuming it, possibly in another process (T5 in the loop).
+
+When the model proposes calls that need approval, every one of them is stored as a pending
+proposal (keyed by run and call id), the run state is checkpointed in the approval store and the
+run stops with ``approval_required``. Nothing of that turn has run yet. ``resume_run`` restores
+the state and settles the same turn again: approved calls run with their *stored* arguments
+(through the effect ledger, so a call is never repeated), a denied or invalidated one ends the
+run ``approval_denied``, a still-pending one pauses it again.
+
+The checkpoint holds the run's working state (trajectory, observations, counters), never more:
+the agent's configuration and the host's authority are rebuilt by the application.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from typing import Any, Final, Literal
+
+from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
+from tether.errors import ApprovalError
+from tether.runs._values import RunState
+from tether.trace._events import EventKind, TraceEvent
+from tether.trace._tracer import read_trace
+
+__all__ = [
+    "CheckpointError",
+    "pending_calls",
+    "restore_trace",
+    "state_from_json",
+    "state_to_json",
+]
+
+CHECKPOINT_VERSION: Final = 2
+
+
+# -- run state <-> JSON -----------------------------------------------------------------------
+#
+# The checkpoint is the run state as pydantic serialises it by its type hints (one TypeAdapter
+# over ``RunState``: messages, observations, memory records, usage, context), with a
+# ``version`` beside the fields, so a field added to ``RunState`` is carried without anyone
+# touching this file. Version 1 (the same fields, written one by one) is still read.
+#
+# Fields typed ``Any`` (observation data and meta, call arguments, workflow outputs, usage extra)
+# are stored in their JSON form and come back in that form: object keys become strings, tuples
+# and sets become lists, a pydantic model or a dataclass becomes an object, a datetime an ISO
+# string, NaN and infinities stay floats. A value with no JSON form (an arbitrary object, a
+# string with a lone surrogate) is refused with ``CheckpointError("unserializable_state")``
+# naming where it sits; nothing is dropped quietly.
+
+
+class CheckpointError(ApprovalError):
+    """A checkpoint that cannot be written (``unserializable_state``) or read back
+    (``bad_checkpoint``: not JSON, unknown version, or not the run-state schema)."""
+
+
+@with_config(ConfigDict(extra="forbid"))
+@dataclasses.dataclass
+class _Checkpoint(RunState):
+    """What is stored: every field of the run state, and the format's version."""
+
+    version: Literal[2] = 2
+
+
+@functools.cache
+def _adapters() -> tuple[TypeAdapter[RunState], TypeAdapter[_Checkpoint]]:
+    # RunState names MemoryRecord only for type checkers; pydantic resolves that forward
+    # reference in this frame's namespace (the TypeAdapter's parent frame). Imported here,
+    # not at module level, because tether.memory imports the run machinery.
+    from tether.memory import MemoryRecord  # noqa: F401
+
+    return TypeAdapter(RunState), TypeAdapter(_Checkpoint)
+
+
+def _json_form(value: Any) -> Any:
+    return to_jsonable_python(value, inf_nan_mode="constants")
+
+
+def _encode(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=_json_form)
+    text.encode("utf-8")  # a lone surrogate cannot be stored as text: fail here, by name
+    return text
+
+
+def _culprit(value: Any, path: str) -> str:
+    """Where in ``value`` the first part without a JSON form sits (called only on failure)."""
+    if isinstance(value, dict):
+        children: list[tuple[str, Any]] = [(f"{path}[{k!r}]", v) for k, v in value.items()]
+    elif isinstance(value, (list, tuple)):
+        children = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        children = [(f"{path}.{f.name}", getattr(value, f.name)) for f in dataclasses.fields(value)]
+    else:
+        return path
+    for where, child in children:
+        try:
+            _encode(child)
+        except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError):
+            return _culprit(child, where)
+    return path
+
+
+def state_to_json(s: RunState) -> str:
+    """The checkpoint of a run's working state, as JSON text.
+
+    Raises ``CheckpointError`` (``unserializable_state``) when a value has no JSON form."""
+    fields = _adapters()[0].dump_python(s, mode="python")
+    try:
+        return _encode({"version": CHECKPOINT_VERSION, **fields})
+    except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError) as err:
+        where = _culprit(s, "state")
+        raise CheckpointError(
+            "unserializable_state", f"cannot checkpoint {where}: {type(err).__name__}: {err}"
+        ) from None
+
+
+def state_from_json(text: str) -> RunState:
+    """Rebuild a ``RunState`` from ``state_to_json`` (version 2, or the older version 1); the
+    deadline clock restarts on resume. Raises ``CheckpointError`` (``bad_checkpoint``)."""
+    adapter = _adapters()[1]
+    try:
+        doc = adapter.validate_json(text, strict=True)
+    except ValidationError as err:
+        doc = _validate_older(adapter, text, err)
+    state = RunState(**{f.name: getattr(doc, f.name) for f in dataclasses.fields(RunState)})
+    state.started = time.monotonic()
+    return state
+
+
+def _validate_older(adapter: TypeAdapter[_Checkpoint], text: str, err: ValidationError) -> _Checkpoint:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise CheckpointError("bad_checkpoint", "the checkpoint is not JSON") from None
+    version = data.get("version") if isinstance(data, dict) else None
+    if version == CHECKPOINT_VERSION:
+        raise CheckpointError("bad_checkpoint", f"the checkpoint does not fit the run state: {err}") from None
+    if version != 1:
+        raise CheckpointError("bad_checkpoint", f"checkpoint version {version!r} is not supported")
+    # Version 1 held the same fields without the monotonic start (reset on resume anyway).
+    upgraded = {**data, "version": CHECKPOINT_VERSION, "started": 0.0}
+    try:
+        return adapter.validate_json(json.dumps(upgraded), strict=True)
+    except ValidationError as err1:
+        raise CheckpointError("bad_checkpoint", f"the version 1 checkpoint does not fit: {err1}") from None
+
+
+# -- resuming ----------------------------------------------------------------------------------
+
+
+def restore_trace(tracer: Any, path: Any) -> None:
+    """Load the events already written for this run so the tracer continues their numbering."""
+    if path is None or not path.exists():
+        return
+    for line in read_trace(path):
+        try:
+            kind = EventKind(line.pop("kind"))
+        except ValueError:
+            continue
+        run_id, seq, ts = line.pop("run_id", ""), line.pop("seq", 0), line.pop("ts", "")
+        tracer.events.append(TraceEvent(run_id, int(seq), str(ts), kind, line))
+
+
+def pending_calls(state: RunState) -> list[ToolCall]:
+    """The tool calls of the turn a checkpoint stopped at (the last assistant message)."""
+    for m in reversed(state.trajectory):
+        if isinstance(m, AssistantMessage):
+            answered = {x.tool_call_id for x in state.trajectory if isinstance(x, ToolMessage)}
+            return [c for c in m.tool_calls if c.id not in answered]
+    return []

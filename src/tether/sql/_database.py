@@ -1,0 +1,381 @@
+"""The one way tether touches a database: ``Database``, on SQLAlchemy Core, for SQLite and PostgreSQL.
+
+Every store holds a ``Database`` and runs each operation as one short transaction of it:
+``write(fn, *args)`` / ``read(fn, *args)`` await ``fn(conn, *args)`` in an anyio worker thread,
+so the event loop never waits on a lock, the disk or the network (``run`` and ``snapshot`` are
+the same on the caller's thread, for the CLI edge and for threads of our own). ``fn`` gets a
+SQLAlchemy ``Connection`` inside the transaction; it commits when ``fn`` returns and rolls back
+when it raises. Errors of the database come out as the driver's own (``sqlite3.Error``,
+``psycopg.Error``), not wrapped.
+
+SQLite: ``BEGIN IMMEDIATE`` for writes (the write lock is taken before the first read, so a
+check and the write it guards cannot interleave with another writer), a deferred ``BEGIN`` for
+reads (one snapshot). Connections are set up alike: WAL, a busy timeout, foreign keys on,
+``synchronous=NORMAL`` (a commit survives a crash of the process, which is what the effect
+ledger's exactly-once is proven against; ``FULL`` also survives a power cut, at one fsync per
+commit: see bench/storage.py). Writers of one process queue on an in-process lock per file
+instead of SQLite's sleeping busy handler; writers of other processes meet the busy timeout.
+
+PostgreSQL: one pool per ``Database``, shared by every store of a deployment; the URL's
+``schema`` parameter puts every table in that schema. When the connection is lost *before*
+the commit is sent nothing was written and the operation is retried on a fresh connection; a
+loss during the commit itself leaves the outcome unknown and raises ``StoreUnavailable``.
+
+Tables are declared once (``tether.sql._tables``); ``migrate(concern)`` applies the concern's
+ordered, named migrations not yet recorded in ``_migrations`` (the table today's files already
+have), in one transaction, serialised across processes.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+
+import anyio.to_thread
+from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.pool import QueuePool
+
+from tether.sql._postgres import PgUrl, StoreUnavailable
+from tether.sql._tables import CONCERNS, METADATA
+from tether.sql._tables import migrations as migrations_table
+
+__all__ = ["MIGRATIONS", "Database", "Migration", "Synchronous", "blocking"]
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+Migration = tuple[str, Callable[[Connection], None]]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+_RETRIES = 3
+
+
+def _create(concern: str) -> Callable[[Connection], None]:
+    """Create what is missing of the concern's tables and indexes (a file written by older code
+    has the tables: what it lacks is added, what it has is kept, data included)."""
+
+    def step(conn: Connection) -> None:
+        tables = CONCERNS[concern]
+        METADATA.create_all(conn, tables=list(tables), checkfirst=True)
+        for table in tables:
+            for index in table.indexes:
+                index.create(conn, checkfirst=True)
+
+    return step
+
+
+# Per concern, in order. A new schema change is appended as a named step (SQLAlchemy DDL on the
+# connection); a name, once released, never changes.
+MIGRATIONS: dict[str, tuple[Migration, ...]] = {
+    concern: ((f"{concern}.001_tables", _create(concern)),) for concern in CONCERNS
+}
+
+# One write lock per SQLite file per process, shared by every Database on that file.
+_WRITE_LOCKS: dict[str, threading.Lock] = {}
+_WRITE_LOCKS_GUARD = threading.Lock()
+_held = threading.local()  # the files this thread is inside a transaction on
+
+
+def _reset_after_fork() -> None:
+    # A lock held by another thread of the parent would stay held forever in the child.
+    global _WRITE_LOCKS_GUARD
+    _WRITE_LOCKS.clear()
+    _WRITE_LOCKS_GUARD = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+def _write_lock(key: str) -> threading.Lock:
+    with _WRITE_LOCKS_GUARD:
+        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+
+
+def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
+    """Await ``fn(*args, **kw)`` from synchronous code: the CLI's edge and threads of our own
+    (a durable worker's duties). Never on the event loop's thread, which must await instead
+    (this raises ``RuntimeError`` there)."""
+    return anyio.run(functools.partial(fn, *args, **kw))
+
+
+class Database:
+    """One SQLite file (``Database.sqlite``) or one PostgreSQL database and schema
+    (``Database.postgresql``), its migrations, and a pool of identically configured connections.
+
+    Build once at setup, never per call. Building a SQLite one creates the file and switches
+    it to WAL, so a wrong path fails at wiring time (``sqlite3.Error``/``OSError``); a
+    PostgreSQL one connects on first use (``StoreUnavailable`` when unreachable).
+    """
+
+    def __init__(self, engine: Engine, *, key: str, busy_timeout_s: float = 30.0) -> None:
+        self.engine = engine
+        self.dialect: str = engine.dialect.name
+        self.busy_timeout_s = busy_timeout_s
+        self._key = key
+        self._closed = False
+        self._pid = os.getpid()
+        self._migrated: set[str] = set()
+        self._lock = threading.Lock()
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout_s: float = 30.0,
+        pool_size: int = 4,
+        synchronous: Synchronous = "NORMAL",
+    ) -> Database:
+        if busy_timeout_s < 0 or pool_size < 1:
+            raise ValueError("busy_timeout_s must be >= 0 and pool_size >= 1")
+        file = Path(path)
+        file.parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            f"sqlite:///{file}",
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=-1,
+            # Every transaction ends in a commit or a rollback of ours: nothing to reset on return.
+            pool_reset_on_return=None,
+            connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+        )
+
+        @event.listens_for(engine, "connect")
+        def _setup(dbapi: Any, _record: Any) -> None:
+            dbapi.isolation_level = None  # we say BEGIN ourselves (below), as SQLite means it
+            dbapi.execute("PRAGMA foreign_keys=ON")
+            dbapi.execute(f"PRAGMA synchronous={synchronous}")
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            write = conn.get_execution_options().get("tether_write", True)
+            # On the driver's connection: a statement through SQLAlchemy costs as much again.
+            conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")  # type: ignore[union-attr]
+
+        db = cls(engine, key=os.path.abspath(file), busy_timeout_s=busy_timeout_s)
+        db.path = file
+        db.synchronous = synchronous
+        raw = sqlite3.connect(file, timeout=busy_timeout_s)
+        try:
+            raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
+        finally:
+            raw.close()
+        return db
+
+    @classmethod
+    def postgresql(
+        cls,
+        url: str | PgUrl,
+        *,
+        max_size: int = 8,
+        timeout_s: float = 15.0,
+        application_name: str | None = None,
+    ) -> Database:
+        pg = url if isinstance(url, PgUrl) else PgUrl.parse(url)
+        options = "-c TimeZone=UTC" + (f" -c search_path={pg.schema}" if pg.schema else "")
+        name = application_name or f"tether:{pg.schema or 'public'}"
+        engine = create_engine(
+            pg.sqlalchemy(),
+            pool_size=max_size,
+            max_overflow=0,
+            pool_timeout=timeout_s,
+            pool_pre_ping=True,
+            connect_args={
+                "options": options,
+                "connect_timeout": max(1, int(timeout_s)),
+                "application_name": name,
+            },
+        )
+        db = cls(engine, key=pg.redacted())
+        db.url = pg
+        db.application_name = name
+        return db
+
+    path: Path | None = None
+    synchronous: Synchronous = "NORMAL"
+    url: PgUrl | None = None
+    application_name: str = ""
+
+    @property
+    def schema(self) -> str | None:
+        return self.url.schema if self.url is not None else None
+
+    def __repr__(self) -> str:
+        return f"Database({self._key!r})"
+
+    # -- operations ----------------------------------------------------------------------------
+
+    async def write(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
+        """``fn(conn, *args)`` in one write transaction, in a worker thread. Once started, the
+        transaction finishes (commit or rollback) even if the caller is cancelled meanwhile."""
+        call = functools.partial(self._transaction, True, lambda conn: fn(conn, *args, **kw))
+        return await anyio.to_thread.run_sync(call)
+
+    async def read(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
+        """``fn(conn, *args)`` in one read transaction (a snapshot on SQLite), in a worker thread."""
+        call = functools.partial(self._transaction, False, lambda conn: fn(conn, *args, **kw))
+        return await anyio.to_thread.run_sync(call)
+
+    def run(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
+        """``write`` on the caller's thread: for the CLI edge and threads of our own, never the loop."""
+        return self._transaction(True, lambda conn: fn(conn, *args, **kw))
+
+    def snapshot(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
+        """``read`` on the caller's thread (see ``run``)."""
+        return self._transaction(False, lambda conn: fn(conn, *args, **kw))
+
+    def close(self) -> None:
+        """Close the pooled connections; a later operation raises (``sqlite3.ProgrammingError``
+        on SQLite, ``StoreUnavailable`` on PostgreSQL)."""
+        self._closed = True
+        self.engine.dispose()
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self.close)
+
+    # -- migrations ----------------------------------------------------------------------------
+
+    def migrate(self, concern: str, steps: Sequence[Migration] | None = None) -> list[str]:
+        """Apply, in order and in one transaction, the concern's migrations (``steps``, by default
+        ``MIGRATIONS[concern]``) not yet recorded in ``_migrations``; concurrent migrators (several
+        workers starting) are serialised, so each runs once. Returns the names applied."""
+        if concern in self._migrated:
+            return []
+        if self.dialect == "postgresql":
+            self._ensure_schema()
+        todo = tuple(MIGRATIONS[concern] if steps is None else steps)
+        done = self._transaction(True, functools.partial(_migrate, self.dialect, todo))
+        self._migrated.add(concern)
+        return done
+
+    def _ensure_schema(self) -> None:
+        if not self.schema or "schema" in self._migrated:
+            return
+        import psycopg
+
+        assert self.url is not None
+        try:
+            with psycopg.connect(self.url.conninfo, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+            pass  # another process created it at the same instant (IF NOT EXISTS does not lock)
+        except psycopg.OperationalError as err:
+            raise StoreUnavailable(f"PostgreSQL at {self._key} is unreachable: {err}") from None
+        self._migrated.add("schema")
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, *, write: bool = True) -> Iterator[Connection]:
+        """The discipline of ``run``/``snapshot`` for a block of statements on this thread."""
+        if self.dialect != "sqlite":
+            with self._connect() as conn, conn.begin():
+                yield conn
+            return
+        held: set[str] = _held.__dict__.setdefault("files", set())
+        if self._key in held:
+            # The inner one would wait for the outer one's lock, which waits for it.
+            raise RuntimeError(f"nested transaction on {self.path}: pass the connection down instead")
+        lock = _write_lock(self._key) if write else None
+        if lock is not None and not lock.acquire(timeout=self.busy_timeout_s):
+            raise sqlite3.OperationalError(f"database is locked: {self.path} (in-process writer)")
+        held.add(self._key)
+        try:
+            with self._connect().execution_options(tether_write=write) as conn, conn.begin():
+                yield conn
+        finally:
+            held.discard(self._key)
+            if lock is not None:
+                lock.release()
+
+    def _connect(self) -> Connection:
+        if self._closed:
+            if self.dialect == "sqlite":
+                raise sqlite3.ProgrammingError(f"{self!r} is closed")
+            raise StoreUnavailable(f"{self!r} is closed")
+        if self._pid != os.getpid():
+            # A connection must not cross a fork: the child starts its own pool.
+            with self._lock:
+                if self._pid != os.getpid():
+                    self.engine.dispose(close=False)
+                    self._pid = os.getpid()
+        return self.engine.connect()
+
+    def _transaction(self, write: bool, fn: Callable[[Connection], T]) -> T:
+        if self.dialect == "sqlite":
+            try:
+                with self.transaction(write=write) as conn:
+                    return fn(conn)
+            except StatementError as err:
+                raise _unwrapped(err) from None
+        for attempt in range(_RETRIES):
+            try:
+                return self._pg_attempt(fn)
+            except _Lost as lost:
+                if attempt == _RETRIES - 1:
+                    raise StoreUnavailable(f"{self._key}: {lost}") from None
+        raise AssertionError("unreachable")
+
+    def _pg_attempt(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            conn = self._connect()
+        except (DBAPIError, PoolTimeout) as err:
+            raise _Lost(str(err)) from None
+        with conn:
+            trans = conn.begin()
+            try:
+                value = fn(conn)
+            except StatementError as err:
+                lost = isinstance(err, DBAPIError) and (err.connection_invalidated or _is_operational(err))
+                if lost:
+                    raise _Lost(str(err.orig)) from None  # nothing was committed: run it again
+                trans.rollback()
+                raise _unwrapped(err) from None
+            except BaseException:
+                trans.rollback()
+                raise
+            try:
+                trans.commit()
+            except DBAPIError as err:
+                raise StoreUnavailable(f"commit outcome unknown: {err.orig}") from None
+            return value
+
+
+def _unwrapped(err: StatementError) -> BaseException:
+    """The driver's (or a type's) own error, not SQLAlchemy's wrapper of it."""
+    return err.orig if isinstance(err.orig, BaseException) else err
+
+
+class _Lost(Exception):
+    """The connection died before the commit: nothing was written, the operation may run again."""
+
+
+def _is_operational(err: DBAPIError) -> bool:
+    import psycopg
+
+    return isinstance(err.orig, psycopg.OperationalError)
+
+
+def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> list[str]:
+    if dialect == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
+    METADATA.create_all(conn, tables=[migrations_table], checkfirst=True)
+    applied = set(conn.scalars(select(migrations_table.c.name)))
+    done = []
+    for name, step in steps:
+        if name in applied:
+            continue
+        step(conn)
+        conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
+        done.append(name)
+    return done

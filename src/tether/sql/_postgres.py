@@ -1,0 +1,58 @@
+"""PostgreSQL URLs for tether's stores, and the error of an unreachable database.
+
+(The pools, transactions and retries are ``tether.sql._database.Database``'s.)
+
+URLs are libpq URLs plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1``
+puts every table in schema ``t1`` (created if missing), so one database can hold several
+isolated deployments (and the tests a fresh schema each).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from tether.errors import ConfigError, TetherError
+
+__all__ = ["PgUrl", "StoreUnavailable"]
+
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class StoreUnavailable(TetherError):
+    """The database could not be reached, or a commit's outcome is unknown (connection lost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PgUrl:
+    """A parsed ``postgresql://`` URL: what psycopg connects to, and tether's schema."""
+
+    conninfo: str
+    schema: str | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> PgUrl:
+        """Raises ``ConfigError`` for another scheme or a malformed schema name."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ConfigError(f"not a PostgreSQL URL: {url!r}")
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        schema = next((v for k, v in query if k == "schema"), None)
+        if schema is not None and not _SCHEMA.match(schema):
+            raise ConfigError(f"schema {schema!r} must be a lowercase identifier")
+        rest = urlencode([(k, v) for k, v in query if k != "schema"])
+        return cls(urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment)), schema)
+
+    def sqlalchemy(self) -> str:
+        """The same database as a SQLAlchemy URL on psycopg 3 (what DBOS takes)."""
+        return "postgresql+psycopg" + self.conninfo[len("postgresql") :]
+
+    def redacted(self) -> str:
+        """The URL without its password (for messages and logs)."""
+        parts = urlsplit(self.conninfo)
+        netloc = parts.netloc
+        if "@" in netloc:
+            cred, _, hostport = netloc.rpartition("@")
+            netloc = f"{cred.partition(':')[0]}:***@{hostport}" if ":" in cred else netloc
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))

@@ -1,0 +1,489 @@
+"""Every table tether keeps, declared once for SQLite and PostgreSQL (SQLAlchemy Core).
+
+Stores query these ``Table`` objects; ``tether.sql._database`` creates and migrates them. A table
+belongs to one concern (``CONCERNS``): a SQLite deployment keeps each concern in its own file,
+PostgreSQL keeps them all in one database (schema). What the dialects truly do differently is
+said here once: timestamps (``Instant``: ISO text in UTC on SQLite, ``TIMESTAMPTZ`` on
+PostgreSQL), insertion order (``seq``, a PostgreSQL identity column; SQLite uses its
+``rowid``), and the triggers that make history append-only and a stored proposal immutable.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    DDL,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Connection,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    event,
+    func,
+    literal_column,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateColumn
+from sqlalchemy.types import TypeDecorator, TypeEngine
+
+__all__ = [
+    "CONCERNS",
+    "METADATA",
+    "PG_ONLY",
+    "Instant",
+    "insertion_order",
+    "lock",
+    "upsert",
+    "upsert_for",
+    "utc",
+]
+
+METADATA = MetaData()
+PG_ONLY = "postgresql_only"  # a column's ``info`` key: the column exists on PostgreSQL only
+
+
+def utc(value: datetime) -> datetime:
+    """A timestamp as stored: timezone-aware, in UTC. Naive values are refused (ValueError)."""
+    if value.tzinfo is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return value.astimezone(UTC)
+
+
+class Instant(TypeDecorator[datetime]):
+    """A timezone-aware instant: ``TIMESTAMPTZ`` on PostgreSQL, ISO-8601 text in UTC (with
+    microseconds) on SQLite, which sorts as the instants do. Naive values are refused."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        return dialect.type_descriptor(Text() if dialect.name == "sqlite" else DateTime(timezone=True))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        at = utc(value)
+        return at.isoformat(timespec="microseconds") if dialect.name == "sqlite" else at
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+@compiles(CreateColumn, "sqlite")
+def _skip_pg_only(element: CreateColumn, compiler: Any, **kw: Any) -> str | None:
+    if element.element.info.get(PG_ONLY):
+        return None  # SQLite orders by its rowid instead
+    return compiler.visit_create_column(element, **kw)  # type: ignore[no-any-return]
+
+
+def _seq() -> Column[int]:
+    """Insertion order on PostgreSQL (SQLite: the rowid)."""
+    return Column("seq", BigInteger, Identity(), nullable=False, info={PG_ONLY: True})
+
+
+def _serial(name: str) -> Column[int]:
+    """An increasing integer primary key: AUTOINCREMENT on SQLite, BIGSERIAL on PostgreSQL."""
+    return Column(name, BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+
+
+def _ddl(statement: str) -> DDL:
+    return DDL(statement)  # type: ignore[no-untyped-call]
+
+
+def _refuse(table: Table, name: str, when: str, message: str, *, where: str = "") -> None:
+    """A trigger refusing ``when`` (``UPDATE``, ``DELETE``, ``UPDATE OF a, b``) on ``table``."""
+    sqlite_when = f" WHEN {where}" if where else ""
+    pg_when = f" WHEN ({where})" if where else ""
+    event.listen(
+        table,
+        "after_create",
+        _ddl(
+            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}{sqlite_when}"
+            f" BEGIN SELECT RAISE(ABORT, '{message}'); END"
+        ).execute_if(dialect="sqlite"),
+    )
+    event.listen(
+        table,
+        "after_create",
+        _ddl(
+            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}"
+            f" FOR EACH ROW{pg_when} EXECUTE FUNCTION tether_refuse('{message}')"
+        ).execute_if(dialect="postgresql"),
+    )
+
+
+_REFUSE_FN = _ddl(
+    "CREATE OR REPLACE FUNCTION tether_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN RAISE EXCEPTION '%%', TG_ARGV[0]; END $$"
+)
+
+# -- migrations' own record ---------------------------------------------------------------------
+
+migrations = Table(
+    "_migrations",
+    METADATA,
+    Column("name", Text, primary_key=True),
+    Column("applied_at", Instant, nullable=False),
+)
+
+# -- proposals and decisions ----------------------------------------------------------------------
+
+proposals = Table(
+    "proposals",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("effect", Text, nullable=False),
+    Column("proposed_by", Text, nullable=False),
+    Column("run_id", Text),
+    Column("step", Integer),
+    Column("call_id", Text),
+    Column("created_at", Instant, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("decided_by", Text),
+    Column("decided_at", Instant),
+    Column("decision_reason", Text, nullable=False, server_default=""),
+    CheckConstraint("status IN ('pending', 'approved', 'denied', 'invalidated')"),
+    Index("proposals_status", "status"),
+    Index("proposals_run", "run_id"),
+    # A call id is model-chosen: a proposal belongs to one turn of one run, never a later one.
+    Index(
+        "proposals_call",
+        "run_id",
+        "step",
+        "call_id",
+        unique=True,
+        sqlite_where=text("run_id IS NOT NULL"),
+        postgresql_where=text("run_id IS NOT NULL"),
+    ),
+)
+event.listen(proposals, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
+_refuse(
+    proposals,
+    "proposals_immutable",
+    "UPDATE OF id, tenant, tool, arguments, content_hash, effect, proposed_by, run_id, step, call_id,"
+    " created_at",
+    "a stored proposal is immutable",
+)
+_refuse(proposals, "proposals_no_delete", "DELETE", "proposals are kept as history")
+
+approval_events = Table(
+    "approval_events",
+    METADATA,
+    _serial("seq"),
+    Column("proposal_id", Text, nullable=False),
+    Column("op", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    Column("at", Instant, nullable=False),
+    Index("approval_events_proposal", "proposal_id"),
+    sqlite_autoincrement=True,
+)
+event.listen(approval_events, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
+_refuse(approval_events, "approval_events_no_update", "UPDATE", "approval_events is append-only")
+_refuse(approval_events, "approval_events_no_delete", "DELETE", "approval_events is append-only")
+
+# -- the effect ledger ------------------------------------------------------------------------------
+
+effect_ledger = Table(
+    "effect_ledger",
+    METADATA,
+    Column("key", Text, primary_key=True),
+    Column("tool", Text, nullable=False),
+    Column("arguments_hash", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("created_at", Instant, nullable=False),
+    Column("updated_at", Instant, nullable=False),
+    Column("lease_until", Instant, nullable=False),
+    Column("proposal_id", Text),
+    Column("run_id", Text),
+    Column("result", Text),
+    Column("note", Text, nullable=False, server_default=""),
+    CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
+    Index("effect_ledger_proposal", "proposal_id"),
+    Index("effect_ledger_run", "run_id"),
+)
+event.listen(effect_ledger, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
+# A recorded outcome is final: never overwritten, never back to 'intent'.
+_refuse(
+    effect_ledger,
+    "effect_ledger_done_final",
+    "UPDATE",
+    "a recorded outcome is final",
+    where="OLD.status = 'done'",
+)
+
+# -- run checkpoints --------------------------------------------------------------------------------
+
+run_checkpoints = Table(
+    "run_checkpoints",
+    METADATA,
+    Column("run_id", Text, primary_key=True),
+    Column("app", Text),
+    Column("state", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("stop_reason", Text, nullable=False, server_default=""),
+    Column("updated_at", Instant, nullable=False),
+    Index("run_checkpoints_status", "status"),
+)
+
+# -- MCP: pinned tool definitions and elicitation pauses ------------------------------------------
+
+pins = Table(
+    "pins",
+    METADATA,
+    Column("server", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("definition", Text, nullable=False),
+    Column("endpoint", Text, nullable=False),
+    Column("approved_by", Text, nullable=False),
+    Column("approved_at", Text, nullable=False),
+    PrimaryKeyConstraint("server", "tool"),
+)
+
+pin_history = Table(
+    "pin_history",
+    METADATA,
+    _serial("id"),
+    Column("server", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("at", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+elicitation_pauses = Table(
+    "elicitation_pauses",
+    METADATA,
+    _seq(),
+    Column("id", Text, primary_key=True),
+    Column("created_at", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("server", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("arguments", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("schema", Text, nullable=False),
+    Column("question_key", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("action", Text),
+    Column("answer", Text),
+    Column("answered_by", Text),
+    Column("answered_at", Text),
+    Column("outcome", Text),
+    Index("elicitation_pauses_key", "question_key", "status"),
+    Index("elicitation_pauses_run", "run_id"),
+)
+
+# -- memory -----------------------------------------------------------------------------------------
+
+memory_records = Table(
+    "memory_records",
+    METADATA,
+    _seq(),
+    Column("id", Text, primary_key=True),
+    Column("subject", Text, nullable=False),
+    Column("scope", Text, nullable=False),
+    Column("source_system", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("fingerprint", Text),
+    Column("superseded_by", Text, ForeignKey("memory_records.id")),
+    Column("body", Text),
+    Column("created_at", Instant, nullable=False),
+    CheckConstraint("status IN ('active', 'superseded', 'deleted')"),
+    Index("memory_records_scope_subject", "scope", "subject"),
+    Index("memory_records_subject", "subject", postgresql_ops={"subject": "text_pattern_ops"}),
+)
+
+memory_events = Table(
+    "memory_events",
+    METADATA,
+    _serial("id"),
+    Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
+    Column("op", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", Instant, nullable=False),
+    Index("memory_events_record", "record_id"),
+    sqlite_autoincrement=True,
+)
+event.listen(memory_events, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
+_refuse(memory_events, "memory_events_no_update", "UPDATE", "memory_events is append-only")
+_refuse(memory_events, "memory_events_no_delete", "DELETE", "memory_events is append-only")
+
+memory_conflicts = Table(
+    "memory_conflicts",
+    METADATA,
+    Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
+    Column("other_id", Text, ForeignKey("memory_records.id"), nullable=False),
+    Column("at", Instant, nullable=False),
+    PrimaryKeyConstraint("record_id", "other_id"),
+)
+
+# -- traces and durable workers (PostgreSQL deployments) -------------------------------------------
+
+trace_events = Table(
+    "trace_events",
+    METADATA,
+    Column("run_id", Text, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("ts", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("data", JSONB, nullable=False),
+    PrimaryKeyConstraint("run_id", "seq"),
+    Index("trace_events_kind", "kind"),
+)
+
+tether_workers = Table(
+    "tether_workers",
+    METADATA,
+    Column("executor_id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False),
+    Column("recovered_at", DateTime(timezone=True)),
+    Column("recovered_by", Text),
+    Column("app_version", Text),
+    Column("apps", Text),
+)
+
+tether_run_versions = Table(
+    "tether_run_versions",
+    METADATA,
+    Column("run_id", Text, primary_key=True),
+    Column("app_version", Text, nullable=False),
+    Column("app_digest", Text),
+    Column("moved_by", Text, nullable=False),
+    Column("moved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+# An executor id restarted with another version leaves its unfinished runs of the old one here,
+# for a survivor of that version to recover.
+tether_orphans = Table(
+    "tether_orphans",
+    METADATA,
+    Column("executor_id", Text, nullable=False),
+    Column("app_version", Text, nullable=False),
+    Column("left_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("executor_id", "app_version"),
+)
+
+# -- the console's accounts (a SQLite file beside the stores) --------------------------------------
+
+users = Table(
+    "users",
+    METADATA,
+    Column("name", Text, primary_key=True),
+    Column("password_hash", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("disabled", Integer, nullable=False, server_default="0"),
+)
+
+grants = Table(
+    "grants",
+    METADATA,
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("role", Text, nullable=False),
+    CheckConstraint("role IN ('viewer', 'reviewer', 'admin')"),
+    PrimaryKeyConstraint("user", "tenant"),
+)
+
+tokens = Table(
+    "tokens",
+    METADATA,
+    Column("id", Text, primary_key=True),
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    Column("secret_hash", Text, nullable=False),
+    Column("label", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("expires_at", Text),
+    Column("revoked", Integer, nullable=False, server_default="0"),
+)
+
+sessions = Table(
+    "sessions",
+    METADATA,
+    Column("id_hash", Text, primary_key=True),
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    Column("csrf", Text, nullable=False),
+    Column("created_at", Text, nullable=False),
+    Column("expires_at", Text, nullable=False),
+)
+
+audit = Table(
+    "audit",
+    METADATA,
+    _serial("seq"),
+    Column("at", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("content_hash", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("detail", Text, nullable=False),
+    # Where each audited request came from (the console's client address, or "cli").
+    Column("client", Text, nullable=False, server_default=""),
+    sqlite_autoincrement=True,
+)
+event.listen(audit, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
+_refuse(audit, "audit_no_update", "UPDATE", "the audit log is append-only")
+_refuse(audit, "audit_no_delete", "DELETE", "the audit log is append-only")
+
+CONCERNS: dict[str, tuple[Table, ...]] = {
+    "approvals": (proposals, approval_events, effect_ledger, run_checkpoints),
+    "pins": (pins, pin_history),
+    "pauses": (elicitation_pauses,),
+    "memory": (memory_records, memory_events, memory_conflicts),
+    "traces": (trace_events,),
+    "workers": (tether_workers, tether_run_versions, tether_orphans),
+    "users": (users, grants, tokens, sessions, audit),
+}
+
+
+def upsert(conn: Connection, table: Table) -> Any:
+    """An ``INSERT`` on ``table`` that can say ``ON CONFLICT`` (each dialect builds its own)."""
+    return upsert_for(conn.dialect.name, table)
+
+
+def upsert_for(dialect: str, table: Table) -> Any:
+    """``upsert`` for the dialect named ``dialect`` (to build a statement once, ahead of use)."""
+    return (postgresql.insert if dialect == "postgresql" else sqlite.insert)(table)
+
+
+def lock(conn: Connection, key: str) -> None:
+    """Serialise, until the transaction ends, the writers that take the lock named ``key``
+    (PostgreSQL's advisory lock; SQLite's writers already hold the whole file)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(hashtext(:key))"), {"key": key})
+
+
+def insertion_order(conn: Connection, table: Table) -> Any:
+    """The column giving ``table``'s insertion order: ``seq`` on PostgreSQL, the rowid on SQLite."""
+    return table.c.seq if conn.dialect.name == "postgresql" else literal_column(f"{table.name}.rowid")

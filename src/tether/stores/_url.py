@@ -1,0 +1,130 @@
+"""One URL selects where everything tether keeps lives.
+
+``sqlite:///dir`` (relative) or ``sqlite:////abs/dir`` — the embedded default: one SQLite file
+per store in ``dir`` (``approvals.db``, ``memory.db``, ``mcp-pins.db``, ``mcp-state.db``), no
+server, one machine. ``postgresql://user@host:5432/db[?schema=name]`` — the scale-out backend:
+every store in one PostgreSQL database (optionally in one schema), shared by any number of
+processes and machines; the trace index too.
+
+``open_stores(url)`` returns the stores behind the same protocols whatever the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from tether.errors import ConfigError
+
+__all__ = ["Location", "Stores", "open_stores", "parse_url"]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """A parsed storage URL."""
+
+    backend: Literal["sqlite", "postgresql"]
+    url: str
+    path: Path | None = None  # the directory of a SQLite deployment
+
+    @property
+    def schema(self) -> str | None:
+        if self.backend != "postgresql":
+            return None
+        from tether.sql._postgres import PgUrl
+
+        return PgUrl.parse(self.url).schema
+
+
+def parse_url(url: str) -> Location:
+    """Raises ``ConfigError`` naming what is accepted."""
+    text = str(url).strip()
+    if text.startswith(("postgresql://", "postgres://")):
+        from tether.sql._postgres import PgUrl
+
+        PgUrl.parse(text)  # validates the schema parameter
+        return Location("postgresql", text)
+    if text.startswith("sqlite:///"):
+        rest = text[len("sqlite:///") :]
+        if not rest:
+            raise ConfigError("sqlite URL without a directory: use sqlite:///dir or sqlite:////abs/dir")
+        return Location("sqlite", text, Path(rest))
+    raise ConfigError(
+        f"unsupported storage URL {text!r}: use sqlite:///dir (embedded) or postgresql://… (scale-out)"
+    )
+
+
+@dataclass
+class Stores:
+    """Every store of one deployment. ``memory`` exists when a memory policy was given;
+    ``traces`` (a trace sink readable from any machine) on PostgreSQL only."""
+
+    location: Location
+    approvals: Any
+    pins: Any
+    pauses: Any
+    memory: Any = None
+    traces: Any = None
+    db: Any = None  # the shared Database (postgresql)
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            close()
+        self._closers.clear()
+
+
+def open_stores(
+    url: str,
+    *,
+    memory_policy: Any = None,
+    memory_clock: Callable[[], datetime] | None = None,
+    application_name: str | None = None,
+    pool_size: int = 8,
+) -> Stores:
+    """Open (creating and migrating as needed) every store at ``url``.
+
+    Raises ``ConfigError`` for an unsupported URL and ``tether.sql._postgres.StoreUnavailable`` when a
+    PostgreSQL server cannot be reached.
+    """
+    loc = parse_url(url)
+    kw: dict[str, Any] = {"policy": memory_policy} if memory_policy is not None else {}
+    if memory_clock is not None:
+        kw["clock"] = memory_clock
+    if loc.backend == "sqlite":
+        from tether.mcp._pauses import PauseStore
+        from tether.mcp._pinning import PinStore
+        from tether.memory._sqlite import SqliteMemory
+        from tether.policy._sqlite_store import SqliteApprovalStore
+
+        assert loc.path is not None
+        loc.path.mkdir(parents=True, exist_ok=True)
+        approvals = SqliteApprovalStore(loc.path / "approvals.db")
+        pins = PinStore(loc.path / "mcp-pins.db")
+        pauses = PauseStore(loc.path / "mcp-state.db")
+        memory = SqliteMemory(loc.path / "memory.db", **kw) if memory_policy is not None else None
+        return Stores(
+            loc, approvals, pins, pauses, memory, None, None, [approvals.close, pins.close, pauses.close]
+        )
+
+    from tether.mcp._pg_state import PgPauseStore, PgPinStore
+    from tether.memory._pg import PgMemory
+    from tether.policy._pg_store import PgApprovalStore
+    from tether.sql._database import Database
+    from tether.trace._pg_index import PgTraceIndex
+
+    db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
+    traces = PgTraceIndex(db)
+    return Stores(
+        loc,
+        approvals=PgApprovalStore(db),
+        pins=PgPinStore(db),
+        pauses=PgPauseStore(db),
+        memory=PgMemory(db, **kw) if memory_policy is not None else None,
+        traces=traces,
+        db=db,
+        _closers=[db.close, traces.flush],
+    )

@@ -1,0 +1,132 @@
+"""Deterministic model stand-ins for tests and demos (import them from ``tether.testing``).
+
+``ScriptedModel`` replays a list of turns; ``FunctionModel`` calls a Python function of the
+request. Both can be written to *obey* injected text, so every control is tested against a
+compromised model rather than a polite one. They are fakes: a figure they produce is an upper
+bound, never a measurement of a real model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from tether.core.messages import AssistantMessage, ToolCall, ToolMessage, Usage
+from tether.errors import ModelError
+from tether.models._base import ModelRequest, ModelResponse
+from tether.models._estimate import estimate_request
+
+__all__ = [
+    "FunctionModel",
+    "ModelFunction",
+    "ScriptedModel",
+    "Turn",
+    "call",
+    "estimate_tokens",
+    "final",
+    "injected_calls",
+    "tool_results",
+]
+
+_ids = itertools.count(1)
+
+
+def call(name: str, /, **arguments: Any) -> ToolCall:
+    """A tool call with JSON-encoded arguments and a fresh id."""
+    return ToolCall(id=f"call_{next(_ids)}", name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+
+
+def final(text: str) -> AssistantMessage:
+    return AssistantMessage(content=text)
+
+
+def estimate_tokens(text: str) -> int:
+    """A cheap, deterministic estimate (~4 characters a token) for stand-ins."""
+    return max(1, (len(text) + 3) // 4)
+
+
+def _usage(request: ModelRequest, message: AssistantMessage) -> Usage:
+    prompt = estimate_request(request, estimate_tokens)  # as the context engine estimates it
+    out = message.content or ""
+    out += "".join(c.name + c.arguments for c in message.tool_calls)
+    return Usage(prompt_tokens=prompt, completion_tokens=estimate_tokens(out) if out else 0)
+
+
+Turn = AssistantMessage | ToolCall | list[ToolCall] | str | Exception
+
+
+def _as_message(turn: Turn) -> AssistantMessage:
+    if isinstance(turn, AssistantMessage):
+        return turn
+    if isinstance(turn, str):
+        return AssistantMessage(content=turn)
+    if isinstance(turn, ToolCall):
+        return AssistantMessage(tool_calls=(turn,))
+    if isinstance(turn, list):
+        return AssistantMessage(tool_calls=tuple(turn))
+    raise TypeError(f"not a turn: {turn!r}")
+
+
+class ScriptedModel:
+    """Replays turns in order. An ``Exception`` turn is raised (as a backend failure would be).
+
+    Running out of turns is a ``ModelError``: a script that ends early is a broken test.
+    """
+
+    def __init__(self, turns: Iterable[Turn], *, name: str = "scripted") -> None:
+        self.name = name
+        self._turns = list(turns)
+        self.requests: list[ModelRequest] = []
+
+    def enqueue(self, *turns: Turn) -> None:
+        self._turns.extend(turns)
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        if not self._turns:
+            raise ModelError("scripted model has no turns left")
+        turn = self._turns.pop(0)
+        if isinstance(turn, Exception):
+            raise turn
+        message = _as_message(turn)
+        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+
+
+ModelFunction = Callable[[ModelRequest], AssistantMessage | Turn | Awaitable[AssistantMessage | Turn]]
+
+
+class FunctionModel:
+    """Calls ``function(request)`` for every turn; the function may be sync or async."""
+
+    def __init__(self, function: ModelFunction, *, name: str = "function") -> None:
+        self.name = name
+        self._function = function
+        self.requests: list[ModelRequest] = []
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        result = self._function(request)
+        if inspect.isawaitable(result):
+            result = await result
+        message = _as_message(result)
+        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+
+
+def tool_results(request: ModelRequest) -> list[ToolMessage]:
+    """The tool messages of a request, oldest first."""
+    return [m for m in request.messages if isinstance(m, ToolMessage)]
+
+
+_INJECTED = re.compile(r"\bCALL\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def injected_calls(text: str) -> list[str]:
+    """Tool names that text orders the model to call ("… CALL export_secrets").
+
+    Used by compromised stand-ins: they do what the attacker wrote.
+    """
+    return _INJECTED.findall(text)

@@ -1,0 +1,414 @@
+"""Tool contracts from typed Python functions.
+
+A tool is a capability with a contract: a narrow purpose, typed arguments each with a
+description (the JSON Schema is what the model reads), a declared effect, limits, and
+distinct error types. Identity and tenant are injected by the host through a parameter
+typed ``ToolContext``; they never appear in the schema and the model cannot supply them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import replace
+from types import UnionType
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Protocol,
+    TypedDict,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+    get_type_hints,
+    overload,
+)
+
+import anyio
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.fields import FieldInfo
+from typing_extensions import ParamSpec, TypeVar, Unpack
+
+from tether.core._schema import UnusableSchema, check_arguments, compile_schema
+from tether.core.stop import cancel_after
+from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
+from tether.errors import PolicyError, ToolError, ToolInputError, UpstreamError
+
+__all__ = [
+    "Effect",
+    "Target",
+    "Tool",
+    "ToolContext",
+    "ToolOptions",
+    "ToolOutput",
+    "ToolSpec",
+    "render_result",
+    "tool",
+    "unwrap_exception_group",
+]
+
+
+# A tool keeps its function's signature for the type checker: ``Tool[P, T]`` is called with
+# the function's parameters ``P`` and, awaited, gives its result ``T`` (an async function's
+# awaited result). A bare ``Tool`` is ``Tool[..., Any]``.
+P = ParamSpec("P", default=...)
+T = TypeVar("T", default=Any)
+_Q = ParamSpec("_Q")
+_U = TypeVar("_U")
+
+
+class ToolOptions(TypedDict, total=False):
+    """The contract options of ``@tool(...)`` and ``Tool.with_options``."""
+
+    name: str | None
+    description: str | None
+    effect: Effect
+    target: Target | None
+    egress_argument: str | None
+    timeout_s: float
+    max_result_chars: int
+    idempotent: bool
+    needs_approval: bool | None
+    blocking: bool
+    secret_arguments: Iterable[str]
+
+
+_ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
+_REQUIRED = object()
+
+
+def _plain_fields(model: type[BaseModel]) -> tuple[tuple[str, type, bool, Any], ...] | None:
+    """``(name, type, may_be_none, default)`` per field when every field is a bare ``str``,
+    ``int``, ``bool`` or ``float`` (or that ``| None``) with no constraint, validator or default
+    factory: the arguments pydantic would build from checked JSON are then the JSON values
+    themselves (an int for a float made float), so ``Tool.build`` can skip the round trip.
+    ``None`` otherwise: pydantic builds them. (The model is made from the signature alone, so
+    a validator can only come as ``Annotated`` metadata, which is excluded.)"""
+    fields: list[tuple[str, type, bool, Any]] = []
+    for name, info in model.model_fields.items():
+        kind: Any = info.annotation
+        optional = False
+        args = get_args(kind)
+        if get_origin(kind) in (Union, UnionType) and len(args) == 2 and type(None) in args:
+            kind, optional = next(a for a in args if a is not type(None)), True
+        if kind not in (str, int, bool, float) or info.metadata or info.default_factory is not None:
+            return None
+        default = _REQUIRED if info.is_required() else info.default
+        if default is not _REQUIRED and not (default is None or type(default) in (str, int, bool, float)):
+            return None
+        fields.append((name, kind, optional, default))
+    return tuple(fields)
+
+
+def render_result(value: Any) -> str:
+    """Structured results become canonical JSON; text stays text."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json")
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def unwrap_exception_group(exc: BaseException) -> BaseException:
+    """The error that classifies a failure from a TaskGroup.
+
+    A programming error anywhere in the group wins over tool errors (it must end the
+    run loudly); otherwise the first tool error is returned.
+    """
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for sub in e.exceptions:
+                walk(sub)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    for leaf in leaves:
+        if not isinstance(leaf, ToolError):
+            return leaf
+    return leaves[0] if leaves else exc
+
+
+def _model_errors(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(x) for x in e["loc"]) or "(arguments)"
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def _arguments_model(
+    function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
+) -> tuple[type[BaseModel], str | None]:
+    """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
+    parameter (injected by the host, never in the schema). Raises ``TypeError``."""
+    hints = get_type_hints(function, include_extras=True)
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    for p in params:
+        annotation = hints.get(p.name, Any)
+        if annotation is ToolContext:
+            context_param = p.name
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
+        default = ... if p.default is inspect.Parameter.empty else p.default
+        fields[p.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(strict=True, extra="forbid"),
+        **fields,
+    )
+    for fname, finfo in model.model_fields.items():
+        if not isinstance(finfo, FieldInfo) or not finfo.description:
+            raise TypeError(
+                f"tool {tool_name}: argument {fname!r} has no description "
+                "(use Annotated[T, Field(description=...)]): the schema is what the model reads"
+            )
+    return model, context_param
+
+
+def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON Schema the model reads: closed, untitled, secret arguments marked ``writeOnly``,
+    and usable by the intake (checked now, not at the first call). Raises ``TypeError``."""
+    schema = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema["additionalProperties"] = False
+    for secret_name in secret:
+        prop = schema.get("properties", {}).get(secret_name)
+        if not isinstance(prop, dict):
+            raise TypeError(f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments")
+        prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
+    try:
+        compile_schema(schema, intake=True)
+    except UnusableSchema as err:
+        raise TypeError(f"tool {tool_name}: its argument schema is unusable: {err}") from None
+    return schema
+
+
+class Tool(Generic[P, T]):
+    """A typed function with a contract. Build it with ``@tool(...)``.
+
+    Works on plain functions, async functions and methods (as a descriptor it binds to
+    the instance, so ``obj.read_order`` is a tool bound to ``obj``).
+    """
+
+    def __init__(
+        self,
+        function: Callable[P, Awaitable[T]] | Callable[P, T],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        effect: Effect = Effect.READ,
+        target: Target | None = None,
+        egress_argument: str | None = None,
+        timeout_s: float = 30.0,
+        max_result_chars: int = 20_000,
+        idempotent: bool = False,
+        needs_approval: bool | None = None,
+        blocking: bool = True,
+        secret_arguments: Iterable[str] = (),
+    ) -> None:
+        self.function = function
+        if isinstance(secret_arguments, str):
+            raise TypeError("secret_arguments is a list of argument names, not one string")
+        secret = tuple(secret_arguments)
+        self._options: ToolOptions = {
+            "name": name,
+            "description": description,
+            "effect": effect,
+            "target": target,
+            "egress_argument": egress_argument,
+            "timeout_s": timeout_s,
+            "max_result_chars": max_result_chars,
+            "idempotent": idempotent,
+            "needs_approval": needs_approval,
+            "blocking": blocking,
+            "secret_arguments": secret,
+        }
+        # A plain function runs in a worker thread unless its author declares it never blocks
+        # (pure computation, no I/O): then it runs inline, with no thread hop per call.
+        self._is_async = inspect.iscoroutinefunction(function)
+        self.inline = not self._is_async and not blocking
+        tool_name = name or function.__name__
+        params = list(inspect.signature(function).parameters.values())
+        self._is_method = bool(params) and params[0].name == "self"
+        self.arguments_model, self._context_param = _arguments_model(
+            function, tool_name, params[1:] if self._is_method else params
+        )
+        self._plain = _plain_fields(self.arguments_model)
+        schema = _argument_schema(self.arguments_model, tool_name, secret)
+        doc = inspect.getdoc(function) or ""
+        self.spec = ToolSpec(
+            name=tool_name,
+            description=description or doc.strip(),
+            parameters=schema,
+            effect=effect,
+            target=target,
+            egress_argument=egress_argument,
+            timeout_s=timeout_s,
+            max_result_chars=max_result_chars,
+            idempotent=idempotent,
+            needs_approval=needs_approval,
+            remote_name=tool_name,
+        )
+        if not self.spec.description:
+            raise TypeError(f"tool {tool_name}: a description (docstring) is required")
+        self._bound: Any = None
+        functools.update_wrapper(self, function)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> Tool[P, T]: ...
+
+    @overload
+    def __get__(
+        self: Tool[Concatenate[Any, _Q], _U], instance: object, owner: type | None = None
+    ) -> Tool[_Q, _U]: ...
+
+    def __get__(self, instance: object, owner: type | None = None) -> Tool[Any, Any]:
+        if instance is None:
+            return self
+        bound: Tool[Any, Any] = object.__new__(Tool)
+        bound.__dict__.update(self.__dict__)
+        bound._bound = instance
+        return bound
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Check JSON arguments against the contract's schema with the host's intake rules (the
+        one schema engine, ``tether.core._schema``); returns a copy. Raises ``ToolInputError``."""
+        try:
+            return check_arguments(self.spec.parameters, arguments)
+        except PolicyError as err:
+            raise ToolInputError(
+                f"invalid arguments for {self.name}: {err}",
+                hint="call again with arguments that match the tool's schema exactly",
+                details={"reason": err.reason, **err.details},
+            ) from None
+
+    def build(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The typed Python arguments (nested models, enums, dates, defaults) from JSON arguments
+        the schema has already accepted. Pydantic reads them in strict JSON mode, so it converts
+        representations and never coerces one type into another; what only Python code can
+        check (a custom validator) fails here as ``ToolInputError``."""
+        plain = self._plain
+        if plain is not None and len(arguments) <= len(plain):
+            out: dict[str, Any] = {}
+            for name, kind, optional, default in plain:
+                value = arguments.get(name, _REQUIRED)
+                if value is _REQUIRED:
+                    if default is _REQUIRED:
+                        break  # pydantic says what is missing, below
+                    out[name] = default
+                elif type(value) is kind or (optional and value is None):
+                    out[name] = value
+                elif kind is float and type(value) is int and abs(value) < 2**53:
+                    out[name] = float(value)  # what strict JSON mode makes of an integer
+                else:
+                    break
+            else:
+                if len(out) == len(plain) and all(k in out for k in arguments):
+                    return out
+        try:
+            text = _ARGUMENTS_JSON.encode(arguments)
+            model = self.arguments_model.model_validate_json(text, strict=True)
+        except ValidationError as err:
+            raise ToolInputError(
+                f"invalid arguments for {self.name}: {_model_errors(err)}",
+                hint="call again with arguments that match the tool's schema exactly",
+            ) from None
+        return {k: getattr(model, k) for k in self.arguments_model.model_fields}
+
+    async def invoke(self, arguments: dict[str, Any], context: ToolContext | None = None) -> ToolOutput:
+        """Run the tool on JSON arguments the host's gate has checked (``validate`` them first
+        when calling by hand). ``ToolError`` subclasses are recoverable; anything else propagates."""
+        kwargs = self.build(arguments)
+        if self._context_param is not None:
+            if context is None:
+                raise TypeError(f"tool {self.name} needs a ToolContext")
+            kwargs[self._context_param] = context
+        fn: Callable[..., Any] = self.function
+        args: tuple[Any, ...] = (self._bound,) if self._is_method else ()
+        if self._is_method and self._bound is None:
+            raise TypeError(f"tool {self.name} is a method: use it from an instance")
+        try:
+            if self.inline:
+                value = fn(*args, **kwargs)  # declared non-blocking: no thread, no cancel scope
+            else:
+                with cancel_after(self.spec.timeout_s) as deadline:
+                    if self._is_async:
+                        value = await fn(*args, **kwargs)
+                    else:
+                        value = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs))
+                if deadline.cancelled_caught:
+                    raise TimeoutError
+        except TimeoutError:
+            raise UpstreamError(
+                f"{self.name} timed out after {self.spec.timeout_s:g}s", hint="try again later"
+            ) from None
+        except BaseExceptionGroup as group:
+            raise unwrap_exception_group(group) from None
+        text = render_result(value)
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return ToolOutput(text=text, data=data)
+
+    def with_options(self, **changes: Unpack[ToolOptions]) -> Tool[P, T]:
+        """A copy with other contract options (e.g. another effect)."""
+        options: ToolOptions = {**self._options, **changes}
+        new = Tool(self.function, **options)
+        new._bound = self._bound
+        if changes.get("name"):
+            new.spec = replace(new.spec, name=new.name)
+        return new
+
+    async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
+        """Call the function itself (no contract check): a tool stays usable as the function."""
+        fn: Callable[..., Any] = self.function
+        bound = (self._bound,) if self._is_method else ()
+        result = fn(*bound, *args, **kwargs)
+        return cast(T, await result if isinstance(result, Awaitable) else result)
+
+
+class _ToolDecorator(Protocol):
+    @overload
+    def __call__(self, function: Callable[P, Awaitable[T]], /) -> Tool[P, T]: ...
+    @overload
+    def __call__(self, function: Callable[P, T], /) -> Tool[P, T]: ...
+
+
+@overload
+def tool(function: Callable[P, Awaitable[T]], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: Callable[P, T], /, **options: Unpack[ToolOptions]) -> Tool[P, T]: ...
+@overload
+def tool(function: None = None, /, **options: Unpack[ToolOptions]) -> _ToolDecorator: ...
+def tool(
+    function: Callable[..., Any] | None = None, /, **options: Unpack[ToolOptions]
+) -> Tool[..., Any] | _ToolDecorator:
+    """Declare a tool: ``@tool`` or ``@tool(effect=Effect.WRITE, target=Target("order_id", "order"))``.
+
+    ``blocking=False`` declares a plain (sync) function that never blocks (no I/O, quick): it runs
+    inline on the event loop instead of in a worker thread. Async functions never use a thread.
+
+    ``secret_arguments=("api_token",)`` declares arguments secret (their schema gets
+    ``writeOnly: true``; a ``SecretStr`` argument or ``Field(json_schema_extra={"writeOnly": True})``
+    says the same): their values are masked on the console, in the API, in traces and in
+    OpenTelemetry. Nothing is masked because of its name."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool[..., Any]:
+        return Tool(fn, **options)
+
+    return wrap(function) if function is not None else cast(_ToolDecorator, wrap)

@@ -1,0 +1,143 @@
+"""``PgTraceIndex``: trace events of every run on PostgreSQL, readable from any machine.
+
+A ``TraceSink``: events are handed to a background thread that inserts them in batches, so the
+event loop never waits on the network for a trace line. ``flush`` (and ``close``, which the
+tracer calls at the end of each run, and which only flushes: one index serves every run of a
+host) waits until what was written so far is stored. An event is keyed by (run, seq): an event
+written twice (a recovered run re-emitting the step it died in) is stored once. The local JSONL
+file stays the first record of a run on its machine; the index is what other machines read.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from typing import Any
+
+from sqlalchemy import Connection, select, text
+
+from tether.sql._database import Database
+from tether.sql._tables import trace_events as T
+from tether.sql._tables import upsert
+from tether.trace._events import TraceEvent
+
+__all__ = ["PgTraceIndex"]
+
+_BATCH = 200
+
+
+def _insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    conn.execute(upsert(conn, T).on_conflict_do_nothing(index_elements=["run_id", "seq"]), rows)
+
+
+def _events(conn: Connection, run_id: str, kind: str | None) -> list[dict[str, Any]]:
+    query = select(T.c.data).where(T.c.run_id == run_id).order_by(T.c.seq)
+    if kind is not None:
+        query = query.where(T.c.kind == kind)
+    return list(conn.scalars(query))
+
+
+def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text(
+            """WITH recent AS (
+               SELECT run_id, count(*) AS events, min(ts) AS first_ts,
+                      bool_or(kind = 'run_resumed') AS resumed
+               FROM trace_events GROUP BY run_id ORDER BY min(ts) DESC, run_id DESC LIMIT :limit)
+           SELECT r.run_id, r.events, r.first_ts, r.resumed,
+                  (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
+                     AND s.kind IN ('run_started', 'run_resumed') ORDER BY s.seq LIMIT 1),
+                  (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
+                     AND s.kind = 'stop' ORDER BY s.seq DESC LIMIT 1)
+           FROM recent r ORDER BY r.first_ts DESC, r.run_id DESC"""
+        ),
+        {"limit": limit},
+    ).all()
+    return [
+        {
+            "run_id": r[0],
+            "events": int(r[1]),
+            "first_ts": r[2],
+            "resumed": bool(r[3]),
+            "start": r[4],
+            "stop": r[5],
+        }
+        for r in rows
+    ]
+
+
+class PgTraceIndex:
+    """A trace sink on PostgreSQL, and the reader of what it stored."""
+
+    def __init__(self, db: str | Database) -> None:
+        self._owns = not isinstance(db, Database)
+        self.db = db if isinstance(db, Database) else Database.postgresql(db)
+        self.db.migrate("traces")
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.errors: list[str] = []  # write failures (the run goes on; its JSONL file has the events)
+
+    # -- TraceSink ---------------------------------------------------------------------------
+
+    def write(self, event: TraceEvent) -> None:
+        data = json.dumps(event.to_json(), ensure_ascii=False, default=str)
+        self._queue.put((event.run_id, event.seq, event.ts, str(event.kind), data))
+        self._start()
+
+    def close(self) -> None:
+        """Flush only: the index outlives each run's tracer."""
+        self.flush()
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout_s)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._drain, name="tether-trace-index", daemon=True)
+                self._thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[Any] = [item]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            rows = [
+                {"run_id": x[0], "seq": x[1], "ts": x[2], "kind": x[3], "data": json.loads(x[4])}
+                for x in batch
+                if isinstance(x, tuple)
+            ]
+            if rows:
+                try:
+                    self.db.run(_insert, rows)
+                except Exception as err:  # a lost trace batch must not stop the runs
+                    self.errors.append(f"{type(err).__name__}: {err}")
+            for x in batch:
+                if isinstance(x, threading.Event):
+                    x.set()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
+        """The stored events of one run (each as its JSONL line), in order."""
+        return self.db.snapshot(_events, run_id, kind)
+
+    def runs(self, limit: int = 500) -> list[dict[str, Any]]:
+        """The most recent ``limit`` runs, newest first, each as ``run_id``, ``events`` (how
+        many), ``first_ts``, ``resumed``, and its first start and last stop event (or None)."""
+        return self.db.snapshot(_heads, limit)
+
+    def shutdown(self) -> None:
+        self.flush()
+        if self._owns:
+            self.db.close()

@@ -1,0 +1,420 @@
+"""The per-run tracer: checks, sanitises and redacts events and hands them to sinks.
+
+Durability of the JSON-lines file is a choice (``JsonlSink(flush=…)``, ``Host(trace_flush=…)``):
+
+``"batched"`` (default)
+    Encoded lines wait in a bounded buffer and reach the OS in one write when the buffer is
+    full (the emitting thread writes it: back-pressure instead of unbounded memory), when the
+    oldest line has waited ``max_delay_s`` (one timer thread per process, not per run), when
+    ``Tracer.flush()`` is called (the host calls it before every side-effecting tool runs),
+    right after an event of a kind in ``DURABLE_KINDS`` (an approval was granted, an effect is
+    about to run, the run pauses or stops), and at close. A process killed between two of those
+    loses the lines written since the last one: for example the request and response of the
+    model turn in flight, or the turn of a read-only tool. It never loses a decision that came
+    before a side effect, nor the stop event.
+``"each_event"``
+    Every line reaches the OS before ``emit`` returns; a killed process loses nothing.
+
+Neither mode calls ``fsync``: what the OS holds survives the process, not a power cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import json
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast, get_args
+
+from pydantic_core import PydanticSerializationError, to_json
+
+from tether.errors import ConfigError
+from tether.trace._events import RESERVED, EventKind, TraceEvent, TraceSchemaError
+from tether.trace._payloads import FIELDS, check_payload
+from tether.trace._sanitize import REDACTED, Redactor, sanitize, sanitize_value
+
+__all__ = [
+    "DURABLE_KINDS",
+    "FlushMode",
+    "JsonlSink",
+    "MemorySink",
+    "TraceSink",
+    "Tracer",
+    "flush_mode",
+    "read_trace",
+]
+
+FlushMode = Literal["each_event", "batched"]
+
+# After these the tracer flushes at once: something irreversible may follow (an approved call
+# runs, an effect is attempted) or the run is over for this process (paused, stopped). Before any
+# other side-effecting tool the host calls ``Tracer.flush()`` itself (``HostCore._execute_one``).
+DURABLE_KINDS = frozenset(
+    {
+        EventKind.APPROVAL_GRANTED,
+        EventKind.EFFECT_INTENT,
+        EventKind.RUN_PAUSED,
+        EventKind.STOP,
+    }
+)
+
+
+_FLUSH_MODES: tuple[str, ...] = get_args(FlushMode)
+
+
+def flush_mode(value: str) -> FlushMode:
+    """``value`` as a ``FlushMode``. Raises ``ConfigError`` for anything else."""
+    if value in _FLUSH_MODES:
+        return cast(FlushMode, value)
+    raise ConfigError(f"trace flush must be one of {_FLUSH_MODES}, not {value!r}")
+
+
+class TraceSink(Protocol):
+    """Where events go. A sink may also have ``flush()``; the tracer calls it when present."""
+
+    def write(self, event: TraceEvent) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _Timer:
+    """One daemon thread per process: every ``TICK`` seconds it has the lines of batched sinks
+    whose oldest line is older than the sink's ``max_delay_s`` written. It is never woken by a
+    writer (that would cost a thread switch per batch), its wake-ups do not grow with the
+    number of runs, and it ends after ``IDLE_S`` with nothing waiting.
+
+    A sink written from an event loop is flushed *on that loop* (one ``call_soon_threadsafe``
+    per loop and tick): were this thread to write a hundred files itself, each write would
+    hand the GIL back and forth with the loop's thread, a forced switch each time, which is
+    what concurrent runs paid for the batched mode. Sinks written outside a loop, whose loop
+    has closed, or whose loop did not get to it by the next tick (blocked), are written by
+    this thread."""
+
+    TICK = 0.1
+    IDLE_S = 5.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: set[JsonlSink] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, sink: JsonlSink) -> None:
+        with self._lock:
+            self._waiting.add(sink)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tether-trace-flush", daemon=True)
+                self._thread.start()
+
+    def discard(self, sink: JsonlSink) -> None:
+        with self._lock:
+            self._waiting.discard(sink)
+
+    def _run(self) -> None:
+        idle = 0.0
+        while True:
+            time.sleep(self.TICK)
+            with self._lock:
+                sinks = list(self._waiting)
+                if not sinks:
+                    idle += self.TICK
+                    if idle >= self.IDLE_S:
+                        self._thread = None  # the next add starts another
+                        return
+                    continue
+            idle = 0.0
+            now = time.monotonic()
+            by_loop: dict[Any, list[JsonlSink]] = {}
+            for sink in sinks:
+                if not sink.due(now):
+                    continue
+                loop = sink.loop
+                if loop is None or loop.is_closed() or (sink.asked and now - sink.asked >= self.TICK):
+                    sink.flush_due()  # no loop, or one too busy to have done it since the last tick
+                else:
+                    sink.asked = now
+                    by_loop.setdefault(loop, []).append(sink)
+            for loop, due in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(_flush_due, due)
+                except RuntimeError:  # closed since: nobody else will write them
+                    _flush_due(due)
+
+
+def _flush_due(sinks: list[JsonlSink]) -> None:
+    for sink in sinks:
+        sink.flush_due()
+
+
+_TIMER = _Timer()
+_OPEN: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    global _TIMER  # the parent's thread does not exist in the child
+    _TIMER = _Timer()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@atexit.register
+def _flush_open_sinks() -> None:
+    # A script that never closes its tracer still gets its trace at a normal exit.
+    for sink in list(_OPEN):
+        sink.flush()
+
+
+def _encode(event: TraceEvent) -> bytes:
+    """One JSON line. Non-ASCII is escaped (``\\uXXXX``), so no byte of a line can end it
+    for any reader; pydantic-core encodes it several times faster than ``json.dumps``."""
+    data = event.to_json()
+    try:
+        return to_json(data, ensure_ascii=True) + b"\n"
+    except PydanticSerializationError:  # a value the sanitiser let through as is (not JSON)
+        return json.dumps(data, ensure_ascii=True, default=str).encode("ascii") + b"\n"
+
+
+def _write_all(file: Any, data: bytes) -> None:
+    """All of ``data`` to an unbuffered file (a raw write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        view = view[file.write(view) :]
+
+
+class JsonlSink:
+    """Append-only JSON lines, one file per run; see the module docstring for ``flush``."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        flush: FlushMode = "batched",
+        max_events: int = 256,
+        max_bytes: int = 1 << 20,
+        max_delay_s: float = 0.2,
+    ) -> None:
+        flush = flush_mode(flush)
+        if max_events < 1 or max_bytes < 1 or max_delay_s <= 0:
+            raise ConfigError("max_events, max_bytes and max_delay_s must be positive")
+        self.path = path
+        self.mode: FlushMode = flush
+        self.max_events, self.max_bytes, self.max_delay_s = max_events, max_bytes, max_delay_s
+        # A folder or file that cannot be made fails here, before any line. The file is created
+        # on the caller's thread: handing it to another thread cost more (two GIL hand-offs per
+        # run, measured with bench/overhead.py) than creating it does.
+        if not os.path.isdir(path.parent):  # one stat when it exists, as it does after a first run
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # Unbuffered: lines are batched here already; a BufferedWriter would add a copy per
+        # write and an 8 KB buffer per open run.
+        self._file = path.open("ab", buffering=0)
+        self._lock = threading.Lock()
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._since = 0.0  # when the oldest waiting line was written
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop that wrote it, if any
+        self.asked = 0.0  # when the timer last asked that loop to write the waiting lines
+        if flush == "batched":
+            _OPEN.add(self)
+
+    def write(self, event: TraceEvent) -> None:
+        line = _encode(event)
+        with self._lock:
+            if self._file.closed:
+                raise ValueError(f"trace {self.path} is closed")
+            if self.mode == "each_event":
+                _write_all(self._file, line)
+                return
+            if not self._lines:
+                self._since = time.monotonic()
+                self.loop = asyncio._get_running_loop()  # where the timer has it flushed
+                _TIMER.add(self)
+            self._lines.append(line)
+            self._size += len(line)
+            if len(self._lines) >= self.max_events or self._size >= self.max_bytes:
+                self._drain()
+
+    @property
+    def pending(self) -> int:
+        """Lines not yet handed to the OS."""
+        return len(self._lines)
+
+    def flush(self) -> None:
+        """Hand every waiting line to the OS now."""
+        with self._lock:
+            if not self._file.closed:
+                self._drain()
+
+    def due(self, now: float) -> bool:
+        """Whether the oldest waiting line has waited ``max_delay_s`` (read without the lock:
+        a stale answer only moves the write to the next tick)."""
+        return bool(self._lines) and now - self._since >= self.max_delay_s
+
+    def flush_due(self) -> None:
+        """The timer's call: write the waiting lines if the oldest has waited long enough."""
+        with self._lock:
+            if self._lines and not self._file.closed and time.monotonic() - self._since >= self.max_delay_s:
+                self._drain()
+
+    def _drain(self) -> None:
+        # Called with the lock held; leaving the timer's set under the same lock means a line
+        # written meanwhile cannot be left without a timer.
+        if self._lines:
+            _write_all(self._file, b"".join(self._lines))
+            self._lines.clear()
+            self._size = 0
+            self.asked = 0.0
+            _TIMER.discard(self)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                try:
+                    self._drain()
+                finally:
+                    self._file.close()
+        _OPEN.discard(self)
+
+
+class MemorySink:
+    def __init__(self) -> None:
+        self.events: list[TraceEvent] = []
+
+    def write(self, event: TraceEvent) -> None:
+        self.events.append(event)
+
+    def close(self) -> None:
+        pass
+
+
+# Declared field names, split once by whether a string under them is redacted by name.
+_DECLARED = frozenset().union(*FIELDS.values())
+_SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
+_PLAIN = _DECLARED - _SECRETISH
+
+
+_SECOND: tuple[int, str] = (0, "")  # the last whole second seen by _now, formatted
+
+
+def _now() -> str:
+    """``datetime.now(UTC).isoformat(timespec="microseconds")``, with the date and time of day
+    formatted once a second rather than once an event."""
+    global _SECOND
+    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
+    seen = _SECOND
+    if seen[0] != second:
+        seen = _SECOND = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{seen[1]}.{micros:06d}+00:00"
+
+
+def _strict_from_env() -> bool:
+    return os.environ.get("TETHER_TRACE_STRICT", "").lower() in ("1", "true", "yes")
+
+
+class Tracer:
+    """Emits the events of one run. Every value passes the sanitiser and the redactor.
+
+    Each event's field names are checked against its kind's declared payload (``FIELDS``, one
+    set comparison). A lax tracer keeps an undeclared field (sanitised; a reserved name such as
+    ``run_id`` is renamed ``payload_run_id``, never overwriting the event's own) and lists it in
+    ``problems``; a strict one (``strict=True``, or ``TETHER_TRACE_STRICT=1`` in the
+    environment, as the test suite sets) raises ``TraceSchemaError`` and also checks required
+    fields and types (``check_payload``).
+    """
+
+    def __init__(
+        self,
+        run_id: str,
+        sinks: list[TraceSink],
+        *,
+        redactor: Redactor | None = None,
+        clock: Callable[[], str] = _now,
+        strict: bool | None = None,
+        durable: Iterable[EventKind] = DURABLE_KINDS,
+    ) -> None:
+        self.run_id = run_id
+        self.sinks = sinks
+        self.redactor = redactor or Redactor()
+        self.events: list[TraceEvent] = []
+        self.strict = _strict_from_env() if strict is None else strict
+        self.durable = frozenset(durable)
+        self.problems: list[str] = []
+        self._clock = clock
+
+    def emit(self, kind: EventKind | str, /, **data: Any) -> TraceEvent:
+        if type(kind) is not EventKind:
+            kind = EventKind(kind)
+        declared = FIELDS[kind]
+        if not declared.issuperset(data):
+            data = self._undeclared(kind, data, declared)
+        if "arguments" in data and self.redactor.declared(data.get("tool")):
+            # A tool's declared secret arguments become known secrets before anything is written.
+            self.redactor.learn(data["tool"], data["arguments"])
+        clean = self._clean(data)
+        if self.strict:
+            check_payload(kind, clean)
+        event = TraceEvent(self.run_id, len(self.events) + 1, self._clock(), kind, clean)
+        self.events.append(event)
+        for sink in self.sinks:
+            sink.write(event)
+        if kind in self.durable:
+            self.flush()
+        return event
+
+    def flush(self) -> None:
+        """Hand every buffered event to the OS now (call before a side effect)."""
+        for sink in self.sinks:
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()
+
+    def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
+        # One pass over the top-level fields, inlining the common cases: numbers need nothing,
+        # a printable string without a backslash needs nothing but redaction, and field names
+        # are declared identifiers (or already sanitised by _undeclared).
+        redactor = self.redactor
+        redact = redactor.text if redactor.has_secrets() else None
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            kind = type(value)
+            if kind is int or kind is float or kind is bool or value is None:
+                out[key] = value
+            elif kind is str:
+                if key in _SECRETISH or (key not in _PLAIN and redactor.is_secret_key(key)):
+                    out[key] = REDACTED
+                    continue
+                if redact is not None:
+                    value = redact(value)
+                out[key] = value if value.isprintable() and "\\" not in value else sanitize(value)
+            else:
+                out[key] = sanitize_value(value, redactor, key)
+        return out
+
+    def _undeclared(self, kind: EventKind, data: dict[str, Any], declared: frozenset[str]) -> dict[str, Any]:
+        extra = sorted(set(data) - declared)
+        problem = f"{kind} event: undeclared fields {extra}"
+        if self.strict:
+            raise TraceSchemaError(problem)
+        self.problems.append(problem)
+        return {
+            (k if k in declared else sanitize(f"payload_{k}" if k in RESERVED else str(k))): v
+            for k, v in data.items()
+        }
+
+    def kinds(self) -> list[str]:
+        return [str(e.kind) for e in self.events]
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def read_trace(path: Path) -> list[dict[str, Any]]:
+    """Load a JSONL trace file."""
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
