@@ -33,6 +33,8 @@ DYNAMIC_SITES = {
     "chokepoint/_effects.py": "on_event forwards the ledger's events, adding proposal_id",
     "runners/_loop.py": "the context engine's events, ModelResponse.meta and composed.trace_fields()",
     "mcp/_source.py": "pending events replayed at bind time; server description fields",
+    "mcp/_calling.py": "a task's status fields as the server reports them (mcp_task)",
+    "mcp/_opening.py": "the sandbox plan's description of a confined launch (mcp_sandbox)",
     "chokepoint/_authority.py": "server description fields",
     "runners/_workflow.py": "the rollback's description of the failed run",
     "runners/_scope.py": "the runner's description of itself in run_started (agent and model, or workflow)",

@@ -478,7 +478,7 @@ def _console(durable_url: str, tmp_path: Any) -> tuple[Any, Any]:
     return sources, signed_in
 
 
-@pytest.mark.spec("T5", "O1")
+@pytest.mark.spec("T5")
 def test_the_console_lists_opens_and_resumes_a_postgresql_deployments_run_stopped_on_a_model_error(
     deployment: Any, durable_url: str, tmp_path: Any
 ) -> None:
