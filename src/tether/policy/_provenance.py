@@ -24,20 +24,40 @@ the request. Text the user wrote themselves (``self_naming`` fields of records w
 one of the user's own identities, e.g. the subject of their own payment) may name a record by
 one of its words. Nothing else names a record: not a status, not a body, not a word of a
 field someone else wrote.
+
+The labelling half lives in ``_provenance_labels`` (re-exported here); this module holds the
+tracing half: ``ProvenanceIndex`` and taint through the run's own writes.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-import yaml
-
+from tether.policy._provenance_labels import (
+    ASSIGNED,
+    DATA_KEY,
+    DIRECTORY,
+    EXTRACTOR,
+    MIN_CONTAINED,
+    MODEL,
+    USER,
+    USER_WORD,
+    Directory,
+    Origin,
+    Segment,
+    SourceLabel,
+    SourceTrust,
+    TrustConfig,
+    _number,
+    label_observation,
+    normalise,
+    shape_kind,
+    split_values,
+)
 from tether.policy._provenance_values import (
     DateMention,
     Link,
@@ -50,7 +70,14 @@ from tether.policy._provenance_values import (
 )
 
 __all__ = [
+    "ASSIGNED",
+    "DATA_KEY",
+    "DIRECTORY",
+    "EXTRACTOR",
     "MIN_CONTAINED",
+    "MODEL",
+    "USER",
+    "USER_WORD",
     "Directory",
     "Origin",
     "ProvenanceIndex",
@@ -65,423 +92,6 @@ __all__ = [
     "shape_kind",
     "split_values",
 ]
-
-
-DATA_KEY = "key"
-"""Field name of a mapping key that is data (a hotel's name keying its reviews)."""
-
-MIN_CONTAINED = 5
-"""Shortest value (after normalisation) that may count as contained in longer text."""
-
-USER = "user"
-USER_WORD = "user:word"  # a single word of the request that the request does not use as a name
-DIRECTORY = "directory"
-MODEL = "model"  # composed by the model: traced nowhere
-EXTRACTOR = "quarantined_extractor"
-"""The tool name of a plan's extracted values (``planexec``): a copy of a value taken from
-earlier results, labelled with its sources' least trusted class. It neither mentions a value
-nor shows where the system assigned it; its sources, in the same run, do."""
-
-
-@dataclass(frozen=True, slots=True)
-class SourceLabel:
-    """Where one segment of an observation came from."""
-
-    tool: str
-    server: str
-    trust: str
-    path: str = ""  # field path inside the result, e.g. "[2].body"
-    record_id: str | None = None
-    author: str | None = None
-    call_id: str = ""
-
-    def describe(self) -> str:
-        parts = [f"{self.tool}@{self.server}", self.trust]
-        if self.record_id is not None:
-            parts.append(f"record {self.record_id}")
-        if self.path:
-            parts.append(f"field {self.path}")
-        if self.author:
-            parts.append(f"by {self.author}")
-        return ", ".join(parts)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tool": self.tool,
-            "server": self.server,
-            "trust": self.trust,
-            "path": self.path,
-            "record_id": self.record_id,
-            "author": self.author,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """A labelled piece of an observation: a structured leaf (``whole``) or free text."""
-
-    raw: str
-    text: str  # normalised
-    label: SourceLabel
-    whole: bool
-    field_name: str = ""
-    naming: str = ""  # "whole": names its record by its whole value; "word": by one of its words
-
-
-Kind = Literal["user", "host", "tool", "nowhere"]
-Match = Literal["exact", "contained", "word", "template"]
-
-
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """One origin of one value. ``trust`` is the class policy rules reason about:
-    ``user``, ``directory``, ``model`` (nowhere), or a tool segment's trust class."""
-
-    kind: Kind
-    trust: str
-    match: Match
-    label: SourceLabel | None = None
-
-    def describe(self) -> str:
-        if self.kind == "user":
-            return f"the user's request ({self.match})"
-        if self.kind == "host":
-            return "trusted host context (directory)"
-        if self.kind == "nowhere":
-            return "nowhere: composed by the model"
-        assert self.label is not None
-        return f"{self.label.describe()} ({self.match})"
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": self.kind, "trust": self.trust, "match": self.match}
-        if self.label is not None:
-            out["source"] = self.label.to_json()
-        return out
-
-
-# -- configuration -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SourceTrust:
-    """How to label one tool's results.
-
-    ``default``: trust class of every leaf not named in ``fields``; ``fields``: class by
-    field name (the last key of the leaf's path); ``record_id``: field names that identify
-    a record; ``author``: field names naming who wrote a record; ``naming``: fields by which
-    the user can name a record (whole value in the request); ``self_naming``: fields that
-    name a record by one of their words, only in records whose author is one of the user's
-    own identities (text the user wrote).
-    """
-
-    default: str = "third_party"
-    fields: Mapping[str, str] = field(default_factory=dict)
-    record_id: tuple[str, ...] = ("id_", "id")
-    author: tuple[str, ...] = ()
-    naming: tuple[str, ...] = ()
-    self_naming: tuple[str, ...] = ()
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SourceTrust:
-        unknown = set(data) - {"default", "fields", "record_id", "author", "naming", "self_naming"}
-        if unknown:
-            raise ValueError(f"unknown source trust keys: {sorted(unknown)}")
-        return cls(
-            default=str(data.get("default", "third_party")),
-            fields={str(k): str(v) for k, v in (data.get("fields") or {}).items()},
-            record_id=tuple(data.get("record_id", ("id_", "id"))),
-            author=tuple(data.get("author", ())),
-            naming=tuple(data.get("naming", ())),
-            self_naming=tuple(data.get("self_naming", ())),
-        )
-
-
-ASSIGNED = frozenset({"system", "address"})
-"""Default classes of values the system assigns (ids, times, senders): data that names or
-counts things but carries no words anyone chose to steer a reader."""
-
-
-@dataclass(frozen=True)
-class TrustConfig:
-    """Trust classes per source (tool), configurable by the application. ``assigned``: the
-    classes whose values the system assigns (an id, a timestamp, a sender's address); every
-    other class is text someone chose, which can steer a model that reads it."""
-
-    sources: Mapping[str, SourceTrust] = field(default_factory=dict)
-    default: SourceTrust = field(default_factory=SourceTrust)
-    assigned: frozenset[str] = ASSIGNED
-
-    def for_tool(self, tool: str) -> SourceTrust:
-        return self.sources.get(tool, self.default)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TrustConfig:
-        sources = {str(k): SourceTrust.from_dict(v or {}) for k, v in (data.get("sources") or {}).items()}
-        default = SourceTrust.from_dict(data.get("default") or {})
-        assigned = data.get("assigned")
-        if assigned is not None and (
-            not isinstance(assigned, list | tuple) or not all(isinstance(a, str) for a in assigned)
-        ):
-            raise ValueError("trust.assigned must be a list of class names")
-        return cls(
-            sources=sources,
-            default=default,
-            assigned=frozenset(assigned) if assigned is not None else ASSIGNED,
-        )
-
-
-# -- normalisation -------------------------------------------------------------------------
-
-_WS = re.compile(r"[ \t\r\n]+")
-_NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$")
-
-
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
-
-
-def normalise(value: str) -> str:
-    """The form values are compared in: canonically composed (NFC), ASCII letters in lower
-    case, runs of ASCII whitespace made one space and trimmed. Nothing else is removed or
-    replaced: a zero-width, full-width or look-alike character, a quote or a trailing dot
-    stays, and no other letter is folded (``ß`` is not ``ss``, the Kelvin sign is not
-    ``k``), so a value matches only what the tool would receive as the same text."""
-    return _WS.sub(" ", unicodedata.normalize("NFC", value).translate(_ASCII_LOWER)).strip(" ")
-
-
-def _number(value: str) -> float | None:
-    v = value.strip().replace(",", "") if value.count(",") == 1 and "." in value else value.strip()
-    if not _NUMBER.match(v):
-        return None
-    try:
-        return float(v.replace(",", "."))
-    except ValueError:
-        return None
-
-
-def _structured(schema: Any) -> bool:
-    """Whether a JSON Schema admits an object or an array (no schema: it may)."""
-    if not isinstance(schema, Mapping):
-        return True
-    kind = schema.get("type")
-    if kind is None:
-        alternatives = [*schema.get("anyOf", ()), *schema.get("oneOf", ())]
-        return not alternatives or any(_structured(alt) for alt in alternatives)
-    kinds = {kind} if isinstance(kind, str) else set(kind)
-    return bool(kinds & {"object", "array"})
-
-
-def _child(schema: Any, key: str | None) -> Any:
-    if not isinstance(schema, Mapping):
-        return None
-    if key is None:
-        items = schema.get("items")
-        return items if isinstance(items, Mapping) else None
-    props = schema.get("properties")
-    if isinstance(props, Mapping) and key in props:
-        return props[key]
-    extra = schema.get("additionalProperties")
-    return extra if isinstance(extra, Mapping) else None
-
-
-def _declared(schema: Any, key: str) -> bool:
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    return isinstance(props, Mapping) and key in props
-
-
-def split_values(value: Any, schema: Any = None) -> list[str]:
-    """The scalar values a tool receives in one argument, judged one by one: every leaf of a
-    list or mapping, every key that is data (not a property the schema declares), and a
-    string always whole, as it is. A string that itself encodes a list or mapping
-    (``"['a@b.com']"``) is decoded *in addition* when the schema lets the parameter be
-    structured — never instead of the raw string, which is what the tool receives."""
-    out: list[str] = []
-
-    def walk(v: Any, node: Any) -> None:
-        if isinstance(v, Mapping):
-            for k, item in v.items():
-                if not _declared(node, str(k)):
-                    out.append(str(k))
-                walk(item, _child(node, str(k)))
-        elif isinstance(v, list | tuple | set | frozenset):
-            for item in v:
-                walk(item, _child(node, None))
-        elif isinstance(v, bool) or v is None:
-            return
-        elif isinstance(v, str):
-            out.append(v)
-            s = v.strip()
-            if s[:1] in "[{" and s[-1:] in "]}" and _structured(node):
-                decoded = _decode(s)
-                if decoded is not None:
-                    walk(decoded, None)
-        else:
-            out.append(str(v))
-
-    walk(value, schema)
-    return out
-
-
-def _decode(text: str) -> Any:
-    for loader in (json.loads, ast.literal_eval, yaml.safe_load):
-        try:
-            value = loader(text)
-        except Exception:
-            continue
-        if isinstance(value, list | dict):
-            return value
-    return None
-
-
-# -- curated host context ---------------------------------------------------------------------
-
-_EMAIL_SHAPE = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
-_ACCOUNT_SHAPE = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}")
-_LINK_SHAPE = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?[^\s/@]+\.[^\s/@]+(?:/\S*)?")
-SHAPE_KINDS = ("mailbox", "account", "link")
-
-
-def shape_kind(value: str) -> str:
-    """The kind of destination a value is shaped as: ``mailbox`` (an e-mail address),
-    ``account`` (IBAN-shaped), ``link``, or ``name`` (anything else: a person, a channel)."""
-    v = normalise(value)
-    if _EMAIL_SHAPE.fullmatch(v):
-        return "mailbox"
-    if _ACCOUNT_SHAPE.fullmatch(v.replace(" ", "")):
-        return "account"
-    if _LINK_SHAPE.fullmatch(v) and not v.replace(".", "").isdigit():
-        return "link"
-    return "name"
-
-
-_PLAIN_NAME = re.compile(r"[^\x00-\x1f\x7f<>{}\[\]]{1,100}")
-
-
-def _well_formed(kind: str, text: str) -> bool:
-    """Whether an entry is a plain value of its kind, fit to vouch: an address, an account or a
-    link of that shape; for any other kind (a member, a channel) a short name on one line with
-    no link, address or markup inside — a name that carries a link or an instruction was chosen
-    to be read, and vouches for nothing."""
-    if kind in SHAPE_KINDS:
-        return shape_kind(text) == kind
-    if not _PLAIN_NAME.fullmatch(text) or "@" in text:
-        return False
-    from tether.policy._provenance_values import find_links
-
-    return not find_links(text)
-
-
-class Directory:
-    """What the deployment vouches for, by kind: each entry vouches for one kind of
-    destination only (a mailbox for a mailbox, a channel for a channel, a link for a link).
-    Built from a mapping ``{kind: [entries]}``, or from plain entries whose kind is their
-    shape (``shape_kind``). Entries that outsiders can create (a channel anyone may open)
-    do not belong here: they are third-party data."""
-
-    def __init__(self, entries: Mapping[str, Iterable[str]] | Iterable[str] = ()) -> None:
-        self.kinds: dict[str, set[str]] = {}
-        if isinstance(entries, Mapping):
-            for kind, values in entries.items():
-                if isinstance(values, str):
-                    raise TypeError(f"directory kind {kind!r}: a list of entries, not a string")
-                for v in values:
-                    self._add(str(kind), v)
-        else:
-            for v in entries:
-                self._add(shape_kind(v), v)
-
-    def _add(self, kind: str, value: str) -> None:
-        text = normalise(value)
-        if text and _well_formed(kind, text):
-            self.kinds.setdefault(kind, set()).add(text)
-
-    def __bool__(self) -> bool:
-        return bool(self.kinds)
-
-    def __contains__(self, text: object) -> bool:
-        return any(text in values for values in self.kinds.values())
-
-    def vouches(self, text: str, kind: str | None = None) -> bool:
-        """Whether the normalised ``text`` is an entry of ``kind`` (by default, the kind its
-        shape says; a ``name`` is vouched for by an entry of any kind that is not a shape)."""
-        kind = kind or shape_kind(text)
-        if kind == "name":
-            return any(text in v for k, v in self.kinds.items() if k not in SHAPE_KINDS)
-        return text in self.kinds.get(kind, ())
-
-    def entries(self, kind: str) -> set[str]:
-        return self.kinds.get(kind, set())
-
-
-# -- labelling -----------------------------------------------------------------------------
-
-
-def label_observation(
-    tool: str,
-    server: str,
-    data: Any,
-    text: str,
-    config: TrustConfig,
-    *,
-    own: Iterable[str] = (),
-    call_id: str = "",
-) -> list[Segment]:
-    """Split one tool result into labelled segments. Structured ``data`` gives one segment per
-    leaf; without it the whole text is one segment of the tool's default class. ``own``: the
-    user's own identities (their address, their account), for ``self_naming`` fields."""
-    source = config.for_tool(tool)
-    mine = {normalise(o) for o in own if normalise(o)}
-    segments: list[Segment] = []
-
-    def leaf(
-        raw: str, path: str, key: str, record: str | None, author: str | None, field_name: str | None = None
-    ) -> None:
-        trust = source.fields.get(key, source.default)
-        naming = ""
-        if record is not None and key in source.naming:
-            naming = "whole"
-        elif record is not None and key in source.self_naming and author is not None:
-            naming = "word" if normalise(author) in mine else ""
-        label = SourceLabel(tool, server, trust, path, record, author, call_id)
-        name = key if field_name is None else field_name
-        segments.append(Segment(raw, normalise(raw), label, whole=True, field_name=name, naming=naming))
-
-    def walk(v: Any, path: str, key: str, record: str | None, author: str | None) -> None:
-        if isinstance(v, Mapping):
-            rec = record
-            for k in source.record_id:
-                if k in v and isinstance(v[k], str | int) and not isinstance(v[k], bool):
-                    rec = str(v[k])
-                    break
-            else:
-                if any(k in v for k in (*source.naming, *source.self_naming)):
-                    rec = f"@{path or '.'}"  # a record without an id: the mapping itself
-            auth = author
-            for k in source.author:
-                if isinstance(v.get(k), str):
-                    auth = v[k]
-                    break
-            for k, item in v.items():
-                k = str(k)
-                if not k.isidentifier():
-                    # A key that is data (a hotel's name, an e-mail address) is a leaf too.
-                    leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
-                walk(item, f"{path}.{k}" if path else k, k, rec, auth)
-        elif isinstance(v, list | tuple):
-            for i, item in enumerate(v):
-                walk(item, f"{path}[{i}]", key, record, author)
-        elif v is None or isinstance(v, bool):
-            return
-        else:
-            leaf(str(v), path, key, record, author)
-
-    if data is not None and not isinstance(data, str):
-        walk(data, "", "", None, None)
-    else:
-        raw = data if isinstance(data, str) else text
-        segments.append(
-            Segment(raw, normalise(raw), SourceLabel(tool, server, source.default, call_id=call_id), False)
-        )
-    return segments
 
 
 # -- tracing -------------------------------------------------------------------------------
