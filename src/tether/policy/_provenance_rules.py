@@ -1,16 +1,16 @@
 """Policy rules over provenance: each proposed call checked against its tool's declaration.
 
 The declarations (roles, sources, bounds) are described in ``provenance_declarations``; this
-module applies them to a run: it labels observations, builds the run's provenance index,
-and decides allow / approve / deny for each call with the provenance of every argument in
-the decision, so a reviewer sees where each value came from. An undeclared side-effecting
-tool or argument is denied at call time (and refused at load time by
-``check_declarations``). No rule here knows any scenario or benchmark task: rules are data.
+module applies them to a run: it labels observations, builds the run's provenance index
+(``_provenance_run``, re-exported here), and decides allow / approve / deny for each call
+with the provenance of every argument in the decision, so a reviewer sees where each value
+came from. An undeclared side-effecting tool or argument is denied at call time (and refused
+at load time by ``check_declarations``). No rule here knows any scenario or benchmark task:
+rules are data.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import weakref
@@ -28,11 +28,8 @@ from tether.policy._provenance import (
     Origin,
     ProvenanceIndex,
     Segment,
-    SourceLabel,
     TrustConfig,
-    Written,
     contains_whole,
-    label_observation,
     normalise,
     shape_kind,
     split_values,
@@ -45,6 +42,7 @@ from tether.policy._provenance_declarations import (
     check_declarations,
     rules_from_dict,
 )
+from tether.policy._provenance_run import index_for, make_labeler, observation_segments
 from tether.policy._provenance_values import find_handles, find_links, parse_date
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -63,103 +61,6 @@ __all__ = [
 ]
 
 _RANK = {"allow": 0, "approve": 1, "deny": 2}
-
-
-# -- the index of a run -------------------------------------------------------------------
-
-
-def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
-    """Segments of one observation: the labels the host attached, or labelled now."""
-    cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
-    if isinstance(cached, list):
-        restored = [_segment(item) for item in cached]
-        if all(seg is not None for seg in restored):
-            return [seg for seg in restored if seg is not None]
-    if obs.is_error:
-        return []
-    return label_observation(obs.tool, obs.source, obs.data, obs.text, config, own=own, call_id=obs.call_id)
-
-
-def make_labeler(config: TrustConfig, own: Iterable[str] = ()) -> Callable[[Any], Any]:
-    """A ``Host(labeler=...)`` hook: attaches labelled segments (``meta["provenance"]``) and a
-    summary of the sources an observation holds (``meta["sources"]``: record, author, trust).
-    ``own``: the user's own identities (for ``self_naming`` fields)."""
-    mine = list(own)
-
-    def label(obs: Any) -> Any:
-        segments = (
-            []
-            if obs.is_error
-            else label_observation(
-                obs.tool, obs.source, obs.data, obs.text, config, own=mine, call_id=obs.call_id
-            )
-        )
-        sources = sorted({(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments})
-        summary = [{"record_id": r or None, "author": a or None, "trust": t} for r, a, t in sources]
-        return dataclasses.replace(obs, meta={**obs.meta, "provenance": segments, "sources": summary})
-
-    return label
-
-
-def _segment(item: Any) -> Segment | None:
-    """A segment, or one restored from a checkpoint (where it became a plain mapping)."""
-    if isinstance(item, Segment):
-        return item
-    try:
-        return Segment(
-            item["raw"],
-            item["text"],
-            SourceLabel(**item["label"]),
-            bool(item["whole"]),
-            item["field_name"],
-            str(item.get("naming", "")),
-        )
-    except (TypeError, KeyError, AttributeError):
-        return None
-
-
-def index_for(
-    state: Any,
-    config: TrustConfig,
-    directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
-    own: Iterable[str] = (),
-    writes: Callable[[str], bool] | None = None,
-) -> ProvenanceIndex:
-    """The provenance index of a run state: the objective, the observations so far (each with
-    its position in the run) and every value the run wrote (the arguments of each call that
-    ran, with the number of observations made before it). ``writes(tool)`` says which tools
-    write — store what they are given; by default every tool does. A read-only tool keeps
-    nothing, so what it returns is its own data even where it repeats an argument (a lookup
-    by name returns the record under its name)."""
-    segments: list[Segment] = []
-    positions: list[int] = []
-    mine = list(own)
-    observations = getattr(state, "observations", []) or []
-    first_seen: dict[str, int] = {}
-    for i, obs in enumerate(observations):
-        first_seen.setdefault(obs.call_id, i)
-        found = observation_segments(obs, config, mine)
-        segments.extend(found)
-        positions.extend([i] * len(found))
-    written: list[Written] = []
-    for record in getattr(state, "calls", []) or []:
-        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
-            continue
-        at = first_seen.get(record.call_id, len(observations))
-        for leaf in split_values(record.arguments):
-            text = normalise(leaf)
-            if len(text) >= 2:
-                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
-    return ProvenanceIndex(
-        getattr(state, "objective", "") or "",
-        segments=segments,
-        directory=directory,
-        positions=positions,
-        writes=written,
-    )
-
-
-_REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
 
 
 # -- the rule -------------------------------------------------------------------------------

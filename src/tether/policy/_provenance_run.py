@@ -1,0 +1,123 @@
+"""The provenance index of a run: its observations labelled, and what the run itself wrote.
+
+``index_for`` builds the ``ProvenanceIndex`` a rule reads from a run state (its objective,
+its observations with their positions, and the arguments of every call that reached its
+tool); ``make_labeler`` is the host hook that labels each observation as it arrives, so a
+checkpoint keeps the labels (``observation_segments`` restores them). The rules that read
+the index are in ``_provenance_rules``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from tether.policy._provenance import (
+    Directory,
+    ProvenanceIndex,
+    Segment,
+    SourceLabel,
+    TrustConfig,
+    Written,
+    label_observation,
+    normalise,
+    split_values,
+)
+from tether.policy._provenance_values import find_links
+
+__all__ = ["index_for", "make_labeler", "observation_segments"]
+
+
+def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
+    """Segments of one observation: the labels the host attached, or labelled now."""
+    cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
+    if isinstance(cached, list):
+        restored = [_segment(item) for item in cached]
+        if all(seg is not None for seg in restored):
+            return [seg for seg in restored if seg is not None]
+    if obs.is_error:
+        return []
+    return label_observation(obs.tool, obs.source, obs.data, obs.text, config, own=own, call_id=obs.call_id)
+
+
+def make_labeler(config: TrustConfig, own: Iterable[str] = ()) -> Callable[[Any], Any]:
+    """A ``Host(labeler=...)`` hook: attaches labelled segments (``meta["provenance"]``) and a
+    summary of the sources an observation holds (``meta["sources"]``: record, author, trust).
+    ``own``: the user's own identities (for ``self_naming`` fields)."""
+    mine = list(own)
+
+    def label(obs: Any) -> Any:
+        segments = (
+            []
+            if obs.is_error
+            else label_observation(
+                obs.tool, obs.source, obs.data, obs.text, config, own=mine, call_id=obs.call_id
+            )
+        )
+        sources = sorted({(s.label.record_id or "", s.label.author or "", s.label.trust) for s in segments})
+        summary = [{"record_id": r or None, "author": a or None, "trust": t} for r, a, t in sources]
+        return dataclasses.replace(obs, meta={**obs.meta, "provenance": segments, "sources": summary})
+
+    return label
+
+
+def _segment(item: Any) -> Segment | None:
+    """A segment, or one restored from a checkpoint (where it became a plain mapping)."""
+    if isinstance(item, Segment):
+        return item
+    try:
+        return Segment(
+            item["raw"],
+            item["text"],
+            SourceLabel(**item["label"]),
+            bool(item["whole"]),
+            item["field_name"],
+            str(item.get("naming", "")),
+        )
+    except (TypeError, KeyError, AttributeError):
+        return None
+
+
+def index_for(
+    state: Any,
+    config: TrustConfig,
+    directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
+    own: Iterable[str] = (),
+    writes: Callable[[str], bool] | None = None,
+) -> ProvenanceIndex:
+    """The provenance index of a run state: the objective, the observations so far (each with
+    its position in the run) and every value the run wrote (the arguments of each call that
+    ran, with the number of observations made before it). ``writes(tool)`` says which tools
+    write — store what they are given; by default every tool does. A read-only tool keeps
+    nothing, so what it returns is its own data even where it repeats an argument (a lookup
+    by name returns the record under its name)."""
+    segments: list[Segment] = []
+    positions: list[int] = []
+    mine = list(own)
+    observations = getattr(state, "observations", []) or []
+    first_seen: dict[str, int] = {}
+    for i, obs in enumerate(observations):
+        first_seen.setdefault(obs.call_id, i)
+        found = observation_segments(obs, config, mine)
+        segments.extend(found)
+        positions.extend([i] * len(found))
+    written: list[Written] = []
+    for record in getattr(state, "calls", []) or []:
+        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
+            continue
+        at = first_seen.get(record.call_id, len(observations))
+        for leaf in split_values(record.arguments):
+            text = normalise(leaf)
+            if len(text) >= 2:
+                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+    return ProvenanceIndex(
+        getattr(state, "objective", "") or "",
+        segments=segments,
+        directory=directory,
+        positions=positions,
+        writes=written,
+    )
+
+
+_REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
