@@ -9,27 +9,26 @@
   outcome after it; a recorded outcome is replayed, never repeated. An entry whose owner died
   between intent and outcome is reconciled by asking the tool by key (a ``Reconciler``) or,
   when the tool cannot say, escalated to a person. Nothing is blindly re-run.
+
+The ledger's primitives (keys, entry ownership, outcomes) are in ``_ledger``, re-exported here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
-import hashlib
 import json
-import os
-import socket
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal
 
 import anyio
 
 from tether.core._names import name_set
 from tether.errors import ApprovalError
-from tether.policy._intake import Proposal, canonical_json, content_hash
+from tether.policy._intake import Proposal, content_hash
+from tether.policy._ledger import EffectOutcome, Reconciler, _owner, idempotency_key, owner_dead
 from tether.policy._store import (
     ApprovalEvent,
     ApprovalStore,
@@ -53,9 +52,6 @@ __all__ = [
     "idempotency_key",
     "owner_dead",
 ]
-
-_PROCESS_TOKEN = uuid.uuid4().hex[:12]
-_HOST = socket.gethostname()
 
 
 class _AllTenants(enum.Enum):
@@ -107,13 +103,6 @@ class Reviewer:
         return self.tenants is ALL_TENANTS or tenant in self.tenants
 
 
-class Reconciler(Protocol):
-    """Asks a tool whether the effect with ``key`` happened: its recorded result (a JSON-ready
-    dict) if so, ``None`` if it never happened. Raising means "cannot tell": a person decides."""
-
-    def __call__(self, key: str) -> Awaitable[dict[str, Any] | None] | dict[str, Any] | None: ...
-
-
 @dataclass(frozen=True, slots=True)
 class Review:
     """Exactly what will run if this proposal is executed, and its history."""
@@ -156,52 +145,6 @@ class Review:
                 for x in self.executions
             ],
         }
-
-
-@dataclass(frozen=True, slots=True)
-class EffectOutcome:
-    """The recorded outcome of one side-effecting call."""
-
-    key: str
-    result: dict[str, Any]
-    replayed: bool = False  # the outcome was recorded earlier; the tool was not called now
-    reconciled: bool = False  # the outcome was learnt from the tool after a crash
-    attempts: int = 1
-
-
-def idempotency_key(run_id: str, step: int, call_id: str, tool: str, arguments: Mapping[str, Any]) -> str:
-    """Deterministic key of one side-effecting call: same run, step, call and arguments, same key."""
-    text = canonical_json([run_id, step, call_id, tool, dict(arguments)])
-    return "idem_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
-
-
-def _owner() -> str:
-    return f"{_HOST}:{os.getpid()}:{_PROCESS_TOKEN}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def owner_dead(entry: LedgerEntry, now: datetime) -> bool:
-    """Whether the process that owns a ledger entry is gone: its lease ran out, or it ran on this
-    machine and its process no longer exists (a previous incarnation of this pid counts as gone)."""
-    if entry.lease_until <= now:
-        return True
-    host, _, rest = entry.owner.partition(":")
-    pid_text, _, token = rest.partition(":")
-    if host != _HOST or not pid_text.isdigit():
-        return False
-    pid = int(pid_text)
-    if pid == os.getpid():
-        return token != _PROCESS_TOKEN
-    return not _pid_alive(pid)
 
 
 @dataclass
@@ -447,6 +390,19 @@ class Approvals:
                     return outcome
             break
         emit("effect_intent", key=key, tool=tool, attempt=claim.entry.attempts)
+        return await self._execute(key, tool, owner, call, proposal_id, emit)
+
+    async def _execute(
+        self,
+        key: str,
+        tool: str,
+        owner: str,
+        call: Callable[[], Awaitable[dict[str, Any]]],
+        proposal_id: str | None,
+        emit: Callable[..., Any],
+    ) -> EffectOutcome:
+        """Make the claimed call once and record its outcome; if it raises, leave the entry to
+        be reconciled and let the exception propagate."""
         try:
             result = await call()
         except BaseException:
