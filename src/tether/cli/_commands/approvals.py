@@ -9,7 +9,11 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.policy import Approvals
+    from tether.stores._url import Stores
 
 
 def register(sub: Any) -> None:
@@ -76,16 +80,37 @@ def _audit(
 
 
 def run(args: argparse.Namespace) -> int:
-    import getpass
-
     from tether.clisupport.approvals_db import default_db
-    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.output import fail
     from tether.errors import ApprovalError
-    from tether.policy import Approvals, ProposalStatus, Reviewer, SqliteApprovalStore
 
     db = str(args.db or default_db())
     as_json = getattr(args, "json", False)
-    stores = None
+    opened = _open(args, db, as_json)
+    if isinstance(opened, int):
+        return opened
+    approvals, stores = opened
+    try:
+        if args.action == "list":
+            return _list(approvals, args.status, db, as_json)
+        if args.action == "show":
+            return _show(approvals, args.id, as_json)
+        out = _decide(approvals, args)
+    except (ApprovalError, ValueError) as err:
+        return fail(f"tether approvals {args.action}", err, as_json=as_json)
+    finally:
+        if stores is not None:
+            stores.close()
+    _print_decision(out, db, as_json=as_json, deployment=stores is not None)
+    return 0
+
+
+def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, Stores | None] | int:
+    """The approvals over ``db`` (and the deployment's stores to close), or the exit code when
+    there is no store there."""
+    from tether.clisupport.output import fail
+    from tether.policy import Approvals, SqliteApprovalStore
+
     if "://" in db:  # a deployment: the store every worker shares
         from tether.stores._url import open_stores
 
@@ -93,77 +118,90 @@ def run(args: argparse.Namespace) -> int:
             stores = open_stores(db)
         except Exception as err:  # an unreachable server, a bad URL: say so, as for a missing file
             return fail(f"tether approvals {args.action}", err, as_json=as_json)
-        approvals = Approvals(stores.approvals)
-    elif not Path(db).exists():  # never create a store just to look into it
+        return Approvals(stores.approvals), stores
+    if not Path(db).exists():  # never create a store just to look into it
         # A missing file is most often a mistyped path: an error (exit 1), not an empty queue.
         given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
         why = f"no approval store at {db}{given}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
+    return Approvals(SqliteApprovalStore(db)), None
+
+
+def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
+    from tether.clisupport.output import emit_json, table
+    from tether.policy import ProposalStatus
+
+    status = None if status_name == "all" else ProposalStatus(status_name)
+    rows = [
+        {
+            "id": p.id,
+            "status": str(p.status),
+            "tenant": p.tenant,
+            "tool": p.tool,
+            "run": p.run_id or "",
+            "created": p.created_at.isoformat(timespec="seconds"),
+        }
+        for p in approvals.store.list_proposals(status=status)
+    ]
+    if as_json:
+        emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
+    elif rows:
+        print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
     else:
-        approvals = Approvals(SqliteApprovalStore(db))
+        print("no proposals")
+    return 0
+
+
+def _show(approvals: Approvals, proposal_id: str, as_json: bool) -> int:
+    from tether.clisupport.output import emit_json
+
+    review = approvals.inspect(proposal_id).summary()
+    if as_json:
+        emit_json(review, exit=0)
+    else:
+        for key, value in review.items():
+            print(f"{key}: {value}")
+    return 0
+
+
+def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
+    """Approve, deny, invalidate or resolve, as the person at this console; what was decided."""
+    import getpass
+
+    from tether.errors import ApprovalError
+    from tether.policy import Reviewer
+
+    # An operator with the store open at the console acts for every tenant in it.
+    reviewer = Reviewer.for_all_tenants(args.reviewer or getpass.getuser())
+    if args.action == "resolve":
+        entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
+        return {"key": entry.key, "status": str(entry.status), "note": entry.note}
+    act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
     try:
-        if args.action == "list":
-            status = None if args.status == "all" else ProposalStatus(args.status)
-            rows = [
-                {
-                    "id": p.id,
-                    "status": str(p.status),
-                    "tenant": p.tenant,
-                    "tool": p.tool,
-                    "run": p.run_id or "",
-                    "created": p.created_at.isoformat(timespec="seconds"),
-                }
-                for p in approvals.store.list_proposals(status=status)
-            ]
-            if as_json:
-                emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
-            elif rows:
-                print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
-            else:
-                print("no proposals")
-            return 0
-        if args.action == "show":
-            review = approvals.inspect(args.id).summary()
-            if as_json:
-                emit_json(review, exit=0)
-            else:
-                for key, value in review.items():
-                    print(f"{key}: {value}")
-            return 0
-        # An operator with the store open at the console acts for every tenant in it.
-        reviewer = Reviewer.for_all_tenants(args.reviewer or getpass.getuser())
-        out: dict[str, Any]
-        if args.action == "resolve":
-            entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
-            out = {"key": entry.key, "status": str(entry.status), "note": entry.note}
-        else:
-            act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
-            try:
-                p = act[args.action](reviewer, args.id, reason=args.reason)
-            except ApprovalError as err:
-                _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
-                raise
-            _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
-            out = {
-                "id": p.id,
-                "status": str(p.status),
-                "decided_by": p.decided_by,
-                "decided_at": p.decided_at.isoformat() if p.decided_at else None,
-                "run": p.run_id,
-            }
-    except (ApprovalError, ValueError) as err:
-        return fail(f"tether approvals {args.action}", err, as_json=as_json)
-    finally:
-        if stores is not None:
-            stores.close()
+        p = act[args.action](reviewer, args.id, reason=args.reason)
+    except ApprovalError as err:
+        _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
+        raise
+    _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
+    return {
+        "id": p.id,
+        "status": str(p.status),
+        "decided_by": p.decided_by,
+        "decided_at": p.decided_at.isoformat() if p.decided_at else None,
+        "run": p.run_id,
+    }
+
+
+def _print_decision(out: dict[str, Any], db: str, *, as_json: bool, deployment: bool) -> None:
+    from tether.clisupport.output import emit_json
+
     if out.get("run"):
         out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
     if as_json:
         emit_json(out, exit=0)
     else:
         print(" ".join(f"{k}={v}" for k, v in out.items() if k != "resume"))
-        if out.get("resume") and stores is not None:
+        if out.get("resume") and deployment:
             print(f"a worker resumes the run by itself (or: {out['resume']})")
         elif out.get("resume"):
             print(f"continue the run with: {out['resume']}")
-    return 0

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.evals._compare import Comparison
 
 
 def register(sub: Any) -> None:
@@ -46,20 +49,33 @@ def _factory(spec: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
+_FIGURES = (
+    "success_rate",
+    "success_rate_spread",
+    "pass_k",
+    "holdout_success_rate",
+    "mean_calls",
+    "mean_cost_usd",
+    "violations_blocked",
+    "untrusted_instructions_followed",
+)
+_TABLE_COLUMNS = [
+    "design",
+    "success_rate",
+    "pass_k",
+    "holdout_success_rate",
+    "mean_calls",
+    "mean_cost_usd",
+    "violations_blocked",
+]
+
+
 def run(args: argparse.Namespace) -> int:
-    import sys
-
-    import anyio
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.output import emit_json, fail
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import TetherError
     from tether.evals._cases import load_cases
-    from tether.evals._compare import run_comparison
     from tether.evals._config import load_config
-    from tether.evals._graders import ModelJudge
     from tether.evals._report import write_report
 
     if args.repeat < 1:
@@ -72,12 +88,37 @@ def run(args: argparse.Namespace) -> int:
         cases = load_cases(args.cases or defaults.CASES_PATH)
     except (TetherError, ScenarioUnavailable) as err:
         return fail("tether compare", err, as_json=args.json)
+    comparison = _compare(args, name, scenario_class, config, cases)
+    if isinstance(comparison, int):
+        return comparison
+    summary = write_report(comparison, out)
+    last = _last_line(summary, name, args.repeat)
+    _print_report(summary, last, as_json=args.json)
+    if args.json:
+        emit_json(last, exit=0)
+    return 0
+
+
+def _compare(
+    args: argparse.Namespace, name: str, scenario_class: Any, config: Any, cases: Any
+) -> Comparison | int:
+    """Run every design on every case ``--repeat`` times, with a progress bar on stderr; the
+    exit code when the comparison stops on an error."""
     from datetime import UTC, datetime
+
+    import anyio
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from tether.clisupport.output import fail
+    from tether.errors import TetherError
+    from tether.evals._compare import run_comparison
+    from tether.evals._graders import ModelJudge
 
     loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
     factory = _factory(args.model_factory) if args.model_factory else None
     judge = ModelJudge(_factory(args.judge_factory)()) if args.judge_factory else None
-    scenario = scenario_class(out / "runs")
+    scenario = scenario_class(args.out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 
     # mcp.client.stdio binds its default errlog to sys.stderr on first import: import it before
@@ -101,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             progress.update(task, advance=1, description=f"{row.case_id} · {row.design} #{row.repeat}")
 
         try:
-            comparison = anyio.run(
+            return anyio.run(
                 lambda: run_comparison(
                     scenario,
                     cases,
@@ -115,52 +156,33 @@ def run(args: argparse.Namespace) -> int:
             )
         except TetherError as err:
             return fail("tether compare", err, as_json=args.json)
-    summary = write_report(comparison, out)
+
+
+def _last_line(summary: dict[str, Any], name: str, repeat: int) -> dict[str, Any]:
+    """The final JSON object: the decision and each design's figures."""
     fig, decision = summary["figures"], summary["decision"]
-    last = {
+    last: dict[str, Any] = {
         "scenario": name,
-        "repeat": args.repeat,
+        "repeat": repeat,
         "decision": decision["decision"],
         "why": decision["why"],
-        "designs": {
-            d: {
-                k: fig[d][k]
-                for k in (
-                    "success_rate",
-                    "success_rate_spread",
-                    "pass_k",
-                    "holdout_success_rate",
-                    "mean_calls",
-                    "mean_cost_usd",
-                    "violations_blocked",
-                    "untrusted_instructions_followed",
-                )
-            }
-            for d in summary["designs"]
-        },
+        "designs": {d: {k: fig[d][k] for k in _FIGURES} for d in summary["designs"]},
         "files": summary["files"],
     }
     last.update(last["designs"])  # also per design at the top level: {"workflow": {...}, "agent": {...}}
+    return last
+
+
+def _print_report(summary: dict[str, Any], last: dict[str, Any], *, as_json: bool) -> None:
+    import sys
+
+    from tether.clisupport.output import table
+
     if summary.get("chart_error"):
         print(f"tether compare: no PNG chart: {summary['chart_error']}", file=sys.stderr)
-    if not args.json:
+    if not as_json:
+        decision = summary["decision"]
         rows = [{"design": d, **last["designs"][d]} for d in summary["designs"]]
-        print(
-            table(
-                rows,
-                [
-                    "design",
-                    "success_rate",
-                    "pass_k",
-                    "holdout_success_rate",
-                    "mean_calls",
-                    "mean_cost_usd",
-                    "violations_blocked",
-                ],
-            )
-        )
+        print(table(rows, _TABLE_COLUMNS))
         print(f"decision: {decision['decision']} — {decision['why']}")
         print(f"report: {summary['files']['markdown']}")
-    if args.json:
-        emit_json(last, exit=0)
-    return 0

@@ -18,12 +18,22 @@ def register(sub: Any) -> None:
     )
     msub = p.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
 
+    _add_review(msub)
+    _add_approve(msub)
+    _add_run(msub)
+    _add_resume(msub)
+    _add_pauses(msub)
+
+
+def _add_review(msub: Any) -> None:
     r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
     r.add_argument("name", help="server id from the config")
     _common(r)
     _shared(r)
     r.set_defaults(handler=_review)
 
+
+def _add_approve(msub: Any) -> None:
     a = msub.add_parser("approve", help="pin the sha256 of each tool's current definition")
     a.add_argument("name", help="server id from the config")
     a.add_argument("--tool", action="append", default=None, help="approve only this tool (repeatable)")
@@ -36,6 +46,8 @@ def register(sub: Any) -> None:
     _shared(a)
     a.set_defaults(handler=_approve)
 
+
+def _add_run(msub: Any) -> None:
     run = msub.add_parser(
         "run",
         help="run a question over the configured servers with a model",
@@ -84,6 +96,8 @@ def register(sub: Any) -> None:
     run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
     run.set_defaults(handler=_run, agent=None)
 
+
+def _add_resume(msub: Any) -> None:
     res = msub.add_parser("resume", help="answer a paused elicitation and re-run the paused call")
     res.add_argument("pause_id")
     group = res.add_mutually_exclusive_group(required=True)
@@ -101,6 +115,8 @@ def register(sub: Any) -> None:
     _common(res)
     res.set_defaults(handler=_resume)
 
+
+def _add_pauses(msub: Any) -> None:
     ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
     _common(ps)
     _shared(ps)

@@ -10,7 +10,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.console._users import UserStore
 
 
 def default_users_db() -> Path:
@@ -66,72 +69,15 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
+    from tether.clisupport.output import emit_json
     from tether.console._users import CLIENT, AuthError, UserStore
 
     CLIENT.set("cli")  # every audit entry below records where it came from
     store = UserStore(args.db or default_users_db())
     as_json = getattr(args, "json", False)
-    out: dict[str, Any] = {}
     try:
-        if args.action == "add":
-            store.add_user(args.name, _password(args))
-            for tenant in args.tenant:
-                store.grant(args.name, tenant, args.role)
-            store.audit("cli", "user_add", target=args.name, detail=f"{args.role}: {', '.join(args.tenant)}")
-            out = {"user": args.name, "grants": store.grants(args.name)}
-        elif args.action == "grant":
-            store.grant(args.name, args.tenant, args.role)
-            store.audit("cli", "grant", tenant=args.tenant, target=args.name, detail=args.role)
-            out = {"user": args.name, "grants": store.grants(args.name)}
-        elif args.action == "revoke":
-            removed = store.revoke_grant(args.name, args.tenant)
-            store.audit(
-                "cli", "revoke", tenant=args.tenant, target=args.name, outcome="ok" if removed else "none"
-            )
-            out = {"user": args.name, "removed": removed, "grants": store.grants(args.name)}
-        elif args.action == "token":
-            secret, info = store.create_token(args.name, label=args.label, days=args.days)
-            store.audit("cli", "token_create", target=args.name, detail=f"token {info.id}")
-            out = {"user": args.name, "token_id": info.id, "token": secret, "expires_at": info.expires_at}
-            if not as_json:
-                print(f"token {info.id} for {args.name} (shown once, stored only hashed):\n{secret}")
-                return 0
-        elif args.action == "tokens":
-            rows = [
-                {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
-                 "expires": t.expires_at or "", "revoked": t.revoked}
-                for t in store.tokens(args.name)
-            ]  # fmt: skip
-            out = {"tokens": rows}
-            if not as_json:
-                print(
-                    table(rows, ["id", "user", "label", "created", "expires", "revoked"])
-                    if rows
-                    else "no tokens"
-                )
-                return 0
-        elif args.action == "revoke-token":
-            out = {"token_id": args.token_id, "revoked": store.revoke_token(args.token_id)}
-            store.audit("cli", "token_revoke", target=args.token_id)
-        elif args.action == "password":
-            store.set_password(args.name, _password(args))
-            store.audit("cli", "password", target=args.name, detail="sessions ended, API tokens revoked")
-            out = {"user": args.name, "password": "changed"}
-        elif args.action in ("disable", "enable"):
-            store.set_disabled(args.name, args.action == "disable")
-            store.audit("cli", f"user_{args.action}", target=args.name)
-            out = {"user": args.name, "disabled": args.action == "disable"}
-        else:
-            rows = [
-                {
-                    "name": u["name"],
-                    "disabled": "yes" if u["disabled"] else "",
-                    "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
-                }
-                for u in store.users()
-            ]
-            print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")
+        out = _act(store, args, as_json)
+        if out is None:  # already printed
             return 0
     except (AuthError, ValueError) as err:
         reason = getattr(err, "reason", "invalid")
@@ -147,3 +93,74 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(" ".join(f"{k}={v}" for k, v in out.items()))
     return 0
+
+
+def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str, Any] | None:
+    """Carry out the action; what to report, or None when it printed its own output."""
+    if args.action == "add":
+        store.add_user(args.name, _password(args))
+        for tenant in args.tenant:
+            store.grant(args.name, tenant, args.role)
+        store.audit("cli", "user_add", target=args.name, detail=f"{args.role}: {', '.join(args.tenant)}")
+        return {"user": args.name, "grants": store.grants(args.name)}
+    if args.action == "grant":
+        store.grant(args.name, args.tenant, args.role)
+        store.audit("cli", "grant", tenant=args.tenant, target=args.name, detail=args.role)
+        return {"user": args.name, "grants": store.grants(args.name)}
+    if args.action == "revoke":
+        removed = store.revoke_grant(args.name, args.tenant)
+        store.audit(
+            "cli", "revoke", tenant=args.tenant, target=args.name, outcome="ok" if removed else "none"
+        )
+        return {"user": args.name, "removed": removed, "grants": store.grants(args.name)}
+    if args.action == "token":
+        secret, info = store.create_token(args.name, label=args.label, days=args.days)
+        store.audit("cli", "token_create", target=args.name, detail=f"token {info.id}")
+        if not as_json:
+            print(f"token {info.id} for {args.name} (shown once, stored only hashed):\n{secret}")
+            return None
+        return {"user": args.name, "token_id": info.id, "token": secret, "expires_at": info.expires_at}
+    if args.action == "tokens":
+        return _tokens(store, args.name, as_json)
+    if args.action == "revoke-token":
+        out = {"token_id": args.token_id, "revoked": store.revoke_token(args.token_id)}
+        store.audit("cli", "token_revoke", target=args.token_id)
+        return out
+    if args.action == "password":
+        store.set_password(args.name, _password(args))
+        store.audit("cli", "password", target=args.name, detail="sessions ended, API tokens revoked")
+        return {"user": args.name, "password": "changed"}
+    if args.action in ("disable", "enable"):
+        store.set_disabled(args.name, args.action == "disable")
+        store.audit("cli", f"user_{args.action}", target=args.name)
+        return {"user": args.name, "disabled": args.action == "disable"}
+    _list_users(store)
+    return None
+
+
+def _tokens(store: UserStore, name: str | None, as_json: bool) -> dict[str, Any] | None:
+    from tether.clisupport.output import table
+
+    rows = [
+        {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
+         "expires": t.expires_at or "", "revoked": t.revoked}
+        for t in store.tokens(name)
+    ]  # fmt: skip
+    if not as_json:
+        print(table(rows, ["id", "user", "label", "created", "expires", "revoked"]) if rows else "no tokens")
+        return None
+    return {"tokens": rows}
+
+
+def _list_users(store: UserStore) -> None:
+    from tether.clisupport.output import table
+
+    rows = [
+        {
+            "name": u["name"],
+            "disabled": "yes" if u["disabled"] else "",
+            "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
+        }
+        for u in store.users()
+    ]
+    print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")

@@ -13,7 +13,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tether.durable import Worker, WorkerConfig
 
 
 def register(sub: Any) -> None:
@@ -60,11 +65,6 @@ def run(args: argparse.Namespace) -> int:
     from tether.clisupport.telemetry import apply_otel_flags
 
     apply_otel_flags(args)
-    import signal
-    import threading
-
-    from tether.clisupport.output import emit_json
-
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
     if not url or not apps:
@@ -75,6 +75,28 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as err:
         print(f"tether worker needs the durable extra (pip install 'tether[durable]'): {err}")
         return 1
+    served = _serve_apps(apps, register_app)
+    if isinstance(served, int):
+        return served
+    config = WorkerConfig(
+        url,
+        apps=served,
+        executor_id=args.executor_id,
+        concurrency=args.concurrency,
+        global_concurrency=args.global_concurrency,
+        tenant_concurrency=args.tenant_concurrency,
+        poll_s=args.poll,
+        dead_after_s=args.dead_after,
+        auto_resume=not args.no_auto_resume,
+        init=args.init,
+        grace_s=args.grace,
+    )
+    return _work(Worker, config, served, args.concurrency)
+
+
+def _serve_apps(apps: tuple[str, ...], register_app: Callable[[str, Any], None]) -> tuple[str, ...] | int:
+    """The names the worker serves: an agent file is read now and registered under its name;
+    the exit code when one is broken."""
     from tether.agents._file import is_agent_file
     from tether.agents._record import AgentFileApp
     from tether.errors import ConfigError
@@ -90,31 +112,25 @@ def run(args: argparse.Namespace) -> int:
             register_app(file_app.name, file_app)
             app = file_app.name
         served.append(app)
-    apps = tuple(served)
-    config = WorkerConfig(
-        url,
-        apps=apps,
-        executor_id=args.executor_id,
-        concurrency=args.concurrency,
-        global_concurrency=args.global_concurrency,
-        tenant_concurrency=args.tenant_concurrency,
-        poll_s=args.poll,
-        dead_after_s=args.dead_after,
-        auto_resume=not args.no_auto_resume,
-        init=args.init,
-        grace_s=args.grace,
-    )
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    from tether.clisupport.output import fail
+    return tuple(served)
+
+
+def _work(worker_class: type[Worker], config: WorkerConfig, apps: tuple[str, ...], concurrency: int) -> int:
+    """Start the worker, say it is ready, and serve until SIGINT/SIGTERM."""
+    import signal
+    import threading
+
+    from tether.clisupport.output import emit_json, fail
     from tether.durable._deploy import DeploymentUnavailable
     from tether.durable._events import configure_stderr
 
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     configure_stderr()  # one JSON object a line on stderr: run claimed, paused, finished, ...
 
     try:
-        worker = Worker(config).start()
+        worker = worker_class(config).start()
     except DeploymentUnavailable as err:
         return fail("tether worker", err, as_json=False, code=err.exit)
     from tether.durable._metrics import configure_from_env
@@ -127,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         )
         meters = None
     emit_json(
-        {"worker": worker.executor_id, "apps": list(apps), "concurrency": args.concurrency, "ready": True},
+        {"worker": worker.executor_id, "apps": list(apps), "concurrency": concurrency, "ready": True},
         exit=0,
     )
     try:
