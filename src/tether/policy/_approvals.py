@@ -41,6 +41,7 @@ from tether.policy._store import (
     result_json,
 )
 from tether.policy._trusted import TrustedContext
+from tether.sql._postgres import StoreUnavailable
 
 __all__ = [
     "ALL_TENANTS",
@@ -62,6 +63,8 @@ class _AllTenants(enum.Enum):
 
 
 ALL_TENANTS: Final = _AllTenants.ALL_TENANTS
+# How often an outcome is offered to a store that lost its connection (about 3 s in all).
+_RECORD_TRIES: Final = 6
 """A reviewer's scope that covers every tenant: must be given explicitly, never implied."""
 
 
@@ -421,12 +424,33 @@ class Approvals:
             raise
         # The effect happened: its outcome is recorded even if this task is being cancelled.
         with anyio.CancelScope(shield=True):
-            entry = await self.store.afinish(
-                key, owner=owner, result=result_json(result), note="", now=self.clock()
-            )
+            entry = await self._record(key, owner, result_json(result))
             await self._aevent(proposal_id, "executed", key)
         emit("effect_recorded", key=key, tool=tool, is_error=bool(result.get("is_error")))
         return EffectOutcome(key, result, attempts=entry.attempts)
+
+    async def _record(self, key: str, owner: str, result: str) -> LedgerEntry:
+        """Record the outcome of a call that ran here. A store that loses its connection (the
+        commit's fate unknown: ``StoreUnavailable``) is asked again, with backoff: the effect
+        happened, so its outcome must not be left in limbo for a person. A retry that finds the
+        entry already done with this very result (the first commit landed) returns it."""
+        delay = 0.1
+        for attempt in range(_RECORD_TRIES):
+            try:
+                return await self.store.afinish(key, owner=owner, result=result, note="", now=self.clock())
+            except StoreUnavailable:
+                if attempt == _RECORD_TRIES - 1:
+                    raise
+            except ApprovalError as err:
+                if attempt == 0 or err.reason != "lost_ownership":
+                    raise
+                entry = await self.store.aledger_entry(key)
+                if entry is not None and entry.status is LedgerStatus.DONE and entry.result == result:
+                    return entry
+                raise
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
 
     async def _reconcile(
         self,
