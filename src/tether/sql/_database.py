@@ -77,6 +77,7 @@ def _create(concern: str) -> Callable[[Connection], None]:
 MIGRATIONS: dict[str, tuple[Migration, ...]] = {
     concern: ((f"{concern}.001_tables", _create(concern)),) for concern in CONCERNS
 }
+MIGRATIONS["traces"] += (("traces.002_first_event_index", _create("traces")),)
 
 # One write lock per SQLite file per process, shared by every Database on that file.
 _WRITE_LOCKS: dict[str, threading.Lock] = {}

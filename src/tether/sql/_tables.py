@@ -356,6 +356,8 @@ trace_events = Table(
     Column("data", JSONB, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     Index("trace_events_kind", "kind"),
+    # A run's first event, newest first: the run list reads these rows only, not every event.
+    Index("trace_events_first", "ts", "run_id", postgresql_where=text("seq = 1")),
 )
 
 tether_workers = Table(

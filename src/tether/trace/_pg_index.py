@@ -42,10 +42,13 @@ def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
     rows = conn.execute(
         text(
             """WITH recent AS (
-               SELECT run_id, count(*) AS events, min(ts) AS first_ts,
-                      bool_or(kind = 'run_resumed') AS resumed
-               FROM trace_events GROUP BY run_id ORDER BY min(ts) DESC, run_id DESC LIMIT :limit)
-           SELECT r.run_id, r.events, r.first_ts, r.resumed,
+               SELECT run_id, ts AS first_ts FROM trace_events WHERE seq = 1
+               ORDER BY ts DESC, run_id DESC LIMIT :limit)
+           SELECT r.run_id,
+                  (SELECT count(*) FROM trace_events s WHERE s.run_id = r.run_id),
+                  r.first_ts,
+                  EXISTS (SELECT 1 FROM trace_events s WHERE s.run_id = r.run_id
+                          AND s.kind = 'run_resumed'),
                   (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
                      AND s.kind IN ('run_started', 'run_resumed') ORDER BY s.seq LIMIT 1),
                   (SELECT data FROM trace_events s WHERE s.run_id = r.run_id
@@ -133,8 +136,10 @@ class PgTraceIndex:
         return self.db.snapshot(_events, run_id, kind)
 
     def runs(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The most recent ``limit`` runs, newest first, each as ``run_id``, ``events`` (how
-        many), ``first_ts``, ``resumed``, and its first start and last stop event (or None)."""
+        """The most recent ``limit`` runs by their first event (``seq`` 1; a partial index keeps
+        this independent of how many events are stored), newest first, each as ``run_id``,
+        ``events`` (how many), ``first_ts``, ``resumed``, and its first start and last stop event
+        (or None)."""
         return self.db.snapshot(_heads, limit)
 
     def shutdown(self) -> None:
