@@ -9,6 +9,7 @@ added later that does not go through ``Host.call_turn`` fails here.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Iterator, Sequence
@@ -79,7 +80,12 @@ class World:
     outage: int = 0  # the item store is down for this many more reads (an unavailable dependency)
 
     def host(
-        self, policy: Policy | None = None, *, rate: TokenBucket | None = None, memory: Any = None
+        self,
+        policy: Policy | None = None,
+        *,
+        rate: TokenBucket | None = None,
+        memory: Any = None,
+        labeler: Any = None,
     ) -> Host:
         world = self
 
@@ -118,6 +124,7 @@ class World:
             trace_sinks=[self.crash],
             rate_limits={"read_item": rate} if rate is not None else None,
             memory=memory,
+            labeler=labeler,
         )
         host.add_tools(write_note, read_item, read_log)
         return host
@@ -533,6 +540,36 @@ def test_an_allowed_write_runs_exactly_once_across_a_crash_and_a_resume(world: W
     assert world.writes == ["hello"], "the effect ran again after the crash"
     assert last.stop_reason == "accepted", last.kinds()
     assert "effect_replayed" in last.kinds()
+
+
+@pytest.mark.parametrize("entry_cls", [AgentEntry, WorkflowEntry], ids=["agent", "workflow"])
+def test_a_result_replayed_from_the_ledger_is_labelled_like_a_fresh_one(world: World, entry_cls: Any) -> None:
+    """The host's labeler (provenance) sees every result, also one the ledger replays after a
+    crash; a replay that skipped it would reach the policy and the console unlabelled."""
+    labelled: list[str] = []
+
+    def labeler(obs: Any) -> Any:
+        labelled.append(obs.tool)
+        return dataclasses.replace(obs, meta={**obs.meta, "labelled_by_host": True})
+
+    entry = entry_cls()
+    host = world.host(labeler=labeler)
+
+    async def scenario() -> Outcome:
+        await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
+        world.approve_all(host)
+        world.crash.armed = True
+        with pytest.raises(SimulatedCrash):
+            await entry.again(host, TENANT)
+        labelled.clear()
+        return await entry.again(host, TENANT)
+
+    last = _run(_closing(host, scenario()))
+    assert world.writes == ["hello"] and "effect_replayed" in last.kinds()
+    assert labelled == ["write_note"]
+    replayed = [o for o in last.observations if o.tool == "write_note"]
+    assert replayed and replayed[-1].meta.get("replayed") is True
+    assert replayed[-1].meta.get("labelled_by_host") is True and replayed[-1].trust == "untrusted"
 
 
 @pytest.mark.parametrize("entry_cls", ENTRIES, ids=IDS)

@@ -443,9 +443,12 @@ class HostCore:
         async def run(context: ToolContext) -> Executed:
             return await self._run_tool(spec, arguments, context)
 
+        def relabel(obs: Observation) -> Observation:  # a result replayed from the ledger
+            return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler)
+
         return await run_effect(
             self.approvals, spec, arguments, ctx, run, step=s.steps, proposal_id=o.proposal_id, key=key,
-            emit=scope.tracer.emit, now=self.clock,
+            emit=scope.tracer.emit, now=self.clock, finish=relabel,
         )  # fmt: skip
 
     async def _run_tool(

@@ -72,12 +72,14 @@ async def run_effect(
     key: str | None = None,
     emit: Any = None,
     now: Callable[[], datetime],
+    finish: Callable[[Observation], Observation] = lambda obs: obs,
 ) -> tuple[Observation, BaseException | None]:
     """Execute one side-effecting call at most once: ``run`` (the host's one execution stage,
     given the context with the idempotency key) runs only if the ledger has no outcome for it.
 
-    Returns the observation (replayed from the ledger when the outcome was recorded before)
-    and a programming error if the tool crashed. Raises ``ApprovalError`` when the outcome is
+    Returns the observation (replayed from the ledger when the outcome was recorded before,
+    or settled by a reconciler: then passed through ``finish``, as a fresh one was) and a
+    programming error if the tool crashed. Raises ``ApprovalError`` when the outcome is
     unknown and a person must decide, or another process holds the call too long.
     """
     key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
@@ -112,6 +114,6 @@ async def run_effect(
     if fresh and not outcome.replayed:
         obs = fresh[0]  # this call ran now: keep the host's own observation (labels, truncation)
     else:
-        obs = observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=now())
+        obs = finish(observation_from_result(outcome.result, call_id=context.call_id, spec=spec, now=now()))
     meta = {"idempotency_key": key, "replayed": outcome.replayed, "reconciled": outcome.reconciled}
     return replace(obs, meta={**obs.meta, **meta}), None
