@@ -26,8 +26,8 @@ from typing import Any
 import anyio
 import pytest
 from _notes_app import TENANT_A, build
+from console_world import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
 
-from conftest import PASSWORD, NotesServer, World, paused_runs, write_mcp_config
 from tether.console._users import UserStore
 from tether.mcp._pauses import PauseStore
 from tether.sql._database import blocking

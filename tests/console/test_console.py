@@ -8,8 +8,8 @@ import re
 import sqlite3
 
 import pytest
+from console_world import PASSWORD, World, csrf_of, login
 
-from conftest import PASSWORD, World, csrf_of, login
 from tether.console._users import UserStore
 
 

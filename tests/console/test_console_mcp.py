@@ -9,9 +9,9 @@ import sqlite3
 from typing import Any
 
 import pytest
+from console_world import NotesServer, World, csrf_of
 from starlette.testclient import TestClient
 
-from conftest import NotesServer, World, csrf_of
 from tether.console._elicitations import domain_view, form_fields, parse_form
 from tether.mcp._pauses import PauseStore, question_key
 from tether.sql._database import blocking

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from console_world import PASSWORD, World, csrf_of, login
 from starlette.testclient import TestClient
 
-from conftest import PASSWORD, World, csrf_of, login
 from tether.console._app import MAX_BODY
 
 

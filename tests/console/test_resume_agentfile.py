@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from console_world import PASSWORD, csrf_of, login
 from starlette.testclient import TestClient
 
-from conftest import PASSWORD, csrf_of, login
 from tether.cli import main
 from tether.console import create_app, sqlite_sources
 from tether.console._sources import ConsoleSources

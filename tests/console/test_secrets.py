@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 import anyio
 import pytest
+from console_world import csrf_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import Field, SecretStr
 
-from conftest import csrf_of
 from tether.console._runs import timeline
 from tether.errors import UpstreamError
 from tether.host import Host

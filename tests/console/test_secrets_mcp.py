@@ -13,8 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
+from console_world import csrf_of
 
-from conftest import csrf_of
 from tether.host import Host
 from tether.models._base import ModelRequest
 from tether.policy import Approvals, Policy, SqliteApprovalStore, TrustedContext
