@@ -106,17 +106,6 @@ class StandIn:
                 self.script.pop(0)
 
 
-def standin_sampler() -> FunctionModel:
-    """A deterministic sampling stand-in for tests and demos only: it says what it was asked,
-    briefly. The CLI never offers it: sampling there uses the run's real model or is refused."""
-
-    def answer(request: ModelRequest) -> AssistantMessage:
-        last = request.messages[-1].content if request.messages else ""
-        return AssistantMessage(content=f"[stand-in sample of {len(str(last))} characters]")
-
-    return FunctionModel(answer, name="sampling-stand-in")
-
-
 def _body(wrapped: str) -> str:
     lines = wrapped.splitlines()
     return "\n".join(lines[1:-1]) if len(lines) >= 2 else wrapped

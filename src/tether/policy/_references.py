@@ -396,10 +396,6 @@ def _leaves(
         yield path, value
 
 
-def _within(text: str, needle: str) -> bool:
-    return re.search(rf"(?<![\w]){re.escape(needle)}(?![\w])", text) is not None
-
-
 class ReferenceRule:
     """A ``Rule``: restricted arguments hold literals from the request, directory entries or
     references to segments of allowed classes (see the module docstring). What a referenced
