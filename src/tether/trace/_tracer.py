@@ -180,6 +180,14 @@ def _encode(event: TraceEvent) -> bytes:
         return json.dumps(data, ensure_ascii=True, default=str).encode("ascii") + b"\n"
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _write_all(file: Any, data: bytes) -> None:
     """All of ``data`` to an unbuffered file (a raw write may take only part of it)."""
     view = memoryview(data)
@@ -232,7 +240,7 @@ class JsonlSink:
                 return
             if not self._lines:
                 self._since = time.monotonic()
-                self.loop = asyncio._get_running_loop()  # where the timer has it flushed
+                self.loop = _running_loop()  # where the timer has it flushed
                 _TIMER.add(self)
             self._lines.append(line)
             self._size += len(line)
