@@ -306,18 +306,9 @@ _SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
 _PLAIN = _DECLARED - _SECRETISH
 
 
-_SECOND: tuple[int, str] = (0, "")  # the last whole second seen by _now, formatted
-
-
 def _now() -> str:
-    """``datetime.now(UTC).isoformat(timespec="microseconds")``, with the date and time of day
-    formatted once a second rather than once an event."""
-    global _SECOND
-    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
-    seen = _SECOND
-    if seen[0] != second:
-        seen = _SECOND = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{seen[1]}.{micros:06d}+00:00"
+    """The event's timestamp: UTC, to the microsecond."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _strict_from_env() -> bool:
