@@ -26,8 +26,10 @@ installed or not; none is a dependency.
 A/B rows for the machinery in the model path, each beside ``tether`` (the defaults):
 ``tether_one_pool`` (the backend's pool not split into shards of 16 connections; also timed
 sequentially right after the concurrent burst, ``after_burst``, when every connection is
-open), ``tether_no_message_cache`` (``cache_bytes=0``: every message encoded on every step)
-and ``tether_each_event`` (the trace written line by line: no batching, so no flusher thread).
+open), ``tether_no_message_cache`` (``cache_bytes=0``: every message encoded on every step),
+``tether_no_item_memo`` (the context engine's per-session memo off: each request's token count
+and prefix meter encode every message again) and ``tether_each_event`` (the trace written line
+by line: no batching, so no flusher thread).
 
 Per backend (``backends``): tether on each protocol's backend — ``openai-chat``,
 ``openai-responses``, ``anthropic`` — against that protocol's loopback server, as a ratio to a
@@ -50,7 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -158,6 +160,27 @@ def tether_session(
     async def run(steps: int) -> None:
         result = await host.run(agent, f"Collect the records. steps={steps}", context=context)
         assert result.ok and result.llm_calls == steps + 1, (result.stop_reason, result.detail)
+
+    return run
+
+
+def without_item_memo(session: Session) -> Session:
+    """``session`` with the context engine's per-session memo (``ItemMemo``) off while it runs:
+    every item's value computed on every request, as it would be without the memo."""
+    from tether.context._incremental import ItemMemo
+
+    memo_values = ItemMemo.values
+
+    def each_time(memo: ItemMemo[Any], items: Sequence[object]) -> list[Any]:
+        owner = memo._owner
+        return [memo._compute(i) if owner is None else memo._compute(owner(), i) for i in items]
+
+    async def run(steps: int) -> None:
+        setattr(ItemMemo, "values", each_time)  # noqa: B010 - this row's runs only
+        try:
+            await session(steps)
+        finally:
+            setattr(ItemMemo, "values", memo_values)  # noqa: B010
 
     return run
 
@@ -386,6 +409,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 "tether_openai_post": tether_session(server, trace_dir, stream=False, transport="openai"),
                 "tether_one_pool": tether_session(server, trace_dir, stream=False, shard_connections=64),
                 "tether_no_message_cache": tether_session(server, trace_dir, stream=False, cache_bytes=0),
+                "tether_no_item_memo": without_item_memo(tether_session(server, trace_dir, stream=False)),
                 "raw_httpx2": raw_session(server),
                 "raw_httpx2_sharded": sharded_session(server),
                 "openai_typed_create": typed_session(server),
@@ -489,6 +513,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "tether_openai_post",
         "tether_one_pool",
         "tether_no_message_cache",
+        "tether_no_item_memo",
         "raw_httpx2_sharded",
         "openai_typed_create",
     ):

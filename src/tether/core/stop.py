@@ -15,19 +15,9 @@ __all__ = ["Limits", "RepetitionDetector", "StopReason", "call_signature", "canc
 
 def cancel_after(seconds: float) -> anyio.CancelScope:
     """A cancel scope whose body is cancelled after ``seconds``; ``cancelled_caught`` says
-    whether it was. ``anyio.fail_after`` in one cancel scope: without its two generator
-    context managers and with one event-loop lookup instead of three (a step takes several
-    of these)."""
-    if _backend is None:
-        return anyio.CancelScope(deadline=anyio.current_time() + seconds)
-    backend = _backend()
-    return backend.create_cancel_scope(deadline=backend.current_time() + seconds)
-
-
-try:  # anyio's dispatch to the running event loop's backend, looked up once per scope
-    from anyio._core._eventloop import get_async_backend as _backend
-except ImportError:  # pragma: no cover - a later anyio that moved it: the public two lookups
-    _backend = None  # type: ignore[assignment]
+    whether it was. ``anyio.fail_after`` in one cancel scope, without its two generator
+    context managers (a step takes several of these)."""
+    return anyio.CancelScope(deadline=anyio.current_time() + seconds)
 
 
 @dataclass(frozen=True, slots=True)

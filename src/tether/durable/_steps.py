@@ -162,7 +162,7 @@ class DurableSteps(LoopSteps):
 
     async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
         from dbos import DBOS
-        from dbos._error import DBOSUnexpectedStepError
+        from dbos import error as dbos_error
 
         ran = False
 
@@ -176,7 +176,7 @@ class DurableSteps(LoopSteps):
         started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
-        except DBOSUnexpectedStepError as err:
+        except dbos_error.DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
         finally:
             DRAIN.leave()
@@ -188,7 +188,7 @@ class DurableSteps(LoopSteps):
 
     async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Turn:
         from dbos import DBOS
-        from dbos._error import DBOSUnexpectedStepError
+        from dbos import error as dbos_error
 
         s = loop.state
         observations_before, calls_before = len(s.observations), len(s.calls)
@@ -204,7 +204,7 @@ class DurableSteps(LoopSteps):
         started = time.monotonic()
         try:
             data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
-        except DBOSUnexpectedStepError as err:
+        except dbos_error.DBOSUnexpectedStepError as err:
             raise ReplayDiverged(str(err)) from err
         finally:
             DRAIN.leave()

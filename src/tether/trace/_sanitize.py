@@ -8,7 +8,6 @@ through unchanged, so a sanitised value is still readable and diffable.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import re
@@ -244,9 +243,7 @@ def _unescape(raw: str) -> str:
     return value if isinstance(value, str) else raw
 
 
-@functools.lru_cache(maxsize=4096)
 def _secret_key(key: str) -> bool:
-    # Trace keys repeat on every event: match each one once.
     words = [w.lower() for w in _WORD.findall(key)]
     if any(w in _SECRET_WORDS for w in words):
         return True

@@ -180,6 +180,14 @@ def _encode(event: TraceEvent) -> bytes:
         return json.dumps(data, ensure_ascii=True, default=str).encode("ascii") + b"\n"
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 def _write_all(file: Any, data: bytes) -> None:
     """All of ``data`` to an unbuffered file (a raw write may take only part of it)."""
     view = memoryview(data)
@@ -232,7 +240,7 @@ class JsonlSink:
                 return
             if not self._lines:
                 self._since = time.monotonic()
-                self.loop = asyncio._get_running_loop()  # where the timer has it flushed
+                self.loop = _running_loop()  # where the timer has it flushed
                 _TIMER.add(self)
             self._lines.append(line)
             self._size += len(line)
@@ -298,18 +306,9 @@ _SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
 _PLAIN = _DECLARED - _SECRETISH
 
 
-_SECOND: tuple[int, str] = (0, "")  # the last whole second seen by _now, formatted
-
-
 def _now() -> str:
-    """``datetime.now(UTC).isoformat(timespec="microseconds")``, with the date and time of day
-    formatted once a second rather than once an event."""
-    global _SECOND
-    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
-    seen = _SECOND
-    if seen[0] != second:
-        seen = _SECOND = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
-    return f"{seen[1]}.{micros:06d}+00:00"
+    """The event's timestamp: UTC, to the microsecond."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _strict_from_env() -> bool:
