@@ -8,7 +8,8 @@ does not share the GIL) scripts a tool loop: the model asks for ``lookup`` until
 in, then answers; each result is 2 KB. tether runs the loop with its default settings on the
 backend for that protocol (whole responses; on its default transport, and on its official SDK
 client: ``tether_sdk``), and a hand-written loop posts the same conversation as JSON with
-``httpx2`` (the floor). The
+``httpx2`` (the floor) and through the official SDK client's documented ``post`` (``raw_sdk``:
+the floor of the SDK transport, so the SDK's own cost and what tether adds on it show apart). The
 overhead of one step is the wall time of back-to-back sessions (at least 100 model calls)
 minus the server's handler time, divided by the model calls; this process's CPU time per call
 is reported too (the steadier figure on a shared machine). Import time: a fresh interpreter
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import os
 import statistics
@@ -114,16 +116,27 @@ def tether_session(provider: str, server: Server, transport: str = "http") -> Se
     return run
 
 
-def raw_session(provider: str, server: Server) -> Session:
-    """The floor: the same loop by hand, whole JSON bodies posted with httpx2."""
+def raw_session(provider: str, server: Server, *, sdk: bool = False) -> Session:
+    """The floor: the same loop by hand, whole JSON bodies posted with httpx2 — or, with ``sdk``,
+    through the official SDK client's documented ``post`` (the path of tether's ``"sdk"``
+    transport; its retries off), so what the SDK costs and what tether adds on it show apart."""
     limits = httpx2.Limits(max_connections=64, max_keepalive_connections=64)
     client = httpx2.AsyncClient(limits=limits, headers={"content-type": "application/json"})
+    if sdk:
+        module = importlib.import_module(SDKS[provider])
+        name = "AsyncAnthropic" if provider == "anthropic" else "AsyncOpenAI"
+        official = getattr(module, name)(
+            api_key="no-key", base_url=server.url, max_retries=0, http_client=client
+        )
 
     posts = [0]
 
     async def post(path: str, body: dict[str, Any]) -> Any:
         posts[0] += 1
-        r = await client.post(server.url + path, content=json.dumps(body))
+        if sdk:
+            r = await official.post(path, cast_to=httpx2.Response, content=json.dumps(body))
+        else:
+            r = await client.post(server.url + path, content=json.dumps(body))
         return r.json()
 
     async def chat(steps: int) -> None:
@@ -220,6 +233,7 @@ async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
             "tether": tether_session(provider, server),
             "tether_sdk": tether_session(provider, server, "sdk"),
             "raw_httpx2": raw_session(provider, server),
+            "raw_sdk": raw_session(provider, server, sdk=True),
         }
         for run in runners.values():
             await run(2)  # warm-up: connections, imports, first-use caches
@@ -242,14 +256,21 @@ async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
         "ratio_to_raw_httpx2": round(wall["tether"] / raw, 3),
         "cpu_ratio_to_raw_httpx2": round(cpu["tether"] / cpu["raw_httpx2"], 3),
         "sdk_ratio_to_raw_httpx2": round(wall["tether_sdk"] / raw, 3),
+        "raw_sdk_us_per_step": round(wall["raw_sdk"]),
+        "raw_sdk_ratio_to_raw_httpx2": round(wall["raw_sdk"] / raw, 3),
+        "sdk_ratio_to_raw_sdk": round(wall["tether_sdk"] / wall["raw_sdk"], 3),
+        "cpu_sdk_ratio_to_raw_sdk": round(cpu["tether_sdk"] / cpu["raw_sdk"], 3),
         "import_s": round(seconds, 3),
         "import_with_sdk_s": round(with_sdk, 3),
     }
     print(
         f"{provider:17s} {steps} steps: tether {wall['tether']:5.0f} us/step, on the SDK"
         f" {wall['tether_sdk']:5.0f}, raw httpx2 {raw:5.0f} ({row['ratio_to_raw_httpx2']:.2f}x wall,"
-        f" {row['cpu_ratio_to_raw_httpx2']:.2f}x cpu, SDK {row['sdk_ratio_to_raw_httpx2']:.2f}x;"
-        f" target <= 1.3x); import {seconds * 1000:.0f} ms, with the SDK {with_sdk * 1000:.0f} ms",
+        f" {row['cpu_ratio_to_raw_httpx2']:.2f}x cpu; target <= 1.3x); on the SDK"
+        f" {row['sdk_ratio_to_raw_httpx2']:.2f}x raw httpx2, {row['sdk_ratio_to_raw_sdk']:.2f}x"
+        f" ({row['cpu_sdk_ratio_to_raw_sdk']:.2f}x cpu) a raw SDK loop {wall['raw_sdk']:5.0f}"
+        f" ({row['raw_sdk_ratio_to_raw_httpx2']:.2f}x raw httpx2); import {seconds * 1000:.0f} ms,"
+        f" with the SDK {with_sdk * 1000:.0f} ms",
         flush=True,
     )
     return row

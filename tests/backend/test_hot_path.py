@@ -6,6 +6,7 @@ pairing check reuse what they computed for request N-1 (bench/overhead.py measur
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -18,8 +19,10 @@ from tether.context._store import FrozenStore
 from tether.context._tokens import TokenAccount, estimate_request
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, UserMessage
 from tether.errors import ConfigError
+from tether.models._anthropic import AnthropicMessages
 from tether.models._base import ModelRequest
 from tether.models._openai import OpenAICompatible
+from tether.models._responses import OpenAIResponses
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
 
@@ -261,3 +264,31 @@ def test_conversation_memos_stay_within_the_byte_bound() -> None:
         stats = backend.cache_stats()
         assert stats["conversation_bytes"] <= limit and stats["conversations"] <= limit // 3000
     assert backend.cache_stats()["conversations"] > 1
+
+
+@pytest.mark.parametrize("backend_type", [AnthropicMessages, OpenAIResponses])
+def test_native_backends_encode_each_step_as_a_fresh_backend_would(backend_type: type[Any]) -> None:
+    # Two conversations interleaved on one backend, each step replacing its status line and one
+    # step rewriting its history (compression): every body equals a fresh backend's, whose memo is
+    # empty, and each message is encoded once per conversation while the prefix holds.
+    def steps(label: str) -> list[tuple[Message, ...]]:
+        history: list[Message] = [SystemMessage(f"Look things up ({label})."), UserMessage("go")]
+        out = []
+        for i in range(6):
+            history += turn(i)
+            out.append((*history, UserMessage(f"status {label} {i}", origin="harness")))
+        out.append((history[0], UserMessage("summary of the run so far"), *turn(9)))  # rewritten
+        return out
+
+    kept = backend_type("m", base_url="http://127.0.0.1:9", transport="http")
+    encoded: list[object] = []
+    piece = kept._piece
+    kept._piece = lambda m: encoded.append(m) or piece(m)
+    a, b = steps("a"), steps("b")
+    for request in (r for pair in zip(a, b, strict=True) for r in pair):
+        fresh = backend_type("m", base_url="http://127.0.0.1:9", transport="http")
+        assert kept.encode(ModelRequest(request, TOOLS)) == fresh.encode(ModelRequest(request, TOOLS))
+    repeated = [m for m in encoded if not (isinstance(m, UserMessage) and m.origin == "harness")]
+    rewritten = 2 + len(turn(9))  # a rewritten history is encoded anew, its first message too
+    assert len(repeated) == 2 * (len(a[-2]) - 1 + rewritten)
+    assert len(kept._memo) == 2 and kept._memo.bytes <= kept._memo.limit_bytes

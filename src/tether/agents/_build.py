@@ -327,6 +327,8 @@ def _backend(
         "max_tokens": spec.max_output_tokens,
         "extra_body": extra,
     }
+    if spec.transport is not None:
+        common["transport"] = spec.transport
     if spec.provider == "anthropic":
         from tether.models._anthropic import AnthropicMessages
 

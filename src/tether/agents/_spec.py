@@ -125,6 +125,13 @@ class BackendSpec(_Strict):
         description="the environment variable holding the key (default OPENAI_API_KEY, or ANTHROPIC_API_KEY "
         "for anthropic); the key itself is never read from a file",
     )
+    transport: Literal["sdk", "http"] | None = Field(
+        default=None,
+        description="how requests reach the API: sdk (through the provider's official SDK client, "
+        "installed as an extra: pip install 'tether[anthropic]' or 'tether[openai]') or http (plain "
+        "httpx2, no SDK, less client work per step); the same body and answer either way. Default: sdk "
+        "for openai-responses and anthropic, http for openai-chat",
+    )
     streaming: bool | None = Field(
         default=None,
         description="ask for a stream (default: no: whole responses, which every OpenAI-compatible server "
@@ -185,6 +192,8 @@ class BackendSpec(_Strict):
         ):
             if getattr(self, name) is not None and self.provider != provider:
                 raise ValueError(f"{name} applies to provider {provider} only (this model: {self.provider})")
+        if self.transport is not None and self.name.startswith(SCRIPTED):
+            raise ValueError("transport applies to a provider's API, not to a scripted stand-in")
         return self
 
     @property

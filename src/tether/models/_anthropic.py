@@ -38,7 +38,6 @@ from pydantic_core import to_json
 from tether.core.messages import (
     AssistantMessage,
     Message,
-    SystemMessage,
     ToolCall,
     ToolMessage,
     Usage,
@@ -47,6 +46,7 @@ from tether.core.messages import (
 from tether.errors import ModelError
 from tether.models._backend import BackendOptions, HTTPBackend, events
 from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 
 __all__ = ["AnthropicMessages"]
@@ -56,7 +56,9 @@ PROVIDER = "anthropic"
 # (anthropic 2.15), so both transports speak the same API (tests compare their headers).
 API_VERSION = "2026-10-21"
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a cap on every response
-_CACHE = {"type": "ephemeral"}
+_CACHE_CONTROL = b',"cache_control":{"type":"ephemeral"}}'
+_ROLES = {"user": b"user", "assistant": b"assistant"}
+MEMO_BYTES = 8 * 1024 * 1024  # the encoded blocks kept per backend (ConversationMemo)
 
 
 class AnthropicMessages(HTTPBackend):
@@ -94,6 +96,9 @@ class AnthropicMessages(HTTPBackend):
         self.thinking_budget = thinking_budget
         self.cache = cache
         self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
+        self._memo: ConversationMemo[tuple[str, tuple[bytes, ...]]] = ConversationMemo(
+            lambda piece: sum(map(len, piece[1])), MEMO_BYTES
+        )
 
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}", "anthropic-version": API_VERSION}
@@ -115,9 +120,8 @@ class AnthropicMessages(HTTPBackend):
 
     @staticmethod
     def _message_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
-        """A message as (role, content blocks), the same for the same message on every step. Not
-        memoised: a memo saved 12 µs per 20-step request (1-2% of a step), under the noise of
-        bench/backends.py."""
+        """A message as (role, content blocks), the same for the same message on every step (so
+        ``encode`` keeps its bytes for the conversation's next request)."""
         if isinstance(message, ToolMessage):
             return "user", [
                 {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
@@ -137,60 +141,67 @@ class AnthropicMessages(HTTPBackend):
             return "assistant", blocks or [{"type": "text", "text": " "}]
         return "system", [{"type": "text", "text": message.content}]
 
-    def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request's body (the Messages API's ``POST /v1/messages``)."""
-        system: list[dict[str, Any]] = []
-        turns: list[tuple[str, list[dict[str, Any]]]] = []
-        stable_end: tuple[int, int] | None = None  # (turn, block) that ends the trajectory
+    def _piece(self, message: Message) -> tuple[str, tuple[bytes, ...]]:
+        role, blocks = self._message_blocks(message)
+        return role, tuple(to_json(block) for block in blocks)
+
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request's body as sent (the Messages API's ``POST /v1/messages``): each message's
+        blocks encoded once per conversation (``ConversationMemo``), the body joined from them."""
         messages = request.messages
+        system: list[bytes] = []
+        turns: list[tuple[str, list[bytes]]] = []
+        stable_end: tuple[int, int] | None = None  # (turn, block) that ends the trajectory
         tail = len(messages)
         while tail and getattr(messages[tail - 1], "origin", None) == "harness":
             tail -= 1  # the dynamic tail: not worth a breakpoint, it changes every step
-        for i, m in enumerate(messages):
-            if isinstance(m, SystemMessage):
-                system.extend(self._message_blocks(m)[1])
+        for i, (role, blocks) in enumerate(self._memo.pieces(messages, self._piece)):
+            if role == "system":
+                system.extend(blocks)
                 continue
-            role, blocks = self._message_blocks(m)
-            if turns and turns[-1][0] == role:
-                turns[-1] = (role, turns[-1][1] + blocks)
+            if turns and turns[-1][0] == role:  # consecutive user-role messages: one turn
+                turns[-1][1].extend(blocks)
             else:
                 turns.append((role, list(blocks)))
             if i < tail:
                 stable_end = (len(turns) - 1, len(turns[-1][1]) - 1)
         if self.cache and system:
-            system = [*system[:-1], {**system[-1], "cache_control": _CACHE}]
+            system[-1] = _cached(system[-1])
         if self.cache and stable_end is not None:
             t, b = stable_end
-            role, blocks = turns[t]
-            turns[t] = (role, [*blocks[:b], {**blocks[b], "cache_control": _CACHE}, *blocks[b + 1 :]])
+            turns[t][1][b] = _cached(turns[t][1][b])
         limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
         default = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
-        params: dict[str, Any] = {"model": self.model, "max_tokens": limit or default}
+        cap = limit or default
+        parts = [b'{"model":', to_json(self.model), b',"max_tokens":', str(int(cap)).encode()]
         if system:
-            params["system"] = system
+            parts += [b',"system":[', b",".join(system), b"]"]
+        params: dict[str, Any] = {}
         tools = request.tools
-        if not tools and any(
-            r == "assistant" and any(b["type"] == "tool_use" for b in bl) for r, bl in turns
-        ):
+        if not tools and any(isinstance(m, AssistantMessage) and m.tool_calls for m in messages):
             tools = self._tools[0]  # a history with tool_use blocks must still define its tools
         if tools:
             params["tools"] = self._tool_defs(tools)
             params["tool_choice"] = {"type": "none" if not request.tools else request.tool_choice}
-        if self.thinking_budget and params["max_tokens"] > self.thinking_budget:
+        if self.thinking_budget and cap > self.thinking_budget:
             # The API wants the budget under the cap: a turn capped below it (the budget's last
             # turn) is asked without thinking rather than refused.
             params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         params.update(self.extra_body)
         if self.stream:
             params["stream"] = True
-        params["messages"] = [{"role": r, "content": b} for r, b in turns]  # last: the prefix holds
-        return params
+        if params:
+            parts += [b",", to_json(params)[1:-1]]
+        parts.append(b',"messages":[')  # last: the prefix holds across turns
+        for n, (role, turn) in enumerate(turns):  # pieces for one join: the body is copied once
+            parts += (b',{"role":"' if n else b'{"role":"', _ROLES[role], b'","content":[', turn[0])
+            for block in turn[1:]:
+                parts += (b",", block)
+            parts.append(b"]}")
+        parts.append(b"]}")
+        return b"".join(parts)
 
     # -- call ---------------------------------------------------------------------------------
-
-    def encode(self, request: ModelRequest) -> bytes:
-        """The request's body as sent."""
-        return to_json(self.body(request))
 
     def _whole(self, message: dict[str, Any]) -> ModelResponse:
         if message.get("type") == "error":
@@ -325,6 +336,11 @@ class _Turn:
         read, write = c.get("cache_read_input_tokens", 0), c.get("cache_creation_input_tokens", 0)
         extra = {"cache_write_tokens": write} if write else {}
         return Usage(c.get("input_tokens", 0) + read + write, c.get("output_tokens", 0), read, extra)
+
+
+def _cached(block: bytes) -> bytes:
+    """An encoded block with a ``cache_control`` breakpoint as its last field."""
+    return block[:-1] + _CACHE_CONTROL
 
 
 def _input(call: ToolCall) -> Any:

@@ -20,6 +20,7 @@ Two transports, the same bytes on the wire and the same answer:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -210,6 +211,11 @@ class HTTPBackend(RetryingBackend):
         if transport not in ("http", "sdk", self.sdk[0]):
             raise ConfigError(f"unknown transport {transport!r}: 'http' or 'sdk'")
         self.transport: Literal["http", "sdk"] = "http" if transport == "http" else "sdk"
+        if self.transport == "sdk" and importlib.util.find_spec(self.sdk[0]) is None:
+            raise ConfigError(
+                f"provider {self.provider} with transport='sdk' needs the {self.sdk[0]} SDK: "
+                f"pip install 'tether[{self.sdk[0]}]', or use transport='http'"
+            )
         self.name = self.model = model
         url = base_url or os.environ.get(self.base_url_env) or self.default_base_url
         self.base_url = url.rstrip("/")
@@ -292,8 +298,6 @@ class HTTPBackend(RetryingBackend):
         )
 
     def _sdk_module(self) -> Any:
-        import importlib
-
         try:
             return importlib.import_module(self.sdk[0])
         except ImportError:  # pragma: no cover - depends on the installation

@@ -49,7 +49,8 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, sse_data
-from tether.models._base import ModelRequest, ModelResponse, repeated_prefix
+from tether.models._base import ModelRequest, ModelResponse
+from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
@@ -133,10 +134,8 @@ class OpenAICompatible(OpenAIBackend):
         self._cache_bytes = cache_bytes
         self._cache_used = 0
         self._tools: tuple[Any, bytes] = ((), b"")
-        # Each conversation's last request (messages, their bytes, the bytes' total size), by the
-        # identity of its first message, least recently used first; bounded by that total size.
-        self._last: dict[int, tuple[tuple[Message, ...], list[bytes], int]] = {}
-        self._last_bytes = 0
+        # Each conversation's last request and its messages' bytes, bounded by the same limit.
+        self._conversations: ConversationMemo[bytes] = ConversationMemo(len, cache_bytes)
 
     # -- request body -------------------------------------------------------------------------
 
@@ -187,8 +186,8 @@ class OpenAICompatible(OpenAIBackend):
             "entries": len(self._cache),
             "bytes": self._cache_used,
             "limit_bytes": self._cache_bytes,
-            "conversations": len(self._last),
-            "conversation_bytes": self._last_bytes,
+            "conversations": len(self._conversations),
+            "conversation_bytes": self._conversations.bytes,
         }
 
     def _tool_bytes(self, tools: tuple[dict[str, Any], ...]) -> bytes:
@@ -234,33 +233,12 @@ class OpenAICompatible(OpenAIBackend):
                 for i, m in enumerate(messages)
             ]
         keep = rule == "keep"
-        messages = tuple(messages)  # a list could change after this call; the memo must not
-        if not messages:
-            return []
-        memos = self._last
-        key = id(messages[0])
-        memo = memos.pop(key, None)
-        p, size = 0, 0
-        if memo is not None:  # holding its messages keeps the key's id from being reused
-            previous, previous_bytes, size = memo
-            self._last_bytes -= size
-            p = repeated_prefix(previous, messages)
-            if p and p == len(previous) - 1:
-                size -= len(previous_bytes[-1])
-                self._forget(previous[-1])  # the replaced status line is not asked for again
-            elif p == 0:
-                size = 0
-        encoded = previous_bytes[:p] if p else []
-        for m in messages[p:]:
-            data = self._message_bytes(m, keep and isinstance(m, AssistantMessage) and bool(m.reasoning))
-            encoded.append(data)
-            size += len(data)
-        if size <= self._cache_bytes:
-            memos[key] = (messages, encoded, size)
-            self._last_bytes += size
-            while self._last_bytes > self._cache_bytes:
-                self._last_bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
-        return encoded
+        message_bytes = self._message_bytes
+        return self._conversations.pieces(
+            tuple(messages),  # a list could change after this call; the memo must not
+            lambda m: message_bytes(m, keep and isinstance(m, AssistantMessage) and bool(m.reasoning)),
+            on_replaced=self._forget,  # the replaced status line is not asked for again
+        )
 
     # -- responses ----------------------------------------------------------------------------
 

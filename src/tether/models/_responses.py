@@ -34,6 +34,7 @@ from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolC
 from tether.errors import ModelError
 from tether.models._backend import BackendOptions, OpenAIBackend, events
 from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 
 __all__ = ["OpenAIResponses"]
@@ -41,6 +42,7 @@ __all__ = ["OpenAIResponses"]
 PROVIDER = "openai-responses"
 _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "timeout", "overloaded"})
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+MEMO_BYTES = 8 * 1024 * 1024  # the encoded items kept per backend (ConversationMemo)
 
 
 class OpenAIResponses(OpenAIBackend):
@@ -74,6 +76,8 @@ class OpenAIResponses(OpenAIBackend):
         self.store = store
         self.prompt_cache_key = prompt_cache_key
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
+        self._key = ("", "")  # the stable prefix and its prompt_cache_key
+        self._memo: ConversationMemo[bytes] = ConversationMemo(len, MEMO_BYTES)
 
     # -- request ------------------------------------------------------------------------------
 
@@ -118,13 +122,15 @@ class OpenAIResponses(OpenAIBackend):
             return items
         return [{"role": "user", "content": message.content}]
 
-    def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request's body (the Responses API's ``POST /responses``)."""
+    def _piece(self, message: Message) -> bytes:
+        if isinstance(message, SystemMessage):
+            return b""  # the system prompt goes in as ``instructions``
+        return b",".join(to_json(item) for item in self._message_items(message))
+
+    def encode(self, request: ModelRequest) -> bytes:
+        """The request's body as sent (the Responses API's ``POST /responses``): each message's
+        items encoded once per conversation (``ConversationMemo``), the body joined from them."""
         instructions = [m.content for m in request.messages if isinstance(m, SystemMessage)]
-        items: list[dict[str, Any]] = []
-        for m in request.messages:
-            if not isinstance(m, SystemMessage):
-                items.extend(self._message_items(m))
         params: dict[str, Any] = {"model": self.model}
         if instructions:
             params["instructions"] = "\n\n".join(instructions)
@@ -139,22 +145,25 @@ class OpenAIResponses(OpenAIBackend):
             params["reasoning"] = self.reasoning
             if not self.store:
                 params["include"] = ["reasoning.encrypted_content"]
-        key = self.prompt_cache_key
-        if key is None:
-            stable = (params.get("instructions", "") + "\x00" + self._tools[2]).encode()
-            key = "tether-" + hashlib.sha256(stable).hexdigest()[:24]
-        params["prompt_cache_key"] = key
+        params["prompt_cache_key"] = self._cache_key(params.get("instructions", ""))
         params.update(self.extra_body)
         if self.stream:
             params["stream"] = True
-        params["input"] = items  # last: the byte prefix holds across turns
-        return params
+        items = b",".join(p for p in self._memo.pieces(request.messages, self._piece) if p)
+        # ``input`` last: the byte prefix holds across turns
+        return b"".join((to_json(params)[:-1], b',"input":[', items, b"]}"))
+
+    def _cache_key(self, instructions: str) -> str:
+        """``prompt_cache_key``: the caller's, or a digest of the stable prefix (instructions and
+        tool names), computed once while that prefix stays the same."""
+        if self.prompt_cache_key is not None:
+            return self.prompt_cache_key
+        stable = instructions + "\x00" + self._tools[2]
+        if self._key[0] != stable:
+            self._key = (stable, "tether-" + hashlib.sha256(stable.encode()).hexdigest()[:24])
+        return self._key[1]
 
     # -- call ---------------------------------------------------------------------------------
-
-    def encode(self, request: ModelRequest) -> bytes:
-        """The request's body as sent."""
-        return to_json(self.body(request))
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         if "error" in data and "output" not in data:

@@ -1,0 +1,76 @@
+"""Each conversation's last request, kept by a backend so the next step of that conversation
+encodes only its new messages: one owner for every HTTP backend (chat completions, Responses,
+Anthropic Messages).
+
+An agent's next step repeats the previous request of its session — the same history, new
+messages after it, the status line replaced — so each message's encoded piece is reused from
+the previous request (``repeated_prefix``) and a step costs O(new messages), not O(history),
+however many conversations share the backend. A conversation is found by the identity of its
+first message; holding the messages keeps those ids from being reused. What is kept is bounded
+by the pieces' sizes, the least recently used conversation dropped first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from tether.core.messages import Message
+from tether.models._base import repeated_prefix
+
+__all__ = ["ConversationMemo"]
+
+P = TypeVar("P")
+
+
+class ConversationMemo(Generic[P]):
+    """``pieces(messages, encode)`` == ``[encode(m) for m in messages]``, with the pieces of the
+    conversation's previous request reused for the messages it repeats. ``encode`` must depend
+    only on a message's value (messages are frozen values); ``size`` measures a piece; at most
+    ``limit_bytes`` of pieces are kept (0: none)."""
+
+    def __init__(self, size: Callable[[P], int], limit_bytes: int) -> None:
+        self._size = size
+        self.limit_bytes = limit_bytes
+        self._last: dict[int, tuple[tuple[Message, ...], list[P], int]] = {}
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+    def pieces(
+        self,
+        messages: tuple[Message, ...],
+        encode: Callable[[Message], P],
+        on_replaced: Callable[[Message], None] | None = None,
+    ) -> list[P]:
+        """Each message's piece. ``on_replaced`` hears of the previous request's last message
+        when this request replaced it (a status line that will not be asked for again)."""
+        if not messages:
+            return []
+        memos, size_of = self._last, self._size
+        key = id(messages[0])
+        memo = memos.pop(key, None)
+        p, size = 0, 0
+        pieces: list[P] = []
+        if memo is not None:
+            previous, previous_pieces, size = memo
+            self.bytes -= size
+            p = repeated_prefix(previous, messages)
+            if p and p == len(previous) - 1:
+                size -= size_of(previous_pieces[-1])
+                if on_replaced is not None:
+                    on_replaced(previous[-1])
+            elif p == 0:
+                size = 0
+            pieces = previous_pieces[:p]
+        for m in messages[p:]:
+            piece = encode(m)
+            pieces.append(piece)
+            size += size_of(piece)
+        if size <= self.limit_bytes:
+            memos[key] = (messages, pieces, size)
+            self.bytes += size
+            while self.bytes > self.limit_bytes:
+                self.bytes -= memos.pop(next(iter(memos)))[2]  # the least recently used first
+        return pieces
