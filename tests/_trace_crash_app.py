@@ -5,9 +5,8 @@
 MODE is the host's ``trace_flush``; POINT is where the process dies:
 ``model`` (during the second model turn), ``tool`` (inside a side-effecting tool),
 ``read_tool`` (inside a read-only tool),
-``after_stop`` (after the run returned, before a normal exit), ``idle`` (a second after
-emitting, with no flush call), ``after_flush`` (right after ``Tracer.flush()``), ``no_flush``
-(right after emitting, without it).
+``after_stop`` (after the run returned, before a normal exit), ``after_flush`` (right after
+``Tracer.flush()``), ``no_flush`` (right after emitting, without it).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -26,7 +24,6 @@ from tether import Agent, Effect, Host, Policy, TrustedContext, tool
 from tether.models._base import ModelRequest
 from tether.testing import FunctionModel, call, tool_results
 from tether.trace._events import EventKind
-from tether.trace._tracer import _Timer
 
 TRACE_DIR, MODE, POINT = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
@@ -70,13 +67,11 @@ async def main() -> None:
         trace_flush=MODE,  # type: ignore[arg-type]
     )
     host.add_tools(add_note, read_order)
-    if POINT in ("idle", "after_flush", "no_flush"):
+    if POINT in ("after_flush", "no_flush"):
         tracer, _ = host.new_tracer("run-1")
         tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="add_note", arguments="{}")
         if POINT == "after_flush":
             tracer.flush()  # what the host does before every side effect
-        elif POINT == "idle":
-            time.sleep(1.0)  # the per-process timer writes what waited longer than max_delay_s
         die()
     result = await host.run(Agent(instructions="Take notes.", model=FunctionModel(model)), "Note it.",
                             context=TrustedContext("org-alpha"))  # fmt: skip
@@ -86,6 +81,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    if POINT != "idle":
-        _Timer.TICK = 3600.0  # keep the timer out of the way: the loss window is then exact
     anyio.run(main)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from datetime import UTC, datetime
 from typing import Annotated
@@ -93,7 +92,7 @@ def _lines(path) -> list[str]:  # type: ignore[no-untyped-def]
 
 def test_batched_lines_wait_until_a_flush_and_reach_the_file_in_order(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "t.jsonl"
-    sink = JsonlSink(path, max_delay_s=3600)  # batched is the default; the timer kept out of the way
+    sink = JsonlSink(path, max_delay_s=3600)  # batched is the default; no delay reached
     tracer = Tracer("run-1", [sink])
     tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="read_order", arguments="{}")
     tracer.emit(EventKind.MODEL_ERROR, error="x")
@@ -202,49 +201,29 @@ def test_event_timestamps_read_like_isoformat_in_utc() -> None:
     assert len(stamp) == len(before.isoformat(timespec="microseconds")) and stamp.endswith("+00:00")
 
 
-def _flushes_recorded(sink: JsonlSink) -> list[int]:
-    threads: list[int] = []
-    flush_due = sink.flush_due
-
-    def recording() -> None:
-        threads.append(threading.get_ident())
-        flush_due()
-
-    sink.flush_due = recording  # type: ignore[method-assign]
-    return threads
-
-
-def test_a_waiting_line_of_a_run_on_an_event_loop_is_written_on_that_loop(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # The timer thread only asks the loop: writing a hundred runs' files itself would hand the
-    # GIL back and forth with the loop's thread once per file.
-    path = tmp_path / "t.jsonl"
-
-    async def run() -> tuple[int, list[int], list[str]]:
-        sink = JsonlSink(path, max_delay_s=0.05)
-        threads = _flushes_recorded(sink)
-        Tracer("run-1", [sink]).emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
-        for _ in range(100):
-            await asyncio.sleep(0.02)
-            if path.read_bytes():
-                break
-        sink.close()
-        return threading.get_ident(), threads, _lines(path)
-
-    loop_thread, threads, kinds = asyncio.run(run())
-    assert kinds == ["tool_proposed"] and threads and set(threads) == {loop_thread}
-
-
-def test_a_waiting_line_written_outside_any_event_loop_is_written_by_the_timer_thread(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_line_written_after_the_oldest_waited_max_delay_writes_them_all(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # No thread of its own: the emitter writes what waited too long when it writes next.
     path = tmp_path / "t.jsonl"
     sink = JsonlSink(path, max_delay_s=0.05)
-    threads = _flushes_recorded(sink)
-    Tracer("run-1", [sink]).emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
-    for _ in range(100):
-        time.sleep(0.02)
-        if path.read_bytes():
-            break
-    sink.close()
-    assert _lines(path) == ["tool_proposed"] and threads and threading.get_ident() not in threads
+    tracer = Tracer("run-1", [sink])
+    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
+    assert sink.pending == 1 and _lines(path) == []
+    time.sleep(0.06)
+    tracer.emit(EventKind.MODEL_ERROR, error="x")
+    assert sink.pending == 0 and _lines(path) == ["tool_proposed", "model_error"]
+    tracer.close()
+
+
+def test_a_composed_model_request_hands_what_came_before_it_to_the_os(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # The run is about to wait on the model: a live reader sees the step so far while it waits.
+    path = tmp_path / "t.jsonl"
+    sink = JsonlSink(path, max_delay_s=3600)
+    tracer = Tracer("run-1", [sink])
+    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool="t", arguments="{}")
+    assert _lines(path) == []
+    tracer.emit(EventKind.CONTEXT_COMPOSED, messages=1, tools=0, tools_enabled=False)
+    assert sink.pending == 0 and _lines(path) == ["tool_proposed", "context_composed"]
+    tracer.close()
 
 
 def test_a_raw_write_that_takes_only_part_of_the_lines_is_continued_until_all_are_written() -> None:

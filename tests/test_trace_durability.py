@@ -1,9 +1,10 @@
 """What a killed process leaves in its JSONL trace, per flush mode (a real SIGKILL).
 
 ``each_event`` loses nothing. ``batched`` (the default) may lose the lines written since the
-last flush, such as the turn in flight or a read-only tool's turn, but never a decision taken
-before a side effect (the host calls ``Tracer.flush()`` before every side-effecting tool, the
-tracer flushes after approvals and effect intents) and never the stop event.
+last flush, such as a read-only tool's turn, but never a decision taken before a side effect
+(the host calls ``Tracer.flush()`` before every side-effecting tool, the tracer flushes after
+approvals and effect intents), nor what came before a model request (it flushes when the
+request is composed), nor the stop event.
 """
 
 from __future__ import annotations
@@ -40,11 +41,9 @@ def test_each_event_loses_nothing_when_the_process_dies_mid_turn(tmp_path: Path)
     assert killed_at("model", "each_event", tmp_path) == [*DECIDED, "tool_observation", "context_composed"]
 
 
-def test_batched_loses_only_the_lines_since_the_last_decision_when_the_process_dies_mid_turn(
-    tmp_path: Path,
-) -> None:
-    # Lost: the observation and the next request, both after the last flush (timer held off).
-    assert killed_at("model", "batched", tmp_path) == DECIDED
+def test_batched_has_the_step_on_disk_when_the_process_dies_waiting_on_the_model(tmp_path: Path) -> None:
+    # The composed request flushes: everything before the wait is on disk, as with each_event.
+    assert killed_at("model", "batched", tmp_path) == [*DECIDED, "tool_observation", "context_composed"]
 
 
 @pytest.mark.parametrize("mode", ["batched", "each_event"])
@@ -56,7 +55,7 @@ def test_every_decision_before_an_effect_is_on_disk_when_the_effect_kills_the_pr
 
 def test_batched_may_lose_the_turn_of_a_read_only_tool_and_each_event_does_not(tmp_path: Path) -> None:
     # A read changes nothing outside: its decision is not worth a write of its own per step.
-    assert killed_at("read_tool", "batched", tmp_path / "batched") == []
+    assert killed_at("read_tool", "batched", tmp_path / "batched") == ["run_started", "context_composed"]
     assert killed_at("read_tool", "each_event", tmp_path / "each") == DECIDED
 
 
@@ -70,7 +69,3 @@ def test_tracer_flush_puts_what_waits_on_disk_and_without_it_batched_loses_it(tm
     assert killed_at("after_flush", "batched", tmp_path / "flushed") == ["tool_proposed"]
     assert killed_at("no_flush", "batched", tmp_path / "unflushed") == []
     assert killed_at("no_flush", "each_event", tmp_path / "each") == ["tool_proposed"]
-
-
-def test_the_timer_writes_a_waiting_line_without_any_flush_call(tmp_path: Path) -> None:
-    assert killed_at("idle", "batched", tmp_path) == ["tool_proposed"]

@@ -3,15 +3,16 @@
 Durability of the JSON-lines file is a choice (``JsonlSink(flush=…)``, ``Host(trace_flush=…)``):
 
 ``"batched"`` (default)
-    Encoded lines wait in a bounded buffer and reach the OS in one write when the buffer is
-    full (the emitting thread writes it: back-pressure instead of unbounded memory), when the
-    oldest line has waited ``max_delay_s`` (one timer thread per process, not per run), when
-    ``Tracer.flush()`` is called (the host calls it before every side-effecting tool runs),
+    Encoded lines wait in a bounded buffer and reach the OS in one write, by the emitting
+    thread (no thread of its own): when the buffer is full (back-pressure instead of unbounded
+    memory); when a line arrives after the oldest has waited ``max_delay_s``; when
+    ``Tracer.flush()`` is called (the host calls it before every side-effecting tool runs);
     right after an event of a kind in ``DURABLE_KINDS`` (an approval was granted, an effect is
-    about to run, the run pauses or stops), and at close. A process killed between two of those
-    loses the lines written since the last one: for example the request and response of the
-    model turn in flight, or the turn of a read-only tool. It never loses a decision that came
-    before a side effect, nor the stop event.
+    about to run, the run pauses or stops) or in ``WAIT_KINDS`` (a model request was composed: the run is
+    about to wait, so a live reader sees everything before the wait); at close; and at a normal
+    interpreter exit. A process killed between two of those loses the lines written since the
+    last one: for example a read-only tool's turn. It never loses a decision that came before a
+    side effect, nor the stop event.
 ``"each_event"``
     Every line reaches the OS before ``emit`` returns; a killed process loses nothing.
 
@@ -20,7 +21,6 @@ Neither mode calls ``fsync``: what the OS holds survives the process, not a powe
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import json
 import os
@@ -52,9 +52,14 @@ __all__ = [
 
 FlushMode = Literal["each_event", "batched"]
 
+# After these the tracer flushes too: the run is about to wait on its model (the request was just
+# composed), so what it wrote before the wait is readable while it waits; about one write a step.
+WAIT_KINDS = frozenset({EventKind.CONTEXT_COMPOSED})
+
 # After these the tracer flushes at once: something irreversible may follow (an approved call
 # runs, an effect is attempted) or the run is over for this process (paused, stopped). Before any
 # other side-effecting tool the host calls ``Tracer.flush()`` itself (``HostCore._execute_one``).
+
 DURABLE_KINDS = frozenset(
     {
         EventKind.APPROVAL_GRANTED,
@@ -83,84 +88,7 @@ class TraceSink(Protocol):
     def close(self) -> None: ...
 
 
-class _Timer:
-    """One daemon thread per process: every ``TICK`` seconds it has the lines of batched sinks
-    whose oldest line is older than the sink's ``max_delay_s`` written. It is never woken by a
-    writer (that would cost a thread switch per batch), its wake-ups do not grow with the
-    number of runs, and it ends after ``IDLE_S`` with nothing waiting.
-
-    A sink written from an event loop is flushed *on that loop* (one ``call_soon_threadsafe``
-    per loop and tick): were this thread to write a hundred files itself, each write would
-    hand the GIL back and forth with the loop's thread, a forced switch each time, which is
-    what concurrent runs paid for the batched mode. Sinks written outside a loop, whose loop
-    has closed, or whose loop did not get to it by the next tick (blocked), are written by
-    this thread."""
-
-    TICK = 0.1
-    IDLE_S = 5.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._waiting: set[JsonlSink] = set()
-        self._thread: threading.Thread | None = None
-
-    def add(self, sink: JsonlSink) -> None:
-        with self._lock:
-            self._waiting.add(sink)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="tether-trace-flush", daemon=True)
-                self._thread.start()
-
-    def discard(self, sink: JsonlSink) -> None:
-        with self._lock:
-            self._waiting.discard(sink)
-
-    def _run(self) -> None:
-        idle = 0.0
-        while True:
-            time.sleep(self.TICK)
-            with self._lock:
-                sinks = list(self._waiting)
-                if not sinks:
-                    idle += self.TICK
-                    if idle >= self.IDLE_S:
-                        self._thread = None  # the next add starts another
-                        return
-                    continue
-            idle = 0.0
-            now = time.monotonic()
-            by_loop: dict[Any, list[JsonlSink]] = {}
-            for sink in sinks:
-                if not sink.due(now):
-                    continue
-                loop = sink.loop
-                if loop is None or loop.is_closed() or (sink.asked and now - sink.asked >= self.TICK):
-                    sink.flush_due()  # no loop, or one too busy to have done it since the last tick
-                else:
-                    sink.asked = now
-                    by_loop.setdefault(loop, []).append(sink)
-            for loop, due in by_loop.items():
-                try:
-                    loop.call_soon_threadsafe(_flush_due, due)
-                except RuntimeError:  # closed since: nobody else will write them
-                    _flush_due(due)
-
-
-def _flush_due(sinks: list[JsonlSink]) -> None:
-    for sink in sinks:
-        sink.flush_due()
-
-
-_TIMER = _Timer()
 _OPEN: weakref.WeakSet[JsonlSink] = weakref.WeakSet()
-
-
-def _reset_after_fork() -> None:
-    global _TIMER  # the parent's thread does not exist in the child
-    _TIMER = _Timer()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 @atexit.register
@@ -178,14 +106,6 @@ def _encode(event: TraceEvent) -> bytes:
         return to_json(data, ensure_ascii=True) + b"\n"
     except PydanticSerializationError:  # a value the sanitiser let through as is (not JSON)
         return json.dumps(data, ensure_ascii=True, default=str).encode("ascii") + b"\n"
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The event loop running in this thread, if any."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
 
 
 def _write_all(file: Any, data: bytes) -> None:
@@ -225,8 +145,6 @@ class JsonlSink:
         self._lines: list[bytes] = []
         self._size = 0
         self._since = 0.0  # when the oldest waiting line was written
-        self.loop: asyncio.AbstractEventLoop | None = None  # the loop that wrote it, if any
-        self.asked = 0.0  # when the timer last asked that loop to write the waiting lines
         if flush == "batched":
             _OPEN.add(self)
 
@@ -238,13 +156,16 @@ class JsonlSink:
             if self.mode == "each_event":
                 _write_all(self._file, line)
                 return
+            now = time.monotonic()
             if not self._lines:
-                self._since = time.monotonic()
-                self.loop = _running_loop()  # where the timer has it flushed
-                _TIMER.add(self)
+                self._since = now
             self._lines.append(line)
             self._size += len(line)
-            if len(self._lines) >= self.max_events or self._size >= self.max_bytes:
+            if (
+                len(self._lines) >= self.max_events
+                or self._size >= self.max_bytes
+                or now - self._since >= self.max_delay_s
+            ):
                 self._drain()
 
     @property
@@ -258,26 +179,12 @@ class JsonlSink:
             if not self._file.closed:
                 self._drain()
 
-    def due(self, now: float) -> bool:
-        """Whether the oldest waiting line has waited ``max_delay_s`` (read without the lock:
-        a stale answer only moves the write to the next tick)."""
-        return bool(self._lines) and now - self._since >= self.max_delay_s
-
-    def flush_due(self) -> None:
-        """The timer's call: write the waiting lines if the oldest has waited long enough."""
-        with self._lock:
-            if self._lines and not self._file.closed and time.monotonic() - self._since >= self.max_delay_s:
-                self._drain()
-
     def _drain(self) -> None:
-        # Called with the lock held; leaving the timer's set under the same lock means a line
-        # written meanwhile cannot be left without a timer.
+        # Called with the lock held.
         if self._lines:
             _write_all(self._file, b"".join(self._lines))
             self._lines.clear()
             self._size = 0
-            self.asked = 0.0
-            _TIMER.discard(self)
 
     def close(self) -> None:
         with self._lock:
@@ -341,7 +248,7 @@ class Tracer:
         self.redactor = redactor or Redactor()
         self.events: list[TraceEvent] = []
         self.strict = _strict_from_env() if strict is None else strict
-        self.durable = frozenset(durable)
+        self.durable = frozenset(durable) | WAIT_KINDS
         self.problems: list[str] = []
         self._clock = clock
 
