@@ -63,6 +63,7 @@ from tether.policy._provenance_values import (
     Link,
     amounts,
     date_mentions,
+    find_handles,
     find_links,
     link_key,
     parse_date,
@@ -185,8 +186,15 @@ class ProvenanceIndex:
         directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
         positions: Sequence[int] | None = None,
         writes: Sequence[Written] = (),
+        reads: Mapping[str, tuple[int, Sequence[str]]] | None = None,
+        assigned: Iterable[str] = ASSIGNED,
     ) -> None:
         self.objective = objective
+        # The calls whose results were observed: call id -> (position, argument leaves), to
+        # tell which of them text someone chose had selected (``steered``).
+        self._reads = dict(reads or {})
+        self._assigned = frozenset(assigned)
+        self._steered: dict[str, bool] = {}
         self.user_text = normalise(objective)
         words = _WORD.findall(self.user_text)
         self._user_words = {w.strip(".,+-") for w in words} | set(words)
@@ -222,6 +230,7 @@ class ProvenanceIndex:
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
+        self._request_kinds: frozenset[str] | None = None
 
     # -- the run's own writes -----------------------------------------------------------
 
@@ -235,6 +244,8 @@ class ProvenanceIndex:
                 directory=self.directory,
                 positions=[p for _, p in keep],
                 writes=[w for w in self.writes if w.position < position],
+                reads=self._reads,
+                assigned=self._assigned,
             )
         return self._prefixes[position]
 
@@ -487,6 +498,67 @@ class ProvenanceIndex:
             elif len(hay) > len(needle) and pattern.search(hay):
                 return seg
         return None
+
+    def selected_by(
+        self, value: str, assigned: Iterable[str] = (), before: int | None = None
+    ) -> Segment | None:
+        """A segment of text someone chose (a class not in ``assigned``), observed before
+        position ``before``, that *selects* ``value``: holds it (a value of five characters or
+        more wherever it stands, glued or not: ``the mail titled 'Falcon budget'``; a shorter
+        one with no letter or digit glued to it: ``open file 13``) or is exactly it; None when the value is
+        the request's own (in its text, a day it names, a directory entry) or no such text
+        holds it. An argument so selected was chosen by that text: a search it runs, a record
+        it opens, reaches what the text wanted reached."""
+        text = normalise(value)
+        if len(text) < 2:
+            return None
+        if contains_whole(self.user_text, text) or text in self.directory:
+            return None
+        day = parse_date(value)
+        if day is not None and any(m.matches(day) for m in self.request_dates):
+            return None
+        needle = unfold(value).strip()
+        if len(needle) < 2:
+            return None
+        keep = frozenset(assigned)
+        for seg in self.segments:
+            if seg.label.tool == EXTRACTOR or seg.label.trust in keep:
+                continue
+            if before is not None and self._pos.get(id(seg), 0) >= before:
+                continue
+            hay = self._unfolded.get(id(seg))
+            if hay is None:
+                hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+            if hay == needle:
+                return seg
+            if len(needle) >= MIN_CONTAINED:
+                if needle in hay:  # glued to other characters, a reader still finds it
+                    return seg
+            elif re.search(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", hay):
+                return seg
+        return None
+
+    def steered(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` was reached through text someone chose: one of its
+        arguments is ``selected_by`` text (outside the assigned classes) observed before it.
+        What such a call returned is what the text wanted reached (the mail "about Falcon
+        budget", the file "13"), so none of it is a pick nobody steered."""
+        if call_id not in self._steered:
+            found = self._reads.get(call_id)
+            self._steered[call_id] = found is not None and any(
+                self.selected_by(leaf, self._assigned, before=found[0]) for leaf in found[1]
+            )
+        return self._steered[call_id]
+
+    def request_kinds(self) -> frozenset[str]:
+        """The kinds of destination the request states values of itself: ``mailbox``,
+        ``account``, ``link`` (an address, an account number, a link in its own words)."""
+        if self._request_kinds is None:
+            kinds = {shape_kind(h) for h in find_handles(self.objective)}
+            for token in self.objective.split():
+                kinds.add(shape_kind(token.strip(".,;:!?()[]<>'\"")))
+            self._request_kinds = frozenset(kinds & {"mailbox", "account", "link"})
+        return self._request_kinds
 
     @property
     def request_dates(self) -> list[DateMention]:
