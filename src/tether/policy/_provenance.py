@@ -208,6 +208,9 @@ class ProvenanceIndex:
         self._pos = {id(seg): p for seg, p in zip(self.segments, pos, strict=True)}
         self.writes = sorted(writes, key=lambda w: w.position)
         self._prefixes: dict[int, ProvenanceIndex] = {}
+        self._limit: int | None = None  # a prefix: the position it stands at
+        self._traced: dict[tuple[str, str | None], list[Origin]] = {}
+        self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
         self._numbers: dict[float, list[Segment]] = {}
         for seg in self.segments:
@@ -235,10 +238,15 @@ class ProvenanceIndex:
     # -- the run's own writes -----------------------------------------------------------
 
     def _prefix(self, position: int) -> ProvenanceIndex:
-        """The index as it stood when a call made after ``position`` observations was made."""
+        """The index as it stood when a call made after ``position`` observations was made.
+        Every prefix of a run's index shares one table of prefixes (the index at position
+        ``p`` is the same whichever later index asks), so tracing a value written again and
+        again walks each earlier moment once, not once per path to it."""
+        if self._limit is not None and position >= self._limit:
+            return self
         if position not in self._prefixes:
             keep = [(seg, p) for seg in self.segments if (p := self._pos[id(seg)]) < position]
-            self._prefixes[position] = ProvenanceIndex(
+            index = ProvenanceIndex(
                 self.objective,
                 segments=[seg for seg, _ in keep],
                 directory=self.directory,
@@ -247,6 +255,9 @@ class ProvenanceIndex:
                 reads=self._reads,
                 assigned=self._assigned,
             )
+            index._prefixes = self._prefixes
+            index._limit = position
+            self._prefixes[position] = index
         return self._prefixes[position]
 
     def _writes_into(self, seg: Segment) -> list[Written]:
@@ -295,7 +306,14 @@ class ProvenanceIndex:
 
     def trace(self, value: str, kind: str | None = None) -> list[Origin]:
         """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
-        the kind of destination the value is for (the directory vouches per kind)."""
+        the kind of destination the value is for (the directory vouches per kind). An index
+        does not change once built, so each value is traced once per index."""
+        key = (value, kind)
+        if key not in self._traced:
+            self._traced[key] = self._trace(value, kind)
+        return list(self._traced[key])
+
+    def _trace(self, value: str, kind: str | None) -> list[Origin]:
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
@@ -445,9 +463,14 @@ class ProvenanceIndex:
         """Origins of a link: the request, the directory, or the tool segments that hold the
         same link. A link is the same when its key (host and path) is, or when its registrable
         domain is one that a source names as a whole site (``example.com``, no path)."""
-        table = self._link_tables()
         key = link if isinstance(link, str) else link.key
         site = None if isinstance(link, str) else link.site
+        if (key, site) not in self._linked:
+            self._linked[(key, site)] = self._link_origins(link, key, site)
+        return list(self._linked[(key, site)])
+
+    def _link_origins(self, link: Link | str, key: str, site: str | None) -> list[Origin]:
+        table = self._link_tables()
         out: list[Origin] = []
         if key in self._user_links or (site is not None and site in self._user_sites):
             out.append(Origin("user", USER, "contained"))
