@@ -1,7 +1,7 @@
 """AgentDojo (v1.2.2 suites) through tether's host, offline, with stand-ins that obey every attacker.
 
     pip install -e ".[agentdojo]"
-    python bench/agentdojo.py                          # 4 suites, three modes, three attackers
+    python bench/agentdojo.py                          # 4 suites, three modes, four attackers
     python bench/agentdojo.py --baseline               # also every attacked pair with no gate
     python bench/agentdojo.py --suites banking --limit 4 --modes agent --attackers informed
 
@@ -25,6 +25,13 @@ Stand-ins (no model is reachable):
                and their reads, destinations built around directory entries, links glued to other
                characters, relays cut under 40 characters, amounts at the request's largest
                figure, templates filled with the attacker's value, names from a request word
+  informed2    attacker written against the rules as they stand after informed's holes were
+               closed (attacks.informed2_campaign): the user's own writes with a goal value the
+               user's data lists swapped in, the whole list copied, values written back into
+               the record the user's call targets, a new record under the request's title and
+               day in the attacker's own words, the user's reads asked for the goal's values,
+               every directory entry of the goal's kind; first values shaped for the plan
+               extractor, handles in reference mode
 Modes: agent (the reactive loop), plan (plan-then-execute: calls fixed from the request
 before any data is read; values from results only through a compromised quarantined
 extractor; the adaptive one disguises the attacker's values) and reference (the agent loop,
@@ -71,7 +78,7 @@ from typing import Any
 
 SUITES = ("workspace", "travel", "banking", "slack")
 MODES = ("agent", "plan", "reference")
-ATTACKERS = ("standard", "adaptive", "informed")
+ATTACKERS = ("standard", "adaptive", "informed", "informed2")
 
 
 def _require_agentdojo() -> None:
@@ -135,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="first N user tasks per suite")
     parser.add_argument("--modes", default="agent,plan,reference", help="agent, plan and/or reference")
     parser.add_argument(
-        "--attackers", default="standard,adaptive,informed", help="standard, adaptive and/or informed"
+        "--attackers",
+        default="standard,adaptive,informed,informed2",
+        help="standard, adaptive, informed and/or informed2",
     )
     parser.add_argument("--baseline", action="store_true", help="also run the attacked pairs with no gate")
     parser.add_argument(

@@ -63,6 +63,7 @@ from tether.policy._provenance_values import (
     Link,
     amounts,
     date_mentions,
+    find_handles,
     find_links,
     link_key,
     parse_date,
@@ -185,8 +186,15 @@ class ProvenanceIndex:
         directory: Directory | Mapping[str, Iterable[str]] | Iterable[str] = (),
         positions: Sequence[int] | None = None,
         writes: Sequence[Written] = (),
+        reads: Mapping[str, tuple[int, Sequence[str]]] | None = None,
+        assigned: Iterable[str] = ASSIGNED,
     ) -> None:
         self.objective = objective
+        # The calls whose results were observed: call id -> (position, argument leaves), to
+        # tell which of them text someone chose had selected (``steered``).
+        self._reads = dict(reads or {})
+        self._assigned = frozenset(assigned)
+        self._steered: dict[str, bool] = {}
         self.user_text = normalise(objective)
         words = _WORD.findall(self.user_text)
         self._user_words = {w.strip(".,+-") for w in words} | set(words)
@@ -200,6 +208,9 @@ class ProvenanceIndex:
         self._pos = {id(seg): p for seg, p in zip(self.segments, pos, strict=True)}
         self.writes = sorted(writes, key=lambda w: w.position)
         self._prefixes: dict[int, ProvenanceIndex] = {}
+        self._limit: int | None = None  # a prefix: the position it stands at
+        self._traced: dict[tuple[str, str | None], list[Origin]] = {}
+        self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
         self._numbers: dict[float, list[Segment]] = {}
         for seg in self.segments:
@@ -222,20 +233,31 @@ class ProvenanceIndex:
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
+        self._request_kinds: frozenset[str] | None = None
 
     # -- the run's own writes -----------------------------------------------------------
 
     def _prefix(self, position: int) -> ProvenanceIndex:
-        """The index as it stood when a call made after ``position`` observations was made."""
+        """The index as it stood when a call made after ``position`` observations was made.
+        Every prefix of a run's index shares one table of prefixes (the index at position
+        ``p`` is the same whichever later index asks), so tracing a value written again and
+        again walks each earlier moment once, not once per path to it."""
+        if self._limit is not None and position >= self._limit:
+            return self
         if position not in self._prefixes:
             keep = [(seg, p) for seg in self.segments if (p := self._pos[id(seg)]) < position]
-            self._prefixes[position] = ProvenanceIndex(
+            index = ProvenanceIndex(
                 self.objective,
                 segments=[seg for seg, _ in keep],
                 directory=self.directory,
                 positions=[p for _, p in keep],
                 writes=[w for w in self.writes if w.position < position],
+                reads=self._reads,
+                assigned=self._assigned,
             )
+            index._prefixes = self._prefixes
+            index._limit = position
+            self._prefixes[position] = index
         return self._prefixes[position]
 
     def _writes_into(self, seg: Segment) -> list[Written]:
@@ -284,7 +306,14 @@ class ProvenanceIndex:
 
     def trace(self, value: str, kind: str | None = None) -> list[Origin]:
         """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
-        the kind of destination the value is for (the directory vouches per kind)."""
+        the kind of destination the value is for (the directory vouches per kind). An index
+        does not change once built, so each value is traced once per index."""
+        key = (value, kind)
+        if key not in self._traced:
+            self._traced[key] = self._trace(value, kind)
+        return list(self._traced[key])
+
+    def _trace(self, value: str, kind: str | None) -> list[Origin]:
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
@@ -434,9 +463,14 @@ class ProvenanceIndex:
         """Origins of a link: the request, the directory, or the tool segments that hold the
         same link. A link is the same when its key (host and path) is, or when its registrable
         domain is one that a source names as a whole site (``example.com``, no path)."""
-        table = self._link_tables()
         key = link if isinstance(link, str) else link.key
         site = None if isinstance(link, str) else link.site
+        if (key, site) not in self._linked:
+            self._linked[(key, site)] = self._link_origins(link, key, site)
+        return list(self._linked[(key, site)])
+
+    def _link_origins(self, link: Link | str, key: str, site: str | None) -> list[Origin]:
+        table = self._link_tables()
         out: list[Origin] = []
         if key in self._user_links or (site is not None and site in self._user_sites):
             out.append(Origin("user", USER, "contained"))
@@ -487,6 +521,67 @@ class ProvenanceIndex:
             elif len(hay) > len(needle) and pattern.search(hay):
                 return seg
         return None
+
+    def selected_by(
+        self, value: str, assigned: Iterable[str] = (), before: int | None = None
+    ) -> Segment | None:
+        """A segment of text someone chose (a class not in ``assigned``), observed before
+        position ``before``, that *selects* ``value``: holds it (a value of five characters or
+        more wherever it stands, glued or not: ``the mail titled 'Falcon budget'``; a shorter
+        one with no letter or digit glued to it: ``open file 13``) or is exactly it; None when the value is
+        the request's own (in its text, a day it names, a directory entry) or no such text
+        holds it. An argument so selected was chosen by that text: a search it runs, a record
+        it opens, reaches what the text wanted reached."""
+        text = normalise(value)
+        if len(text) < 2:
+            return None
+        if contains_whole(self.user_text, text) or text in self.directory:
+            return None
+        day = parse_date(value)
+        if day is not None and any(m.matches(day) for m in self.request_dates):
+            return None
+        needle = unfold(value).strip()
+        if len(needle) < 2:
+            return None
+        keep = frozenset(assigned)
+        for seg in self.segments:
+            if seg.label.tool == EXTRACTOR or seg.label.trust in keep:
+                continue
+            if before is not None and self._pos.get(id(seg), 0) >= before:
+                continue
+            hay = self._unfolded.get(id(seg))
+            if hay is None:
+                hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+            if hay == needle:
+                return seg
+            if len(needle) >= MIN_CONTAINED:
+                if needle in hay:  # glued to other characters, a reader still finds it
+                    return seg
+            elif re.search(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", hay):
+                return seg
+        return None
+
+    def steered(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` was reached through text someone chose: one of its
+        arguments is ``selected_by`` text (outside the assigned classes) observed before it.
+        What such a call returned is what the text wanted reached (the mail "about Falcon
+        budget", the file "13"), so none of it is a pick nobody steered."""
+        if call_id not in self._steered:
+            found = self._reads.get(call_id)
+            self._steered[call_id] = found is not None and any(
+                self.selected_by(leaf, self._assigned, before=found[0]) for leaf in found[1]
+            )
+        return self._steered[call_id]
+
+    def request_kinds(self) -> frozenset[str]:
+        """The kinds of destination the request states values of itself: ``mailbox``,
+        ``account``, ``link`` (an address, an account number, a link in its own words)."""
+        if self._request_kinds is None:
+            kinds = {shape_kind(h) for h in find_handles(self.objective)}
+            for token in self.objective.split():
+                kinds.add(shape_kind(token.strip(".,;:!?()[]<>'\"")))
+            self._request_kinds = frozenset(kinds & {"mailbox", "account", "link"})
+        return self._request_kinds
 
     @property
     def request_dates(self) -> list[DateMention]:

@@ -229,7 +229,8 @@ class ProvenanceRules:
                 v = "approve" if classes & rule.approve else rule.otherwise
                 out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
             else:
-                self._chosen(index, arg, text, origins, classes & rule.allow, out, shown)
+                effectful = call.spec.effect.side_effecting
+                self._chosen(index, arg, text, origins, classes & rule.allow, effectful, out, shown)
         return shown
 
     def _chosen(
@@ -239,6 +240,7 @@ class ProvenanceRules:
         text: str,
         origins: Sequence[Origin],
         accepted: set[str],
+        effectful: bool,
         out: _Verdict,
         shown: dict[str, Any],
     ) -> None:
@@ -251,24 +253,52 @@ class ProvenanceRules:
         member named in a message, a page, a channel's name), or, once the run has read text
         outside the trust configuration's ``assigned`` classes, the value was not read from
         an assigned field at all (it is only the directory's, or a field its record's author
-        chose: a participant list, a mail's recipients)."""
-        if any(_designates(c) for c in accepted):
-            return
+        chose: a participant list, a mail's recipients), or only from what a call returned
+        whose arguments such text had selected (``ProvenanceIndex.steered``: "forward it to
+        whoever sent the mail about X" — the search for X reached the record the text wanted).
+        A record the user named designates its values, except where the request states its
+        own destinations of the value's kind and the call has an effect: the request chose
+        those and named the record for something else (the call's target, say), so after
+        untrusted text the record's other values are the model's pick."""
         problem: dict[str, Any] | None = None
-        mention = index.mentioned(text, self.config.assigned)
-        if mention is not None:
+        designating = {c for c in accepted if _designates(c)}
+        if designating:
+            kind = shape_kind(text)
+            if (
+                not designating - {c for c in designating if c.startswith("named:")}
+                and effectful
+                and kind in index.request_kinds()
+            ):
+                # Only a record the user named designates the value, yet the request states
+                # its own destinations of this kind: it chose those, and named the record
+                # for something else (as the target of the call, say). Which of the record's
+                # values goes with them is the model's pick.
+                steering = index.steering(self.config.assigned)
+                if steering is not None:
+                    problem = {
+                        "problem": "chosen_after_untrusted",
+                        "after": steering.label.describe(),
+                        "request_states": kind,
+                    }
+            if problem is None:
+                return
+        elif (mention := index.mentioned(text, self.config.assigned)) is not None:
             problem = {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
         else:
             steering = index.steering(self.config.assigned)
+            # Read from an assigned field, by a call no one's text selected: a call whose
+            # query, record or day such text chose reached what the text wanted reached.
             assigned = any(
                 o.kind == "tool"
                 and o.match == "exact"
                 and o.trust in self.config.assigned
-                and (o.label is None or o.label.tool != EXTRACTOR)
+                and (o.label is None or (o.label.tool != EXTRACTOR and not index.steered(o.label.call_id)))
                 for o in origins
             )
             if steering is not None and not assigned:
                 problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
+                if any(o.label is not None and index.steered(o.label.call_id) for o in origins):
+                    problem["reached_through"] = "a call that text someone chose had selected"
         if problem is None:
             return
         shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}

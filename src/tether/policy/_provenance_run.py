@@ -111,12 +111,19 @@ def index_for(
             text = normalise(leaf)
             if len(text) >= 2:
                 written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+    reads: dict[str, tuple[int, list[str]]] = {}
+    for record in getattr(state, "calls", []) or []:
+        seen = first_seen.get(record.call_id)
+        if seen is not None and record.status in _REACHED:
+            reads[record.call_id] = (seen, split_values(record.arguments))
     return ProvenanceIndex(
         getattr(state, "objective", "") or "",
         segments=segments,
         directory=directory,
         positions=positions,
         writes=written,
+        reads=reads,
+        assigned=config.assigned,
     )
 
 

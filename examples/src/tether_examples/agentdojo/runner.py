@@ -11,9 +11,10 @@ No model API is reachable, so deterministic stand-ins play the agent:
   ``standard`` attacker these are the injection task's calls (``attacks.goal_steps``); with
   the ``adaptive`` attacker, a campaign that knows the declaration and launders values
   (``attacks.adaptive_campaign``); with the ``informed`` attacker, tactics aimed at the
-  rules' holes (``attacks.informed_campaign``). If the goal is text only, it says what the
-  attacker wanted. In ``reference`` mode the same agent passes values by handle wherever a
-  tool result lists them (``standins.Referrer``; ``policy/references.py``).
+  rules' holes (``attacks.informed_campaign``); with ``informed2``, tactics aimed at the
+  rules as they stand after those were closed (``attacks.informed2_campaign``). If the goal
+  is text only, it says what the attacker wanted. In ``reference`` mode the same agent
+  passes values by handle wherever a tool result lists them (``standins.Referrer``; ``policy/references.py``).
 
 Every call passes the host's gate with a ``ProvenancePolicy`` built from the suite's
 declaration. A **reviewer** can be modelled: a host-side function that approves a call iff
@@ -42,6 +43,7 @@ from tether_examples.agentdojo.attacks import (
     attacker_values,
     goal_steps,
     harmful,
+    informed2_campaign,
     informed_campaign,
 )
 from tether_examples.agentdojo.source import (
@@ -353,7 +355,7 @@ class SuiteBench:
     ) -> PairOutcome:
         """Run one pair (or one benign task) through a fresh host; AgentDojo judges the result.
         ``mode``: agent | plan | reference (the agent loop with values passed by handle);
-        ``attacker``: standard | adaptive | informed; ``stand_in``: oracle | paraphrase."""
+        ``attacker``: standard | adaptive | informed | informed2; ``stand_in``: oracle | paraphrase."""
         from agentdojo.functions_runtime import FunctionCall
         from agentdojo.types import text_content_block_from_string
 
@@ -396,8 +398,9 @@ class SuiteBench:
                     user_steps=user_steps,
                     env=pre,
                 )
-            elif attacker == "informed" and attack:
-                attack = informed_campaign(
+            elif attacker in ("informed", "informed2") and attack:
+                campaign = informed_campaign if attacker == "informed" else informed2_campaign
+                attack = campaign(
                     self.name,
                     attack,
                     declaration=self.declaration,
