@@ -4,9 +4,13 @@ the host, the database and the cause; ``tether db init`` creates a deployment, o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,10 +136,20 @@ def test_a_worker_without_init_refuses_a_mistyped_schema_and_creates_nothing(
         Worker(WorkerConfig(f"{pg_dsn}?schema={schema}", apps=("durable_app:build",))).start()
     assert info.value.reason == "not_initialized" and f"{schema}_dbos" in str(info.value)
     assert not {schema, f"{schema}_dbos"} & _schemas(pg_dsn)
-    # Legitimate: once created (tether db init), a worker starts there and registers itself.
+    # Legitimate: once created (tether db init), a worker starts there and registers itself (a
+    # process of its own, as an operator runs it: DBOS is one instance per process).
     init_deployment(pg_url)
-    with Worker(WorkerConfig(pg_url, apps=("durable_app:build",), executor_id="init-ok")):
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1] / "src"), str(here)])}
+    cmd = [sys.executable, "-m", "tether.cli", "worker", "--db", pg_url, "--app", "durable_app:build",
+           "--executor-id", "init-ok", "--poll", "0.1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
         code, out, _, _ = _cli(capsys, "runs", "workers", "--db", pg_url, "--json")
+    finally:
+        proc.terminate()
+        proc.wait(30)
     assert code == 0 and [w["executor_id"] for w in out["workers"]] == ["init-ok"]
 
 
