@@ -5,8 +5,11 @@ initialised with ``tether db init`` and dropped after).
 
 Two apps: ``module:factory`` (``distributed_app:build``, nothing to read) and an agent file
 (read, checked and digested: its tools module and instructions included), ``--calls`` calls
-each, interleaved; seconds per call at p50 and p90, and, for the batch form, seconds per run of
-one ``tether submit --batch`` of ``--calls`` runs. No worker runs: only the submission is timed.
+each, interleaved; seconds per call at p50 and p90 (wall clock), the CPU seconds of the call's
+process at p50 (user + system: what the call costs on a loaded machine, where the wall clock also
+counts waiting for a core), and, for the batch form, seconds per run of one ``tether submit
+--batch`` of ``--calls`` runs. No worker runs: only the submission is timed. Bytecode is written
+and read as an installed tether's would be (``PYTHONDONTWRITEBYTECODE`` is dropped for the calls).
 The last line is one JSON object. Usage: ``python bench/submit.py [--calls N] [--dsn DSN]``.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,18 +71,25 @@ def main() -> None:
     (folder / "bench_submit_tools.py").write_text(TOOLS, encoding="utf-8")
     (folder / "agent.yaml").write_text(AGENT, encoding="utf-8")
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "PYTHONPATH": os.pathsep.join([str(HERE), str(folder), os.environ.get("PYTHONPATH", "")]),
         "BENCH_SUBMIT_KEY": "sk-bench",
     }
     tether = [sys.executable, "-m", "tether.cli"]
 
-    def call(*words: str, stdin: str | None = None) -> float:
+    cpu: dict[str, list[float]] = {}
+
+    def call(*words: str, stdin: str | None = None, name: str | None = None) -> float:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             [*tether, *words], env=env, cwd=folder, input=stdin, capture_output=True, text=True, check=False
         )
         elapsed = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if name is not None:
+            used = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            cpu.setdefault(name, []).append(used)
         if done.returncode != 0:
             raise SystemExit(
                 f"{' '.join(words[:3])} failed ({done.returncode}): {done.stderr or done.stdout}"
@@ -94,7 +105,9 @@ def main() -> None:
         for i in range(args.calls):
             for name, app in apps.items():
                 times[name].append(
-                    call("submit", f"Collect the records. steps=2 #{i}", "--agent", app, "--db", url)
+                    call(
+                        "submit", f"Collect the records. steps=2 #{i}", "--agent", app, "--db", url, name=name
+                    )
                 )
         lines = "".join(
             json.dumps({"objective": f"batch run {i}", "agent": apps["agent_file"]}) + "\n"
@@ -109,8 +122,10 @@ def main() -> None:
     for name, values in times.items():
         out[f"{name}_p50_s"] = round(statistics.median(values), 3)
         out[f"{name}_p90_s"] = round(pct(values, 0.9), 3)
+        out[f"{name}_cpu_p50_s"] = round(statistics.median(cpu[name]), 3)
         print(
-            f"tether submit --agent {apps[name]}: p50 {out[f'{name}_p50_s']} s, p90 {out[f'{name}_p90_s']} s"
+            f"tether submit --agent {apps[name]}: p50 {out[f'{name}_p50_s']} s, p90 {out[f'{name}_p90_s']} s,"
+            f" CPU p50 {out[f'{name}_cpu_p50_s']} s"
         )
     out["batch_per_run_s"] = round(batch_s / args.calls, 4)
     print(f"tether submit --batch ({args.calls} runs, agent file): {out['batch_per_run_s']} s per run")

@@ -4,9 +4,13 @@ the host, the database and the cause; ``tether db init`` creates a deployment, o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -69,7 +73,7 @@ def test_a_mistyped_database_fails_at_once_and_is_not_created(
         assert elapsed < 5
         [line] = err.strip().splitlines()  # one line: where, which database, why, what to do
         assert "127.0.0.1:5432" in line and fresh_db in line and "does not exist" in line
-        assert "tether db init" in line
+        assert "tether db init" in line and "connection to server" not in line  # said once
     assert fresh_db not in _databases(pg_dsn)
 
 
@@ -119,6 +123,94 @@ def test_a_worker_without_init_refuses_a_missing_database(pg_dsn: str, fresh_db:
         Worker(WorkerConfig(_with_db(pg_dsn, fresh_db), apps=("durable_app:build",))).start()
     assert info.value.reason == "no_database" and "--init" not in str(info.value)
     assert fresh_db not in _databases(pg_dsn)
+
+
+def test_a_worker_without_init_refuses_a_mistyped_schema_and_creates_nothing(
+    pg_dsn: str, pg_url: str, capsys: Any
+) -> None:
+    from tether.durable import Worker, WorkerConfig
+    from tether.durable._deploy import DeploymentUnavailable, init_deployment
+
+    schema = f"typo_{uuid.uuid4().hex[:8]}"
+    with pytest.raises(DeploymentUnavailable) as info:
+        Worker(WorkerConfig(f"{pg_dsn}?schema={schema}", apps=("durable_app:build",))).start()
+    assert info.value.reason == "not_initialized" and f"{schema}_dbos" in str(info.value)
+    assert not {schema, f"{schema}_dbos"} & _schemas(pg_dsn)
+    # Legitimate: once created (tether db init), a worker starts there and registers itself (a
+    # process of its own, as an operator runs it: DBOS is one instance per process).
+    init_deployment(pg_url)
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1] / "src"), str(here)])}
+    cmd = [sys.executable, "-m", "tether.cli", "worker", "--db", pg_url, "--app", "durable_app:build",
+           "--executor-id", "init-ok", "--poll", "0.1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert proc.stdout is not None and json.loads(proc.stdout.readline())["ready"]
+        code, out, _, _ = _cli(capsys, "runs", "workers", "--db", pg_url, "--json")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert code == 0 and [w["executor_id"] for w in out["workers"]] == ["init-ok"]
+
+
+def test_store_commands_refuse_a_mistyped_url_in_one_line_and_create_nothing(
+    pg_dsn: str, pg_url: str, fresh_db: str, tmp_path: Any, capsys: Any
+) -> None:
+    """``tether approvals --db URL`` and the console on a deployment read and decide on tether's
+    stores: a typo fails like a client's, never creating the schema or the database."""
+    from tether.console import deployment_sources
+    from tether.durable._deploy import DeploymentUnavailable, init_deployment
+
+    schema = f"typo_{uuid.uuid4().hex[:8]}"
+    for url, where in ((f"{pg_dsn}?schema={schema}", schema), (_with_db(pg_dsn, fresh_db), fresh_db)):
+        for argv in (("approvals", "list", "--db", url), ("approvals", "approve", "p1", "--db", url)):
+            code, out, err, elapsed = _cli(capsys, *argv, "--json")
+            assert code == 1 and out["error"] in ("not_initialized", "no_database"), out
+            [line] = err.strip().splitlines()
+            assert "127.0.0.1:5432" in line and where in line and "tether db init" in line
+            assert elapsed < 5
+        with pytest.raises(DeploymentUnavailable):
+            deployment_sources(url=url, users_db=tmp_path / "console.db")
+    assert not {schema, f"{schema}_dbos"} & _schemas(pg_dsn)
+    assert fresh_db not in _databases(pg_dsn)
+    # Legitimate: on a deployment that exists, the same commands and the console work.
+    init_deployment(pg_url)
+    code, out, _, _ = _cli(capsys, "approvals", "list", "--db", pg_url, "--json")
+    assert code == 0 and out["proposals"] == []
+    deployment_sources(url=pg_url, users_db=tmp_path / "console.db").close()
+
+
+def test_runs_takes_db_before_or_after_its_action(pg_url: str, capsys: Any) -> None:
+    from tether.durable._deploy import init_deployment
+
+    init_deployment(pg_url)
+    submit = ("submit", "--db", pg_url, "--agent", "durable_app:build", "t: read a1", "--json")
+    assert _cli(capsys, *submit)[0] == 0
+    before = _cli(capsys, "runs", "--db", pg_url, "list", "--json")
+    after = _cli(capsys, "runs", "list", "--db", pg_url, "--json")
+    assert before[0] == after[0] == 0 and before[1]["count"] == after[1]["count"] == 1
+    # Attack: a wrong URL after the action is not shadowed by the URL before it.
+    code, out, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--db", pg_url + "x", "--json")
+    assert code == 1 and out["error"] == "not_initialized"
+
+
+def test_a_bad_agent_file_is_a_configuration_error_and_nothing_is_stored(
+    pg_url: str, tmp_path: Any, capsys: Any
+) -> None:
+    from tether.durable._deploy import init_deployment
+
+    init_deployment(pg_url)
+    bad = tmp_path / "agent.yaml"
+    bad.write_text("name: a\ninstructions: x\nmodel: {name: m, api_key: sk-in-the-file}\n")
+    code, out, _, _ = _cli(capsys, "submit", "--db", pg_url, "--agent", str(bad), "hello", "--json")
+    assert code == 1 and "api_key is not read from files" in out["message"]
+    assert _cli(capsys, "runs", "--db", pg_url, "list", "--json")[1]["count"] == 0
+    # Legitimate: the same file, fixed, is queued, bound to its digest.
+    bad.write_text("name: a\ninstructions: x\nmodel: {name: m, api_key_env: K}\npolicy: {tenant: acme}\n")
+    code, out, _, _ = _cli(capsys, "submit", "--db", pg_url, "--agent", str(bad), "hello", "--json")
+    assert code == 0 and out["status"] == "queued"
+    _, listed, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--json")
+    assert [r["tenant"] for r in listed["runs"]] == ["acme"]
 
 
 def test_a_batch_submits_every_line_or_nothing(pg_url: str, tmp_path: Any, capsys: Any) -> None:

@@ -22,8 +22,8 @@ from tether.agents._spec import (
     StatusSpec,
     SubagentSpec,
 )
+from tether.core.types import Effect
 from tether.errors import ConfigError
-from tether.tools._contract import Effect
 
 if TYPE_CHECKING:
     from tether.host import Host

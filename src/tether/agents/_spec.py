@@ -1,7 +1,7 @@
 """The schema of an agent file (``tether.agents._file``): one pydantic model per section.
 
-Every model forbids unknown keys; a field's docstring is its description in the JSON Schema
-``tether agent schema`` prints. Values are checked here (names of environment variables,
+Every model forbids unknown keys; a field's ``description`` is its description in the JSON
+Schema ``tether agent schema`` prints. Values are checked here (names of environment variables,
 providers, limits); files are read and objects built elsewhere (``tether.agents._build``)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tether.core.types import Effect
 from tether.errors import ConfigError
-from tether.tools._contract import Effect
 
 __all__ = [
     "AgentSpec",
@@ -43,37 +43,46 @@ _IMPORT_PATH = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
 class _Strict(BaseModel):
-    # A field's docstring is its description in the generated JSON Schema (tether agent schema).
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    # Descriptions are given with Field(description=...), not attribute docstrings: reading the
+    # source for those costs every process that loads an agent file (tether submit) ~0.1 s.
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class LimitsSpec(_Strict):
     """``tether.Limits``, field for field; unset fields keep the library's defaults."""
 
-    max_steps: int | None = Field(default=None, ge=1)
-    """most tool turns a run takes (default 12)"""
-    llm_calls: int | None = Field(default=None, ge=1)
-    """model calls per run before the budget trips (default 16)"""
-    llm_calls_hard: int | None = Field(default=None, ge=1)
-    """the ceiling above llm_calls that only the final turn may use"""
-    max_tokens: int | None = Field(default=None, ge=1)
-    """prompt + completion tokens over the run"""
-    max_cost_usd: float | None = Field(default=None, gt=0)
-    """USD over the run (the model must be priced)"""
-    deadline_s: float | None = Field(default=None, gt=0)
-    """seconds for the whole run (default 120)"""
-    repeat_limit: int | None = Field(default=None, ge=1)
-    """how often the same cycle of calls may repeat"""
-    max_identical_calls: int | None = Field(default=None, ge=1)
-    """how often one identical call may be made"""
-    max_malformed_turns: int | None = Field(default=None, ge=1)
-    """malformed tool-call turns in a row before model_error"""
-    max_unavailable: int | None = Field(default=None, ge=1)
-    """failures of one source before dependency_unavailable"""
-    final_turn_on_budget: bool | None = None
-    """one last model turn without tools when a budget trips"""
-    final_turn_max_tokens: int | None = Field(default=None, ge=1)
-    """the output cap of that last turn"""
+    max_steps: int | None = Field(default=None, ge=1, description="most tool turns a run takes (default 12)")
+    llm_calls: int | None = Field(
+        default=None, ge=1, description="model calls per run before the budget trips (default 16)"
+    )
+    llm_calls_hard: int | None = Field(
+        default=None, ge=1, description="the ceiling above llm_calls that only the final turn may use"
+    )
+    max_tokens: int | None = Field(default=None, ge=1, description="prompt + completion tokens over the run")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, description="USD over the run (the model must be priced)"
+    )
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="seconds for the whole run (default 120)"
+    )
+    repeat_limit: int | None = Field(
+        default=None, ge=1, description="how often the same cycle of calls may repeat"
+    )
+    max_identical_calls: int | None = Field(
+        default=None, ge=1, description="how often one identical call may be made"
+    )
+    max_malformed_turns: int | None = Field(
+        default=None, ge=1, description="malformed tool-call turns in a row before model_error"
+    )
+    max_unavailable: int | None = Field(
+        default=None, ge=1, description="failures of one source before dependency_unavailable"
+    )
+    final_turn_on_budget: bool | None = Field(
+        default=None, description="one last model turn without tools when a budget trips"
+    )
+    final_turn_max_tokens: int | None = Field(
+        default=None, ge=1, description="the output cap of that last turn"
+    )
 
     def build(self) -> Any:
         from tether.core.stop import Limits
@@ -240,21 +249,25 @@ class ModelSpec(BackendSpec):
 class ToolRef(_Strict):
     """A local tool by import path: a ``@tool``, a plain function, or a list/tuple of them."""
 
-    function: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    """the tool by import path, module:name (a @tool, a function, or a list of them)"""
-    name: str | None = None
-    """the name the model sees (default: the function's)"""
-    effect: Effect | None = None
-    """read, write, send, purchase or delete (an undeclared function is a write)"""
-    egress_argument: str | None = None
-    """the argument holding a destination, checked against policy.egress"""
-    timeout_s: float | None = Field(default=None, gt=0)
-    """seconds a call may take"""
-    needs_approval: bool | None = None
-    """always ask a person before a call"""
-    reconciler: str | None = Field(default=None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    """module:function asked with an effect's idempotency key after the call was cut or raised:
-    the tool's own record of it (a dict), or None if it never happened"""
+    function: str = Field(
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="the tool by import path, module:name (a @tool, a function, or a list of them)",
+    )
+    name: str | None = Field(default=None, description="the name the model sees (default: the function's)")
+    effect: Effect | None = Field(
+        default=None, description="read, write, send, purchase or delete (an undeclared function is a write)"
+    )
+    egress_argument: str | None = Field(
+        default=None, description="the argument holding a destination, checked against policy.egress"
+    )
+    timeout_s: float | None = Field(default=None, gt=0, description="seconds a call may take")
+    needs_approval: bool | None = Field(default=None, description="always ask a person before a call")
+    reconciler: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="module:function asked with an effect's idempotency key after the call was cut or "
+        "raised:\nthe tool's own record of it (a dict), or None if it never happened",
+    )
 
     @field_validator("function", "reconciler", mode="before")
     @classmethod
@@ -271,18 +284,22 @@ class ToolRef(_Strict):
 class McpSpec(_Strict):
     """MCP servers in the MCP host's own config format: a file (``config``) or inline."""
 
-    config: str | None = None
-    """an MCP host config file (servers, effects, host settings)"""
-    host: dict[str, Any] | None = None
-    """host settings inline (with servers)"""
-    servers: list[dict[str, Any]] | None = None
-    """MCP servers inline, in the config file's format"""
-    sampling: Literal["none", "model"] = "none"  # model: servers' sampling requests go to the agent's model
-    """model: servers' sampling requests go to the agent's model"""
-    consent: Literal["no", "yes", "console"] = "no"
-    """who consents to each sampling prompt: no, yes or console"""
-    ask: Literal["auto", "never", "console"] = "auto"
-    """who answers a server's elicitation: auto, never or console"""
+    config: str | None = Field(
+        default=None, description="an MCP host config file (servers, effects, host settings)"
+    )
+    host: dict[str, Any] | None = Field(default=None, description="host settings inline (with servers)")
+    servers: list[dict[str, Any]] | None = Field(
+        default=None, description="MCP servers inline, in the config file's format"
+    )
+    sampling: Literal["none", "model"] = Field(
+        default="none", description="model: servers' sampling requests go to the agent's model"
+    )
+    consent: Literal["no", "yes", "console"] = Field(
+        default="no", description="who consents to each sampling prompt: no, yes or console"
+    )
+    ask: Literal["auto", "never", "console"] = Field(
+        default="auto", description="who answers a server's elicitation: auto, never or console"
+    )
 
     @model_validator(mode="after")
     def _one(self) -> McpSpec:
@@ -294,10 +311,8 @@ class McpSpec(_Strict):
 
 
 class PermissionsSpec(_Strict):
-    read: list[str] = Field(default_factory=list)
-    """what the run may read (handoff permissions)"""
-    write: list[str] = Field(default_factory=list)
-    """what the run may write (handoff permissions)"""
+    read: list[str] = Field(default_factory=list, description="what the run may read (handoff permissions)")
+    write: list[str] = Field(default_factory=list, description="what the run may write (handoff permissions)")
 
 
 class ProvenanceSpec(_Strict):
@@ -338,28 +353,35 @@ class ProvenanceSpec(_Strict):
 
 
 class PolicySpec(_Strict):
-    allow: list[str] | None = None
-    """tools the model may see and call (default: every tool offered)"""
-    deny: list[str] = Field(default_factory=list)
-    """tools never offered"""
-    tenant: str = Field(default="default", min_length=1)
-    """the tenant every run acts for (from the host, never from the model)"""
-    user: str | None = None
-    """the user runs act for"""
-    roles: list[str] = Field(default_factory=list)
-    """the roles of the run (memory ACLs, role rules)"""
-    permissions: PermissionsSpec = Field(default_factory=PermissionsSpec)
-    """read and write permissions a handoff may carry"""
-    effects: dict[str, Effect] = Field(default_factory=dict)
-    """effects of plain-function tools by name"""
-    automatic: list[Effect] = Field(default_factory=lambda: [Effect.READ])
-    """effects that run without approval (default: read)"""
-    egress: list[str] = Field(default_factory=list)
-    """hosts or e-mail domains a tool may send to"""
-    approvals_db: str | None = None
-    """SQLite approval store: side effects pause for a person"""
-    on_denied: Literal["stop", "continue"] = "stop"
-    """stop the run at a denied call, or continue (the model sees the denial)"""
+    allow: list[str] | None = Field(
+        default=None, description="tools the model may see and call (default: every tool offered)"
+    )
+    deny: list[str] = Field(default_factory=list, description="tools never offered")
+    tenant: str = Field(
+        default="default",
+        min_length=1,
+        description="the tenant every run acts for (from the host, never from the model)",
+    )
+    user: str | None = Field(default=None, description="the user runs act for")
+    roles: list[str] = Field(
+        default_factory=list, description="the roles of the run (memory ACLs, role rules)"
+    )
+    permissions: PermissionsSpec = Field(
+        default_factory=PermissionsSpec, description="read and write permissions a handoff may carry"
+    )
+    effects: dict[str, Effect] = Field(
+        default_factory=dict, description="effects of plain-function tools by name"
+    )
+    automatic: list[Effect] = Field(
+        default_factory=lambda: [Effect.READ], description="effects that run without approval (default: read)"
+    )
+    egress: list[str] = Field(default_factory=list, description="hosts or e-mail domains a tool may send to")
+    approvals_db: str | None = Field(
+        default=None, description="SQLite approval store: side effects pause for a person"
+    )
+    on_denied: Literal["stop", "continue"] = Field(
+        default="stop", description="stop the run at a denied call, or continue (the model sees the denial)"
+    )
     catalog: dict[str, dict[str, str]] | None = Field(
         default=None,
         description="the trusted owner of each target, {kind: {id: tenant}}: a call whose target is "
@@ -413,72 +435,64 @@ class HooksSpec(_Strict):
 
 
 class StatusSpec(_Strict):
-    strategy: Literal["auto", "append", "replace"] = "auto"
-    """how the status bar enters the context: auto, append or replace"""
-    todo: bool = True
-    """offer the TODO-list tools"""
-    show_time: bool = True
-    """show the time in the status bar"""
+    strategy: Literal["auto", "append", "replace"] = Field(
+        default="auto", description="how the status bar enters the context: auto, append or replace"
+    )
+    todo: bool = Field(default=True, description="offer the TODO-list tools")
+    show_time: bool = Field(default=True, description="show the time in the status bar")
 
 
 class CompressionSpec(_Strict):
-    strategy: Literal["none", "per_result", "task_aware", "adaptive"] = "adaptive"
-    """none, per_result, task_aware or adaptive"""
-    window_tokens: int | None = Field(default=None, ge=256)
-    """the model's context window"""
-    trigger: float = Field(default=0.8, ge=0.1, le=1.0)
-    """fraction of the window at which compression starts"""
-    result_budget_chars: int | None = Field(default=None, ge=100)
-    """characters of a tool result kept in context (the rest stored)"""
+    strategy: Literal["none", "per_result", "task_aware", "adaptive"] = Field(
+        default="adaptive", description="none, per_result, task_aware or adaptive"
+    )
+    window_tokens: int | None = Field(default=None, ge=256, description="the model's context window")
+    trigger: float = Field(
+        default=0.8, ge=0.1, le=1.0, description="fraction of the window at which compression starts"
+    )
+    result_budget_chars: int | None = Field(
+        default=None, ge=100, description="characters of a tool result kept in context (the rest stored)"
+    )
 
 
 class SkillsSpec(_Strict):
-    dir: str
-    """a folder of skills (one SKILL.md each)"""
-    trusted: bool = True
-    """whether the folder's skills are trusted instructions"""
-    approved: list[str] = Field(default_factory=list)
-    """skills approved by digest when the folder is untrusted"""
+    dir: str = Field(description="a folder of skills (one SKILL.md each)")
+    trusted: bool = Field(default=True, description="whether the folder's skills are trusted instructions")
+    approved: list[str] = Field(
+        default_factory=list, description="skills approved by digest when the folder is untrusted"
+    )
 
 
 class ToolSearchSpec(_Strict):
-    threshold: int = Field(default=20, ge=1)
-    """offer tool search above this many tools"""
-    max_results: int = Field(default=5, ge=1)
-    """tools one search returns"""
+    threshold: int = Field(default=20, ge=1, description="offer tool search above this many tools")
+    max_results: int = Field(default=5, ge=1, description="tools one search returns")
 
 
 class SubagentSpec(_Strict):
     """A subagent the model calls as a tool ``name(task)``: a fresh run in its own context, on
     the same host (the same gate, policy and tenant), its answer returned as the tool result."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")
-    """the tool name the model calls"""
-    description: str = Field(min_length=1)
-    """what the subagent does, as the model reads it"""
-    instructions: str = Field(min_length=1)
-    """the subagent's system prompt"""
-    tools: list[str] | None = None
-    """the host's tools it may use (default: every tool the policy offers)"""
-    model: BackendSpec | None = None
-    """its model (default: the agent's own)"""
-    limits: LimitsSpec = Field(default_factory=LimitsSpec)
-    """its run's budgets"""
-    max_chars: int = Field(default=2000, ge=100)
-    """characters of its answer handed back"""
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$", description="the tool name the model calls")
+    description: str = Field(min_length=1, description="what the subagent does, as the model reads it")
+    instructions: str = Field(min_length=1, description="the subagent's system prompt")
+    tools: list[str] | None = Field(
+        default=None, description="the host's tools it may use (default: every tool the policy offers)"
+    )
+    model: BackendSpec | None = Field(default=None, description="its model (default: the agent's own)")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec, description="its run's budgets")
+    max_chars: int = Field(default=2000, ge=100, description="characters of its answer handed back")
 
 
 class ContextSpec(_Strict):
-    status: bool | StatusSpec = False
-    """the <agent_status> bar: true, or its settings"""
-    compression: CompressionSpec | None = None
-    """how long histories are compressed"""
-    skills: SkillsSpec | None = None
-    """a skills folder"""
-    tool_search: ToolSearchSpec | None = None
-    """tool search for large tool sets"""
-    subagents: list[SubagentSpec] = Field(default_factory=list)
-    """subagents the model may delegate a task to"""
+    status: bool | StatusSpec = Field(
+        default=False, description="the <agent_status> bar: true, or its settings"
+    )
+    compression: CompressionSpec | None = Field(default=None, description="how long histories are compressed")
+    skills: SkillsSpec | None = Field(default=None, description="a skills folder")
+    tool_search: ToolSearchSpec | None = Field(default=None, description="tool search for large tool sets")
+    subagents: list[SubagentSpec] = Field(
+        default_factory=list, description="subagents the model may delegate a task to"
+    )
 
 
 class TraceSpec(_Strict):
@@ -496,30 +510,25 @@ class TraceSpec(_Strict):
 class AgentSpec(_Strict):
     """The whole agent file."""
 
-    name: str = Field(default="agent", min_length=1)
-    """the agent's name in traces"""
-    instructions: str | None = None
-    """the system prompt"""
-    instructions_file: str | None = None
-    """the system prompt from a file"""
-    model: ModelSpec
-    """the model, its budgets, prices and fallbacks"""
-    tools: list[ToolRef] = Field(default_factory=list)
-    """local tools by import path"""
-    python_path: list[str] = Field(default_factory=lambda: ["."])
-    """folders put on sys.path for the imports"""
-    mcp: McpSpec | None = None
-    """MCP servers"""
-    policy: PolicySpec = Field(default_factory=PolicySpec)
-    """what runs may do: tools, tenant, roles, effects, egress, approvals, catalog"""
-    context: ContextSpec = Field(default_factory=ContextSpec)
-    """status bar, compression, skills, tool search"""
-    trace: TraceSpec = Field(default_factory=TraceSpec)
-    """where traces go"""
-    memory: MemorySpec | None = None
-    """governed durable memory"""
-    hooks: HooksSpec = Field(default_factory=HooksSpec)
-    """host code the run calls"""
+    name: str = Field(default="agent", min_length=1, description="the agent's name in traces")
+    instructions: str | None = Field(default=None, description="the system prompt")
+    instructions_file: str | None = Field(default=None, description="the system prompt from a file")
+    model: ModelSpec = Field(description="the model, its budgets, prices and fallbacks")
+    tools: list[ToolRef] = Field(default_factory=list, description="local tools by import path")
+    python_path: list[str] = Field(
+        default_factory=lambda: ["."], description="folders put on sys.path for the imports"
+    )
+    mcp: McpSpec | None = Field(default=None, description="MCP servers")
+    policy: PolicySpec = Field(
+        default_factory=PolicySpec,
+        description="what runs may do: tools, tenant, roles, effects, egress, approvals, catalog",
+    )
+    context: ContextSpec = Field(
+        default_factory=ContextSpec, description="status bar, compression, skills, tool search"
+    )
+    trace: TraceSpec = Field(default_factory=TraceSpec, description="where traces go")
+    memory: MemorySpec | None = Field(default=None, description="governed durable memory")
+    hooks: HooksSpec = Field(default_factory=HooksSpec, description="host code the run calls")
 
     @field_validator("tools", mode="before")
     @classmethod

@@ -392,11 +392,20 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
                     {"id": c.id, "name": c.name, "arguments": c.arguments, "this": c.id == call_id}
                     for c in message.tool_calls
                 ],
-                "observations_before": [
-                    {"tool": o.tool, "source": o.source, "trust": o.trust, "call_id": o.call_id}
-                    for o in state.observations
-                    if o.call_id in seen
-                ],
+                # One per call, its latest: a call that paused for a question is observed again
+                # once answered, and the model read the answer, not the pause.
+                "observations_before": list(
+                    {
+                        o.call_id: {
+                            "tool": o.tool,
+                            "source": o.source,
+                            "trust": o.trust,
+                            "call_id": o.call_id,
+                        }
+                        for o in state.observations
+                        if o.call_id in seen
+                    }.values()
+                ),
                 "position": sum(isinstance(m, AssistantMessage) for m in state.trajectory[: index + 1]),
             }
     return None

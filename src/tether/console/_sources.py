@@ -203,7 +203,9 @@ def deployment_sources(
     shared trace store on PostgreSQL (every worker's runs, whatever machine ran them), from
     ``trace_dir`` on SQLite. Resume (``allow_resume``) enqueues the run's continuation for a
     worker, as ``tether resume RUN --db URL`` does: for a run stopped on a transient failure,
-    or a paused one a worker has not picked up."""
+    or a paused one a worker has not picked up. Raises ``DeploymentUnavailable`` (one line: host,
+    database, cause) unless the deployment's stores are there: nothing is created."""
+    from tether.durable._deploy import check_stores
     from tether.stores._url import open_stores
 
     config = None
@@ -213,6 +215,7 @@ def deployment_sources(
         config = load_config(mcp_config)
         if trace_dir is None:
             trace_dir = config.path(config.host.trace_dir)
+    check_stores(url)
     stores = open_stores(url)
     pauses, pins = stores.pauses, stores.pins
 

@@ -4,8 +4,11 @@ Client commands (``tether submit``, ``tether runs …``) never create anything: 
 missing PostgreSQL database and its tables on first contact, so a mistyped database name (or
 ``schema=``) would queue runs where no worker looks. ``check_deployment`` connects once, with a
 short timeout and no retries, and raises ``DeploymentUnavailable`` in one line naming the host, the
-database and the cause. ``init_deployment`` (``tether db init URL``, ``tether worker --init``)
-creates the database if it is missing and migrates DBOS's tables and tether's stores, once.
+database and the cause; ``check_stores`` does the same for a command that reads and decides on
+tether's stores alone (``tether approvals --db URL``, ``tether serve --db URL``), which would
+otherwise create a mistyped ``schema=`` on first use. ``init_deployment`` (``tether db init URL``,
+``tether worker --init``) creates the database if it is missing and migrates DBOS's tables and
+tether's stores, once; a worker without ``--init`` needs the deployment to be there.
 """
 
 from __future__ import annotations
@@ -18,7 +21,14 @@ from urllib.parse import urlsplit, urlunsplit
 from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
 
-__all__ = ["DeploymentUnavailable", "Target", "check_deployment", "init_deployment", "target"]
+__all__ = [
+    "DeploymentUnavailable",
+    "Target",
+    "check_deployment",
+    "check_stores",
+    "init_deployment",
+    "target",
+]
 
 INIT_HINT = "create it once with: tether db init URL"
 
@@ -35,7 +45,8 @@ class DeploymentUnavailable(StoreUnavailable):
 
 @dataclass(frozen=True)
 class Target:
-    """What a storage URL points at, for messages: ``host:port``, database, DBOS schema."""
+    """What a storage URL points at, for messages: ``host:port``, database, DBOS schema, and
+    the schema of tether's own tables (``None``: the database's default)."""
 
     backend: str
     where: str
@@ -43,6 +54,7 @@ class Target:
     dbos_schema: str
     conninfo: str = ""
     path: Path | None = None
+    schema: str | None = None
 
     def describe(self) -> str:
         if self.backend == "sqlite":
@@ -62,13 +74,15 @@ def target(url: str) -> Target:
     port = parts.port or 5432
     database = parts.path.lstrip("/") or (parts.username or "postgres")
     schema = f"{pg.schema}_dbos" if pg.schema else "dbos"
-    return Target("postgresql", f"{host}:{port}", database, schema, conninfo=pg.conninfo)
+    return Target("postgresql", f"{host}:{port}", database, schema, conninfo=pg.conninfo, schema=pg.schema)
 
 
 def _cause(err: BaseException) -> tuple[str, str]:
     """(reason, one-line cause) of a failed connection."""
     text = " ".join(str(err).split())
-    text = text.split("failed: ", 1)[-1].replace("FATAL: ", "").strip()
+    # libpq nests the cause: 'connection failed: connection to server at "h", port p failed:
+    # FATAL: database "x" does not exist' — the host and port are said already, the cause is last.
+    text = text.rsplit("failed: ", 1)[-1].replace("FATAL: ", "").strip()
     text = text.replace(" Is the server running on that host and accepting TCP/IP connections?", "")
     low = text.lower()
     if "database" in low and "does not exist" in low:
@@ -102,21 +116,50 @@ def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5
                 "not_initialized", f"{t.describe()}: no deployment there ({INIT_HINT})"
             )
         return t
-    import psycopg
-
-    try:
-        with _connect(t, timeout_s=timeout_s) as conn:
-            found = conn.execute("SELECT to_regclass(%s)", (f"{t.dbos_schema}.workflow_status",)).fetchone()
-    except psycopg.Error as err:
-        reason, cause = _cause(err)
-        hint = f" ({INIT_HINT})" if reason == "no_database" else ""
-        raise DeploymentUnavailable(reason, f"{t.describe()}: {cause}{hint}") from None
-    if initialized and (found is None or found[0] is None):
+    if not _table_exists(t, f"{t.dbos_schema}.workflow_status" if initialized else None, timeout_s):
         raise DeploymentUnavailable(
             "not_initialized",
             f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
         )
     return t
+
+
+def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:
+    """Raise ``DeploymentUnavailable`` (one line) unless tether's stores exist at ``url``: the
+    database can be reached and holds tether's tables (in its ``schema=``), or a SQLite
+    deployment's folder holds its approval store. Creates nothing."""
+    t = target(url)
+    if t.backend == "sqlite":
+        assert t.path is not None
+        if not (t.path / "approvals.db").exists():
+            raise DeploymentUnavailable(
+                "not_initialized", f"{t.describe()}: no tether stores there ({INIT_HINT})"
+            )
+        return t
+    table = f"{t.schema}._migrations" if t.schema else "_migrations"
+    if not _table_exists(t, table, timeout_s):
+        where = f"schema {t.schema!r}" if t.schema else "this database"
+        raise DeploymentUnavailable(
+            "not_initialized", f"{t.describe()}: no tether stores in {where} ({INIT_HINT})"
+        )
+    return t
+
+
+def _table_exists(t: Target, table: str | None, timeout_s: float) -> bool:
+    """Whether ``table`` exists (``None``: only connect), by one short connection; raises
+    ``DeploymentUnavailable`` naming the cause when the database cannot be reached."""
+    import psycopg
+
+    try:
+        with _connect(t, timeout_s=timeout_s) as conn:
+            if table is None:
+                return True
+            found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+    except psycopg.Error as err:
+        reason, cause = _cause(err)
+        hint = f" ({INIT_HINT})" if reason == "no_database" else ""
+        raise DeploymentUnavailable(reason, f"{t.describe()}: {cause}{hint}") from None
+    return found is not None and found[0] is not None
 
 
 def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -178,8 +178,9 @@ class Worker:
         c = self.config
         check_apps(c.apps)
         DRAIN.reset()
-        # The database must exist (one line in seconds if not): only --init creates it.
-        init_deployment(c.url) if c.init else check_deployment(c.url, initialized=False)
+        # The deployment must exist (one line in seconds if not): only --init creates it. A
+        # mistyped schema= would otherwise come into being here, served by this worker alone.
+        init_deployment(c.url) if c.init else check_deployment(c.url)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )

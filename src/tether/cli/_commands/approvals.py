@@ -112,11 +112,15 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
     from tether.policy import Approvals, SqliteApprovalStore
 
     if "://" in db:  # a deployment: the store every worker shares
+        from tether.durable._deploy import DeploymentUnavailable, check_stores
         from tether.stores._url import open_stores
 
         try:
+            check_stores(db)  # one line in seconds, and a mistyped database or schema is not created
             stores = open_stores(db)
-        except Exception as err:  # an unreachable server, a bad URL: say so, as for a missing file
+        except DeploymentUnavailable as err:
+            return fail(f"tether approvals {args.action}", err, as_json=as_json, code=err.exit)
+        except Exception as err:  # a bad URL: say so, as for a missing file
             return fail(f"tether approvals {args.action}", err, as_json=as_json)
         return Approvals(stores.approvals), stores
     if not Path(db).exists():  # never create a store just to look into it

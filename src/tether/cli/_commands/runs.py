@@ -20,7 +20,8 @@ def register(sub: Any) -> None:
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
         " escalations, move",
     )
-    p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
+    db_help = "storage URL (default $TETHER_DB)"
+    p.add_argument("--db", default=None, help=db_help)
     acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
@@ -78,6 +79,10 @@ def register(sub: Any) -> None:
     w.add_argument("--json", action="store_true")
     e = acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
     e.add_argument("--json", action="store_true")
+    # --db after the action too (`tether runs list --db URL`, as `tether approvals`); SUPPRESS keeps
+    # a value given before the action from being reset by the action's own default.
+    for action in acts.choices.values():
+        action.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
     p.set_defaults(handler=run)
 
 

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             )
     except (TetherError, OSError) as err:
         print(f"tether serve: {err}", file=sys.stderr)
-        return 1
+        return int(getattr(err, "exit", 1))  # 6: the deployment's server does not answer
     key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(
         users_db.with_name(users_db.name + ".key")
     )

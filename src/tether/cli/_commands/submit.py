@@ -95,8 +95,8 @@ def _prepare(
     if agent not in files:
         try:
             af = load_agent_file(agent)
-        except ConfigError as err:
-            raise _Bad(str(err), code=2) from None
+        except ConfigError as err:  # a configuration error, as for tether run: exit 1, nothing stored
+            raise _Bad(str(err)) from None
         assert af.path is not None
         files[agent] = (af, agent_digest(af))
     af, digest = files[agent]
