@@ -20,7 +20,7 @@ import jsonschema
 
 from tether.core._schema import SchemaViolation, UnusableSchema
 from tether.core._schema import validate as validate_schema
-from tether.errors import ToolError
+from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import Unavailable, classify, is_modern, leaf, transport_failure
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "cancel_parked", "guarded", "recheck"]
 
 URL_ELICITATION_REQUIRED = -32042
+MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked, at least and at most
 
 
 async def guarded(
@@ -257,19 +258,30 @@ async def run_as_task(
             ttl_s=source.task_ttl_s if pauses is not None else limit,
             task_id=earlier.task_id if earlier is not None else None, park_at=park_at,
         )  # fmt: skip
-    except Exception:
+    except UpstreamError:
+        # The task is over for good (cancelled by its server, or unknown to it): nothing waits on
+        # it. A lost connection leaves the pause open, so the run's resume waits on it again.
         if earlier is not None:
             with anyio.CancelScope(shield=True):
                 await earlier_done(source, earlier.id, "failed")
         raise
     if isinstance(result, Parked):
         assert pauses is not None
-        check_after = datetime.now(UTC) + timedelta(seconds=result.poll_s)
+        # Nobody need look again before the server's poll interval, nor, for a task running
+        # long, before half its age again (a worker resumes the run when that time comes).
+        now = datetime.now(UTC)
+        age = (now - datetime.fromisoformat(earlier.created_at)).total_seconds() if earlier else 0.0
+        check_after = now + timedelta(seconds=min(max(result.poll_s, age / 2, MIN_CHECK_S), MAX_CHECK_S))
         with anyio.CancelScope(shield=True):
             pause = await pauses.park(
                 run_id=info.run_id, server=source.name, tool=spec.name, arguments=arguments,
                 task_id=result.task_id, check_after=check_after.isoformat(timespec="seconds"),
             )  # fmt: skip
+        if pause.status != "task":
+            raise UpstreamError(
+                f"the task {result.task_id} of {spec.name} was closed ({pause.outcome}) while this "
+                "call waited on it"
+            )
         info.pause_id = pause.id
         return result
     if earlier is not None:

@@ -168,6 +168,11 @@ def _park(
     if found is not None and found.task_id == task_id:
         conn.execute(update(T).where(T.c.id == found.id).values(answer=waiting))
         return _get(conn, found.id)
+    if found is None:
+        # Closed while a call waited on it (the run cancelled, its task cancelled): never reopened.
+        for row in conn.execute(select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id)):
+            if (closed := _pause(row)).task_id == task_id:
+                return closed
     pid = "task-" + uuid.uuid4().hex[:12]
     conn.execute(
         T.insert().values(
@@ -288,7 +293,8 @@ class SqlPauseStore:
         check_after: str,
     ) -> Pause:
         """The run's pause for this call's task (status ``task``), new or brought up to date
-        (``check_after``: an ISO instant before which nobody need look at the task again)."""
+        (``check_after``: an ISO instant before which nobody need look at the task again); the
+        pause as it is when it was closed meanwhile (its status then tells)."""
         return await self.db.write(_park, run_id, server, tool, arguments, task_id, check_after)
 
     async def parked(self, run_id: str, server: str, tool: str, arguments: dict[str, Any]) -> Pause | None:
