@@ -34,11 +34,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.spec("X1", "X2")]
 SERVER = Path(__file__).with_name("task_server.py")
 
 
-def _config(tmp_path: Path) -> tuple[McpConfig, Path]:
+def _config(tmp_path: Path, effect: str = "read") -> tuple[McpConfig, Path]:
     out = tmp_path / "out"
     out.mkdir()
     server = {"name": "t", "transport": "stdio", "command": [sys.executable, str(SERVER)], "mode": "legacy",
-              "effects": {"research": "read"}, "timeout_s": 2, "sandbox_write": [str(out)],
+              "effects": {"research": effect}, "timeout_s": 2, "sandbox_write": [str(out)],
               "env": {"TASK_MODE": "durable", "TASK_LOG": str(out / "task.log"),
                       "TASK_SIGNAL": str(out / "done")}}  # fmt: skip
     return write_config(tmp_path, [server]), out
@@ -123,6 +123,31 @@ async def test_a_task_longer_than_its_call_pauses_the_run_and_resume_gets_its_re
     closed = [(p.status, p.outcome) for p in await _pauses(config, first.run_id)]
     assert closed == [("completed", "completed")]
     assert (await SqliteApprovalStore(db).load_checkpoint(first.run_id)).status == "finished"  # type: ignore[union-attr]
+
+
+async def test_an_approved_side_effect_run_as_a_long_task_reaches_the_server_once(tmp_path: Path) -> None:
+    from tether.policy import Reviewer
+
+    config, out = _config(tmp_path, effect="write")
+    await approve(config, "t")
+    db = tmp_path / "approvals.db"
+    first, _ = await _go(config, db)
+    # A side effect waits for a reviewer first: nothing reached the server.
+    assert first.stop_reason is StopReason.APPROVAL_REQUIRED and not (out / "task.log").exists()
+    [pid] = [e.data["proposal_id"] for e in first.events if str(e.kind) == "approval_requested"]
+    Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
+    # Approved, it runs; its task outlives the call: the run pauses on the task.
+    second, _ = await _go(config, db, first.run_id)
+    assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for task t-1" in second.detail
+    (out / "done").touch()
+    done, seen = await _go(config, db, first.run_id)
+    assert done.stop_reason is StopReason.ACCEPTED, done.detail
+    assert "FINDINGS: the long study is done" in seen[0]
+    # One effect on the server: the resume took the task's result through the ledger, never a
+    # second tools/call, and no ledger entry is left with an unknown outcome.
+    assert _log(out).count("call") == 1
+    entries = SqliteApprovalStore(db).ledger_for_run(first.run_id)
+    assert entries and all(str(e.status) == "done" for e in entries)
 
 
 async def test_cancelling_a_paused_runs_tasks_cancels_them_on_the_server(tmp_path: Path) -> None:
