@@ -17,12 +17,13 @@ import pytest
 
 from tether.core.messages import ToolMessage
 from tether.core.stop import StopReason
+from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp._config import McpConfig
 from tether.mcp._hosting import cancel_parked_tasks
 from tether.mcp._pauses import PauseStore
 from tether.mcphost._build import build_host
-from tether.mcphost._runner import INSTRUCTIONS, ScriptStep, StandIn
+from tether.mcphost._runner import INSTRUCTIONS, ScriptStep, StandIn, answer_pause
 from tether.policy import Approvals, SqliteApprovalStore, TrustedContext
 from tether.runs._values import Agent, RunResult
 from tether.testing import FunctionModel
@@ -104,6 +105,10 @@ async def test_a_task_longer_than_its_call_pauses_the_run_and_resume_gets_its_re
     assert (pause.status, pause.task_id, pause.tool) == ("task", "t-1", "t__research")
     assert _tasks(first) == ["created", "parked"]
     assert "cancel" not in _log(out)  # left running on the server
+    # Nobody answers a task: an answer given to its pause is refused and changes nothing.
+    with pytest.raises(ApprovalError) as refused:
+        await answer_pause(config, pause.id, "accept", {}, actor="ops")
+    assert refused.value.reason == "not_a_question" and f"resume run {first.run_id}" in str(refused.value)
 
     # Resumed before it ends: the same task is polled again and the run pauses again, same pause.
     again, seen = await _go(config, db, first.run_id)
