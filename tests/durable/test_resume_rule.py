@@ -115,3 +115,34 @@ def test_an_awaited_approval_and_an_open_question_both_hold_the_run(tmp_path: Pa
     assert due_for_resume(cp, store.list_proposals(run_id="r1"), blocking(pauses.for_run, "r1"))
     pauses.close()
     store.close()
+
+
+def test_a_run_waiting_on_a_servers_task_is_due_when_its_next_check_comes(tmp_path: Path) -> None:
+    store, pauses = _store(tmp_path), PauseStore(tmp_path / "pauses.db")
+    later = (T0 + timedelta(seconds=30)).isoformat(timespec="seconds")
+    blocking(
+        pauses.park, run_id="r1", server="lab", tool="lab__study", arguments={"topic": "tides"},
+        task_id="t-9", check_after=later,
+    )  # fmt: skip
+    _pause(store, "r1", [], T0)
+    [cp] = blocking(store.list_checkpoints)
+    waiting = blocking(pauses.for_run, "r1")
+    assert [(p.status, p.task_id) for p in waiting] == [("task", "t-9")]
+    assert not due_for_resume(cp, [], waiting, now=T0 + timedelta(seconds=29))
+    assert due_for_resume(cp, [], waiting, now=T0 + timedelta(seconds=30))
+    # An unanswered question of the same run still holds it, whatever its tasks.
+    _ask(pauses, "r1", "which size?")
+    assert not due_for_resume(cp, [], blocking(pauses.for_run, "r1"), now=T0 + timedelta(hours=1))
+    # The same call parked again is the same pause, its check moved on; once its task ended the
+    # pause is closed and the call no longer finds it.
+    again = blocking(
+        pauses.park, run_id="r1", server="lab", tool="lab__study", arguments={"topic": "tides"},
+        task_id="t-9", check_after=(T0 + timedelta(minutes=5)).isoformat(timespec="seconds"),
+    )  # fmt: skip
+    assert again.id == waiting[0].id
+    assert blocking(pauses.parked, "r1", "lab", "lab__study", {"topic": "tides"}) == again
+    assert blocking(pauses.parked, "r2", "lab", "lab__study", {"topic": "tides"}) is None
+    blocking(pauses.complete, again.id, "completed")
+    assert blocking(pauses.parked, "r1", "lab", "lab__study", {"topic": "tides"}) is None
+    pauses.close()
+    store.close()

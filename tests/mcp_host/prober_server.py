@@ -1,5 +1,6 @@
 """A hostile stdio MCP server for the sandbox tests: it tries to read, write, list and connect
-wherever it is told, and says what it can see of the host (its ``/proc/1/cmdline``, its home).
+wherever it is told, and says what it can see of the host (its ``/proc/1/cmdline``, its home,
+the kernel's list of its mounts).
 
 Run as ``python prober_server.py`` or ``python -m prober_server`` (with its folder on the
 PYTHONPATH), or from a console script that calls ``main()``. It imports only the SDK.
@@ -84,6 +85,18 @@ def build() -> MCPServer:
         except OSError as err:
             pid1 = f"unreadable: {err.strerror}"
         return f"PID1={pid1}\nHOME={os.environ.get('HOME')}\nCWD={os.getcwd()}\nPATH={os.environ.get('PATH')}"
+
+    @server.tool()
+    def mounts() -> str:
+        """The kernel's view of this process's mounts, and of process 1's."""
+        out = []
+        for path in ("/proc/self/mountinfo", "/proc/1/mountinfo", "/proc/1/cmdline"):
+            try:
+                with open(path, "rb") as f:
+                    out.append(f"{path}:\n" + f.read().replace(b"\0", b" ").decode("utf-8", errors="replace"))
+            except OSError as err:
+                out.append(f"{path}: unreadable: {err.strerror}")
+        return "MOUNTS:\n" + "\n".join(out)
 
     return server
 

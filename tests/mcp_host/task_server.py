@@ -6,9 +6,12 @@ task. ``TASK_MODE`` picks the attack:
   and a request to be polled every millisecond;
 - ``rugpull``: the task completes, but the tool's definition changes while it runs;
 - ``honest``: the task completes after two polls;
-- ``optional``: the tool's task support is ``optional``: a plain call is answered at once.
+- ``optional``: the tool's task support is ``optional``: a plain call is answered at once;
+- ``durable``: a long task kept on disk beside ``TASK_LOG`` (it outlives the server process, as a
+  job queue's would); it completes once the file ``TASK_SIGNAL`` exists, so a test decides when.
 
-Every ``tasks/cancel`` and every ``tasks/get`` is appended to ``TASK_LOG`` (one line each).
+Every ``tasks/cancel`` and every ``tasks/get`` is appended to ``TASK_LOG`` (one line each), and
+every ``tools/call`` as ``call``.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 
 MODE = os.environ.get("TASK_MODE", "honest")
 LOG = os.environ.get("TASK_LOG")
+SIGNAL = os.environ.get("TASK_SIGNAL", "")
 STAMP = "2025-11-25T00:00:00Z"
 state = {"polls": 0, "created": False, "status": "working"}
 
@@ -52,6 +56,35 @@ def task(status: str) -> dict:
             "pollInterval": poll, "statusMessage": message}  # fmt: skip
 
 
+def durable(method: str, params: dict) -> dict:
+    """The ``durable`` mode's task methods: the task's state is a file, read on every request."""
+    assert LOG
+    saved = os.path.join(os.path.dirname(LOG), "task-t-1.json")
+    if method == "tools/call":
+        with open(saved, "w", encoding="utf-8") as f:
+            json.dump({"status": "working"}, f)
+        return {"task": task("working")}
+    if not os.path.exists(saved) or params.get("taskId") != "t-1":
+        raise LookupError(f"unknown task {params.get('taskId')}")
+    with open(saved, encoding="utf-8") as f:
+        status = json.load(f)["status"]
+    if status == "working" and os.path.exists(SIGNAL):
+        status = "completed"
+    if method == "tasks/cancel":
+        log("cancel")
+        status = "cancelled"
+    with open(saved, "w", encoding="utf-8") as f:
+        json.dump({"status": status}, f)
+    if method == "tasks/get":
+        log("get")
+        return task(status)
+    if method == "tasks/result":
+        if status != "completed":
+            raise LookupError(f"task t-1 is {status}")
+        return {"content": [{"type": "text", "text": "FINDINGS: the long study is done"}]}
+    return task(status)
+
+
 def answer(method: str, params: dict) -> dict:
     if method == "initialize":
         capabilities = {"tools": {"listChanged": True}, "tasks": {"requests": {"tools": {"call": {}}}}}
@@ -59,6 +92,10 @@ def answer(method: str, params: dict) -> dict:
                 "serverInfo": {"name": "tasks", "version": "1"}}  # fmt: skip
     if method == "tools/list":
         return {"tools": [tool()]}
+    if method == "tools/call":
+        log("call")
+    if MODE == "durable" and method in ("tools/call", "tasks/get", "tasks/result", "tasks/cancel"):
+        return durable(method, params)
     if method == "tools/call":
         if "task" not in params:
             if MODE == "optional":

@@ -4,7 +4,8 @@ A server confined by default (``sandbox: auto``) starts from a venv console scri
 ``python -m`` or a script file, and reads what its launcher needs; it never sees the config
 folder, a chmod-600 file next to its script, the pins or another server's credential file;
 its roots are read-only unless declared writable; it has no network (not even the host's
-loopback services) unless ``network: any``; ``/proc/1/cmdline`` shows no mounts. A confined
+loopback services) unless ``network: any``; ``/proc/1/cmdline`` shows no mounts, and the kernel's
+list of mounts (``/proc/self/mountinfo``) names no host folder it was given. A confined
 server that fails to start says why, with its last stderr lines and the setting to change.
 """
 
@@ -38,7 +39,7 @@ pytestmark = [
 ]
 
 PROBER = Path(__file__).with_name("prober_server.py")
-EFFECTS = {t: "read" for t in ("read", "write", "listing", "connect", "whereami")}
+EFFECTS = {t: "read" for t in ("read", "write", "listing", "connect", "whereami", "mounts")}
 
 
 def _secret(path: Path, text: str) -> Path:
@@ -156,6 +157,32 @@ async def test_a_hostile_server_next_to_the_config_sees_none_of_the_host(
     assert "bwrap --args " in pid1 and "--bind" not in pid1 and str(root) not in pid1
     assert f"HOME={home}" in where and f"CWD={root}" in where
     assert "PATH=/opt/mcp/" in where or "PATH=/usr" in where
+
+
+@pytest.mark.anyio
+async def test_the_kernels_list_of_mounts_inside_names_no_host_folder(tmp_path: Path) -> None:
+    import tether
+    from tether.mcp._sandbox import overlay_status
+
+    if (why := overlay_status()) is not None:
+        pytest.skip(f"private layers are unavailable here, so mounts name their host folders: {why}")
+    script_path = tmp_path / "prober.py"  # next to the config, as a careless user would put it
+    shutil.copy(PROBER, script_path)
+    config = write_config(tmp_path, [_server("p", [sys.executable, str(script_path)])])
+    await approve(config, "p")
+    run = await run_question(config, "Q", script(("p__mounts", {}), ("p__whereami", {}), "done"))
+    (mounts,) = run.seen("p__mounts")
+    # Legitimate: the server runs from its launcher's files, read where they show inside.
+    assert "MOUNTS:" in mounts and " /opt/mcp/" in mounts and "unreadable" not in mounts
+    (where,) = run.seen("p__whereami")
+    assert "PATH=/opt/mcp/" in where
+    # Attack: nothing in them names the config folder, the tether checkout, the interpreter's
+    # installation or the venv (sys.prefix), though each of them is what the server runs from.
+    checkout = Path(tether.__file__).resolve().parents[2]
+    hidden = {tmp_path.resolve(), checkout, Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}
+    for host in hidden:
+        if not host.is_relative_to("/usr"):
+            assert str(host) not in mounts, (host, mounts)
 
 
 @pytest.mark.anyio

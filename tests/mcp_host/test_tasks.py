@@ -52,6 +52,7 @@ async def test_a_task_only_tool_runs_to_its_end_and_its_result_is_labelled(tmp_p
 async def test_a_task_that_never_ends_is_cancelled_at_the_timeout_and_its_flood_costs_nothing(
     tmp_path: Path,
 ) -> None:
+    # A run with no approval store cannot checkpoint, so a long task is not parked: cancelled.
     run, log = await _run(tmp_path, "never", timeout_s=2)
     (seen,) = run.seen("t__research")
     assert "timed out" in seen

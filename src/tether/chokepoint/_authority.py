@@ -387,7 +387,7 @@ class HostCore:
         for name, crash in turn.crashes:
             scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
         turn.questions = {
-            call_id: f"{obs.tool}: paused for input: {obs.meta['pause']}"
+            call_id: f"{obs.tool}: paused for {obs.meta.get('awaiting') or 'input'}: {obs.meta['pause']}"
             for call_id, obs in turn.observations.items()
             if obs.meta.get("pause")
         }

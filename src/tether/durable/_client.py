@@ -151,6 +151,22 @@ def _dt(ms: int | None) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
+async def _cancel_parked(app: str, url: str, run_id: str) -> list[str]:
+    """Build the run's host with its app (as a worker does) and cancel its parked MCP tasks."""
+    from tether.durable._runtime import Runtime, _build
+    from tether.mcp._hosting import cancel_parked_tasks
+
+    host, agent = await _build(app, Runtime(url, apps=frozenset({app})), run_id)
+    try:
+        await host.start()
+        return await cancel_parked_tasks(host, run_id)
+    finally:
+        await host.aclose()
+        close = getattr(agent.model, "aclose", None)
+        if close is not None:
+            await close()
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
@@ -379,7 +395,26 @@ class DurableClient:
                 store.save_checkpoint,
                 run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
             )  # fmt: skip
-        return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
+        closed = self._close_decisions(run_id, by)
+        app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
+        return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}
+
+    def _cancel_tasks(self, run_id: str, app: str) -> dict[str, list[str]]:
+        """Cancel on their servers the MCP tasks the run left running (``long_tasks: pause``),
+        through a host the run's own app builds (its servers, as a worker would start them).
+        A task that could not be cancelled (its app not loadable here, its server unreachable)
+        is listed under ``tasks_not_cancelled`` with why; its pause stays open."""
+        pauses = self.stores.pauses
+        parked = [q for q in blocking(pauses.for_run, run_id) if str(q.status) == "task"] if pauses else []
+        if not parked:
+            return {"tasks_cancelled": [], "tasks_not_cancelled": []}
+        try:
+            cancelled = blocking(_cancel_parked, app, self.url, run_id)
+        except Exception as err:  # the app cannot be built here: say so, the cancel itself stands
+            why = f"{type(err).__name__}: {err}"
+            return {"tasks_cancelled": [], "tasks_not_cancelled": [f"{q.task_id}: {why}" for q in parked]}
+        left = [f"{q.task_id}: its server could not be reached" for q in parked if q.task_id not in cancelled]
+        return {"tasks_cancelled": cancelled, "tasks_not_cancelled": left}
 
     def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
         """Invalidate what a cancelled run still waited for (proposals, questions)."""

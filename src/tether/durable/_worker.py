@@ -24,6 +24,7 @@ import socket
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection
@@ -375,10 +376,15 @@ def check_apps(apps: Sequence[str]) -> None:
             )
 
 
-def due_for_resume(cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = ()) -> bool:
+def due_for_resume(
+    cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = (), *, now: datetime | None = None
+) -> bool:
     """Whether a paused run has what it waited for, so a resume can go on.
 
-    Nothing is due while one of its questions (MCP elicitation pauses) is unanswered. A pause
+    Nothing is due while one of its questions (MCP elicitation pauses) is unanswered. A run
+    waiting on a server's task (a task pause: ``long_tasks: pause``) is due once every such
+    task's next check (``check_after``, moved on by each resume that found it still running) has
+    come: the resume asks the server, takes the result if the task ended, or pauses again. A pause
     for approval names the proposals it waits for (the checkpoint's ``pending``): the run is due
     once none of them is pending, however early a decision came (a person may approve in the
     instant between the proposal's insert and the checkpoint's write). A question answered is
@@ -387,6 +393,10 @@ def due_for_resume(cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = ()
     after the pause."""
     if any(str(p.status) == "pending" for p in pauses):
         return False
+    tasks = [p for p in pauses if str(p.status) == "task"]
+    moment = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    if any(str((p.answer or {}).get("check_after") or "") > moment for p in tasks):
+        return False
     by_id = {p.id: p for p in proposals}
     try:
         awaited = json.loads(cp.state).get("pending") or []
@@ -394,7 +404,7 @@ def due_for_resume(cp: Any, proposals: Sequence[Any], pauses: Sequence[Any] = ()
         awaited = []
     if awaited:
         return all(pid in by_id and str(by_id[pid].status) != "pending" for pid in awaited)
-    if any(str(p.status) == "answered" for p in pauses):
+    if tasks or any(str(p.status) == "answered" for p in pauses):
         return True
     if not proposals or any(str(p.status) == "pending" for p in proposals):
         return False

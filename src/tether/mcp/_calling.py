@@ -1,12 +1,18 @@
 """One tool call to an MCP server: the pin re-check before it, its limits (a timeout, stretched
 by progress up to ``max_call_s`` when configured), the send (plain or as a task), the ``-32042``
 URL flow, and what a failure means (the connection lost, the server's own error, output that
-breaks its schema). The result is converted (``tether.mcp._results``) like any other."""
+breaks its schema). The result is converted (``tether.mcp._results``) like any other.
+
+A task that outlives its call's limits (``long_tasks: pause``, with a pause store) becomes a
+durable pause of the run, like an unanswered question: the call ends ``InputPending`` and the
+run checkpoints. The same call run again on resume waits on that task instead of calling the
+tool a second time, and its result is converted like any other."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -14,22 +20,22 @@ import jsonschema
 
 from tether.core._schema import SchemaViolation, UnusableSchema
 from tether.core._schema import validate as validate_schema
-from tether.errors import ToolError
+from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import Unavailable, classify, is_modern, leaf, transport_failure
 from tether.mcp._results import convert_result, invalid_output
-from tether.mcp._tasks import run_task, task_required
+from tether.mcp._tasks import Parked, run_task, task_required
 from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
 
 if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
-__all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "guarded", "recheck"]
+__all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "cancel_parked", "guarded", "recheck"]
 
 URL_ELICITATION_REQUIRED = -32042
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked, at least and at most
 
 
 async def guarded(
@@ -131,11 +137,20 @@ async def call_tool(
     result: Any = None
     try:
         with limits.scope:
-            result = await _send(source, conn, spec, arguments, info, limits.progress)
+            result = await _send(source, conn, spec, arguments, info, limits)
     except Exception as err:
         return _failed(source, conn, spec, err)
     finally:
         source._inflight.remove(info)
+    if isinstance(result, Parked) and info.pause_id is not None:
+        from tether.mcp._source import InputPending
+
+        raise InputPending(
+            f"{spec.name} is still running as task {result.task_id} on server {source.name} "
+            f"(pause {info.pause_id}): the run resumes when it ends",
+            pause_id=info.pause_id,
+            awaiting=f"task {result.task_id} of server {source.name}",
+        )
     if limits.scope.cancelled_caught or result is None:
         raise limits.exceeded()
     if info.pause_id is not None:
@@ -164,17 +179,17 @@ async def _send(
     spec: ToolSpec,
     arguments: dict[str, Any],
     info: CallInfo,
-    progress: Progress,
+    limits: _Limits,
 ) -> Any:
     definition = source._pinned.get(spec.remote_name, {})
 
     async def send(client: Any) -> Any:
         if task_required(definition):
-            return await run_as_task(source, client, spec, arguments, progress)
+            return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(
             spec.remote_name,
             arguments,
-            progress_callback=progress,
+            progress_callback=limits.progress,
             read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
         )
 
@@ -204,23 +219,74 @@ def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exce
 
 
 async def run_as_task(
-    source: McpServerSource, client: Any, spec: ToolSpec, arguments: dict[str, Any], progress: Progress
+    source: McpServerSource,
+    client: Any,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    info: CallInfo,
+    limits: _Limits,
 ) -> Any:
     """A tool that runs only as a task: polled to its end within this call's limits (a new
     status message counts as progress); its result is used only if the tool's definition
-    is still the approved one when the task ends."""
+    is still the approved one when the task ends. With a pause store and ``long_tasks:
+    pause``, a task still running when the limits run out is parked (``Parked``, its pause id
+    in ``info``) and a call of the run that parked it waits on the same task."""
     from tether.mcp._source import CapabilityBlocked
 
     def emit(**data: Any) -> None:
         source.emit(EventKind.MCP_TASK, server=source.name, tool=spec.name, **data)
 
     async def status(polls: int, message: str | None) -> None:
-        await progress(float(polls), None, message)
+        await limits.progress(float(polls), None, message)
 
     limit = max(spec.timeout_s, source.max_call_s or 0)
-    result = await run_task(
-        source._relays[id(client)], spec.remote_name, arguments, ttl_s=limit, emit=emit, on_status=status
-    )
+    pauses = source.pauses if source.long_tasks == "pause" else None
+    earlier = None
+    park_at = None
+    if pauses is not None:
+        earlier = await pauses.parked(info.run_id, source.name, spec.name, arguments)
+        # Parked before the call's deadline, with room to record the pause: the deadline itself
+        # would cancel the task.
+        margin = min(2.0, spec.timeout_s / 4)
+
+        def park_at() -> float:
+            return float(limits.scope.deadline) - margin
+
+    try:
+        result = await run_task(
+            source._relays[id(client)], spec.remote_name, arguments, emit=emit, on_status=status,
+            ttl_s=source.task_ttl_s if pauses is not None else limit,
+            task_id=earlier.task_id if earlier is not None else None, park_at=park_at,
+        )  # fmt: skip
+    except UpstreamError:
+        # The task is over for good (cancelled by its server, or unknown to it): nothing waits on
+        # it. A lost connection leaves the pause open, so the run's resume waits on it again.
+        if earlier is not None:
+            with anyio.CancelScope(shield=True):
+                await earlier_done(source, earlier.id, "failed")
+        raise
+    if isinstance(result, Parked):
+        assert pauses is not None
+        # Nobody need look again before the server's poll interval, nor, for a task running
+        # long, before half its age again (a worker resumes the run when that time comes).
+        now = datetime.now(UTC)
+        age = (now - datetime.fromisoformat(earlier.created_at)).total_seconds() if earlier else 0.0
+        check_after = now + timedelta(seconds=min(max(result.poll_s, age / 2, MIN_CHECK_S), MAX_CHECK_S))
+        with anyio.CancelScope(shield=True):
+            pause = await pauses.park(
+                run_id=info.run_id, server=source.name, tool=spec.name, arguments=arguments,
+                task_id=result.task_id, check_after=check_after.isoformat(timespec="seconds"),
+            )  # fmt: skip
+        if pause.status != "task":
+            raise UpstreamError(
+                f"the task {result.task_id} of {spec.name} was closed ({pause.outcome}) while this "
+                "call waited on it"
+            )
+        info.pause_id = pause.id
+        return result
+    if earlier is not None:
+        with anyio.CancelScope(shield=True):
+            await earlier_done(source, earlier.id, "completed")
     if source.pins is not None:
         await source._list(client)
         if spec.remote_name in source.blocked:
@@ -230,6 +296,45 @@ async def run_as_task(
                 hint=f"a person must review and approve it again (tether mcp approve {source.name})",
             )
     return result
+
+
+async def earlier_done(source: McpServerSource, pause_id: str, outcome: str) -> None:
+    """A parked task's pause, closed: its task ended (or was lost), so no call waits on it."""
+    if source.pauses is not None:
+        await source.pauses.complete(pause_id, outcome)
+
+
+async def cancel_parked(source: McpServerSource, run_id: str) -> list[str]:
+    """Cancel, on the server, each task a call of ``run_id`` left parked there (the run was
+    cancelled); each pause is closed whatever the server answers, so nothing waits on it.
+    Returns the task ids the server accepted to cancel. Raises ``Unavailable`` when the
+    server cannot be reached (the pauses are then left as they were)."""
+    from tether.mcp._tasks import cancel_task
+
+    if source.pauses is None:
+        return []
+    mine = await source.pauses.for_run(run_id)
+    parked = [p for p in mine if p.status == "task" and p.server == source.name]
+    if not parked:
+        return []
+    conn = await source._usable()
+    cancelled: list[str] = []
+
+    async def cancel(client: Any) -> None:
+        for pause in parked:
+            assert pause.task_id is not None
+            accepted = await cancel_task(source._relays[id(client)], pause.task_id)
+            source.emit(
+                EventKind.MCP_TASK, server=source.name, tool=pause.tool, action="cancel_sent",
+                task_id=pause.task_id, status="parked", accepted=accepted,
+            )  # fmt: skip
+            if accepted:
+                cancelled.append(pause.task_id)
+
+    await guarded(source, conn, cancel, source.timeout_s, "cancelling parked tasks")
+    for pause in parked:
+        await source.pauses.complete(pause.id, "run cancelled")
+    return cancelled
 
 
 async def _url_flow(source: McpServerSource, err: BaseException, info: CallInfo) -> bool:

@@ -104,6 +104,11 @@ class ServerConfig(_Strict):
     connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     progress_resets_timeout: bool = False  # each progress notification restarts timeout_s …
     max_call_s: float | None = Field(default=None, gt=0, le=86_400)  # … up to this ceiling
+    # A task (MCP tasks) still running when its call's limit is reached: pause the run (kept in
+    # the state store; resuming waits on the same task) or cancel it. A paused task is asked to
+    # live task_ttl_s on the server.
+    long_tasks: Literal["pause", "cancel"] = "pause"
+    task_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
     # Confinement of a stdio server (bubblewrap): auto | required | none.
     sandbox: Literal["auto", "required", "none"] = "auto"
     sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths

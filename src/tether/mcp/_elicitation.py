@@ -237,6 +237,12 @@ async def store_answer(
     from tether.errors import ApprovalError
 
     pause = await store.get(pause_id)
+    if pause.status == "task":
+        raise ApprovalError(
+            "not_a_question",
+            f"pause {pause_id} waits on task {pause.task_id} of server {pause.server}, not on a person: "
+            f"resume run {pause.run_id} (tether resume; a worker resumes it by itself)",
+        )
     if pause.status != "pending":
         raise ApprovalError("not_pending", f"pause {pause_id} is {pause.status}, not pending")
     if action not in ("accept", "decline", "cancel"):

@@ -15,9 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether.mcp._calling import cancel_parked
 from tether.mcp._config import McpConfig, ServerConfig
 from tether.mcp._credentials import resolve_credentials
 from tether.mcp._elicitation import ElicitationGate, Responder
+from tether.mcp._failures import Unavailable
 from tether.mcp._pauses import PauseStore
 from tether.mcp._pinning import PinStore
 from tether.mcp._roots import RootsGate
@@ -34,7 +36,14 @@ if TYPE_CHECKING:
     from tether.policy._rules import Decision, ProposedCall
     from tether.policy._trusted import TrustedContext
 
-__all__ = ["PinnedCapabilities", "build_source", "describe_all", "mcp_sources", "protected_paths"]
+__all__ = [
+    "PinnedCapabilities",
+    "build_source",
+    "cancel_parked_tasks",
+    "describe_all",
+    "mcp_sources",
+    "protected_paths",
+]
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,7 @@ def build_source(
         max_call_s=server.max_call_s,
         on_progress=on_progress,
     )
+    source.pauses, source.long_tasks, source.task_ttl_s = pauses, server.long_tasks, server.task_ttl_s
     if server.transport == "stdio":
         source.sandbox = _sandbox(server, config, cwd)
         log = config.path(config.host.logs) / f"{server.name}.stderr.log"
@@ -180,6 +190,19 @@ def protected_paths(config: McpConfig) -> list[str]:
 
 def mcp_sources(host: Host) -> list[McpServerSource]:
     return [s for s in host.sources if isinstance(s, McpServerSource)]
+
+
+async def cancel_parked_tasks(host: Host, run_id: str) -> list[str]:
+    """Cancel on their servers the tasks ``run_id`` left parked (``long_tasks: pause``): what a
+    run's cancellation does for its MCP tasks. Returns the task ids cancelled; a server that
+    cannot be reached is skipped (its pauses stay open, for a later try)."""
+    cancelled: list[str] = []
+    for source in mcp_sources(host):
+        try:
+            cancelled += await cancel_parked(source, run_id)
+        except Unavailable:
+            continue
+    return cancelled
 
 
 def describe_all(host: Host) -> list[dict[str, Any]]:

@@ -1,8 +1,14 @@
-"""Durable pauses: an elicitation nobody could answer, kept until a person does.
+"""Durable pauses: an elicitation nobody could answer, kept until a person does; and a server's
+task that outlived its call, kept until it ends.
 
-A pause stores what was asked (server, tool, the exact call arguments, message, schema)
-and, once answered through ``tether mcp resume``, the validated answer. Re-running the
+A question's pause stores what was asked (server, tool, the exact call arguments, message,
+schema) and, once answered through ``tether mcp resume``, the validated answer. Re-running the
 paused call then finds the answer by the question's key and hands it to the server.
+
+A task's pause (status ``task``) stores the call and the server's task id (in ``answer``:
+``{"task_id", "check_after"}``: no person answers it). Re-running the paused call finds it by
+the call's key (``task_key``) and waits on that task again instead of calling the tool a
+second time; once the task's result is fetched the pause is ``completed``.
 ``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file) and
 PostgreSQL (``tether.mcp._pg_state``); its table is declared in ``tether.sql._tables``.
 """
@@ -24,15 +30,20 @@ from tether.sql._database import Database, Synchronous
 from tether.sql._tables import PG_ONLY, insertion_order, lock
 from tether.sql._tables import elicitation_pauses as T
 
-__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key"]
+__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key", "task_key"]
 
-PauseStatus = Literal["pending", "answered", "used", "completed"]
+PauseStatus = Literal["pending", "answered", "used", "completed", "task"]
 
 
 def question_key(server: str, tool: str, arguments: Any, message: str, schema: Any) -> str:
     """The identity of one question asked during one call (same call, same question)."""
     blob = json.dumps([server, tool, arguments, message, schema], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def task_key(server: str, tool: str, arguments: Any) -> str:
+    """The identity of one task-augmented call (same call, same task)."""
+    return question_key(server, tool, arguments, "", {"task": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,11 @@ class Pause:
     answer: dict[str, Any] | None = None
     answered_by: str | None = None
     outcome: str | None = None
+
+    @property
+    def task_id(self) -> str | None:
+        """The server's task a task pause waits on (None for a question)."""
+        return str(self.answer["task_id"]) if self.answer and "task_id" in self.answer else None
 
 
 _COLUMNS = [c for c in T.c if not c.info.get(PG_ONLY)]
@@ -141,6 +157,43 @@ def _take_answer(conn: Connection, key: str) -> Pause | None:
     return _get(conn, row.id)
 
 
+def _park(
+    conn: Connection, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
+    check_after: str,
+) -> Pause:  # fmt: skip
+    key = task_key(server, tool, arguments)
+    lock(conn, f"pause|{run_id}|{key}")
+    found = _parked(conn, run_id, key)
+    waiting = json.dumps({"task_id": task_id, "check_after": check_after})
+    if found is not None and found.task_id == task_id:
+        conn.execute(update(T).where(T.c.id == found.id).values(answer=waiting))
+        return _get(conn, found.id)
+    if found is None:
+        # Closed while a call waited on it (the run cancelled, its task cancelled): never reopened.
+        for row in conn.execute(select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id)):
+            if (closed := _pause(row)).task_id == task_id:
+                return closed
+    pid = "task-" + uuid.uuid4().hex[:12]
+    conn.execute(
+        T.insert().values(
+            id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
+            arguments=json.dumps(arguments), message=f"task {task_id} of server {server} still running",
+            schema="{}", question_key=key, status="task", answer=waiting,
+        )
+    )  # fmt: skip
+    return _get(conn, pid)
+
+
+def _parked(conn: Connection, run_id: str, key: str) -> Pause | None:
+    row = conn.execute(
+        select(*_COLUMNS)
+        .where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "task")
+        .order_by(insertion_order(conn, T))
+        .limit(1)
+    ).first()
+    return _pause(row) if row is not None else None
+
+
 def _complete(conn: Connection, pause_id: str, outcome: str) -> None:
     conn.execute(update(T).where(T.c.id == pause_id).values(status="completed", outcome=outcome))
 
@@ -167,6 +220,15 @@ class Pauses(Protocol):
     async def take_answer(self, key: str) -> Pause | None: ...
 
     async def complete(self, pause_id: str, outcome: str) -> None: ...
+
+    async def park(
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
+        check_after: str,
+    ) -> Pause: ...  # fmt: skip
+
+    async def parked(
+        self, run_id: str, server: str, tool: str, arguments: dict[str, Any]
+    ) -> Pause | None: ...
 
 
 class SqlPauseStore:
@@ -219,6 +281,25 @@ class SqlPauseStore:
 
     async def complete(self, pause_id: str, outcome: str) -> None:
         await self.db.write(_complete, pause_id, outcome)
+
+    async def park(
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        task_id: str,
+        check_after: str,
+    ) -> Pause:
+        """The run's pause for this call's task (status ``task``), new or brought up to date
+        (``check_after``: an ISO instant before which nobody need look at the task again); the
+        pause as it is when it was closed meanwhile (its status then tells)."""
+        return await self.db.write(_park, run_id, server, tool, arguments, task_id, check_after)
+
+    async def parked(self, run_id: str, server: str, tool: str, arguments: dict[str, Any]) -> Pause | None:
+        """The run's task pause for this very call, if its task has not ended yet."""
+        return await self.db.read(_parked, run_id, task_key(server, tool, arguments))
 
 
 class PauseStore(SqlPauseStore):

@@ -9,8 +9,10 @@ confined server sees:
   package and its ``node_modules``, an npx or uvx install, a script as that one file) under
   ``/opt/mcp`` by the names of their roles, never at their host paths, and its ``file://``
   roots and the paths listed in ``sandbox_read`` at their own paths (the user named them);
-  nothing else of the host's folders shows, not even their names (the kernel's
-  ``/proc/self/mountinfo`` still names the host folder each mount comes from);
+  nothing else of the host's folders shows, not even their names: the launcher's folders are
+  read through neutral views laid before bwrap starts, so even the kernel's
+  ``/proc/self/mountinfo`` names none of them (where overlays cannot be had, ``overlay_status``
+  says why and mountinfo names the host folders);
 - read-write: its roots only when ``roots_writable`` is set, and the paths listed in
   ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
   stops; and its own Python environment (a venv or uvx install) through a private write layer
@@ -269,7 +271,7 @@ def _confine(
     shown = (*(str(p) for p in launch.read_only), *shown_ro)
     confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
     argv = [bwrap, "--args", ARGS_FD, *launch.argv]
-    argv, opts = _private_layers(argv, opts, launch.overlays)
+    argv, opts = _private_layers(argv, opts, launch.overlays, (*shown_ro, *map(str, rw_out)))
     return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
 
 
@@ -312,21 +314,68 @@ def overlay_status() -> str | None:
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
 
 
-def _layer_script(lowers: Sequence[Path]) -> str:
-    steps = [f"mount -t tmpfs tether-layers {_LAYERS}"]
+def _layer_script(lowers: Sequence[Path], staged: Sequence[Path] = ()) -> str:
+    """The mounts laid before bwrap starts, on a tmpfs at ``_LAYERS`` in the launch's own mount
+    namespace (bwrap's root pivots away from it: the server never sees these paths).
+
+    Each host folder is first bound at a neutral path and used from there, so the kernel's
+    ``/proc/self/mountinfo`` inside names that path, never the host's: a private write layer
+    (``m{i}``: an overlay over ``l{i}``) or a read-only view (``s{j}``: an overlay of ``r{j}``
+    alone, a superblock of its own, so a mount's root shows as ``/``). Where such an overlay
+    cannot be laid (a filesystem overlayfs refuses as a lower layer), the view is a plain bind
+    (it works; its mount names the host folder)."""
+    steps = [f"mount -t tmpfs tether-layers {_LAYERS}", f"mkdir {_LAYERS}/e"]
     for i, lower in enumerate(lowers):
-        u, w, m = (f"{_LAYERS}/{x}{i}" for x in "uwm")
-        layer = shlex.quote(f"lowerdir={lower},upperdir={u},workdir={w}")
-        steps += [f"mkdir {u} {w} {m}", f"mount -t overlay overlay -o {layer} {m}"]
+        lo, u, w, m = (f"{_LAYERS}/{x}{i}" for x in "luwm")
+        layer = shlex.quote(f"lowerdir={lo},upperdir={u},workdir={w}")
+        steps += [
+            f"mkdir {lo} {u} {w} {m}",
+            f"mount --rbind {shlex.quote(str(lower))} {lo}",
+            f"mount -t overlay overlay -o {layer} {m}",
+        ]
+    for j, folder in enumerate(staged):
+        r, v = f"{_LAYERS}/r{j}", f"{_LAYERS}/s{j}"
+        view = f"lowerdir={r}:{_LAYERS}/e"
+        steps += [
+            f"mkdir {r} {v}",
+            f"mount --rbind {shlex.quote(str(folder))} {r}",
+            f"{{ mount -t overlay overlay -o {view} {v} 2>/dev/null || mount --rbind {r} {v}; }}",
+        ]
     return " && ".join(steps)
 
 
-def _private_layers(argv: list[str], opts: list[str], lowers: Sequence[Path]) -> tuple[list[str], list[str]]:
+def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[str], list[Path]]:
+    """The options with each launcher bind whose source is a host path (not a system folder, not
+    a path the user declared) read from a neutral staging view instead (``{stage:j}``, a file as
+    ``{stage:j}/NAME`` of its folder's view); and the host folders staged, in order."""
+    declared = set(shown_at_home)
+    staged: list[Path] = []
+    out = list(opts)
+    for k in range(len(out) - 2):
+        if out[k] != "--ro-bind" or out[k + 1] in declared or out[k + 1] == out[k + 2]:
+            continue
+        host = Path(out[k + 1])
+        if any(inside(host, Path(s)) for s in SYSTEM_DIRS) or not host.exists():
+            continue
+        folder, name = (host, None) if host.is_dir() else (host.parent, host.name)
+        if folder not in staged:
+            staged.append(folder)
+        j = staged.index(folder)
+        out[k + 1] = f"{{stage:{j}}}" + (f"/{name}" if name else "")
+    return out, staged
+
+
+def _private_layers(
+    argv: list[str], opts: list[str], lowers: Sequence[Path], declared: Iterable[str] = ()
+) -> tuple[list[str], list[str]]:
     """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
-    options): an overlay on a tmpfs, in a mount namespace that only the launch sees, under
-    bwrap. Where that cannot be had (or a path would not survive the overlay's options), the
-    folder is shown read-only instead."""
-    usable = lowers and overlay_status() is None and not any(c in str(p) for p in lowers for c in ",:\\")
+    options) and each launcher bind read through a neutral view (``_stage_sources``), laid in a
+    mount namespace that only the launch sees, under bwrap. Where that cannot be had, the
+    folders are shown read-only, bound from their host paths."""
+    usable = overlay_status() is None
+    staged: list[Path] = []
+    if usable:
+        opts, staged = _stage_sources(opts, declared)
     out = []
     for i, opt in enumerate(opts):
         if opt.startswith("{overlay:"):
@@ -334,12 +383,15 @@ def _private_layers(argv: list[str], opts: list[str], lowers: Sequence[Path]) ->
             out.append(f"{_LAYERS}/m{n}" if usable else str(lowers[n]))
             if not usable and i > 0 and out[-2] == "--bind":
                 out[-2] = "--ro-bind"
+        elif opt.startswith("{stage:"):
+            j, _, rest = opt[len("{stage:") :].partition("}")
+            out.append(f"{_LAYERS}/s{j}{rest}")
         else:
             out.append(opt)
-    if not usable:
+    if not usable or not (lowers or staged):
         return argv, out
     unshare = shutil.which("unshare") or "unshare"
-    script = _layer_script(lowers) + ' && exec "$@"'
+    script = _layer_script(lowers, staged) + ' && exec "$@"'
     return [unshare, "-Urm", "--", "/bin/sh", "-c", script, "tether-layers", *argv], out
 
 

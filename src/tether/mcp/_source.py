@@ -57,6 +57,7 @@ from tether.tools._contract import Effect, Target, ToolContext, ToolOutput, Tool
 from tether.trace._events import EventKind
 
 if TYPE_CHECKING:
+    from tether.mcp._pauses import Pauses
     from tether.mcp._sandbox import SandboxPlan
     from tether.mcp._serverlog import ServerStderr
 
@@ -78,11 +79,14 @@ class InputPending(ToolError):
 
     kind = "input_pending"
 
-    def __init__(self, message: str, *, pause_id: str) -> None:
-        super().__init__(
-            message, hint="a person answers with `tether mcp resume`", details={"pause": pause_id}
+    def __init__(self, message: str, *, pause_id: str, awaiting: str | None = None) -> None:
+        hint = (
+            f"resume the run once the {awaiting} has ended (`tether resume`; a worker resumes it by itself)"
+            if awaiting
+            else "a person answers with `tether mcp resume`"
         )
-        self.meta = {"pause": pause_id}
+        super().__init__(message, hint=hint, details={"pause": pause_id})
+        self.meta = {"pause": pause_id, **({"awaiting": awaiting} if awaiting else {})}
 
 
 class McpServerSource:
@@ -97,6 +101,11 @@ class McpServerSource:
     instructions: str | None = None
     protocol_version: str | None = None
     calls_sent = 0
+    # Long tasks (MCP tasks that outlive their call): parked in ``pauses`` ("pause") or
+    # cancelled at the call's limit ("cancel"); a parked task is asked to live ``task_ttl_s``.
+    pauses: Pauses | None = None
+    long_tasks: Literal["pause", "cancel"] = "pause"
+    task_ttl_s: float = 86_400.0
     _start_detail: str | None = None
     _process: Any = None  # the stdio server's process (its exit code, for a failed start)
     _conn: Connection | None = None

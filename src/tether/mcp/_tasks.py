@@ -15,6 +15,11 @@ it asks, until the task ends or needs input, then fetches the result with ``task
 A call that ends before its task (its timeout, the run cancelled, a failed poll) sends
 ``tasks/cancel`` (bounded). Status notifications are not needed and not counted: a flood
 of them costs the host nothing. The caller cleans and labels the result like any other.
+
+A long task need not end within its call: given ``park_at`` (when the call's wait budget runs
+out), ``run_task`` stops polling before then and returns ``Parked`` instead of cancelling, the
+task left running on the server; the caller records a durable pause, and a later call with
+``task_id`` waits on that same task (the tool is not called again).
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from tether.errors import UpstreamError
 
-__all__ = ["MAX_POLL_S", "MIN_POLL_S", "TaskRelay", "run_task", "task_required"]
+__all__ = ["MAX_POLL_S", "MIN_POLL_S", "Parked", "TaskRelay", "run_task", "task_required"]
 
 MIN_POLL_S = 0.05
 MAX_POLL_S = 5.0
@@ -42,6 +48,15 @@ class TaskRequestFailed(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(f"{message} (code {code})")
         self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Parked:
+    """A task still running when its call's wait budget ran out, left running on the server."""
+
+    task_id: str
+    status: str
+    poll_s: float  # how long the server asked to be left alone between polls (clamped)
 
 
 def task_required(definition: dict[str, Any]) -> bool:
@@ -145,21 +160,40 @@ async def run_task(
     ttl_s: float,
     emit: Callable[..., None],
     on_status: Callable[[int, str | None], Awaitable[None]] | None = None,
+    task_id: str | None = None,
+    park_at: Callable[[], float] | None = None,
 ) -> Any:
-    """Run one task-augmented call to its end; returns the tool's ``CallToolResult``."""
+    """Run one task-augmented call to its end; returns the tool's ``CallToolResult``, or
+    ``Parked`` when ``park_at()`` (an ``anyio.current_time`` instant, read before each poll)
+    comes before the task ends. ``task_id`` waits on a task created by an earlier call instead
+    of creating one. Raises ``UpstreamError`` for a task the server cancelled or no longer knows."""
     import mcp_types as types
 
-    params = {"name": name, "arguments": arguments, "task": {"ttl": int(ttl_s * 1000)}}
-    created = types.CreateTaskResult.model_validate(await relay.request("tools/call", params))
-    task: Any = created.task
-    task_id = task.task_id
-    emit(action="created", task_id=task_id, status=task.status)
+    if task_id is None:
+        params = {"name": name, "arguments": arguments, "task": {"ttl": int(ttl_s * 1000)}}
+        created = types.CreateTaskResult.model_validate(await relay.request("tools/call", params))
+        task: Any = created.task
+        task_id = task.task_id
+        emit(action="created", task_id=task_id, status=task.status)
+    else:
+        try:
+            task = types.GetTaskResult.model_validate(await relay.request("tasks/get", {"taskId": task_id}))
+        except TaskRequestFailed as err:
+            emit(action="lost", task_id=task_id, error=str(err)[:200])
+            raise UpstreamError(
+                f"the server no longer knows the task {task_id} of {name} ({err}); the tool is not "
+                "called again"
+            ) from None
+        emit(action="resumed", task_id=task_id, status=task.status)
     polls = 0
     shown: str | None = None
     try:
         while task.status not in _ENDED and task.status != "input_required":
-            interval = (task.poll_interval or 500) / 1000
-            await anyio.sleep(min(max(interval, MIN_POLL_S), MAX_POLL_S))
+            interval = min(max((task.poll_interval or 500) / 1000, MIN_POLL_S), MAX_POLL_S)
+            if park_at is not None and anyio.current_time() + interval >= park_at():
+                emit(action="parked", task_id=task_id, status=task.status, polls=polls)
+                return Parked(task_id, str(task.status), interval)
+            await anyio.sleep(interval)
             task = types.GetTaskResult.model_validate(await relay.request("tasks/get", {"taskId": task_id}))
             polls += 1
             if on_status is not None and task.status_message != shown:
@@ -172,11 +206,18 @@ async def run_task(
         if task.status not in _ENDED:
             # The call ended before its task: the server is told, within a bounded wait. The
             # call's own error stands whatever becomes of the cancel.
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2.0), suppress(Exception):
-                await relay.request("tasks/cancel", {"taskId": task_id})
+            await cancel_task(relay, task_id)
             emit(action="cancel_sent", task_id=task_id, status=task.status, polls=polls)
         else:
             emit(action="finished", task_id=task_id, status=task.status, polls=polls)
         raise
     emit(action="finished", task_id=task_id, status=task.status, polls=polls)
     return result
+
+
+async def cancel_task(relay: TaskRelay, task_id: str) -> bool:
+    """Send ``tasks/cancel`` within a bounded, shielded wait; whether the server accepted it."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(2.0), suppress(Exception):
+        await relay.request("tasks/cancel", {"taskId": task_id})
+        return True
+    return False

@@ -83,6 +83,10 @@ def build_host(
     for source in sources.values():
         # Every server connects concurrently: the first one started launches the others too.
         source.peers = [s for s in sources.values() if s is not source]
+        if approvals is None:
+            # No approval store, no checkpoint: nothing could resume a run paused on a long task,
+            # so a task still running at its call's limit is cancelled there.
+            source.long_tasks = "cancel"
         host.add_source(source)
     host.mcp_pins = pins  # type: ignore[attr-defined]
     host.mcp_pauses = pauses  # type: ignore[attr-defined]

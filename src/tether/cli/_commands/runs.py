@@ -273,8 +273,11 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
         print(
             f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
             f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
-            f" {len(done['questions_closed'])} question(s) closed"
+            f" {len(done['questions_closed'])} question(s) closed,"
+            f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers"
         )
+        for left in done["tasks_not_cancelled"]:
+            print(f"  task not cancelled: {left}")
     return 0
 
 
