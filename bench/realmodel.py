@@ -335,7 +335,8 @@ def main() -> int:
         port = args.port or free_port()
         log(f"starting llama.cpp server on 127.0.0.1:{port} with {gguf}")
         try:
-            proc = start_server(gguf, port, out / "llama-server.log", wait_s=180, python=sys.executable)
+            proc = start_server(gguf, port, out / "llama-server.log", wait_s=180, python=sys.executable,
+                                n_ctx=4096)  # fmt: skip
         except ServerUnavailable as err:
             log(f"SKIPPED: the model server could not start: {err}")
             print(json.dumps({"skipped": True, "reason": str(err)}))

@@ -170,7 +170,7 @@ def test_a_refused_credential_names_the_unset_key_variable_and_never_a_set_key(
         monkeypatch.setenv("NEWCOMER_KEY", "k-123")  # set: no hint about it, and never its value
         assert main(["run", "Why?", "--agent", str(path), "--json"]) == 7
         out = last_json(capsys.readouterr().out)
-        assert not any("NEWCOMER_KEY" in h for h in out["hints"]) and "k-123" not in json.dumps(out)
+        assert not any("NEWCOMER_KEY" in h for h in out.get("hints", [])) and "k-123" not in json.dumps(out)
 
 
 def test_a_conversation_past_the_servers_context_window_says_so_not_the_key(

@@ -118,17 +118,18 @@ def free_port() -> int:
 
 
 def start_server(gguf: Path, port: int, log_path: Path, wait_s: float = 180.0, *, python: str | None = None,
-                 n_ctx: int = 4096) -> subprocess.Popen[bytes]:  # fmt: skip
-    """Start ``python -m llama_cpp.server`` with chatml function calling on 127.0.0.1:``port`` and
-    wait until it answers ``GET /v1/models``. Raises ``ServerUnavailable`` (the log's path in the
-    message) if it exits or does not answer within ``wait_s``."""
+                 n_ctx: int | None = None) -> subprocess.Popen[bytes]:  # fmt: skip
+    """Start ``python -m llama_cpp.server`` with chatml function calling on 127.0.0.1:``port`` (a
+    context window of ``n_ctx`` tokens; None: the server's default, 2,048) and wait until it answers
+    ``GET /v1/models``. Raises ``ServerUnavailable`` (the log's path in the message) if it exits or
+    does not answer within ``wait_s``."""
     python = python or llama_python()
     if not _has_llama(python):
         raise ServerUnavailable(f"llama-cpp-python is not installed for {python} ({_INSTALL})")
     argv = [
         python, "-m", "llama_cpp.server", "--model", str(gguf),
         "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", str(n_ctx),
+        *(["--n_ctx", str(n_ctx)] if n_ctx is not None else []),
     ]  # fmt: skip
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as log_file:
