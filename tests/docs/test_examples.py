@@ -14,6 +14,15 @@ empty folder:
   the id this run printed), a timestamp by ``TIME``, the folder by ``/home/you/orders``.
 
 Other fences (```` ```bash ````, ```` ```yaml ```` without a title, ```` ```text ````) are shown, not run.
+
+Two comments, invisible on the site, say what a page needs beyond an empty folder:
+
+- ``<!-- continues: PAGE FILE… -->`` (anywhere): the reader starts with these files of another
+  page (``tutorial/first-agent.md tools.py``), written before this page's blocks;
+- ``<!-- needs: SERVICE -->`` on the line before a fence: the block talks to a service that the
+  suite does not start (``llama-server``: a real model, tests/docs/test_local_model.py). Here it
+  is shown, not run; a test that starts the service follows the page with ``services=``, and the
+  address the page shows is replaced by the real one in files and commands (and back in output).
 """
 
 from __future__ import annotations
@@ -44,12 +53,17 @@ IDS = (
 TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(\+00:00|Z)?")
 
 
+NEEDS = re.compile(r"<!-- needs: ([a-z-]+) -->\s*$")
+CONTINUES = re.compile(r"^<!-- continues: (\S+)((?: \S+)+) -->$", re.MULTILINE)
+
+
 @dataclass
 class Block:
     lang: str
     title: str | None
     body: str
     line: int
+    needs: str | None = None
 
 
 def blocks(text: str) -> list[Block]:
@@ -57,8 +71,18 @@ def blocks(text: str) -> list[Block]:
     for m in FENCE.finditer(text):
         title = TITLE.search(m.group(2) or "")
         line = text.count("\n", 0, m.start()) + 1
-        out.append(Block(m.group(1) or "", title.group(1) if title else None, m.group(3), line))
+        needs = NEEDS.search(text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1])
+        name = title.group(1) if title else None
+        out.append(Block(m.group(1) or "", name, m.group(3), line, needs.group(1) if needs else None))
     return out
+
+
+@dataclass(frozen=True)
+class Service:
+    """A running service a page needs: the address the page shows and the one it really has."""
+
+    shown: str
+    real: str
 
 
 def runnable(page: Path) -> bool:
@@ -127,10 +151,17 @@ def env_for(folder: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "page", [p for p in PAGES if runnable(p)], ids=lambda p: str(p.relative_to(ROOT))
-)
+@pytest.mark.parametrize("page", [p for p in PAGES if runnable(p)], ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_examples_run_as_written(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    follow_page(page, tmp_path, monkeypatch)
+
+
+def follow_page(
+    page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, services: dict[str, Service] | None = None
+) -> int:
+    """Follow ``page`` as its reader would, in a fresh folder under ``tmp_path``; blocks that need
+    a service not in ``services`` are shown, not run. Returns how many commands ran."""
+    services = services or {}
     folder = tmp_path / "orders"
     folder.mkdir()
     monkeypatch.chdir(folder)
@@ -140,27 +171,46 @@ def test_page_examples_run_as_written(page: Path, tmp_path: Path, monkeypatch: p
     names = Names()
     namespace: dict[str, object] = {"__name__": "__doc_example__"}
     rel = page.relative_to(ROOT)
-    for block in blocks(page.read_text(encoding="utf-8")):
+    text = page.read_text(encoding="utf-8")
+
+    def real(body: str) -> str:
+        for service in services.values():
+            body = body.replace(service.shown, service.real)
+        return body
+
+    for earlier, files in CONTINUES.findall(text):
+        given = {b.title: b.body for b in blocks((ROOT / "docs" / earlier).read_text(encoding="utf-8"))}
+        for name in files.split():
+            assert name in given, f"{rel}: {earlier} has no file {name}"
+            (folder / name).write_text(given[name], encoding="utf-8")
+    ran = 0
+    for block in blocks(text):
         where = f"{rel}:{block.line}"
+        if block.needs is not None and block.needs not in services:
+            continue  # shown here; run by the test that starts the service
         if block.title is not None:
             (folder / block.title).parent.mkdir(parents=True, exist_ok=True)
-            (folder / block.title).write_text(block.body, encoding="utf-8")
+            (folder / block.title).write_text(real(block.body), encoding="utf-8")
         elif block.lang == "python":
             run_python(block.body, namespace, where)
         elif block.lang == "console":
             for command, expected in transcript(block):
                 proc = subprocess.run(
-                    ["bash", "-c", names.command(command)],
+                    ["bash", "-c", real(names.command(command))],
                     cwd=folder,
                     env=env_for(folder),
                     capture_output=True,
                     text=True,
-                    timeout=120,
+                    timeout=300,
                 )
                 printed = (proc.stdout + proc.stderr).replace(str(folder), HOME)
+                for service in services.values():
+                    printed = printed.replace(service.real, service.shown)
                 got = tidy(names.normalise(printed, names.real).splitlines())
                 want = tidy(names.normalise("\n".join(expected), names.doc).splitlines())
                 assert got == want, f"{where}: $ {command}\n--- printed:\n{printed}"
+                ran += 1
+    return ran
 
 
 def test_the_harness_reads_fences_titles_and_transcripts() -> None:
@@ -177,6 +227,20 @@ def test_the_harness_reads_fences_titles_and_transcripts() -> None:
     assert doc == real == "run <RUN1> at TIME"
     assert names.command("tether resume 20261201T181857-9e6c003c") == "tether resume 20270101T000000-00000000"
     assert names.command("tether resume 20991201T181857-9e6c003c") == "tether resume 20991201T181857-9e6c003c"
+
+
+def test_the_harness_reads_what_a_page_needs_and_continues_from() -> None:
+    text = (
+        "<!-- continues: tutorial/first-agent.md tools.py steps.yaml -->\n\n"
+        "<!-- needs: llama-server -->\n```console\n$ tether run x\n```\n\n"
+        "<!-- needs: llama-server -->\nA paragraph between.\n\n```console\n$ true\n```\n"
+    )
+    first, second = blocks(text)
+    assert first.needs == "llama-server" and second.needs is None  # only the line right above
+    assert CONTINUES.findall(text) == [("tutorial/first-agent.md", " tools.py steps.yaml")]
+    local = (ROOT / "docs" / "tutorial" / "local-model.md").read_text(encoding="utf-8")
+    shown = [b for b in blocks(local) if b.lang == "console"]
+    assert shown and all(b.needs == "llama-server" for b in shown)  # none of them runs without it
 
 
 # -- every tether command line shown in the docs exists ---------------------------------------

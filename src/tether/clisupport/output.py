@@ -14,6 +14,7 @@ every requested call ran and succeeded.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -193,10 +194,12 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
 
 
 def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) -> list[str]:
-    """What to check when a run ends ``model_error``: the URL a connection was refused at, an
-    unset key variable (named), a stream the server could not give. One line each."""
+    """What to check when a run ends ``model_error``, read from its detail: the URL a connection
+    was refused at, a conversation that outgrew the server's context window, an unset key variable
+    (named) when the server refused the credentials, a stream the server could not give. One
+    line each; a hint about a cause the detail does not show (a key, with a local server that
+    answered) would send the reader the wrong way."""
     import os
-    import re
 
     if stop_reason != "model_error" or model is None:
         return []
@@ -212,17 +215,36 @@ def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) 
                 "(agent file: model.base_url, or --base-url)"
             )
         var = getattr(backend, "api_key_env", None)
-        if var and not env.get(var):
+        if var and not env.get(var) and _AUTH.search(text):
             hints.append(
                 f"${var} is not set, so no API key was sent (agent file: model.api_key_env names the "
                 "variable; a local server needs none)"
             )
-        if getattr(backend, "stream", False):
+        if getattr(backend, "stream", False) and "stream" in text.lower():
             hints.append(
                 "the model was asked to stream: some servers (llama.cpp's Python server) cannot stream "
                 "tool calls; set model.streaming: false or pass --no-stream"
             )
+    if _CONTEXT.search(text):
+        hints.append(
+            "the conversation, with the answer being generated, outgrew the model's context window: "
+            "serve the model with a larger one (llama.cpp: --n_ctx / -c) or take fewer steps "
+            "(model.limits.max_steps); a small model can also run on inside a tool call's arguments "
+            "until any window is full"
+        )
     return list(dict.fromkeys(hints))
+
+
+# What a refused credential looks like in a failure's detail (HTTP 401/403 or the error's words).
+_AUTH = re.compile(
+    r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key",
+    re.IGNORECASE,
+)
+# A request the server refused because it does not fit the context (llama.cpp, vLLM, OpenAI wording).
+_CONTEXT = re.compile(
+    r"context length|context window|context_length_exceeded|maximum context|exceeds? the context",
+    re.IGNORECASE,
+)
 
 
 def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | None:
