@@ -379,9 +379,12 @@ class DurableClient:
                 store.save_checkpoint,
                 run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
             )  # fmt: skip
-        return {"workflows": live + ([marker] if marker else []), **self._close_decisions(run_id, by)}
+        return {
+            "workflows": live + ([marker] if marker else []),
+            **blocking(self._close_decisions, run_id, by),
+        }
 
-    def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
+    async def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
         """Invalidate what a cancelled run still waited for (proposals, questions)."""
         from tether.policy import Approvals, Reviewer
 
@@ -389,24 +392,24 @@ class DurableClient:
         desk = Approvals(store)
         reviewer = Reviewer.for_all_tenants(by)
         invalidated = []
-        for p in store.list_proposals(run_id=run_id):
-            if str(p.status) not in ("pending", "approved") or store.ledger_for(p.id):
+        for p in await store.list_proposals(run_id=run_id):
+            if str(p.status) not in ("pending", "approved") or await store.ledger_for(p.id):
                 continue  # decided for good, or its effect already happened (kept in the ledger)
             try:
-                desk.invalidate(reviewer, p.id, reason="run cancelled")
+                await desk.invalidate(reviewer, p.id, reason="run cancelled")
                 invalidated.append(p.id)
             except ApprovalError:
                 pass  # decided in the meantime: its run is cancelled, so it runs nothing
         closed = []
         pauses = self.stores.pauses
-        for q in blocking(pauses.for_run, run_id) if pauses is not None else []:
+        for q in await pauses.for_run(run_id) if pauses is not None else []:
             if str(q.status) != "pending":
                 continue
             try:
-                blocking(pauses.answer, q.id, "cancel", None, actor=f"operator:{by}")
+                await pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
             except ApprovalError:
                 continue  # answered in the meantime
-            blocking(pauses.complete, q.id, "run cancelled")
+            await pauses.complete(q.id, "run cancelled")
             closed.append(q.id)
         return {"proposals_invalidated": invalidated, "questions_closed": closed}
 
