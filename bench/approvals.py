@@ -75,10 +75,10 @@ async def cycle_round(n: int, db: Path) -> tuple[float, float]:
     host.add_tools(book.prepare_draft)
     await host.start()
     desk = ProposalDesk(host)
-    ids = [desk.propose(CTX, RAW).id for _ in range(n)]
+    ids = [(await desk.propose(CTX, RAW)).id for _ in range(n)]
     t0 = time.perf_counter()
     for pid in ids:
-        desk.approve(REVIEWER, pid)
+        await desk.approve(REVIEWER, pid)
         await desk.execute(CTX, pid)
     cycles = n / (time.perf_counter() - t0)
     t0 = time.perf_counter()

@@ -2,13 +2,14 @@
 
     python bench/storage.py [--rounds 3] [--ops 300]
 
-For the approval store on a temporary file, each round measures, sync face on the loop's own
-thread vs async face through a worker thread:
+For the approval store on a temporary file, each round measures the store's transactions run
+on the loop's own thread (``Database.run``, as a store with a sync face did) vs the store's
+async methods (each transaction in a worker thread):
 
 - ``submit+decide``: store a proposal, then approve it (two write transactions);
 - ``perform``: one effect through the ledger: claim (intent), the call, finish (outcome), and
   the proposal's "executed" event (three write transactions). The sync variant is the same
-  sequence on the sync face, as ``Approvals.perform`` did before;
+  sequence of transactions on the loop's thread;
 - the longest stall of a task that ticks every millisecond meanwhile (the ops yield to it
   between each other): how long every other run in the process can be kept waiting by one
   operation on the database.
@@ -35,6 +36,7 @@ import anyio
 import anyio.lowlevel
 
 from tether.policy import Approvals, ProposalStatus, SqliteApprovalStore
+from tether.policy import _sqlstore as _sql
 from tether.policy._approvals import owner_dead
 from tether.policy._store import NewProposal, result_json
 from tether.sql._database import Synchronous
@@ -48,15 +50,15 @@ def open_store(path: Path, synchronous: Synchronous) -> SqliteApprovalStore:
 
 
 async def submit_decide_sync(store: SqliteApprovalStore, i: int) -> None:
-    now = datetime.now(UTC)
-    p = store.add_proposal(NEW, now=now)
-    store.decide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
+    now, db = datetime.now(UTC), store.db
+    p = db.run(_sql._add_proposal, NEW, now)
+    db.run(_sql._decide, p.id, ProposalStatus.APPROVED, PENDING, "r", "", now)
 
 
 async def submit_decide_async(store: SqliteApprovalStore, i: int) -> None:
     now = datetime.now(UTC)
-    p = await store.aadd_proposal(NEW, now=now)
-    await store.adecide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
+    p = await store.add_proposal(NEW, now=now)
+    await store.decide(p.id, ProposalStatus.APPROVED, allowed_from=PENDING, actor="r", reason="", now=now)
 
 
 async def sent() -> dict[str, Any]:
@@ -67,14 +69,14 @@ def make_perform_sync(
     store: SqliteApprovalStore, pid: str
 ) -> Callable[[SqliteApprovalStore, int], Awaitable[None]]:
     async def perform_sync(_: SqliteApprovalStore, i: int) -> None:
-        key, now = f"sync-{i}-{time.perf_counter_ns()}", datetime.now(UTC)
-        store.claim(
-            key, tool="send", arguments_hash="h", owner="bench", lease_until=now + timedelta(minutes=1),
-            now=now, owner_dead=owner_dead, proposal_id=pid,
+        key, now, db = f"sync-{i}-{time.perf_counter_ns()}", datetime.now(UTC), store.db
+        db.run(
+            _sql._claim, key, "send", "h", "bench", now + timedelta(minutes=1), now, owner_dead, pid, None,
+            None,
         )  # fmt: skip
         result = await sent()
-        store.finish(key, owner="bench", result=result_json(result), note="", now=datetime.now(UTC))
-        store.add_event(pid, "executed", actor="host", detail=key, now=datetime.now(UTC))
+        db.run(_sql._finish, key, "bench", result_json(result), "", datetime.now(UTC))
+        db.run(_sql._add_event, pid, "executed", "host", key, datetime.now(UTC))
 
     return perform_sync
 
@@ -119,7 +121,7 @@ async def timed(
 async def one_round(tmp: Path, r: int, n: int, synchronous: Synchronous) -> dict[str, tuple[float, float]]:
     store = open_store(tmp / f"bench-{synchronous}-{r}.db", synchronous)
     approvals = Approvals(store)
-    pid = store.add_proposal(NEW, now=datetime.now(UTC)).id
+    pid = (await store.add_proposal(NEW, now=datetime.now(UTC))).id
     for i in range(n):  # warm up: the WAL file grows to its working size before anything is timed
         await submit_decide_sync(store, i)
     out = {

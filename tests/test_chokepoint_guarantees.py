@@ -129,11 +129,11 @@ class World:
         host.add_tools(write_note, read_item, read_log)
         return host
 
-    def approve_all(self, host: Host) -> list[str]:
+    async def approve_all(self, host: Host) -> list[str]:
         assert host.approvals is not None
-        pending = [p for p in host.approvals.store.list_proposals() if str(p.status) == "pending"]
+        pending = [p for p in await host.approvals.store.list_proposals() if str(p.status) == "pending"]
         for p in pending:
-            host.approvals.approve(Reviewer("rita", tenants=frozenset({p.tenant})), p.id)  # type: ignore[union-attr]
+            await host.approvals.approve(Reviewer("rita", tenants=frozenset({p.tenant})), p.id)  # type: ignore[union-attr]
         return [p.id for p in pending]
 
 
@@ -338,11 +338,11 @@ class DeskEntry:
         self.ids = []
         for name, args in calls:
             try:
-                p = desk.propose(ctx, json.dumps({"tool": name, "arguments": args}))
+                p = await desk.propose(ctx, json.dumps({"tool": name, "arguments": args}))
             except PolicyError:
                 return Outcome("policy_denied", self.events, [], "")
             self.ids.append(p.id)
-        pending = [i for i in self.ids if str(host.approvals.get(i).status) == "pending"]  # type: ignore[union-attr]
+        pending = [i for i in self.ids if str((await host.approvals.get(i)).status) == "pending"]  # type: ignore[union-attr]
         if pending:
             return Outcome("approval_required", self.events, [], "")
         return await self.again(host, ctx)
@@ -430,7 +430,7 @@ class DurableEntry(AgentEntry):
             from tether.durable import Worker, WorkerConfig
 
             folder = tempfile.mkdtemp(prefix="tether-durable-")
-            worker = Worker(WorkerConfig(f"sqlite:///{folder}", executor_id="chokepoint"))
+            worker = Worker(WorkerConfig(f"sqlite:///{folder}", executor_id="chokepoint", init=True))
             # DBOS launches outside any event loop: from a thread of its own.
             starter = threading.Thread(target=worker.start)
             starter.start()
@@ -529,7 +529,7 @@ def test_an_allowed_write_runs_exactly_once_across_a_crash_and_a_resume(world: W
         first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
         assert first.stop_reason == "approval_required", first.kinds()
         assert world.writes == []  # nothing runs before a person approves
-        assert world.approve_all(host)
+        assert await world.approve_all(host)
         world.crash.armed = True
         with pytest.raises(SimulatedCrash):  # the effect happened, then the process died
             await entry.again(host, TENANT)
@@ -557,7 +557,7 @@ def test_a_result_replayed_from_the_ledger_is_labelled_like_a_fresh_one(world: W
 
     async def scenario() -> Outcome:
         await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
-        world.approve_all(host)
+        await world.approve_all(host)
         world.crash.armed = True
         with pytest.raises(SimulatedCrash):
             await entry.again(host, TENANT)
@@ -689,7 +689,7 @@ def test_a_resume_whose_call_differs_from_the_approved_proposal_is_refused(
     async def scenario() -> Outcome:
         first = await entry.first(host, [("write_note", {"note": "approved text"})], TENANT)
         assert first.stop_reason == "approval_required"
-        world.approve_all(host)
+        await world.approve_all(host)
         if change == "content":
             await entry.tamper(host, arguments={"note": "something else"})
             return await entry.again(host, TENANT)
@@ -759,7 +759,7 @@ def test_a_run_that_fails_transiently_after_an_approved_effect_resumes_without_r
     async def scenario() -> tuple[Outcome, Outcome]:
         first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
         assert first.stop_reason == "approval_required", first.kinds()
-        assert world.approve_all(host)
+        assert await world.approve_all(host)
         world.outage = 2 if failure == "dependency_unavailable" else 0
         failed = await entry.again(host, TENANT)  # the effect runs, then the run fails
         # The store is back after one more failed read: a resumed run retries with a fresh

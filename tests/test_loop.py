@@ -352,9 +352,9 @@ async def test_a_deadline_passing_while_approvals_are_settled_does_not_cut_the_s
     tmp_path: Path,
 ) -> None:
     class SlowStore(SqliteApprovalStore):
-        async def afind_for_call(self, run_id: str, step: int, call_id: str) -> Any:
+        async def find_for_call(self, run_id: str, step: int, call_id: str) -> Any:
             await anyio.sleep(0.4)  # the store answers after the run's deadline has passed
-            return await super().afind_for_call(run_id, step, call_id)
+            return await super().find_for_call(run_id, step, call_id)
 
     @tool(effect=Effect.WRITE)
     def note(text: Annotated[str, Field(description="The note.")]) -> str:
@@ -368,9 +368,9 @@ async def test_a_deadline_passing_while_approvals_are_settled_does_not_cut_the_s
     # The proposal, its policy history and the run's checkpoint are all stored: the run waits
     # for the person, as it would have without a deadline, and resume can continue it.
     assert result.stop_reason is StopReason.APPROVAL_REQUIRED
-    [proposal] = store.list_proposals()
+    [proposal] = await store.list_proposals()
     assert proposal.tool == "note" and str(proposal.status) == "pending"
-    assert [e.op for e in store.events(proposal.id)] == ["proposed", "policy"]
+    assert [e.op for e in await store.events(proposal.id)] == ["proposed", "policy"]
     checkpoint = await store.load_checkpoint(result.run_id)
     assert checkpoint is not None and checkpoint.status == "paused"
 

@@ -31,8 +31,15 @@ from tether.mcp._pinning import PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
 from tether.policy._memory_store import MemoryApprovalStore
-from tether.policy._store import ApprovalStore, CheckpointStore, LedgerEntry, NewProposal
-from tether.sql._database import MIGRATIONS, Database
+from tether.policy._store import (
+    ApprovalStore,
+    CheckpointStore,
+    EffectLedger,
+    LedgerEntry,
+    NewProposal,
+    ProposalStore,
+)
+from tether.sql._database import MIGRATIONS, Database, blocking
 
 pytestmark = pytest.mark.anyio
 
@@ -87,7 +94,7 @@ def memory_record(n: int = 0) -> MemoryRecord:
 class Case:
     store: Any
     write: Callable[[], Awaitable[Any]]  # one write through the store's async face
-    written: Callable[[], bool]  # the write is in the file (checked through the sync face)
+    written: Callable[[], Awaitable[bool]]  # the write is in the file
 
 
 def approvals_case(path: Path) -> Case:
@@ -95,9 +102,12 @@ def approvals_case(path: Path) -> Case:
     box: dict[str, Any] = {}
 
     async def write() -> None:
-        box["p"] = await store.aadd_proposal(proposal(), now=T0)
+        box["p"] = await store.add_proposal(proposal(), now=T0)
 
-    return Case(store, write, lambda: store.get_proposal(box["p"].id) == box["p"])
+    async def written() -> bool:
+        return await store.get_proposal(box["p"].id) == box["p"]
+
+    return Case(store, write, written)
 
 
 def ledger_case(path: Path) -> Case:
@@ -106,9 +116,12 @@ def ledger_case(path: Path) -> Case:
     async def write() -> None:
         lease = T0 + timedelta(minutes=1)
         kw: Any = {"tool": "t", "arguments_hash": "h", "owner": "o", "lease_until": lease, "owner_dead": dead}
-        await store.aclaim("k1", now=T0, **kw)
+        await store.claim("k1", now=T0, **kw)
 
-    return Case(store, write, lambda: store.ledger_entry("k1") is not None)
+    async def written() -> bool:
+        return await store.ledger_entry("k1") is not None
+
+    return Case(store, write, written)
 
 
 def pins_case(path: Path) -> Case:
@@ -118,7 +131,10 @@ def pins_case(path: Path) -> Case:
     async def write() -> None:
         await store.aapprove("s", [check], endpoint="e", actor="ops")
 
-    return Case(store, write, lambda: "lookup" in store.pins("s"))
+    async def written() -> bool:
+        return "lookup" in store.pins("s")
+
+    return Case(store, write, written)
 
 
 def pauses_case(path: Path) -> Case:
@@ -128,7 +144,7 @@ def pauses_case(path: Path) -> Case:
     async def write() -> None:
         box["p"] = await store.create(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
 
-    def written() -> bool:
+    async def written() -> bool:
         query = "SELECT status FROM elicitation_pauses WHERE id = ?"
         return bool(
             store.db.snapshot(lambda c: c.exec_driver_sql(query, (box["p"].id,)).scalar()) == "pending"
@@ -144,7 +160,7 @@ def memory_case(path: Path) -> Case:
     async def write() -> None:
         box["w"] = await store.propose(memory_record())
 
-    def written() -> bool:
+    async def written() -> bool:
         rows = store.db.snapshot(lambda c: c.exec_driver_sql("SELECT id FROM memory_records").fetchall())
         return rows == [(box["w"].record.id,)]
 
@@ -187,20 +203,20 @@ async def test_a_store_write_waiting_for_a_locked_file_leaves_the_event_loop_run
             other.execute("COMMIT")
             await finished.wait()
     other.close()
-    assert ticks == 40 and case.written()
+    assert ticks == 40 and await case.written()
 
 
 async def test_reads_are_not_held_behind_another_writer(tmp_path: Path) -> None:
     store = SqliteApprovalStore(tmp_path / "a.db")
-    first = store.add_proposal(proposal(), now=T0)
+    first = await store.add_proposal(proposal(), now=T0)
     other = sqlite3.connect(store.path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     other.execute(
         "INSERT INTO approval_events (proposal_id, op, actor, detail, at) VALUES ('x','y','z','','t')"
     )
     with anyio.fail_after(10):
-        assert await store.aget_proposal(first.id) == first  # WAL: a snapshot, no write lock needed
-        assert [e.op for e in await store.aevents(first.id)] == ["proposed"]
+        assert await store.get_proposal(first.id) == first  # WAL: a snapshot, no write lock needed
+        assert [e.op for e in await store.events(first.id)] == ["proposed"]
     other.execute("ROLLBACK")
     other.close()
 
@@ -232,37 +248,27 @@ def _public_methods(cls: type) -> dict[str, Any]:
     return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("cls", [SqliteApprovalStore, PinStore])
-def test_each_sync_method_has_an_async_twin_with_the_same_parameters(cls: type) -> None:
+@pytest.mark.parametrize("cls", [SqliteApprovalStore, MemoryApprovalStore])
+def test_every_approval_store_method_is_async_with_one_name_and_no_twin(cls: type) -> None:
     methods = _public_methods(cls)
-    sync = {n: f for n, f in methods.items() if not inspect.iscoroutinefunction(f) and n != "close"}
-    assert sync
-    for name, fn in sync.items():
-        twin = methods.get("a" + name)
-        assert twin is not None and inspect.iscoroutinefunction(twin), f"{cls.__name__}.a{name} missing"
-        assert list(inspect.signature(twin).parameters) == list(inspect.signature(fn).parameters)
-        assert inspect.signature(twin).return_annotation == inspect.signature(fn).return_annotation
-    # and no async method without a sync twin but the concerns that are async only (checkpoints;
-    # SqliteMemory has no sync face at all)
-    only_async = {n for n in vars(CheckpointStore) if not n.startswith("_")}
-    assert {n for n, f in methods.items() if inspect.iscoroutinefunction(f)} - only_async == {
-        "a" + n for n in sync
+    blocking_ones = {n for n, f in methods.items() if not inspect.iscoroutinefunction(f)}
+    assert blocking_ones == {"close"}  # closing is for the owner's teardown, never a transaction
+    assert {n for n in methods if n.startswith("a") and n[1:] in methods} == set()  # no a-twin
+    protocol = {n for n, f in _public_methods(ApprovalStore).items() if inspect.iscoroutinefunction(f)}
+    assert protocol <= set(methods)
+
+
+def test_the_approval_store_protocol_is_the_union_of_its_concerns_all_async() -> None:
+    seams = {
+        seam: {n for n in vars(seam) if not n.startswith("_")}
+        for seam in (ProposalStore, EffectLedger, CheckpointStore)
     }
-
-
-def test_checkpoints_have_an_async_face_only() -> None:
-    names = {n for n in vars(CheckpointStore) if not n.startswith("_")}
-    assert names == {"save_checkpoint", "load_checkpoint", "list_checkpoints"}
-    for name in names:
-        assert inspect.iscoroutinefunction(getattr(SqliteApprovalStore, name))
-        assert inspect.iscoroutinefunction(getattr(MemoryApprovalStore, name))
-
-
-def test_the_approval_store_protocol_has_both_faces() -> None:
-    names = {n for n in vars(ApprovalStore) if not n.startswith("_")}
-    for n in vars(ApprovalStore.__mro__[1]):  # SyncApprovalStore
-        if not n.startswith("_"):
-            assert "a" + n in names
+    assert seams[CheckpointStore] == {"save_checkpoint", "load_checkpoint", "list_checkpoints"}
+    assert "claim" in seams[EffectLedger] and "decide" in seams[ProposalStore]
+    assert not (seams[ProposalStore] & seams[EffectLedger])  # each method has one concern
+    union = set().union(*seams.values())
+    assert {n for n in _public_methods(ApprovalStore)} == union
+    assert all(inspect.iscoroutinefunction(getattr(ApprovalStore, n)) for n in union)
 
 
 def test_no_module_but_tether_storage_opens_a_sqlite_connection() -> None:
@@ -368,33 +374,11 @@ async def test_threads_and_tasks_writing_one_file_lose_nothing(tmp_path: Path) -
     errors: list[BaseException] = []
     lease = T0 + timedelta(minutes=1)
 
-    def thread_writer(w: int) -> None:
-        store = SqliteApprovalStore(path)  # its own store object, as another component would have
-        try:
-            for i in range(per_writer):
-                p = store.add_proposal(proposal(f"thread-{w}", f"c{i}"), now=T0)
-                key = f"thread-{w}-{i}"
-                store.claim(
-                    key,
-                    tool="t",
-                    arguments_hash="h",
-                    owner="o",
-                    lease_until=lease,
-                    now=T0,
-                    owner_dead=dead,
-                    proposal_id=p.id,
-                )
-                store.finish(key, owner="o", result="{}", note="", now=T0)
-        except BaseException as err:  # collected: the assertion below names it
-            errors.append(err)
-
-    shared = SqliteApprovalStore(path)
-
-    async def task_writer(w: int) -> None:
+    async def write(store: SqliteApprovalStore, name: str) -> None:
         for i in range(per_writer):
-            p = await shared.aadd_proposal(proposal(f"task-{w}", f"c{i}"), now=T0)
-            key = f"task-{w}-{i}"
-            await shared.aclaim(
+            p = await store.add_proposal(proposal(name, f"c{i}"), now=T0)
+            key = f"{name}-{i}"
+            await store.claim(
                 key,
                 tool="t",
                 arguments_hash="h",
@@ -404,7 +388,19 @@ async def test_threads_and_tasks_writing_one_file_lose_nothing(tmp_path: Path) -
                 owner_dead=dead,
                 proposal_id=p.id,
             )
-            await shared.afinish(key, owner="o", result="{}", note="", now=T0)
+            await store.finish(key, owner="o", result="{}", note="", now=T0)
+
+    def thread_writer(w: int) -> None:
+        store = SqliteApprovalStore(path)  # its own store object, as another component would have
+        try:
+            blocking(write, store, f"thread-{w}")  # a thread of our own: its own event loop
+        except BaseException as err:  # collected: the assertion below names it
+            errors.append(err)
+
+    shared = SqliteApprovalStore(path)
+
+    async def task_writer(w: int) -> None:
+        await write(shared, f"task-{w}")
 
     workers = [threading.Thread(target=thread_writer, args=(w,)) for w in range(threads)]
     for t in workers:
@@ -417,7 +413,7 @@ async def test_threads_and_tasks_writing_one_file_lose_nothing(tmp_path: Path) -
         t.join()
     assert errors == []
     total = per_writer * (threads + tasks)
-    assert len(shared.list_proposals()) == total
+    assert len(await shared.list_proposals()) == total
     done = shared.db.snapshot(
         lambda c: c.exec_driver_sql("SELECT count(*) FROM effect_ledger WHERE status = 'done'").scalar()
     )
@@ -429,19 +425,26 @@ async def test_threads_and_tasks_writing_one_file_lose_nothing(tmp_path: Path) -
 WRITER = """
 import sys
 from datetime import UTC, datetime, timedelta
+import anyio
 from tether.policy import SqliteApprovalStore
 from tether.policy._store import NewProposal
 
 path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.stdin.readline()  # start together: the first operations race to create and migrate the file
-store = SqliteApprovalStore(path)
 t0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
-for i in range(n):
-    p = store.add_proposal(NewProposal("o", "t", "{}", "h", "write", name, name, 0, f"c{i}"), now=t0)
-    key = f"{name}-{i}"
-    store.claim(key, tool="t", arguments_hash="h", owner=name, lease_until=t0 + timedelta(minutes=1),
-                now=t0, owner_dead=lambda e, now: False, proposal_id=p.id)
-    store.finish(key, owner=name, result="{}", note="", now=t0)
+
+async def main() -> None:
+    store = SqliteApprovalStore(path)
+    for i in range(n):
+        new = NewProposal("o", "t", "{}", "h", "write", name, name, 0, f"c{i}")
+        p = await store.add_proposal(new, now=t0)
+        key = f"{name}-{i}"
+        lease = t0 + timedelta(minutes=1)
+        await store.claim(key, tool="t", arguments_hash="h", owner=name, lease_until=lease,
+                          now=t0, owner_dead=lambda e, now: False, proposal_id=p.id)
+        await store.finish(key, owner=name, result="{}", note="", now=t0)
+
+anyio.run(main)
 print("ok")
 """
 
@@ -470,7 +473,7 @@ def test_processes_racing_on_a_fresh_file_lose_nothing(tmp_path: Path) -> None:
         (0, "ok", "")
     ] * procs
     store = SqliteApprovalStore(path)
-    assert len(store.list_proposals()) == n * procs
+    assert len(blocking(store.list_proposals)) == n * procs
     done = store.db.snapshot(
         lambda c: c.exec_driver_sql("SELECT count(*) FROM effect_ledger WHERE status = 'done'").scalar()
     )

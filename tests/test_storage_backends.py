@@ -155,15 +155,15 @@ def test_a_cut_connection_is_replaced_and_nothing_is_lost(pg_url: str, pg_dsn: s
         from datetime import UTC, datetime
 
         now = datetime.now(UTC)
-        first = store.add_proposal(NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
+        first = blocking(store.add_proposal, NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             row = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
                 (store.db.application_name,),
             ).fetchone()
         assert row is not None and row[0] >= 1  # the store's pooled connection is gone
-        second = store.add_proposal(NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
-        assert {p.id for p in store.list_proposals()} == {first.id, second.id}
+        second = blocking(store.add_proposal, NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
+        assert {p.id for p in blocking(store.list_proposals)} == {first.id, second.id}
     finally:
         store.close()
 
@@ -176,7 +176,7 @@ def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(p
 
     now = datetime.now(UTC)
     setup = PgApprovalStore(pg_url)
-    proposal = setup.add_proposal(NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
+    proposal = blocking(setup.add_proposal, NewProposal("t", "x", "{}", "h", "write", "m"), now=now)
     barrier = threading.Barrier(6)
     claims: list[str] = []
     decisions: list[str] = []
@@ -185,15 +185,15 @@ def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(p
         store = PgApprovalStore(pg_url)
         try:
             barrier.wait()
-            claim = store.claim(
-                "k-race", tool="x", arguments_hash="h", owner=f"p{i}", lease_until=now + timedelta(minutes=1),
-                now=now, owner_dead=lambda e, t: False,
+            claim = blocking(
+                store.claim, "k-race", tool="x", arguments_hash="h", owner=f"p{i}",
+                lease_until=now + timedelta(minutes=1), now=now, owner_dead=lambda e, t: False,
             )  # fmt: skip
             claims.append(claim.action)
             try:
-                store.decide(
-                    proposal.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}),
-                    actor=f"r{i}", reason="", now=now,
+                blocking(
+                    store.decide, proposal.id, ProposalStatus.APPROVED,
+                    allowed_from=frozenset({ProposalStatus.PENDING}), actor=f"r{i}", reason="", now=now,
                 )  # fmt: skip
                 decisions.append("approved")
             except ApprovalError as err:
@@ -209,7 +209,7 @@ def test_concurrent_claimers_and_deciders_on_postgres_see_each_transition_once(p
     try:
         assert sorted(claims) == ["busy"] * 5 + ["run"]
         assert sorted(decisions) == ["already_approved"] * 5 + ["approved"]
-        assert [e.op for e in setup.events(proposal.id)] == ["proposed", "approved"]
+        assert [e.op for e in blocking(setup.events, proposal.id)] == ["proposed", "approved"]
     finally:
         setup.close()
 

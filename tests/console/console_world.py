@@ -91,8 +91,8 @@ def paused_runs(world: World) -> None:
         b = await host.run(agent, "Note on order-b1: beta customer note", context=TENANT_B)
         assert str(a.stop_reason) == str(b.stop_reason) == "approval_required"
         assert host.approvals is not None
-        [pa] = host.approvals.store.list_proposals(run_id=a.run_id)
-        [pb] = host.approvals.store.list_proposals(run_id=b.run_id)
+        [pa] = await host.approvals.store.list_proposals(run_id=a.run_id)
+        [pb] = await host.approvals.store.list_proposals(run_id=b.run_id)
         world.run_a, world.run_b, world.proposal_a, world.proposal_b = a.run_id, b.run_id, pa.id, pb.id
         await host.aclose()
 

@@ -41,6 +41,7 @@ def _off_loop(fn: Any, /, *args: Any, **kw: Any) -> Any:
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(blocking, fn, *args, **kw).result()
 
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
     pytest.skip("chromium is not installed (apt-get install -y chromium)", allow_module_level=True)
@@ -169,7 +170,7 @@ def second_run(world: World) -> tuple[str, str]:
         host, agent = build(world.db)
         run = await host.run(agent, "Note on order-a1: offer a discount", context=TENANT_A)
         assert host.approvals is not None
-        [p] = host.approvals.store.list_proposals(run_id=run.run_id)
+        [p] = await host.approvals.store.list_proposals(run_id=run.run_id)
         await host.aclose()
         return run.run_id, p.id
 
@@ -181,7 +182,7 @@ def status(world: World, proposal_id: str) -> str:
 
     store = SqliteApprovalStore(world.db)
     try:
-        found = store.get_proposal(proposal_id)
+        found = _off_loop(store.get_proposal, proposal_id)
         assert found is not None
         return str(found.status)
     finally:

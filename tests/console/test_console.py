@@ -11,11 +11,12 @@ import pytest
 from console_world import PASSWORD, World, csrf_of, login
 
 from tether.console._users import UserStore
+from tether.sql._database import blocking
 
 
 def status_of(world: World, proposal_id: str) -> str:
     assert world.sources is not None and world.sources.approvals is not None
-    return str(world.sources.approvals.get(proposal_id).status)
+    return str(blocking(world.sources.approvals.get, proposal_id).status)
 
 
 def audit_rows(world: World) -> list[tuple[str, str, str, str, str]]:
@@ -221,7 +222,7 @@ def test_hidden_characters_in_arguments_are_shown_escaped_and_kept_verbatim(worl
     assert '<span class="hidden-char" title="hidden character U+200B ZERO WIDTH SPACE">\\u200b</span>' in page
     assert "hidden characters: U+200B" in page
     assert world.sources is not None and world.sources.approvals is not None
-    stored = world.sources.approvals.get(world.proposal_a).arguments
+    stored = blocking(world.sources.approvals.get, world.proposal_a).arguments
     assert "call back tomorrow\u200b please" in stored  # preserved as data, not "cleaned"
 
 
@@ -413,7 +414,7 @@ def test_the_queue_row_shows_targets_and_risk_flags_and_the_page_both_forms_of_a
             agent, "Note on order-a1: refund to billing@p\u0430ypal.com today", context=TENANT_A
         )
         assert host.approvals is not None
-        [p] = host.approvals.store.list_proposals(run_id=run.run_id)
+        [p] = await host.approvals.store.list_proposals(run_id=run.run_id)
         await host.aclose()
         return p.id
 

@@ -159,10 +159,12 @@ def test_a_password_change_revokes_tokens_and_a_disabled_person_is_refused_every
 
 def test_a_huge_argument_is_shown_cut_with_its_length(world: World) -> None:
     from tether.policy._intake import Proposal
+    from tether.sql._database import blocking
 
     assert world.sources is not None and world.sources.approvals is not None
     note = "word " * 40_000  # 200 000 characters
-    stored = world.sources.approvals.submit(
+    stored = blocking(
+        world.sources.approvals.submit,
         Proposal.of("add_note", {"order_id": "order-a1", "note": note}, "tenant-a", effect="write"),
         proposed_by="desk:ops",
     )

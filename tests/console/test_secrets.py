@@ -110,7 +110,7 @@ def test_a_declared_secret_is_masked_in_every_sink_and_other_arguments_are_shown
         first = await host.run(agent, "Book seat 4A for Ana Passenger", context=CTX)
         assert str(first.stop_reason) == "approval_required"
         assert host.approvals is not None
-        [p] = host.approvals.store.list_proposals(run_id=first.run_id)
+        [p] = await host.approvals.store.list_proposals(run_id=first.run_id)
         await host.aclose()
         return first.run_id, p.id
 

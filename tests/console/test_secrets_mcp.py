@@ -87,7 +87,7 @@ def test_an_mcp_tools_password_parameter_is_masked_in_every_sink(world: Any) -> 
             await host.aclose()
         assert str(result.stop_reason) == "approval_required", result.detail
         assert host.approvals is not None
-        [p] = host.approvals.store.list_proposals(run_id=result.run_id)
+        [p] = await host.approvals.store.list_proposals(run_id=result.run_id)
         return result.run_id, p.id
 
     run_id, pid = anyio.run(first)

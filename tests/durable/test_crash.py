@@ -25,6 +25,7 @@ import durable_app
 import pytest
 
 from tether.policy import Approvals, Reviewer, TrustedContext
+from tether.sql._database import blocking
 
 pytestmark = pytest.mark.slow
 
@@ -108,15 +109,15 @@ def _decide_paused(client: Any, decided: set[str]) -> None:
     """The human: approve pay runs tagged pa-, deny those tagged pd-, once each."""
     store = client.stores.approvals
     desk = Approvals(store)
-    for p in store.list_proposals():
+    for p in blocking(store.list_proposals):
         if str(p.status) != "pending" or p.id in decided:
             continue
         decided.add(p.id)
         reviewer = Reviewer.for_all_tenants("rita")
         if _TAGS.get(p.run_id, "").startswith("pd-"):
-            desk.deny(reviewer, p.id, reason="no")
+            blocking(desk.deny, reviewer, p.id, reason="no")
         else:
-            desk.approve(reviewer, p.id)
+            blocking(desk.approve, reviewer, p.id)
 
 
 _TAGS: dict[str, str] = {}  # run id -> the tag its objective starts with
@@ -148,14 +149,14 @@ def _check_invariants(
         else:
             assert logged_by_run == [], tag
     store = client.stores.approvals
-    entries = [e for rid in runs.values() for e in store.ledger_for_run(rid)]
+    entries = [e for rid in runs.values() for e in blocking(store.ledger_for_run, rid)]
     assert {str(e.status) for e in entries} <= {"done"}, [(e.key, e.status, e.note) for e in entries]
     assert sorted(e.key for e in entries) == sorted(keys), "ledger and the tool's log disagree"
-    proposals = [p for rid in runs.values() for p in store.list_proposals(run_id=rid)]
+    proposals = [p for rid in runs.values() for p in blocking(store.list_proposals, run_id=rid)]
     for p in proposals:
-        decisions = [e.op for e in store.events(p.id) if e.op in ("approved", "denied")]
+        decisions = [e.op for e in blocking(store.events, p.id) if e.op in ("approved", "denied")]
         assert len(decisions) == 1, (p.id, decisions)
-        executed = [e for e in store.events(p.id) if e.op == "executed"]
+        executed = [e for e in blocking(store.events, p.id) if e.op == "executed"]
         assert len(executed) <= 1, (p.id, executed)
     payments = sorted(r[2] for r in rows if r[1] == "send_payment")
     approved = [p for p in proposals if str(p.status) == "approved"]
@@ -262,7 +263,7 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
         _wait_all(client, {"cr-1": rid}, timeout_s=60, tick=cluster.dead)  # nobody restarts it
         view = client.run(rid)
         dead = cluster.dead()
-        ledger = client.stores.approvals.ledger_for_run(rid)
+        ledger = blocking(client.stores.approvals.ledger_for_run, rid)
     finally:
         cluster.stop()
         client.close()
@@ -347,7 +348,7 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
             assert time.monotonic() < deadline, view
             restart()
             time.sleep(0.2)
-        [entry] = client.stores.approvals.ledger_for_run(rid)
+        [entry] = blocking(client.stores.approvals.ledger_for_run, rid)
         assert str(entry.status) == "escalated" and "cannot be asked" in entry.note
         assert [r[2] for r in durable_app.effects()] == ["esc-1:x"]  # not retried
         # The operator's view: the listing names the entry and the command that resolves it, and

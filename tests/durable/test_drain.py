@@ -13,6 +13,8 @@ import durable_app
 import pytest
 from test_crash import ACME, Cluster, cluster_dir  # noqa: F401 - the fixture, shared
 
+from tether.sql._database import blocking
+
 pytestmark = pytest.mark.slow
 
 
@@ -54,7 +56,7 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_survivor_continues(
         assert 1.0 < took < 15, took  # it waited for the effect's step, not for the whole run
         view = client.run(rid)
         assert view.status == "running"  # handed back, not failed, not finished here
-        [entry] = client.stores.approvals.ledger_for_run(rid)
+        [entry] = blocking(client.stores.approvals.ledger_for_run, rid)
         assert str(entry.status) == "done"  # the step in flight finished: nothing for a person
         events = _events(cluster_dir, "w1")
         kinds = [e["event"] for e in events]
@@ -68,7 +70,7 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_survivor_continues(
         done = client.wait(rid, timeout_s=60)
         assert (done.status, done.stop_reason) == ("finished", "accepted")
         assert [r[2] for r in durable_app.effects() if r[2].startswith("dr-1:")] == ["dr-1:a", "dr-1:b"]
-        assert {str(e.status) for e in client.stores.approvals.ledger_for_run(rid)} == {"done"}
+        assert {str(e.status) for e in blocking(client.stores.approvals.ledger_for_run, rid)} == {"done"}
         finished = [e for e in _events(cluster_dir, "w2") if e["event"] == "run_finished"]
         assert finished and finished[0]["run_id"] == rid and finished[0]["exit"] == 0
     finally:

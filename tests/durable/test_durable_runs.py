@@ -65,7 +65,7 @@ def test_queued_runs_end_with_one_stop_reason_and_each_effect_happens_once(deplo
     assert logged == ["wr-1:hello", "wr-1:a3", "wr-1:bye"]
     assert not [row for row in durable_app.effects() if row[2].startswith("ro-1")]
     # The ledger of the shared store holds each effect once, done.
-    entries = client.stores.approvals.ledger_for_run(ids["wr-1"])
+    entries = blocking(client.stores.approvals.ledger_for_run, ids["wr-1"])
     assert sorted(str(e.status) for e in entries) == ["done"] * 3
     assert worker.errors == []
 
@@ -85,10 +85,10 @@ def test_an_approval_given_on_another_machine_resumes_the_run_on_a_worker(
     elsewhere = open_stores(durable_url)  # the reviewer's machine: its own connections
     try:
         desk = Approvals(elsewhere.approvals)
-        [p_ok] = elsewhere.approvals.list_proposals(run_id=approved)
-        [p_no] = elsewhere.approvals.list_proposals(run_id=denied)
-        desk.approve(Reviewer("rita", tenants=frozenset({"acme"})), p_ok.id)
-        desk.deny(Reviewer("gus", tenants=frozenset({"globex"})), p_no.id, reason="too much")
+        [p_ok] = blocking(elsewhere.approvals.list_proposals, run_id=approved)
+        [p_no] = blocking(elsewhere.approvals.list_proposals, run_id=denied)
+        blocking(desk.approve, Reviewer("rita", tenants=frozenset({"acme"})), p_ok.id)
+        blocking(desk.deny, Reviewer("gus", tenants=frozenset({"globex"})), p_no.id, reason="too much")
     finally:
         elsewhere.close()
 
@@ -226,7 +226,7 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
     _, client, _ = deployment
     rid = client.submit(durable_app.APP, "pay-console: pay 41; log after-console", ACME)
     assert client.wait(rid, timeout_s=60).status == "paused"
-    [proposal] = client.stores.approvals.list_proposals(run_id=rid)
+    [proposal] = blocking(client.stores.approvals.list_proposals, run_id=rid)
 
     users_db = tmp_path / "console.db"
     users = UserStore(users_db, scrypt_n=2**10)  # cheap hashes for a test
@@ -248,7 +248,7 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
         # Attack: a reviewer of another tenant neither sees nor decides the proposal.
         gus = signed_in("gus")
         assert gus.get(f"/approvals/{proposal.id}").status_code == 404
-        assert client.stores.approvals.get_proposal(proposal.id).status.value == "pending"
+        assert blocking(client.stores.approvals.get_proposal, proposal.id).status.value == "pending"
         # Legitimate: the tenant's reviewer approves the exact content; a worker resumes the run.
         rita = signed_in("rita")
         page = rita.get(f"/approvals/{proposal.id}").text
@@ -312,7 +312,7 @@ def test_a_cancelled_paused_run_runs_nothing_when_approved_later(
     worker, client, _ = deployment
     rid = client.submit(durable_app.APP, "cx-pause: pay 77; log after-cancel", ACME)
     assert client.wait(rid, timeout_s=60).status == "paused"
-    [proposal] = client.stores.approvals.list_proposals(run_id=rid)
+    [proposal] = blocking(client.stores.approvals.list_proposals, run_id=rid)
     assert main(["runs", "--db", durable_url, "cancel", rid, "--json"]) == 0
     done = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert done["proposals_invalidated"] == [proposal.id] and done["workflows"] == [f"{rid}.cancel"]
@@ -333,7 +333,7 @@ def test_a_cancelled_paused_run_runs_nothing_when_approved_later(
     # Legitimate: another paused run, approved, still runs (cancel touched only its own run).
     other = client.submit(durable_app.APP, "cx-keep: pay 78", ACME)
     assert client.wait(other, timeout_s=60).status == "paused"
-    [p2] = client.stores.approvals.list_proposals(run_id=other)
+    [p2] = blocking(client.stores.approvals.list_proposals, run_id=other)
     assert main(["approvals", "approve", p2.id, "--db", durable_url, "--reviewer", "rita", "--json"]) == 0
     capsys.readouterr()
     assert _wait_for(client, other, "finished").stop_reason == "accepted"
@@ -403,7 +403,7 @@ def test_a_write_that_raised_is_listed_for_a_person_and_runs_resolve_accepts_it(
     rid = client.submit(durable_app.APP, "fl-1: flaky x; read a1", ACME)
     view = client.wait(rid, timeout_s=60)
     assert (view.stop_reason, view.exit_code) == ("internal_error", 7)  # a tool that raises ends the run
-    [entry] = client.stores.approvals.ledger_for_run(rid)
+    [entry] = blocking(client.stores.approvals.ledger_for_run, rid)
     assert str(entry.status) == "reconciling"
     assert main(["runs", "--db", durable_url, "escalations", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"]

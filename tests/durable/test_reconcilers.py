@@ -17,6 +17,7 @@ from tether.agents._file import load_agent_file
 from tether.errors import ApprovalError, ConfigError
 from tether.policy import Reviewer
 from tether.policy._store import LedgerStatus
+from tether.sql._database import blocking
 
 TOOLS = '''
 import json, os
@@ -81,12 +82,12 @@ def test_a_declared_reconciler_answers_for_a_write_that_raised(tmp_path: Path) -
     async def go() -> object:
         with pytest.raises(ConnectionResetError):
             await approvals.perform("k1", tool="add_note", arguments={"text": "hello"}, call=write_then_raise)
-        assert approvals.store.ledger_entry("k1").status is LedgerStatus.RECONCILING
+        assert (await approvals.store.ledger_entry("k1")).status is LedgerStatus.RECONCILING
         return await approvals.perform("k1", tool="add_note", arguments={"text": "hello"}, call=must_not_run)
 
     outcome = anyio.run(go)
     assert outcome.reconciled and ran == []  # asked the system of record; not run twice
-    assert approvals.store.ledger_entry("k1").status is LedgerStatus.DONE
+    assert blocking(approvals.store.ledger_entry, "k1").status is LedgerStatus.DONE
     assert (tmp_path / "notes.log").read_text() == "k1\thello\n"
 
 
@@ -106,17 +107,17 @@ def test_a_write_that_raised_can_be_resolved_by_a_person_unless_someone_owns_it(
     anyio.run(go)
     rita = Reviewer.for_all_tenants("rita")
     # Attack: an entry a live process is reconciling (its lease runs) is not for a person to settle.
-    entry = approvals.store.ledger_entry("k3")
+    entry = blocking(approvals.store.ledger_entry, "k3")
     now = datetime.now(UTC)
-    approvals.store.set_ledger_status(
-        "k3", LedgerStatus.RECONCILING, owner=entry.owner, note="reconciling", now=now,
-        lease_until=now + timedelta(minutes=5),
+    blocking(
+        approvals.store.set_ledger_status, "k3", LedgerStatus.RECONCILING, owner=entry.owner,
+        note="reconciling", now=now, lease_until=now + timedelta(minutes=5),
     )  # fmt: skip
     with pytest.raises(ApprovalError) as info:
-        approvals.resolve(rita, "k3", happened=True)
+        blocking(approvals.resolve, rita, "k3", happened=True)
     assert info.value.reason == "not_escalated"
     # Legitimate: the one no one owns is resolved.
-    done = approvals.resolve(rita, "k2", happened=False, note="checked: never written")
+    done = blocking(approvals.resolve, rita, "k2", happened=False, note="checked: never written")
     assert done.status is LedgerStatus.DONE and "rita" in done.note
 
 

@@ -27,7 +27,11 @@ def _store(tmp_path: Path) -> SqliteApprovalStore:
 def _propose(store: SqliteApprovalStore, run_id: str, call_id: str = "c1") -> str:
     args = '{"amount":"30"}'
     new = NewProposal("acme", "send_payment", args, "sha256:x", "write", "model", run_id, 1, call_id)
-    return store.add_proposal(new, now=T0).id
+    return blocking(store.add_proposal, new, now=T0).id
+
+
+def _decide(store: SqliteApprovalStore, pid: str, to: ProposalStatus, reason: str = "") -> None:
+    blocking(store.decide, pid, to, allowed_from=PENDING, actor="rita", reason=reason, now=T0)
 
 
 def _pause(store: SqliteApprovalStore, run_id: str, pending: list[str], at: datetime) -> None:
@@ -42,10 +46,10 @@ def test_an_approval_given_before_the_pause_was_written_still_resumes(tmp_path: 
     store = _store(tmp_path)
     pid = _propose(store, "r1")
     # The reviewer is fast: the decision lands between the proposal's insert and the checkpoint.
-    store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _decide(store, pid, ProposalStatus.APPROVED)
     _pause(store, "r1", [pid], T0 + timedelta(milliseconds=5))
     [cp] = blocking(store.list_checkpoints)
-    assert due_for_resume(cp, store.list_proposals(run_id="r1"))
+    assert due_for_resume(cp, blocking(store.list_proposals, run_id="r1"))
     store.close()
 
 
@@ -53,21 +57,21 @@ def test_a_run_waits_while_any_awaited_proposal_is_pending(tmp_path: Path) -> No
     store = _store(tmp_path)
     a, b = _propose(store, "r1"), _propose(store, "r1", "c2")
     _pause(store, "r1", [a, b], T0)
-    store.decide(a, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _decide(store, a, ProposalStatus.APPROVED)
     [cp] = blocking(store.list_checkpoints)
-    assert not due_for_resume(cp, store.list_proposals(run_id="r1"))
-    store.decide(b, ProposalStatus.DENIED, allowed_from=PENDING, actor="rita", reason="no", now=T0)
-    assert due_for_resume(cp, store.list_proposals(run_id="r1"))  # a denial resumes too (to end it)
+    assert not due_for_resume(cp, blocking(store.list_proposals, run_id="r1"))
+    _decide(store, b, ProposalStatus.DENIED, reason="no")
+    assert due_for_resume(cp, blocking(store.list_proposals, run_id="r1"))  # a denial resumes too (to end it)
     store.close()
 
 
 def test_a_pause_for_an_unresolved_effect_is_not_resumed_by_old_decisions(tmp_path: Path) -> None:
     store = _store(tmp_path)
     pid = _propose(store, "r1")
-    store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _decide(store, pid, ProposalStatus.APPROVED)
     _pause(store, "r1", [], T0 + timedelta(seconds=1))  # paused later, waiting for no proposal
     [cp] = blocking(store.list_checkpoints)
-    assert not due_for_resume(cp, store.list_proposals(run_id="r1"))
+    assert not due_for_resume(cp, blocking(store.list_proposals, run_id="r1"))
     assert not due_for_resume(cp, [])  # a run with no proposals at all
     store.close()
 
@@ -108,11 +112,11 @@ def test_an_awaited_approval_and_an_open_question_both_hold_the_run(tmp_path: Pa
     store, pauses = _store(tmp_path), PauseStore(tmp_path / "pauses.db")
     pid, q = _propose(store, "r1"), _ask(pauses, "r1", "which size?")
     _pause(store, "r1", [pid], T0)
-    store.decide(pid, ProposalStatus.APPROVED, allowed_from=PENDING, actor="rita", reason="", now=T0)
+    _decide(store, pid, ProposalStatus.APPROVED)
     [cp] = blocking(store.list_checkpoints)
-    assert not due_for_resume(cp, store.list_proposals(run_id="r1"), blocking(pauses.for_run, "r1"))
+    assert not due_for_resume(cp, blocking(store.list_proposals, run_id="r1"), blocking(pauses.for_run, "r1"))
     blocking(store_answer, pauses, q, "accept", {"size": 3}, actor="ana")
-    assert due_for_resume(cp, store.list_proposals(run_id="r1"), blocking(pauses.for_run, "r1"))
+    assert due_for_resume(cp, blocking(store.list_proposals, run_id="r1"), blocking(pauses.for_run, "r1"))
     pauses.close()
     store.close()
 

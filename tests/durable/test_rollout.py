@@ -22,6 +22,7 @@ from test_crash import _TAGS, ACME, GLOBEX, _check_invariants, cluster_dir  # no
 
 from tether.policy import Approvals, Reviewer
 from tether.policy._store import ProposalStatus
+from tether.sql._database import blocking
 
 pytestmark = pytest.mark.slow
 
@@ -103,10 +104,10 @@ def test_a_rolling_upgrade_of_three_workers_while_runs_flow_loses_none(
     def decide() -> None:
         store = client.stores.approvals
         desk = Approvals(store)
-        for p in store.list_proposals(status=ProposalStatus.PENDING):
+        for p in blocking(store.list_proposals, status=ProposalStatus.PENDING):
             if p.run_id not in held and p.id not in decided and p.run_id in _TAGS:
                 decided.add(p.id)
-                desk.approve(Reviewer.for_all_tenants("rita"), p.id)
+                blocking(desk.approve, Reviewer.for_all_tenants("rita"), p.id)
 
     def submit(count: int) -> None:
         for _ in range(count):

@@ -118,10 +118,10 @@ async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: A
     from tether.policy._store import ProposalStatus
 
     store = SqliteApprovalStore(tmp_path / "approvals.db")
-    (stored,) = store.list_proposals()
+    (stored,) = await store.list_proposals()
     assert stored.tool == "send_money" and stored.status is ProposalStatus.APPROVED
     # The reviewer saw why: the recipient's provenance is in the proposal's history.
-    (why,) = [e for e in store.events(stored.id) if e.op == "policy"]
+    (why,) = [e for e in await store.events(stored.id) if e.op == "policy"]
     assert "read_file@banking, third_party" in why.detail and "UK12345678901234567890" in why.detail
     # Without a reviewer the same task is not completed (fail closed).
     assert not (await b.run(u)).utility

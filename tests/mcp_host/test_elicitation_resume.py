@@ -170,7 +170,7 @@ async def test_a_destructive_tool_asking_to_confirm_runs_once_approved_and_once_
     # First the side effect waits for a reviewer: nothing was sent to the server.
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and not log.exists()
     [pid] = [e.data["proposal_id"] for e in first.events if str(e.kind) == "approval_requested"]
-    Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
+    await Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
     # Approved, the call runs; the server asks "are you sure?" and nobody is there: paused again.
     second, _ = await _resume(config, db, first.run_id)
     assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for input" in second.detail

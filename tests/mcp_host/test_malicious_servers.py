@@ -461,7 +461,7 @@ async def test_with_an_approval_desk_an_undeclared_tool_waits_for_a_person(
     )
     # readOnlyHint=true is only a hint: undeclared means side-effecting, so a person must approve.
     assert run.result.stop_reason is StopReason.APPROVAL_REQUIRED
-    [pending] = store.list_proposals(run_id=run.result.run_id)
+    [pending] = await store.list_proposals(run_id=run.result.run_id)
     assert (pending.tool, pending.effect, str(pending.status)) == ("h__read_secretly", "write", "pending")
     assert calls_logged(log) == ["lookup"]
     assert "value-of-alpha" in run.seen("h__lookup")[0]

@@ -140,7 +140,7 @@ async def test_an_approved_side_effect_run_as_a_long_task_reaches_the_server_onc
     # A side effect waits for a reviewer first: nothing reached the server.
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and not (out / "task.log").exists()
     [pid] = [e.data["proposal_id"] for e in first.events if str(e.kind) == "approval_requested"]
-    Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
+    await Approvals(SqliteApprovalStore(db)).approve(Reviewer.for_all_tenants("ops"), pid)
     # Approved, it runs; its task outlives the call: the run pauses on the task.
     second, _ = await _go(config, db, first.run_id)
     assert second.stop_reason is StopReason.APPROVAL_REQUIRED and "paused for task t-1" in second.detail
@@ -151,7 +151,7 @@ async def test_an_approved_side_effect_run_as_a_long_task_reaches_the_server_onc
     # One effect on the server: the resume took the task's result through the ledger, never a
     # second tools/call, and no ledger entry is left with an unknown outcome.
     assert _log(out).count("call") == 1
-    entries = SqliteApprovalStore(db).ledger_for_run(first.run_id)
+    entries = await SqliteApprovalStore(db).ledger_for_run(first.run_id)
     assert entries and all(str(e.status) == "done" for e in entries)
 
 

@@ -96,10 +96,10 @@ async def _main(argv: list[str]) -> None:
     await host.start()
     desk = ProposalDesk(host)
     if command == "propose-approve-hold":
-        p = desk.propose(
+        p = await desk.propose(
             ALPHA, json.dumps({"tool": "add_note", "arguments": {"order_id": "order-1", "note": rest[0]}})
         )
-        desk.approve(REVIEWER, p.id)
+        await desk.approve(REVIEWER, p.id)
         print(p.id, flush=True)
         sys.stdin.readline()  # held until the test kills this process
     elif command == "resume":

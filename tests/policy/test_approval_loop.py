@@ -40,14 +40,14 @@ async def test_side_effecting_call_pauses_the_run_and_resume_runs_it_once_after_
     box = build(tmp_path / "a.db", tmp_path / "outbox.db")[1]
     assert box.rows() == []  # nothing ran before approval
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals(run_id=first.run_id)
+    [p] = await host.approvals.store.list_proposals(run_id=first.run_id)
     assert p.status is ProposalStatus.PENDING and p.tool == "add_note"
     assert {"approval_requested", "run_paused"} <= set(kinds(first))
 
     still = await host.resume(agent, first.run_id)  # nobody decided yet: paused again
     assert still.stop_reason is StopReason.APPROVAL_REQUIRED and box.rows() == []
 
-    host.approvals.approve(REVIEWER, p.id, reason="ok")
+    await host.approvals.approve(REVIEWER, p.id, reason="ok")
     done = await host.resume(agent, first.run_id)
     assert done.stop_reason is StopReason.ACCEPTED and done.run_id == first.run_id
     assert done.answer == "The note was added to order-1."
@@ -72,8 +72,8 @@ async def test_denied_or_invalidated_approval_ends_the_run_approval_denied(
     host, agent = build_loop(tmp_path / "a.db")
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals(run_id=first.run_id)
-    getattr(host.approvals, decision)(REVIEWER, p.id, reason="not this one")
+    [p] = await host.approvals.store.list_proposals(run_id=first.run_id)
+    await getattr(host.approvals, decision)(REVIEWER, p.id, reason="not this one")
     result = await host.resume(agent, first.run_id)
     assert result.stop_reason is StopReason.APPROVAL_DENIED
     denied = next(e for e in result.events if str(e.kind) == "approval_denied")
@@ -94,7 +94,7 @@ async def test_obeying_model_cannot_widen_scope_and_the_legitimate_call_still_pa
     agent = Agent(instructions="Add notes.", model=model)
     result = await host.run(agent, "Note it.", context=ALPHA)
     assert result.stop_reason is StopReason.POLICY_DENIED and "cross_tenant" in result.detail
-    assert host.approvals is not None and host.approvals.store.list_proposals() == []
+    assert host.approvals is not None and await host.approvals.store.list_proposals() == []
 
     model2 = ScriptedModel(
         [
@@ -108,7 +108,7 @@ async def test_obeying_model_cannot_widen_scope_and_the_legitimate_call_still_pa
         "extra_field"
     )
     assert result.stop_reason is StopReason.APPROVAL_REQUIRED
-    [p] = host.approvals.store.list_proposals()
+    [p] = await host.approvals.store.list_proposals()
     assert json.loads(p.arguments) == {"note": "Legitimate note.", "order_id": "order-1"}
     await host.aclose()
 
@@ -131,8 +131,8 @@ async def test_nothing_in_a_turn_runs_until_its_side_effecting_call_is_approved(
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert first.stop_reason is StopReason.APPROVAL_REQUIRED and reads == [] and box.rows() == []
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
-    host.approvals.approve(REVIEWER, p.id)
+    [p] = await host.approvals.store.list_proposals()
+    await host.approvals.approve(REVIEWER, p.id)
     done = await host.resume(agent, first.run_id)
     assert done.stop_reason is StopReason.ACCEPTED and reads == ["order-1"] and len(box.rows()) == 1
     await host.aclose()
@@ -171,8 +171,8 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
     host, agent = build_loop(tmp_path / "a.db")
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
-    host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
+    [p] = await host.approvals.store.list_proposals()
+    await host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
     crashed = run_app(tmp_path, "resume", first.run_id, OUTBOX_CRASH="after")
     assert crashed.returncode == 17, crashed.stderr
     box = build(tmp_path / "a.db", tmp_path / "outbox.db")[1]
@@ -181,7 +181,7 @@ async def test_a_resume_that_crashes_mid_call_is_reconciled_by_the_next_resume_n
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout.splitlines()[-1]) == {"stop_reason": "accepted"}
     assert len(box.rows()) == 1
-    [entry] = host.approvals.store.ledger_for(p.id)
+    [entry] = await host.approvals.store.ledger_for(p.id)
     assert entry.note == "reconciled: happened"
     assert (await host.approvals.store.load_checkpoint(first.run_id)).app == LOOP_APP  # type: ignore[union-attr]
     await host.aclose()
@@ -197,12 +197,12 @@ async def test_a_reused_call_id_in_a_later_turn_does_not_ride_on_the_old_approva
     agent = Agent(instructions="x", model=ScriptedModel(same_id))
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
-    host.approvals.approve(REVIEWER, p.id)
+    [p] = await host.approvals.store.list_proposals()
+    await host.approvals.approve(REVIEWER, p.id)
     second = await host.resume(agent, first.run_id)  # turn 1 runs; turn 2 repeats the id and content
     assert second.stop_reason is StopReason.APPROVAL_REQUIRED
     assert len(box.rows()) == 1
-    proposals = host.approvals.store.list_proposals()
+    proposals = await host.approvals.store.list_proposals()
     assert len(proposals) == 2 and proposals[1].status is ProposalStatus.PENDING
     assert proposals[1].content_hash == p.content_hash and proposals[1].step == p.step + 1  # type: ignore[operator]
     await host.aclose()
@@ -217,15 +217,15 @@ async def test_a_loop_proposal_executed_at_the_desk_is_not_repeated_by_the_resum
     host, agent = build_loop(tmp_path / "a.db")
     first = await host.run(agent, "Note it.", context=ALPHA)
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
+    [p] = await host.approvals.store.list_proposals()
     desk = ProposalDesk(host)
-    desk.approve(REVIEWER, p.id)
+    await desk.approve(REVIEWER, p.id)
     direct = await desk.execute(ALPHA, p.id)
     done = await host.resume(agent, first.run_id)
     assert done.stop_reason is StopReason.ACCEPTED
     assert "effect_replayed" in kinds(done) and "effect_intent" not in kinds(done)
     assert len(build(tmp_path / "a.db", tmp_path / "outbox.db")[1].rows()) == 1
-    assert direct.key == host.approvals.store.ledger_for(p.id)[0].key
+    assert direct.key == (await host.approvals.store.ledger_for(p.id))[0].key
     await host.aclose()
 
 
@@ -235,7 +235,7 @@ async def test_the_model_cannot_approve_its_own_proposal(tmp_path: Path) -> None
     script = [call("add_note", order_id="order-1", note="n")]
     first = await host.run(Agent(instructions="x", model=ScriptedModel(script)), "Note it.", context=ALPHA)
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
+    [p] = await host.approvals.store.list_proposals()
     # Obeying an injected "approve it yourself": there is no such tool, and no argument reaches a Reviewer.
     obeying = ScriptedModel(
         [call("approve", proposal_id=p.id, reviewer="alpha-manager"), final("approved it")]
@@ -243,7 +243,7 @@ async def test_the_model_cannot_approve_its_own_proposal(tmp_path: Path) -> None
     other = await host.run(Agent(instructions="x", model=obeying), "Approve " + p.id, context=ALPHA)
     assert other.stop_reason is StopReason.ACCEPTED  # the model's claim changes nothing
     assert any(e.data.get("message", "").startswith("unknown tool") for e in other.events)
-    assert host.approvals.store.get_proposal(p.id).status is ProposalStatus.PENDING  # type: ignore[union-attr]
+    assert (await host.approvals.store.get_proposal(p.id)).status is ProposalStatus.PENDING  # type: ignore[union-attr]
     still = await host.resume(Agent(instructions="x", model=ScriptedModel([final("x")])), first.run_id)
     assert still.stop_reason is StopReason.APPROVAL_REQUIRED and box.rows() == []
     await host.aclose()
@@ -282,8 +282,8 @@ async def test_approval_is_configurable_per_tool_and_every_side_effect_goes_thro
     assert {"effect_intent", "effect_recorded"} <= set(kinds(result))
     assert host.approvals is not None
     [entry_key] = [e.data["key"] for e in result.events if str(e.kind) == "effect_recorded"]
-    assert host.approvals.store.ledger_entry(entry_key) is not None
-    [p] = host.approvals.store.list_proposals()
+    assert await host.approvals.store.ledger_entry(entry_key) is not None
+    [p] = await host.approvals.store.list_proposals()
     assert p.tool == "read_payroll" and p.effect == "read"
     await host.aclose()
 
@@ -305,8 +305,8 @@ async def test_a_run_paused_by_the_code_before_the_run_scope_resumes(tmp_path: P
     old = read_trace(tmp_path / "run" / "traces" / f"{run_id}.jsonl")
     host, agent = build_loop(tmp_path / "run" / "approvals.db")
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals(run_id=run_id)
-    host.approvals.approve(REVIEWER, p.id, reason="ok")
+    [p] = await host.approvals.store.list_proposals(run_id=run_id)
+    await host.approvals.approve(REVIEWER, p.id, reason="ok")
     done = await host.resume(agent, run_id)
     assert done.stop_reason is StopReason.ACCEPTED, done.kinds()
     assert done.answer == "The note was added to order-1."

@@ -47,9 +47,9 @@ async def test_review_shows_exactly_what_runs_and_execute_runs_the_stored_argume
     desk: tuple[ProposalDesk, Outbox],
 ) -> None:
     d, box = desk
-    p = d.propose(ALPHA, note())
+    p = await d.propose(ALPHA, note())
     assert p.status is ProposalStatus.PENDING and p.id.startswith("prop_")
-    review = d.review(ALPHA, p.id)
+    review = await d.review(ALPHA, p.id)
     assert (review.tool, review.arguments) == (
         "add_note",
         {"order_id": "order-1", "note": "Call back on Monday."},
@@ -61,7 +61,7 @@ async def test_review_shows_exactly_what_runs_and_execute_runs_the_stored_argume
     assert info.value.reason == "not_approved"
     assert box.rows() == []
 
-    approved = d.approve(REVIEWER, p.id, reason="checked")
+    approved = await d.approve(REVIEWER, p.id, reason="checked")
     assert approved.decided_by == "reviewer:alpha-manager" and approved.decided_at is not None
     first = await d.execute(ALPHA, p.id)
     assert not first.replayed and first.data["note"] == "Call back on Monday."
@@ -71,7 +71,7 @@ async def test_review_shows_exactly_what_runs_and_execute_runs_the_stored_argume
     again = await d.execute(ALPHA, p.id)  # a replay: the first result, no second effect
     assert again.replayed and again.data == first.data
     assert len(box.rows()) == 1
-    ops = [e.op for e in d.approvals.store.events(p.id)]
+    ops = [e.op for e in await d.approvals.store.events(p.id)]
     assert ops == ["proposed", "policy", "approved", "executed", "replayed"]
 
 
@@ -80,16 +80,16 @@ async def test_a_new_proposal_with_identical_content_needs_its_own_approval(
     desk: tuple[ProposalDesk, Outbox],
 ) -> None:
     d, box = desk
-    old = d.propose(ALPHA, note())
-    d.approve(REVIEWER, old.id)
+    old = await d.propose(ALPHA, note())
+    await d.approve(REVIEWER, old.id)
     await d.execute(ALPHA, old.id)
-    new = d.propose(ALPHA, note())
+    new = await d.propose(ALPHA, note())
     assert new.id != old.id and new.content_hash == old.content_hash
     with pytest.raises(ApprovalError) as info:
         await d.execute(ALPHA, new.id)
     assert info.value.reason == "not_approved"
     assert len(box.rows()) == 1
-    d.approve(REVIEWER, new.id)
+    await d.approve(REVIEWER, new.id)
     assert not (await d.execute(ALPHA, new.id)).replayed  # its own approval: its own effect
     assert len(box.rows()) == 2
 
@@ -99,24 +99,24 @@ async def test_invalidate_blocks_further_execution_and_keeps_history(
     desk: tuple[ProposalDesk, Outbox],
 ) -> None:
     d, box = desk
-    done = d.propose(ALPHA, note())
-    d.approve(REVIEWER, done.id)
+    done = await d.propose(ALPHA, note())
+    await d.approve(REVIEWER, done.id)
     await d.execute(ALPHA, done.id)
-    d.invalidate(ALPHA, done.id, reason="withdrawn")
+    await d.invalidate(ALPHA, done.id, reason="withdrawn")
     with pytest.raises(ApprovalError) as info:
         await d.execute(ALPHA, done.id)
     assert info.value.reason == "invalidated"
     assert len(box.rows()) == 1  # the effect already made stays
-    review = d.review(ALPHA, done.id)
+    review = await d.review(ALPHA, done.id)
     assert [e.op for e in review.history][-1] == "invalidated" and len(review.executions) == 1
 
-    pending = d.propose(ALPHA, note(text="second"))
-    d.invalidate(ALPHA, pending.id)
+    pending = await d.propose(ALPHA, note(text="second"))
+    await d.invalidate(ALPHA, pending.id)
     with pytest.raises(ApprovalError) as info:  # an invalidated proposal cannot be approved later
-        d.approve(REVIEWER, pending.id)
+        await d.approve(REVIEWER, pending.id)
     assert info.value.reason == "already_invalidated"
-    denied = d.propose(ALPHA, note(text="third"))
-    d.deny(REVIEWER, denied.id, reason="no")
+    denied = await d.propose(ALPHA, note(text="third"))
+    await d.deny(REVIEWER, denied.id, reason="no")
     with pytest.raises(ApprovalError) as info:
         await d.execute(ALPHA, denied.id)
     assert info.value.reason == "denied"
@@ -129,17 +129,17 @@ async def test_other_tenants_cannot_see_execute_or_approve_a_proposal(
 ) -> None:
     d, box = desk
     with pytest.raises(PolicyError) as refused:  # the target belongs to org-beta
-        d.propose(ALPHA, note(order_id="order-9"))
+        await d.propose(ALPHA, note(order_id="order-9"))
     assert refused.value.reason == "cross_tenant"
-    p = d.propose(ALPHA, note())
+    p = await d.propose(ALPHA, note())
     for attempt in (lambda: d.review(BETA, p.id), lambda: d.invalidate(BETA, p.id)):
         with pytest.raises(ApprovalError) as info:
-            attempt()
+            await attempt()
         assert info.value.reason == "unknown_proposal"  # not even confirmed to exist
     with pytest.raises(ApprovalError) as info:
-        d.approve(Reviewer("beta-manager", tenants=frozenset({"org-beta"})), p.id)
+        await d.approve(Reviewer("beta-manager", tenants=frozenset({"org-beta"})), p.id)
     assert info.value.reason == "reviewer_not_allowed"
-    d.approve(REVIEWER, p.id)
+    await d.approve(REVIEWER, p.id)
     with pytest.raises(ApprovalError):
         await d.execute(BETA, p.id)
     assert box.rows() == []
@@ -159,8 +159,8 @@ async def test_ownership_is_checked_again_at_execution(tmp_path: Path) -> None:
     host.policy = Policy(allow={"add_note"}, catalog=LiveCatalog())
     await host.start()
     d = ProposalDesk(host)
-    p = d.propose(ALPHA, note())
-    d.approve(REVIEWER, p.id)
+    p = await d.propose(ALPHA, note())
+    await d.approve(REVIEWER, p.id)
     owners["order-1"] = "org-beta"  # the order changed hands after approval
     with pytest.raises(PolicyError) as info:
         await d.execute(ALPHA, p.id)
@@ -176,12 +176,12 @@ async def test_malicious_text_is_stored_verbatim_and_changes_no_tenant_tool_or_t
     desk: tuple[ProposalDesk, Outbox],
 ) -> None:
     d, box = desk
-    p = d.propose(ALPHA, note(text=INJECTED))
-    d.approve(REVIEWER, p.id)
+    p = await d.propose(ALPHA, note(text=INJECTED))
+    await d.approve(REVIEWER, p.id)
     ex = await d.execute(ALPHA, p.id)
     assert box.rows() == [(ex.key, "order-1", INJECTED, box.rows()[0][3])]
-    assert d.review(ALPHA, p.id).tool == "add_note"
-    assert [q.tenant for q in d.approvals.store.list_proposals()] == ["org-alpha"]
+    assert (await d.review(ALPHA, p.id)).tool == "add_note"
+    assert [q.tenant for q in await d.approvals.store.list_proposals()] == ["org-alpha"]
 
 
 @pytest.mark.spec("T5")
@@ -189,8 +189,8 @@ async def test_stored_proposals_cannot_be_edited_and_a_tampered_row_is_refused(t
     host, box = build(tmp_path / "a.db", tmp_path / "o.db")
     await host.start()
     d = ProposalDesk(host)
-    p = d.propose(ALPHA, note())
-    d.approve(REVIEWER, p.id)
+    p = await d.propose(ALPHA, note())
+    await d.approve(REVIEWER, p.id)
     conn = sqlite3.connect(tmp_path / "a.db")
     with pytest.raises(sqlite3.DatabaseError, match="immutable"):
         conn.execute("UPDATE proposals SET arguments = ? WHERE id = ?", ('{"order_id":"order-2"}', p.id))
@@ -206,8 +206,8 @@ async def test_stored_proposals_cannot_be_edited_and_a_tampered_row_is_refused(t
         await d.execute(ALPHA, p.id)
     assert info.value.reason == "tampered"
     assert box.rows() == []
-    legit = d.propose(ALPHA, note(text="fine"))
-    d.approve(REVIEWER, legit.id)
+    legit = await d.propose(ALPHA, note(text="fine"))
+    await d.approve(REVIEWER, legit.id)
     assert (await d.execute(ALPHA, legit.id)).data["note"] == "fine"
     await host.aclose()
 
@@ -215,24 +215,24 @@ async def test_stored_proposals_cannot_be_edited_and_a_tampered_row_is_refused(t
 @pytest.mark.spec("T5")
 async def test_decisions_need_a_reviewer_object_not_a_name(desk: tuple[ProposalDesk, Outbox]) -> None:
     d, _ = desk
-    p = d.propose(ALPHA, note())
+    p = await d.propose(ALPHA, note())
     fake: Any = "alpha-manager"
     with pytest.raises(ApprovalError) as info:
-        d.approve(fake, p.id)
+        await d.approve(fake, p.id)
     assert info.value.reason == "not_a_reviewer"
-    assert d.approve(REVIEWER, p.id).status is ProposalStatus.APPROVED
+    assert (await d.approve(REVIEWER, p.id)).status is ProposalStatus.APPROVED
     with pytest.raises(ApprovalError) as info:  # approving twice is a transition that no longer exists
-        d.approve(REVIEWER, p.id)
+        await d.approve(REVIEWER, p.id)
     assert info.value.reason == "already_approved"
 
 
 async def test_proposals_survive_reopening_the_store(tmp_path: Path) -> None:
     host, _ = build(tmp_path / "a.db", tmp_path / "o.db")
     await host.start()
-    p = ProposalDesk(host).propose(ALPHA, note())
+    p = await ProposalDesk(host).propose(ALPHA, note())
     await host.aclose()
     reopened = SqliteApprovalStore(tmp_path / "a.db")
-    assert reopened.get_proposal(p.id) == p
+    assert await reopened.get_proposal(p.id) == p
     names = [
         r[0] for r in sqlite3.connect(tmp_path / "a.db").execute("SELECT name FROM _migrations ORDER BY 1")
     ]
@@ -244,8 +244,8 @@ async def test_a_tool_that_crashes_mid_call_is_reconciled_before_any_retry(tmp_p
     host, box = build(tmp_path / "a.db", tmp_path / "o.db")
     await host.start()
     d = ProposalDesk(host)
-    p = d.propose(ALPHA, note())
-    d.approve(REVIEWER, p.id)
+    p = await d.propose(ALPHA, note())
+    await d.approve(REVIEWER, p.id)
     bound = host.local.get("add_note")  # the host's own bound copy of the tool
     original = bound.function
     calls: list[str] = []
@@ -257,12 +257,12 @@ async def test_a_tool_that_crashes_mid_call_is_reconciled_before_any_retry(tmp_p
     bound.function = crashing
     with pytest.raises(KeyError):  # programming errors end loudly
         await d.execute(ALPHA, p.id)
-    [entry] = d.approvals.store.ledger_for(p.id)
+    [entry] = await d.approvals.store.ledger_for(p.id)
     assert entry.status == "reconciling" and entry.result is None
     bound.function = original
     ex = await d.execute(ALPHA, p.id)  # asked the tool by key: nothing happened, so it runs once
     assert not ex.replayed and len(box.rows()) == 1 and calls == ["order-1"]
-    assert d.approvals.store.ledger_for(p.id)[0].attempts == 2
+    assert (await d.approvals.store.ledger_for(p.id))[0].attempts == 2
     await host.aclose()
 
 
@@ -279,10 +279,10 @@ async def test_proposals_that_need_no_approval_are_recorded_as_approved_by_polic
     host.add_tools(read_order)
     await host.start()
     d = ProposalDesk(host)
-    p = d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "742"}}')
+    p = await d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "742"}}')
     assert p.status is ProposalStatus.APPROVED and p.decided_by == "policy:automatic"
     assert (await d.execute(ALPHA, p.id)).data == {"order_id": "742", "status": "open"}
     with pytest.raises(PolicyError) as info:
-        d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "74212345678"}}')
+        await d.propose(ALPHA, '{"tool": "read_order", "arguments": {"order_id": "74212345678"}}')
     assert info.value.reason == "too_long"
     await host.aclose()

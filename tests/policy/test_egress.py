@@ -93,8 +93,8 @@ async def test_in_the_loop_a_forbidden_destination_never_reaches_the_tool_and_an
     paused = await host.run(agent, "Send the summary.", context=CTX)
     assert paused.stop_reason is StopReason.APPROVAL_REQUIRED and SENT == []
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals(run_id=paused.run_id)
-    host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
+    [p] = await host.approvals.store.list_proposals(run_id=paused.run_id)
+    await host.approvals.approve(Reviewer.for_all_tenants("ops"), p.id)
     done = await host.resume(agent, paused.run_id)
     assert done.stop_reason is StopReason.ACCEPTED
     assert SENT == [("https://partner.example/h", "weekly")]

@@ -130,18 +130,24 @@ async def test_the_in_memory_store_runs_the_approval_workflow_exactly_once() -> 
     await host.start()
     desk = ProposalDesk(host)
     raw = json.dumps({"tool": "add_note", "arguments": {"order_id": "order-1", "note": "Call back."}})
-    p = desk.propose(ALPHA, raw)
+    p = await desk.propose(ALPHA, raw)
     assert p.status is ProposalStatus.PENDING
     with pytest.raises(ApprovalError) as info:  # a reviewer of another tenant cannot approve it
-        desk.approve(Reviewer("beta-manager", tenants={"org-beta"}), p.id)
+        await desk.approve(Reviewer("beta-manager", tenants={"org-beta"}), p.id)
     assert info.value.reason == "reviewer_not_allowed"
     with pytest.raises(ApprovalError):
         await desk.execute(ALPHA, p.id)
     assert notes.rows == []
-    desk.approve(Reviewer("alpha-manager", tenants={"org-alpha"}), p.id)
+    await desk.approve(Reviewer("alpha-manager", tenants={"org-alpha"}), p.id)
     first = await desk.execute(ALPHA, p.id)
     again = await desk.execute(ALPHA, p.id)
     assert not first.replayed and again.replayed and again.data == first.data
     assert len(notes.rows) == 1 and notes.rows[0][1:] == ("order-1", "Call back.")
-    assert [e.op for e in store.events(p.id)] == ["proposed", "policy", "approved", "executed", "replayed"]
+    assert [e.op for e in await store.events(p.id)] == [
+        "proposed",
+        "policy",
+        "approved",
+        "executed",
+        "replayed",
+    ]
     await host.aclose()

@@ -41,8 +41,8 @@ async def approved(tmp_path: Path, **build_kw: object) -> tuple[ProposalDesk, st
     host, _ = build(tmp_path / "a.db", tmp_path / "o.db", **build_kw)  # type: ignore[arg-type]
     await host.start()
     desk = ProposalDesk(host)
-    p = desk.propose(ALPHA, note())
-    desk.approve(REVIEWER, p.id)
+    p = await desk.propose(ALPHA, note())
+    await desk.approve(REVIEWER, p.id)
     return desk, p.id
 
 
@@ -67,13 +67,13 @@ def test_idempotency_keys_are_deterministic_per_run_step_call_and_arguments() ->
 async def test_crash_after_the_effect_is_reconciled_from_the_tool_and_never_repeated(tmp_path: Path) -> None:
     desk, pid = await approved(tmp_path)
     crash_while_executing(tmp_path, pid, "after")
-    [entry] = desk.approvals.store.ledger_for(pid)
+    [entry] = await desk.approvals.store.ledger_for(pid)
     assert entry.status is LedgerStatus.INTENT and entry.result is None  # intent without outcome
     ex = await desk.execute(ALPHA, pid)
     assert ex.replayed and ex.data["note"] == "Call back on Monday."
     rows = build(tmp_path / "a.db", tmp_path / "o.db")[1].rows()
     assert len(rows) == 1  # the crashed process's effect, not a second one
-    [entry] = desk.approvals.store.ledger_for(pid)
+    [entry] = await desk.approvals.store.ledger_for(pid)
     assert entry.status is LedgerStatus.DONE and entry.note == "reconciled: happened"
     assert (await desk.execute(ALPHA, pid)).data == ex.data
     await desk.host.aclose()
@@ -86,7 +86,7 @@ async def test_crash_before_the_effect_is_reconciled_and_run_exactly_once(tmp_pa
     assert not ex.replayed
     rows = build(tmp_path / "a.db", tmp_path / "o.db")[1].rows()
     assert len(rows) == 1 and rows[0][3] == os.getpid()
-    [entry] = desk.approvals.store.ledger_for(pid)
+    [entry] = await desk.approvals.store.ledger_for(pid)
     assert entry.attempts == 2 and entry.status is LedgerStatus.DONE
     await desk.host.aclose()
 
@@ -99,18 +99,22 @@ async def test_unknown_outcome_without_a_reconciler_is_escalated_to_a_person(tmp
             await desk.execute(ALPHA, pid)
         assert info.value.reason == "outcome_unknown"
     assert len(build(tmp_path / "a.db", tmp_path / "o.db")[1].rows()) == 1
-    [entry] = desk.approvals.store.ledger_for(pid)
+    [entry] = await desk.approvals.store.ledger_for(pid)
     assert entry.status is LedgerStatus.ESCALATED
     with pytest.raises(ApprovalError):
-        desk.approvals.resolve(
+        await desk.approvals.resolve(
             Reviewer("beta-manager", tenants=frozenset({"org-beta"})), entry.key, happened=True
         )
-    desk.approvals.resolve(
+    await desk.approvals.resolve(
         Reviewer.for_all_tenants("ops"), entry.key, happened=True, note="seen in the order log"
     )
     ex = await desk.execute(ALPHA, pid)
     assert ex.replayed and "resolved by ops" in ex.observation.text
-    assert [e.op for e in desk.approvals.store.events(pid)][-3:] == ["escalated", "resolved", "replayed"]
+    assert [e.op for e in await desk.approvals.store.events(pid)][-3:] == [
+        "escalated",
+        "resolved",
+        "replayed",
+    ]
     await desk.host.aclose()
 
 
@@ -129,7 +133,7 @@ async def test_approved_proposal_survives_a_killed_process(tmp_path: Path) -> No
     host, box = build(tmp_path / "a.db", tmp_path / "o.db")
     await host.start()
     desk = ProposalDesk(host)
-    assert desk.review(ALPHA, pid).status == "approved"
+    assert (await desk.review(ALPHA, pid)).status == "approved"
     assert (await desk.execute(ALPHA, pid)).replayed  # and this process sees the recorded outcome
     assert len(box.rows()) == 1
     await host.aclose()

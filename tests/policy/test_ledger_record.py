@@ -17,21 +17,21 @@ pytestmark = pytest.mark.anyio
 
 
 class CutWhileRecording(SqliteApprovalStore):
-    """``afinish`` fails ``cuts`` times: after committing (``landed``: the reply was lost) or
+    """``finish`` fails ``cuts`` times: after committing (``landed``: the reply was lost) or
     before (nothing written), as a PostgreSQL connection terminated at commit would."""
 
     def __init__(self, path: Path, cuts: int, landed: bool) -> None:
         super().__init__(path)
         self.cuts, self.landed, self.finish_calls = cuts, landed, 0
 
-    async def afinish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> Any:
+    async def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> Any:
         self.finish_calls += 1
         if self.cuts > 0:
             self.cuts -= 1
             if self.landed:
-                await super().afinish(key, owner=owner, result=result, note=note, now=now)
+                await super().finish(key, owner=owner, result=result, note=note, now=now)
             raise StoreUnavailable("commit outcome unknown: server closed the connection")
-        return await super().afinish(key, owner=owner, result=result, note=note, now=now)
+        return await super().finish(key, owner=owner, result=result, note=note, now=now)
 
 
 @pytest.mark.parametrize("landed", [True, False], ids=["commit-landed", "commit-lost"])
@@ -48,7 +48,7 @@ async def test_an_outcome_cut_while_recording_is_recorded_once_and_the_tool_runs
 
     outcome = await approvals.perform("idem_cut", tool="send", arguments={"to": "a"}, call=send)
     assert outcome.result == {"sent": True} and not outcome.replayed
-    entry = store.ledger_entry("idem_cut")
+    entry = await store.ledger_entry("idem_cut")
     assert entry is not None and entry.status is LedgerStatus.DONE
     # Asked again (the same step after a restart): replayed from the ledger, never re-run.
     again = await approvals.perform("idem_cut", tool="send", arguments={"to": "a"}, call=send)
@@ -68,6 +68,6 @@ async def test_a_store_that_never_comes_back_still_fails_loudly(tmp_path: Path) 
     with pytest.raises(StoreUnavailable):
         await Approvals(store).perform("idem_down", tool="send", arguments={"to": "a"}, call=send)
     assert calls == [1] and store.finish_calls == 6  # offered a bounded number of times
-    entry = store.ledger_entry("idem_down")
+    entry = await store.ledger_entry("idem_down")
     assert entry is not None and entry.status is LedgerStatus.INTENT  # left for reconciliation
     store.close()

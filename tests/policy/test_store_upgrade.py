@@ -108,8 +108,8 @@ async def test_sqlite_stores_written_by_main_077ce60_upgrade_in_place_and_resume
     # The run main@077ce60 paused for approval resumes with today's code, its effect once.
     host, agent = build_loop(run / "approvals.db")
     assert host.approvals is not None
-    [p] = host.approvals.store.list_proposals()
-    host.approvals.approve(REVIEWER, p.id, reason="ok")
+    [p] = await host.approvals.store.list_proposals()
+    await host.approvals.approve(REVIEWER, p.id, reason="ok")
     done = await host.resume(agent, p.run_id or "")
     assert done.stop_reason is StopReason.ACCEPTED, done.kinds()
     box = build(run / "approvals.db", run / "outbox.db")[1]
@@ -167,14 +167,14 @@ async def test_postgres_stores_written_by_main_077ce60_upgrade_in_place_and_carr
             _declared_shape(stores.db, concern)
         names = _migrations(stores.db)
         assert {"pg_a004_checkpoints", "approvals.001_tables", "memory.001_tables"} <= set(names)
-        [p] = stores.approvals.list_proposals(run_id="run-pg")
-        decided = stores.approvals.decide(
+        [p] = await stores.approvals.list_proposals(run_id="run-pg")
+        decided = await stores.approvals.decide(
             p.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}), actor="r",
             reason="", now=NOW,
         )  # fmt: skip
         assert decided.status is ProposalStatus.APPROVED and decided.created_at < NOW
         checkpoint = await stores.approvals.load_checkpoint("run-pg")
         assert checkpoint is not None and checkpoint.stop_reason == "approval_required"
-        assert [e.op for e in stores.approvals.events(p.id)] == ["proposed", "approved"]
+        assert [e.op for e in await stores.approvals.events(p.id)] == ["proposed", "approved"]
     finally:
         stores.close()

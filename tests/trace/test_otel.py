@@ -184,10 +184,10 @@ def test_an_approval_pause_and_its_resume_are_two_agent_spans_of_one_run(tmp_pat
         host.extra_sinks.append(sink)
         first = await host.run(agent, "Note on order-a1: call back", context=TENANT_A)
         assert host.approvals is not None
-        [p] = host.approvals.store.list_proposals(run_id=first.run_id)
+        [p] = await host.approvals.store.list_proposals(run_id=first.run_id)
         from tether.policy import Reviewer
 
-        host.approvals.approve(Reviewer("ana", tenants=frozenset({"tenant-a"})), p.id)
+        await host.approvals.approve(Reviewer("ana", tenants=frozenset({"tenant-a"})), p.id)
         done = await host.resume(agent, first.run_id)
         await host.aclose()
         return first.run_id, str(done.stop_reason)

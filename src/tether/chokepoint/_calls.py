@@ -209,7 +209,7 @@ async def _settle_one(
 ) -> GateOutcome:
     assert o.spec is not None and o.arguments is not None
     s, t = scope.state, scope.tracer
-    stored = await _proposal(approvals, clock, o, scope)
+    stored = await _proposal(approvals, o, scope)
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
         # The call being settled is not what was proposed: never run it on that approval.
         t.emit(
@@ -240,32 +240,28 @@ async def _settle_one(
     return o
 
 
-async def _proposal(approvals: Approvals, clock: Clock, o: GateOutcome, scope: CallScope) -> Any:
+async def _proposal(approvals: Approvals, o: GateOutcome, scope: CallScope) -> Any:
     """The stored proposal this call settles on: the one named for it, the one submitted for it
     earlier in this run, or a new one (with why the policy asked, in its history)."""
     assert o.spec is not None and o.arguments is not None
     s, store = scope.state, approvals.store
     known = scope.proposals.get(o.call.id)
     if known is not None:
-        found = await store.aget_proposal(known)
+        found = await store.get_proposal(known)
     else:
-        found = await store.afind_for_call(s.run_id, s.steps, o.call.id)
+        found = await store.find_for_call(s.run_id, s.steps, o.call.id)
     if found is not None:
         return found
     proposal = Proposal.of(
         o.spec.name, o.arguments, s.context.tenant, effect=str(o.spec.effect), needs_approval=True
     )
-    stored = await approvals.asubmit(
+    stored = await approvals.submit(
         proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
     )
     if o.decision is not None:
         # Why the policy asked (rule, reason, argument provenance) goes into the proposal's
         # history, so the reviewer sees it next to what will run.
-        why = {"rule": o.decision.rule, "reason": o.decision.reason, **o.decision.details}
-        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
-        await store.aadd_event(
-            stored.id, "policy", actor=f"rule:{o.decision.rule}", detail=detail, now=clock()
-        )
+        await approvals.record_policy(stored.id, o.decision.rule, o.decision.reason, o.decision.details)
     scope.tracer.emit(
         EventKind.APPROVAL_REQUESTED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
         effect=stored.effect, content_hash=stored.content_hash, rule=o.decision.rule if o.decision else "",

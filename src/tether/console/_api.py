@@ -124,7 +124,7 @@ def _approval_api(api: Api, sources: Any) -> list[Route]:
 
     @api
     async def decide(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        done = approvals_view.decide(
+        done = await approvals_view.decide(
             sources, p, request.path_params["pid"], request.path_params["action"],
             reason=text(body, "reason"), content_hash=text(body, "content_hash", 100) or None,
         )  # fmt: skip

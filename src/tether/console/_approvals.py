@@ -57,13 +57,13 @@ async def queue(
         return []
     wanted = None if status == "all" else ProposalStatus(status)
     rows: list[dict[str, Any]] = []
-    for p in await sources.approvals.store.alist_proposals(status=wanted):
+    for p in await sources.approvals.store.list_proposals(status=wanted):
         if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
             continue
         # Where the arguments came from is traced from the run's checkpoint when the policy did not
         # record it: for the first rows only, so a long queue stays quick.
         state = await _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
-        facts = _Facts.of(sources, p, state)
+        facts = await _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
     rows.reverse()
     return rows
@@ -86,11 +86,11 @@ def _row(p: StoredProposal) -> dict[str, Any]:
     }
 
 
-def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
+async def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
     """The stored row (tampered or not: see ``_Facts.intact``). Raises ``Hidden``."""
     if sources.approvals is None:
         raise Hidden("proposal")
-    found = sources.approvals.store.get_proposal(proposal_id)
+    found = await sources.approvals.store.get_proposal(proposal_id)
     if found is None or not principal.sees(found.tenant):
         raise Hidden("proposal")
     return found
@@ -124,7 +124,7 @@ class _Facts:
     provenance_source: str
 
     @classmethod
-    def of(cls, sources: ConsoleSources, p: StoredProposal, state: Any = None) -> _Facts:
+    async def of(cls, sources: ConsoleSources, p: StoredProposal, state: Any = None) -> _Facts:
         assert sources.approvals is not None
         try:
             loaded = json.loads(p.arguments)
@@ -132,7 +132,7 @@ class _Facts:
         except ValueError:
             arguments = {"(unreadable arguments)": p.arguments}
         policy: dict[str, Any] | None = None
-        for event in sources.approvals.store.events(p.id):
+        for event in await sources.approvals.store.events(p.id):
             if event.op == "policy":
                 try:
                     loaded = json.loads(event.detail)
@@ -248,12 +248,12 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     """Everything the reviewer sees about one proposal. Raises ``Hidden`` for another tenant's.
     Arguments the tool declares secret are never shown: not in the table, not in the turn, the
     history or the provenance (every piece of their values is redacted)."""
-    p = _visible(sources, principal, proposal_id)
+    p = await _visible(sources, principal, proposal_id)
     assert sources.approvals is not None
     store = sources.approvals.store
-    history = store.events(p.id)
+    history = await store.events(p.id)
     state = await _state(sources, p.run_id)
-    facts = _Facts.of(sources, p, state)
+    facts = await _Facts.of(sources, p, state)
     policy = facts.policy
     provenance, provenance_source = facts.provenance, facts.provenance_source
     rule = _rule(policy, p)
@@ -286,7 +286,7 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         ],
         "executions": [
             {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
-            for x in store.ledger_for(p.id)
+            for x in await store.ledger_for(p.id)
         ],
         "can_decide": principal.may(p.tenant, "reviewer"),
         "resumable": await _resumable(sources, p),
@@ -468,7 +468,7 @@ class Decision:
         }
 
 
-def decide(
+async def decide(
     sources: ConsoleSources,
     principal: Principal,
     proposal_id: str,
@@ -486,7 +486,7 @@ def decide(
     try:
         if action not in ACTIONS:
             raise ApprovalError("bad_action", f"action must be one of {', '.join(ACTIONS)}")
-        p = _visible(sources, principal, proposal_id)
+        p = await _visible(sources, principal, proposal_id)
         assert sources.approvals is not None
         tenant = p.tenant
         if not principal.may(p.tenant, "reviewer"):
@@ -502,11 +502,11 @@ def decide(
             raise ApprovalError("reason_required", "a denial needs a reason")
         reviewer = principal.reviewer()
         if action == "approve":
-            done = sources.approvals.approve(reviewer, p.id, reason=reason)
+            done = await sources.approvals.approve(reviewer, p.id, reason=reason)
         elif action == "deny":
-            done = sources.approvals.deny(reviewer, p.id, reason=reason)
+            done = await sources.approvals.deny(reviewer, p.id, reason=reason)
         else:
-            done = sources.approvals.invalidate(reviewer, p.id, reason=reason or "invalidated")
+            done = await sources.approvals.invalidate(reviewer, p.id, reason=reason or "invalidated")
     except ApprovalError as err:
         sources.users.audit(
             actor, action, tenant=tenant, target=proposal_id, content_hash=seen_hash,

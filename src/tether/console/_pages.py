@@ -255,7 +255,7 @@ def _approval_routes(ui: _Pages) -> list[Route]:
     async def decide(request: Request, me: Principal) -> Response:
         form = await request.form()
         pid = request.path_params["pid"]
-        done = approvals_view.decide(
+        done = await approvals_view.decide(
             sources,
             me,
             pid,

@@ -395,7 +395,7 @@ class DurableClient:
                 store.save_checkpoint,
                 run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
             )  # fmt: skip
-        closed = self._close_decisions(run_id, by)
+        closed = blocking(self._close_decisions, run_id, by)
         app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
         return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}
 
@@ -416,7 +416,7 @@ class DurableClient:
         left = [f"{q.task_id}: its server could not be reached" for q in parked if q.task_id not in cancelled]
         return {"tasks_cancelled": cancelled, "tasks_not_cancelled": left}
 
-    def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
+    async def _close_decisions(self, run_id: str, by: str) -> dict[str, list[str]]:
         """Invalidate what a cancelled run still waited for (proposals, questions)."""
         from tether.policy import Approvals, Reviewer
 
@@ -424,24 +424,24 @@ class DurableClient:
         desk = Approvals(store)
         reviewer = Reviewer.for_all_tenants(by)
         invalidated = []
-        for p in store.list_proposals(run_id=run_id):
-            if str(p.status) not in ("pending", "approved") or store.ledger_for(p.id):
+        for p in await store.list_proposals(run_id=run_id):
+            if str(p.status) not in ("pending", "approved") or await store.ledger_for(p.id):
                 continue  # decided for good, or its effect already happened (kept in the ledger)
             try:
-                desk.invalidate(reviewer, p.id, reason="run cancelled")
+                await desk.invalidate(reviewer, p.id, reason="run cancelled")
                 invalidated.append(p.id)
             except ApprovalError:
                 pass  # decided in the meantime: its run is cancelled, so it runs nothing
         closed = []
         pauses = self.stores.pauses
-        for q in blocking(pauses.for_run, run_id) if pauses is not None else []:
+        for q in await pauses.for_run(run_id) if pauses is not None else []:
             if str(q.status) != "pending":
                 continue
             try:
-                blocking(pauses.answer, q.id, "cancel", None, actor=f"operator:{by}")
+                await pauses.answer(q.id, "cancel", None, actor=f"operator:{by}")
             except ApprovalError:
                 continue  # answered in the meantime
-            blocking(pauses.complete, q.id, "run cancelled")
+            await pauses.complete(q.id, "run cancelled")
             closed.append(q.id)
         return {"proposals_invalidated": invalidated, "questions_closed": closed}
 

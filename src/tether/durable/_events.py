@@ -90,13 +90,11 @@ async def observed(
 
 
 async def _escalations(rt: Any, ids: dict[str, Any]) -> None:
-    import anyio
-
-    ledger = getattr(getattr(rt.stores, "approvals", None), "ledger_for_run", None)
-    if ledger is None:
+    approvals = getattr(rt.stores, "approvals", None)
+    if approvals is None:
         return
     try:
-        entries = await anyio.to_thread.run_sync(ledger, ids["run_id"])
+        entries = await approvals.ledger_for_run(ids["run_id"])
     except Exception as err:  # the log must not fail the run
         log_event("worker_error", executor=rt.executor_id, duty="escalations", cause=repr(err))
         return

@@ -338,7 +338,7 @@ class Worker:
             if cp.status != "paused" or seen in self._seen:
                 continue
             pauses = blocking(self.stores.pauses.for_run, cp.run_id) if self.stores.pauses is not None else []
-            if not due_for_resume(cp, store.list_proposals(run_id=cp.run_id), pauses):
+            if not due_for_resume(cp, blocking(store.list_proposals, run_id=cp.run_id), pauses):
                 continue
             try:
                 self.resumed.append(self.client.resume(cp.run_id))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,11 +33,14 @@ from tether.policy._ledger import EffectOutcome, Reconciler, _owner, idempotency
 from tether.policy._store import (
     ApprovalEvent,
     ApprovalStore,
+    CheckpointStore,
     Claim,
+    EffectLedger,
     LedgerEntry,
     LedgerStatus,
     NewProposal,
     ProposalStatus,
+    ProposalStore,
     StoredProposal,
     result_json,
 )
@@ -168,16 +172,16 @@ class Approvals:
     lease_margin_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.store, ApprovalStore):
-            # Without the async face, perform() would block the event loop or fail mid-call.
+        missing = _not_async(self.store)
+        if missing:
+            # Checked at wiring: otherwise perform() would fail mid-call, between intent and outcome.
             raise TypeError(
-                f"{type(self.store).__name__} lacks the ApprovalStore async face (aclaim, afinish, ...);"
-                " a store that never blocks can inherit tether.policy._store.InlineAsyncFace"
+                f"{type(self.store).__name__} is not an ApprovalStore: it lacks async " + ", ".join(missing)
             )
 
     # -- proposals ---------------------------------------------------------------------------
 
-    def submit(
+    async def submit(
         self,
         proposal: Proposal,
         *,
@@ -187,39 +191,31 @@ class Approvals:
         call_id: str | None = None,
     ) -> StoredProposal:
         """Store a proposal that passed intake and policy, pending approval, under a fresh id."""
-        return self.store.add_proposal(
-            _new_proposal(proposal, proposed_by, run_id, step, call_id), now=self.clock()
-        )
-
-    async def asubmit(
-        self,
-        proposal: Proposal,
-        *,
-        proposed_by: str,
-        run_id: str | None = None,
-        step: int | None = None,
-        call_id: str | None = None,
-    ) -> StoredProposal:
-        """``submit`` for code on the event loop."""
         new = _new_proposal(proposal, proposed_by, run_id, step, call_id)
-        return await self.store.aadd_proposal(new, now=self.clock())
+        return await self.store.add_proposal(new, now=self.clock())
 
-    def record_policy(self, proposal_id: str, rule: str, reason: str, details: Mapping[str, Any]) -> None:
+    async def record_policy(
+        self, proposal_id: str, rule: str, reason: str, details: Mapping[str, Any]
+    ) -> None:
         """Why the policy asked for approval (rule, reason, argument provenance, the arguments the
         tool declares secret) in the proposal's history, where a reviewer reads it."""
         why = {"rule": rule, "reason": reason, **details}
         detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
-        self.store.add_event(proposal_id, "policy", actor=f"rule:{rule}", detail=detail, now=self.clock())
+        await self.store.add_event(
+            proposal_id, "policy", actor=f"rule:{rule}", detail=detail, now=self.clock()
+        )
 
-    def get(self, proposal_id: str) -> StoredProposal:
-        found = self.stored(proposal_id)
+    async def get(self, proposal_id: str) -> StoredProposal:
+        """The stored proposal, checked against its content hash. Raises ``ApprovalError``
+        (``unknown_proposal``, ``tampered``)."""
+        found = await self.stored(proposal_id)
         _verify(found)
         return found
 
-    def stored(self, proposal_id: str) -> StoredProposal:
+    async def stored(self, proposal_id: str) -> StoredProposal:
         """The row as stored, *not* checked against its content hash: for refusing it (deny,
         invalidate) and for showing a reviewer what was changed. Never for running it."""
-        found = self.store.get_proposal(proposal_id)
+        found = await self.store.get_proposal(proposal_id)
         if found is None:
             raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
         return found
@@ -232,25 +228,16 @@ class Approvals:
             return False
         return True
 
-    async def aget(self, proposal_id: str) -> StoredProposal:
-        """``get`` for code on the event loop."""
-        found = await self.store.aget_proposal(proposal_id)
-        if found is None:
-            raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
-        _verify(found)
-        return found
-
-    def review(self, context: TrustedContext, proposal_id: str) -> Review:
+    async def review(self, context: TrustedContext, proposal_id: str) -> Review:
         """What would run: the stored tool and arguments, verbatim. Raises ``ApprovalError``
         (``unknown_proposal`` also for another tenant's id, ``tampered``)."""
-        p = self._for_tenant(proposal_id, context.tenant)
-        return self._review(p)
+        return await self._review(await self._for_tenant(proposal_id, context.tenant))
 
-    def inspect(self, proposal_id: str) -> Review:
+    async def inspect(self, proposal_id: str) -> Review:
         """``review`` for the host's operator (any tenant)."""
-        return self._review(self.get(proposal_id))
+        return await self._review(await self.get(proposal_id))
 
-    def _review(self, p: StoredProposal) -> Review:
+    async def _review(self, p: StoredProposal) -> Review:
         return Review(
             id=p.id,
             tenant=p.tenant,
@@ -264,28 +251,28 @@ class Approvals:
             run_id=p.run_id,
             decided_by=p.decided_by,
             decided_at=p.decided_at,
-            history=tuple(self.store.events(p.id)),
-            executions=tuple(self.store.ledger_for(p.id)),
+            history=tuple(await self.store.events(p.id)),
+            executions=tuple(await self.store.ledger_for(p.id)),
         )
 
-    def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+    async def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
         """Approve exactly this stored proposal. Raises ``ApprovalError`` (``reviewer_not_allowed``,
         ``already_<status>``, ``unknown_proposal``, ``tampered``)."""
-        return self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason)
+        return await self._decide(reviewer, proposal_id, ProposalStatus.APPROVED, reason)
 
-    def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
+    async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+        return await self._decide(reviewer, proposal_id, ProposalStatus.DENIED, reason)
 
-    def _decide(
+    async def _decide(
         self, reviewer: Reviewer, proposal_id: str, to: ProposalStatus, reason: str
     ) -> StoredProposal:
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "decisions need a Reviewer built by the host")
         # A refusal needs no intact row: a tampered proposal can (and should) be denied.
-        p = self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id)
+        p = await (self.get(proposal_id) if to is ProposalStatus.APPROVED else self.stored(proposal_id))
         if not reviewer.may_review(p.tenant):
             raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not review for {p.tenant}")
-        return self.store.decide(
+        return await self.store.decide(
             proposal_id,
             to,
             allowed_from=frozenset({ProposalStatus.PENDING}),
@@ -294,22 +281,22 @@ class Approvals:
             now=self.clock(),
         )
 
-    def invalidate(
+    async def invalidate(
         self, authority: TrustedContext | Reviewer, proposal_id: str, *, reason: str = "invalidated"
     ) -> StoredProposal:
         """Revoke a pending or approved proposal: it can never run (again). Effects already made
         stay in the ledger and the history."""
         if isinstance(authority, TrustedContext):
-            self._for_tenant(proposal_id, authority.tenant)
+            await self._for_tenant(proposal_id, authority.tenant)
             actor = f"context:{authority.user or authority.tenant}"
         elif isinstance(authority, Reviewer):
-            p = self.stored(proposal_id)  # a tampered proposal can be invalidated
+            p = await self.stored(proposal_id)  # a tampered proposal can be invalidated
             if not authority.may_review(p.tenant):
                 raise ApprovalError("reviewer_not_allowed", f"{authority.name} may not act for {p.tenant}")
             actor = f"reviewer:{authority.name}"
         else:
             raise ApprovalError("not_authorised", "invalidation needs a TrustedContext or a Reviewer")
-        return self.store.decide(
+        return await self.store.decide(
             proposal_id,
             ProposalStatus.INVALIDATED,
             allowed_from=frozenset({ProposalStatus.PENDING, ProposalStatus.APPROVED}),
@@ -318,17 +305,13 @@ class Approvals:
             now=self.clock(),
         )
 
-    def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
+    async def executable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
         """The stored proposal if ``context`` may execute it now; raises ``ApprovalError``
         (``not_approved``, ``denied``, ``invalidated``, ``unknown_proposal``, ``tampered``)."""
-        return _executable(self._for_tenant(proposal_id, context.tenant))
+        return _executable(await self._for_tenant(proposal_id, context.tenant))
 
-    async def aexecutable(self, context: TrustedContext, proposal_id: str) -> StoredProposal:
-        """``executable`` for code on the event loop."""
-        return _executable(_own(await self.aget(proposal_id), proposal_id, context.tenant))
-
-    def _for_tenant(self, proposal_id: str, tenant: str) -> StoredProposal:
-        return _own(self.get(proposal_id), proposal_id, tenant)
+    async def _for_tenant(self, proposal_id: str, tenant: str) -> StoredProposal:
+        return _own(await self.get(proposal_id), proposal_id, tenant)
 
     # -- the effect ledger ---------------------------------------------------------------------
 
@@ -358,7 +341,7 @@ class Approvals:
         delay = 0.005
         while True:
             now = self.clock()
-            claim: Claim = await self.store.aclaim(
+            claim: Claim = await self.store.claim(
                 key,
                 tool=tool,
                 arguments_hash=args_hash,
@@ -370,7 +353,7 @@ class Approvals:
                 run_id=run_id,
             )
             if claim.action == "done":
-                await self._aevent(proposal_id, "replayed", key)
+                await self._event(proposal_id, "replayed", key)
                 emit("effect_replayed", key=key, tool=tool)
                 return EffectOutcome(
                     key, _load(claim.entry.result), replayed=True, attempts=claim.entry.attempts
@@ -413,7 +396,7 @@ class Approvals:
             # reconciles instead of waiting for (or blindly repeating) this one.
             now = self.clock()
             with contextlib.suppress(Exception), anyio.CancelScope(shield=True):
-                await self.store.aset_ledger_status(
+                await self.store.set_ledger_status(
                     key,
                     LedgerStatus.RECONCILING,
                     owner=owner,
@@ -425,7 +408,7 @@ class Approvals:
         # The effect happened: its outcome is recorded even if this task is being cancelled.
         with anyio.CancelScope(shield=True):
             entry = await self._record(key, owner, result_json(result))
-            await self._aevent(proposal_id, "executed", key)
+            await self._event(proposal_id, "executed", key)
         emit("effect_recorded", key=key, tool=tool, is_error=bool(result.get("is_error")))
         return EffectOutcome(key, result, attempts=entry.attempts)
 
@@ -437,14 +420,14 @@ class Approvals:
         delay = 0.1
         for attempt in range(_RECORD_TRIES):
             try:
-                return await self.store.afinish(key, owner=owner, result=result, note="", now=self.clock())
+                return await self.store.finish(key, owner=owner, result=result, note="", now=self.clock())
             except StoreUnavailable:
                 if attempt == _RECORD_TRIES - 1:
                     raise
             except ApprovalError as err:
                 if attempt == 0 or err.reason != "lost_ownership":
                     raise
-                entry = await self.store.aledger_entry(key)
+                entry = await self.store.ledger_entry(key)
                 if entry is not None and entry.status is LedgerStatus.DONE and entry.result == result:
                     return entry
                 raise
@@ -476,20 +459,20 @@ class Approvals:
                 now = self.clock()
                 if answer is not None:
                     with anyio.CancelScope(shield=True):
-                        done = await self.store.afinish(
+                        done = await self.store.finish(
                             entry.key,
                             owner=owner,
                             result=result_json(answer),
                             note="reconciled: happened",
                             now=now,
                         )
-                        await self._aevent(proposal_id, "reconciled", f"{entry.key}: happened")
+                        await self._event(proposal_id, "reconciled", f"{entry.key}: happened")
                     emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=True)
                     return EffectOutcome(
                         entry.key, answer, replayed=True, reconciled=True, attempts=done.attempts
                     )
                 with anyio.CancelScope(shield=True):
-                    await self.store.aset_ledger_status(
+                    await self.store.set_ledger_status(
                         entry.key,
                         LedgerStatus.INTENT,
                         owner=owner,
@@ -497,28 +480,28 @@ class Approvals:
                         now=now,
                         lease_until=now + timedelta(seconds=timeout_s + self.lease_margin_s),
                     )
-                    await self._aevent(proposal_id, "reconciled", f"{entry.key}: never happened")
+                    await self._event(proposal_id, "reconciled", f"{entry.key}: never happened")
                 emit("effect_reconciled", key=entry.key, tool=entry.tool, happened=False)
                 return None
         now = self.clock()
         with anyio.CancelScope(shield=True):
-            await self.store.aset_ledger_status(
+            await self.store.set_ledger_status(
                 entry.key, LedgerStatus.ESCALATED, owner=owner, note=why, now=now, lease_until=now
             )
-            await self._aevent(proposal_id, "escalated", f"{entry.key}: {why}")
+            await self._event(proposal_id, "escalated", f"{entry.key}: {why}")
         emit("effect_escalated", key=entry.key, tool=entry.tool, why=why)
         raise ApprovalError("outcome_unknown", f"{entry.tool} {entry.key}: {why}; a person must resolve it")
 
-    def resolve(self, reviewer: Reviewer, key: str, *, happened: bool, note: str = "") -> LedgerEntry:
+    async def resolve(self, reviewer: Reviewer, key: str, *, happened: bool, note: str = "") -> LedgerEntry:
         """A person records what became of an escalated call. Either way the call is final: if it
         did not happen, a new proposal (and approval) is needed to try again."""
         if not isinstance(reviewer, Reviewer):
             raise ApprovalError("not_a_reviewer", "resolution needs a Reviewer built by the host")
-        entry = self.store.ledger_entry(key)
+        entry = await self.store.ledger_entry(key)
         if entry is None:
             raise ApprovalError("unknown_key", f"no ledger entry {key}")
         if entry.proposal_id:
-            p = self.get(entry.proposal_id)
+            p = await self.get(entry.proposal_id)
             if not reviewer.may_review(p.tenant):
                 raise ApprovalError("reviewer_not_allowed", f"{reviewer.name} may not act for {p.tenant}")
         if happened:
@@ -532,21 +515,32 @@ class Approvals:
                 "is_error": True,
                 "error_kind": "not_executed",
             }
-        done = self.store.finish(
+        done = await self.store.finish(
             key, owner=None, result=result_json(result), note=f"resolved by {reviewer.name}", now=self.clock()
         )
-        self._event(entry.proposal_id, "resolved", f"{key}: happened={happened} by {reviewer.name}")
+        await self._event(entry.proposal_id, "resolved", f"{key}: happened={happened} by {reviewer.name}")
         return done
 
-    def _event(self, proposal_id: str | None, op: str, detail: str) -> None:
+    async def _event(self, proposal_id: str | None, op: str, detail: str) -> None:
         if proposal_id is not None:
-            self.store.add_event(proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock())
-
-    async def _aevent(self, proposal_id: str | None, op: str, detail: str) -> None:
-        if proposal_id is not None:
-            await self.store.aadd_event(
+            await self.store.add_event(
                 proposal_id, op, actor=f"host:{_owner()}", detail=detail, now=self.clock()
             )
+
+
+def _not_async(store: object) -> list[str]:
+    """The ``ApprovalStore`` methods ``store`` lacks or has only as plain (blocking) functions."""
+    return [
+        name for name in sorted(_STORE_METHODS) if not inspect.iscoroutinefunction(getattr(store, name, None))
+    ]
+
+
+_STORE_METHODS: Final = frozenset(
+    name
+    for seam in (ProposalStore, EffectLedger, CheckpointStore)
+    for name, value in vars(seam).items()
+    if inspect.iscoroutinefunction(value)
+)
 
 
 def _new_proposal(

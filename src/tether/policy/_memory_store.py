@@ -3,8 +3,9 @@
 For scripts, notebooks and tests: the same transitions, the same errors and the same values as
 ``SqliteApprovalStore`` (the shared contract tests run against both), with nothing on disk.
 Everything is lost when the object goes away, so it cannot carry a run across a crash or a
-second process: use the SQLite store (or PostgreSQL) for that. Every method holds one lock, so
-threads sharing the object see each transition exactly once.
+second process: use the SQLite store (or PostgreSQL) for that. Its methods are ``async`` like
+every store's but never wait: each holds one lock for its whole transition and never awaits,
+so tasks and threads (each its own loop) sharing the object see each transition exactly once.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from tether.policy._store import (
     ApprovalEvent,
     Checkpoint,
     Claim,
-    InlineAsyncFace,
     LedgerEntry,
     LedgerStatus,
     NewProposal,
@@ -37,7 +37,7 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-class MemoryApprovalStore(InlineAsyncFace):
+class MemoryApprovalStore:
     """An ``ApprovalStore`` held in memory. ``close()`` is accepted and changes nothing."""
 
     def __init__(self) -> None:
@@ -53,7 +53,7 @@ class MemoryApprovalStore(InlineAsyncFace):
 
     # -- proposals -----------------------------------------------------------------------
 
-    def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
+    async def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
         at = _utc(now)
         pid = "prop_" + uuid.uuid4().hex  # random, never derived from content: same content, new id
         stored = StoredProposal(
@@ -86,16 +86,16 @@ class MemoryApprovalStore(InlineAsyncFace):
             )
         return stored
 
-    def get_proposal(self, proposal_id: str) -> StoredProposal | None:
+    async def get_proposal(self, proposal_id: str) -> StoredProposal | None:
         with self._lock:
             return self._proposals.get(proposal_id)
 
-    def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+    async def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
         with self._lock:
             pid = self._calls.get((run_id, step, call_id))
             return self._proposals.get(pid) if pid is not None else None
 
-    def list_proposals(
+    async def list_proposals(
         self, *, status: ProposalStatus | None = None, run_id: str | None = None
     ) -> list[StoredProposal]:
         with self._lock:
@@ -107,7 +107,7 @@ class MemoryApprovalStore(InlineAsyncFace):
             ]
         return sorted(found, key=lambda p: (p.created_at, p.id))
 
-    def decide(
+    async def decide(
         self,
         proposal_id: str,
         to: ProposalStatus,
@@ -133,18 +133,18 @@ class MemoryApprovalStore(InlineAsyncFace):
             self._events.append(ApprovalEvent(proposal_id, str(to), actor, at, reason))
         return decided
 
-    def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
+    async def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
         at = _utc(now)
         with self._lock:
             self._events.append(ApprovalEvent(proposal_id, op, actor, at, detail))
 
-    def events(self, proposal_id: str) -> list[ApprovalEvent]:
+    async def events(self, proposal_id: str) -> list[ApprovalEvent]:
         with self._lock:
             return [e for e in self._events if e.proposal_id == proposal_id]
 
     # -- the effect ledger ------------------------------------------------------------------
 
-    def claim(
+    async def claim(
         self,
         key: str,
         *,
@@ -197,7 +197,9 @@ class MemoryApprovalStore(InlineAsyncFace):
             self._ledger[key] = entry
             return Claim("reconcile", entry)
 
-    def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> LedgerEntry:
+    async def finish(
+        self, key: str, *, owner: str | None, result: str, note: str, now: datetime
+    ) -> LedgerEntry:
         at = _utc(now)
         with self._lock:
             if owner is None:  # a person resolving an escalated entry
@@ -212,7 +214,7 @@ class MemoryApprovalStore(InlineAsyncFace):
             self._ledger[key] = done
             return done
 
-    def set_ledger_status(
+    async def set_ledger_status(
         self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
     ) -> LedgerEntry:
         if status is LedgerStatus.DONE:
@@ -231,14 +233,25 @@ class MemoryApprovalStore(InlineAsyncFace):
             self._ledger[key] = changed
             return changed
 
-    def ledger_entry(self, key: str) -> LedgerEntry | None:
+    async def ledger_entry(self, key: str) -> LedgerEntry | None:
         with self._lock:
             return self._ledger.get(key)
 
-    def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
+    async def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         with self._lock:
             found = [e for e in self._ledger.values() if e.proposal_id == proposal_id]
-        return sorted(found, key=lambda e: e.created_at)
+        return sorted(found, key=lambda e: (e.created_at, e.key))
+
+    async def ledger_for_run(self, run_id: str) -> list[LedgerEntry]:
+        with self._lock:
+            found = [e for e in self._ledger.values() if e.run_id == run_id]
+        return sorted(found, key=lambda e: (e.created_at, e.key))
+
+    async def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+        wanted = {LedgerStatus(s) for s in statuses}
+        with self._lock:
+            found = [e for e in self._ledger.values() if e.status in wanted]
+        return sorted(found, key=lambda e: (e.created_at, e.key))
 
     def _owned(self, key: str, owner: str) -> LedgerEntry:
         entry = self._ledger.get(key)

@@ -331,9 +331,8 @@ def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool
 
 
 class SqlApprovalStore:
-    """An ``ApprovalStore`` on a ``Database``: each method one transaction, its ``a``-prefixed
-    twin the same transaction off the event loop. Any number of store objects and processes may
-    share the database."""
+    """An ``ApprovalStore`` on a ``Database``: each method one transaction, in a worker thread
+    off the event loop. Any number of store objects and processes may share the database."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -350,57 +349,23 @@ class SqlApprovalStore:
     def close(self) -> None:
         self.db.close()
 
-    # -- proposals (sync face) ---------------------------------------------------------------
+    # -- proposals --------------------------------------------------------------------
 
-    def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
-        return self.db.run(_add_proposal, proposal, now)
-
-    def get_proposal(self, proposal_id: str) -> StoredProposal | None:
-        return self.db.snapshot(_get_proposal, proposal_id)
-
-    def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
-        return self.db.snapshot(_find_for_call, run_id, step, call_id)
-
-    def list_proposals(
-        self, *, status: ProposalStatus | None = None, run_id: str | None = None
-    ) -> list[StoredProposal]:
-        return self.db.snapshot(_list_proposals, status, run_id)
-
-    def decide(
-        self,
-        proposal_id: str,
-        to: ProposalStatus,
-        *,
-        allowed_from: frozenset[ProposalStatus],
-        actor: str,
-        reason: str,
-        now: datetime,
-    ) -> StoredProposal:
-        return self.db.run(_decide, proposal_id, to, allowed_from, actor, reason, now)
-
-    def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
-        self.db.run(_add_event, proposal_id, op, actor, detail, now)
-
-    def events(self, proposal_id: str) -> list[ApprovalEvent]:
-        return self.db.snapshot(_events, proposal_id)
-
-    # -- proposals (async face) --------------------------------------------------------------
-
-    async def aadd_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
+    async def add_proposal(self, proposal: NewProposal, *, now: datetime) -> StoredProposal:
         return await self.db.write(_add_proposal, proposal, now)
 
-    async def aget_proposal(self, proposal_id: str) -> StoredProposal | None:
+    async def get_proposal(self, proposal_id: str) -> StoredProposal | None:
         return await self.db.read(_get_proposal, proposal_id)
 
-    async def afind_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
+    async def find_for_call(self, run_id: str, step: int, call_id: str) -> StoredProposal | None:
         return await self.db.read(_find_for_call, run_id, step, call_id)
 
-    async def alist_proposals(
+    async def list_proposals(
         self, *, status: ProposalStatus | None = None, run_id: str | None = None
     ) -> list[StoredProposal]:
         return await self.db.read(_list_proposals, status, run_id)
 
-    async def adecide(
+    async def decide(
         self,
         proposal_id: str,
         to: ProposalStatus,
@@ -412,60 +377,15 @@ class SqlApprovalStore:
     ) -> StoredProposal:
         return await self.db.write(_decide, proposal_id, to, allowed_from, actor, reason, now)
 
-    async def aadd_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
+    async def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
         await self.db.write(_add_event, proposal_id, op, actor, detail, now)
 
-    async def aevents(self, proposal_id: str) -> list[ApprovalEvent]:
+    async def events(self, proposal_id: str) -> list[ApprovalEvent]:
         return await self.db.read(_events, proposal_id)
 
-    # -- the effect ledger (sync face) -------------------------------------------------------
+    # -- the effect ledger ------------------------------------------------------------
 
-    def claim(
-        self,
-        key: str,
-        *,
-        tool: str,
-        arguments_hash: str,
-        owner: str,
-        lease_until: datetime,
-        now: datetime,
-        owner_dead: Callable[[LedgerEntry, datetime], bool],
-        proposal_id: str | None = None,
-        run_id: str | None = None,
-    ) -> Claim:
-        return self.db.run(
-            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id,
-            self._worker_gone(),
-        )  # fmt: skip
-
-    def finish(self, key: str, *, owner: str | None, result: str, note: str, now: datetime) -> LedgerEntry:
-        return self.db.run(_finish, key, owner, result, note, now)
-
-    def set_ledger_status(
-        self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
-    ) -> LedgerEntry:
-        if status is LedgerStatus.DONE:
-            raise ValueError("use finish() to record an outcome")
-        return self.db.run(_set_ledger_status, key, status, owner, note, now, lease_until)
-
-    def ledger_entry(self, key: str) -> LedgerEntry | None:
-        return self.db.snapshot(_ledger_entry, key)
-
-    def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
-        return self.db.snapshot(_ledger_where, L.c.proposal_id == proposal_id)
-
-    def ledger_for_run(self, run_id: str) -> list[LedgerEntry]:
-        """Every ledger entry of one run, oldest first."""
-        return self.db.snapshot(_ledger_where, L.c.run_id == run_id)
-
-    def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
-        """Every ledger entry in one of ``statuses``, oldest first (e.g. those a person must
-        resolve: ``tether runs escalations``)."""
-        return self.db.snapshot(_ledger_where, L.c.status.in_([str(s) for s in statuses]))
-
-    # -- the effect ledger (async face) ------------------------------------------------------
-
-    async def aclaim(
+    async def claim(
         self,
         key: str,
         *,
@@ -483,31 +403,31 @@ class SqlApprovalStore:
             self._worker_gone(),
         )  # fmt: skip
 
-    async def afinish(
+    async def finish(
         self, key: str, *, owner: str | None, result: str, note: str, now: datetime
     ) -> LedgerEntry:
         return await self.db.write(_finish, key, owner, result, note, now)
 
-    async def aset_ledger_status(
+    async def set_ledger_status(
         self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
     ) -> LedgerEntry:
         if status is LedgerStatus.DONE:
-            raise ValueError("use afinish() to record an outcome")
+            raise ValueError("use finish() to record an outcome")
         return await self.db.write(_set_ledger_status, key, status, owner, note, now, lease_until)
 
-    async def aledger_entry(self, key: str) -> LedgerEntry | None:
+    async def ledger_entry(self, key: str) -> LedgerEntry | None:
         return await self.db.read(_ledger_entry, key)
 
-    async def aledger_for(self, proposal_id: str) -> list[LedgerEntry]:
+    async def ledger_for(self, proposal_id: str) -> list[LedgerEntry]:
         return await self.db.read(_ledger_where, L.c.proposal_id == proposal_id)
 
-    async def aledger_for_run(self, run_id: str) -> list[LedgerEntry]:
+    async def ledger_for_run(self, run_id: str) -> list[LedgerEntry]:
         return await self.db.read(_ledger_where, L.c.run_id == run_id)
 
-    async def aledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
+    async def ledger_in(self, *statuses: LedgerStatus) -> list[LedgerEntry]:
         return await self.db.read(_ledger_where, L.c.status.in_([str(s) for s in statuses]))
 
-    # -- checkpoints (async only) -------------------------------------------------------------
+    # -- checkpoints -------------------------------------------------------------------
 
     async def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime

@@ -1,9 +1,9 @@
 """``ProposalDesk``: the direct API of T5 on a host — propose, review, approve, execute.
 
     desk = ProposalDesk(host)                       # host built with Host(approvals=Approvals(store))
-    p = desk.propose(context, raw_json)             # strict intake + policy; stored, pending
-    desk.review(context, p.id)                      # exactly what will run
-    desk.approve(reviewer, p.id)                    # a Reviewer is host-side authority
+    p = await desk.propose(context, raw_json)       # strict intake + policy; stored, pending
+    await desk.review(context, p.id)                # exactly what will run
+    await desk.approve(reviewer, p.id)              # a Reviewer is host-side authority
     await desk.execute(context, p.id)               # runs the stored arguments, at most once
 
 ``execute`` takes no payload: it runs what was stored and approved. Replaying it returns the
@@ -60,7 +60,7 @@ class ProposalDesk:
     def _tools(self) -> dict[str, ToolSpec]:
         return {s.name: s for s in self.host.offered()}
 
-    def propose(
+    async def propose(
         self, context: TrustedContext, raw_json: str | bytes, *, proposed_by: str = "model"
     ) -> StoredProposal:
         """Intake (T3), tenant ownership (T4), egress (T8); then store. Raises ``PolicyError``.
@@ -85,11 +85,11 @@ class ProposalDesk:
             effect=str(outcome.spec.effect),
             needs_approval=outcome.status == "approve",
         )
-        stored = self.approvals.submit(proposal, proposed_by=proposed_by)
+        stored = await self.approvals.submit(proposal, proposed_by=proposed_by)
         if proposal.needs_approval:
-            self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
+            await self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
         else:
-            stored = self.approvals.store.decide(
+            stored = await self.approvals.store.decide(
                 stored.id,
                 ProposalStatus.APPROVED,
                 allowed_from=frozenset({ProposalStatus.PENDING}),
@@ -111,19 +111,19 @@ class ProposalDesk:
         finally:
             run.tracer.close()
 
-    def review(self, context: TrustedContext, proposal_id: str) -> Review:
-        return self.approvals.review(context, proposal_id)
+    async def review(self, context: TrustedContext, proposal_id: str) -> Review:
+        return await self.approvals.review(context, proposal_id)
 
-    def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return self.approvals.approve(reviewer, proposal_id, reason=reason)
+    async def approve(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+        return await self.approvals.approve(reviewer, proposal_id, reason=reason)
 
-    def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
-        return self.approvals.deny(reviewer, proposal_id, reason=reason)
+    async def deny(self, reviewer: Reviewer, proposal_id: str, *, reason: str = "") -> StoredProposal:
+        return await self.approvals.deny(reviewer, proposal_id, reason=reason)
 
-    def invalidate(
+    async def invalidate(
         self, context: TrustedContext, proposal_id: str, *, reason: str = "invalidated"
     ) -> StoredProposal:
-        return self.approvals.invalidate(context, proposal_id, reason=reason)
+        return await self.approvals.invalidate(context, proposal_id, reason=reason)
 
     async def execute(self, context: TrustedContext, proposal_id: str) -> Execution:
         """Run the stored, approved arguments of ``proposal_id`` for ``context`` (at most once),
@@ -137,7 +137,7 @@ class ProposalDesk:
         the tool propagates.
         """
         host = self.host
-        p = await self.approvals.aexecutable(context, proposal_id)
+        p = await self.approvals.executable(context, proposal_id)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
         # The proposal's own run id and step: the effect's ledger key is the one its run would use.
         run = RunScope(

@@ -533,14 +533,14 @@ async def _review_and_resume(
     for _ in range(100):
         if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
             break
-        for p in approvals.store.list_proposals(status=ProposalStatus.PENDING, run_id=result.run_id):
-            shown = approvals.inspect(p.id)  # exactly what would run: stored tool and arguments
+        for p in await approvals.store.list_proposals(status=ProposalStatus.PENDING, run_id=result.run_id):
+            shown = await approvals.inspect(p.id)  # exactly what would run: stored tool and arguments
             if _key(shown.tool, shown.arguments) in wanted:
-                approvals.approve(reviewer, p.id, reason="the user asked for exactly this")
+                await approvals.approve(reviewer, p.id, reason="the user asked for exactly this")
             else:
-                approvals.deny(reviewer, p.id, reason="not what the user asked for")
+                await approvals.deny(reviewer, p.id, reason="not what the user asked for")
         result = await host.resume(agent, result.run_id)
-    return result, len(approvals.store.list_proposals(run_id=result.run_id))
+    return result, len(await approvals.store.list_proposals(run_id=result.run_id))
 
 
 def _ratio(num: int, den: int) -> float | None:

@@ -134,6 +134,7 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
 def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
     from tether.clisupport.output import emit_json, table
     from tether.policy import ProposalStatus
+    from tether.sql._database import blocking
 
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
@@ -145,7 +146,7 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
             "run": p.run_id or "",
             "created": p.created_at.isoformat(timespec="seconds"),
         }
-        for p in approvals.store.list_proposals(status=status)
+        for p in blocking(approvals.store.list_proposals, status=status)
     ]
     if as_json:
         emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
@@ -158,8 +159,9 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
 
 def _show(approvals: Approvals, proposal_id: str, as_json: bool) -> int:
     from tether.clisupport.output import emit_json
+    from tether.sql._database import blocking
 
-    review = approvals.inspect(proposal_id).summary()
+    review = blocking(approvals.inspect, proposal_id).summary()
     if as_json:
         emit_json(review, exit=0)
     else:
@@ -174,15 +176,18 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
 
     from tether.errors import ApprovalError
     from tether.policy import Reviewer
+    from tether.sql._database import blocking
 
     # An operator with the store open at the console acts for every tenant in it.
     reviewer = Reviewer.for_all_tenants(args.reviewer or getpass.getuser())
     if args.action == "resolve":
-        entry = approvals.resolve(reviewer, args.key, happened=args.happened == "yes", note=args.note)
+        entry = blocking(
+            approvals.resolve, reviewer, args.key, happened=args.happened == "yes", note=args.note
+        )
         return {"key": entry.key, "status": str(entry.status), "note": entry.note}
     act = {"approve": approvals.approve, "deny": approvals.deny, "invalidate": approvals.invalidate}
     try:
-        p = act[args.action](reviewer, args.id, reason=args.reason)
+        p = blocking(act[args.action], reviewer, args.id, reason=args.reason)
     except ApprovalError as err:
         _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
         raise

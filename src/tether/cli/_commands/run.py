@@ -361,12 +361,13 @@ def _requested(result: Any) -> list[str]:
 def _pending(db: Path, proposal_id: str) -> bool:
     """Whether a proposal still waits for a decision (an unreadable store: assume it does)."""
     from tether.policy import SqliteApprovalStore
+    from tether.sql._database import blocking
 
     if not Path(db).exists():
         return True
     store = SqliteApprovalStore(db)
     try:
-        found = store.get_proposal(proposal_id)
+        found = blocking(store.get_proposal, proposal_id)
     finally:
         store.close()
     return found is None or str(found.status) == "pending"

@@ -187,6 +187,7 @@ def _age(seconds: float) -> str:
 
 def _show(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
+    from tether.sql._database import blocking
 
     view = client.run(args.run_id)
     if view is None:
@@ -196,12 +197,11 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     store = client.stores.approvals
     out["proposals"] = [
         {"id": p.id, "tool": p.tool, "status": str(p.status), "decided_by": p.decided_by}
-        for p in store.list_proposals(run_id=args.run_id)
+        for p in blocking(store.list_proposals, run_id=args.run_id)
     ]
-    ledger = getattr(store, "ledger_for_run", None)
     out["effects"] = [
         {"key": e.key, "tool": e.tool, "status": str(e.status), "attempts": e.attempts, "note": e.note}
-        for e in (ledger(args.run_id) if ledger else [])
+        for e in blocking(store.ledger_for_run, args.run_id)
     ]
     traces = client.stores.traces
     if args.events and traces is not None:
@@ -312,12 +312,13 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
+    from tether.sql._database import blocking
 
     approvals = Approvals(client.stores.approvals)
     reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
     try:
         decide = approvals.approve if args.action == "approve" else approvals.deny
-        p = decide(reviewer, args.proposal_id, reason=args.reason)
+        p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
     except ApprovalError as err:
         emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
             f"{err.reason}: {err}"
@@ -385,12 +386,14 @@ def _resolve(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
+    from tether.sql._database import blocking
 
     reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
     try:
-        entry = Approvals(client.stores.approvals).resolve(
-            reviewer, args.key, happened=args.happened == "yes", note=args.note
-        )
+        entry = blocking(
+            Approvals(client.stores.approvals).resolve,
+            reviewer, args.key, happened=args.happened == "yes", note=args.note,
+        )  # fmt: skip
     except ApprovalError as err:
         emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
             f"{err.reason}: {err}"
@@ -443,13 +446,14 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
     from tether.clisupport.output import emit_json, safe, table
     from tether.durable._events import resolve_command
     from tether.policy._store import LedgerStatus
+    from tether.sql._database import blocking
 
     store = client.stores.approvals
     now = datetime.now(UTC)
     # Escalated, and those whose call raised that no one is reconciling: both wait for a person.
     waiting = [
         e
-        for e in store.ledger_in(LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
+        for e in blocking(store.ledger_in, LedgerStatus.ESCALATED, LedgerStatus.RECONCILING)
         if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
     ]
     rows = [

@@ -58,7 +58,7 @@ async def run_scenario(db: Path) -> dict[str, Any]:
 
     # 1. A lead of another tenant: refused at intake, nothing stored.
     try:
-        desk.propose(alpha, _envelope("lead-beta", "Synthetic text for review."))
+        await desk.propose(alpha, _envelope("lead-beta", "Synthetic text for review."))
         summary["cross_tenant"] = "accepted"
     except PolicyError as err:
         summary["cross_tenant"] = "rejected"
@@ -66,7 +66,7 @@ async def run_scenario(db: Path) -> dict[str, Any]:
 
     # 2. The malicious body arrives as data in a legitimate proposal; executing it before
     #    approval is refused.
-    proposal = desk.propose(alpha, _envelope("lead-alpha", MALICIOUS_BODY))
+    proposal = await desk.propose(alpha, _envelope("lead-alpha", MALICIOUS_BODY))
     try:
         await desk.execute(alpha, proposal.id)
         summary["without_approval"] = "executed"
@@ -75,8 +75,8 @@ async def run_scenario(db: Path) -> dict[str, Any]:
         reasons["without_approval"] = err.reason
 
     # 3. The reviewer sees exactly what will run, approves it; execution runs the stored arguments.
-    review = desk.review(alpha, proposal.id)
-    desk.approve(reviewer, proposal.id, reason="reviewed body and lead")
+    review = await desk.review(alpha, proposal.id)
+    await desk.approve(reviewer, proposal.id, reason="reviewed body and lead")
     first = await desk.execute(alpha, proposal.id)
     draft = first.data if isinstance(first.data, dict) else {}
     prepared = len(book.drafts) == 1 and draft.get("draft_id") == book.drafts[0].draft_id
@@ -98,7 +98,7 @@ async def run_scenario(db: Path) -> dict[str, Any]:
     summary["replay_returned_first_result"] = replay.replayed and replay.data == first.data
 
     # 6. The same content proposed again is a new proposal: the old approval does not transfer.
-    again = desk.propose(alpha, _envelope("lead-alpha", MALICIOUS_BODY))
+    again = await desk.propose(alpha, _envelope("lead-alpha", MALICIOUS_BODY))
     try:
         await desk.execute(alpha, again.id)
         summary["new_proposal_with_old_approval"] = "executed"
@@ -107,14 +107,14 @@ async def run_scenario(db: Path) -> dict[str, Any]:
         reasons["new_proposal_with_old_approval"] = err.reason
 
     # Extra: invalidation blocks further execution; history stays.
-    desk.invalidate(alpha, proposal.id, reason="campaign withdrawn")
+    await desk.invalidate(alpha, proposal.id, reason="campaign withdrawn")
     try:
         await desk.execute(alpha, proposal.id)
         summary["after_invalidation"] = "executed"
     except ApprovalError as err:
         summary["after_invalidation"] = "rejected"
         reasons["after_invalidation"] = err.reason
-    summary["history"] = [e.op for e in desk.approvals.store.events(proposal.id)]
+    summary["history"] = [e.op for e in await desk.approvals.store.events(proposal.id)]
     summary["reasons"] = reasons
     summary["draft_count_final"] = len(book.drafts)
     await host.aclose()
@@ -171,15 +171,15 @@ def _agent(db: Path | None, as_json: bool) -> int:
     db = db or default_db()
     host, agent = build(db)
 
-    async def go() -> Any:
+    async def go() -> tuple[Any, list[str]]:
         try:
-            return await host.run(agent, OBJECTIVE, context=CONTEXT)
+            result = await host.run(agent, OBJECTIVE, context=CONTEXT)
+            assert host.approvals is not None
+            return result, [p.id for p in await host.approvals.store.list_proposals(run_id=result.run_id)]
         finally:
             await host.aclose()
 
-    result = anyio.run(go)
-    assert host.approvals is not None
-    pending = [p.id for p in host.approvals.store.list_proposals(run_id=result.run_id)]
+    result, pending = anyio.run(go)
     summary = {**result.summary(), "proposals": pending, "db": str(db)}
     code = EXIT_CODES.get(str(result.stop_reason), 7)
     if as_json:
