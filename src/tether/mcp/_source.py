@@ -42,13 +42,7 @@ from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInp
 from tether.mcp._calling import call_tool, guarded
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
-from tether.mcp._failures import (
-    Unavailable,
-    closed_underneath,
-    failure_detail,
-    is_modern,
-    leaf,
-)
+from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import PinStore, ToolCheck
