@@ -72,7 +72,11 @@ class RunView:
 
     @property
     def status(self) -> str:
-        """queued | running | paused | finished | failed | cancelled"""
+        """queued | running | paused | finished | failed | cancelled. A cancelled run stays
+        cancelled: a resume a worker enqueued while the cancel was under way finds the run ended
+        and does nothing, so it does not make the run look alive again."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return "cancelled"
         w = self.latest
         if w.status != "SUCCESS":
             return _STATUS.get(w.status, w.status.lower())
@@ -85,6 +89,8 @@ class RunView:
     @property
     def stop_reason(self) -> str | None:
         """The run's one stop reason once it ended (or paused); None while it is in flight."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return "cancelled"
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return str((w.output or {})["stop_reason"])
@@ -113,6 +119,8 @@ class RunView:
 
     def _ended_output(self) -> dict[str, Any]:
         """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return "cancelled"
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return w.output or {}

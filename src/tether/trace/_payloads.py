@@ -180,6 +180,7 @@ class McpTask(_Payload, total=False):
     task_id: str
     status: str
     polls: int
+    accepted: bool  # cancel_sent: whether the server accepted the cancellation
 
 
 class McpProgress(_Payload, total=False):
