@@ -94,8 +94,6 @@ class RunView:
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return str((w.output or {})["stop_reason"])
-            if w.status == "CANCELLED":
-                return "cancelled"
             if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
                 return None
         return None
@@ -120,7 +118,7 @@ class RunView:
     def _ended_output(self) -> dict[str, Any]:
         """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
         if any(w.status == "CANCELLED" for w in self.workflows):
-            return "cancelled"
+            return {}
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return w.output or {}
