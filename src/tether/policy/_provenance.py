@@ -32,9 +32,7 @@ tracing half: ``ProvenanceIndex`` and taint through the run's own writes.
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from tether.policy._provenance_labels import (
@@ -57,6 +55,16 @@ from tether.policy._provenance_labels import (
     normalise,
     shape_kind,
     split_values,
+)
+from tether.policy._provenance_text import (
+    ALPHA_WORD,
+    PLACEHOLDER,
+    STOP,
+    WORD,
+    Written,
+    contains_whole,
+    name_forms,
+    request_names,
 )
 from tether.policy._provenance_values import (
     DateMention,
@@ -97,76 +105,6 @@ __all__ = [
 
 # -- tracing -------------------------------------------------------------------------------
 
-_WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
-_ALPHA_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
-_STOP_WORDS = "a an the to of in on at for and or with from by is are be it this that my me i you your "
-_STOP_WORDS += "please can could would will as if so do not our we us his her their them they its"
-_STOP = frozenset(_STOP_WORDS.split(" "))
-_PLACEHOLDER = re.compile(r"\{[^{}\s]{1,40}\}")
-_EXTENSION = re.compile(r"\.[a-z0-9]{1,5}$")
-
-
-_JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a link, a file name)
-
-
-def contains_whole(haystack: str, needle: str) -> bool:
-    """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the end
-    of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``. After it,
-    a full stop or a colon may end the sentence (prompts write "www.site.com.They")."""
-    start = 0
-    n = len(needle)
-    while (i := haystack.find(needle, start)) >= 0:
-        start = i + 1
-        before = haystack[i - 1] if i > 0 else " "
-        after = haystack[i + n] if i + n < len(haystack) else " "
-        if before.isalnum() or (before in _JOINERS and needle[:1].isalnum()):
-            continue
-        if after.isalnum() or (after in _JOINERS and after not in ".:" and needle[-1:].isalnum()):
-            continue
-        return True
-    return False
-
-
-def _name_forms(text: str) -> set[str]:
-    """A naming value and its spoken forms: ``grocery-list.docx`` is also ``grocery list``."""
-    forms = {text}
-    stem = _EXTENSION.sub("", text)
-    spoken = re.sub(r"[-_]+", " ", stem)
-    if " " in spoken:  # a one-word stem ("list") would let any word of the request name it
-        forms |= {stem, spoken}
-    return forms
-
-
-@dataclass(frozen=True, slots=True)
-class Written:
-    """A value the run itself sent to a tool (an argument leaf of a call that ran), and when:
-    ``position`` is the number of observations the run had made before that call."""
-
-    text: str  # normalised
-    position: int
-    links: frozenset[str] = frozenset()  # keys of the links inside it
-
-
-_QUOTED = re.compile(r"[\"'“”‘’«»`]([^\"'“”‘’«»`]{1,80})[\"'“”‘’«»`]")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
-
-
-def _request_names(objective: str) -> set[str]:
-    """Words the request uses as names: capitalised (a function word opening a sentence is
-    not), or quoted. "Invite Dora" names Dora; "her website" does not make "website" a name."""
-    text = unicodedata.normalize("NFC", objective)
-    names: set[str] = set()
-    for m in _ALPHA_WORD.finditer(text):
-        word = m.group(0)
-        if word[:1].isupper() and not (
-            normalise(word) in _STOP and _SENTENCE_START.search(text[: m.start()])
-        ):
-            names.add(normalise(word))
-    for m in _QUOTED.finditer(text):
-        names |= {normalise(w) for w in _ALPHA_WORD.findall(m.group(1))}
-    return names
-
-
 class ProvenanceIndex:
     """What the host knows at one moment of a run: the user's request, trusted host values,
     labelled observations and the values the run itself wrote. ``trace`` answers where a
@@ -196,10 +134,10 @@ class ProvenanceIndex:
         self._assigned = frozenset(assigned)
         self._steered: dict[str, bool] = {}
         self.user_text = normalise(objective)
-        words = _WORD.findall(self.user_text)
+        words = WORD.findall(self.user_text)
         self._user_words = {w.strip(".,+-") for w in words} | set(words)
-        self._user_words |= set(_ALPHA_WORD.findall(self.user_text))
-        self._user_names = _request_names(objective)
+        self._user_words |= set(ALPHA_WORD.findall(self.user_text))
+        self._user_names = request_names(objective)
         self.directory = directory if isinstance(directory, Directory) else Directory(directory)
         self.segments = list(segments)
         pos = list(positions) if positions is not None else [0] * len(self.segments)
@@ -320,7 +258,7 @@ class ProvenanceIndex:
         found: list[tuple[Origin, Segment | None]] = []
         short = len(text) < MIN_CONTAINED
         numeric = _number(value)
-        single = _ALPHA_WORD.fullmatch(text) is not None
+        single = ALPHA_WORD.fullmatch(text) is not None
         # The user's request: the whole value appears in it. A single word counts as the
         # user's only where the request uses it as a name (capitalised, or quoted).
         if numeric is not None and self._user_number(numeric):
@@ -364,7 +302,7 @@ class ProvenanceIndex:
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _user_number(self, n: float) -> bool:
-        for word in _WORD.findall(self.user_text):
+        for word in WORD.findall(self.user_text):
             w = word.strip(".,")
             m = _number(w)
             if m is not None and m == n and len(w.replace(".", "").lstrip("0")) >= 3:
@@ -388,7 +326,7 @@ class ProvenanceIndex:
             for seg in segs
             if seg.field_name in allowed and not self.written(seg)
         }
-        for m in _PLACEHOLDER.finditer(request):
+        for m in PLACEHOLDER.finditer(request):
             before, after = request[: m.start()], request[m.end() :]
             for filler in fillers:
                 if len(filler) < 2 or filler not in text:
@@ -421,7 +359,7 @@ class ProvenanceIndex:
 
     def _names(self, seg: Segment) -> bool:
         if seg.naming == "whole":
-            for form in _name_forms(seg.text):
+            for form in name_forms(seg.text):
                 if len(form) < 3:
                     continue
                 if len(form) < MIN_CONTAINED:
@@ -430,7 +368,7 @@ class ProvenanceIndex:
                 elif contains_whole(self.user_text, form):
                     return True
         elif seg.naming == "word" and not self.written(seg):
-            words = {w for w in _ALPHA_WORD.findall(seg.text) if len(w) >= 4 and w not in _STOP}
+            words = {w for w in ALPHA_WORD.findall(seg.text) if len(w) >= 4 and w not in STOP}
             return bool(words & self._user_words)
         return False
 

@@ -1,0 +1,90 @@
+"""The text side of tracing: how a value is found whole inside text, which words of a request are
+names, and what the run itself wrote (``Written``). Used by ``ProvenanceIndex``."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+
+from tether.policy._provenance_labels import normalise
+
+__all__ = [
+    "ALPHA_WORD",
+    "PLACEHOLDER",
+    "STOP",
+    "WORD",
+    "Written",
+    "contains_whole",
+    "name_forms",
+    "request_names",
+]
+
+WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
+ALPHA_WORD = re.compile(r"[^\W\d_]+", re.UNICODE)
+_STOP_WORDS = "a an the to of in on at for and or with from by is are be it this that my me i you your "
+_STOP_WORDS += "please can could would will as if so do not our we us his her their them they its"
+STOP = frozenset(_STOP_WORDS.split(" "))
+PLACEHOLDER = re.compile(r"\{[^{}\s]{1,40}\}")
+_EXTENSION = re.compile(r"\.[a-z0-9]{1,5}$")
+
+
+_JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a link, a file name)
+
+
+def contains_whole(haystack: str, needle: str) -> bool:
+    """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the end
+    of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``. After it,
+    a full stop or a colon may end the sentence (prompts write "www.site.com.They")."""
+    start = 0
+    n = len(needle)
+    while (i := haystack.find(needle, start)) >= 0:
+        start = i + 1
+        before = haystack[i - 1] if i > 0 else " "
+        after = haystack[i + n] if i + n < len(haystack) else " "
+        if before.isalnum() or (before in _JOINERS and needle[:1].isalnum()):
+            continue
+        if after.isalnum() or (after in _JOINERS and after not in ".:" and needle[-1:].isalnum()):
+            continue
+        return True
+    return False
+
+
+def name_forms(text: str) -> set[str]:
+    """A naming value and its spoken forms: ``grocery-list.docx`` is also ``grocery list``."""
+    forms = {text}
+    stem = _EXTENSION.sub("", text)
+    spoken = re.sub(r"[-_]+", " ", stem)
+    if " " in spoken:  # a one-word stem ("list") would let any word of the request name it
+        forms |= {stem, spoken}
+    return forms
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """A value the run itself sent to a tool (an argument leaf of a call that ran), and when:
+    ``position`` is the number of observations the run had made before that call."""
+
+    text: str  # normalised
+    position: int
+    links: frozenset[str] = frozenset()  # keys of the links inside it
+
+
+_QUOTED = re.compile(r"[\"'“”‘’«»`]([^\"'“”‘’«»`]{1,80})[\"'“”‘’«»`]")
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
+
+
+def request_names(objective: str) -> set[str]:
+    """Words the request uses as names: capitalised (a function word opening a sentence is
+    not), or quoted. "Invite Dora" names Dora; "her website" does not make "website" a name."""
+    text = unicodedata.normalize("NFC", objective)
+    names: set[str] = set()
+    for m in ALPHA_WORD.finditer(text):
+        word = m.group(0)
+        if word[:1].isupper() and not (
+            normalise(word) in STOP and _SENTENCE_START.search(text[: m.start()])
+        ):
+            names.add(normalise(word))
+    for m in _QUOTED.finditer(text):
+        names |= {normalise(w) for w in ALPHA_WORD.findall(m.group(1))}
+    return names
