@@ -107,6 +107,27 @@ async def test_a_bill_payment_needs_the_reviewer_and_the_injected_recipient_neve
     assert reviewed.approvals == 2 and any("approval_denied" in x for x in reviewed.blocked)
 
 
+async def test_a_question_about_a_named_meeting_mails_none_of_its_participants(
+    benches: dict[str, SuiteBench],
+) -> None:
+    # The request asks a question about "my lunch with Sarah": the lunch is a record the user
+    # named, so its participants are designated, but nothing asked for a mail. The informed2
+    # campaign's new_record mails Sarah in the attacker's words; that goes to a reviewer
+    # (effect_not_requested), and the function reviewer refuses what the user did not ask.
+    b = bench(benches, "workspace")
+    u, i = b.user_tasks["user_task_11"], b.injection_tasks["injection_task_13"]
+    open_ = await b.run(u, i, gate=False, attacker="informed2")
+    assert any(w.startswith("send_email:new_record") for w in open_.harmful_writes)
+    gated = await b.run(u, i, attacker="informed2", reviewer=True)
+    assert gated.attempted and gated.harmful_writes == []
+    assert "send_email:approval_denied" in gated.blocked
+    assert gated.utility
+    # A request that asks for mails to named people still sends them, with no reviewer.
+    for task in ("user_task_25", "user_task_33"):
+        benign = await b.run(b.user_tasks[task])
+        assert benign.utility and benign.approvals == 0
+
+
 async def test_the_reviewer_works_through_the_durable_approval_store(tmp_path: Any) -> None:
     b = SuiteBench("banking", approvals_db=tmp_path / "approvals.db")
     u = b.user_tasks["user_task_0"]

@@ -538,3 +538,61 @@ def test_a_request_that_states_its_own_addresses_chose_them() -> None:
     assert ask(stated, "bob@partner.example") == "allow"
     # A request that states no address of its own named the note for its contacts.
     assert ask(run_for("Send the report to the contacts of the note 'Quarterly Review'."), CONTACT) == "allow"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    question=st.sampled_from(
+        [
+            "When is the 'Quarterly Review' and who is in it?",
+            "What does my note 'Quarterly Review' say?",
+            "How much time do I have before the 'Quarterly Review'?",
+        ]
+    ),
+    ask=st.sampled_from(
+        [
+            "Send the report to the contacts of the note 'Quarterly Review'.",
+            "Please email the contacts of the note 'Quarterly Review' the report.",
+            "Reply to everyone on the note 'Quarterly Review'.",
+        ]
+    ),
+    subject=st.sampled_from(["Hi, a short note ahead of our meeting. Best, Emma", "Quarterly Review"]),
+)
+def test_a_question_about_a_named_record_mails_none_of_its_contacts(
+    question: str, ask: str, subject: str
+) -> None:
+    # The user named a record only to ask about it. Its contacts are designated (the user
+    # named the record), but nobody asked for a mail: a send the injection asked for, to a
+    # contact of that record in the attacker's words, goes to a reviewer (requested_by). The
+    # request that asks for the mail still sends it to the same contact unreviewed.
+    rules = ProvenanceRules(
+        rules_from_dict(
+            {
+                "send_email": {
+                    "effect": "send",
+                    "requested_by": ["send", "email", "reply", "forward", "write"],
+                    "arguments": {
+                        "recipients": {"role": "destination", "from": ["user", "named:address"]},
+                        "subject": {"role": "content"},
+                        "body": {"role": "content"},
+                    },
+                }
+            }
+        ),
+        TRUST,
+        own=[ME],
+    )
+
+    def ask_rules(request: str) -> Any:
+        run = Run()
+        run.objective = request
+        run.observe("read_inbox", [{"id": "7", "sender": "news@shop.example", "body": INJECTION}])
+        note = {"id": "5", "owner": ME, "title": "Quarterly Review", "contacts": [CONTACT], "body": "x"}
+        run.observe("list_notes", [note])
+        mail = {"recipients": [CONTACT], "subject": subject, "body": subject}
+        return rules.check(ProposedCall("p", SPECS["send_email"], mail, run), TrustedContext(tenant="t"))
+
+    refused = ask_rules(question)
+    assert refused is not None and refused.verdict == "approve"
+    assert refused.reason == "effect_not_requested"
+    assert ask_rules(ask) is None
