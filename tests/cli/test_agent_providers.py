@@ -1,10 +1,13 @@
 """Agent files choose a provider (``model.provider``, ``tether run --provider``), fall back to
 other models (``model.fallback``), and their schema is printed for editors
-(``tether agent schema``). Each provider runs against its loopback server."""
+(``tether agent schema``), and how each model's requests travel (``model.transport: sdk |
+http``: the provider's official SDK client or plain httpx2). Each provider runs against its
+loopback server."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,10 @@ import jsonschema
 import pytest
 import yaml
 
+from tether.agents._build import make_model
+from tether.agents._file import load_agent_file
 from tether.cli import main
+from tether.errors import ConfigError
 from tether.trace import read_trace
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
@@ -203,3 +209,64 @@ def test_a_server_sending_one_byte_a_second_is_cut_at_timeout_s_not_at_the_deadl
     out = last_json(capsys.readouterr().out)
     assert code == 7 and out["stop_reason"] == "model_error"
     assert "did not complete within 2s" in out["message"]
+
+
+@pytest.mark.spec("L2")
+@pytest.mark.parametrize("transport", ["sdk", "http"])
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_file_choosing_a_transport_runs_a_tool_round_trip_over_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, transport: str
+) -> None:
+    with SERVERS[provider](scripted([Reply.calls(ORDER), Reply.text("742 is open.")])) as server:
+        model = {"provider": provider, "name": "m-1", "base_url": server.url, "transport": transport}
+        path = write_agent(tmp_path, model)
+        assert make_model(load_agent_file(path)).transport == transport
+        code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+        received = list(server.received)
+        second = server.bodies()[1]
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert code == 0 and out["stop_reason"] == "accepted" and out["answer"] == "742 is open."
+    assert [(c["tool"], c["status"]) for c in out["calls"]] == [("read_order", "ok")]
+    assert '"status": "open"' in str(second)  # the tool's result went back to the model
+    # The official SDK client announces itself in headers of its own; plain httpx2 sends none.
+    assert len(received) == 2
+    assert [("x-stainless-lang" in r.headers) for r in received] == [transport == "sdk"] * 2
+
+
+def test_each_provider_keeps_its_default_transport_when_the_file_names_none(tmp_path: Path) -> None:
+    defaults = {}
+    for provider in SERVERS:
+        path = write_agent(tmp_path, {"provider": provider, "name": "m-1", "base_url": "http://127.0.0.1:9"})
+        defaults[provider] = make_model(load_agent_file(path)).transport
+    assert defaults == {"openai-chat": "http", "openai-responses": "sdk", "anthropic": "sdk"}
+
+
+@pytest.mark.spec("L2")
+def test_a_bad_transport_is_a_typed_error_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "transport": "grpc"})
+    with pytest.raises(ConfigError, match=r"model\.transport"):
+        load_agent_file(path)
+    assert main(["agent", "check", str(path)]) == 1
+    assert "transport" in capsys.readouterr().err
+    path = write_agent(tmp_path, {"name": "scripted:steps.yaml", "transport": "http"})
+    with pytest.raises(ConfigError, match="transport applies to a provider's API"):
+        load_agent_file(path)
+    # the legitimate file next to them loads
+    path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "transport": "http"})
+    assert load_agent_file(path).spec.model.transport == "http"
+
+
+def test_the_sdk_transport_without_its_sdk_installed_is_refused_before_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "anthropic", None)  # as if the extra were not installed
+    path = write_agent(tmp_path, {"provider": "anthropic", "name": "m", "base_url": "http://127.0.0.1:9"})
+    with pytest.raises(ConfigError, match=r"needs the anthropic SDK: pip install 'tether\[anthropic\]'"):
+        make_model(load_agent_file(path))
+    path = write_agent(
+        tmp_path,
+        {"provider": "anthropic", "name": "m", "base_url": "http://127.0.0.1:9", "transport": "http"},
+    )
+    assert make_model(load_agent_file(path)).transport == "http"
