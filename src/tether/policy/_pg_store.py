@@ -11,19 +11,10 @@ counts as dead (``worker_dead_after_s``).
 from __future__ import annotations
 
 from tether.policy._sqlstore import SqlApprovalStore
-from tether.sql._database import Database
 
 __all__ = ["PgApprovalStore"]
 
 
 class PgApprovalStore(SqlApprovalStore):
-    """An ``ApprovalStore`` on PostgreSQL. ``db`` is a URL (``postgresql://…[?schema=s]``) or a
+    """An ``ApprovalStore`` on PostgreSQL: built on a URL (``postgresql://…[?schema=s]``) or a
     ``Database`` shared with the deployment's other stores (then ``close`` leaves it open)."""
-
-    def __init__(self, db: str | Database) -> None:
-        self._owns = not isinstance(db, Database)
-        super().__init__(db if isinstance(db, Database) else Database.postgresql(db))
-
-    def close(self) -> None:
-        if self._owns:
-            self.db.close()

@@ -9,20 +9,12 @@ stored proposal's content is immutable (a trigger); the event table is append-on
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tether.policy._sqlstore import SqlApprovalStore
-from tether.sql._database import Database, Synchronous
 
 __all__ = ["SqliteApprovalStore"]
 
 
 class SqliteApprovalStore(SqlApprovalStore):
-    """An ``ApprovalStore`` in the SQLite file at ``path`` (created and migrated when built).
-    Any number of store objects and processes may share a file."""
-
-    def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
-    ) -> None:
-        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
-        self.path = Path(path)
+    """An ``ApprovalStore`` in the SQLite file at ``path`` (created and migrated when built;
+    ``busy_timeout_s`` and ``synchronous`` as ``Database.sqlite``'s). Any number of store
+    objects and processes may share a file."""

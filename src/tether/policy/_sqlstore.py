@@ -29,7 +29,7 @@ from tether.policy._store import (
     ProposalStatus,
     StoredProposal,
 )
-from tether.sql._database import Database
+from tether.sql._database import SqlStore
 from tether.sql._tables import approval_events as E
 from tether.sql._tables import effect_ledger as L
 from tether.sql._tables import proposals as P
@@ -330,24 +330,20 @@ def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool
     return row is not None
 
 
-class SqlApprovalStore:
-    """An ``ApprovalStore`` on a ``Database``: each method one transaction, in a worker thread
-    off the event loop. Any number of store objects and processes may share the database."""
+class SqlApprovalStore(SqlStore):
+    """An ``ApprovalStore`` on a ``Database`` (see ``SqlStore`` for what it is built on): each
+    method one transaction, in a worker thread off the event loop. Any number of store objects
+    and processes may share the database."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate("approvals")
-        # Set by a durable worker (tether.durable): a ledger owner that is a worker whose
-        # heartbeat is this many seconds old counts as dead, wherever it ran (PostgreSQL).
-        self.worker_dead_after_s: float | None = None
+    concern = "approvals"
+    # Set by a durable worker (tether.durable): a ledger owner that is a worker whose heartbeat
+    # is this many seconds old counts as dead, wherever it ran (PostgreSQL).
+    worker_dead_after_s: float | None = None
 
     def _worker_gone(self) -> WorkerGone | None:
         if self.worker_dead_after_s is None or self.db.dialect != "postgresql":
             return None
         return functools.partial(heartbeat_stopped, self.worker_dead_after_s)
-
-    def close(self) -> None:
-        self.db.close()
 
     # -- proposals --------------------------------------------------------------------
 

@@ -36,19 +36,19 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import Any, ClassVar, Concatenate, Literal, ParamSpec, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Connection, Engine, create_engine, event, select, text
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.pool import QueuePool
+from sqlalchemy.pool import QueuePool, StaticPool
 
-from tether.sql._postgres import PgUrl, StoreUnavailable
+from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
-__all__ = ["MIGRATIONS", "Database", "Migration", "Synchronous", "blocking"]
+__all__ = ["MIGRATIONS", "Database", "Migration", "SqlStore", "Synchronous", "blocking"]
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 Migration = tuple[str, Callable[[Connection], None]]
@@ -150,7 +150,26 @@ class Database:
             pool_reset_on_return=None,
             connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
         )
+        db = cls._on_sqlite(engine, os.path.abspath(file), busy_timeout_s, synchronous)
+        db.path = file
+        raw = sqlite3.connect(file, timeout=busy_timeout_s)
+        try:
+            raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
+        finally:
+            raw.close()
+        return db
 
+    @classmethod
+    def memory(cls) -> Database:
+        """A private SQLite database in this process's memory, gone once closed (or dropped): for
+        scripts and tests. One connection, its transactions one at a time, reads included."""
+        engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
+        db = cls._on_sqlite(engine, f":memory:{id(engine):x}", 30.0, "OFF")
+        db._serial = threading.Lock()
+        return db
+
+    @classmethod
+    def _on_sqlite(cls, engine: Engine, key: str, busy_timeout_s: float, synchronous: Synchronous) -> Database:
         @event.listens_for(engine, "connect")
         def _setup(dbapi: Any, _record: Any) -> None:
             dbapi.isolation_level = None  # we say BEGIN ourselves (below), as SQLite means it
@@ -163,14 +182,8 @@ class Database:
             # On the driver's connection: a statement through SQLAlchemy costs as much again.
             conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")  # type: ignore[union-attr]
 
-        db = cls(engine, key=os.path.abspath(file), busy_timeout_s=busy_timeout_s)
-        db.path = file
+        db = cls(engine, key=key, busy_timeout_s=busy_timeout_s)
         db.synchronous = synchronous
-        raw = sqlite3.connect(file, timeout=busy_timeout_s)
-        try:
-            raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
-        finally:
-            raw.close()
         return db
 
     @classmethod
@@ -204,6 +217,7 @@ class Database:
 
     path: Path | None = None
     synchronous: Synchronous = "NORMAL"
+    _serial: threading.Lock | None = None  # the one lock of a database in memory (``memory``)
     url: PgUrl | None = None
     application_name: str = ""
 
@@ -287,7 +301,7 @@ class Database:
         if self._key in held:
             # The inner one would wait for the outer one's lock, which waits for it.
             raise RuntimeError(f"nested transaction on {self.path}: pass the connection down instead")
-        lock = _write_lock(self._key) if write else None
+        lock = self._serial or (_write_lock(self._key) if write else None)
         if lock is not None and not lock.acquire(timeout=self.busy_timeout_s):
             raise sqlite3.OperationalError(f"database is locked: {self.path} (in-process writer)")
         held.add(self._key)
@@ -350,6 +364,41 @@ class Database:
             except DBAPIError as err:
                 raise StoreUnavailable(f"commit outcome unknown: {err.orig}") from None
             return value
+
+
+class SqlStore:
+    """What every store on a ``Database`` shares: built on a ``Database`` (a deployment's, shared
+    by its stores: ``close`` leaves it open) or on what to open, then its own (``close`` closes
+    it): a SQLite file's path, a PostgreSQL URL (``postgresql://…[?schema=s]``), or ``None`` for
+    a private database in this process's memory. Its concern is migrated when built, so a file
+    written by older code is upgraded in place."""
+
+    concern: ClassVar[str]
+    path: Path | None = None  # the SQLite file, when the store opened one
+
+    def __init__(
+        self,
+        db: Database | str | Path | None = None,
+        *,
+        busy_timeout_s: float = 30.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        self._owns = not isinstance(db, Database)
+        if isinstance(db, Database):
+            self.db = db
+        elif db is None:
+            self.db = Database.memory()
+        elif str(db).startswith(PG_SCHEMES):
+            self.db = Database.postgresql(str(db))
+        else:
+            self.db = Database.sqlite(db, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+            self.path = Path(db)
+        self.db.migrate(self.concern)
+
+    def close(self) -> None:
+        """Close the database if this store opened it (never a shared one)."""
+        if self._owns:
+            self.db.close()
 
 
 def _unwrapped(err: StatementError) -> BaseException:

@@ -15,7 +15,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.errors import ConfigError, TetherError
 
-__all__ = ["PgUrl", "StoreUnavailable"]
+__all__ = ["PG_SCHEMES", "PgUrl", "StoreUnavailable"]
+
+PG_SCHEMES = ("postgresql://", "postgres://")  # how a PostgreSQL URL begins
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
@@ -35,7 +37,7 @@ class PgUrl:
     def parse(cls, url: str) -> PgUrl:
         """Raises ``ConfigError`` for another scheme or a malformed schema name."""
         parts = urlsplit(url)
-        if parts.scheme not in ("postgresql", "postgres"):
+        if f"{parts.scheme}://" not in PG_SCHEMES:
             raise ConfigError(f"not a PostgreSQL URL: {url!r}")
         query = parse_qsl(parts.query, keep_blank_values=True)
         schema = next((v for k, v in query if k == "schema"), None)

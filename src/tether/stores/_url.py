@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from tether.errors import ConfigError
+from tether.sql._postgres import PG_SCHEMES, PgUrl
 
 __all__ = ["Location", "Stores", "open_stores", "parse_url"]
 
@@ -34,17 +35,13 @@ class Location:
     def schema(self) -> str | None:
         if self.backend != "postgresql":
             return None
-        from tether.sql._postgres import PgUrl
-
         return PgUrl.parse(self.url).schema
 
 
 def parse_url(url: str) -> Location:
     """Raises ``ConfigError`` naming what is accepted."""
     text = str(url).strip()
-    if text.startswith(("postgresql://", "postgres://")):
-        from tether.sql._postgres import PgUrl
-
+    if text.startswith(PG_SCHEMES):
         PgUrl.parse(text)  # validates the schema parameter
         return Location("postgresql", text)
     if text.startswith("sqlite:///"):
