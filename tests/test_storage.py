@@ -26,8 +26,8 @@ import anyio
 import pytest
 
 import tether
-from tether.mcp._pauses import PauseStore
-from tether.mcp._pinning import PinStore, ToolCheck
+from tether.mcp._pauses import Pauses, PauseStore
+from tether.mcp._pinning import Pins, PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy import SqliteApprovalStore
 from tether.policy._memory_store import MemoryApprovalStore
@@ -129,10 +129,10 @@ def pins_case(path: Path) -> Case:
     check = ToolCheck("lookup", "new", "sha", {"name": "lookup"})
 
     async def write() -> None:
-        await store.aapprove("s", [check], endpoint="e", actor="ops")
+        await store.approve("s", [check], endpoint="e", actor="ops")
 
     async def written() -> bool:
-        return "lookup" in store.pins("s")
+        return "lookup" in await store.pins("s")
 
     return Case(store, write, written)
 
@@ -248,14 +248,22 @@ def _public_methods(cls: type) -> dict[str, Any]:
     return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
 
-@pytest.mark.parametrize("cls", [SqliteApprovalStore, MemoryApprovalStore])
-def test_every_approval_store_method_is_async_with_one_name_and_no_twin(cls: type) -> None:
+@pytest.mark.parametrize(
+    ("cls", "protocol"),
+    [
+        (SqliteApprovalStore, ApprovalStore),
+        (MemoryApprovalStore, ApprovalStore),
+        (PinStore, Pins),
+        (PauseStore, Pauses),
+    ],
+)
+def test_every_store_method_is_async_with_one_name_and_no_twin(cls: type, protocol: type) -> None:
     methods = _public_methods(cls)
     blocking_ones = {n for n, f in methods.items() if not inspect.iscoroutinefunction(f)}
     assert blocking_ones == {"close"}  # closing is for the owner's teardown, never a transaction
     assert {n for n in methods if n.startswith("a") and n[1:] in methods} == set()  # no a-twin
-    protocol = {n for n, f in _public_methods(ApprovalStore).items() if inspect.iscoroutinefunction(f)}
-    assert protocol <= set(methods)
+    wanted = {n for n, f in _public_methods(protocol).items() if inspect.iscoroutinefunction(f)}
+    assert wanted and wanted <= set(methods)
 
 
 def test_the_approval_store_protocol_is_the_union_of_its_concerns_all_async() -> None:

@@ -14,6 +14,7 @@ from tether.mcp._elicitation import check_schema, credential_shaped, validate_an
 from tether.mcp._pinning import PinStore, canonical_definition, check_listing, digest
 from tether.mcp._review import scan_definition
 from tether.mcp._roots import validate_root
+from tether.sql._database import blocking
 
 TOOL = {
     "name": "lookup",
@@ -65,24 +66,27 @@ def test_pins_match_the_canonical_definition_whatever_the_key_order(tmp_path: Pa
     reordered = dict(reversed(list(definition.items())))
     assert digest(reordered) == digest(definition)
     store = PinStore(tmp_path / "pins.db")
-    [new] = check_listing([definition], store.pins("s"), "endpoint-1")
+    [new] = check_listing([definition], blocking(store.pins, "s"), "endpoint-1")
     assert new.status == "new"
-    store.approve("s", [new], endpoint="endpoint-1", actor="ops")
-    [same] = check_listing([reordered], store.pins("s"), "endpoint-1")
+    blocking(store.approve, "s", [new], endpoint="endpoint-1", actor="ops")
+    [same] = check_listing([reordered], blocking(store.pins, "s"), "endpoint-1")
     assert same.status == "pinned"
     changed = {**definition, "annotations": {"readOnlyHint": False}}
-    [c] = check_listing([changed], store.pins("s"), "endpoint-1")
+    [c] = check_listing([changed], blocking(store.pins, "s"), "endpoint-1")
     assert c.status == "changed" and c.why == "changed: annotations"
-    [moved] = check_listing([definition], store.pins("s"), "endpoint-2")
+    [moved] = check_listing([definition], blocking(store.pins, "s"), "endpoint-2")
     assert moved.status == "changed" and "command/url" in moved.why
-    [bad] = check_listing([{**definition, "name": "erp__read_order"}], store.pins("s"), "endpoint-1")
+    pinned = blocking(store.pins, "s")
+    [bad] = check_listing([{**definition, "name": "erp__read_order"}], pinned, "endpoint-1")
     assert bad.status == "new" and "__" in bad.why
     twice = check_listing(
-        [definition, {**definition, "description": "Deletes everything."}], store.pins("s"), "endpoint-1"
+        [definition, {**definition, "description": "Deletes everything."}], pinned, "endpoint-1"
     )
     assert [c.why for c in twice] == ["listed more than once"] * 2  # two definitions, one name: neither runs
     store.close()
-    assert PinStore(tmp_path / "pins.db").pins("s")["lookup"].approved_by == "ops"  # durable
+    reopened = PinStore(tmp_path / "pins.db")
+    assert blocking(reopened.pins, "s")["lookup"].approved_by == "ops"  # durable
+    reopened.close()
 
 
 @pytest.mark.spec("X2")

@@ -71,7 +71,7 @@ def _migrations(db: Database) -> list[str]:
 
 async def _carry_on(stores: object) -> None:
     """What every store of the fixture still does after the upgrade, whatever the backend."""
-    pins = stores.pins.pins("erp")  # type: ignore[attr-defined]
+    pins = await stores.pins.pins("erp")  # type: ignore[attr-defined]
     assert [c.status for c in check_listing([TOOL], pins, "sha256:cmd")] == ["pinned"]
     [pause] = await stores.pauses.pending()  # type: ignore[attr-defined]
     assert pause.run_id == "run-77" and pause.arguments == {"order": "742"}

@@ -173,7 +173,7 @@ def _server_api(api: Api, sources: Any) -> list[Route]:
 
     @api
     async def list_servers(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        return {"servers": servers_view.servers(sources, p)}
+        return {"servers": await servers_view.servers(sources, p)}
 
     @api
     async def review_server(request: Request, p: Principal, body: dict[str, Any]) -> Any:

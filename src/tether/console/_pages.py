@@ -319,7 +319,7 @@ def _server_routes(ui: _Pages) -> list[Route]:
     async def servers(request: Request, me: Principal) -> Response:
         tenant = sources.mcp_config.host.tenant if sources.mcp_config else ""
         return render(
-            request, "servers.html", me, servers=servers_view.servers(sources, me),
+            request, "servers.html", me, servers=await servers_view.servers(sources, me),
             is_admin=bool(tenant) and me.may(tenant, "admin"), tenant=tenant,
         )  # fmt: skip
 

@@ -49,7 +49,7 @@ def _where(server: Any) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
+async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
     """Configured servers with their pins; credentials are named, never shown."""
     if sources.mcp_config is None or not principal.sees(_tenant(sources)):
         return []
@@ -57,7 +57,7 @@ def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any
     store = sources.open_pins() if sources.open_pins is not None else None
     try:
         for s in sources.mcp_config.servers:
-            pins = store.pins(s.name) if store is not None else {}
+            pins = await store.pins(s.name) if store is not None else {}
             out.append(
                 {
                     "name": s.name,
@@ -126,7 +126,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
     if sources.open_pins is not None:
         store = sources.open_pins()
         try:
-            pins = store.pins(name)
+            pins = await store.pins(name)
         finally:
             store.close()
     tools = []

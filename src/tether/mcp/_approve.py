@@ -136,7 +136,9 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             await source.close()
         from tether.mcp._review import Finding, main_script, scan_definition, scan_text, strings
 
-        elsewhere = [(s.name, tool) for s in config.servers if s.name != name for tool in pins.pins(s.name)]
+        elsewhere = [
+            (s.name, tool) for s in config.servers if s.name != name for tool in await pins.pins(s.name)
+        ]
         # Other servers' tools by namespaced and by plain name. This server naming its own tools
         # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
         # an instruction, flagged as such.
@@ -218,7 +220,7 @@ async def approve_server(
         pins = PinStore(config.path(config.host.pins))
     try:
         source, _ = build_source(config.server(name), config, pins=None)
-        pinned: list[str] = pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
+        pinned: list[str] = await pins.approve(name, to_pin, endpoint=source.endpoint(), actor=actor)
     finally:
         if own:
             pins.close()

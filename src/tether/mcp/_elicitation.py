@@ -231,7 +231,7 @@ async def store_answer(
     store: Any, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
     """Validate a person's answer to a pending question against its stored schema and record
-    it, once, in ``store`` (a ``PauseStore`` or ``PgPauseStore``). Nothing runs: the paused
+    it, once, in ``store`` (a ``PauseStore``). Nothing runs: the paused
     call, when run again, finds the answer by the question's key. Raises ``ApprovalError``
     (``unknown_pause``, ``not_pending``, ``invalid_answer``); an invalid answer changes nothing."""
     from tether.errors import ApprovalError

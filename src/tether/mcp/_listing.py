@@ -1,9 +1,9 @@
 """A server's tools as last listed, checked against the approved pins (X2).
 
-Every listing (start, re-check, list-changed, the listen stream, the SDK's own re-lists)
-passes ``absorb``: a tool whose canonical definition matches its pin is offered with the
-pinned definition; a new, changed, duplicated or vanished tool is blocked (and traced) until
-a person approves it again. A partial listing (one page) never unlists a tool.
+Every listing the host makes (at start, the re-check before a call, after a list-changed
+notice or listen event, after a task) passes ``absorb``: a tool whose canonical definition
+matches its pin is offered with the pinned definition; a new, changed, duplicated or vanished
+tool is blocked (and traced) until a person approves it again.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tether.mcp._pinning import PinStore, ToolCheck, canonical_definition, check_listing
+from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, check_listing
 from tether.trace._events import EventKind
 
 __all__ = ["SEPARATOR", "PinnedListing"]
@@ -23,7 +23,7 @@ class PinnedListing:
     def __init__(
         self,
         server: str,
-        pins: PinStore | None,
+        pins: Pins | None,
         endpoint: Callable[[], str],
         emit: Callable[..., None],
     ) -> None:
@@ -36,7 +36,7 @@ class PinnedListing:
         self.blocked: dict[str, str] = {}  # remote name -> why
         self.checks: list[ToolCheck] = []
 
-    def absorb(self, tools: Sequence[Any], *, complete: bool = True) -> None:
+    async def absorb(self, tools: Sequence[Any], *, complete: bool = True) -> None:
         """Compare a listing with the pins. A partial listing (one page) never unlists tools."""
         definitions = [canonical_definition(t) for t in tools]
         listed = {d["name"]: d for d in definitions}
@@ -46,7 +46,7 @@ class PinnedListing:
             return
         if not complete and not definitions:
             return
-        checks = check_listing(definitions, self.pins.pins(self.server), self.endpoint())
+        checks = check_listing(definitions, await self.pins.pins(self.server), self.endpoint())
         self.checks = checks
         duplicated = {c.tool for c in checks if c.why == "listed more than once"}
         for name in duplicated:

@@ -147,8 +147,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def prepare(source: McpServerSource, client: Any) -> None:
-    """Once connected: hook the pin check into every listing and list the tools."""
-    _hook_listings(source, client)
+    """Once connected: list the tools and check them against the pins."""
     source.protocol_version = str(client.protocol_version)
     with contextlib.suppress(Exception):
         source.instructions = client.instructions
@@ -178,17 +177,3 @@ async def serve(source: McpServerSource, client: Any) -> None:
         )
     finally:
         source._listening = False
-
-
-def _hook_listings(source: McpServerSource, client: Any) -> None:
-    """Every tool listing the session absorbs (ours, cache hits, the SDK's silent re-lists
-    after a header mismatch or for output validation) passes the pin check."""
-    session = client.session
-    absorb = session._absorb_tool_listing  # private seam: the one place all listings pass
-
-    def checked(result: Any, *, complete: bool) -> Any:
-        out = absorb(result, complete=complete)
-        source._check(out.tools, complete=complete)
-        return out
-
-    session._absorb_tool_listing = checked

@@ -9,8 +9,8 @@ A task's pause (status ``task``) stores the call and the server's task id (in ``
 ``{"task_id", "check_after"}``: no person answers it). Re-running the paused call finds it by
 the call's key (``task_key``) and waits on that task again instead of calling the tool a
 second time; once the task's result is fetched the pause is ``completed``.
-``SqlPauseStore`` holds the store's operations once, for SQLite (``PauseStore``, a file) and
-PostgreSQL (``tether.mcp._pg_state``); its table is declared in ``tether.sql._tables``.
+``PauseStore`` holds the store's operations once, for SQLite and PostgreSQL; its table is
+declared in ``tether.sql._tables``.
 """
 
 from __future__ import annotations
@@ -20,17 +20,16 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from sqlalchemy import Connection, Row, select, update
 
 from tether.errors import ApprovalError
-from tether.sql._database import Database, Synchronous
+from tether.sql._database import SqlStore
 from tether.sql._tables import PG_ONLY, insertion_order, lock
 from tether.sql._tables import elicitation_pauses as T
 
-__all__ = ["Pause", "PauseStore", "Pauses", "SqlPauseStore", "question_key", "task_key"]
+__all__ = ["Pause", "PauseStore", "Pauses", "question_key", "task_key"]
 
 PauseStatus = Literal["pending", "answered", "used", "completed", "task"]
 
@@ -231,17 +230,12 @@ class Pauses(Protocol):
     ) -> Pause | None: ...
 
 
-class SqlPauseStore:
-    """Elicitation pauses on a ``Database`` (``Pauses``): each method is one transaction, run off
-    the event loop. An answer given on any machine sharing the database is handed over once
-    (``take_answer``)."""
+class PauseStore(SqlStore):
+    """Elicitation pauses (``Pauses``) on what ``SqlStore`` says: a SQLite file's path, a
+    PostgreSQL URL or a shared ``Database``. Each method is one transaction, off the event loop;
+    an answer given on any machine sharing the database is handed over once (``take_answer``)."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate("pauses")
-
-    def close(self) -> None:
-        self.db.close()
+    concern = "pauses"
 
     async def create(
         self,
@@ -300,13 +294,3 @@ class SqlPauseStore:
     async def parked(self, run_id: str, server: str, tool: str, arguments: dict[str, Any]) -> Pause | None:
         """The run's task pause for this very call, if its task has not ended yet."""
         return await self.db.read(_parked, run_id, task_key(server, tool, arguments))
-
-
-class PauseStore(SqlPauseStore):
-    """Elicitation pauses in the SQLite file at ``path`` (created and migrated when built)."""
-
-    def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
-    ) -> None:
-        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
-        self.path = Path(path)

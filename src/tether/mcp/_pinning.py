@@ -7,8 +7,8 @@ JSON with sorted keys and no insignificant whitespace, so the same definition ha
 same whatever order a server lists its keys in. Every listing is compared with the pins;
 a changed or new tool is blocked until a person approves it again.
 
-``SqlPinStore`` holds the pins' operations once, for SQLite (``PinStore``, a file) and
-PostgreSQL (``tether.mcp._pg_state``); its tables are declared in ``tether.sql._tables``.
+``PinStore`` holds the pins' operations once, for SQLite and PostgreSQL; its tables are
+declared in ``tether.sql._tables``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,11 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from sqlalchemy import Connection, delete, select
+from sqlalchemy import Connection, select
 
-from tether.sql._database import Database, Synchronous
+from tether.sql._database import SqlStore
 from tether.sql._tables import pin_history as H
 from tether.sql._tables import pins as T
 from tether.sql._tables import upsert
@@ -33,7 +32,7 @@ __all__ = [
     "Pin",
     "PinStatus",
     "PinStore",
-    "SqlPinStore",
+    "Pins",
     "ToolCheck",
     "bad_tool_name",
     "canonical_definition",
@@ -145,12 +144,6 @@ def _stamp() -> str:
 # -- operations (one transaction each) --------------------------------------------------------------
 
 
-def _history(conn: Connection, server: str, tool: str, sha256: str, action: str, actor: str, at: str) -> None:
-    conn.execute(
-        H.insert().values(server=server, tool=tool, sha256=sha256, action=action, actor=actor, at=at)
-    )
-
-
 def _pins(conn: Connection, server: str) -> dict[str, Pin]:
     rows = conn.execute(select(T).where(T.c.server == server))
     return {
@@ -176,55 +169,37 @@ def _approve(
                 index_elements=["server", "tool"], set_={k: insert.excluded[k] for k in keep}
             )
         )
-        _history(conn, server, c.tool, c.sha256, "approve", actor, now)
+        conn.execute(
+            H.insert().values(
+                server=server, tool=c.tool, sha256=c.sha256, action="approve", actor=actor, at=now
+            )
+        )
     return [c.tool for c in checks]
 
 
-def _revoke(conn: Connection, server: str, tool: str, actor: str) -> bool:
-    count = conn.execute(delete(T).where(T.c.server == server, T.c.tool == tool)).rowcount
-    if count:
-        _history(conn, server, tool, "", "revoke", actor, _stamp())
-    return bool(count)
+@runtime_checkable
+class Pins(Protocol):
+    """The pins concern, async only: what a host, a review and the console do with pins."""
+
+    async def pins(self, server: str) -> dict[str, Pin]: ...
+
+    async def approve(
+        self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
+    ) -> list[str]: ...
 
 
-class SqlPinStore:
-    """Approved tool definitions per server id, on a ``Database``: each method is one
-    transaction; the ``a``-prefixed twin runs it without blocking the event loop."""
+class PinStore(SqlStore):
+    """Approved tool definitions per server id (``Pins``), on what ``SqlStore`` says: a SQLite
+    file's path, a PostgreSQL URL or a shared ``Database``. Each method is one transaction, off
+    the event loop."""
 
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        db.migrate("pins")
+    concern = "pins"
 
-    def close(self) -> None:
-        self.db.close()
-
-    def pins(self, server: str) -> dict[str, Pin]:
-        return self.db.snapshot(_pins, server)
-
-    def approve(self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str) -> list[str]:
-        """Pin these definitions (all in one transaction). Returns the tool names pinned."""
-        return self.db.run(_approve, server, tuple(checks), endpoint, actor)
-
-    def revoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return self.db.run(_revoke, server, tool, actor)
-
-    async def apins(self, server: str) -> dict[str, Pin]:
+    async def pins(self, server: str) -> dict[str, Pin]:
         return await self.db.read(_pins, server)
 
-    async def aapprove(
+    async def approve(
         self, server: str, checks: Iterable[ToolCheck], *, endpoint: str, actor: str
     ) -> list[str]:
+        """Pin these definitions (all in one transaction). Returns the tool names pinned."""
         return await self.db.write(_approve, server, tuple(checks), endpoint, actor)
-
-    async def arevoke(self, server: str, tool: str, *, actor: str) -> bool:
-        return await self.db.write(_revoke, server, tool, actor)
-
-
-class PinStore(SqlPinStore):
-    """Approved tool definitions per server id, in the SQLite file at ``path``."""
-
-    def __init__(
-        self, path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: Synchronous = "NORMAL"
-    ) -> None:
-        super().__init__(Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous))
-        self.path = Path(path)

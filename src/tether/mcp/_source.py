@@ -6,10 +6,9 @@ Connecting a server creates no trust (X2):
 - effects come from the host's declaration (an undeclared tool is side-effecting, so the
   policy asks for approval); server annotations are recorded as untrusted hints only;
 - with a pin store, only tools whose canonical definition matches an approved pin are
-  offered, and the model sees the pinned definition; every listing the SDK makes
-  (start, re-check before a call, list-changed, the 2026 listen stream, a cache refresh,
-  its own silent re-list) is compared with the pins, and a changed or new tool is blocked
-  until re-approved;
+  offered, and the model sees the pinned definition; every listing the host makes (start,
+  re-check before a call, list-changed, the 2026 listen stream) is compared with the pins,
+  and a changed or new tool is blocked until re-approved;
 - arguments are validated against the pinned input schema before the server sees them;
 - results are untrusted observations (``tether.mcp._results``): cleaned, size-capped,
   ``structuredContent`` validated against the pinned output schema, links never fetched.
@@ -45,7 +44,7 @@ from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
-from tether.mcp._pinning import PinStore, ToolCheck
+from tether.mcp._pinning import Pins, ToolCheck
 from tether.mcp._tasks import TaskRelay
 from tether.tools._contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
@@ -127,7 +126,7 @@ class McpServerSource:
         max_call_s: float | None = None,
         max_result_chars: int = 20_000,
         allow_tools: Iterable[str] | None = None,
-        pins: PinStore | None = None,
+        pins: Pins | None = None,
         recheck: str = "each_call",
         elicitation: Any = None,
         sampling: Any = None,
@@ -433,16 +432,13 @@ class McpServerSource:
 
     # -- listing and pins -------------------------------------------------------------------
 
-    def _check(self, tools: Sequence[Any], *, complete: bool = True) -> None:
-        self.listing.absorb(tools, complete=complete)
-
     # The listing's state, by the names the rest of the source (and the host's policy) reads.
     @property
-    def pins(self) -> PinStore | None:
+    def pins(self) -> Pins | None:
         return self.listing.pins
 
     @pins.setter
-    def pins(self, store: PinStore | None) -> None:
+    def pins(self, store: Pins | None) -> None:
         self.listing.pins = store
 
     @property
@@ -458,7 +454,10 @@ class McpServerSource:
         return self.listing.pinned
 
     async def _list(self, client: Any) -> list[ToolCheck]:
-        """List the server's tools now (bypassing the response cache); the hook checks them."""
+        """List the server's tools now, every page, bypassing the SDK's response cache, and check
+        the listing against the pins. The host lists only here; what the SDK lists on its own
+        (for output validation, after a header mismatch) is never offered: a call is checked
+        against this listing (``_refuse_unapproved``), and results against the pinned schema."""
         cursor: str | None = None
         tools: list[Any] = []
         for _ in range(100):
@@ -467,8 +466,7 @@ class McpServerSource:
             cursor = page.next_cursor
             if cursor is None:
                 break
-        if cursor is not None or len(tools) != len(self.listing.live):
-            self._check(tools)  # several pages: check the union as one complete listing
+        await self.listing.absorb(tools)
         self._stale = False
         return self.checks
 

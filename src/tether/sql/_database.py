@@ -169,7 +169,9 @@ class Database:
         return db
 
     @classmethod
-    def _on_sqlite(cls, engine: Engine, key: str, busy_timeout_s: float, synchronous: Synchronous) -> Database:
+    def _on_sqlite(
+        cls, engine: Engine, key: str, busy_timeout_s: float, synchronous: Synchronous
+    ) -> Database:
         @event.listens_for(engine, "connect")
         def _setup(dbapi: Any, _record: Any) -> None:
             dbapi.isolation_level = None  # we say BEGIN ourselves (below), as SQLite means it

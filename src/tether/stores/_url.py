@@ -61,8 +61,8 @@ class Stores:
 
     location: Location
     approvals: Any
-    pins: Any
-    pauses: Any
+    pins: Any  # tether.mcp._pinning.Pins
+    pauses: Any  # tether.mcp._pauses.Pauses
     memory: Any = None
     traces: Any = None
     db: Any = None  # the shared Database (postgresql)
@@ -87,13 +87,14 @@ def open_stores(
     Raises ``ConfigError`` for an unsupported URL and ``tether.sql._postgres.StoreUnavailable`` when a
     PostgreSQL server cannot be reached.
     """
+    from tether.mcp._pauses import PauseStore
+    from tether.mcp._pinning import PinStore
+
     loc = parse_url(url)
     kw: dict[str, Any] = {"policy": memory_policy} if memory_policy is not None else {}
     if memory_clock is not None:
         kw["clock"] = memory_clock
     if loc.backend == "sqlite":
-        from tether.mcp._pauses import PauseStore
-        from tether.mcp._pinning import PinStore
         from tether.memory._sqlite import SqliteMemory
         from tether.policy._sqlite_store import SqliteApprovalStore
 
@@ -107,7 +108,6 @@ def open_stores(
             loc, approvals, pins, pauses, memory, None, None, [approvals.close, pins.close, pauses.close]
         )
 
-    from tether.mcp._pg_state import PgPauseStore, PgPinStore
     from tether.memory._pg import PgMemory
     from tether.policy._pg_store import PgApprovalStore
     from tether.sql._database import Database
@@ -118,8 +118,8 @@ def open_stores(
     return Stores(
         loc,
         approvals=PgApprovalStore(db),
-        pins=PgPinStore(db),
-        pauses=PgPauseStore(db),
+        pins=PinStore(db),
+        pauses=PauseStore(db),
         memory=PgMemory(db, **kw) if memory_policy is not None else None,
         traces=traces,
         db=db,

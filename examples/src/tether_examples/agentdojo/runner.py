@@ -429,7 +429,7 @@ class SuiteBench:
             from tether.policy._approvals import Approvals
             from tether.policy._sqlite_store import SqliteApprovalStore
 
-            approvals = Approvals(SqliteApprovalStore(self.approvals_db))  # type: ignore[arg-type]
+            approvals = Approvals(SqliteApprovalStore(self.approvals_db))
         host = Host(
             policy=policy,  # type: ignore[arg-type]
             on_denied="continue",
