@@ -93,29 +93,16 @@ def _get(conn: Connection, pause_id: str) -> Pause:
     return _pause(row)
 
 
-def _create(
-    conn: Connection,
-    run_id: str,
-    server: str,
-    tool: str,
-    arguments: dict[str, Any],
-    message: str,
-    schema: dict[str, Any],
-) -> Pause:
-    key = question_key(server, tool, arguments, message, schema)
-    # One question, one pause: concurrent askers of the same question in one run are serialised.
-    lock(conn, f"pause|{run_id}|{key}")
-    row = conn.execute(
-        select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "pending")
-    ).first()
-    if row is not None:
-        return _pause(row)
-    pid = "elic-" + uuid.uuid4().hex[:12]
+def _insert(
+    conn: Connection, prefix: str, run_id: str, server: str, tool: str, arguments: dict[str, Any],
+    message: str, schema: dict[str, Any], key: str, status: PauseStatus, answer: Any = None,
+) -> Pause:  # fmt: skip
+    pid = prefix + uuid.uuid4().hex[:12]
     conn.execute(
         T.insert().values(
             id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
             arguments=json.dumps(arguments), message=message, schema=json.dumps(schema), question_key=key,
-            status="pending",
+            status=status, answer=json.dumps(answer) if answer is not None else None,
         )
     )  # fmt: skip
     return _get(conn, pid)
@@ -154,33 +141,6 @@ def _take_answer(conn: Connection, key: str) -> Pause | None:
         return None
     conn.execute(update(T).where(T.c.id == row.id).values(status="used"))
     return _get(conn, row.id)
-
-
-def _park(
-    conn: Connection, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
-    check_after: str,
-) -> Pause:  # fmt: skip
-    key = task_key(server, tool, arguments)
-    lock(conn, f"pause|{run_id}|{key}")
-    found = _parked(conn, run_id, key)
-    waiting = json.dumps({"task_id": task_id, "check_after": check_after})
-    if found is not None and found.task_id == task_id:
-        conn.execute(update(T).where(T.c.id == found.id).values(answer=waiting))
-        return _get(conn, found.id)
-    if found is None:
-        # Closed while a call waited on it (the run cancelled, its task cancelled): never reopened.
-        for row in conn.execute(select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id)):
-            if (closed := _pause(row)).task_id == task_id:
-                return closed
-    pid = "task-" + uuid.uuid4().hex[:12]
-    conn.execute(
-        T.insert().values(
-            id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
-            arguments=json.dumps(arguments), message=f"task {task_id} of server {server} still running",
-            schema="{}", question_key=key, status="task", answer=waiting,
-        )
-    )  # fmt: skip
-    return _get(conn, pid)
 
 
 def _parked(conn: Connection, run_id: str, key: str) -> Pause | None:
@@ -249,7 +209,21 @@ class PauseStore(SqlStore):
     ) -> Pause:
         """A new pending pause, or the run's one still pending for this very question (a resumed
         run asked again before anyone answered: one question, one pause)."""
-        return await self.db.write(_create, run_id, server, tool, arguments, message, schema)
+        key = question_key(server, tool, arguments, message, schema)
+
+        def create(conn: Connection) -> Pause:
+            # One question, one pause: concurrent askers of the same question in one run are serialised.
+            lock(conn, f"pause|{run_id}|{key}")
+            row = conn.execute(
+                select(*_COLUMNS).where(
+                    T.c.question_key == key, T.c.run_id == run_id, T.c.status == "pending"
+                )
+            ).first()
+            if row is not None:
+                return _pause(row)
+            return _insert(conn, "elic-", run_id, server, tool, arguments, message, schema, key, "pending")
+
+        return await self.db.write(create)
 
     async def get(self, pause_id: str) -> Pause:
         """Raises ``ApprovalError`` (``unknown_pause``)."""
@@ -289,7 +263,26 @@ class PauseStore(SqlStore):
         """The run's pause for this call's task (status ``task``), new or brought up to date
         (``check_after``: an ISO instant before which nobody need look at the task again); the
         pause as it is when it was closed meanwhile (its status then tells)."""
-        return await self.db.write(_park, run_id, server, tool, arguments, task_id, check_after)
+        key = task_key(server, tool, arguments)
+        waiting = {"task_id": task_id, "check_after": check_after}
+
+        def park(conn: Connection) -> Pause:
+            lock(conn, f"pause|{run_id}|{key}")
+            found = _parked(conn, run_id, key)
+            if found is not None and found.task_id == task_id:
+                conn.execute(update(T).where(T.c.id == found.id).values(answer=json.dumps(waiting)))
+                return _get(conn, found.id)
+            if found is None:
+                # Closed while a call waited on it (the run cancelled, its task cancelled): never reopened.
+                for row in conn.execute(
+                    select(*_COLUMNS).where(T.c.question_key == key, T.c.run_id == run_id)
+                ):
+                    if (closed := _pause(row)).task_id == task_id:
+                        return closed
+            message = f"task {task_id} of server {server} still running"
+            return _insert(conn, "task-", run_id, server, tool, arguments, message, {}, key, "task", waiting)
+
+        return await self.db.write(park)
 
     async def parked(self, run_id: str, server: str, tool: str, arguments: dict[str, Any]) -> Pause | None:
         """The run's task pause for this very call, if its task has not ended yet."""

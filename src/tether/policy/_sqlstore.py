@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -114,18 +115,10 @@ def _add_event(conn: Connection, proposal_id: str, op: str, actor: str, detail: 
 
 def _add_proposal(conn: Connection, proposal: NewProposal, now: datetime) -> StoredProposal:
     stored = StoredProposal(
+        **{f.name: getattr(proposal, f.name) for f in fields(NewProposal)},
         id="prop_" + uuid.uuid4().hex,  # random, never derived from content: same content, new id
-        tenant=proposal.tenant,
-        tool=proposal.tool,
-        arguments=proposal.arguments,
-        content_hash=proposal.content_hash,
-        effect=proposal.effect,
-        proposed_by=proposal.proposed_by,
         created_at=utc(now),
         status=ProposalStatus.PENDING,
-        run_id=proposal.run_id,
-        step=proposal.step,
-        call_id=proposal.call_id,
     )
     values = {f: getattr(stored, f) for f in _PROPOSAL_FIELDS}
     conn.execute(_INSERT_P, {**values, "status": stored.status.value})
@@ -154,29 +147,6 @@ def _list_proposals(
     return [_proposal(r) for r in conn.execute(query)]
 
 
-def _decide(
-    conn: Connection,
-    proposal_id: str,
-    to: ProposalStatus,
-    allowed_from: frozenset[ProposalStatus],
-    actor: str,
-    reason: str,
-    now: datetime,
-) -> StoredProposal:
-    current = _get_proposal(conn, proposal_id, lock=True)
-    if current is None:
-        raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
-    if current.status not in allowed_from:
-        raise ApprovalError(
-            f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
-        )
-    row = conn.execute(
-        _DECIDE, {"b_id": proposal_id, "b_status": str(to), "b_by": actor, "b_at": now, "b_reason": reason}
-    ).one()
-    _add_event(conn, proposal_id, str(to), actor, reason, now)
-    return _proposal(row)
-
-
 def _events(conn: Connection, proposal_id: str) -> list[ApprovalEvent]:
     rows = conn.execute(select(E).where(E.c.proposal_id == proposal_id).order_by(E.c.seq))
     return [ApprovalEvent(r.proposal_id, r.op, r.actor, r.at, r.detail) for r in rows]
@@ -187,8 +157,8 @@ def _ledger_entry(conn: Connection, key: str, lock: bool = False) -> LedgerEntry
     return _entry(row) if row is not None else None
 
 
-def _entry_in(conn: Connection, key: str) -> LedgerEntry:
-    entry = _ledger_entry(conn, key)
+def _entry_in(conn: Connection, key: str, lock: bool = False) -> LedgerEntry:
+    entry = _ledger_entry(conn, key, lock)
     assert entry is not None
     return entry
 
@@ -202,103 +172,18 @@ def _owned(conn: Connection, key: str, owner: str) -> LedgerEntry:
     return entry
 
 
-def _claim(
-    conn: Connection,
-    key: str,
-    tool: str,
-    arguments_hash: str,
-    owner: str,
-    lease_until: datetime,
-    now: datetime,
-    owner_dead: Callable[[LedgerEntry, datetime], bool],
-    proposal_id: str | None,
-    run_id: str | None,
-    worker_gone: WorkerGone | None,
-) -> Claim:
-    fresh = dict(
-        key=key, tool=tool, arguments_hash=arguments_hash, status=LedgerStatus.INTENT.value, owner=owner,
-        attempts=1, created_at=now, updated_at=now, lease_until=lease_until, proposal_id=proposal_id,
-        run_id=run_id, result=None, note="",
-    )  # fmt: skip
-    inserted = conn.execute(_CLAIM[conn.dialect.name], fresh).first()
-    if inserted is not None:
-        return Claim("run", _entry(inserted))
-    entry = _ledger_entry(conn, key, lock=True)
-    assert entry is not None
-    if entry.arguments_hash != arguments_hash or entry.tool != tool:
-        # Same key, other content: a bug or a forged key; never run, never replay.
-        raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
-    if entry.status is LedgerStatus.DONE:
-        return Claim("done", entry)
-    if entry.status is LedgerStatus.ESCALATED:
-        return Claim("escalated", entry)
-    if not owner_dead(entry, now) and not (worker_gone is not None and worker_gone(conn, entry.owner)):
-        return Claim("busy", entry)
-    # The owner died between intent and outcome: whether the effect happened is unknown.
-    conn.execute(
-        update(L)
-        .where(L.c.key == key)
-        .values(
-            status=LedgerStatus.RECONCILING.value,
-            owner=owner,
-            updated_at=now,
-            lease_until=lease_until,
-            note=f"outcome unknown: owner {entry.owner} gone during {entry.status}",
-        )
-    )
-    return Claim("reconcile", _entry_in(conn, key))
-
-
-def _finish(
-    conn: Connection, key: str, owner: str | None, result: str, note: str, now: datetime
+def _change(
+    conn: Connection, key: str, status: LedgerStatus, owner: str, note: str, now: datetime, lease: datetime
 ) -> LedgerEntry:
-    if owner is None:  # a person resolving an escalated entry
-        entry = _ledger_entry(conn, key, lock=True)
-        # Also one whose call raised and that no one is reconciling (its lease ran out): its
-        # outcome is as unknown as an escalated one's, and a person may say what happened.
-        unowned = entry is not None and entry.status is LedgerStatus.RECONCILING and entry.lease_until <= now
-        if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
-            raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
-    else:
-        entry = _owned(conn, key, owner)
-    done = {"b_key": key, "b_result": result, "b_note": note or entry.note, "b_at": now}
-    return _entry(conn.execute(_FINISH, done).one())
-
-
-def _set_ledger_status(
-    conn: Connection,
-    key: str,
-    status: LedgerStatus,
-    owner: str,
-    note: str,
-    now: datetime,
-    lease_until: datetime,
-) -> LedgerEntry:
-    _owned(conn, key, owner)
+    """Move an entry to ``status`` under ``owner`` (an attempt more when it goes back to intent)."""
     bump = 1 if status is LedgerStatus.INTENT else 0
-    conn.execute(
-        update(L)
-        .where(L.c.key == key)
-        .values(
-            status=str(status),
-            note=note,
-            updated_at=now,
-            lease_until=lease_until,
-            attempts=L.c.attempts + bump,
-        )
-    )
+    values = {"status": str(status), "owner": owner, "note": note, "updated_at": now, "lease_until": lease}
+    conn.execute(update(L).where(L.c.key == key).values(**values, attempts=L.c.attempts + bump))
     return _entry_in(conn, key)
 
 
 def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
     return [_entry(r) for r in conn.execute(select(L).where(*where).order_by(L.c.created_at, L.c.key))]
-
-
-def _save_checkpoint(
-    conn: Connection, run_id: str, app: str | None, state: str, status: str, stop_reason: str, now: datetime
-) -> None:
-    values = {"run_id": run_id, "app": app, "state": state, "status": status, "updated_at": now}
-    conn.execute(_SAVE_CHECKPOINT[conn.dialect.name], {**values, "stop_reason": stop_reason})
 
 
 def _load_checkpoint(conn: Connection, run_id: str) -> Checkpoint | None:
@@ -371,7 +256,26 @@ class SqlApprovalStore(SqlStore):
         reason: str,
         now: datetime,
     ) -> StoredProposal:
-        return await self.db.write(_decide, proposal_id, to, allowed_from, actor, reason, now)
+        def decide(conn: Connection) -> StoredProposal:
+            current = _get_proposal(conn, proposal_id, lock=True)
+            if current is None:
+                raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
+            if current.status not in allowed_from:
+                raise ApprovalError(
+                    f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
+                )
+            values = {
+                "b_id": proposal_id,
+                "b_status": str(to),
+                "b_by": actor,
+                "b_at": now,
+                "b_reason": reason,
+            }
+            row = conn.execute(_DECIDE, values).one()
+            _add_event(conn, proposal_id, str(to), actor, reason, now)
+            return _proposal(row)
+
+        return await self.db.write(decide)
 
     async def add_event(self, proposal_id: str, op: str, *, actor: str, detail: str, now: datetime) -> None:
         await self.db.write(_add_event, proposal_id, op, actor, detail, now)
@@ -394,22 +298,70 @@ class SqlApprovalStore(SqlStore):
         proposal_id: str | None = None,
         run_id: str | None = None,
     ) -> Claim:
-        return await self.db.write(
-            _claim, key, tool, arguments_hash, owner, lease_until, now, owner_dead, proposal_id, run_id,
-            self._worker_gone(),
+        fresh = dict(
+            key=key, tool=tool, arguments_hash=arguments_hash, status=LedgerStatus.INTENT.value, owner=owner,
+            attempts=1, created_at=now, updated_at=now, lease_until=lease_until, proposal_id=proposal_id,
+            run_id=run_id, result=None, note="",
         )  # fmt: skip
+        worker_gone = self._worker_gone()
+
+        def claim(conn: Connection) -> Claim:
+            inserted = conn.execute(_CLAIM[conn.dialect.name], fresh).first()
+            if inserted is not None:
+                return Claim("run", _entry(inserted))
+            entry = _entry_in(conn, key, lock=True)
+            if entry.arguments_hash != arguments_hash or entry.tool != tool:
+                # Same key, other content: a bug or a forged key; never run, never replay.
+                raise ApprovalError("key_conflict", f"idempotency key {key} was used for other content")
+            if entry.status is LedgerStatus.DONE:
+                return Claim("done", entry)
+            if entry.status is LedgerStatus.ESCALATED:
+                return Claim("escalated", entry)
+            if not owner_dead(entry, now) and not (
+                worker_gone is not None and worker_gone(conn, entry.owner)
+            ):
+                return Claim("busy", entry)
+            # The owner died between intent and outcome: whether the effect happened is unknown.
+            note = f"outcome unknown: owner {entry.owner} gone during {entry.status}"
+            return Claim(
+                "reconcile", _change(conn, key, LedgerStatus.RECONCILING, owner, note, now, lease_until)
+            )
+
+        return await self.db.write(claim)
 
     async def finish(
         self, key: str, *, owner: str | None, result: str, note: str, now: datetime
     ) -> LedgerEntry:
-        return await self.db.write(_finish, key, owner, result, note, now)
+        def finish(conn: Connection) -> LedgerEntry:
+            if owner is None:  # a person resolving an escalated entry
+                entry = _ledger_entry(conn, key, lock=True)
+                # Also one whose call raised and that no one is reconciling (its lease ran out): its
+                # outcome is as unknown as an escalated one's, and a person may say what happened.
+                unowned = (
+                    entry is not None
+                    and entry.status is LedgerStatus.RECONCILING
+                    and entry.lease_until <= now
+                )
+                if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
+                    raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
+            else:
+                entry = _owned(conn, key, owner)
+            done = {"b_key": key, "b_result": result, "b_note": note or entry.note, "b_at": now}
+            return _entry(conn.execute(_FINISH, done).one())
+
+        return await self.db.write(finish)
 
     async def set_ledger_status(
         self, key: str, status: LedgerStatus, *, owner: str, note: str, now: datetime, lease_until: datetime
     ) -> LedgerEntry:
         if status is LedgerStatus.DONE:
             raise ValueError("use finish() to record an outcome")
-        return await self.db.write(_set_ledger_status, key, status, owner, note, now, lease_until)
+
+        def change(conn: Connection) -> LedgerEntry:
+            _owned(conn, key, owner)
+            return _change(conn, key, status, owner, note, now, lease_until)
+
+        return await self.db.write(change)
 
     async def ledger_entry(self, key: str) -> LedgerEntry | None:
         return await self.db.read(_ledger_entry, key)
@@ -428,7 +380,12 @@ class SqlApprovalStore(SqlStore):
     async def save_checkpoint(
         self, run_id: str, *, app: str | None, state: str, status: str, stop_reason: str, now: datetime
     ) -> None:
-        await self.db.write(_save_checkpoint, run_id, app, state, status, stop_reason, now)
+        values = {"run_id": run_id, "app": app, "state": state, "status": status, "stop_reason": stop_reason}
+
+        def save(conn: Connection) -> None:
+            conn.execute(_SAVE_CHECKPOINT[conn.dialect.name], {**values, "updated_at": now})
+
+        await self.db.write(save)
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         return await self.db.read(_load_checkpoint, run_id)

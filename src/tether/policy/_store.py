@@ -64,20 +64,13 @@ class NewProposal:
     call_id: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StoredProposal:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredProposal(NewProposal):
+    """A kept proposal: what was asked, and what the store assigned and decided since."""
+
     id: str
-    tenant: str
-    tool: str
-    arguments: str  # canonical JSON, exactly as stored
-    content_hash: str
-    effect: str
-    proposed_by: str
     created_at: datetime
     status: ProposalStatus
-    run_id: str | None = None
-    step: int | None = None
-    call_id: str | None = None
     decided_by: str | None = None
     decided_at: datetime | None = None
     decision_reason: str = ""
