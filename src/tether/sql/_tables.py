@@ -102,12 +102,25 @@ def _serial(name: str) -> Column[int]:
     return Column(name, BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
 
 
+def _texts(*names: str, nullable: bool = False) -> list[Column[str]]:
+    """Text columns, in this order: ``NOT NULL`` unless ``nullable``."""
+    return [Column(name, Text, nullable=nullable) for name in names]
+
+
 def _ddl(statement: str) -> DDL:
     return DDL(statement)  # type: ignore[no-untyped-call]
 
 
+_REFUSE_PG = _ddl(
+    "CREATE OR REPLACE FUNCTION tether_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+    " BEGIN RAISE EXCEPTION '%%', TG_ARGV[0]; END $$"
+).execute_if(dialect="postgresql")
+
+
 def _refuse(table: Table, name: str, when: str, message: str, *, where: str = "") -> None:
     """A trigger refusing ``when`` (``UPDATE``, ``DELETE``, ``UPDATE OF a, b``) on ``table``."""
+    if not event.contains(table, "before_create", _REFUSE_PG):
+        event.listen(table, "before_create", _REFUSE_PG)  # the function the PostgreSQL triggers call
     sqlite_when = f" WHEN {where}" if where else ""
     pg_when = f" WHEN ({where})" if where else ""
     event.listen(
@@ -128,10 +141,12 @@ def _refuse(table: Table, name: str, when: str, message: str, *, where: str = ""
     )
 
 
-_REFUSE_FN = _ddl(
-    "CREATE OR REPLACE FUNCTION tether_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
-    " BEGIN RAISE EXCEPTION '%%', TG_ARGV[0]; END $$"
-)
+def _append_only(table: Table, message: str = "") -> None:
+    """History: a row, once written, is never changed nor deleted."""
+    message = message or f"{table.name} is append-only"
+    _refuse(table, f"{table.name}_no_update", "UPDATE", message)
+    _refuse(table, f"{table.name}_no_delete", "DELETE", message)
+
 
 # -- migrations' own record ---------------------------------------------------------------------
 
@@ -148,12 +163,7 @@ proposals = Table(
     "proposals",
     METADATA,
     Column("id", Text, primary_key=True),
-    Column("tenant", Text, nullable=False),
-    Column("tool", Text, nullable=False),
-    Column("arguments", Text, nullable=False),
-    Column("content_hash", Text, nullable=False),
-    Column("effect", Text, nullable=False),
-    Column("proposed_by", Text, nullable=False),
+    *_texts("tenant", "tool", "arguments", "content_hash", "effect", "proposed_by"),
     Column("run_id", Text),
     Column("step", Integer),
     Column("call_id", Text),
@@ -176,7 +186,6 @@ proposals = Table(
         postgresql_where=text("run_id IS NOT NULL"),
     ),
 )
-event.listen(proposals, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
 _refuse(
     proposals,
     "proposals_immutable",
@@ -190,17 +199,12 @@ approval_events = Table(
     "approval_events",
     METADATA,
     _serial("seq"),
-    Column("proposal_id", Text, nullable=False),
-    Column("op", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("detail", Text, nullable=False),
+    *_texts("proposal_id", "op", "actor", "detail"),
     Column("at", Instant, nullable=False),
     Index("approval_events_proposal", "proposal_id"),
     sqlite_autoincrement=True,
 )
-event.listen(approval_events, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
-_refuse(approval_events, "approval_events_no_update", "UPDATE", "approval_events is append-only")
-_refuse(approval_events, "approval_events_no_delete", "DELETE", "approval_events is append-only")
+_append_only(approval_events)
 
 # -- the effect ledger ------------------------------------------------------------------------------
 
@@ -208,23 +212,17 @@ effect_ledger = Table(
     "effect_ledger",
     METADATA,
     Column("key", Text, primary_key=True),
-    Column("tool", Text, nullable=False),
-    Column("arguments_hash", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("owner", Text, nullable=False),
+    *_texts("tool", "arguments_hash", "status", "owner"),
     Column("attempts", Integer, nullable=False),
     Column("created_at", Instant, nullable=False),
     Column("updated_at", Instant, nullable=False),
     Column("lease_until", Instant, nullable=False),
-    Column("proposal_id", Text),
-    Column("run_id", Text),
-    Column("result", Text),
+    *_texts("proposal_id", "run_id", "result", nullable=True),
     Column("note", Text, nullable=False, server_default=""),
     CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
     Index("effect_ledger_proposal", "proposal_id"),
     Index("effect_ledger_run", "run_id"),
 )
-event.listen(effect_ledger, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
 # A recorded outcome is final: never overwritten, never back to 'intent'.
 _refuse(
     effect_ledger,
@@ -241,8 +239,7 @@ run_checkpoints = Table(
     METADATA,
     Column("run_id", Text, primary_key=True),
     Column("app", Text),
-    Column("state", Text, nullable=False),
-    Column("status", Text, nullable=False),
+    *_texts("state", "status"),
     Column("stop_reason", Text, nullable=False, server_default=""),
     Column("updated_at", Instant, nullable=False),
     Index("run_checkpoints_status", "status"),
@@ -253,13 +250,7 @@ run_checkpoints = Table(
 pins = Table(
     "pins",
     METADATA,
-    Column("server", Text, nullable=False),
-    Column("tool", Text, nullable=False),
-    Column("sha256", Text, nullable=False),
-    Column("definition", Text, nullable=False),
-    Column("endpoint", Text, nullable=False),
-    Column("approved_by", Text, nullable=False),
-    Column("approved_at", Text, nullable=False),
+    *_texts("server", "tool", "sha256", "definition", "endpoint", "approved_by", "approved_at"),
     PrimaryKeyConstraint("server", "tool"),
 )
 
@@ -267,12 +258,7 @@ pin_history = Table(
     "pin_history",
     METADATA,
     _serial("id"),
-    Column("server", Text, nullable=False),
-    Column("tool", Text, nullable=False),
-    Column("sha256", Text, nullable=False),
-    Column("action", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("at", Text, nullable=False),
+    *_texts("server", "tool", "sha256", "action", "actor", "at"),
     sqlite_autoincrement=True,
 )
 
@@ -281,20 +267,10 @@ elicitation_pauses = Table(
     METADATA,
     _seq(),
     Column("id", Text, primary_key=True),
-    Column("created_at", Text, nullable=False),
-    Column("run_id", Text, nullable=False),
-    Column("server", Text, nullable=False),
-    Column("tool", Text, nullable=False),
-    Column("arguments", Text, nullable=False),
-    Column("message", Text, nullable=False),
-    Column("schema", Text, nullable=False),
-    Column("question_key", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("action", Text),
-    Column("answer", Text),
-    Column("answered_by", Text),
-    Column("answered_at", Text),
-    Column("outcome", Text),
+    *_texts(
+        "created_at", "run_id", "server", "tool", "arguments", "message", "schema", "question_key", "status"
+    ),
+    *_texts("action", "answer", "answered_by", "answered_at", "outcome", nullable=True),
     Index("elicitation_pauses_key", "question_key", "status"),
     Index("elicitation_pauses_run", "run_id"),
 )
@@ -306,10 +282,7 @@ memory_records = Table(
     METADATA,
     _seq(),
     Column("id", Text, primary_key=True),
-    Column("subject", Text, nullable=False),
-    Column("scope", Text, nullable=False),
-    Column("source_system", Text, nullable=False),
-    Column("status", Text, nullable=False),
+    *_texts("subject", "scope", "source_system", "status"),
     Column("fingerprint", Text),
     Column("superseded_by", Text, ForeignKey("memory_records.id")),
     Column("body", Text),
@@ -324,16 +297,12 @@ memory_events = Table(
     METADATA,
     _serial("id"),
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
-    Column("op", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("reason", Text, nullable=False),
+    *_texts("op", "actor", "reason"),
     Column("at", Instant, nullable=False),
     Index("memory_events_record", "record_id"),
     sqlite_autoincrement=True,
 )
-event.listen(memory_events, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
-_refuse(memory_events, "memory_events_no_update", "UPDATE", "memory_events is append-only")
-_refuse(memory_events, "memory_events_no_delete", "DELETE", "memory_events is append-only")
+_append_only(memory_events)
 
 memory_conflicts = Table(
     "memory_conflicts",
@@ -351,8 +320,7 @@ trace_events = Table(
     METADATA,
     Column("run_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),
-    Column("ts", Text, nullable=False),
-    Column("kind", Text, nullable=False),
+    *_texts("ts", "kind"),
     Column("data", JSONB, nullable=False),
     PrimaryKeyConstraint("run_id", "seq"),
     Index("trace_events_kind", "kind"),
@@ -369,9 +337,7 @@ tether_workers = Table(
     Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     Column("recovered_at", DateTime(timezone=True)),
-    Column("recovered_by", Text),
-    Column("app_version", Text),
-    Column("apps", Text),
+    *_texts("recovered_by", "app_version", "apps", nullable=True),
 )
 
 tether_run_versions = Table(
@@ -389,8 +355,7 @@ tether_run_versions = Table(
 tether_orphans = Table(
     "tether_orphans",
     METADATA,
-    Column("executor_id", Text, nullable=False),
-    Column("app_version", Text, nullable=False),
+    *_texts("executor_id", "app_version"),
     Column("left_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
@@ -401,8 +366,7 @@ users = Table(
     "users",
     METADATA,
     Column("name", Text, primary_key=True),
-    Column("password_hash", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_texts("password_hash", "created_at"),
     Column("disabled", Integer, nullable=False, server_default="0"),
 )
 
@@ -410,8 +374,7 @@ grants = Table(
     "grants",
     METADATA,
     Column("user", Text, ForeignKey("users.name"), nullable=False),
-    Column("tenant", Text, nullable=False),
-    Column("role", Text, nullable=False),
+    *_texts("tenant", "role"),
     CheckConstraint("role IN ('viewer', 'reviewer', 'admin')"),
     PrimaryKeyConstraint("user", "tenant"),
 )
@@ -421,9 +384,7 @@ tokens = Table(
     METADATA,
     Column("id", Text, primary_key=True),
     Column("user", Text, ForeignKey("users.name"), nullable=False),
-    Column("secret_hash", Text, nullable=False),
-    Column("label", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
+    *_texts("secret_hash", "label", "created_at"),
     Column("expires_at", Text),
     Column("revoked", Integer, nullable=False, server_default="0"),
 )
@@ -433,30 +394,19 @@ sessions = Table(
     METADATA,
     Column("id_hash", Text, primary_key=True),
     Column("user", Text, ForeignKey("users.name"), nullable=False),
-    Column("csrf", Text, nullable=False),
-    Column("created_at", Text, nullable=False),
-    Column("expires_at", Text, nullable=False),
+    *_texts("csrf", "created_at", "expires_at"),
 )
 
 audit = Table(
     "audit",
     METADATA,
     _serial("seq"),
-    Column("at", Text, nullable=False),
-    Column("actor", Text, nullable=False),
-    Column("action", Text, nullable=False),
-    Column("tenant", Text, nullable=False),
-    Column("target", Text, nullable=False),
-    Column("content_hash", Text, nullable=False),
-    Column("outcome", Text, nullable=False),
-    Column("detail", Text, nullable=False),
+    *_texts("at", "actor", "action", "tenant", "target", "content_hash", "outcome", "detail"),
     # Where each audited request came from (the console's client address, or "cli").
     Column("client", Text, nullable=False, server_default=""),
     sqlite_autoincrement=True,
 )
-event.listen(audit, "before_create", _REFUSE_FN.execute_if(dialect="postgresql"))
-_refuse(audit, "audit_no_update", "UPDATE", "the audit log is append-only")
-_refuse(audit, "audit_no_delete", "DELETE", "the audit log is append-only")
+_append_only(audit, "the audit log is append-only")
 
 CONCERNS: dict[str, tuple[Table, ...]] = {
     "approvals": (proposals, approval_events, effect_ledger, run_checkpoints),
