@@ -60,7 +60,7 @@ async def _latencies(config: Any, calls: int) -> tuple[list[float], float]:
             assert crash is None and not obs.is_error, obs.text
         source = mcp_sources(host)[0]
         definitions = list(source.listing.live.values())
-        pins = source.pins.pins("erp")  # type: ignore[union-attr]
+        pins = await source.pins.pins("erp")  # type: ignore[union-attr]
         started = time.perf_counter()
         for _ in range(1000):
             check_listing(definitions, pins, source.endpoint())
