@@ -244,6 +244,30 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
     assert count == len(MIGRATIONS[concern])
 
 
+async def test_a_store_closes_only_the_database_it_opened(tmp_path: Path) -> None:
+    shared = Database.sqlite(tmp_path / "shared.db")
+    pins, pauses = PinStore(shared), PauseStore(shared)  # a deployment's stores on one database
+    pins.close()
+    await pauses.create(run_id="r", server="s", tool="t", arguments={}, message="?", schema={})
+    assert [p.run_id for p in await pauses.pending()] == ["r"]  # still open for the other store
+    own = PinStore(tmp_path / "own.db")
+    own.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        await own.pins("s")
+    shared.close()
+
+
+async def test_a_store_in_memory_keeps_nothing_and_shares_nothing() -> None:
+    first, second = MemoryApprovalStore(), MemoryApprovalStore()
+    stored = await first.add_proposal(proposal(), now=T0)
+    assert await first.get_proposal(stored.id) == stored
+    assert await second.get_proposal(stored.id) is None  # each its own database
+    assert first.path is None and first.db.path is None  # nothing on disk
+    first.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        await first.get_proposal(stored.id)
+
+
 def _public_methods(cls: type) -> dict[str, Any]:
     return {n: f for n, f in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")}
 
