@@ -11,28 +11,12 @@ append-only (a trigger).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-
-from tether.memory._sqlstore import SqlMemory, utc_now
-from tether.memory._store import MemoryPolicy
-from tether.sql._database import Database
+from tether.memory._sqlstore import SqlMemory
 
 __all__ = ["PgMemory"]
 
 
 class PgMemory(SqlMemory):
-    """A ``MemoryStore`` on PostgreSQL. ``db``: a URL or a shared ``Database``. ``clock`` gives
-    the write time (expiry checks, history rows); reads take ``now`` explicitly."""
-
-    def __init__(
-        self, db: str | Database, *, policy: MemoryPolicy, clock: Callable[[], datetime] = utc_now
-    ) -> None:
-        self._owns = not isinstance(db, Database)
-        super().__init__(
-            db if isinstance(db, Database) else Database.postgresql(db), policy=policy, clock=clock
-        )
-
-    def close(self) -> None:
-        if self._owns:
-            self.db.close()
+    """A ``MemoryStore`` on PostgreSQL. ``db``: a URL, or a ``Database`` shared with the
+    deployment's other stores (then ``close`` leaves it open). ``clock`` gives the write time
+    (expiry checks, history rows); reads take ``now`` explicitly."""

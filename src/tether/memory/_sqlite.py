@@ -8,13 +8,7 @@ checks and writes cannot interleave and a refused write changes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime
-from pathlib import Path
-
-from tether.memory._sqlstore import SqlMemory, utc_now
-from tether.memory._store import MemoryPolicy
-from tether.sql._database import Database, Synchronous
+from tether.memory._sqlstore import SqlMemory
 
 __all__ = ["SqliteMemory"]
 
@@ -25,19 +19,3 @@ class SqliteMemory(SqlMemory):
     ``clock`` gives the write time used for expiry checks and history rows; inject a fixed
     one in tests. Reads take ``now`` explicitly.
     """
-
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        policy: MemoryPolicy,
-        clock: Callable[[], datetime] = utc_now,
-        busy_timeout_s: float = 30.0,
-        synchronous: Synchronous = "NORMAL",
-    ) -> None:
-        db = Database.sqlite(path, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
-        super().__init__(db, policy=policy, clock=clock)
-        self.path = Path(path)
-
-    def close(self) -> None:
-        self.db.close()

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Connection, func, or_, select, update
@@ -34,7 +35,7 @@ from tether.memory._records import (
     WriteStatus,
 )
 from tether.memory._store import MemoryPolicy, check_proposal, normalize_claim
-from tether.sql._database import Database
+from tether.sql._database import Database, SqlStore, Synchronous
 from tether.sql._tables import insertion_order, lock, upsert
 from tether.sql._tables import memory_conflicts as Cf
 from tether.sql._tables import memory_events as Ev
@@ -257,15 +258,23 @@ def _history(conn: Connection, record_id: str) -> tuple[MemoryEvent, ...]:
     )
 
 
-class SqlMemory:
-    """A ``MemoryStore`` on a ``Database``. ``clock`` gives the write time (expiry checks,
-    history rows); inject a fixed one in tests. Reads take ``now`` explicitly."""
+class SqlMemory(SqlStore):
+    """A ``MemoryStore`` on a ``Database`` (see ``SqlStore`` for what it is built on). ``clock``
+    gives the write time (expiry checks, history rows); inject a fixed one in tests. Reads take
+    ``now`` explicitly."""
+
+    concern = "memory"
 
     def __init__(
-        self, db: Database, *, policy: MemoryPolicy, clock: Callable[[], datetime] = utc_now
+        self,
+        db: Database | str | Path | None = None,
+        *,
+        policy: MemoryPolicy,
+        clock: Callable[[], datetime] = utc_now,
+        busy_timeout_s: float = 30.0,
+        synchronous: Synchronous = "NORMAL",
     ) -> None:
-        self.db = db
-        db.migrate("memory")
+        super().__init__(db, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
         self.policy = policy
         self._clock = clock
 

@@ -105,7 +105,14 @@ def open_stores(
         pauses = PauseStore(loc.path / "mcp-state.db")
         memory = SqliteMemory(loc.path / "memory.db", **kw) if memory_policy is not None else None
         return Stores(
-            loc, approvals, pins, pauses, memory, None, None, [approvals.close, pins.close, pauses.close]
+            loc,
+            approvals,
+            pins,
+            pauses,
+            memory,
+            None,
+            None,
+            [s.close for s in (approvals, pins, pauses, memory) if s is not None],
         )
 
     from tether.memory._pg import PgMemory
