@@ -382,7 +382,7 @@ class McpServerSource:
         if self.unavailable is not None:
             raise Unavailable(self.unavailable, quarantined=True)
         conn = self._conn
-        if conn is not None and conn.alive and not closed_underneath(conn.client):
+        if conn is not None and conn.alive and not closed_underneath(self._relays.get(id(conn.client))):
             return conn
         if conn is not None:
             self._lost(conn, conn.error, "between calls")
