@@ -172,7 +172,7 @@ class McpServerSource:
         self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
         self.warnings: list[str] = []
         self._retired: list[Connection] = []
-        self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
+        self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
