@@ -41,7 +41,7 @@ from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
 from tether.mcp._calling import call_tool, guarded
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
-from tether.mcp._elicitation import CallInfo
+from tether.mcp._elicitation import CallInfo, GateHooks
 from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
@@ -236,6 +236,10 @@ class McpServerSource:
 
     def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
         return lambda data: self.emit(kind, **data)
+
+    def gate_hooks(self, kind: EventKind) -> GateHooks:
+        """What a gate on this server's requests is given: its call, and its trace as ``kind``."""
+        return {"current_call": self.current_call, "on_event": self.event_sink(kind)}
 
     # -- connecting (in the connection's own task) ------------------------------------------
 
