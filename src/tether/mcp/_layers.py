@@ -19,13 +19,12 @@ only import) that makes the system calls itself and then execs bwrap: one proces
 
 from __future__ import annotations
 
-import functools
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["LAUNCHER", "LAYERS", "layered", "overlay_status"]
+__all__ = ["LAUNCHER", "LAYERS", "layered", "overlay_status", "run_in_layers"]
 
 LAYERS = "/mnt"  # in the launch's own mount namespace: where the layers are laid
 
@@ -81,15 +80,35 @@ def layered(argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] 
     return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, *folders, *argv]
 
 
-@functools.cache
+_STATUS: list[str | None] = []  # overlay_status's answer, once known (this process)
+
+
 def overlay_status() -> str | None:
     """``None`` when private write layers work here (an overlay in a user namespace of the
-    launch's own, Linux 5.11+), else why not: then those folders are shown read-only."""
+    launch's own, Linux 5.11+), else why not: then those folders are shown read-only. Probed
+    once per process, unless ``run_in_layers`` already showed that they work."""
+    if not _STATUS:
+        _STATUS.append(_probe(["/bin/sh", "-c", f'test -d "{LAYERS}/m0"']))
+    return _STATUS[0]
+
+
+def run_in_layers(command: Sequence[str]) -> bool:
+    """Run ``command`` (another probe: bwrap's) as a confined launch does, inside layers laid
+    over ``/usr/share``; whether it succeeded. Success shows that the layers work too, so one
+    process start answers both probes; a failure says nothing of which one failed."""
+    if _STATUS or _probe(command) is not None:
+        return False
+    _STATUS.append(None)
+    return True
+
+
+def _probe(command: Sequence[str]) -> str | None:
     if not Path(LAYERS).is_dir():
         return f"{LAYERS} is missing"
-    probe = layered(["/bin/sh", "-c", f'test -d "{LAYERS}/m0"'], [Path("/usr/share")])
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
+        done = subprocess.run(
+            layered(command, [Path("/usr/share")]), capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"{type(err).__name__}: {err}"
     return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")

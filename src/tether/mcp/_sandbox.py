@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Literal
 
 from tether.mcp._launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
-from tether.mcp._layers import LAYERS, layered, overlay_status
+from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 
 __all__ = [
     "ARGS_FD",
@@ -93,6 +93,8 @@ def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
     if path is None:
         return None, f"{executable or 'bwrap'} is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--", "true"]
+    if run_in_layers(probe):  # as a confined launch runs it: both probes in one process start
+        return path, ""
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
