@@ -7,6 +7,9 @@ task. ``TASK_MODE`` picks the attack:
 - ``rugpull``: the task completes, but the tool's definition changes while it runs;
 - ``honest``: the task completes after two polls;
 - ``optional``: the tool's task support is ``optional``: a plain call is answered at once;
+- ``notify``: the task asks to be polled every 5 s and completes 0.3 s after it is created,
+  which it says with a ``notifications/tasks/status`` (after a "completed" one for a task id
+  it never created and a "working" one for its own); ``tasks/result`` fails before then;
 - ``durable``: a long task kept on disk beside ``TASK_LOG`` (it outlives the server process, as a
   job queue's would); it completes once the file ``TASK_SIGNAL`` exists, so a test decides when.
 
@@ -19,12 +22,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 
 MODE = os.environ.get("TASK_MODE", "honest")
 LOG = os.environ.get("TASK_LOG")
 SIGNAL = os.environ.get("TASK_SIGNAL", "")
 STAMP = "2025-11-25T00:00:00Z"
 state = {"polls": 0, "created": False, "status": "working"}
+_out = threading.Lock()
 
 
 def log(line: str) -> None:
@@ -34,8 +39,23 @@ def log(line: str) -> None:
 
 
 def send(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    with _out:
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+
+def notify(params: dict) -> None:
+    send({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": params})
+
+
+def complete_later() -> None:
+    """``notify``: a decoy for another task, a "working" for this one, then the real end."""
+    threading.Event().wait(0.1)
+    notify({**task("completed"), "taskId": "t-other"})
+    notify(task("working"))
+    threading.Event().wait(0.2)
+    state["status"] = "completed"
+    notify(task("completed"))
 
 
 def tool() -> dict:
@@ -50,7 +70,8 @@ def tool() -> dict:
 
 
 def task(status: str) -> dict:
-    poll = 1 if MODE == "never" else 50  # "never" asks to be polled every millisecond
+    # "never" asks to be polled every millisecond, "notify" every 5 s (it says when it is done)
+    poll = {"never": 1, "notify": 5000}.get(MODE, 50)
     message = f"{status} ({state['polls']})"
     return {"taskId": "t-1", "status": status, "createdAt": STAMP, "lastUpdatedAt": STAMP, "ttl": 60000,
             "pollInterval": poll, "statusMessage": message}  # fmt: skip
@@ -102,6 +123,8 @@ def answer(method: str, params: dict) -> dict:
                 return {"content": [{"type": "text", "text": "FINDINGS: answered at once"}]}
             raise LookupError("research runs only as a task")
         state["created"] = True
+        if MODE == "notify":
+            threading.Thread(target=complete_later, daemon=True).start()
         return {"task": task("working")}
     if method == "tasks/get":
         state["polls"] += 1
@@ -110,10 +133,12 @@ def answer(method: str, params: dict) -> dict:
             for _ in range(50):
                 send({"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": task("working")})
             return task("working")
-        if state["polls"] >= 2:
+        if state["polls"] >= 2 and MODE != "notify":
             state["status"] = "completed"
         return task(state["status"])
     if method == "tasks/result":
+        if state["status"] != "completed":
+            raise LookupError(f"task t-1 is {state['status']}")
         return {"content": [{"type": "text", "text": "FINDINGS: all quiet"}]}
     if method == "tasks/cancel":
         log("cancel")

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.anyio
 
 READS = {"lookup": "read", "fetch_note": "read", "injected_note": "read", "big": "read", "bad_struct": "read"}
 LOOKUP = ("h__lookup", {"key": "alpha"})
+LOOKUP_ONLY = {"lookup": "read"}
 
 
 def events(run: Any, kind: str) -> list[dict[str, Any]]:
@@ -466,3 +467,18 @@ async def test_with_an_approval_desk_an_undeclared_tool_waits_for_a_person(
     assert calls_logged(log) == ["lookup"]
     assert "value-of-alpha" in run.seen("h__lookup")[0]
     store.close()
+
+
+@pytest.mark.spec("X2")
+async def test_a_tool_the_config_never_offers_is_blocked_without_a_trace_row_of_its_own(
+    tmp_path: Path, approved_pins: Path
+) -> None:
+    # The server lists some thirty tools; the config offers two, one of them never approved.
+    server = stdio_server("h", tools=["lookup", "add_comment"], effects=LOOKUP_ONLY)
+    config = write_config(tmp_path, [server], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__wipe", {}), LOOKUP))
+    # One row per decision of the pin check: the offered tool that is not approved. The tools
+    # outside the config's list are the config's decision, not traced one by one per launch.
+    assert [b["tool"] for b in events(run, "mcp_capability_blocked")] == ["h__add_comment"]
+    assert "unknown tool" in run.seen("h__wipe")[0]  # still refused
+    assert run.offered() == ["h__lookup"] and "value-of-alpha" in run.seen("h__lookup")[0]

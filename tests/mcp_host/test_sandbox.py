@@ -100,3 +100,29 @@ def test_without_a_working_bwrap_auto_warns_everywhere_and_required_refuses(
     trace = read_trace(Path(out["trace"]))
     sandbox = {e["server"]: e["action"] for e in trace if e["kind"] == "mcp_sandbox"}
     assert sandbox == {"loose": "unconfined", "strict": "refused"}
+
+
+def test_the_layer_launcher_shows_a_folder_whose_name_is_shell_syntax_and_runs_none_of_it(
+    tmp_path: Path,
+) -> None:
+    import subprocess
+
+    from tether.mcp._layers import layered, overlay_status
+
+    if (why := overlay_status()) is not None:
+        pytest.skip(f"no private layers here: {why}")
+    folder = tmp_path / 'it\'s a "dir"; touch pwned1 $(touch pwned2) `touch pwned3` & x'
+    folder.mkdir()
+    (folder / "app.txt").write_text("hello", encoding="utf-8")
+    writable = tmp_path / "env"
+    writable.mkdir()
+    (writable / "kept.txt").write_text("host copy", encoding="utf-8")
+    inside = "cat /mnt/s0/app.txt && echo changed > /mnt/m0/kept.txt && cat /mnt/m0/kept.txt"
+    done = subprocess.run(
+        layered(["/bin/sh", "-c", inside], [writable], [folder]),
+        capture_output=True, text=True, timeout=30, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hellochanged\n"  # the folder is shown, its private layer writable …
+    assert (writable / "kept.txt").read_text(encoding="utf-8") == "host copy"  # … the host's copy kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([folder.name, "env"])  # nothing ran

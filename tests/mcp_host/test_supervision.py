@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from tether.core.messages import ToolMessage
@@ -246,3 +247,31 @@ async def test_stdio_server_restarts_on_failure_a_bounded_number_of_times(tmp_pa
     actions = [e["action"] for e in _connection_events(trace, "a")]
     assert actions == ["lost", "restarting", "lost"]
     assert run.result.stop_reason is StopReason.ACCEPTED and run.result.answer == "done"
+
+
+@pytest.mark.slow  # a stdio server process killed between runs, then started again
+async def test_stdio_server_exiting_between_runs_is_noticed_before_the_next_call_and_restarted(
+    tmp_path: Path,
+) -> None:
+    config = write_config(
+        tmp_path, [stdio_server("a", tools=["lookup"], effects=LOOKUP, restart="on_failure", max_restarts=1)]
+    )
+    await approve(config, "a")
+    host = build_host(config)
+    try:
+        _, model = await _run(host, script(("a__lookup", {"key": "one"}), "first"))
+        assert "value-of-one" in _seen(model, "a__lookup")[0]
+        (source,) = mcp_sources(host)
+        source._process.kill()
+        with anyio.fail_after(10):
+            while source._process.returncode is None:
+                await anyio.sleep(0.02)
+        await anyio.sleep(0.2)  # the transport reads the end of the server's output
+        second, model = await _run(host, script(("a__lookup", {"key": "two"}), "second"))
+        assert second.stop_reason is StopReason.ACCEPTED and "value-of-two" in _seen(model, "a__lookup")[0]
+        actions = [(e["action"], e.get("phase")) for e in _connection_events(_one_stop(second), "a")]
+        # Known before any request was sent to the dead process (not found out by a failing call).
+        assert actions == [("lost", "between calls"), ("restarting", None)]
+        assert source.restarts == 1
+    finally:
+        await host.aclose()

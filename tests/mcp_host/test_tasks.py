@@ -49,6 +49,22 @@ async def test_a_task_only_tool_runs_to_its_end_and_its_result_is_labelled(tmp_p
 
 
 @pytest.mark.anyio
+async def test_a_task_that_reports_its_end_by_notification_finishes_without_waiting_for_a_poll(
+    tmp_path: Path,
+) -> None:
+    # The server asks to be polled every 5 s and says it is done after 0.3 s: the call ends on
+    # its word, before the first poll; its decoy for another task id ended nothing early (its
+    # tasks/result fails until the real end).
+    run, log = await _run(tmp_path, "notify")
+    (seen,) = run.seen("t__research")
+    assert "FINDINGS: all quiet" in seen and 'source="t"' in seen
+    assert "get" not in log.read_text(encoding="utf-8").split()  # never polled
+    events = _task_events(run)
+    assert [e["action"] for e in events] == ["created", "notified", "finished"]
+    assert events[-1]["status"] == "completed" and events[-1]["polls"] == 0
+
+
+@pytest.mark.anyio
 async def test_a_task_that_never_ends_is_cancelled_at_the_timeout_and_its_flood_costs_nothing(
     tmp_path: Path,
 ) -> None:

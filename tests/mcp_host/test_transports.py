@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,36 @@ async def test_http_server_answers_and_confirms_destructive_calls_in_both_eras(
     assert "record r1 kept: not confirmed" in first  # declined: nothing deleted
     assert "record r1 deleted" in second
     assert person.shown[0].message == "Delete record r1? This cannot be undone."
+
+
+async def test_stopping_a_stdio_server_does_not_wait_on_a_grandchild_holding_its_output() -> None:
+    import gc
+    import os
+    import signal
+    import time
+    import warnings
+
+    import anyio
+
+    from tether.mcp._stdio import spawn, stop
+
+    # The server exits at once when its stdin closes; the child it left behind keeps stdout open.
+    script = "sleep 30 & read line; exit 0"
+    process = await spawn(["/bin/sh", "-c", script], env={"PATH": os.environ["PATH"]}, cwd=None, stderr=None)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            started = time.monotonic()
+            await stop(process)
+            took = time.monotonic() - started
+            gc.collect()
+        assert process.returncode == 0  # it ended by itself, as asked (stdin closed)
+        assert took < 1.5  # its pipe's end was not awaited (the grandchild lives 30 s)
+        assert not [w for w in seen if issubclass(w.category, ResourceWarning)]
+        assert process.stdout is not None
+        with anyio.fail_after(1), pytest.raises(anyio.ClosedResourceError):
+            await process.stdout.receive()  # its pipes are closed on the host's side
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await anyio.sleep(0)

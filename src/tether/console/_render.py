@@ -16,19 +16,11 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 
 from tether.core._confusables import check_name, find_names
+from tether.mcp._clean import hidden_kind
 
 __all__ = ["environment", "has_hidden", "hidden_chars", "names_in", "pretty_json", "reveal"]
 
 _TEMPLATES = Path(__file__).with_name("templates")
-
-
-def _hidden(ch: str) -> bool:
-    if ch in "\n\t":
-        return False
-    code = ord(ch)
-    if 0xE0000 <= code <= 0xE007F or 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
-        return True
-    return unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp")
 
 
 def _code(ch: str) -> str:
@@ -40,7 +32,7 @@ def hidden_chars(text: str) -> list[str]:
     """The code points (``U+200B`` …) of every hidden character in ``text``, once each, in order."""
     seen: dict[str, None] = {}
     for ch in text:
-        if _hidden(ch):
+        if hidden_kind(ch):
             seen.setdefault(f"U+{ord(ch):04X}")
     return list(seen)
 
@@ -52,11 +44,11 @@ def has_hidden(value: Any) -> bool:
 def reveal(value: Any) -> Markup:
     """HTML for untrusted text: escaped, with each hidden character shown as a flagged escape."""
     text = value if isinstance(value, str) else str(value)
-    if not any(_hidden(ch) for ch in text):
+    if not any(hidden_kind(ch) for ch in text):
         return escape(text)
     parts: list[str] = []
     for ch in text:
-        if _hidden(ch):
+        if hidden_kind(ch):
             name = unicodedata.name(ch, "unnamed")
             parts.append(
                 f'<span class="hidden-char" title="hidden character U+{ord(ch):04X} {escape(name)}">'

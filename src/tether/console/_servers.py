@@ -136,15 +136,9 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
         text = json.dumps(c.definition, ensure_ascii=False)
         tools.append(
             {
-                "tool": c.tool,
-                "status": c.status,
-                "why": c.why,
-                "sha256": c.sha256,
-                "pinned_sha256": c.pinned_sha256,
-                "definition": c.definition,
+                **tr.to_json(),
                 "hidden": hidden_chars(text),
                 "names": names_in(c.definition),
-                "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in tr.findings],
                 "flagged": tr.flagged,
                 "diff": definition_diff(pinned.definition, c.definition)
                 if pinned and c.status == "changed"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 from urllib.parse import urlsplit
 
 import anyio
@@ -41,6 +41,8 @@ __all__ = [
     "ConsoleResponder",
     "ElicitationGate",
     "ElicitationPrompt",
+    "GateHooks",
+    "RequestGate",
     "Responder",
     "ScriptedResponder",
     "check_schema",
@@ -273,6 +275,32 @@ class CallInfo:
     elicitations: list[dict[str, Any]] = field(default_factory=list)
 
 
+class GateHooks(TypedDict, total=False):
+    """What a gate on a server's requests is given by the server's source: the call a request
+    belongs to (when exactly one is in flight) and where the gate's decisions are traced."""
+
+    current_call: Callable[[], CallInfo | None]
+    on_event: Callable[[dict[str, Any]], None]
+
+
+def _no_call() -> CallInfo | None:
+    return None
+
+
+def _untraced(_event: dict[str, Any]) -> None:
+    return None
+
+
+@dataclass(eq=False)
+class RequestGate:
+    """A gate on one server's requests (elicitation, sampling): the server it answers and the
+    hooks its source gives it (``GateHooks``; none given: no call known, nothing traced)."""
+
+    server: str
+    current_call: Callable[[], CallInfo | None] = field(default=_no_call, kw_only=True)
+    on_event: Callable[[dict[str, Any]], None] = field(default=_untraced, kw_only=True)
+
+
 @dataclass(frozen=True, slots=True)
 class ElicitationPrompt:
     """What the person sees: the question, attributed to the server that asks."""
@@ -378,28 +406,16 @@ class ConsoleResponder:
         return raw.strip().lower() == "yes"
 
 
-class ElicitationGate:
+@dataclass(eq=False)
+class ElicitationGate(RequestGate):
     """The elicitation callback for one server."""
 
-    def __init__(
-        self,
-        server: str,
-        config: ElicitationConfig,
-        *,
-        responder: Responder | None = None,
-        pauses: PauseStore | None = None,
-        current_call: Callable[[], CallInfo | None] = lambda: None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self.server = server
-        self.config = config
-        self.responder = responder
-        self.pauses = pauses
-        self.current_call = current_call
-        self._on_event = on_event or (lambda _e: None)
+    config: ElicitationConfig
+    responder: Responder | None = field(default=None, kw_only=True)
+    pauses: PauseStore | None = field(default=None, kw_only=True)
 
     def _event(self, outcome: str, **data: Any) -> None:
-        self._on_event({"server": self.server, "outcome": outcome, **data})
+        self.on_event({"server": self.server, "outcome": outcome, **data})
         call = self.current_call()
         if call is not None:
             # Who decided: the host (refused, not enabled, no person) or the person (their answer).

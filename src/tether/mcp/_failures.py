@@ -8,12 +8,15 @@ else is the server's own answer failing (``UpstreamError``); the connection stay
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from tether.errors import DependencyUnavailable, ToolError, UpstreamError
 from tether.mcp._connection import ConnectionLost, describe_error
+
+if TYPE_CHECKING:
+    from tether.mcp._tasks import TaskRelay
 
 __all__ = [
     "Unavailable",
@@ -90,14 +93,11 @@ def _what_refused(message: str) -> str:
     return "sampling request" if "sampling" in message else "request"
 
 
-def closed_underneath(client: Any) -> bool:
-    """Whether the session already saw its transport end (a stdio server that exited between
-    calls): best effort, through the SDK's dispatcher."""
-    try:
-        dispatcher = client.session._dispatcher
-    except Exception:
-        return False
-    return bool(getattr(dispatcher, "_closed", False))
+def closed_underneath(relay: TaskRelay | None) -> bool:
+    """Whether the connection's transport already ended under the session (a stdio server
+    that exited between calls, an HTTP stream closed): the host's own relay saw its read
+    stream end. No relay: the connection's client was already torn down."""
+    return relay is None or relay.closed
 
 
 def failure_detail(why: str, returncode: int | None, tail: list[str], hint: str | None = None) -> str | None:

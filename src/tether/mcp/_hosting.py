@@ -121,21 +121,13 @@ def build_source(
         show = sys.stderr if config.host.server_stderr == "terminal" else None
         source.stderr_factory = lambda: ServerStderr(server.name, log_path=log, terminal=show)
     source.elicitation = ElicitationGate(
-        server.name,
-        server.elicitation,
-        responder=responder,
-        pauses=pauses,
-        current_call=source.current_call,
-        on_event=source.event_sink(EventKind.MCP_ELICITATION),
-    )
+        server.name, server.elicitation, responder=responder, pauses=pauses,
+        **source.gate_hooks(EventKind.MCP_ELICITATION),
+    )  # fmt: skip
     source.sampling = SamplingGate(
-        server.name,
-        server.sampling,
-        model=sampling_model,
-        consent=sampling_consent,
-        current_call=source.current_call,
-        on_event=source.event_sink(EventKind.MCP_SAMPLING),
-    )
+        server.name, server.sampling, model=sampling_model, consent=sampling_consent,
+        **source.gate_hooks(EventKind.MCP_SAMPLING),
+    )  # fmt: skip
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
     return source, creds.secrets

@@ -119,11 +119,16 @@ class Launch:
 
 
 def inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
+    """Whether ``path`` is ``folder`` or below it (by their parts: no file is read)."""
+    n = len(folder.parts)
+    return n > 0 and path.parts[:n] == folder.parts
+
+
+_SYSTEM_PARTS = tuple(Path(s).parts for s in SYSTEM_DIRS)
 
 
 def _system(path: Path) -> bool:
-    return any(inside(path, Path(s)) for s in SYSTEM_DIRS)
+    return any(path.parts[: len(parts)] == parts for parts in _SYSTEM_PARTS)
 
 
 def resolve_launch(

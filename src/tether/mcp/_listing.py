@@ -3,7 +3,10 @@
 Every listing the host makes (at start, the re-check before a call, after a list-changed
 notice or listen event, after a task) passes ``absorb``: a tool whose canonical definition
 matches its pin is offered with the pinned definition; a new, changed, duplicated or vanished
-tool is blocked (and traced) until a person approves it again.
+tool is blocked (and traced) until a person approves it again. A partial listing (one page)
+never unlists a tool. A tool the config never offers (outside its server's ``tools``) is
+blocked too but not traced: the config, not the pin check, decided it (a server listing dozens
+of tools would otherwise add a row for each at every launch).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ class PinnedListing:
         pins: Pins | None,
         endpoint: Callable[[], str],
         emit: Callable[..., None],
+        offered: frozenset[str] | None = None,
     ) -> None:
         self.server = server
+        self.offered = offered  # the config's ``tools`` (None: every approved tool)
         self.pins = pins
         self.endpoint = endpoint
         self.emit = emit
@@ -60,6 +65,8 @@ class PinnedListing:
                 continue
             if self.blocked.get(c.tool) != c.why:
                 self.blocked[c.tool] = c.why
+                if self.offered is not None and c.tool not in self.offered:
+                    continue
                 self.emit(
                     EventKind.MCP_CAPABILITY_BLOCKED,
                     server=self.server,
@@ -73,6 +80,8 @@ class PinnedListing:
             for name in sorted(set(self.pinned) - set(self.live)):
                 self.pinned.pop(name)
                 self.blocked[name] = "no longer listed by the server"
+                if self.offered is not None and name not in self.offered:
+                    continue
                 self.emit(
                     EventKind.MCP_CAPABILITY_BLOCKED,
                     server=self.server,

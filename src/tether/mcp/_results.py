@@ -29,8 +29,13 @@ __all__ = ["convert_result", "invalid_output"]
 Emit = Callable[..., None]
 
 
+def _rejected(emit: Emit, server: str, spec: ToolSpec, reason: str, **data: Any) -> None:
+    """Trace what the host refused, removed or flagged in one result (the reviewer's list)."""
+    emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason=reason, **data)
+
+
 def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOutput:
-    emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="output_schema", why=why)
+    _rejected(emit, server, spec, "output_schema", why=why)
     message = "the server returned structured content that does not match the approved output schema"
     return ToolOutput(
         text=json.dumps({"error": "invalid_output", "message": message}),
@@ -122,28 +127,16 @@ def convert_result(
         meta["resource_links"] = links
     if cleaned:
         meta["cleaned"] = cleaned
-        emit(
-            EventKind.MCP_RESULT_REJECTED,
-            server=server,
-            tool=spec.name,
-            reason="hidden_content",
-            cleaned=cleaned,
-            raw_escaped=escape_for_review(raw, limit=2000),
-        )
+        escaped = escape_for_review(raw, limit=2000)
+        _rejected(emit, server, spec, "hidden_content", cleaned=cleaned, raw_escaped=escaped)
     if roots and (outside := paths_outside(text, roots)):
         # Flagged, not removed: the server was told its roots and quotes a path beyond them.
         meta["paths_outside_roots"] = outside
-        emit(
-            EventKind.MCP_RESULT_REJECTED,
-            server=server,
-            tool=spec.name,
-            reason="paths_outside_roots",
-            paths=outside,
-        )
+        _rejected(emit, server, spec, "paths_outside_roots", paths=outside)
     if (total := len(text)) > spec.max_result_chars:
         # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
         # (``HostCore._finish``), data included.
-        emit(EventKind.MCP_RESULT_REJECTED, server=server, tool=spec.name, reason="oversized", chars=total)
+        _rejected(emit, server, spec, "oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)
     return ToolOutput(text=text, data=data, meta=meta)

@@ -42,6 +42,7 @@ from typing import Any
 import jsonschema
 
 from tether.mcp._addressed import addressed_instruction
+from tether.mcp._clean import hidden_kind
 
 __all__ = [
     "SINKS",
@@ -111,15 +112,6 @@ _SECRET_PATH = re.compile(
 )
 _CALL = re.compile(r"\b(call|invoke|use|run)\s+(the\s+)?[`'\"]?([A-Za-z_][A-Za-z0-9_.-]*__[A-Za-z0-9_.-]+)")
 _NAMESPACED = re.compile(r"\b[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
-
-
-def _hidden(ch: str) -> bool:
-    if ch in "\n\t":
-        return False
-    code = ord(ch)
-    if 0xE0000 <= code <= 0xE007F or 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
-        return True
-    return unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp")
 
 
 def strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -265,7 +257,7 @@ def scan_text(
 ) -> list[Finding]:
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
-    hidden = sorted({f"U+{ord(c):04X}" for c in text if _hidden(c)})
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)})
     if hidden:
         detail = ", ".join(hidden[:10])
         if tags := _tag_text(text):
@@ -275,7 +267,7 @@ def scan_text(
         return findings
     # Compatibility forms folded (full-width or styled letters read as plain ones).
     # HTML entities decoded: '&#105;gnore' is what a model reads as 'ignore'.
-    visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not _hidden(c))))
+    visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not hidden_kind(c))))
     names = {t for t in others if t and t != tool} | set(SINKS)
     m = _INSTRUCTION.search(visible)
     if m:
@@ -356,6 +348,6 @@ def scan_definition(
         if refs:
             findings.append(Finding(name, "remote_ref", key, ", ".join(refs[:5]) + " (never fetched)"))
     # Also the name itself: a name with hidden characters can impersonate another tool.
-    if any(_hidden(c) for c in name) or not name.isascii():
+    if any(hidden_kind(c) for c in name) or not name.isascii():
         findings.append(Finding(name, "hidden_unicode", "name", "non-ASCII or hidden characters in the name"))
     return findings

@@ -24,6 +24,7 @@ import anyio
 
 from tether.core.messages import UserMessage
 from tether.mcp._config import SamplingConfig
+from tether.mcp._elicitation import RequestGate
 
 if TYPE_CHECKING:
     import mcp_types as types
@@ -84,31 +85,23 @@ def _text(content: Any) -> str | None:
     return "\n".join(out)
 
 
-class SamplingGate:
+@dataclass(eq=False)
+class SamplingGate(RequestGate):
     """The sampling callback for one server."""
 
-    def __init__(
-        self,
-        server: str,
-        config: SamplingConfig,
-        *,
-        model: Model | None = None,
-        consent: Consent | None = None,
-        current_call: Callable[[], CallInfo | None] = lambda: None,
-        on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
-        self.server = server
-        self.config = config
-        self.model = model
-        self.consent = consent
-        self.current_call = current_call
-        self.budget = SamplingBudget(config.max_calls, config.max_seconds, config.max_total_tokens)
-        self._on_event = on_event or (lambda _e: None)
+    config: SamplingConfig
+    model: Model | None = field(default=None, kw_only=True)
+    consent: Consent | None = field(default=None, kw_only=True)
+    budget: SamplingBudget = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.budget = SamplingBudget(c.max_calls, c.max_seconds, c.max_total_tokens)
 
     def _refuse(self, reason: str, **data: Any) -> types.ErrorData:
         import mcp_types as types
 
-        self._on_event({"server": self.server, "outcome": "refused", "reason": reason, **data})
+        self.on_event({"server": self.server, "outcome": "refused", "reason": reason, **data})
         return types.ErrorData(code=SAMPLING_REFUSED, message=f"sampling refused by the host: {reason}")
 
     async def __call__(self, context: Any, params: types.CreateMessageRequestParams) -> Any:
@@ -182,7 +175,7 @@ class SamplingGate:
         self.budget.tokens += response.usage.total_tokens
         # Cap the answer itself (about 4 characters a token), whatever the model did.
         text = (response.message.content or "")[: prompt.max_tokens * 4]
-        self._on_event(
+        self.on_event(
             {
                 "server": self.server,
                 "outcome": "answered",

@@ -41,7 +41,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Literal
 
 from tether.mcp._launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
+from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 
 __all__ = [
     "ARGS_FD",
@@ -93,6 +93,8 @@ def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
     if path is None:
         return None, f"{executable or 'bwrap'} is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     probe = [path, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--", "true"]
+    if run_in_layers(probe):  # as a confined launch runs it: both probes in one process start
+        return path, ""
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
@@ -293,55 +295,6 @@ def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dic
 
 
 _TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-_LAYERS = "/mnt"  # in the launch's own mount namespace: where the private layers are laid
-
-
-@functools.cache
-def overlay_status() -> str | None:
-    """``None`` when private write layers work here (an overlay in a user namespace of the
-    launch's own, Linux 5.11+), else why not: then those folders are shown read-only."""
-    unshare = shutil.which("unshare")
-    if unshare is None or not Path(_LAYERS).is_dir():
-        return f"unshare or {_LAYERS} is missing"
-    script = _layer_script([Path("/usr/share")]) + ' && test -d "$0"'
-    try:
-        done = subprocess.run(
-            [unshare, "-Urm", "--", "/bin/sh", "-c", script, "/"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return f"{type(err).__name__}: {err}"
-    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
-
-
-def _layer_script(lowers: Sequence[Path], staged: Sequence[Path] = ()) -> str:
-    """The mounts laid before bwrap starts, on a tmpfs at ``_LAYERS`` in the launch's own mount
-    namespace (bwrap's root pivots away from it: the server never sees these paths).
-
-    Each host folder is first bound at a neutral path and used from there, so the kernel's
-    ``/proc/self/mountinfo`` inside names that path, never the host's: a private write layer
-    (``m{i}``: an overlay over ``l{i}``) or a read-only view (``s{j}``: an overlay of ``r{j}``
-    alone, a superblock of its own, so a mount's root shows as ``/``). Where such an overlay
-    cannot be laid (a filesystem overlayfs refuses as a lower layer), the view is a plain bind
-    (it works; its mount names the host folder)."""
-    steps = [f"mount -t tmpfs tether-layers {_LAYERS}", f"mkdir {_LAYERS}/e"]
-    for i, lower in enumerate(lowers):
-        lo, u, w, m = (f"{_LAYERS}/{x}{i}" for x in "luwm")
-        layer = shlex.quote(f"lowerdir={lo},upperdir={u},workdir={w}")
-        steps += [
-            f"mkdir {lo} {u} {w} {m}",
-            f"mount --rbind {shlex.quote(str(lower))} {lo}",
-            f"mount -t overlay overlay -o {layer} {m}",
-        ]
-    for j, folder in enumerate(staged):
-        r, v = f"{_LAYERS}/r{j}", f"{_LAYERS}/s{j}"
-        view = f"lowerdir={r}:{_LAYERS}/e"
-        steps += [
-            f"mkdir {r} {v}",
-            f"mount --rbind {shlex.quote(str(folder))} {r}",
-            f"{{ mount -t overlay overlay -o {view} {v} 2>/dev/null || mount --rbind {r} {v}; }}",
-        ]
-    return " && ".join(steps)
 
 
 def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[str], list[Path]]:
@@ -370,8 +323,8 @@ def _private_layers(
 ) -> tuple[list[str], list[str]]:
     """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
     options) and each launcher bind read through a neutral view (``_stage_sources``), laid in a
-    mount namespace that only the launch sees, under bwrap. Where that cannot be had, the
-    folders are shown read-only, bound from their host paths."""
+    mount namespace that only the launch sees (``tether.mcp._layers``), under bwrap. Where that
+    cannot be had, the folders are shown read-only, bound from their host paths."""
     usable = overlay_status() is None
     staged: list[Path] = []
     if usable:
@@ -380,19 +333,17 @@ def _private_layers(
     for i, opt in enumerate(opts):
         if opt.startswith("{overlay:"):
             n = int(opt[len("{overlay:") : -1])
-            out.append(f"{_LAYERS}/m{n}" if usable else str(lowers[n]))
+            out.append(f"{LAYERS}/m{n}" if usable else str(lowers[n]))
             if not usable and i > 0 and out[-2] == "--bind":
                 out[-2] = "--ro-bind"
         elif opt.startswith("{stage:"):
             j, _, rest = opt[len("{stage:") :].partition("}")
-            out.append(f"{_LAYERS}/s{j}{rest}")
+            out.append(f"{LAYERS}/s{j}{rest}")
         else:
             out.append(opt)
     if not usable or not (lowers or staged):
         return argv, out
-    unshare = shutil.which("unshare") or "unshare"
-    script = _layer_script(lowers, staged) + ' && exec "$@"'
-    return [unshare, "-Urm", "--", "/bin/sh", "-c", script, "tether-layers", *argv], out
+    return layered(argv, lowers, staged), out
 
 
 # The host's own variables a server is started with unconfined; inside, these are the sandbox's.

@@ -40,7 +40,7 @@ from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
 from tether.mcp._calling import call_tool, guarded
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
-from tether.mcp._elicitation import CallInfo
+from tether.mcp._elicitation import CallInfo, GateHooks
 from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
@@ -171,7 +171,7 @@ class McpServerSource:
         self._relays: dict[int, TaskRelay] = {}  # id of a connection's client -> its task relay
         self.warnings: list[str] = []
         self._retired: list[Connection] = []
-        self.listing = PinnedListing(name, pins, self.endpoint, self.emit)
+        self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
@@ -235,6 +235,10 @@ class McpServerSource:
 
     def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
         return lambda data: self.emit(kind, **data)
+
+    def gate_hooks(self, kind: EventKind) -> GateHooks:
+        """What a gate on this server's requests is given: its call, and its trace as ``kind``."""
+        return {"current_call": self.current_call, "on_event": self.event_sink(kind)}
 
     # -- connecting (in the connection's own task) ------------------------------------------
 
@@ -381,7 +385,7 @@ class McpServerSource:
         if self.unavailable is not None:
             raise Unavailable(self.unavailable, quarantined=True)
         conn = self._conn
-        if conn is not None and conn.alive and not closed_underneath(conn.client):
+        if conn is not None and conn.alive and not closed_underneath(self._relays.get(id(conn.client))):
             return conn
         if conn is not None:
             self._lost(conn, conn.error, "between calls")

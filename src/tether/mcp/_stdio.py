@@ -161,15 +161,10 @@ async def stop(process: anyio.abc.Process) -> None:
             break
         with suppress(OSError):
             os.killpg(process.pid, sig)
-    if process.stdout is not None:
-        with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            await process.stdout.aclose()
-    # Not process.aclose(): it waits for pipe EOF, which a surviving grandchild can withhold.
-    transport = getattr(getattr(process, "_process", None), "_transport", None)
-    close = getattr(transport, "close", None)
-    if callable(close):
-        with suppress(PermissionError, ProcessLookupError):
-            close()
+    # The process has exited: closing it closes its pipes and waits for that exit only, not for
+    # pipe EOF, which a surviving grandchild could withhold (bounded all the same).
+    with anyio.move_on_after(STOP_GRACE_S), suppress(OSError, anyio.BrokenResourceError):
+        await process.aclose()
 
 
 @asynccontextmanager

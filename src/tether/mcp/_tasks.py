@@ -12,9 +12,13 @@ elicitation gate like any other.
 ``run_task`` sends ``tools/call`` with a ``task`` (its time to live: the call's limit), then
 polls ``tasks/get`` at the server's suggested interval, clamped to [50 ms, 5 s] whatever
 it asks, until the task ends or needs input, then fetches the result with ``tasks/result``.
-A call that ends before its task (its timeout, the run cancelled, a failed poll) sends
-``tasks/cancel`` (bounded). Status notifications are not needed and not counted: a flood
-of them costs the host nothing. The caller cleans and labels the result like any other.
+A server may also say so itself (``notifications/tasks/status``): the relay takes those
+notifications before the SDK (which does not know them), and one that reports a task of
+this call ended or needing input ends the wait at once, without waiting for the next poll;
+any other status notification (a flood of "working", a made-up task id) is dropped, so it
+costs the host nothing and never makes it poll faster. A call that ends before its task
+(its timeout, the run cancelled, a failed poll) sends ``tasks/cancel`` (bounded). The
+caller cleans and labels the result like any other.
 
 A long task need not end within its call: given ``park_at`` (when the call's wait budget runs
 out), ``run_task`` stops polling before then and returns ``Parked`` instead of cancelling, the
@@ -25,6 +29,7 @@ task left running on the server; the caller records a durable pause, and a later
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -39,7 +44,10 @@ __all__ = ["MAX_POLL_S", "MIN_POLL_S", "Parked", "TaskRelay", "run_task", "task_
 MIN_POLL_S = 0.05
 MAX_POLL_S = 5.0
 _ENDED = frozenset({"completed", "failed", "cancelled"})
+_SETTLED = _ENDED | {"input_required"}  # a status that ends the wait (a notification may say it)
+_HEARD = 64  # settled statuses kept from notifications not yet waited on (oldest dropped)
 _PREFIX = "tether-task-"
+_STATUS = "notifications/tasks/status"
 
 
 class TaskRequestFailed(Exception):
@@ -72,6 +80,13 @@ class TaskRelay:
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
         self._closed = False
+        self._heard: OrderedDict[str, Any] = OrderedDict()  # task id -> its settled status
+        self._listening: dict[str, anyio.Event] = {}  # task id -> set when a settled status is heard
+
+    @property
+    def closed(self) -> bool:
+        """Whether the connection's read stream ended (the server process or stream gone)."""
+        return self._closed
 
     @asynccontextmanager
     async def wrap(self, transport: Any) -> AsyncIterator[Any]:
@@ -88,6 +103,9 @@ class TaskRelay:
                         async for item in inner_read:
                             message = getattr(item, "message", None)
                             ident = getattr(message, "id", None)
+                            if ident is None and getattr(message, "method", None) == _STATUS:
+                                self._status(getattr(message, "params", None))
+                                continue
                             if (
                                 isinstance(ident, str)
                                 and ident in self._waiting
@@ -125,6 +143,39 @@ class TaskRelay:
         for box in self._waiting.values():
             box[0].set()
         self._waiting.clear()
+        for heard in self._listening.values():
+            heard.set()
+
+    def _status(self, params: Any) -> None:
+        """A ``notifications/tasks/status``: kept only when it settles a task (ended, or needing
+        input); anything else, or anything malformed, is dropped."""
+        import mcp_types as types
+
+        try:
+            task = types.TaskStatusNotificationParams.model_validate(params)
+        except ValueError:
+            return
+        if task.status not in _SETTLED:
+            return
+        self._heard[task.task_id] = task
+        self._heard.move_to_end(task.task_id)
+        while len(self._heard) > _HEARD:
+            self._heard.popitem(last=False)
+        heard = self._listening.get(task.task_id)
+        if heard is not None:
+            heard.set()
+
+    async def settled(self, task_id: str, within_s: float) -> Any:
+        """Wait up to ``within_s`` for the server to report ``task_id`` settled by notification;
+        the task's reported state (``status``, ``status_message``, …), or ``None``."""
+        if task_id not in self._heard and not self._closed:
+            heard = self._listening.setdefault(task_id, anyio.Event())
+            try:
+                with anyio.move_on_after(within_s):
+                    await heard.wait()
+            finally:
+                self._listening.pop(task_id, None)
+        return self._heard.pop(task_id, None)
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send one request of the host's own; its result (a dict). Raises ``TaskRequestFailed``
@@ -193,9 +244,15 @@ async def run_task(
             if park_at is not None and anyio.current_time() + interval >= park_at():
                 emit(action="parked", task_id=task_id, status=task.status, polls=polls)
                 return Parked(task_id, str(task.status), interval)
-            await anyio.sleep(interval)
-            task = types.GetTaskResult.model_validate(await relay.request("tasks/get", {"taskId": task_id}))
-            polls += 1
+            reported = await relay.settled(task_id, interval)
+            if reported is not None:
+                task = reported
+                emit(action="notified", task_id=task_id, status=task.status)
+            else:
+                task = types.GetTaskResult.model_validate(
+                    await relay.request("tasks/get", {"taskId": task_id})
+                )
+                polls += 1
             if on_status is not None and task.status_message != shown:
                 shown = task.status_message
                 await on_status(polls, shown)

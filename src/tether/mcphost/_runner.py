@@ -92,7 +92,6 @@ class StandIn:
         seen = [f"{m.name}: {_body(m.content)[:200]}" for m in results]
         return AssistantMessage(content="Observed:\n" + "\n".join(seen) if seen else "No tool was called.")
 
-
     def _catch_up(self, request: ModelRequest) -> None:
         """A stand-in rebuilt for a resumed run skips the steps the run already took (its turns
         are in the restored trajectory), so a script is never replayed from the start."""

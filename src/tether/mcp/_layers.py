@@ -1,0 +1,114 @@
+"""The mounts a confined launch lays before bwrap starts, in a mount namespace of its own.
+
+Before bwrap, the launch enters a user and mount namespace only it has and lays, on a tmpfs
+at ``LAYERS`` (bwrap's root pivots away from it: the server never sees these paths):
+
+- for each folder given a private write layer, an overlay (``m{i}``) over a neutral bind of
+  it (``l{i}``), its upper layer in that tmpfs, gone when the launch ends;
+- for each launcher folder shown read-only, a view (``s{j}``): an overlay of a neutral bind
+  (``r{j}``) alone, a superblock of its own, so the kernel's ``/proc/self/mountinfo``
+  inside names that neutral path (a mount's root shows as ``/``), never the host's. Where
+  overlayfs refuses such a folder as a lower layer, the view is a plain bind (it works; its
+  mount names the host folder).
+
+All of it is done by one small program (``LAUNCHER``) run with the host's own interpreter
+(``-I -S``: no site, no environment, nothing of a server's ``.pth`` files; ``ctypes`` its
+only import) that makes the system calls itself and then execs bwrap: one process start, where a shell running
+``unshare``, ``mkdir`` and ``mount`` would start one process per mount.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["LAUNCHER", "LAYERS", "layered", "overlay_status", "run_in_layers"]
+
+LAYERS = "/mnt"  # in the launch's own mount namespace: where the layers are laid
+
+LAUNCHER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = (ctypes.c_char_p,) * 3 + (ctypes.c_ulong, ctypes.c_char_p)
+REC, PRIVATE, BIND = 0x4000, 0x40000, 0x1000
+def fail(what):
+    sys.stderr.write("tether-layers: %s: %s\n" % (what, os.strerror(ctypes.get_errno())))
+    sys.exit(125)
+def mount(source, target, kind=None, flags=0, data=None):
+    enc = lambda s: None if s is None else s.encode()
+    return libc.mount(enc(source), enc(target), enc(kind), flags, enc(data)) == 0
+at, rest = sys.argv[1], sys.argv[2:]
+lowers, rest = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
+staged, command = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(0x10000000 | 0x20000) != 0:
+    fail("cannot enter a user and mount namespace of its own")
+for name, text in (("setgroups", "deny"), ("uid_map", "0 %d 1" % uid), ("gid_map", "0 %d 1" % gid)):
+    with open("/proc/self/" + name, "w") as f:
+        f.write(text)
+if not mount("none", "/", None, REC | PRIVATE):
+    fail("cannot make the mounts private")
+if not mount("tether-layers", at, "tmpfs"):
+    fail("cannot mount a tmpfs on " + at)
+os.mkdir(at + "/e")
+for i, lower in enumerate(lowers):
+    lo, up, work, merged = ("%s/%s%d" % (at, x, i) for x in "luwm")
+    for d in (lo, up, work, merged):
+        os.mkdir(d)
+    if not mount(lower, lo, None, BIND | REC):
+        fail("cannot bind " + lower)
+    if not mount("overlay", merged, "overlay", 0, "lowerdir=%s,upperdir=%s,workdir=%s" % (lo, up, work)):
+        fail("cannot lay a write layer over " + lower)
+for j, folder in enumerate(staged):
+    raw, view = "%s/r%d" % (at, j), "%s/s%d" % (at, j)
+    os.mkdir(raw)
+    os.mkdir(view)
+    if not mount(folder, raw, None, BIND | REC):
+        fail("cannot bind " + folder)
+    if not mount("overlay", view, "overlay", 0, "lowerdir=%s:%s/e" % (raw, at)):
+        if not mount(raw, view, None, BIND | REC):
+            fail("cannot show " + folder)
+os.execv(command[0], command)
+"""
+
+
+def layered(argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] = ()) -> list[str]:
+    """``argv`` (bwrap's) run after the layers over ``lowers`` and the views of ``staged``."""
+    folders = [str(len(lowers)), *map(str, lowers), str(len(staged)), *map(str, staged)]
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, *folders, *argv]
+
+
+_STATUS: list[str | None] = []  # overlay_status's answer, once known (this process)
+
+
+def overlay_status() -> str | None:
+    """``None`` when private write layers work here (an overlay in a user namespace of the
+    launch's own, Linux 5.11+), else why not: then those folders are shown read-only. Probed
+    once per process, unless ``run_in_layers`` already showed that they work."""
+    if not _STATUS:
+        _STATUS.append(_probe(["/bin/sh", "-c", f'test -d "{LAYERS}/m0"']))
+    return _STATUS[0]
+
+
+def run_in_layers(command: Sequence[str]) -> bool:
+    """Run ``command`` (another probe: bwrap's) as a confined launch does, inside layers laid
+    over ``/usr/share``; whether it succeeded. Success shows that the layers work too, so one
+    process start answers both probes; a failure says nothing of which one failed."""
+    if _STATUS or _probe(command) is not None:
+        return False
+    _STATUS.append(None)
+    return True
+
+
+def _probe(command: Sequence[str]) -> str | None:
+    if not Path(LAYERS).is_dir():
+        return f"{LAYERS} is missing"
+    try:
+        done = subprocess.run(
+            layered(command, [Path("/usr/share")]), capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{type(err).__name__}: {err}"
+    return None if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
