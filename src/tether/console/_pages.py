@@ -31,6 +31,7 @@ from tether.errors import ApprovalError, TetherError
 __all__ = ["page_routes"]
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
+SHOWN_EVENTS = 2000  # of one run's timeline on its page (the API gives every event)
 
 NOTICES = {
     "approved": "Approved. The paused run continues when it is resumed.",
@@ -391,7 +392,7 @@ def _run_routes(ui: _Pages) -> list[Route]:
         )  # fmt: skip
         return render(
             request, "run.html", me, run=summary, items=timeline(events), totals=run_totals(events),
-            checkpoint=checkpoint, resumable=resumable, result=None,
+            checkpoint=checkpoint, resumable=resumable, result=None, shown_events=SHOWN_EVENTS,
         )  # fmt: skip
 
     @page
