@@ -103,8 +103,8 @@ def _words(name: str) -> list[str]:
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, dict):  # keys too: a nested key is read like a value
+        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []
@@ -201,6 +201,8 @@ class _Facts:
             )
         looks, hidden = [], []
         for name, value in self.arguments.items():
+            if hidden_chars(name):  # a key the reviewer reads as another one
+                hidden.append(name)
             if name in self.masked:
                 continue
             for text in _strings(value):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -38,11 +39,11 @@ _INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
 @dataclass(frozen=True, slots=True)
 class FormField:
     name: str
-    kind: str  # string | number | integer | boolean
+    kind: str  # string | number | integer | boolean | array (a multi-select)
     label: str
     description: str
     required: bool
-    input_type: str  # text | email | url | date | number | select | boolean
+    input_type: str  # text | email | url | date | number | select | multiselect | boolean
     options: list[tuple[str, str]] = field(default_factory=list)  # (value, label)
     attrs: dict[str, Any] = field(default_factory=dict)  # minlength, maxlength, min, max, step
     default: Any = None
@@ -87,6 +88,13 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
             for key in ("minimum", "maximum"):
                 if key in prop:
                     attrs[key[:3]] = prop[key]
+        elif kind == "array":  # a multi-select: choices in items.enum or items.anyOf
+            items = prop["items"]
+            if "enum" in items:
+                options = [(str(v), str(v)) for v in items["enum"]]
+            else:
+                options = [(o["const"], str(o.get("title") or o["const"])) for o in items["anyOf"]]
+            input_type = "multiselect"
         else:
             input_type = "boolean"
         out.append(
@@ -105,15 +113,27 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
     return out
 
 
-def parse_form(schema: dict[str, Any], form: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+def parse_form(
+    schema: dict[str, Any], form: Mapping[str, str | list[str]]
+) -> tuple[dict[str, Any], list[str]]:
     """Typed content from form strings, and the problems (conversion, then schema validation).
 
     An empty field is left out (the schema says whether it was required); a number is read only
-    if it is written as one; a boolean is ``true`` or ``false``."""
+    if it is written as one; a boolean is ``true`` or ``false``; a multi-select is the list of
+    its chosen values (a field given more than once is one of those)."""
     content: dict[str, Any] = {}
     problems: list[str] = []
     for f in form_fields(schema):
-        raw = form.get(f.name, "")
+        given = form.get(f.name, "")
+        chosen = given if isinstance(given, list) else [given] if given else []
+        if f.kind == "array":
+            if chosen:
+                content[f.name] = chosen
+            continue
+        if len(chosen) > 1:
+            problems.append(f"{f.name}: one value, not {len(chosen)}")
+            continue
+        raw = chosen[0] if chosen else ""
         if raw == "":
             continue
         if f.kind == "string":

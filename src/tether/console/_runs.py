@@ -26,6 +26,7 @@ __all__ = [
     "StoredTraceIndex",
     "TimelineItem",
     "TraceIndex",
+    "run_filter",
     "run_totals",
     "timeline",
     "valid_run_id",
@@ -88,6 +89,15 @@ class RunFilter:
         if self.since and run.started[: len(self.since)] < self.since:
             return False
         return not (self.until and run.started[: len(self.until)] > self.until)
+
+
+def run_filter(params: Mapping[str, str]) -> RunFilter:
+    """The filter a page's or the API's query string asks for (unknown bounds ignored)."""
+    return RunFilter(
+        tenant=params.get("tenant", ""), stop_reason=params.get("stop_reason", ""),
+        agent=params.get("agent", "")[:100], since=parse_day(params.get("since", "")),
+        until=parse_day(params.get("until", "")),
+    )  # fmt: skip
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
