@@ -16,7 +16,7 @@ from typing import Any
 from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
-from tether.core._confusables import check_name
+from tether.core._confusables import check_name, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.trace._sanitize import Redactor, redact_value
@@ -212,6 +212,10 @@ class _Facts:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
                 if hidden_chars(text):
                     hidden.append(name)
+        # A tool name or an argument name written with other letters reads as the one it imitates.
+        for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
+            if not name.isascii():
+                looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
         if looks:
             flags.append({"kind": "lookalike", "text": "look-alike name: " + "; ".join(dict.fromkeys(looks))})
         if hidden:
