@@ -74,7 +74,7 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
             if raw.strip():
                 try:
                     parsed = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
@@ -86,7 +86,11 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
         except Denied as err:
             return _error(403, err.reason, str(err))
         except ApprovalError as err:
-            status = 400 if err.reason in ("invalid_answer", "bad_action", "reason_required") else 409
+            status = (
+                400
+                if err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
+                else 409
+            )
             return _error(status, err.reason, str(err))
         except TetherError as err:
             return _error(400, type(err).__name__, str(err))
