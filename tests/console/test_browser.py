@@ -10,6 +10,7 @@ characters is shown escaped. Screenshots of every page go to ``tether-output/con
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -318,4 +319,91 @@ def test_a_reviewer_decides_in_the_browser_and_the_runs_resume_and_every_attack_
         page.goto(f"{base}/audit")
         assert "approve" in page.inner_text("body")
         page.screenshot(path=str(SCREENS / "11-audit.png"), full_page=True)
+        browser.close()
+
+
+HIDDEN_CHARS = "\u200b\u200c\u200d\u2060\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\ufeff\u00ad"
+
+
+@pytest.mark.spec("T4")
+def test_hostile_text_in_every_field_never_runs_and_every_hidden_character_is_shown_in_the_browser(
+    served: tuple[World, str],
+) -> None:
+    """New hostile inputs in Chromium: markup and script in a tool name, argument keys and values,
+    a run id, a trace (tenant, agent, objective, errors) and a question (its text, form labels and
+    choices), with hidden characters everywhere. No dialog opens, no script runs, and the text a
+    reviewer reads holds no invisible character: each is shown as a visible escape."""
+    from tether.policy import Approvals
+    from tether.policy._intake import Proposal
+    from tether.policy._sqlite_store import SqliteApprovalStore
+    from tether.trace._events import EventKind
+    from tether.trace._tracer import JsonlSink, Tracer
+
+    world, base = served
+    attack = [
+        "<script>window.__owned=1;alert(1)</script>",
+        '"><img src=x onerror="window.__owned=2;alert(2)">',
+        "'><svg/onload=alert(3)>",
+        "javascript:alert(4)//\u202egpj.exe",
+        "</pre><iframe src=javascript:alert(5)>",
+    ]
+    veiled = "tool\u200b\u202e_x" + HIDDEN_CHARS
+    args = {a: a for a in attack} | {veiled: veiled, "to": "billing@p\u0430ypal.com"}
+    approvals = Approvals(SqliteApprovalStore(world.db))
+    try:
+        stored = _off_loop(
+            approvals.submit, Proposal.of(attack[1], args, TENANT_A.tenant, effect="write"),
+            proposed_by=attack[0], run_id=attack[2], call_id=attack[3],
+        )  # fmt: skip
+    finally:
+        approvals.store.close()
+    tracer = Tracer("hostile-run", [JsonlSink(world.traces / "hostile-run.jsonl", flush="each_event")])
+    tracer.emit(EventKind.RUN_STARTED, design=attack[0], objective=attack[1] + veiled, tools=[attack[2]],
+                tenant="tenant-a", agent=attack[3])  # fmt: skip
+    tracer.emit(EventKind.TOOL_PROPOSED, call_id="c1", tool=attack[4], arguments=json.dumps(args))
+    tracer.emit(EventKind.POLICY_DENIED, call_id="c1", tool=attack[4], rule=attack[0], reason=veiled)
+    tracer.emit(EventKind.STOP, reason="policy_denied", detail=attack[1])
+    tracer.close()
+    store = PauseStore(world.root / "state.db")
+    schema = {"type": "object", "properties": {
+        "choice": {"type": "string", "title": attack[0] + veiled, "description": attack[1],
+                   "enum": ["a", "b"], "enumNames": [attack[2], "pay billing@p\u0430ypal.com"]},
+        "note": {"type": "string", "title": attack[4], "default": attack[1]}}}  # fmt: skip
+    question = _off_loop(store.create, run_id=world.run_a, server="notes", tool=attack[3], arguments=args,
+                         message=attack[0] + veiled, schema=schema)  # fmt: skip
+    store.close()
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+        dialogs: list[str] = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        sign_in(page, base, "ana")
+        for path in ("/approvals", f"/approvals/{stored.id}", "/elicitations", f"/elicitations/{question.id}",
+                     "/runs", "/runs/hostile-run", f"/api/approvals/{stored.id}"):  # fmt: skip
+            page.goto(base + path)
+            page.wait_for_load_state("load")
+            assert page.evaluate("window.__owned") is None, path
+            assert page.locator("iframe, svg, img[src=x], script").count() == 0, path
+            text = page.inner_text("body")
+            assert not [c for c in HIDDEN_CHARS if c in text], (
+                path,
+                [f"U+{ord(c):04X}" for c in text if c in HIDDEN_CHARS],
+            )
+        # What was written is what the reviewer reads, escaped: the markup as text, each hidden
+        # character as a visible escape, the look-alike flagged.
+        page.goto(f"{base}/approvals/{stored.id}")
+        table = page.inner_text("#arguments")
+        assert attack[0] in table and attack[1] in table and "\\u200b" in table and "\\u202e" in table
+        assert "xn--pypal-4ve.com" in table and "look-alike" in page.inner_text("#flags")
+        page.screenshot(path=str(SCREENS / "12-hostile-proposal.png"), full_page=True)
+        # The reviewer can still decide it: deny, with a reason.
+        page.fill("#deny-reason", "hostile proposal")
+        page.click("#deny")
+        page.wait_for_selector(".notice")
+        assert status(world, stored.id) == "denied"
+        page.goto(f"{base}/elicitations/{question.id}")
+        assert "xn--pypal-4ve.com" in page.inner_text("#names")
+        page.screenshot(path=str(SCREENS / "13-hostile-question.png"), full_page=True)
+        assert dialogs == []
         browser.close()

@@ -22,35 +22,35 @@ from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
 from tether.console._approvals import Denied, Hidden
-from tether.console._runs import RunFilter, parse_day, run_totals, timeline
+from tether.console._runs import run_filter, run_totals, timeline
+from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Principal
+from tether.console._web import Gate
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["api_routes"]
 
-Handler = Callable[[Request, Principal, dict[str, Any]], Awaitable[Any]]
-Api = Callable[[Handler], Callable[[Request], Awaitable[Response]]]
+Handler = Callable[[ConsoleSources, Request, Principal, dict[str, Any]], Awaitable[Any]]
+
+
+class _Json(JSONResponse):
+    """JSON with every character outside ASCII written as an escape: the same data once parsed,
+    but read raw (a browser showing the API's answer) no hidden or look-alike character is
+    invisible."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
 def _error(status: int, reason: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": reason, "message": message}, status_code=status)
+    return _Json({"error": reason, "message": message}, status_code=status)
 
 
 def api_routes(console: Console) -> list[Route]:
-    gate, sources = console.gate, console.sources
-
-    def api(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        return _api(gate, sources, handler)
-
-    return [
-        *_approval_api(api, sources),
-        *_elicitation_api(api, sources),
-        *_server_api(api, sources),
-        *_run_api(api, sources),
-    ]
+    return [Route(path, _api(console.gate, console.sources, h), methods=m) for path, h, m in _ROUTES]
 
 
-def _api(gate: Any, sources: Any, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """An API endpoint: the principal resolved first, the CSRF header of a POST checked before
     the body is read, the body a JSON object, and tether's refusals as JSON errors."""
 
@@ -74,19 +74,23 @@ def _api(gate: Any, sources: Any, handler: Handler) -> Callable[[Request], Await
             if raw.strip():
                 try:
                     parsed = json.loads(raw)
-                except ValueError:
+                except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
                 body = parsed
         try:
-            return JSONResponse(await handler(request, principal, body))
+            return _Json(await handler(sources, request, principal, body))
         except Hidden as err:
             return _error(404, "not_found", str(err))
         except Denied as err:
             return _error(403, err.reason, str(err))
         except ApprovalError as err:
-            status = 400 if err.reason in ("invalid_answer", "bad_action", "reason_required") else 409
+            status = (
+                400
+                if err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
+                else 409
+            )
             return _error(status, err.reason, str(err))
         except TetherError as err:
             return _error(400, type(err).__name__, str(err))
@@ -101,140 +105,121 @@ def _text(body: dict[str, Any], key: str, limit: int = 2000) -> str:
     return value[:limit]
 
 
-def _approval_api(api: Api, sources: Any) -> list[Route]:
-    """Who is asking, the approval queue, one proposal, a decision."""
-    text = _text
-
-    @api
-    async def me(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        return {"name": p.name, "via": p.via, "grants": dict(p.grants), "csrf_token": p.csrf}
-
-    @api
-    async def list_approvals(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        status = request.query_params.get("status", "pending")
-        if status not in ("pending", "approved", "denied", "invalidated", "all"):
-            raise ApprovalError("bad_request", "status: pending|approved|denied|invalidated|all")
-        tenant = request.query_params.get("tenant", "")
-        rows = await approvals_view.queue(sources, p, status=status, tenant=tenant)
-        return {"count": len(rows), "proposals": rows}
-
-    @api
-    async def get_approval(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        return await approvals_view.proposal_view(sources, p, request.path_params["pid"])
-
-    @api
-    async def decide(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        done = await approvals_view.decide(
-            sources, p, request.path_params["pid"], request.path_params["action"],
-            reason=text(body, "reason"), content_hash=text(body, "content_hash", 100) or None,
-        )  # fmt: skip
-        return done.to_json()
-
-    return [
-        Route("/api/me", me),
-        Route("/api/approvals", list_approvals),
-        Route("/api/approvals/{pid}", get_approval),
-        Route("/api/approvals/{pid}/{action}", decide, methods=["POST"]),
-    ]
+# -- who is asking, the approval queue, one proposal, a decision -------------------------------
 
 
-def _elicitation_api(api: Api, sources: Any) -> list[Route]:
-    """Servers' questions waiting for a person, and the answers."""
-    text = _text
-
-    @api
-    async def list_questions(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        rows = await elicitations_view.pending(sources, p)
-        for row in rows:
-            row.pop("fields", None)
-        return {
-            "count": len(rows),
-            "pending": rows,
-            "url_requests": elicitations_view.url_requests(sources, p),
-        }
-
-    @api
-    async def answer_question(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        action = text(body, "action", 20)
-        content = body.get("content")
-        if content is not None and not isinstance(content, dict):
-            raise ApprovalError("invalid_answer", "content must be a JSON object")
-        return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
-
-    return [
-        Route("/api/elicitations", list_questions),
-        Route("/api/elicitations/{eid}/answer", answer_question, methods=["POST"]),
-    ]
+async def _me(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    return {"name": p.name, "via": p.via, "grants": dict(p.grants), "csrf_token": p.csrf}
 
 
-def _server_api(api: Api, sources: Any) -> list[Route]:
-    """MCP servers: their review and the pinning of their tools."""
-    text = _text
-
-    @api
-    async def list_servers(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        return {"servers": await servers_view.servers(sources, p)}
-
-    @api
-    async def review_server(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        view = await servers_view.review(sources, p, request.path_params["name"])
-        for tool in view["tools"]:
-            tool["diff"] = [line for _, line in tool["diff"]]
-        return view
-
-    @api
-    async def pin_server(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        tools, flagged = body.get("tools", []), body.get("accept_flagged", [])
-        if not (isinstance(tools, list) and isinstance(flagged, list)):
-            raise ApprovalError("bad_request", "tools and accept_flagged are lists of names")
-        return await servers_view.pin(
-            sources, p, request.path_params["name"], digest=text(body, "digest", 100),
-            tools={str(t) for t in tools}, accept_flagged={str(t) for t in flagged},
-        )  # fmt: skip
-
-    return [
-        Route("/api/servers", list_servers),
-        Route("/api/servers/{name}/review", review_server, methods=["POST"]),
-        Route("/api/servers/{name}/pin", pin_server, methods=["POST"]),
-    ]
+async def _list_approvals(
+    sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]
+) -> Any:
+    status = request.query_params.get("status", "pending")
+    if status not in ("pending", "approved", "denied", "invalidated", "all"):
+        raise ApprovalError("bad_request", "status: pending|approved|denied|invalidated|all")
+    tenant = request.query_params.get("tenant", "")
+    rows = await approvals_view.queue(sources, p, status=status, tenant=tenant)
+    return {"count": len(rows), "proposals": rows}
 
 
-def _run_api(api: Api, sources: Any) -> list[Route]:
-    """Runs: the list, one run, resuming a paused one."""
+async def _get_approval(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    return await approvals_view.proposal_view(sources, p, request.path_params["pid"])
 
-    @api
-    async def list_runs(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        q = request.query_params
-        flt = RunFilter(
-            tenant=q.get("tenant", ""), stop_reason=q.get("stop_reason", ""), agent=q.get("agent", "")[:100],
-            since=parse_day(q.get("since", "")), until=parse_day(q.get("until", "")),
-        )  # fmt: skip
-        runs = sources.traces.runs(flt) if sources.traces else []
-        rows = [r.to_json() for r in runs if p.sees(r.tenant)]
-        return {"count": len(rows), "runs": rows}
 
-    @api
-    async def get_run(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        run_id = request.path_params["run_id"]
-        run = sources.traces.get(run_id) if sources.traces else None
-        if run is None or not p.sees(run.tenant):
-            raise Hidden("run")
-        assert sources.traces is not None
-        events = sources.traces.events(run_id)
-        return {
-            **run.to_json(),
-            "totals": run_totals(events),
-            "timeline": [i.to_json() for i in timeline(events)],
-        }
+async def _decide(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    done = await approvals_view.decide(
+        sources, p, request.path_params["pid"], request.path_params["action"],
+        reason=_text(body, "reason"), content_hash=_text(body, "content_hash", 100) or None,
+    )  # fmt: skip
+    return done.to_json()
 
-    @api
-    async def resume(request: Request, p: Principal, body: dict[str, Any]) -> Any:
-        from tether.console._resume import resume_run
 
-        return await resume_run(sources, p, request.path_params["run_id"])
+# -- servers' questions waiting for a person, and the answers ----------------------------------
 
-    return [
-        Route("/api/runs", list_runs),
-        Route("/api/runs/{run_id}", get_run),
-        Route("/api/runs/{run_id}/resume", resume, methods=["POST"]),
-    ]
+
+async def _list_questions(
+    sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]
+) -> Any:
+    rows = await elicitations_view.pending(sources, p)
+    for row in rows:
+        row.pop("fields", None)
+    return {"count": len(rows), "pending": rows, "url_requests": elicitations_view.url_requests(sources, p)}
+
+
+async def _answer(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    action = _text(body, "action", 20)
+    content = body.get("content")
+    if content is not None and not isinstance(content, dict):
+        raise ApprovalError("invalid_answer", "content must be a JSON object")
+    return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
+
+
+# -- MCP servers: their review and the pinning of their tools ----------------------------------
+
+
+async def _list_servers(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    return {"servers": await servers_view.servers(sources, p)}
+
+
+async def _review(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    view = await servers_view.review(sources, p, request.path_params["name"])
+    for tool in view["tools"]:
+        tool["diff"] = [line for _, line in tool["diff"]]
+    return view
+
+
+async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    tools, flagged = body.get("tools", []), body.get("accept_flagged", [])
+    if not (isinstance(tools, list) and isinstance(flagged, list)):
+        raise ApprovalError("bad_request", "tools and accept_flagged are lists of names")
+    return await servers_view.pin(
+        sources, p, request.path_params["name"], digest=_text(body, "digest", 100),
+        tools={str(t) for t in tools}, accept_flagged={str(t) for t in flagged},
+    )  # fmt: skip
+
+
+# -- runs: the list, one run, resuming a paused one --------------------------------------------
+
+
+async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    runs = sources.traces.runs(run_filter(request.query_params)) if sources.traces else []
+    rows = [r.to_json() for r in runs if p.sees(r.tenant)]
+    return {"count": len(rows), "runs": rows}
+
+
+async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    run_id = request.path_params["run_id"]
+    run = sources.traces.get(run_id) if sources.traces else None
+    if run is None or not p.sees(run.tenant):
+        raise Hidden("run")
+    assert sources.traces is not None
+    events = sources.traces.events(run_id)
+    return {
+        **run.to_json(),
+        "totals": run_totals(events),
+        "timeline": [i.to_json() for i in timeline(events)],
+    }
+
+
+async def _resume(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
+    from tether.console._resume import resume_run
+
+    return await resume_run(sources, p, request.path_params["run_id"])
+
+
+# Every endpoint of the API, in one place: (path, handler, methods).
+_ROUTES: list[tuple[str, Handler, list[str]]] = [
+    ("/api/me", _me, ["GET"]),
+    ("/api/approvals", _list_approvals, ["GET"]),
+    ("/api/approvals/{pid}", _get_approval, ["GET"]),
+    ("/api/approvals/{pid}/{action}", _decide, ["POST"]),
+    ("/api/elicitations", _list_questions, ["GET"]),
+    ("/api/elicitations/{eid}/answer", _answer, ["POST"]),
+    ("/api/servers", _list_servers, ["GET"]),
+    ("/api/servers/{name}/review", _review, ["POST"]),
+    ("/api/servers/{name}/pin", _pin, ["POST"]),
+    ("/api/runs", _list_runs, ["GET"]),
+    ("/api/runs/{run_id}", _get_run, ["GET"]),
+    ("/api/runs/{run_id}/resume", _resume, ["POST"]),
+]

@@ -31,6 +31,9 @@ _HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
+    # No other site's window keeps a handle on a console page, nor embeds its responses.
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
 ]  # fmt: skip
 
 

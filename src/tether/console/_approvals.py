@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tether.console._render import hidden_chars, names_in, pretty_json
+from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
-from tether.core._confusables import check_name, find_names
+from tether.core._confusables import check_name, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.trace._sanitize import Redactor, redact_value
 
-__all__ = ["Denied", "Hidden", "decide", "proposal_view", "queue"]
+__all__ = ["Denied", "Hidden", "checkpoint_tenant", "decide", "proposal_view", "queue"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
@@ -62,7 +62,7 @@ async def queue(
             continue
         # Where the arguments came from is traced from the run's checkpoint when the policy did not
         # record it: for the first rows only, so a long queue stays quick.
-        state = await _state(sources, p.run_id) if len(rows) < QUEUE_TRACED else None
+        state = await _state(sources, p) if len(rows) < QUEUE_TRACED else None
         facts = await _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
     rows.reverse()
@@ -103,8 +103,8 @@ def _words(name: str) -> list[str]:
 def _strings(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, dict):  # keys too: a nested key is read like a value
+        return [s for k, v in value.items() for s in (str(k), *_strings(v))]
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return []
@@ -201,15 +201,21 @@ class _Facts:
             )
         looks, hidden = [], []
         for name, value in self.arguments.items():
+            if hidden_chars(name):  # a key the reviewer reads as another one
+                hidden.append(name)
             if name in self.masked:
                 continue
             for text in _strings(value):
-                for found in find_names(text, limit=10):
+                for found in shown_names(text, limit=10):
                     check = check_name(found)
                     if check.suspicious:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
                 if hidden_chars(text):
                     hidden.append(name)
+        # A tool name or an argument name written with other letters reads as the one it imitates.
+        for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
+            if not name.isascii():
+                looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
         if looks:
             flags.append({"kind": "lookalike", "text": "look-alike name: " + "; ".join(dict.fromkeys(looks))})
         if hidden:
@@ -252,16 +258,18 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     assert sources.approvals is not None
     store = sources.approvals.store
     history = await store.events(p.id)
-    state = await _state(sources, p.run_id)
+    state = await _state(sources, p)
     facts = await _Facts.of(sources, p, state)
     policy = facts.policy
     provenance, provenance_source = facts.provenance, facts.provenance_source
     rule = _rule(policy, p)
     turn = _turn(state, p.call_id) if state is not None else None
+    if turn is not None:
+        _traced_calls(sources, p, turn["calls"])
     objective = getattr(state, "objective", None)
     if objective is None and sources.traces is not None and p.run_id:
         run = sources.traces.get(p.run_id)
-        objective = run.objective if run else None
+        objective = run.objective if run and run.tenant == p.tenant else None
     view = {
         **_row(p),
         "targets": facts.targets(),
@@ -301,21 +309,34 @@ async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
     if sources.resume is None or sources.approvals is None or not p.run_id:
         return False
     cp = await sources.approvals.store.load_checkpoint(p.run_id)
-    return cp is not None and cp.status == "paused" and bool(cp.app)
+    if cp is None or checkpoint_tenant(cp.state) != p.tenant:
+        return False
+    return cp.status == "paused" and bool(cp.app)
 
 
-async def _state(sources: ConsoleSources, run_id: str | None) -> Any:
-    if not run_id or sources.approvals is None:
+def checkpoint_tenant(state: str) -> str | None:
+    """The tenant a checkpoint's run belongs to (what the host recorded), or ``None``."""
+    try:
+        return str(json.loads(state)["context"]["tenant"])
+    except (ValueError, KeyError, TypeError):
         return None
-    cp = await sources.approvals.store.load_checkpoint(run_id)
+
+
+async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
+    """The state of the run that proposed ``p``, if that run is of the proposal's tenant: a
+    proposal naming another tenant's run never shows that run's objective, turns or sources."""
+    if not p.run_id or sources.approvals is None:
+        return None
+    cp = await sources.approvals.store.load_checkpoint(p.run_id)
     if cp is None:
         return None
     from tether.runs._checkpoint import state_from_json
 
     try:
-        return state_from_json(cp.state)
+        state = state_from_json(cp.state)
     except (ApprovalError, ValueError, KeyError, TypeError):
         return None
+    return state if getattr(state.context, "tenant", None) == p.tenant else None
 
 
 _PROBLEMS = {
@@ -409,6 +430,22 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
                 "position": sum(isinstance(m, AssistantMessage) for m in state.trajectory[: index + 1]),
             }
     return None
+
+
+def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
+    """The arguments of the other calls in the proposing turn as the run's trace recorded them:
+    redacted when they were written, by every tool's declared secrets, which the console does
+    not know. A call of another tool that the trace does not show is not shown either."""
+    traced: dict[str, Any] = {}
+    if sources.traces is not None and p.run_id:
+        for e in sources.traces.events(p.run_id):
+            if e.get("kind") == "tool_proposed" and e.get("call_id"):
+                traced[str(e["call_id"])] = e.get("arguments")
+    for c in calls:
+        if c["id"] in traced:
+            c["arguments"] = traced[c["id"]]
+        elif c["name"] != p.tool:  # this tool's secrets are redacted with the rest of the page
+            c["arguments"] = "(not shown: the run's trace does not record this call)"
 
 
 def _recorded_provenance(recorded: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

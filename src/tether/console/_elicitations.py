@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether.console._approvals import Denied, Hidden
+from tether.console._approvals import Denied, Hidden, checkpoint_tenant
 from tether.console._render import names_in
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
 from tether.core._confusables import check_name
+from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
+from tether.mcp._config import SEPARATOR
 from tether.mcp._elicitation import check_schema, store_answer, validate_answer
+from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
     "FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests",
@@ -35,11 +39,11 @@ _INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
 @dataclass(frozen=True, slots=True)
 class FormField:
     name: str
-    kind: str  # string | number | integer | boolean
+    kind: str  # string | number | integer | boolean | array (a multi-select)
     label: str
     description: str
     required: bool
-    input_type: str  # text | email | url | date | number | select | boolean
+    input_type: str  # text | email | url | date | number | select | multiselect | boolean
     options: list[tuple[str, str]] = field(default_factory=list)  # (value, label)
     attrs: dict[str, Any] = field(default_factory=dict)  # minlength, maxlength, min, max, step
     default: Any = None
@@ -84,6 +88,13 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
             for key in ("minimum", "maximum"):
                 if key in prop:
                     attrs[key[:3]] = prop[key]
+        elif kind == "array":  # a multi-select: choices in items.enum or items.anyOf
+            items = prop["items"]
+            if "enum" in items:
+                options = [(str(v), str(v)) for v in items["enum"]]
+            else:
+                options = [(o["const"], str(o.get("title") or o["const"])) for o in items["anyOf"]]
+            input_type = "multiselect"
         else:
             input_type = "boolean"
         out.append(
@@ -102,15 +113,27 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
     return out
 
 
-def parse_form(schema: dict[str, Any], form: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+def parse_form(
+    schema: dict[str, Any], form: Mapping[str, str | list[str]]
+) -> tuple[dict[str, Any], list[str]]:
     """Typed content from form strings, and the problems (conversion, then schema validation).
 
     An empty field is left out (the schema says whether it was required); a number is read only
-    if it is written as one; a boolean is ``true`` or ``false``."""
+    if it is written as one; a boolean is ``true`` or ``false``; a multi-select is the list of
+    its chosen values (a field given more than once is one of those)."""
     content: dict[str, Any] = {}
     problems: list[str] = []
     for f in form_fields(schema):
-        raw = form.get(f.name, "")
+        given = form.get(f.name, "")
+        chosen = given if isinstance(given, list) else [given] if given else []
+        if f.kind == "array":
+            if chosen:
+                content[f.name] = chosen
+            continue
+        if len(chosen) > 1:
+            problems.append(f"{f.name}: one value, not {len(chosen)}")
+            continue
+        raw = chosen[0] if chosen else ""
         if raw == "":
             continue
         if f.kind == "string":
@@ -143,14 +166,24 @@ async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
         return tenant
     if sources.approvals is not None:
         cp = await sources.approvals.store.load_checkpoint(run_id)
-        if cp is not None:
-            import json
-
-            try:
-                return str(json.loads(cp.state)["context"]["tenant"])
-            except (ValueError, KeyError, TypeError):
-                pass
+        if cp is not None and (tenant := checkpoint_tenant(cp.state)) is not None:
+            return tenant
     return sources.mcp_config.host.tenant if sources.mcp_config is not None else None
+
+
+async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> frozenset[str]:
+    """The arguments the paused tool declares secret, read from its pinned definition (the
+    input schema the server listed: ``writeOnly`` / ``format: password``)."""
+    if sources.open_pins is None:
+        return frozenset()
+    store = sources.open_pins()
+    try:
+        pins = await store.pins(server)
+    finally:
+        store.close()
+    pin = pins.get(tool) or pins.get(tool.removeprefix(f"{server}{SEPARATOR}"))
+    schema = pin.definition.get("inputSchema") if pin is not None else None
+    return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
 
 
 async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
@@ -158,6 +191,16 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
         fields, problem = form_fields(pause.schema), None
     except ApprovalError as err:
         fields, problem = [], str(err)
+    # The call's declared secrets are never shown: not as arguments, nor inside the server's text.
+    masked = await _secret_arguments(sources, pause.server, pause.tool)
+    redactor = Redactor()
+    redactor.declare(pause.tool, masked)
+    redactor.learn(pause.tool, pause.arguments)
+    arguments = {
+        k: f"[secret, {len(str(v))} characters]" if k in masked else redact_value(v, redactor)
+        for k, v in (pause.arguments or {}).items()
+    }
+    message = redactor.text(pause.message)
     return {
         "id": pause.id,
         "created_at": pause.created_at,
@@ -165,14 +208,17 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
         "tenant": await _tenant_of(sources, pause.run_id),
         "server": pause.server,
         "tool": pause.tool,
-        "arguments": pause.arguments,
-        "message": pause.message,
+        "arguments": arguments,
+        "masked_arguments": sorted(masked),
+        "message": message,
         "schema": pause.schema,
         "status": pause.status,
         "action": pause.action,
         "answered_by": pause.answered_by,
         "answer": pause.answer,  # what was stored, shown with the question once answered
-        "names": names_in(pause.message, pause.arguments),
+        # Look-alike names anywhere the reviewer reads: the question, the arguments, the form's
+        # labels, descriptions and choices.
+        "names": names_in(message, arguments, pause.schema),
         "fields": fields,
         "schema_problem": problem,
     }
@@ -243,6 +289,7 @@ async def answer(
 def domain_view(url: str) -> dict[str, Any]:
     """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode), with the
     look-alike check every name shown to a reviewer gets (``tether.core._confusables.check_name``)."""
+    url = url[:2048]  # a name's host comes first; a longer URL is not read further
     check = check_name(url)
     try:
         scheme = urlsplit(url).scheme

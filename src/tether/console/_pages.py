@@ -23,7 +23,8 @@ from tether.console import _servers as servers_view
 from tether.console._app import Console
 from tether.console._approvals import Denied, Hidden
 from tether.console._rules import RULES
-from tether.console._runs import RunFilter, parse_day, run_totals, timeline
+from tether.console._runs import run_filter, run_totals, timeline
+from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Principal
 from tether.console._web import form_value
 from tether.errors import ApprovalError, TetherError
@@ -31,6 +32,8 @@ from tether.errors import ApprovalError, TetherError
 __all__ = ["page_routes"]
 
 Handler = Callable[[Request, Principal], Awaitable[Response]]
+Viewer = Callable[[ConsoleSources, Principal, str], Awaitable[dict[str, Any]]]
+SHOWN_EVENTS = 2000  # of one run's timeline on its page (the API gives every event)
 
 NOTICES = {
     "approved": "Approved. The paused run continues when it is resumed.",
@@ -44,8 +47,9 @@ NOTICES = {
 
 
 def local_path(value: str) -> str:
-    """A redirect target on this site, or ``/`` (never ``//host`` or ``/\\host``, never a scheme)."""
-    if not value.startswith("/") or value.startswith(("//", "/\\")) or any(c in value for c in "\r\n\t"):
+    """A redirect target on this site, or ``/`` (never ``//host`` or ``/\\host``, never a scheme,
+    never a control character, which a browser may drop to make ``//host`` of ``/\\t/host``)."""
+    if not value.startswith("/") or value.startswith(("//", "/\\")) or not value.isprintable():
         return "/"
     return value
 
@@ -94,15 +98,43 @@ class Throttle:
 
 
 def page_routes(console: Console) -> list[Route]:
+    """Every page, in one place: each but sign-in through ``_Pages.page`` (the principal first,
+    the CSRF token of a POST checked before anything else)."""
     ui = _Pages(console)
     return [
-        *_session_routes(ui),
-        *_approval_routes(ui),
-        *_elicitation_routes(ui),
-        *_server_routes(ui),
-        *_run_routes(ui),
-        *_admin_routes(ui),
+        Route("/login", ui.login, methods=["GET", "POST"]),
+        Route("/logout", ui.page(ui.logout), methods=["POST"]),
+        Route("/", ui.page(ui.home)),
+        Route("/approvals", ui.page(ui.approvals)),
+        Route(
+            "/approvals/{pid}", ui.page(ui.view(approvals_view.proposal_view, "pid", "proposal.html", "p"))
+        ),
+        Route("/approvals/{pid}/{action}", ui.page(ui.decide), methods=["POST"]),
+        Route("/elicitations", ui.page(ui.questions)),
+        Route(
+            "/elicitations/{eid}",
+            ui.page(ui.view(elicitations_view.get, "eid", "elicitation.html", "q", problems=[], values={})),
+        ),
+        Route("/elicitations/{eid}/answer", ui.page(ui.answer), methods=["POST"]),
+        Route("/servers", ui.page(ui.servers)),
+        # POST with the CSRF token: a review launches or contacts the server, so no link, image
+        # or prefetch on another page can start it.
+        Route(
+            "/servers/{name}/review",
+            ui.page(ui.view(servers_view.review, "name", "server_review.html", "r")),
+            methods=["POST"],
+        ),
+        Route("/servers/{name}/pin", ui.page(ui.pin), methods=["POST"]),
+        Route("/runs", ui.page(ui.runs)),
+        Route("/runs/{run_id}", ui.page(ui.run)),
+        Route("/runs/{run_id}/resume", ui.page(ui.resume), methods=["POST"]),
+        Route("/rules", ui.page(ui.rules)),
+        Route("/audit", ui.page(ui.audit)),
     ]
+
+
+def _visible_tenants(me: Principal, tenants: set[str]) -> list[str]:
+    return sorted(t for t in tenants if me.sees(t))
 
 
 class _Pages:
@@ -165,12 +197,19 @@ class _Pages:
 
         return endpoint
 
+    def view(self, load: Viewer, param: str, template: str, as_name: str, **extra: Any) -> Handler:
+        """A page showing one record: ``load(sources, principal, id)`` (which hides another
+        tenant's record), rendered as ``as_name`` in ``template``."""
 
-def _session_routes(ui: _Pages) -> list[Route]:
-    """Sign in (throttled, CSRF-checked) and out."""
-    render, page, gate, sources, throttle = ui.render, ui.page, ui.gate, ui.sources, ui.throttle
+        async def show(request: Request, me: Principal) -> Response:
+            found = await load(self.sources, me, request.path_params[param])
+            return self.render(request, template, me, 200, **{as_name: found}, **extra)
 
-    async def login(request: Request) -> Response:
+        return show
+
+    # -- Sign in (throttled, CSRF-checked) and out -------------------------------------------------
+
+    async def login(self, request: Request) -> Response:
         nxt = local_path(request.query_params.get("next", "/"))
         error = ""
         status = 200
@@ -179,84 +218,64 @@ def _session_routes(ui: _Pages) -> list[Route]:
             nxt = local_path(form_value(form, "next", 500))
             name = form_value(form, "username", 64).strip().lower()
             client = request.client.host if request.client else ""
-            if not gate.login_ok(request, form_value(form, "csrf_login")):
+            if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
-            elif throttle.blocked(name, client):
-                sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
+            elif self.throttle.blocked(name, client):
+                self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
                 import anyio
 
                 try:
                     await anyio.to_thread.run_sync(
-                        sources.users.authenticate, name, form_value(form, "password", 1024)
+                        self.sources.users.authenticate, name, form_value(form, "password", 1024)
                     )
                 except AuthError:
-                    throttle.failed(name, client)
-                    sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
+                    self.throttle.failed(name, client)
+                    self.sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
                     error, status = "Wrong user name or password.", 401
                 else:
-                    throttle.succeeded(name, client)
-                    sources.users.audit(f"session:{name}", "login")
+                    self.throttle.succeeded(name, client)
+                    self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
-                    gate.start_session(done, name)
+                    self.gate.start_session(done, name)
                     return done
-        token = gate.new_login_token()
-        response = render(
+        token = self.gate.new_login_token()
+        response = self.render(
             request, "login.html", None, status, error=error, next=nxt, csrf_login=token,
-            no_users=not sources.users.has_users(),
+            no_users=not self.sources.users.has_users(),
         )  # fmt: skip
-        gate.set_login_cookie(response, token)
+        self.gate.set_login_cookie(response, token)
         return response
 
-    @page
-    async def logout(request: Request, me: Principal) -> Response:
+    async def logout(self, request: Request, me: Principal) -> Response:
         response = RedirectResponse("/login", status_code=303)
-        sources.users.audit(f"{me.via}:{me.name}", "logout")
-        gate.end_session(response, me)
+        self.sources.users.audit(f"{me.via}:{me.name}", "logout")
+        self.gate.end_session(response, me)
         return response
 
-    return [
-        Route("/login", login, methods=["GET", "POST"]),
-        Route("/logout", logout, methods=["POST"]),
-    ]
+    # -- The approval queue, one proposal, a decision ----------------------------------------------
 
-
-def _approval_routes(ui: _Pages) -> list[Route]:
-    """The approval queue, one proposal, a decision."""
-    render, page, sources = ui.render, ui.page, ui.sources
-
-    def visible_tenants(me: Principal, tenants: set[str]) -> list[str]:
-        return sorted(t for t in tenants if me.sees(t))
-
-    @page
-    async def home(request: Request, me: Principal) -> Response:
+    async def home(self, request: Request, me: Principal) -> Response:
         return RedirectResponse("/approvals", status_code=303)
 
-    @page
-    async def approvals(request: Request, me: Principal) -> Response:
+    async def approvals(self, request: Request, me: Principal) -> Response:
         status = request.query_params.get("status", "pending")
         if status not in ("pending", "approved", "denied", "invalidated", "all"):
             status = "pending"
         tenant = request.query_params.get("tenant", "")
-        rows = await approvals_view.queue(sources, me, status=status, tenant=tenant)
-        everyone = await approvals_view.queue(sources, me, status="all")
-        return render(
+        rows = await approvals_view.queue(self.sources, me, status=status, tenant=tenant)
+        everyone = await approvals_view.queue(self.sources, me, status="all")
+        return self.render(
             request, "approvals.html", me, rows=rows, status=status, tenant=tenant,
-            tenants=visible_tenants(me, {r["tenant"] for r in everyone}),
+            tenants=_visible_tenants(me, {r["tenant"] for r in everyone}),
         )  # fmt: skip
 
-    @page
-    async def proposal(request: Request, me: Principal) -> Response:
-        view = await approvals_view.proposal_view(sources, me, request.path_params["pid"])
-        return render(request, "proposal.html", me, p=view)
-
-    @page
-    async def decide(request: Request, me: Principal) -> Response:
+    async def decide(self, request: Request, me: Principal) -> Response:
         form = await request.form()
         pid = request.path_params["pid"]
         done = await approvals_view.decide(
-            sources,
+            self.sources,
             me,
             pid,
             request.path_params["action"],
@@ -265,167 +284,111 @@ def _approval_routes(ui: _Pages) -> list[Route]:
         )
         return RedirectResponse(f"/approvals/{quote(done.proposal_id)}?done={done.status}", status_code=303)
 
-    return [
-        Route("/", home),
-        Route("/approvals", approvals),
-        Route("/approvals/{pid}", proposal),
-        Route("/approvals/{pid}/{action}", decide, methods=["POST"]),
-    ]
+    # -- Servers' questions waiting for a person, and the answers ----------------------------------
 
+    async def questions(self, request: Request, me: Principal) -> Response:
+        pending = await elicitations_view.pending(self.sources, me)
+        urls = elicitations_view.url_requests(self.sources, me)
+        return self.render(request, "elicitations.html", me, pending=pending, urls=urls)
 
-def _elicitation_routes(ui: _Pages) -> list[Route]:
-    """Servers' questions waiting for a person, and the answers."""
-    render, page, sources = ui.render, ui.page, ui.sources
-
-    @page
-    async def questions(request: Request, me: Principal) -> Response:
-        pending = await elicitations_view.pending(sources, me)
-        urls = elicitations_view.url_requests(sources, me)
-        return render(request, "elicitations.html", me, pending=pending, urls=urls)
-
-    @page
-    async def question(request: Request, me: Principal) -> Response:
-        view = await elicitations_view.get(sources, me, request.path_params["eid"])
-        return render(request, "elicitation.html", me, q=view, problems=[], values={})
-
-    @page
-    async def answer(request: Request, me: Principal) -> Response:
+    async def answer(self, request: Request, me: Principal) -> Response:
         eid = request.path_params["eid"]
         form = await request.form()
         action = form_value(form, "action", 20)
         content = None
         if action == "accept":
-            view = await elicitations_view.get(sources, me, eid)
-            fields = {k: form_value(form, k) for k in form if k.startswith("f:")}
-            values = {k[2:]: v for k, v in fields.items()}
+            view = await elicitations_view.get(self.sources, me, eid)
+            values: dict[str, str | list[str]] = {}
+            for key in {k for k in form if k.startswith("f:")}:
+                given = [v[:4000] for v in form.getlist(key) if isinstance(v, str)]
+                values[key[2:]] = given if len(given) != 1 else given[0]
             content, problems = elicitations_view.parse_form(view["schema"], values)
             if problems:
-                return render(request, "elicitation.html", me, 400, q=view, problems=problems, values=values)
-        await elicitations_view.answer(sources, me, eid, action, content)
+                return self.render(
+                    request, "elicitation.html", me, 400, q=view, problems=problems, values=values
+                )
+        await elicitations_view.answer(self.sources, me, eid, action, content)
         return RedirectResponse("/elicitations?done=answered", status_code=303)
 
-    return [
-        Route("/elicitations", questions),
-        Route("/elicitations/{eid}", question),
-        Route("/elicitations/{eid}/answer", answer, methods=["POST"]),
-    ]
+    # -- MCP servers: their review and the pinning of their tools ----------------------------------
 
-
-def _server_routes(ui: _Pages) -> list[Route]:
-    """MCP servers: their review and the pinning of their tools."""
-    render, page, sources = ui.render, ui.page, ui.sources
-
-    @page
-    async def servers(request: Request, me: Principal) -> Response:
-        tenant = sources.mcp_config.host.tenant if sources.mcp_config else ""
-        return render(
-            request, "servers.html", me, servers=await servers_view.servers(sources, me),
+    async def servers(self, request: Request, me: Principal) -> Response:
+        tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
+        return self.render(
+            request, "servers.html", me, servers=await servers_view.servers(self.sources, me),
             is_admin=bool(tenant) and me.may(tenant, "admin"), tenant=tenant,
         )  # fmt: skip
 
-    @page
-    async def review(request: Request, me: Principal) -> Response:
-        view = await servers_view.review(sources, me, request.path_params["name"])
-        return render(request, "server_review.html", me, r=view)
-
-    @page
-    async def pin(request: Request, me: Principal) -> Response:
+    async def pin(self, request: Request, me: Principal) -> Response:
         form = await request.form()
         name = request.path_params["name"]
         tools = {str(v) for v in form.getlist("tool") if isinstance(v, str)}
         flagged = {str(v) for v in form.getlist("accept_flagged") if isinstance(v, str)}
         result = await servers_view.pin(
-            sources, me, name, digest=form_value(form, "digest", 100), tools=tools, accept_flagged=flagged
+            self.sources,
+            me,
+            name,
+            digest=form_value(form, "digest", 100),
+            tools=tools,
+            accept_flagged=flagged,
         )
-        return render(request, "pinned.html", me, result=result)
+        return self.render(request, "pinned.html", me, result=result)
 
-    return [
-        Route("/servers", servers),
-        # POST with the CSRF token: a review launches or contacts the server, so no link, image
-        # or prefetch on another page can start it.
-        Route("/servers/{name}/review", review, methods=["POST"]),
-        Route("/servers/{name}/pin", pin, methods=["POST"]),
-    ]
+    # -- Runs: the list, one run, resuming a paused one --------------------------------------------
 
-
-def _run_routes(ui: _Pages) -> list[Route]:
-    """Runs: the list, one run, resuming a paused one."""
-    render, page, sources = ui.render, ui.page, ui.sources
-
-    @page
-    async def runs(request: Request, me: Principal) -> Response:
-        q = request.query_params
-        flt = RunFilter(
-            tenant=q.get("tenant", ""), stop_reason=q.get("stop_reason", ""), agent=q.get("agent", "")[:100],
-            since=parse_day(q.get("since", "")), until=parse_day(q.get("until", "")),
-        )  # fmt: skip
-        everything = [r for r in sources.traces.runs()] if sources.traces else []
+    async def runs(self, request: Request, me: Principal) -> Response:
+        flt = run_filter(request.query_params)
+        everything = [r for r in self.sources.traces.runs()] if self.sources.traces else []
         visible = [r for r in everything if me.sees(r.tenant)]
         rows = [r for r in visible if flt.matches(r)]
-        return render(
+        return self.render(
             request, "runs.html", me, rows=rows, flt=flt,
             tenants=sorted({r.tenant for r in visible if r.tenant}),
             reasons=sorted({r.stop_reason for r in visible if r.stop_reason}),
             agents=sorted({r.agent for r in visible if r.agent}),
         )  # fmt: skip
 
-    def _run(me: Principal, run_id: str) -> Any:
-        run = sources.traces.get(run_id) if sources.traces else None
+    def _run(self, me: Principal, run_id: str) -> Any:
+        run = self.sources.traces.get(run_id) if self.sources.traces else None
         if run is None or not me.sees(run.tenant):
             raise Hidden("run")
         return run
 
-    @page
-    async def run(request: Request, me: Principal) -> Response:
+    async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary = _run(me, run_id)
-        assert sources.traces is not None
-        events = sources.traces.events(run_id)
-        checkpoint = await sources.approvals.store.load_checkpoint(run_id) if sources.approvals else None
+        summary = self._run(me, run_id)
+        assert self.sources.traces is not None
+        events = self.sources.traces.events(run_id)
+        checkpoint = (
+            await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
+        )
         # What tether resume would continue (runscope.resume_point): paused, or stopped on a
         # transient failure; never a run that ended.
         resumable = (
-            sources.resume is not None and checkpoint is not None
+            self.sources.resume is not None and checkpoint is not None
             and checkpoint.status in ("paused", "stopped") and bool(checkpoint.app)
             and me.may(summary.tenant or "", "reviewer")
         )  # fmt: skip
-        return render(
+        return self.render(
             request, "run.html", me, run=summary, items=timeline(events), totals=run_totals(events),
-            checkpoint=checkpoint, resumable=resumable, result=None,
+            checkpoint=checkpoint, resumable=resumable, result=None, shown_events=SHOWN_EVENTS,
         )  # fmt: skip
 
-    @page
-    async def resume(request: Request, me: Principal) -> Response:
+    async def resume(self, request: Request, me: Principal) -> Response:
         from tether.console._resume import resume_run
 
         run_id = request.path_params["run_id"]
-        summary = await resume_run(sources, me, run_id)
+        summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
         return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
 
-    return [
-        Route("/runs", runs),
-        Route("/runs/{run_id}", run),
-        Route("/runs/{run_id}/resume", resume, methods=["POST"]),
-    ]
+    # -- The rules in force and the audit log ------------------------------------------------------
 
+    async def rules(self, request: Request, me: Principal) -> Response:
+        return self.render(request, "rules.html", me, rules=RULES)
 
-def _admin_routes(ui: _Pages) -> list[Route]:
-    """The rules in force and the audit log."""
-    render, page, sources = ui.render, ui.page, ui.sources
-
-    @page
-    async def rules(request: Request, me: Principal) -> Response:
-        return render(request, "rules.html", me, rules=RULES)
-
-    @page
-    async def audit(request: Request, me: Principal) -> Response:
+    async def audit(self, request: Request, me: Principal) -> Response:
         tenants = me.tenants("admin")
         if tenants is not None and not tenants:
             raise Denied("not_admin", "the audit log is for admins")
-        return render(request, "audit.html", me, entries=sources.users.audit_log(tenants=tenants))
-
-    return [
-        Route("/rules", rules),
-        Route("/audit", audit),
-    ]
+        return self.render(request, "audit.html", me, entries=self.sources.users.audit_log(tenants=tenants))

@@ -41,14 +41,33 @@ def has_hidden(value: Any) -> bool:
     return bool(hidden_chars(value if isinstance(value, str) else str(value)))
 
 
-def reveal(value: Any) -> Markup:
-    """HTML for untrusted text: escaped, with each hidden character shown as a flagged escape."""
-    text = value if isinstance(value, str) else str(value)
+SHOWN_TEXT = 20_000  # one value shown on a page: longer text is cut, with its length said
+FLAGGED = 200  # hidden characters flagged one by one in a value; the rest are plain escapes
+
+
+def _cut(text: str, limit: int) -> tuple[str, str]:
+    """``text`` cut at ``limit`` characters, and the note that says so (empty if not cut)."""
+    if len(text) <= limit:
+        return text, ""
+    return text[:limit], f"\u2026 [cut: showing {limit} of {len(text)} characters]"
+
+
+def reveal(value: Any, limit: int = SHOWN_TEXT) -> Markup:
+    """HTML for untrusted text: escaped, with each hidden character shown as a flagged escape.
+    At most ``limit`` characters are shown (a note gives the full length), and the page's size
+    stays bounded whatever the text holds: past ``FLAGGED`` flagged characters, hidden ones are
+    shown as plain escapes."""
+    text, note = _cut(value if isinstance(value, str) else str(value), limit)
     if not any(hidden_kind(ch) for ch in text):
-        return escape(text)
+        return escape(text) + note
     parts: list[str] = []
+    flagged = 0
     for ch in text:
         if hidden_kind(ch):
+            flagged += 1
+            if flagged > FLAGGED:
+                parts.append(_code(ch))
+                continue
             name = unicodedata.name(ch, "unnamed")
             parts.append(
                 f'<span class="hidden-char" title="hidden character U+{ord(ch):04X} {escape(name)}">'
@@ -56,7 +75,35 @@ def reveal(value: Any) -> Markup:
             )
         else:
             parts.append(str(escape(ch)))
-    return Markup("".join(parts))
+    return Markup("".join(parts)) + note
+
+
+def plain(value: Any, limit: int = 200) -> str:
+    """Untrusted text where markup cannot go (a page title): hidden characters as plain escapes,
+    cut at ``limit`` characters (autoescaping escapes the rest)."""
+    text, note = _cut(value if isinstance(value, str) else str(value), limit)
+    return "".join(_code(ch) if hidden_kind(ch) else ch for ch in text) + note
+
+
+def segment(value: Any) -> str:
+    """``value`` as one URL path segment: every reserved character percent-encoded, and ``.``
+    and ``..`` too, so an id can never lead a link or a form to another path."""
+    from urllib.parse import quote
+
+    text = quote(value if isinstance(value, str) else str(value), safe="")
+    return text.replace(".", "%2E") if text in (".", "..") else text
+
+
+NAME_CHARS = 256  # of one whitespace-free run of text, what the look-alike search reads
+
+
+def shown_names(text: str, limit: int = 20) -> list[str]:
+    """The URLs, e-mail addresses and domains in ``text`` (``find_names``) in time linear in its
+    length: each run of text without white space is searched in its first ``NAME_CHARS``
+    characters only (a name's host comes first), so a long unbroken value (a blob, a flood of
+    hidden characters) cannot make a page take minutes."""
+    bounded = " ".join(word[:NAME_CHARS] for word in text.split())
+    return find_names(bounded, limit=limit)
 
 
 def names_in(*texts: Any) -> list[dict[str, Any]]:
@@ -67,7 +114,7 @@ def names_in(*texts: Any) -> list[dict[str, Any]]:
     while stack and len(found) < 50:
         value = stack.pop(0)
         if isinstance(value, str):
-            found.update(dict.fromkeys(find_names(value, limit=20)))
+            found.update(dict.fromkeys(shown_names(value)))
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list):
@@ -93,6 +140,8 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["reveal"] = reveal
+    env.filters["plain"] = plain
+    env.filters["seg"] = segment
     env.filters["pretty"] = pretty_json
     env.filters["short"] = _short
     env.filters["has_hidden"] = has_hidden

@@ -11,23 +11,15 @@ is audited with its reason, as is every resume.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from tether.console._approvals import Denied, Hidden
+from tether.console._approvals import Denied, Hidden, checkpoint_tenant
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
 
 __all__ = ["resume_run"]
-
-
-def _tenant(state: str) -> str | None:
-    try:
-        return str(json.loads(state)["context"]["tenant"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str) -> dict[str, Any]:
@@ -37,7 +29,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     if sources.approvals is None:
         raise Hidden("run")
     checkpoint = await sources.approvals.store.load_checkpoint(run_id)
-    tenant = _tenant(checkpoint.state) if checkpoint is not None else None
+    tenant = checkpoint_tenant(checkpoint.state) if checkpoint is not None else None
     if checkpoint is None or tenant is None or not principal.sees(tenant):
         raise Hidden("run")
     actor = f"{principal.via}:{principal.name}"

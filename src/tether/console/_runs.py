@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ __all__ = [
     "StoredTraceIndex",
     "TimelineItem",
     "TraceIndex",
+    "run_filter",
     "run_totals",
     "timeline",
     "valid_run_id",
@@ -88,6 +89,15 @@ class RunFilter:
         if self.since and run.started[: len(self.since)] < self.since:
             return False
         return not (self.until and run.started[: len(self.until)] > self.until)
+
+
+def run_filter(params: Mapping[str, str]) -> RunFilter:
+    """The filter a page's or the API's query string asks for (unknown bounds ignored)."""
+    return RunFilter(
+        tenant=params.get("tenant", ""), stop_reason=params.get("stop_reason", ""),
+        agent=params.get("agent", "")[:100], since=parse_day(params.get("since", "")),
+        until=parse_day(params.get("until", "")),
+    )  # fmt: skip
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -218,7 +228,7 @@ class TraceIndex:
 _CATEGORY = {
     "run_started": "lifecycle",
     "run_resumed": "lifecycle",
-    "run_paused": "lifecycle",
+    "run_paused": "pause",
     "context_composed": "model",
     "model_response": "model",
     "model_error": "model",
@@ -236,9 +246,17 @@ _CATEGORY = {
     "effect_replayed": "effect",
     "effect_reconciled": "effect",
     "effect_escalated": "effect",
+    "mcp_elicitation": "question",
     "stop": "stop",
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
+
+
+def _category(kind: str, e: Mapping[str, Any]) -> str:
+    """The event's colour on the timeline: a call paused for a question is a pause, not an error."""
+    if kind == "tool_observation" and e.get("error_kind") == PAUSED_KIND:
+        return "pause"
+    return _CATEGORY.get(kind, "other")
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,36 +287,65 @@ class TimelineItem:
         }
 
 
-def _title(kind: str, e: Mapping[str, Any]) -> str:
+def _calls(e: Mapping[str, Any]) -> str:
+    return ", ".join(str(c.get("name", "?")) for c in e.get("tool_calls") or [] if isinstance(c, dict))
+
+
+def _answered(e: Mapping[str, Any]) -> str:
+    calls = _calls(e)
+    tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
+    return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
+
+
+def _proposed(e: Mapping[str, Any]) -> str:
+    args = str(e.get("arguments") or "")
+    return f"proposed {e.get('tool') or ''} " + (args if len(args) <= 120 else args[:119] + "…")
+
+
+def _observed(e: Mapping[str, Any]) -> str:
     tool = e.get("tool") or ""
-    if kind == "context_composed":
-        return f"request composed: {e.get('messages', '?')} messages, {e.get('tools', '?')} tools"
-    if kind == "model_response":
-        calls = ", ".join(c.get("name", "?") for c in e.get("tool_calls") or [] if isinstance(c, dict))
-        tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
-        return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
-    if kind == "tool_proposed":
-        args = str(e.get("arguments") or "")
-        return f"proposed {tool} " + (args if len(args) <= 120 else args[:119] + "…")
-    if kind == "policy_allowed":
-        return f"allowed {tool} (rule {e.get('rule', '?')})"
-    if kind == "policy_denied":
-        return f"denied {tool}: {e.get('reason', '')} (rule {e.get('rule', '?')})"
-    if kind == "tool_error":
-        return f"refused {tool}: {e.get('error', '')}"
-    if kind == "approval_requested":
-        return f"approval requested for {tool}"
-    if kind == "approval_granted":
-        return f"approved {tool} by {e.get('reviewer', '?')}"
-    if kind == "approval_denied":
-        return f"not approved {tool}: {e.get('status') or e.get('reason') or ''}"
-    if kind == "tool_observation":
-        state = "error" if e.get("is_error") else "result"
-        return f"{state} from {tool} via {e.get('source', '?')}"
-    if kind == "stop":
-        return f"stop: {e.get('reason', '')}"
+    if e.get("error_kind") == PAUSED_KIND:  # waiting, not failed: the run resumes once answered
+        return f"paused: {tool} waits for a person's answer (or its server's long task), not an error"
+    return f"{'error' if e.get('is_error') else 'result'} from {tool} via {e.get('source', '?')}"
+
+
+def _run_paused(e: Mapping[str, Any]) -> str:
+    waiting = len(e.get("proposals") or []) + len(e.get("problems") or [])
+    return f"run paused: waiting for {waiting} decision(s) or answer(s)"
+
+
+# One line per event kind: what happened, in words (the facts are shown beside it).
+_TITLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "context_composed": lambda e: (
+        f"request composed: {e.get('messages', '?')} messages, {e.get('tools', '?')} tools"
+    ),
+    "model_response": _answered,
+    "tool_proposed": _proposed,
+    "policy_allowed": lambda e: f"allowed {e.get('tool') or ''} (rule {e.get('rule', '?')})",
+    "policy_denied": lambda e: (
+        f"denied {e.get('tool') or ''}: {e.get('reason', '')} (rule {e.get('rule', '?')})"
+    ),
+    "tool_error": lambda e: f"refused {e.get('tool') or ''}: {e.get('error', '')}",
+    "approval_requested": lambda e: f"approval requested for {e.get('tool') or ''}",
+    "approval_granted": lambda e: f"approved {e.get('tool') or ''} by {e.get('reviewer', '?')}",
+    "approval_denied": lambda e: (
+        f"not approved {e.get('tool') or ''}: {e.get('status') or e.get('reason') or ''}"
+    ),
+    "tool_observation": _observed,
+    "mcp_elicitation": lambda e: (
+        f"question from server {e.get('server', '?')} ({e.get('tool') or 'no call'}): {e.get('outcome', '')}"
+    ),
+    "run_paused": _run_paused,
+    "stop": lambda e: f"stop: {e.get('reason', '')}",
+}
+PAUSED_KIND = "input_pending"  # a call waiting for a person's answer (or a long task): paused, not failed
+
+
+def _title(kind: str, e: Mapping[str, Any]) -> str:
+    if kind in _TITLES:
+        return _TITLES[kind](e)
     if kind.startswith("effect_"):
-        return f"{kind.replace('_', ' ')}: {tool} {e.get('key', '')}"
+        return f"{kind.replace('_', ' ')}: {e.get('tool') or ''} {e.get('key', '')}"
     if kind in ("run_started", "run_resumed"):
         return f"{kind.replace('_', ' ')}: {e.get('agent') or e.get('workflow') or e.get('design') or ''}"
     return kind.replace("_", " ")
@@ -323,7 +370,7 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
                 seq=int(e.get("seq") or 0),
                 ts=str(e.get("ts", "")),
                 kind=kind,
-                category=_CATEGORY.get(kind, "other"),
+                category=_category(kind, e),
                 title=_title(kind, e),
                 facts=facts,
                 rule=str(rule) if rule else None,

@@ -77,16 +77,16 @@ class Gate:
 
     def start_session(self, response: Response, name: str) -> None:
         raw = self.users.create_session(name)
-        response.set_cookie(
-            SESSION_COOKIE,
-            self._session.sign(raw.encode("ascii")).decode("ascii"),
-            httponly=True,
-            samesite="strict",
-            secure=self.secure_cookies,
-            path="/",
-            max_age=12 * 3600,
-        )
+        self._cookie(response, SESSION_COOKIE, self._session.sign(raw.encode("ascii")), 12 * 3600)
         response.delete_cookie(LOGIN_COOKIE, path="/")
+
+    def _cookie(self, response: Response, name: str, signed: bytes, max_age: int) -> None:
+        """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide,
+        ``Secure`` when served over HTTPS."""
+        response.set_cookie(
+            name, signed.decode("ascii"), httponly=True, samesite="strict", secure=self.secure_cookies,
+            path="/", max_age=max_age,
+        )  # fmt: skip
 
     def end_session(self, response: Response, principal: Principal) -> None:
         if principal.session:
@@ -117,15 +117,7 @@ class Gate:
 
     def set_login_cookie(self, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
-        response.set_cookie(
-            LOGIN_COOKIE,
-            self._login.sign(value.encode("ascii")).decode("ascii"),
-            httponly=True,
-            samesite="strict",
-            secure=self.secure_cookies,
-            path="/",
-            max_age=1800,
-        )
+        self._cookie(response, LOGIN_COOKIE, self._login.sign(value.encode("ascii")), 1800)
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
         cookie = request.cookies.get(LOGIN_COOKIE, "")
