@@ -11,19 +11,19 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import add_json, add_out, add_scenario
+
     p = sub.add_parser(
         "compare",
         help="compare workflow and agent on a scenario's cases",
         description="Run every design on every case N times, grade each run, and write report.json, "
         "report.md and report.png. The decision rule comes from the config file, fixed before the run.",
     )
-    p.add_argument(
-        "--scenario",
-        metavar="NAME",
-        help="an installed scenario with a case set (default: the only one; the reference: maintenance)",
+    add_scenario(
+        p, "an installed scenario with a case set (default: the only one; the reference: maintenance)"
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per case and design (default 3)")
-    p.add_argument("--out", type=Path, default=Path("tether-output/compare"), help="report folder")
+    add_out(p, "report folder", default="tether-output/compare")
     p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
     p.add_argument("--config", type=Path, help="decision rule and cost model (default: the scenario's own)")
     p.add_argument(
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
         metavar="MODULE:FUNCTION",
         help="a function returning a Model used as groundedness judge (must differ from the agent's)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(p)
     p.set_defaults(handler=run)
 
 

@@ -12,24 +12,23 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import add_json, add_out, add_scenario
+    from tether.clisupport.output import EXIT_HELP
+
     p = sub.add_parser(
         "lab",
         help="run a scenario's lab (the maintenance-order lab, S1)",
         description="Run one mode of an installed scenario's lab, or all of them (the reference lab: "
-        "pip install -e examples). Exit codes: 0 accepted, 1 not installed or unknown mode, "
-        "2 policy_denied, 3 invalid_handoff, 4 budget/steps/deadline/repetition, 5 approval, "
-        "6 dependency_unavailable, 7 model/internal error.",
+        f"pip install -e examples). {EXIT_HELP}",
     )
     p.add_argument(
         "mode",
         help="a mode of the lab, or all (maintenance: clean, workflow, agent, expired-memory, injection, "
         "handoff-omission, rollback)",
     )
-    p.add_argument("--scenario", metavar="NAME", help="whose lab (default: the only installed one)")
-    p.add_argument(
-        "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_scenario(p, "whose lab (default: the only installed one)")
+    add_out(p, "output folder (default ./tether-output)")
+    add_json(p)
     p.set_defaults(handler=run)
 
 

@@ -10,14 +10,16 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    from tether.cli._commands._options import add_actions
+
+    _, msub = add_actions(
+        sub,
         "mcp",
+        dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
         description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
         "safely').",
     )
-    msub = p.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
-
     _add_review(msub)
     _add_approve(msub)
     _add_run(msub)
@@ -48,16 +50,16 @@ def _add_approve(msub: Any) -> None:
 
 
 def _add_run(msub: Any) -> None:
+    from tether.cli._commands._options import add_model_options, add_output_options
+    from tether.clisupport.output import EXIT_HELP
+
     run = msub.add_parser(
         "run",
         help="run a question over the configured servers with a model",
         description="Run QUESTION over every configured server with the model named by --model "
         "(a chat-completions server), or with a scripted stand-in when you say so (--model "
         "scripted:STEPS.yaml, --script or --call; the stand-in obeys 'CALL <tool>' found in tool "
-        "results unless --no-obey, to test containment). Exit codes as for `tether run`: 0 accepted "
-        "with every requested call done, 1 configuration error, 2 denied or refused calls, 4 budget/"
-        "steps/deadline/repetition, 5 paused for a person, 6 dependency unavailable or failed calls, "
-        "7 model or internal error.",
+        f"results unless --no-obey, to test containment). {EXIT_HELP}",
     )
     run.add_argument("question")
     run.add_argument(
@@ -89,12 +91,10 @@ def _add_run(msub: Any) -> None:
         help="approval store: a call needing approval or a question nobody answers checkpoints the run; "
         "`tether resume RUN --db` continues it with the same model and servers",
     )  # fmt: skip
-    from tether.cli._commands.run import add_model_options, add_output_options
-
     add_model_options(run)
     add_output_options(run)
     run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
-    run.set_defaults(handler=_run, agent=None)
+    run.set_defaults(handler=run_mcp, agent=None)
 
 
 def _add_resume(msub: Any) -> None:
@@ -124,10 +124,12 @@ def _add_pauses(msub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from tether.cli._commands._options import add_json
+
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(p)
 
 
 def _shared(p: argparse.ArgumentParser) -> None:
@@ -346,10 +348,6 @@ NEEDS_MODEL = (
 )
 
 
-def _run(args: argparse.Namespace) -> int:
-    return run_mcp(args)
-
-
 def run_mcp(args: argparse.Namespace) -> int:
     """``tether mcp run`` and ``tether run --config``: a question over the configured servers."""
     import hashlib
@@ -358,6 +356,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from tether.agents._build import build_agent
     from tether.agents._file import mcp_agent
+    from tether.cli._commands._progress import show_text
     from tether.cli._commands.run import drive, model_overrides
     from tether.errors import TetherError
     from tether.mcp._config import load_config
@@ -406,7 +405,7 @@ def run_mcp(args: argparse.Namespace) -> int:
             approvals_db=getattr(args, "db", None),
             responder=responder_for(getattr(args, "ask", "never")),
             consent=consent_for(getattr(args, "consent", "no")),
-            on_delta=None if args.json else _show_text,
+            on_delta=None if args.json else show_text,
         )
     except (TetherError, ValueError, OSError) as err:
         return _fail_run(args, err)
@@ -421,12 +420,6 @@ def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
 
     command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
     return fail(command, err, as_json=args.json)
-
-
-def _show_text(kind: str, piece: str) -> None:
-    if kind == "text":
-        sys.stderr.write(piece)
-        sys.stderr.flush()
 
 
 def _resume(args: argparse.Namespace) -> int:
