@@ -148,8 +148,10 @@ class _Shared:
     def __init__(self, url: str | None) -> None:
         self.stores: Any = None
         if url:
+            from tether.durable._deploy import check_stores
             from tether.stores._url import open_stores
 
+            check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
             self.stores = open_stores(url)
 
     @property
@@ -189,9 +191,11 @@ def _safe(text: object) -> str:
     return safe(text)
 
 
-def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
-    from tether.clisupport.output import fail
+def _fail(args: argparse.Namespace, err: Exception | str) -> int:
+    """Exit 1 (nothing ran), or the code the error carries (6: a deployment's server is down)."""
+    from tether.clisupport.output import USAGE, fail
 
+    code = int(getattr(err, "exit", USAGE))
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
 
@@ -427,7 +431,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import EXIT_CODES, emit_json
     from tether.errors import TetherError
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
@@ -454,14 +458,19 @@ def _resume(args: argparse.Namespace) -> int:
         out = anyio.run(
             lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
         )
-    except (TetherError, ValueError) as err:
-        return _fail(args, err, 2)
-    code = 0 if out["status"] == "ok" else 2
+    except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
+        return _fail(args, err)
+    code = EXIT_CODES[_RERUN_STOP[out["status"]]]
     if args.json:
         emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
     else:
         print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
     return code
+
+
+# The stop reason of a paused call run again, by its status: it ran, its tool failed or its
+# server was gone, or the host refused it.
+_RERUN_STOP = {"ok": "accepted", "error": "dependency_unavailable", "denied": "policy_denied"}
 
 
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
@@ -483,9 +492,9 @@ def _pauses(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args)
+        shared = _Shared(args.db)
     except TetherError as err:
         return _fail(args, err)
-    shared = _Shared(args.db)
     store = shared.pauses(config)
     try:
         rows = [

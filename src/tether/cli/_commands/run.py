@@ -377,7 +377,9 @@ def run_scenario(args: argparse.Namespace) -> int:
 
 def demo_main(argv: list[str], *, scenario: str) -> int:
     """``tether demo maintenance "QUESTION" [--model …]``: a scenario's agent on a question."""
-    parser = argparse.ArgumentParser(prog=f"tether demo {scenario}")
+    from tether.cli._main import Parser, parse
+
+    parser = Parser(prog=f"tether demo {scenario}")
     register(parser.add_subparsers(dest="command"))  # the `run` command's own options
-    args = parser.parse_args(["run", *argv, "--scenario", scenario])
-    return run(args)
+    args = parse(parser, ["run", *argv, "--scenario", scenario])
+    return args if isinstance(args, int) else run(args)
