@@ -85,6 +85,8 @@ def test_a_file_that_is_not_an_approval_store_is_named_and_left_as_it_was(
     sqlite3.connect(db).close()
     code, out, _ = run_json(capsys, "approvals", "list", "--db", str(db))
     assert code == 0 and out["proposals"] == []
+    code, out, _ = run_json(capsys, "approvals", "list", "--db", str(db), "--status", "aproved")
+    assert code == 1 and "one of pending, approved, denied, invalidated, all" in out["message"]
 
 
 def test_a_trace_with_a_broken_line_names_the_file_and_the_line(

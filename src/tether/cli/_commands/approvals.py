@@ -134,6 +134,9 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
     from tether.policy import ProposalStatus
     from tether.sql._database import blocking
 
+    known = [str(s) for s in ProposalStatus]
+    if status_name not in (*known, "all"):
+        raise ValueError(f"--status {status_name!r}: one of {', '.join(known)}, all")
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
         {
