@@ -211,10 +211,8 @@ class Redactor:
                     left += 1
                 right = 0
                 end, send = pos + _ANCHOR, at + _ANCHOR
-                while (
-                    end + right < len(value)
-                    and send + right < len(secret)
-                    and (value[end + right] == secret[send + right])
+                while end + right < len(value) and send + right < len(secret) and (
+                    value[end + right] == secret[send + right]
                 ):
                     right += 1
                 if left + _ANCHOR + right >= MIN_FRAGMENT:
