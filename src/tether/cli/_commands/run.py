@@ -61,20 +61,13 @@ def register(sub: Any) -> None:
 
 def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The model settings given on the command line (``None``: keep the file's)."""
+    from dataclasses import asdict
+
     from tether.models._pricing import load_prices
 
     prices = None
     if getattr(args, "prices", None) is not None:
-        table = load_prices(args.prices)
-        prices = {
-            k: {
-                "input": v.input,
-                "output": v.output,
-                "cached_input": v.cached_input,
-                "cache_write": v.cache_write,
-            }
-            for k, v in table.items()
-        }
+        prices = {model: asdict(price) for model, price in load_prices(args.prices).items()}
     limits = {
         "llm_calls": args.max_llm_calls,
         "max_tokens": args.max_tokens,
