@@ -140,3 +140,11 @@ def test_a_failure_no_command_handles_is_one_line_exit_7_with_the_envelope_last(
     monkeypatch.setenv("TETHER_DEBUG", "1")
     assert main(["trace", "stats", "r1"]) == 7
     assert "Traceback" in capsys.readouterr().err
+
+
+def test_a_lab_mode_that_ends_denied_names_its_stop_reason_in_error_and_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run_json(capsys, "lab", "injection", "--out", str(tmp_path))
+    assert code == 2 and out["stop_reason"] == "policy_denied" and out["error"] == "policy_denied"
+    assert out["message"] == f"policy_denied: {out['detail']}" and "export_secrets" in out["message"]

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode != "all":
         outcome = anyio.run(run_mode, args.mode, out)
         if args.json:
-            emit_json(outcome.summary, exit=outcome.exit_code)
+            emit_json({**outcome.summary, **_failure(outcome)}, exit=outcome.exit_code)
         else:
             s = outcome.summary
             print(f"mode: {outcome.mode}\nstop_reason: {outcome.stop_reason}")
@@ -91,5 +91,17 @@ def run(args: argparse.Namespace) -> int:
         print(table(rows, ["mode", "stop_reason", "exit", "expected", "ok"]))
         print("all modes as specified" if ok else "SOME MODES DID NOT END AS SPECIFIED")
     else:
-        emit_json({"mode": "all", "ok": ok, "modes": rows}, exit=0 if ok else 1)
+        failed = ", ".join(r["mode"] for r in rows if r["ok"] != "yes")
+        why = {} if ok else {"error": "not_as_specified", "message": f"modes not as specified: {failed}"}
+        emit_json({"mode": "all", "ok": ok, "modes": rows, **why}, exit=0 if ok else 1)
     return 0 if ok else 1
+
+
+def _failure(outcome: Any) -> dict[str, Any]:
+    """``error`` and ``message`` of a mode that did not exit 0, as for any run: its stop reason
+    (or ``not_as_specified`` when an accepted run still failed the lab) and the detail."""
+    if outcome.exit_code == 0:
+        return {}
+    stop, detail = outcome.stop_reason, outcome.summary.get("detail")
+    error = stop if stop != "accepted" else "not_as_specified"
+    return {"error": error, "message": f"{stop}: {detail}" if detail else stop}
