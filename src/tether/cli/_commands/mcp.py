@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
@@ -199,23 +202,33 @@ def _fail(args: argparse.Namespace, err: Exception | str) -> int:
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
 
-def _review(args: argparse.Namespace) -> int:
+def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T | int:
+    """``work(config, pins)`` over the servers of --config or --agent and the pins of --db (None:
+    the config's own file); the exit code when the config or the store cannot be had."""
     import anyio
 
-    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
-    from tether.mcp._approve import review_server
 
     shared = None
     try:
         config = _load(args)
         shared = _Shared(args.db)
-        review = anyio.run(lambda: review_server(config, args.name, pins=shared.pins))
+        pins = shared.pins
+        return anyio.run(lambda: work(config, pins))
     except TetherError as err:
         return _fail(args, err)
     finally:
         if shared is not None:
             shared.close()
+
+
+def _review(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json
+    from tether.mcp._approve import review_server
+
+    review = _with_pins(args, lambda config, pins: review_server(config, args.name, pins=pins))
+    if isinstance(review, int):
+        return review
     if not args.json:
         print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
         print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
@@ -240,33 +253,24 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    import anyio
-
     from tether.clisupport.output import emit_json
-    from tether.errors import TetherError
     from tether.mcp._approve import approve_server
 
-    shared = None
-    try:
-        config = _load(args)
-        shared = _Shared(args.db)
-        pins = shared.pins
-        review, pinned, skipped = anyio.run(
-            lambda: approve_server(
-                config,
-                args.name,
-                actor=args.by,
-                accept_flagged=set(args.accept_flagged),
-                only=set(args.tool) if args.tool else None,
-                expect=args.expect,
-                pins=pins,
-            )
-        )
-    except TetherError as err:
-        return _fail(args, err)
-    finally:
-        if shared is not None:
-            shared.close()
+    done = _with_pins(
+        args,
+        lambda config, pins: approve_server(
+            config,
+            args.name,
+            actor=args.by,
+            accept_flagged=set(args.accept_flagged),
+            only=set(args.tool) if args.tool else None,
+            expect=args.expect,
+            pins=pins,
+        ),
+    )
+    if isinstance(done, int):
+        return done
+    review, pinned, skipped = done
     already = [
         t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
     ]
