@@ -103,6 +103,11 @@ def test_a_trace_with_a_broken_line_names_the_file_and_the_line(
     trace.write_text(good)
     code, out, _ = run_json(capsys, "trace", "stats", str(trace))
     assert code == 0 and out["stop_reason"] == "accepted" and out["run_id"] == "r1"
+    # By run id: looked up in --dir, and a miss says where else to look.
+    code, out, _ = run_json(capsys, "trace", "stats", "r1", "--dir", str(tmp_path))
+    assert code == 0 and out["trace"] == str(trace)
+    code, out, _ = run_json(capsys, "trace", "stats", "r1", "--dir", str(tmp_path / "elsewhere"))
+    assert code == 1 and "pass --dir: the agent file's trace.dir" in out["message"]
 
 
 def test_revoking_an_unknown_token_is_an_error_and_users_list_takes_json(
