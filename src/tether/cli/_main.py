@@ -94,9 +94,10 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     debug = bool(os.environ.get("TETHER_DEBUG"))
     if debug:
         traceback.print_exc()
-    message = f"internal error (a bug; please report it): {type(err).__name__}: {err}"
+    # Your own code (a tool module that fails on import) or tether's: the traceback says which.
+    message = f"unexpected error: {type(err).__name__}: {err}"
     if not debug:
-        message += " (TETHER_DEBUG=1 prints the traceback)"
+        message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
     code = EXIT_CODES["internal_error"]
     as_json = bool(getattr(args, "json", False))
     return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
