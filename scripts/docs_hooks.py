@@ -288,20 +288,9 @@ STOP_DESCRIPTIONS: dict[str, str] = {
     "internal_error": "a fault in the host (a bug): the trace says where",
 }
 
-EXIT_MEANINGS = {
-    0: "accepted, and every call the model asked for ran and succeeded",
-    1: "usage or configuration error: nothing ran",
-    2: "denied by the policy or a person (also: accepted, but some calls were denied or refused)",
-    3: "invalid handoff",
-    4: "a limit: budget, steps, deadline, repetition",
-    5: "waiting for a person: an approval or an answer",
-    6: "a dependency was unavailable (also: accepted, but some calls failed)",
-    7: "model or internal error (also `truncated`, `model_refused`)",
-}
-
 
 def exit_codes_reference() -> str:
-    from tether.clisupport.output import EXIT_CODES, USAGE
+    from tether.clisupport.output import EXIT_CODES, EXIT_MEANINGS, USAGE
     from tether.core.stop import StopReason
 
     reasons = {str(r) for r in StopReason}

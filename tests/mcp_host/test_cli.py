@@ -79,7 +79,7 @@ def test_review_approve_run_and_resume_from_the_command_line(
     [pending] = _last_json(capsys.readouterr().out)["pending"]
     assert pending["message"] == "Which colour?" and pending["tool"] == "web__ask_colour"
     bad = ["mcp", "resume", pending["id"], "--config", config, "--answer", '{"colour": "green"}']
-    assert main(bad) == 2
+    assert main(bad) == 1  # refused before anything ran: not a denial
     assert "colour" in capsys.readouterr().err
     ok = ["mcp", "resume", pending["id"], "--config", config, "--answer", '{"colour": "red"}', "--json"]
     assert main(ok) == 0
@@ -191,7 +191,7 @@ def test_a_paused_mcp_run_with_an_approval_store_is_continued_by_tether_resume(
     assert main(["resume", paused["run_id"], "--db", db, "--json"]) == 5
     assert _last_json(capsys.readouterr().out)["stop_reason"] == "approval_required"
     answer = ["mcp", "resume", pending["id"], "--config", config, "--answer-only", "--json", "--answer"]
-    assert main([*answer, '{"colour": "green"}']) == 2  # outside the schema: refused, still pending
+    assert main([*answer, '{"colour": "green"}']) == 1  # outside the schema: refused, still pending
     capsys.readouterr()
     assert main([*answer, '{"colour": "red"}']) == 0
     assert _last_json(capsys.readouterr().out)["run_id"] == paused["run_id"]

@@ -27,7 +27,7 @@ class UsageError(Exception):
         self.prog = prog
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     """Usage errors are exit 1 (nothing ran), as for every other usage or configuration error,
     never argparse's 2 — which tether's exit codes reserve for "denied"."""
 
@@ -62,7 +62,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     and registered, not all of them — what a single ``tether submit`` pays for start-up)."""
     import tether.cli._commands as commands
 
-    parser = _Parser(prog="tether", description="A governed harness for tool-using LLM agents.")
+    parser = Parser(prog="tether", description="A governed harness for tool-using LLM agents.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     names = sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
@@ -72,17 +72,45 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
+    """``words`` parsed, or the exit code of a usage error (1), said on stderr and, under
+    ``--json``, as the JSON envelope (``parser``: a ``Parser``)."""
+    try:
+        return parser.parse_args(words)
+    except UsageError as err:
+        from tether.clisupport.output import USAGE, fail
+
+        return fail(err.prog, err, as_json="--json" in words, code=USAGE)
+
+
+def _internal_error(args: argparse.Namespace, err: Exception) -> int:
+    """A failure no command turned into its own message: a bug. One line (the traceback with
+    ``TETHER_DEBUG=1``), exit 7, and under ``--json`` the envelope still comes last."""
+    import os
+    import traceback
+
+    from tether.clisupport.output import EXIT_CODES, fail
+
+    debug = bool(os.environ.get("TETHER_DEBUG"))
+    if debug:
+        traceback.print_exc()
+    # Your own code (a tool module that fails on import) or tether's: the traceback says which.
+    message = f"unexpected error: {type(err).__name__}: {err}"
+    if not debug:
+        message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
+    code = EXIT_CODES["internal_error"]
+    as_json = bool(getattr(args, "json", False))
+    return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     # The command word, when it comes first (no global option before it) and names a command:
     # only its parser is built. Anything else (--help, a typo, --version) builds them all.
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
-    try:
-        args = parser.parse_args(words)
-    except UsageError as err:
-        from tether.clisupport.output import USAGE, fail
-
-        return fail(err.prog, err, as_json="--json" in words, code=USAGE)
+    args = parse(parser, words)
+    if isinstance(args, int):
+        return args
     if not getattr(args, "handler", None):
         parser.print_help()
         return 0
@@ -92,7 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # run every 700 allocations, would walk their objects dozens of times on the way
         # (~8% of a tether submit's CPU, bench/submit.py). Rarer, not never: memory stays bounded.
         gc.set_threshold(10_000, 50, 50)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except Exception as err:  # the last word on a path no command handled: a bug
+        return _internal_error(args, err)
     if quick:
         # The process ends next (the console script), and the command closed what it opened:
         # the objects left are not traversed again by the collections at interpreter exit

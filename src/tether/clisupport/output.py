@@ -36,6 +36,18 @@ EXIT_CODES = {
     "internal_error": 7,
 }
 USAGE = 1  # a usage or configuration error: nothing ran
+# What each code means: the help of every command that runs something, and the docs' table.
+EXIT_MEANINGS = {
+    0: "accepted, and every call the model asked for ran and succeeded",
+    1: "usage or configuration error: nothing ran",
+    2: "denied by the policy or a person (also: accepted, but some calls were denied or refused)",
+    3: "invalid handoff",
+    4: "a limit: budget, steps, deadline, repetition",
+    5: "waiting for a person: an approval or an answer",
+    6: "a dependency was unavailable (also: accepted, but some calls failed)",
+    7: "model or internal error (also truncated, model_refused)",
+}
+EXIT_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_MEANINGS.items()) + "."
 ENVELOPE = ("ok", "exit", "stop_reason", "error", "message")
 
 

@@ -119,7 +119,22 @@ class ToolCrashed(_Payload, total=False):
     error: Required[str]
 
 
-class ServerLaunch(_Payload, total=False):
+class _Sandbox(_Payload, total=False):
+    """How a stdio server is confined, as its launch and its sandbox events report it."""
+
+    sandbox: str
+    confined: bool
+    launcher: str
+    read_only: list[str]
+    read_write: list[str]
+    network: str  # none | any
+    withheld: list[str]
+    sandbox_warning: str
+    sandbox_refused: str
+    sandbox_problem: str
+
+
+class ServerLaunch(_Sandbox, total=False):
     source: Required[str]
     state: str  # launching | failed | running | not_started
     at: str
@@ -133,16 +148,6 @@ class ServerLaunch(_Payload, total=False):
     restart: int
     stderr_log: str
     detail: str  # a failed start for the person: the server's last stderr lines, a sandbox hint
-    sandbox: str
-    confined: bool
-    launcher: str
-    read_only: list[str]
-    read_write: list[str]
-    network: str  # none | any
-    withheld: list[str]
-    sandbox_warning: str
-    sandbox_refused: str
-    sandbox_problem: str
 
 
 class McpConnection(_Payload, total=False):
@@ -157,20 +162,10 @@ class McpConnection(_Payload, total=False):
     sandbox_hint: str | None
 
 
-class McpSandbox(_Payload, total=False):
+class McpSandbox(_Sandbox, total=False):
     server: Required[str]
     action: Required[str]  # confined | unconfined | refused
     why: str | None
-    sandbox: str
-    confined: bool
-    launcher: str
-    read_only: list[str]
-    read_write: list[str]
-    network: str  # none | any
-    withheld: list[str]
-    sandbox_warning: str
-    sandbox_refused: str
-    sandbox_problem: str
 
 
 class McpTask(_Payload, total=False):

@@ -21,7 +21,8 @@ def find_trace(run: str, directory: str | Path) -> Path:
         raise ConfigError(f"no trace file {run!r}")
     path = Path(directory) / f"{run}.jsonl"
     if not path.is_file():
-        raise ConfigError(f"no trace for run {run!r} in {directory}")
+        where = "pass --dir: the agent file's trace.dir, or give the trace file's path"
+        raise ConfigError(f"no trace for run {run!r} in {directory} ({where})")
     return path
 
 

@@ -321,6 +321,18 @@ class Tracer:
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Load a JSONL trace file."""
+    """Load a JSONL trace file. Raises ``ValueError`` naming the file and the line that is not
+    an event (a JSON object): a file that is not a trace, or one cut mid-line."""
+    events: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}: line {number} is not a trace event: {err.msg}") from None
+            if not isinstance(event, dict):
+                raise ValueError(f"{path}: line {number} is not a trace event: not a JSON object")
+            events.append(event)
+    return events

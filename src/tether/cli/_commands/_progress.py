@@ -14,13 +14,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ProgressSink", "progress_wanted", "write_results"]
+__all__ = ["ProgressSink", "progress_wanted", "show_text", "write_results"]
 
 MAX_RESULT_CHARS = 64_000
 
 
 def progress_wanted(as_json: bool) -> bool:
     return not as_json and sys.stderr.isatty()
+
+
+def show_text(kind: str, piece: str) -> None:
+    """A streamed answer's text as it arrives, on stderr (a model's ``on_delta``)."""
+    if kind == "text":
+        sys.stderr.write(piece)
+        sys.stderr.flush()
 
 
 class ProgressSink:

@@ -11,13 +11,16 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("agent", help="the agent file: its JSON Schema, or check one file")
-    verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    from tether.cli._commands._options import add_actions, add_json
+
+    _, verbs = add_actions(
+        sub, "agent", dest="verb", metavar="VERB", help="the agent file: its JSON Schema, or check one file"
+    )
     schema = verbs.add_parser("schema", help="print the agent file's JSON Schema")
     schema.set_defaults(handler=print_schema)
     check = verbs.add_parser("check", help="validate an agent file (YAML or TOML)")
     check.add_argument("file", type=Path)
-    check.add_argument("--json", action="store_true", help="one JSON object as the last line")
+    add_json(check)
     check.set_defaults(handler=check_file)
 
 

@@ -17,21 +17,16 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
     from tether.clisupport.approvals_db import default_db
 
-    p = sub.add_parser("approvals", help="list, inspect and decide proposals waiting for approval")
-    db_help = (
-        f"approval store: a SQLite file (default {default_db()}) or a deployment's storage URL"
-        " (postgresql://… or sqlite:///dir)"
+    p, acts = add_actions(
+        sub, "approvals", dest="action", help="list, inspect and decide proposals waiting for approval"
     )
-    p.add_argument("--db", default=None, help=db_help)
-    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="proposals (default: pending)")
     ls.add_argument("--status", default="pending", help="pending|approved|denied|invalidated|all")
-    ls.add_argument("--json", action="store_true")
     show = acts.add_parser("show", help="exactly what would run, and its history")
     show.add_argument("id")
-    show.add_argument("--json", action="store_true")
     for name, helptext in (
         ("approve", "approve this stored proposal"),
         ("deny", "deny it"),
@@ -41,17 +36,14 @@ def register(sub: Any) -> None:
         a.add_argument("id")
         a.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
         a.add_argument("--reason", default="")
-        a.add_argument("--json", action="store_true")
-    r = acts.add_parser("resolve", help="record what became of an escalated call (outcome unknown)")
-    r.add_argument("key", help="idempotency key of the ledger entry")
-    r.add_argument("--happened", choices=("yes", "no"), required=True)
-    r.add_argument("--reviewer", default=None)
-    r.add_argument("--note", default="")
-    r.add_argument("--json", action="store_true")
-    # --db is accepted after the action too (`tether approvals list --db X`); SUPPRESS keeps a
-    # value given before the action from being reset by the action's own default.
-    for action in (ls, show, r, *(acts.choices[n] for n in ("approve", "deny", "invalidate"))):
-        action.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
+    add_resolve(acts, "record what became of an escalated call (outcome unknown)")
+    for action in acts.choices.values():
+        add_json(action)
+    db_help = (
+        f"approval store: a SQLite file (default {default_db()}) or a deployment's storage URL"
+        " (postgresql://… or sqlite:///dir)"
+    )
+    add_db(p, acts, db_help)
     p.set_defaults(handler=run)
 
 
@@ -128,7 +120,13 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
         given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
         why = f"no approval store at {db}{given}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
-    return Approvals(SqliteApprovalStore(db)), None
+    import sqlite3
+
+    try:
+        return Approvals(SqliteApprovalStore(db)), None
+    except sqlite3.DatabaseError as err:  # a folder, or a file that is not a SQLite database
+        why = f"{db} is not an approval store: {err}"
+        return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
 
 
 def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
@@ -136,6 +134,9 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
     from tether.policy import ProposalStatus
     from tether.sql._database import blocking
 
+    known = [str(s) for s in ProposalStatus]
+    if status_name not in (*known, "all"):
+        raise ValueError(f"--status {status_name!r}: one of {', '.join(known)}, all")
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
         {

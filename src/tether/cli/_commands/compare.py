@@ -11,19 +11,19 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import add_json, add_out, add_scenario
+
     p = sub.add_parser(
         "compare",
         help="compare workflow and agent on a scenario's cases",
         description="Run every design on every case N times, grade each run, and write report.json, "
         "report.md and report.png. The decision rule comes from the config file, fixed before the run.",
     )
-    p.add_argument(
-        "--scenario",
-        metavar="NAME",
-        help="an installed scenario with a case set (default: the only one; the reference: maintenance)",
+    add_scenario(
+        p, "an installed scenario with a case set (default: the only one; the reference: maintenance)"
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per case and design (default 3)")
-    p.add_argument("--out", type=Path, default=Path("tether-output/compare"), help="report folder")
+    add_out(p, "report folder", default="tether-output/compare")
     p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
     p.add_argument("--config", type=Path, help="decision rule and cost model (default: the scenario's own)")
     p.add_argument(
@@ -36,17 +36,24 @@ def register(sub: Any) -> None:
         metavar="MODULE:FUNCTION",
         help="a function returning a Model used as groundedness judge (must differ from the agent's)",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(p)
     p.set_defaults(handler=run)
 
 
-def _factory(spec: str) -> Any:
-    import importlib
+def _factory(option: str, spec: str | None) -> Any:
+    """The function an import path ``MODULE:FUNCTION`` names; ``ConfigError`` saying what is wrong."""
+    from tether.agents._file import _import  # the one reader of import paths, with its hints
+    from tether.errors import ConfigError
 
+    if spec is None:
+        return None
     module, _, name = spec.partition(":")
     if not module or not name:
-        raise SystemExit(f"--model-factory must be MODULE:FUNCTION, got {spec!r}")
-    return getattr(importlib.import_module(module), name)
+        raise ConfigError(f"{option} must be MODULE:FUNCTION, got {spec!r}")
+    found = _import(spec, f"{option} {spec}")
+    if not callable(found):
+        raise ConfigError(f"{option} {spec}: not a function")
+    return found
 
 
 _FIGURES = (
@@ -86,9 +93,13 @@ def run(args: argparse.Namespace) -> int:
         scenario_class, defaults = resolve(spec), resolve(spec.partition(":")[0])
         config = load_config(args.config or defaults.CONFIG_PATH)  # fixed before any run
         cases = load_cases(args.cases or defaults.CASES_PATH)
+        factories = (
+            _factory("--model-factory", args.model_factory),
+            _factory("--judge-factory", args.judge_factory),
+        )
     except (TetherError, ScenarioUnavailable) as err:
         return fail("tether compare", err, as_json=args.json)
-    comparison = _compare(args, name, scenario_class, config, cases)
+    comparison = _compare(args, name, scenario_class, (config, cases), factories)
     if isinstance(comparison, int):
         return comparison
     summary = write_report(comparison, out)
@@ -100,10 +111,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(
-    args: argparse.Namespace, name: str, scenario_class: Any, config: Any, cases: Any
+    args: argparse.Namespace,
+    name: str,
+    scenario_class: Any,
+    inputs: tuple[Any, Any],
+    factories: tuple[Any, Any],
 ) -> Comparison | int:
     """Run every design on every case ``--repeat`` times, with a progress bar on stderr; the
-    exit code when the comparison stops on an error."""
+    exit code when the comparison stops on an error. ``inputs``: the decision rule and the
+    cases; ``factories``: the model's and the judge's, or None."""
     from datetime import UTC, datetime
 
     import anyio
@@ -116,8 +132,9 @@ def _compare(
     from tether.evals._graders import ModelJudge
 
     loaded_at = datetime.now(UTC).isoformat(timespec="seconds")
-    factory = _factory(args.model_factory) if args.model_factory else None
-    judge = ModelJudge(_factory(args.judge_factory)()) if args.judge_factory else None
+    config, cases = inputs
+    factory, judge_factory = factories
+    judge = ModelJudge(judge_factory()) if judge_factory is not None else None
     scenario = scenario_class(args.out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 

@@ -41,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
     own, runnable = demos()
     argv = list(args.args)
     if args.name in own:
-        code: int = resolve(own[args.name])(argv)
+        try:
+            code: int = resolve(own[args.name])(argv)
+        except SystemExit as stop:  # argparse's 2 in the demo's own parser: a usage error, exit 1
+            if stop.code != 2:
+                raise
+            why = "the demo refused its arguments (its usage is above)"
+            return fail(f"tether demo {args.name}", why, as_json="--json" in argv, error="usage")
         return code
     if args.name in runnable:
         from tether.cli._commands.run import demo_main

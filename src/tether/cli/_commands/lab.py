@@ -12,24 +12,23 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import add_json, add_out, add_scenario
+    from tether.clisupport.output import EXIT_HELP
+
     p = sub.add_parser(
         "lab",
         help="run a scenario's lab (the maintenance-order lab, S1)",
         description="Run one mode of an installed scenario's lab, or all of them (the reference lab: "
-        "pip install -e examples). Exit codes: 0 accepted, 1 not installed or unknown mode, "
-        "2 policy_denied, 3 invalid_handoff, 4 budget/steps/deadline/repetition, 5 approval, "
-        "6 dependency_unavailable, 7 model/internal error.",
+        f"pip install -e examples). {EXIT_HELP}",
     )
     p.add_argument(
         "mode",
         help="a mode of the lab, or all (maintenance: clean, workflow, agent, expired-memory, injection, "
         "handoff-omission, rollback)",
     )
-    p.add_argument("--scenario", metavar="NAME", help="whose lab (default: the only installed one)")
-    p.add_argument(
-        "--out", type=Path, default=Path("tether-output"), help="output folder (default ./tether-output)"
-    )
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_scenario(p, "whose lab (default: the only installed one)")
+    add_out(p, "output folder (default ./tether-output)")
+    add_json(p)
     p.set_defaults(handler=run)
 
 
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if args.mode != "all":
         outcome = anyio.run(run_mode, args.mode, out)
         if args.json:
-            emit_json(outcome.summary, exit=outcome.exit_code)
+            emit_json({**outcome.summary, **_failure(outcome)}, exit=outcome.exit_code)
         else:
             s = outcome.summary
             print(f"mode: {outcome.mode}\nstop_reason: {outcome.stop_reason}")
@@ -92,5 +91,17 @@ def run(args: argparse.Namespace) -> int:
         print(table(rows, ["mode", "stop_reason", "exit", "expected", "ok"]))
         print("all modes as specified" if ok else "SOME MODES DID NOT END AS SPECIFIED")
     else:
-        emit_json({"mode": "all", "ok": ok, "modes": rows}, exit=0 if ok else 1)
+        failed = ", ".join(r["mode"] for r in rows if r["ok"] != "yes")
+        why = {} if ok else {"error": "not_as_specified", "message": f"modes not as specified: {failed}"}
+        emit_json({"mode": "all", "ok": ok, "modes": rows, **why}, exit=0 if ok else 1)
     return 0 if ok else 1
+
+
+def _failure(outcome: Any) -> dict[str, Any]:
+    """``error`` and ``message`` of a mode that did not exit 0, as for any run: its stop reason
+    (or ``not_as_specified`` when an accepted run still failed the lab) and the detail."""
+    if outcome.exit_code == 0:
+        return {}
+    stop, detail = outcome.stop_reason, outcome.summary.get("detail")
+    error = stop if stop != "accepted" else "not_as_specified"
+    return {"error": error, "message": f"{stop}: {detail}" if detail else stop}

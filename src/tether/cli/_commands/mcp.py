@@ -5,19 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    from tether.cli._commands._options import add_actions
+
+    _, msub = add_actions(
+        sub,
         "mcp",
+        dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
         description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
         "safely').",
     )
-    msub = p.add_subparsers(dest="mcp_command", metavar="ACTION", required=True)
-
     _add_review(msub)
     _add_approve(msub)
     _add_run(msub)
@@ -48,16 +53,16 @@ def _add_approve(msub: Any) -> None:
 
 
 def _add_run(msub: Any) -> None:
+    from tether.cli._commands._options import add_model_options, add_output_options
+    from tether.clisupport.output import EXIT_HELP
+
     run = msub.add_parser(
         "run",
         help="run a question over the configured servers with a model",
         description="Run QUESTION over every configured server with the model named by --model "
         "(a chat-completions server), or with a scripted stand-in when you say so (--model "
         "scripted:STEPS.yaml, --script or --call; the stand-in obeys 'CALL <tool>' found in tool "
-        "results unless --no-obey, to test containment). Exit codes as for `tether run`: 0 accepted "
-        "with every requested call done, 1 configuration error, 2 denied or refused calls, 4 budget/"
-        "steps/deadline/repetition, 5 paused for a person, 6 dependency unavailable or failed calls, "
-        "7 model or internal error.",
+        f"results unless --no-obey, to test containment). {EXIT_HELP}",
     )
     run.add_argument("question")
     run.add_argument(
@@ -89,12 +94,10 @@ def _add_run(msub: Any) -> None:
         help="approval store: a call needing approval or a question nobody answers checkpoints the run; "
         "`tether resume RUN --db` continues it with the same model and servers",
     )  # fmt: skip
-    from tether.cli._commands.run import add_model_options, add_output_options
-
     add_model_options(run)
     add_output_options(run)
     run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
-    run.set_defaults(handler=_run, agent=None)
+    run.set_defaults(handler=run_mcp, agent=None)
 
 
 def _add_resume(msub: Any) -> None:
@@ -124,10 +127,12 @@ def _add_pauses(msub: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
+    from tether.cli._commands._options import add_json
+
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
-    p.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(p)
 
 
 def _shared(p: argparse.ArgumentParser) -> None:
@@ -146,8 +151,10 @@ class _Shared:
     def __init__(self, url: str | None) -> None:
         self.stores: Any = None
         if url:
+            from tether.durable._deploy import check_stores
             from tether.stores._url import open_stores
 
+            check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
             self.stores = open_stores(url)
 
     @property
@@ -187,29 +194,41 @@ def _safe(text: object) -> str:
     return safe(text)
 
 
-def _fail(args: argparse.Namespace, err: Exception | str, code: int = 1) -> int:
-    from tether.clisupport.output import fail
+def _fail(args: argparse.Namespace, err: Exception | str) -> int:
+    """Exit 1 (nothing ran), or the code the error carries (6: a deployment's server is down)."""
+    from tether.clisupport.output import USAGE, fail
 
+    code = int(getattr(err, "exit", USAGE))
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
 
-def _review(args: argparse.Namespace) -> int:
+def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T | int:
+    """``work(config, pins)`` over the servers of --config or --agent and the pins of --db (None:
+    the config's own file); the exit code when the config or the store cannot be had."""
     import anyio
 
-    from tether.clisupport.output import emit_json
     from tether.errors import TetherError
-    from tether.mcp._approve import review_server
 
     shared = None
     try:
         config = _load(args)
         shared = _Shared(args.db)
-        review = anyio.run(lambda: review_server(config, args.name, pins=shared.pins))
+        pins = shared.pins
+        return anyio.run(lambda: work(config, pins))
     except TetherError as err:
         return _fail(args, err)
     finally:
         if shared is not None:
             shared.close()
+
+
+def _review(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import emit_json
+    from tether.mcp._approve import review_server
+
+    review = _with_pins(args, lambda config, pins: review_server(config, args.name, pins=pins))
+    if isinstance(review, int):
+        return review
     if not args.json:
         print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
         print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
@@ -234,33 +253,24 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    import anyio
-
     from tether.clisupport.output import emit_json
-    from tether.errors import TetherError
     from tether.mcp._approve import approve_server
 
-    shared = None
-    try:
-        config = _load(args)
-        shared = _Shared(args.db)
-        pins = shared.pins
-        review, pinned, skipped = anyio.run(
-            lambda: approve_server(
-                config,
-                args.name,
-                actor=args.by,
-                accept_flagged=set(args.accept_flagged),
-                only=set(args.tool) if args.tool else None,
-                expect=args.expect,
-                pins=pins,
-            )
-        )
-    except TetherError as err:
-        return _fail(args, err)
-    finally:
-        if shared is not None:
-            shared.close()
+    done = _with_pins(
+        args,
+        lambda config, pins: approve_server(
+            config,
+            args.name,
+            actor=args.by,
+            accept_flagged=set(args.accept_flagged),
+            only=set(args.tool) if args.tool else None,
+            expect=args.expect,
+            pins=pins,
+        ),
+    )
+    if isinstance(done, int):
+        return done
+    review, pinned, skipped = done
     already = [
         t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
     ]
@@ -346,10 +356,6 @@ NEEDS_MODEL = (
 )
 
 
-def _run(args: argparse.Namespace) -> int:
-    return run_mcp(args)
-
-
 def run_mcp(args: argparse.Namespace) -> int:
     """``tether mcp run`` and ``tether run --config``: a question over the configured servers."""
     import hashlib
@@ -358,6 +364,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from tether.agents._build import build_agent
     from tether.agents._file import mcp_agent
+    from tether.cli._commands._progress import show_text
     from tether.cli._commands.run import drive, model_overrides
     from tether.errors import TetherError
     from tether.mcp._config import load_config
@@ -406,7 +413,7 @@ def run_mcp(args: argparse.Namespace) -> int:
             approvals_db=getattr(args, "db", None),
             responder=responder_for(getattr(args, "ask", "never")),
             consent=consent_for(getattr(args, "consent", "no")),
-            on_delta=None if args.json else _show_text,
+            on_delta=None if args.json else show_text,
         )
     except (TetherError, ValueError, OSError) as err:
         return _fail_run(args, err)
@@ -423,18 +430,12 @@ def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
     return fail(command, err, as_json=args.json)
 
 
-def _show_text(kind: str, piece: str) -> None:
-    if kind == "text":
-        sys.stderr.write(piece)
-        sys.stderr.flush()
-
-
 def _resume(args: argparse.Namespace) -> int:
     import getpass
 
     import anyio
 
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import EXIT_CODES, emit_json
     from tether.errors import TetherError
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
@@ -461,14 +462,19 @@ def _resume(args: argparse.Namespace) -> int:
         out = anyio.run(
             lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
         )
-    except (TetherError, ValueError) as err:
-        return _fail(args, err, 2)
-    code = 0 if out["status"] == "ok" else 2
+    except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
+        return _fail(args, err)
+    code = EXIT_CODES[_RERUN_STOP[out["status"]]]
     if args.json:
         emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
     else:
         print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
     return code
+
+
+# The stop reason of a paused call run again, by its status: it ran, its tool failed or its
+# server was gone, or the host refused it.
+_RERUN_STOP = {"ok": "accepted", "error": "dependency_unavailable", "denied": "policy_denied"}
 
 
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
@@ -490,9 +496,9 @@ def _pauses(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args)
+        shared = _Shared(args.db)
     except TetherError as err:
         return _fail(args, err)
-    shared = _Shared(args.db)
     store = shared.pauses(config)
     try:
         rows = [

@@ -20,68 +20,25 @@ NEEDS_AGENT = (
 )
 
 
-def add_model_options(p: argparse.ArgumentParser) -> None:
-    """The model and budget options shared by `tether run` and `tether mcp run`."""
-    g = p.add_argument_group("model (overrides the agent file)")
-    g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
-    g.add_argument(
-        "--provider",
-        choices=("openai-chat", "openai-responses", "anthropic"),
-        help="the model's protocol (default: the agent file's, else openai-chat)",
-    )
-    g.add_argument("--base-url", help="the API's base URL (default $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL)")
-    g.add_argument(
-        "--api-key-env",
-        help="environment variable holding the API key (default OPENAI_API_KEY, ANTHROPIC_API_KEY for "
-        "anthropic; the key itself is never printed, traced or recorded)",
-    )
-    g.add_argument(
-        "--no-stream", action="store_true", help="whole responses, even if the agent file asks for a stream"
-    )
-    g.add_argument(
-        "--reasoning",
-        choices=("drop", "keep", "since_last_user"),
-        help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
-    )
-    g.add_argument(
-        "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
-    )
-    g.add_argument("--rate", type=float, help="requests per second to the model backend (shared bucket)")
-    g.add_argument("--max-llm-calls", type=int, help="LLM-call budget for this invocation")
-    g.add_argument("--max-tokens", type=int, help="token budget (prompt + completion, all calls)")
-    g.add_argument("--max-cost", type=float, help="cost budget in USD (the model must be priced)")
-    g.add_argument("--deadline", type=float, help="deadline in seconds")
-
-
-def add_output_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
-    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
-    p.add_argument(
-        "--trace-results",
-        action="store_true",
-        help="store every tool result's content (redacted) beside the trace: <run>.results.jsonl",
-    )
-
-
 def register(sub: Any) -> None:
+    from tether.cli._commands._options import (
+        add_model_options,
+        add_out,
+        add_output_options,
+        add_scenario,
+    )
+    from tether.clisupport.output import EXIT_HELP
+    from tether.clisupport.telemetry import add_otel_flags
+
     p = sub.add_parser(
         "run",
         help="run your agent (from a file) on an objective",
-        description="Run the agent described in --agent FILE (YAML or TOML) on OBJECTIVE. Exit codes: "
-        "0 accepted with every requested call done, 1 usage or configuration error, 2 policy or "
-        "approval denied (also: accepted but some calls were denied or refused), 3 invalid handoff, "
-        "4 budget/steps/deadline/repetition, 5 waiting for approval or an answer, 6 dependency "
-        "unavailable (also: accepted but some calls failed), 7 model or internal error (also truncated: "
-        "the final answer was cut at the token limit; model_refused: the provider refused it).",
+        description=f"Run the agent described in --agent FILE (YAML or TOML) on OBJECTIVE. {EXIT_HELP}",
     )
     p.add_argument("question", metavar="OBJECTIVE")
     p.add_argument("--agent", type=Path, help="agent file (YAML or TOML): model, tools, MCP servers, policy")
     p.add_argument("--config", type=Path, help="an MCP host config: run --model over its servers only")
-    p.add_argument(
-        "--scenario",
-        metavar="NAME",
-        help="an installed scenario's own agent (maintenance: as tether demo maintenance)",
-    )
+    add_scenario(p, "an installed scenario's own agent (maintenance: as tether demo maintenance)")
     p.add_argument("--db", type=Path, help="approval store: side effects and questions pause the run there")
     add_model_options(p)
     add_output_options(p)
@@ -97,29 +54,20 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
     )
-    p.add_argument("--out", type=Path, default=Path("tether-output"), help="--scenario only: output folder")
-    from tether.clisupport.telemetry import add_otel_flags
-
+    add_out(p, "--scenario only: output folder")
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The model settings given on the command line (``None``: keep the file's)."""
+    from dataclasses import asdict
+
     from tether.models._pricing import load_prices
 
     prices = None
     if getattr(args, "prices", None) is not None:
-        table = load_prices(args.prices)
-        prices = {
-            k: {
-                "input": v.input,
-                "output": v.output,
-                "cached_input": v.cached_input,
-                "cache_write": v.cache_write,
-            }
-            for k, v in table.items()
-        }
+        prices = {model: asdict(price) for model, price in load_prices(args.prices).items()}
     limits = {
         "llm_calls": args.max_llm_calls,
         "max_tokens": args.max_tokens,
@@ -137,15 +85,6 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "prices": prices,
         "limits": limits,
     }
-
-
-def _show_delta() -> Any:
-    def show(kind: str, piece: str) -> None:
-        if kind == "text":
-            sys.stderr.write(piece)
-            sys.stderr.flush()
-
-    return show
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
     from tether.agents._build import build_agent
     from tether.agents._file import load_agent_file, with_overrides
+    from tether.cli._commands._progress import show_text
+    from tether.cli._commands.mcp import consent_for, responder_for
     from tether.errors import ConfigError
 
     try:
@@ -175,25 +116,13 @@ def run(args: argparse.Namespace) -> int:
         built = build_agent(
             af,
             approvals_db=args.db,
-            responder=_responder(af.spec.mcp.ask if af.spec.mcp else "never"),
-            consent=_consent(af.spec.mcp.consent if af.spec.mcp else "no"),
-            on_delta=None if args.json else _show_delta(),
+            responder=responder_for(af.spec.mcp.ask if af.spec.mcp else "never"),
+            consent=consent_for(af.spec.mcp.consent if af.spec.mcp else "no"),
+            on_delta=None if args.json else show_text,
         )
     except (ConfigError, ValueError) as err:
         return fail("tether run", err, as_json=args.json)
     return drive(built, args.question, args, agent=str(af.path))
-
-
-def _responder(mode: str) -> Any:
-    from tether.cli._commands.mcp import responder_for
-
-    return responder_for(mode)
-
-
-def _consent(mode: str) -> Any:
-    from tether.cli._commands.mcp import consent_for
-
-    return consent_for(mode)
 
 
 def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) -> int:
@@ -381,6 +310,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.agents._spec import LimitsSpec
+    from tether.cli._commands._progress import show_text
     from tether.clisupport.output import fail
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import ConfigError
@@ -403,7 +333,7 @@ def run_scenario(args: argparse.Namespace) -> int:
             af = parse_agent(spec, base_dir=Path.cwd())
             from tether.agents._build import make_model
 
-            backend = make_model(af, on_delta=None if args.json else _show_delta())
+            backend = make_model(af, on_delta=None if args.json else show_text)
             if args.max_cost is not None and getattr(backend, "price", 1) is None:
                 raise ConfigError(f"--max-cost needs a price for {args.model}: pass --prices FILE")
             agent = replace(agent, model=backend)
@@ -440,7 +370,9 @@ def run_scenario(args: argparse.Namespace) -> int:
 
 def demo_main(argv: list[str], *, scenario: str) -> int:
     """``tether demo maintenance "QUESTION" [--model …]``: a scenario's agent on a question."""
-    parser = argparse.ArgumentParser(prog=f"tether demo {scenario}")
+    from tether.cli._main import Parser, parse
+
+    parser = Parser(prog=f"tether demo {scenario}")
     register(parser.add_subparsers(dest="command"))  # the `run` command's own options
-    args = parser.parse_args(["run", *argv, "--scenario", scenario])
-    return run(args)
+    args = parse(parser, ["run", *argv, "--scenario", scenario])
+    return args if isinstance(args, int) else run(args)

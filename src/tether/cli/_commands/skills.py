@@ -8,9 +8,12 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("skills", help="review agent skills (SKILL.md folders)", description="Agent skills.")
-    ssub = p.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
-    r = ssub.add_parser(
+    from tether.cli._commands._options import add_actions, add_json
+
+    _, actions = add_actions(
+        sub, "skills", dest="skills_command", help="review agent skills (SKILL.md folders)"
+    )
+    r = actions.add_parser(
         "review",
         help="show each skill's name, description, files, digest and flagged lines",
         description="Review the skills under FOLDER (a skill folder, or a folder of skill folders). "
@@ -18,7 +21,7 @@ def register(sub: Any) -> None:
         "any later change to its files changes the digest and refuses it again.",
     )
     r.add_argument("folder", type=Path)
-    r.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(r)
     r.set_defaults(handler=review)
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("trace", help="inspect run traces", description="Inspect run traces.")
-    tsub = p.add_subparsers(dest="trace_command", metavar="ACTION", required=True)
-    s = tsub.add_parser(
+    from tether.cli._commands._options import add_actions, add_json
+
+    _, actions = add_actions(sub, "trace", dest="trace_command", help="inspect run traces")
+    s = actions.add_parser(
         "stats",
         help="per-run figures: requests, tokens, prefix reuse, compressions",
         description="Figures of one run from its trace. RUN is a run id (looked up in --dir) "
@@ -24,7 +25,7 @@ def register(sub: Any) -> None:
         default=Path("tether-output/traces"),
         help="trace folder (default ./tether-output/traces)",
     )
-    s.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    add_json(s)
     s.set_defaults(handler=stats)
 
 

@@ -21,9 +21,12 @@ def default_users_db() -> Path:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("users", help="console accounts: people, roles per tenant, API tokens")
+    from tether.cli._commands._options import add_actions, add_json
+
+    p, acts = add_actions(
+        sub, "users", dest="action", help="console accounts: people, roles per tenant, API tokens"
+    )
     p.add_argument("--db", type=Path, default=None, help=f"user store (default {default_users_db()})")
-    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = acts.add_parser("add", help="create a person (asks for a password)")
     add.add_argument("name")
     add.add_argument("--tenant", action="append", default=[], help="tenant for --role (repeatable; * = all)")
@@ -52,8 +55,8 @@ def register(sub: Any) -> None:
     en = acts.add_parser("enable", help="let a disabled person sign in again (tokens stay revoked)")
     en.add_argument("name")
     acts.add_parser("list", help="people and their roles")
-    for a in (add, grant, revoke, token, tokens, rt, pw, dis, en):
-        a.add_argument("--json", action="store_true")
+    for action in acts.choices.values():
+        add_json(action)
     p.set_defaults(handler=run)
 
 
@@ -69,23 +72,22 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
-    from tether.console._users import CLIENT, AuthError, UserStore
+    from tether.clisupport.output import emit_json, fail
 
+    command, as_json = f"tether users {args.action}", args.json
+    try:
+        from tether.console._users import CLIENT, AuthError, UserStore
+    except ImportError as err:
+        need = f"needs the console extra: pip install 'tether[console]' ({err.name} missing)"
+        return fail(command, need, as_json=as_json)
     CLIENT.set("cli")  # every audit entry below records where it came from
     store = UserStore(args.db or default_users_db())
-    as_json = getattr(args, "json", False)
     try:
         out = _act(store, args, as_json)
         if out is None:  # already printed
             return 0
     except (AuthError, ValueError) as err:
-        reason = getattr(err, "reason", "invalid")
-        if as_json:
-            emit_json({"error": reason, "message": str(err)}, exit=1)
-        else:
-            print(f"refused: {reason}: {err}", file=sys.stderr)
-        return 1
+        return fail(command, err, as_json=as_json)
     finally:
         store.close()
     if as_json:
@@ -123,9 +125,10 @@ def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str,
     if args.action == "tokens":
         return _tokens(store, args.name, as_json)
     if args.action == "revoke-token":
-        out = {"token_id": args.token_id, "revoked": store.revoke_token(args.token_id)}
+        if not store.revoke_token(args.token_id):  # a mistyped id must not read as done
+            raise ValueError(f"no token {args.token_id!r} (tether users tokens lists them)")
         store.audit("cli", "token_revoke", target=args.token_id)
-        return out
+        return {"token_id": args.token_id, "revoked": True}
     if args.action == "password":
         store.set_password(args.name, _password(args))
         store.audit("cli", "password", target=args.name, detail="sessions ended, API tokens revoked")
@@ -134,8 +137,7 @@ def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str,
         store.set_disabled(args.name, args.action == "disable")
         store.audit("cli", f"user_{args.action}", target=args.name)
         return {"user": args.name, "disabled": args.action == "disable"}
-    _list_users(store)
-    return None
+    return _list_users(store, as_json)
 
 
 def _tokens(store: UserStore, name: str | None, as_json: bool) -> dict[str, Any] | None:
@@ -152,7 +154,7 @@ def _tokens(store: UserStore, name: str | None, as_json: bool) -> dict[str, Any]
     return {"tokens": rows}
 
 
-def _list_users(store: UserStore) -> None:
+def _list_users(store: UserStore, as_json: bool) -> dict[str, Any] | None:
     from tether.clisupport.output import table
 
     rows = [
@@ -163,4 +165,7 @@ def _list_users(store: UserStore) -> None:
         }
         for u in store.users()
     ]
+    if as_json:
+        return {"users": rows}
     print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")
+    return None

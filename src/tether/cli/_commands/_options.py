@@ -1,0 +1,107 @@
+"""The options more than one command takes, each declared once: ``--json``, ``--db`` before or
+after the action, ``--scenario``, ``--out``, and the model and output groups of the commands
+that run an agent (``tether run``, ``tether mcp run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_actions",
+    "add_db",
+    "add_json",
+    "add_model_options",
+    "add_out",
+    "add_output_options",
+    "add_resolve",
+    "add_scenario",
+]
+
+JSON_HELP = "print one JSON object as the last line"
+
+
+def add_json(p: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
+    p.add_argument("--json", action="store_true", help=help)
+
+
+def add_actions(
+    sub: Any, name: str, *, dest: str, help: str, metavar: str = "ACTION", **kw: Any
+) -> tuple[argparse.ArgumentParser, Any]:
+    """Command ``name`` whose next word is an action (``tether NAME ACTION …``): its parser and
+    the action sub-parsers, one of which is required. Its description is its help unless ``kw``
+    gives one."""
+    kw.setdefault("description", f"{help[0].upper()}{help[1:]}.")
+    p = sub.add_parser(name, help=help, **kw)
+    return p, p.add_subparsers(dest=dest, metavar=metavar, required=True)
+
+
+def add_db(parser: argparse.ArgumentParser, actions: Any, help: str) -> None:
+    """``--db`` before the action (``tether approvals --db X list``) and after it (``tether
+    approvals list --db X``), on every action of ``parser``. SUPPRESS keeps a value given before
+    the action from being reset by the action's own default."""
+    parser.add_argument("--db", default=None, help=help)
+    for action in actions.choices.values():
+        action.add_argument("--db", default=argparse.SUPPRESS, help=help)
+
+
+def add_resolve(actions: Any, help: str) -> None:
+    """The ``resolve`` action: a person records what became of an escalated effect."""
+    r = actions.add_parser("resolve", help=help)
+    r.add_argument("key", help="idempotency key of the ledger entry")
+    r.add_argument("--happened", choices=("yes", "no"), required=True)
+    r.add_argument("--reviewer", default=None, help="who resolves it (default: $USER)")
+    r.add_argument("--note", default="")
+
+
+def add_scenario(p: argparse.ArgumentParser, help: str) -> None:
+    p.add_argument("--scenario", metavar="NAME", help=help)
+
+
+def add_out(p: argparse.ArgumentParser, help: str, default: str = "tether-output") -> None:
+    p.add_argument("--out", type=Path, default=Path(default), help=help)
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """The model and budget options of `tether run` and `tether mcp run`."""
+    g = p.add_argument_group("model (overrides the agent file)")
+    g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
+    g.add_argument(
+        "--provider",
+        choices=("openai-chat", "openai-responses", "anthropic"),
+        help="the model's protocol (default: the agent file's, else openai-chat)",
+    )
+    g.add_argument("--base-url", help="the API's base URL (default $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL)")
+    g.add_argument(
+        "--api-key-env",
+        help="environment variable holding the API key (default OPENAI_API_KEY, ANTHROPIC_API_KEY for "
+        "anthropic; the key itself is never printed, traced or recorded)",
+    )
+    g.add_argument(
+        "--no-stream", action="store_true", help="whole responses, even if the agent file asks for a stream"
+    )
+    g.add_argument(
+        "--reasoning",
+        choices=("drop", "keep", "since_last_user"),
+        help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
+    )
+    g.add_argument(
+        "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
+    )
+    g.add_argument("--rate", type=float, help="requests per second to the model backend (shared bucket)")
+    g.add_argument("--max-llm-calls", type=int, help="LLM-call budget for this invocation")
+    g.add_argument("--max-tokens", type=int, help="token budget (prompt + completion, all calls)")
+    g.add_argument("--max-cost", type=float, help="cost budget in USD (the model must be priced)")
+    g.add_argument("--deadline", type=float, help="deadline in seconds")
+
+
+def add_output_options(p: argparse.ArgumentParser) -> None:
+    add_json(p, "one JSON object as the last line; no progress")
+    p.add_argument("--show-results", action="store_true", help="print every tool result in full")
+    p.add_argument(
+        "--trace-results",
+        action="store_true",
+        help="store every tool result's content (redacted) beside the trace: <run>.results.jsonl",
+    )
