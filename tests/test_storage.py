@@ -26,6 +26,7 @@ import anyio
 import pytest
 
 import tether
+from tether.errors import ConfigError
 from tether.mcp._pauses import Pauses, PauseStore
 from tether.mcp._pinning import Pins, PinStore, ToolCheck
 from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
@@ -242,6 +243,20 @@ def test_every_store_is_built_on_the_shared_database_with_the_same_settings(
     concern = {"ledger": "approvals"}.get(name, name)
     count = db.run(lambda c: c.exec_driver_sql("SELECT count(*) FROM _migrations").scalar())
     assert count == len(MIGRATIONS[concern])
+
+
+def test_a_path_that_is_not_a_sqlite_file_is_a_configuration_error_naming_it(tmp_path: Path) -> None:
+    folder, text = tmp_path / "stores", tmp_path / "notes.db"
+    folder.mkdir()
+    text.write_text("minutes of the meeting, not a database\n" * 20)
+    for bad, why in ((folder, "is a folder"), (text, "is not a SQLite database")):
+        with pytest.raises(ConfigError, match=why) as caught:
+            SqliteApprovalStore(bad)
+        assert str(bad) in str(caught.value)
+    assert text.read_text().startswith("minutes of the meeting")  # left as it was
+    good = SqliteApprovalStore(tmp_path / "approvals.db")  # a new path is still created
+    good.close()
+    assert (tmp_path / "approvals.db").exists()
 
 
 async def test_a_store_closes_only_the_database_it_opened(tmp_path: Path) -> None:

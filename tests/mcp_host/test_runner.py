@@ -18,8 +18,17 @@ def test_script_steps_parse_calls_parallel_calls_and_a_final_answer() -> None:
     assert one.calls == (("a__x", {"k": 1}),)
     assert both.calls == (("a__x", {}), ("b__y", {"q": "z"}))
     assert end.final == "done" and end.calls == ()
-    with pytest.raises(ValueError, match="script step"):
-        ScriptStep.parse({"tool": "a__x"})
+    assert ScriptStep.parse({"call": "a__x", "arguments": None}).calls == (("a__x", {}),)
+    # A mistyped key or value is refused, never read as a call without arguments.
+    for bad in (
+        {"tool": "a__x"},
+        {"call": "a__x", "argumnts": {"k": 1}},
+        {"call": "a__x", "arguments": "k=1"},
+        {"final": "done", "call": "a__x"},
+        {"final": 3},
+    ):
+        with pytest.raises(ValueError, match="script step"):
+            ScriptStep.parse(bad)
 
 
 def test_the_stand_in_obeys_injected_calls_once_then_follows_its_script() -> None:

@@ -45,16 +45,21 @@ class ScriptStep:
 
     @classmethod
     def parse(cls, item: Any) -> ScriptStep:
+        shape = "a script step is {call: NAME, arguments: {...}}, a list of those, or {final: TEXT}"
         if isinstance(item, dict) and "final" in item:
-            return cls(final=str(item["final"]))
+            if set(item) != {"final"} or not isinstance(item["final"], str):
+                raise ValueError(f"{shape}: {item!r}")
+            return cls(final=item["final"])
         items = item if isinstance(item, list) else [item]
         calls = []
         for c in items:
-            if not isinstance(c, dict) or not isinstance(c.get("call"), str):
-                raise ValueError(
-                    f"a script step is {{call: NAME, arguments: {{...}}}} or {{final: TEXT}}: {c!r}"
-                )
-            calls.append((c["call"], dict(c.get("arguments") or {})))
+            well_formed = isinstance(c, dict) and isinstance(c.get("call"), str)
+            if not well_formed or set(c) - {"call", "arguments"}:
+                raise ValueError(f"{shape}: {c!r}")
+            arguments = c.get("arguments") or {}  # (``arguments:`` left empty in YAML is none)
+            if not isinstance(arguments, dict):  # a mistyped key or value is an error, never {}
+                raise ValueError(f"{shape}; arguments must be a mapping: {c!r}")
+            calls.append((c["call"], dict(arguments)))
         return cls(calls=tuple(calls))
 
 

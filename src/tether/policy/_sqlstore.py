@@ -262,7 +262,7 @@ class SqlApprovalStore(SqlStore):
                 raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
             if current.status not in allowed_from:
                 raise ApprovalError(
-                    f"already_{current.status}", f"proposal {proposal_id} is {current.status}; cannot {to}"
+                    f"already_{current.status}", f"proposal {proposal_id} is {current.status}; it cannot become {to}"
                 )
             values = {
                 "b_id": proposal_id,

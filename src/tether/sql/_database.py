@@ -44,6 +44,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool, StaticPool
 
+from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
@@ -140,6 +141,8 @@ class Database:
         if busy_timeout_s < 0 or pool_size < 1:
             raise ValueError("busy_timeout_s must be >= 0 and pool_size >= 1")
         file = Path(path)
+        if file.is_dir():
+            raise ConfigError(f"{file} is a folder, not a SQLite database file")
         file.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             f"sqlite:///{file}",
@@ -155,6 +158,9 @@ class Database:
         raw = sqlite3.connect(file, timeout=busy_timeout_s)
         try:
             raw.execute("PRAGMA journal_mode=WAL")  # persistent: recorded in the file itself
+        except sqlite3.DatabaseError as err:
+            engine.dispose()
+            raise ConfigError(f"{file} is not a SQLite database file ({err})") from err
         finally:
             raw.close()
         return db
