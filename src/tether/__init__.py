@@ -3,7 +3,9 @@
 # Names are imported on first use (PEP 562), so ``import tether`` — and ``tether --help`` —
 # does not pay for pydantic, the MCP SDK or the host until they are needed. To export a
 # name, add it to the TYPE_CHECKING imports, ``_EXPORTS`` and ``__all__`` (a test pins them).
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tether.core._exports import lazy_exports
 
 if TYPE_CHECKING:
     from tether.core.stop import Limits, StopReason
@@ -101,16 +103,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tether' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
