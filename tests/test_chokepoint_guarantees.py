@@ -78,6 +78,7 @@ class World:
     reads: list[str] = field(default_factory=list)
     crash: CrashAfterEffect = field(default_factory=CrashAfterEffect)
     outage: int = 0  # the item store is down for this many more reads (an unavailable dependency)
+    die_mid_write: bool = False  # the next write kills the 'process' after its effect, before its outcome
 
     def host(
         self,
@@ -95,6 +96,9 @@ class World:
         ) -> dict[str, Any]:
             """Write a note (a side effect)."""
             world.writes.append(note)
+            if world.die_mid_write:
+                world.die_mid_write = False
+                raise SimulatedCrash()
             return {"written": note, "key": ctx.idempotency_key}
 
         @tool(target=Target("item_id", "item"))
@@ -143,6 +147,7 @@ class Outcome:
     events: list[TraceEvent]
     observations: list[Any]
     run_id: str = ""
+    pending: list[str] = field(default_factory=list)  # the proposals a paused run waits for
 
     def kinds(self) -> list[str]:
         return [str(e.kind) for e in self.events]
@@ -164,7 +169,9 @@ def _once_then_answer(calls: tuple[ToolCall, ...]) -> FunctionModel:
 
 
 def _result(r: Any) -> Outcome:
-    return Outcome(str(r.stop_reason), list(r.events), list(r.observations), r.run_id)
+    return Outcome(
+        str(r.stop_reason), list(r.events), list(r.observations), r.run_id, list(r.pending_proposals)
+    )
 
 
 # -- the entry points ----------------------------------------------------------------------------
@@ -929,3 +936,90 @@ def test_recalled_memory_reaches_the_model_labelled_untrusted_and_cleaned(
         assert "observed_at=" in block and 'confidence="user_stated"' in block
     assert "\u200b" not in shown and "https://evil.example" not in shown  # cleaned like a tool result
     assert "a1 ships today" in shown and "a2 is fragile" in shown  # the records' own words still read
+
+
+def _died(err: BaseException) -> bool:
+    """Whether ``err`` is the simulated death of the process (alone, or from a task group)."""
+    if isinstance(err, BaseExceptionGroup):
+        return err.subgroup(SimulatedCrash) is not None
+    return isinstance(err, SimulatedCrash)
+
+
+@pytest.mark.parametrize("entry_cls", RESUMABLE, ids=[e.name for e in RESUMABLE])
+def test_an_effect_of_unknown_outcome_pauses_the_run_checkpointed_and_never_runs_again(
+    world: World, entry_cls: Any
+) -> None:
+    entry = entry_cls()
+    host = world.host()
+    assert host.approvals is not None
+    store = host.approvals.store
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> tuple[Outcome, Outcome, Outcome]:
+        # One turn: a read and a write that needs a person. Nothing of it runs before approval.
+        calls = [("read_item", {"item_id": "a1"}), ("write_note", {"note": "hello"})]
+        first = await entry.first(host, calls, TENANT)
+        seen["approved"] = await world.approve_all(host)
+        assert world.reads == [] and world.writes == []
+        world.die_mid_write = True
+        with pytest.raises(BaseException) as died:  # the note was written, then the process died
+            await entry.again(host, TENANT)
+        assert _died(died.value) and world.writes == ["hello"], died.value
+        seen["reads"] = list(world.reads)
+        # Whether the note was written is unknown: the run pauses for a person, with the turn's
+        # read kept in its checkpoint; the write is not made again, however often it is resumed.
+        return first, await entry.again(host, TENANT), await entry.again(host, TENANT)
+
+    first, unknown, again = _run(_closing(host, scenario()))
+    assert first.stop_reason == "approval_required" and "run_paused" in first.kinds(), first.kinds()
+    if entry_cls is AgentEntry:
+        assert first.pending == seen["approved"]  # the result names the proposal the run waits for
+    assert unknown.stop_reason == again.stop_reason == "approval_required", unknown.kinds()
+    assert world.writes == ["hello"], "an effect of unknown outcome ran again"
+    assert world.reads == [*seen["reads"], "a1"], "the paused turn's read was not kept in its checkpoint"
+    paused = [e for e in unknown.events if str(e.kind) == "run_paused" and e.data.get("problems")]
+    assert paused and "outcome_unknown" in paused[-1].data["problems"][0], unknown.kinds()
+    cp = blocking(store.load_checkpoint, entry.run_id)
+    assert cp is not None and (cp.status, cp.stop_reason) == ("paused", "approval_required")
+
+
+@pytest.mark.parametrize("entry_cls", MODEL_DRIVEN, ids=[e.name for e in MODEL_DRIVEN])
+def test_the_note_the_host_writes_for_a_denied_call_is_labelled_as_its_own(
+    world: World, entry_cls: Any
+) -> None:
+    entry = entry_cls()
+    host = world.host(Policy(deny={"write_note"}, catalog=CATALOG))
+    host.on_denied = "continue"  # the model reads why the call did not run, and goes on
+    calls = [("write_note", {"note": "x"}), ("read_item", {"item_id": "a1"})]
+    out = _run(_closing(host, entry.first(host, calls, TENANT)))
+    assert out.stop_reason == "accepted", out.kinds()
+    assert world.writes == [] and world.reads == ["a1"]  # the allowed call of the turn still ran
+    [note] = _model_read(entry, "write_note")
+    assert 'source="host"' in note and 'trust="trusted"' in note and "denied by policy" in note
+    [read] = _model_read(entry, "read_item")  # the tool's text stays untrusted
+    assert 'trust="untrusted"' in read and "contents of a1" in read
+
+
+# Entry points whose runs checkpoint a pause (the desk and the MCP resume keep no run state).
+CHECKPOINTED = [AgentEntry, WorkflowEntry, PlanEntry, SubagentEntry, DurableEntry]
+
+
+@pytest.mark.parametrize("entry_cls", CHECKPOINTED, ids=[e.name for e in CHECKPOINTED])
+def test_a_run_whose_proposal_a_person_denies_ends_for_good(world: World, entry_cls: Any) -> None:
+    entry = entry_cls()
+    host = world.host()
+    assert host.approvals is not None
+    approvals, store = host.approvals, host.approvals.store
+
+    async def scenario() -> Outcome:
+        first = await entry.first(host, [("write_note", {"note": "hello"})], TENANT)
+        assert first.stop_reason == "approval_required", first.kinds()
+        [pending] = [p for p in await store.list_proposals() if str(p.status) == "pending"]
+        await approvals.deny(Reviewer("rita", tenants=frozenset({"tenant-a"})), pending.id, reason="no")
+        return await entry.again(host, TENANT)
+
+    denied = _run(_closing(host, scenario()))
+    assert denied.stop_reason == "approval_denied", denied.kinds()
+    assert world.writes == []
+    cp = blocking(store.load_checkpoint, entry.run_id)
+    assert cp is not None and (cp.status, cp.stop_reason) == ("finished", "approval_denied")
