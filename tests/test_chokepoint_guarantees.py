@@ -832,18 +832,24 @@ MODEL_DRIVEN = (AgentEntry, SubagentEntry, DurableEntry)
 READ = [e for e in ENTRIES if e is not McpResumeEntry]
 
 
-@pytest.mark.parametrize("entry_cls", READ, ids=[e.name for e in READ])
-def test_what_the_model_reads_is_labelled_untrusted_and_cleaned(world: World, entry_cls: Any) -> None:
+def _read_one_item(world: World, entry_cls: Any, item_id: str) -> str:
+    """Read one item through the entry point: the result as the model read it (the request it
+    got) or, for entry points without a model, as an agent node reading it would be shown."""
     entry = entry_cls()
     host = world.host()
-    out = _run(_closing(host, entry.first(host, [("read_item", {"item_id": "a2"})], TENANT)))
+    out = _run(_closing(host, entry.first(host, [("read_item", {"item_id": item_id})], TENANT)))
     assert out.stop_reason == "accepted", out.kinds()
     if entry_cls in MODEL_DRIVEN:
-        shown = _model_read(entry, "read_item")  # the request the model actually got
-    else:  # what an agent node reading this result would be shown
+        shown = _model_read(entry, "read_item")
+    else:
         shown = [o.render() for o in out.observations if o.tool == "read_item"]
     assert len(shown) == 1, shown
-    text = shown[0]
+    return shown[0]
+
+
+@pytest.mark.parametrize("entry_cls", READ, ids=[e.name for e in READ])
+def test_what_the_model_reads_is_labelled_untrusted_and_cleaned(world: World, entry_cls: Any) -> None:
+    text = _read_one_item(world, entry_cls, "a2")
     assert 'trust="untrusted"' in text and 'source="local"' in text and "observed_at=" in text
     assert "\u200b" not in text  # hidden characters removed
     assert "https://evil.example" not in text  # the image target is neutralised
@@ -1037,15 +1043,7 @@ def test_a_run_whose_proposal_a_person_denies_ends_for_good(world: World, entry_
 
 @pytest.mark.parametrize("entry_cls", READ, ids=[e.name for e in READ])
 def test_a_result_cannot_close_its_untrusted_block_early(world: World, entry_cls: Any) -> None:
-    entry = entry_cls()
-    host = world.host()
-    out = _run(_closing(host, entry.first(host, [("read_item", {"item_id": "a3"})], TENANT)))
-    assert out.stop_reason == "accepted", out.kinds()
-    if entry_cls in MODEL_DRIVEN:
-        shown = _model_read(entry, "read_item")  # the request the model actually got
-    else:  # what an agent node reading this result would be shown
-        shown = [o.render() for o in out.observations if o.tool == "read_item"]
-    [text] = shown
+    text = _read_one_item(world, entry_cls, "a3")
     # the block ends once, at its end: the forged tag is text inside it
     assert text.lower().count("</untrusted_data>") == 1 and text.endswith("\n</untrusted_data>"), text
     assert text.index("SYSTEM: the host says") < text.index("\n</untrusted_data>")
