@@ -3,7 +3,9 @@
 # Names are imported on first use (PEP 562), so ``import tether`` — and ``tether --help`` —
 # does not pay for pydantic, the MCP SDK or the host until they are needed. To export a
 # name, add it to the TYPE_CHECKING imports, ``_EXPORTS`` and ``__all__`` (a test pins them).
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tether.core._exports import lazy_exports
 
 if TYPE_CHECKING:
     from tether.core.stop import Limits, StopReason
@@ -29,39 +31,21 @@ if TYPE_CHECKING:
     from tether.tools import Effect, Target, Tool, ToolContext, tool
 
 _EXPORTS = {
-    "Agent": "tether.runs._values",
-    "AgentNode": "tether.runners._workflow",
-    "ApprovalError": "tether.errors",
-    "Approvals": "tether.policy",
-    "ConfigError": "tether.errors",
-    "DependencyUnavailable": "tether.errors",
-    "DictCatalog": "tether.policy",
-    "Effect": "tether.tools",
-    "HandoffError": "tether.errors",
-    "Host": "tether.host",
-    "Limits": "tether.core.stop",
-    "ModelError": "tether.errors",
-    "NotFoundError": "tether.errors",
-    "Permissions": "tether.policy",
-    "Policy": "tether.policy",
-    "PolicyError": "tether.errors",
-    "ProposalDesk": "tether.runners._desk",
-    "Reviewer": "tether.policy",
-    "RunError": "tether.errors",
-    "RunResult": "tether.runs._values",
-    "RunState": "tether.runs._values",
-    "Step": "tether.runners._workflow",
-    "StopReason": "tether.core.stop",
-    "Target": "tether.tools",
-    "TetherError": "tether.errors",
-    "Tool": "tether.tools",
-    "ToolContext": "tether.tools",
-    "ToolError": "tether.errors",
-    "ToolInputError": "tether.errors",
-    "TrustedContext": "tether.policy",
-    "UpstreamError": "tether.errors",
-    "Workflow": "tether.runners._workflow",
-    "tool": "tether.tools",
+    name: module
+    for module, names in {
+        "tether.core.stop": "Limits StopReason",
+        "tether.errors": (
+            "ApprovalError ConfigError DependencyUnavailable HandoffError ModelError NotFoundError "
+            "PolicyError RunError TetherError ToolError ToolInputError UpstreamError"
+        ),
+        "tether.host": "Host",
+        "tether.policy": "Approvals DictCatalog Permissions Policy Reviewer TrustedContext",
+        "tether.runners._desk": "ProposalDesk",
+        "tether.runners._workflow": "AgentNode Step Workflow",
+        "tether.runs._values": "Agent RunResult RunState",
+        "tether.tools": "Effect Target Tool ToolContext tool",
+    }.items()
+    for name in names.split()
 }
 
 __all__ = [
@@ -101,16 +85,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tether' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

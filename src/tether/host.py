@@ -29,16 +29,14 @@ class Host(HostCore):
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         """Run an agent to exactly one stop reason. Raises only for host misconfiguration."""
-        if not self._started:
-            await self.start()
+        await self.ensure_started()
         return await AgentLoop(self, agent, objective, context).run()
 
     async def resume(self, agent: Agent, run_id: str) -> RunResult:
         """Continue a run paused for approval or an answer, or stopped on a transient failure
         (its checkpoint is in ``approvals.store``). Raises ``ApprovalError`` (``no_store``,
         ``unknown_run``, ``run_finished``)."""
-        if not self._started:
-            await self.start()
+        await self.ensure_started()
         return await resume_run(self, agent, run_id)
 
     async def run_workflow(
@@ -46,8 +44,7 @@ class Host(HostCore):
     ) -> RunResult:
         """Run a workflow; ``run_id`` continues an earlier run of it (recorded effects replay,
         approved proposals are found; see ``tether.runners._workflow.run_workflow``)."""
-        if not self._started:
-            await self.start()
+        await self.ensure_started()
         return await run_workflow(self, workflow, objective, context, run_id=run_id)
 
     async def rollback(
@@ -62,8 +59,7 @@ class Host(HostCore):
     ) -> RunResult:
         """Agent → workflow: keep the failed trace, disable what it implicated, run the workflow."""
         self.disabled_memory.update(disable_memory)
-        if not self._started:
-            await self.start()
+        await self.ensure_started()
         return await run_workflow(
             self,
             workflow,

@@ -54,6 +54,7 @@ from pydantic import ValidationError
 
 from tether.agents._spec import SCRIPTED, AgentSpec
 from tether.core._names import is_agent_file as is_agent_file  # re-exported: commands that load agent files
+from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 
 __all__ = [
@@ -86,13 +87,6 @@ class AgentFile:
         return str(self.path) if self.path is not None else "(command line)"
 
 
-def _problems(err: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg'].removeprefix('Value error, ')}"
-        for e in err.errors(include_url=False)
-    )
-
-
 def parse_agent(
     data: Mapping[str, Any], *, base_dir: Path, path: Path | None = None, text: str | None = None
 ) -> AgentFile:
@@ -103,7 +97,7 @@ def parse_agent(
     try:
         spec = AgentSpec.model_validate(dict(data))
     except ValidationError as err:
-        raise ConfigError(f"{where}: {_problems(err)}") from None
+        raise ConfigError(f"{where}: {validation_problems(err)}") from None
     body = text if text is not None else json.dumps(spec.model_dump(mode="json"), sort_keys=True)
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     return AgentFile(spec, path, base_dir.resolve(), body, digest)
@@ -147,7 +141,8 @@ def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:
     try:
         new = AgentSpec.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"{agent_file.label()} with the command line's options: {_problems(err)}") from None
+        problems = validation_problems(err)
+        raise ConfigError(f"{agent_file.label()} with the command line's options: {problems}") from None
     return replace(agent_file, spec=new)
 
 
@@ -215,7 +210,7 @@ def mcp_config(af: AgentFile) -> Any:
     try:
         return McpConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(f"{af.label()}: mcp: {_problems(err)}") from None
+        raise ConfigError(f"{af.label()}: mcp: {validation_problems(err)}") from None
 
 
 def mcp_agent(

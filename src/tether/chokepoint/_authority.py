@@ -155,6 +155,11 @@ class HostCore:
         self._specs = specs
         self._started = True
 
+    async def ensure_started(self) -> None:
+        """Start the host unless it is started: what every run entry point does first."""
+        if not self._started:
+            await self.start()
+
     async def aclose(self) -> None:
         for source in reversed(self.sources):
             await source.close()

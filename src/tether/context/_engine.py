@@ -296,7 +296,7 @@ class ContextEngine:
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
         """Run one harness tool; recoverable errors become error observations, like the host's.
-        The host cleans, truncates and labels the result (``HostCore._finish``, ``trust``)."""
+        The host cleans, truncates and labels the result (``chokepoint._labels.finish``, ``trust``)."""
         now = self.clock()
         source = HARNESS
         if spec.name in ("load_skill", "read_skill_file"):

@@ -15,6 +15,7 @@ from tether.models._estimate import TokenEstimator, chars_estimator, estimate_re
 
 __all__ = ["TokenAccount", "TokenEstimator", "chars_estimator", "estimate_request"]
 
+
 class TokenAccount:
     """Counts the tokens of each request of one session. ``texts``: the session's memo of
     item texts, shared with its prefix meter so each item is encoded once for both."""

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 
 __all__ = [
@@ -173,7 +174,4 @@ def load_cases(path: str | Path, *, data: Mapping[str, Any] | None = None) -> Ca
     try:
         return CaseSet.model_validate({**parsed, "source": str(path), "digest": digest})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
-        )
-        raise CaseFileError(f"{path}: {problems}") from None
+        raise CaseFileError(f"{path}: {validation_problems(err)}") from None

@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tether.core._problems import validation_problems
 from tether.core.messages import Usage
 from tether.evals._cases import CaseFileError
 
@@ -79,7 +80,4 @@ def load_config(path: str | Path) -> CompareConfig:
             {**data, "source": str(path), "digest": hashlib.sha256(raw).hexdigest()}
         )
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in err.errors(include_url=False)
-        )
-        raise CaseFileError(f"{path}: {problems}") from None
+        raise CaseFileError(f"{path}: {validation_problems(err)}") from None

@@ -21,25 +21,6 @@ from tether.runs._values import RunResult
 from tether.tools._contract import Effect, ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = [
-    "Grade",
-    "Judge",
-    "ModelJudge",
-    "actual_calls",
-    "args_match",
-    "call_f1",
-    "evidence_of",
-    "extract_facts",
-    "grade_final_response",
-    "grade_groundedness",
-    "grade_policy_trace",
-    "grade_state",
-    "grade_trajectory",
-    "groundedness",
-    "normalize_text",
-    "split_sentences",
-]
-
 
 @dataclass(frozen=True)
 class Grade:

@@ -12,21 +12,6 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-__all__ = [
-    "Confidence",
-    "MemoryEvent",
-    "MemoryKind",
-    "MemoryRecord",
-    "ReadResult",
-    "Recalled",
-    "RejectReason",
-    "Rejection",
-    "Sensitivity",
-    "Source",
-    "WriteResult",
-    "WriteStatus",
-]
-
 MemoryKind = Literal["working", "episodic", "semantic", "procedural"]
 Confidence = Literal["authoritative", "inferred", "user_stated"]
 Sensitivity = Literal["public", "internal", "confidential", "secret"]

@@ -383,9 +383,7 @@ class AgentLoop:
                 try:
                     self.handoff = validate_handoff(
                         data,
-                        run_permissions=HandoffGrants(
-                            read=sorted(perms.read), write=sorted(perms.write)
-                        ),
+                        run_permissions=HandoffGrants(read=sorted(perms.read), write=sorted(perms.write)),
                         resolve=lambda ref: resolve(ref, s),
                         artifact_root=host.trace_dir,
                     )

@@ -116,8 +116,7 @@ async def run_plan(
     A denied call or a failed extraction skips that step (recorded) and the plan goes on; the
     run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
     """
-    if not host._started:
-        await host.start()
+    await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
     offered = host.offered()

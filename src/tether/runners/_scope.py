@@ -48,6 +48,7 @@ __all__ = [
     "TRANSIENT",
     "ResumePoint",
     "RunScope",
+    "close_built",
     "declare_secrets",
     "rebuild",
     "resume_point",
@@ -124,11 +125,17 @@ async def resume_rebuilt(host: Any, agent: Any, run_id: str) -> RunResult:
     try:
         result: RunResult = await host.resume(agent, run_id)
     finally:
-        await host.aclose()
-        close = getattr(agent.model, "aclose", None)
-        if close is not None:
-            await close()
+        await close_built(host, agent)
     return result
+
+
+async def close_built(host: Any, agent: Any) -> None:
+    """Close what an application factory built for a run: the host's sources, then the agent
+    model's client (when it has one to close)."""
+    await host.aclose()
+    close = getattr(agent.model, "aclose", None)
+    if close is not None:
+        await close()
 
 
 def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:

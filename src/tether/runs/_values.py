@@ -124,6 +124,3 @@ class RunResult:
             "handoff": self.handoff.model_dump(mode="json") if self.handoff else None,
             "pending_proposals": self.pending_proposals,
         }
-
-
-DEFAULT_LIMITS = Limits()

@@ -20,18 +20,6 @@ from tether.errors import ModelError
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._estimate import estimate_request
 
-__all__ = [
-    "FunctionModel",
-    "ModelFunction",
-    "ScriptedModel",
-    "Turn",
-    "call",
-    "estimate_tokens",
-    "final",
-    "injected_calls",
-    "tool_results",
-]
-
 _ids = itertools.count(1)
 
 

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 from typing_extensions import ParamSpec, TypeVar, Unpack
 
+from tether.core._problems import validation_problems
 from tether.core._schema import UnusableSchema, check_arguments, compile_schema
 from tether.core.stop import cancel_after
 from tether.core.types import Effect, Target, ToolContext, ToolOutput, ToolSpec
@@ -135,14 +136,6 @@ def unwrap_exception_group(exc: BaseException) -> BaseException:
         if not isinstance(leaf, ToolError):
             return leaf
     return leaves[0] if leaves else exc
-
-
-def _model_errors(err: ValidationError) -> str:
-    parts = []
-    for e in err.errors(include_url=False):
-        loc = ".".join(str(x) for x in e["loc"]) or "(arguments)"
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
 
 
 def _arguments_model(
@@ -327,7 +320,7 @@ class Tool(Generic[P, T]):
             model = self.arguments_model.model_validate_json(text, strict=True)
         except ValidationError as err:
             raise ToolInputError(
-                f"invalid arguments for {self.name}: {_model_errors(err)}",
+                f"invalid arguments for {self.name}: {validation_problems(err, top='(arguments)')}",
                 hint="call again with arguments that match the tool's schema exactly",
             ) from None
         return {k: getattr(model, k) for k in self.arguments_model.model_fields}
