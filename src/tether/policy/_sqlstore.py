@@ -261,9 +261,8 @@ class SqlApprovalStore(SqlStore):
             if current is None:
                 raise ApprovalError("unknown_proposal", f"no proposal {proposal_id!r}")
             if current.status not in allowed_from:
-                raise ApprovalError(
-                    f"already_{current.status}", f"proposal {proposal_id} is {current.status}; it cannot become {to}"
-                )
+                why = f"proposal {proposal_id} is {current.status}; it cannot become {to}"
+                raise ApprovalError(f"already_{current.status}", why)
             values = {
                 "b_id": proposal_id,
                 "b_status": str(to),
