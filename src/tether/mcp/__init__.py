@@ -6,7 +6,9 @@ from a config file and running questions over it is ``tether.mcphost``.
 
 # Names are imported on first use (PEP 562): a review connects its one server without loading
 # the MCP SDK before the server process is already starting.
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tether.core._exports import lazy_exports
 
 if TYPE_CHECKING:
     from tether.mcp._approve import ServerReview, approve_server, review_server
@@ -65,16 +67,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tether.mcp' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

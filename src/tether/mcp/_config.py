@@ -40,6 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
@@ -241,8 +242,4 @@ def load_config(path: str | Path) -> McpConfig:
     try:
         return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
     except ValidationError as err:
-        problems = "; ".join(
-            f"{'.'.join(str(x) for x in e['loc']) or '(top)'}: {e['msg']}"
-            for e in err.errors(include_url=False)
-        )
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {validation_problems(err)}") from None

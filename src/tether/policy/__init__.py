@@ -5,8 +5,9 @@ client such as ``tether submit`` needs) does not load the rules, the desk and th
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tether.core._exports import lazy_exports
 
 if TYPE_CHECKING:
     from tether.policy._approvals import (
@@ -143,9 +144,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'tether.policy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tether.policy._{_WHERE[name]}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"tether.policy._{mod}" for name, mod in _WHERE.items()})

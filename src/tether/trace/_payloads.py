@@ -10,6 +10,7 @@ from typing import Any, Required
 from pydantic import ConfigDict, TypeAdapter, ValidationError, with_config
 from typing_extensions import TypedDict
 
+from tether.core._problems import validation_problems
 from tether.trace._events import EventKind, TraceSchemaError
 
 __all__ = ["FIELDS", "PAYLOADS", "check_payload"]
@@ -519,5 +520,4 @@ def check_payload(kind: EventKind, data: dict[str, Any]) -> None:
     try:
         _adapter(kind).validate_python(data)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise TraceSchemaError(f"{kind} event: {problems}") from None
+        raise TraceSchemaError(f"{kind} event: {validation_problems(err)}") from None
