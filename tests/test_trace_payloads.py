@@ -39,6 +39,7 @@ DYNAMIC_SITES = {
     "runners/_workflow.py": "the rollback's description of the failed run",
     "runners/_scope.py": "the runner's description of itself in run_started (agent and model, or workflow)",
     "chokepoint/_calls.py": "what cleaning found in a result (tool_observation's cleaned)",
+    "mcp/_results.py": "the one home of mcp_result_rejected: each caller's detail of what it refused",
 }
 
 
