@@ -17,7 +17,7 @@ will not (401, 400, …). ``call_with_retries`` owns the rest, once for every ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
     from tether.models._base import ModelResponse
 
-__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries", "retry_after", "status_error"]
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries"]
 
 T = TypeVar("T")
 
@@ -63,34 +63,6 @@ class Retryable(Exception):
         super().__init__(detail)
         self.kind = kind
         self.retry_after = retry_after
-
-
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
-    an HTTP date falls back to our own backoff)."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            continue
-        if seconds >= 0:
-            return seconds
-    return None
-
-
-def status_error(label: str, status: int, message: str, headers: Mapping[str, str]) -> Exception:
-    """The error for an HTTP error answer: ``Retryable`` for 429, 408, 409 and 5xx (529
-    ``overloaded_error`` included), ``ModelError`` for every other status."""
-    detail = f"HTTP {status}: {message}"
-    if status == 429:
-        return Retryable("rate_limited", detail, retry_after(headers))
-    if status >= 500 or status in (408, 409):
-        kind = "overloaded" if status == 529 else "server_error"
-        return Retryable(kind, detail, retry_after(headers))
-    return ModelError(f"{label}: {detail}")
 
 
 async def call_with_retries(
