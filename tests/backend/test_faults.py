@@ -437,17 +437,19 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize("mode", ["stream", "whole"])
+def cases(faults: list[Fault]) -> list[Any]:
+    """Each fault in each mode it applies to."""
+    return [pytest.param(f, mode, id=f"{f.name}-{mode}") for f in faults for mode in f.modes]
+
+
 @pytest.mark.parametrize("transport", ["http", "sdk"])
 @pytest.mark.parametrize("protocol", sorted(PROTOS))
-@pytest.mark.parametrize("fault", FAULTS, ids=_IDS)
+@pytest.mark.parametrize(("fault", "mode"), cases(FAULTS))
 async def test_every_fault_ends_honestly(
     tmp_path: Path, fault: Fault, protocol: str, transport: str, mode: str
 ) -> None:
     p = PROTOS[protocol]
     stream = mode == "stream"
-    if mode not in fault.modes:
-        pytest.skip(f"{fault.name} is a {'/'.join(fault.modes)} fault")
     with p.server(lambda request, index: Reply()) as server:
         replies = fault.replies(p, stream)
         if replies is None:
@@ -476,17 +478,14 @@ async def test_every_fault_ends_honestly(
 RETRIED = [f for f in FAULTS if f.expected(PROTOS["openai-chat"]).retried]
 
 
-@pytest.mark.parametrize("mode", ["stream", "whole"])
 @pytest.mark.parametrize("transport", ["http", "sdk"])
 @pytest.mark.parametrize("protocol", sorted(PROTOS))
-@pytest.mark.parametrize("fault", RETRIED, ids=[f.name for f in RETRIED])
+@pytest.mark.parametrize(("fault", "mode"), cases(RETRIED))
 async def test_a_retried_fault_then_a_good_answer_is_accepted(
     tmp_path: Path, fault: Fault, protocol: str, transport: str, mode: str
 ) -> None:
     p = PROTOS[protocol]
     stream = mode == "stream"
-    if mode not in fault.modes:
-        pytest.skip(f"{fault.name} is a {'/'.join(fault.modes)} fault")
     with p.server(lambda request, index: Reply()) as server:
         replies = fault.replies(p, stream)
         assert replies is not None
@@ -503,3 +502,29 @@ async def test_a_retried_fault_then_a_good_answer_is_accepted(
 def test_the_table_covers_each_kind_of_outcome() -> None:
     kinds = {f.expected(PROTOS["anthropic"]).stop for f in FAULTS}
     assert kinds == {StopReason.ACCEPTED, StopReason.MODEL_ERROR, StopReason.MODEL_REFUSED}
+
+
+@pytest.mark.parametrize("mode", ["stream", "whole"])
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+@pytest.mark.parametrize("protocol", sorted(PROTOS))
+async def test_an_answer_past_max_response_bytes_is_refused_and_one_under_it_accepted(
+    tmp_path: Path, protocol: str, transport: str, mode: str
+) -> None:
+    p = PROTOS[protocol]
+    small, large = "s" * 10_000 + ANSWER, "x" * 300_000  # a Responses stream repeats its text 5 times
+    with p.server(scripted([Reply.text(large), Reply.text(small)])) as server:
+        model = backend(
+            p,
+            server.url,
+            stream=mode == "stream",
+            transport=transport,
+            timeout_s=5,
+            max_response_bytes=100_000,
+        )
+        refused = await run(tmp_path, model)
+        accepted = await run(tmp_path, model)
+        await model.aclose()
+        assert len(server.bodies()) == 2  # refused at once, not retried
+    assert refused.stop_reason is StopReason.MODEL_ERROR
+    assert "larger than max_response_bytes (100000 bytes)" in refused.detail
+    assert accepted.stop_reason is StopReason.ACCEPTED and accepted.answer == small
