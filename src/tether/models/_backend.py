@@ -251,6 +251,7 @@ class HTTPBackend(RetryingBackend):
         self.failures = Failures(model, self.api_key_env, key_set, self.base_url + self.path)
         self._sleep = sleep
         self._rand = rand
+        self._sdk_loaded: Any = None
         self._client = LoopClient(self._open_client)
         self.calls = 0
         self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
@@ -309,11 +310,14 @@ class HTTPBackend(RetryingBackend):
         )
 
     def _sdk_module(self) -> Any:
-        try:
-            return importlib.import_module(self.sdk[0])
-        except ImportError:  # pragma: no cover - depends on the installation
-            hint = f"pip install 'tether[{self.sdk[0]}]'"
-            raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+        """The SDK's module, imported on first use and kept (not looked up again per call)."""
+        if self._sdk_loaded is None:
+            try:
+                self._sdk_loaded = importlib.import_module(self.sdk[0])
+            except ImportError:  # pragma: no cover - depends on the installation
+                hint = f"pip install 'tether[{self.sdk[0]}]'"
+                raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+        return self._sdk_loaded
 
     def _sdk_client(self) -> Any:
         """The official SDK's client on our HTTP client, its retries off (retries are tether's:
@@ -334,7 +338,8 @@ class HTTPBackend(RetryingBackend):
         if self.transport == "sdk":
             from tether.models._sdk import post
 
-            return await post(self._sdk_module(), self._client.get(), self.path, body, self.failures)
+            client = self._client.get()
+            return await post(self._sdk_module(), client, self.path, body, self.failures)
         import httpx2
 
         try:

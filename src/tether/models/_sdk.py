@@ -42,12 +42,8 @@ async def post(sdk: Any, client: Any, path: str, body: bytes, failures: Failures
     import httpx2
 
     try:
-        return await client.post(
-            path,
-            cast_to=httpx2.Response,
-            content=body,
-            options={"headers": {"Content-Type": "application/json"}},
-            stream=True,
-        )
+        # No per-call options: the client's default headers already say Content-Type JSON, and
+        # every option given here is merged again into the request on each call.
+        return await client.post(path, cast_to=httpx2.Response, content=body, stream=True)
     except sdk.APIError as err:
         raise sdk_error(sdk, err, failures) from None
