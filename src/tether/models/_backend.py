@@ -429,23 +429,24 @@ class HTTPBackend(RetryingBackend):
 _NORMAL = ("stop", "tool_calls")
 
 
-async def _read(response: Any, limit: int) -> bytes:
-    """The whole body, decoded; ``ModelError`` past ``limit`` bytes (declared or received)."""
+async def _blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
+    """The body's blocks as they arrive, decoded; ``ModelError`` past ``limit`` bytes in all
+    (declared or received): an answer that large is refused, not held."""
     declared = response.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    parts: list[bytes] = []
-    total = 0
-    async for block in response.aiter_bytes():
-        total += len(block)
-        if total > limit:
-            raise _too_large(limit)
-        parts.append(block)
-    return b"".join(parts)
+    total = int(declared) if declared.isdigit() and int(declared) > limit else 0  # refused unread
+    if total <= limit:
+        async for block in response.aiter_bytes():
+            total += len(block)
+            if total > limit:
+                break
+            yield block
+    if total > limit:
+        raise ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
 
 
-def _too_large(limit: int) -> ModelError:
-    return ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
+async def _read(response: Any, limit: int) -> bytes:
+    """The whole body, decoded (``_blocks``)."""
+    return b"".join([block async for block in _blocks(response, limit)])
 
 
 async def _read_json(response: Any, limit: int) -> dict[str, Any]:
@@ -469,11 +470,7 @@ async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncItera
     than ``limit`` bytes in all is a ``ModelError``."""
     pending = b""
     data: list[bytes] = []
-    total = 0
-    async for block in response.aiter_bytes():
-        total += len(block)
-        if total > limit:
-            raise _too_large(limit)
+    async for block in _blocks(response, limit):
         pending += block
         if b"\r" in pending:
             held = pending.endswith(b"\r")  # its LF may be in the next block
