@@ -437,28 +437,44 @@ def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+async def exchange(
+    tmp_path: Path, wire: tuple[str, str], fault: Fault, mode: str, *, then_good: bool = False
+) -> tuple[Proto, Any, int]:
+    """A run against the server of ``wire``'s protocol answering as ``fault`` says (with
+    ``then_good``: its first answer, then a good exchange): the protocol, the result and the
+    number of requests the server got."""
+    protocol, transport = wire
+    p = PROTOS[protocol]
+    replies = fault.replies(p, mode == "stream")
+    if replies is None:
+        pytest.skip(f"{protocol} cannot send {fault.name} {mode}")
+    if then_good:
+        replies = [replies[0], Reply.calls(ORDER), Reply.text(ANSWER)]
+    with p.server(scripted(replies)) as server:
+        model = backend(
+            p, server.url, stream=mode == "stream", transport=transport, timeout_s=fault.timeout_s
+        )
+        result = await run(tmp_path, model)
+        await model.aclose()
+        return p, result, len(server.bodies())
+
+
+@pytest.fixture(params=[(p, t) for p in sorted(PROTOS) for t in ("http", "sdk")], ids="-".join)
+def wire(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """A protocol and a transport: plain httpx2 or the official SDK client."""
+    return request.param  # type: ignore[no-any-return]
+
+
 def cases(faults: list[Fault]) -> list[Any]:
     """Each fault in each mode it applies to."""
     return [pytest.param(f, mode, id=f"{f.name}-{mode}") for f in faults for mode in f.modes]
 
 
-@pytest.mark.parametrize("transport", ["http", "sdk"])
-@pytest.mark.parametrize("protocol", sorted(PROTOS))
 @pytest.mark.parametrize(("fault", "mode"), cases(FAULTS))
 async def test_every_fault_ends_honestly(
-    tmp_path: Path, fault: Fault, protocol: str, transport: str, mode: str
+    tmp_path: Path, fault: Fault, mode: str, wire: tuple[str, str]
 ) -> None:
-    p = PROTOS[protocol]
-    stream = mode == "stream"
-    with p.server(lambda request, index: Reply()) as server:
-        replies = fault.replies(p, stream)
-        if replies is None:
-            pytest.skip(f"{protocol} cannot send {fault.name} {mode}")
-        server.responder = scripted(replies)
-        model = backend(p, server.url, stream=stream, transport=transport, timeout_s=fault.timeout_s)
-        result = await run(tmp_path, model)
-        await model.aclose()
-        received = len(server.bodies())
+    p, result, received = await exchange(tmp_path, wire, fault, mode)
     expect = fault.expected(p)
     stops = [e.to_json() for e in result.events if str(e.kind) == "stop"]
     assert (result.stop_reason, received) == (expect.stop, expect.requests), result.detail
@@ -478,21 +494,11 @@ async def test_every_fault_ends_honestly(
 RETRIED = [f for f in FAULTS if f.expected(PROTOS["openai-chat"]).retried]
 
 
-@pytest.mark.parametrize("transport", ["http", "sdk"])
-@pytest.mark.parametrize("protocol", sorted(PROTOS))
 @pytest.mark.parametrize(("fault", "mode"), cases(RETRIED))
 async def test_a_retried_fault_then_a_good_answer_is_accepted(
-    tmp_path: Path, fault: Fault, protocol: str, transport: str, mode: str
+    tmp_path: Path, fault: Fault, mode: str, wire: tuple[str, str]
 ) -> None:
-    p = PROTOS[protocol]
-    stream = mode == "stream"
-    with p.server(lambda request, index: Reply()) as server:
-        replies = fault.replies(p, stream)
-        assert replies is not None
-        server.responder = scripted([replies[0], Reply.calls(ORDER), Reply.text(ANSWER)])
-        model = backend(p, server.url, stream=stream, transport=transport, timeout_s=fault.timeout_s)
-        result = await run(tmp_path, model)
-        await model.aclose()
+    _, result, _ = await exchange(tmp_path, wire, fault, mode, then_good=True)
     assert result.stop_reason is StopReason.ACCEPTED and result.answer == ANSWER, result.detail
     assert [c.status for c in result.calls] == ["ok"]
     first = next(e.to_json() for e in result.events if str(e.kind) == "model_response")

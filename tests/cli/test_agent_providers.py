@@ -301,15 +301,15 @@ def test_a_faulty_server_ends_the_run_with_exit_7_saying_why_and_no_traceback(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, fault: str
 ) -> None:
     reply, said = FILE_FAULTS[fault]
-    with SERVERS[provider](scripted([reply, reply, Reply.text("742 is open.")])) as server:
-        model = {
-            "provider": provider,
-            "name": "m-1",
-            "base_url": server.url,
-            "timeout_s": 1,
-            "max_retries": 1,
-        }
-        code = main(["run", "q", "--agent", str(write_agent(tmp_path, model)), "--json"])
+
+    def run_file(replies: list[Reply]) -> int:
+        with SERVERS[provider](scripted(replies)) as server:
+            model = {"provider": provider, "name": "m-1", "base_url": server.url, "timeout_s": 1}
+            return main(
+                ["run", "q", "--agent", str(write_agent(tmp_path, {**model, "max_retries": 1})), "--json"]
+            )
+
+    code = run_file([reply, reply, Reply.text("742 is open.")])
     captured = capsys.readouterr()
     out = last_json(captured.out)
     assert code == 7 and out["stop_reason"] == "model_error" and said in out["message"]
@@ -318,13 +318,5 @@ def test_a_faulty_server_ends_the_run_with_exit_7_saying_why_and_no_traceback(
     assert [e["reason"] for e in trace if e["kind"] == "stop"] == ["model_error"]
     assert said in [e for e in trace if e["kind"] == "model_error"][-1]["error"]
     # the same file against the same server answering normally is accepted
-    with SERVERS[provider](scripted([Reply.text("742 is open.")])) as server:
-        model = {
-            "provider": provider,
-            "name": "m-1",
-            "base_url": server.url,
-            "timeout_s": 1,
-            "max_retries": 1,
-        }
-        code = main(["run", "q", "--agent", str(write_agent(tmp_path, model)), "--json"])
+    code = run_file([Reply.text("742 is open.")])
     assert code == 0 and last_json(capsys.readouterr().out)["stop_reason"] == "accepted"
