@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
-__all__ = ["Failures", "error_body", "retry_after"]
+__all__ = ["RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
 
 # Error types and codes a provider sends (OpenAI's ``type``/``code``, Anthropic's
 # ``error.type``) that say the server, not the request, failed: another attempt may pass.

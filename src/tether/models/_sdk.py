@@ -1,13 +1,16 @@
 """What the backends on an official SDK share (``anthropic``, ``openai-responses``, and
-``openai-chat`` with ``transport="openai"``): the exchange, and the SDK's errors sorted into
-retryable and final. Both SDKs are generated from the same template: their error classes carry
-the same names and fields (``status_code``, ``response.headers``, ``body``).
+``openai-chat`` with ``transport="openai"``): the exchange, and the SDK's errors handed to
+``tether.models._failures``, which sorts them as it does the http transport's. Both SDKs are
+generated from the same template: their error classes carry the same names and fields
+(``status_code``, ``response.headers``, ``body``).
 
 The exchange goes through the SDK client's documented low-level ``post`` (its auth, headers,
 base URL, proxies and status-error mapping; its retries off), with a body tether encoded once,
 and the answer read as JSON — not through the typed ``messages.create`` / ``responses.create``,
 which walk and re-serialise the whole history on every call and build typed objects of every
-answer and stream event: in ``bench/backends.py`` that cost several times the rest of a step."""
+answer and stream event: in ``bench/backends.py`` that cost several times the rest of a step.
+The ``post`` itself costs about five times a plain ``httpx2`` send on the client side (its
+request options, headers and URL built anew per call): that is the SDK's own work."""
 
 from __future__ import annotations
 
