@@ -107,7 +107,8 @@ Responder = Callable[[dict[str, Any], int], Reply]
 
 CLOSE = "connection: close\r\n"  # sent with every broken answer: never reused for a retry
 
-# Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body).
+# Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body, which
+# a cut that names only its stream form breaks half-way, as mid_chunk does).
 CUTS: dict[str, str] = {
     "after_headers": "the status line and headers, then the connection closes",
     "mid_chunk": "streamed: half an HTTP chunk then close; whole: half the body then close",
@@ -308,10 +309,10 @@ class FakeChatServer:
         if not chunked:
             data = b"".join(p for p in pieces if isinstance(p, bytes))
             writer.write(f"{''.join(head)}content-length: {len(data)}\r\n\r\n".encode())
-            if reply.cut == "mid_chunk":
-                writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
+            if reply.cut in (None, "malformed"):
+                writer.write(data)  # whole (a malformed one: whole, but not JSON)
             elif reply.cut != "after_headers":
-                writer.write(data)
+                writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
             await writer.drain()
             return not broken
         writer.write(("".join(head) + "transfer-encoding: chunked\r\n\r\n").encode())
