@@ -89,7 +89,7 @@ async def test_a_broken_answer_is_retried_and_the_good_one_is_used(
         "connection",
         "stream_incomplete",
         "stream_unreadable",
-        "stream_error",
+        "server_error",
         "unusable_response",
     }
 
@@ -98,7 +98,7 @@ async def test_a_broken_answer_is_retried_and_the_good_one_is_used(
 async def test_a_response_with_neither_text_nor_tool_calls_is_not_an_answer(
     serve: Serve, tmp_path: Path, stream: bool
 ) -> None:
-    empty = [Reply(content=None), Reply(content="  \n"), Reply(content="", finish_reason="length")]
+    empty = [Reply(content=None), Reply(content="  \n"), Reply(content="", finish_reason="stop")]
     server = serve(empty)
     result = await run(tmp_path, model(server, stream=stream, transport="http", retries=2))
 
@@ -124,7 +124,7 @@ async def test_what_each_cut_leaves_is_named_in_the_error(serve: Serve, tmp_path
 
     server = serve([Reply.text(ANSWER, cut="error_event")])
     result = await run(tmp_path, model(server, stream=True, transport="http", retries=0))
-    assert "stream_error" in result.detail and "crashed while generating" in result.detail
+    assert "server_error" in result.detail and "crashed while generating" in result.detail
 
 
 async def test_a_server_that_ignores_stream_true_is_read_as_a_whole_answer(tmp_path: Path) -> None:

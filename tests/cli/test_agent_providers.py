@@ -20,7 +20,7 @@ from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError
 from tether.trace import read_trace
-from tether_testing.fake_server import FakeChatServer, Reply, scripted
+from tether_testing.fake_server import FakeChatServer, Pause, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 pytestmark = pytest.mark.slow
@@ -270,3 +270,53 @@ def test_the_sdk_transport_without_its_sdk_installed_is_refused_before_the_run(
         {"provider": "anthropic", "name": "m", "base_url": "http://127.0.0.1:9", "transport": "http"},
     )
     assert make_model(load_agent_file(path)).transport == "http"
+
+
+# Faults as a held-out server might send them; each must end the run with exit 7, a stop
+# reason and a message that say what happened, and no traceback.
+FILE_FAULTS = {
+    "html_502": (Reply(status=502, body=b"<html><title>502 Bad Gateway</title></html>"), "502 Bad Gateway"),
+    "unauthorized": (
+        Reply(status=401, body=b'{"error": {"type": "authentication_error", "message": "bad key"}}'),
+        "_API_KEY",
+    ),
+    "redirect": (Reply(status=307, body=b"", headers={"location": "http://127.0.0.1:9/x"}), "redirects to"),
+    "stall": (
+        Reply.text("742 is open.", edit=lambda items: [Pause(4), *items]),
+        "did not complete within 1s",
+    ),
+    "error_in_200": (
+        Reply.text(
+            "742 is open.", edit=lambda items: [{"error": {"type": "invalid_request_error", "message": "no"}}]
+        ),
+        "invalid_request_error",
+    ),
+}
+
+
+@pytest.mark.spec("L2")
+@pytest.mark.parametrize("fault", sorted(FILE_FAULTS))
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_a_faulty_server_ends_the_run_with_exit_7_saying_why_and_no_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str, fault: str
+) -> None:
+    reply, said = FILE_FAULTS[fault]
+
+    def run_file(replies: list[Reply]) -> int:
+        with SERVERS[provider](scripted(replies)) as server:
+            model = {"provider": provider, "name": "m-1", "base_url": server.url, "timeout_s": 1}
+            return main(
+                ["run", "q", "--agent", str(write_agent(tmp_path, {**model, "max_retries": 1})), "--json"]
+            )
+
+    code = run_file([reply, reply, Reply.text("742 is open.")])
+    captured = capsys.readouterr()
+    out = last_json(captured.out)
+    assert code == 7 and out["stop_reason"] == "model_error" and said in out["message"]
+    assert "Traceback" not in captured.out + captured.err
+    trace = read_trace(Path(out["trace"]))
+    assert [e["reason"] for e in trace if e["kind"] == "stop"] == ["model_error"]
+    assert said in [e for e in trace if e["kind"] == "model_error"][-1]["error"]
+    # the same file against the same server answering normally is accepted
+    code = run_file([Reply.text("742 is open.")])
+    assert code == 0 and last_json(capsys.readouterr().out)["stop_reason"] == "accepted"

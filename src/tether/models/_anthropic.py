@@ -43,9 +43,8 @@ from tether.core.messages import (
     Usage,
     UserMessage,
 )
-from tether.errors import ModelError
 from tether.models._backend import BackendOptions, HTTPBackend, events
-from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 
@@ -81,6 +80,7 @@ class AnthropicMessages(HTTPBackend):
         {"model", "messages", "system", "tools", "tool_choice", "stream", "max_tokens", "thinking"}
     )
     path = "/v1/messages"
+    answer_key = "content"
     sdk = ("anthropic", "AsyncAnthropic")
     default_transport = "sdk"
 
@@ -204,8 +204,6 @@ class AnthropicMessages(HTTPBackend):
     # -- call ---------------------------------------------------------------------------------
 
     def _whole(self, message: dict[str, Any]) -> ModelResponse:
-        if message.get("type") == "error":
-            raise _error_event(message, self.model)
         content = message.get("content")
         if not isinstance(content, list):
             raise Retryable("unusable_response", f"the answer is not a message: {str(message)[:200]}")
@@ -229,7 +227,7 @@ class AnthropicMessages(HTTPBackend):
         model = ""
         done = False
         on_delta = self.on_delta
-        async for event in events(response):
+        async for event in events(response, self.max_response_bytes):
             kind = event.get("type")
             if kind == "content_block_delta":
                 block = blocks.get(event.get("index", -1))
@@ -268,7 +266,7 @@ class AnthropicMessages(HTTPBackend):
             elif kind == "message_stop":
                 done = True
             elif kind == "error":
-                raise _error_event(event, self.model)
+                raise self.failures.reported(event, "mid-stream")
             # content_block_stop, ping and event types added later carry nothing to keep
         if not done:
             why = f"the stream ended without message_stop ({len(blocks)} blocks)"
@@ -298,10 +296,6 @@ class AnthropicMessages(HTTPBackend):
             reasoning=thought or None,
             provider_items=tuple({"provider": PROVIDER, **item} for item in turn.items),
         )
-        if not calls and not text.strip() and finish_of(stop_reason) in ("stop", "tool_calls"):
-            raise Retryable(
-                "empty_response", f"the response has neither text nor tool calls ({stop_reason!r})"
-            )
         usage = turn.to_usage()
         written = usage.extra.get("cache_write_tokens")
         return self._answer(
@@ -351,15 +345,3 @@ def _input(call: ToolCall) -> Any:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _error_event(event: Mapping[str, Any], label: str) -> Exception:
-    """An ``error`` event in a stream (or an error body with status 200): retried when the API
-    says it is overloaded or failed inside, final otherwise."""
-    error = event.get("error") or {}
-    kind = str(error.get("type") or "error") if isinstance(error, dict) else "error"
-    message = str(error.get("message") or error)[:300] if isinstance(error, dict) else str(error)[:300]
-    why = f"the server reported {kind}: {message}"
-    if kind in ("overloaded_error", "api_error", "rate_limit_error", "timeout_error"):
-        return Retryable("overloaded" if kind == "overloaded_error" else "stream_error", why)
-    return ModelError(f"{label}: {why}")

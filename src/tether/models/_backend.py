@@ -33,10 +33,11 @@ import anyio
 import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
-from tether.errors import ConfigError
+from tether.errors import ConfigError, ModelError
 from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._failures import Failures, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
-from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, status_error
+from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -50,7 +51,6 @@ __all__ = [
     "OpenAIBackend",
     "Transport",
     "api_key",
-    "error_message",
     "events",
     "sse_data",
 ]
@@ -59,6 +59,7 @@ DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "too
 # "openai" and "anthropic" name the SDK of the backend that speaks through it: the same as "sdk".
 Transport = Literal["http", "sdk", "openai", "anthropic"]
 SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # an answer larger than this is refused, not held
 
 
 class BackendOptions(TypedDict, total=False):
@@ -76,6 +77,7 @@ class BackendOptions(TypedDict, total=False):
     extra_body: Mapping[str, Any] | None
     headers: Mapping[str, str] | None
     max_connections: int
+    max_response_bytes: int
     transport: Transport
     sleep: Callable[[float], Awaitable[None]]
     rand: Callable[[], float]
@@ -172,7 +174,9 @@ class HTTPBackend(RetryingBackend):
     ``Price`` (default ``DEFAULT_PRICES``); ``rate_limit`` is a shared ``TokenBucket`` each
     attempt draws from; ``headers`` are sent with every request; ``max_connections`` bounds the
     connection pool (all kept alive: a busy host's sessions do not reconnect); ``transport`` is
-    ``"http"`` or ``"sdk"`` (see the module docstring; default ``default_transport``).
+    ``"http"`` or ``"sdk"`` (see the module docstring; default ``default_transport``);
+    ``max_response_bytes`` bounds one answer, decoded (a larger one is a ``ModelError``).
+    Every failure is sorted by ``tether.models._failures``.
     """
 
     provider: ClassVar[str]
@@ -184,6 +188,7 @@ class HTTPBackend(RetryingBackend):
     default_base_url: ClassVar[str]
     default_key_env: ClassVar[str]
     reserved: ClassVar[frozenset[str]]  # the body fields the backend writes itself
+    answer_key: ClassVar[str]  # the field a whole answer has (one without it may be an error body)
 
     def __init__(
         self,
@@ -201,6 +206,7 @@ class HTTPBackend(RetryingBackend):
         extra_body: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         max_connections: int = 64,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
         transport: Transport | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rand: Callable[[], float] = random.random,
@@ -238,8 +244,14 @@ class HTTPBackend(RetryingBackend):
         if max_connections < 1:
             raise ConfigError("max_connections must be at least 1")
         self.max_connections = max_connections
+        if max_response_bytes < 1:
+            raise ConfigError("max_response_bytes must be at least 1")
+        self.max_response_bytes = max_response_bytes
+        key_set = bool(os.environ.get(self.api_key_env))
+        self.failures = Failures(model, self.api_key_env, key_set, self.base_url + self.path)
         self._sleep = sleep
         self._rand = rand
+        self._sdk_loaded: Any = None
         self._client = LoopClient(self._open_client)
         self.calls = 0
         self.retries: list[dict[str, Any]] = []  # every retry taken: kind, attempt, delay
@@ -298,11 +310,14 @@ class HTTPBackend(RetryingBackend):
         )
 
     def _sdk_module(self) -> Any:
-        try:
-            return importlib.import_module(self.sdk[0])
-        except ImportError:  # pragma: no cover - depends on the installation
-            hint = f"pip install 'tether[{self.sdk[0]}]'"
-            raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+        """The SDK's module, imported on first use and kept (not looked up again per call)."""
+        if self._sdk_loaded is None:
+            try:
+                self._sdk_loaded = importlib.import_module(self.sdk[0])
+            except ImportError:  # pragma: no cover - depends on the installation
+                hint = f"pip install 'tether[{self.sdk[0]}]'"
+                raise ConfigError(f"provider {self.provider} with transport='sdk' needs: {hint}") from None
+        return self._sdk_loaded
 
     def _sdk_client(self) -> Any:
         """The official SDK's client on our HTTP client, its retries off (retries are tether's:
@@ -323,21 +338,22 @@ class HTTPBackend(RetryingBackend):
         if self.transport == "sdk":
             from tether.models._sdk import post
 
-            return await post(self._sdk_module(), self._client.get(), self.path, body, self.model)
+            client = self._client.get()
+            return await post(self._sdk_module(), client, self.path, body, self.failures)
         import httpx2
 
         try:
             response = await self._client.get().post(body)
-        except httpx2.TimeoutException:
-            raise Retryable("timeout", f"no response within {self.timeout_s:g}s") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", type(err).__name__) from None
-        if response.status_code >= 400:
+        except httpx2.RequestError as err:
+            raise self.failures.transport(err, "before the answer") from None
+        if not 200 <= response.status_code < 300:
             try:
-                raw = await response.aread()
+                raw = await _read(response, 64 * 1024)
+            except (httpx2.RequestError, ModelError):
+                raw = b""
             finally:
                 await response.aclose()
-            raise status_error(self.model, response.status_code, error_message(raw), response.headers)
+            raise self.failures.status(response.status_code, raw, response.headers)
         return response
 
     # -- one call -----------------------------------------------------------------------------
@@ -348,8 +364,11 @@ class HTTPBackend(RetryingBackend):
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
-        ``timeout_s`` bounds each attempt whole (see ``tether.models._retrying``)."""
-        response: ModelResponse = await self.send(self.encode(request))
+        ``timeout_s`` bounds each attempt whole (see ``tether.models._retrying``): the client
+        is opened first, outside it (the first call imports the SDK, seconds on a busy host)."""
+        body = self.encode(request)
+        self._client.get()
+        response: ModelResponse = await self.send(body)
         return response
 
     @abstractmethod
@@ -368,15 +387,18 @@ class HTTPBackend(RetryingBackend):
             # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
             if self.stream and "json" not in response.headers.get("content-type", ""):
                 return await self._read_stream(response)
-            return self._whole(await _read_json(response))
-        except httpx2.TimeoutException:
-            raise Retryable("timeout", "the response stalled") from None
-        except httpx2.TransportError as err:
-            raise Retryable("connection", f"response interrupted: {type(err).__name__}") from None
+            data = await _read_json(response, self.max_response_bytes)
+            if self.answer_key not in data:
+                if data.get("error") or data.get("type") == "error":  # an error body with status 200
+                    raise self.failures.reported(data, "in a 200 answer")
+                raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
+            return self._whole(data)
+        except httpx2.RequestError as err:
+            raise self.failures.transport(err, "while the answer was read") from None
         except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
             # JSON that parsed but is not shaped as the protocol says (a list for an object, …).
             why = f"the answer is not shaped like a {self.provider} answer: {type(err).__name__}: {err}"
-            raise Retryable("unusable_response", why[:300]) from None
+            raise unusable(why) from None
         finally:
             await response.aclose()
 
@@ -384,8 +406,18 @@ class HTTPBackend(RetryingBackend):
         self, message: AssistantMessage, usage: Usage, model: str, finish: str | None, **meta: Any
     ) -> ModelResponse:
         """The response: the provider's finish and tether's word for it, the cost by the price
-        table (``unpriced`` when the model is in none), and any further ``meta``."""
-        meta = {"finish_reason": finish, "finish": finish_of(finish), "provider": self.provider, **meta}
+        table (``unpriced`` when the model is in none), and any further ``meta``. A turn that
+        is no answer is refused here, for every protocol: neither text nor a tool call where
+        the finish says the turn ended normally, or two calls with one id (their results could
+        not be told apart)."""
+        finish_word = finish_of(finish)
+        calls = message.tool_calls
+        if not calls and not (message.content and message.content.strip()) and finish_word in _NORMAL:
+            why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
+            raise Retryable("empty_response", why)
+        if len(calls) > 1 and len({c.id for c in calls}) < len(calls):
+            raise unusable(f"duplicate tool call id in one turn: {[c.id for c in calls]}")
+        meta = {"finish_reason": finish, "finish": finish_word, "provider": self.provider, **meta}
         if self.price is None:
             meta["unpriced"] = True
         cost = self.price.cost(usage) if self.price is not None else 0.0
@@ -394,35 +426,72 @@ class HTTPBackend(RetryingBackend):
         )
 
 
-async def _read_json(response: Any) -> dict[str, Any]:
+_NORMAL = ("stop", "tool_calls")
+
+
+async def _blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
+    """The body's blocks as they arrive, decoded; ``ModelError`` past ``limit`` bytes in all
+    (declared or received): an answer that large is refused, not held."""
+    declared = response.headers.get("content-length", "")
+    total = int(declared) if declared.isdigit() and int(declared) > limit else 0  # refused unread
+    if total <= limit:
+        async for block in response.aiter_bytes():
+            total += len(block)
+            if total > limit:
+                break
+            yield block
+    if total > limit:
+        raise ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
+
+
+async def _read(response: Any, limit: int) -> bytes:
+    """The whole body, decoded (``_blocks``)."""
+    return b"".join([block async for block in _blocks(response, limit)])
+
+
+async def _read_json(response: Any, limit: int) -> dict[str, Any]:
     """A whole answer's JSON object; anything else is a ``Retryable`` unusable response."""
-    raw = await response.aread()
+    raw = await _read(response, limit)
     try:
         data = json.loads(raw)
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        raise Retryable("unusable_response", f"the answer is not a JSON object: {raw[:200]!r}")
+        raise unusable(f"the answer is not a JSON object: {raw[:200]!r}")
     return data
 
 
-async def sse_data(response: Any) -> AsyncIterator[bytes]:
-    """The ``data:`` payloads of a server-sent event stream, split by hand from raw bytes
-    (cheaper per chunk than decoding text lines; events are ASCII-framed, payloads UTF-8)."""
+async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[bytes]:
+    """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk
+    than decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard
+    says: lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a
+    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) are skipped. At the
+    end of the body an unfinished event is still yielded (a cut one then fails to parse). More
+    than ``limit`` bytes in all is a ``ModelError``."""
     pending = b""
-    async for block in response.aiter_bytes():
+    data: list[bytes] = []
+    async for block in _blocks(response, limit):
         pending += block
+        if b"\r" in pending:
+            held = pending.endswith(b"\r")  # its LF may be in the next block
+            pending = pending[:-1] if held else pending
+            pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if line.startswith(b"data:"):
-                yield line[5:]
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif not line and data:
+                yield data[0] if len(data) == 1 else b"\n".join(data)
+                data = []
     if pending.startswith(b"data:"):
-        yield pending[5:]
+        data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
+    if data:
+        yield b"\n".join(data)
 
 
-async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
+async def events(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[dict[str, Any]]:
     """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
-    async for payload in sse_data(response):
+    async for payload in sse_data(response, limit):
         try:
             event = json.loads(payload)
         except ValueError:
@@ -430,25 +499,6 @@ async def events(response: Any) -> AsyncIterator[dict[str, Any]]:
         if not isinstance(event, dict):
             raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
         yield event
-
-
-def error_body(body: object) -> tuple[str | None, str]:
-    """The error type and message of an error body (``{"error": {"type"|"code", "message"}}``)."""
-    inner = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(inner, dict):
-        kind = inner.get("type") or inner.get("code")
-        return (str(kind) if kind else None), str(inner.get("message") or inner)[:500]
-    return None, str(inner)[:500]
-
-
-def error_message(raw: bytes) -> str:
-    """An HTTP error answer's text: ``type: message`` from a JSON error body, else its start."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw[:500].decode("utf-8", "replace")
-    kind, message = error_body(body)
-    return f"{kind}: {message}" if kind else message
 
 
 class OpenAIBackend(HTTPBackend):

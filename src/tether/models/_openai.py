@@ -100,6 +100,7 @@ class OpenAICompatible(OpenAIBackend):
         {"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens"}
     )
     path = "/chat/completions"
+    answer_key = "choices"
 
     def __init__(
         self,
@@ -273,7 +274,6 @@ class OpenAICompatible(OpenAIBackend):
         if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
             content, finish = content or str(wire["refusal"]), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
-        _require_output(message, finish)
         return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
     async def _read_stream(self, response: Any) -> ModelResponse:
@@ -286,7 +286,7 @@ class OpenAICompatible(OpenAIBackend):
         finish: str | None = None
         done = False
         on_delta = self.on_delta
-        async for line in sse_data(response):
+        async for line in sse_data(response, self.max_response_bytes):
             payload = line.strip()
             if payload == b"[DONE]":
                 done = True
@@ -299,8 +299,7 @@ class OpenAICompatible(OpenAIBackend):
             if not isinstance(chunk, dict):
                 raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
             if chunk.get("error"):
-                why = f"the server reported an error mid-stream: {str(chunk['error'])[:500]}"
-                raise Retryable("stream_error", why)
+                raise self.failures.reported(chunk, "mid-stream")
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage_raw = chunk["usage"]
@@ -340,7 +339,6 @@ class OpenAICompatible(OpenAIBackend):
             tool_calls=tool_calls,
             reasoning="".join(thought) if thought else None,
         )
-        _require_output(message, finish)
         return self._answer(message, self._usage(usage_raw), model, finish)
 
 
@@ -362,14 +360,6 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
         slot["arguments"].append(fn["arguments"])
-
-
-def _require_output(message: AssistantMessage, finish: str | None) -> None:
-    """A turn with neither text nor a tool call is no answer: never accepted as an empty one."""
-    if message.tool_calls or (message.content and message.content.strip()):
-        return
-    why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
-    raise Retryable("empty_response", why)
 
 
 def _call_id() -> str:

@@ -31,16 +31,14 @@ from typing import Any, Unpack
 from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
-from tether.errors import ModelError
 from tether.models._backend import BackendOptions, OpenAIBackend, events
-from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 
 __all__ = ["OpenAIResponses"]
 
 PROVIDER = "openai-responses"
-_RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "timeout", "overloaded"})
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 MEMO_BYTES = 8 * 1024 * 1024  # the encoded items kept per backend (ConversationMemo)
 
@@ -60,6 +58,7 @@ class OpenAIResponses(OpenAIBackend):
         {"model", "input", "instructions", "tools", "tool_choice", "stream", "max_output_tokens"}
     )
     path = "/responses"
+    answer_key = "output"
     default_transport = "sdk"
 
     def __init__(
@@ -166,23 +165,13 @@ class OpenAIResponses(OpenAIBackend):
     # -- call ---------------------------------------------------------------------------------
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
-        if "error" in data and "output" not in data:
-            raise self._failure(data["error"] or {}, "the server answered an error")
         return self._parse(data, [])
-
-    def _failure(self, error: Mapping[str, Any], what: str) -> Exception:
-        code = str(error.get("code") or error.get("type") or "") if isinstance(error, Mapping) else ""
-        message = str(error.get("message", "") if isinstance(error, Mapping) else error)[:300]
-        why = f"{what}: {code or 'error'}: {message}"
-        if code in _RETRYABLE_CODES or not code:
-            return Retryable("server_error", why)
-        return ModelError(f"{self.model}: {why}")
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         done_items: list[dict[str, Any]] = []
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
-        async for event in events(response):
+        async for event in events(response, self.max_response_bytes):
             kind = event.get("type")
             if kind == "response.output_text.delta":
                 if on_delta is not None:
@@ -200,7 +189,7 @@ class OpenAIResponses(OpenAIBackend):
                 final = event.get("response") or {}
                 break
             elif kind == "error":
-                raise self._failure(event, "the server reported an error mid-stream")
+                raise self.failures.reported(event, "mid-stream")
         if final is None:
             why = f"the stream ended without a terminal event ({len(done_items)} items)"
             raise Retryable("stream_incomplete", why)
@@ -209,7 +198,7 @@ class OpenAIResponses(OpenAIBackend):
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
         status = data.get("status")
         if status == "failed":
-            raise self._failure(data.get("error") or {}, "the response failed")
+            raise self.failures.reported(data.get("error") or {}, "in a failed response")
         output = data.get("output") or streamed  # a server that sends an empty final output
         text: list[str] = []
         refusal: list[str] = []
@@ -242,8 +231,6 @@ class OpenAIResponses(OpenAIBackend):
             reasoning="".join(thought) or None,
             provider_items=tuple(kept),
         )
-        if not calls and not (content and content.strip()) and finish_of(raw) == "stop":
-            raise Retryable("empty_response", f"the response has neither text nor tool calls ({raw!r})")
         usage = _usage(data.get("usage") or {})
         return self._answer(message, usage, str(data.get("model") or ""), raw)
 

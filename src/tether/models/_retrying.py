@@ -3,7 +3,7 @@ as a whole, retry what may succeed next time, give up with one ``ModelError``.
 
 A backend's attempt raises ``Retryable`` for what may pass on another try (a timeout, 429,
 5xx and 529, a dropped connection, an answer that is not usable) and ``ModelError`` for what
-will not (401, 400, …). ``call_with_retries`` owns the rest, once for every backend:
+will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every backend:
 
 - ``timeout_s`` bounds each attempt *whole*: connecting, the headers and every byte of the
   body or stream. A server that trickles one byte a second is cut at ``timeout_s``, however
@@ -17,9 +17,9 @@ will not (401, 400, …). ``call_with_retries`` owns the rest, once for every ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,9 +29,7 @@ if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
     from tether.models._base import ModelResponse
 
-__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "call_with_retries", "retry_after", "status_error"]
-
-T = TypeVar("T")
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,78 +63,9 @@ class Retryable(Exception):
         self.retry_after = retry_after
 
 
-def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
-    an HTTP date falls back to our own backoff)."""
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) / scale
-        except ValueError:
-            continue
-        if seconds >= 0:
-            return seconds
-    return None
-
-
-def status_error(label: str, status: int, message: str, headers: Mapping[str, str]) -> Exception:
-    """The error for an HTTP error answer: ``Retryable`` for 429, 408, 409 and 5xx (529
-    ``overloaded_error`` included), ``ModelError`` for every other status."""
-    detail = f"HTTP {status}: {message}"
-    if status == 429:
-        return Retryable("rate_limited", detail, retry_after(headers))
-    if status >= 500 or status in (408, 409):
-        kind = "overloaded" if status == 529 else "server_error"
-        return Retryable(kind, detail, retry_after(headers))
-    return ModelError(f"{label}: {detail}")
-
-
-async def call_with_retries(
-    attempt: Callable[[], Awaitable[T]],
-    *,
-    label: str,
-    timeout_s: float,
-    retry: RetryPolicy,
-    sleep: Callable[[float], Awaitable[None]],
-    rand: Callable[[], float],
-    rate_limit: TokenBucket | None = None,
-    scrub: Callable[[str], str] = lambda text: text,
-    taken: list[dict[str, Any]] | None = None,
-    on_attempt: Callable[[], None] | None = None,
-) -> T:
-    """Run ``attempt`` until it returns, each try bounded whole by ``timeout_s``. Retries are
-    appended to ``taken``. Raises ``ModelError`` once retries are spent or the error is final
-    (its text passed through ``scrub``, so no key leaks)."""
-    taken = [] if taken is None else taken
-    while True:
-        if rate_limit is not None:
-            await rate_limit.acquire()
-        if on_attempt is not None:
-            on_attempt()
-        try:
-            with anyio.fail_after(timeout_s):
-                return await attempt()
-        except TimeoutError:
-            err = Retryable("timeout", f"the call did not complete within {timeout_s:g}s")
-        except Retryable as caught:
-            err = caught
-        except ModelError as final:
-            raise ModelError(scrub(str(final))) from None
-        detail = scrub(str(err))
-        too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
-        if len(taken) >= retry.max_retries or too_long:
-            why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
-            raise ModelError(f"{label}: {err.kind}: {detail} ({why})") from None
-        delay = retry.delay(len(taken), err.retry_after, rand())
-        taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
-        await sleep(delay)
-
-
 class RetryingBackend(ABC):
     """What every HTTP backend's ``complete`` does with its encoded request, in one place:
-    ``send`` runs ``_attempt`` under ``call_with_retries``, counts each attempt in ``calls``,
+    ``send`` runs ``_attempt`` under the policy, counts each attempt in ``calls``,
     lists every retry in ``retries`` and on the response (``meta["retries"]``)."""
 
     model: str
@@ -156,24 +85,34 @@ class RetryingBackend(ABC):
         """One try: post ``body`` and read the answer (a backend's own protocol)."""
 
     async def send(self, body: bytes) -> ModelResponse:
+        """Run ``_attempt(body)`` until it returns, each try bounded whole by ``timeout_s``.
+        Raises ``ModelError`` once retries are spent or the error is final (its text passed
+        through ``_scrub``, so no key leaks)."""
         taken: list[dict[str, Any]] = []
-
-        def count() -> None:
-            self.calls += 1
-
+        retry = self.retry
         try:
-            response = await call_with_retries(
-                lambda: self._attempt(body),
-                label=self.model,
-                timeout_s=self.timeout_s,
-                retry=self.retry,
-                sleep=self._sleep,
-                rand=self._rand,
-                rate_limit=self.rate_limit,
-                scrub=self._scrub,
-                taken=taken,
-                on_attempt=count,
-            )
+            while True:
+                if self.rate_limit is not None:
+                    await self.rate_limit.acquire()
+                self.calls += 1
+                try:
+                    with anyio.fail_after(self.timeout_s):
+                        response = await self._attempt(body)
+                    break
+                except TimeoutError:
+                    err = Retryable("timeout", f"the call did not complete within {self.timeout_s:g}s")
+                except Retryable as caught:
+                    err = caught
+                except ModelError as final:
+                    raise ModelError(self._scrub(str(final))) from None
+                detail = self._scrub(str(err))
+                too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
+                if len(taken) >= retry.max_retries or too_long:
+                    why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
+                    raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
+                delay = retry.delay(len(taken), err.retry_after, self._rand())
+                taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
+                await self._sleep(delay)
         finally:
             self.retries.extend(taken)
         if taken:

@@ -20,23 +20,38 @@ import json
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CUTS", "FakeChatServer", "Received", "Reply", "scripted", "tool_loop_responder"]
+__all__ = ["CUTS", "FakeChatServer", "Pause", "Received", "Reply", "scripted", "tool_loop_responder"]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """An item of an answer's body (``Reply.edit``): the server sends what it has written, then
+    waits ``seconds`` (a stall mid-answer, or after the headers when it comes first)."""
+
+    seconds: float
 
 
 @dataclass(frozen=True)
 class Reply:
     """What the server answers to one request.
 
-    ``status`` other than 200 sends ``error_body`` (JSON) with ``headers``; ``delay_s`` waits
-    before answering; ``drop`` closes the connection without an answer. ``tool_calls`` are
-    ``(name, raw_arguments)`` pairs: the arguments are sent as given, malformed or not.
-    ``cut`` breaks a 200 answer on purpose (one of ``CUTS``), streamed or whole. ``trickle_s``
-    sends the answer one byte at a time (a server that never stalls long enough for a read
-    timeout, yet never finishes in time).
+    ``status`` other than 200 sends ``error_body`` (JSON), or ``body`` as it is (an HTML page, a
+    text that is not JSON), with ``headers``; ``delay_s`` waits before answering; ``drop`` closes
+    the connection without an answer. ``tool_calls`` are ``(name, raw_arguments)`` pairs: the
+    arguments are sent as given, malformed or not. ``cut`` breaks a 200 answer on purpose (one
+    of ``CUTS``), streamed or whole. ``trickle_s`` sends the answer one byte at a time (a server
+    that never stalls long enough for a read timeout, yet never finishes in time).
+
+    Faults of any shape: ``edit`` changes the answer before it is sent — it gets the protocol's
+    stream events in order (or, for a whole answer, a list of the one JSON object) and returns
+    what to send: a dict is encoded as the protocol's event (or JSON body), ``bytes`` go out as
+    they are, a ``Pause`` stalls. ``gzip`` compresses the body (``content-encoding: gzip``);
+    ``http_chunk`` sends it in HTTP chunks of that many bytes (a whole answer too).
     """
 
     content: str | None = None
@@ -45,6 +60,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     error_body: Any = None
+    body: bytes | None = None
     delay_s: float = 0.0
     drop: bool = False
     usage: dict[str, Any] | None = None
@@ -52,6 +68,9 @@ class Reply:
     chunks: int = 3  # pieces each streamed string is cut into
     cut: str | None = None
     trickle_s: float = 0.0  # > 0: the whole answer, headers included, one byte every trickle_s
+    edit: Callable[[list[Any]], list[Any]] | None = None
+    gzip: bool = False
+    http_chunk: int = 0
 
     def __post_init__(self) -> None:
         if self.cut is not None and self.cut not in CUTS:
@@ -88,7 +107,8 @@ Responder = Callable[[dict[str, Any], int], Reply]
 
 CLOSE = "connection: close\r\n"  # sent with every broken answer: never reused for a retry
 
-# Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body).
+# Where a 200 answer can break (streamed: SSE events in HTTP chunks; whole: one JSON body, which
+# a cut that names only its stream form breaks half-way, as mid_chunk does).
 CUTS: dict[str, str] = {
     "after_headers": "the status line and headers, then the connection closes",
     "mid_chunk": "streamed: half an HTTP chunk then close; whole: half the body then close",
@@ -98,7 +118,19 @@ CUTS: dict[str, str] = {
     "error_event": "streamed: some content, then a data event carrying an error object",
 }
 
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 429: "Too Many Requests"}
+_REASONS = {
+    200: "OK",
+    301: "Moved Permanently",
+    307: "Temporary Redirect",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+}
 
 
 def _cut(text: str, n: int) -> list[str]:
@@ -233,30 +265,128 @@ class FakeChatServer:
         return await self._answer(writer, request, reply)
 
     async def _answer(self, writer: asyncio.StreamWriter, request: dict[str, Any], reply: Reply) -> bool:
+        """Write the answer to one request; False when the connection must close after it."""
         if reply.status != 200:
-            await self._send_json(writer, reply.status, reply.error_body or {}, reply.headers)
+            if reply.body is not None:
+                headers = {"content-type": "text/html", **reply.headers}
+                await self._send_raw(writer, reply.status, headers, reply.body)
+            else:
+                body = reply.error_body if reply.error_body is not None else self.error_body(reply)
+                await self._send_json(writer, reply.status, body, reply.headers)
             return True
-        if request.get("stream") and not self.ignore_stream:
-            include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-            await self._stream(writer, reply, include_usage)
-        elif reply.cut is not None:
-            await self._send_broken(writer, reply)
+        stream = bool(request.get("stream")) and not self.ignore_stream
+        items: list[Any]
+        if stream:
+            items = self.events(request, reply)
+        elif reply.cut == "malformed":
+            items = [b'{"id": "x", "choices": [{"message": ']  # whole, but not JSON
         else:
-            await self._send_json(writer, 200, self._completion(reply))
-        return reply.cut is None
+            items = [self.whole(request, reply)]
+        if reply.edit is not None:
+            items = reply.edit(items)
+        pieces = [
+            (self.encode_event(i) if stream else json.dumps(i).encode()) if isinstance(i, dict) else i
+            for i in items
+        ]
+        kind = "text/event-stream" if stream else "application/json"
+        paused = any(isinstance(p, Pause) for p in pieces)  # sent as it comes: chunked
+        return await self._send_body(
+            writer, reply, kind, pieces, chunked=stream or paused or reply.http_chunk > 0
+        )
+
+    async def _send_body(
+        self, writer: asyncio.StreamWriter, reply: Reply, kind: str, pieces: list[Any], *, chunked: bool
+    ) -> bool:
+        """A 200 answer from its pieces (bytes, or ``Pause``), broken as ``reply.cut`` says."""
+        broken = reply.cut is not None or any(isinstance(p, Pause) for p in pieces)
+        head = [f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\n"]
+        head += [f"{k}: {v}\r\n" for k, v in reply.headers.items()]
+        if broken:  # a broken answer ends its connection: never reused for a retry
+            head.append(CLOSE)
+        if reply.gzip:
+            head.append("content-encoding: gzip\r\n")
+            pieces = _gzip(pieces)
+        if not chunked:
+            data = b"".join(p for p in pieces if isinstance(p, bytes))
+            writer.write(f"{''.join(head)}content-length: {len(data)}\r\n\r\n".encode())
+            if reply.cut in (None, "malformed"):
+                writer.write(data)  # whole (a malformed one: whole, but not JSON)
+            elif reply.cut != "after_headers":
+                writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
+            await writer.drain()
+            return not broken
+        writer.write(("".join(head) + "transfer-encoding: chunked\r\n\r\n").encode())
+        if reply.cut == "after_headers":
+            await writer.drain()
+            return False  # the caller closes the connection
+        size = reply.http_chunk
+        for i, piece in enumerate(pieces):
+            if isinstance(piece, Pause):
+                await writer.drain()
+                await asyncio.sleep(piece.seconds)
+                continue
+            if reply.cut == "mid_chunk" and i == len(pieces) // 2:
+                # Announce the whole chunk, send half of it, then the connection dies.
+                writer.write(b"%x\r\n%s" % (len(piece), piece[: len(piece) // 2]))
+                await writer.drain()
+                return False
+            for part in [piece[k : k + size] for k in range(0, len(piece), size)] if size else [piece]:
+                if part:
+                    writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return not broken
 
     async def _send_json(
         self, writer: asyncio.StreamWriter, status: int, payload: Any, headers: dict[str, str] | None = None
     ) -> None:
-        data = json.dumps(payload).encode()
-        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        await self._send_raw(
+            writer,
+            status,
+            {"content-type": "application/json", **(headers or {})},
+            json.dumps(payload).encode(),
+        )
+
+    async def _send_raw(
+        self, writer: asyncio.StreamWriter, status: int, headers: dict[str, str], data: bytes
+    ) -> None:
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         reason = _REASONS.get(status, "Error")
         writer.write(
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(data)}\r\n{extra}\r\n".encode()
-            + data
+            f"HTTP/1.1 {status} {reason}\r\ncontent-length: {len(data)}\r\n{extra}\r\n".encode() + data
         )
         await writer.drain()
+
+    # -- what each protocol fills in (chat completions here; tether_testing.servers the others)
+
+    def error_body(self, reply: Reply) -> Any:
+        """The protocol's error body for a failing reply that names none."""
+        return {}
+
+    def encode_event(self, event: dict[str, Any]) -> bytes:
+        """One stream event as it goes on the wire."""
+        return f"data: {json.dumps(event)}\n\n".encode()
+
+    def whole(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        """The protocol's whole (not streamed) answer."""
+        return self._completion(reply)
+
+    def events(self, request: dict[str, Any], reply: Reply) -> list[Any]:
+        """The protocol's stream events in order (dicts, or bytes sent as they are), cut as
+        ``reply.cut`` says."""
+        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
+        chunks = self._chunks(reply, include_usage)
+        events: list[Any] = [*chunks, b"data: [DONE]\n\n"]
+        if reply.cut == "before_finish":
+            # Only the deltas before the one carrying the finish reason.
+            events = events[: next(i for i, c in enumerate(chunks) if _finish_of(c) is not None)]
+        elif reply.cut == "before_done":
+            events = events[:-1]
+        elif reply.cut == "malformed":
+            events = [*events[:2], b"data: {not json at all\n\n"]
+        elif reply.cut == "error_event":
+            events = [*events[:2], {"error": {"message": "the model crashed while generating", "code": 500}}]
+        return events
 
     # -- chat-completions payloads ------------------------------------------------------------
 
@@ -309,54 +439,15 @@ class FakeChatServer:
             out.append({**base, "choices": [], "usage": self._usage(reply)})
         return out
 
-    async def _stream(self, writer: asyncio.StreamWriter, reply: Reply, include_usage: bool) -> None:
-        # A broken answer ends its connection: say so, so a client never reuses it for a retry.
-        close = b"connection: close\r\n" if reply.cut else b""
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-            + close
-            + b"\r\n"
-        )
-        if reply.cut == "after_headers":
-            await writer.drain()
-            return  # the caller closes the connection
-        chunks = self._chunks(reply, include_usage)
-        events = [f"data: {json.dumps(c)}\n\n" for c in chunks]
-        events.append("data: [DONE]\n\n")
-        if reply.cut == "before_finish":
-            # Only the deltas before the one carrying the finish reason.
-            first_finish = next(i for i, c in enumerate(chunks) if _finish_of(c) is not None)
-            events = events[:first_finish]
-        elif reply.cut == "before_done":
-            events = events[:-1]
-        elif reply.cut == "malformed":
-            events = [*events[:2], "data: {not json at all\n\n"]
-        elif reply.cut == "error_event":
-            error = {"error": {"message": "the model crashed while generating", "code": 500}}
-            events = [*events[:2], f"data: {json.dumps(error)}\n\n"]
-        for i, event in enumerate(events):
-            data = event.encode()
-            if reply.cut == "mid_chunk" and i == len(events) // 2:
-                # Announce the whole chunk, send half of it, then the connection dies.
-                writer.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                await writer.drain()
-                return
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
 
-    async def _send_broken(self, writer: asyncio.StreamWriter, reply: Reply) -> None:
-        """A whole (non-streamed) 200 answer, broken as ``reply.cut`` says."""
-        data = json.dumps(self._completion(reply)).encode()
-        if reply.cut == "malformed":
-            data = b'{"id": "chatcmpl-x", "choices": [{"message": '
-        head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + CLOSE
-        writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode())
-        if reply.cut == "malformed":
-            writer.write(data)  # whole, but not JSON
-        elif reply.cut != "after_headers":
-            writer.write(data[: len(data) // 2])  # the connection dies half-way through the body
-        await writer.drain()
+def _gzip(pieces: list[Any]) -> list[Any]:
+    """The pieces as one gzip stream, each flushed so it can be read as it arrives."""
+    z = zlib.compressobj(wbits=31)
+    out: list[Any] = [
+        z.compress(p) + z.flush(zlib.Z_SYNC_FLUSH) if isinstance(p, bytes) else p for p in pieces
+    ]
+    out.append(z.flush())
+    return out
 
 
 class _Collect:

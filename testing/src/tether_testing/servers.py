@@ -24,7 +24,7 @@ import re
 from abc import ABC, abstractmethod
 from typing import Any
 
-from tether_testing.fake_server import CLOSE, FakeChatServer, Reply
+from tether_testing.fake_server import FakeChatServer, Reply
 
 __all__ = ["FakeAnthropicServer", "FakeResponsesServer", "serve_tool_loop", "tool_loop"]
 
@@ -37,52 +37,18 @@ def _pieces(text: str, n: int) -> list[str]:
 
 
 class _SseServer(FakeChatServer, ABC):
-    """What both servers share: JSON answers, SSE answers with ``event:`` lines, cuts."""
+    """What both servers share: SSE events with ``event:`` lines, the stream cuts."""
 
-    async def _answer(self, writer: asyncio.StreamWriter, request: dict[str, Any], reply: Reply) -> bool:
-        if reply.status != 200:
-            await self._send_json(
-                writer, reply.status, reply.error_body or self.error_body(reply), reply.headers
-            )
-            return True
-        if request.get("stream"):
-            await self._send_events(writer, reply, self.events(request, reply))
-        elif reply.cut is not None:
-            data = json.dumps(self.whole(request, reply)).encode()
-            head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{CLOSE}"
-            writer.write(f"{head}content-length: {len(data)}\r\n\r\n".encode())
-            if reply.cut != "after_headers":
-                writer.write(data[: len(data) // 2])
-            await writer.drain()
-        else:
-            await self._send_json(writer, 200, self.whole(request, reply))
-        return reply.cut is None
+    def encode_event(self, event: dict[str, Any]) -> bytes:
+        return f"event: {event.get('type')}\ndata: {json.dumps(event)}\n\n".encode()
 
-    async def _send_events(
-        self, writer: asyncio.StreamWriter, reply: Reply, events: list[dict[str, Any]]
-    ) -> None:
-        close = CLOSE.encode() if reply.cut else b""
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
-            + close
-            + b"\r\n"
-        )
-        if reply.cut == "after_headers":
-            await writer.drain()
-            return
+    def events(self, request: dict[str, Any], reply: Reply) -> list[Any]:
+        events: list[Any] = self.protocol_events(request, reply)
         if reply.cut == "before_done":
             events = events[:-1]
         elif reply.cut == "error_event":
             events = [*events[:3], self.error_event()]
-        for i, event in enumerate(events):
-            data = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
-            if reply.cut == "mid_chunk" and i == len(events) // 2:
-                writer.write(b"%x\r\n%s" % (len(data), data[: len(data) // 2]))
-                await writer.drain()
-                return
-            writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
+        return events
 
     # -- what each protocol fills in ----------------------------------------------------------
 
@@ -99,7 +65,7 @@ class _SseServer(FakeChatServer, ABC):
         """The protocol's whole (not streamed) answer."""
 
     @abstractmethod
-    def events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    def protocol_events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
         """The protocol's stream events, in order."""
 
 
@@ -189,7 +155,7 @@ class FakeAnthropicServer(_SseServer):
             "usage": self._usage(reply),
         }
 
-    def events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    def protocol_events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
         usage = self._usage(reply)
         start_usage = {**usage, "output_tokens": 1}
         message = {
@@ -370,7 +336,7 @@ class FakeResponsesServer(_SseServer):
     def whole(self, request: dict[str, Any], reply: Reply) -> dict[str, Any]:
         return self._response(request, reply, self._items(reply), f"resp_{next(self._ids):04d}")
 
-    def events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+    def protocol_events(self, request: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
         rid = f"resp_{next(self._ids):04d}"
         items = self._items(reply)
         start = {

@@ -1,0 +1,159 @@
+"""Every way a model call can fail, sorted once for every backend and transport: ``Retryable``
+for what another attempt may get past, ``ModelError`` for what it will not, each with a detail
+that says what happened and, where the fix is the caller's, what to fix.
+
+- An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
+  server's ``retry-after``); 401/403 name the key variable; 404 names the model and URL; a
+  redirect is not followed (it could carry the key to another host) and names its target; any
+  other status is final. The body is read as the protocol's error object when it is one, else
+  its text (an HTML page: its title) stands in.
+- An error object where the answer should be (``Failures.reported``): a 200 body with an
+  ``error``, an ``error`` event mid-stream, a failed response. Retried when its type or code
+  says the server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says
+  nothing; final when it names the request as the problem (``invalid_request_error`` …).
+- A broken answer (``unusable``): the body or stream is not the protocol's shape, or the turn
+  has neither text nor a tool call, or two calls share an id — retried.
+- A transport failure (``transport``): a timeout, a dropped connection, a body that does not
+  decode — retried.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tether.errors import ModelError
+from tether.models._retrying import Retryable
+
+__all__ = ["RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
+
+# Error types and codes a provider sends (OpenAI's ``type``/``code``, Anthropic's
+# ``error.type``) that say the server, not the request, failed: another attempt may pass.
+RETRYABLE_KINDS = frozenset(
+    {
+        "api_error",
+        "engine_overloaded",
+        "internal_error",
+        "internal_server_error",
+        "overloaded",
+        "overloaded_error",
+        "rate_limit_error",
+        "rate_limit_exceeded",
+        "server_error",
+        "service_unavailable",
+        "timeout",
+        "timeout_error",
+    }
+)
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+_TAGS = re.compile(r"<[^>]+>")
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
+    an HTTP date falls back to our own backoff)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value) / scale
+        except ValueError:
+            continue
+        if seconds >= 0:
+            return seconds
+    return None
+
+
+def error_body(body: object) -> tuple[str | None, str, bool | None]:
+    """An error object's kind (``type`` and ``code`` where they differ), its message, and
+    whether it says another attempt may pass (None: it does not say). Reads every form the
+    protocols use: ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}``, a
+    Responses ``error`` event (``code`` and ``message`` at the top), a bare string."""
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    if not isinstance(inner, dict):
+        return None, str(inner)[:500], None
+    names: list[str] = []
+    numeric: int | None = None
+    for key in ("type", "code"):
+        value = inner.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            numeric = value
+        elif isinstance(value, str) and value and value != "error" and value not in names:
+            names.append(value)
+    kind = " / ".join(names) or None
+    message = str(inner.get("message") or inner.get("detail") or inner)[:500]
+    if any(n.lower() in RETRYABLE_KINDS for n in names):
+        return kind, message, True
+    if numeric is not None:
+        return kind or str(numeric), message, numeric >= 500 or numeric in (408, 409, 429)
+    return kind, message, (False if names else None)
+
+
+def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
+    """An error answer's body: the protocol's error object, or what its text says."""
+    try:
+        return error_body(json.loads(raw))
+    except ValueError:
+        pass
+    title = _TITLE.search(raw)
+    text = (title.group(1) if title else raw[:2000]).decode("utf-8", "replace")
+    return None, " ".join(_TAGS.sub(" ", text).split())[:300] or "(empty body)", None
+
+
+@dataclass(frozen=True, slots=True)
+class Failures:
+    """The failures of one backend, named for it: ``label`` (the model), the key variable and
+    whether it is set, the URL it posts to."""
+
+    label: str
+    key_env: str
+    key_set: bool
+    url: str
+
+    def status(self, status: int, body: bytes | object, headers: Mapping[str, str]) -> Exception:
+        """The error for an HTTP answer with an error (or redirect) status."""
+        kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
+        detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
+        if status == 429:
+            return Retryable("rate_limited", detail, retry_after(headers))
+        if status >= 500 or status in (408, 409):
+            kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
+            return Retryable(kind_name, detail, retry_after(headers))
+        if 300 <= status < 400:
+            where = headers.get("location") or "an address it does not name"
+            why = f"HTTP {status}: the server redirects to {where}; redirects are not followed (they"
+            return ModelError(f"{self.label}: {why} could carry the key elsewhere): set base_url to it")
+        if status in (401, 403):
+            key = f"the key in ${self.key_env}" if self.key_set else f"${self.key_env}: it is not set"
+            return ModelError(f"{self.label}: {detail} (check {key})")
+        if status == 404:
+            return ModelError(f"{self.label}: {detail} (check the model name and base_url: POST {self.url})")
+        return ModelError(f"{self.label}: {detail}")
+
+    def reported(self, error: object, where: str) -> Exception:
+        """The error for an error object the server sent where the answer should be."""
+        kind, message, again = error_body(error)
+        why = f"the server reported {kind or 'an error'} {where}: {message}"
+        if again is False:
+            return ModelError(f"{self.label}: {why}")
+        overloaded = "overloaded" in (kind or "")
+        return Retryable("overloaded" if overloaded else "server_error", why)
+
+    @staticmethod
+    def transport(err: BaseException, during: str) -> Retryable:
+        """A failure of the HTTP exchange itself (``httpx2``'s errors): always retried."""
+        import httpx2
+
+        if isinstance(err, httpx2.TimeoutException):
+            return Retryable("timeout", f"the HTTP client timed out {during}")
+        if isinstance(err, httpx2.DecodingError):
+            return Retryable("unusable_response", f"the body does not decode {during}: {err}")
+        return Retryable("connection", f"{type(err).__name__} {during}")
+
+
+def unusable(why: str) -> Retryable:
+    """An answer that is not the protocol's shape, or not an answer."""
+    return Retryable("unusable_response", why[:300])
