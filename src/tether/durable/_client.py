@@ -23,7 +23,7 @@ from tether.policy._trusted import TrustedContext
 from tether.sql._database import blocking
 from tether.stores._url import Stores, open_stores, parse_url
 
-__all__ = ["DurableClient", "RunView", "WorkflowView"]
+__all__ = ["DurableClient", "RunView", "WorkflowView", "checkpoint_tenant", "hold_run"]
 
 _LIVE = ("ENQUEUED", "PENDING", "DELAYED")
 VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
@@ -173,6 +173,21 @@ async def _cancel_parked(app: str, url: str, run_id: str) -> list[str]:
             await close()
 
 
+def hold_run(conn: Any, run_id: str) -> None:
+    """Take the run's lock until ``conn``'s transaction ends (PostgreSQL): a cancel and a
+    survivor handing a dead worker's workflow back to the queue exclude each other, so the
+    hand-back never revives a workflow cancelled after it was listed."""
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-run:{run_id}",))
+
+
+def checkpoint_tenant(cp: Any) -> str | None:
+    """The tenant of the run a checkpoint holds (None if its state does not say)."""
+    try:
+        return str(json.loads(cp.state)["context"]["tenant"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
@@ -308,10 +323,10 @@ class DurableClient:
             raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
         started = self._input(run_id)
         app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
-        tenant = json.loads(cp.state)["context"]["tenant"]
+        tenant = checkpoint_tenant(cp) or "default"
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
-        request = {"op": "resume", "run_id": run_id, "app": app}
+        request = {"op": "resume", "run_id": run_id, "app": app, "tenant": tenant}  # tenant: for the logs
         # The resume runs on the version the run was bound to, unless an operator moved it.
         version: str = first[0].app_version or APP_VERSION
         bound: str | None = started.get("app_digest")
@@ -372,8 +387,10 @@ class DurableClient:
         if not flows:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
         live = [w.workflow_id for w in flows if w.status in _LIVE]
-        for wid in live:
-            self.dbos.cancel_workflow(wid)
+        if live and self.db is not None:
+            self.db.run(self._cancel_held, run_id, live)
+        else:
+            self._cancel_held(None, run_id, live)
         view = RunView(run_id, None, flows)
         marker = None
         if not live and view.status == "paused":
@@ -404,6 +421,12 @@ class DurableClient:
         closed = blocking(self._close_decisions, run_id, by)
         app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
         return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}
+
+    def _cancel_held(self, conn: Any, run_id: str, workflow_ids: list[str]) -> None:
+        if conn is not None:
+            hold_run(conn, run_id)
+        for wid in workflow_ids:
+            self.dbos.cancel_workflow(wid)
 
     def _cancel_tasks(self, run_id: str, app: str) -> dict[str, list[str]]:
         """Cancel on their servers the MCP tasks the run left running (``long_tasks: pause``),
