@@ -15,13 +15,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
 from tether.errors import ApprovalError
 from tether.policy._trusted import TrustedContext
-from tether.sql._database import blocking
-from tether.stores._url import Stores, open_stores, parse_url
+from tether.stores._url import parse_url
+
+if TYPE_CHECKING:
+    from tether.stores._url import Stores
+
+# tether's stores (tether.sql: SQLAlchemy tables of every concern) are opened on first use: a
+# submit reads what it needs on the connection that checked the deployment.
 
 __all__ = ["DurableClient", "RunView", "WorkflowView", "checkpoint_tenant", "hold_run"]
 
@@ -203,11 +208,12 @@ class DurableClient:
         client on given stores, a worker's); a command or a console request fails at once."""
         from dbos import DBOSClient
 
-        from tether.durable._deploy import check_deployment
+        from tether.durable._deploy import open_deployment
 
         self.url = url
-        if stores is None:
-            check_deployment(url)
+        # The connection that checked the deployment stays open for light reads (which versions
+        # serve an app), until it fails or the client closes.
+        self._probe: Any = open_deployment(url)[1] if stores is None else None
         cfg = dbos_config(url, executor_id="client")
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
@@ -215,6 +221,7 @@ class DurableClient:
             application_name=cfg["name"],
             # A command fails on a lost database instead of waiting for it (a worker's retries).
             retry_connection_errors=stores is not None if retry is None else retry,
+            lazy=stores is None,  # just checked: it connects on first use
         )
         self._stores = stores
         self._own_stores = stores is None
@@ -224,6 +231,8 @@ class DurableClient:
     @property
     def stores(self) -> Stores:
         if self._stores is None:
+            from tether.stores._url import open_stores
+
             self._stores = open_stores(self.url)
         return self._stores
 
@@ -239,6 +248,8 @@ class DurableClient:
         return self._pg
 
     def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
         if self._pg is not None:
             self._pg.close()
         self.dbos.destroy()
@@ -278,18 +289,32 @@ class DurableClient:
         serving that app alone will have."""
         from tether.durable._versions import app_digest, serving, version_of
 
-        db = self.db
-        if db is None:
+        if parse_url(self.url).backend != "postgresql":
             return APP_VERSION, digest  # SQLite: one process, one version
         key = (app, digest)
         cached = self._versions.get(key)
         if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
             return cached[1]  # a batch: one look-up per app and second, not one per run
-        found = db.run(serving, app, digest)
+        found = serving(self._live_workers(), app, digest)
         own = digest or (None if found else app_digest(app))
         bound = found[0] if found else (version_of({app: own}), own)
         self._versions[key] = (time.monotonic(), bound)
         return bound
+
+    def _live_workers(self) -> list[tuple[Any, Any]]:
+        """``LIVE_WORKERS`` rows: on the connection that checked the deployment while it
+        works, else through the deployment's ``Database`` (it retries a lost connection)."""
+        from tether.durable._versions import LIVE_S, LIVE_WORKERS, live_workers
+
+        if self._probe is not None:
+            import psycopg
+
+            try:
+                return [(r[0], r[1]) for r in self._probe.execute(LIVE_WORKERS, (LIVE_S,))]
+            except psycopg.Error:  # dropped since (a long-lived client): the pooled way
+                self._probe.close()
+                self._probe = None
+        return self.db.run(live_workers)  # type: ignore[no-any-return]
 
     def _enqueue(
         self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
@@ -311,6 +336,8 @@ class DurableClient:
         """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
         state: resuming the same pause twice (from two machines) starts one workflow. Raises
         ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        from tether.sql._database import blocking
+
         cp = blocking(self.stores.approvals.load_checkpoint, run_id)
         if cp is None:
             raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
@@ -360,7 +387,7 @@ class DurableClient:
         if db is None:
             raise ApprovalError("no_such_version", "a SQLite deployment has one version")
         app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
-        live = db.run(serving, app, None)
+        live = serving(self._live_workers(), app, None)
         target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
         if target is None:
             known = ", ".join(sorted({v for v, _ in live})) or "none"
@@ -383,6 +410,8 @@ class DurableClient:
         ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
         unanswered questions closed, so a later approval or answer runs nothing and no worker
         resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        from tether.sql._database import blocking
+
         flows = self.workflows(run_id)
         if not flows:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
@@ -433,6 +462,8 @@ class DurableClient:
         through a host the run's own app builds (its servers, as a worker would start them).
         A task that could not be cancelled (its app not loadable here, its server unreachable)
         is listed under ``tasks_not_cancelled`` with why; its pause stays open."""
+        from tether.sql._database import blocking
+
         pauses = self.stores.pauses
         parked = [q for q in blocking(pauses.for_run, run_id) if str(q.status) == "task"] if pauses else []
         if not parked:
