@@ -413,6 +413,12 @@ def test_runs_cancelled_at_random_moments_run_nothing_after_and_approvals_from_a
         )
     # More than one kind of moment was hit (queued, in flight, paused).
     assert len({len(blocking(client.stores.approvals.list_proposals, run_id=r)) for r in runs.values()}) > 1
+    # A run that ended is not "cancelled" after the fact: the operator is told it ended.
+    ended = client.submit(durable_app.APP, "cxf: read a1", TrustedContext(tenant="cx-f"))
+    assert client.wait(ended, timeout_s=60).status == "finished"
+    assert main(["runs", "--db", durable_url, "cancel", ended, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"] == "run_finished"
+    assert client.run(ended).status == "finished"
 
 
 def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_url: str, capsys: Any) -> None:

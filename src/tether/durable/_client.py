@@ -406,23 +406,33 @@ class DurableClient:
 
     def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
         """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
-        stops at its next step), a paused one gets a cancelled marker workflow, its checkpoint ends
-        ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
-        unanswered questions closed, so a later approval or answer runs nothing and no worker
-        resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        stops at its next step), a paused one (or one stopped where a resume could continue it)
+        gets a cancelled marker workflow, its checkpoint ends ``cancelled``, its undecided (or
+        approved, not executed) proposals are invalidated and its unanswered questions closed, so
+        a later approval or answer runs nothing and no worker resumes it. Idempotent. Raises
+        ``ApprovalError`` (``unknown_run``; ``run_finished``: it ended, nothing can continue it)."""
         from tether.sql._database import blocking
 
         flows = self.workflows(run_id)
         if not flows:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
         live = [w.workflow_id for w in flows if w.status in _LIVE]
-        if live and self.db is not None:
-            self.db.run(self._cancel_held, run_id, live)
-        else:
-            self._cancel_held(None, run_id, live)
+        if live:
+            if self.db is not None:
+                self.db.run(self._cancel_held, run_id, live)
+            else:
+                self._cancel_held(None, run_id, live)
+            # One may have ended (paused, or finished) in the instant before the cancel reached it.
+            flows = self.workflows(run_id)
         view = RunView(run_id, None, flows)
+        store = self.stores.approvals
+        cp = blocking(store.load_checkpoint, run_id)
+        resumable = cp is not None and cp.status != "finished"
+        if view.status in ("finished", "failed") and not resumable:
+            why = view.stop_reason or view.status
+            raise ApprovalError("run_finished", f"run {run_id} already ended ({why}): nothing to cancel")
         marker = None
-        if not live and view.status == "paused":
+        if view.status != "cancelled":
             # Nothing is running: a workflow that never runs (no worker serves its queue) records
             # the cancellation where every machine reads a run's state.
             marker = f"{run_id}.cancel"
@@ -439,9 +449,7 @@ class DurableClient:
                 {"op": "cancel", "run_id": run_id, "app": ""},
             )
             self.dbos.cancel_workflow(marker)
-        store = self.stores.approvals
-        cp = blocking(store.load_checkpoint, run_id)
-        if cp is not None and cp.status != "finished":
+        if cp is not None and resumable:
             now = datetime.now(UTC)
             blocking(
                 store.save_checkpoint,
