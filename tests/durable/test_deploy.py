@@ -262,6 +262,8 @@ def test_every_client_command_fails_on_a_mistyped_url_in_seconds_with_one_line(
     """An operator's typo in the host, the database name or the port: each client command exits
     non-zero within seconds, with one line naming the host, the database and the cause, and
     nothing is created (the worker as well, started without --init, in a process of its own)."""
+    import dbos  # noqa: F401 - imported once here: the timings below are the commands' own
+
     url, where, database, cause = _typo(pg_dsn, kind, fresh_db)
     started = time.monotonic()
     here = Path(__file__).resolve().parent
@@ -276,6 +278,8 @@ def test_every_client_command_fails_on_a_mistyped_url_in_seconds_with_one_line(
         ("runs", "--db", url, "cancel", "r1"),
         ("runs", "--db", url, "resume", "r1"),
         ("runs", "--db", url, "approve", "p1"),
+        ("runs", "--db", url, "workers"),
+        ("runs", "--db", url, "escalations"),
         ("submit", "--db", url, "--agent", "durable_app:build", "t: read a1"),
         ("resume", "r1", "--db", url),
         ("approvals", "list", "--db", url),
