@@ -167,6 +167,13 @@ def _check_invariants(
     return {"runs": len(runs), "effects": len(rows), "proposals": len(proposals), "replayed_steps": replayed}
 
 
+def run_events(folder: Path) -> list[dict[str, Any]]:
+    """What every worker logged about runs (one JSON object a line on its stderr)."""
+    lines = [x for log in sorted(folder.glob("w*.log")) for x in log.read_text().splitlines()]
+    events = [json.loads(x) for x in lines if x.startswith("{")]
+    return [e for e in events if e["event"].startswith(("run_", "effect_", "resume_"))]
+
+
 def _wait_all(client: Any, runs: dict[str, str], timeout_s: float, tick: Any) -> None:
     deadline = time.monotonic() + timeout_s
     decided: set[str] = set()
@@ -241,6 +248,11 @@ def test_killed_workers_lose_no_run_and_repeat_no_effect(pg_url: str, cluster_di
     assert cluster.kills >= 6
     assert (cluster_dir / "crashed-lg-0_b").exists() and (cluster_dir / "crashed-33").exists()
     assert figures["replayed_steps"] > 0  # recovered runs replayed recorded steps, not re-ran them
+    # The operator's log names the tenant of every run event, resumes and recoveries included.
+    events = run_events(cluster_dir)
+    tenants = {rid: "globex" if i % 2 == 0 else "acme" for i, rid in enumerate(runs.values())}
+    assert {"run_claimed", "run_resumed", "run_paused", "run_finished"} <= {e["event"] for e in events}
+    assert [e for e in events if e["tenant"] != tenants[e["run_id"]]] == []
     print(json.dumps({**figures, "kills": cluster.kills, "starts": dict(cluster.starts)}))
 
 
@@ -277,6 +289,47 @@ def test_a_survivor_recovers_a_dead_workers_run_without_asking_the_model_again(
     asked = Counter(line.split("\t")[1] for line in (cluster_dir / "model.log").read_text().splitlines())
     assert asked == {"0": 1, "1": 1, "2": 1, "3": 1}, asked
     assert (first.output or {}).get("replayed_steps") == 3  # model, turn, model; the cut turn ran again
+
+
+def test_a_run_cancelled_while_its_worker_is_dead_is_not_handed_back_to_a_survivor(
+    pg_url: str, cluster_dir: Path, capsys: Any
+) -> None:
+    """The operator cancels a run whose worker was killed mid-run; the survivor that takes over
+    the dead worker's runs hands back only the others, and the cancelled one does nothing more."""
+    from tether.cli import main
+    from tether.durable import DurableClient
+    from tether.durable._deploy import init_deployment
+
+    cluster = Cluster(pg_url, cluster_dir, DURABLE_MODEL_S="0.4")
+    init_deployment(pg_url)
+    client = DurableClient(pg_url)
+    try:
+        cluster.start("w1")
+        cancelled = client.submit(durable_app.APP, "kc-1: log a; log b; log c", ACME)
+        kept = client.submit(durable_app.APP, "kc-2: log a; log b; log c", GLOBEX)
+        deadline = time.monotonic() + 60
+        while {r[2] for r in durable_app.effects()} < {"kc-1:a", "kc-2:a"}:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        cluster.kill("w1")
+        assert {client.run(r).status for r in (cancelled, kept)} == {"running"}  # held by the dead
+        assert main(["runs", "--db", pg_url, "cancel", cancelled, "--json"]) == 0
+        capsys.readouterr()
+        cluster.start("w2")  # the survivor: takes w1's runs once its heartbeat is 3 s old
+        done = client.wait(kept, timeout_s=60)
+        time.sleep(1.0)
+        view = client.run(cancelled)
+    finally:
+        cluster.stop()
+        client.close()
+    assert (done.status, done.stop_reason) == ("finished", "accepted")
+    assert (view.status, view.stop_reason) == ("cancelled", "cancelled")
+    logged = [r[2] for r in durable_app.effects()]
+    assert logged.count("kc-2:a") == 1 and "kc-2:c" in logged
+    assert [x for x in logged if x.startswith("kc-1:")] == ["kc-1:a"]  # nothing after the cancel
+    events = [json.loads(x) for x in (cluster_dir / "w2.log").read_text().splitlines() if x.startswith("{")]
+    [taken] = [e for e in events if e["event"] == "executors_recovered"]
+    assert taken["dead"] == [cluster.executor("w1")] and taken["requeued"] == [kept]
 
 
 def test_a_worker_whose_database_connections_are_cut_goes_on_and_repeats_nothing(
@@ -374,6 +427,10 @@ def test_an_effect_no_tool_can_reconcile_is_escalated_to_a_person_never_retried(
         client.close()
     assert (view.status, view.stop_reason) == ("finished", "accepted")
     assert [r[2] for r in durable_app.effects()] == ["esc-1:x", "esc-1:after"]
+    events = run_events(cluster_dir)
+    kinds = {e["event"] for e in events}
+    assert {"run_claimed", "run_paused", "effect_escalated", "run_resumed", "run_finished"} <= kinds
+    assert {e["tenant"] for e in events} == {"acme"}
     capsys.readouterr()
     assert main(["runs", "--db", pg_url, "escalations", "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["escalations"] == []

@@ -243,3 +243,60 @@ def test_a_batch_submits_every_line_or_nothing(pg_url: str, tmp_path: Any, capsy
     assert len(set(ids)) == 5 and json.loads(printed[-1])["submitted"] == 5
     _, listed, _, _ = _cli(capsys, "runs", "--db", pg_url, "list", "--tenant", "acme", "--json")
     assert sorted(r["run_id"] for r in listed["runs"]) == sorted(ids[1::2])
+
+
+def _typo(dsn: str, kind: str, fresh_db: str) -> tuple[str, str, str, str]:
+    """(URL, host:port, database, cause) of a URL mistyped in one place."""
+    if kind == "host":  # .invalid never resolves (RFC 2606): no lookup leaves this machine
+        host = "no-such-host.invalid"
+        return dsn.replace("127.0.0.1", host), f"{host}:5432", "test", "resolve"
+    if kind == "port":
+        return dsn.replace("127.0.0.1:5432", "127.0.0.1:1"), "127.0.0.1:1", "test", "refused"
+    return _with_db(dsn, fresh_db), "127.0.0.1:5432", fresh_db, "does not exist"
+
+
+@pytest.mark.parametrize("kind", ["host", "database", "port"])
+def test_every_client_command_fails_on_a_mistyped_url_in_seconds_with_one_line(
+    pg_dsn: str, fresh_db: str, kind: str, capsys: Any
+) -> None:
+    """An operator's typo in the host, the database name or the port: each client command exits
+    non-zero within seconds, with one line naming the host, the database and the cause, and
+    nothing is created (the worker as well, started without --init, in a process of its own)."""
+    import dbos  # noqa: F401 - imported once here: the timings below are the commands' own
+
+    url, where, database, cause = _typo(pg_dsn, kind, fresh_db)
+    started = time.monotonic()
+    here = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1] / "src"), str(here)])}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "tether.cli", "worker", "--db", url, "--app", "durable_app:build"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    commands = [
+        ("runs", "--db", url, "list"),
+        ("runs", "--db", url, "show", "r1"),
+        ("runs", "--db", url, "cancel", "r1"),
+        ("runs", "--db", url, "resume", "r1"),
+        ("runs", "--db", url, "approve", "p1"),
+        ("runs", "--db", url, "workers"),
+        ("runs", "--db", url, "escalations"),
+        ("submit", "--db", url, "--agent", "durable_app:build", "t: read a1"),
+        ("resume", "r1", "--db", url),
+        ("approvals", "list", "--db", url),
+        ("approvals", "approve", "p1", "--db", url),
+    ]
+    for argv in commands:
+        code, out, err, elapsed = _cli(capsys, *argv, "--json")
+        assert code == (1 if kind == "database" else 6), (argv, out)
+        assert elapsed < 5, (argv, elapsed)
+        [line] = err.strip().splitlines()
+        assert where in line and f"'{database}'" in line and cause in line.lower(), (argv, line)
+    try:
+        _, stderr = worker.communicate(timeout=60)
+    finally:
+        worker.kill()
+    assert time.monotonic() - started < 20  # its imports and the check, on a loaded machine
+    assert worker.returncode == (1 if kind == "database" else 6), stderr
+    [line] = [x for x in stderr.strip().splitlines() if not x.startswith("{")]
+    assert where in line and f"'{database}'" in line and cause in line.lower(), line
+    assert fresh_db not in _databases(pg_dsn)

@@ -73,6 +73,11 @@ def test_sigterm_lets_the_step_in_flight_finish_and_a_survivor_continues(
         assert {str(e.status) for e in blocking(client.stores.approvals.ledger_for_run, rid)} == {"done"}
         finished = [e for e in _events(cluster_dir, "w2") if e["event"] == "run_finished"]
         assert finished and finished[0]["run_id"] == rid and finished[0]["exit"] == 0
+        w2 = _events(cluster_dir, "w2")
+        recovered = [e for e in w2 if e["event"] == "executors_recovered"]
+        assert recovered and recovered[0]["requeued"] == [rid]  # handed back by the survivor
+        runs = [e for e in events + w2 if str(e["event"]).startswith("run_")]
+        assert {e["tenant"] for e in runs} == {"acme"}  # every run line names the run's tenant
     finally:
         cluster.stop()
         client.close()

@@ -61,6 +61,11 @@ def test_queued_runs_end_with_one_stop_reason_and_each_effect_happens_once(deplo
         "wr-1": ("finished", "accepted"),
     }
     assert views["wr-1"].summary()["answer"] == "wr-1 done after 4 results"
+    # DBOS is one instance per process: a second worker here is refused, the first goes on.
+    from tether.durable import Worker, WorkerConfig
+
+    with pytest.raises(RuntimeError, match="already runs in this process"):
+        Worker(WorkerConfig(worker.config.url, apps=(durable_app.APP,))).start()
     logged = [row[2] for row in durable_app.effects() if row[2].startswith("wr-1:")]
     assert logged == ["wr-1:hello", "wr-1:a3", "wr-1:bye"]
     assert not [row for row in durable_app.effects() if row[2].startswith("ro-1")]
@@ -354,6 +359,66 @@ def test_a_queued_run_cancelled_never_starts(deployment: Any) -> None:
     assert client.run(queued).status == "cancelled"
     model_calls = (folder / "model.log").read_text().splitlines()
     assert not [line for line in model_calls if line.startswith("cq-2\t")]
+
+
+def test_runs_cancelled_at_random_moments_run_nothing_after_and_approvals_from_another_shell_run_nothing(
+    deployment: Any, durable_url: str, capsys: Any
+) -> None:
+    """The operator cancels runs at random moments (queued, in a step, paused), then a reviewer
+    approves every proposal the runs made, from another shell: no cancelled run does anything
+    after, no payment happens, each run ends ``cancelled``, and the tool's own log and the
+    ledger agree on what happened before the cancel."""
+    import random
+    import time
+
+    _, client, _ = deployment
+    rng = random.Random(2626)
+    os.environ["DURABLE_MODEL_S"], os.environ["DURABLE_EFFECT_S"] = "0.15", "0.1"
+    runs: dict[str, str] = {}
+    try:
+        for i in range(8):  # a tenant each: the fixture's per-tenant limit of one holds none back
+            tag = f"cxr{i}"
+            ctx = TrustedContext(tenant=f"cx-{i}", roles=frozenset({"ops"}))
+            runs[tag] = client.submit(durable_app.APP, f"{tag}: log a; pay 8{i}; log b", ctx)
+            time.sleep(rng.uniform(0.0, 0.9))
+            code = main(["runs", "--db", durable_url, "cancel", runs[tag], "--json"])
+            assert code == 0, capsys.readouterr()
+        capsys.readouterr()
+        seen = {tag: client.run(rid).status for tag, rid in runs.items()}
+        # The reviewer's shell: every proposal of these runs approved (or refused as void).
+        for rid in runs.values():
+            for p in blocking(client.stores.approvals.list_proposals, run_id=rid):
+                main(["approvals", "approve", p.id, "--db", durable_url, "--reviewer", "rita", "--json"])
+                # Refused as void, or (a pause written in the instant of the cancel) taken and
+                # then voided by the worker that finds the run cancelled: nothing runs either way.
+                out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+                assert out["ok"] or out["error"] == "already_invalidated", out
+        time.sleep(1.5)  # several rounds of the worker's resume duty
+    finally:
+        os.environ.pop("DURABLE_MODEL_S", None)
+        os.environ.pop("DURABLE_EFFECT_S", None)
+    assert set(seen.values()) == {"cancelled"}, seen
+    rows = [r for r in durable_app.effects() if r[2].startswith("cxr") or r[1] == "send_payment"]
+    assert not [r for r in rows if r[1] == "send_payment" and r[2].startswith("8")], rows
+    for tag, rid in runs.items():
+        view = client.run(rid)
+        assert (view.status, view.stop_reason) == ("cancelled", "cancelled")
+        logged = [r for r in rows if r[2].startswith(f"{tag}:")]
+        assert [r[2] for r in logged] in ([], [f"{tag}:a"]), logged  # before the pay, at most
+        ledger = blocking(client.stores.approvals.ledger_for_run, rid)
+        assert sorted(e.key for e in ledger) == sorted(r[0] for r in logged)
+        assert all(str(e.status) == "done" for e in ledger)
+        assert blocking(client.stores.approvals.load_checkpoint, rid) is None or (
+            blocking(client.stores.approvals.load_checkpoint, rid).stop_reason == "cancelled"
+        )
+    # More than one kind of moment was hit (queued, in flight, paused).
+    assert len({len(blocking(client.stores.approvals.list_proposals, run_id=r)) for r in runs.values()}) > 1
+    # A run that ended is not "cancelled" after the fact: the operator is told it ended.
+    ended = client.submit(durable_app.APP, "cxf: read a1", TrustedContext(tenant="cx-f"))
+    assert client.wait(ended, timeout_s=60).status == "finished"
+    assert main(["runs", "--db", durable_url, "cancel", ended, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["error"] == "run_finished"
+    assert client.run(ended).status == "finished"
 
 
 def test_runs_list_filters_and_workers_marks_the_dead(deployment: Any, durable_url: str, capsys: Any) -> None:

@@ -15,15 +15,20 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
 from tether.errors import ApprovalError
 from tether.policy._trusted import TrustedContext
-from tether.sql._database import blocking
-from tether.stores._url import Stores, open_stores, parse_url
+from tether.stores._url import parse_url
 
-__all__ = ["DurableClient", "RunView", "WorkflowView"]
+if TYPE_CHECKING:
+    from tether.stores._url import Stores
+
+# tether's stores (tether.sql: SQLAlchemy tables of every concern) are opened on first use: a
+# submit reads what it needs on the connection that checked the deployment.
+
+__all__ = ["DurableClient", "RunView", "WorkflowView", "checkpoint_tenant", "hold_run"]
 
 _LIVE = ("ENQUEUED", "PENDING", "DELAYED")
 VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
@@ -173,6 +178,21 @@ async def _cancel_parked(app: str, url: str, run_id: str) -> list[str]:
             await close()
 
 
+def hold_run(conn: Any, run_id: str) -> None:
+    """Take the run's lock until ``conn``'s transaction ends (PostgreSQL): a cancel and a
+    survivor handing a dead worker's workflow back to the queue exclude each other, so the
+    hand-back never revives a workflow cancelled after it was listed."""
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-run:{run_id}",))
+
+
+def checkpoint_tenant(cp: Any) -> str | None:
+    """The tenant of the run a checkpoint holds (None if its state does not say)."""
+    try:
+        return str(json.loads(cp.state)["context"]["tenant"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
@@ -188,11 +208,12 @@ class DurableClient:
         client on given stores, a worker's); a command or a console request fails at once."""
         from dbos import DBOSClient
 
-        from tether.durable._deploy import check_deployment
+        from tether.durable._deploy import open_deployment
 
         self.url = url
-        if stores is None:
-            check_deployment(url)
+        # The connection that checked the deployment stays open for light reads (which versions
+        # serve an app), until it fails or the client closes.
+        self._probe: Any = open_deployment(url)[1] if stores is None else None
         cfg = dbos_config(url, executor_id="client")
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
@@ -200,6 +221,7 @@ class DurableClient:
             application_name=cfg["name"],
             # A command fails on a lost database instead of waiting for it (a worker's retries).
             retry_connection_errors=stores is not None if retry is None else retry,
+            lazy=stores is None,  # just checked: it connects on first use
         )
         self._stores = stores
         self._own_stores = stores is None
@@ -209,6 +231,8 @@ class DurableClient:
     @property
     def stores(self) -> Stores:
         if self._stores is None:
+            from tether.stores._url import open_stores
+
             self._stores = open_stores(self.url)
         return self._stores
 
@@ -224,6 +248,8 @@ class DurableClient:
         return self._pg
 
     def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
         if self._pg is not None:
             self._pg.close()
         self.dbos.destroy()
@@ -263,18 +289,32 @@ class DurableClient:
         serving that app alone will have."""
         from tether.durable._versions import app_digest, serving, version_of
 
-        db = self.db
-        if db is None:
+        if parse_url(self.url).backend != "postgresql":
             return APP_VERSION, digest  # SQLite: one process, one version
         key = (app, digest)
         cached = self._versions.get(key)
         if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
             return cached[1]  # a batch: one look-up per app and second, not one per run
-        found = db.run(serving, app, digest)
+        found = serving(self._live_workers(), app, digest)
         own = digest or (None if found else app_digest(app))
         bound = found[0] if found else (version_of({app: own}), own)
         self._versions[key] = (time.monotonic(), bound)
         return bound
+
+    def _live_workers(self) -> list[tuple[Any, Any]]:
+        """``LIVE_WORKERS`` rows: on the connection that checked the deployment while it
+        works, else through the deployment's ``Database`` (it retries a lost connection)."""
+        from tether.durable._versions import LIVE_S, LIVE_WORKERS, live_workers
+
+        if self._probe is not None:
+            import psycopg
+
+            try:
+                return [(r[0], r[1]) for r in self._probe.execute(LIVE_WORKERS, (LIVE_S,))]
+            except psycopg.Error:  # dropped since (a long-lived client): the pooled way
+                self._probe.close()
+                self._probe = None
+        return self.db.run(live_workers)  # type: ignore[no-any-return]
 
     def _enqueue(
         self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
@@ -296,6 +336,8 @@ class DurableClient:
         """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
         state: resuming the same pause twice (from two machines) starts one workflow. Raises
         ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        from tether.sql._database import blocking
+
         cp = blocking(self.stores.approvals.load_checkpoint, run_id)
         if cp is None:
             raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
@@ -308,10 +350,10 @@ class DurableClient:
             raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
         started = self._input(run_id)
         app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
-        tenant = json.loads(cp.state)["context"]["tenant"]
+        tenant = checkpoint_tenant(cp) or "default"
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
-        request = {"op": "resume", "run_id": run_id, "app": app}
+        request = {"op": "resume", "run_id": run_id, "app": app, "tenant": tenant}  # tenant: for the logs
         # The resume runs on the version the run was bound to, unless an operator moved it.
         version: str = first[0].app_version or APP_VERSION
         bound: str | None = started.get("app_digest")
@@ -345,7 +387,7 @@ class DurableClient:
         if db is None:
             raise ApprovalError("no_such_version", "a SQLite deployment has one version")
         app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
-        live = db.run(serving, app, None)
+        live = serving(self._live_workers(), app, None)
         target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
         if target is None:
             known = ", ".join(sorted({v for v, _ in live})) or "none"
@@ -364,19 +406,33 @@ class DurableClient:
 
     def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
         """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
-        stops at its next step), a paused one gets a cancelled marker workflow, its checkpoint ends
-        ``cancelled``, its undecided (or approved, not executed) proposals are invalidated and its
-        unanswered questions closed, so a later approval or answer runs nothing and no worker
-        resumes it. Idempotent. Raises ``ApprovalError`` (``unknown_run``)."""
+        stops at its next step), a paused one (or one stopped where a resume could continue it)
+        gets a cancelled marker workflow, its checkpoint ends ``cancelled``, its undecided (or
+        approved, not executed) proposals are invalidated and its unanswered questions closed, so
+        a later approval or answer runs nothing and no worker resumes it. Idempotent. Raises
+        ``ApprovalError`` (``unknown_run``; ``run_finished``: it ended, nothing can continue it)."""
+        from tether.sql._database import blocking
+
         flows = self.workflows(run_id)
         if not flows:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
         live = [w.workflow_id for w in flows if w.status in _LIVE]
-        for wid in live:
-            self.dbos.cancel_workflow(wid)
+        if live:
+            if self.db is not None:
+                self.db.run(self._cancel_held, run_id, live)
+            else:
+                self._cancel_held(None, run_id, live)
+            # One may have ended (paused, or finished) in the instant before the cancel reached it.
+            flows = self.workflows(run_id)
         view = RunView(run_id, None, flows)
+        store = self.stores.approvals
+        cp = blocking(store.load_checkpoint, run_id)
+        resumable = cp is not None and cp.status != "finished"
+        if view.status in ("finished", "failed") and not resumable:
+            why = view.stop_reason or view.status
+            raise ApprovalError("run_finished", f"run {run_id} already ended ({why}): nothing to cancel")
         marker = None
-        if not live and view.status == "paused":
+        if view.status != "cancelled":
             # Nothing is running: a workflow that never runs (no worker serves its queue) records
             # the cancellation where every machine reads a run's state.
             marker = f"{run_id}.cancel"
@@ -393,9 +449,7 @@ class DurableClient:
                 {"op": "cancel", "run_id": run_id, "app": ""},
             )
             self.dbos.cancel_workflow(marker)
-        store = self.stores.approvals
-        cp = blocking(store.load_checkpoint, run_id)
-        if cp is not None and cp.status != "finished":
+        if cp is not None and resumable:
             now = datetime.now(UTC)
             blocking(
                 store.save_checkpoint,
@@ -405,11 +459,19 @@ class DurableClient:
         app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
         return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}
 
+    def _cancel_held(self, conn: Any, run_id: str, workflow_ids: list[str]) -> None:
+        if conn is not None:
+            hold_run(conn, run_id)
+        for wid in workflow_ids:
+            self.dbos.cancel_workflow(wid)
+
     def _cancel_tasks(self, run_id: str, app: str) -> dict[str, list[str]]:
         """Cancel on their servers the MCP tasks the run left running (``long_tasks: pause``),
         through a host the run's own app builds (its servers, as a worker would start them).
         A task that could not be cancelled (its app not loadable here, its server unreachable)
         is listed under ``tasks_not_cancelled`` with why; its pause stays open."""
+        from tether.sql._database import blocking
+
         pauses = self.stores.pauses
         parked = [q for q in blocking(pauses.for_run, run_id) if str(q.status) == "task"] if pauses else []
         if not parked:

@@ -27,6 +27,7 @@ __all__ = [
     "check_deployment",
     "check_stores",
     "init_deployment",
+    "open_deployment",
     "target",
 ]
 
@@ -94,20 +95,35 @@ def _cause(err: BaseException) -> tuple[str, str]:
     return "unreachable", text or type(err).__name__
 
 
-def _connect(t: Target, *, database: str | None = None, timeout_s: float = 5.0) -> Any:
+def _connect(
+    t: Target, *, database: str | None = None, timeout_s: float = 5.0, search_path: str | None = None
+) -> Any:
     import psycopg
 
     conninfo = t.conninfo
     if database is not None:
         parts = urlsplit(conninfo)
         conninfo = urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, ""))
-    return psycopg.connect(conninfo, autocommit=True, connect_timeout=max(1, int(timeout_s)))
+    return psycopg.connect(
+        conninfo, autocommit=True, connect_timeout=max(1, int(timeout_s)), application_name="tether:client",
+        options=f"-c search_path={search_path}" if search_path else None,
+    )  # fmt: skip
 
 
 def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> Target:
     """Raise ``DeploymentUnavailable`` (one line: where, which database, why) unless the database
     at ``url`` exists and can be reached; with ``initialized``, unless its DBOS tables exist too.
     Creates nothing."""
+    t, conn = open_deployment(url, initialized=initialized, timeout_s=timeout_s)
+    if conn is not None:
+        conn.close()
+    return t
+
+
+def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> tuple[Target, Any]:
+    """``check_deployment``, keeping the connection it checked with open for the caller (a
+    client's light reads of tether's tables: its ``schema=`` is on the search path), or ``None``
+    for a SQLite deployment. The caller closes it."""
     t = target(url)
     if t.backend == "sqlite":
         assert t.path is not None
@@ -115,13 +131,14 @@ def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5
             raise DeploymentUnavailable(
                 "not_initialized", f"{t.describe()}: no deployment there ({INIT_HINT})"
             )
-        return t
-    if not _table_exists(t, f"{t.dbos_schema}.workflow_status" if initialized else None, timeout_s):
+        return t, None
+    conn = _probe(t, f"{t.dbos_schema}.workflow_status" if initialized else None, timeout_s)
+    if conn is None:
         raise DeploymentUnavailable(
             "not_initialized",
             f"{t.describe()}: no tether deployment (DBOS schema {t.dbos_schema!r} is missing; {INIT_HINT})",
         )
-    return t
+    return t, conn
 
 
 def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:
@@ -148,18 +165,31 @@ def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:
 def _table_exists(t: Target, table: str | None, timeout_s: float) -> bool:
     """Whether ``table`` exists (``None``: only connect), by one short connection; raises
     ``DeploymentUnavailable`` naming the cause when the database cannot be reached."""
+    conn = _probe(t, table, timeout_s)
+    if conn is not None:
+        conn.close()
+    return conn is not None
+
+
+def _probe(t: Target, table: str | None, timeout_s: float) -> Any:
+    """An open connection if ``table`` exists (``None``: only connect), else ``None``; raises
+    ``DeploymentUnavailable`` naming the cause when the database cannot be reached."""
     import psycopg
 
+    conn = None
     try:
-        with _connect(t, timeout_s=timeout_s) as conn:
-            if table is None:
-                return True
-            found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone()
+        conn = _connect(t, timeout_s=timeout_s, search_path=t.schema)
+        found = conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() if table else (True,)
     except psycopg.Error as err:
+        if conn is not None:
+            conn.close()
         reason, cause = _cause(err)
         hint = f" ({INIT_HINT})" if reason == "no_database" else ""
         raise DeploymentUnavailable(reason, f"{t.describe()}: {cause}{hint}") from None
-    return found is not None and found[0] is not None
+    if found is None or found[0] is None:
+        conn.close()
+        return None
+    return conn
 
 
 def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:

@@ -54,7 +54,9 @@ async def observed(
         "run_id": request.get("run_id"),
         "workflow_id": DBOS.workflow_id,
         "op": op,
-        "tenant": (request.get("context") or {}).get("tenant"),
+        # A start carries its context; a resume names its run's tenant (a resume enqueued by an
+        # earlier release names none: its paused or finished line says it, from the run's state).
+        "tenant": request.get("tenant") or (request.get("context") or {}).get("tenant"),
     }
     log_event("run_claimed", **ids, app=request.get("app"))
     if op == "resume":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -161,9 +162,6 @@ class DurableSteps(LoopSteps):
             self.gate.drop()
 
     async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
-        from dbos import DBOS
-        from dbos import error as dbos_error
-
         ran = False
 
         async def ask() -> dict[str, Any]:
@@ -172,24 +170,14 @@ class DurableSteps(LoopSteps):
             self._live()
             return encode_response(await loop.agent.model.complete(request))
 
-        await DRAIN.enter()
-        started = time.monotonic()
-        try:
-            data = await DBOS.run_step_async(step_options(MODEL_STEP), ask)
-        except dbos_error.DBOSUnexpectedStepError as err:
-            raise ReplayDiverged(str(err)) from err
-        finally:
-            DRAIN.leave()
+        data, took = await _step(step_options(MODEL_STEP), ask)
         if ran:
-            metrics.step_done("model", time.monotonic() - started)
+            metrics.step_done("model", took)
         if not ran:
             self._recorded()
         return decode_response(data)
 
     async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Turn:
-        from dbos import DBOS
-        from dbos import error as dbos_error
-
         s = loop.state
         observations_before, calls_before = len(s.observations), len(s.calls)
         executed: list[Turn] = []
@@ -200,20 +188,30 @@ class DurableSteps(LoopSteps):
             executed.append(turn)
             return encode_turn(turn, s, observations_before, calls_before)
 
-        await DRAIN.enter()
-        started = time.monotonic()
-        try:
-            data = await DBOS.run_step_async(step_options(TURN_STEP, retry_store=True), act)
-        except dbos_error.DBOSUnexpectedStepError as err:
-            raise ReplayDiverged(str(err)) from err
-        finally:
-            DRAIN.leave()
+        data, took = await _step(step_options(TURN_STEP, retry_store=True), act)
         if executed:
-            metrics.step_done("turn", time.monotonic() - started)
+            metrics.step_done("turn", took)
             return executed[0]
         self._recorded()
         apply_turn(data, s)
         return decode_turn(data, lambda name: _spec(loop, name), calls)
+
+
+async def _step(options: Any, body: Callable[[], Awaitable[dict[str, Any]]]) -> tuple[Any, float]:
+    """Run ``body`` as a DBOS step (or return its recorded result) inside the drain's count;
+    returns the result and the seconds it took. A recorded step that differs from this one is
+    ``ReplayDiverged``."""
+    from dbos import DBOS
+    from dbos import error as dbos_error
+
+    await DRAIN.enter()
+    started = time.monotonic()
+    try:
+        return await DBOS.run_step_async(options, body), time.monotonic() - started
+    except dbos_error.DBOSUnexpectedStepError as err:
+        raise ReplayDiverged(str(err)) from err
+    finally:
+        DRAIN.leave()
 
 
 def _spec(loop: AgentLoop, name: str) -> ToolSpec:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,23 @@ def app_digest(app: str, factory: Any = None) -> str | None:
 LIVE_S = 30.0  # a worker whose heartbeat is older does not count for new submissions
 
 
-def serving(conn: Connection, app: str, digest: str | None) -> list[tuple[str, str | None]]:
-    """(version, the app's digest there) of live workers serving ``app`` (with ``digest`` when
-    given), newest worker first."""
-    rows = conn.exec_driver_sql(
-        "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL"
-        " AND heartbeat_at >= now() - make_interval(secs => %s) ORDER BY started_at DESC",
-        (LIVE_S,),
-    )
+# (version, apps) of the live workers, newest first; one %s: LIVE_S. Plain SQL: a client runs it
+# on the connection it checked the deployment with, a worker through its Database.
+LIVE_WORKERS = (
+    "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL"
+    " AND heartbeat_at >= now() - make_interval(secs => %s) ORDER BY started_at DESC"
+)
+
+
+def live_workers(conn: Connection) -> list[tuple[Any, Any]]:
+    return [(r[0], r[1]) for r in conn.exec_driver_sql(LIVE_WORKERS, (LIVE_S,))]
+
+
+def serving(workers: Iterable[tuple[Any, Any]], app: str, digest: str | None) -> list[tuple[str, str | None]]:
+    """(version, the app's digest there) of the ``workers`` (``LIVE_WORKERS`` rows) serving
+    ``app`` (with ``digest`` when given), in their order."""
     found = []
-    for version, apps in rows:
+    for version, apps in workers:
         served = json.loads(apps or "{}")
         if app in served and (digest is None or served[app] == digest):
             found.append((str(version), served[app]))

@@ -8,8 +8,9 @@ shared database. A background thread, on every worker:
 
 - beats the heartbeat;
 - claims, atomically, executors whose heartbeat stopped (``dead_after_s``) and hands their
-  unfinished runs back to the queue through DBOS's recovery (each dead executor recovered by
-  exactly one survivor; DBOS's own dequeue admits exactly one runner per workflow);
+  unfinished workflows back to the queue with DBOS's public ``resume_workflow`` (each dead
+  executor claimed by exactly one survivor, which holds the claim until every workflow is back:
+  the dead one's restart waits for it; DBOS's dequeue admits exactly one runner per workflow);
 - resumes paused runs whose awaited decisions were all made and questions answered (an
   approval or an MCP elicitation answer given on any machine), with the resume's workflow id
   derived from the paused state so that several workers seeing the same approval start one
@@ -29,7 +30,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from tether.durable._client import DurableClient
+from tether.durable._client import DurableClient, checkpoint_tenant, hold_run
+from tether.durable._config import APP_NAME
 from tether.durable._events import log_event
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
@@ -39,6 +41,8 @@ from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
 
 __all__ = ["Worker", "WorkerConfig", "due_for_resume"]
+
+_ONE_PER_PROCESS = threading.Lock()  # held by the worker that runs DBOS in this process
 
 
 def _beat(
@@ -100,6 +104,40 @@ def _claim_dead(conn: Connection, me: str, dead_after_s: float, version: str | N
         (me, me, version, dead_after_s),
     )
     return [r[0] for r in rows]
+
+
+def _hand_back(conn: Connection, dbos: Any, executor: str, version: str) -> list[str]:
+    """Put the workflows ``executor`` left running (``PENDING``, of ``version``) back in their
+    queue; the survivors' dequeue admits one runner each, and it continues from its last
+    recorded step. Each under its run's lock (``hold_run``) and only if still ``PENDING`` there:
+    a run cancelled since it was listed stays cancelled, and one another worker took meanwhile
+    (the executor's own restart) is left to it. ``conn``'s transaction holds the executor's
+    claim, so its restart cannot recover the same workflows while this runs."""
+    handed = []
+    found = dbos.list_workflows(
+        status="PENDING", executor_id=executor, app_version=version, application_name=APP_NAME,
+        load_input=False, load_output=False,
+    )  # fmt: skip
+    for w in found:
+        hold_run(conn, str((w.attributes or {}).get("run_id") or w.workflow_id))
+        still = dbos.list_workflows(
+            workflow_ids=[w.workflow_id], status="PENDING", executor_id=executor,
+            load_input=False, load_output=False,
+        )  # fmt: skip
+        if still:
+            dbos.resume_workflow(w.workflow_id, queue_name=w.queue_name)
+            handed.append(w.workflow_id)
+    return handed
+
+
+def _take_over(
+    conn: Connection, dbos: Any, me: str, dead_after_s: float, version: str
+) -> dict[str, list[str]]:
+    """Claim the executors of ``version`` that died (or left runs of ``version`` behind on an
+    upgrade) and hand their workflows back, in one transaction: a survivor that dies half-way
+    leaves the claim to another."""
+    dead = _claim_dead(conn, me, dead_after_s, version) + _claim_orphans(conn, version)
+    return {executor: _hand_back(conn, dbos, executor, version) for executor in dead}
 
 
 def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any]]:
@@ -166,14 +204,29 @@ class Worker:
         self.version = APP_VERSION  # with PostgreSQL: tether's and the served apps' (versions.py)
         self.digests: dict[str, str | None] = {}
         self.drained: dict[str, int] = {}
+        self._holds_process = False
 
     def start(self) -> Worker:
-        from dbos import DBOS
-        from dbos import _dbos as dbos_module
+        """Raises ``RuntimeError`` if a worker already runs in this process (DBOS is one instance
+        per process: a second would silently keep the first's settings)."""
+        if not _ONE_PER_PROCESS.acquire(blocking=False):
+            raise RuntimeError("a worker already runs in this process; stop it first")
+        self._holds_process = True
+        try:
+            return self._start()
+        except BaseException:
+            self._stop.set()  # the heartbeat thread, if it started
+            self._release_process()
+            raise
 
-        if getattr(dbos_module, "_dbos_global_instance", None) is not None:
-            # DBOS is one instance per process: a second would silently keep the first's settings.
-            raise RuntimeError("a DBOS instance already runs in this process; stop its worker first")
+    def _release_process(self) -> None:
+        if self._holds_process:
+            self._holds_process = False
+            _ONE_PER_PROCESS.release()
+
+    def _start(self) -> Worker:
+        from dbos import DBOS
+
         from tether.durable._deploy import check_deployment, init_deployment
 
         c = self.config
@@ -248,6 +301,7 @@ class Worker:
             self._thread.join(10)
         DBOS.destroy(workflow_completion_timeout_sec=0)
         set_runtime(None)
+        self._release_process()
         if self._pg is not None:
             try:
                 self._pg.run(_stopped, self.executor_id)
@@ -316,16 +370,14 @@ class Worker:
             self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), False)
 
     def _recover_dead(self) -> None:
-        from dbos import DBOS
-
-        if self._pg is None:
+        if self._pg is None or self.client is None:
             return
-        dead = self._pg.run(_claim_dead, self.executor_id, self.config.dead_after_s, self.version)
-        dead += self._pg.run(_claim_orphans, self.version)
-        if dead:
-            DBOS._recover_pending_workflows(dead)
-            self.recovered.extend(dead)
-            log_event("executors_recovered", executor=self.executor_id, dead=dead)
+        c = self.config
+        taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
+        if taken:
+            self.recovered.extend(taken)
+            requeued = [wid for wids in taken.values() for wid in wids]
+            log_event("executors_recovered", executor=self.executor_id, dead=list(taken), requeued=requeued)
 
     def _resume_decided(self) -> None:
         """Resume each durable run paused for approvals that have all been decided since."""
@@ -347,6 +399,7 @@ class Worker:
                     executor=self.executor_id,
                     run_id=cp.run_id,
                     workflow_id=self.resumed[-1],
+                    tenant=checkpoint_tenant(cp),
                 )
             except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
                 if err.reason == "run_cancelled":
