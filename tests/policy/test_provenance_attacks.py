@@ -516,6 +516,7 @@ def test_a_request_that_states_its_own_addresses_chose_them() -> None:
             {
                 "send_email": {
                     "effect": "send",
+                    "requested_by": ["send", "add"],
                     "arguments": {
                         "recipients": {"role": "destination", "from": ["user", "named:address"]},
                         "subject": {"role": "content"},
