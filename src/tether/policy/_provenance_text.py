@@ -92,60 +92,15 @@ def request_names(objective: str) -> set[str]:
 # Words that, just before a word, make it a thing named rather than an action asked for:
 # determiners, possessives, quantifiers, prepositions and the adjectives that pick one item
 # of a list ("the email from Lily", "my messages", "in the mail", "the latest message").
-_NAMING_BEFORE = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "this",
-        "that",
-        "these",
-        "those",
-        "my",
-        "your",
-        "his",
-        "her",
-        "their",
-        "our",
-        "its",
-        "any",
-        "each",
-        "every",
-        "some",
-        "no",
-        "all",
-        "which",
-        "what",
-        "whose",
-        "of",
-        "from",
-        "in",
-        "into",
-        "on",
-        "about",
-        "by",
-        "with",
-        "for",
-        "per",
-        "last",
-        "latest",
-        "recent",
-        "new",
-        "old",
-        "unread",
-        "first",
-        "previous",
-        "next",
-        "other",
-        "same",
-        "such",
-        "own",
-    ]
-)
+_NAMING_WORDS = "a an the this that these those my your his her their our its any each every some no all "
+_NAMING_WORDS += "which what whose of from in into on about by with for per last latest recent "
+_NAMING_WORDS += "new old unread first previous next other same such own"
+_NAMING_BEFORE = frozenset(_NAMING_WORDS.split(" "))
 # Words that, just after an action word, show it is not asked of the agent towards someone
 # else: its object is the user ("tell me", "remind me"), or it names where a thing came from
 # ("emails from Bob").
-_NAMING_AFTER = frozenset(["me", "myself", "us", "ourselves", "from"])
+_AFTER_WORDS = "me myself us ourselves from"
+_NAMING_AFTER = frozenset(_AFTER_WORDS.split(" "))
 
 
 def asks_for(text: str, phrase: str) -> bool:
