@@ -521,7 +521,8 @@ class ProvenanceIndex:
         ``label`` came from, that *describes* that record — "forward it to whoever wrote to you
         about the Party", "the sender of the snacks mail": it holds, whole, a word of the
         record (five letters or more, not a function word) that few records share (at most
-        ``_DISTINCT`` of the records the run read hold it) and that the request does not use.
+        ``_DISTINCT`` of the records the run read hold it) and that the request does not use,
+        wherever it stands in that text (glued to other characters, a reader still finds it).
         None when no such text describes it, or when the request selects or describes the
         record itself (a call argument it states, a word of it in the record): then the pick is
         the user's. Both sides are unfolded (NFKC, case, invisible characters)."""
@@ -541,7 +542,10 @@ class ProvenanceIndex:
             for seg in self.segments:
                 if id(seg) in ids or seg.label.tool == EXTRACTOR or seg.label.trust in keep:
                     continue
-                if self._seg_words(seg) & distinct:
+                hay = self._unfolded.get(id(seg))
+                if hay is None:
+                    hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+                if any(w in hay for w in distinct):  # glued to other characters, still read
                     found = seg
                     break
         self._described[key] = found

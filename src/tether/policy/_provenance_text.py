@@ -107,9 +107,11 @@ def asks_for(text: str, phrase: str) -> bool:
     """Whether the (normalised) request ``text`` uses ``phrase`` as an action it asks for: the
     phrase stands whole, and at least once neither a determiner, possessive, quantifier,
     preposition or list adjective stands just before it ("what is in *the email* from Lily"
-    names a mail, "*send* the report" asks for one) nor the user or a source just after it
-    ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages). A
-    word the request only uses for something else never asks for the effect."""
+    names a mail, "*send* the report" asks for one), nor the user or a source just after it
+    ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages), nor
+    does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
+    file?"; "can you *send* it?" is a request). A word the request only uses for something
+    else never asks for the effect."""
     words = normalise(phrase)
     if not words:
         return False
@@ -121,8 +123,27 @@ def asks_for(text: str, phrase: str) -> bool:
             continue
         if after is not None and after.group(1) in _NAMING_AFTER:
             continue
+        if _in_question(text, m.start(), m.end()):
+            continue
         return True
     return False
+
+
+def _in_question(text: str, start: int, end: int) -> bool:
+    """Whether the span stands in a clause of a question that opens with a question word or
+    an auxiliary ("what", "did", "is"), not with a request ("can you", "please")."""
+    stop = _SENTENCE_END.search(text, end)
+    if stop is None or stop.group(0) != "?":
+        return False
+    opening = max(text.rfind(c, 0, start) for c in ".!?\n,;:")
+    clause = _CLAUSE_JOIN.sub("", text[opening + 1 : start]).split()
+    return bool(clause) and clause[0] in _QUESTION_OPENERS
+
+
+_SENTENCE_END = re.compile(r"[.!?\n]")
+_CLAUSE_JOIN = re.compile(r"^\s*(?:(?:and|then|so|also|but|or)\s+)*")
+_OPENERS = "what which who whom whose when where why how did does do has have had is are was were am"
+_QUESTION_OPENERS = frozenset(_OPENERS.split(" "))
 
 
 _WORDS_BEFORE = re.compile(r"[\w'’]+(?=[^\w'’]*$)")
