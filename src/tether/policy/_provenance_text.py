@@ -135,12 +135,13 @@ def _in_question(text: str, start: int, end: int) -> bool:
     stop = _SENTENCE_END.search(text, end)
     if stop is None or stop.group(0) != "?":
         return False
-    opening = max(text.rfind(c, 0, start) for c in ".!?\n,;:")
-    clause = _CLAUSE_JOIN.sub("", text[opening + 1 : start]).split()
+    opening = max((m.end() for m in _CLAUSE_END.finditer(text, 0, start)), default=0)
+    clause = _CLAUSE_JOIN.sub("", text[opening:start]).split()
     return bool(clause) and clause[0] in _QUESTION_OPENERS
 
 
-_SENTENCE_END = re.compile(r"[.!?\n]")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")  # not the dot of a file name or a site
+_CLAUSE_END = re.compile(r"[.!?,;:](?=\s|$)|\n")
 _CLAUSE_JOIN = re.compile(r"^\s*(?:(?:and|then|so|also|but|or)\s+)*")
 _OPENERS = "what which who whom whose when where why how did does do has have had is are was were am"
 _QUESTION_OPENERS = frozenset(_OPENERS.split(" "))
