@@ -238,6 +238,23 @@ def test_every_suite_tool_has_a_declared_effect() -> None:
         assert names == set(declared.effects), suite
 
 
+def test_every_tool_that_reaches_people_names_the_words_that_ask_for_it() -> None:
+    # A record the user named designates its people as destinations only for an effect the
+    # request asks for (requested_by): without the words, such a pick after someone's text
+    # always goes to a reviewer. Every workspace, travel and slack tool with a destination a
+    # named record or the directory can supply declares them (banking's payees, without
+    # words, are never a named record's pick unreviewed).
+    for suite in ("workspace", "travel", "slack"):
+        declared = load_declaration(suite)
+        for name, rules in declared.rules.items():
+            reaches = any(
+                r.role == "destination" and any(c.startswith("named:") or c == "directory" for c in r.allow)
+                for r in rules.arguments.values()
+            )
+            if reaches and declared.effects[name].side_effecting:
+                assert rules.requested_by, f"{suite}.{name}"
+
+
 def test_an_undeclared_argument_of_a_tool_with_an_effect_is_a_load_error(tmp_path: Path) -> None:
     text = (SUITES_DIR / "banking.yaml").read_text(encoding="utf-8")
     path = tmp_path / "banking.yaml"
