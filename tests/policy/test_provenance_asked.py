@@ -370,8 +370,15 @@ def laundered(draw: st.DrawFn) -> tuple[Run, str, dict[str, Any]]:
             run.observe("list_events", [dict(e) for e in run.events])
     run.observe("list_events", [dict(e) for e in run.events])
     tool = draw(st.sampled_from(TOOLS))
-    proposed = draw(st.sampled_from([ATTACKER, ATTACKER.upper(), value.strip()]))
-    return run, tool, to(tool, proposed)
+    # Whole, re-cased, as written, or encoded beside a participant the user's record listed.
+    proposed = draw(
+        st.sampled_from([ATTACKER, ATTACKER.upper(), value.strip(), json.dumps([CAROL, ATTACKER])])
+    )
+    arguments = to(tool, proposed)
+    for key in ("recipients", "participants"):
+        if key in arguments and draw(st.booleans()):
+            arguments[key] = [CAROL, *arguments[key]]  # hidden beside the user's own
+    return run, tool, arguments
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
