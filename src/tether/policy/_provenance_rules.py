@@ -280,28 +280,20 @@ class ProvenanceRules:
         if designating:
             kind = shape_kind(text)
             named_only = not designating - {c for c in designating if c.startswith("named:")}
+            why: dict[str, Any] = {}
             if named_only and effectful and rule.role == "destination" and not asked:
                 # The user named the record, but not for this effect: who among its values
                 # receives it is the model's pick.
-                steering = index.steering(self.config.assigned)
-                if steering is not None:
-                    problem = {
-                        "problem": "chosen_after_untrusted",
-                        "after": steering.label.describe(),
-                        "effect_not_requested": True,
-                    }
+                why = {"effect_not_requested": True}
             elif named_only and effectful and kind in index.request_kinds():
                 # Only a record the user named designates the value, yet the request states
                 # its own destinations of this kind: it chose those, and named the record
                 # for something else (as the target of the call, say). Which of the record's
                 # values goes with them is the model's pick.
-                steering = index.steering(self.config.assigned)
-                if steering is not None:
-                    problem = {
-                        "problem": "chosen_after_untrusted",
-                        "after": steering.label.describe(),
-                        "request_states": kind,
-                    }
+                why = {"request_states": kind}
+            steering = index.steering(self.config.assigned) if why else None
+            if steering is not None:
+                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe(), **why}
             if problem is None:
                 return
         elif (mention := index.mentioned(text, self.config.assigned)) is not None:
