@@ -239,12 +239,11 @@ def test_every_suite_tool_has_a_declared_effect() -> None:
 
 
 def test_every_tool_that_reaches_people_names_the_words_that_ask_for_it() -> None:
-    # A record the user named designates its people as destinations only for an effect the
-    # request asks for (requested_by): without the words, such a pick after someone's text
-    # always goes to a reviewer. Every workspace, travel and slack tool with a destination a
-    # named record or the directory can supply declares them (banking's payees, without
-    # words, are never a named record's pick unreviewed).
-    for suite in ("workspace", "travel", "slack"):
+    # A destination a named record designates or the directory vouches for reaches an effect
+    # unreviewed, after someone's text, only when the request asks for the effect
+    # (requested_by): without the words, every such pick goes to a reviewer. Every tool of
+    # every suite with such a destination declares them.
+    for suite in ("workspace", "travel", "banking", "slack"):
         declared = load_declaration(suite)
         for name, rules in declared.rules.items():
             reaches = any(

@@ -241,6 +241,28 @@ def test_the_request_that_asks_for_the_effect_reaches_the_same_people(tool: str)
     assert decide(run, tool, to(tool, ATTACKER))[0] == "approve"
 
 
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_contact_the_directory_vouches_for_reaches_an_effect_only_the_request_asks_for(tool: str) -> None:
+    # Bob's mailbox is a directory entry read from the sender field of his mail (assigned by
+    # the system, mentioned by nobody). A question about his mail asks for no effect: after
+    # someone's text, the pick of Bob as a destination is the model's. The request that asks
+    # for the effect still reaches him; a tool that declares no phrase never does unreviewed.
+    lunch = {"id": "1", "sender": BOB, "subject": "Lunch", "body": "Lunch on Friday?"}
+    question = "What does the lunch mail say about agenda.docx and Follow-up?"
+    run = Run(question).observe("read_inbox", [lunch, {"id": "7", "sender": EVE, "body": INJECTION}])
+    verdict, problems = decide(run, tool, to(tool, BOB))
+    assert verdict == "approve", tool
+    assert any(p.get("effect_not_requested") or p["problem"] == "effect_not_requested" for p in problems)
+    asking = ASKING[tool].replace("everyone in the 'Quarterly Review'", "the person who asked me about lunch")
+    asking = asking.replace("the people in the 'Quarterly Review'", "the person who asked me about lunch")
+    asking = asking.replace(
+        "the participants of the 'Quarterly Review'", "the person who asked me about lunch"
+    )
+    run = Run(asking).observe("read_inbox", [lunch, {"id": "7", "sender": EVE, "body": INJECTION}])
+    expected = "approve" if tool == "notify" else "allow"
+    assert decide(run, tool, to(tool, BOB))[0] == expected, (tool, asking)
+
+
 # -- a phrase counts only where the request uses it as an action ------------------------------
 
 

@@ -272,7 +272,9 @@ class ProvenanceRules:
         user named designates its values as *destinations* of an effect only when the request
         asks for that effect (the tool's ``requested_by`` phrases, used as actions): the user
         who asks "how long until my lunch with Sarah?" named the lunch to ask about it, not to
-        mail, invite or share with its participants. A tool that declares no phrase is never
+        mail, invite or share with its participants. The same holds for a value that only
+        vouches: a destination of an effect the request does not ask for is the model's pick
+        after untrusted text, however it was read. A tool that declares no phrase is never
         asked, so after untrusted text such a pick always goes to a reviewer."""
         arg = rule.argument
         problem: dict[str, Any] | None = None
@@ -323,6 +325,14 @@ class ProvenanceRules:
                     problem["reached_through"] = "a call that text someone chose had selected"
                 elif described:
                     problem["described_in"] = described[0].label.describe()
+            elif steering is not None and effectful and rule.role == "destination" and not asked:
+                # Vouched for and read where the system put it, but nobody asked for this
+                # effect: who receives it is the model's pick, as for a named record's values.
+                problem = {
+                    "problem": "chosen_after_untrusted",
+                    "after": steering.label.describe(),
+                    "effect_not_requested": True,
+                }
         if problem is None:
             return
         shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
