@@ -238,6 +238,22 @@ def test_every_suite_tool_has_a_declared_effect() -> None:
         assert names == set(declared.effects), suite
 
 
+def test_every_tool_that_reaches_people_names_the_words_that_ask_for_it() -> None:
+    # A destination a named record designates or the directory vouches for reaches an effect
+    # unreviewed, after someone's text, only when the request asks for the effect
+    # (requested_by): without the words, every such pick goes to a reviewer. Every tool of
+    # every suite with such a destination declares them.
+    for suite in ("workspace", "travel", "banking", "slack"):
+        declared = load_declaration(suite)
+        for name, rules in declared.rules.items():
+            reaches = any(
+                r.role == "destination" and any(c.startswith("named:") or c == "directory" for c in r.allow)
+                for r in rules.arguments.values()
+            )
+            if reaches and declared.effects[name].side_effecting:
+                assert rules.requested_by, f"{suite}.{name}"
+
+
 def test_an_undeclared_argument_of_a_tool_with_an_effect_is_a_load_error(tmp_path: Path) -> None:
     text = (SUITES_DIR / "banking.yaml").read_text(encoding="utf-8")
     path = tmp_path / "banking.yaml"

@@ -162,6 +162,7 @@ MAIL_RULES = {
             "to": ArgumentRule("to", "destination", allow=frozenset({"user", "directory"}), kind="mailbox"),
             "body": ArgumentRule("body", "content"),
         },
+        requested_by=("reply", "send"),
     )
 }
 

@@ -70,6 +70,7 @@ RULES = rules_from_dict(
     {
         "send_email": {
             "effect": "send",
+            "requested_by": ["send", "forward", "reply"],
             "no_relay": ["third_party"],
             "arguments": {
                 "recipients": {"role": "destination", "from": ["user", "directory", "named:address"]},
@@ -79,6 +80,7 @@ RULES = rules_from_dict(
         },
         "pay": {
             "effect": "purchase",
+            "requested_by": ["pay"],
             "arguments": {
                 "recipient": {"role": "destination", "from": ["user", "directory", "named:address"]},
                 "amount": {"role": "amount", "bound": ["user"], "cumulative": True},
@@ -516,6 +518,7 @@ def test_a_request_that_states_its_own_addresses_chose_them() -> None:
             {
                 "send_email": {
                     "effect": "send",
+                    "requested_by": ["send", "add"],
                     "arguments": {
                         "recipients": {"role": "destination", "from": ["user", "named:address"]},
                         "subject": {"role": "content"},

@@ -47,6 +47,7 @@ RULES = rules_from_dict(
     {
         "send_email": {
             "effect": "send",
+            "requested_by": ["send", "reply", "tell", "message", "mail", "email", "forward"],
             "arguments": {
                 "recipients": {
                     "role": "destination",

@@ -163,6 +163,9 @@ RULES = rules_from_dict(
         },
         "fetch": {
             "effect": "send",
+            # A link in a message the user named is its destination only for an effect the
+            # request asks for.
+            "requested_by": ["open", "fetch", "visit"],
             "arguments": {"url": {"role": "destination", "from": ["user", "named:conversation"]}},
         },
     }

@@ -105,6 +105,7 @@ __all__ = [
 
 # -- tracing -------------------------------------------------------------------------------
 
+
 class ProvenanceIndex:
     """What the host knows at one moment of a run: the user's request, trusted host values,
     labelled observations and the values the run itself wrote. ``trace`` answers where a
@@ -172,6 +173,10 @@ class ProvenanceIndex:
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
         self._request_kinds: frozenset[str] | None = None
+        self._described: dict[tuple[str, str, str], Segment | None] = {}
+        self._describing: frozenset[str] | None = None
+        self._words: dict[int, frozenset[str]] = {}
+        self._by_word: dict[str, set[tuple[str, str, str]]] | None = None
 
     # -- the run's own writes -----------------------------------------------------------
 
@@ -511,6 +516,93 @@ class ProvenanceIndex:
             )
         return self._steered[call_id]
 
+    def described_by(self, label: SourceLabel, assigned: Iterable[str] = ()) -> Segment | None:
+        """A segment of text someone chose (a class not in ``assigned``), outside the record
+        ``label`` came from, that *describes* that record — "forward it to whoever wrote to you
+        about the Party", "the sender of the snacks mail": it holds, whole, a word of the
+        record (five letters or more, not a function word) that few records share (at most
+        ``_DISTINCT`` of the records the run read hold it) and that the request does not use,
+        wherever it stands in that text (glued to other characters, a reader still finds it).
+        None when no such text describes it, or when the request selects or describes the
+        record itself (a call argument it states, a word of it in the record): then the pick is
+        the user's. Both sides are unfolded (NFKC, case, invisible characters)."""
+        key = (label.call_id, label.tool, label.record_id or label.path)
+        if key in self._described:
+            return self._described[key]
+        found: Segment | None = None
+        own = self._record_segments(label)
+        words = set().union(*(self._seg_words(s) for s in own if not self.written(s))) if own else set()
+        if words & self._describing_words() or self._selected_by_request(label.call_id):
+            words = set()  # the request leads to this record: the pick is the user's
+        table = self._word_records()
+        distinct = {w for w in words if len(table.get(w, ())) <= _DISTINCT}
+        keep = frozenset(assigned)
+        ids = {id(s) for s in own}
+        if distinct:
+            for seg in self.segments:
+                if id(seg) in ids or seg.label.tool == EXTRACTOR or seg.label.trust in keep:
+                    continue
+                hay = self._unfolded.get(id(seg))
+                if hay is None:
+                    hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+                if any(w in hay for w in distinct):  # glued to other characters, still read
+                    found = seg
+                    break
+        self._described[key] = found
+        return found
+
+    def _record_segments(self, label: SourceLabel) -> list[Segment]:
+        if label.record_id is not None:
+            return self._records.get((label.call_id, label.tool, label.record_id), [])
+        return [s for s in self.segments if s.label.call_id == label.call_id and s.label.path == label.path]
+
+    def _seg_words(self, seg: Segment) -> frozenset[str]:
+        words = self._words.get(id(seg))
+        if words is None:
+            hay = self._unfolded.get(id(seg))
+            if hay is None:
+                hay = self._unfolded[id(seg)] = unfold(seg.raw).strip()
+            words = frozenset(w for w in ALPHA_WORD.findall(hay) if len(w) >= 5 and w not in STOP)
+            self._words[id(seg)] = words
+        return words
+
+    def _word_records(self) -> dict[str, set[tuple[str, str, str]]]:
+        """Each word of five letters or more: the records (or record-less fields) holding it."""
+        if self._by_word is None:
+            table: dict[str, set[tuple[str, str, str]]] = {}
+            for seg in self.segments:
+                key = (seg.label.call_id, seg.label.tool, seg.label.record_id or seg.label.path)
+                for w in self._seg_words(seg):
+                    table.setdefault(w, set()).add(key)
+            self._by_word = table
+        return self._by_word
+
+    def _selected_by_request(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` had an argument the request states: a phrase of it, a
+        name it gives, or a day it names."""
+        found = self._reads.get(call_id)
+        if found is None:
+            return False
+        for leaf in found[1]:
+            text = normalise(leaf)
+            if len(text) < 3:
+                continue
+            if ALPHA_WORD.fullmatch(text) is not None:
+                if text in self._user_names:
+                    return True
+            elif contains_whole(self.user_text, text):
+                return True
+            day = parse_date(leaf)
+            if day is not None and any(m.matches(day) for m in self.request_dates):
+                return True
+        return False
+
+    def _describing_words(self) -> frozenset[str]:
+        if self._describing is None:
+            words = ALPHA_WORD.findall(unfold(self.objective))
+            self._describing = frozenset(w for w in words if len(w) >= 5 and w not in STOP)
+        return self._describing
+
     def request_kinds(self) -> frozenset[str]:
         """The kinds of destination the request states values of itself: ``mailbox``,
         ``account``, ``link`` (an address, an account number, a link in its own words)."""
@@ -568,6 +660,8 @@ class ProvenanceIndex:
         ]
 
 
+_DISTINCT = 2
+"""At most this many records the run read share a word that describes one of them."""
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
 

@@ -43,6 +43,7 @@ from tether.policy._provenance_declarations import (
     rules_from_dict,
 )
 from tether.policy._provenance_run import index_for, make_labeler, observation_segments
+from tether.policy._provenance_text import asks_for
 from tether.policy._provenance_values import find_handles, find_links, parse_date
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -140,8 +141,9 @@ class ProvenanceRules:
             )
         index = self._index(call.state)
         out = _Verdict()
-        if effectful and rules.requested_by and not any(_phrase_in(index, p) for p in rules.requested_by):
-            # Nothing in the call can be traced: the request itself must ask for this effect.
+        asked = _effect_asked(index, rules, bool(call.arguments))
+        if effectful and rules.requested_by and not asked:
+            # The request itself must ask for this effect, whatever the call carries.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
         properties = (spec.parameters or {}).get("properties") or {}
@@ -230,17 +232,24 @@ class ProvenanceRules:
                 out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
             else:
                 effectful = call.spec.effect.side_effecting
-                self._chosen(index, arg, text, origins, classes & rule.allow, effectful, out, shown)
+                asked = rule.role == "destination" and self._asked(index, call)
+                self._chosen(index, rule, text, origins, classes & rule.allow, effectful, asked, out, shown)
         return shown
+
+    def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
+        """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
+        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
     def _chosen(
         self,
         index: ProvenanceIndex,
-        arg: str,
+        rule: ArgumentRule,
         text: str,
         origins: Sequence[Origin],
         accepted: set[str],
         effectful: bool,
+        asked: bool,
         out: _Verdict,
         shown: dict[str, Any],
     ) -> None:
@@ -259,27 +268,34 @@ class ProvenanceRules:
         A record the user named designates its values, except where the request states its
         own destinations of the value's kind and the call has an effect: the request chose
         those and named the record for something else (the call's target, say), so after
-        untrusted text the record's other values are the model's pick."""
+        untrusted text the record's other values are the model's pick. Likewise a record the
+        user named designates its values as *destinations* of an effect only when the request
+        asks for that effect (the tool's ``requested_by`` phrases, used as actions): the user
+        who asks "how long until my lunch with Sarah?" named the lunch to ask about it, not to
+        mail, invite or share with its participants. The same holds for a value that only
+        vouches: a destination of an effect the request does not ask for is the model's pick
+        after untrusted text, however it was read. A tool that declares no phrase is never
+        asked, so after untrusted text such a pick always goes to a reviewer."""
+        arg = rule.argument
         problem: dict[str, Any] | None = None
         designating = {c for c in accepted if _designates(c)}
         if designating:
             kind = shape_kind(text)
-            if (
-                not designating - {c for c in designating if c.startswith("named:")}
-                and effectful
-                and kind in index.request_kinds()
-            ):
+            named_only = not designating - {c for c in designating if c.startswith("named:")}
+            why: dict[str, Any] = {}
+            if named_only and effectful and rule.role == "destination" and not asked:
+                # The user named the record, but not for this effect: who among its values
+                # receives it is the model's pick.
+                why = {"effect_not_requested": True}
+            elif named_only and effectful and kind in index.request_kinds():
                 # Only a record the user named designates the value, yet the request states
                 # its own destinations of this kind: it chose those, and named the record
                 # for something else (as the target of the call, say). Which of the record's
                 # values goes with them is the model's pick.
-                steering = index.steering(self.config.assigned)
-                if steering is not None:
-                    problem = {
-                        "problem": "chosen_after_untrusted",
-                        "after": steering.label.describe(),
-                        "request_states": kind,
-                    }
+                why = {"request_states": kind}
+            steering = index.steering(self.config.assigned) if why else None
+            if steering is not None:
+                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe(), **why}
             if problem is None:
                 return
         elif (mention := index.mentioned(text, self.config.assigned)) is not None:
@@ -288,17 +304,35 @@ class ProvenanceRules:
             steering = index.steering(self.config.assigned)
             # Read from an assigned field, by a call no one's text selected: a call whose
             # query, record or day such text chose reached what the text wanted reached.
-            assigned = any(
-                o.kind == "tool"
+            # Nor did such text describe the record it was read from ("whoever wrote to you
+            # about the Party"): a pick by that description is the text's.
+            read = [
+                o
+                for o in origins
+                if o.kind == "tool"
                 and o.match == "exact"
                 and o.trust in self.config.assigned
                 and (o.label is None or (o.label.tool != EXTRACTOR and not index.steered(o.label.call_id)))
-                for o in origins
-            )
-            if steering is not None and not assigned:
+            ]
+            described = [
+                d
+                for o in read
+                if o.label is not None and (d := index.described_by(o.label, self.config.assigned))
+            ]
+            if steering is not None and (not read or len(described) == len(read)):
                 problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
                 if any(o.label is not None and index.steered(o.label.call_id) for o in origins):
                     problem["reached_through"] = "a call that text someone chose had selected"
+                elif described:
+                    problem["described_in"] = described[0].label.describe()
+            elif steering is not None and effectful and rule.role == "destination" and not asked:
+                # Vouched for and read where the system put it, but nobody asked for this
+                # effect: who receives it is the model's pick, as for a named record's values.
+                problem = {
+                    "problem": "chosen_after_untrusted",
+                    "after": steering.label.describe(),
+                    "effect_not_requested": True,
+                }
         if problem is None:
             return
         shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
@@ -521,6 +555,17 @@ _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
     words = normalise(phrase)
     return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
+
+
+def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool) -> bool:
+    """Whether the request asks for the tool's effect through one of its ``requested_by``
+    phrases. For a tool with arguments the phrases name its action ("send", "share", "add"),
+    so a phrase counts only where the request uses it as one (``asks_for``): "what is in the
+    email from Lily" asks for no mail. A tool without arguments names a state ("unread", "new
+    mail"), which counts wherever it stands. A tool that declares no phrase is never asked."""
+    if has_arguments:
+        return any(asks_for(index.user_text, p) for p in rules.requested_by)
+    return any(_phrase_in(index, p) for p in rules.requested_by)
 
 
 def _spent(call: ProposedCall, rule: ArgumentRule) -> float:

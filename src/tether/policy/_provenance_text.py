@@ -15,6 +15,7 @@ __all__ = [
     "STOP",
     "WORD",
     "Written",
+    "asks_for",
     "contains_whole",
     "name_forms",
     "request_names",
@@ -81,10 +82,70 @@ def request_names(objective: str) -> set[str]:
     names: set[str] = set()
     for m in ALPHA_WORD.finditer(text):
         word = m.group(0)
-        if word[:1].isupper() and not (
-            normalise(word) in STOP and _SENTENCE_START.search(text[: m.start()])
-        ):
+        if word[:1].isupper() and not (normalise(word) in STOP and _SENTENCE_START.search(text[: m.start()])):
             names.add(normalise(word))
     for m in _QUOTED.finditer(text):
         names |= {normalise(w) for w in ALPHA_WORD.findall(m.group(1))}
     return names
+
+
+# Words that, just before a word, make it a thing named rather than an action asked for:
+# determiners, possessives, quantifiers, prepositions and the adjectives that pick one item
+# of a list ("the email from Lily", "my messages", "in the mail", "the latest message").
+_NAMING_WORDS = "a an the this that these those my your his her their our its any each every some no all "
+_NAMING_WORDS += "which what whose of from in into on about by with for per last latest recent "
+_NAMING_WORDS += "new old unread first previous next other same such own"
+_NAMING_BEFORE = frozenset(_NAMING_WORDS.split(" "))
+# Words that, just after an action word, show it is not asked of the agent towards someone
+# else: its object is the user ("tell me", "remind me"), or it names where a thing came from
+# ("emails from Bob").
+_AFTER_WORDS = "me myself us ourselves from"
+_NAMING_AFTER = frozenset(_AFTER_WORDS.split(" "))
+
+
+def asks_for(text: str, phrase: str) -> bool:
+    """Whether the (normalised) request ``text`` uses ``phrase`` as an action it asks for: the
+    phrase stands whole, and at least once neither a determiner, possessive, quantifier,
+    preposition or list adjective stands just before it ("what is in *the email* from Lily"
+    names a mail, "*send* the report" asks for one), nor the user or a source just after it
+    ("*tell me* what it says" asks for an answer; "*messages from* Bob" names messages), nor
+    does it stand in a clause that asks a question ("did Bob *send* it?", "how do I *share* a
+    file?"; "can you *send* it?" is a request). A word the request only uses for something
+    else never asks for the effect."""
+    words = normalise(phrase)
+    if not words:
+        return False
+    for m in re.finditer(rf"(?<![\w'’-]){re.escape(words)}(?![\w'’-])", text):
+        before = _WORDS_BEFORE.findall(text[: m.start()])[-1:]
+        after = _WORDS_AFTER.match(text[m.end() :])
+        prior = before[0] if before else ""
+        if prior in _NAMING_BEFORE or prior.endswith(("'s", "’s")):
+            continue
+        if after is not None and after.group(1) in _NAMING_AFTER:
+            continue
+        if _in_question(text, m.start(), m.end()):
+            continue
+        return True
+    return False
+
+
+def _in_question(text: str, start: int, end: int) -> bool:
+    """Whether the span stands in a clause of a question that opens with a question word or
+    an auxiliary ("what", "did", "is"), not with a request ("can you", "please")."""
+    stop = _SENTENCE_END.search(text, end)
+    if stop is None or stop.group(0) != "?":
+        return False
+    opening = max((m.end() for m in _CLAUSE_END.finditer(text, 0, start)), default=0)
+    clause = _CLAUSE_JOIN.sub("", text[opening:start]).split()
+    return bool(clause) and clause[0] in _QUESTION_OPENERS
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")  # not the dot of a file name or a site
+_CLAUSE_END = re.compile(r"[.!?,;:](?=\s|$)|\n")
+_CLAUSE_JOIN = re.compile(r"^\s*(?:(?:and|then|so|also|but|or)\s+)*")
+_OPENERS = "what which who whom whose when where why how did does do has have had is are was were am"
+_QUESTION_OPENERS = frozenset(_OPENERS.split(" "))
+
+
+_WORDS_BEFORE = re.compile(r"[\w'’]+(?=[^\w'’]*$)")
+_WORDS_AFTER = re.compile(r"\s+([\w'’]+)")
