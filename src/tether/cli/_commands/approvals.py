@@ -120,11 +120,11 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
         given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
         why = f"no approval store at {db}{given}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
-    import sqlite3
+    from tether.errors import ConfigError
 
     try:
         return Approvals(SqliteApprovalStore(db)), None
-    except sqlite3.DatabaseError as err:  # a folder, or a file that is not a SQLite database
+    except ConfigError as err:  # a folder, or a file that is not a SQLite database
         why = f"{db} is not an approval store: {err}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
 
