@@ -127,8 +127,6 @@ class RunView:
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return w.output or {}
-            if w.status == "CANCELLED":
-                return {}
         return {}
 
     def summary(self) -> dict[str, Any]:
@@ -166,16 +164,14 @@ async def _cancel_parked(app: str, url: str, run_id: str) -> list[str]:
     """Build the run's host with its app (as a worker does) and cancel its parked MCP tasks."""
     from tether.durable._runtime import Runtime, _build
     from tether.mcp._hosting import cancel_parked_tasks
+    from tether.runners._scope import close_built
 
     host, agent = await _build(app, Runtime(url, apps=frozenset({app})), run_id)
     try:
         await host.start()
         return await cancel_parked_tasks(host, run_id)
     finally:
-        await host.aclose()
-        close = getattr(agent.model, "aclose", None)
-        if close is not None:
-            await close()
+        await close_built(host, agent)
 
 
 def hold_run(conn: Any, run_id: str) -> None:

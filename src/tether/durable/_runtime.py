@@ -33,7 +33,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
 from tether.durable._steps import DurableSteps, step_options
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
-from tether.runners._scope import current_app, resume_point
+from tether.runners._scope import close_built, current_app, resume_point
 
 __all__ = [
     "APP_VERSION",
@@ -205,10 +205,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         steps.attach(loop)
         result = await loop.run()
     finally:
-        await host.aclose()
-        close = getattr(agent.model, "aclose", None)
-        if close is not None:
-            await close()
+        await close_built(host, agent)
     # The calls that did not run and succeed: an accepted run exits as `tether run` would.
     problems = call_problems(result)
     summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}

@@ -204,12 +204,8 @@ class McpServerSource:
         pending, self._pending_events = self._pending_events, []
         if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
             # Started during an earlier run (or not yet): still say what this run talks to.
-            if self.unavailable is not None:
-                state = "unavailable"
-            elif self._conn is not None and self._conn.alive:
-                state = "running"
-            else:
-                state = "not_started"
+            alive = self._conn is not None and self._conn.alive
+            state = "unavailable" if self.unavailable is not None else "running" if alive else "not_started"
             pending.insert(
                 0, (EventKind.SERVER_LAUNCH, {"source": self.name, "state": state, **self.describe()})
             )

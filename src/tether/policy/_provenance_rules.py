@@ -276,67 +276,86 @@ class ProvenanceRules:
         vouches: a destination of an effect the request does not ask for is the model's pick
         after untrusted text, however it was read. A tool that declares no phrase is never
         asked, so after untrusted text such a pick always goes to a reviewer."""
-        arg = rule.argument
-        problem: dict[str, Any] | None = None
         designating = {c for c in accepted if _designates(c)}
         if designating:
-            kind = shape_kind(text)
-            named_only = not designating - {c for c in designating if c.startswith("named:")}
-            why: dict[str, Any] = {}
-            if named_only and effectful and rule.role == "destination" and not asked:
-                # The user named the record, but not for this effect: who among its values
-                # receives it is the model's pick.
-                why = {"effect_not_requested": True}
-            elif named_only and effectful and kind in index.request_kinds():
-                # Only a record the user named designates the value, yet the request states
-                # its own destinations of this kind: it chose those, and named the record
-                # for something else (as the target of the call, say). Which of the record's
-                # values goes with them is the model's pick.
-                why = {"request_states": kind}
-            steering = index.steering(self.config.assigned) if why else None
-            if steering is not None:
-                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe(), **why}
-            if problem is None:
-                return
-        elif (mention := index.mentioned(text, self.config.assigned)) is not None:
-            problem = {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+            problem = self._designated(index, rule, text, designating, effectful, asked)
         else:
-            steering = index.steering(self.config.assigned)
-            # Read from an assigned field, by a call no one's text selected: a call whose
-            # query, record or day such text chose reached what the text wanted reached.
-            # Nor did such text describe the record it was read from ("whoever wrote to you
-            # about the Party"): a pick by that description is the text's.
-            read = [
-                o
-                for o in origins
-                if o.kind == "tool"
-                and o.match == "exact"
-                and o.trust in self.config.assigned
-                and (o.label is None or (o.label.tool != EXTRACTOR and not index.steered(o.label.call_id)))
-            ]
-            described = [
-                d
-                for o in read
-                if o.label is not None and (d := index.described_by(o.label, self.config.assigned))
-            ]
-            if steering is not None and (not read or len(described) == len(read)):
-                problem = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
-                if any(o.label is not None and index.steered(o.label.call_id) for o in origins):
-                    problem["reached_through"] = "a call that text someone chose had selected"
-                elif described:
-                    problem["described_in"] = described[0].label.describe()
-            elif steering is not None and effectful and rule.role == "destination" and not asked:
-                # Vouched for and read where the system put it, but nobody asked for this
-                # effect: who receives it is the model's pick, as for a named record's values.
-                problem = {
-                    "problem": "chosen_after_untrusted",
-                    "after": steering.label.describe(),
-                    "effect_not_requested": True,
-                }
+            problem = self._vouched(index, rule, text, origins, effectful, asked)
         if problem is None:
             return
         shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
-        out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **problem})
+        out.worse("approve", {"argument": rule.argument, "vouched_by": sorted(accepted), **problem})
+
+    def _designated(
+        self,
+        index: ProvenanceIndex,
+        rule: ArgumentRule,
+        text: str,
+        designating: set[str],
+        effectful: bool,
+        asked: bool,
+    ) -> dict[str, Any] | None:
+        """``_chosen`` for a value a designating class holds: the problem, if any."""
+        kind = shape_kind(text)
+        named_only = not designating - {c for c in designating if c.startswith("named:")}
+        why: dict[str, Any] = {}
+        if named_only and effectful and rule.role == "destination" and not asked:
+            # The user named the record, but not for this effect: who among its values
+            # receives it is the model's pick.
+            why = {"effect_not_requested": True}
+        elif named_only and effectful and kind in index.request_kinds():
+            # Only a record the user named designates the value, yet the request states
+            # its own destinations of this kind: it chose those, and named the record
+            # for something else (as the target of the call, say). Which of the record's
+            # values goes with them is the model's pick.
+            why = {"request_states": kind}
+        steering = index.steering(self.config.assigned) if why else None
+        if steering is None:
+            return None
+        return {"problem": "chosen_after_untrusted", "after": steering.label.describe(), **why}
+
+    def _vouched(
+        self,
+        index: ProvenanceIndex,
+        rule: ArgumentRule,
+        text: str,
+        origins: Sequence[Origin],
+        effectful: bool,
+        asked: bool,
+    ) -> dict[str, Any] | None:
+        """``_chosen`` for a value accepted classes only vouch for: the problem, if any."""
+        if (mention := index.mentioned(text, self.config.assigned)) is not None:
+            return {"problem": "chosen_after_untrusted", "mentioned_in": mention.label.describe()}
+        steering = index.steering(self.config.assigned)
+        if steering is None:
+            return None
+        # Read from an assigned field, by a call no one's text selected: a call whose
+        # query, record or day such text chose reached what the text wanted reached.
+        # Nor did such text describe the record it was read from ("whoever wrote to you
+        # about the Party"): a pick by that description is the text's.
+        read = [
+            o
+            for o in origins
+            if o.kind == "tool"
+            and o.match == "exact"
+            and o.trust in self.config.assigned
+            and (o.label is None or (o.label.tool != EXTRACTOR and not index.steered(o.label.call_id)))
+        ]
+        described = [
+            d
+            for o in read
+            if o.label is not None and (d := index.described_by(o.label, self.config.assigned))
+        ]
+        after = {"problem": "chosen_after_untrusted", "after": steering.label.describe()}
+        if not read or len(described) == len(read):
+            if any(o.label is not None and index.steered(o.label.call_id) for o in origins):
+                return {**after, "reached_through": "a call that text someone chose had selected"}
+            return {**after, "described_in": described[0].label.describe()} if described else after
+        if effectful and rule.role == "destination" and not asked:
+            # Vouched for and read where the system put it, but nobody asked for this
+            # effect: who receives it is the model's pick, as for a named record's values.
+            return {**after, "effect_not_requested": True}
+        return None
 
     def _links(
         self,
