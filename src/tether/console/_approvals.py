@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
@@ -487,7 +487,7 @@ def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, lis
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    proposal_id: str
+    id: str  # the proposal's
     status: str
     decided_by: str | None
     decided_at: str | None
@@ -495,14 +495,7 @@ class Decision:
     run_id: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.proposal_id,
-            "status": self.status,
-            "decided_by": self.decided_by,
-            "decided_at": self.decided_at,
-            "content_hash": self.content_hash,
-            "run_id": self.run_id,
-        }
+        return asdict(self)
 
 
 async def decide(

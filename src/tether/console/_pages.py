@@ -282,7 +282,7 @@ class _Pages:
             reason=form_value(form, "reason", 2000),
             content_hash=form_value(form, "content_hash", 100) or None,
         )
-        return RedirectResponse(f"/approvals/{quote(done.proposal_id)}?done={done.status}", status_code=303)
+        return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
 
     # -- Servers' questions waiting for a person, and the answers ----------------------------------
 

@@ -12,7 +12,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -55,20 +55,7 @@ class RunSummary:
     resumed: bool
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "tenant": self.tenant,
-            "agent": self.agent,
-            "design": self.design,
-            "model": self.model,
-            "objective": self.objective,
-            "started": self.started,
-            "ended": self.ended,
-            "stop_reason": self.stop_reason,
-            "detail": self.detail,
-            "events": self.events,
-            "resumed": self.resumed,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,18 +260,7 @@ class TimelineItem:
     turn: int = 0  # the model turn it belongs to (0: before the first), as the queue and proposals number it
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "turn": self.turn,
-            "ts": self.ts,
-            "kind": self.kind,
-            "category": self.category,
-            "title": self.title,
-            "facts": self.facts,
-            "rule": self.rule,
-            "proposal": self.proposal,
-            "trust": self.trust,
-        }
+        return asdict(self)
 
 
 def _calls(e: Mapping[str, Any]) -> str:

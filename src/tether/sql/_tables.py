@@ -37,7 +37,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.schema import CreateColumn
+from sqlalchemy.schema import CreateColumn, SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 __all__ = [
@@ -148,6 +148,13 @@ def _append_only(table: Table, message: str = "") -> None:
     _refuse(table, f"{table.name}_no_delete", "DELETE", message)
 
 
+def _history(name: str, key: str, *columns: SchemaItem, message: str = "") -> Table:
+    """An append-only history: an increasing ``key``, then ``columns``."""
+    table = Table(name, METADATA, _serial(key), *columns, sqlite_autoincrement=True)
+    _append_only(table, message)
+    return table
+
+
 # -- migrations' own record ---------------------------------------------------------------------
 
 migrations = Table(
@@ -195,16 +202,13 @@ _refuse(
 )
 _refuse(proposals, "proposals_no_delete", "DELETE", "proposals are kept as history")
 
-approval_events = Table(
+approval_events = _history(
     "approval_events",
-    METADATA,
-    _serial("seq"),
+    "seq",
     *_texts("proposal_id", "op", "actor", "detail"),
     Column("at", Instant, nullable=False),
     Index("approval_events_proposal", "proposal_id"),
-    sqlite_autoincrement=True,
 )
-_append_only(approval_events)
 
 # -- the effect ledger ------------------------------------------------------------------------------
 
@@ -292,17 +296,14 @@ memory_records = Table(
     Index("memory_records_subject", "subject", postgresql_ops={"subject": "text_pattern_ops"}),
 )
 
-memory_events = Table(
+memory_events = _history(
     "memory_events",
-    METADATA,
-    _serial("id"),
+    "id",
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
     *_texts("op", "actor", "reason"),
     Column("at", Instant, nullable=False),
     Index("memory_events_record", "record_id"),
-    sqlite_autoincrement=True,
 )
-_append_only(memory_events)
 
 memory_conflicts = Table(
     "memory_conflicts",
@@ -397,16 +398,14 @@ sessions = Table(
     *_texts("csrf", "created_at", "expires_at"),
 )
 
-audit = Table(
+audit = _history(
     "audit",
-    METADATA,
-    _serial("seq"),
+    "seq",
     *_texts("at", "actor", "action", "tenant", "target", "content_hash", "outcome", "detail"),
     # Where each audited request came from (the console's client address, or "cli").
     Column("client", Text, nullable=False, server_default=""),
-    sqlite_autoincrement=True,
+    message="the audit log is append-only",
 )
-_append_only(audit, "the audit log is append-only")
 
 CONCERNS: dict[str, tuple[Table, ...]] = {
     "approvals": (proposals, approval_events, effect_ledger, run_checkpoints),
