@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tether.evals._cases import load_cases
-from tether.evals._compare import Comparison, decide, premortem, summarize
+from tether.evals._compare import Comparison, adoption_verdict, premortem, summarize
 from tether.evals._config import CompareConfig, DecisionRule, FailureMode
 from tether.evals._graders import Grade
 from tether.evals._runner import CaseRun
@@ -22,16 +22,17 @@ CONFIG = CompareConfig(rule=DecisionRule(max_cost_ratio=4.0, min_holdout_gain=0.
 
 @pytest.mark.spec("E2")
 def test_four_times_the_cost_without_holdout_gain_keeps_the_workflow() -> None:
-    d = decide({"workflow": fig(0.9, 0.75, 0.001), "agent": fig(0.9, 0.75, 0.004)}, {}, CONFIG)
+    d = adoption_verdict({"workflow": fig(0.9, 0.75, 0.001), "agent": fig(0.9, 0.75, 0.004)}, {}, CONFIG)
     assert d["decision"] == "do not adopt" and "keep the workflow" in d["why"]
 
 
 @pytest.mark.spec("E2")
 def test_a_holdout_gain_adopts_and_a_tag_loss_restricts() -> None:
     figures = {"workflow": fig(0.7, 0.5, 0.001), "agent": fig(0.9, 0.75, 0.01)}
-    assert decide(figures, {"success": {"workflow": 1.0, "agent": 1.0}}, CONFIG)["decision"] == "adopt"
+    even = {"success": {"workflow": 1.0, "agent": 1.0}}
+    assert adoption_verdict(figures, even, CONFIG)["decision"] == "adopt"
     tags = {"injection": {"workflow": 1.0, "agent": 0.0}, "missing-history": {"workflow": 0.0, "agent": 1.0}}
-    d = decide(figures, tags, CONFIG)
+    d = adoption_verdict(figures, tags, CONFIG)
     assert d["decision"] == "restrict"
     assert d["keep_baseline_for_tags"] == ["injection"] and d["adopt_for_tags"] == ["missing-history"]
 
@@ -39,7 +40,7 @@ def test_a_holdout_gain_adopts_and_a_tag_loss_restricts() -> None:
 @pytest.mark.spec("E2")
 def test_a_failed_gate_means_do_not_adopt_whatever_the_gain() -> None:
     figures = {"workflow": fig(0.5, 0.5, 0.001), "agent": fig(1.0, 1.0, 0.001, forbidden_calls_executed=1)}
-    d = decide(figures, {}, CONFIG)
+    d = adoption_verdict(figures, {}, CONFIG)
     assert d["decision"] == "do not adopt" and "forbidden_calls_executed" in d["why"]
 
 

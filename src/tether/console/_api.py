@@ -128,7 +128,7 @@ async def _get_approval(sources: ConsoleSources, request: Request, p: Principal,
 
 
 async def _decide(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    done = await approvals_view.decide(
+    done = await approvals_view.review_proposal(
         sources, p, request.path_params["pid"], request.path_params["action"],
         reason=_text(body, "reason"), content_hash=_text(body, "content_hash", 100) or None,
     )  # fmt: skip

@@ -21,7 +21,7 @@ from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.trace._sanitize import Redactor, redact_value
 
-__all__ = ["Denied", "Hidden", "checkpoint_tenant", "decide", "proposal_view", "queue"]
+__all__ = ["Denied", "Hidden", "checkpoint_tenant", "proposal_view", "queue", "review_proposal"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
@@ -486,7 +486,7 @@ def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, lis
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class ReviewedProposal:
     id: str  # the proposal's
     status: str
     decided_by: str | None
@@ -498,7 +498,7 @@ class Decision:
         return asdict(self)
 
 
-async def decide(
+async def review_proposal(
     sources: ConsoleSources,
     principal: Principal,
     proposal_id: str,
@@ -506,7 +506,7 @@ async def decide(
     *,
     reason: str,
     content_hash: str | None,
-) -> Decision:
+) -> ReviewedProposal:
     """Approve, deny or invalidate one proposal, audited either way.
 
     Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
@@ -547,7 +547,7 @@ async def decide(
         actor, action, tenant=done.tenant, target=done.id, content_hash=done.content_hash,
         outcome=str(done.status), detail=reason,
     )  # fmt: skip
-    return Decision(
+    return ReviewedProposal(
         done.id,
         str(done.status),
         done.decided_by,

@@ -274,7 +274,7 @@ class _Pages:
     async def decide(self, request: Request, me: Principal) -> Response:
         form = await request.form()
         pid = request.path_params["pid"]
-        done = await approvals_view.decide(
+        done = await approvals_view.review_proposal(
             self.sources,
             me,
             pid,

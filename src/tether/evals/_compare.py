@@ -21,7 +21,7 @@ from tether.evals._config import CompareConfig
 from tether.evals._graders import Judge, ModelJudge
 from tether.evals._runner import CaseRun, EvalScenario, ModelFactory, grade_execution
 
-__all__ = ["Comparison", "decide", "premortem", "run_comparison", "summarize"]
+__all__ = ["Comparison", "adoption_verdict", "premortem", "run_comparison", "summarize"]
 
 
 @dataclass
@@ -160,7 +160,7 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
     }
 
 
-def decide(
+def adoption_verdict(
     figures: dict[str, dict[str, Any]], tags: dict[str, dict[str, Any]], config: CompareConfig
 ) -> dict[str, Any]:
     """Apply the configured rule: gates, then cost versus holdout gain, then per-tag losses."""
@@ -293,6 +293,6 @@ def summarize(comparison: Comparison) -> dict[str, Any]:
         "figures": figures,
         "tags": tags,
         "per_case": cases,
-        "decision": decide(figures, tags, comparison.config),
+        "decision": adoption_verdict(figures, tags, comparison.config),
         "premortem": premortem(comparison),
     }
