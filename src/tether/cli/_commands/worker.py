@@ -102,25 +102,23 @@ def _serve_apps(
 ) -> tuple[str, ...] | int:
     """The names the worker serves: an agent file is read now and registered under its name, a
     ``module:factory`` imported now; the exit code (1: nothing ran) when one is broken."""
-    from tether.agents._file import _import, is_agent_file  # _import: the one reader of import paths
+    from tether.agents._file import is_agent_file
     from tether.agents._record import AgentFileApp
     from tether.clisupport.output import fail
+    from tether.durable._worker import check_apps
     from tether.errors import ConfigError
 
     served = []
-    for app in apps:
-        try:
+    try:
+        for app in apps:
             if is_agent_file(app):
                 file_app = AgentFileApp(app)  # read once, now: a broken file stops the worker here
                 register_app(file_app.name, file_app)
                 app = file_app.name
-            elif not all(app.partition(":")[::2]):
-                raise ConfigError(f"--app {app!r}: an agent file (.yaml/.yml/.toml) or module:factory")
-            elif not callable(_import(app, f"--app {app}")):  # a typo stops the worker before it serves
-                raise ConfigError(f"--app {app}: not a function")
-        except ConfigError as err:
-            return fail("tether worker", err, as_json=as_json, error="bad_app")
-        served.append(app)
+            served.append(app)
+        check_apps(served)
+    except ConfigError as err:
+        return fail("tether worker", err, as_json=as_json, error="bad_app")
     return tuple(served)
 
 
