@@ -32,7 +32,7 @@ from sqlalchemy import Connection
 
 from tether.durable._client import DurableClient, checkpoint_tenant, hold_run
 from tether.durable._config import APP_NAME
-from tether.durable._events import log_event
+from tether.durable._events import log_event, quiet_cancellations
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, version_of
@@ -231,6 +231,7 @@ class Worker:
 
         c = self.config
         check_apps(c.apps)
+        quiet_cancellations()  # a run cancelled in flight: one event line, not DBOS's traceback
         DRAIN.reset()
         # The deployment must exist (one line in seconds if not): only --init creates it. A
         # mistyped schema= would otherwise come into being here, served by this worker alone.
