@@ -194,6 +194,65 @@ def test_runs_takes_db_before_or_after_its_action(pg_url: str, capsys: Any) -> N
     assert code == 1 and out["error"] == "not_initialized"
 
 
+def test_db_takes_its_url_as_db_like_every_command_and_the_positional_still_works(
+    pg_url: str, capsys: Any
+) -> None:
+    code, out, err, _ = _cli(capsys, "db", "check", "--db", pg_url, "--json")
+    assert code == 1 and out["error"] == "not_initialized" and "tether db init --db URL" in err
+    code, out, _, _ = _cli(capsys, "db", "init", "--db", pg_url, "--json")
+    assert code == 0 and out["dbos_schema"].endswith("_dbos")
+    for argv in (("db", "--db", pg_url, "check"), ("db", "check", "--db", pg_url), ("db", "check", pg_url)):
+        assert _cli(capsys, *argv, "--json")[0] == 0, argv
+    # Two different URLs: refused, neither is used.
+    code, out, _, _ = _cli(capsys, "db", "check", pg_url, "--db", pg_url + "x", "--json")
+    assert code == 1 and out["error"] == "usage" and "give one" in out["message"]
+
+
+def test_runs_show_and_resume_of_an_unknown_run_are_unknown_run_with_the_envelope(
+    pg_url: str, capsys: Any
+) -> None:
+    from tether.durable._deploy import init_deployment
+
+    init_deployment(pg_url)
+    for argv in (("runs", "show", "nope"), ("runs", "resume", "nope"), ("resume", "nope")):
+        code, out, err, _ = _cli(capsys, *argv, "--db", pg_url, "--json")
+        assert code == 1 and out["error"] == "unknown_run" and "nope" in out["message"], (argv, out)
+        assert "Traceback" not in err
+
+
+def _worker_json(*argv: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+    here = Path(__file__).resolve().parent
+    path = os.pathsep.join([str(here.parents[1] / "src"), str(here)])
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "worker", *argv, "--json"],
+        env={**os.environ, **(env or {}), "PYTHONPATH": path}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    assert lines, done.stderr  # under --json the envelope is always the last line
+    return done.returncode, json.loads(lines[-1]), done.stderr
+
+
+def test_worker_start_up_failures_are_the_json_envelope_under_json(
+    pg_dsn: str, fresh_db: str, tmp_path: Path
+) -> None:
+    from tether.clisupport.output import ENVELOPE
+
+    missing = tmp_path / "missing.yaml"
+    cases = [
+        ((), {"TETHER_DB": ""}, 1, "no_db", "--db"),
+        (("--db", "notaurl", "--app", "durable_app:build"), {}, 1, "ConfigError", "notaurl"),
+        (("--db", _with_db(pg_dsn, fresh_db), "--app", "durable_app:build"), {}, 1, "no_database", fresh_db),
+        (("--db", pg_dsn, "--app", "durable_app:biuld"), {}, 1, "bad_app", "durable_app:build?"),
+        (("--db", pg_dsn, "--app", "no_such_module_x:build"), {}, 1, "bad_app", "no_such_module_x"),
+        (("--db", pg_dsn, "--app", str(missing)), {}, 1, "bad_app", str(missing)),
+    ]
+    for argv, env, code, kind, fragment in cases:
+        rc, out, err = _worker_json(*argv, env=env)
+        assert set(ENVELOPE) <= set(out) and rc == out["exit"] == code and out["ok"] is False, (argv, out)
+        assert out["error"] == kind and fragment in out["message"] and "Traceback" not in err, (argv, out)
+    assert fresh_db not in _databases(pg_dsn)
+
+
 def test_a_bad_agent_file_is_a_configuration_error_and_nothing_is_stored(
     pg_url: str, tmp_path: Any, capsys: Any
 ) -> None:

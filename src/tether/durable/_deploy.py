@@ -31,7 +31,7 @@ __all__ = [
     "target",
 ]
 
-INIT_HINT = "create it once with: tether db init URL"
+INIT_HINT = "create it once with: tether db init --db URL"
 
 
 class DeploymentUnavailable(StoreUnavailable):

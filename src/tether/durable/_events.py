@@ -8,7 +8,9 @@ Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, `
 exception ended the workflow, with its ``cause``), ``run_released`` (a draining worker let go of
 it between steps; a survivor continues it), ``effect_escalated`` (an effect whose outcome
 a person must resolve, with the command that does it), ``resume_enqueued``,
-``executors_recovered`` and ``worker_error`` (a background duty failed, with its ``cause``).
+``executors_recovered``, ``worker_error`` (a background duty failed, with its ``cause``) and
+``run_cancelled`` (a workflow ``tether runs cancel`` reached while it ran: expected, so one line
+here instead of the ERROR traceback DBOS logs for it, ``CancelledInFlight``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ from typing import Any
 
 from tether.durable import _metrics as metrics
 
-__all__ = ["LOGGER", "configure_stderr", "log_event", "observed", "resolve_command"]
+__all__ = [
+    "LOGGER",
+    "CancelledInFlight",
+    "configure_stderr",
+    "log_event",
+    "observed",
+    "quiet_cancellations",
+    "resolve_command",
+]
 
 LOGGER = logging.getLogger("tether.worker")
 
@@ -118,3 +128,37 @@ def configure_stderr(level: int = logging.INFO) -> None:
     LOGGER.addHandler(handler)
     LOGGER.setLevel(level)
     LOGGER.propagate = False
+
+
+def _run_of(workflow_id: str) -> str:
+    """The run a workflow belongs to: its id is the run's, ``<run>.resume.<digest>`` or
+    ``<run>.cancel`` (``tether.durable._client``)."""
+    return workflow_id.rsplit(".resume.", 1)[0].removesuffix(".cancel")
+
+
+class CancelledInFlight(logging.Filter):
+    """On DBOS's logger: a record whose exception says a workflow was cancelled (DBOS logs it at
+    ERROR with a traceback when ``tether runs cancel`` reaches a workflow in flight) becomes one
+    ``run_cancelled`` event line; every other record passes as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from dbos import error  # DBOS's public exceptions
+
+        err = record.exc_info[1] if record.exc_info else None
+        if not isinstance(err, error.DBOSAwaitedWorkflowCancelledError):
+            return True
+        run_id = _run_of(err.workflow_id)
+        log_event(
+            "run_cancelled",
+            run_id=run_id,
+            workflow_id=err.workflow_id,
+            message=f"run {run_id} cancelled while in flight",
+        )
+        return False
+
+
+def quiet_cancellations() -> None:
+    """Install ``CancelledInFlight`` on DBOS's logger, once per process (a worker's start)."""
+    dbos_logger = logging.getLogger("dbos")
+    if not any(isinstance(f, CancelledInFlight) for f in dbos_logger.filters):
+        dbos_logger.addFilter(CancelledInFlight())

@@ -32,11 +32,11 @@ from sqlalchemy import Connection
 
 from tether.durable._client import DurableClient, checkpoint_tenant, hold_run
 from tether.durable._config import APP_NAME
-from tether.durable._events import log_event
+from tether.durable._events import log_event, quiet_cancellations
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, version_of
-from tether.errors import ApprovalError
+from tether.errors import ApprovalError, ConfigError
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
 
@@ -231,6 +231,7 @@ class Worker:
 
         c = self.config
         check_apps(c.apps)
+        quiet_cancellations()  # a run cancelled in flight: one event line, not DBOS's traceback
         DRAIN.reset()
         # The deployment must exist (one line in seconds if not): only --init creates it. A
         # mistyped schema= would otherwise come into being here, served by this worker alone.
@@ -414,19 +415,24 @@ class Worker:
 
 
 def check_apps(apps: Sequence[str]) -> None:
-    """Every app a worker serves is registered in this process or names ``module:function``.
-    Raises ``ValueError`` naming the first that is neither (an agent file must be registered:
+    """Every app a worker serves is registered in this process or names an importable
+    ``module:function``: a typo stops the worker before it serves, not at its first run.
+    Raises ``ConfigError`` naming the first that is neither (an agent file must be registered:
     ``tether worker --app FILE`` does it)."""
+    from tether.agents._file import _import  # the one reader of import paths, with its hints
+
     for app in apps:
         if app in _APPS:
             continue
         module_name, _, function = app.partition(":")
         if not (function.isidentifier() and all(part.isidentifier() for part in module_name.split("."))):
-            raise ValueError(
+            raise ConfigError(
                 f"app {app!r} is neither module:function nor registered; serve an agent file with"
                 " register_app(path, tether.agents._record.AgentFileApp(path))"
                 " (`tether worker --app FILE` does it)"
             )
+        if not callable(_import(app, f"app {app}")):
+            raise ConfigError(f"app {app}: not a function")
 
 
 def due_for_resume(

@@ -61,13 +61,18 @@ def run(args: argparse.Namespace) -> int:
     db: Path = Path(args.db) if args.db else default_db()
     if not db.exists():
         return fail("tether resume", f"no approval store at {db} (pass the run's --db)", as_json=args.json)
-    store = SqliteApprovalStore(db)
-    checkpoint = blocking(store.load_checkpoint, args.run_id)
-    store.close()
+    try:
+        store = SqliteApprovalStore(db)
+    except ConfigError as err:  # a folder, or a file that is not a SQLite database: named, left as it is
+        return fail("tether resume", err, as_json=args.json, error="not_an_approval_store", db=str(db))
+    try:
+        checkpoint = blocking(store.load_checkpoint, args.run_id)
+    finally:
+        store.close()
     app = args.app or (checkpoint.app if checkpoint else None)
     if checkpoint is None or not app:
         why = f"no resumable checkpoint for run {args.run_id} in {db}"
-        return fail("tether resume", why, as_json=args.json)
+        return fail("tether resume", why, as_json=args.json, error="unknown_run", run_id=args.run_id)
     try:
         host, agent = _factory(app, db, args.run_id)
     except (ConfigError, ValueError) as err:

@@ -15,14 +15,15 @@ from typing import Any
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser(
+    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
+
+    p, acts = add_actions(
+        sub,
         "runs",
+        dest="action",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
         " escalations, move",
     )
-    db_help = "storage URL (default $TETHER_DB)"
-    p.add_argument("--db", default=None, help=db_help)
-    acts = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
     ls.add_argument(
@@ -33,11 +34,9 @@ def register(sub: Any) -> None:
     ls.add_argument(
         "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
     )
-    ls.add_argument("--json", action="store_true")
     show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
-    show.add_argument("--json", action="store_true")
     for name, helptext in (
         ("cancel", "cancel a queued, running or paused run (its proposals and questions too)"),
         ("resume", "resume a paused run"),
@@ -45,15 +44,12 @@ def register(sub: Any) -> None:
         a = acts.add_parser(name, help=helptext)
         a.add_argument("run_id")
         a.add_argument("--wait", type=float, default=None, help="wait up to S seconds for it to end or pause")
-        a.add_argument("--json", action="store_true")
     for name in ("approve", "deny"):
         d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
         d.add_argument("proposal_id")
         d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
         d.add_argument("--reason", default="")
-        d.add_argument("--json", action="store_true")
-    ps = acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
-    ps.add_argument("--json", action="store_true")
+    acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
     ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
     ans.add_argument("pause_id")
     how = ans.add_mutually_exclusive_group(required=True)
@@ -61,37 +57,29 @@ def register(sub: Any) -> None:
     how.add_argument("--decline", action="store_true", help="decline to answer")
     how.add_argument("--cancel", action="store_true", help="cancel the question")
     ans.add_argument("--by", default=None, help="who answers (default: $USER)")
-    ans.add_argument("--json", action="store_true")
-    r = acts.add_parser("resolve", help="record what became of an escalated effect (outcome unknown)")
-    r.add_argument("key", help="idempotency key of the ledger entry")
-    r.add_argument("--happened", choices=("yes", "no"), required=True)
-    r.add_argument("--reviewer", default=None)
-    r.add_argument("--note", default="")
-    r.add_argument("--json", action="store_true")
+    add_resolve(acts, "record what became of an escalated effect (outcome unknown)")
     mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
     mv.add_argument("run_id")
     mv.add_argument("--to", default="latest", help="a live worker's version, or latest (default)")
-    mv.add_argument("--json", action="store_true")
     w = acts.add_parser("workers", help="workers and their heartbeats (alive, stopped, dead)")
     w.add_argument(
         "--dead-after", type=float, default=15.0, help="seconds of silence that mark a worker dead"
     )
-    w.add_argument("--json", action="store_true")
-    e = acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
-    e.add_argument("--json", action="store_true")
-    # --db after the action too (`tether runs list --db URL`, as `tether approvals`); SUPPRESS keeps
-    # a value given before the action from being reset by the action's own default.
+    acts.add_parser("escalations", help="effects whose outcome a person must resolve, with the command")
     for action in acts.choices.values():
-        action.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
+        add_json(action)
+    add_db(p, acts, "storage URL (default $TETHER_DB)")  # before or after the action
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import fail
+
     url = args.db or os.environ.get("TETHER_DB")
     if not url:
-        print("tether runs needs --db URL (or $TETHER_DB)")
-        return 1
-    client = open_client(url, "tether runs", as_json=getattr(args, "json", False))
+        need = "needs the deployment's storage URL: pass --db URL or set TETHER_DB"
+        return fail(f"tether runs {args.action}", need, as_json=args.json, error="no_db")
+    client = open_client(url, "tether runs", as_json=args.json)
     if isinstance(client, int):
         return client
     try:
@@ -186,13 +174,13 @@ def _age(seconds: float) -> str:
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import emit_json, fail
     from tether.sql._database import blocking
 
     view = client.run(args.run_id)
     if view is None:
-        print(f"no durable run {args.run_id}")
-        return 1
+        why = f"no durable run {args.run_id!r}"
+        return fail("tether runs show", why, as_json=args.json, error="unknown_run", run_id=args.run_id)
     out = view.summary()
     store = client.stores.approvals
     out["proposals"] = [
@@ -301,9 +289,15 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
     try:
         view = client.wait(args.run_id, timeout_s=args.wait)
     except TimeoutError as err:
-        print(str(err))
-        return 1
+        return wait_timeout("tether runs resume", err, args.run_id, as_json=args.json)
     return report_view(view, as_json=args.json)
+
+
+def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool) -> int:
+    """``--wait`` ran out before the run ended or paused (it goes on; ``runs show`` follows it)."""
+    from tether.clisupport.output import fail
+
+    return fail(command, err, as_json=as_json, error="wait_timeout", run_id=run_id)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:

@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("tether submit", f"cannot read {args.batch}: {err.strerror or err}", as_json=args.json)
     except _Bad as err:
         return fail("tether submit", err, as_json=args.json, code=err.code)
-    from tether.cli._commands.runs import open_client, report_view
+    from tether.cli._commands.runs import open_client, report_view, wait_timeout
 
     client = open_client(url, "tether submit", as_json=args.json)
     if isinstance(client, int):
@@ -180,8 +180,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
         view = client.wait(ids[0], timeout_s=args.wait)
     except TimeoutError as err:
-        print(str(err))
-        return 1
+        return wait_timeout("tether submit", err, ids[0], as_json=args.json)
     finally:
         client.close()
     return report_view(view, as_json=args.json)

@@ -55,27 +55,30 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
+    from tether.cli._commands._options import add_json
     from tether.clisupport.telemetry import add_otel_flags
 
+    add_json(p, "start-up failures as one JSON object on stdout (its last line); the ready line is JSON")
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tether.clisupport.output import fail
     from tether.clisupport.telemetry import apply_otel_flags
 
     apply_otel_flags(args)
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
     if not url or not apps:
-        print("tether worker needs --db URL (or $TETHER_DB) and at least one --app agent.yaml|module:factory")
-        return 1
+        need = "needs --db URL (or $TETHER_DB) and at least one --app agent.yaml|module:factory"
+        return fail("tether worker", need, as_json=args.json, error="no_db" if not url else "no_app")
     try:
         from tether.durable import Worker, WorkerConfig, register_app
     except ImportError as err:
-        print(f"tether worker needs the durable extra (pip install 'tether[durable]'): {err}")
-        return 1
-    served = _serve_apps(apps, register_app)
+        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
+        return fail("tether worker", need, as_json=args.json)
+    served = _serve_apps(apps, register_app, as_json=args.json)
     if isinstance(served, int):
         return served
     config = WorkerConfig(
@@ -91,31 +94,42 @@ def run(args: argparse.Namespace) -> int:
         init=args.init,
         grace_s=args.grace,
     )
-    return _work(Worker, config, served, args.concurrency)
+    return _work(Worker, config, served, args.concurrency, as_json=args.json)
 
 
-def _serve_apps(apps: tuple[str, ...], register_app: Callable[[str, Any], None]) -> tuple[str, ...] | int:
-    """The names the worker serves: an agent file is read now and registered under its name;
-    the exit code when one is broken."""
+def _serve_apps(
+    apps: tuple[str, ...], register_app: Callable[[str, Any], None], *, as_json: bool
+) -> tuple[str, ...] | int:
+    """The names the worker serves: an agent file is read now and registered under its name, a
+    ``module:factory`` imported now; the exit code (1: nothing ran) when one is broken."""
     from tether.agents._file import is_agent_file
     from tether.agents._record import AgentFileApp
+    from tether.clisupport.output import fail
+    from tether.durable._worker import check_apps
     from tether.errors import ConfigError
 
     served = []
-    for app in apps:
-        if is_agent_file(app):
-            try:
+    try:
+        for app in apps:
+            if is_agent_file(app):
                 file_app = AgentFileApp(app)  # read once, now: a broken file stops the worker here
-            except ConfigError as err:
-                print(f"tether worker: {err}")
-                return 2
-            register_app(file_app.name, file_app)
-            app = file_app.name
-        served.append(app)
+                register_app(file_app.name, file_app)
+                app = file_app.name
+            served.append(app)
+        check_apps(served)
+    except ConfigError as err:
+        return fail("tether worker", err, as_json=as_json, error="bad_app")
     return tuple(served)
 
 
-def _work(worker_class: type[Worker], config: WorkerConfig, apps: tuple[str, ...], concurrency: int) -> int:
+def _work(
+    worker_class: type[Worker],
+    config: WorkerConfig,
+    apps: tuple[str, ...],
+    concurrency: int,
+    *,
+    as_json: bool,
+) -> int:
     """Start the worker, say it is ready, and serve until SIGINT/SIGTERM."""
     import signal
     import threading
@@ -123,6 +137,7 @@ def _work(worker_class: type[Worker], config: WorkerConfig, apps: tuple[str, ...
     from tether.clisupport.output import emit_json, fail
     from tether.durable._deploy import DeploymentUnavailable
     from tether.durable._events import configure_stderr
+    from tether.errors import ConfigError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -132,7 +147,9 @@ def _work(worker_class: type[Worker], config: WorkerConfig, apps: tuple[str, ...
     try:
         worker = worker_class(config).start()
     except DeploymentUnavailable as err:
-        return fail("tether worker", err, as_json=False, code=err.exit)
+        return fail("tether worker", err, as_json=as_json, code=err.exit)
+    except ConfigError as err:  # a storage URL it cannot use
+        return fail("tether worker", err, as_json=as_json)
     from tether.durable._metrics import configure_from_env
 
     try:
