@@ -40,7 +40,6 @@ run that may pause (``policy.approvals_db``) records the file beside the approva
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import sys
 import tomllib
@@ -53,6 +52,7 @@ import yaml
 from pydantic import ValidationError
 
 from tether.agents._spec import SCRIPTED, AgentSpec
+from tether.core._imports import import_ref
 from tether.core._names import is_agent_file as is_agent_file  # re-exported: commands that load agent files
 from tether.core._problems import validation_problems
 from tether.errors import ConfigError
@@ -147,19 +147,7 @@ def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:
 
 
 def _import(ref: str, where: str) -> Any:
-    module_name, _, attr = ref.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ConfigError(f"{where}: cannot import {module_name!r}: {err}") from None
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        import difflib
-
-        close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
-        maybe = f" (did you mean {module_name}:{close[0]}?)" if close else ""
-        raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
+    return import_ref(ref, where)
 
 
 def _python_path(af: AgentFile) -> None:

@@ -419,7 +419,7 @@ def check_apps(apps: Sequence[str]) -> None:
     ``module:function``: a typo stops the worker before it serves, not at its first run.
     Raises ``ConfigError`` naming the first that is neither (an agent file must be registered:
     ``tether worker --app FILE`` does it)."""
-    from tether.agents._file import _import  # the one reader of import paths, with its hints
+    from tether.core._imports import import_ref  # the one reader of import paths, with its hints
 
     for app in apps:
         if app in _APPS:
@@ -431,7 +431,7 @@ def check_apps(apps: Sequence[str]) -> None:
                 " register_app(path, tether.agents._record.AgentFileApp(path))"
                 " (`tether worker --app FILE` does it)"
             )
-        if not callable(_import(app, f"app {app}")):
+        if not callable(import_ref(app, f"app {app}")):
             raise ConfigError(f"app {app}: not a function")
 
 
