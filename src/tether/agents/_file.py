@@ -42,8 +42,10 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import os
 import sys
 import tomllib
+import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -152,6 +154,10 @@ def _import(ref: str, where: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ConfigError(f"{where}: cannot import {module_name!r}: {err}") from None
+    except (Exception, SystemExit) as err:  # the module itself fails: the file names broken code
+        raise ConfigError(
+            f"{where}: importing {module_name!r} raised {type(err).__name__}: {err}{_raised_at(err)}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -160,6 +166,20 @@ def _import(ref: str, where: str) -> Any:
         close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
         maybe = f" (did you mean {module_name}:{close[0]}?)" if close else ""
         raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at FILE:LINE)`` of the innermost line of the user's code ``err`` came from (a syntax
+    error's own line; not tether's, not the import machinery's), else ``""``."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f" (at {err.filename}:{err.lineno})"
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = ""
+    for frame, line in traceback.walk_tb(err.__traceback__):
+        name = frame.f_code.co_filename
+        if not name.startswith(("<", own)) and not name.startswith(os.path.dirname(os.__file__)):
+            found = f" (at {name}:{line})"
+    return found
 
 
 def _python_path(af: AgentFile) -> None:
