@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tether.core import _confusables
 from tether.core._confusables import check_name, find_names, skeleton
 
 
@@ -51,3 +52,42 @@ def test_names_are_found_in_running_text() -> None:
     text = "Send it to billing@p\u0430ypal.com, see https://xn--80ak6aa92e.com/a and example.org. v1.2"
     assert find_names(text) == ["billing@p\u0430ypal.com", "https://xn--80ak6aa92e.com/a", "example.org"]
     assert find_names("(or https://example.org/a_(b))") == ["https://example.org/a_(b)"]
+
+
+def test_a_punycode_top_level_domain_is_read_whole() -> None:
+    assert find_names("shop at example.xn--p1ai today") == ["example.xn--p1ai"]
+    assert check_name("example.xn--p1ai").unicode == "example.\u0440\u0444"
+
+
+def _steps(text: str) -> tuple[list[str], int]:
+    _confusables._Work.steps = 0
+    found = find_names(text)
+    return found, _confusables._Work.steps
+
+
+@pytest.mark.parametrize(
+    "unit",
+    [
+        "p\u0430y\u200bpal\u200d.\u200bc\u043em\u2060a",  # mixed scripts, hidden characters, dots
+        "\u200b",  # a flood of zero-width spaces
+        "a.1.",  # labels that never reach a top-level domain
+        "x@y",  # e-mail shapes with no host
+        "ab://",  # URL shapes
+        ")",
+    ],
+)
+def test_a_long_hostile_run_without_spaces_takes_work_linear_in_its_length(unit: str) -> None:
+    blob = (unit * (200_000 // len(unit) + 1))[:200_000]
+    legit = " Send it to billing@p\u0430ypal.com, see https://g\u03bf\u03bfgle.com/login (or example.org)."
+    found, steps = _steps(blob + legit)
+    # Each character of the input is stepped over a bounded number of times (the regular expression
+    # this replaced re-read the rest of the run from every position: quadratic).
+    assert steps <= 6 * len(blob + legit), steps
+    assert found[-3:] == ["billing@p\u0430ypal.com", "https://g\u03bf\u03bfgle.com/login", "example.org"]
+    assert all(check_name(n).suspicious for n in found[-3:-1]) and not check_name(found[-1]).suspicious
+
+
+def test_names_inside_a_long_run_are_still_found() -> None:
+    run = "\u200b".join(["x"] * 5_000) + "\u200bevil.p\u0430ypal.com\u200b" + "y" * 50_000
+    assert find_names(run) == ["evil.p\u0430ypal.com"]
+    assert find_names("go to https://example.org/a))))).") == ["https://example.org/a"]

@@ -180,6 +180,45 @@ def test_a_bad_agent_file_is_refused_with_the_file_and_the_field(
     assert "sk-123" not in captured.out + captured.err
 
 
+BROKEN_MODULES = {
+    "raises": "import json\n\nSETTINGS = json.loads('{not json')\n",
+    "undescribed": (
+        "from tether import Effect, tool\n\n\n@tool(effect=Effect.READ)\n"
+        "def lookup(order_id: str) -> str:\n    return order_id\n"
+    ),
+    "syntax": "def read(:\n    pass\n",
+    "exits": "import sys\n\nsys.exit(3)\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "cause", "line"),
+    [
+        ("raises", "raised JSONDecodeError: Expecting property name", 3),
+        ("undescribed", "raised TypeError: tool lookup: argument 'order_id' has no description", 4),
+        ("syntax", "raised SyntaxError: invalid syntax", 1),
+        ("exits", "raised SystemExit: 3", 3),
+    ],
+)
+def test_a_tool_module_that_fails_on_import_is_a_configuration_error_naming_it(
+    tmp_path: Path, kind: str, cause: str, line: int
+) -> None:
+    module = f"broken_{kind}"
+    (tmp_path / f"{module}.py").write_text(BROKEN_MODULES[kind], encoding="utf-8")
+    spec = agent_spec("tools_ok", tools=["tools_ok:read_order", f"{module}:lookup"], python_path=["."])
+    path = project(tmp_path, "tools_ok", spec)
+    done = tether("run", "q", "--agent", str(path), "--json", cwd=tmp_path)
+    out = last_json(done.stdout)
+    assert done.returncode == 1 and out["ok"] is False and out["exit"] == 1, done.stdout + done.stderr
+    assert f"tools[1] ({module}:lookup): importing '{module}' {cause}" in out["message"], out["message"]
+    assert f"{tmp_path / module}.py:{line})" in out["message"], out["message"]
+    assert "Traceback" not in done.stdout + done.stderr
+    # The same project with the module mended runs past the import (to the missing model key).
+    (tmp_path / f"{module}.py").write_text(TOOLS.replace("read_order", "lookup"), encoding="utf-8")
+    mended = last_json(tether("run", "q", "--agent", str(path), "--json", cwd=tmp_path).stdout)
+    assert "importing" not in mended["message"] and "TETHER_AF_KEY" in mended["message"], mended
+
+
 def test_an_unreadable_or_malformed_file_is_a_clear_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read agent file"):
         load_agent_file(tmp_path / "missing.yaml")

@@ -118,3 +118,14 @@ def test_raw_html_links_are_cleaned_like_markdown_ones_and_loading_elements_remo
     assert "[link to three.example removed]" in cleaned and "[html iframe removed]" in cleaned
     assert "[html form removed]" in cleaned and "a < b and c > d." in cleaned
     assert meta["links"] == 5
+
+
+@pytest.mark.parametrize("code", [0x3164, 0x115F, 0x1160, 0x034F, 0x2800, 0xFFA0, 0x17B4, 0x180B, 0x1BCA0])
+def test_blank_fillers_and_default_ignorable_characters_are_hidden_and_removed(code: int) -> None:
+    ch = chr(code)
+    assert clean.hidden_kind(ch) == "zero_width"
+    text, meta = clean_result_text(f"pay{ch}pal.com says hello")
+    assert text == "paypal.com says hello" and meta["hidden_chars"] == {"zero_width": 1}
+    # Visible characters next to them stay ordinary: letters, accents, Hangul syllables, Braille dots.
+    assert [clean.hidden_kind(c) for c in "a\u00e9\ud55c\u2801\u3000 "] == [None] * 6
+    assert clean.hidden_kind("\u200e") == "bidi"  # default-ignorable too, but named for what it does

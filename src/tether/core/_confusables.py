@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,13 +35,12 @@ _ALLOWED_MIXES = (
     frozenset({"LATIN", "HAN", "BOPOMOFO"}),
     frozenset({"LATIN", "HAN", "HANGUL"}),
 )
-# What could be a name in running text: a URL, an e-mail address, or dotted labels with a TLD.
-_NAME = re.compile(
-    r"(?:[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+)"
-    r"|(?:[^\s@<>\"'`(),;:]+@[^\s@<>\"'`(),;:]+\.[^\s@<>\"'`(),;:]{2,})"
-    r"|(?:(?:[^\W_](?:[\w-]{0,62}[^\W_])?\.)+(?:[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}))",
-    re.IGNORECASE,
-)
+# What could be a name in running text: a URL, an e-mail address, or dotted labels with a TLD,
+# found by ``_scan_word`` in one pass over a run of text that no name can cross.
+_WORD = re.compile(r"[^\s<>\"'`]+")
+_EMAIL_STOP = frozenset("@<>\"'`(),;:")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]{1,15}://\Z", re.IGNORECASE)
+_PUNYCODE_TLD = re.compile(r"xn--[a-z0-9-]{2,59}", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=1)
@@ -207,17 +207,126 @@ def check_name(text: str) -> NameCheck:
     )
 
 
+class _Work:
+    """Character steps the name search took (a test checks they grow linearly with the input)."""
+
+    steps = 0
+
+
+def _email_hosts(word: str) -> list[tuple[int, int, int]]:
+    """(the @, where its local part starts, where its host ends) of each e-mail address shape:
+    a local part, ``@``, a host with a dot that has a character before it and two after."""
+    found: list[tuple[int, int, int]] = []
+    run = 0
+    n = len(word)
+    for i, ch in enumerate(word):
+        if ch not in _EMAIL_STOP:
+            continue
+        if ch == "@" and run < i:
+            host_end = i + 1
+            while host_end < n and word[host_end] not in _EMAIL_STOP:
+                host_end += 1
+            if word.rfind(".", i + 2, host_end - 2) >= 0:
+                found.append((i, run, host_end))
+        run = i + 1
+    return found
+
+
+def _domain_ends(word: str) -> list[int]:
+    """For each position, where a domain that starts there ends (-1: none starts there).
+
+    A label is a whole run of ``[\\w-]`` (1 to 64 characters, starting and ending with a letter
+    or digit) followed by a dot; labels chain while they can, and the domain ends with the top-level
+    domain after the last label that has one (punycode ``xn--…``, else 2 to 63 letters)."""
+    n = len(word)
+    run_end = [n] * (n + 1)
+    letters = [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        ch = word[i]
+        run_end[i] = run_end[i + 1] if ch.isalnum() or ch in "_-" else i
+        letters[i] = letters[i + 1] + 1 if ch.isalnum() and not ch.isdecimal() else 0
+    label_next = [-1] * (n + 1)  # where the next label starts after a label at i and its dot
+    for i in range(n):
+        end = run_end[i]
+        dotted = i < end < n and end - i <= 64 and word[end] == "."
+        if dotted and word[i].isalnum() and word[end - 1].isalnum():
+            label_next[i] = end + 1
+    after = [-1] * (n + 1)  # the end of a domain whose labels have reached j
+    for j in range(n, -1, -1):
+        nxt = label_next[j]
+        deeper = after[nxt] if nxt >= 0 else -1
+        if deeper >= 0:
+            after[j] = deeper
+        elif j < n:
+            puny = _PUNYCODE_TLD.match(word, j, j + 63) if letters[j] >= 2 else None
+            after[j] = puny.end() if puny else (j + min(letters[j], 63) if letters[j] >= 2 else -1)
+    return [after[label_next[i]] if label_next[i] >= 0 else -1 for i in range(n)]
+
+
+def _scan_word(word: str, work: type[_Work] = _Work) -> Iterator[tuple[int, int]]:
+    """(start, end) of each name in one run of text, leftmost first, the earlier kind first where
+    two start together: a URL (a scheme, ``://``, the rest of the run), an e-mail address, a domain.
+    Every character is visited a bounded number of times, whatever the text."""
+    n = len(word)
+    domains = _domain_ends(word)
+    ats = _email_hosts(word)
+    colons = [k for k in range(n) if word.startswith("://", k)] if "://" in word else []
+    work.steps += 4 * n
+    pos = d = a = c = 0
+    while pos < n:
+        while c < len(colons) and colons[c] < pos + 2:
+            c += 1
+        url_at = n
+        while c < len(colons):  # the first "://" with a scheme (at most 16 characters) before it
+            k = colons[c]
+            work.steps += 1
+            scheme = _SCHEME.search(word, max(pos, k - 16), k + 3) if k + 3 < n else None
+            if scheme:
+                url_at = scheme.start()
+                break
+            c += 1
+        while a < len(ats) and ats[a][0] <= pos:
+            a += 1
+        mail_at = max(pos, ats[a][1]) if a < len(ats) else n
+        d = max(d, pos)
+        while d < n and domains[d] < 0:
+            d += 1
+        work.steps += 1
+        if url_at < n and url_at <= mail_at and url_at <= d:
+            yield url_at, n
+            return
+        if mail_at < n and mail_at <= d:
+            yield mail_at, ats[a][2]
+            pos = ats[a][2]
+        elif d < n:
+            yield d, domains[d]
+            pos = domains[d]
+        else:
+            return
+
+
+def _trim(name: str) -> str:
+    """``name`` without the sentence's punctuation and closing brackets after it."""
+    end = len(name.rstrip(".,!?;:"))
+    closed = {")": name.count(")"), "]": name.count("]")}
+    opened = {")": name.count("("), "]": name.count("[")}
+    while end and name[end - 1] in closed and closed[name[end - 1]] > opened[name[end - 1]]:
+        closed[name[end - 1]] -= 1  # the sentence's bracket, not the URL's
+        end -= 1
+        while end and name[end - 1] in ".,!?;:":
+            end -= 1
+    return name[:end]
+
+
 def find_names(text: str, *, limit: int = 50) -> list[str]:
-    """URLs, e-mail addresses and domains in ``text``, in order, once each (at most ``limit``)."""
+    """URLs, e-mail addresses and domains in ``text``, in order, once each (at most ``limit``), in
+    time linear in the length of ``text``."""
     seen: dict[str, None] = {}
-    for match in _NAME.finditer(text[:100_000]):
-        name = match.group(0).rstrip(".,!?;:")
-        while name.endswith((")", "]")) and name.count(name[-1]) > name.count(
-            "(" if name[-1] == ")" else "["
-        ):
-            name = name[:-1].rstrip(".,!?;:")  # the sentence's bracket, not the URL's
-        if name.count(".") or "@" in name or "://" in name:
-            seen.setdefault(name)
-        if len(seen) >= limit:
-            break
+    for word in _WORD.finditer(text):
+        for start, end in _scan_word(word.group(0)):
+            name = _trim(word.group(0)[start:end])
+            if name.count(".") or "@" in name or "://" in name:
+                seen.setdefault(name)
+            if len(seen) >= limit:
+                return list(seen)
     return list(seen)

@@ -1,11 +1,14 @@
 """``module:attribute`` import paths (tools, hooks, reconcilers, worker apps), read one way: a
-path that does not import or name anything is a ``ConfigError`` naming the path and its cause,
-with a "did you mean" when the module has a close name."""
+path that does not import or name anything, or a module that fails as it is imported (any
+exception, a syntax error, ``sys.exit``), is a ``ConfigError`` naming the path and its cause
+(with the user's file and line, or a "did you mean" when the module has a close name)."""
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import os
+import traceback
 from typing import Any
 
 from tether.errors import ConfigError
@@ -20,9 +23,27 @@ def import_ref(ref: str, where: str) -> Any:
         module = importlib.import_module(module_name)
     except ImportError as err:
         raise ConfigError(f"{where}: cannot import {module_name!r}: {err}") from None
+    except (Exception, SystemExit) as err:  # the module itself fails: the file names broken code
+        raise ConfigError(
+            f"{where}: importing {module_name!r} raised {type(err).__name__}: {err}{_raised_at(err)}"
+        ) from None
     try:
         return getattr(module, attr)
     except AttributeError:
         close = difflib.get_close_matches(attr, [n for n in dir(module) if not n.startswith("_")], n=1)
         maybe = f" (did you mean {module_name}:{close[0]}?)" if close else ""
         raise ConfigError(f"{where}: module {module_name!r} has no {attr!r}{maybe}") from None
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` (at FILE:LINE)`` of the innermost line of the user's code ``err`` came from (a syntax
+    error's own line; not tether's, not the import machinery's), else ``""``."""
+    if isinstance(err, SyntaxError) and err.filename:
+        return f" (at {err.filename}:{err.lineno})"
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found = ""
+    for frame, line in traceback.walk_tb(err.__traceback__):
+        name = frame.f_code.co_filename
+        if not name.startswith(("<", own)) and not name.startswith(os.path.dirname(os.__file__)):
+            found = f" (at {name}:{line})"
+    return found

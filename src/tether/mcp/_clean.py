@@ -27,7 +27,21 @@ __all__ = ["clean_result_data", "clean_result_text", "escape_for_review", "hidde
 
 MAX_DECODED = 500
 
-_ZERO_WIDTH = {0x200B, 0x200C, 0x200D, 0x2060, 0xFEFF, 0x180E, 0x034F, 0x00AD, 0x115F, 0x1160, 0x3164, 0xFFA0}
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt; ``unicodedata`` does not
+# expose it): characters a renderer shows as nothing. Those in a category flagged below anyway
+# (Cf, Cn) are listed too, so the set is the property itself.
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)  # fmt: skip
+# Blank fillers that are not default-ignorable but are drawn as an empty cell: the Braille blank.
+_BLANK_FILLERS = {0x2800}
+_ZERO_WIDTH = {
+    *(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)),
+    *_BLANK_FILLERS,
+}
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 _SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
@@ -56,10 +70,10 @@ def hidden_kind(ch: str) -> str | None:
         return "tag"
     if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF:
         return "variation_selector"
-    if code in _ZERO_WIDTH:
-        return "zero_width"
     if code in _BIDI:
         return "bidi"
+    if code in _ZERO_WIDTH:
+        return "zero_width"
     category = unicodedata.category(ch)
     if category == "Cc":
         return "control"
