@@ -155,8 +155,8 @@ async def test_a_call_kept_alive_by_progress_that_reaches_its_ceiling_names_the_
 @pytest.fixture
 def silent_url() -> Iterator[str]:
     """A TCP server that accepts connections and never says anything."""
-    with bare_tcp_server(lambda conn: None) as url:
-        yield url
+    with bare_tcp_server(lambda conn: None) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.spec("X1")

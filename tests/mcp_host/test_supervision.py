@@ -104,8 +104,8 @@ def _refusing_port() -> int:
 @pytest.fixture
 def hang_up_url() -> Iterator[str]:
     """A TCP server that accepts each connection and closes it without a word."""
-    with bare_tcp_server(lambda conn: conn.close()) as url:
-        yield url
+    with bare_tcp_server(lambda conn: conn.close()) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.slow  # a stdio server process per case
