@@ -197,9 +197,12 @@ def raw_session(provider: str, server: Server, *, sdk: bool = False) -> Session:
     return run
 
 
-async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
-    """Per model call, in microseconds: wall minus the server's handler time, and CPU."""
-    sessions = -(-SAMPLE_CALLS // (steps + 1))
+async def sample(
+    server: Server, session: Session, steps: int, calls: int = SAMPLE_CALLS
+) -> tuple[float, float]:
+    """Per model call (of at least ``calls``), in microseconds: wall minus the server's handler
+    time, and CPU."""
+    sessions = -(-calls // (steps + 1))
     server.reset()
     cpu = time.process_time()
     started = time.perf_counter()
@@ -223,7 +226,7 @@ def import_time(statement: str, repeats: int) -> float:
     return max(0.0, statistics.median(once(statement) for _ in range(repeats)) - base)
 
 
-async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
+async def measure(provider: str, repeats: int, steps: int, calls: int = SAMPLE_CALLS) -> dict[str, Any]:
     """One protocol's row: tether's backend (its default transport, and its official SDK's) and
     the raw loop, interleaved, against its server; and the import time of the backend, alone
     (all the default transport needs) and with its SDK."""
@@ -240,7 +243,7 @@ async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
         got: dict[str, list[tuple[float, float]]] = {name: [] for name in runners}
         for _ in range(repeats):  # interleaved: both see the same machine load
             for name, run in runners.items():
-                got[name].append(await sample(server, run, steps))
+                got[name].append(await sample(server, run, steps, calls))
     finally:
         server.close()
     wall = {n: statistics.median(w for w, _ in v) for n, v in got.items()}
@@ -279,7 +282,8 @@ async def measure(provider: str, repeats: int, steps: int) -> dict[str, Any]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     repeats = 1 if args.smoke else 3 if args.quick else 5
     steps = 2 if args.smoke else 20
-    rows = {provider: await measure(provider, repeats, steps) for provider in SERVER_COMMAND}
+    calls = 1 if args.smoke else SAMPLE_CALLS  # --smoke: one session per sample
+    rows = {provider: await measure(provider, repeats, steps, calls) for provider in SERVER_COMMAND}
     return {
         "backends": rows,
         "load_avg_1m": round(os.getloadavg()[0], 2),

@@ -127,11 +127,13 @@ Session = Callable[[int], Awaitable[None]]
 SAMPLE_CALLS = 100  # model calls per sample, at least: one 20-step session alone is too short to time here
 
 
-async def sample(server: Server, session: Session, steps: int) -> tuple[float, float]:
-    """Per model call of back-to-back sessions (at least ``SAMPLE_CALLS`` calls), in
-    microseconds: wall time minus the server's handler time, and this process's CPU time (the
-    server runs in another process)."""
-    sessions = -(-SAMPLE_CALLS // (steps + 1))
+async def sample(
+    server: Server, session: Session, steps: int, calls: int = SAMPLE_CALLS
+) -> tuple[float, float]:
+    """Per model call of back-to-back sessions (at least ``calls`` calls), in microseconds: wall
+    time minus the server's handler time, and this process's CPU time (the server runs in
+    another process)."""
+    sessions = -(-calls // (steps + 1))
     server.reset()
     cpu = time.process_time()
     started = time.perf_counter()
@@ -387,6 +389,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     short, mid, long = lengths
     sessions, session_steps = (5, 2) if args.smoke else (100, 20)
     many = 20 if args.smoke else 1000  # sequential runs for RSS, and idle runs in flight at once
+    calls = 1 if args.smoke else SAMPLE_CALLS  # model calls per sample: --smoke times one session
     server = Server()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -431,7 +434,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(repeats):
                 for name, session in runners.items():
                     for steps in lengths:
-                        samples[name][steps].append(await sample(server, session, steps))
+                        samples[name][steps].append(await sample(server, session, steps, calls))
                 shutil.rmtree(trace_dir, ignore_errors=True)
             figures = {
                 n: {k: statistics.median(w for w, _ in v) for k, v in d.items()} for n, d in samples.items()
@@ -458,7 +461,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for name in names:
                     rounds[name].append(await concurrent(runners[name], sessions, session_steps))
                     if name in ("tether", "tether_one_pool"):  # every connection of its pool now open
-                        after_burst[name].append(await sample(server, runners[name], mid))
+                        after_burst[name].append(await sample(server, runners[name], mid, calls))
             together: dict[str, tuple[float, float]] = {
                 name: (statistics.median(w for w, _ in r), statistics.median(c for _, c in r))
                 for name, r in rounds.items()
@@ -499,7 +502,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     backend_rows: dict[str, Any] = {}
     if not args.no_backends:
         for provider in backends.SERVER_COMMAND:
-            backend_rows[provider] = await backends.measure(provider, repeats, 2 if args.smoke else mid)
+            backend_rows[provider] = await backends.measure(
+                provider, repeats, 2 if args.smoke else mid, calls
+            )
     cold = cold_start(1 if args.smoke else 3 if args.quick else 7)
     print(f"tether --help cold start: {cold * 1000:.0f} ms", flush=True)
     t, raw = figures["tether"], figures["raw_httpx2"]

@@ -9,6 +9,17 @@ import pytest
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
 
+@pytest.fixture(autouse=True)
+def _no_ca_bundle(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Trust an empty folder of certificates (``SSL_CERT_DIR``, which httpx2 honours) instead of
+    the system bundle: these servers speak plain HTTP on 127.0.0.1, so no certificate is ever
+    checked, and loading the bundle cost each backend's client tens of milliseconds (several
+    hundred clients here)."""
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path_factory.getbasetemp() / "no-certificates"))
+    (tmp_path_factory.getbasetemp() / "no-certificates").mkdir(exist_ok=True)
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

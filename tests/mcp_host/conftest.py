@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import shutil
 import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,45 @@ def http_url_with_links(hit_counter: tuple[str, list[str]], monkeypatch: pytest.
     """As ``http_url``, with the server's links and remote ``$ref`` pointing at the hit counter."""
     monkeypatch.setenv("HOSTILE_LINK_URL", hit_counter[0])
     yield from _serve()
+
+
+@contextlib.contextmanager
+def bare_tcp_server(on_connection: Callable[[socket.socket], None]) -> Iterator[int]:
+    """A bare TCP server on 127.0.0.1 (a free port) handing each connection to ``on_connection``.
+
+    Yields its port. On exit it stops at once: closing a listening socket does not wake a
+    thread blocked in ``accept()``, so one last connection of its own does, and the thread sees the
+    stop flag (without it every test waited out the join timeout).
+    """
+    sock = socket.create_server(("127.0.0.1", 0), backlog=16)
+    stop = threading.Event()
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            held.append(conn)
+            if stop.is_set():
+                return
+            with contextlib.suppress(OSError):  # a client gone first is no failure of the server
+                on_connection(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        stop.set()
+        with contextlib.suppress(OSError):
+            socket.create_connection(sock.getsockname(), timeout=1).close()
+        thread.join(timeout=5)
+        assert not thread.is_alive(), "the bare TCP server did not stop"
+        sock.close()
+        for conn in held:
+            conn.close()
 
 
 @pytest.fixture

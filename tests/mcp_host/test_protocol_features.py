@@ -5,9 +5,7 @@ server stderr attributed and escaped, and a 2026-07-28 rug pull seen on the list
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from tether.core.stop import StopReason
 from tether.mcp._elicitation import Answer, ScriptedResponder
 from tether.mcphost._runner import run_question
 
-from .conftest import approve, approve_all, script, stdio_server, web_server, write_config
+from .conftest import approve, approve_all, bare_tcp_server, script, stdio_server, web_server, write_config
 
 pytestmark = pytest.mark.anyio
 
@@ -157,28 +155,8 @@ async def test_a_call_kept_alive_by_progress_that_reaches_its_ceiling_names_the_
 @pytest.fixture
 def silent_url() -> Iterator[str]:
     """A TCP server that accepts connections and never says anything."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    held: list[socket.socket] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                held.append(sock.accept()[0])
-            except OSError:
-                return
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-    finally:
-        sock.close()
-        for c in held:
-            c.close()
-        thread.join(timeout=5)
+    with bare_tcp_server(lambda conn: None) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.spec("X1")

@@ -28,7 +28,7 @@ from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 
-from .conftest import approve, script, write_config
+from .conftest import approve, bare_tcp_server, script, write_config
 
 pytestmark = [
     pytest.mark.spec("X4"),
@@ -52,25 +52,13 @@ def _secret(path: Path, text: str) -> Path:
 @pytest.fixture
 def loopback_service() -> Iterator[int]:
     """A TCP service on the host's 127.0.0.1 that greets whoever connects."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    port: int = listener.getsockname()[1]
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            with conn:
-                conn.sendall(b"HOST-LOOPBACK-SERVICE")
+    def greet(conn: socket.socket) -> None:
+        with conn:
+            conn.sendall(b"HOST-LOOPBACK-SERVICE")
 
-    threading.Thread(target=serve, daemon=True).start()
-    try:
+    with bare_tcp_server(greet) as port:
         yield port
-    finally:
-        listener.close()
 
 
 def _server(name: str, command: list[str], **extra: Any) -> dict[str, Any]:

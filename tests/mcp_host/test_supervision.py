@@ -5,7 +5,6 @@ server on the same host keeps working, and the run ends with exactly one stop re
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from tether.runs._values import Agent, RunResult
 from tether.testing import FunctionModel
 from tether.trace._tracer import read_trace
 
-from .conftest import HttpProcess, approve, script, stdio_server, web_server, write_config
+from .conftest import HttpProcess, approve, bare_tcp_server, script, stdio_server, web_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -105,28 +104,8 @@ def _refusing_port() -> int:
 @pytest.fixture
 def hang_up_url() -> Iterator[str]:
     """A TCP server that accepts each connection and closes it without a word."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    stop = threading.Event()
-
-    def serve() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-    finally:
-        stop.set()
-        sock.close()
-        thread.join(timeout=5)
+    with bare_tcp_server(lambda conn: conn.close()) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.mark.slow  # a stdio server process per case
