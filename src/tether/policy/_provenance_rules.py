@@ -232,33 +232,19 @@ class ProvenanceRules:
             else:
                 effectful = call.spec.effect.side_effecting
                 asked = rule.role == "destination" and self._asked(index, call)
-                self._chosen(index, rule, text, origins, classes & rule.allow, effectful, asked, out, shown)
+                accepted = classes & rule.allow
+                # Who chose the value: a reviewer's, when text someone chose may have made the pick.
+                assigned = self.config.assigned
+                chosen = who_chose(index, assigned, rule, text, origins, accepted, effectful, asked)
+                if chosen is not None:
+                    shown["chosen"] = {k: v for k, v in chosen.items() if k != "problem"}
+                    out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **chosen})
         return shown
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
         rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
-
-    def _chosen(
-        self,
-        index: ProvenanceIndex,
-        rule: ArgumentRule,
-        text: str,
-        origins: Sequence[Origin],
-        accepted: set[str],
-        effectful: bool,
-        asked: bool,
-        out: _Verdict,
-        shown: dict[str, Any],
-    ) -> None:
-        """Who chose the value (``_provenance_choice.who_chose``): a reviewer's, when text
-        someone chose may have made the pick."""
-        problem = who_chose(index, self.config.assigned, rule, text, origins, accepted, effectful, asked)
-        if problem is None:
-            return
-        shown["chosen"] = {k: v for k, v in problem.items() if k != "problem"}
-        out.worse("approve", {"argument": rule.argument, "vouched_by": sorted(accepted), **problem})
 
     def _links(
         self,
