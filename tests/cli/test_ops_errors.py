@@ -83,3 +83,16 @@ def test_resume_of_an_unknown_run_is_unknown_run_exit_1_and_a_known_store_is_not
     code, out, err = run_json(capsys, "resume", "no-such-run", "--db", str(db))
     assert code == 1 and out["error"] == "unknown_run" and out["run_id"] == "no-such-run"
     assert "no-such-run" in out["message"] and str(db) in err
+
+
+def test_resume_with_a_sqlite_deployment_url_goes_to_the_deployment_not_to_a_file_of_that_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"sqlite:///{tmp_path}/deployment"
+    code, out, _ = run_json(capsys, "resume", "r1", "--db", url)  # nothing there yet: nothing created
+    assert code == 1 and out["error"] == "not_initialized" and "tether db init" in out["message"]
+    assert not (tmp_path / "deployment").exists() and not list(tmp_path.iterdir())
+    assert main(["db", "--db", url, "init"]) == 0
+    code, out, _ = run_json(capsys, "resume", "r1", "--db", url)
+    assert code == 1 and out["error"] == "unknown_run" and out["run_id"] == "r1"
+    assert "approval store" not in out["message"]

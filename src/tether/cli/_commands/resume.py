@@ -21,7 +21,7 @@ def register(sub: Any) -> None:
         description="Continue a paused run. Exit codes as for `tether run` (5: still waiting).",
     )
     p.add_argument("run_id")
-    p.add_argument("--db", default=None, help="approval store file, or a postgresql:// URL (durable runs)")
+    p.add_argument("--db", default=None, help="approval store file, or a deployment URL: postgresql://… or sqlite:///dir")
     p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
     p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
     p.add_argument("--show-results", action="store_true", help="print every tool result in full")
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     from tether.policy import SqliteApprovalStore
     from tether.sql._database import blocking
 
-    if str(args.db or "").startswith(("postgresql://", "postgres://")):
-        from tether.cli._commands.runs import resume_durable  # a durable run: any worker continues it
+    if "://" in str(args.db or ""):  # a deployment URL (postgresql or sqlite): any worker continues it
+        from tether.cli._commands.runs import resume_durable
 
         return resume_durable(args.run_id, args.db, as_json=args.json)
     db: Path = Path(args.db) if args.db else default_db()
