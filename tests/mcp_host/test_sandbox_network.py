@@ -278,7 +278,7 @@ async def test_the_proxy_refuses_names_rebound_to_special_addresses_and_bad_requ
             for name in ("rebound.example.com", "metadata.example.com", "mapped.example.com", "localhost")
         }
         literal = await _ask(port, f"CONNECT 127.0.0.1:{greeter} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        again = await _ask(port, f"CONNECT rebound.example.com:{greeter} HTTP/1.1\r\n\r\n".encode())
+        again = await _ask(port, f"CONNECT rebound.example.com:{greeter} HTTP/1.0\r\n\r\n".encode())
         huge = await _ask(port, b"CONNECT a:1 HTTP/1.1\r\nX: " + b"y" * HEAD_LIMIT + b"\r\n\r\n")
         garbage = await _ask(port, b"\x16\x03\x01 not http\r\n\r\n")
         https_form = await _ask(port, b"GET https://a.example.com/ HTTP/1.1\r\nHost: a\r\n\r\n")
