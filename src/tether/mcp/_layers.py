@@ -68,9 +68,10 @@ if net != "-":
         socket.send_fds(channel, [b"L"], [listener.fileno()])
 if not mount("none", "/", None, REC | PRIVATE):
     fail("cannot make the mounts private")
-if not mount("tether-layers", at, "tmpfs"):
+if (lowers or staged) and not mount("tether-layers", at, "tmpfs"):
     fail("cannot mount a tmpfs on " + at)
-os.mkdir(at + "/e")
+if lowers or staged:
+    os.mkdir(at + "/e")
 for i, lower in enumerate(lowers):
     lo, up, work, merged = ("%s/%s%d" % (at, x, i) for x in "luwm")
     for d in (lo, up, work, merged):

@@ -77,9 +77,15 @@ async def serving(
             except Exception as err:  # one connection's failure never ends the proxy
                 _log.debug("network proxy: %s: %s", type(err).__name__, err)
 
+    async def serve(tg: anyio.abc.TaskGroup) -> None:
+        try:
+            await listener.serve(handle, tg)
+        except Exception as err:  # the server loses its network, not its connection
+            _log.warning("network proxy stopped: %s: %s", type(err).__name__, err)
+
     listener = await anyio.abc.SocketListener.from_socket(sock)
     async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(listener.serve, handle, tg)
+        tg.start_soon(serve, tg)
         try:
             yield
         finally:
