@@ -57,8 +57,9 @@ async def spawn(
         fds.append(_memfd("bwrap-args", args))
         argv = [str(fds[-1]) if a == ARGS_FD else a for a in argv]
         passed = tuple(fds)
-        if net_fd is not None:
-            argv = [a.replace(NET_FD, str(net_fd)) for a in argv]
+        if net_fd is not None:  # the launch's own argument (PORT:NET_FD), before the server's command
+            at = next(i for i, a in enumerate(argv) if a.endswith(f":{NET_FD}"))
+            argv = [*argv[:at], argv[at].replace(NET_FD, str(net_fd)), *argv[at + 1 :]]
             passed += (net_fd,)
         return await anyio.open_process(
             argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=passed
