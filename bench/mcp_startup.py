@@ -17,9 +17,13 @@
    (the last three when node/npx/uv and the package in their cache are there; otherwise the
    profile is reported as skipped, with why). Confined, npx and uvx start from their cached
    install without the registry round trip an unconfined ``npx``/``uvx`` makes.
+5. ``python -m`` confined with a network allowlist (``network: ["127.0.0.1:9"]``: the launch
+   also makes a network namespace and hands the host its proxy socket, which the host then
+   serves) over the same server confined with ``network: none``.
 
 Prints one line per figure (medians of ``--repeat``), then ONE JSON object on the last line.
 Targets: review / the server's own session < 2; confined / unconfined <= 1.3 per profile.
+No target for 5.: it shows what the allowlist adds to a confined start.
 """
 
 from __future__ import annotations
@@ -163,10 +167,10 @@ def _profiles(folder: Path) -> dict[str, list[str] | str]:
     return out
 
 
-def _profile_config(folder: Path, name: str, command: list[str], mode: str) -> Path:
-    path = folder / f"profile-{abs(hash(name))}-{mode}.yaml"
+def _profile_config(folder: Path, name: str, command: list[str], mode: str, network: Any = "none") -> Path:
+    path = folder / f"profile-{abs(hash(name))}-{mode}-{abs(hash(str(network)))}.yaml"
     host = {"pins": "pins.db", "state": "state.db", "trace_dir": "traces", "server_stderr": "log"}
-    server = {"name": "srv", "transport": "stdio", "command": command, "sandbox": mode}
+    server = {"name": "srv", "transport": "stdio", "command": command, "sandbox": mode, "network": network}
     path.write_text(yaml.safe_dump({"host": host, "servers": [server]}), encoding="utf-8")
     return path
 
@@ -201,6 +205,25 @@ def profile_ratios(folder: Path, repeat: int, wanted: set[str] | None = None) ->
         print(f"launcher {name}: unconfined {plain * 1000:.0f} ms, confined {boxed * 1000:.0f} ms "
               f"({boxed / plain:.2f}x)")  # fmt: skip
     return out
+
+
+def allowlist_ratio(folder: Path, repeat: int) -> dict[str, Any]:
+    """``python -m`` confined: with a network allowlist over with ``network: none``."""
+    none_config = _profile_config(folder, "python -m", ERP, "auto")
+    listed_config = _profile_config(folder, "python -m", ERP, "auto", ["127.0.0.1:9"])
+    host_start_s(listed_config)  # once first: caches warm for both
+    nones, listed = [], []
+    for _ in range(repeat):
+        nones.append(host_start_s(none_config))
+        listed.append(host_start_s(listed_config))
+    none, allow = statistics.median(nones), statistics.median(listed)
+    print(f"python -m confined: network none {none * 1000:.0f} ms, allowlist {allow * 1000:.0f} ms "
+          f"({allow / none:.2f}x)")  # fmt: skip
+    return {
+        "confined_none_ms": round(none * 1000, 1),
+        "confined_allowlist_ms": round(allow * 1000, 1),
+        "allowlist_over_none": round(allow / none, 3),
+    }
 
 
 def main() -> None:
@@ -244,6 +267,7 @@ def main() -> None:
         listed = {p for p in args.profiles.split(",") if p and p != "none"}
         wanted = None if args.profiles == "all" else listed
         profiles = profile_ratios(folder, args.repeat, wanted) if confined else {}
+        allowlist = allowlist_ratio(folder, args.repeat) if confined else None
     ratios = [p["confined_over_unconfined"] for p in profiles.values() if "confined_over_unconfined" in p]
     print(
         json.dumps(
@@ -263,6 +287,7 @@ def main() -> None:
                 "many_over_one": round(many / one, 3),
                 "profiles": profiles,
                 "max_confined_over_unconfined": max(ratios) if ratios else None,
+                "network_allowlist": allowlist,
             }
         )
     )

@@ -47,3 +47,4 @@ def test_mcp_startup_bench_compares_review_with_the_servers_own_session() -> Non
     assert all(figures[key] > 0 for key in keys) and figures["many_over_one"] > 0
     if figures["confined"]:
         assert figures["profiles"]["python -m"]["confined_over_unconfined"] > 0
+        assert figures["network_allowlist"]["allowlist_over_none"] > 0

@@ -197,13 +197,6 @@ async def test_declared_writable_roots_and_network_any_are_given(
     assert "CONNECTED:HOST-LOOPBACK-SERVICE" in run.seen("p__connect")[0]
 
 
-def test_a_host_port_allowlist_is_refused_with_the_reason(tmp_path: Path) -> None:
-    from tether.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="host:port allowlist cannot be enforced"):
-        write_config(tmp_path, [_server("p", [sys.executable, str(PROBER)], network=["example.org:443"])])
-
-
 def _package(tmp_path: Path) -> Path:
     lib = tmp_path / "lib"
     lib.mkdir()

@@ -66,11 +66,12 @@ class ServerReview:
         if launch.get("transport") == "stdio":
             if launch.get("confined"):
                 rw = ", ".join(launch.get("read_write") or []) or "nothing"
-                net = (
-                    "the host's network (loopback included)"
-                    if launch.get("network") == "any"
-                    else "no network"
-                )
+                net = {
+                    "any": "the host's network, loopback included (network: any: no allowlist)",
+                    "allowlist": "network only to "
+                    + ", ".join(launch.get("network_allow") or [])
+                    + ", through the host's proxy",
+                }.get(str(launch.get("network")), "no network")
                 reads = len(launch.get("read_only") or [])
                 lines.append(
                     f"  sandbox: confined, {launch.get('launcher')} launcher (reads {reads} paths besides "

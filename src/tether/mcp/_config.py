@@ -24,7 +24,7 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
     credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
     restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
     sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
-    network = "none"              # confined: none (own loopback only) | any (the host's network)
+    network = "none"              # confined: none (own loopback only) | ["host:port", …] | any
     roots_writable = false        # confined: roots are read-only unless this is set
 """
 
@@ -115,23 +115,26 @@ class ServerConfig(_Strict):
     sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
     sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
     roots_writable: bool = False  # a confined server may write into its roots only when set
-    # none: a network namespace of its own (only its own loopback); any: the host's network,
-    # loopback services included. bubblewrap cannot filter by host:port (no allowlist).
-    network: Literal["none", "any"] = "none"
+    # none: a network namespace of its own (only its own loopback); a list of "host:port"
+    # (tether.mcp._netallow): only those, through the host's proxy; any: the host's network,
+    # loopback services included (an explicit opt-out).
+    network: Literal["none", "any"] | tuple[str, ...] = "none"
     allow_network: bool = False  # older spelling of network: any
 
     @field_validator("network", mode="before")
     @classmethod
     def _network(cls, v: Any) -> Any:
-        if isinstance(v, list):
-            raise ValueError(
-                "a host:port allowlist cannot be enforced: bubblewrap confines a server to no network "
-                "or the host's whole network; use network: none (the default) or network: any"
-            )
+        if isinstance(v, (list, tuple)):
+            from tether.mcp._netallow import allowlist
+
+            entries = tuple(e.text for e in allowlist(v))  # ValueError naming a bad entry
+            return entries or "none"  # an empty allowlist lets nothing through
+        if isinstance(v, str) and v not in ("none", "any"):
+            raise ValueError(f"network {v!r}: none, any, or a list of host:port entries ([{v!r}])")
         return v
 
     @property
-    def network_access(self) -> Literal["none", "any"]:
+    def network_access(self) -> Literal["none", "any"] | tuple[str, ...]:
         return "any" if self.allow_network else self.network
 
     @field_validator("name")
@@ -171,6 +174,8 @@ class ServerConfig(_Strict):
             or self.roots_writable
         ):
             raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
+        if self.allow_network and isinstance(self.network, tuple):
+            raise ValueError(f"server {self.name}: allow_network (network: any) contradicts an allowlist")
         if self.max_call_s is not None and self.max_call_s < self.timeout_s:
             raise ValueError(f"server {self.name}: max_call_s must be at least timeout_s")
         if overlap := set(self.env) & set(self.credentials):

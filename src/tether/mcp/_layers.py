@@ -11,9 +11,16 @@ at ``LAYERS`` (bwrap's root pivots away from it: the server never sees these pat
   overlayfs refuses such a folder as a lower layer, the view is a plain bind (it works; its
   mount names the host folder).
 
+With a network allowlist (``net``: the descriptor of a socket pair's end), the launch also
+enters a network namespace of its own, brings its loopback up, binds a listening socket at
+``127.0.0.1:PROXY_PORT`` there and sends it over that descriptor to the host, which serves
+the allowlist's proxy on it (``tether.mcp._netproxy``); it keeps no copy of either, and bwrap
+then shares that namespace with the server: its loopback and the proxy, nothing else.
+
 All of it is done by one small program (``LAUNCHER``) run with the host's own interpreter
 (``-I -S``: no site, no environment, nothing of a server's ``.pth`` files; ``ctypes`` its
-only import) that makes the system calls itself and then execs bwrap: one process start, where a shell running
+only import, and the socket modules with an allowlist) that makes the system calls itself
+and then execs bwrap: one process start, where a shell running
 ``unshare``, ``mkdir`` and ``mount`` would start one process per mount.
 """
 
@@ -39,20 +46,32 @@ def fail(what):
 def mount(source, target, kind=None, flags=0, data=None):
     enc = lambda s: None if s is None else s.encode()
     return libc.mount(enc(source), enc(target), enc(kind), flags, enc(data)) == 0
-at, rest = sys.argv[1], sys.argv[2:]
+at, net, rest = sys.argv[1], sys.argv[2], sys.argv[3:]
 lowers, rest = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
 staged, command = rest[1 : 1 + int(rest[0])], rest[1 + int(rest[0]) :]
 uid, gid = os.getuid(), os.getgid()
-if libc.unshare(0x10000000 | 0x20000) != 0:
-    fail("cannot enter a user and mount namespace of its own")
+if libc.unshare(0x10000000 | 0x20000 | (0x40000000 if net != "-" else 0)) != 0:
+    fail("cannot enter a user, mount and network namespace of its own")
 for name, text in (("setgroups", "deny"), ("uid_map", "0 %d 1" % uid), ("gid_map", "0 %d 1" % gid)):
     with open("/proc/self/" + name, "w") as f:
         f.write(text)
+if net != "-":
+    import fcntl, socket, struct
+    port, fd = net.split(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # SIOCSIFFLAGS lo IFF_UP: the kernel gives it 127.0.0.1 and ::1
+            fcntl.ioctl(s, 0x8914, struct.pack("16sH22x", b"lo", 1))
+        except OSError:
+            fail("cannot bring the loopback of its network namespace up")
+    listener = socket.create_server(("127.0.0.1", int(port)), backlog=128)
+    with listener, socket.socket(fileno=int(fd)) as channel:  # neither is kept: closed here
+        socket.send_fds(channel, [b"L"], [listener.fileno()])
 if not mount("none", "/", None, REC | PRIVATE):
     fail("cannot make the mounts private")
-if not mount("tether-layers", at, "tmpfs"):
+if (lowers or staged) and not mount("tether-layers", at, "tmpfs"):
     fail("cannot mount a tmpfs on " + at)
-os.mkdir(at + "/e")
+if lowers or staged:
+    os.mkdir(at + "/e")
 for i, lower in enumerate(lowers):
     lo, up, work, merged = ("%s/%s%d" % (at, x, i) for x in "luwm")
     for d in (lo, up, work, merged):
@@ -74,10 +93,14 @@ os.execv(command[0], command)
 """
 
 
-def layered(argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] = ()) -> list[str]:
-    """``argv`` (bwrap's) run after the layers over ``lowers`` and the views of ``staged``."""
+def layered(
+    argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] = (), net: str | None = None
+) -> list[str]:
+    """``argv`` (bwrap's) run after the layers over ``lowers`` and the views of ``staged``; with
+    ``net`` (``PORT:FD``, the descriptor maybe a placeholder the launch replaces), in a network
+    namespace of its own whose proxy socket is sent over that descriptor."""
     folders = [str(len(lowers)), *map(str, lowers), str(len(staged)), *map(str, staged)]
-    return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, *folders, *argv]
+    return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, net or "-", *folders, *argv]
 
 
 _STATUS: list[str | None] = []  # overlay_status's answer, once known (this process)

@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from tether.errors import ConfigError
 from tether.mcp._connection import describe_error
 from tether.mcp._failures import enabled, is_modern
@@ -117,13 +119,63 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
         stack.callback(source.stderr.spawned)
     chosen = source.sandbox_plan
     options, data = (chosen.options, chosen.data) if chosen is not None else ((), ())
-    process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options, data=data)
+    if chosen is not None and chosen.proxy:
+        process = await _spawn_with_proxy(source, stack, chosen.proxy, argv, env, errlog)
+    else:
+        process = await spawn(argv, env=env, cwd=source.cwd, stderr=errlog, options=options, data=data)
     if source.stderr is not None:
         source.stderr.spawned()
     source._process = process
     # One answer may be a few times the result cap in JSON (escapes, structured content too).
     max_line = max(8 * 1024 * 1024, 16 * source.max_result_chars)
     return await stack.enter_async_context(opened(process, max_line))
+
+
+async def _spawn_with_proxy(
+    source: McpServerSource,
+    stack: AsyncExitStack,
+    allow: tuple[str, ...],
+    argv: list[str],
+    env: dict[str, str],
+    errlog: Any,
+) -> Any:
+    """Spawn a server whose network is an allowlist: its launch sends back the listening socket
+    it bound in the server's own network namespace, and the host serves the proxy on it
+    (``tether.mcp._netproxy``) until the server stops (the stack closes the process first)."""
+    import socket
+
+    from tether.mcp._netallow import allowlist
+    from tether.mcp._netproxy import receive_listener, serving
+    from tether.mcp._stdio import spawn, stop
+
+    plan = source.sandbox_plan
+    assert plan is not None
+    ours, theirs = socket.socketpair()
+    with ours:
+        with theirs:
+            process = await spawn(
+                argv, env=env, cwd=source.cwd, stderr=errlog, options=plan.options, data=plan.data,
+                net_fd=theirs.fileno(),
+            )  # fmt: skip
+        try:
+            listener = await receive_listener(ours, source.connect_timeout_s)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await stop(process)
+            raise
+    if listener is not None:  # None: the launch failed first, and the server's failure says why
+
+        def refused(destination: str, why: str) -> None:
+            import logging
+
+            logging.getLogger("tether.mcp").warning("[%s] network refused: %s", source.name, why)
+            source.emit(
+                EventKind.MCP_SANDBOX, server=source.name, action="network_refused",
+                destination=destination, why=why,
+            )  # fmt: skip
+
+        await stack.enter_async_context(serving(listener, allowlist(allow), refused))
+    return process
 
 
 async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:

@@ -25,10 +25,14 @@ confined server sees:
   shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
   PID, IPC and UTS namespaces; it dies with the host;
 - network: ``none`` (the default: a network namespace of its own with only its own
-  loopback) or ``any`` (the host's network, its loopback services included, and the host's
-  certificate settings where they name a shown file). bubblewrap
-  cannot filter by host and port, so there is no allowlist: a server that needs one host
-  gets ``any``, and the review says so.
+  loopback); an allowlist of ``host:port`` entries (``tether.mcp._netallow``): a network
+  namespace of its own whose only way out is an HTTP proxy the host serves on a socket in it
+  (``HTTP_PROXY``/``HTTPS_PROXY`` say where; ``tether.mcp._netproxy``), which connects, from
+  the host, only to the listed destinations, names resolved by the host (no ``/etc/resolv.conf``
+  inside), a name that resolves to the host's loopback refused unless listed as such; a
+  client that ignores the proxy settings has no network at all. Or ``any``: the host's
+  network, its loopback services included (an explicit opt-out, and the review says so). With
+  a network, the host's certificate settings where they name a shown file.
 
 ``sandbox: auto`` (the default) confines whenever ``bwrap`` works here and otherwise starts
 the server unconfined with a visible warning; ``required`` refuses to start an unconfined
@@ -51,9 +55,11 @@ from typing import Literal
 
 from tether.mcp._launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
+from tether.mcp._netallow import PROXY_PORT
 
 __all__ = [
     "ARGS_FD",
+    "NET_FD",
     "Confinement",
     "Network",
     "SandboxMode",
@@ -65,8 +71,9 @@ __all__ = [
 ]
 
 SandboxMode = Literal["auto", "required", "none"]
-Network = Literal["none", "any"]
+Network = Literal["none", "any"] | tuple[str, ...]  # a tuple: the host:port allowlist
 ARGS_FD = "{args-fd}"  # where the launch puts the descriptor its bwrap options are read from
+NET_FD = "{net-fd}"  # where it puts the descriptor the proxy socket comes back on (an allowlist)
 HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
 
 _ETC = (
@@ -129,6 +136,7 @@ class SandboxPlan:
     data: tuple[bytes, ...] = ()  # files generated for inside: ``{data-fd:N}`` in ``options``
     warning: str | None = None  # set when the server runs unconfined although it was not opted out
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
+    proxy: tuple[str, ...] = ()  # the allowlist the host's proxy serves (the launch sends NET_FD)
     problem: str | None = None  # set when the launch cannot work confined as configured
     notes: list[str] = field(default_factory=list)
 
@@ -138,7 +146,10 @@ class SandboxPlan:
             out["launcher"] = self.confinement.profile
             out["read_only"] = list(self.confinement.read_only)
             out["read_write"] = list(self.confinement.read_write)
-            out["network"] = self.confinement.network
+            net = self.confinement.network
+            out["network"] = net if isinstance(net, str) else "allowlist"
+            if not isinstance(net, str):
+                out["network_allow"] = list(net)
             if self.confinement.withheld:
                 out["withheld"] = list(self.confinement.withheld)
         if self.warning:
@@ -218,7 +229,7 @@ def _confine(
 ) -> SandboxPlan:
     base = (Path(cwd) if cwd else Path.cwd()).resolve()
     guarded = [p.resolve() for p in protected]
-    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network == "any")
+    launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network != "none")
     if launch.problem:
         return SandboxPlan(mode, argv, problem=launch.problem)
     withheld = list(launch.withheld)
@@ -239,8 +250,10 @@ def _confine(
     # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
+    # An allowlist shares the network namespace the launch made (tether.mcp._layers): loopback
+    # and the proxy socket only.
     opts = ["--die-with-parent", "--new-session", "--unshare-all"]
-    if network == "any":
+    if network != "none":
         opts.append("--share-net")
     for sysdir in SYSTEM_DIRS:
         p = Path(sysdir)
@@ -273,8 +286,10 @@ def _confine(
     shown = (*(str(p) for p in launch.read_only), *shown_ro)
     confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
     argv = [bwrap, "--args", ARGS_FD, *launch.argv]
-    argv, opts = _private_layers(argv, opts, launch.overlays, (*shown_ro, *map(str, rw_out)))
-    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data))
+    proxy = network if isinstance(network, tuple) else ()
+    net = f"{PROXY_PORT}:{NET_FD}" if proxy else None
+    argv, opts = _private_layers(argv, opts, launch.overlays, (*shown_ro, *map(str, rw_out)), net)
+    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data), proxy=proxy)
 
 
 def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
@@ -288,12 +303,19 @@ def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dic
     inside_env["PATH"] = os.pathsep.join([*path_dirs, "/usr/local/bin", "/usr/bin", "/bin"])
     inside_env["HOME"] = HOME
     inside_env["TMPDIR"] = "/tmp"
-    if network == "any":
+    if network != "none":
         shown = ("/etc/ssl/", "/usr/")
         inside_env.update({k: os.environ[k] for k in _TLS_ENV if os.environ.get(k, "").startswith(shown)})
+    if isinstance(network, tuple):  # its only way out: the host's proxy in its own namespace
+        for k in _NOT_PROXY:
+            inside_env.pop(k, None)
+        inside_env.update(dict.fromkeys(_PROXY_ENV, f"http://127.0.0.1:{PROXY_PORT}"))
+        inside_env["NODE_USE_ENV_PROXY"] = "1"  # Node 24+ honours the variables only when told to
     return inside_env
 
 
+_PROXY_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")  # set to the host's proxy
+_NOT_PROXY = ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy")  # removed: nothing bypasses it
 _TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
 
 
@@ -319,12 +341,17 @@ def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[
 
 
 def _private_layers(
-    argv: list[str], opts: list[str], lowers: Sequence[Path], declared: Iterable[str] = ()
+    argv: list[str],
+    opts: list[str],
+    lowers: Sequence[Path],
+    declared: Iterable[str] = (),
+    net: str | None = None,
 ) -> tuple[list[str], list[str]]:
     """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
     options) and each launcher bind read through a neutral view (``_stage_sources``), laid in a
     mount namespace that only the launch sees (``tether.mcp._layers``), under bwrap. Where that
-    cannot be had, the folders are shown read-only, bound from their host paths."""
+    cannot be had, the folders are shown read-only, bound from their host paths. With ``net``
+    (an allowlist), the launch always runs there: it makes the network namespace too."""
     usable = overlay_status() is None
     staged: list[Path] = []
     if usable:
@@ -341,6 +368,8 @@ def _private_layers(
             out.append(f"{LAYERS}/s{j}{rest}")
         else:
             out.append(opt)
+    if net is not None:
+        return layered(argv, lowers if usable else (), staged, net), out
     if not usable or not (lowers or staged):
         return argv, out
     return layered(argv, lowers, staged), out
@@ -358,10 +387,11 @@ _CAUSES = (
     (
         re.compile(
             r"\benotfound\b|\beai_again\b|name resolution|network is unreachable|name or service not known"
-            r"|\beconnrefused\b|getaddrinfo|connection refused",
+            r"|\beconnrefused\b|getaddrinfo|connection refused|\b403\W{0,3}forbidden|tunnel connection failed"
+            r"|proxyerror|network allowlist",
             re.I,
         ),
-        "it has no network here: set network: any for this server if it needs one",
+        "{network}",
     ),
     (
         re.compile(r"no such file|\benoent\b|cannot find module|modulenotfounderror|not found", re.I),
@@ -370,16 +400,23 @@ _CAUSES = (
 )
 
 
+_NETWORK_ADVICE = (
+    "it has no network here: list the host:port it needs in network (network: any gives it the host's)",
+    "its network goes through an HTTP proxy (HTTP_PROXY / HTTPS_PROXY; a client that ignores them has "
+    "none) that lets only the listed destinations through: list the host:port it needs in network",
+)
+
+
 def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> str | None:
     """What to change when a confined server failed to start, from what it said last."""
     if plan is None or plan.confinement is None:
         return None
-    change = "list what it needs in sandbox_read / sandbox_write, or set network: any"
+    change = "list what it needs in sandbox_read / sandbox_write, or the host:port it needs in network"
     found = False
     for line in reversed(stderr_tail):  # its last words first: the error, then the traceback
         for pattern, advice in _CAUSES:
             if pattern.search(line):
-                change, found = advice, True
+                change, found = advice.format(network=_NETWORK_ADVICE[bool(plan.proxy)]), True
                 break
         if found:
             break

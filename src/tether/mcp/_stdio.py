@@ -35,12 +35,14 @@ async def spawn(
     stderr: IO[str] | None,
     options: Sequence[str] = (),
     data: Sequence[bytes] = (),
+    net_fd: int | None = None,
 ) -> anyio.abc.Process:
     """Start the server in its own session (its process group is killed as one). ``options``
     (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
     so the mounts are not on any command line the server could read; each of ``data`` (a file
-    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands."""
-    from tether.mcp._sandbox import ARGS_FD
+    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands;
+    ``net_fd`` (a socket pair's end, for a network allowlist) is passed where ``NET_FD`` stands."""
+    from tether.mcp._sandbox import ARGS_FD, NET_FD
 
     if not options:
         return await anyio.open_process(
@@ -54,8 +56,13 @@ async def spawn(
         args = b"".join(named.get(o, o).encode("utf-8") + b"\0" for o in options)
         fds.append(_memfd("bwrap-args", args))
         argv = [str(fds[-1]) if a == ARGS_FD else a for a in argv]
+        passed = tuple(fds)
+        if net_fd is not None:  # the launch's own argument (PORT:NET_FD), before the server's command
+            at = next(i for i, a in enumerate(argv) if a.endswith(f":{NET_FD}"))
+            argv = [*argv[:at], argv[at].replace(NET_FD, str(net_fd)), *argv[at + 1 :]]
+            passed += (net_fd,)
         return await anyio.open_process(
-            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=tuple(fds)
+            argv, env=dict(env), cwd=cwd, stderr=stderr, start_new_session=True, pass_fds=passed
         )
     finally:
         for fd in fds:

@@ -128,7 +128,8 @@ class _Sandbox(_Payload, total=False):
     launcher: str
     read_only: list[str]
     read_write: list[str]
-    network: str  # none | any
+    network: str  # none | any | allowlist
+    network_allow: list[str]  # the allowlist's host:port entries
     withheld: list[str]
     sandbox_warning: str
     sandbox_refused: str
@@ -165,8 +166,9 @@ class McpConnection(_Payload, total=False):
 
 class McpSandbox(_Sandbox, total=False):
     server: Required[str]
-    action: Required[str]  # confined | unconfined | refused
+    action: Required[str]  # confined | unconfined | refused | cannot_confine | network_refused
     why: str | None
+    destination: str  # network_refused: the host:port the server asked for
 
 
 class McpTask(_Payload, total=False):
