@@ -132,7 +132,6 @@ async def call_tool(
     conn = await recheck(source, spec)
     info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
     source._inflight.append(info)
-    source.calls_sent += 1
     limits = _Limits(source, spec)
     result: Any = None
     try:

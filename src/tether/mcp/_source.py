@@ -93,7 +93,6 @@ class McpServerSource:
     unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
     instructions: str | None = None
     protocol_version: str | None = None
-    calls_sent = 0
     # Long tasks (MCP tasks that outlive their call): parked in ``pauses`` ("pause") or
     # cancelled at the call's limit ("cancel"); a parked task is asked to live ``task_ttl_s``.
     pauses: Pauses | None = None
@@ -579,12 +578,6 @@ class McpServerSource:
                     roots=list(self.roots.roots),
                 )
         return changed
-
-    def _require(self) -> Any:
-        """The live SDK client (for inspection). Raises ``DependencyUnavailable``."""
-        if self._conn is None or not self._conn.alive:
-            raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
-        return self._conn.client
 
 
 def _check_identity(name: str, command: Sequence[str] | None, url: str | None, restart: str) -> None:
