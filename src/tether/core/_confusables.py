@@ -20,7 +20,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -112,20 +112,10 @@ class NameCheck:
         return bool(self.ascii) and self.ascii != self.unicode
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "kind": self.kind,
-            "host": self.host,
-            "ascii": self.ascii,
-            "unicode": self.unicode,
-            "local_part": self.local_part,
-            "scripts": list(self.scripts),
-            "mixed_script": self.mixed_script,
-            "looks_like": self.looks_like,
-            "internationalised": self.internationalised,
-            "suspicious": self.suspicious,
-            "problems": list(self.problems),
-        }
+        """Every field (tuples as lists) and the two verdicts."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(scripts=list(self.scripts), problems=list(self.problems))
+        return {**out, "internationalised": self.internationalised, "suspicious": self.suspicious}
 
 
 def _split(text: str) -> tuple[str, str, str]:
