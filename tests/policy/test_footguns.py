@@ -26,7 +26,7 @@ from tether.policy import (
     Reviewer,
     TrustedContext,
 )
-from tether.policy._provenance import TrustConfig
+from tether.policy._provenance_labels import TrustConfig
 from tether.policy._provenance_rules import ArgumentRule, ProvenancePolicy, ProvenanceRules, ToolRules
 from tether.runners._desk import ProposalDesk
 from tether.tools import Effect, Target, ToolContext, tool

@@ -429,7 +429,7 @@ def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[A
 def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]) -> None:
     """Swap the host's effect-approval rule for the file's provenance rules (declarations checked
     against the offered tools now, not at the first call) and label what tools return."""
-    from tether.policy._provenance import Directory, TrustConfig
+    from tether.policy._provenance_labels import Directory, TrustConfig
     from tether.policy._provenance_rules import (
         ProvenancePolicy,
         ProvenanceRules,

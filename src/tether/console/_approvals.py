@@ -459,7 +459,7 @@ def _recorded_provenance(recorded: dict[str, Any]) -> dict[str, list[dict[str, A
 
 
 def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, list[dict[str, Any]]]:
-    from tether.policy._provenance import TrustConfig, normalise, split_values
+    from tether.policy._provenance_labels import TrustConfig, normalise, split_values
     from tether.policy._provenance_rules import index_for
 
     index = index_for(state, TrustConfig())
