@@ -40,6 +40,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tether.core._names import repeated
 from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 from tether.tools._contract import Effect
@@ -205,11 +206,8 @@ class McpConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> McpConfig:
-        seen: set[str] = set()
-        for s in self.servers:
-            if s.name in seen:
-                raise ValueError(f"duplicate server id {s.name!r}")
-            seen.add(s.name)
+        if dup := repeated(s.name for s in self.servers):
+            raise ValueError(f"duplicate server id {', '.join(map(repr, dup))}")
         return self
 
     def server(self, name: str) -> ServerConfig:
