@@ -276,11 +276,8 @@ class McpServerSource:
             return
         for peer in self.peers:
             peer.launch()  # the others connect while this one does
-        self.launch()
-        conn = self._conn
-        assert conn is not None
         try:
-            await self._ready(conn)
+            await self._connect()
         except Unavailable as problem:
             detail, self._start_detail = self._start_detail, None
             if not self.fail_soft:
@@ -288,6 +285,14 @@ class McpServerSource:
                     f"MCP server {self.name} could not be started: {detail}" if detail else problem.message
                 ) from None
             self._quarantine(problem.message, state="failed", detail=detail)
+
+    async def _connect(self) -> Connection:
+        """Launch (unless under way) and wait until connected. Raises ``Unavailable``."""
+        self.launch()
+        conn = self._conn
+        assert conn is not None
+        await self._ready(conn)
+        return conn
 
     async def _ready(self, conn: Connection) -> None:
         try:
@@ -407,11 +412,8 @@ class McpServerSource:
                 attempt=self.restarts,
                 max_restarts=self.max_restarts,
             )
-            self.launch()
-            conn = self._conn
-            assert conn is not None
             try:
-                await self._ready(conn)
+                conn = await self._connect()
             except Unavailable as problem:
                 if self.restarts >= self.max_restarts:
                     self._quarantine(f"{problem.message} (restart {self.restarts}/{self.max_restarts})")
