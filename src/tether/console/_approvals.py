@@ -511,7 +511,7 @@ async def review_proposal(
 
     Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
     ``ApprovalError`` (``content_changed``, ``reason_required``, ``already_<status>`` …)."""
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:
         if action not in ACTIONS:

@@ -261,7 +261,7 @@ async def answer(
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
     view = await get(sources, principal, pause_id)
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     tenant = view["tenant"] or ""
     try:
         if not principal.may(tenant, "reviewer"):

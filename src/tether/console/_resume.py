@@ -32,7 +32,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     tenant = checkpoint_tenant(checkpoint.state) if checkpoint is not None else None
     if checkpoint is None or tenant is None or not principal.sees(tenant):
         raise Hidden("run")
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     try:
         if not principal.may(tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} may not resume runs of this tenant")

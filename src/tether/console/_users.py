@@ -132,6 +132,11 @@ class Principal:
     csrf: str | None = None  # the session's CSRF token (sessions only)
     session: str | None = None  # digest of the session id (sessions only)
 
+    @property
+    def actor(self) -> str:
+        """How the audit log names this principal: ``session:ana``, ``token:ana``."""
+        return f"{self.via}:{self.name}"
+
     def level(self, tenant: str) -> int:
         return max(ROLES.get(self.grants.get(tenant, ""), 0), ROLES.get(self.grants.get(ALL_TENANTS, ""), 0))
 
