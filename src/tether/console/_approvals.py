@@ -19,9 +19,10 @@ from tether.console._users import Principal
 from tether.core._confusables import check_name, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
-__all__ = ["Denied", "Hidden", "checkpoint_tenant", "proposal_view", "queue", "review_proposal"]
+__all__ = ["Denied", "Hidden", "proposal_view", "queue", "review_proposal"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
@@ -312,14 +313,6 @@ async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
     if cp is None or checkpoint_tenant(cp.state) != p.tenant:
         return False
     return cp.status == "paused" and bool(cp.app)
-
-
-def checkpoint_tenant(state: str) -> str | None:
-    """The tenant a checkpoint's run belongs to (what the host recorded), or ``None``."""
-    try:
-        return str(json.loads(state)["context"]["tenant"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:

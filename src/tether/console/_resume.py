@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.console._approvals import Denied, Hidden, checkpoint_tenant
+from tether.console._approvals import Denied, Hidden
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
+from tether.runs._checkpoint import checkpoint_tenant
 
 __all__ = ["resume_run"]
 
