@@ -84,29 +84,28 @@ class DependencyUnavailable(UpstreamError):
     kind = "dependency_unavailable"
 
 
-class PolicyError(TetherError):
+class _Refusal(TetherError):
+    """An error with a machine-readable ``reason``; its message defaults to the reason."""
+
+    def __init__(self, reason: str, message: str | None = None):
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+class PolicyError(_Refusal):
     """A proposal refused by the host. ``reason`` is machine-readable (e.g. ``tool_not_allowed``)."""
 
     def __init__(self, reason: str, message: str | None = None, **details: Any):
-        super().__init__(message or reason)
-        self.reason = reason
+        super().__init__(reason, message)
         self.details = details
 
 
-class ApprovalError(TetherError):
+class ApprovalError(_Refusal):
     """Approval workflow misuse: unknown id, not approved, revoked, wrong tenant."""
 
-    def __init__(self, reason: str, message: str | None = None):
-        super().__init__(message or reason)
-        self.reason = reason
 
-
-class MemoryPolicyError(TetherError):
+class MemoryPolicyError(_Refusal):
     """A memory write the host refuses. ``reason``: provenance, scope, duplicate, conflict …"""
-
-    def __init__(self, reason: str, message: str | None = None):
-        super().__init__(message or reason)
-        self.reason = reason
 
 
 class HandoffError(TetherError):

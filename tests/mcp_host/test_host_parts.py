@@ -46,6 +46,13 @@ def test_config_reads_toml_and_yaml_and_refuses_duplicates_and_bad_ids(tmp_path:
     )
     with pytest.raises(ConfigError, match="duplicate server id 'a'"):
         load_config(dup)
+    upper = tmp_path / "MCP.TOML"  # read as TOML whatever the suffix's case, like an agent file
+    upper.write_bytes(toml.read_bytes())
+    assert load_config(upper).server("erp").effects["read_order"] == "read"
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("servers: [] # caf\xe9".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(latin1)
     bad = tmp_path / "bad.yaml"
     for server, why in [
         ("{name: 'x__y', transport: http, url: 'http://h/mcp'}", "must be ASCII"),

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
+from tether.core._names import repeated
 from tether.errors import ApprovalError
 from tether.host import Host
 from tether.policy import (
@@ -26,7 +27,7 @@ from tether.policy import (
     Reviewer,
     TrustedContext,
 )
-from tether.policy._provenance import TrustConfig
+from tether.policy._provenance_labels import TrustConfig
 from tether.policy._provenance_rules import ArgumentRule, ProvenancePolicy, ProvenanceRules, ToolRules
 from tether.runners._desk import ProposalDesk
 from tether.tools import Effect, Target, ToolContext, tool
@@ -81,6 +82,11 @@ def test_name_sets_hold_exactly_the_names_given() -> None:
     assert effect.automatic == frozenset({Effect.READ, Effect.WRITE})
     with pytest.raises(ValueError):
         Policy(automatic_effects=["reed"])
+
+
+def test_repeated_names_are_each_named_once_sorted() -> None:
+    assert repeated(["b", "a", "b", "c", "a", "b"]) == ["a", "b"]
+    assert repeated(["a", "b", "c"]) == [] and repeated([]) == []
 
 
 def test_a_reviewer_must_be_given_a_tenant_scope_or_be_made_global_explicitly() -> None:

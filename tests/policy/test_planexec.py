@@ -10,7 +10,7 @@ from pydantic import Field
 
 from tether import Effect, Host, TrustedContext, tool
 from tether.core.stop import StopReason
-from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_labels import SourceTrust, TrustConfig
 from tether.policy._provenance_rules import (
     ArgumentRule,
     ProvenancePolicy,

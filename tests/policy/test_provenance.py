@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether.policy._provenance import (
-    ProvenanceIndex,
-    SourceTrust,
-    TrustConfig,
-    label_observation,
-    split_values,
-)
+from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_labels import SourceTrust, TrustConfig, label_observation, split_values
 from tether.policy._provenance_values import date_mentions, figures, find_links, parse_date
 
 pytestmark = pytest.mark.spec("P1")

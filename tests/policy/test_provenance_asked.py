@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tether.core.types import CallRecord, Effect, Observation, ProposedCall, ToolSpec
-from tether.policy._provenance import SourceTrust, TrustConfig, normalise
+from tether.policy._provenance_labels import SourceTrust, TrustConfig, normalise
 from tether.policy._provenance_rules import ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._provenance_text import asks_for
 from tether.policy._provenance_values import unfold

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tether.core.types import CallRecord, Effect, Observation, ProposedCall, ToolSpec
-from tether.policy._provenance import ASSIGNED, SourceTrust, TrustConfig
+from tether.policy._provenance_labels import ASSIGNED, SourceTrust, TrustConfig
 from tether.policy._provenance_rules import ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._trusted import TrustedContext
 

@@ -15,7 +15,7 @@ from tether import Agent, Effect, Host, TrustedContext, tool
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.stop import StopReason
 from tether.models._base import ModelRequest
-from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_labels import SourceTrust, TrustConfig
 from tether.policy._provenance_rules import (
     ArgumentRule,
     ProvenancePolicy,

@@ -21,7 +21,7 @@ from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.stop import StopReason
 from tether.core.types import ProposedCall
 from tether.models._base import ModelRequest
-from tether.policy._provenance import SourceTrust, TrustConfig
+from tether.policy._provenance_labels import SourceTrust, TrustConfig
 from tether.policy._provenance_rules import ProvenanceRules, rules_from_dict
 from tether.policy._references import CONCAT, REF, ReferencePolicy, References, listed_handles
 from tether.runs._values import RunState

@@ -22,6 +22,7 @@ from tether.agents._spec import (
     StatusSpec,
     SubagentSpec,
 )
+from tether.core._names import repeated
 from tether.core.types import Effect
 from tether.errors import ConfigError
 
@@ -266,8 +267,7 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
                 if not callable(fn):
                     raise ConfigError(f"{where}: reconciler {ref.reconciler} is not callable")
                 reconcilers[tool.name] = fn
-    names = [t.name for t in tools]
-    if dup := sorted({n for n in names if names.count(n) > 1}):
+    if dup := repeated(t.name for t in tools):
         raise ConfigError(f"{af.label()}: tools: the same tool name twice: {', '.join(dup)}")
     return tools
 
@@ -400,8 +400,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     if c.tool_search is not None:
         search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
     subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
-    names = [sub.name for sub in c.subagents]
-    if dup := sorted({n for n in names if names.count(n) > 1}):
+    if dup := repeated(sub.name for sub in c.subagents):
         raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
     return ContextConfig(
         status=status, compression=compression, skills=skills, tool_search=search, subagents=subagents
@@ -429,7 +428,7 @@ def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[A
 def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]) -> None:
     """Swap the host's effect-approval rule for the file's provenance rules (declarations checked
     against the offered tools now, not at the first call) and label what tools return."""
-    from tether.policy._provenance import Directory, TrustConfig
+    from tether.policy._provenance_labels import Directory, TrustConfig
     from tether.policy._provenance_rules import (
         ProvenancePolicy,
         ProvenanceRules,

@@ -42,16 +42,15 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from tether.agents._spec import SCRIPTED, AgentSpec
+from tether.core._config_file import read_config_file
 from tether.core._imports import import_ref
 from tether.core._names import is_agent_file as is_agent_file  # re-exported: commands that load agent files
 from tether.core._problems import validation_problems
@@ -106,24 +105,9 @@ def parse_agent(
 def load_agent_file(path: str | Path) -> AgentFile:
     """Read a YAML (``.yaml``/``.yml``) or TOML (``.toml``) agent file. Raises ``ConfigError``."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read agent file {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    af = _parse_text(text, path)
+    raw, text, data = read_config_file(path, "agent file")
+    af = parse_agent(data, base_dir=path.resolve().parent, path=path.resolve(), text=text)
     return replace(af, sha256=hashlib.sha256(raw).hexdigest())  # of the bytes on disk
-
-
-def _parse_text(text: str, path: Path) -> AgentFile:
-    toml = path.suffix.lower() == ".toml"
-    try:
-        data = tomllib.loads(text) if toml else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(f"{path}: not valid {'TOML' if toml else 'YAML'}: {err}") from None
-    return parse_agent(data, base_dir=path.resolve().parent, path=path.resolve(), text=text)
 
 
 def with_overrides(agent_file: AgentFile, **model: Any) -> AgentFile:

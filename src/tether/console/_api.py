@@ -65,10 +65,6 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
         body: dict[str, Any] = {}
         if request.method == "POST":
             if not gate.csrf_ok(request, principal, None):
-                sources.users.audit(
-                    f"{principal.via}:{principal.name}", "csrf_refused", target=request.url.path,
-                    outcome="refused:csrf",
-                )  # fmt: skip
                 return _error(403, "csrf", "missing or wrong X-CSRF-Token header")
             raw = await request.body()
             if raw.strip():

@@ -19,9 +19,10 @@ from tether.console._users import Principal
 from tether.core._confusables import check_name, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
-__all__ = ["Denied", "Hidden", "checkpoint_tenant", "proposal_view", "queue", "review_proposal"]
+__all__ = ["Denied", "Hidden", "proposal_view", "queue", "review_proposal"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
@@ -314,14 +315,6 @@ async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
     return cp.status == "paused" and bool(cp.app)
 
 
-def checkpoint_tenant(state: str) -> str | None:
-    """The tenant a checkpoint's run belongs to (what the host recorded), or ``None``."""
-    try:
-        return str(json.loads(state)["context"]["tenant"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
     """The state of the run that proposed ``p``, if that run is of the proposal's tenant: a
     proposal naming another tenant's run never shows that run's objective, turns or sources."""
@@ -459,7 +452,7 @@ def _recorded_provenance(recorded: dict[str, Any]) -> dict[str, list[dict[str, A
 
 
 def _computed_provenance(arguments: dict[str, Any], state: Any) -> dict[str, list[dict[str, Any]]]:
-    from tether.policy._provenance import TrustConfig, normalise, split_values
+    from tether.policy._provenance_labels import TrustConfig, normalise, split_values
     from tether.policy._provenance_rules import index_for
 
     index = index_for(state, TrustConfig())
@@ -511,7 +504,7 @@ async def review_proposal(
 
     Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
     ``ApprovalError`` (``content_changed``, ``reason_required``, ``already_<status>`` …)."""
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:
         if action not in ACTIONS:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether.console._approvals import Denied, Hidden, checkpoint_tenant
+from tether.console._approvals import Denied, Hidden
 from tether.console._render import names_in
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
@@ -25,6 +25,7 @@ from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
 from tether.mcp._config import SEPARATOR
 from tether.mcp._elicitation import check_schema, store_answer, validate_answer
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
@@ -261,7 +262,7 @@ async def answer(
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
     view = await get(sources, principal, pause_id)
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     tenant = view["tenant"] or ""
     try:
         if not principal.may(tenant, "reviewer"):

@@ -165,7 +165,7 @@ class _Pages:
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         """A page: the principal resolved first (none: the sign-in page), the CSRF token of a POST
         checked before anything else, and tether's refusals shown as error pages."""
-        gate, sources, problem = self.gate, self.sources, self.problem
+        gate, problem = self.gate, self.problem
 
         @wraps(handler)
         async def endpoint(request: Request) -> Response:
@@ -180,10 +180,6 @@ class _Pages:
                 if request.method == "POST":
                     form = await request.form()
                     if not gate.csrf_ok(request, principal, form_value(form, "csrf_token")):
-                        sources.users.audit(
-                            f"{principal.via}:{principal.name}", "csrf_refused", target=request.url.path,
-                            outcome="refused:csrf",
-                        )  # fmt: skip
                         return problem(request, principal, 403, "Refused", "Missing or wrong CSRF token.")
                 return await handler(request, principal)
             except Hidden:
@@ -250,7 +246,7 @@ class _Pages:
 
     async def logout(self, request: Request, me: Principal) -> Response:
         response = RedirectResponse("/login", status_code=303)
-        self.sources.users.audit(f"{me.via}:{me.name}", "logout")
+        self.sources.users.audit(me.actor, "logout")
         self.gate.end_session(response, me)
         return response
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.console._approvals import Denied, Hidden, checkpoint_tenant
+from tether.console._approvals import Denied, Hidden
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
+from tether.runs._checkpoint import checkpoint_tenant
 
 __all__ = ["resume_run"]
 
@@ -32,7 +33,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
     tenant = checkpoint_tenant(checkpoint.state) if checkpoint is not None else None
     if checkpoint is None or tenant is None or not principal.sees(tenant):
         raise Hidden("run")
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     try:
         if not principal.may(tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} may not resume runs of this tenant")

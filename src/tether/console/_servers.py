@@ -111,7 +111,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
 
     tenant = _check(sources, principal, "admin")
     assert sources.mcp_config is not None
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     try:
         sources.mcp_config.server(name)  # ConfigError for an unknown name
         result = await review_server(sources.mcp_config, name)
@@ -180,7 +180,7 @@ async def pin(
 
     tenant = _check(sources, principal, "admin")
     assert sources.mcp_config is not None
-    actor = f"{principal.via}:{principal.name}"
+    actor = principal.actor
     try:
         if not digest:
             raise ApprovalError("digest_required", "pinning names the review digest that was reviewed")

@@ -132,6 +132,11 @@ class Principal:
     csrf: str | None = None  # the session's CSRF token (sessions only)
     session: str | None = None  # digest of the session id (sessions only)
 
+    @property
+    def actor(self) -> str:
+        """How the audit log names this principal: ``session:ana``, ``token:ana``."""
+        return f"{self.via}:{self.name}"
+
     def level(self, tenant: str) -> int:
         return max(ROLES.get(self.grants.get(tenant, ""), 0), ROLES.get(self.grants.get(ALL_TENANTS, ""), 0))
 
@@ -220,18 +225,14 @@ class UserStore:
     def add_user(self, name: str, password: str) -> None:
         """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
         check_name(name)
-        if len(password) < MIN_PASSWORD:
-            raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
-        hashed = hash_secret(password, n=self.scrypt_n)
+        hashed = self._new_password(password)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
             conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
 
     def set_password(self, name: str, password: str) -> None:
-        if len(password) < MIN_PASSWORD:
-            raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
-        hashed = hash_secret(password, n=self.scrypt_n)
+        hashed = self._new_password(password)
         with self._tx() as conn:
             if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
                 raise AuthError("unknown_user", f"no user {name}")
@@ -239,6 +240,12 @@ class UserStore:
             # A new password means the old one may be known: its API tokens end with its sessions.
             conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
         self._token_cache.clear()
+
+    def _new_password(self, password: str) -> str:
+        """The hash to store for a chosen password. Raises ``AuthError("weak_password")``."""
+        if len(password) < MIN_PASSWORD:
+            raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
+        return hash_secret(password, n=self.scrypt_n)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
         """Disable a person (every session ends, every token is refused, sign-in fails) or enable

@@ -104,12 +104,16 @@ class Gate:
         return origin == expected
 
     def csrf_ok(self, request: Request, principal: Principal, supplied: str | None) -> bool:
+        """Whether a POST carries this session's CSRF token (an API token needs none); a refusal
+        is audited here, for pages and the API alike."""
         if principal.via == "token":
             return True
-        if not self.same_origin(request):
-            return False
         token = supplied or request.headers.get("x-csrf-token") or ""
-        return bool(token) and principal.csrf is not None and hmac.compare_digest(token, principal.csrf)
+        expected = principal.csrf
+        if self.same_origin(request) and token and expected and hmac.compare_digest(token, expected):
+            return True
+        self.users.audit(principal.actor, "csrf_refused", target=request.url.path, outcome="refused:csrf")
+        return False
 
     @staticmethod
     def new_login_token() -> str:

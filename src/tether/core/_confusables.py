@@ -20,7 +20,7 @@ import functools
 import re
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -112,20 +112,10 @@ class NameCheck:
         return bool(self.ascii) and self.ascii != self.unicode
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "kind": self.kind,
-            "host": self.host,
-            "ascii": self.ascii,
-            "unicode": self.unicode,
-            "local_part": self.local_part,
-            "scripts": list(self.scripts),
-            "mixed_script": self.mixed_script,
-            "looks_like": self.looks_like,
-            "internationalised": self.internationalised,
-            "suspicious": self.suspicious,
-            "problems": list(self.problems),
-        }
+        """Every field (tuples as lists) and the two verdicts."""
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        out.update(scripts=list(self.scripts), problems=list(self.problems))
+        return {**out, "internationalised": self.internationalised, "suspicious": self.suspicious}
 
 
 def _split(text: str) -> tuple[str, str, str]:
@@ -263,7 +253,7 @@ def _domain_ends(word: str) -> list[int]:
     return [after[label_next[i]] if label_next[i] >= 0 else -1 for i in range(n)]
 
 
-def _scan_word(word: str, work: type[_Work] = _Work) -> Iterator[tuple[int, int]]:
+def _scan_word(word: str) -> Iterator[tuple[int, int]]:
     """(start, end) of each name in one run of text, leftmost first, the earlier kind first where
     two start together: a URL (a scheme, ``://``, the rest of the run), an e-mail address, a domain.
     Every character is visited a bounded number of times, whatever the text."""
@@ -271,7 +261,7 @@ def _scan_word(word: str, work: type[_Work] = _Work) -> Iterator[tuple[int, int]
     domains = _domain_ends(word)
     ats = _email_hosts(word)
     colons = [k for k in range(n) if word.startswith("://", k)] if "://" in word else []
-    work.steps += 4 * n
+    _Work.steps += 4 * n
     pos = d = a = c = 0
     while pos < n:
         while c < len(colons) and colons[c] < pos + 2:
@@ -279,7 +269,7 @@ def _scan_word(word: str, work: type[_Work] = _Work) -> Iterator[tuple[int, int]
         url_at = n
         while c < len(colons):  # the first "://" with a scheme (at most 16 characters) before it
             k = colons[c]
-            work.steps += 1
+            _Work.steps += 1
             scheme = _SCHEME.search(word, max(pos, k - 16), k + 3) if k + 3 < n else None
             if scheme:
                 url_at = scheme.start()
@@ -291,7 +281,7 @@ def _scan_word(word: str, work: type[_Work] = _Work) -> Iterator[tuple[int, int]
         d = max(d, pos)
         while d < n and domains[d] < 0:
             d += 1
-        work.steps += 1
+        _Work.steps += 1
         if url_at < n and url_at <= mail_at and url_at <= d:
             yield url_at, n
             return

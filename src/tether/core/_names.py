@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["is_agent_file", "name_set"]
+__all__ = ["is_agent_file", "name_set", "repeated"]
 
 
 def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
@@ -21,6 +21,15 @@ def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
         if not isinstance(name, str):
             raise TypeError(f"{what} must hold strings, not {type(name).__name__} ({name!r})")
     return names
+
+
+def repeated(names: Iterable[str]) -> list[str]:
+    """The names that stand more than once in ``names``, sorted (empty when each is unique)."""
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for name in names:
+        (twice if name in seen else seen).add(name)
+    return sorted(twice)
 
 
 def is_agent_file(name: str) -> bool:

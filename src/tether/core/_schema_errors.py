@@ -10,7 +10,7 @@ from jsonschema import ValidationError
 
 from tether.errors import PolicyError
 
-__all__ = ["RANK", "SchemaViolation", "UnusableSchema", "path_text", "violation"]
+__all__ = ["RANK", "SchemaViolation", "UnusableSchema", "json_type", "path_text", "violation"]
 
 
 class SchemaViolation(PolicyError):
@@ -69,7 +69,8 @@ _REASONS = {
 }
 
 
-def _json_type(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema name of a value's type (``integer``, ``array``, ...), as errors say it."""
     if value is None:
         return "null"
     names = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}
@@ -103,7 +104,7 @@ def _combined(error: ValidationError, where: str) -> tuple[ValidationError | Non
                 for kind in [e.validator_value] if isinstance(e.validator_value, str) else e.validator_value:
                     if kind not in kinds:
                         kinds.append(kind)
-        return None, "wrong_type", f"{where} must be {' or '.join(kinds)}, not {_json_type(error.instance)}"
+        return None, "wrong_type", f"{where} must be {' or '.join(kinds)}, not {json_type(error.instance)}"
     if all(len(_root_errors(errs, ("const", "enum"))) == len(errs) for errs in typed):
         return None, "not_allowed_value", f"{where} is not one of the allowed values"
     best = sorted(typed[0], key=lambda e: RANK.get(_REASONS.get(str(e.validator), ""), 9))
@@ -126,7 +127,7 @@ def violation(error: ValidationError, intake: bool) -> SchemaViolation:
     reason = _REASONS.get(keyword, "schema_mismatch")
     if keyword == "type":
         kinds = [bound] if isinstance(bound, str) else list(bound)
-        message = f"{where} must be {' or '.join(kinds)}, not {_json_type(value)} (nothing is coerced)"
+        message = f"{where} must be {' or '.join(kinds)}, not {json_type(value)} (nothing is coerced)"
     elif keyword == "required":
         message = f"missing field {where!r}" if intake else leaf.message
     elif keyword == "additionalProperties":

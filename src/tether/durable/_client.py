@@ -10,7 +10,6 @@ paused state it resumes, so two machines resuming the same pause start one workf
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 # tether's stores (tether.sql: SQLAlchemy tables of every concern) are opened on first use: a
 # submit reads what it needs on the connection that checked the deployment.
 
-__all__ = ["DurableClient", "RunView", "WorkflowView", "checkpoint_tenant", "hold_run"]
+__all__ = ["DurableClient", "RunView", "WorkflowView", "hold_run"]
 
 _LIVE = ("ENQUEUED", "PENDING", "DELAYED")
 VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
@@ -181,14 +180,6 @@ def hold_run(conn: Any, run_id: str) -> None:
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-run:{run_id}",))
 
 
-def checkpoint_tenant(cp: Any) -> str | None:
-    """The tenant of the run a checkpoint holds (None if its state does not say)."""
-    try:
-        return str(json.loads(cp.state)["context"]["tenant"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
@@ -332,6 +323,7 @@ class DurableClient:
         """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
         state: resuming the same pause twice (from two machines) starts one workflow. Raises
         ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        from tether.runs._checkpoint import checkpoint_tenant  # not on the submit path
         from tether.sql._database import blocking
 
         cp = blocking(self.stores.approvals.load_checkpoint, run_id)
@@ -346,7 +338,7 @@ class DurableClient:
             raise ApprovalError("run_cancelled", f"run {run_id} was cancelled")
         started = self._input(run_id)
         app = str((first[0].output or {}).get("app") or started.get("app") or cp.app)
-        tenant = checkpoint_tenant(cp) or "default"
+        tenant = checkpoint_tenant(cp.state) or "default"
         digest = hashlib.sha256(f"{run_id}|{cp.updated_at.isoformat()}".encode()).hexdigest()[:16]
         workflow_id = f"{run_id}.resume.{digest}"
         request = {"op": "resume", "run_id": run_id, "app": app, "tenant": tenant}  # tenant: for the logs

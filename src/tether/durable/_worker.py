@@ -30,13 +30,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from tether.durable._client import DurableClient, checkpoint_tenant, hold_run
+from tether.durable._client import DurableClient, hold_run
 from tether.durable._config import APP_NAME
 from tether.durable._events import log_event, quiet_cancellations
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, version_of
 from tether.errors import ApprovalError, ConfigError
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
 
@@ -400,7 +401,7 @@ class Worker:
                     executor=self.executor_id,
                     run_id=cp.run_id,
                     workflow_id=self.resumed[-1],
-                    tenant=checkpoint_tenant(cp),
+                    tenant=checkpoint_tenant(cp.state),
                 )
             except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
                 if err.reason == "run_cancelled":

@@ -19,6 +19,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tether.core._names import repeated
 from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 
@@ -122,11 +123,8 @@ class CaseSet(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> CaseSet:
-        seen: set[str] = set()
-        for case in self.cases:
-            if case.id in seen:
-                raise ValueError(f"duplicate case id {case.id!r}")
-            seen.add(case.id)
+        if dup := repeated(case.id for case in self.cases):
+            raise ValueError(f"duplicate case id {', '.join(map(repr, dup))}")
         if not self.cases:
             raise ValueError("a case set needs at least one case")
         return self

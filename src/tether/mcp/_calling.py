@@ -58,12 +58,14 @@ async def guarded(
     except Exception as err:
         if not transport_failure(err):
             raise classify(source.name, err) from None
-        why = source._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
-        raise Unavailable(
-            f"MCP server {source.name} is not reachable ({phase}): {why}",
-            cause=why,
-            quarantined=source.unavailable is not None or None,
-        ) from None
+        what = f"MCP server {source.name} is not reachable ({phase})"
+        raise _lost(source, conn, err, phase, what) from None
+
+
+def _lost(source: McpServerSource, conn: Connection, err: Exception, phase: str, what: str) -> Unavailable:
+    """The connection failed under ``err``: the source records why; the caller raises this."""
+    why = source._lost(conn, err.cause if isinstance(err, ConnectionLost) else err, phase)
+    return Unavailable(f"{what}: {why}", cause=why, quarantined=source.unavailable is not None or None)
 
 
 async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
@@ -132,7 +134,6 @@ async def call_tool(
     conn = await recheck(source, spec)
     info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
     source._inflight.append(info)
-    source.calls_sent += 1
     limits = _Limits(source, spec)
     result: Any = None
     try:
@@ -208,13 +209,8 @@ def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exce
     if isinstance(err, RuntimeError) and ("structured content" in str(err) or "schema" in str(err)):
         return invalid_output(source.name, spec, str(err), source.emit)
     if transport_failure(err):
-        cause = err.cause if isinstance(err, ConnectionLost) else err
-        why = source._lost(conn, cause, "during the call")
-        raise Unavailable(
-            f"MCP server {source.name} went away during {spec.name}: {why}",
-            cause=why,
-            quarantined=source.unavailable is not None or None,
-        ) from None
+        what = f"MCP server {source.name} went away during {spec.name}"
+        raise _lost(source, conn, err, "during the call", what) from None
     raise classify(source.name, err) from None
 
 

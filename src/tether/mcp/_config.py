@@ -33,13 +33,13 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tether.core._config_file import read_config_file
+from tether.core._names import repeated
 from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 from tether.tools._contract import Effect
@@ -210,11 +210,8 @@ class McpConfig(_Strict):
 
     @model_validator(mode="after")
     def _unique(self) -> McpConfig:
-        seen: set[str] = set()
-        for s in self.servers:
-            if s.name in seen:
-                raise ValueError(f"duplicate server id {s.name!r}")
-            seen.add(s.name)
+        if dup := repeated(s.name for s in self.servers):
+            raise ValueError(f"duplicate server id {', '.join(map(repr, dup))}")
         return self
 
     def server(self, name: str) -> ServerConfig:
@@ -232,16 +229,7 @@ class McpConfig(_Strict):
 def load_config(path: str | Path) -> McpConfig:
     """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config. Raises ``ConfigError``."""
     path = Path(path)
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"cannot read MCP config {path}: {err.strerror}") from None
-    try:
-        data = tomllib.loads(raw) if path.suffix == ".toml" else yaml.safe_load(raw)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as err:
-        raise ConfigError(
-            f"{path}: not valid {'TOML' if path.suffix == '.toml' else 'YAML'}: {err}"
-        ) from None
+    _, _, data = read_config_file(path, "MCP config")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a table/mapping")
     try:

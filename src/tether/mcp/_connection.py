@@ -177,10 +177,6 @@ class Connection:
     def alive(self) -> bool:
         return self.client is not None and not self._done.is_set() and not self._stop.is_set()
 
-    @property
-    def ended(self) -> bool:
-        return self._done.is_set()
-
     async def ready(self) -> Any:
         """Wait until connected; returns the client. Raises ``ConnectionLost`` if it never was."""
         self.launch()

@@ -41,15 +41,12 @@ class PinnedListing:
         self.blocked: dict[str, str] = {}  # remote name -> why
         self.checks: list[ToolCheck] = []
 
-    async def absorb(self, tools: Sequence[Any], *, complete: bool = True) -> None:
-        """Compare a listing with the pins. A partial listing (one page) never unlists tools."""
+    async def absorb(self, tools: Sequence[Any]) -> None:
+        """Compare a (whole) listing with the pins."""
         definitions = [canonical_definition(t) for t in tools]
-        listed = {d["name"]: d for d in definitions}
-        self.live = listed if complete else {**self.live, **listed}
+        self.live = {d["name"]: d for d in definitions}
         if self.pins is None:
             self.pinned = dict(self.live)
-            return
-        if not complete and not definitions:
             return
         checks = check_listing(definitions, await self.pins.pins(self.server), self.endpoint())
         self.checks = checks
@@ -64,28 +61,20 @@ class PinnedListing:
                 self.pinned[c.tool] = c.definition
                 continue
             if self.blocked.get(c.tool) != c.why:
-                self.blocked[c.tool] = c.why
-                if self.offered is not None and c.tool not in self.offered:
-                    continue
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.server,
-                    tool=f"{self.server}{SEPARATOR}{c.tool}",
-                    status=c.status,
-                    why=c.why,
-                    sha256=c.sha256,
-                    pinned_sha256=c.pinned_sha256,
-                )
-        if complete:
-            for name in sorted(set(self.pinned) - set(self.live)):
-                self.pinned.pop(name)
-                self.blocked[name] = "no longer listed by the server"
-                if self.offered is not None and name not in self.offered:
-                    continue
-                self.emit(
-                    EventKind.MCP_CAPABILITY_BLOCKED,
-                    server=self.server,
-                    tool=f"{self.server}{SEPARATOR}{name}",
-                    status="removed",
-                    why=self.blocked[name],
-                )
+                self._block(c.tool, c.status, c.why, sha256=c.sha256, pinned_sha256=c.pinned_sha256)
+        for name in sorted(set(self.pinned) - set(self.live)):
+            self.pinned.pop(name)
+            self._block(name, "removed", "no longer listed by the server")
+
+    def _block(self, name: str, status: str, why: str, **more: Any) -> None:
+        """Block one remote tool; traced when the model was offered it (or everything is)."""
+        self.blocked[name] = why
+        if self.offered is None or name in self.offered:
+            self.emit(
+                EventKind.MCP_CAPABILITY_BLOCKED,
+                server=self.server,
+                tool=f"{self.server}{SEPARATOR}{name}",
+                status=status,
+                why=why,
+                **more,
+            )

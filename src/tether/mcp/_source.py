@@ -93,7 +93,6 @@ class McpServerSource:
     unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
     instructions: str | None = None
     protocol_version: str | None = None
-    calls_sent = 0
     # Long tasks (MCP tasks that outlive their call): parked in ``pauses`` ("pause") or
     # cancelled at the call's limit ("cancel"); a parked task is asked to live ``task_ttl_s``.
     pauses: Pauses | None = None
@@ -277,11 +276,8 @@ class McpServerSource:
             return
         for peer in self.peers:
             peer.launch()  # the others connect while this one does
-        self.launch()
-        conn = self._conn
-        assert conn is not None
         try:
-            await self._ready(conn)
+            await self._connect()
         except Unavailable as problem:
             detail, self._start_detail = self._start_detail, None
             if not self.fail_soft:
@@ -289,6 +285,14 @@ class McpServerSource:
                     f"MCP server {self.name} could not be started: {detail}" if detail else problem.message
                 ) from None
             self._quarantine(problem.message, state="failed", detail=detail)
+
+    async def _connect(self) -> Connection:
+        """Launch (unless under way) and wait until connected. Raises ``Unavailable``."""
+        self.launch()
+        conn = self._conn
+        assert conn is not None
+        await self._ready(conn)
+        return conn
 
     async def _ready(self, conn: Connection) -> None:
         try:
@@ -408,11 +412,8 @@ class McpServerSource:
                 attempt=self.restarts,
                 max_restarts=self.max_restarts,
             )
-            self.launch()
-            conn = self._conn
-            assert conn is not None
             try:
-                await self._ready(conn)
+                conn = await self._connect()
             except Unavailable as problem:
                 if self.restarts >= self.max_restarts:
                     self._quarantine(f"{problem.message} (restart {self.restarts}/{self.max_restarts})")
@@ -579,12 +580,6 @@ class McpServerSource:
                     roots=list(self.roots.roots),
                 )
         return changed
-
-    def _require(self) -> Any:
-        """The live SDK client (for inspection). Raises ``DependencyUnavailable``."""
-        if self._conn is None or not self._conn.alive:
-            raise DependencyUnavailable(self.unavailable or f"MCP server {self.name} is not connected")
-        return self._conn.client
 
 
 def _check_identity(name: str, command: Sequence[str] | None, url: str | None, restart: str) -> None:

@@ -88,6 +88,4 @@ def build_host(
             # so a task still running at its call's limit is cancelled there.
             source.long_tasks = "cancel"
         host.add_source(source)
-    host.mcp_pins = pins  # type: ignore[attr-defined]
-    host.mcp_pauses = pauses  # type: ignore[attr-defined]
     return host

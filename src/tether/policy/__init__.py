@@ -30,7 +30,8 @@ if TYPE_CHECKING:
         propose,
     )
     from tether.policy._memory_store import MemoryApprovalStore
-    from tether.policy._provenance import ProvenanceIndex, SourceTrust, TrustConfig
+    from tether.policy._provenance import ProvenanceIndex
+    from tether.policy._provenance_labels import SourceTrust, TrustConfig
     from tether.policy._provenance_rules import (
         ArgumentRule,
         ProvenancePolicy,
@@ -125,12 +126,12 @@ _WHERE = {
     "Review": "approvals",
     "Reviewer": "approvals",
     "Rule": "rules",
-    "SourceTrust": "provenance",
+    "SourceTrust": "provenance_labels",
     "SqliteApprovalStore": "sqlite_store",
     "StoredProposal": "store",
     "TargetOwnership": "rules",
     "ToolRules": "provenance_rules",
-    "TrustConfig": "provenance",
+    "TrustConfig": "provenance_labels",
     "TrustedContext": "trusted",
     "check_arguments": "intake",
     "content_hash": "intake",

@@ -43,6 +43,7 @@ from typing import Any
 
 from tether.core._schema import MAX_DEPTH
 from tether.core._schema import check_arguments as _check_against_schema
+from tether.core._schema_errors import json_type
 from tether.errors import PolicyError
 from tether.policy._rules import Decision, Policy, ProposedCall
 from tether.policy._trusted import TrustedContext
@@ -188,17 +189,6 @@ def parse_arguments(raw: str | bytes) -> dict[str, Any]:
 # -- the contract: one schema engine (tether.core._schema) --------------------------------------------
 
 
-def _json_type(value: Any) -> str:
-    return {
-        bool: "boolean",
-        int: "integer",
-        float: "number",
-        str: "string",
-        list: "array",
-        dict: "object",
-    }.get(type(value), "null" if value is None else type(value).__name__)
-
-
 def check_arguments(parameters: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:
     """Check parsed arguments against a tool's parameter schema: exactly its keys, exact types,
     per-parameter limits, no blank strings. Returns a copy; raises ``PolicyError`` (a
@@ -257,12 +247,12 @@ def parse_envelope(raw: str | bytes) -> tuple[str, dict[str, Any]]:
             raise PolicyError("extra_field", f"unexpected field {key[:80]!r}", field=key[:80])
     tool, arguments = value["tool"], value["arguments"]
     if not isinstance(tool, str):
-        raise PolicyError("wrong_type", f"tool must be a string, not {_json_type(tool)}", field="tool")
+        raise PolicyError("wrong_type", f"tool must be a string, not {json_type(tool)}", field="tool")
     if not tool.strip():
         raise PolicyError("blank_string", "tool is empty or whitespace only", field="tool")
     if not isinstance(arguments, dict):
         raise PolicyError(
-            "not_an_object", f"arguments must be an object, not {_json_type(arguments)}", field="arguments"
+            "not_an_object", f"arguments must be an object, not {json_type(arguments)}", field="arguments"
         )
     return tool, arguments
 

@@ -25,8 +25,8 @@ one of the user's own identities, e.g. the subject of their own payment) may nam
 one of its words. Nothing else names a record: not a status, not a body, not a word of a
 field someone else wrote.
 
-The labelling half lives in ``_provenance_labels`` (re-exported here); this module holds the
-tracing half: ``ProvenanceIndex`` and taint through the run's own writes.
+The labelling half lives in ``_provenance_labels``; this module holds the tracing half:
+``ProvenanceIndex`` and taint through the run's own writes.
 """
 
 from __future__ import annotations
@@ -36,9 +36,7 @@ from typing import Any
 
 from tether.policy._provenance_labels import (
     ASSIGNED,
-    DATA_KEY,
     DIRECTORY,
-    EXTRACTOR,
     MIN_CONTAINED,
     MODEL,
     USER,
@@ -47,13 +45,9 @@ from tether.policy._provenance_labels import (
     Origin,
     Segment,
     SourceLabel,
-    SourceTrust,
-    TrustConfig,
     _number,
-    label_observation,
     normalise,
     shape_kind,
-    split_values,
 )
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -77,29 +71,7 @@ from tether.policy._provenance_values import (
     parse_date,
 )
 
-__all__ = [
-    "ASSIGNED",
-    "DATA_KEY",
-    "DIRECTORY",
-    "EXTRACTOR",
-    "MIN_CONTAINED",
-    "MODEL",
-    "USER",
-    "USER_WORD",
-    "Directory",
-    "Origin",
-    "ProvenanceIndex",
-    "Segment",
-    "SourceLabel",
-    "SourceTrust",
-    "TrustConfig",
-    "Written",
-    "contains_whole",
-    "label_observation",
-    "normalise",
-    "shape_kind",
-    "split_values",
-]
+__all__ = ["ProvenanceIndex"]
 
 
 # -- tracing -------------------------------------------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tether.policy._provenance import EXTRACTOR, USER, USER_WORD, Origin, ProvenanceIndex, shape_kind
+from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_declarations import ArgumentRule
+from tether.policy._provenance_labels import EXTRACTOR, USER, USER_WORD, Origin, shape_kind
 
 __all__ = ["who_chose"]
 

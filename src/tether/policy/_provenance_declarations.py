@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core._names import name_set
-from tether.policy._provenance import USER
+from tether.policy._provenance_labels import USER
 
 __all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
 

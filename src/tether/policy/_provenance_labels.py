@@ -15,7 +15,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import yaml
@@ -82,14 +82,8 @@ class SourceLabel:
         return ", ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "tool": self.tool,
-            "server": self.server,
-            "trust": self.trust,
-            "path": self.path,
-            "record_id": self.record_id,
-            "author": self.author,
-        }
+        """The label as traced: every field but ``call_id``."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "call_id"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,19 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core._confusables import check_name
-from tether.policy._provenance import (
-    DIRECTORY,
-    USER,
-    Directory,
-    Origin,
-    ProvenanceIndex,
-    Segment,
-    TrustConfig,
-    contains_whole,
-    normalise,
-    shape_kind,
-    split_values,
-)
+from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
@@ -41,8 +29,19 @@ from tether.policy._provenance_declarations import (
     check_declarations,
     rules_from_dict,
 )
+from tether.policy._provenance_labels import (
+    DIRECTORY,
+    USER,
+    Directory,
+    Origin,
+    Segment,
+    TrustConfig,
+    normalise,
+    shape_kind,
+    split_values,
+)
 from tether.policy._provenance_run import index_for, make_labeler, observation_segments
-from tether.policy._provenance_text import asks_for
+from tether.policy._provenance_text import asks_for, contains_whole
 from tether.policy._provenance_values import find_handles, find_links, parse_date
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext

@@ -13,17 +13,17 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from tether.policy._provenance import (
+from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_labels import (
     Directory,
-    ProvenanceIndex,
     Segment,
     SourceLabel,
     TrustConfig,
-    Written,
     label_observation,
     normalise,
     split_values,
 )
+from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 
 __all__ = ["index_for", "make_labeler", "observation_segments"]

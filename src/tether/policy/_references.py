@@ -71,17 +71,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.errors import PolicyError
-from tether.policy._provenance import (
+from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules
+from tether.policy._provenance_labels import (
     DIRECTORY,
     MODEL,
     USER,
     Directory,
-    ProvenanceIndex,
     Segment,
     TrustConfig,
     normalise,
 )
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_rules import (
     ProvenancePolicy,
     ProvenanceRules,

@@ -25,8 +25,8 @@ from pydantic import TypeAdapter, ValidationError
 from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.core.types import Observation
-from tether.policy._provenance import EXTRACTOR, SourceLabel, normalise
-from tether.policy._provenance import Segment as _Segment
+from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, normalise
+from tether.policy._provenance_labels import Segment as _Segment
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState

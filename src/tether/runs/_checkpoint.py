@@ -30,6 +30,7 @@ from tether.trace._tracer import read_trace
 
 __all__ = [
     "CheckpointError",
+    "checkpoint_tenant",
     "pending_calls",
     "restore_trace",
     "state_from_json",
@@ -117,6 +118,14 @@ def state_to_json(s: RunState) -> str:
         raise CheckpointError(
             "unserializable_state", f"cannot checkpoint {where}: {type(err).__name__}: {err}"
         ) from None
+
+
+def checkpoint_tenant(state: str) -> str | None:
+    """The tenant of the run a stored checkpoint holds (``None`` if its state does not say)."""
+    try:
+        return str(json.loads(state)["context"]["tenant"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def state_from_json(text: str) -> RunState:

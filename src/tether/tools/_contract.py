@@ -12,7 +12,6 @@ import functools
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import replace
 from types import UnionType
 from typing import (
     Any,
@@ -363,8 +362,6 @@ class Tool(Generic[P, T]):
         options: ToolOptions = {**self._options, **changes}
         new = Tool(self.function, **options)
         new._bound = self._bound
-        if changes.get("name"):
-            new.spec = replace(new.spec, name=new.name)
         return new
 
     async def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from tether.errors import ConfigError, ToolInputError
-from tether.policy._provenance import TrustConfig
+from tether.policy._provenance_labels import TrustConfig
 from tether.policy._provenance_rules import ToolRules, check_declarations, rules_from_dict
 from tether.tools._contract import Effect, ToolContext, ToolOutput, ToolSpec
 

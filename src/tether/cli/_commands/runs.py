@@ -242,19 +242,14 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    import getpass
-
     from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
-    by = os.environ.get("USER") or getpass.getuser()
+    by = _who()
     try:
         done = client.cancel(args.run_id, by=by)
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
-            f"{err.reason}: {err}"
-        )
-        return 1
+        return _refused(err, args)
     if args.json:
         emit_json({"run_id": args.run_id, **done}, exit=0)
     else:
@@ -282,10 +277,7 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
             print(f"cannot resume: {err.reason}: {err}")
         return 1
     if args.wait is None:
-        emit_json({"run_id": args.run_id, "workflow_id": workflow_id}, exit=0) if args.json else print(
-            workflow_id
-        )
-        return 0
+        return _done(args, {"run_id": args.run_id, "workflow_id": workflow_id}, workflow_id)
     try:
         view = client.wait(args.run_id, timeout_s=args.wait)
     except TimeoutError as err:
@@ -301,26 +293,19 @@ def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:
-    import getpass
-
-    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
     approvals = Approvals(client.stores.approvals)
-    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
     try:
         decide = approvals.approve if args.action == "approve" else approvals.deny
         p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
-            f"{err.reason}: {err}"
-        )
-        return 1
+        return _refused(err, args)
     out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
-    emit_json(out, exit=0) if args.json else print(f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
-    return 0
+    return _done(args, out, f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
 
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
@@ -342,10 +327,8 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
-    import getpass
     import json
 
-    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.mcp._elicitation import store_answer
     from tether.sql._database import blocking
@@ -360,63 +343,41 @@ def _answer(client: Any, args: argparse.Namespace) -> int:
                 raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
             if not isinstance(content, dict):
                 raise ApprovalError("invalid_answer", "--answer must be a JSON object")
-        actor = args.by or os.environ.get("USER") or getpass.getuser()
+        actor = args.by or _who()
         pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
-            f"{err.reason}: {err}"
-        )
-        return 1
+        return _refused(err, args)
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
-    emit_json(out, exit=0) if args.json else print(
-        f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
+    return _done(
+        args, out, f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
     )
-    return 0
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
-    import getpass
-
-    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
-    reviewer = Reviewer.for_all_tenants(args.reviewer or os.environ.get("USER") or getpass.getuser())
+    reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
     try:
         entry = blocking(
             Approvals(client.stores.approvals).resolve,
             reviewer, args.key, happened=args.happened == "yes", note=args.note,
         )  # fmt: skip
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
-            f"{err.reason}: {err}"
-        )
-        return 1
+        return _refused(err, args)
     out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
-    emit_json(out, exit=0) if args.json else print(
-        f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}"
-    )
-    return 0
+    return _done(args, out, f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}")
 
 
 def _move(client: Any, args: argparse.Namespace) -> int:
-    import getpass
-
-    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
     try:
-        moved = client.move(args.run_id, args.to, by=os.environ.get("USER") or getpass.getuser())
+        moved = client.move(args.run_id, args.to, by=_who())
     except ApprovalError as err:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1) if args.json else print(
-            f"{err.reason}: {err}"
-        )
-        return 1
-    emit_json(moved, exit=0) if args.json else print(
-        f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there"
-    )
-    return 0
+        return _refused(err, args)
+    return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there")
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
@@ -461,6 +422,35 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
         print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
     else:
         print("no effects wait for a person")
+    return 0
+
+
+def _who() -> str:
+    """Who acts from this terminal: ``$USER``, else the login name."""
+    import getpass
+
+    return os.environ.get("USER") or getpass.getuser()
+
+
+def _refused(err: Any, args: argparse.Namespace) -> int:
+    """An ``ApprovalError`` that refused the action: its reason, as JSON or a line; exit 1."""
+    from tether.clisupport.output import emit_json
+
+    if args.json:
+        emit_json({"error": err.reason, "message": str(err)}, exit=1)
+    else:
+        print(f"{err.reason}: {err}")
+    return 1
+
+
+def _done(args: argparse.Namespace, out: dict[str, Any], line: str) -> int:
+    """The action's outcome: ``out`` as JSON, or ``line``; exit 0."""
+    from tether.clisupport.output import emit_json
+
+    if args.json:
+        emit_json(out, exit=0)
+    else:
+        print(line)
     return 0
 
 
