@@ -536,3 +536,24 @@ async def test_a_finished_run_leaves_no_reference_cycle_for_the_garbage_collecto
         gc.garbage.clear()
         gc.enable()
     assert cyclic == []
+
+
+@pytest.mark.spec("L3")
+async def test_a_rollback_disables_the_sources_it_names_and_the_workflow_still_runs_the_others() -> None:
+    from tether.runners._workflow import Step, Workflow
+    from tether.tools import LocalTools
+
+    erp, ops = Erp(), Erp()
+    host = make_host(erp, allow={"read_order", "ops_read"})
+    ops_read = ops.read_order.with_options(name="ops_read")
+    host.add_source(LocalTools([ops_read], name="ops"))
+    failed = await host.run(agent(call("export_secrets"), "done"), "q", context=CTX)
+    assert failed.stop_reason is StopReason.POLICY_DENIED
+    steps = [Step("order", "read_order", {"order_id": "742"}), Step("ops", "ops_read", {"order_id": "742"})]
+    flow = Workflow("wf", steps, answer=lambda outputs: "done")
+    result = await host.rollback(failed, flow, "q", context=CTX, disable_sources=["ops"])
+    assert erp.received == [("read_order", {"order_id": "742"})]  # the other source still works
+    assert ops.received == []  # the disabled source is never called
+    assert "ops_read" not in {s.name for s in host.offered()}
+    [rollback] = [e.data for e in result.events if e.kind == "rollback"]
+    assert rollback["disabled_sources"] == ["ops"]

@@ -57,7 +57,9 @@ class Host(HostCore):
         disable_sources: Iterable[str] = (),
         disable_memory: Iterable[str] = (),
     ) -> RunResult:
-        """Agent → workflow: keep the failed trace, disable what it implicated, run the workflow."""
+        """Agent → workflow: keep the failed trace, disable what it implicated (tool sources and
+        memory subjects, for this host from now on), run the workflow."""
+        self.disabled_sources.update(disable_sources)
         self.disabled_memory.update(disable_memory)
         await self.ensure_started()
         return await run_workflow(
@@ -69,7 +71,7 @@ class Host(HostCore):
                 "failed_run_id": failed.run_id,
                 "stop_reason": str(failed.stop_reason),
                 "trace": str(failed.trace_path) if failed.trace_path else None,
-                "disabled_sources": sorted(disable_sources),
+                "disabled_sources": sorted(self.disabled_sources),
                 "disabled_memory": sorted(self.disabled_memory),
             },
         )
