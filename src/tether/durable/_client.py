@@ -442,10 +442,16 @@ class DurableClient:
     # -- reading -------------------------------------------------------------------------------
 
     def workflows(self, run_id: str) -> list[WorkflowView]:
-        found = self.dbos.list_workflows(
-            name=WORKFLOW, attributes={"run_id": run_id}, load_input=False, load_output=True
-        )
+        found = self._list_runs({"run_id": run_id}, load_output=True)
         return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or dt_ms(1), w.workflow_id))
+
+    def _list_runs(self, attributes: dict[str, str] | None, **kw: Any) -> list[Any]:
+        """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
+        deployment's (DBOS cannot there) are filtered here."""
+        if not attributes or parse_url(self.url).backend == "postgresql":
+            return self.dbos.list_workflows(name=WORKFLOW, attributes=attributes, load_input=False, **kw)
+        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, **kw)
+        return [w for w in found if attributes.items() <= (w.attributes or {}).items()]
 
     @staticmethod
     def _view(w: Any) -> WorkflowView:
@@ -489,13 +495,7 @@ class DurableClient:
         """The most recent runs (by their first workflow), newest first; only those with
         ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
         started more than ``older_than_s`` seconds ago when given."""
-        found = self.dbos.list_workflows(
-            name=WORKFLOW,
-            load_input=False,
-            load_output=True,
-            sort_desc=True,
-            attributes={"tenant": tenant} if tenant else None,
-        )
+        found = self._list_runs({"tenant": tenant} if tenant else None, load_output=True, sort_desc=True)
         by_run: dict[str, list[WorkflowView]] = {}
         tenants: dict[str, str | None] = {}
         for w in found:
