@@ -26,6 +26,7 @@ from tether.durable._intake import (
     pending,
     put,
     start_row,
+    waiting_count,
 )
 from tether.durable._views import RunView, WorkflowView, dt_ms, queued_view
 from tether.errors import ApprovalError
@@ -172,6 +173,10 @@ class DurableClient:
         alone); returns their ids (crash-safe: ``_intake.move_batch``)."""
         moved = self._intake_run(move_batch, functools.partial(self.enqueue_row, queue=queue), run_id=run_id)
         return list(moved or [])
+
+    def waiting(self) -> int:
+        """How many runs wait in the intake (not yet on DBOS's queue)."""
+        return int(self._intake_run(waiting_count) or 0)
 
     def _intake(self) -> Any:
         """The intake's ``Database`` (None: the deployment has none)."""

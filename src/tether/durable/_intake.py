@@ -42,6 +42,7 @@ __all__ = [
     "pending",
     "put",
     "start_row",
+    "waiting_count",
 ]
 
 FILE = "intake.db"  # a SQLite deployment's intake, beside dbos.sqlite
@@ -168,6 +169,10 @@ def pending(conn: Connection, run_id: str | None = None, tenant: str | None = No
     query += f" WHERE {' AND '.join(where)}" if where else ""
     query += " ORDER BY submitted_at, run_id"
     return [IntakeRow.of(r) for r in conn.exec_driver_sql(sql(query, conn.dialect.name), tuple(params))]
+
+
+def waiting_count(conn: Connection) -> int:
+    return int(conn.exec_driver_sql("SELECT count(*) FROM tether_intake").scalar() or 0)
 
 
 def move_batch(

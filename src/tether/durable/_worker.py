@@ -342,13 +342,14 @@ class Worker:
         self.stop()
 
     def queue_depth(self) -> int:
-        """Runs waiting in the queue (every version), for the ``tether.durable.queue.depth`` gauge."""
+        """Runs waiting in the queue and the intake (every version), for the
+        ``tether.durable.queue.depth`` gauge."""
         if self.client is None:
             return 0
         found = self.client.dbos.list_workflows(
             status="ENQUEUED", queue_name=QUEUE, load_input=False, load_output=False
         )
-        return len(found)
+        return len(found) + self.client.waiting()
 
     def workers(self) -> list[dict[str, Any]]:
         return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
