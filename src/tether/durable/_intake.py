@@ -215,13 +215,13 @@ class Submitter:
         t, conn = open_deployment(url)
         self.dialect = t.backend
         if conn is None:
-            import sqlite3
+            from tether.sql._sqlite import connect
 
             assert t.path is not None
             path = t.path / FILE
             if not path.exists():
                 raise IntakeMissing(str(path))
-            conn = sqlite3.connect(f"file:{path}?mode=rw", uri=True, timeout=30.0, isolation_level=None)
+            conn = connect(path)
         self._conn: Any = conn
 
     def close(self) -> None:
