@@ -4,7 +4,9 @@
 stores); it runs no workflow code, so ``tether submit`` and ``tether runs`` work on a machine
 with no worker. A run is the workflows that share its run id: the first (``op: start``, whose
 workflow id is the run id) and one per resume (``<run>.resume.<digest>``, the digest naming the
-paused state it resumes, so two machines resuming the same pause start one workflow).
+paused state it resumes, so two machines resuming the same pause start one workflow). A new run
+waits in tether's intake until a worker moves it onto DBOS's queue (``tether.durable._intake``):
+it is listed, waited for and cancelled as a queued run meanwhile.
 """
 
 from __future__ import annotations

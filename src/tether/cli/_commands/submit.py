@@ -1,16 +1,18 @@
 """``tether submit --agent agent.yaml|module:factory "objective" [--tenant T]``: enqueue a durable run.
 
-Prints the run id (the JSON last line with ``--json``). Any worker serving the app's version
-takes it. An agent file is named by its absolute path and bound to its digest (the file and the
-files it depends on): only a worker started with the same files runs it; its policy gives the
-run's tenant, roles, user and permissions unless ``--tenant``/``--role``/``--user`` say
-otherwise. ``--wait S`` waits for the run to end or pause and exits as ``tether run`` would.
+Prints the run id (the JSON last line with ``--json``). The run is stored in the deployment's
+intake with plain SQL, neither DBOS nor SQLAlchemy loaded (``tether.durable._intake``); a worker
+moves it onto DBOS's queue, and any worker serving the app's version takes it. An agent file is
+named by its absolute path and bound to its digest (the file and the files it depends on): only
+a worker started with the same files runs it; its policy gives the run's tenant, roles, user and
+permissions unless ``--tenant``/``--role``/``--user`` say otherwise. ``--wait S`` waits for the
+run to end or pause and exits as ``tether run`` would.
 
 ``--batch FILE`` (``-``: stdin) submits many runs in one process, one JSON object a line:
 ``{"objective": "...", "agent": "...", "tenant": "...", "roles": [...], "user": "...",
 "run_id": "..."}`` (only ``objective`` is required; the rest default to the command's flags).
 Every line is checked before anything is enqueued: a bad line names its number and nothing is
-stored. Prints one JSON line per run (``run_id``), then the summary.
+stored; the runs are stored in one transaction. Prints one JSON line per run (``run_id``), then the summary.
 """
 
 from __future__ import annotations
