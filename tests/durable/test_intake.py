@@ -262,3 +262,33 @@ def test_a_deployment_made_before_the_intake_still_takes_runs(
     other = client.submit(APP, "old-2: read a1", ACME)
     assert sorted(v.run_id for v in client.runs()) == sorted([rid, other])
     assert client.move_intake() == []
+
+
+def test_a_run_moved_while_it_is_being_read_is_seen_once(url: str, client: DurableClient) -> None:
+    """A worker moves the run between the client's read of DBOS's queue and of the intake: it
+    is still seen (queued), once, by ``run`` and ``runs``."""
+    rid = client.submit(APP, "moving: read a1", ACME)
+    mover = DurableClient(url)
+    read_workflows, read_runs = client.workflows, client._list_runs
+
+    def workflows_then_move(run_id: str) -> Any:
+        found = read_workflows(run_id)
+        mover.move_intake()
+        return found
+
+    def list_then_move(*args: Any, **kw: Any) -> Any:
+        found = read_runs(*args, **kw)
+        mover.move_intake()
+        return found
+
+    try:
+        client.workflows = workflows_then_move  # type: ignore[method-assign]
+        view = client.run(rid)
+        assert view is not None and view.status == "queued"
+        assert _waiting(url) == [] and rid in _queued(client)
+        other = client.submit(APP, "moving-2: read a1", ACME)
+        client._list_runs = list_then_move  # type: ignore[method-assign]
+        listed = [v.run_id for v in client.runs()]
+        assert sorted(listed) == sorted([rid, other])
+    finally:
+        mover.close()

@@ -477,9 +477,12 @@ class DurableClient:
         )
 
     def run(self, run_id: str) -> RunView | None:
+        # The intake first: a mover commits the enqueue before the delete, so a run gone from the
+        # intake by now is on DBOS's queue by now (read the other way, one moved in between
+        # would be in neither read).
+        waiting = self._intake_run(pending, run_id)
         flows = self.workflows(run_id)
         if not flows:
-            waiting = self._intake_run(pending, run_id)
             return queued_view(waiting[0]) if waiting else None
         tenant = None
         for w in flows:
@@ -502,6 +505,7 @@ class DurableClient:
         """The most recent runs (by their first workflow), newest first; only those with
         ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
         started more than ``older_than_s`` seconds ago when given."""
+        waiting = self._intake_run(pending, None, tenant) or []  # first, as in ``run``
         found = self._list_runs({"tenant": tenant} if tenant else None, load_output=True, sort_desc=True)
         by_run: dict[str, list[WorkflowView]] = {}
         tenants: dict[str, str | None] = {}
@@ -514,9 +518,7 @@ class DurableClient:
             for rid, flows in by_run.items()
         ]
         # Runs not on DBOS's queue yet (one a mover just enqueued is listed once, from there).
-        views += [
-            queued_view(r) for r in self._intake_run(pending, None, tenant) or [] if r.run_id not in by_run
-        ]
+        views += [queued_view(r) for r in waiting if r.run_id not in by_run]
         views.sort(key=lambda v: v.workflows[0].created_at or dt_ms(1), reverse=True)  # type: ignore[arg-type, return-value]
         if status:
             views = [v for v in views if v.status == status]
