@@ -1,7 +1,8 @@
 """What one ``tether submit`` costs, as an operator runs it: a fresh ``tether`` process per call
 (interpreter start, imports, connecting, enqueueing, exit), on PostgreSQL (``--dsn``, default
 ``$TETHER_TEST_PG_DSN`` or ``postgresql://postgres@127.0.0.1:5432/test``; a fresh schema,
-initialised with ``tether db init`` and dropped after).
+initialised with ``tether db init`` and dropped after) and on a SQLite deployment (a fresh
+folder; ``--backends`` chooses: ``postgresql,sqlite`` by default).
 
 Two apps: ``module:factory`` (``distributed_app:build``, nothing to read) and an agent file
 (read, checked and digested: its tools module and instructions included), ``--calls`` calls
@@ -10,7 +11,9 @@ process at p50 (user + system: what the call costs on a loaded machine, where th
 counts waiting for a core), and, for the batch form, seconds per run of one ``tether submit
 --batch`` of ``--calls`` runs. No worker runs: only the submission is timed. Bytecode is written
 and read as an installed tether's would be (``PYTHONDONTWRITEBYTECODE`` is dropped for the calls).
-The last line is one JSON object. Usage: ``python bench/submit.py [--calls N] [--dsn DSN]``.
+The last line is one JSON object: PostgreSQL's figures under their plain names
+(``module_factory_p50_s``…), SQLite's prefixed ``sqlite_``. Usage: ``python bench/submit.py
+[--calls N] [--dsn DSN] [--backends postgresql,sqlite]``.
 """
 
 from __future__ import annotations
@@ -61,22 +64,44 @@ def main() -> None:
         "--dsn",
         default=os.environ.get("TETHER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
     )
+    parser.add_argument("--backends", default="postgresql,sqlite")
     args = parser.parse_args()
-    import psycopg
-
-    schema = f"bench_submit_{uuid.uuid4().hex[:8]}"
-    sep = "&" if "?" in args.dsn else "?"
-    url = f"{args.dsn}{sep}schema={schema}"
     folder = Path(tempfile.mkdtemp(prefix="bench-submit-"))
     (folder / "bench_submit_tools.py").write_text(TOOLS, encoding="utf-8")
     (folder / "agent.yaml").write_text(AGENT, encoding="utf-8")
+    out: dict[str, object] = {"bench": "submit", "calls": args.calls, "cpus": os.cpu_count()}
+    for backend in args.backends.split(","):
+        prefix = "" if backend == "postgresql" else f"{backend}_"
+        if backend == "postgresql":
+            figures = _on_postgresql(args.dsn, folder, args.calls)
+        else:
+            figures = _bench(f"sqlite:///{folder / 'deployment'}", folder, args.calls, backend)
+        out.update({prefix + key: value for key, value in figures.items()})
+    out["loadavg"] = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else None
+    print(json.dumps(out))
+
+
+def _on_postgresql(dsn: str, folder: Path, calls: int) -> dict[str, float]:
+    import psycopg
+
+    schema = f"bench_submit_{uuid.uuid4().hex[:8]}"
+    sep = "&" if "?" in dsn else "?"
+    try:
+        return _bench(f"{dsn}{sep}schema={schema}", folder, calls, "postgresql")
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
+
+
+def _bench(url: str, folder: Path, calls: int, backend: str) -> dict[str, float]:
+    """Seconds per ``tether submit`` on the deployment at ``url`` (created here)."""
     env = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "PYTHONPATH": os.pathsep.join([str(HERE), str(folder), os.environ.get("PYTHONPATH", "")]),
         "BENCH_SUBMIT_KEY": "sk-bench",
     }
     tether = [sys.executable, "-m", "tether.cli"]
-
     cpu: dict[str, list[float]] = {}
 
     def call(*words: str, stdin: str | None = None, name: str | None = None) -> float:
@@ -97,39 +122,30 @@ def main() -> None:
         return elapsed
 
     apps = {"module_factory": "distributed_app:build", "agent_file": str(folder / "agent.yaml")}
-    try:
-        call("db", "init", url)
-        for app in apps.values():  # warm: bytecode caches written, the version looked up once
-            call("submit", "warm-up", "--agent", app, "--db", url)
-        times: dict[str, list[float]] = {name: [] for name in apps}
-        for i in range(args.calls):
-            for name, app in apps.items():
-                times[name].append(
-                    call(
-                        "submit", f"Collect the records. steps=2 #{i}", "--agent", app, "--db", url, name=name
-                    )
-                )
-        lines = "".join(
-            json.dumps({"objective": f"batch run {i}", "agent": apps["agent_file"]}) + "\n"
-            for i in range(args.calls)
-        )
-        batch_s = call("submit", "--batch", "-", "--db", url, stdin=lines)
-    finally:
-        with psycopg.connect(args.dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
-    out: dict[str, object] = {"bench": "submit", "calls": args.calls, "cpus": os.cpu_count()}
+    call("db", "init", url)
+    for app in apps.values():  # warm: bytecode caches written, the version looked up once
+        call("submit", "warm-up", "--agent", app, "--db", url)
+    times: dict[str, list[float]] = {name: [] for name in apps}
+    for i in range(calls):
+        for name, app in apps.items():
+            objective = f"Collect the records. steps=2 #{i}"
+            times[name].append(call("submit", objective, "--agent", app, "--db", url, name=name))
+    lines = "".join(
+        json.dumps({"objective": f"batch run {i}", "agent": apps["agent_file"]}) + "\n" for i in range(calls)
+    )
+    batch_s = call("submit", "--batch", "-", "--db", url, stdin=lines)
+    out: dict[str, float] = {}
     for name, values in times.items():
         out[f"{name}_p50_s"] = round(statistics.median(values), 3)
         out[f"{name}_p90_s"] = round(pct(values, 0.9), 3)
         out[f"{name}_cpu_p50_s"] = round(statistics.median(cpu[name]), 3)
         print(
-            f"tether submit --agent {apps[name]}: p50 {out[f'{name}_p50_s']} s, p90 {out[f'{name}_p90_s']} s,"
-            f" CPU p50 {out[f'{name}_cpu_p50_s']} s"
+            f"{backend}: tether submit --agent {apps[name]}: p50 {out[f'{name}_p50_s']} s,"
+            f" p90 {out[f'{name}_p90_s']} s, CPU p50 {out[f'{name}_cpu_p50_s']} s"
         )
-    out["batch_per_run_s"] = round(batch_s / args.calls, 4)
-    print(f"tether submit --batch ({args.calls} runs, agent file): {out['batch_per_run_s']} s per run")
-    print(json.dumps(out))
+    out["batch_per_run_s"] = round(batch_s / calls, 4)
+    print(f"{backend}: tether submit --batch ({calls} runs, agent file): {out['batch_per_run_s']} s per run")
+    return out
 
 
 if __name__ == "__main__":

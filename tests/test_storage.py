@@ -321,7 +321,7 @@ def test_the_approval_store_protocol_is_the_union_of_its_concerns_all_async() ->
 def test_no_module_but_tether_storage_opens_a_sqlite_connection() -> None:
     offenders = []
     for path in SRC.rglob("*.py"):
-        if path == SRC / "sql/_database.py":
+        if path.parent == SRC / "sql":  # tether's storage: _database, and _sqlite's driver-only connect
             continue
         text = path.read_text(encoding="utf-8")
         if "sqlite3" not in text:

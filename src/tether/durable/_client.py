@@ -4,19 +4,32 @@
 stores); it runs no workflow code, so ``tether submit`` and ``tether runs`` work on a machine
 with no worker. A run is the workflows that share its run id: the first (``op: start``, whose
 workflow id is the run id) and one per resume (``<run>.resume.<digest>``, the digest naming the
-paused state it resumes, so two machines resuming the same pause start one workflow).
+paused state it resumes, so two machines resuming the same pause start one workflow). A new run
+waits in tether's intake until a worker moves it onto DBOS's queue (``tether.durable._intake``):
+it is listed, waited for and cancelled as a queued run meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
-import uuid
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.durable._intake import (
+    FILE,
+    IntakeRow,
+    bound_version,
+    move_batch,
+    new_run_id,
+    pending,
+    put,
+    start_row,
+    waiting_count,
+)
+from tether.durable._views import RunView, WorkflowView, dt_ms, queued_view
 from tether.errors import ApprovalError
 from tether.policy._trusted import TrustedContext
 from tether.stores._url import parse_url
@@ -33,130 +46,6 @@ _LIVE = ("ENQUEUED", "PENDING", "DELAYED")
 VERSION_TTL_S = 1.0  # how long a client reuses the version it found for an app (new workers may come)
 # Cancellation markers of paused runs go to a queue no worker serves: they never run.
 CANCEL_QUEUE = "tether-cancelled"
-
-_STATUS = {
-    "ENQUEUED": "queued",
-    "DELAYED": "queued",
-    "PENDING": "running",
-    "ERROR": "failed",
-    "CANCELLED": "cancelled",
-    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
-}
-
-
-@dataclass(frozen=True)
-class WorkflowView:
-    workflow_id: str
-    op: str
-    status: str  # DBOS's status
-    executor: str | None
-    created_at: datetime | None
-    updated_at: datetime | None
-    output: dict[str, Any] | None
-    error: str | None = None
-    app_version: str | None = None
-
-
-@dataclass
-class RunView:
-    """A run as every machine sees it: its workflows, and where it stands."""
-
-    run_id: str
-    tenant: str | None
-    workflows: list[WorkflowView] = field(default_factory=list)
-
-    @property
-    def latest(self) -> WorkflowView:
-        return self.workflows[-1]
-
-    @property
-    def version(self) -> str | None:
-        """The application version its latest workflow was enqueued with (versions.py)."""
-        return next((w.app_version for w in reversed(self.workflows) if w.op != "cancel"), None)
-
-    @property
-    def status(self) -> str:
-        """queued | running | paused | finished | failed | cancelled. A cancelled run stays
-        cancelled: a resume a worker enqueued while the cancel was under way finds the run ended
-        and does nothing, so it does not make the run look alive again."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
-            return "cancelled"
-        w = self.latest
-        if w.status != "SUCCESS":
-            return _STATUS.get(w.status, w.status.lower())
-        out = w.output or {}
-        if out.get("error") == "not_paused" and len(self.workflows) > 1:
-            # A resume that found nothing to resume: the run stands where the one before left it.
-            return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
-        return "paused" if out.get("stop_reason") == "approval_required" else "finished"
-
-    @property
-    def stop_reason(self) -> str | None:
-        """The run's one stop reason once it ended (or paused); None while it is in flight."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
-            return "cancelled"
-        for w in reversed(self.workflows):
-            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
-                return str((w.output or {})["stop_reason"])
-            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
-                return None
-        return None
-
-    @property
-    def outcome(self) -> dict[str, Any]:
-        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
-        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
-        6. A run still queued or running exits 0 with no stop reason yet."""
-        from tether.clisupport.output import run_envelope
-
-        stop = self.stop_reason
-        if stop is None:
-            return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
-        out = self._ended_output()
-        return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
-
-    @property
-    def exit_code(self) -> int:
-        return int(self.outcome["exit"])
-
-    def _ended_output(self) -> dict[str, Any]:
-        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
-            return {}
-        for w in reversed(self.workflows):
-            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
-                return w.output or {}
-        return {}
-
-    def summary(self) -> dict[str, Any]:
-        out = self.latest.output or {}
-        return {
-            **self.outcome,
-            "run_id": self.run_id,
-            "tenant": self.tenant,
-            "status": self.status,
-            "stop_reason": self.stop_reason,
-            "answer": out.get("answer"),
-            "detail": out.get("detail"),
-            "pending_proposals": out.get("pending_proposals", []),
-            "version": self.version,
-            "workflows": [
-                {
-                    "workflow_id": w.workflow_id,
-                    "op": w.op,
-                    "status": w.status,
-                    "executor": w.executor,
-                    "version": w.app_version,
-                    "stop_reason": (w.output or {}).get("stop_reason"),
-                    "replayed_steps": (w.output or {}).get("replayed_steps"),
-                }
-                for w in self.workflows
-            ],
-        }
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
 
 
 async def _cancel_parked(app: str, url: str, run_id: str) -> list[str]:
@@ -178,10 +67,6 @@ def hold_run(conn: Any, run_id: str) -> None:
     survivor handing a dead worker's workflow back to the queue exclude each other, so the
     hand-back never revives a workflow cancelled after it was listed."""
     conn.exec_driver_sql("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"tether-run:{run_id}",))
-
-
-def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 class DurableClient:
@@ -213,6 +98,8 @@ class DurableClient:
         self._stores = stores
         self._own_stores = stores is None
         self._pg: Any = None  # the deployment's database alone, before (or without) its stores
+        self._intake_db: Any = None  # a SQLite deployment's intake.db (PostgreSQL: ``db``)
+        self._no_intake = False  # a deployment created before the intake: DBOS's queue only
         self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
 
     @property
@@ -239,6 +126,8 @@ class DurableClient:
             self._probe.close()
         if self._pg is not None:
             self._pg.close()
+        if self._intake_db is not None:
+            self._intake_db.close()
         self.dbos.destroy()
         if self._own_stores and self._stores is not None:
             self._stores.close()
@@ -254,37 +143,75 @@ class DurableClient:
         run_id: str | None = None,
         app_digest: str | None = None,
     ) -> str:
-        """Enqueue a new run; returns its run id (which is also its first workflow's id).
-        ``app_digest`` (an agent file's sha256): only a worker serving that version runs it."""
+        """Enqueue a new run (into the intake, which workers move onto DBOS's queue); returns its
+        run id (which is also its first workflow's id). ``app_digest`` (an agent file's sha256):
+        only a worker serving that version runs it."""
         run_id = run_id or new_run_id()
         version, app_digest = self._version_for(app, app_digest)
-        request: dict[str, Any] = {
-            "op": "start",
-            "run_id": run_id,
-            "app": app,
-            "objective": objective,
-            "context": context_to_json(context),
-        }
-        if app_digest:
-            request["app_digest"] = app_digest
-        self._enqueue(run_id, request, tenant=context.tenant, op="start", version=version)
+        row = start_row(
+            run_id, app, objective, context_to_json(context), version=version, app_digest=app_digest
+        )
+        if not self._intake_run(put, [row]):
+            self.enqueue_row(row)  # a deployment without the intake: onto DBOS's queue at once
         return run_id
+
+    def enqueue_row(self, row: IntakeRow, queue: str = QUEUE) -> None:
+        """Put an intake row's run on DBOS's ``queue`` (a no-op if its workflow exists)."""
+        self._enqueue(
+            row.run_id, row.request, tenant=row.tenant, op="start", version=row.app_version, queue=queue
+        )
+
+    def move_intake(self, run_id: str | None = None, queue: str = QUEUE) -> list[str]:
+        """Move runs from the intake onto DBOS's ``queue`` (a worker's duty; a batch, or ``run_id``
+        alone); returns their ids (crash-safe: ``_intake.move_batch``)."""
+        moved = self._intake_run(move_batch, functools.partial(self.enqueue_row, queue=queue), run_id=run_id)
+        return list(moved or [])
+
+    def waiting(self) -> int:
+        """How many runs wait in the intake (not yet on DBOS's queue)."""
+        return int(self._intake_run(waiting_count) or 0)
+
+    def _intake(self) -> Any:
+        """The intake's ``Database`` (None: the deployment has none)."""
+        if self._no_intake:
+            return None
+        loc = parse_url(self.url)
+        if loc.backend == "postgresql":
+            return self.db
+        if self._intake_db is None:
+            from tether.sql._database import Database
+
+            assert loc.path is not None
+            if not (loc.path / FILE).exists():
+                self._no_intake = True
+                return None
+            self._intake_db = Database.sqlite(loc.path / FILE)
+        return self._intake_db
+
+    def _intake_run(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """``fn(conn, *args)`` in a transaction of the intake's database; None without an intake."""
+        db = self._intake()
+        if db is None:
+            return None
+        try:
+            return db.run(fn, *args, **kw)
+        except Exception as err:
+            if type(err).__name__ != "UndefinedTable":  # psycopg's: a deployment before the intake
+                raise
+            self._no_intake = True
+            return None
 
     def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
         """(DBOS application version, app digest) a new run of ``app`` is bound to (versions.py):
         the newest live worker serving it (that digest, if given), else the version a worker
         serving that app alone will have."""
-        from tether.durable._versions import app_digest, serving, version_of
-
         if parse_url(self.url).backend != "postgresql":
             return APP_VERSION, digest  # SQLite: one process, one version
         key = (app, digest)
         cached = self._versions.get(key)
         if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
             return cached[1]  # a batch: one look-up per app and second, not one per run
-        found = serving(self._live_workers(), app, digest)
-        own = digest or (None if found else app_digest(app))
-        bound = found[0] if found else (version_of({app: own}), own)
+        bound = bound_version(app, digest, self._live_workers)
         self._versions[key] = (time.monotonic(), bound)
         return bound
 
@@ -304,12 +231,19 @@ class DurableClient:
         return self.db.run(live_workers)  # type: ignore[no-any-return]
 
     def _enqueue(
-        self, workflow_id: str, request: dict[str, Any], *, tenant: str, op: str, version: str = APP_VERSION
+        self,
+        workflow_id: str,
+        request: dict[str, Any],
+        *,
+        tenant: str,
+        op: str,
+        version: str = APP_VERSION,
+        queue: str = QUEUE,
     ) -> None:
         self.dbos.enqueue(
             {
                 "workflow_name": WORKFLOW,
-                "queue_name": QUEUE,
+                "queue_name": queue,
                 "workflow_id": workflow_id,
                 "app_version": version,
                 # Per-tenant limits: the queue is partitioned by tenant.
@@ -401,6 +335,9 @@ class DurableClient:
         ``ApprovalError`` (``unknown_run``; ``run_finished``: it ended, nothing can continue it)."""
         from tether.sql._database import blocking
 
+        # Still in the intake: onto the queue no worker serves first (a mover at the same instant
+        # is waited for), so it is cancelled below as any queued run, and never starts.
+        self.move_intake(run_id, queue=CANCEL_QUEUE)
         flows = self.workflows(run_id)
         if not flows:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
@@ -504,10 +441,16 @@ class DurableClient:
     # -- reading -------------------------------------------------------------------------------
 
     def workflows(self, run_id: str) -> list[WorkflowView]:
-        found = self.dbos.list_workflows(
-            name=WORKFLOW, attributes={"run_id": run_id}, load_input=False, load_output=True
-        )
-        return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or _dt(1), w.workflow_id))
+        found = self._list_runs({"run_id": run_id}, load_output=True)
+        return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or dt_ms(1), w.workflow_id))
+
+    def _list_runs(self, attributes: dict[str, str] | None, **kw: Any) -> list[Any]:
+        """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
+        deployment's (DBOS cannot there) are filtered here."""
+        if not attributes or parse_url(self.url).backend == "postgresql":
+            return self.dbos.list_workflows(name=WORKFLOW, attributes=attributes, load_input=False, **kw)
+        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, **kw)
+        return [w for w in found if attributes.items() <= (w.attributes or {}).items()]
 
     @staticmethod
     def _view(w: Any) -> WorkflowView:
@@ -518,17 +461,21 @@ class DurableClient:
             op=str(attrs.get("op", "start")),
             status=str(w.status),
             executor=w.executor_id,
-            created_at=_dt(w.created_at),
-            updated_at=_dt(w.updated_at),
+            created_at=dt_ms(w.created_at),
+            updated_at=dt_ms(w.updated_at),
             output=output,
             error=str(w.error) if w.error is not None else None,
             app_version=getattr(w, "app_version", None),
         )
 
     def run(self, run_id: str) -> RunView | None:
+        # The intake first: a mover commits the enqueue before the delete, so a run gone from the
+        # intake by now is on DBOS's queue by now (read the other way, one moved in between
+        # would be in neither read).
+        waiting = self._intake_run(pending, run_id)
         flows = self.workflows(run_id)
         if not flows:
-            return None
+            return queued_view(waiting[0]) if waiting else None
         tenant = None
         for w in flows:
             tenant = tenant or (w.output or {}).get("tenant")
@@ -550,13 +497,8 @@ class DurableClient:
         """The most recent runs (by their first workflow), newest first; only those with
         ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
         started more than ``older_than_s`` seconds ago when given."""
-        found = self.dbos.list_workflows(
-            name=WORKFLOW,
-            load_input=False,
-            load_output=True,
-            sort_desc=True,
-            attributes={"tenant": tenant} if tenant else None,
-        )
+        waiting = self._intake_run(pending, None, tenant) or []  # first, as in ``run``
+        found = self._list_runs({"tenant": tenant} if tenant else None, load_output=True, sort_desc=True)
         by_run: dict[str, list[WorkflowView]] = {}
         tenants: dict[str, str | None] = {}
         for w in found:
@@ -564,17 +506,19 @@ class DurableClient:
             by_run.setdefault(rid, []).append(self._view(w))
             tenants.setdefault(rid, (w.attributes or {}).get("tenant"))
         views = [
-            RunView(rid, tenants[rid], sorted(flows, key=lambda w: (w.created_at or _dt(1), w.workflow_id)))
+            RunView(rid, tenants[rid], sorted(flows, key=lambda w: (w.created_at or dt_ms(1), w.workflow_id)))
             for rid, flows in by_run.items()
         ]
-        views.sort(key=lambda v: v.workflows[0].created_at or _dt(1), reverse=True)  # type: ignore[arg-type, return-value]
+        # Runs not on DBOS's queue yet (one a mover just enqueued is listed once, from there).
+        views += [queued_view(r) for r in waiting if r.run_id not in by_run]
+        views.sort(key=lambda v: v.workflows[0].created_at or dt_ms(1), reverse=True)  # type: ignore[arg-type, return-value]
         if status:
             views = [v for v in views if v.status == status]
         if version:
             views = [v for v in views if v.version == version]
         if older_than_s is not None:
             cut = datetime.now(UTC).timestamp() - older_than_s
-            views = [v for v in views if (v.workflows[0].created_at or _dt(1)).timestamp() <= cut]  # type: ignore[union-attr]
+            views = [v for v in views if (v.workflows[0].created_at or dt_ms(1)).timestamp() <= cut]  # type: ignore[union-attr]
         return views[:limit]
 
     def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:

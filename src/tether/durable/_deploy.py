@@ -198,6 +198,7 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     from dbos import DBOS
 
     from tether.durable._config import dbos_config
+    from tether.durable._intake import ensure as ensure_intake
     from tether.stores._url import open_stores
 
     t = target(url)
@@ -215,6 +216,7 @@ def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
     try:
         if stores.db is not None:
             stores.db.migrate("workers")
+        ensure_intake(url, stores.db)
     finally:
         stores.close()
     check_deployment(url, timeout_s=timeout_s)

@@ -33,6 +33,8 @@ from sqlalchemy import Connection
 from tether.durable._client import DurableClient, hold_run
 from tether.durable._config import APP_NAME
 from tether.durable._events import log_event, quiet_cancellations
+from tether.durable._intake import MOVE_BATCH
+from tether.durable._intake import ensure as ensure_intake
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, version_of
@@ -195,6 +197,7 @@ class Worker:
         self.client: DurableClient | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._mover: threading.Thread | None = None
         self._pg: Database | None = None
         self.recovered: list[str] = []  # executors this worker recovered
         self.resumed: list[str] = []  # resume workflows this worker enqueued
@@ -241,6 +244,7 @@ class Worker:
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
         )
         self.digests = {app: app_digest(app, _APPS.get(app)) for app in c.apps}
+        ensure_intake(c.url, self.stores.db)  # a deployment made before the intake gets one
         if self.stores.db is not None:
             self.version = version_of(self.digests)
             self._pg = self.stores.db
@@ -279,6 +283,8 @@ class Worker:
         )
         self.client = DurableClient(c.url, stores=self.stores)
         self._launched.set()
+        self._mover = threading.Thread(target=self._move_intake, name="tether-intake", daemon=True)
+        self._mover.start()
         log_event(
             "worker_started",
             executor=self.executor_id,
@@ -299,8 +305,9 @@ class Worker:
         if self._launched.is_set():
             self._drain(grace)
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
+        for thread in (self._thread, self._mover):
+            if thread is not None:
+                thread.join(10)
         DBOS.destroy(workflow_completion_timeout_sec=0)
         set_runtime(None)
         self._release_process()
@@ -336,13 +343,14 @@ class Worker:
         self.stop()
 
     def queue_depth(self) -> int:
-        """Runs waiting in the queue (every version), for the ``tether.durable.queue.depth`` gauge."""
+        """Runs waiting in the queue and the intake (every version), for the
+        ``tether.durable.queue.depth`` gauge."""
         if self.client is None:
             return 0
         found = self.client.dbos.list_workflows(
             status="ENQUEUED", queue_name=QUEUE, load_input=False, load_output=False
         )
-        return len(found)
+        return len(found) + self.client.waiting()
 
     def workers(self) -> list[dict[str, Any]]:
         return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
@@ -360,6 +368,19 @@ class Worker:
                     duty()
                 except Exception as err:  # a lost connection: the next round tries again
                     self._error(duty.__name__.strip("_"), err)
+
+    def _move_intake(self) -> None:
+        """Move submitted runs from the intake onto DBOS's queue, every ``poll_s`` (and at once
+        again while a full batch came): any worker does it for every version, as DBOS's queue
+        gives each run only to a worker of its version."""
+        while not self._stop.wait(self.config.poll_s):
+            if self._draining or self.client is None:
+                continue
+            try:
+                while len(self.client.move_intake()) >= MOVE_BATCH and not self._stop.is_set():
+                    pass
+            except Exception as err:  # a lost connection: the next round tries again
+                self._error("move_intake", err)
 
     def _error(self, duty: str, err: BaseException, **fields: Any) -> None:
         """A background duty failed: kept in ``errors`` and logged with its cause."""

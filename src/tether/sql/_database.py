@@ -46,6 +46,7 @@ from sqlalchemy.pool import QueuePool, StaticPool
 
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl, StoreUnavailable
+from tether.sql._sqlite import setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
@@ -180,9 +181,7 @@ class Database:
     ) -> Database:
         @event.listens_for(engine, "connect")
         def _setup(dbapi: Any, _record: Any) -> None:
-            dbapi.isolation_level = None  # we say BEGIN ourselves (below), as SQLite means it
-            dbapi.execute("PRAGMA foreign_keys=ON")
-            dbapi.execute(f"PRAGMA synchronous={synchronous}")
+            setup(dbapi, synchronous)  # we say BEGIN ourselves (below), as SQLite means it
 
         @event.listens_for(engine, "begin")
         def _begin(conn: Connection) -> None:

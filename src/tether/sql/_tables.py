@@ -361,6 +361,18 @@ tether_orphans = Table(
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
+# Runs submitted and not yet on DBOS's queue (``tether.durable._intake``): ``tether submit``
+# writes one row, with plain SQL and without DBOS; a worker moves it onto the queue
+# (workflow id = run id, so a move repeated after a crash enqueues nothing twice) and deletes it.
+tether_intake = Table(
+    "tether_intake",
+    METADATA,
+    Column("run_id", Text, primary_key=True),
+    *_texts("app_version", "tenant", "request"),
+    Column("submitted_at", Instant, nullable=False),
+    Index("tether_intake_order", "submitted_at"),
+)
+
 # -- the console's accounts (a SQLite file beside the stores) --------------------------------------
 
 users = Table(
@@ -414,6 +426,7 @@ CONCERNS: dict[str, tuple[Table, ...]] = {
     "memory": (memory_records, memory_events, memory_conflicts),
     "traces": (trace_events,),
     "workers": (tether_workers, tether_run_versions, tether_orphans),
+    "intake": (tether_intake,),
     "users": (users, grants, tokens, sessions, audit),
 }
 

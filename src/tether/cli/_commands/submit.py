@@ -1,16 +1,18 @@
 """``tether submit --agent agent.yaml|module:factory "objective" [--tenant T]``: enqueue a durable run.
 
-Prints the run id (the JSON last line with ``--json``). Any worker serving the app's version
-takes it. An agent file is named by its absolute path and bound to its digest (the file and the
-files it depends on): only a worker started with the same files runs it; its policy gives the
-run's tenant, roles, user and permissions unless ``--tenant``/``--role``/``--user`` say
-otherwise. ``--wait S`` waits for the run to end or pause and exits as ``tether run`` would.
+Prints the run id (the JSON last line with ``--json``). The run is stored in the deployment's
+intake with plain SQL, neither DBOS nor SQLAlchemy loaded (``tether.durable._intake``); a worker
+moves it onto DBOS's queue, and any worker serving the app's version takes it. An agent file is
+named by its absolute path and bound to its digest (the file and the files it depends on): only
+a worker started with the same files runs it; its policy gives the run's tenant, roles, user and
+permissions unless ``--tenant``/``--role``/``--user`` say otherwise. ``--wait S`` waits for the
+run to end or pause and exits as ``tether run`` would.
 
 ``--batch FILE`` (``-``: stdin) submits many runs in one process, one JSON object a line:
 ``{"objective": "...", "agent": "...", "tenant": "...", "roles": [...], "user": "...",
 "run_id": "..."}`` (only ``objective`` is required; the rest default to the command's flags).
 Every line is checked before anything is enqueued: a bad line names its number and nothing is
-stored. Prints one JSON line per run (``run_id``), then the summary.
+stored; the runs are stored in one transaction. Prints one JSON line per run (``run_id``), then the summary.
 """
 
 from __future__ import annotations
@@ -161,26 +163,90 @@ def run(args: argparse.Namespace) -> int:
         return fail("tether submit", f"cannot read {args.batch}: {err.strerror or err}", as_json=args.json)
     except _Bad as err:
         return fail("tether submit", err, as_json=args.json, code=err.code)
+    ids = _put(url, runs, as_json=args.json)
+    if isinstance(ids, int):
+        return ids
+    if args.batch is not None:
+        for rid in ids:
+            print(json.dumps({"run_id": rid}))
+        emit_json({"submitted": len(ids)}, exit=0) if args.json else None
+        return 0
+    if args.wait is None:
+        emit_json({"run_id": ids[0], "status": "queued"}, exit=0) if args.json else print(ids[0])
+        return 0
+    return _wait(url, ids[0], args)
+
+
+def _put(url: str, runs: list[_Run], *, as_json: bool) -> list[str] | int:
+    """Store the runs in the deployment's intake, all or none (no DBOS, no SQLAlchemy: most of a
+    submit's cost, tether.durable._intake); through DBOS's client on a deployment made before
+    the intake. Returns their ids, or the exit code after one line saying why not."""
+    from tether.clisupport.output import fail
+    from tether.errors import ConfigError
+
+    try:
+        from tether.durable._config import context_to_json
+        from tether.durable._deploy import DeploymentUnavailable
+        from tether.durable._intake import IntakeMissing, Submitter, new_run_id, start_row
+    except ImportError as err:
+        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
+        return fail("tether submit", need, as_json=as_json)
+
+    try:
+        submitter = Submitter(url)
+    except DeploymentUnavailable as err:
+        return fail("tether submit", err, as_json=as_json, code=err.exit)
+    except ConfigError as err:
+        return fail("tether submit", err, as_json=as_json)
+    except IntakeMissing:
+        return _enqueue(url, runs, as_json=as_json)
+    try:
+        bound: dict[tuple[str, str | None], tuple[str, str | None]] = {}
+        rows = []
+        for r in runs:
+            key = (r.app, r.digest)
+            version, digest = (
+                bound[key] if key in bound else bound.setdefault(key, submitter.version_for(*key))
+            )
+            rid = r.run_id or new_run_id()
+            rows.append(
+                start_row(
+                    rid, r.app, r.objective, context_to_json(r.context), version=version, app_digest=digest
+                )
+            )
+        submitter.put(rows)
+    except IntakeMissing:
+        return _enqueue(url, runs, as_json=as_json)
+    finally:
+        submitter.close()
+    return [row.run_id for row in rows]
+
+
+def _enqueue(url: str, runs: list[_Run], *, as_json: bool) -> list[str] | int:
+    """Onto DBOS's queue through its client (a deployment without the intake)."""
+    from tether.cli._commands.runs import open_client
+
+    client = open_client(url, "tether submit", as_json=as_json)
+    if isinstance(client, int):
+        return client
+    try:
+        return [
+            client.submit(r.app, r.objective, r.context, run_id=r.run_id, app_digest=r.digest) for r in runs
+        ]
+    finally:
+        client.close()
+
+
+def _wait(url: str, run_id: str, args: argparse.Namespace) -> int:
     from tether.cli._commands.runs import open_client, report_view, wait_timeout
 
     client = open_client(url, "tether submit", as_json=args.json)
     if isinstance(client, int):
         return client
     try:
-        ids = [
-            client.submit(r.app, r.objective, r.context, run_id=r.run_id, app_digest=r.digest) for r in runs
-        ]
-        if args.batch is not None:
-            for rid in ids:
-                print(json.dumps({"run_id": rid}))
-            emit_json({"submitted": len(ids)}, exit=0) if args.json else None
-            return 0
-        if args.wait is None:
-            emit_json({"run_id": ids[0], "status": "queued"}, exit=0) if args.json else print(ids[0])
-            return 0
-        view = client.wait(ids[0], timeout_s=args.wait)
+        view = client.wait(run_id, timeout_s=args.wait)
     except TimeoutError as err:
-        return wait_timeout("tether submit", err, ids[0], as_json=args.json)
+        return wait_timeout("tether submit", err, run_id, as_json=args.json)
     finally:
         client.close()
     return report_view(view, as_json=args.json)

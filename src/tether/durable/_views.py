@@ -1,0 +1,152 @@
+"""What every machine reads of a durable run: its workflows (DBOS's rows, or the intake's row of a
+run not yet on the queue) and where the run stands."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.durable._intake import IntakeRow
+
+__all__ = ["RunView", "WorkflowView", "dt_ms", "queued_view"]
+
+_STATUS = {
+    "ENQUEUED": "queued",
+    "DELAYED": "queued",
+    "PENDING": "running",
+    "ERROR": "failed",
+    "CANCELLED": "cancelled",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
+}
+
+
+@dataclass(frozen=True)
+class WorkflowView:
+    workflow_id: str
+    op: str
+    status: str  # DBOS's status
+    executor: str | None
+    created_at: datetime | None
+    updated_at: datetime | None
+    output: dict[str, Any] | None
+    error: str | None = None
+    app_version: str | None = None
+
+
+@dataclass
+class RunView:
+    """A run as every machine sees it: its workflows, and where it stands."""
+
+    run_id: str
+    tenant: str | None
+    workflows: list[WorkflowView] = field(default_factory=list)
+
+    @property
+    def latest(self) -> WorkflowView:
+        return self.workflows[-1]
+
+    @property
+    def version(self) -> str | None:
+        """The application version its latest workflow was enqueued with (versions.py)."""
+        return next((w.app_version for w in reversed(self.workflows) if w.op != "cancel"), None)
+
+    @property
+    def status(self) -> str:
+        """queued | running | paused | finished | failed | cancelled. A cancelled run stays
+        cancelled: a resume a worker enqueued while the cancel was under way finds the run ended
+        and does nothing, so it does not make the run look alive again."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return "cancelled"
+        w = self.latest
+        if w.status != "SUCCESS":
+            return _STATUS.get(w.status, w.status.lower())
+        out = w.output or {}
+        if out.get("error") == "not_paused" and len(self.workflows) > 1:
+            # A resume that found nothing to resume: the run stands where the one before left it.
+            return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
+        return "paused" if out.get("stop_reason") == "approval_required" else "finished"
+
+    @property
+    def stop_reason(self) -> str | None:
+        """The run's one stop reason once it ended (or paused); None while it is in flight."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return "cancelled"
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return str((w.output or {})["stop_reason"])
+            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
+                return None
+        return None
+
+    @property
+    def outcome(self) -> dict[str, Any]:
+        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
+        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
+        6. A run still queued or running exits 0 with no stop reason yet."""
+        from tether.clisupport.output import run_envelope
+
+        stop = self.stop_reason
+        if stop is None:
+            return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
+        out = self._ended_output()
+        return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.outcome["exit"])
+
+    def _ended_output(self) -> dict[str, Any]:
+        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
+        if any(w.status == "CANCELLED" for w in self.workflows):
+            return {}
+        for w in reversed(self.workflows):
+            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
+                return w.output or {}
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        out = self.latest.output or {}
+        return {
+            **self.outcome,
+            "run_id": self.run_id,
+            "tenant": self.tenant,
+            "status": self.status,
+            "stop_reason": self.stop_reason,
+            "answer": out.get("answer"),
+            "detail": out.get("detail"),
+            "pending_proposals": out.get("pending_proposals", []),
+            "version": self.version,
+            "workflows": [
+                {
+                    "workflow_id": w.workflow_id,
+                    "op": w.op,
+                    "status": w.status,
+                    "executor": w.executor,
+                    "version": w.app_version,
+                    "stop_reason": (w.output or {}).get("stop_reason"),
+                    "replayed_steps": (w.output or {}).get("replayed_steps"),
+                }
+                for w in self.workflows
+            ],
+        }
+
+
+def dt_ms(ms: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms else None
+
+
+def queued_view(row: IntakeRow) -> RunView:
+    """A run still in the intake: queued, its one workflow not on DBOS's queue yet."""
+    flow = WorkflowView(
+        workflow_id=row.run_id,
+        op="start",
+        status="ENQUEUED",
+        executor=None,
+        created_at=row.submitted_at,
+        updated_at=row.submitted_at,
+        output=None,
+        app_version=row.app_version,
+    )
+    return RunView(row.run_id, row.tenant, [flow])

@@ -1,0 +1,27 @@
+"""SQLite connections set up as tether's all are (``setup``), and one opened by the driver alone
+(``connect``: no SQLAlchemy, for a command that writes a row and exits, ``tether submit``).
+``Database`` sets up its pooled connections with the same ``setup``."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+__all__ = ["connect", "setup"]
+
+
+def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:
+    """Autocommit (the caller says ``BEGIN``, as SQLite means it), foreign keys on, ``synchronous``."""
+    conn.isolation_level = None
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+
+
+def connect(
+    path: str | Path, *, busy_timeout_s: float = 30.0, synchronous: str = "NORMAL"
+) -> sqlite3.Connection:
+    """A connection to the existing SQLite file at ``path`` (``sqlite3.OperationalError`` if there
+    is none: nothing is created), set up by ``setup``."""
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=rw", uri=True, timeout=busy_timeout_s)
+    setup(conn, synchronous)
+    return conn
