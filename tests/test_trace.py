@@ -71,6 +71,19 @@ def test_secrets_are_redacted_by_value_and_by_key_while_other_fields_survive() -
     }
 
 
+@pytest.mark.spec("P1")
+def test_a_one_word_key_is_secret_exactly_when_a_compound_spelling_of_it_would_be() -> None:
+    # One lowercase word (the usual nested key: "id", "name") takes a shortcut past the word
+    # splitter; it must answer as the splitter does, for secret words and for data alike.
+    redactor = Redactor()
+    secret = ["password", "token", "apikey", "secret", "cookie", "credentials"]
+    data = ["id", "name", "tokens", "passenger", "secretary", "key", "api", "order"]
+    value = {k: "v" for k in [*secret, *data, "api_key", "clientSecret", "max_tokens"]}
+    out = sanitize_value({"calls": [value]}, redactor)["calls"][0]
+    assert [k for k, v in out.items() if v == "[REDACTED]"] == [*secret, "api_key", "clientSecret"]
+    assert all(out[k] == "v" for k in [*data, "max_tokens"])
+
+
 @pytest.mark.spec("P3")
 def test_jsonl_sink_writes_one_line_per_event_even_for_hostile_values(tmp_path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "t.jsonl"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -17,7 +18,11 @@ def cancel_after(seconds: float) -> anyio.CancelScope:
     """A cancel scope whose body is cancelled after ``seconds``; ``cancelled_caught`` says
     whether it was. ``anyio.fail_after`` in one cancel scope, without its two generator
     context managers (a step takes several of these)."""
-    return anyio.CancelScope(deadline=anyio.current_time() + seconds)
+    try:
+        now = asyncio.get_running_loop().time()  # ``anyio.current_time()`` on asyncio, read directly
+    except RuntimeError:  # another event loop (trio)
+        now = anyio.current_time()
+    return anyio.CancelScope(deadline=now + seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ Two transports, the same bytes on the wire and the same answer:
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import os
@@ -103,8 +104,13 @@ class LoopClient:
         self._loop: object = None
 
     def get(self) -> Any:
-        token = anyio.lowlevel.current_token()  # a new wrapper each call (anyio >= 4.11)
-        loop = getattr(token, "native_token", token)
+        try:
+            # On asyncio, the loop anyio's token wraps (its ``native_token``), read directly:
+            # ``current_token`` detects the library and builds a new wrapper on each call.
+            loop: object = asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): its token
+            token = anyio.lowlevel.current_token()  # a new wrapper each call (anyio >= 4.11)
+            loop = getattr(token, "native_token", token)
         if self._client is None or self._loop is not loop:
             self._client = self._make()
             self._loop = loop

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tether.core.stop import cancel_after
 from tether.errors import ModelError
 
 if TYPE_CHECKING:
@@ -96,9 +97,14 @@ class RetryingBackend(ABC):
                     await self.rate_limit.acquire()
                 self.calls += 1
                 try:
-                    with anyio.fail_after(self.timeout_s):
+                    # ``anyio.fail_after`` as one cancel scope, without its two generator
+                    # context managers (one attempt a model call): the same TimeoutError.
+                    deadline = cancel_after(self.timeout_s)
+                    with deadline:
                         response = await self._attempt(body)
-                    break
+                    if not (deadline.cancelled_caught and anyio.current_time() >= deadline.deadline):
+                        break
+                    raise TimeoutError
                 except TimeoutError:
                     err = Retryable("timeout", f"the call did not complete within {self.timeout_s:g}s")
                 except Retryable as caught:

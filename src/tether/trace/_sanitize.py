@@ -244,6 +244,8 @@ def _unescape(raw: str) -> str:
 
 
 def _secret_key(key: str) -> bool:
+    if key.isalpha() and key.isascii() and key.islower():
+        return key in _SECRET_WORDS  # one lowercase word, as ``_WORD`` would split it (``id``, ``name``)
     words = [w.lower() for w in _WORD.findall(key)]
     if any(w in _SECRET_WORDS for w in words):
         return True
