@@ -40,6 +40,7 @@ DYNAMIC_SITES = {
     "runners/_scope.py": "the runner's description of itself in run_started (agent and model, or workflow)",
     "chokepoint/_calls.py": "what cleaning found in a result (tool_observation's cleaned)",
     "mcp/_results.py": "the one home of mcp_result_rejected: each caller's detail of what it refused",
+    "mcp/_listing.py": "a blocked tool's digests (sha256, pinned_sha256), where its definition changed",
 }
 
 
