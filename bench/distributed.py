@@ -22,7 +22,10 @@ measurement, dropped after):
    call and per tool turn, it is the median wall time DBOS's timestamps give each kind of step
    (from the end of the step before it, so the check before a step and the loop's code between
    steps count) minus the in-process time of that kind. The ratio is tether's per-step cost over
-   the bare DBOS step's (target: at most 2).
+   the bare DBOS step's (target: at most 2). The same in CPU time: the bare workflow's
+   (this process's, while it runs) per step, and the worker process's per durable run, less
+   what the idle worker's queue polling uses in that time (sampled over 2 s), less the
+   in-process run's, per step.
 
 All figures come from one invocation on this machine (every process shares its cores), so the
 ratios are the figures to compare. The last line is one JSON object.
@@ -227,12 +230,14 @@ def in_process(runs: int, steps: int) -> dict[str, float]:
 
         model.complete = timed  # type: ignore[method-assign]
         per_run, per_call, per_turn = [], [], []
+        cpu = 0.0
         try:
             for i in range(runs + 1):
                 spent[0] = 0.0
-                started = time.perf_counter()
+                started, cpu_started = time.perf_counter(), time.process_time()
                 result = await host.run(agent, f"Collect the records. steps={steps}", context=CTX)
                 took = time.perf_counter() - started
+                cpu += (time.process_time() - cpu_started) if i else 0.0
                 assert result.ok and result.llm_calls == calls, result.stop_reason
                 if i:  # the first run warms the connection
                     per_run.append(took * 1000)
@@ -244,9 +249,16 @@ def in_process(runs: int, steps: int) -> dict[str, float]:
             "run_ms": statistics.median(per_run),
             "model_ms": statistics.median(per_call),
             "turn_ms": statistics.median(per_turn),
+            "cpu_ms": cpu * 1000 / runs,
         }
 
     return anyio.run(local)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _slots(recorded: list[Any], since_ms: float) -> dict[str, list[float]]:
@@ -274,13 +286,24 @@ def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str
     bare = BareDbos(dsn, calls + turns)
     try:
         per_run, bare_step, first_step = [], [], []
+        cpu = {"bare": 0.0, "durable": 0.0}
+        idle = 0.0
         slots: dict[str, list[float]] = {"tether.model": [], "tether.turn": []}
         for i in range(runs + 1):
+            cpu_started = time.process_time()
             bare_s = bare.time()
+            bare_cpu = time.process_time() - cpu_started
+            worker_cpu, started = _cpu_s(dep.procs[0].pid), time.perf_counter()
             rid = dep.client.submit(distributed_app.APP, f"Collect the records. steps={steps}", CTX)
             [w] = _finished(dep.client, [rid], timeout_s=120)
-            if not i:  # the first round warms the worker and the bare workflow's pool
+            worker_cpu = _cpu_s(dep.procs[0].pid) - worker_cpu - idle * (time.perf_counter() - started)
+            if not i:  # the first round warms the worker and the bare workflow's pool; then
+                idle_from = _cpu_s(dep.procs[0].pid)  # how much CPU the idle worker's polling uses
+                time.sleep(2.0)
+                idle = (_cpu_s(dep.procs[0].pid) - idle_from) / 2.0
                 continue
+            cpu["bare"] += bare_cpu
+            cpu["durable"] += worker_cpu
             bare_step.append(bare_s * 1000 / (calls + turns))
             per_run.append(float(w.completed_at - w.dequeued_at))
             recorded = dep.client.dbos.list_workflow_steps(rid)
@@ -294,12 +317,18 @@ def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str
     run_ms, bare_ms = statistics.median(per_run), statistics.median(bare_step)
     per_step = (run_ms - local["run_ms"]) / (calls + turns)
     model_slot, turn_slot = statistics.median(slots["tether.model"]), statistics.median(slots["tether.turn"])
+    n = calls + turns
+    cpu_bare, cpu_durable = cpu["bare"] * 1000 / runs / n, cpu["durable"] * 1000 / runs
+    cpu_step = (cpu_durable - local["cpu_ms"]) / n
     return {
         "durable_steps_per_run": calls + turns,
         "steps": steps,
         "bare_dbos_ms_per_step": round(bare_ms, 2),
         "durability_ms_per_step": round(per_step, 2),
         "tether_step_over_bare_dbos": round(per_step / bare_ms, 2),
+        "bare_dbos_cpu_ms_per_step": round(cpu_bare, 2),
+        "durability_cpu_ms_per_step": round(cpu_step, 2),
+        "tether_step_cpu_over_bare_dbos": round(cpu_step / cpu_bare, 2),
         "durability_ms_per_model_call": round(model_slot - local["model_ms"], 2),
         "durability_ms_per_tool_turn": round(turn_slot - local["turn_ms"], 2),
         "model_step_slot_ms_p50": model_slot,
@@ -308,6 +337,9 @@ def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str
         "in_process_ms_per_model_call": round(local["model_ms"], 2),
         "in_process_ms_per_tool_turn": round(local["turn_ms"], 2),
         "durable_ms_per_run": run_ms,
+        "in_process_cpu_ms_per_run": round(local["cpu_ms"], 2),
+        "durable_worker_cpu_ms_per_run": round(cpu_durable, 2),
+        "idle_worker_cpu_ms_per_s": round(idle * 1000, 2),
         "durable_over_in_process": round(run_ms / local["run_ms"], 2),
         "idle_first_step_p50_s": round(pct(first_step, 0.5), 3),
     }
@@ -346,6 +378,11 @@ def main() -> None:
         f" {c['bare_dbos_ms_per_step']} ms (x{c['tether_step_over_bare_dbos']});"
         f" per model call +{c['durability_ms_per_model_call']} ms, per tool turn"
         f" +{c['durability_ms_per_tool_turn']} ms"
+    )
+    print(
+        f"CPU per durable step: tether +{c['durability_cpu_ms_per_step']} ms (the worker's, over the"
+        f" in-process run's), a bare DBOS step {c['bare_dbos_cpu_ms_per_step']} ms"
+        f" (x{c['tether_step_cpu_over_bare_dbos']})"
     )
     base = scale[0]["runs_per_s"] if scale else None
     summary = {
