@@ -9,20 +9,27 @@ measurement, dropped after):
    ``--concurrency 4``); runs/s from the first submission to the last completion, and the
    time to first step (submission → the first model call recorded by DBOS) at p50 and p95,
    under that burst (it includes waiting in the queue);
-2. the cost of durability: the same agent run one run at a time, in process (``Host.run``)
-   and as a durable run on one worker (queue, DBOS steps on Postgres, the trace index), per
-   model call, and their ratio (both include the fake server's own time); and the time to
+2. the cost of durability: the same agent run one run at a time, in process (``Host.run``, its
+   model's ``complete`` timed apart from the rest, which is the tool turns and the loop) and as
+   a durable run on one worker (queue, DBOS steps on Postgres, the trace index), and the time to
    first step of a run submitted to an idle worker;
-3. DBOS's own cost next to tether's: a bare DBOS workflow (in this process, on a fresh schema of
-   the same database) of as many steps as the durable run has (model calls + tool turns), each
-   step returning the same 512-character record; its cost per step, next to tether's durable cost
-   per step ((durable run - in-process run) / steps), per model call and per tool turn (the
-   median duration DBOS recorded for each kind of step, minus the in-process run's time per
-   model call for a model step), and the ratio of tether's per-step cost to DBOS's.
+3. DBOS's own cost next to tether's, measured in alternating rounds (one bare DBOS workflow,
+   then one durable run, so both meet the same load): the bare workflow (launched in this
+   process on a fresh schema of the same database) has as many steps as the durable run (model
+   calls + tool turns), each returning the same 512-character record; its cost per step is its
+   duration over its steps. Tether's durable cost per step is (durable run - in-process run) /
+   steps (the durable run from its dequeue to its completion, as DBOS records them); per model
+   call and per tool turn, it is the median wall time DBOS's timestamps give each kind of step
+   (from the end of the step before it, so the check before a step and the loop's code between
+   steps count) minus the in-process time of that kind. The ratio is tether's per-step cost over
+   the bare DBOS step's (target: at most 2). The same in CPU time: the bare workflow's
+   (this process's, while it runs) per step, and the worker process's per durable run, less
+   what the idle worker's queue polling uses in that time (sampled over 2 s), less the
+   in-process run's, per step.
 
 All figures come from one invocation on this machine (every process shares its cores), so the
 ratios are the figures to compare. The last line is one JSON object.
-Usage: ``python bench/distributed.py [--quick] [--dsn DSN]``.
+Usage: ``python bench/distributed.py [--quick] [--cost-only] [--dsn DSN]`` (``--cost-only``: 2. and 3.).
 """
 
 from __future__ import annotations
@@ -124,7 +131,7 @@ def _finished(client: Any, ids: list[str], timeout_s: float) -> list[Any]:
             ]
             if bad:
                 raise RuntimeError(f"runs did not end accepted: {bad[:3]}")
-            return found
+            return list(found)
         if time.monotonic() > deadline:
             raise TimeoutError(f"{len(done)}/{len(ids)} runs finished in {timeout_s}s")
         time.sleep(0.1)
@@ -157,102 +164,183 @@ def throughput(dsn: str, model_url: str, workers: int, runs: int, steps: int) ->
     }
 
 
-def bare_dbos(dsn: str, runs: int, steps: int) -> dict[str, Any]:
-    """A bare DBOS workflow of ``steps`` steps, each returning a 512-character record: ms/step."""
-    import psycopg
-    from dbos import DBOS, StepOptions
+class BareDbos:
+    """A bare DBOS workflow of ``steps`` steps, each returning a 512-character record, launched in
+    this process on a fresh schema of the same database: ``time()`` runs one, in seconds."""
 
-    from tether.durable._config import dbos_config
+    def __init__(self, dsn: str, steps: int) -> None:
+        from dbos import DBOS, StepOptions
 
-    schema = f"bench_bare_{uuid.uuid4().hex[:8]}"
-    cfg = dbos_config(f"{dsn}?schema={schema}", executor_id="bench-bare")
-    cfg["name"] = "tether-bench-bare"
-    cfg["application_version"] = "bare"
+        from tether.durable._config import dbos_config
 
-    async def record() -> str:
-        return distributed_app.RESULT
+        self.dsn, self.steps = dsn, steps
+        self.schema = f"bench_bare_{uuid.uuid4().hex[:8]}"
+        cfg = dbos_config(f"{dsn}?schema={self.schema}", executor_id="bench-bare")
+        cfg["name"] = "tether-bench-bare"
+        cfg["application_version"] = "bare"
 
-    @DBOS.workflow(name="bench.bare")
-    async def bare(n: int) -> int:
-        for _ in range(n):
-            await DBOS.run_step_async(StepOptions(name="bench.step"), record)
-        return n
+        async def record() -> str:
+            return distributed_app.RESULT
 
-    DBOS(config=cfg)  # type: ignore[arg-type]
-    DBOS.launch()
-    try:
+        @DBOS.workflow(name="bench.bare")
+        async def bare(n: int) -> int:
+            for _ in range(n):
+                await DBOS.run_step_async(StepOptions(name="bench.step"), record)
+            return n
 
-        async def timed() -> list[float]:
-            out = []
-            for _ in range(runs + 1):
-                started = time.perf_counter()
-                assert await bare(steps) == steps
-                out.append((time.perf_counter() - started) / steps)
-            return out[1:]  # the first warms the pool
+        self._bare = bare
+        DBOS(config=cfg)  # type: ignore[arg-type]
+        DBOS.launch()
 
-        per_step = anyio.run(timed)
-    finally:
+    def time(self) -> float:
+        async def one() -> float:
+            started = time.perf_counter()
+            assert await self._bare(self.steps) == self.steps
+            return time.perf_counter() - started
+
+        return anyio.run(one)
+
+    def close(self) -> None:
+        import psycopg
+        from dbos import DBOS
+
         DBOS.destroy(workflow_completion_timeout_sec=0)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    return {"steps": steps, "ms_per_step": round(statistics.median(per_step) * 1000, 2)}
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema}_dbos CASCADE")
+            conn.execute(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
+
+
+def in_process(runs: int, steps: int) -> dict[str, float]:
+    """The same agent run in process (``Host.run``, connection warm): ms per run, per model call
+    (the model's own ``complete``) and per tool turn (the rest of the run, over its turns)."""
+    calls = steps + 1
+
+    async def local() -> dict[str, float]:
+        host, agent = distributed_app.build_local()
+        model = agent.model
+        complete = model.complete
+        spent = [0.0]
+
+        async def timed(request: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await complete(request)
+            finally:
+                spent[0] += time.perf_counter() - started
+
+        model.complete = timed  # type: ignore[method-assign]
+        per_run, per_call, per_turn = [], [], []
+        cpu = 0.0
+        try:
+            for i in range(runs + 1):
+                spent[0] = 0.0
+                started, cpu_started = time.perf_counter(), time.process_time()
+                result = await host.run(agent, f"Collect the records. steps={steps}", context=CTX)
+                took = time.perf_counter() - started
+                cpu += (time.process_time() - cpu_started) if i else 0.0
+                assert result.ok and result.llm_calls == calls, result.stop_reason
+                if i:  # the first run warms the connection
+                    per_run.append(took * 1000)
+                    per_call.append(spent[0] * 1000 / calls)
+                    per_turn.append((took - spent[0]) * 1000 / steps)
+        finally:
+            await host.aclose()
+        return {
+            "run_ms": statistics.median(per_run),
+            "model_ms": statistics.median(per_call),
+            "turn_ms": statistics.median(per_turn),
+            "cpu_ms": cpu * 1000 / runs,
+        }
+
+    return anyio.run(local)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used (Linux's /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _slots(recorded: list[Any], since_ms: float) -> dict[str, list[float]]:
+    """The wall time of each recorded step of a run (its kind's name to a list, in ms): from the
+    end of the step before it (or the dequeue, for the first) to its own end, so DBOS's check
+    before a step and the loop's own code between steps count with it."""
+    out: dict[str, list[float]] = {}
+    prev = since_ms
+    for s in sorted(recorded, key=lambda r: r["function_id"]):
+        end = s.get("completed_at_epoch_ms")
+        if end is None:
+            continue
+        out.setdefault(s["function_name"], []).append(float(end - prev))
+        prev = end
+    return out
 
 
 def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str, Any]:
-    calls = steps + 1
+    """Rounds of one bare DBOS workflow then one durable run (alternating, so both meet the same
+    load), after the in-process baseline; every figure is a median over the rounds."""
+    calls, turns = steps + 1, steps  # one tool turn per lookup; calls = turns + the answer
     os.environ["BENCH_MODEL_URL"] = model_url
-
-    async def local() -> list[float]:
-        host, agent = distributed_app.build_local()
-        out = []
-        try:
-            for _ in range(runs + 1):
-                started = time.perf_counter()
-                result = await host.run(agent, f"Collect the records. steps={steps}", context=CTX)
-                assert result.ok and result.llm_calls == calls, result.stop_reason
-                out.append((time.perf_counter() - started) / calls)
-        finally:
-            await host.aclose()
-        return out[1:]  # the first run warms the connection
-
-    in_process = anyio.run(local)
+    local = in_process(runs, steps)
     dep = Deployment(dsn, 1, concurrency=1, model_url=model_url)
+    bare = BareDbos(dsn, calls + turns)
     try:
-        durable, first_step, per_run = [], [], []
-        step_ms: dict[str, list[float]] = {"tether.model": [], "tether.turn": []}
+        per_run, bare_step, first_step = [], [], []
+        cpu = {"bare": 0.0, "durable": 0.0}
+        idle = 0.0
+        slots: dict[str, list[float]] = {"tether.model": [], "tether.turn": []}
         for i in range(runs + 1):
+            cpu_started = time.process_time()
+            bare_s = bare.time()
+            bare_cpu = time.process_time() - cpu_started
+            worker_cpu, started = _cpu_s(dep.procs[0].pid), time.perf_counter()
             rid = dep.client.submit(distributed_app.APP, f"Collect the records. steps={steps}", CTX)
             [w] = _finished(dep.client, [rid], timeout_s=120)
-            if i:  # the first run warms the worker
-                durable.append((w.completed_at - w.dequeued_at) / 1000 / calls)
-                per_run.append((w.completed_at - w.dequeued_at) / 1000)
-                recorded = dep.client.dbos.list_workflow_steps(rid)
-                for s in recorded:
-                    if s["function_name"] in step_ms and s.get("started_at_epoch_ms"):
-                        took = s["completed_at_epoch_ms"] - s["started_at_epoch_ms"]
-                        step_ms[s["function_name"]].append(float(took))
-                first = min(recorded, key=lambda s: s["function_id"])
-                first_step.append((first["completed_at_epoch_ms"] - w.created_at) / 1000)
+            worker_cpu = _cpu_s(dep.procs[0].pid) - worker_cpu - idle * (time.perf_counter() - started)
+            if not i:  # the first round warms the worker and the bare workflow's pool; then
+                idle_from = _cpu_s(dep.procs[0].pid)  # how much CPU the idle worker's polling uses
+                time.sleep(2.0)
+                idle = (_cpu_s(dep.procs[0].pid) - idle_from) / 2.0
+                continue
+            cpu["bare"] += bare_cpu
+            cpu["durable"] += worker_cpu
+            bare_step.append(bare_s * 1000 / (calls + turns))
+            per_run.append(float(w.completed_at - w.dequeued_at))
+            recorded = dep.client.dbos.list_workflow_steps(rid)
+            for kind, took in _slots(recorded, w.dequeued_at).items():
+                slots.setdefault(kind, []).extend(took)
+            first = min(recorded, key=lambda s: s["function_id"])
+            first_step.append((first["completed_at_epoch_ms"] - w.created_at) / 1000)
     finally:
+        bare.close()
         dep.close()
-    local_ms, durable_ms = statistics.median(in_process) * 1000, statistics.median(durable) * 1000
-    turns = steps  # one tool turn per lookup; calls = turns + the answer
-    run_overhead_ms = statistics.median(per_run) * 1000 - local_ms * calls
+    run_ms, bare_ms = statistics.median(per_run), statistics.median(bare_step)
+    per_step = (run_ms - local["run_ms"]) / (calls + turns)
+    model_slot, turn_slot = statistics.median(slots["tether.model"]), statistics.median(slots["tether.turn"])
+    n = calls + turns
+    cpu_bare, cpu_durable = cpu["bare"] * 1000 / runs / n, cpu["durable"] * 1000 / runs
+    cpu_step = (cpu_durable - local["cpu_ms"]) / n
     return {
         "durable_steps_per_run": calls + turns,
-        "durability_ms_per_step": round(run_overhead_ms / (calls + turns), 2),
-        "model_step_ms_p50": round(statistics.median(step_ms["tether.model"]), 2)
-        if step_ms["tether.model"]
-        else None,
-        "turn_step_ms_p50": round(statistics.median(step_ms["tether.turn"]), 2)
-        if step_ms["tether.turn"]
-        else None,
         "steps": steps,
-        "in_process_ms_per_call": round(local_ms, 2),
-        "durable_ms_per_call": round(durable_ms, 2),
-        "durability_ms_per_call": round(durable_ms - local_ms, 2),
-        "durable_over_in_process": round(durable_ms / local_ms, 2),
+        "bare_dbos_ms_per_step": round(bare_ms, 2),
+        "durability_ms_per_step": round(per_step, 2),
+        "tether_step_over_bare_dbos": round(per_step / bare_ms, 2),
+        "bare_dbos_cpu_ms_per_step": round(cpu_bare, 2),
+        "durability_cpu_ms_per_step": round(cpu_step, 2),
+        "tether_step_cpu_over_bare_dbos": round(cpu_step / cpu_bare, 2),
+        "durability_ms_per_model_call": round(model_slot - local["model_ms"], 2),
+        "durability_ms_per_tool_turn": round(turn_slot - local["turn_ms"], 2),
+        "model_step_slot_ms_p50": model_slot,
+        "turn_step_slot_ms_p50": turn_slot,
+        "in_process_ms_per_run": round(local["run_ms"], 2),
+        "in_process_ms_per_model_call": round(local["model_ms"], 2),
+        "in_process_ms_per_tool_turn": round(local["turn_ms"], 2),
+        "durable_ms_per_run": run_ms,
+        "in_process_cpu_ms_per_run": round(local["cpu_ms"], 2),
+        "durable_worker_cpu_ms_per_run": round(cpu_durable, 2),
+        "idle_worker_cpu_ms_per_s": round(idle * 1000, 2),
+        "durable_over_in_process": round(run_ms / local["run_ms"], 2),
         "idle_first_step_p50_s": round(pct(first_step, 0.5), 3),
     }
 
@@ -260,44 +348,52 @@ def durability_cost(dsn: str, model_url: str, runs: int, steps: int) -> dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer runs (a smoke run)")
+    parser.add_argument("--cost-only", action="store_true", help="only the cost of a durable step (3.)")
     parser.add_argument(
         "--dsn", default=os.environ.get("TETHER_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
     )
     args = parser.parse_args()
-    runs, steps, cost_runs = (12, 3, 5) if args.quick else (48, 3, 15)
+    runs, steps, cost_runs = (12, 3, 7) if args.quick else (48, 3, 21)
     server = FakeServer()
     try:
-        scale = [throughput(args.dsn, server.url, n, runs, steps) for n in (1, 2, 4)]
+        counts = () if args.cost_only else (1, 2, 4)
+        scale = [throughput(args.dsn, server.url, n, runs, steps) for n in counts]
         cost = durability_cost(args.dsn, server.url, cost_runs, steps=8)
     finally:
         server.close()
-    bare = bare_dbos(args.dsn, cost_runs, steps=cost["durable_steps_per_run"])
-    cost["bare_dbos_ms_per_step"] = bare["ms_per_step"]
-    cost["tether_step_over_bare_dbos"] = round(cost["durability_ms_per_step"] / bare["ms_per_step"], 2)
-    print(f"{'workers':>7} {'runs/s':>8} {'first step p50':>15} {'p95':>8}")
+    if scale:
+        print(f"{'workers':>7} {'runs/s':>8} {'first step p50':>15} {'p95':>8}")
     for row in scale:
         p50, p95 = row["first_step_p50_s"], row["first_step_p95_s"]
         print(f"{row['workers']:>7} {row['runs_per_s']:>8} {p50:>14}s {p95:>7}s")
-    local, durable = cost["in_process_ms_per_call"], cost["durable_ms_per_call"]
+    c = cost
     print(
-        f"per model call: in process {local} ms, durable {durable} ms"
-        f" (+{cost['durability_ms_per_call']} ms, x{cost['durable_over_in_process']});"
-        f" idle worker, first step after {cost['idle_first_step_p50_s']} s"
+        f"a run of {c['steps'] + 1} model calls and {c['steps']} tool turns: in process"
+        f" {c['in_process_ms_per_run']} ms, durable {c['durable_ms_per_run']} ms"
+        f" (x{c['durable_over_in_process']});"
+        f" idle worker, first step after {c['idle_first_step_p50_s']} s"
     )
     print(
-        f"per durable step: tether +{cost['durability_ms_per_step']} ms, a bare DBOS step"
-        f" {cost['bare_dbos_ms_per_step']} ms (x{cost['tether_step_over_bare_dbos']});"
-        f" recorded step p50: model {cost['model_step_ms_p50']} ms, tool turn {cost['turn_step_ms_p50']} ms"
+        f"per durable step: tether +{c['durability_ms_per_step']} ms, a bare DBOS step"
+        f" {c['bare_dbos_ms_per_step']} ms (x{c['tether_step_over_bare_dbos']});"
+        f" per model call +{c['durability_ms_per_model_call']} ms, per tool turn"
+        f" +{c['durability_ms_per_tool_turn']} ms"
     )
-    base = scale[0]["runs_per_s"]
+    print(
+        f"CPU per durable step: tether +{c['durability_cpu_ms_per_step']} ms (the worker's, over the"
+        f" in-process run's), a bare DBOS step {c['bare_dbos_cpu_ms_per_step']} ms"
+        f" (x{c['tether_step_cpu_over_bare_dbos']})"
+    )
+    base = scale[0]["runs_per_s"] if scale else None
     summary = {
         "bench": "distributed",
         "cpus": os.cpu_count(),
+        "load": os.getloadavg()[0],
         "runs_per_worker_count": runs,
         "steps_per_run": steps,
         "scale": scale,
-        "speedup_2_over_1": round(scale[1]["runs_per_s"] / base, 2),
-        "speedup_4_over_1": round(scale[2]["runs_per_s"] / base, 2),
+        "speedup_2_over_1": round(scale[1]["runs_per_s"] / base, 2) if base else None,
+        "speedup_4_over_1": round(scale[2]["runs_per_s"] / base, 2) if base else None,
         "durability": cost,
     }
     print(json.dumps(summary))

@@ -127,6 +127,24 @@ class LoopClient:
             await client.aclose() if hasattr(client, "aclose") else await client.close()
 
 
+_TLS: list[Any] = []  # the default TLS context, built by the first pool of this process
+
+
+def _default_tls() -> Any:
+    """The TLS context every client of every ``"http"`` pool of this process verifies with:
+    ``httpx2``'s default (the system's or ``SSL_CERT_FILE``'s certificates, read when the first
+    pool opens). Loading the certificates takes 20-40 ms of CPU; a pool is opened per model and
+    event loop, and a durable worker builds its app's model for each run, so it was paid once a
+    run (``bench/distributed.py``). A context is safe to share between threads and pools: each
+    connection only sets the same ALPN list on it (HTTP/1.1) and wraps its socket. The SDK
+    transport's client gets it too."""
+    import httpx2
+
+    if not _TLS:
+        _TLS.append(httpx2.create_ssl_context())  # two threads racing both build one; either serves
+    return _TLS[0]
+
+
 class _Lane:
     """The ``"http"`` transport: one request, through ``httpx2``'s public API, over a pool split
     into shards of ``SHARD_CONNECTIONS`` (64 connections: four clients of 16), taken in turn.
@@ -289,13 +307,11 @@ class HTTPBackend(RetryingBackend):
         """The pool of the running event loop: the SDK client, or a ``_Lane``."""
         if self.transport == "sdk":
             return self._sdk_client()
-        import httpx2
-
         headers = {**self._auth_headers(), "Content-Type": "application/json", **self.headers}
         total = self.max_connections
         shards = max(1, total // self.shard_connections)
         sizes = [total // shards + (i < total % shards) for i in range(shards)]  # sums to total
-        tls = httpx2.create_ssl_context()  # what each client would build: certificates loaded once
+        tls = _default_tls()
         clients = [self._http_client(headers, n, tls) for n in sizes]
         return _Lane(clients, self.base_url + self.path)
 
@@ -336,7 +352,7 @@ class HTTPBackend(RetryingBackend):
             default_headers=self.headers or None,
             # Our own client, not the SDK's default wrapper: that one schedules its own close on
             # whatever event loop is running when it is garbage-collected.
-            http_client=self._http_client(),
+            http_client=self._http_client(verify=_default_tls()),
         )
 
     async def _post(self, body: bytes) -> Any:
