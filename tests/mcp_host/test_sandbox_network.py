@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tether.clisupport.output import block_fix
 from tether.errors import ConfigError
 from tether.mcp._config import ServerConfig
 from tether.mcp._sandbox import bwrap_status
@@ -134,6 +135,10 @@ async def test_only_listed_destinations_are_reached_and_only_through_the_proxy(
     assert launch["network_allow"] == [f"127.0.0.1:{listed}", f"127.0.0.1:{greeter}"]
     assert sorted(_refusals(run)) == sorted([f"127.0.0.1:{unlisted}", f"localhost:{listed}"])
     assert run.result.stop_reason == "accepted"  # the run went on to its answer
+    # The person sees each refusal in the run's blocked list (the terminal's lines), with the fix.
+    shown = {b["destination"]: block_fix(b) for b in run.blocked if b["kind"] == "network_refused"}
+    assert sorted(shown) == sorted([f"127.0.0.1:{unlisted}", f"localhost:{listed}"])
+    assert all("add it to that server's network list" in str(fix) for fix in shown.values())
 
 
 def _loopback_name() -> str | None:

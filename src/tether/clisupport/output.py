@@ -282,6 +282,9 @@ def block_fix(entry: dict[str, Any], where: str = "--config MCP.yaml") -> str | 
         )
     if kind == "mcp_sampling":
         return f"to answer samples: sampling: {{enabled: true}} for server {server}, and --sampler model"
+    if kind == "network_refused":
+        where_to = entry.get("destination") or "it"
+        return f"if server {server} should reach {where_to}, add it to that server's network list ({where})"
     return next((h for key, h in _HINTS.items() if key in reason), None)
 
 

@@ -160,6 +160,25 @@ _BLOCK_KINDS = {
 }
 
 
+def blocked_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
+    """What the host blocked in a run, one entry per event (``kind`` plus its fields): denied
+    calls, unapproved or changed tools, rejected results, refused questions and samples, and
+    network destinations a confined server was refused (``network_refused``)."""
+    blocked: list[dict[str, Any]] = []
+    for e in events:
+        kind, data = str(e.kind), e.data
+        if kind in _BLOCK_KINDS or (
+            kind in (str(EventKind.MCP_ELICITATION), str(EventKind.MCP_SAMPLING))
+            and data.get("outcome") in ("refused", "declined")
+        ):
+            blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
+        elif kind == str(EventKind.MCP_SANDBOX) and data.get("action") == "network_refused":
+            blocked.append({"kind": "network_refused", **data})
+        elif kind == str(EventKind.TOOL_OBSERVATION) and data.get("error_kind") == "capability_blocked":
+            blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    return blocked
+
+
 async def run_question(
     config: McpConfig,
     question: str,
@@ -194,19 +213,7 @@ async def run_question(
         result = await host.run(agent, question, context=context)
     finally:
         await host.aclose()
-    blocked = []
-    for e in result.events:
-        if str(e.kind) in _BLOCK_KINDS or (
-            str(e.kind) in (str(EventKind.MCP_ELICITATION), str(EventKind.MCP_SAMPLING))
-            and e.data.get("outcome") in ("refused", "declined")
-        ):
-            blocked.append({"kind": str(e.kind), **{k: v for k, v in e.data.items() if k != "definition"}})
-        if (
-            str(e.kind) == str(EventKind.TOOL_OBSERVATION)
-            and e.data.get("error_kind") == "capability_blocked"
-        ):
-            blocked.append({"kind": "capability_blocked", "tool": e.data.get("tool")})
-    return McpRun(result, host, blocked, launches, stand_in)
+    return McpRun(result, host, blocked_entries(result.events), launches, stand_in)
 
 
 async def answer_pause(

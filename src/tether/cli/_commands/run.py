@@ -216,24 +216,15 @@ def report(
     return int(payload["exit"])
 
 
-_BLOCK_KINDS = ("policy_denied", "mcp_capability_blocked", "mcp_result_rejected")
-
-
 def mcp_facts(result: Any, host: Any, tools: Any) -> dict[str, Any]:
     """For runs over MCP servers: the tools offered per server, what the host blocked, launches."""
     servers = [s for s in host.sources if callable(getattr(s, "describe", None))]
     if not servers:
         return {}
+    from tether.mcphost._runner import blocked_entries
+
     offered = [spec.name for spec in host.offered(tools)]
-    blocked = []
-    for e in result.events:
-        kind, data = str(e.kind), e.data
-        if kind in _BLOCK_KINDS or (
-            kind in ("mcp_elicitation", "mcp_sampling") and data.get("outcome") in ("refused", "declined")
-        ):
-            blocked.append({"kind": kind, **{k: v for k, v in data.items() if k != "definition"}})
-        elif kind == "tool_observation" and data.get("error_kind") == "capability_blocked":
-            blocked.append({"kind": "capability_blocked", "tool": data.get("tool")})
+    blocked = blocked_entries(result.events)
     # A tool the config never offers (not in its server's tools) is not news when it is unapproved.
     offers = {s.name: getattr(s, "allow_tools", None) for s in servers}
     blocked = [b for b in blocked if not _never_offered(b, offers)]
