@@ -66,6 +66,24 @@ def test_an_argument_without_description_is_refused_at_declaration() -> None:
             return query
 
 
+def test_the_contract_options_default_to_the_specs_and_an_unknown_option_is_refused() -> None:
+    @tool
+    def lookup(query: Annotated[str, Field(description="What to look up.")]) -> str:
+        """Look something up."""
+        return query
+
+    spec = lookup.spec
+    assert (spec.effect, spec.timeout_s, spec.max_result_chars) == (Effect.READ, 30.0, 20_000)
+    assert (spec.target, spec.egress_argument, spec.needs_approval) == (None, None, None)
+    assert not spec.idempotent
+    assert spec.remote_name == "lookup" and not lookup.inline
+    changed = lookup.with_options(name="find", effect=Effect.WRITE, timeout_s=5.0)
+    assert (changed.spec.name, changed.spec.effect, changed.spec.timeout_s) == ("find", Effect.WRITE, 5.0)
+    assert changed.spec.description == "Look something up."
+    with pytest.raises(TypeError, match="unknown tool option"):
+        Tool(lookup.function, efect=Effect.WRITE)  # type: ignore[call-arg]
+
+
 @pytest.mark.spec("T1")
 def test_structured_result_and_host_context_injection() -> None:
     out = anyio.run(read_order.invoke, {"order_id": "742"}, ctx())

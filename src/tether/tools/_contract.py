@@ -8,6 +8,7 @@ typed ``ToolContext``; they never appear in the schema and the model cannot supp
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -77,6 +78,7 @@ class ToolOptions(TypedDict, total=False):
     secret_arguments: Iterable[str]
 
 
+_SPEC_FIELDS = frozenset(f.name for f in dataclasses.fields(ToolSpec))
 _ARGUMENTS_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # built once, not per call
 _REQUIRED = object()
 
@@ -196,64 +198,38 @@ class Tool(Generic[P, T]):
     """
 
     def __init__(
-        self,
-        function: Callable[P, Awaitable[T]] | Callable[P, T],
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        effect: Effect = Effect.READ,
-        target: Target | None = None,
-        egress_argument: str | None = None,
-        timeout_s: float = 30.0,
-        max_result_chars: int = 20_000,
-        idempotent: bool = False,
-        needs_approval: bool | None = None,
-        blocking: bool = True,
-        secret_arguments: Iterable[str] = (),
+        self, function: Callable[P, Awaitable[T]] | Callable[P, T], **options: Unpack[ToolOptions]
     ) -> None:
+        # The options are declared once (``ToolOptions``); those that are contract fields keep
+        # ``ToolSpec``'s defaults, so the defaults have one owner too.
+        if unknown := options.keys() - ToolOptions.__annotations__.keys():
+            raise TypeError(f"unknown tool option(s): {', '.join(sorted(unknown))}")
         self.function = function
+        secret_arguments = options.get("secret_arguments", ())
         if isinstance(secret_arguments, str):
             raise TypeError("secret_arguments is a list of argument names, not one string")
         secret = tuple(secret_arguments)
-        self._options: ToolOptions = {
-            "name": name,
-            "description": description,
-            "effect": effect,
-            "target": target,
-            "egress_argument": egress_argument,
-            "timeout_s": timeout_s,
-            "max_result_chars": max_result_chars,
-            "idempotent": idempotent,
-            "needs_approval": needs_approval,
-            "blocking": blocking,
-            "secret_arguments": secret,
-        }
+        self._options: ToolOptions = {**options, "secret_arguments": secret}
         # A plain function runs in a worker thread unless its author declares it never blocks
         # (pure computation, no I/O): then it runs inline, with no thread hop per call.
         self._is_async = inspect.iscoroutinefunction(function)
-        self.inline = not self._is_async and not blocking
-        tool_name = name or function.__name__
+        self.inline = not self._is_async and not options.get("blocking", True)
+        tool_name = options.get("name") or function.__name__
         params = list(inspect.signature(function).parameters.values())
         self._is_method = bool(params) and params[0].name == "self"
         self.arguments_model, self._context_param = _arguments_model(
             function, tool_name, params[1:] if self._is_method else params
         )
         self._plain = _plain_fields(self.arguments_model)
-        schema = _argument_schema(self.arguments_model, tool_name, secret)
-        doc = inspect.getdoc(function) or ""
-        self.spec = ToolSpec(
+        contract: dict[str, Any] = {k: v for k, v in options.items() if k in _SPEC_FIELDS}
+        contract.update(
             name=tool_name,
-            description=description or doc.strip(),
-            parameters=schema,
-            effect=effect,
-            target=target,
-            egress_argument=egress_argument,
-            timeout_s=timeout_s,
-            max_result_chars=max_result_chars,
-            idempotent=idempotent,
-            needs_approval=needs_approval,
+            description=options.get("description") or (inspect.getdoc(function) or "").strip(),
+            parameters=_argument_schema(self.arguments_model, tool_name, secret),
+            effect=options.get("effect", Effect.READ),
             remote_name=tool_name,
         )
+        self.spec = ToolSpec(**contract)
         if not self.spec.description:
             raise TypeError(f"tool {tool_name}: a description (docstring) is required")
         self._bound: Any = None
