@@ -188,47 +188,12 @@ def plan_confinement(
 ) -> SandboxPlan:
     """The launch of one stdio server under ``mode``."""
     argv = list(argv)
-    if mode == "none":
-        return SandboxPlan(mode, argv)
-    if not sys.platform.startswith("linux"):
-        why = "confinement needs Linux with bubblewrap"
-    else:
-        path, why = bwrap_status(bwrap)
-        if path is not None:
-            return _confine(
-                mode,
-                path,
-                argv,
-                roots=roots,
-                cwd=cwd,
-                network=network,
-                roots_writable=roots_writable,
-                read=read,
-                write=write,
-                env=dict(env or {}),
-                protected=[Path(p) for p in protected],
-            )
-    if mode == "required":
-        return SandboxPlan(mode, argv, refused=f"sandbox required but unavailable: {why}")
-    return SandboxPlan(mode, argv, warning=f"running UNCONFINED (reads anything the user can): {why}")
-
-
-def _confine(
-    mode: SandboxMode,
-    bwrap: str,
-    argv: list[str],
-    *,
-    roots: Iterable[str],
-    cwd: str | None,
-    network: Network,
-    roots_writable: bool,
-    read: Iterable[str],
-    write: Iterable[str],
-    env: dict[str, str],
-    protected: list[Path],
-) -> SandboxPlan:
+    found = _bwrap_for(mode, argv, bwrap)
+    if isinstance(found, SandboxPlan):
+        return found
+    env = dict(env or {})
     base = (Path(cwd) if cwd else Path.cwd()).resolve()
-    guarded = [p.resolve() for p in protected]
+    guarded = [Path(p).resolve() for p in protected]
     launch = resolve_launch(argv, env=env, cwd=base, protected=guarded, network=network != "none")
     if launch.problem:
         return SandboxPlan(mode, argv, problem=launch.problem)
@@ -250,20 +215,7 @@ def _confine(
     # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
-    # An allowlist shares the network namespace the launch made (tether.mcp._layers): loopback
-    # and the proxy socket only.
-    opts = ["--die-with-parent", "--new-session", "--unshare-all"]
-    if network != "none":
-        opts.append("--share-net")
-    for sysdir in SYSTEM_DIRS:
-        p = Path(sysdir)
-        if p.is_symlink():
-            opts += ["--symlink", os.readlink(p), sysdir]
-        elif p.is_dir():
-            opts += ["--ro-bind", sysdir, sysdir]
-    for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
-        opts += ["--ro-bind-try", etc, etc]
-    opts += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+    opts = _system_opts(network)
     for op in launch.ops:
         opts += list(op)
     rw_out = _outermost(rw)
@@ -285,11 +237,45 @@ def _confine(
     inside_env = _inside_env(env, launch, network)
     shown = (*(str(p) for p in launch.read_only), *shown_ro)
     confinement = Confinement(launch.profile, shown, tuple(str(p) for p in rw_out), network, tuple(withheld))
-    argv = [bwrap, "--args", ARGS_FD, *launch.argv]
+    argv = [found, "--args", ARGS_FD, *launch.argv]
     proxy = network if isinstance(network, tuple) else ()
     net = f"{PROXY_PORT}:{NET_FD}" if proxy else None
     argv, opts = _private_layers(argv, opts, launch.overlays, (*shown_ro, *map(str, rw_out)), net)
     return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data), proxy=proxy)
+
+
+def _system_opts(network: Network) -> list[str]:
+    """What every confined server gets: its own namespaces (an allowlist shares the network
+    namespace the launch made, tether.mcp._layers: loopback and the proxy socket only), the
+    system folders read-only, fresh /proc, /dev, /tmp and home."""
+    opts = ["--die-with-parent", "--new-session", "--unshare-all"]
+    if network != "none":
+        opts.append("--share-net")
+    for sysdir in SYSTEM_DIRS:
+        p = Path(sysdir)
+        if p.is_symlink():
+            opts += ["--symlink", os.readlink(p), sysdir]
+        elif p.is_dir():
+            opts += ["--ro-bind", sysdir, sysdir]
+    for etc in (*_ETC, *(_ETC_NETWORK if network == "any" else ())):
+        opts += ["--ro-bind-try", etc, etc]
+    return [*opts, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", HOME]
+
+
+def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | SandboxPlan:
+    """The bubblewrap to confine with; else the plan without it: ``mode`` none, or no bubblewrap
+    here (refused when confinement is required, run with a warning when it is ``auto``)."""
+    if mode == "none":
+        return SandboxPlan(mode, argv)
+    if not sys.platform.startswith("linux"):
+        why = "confinement needs Linux with bubblewrap"
+    else:
+        path, why = bwrap_status(bwrap)
+        if path is not None:
+            return path
+    if mode == "required":
+        return SandboxPlan(mode, argv, refused=f"sandbox required but unavailable: {why}")
+    return SandboxPlan(mode, argv, warning=f"running UNCONFINED (reads anything the user can): {why}")
 
 
 def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
