@@ -26,3 +26,18 @@ def test_backends_bench_runs_and_prints_a_row_per_backend_last() -> None:
         # the raw SDK loop: what the SDK costs, and what tether adds on it, apart
         assert row["raw_sdk_us_per_step"] > 0 and row["sdk_ratio_to_raw_sdk"] > 0
         assert row["raw_sdk_ratio_to_raw_httpx2"] > 0 and row["cpu_sdk_ratio_to_raw_sdk"] > 0
+
+
+def test_encode_bench_runs_and_prints_its_figures_last() -> None:
+    bench = BENCH.with_name("encode.py")
+    out = subprocess.run(
+        [sys.executable, str(bench), "--steps", "2", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(figures["encode"]) == {"openai-chat", "openai-responses", "anthropic"}
+    assert all(row["encode_us"] > 0 and row["json_dumps_us"] > 0 for row in figures["encode"].values())
+    assert figures["emit_us"] > 0

@@ -283,7 +283,7 @@ def test_native_backends_encode_each_step_as_a_fresh_backend_would(backend_type:
     kept = backend_type("m", base_url="http://127.0.0.1:9", transport="http")
     encoded: list[object] = []
     piece = kept._piece
-    kept._piece = lambda m: encoded.append(m) or piece(m)
+    kept._piece = lambda m, *prev: encoded.append(m) or piece(m, *prev)
     a, b = steps("a"), steps("b")
     for request in (r for pair in zip(a, b, strict=True) for r in pair):
         fresh = backend_type("m", base_url="http://127.0.0.1:9", transport="http")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any, Unpack
 
 from pydantic_core import to_json
@@ -57,7 +58,12 @@ API_VERSION = "2026-10-21"
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a cap on every response
 _CACHE_CONTROL = b',"cache_control":{"type":"ephemeral"}}'
 _ROLES = {"user": b"user", "assistant": b"assistant"}
-MEMO_BYTES = 8 * 1024 * 1024  # the encoded blocks kept per backend (ConversationMemo)
+MEMO_BYTES = 8 * 1024 * 1024  # the encoded segments kept per backend (ConversationMemo)
+# A message's piece: the role of the turn open after it (b"": none yet), its segment of the
+# ``messages`` array (b"" for a system message), the system blocks so far, its own bytes.
+_Piece = tuple[bytes, bytes, tuple[bytes, ...], int]
+_segment = itemgetter(1)
+_size = itemgetter(3)
 
 
 class AnthropicMessages(HTTPBackend):
@@ -96,9 +102,7 @@ class AnthropicMessages(HTTPBackend):
         self.thinking_budget = thinking_budget
         self.cache = cache
         self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
-        self._memo: ConversationMemo[tuple[str, tuple[bytes, ...]]] = ConversationMemo(
-            lambda piece: sum(map(len, piece[1])), MEMO_BYTES
-        )
+        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size, MEMO_BYTES)
 
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}", "anthropic-version": API_VERSION}
@@ -141,35 +145,41 @@ class AnthropicMessages(HTTPBackend):
             return "assistant", blocks or [{"type": "text", "text": " "}]
         return "system", [{"type": "text", "text": message.content}]
 
-    def _piece(self, message: Message) -> tuple[str, tuple[bytes, ...]]:
+    def _piece(self, message: Message, previous: _Piece | None) -> _Piece:
+        """A message's segment of the ``messages`` array, given the piece before it: its blocks,
+        opening a turn or continuing the previous one (consecutive user-role messages are one
+        turn); a system message adds its blocks to ``system`` and nothing to the array."""
         role, blocks = self._message_blocks(message)
-        return role, tuple(to_json(block) for block in blocks)
+        encoded = [to_json(block) for block in blocks]
+        last, system = (previous[0], previous[2]) if previous is not None else (b"", ())
+        if role == "system":
+            return last, b"", (*system, *encoded), sum(map(len, encoded))
+        name = _ROLES[role]
+        joined = b",".join(encoded)
+        if name == last:
+            segment = b"," + joined
+        else:
+            segment = b"".join((b']},{"role":"' if last else b'{"role":"', name, b'","content":[', joined))
+        return name, segment, system, len(segment)
 
     def encode(self, request: ModelRequest) -> bytes:
         """The request's body as sent (the Messages API's ``POST /v1/messages``): each message's
-        blocks encoded once per conversation (``ConversationMemo``), the body joined from them."""
+        segment encoded once per conversation (``ConversationMemo.chain``), the body joined
+        from them, the breakpoints placed on a copy of the list."""
         messages = request.messages
-        system: list[bytes] = []
-        turns: list[tuple[str, list[bytes]]] = []
-        stable_end: tuple[int, int] | None = None  # (turn, block) that ends the trajectory
+        pieces = self._memo.chain(messages, self._piece)
         tail = len(messages)
         while tail and getattr(messages[tail - 1], "origin", None) == "harness":
             tail -= 1  # the dynamic tail: not worth a breakpoint, it changes every step
-        for i, (role, blocks) in enumerate(self._memo.pieces(messages, self._piece)):
-            if role == "system":
-                system.extend(blocks)
-                continue
-            if turns and turns[-1][0] == role:  # consecutive user-role messages: one turn
-                turns[-1][1].extend(blocks)
-            else:
-                turns.append((role, list(blocks)))
-            if i < tail:
-                stable_end = (len(turns) - 1, len(turns[-1][1]) - 1)
+        stable_end = tail - 1  # the last block of the trajectory: its last non-system message
+        while stable_end >= 0 and not pieces[stable_end][1]:
+            stable_end -= 1
+        segments = list(map(_segment, pieces))
+        if self.cache and stable_end >= 0:
+            segments[stable_end] = _cached(segments[stable_end])
+        system = list(pieces[-1][2]) if pieces else []
         if self.cache and system:
             system[-1] = _cached(system[-1])
-        if self.cache and stable_end is not None:
-            t, b = stable_end
-            turns[t][1][b] = _cached(turns[t][1][b])
         limit = request.max_tokens if request.max_tokens is not None else self.max_tokens
         default = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
         cap = limit or default
@@ -193,11 +203,9 @@ class AnthropicMessages(HTTPBackend):
         if params:
             parts += [b",", to_json(params)[1:-1]]
         parts.append(b',"messages":[')  # last: the prefix holds across turns
-        for n, (role, turn) in enumerate(turns):  # pieces for one join: the body is copied once
-            parts += (b',{"role":"' if n else b'{"role":"', _ROLES[role], b'","content":[', turn[0])
-            for block in turn[1:]:
-                parts += (b",", block)
-            parts.append(b"]}")
+        parts += segments  # one join: the body is copied once
+        if pieces and pieces[-1][0]:
+            parts.append(b"]}")  # the last turn's end
         parts.append(b"]}")
         return b"".join(parts)
 

@@ -212,9 +212,9 @@ class OpenAICompatible(OpenAIBackend):
         parts.append(b',"messages":[')
         encoded = self._encoded_messages(request.messages)
         if encoded:  # the messages and their commas go into the one join: the body is copied once
-            parts.append(encoded[0])
-            for message in encoded[1:]:
-                parts += (b",", message)
+            joined = [b","] * (2 * len(encoded) - 1)
+            joined[::2] = encoded  # interleaved in C, not a Python step per message
+            parts += joined
         parts.append(b"]}")
         return b"".join(parts)
 

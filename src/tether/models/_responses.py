@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Mapping
+from operator import itemgetter
 from typing import Any, Unpack
 
 from pydantic_core import to_json
@@ -41,6 +42,11 @@ __all__ = ["OpenAIResponses"]
 PROVIDER = "openai-responses"
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 MEMO_BYTES = 8 * 1024 * 1024  # the encoded items kept per backend (ConversationMemo)
+# A message's piece: its segment of ``input`` (b"": no items), whether ``input`` has items so
+# far, the system prompts so far (``instructions``), its own bytes.
+_Piece = tuple[bytes, bool, tuple[str, ...], int]
+_segment = itemgetter(0)
+_size = itemgetter(3)
 
 
 class OpenAIResponses(OpenAIBackend):
@@ -76,7 +82,7 @@ class OpenAIResponses(OpenAIBackend):
         self.prompt_cache_key = prompt_cache_key
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
         self._key = ("", "")  # the stable prefix and its prompt_cache_key
-        self._memo: ConversationMemo[bytes] = ConversationMemo(len, MEMO_BYTES)
+        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size, MEMO_BYTES)
 
     # -- request ------------------------------------------------------------------------------
 
@@ -121,15 +127,25 @@ class OpenAIResponses(OpenAIBackend):
             return items
         return [{"role": "user", "content": message.content}]
 
-    def _piece(self, message: Message) -> bytes:
+    def _piece(self, message: Message, previous: _Piece | None) -> _Piece:
+        """A message's segment of ``input`` given the piece before it (its items, after a comma
+        when items came before), and the system prompts so far (``instructions``)."""
+        opened, instructions = (previous[1], previous[2]) if previous is not None else (False, ())
         if isinstance(message, SystemMessage):
-            return b""  # the system prompt goes in as ``instructions``
-        return b",".join(to_json(item) for item in self._message_items(message))
+            return b"", opened, (*instructions, message.content), 0
+        items = [to_json(item) for item in self._message_items(message)]
+        if not items:
+            return b"", opened, instructions, 0
+        segment = b",".join(items)
+        if opened:
+            segment = b"," + segment
+        return segment, True, instructions, len(segment)
 
     def encode(self, request: ModelRequest) -> bytes:
         """The request's body as sent (the Responses API's ``POST /responses``): each message's
         items encoded once per conversation (``ConversationMemo``), the body joined from them."""
-        instructions = [m.content for m in request.messages if isinstance(m, SystemMessage)]
+        pieces = self._memo.chain(request.messages, self._piece)
+        instructions = pieces[-1][2] if pieces else ()
         params: dict[str, Any] = {"model": self.model}
         if instructions:
             params["instructions"] = "\n\n".join(instructions)
@@ -148,9 +164,8 @@ class OpenAIResponses(OpenAIBackend):
         params.update(self.extra_body)
         if self.stream:
             params["stream"] = True
-        items = b",".join(p for p in self._memo.pieces(request.messages, self._piece) if p)
         # ``input`` last: the byte prefix holds across turns
-        return b"".join((to_json(params)[:-1], b',"input":[', items, b"]}"))
+        return b"".join((to_json(params)[:-1], b',"input":[', *map(_segment, pieces), b"]}"))
 
     def _cache_key(self, instructions: str) -> str:
         """``prompt_cache_key``: the caller's, or a digest of the stable prefix (instructions and

@@ -213,9 +213,19 @@ _SECRETISH = frozenset(k for k in _DECLARED if Redactor().is_secret_key(k))
 _PLAIN = _DECLARED - _SECRETISH
 
 
+_SECOND: tuple[int, str] = (0, "")  # the last second formatted, one tuple: threads swap it whole
+
+
 def _now() -> str:
-    """The event's timestamp: UTC, to the microsecond."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
+    """The event's timestamp: UTC, to the microsecond (``datetime.isoformat``'s format). The
+    date and time of day are formatted once a second, each event adds its microseconds."""
+    global _SECOND
+    ns = time.time_ns()
+    second, micro = ns // 1_000_000_000, ns // 1000 % 1_000_000
+    known = _SECOND
+    if known[0] != second:
+        known = _SECOND = (second, datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S"))
+    return f"{known[1]}.{micro:06d}+00:00"
 
 
 def _strict_from_env() -> bool:
