@@ -58,7 +58,6 @@ API_VERSION = "2026-10-21"
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires a cap on every response
 _CACHE_CONTROL = b',"cache_control":{"type":"ephemeral"}}'
 _ROLES = {"user": b"user", "assistant": b"assistant"}
-MEMO_BYTES = 8 * 1024 * 1024  # the encoded segments kept per backend (ConversationMemo)
 # A message's piece: the role of the turn open after it (b"": none yet), its segment of the
 # ``messages`` array (b"" for a system message), the system blocks so far, its own bytes.
 _Piece = tuple[bytes, bytes, tuple[bytes, ...], int]
@@ -102,7 +101,7 @@ class AnthropicMessages(HTTPBackend):
         self.thinking_budget = thinking_budget
         self.cache = cache
         self._tools: tuple[Any, list[dict[str, Any]]] = ((), [])
-        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size, MEMO_BYTES)
+        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size)
 
     def _auth_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._api_key}", "anthropic-version": API_VERSION}

@@ -23,9 +23,12 @@ from typing import Generic, TypeVar
 from tether.core.messages import Message
 from tether.models._base import repeated_prefix
 
-__all__ = ["ConversationMemo"]
+__all__ = ["MEMO_BYTES", "ConversationMemo"]
 
 P = TypeVar("P")
+
+
+MEMO_BYTES = 8 * 1024 * 1024  # what a backend keeps of its conversations' encoded pieces, by default
 
 
 class ConversationMemo(Generic[P]):
@@ -35,7 +38,7 @@ class ConversationMemo(Generic[P]):
     ``limit_bytes`` of pieces are kept (0: none). One memo is used with ``pieces`` or with
     ``chain``, never both."""
 
-    def __init__(self, size: Callable[[P], int], limit_bytes: int) -> None:
+    def __init__(self, size: Callable[[P], int], limit_bytes: int = MEMO_BYTES) -> None:
         self._size = size
         self.limit_bytes = limit_bytes
         self._last: dict[int, tuple[tuple[Message, ...], list[P], int]] = {}

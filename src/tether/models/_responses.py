@@ -41,7 +41,6 @@ __all__ = ["OpenAIResponses"]
 
 PROVIDER = "openai-responses"
 _TERMINAL = ("response.completed", "response.incomplete", "response.failed")
-MEMO_BYTES = 8 * 1024 * 1024  # the encoded items kept per backend (ConversationMemo)
 # A message's piece: its segment of ``input`` (b"": no items), whether ``input`` has items so
 # far, the system prompts so far (``instructions``), its own bytes.
 _Piece = tuple[bytes, bool, tuple[str, ...], int]
@@ -82,7 +81,7 @@ class OpenAIResponses(OpenAIBackend):
         self.prompt_cache_key = prompt_cache_key
         self._tools: tuple[Any, list[dict[str, Any]], str] = ((), [], "")
         self._key = ("", "")  # the stable prefix and its prompt_cache_key
-        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size, MEMO_BYTES)
+        self._memo: ConversationMemo[_Piece] = ConversationMemo(_size)
 
     # -- request ------------------------------------------------------------------------------
 
