@@ -99,9 +99,8 @@ async def _serve_one(
         with anyio.fail_after(HEAD_TIMEOUT_S):
             head, rest = await _read_head(client)
         host, port, forward = _request(head)
-        destination = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         with anyio.fail_after(CONNECT_TIMEOUT_S):
-            upstream = await _connect(entries, host, port, destination)
+            upstream = await _connect(entries, f"[{host}]" if ":" in host else host, port)
     except _Answer as answer:
         if answer.status == 403 and answer.destination is not None:
             refused(answer.destination, answer.why)
@@ -177,17 +176,18 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
     return host, int(port_text)
 
 
-async def _connect(
-    entries: tuple[Entry, ...], host: str, port: int, destination: str
-) -> anyio.abc.SocketStream:
+async def _connect(entries: tuple[Entry, ...], authority: str, port: int) -> anyio.abc.SocketStream:
+    """A connection to ``authority`` (a name, an IPv4 address or a bracketed IPv6 one) and
+    ``port``, when the allowlist lets it through."""
+    destination = f"{authority}:{port}"
     try:
-        entry = matching(entries, f"[{host}]" if ":" in host else host, port)
+        entry = matching(entries, authority, port)
     except ValueError:
         entry = None
     if entry is None:
         why = f"{destination[:300]} is not in this server's network allowlist (network: [host:port, ...])"
         raise _Answer(403, "Forbidden", why, destination[:300])
-    name, address = parse_host(f"[{host}]" if ":" in host else host)
+    name, address = parse_host(authority)
     addresses = [address] if address is not None else await _resolve(name, port)
     if not entry.reaches_special and any(special_address(a) for a in addresses):
         why = (
