@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,12 +50,20 @@ class Console:
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
+# A name or an IPv4 address with an optional port, a bracketed IPv6 address with an optional
+# port, or a bare IPv6 address (``::1``).
+_HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::[0-9]{1,5})?|(?P<bare>[0-9a-f:]+)")
+
+
 def _host_name(value: bytes) -> str:
-    """The host of a ``Host`` header, without its port, lower-cased (``[::1]:8700`` -> ``::1``)."""
+    """The host of a ``Host`` header, without its port, lower-cased (``[::1]:8700`` -> ``::1``);
+    empty unless the whole header is a host name or address and an optional numeric port, so
+    ``127.0.0.1:80@evil.example`` or ``localhost:8700.evil.example`` names no allowed host."""
     text = value.decode("latin-1").strip().lower()
-    if text.startswith("["):
-        return text[1 : text.find("]")] if "]" in text else text
-    return text.rsplit(":", 1)[0] if text.count(":") == 1 else text
+    found = _HOST.fullmatch(text)
+    if found is None:
+        return ""
+    return found["v6"] or found["name"] or found["bare"] or ""
 
 
 class Guard:

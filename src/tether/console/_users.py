@@ -14,6 +14,7 @@ The audit log is append-only (triggers refuse updates and deletes).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import re
@@ -92,8 +93,11 @@ def verify_secret(secret: str, stored: str) -> bool:
     return hmac.compare_digest(dk, _unb64(expected))
 
 
-# Verified against when the user does not exist, so a wrong name costs the same as a wrong password.
-_DUMMY_HASH = hash_secret(secrets.token_hex(16))
+@functools.cache
+def _dummy_hash(n: int) -> str:
+    """Verified against when the user or token does not exist, at the store's own cost ``n``,
+    so a wrong name costs the same as a wrong password (no timing tells which names exist)."""
+    return hash_secret(secrets.token_hex(16), n=n)
 
 
 def _digest(text: str) -> str:
@@ -293,7 +297,7 @@ class UserStore:
     def authenticate(self, name: str, password: str) -> str:
         """The user's name if the password matches; raises ``AuthError("bad_credentials")``."""
         rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))
-        stored, disabled = rows[0] if rows else (_DUMMY_HASH, 1)
+        stored, disabled = rows[0] if rows else (_dummy_hash(self.scrypt_n), 1)
         ok = verify_secret(password, stored)
         if not ok or disabled or not rows:
             raise AuthError("bad_credentials", "wrong user name or password")
@@ -340,7 +344,7 @@ class UserStore:
             (match.group(1),),
         )
         if not rows:
-            verify_secret(secret, _DUMMY_HASH)
+            verify_secret(secret, _dummy_hash(self.scrypt_n))
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
         if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):

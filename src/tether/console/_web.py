@@ -95,13 +95,14 @@ class Gate:
 
     # -- CSRF ----------------------------------------------------------------------------
 
-    @staticmethod
-    def same_origin(request: Request) -> bool:
+    def same_origin(self, request: Request) -> bool:
+        """Whether a browser's ``Origin`` is this console's (served over HTTPS when its cookies
+        are ``Secure``, whatever scheme the proxy in front forwards)."""
         origin = request.headers.get("origin")
         if origin is None:  # not a browser, or an old one: the CSRF token still decides
             return True
-        expected = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
-        return origin == expected
+        scheme = "https" if self.secure_cookies else request.url.scheme
+        return origin == f"{scheme}://{request.headers.get('host', request.url.netloc)}"
 
     def csrf_ok(self, request: Request, principal: Principal, supplied: str | None) -> bool:
         """Whether a POST carries this session's CSRF token (an API token needs none); a refusal

@@ -45,6 +45,15 @@ def register(sub: Any) -> None:
         help="a host name the console answers to (repeatable; the loopback names and --host always):"
         " requests naming any other host are refused (DNS rebinding)",
     )
+    p.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="the address of a reverse proxy whose X-Forwarded-For/-Proto headers are believed"
+        " (repeatable; by default none are: any client could name another address and so evade"
+        " the sign-in throttle or forge the audit log's client address)",
+    )
     p.set_defaults(handler=run)
 
 
@@ -98,5 +107,8 @@ def run(args: argparse.Namespace) -> int:
     if not sources.users.has_users():
         print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", server_header=False)
+    uvicorn.run(
+        app, host=args.host, port=args.port, log_level="warning", server_header=False,
+        proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=args.trusted_proxy or None,
+    )  # fmt: skip
     return 0
