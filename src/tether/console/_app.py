@@ -20,9 +20,12 @@ from tether.console._sources import ConsoleSources
 from tether.console._users import CLIENT
 from tether.console._web import Gate
 
-__all__ = ["LOOPBACK_HOSTS", "Console", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "REQUEST_DEADLINE", "Console", "create_app"]
 
 MAX_BODY = 256 * 1024
+# Seconds a client has to send a request: its headers (``tether serve`` closes the connection),
+# then its body (408). A client that trickles bytes (slowloris) holds nothing for long.
+REQUEST_DEADLINE = 10.0
 
 _HEADERS = [
     (b"content-security-policy",
@@ -69,7 +72,8 @@ def _host_name(value: bytes) -> str:
 class Guard:
     """In front of every request: the ``Host`` header must name this console (a DNS-rebinding
     page, whose Origin matches its own name, is refused with 421); the request body may not
-    exceed ``MAX_BODY`` bytes, declared or not (413, before a handler reads it); every response
+    exceed ``MAX_BODY`` bytes, declared or not (413), and is read whole before a handler runs,
+    within ``REQUEST_DEADLINE`` seconds (408); every response
     gets the same protective headers (no framing, no sniffing, a strict CSP); and the client's
     address is recorded for the audit entries written while serving it."""
 
@@ -101,46 +105,48 @@ class Guard:
         if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
             await PlainTextResponse("request body too large", status_code=413)(scope, receive, wrapped)
             return
-        if declared is None and scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
-            # No length declared (chunked): read it here, at most MAX_BODY bytes, then replay it.
-            chunks: list[bytes] = []
-            seen = 0
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                seen += len(chunk)
-                if seen > MAX_BODY:
-                    too_large = PlainTextResponse("request body too large", status_code=413)
-                    await too_large(scope, receive, wrapped)
-                    return
-                chunks.append(chunk)
-                if not message.get("more_body", False):
-                    break
-            body = b"".join(chunks)
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if replayed:
-                    return await receive()
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-
-            await self.app(scope, replay, wrapped)
+        if declared in (None, b"0") and scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
+            await self.app(scope, receive, wrapped)  # no body
             return
-        seen = 0
+        body = await _read_body(receive)
+        if isinstance(body, int):
+            if body:  # nothing to answer when the client has gone
+                message = "request body too large" if body == 413 else "request body too slow"
+                await PlainTextResponse(message, status_code=body)(scope, receive, wrapped)
+            return
+        replayed = False
 
-        async def limited() -> Message:
-            nonlocal seen
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, wrapped)
+
+
+async def _read_body(receive: Receive) -> bytes | int:
+    """The whole request body, read before any handler runs: at most ``MAX_BODY`` bytes (413
+    past it, declared or not) within ``REQUEST_DEADLINE`` seconds (408 after: a client trickling
+    its body holds no handler); 0 if the client disconnected."""
+    import anyio
+
+    chunks: list[bytes] = []
+    seen = 0
+    with anyio.move_on_after(REQUEST_DEADLINE):
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > MAX_BODY:  # more than declared: the server stops reading
-                raise ValueError("request body larger than declared")
-            return message
-
-        await self.app(scope, limited, wrapped)
+            if message["type"] == "http.disconnect":
+                return 0
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > MAX_BODY:
+                return 413
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+    return 408
 
 
 def create_app(

@@ -7,6 +7,7 @@ anything else needs ``--secure-cookies`` behind an HTTPS proxy, or ``--insecure-
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -55,6 +56,36 @@ def register(sub: Any) -> None:
         " the sign-in throttle or forge the audit log's client address)",
     )
     p.set_defaults(handler=run)
+
+
+def deadline_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, with a deadline: a connection that has not sent a request's whole
+    headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed,
+    so clients that trickle header bytes (slowloris) or send nothing hold no connection for long.
+    The body's own deadline is the console's (``Guard``)."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    from tether.console._app import REQUEST_DEADLINE
+
+    class Deadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def _arm(self) -> None:
+            waiting = self.cycle  # a new request's headers replace it
+
+            def expire() -> None:
+                if self.cycle is waiting and not self.transport.is_closing():
+                    self.transport.close()
+
+            self.loop.call_later(REQUEST_DEADLINE, expire)
+
+    return Deadline
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     uvicorn.run(
         app, host=args.host, port=args.port, log_level="warning", server_header=False,
-        proxy_headers=bool(args.trusted_proxy), forwarded_allow_ips=args.trusted_proxy or None,
+        http=deadline_protocol(), proxy_headers=bool(args.trusted_proxy),
+        forwarded_allow_ips=args.trusted_proxy or None,
     )  # fmt: skip
     return 0
