@@ -85,16 +85,26 @@ class Throttle:
     def blocked(self, name: str, client: str) -> bool:
         return any(len(self._recent(k)) >= self.limits[k[0]] for k in self._keys(name, client))
 
-    def failed(self, name: str, client: str) -> None:
+    def attempt(self, name: str, client: str) -> float | None:
+        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (so many
+        attempts sent at once cannot all pass the check before any has failed); ``None`` when
+        blocked. Check and count happen together, with no await between them."""
+        if self.blocked(name, client):
+            return None
         if len(self._failures) > 50_000:  # bounded memory: drop what has expired
             for key in list(self._failures):
                 self._recent(key)
         now = time.monotonic()
         for key in self._keys(name, client):
             self._failures.setdefault(key, []).append(now)
+        return now
 
-    def succeeded(self, name: str, client: str) -> None:
+    def succeeded(self, name: str, client: str, at: float) -> None:
+        """The attempt reserved at ``at`` signed in: it is no failure, and the pair starts afresh."""
         self._failures.pop(("pair", f"{name}\x00{client}"), None)
+        for key in self._keys(name, client):
+            if at in self._failures.get(key, []):
+                self._failures[key].remove(at)
 
 
 def page_routes(console: Console) -> list[Route]:
@@ -216,7 +226,7 @@ class _Pages:
             client = request.client.host if request.client else ""
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
-            elif self.throttle.blocked(name, client):
+            elif (at := self.throttle.attempt(name, client)) is None:
                 self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
@@ -227,11 +237,10 @@ class _Pages:
                         self.sources.users.authenticate, name, form_value(form, "password", 1024)
                     )
                 except AuthError:
-                    self.throttle.failed(name, client)
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
                     error, status = "Wrong user name or password.", 401
                 else:
-                    self.throttle.succeeded(name, client)
+                    self.throttle.succeeded(name, client, at)
                     self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
                     self.gate.start_session(done, name)
