@@ -95,7 +95,7 @@ def verify_secret(secret: str, stored: str) -> bool:
 
 @functools.cache
 def _dummy_hash(n: int) -> str:
-    """Verified against when the user or token does not exist, at the store's own cost ``n``,
+    """Verified against when the user does not exist, at the store's own cost ``n``,
     so a wrong name costs the same as a wrong password (no timing tells which names exist)."""
     return hash_secret(secrets.token_hex(16), n=n)
 
@@ -344,7 +344,9 @@ class UserStore:
             (match.group(1),),
         )
         if not rows:
-            verify_secret(secret, _dummy_hash(self.scrypt_n))
+            # No stand-in hash here (sign-in has one): a token's id is no secret, so telling an
+            # unknown one apart costs an attacker nothing, and hashing each made-up token would
+            # let a flood of them take the CPU from every request.
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
         if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
