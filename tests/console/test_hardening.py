@@ -174,3 +174,51 @@ def test_a_huge_argument_is_shown_cut_with_its_length(world: World) -> None:
     assert stored.content_hash in page.text  # what is approved is still the whole stored value
     short = world.clients["ana"].get(f"/approvals/{world.proposal_a}").text
     assert "cut: showing" not in short
+
+
+def test_a_made_up_token_costs_no_hash_and_a_real_one_still_works(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flood of made-up bearer tokens must not cost a password hash each (it would take the
+    CPU from every other request); a real token, and a wrong secret under a real id, are still
+    verified."""
+    from tether.console import _users
+
+    assert world.sources is not None
+    users = world.sources.users
+    secret, info = users.create_token("ana", label="ci")
+    hashed: list[str] = []
+    verify = _users.verify_secret
+
+    def counting(candidate: str, stored: str) -> bool:
+        hashed.append(candidate)
+        return verify(candidate, stored)
+
+    monkeypatch.setattr(_users, "verify_secret", counting)
+    anon = world.clients["anonymous"]
+    made_up = [f"{_users.TOKEN_PREFIX}{i:012x}_{'A' * 43}" for i in range(20)]
+    for token in made_up:
+        assert anon.get("/api/approvals", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+    assert hashed == []
+    wrong = f"{_users.TOKEN_PREFIX}{info.id}_{'B' * 43}"
+    assert anon.get("/api/approvals", headers={"Authorization": f"Bearer {wrong}"}).status_code == 401
+    assert hashed == [wrong]
+    assert anon.get("/api/approvals", headers={"Authorization": f"Bearer {secret}"}).status_code == 200
+
+
+def test_an_allowed_host_given_with_its_port_is_allowed_and_a_non_host_is_refused_at_start() -> None:
+    from starlette.responses import PlainTextResponse as Text
+
+    from tether.console._app import LOOPBACK_HOSTS, Guard
+    from tether.errors import ConfigError
+
+    guard = Guard(Text("ok"), [*LOOPBACK_HOSTS, "Console.Example:443", "[::2]:8700"])
+    client = TestClient(guard, base_url="http://console.example")
+    assert client.get("/", headers={"host": "console.example"}).text == "ok"
+    assert client.get("/", headers={"host": "console.example:8443"}).text == "ok"
+    assert client.get("/", headers={"host": "[::2]"}).text == "ok"
+    assert client.get("/", headers={"host": "127.0.0.1:8700"}).text == "ok"
+    assert client.get("/", headers={"host": "evil.example"}).status_code == 421
+    for bad in ("https://console.example/", "console.example:443@evil", ""):
+        with pytest.raises(ConfigError, match="not a host name"):
+            Guard(Text("ok"), [bad])

@@ -19,6 +19,7 @@ from tether.console._render import environment
 from tether.console._sources import ConsoleSources
 from tether.console._users import CLIENT
 from tether.console._web import Gate
+from tether.errors import ConfigError
 
 __all__ = ["LOOPBACK_HOSTS", "REQUEST_DEADLINE", "Console", "create_app"]
 
@@ -79,7 +80,13 @@ class Guard:
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
-        self.allowed_hosts = frozenset(h.strip().lower().strip("[]") for h in allowed_hosts)
+        # Each entry read as a Host header is (a name or address, an optional port): an entry
+        # with a port (``console.example:443``) allows its name; one that is no host at all is
+        # a configuration error, not a name that never matches.
+        names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
+        if bad := [entry for entry, name in names.items() if not name]:
+            raise ConfigError(f"not a host name or address: {', '.join(map(repr, bad))}")
+        self.allowed_hosts = frozenset(names.values())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

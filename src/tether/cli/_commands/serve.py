@@ -134,7 +134,11 @@ def run(args: argparse.Namespace) -> int:
     hosts = [*LOOPBACK_HOSTS, *args.allowed_host]
     if args.host not in ("0.0.0.0", "::"):
         hosts.append(args.host)
-    app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
+    try:
+        app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
+    except TetherError as err:  # an --allowed-host that names no host
+        print(f"tether serve: {err}", file=sys.stderr)
+        return 1
     if not sources.users.has_users():
         print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
