@@ -259,6 +259,29 @@ def test_a_path_that_is_not_a_sqlite_file_is_a_configuration_error_naming_it(tmp
     assert (tmp_path / "approvals.db").exists()
 
 
+async def test_a_new_store_file_is_readable_by_its_owner_alone_and_an_existing_one_keeps_its_mode(
+    tmp_path: Path,
+) -> None:
+    # A store holds password and token hashes, proposals and checkpoints: a new file (and the
+    # -wal and -shm files SQLite makes beside it) is 0600 whatever the umask; a file the
+    # operator made keeps the mode they gave it. Both still work as stores.
+    SqliteApprovalStore(tmp_path / "approvals.db").close()
+    db = Database.sqlite(tmp_path / "approvals.db")
+    await db.write(lambda conn: conn.exec_driver_sql("CREATE TABLE probe (x INTEGER)"))
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("approvals.db")]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in files}
+    assert len(modes) == 3, modes  # the file, its -wal and its -shm, while it is open
+    db.close()
+    assert modes["approvals.db"] == 0o600 and set(modes.values()) == {0o600}, modes
+    shared = tmp_path / "shared.db"
+    shared.touch(mode=0o640)
+    shared.chmod(0o640)
+    pins = PinStore(shared)
+    await pins.pins("s")
+    pins.close()
+    assert shared.stat().st_mode & 0o777 == 0o640
+
+
 async def test_a_store_closes_only_the_database_it_opened(tmp_path: Path) -> None:
     shared = Database.sqlite(tmp_path / "shared.db")
     pins, pauses = PinStore(shared), PauseStore(shared)  # a deployment's stores on one database

@@ -33,7 +33,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, Concatenate, Literal, ParamSpec, TypeVar
@@ -109,6 +109,14 @@ def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) ->
     return anyio.run(functools.partial(fn, *args, **kw))
 
 
+def _create_private(file: Path) -> None:
+    """A new database file readable by its owner alone (it holds password and token hashes,
+    proposals, checkpoints); SQLite gives its -wal and -shm files the same mode. A file that
+    exists keeps the mode its operator gave it."""
+    with suppress(FileExistsError):
+        os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+
+
 class Database:
     """One SQLite file (``Database.sqlite``) or one PostgreSQL database and schema
     (``Database.postgresql``), its migrations, and a pool of identically configured connections.
@@ -145,6 +153,7 @@ class Database:
         if file.is_dir():
             raise ConfigError(f"{file} is a folder, not a SQLite database file")
         file.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(file)
         engine = create_engine(
             f"sqlite:///{file}",
             poolclass=QueuePool,
