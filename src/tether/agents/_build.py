@@ -4,16 +4,16 @@ public API (``build_agent``). The file itself is read and checked by ``tether.ag
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from tether.agents._file import AgentFile, _import, _python_path, mcp_config
 from tether.agents._spec import (
+    _IMPORT_PATH,
     SCRIPTED,
     BackendSpec,
     MemorySpec,
@@ -221,6 +221,9 @@ def local_tool_names(af: AgentFile) -> list[str]:
     return [t.name for t in _local_tools(af)]
 
 
+_TOOL_OPTIONS = {"name", "egress_argument", "timeout_s", "needs_approval"}
+
+
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
     """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
     from tether.tools._contract import Tool, ToolOptions
@@ -232,16 +235,9 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
         where = f"{af.label()}: tools[{i}] ({ref.function})"
         found = _import(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
+        # The entry's fields that are also tool options, where it sets them.
+        options = cast(ToolOptions, ref.model_dump(include=_TOOL_OPTIONS, exclude_none=True))
         for item in items:
-            options: ToolOptions = {}
-            if ref.name is not None:
-                options["name"] = ref.name
-            if ref.egress_argument is not None:
-                options["egress_argument"] = ref.egress_argument
-            if ref.timeout_s is not None:
-                options["timeout_s"] = ref.timeout_s
-            if ref.needs_approval is not None:
-                options["needs_approval"] = ref.needs_approval
             try:
                 if isinstance(item, Tool):
                     declared = ref.effect or spec.policy.effects.get(ref.name or item.name)
@@ -545,7 +541,7 @@ def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
 
 
 def _hook(af: AgentFile, where: str, ref: str) -> Any:
-    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", ref):
+    if not _IMPORT_PATH.match(ref):
         raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
     found = _import(ref, f"{af.label()}: {where}")
     if not callable(found):
