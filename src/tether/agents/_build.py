@@ -436,11 +436,7 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
 
     data: dict[str, Any] = spec.model_dump(exclude={"file", "mode"})
     if spec.file is not None:
-        path = af.resolve(spec.file)
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{af.label()}: policy.provenance.file {spec.file}: {err}") from None
+        loaded = _yaml_file(af.resolve(spec.file), f"{af.label()}: policy.provenance.file {spec.file}") or {}
         if not isinstance(loaded, dict) or set(loaded) - {"trust", "tools", "directory", "own"}:
             raise ConfigError(
                 f"{af.label()}: policy.provenance.file {spec.file}: a mapping of trust, tools, directory, own"
@@ -490,10 +486,7 @@ def _catalog(af: AgentFile) -> Any:
     entries: Any = p.catalog
     if p.catalog_file is not None:
         path = af.resolve(p.catalog_file)
-        try:
-            entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{af.label()}: policy.catalog_file: cannot read {path}: {err}") from None
+        entries = _yaml_file(path, f"{af.label()}: policy.catalog_file: cannot read {path}")
         valid = isinstance(entries, dict) and all(
             isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
             for ids in entries.values()
@@ -507,6 +500,13 @@ def _catalog(af: AgentFile) -> Any:
     from tether.policy._trusted import DictCatalog
 
     return DictCatalog(entries)
+
+
+def _yaml_file(path: Path, where: str) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _memory(af: AgentFile, m: MemorySpec) -> Any:

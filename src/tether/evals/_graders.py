@@ -299,15 +299,18 @@ def groundedness(answer: str | None, evidence: Sequence[str], *, minimum: float 
         missing = [f for f in facts if not _fact_in(f, text)]
         if missing:
             unsupported.append({"sentence": s, "missing": missing})
-    score = (len(sentences) - len(unsupported)) / len(sentences)
-    passed = score >= minimum - 1e-9
-    detail = f"{len(sentences) - len(unsupported)}/{len(sentences)} sentences supported"
+    return _grounded(
+        {"sentences": len(sentences), "unsupported": unsupported, "unchecked": unchecked}, minimum
+    )
+
+
+def _grounded(data: dict[str, Any], minimum: float, note: str = "") -> Grade:
+    """The groundedness grade of ``data``: the share of its sentences not listed unsupported."""
+    n = data["sentences"]
+    supported = n - len(data["unsupported"])
+    score = supported / n
     return Grade(
-        "groundedness",
-        passed,
-        score,
-        detail,
-        {"sentences": len(sentences), "unsupported": unsupported, "unchecked": unchecked},
+        "groundedness", score >= minimum - 1e-9, score, f"{supported}/{n} sentences supported{note}", data
     )
 
 
@@ -367,15 +370,7 @@ async def grade_groundedness(
             continue
         if not await judge.supported(s, text):
             unsupported.append({"sentence": s, "missing": [], "judge": judge.name})
-    n = grade.data["sentences"]
-    score = (n - len(unsupported)) / n
-    return Grade(
-        "groundedness",
-        score >= minimum - 1e-9,
-        score,
-        f"{n - len(unsupported)}/{n} sentences supported (judge {judge.name})",
-        {**grade.data, "unsupported": unsupported},
-    )
+    return _grounded({**grade.data, "unsupported": unsupported}, minimum, f" (judge {judge.name})")
 
 
 def evidence_of(result: RunResult, specs: Iterable[ToolSpec] = (), extra: Iterable[str] = ()) -> list[str]:
