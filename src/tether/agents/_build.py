@@ -373,18 +373,14 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
         ToolSearchConfig,
     )
 
+    # The specs of status, compression and tool search are their configs' fields, field for field.
     status = None
     if c.status:
         s = c.status if isinstance(c.status, StatusSpec) else StatusSpec()
-        status = StatusConfig(strategy=s.strategy, todo=s.todo, show_time=s.show_time)
+        status = StatusConfig(**s.model_dump())
     compression = CompressionConfig()
     if c.compression is not None:
-        compression = CompressionConfig(
-            strategy=c.compression.strategy,
-            window_tokens=c.compression.window_tokens,
-            trigger=c.compression.trigger,
-            result_budget_chars=c.compression.result_budget_chars,
-        )
+        compression = CompressionConfig(**c.compression.model_dump())
     skills = None
     if c.skills is not None:
         folder = af.resolve(c.skills.dir)
@@ -392,9 +388,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
             raise ConfigError(f"{af.label()}: context.skills.dir: {folder} is not a folder")
         skills = SkillLibrary()
         skills.add_folder(folder, trusted=c.skills.trusted, approved=c.skills.approved)
-    search = None
-    if c.tool_search is not None:
-        search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
+    search = ToolSearchConfig(**c.tool_search.model_dump()) if c.tool_search is not None else None
     subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
     if dup := repeated(sub.name for sub in c.subagents):
         raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
