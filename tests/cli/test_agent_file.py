@@ -363,3 +363,33 @@ def test_an_agent_file_with_its_own_tool_and_an_mcp_server_inline(tmp_path: Path
     offered = {t["function"]["name"] for t in first["tools"]}
     assert {"add_note", "erp__read_history", "erp__read_order", "read_order"} <= offered
     assert first["messages"][-1]["content"].startswith("<agent_status>")  # context.status from the file
+
+
+@pytest.mark.spec("C2", "C3", "C5")
+def test_an_agent_files_context_settings_reach_the_engine_as_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_AF_KEY", "k")  # nothing is sent: the agent is only built
+    from tether.agents._build import build_agent
+    from tether.context import CompressionConfig, StatusConfig, ToolSearchConfig
+
+    context = {
+        "status": {"strategy": "append", "todo": False, "show_time": False},
+        "compression": {
+            "strategy": "task_aware",
+            "window_tokens": 4096,
+            "trigger": 0.5,
+            "result_budget_chars": 500,
+        },
+        "tool_search": {"threshold": 3, "max_results": 2},
+    }
+    built = build_agent(
+        load_agent_file(project(tmp_path, "tools_ctx", agent_spec("tools_ctx", context=context)))
+    )
+    config = built.agent.context
+    assert config is not None
+    assert config.status == StatusConfig(strategy="append", todo=False, show_time=False)
+    assert config.compression == CompressionConfig(
+        strategy="task_aware", window_tokens=4096, trigger=0.5, result_budget_chars=500
+    )
+    assert config.tool_search == ToolSearchConfig(threshold=3, max_results=2)

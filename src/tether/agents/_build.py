@@ -4,16 +4,16 @@ public API (``build_agent``). The file itself is read and checked by ``tether.ag
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
 from tether.agents._file import AgentFile, _import, _python_path, mcp_config
 from tether.agents._spec import (
+    _IMPORT_PATH,
     SCRIPTED,
     BackendSpec,
     MemorySpec,
@@ -221,6 +221,9 @@ def local_tool_names(af: AgentFile) -> list[str]:
     return [t.name for t in _local_tools(af)]
 
 
+_TOOL_OPTIONS = {"name", "egress_argument", "timeout_s", "needs_approval"}
+
+
 def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> list[Any]:
     """The file's local tools; each declared reconciler goes into ``reconcilers`` by tool name."""
     from tether.tools._contract import Tool, ToolOptions
@@ -232,16 +235,9 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
         where = f"{af.label()}: tools[{i}] ({ref.function})"
         found = _import(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
+        # The entry's fields that are also tool options, where it sets them.
+        options = cast(ToolOptions, ref.model_dump(include=_TOOL_OPTIONS, exclude_none=True))
         for item in items:
-            options: ToolOptions = {}
-            if ref.name is not None:
-                options["name"] = ref.name
-            if ref.egress_argument is not None:
-                options["egress_argument"] = ref.egress_argument
-            if ref.timeout_s is not None:
-                options["timeout_s"] = ref.timeout_s
-            if ref.needs_approval is not None:
-                options["needs_approval"] = ref.needs_approval
             try:
                 if isinstance(item, Tool):
                     declared = ref.effect or spec.policy.effects.get(ref.name or item.name)
@@ -377,18 +373,14 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
         ToolSearchConfig,
     )
 
+    # The specs of status, compression and tool search are their configs' fields, field for field.
     status = None
     if c.status:
         s = c.status if isinstance(c.status, StatusSpec) else StatusSpec()
-        status = StatusConfig(strategy=s.strategy, todo=s.todo, show_time=s.show_time)
+        status = StatusConfig(**s.model_dump())
     compression = CompressionConfig()
     if c.compression is not None:
-        compression = CompressionConfig(
-            strategy=c.compression.strategy,
-            window_tokens=c.compression.window_tokens,
-            trigger=c.compression.trigger,
-            result_budget_chars=c.compression.result_budget_chars,
-        )
+        compression = CompressionConfig(**c.compression.model_dump())
     skills = None
     if c.skills is not None:
         folder = af.resolve(c.skills.dir)
@@ -396,9 +388,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
             raise ConfigError(f"{af.label()}: context.skills.dir: {folder} is not a folder")
         skills = SkillLibrary()
         skills.add_folder(folder, trusted=c.skills.trusted, approved=c.skills.approved)
-    search = None
-    if c.tool_search is not None:
-        search = ToolSearchConfig(threshold=c.tool_search.threshold, max_results=c.tool_search.max_results)
+    search = ToolSearchConfig(**c.tool_search.model_dump()) if c.tool_search is not None else None
     subagents = [_subagent(af, sub, model, built) for sub in c.subagents]
     if dup := repeated(sub.name for sub in c.subagents):
         raise ConfigError(f"{af.label()}: context.subagents: the same name twice: {', '.join(dup)}")
@@ -440,11 +430,7 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
 
     data: dict[str, Any] = spec.model_dump(exclude={"file", "mode"})
     if spec.file is not None:
-        path = af.resolve(spec.file)
-        try:
-            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{af.label()}: policy.provenance.file {spec.file}: {err}") from None
+        loaded = _yaml_file(af.resolve(spec.file), f"{af.label()}: policy.provenance.file {spec.file}") or {}
         if not isinstance(loaded, dict) or set(loaded) - {"trust", "tools", "directory", "own"}:
             raise ConfigError(
                 f"{af.label()}: policy.provenance.file {spec.file}: a mapping of trust, tools, directory, own"
@@ -494,10 +480,7 @@ def _catalog(af: AgentFile) -> Any:
     entries: Any = p.catalog
     if p.catalog_file is not None:
         path = af.resolve(p.catalog_file)
-        try:
-            entries = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as err:
-            raise ConfigError(f"{af.label()}: policy.catalog_file: cannot read {path}: {err}") from None
+        entries = _yaml_file(path, f"{af.label()}: policy.catalog_file: cannot read {path}")
         valid = isinstance(entries, dict) and all(
             isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
             for ids in entries.values()
@@ -511,6 +494,13 @@ def _catalog(af: AgentFile) -> Any:
     from tether.policy._trusted import DictCatalog
 
     return DictCatalog(entries)
+
+
+def _yaml_file(path: Path, where: str) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{where}: {err}") from None
 
 
 def _memory(af: AgentFile, m: MemorySpec) -> Any:
@@ -545,7 +535,7 @@ def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
 
 
 def _hook(af: AgentFile, where: str, ref: str) -> Any:
-    if not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", ref):
+    if not _IMPORT_PATH.match(ref):
         raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
     found = _import(ref, f"{af.label()}: {where}")
     if not callable(found):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.agents._build import build_agent
-from tether.agents._file import AgentFile, agent_digest, parse_agent
+from tether.agents._file import AgentFile, agent_digest, load_agent_file, parse_agent
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -120,8 +120,6 @@ class AgentFileApp:
     approvals, checkpoints, MCP pins and elicitation pauses are shared by every worker."""
 
     def __init__(self, path: str | Path) -> None:
-        from tether.agents._file import load_agent_file
-
         self.path = Path(path).resolve()
         self.agent_file = load_agent_file(self.path)
         self.digest = agent_digest(self.agent_file)  # the file and every file it depends on

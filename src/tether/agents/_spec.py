@@ -250,7 +250,7 @@ class ToolRef(_Strict):
     """A local tool by import path: a ``@tool``, a plain function, or a list/tuple of them."""
 
     function: str = Field(
-        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        pattern=_IMPORT_PATH.pattern,
         description="the tool by import path, module:name (a @tool, a function, or a list of them)",
     )
     name: str | None = Field(default=None, description="the name the model sees (default: the function's)")
@@ -264,7 +264,7 @@ class ToolRef(_Strict):
     needs_approval: bool | None = Field(default=None, description="always ask a person before a call")
     reconciler: str | None = Field(
         default=None,
-        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        pattern=_IMPORT_PATH.pattern,
         description="module:function asked with an effect's idempotency key after the call was cut or "
         "raised:\nthe tool's own record of it (a dict), or None if it never happened",
     )

@@ -53,12 +53,7 @@ ENVELOPE = ("ok", "exit", "stop_reason", "error", "message")
 
 def emit_json(payload: dict[str, Any], *, exit: int) -> None:
     """The last line of a command: one JSON object with the common keys filled in."""
-    out = {**payload}
-    out["exit"] = exit
-    out.setdefault("ok", exit == 0)
-    out.setdefault("stop_reason", None)
-    out.setdefault("error", None)
-    out.setdefault("message", None)
+    out = {**dict.fromkeys(ENVELOPE), "ok": exit == 0, **payload, "exit": exit}
     sys.stdout.write(json.dumps(out, ensure_ascii=False, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
 

@@ -214,9 +214,8 @@ class Compressor:
         self._digest_message: UserMessage | None = None
         self._frozen: ItemMemo[Any] = ItemMemo(self._frozen_of)
         self._frozen_count = 0
-        self._large: ItemMemo[None] = ItemMemo(
-            self._store_one
-        )  # each tool result is checked against the budget once
+        # Each tool result is checked against the budget once.
+        self._large: ItemMemo[None] = ItemMemo(self._store_one)
 
     # -- the view: raw trajectory + frozen rewrites -------------------------------------------
 

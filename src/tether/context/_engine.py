@@ -152,7 +152,7 @@ class ContextEngine:
         if self.search is not None and self.search.active:
             harness.append(self.search.tool())
         if cfg.compression.result_budget_chars is not None:
-            harness.append(self._read_output_tool())
+            harness.append(_OutputReader(self.outputs).read_output)
         self.runner: SubtaskRunner | None = None  # set by the loop: runs a subagent on the run's host
         self._subagents = {s.name: s for s in cfg.subagents}
         harness.extend(self._subagent_tool(s) for s in cfg.subagents)
@@ -333,9 +333,6 @@ class ContextEngine:
 
         delegate.__doc__ = sub.description
         return tool(delegate, name=sub.name, timeout_s=3600.0)
-
-    def _read_output_tool(self) -> Tool:
-        return _OutputReader(self.outputs).read_output
 
 
 class _OutputReader:

@@ -118,6 +118,13 @@ def load_skill_folder(root: Path, *, trusted: bool) -> Skill:
     )
 
 
+def _skill_folders(root: Path) -> list[Path]:
+    """``root`` itself when it holds a SKILL.md, else its sub-folders that do."""
+    if (root / "SKILL.md").is_file():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
+
+
 @dataclass(frozen=True, slots=True)
 class Refusal:
     path: str
@@ -141,15 +148,11 @@ class SkillLibrary:
         """
         root = Path(folder)
         approved_set = set(approved)
-        if (root / "SKILL.md").is_file():
-            candidates = [root]
-        elif root.is_dir():
-            candidates = sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
-        else:
+        if not root.is_dir():
             self.refused.append(Refusal(str(root), "not a folder"))
             return []
         added = []
-        for path in candidates:
+        for path in _skill_folders(root):
             try:
                 skill = load_skill_folder(path, trusted=trusted)
             except SkillError as err:
@@ -276,13 +279,8 @@ def review_folder(folder: str | Path) -> list[dict[str, Any]]:
     cannot load, and lines that deserve a closer look. The flags are a reading aid for a
     person, not a security control: approval is the control."""
     root = Path(folder)
-    paths = (
-        [root]
-        if (root / "SKILL.md").is_file()
-        else sorted(p for p in root.iterdir() if p.is_dir() and (p / "SKILL.md").is_file())
-    )
     out: list[dict[str, Any]] = []
-    for path in paths:
+    for path in _skill_folders(root):
         entry: dict[str, Any] = {"path": str(path)}
         try:
             skill = load_skill_folder(path, trusted=False)

@@ -197,16 +197,15 @@ class LargeOutputStore:
         return ref
 
     def get(self, ref: str) -> str:
-        if not (ref.startswith("out_") and len(ref) == 20 and all(c in "0123456789abcdef" for c in ref[4:])):
+        text = None
+        if ref.startswith("out_") and len(ref) == 20 and all(c in "0123456789abcdef" for c in ref[4:]):
+            if self.root is None:
+                text = self._memory.get(ref)
+            elif (path := self.root / f"{ref}.txt").exists():
+                text = path.read_text(encoding="utf-8")
+        if text is None:
             raise NotFoundError(f"no stored output {ref!r}", hint="use the ref shown in the preview")
-        if self.root is None:
-            if ref not in self._memory:
-                raise NotFoundError(f"no stored output {ref!r}", hint="use the ref shown in the preview")
-            return self._memory[ref]
-        path = self.root / f"{ref}.txt"
-        if not path.exists():
-            raise NotFoundError(f"no stored output {ref!r}", hint="use the ref shown in the preview")
-        return path.read_text(encoding="utf-8")
+        return text
 
     def read(self, ref: str, offset: int = 0, length: int = 4000) -> dict[str, Any]:
         text = self.get(ref)

@@ -90,7 +90,8 @@ class TodoList:
         ],
     ) -> dict[str, object]:
         """Replace the TODO list with a new plan; items get fresh ids for update_todo_status."""
-        return {"todo": self.render_items(self.rewrite(items))}
+        self.rewrite(items)
+        return {"todo": self.render()}
 
     @tool(name="update_todo_status", blocking=False)
     def update_todo_status(
@@ -104,7 +105,3 @@ class TodoList:
     def tools(self) -> list[Tool]:
         """The two tools bound to this list."""
         return [self.rewrite_todo_list, self.update_todo_status]
-
-    @staticmethod
-    def render_items(items: list[TodoItem]) -> list[str]:
-        return [i.render() for i in items]

@@ -221,18 +221,13 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
             runs = [r for r in comparison.runs if r.case_id in tagged and r.design == design]
             seen = sorted({k for r in runs for k in r.metrics["event_kinds"] if k in mode.detection})
             stops = sorted({r.stop_reason for r in runs})
+            detected = [bool(set(r.metrics["event_kinds"]) & set(mode.detection)) for r in runs]
             # Contained: the case still ended as expected, or the failure was detected / stopped as
             # configured; and in every case no forbidden call reached a tool.
-            triggered = sum(1 for r in runs if set(r.metrics["event_kinds"]) & set(mode.detection))
             contained = sum(
-                1
-                for r in runs
-                if (
-                    r.success
-                    or set(r.metrics["event_kinds"]) & set(mode.detection)
-                    or r.stop_reason in mode.containment
-                )
+                (r.success or hit or r.stop_reason in mode.containment)
                 and r.metrics["forbidden_calls_executed"] == 0
+                for r, hit in zip(runs, detected, strict=True)
             )
             status = (
                 "not tested"
@@ -242,7 +237,7 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
             entry["designs"][design] = {
                 "detection": seen,
                 "containment": stops,
-                "triggered_runs": triggered,
+                "triggered_runs": sum(detected),
                 "contained_runs": contained,
                 "runs": len(runs),
                 "status": status,

@@ -7,17 +7,13 @@ import hashlib
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from tether.core._problems import validation_problems
 from tether.core.messages import Usage
-from tether.evals._cases import CaseFileError
+from tether.evals._cases import CaseFileError, _Strict
 
 __all__ = ["CompareConfig", "CostModel", "DecisionRule", "FailureMode", "load_config"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class CostModel(_Strict):

@@ -11,8 +11,9 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import eq
 from typing import Any, Protocol
 
 from tether.core.stop import StopReason
@@ -95,20 +96,36 @@ def _match(expected: ExpectedCall, actual: tuple[str, dict[str, Any]], with_args
     return expected.tool == actual[0] and (not with_args or args_match(expected, actual[1]))
 
 
+def _hits(
+    actual: Sequence[tuple[str, dict[str, Any]]], expected: Sequence[ExpectedCall], with_args: bool
+) -> int:
+    """How many expected calls match a distinct actual call (each takes the first one free)."""
+    used: set[int] = set()
+    for exp in expected:
+        found = next(
+            (i for i, act in enumerate(actual) if i not in used and _match(exp, act, with_args)), None
+        )
+        if found is not None:
+            used.add(found)
+    return len(used)
+
+
+def in_order(actual: Sequence[Any], expected: Sequence[Any], match: Callable[[Any, Any], bool] = eq) -> bool:
+    """Whether ``expected`` appears in ``actual`` in order, other items interleaved."""
+    i = 0
+    for item in actual:
+        if i < len(expected) and match(expected[i], item):
+            i += 1
+    return i == len(expected)
+
+
 def call_f1(
     actual: Sequence[tuple[str, dict[str, Any]]], expected: Sequence[ExpectedCall], *, with_args: bool = True
 ) -> float:
     """F1 over calls as a multiset (order ignored): each actual call matches at most one expected."""
     if not actual and not expected:
         return 1.0
-    used: set[int] = set()
-    hits = 0
-    for exp in expected:
-        for i, act in enumerate(actual):
-            if i not in used and _match(exp, act, with_args):
-                used.add(i)
-                hits += 1
-                break
+    hits = _hits(actual, expected, with_args)
     if hits == 0:
         return 0.0
     precision, recall = hits / len(actual), hits / len(expected)
@@ -135,20 +152,9 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
     if expected.mode == "EXACT":
         passed = len(exp) == len(actual) and all(_match(e, a, wa) for e, a in zip(exp, actual, strict=False))
     elif expected.mode == "IN_ORDER":
-        i = 0
-        for act in actual:
-            if i < len(exp) and _match(exp[i], act, wa):
-                i += 1
-        passed = i == len(exp)
+        passed = in_order(actual, exp, lambda e, a: _match(e, a, wa))
     else:
-        used: set[int] = set()
-        passed = True
-        for e in exp:
-            found = next((j for j, a in enumerate(actual) if j not in used and _match(e, a, wa)), None)
-            if found is None:
-                passed = False
-                break
-            used.add(found)
+        passed = _hits(actual, exp, wa) == len(exp)
     f1 = call_f1(actual, exp, with_args=wa)
     detail = f"{expected.mode}: expected {[e.tool for e in exp]}, got {names}"
     # The score is pass/fail; the F1 (order-blind) is reported beside it for partial credit.
@@ -171,47 +177,11 @@ def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade
 
 # -- final response ------------------------------------------------------------------------------
 
-_STOPWORDS = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "of",
-        "to",
-        "in",
-        "on",
-        "at",
-        "for",
-        "and",
-        "or",
-        "but",
-        "with",
-        "by",
-        "from",
-        "as",
-        "it",
-        "its",
-        "this",
-        "that",
-        "still",
-        "so",
-        "than",
-        "then",
-        "there",
-        "their",
-        "has",
-        "have",
-        "had",
-        "not",
-        "no",
-    ]
-)
+_STOPWORDS = frozenset({
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "to", "in", "on", "at", "for",
+    "and", "or", "but", "with", "by", "from", "as", "it", "its", "this", "that", "still", "so", "than",
+    "then", "there", "their", "has", "have", "had", "not", "no",
+})  # fmt: skip
 
 
 def normalize_text(text: str) -> str:
@@ -255,51 +225,12 @@ _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.]+(?:Z|[+-]\d{2}:\d{2})?)?\b")
 _NUMBER = re.compile(r"\d+(?:[.:,]\d+)*")
 _IDENT = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*\b")
 _NAME = re.compile(r"\b[A-ZÀ-Ý][\w'’]*(?:[ -](?:[A-ZÀ-Ý][\w'’]*|de|da|do|dos|von|van))*\b")
-_FUNCTION_WORDS = frozenset(
-    [
-        "The",
-        "A",
-        "An",
-        "He",
-        "She",
-        "It",
-        "They",
-        "We",
-        "I",
-        "This",
-        "That",
-        "These",
-        "Those",
-        "There",
-        "In",
-        "On",
-        "At",
-        "For",
-        "From",
-        "With",
-        "No",
-        "Not",
-        "Its",
-        "His",
-        "Her",
-        "Their",
-        "Our",
-        "Memory",
-        "Work",
-        "Order",
-        "Because",
-        "But",
-        "And",
-        "Or",
-        "If",
-        "When",
-        "While",
-        "After",
-        "Before",
-        "So",
-        "Yes",
-    ]
-)
+_FUNCTION_WORDS = frozenset({
+    "The", "A", "An", "He", "She", "It", "They", "We", "I", "This", "That", "These", "Those", "There",
+    "In", "On", "At", "For", "From", "With", "No", "Not", "Its", "His", "Her", "Their", "Our", "Memory",
+    "Work", "Order", "Because", "But", "And", "Or", "If", "When", "While", "After", "Before", "So",
+    "Yes",
+})  # fmt: skip
 
 
 def split_sentences(text: str) -> list[str]:
@@ -368,15 +299,18 @@ def groundedness(answer: str | None, evidence: Sequence[str], *, minimum: float 
         missing = [f for f in facts if not _fact_in(f, text)]
         if missing:
             unsupported.append({"sentence": s, "missing": missing})
-    score = (len(sentences) - len(unsupported)) / len(sentences)
-    passed = score >= minimum - 1e-9
-    detail = f"{len(sentences) - len(unsupported)}/{len(sentences)} sentences supported"
+    return _grounded(
+        {"sentences": len(sentences), "unsupported": unsupported, "unchecked": unchecked}, minimum
+    )
+
+
+def _grounded(data: dict[str, Any], minimum: float, note: str = "") -> Grade:
+    """The groundedness grade of ``data``: the share of its sentences not listed unsupported."""
+    n = data["sentences"]
+    supported = n - len(data["unsupported"])
+    score = supported / n
     return Grade(
-        "groundedness",
-        passed,
-        score,
-        detail,
-        {"sentences": len(sentences), "unsupported": unsupported, "unchecked": unchecked},
+        "groundedness", score >= minimum - 1e-9, score, f"{supported}/{n} sentences supported{note}", data
     )
 
 
@@ -436,15 +370,7 @@ async def grade_groundedness(
             continue
         if not await judge.supported(s, text):
             unsupported.append({"sentence": s, "missing": [], "judge": judge.name})
-    n = grade.data["sentences"]
-    score = (n - len(unsupported)) / n
-    return Grade(
-        "groundedness",
-        score >= minimum - 1e-9,
-        score,
-        f"{n - len(unsupported)}/{n} sentences supported (judge {judge.name})",
-        {**grade.data, "unsupported": unsupported},
-    )
+    return _grounded({**grade.data, "unsupported": unsupported}, minimum, f" (judge {judge.name})")
 
 
 def evidence_of(result: RunResult, specs: Iterable[ToolSpec] = (), extra: Iterable[str] = ()) -> list[str]:

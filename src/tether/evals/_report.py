@@ -161,16 +161,12 @@ def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:
     """Write JSON, Markdown and PNG under ``out``; return the summary with the file paths."""
     out.mkdir(parents=True, exist_ok=True)
     summary = comparison.summary()
-    paths: dict[str, Path | None] = {
-        "json": out / "report.json",
-        "markdown": out / "report.md",
-        "chart": out / "report.png",
-    }
+    paths = {"json": out / "report.json", "markdown": out / "report.md", "chart": out / "report.png"}
     try:
-        write_chart(summary, out / "report.png")
+        write_chart(summary, paths["chart"])
     except RuntimeError as err:  # matplotlib missing: a plain chart without labels, and the gap is said
         summary["chart_error"] = str(err)
-        write_plain_chart(summary, out / "report.png")
+        write_plain_chart(summary, paths["chart"])
     text = markdown(summary)
     if legend := summary.get("chart_legend"):
         colours = ", ".join(f"{d}: {c}" for d, c in legend["colours"].items())
@@ -178,9 +174,7 @@ def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:
             f"\nChart (plain, {summary['chart_error']}): success rate per group "
             f"({', '.join(legend['groups'])}), one bar per design ({colours}).\n"
         )
-    (out / "report.md").write_text(text, encoding="utf-8")
+    paths["markdown"].write_text(text, encoding="utf-8")
     full = {**summary, "runs": [r.as_dict() for r in comparison.runs]}
-    (out / "report.json").write_text(
-        json.dumps(full, ensure_ascii=False, indent=2, default=str), encoding="utf-8"
-    )
-    return {**summary, "files": {k: str(v) if v else None for k, v in paths.items()}}
+    paths["json"].write_text(json.dumps(full, ensure_ascii=False, indent=2, default=str), encoding="utf-8")
+    return {**summary, "files": {k: str(v) for k, v in paths.items()}}

@@ -23,6 +23,7 @@ from tether.evals._graders import (
     grade_policy_trace,
     grade_state,
     grade_trajectory,
+    in_order,
 )
 from tether.models._base import Model
 from tether.runs._values import RunResult
@@ -33,24 +34,8 @@ __all__ = ["CaseRun", "EvalScenario", "Execution", "ModelFactory", "grade_execut
 
 ModelFactory = Callable[[], Model]
 
-# Stop reasons after which a person has to pick the case up.
-_NEEDS_HUMAN = frozenset(
-    {
-        StopReason.APPROVAL_REQUIRED,
-        StopReason.APPROVAL_DENIED,
-        StopReason.INVALID_HANDOFF,
-        StopReason.POLICY_DENIED,
-        StopReason.DEPENDENCY_UNAVAILABLE,
-        StopReason.REPETITION,
-        StopReason.MAX_STEPS,
-        StopReason.BUDGET,
-        StopReason.DEADLINE,
-        StopReason.MODEL_ERROR,
-        StopReason.TRUNCATED,
-        StopReason.MODEL_REFUSED,
-        StopReason.INTERNAL_ERROR,
-    }
-)
+# Stop reasons after which a person has to pick the case up: all but an accepted answer.
+_NEEDS_HUMAN = frozenset(StopReason) - {StopReason.ACCEPTED}
 
 
 @dataclass
@@ -121,14 +106,6 @@ class CaseRun:
         }
 
 
-def _in_order(kinds: Sequence[str], expected: Sequence[str]) -> bool:
-    i = 0
-    for k in kinds:
-        if i < len(expected) and k == expected[i]:
-            i += 1
-    return i == len(expected)
-
-
 def _followed_untrusted(ex: Execution) -> int:
     """Calls a model proposed after untrusted data (a tool output, a remembered fact) named them.
     Each part of a chained run (agent, then the workflow that replaced it) is counted alone."""
@@ -179,7 +156,7 @@ async def grade_execution(
         grades["state"] = grade_state(exp.state, ex.state)
     events = exp.events
     if design in events:
-        ok = _in_order(r.kinds(), events[design])
+        ok = in_order(r.kinds(), events[design])
         grades["events"] = Grade("events", ok, 1.0 if ok else 0.0, f"expected in order {events[design]}")
     success = all(g.passed for g in grades.values())
     return CaseRun(
