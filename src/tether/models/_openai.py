@@ -48,7 +48,7 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
-from tether.models._backend import BackendOptions, OpenAIBackend, sse_data
+from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text, sse_data
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
@@ -265,12 +265,12 @@ class OpenAICompatible(OpenAIBackend):
             ToolCall(
                 id=str(c.get("id") or _call_id()),
                 name=str((c.get("function") or {}).get("name") or ""),
-                arguments=str((c.get("function") or {}).get("arguments") or ""),
+                arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
             for c in wire.get("tool_calls") or ()
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
-        content, finish = wire.get("content"), choice.get("finish_reason")
+        content, finish = _text(wire.get("content")), choice.get("finish_reason")
         if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
             content, finish = content or str(wire["refusal"]), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
@@ -307,6 +307,8 @@ class OpenAICompatible(OpenAIBackend):
                 delta = choice.get("delta") or {}
                 finish = choice.get("finish_reason") or finish
                 piece = delta.get("content")
+                if piece and not isinstance(piece, str):
+                    piece = _text(piece)  # a list of parts
                 if piece:
                     text.append(piece)
                     if on_delta is not None:
@@ -359,7 +361,20 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
         if on_delta is not None:
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
-        slot["arguments"].append(fn["arguments"])
+        slot["arguments"].append(arguments_text(fn["arguments"]))
+
+
+def _text(content: Any) -> str | None:
+    """A message's content as text: a string, or the text of a list of parts (``{"type":
+    "text", "text": ...}``, as some servers answer; parts of other kinds carry no answer)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if isinstance(content, list):
+        parts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, (str, dict))]
+        return "".join(p for p in parts if isinstance(p, str)) or None
+    return str(content)
 
 
 def _call_id() -> str:

@@ -299,8 +299,9 @@ class FakeChatServer:
     ) -> bool:
         """A 200 answer from its pieces (bytes, or ``Pause``), broken as ``reply.cut`` says."""
         broken = reply.cut is not None or any(isinstance(p, Pause) for p in pieces)
+        kind = reply.headers.get("content-type", kind)  # a server that mislabels its answer
         head = [f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\n"]
-        head += [f"{k}: {v}\r\n" for k, v in reply.headers.items()]
+        head += [f"{k}: {v}\r\n" for k, v in reply.headers.items() if k != "content-type"]
         if broken:  # a broken answer ends its connection: never reused for a retry
             head.append(CLOSE)
         if reply.gzip:

@@ -1,0 +1,379 @@
+"""Faults and quirks the fault table (``test_faults.py``) lacks, driven the way a user meets
+them: an agent file naming ``model.provider`` and ``tether run``, against a real server on
+127.0.0.1 speaking chat completions, the Anthropic Messages API or the OpenAI Responses API,
+streamed and whole, over each provider's default transport.
+
+Quirks a real server has that are no fault (``data:`` without its space, a byte-order mark,
+events after the terminal one, a server that keeps the body open after it, a JSON answer labelled
+``text/plain`` or a stream sent when none was asked for, tool arguments as an object, a tool
+input given whole in ``content_block_start``, tool-call indexes with gaps) end ``accepted``
+with the answer, exit 0. Faults (errors the table has no row for: 408, 409, 413, 422, 503 with
+an HTTP-date ``retry-after``, 504, an empty 200, 204, a ``gzip`` label on a plain body, a server
+that never answers, ``response.failed``, a ``null`` or ``pause_turn`` stop reason, a reasoning
+item with no message, a tool call cut at the token limit) end with a typed stop reason and a
+non-zero exit, never ``accepted``, and within the call's ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tether.cli import main
+from tether_testing.fake_server import FakeChatServer, Pause, Reply
+from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
+
+ANSWER = "Order 742 is open — awaiting part P-17 ✓"
+ORDER = ("read_order", '{"order_id": "742"}')
+SERVERS: dict[str, type[FakeChatServer]] = {
+    "openai-chat": FakeChatServer,
+    "openai-responses": FakeResponsesServer,
+    "anthropic": FakeAnthropicServer,
+}
+TOOLS = '''
+from typing import Annotated
+from pydantic import Field
+from tether import Effect, tool
+
+@tool(effect=Effect.READ)
+def read_order(order_id: Annotated[str, Field(description="Work order id, e.g. '742'.")]) -> dict:
+    """Read one work order."""
+    return {"order_id": order_id, "status": "open"}
+'''
+BOM = b"\xef\xbb\xbf"
+
+
+# -- how each protocol's events are written on the wire -------------------------------------
+
+
+def sse(provider: str, event: dict[str, Any], *, space: bool = True) -> bytes:
+    data = ("data: " if space else "data:") + json.dumps(event) + "\n\n"
+    head = "" if provider == "openai-chat" else f"event:{' ' if space else ''}{event.get('type')}\n"
+    return (head + data).encode()
+
+
+def terminal(provider: str) -> bytes:
+    """What a stream sends last, again: ``[DONE]`` or the protocol's own terminal event."""
+    if provider == "openai-chat":
+        return b"data: [DONE]\n\n"
+    if provider == "anthropic":
+        return sse(provider, {"type": "message_stop"})
+    return b""  # a Responses stream ends at its terminal event (its response is in it)
+
+
+def each_tool_arguments(items: list[Any], fn: Callable[[dict[str, Any]], None]) -> list[Any]:
+    """Call ``fn`` on every dict that carries a tool call's ``arguments`` (or Anthropic ``input``)."""
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if "arguments" in value or value.get("type") == "tool_use":
+                fn(value)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(items)
+    return items
+
+
+def arguments_as_object(items: list[Any]) -> list[Any]:
+    """Tool arguments sent as a JSON object, not a string holding one (Ollama and others)."""
+
+    def fix(d: dict[str, Any]) -> None:
+        if isinstance(d.get("arguments"), str) and d["arguments"].startswith("{"):
+            d["arguments"] = json.loads(d["arguments"])
+
+    return each_tool_arguments(items, fix)
+
+
+# -- the cases ----------------------------------------------------------------------------------
+
+Make = Callable[[str, bool], "list[Reply] | None"]  # (provider, stream) -> the replies, or None: n/a
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    replies: Make
+    ok: bool  # accepted with ANSWER, exit 0; else a typed stop, non-zero exit
+    said: tuple[str, ...] = ()  # pieces of the run's message when not ok ("gave up": retried)
+    modes: tuple[str, ...] = ("stream", "whole")
+    timeout_s: float = 3.0
+    force_stream: bool = False  # the server streams even when asked for a whole answer
+    ignore_stream: bool = False  # the server answers whole even when asked for a stream
+    stop: str | None = None  # the stop reason, when it is not model_error
+
+
+def good(**kw: Any) -> Make:
+    """A tool call, then the answer, each changed by ``kw`` (``edit`` gets the provider)."""
+    edit = kw.pop("edit", None)
+
+    def make(p: str, stream: bool) -> list[Reply]:
+        more = dict(kw, edit=(lambda items: edit(p, stream, items)) if edit else None)
+        return [Reply.calls(ORDER, **more), Reply.text(ANSWER, **more)]
+
+    return make
+
+
+def twice(make: Callable[[str, bool], Reply | None]) -> Make:
+    def replies(p: str, stream: bool) -> list[Reply] | None:
+        reply = make(p, stream)
+        return None if reply is None else [reply, reply, Reply.text(ANSWER)]
+
+    return replies
+
+
+def only(providers: tuple[str, ...], make: Make) -> Make:
+    return lambda p, stream: make(p, stream) if p in providers else None
+
+
+def no_space(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    return [sse(p, i, space=False) if isinstance(i, dict) else i.replace(b"data: ", b"data:") for i in items]
+
+
+def bom_first(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """A UTF-8 byte-order mark before the body; a chat stream with no role chunk, so its first
+    event carries text (an SSE reader must drop the mark, not the event)."""
+    if p == "openai-chat" and stream:
+        items = items[1:]
+    first = items[0]
+    return [BOM + (sse(p, first) if stream else json.dumps(first).encode()), *items[1:]]
+
+
+def after_terminal(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """The terminal event twice, then an event and a line that are not JSON."""
+    return [*items, terminal(p), sse(p, {"type": "ping"}), b"data: {not json\n\n"]
+
+
+def open_after_terminal(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Everything, then the body stays open past the call's timeout (a proxy that holds it)."""
+    return [*items, Pause(4)]
+
+
+def calls_with_index_gaps(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat tool-call deltas numbered from 3 (a server with its own numbering)."""
+    for item in items:
+        if isinstance(item, dict):
+            for choice in item.get("choices") or ():
+                for tc in (choice.get("delta") or {}).get("tool_calls") or ():
+                    tc["index"] = tc.get("index", 0) + 3
+    return items
+
+
+def input_in_block_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: the tool input whole in ``content_block_start``, no ``input_json_delta``."""
+    out = []
+    for item in items:
+        block = item.get("content_block") if isinstance(item, dict) else None
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            block["input"] = json.loads(ORDER[1])
+        if isinstance(item, dict) and (item.get("delta") or {}).get("type") == "input_json_delta":
+            continue
+        out.append(item)
+    return out
+
+
+def content_parts(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: the message's content as a list of text parts (as requests write it)."""
+    message = items[0]["choices"][0]["message"]
+    if message.get("content"):
+        message["content"] = [{"type": "text", "text": message["content"]}]
+    return items
+
+
+def failed(code: str, message: str) -> Callable[[str, bool], Reply]:
+    """A Responses answer that failed: ``response.failed`` (streamed) or status ``failed``."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        final = items[-1]["response"] if "response" in items[-1] else items[-1]
+        final.update(status="failed", output=[], error={"code": code, "message": message})
+        if "response" in items[-1]:
+            items[-1]["type"] = "response.failed"
+        return items
+
+    return lambda p, stream: Reply.text(ANSWER, edit=edit)
+
+
+def set_status(status: str, **more: Any) -> Callable[[list[Any]], list[Any]]:
+    def edit(items: list[Any]) -> list[Any]:
+        final = items[-1]["response"] if "response" in items[-1] else items[-1]
+        final.update(status=status, **more)
+        return items
+
+    return edit
+
+
+def reasoning_only(p: str, stream: bool) -> Reply:
+    """A turn that only thought: a reasoning item or thinking block, no text, no call."""
+    return Reply(reasoning="The order is open.")
+
+
+def anthropic_stop(value: str | None) -> Callable[[str, bool], Reply]:
+    def edit(items: list[Any]) -> list[Any]:
+        for item in items:
+            if item.get("type") == "message_delta":
+                item["delta"]["stop_reason"] = value
+            elif item.get("type") == "message" or "stop_reason" in item:
+                item["stop_reason"] = value
+        return items
+
+    return lambda p, stream: Reply.text(ANSWER, edit=edit)
+
+
+def error_status(status: int, body: bytes, **headers: str) -> Callable[[str, bool], Reply]:
+    return lambda p, stream: Reply(
+        status=status, body=body, headers={"content-type": "text/plain", **headers}
+    )
+
+
+def cut_tool_call(p: str, stream: bool) -> Reply:
+    """Text and a tool call whose arguments the token limit cut (complete JSON by chance: the
+    call must not run on the strength of it)."""
+    finish = {"openai-chat": "length", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}[p]
+    return Reply(
+        content="Let me read", tool_calls=(("read_order", '{"order_id": "7"}'),), finish_reason=finish
+    )
+
+
+CASES = [
+    # -- quirks: accepted with the same answer ----------------------------------------------
+    Case("sse_data_without_space", good(edit=no_space), True, modes=("stream",)),
+    Case("byte_order_mark_first", good(edit=bom_first), True),
+    Case("events_after_the_terminal_one", good(edit=after_terminal), True, modes=("stream",)),
+    Case("body_held_open_after_the_terminal_event", good(edit=open_after_terminal), True,
+         modes=("stream",), timeout_s=1.5),
+    Case("json_labelled_text_plain", good(headers={"content-type": "text/plain; charset=utf-8"}), True,
+         modes=("whole",)),
+    Case("whole_json_to_a_stream_request_labelled_text_plain",
+         good(headers={"content-type": "text/plain"}), True, modes=("stream",), ignore_stream=True),
+    Case("a_stream_to_a_whole_request", good(), True, modes=("whole",), force_stream=True),
+    Case("sse_labelled_text_plain", good(headers={"content-type": "text/plain"}), True, modes=("stream",)),
+    Case("no_content_type", good(headers={"content-type": ""}), True),
+    Case("tool_arguments_an_object", only(("openai-chat", "openai-responses"),
+         good(edit=lambda p, s, items: arguments_as_object(items))), True, modes=("whole",)),
+    Case("tool_call_indexes_with_gaps", only(("openai-chat",), good(edit=calls_with_index_gaps)), True,
+         modes=("stream",)),
+    Case("tool_input_whole_in_block_start", only(("anthropic",), good(edit=input_in_block_start)), True,
+         modes=("stream",)),
+    Case("content_as_text_parts", only(("openai-chat",), good(edit=content_parts)), True, modes=("whole",)),
+    # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Case("408_timeout", twice(error_status(408, b"Request Timeout")), False, ("HTTP 408", "gave up")),
+    Case("409_conflict", twice(error_status(409, b"")), False, ("HTTP 409", "gave up")),
+    Case("413_too_large", twice(error_status(413, b"Request Entity Too Large")), False, ("HTTP 413",)),
+    Case("422_unprocessable", twice(error_status(422, b'{"detail": "bad field"}')), False,
+         ("HTTP 422", "bad field")),
+    Case("503_retry_after_http_date", twice(error_status(
+        503, b"upstream connect error", **{"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})), False,
+         ("HTTP 503", "upstream connect error", "gave up")),
+    Case("504_empty_body", twice(error_status(504, b"")), False, ("HTTP 504", "empty body", "gave up")),
+    Case("empty_200", twice(lambda p, s: Reply.text(ANSWER, edit=lambda items: [b""])), False, ("gave up",)),
+    Case("no_content_204", twice(lambda p, s: Reply(status=204, body=b"")), False, ("gave up",)),
+    Case("gzip_label_on_a_plain_body", twice(lambda p, s: Reply.text(
+        ANSWER, headers={"content-encoding": "gzip"})), False, ("gave up",)),
+    Case("html_page_200", twice(lambda p, s: Reply.text(ANSWER, headers={"content-type": "text/html"},
+         edit=lambda items: [b"<html><title>Sign in</title></html>"])), False,
+         ("not a JSON object", "Sign in", "gave up")),
+    Case("dropped_before_headers", twice(lambda p, s: Reply(drop=True)), False, ("gave up",)),
+    Case("never_answers", twice(lambda p, s: Reply.text(ANSWER, delay_s=4)), False,
+         ("did not complete within 1s", "gave up"), timeout_s=1),
+    Case("reasoning_only", twice(lambda p, s: None if p == "openai-chat" else reasoning_only(p, s)),
+         False, ("neither text nor tool calls", "gave up")),
+    Case("response_failed_server_error", only(("openai-responses",), twice(
+        failed("server_error", "The model crashed"))), False, ("The model crashed", "gave up")),
+    Case("response_failed_invalid_prompt", only(("openai-responses",), twice(
+        failed("invalid_prompt", "Invalid prompt: flagged"))), False, ("invalid_prompt",)),
+    Case("response_incomplete_content_filter", only(("openai-responses",), twice(
+        lambda p, s: Reply.text(ANSWER, finish_reason="content_filter"))), False, ("content_filter",),
+         stop="model_refused"),
+    Case("response_status_cancelled", only(("openai-responses",), twice(
+        lambda p, s: Reply.text(ANSWER, edit=set_status("cancelled")))), False, ("cancelled",)),
+    Case("stop_reason_null", only(("anthropic",), twice(anthropic_stop(None))), False, ("None",)),
+    Case("stop_reason_pause_turn", only(("anthropic",), twice(anthropic_stop("pause_turn"))), False,
+         ("pause_turn",)),
+    Case("stop_reason_context_window_exceeded", only(("anthropic",), twice(anthropic_stop(
+        "model_context_window_exceeded"))), False, ("model_context_window_exceeded",), stop="truncated"),
+    Case("tool_call_cut_at_the_token_limit", twice(cut_tool_call), False, ("token limit",), stop="truncated"),
+]  # fmt: skip
+
+assert len({c.name for c in CASES}) == len(CASES)
+
+
+def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
+    (tmp_path / "tools_heldout24.py").write_text(TOOLS, encoding="utf-8")
+    spec = {
+        "name": "order-agent",
+        "instructions": "Answer from tool results only.",
+        "model": model,
+        "tools": ["tools_heldout24:read_order"],
+        "trace": {"dir": "traces"},
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return path
+
+
+def run_case(tmp_path: Path, provider: str, case: Case, mode: str) -> tuple[int, dict[str, Any], int, float]:
+    """``tether run --agent`` against the case's server: exit code, JSON summary, requests, seconds."""
+    replies = case.replies(provider, mode == "stream") or []
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        if case.force_stream:
+            request["stream"] = True
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    with SERVERS[provider](respond, ignore_stream=case.ignore_stream) as server:
+        model = {
+            "provider": provider,
+            "name": "m-1",
+            "base_url": server.url,
+            "timeout_s": case.timeout_s,
+            "max_retries": 1,
+            "streaming": mode == "stream",
+            "limits": {"deadline_s": 30},
+        }
+        path = write_agent(tmp_path, model)
+        out = io.StringIO()
+        started = time.monotonic()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
+        took = time.monotonic() - started
+        return code, json.loads(out.getvalue().strip().splitlines()[-1]), len(server.bodies()), took
+
+
+PARAMS = [
+    pytest.param(case, provider, mode, id=f"{case.name}-{provider}-{mode}")
+    for case in CASES
+    for provider in sorted(SERVERS)
+    for mode in case.modes
+    if case.replies(provider, mode == "stream") is not None  # the protocol can send it
+]
+
+
+@pytest.mark.parametrize(("case", "provider", "mode"), PARAMS)
+def test_a_held_out_fault_ends_honestly_and_a_quirk_is_accepted(
+    tmp_path: Path, case: Case, provider: str, mode: str
+) -> None:
+    code, out, requests, took = run_case(tmp_path, provider, case, mode)
+    if case.ok:
+        assert (code, out["stop_reason"], requests) == (0, "accepted", 2), out
+        assert out["answer"] == ANSWER and [c["status"] for c in out["calls"]] == ["ok"]
+        return
+    assert code != 0 and out["stop_reason"] == (case.stop or "model_error"), out
+    assert requests == (2 if "gave up" in case.said else 1)  # retried once, or final at once
+    for piece in case.said:
+        assert piece in out["message"], out["message"]
+    assert "Traceback" not in out["message"]
+    assert took < 2 * case.timeout_s + 5  # each try bounded by timeout_s, never the deadline
