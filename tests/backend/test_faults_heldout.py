@@ -22,6 +22,8 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
@@ -239,6 +241,10 @@ def error_status(status: int, body: bytes, **headers: str) -> Callable[[str, boo
     )
 
 
+def http_date(**ahead: float) -> str:
+    return format_datetime(datetime.now(UTC) + timedelta(**ahead), usegmt=True)
+
+
 def cut_tool_call(p: str, stream: bool) -> Reply:
     """Text and a tool call whose arguments the token limit cut (complete JSON by chance: the
     call must not run on the strength of it)."""
@@ -278,6 +284,9 @@ CASES = [
     Case("503_retry_after_http_date", twice(error_status(
         503, b"upstream connect error", **{"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"})), False,
          ("HTTP 503", "upstream connect error", "gave up")),
+    Case("503_retry_after_an_http_date_hours_away", twice(lambda p, s: Reply(
+        status=503, body=b"down for maintenance", headers={"retry-after": http_date(hours=2)})), False,
+         ("HTTP 503", "down for maintenance", "Retry-After too long")),
     Case("504_empty_body", twice(error_status(504, b"")), False, ("HTTP 504", "empty body", "gave up")),
     Case("empty_200", twice(lambda p, s: Reply.text(ANSWER, edit=lambda items: [b""])), False, ("gave up",)),
     Case("no_content_204", twice(lambda p, s: Reply(status=204, body=b"")), False, ("gave up",)),

@@ -52,8 +52,8 @@ _TAGS = re.compile(r"<[^>]+>")
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
-    an HTTP date falls back to our own backoff)."""
+    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds, or an
+    HTTP date: the time until it, 0 when it has passed); None when neither says one."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
@@ -61,10 +61,24 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / scale
         except ValueError:
-            continue
+            seconds = _until(value) if scale == 1.0 else -1.0
         if seconds >= 0:
             return seconds
     return None
+
+
+def _until(date: str) -> float:
+    """Seconds from now until an HTTP date (0 when it has passed); -1 when it is not one."""
+    from datetime import UTC, datetime
+    from email.utils import parsedate_to_datetime  # only when a server sends a date
+
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return -1.0
+    if when.tzinfo is None:  # an HTTP date is GMT; one that says no zone is read as such
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def error_body(body: object) -> tuple[str | None, str, bool | None]:
