@@ -175,6 +175,19 @@ def calls_with_index_gaps(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return items
 
 
+def header_in_every_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: every tool-call delta repeats the call's id, type and name (as some proxies send)."""
+    head: dict[str, Any] = {}
+    for item in items:
+        for choice in item.get("choices") or () if isinstance(item, dict) else ():
+            for tc in (choice.get("delta") or {}).get("tool_calls") or ():
+                if tc.get("id"):
+                    head = {"id": tc["id"], "type": "function", "name": tc["function"]["name"]}
+                tc.update(id=head["id"], type="function")
+                tc["function"]["name"] = head["name"]
+    return items
+
+
 def input_in_block_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """Anthropic: the tool input whole in ``content_block_start``, no ``input_json_delta``."""
     out = []
@@ -271,6 +284,8 @@ CASES = [
     Case("tool_arguments_an_object", only(("openai-chat", "openai-responses"),
          good(edit=lambda p, s, items: arguments_as_object(items))), True, modes=("whole",)),
     Case("tool_call_indexes_with_gaps", only(("openai-chat",), good(edit=calls_with_index_gaps)), True,
+         modes=("stream",)),
+    Case("tool_call_header_in_every_delta", only(("openai-chat",), good(edit=header_in_every_delta)), True,
          modes=("stream",)),
     Case("tool_input_whole_in_block_start", only(("anthropic",), good(edit=input_in_block_start)), True,
          modes=("stream",)),

@@ -346,7 +346,8 @@ class OpenAICompatible(OpenAIBackend):
 
 def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
     """One streamed tool-call delta into the call it continues (by ``index``; a server that
-    omits it gets the call by id, or a new one)."""
+    omits it gets the call by id, or a new one). A name is streamed in pieces or sent once; a
+    delta that repeats the whole name so far (some proxies send it in every delta) adds none."""
     index = tc.get("index")
     if index is None:
         index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
@@ -356,7 +357,7 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
     fn = tc.get("function") or {}
     if tc.get("id"):
         slot["id"] = tc["id"]
-    if fn.get("name"):
+    if fn.get("name") and fn["name"] != slot["name"]:  # a name repeated in every delta is said once
         slot["name"] += fn["name"]
         if on_delta is not None:
             on_delta("tool_call", fn["name"])
