@@ -188,6 +188,28 @@ def header_in_every_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return items
 
 
+def legacy_function_call(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: the call as the older ``function_call`` field (finish ``function_call``)."""
+    for item in items:
+        for choice in item.get("choices") or () if isinstance(item, dict) else ():
+            wire = choice.get("delta" if stream else "message") or {}
+            for tc in wire.pop("tool_calls", None) or ():
+                wire["function_call"] = {k: v for k, v in tc["function"].items() if v or stream}
+            if choice.get("finish_reason") == "tool_calls":
+                choice["finish_reason"] = "function_call"
+    return items
+
+
+def input_as_json_text(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: a tool input sent as the JSON text of the object rather than the object."""
+
+    def fix(d: dict[str, Any]) -> None:
+        if isinstance(d.get("input"), dict):
+            d["input"] = json.dumps(d["input"])
+
+    return each_tool_arguments(items, fix)
+
+
 def input_in_block_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """Anthropic: the tool input whole in ``content_block_start``, no ``input_json_delta``."""
     out = []
@@ -287,6 +309,9 @@ CASES = [
          modes=("stream",)),
     Case("tool_call_header_in_every_delta", only(("openai-chat",), good(edit=header_in_every_delta)), True,
          modes=("stream",)),
+    Case("legacy_function_call", only(("openai-chat",), good(edit=legacy_function_call)), True),
+    Case("tool_input_as_json_text", only(("anthropic",), good(edit=input_as_json_text)), True,
+         modes=("whole",)),
     Case("tool_input_whole_in_block_start", only(("anthropic",), good(edit=input_in_block_start)), True,
          modes=("stream",)),
     Case("content_as_text_parts", only(("openai-chat",), good(edit=content_parts)), True, modes=("whole",)),

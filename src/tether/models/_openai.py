@@ -267,7 +267,7 @@ class OpenAICompatible(OpenAIBackend):
                 name=str((c.get("function") or {}).get("name") or ""),
                 arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
-            for c in wire.get("tool_calls") or ()
+            for c in wire.get("tool_calls") or _legacy_call(wire)
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
@@ -321,7 +321,8 @@ class OpenAICompatible(OpenAIBackend):
                     thought.append(piece)
                     if on_delta is not None:
                         on_delta("reasoning", piece)
-                for tc in delta.get("tool_calls") or ():
+                legacy = "function_call" in delta and not delta.get("tool_calls")
+                for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
                     _add_call_delta(calls, tc, on_delta)
         if not done or finish is None:
             missing = " and ".join(
@@ -363,6 +364,12 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
         slot["arguments"].append(arguments_text(fn["arguments"]))
+
+
+def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    """A ``function_call`` (the protocol's older single call, still documented) as a tool call."""
+    fn = message.get("function_call")
+    return ({"index": 0, "function": fn},) if isinstance(fn, dict) else ()
 
 
 def _text(content: Any) -> str | None:
