@@ -1,17 +1,22 @@
 """Faults and quirks the fault table (``test_faults.py``) lacks, driven the way a user meets
 them: an agent file naming ``model.provider`` and ``tether run``, against a real server on
 127.0.0.1 speaking chat completions, the Anthropic Messages API or the OpenAI Responses API,
-streamed and whole, over each provider's default transport.
+streamed and whole, over the SDK transport and plain httpx2.
 
-Quirks a real server has that are no fault (``data:`` without its space, a byte-order mark,
-events after the terminal one, a server that keeps the body open after it, a JSON answer labelled
-``text/plain`` or a stream sent when none was asked for, tool arguments as an object, a tool
-input given whole in ``content_block_start``, tool-call indexes with gaps) end ``accepted``
-with the answer, exit 0. Faults (errors the table has no row for: 408, 409, 413, 422, 503 with
-an HTTP-date ``retry-after``, 504, an empty 200, 204, a ``gzip`` label on a plain body, a server
-that never answers, ``response.failed``, a ``null`` or ``pause_turn`` stop reason, a reasoning
-item with no message, a tool call cut at the token limit) end with a typed stop reason and a
-non-zero exit, never ``accepted``, and within the call's ``timeout_s``.
+Quirks a real server has that are no fault end ``accepted`` with the answer, exit 0: ``data:``
+without its space, a byte-order mark, events after the terminal one, a body held open after it,
+a JSON answer labelled ``text/plain`` or with no type, a stream sent when none was asked for,
+tool arguments as an object, the older ``function_call`` field, content as a list of parts, a
+tool-call header repeated in every delta, tool-call indexes with gaps, an Anthropic tool input
+as JSON text or whole in ``content_block_start``, a terminal Responses event without output.
+Faults end with a typed stop reason and a non-zero exit, never ``accepted``, retried only when
+another try may help, and within the call's ``timeout_s``: 408, 409, 413, 422, 503 with an
+HTTP-date ``retry-after`` (passed, or hours away), 504 with no body, an empty 200, 204, an HTML
+page as a 200, a ``gzip`` label on a plain body, a dropped connection, a server that never
+answers or never ends its body, ``choices: null``, a delta for a block never started, a turn
+that only reasoned, ``response.failed``, ``incomplete`` for ``content_filter``, status
+``cancelled``, a ``null``, ``pause_turn`` or context-window stop reason, and a tool call cut at
+the token limit (never run).
 """
 
 from __future__ import annotations
@@ -276,16 +281,55 @@ def error_status(status: int, body: bytes, **headers: str) -> Callable[[str, boo
     )
 
 
+def choices_null(p: str, stream: bool) -> Reply:
+    def edit(items: list[Any]) -> list[Any]:
+        for item in items:
+            if isinstance(item, dict) and "choices" in item:
+                item["choices"] = None
+        return items
+
+    return Reply.text(ANSWER, edit=edit)
+
+
+def delta_never_started(p: str, stream: bool) -> Reply:
+    """Anthropic: a ``content_block_delta`` for a block index no ``content_block_start`` opened."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        for item in items:
+            if item.get("type") == "content_block_delta":
+                item["index"] = 42
+        return items
+
+    return Reply.text(ANSWER, edit=edit)
+
+
+def final_output_empty(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Responses: the terminal event's response lists no output (the items came one by one)."""
+    items[-1]["response"]["output"] = []
+    return items
+
+
 def http_date(**ahead: float) -> str:
     return format_datetime(datetime.now(UTC) + timedelta(**ahead), usegmt=True)
 
 
-def cut_tool_call(p: str, stream: bool) -> Reply:
-    """Text and a tool call whose arguments the token limit cut (complete JSON by chance: the
-    call must not run on the strength of it)."""
-    finish = {"openai-chat": "length", "anthropic": "max_tokens", "openai-responses": "max_output_tokens"}[p]
-    return Reply(
-        content="Let me read", tool_calls=(("read_order", '{"order_id": "7"}'),), finish_reason=finish
+def cut_tool_call(why: str) -> Callable[[str, bool], Reply]:
+    """Text and a tool call, the turn cut at the token limit (``length``: the arguments may be
+    cut, here complete JSON by chance) or filtered (``refused``): the call must not run."""
+    finish = {
+        "length": {
+            "openai-chat": "length",
+            "anthropic": "max_tokens",
+            "openai-responses": "max_output_tokens",
+        },
+        "refused": {
+            "openai-chat": "content_filter",
+            "anthropic": "refusal",
+            "openai-responses": "content_filter",
+        },
+    }[why]
+    return lambda p, stream: Reply(
+        content="Let me read", tool_calls=(("read_order", '{"order_id": "7"}'),), finish_reason=finish[p]
     )
 
 
@@ -315,7 +359,14 @@ CASES = [
     Case("tool_input_whole_in_block_start", only(("anthropic",), good(edit=input_in_block_start)), True,
          modes=("stream",)),
     Case("content_as_text_parts", only(("openai-chat",), good(edit=content_parts)), True, modes=("whole",)),
+    Case("terminal_response_without_output", only(("openai-responses",), good(edit=final_output_empty)),
+         True, modes=("stream",)),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Case("choices_null", only(("openai-chat",), twice(choices_null)), False, ("gave up",)),
+    Case("delta_for_a_block_never_started", only(("anthropic",), twice(delta_never_started)), False,
+         ("never started", "gave up"), modes=("stream",)),
+    Case("whole_body_never_ends", twice(lambda p, s: Reply.text(ANSWER, edit=lambda i: [*i, Pause(4)])),
+         False, ("did not complete within 1s", "gave up"), modes=("whole",), timeout_s=1),
     Case("408_timeout", twice(error_status(408, b"Request Timeout")), False, ("HTTP 408", "gave up")),
     Case("409_conflict", twice(error_status(409, b"")), False, ("HTTP 409", "gave up")),
     Case("413_too_large", twice(error_status(413, b"Request Entity Too Large")), False, ("HTTP 413",)),
@@ -354,7 +405,10 @@ CASES = [
          ("pause_turn",)),
     Case("stop_reason_context_window_exceeded", only(("anthropic",), twice(anthropic_stop(
         "model_context_window_exceeded"))), False, ("model_context_window_exceeded",), stop="truncated"),
-    Case("tool_call_cut_at_the_token_limit", twice(cut_tool_call), False, ("token limit",), stop="truncated"),
+    Case("tool_call_cut_at_the_token_limit", twice(cut_tool_call("length")), False,
+         ("token limit", "1 tool call(s) were not run"), stop="truncated"),
+    Case("tool_call_in_a_filtered_turn", twice(cut_tool_call("refused")), False,
+         ("refused or filtered", "1 tool call(s) were not run"), stop="model_refused"),
 ]  # fmt: skip
 
 assert len({c.name for c in CASES}) == len(CASES)
@@ -374,7 +428,9 @@ def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
     return path
 
 
-def run_case(tmp_path: Path, provider: str, case: Case, mode: str) -> tuple[int, dict[str, Any], int, float]:
+def run_case(
+    tmp_path: Path, provider: str, case: Case, mode: str, transport: str
+) -> tuple[int, dict[str, Any], int, float]:
     """``tether run --agent`` against the case's server: exit code, JSON summary, requests, seconds."""
     replies = case.replies(provider, mode == "stream") or []
 
@@ -391,6 +447,7 @@ def run_case(tmp_path: Path, provider: str, case: Case, mode: str) -> tuple[int,
             "timeout_s": case.timeout_s,
             "max_retries": 1,
             "streaming": mode == "stream",
+            "transport": transport,
             "limits": {"deadline_s": 30},
         }
         path = write_agent(tmp_path, model)
@@ -403,19 +460,20 @@ def run_case(tmp_path: Path, provider: str, case: Case, mode: str) -> tuple[int,
 
 
 PARAMS = [
-    pytest.param(case, provider, mode, id=f"{case.name}-{provider}-{mode}")
+    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
     for case in CASES
     for provider in sorted(SERVERS)
     for mode in case.modes
+    for transport in ("sdk", "http")
     if case.replies(provider, mode == "stream") is not None  # the protocol can send it
 ]
 
 
-@pytest.mark.parametrize(("case", "provider", "mode"), PARAMS)
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)
 def test_a_held_out_fault_ends_honestly_and_a_quirk_is_accepted(
-    tmp_path: Path, case: Case, provider: str, mode: str
+    tmp_path: Path, case: Case, provider: str, mode: str, transport: str
 ) -> None:
-    code, out, requests, took = run_case(tmp_path, provider, case, mode)
+    code, out, requests, took = run_case(tmp_path, provider, case, mode, transport)
     if case.ok:
         assert (code, out["stop_reason"], requests) == (0, "accepted", 2), out
         assert out["answer"] == ANSWER and [c["status"] for c in out["calls"]] == ["ok"]
