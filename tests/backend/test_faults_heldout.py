@@ -24,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +38,7 @@ import pytest
 import yaml
 
 from tether.cli import main
-from tether_testing.fake_server import FakeChatServer, Pause, Reply
+from tether_testing.fake_server import FakeChatServer, Pause, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
@@ -484,3 +486,35 @@ def test_a_held_out_fault_ends_honestly_and_a_quirk_is_accepted(
         assert piece in out["message"], out["message"]
     assert "Traceback" not in out["message"]
     assert took < 2 * case.timeout_s + 5  # each try bounded by timeout_s, never the deadline
+
+
+@pytest.mark.parametrize("provider", sorted(SERVERS))
+def test_the_command_in_its_own_process_exits_by_how_the_answer_ended(tmp_path: Path, provider: str) -> None:
+    """The same file through ``python -m tether.cli run``: a quirky stream is accepted (exit 0),
+    a tool call cut at the token limit is not run and the run exits 7 ``truncated``."""
+    quirk, cut = good(edit=bom_first)(provider, True), cut_tool_call("length")(provider, True)
+    for replies, code, stop in ((quirk, 0, "accepted"), ([cut], 7, "truncated")):
+        with SERVERS[provider](scripted(replies)) as server:
+            model = {"provider": provider, "name": "m-1", "base_url": server.url, "streaming": True}
+            path = write_agent(tmp_path, {**model, "timeout_s": 10, "max_retries": 0})
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tether.cli",
+                    "run",
+                    "Why is 742 open?",
+                    "--agent",
+                    str(path),
+                    "--json",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            assert (done.returncode, out["stop_reason"]) == (code, stop), done.stderr[-2000:]
+            assert "Traceback" not in done.stdout + done.stderr
+            assert len(server.bodies()) == len(replies)
+        if code == 0:
+            assert out["answer"] == ANSWER
