@@ -380,6 +380,9 @@ CASES = [
     Case("503_retry_after_an_http_date_hours_away", twice(lambda p, s: Reply(
         status=503, body=b"down for maintenance", headers={"retry-after": http_date(hours=2)})), False,
          ("HTTP 503", "down for maintenance", "Retry-After too long")),
+    Case("429_insufficient_quota", twice(lambda p, s: Reply(status=429, error_body={"error": {
+        "message": "You exceeded your current quota", "type": "insufficient_quota", "param": None,
+        "code": "insufficient_quota"}})), False, ("HTTP 429", "exceeded your current quota", "not retried")),
     Case("504_empty_body", twice(error_status(504, b"")), False, ("HTTP 504", "empty body", "gave up")),
     Case("empty_200", twice(lambda p, s: Reply.text(ANSWER, edit=lambda items: [b""])), False, ("gave up",)),
     Case("no_content_204", twice(lambda p, s: Reply(status=204, body=b"")), False, ("gave up",)),

@@ -3,10 +3,11 @@ for what another attempt may get past, ``ModelError`` for what it will not, each
 that says what happened and, where the fix is the caller's, what to fix.
 
 - An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
-  server's ``retry-after``); 401/403 name the key variable; 404 names the model and URL; a
-  redirect is not followed (it could carry the key to another host) and names its target; any
-  other status is final. The body is read as the protocol's error object when it is one, else
-  its text (an HTML page: its title) stands in.
+  server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
+  the key variable; 404 names the model and URL; a redirect is not followed (it could carry
+  the key to another host) and names its target; any other status is final. The body is read
+  as the protocol's error object when it is one, else its text (an HTML page: its title)
+  stands in.
 - An error object where the answer should be (``Failures.reported``): a 200 body with an
   ``error``, an ``error`` event mid-stream, a failed response. Retried when its type or code
   says the server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
-__all__ = ["RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
+__all__ = ["QUOTA_KINDS", "RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
 
 # Error types and codes a provider sends (OpenAI's ``type``/``code``, Anthropic's
 # ``error.type``) that say the server, not the request, failed: another attempt may pass.
@@ -47,6 +48,9 @@ RETRYABLE_KINDS = frozenset(
         "timeout_error",
     }
 )
+# Kinds a 429 carries when the account, not the rate, is the limit: no wait lifts it (OpenAI's
+# ``insufficient_quota``: "You exceeded your current quota").
+QUOTA_KINDS = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
 
@@ -132,6 +136,10 @@ class Failures:
         kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
         detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
         if status == 429:
+            if any(k in QUOTA_KINDS for k in (kind or "").split(" / ")):
+                return ModelError(
+                    f"{self.label}: {detail} (a quota or billing limit, not a rate: not retried)"
+                )
             return Retryable("rate_limited", detail, retry_after(headers))
         if status >= 500 or status in (408, 409):
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
