@@ -50,7 +50,8 @@ class Reply:
     Faults of any shape: ``edit`` changes the answer before it is sent — it gets the protocol's
     stream events in order (or, for a whole answer, a list of the one JSON object) and returns
     what to send: a dict is encoded as the protocol's event (or JSON body), ``bytes`` go out as
-    they are, a ``Pause`` stalls. ``gzip`` compresses the body (``content-encoding: gzip``);
+    they are, a ``Pause`` stalls. A ``content-type`` in ``headers`` replaces the protocol's (a
+    server that mislabels its answer). ``gzip`` compresses the body (``content-encoding: gzip``);
     ``http_chunk`` sends it in HTTP chunks of that many bytes (a whole answer too).
     """
 
