@@ -44,7 +44,7 @@ from tether.core.messages import (
     Usage,
     UserMessage,
 )
-from tether.models._backend import BackendOptions, HTTPBackend, events
+from tether.models._backend import BackendOptions, HTTPBackend, arguments_text, events
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
@@ -220,7 +220,7 @@ class AnthropicMessages(HTTPBackend):
             if kind == "text":
                 turn.text.append(str(block.get("text") or ""))
             elif kind == "tool_use":
-                arguments = json.dumps(block.get("input") or {}, ensure_ascii=False)
+                arguments = arguments_text(block.get("input")) or "{}"
                 turn.calls.append([str(block.get("id") or ""), str(block.get("name") or ""), [arguments]])
             elif kind in ("thinking", "redacted_thinking"):
                 turn.items.append(block)
@@ -272,6 +272,7 @@ class AnthropicMessages(HTTPBackend):
                 turn.usage(event.get("usage") or {})
             elif kind == "message_stop":
                 done = True
+                break  # the answer is whole: what follows (or a body held open) is not read
             elif kind == "error":
                 raise self.failures.reported(event, "mid-stream")
             # content_block_stop, ping and event types added later carry nothing to keep
@@ -284,7 +285,9 @@ class AnthropicMessages(HTTPBackend):
                 turn.text.append(block.get("text", ""))
             elif btype == "tool_use":
                 raw = "".join(block.pop("_json"))
-                call = [str(block.get("id", "")), str(block.get("name", "")), [raw if raw.strip() else "{}"]]
+                if not raw.strip():  # no input deltas: the input as ``content_block_start`` gave it
+                    raw = arguments_text(block.get("input")) or "{}"
+                call = [str(block.get("id", "")), str(block.get("name", "")), [raw]]
                 turn.calls.append(call)
             elif btype in ("thinking", "redacted_thinking"):
                 turn.items.append(block)

@@ -52,6 +52,7 @@ __all__ = [
     "OpenAIBackend",
     "Transport",
     "api_key",
+    "arguments_text",
     "events",
     "sse_data",
 ]
@@ -406,10 +407,17 @@ class HTTPBackend(RetryingBackend):
 
         response = await self._post(body)
         try:
-            # A server that ignores ``stream: true`` answers with one JSON document: read it whole.
-            if self.stream and "json" not in response.headers.get("content-type", ""):
-                return await self._read_stream(response)
-            data = await _read_json(response, self.max_response_bytes)
+            # Read as the answer is, not as it was asked for: a server that ignores ``stream``
+            # answers with one JSON document, or streams unasked; one that labels its body with
+            # neither type (``text/plain``, none) is told by its first byte.
+            kind = response.headers.get("content-type", "")
+            body_of: Any = response
+            streamed = "event-stream" in kind
+            if not streamed and "json" not in kind:
+                body_of, streamed = await _Peeked.open(response)
+            if streamed:
+                return await self._read_stream(body_of)
+            data = await _read_json(body_of, self.max_response_bytes)
             if self.answer_key not in data:
                 if data.get("error") or data.get("type") == "error":  # an error body with status 200
                     raise self.failures.reported(data, "in a 200 answer")
@@ -449,6 +457,47 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
+_BOM = b"\xef\xbb\xbf"
+_SPACE = b" \t\r\n" + _BOM
+_SSE_OPEN = (b"data:", b"event:", b"id:", b"retry:", b":")  # how a stream of events starts
+_SSE_OPEN_BYTES = 6
+
+
+class _Peeked:
+    """A response body whose first bytes were read to tell what it is: those bytes, then the
+    rest (``headers`` and ``aiter_bytes``, all the readers use)."""
+
+    def __init__(self, response: Any, head: bytes, rest: AsyncIterator[bytes]) -> None:
+        self.headers = response.headers
+        self._head = head
+        self._rest = rest
+
+    @classmethod
+    async def open(cls, response: Any) -> tuple[_Peeked, bool]:
+        """The body, and whether it is a stream of events (it opens with an SSE field or
+        comment, past whitespace and a byte-order mark) rather than one document, read whole
+        (JSON, or what the error then quotes: an HTML page …)."""
+        rest = response.aiter_bytes()
+        head = b""
+        async for block in rest:
+            head += block
+            if len(head.lstrip(_SPACE)) >= _SSE_OPEN_BYTES:
+                break
+        return cls(response, head, rest), head.lstrip(_SPACE).startswith(_SSE_OPEN)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        if self._head:
+            yield self._head
+        async for block in self._rest:
+            yield block
+
+
+def arguments_text(value: object) -> str:
+    """A tool call's arguments as the JSON text the host reads: a string as sent (malformed or
+    not: the gate judges it); an object or list a server sent unencoded, encoded; none, ``""``."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    return json.dumps(value, ensure_ascii=False)
 
 
 async def _blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
@@ -487,13 +536,20 @@ async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncItera
     """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk
     than decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard
     says: lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a
-    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) are skipped. At the
+    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) and a byte-order
+    mark at the start are skipped. At the
     end of the body an unfinished event is still yielded (a cut one then fails to parse). More
     than ``limit`` bytes in all is a ``ModelError``."""
     pending = b""
     data: list[bytes] = []
+    start = True  # a byte-order mark at the start of the stream is dropped (the standard says so)
     async for block in _blocks(response, limit):
         pending += block
+        if start:
+            if len(pending) < 3 and _BOM.startswith(pending):
+                continue  # the mark may be split across blocks
+            start = False
+            pending = pending.removeprefix(_BOM)
         if b"\r" in pending:
             held = pending.endswith(b"\r")  # its LF may be in the next block
             pending = pending[:-1] if held else pending

@@ -49,14 +49,17 @@ def finish_of(raw: object) -> Finish:
 
 
 def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
-    """Why a final answer (a turn without tool calls) must not be accepted, as the stop
-    reason and its detail; None for a normal end. A response with no ``finish`` in its meta
-    (a test double) counts as a normal end."""
+    """Why a turn must not be acted on, as the stop reason and its detail; None for a normal
+    end. A final answer (a turn without tool calls) must have ended normally to be accepted;
+    the tool calls of a turn cut at the token limit or refused are not run either (the last
+    may be cut mid-arguments, and still parse). A response with no ``finish`` in its meta (a
+    test double) counts as a normal end."""
     finish = response.meta.get("finish", "stop")
-    if finish in ("stop", "tool_calls"):
+    calls = len(response.message.tool_calls)
+    if finish in ("stop", "tool_calls") or (calls and finish not in ("length", "refused")):
         return None
     raw = response.meta.get("finish_reason")
-    said = f" (the provider said {raw!r})"
+    said = f" (the provider said {raw!r})" + (f"; its {calls} tool call(s) were not run" if calls else "")
     if finish == "length":
         return StopReason.TRUNCATED, "the answer was cut at the output-token limit" + said
     if finish == "refused":

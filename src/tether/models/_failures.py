@@ -3,10 +3,11 @@ for what another attempt may get past, ``ModelError`` for what it will not, each
 that says what happened and, where the fix is the caller's, what to fix.
 
 - An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
-  server's ``retry-after``); 401/403 name the key variable; 404 names the model and URL; a
-  redirect is not followed (it could carry the key to another host) and names its target; any
-  other status is final. The body is read as the protocol's error object when it is one, else
-  its text (an HTML page: its title) stands in.
+  server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
+  the key variable; 404 names the model and URL; a redirect is not followed (it could carry
+  the key to another host) and names its target; any other status is final. The body is read
+  as the protocol's error object when it is one, else its text (an HTML page: its title)
+  stands in.
 - An error object where the answer should be (``Failures.reported``): a 200 body with an
   ``error``, an ``error`` event mid-stream, a failed response. Retried when its type or code
   says the server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
-__all__ = ["RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
+__all__ = ["QUOTA_KINDS", "RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
 
 # Error types and codes a provider sends (OpenAI's ``type``/``code``, Anthropic's
 # ``error.type``) that say the server, not the request, failed: another attempt may pass.
@@ -47,13 +48,16 @@ RETRYABLE_KINDS = frozenset(
         "timeout_error",
     }
 )
+# Kinds a 429 carries when the account, not the rate, is the limit: no wait lifts it (OpenAI's
+# ``insufficient_quota``: "You exceeded your current quota").
+QUOTA_KINDS = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
 
 
 def retry_after(headers: Mapping[str, str]) -> float | None:
-    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds only:
-    an HTTP date falls back to our own backoff)."""
+    """The server's wait in seconds from ``retry-after-ms`` or ``retry-after`` (seconds, or an
+    HTTP date: the time until it, 0 when it has passed); None when neither says one."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)
         if value is None:
@@ -61,10 +65,24 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
         try:
             seconds = float(value) / scale
         except ValueError:
-            continue
+            seconds = _until(value) if scale == 1.0 else -1.0
         if seconds >= 0:
             return seconds
     return None
+
+
+def _until(date: str) -> float:
+    """Seconds from now until an HTTP date (0 when it has passed); -1 when it is not one."""
+    from datetime import UTC, datetime
+    from email.utils import parsedate_to_datetime  # only when a server sends a date
+
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return -1.0
+    if when.tzinfo is None:  # an HTTP date is GMT; one that says no zone is read as such
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 def error_body(body: object) -> tuple[str | None, str, bool | None]:
@@ -118,6 +136,10 @@ class Failures:
         kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
         detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
         if status == 429:
+            if any(k in QUOTA_KINDS for k in (kind or "").split(" / ")):
+                return ModelError(
+                    f"{self.label}: {detail} (a quota or billing limit, not a rate: not retried)"
+                )
             return Retryable("rate_limited", detail, retry_after(headers))
         if status >= 500 or status in (408, 409):
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"

@@ -48,7 +48,7 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
-from tether.models._backend import BackendOptions, OpenAIBackend, sse_data
+from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text, sse_data
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
@@ -265,12 +265,12 @@ class OpenAICompatible(OpenAIBackend):
             ToolCall(
                 id=str(c.get("id") or _call_id()),
                 name=str((c.get("function") or {}).get("name") or ""),
-                arguments=str((c.get("function") or {}).get("arguments") or ""),
+                arguments=arguments_text((c.get("function") or {}).get("arguments")),
             )
-            for c in wire.get("tool_calls") or ()
+            for c in wire.get("tool_calls") or _legacy_call(wire)
         )
         reasoning = wire.get("reasoning_content") or wire.get("reasoning")
-        content, finish = wire.get("content"), choice.get("finish_reason")
+        content, finish = _text(wire.get("content")), choice.get("finish_reason")
         if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
             content, finish = content or str(wire["refusal"]), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
@@ -307,6 +307,8 @@ class OpenAICompatible(OpenAIBackend):
                 delta = choice.get("delta") or {}
                 finish = choice.get("finish_reason") or finish
                 piece = delta.get("content")
+                if piece and not isinstance(piece, str):
+                    piece = _text(piece)  # a list of parts
                 if piece:
                     text.append(piece)
                     if on_delta is not None:
@@ -319,7 +321,8 @@ class OpenAICompatible(OpenAIBackend):
                     thought.append(piece)
                     if on_delta is not None:
                         on_delta("reasoning", piece)
-                for tc in delta.get("tool_calls") or ():
+                legacy = "function_call" in delta and not delta.get("tool_calls")
+                for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
                     _add_call_delta(calls, tc, on_delta)
         if not done or finish is None:
             missing = " and ".join(
@@ -344,7 +347,8 @@ class OpenAICompatible(OpenAIBackend):
 
 def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
     """One streamed tool-call delta into the call it continues (by ``index``; a server that
-    omits it gets the call by id, or a new one)."""
+    omits it gets the call by id, or a new one). A name is streamed in pieces or sent once; a
+    delta that repeats the whole name so far (some proxies send it in every delta) adds none."""
     index = tc.get("index")
     if index is None:
         index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
@@ -354,12 +358,31 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
     fn = tc.get("function") or {}
     if tc.get("id"):
         slot["id"] = tc["id"]
-    if fn.get("name"):
+    if fn.get("name") and fn["name"] != slot["name"]:  # a name repeated in every delta is said once
         slot["name"] += fn["name"]
         if on_delta is not None:
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
-        slot["arguments"].append(fn["arguments"])
+        slot["arguments"].append(arguments_text(fn["arguments"]))
+
+
+def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:
+    """A ``function_call`` (the protocol's older single call, still documented) as a tool call."""
+    fn = message.get("function_call")
+    return ({"index": 0, "function": fn},) if isinstance(fn, dict) else ()
+
+
+def _text(content: Any) -> str | None:
+    """A message's content as text: a string, or the text of a list of parts (``{"type":
+    "text", "text": ...}``, as some servers answer; parts of other kinds carry no answer)."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        content = [content]
+    if isinstance(content, list):
+        parts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, (str, dict))]
+        return "".join(p for p in parts if isinstance(p, str)) or None
+    return str(content)
 
 
 def _call_id() -> str:

@@ -32,7 +32,7 @@ from typing import Any, Unpack
 from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
-from tether.models._backend import BackendOptions, OpenAIBackend, events
+from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text, events
 from tether.models._base import ModelRequest, ModelResponse
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
@@ -229,7 +229,9 @@ class OpenAIResponses(OpenAIBackend):
                         refusal.append(part.get("refusal", ""))
             elif kind == "function_call":
                 call_id = item.get("call_id") or "call_" + uuid.uuid4().hex[:16]
-                calls.append(ToolCall(call_id, str(item.get("name") or ""), str(item.get("arguments") or "")))
+                calls.append(
+                    ToolCall(call_id, str(item.get("name") or ""), arguments_text(item.get("arguments")))
+                )
             elif kind == "reasoning":
                 kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())

@@ -190,9 +190,9 @@ class AgentLoop:
             response = await self._ask(tools_enabled=True)
             message = response.message
             s.trajectory.append(message)
+            if (cut := finish_problem(response)) is not None:  # never accepted or acted on as if whole
+                raise StopRun(cut[0], cut[1], message.content)
             if not message.tool_calls:
-                if (cut := finish_problem(response)) is not None:  # never accepted as if whole
-                    raise StopRun(cut[0], cut[1], message.content)
                 answer = message.content or ""
                 problem = self.agent.verify(s, answer) if self.agent.verify else None
                 if problem is None:

@@ -50,7 +50,8 @@ class Reply:
     Faults of any shape: ``edit`` changes the answer before it is sent — it gets the protocol's
     stream events in order (or, for a whole answer, a list of the one JSON object) and returns
     what to send: a dict is encoded as the protocol's event (or JSON body), ``bytes`` go out as
-    they are, a ``Pause`` stalls. ``gzip`` compresses the body (``content-encoding: gzip``);
+    they are, a ``Pause`` stalls. A ``content-type`` in ``headers`` replaces the protocol's (a
+    server that mislabels its answer). ``gzip`` compresses the body (``content-encoding: gzip``);
     ``http_chunk`` sends it in HTTP chunks of that many bytes (a whole answer too).
     """
 
@@ -299,8 +300,9 @@ class FakeChatServer:
     ) -> bool:
         """A 200 answer from its pieces (bytes, or ``Pause``), broken as ``reply.cut`` says."""
         broken = reply.cut is not None or any(isinstance(p, Pause) for p in pieces)
+        kind = reply.headers.get("content-type", kind)  # a server that mislabels its answer
         head = [f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\n"]
-        head += [f"{k}: {v}\r\n" for k, v in reply.headers.items()]
+        head += [f"{k}: {v}\r\n" for k, v in reply.headers.items() if k != "content-type"]
         if broken:  # a broken answer ends its connection: never reused for a retry
             head.append(CLOSE)
         if reply.gzip:
