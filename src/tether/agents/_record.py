@@ -120,10 +120,12 @@ class AgentFileApp:
     approvals, checkpoints, MCP pins and elicitation pauses are shared by every worker."""
 
     def __init__(self, path: str | Path) -> None:
-        from tether.agents._file import load_agent_file
+        from tether.agents._file import load_agent_file, snapshot
 
         self.path = Path(path).resolve()
-        self.agent_file = load_agent_file(self.path)
+        # Held as read now (its files, its tools' modules imported): editing them in place for
+        # the next version changes nothing here until the worker restarts.
+        self.agent_file = snapshot(load_agent_file(self.path))
         self.digest = agent_digest(self.agent_file)  # the file and every file it depends on
         self.name = str(self.path)
 
