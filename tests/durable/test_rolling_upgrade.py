@@ -285,3 +285,129 @@ def test_a_worker_keeps_the_agent_version_it_started_with_when_the_files_are_edi
         assert app.digest != agent_digest(load_agent_file(folder / "agent.yaml"))  # a new worker is B
     finally:
         sys.modules.pop("tools", None)
+
+
+# -- a deployment written by an earlier release -----------------------------------------------------
+
+# What releases before 2026-12-01 (main@6feacb4) wrote: their worker table, without versions, and
+# their migration journal; their runs are DBOS workflows named "tether.run".
+OLD_TABLES = (
+    "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    """CREATE TABLE tether_workers (
+        executor_id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+        heartbeat_at TIMESTAMPTZ NOT NULL,
+        recovered_at TIMESTAMPTZ,
+        recovered_by TEXT
+    )""",
+    "INSERT INTO _migrations (name) VALUES ('pg_w001_workers')",
+    "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at) VALUES ('old-1', 'h', 1, now())",
+)
+
+
+def _old_deployment(url: str) -> None:
+    import psycopg
+    from dbos import DBOS
+
+    from tether.durable._config import dbos_config
+    from tether.sql._postgres import PgUrl
+
+    cfg = dbos_config(url, executor_id="old-1")
+    DBOS.migrate(cfg["system_database_url"], schema=cfg["dbos_system_schema"])  # its worker did
+    pg = PgUrl.parse(url)
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {pg.schema}")
+        conn.execute(f"SET search_path = {pg.schema}")
+        for statement in OLD_TABLES:
+            conn.execute(statement)
+
+
+def _submit_as_before(client: Any, app: str, objective: str, version: str) -> str:
+    """A run as an earlier release's ``tether submit`` enqueued it (``DurableClient._enqueue``)."""
+    from tether.durable._config import QUEUE, context_to_json
+    from tether.policy import TrustedContext
+
+    context = TrustedContext(tenant="acme", roles=frozenset({"ops"}), user="ana")
+    run_id = f"old-{uuid.uuid4().hex[:8]}"
+    request = {"op": "start", "run_id": run_id, "app": app, "objective": objective,
+               "context": context_to_json(context)}  # fmt: skip
+    options = {"workflow_name": "tether.run", "queue_name": QUEUE, "workflow_id": run_id,
+               "app_version": version, "queue_partition_key": "acme",
+               "attributes": {"run_id": run_id, "op": "start", "tenant": "acme"}}  # fmt: skip
+    client.dbos.enqueue(options, request)
+    return run_id
+
+
+def _durable_worker(url: str, folder: Path, name: str) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(HERE)]),
+        "DURABLE_DIR": str(folder),
+    }
+    cmd = [
+        sys.executable, "-m", "tether.cli", "worker", "--db", url, "--app", "durable_app:build",
+        "--executor-id", f"{name}-{uuid.uuid4().hex[:6]}", "--poll", "0.1",
+    ]  # fmt: skip
+    log = (folder / f"{name}.log").open("ab")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=log, cwd=folder)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line and json.loads(line)["ready"], (folder / f"{name}.log").read_text()[-3000:]
+    return proc
+
+
+def _old_runs_go_on(url: str, folder: Path, capsys: Any, version: str | None) -> None:
+    """Runs an earlier release enqueued are listed, run, paused, approved and resumed by today's
+    worker (``version``: the one they were enqueued with; None: the worker's), effects once."""
+    from tether.durable import DurableClient
+
+    op = Operator(url, folder, capsys)
+    os.environ["DURABLE_DIR"] = str(folder)
+    client = DurableClient(url)
+    worker = _durable_worker(url, folder, "w1")
+    try:
+        if version is None:
+            [version] = [w["app_version"] for w in op.runs("workers")["workers"] if w["executor_id"][:3] == "w1-"]
+        paying = _submit_as_before(client, "durable_app:build", "ol-1: log a; pay 5; log b", version)
+        logging = _submit_as_before(client, "durable_app:build", "ol-2: log c", version)
+        listed = {r["run_id"]: r for r in op.runs("list", "--version", version)["runs"]}
+        assert {paying, logging} <= set(listed)  # the operator sees them
+        op.until("the old runs to run", lambda: op.status(paying, logging) == ["paused", "finished"])
+        op.approve(paying)
+        op.until("the approved run to resume", lambda: op.status(paying) == ["finished"])
+        shown = op.runs("show", paying)
+        assert shown["stop_reason"] == "accepted"
+        # Its resume has its start's name: a worker of the earlier release could run it too.
+        assert [(w.op, w.name) for w in client.workflows(paying)] == [("start", "tether.run"), ("resume", "tether.run")]
+        import durable_app
+
+        logged = [r[2] for r in durable_app.effects()]
+        assert sorted(logged) == ["5", "ol-1:a", "ol-1:b", "ol-2:c"], logged  # the payment once
+    finally:
+        worker.terminate()
+        worker.wait(30)
+        client.close()
+        os.environ.pop("DURABLE_DIR", None)
+
+
+def test_a_postgres_deployment_of_an_earlier_release_is_upgraded_in_place_and_its_runs_go_on(
+    pg_url: str, tmp_path: Path, capsys: Any
+) -> None:
+    _old_deployment(pg_url)
+    assert main(["db", "init", "--db", pg_url]) == 0  # the upgrade step the guide names
+    _old_runs_go_on(pg_url, tmp_path, capsys, None)
+    workers = {w["executor_id"]: w for w in Operator(pg_url, tmp_path, capsys).runs("workers")["workers"]}
+    assert workers["old-1"]["app_version"] is None  # the earlier release's row is kept
+
+
+def test_a_sqlite_deployment_of_an_earlier_release_runs_the_runs_it_queued(tmp_path: Path, capsys: Any) -> None:
+    """A SQLite deployment has one version for every release: today's worker takes the runs an
+    earlier release's client queued, under that release's workflow name."""
+    from tether.durable._config import APP_VERSION
+    from tether.durable._deploy import init_deployment
+
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    init_deployment(url)
+    _old_runs_go_on(url, tmp_path, capsys, APP_VERSION)

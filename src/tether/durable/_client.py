@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, WORKFLOW_NAMES, context_to_json, dbos_config
 from tether.durable._intake import (
     FILE,
     IntakeRow,
@@ -239,10 +239,11 @@ class DurableClient:
         op: str,
         version: str = APP_VERSION,
         queue: str = QUEUE,
+        name: str = WORKFLOW,
     ) -> None:
         self.dbos.enqueue(
             {
-                "workflow_name": WORKFLOW,
+                "workflow_name": name,
                 "queue_name": queue,
                 "workflow_id": workflow_id,
                 "app_version": version,
@@ -284,7 +285,9 @@ class DurableClient:
             version, bound = moved
         if bound:
             request["app_digest"] = bound
-        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version)
+        # Under the name its start had: a worker of an earlier release knows only its own name.
+        name = first[0].name if first[0].name in WORKFLOW_NAMES else WORKFLOW
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version, name=name)
         return workflow_id
 
     def _moved(self, run_id: str) -> tuple[str, str | None] | None:
@@ -448,8 +451,8 @@ class DurableClient:
         """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
         deployment's (DBOS cannot there) are filtered here."""
         if not attributes or parse_url(self.url).backend == "postgresql":
-            return self.dbos.list_workflows(name=WORKFLOW, attributes=attributes, load_input=False, **kw)
-        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, **kw)
+            return self.dbos.list_workflows(name=list(WORKFLOW_NAMES), attributes=attributes, load_input=False, **kw)
+        found = self.dbos.list_workflows(name=list(WORKFLOW_NAMES), load_input=False, **kw)
         return [w for w in found if attributes.items() <= (w.attributes or {}).items()]
 
     @staticmethod
@@ -466,6 +469,7 @@ class DurableClient:
             output=output,
             error=str(w.error) if w.error is not None else None,
             app_version=getattr(w, "app_version", None),
+            name=getattr(w, "name", None),
         )
 
     def run(self, run_id: str) -> RunView | None:

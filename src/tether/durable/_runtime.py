@@ -26,6 +26,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
     APP_VERSION,
     QUEUE,
     WORKFLOW,
+    WORKFLOW_NAMES,
     context_from_json,
     context_to_json,
     dbos_config,
@@ -235,16 +236,17 @@ async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int)
     ]
 
 
-def _register() -> Any:
+def _register(name: str) -> Any:
     from dbos import DBOS
 
     from tether.durable._events import observed
 
-    @DBOS.workflow(name=WORKFLOW)
+    @DBOS.workflow(name=name)
     async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
         return await observed(request, execute)  # logs claimed/paused/finished for the operator
 
     return tether_run
 
 
-tether_run = _register()
+tether_run = _register(WORKFLOW)
+_earlier = [_register(name) for name in WORKFLOW_NAMES[1:]]  # an earlier release's queued runs
