@@ -214,18 +214,23 @@ def test_an_agent_file_upgraded_in_place_then_rolled_back_loses_and_repeats_noth
     op.signal("a1", signal.SIGKILL)
     (folder / "gate-A").unlink()
     op.until("every run to pause", lambda: set(op.status(r1, r2, r3, r4, r5)) == {"paused"})
-    # People decide after the upgrade: on A while a worker of A is alive; one run moved to B.
+    # People decide after the upgrade, on A while a worker of A is alive.
     for rid in (r1, r3, r4):
         op.approve(rid)
-    moved = op.runs("move", r2, "--to", "latest")
-    assert (moved["from"], moved["to"]) == (version["A"], version["B"])
-    op.approve(r2)
-    op.until("A's runs to finish", lambda: set(op.status(r1, r2, r3, r4)) == {"finished"})
+    op.until("A's runs to finish", lambda: set(op.status(r1, r3, r4)) == {"finished"})
     # The documented check before the last A worker goes; it drains.
-    for state in ("queued", "running", "paused"):
+    for state in ("queued", "running"):
         assert op.runs("list", "--version", version["A"], "--status", state)["runs"] == []
     assert op.signal("a2", signal.SIGTERM) == 0
+    # A person approves an A run nobody moved: its resume waits for a worker of A, none comes;
+    # the operator moves it to B all the same.
+    op.approve(r2)
+    op.until("the resume to be queued", lambda: op.status(r2) == ["queued"])
+    moved = op.runs("move", r2, "--to", "latest")
+    assert (moved["from"], moved["to"], moved["resume_moved"]) == (version["A"], version["B"], True)
     op.approve(r5)
+    op.until("the moved run to finish", lambda: op.status(r2) == ["finished"])
+    assert [w["version"] for w in op.runs("show", r2)["workflows"]] == [version["A"], version["B"]]
 
     # Rollback: A's files again, an A worker, new submits go to it; B's worker drains.
     _write_version(folder, "A")
