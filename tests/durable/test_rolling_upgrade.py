@@ -19,7 +19,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 import uuid
 from collections import Counter
@@ -191,7 +190,9 @@ def operator(pg_url: str, tmp_path: Path, capsys: Any) -> Iterator[Operator]:
         op.stop()
 
 
-def test_an_agent_file_upgraded_in_place_then_rolled_back_loses_and_repeats_nothing(operator: Operator) -> None:
+def test_an_agent_file_upgraded_in_place_then_rolled_back_loses_and_repeats_nothing(
+    operator: Operator,
+) -> None:
     op = operator
     folder = op.agent.parent
     op.start("a1")
@@ -246,7 +247,9 @@ def test_an_agent_file_upgraded_in_place_then_rolled_back_loses_and_repeats_noth
     runs = {"A": [r1, r3, r4, r6], "B": [r2, r5]}  # r2 was moved to B before its approval
     for rid in (r1, r2, r3, r4, r5, r6):
         shown = op.runs("show", rid)
-        assert (shown["status"], shown["stop_reason"], shown["problems"]) == ("finished", "accepted", []), shown
+        assert (shown["status"], shown["stop_reason"], shown["problems"]) == ("finished", "accepted", []), (
+            shown
+        )
     # Each run's effect happened once, with the code of the version it ran on.
     effects = op.lines("effects.log")
     assert Counter(r[0] for r in effects) == Counter(runs["A"] + runs["B"]), effects
@@ -270,7 +273,9 @@ def test_a_worker_keeps_the_agent_version_it_started_with_when_the_files_are_edi
     folder.mkdir()
     _write_version(folder, "A")
     (folder / "agent.yaml").write_text(
-        (folder / "agent.yaml").read_text().replace("instructions: Look, then note.", "instructions_file: doing.md")
+        (folder / "agent.yaml")
+        .read_text()
+        .replace("instructions: Look, then note.", "instructions_file: doing.md")
     )
     (folder / "doing.md").write_text("Version A's instructions.")
     sys.modules.pop("tools", None)
@@ -297,7 +302,8 @@ def test_a_worker_keeps_the_agent_version_it_started_with_when_the_files_are_edi
 # What releases before 2026-12-01 (main@6feacb4) wrote: their worker table, without versions, and
 # their migration journal; their runs are DBOS workflows named "tether.run".
 OLD_TABLES = (
-    "CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    "CREATE TABLE IF NOT EXISTS _migrations"
+    " (name TEXT PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())",
     """CREATE TABLE tether_workers (
         executor_id TEXT PRIMARY KEY,
         host TEXT NOT NULL,
@@ -374,7 +380,9 @@ def _old_runs_go_on(url: str, folder: Path, capsys: Any, version: str | None) ->
     worker = _durable_worker(url, folder, "w1")
     try:
         if version is None:
-            [version] = [w["app_version"] for w in op.runs("workers")["workers"] if w["executor_id"][:3] == "w1-"]
+            [version] = [
+                w["app_version"] for w in op.runs("workers")["workers"] if w["executor_id"][:3] == "w1-"
+            ]
         paying = _submit_as_before(client, "durable_app:build", "ol-1: log a; pay 5; log b", version)
         logging = _submit_as_before(client, "durable_app:build", "ol-2: log c", version)
         listed = {r["run_id"]: r for r in op.runs("list", "--version", version)["runs"]}
@@ -385,7 +393,10 @@ def _old_runs_go_on(url: str, folder: Path, capsys: Any, version: str | None) ->
         shown = op.runs("show", paying)
         assert shown["stop_reason"] == "accepted"
         # Its resume has its start's name: a worker of the earlier release could run it too.
-        assert [(w.op, w.name) for w in client.workflows(paying)] == [("start", "tether.run"), ("resume", "tether.run")]
+        assert [(w.op, w.name) for w in client.workflows(paying)] == [
+            ("start", "tether.run"),
+            ("resume", "tether.run"),
+        ]
         import durable_app
 
         logged = [r[2] for r in durable_app.effects()]
@@ -407,7 +418,9 @@ def test_a_postgres_deployment_of_an_earlier_release_is_upgraded_in_place_and_it
     assert workers["old-1"]["app_version"] is None  # the earlier release's row is kept
 
 
-def test_a_sqlite_deployment_of_an_earlier_release_runs_the_runs_it_queued(tmp_path: Path, capsys: Any) -> None:
+def test_a_sqlite_deployment_of_an_earlier_release_runs_the_runs_it_queued(
+    tmp_path: Path, capsys: Any
+) -> None:
     """A SQLite deployment has one version for every release: today's worker takes the runs an
     earlier release's client queued, under that release's workflow name."""
     from tether.durable._config import APP_VERSION

@@ -344,7 +344,9 @@ def _backend(
     return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
 
 
-def scripted_model(path: Path, *, label: str | None = None, obey: bool = False, raw: bytes | None = None) -> Any:
+def scripted_model(
+    path: Path, *, label: str | None = None, obey: bool = False, raw: bytes | None = None
+) -> Any:
     """A scripted stand-in from a YAML/JSON list of ``{call, arguments}`` / ``[...]`` / ``{final}``
     (``raw``: the file's bytes, read before).
 

@@ -460,7 +460,9 @@ class DurableClient:
         """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
         deployment's (DBOS cannot there) are filtered here."""
         if not attributes or parse_url(self.url).backend == "postgresql":
-            return self.dbos.list_workflows(name=list(WORKFLOW_NAMES), attributes=attributes, load_input=False, **kw)
+            return self.dbos.list_workflows(
+                name=list(WORKFLOW_NAMES), attributes=attributes, load_input=False, **kw
+            )
         found = self.dbos.list_workflows(name=list(WORKFLOW_NAMES), load_input=False, **kw)
         return [w for w in found if attributes.items() <= (w.attributes or {}).items()]
 

@@ -89,7 +89,9 @@ def _add_columns(conn: Connection, table: Table) -> None:
         if not ddl:
             continue
         if not column.nullable and column.server_default is None and column.identity is None:
-            raise RuntimeError(f"{table.name}.{column.name} cannot be added to existing rows: declare a default")
+            raise RuntimeError(
+                f"{table.name}.{column.name} cannot be added to existing rows: declare a default"
+            )
         name = conn.dialect.identifier_preparer.format_table(table)
         conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {ddl}"))
 
