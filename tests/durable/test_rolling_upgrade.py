@@ -429,3 +429,32 @@ def test_a_sqlite_deployment_of_an_earlier_release_runs_the_runs_it_queued(
     url = f"sqlite:///{tmp_path / 'deployment'}"
     init_deployment(url)
     _old_runs_go_on(url, tmp_path, capsys, APP_VERSION)
+
+
+def test_a_sqlite_deployment_upgraded_in_place_resumes_its_paused_runs_on_the_new_version(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """One worker, one version: stop it, upgrade the agent file in place, start it again; a run
+    paused before is approved after, and resumes on the new version (its effect once), instead
+    of being refused for the version it was submitted with."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    try:
+        op.start("s1")
+        paused = op.submit()
+        op.until("the run to pause", lambda: op.status(paused) == ["paused"])
+        assert op.signal("s1", signal.SIGTERM) == 0
+        _write_version(tmp_path / "agent", "B")
+        op.start("s2")
+        op.approve(paused)
+        op.until("the run to finish", lambda: op.status(paused) == ["finished"])
+        shown = op.runs("show", paused)
+        assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+        assert [(r[0], r[1]) for r in op.lines("effects.log")] == [(paused, "B")]
+        events = [json.loads(x) for x in (tmp_path / "s2.log").read_text().splitlines() if x.startswith("{")]
+        assert [e["run_id"] for e in events if e["event"] == "run_version_changed"] == [paused]
+    finally:
+        op.stop()
