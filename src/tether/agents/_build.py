@@ -124,7 +124,7 @@ def _instructions(af: AgentFile) -> str:
         return spec.instructions
     path = af.resolve(spec.instructions_file)
     try:
-        return path.read_text(encoding="utf-8")
+        return af.read_bytes(path).decode("utf-8")
     except OSError as err:
         raise ConfigError(f"{af.label()}: instructions_file: cannot read {path}: {err.strerror}") from None
 
@@ -300,7 +300,8 @@ def _backend(
 ) -> Any:
     if (script := spec.scripted) is not None:
         obey = isinstance(spec, ModelSpec) and spec.obey_injected
-        return scripted_model(af.resolve(script), label=spec.name, obey=obey)
+        path = af.resolve(script)
+        return scripted_model(path, label=spec.name, obey=obey, raw=af.files.get(path))
     from tether.models._retrying import RetryPolicy
 
     bucket = None
@@ -339,15 +340,19 @@ def _backend(
     return OpenAICompatible(spec.name, reasoning=spec.reasoning, **common)
 
 
-def scripted_model(path: Path, *, label: str | None = None, obey: bool = False) -> Any:
-    """A scripted stand-in from a YAML/JSON list of ``{call, arguments}`` / ``[...]`` / ``{final}``.
+def scripted_model(
+    path: Path, *, label: str | None = None, obey: bool = False, raw: bytes | None = None
+) -> Any:
+    """A scripted stand-in from a YAML/JSON list of ``{call, arguments}`` / ``[...]`` / ``{final}``
+    (``raw``: the file's bytes, read before).
 
     It is a test double: it makes exactly the listed calls and answers with what it observed."""
     from tether.mcphost._runner import ScriptStep, StandIn
     from tether.testing import FunctionModel
 
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or []
+        text = path.read_text(encoding="utf-8") if raw is None else raw.decode("utf-8")
+        data = yaml.safe_load(text) or []
     except OSError as err:
         raise ConfigError(f"cannot read model script {path}: {err.strerror or err}") from None
     except yaml.YAMLError as err:

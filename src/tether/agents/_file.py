@@ -43,7 +43,7 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +77,18 @@ class AgentFile:
     base_dir: Path
     text: str
     sha256: str
+    # The files it depends on as they were read once (``snapshot``): a durable worker runs the
+    # version it started with even when they are edited in place for the next version.
+    files: Mapping[Path, bytes] = field(default_factory=dict)
 
     def resolve(self, value: str) -> Path:
         p = Path(value).expanduser()
         return p if p.is_absolute() else (self.base_dir / p)
+
+    def read_bytes(self, path: Path) -> bytes:
+        """A file it depends on: from the snapshot if it holds it, else from disk."""
+        held = self.files.get(path)
+        return held if held is not None else path.read_bytes()
 
     def label(self) -> str:
         return str(self.path) if self.path is not None else "(command line)"
@@ -146,6 +154,29 @@ def agent_digest(af: AgentFile) -> str:
     instructions file, its scripted model's script, its MCP config file, and the source of each
     module its tools and reconcilers are imported from. A durable run is bound to this digest:
     editing any of them makes a new version (``tether.durable._versions``)."""
+    h = hashlib.sha256(af.sha256.encode())
+    for path in _dependencies(af):
+        h.update(str(path).encode() + b"\0")
+        h.update(af.read_bytes(path) if path in af.files or path.is_file() else b"<missing>")
+    return h.hexdigest()
+
+
+def snapshot(af: AgentFile) -> AgentFile:
+    """``af`` holding the files it depends on as they are now, its tools' and reconcilers'
+    modules imported now (a later import finds them loaded): what a process builds from it
+    later is this version, whatever is edited on disk meanwhile. Raises ``ConfigError``
+    naming an entry that does not import."""
+    _python_path(af)
+    for i, ref in enumerate(af.spec.tools):
+        for target in (ref.function, ref.reconciler):
+            if target:
+                _import(target, f"{af.label()}: tools[{i}] ({target})")
+    held = {path: path.read_bytes() for path in _dependencies(af) if path.is_file()}
+    return replace(af, files=held)
+
+
+def _dependencies(af: AgentFile) -> list[Path]:
+    """The files ``agent_digest`` covers, sorted (see there)."""
     import importlib.util
 
     spec = af.spec
@@ -164,11 +195,7 @@ def agent_digest(af: AgentFile) -> str:
                 continue
             if found is not None and found.origin and Path(found.origin).is_file():
                 files.append(Path(found.origin))
-    h = hashlib.sha256(af.sha256.encode())
-    for path in sorted(set(files)):
-        h.update(str(path).encode() + b"\0")
-        h.update(path.read_bytes() if path.is_file() else b"<missing>")
-    return h.hexdigest()
+    return sorted(set(files))
 
 
 def mcp_config(af: AgentFile) -> Any:
@@ -177,7 +204,8 @@ def mcp_config(af: AgentFile) -> Any:
     mcp = af.spec.mcp
     assert mcp is not None
     if mcp.config is not None:
-        return load_config(af.resolve(mcp.config))
+        path = af.resolve(mcp.config)
+        return load_config(path, raw=af.files.get(path))
     data = {"servers": mcp.servers, "host": mcp.host or {}, "base_dir": af.base_dir}
     try:
         return McpConfig.model_validate(data)

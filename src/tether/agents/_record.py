@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.agents._build import build_agent
-from tether.agents._file import AgentFile, agent_digest, load_agent_file, parse_agent
+from tether.agents._file import AgentFile, agent_digest, load_agent_file, parse_agent, snapshot
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -121,7 +121,9 @@ class AgentFileApp:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).resolve()
-        self.agent_file = load_agent_file(self.path)
+        # Held as read now (its files, its tools' modules imported): editing them in place for
+        # the next version changes nothing here until the worker restarts.
+        self.agent_file = snapshot(load_agent_file(self.path))
         self.digest = agent_digest(self.agent_file)  # the file and every file it depends on
         self.name = str(self.path)
 

@@ -13,11 +13,12 @@ from tether.errors import ConfigError
 __all__ = ["read_config_file"]
 
 
-def read_config_file(path: Path, what: str) -> tuple[bytes, str, Any]:
-    """The bytes, the text and the parsed data of the file ``what`` names (``agent file``, ``MCP
-    config``). Raises ``ConfigError``: unreadable, not UTF-8, or not valid TOML/YAML."""
+def read_config_file(path: Path, what: str, *, raw: bytes | None = None) -> tuple[bytes, str, Any]:
+    """The bytes (``raw``: read before), the text and the parsed data of the file ``what`` names
+    (``agent file``, ``MCP config``). Raises ``ConfigError``: unreadable, not UTF-8, or not
+    valid TOML/YAML."""
     try:
-        raw = path.read_bytes()
+        raw = path.read_bytes() if raw is None else raw
         text = raw.decode("utf-8")
     except OSError as err:
         raise ConfigError(f"cannot read {what} {path}: {err.strerror or err}") from None

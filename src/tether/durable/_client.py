@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, context_to_json, dbos_config
+from tether.durable._config import APP_VERSION, QUEUE, WORKFLOW, WORKFLOW_NAMES, context_to_json, dbos_config
 from tether.durable._intake import (
     FILE,
     IntakeRow,
@@ -239,10 +239,11 @@ class DurableClient:
         op: str,
         version: str = APP_VERSION,
         queue: str = QUEUE,
+        name: str = WORKFLOW,
     ) -> None:
         self.dbos.enqueue(
             {
-                "workflow_name": WORKFLOW,
+                "workflow_name": name,
                 "queue_name": queue,
                 "workflow_id": workflow_id,
                 "app_version": version,
@@ -284,7 +285,9 @@ class DurableClient:
             version, bound = moved
         if bound:
             request["app_digest"] = bound
-        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version)
+        # Under the name its start had: a worker of an earlier release knows only its own name.
+        name = first[0].name if first[0].name in WORKFLOW_NAMES else WORKFLOW
+        self._enqueue(workflow_id, request, tenant=tenant, op="resume", version=version, name=name)
         return workflow_id
 
     def _moved(self, run_id: str) -> tuple[str, str | None] | None:
@@ -296,27 +299,36 @@ class DurableClient:
     def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
         """Bind a paused run to another version (``latest``: the newest live worker serving its
         app), so its resume runs there: the operator's call after an upgrade, when the old
-        version's workers are gone. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
+        version's workers are gone. A run approved after they went, before it moved, is queued
+        for a version no live worker serves: its resume, not yet started, is enqueued again on
+        the target. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
         ``no_such_version``)."""
         from tether.durable._versions import record_move, serving
 
         view = self.run(run_id)
         if view is None:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
-        if view.status != "paused":
-            raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
         db = self.db
         if db is None:
             raise ApprovalError("no_such_version", "a SQLite deployment has one version")
         app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
         live = serving(self._live_workers(), app, None)
+        last = view.workflows[-1]
+        stranded = view.status == "queued" and last.op == "resume" and last.status == "ENQUEUED"
+        if stranded and any(v == last.app_version for v, _ in live):
+            stranded = False  # a live worker of its version will take it
+        if view.status != "paused" and not stranded:
+            raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
         target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)
         if target is None:
             known = ", ".join(sorted({v for v, _ in live})) or "none"
             raise ApprovalError("no_such_version", f"no live worker of {to!r} serves {app} (live: {known})")
         before = self._moved(run_id) or (view.workflows[0].app_version, None)
         db.run(record_move, run_id, target[0], target[1], by)
-        return {"run_id": run_id, "from": before[0], "to": target[0], "app": app}
+        if stranded:  # nothing started it: the same resume (same id), on the target's version
+            self.dbos.delete_workflow(last.workflow_id)
+            self.resume(run_id)
+        return {"run_id": run_id, "from": before[0], "to": target[0], "app": app, "resume_moved": stranded}
 
     def _input(self, run_id: str) -> dict[str, Any]:
         found = self.dbos.list_workflows(workflow_ids=[run_id], load_input=True, load_output=False)
@@ -448,8 +460,10 @@ class DurableClient:
         """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
         deployment's (DBOS cannot there) are filtered here."""
         if not attributes or parse_url(self.url).backend == "postgresql":
-            return self.dbos.list_workflows(name=WORKFLOW, attributes=attributes, load_input=False, **kw)
-        found = self.dbos.list_workflows(name=WORKFLOW, load_input=False, **kw)
+            return self.dbos.list_workflows(
+                name=list(WORKFLOW_NAMES), attributes=attributes, load_input=False, **kw
+            )
+        found = self.dbos.list_workflows(name=list(WORKFLOW_NAMES), load_input=False, **kw)
         return [w for w in found if attributes.items() <= (w.attributes or {}).items()]
 
     @staticmethod
@@ -466,6 +480,7 @@ class DurableClient:
             output=output,
             error=str(w.error) if w.error is not None else None,
             app_version=getattr(w, "app_version", None),
+            name=getattr(w, "name", None),
         )
 
     def run(self, run_id: str) -> RunView | None:

@@ -14,12 +14,17 @@ __all__ = [
     "APP_VERSION",
     "QUEUE",
     "WORKFLOW",
+    "WORKFLOW_NAMES",
     "context_from_json",
     "context_to_json",
     "dbos_config",
 ]
 
 WORKFLOW = "tether.runs._values"
+# Every name a release gave the run workflow, today's first. Releases before 2026-12-01 named it
+# "tether.run": their runs are listed, moved and resumed, and a worker registers the body under
+# each name, so a queued or recovered workflow of an earlier release finds its function.
+WORKFLOW_NAMES = (WORKFLOW, "tether.run")
 QUEUE = "tether-runs"
 APP_NAME = "tether"
 

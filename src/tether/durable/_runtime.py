@@ -26,6 +26,7 @@ from tether.durable._config import (  # the names a client needs, without the ag
     APP_VERSION,
     QUEUE,
     WORKFLOW,
+    WORKFLOW_NAMES,
     context_from_json,
     context_to_json,
     dbos_config,
@@ -34,6 +35,7 @@ from tether.durable._steps import DurableSteps, step_options
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
 from tether.runners._scope import close_built, current_app, resume_point
+from tether.stores._url import parse_url
 
 __all__ = [
     "APP_VERSION",
@@ -109,14 +111,22 @@ def runtime() -> Runtime:
     return _runtime
 
 
-async def _build(app: str, rt: Runtime, run_id: str, digest: str | None = None) -> tuple[Any, Any]:
+async def _build(
+    app: str, rt: Runtime, run_id: str, digest: str | None = None, op: str = "start"
+) -> tuple[Any, Any]:
     factory = rt.factory(app)
     served = getattr(factory, "digest", None)
     if digest and served and digest != served:
-        raise PermissionError(
-            f"app {app!r} on this worker (sha256 {served[:12]}) is not the one the run was submitted"
-            f" with (sha256 {digest[:12]}): restart the worker with that version"
-        )
+        if op != "resume" or parse_url(rt.url).backend != "sqlite":
+            raise PermissionError(
+                f"app {app!r} on this worker (sha256 {served[:12]}) is not the one the run was submitted"
+                f" with (sha256 {digest[:12]}): restart the worker with that version"
+            )
+        # A SQLite deployment has one worker and one version: a run paused before its file was
+        # upgraded resumes on the version served now (PostgreSQL's `tether runs move`, implied).
+        from tether.durable._events import log_event
+
+        log_event("run_version_changed", run_id=run_id, app=app, bound=digest[:12], served=served[:12])
     params = inspect.signature(factory).parameters
     built = factory(rt.url, run_id=run_id) if "run_id" in params else factory(rt.url)
     if inspect.isawaitable(built):
@@ -155,7 +165,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         "executor": rt.executor_id,
     }
     try:
-        host, agent = await _build(str(request["app"]), rt, run_id, request.get("app_digest"))
+        host, agent = await _build(str(request["app"]), rt, run_id, request.get("app_digest"), op)
     except PermissionError as err:
         return {**base, "stop_reason": str(StopReason.POLICY_DENIED), "detail": str(err)}
     except Exception as err:  # the app's factory failed: the run ends, it says why
@@ -235,16 +245,17 @@ async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int)
     ]
 
 
-def _register() -> Any:
+def _register(name: str) -> Any:
     from dbos import DBOS
 
     from tether.durable._events import observed
 
-    @DBOS.workflow(name=WORKFLOW)
+    @DBOS.workflow(name=name)
     async def tether_run(request: dict[str, Any]) -> dict[str, Any]:
         return await observed(request, execute)  # logs claimed/paused/finished for the operator
 
     return tether_run
 
 
-tether_run = _register()
+tether_run = _register(WORKFLOW)
+_earlier = [_register(name) for name in WORKFLOW_NAMES[1:]]  # an earlier release's queued runs

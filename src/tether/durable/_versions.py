@@ -57,10 +57,11 @@ def app_digest(app: str, factory: Any = None) -> str | None:
 LIVE_S = 30.0  # a worker whose heartbeat is older does not count for new submissions
 
 
-# (version, apps) of the live workers, newest first; one %s: LIVE_S. Plain SQL: a client runs it
-# on the connection it checked the deployment with, a worker through its Database.
+# (version, apps) of the live workers, newest first; one %s: LIVE_S. A worker a survivor declared
+# dead (recovered) is not live until it beats again. Plain SQL: a client runs it on the connection
+# it checked the deployment with, a worker through its Database.
 LIVE_WORKERS = (
-    "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL"
+    "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL AND recovered_at IS NULL"
     " AND heartbeat_at >= now() - make_interval(secs => %s) ORDER BY started_at DESC"
 )
 

@@ -33,6 +33,7 @@ class WorkflowView:
     output: dict[str, Any] | None
     error: str | None = None
     app_version: str | None = None
+    name: str | None = None  # the workflow's (tether.durable._config.WORKFLOW_NAMES)
 
 
 @dataclass

@@ -226,10 +226,11 @@ class McpConfig(_Strict):
         return Path(os.path.normpath(p if p.is_absolute() else self.base_dir / p))
 
 
-def load_config(path: str | Path) -> McpConfig:
-    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config. Raises ``ConfigError``."""
+def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
+    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config (``raw``: its bytes, read
+    before). Raises ``ConfigError``."""
     path = Path(path)
-    _, _, data = read_config_file(path, "MCP config")
+    _, _, data = read_config_file(path, "MCP config", raw=raw)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a table/mapping")
     try:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Concatenate, Literal, ParamSpec, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import Connection, Engine, create_engine, event, select, text
+from sqlalchemy import Connection, Engine, Table, create_engine, event, select, text
 from sqlalchemy.exc import DBAPIError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import QueuePool, StaticPool
@@ -68,10 +68,32 @@ def _create(concern: str) -> Callable[[Connection], None]:
         tables = CONCERNS[concern]
         METADATA.create_all(conn, tables=list(tables), checkfirst=True)
         for table in tables:
+            _add_columns(conn, table)
             for index in table.indexes:
                 index.create(conn, checkfirst=True)
 
     return step
+
+
+def _add_columns(conn: Connection, table: Table) -> None:
+    """Add the columns ``table`` declares that a table written by older code lacks (each is
+    nullable or has a server default, as a column added later must be: the rows kept read it)."""
+    from sqlalchemy import inspect as inspect_db
+    from sqlalchemy.schema import CreateColumn
+
+    have = {c["name"] for c in inspect_db(conn).get_columns(table.name, schema=table.schema)}
+    for column in table.columns:
+        if column.name in have:
+            continue
+        ddl = CreateColumn(column).compile(dialect=conn.dialect).string  # None: not on this dialect
+        if not ddl:
+            continue
+        if not column.nullable and column.server_default is None and column.identity is None:
+            raise RuntimeError(
+                f"{table.name}.{column.name} cannot be added to existing rows: declare a default"
+            )
+        name = conn.dialect.identifier_preparer.format_table(table)
+        conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {ddl}"))
 
 
 # Per concern, in order. A new schema change is appended as a named step (SQLAlchemy DDL on the
@@ -80,6 +102,8 @@ MIGRATIONS: dict[str, tuple[Migration, ...]] = {
     concern: ((f"{concern}.001_tables", _create(concern)),) for concern in CONCERNS
 }
 MIGRATIONS["traces"] += (("traces.002_first_event_index", _create("traces")),)
+# Workers' versions (app_version, apps): a deployment whose table was written before them.
+MIGRATIONS["workers"] += (("workers.002_versions", _create("workers")),)
 
 # One write lock per SQLite file per process, shared by every Database on that file.
 _WRITE_LOCKS: dict[str, threading.Lock] = {}

@@ -377,7 +377,8 @@ def _move(client: Any, args: argparse.Namespace) -> int:
         moved = client.move(args.run_id, args.to, by=_who())
     except ApprovalError as err:
         return _refused(err, args)
-    return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; its resume runs there")
+    now = "its queued resume moved there" if moved["resume_moved"] else "its resume runs there"
+    return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; {now}")
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
