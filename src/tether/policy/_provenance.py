@@ -237,8 +237,9 @@ class ProvenanceIndex(Steering):
         single = ALPHA_WORD.fullmatch(text) is not None
         # The user's request: the whole value appears in it. A single word counts as the
         # user's only where the request uses it as a name (capitalised, or quoted).
-        if numeric is not None and self._user_number(numeric):
-            found.append((Origin("user", USER, "word"), None))
+        if numeric is not None:
+            if self._user_number(numeric):
+                found.append((Origin("user", USER, "word"), None))
         elif single:
             if len(text) >= 3 and text in self._user_words:
                 trust = USER if text in self._user_names else USER_WORD
@@ -278,6 +279,12 @@ class ProvenanceIndex(Steering):
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _user_number(self, n: float) -> bool:
+        """Whether the request states the figure ``n`` (three digits or more) as something
+        other than a sum of money. A figure it states as an amount bounds amount arguments
+        (``request_amounts``) and is no identifier, code or password the user gave: "pay the
+        120.00 rent" names no file 120."""
+        if n in self.request_amounts:
+            return False
         for word in WORD.findall(self.user_text):
             w = word.strip(".,")
             m = _number(w)
