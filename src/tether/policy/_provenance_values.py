@@ -23,7 +23,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 __all__ = [
@@ -97,7 +97,7 @@ def _suffixes() -> Any:
     return PublicSuffixList()
 
 
-def _public_suffix(labels: Sequence[str]) -> bool:
+def public_suffix(labels: Sequence[str]) -> bool:
     """Whether ``labels`` (registered form) end in a suffix the Public Suffix List knows."""
     return bool(labels) and _suffixes().publicsuffix(".".join(labels), accept_unknown=False) is not None
 
@@ -141,9 +141,9 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
         label = labels[i].rstrip("_-")
         end = -1
         last = i == len(labels) - 1 or not labels[i + 1]
-        if _ALPHA_LABEL.fullmatch(label) and (last or _public_suffix([_registered(label)])):
+        if _ALPHA_LABEL.fullmatch(label) and (last or public_suffix([_registered(label)])):
             end = starts[i] + len(label)
-        elif last and (head := _GLUED_HEAD.match(label)) and _public_suffix([_registered(head.group(1))]):
+        elif last and (head := _GLUED_HEAD.match(label)) and public_suffix([_registered(head.group(1))]):
             end = starts[i] + len(head.group(1))
         if end > 0:
             start = starts[first]
@@ -331,7 +331,8 @@ _VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d",
 
 def parse_date(value: object) -> date | None:
     """The calendar day of an argument value (``2024-05-19``, ``2024-5-19 12:00``,
-    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date."""
+    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date — nor when
+    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``)."""
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -345,9 +346,12 @@ def parse_date(value: object) -> date | None:
         except ValueError:
             pass
     try:
-        return datetime.fromisoformat(text).date()
+        moment = datetime.fromisoformat(text)
     except ValueError:
         return None
+    if moment.tzinfo is not None and moment.astimezone(UTC).date() != moment.date():
+        return None  # a day here, another in UTC: which one the tool books is not the value's to say
+    return moment.date()
 
 
 # -- figures ---------------------------------------------------------------------------------
