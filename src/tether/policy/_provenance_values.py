@@ -50,12 +50,18 @@ _DEFANG = [
 ]
 
 
+# A dot spelled out or set apart by spaces ("site dot com", "site . com") after a name with a
+# letter in it: a host a reader types in, when what follows is a domain suffix.
+_SPELLED_DOT = re.compile(r"([\w-]*[^\W\d_][\w-]*)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)")
+
+
 def unfold(text: str) -> str:
-    """NFKC, case-folded, invisible characters dropped, exotic dots and defanged links undone."""
+    """NFKC, case-folded, invisible characters dropped, exotic dots and defanged links undone
+    (also a dot spelled out or spaced before a domain suffix: ``site dot com``)."""
     text = unicodedata.normalize("NFKC", text).translate(_DOTS).translate(_INVISIBLE).casefold()
     for pattern, repl in _DEFANG:
         text = pattern.sub(repl, text)
-    return text
+    return _SPELLED_DOT.sub(lambda m: m.group(1) + "." if public_suffix([m.group(2)]) else m.group(0), text)
 
 
 # -- links -----------------------------------------------------------------------------------
@@ -202,6 +208,10 @@ def find_links(text: str) -> list[Link]:
 _EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
+# ... and as a bank prints one: in groups of four, set apart by spaces or hyphens.
+_IBAN_PRINTED = re.compile(
+    r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -][a-z0-9]{4}){2,7}(?:[ -][a-z0-9]{1,3})?(?![a-z0-9])"
+)
 
 
 def find_handles(text: str) -> list[str]:
@@ -214,6 +224,10 @@ def find_handles(text: str) -> list[str]:
         for m in pattern.finditer(folded):
             if m.group(0) not in out:
                 out.append(m.group(0))
+    for m in _IBAN_PRINTED.finditer(folded):  # the account it prints, as one value
+        account = m.group(0).replace(" ", "").replace("-", "")
+        if len(account) >= 14 and account not in out:
+            out.append(account)
     return out
 
 
