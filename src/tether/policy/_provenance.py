@@ -144,6 +144,7 @@ class ProvenanceIndex(Steering):
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
         self._request_kinds: frozenset[str] | None = None
+        self._request_handles: frozenset[str] | None = None
         self._described: dict[tuple[str, str, str], Segment | None] = {}
         self._describing: frozenset[str] | None = None
         self._words: dict[int, frozenset[str]] = {}
@@ -244,7 +245,7 @@ class ProvenanceIndex(Steering):
             if len(text) >= 3 and text in self._user_words:
                 trust = USER if text in self._user_names else USER_WORD
                 found.append((Origin("user", trust, "word"), None))
-        elif not short and contains_whole(self.user_text, text):
+        elif not short and (contains_whole(self.user_text, text) or text in self.request_handles()):
             found.append((Origin("user", USER, "contained"), None))
         # Trusted host context: an entry of the kind the value is for.
         if self.directory.vouches(text, kind):
@@ -408,11 +409,18 @@ class ProvenanceIndex(Steering):
                 out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
 
+    def request_handles(self) -> frozenset[str]:
+        """The addresses and accounts the request states, as one value each however it prints
+        them (an account in groups of four is the account)."""
+        if self._request_handles is None:
+            self._request_handles = frozenset(find_handles(self.objective))
+        return self._request_handles
+
     def request_kinds(self) -> frozenset[str]:
         """The kinds of destination the request states values of itself: ``mailbox``,
         ``account``, ``link`` (an address, an account number, a link in its own words)."""
         if self._request_kinds is None:
-            kinds = {shape_kind(h) for h in find_handles(self.objective)}
+            kinds = {shape_kind(h) for h in self.request_handles()}
             for token in self.objective.split():
                 kinds.add(shape_kind(token.strip(".,;:!?()[]<>'\"")))
             self._request_kinds = frozenset(kinds & {"mailbox", "account", "link"})
