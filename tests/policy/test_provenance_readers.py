@@ -679,3 +679,15 @@ async def test_an_account_the_user_printed_in_groups_is_theirs_however_the_model
     )
     assert [name for name, _ in world.received] == ["send_money", "send_email"]
     assert problems(result) == ["untrusted_origin"]
+
+
+def test_reading_a_spelled_out_dot_stays_linear_in_a_long_token() -> None:
+    # An attacker's result can hold one huge token; finding "site dot com" in it must not
+    # backtrack over it (a quadratic reading would stall every call the run proposes).
+    import time
+
+    from tether.policy._provenance_values import unfold
+
+    started = time.perf_counter()
+    assert unfold("x7" * 25_000 + " dot com").endswith("x7.com")
+    assert time.perf_counter() - started < 2.0

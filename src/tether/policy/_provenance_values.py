@@ -52,7 +52,7 @@ _DEFANG = [
 
 # A dot spelled out or set apart by spaces ("site dot com", "site . com") after a name with a
 # letter in it: a host a reader types in, when what follows is a domain suffix.
-_SPELLED_DOT = re.compile(r"([\w-]*[^\W\d_][\w-]*)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)")
+_SPELLED_DOT = re.compile(r"(?<![\w-])([\w-]+)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)")
 
 
 def unfold(text: str) -> str:
@@ -61,7 +61,16 @@ def unfold(text: str) -> str:
     text = unicodedata.normalize("NFKC", text).translate(_DOTS).translate(_INVISIBLE).casefold()
     for pattern, repl in _DEFANG:
         text = pattern.sub(repl, text)
-    return _SPELLED_DOT.sub(lambda m: m.group(1) + "." if public_suffix([m.group(2)]) else m.group(0), text)
+    if " dot " not in text and " . " not in text:
+        return text
+    return _SPELLED_DOT.sub(_spelled_dot, text)
+
+
+def _spelled_dot(m: re.Match[str]) -> str:
+    name, suffix = m.group(1), m.group(2)
+    if any(c.isalpha() for c in name) and public_suffix([suffix]):
+        return name + "."
+    return m.group(0)
 
 
 # -- links -----------------------------------------------------------------------------------
