@@ -107,6 +107,7 @@ FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "unavailable": st.dictionaries(text, counts, max_size=3),
     "outputs": json_objects,
     "pending": st.lists(text, max_size=3),
+    "request": st.none() | text,
 }
 
 

@@ -120,9 +120,12 @@ def test_the_raw_value_is_always_judged_and_decoded_parts_only_in_addition() -> 
 
 
 def test_numbers_match_across_formats() -> None:
-    idx = index("Refund 1250.00 to my friend", data=[{"id": "1", "amount": 98.7}])
+    idx = index("Cancel order 1250 for my friend", data=[{"id": "1", "amount": 98.7}])
     assert idx.trace("98.70")[0].kind == "tool"
-    assert idx.trace("1250")[0].kind == "user"
+    assert idx.trace("1250.00")[0].kind == "user"
+    # A figure the request states as money bounds amounts; it is no identifier the user gave.
+    paid = index("Refund 1250.00 to my friend")
+    assert paid.request_amounts == [1250.0] and paid.trace("1250")[0].kind == "nowhere"
 
 
 def test_directory_values_trace_to_trusted_host_context() -> None:

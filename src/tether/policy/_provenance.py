@@ -144,6 +144,7 @@ class ProvenanceIndex(Steering):
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
         self._request_kinds: frozenset[str] | None = None
+        self._request_handles: frozenset[str] | None = None
         self._described: dict[tuple[str, str, str], Segment | None] = {}
         self._describing: frozenset[str] | None = None
         self._words: dict[int, frozenset[str]] = {}
@@ -237,13 +238,14 @@ class ProvenanceIndex(Steering):
         single = ALPHA_WORD.fullmatch(text) is not None
         # The user's request: the whole value appears in it. A single word counts as the
         # user's only where the request uses it as a name (capitalised, or quoted).
-        if numeric is not None and self._user_number(numeric):
-            found.append((Origin("user", USER, "word"), None))
+        if numeric is not None:
+            if self._user_number(numeric):
+                found.append((Origin("user", USER, "word"), None))
         elif single:
             if len(text) >= 3 and text in self._user_words:
                 trust = USER if text in self._user_names else USER_WORD
                 found.append((Origin("user", trust, "word"), None))
-        elif not short and contains_whole(self.user_text, text):
+        elif not short and (contains_whole(self.user_text, text) or text in self.request_handles()):
             found.append((Origin("user", USER, "contained"), None))
         # Trusted host context: an entry of the kind the value is for.
         if self.directory.vouches(text, kind):
@@ -278,6 +280,12 @@ class ProvenanceIndex(Steering):
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _user_number(self, n: float) -> bool:
+        """Whether the request states the figure ``n`` (three digits or more) as something
+        other than a sum of money. A figure it states as an amount bounds amount arguments
+        (``request_amounts``) and is no identifier, code or password the user gave: "pay the
+        120.00 rent" names no file 120."""
+        if n in self.request_amounts:
+            return False
         for word in WORD.findall(self.user_text):
             w = word.strip(".,")
             m = _number(w)
@@ -401,11 +409,18 @@ class ProvenanceIndex(Steering):
                 out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
 
+    def request_handles(self) -> frozenset[str]:
+        """The addresses and accounts the request states, as one value each however it prints
+        them (an account in groups of four is the account)."""
+        if self._request_handles is None:
+            self._request_handles = frozenset(find_handles(self.objective))
+        return self._request_handles
+
     def request_kinds(self) -> frozenset[str]:
         """The kinds of destination the request states values of itself: ``mailbox``,
         ``account``, ``link`` (an address, an account number, a link in its own words)."""
         if self._request_kinds is None:
-            kinds = {shape_kind(h) for h in find_handles(self.objective)}
+            kinds = {shape_kind(h) for h in self.request_handles()}
             for token in self.objective.split():
                 kinds.add(shape_kind(token.strip(".,;:!?()[]<>'\"")))
             self._request_kinds = frozenset(kinds & {"mailbox", "account", "link"})

@@ -12,6 +12,7 @@ rules are data.
 from __future__ import annotations
 
 import json
+import math
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -225,7 +226,11 @@ class ProvenanceRules:
                 _look_alike(arg, text, out, shown)
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(index, rule, arg, text, out, shown)
-            if not classes & rule.allow:
+            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg):
+                # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
+                # no password to the IBAN (nor to any other value the request holds).
+                out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
+            elif not classes & rule.allow:
                 v = "approve" if classes & rule.approve else rule.otherwise
                 out.worse(v, {"argument": arg, "problem": "untrusted_origin", "origins": sorted(classes)})
             else:
@@ -239,6 +244,25 @@ class ProvenanceRules:
                     shown["chosen"] = {k: v for k, v in chosen.items() if k != "problem"}
                     out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **chosen})
         return shown
+
+    def _spent(self, call: ProposedCall) -> float:
+        """What this run's executed calls already paid: every cumulative amount argument of
+        every tool (a payment split between two tools that pay is still one sum). A figure
+        that is no finite number counts as unbounded."""
+        total = 0.0
+        for record in getattr(call.state, "calls", []) or []:
+            rules = self.tools.get(record.tool)
+            if rules is None or record.status != "ok" or not isinstance(record.arguments, dict):
+                continue
+            for rule in rules.arguments.values():
+                if (
+                    rule.role == "amount"
+                    and rule.cumulative
+                    and record.arguments.get(rule.argument) is not None
+                ):
+                    paid = _figure(record.arguments[rule.argument])
+                    total += math.inf if paid is None else abs(paid)
+        return total
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
@@ -333,9 +357,8 @@ class ProvenanceRules:
         out: _Verdict,
         shown: dict[str, Any],
     ) -> None:
-        try:
-            value = float(element)
-        except (TypeError, ValueError):
+        value = _figure(element)
+        if value is None:
             out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_an_amount"})
             return
         stated: list[tuple[float, str]] = []
@@ -348,7 +371,7 @@ class ProvenanceRules:
                 except ValueError:
                     continue
         bound, by = max(stated, default=(0.0, "nothing"))
-        spent = _spent(call, rule) if rule.cumulative else 0.0
+        spent = self._spent(call) if rule.cumulative else 0.0
         shown.update({"bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
@@ -454,6 +477,13 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
+def _says_what_for(index: ProvenanceIndex, argument: str) -> bool:
+    """Whether the request names what a secret argument is for: a word of the argument's name
+    (``new_password``: password) stands whole in it."""
+    words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
+    return any(_phrase_in(index, w) for w in words)
+
+
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
     words = normalise(phrase)
     return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
@@ -470,17 +500,16 @@ def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool)
     return any(_phrase_in(index, p) for p in rules.requested_by)
 
 
-def _spent(call: ProposedCall, rule: ArgumentRule) -> float:
-    """What this run's executed calls of the same tool already put in this argument."""
-    total = 0.0
-    for record in getattr(call.state, "calls", []) or []:
-        if record.tool != call.spec.name or record.status != "ok" or not isinstance(record.arguments, dict):
-            continue
-        try:
-            total += float(record.arguments.get(rule.argument) or 0.0)
-        except (TypeError, ValueError):
-            continue
-    return total
+def _figure(value: Any) -> float | None:
+    """The finite number an amount argument holds (a number, or a string of one), else None:
+    ``"NaN"`` or ``"inf"`` compare with no bound, so they are no amount."""
+    if isinstance(value, bool):
+        return None
+    try:
+        figure = float(value)
+    except (TypeError, ValueError):
+        return None
+    return figure if math.isfinite(figure) else None
 
 
 class ProvenancePolicy(Policy):

@@ -86,7 +86,8 @@ def index_for(
     own: Iterable[str] = (),
     writes: Callable[[str], bool] | None = None,
 ) -> ProvenanceIndex:
-    """The provenance index of a run state: the objective, the observations so far (each with
+    """The provenance index of a run state: the user's request (the objective, or the request
+    a parent run handed a child run), the observations so far (each with
     its position in the run) and every value the run wrote (the arguments of each call that
     ran, with the number of observations made before it). ``writes(tool)`` says which tools
     write — store what they are given; by default every tool does. A read-only tool keeps
@@ -116,8 +117,11 @@ def index_for(
         seen = first_seen.get(record.call_id)
         if seen is not None and record.status in _REACHED:
             reads[record.call_id] = (seen, split_values(record.arguments))
+    # The user's own words: a child run (a subagent, a workflow node) carries its parent's
+    # request, since its objective was written by a model or built from data it read.
+    request = getattr(state, "request", None)
     return ProvenanceIndex(
-        getattr(state, "objective", "") or "",
+        request if isinstance(request, str) else getattr(state, "objective", "") or "",
         segments=segments,
         directory=directory,
         positions=positions,

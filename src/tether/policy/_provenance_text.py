@@ -8,6 +8,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.policy._provenance_labels import normalise
+from tether.policy._provenance_values import public_suffix
 
 __all__ = [
     "ALPHA_WORD",
@@ -34,9 +35,11 @@ _JOINERS = "@._+-/:"  # characters that join parts of one token (an address, a l
 
 
 def contains_whole(haystack: str, needle: str) -> bool:
-    """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the end
-    of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``. After it,
-    a full stop or a colon may end the sentence (prompts write "www.site.com.They")."""
+    """``needle`` appears in ``haystack`` as a whole: not inside a longer word, nor at the start
+    or the end of a longer token, so ``smith@x.example`` is not in ``alice.smith@x.example``
+    and ``bob@x.example`` is not in ``bob@x.example.co.uk``. After it, a colon or a full stop
+    may end the sentence (prompts write "www.site.com.They"), but not a full stop that goes on
+    into a domain's known suffix (``.co.uk``, ``.com``): that is a longer host."""
     start = 0
     n = len(needle)
     while (i := haystack.find(needle, start)) >= 0:
@@ -45,10 +48,25 @@ def contains_whole(haystack: str, needle: str) -> bool:
         after = haystack[i + n] if i + n < len(haystack) else " "
         if before.isalnum() or (before in _JOINERS and needle[:1].isalnum()):
             continue
-        if after.isalnum() or (after in _JOINERS and after not in ".:" and needle[-1:].isalnum()):
+        if after.isalnum() or (after in _JOINERS and needle[-1:].isalnum() and _continues(haystack, i + n)):
             continue
         return True
     return False
+
+
+_LABELS = re.compile(r"(?:\.[a-z0-9-]+)+")
+
+
+def _continues(text: str, at: int) -> bool:
+    """Whether the joiner at ``at`` carries the token on (``-2``, ``/path``, ``.co.uk``) rather
+    than ending a sentence (a colon; a full stop before a word that is no domain suffix)."""
+    if text[at] == ":":
+        return False
+    if text[at] != ".":
+        return True
+    found = _LABELS.match(text, at)
+    labels = found.group(0).strip(".").split(".") if found is not None else []
+    return any(public_suffix(labels[:n]) for n in range(1, len(labels) + 1))
 
 
 def name_forms(text: str) -> set[str]:

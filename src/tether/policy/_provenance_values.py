@@ -23,7 +23,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 __all__ = [
@@ -50,12 +50,27 @@ _DEFANG = [
 ]
 
 
+# A dot spelled out or set apart by spaces ("site dot com", "site . com") after a name with a
+# letter in it: a host a reader types in, when what follows is a domain suffix.
+_SPELLED_DOT = re.compile(r"(?<![\w-])([\w-]+)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)")
+
+
 def unfold(text: str) -> str:
-    """NFKC, case-folded, invisible characters dropped, exotic dots and defanged links undone."""
+    """NFKC, case-folded, invisible characters dropped, exotic dots and defanged links undone
+    (also a dot spelled out or spaced before a domain suffix: ``site dot com``)."""
     text = unicodedata.normalize("NFKC", text).translate(_DOTS).translate(_INVISIBLE).casefold()
     for pattern, repl in _DEFANG:
         text = pattern.sub(repl, text)
-    return text
+    if " dot " not in text and " . " not in text:
+        return text
+    return _SPELLED_DOT.sub(_spelled_dot, text)
+
+
+def _spelled_dot(m: re.Match[str]) -> str:
+    name, suffix = m.group(1), m.group(2)
+    if any(c.isalpha() for c in name) and public_suffix([suffix]):
+        return name + "."
+    return m.group(0)
 
 
 # -- links -----------------------------------------------------------------------------------
@@ -97,7 +112,7 @@ def _suffixes() -> Any:
     return PublicSuffixList()
 
 
-def _public_suffix(labels: Sequence[str]) -> bool:
+def public_suffix(labels: Sequence[str]) -> bool:
     """Whether ``labels`` (registered form) end in a suffix the Public Suffix List knows."""
     return bool(labels) and _suffixes().publicsuffix(".".join(labels), accept_unknown=False) is not None
 
@@ -141,9 +156,9 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
         label = labels[i].rstrip("_-")
         end = -1
         last = i == len(labels) - 1 or not labels[i + 1]
-        if _ALPHA_LABEL.fullmatch(label) and (last or _public_suffix([_registered(label)])):
+        if _ALPHA_LABEL.fullmatch(label) and (last or public_suffix([_registered(label)])):
             end = starts[i] + len(label)
-        elif last and (head := _GLUED_HEAD.match(label)) and _public_suffix([_registered(head.group(1))]):
+        elif last and (head := _GLUED_HEAD.match(label)) and public_suffix([_registered(head.group(1))]):
             end = starts[i] + len(head.group(1))
         if end > 0:
             start = starts[first]
@@ -202,6 +217,10 @@ def find_links(text: str) -> list[Link]:
 _EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
 # Account numbers of the IBAN shape, found even when glued to other characters.
 _IBAN = re.compile(r"[a-z]{2}\d{2}[a-z0-9]{10,30}(?![a-z0-9])")
+# ... and as a bank prints one: in groups of four, set apart by spaces or hyphens.
+_IBAN_PRINTED = re.compile(
+    r"(?<![a-z0-9])[a-z]{2}\d{2}(?:[ -][a-z0-9]{4}){2,7}(?:[ -][a-z0-9]{1,3})?(?![a-z0-9])"
+)
 
 
 def find_handles(text: str) -> list[str]:
@@ -214,6 +233,10 @@ def find_handles(text: str) -> list[str]:
         for m in pattern.finditer(folded):
             if m.group(0) not in out:
                 out.append(m.group(0))
+    for m in _IBAN_PRINTED.finditer(folded):  # the account it prints, as one value
+        account = m.group(0).replace(" ", "").replace("-", "")
+        if len(account) >= 14 and account not in out:
+            out.append(account)
     return out
 
 
@@ -331,7 +354,8 @@ _VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d",
 
 def parse_date(value: object) -> date | None:
     """The calendar day of an argument value (``2024-05-19``, ``2024-5-19 12:00``,
-    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date."""
+    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date — nor when
+    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``)."""
     if isinstance(value, datetime):
         return value.date()
     if isinstance(value, date):
@@ -345,9 +369,12 @@ def parse_date(value: object) -> date | None:
         except ValueError:
             pass
     try:
-        return datetime.fromisoformat(text).date()
+        moment = datetime.fromisoformat(text)
     except ValueError:
         return None
+    if moment.tzinfo is not None and moment.astimezone(UTC).date() != moment.date():
+        return None  # a day here, another in UTC: which one the tool books is not the value's to say
+    return moment.date()
 
 
 # -- figures ---------------------------------------------------------------------------------

@@ -75,10 +75,13 @@ class AgentLoop:
         resume: ResumePoint | None = None,
         run_id: str | None = None,
         steps: LoopSteps | None = None,
+        request: str | None = None,
     ) -> None:
         """``resume``: a checkpointed run to continue (``resume_point``), instead of a new run of
         ``objective`` for ``context``; ``run_id``: the id of a new run (default: a fresh one);
-        ``steps``: how model calls and tool turns are taken (default: in process)."""
+        ``steps``: how model calls and tool turns are taken (default: in process); ``request``:
+        the user's own words when ``objective`` is not (a child run: a subagent's task, a
+        workflow node's objective), kept in the run state for provenance (``RunState.request``)."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
@@ -89,6 +92,8 @@ class AgentLoop:
             resumable=True,
         )  # fmt: skip
         self.state, self.tracer = self.lifecycle.state, self.lifecycle.tracer
+        if resume is None and request is not None:
+            self.state.request = request
         self.trace_path = self.lifecycle.trace_path
         run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
@@ -109,7 +114,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host),
+                _ChildRuns(host, state.users_request),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -426,10 +431,13 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
 
 
 class _ChildRuns:
-    """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores)."""
+    """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores).
+    A child's objective is the task its parent's model wrote; the user's request is the
+    parent's, handed down (``RunState.request``), so the task's words are nobody's request."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, request: str) -> None:
         self.host = host
+        self.request = request
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        return await AgentLoop(self.host, agent, objective, context).run()
+        return await AgentLoop(self.host, agent, objective, context, request=self.request).run()

@@ -82,7 +82,10 @@ async def run_workflow(
         for i, step in enumerate(workflow.steps, 1):
             run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
             if isinstance(step, AgentNode):
-                sub = await AgentLoop(host, step.agent, step.objective(state.outputs), context).run()
+                # The node's objective is built from earlier outputs: the user's request stays
+                # the workflow's (``RunState.request``), for provenance.
+                objective = step.objective(state.outputs)
+                sub = await AgentLoop(host, step.agent, objective, context, request=state.users_request).run()
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,

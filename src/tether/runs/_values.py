@@ -46,6 +46,15 @@ class RunState:
     unavailable: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)  # workflow step outputs by name
     pending: list[str] = field(default_factory=list)  # proposal ids the run is waiting for
+    # The words of the person who asked, when this run's objective was written by someone else
+    # (a subagent's task, a workflow node's objective built from earlier outputs): provenance
+    # traces values to these, never to an objective a model or earlier data wrote.
+    request: str | None = None
+
+    @property
+    def users_request(self) -> str:
+        """What the user asked: ``request`` when a parent run set it, else the objective."""
+        return self.objective if self.request is None else self.request
 
     def observed(self, tool: str) -> list[Observation]:
         return [o for o in self.observations if o.tool == tool]
