@@ -316,3 +316,23 @@ def test_text_that_is_not_json_is_refused() -> None:
     with pytest.raises(CheckpointError) as info:
         state_from_json("{not json")
     assert info.value.reason == "bad_checkpoint"
+
+
+# The run state's fields as the release before ``request`` (b70d6f4) knew them: its reader
+# refuses any other field, so a checkpoint that does not use a later field must not hold it.
+EARLIER_RELEASE_FIELDS = {
+    "calls", "context", "cost_usd", "evidence", "llm_calls", "malformed_turns", "memory", "objective",
+    "observations", "outputs", "pending", "run_id", "started", "started_at", "steps", "trajectory",
+    "unavailable", "usage",
+}  # fmt: skip
+
+
+def test_a_checkpoint_that_uses_no_later_field_is_one_the_earlier_release_reads() -> None:
+    plain = RunState("r", "Pay the rent.", TrustedContext("t"), started=0.0, started_at=T0)
+    written = json.loads(state_to_json(plain))
+    assert set(written) - {"version"} == EARLIER_RELEASE_FIELDS
+    assert state_from_json(json.dumps(written)).request is None
+    # A child run that carries its user's request writes it, and reads it back.
+    child = RunState("c", "a task", TrustedContext("t"), started=0.0, started_at=T0, request="Pay the rent.")
+    written = json.loads(state_to_json(child))
+    assert written["request"] == "Pay the rent." and state_from_json(json.dumps(written)).request == "Pay the rent."

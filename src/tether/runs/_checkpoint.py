@@ -39,6 +39,12 @@ __all__ = [
 
 CHECKPOINT_VERSION: Final = 2
 
+# Fields added to ``RunState`` after a release that wrote version 2, each with its default: a
+# checkpoint holds one only when it differs from that default, so a checkpoint that does not
+# use it is still read by that release (``extra="forbid"`` refuses a field it does not know),
+# as an older worker does during a rolling upgrade or after a rollback.
+_LATER_FIELDS: Final[dict[str, Any]] = {"request": None}
+
 
 # -- run state <-> JSON -----------------------------------------------------------------------
 #
@@ -111,6 +117,9 @@ def state_to_json(s: RunState) -> str:
 
     Raises ``CheckpointError`` (``unserializable_state``) when a value has no JSON form."""
     fields = _adapters()[0].dump_python(s, mode="python")
+    for name, default in _LATER_FIELDS.items():
+        if fields.get(name, default) == default:
+            fields.pop(name, None)
     try:
         return _encode({"version": CHECKPOINT_VERSION, **fields})
     except (PydanticSerializationError, TypeError, ValueError, UnicodeEncodeError) as err:
