@@ -335,4 +335,7 @@ def test_a_checkpoint_that_uses_no_later_field_is_one_the_earlier_release_reads(
     # A child run that carries its user's request writes it, and reads it back.
     child = RunState("c", "a task", TrustedContext("t"), started=0.0, started_at=T0, request="Pay the rent.")
     written = json.loads(state_to_json(child))
-    assert written["request"] == "Pay the rent." and state_from_json(json.dumps(written)).request == "Pay the rent."
+    assert (
+        written["request"] == "Pay the rent."
+        and state_from_json(json.dumps(written)).request == "Pay the rent."
+    )
