@@ -280,6 +280,11 @@ def test_the_store_keeps_the_origin_in_memory_and_on_disk(tmp_path: Path) -> Non
     assert "relays" not in other.read(ref)
     assert other.read(other.put("x" * 100, origin="call_1"))["relays"] == ["call_1"]
     assert LargeOutputStore(tmp_path / "outputs").read(ref)["relays"] == ["call_7", "call_9"]
+    # A line a crash tore is skipped, and the next origin is still read.
+    with open(tmp_path / "outputs" / f"{ref}.origins", "a", encoding="utf-8") as f:
+        f.write('{"run": "", "orig')
+    LargeOutputStore(tmp_path / "outputs").put("x" * 100, origin="call_10")
+    assert LargeOutputStore(tmp_path / "outputs").read(ref)["relays"] == ["call_7", "call_9", "call_10"]
     # An output stored before origins were kept (no origin file) reads as it did: no relay.
     old = LargeOutputStore(tmp_path / "old")
     ref = old.put("y" * 100)

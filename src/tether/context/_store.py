@@ -203,17 +203,18 @@ class LargeOutputStore:
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
         if origin is not None and origin not in self.origins(ref):
-            # One line per origin, appended with a single write: a torn last line is skipped.
+            # One line per origin, appended with a single write that starts a line of its own:
+            # a line a crash tore is skipped and never glued to the next.
             fd = os.open(self.root / f"{ref}.origins", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
-                _write_all(fd, _line({"run": self.run, "origin": origin}))
+                _write_all(fd, b"\n" + _line({"run": self.run, "origin": origin}))
             finally:
                 os.close(fd)
         return ref
 
     def origins(self, ref: str) -> list[str]:
         """The call ids of this run whose output ``ref`` holds; empty for one stored without them."""
-        if self.root is None:
+        if self.root is None or not _is_ref(ref):
             return list(self._origins.get(ref, ()))
         try:
             lines = (self.root / f"{ref}.origins").read_text(encoding="utf-8").splitlines()
