@@ -287,7 +287,7 @@ class Compressor:
         inner = unwrap(m.content)
         if len(inner) <= budget:
             return
-        ref = self.outputs.put(inner)
+        ref = self.outputs.put(inner, origin=m.tool_call_id)
         preview = inner[: self.config.preview_chars]
         text = (
             f"{STORED} ref={ref} chars={len(inner)}; the full output is kept outside the context. "

@@ -112,7 +112,8 @@ class ContextEngine:
             path = cfg.store_path or (base / f"{run_id}.context.json" if base is not None else None)
             store = FrozenStore(path)
         if outputs is None:
-            outputs = LargeOutputStore(cfg.outputs_dir or (base / "outputs" if base is not None else None))
+            root = cfg.outputs_dir or (base / "outputs" if base is not None else None)
+            outputs = LargeOutputStore(root, run=run_id)
         self.store, self.outputs = store, outputs
         summary_model = cfg.summary_model or model
         self.compressor = Compressor(
@@ -341,7 +342,9 @@ class _OutputReader:
     def __init__(self, outputs: LargeOutputStore) -> None:
         self.outputs = outputs
 
-    @tool(name="read_output")
+    # A page is at most 4000 characters, each at most 6 in JSON (a control character): it is
+    # never cut, so its data (``relays``: what it repeats, for provenance) is never dropped.
+    @tool(name="read_output", max_result_chars=32_000)
     def read_output(
         self,
         ref: Annotated[str, Field(min_length=1, max_length=40, description="The ref shown in a preview.")],

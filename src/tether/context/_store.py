@@ -175,18 +175,26 @@ def _write_all(fd: int, data: bytes) -> None:
 class LargeOutputStore:
     """Tool outputs too big for the context, kept outside it under a content hash.
 
-    The model sees a preview and the reference; ``read`` pages through the full text.
-    In memory when ``root`` is None.
+    The model sees a preview and the reference; ``read`` pages through the full text and names
+    the calls whose output it is (``relays``: their call ids, kept next to the text), so a page
+    is judged as the output it repeats. In memory when ``root`` is None. Texts are shared by
+    the runs that store into ``root``; the origins each run recorded (``run``) are its own.
     """
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    def __init__(self, root: str | Path | None = None, run: str = "") -> None:
         self.root = Path(root) if root is not None else None
+        self.run = run
         self._memory: dict[str, str] = {}
+        self._origins: dict[str, list[str]] = {}
 
-    def put(self, text: str) -> str:
+    def put(self, text: str, origin: str | None = None) -> str:
+        """Store ``text``; ``origin``: the call id of the tool result it is (added to those
+        already known for the same text)."""
         ref = "out_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
         if self.root is None:
             self._memory[ref] = text
+            if origin is not None and origin not in self._origins.setdefault(ref, []):
+                self._origins[ref].append(origin)
             return ref
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{ref}.txt"
@@ -194,11 +202,38 @@ class LargeOutputStore:
             tmp = path.with_suffix(".tmp")
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
+        if origin is not None and origin not in self.origins(ref):
+            # One line per origin, appended with a single write that starts a line of its own:
+            # a line a crash tore is skipped and never glued to the next.
+            fd = os.open(self.root / f"{ref}.origins", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                _write_all(fd, b"\n" + _line({"run": self.run, "origin": origin}))
+            finally:
+                os.close(fd)
         return ref
+
+    def origins(self, ref: str) -> list[str]:
+        """The call ids of this run whose output ``ref`` holds; empty for one stored without them."""
+        if self.root is None or not _is_ref(ref):
+            return list(self._origins.get(ref, ()))
+        try:
+            lines = (self.root / f"{ref}.origins").read_text(encoding="utf-8").splitlines()
+        except (OSError, ValueError):
+            return []
+        found: list[str] = []
+        for raw in lines:
+            try:
+                entry = json.loads(raw)
+                run, origin = entry["run"], entry["origin"]
+            except (ValueError, TypeError, KeyError):
+                continue  # a torn line
+            if run == self.run and isinstance(origin, str) and origin not in found:
+                found.append(origin)
+        return found
 
     def get(self, ref: str) -> str:
         text = None
-        if ref.startswith("out_") and len(ref) == 20 and all(c in "0123456789abcdef" for c in ref[4:]):
+        if _is_ref(ref):
             if self.root is None:
                 text = self._memory.get(ref)
             elif (path := self.root / f"{ref}.txt").exists():
@@ -212,7 +247,7 @@ class LargeOutputStore:
         offset = max(0, offset)
         chunk = text[offset : offset + length]
         end = offset + len(chunk)
-        return {
+        page: dict[str, Any] = {
             "ref": ref,
             "offset": offset,
             "end": end,
@@ -220,3 +255,10 @@ class LargeOutputStore:
             "more": end < len(text),
             "text": chunk,
         }
+        if origins := self.origins(ref):
+            page["relays"] = origins
+        return page
+
+
+def _is_ref(ref: str) -> bool:
+    return ref.startswith("out_") and len(ref) == 20 and all(c in "0123456789abcdef" for c in ref[4:])

@@ -28,6 +28,7 @@ __all__ = [
     "MIN_CONTAINED",
     "MODEL",
     "SHAPE_KINDS",
+    "TRUST_ORDER",
     "USER",
     "USER_WORD",
     "Directory",
@@ -37,6 +38,7 @@ __all__ = [
     "SourceTrust",
     "TrustConfig",
     "label_observation",
+    "least_trusted",
     "normalise",
     "shape_kind",
     "split_values",
@@ -198,6 +200,23 @@ class TrustConfig:
             default=default,
             assigned=frozenset(assigned) if assigned is not None else ASSIGNED,
         )
+
+
+TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
+"""Order of integrity, most trusted first, for a value copied from several sources (an
+extracted value, a page of a stored output); a class not listed (``private``…) counts as
+least trusted. Confidentiality is followed separately: a copy's source observation stays in
+the run, so its private values are still found inside any argument that carries them."""
+
+
+def least_trusted(classes: Iterable[str]) -> str:
+    """The least trusted of ``classes`` (``TRUST_ORDER``; an unlisted class is less trusted
+    than any listed one); ``third_party`` when there is none."""
+    found = set(classes)
+    unknown = sorted(c for c in found if c not in TRUST_ORDER)
+    if unknown:
+        return unknown[0]
+    return max(found, key=TRUST_ORDER.index) if found else "third_party"
 
 
 # -- normalisation -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from tether.policy._provenance_labels import (
     SourceLabel,
     TrustConfig,
     label_observation,
+    least_trusted,
     normalise,
     split_values,
 )
@@ -79,6 +80,32 @@ def _segment(item: Any) -> Segment | None:
         return None
 
 
+RELAYS = "relays"
+"""Key of an observation's data naming the call ids whose output it repeats (a page of a stored
+output): it is no more trusted than they are."""
+
+
+def _as_relayed(obs: Any, found: list[Segment], earlier: Mapping[str, list[Segment]]) -> list[Segment]:
+    """``found`` (the segments of ``obs``), each no more trusted than the observations ``obs``
+    relays: its class becomes the least trusted of its own and theirs. Decided here, from the
+    run, whatever labels the host cached; a relay of a call the run does not hold (or none
+    named) changes nothing."""
+    named = obs.data.get(RELAYS) if isinstance(obs.data, Mapping) else None
+    ids = [named] if isinstance(named, str) else named if isinstance(named, list) else []
+    relayed = {seg.label.trust for i in ids if isinstance(i, str) for seg in earlier.get(i, ())}
+    if not relayed:
+        return found
+    out = []
+    for seg in found:
+        trust = least_trusted({seg.label.trust, *relayed})
+        out.append(
+            seg
+            if trust == seg.label.trust
+            else dataclasses.replace(seg, label=dataclasses.replace(seg.label, trust=trust))
+        )
+    return out
+
+
 def index_for(
     state: Any,
     config: TrustConfig,
@@ -98,9 +125,11 @@ def index_for(
     mine = list(own)
     observations = getattr(state, "observations", []) or []
     first_seen: dict[str, int] = {}
+    by_call: dict[str, list[Segment]] = {}
     for i, obs in enumerate(observations):
         first_seen.setdefault(obs.call_id, i)
-        found = observation_segments(obs, config, mine)
+        found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
+        by_call.setdefault(obs.call_id, []).extend(found)
         segments.extend(found)
         positions.extend([i] * len(found))
     written: list[Written] = []

@@ -25,7 +25,7 @@ from pydantic import TypeAdapter, ValidationError
 from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.core.types import Observation
-from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, normalise
+from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trusted, normalise
 from tether.policy._provenance_labels import Segment as _Segment
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
@@ -183,7 +183,7 @@ async def _resolve(
     labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
         SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
     ]
-    trust = _least_trusted({lbl.trust for lbl in labels})
+    trust = least_trusted(lbl.trust for lbl in labels)
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
     run.state.observations.append(
@@ -202,16 +202,3 @@ async def _resolve(
 
 def _scalars(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
-
-
-# Order of integrity used to taint extracted values; unknown classes (``private``…) count as
-# least trusted. Confidentiality is followed separately: the source observation stays in the
-# run, so its private values are still found inside any argument that carries them.
-TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
-
-
-def _least_trusted(classes: set[str]) -> str:
-    unknown = [c for c in classes if c not in TRUST_ORDER]
-    if unknown:
-        return sorted(unknown)[0]
-    return max(classes, key=TRUST_ORDER.index) if classes else "third_party"
