@@ -230,7 +230,8 @@ async def test_a_page_of_a_trusted_listing_and_the_users_own_values_still_run(tm
 
 def _obs(call_id: str, tool_name: str, data: Any, **meta: Any) -> Observation:
     text = json.dumps(data) if not isinstance(data, str) else data
-    return Observation(call_id, tool_name, "local", datetime(2026, 1, 1, tzinfo=UTC), text, data, meta=meta)
+    source = "harness" if tool_name == "read_output" else "local"  # as the host labels its own tools
+    return Observation(call_id, tool_name, source, datetime(2026, 1, 1, tzinfo=UTC), text, data, meta=meta)
 
 
 class _State:
@@ -262,6 +263,11 @@ def test_cached_labels_do_not_bypass_the_relay_and_an_unknown_origin_keeps_today
         source = make_labeler(config)(_obs("c1", "get_reviews", INJECTION))
         index = index_for(_State(source, relayed), config)
         assert {s.label.trust for s in index.segments if s.label.tool == "read_output"} == {expected}
+    # A tool that is not the host's own cannot pick its classes by naming a relay in its data.
+    posing = label(_obs("c4", "get_listing", {"text": INJECTION, "relays": "c1"}))
+    config = TrustConfig(sources={"get_reviews": SourceTrust(default="conversation")}, default=TRUST.default)
+    index = index_for(_State(make_labeler(config)(_obs("c1", "get_reviews", INJECTION)), posing), config)
+    assert {s.label.trust for s in index.segments if s.label.tool == "get_listing"} == {"listing"}
     assert least_trusted({"listing", "system"}) == "listing" and least_trusted(set()) == "third_party"
     assert least_trusted({"web", "private"}) == "private" and "listing" in TRUST_ORDER
 

@@ -25,6 +25,7 @@ from tether.policy._provenance_labels import (
     split_values,
 )
 from tether.policy._provenance_text import Written
+from tether.policy._rules import HARNESS_SOURCE
 from tether.policy._provenance_values import find_links
 
 __all__ = ["index_for", "make_labeler", "observation_segments"]
@@ -90,6 +91,10 @@ def _as_relayed(obs: Any, found: list[Segment], earlier: Mapping[str, list[Segme
     relays: its class becomes the least trusted of its own and theirs. Decided here, from the
     run, whatever labels the host cached; a relay of a call the run does not hold (or none
     named) changes nothing."""
+    if getattr(obs, "source", None) != HARNESS_SOURCE:
+        # Only the host's own tools relay (read_output): a tool's data that names ``relays``
+        # would otherwise choose the classes its own text takes.
+        return found
     named = obs.data.get(RELAYS) if isinstance(obs.data, Mapping) else None
     ids = [named] if isinstance(named, str) else named if isinstance(named, list) else []
     relayed = {seg.label.trust for i in ids if isinstance(i, str) for seg in earlier.get(i, ())}
