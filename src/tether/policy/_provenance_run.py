@@ -25,8 +25,8 @@ from tether.policy._provenance_labels import (
     split_values,
 )
 from tether.policy._provenance_text import Written
-from tether.policy._rules import HARNESS_SOURCE
 from tether.policy._provenance_values import find_links
+from tether.policy._rules import HARNESS_SOURCE
 
 __all__ = ["index_for", "make_labeler", "observation_segments"]
 
