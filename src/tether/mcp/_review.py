@@ -106,15 +106,17 @@ _INSTRUCTION = re.compile(
     "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
 )
 _URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"')\]]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s<>\"')\]]*", re.I)
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+# Each run of name characters is tried from its start only (a lookbehind, not ``\b``): tried
+# from every position in it, a long run without the rest took time quadratic in its length.
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _SECRET_PATH = re.compile(
     r"(~/|\$HOME/|/home/[^/\s]+/|/root/)?\.(ssh|aws|gnupg|kube|docker|netrc|npmrc|pypirc|git-credentials|"
     r"bash_history|zsh_history|config/gcloud)\b[^\s]*|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)"
-    r"|\b[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
+    r"|(?<![\w.-])[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
     re.IGNORECASE,
 )
 _CALL = re.compile(r"\b(call|invoke|use|run)\s+(the\s+)?[`'\"]?([A-Za-z_][A-Za-z0-9_.-]*__[A-Za-z0-9_.-]+)")
-_NAMESPACED = re.compile(r"\b[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
+_NAMESPACED = re.compile(r"\b(?<![A-Za-z0-9-])[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
 
 
 def strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -139,8 +141,10 @@ def _tag_text(text: str) -> str:
 # Runs of text that may be encoded prose: base64 (standard or URL-safe), hex, %-escapes, \u/\x escapes.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){12,}(?![0-9A-Fa-f])")
-# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them.
-_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]*%[0-9A-Fa-f]{2}){3,}[A-Za-z0-9._~+-]*")
+# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them: a run of
+# URL characters (one pass: a run of plain letters is never retried from each of its positions,
+# which made a long description take hours) with at least three escapes in it.
+_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]|%[0-9A-Fa-f]{2})+")
 _ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}){4,}")
 
 
@@ -180,7 +184,7 @@ def decode_hidden(text: str) -> list[tuple[str, str]]:
         if (decoded := _readable(bytes.fromhex(m.group(0)))) is not None:
             found.append(("hex", decoded))
     for m in _PERCENT.finditer(text):
-        if (decoded := _readable(unquote_to_bytes(m.group(0)))) is not None:
+        if m.group(0).count("%") >= 3 and (decoded := _readable(unquote_to_bytes(m.group(0)))) is not None:
             found.append(("percent-encoding", decoded))
     for m in _ESCAPES.finditer(text):
         try:
@@ -248,6 +252,7 @@ class ToolNames:
         self._simple: dict[str, set[str]] = {}
         self._other: list[str] = []
         self._parts = 1
+        self._longest = max(map(len, self.others | self.siblings), default=0)
         for name in self.others | self.siblings:
             if _DOTTED.fullmatch(name):
                 self._simple.setdefault(name.lower(), set()).add(name)
@@ -277,7 +282,9 @@ class ToolNames:
 
     def called_siblings(self, text: str) -> set[str]:
         """The server's own tools the text tells the model to call, invoke, run or trigger."""
-        return {n for m in _CALLED.finditer(text) for n in self.found(text, at=m.end()) if n in self.siblings}
+        width = self._longest + 1  # what follows each verb: enough for any name and the character after it
+        called = (self.found(text[m.end() : m.end() + width], at=0) for m in _CALLED.finditer(text))
+        return {n for names in called for n in names if n in self.siblings}
 
 
 def _target_check(names: ToolNames) -> Callable[[str], bool]:
