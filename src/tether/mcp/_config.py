@@ -253,10 +253,8 @@ class McpConfig(_Strict):
     @classmethod
     def _named(cls, data: Any) -> Any:
         """Servers as a mapping of id to settings (``servers`` or other clients' ``mcpServers``)."""
-        if (
-            not isinstance(data, dict)
-            or ("mcpServers" not in data
-            and not isinstance(data.get("servers"), dict))
+        if not isinstance(data, dict) or (
+            "mcpServers" not in data and not isinstance(data.get("servers"), dict)
         ):
             return data
         data = dict(data)
