@@ -288,8 +288,8 @@ class McpSpec(_Strict):
         default=None, description="an MCP host config file (servers, effects, host settings)"
     )
     host: dict[str, Any] | None = Field(default=None, description="host settings inline (with servers)")
-    servers: list[dict[str, Any]] | None = Field(
-        default=None, description="MCP servers inline, in the config file's format"
+    servers: list[dict[str, Any]] | dict[str, dict[str, Any]] | None = Field(
+        default=None, description="MCP servers inline, in the config file's format (a list, or id: settings)"
     )
     sampling: Literal["none", "model"] = Field(
         default="none", description="model: servers' sampling requests go to the agent's model"

@@ -135,7 +135,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             checks = await source.refresh()
         finally:
             await source.close()
-        from tether.mcp._review import Finding, main_script, scan_definition, scan_text, strings
+        from tether.mcp._review import Finding, ToolNames, main_script, scan_definition, scan_text, strings
 
         elsewhere = [
             (s.name, tool) for s in config.servers if s.name != name for tool in await pins.pins(s.name)
@@ -144,19 +144,17 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
         # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
         # an instruction, flagged as such.
         others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
-        siblings = [c.tool for c in checks]
+        names = ToolNames(others, [c.tool for c in checks])  # built once: a listing may be huge
         script = main_script(text for c in checks for _, text in strings(c.definition, ""))
         reviews = []
         for c in checks:
-            findings = scan_definition(c.definition, others, script=script, siblings=siblings)
+            findings = scan_definition(c.definition, names, script=script)
             if (bad := bad_tool_name(c.tool)) is not None:
                 findings.insert(0, Finding(c.tool, "tool_reference", "name", bad))
             reviews.append(ToolReview(c, findings))
         instructions = source.instructions or None
         found = (
-            scan_text(
-                "(instructions)", "instructions", instructions, others, script=script, siblings=siblings
-            )
+            scan_text("(instructions)", "instructions", instructions, names, script=script)
             if instructions
             else []
         )

@@ -209,6 +209,8 @@ def clean_result_data(value: Any) -> tuple[Any, dict[str, Any]]:
 
 def escape_for_review(text: str, limit: int = 4000) -> str:
     """The raw text for a person: invisible and control characters shown as ``<U+XXXX>``."""
+    if text.isascii() and text.isprintable():  # nothing to show (the common case, and fast)
+        return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
     out = []
     for ch in text[:limit]:
         out.append(f"<U+{ord(ch):04X}>" if hidden_kind(ch) is not None else ch)

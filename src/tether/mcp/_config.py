@@ -54,6 +54,14 @@ __all__ = [
 ]
 
 SEPARATOR = "__"
+# Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
+_TRANSPORTS = {
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
+    "streamableHttp": "http",
+}
 
 
 class _Strict(BaseModel):
@@ -121,6 +129,37 @@ class ServerConfig(_Strict):
     network: Literal["none", "any"] | tuple[str, ...] = "none"
     allow_network: bool = False  # older spelling of network: any
 
+    @model_validator(mode="before")
+    @classmethod
+    def _ordinary(cls, data: Any) -> Any:
+        """The form other MCP clients write: ``command`` an executable with its ``args``, the
+        transport as ``type`` or left out (``command``: stdio, ``url``: Streamable HTTP)."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        if "type" in data:
+            if "transport" in data:
+                raise ValueError("give transport or type, not both")
+            data["transport"] = data.pop("type")
+        kind = data.get("transport")
+        if kind in ("sse", "SSE"):
+            raise ValueError("the SSE transport (2024-11-05) is not supported: use Streamable HTTP (http)")
+        if kind is None and ("command" in data) != ("url" in data):
+            data["transport"] = "stdio" if "command" in data else "http"
+        elif isinstance(kind, str) and kind in _TRANSPORTS:
+            data["transport"] = _TRANSPORTS[kind]
+        if "args" in data:
+            args, command = data.pop("args"), data.get("command")
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                raise ValueError("args must be a list of strings")
+            if isinstance(command, str):  # an executable (a path may have spaces), not a command line
+                data["command"] = [command, *args]
+            elif isinstance(command, list):
+                data["command"] = [*command, *args]
+            else:
+                raise ValueError("args given without command")
+        return data
+
     @field_validator("network", mode="before")
     @classmethod
     def _network(cls, v: Any) -> Any:
@@ -144,6 +183,8 @@ class ServerConfig(_Strict):
             raise ValueError(
                 f"server id {v!r} must be ASCII letters/digits (with - or _), without {SEPARATOR!r}"
             )
+        if v == "local":  # the host's own tools' source: a server of that name would pass for them
+            raise ValueError("server id 'local' is reserved for the host's own tools: choose another")
         return v
 
     @field_validator("command", mode="before")
@@ -207,6 +248,31 @@ class McpConfig(_Strict):
     host: HostSection = Field(default_factory=HostSection)
     servers: list[ServerConfig]
     base_dir: Path = Path(".")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """Servers as a mapping of id to settings (``servers`` or other clients' ``mcpServers``)."""
+        if not isinstance(data, dict) or (
+            "mcpServers" not in data and not isinstance(data.get("servers"), dict)
+        ):
+            return data
+        data = dict(data)
+        if "mcpServers" in data:
+            if "servers" in data:
+                raise ValueError("give servers or mcpServers, not both")
+            data["servers"] = data.pop("mcpServers")
+        servers = data["servers"]
+        if isinstance(servers, dict):
+            listed = []
+            for name, settings in servers.items():
+                if not isinstance(settings, dict) or settings.get("name", name) != name:
+                    raise ValueError(
+                        f"server {name!r}: its settings must be a mapping (without another name)"
+                    )
+                listed.append({**settings, "name": name})
+            data["servers"] = listed
+        return data
 
     @model_validator(mode="after")
     def _unique(self) -> McpConfig:

@@ -32,7 +32,9 @@ the reviewer accepts it by name.
 
 from __future__ import annotations
 
+import functools
 import html
+import json
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -47,6 +49,7 @@ from tether.mcp._clean import hidden_kind
 __all__ = [
     "SINKS",
     "Finding",
+    "ToolNames",
     "decode_hidden",
     "foreign_script",
     "main_script",
@@ -103,15 +106,17 @@ _INSTRUCTION = re.compile(
     "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
 )
 _URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"')\]]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s<>\"')\]]*", re.I)
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
+# Each run of name characters is tried from its start only (a lookbehind, not ``\b``): tried
+# from every position in it, a long run without the rest took time quadratic in its length.
+_EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _SECRET_PATH = re.compile(
     r"(~/|\$HOME/|/home/[^/\s]+/|/root/)?\.(ssh|aws|gnupg|kube|docker|netrc|npmrc|pypirc|git-credentials|"
     r"bash_history|zsh_history|config/gcloud)\b[^\s]*|\bid_(rsa|dsa|ecdsa|ed25519)\b|/etc/(passwd|shadow|sudoers)"
-    r"|\b[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
+    r"|(?<![\w.-])[\w.-]+\.(pem|key|p12|pfx|kdbx)\b|\bauthorized_keys\b|\bcredentials\.json\b|(^|[\s/])\.env\b",
     re.IGNORECASE,
 )
 _CALL = re.compile(r"\b(call|invoke|use|run)\s+(the\s+)?[`'\"]?([A-Za-z_][A-Za-z0-9_.-]*__[A-Za-z0-9_.-]+)")
-_NAMESPACED = re.compile(r"\b[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
+_NAMESPACED = re.compile(r"\b(?<![A-Za-z0-9-])[A-Za-z0-9-]+__[A-Za-z0-9_.-]+\b")
 
 
 def strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
@@ -136,8 +141,10 @@ def _tag_text(text: str) -> str:
 # Runs of text that may be encoded prose: base64 (standard or URL-safe), hex, %-escapes, \u/\x escapes.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){12,}(?![0-9A-Fa-f])")
-# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them.
-_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]*%[0-9A-Fa-f]{2}){3,}[A-Za-z0-9._~+-]*")
+# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them: a run of
+# URL characters (one pass: a run of plain letters is never retried from each of its positions,
+# which made a long description take hours) with at least three escapes in it.
+_PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]|%[0-9A-Fa-f]{2})+")
 _ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}){4,}")
 
 
@@ -177,7 +184,7 @@ def decode_hidden(text: str) -> list[tuple[str, str]]:
         if (decoded := _readable(bytes.fromhex(m.group(0)))) is not None:
             found.append(("hex", decoded))
     for m in _PERCENT.finditer(text):
-        if (decoded := _readable(unquote_to_bytes(m.group(0)))) is not None:
+        if m.group(0).count("%") >= 3 and (decoded := _readable(unquote_to_bytes(m.group(0)))) is not None:
             found.append(("percent-encoding", decoded))
     for m in _ESCAPES.finditer(text):
         try:
@@ -228,7 +235,59 @@ def foreign_script(text: str, main: str = "LATIN") -> str | None:
 _QUOTED_FIELD = re.compile(r"`[^`\s]{1,60}`")
 
 
-def _target_check(names: set[str]) -> Callable[[str], bool]:
+_PART = r"[A-Za-z0-9_]+"
+_DOTTED = re.compile(rf"{_PART}(?:[-.]{_PART})*")  # a run of words joined by - or .
+_JOINT = re.compile(r"([-.])")
+_CALLED = re.compile(r"\b(?:call|invoke|run|trigger)\s+(?:the\s+)?[`'\"]?", re.I)
+
+
+class ToolNames:
+    """The tool names a review looks for in server text, found in one pass over the text however
+    many there are (a server listing thousands of tools must not cost a regex per name per text).
+    A name matches as a whole word in any case, as ``(?<![A-Za-z0-9_])NAME(?![A-Za-z0-9_])``."""
+
+    def __init__(self, others: Iterable[str], siblings: Iterable[str] = ()) -> None:
+        self.others = frozenset(t for t in others if t) | frozenset(SINKS)
+        self.siblings = frozenset(t for t in siblings if t)
+        self._simple: dict[str, set[str]] = {}
+        self._other: list[str] = []
+        self._parts = 1
+        self._longest = max(map(len, self.others | self.siblings), default=0)
+        for name in self.others | self.siblings:
+            if _DOTTED.fullmatch(name):
+                self._simple.setdefault(name.lower(), set()).add(name)
+                self._parts = max(self._parts, len(_JOINT.split(name)) // 2 + 1)
+            else:
+                self._other.append(name)
+
+    def found(self, text: str, *, at: int | None = None) -> set[str]:
+        """Every name in ``text`` (``at``: only a name starting at that position)."""
+        hits: set[str] = set()
+        lowered = text.lower()
+        runs = _DOTTED.finditer(lowered) if at is None else filter(None, [_DOTTED.match(lowered, at)])
+        for run in runs:
+            pieces = _JOINT.split(run.group(0))
+            words, joints = pieces[0::2], pieces[1::2]
+            for i in range(1 if at is not None else len(words)):
+                joined = words[i]
+                for j in range(i, min(len(words), i + self._parts)):
+                    joined = joined if j == i else f"{joined}{joints[j - 1]}{words[j]}"
+                    hits |= self._simple.get(joined, set())
+        for name in self._other:  # names of other shapes (rare): a substring test first
+            if name.lower() in lowered:
+                whole = re.compile(rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])", re.I)
+                if whole.search(text) if at is None else whole.match(text, at):
+                    hits.add(name)
+        return hits
+
+    def called_siblings(self, text: str) -> set[str]:
+        """The server's own tools the text tells the model to call, invoke, run or trigger."""
+        width = self._longest + 1  # what follows each verb: enough for any name and the character after it
+        called = (self.found(text[m.end() : m.end() + width], at=0) for m in _CALLED.finditer(text))
+        return {n for names in called for n in names if n in self.siblings}
+
+
+def _target_check(names: ToolNames) -> Callable[[str], bool]:
     """Whether a sentence names where data would go: an address, a credential path, a tool,
     or a quoted field (the review's own checks, for ``addressed_instruction``)."""
 
@@ -237,9 +296,7 @@ def _target_check(names: set[str]) -> Callable[[str], bool]:
             return True
         if _QUOTED_FIELD.search(sentence):
             return True
-        return any(
-            re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", sentence, re.I) for n in names
-        )
+        return bool(names.found(sentence))
 
     return named
 
@@ -248,7 +305,7 @@ def scan_text(
     tool: str,
     where: str,
     text: str,
-    others: Iterable[str] = (),
+    others: Iterable[str] | ToolNames = (),
     *,
     prose: bool = True,
     script: str = "LATIN",
@@ -268,22 +325,16 @@ def scan_text(
     # Compatibility forms folded (full-width or styled letters read as plain ones).
     # HTML entities decoded: '&#105;gnore' is what a model reads as 'ignore'.
     visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not hidden_kind(c))))
-    names = {t for t in others if t and t != tool} | set(SINKS)
+    names = others if isinstance(others, ToolNames) else ToolNames(others, siblings)
     m = _INSTRUCTION.search(visible)
     if m:
         findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
-    elif (addressed := addressed_instruction(visible, _target_check(names | set(siblings)))) is not None:
+    elif (addressed := addressed_instruction(visible, _target_check(names))) is not None:
         findings.append(Finding(tool, "instruction", where, addressed))
-    for sibling in siblings:
-        # The server's own tools may be named ("deprecated: use read_text_file instead"); a
-        # sibling the model is told to call, invoke or run is still a reference.
-        if sibling != tool and re.search(
-            rf"\b(call|invoke|run|trigger)\s+(the\s+)?[`'\"]?{re.escape(sibling)}(?![A-Za-z0-9_])",
-            visible,
-            re.I,
-        ):
-            names.add(sibling)
-    refs = {t for t in names if re.search(rf"(?<![A-Za-z0-9_]){re.escape(t)}(?![A-Za-z0-9_])", visible, re.I)}
+    # The server's own tools may be named ("deprecated: use read_text_file instead"); a
+    # sibling the model is told to call, invoke or run is still a reference.
+    refs = (names.found(visible) & names.others) | names.called_siblings(visible)
+    refs.discard(tool)
     refs |= {m.group(3) for m in _CALL.finditer(visible)}
     refs |= {n for n in _NAMESPACED.findall(visible) if n != tool}
     if refs:
@@ -303,18 +354,28 @@ def scan_text(
                 tool,
                 f"{where} ({encoding}-decoded)",
                 decoded,
-                others,
+                names,
                 script=script,
-                siblings=siblings,
                 _depth=_depth + 1,
             )
             findings += inner
     return findings
 
 
+@functools.lru_cache(maxsize=256)
+def _schema_problem(schema: str) -> str | None:
+    """Why a schema (as canonical JSON) is not valid JSON Schema; cached: a server's tools often
+    share one schema, and checking one against the metaschema is the review's slowest step."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(json.loads(schema))
+    except jsonschema.SchemaError as err:
+        return str(err.message)[:120]
+    return None
+
+
 def scan_definition(
     definition: Mapping[str, Any],
-    other_tools: Iterable[str] = (),
+    other_tools: Iterable[str] | ToolNames = (),
     *,
     script: str = "LATIN",
     siblings: Iterable[str] = (),
@@ -327,7 +388,7 @@ def scan_definition(
     server's tools, flagged only when the text tells the model to call one.
     """
     name = str(definition.get("name", ""))
-    others = {t for t in other_tools if t and t != name}
+    others = other_tools if isinstance(other_tools, ToolNames) else ToolNames(other_tools, siblings)
     findings: list[Finding] = []
     for where, text in strings({k: v for k, v in definition.items() if k != "name"}, ""):
         # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
@@ -335,15 +396,13 @@ def scan_definition(
         prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id")) and not where.startswith(
             ("execution", "icons", "_meta")
         )
-        findings += scan_text(name, where, text, others, prose=prose, script=script, siblings=siblings)
+        findings += scan_text(name, where, text, others, prose=prose, script=script)
     for key in ("inputSchema", "outputSchema"):
         schema = definition.get(key)
         if schema is None:
             continue
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as err:
-            findings.append(Finding(name, "invalid_schema", key, err.message[:120]))
+        if (problem := _schema_problem(json.dumps(schema, sort_keys=True, default=str))) is not None:
+            findings.append(Finding(name, "invalid_schema", key, problem))
         refs = sorted({v for w, v in strings(schema, key) if w.endswith(".$ref") and not v.startswith("#")})
         if refs:
             findings.append(Finding(name, "remote_ref", key, ", ".join(refs[:5]) + " (never fetched)"))

@@ -2,8 +2,11 @@
 
 Every line is prefixed with the server id, its control and invisible characters written as
 visible escapes (no terminal escape sequence from a server ever reaches the terminal), cut
-at a maximum length, and appended to a per-server log file. The terminal gets the lines at a
-bounded rate (a burst, then a few a second); what is held back is counted and said once.
+at a maximum length, and appended to a per-server log file, up to ``MAX_LOG_BYTES`` a launch
+(past it lines are only counted, and the log says how many; a log already that large is moved
+aside to ``.1`` first). The terminal gets the lines at a bounded rate (a burst, then a few a
+second); what is held back is counted and said once. A line neither kept nor shown costs only
+its reading: a server flooding stderr is drained as fast as it writes and never blocks on it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from tether.mcp._clean import escape_for_review
 __all__ = ["ServerStderr"]
 
 MAX_LINE = 2000
+MAX_LOG_BYTES = 16 * 1024 * 1024
 
 
 class ServerStderr:
@@ -40,13 +44,20 @@ class ServerStderr:
         self.burst = burst
         self.per_second = per_second
         self.lines = 0
-        self.tail: deque[str] = deque(maxlen=8)  # its last lines (escaped), for a failure's cause
+        self._tail: deque[str] = deque(maxlen=8)  # its last lines (raw, cut), for a failure's cause
         self.suppressed = 0
+        self.logged = 0  # bytes written to the log by this launch
+        self.unlogged = 0  # lines past MAX_LOG_BYTES
         self._tokens = float(burst)
         self._last = time.monotonic()
         self._writer: IO[str] | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+
+    @property
+    def tail(self) -> list[str]:
+        """Its last lines, escaped."""
+        return [escape_for_review(line, limit=300) for line in self._tail]
 
     def open(self) -> IO[str]:
         """A file the child writes its stderr to (the write end of a fresh pipe)."""
@@ -70,6 +81,8 @@ class ServerStderr:
         if self.log_path is not None:
             try:
                 self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                if self.log_path.exists() and self.log_path.stat().st_size > MAX_LOG_BYTES:
+                    self.log_path.replace(self.log_path.with_name(self.log_path.name + ".1"))
                 log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
             except OSError:
                 log = None
@@ -84,17 +97,23 @@ class ServerStderr:
             if self.suppressed and self.terminal is not None:
                 self._say(f"[{self.server}] … {self.suppressed} more stderr lines held back")
             if log is not None:
+                if self.unlogged:
+                    log.write(f"… {self.unlogged} more lines not kept (over {MAX_LOG_BYTES} bytes)\n")
                 log.close()
 
     def _line(self, raw: bytes, log: Any) -> None:
-        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        line = escape_for_review(text, limit=MAX_LINE)
+        text = raw[: MAX_LINE * 4].decode("utf-8", errors="replace").rstrip("\r\n")
         self.lines += 1
-        self.tail.append(line[:300])
-        if log is not None:
+        self._tail.append(text[:300])
+        line = ""
+        if log is not None and self.logged < MAX_LOG_BYTES:
+            line = escape_for_review(text, limit=MAX_LINE)
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             log.write(f"{stamp} {line}\n")
             log.flush()
+            self.logged += len(line) + 21
+        elif log is not None:
+            self.unlogged += 1
         if self.terminal is None:
             return
         now = time.monotonic()
@@ -104,8 +123,9 @@ class ServerStderr:
             self.suppressed += 1
             return
         self._tokens -= 1
+        line = line or escape_for_review(text, limit=MAX_LINE)
         if self.suppressed:
-            where = f" (all in {self.log_path})" if self.log_path else ""
+            where = f" (logged in {self.log_path})" if self.log_path else ""
             self._say(f"[{self.server}] … {self.suppressed} stderr lines held back{where}")
             self.suppressed = 0
         self._say(f"[{self.server}] {line}")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
-from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError
+from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
 from tether.mcp._calling import call_tool, guarded
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo, GateHooks
@@ -461,12 +461,17 @@ class McpServerSource:
         against this listing (``_refuse_unapproved``), and results against the pinned schema."""
         cursor: str | None = None
         tools: list[Any] = []
-        for _ in range(100):
+        cursors: set[str] = set()
+        while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
                 break
+            if cursor in cursors or len(cursors) >= 100:  # never taken for a whole listing
+                why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
+                raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
+            cursors.add(cursor)
         await self.listing.absorb(tools)
         self._stale = False
         return self.checks
