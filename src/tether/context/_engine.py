@@ -333,7 +333,9 @@ class ContextEngine:
             return (await engine.runner(sub, task)).as_tool_result()
 
         delegate.__doc__ = sub.description
-        return tool(delegate, name=sub.name, timeout_s=3600.0)
+        # Never cut: a cut result loses its data, and with it the class of what the child read.
+        limit = 6 * sub.max_chars + 1_000  # each character at most 6 in JSON, and the other fields
+        return tool(delegate, name=sub.name, timeout_s=3600.0, max_result_chars=max(limit, 20_000))
 
 
 class _OutputReader:

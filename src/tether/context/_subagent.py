@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -58,6 +58,7 @@ class SubtaskResult:
     run_id: str
     trace_path: Path | None
     tokens: int
+    relays: dict[str, str] = field(default_factory=dict)  # what the child read (``_relays``)
 
     def as_tool_result(self) -> dict[str, Any]:
         return {
@@ -65,7 +66,19 @@ class SubtaskResult:
             "ok": self.ok,
             "stop_reason": self.stop_reason,
             "subagent_run": self.run_id,
+            **self.relays,
         }
+
+
+def _relays(result: RunResult) -> dict[str, str]:
+    """The least trusted class among the labels of what the child read, under the host's key
+    (never the model's): the parent's provenance takes the answer as no more trusted than
+    that (``tether.policy._provenance_run``); empty when the child read nothing labelled."""
+    # Imported when a subagent runs: a host that runs none does not load the provenance labels.
+    from tether.policy._provenance_run import RELAYS_TRUST, least_read
+
+    least = least_read(result.observations)
+    return {RELAYS_TRUST: least} if least is not None else {}
 
 
 async def run_subtask(
@@ -101,6 +114,7 @@ async def run_subtask(
         run_id=result.run_id,
         trace_path=result.trace_path,
         tokens=result.usage.total_tokens,
+        relays=_relays(result),
     )
     if parent is not None:
         parent.emit(

@@ -28,7 +28,7 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["index_for", "make_labeler", "observation_segments"]
+__all__ = ["index_for", "least_read", "make_labeler", "observation_segments"]
 
 
 def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
@@ -84,13 +84,36 @@ def _segment(item: Any) -> Segment | None:
 RELAYS = "relays"
 """Key of an observation's data naming the call ids whose output it repeats (a page of a stored
 output): it is no more trusted than they are."""
+RELAYS_TRUST = "relays_trust"
+"""Key of an observation's data naming the least trusted class of what it relays from outside
+the run (a subagent's answer: what its child run read, ``least_read``)."""
+
+
+def least_read(observations: Iterable[Any]) -> str | None:
+    """The least trusted class among ``observations`` (a child run's, whose answer relays what
+    it read): the labels the host attached, and the classes they relay in turn; None when they
+    hold no label (nothing read, or only errors). An observation the host did not label (a
+    host without a labeler) counts as ``least_trusted`` of nothing: what it holds is unknown."""
+    classes: set[str] = set()
+    for obs in observations:
+        cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
+        restored = [_segment(item) for item in cached] if isinstance(cached, list) else [None]
+        if all(seg is not None for seg in restored):
+            classes.update(seg.label.trust for seg in restored if seg is not None)
+        elif not obs.is_error:
+            classes.add(least_trusted(()))
+        carried = obs.data.get(RELAYS_TRUST) if isinstance(obs.data, Mapping) else None
+        if isinstance(carried, str) and obs.source == HARNESS_SOURCE:
+            classes.add(carried)
+    return least_trusted(classes) if classes else None
 
 
 def _as_relayed(obs: Any, found: list[Segment], earlier: Mapping[str, list[Segment]]) -> list[Segment]:
     """``found`` (the segments of ``obs``), each no more trusted than the observations ``obs``
-    relays: its class becomes the least trusted of its own and theirs. Decided here, from the
-    run, whatever labels the host cached; a relay of a call the run does not hold (or none
-    named) changes nothing."""
+    relays (``RELAYS``) and the class it carries (``RELAYS_TRUST``, a subagent's answer): its
+    class becomes the least trusted of its own and theirs. Decided here, from the run, whatever
+    labels the host cached; a relay of a call the run does not hold (or none named) changes
+    nothing."""
     if getattr(obs, "source", None) != HARNESS_SOURCE:
         # Only the host's own tools relay (read_output): a tool's data that names ``relays``
         # would otherwise choose the classes its own text takes.
@@ -98,6 +121,9 @@ def _as_relayed(obs: Any, found: list[Segment], earlier: Mapping[str, list[Segme
     named = obs.data.get(RELAYS) if isinstance(obs.data, Mapping) else None
     ids = [named] if isinstance(named, str) else named if isinstance(named, list) else []
     relayed = {seg.label.trust for i in ids if isinstance(i, str) for seg in earlier.get(i, ())}
+    carried = obs.data.get(RELAYS_TRUST) if isinstance(obs.data, Mapping) else None
+    if isinstance(carried, str):
+        relayed.add(carried)
     if not relayed:
         return found
     out = []
