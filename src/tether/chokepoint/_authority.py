@@ -37,7 +37,7 @@ from tether.chokepoint._calls import (
     settle,
 )
 from tether.chokepoint._effects import run_effect
-from tether.chokepoint._labels import finish, memory_line, memory_origin
+from tether.chokepoint._labels import LABEL_KEYS, finish, memory_line, memory_origin
 from tether.core.messages import ToolCall, UserMessage
 from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
@@ -484,7 +484,10 @@ class HostCore:
             output = _error_output(err)
         except Exception as err:
             return _crash(spec, source, now, err), err
-        meta = {**output.meta, "truncated": output.truncated, **({"rate_wait_s": waited} if waited else {})}
+        # The labels are the host's alone (its labeler's, or the index's from the deployment's
+        # trust configuration): a source's output that carries them is not believed.
+        meta = {k: v for k, v in output.meta.items() if k not in LABEL_KEYS}
+        meta.update(truncated=output.truncated, **({"rate_wait_s": waited} if waited else {}))
         obs = Observation(
             call_id=context.call_id, tool=spec.name, source=source.name, observed_at=now, text=output.text,
             data=output.data, is_error=output.is_error, error_kind=output.error_kind, meta=meta,

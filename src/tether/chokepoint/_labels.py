@@ -17,7 +17,11 @@ from typing import Any
 from tether.core.types import Observation, Trust, wrap_untrusted
 from tether.mcp._clean import clean_result_data, clean_result_text
 
-__all__ = ["finish", "host_note", "memory_line", "memory_origin", "truncate"]
+__all__ = ["LABEL_KEYS", "finish", "host_note", "memory_line", "memory_origin", "truncate"]
+
+# What the host's provenance labelers attach to an observation (``make_labeler``: provenance,
+# sources; ``References.labeler``: references), never taken from a tool source's output.
+LABEL_KEYS = frozenset({"provenance", "sources", "references"})
 
 
 def finish(
