@@ -136,11 +136,7 @@ class ServerConfig(_Strict):
         transport as ``type`` or left out (``command``: stdio, ``url``: Streamable HTTP)."""
         if not isinstance(data, dict):
             return data
-        data = dict(data)
-        if "type" in data:
-            if "transport" in data:
-                raise ValueError("give transport or type, not both")
-            data["transport"] = data.pop("type")
+        data = _renamed(data, "type", "transport")
         kind = data.get("transport")
         if kind in ("sse", "SSE"):
             raise ValueError("the SSE transport (2024-11-05) is not supported: use Streamable HTTP (http)")
@@ -257,11 +253,7 @@ class McpConfig(_Strict):
             "mcpServers" not in data and not isinstance(data.get("servers"), dict)
         ):
             return data
-        data = dict(data)
-        if "mcpServers" in data:
-            if "servers" in data:
-                raise ValueError("give servers or mcpServers, not both")
-            data["servers"] = data.pop("mcpServers")
+        data = _renamed(data, "mcpServers", "servers")
         servers = data["servers"]
         if isinstance(servers, dict):
             listed = []
@@ -303,3 +295,13 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
         return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
     except ValidationError as err:
         raise ConfigError(f"{path}: {validation_problems(err)}") from None
+
+
+def _renamed(data: dict[str, Any], other: str, ours: str) -> dict[str, Any]:
+    """A copy of ``data`` with the key another MCP client writes (``other``) under ours."""
+    data = dict(data)
+    if other in data:
+        if ours in data:
+            raise ValueError(f"give {ours} or {other}, not both")
+        data[ours] = data.pop(other)
+    return data
