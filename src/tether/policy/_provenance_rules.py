@@ -322,8 +322,7 @@ class ProvenanceRules:
     ) -> None:
         day = parse_date(element)
         if day is None:
-            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_a_date"})
-            return
+            return _unreadable(rule, out, "not_a_date")
         ok = False
         if USER in rule.allow:
             ok = any(m.matches(day) for m in index.request_dates)
@@ -359,8 +358,7 @@ class ProvenanceRules:
     ) -> None:
         value = _figure(element)
         if value is None:
-            out.worse(rule.otherwise, {"argument": rule.argument, "problem": "not_an_amount"})
-            return
+            return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
         if USER in rule.bound:
             stated += [(f, "the request") for f in index.request_amounts]
@@ -528,3 +526,8 @@ class ProvenancePolicy(Policy):
         self.provenance = rules
         self.allowlist = Allowlist(frozenset(allow) if allow is not None else None, frozenset(deny))
         self.rules = (self.allowlist, rules, *extra)
+
+
+def _unreadable(rule: ArgumentRule, out: _Verdict, problem: str) -> None:
+    """A value that is not what its role reads (a date, an amount): as the rule says otherwise."""
+    out.worse(rule.otherwise, {"argument": rule.argument, "problem": problem})
