@@ -19,6 +19,7 @@ path), a date by the calendar day it names, an amount by the figures the user st
 from __future__ import annotations
 
 import functools
+import html
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -174,8 +175,10 @@ _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 def find_links(text: str) -> list[Link]:
     """Every link in ``text``: hosts with a public suffix found anywhere in a token (see
-    ``_hosts_in_run``), IPv4 addresses, and ``scheme://`` links with a dotless host; text is
-    NFKC-normalised, invisible characters dropped and defanged forms undone first."""
+    ``_hosts_in_run``), IPv4 addresses, ``scheme://`` links with a dotless host, and URIs of
+    any other scheme (``javascript:``, ``data:``, ``file:``, ``mailto:``…, see ``_uris``). Text
+    is NFKC-normalised, invisible characters dropped and defanged forms undone first; what a
+    browser decodes (character references, percent escapes) is read decoded as well."""
     folded = unfold(text)
     out: list[Link] = []
     seen: set[str] = set()
@@ -186,6 +189,27 @@ def find_links(text: str) -> list[Link]:
             seen.add(key)
             out.append(Link(raw, host, _registered(host), key, registrable(host)))
 
+    decoded = unfold(_decoded(text)) if "&" in text or "%" in text else folded
+    for view in (folded, decoded) if decoded != folded else (folded,):
+        _hosts_in(view, add)
+    for m in _IPV4.finditer(folded):
+        add(m.group(0), m.group(0), "")
+    # A scheme with a host that has no dot ("http://intranet/x") is a link too.
+    for m in _SCHEME_ONLY.finditer(folded):
+        rest = m.group(0).split("://", 1)[1]
+        host, _, path = rest.partition("/")
+        key = link_key(host, "/" + path if path else "")
+        if key not in seen and not any(key.startswith(k) for k in seen):
+            add(m.group(0), host, "/" + path if path else "")
+    for value in _uris(decoded):
+        if value not in seen:
+            seen.add(value)
+            out.append(Link(value, "", value[:200], value, value))
+    return out
+
+
+def _hosts_in(folded: str, add: Any) -> None:
+    """Calls ``add(raw, host, path)`` for each host (with its path) inside ``folded``."""
     for m in _HOST_RUN.finditer(folded):
         run = m.group(0)
         if "." not in run:
@@ -202,16 +226,98 @@ def find_links(text: str) -> list[Link]:
             scheme = _SCHEME_BEFORE.search(folded[max(0, start - 20) : start])
             raw = (scheme.group(0) if scheme else "") + host + path
             add(raw.rstrip(".,;:!?"), host, path)
-    for m in _IPV4.finditer(folded):
-        add(m.group(0), m.group(0), "")
-    # A scheme with a host that has no dot ("http://intranet/x") is a link too.
-    for m in _SCHEME_ONLY.finditer(folded):
-        rest = m.group(0).split("://", 1)[1]
-        host, _, path = rest.partition("/")
-        key = link_key(host, "/" + path if path else "")
-        if key not in seen and not any(key.startswith(k) for k in seen):
-            add(m.group(0), host, "/" + path if path else "")
+
+
+# -- URIs of any scheme ----------------------------------------------------------------------
+
+# A scheme (RFC 3986: a letter, then letters, digits, "+", "." or "-") and its colon, with the
+# control characters a browser strips from a URL (tab, line feed…) allowed between its letters
+# (``java\tscript:``); not inside a longer word, an address or a host. It is matched on the
+# text reversed, from each colon back, so a long run with no colon costs one pass.
+_URI_REVERSED = re.compile(
+    r":[\x00-\x1f\x7f]{0,4}((?:[a-z0-9+.-][\x00-\x1f\x7f]{0,4}){1,31}[a-z])(?![\w+.@-])"
+)
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")
+# Where markup holds a link (``href="…"``, ``[text](…)``, ``<…>``), whatever follows the colon
+# is the link's; in prose, a colon followed by a space or by markup ("Note:**") ends a label.
+_MARKUP = re.compile(r"(?:=[\s\x00-\x1f]*([\"']?)|\]\(|<)[\s\x00-\x1f]*$")
+_PROSE_START = re.compile(r"[\w/\\%#?(+~\[{!$.'\"@-]")
+_REST = re.compile(r"[^\s<>\"'`]+")
+_WEB = frozenset({"http", "https"})  # compared by host and path (``_hosts_in``)
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+
+
+# A percent escape of a printable character; an escaped space or line break stays escaped, as
+# it is inside the link that carries it.
+_PERCENT = re.compile(r"%(2[1-9a-f]|[3-6][0-9a-f]|7[0-9a-e])", re.IGNORECASE)
+
+
+def _decoded(text: str) -> str:
+    """``text`` as a browser or a second decoder reads a URL in it: character references
+    (``&#115;``, ``&colon;``) and percent escapes undone, twice-encoded ones too."""
+    for _ in range(3):
+        before = text
+        if "&" in text:
+            text = html.unescape(text)
+        if "%" in text:
+            text = _PERCENT.sub(lambda m: chr(int(m.group(1), 16)), text)
+        if text == before:
+            break
+    return text
+
+
+def _uris(folded: str) -> list[str]:
+    """Each URI of a scheme other than the web's in (unfolded, decoded) ``folded``, as its whole
+    normalised value: the scheme without control characters, then what follows the colon up
+    to a space (to the closing quote of a quoted attribute), control characters stripped, and
+    trailing punctuation or an unbalanced closing bracket dropped. A scheme that is a host
+    name (``www.site.com:8080``) is the host's link; ``10:30`` and ``key: value`` are none."""
+    out: list[str] = []
+    pos = 0
+    n = len(folded)
+    for m in reversed(list(_URI_REVERSED.finditer(folded[::-1]))):
+        start, end = n - m.end(), n - m.start()  # the scheme and its colon, in ``folded``
+        if start < pos:
+            continue  # inside the link before it
+        pos = end
+        scheme = _CONTROLS.sub("", m.group(1)[::-1])
+        if scheme in _WEB or ("." in scheme and _hosts_in_run(scheme)):
+            found = _REST.match(folded, end)  # a web link, with what its path holds
+            pos = end + (len(found.group(0)) if found else 0)
+            continue
+        markup = _MARKUP.search(folded, max(0, start - 16), start)
+        close = (
+            folded.find(markup.group(1), end, end + 4096) if markup is not None and markup.group(1) else -1
+        )
+        if close >= 0:
+            rest = folded[end:close]
+        elif markup is not None or _PROSE_START.match(folded, end):
+            found = _REST.match(folded, end)
+            rest = found.group(0) if found else ""
+        else:
+            continue
+        pos = end + len(rest)
+        rest = _trimmed(_CONTROLS.sub("", rest).strip())
+        if rest and (value := scheme + ":" + rest) not in out:
+            out.append(value)
     return out
+
+
+def _trimmed(rest: str) -> str:
+    """``rest`` without the punctuation that ends a sentence or a closing bracket it never
+    opened (``javascript:go())."`` is ``javascript:go()``), in one pass from the end."""
+    unmatched = {c: rest.count(c) - rest.count(o) for c, o in _CLOSERS.items()}
+    end = len(rest)
+    while end:
+        last = rest[end - 1]
+        if last in ".,;:!?'\"":
+            end -= 1
+        elif unmatched.get(last, 0) > 0:
+            unmatched[last] -= 1
+            end -= 1
+        else:
+            break
+    return rest[:end]
 
 
 _EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
