@@ -210,6 +210,8 @@ async def test_prose_with_colons_relays_without_review() -> None:
         '{"note": "x", "time": "10:30"}',
         "Step 1: read. Step 2: write.",
         "Warning:** careful",
+        "The call is at 15:00 GMT+1:00 (UTC-05:00 for Bob).",
+        "Email:bob@partner.example, mailto:carol@team.example",
     ],
 )
 def test_text_that_only_looks_like_a_scheme_holds_no_link(text: str) -> None:

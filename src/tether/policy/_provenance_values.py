@@ -245,6 +245,7 @@ _PROSE_START = re.compile(r"[\w/\\%#?(+~\[{!$.'\"@-]")
 _REST = re.compile(r"[^\s<>\"'`]+")
 _WEB = frozenset({"http", "https"})  # compared by host and path (``_hosts_in``)
 _CLOSERS = {")": "(", "]": "[", "}": "{"}
+_OFFSET = re.compile(r"[+-]\d{1,2}$")  # "gmt+1" in "gmt+1:00" is a time zone, no scheme
 
 
 # A percent escape of a printable character; an escaped space or line break stays escaped, as
@@ -298,7 +299,9 @@ def _uris(folded: str) -> list[str]:
             continue
         pos = end + len(rest)
         rest = _trimmed(_CONTROLS.sub("", rest).strip())
-        if rest and (value := scheme + ":" + rest) not in out:
+        if _OFFSET.search(scheme) or not rest or _EMAIL.fullmatch(rest):
+            continue  # a time zone ("utc+2:00"); a label before an address, checked as a handle
+        if (value := scheme + ":" + rest) not in out:
             out.append(value)
     return out
 
