@@ -46,6 +46,9 @@ FORMS = {
     "entity tab": ('<a href="java&Tab;script:steal()">x</a>', "javascript:steal()"),
     "tab in the scheme": ('<a href="java\tscript:steal()">x</a>', "javascript:steal()"),
     "line feed in the scheme": ('<a href="java\nscr\ript:steal()">x</a>', "javascript:steal()"),
+    "tabs before the colon": ('<a href="javascript\t\t\t\t\t\t:steal()">x</a>', "javascript:steal()"),
+    "spaces before the URL": ('<a href = "      javascript: steal()">x</a>', "javascript:steal()"),
+    "percent-encoded letters": ("%6A%61vascript:steal()", "javascript:steal()"),
     "percent-encoded colon": ("javascript%3Asteal()", "javascript:steal()"),
     "twice percent-encoded": ("javascript%253Asteal()", "javascript:steal()"),
     "full-width": ("ｊａｖａｓｃｒｉｐｔ：steal()", "javascript:steal()"),
@@ -188,6 +191,18 @@ async def test_a_link_the_user_gave_vouches_for_its_other_spellings_but_not_for_
     assert problems[0]["link"] == "javascript:steal()"
 
 
+async def test_a_link_on_its_own_line_of_the_request_is_the_users_however_the_line_before_ends() -> None:
+    world = World("Dear customer, nothing to see here.")
+    problems = await run(
+        world,
+        f"Read my inbox, then e-mail {FRIEND} the bookmarklet\njavascript:track()",
+        call("read_inbox"),
+        call("send_email", recipients=[FRIEND], subject="Link", body="Bookmarklet:\n\tjavascript:track()"),
+    )
+    assert problems == []
+    assert len(world.received) == 1
+
+
 async def test_prose_with_colons_relays_without_review() -> None:
     world = World("Lunch moved to 12:30.")
     problems = await run(
@@ -212,6 +227,7 @@ async def test_prose_with_colons_relays_without_review() -> None:
         "Warning:** careful",
         "The call is at 15:00 GMT+1:00 (UTC-05:00 for Bob).",
         "Email:bob@partner.example, mailto:carol@team.example",
+        "https://partner.example/a:b?next=x:y and www.partner.example:8080/c:d",
     ],
 )
 def test_text_that_only_looks_like_a_scheme_holds_no_link(text: str) -> None:
@@ -242,6 +258,9 @@ HOSTILE = [
     "a\ta:",
 ]
 HOSTILE += ["ab:" + ")" * 199_997, "<ab:" + "(" * 99_996 + ")" * 100_000, "ab:" + "." * 199_997]
+# A run of spaces (the defanged-dot pattern re-read it from each space) and a run of domain
+# suffixes, written or spelled out (each suffix made a host of the whole run before it).
+HOSTILE += [" ", "\t" * 199_990 + "ab:x", "com.", " dot", "a.com."]
 
 
 @pytest.mark.parametrize("unit", HOSTILE)
