@@ -19,6 +19,7 @@ path), a date by the calendar day it names, an amount by the figures the user st
 from __future__ import annotations
 
 import functools
+import html
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -44,7 +45,9 @@ __all__ = [
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": ".", "\u2024": ".", "\ufe52": "."})
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 _DEFANG = [
-    (re.compile(r"\s*[\[\(\{]\s*(?:\.|dot)\s*[\]\)\}]\s*", re.IGNORECASE), "."),
+    # (Spaces before the bracket are taken from where their run starts: read from inside a long
+    # run, each start would re-read the rest of it.)
+    (re.compile(r"(?<!\s)\s*[\[\(\{]\s*(?:\.|dot)\s*[\]\)\}]\s*", re.IGNORECASE), "."),
     (re.compile(r"\bhxxp(s?)(?=\[?:)", re.IGNORECASE), r"http\1"),
     (re.compile(r"\[:\]"), ":"),
 ]
@@ -98,6 +101,7 @@ class Link:
     site: str = ""
 
 
+@functools.lru_cache(maxsize=4096)
 def _registered(host: str) -> str:
     try:
         return host.encode("idna").decode("ascii")
@@ -148,7 +152,7 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
     for label in labels:
         starts.append(pos)
         pos += len(label) + 1
-    first = 0
+    first = lo = 0
     for i in range(1, len(labels)):
         if not labels[i - 1].strip("_-"):
             first = i  # an empty label ("a..b") breaks the sequence
@@ -161,21 +165,29 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
         elif last and (head := _GLUED_HEAD.match(label)) and public_suffix([_registered(head.group(1))]):
             end = starts[i] + len(head.group(1))
         if end > 0:
-            start = starts[first]
+            # No host is longer than the DNS allows: what is glued before it beyond that is
+            # no part of it (and a run of suffixes, "com.com.com…", costs linear work).
+            lo = max(lo, first)
+            while end - starts[lo] > _HOST_MAX:
+                lo += 1
+            start = starts[lo]
             while start < end and not run[start].isalnum():
                 start += 1
             spans.append((start, end))
     return spans
 
 
+_HOST_MAX = 253
 _ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}")
 _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
 def find_links(text: str) -> list[Link]:
     """Every link in ``text``: hosts with a public suffix found anywhere in a token (see
-    ``_hosts_in_run``), IPv4 addresses, and ``scheme://`` links with a dotless host; text is
-    NFKC-normalised, invisible characters dropped and defanged forms undone first."""
+    ``_hosts_in_run``), IPv4 addresses, ``scheme://`` links with a dotless host, and URIs of
+    any other scheme (``javascript:``, ``data:``, ``file:``, ``mailto:``…, see ``_uris``). Text
+    is NFKC-normalised, invisible characters dropped and defanged forms undone first; what a
+    browser decodes (character references, percent escapes) is read decoded as well."""
     folded = unfold(text)
     out: list[Link] = []
     seen: set[str] = set()
@@ -186,6 +198,27 @@ def find_links(text: str) -> list[Link]:
             seen.add(key)
             out.append(Link(raw, host, _registered(host), key, registrable(host)))
 
+    decoded = unfold(_decoded(text)) if "&" in text or "%" in text else folded
+    for view in (folded, decoded) if decoded != folded else (folded,):
+        _hosts_in(view, add)
+    for m in _IPV4.finditer(folded):
+        add(m.group(0), m.group(0), "")
+    # A scheme with a host that has no dot ("http://intranet/x") is a link too.
+    for m in _SCHEME_ONLY.finditer(folded):
+        rest = m.group(0).split("://", 1)[1]
+        host, _, path = rest.partition("/")
+        key = link_key(host, "/" + path if path else "")
+        if key not in seen and not any(key.startswith(k) for k in seen):
+            add(m.group(0), host, "/" + path if path else "")
+    for value in _uris(decoded):
+        if value not in seen:
+            seen.add(value)
+            out.append(Link(value, "", value[:200], value, value))
+    return out
+
+
+def _hosts_in(folded: str, add: Any) -> None:
+    """Calls ``add(raw, host, path)`` for each host (with its path) inside ``folded``."""
     for m in _HOST_RUN.finditer(folded):
         run = m.group(0)
         if "." not in run:
@@ -202,16 +235,108 @@ def find_links(text: str) -> list[Link]:
             scheme = _SCHEME_BEFORE.search(folded[max(0, start - 20) : start])
             raw = (scheme.group(0) if scheme else "") + host + path
             add(raw.rstrip(".,;:!?"), host, path)
-    for m in _IPV4.finditer(folded):
-        add(m.group(0), m.group(0), "")
-    # A scheme with a host that has no dot ("http://intranet/x") is a link too.
-    for m in _SCHEME_ONLY.finditer(folded):
-        rest = m.group(0).split("://", 1)[1]
-        host, _, path = rest.partition("/")
-        key = link_key(host, "/" + path if path else "")
-        if key not in seen and not any(key.startswith(k) for k in seen):
-            add(m.group(0), host, "/" + path if path else "")
+
+
+# -- URIs of any scheme ----------------------------------------------------------------------
+
+# A scheme (RFC 3986) and its colon, with the control characters a browser strips from a URL
+# (tab, line feed…) allowed between its letters; not inside a longer word, an address or a host.
+# Matched on the text reversed, from each colon back: a long run with no colon costs one pass.
+_URI_REVERSED = re.compile(r":[\x00-\x1f\x7f]*((?:[a-z0-9+.-][\x00-\x1f\x7f]*){1,31}[a-z])(?![\w+.@-])")
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]+")
+_PROSE_START = re.compile(r"[\w/\\%#?(+~\[{!$.'\"@-]")  # not "Note: x", "**Note:**"
+_REST = re.compile(r"[^\s<>\"'`]+")
+_MARKUP_REST = re.compile(r"[\s\x00-\x1f]*[^\s<>\"'`]+")
+_WEB = frozenset({"http", "https"})  # compared by host and path (``_hosts_in``)
+_CLOSERS = {")": "(", "]": "[", "}": "{"}
+_OFFSET = re.compile(r"[+-]\d{1,2}$")  # "gmt+1" in "gmt+1:00" is a time zone, no scheme
+# A percent escape of a printable character (an escaped space stays one, inside its link).
+_PERCENT = re.compile(r"%(2[1-9a-f]|[3-6][0-9a-f]|7[0-9a-e])", re.IGNORECASE)
+
+
+def _decoded(text: str) -> str:
+    """``text`` as a browser or a second decoder reads a URL in it: character references
+    (``&#115;``, ``&colon;``) and percent escapes undone, twice-encoded ones too."""
+    for _ in range(3):
+        before = text
+        text = html.unescape(text) if "&" in text else text
+        text = _PERCENT.sub(lambda m: chr(int(m.group(1), 16)), text) if "%" in text else text
+        if text == before:
+            break
+    return text
+
+
+def _uris(folded: str) -> list[str]:
+    """Each URI of a scheme other than the web's in (unfolded, decoded) ``folded``, as its whole
+    normalised value: the scheme without control characters, then what follows the colon up
+    to a space (to the closing quote of a quoted attribute), control characters stripped, and
+    trailing punctuation or an unbalanced closing bracket dropped. A scheme that is a host
+    name (``www.site.com:8080``) is the host's link; ``10:30`` and ``key: value`` are none.
+    In prose, where a line break may only part two words, a scheme with control characters
+    inside also stands as the word after them (``send\njavascript:`` holds ``javascript:``)."""
+    out: list[str] = []
+    pos = 0
+    for m in reversed(list(_URI_REVERSED.finditer(folded[::-1]))):
+        start, end = len(folded) - m.end(), len(folded) - m.start()  # scheme and colon
+        if start < pos:
+            continue  # inside the link before it
+        written = m.group(1)[::-1]
+        scheme = _CONTROLS.sub("", written)
+        web = scheme in _WEB or ("." in scheme and bool(_hosts_in_run(scheme)))
+        quote = None if web else _markup_before(folded, start)  # a web link: with what its path holds
+        rest = _rest_after(folded, end, quote) or ""
+        pos = end + len(rest)
+        rest = _trimmed(_CONTROLS.sub("", rest).strip())
+        if web or _OFFSET.search(scheme):
+            continue  # a web link (or a time zone, "utc+2:00")
+        if not rest or _EMAIL.fullmatch(rest):
+            continue  # a label before an address ("email:bob@x.example"), checked as a handle
+        schemes = [scheme]
+        if quote is None and (last := _CONTROLS.split(written)[-1]) != scheme and _SCHEME.fullmatch(last):
+            schemes.append(last)
+        out.extend(v for s in schemes if (v := s + ":" + rest) not in out)
     return out
+
+
+def _markup_before(text: str, start: int) -> str | None:
+    """The quote of the attribute the URI at ``start`` opens (``href="…"``), ``""`` for other
+    markup (``href=…``, ``[text](…)``, ``<…>``), ``None`` in prose; the spaces and control
+    characters a browser strips before a URL are skipped."""
+    i = _blank_before(text, start)
+    quote = ""
+    if i and text[i - 1] in "\"'":
+        quote, i = text[i - 1], _blank_before(text, i - 1)
+    if i and text[i - 1] == "=":
+        return quote
+    return "" if not quote and (text[max(0, i - 2) : i] == "](" or text[i - 1 : i] == "<") else None
+
+
+def _blank_before(text: str, i: int) -> int:
+    while i and (text[i - 1].isspace() or text[i - 1] < " " or text[i - 1] == "\x7f"):
+        i -= 1
+    return i
+
+
+def _rest_after(text: str, end: int, quote: str | None) -> str | None:
+    """What follows a scheme's colon at ``end``: to the closing quote of a quoted attribute, to
+    a space in other markup (spaces after the colon skipped), in prose only what can open a URI."""
+    close = text.find(quote, end, end + 4096) if quote else -1
+    if close >= 0:
+        return text[end:close]
+    found = (_MARKUP_REST if quote == "" else _REST).match(text, end)
+    return found.group(0) if found and (quote == "" or _PROSE_START.match(text, end)) else None
+
+
+def _trimmed(rest: str) -> str:
+    """``rest`` without the punctuation that ends a sentence or a closing bracket it never
+    opened (``javascript:go())."`` is ``javascript:go()``), in one pass from the end."""
+    unmatched = {c: rest.count(c) - rest.count(o) for c, o in _CLOSERS.items()}
+    end = len(rest)
+    while end and (rest[end - 1] in ".,;:!?'\"" or unmatched.get(rest[end - 1], 0) > 0):
+        unmatched[rest[end - 1]] = unmatched.get(rest[end - 1], 0) - 1
+        end -= 1
+    return rest[:end]
 
 
 _EMAIL = re.compile(r"[\w.+-]+@[^\W_](?:[\w-]*[^\W_])?(?:\.[^\W_](?:[\w-]*[^\W_])?)+")
