@@ -121,6 +121,7 @@ class Connection:
         self._serve = serve
         self.client: Any = None
         self.error: BaseException | None = None
+        self.answered = False  # the server answered the handshake (what failed after is no start-up)
         self._ready = anyio.Event()
         self._done = anyio.Event()
         self._stop = anyio.Event()
@@ -145,6 +146,7 @@ class Connection:
                 self._scope = scope
                 async with AsyncExitStack() as stack:
                     client = await self._open(stack)
+                    self.answered = True
                     if self._prepare is not None:
                         await self._prepare(client)
                     self.client = client

@@ -311,7 +311,7 @@ class McpServerSource:
             short = why
             if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
                 short = "the host could not launch it as configured (the run's output says why)"
-            detail = await self._failure_detail(why)
+            detail = await self._failure_detail(why, started=conn.answered)
             self._start_detail = detail or (why if short != why else None)
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
@@ -323,16 +323,17 @@ class McpServerSource:
             **({"restart": self.restarts} if self.restarts else {}),
         )
 
-    async def _failure_detail(self, why: str) -> str | None:
+    async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
         """For the person (never the model): the cause, the server's last stderr lines and, for
-        a confined server, which sandbox setting may be the cause."""
+        a confined server that did not get as far as answering the handshake (``started``),
+        which sandbox setting may be the cause."""
         from tether.mcp._sandbox import failure_hint
 
         if self.stderr is not None:
             stderr = self.stderr
             await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
         tail = list(self.stderr.tail) if self.stderr is not None else []
-        hint = failure_hint(self.sandbox_plan, tail)
+        hint = None if started else failure_hint(self.sandbox_plan, tail)
         detail = self._detail(why, tail, hint)
         if detail is not None:
             self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
