@@ -87,6 +87,20 @@ class _Verdict:
             self.verdict = v
 
 
+@dataclass
+class _Element:
+    """One element of one argument being judged, and where its verdict and evidence go."""
+
+    index: ProvenanceIndex
+    call: ProposedCall
+    rule: ArgumentRule
+    element: Any
+    text: str  # the element as the policy reads it (JSON for what is not a string)
+    classes: set[str]  # the trust classes its origins give it
+    out: _Verdict
+    shown: dict[str, Any]
+
+
 class ProvenanceRules:
     """A ``Rule``: checks each proposed call against its tool's declared arguments."""
 
@@ -203,11 +217,12 @@ class ProvenanceRules:
             "role": rule.role,
             "origins": [o.describe() for o in origins[:5]] + sorted(c for c in classes if ":" in c),
         }
+        case = _Element(index, call, rule, element, text, classes, out, shown)
         arg = rule.argument
         if rule.role == "content":
-            self._links(index, rule, arg, text, out, shown)
+            self._links(case)
         elif rule.role == "amount":
-            self._amount(index, call, rule, element, out, shown)
+            self._amount(case)
         elif rule.role == "option":
             encoded = json.dumps(element)
             phrases = rule.requested_by.get(encoded, ())
@@ -217,7 +232,7 @@ class ProvenanceRules:
                 )
         elif rule.role == "date":
             if not rule.any:
-                self._date(index, call, rule, element, classes, out, shown)
+                self._date(case)
         else:
             links = find_links(text) if rule.role == "destination" else []
             if links:
@@ -225,7 +240,7 @@ class ProvenanceRules:
             if rule.role == "destination":
                 _look_alike(arg, text, out, shown)
             if rule.role == "name":  # a title filled from a template carries no foreign link either
-                self._links(index, rule, arg, text, out, shown)
+                self._links(case)
             if rule.role == "secret" and USER in classes and not _says_what_for(index, arg):
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
@@ -269,15 +284,15 @@ class ProvenanceRules:
         rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
-    def _links(
-        self,
-        index: ProvenanceIndex,
-        rule: ArgumentRule,
-        arg: str,
-        text: str,
-        out: _Verdict,
-        shown: dict[str, Any],
-    ) -> None:
+    def _links(self, case: _Element) -> None:
+        index, rule, arg, text, out, shown = (
+            case.index,
+            case.rule,
+            case.rule.argument,
+            case.text,
+            case.out,
+            case.shown,
+        )
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does.
         for handle in find_handles(text):
@@ -310,17 +325,9 @@ class ProvenanceRules:
                     },
                 )
 
-    def _date(
-        self,
-        index: ProvenanceIndex,
-        call: ProposedCall,
-        rule: ArgumentRule,
-        element: Any,
-        classes: set[str],
-        out: _Verdict,
-        shown: dict[str, Any],
-    ) -> None:
-        day = parse_date(element)
+    def _date(self, case: _Element) -> None:
+        index, call, rule, out, shown = case.index, case.call, case.rule, case.out, case.shown
+        day = parse_date(case.element)
         if day is None:
             return _unreadable(rule, out, "not_a_date")
         ok = False
@@ -332,7 +339,7 @@ class ProvenanceRules:
         if not ok and rule.same_day_as is not None:
             ok = parse_date(call.arguments.get(rule.same_day_as)) == day
         if not ok and rule.allow - {USER} - {c for c in rule.allow if c.startswith("named:")}:
-            ok = bool(classes & rule.allow)
+            ok = bool(case.classes & rule.allow)
         shown["day"] = day.isoformat()
         if not ok:
             out.worse(
@@ -347,16 +354,9 @@ class ProvenanceRules:
                 },
             )
 
-    def _amount(
-        self,
-        index: ProvenanceIndex,
-        call: ProposedCall,
-        rule: ArgumentRule,
-        element: Any,
-        out: _Verdict,
-        shown: dict[str, Any],
-    ) -> None:
-        value = _figure(element)
+    def _amount(self, case: _Element) -> None:
+        index, call, rule, out, shown = case.index, case.call, case.rule, case.out, case.shown
+        value = _figure(case.element)
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
