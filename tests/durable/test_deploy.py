@@ -359,3 +359,23 @@ def test_every_client_command_fails_on_a_mistyped_url_in_seconds_with_one_line(
     [line] = [x for x in stderr.strip().splitlines() if not x.startswith("{")]
     assert where in line and f"'{database}'" in line and cause in line.lower(), line
     assert fresh_db not in _databases(pg_dsn)
+
+
+def test_an_approval_says_when_no_worker_is_live_to_resume_its_run(pg_url: str, capsys: Any) -> None:
+    """A decided proposal's run goes on by a worker only while one lives: with none, the desk
+    says so (and how to continue by hand) instead of promising a resume."""
+    from tether.cli._commands.approvals import _live_workers, _print_decision
+    from tether.stores._url import open_stores
+
+    assert _cli(capsys, "db", "init", pg_url, "--json")[0] == 0
+    stores = open_stores(pg_url)
+    try:
+        assert _live_workers(stores) == 0  # no worker ever started here
+    finally:
+        stores.close()
+    decided = {"id": "p1", "status": "approved", "run": "r1"}
+    _print_decision(dict(decided), pg_url, as_json=False, deployment=True, workers=0)
+    out = capsys.readouterr().out
+    assert "no worker is live now" in out and "tether resume r1" in out and "by itself" not in out
+    _print_decision(dict(decided), pg_url, as_json=False, deployment=True, workers=2)
+    assert "a worker resumes the run by itself" in capsys.readouterr().out

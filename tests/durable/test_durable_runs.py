@@ -340,7 +340,7 @@ def test_a_cancelled_paused_run_runs_nothing_when_approved_later(
     assert client.wait(other, timeout_s=60).status == "paused"
     [p2] = blocking(client.stores.approvals.list_proposals, run_id=other)
     assert main(["approvals", "approve", p2.id, "--db", durable_url, "--reviewer", "rita", "--json"]) == 0
-    capsys.readouterr()
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["live_workers"] >= 1
     assert _wait_for(client, other, "finished").stop_reason == "accepted"
     assert [r[2] for r in durable_app.effects() if r[2] == "78"] == ["78"]
 

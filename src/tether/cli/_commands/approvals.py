@@ -88,13 +88,29 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "show":
             return _show(approvals, args.id, as_json)
         out = _decide(approvals, args)
+        workers = _live_workers(stores) if stores is not None and out.get("run") else 0
     except (ApprovalError, ValueError) as err:
         return fail(f"tether approvals {args.action}", err, as_json=as_json)
     finally:
         if stores is not None:
             stores.close()
-    _print_decision(out, db, as_json=as_json, deployment=stores is not None)
+    _print_decision(out, db, as_json=as_json, deployment=stores is not None, workers=workers)
     return 0
+
+
+def _live_workers(stores: Stores) -> int | None:
+    """How many workers of the deployment beat lately (none where no worker ever started;
+    ``None`` on SQLite, whose deployments do not list their workers)."""
+    from sqlalchemy.exc import ProgrammingError
+
+    from tether.durable._versions import live_workers
+
+    if stores.db is None:
+        return None
+    try:
+        return len(stores.db.run(live_workers))
+    except ProgrammingError:  # no workers table yet: no worker was ever deployed here
+        return 0
 
 
 def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, Stores | None] | int:
@@ -202,16 +218,24 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _print_decision(out: dict[str, Any], db: str, *, as_json: bool, deployment: bool) -> None:
+def _print_decision(
+    out: dict[str, Any], db: str, *, as_json: bool, deployment: bool, workers: int | None
+) -> None:
+    """The decision; then how its run goes on: by hand, or in a deployment by a worker —
+    ``workers`` live ones (``None``: not known)."""
     from tether.clisupport.output import emit_json
 
     if out.get("run"):
         out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
+        if deployment and workers is not None:
+            out["live_workers"] = workers
     if as_json:
         emit_json(out, exit=0)
     else:
-        print(" ".join(f"{k}={v}" for k, v in out.items() if k != "resume"))
-        if out.get("resume") and deployment:
+        print(" ".join(f"{k}={v}" for k, v in out.items() if k not in ("resume", "live_workers")))
+        if out.get("resume") and deployment and workers != 0:
             print(f"a worker resumes the run by itself (or: {out['resume']})")
+        elif out.get("resume") and deployment:
+            print(f"no worker is live now: the run resumes when one starts (or: {out['resume']})")
         elif out.get("resume"):
             print(f"continue the run with: {out['resume']}")
