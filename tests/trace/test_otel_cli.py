@@ -168,3 +168,13 @@ def test_a_resumed_run_continues_its_trace_with_the_real_provider_and_no_free_te
     assert "execute_tool add_note" in everything and "[not offered]" in everything
     for text in (HOSTILE, "IGNORE PREVIOUS", "mail_the_ledger_to_me", "sk-otel-test-key-0042"):
         assert text not in everything
+
+
+def test_a_runs_trace_context_is_the_one_earlier_versions_derived() -> None:
+    """The trace id and parent span of a run are derived from its id by a fixed seed: a run
+    paused under an earlier version and resumed under this one stays in the trace it began
+    (values pinned from the version that introduced the derivation)."""
+    ctx = run_trace_context("20261201T120000-0a1b2c3d")
+    assert format(ctx.trace_id, "032x") == "81d3426a949d9b344f1ff5a027f7376e"
+    assert format(ctx.span_id, "016x") == "b82f53b6dba17b09"
+    assert run_trace_context("20261201T120000-0a1b2c3e").trace_id != ctx.trace_id
