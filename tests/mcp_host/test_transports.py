@@ -90,6 +90,21 @@ async def test_http_server_answers_and_confirms_destructive_calls_in_both_eras(
     assert person.shown[0].message == "Delete record r1? This cannot be undone."
 
 
+def _live_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies (Linux /proc)."""
+    from pathlib import Path
+
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
 async def test_stopping_a_stdio_server_does_not_wait_on_a_grandchild_holding_its_output() -> None:
     import gc
     import os
@@ -119,6 +134,11 @@ async def test_stopping_a_stdio_server_does_not_wait_on_a_grandchild_holding_its
         assert process.stdout is not None
         with anyio.fail_after(1), pytest.raises(anyio.ClosedResourceError):
             await process.stdout.receive()  # its pipes are closed on the host's side
+        # The child it left in its process group did not outlive it.
+        deadline = time.monotonic() + 5
+        while _live_in_group(process.pid) and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        assert _live_in_group(process.pid) == []
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)

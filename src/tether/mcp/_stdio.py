@@ -156,7 +156,8 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
 
 
 async def stop(process: anyio.abc.Process) -> None:
-    """Close stdin; after a grace period terminate, then kill, the server's process group."""
+    """Close stdin; after a grace period terminate, then kill, the server's process group; once
+    the server has exited, kill what is left in its group."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
@@ -168,6 +169,10 @@ async def stop(process: anyio.abc.Process) -> None:
             break
         with suppress(OSError):
             os.killpg(process.pid, sig)
+    # Whatever it left in its group (a child it did not wait for) ends with it: the group keeps
+    # the server's id while any member lives, so this reaches only its own leftovers.
+    with suppress(OSError):
+        os.killpg(process.pid, signal.SIGKILL)
     # The process has exited: closing it closes its pipes and waits for that exit only, not for
     # pipe EOF, which a surviving grandchild could withhold (bounded all the same).
     with anyio.move_on_after(STOP_GRACE_S), suppress(OSError, anyio.BrokenResourceError):
