@@ -360,11 +360,12 @@ class UserStore:
         if not (cached and cached[0] == user and cached[2] > time.monotonic()):
             token_id, now = match.group(1), time.monotonic()
             # Each secret tried under a live token's id (no secret) costs a hash: past TOKEN_GUESSES
-            # a minute, none is hashed. Counted before hashing, so guesses sent at once count at once.
+            # a minute, none is hashed but one verified before (its holder's). Counted before
+            # hashing, so guesses sent at once count at once.
             with self._guess_lock:
                 recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
                 self._guesses[token_id] = [*recent, now]
-            if len(recent) >= TOKEN_GUESSES:
+            if len(recent) >= TOKEN_GUESSES and not (cached and cached[0] == user):
                 raise AuthError("bad_token", "too many wrong secrets for this token: try again in a minute")
             if not verify_secret(secret, stored):
                 raise AuthError("bad_token", "unknown token")
