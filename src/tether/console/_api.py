@@ -9,6 +9,7 @@ session cookie plus the ``X-CSRF-Token`` header for state changes. Errors are
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Awaitable, Callable
 from functools import wraps
 from typing import Any
@@ -39,7 +40,23 @@ class _Json(JSONResponse):
     invisible."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+        try:
+            text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        except ValueError:  # NaN or an infinity, which JSON cannot write (a trace may hold one)
+            text = json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        return text.encode("ascii")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN or infinite number as its name: an MCP server's progress
+    notification may carry ``NaN`` (its SDK parses it), and the run's trace keeps it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _error(status: int, reason: str, message: str) -> JSONResponse:

@@ -39,6 +39,9 @@ _HEADERS = [
     # No other site's window keeps a handle on a console page, nor embeds its responses.
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
+    # Served over HTTPS (behind a proxy), the browser never tries plain HTTP again; over plain
+    # HTTP (loopback) browsers ignore it.
+    (b"strict-transport-security", b"max-age=31536000"),
 ]  # fmt: skip
 
 

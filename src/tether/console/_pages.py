@@ -99,6 +99,16 @@ class Throttle:
             self._failures.setdefault(key, []).append(now)
         return now
 
+    def first_refusal(self, client: str) -> bool:
+        """Whether this refused attempt is the address's first within the window: only that one
+        is audited, so attempts sent on past the limit cannot grow the append-only audit log
+        without bound (nor push what matters off the audit page)."""
+        key = ("refused", client)
+        if self._recent(key):
+            return False
+        self._failures[key] = [time.monotonic()]
+        return True
+
     def succeeded(self, name: str, client: str, at: float) -> None:
         """The attempt reserved at ``at`` signed in: it is no failure, and the pair starts afresh."""
         self._failures.pop(("pair", f"{name}\x00{client}"), None)
@@ -227,7 +237,8 @@ class _Pages:
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
             elif (at := self.throttle.attempt(name, client)) is None:
-                self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
+                if self.throttle.first_refusal(client):
+                    self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
                 import anyio

@@ -164,7 +164,14 @@ class TraceIndex:
         if not valid_run_id(run_id):
             return None
         path = self.directory / f"{run_id}.jsonl"
-        return path if path.is_file() else None
+        return path if self._inside(path) else None
+
+    def _inside(self, path: Path) -> bool:
+        """Whether ``path`` is a file of this folder: a link to a file elsewhere is no run."""
+        try:
+            return path.is_file() and path.resolve().parent == self.directory.resolve()
+        except OSError:
+            return False
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         if not self.directory.is_dir():
@@ -191,7 +198,7 @@ class TraceIndex:
 
     def _summary(self, path: Path) -> RunSummary | None:
         run_id = path.stem
-        if not valid_run_id(run_id):
+        if not valid_run_id(run_id) or not self._inside(path):
             return None
         try:
             st = path.stat()

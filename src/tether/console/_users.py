@@ -20,6 +20,7 @@ import hmac
 import re
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ ALL_TENANTS = "*"
 SESSION_TTL = timedelta(hours=12)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
+TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
@@ -211,6 +213,8 @@ class UserStore:
         self._db.migrate("users")  # the tables: tether.sql._tables
         # digest of a verified token -> (user, token id, valid until): skips scrypt on every API call.
         self._token_cache: dict[str, tuple[str, str, float]] = {}
+        self._guesses: dict[str, list[float]] = {}  # token id -> when secrets were tried (a minute)
+        self._guess_lock = threading.Lock()
 
     def close(self) -> None:
         self._db.close()
@@ -354,9 +358,19 @@ class UserStore:
         key = _digest(secret)
         cached = self._token_cache.get(key)
         if not (cached and cached[0] == user and cached[2] > time.monotonic()):
+            token_id, now = match.group(1), time.monotonic()
+            # Each secret tried under a live token's id (no secret) costs a hash: past TOKEN_GUESSES
+            # a minute, none is hashed but one verified before (its holder's). Counted before
+            # hashing, so guesses sent at once count at once.
+            with self._guess_lock:
+                recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
+                self._guesses[token_id] = [*recent, now]
+            if len(recent) >= TOKEN_GUESSES and not (cached and cached[0] == user):
+                raise AuthError("bad_token", "too many wrong secrets for this token: try again in a minute")
             if not verify_secret(secret, stored):
                 raise AuthError("bad_token", "unknown token")
-            self._token_cache[key] = (user, match.group(1), time.monotonic() + 60)
+            self._guesses.pop(token_id, None)
+            self._token_cache[key] = (user, token_id, time.monotonic() + 60)
         return Principal(user, self.grants(user), via="token")
 
     # -- sessions -------------------------------------------------------------------------
@@ -415,12 +429,12 @@ class UserStore:
             )  # fmt: skip
 
     def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
+        """The newest ``limit`` entries of ``tenants`` (``None``: every entry), chosen by the query:
+        entries of other tenants, however many, never push these out of the answer."""
+        where = "" if tenants is None else f" WHERE tenant IN ({', '.join('?' * len(tenants))})"
         rows = self._read(
             "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail, client FROM audit"
-            " ORDER BY seq DESC LIMIT ?",
-            (limit,),
+            f"{where} ORDER BY seq DESC LIMIT ?",
+            (*sorted(tenants or ()), limit),
         )
-        entries = [AuditEntry(*r) for r in rows]
-        if tenants is None:
-            return entries
-        return [e for e in entries if e.tenant in tenants]
+        return [AuditEntry(*r) for r in rows]

@@ -111,7 +111,7 @@ class Gate:
             return True
         token = supplied or request.headers.get("x-csrf-token") or ""
         expected = principal.csrf
-        if self.same_origin(request) and token and expected and hmac.compare_digest(token, expected):
+        if self.same_origin(request) and token and expected and _same(token, expected):
             return True
         self.users.audit(principal.actor, "csrf_refused", target=request.url.path, outcome="refused:csrf")
         return False
@@ -130,7 +130,13 @@ class Gate:
             expected = self._login.unsign(cookie).decode("ascii")
         except (BadSignature, UnicodeDecodeError):
             return False
-        return self.same_origin(request) and bool(supplied) and hmac.compare_digest(expected, supplied or "")
+        return self.same_origin(request) and bool(supplied) and _same(supplied or "", expected)
+
+
+def _same(supplied: str, expected: str) -> bool:
+    """Whether a token a client sent is the expected one, in constant time; any text (non-ASCII
+    too, which ``compare_digest`` refuses as ``str``) is an answer, never an error."""
+    return hmac.compare_digest(supplied.encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
 
 
 def form_value(form: Any, key: str, limit: int = 4000) -> str:
