@@ -173,8 +173,9 @@ def test_a_resumed_run_continues_its_trace_with_the_real_provider_and_no_free_te
 def test_a_runs_trace_context_is_the_one_earlier_versions_derived() -> None:
     """The trace id and parent span of a run are derived from its id by a fixed seed: a run
     paused under an earlier version and resumed under this one stays in the trace it began
-    (values pinned from the version that introduced the derivation)."""
+    (values pinned from the releases since the layout refactor, f5a85b6 among them; a rolling
+    upgrade runs both versions at once: tests/durable/test_rolling_upgrade_round2.py)."""
     ctx = run_trace_context("20261201T120000-0a1b2c3d")
-    assert format(ctx.trace_id, "032x") == "81d3426a949d9b344f1ff5a027f7376e"
-    assert format(ctx.span_id, "016x") == "b82f53b6dba17b09"
+    assert format(ctx.trace_id, "032x") == "e0955d5567321c459e8fd4e75d3ff21d"
+    assert format(ctx.span_id, "016x") == "396ff19e5efa6d59"
     assert run_trace_context("20261201T120000-0a1b2c3e").trace_id != ctx.trace_id

