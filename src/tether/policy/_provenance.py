@@ -69,6 +69,7 @@ from tether.policy._provenance_values import (
     find_links,
     link_key,
     parse_date,
+    unfold,
 )
 
 __all__ = ["ProvenanceIndex"]
@@ -143,6 +144,7 @@ class ProvenanceIndex(Steering):
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
+        self._stretches: dict[int, list[tuple[int, int, list[Written]]]] = {}
         self._request_kinds: frozenset[str] | None = None
         self._request_handles: frozenset[str] | None = None
         self._described: dict[tuple[str, str, str], Segment | None] = {}
@@ -192,9 +194,10 @@ class ProvenanceIndex(Steering):
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the
-        value's origins when it was written, if the write held it; if the value holds a write
-        beside other text, only the classes every part shares (no part lends another its
-        trust; none shared: composed)."""
+        value's origins when it was written, if the write held it; if the value stands in the
+        segment only where the run's writes are (``_regions``: beside other text, or glued from
+        pieces the tool stored one after another), only the classes every part shares (no part
+        lends another its trust; none shared: composed)."""
         writes = self._writes_into(seg)
         inside = [w for w in writes if w.text == text or contains_whole(w.text, text)]
         if inside:
@@ -202,13 +205,39 @@ class ProvenanceIndex(Steering):
             for w in inside:
                 out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
             return out
-        holds = [w for w in writes if len(w.text) >= MIN_CONTAINED and contains_whole(text, w.text)]
-        if not holds:
-            return None
+        at = _occurrences(seg.text, text)
+        regions = self._regions(seg)
+        touched = [[r for r in regions if a < r[1] and r[0] < a + len(text)] for a in at]
+        if not at or not all(touched):
+            return None  # the source's own text holds it somewhere
         shared = {origin.trust}
-        for w in holds:
+        for w in {w for found in touched for r in found for w in r[2]}:
             shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
         return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+
+    def _regions(self, seg: Segment) -> list[tuple[int, int, list[Written]]]:
+        """The stretches of ``seg``'s text that repeat what the run wrote before it was observed:
+        runs covered end to end by written values, ``MIN_CONTAINED`` characters or longer (a
+        short write found by chance inside other text is no stretch), each with its writes."""
+        if id(seg) not in self._stretches:
+            p = self._pos.get(id(seg), 0)
+            spans = sorted(
+                (
+                    (a, a + len(w.text), w)
+                    for w in self.writes
+                    if w.position <= p
+                    for a in _occurrences(seg.text, w.text)
+                ),
+                key=lambda span: span[:2],
+            )
+            merged: list[tuple[int, int, list[Written]]] = []
+            for a, b, w in spans:
+                if merged and a <= merged[-1][1]:
+                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]), [*merged[-1][2], w])
+                else:
+                    merged.append((a, b, [w]))
+            self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
+        return self._stretches[id(seg)]
 
     def segment_origins(self, seg: Segment) -> list[Origin]:
         """The origins of one whole segment (a value passed by reference to it): its own label,
@@ -405,9 +434,19 @@ class ProvenanceIndex(Steering):
             if earlier:
                 for w in earlier:
                     out.extend(o for o in self._prefix(w.position).link_origins(link) if o not in out)
-            elif origin not in out:
-                out.append(origin)
+            else:
+                if self._regions(seg) and key not in self._own_links(seg):
+                    origin = Origin("nowhere", MODEL, "exact")  # glued from the run's writes: composed
+                if origin not in out:
+                    out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
+
+    def _own_links(self, seg: Segment) -> set[str]:
+        """The keys of the links ``seg`` holds outside the stretches the run wrote (``_regions``)."""
+        text = seg.text
+        for a, b, _ in self._regions(seg):
+            text = text[:a] + " " * (b - a) + text[b:]
+        return {link.key for link in find_links(text)}
 
     def request_handles(self) -> frozenset[str]:
         """The addresses and accounts the request states, as one value each however it prints
@@ -458,22 +497,33 @@ class ProvenanceIndex(Steering):
     def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
         """Segments of the given trust classes whose whole value appears inside ``value``
         (to follow confidential data into an outgoing message). A value the request or the
-        directory also holds is no secret of that source."""
+        directory also holds is no secret of that source. Compared as a reader reads both (case,
+        width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is the secret ``hunter22``)."""
         wanted = set(trust)
-        text = normalise(value)
+        text = unfold(value)
         return [
             s
             for s in self.segments
             if s.label.trust in wanted
             and s.whole
             and len(s.text) >= MIN_CONTAINED
-            and s.text in text
+            and self._hay(s) in text
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]
 
 
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    """Every index where ``needle`` starts in ``text`` (overlapping ones too)."""
+    out: list[int] = []
+    i = text.find(needle) if needle else -1
+    while i >= 0:
+        out.append(i)
+        i = text.find(needle, i + 1)
+    return out
 
 
 def _identifier_like(origin: Origin) -> bool:
