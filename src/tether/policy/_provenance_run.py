@@ -153,30 +153,35 @@ def index_for(
     by name returns the record under its name)."""
     segments: list[Segment] = []
     positions: list[int] = []
-    mine = list(own)
-    observations = getattr(state, "observations", []) or []
-    first_seen: dict[str, int] = {}
-    by_call: dict[str, list[Segment]] = {}
-    for i, obs in enumerate(observations):
-        first_seen.setdefault(obs.call_id, i)
-        found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
-        by_call.setdefault(obs.call_id, []).extend(found)
-        segments.extend(found)
-        positions.extend([i] * len(found))
     written: list[Written] = []
-    for record in getattr(state, "calls", []) or []:
-        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
-            continue
-        at = first_seen.get(record.call_id, len(observations))
-        for leaf in split_values(record.arguments):
-            text = normalise(leaf)
-            if len(text) >= 2:
-                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
     reads: dict[str, tuple[int, list[str]]] = {}
-    for record in getattr(state, "calls", []) or []:
-        seen = first_seen.get(record.call_id)
-        if seen is not None and record.status in _REACHED:
-            reads[record.call_id] = (seen, split_values(record.arguments))
+    mine = list(own)
+    # What the runs before it did (``RunState.inherited_*``: a parent run's history when it
+    # started this child, a workflow's earlier nodes), then its own: all one run's history.
+    parts = [("inherited_observations", "inherited_calls"), ("observations", "calls")]
+    offset = 0
+    for observations, calls in ((getattr(state, o, []) or [], getattr(state, c, []) or []) for o, c in parts):
+        first_seen: dict[str, int] = {}
+        by_call: dict[str, list[Segment]] = {}
+        for i, obs in enumerate(observations, offset):
+            first_seen.setdefault(obs.call_id, i)
+            found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
+            by_call.setdefault(obs.call_id, []).extend(found)
+            segments.extend(found)
+            positions.extend([i] * len(found))
+        for record in calls:
+            seen = first_seen.get(record.call_id)
+            if record.status not in _REACHED:
+                continue
+            if seen is not None:
+                reads[record.call_id] = (seen, split_values(record.arguments))
+            if writes is None or writes(record.tool):
+                at = offset + len(observations) if seen is None else seen
+                for leaf in split_values(record.arguments):
+                    text = normalise(leaf)
+                    if len(text) >= 2:
+                        written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+        offset += len(observations)
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
