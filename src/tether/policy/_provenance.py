@@ -31,6 +31,7 @@ The labelling half lives in ``_provenance_labels``; this module holds the tracin
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -144,7 +145,8 @@ class ProvenanceIndex(Steering):
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
-        self._stretches: dict[int, list[tuple[int, int, list[Written]]]] = {}
+        self._stretches: dict[int, list[tuple[int, int, set[Written]]]] = {}
+        self._owned: dict[int, set[str]] = {}
         self._request_kinds: frozenset[str] | None = None
         self._request_handles: frozenset[str] | None = None
         self._described: dict[tuple[str, str, str], Segment | None] = {}
@@ -205,37 +207,44 @@ class ProvenanceIndex(Steering):
             for w in inside:
                 out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
             return out
-        at = _occurrences(seg.text, text)
         regions = self._regions(seg)
-        touched = [[r for r in regions if a < r[1] and r[0] < a + len(text)] for a in at]
-        if not at or not all(touched):
-            return None  # the source's own text holds it somewhere
+        ends = [r[1] for r in regions]
+        parts: set[Written] = set()
+        at = _occurrences(seg.text, text)
+        for a in at:
+            k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
+            if k == len(regions) or regions[k][0] >= a + len(text):
+                return None  # the source's own text holds it here
+            while k < len(regions) and regions[k][0] < a + len(text):
+                parts |= regions[k][2]
+                k += 1
+        if not at:
+            return None
         shared = {origin.trust}
-        for w in {w for found in touched for r in found for w in r[2]}:
+        for w in parts:
             shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
         return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
 
-    def _regions(self, seg: Segment) -> list[tuple[int, int, list[Written]]]:
+    def _regions(self, seg: Segment) -> list[tuple[int, int, set[Written]]]:
         """The stretches of ``seg``'s text that repeat what the run wrote before it was observed:
         runs covered end to end by written values, ``MIN_CONTAINED`` characters or longer (a
         short write found by chance inside other text is no stretch), each with its writes."""
         if id(seg) not in self._stretches:
             p = self._pos.get(id(seg), 0)
-            spans = sorted(
-                (
-                    (a, a + len(w.text), w)
-                    for w in self.writes
-                    if w.position <= p
-                    for a in _occurrences(seg.text, w.text)
-                ),
-                key=lambda span: span[:2],
-            )
-            merged: list[tuple[int, int, list[Written]]] = []
+            found = [
+                (a, a + len(w.text), w)
+                for w in self.writes
+                if w.position <= p
+                for a in _occurrences(seg.text, w.text)
+            ]
+            spans = sorted(found, key=lambda span: span[:2])
+            merged: list[tuple[int, int, set[Written]]] = []
             for a, b, w in spans:
                 if merged and a <= merged[-1][1]:
-                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]), [*merged[-1][2], w])
+                    merged[-1][2].add(w)
+                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]), merged[-1][2])
                 else:
-                    merged.append((a, b, [w]))
+                    merged.append((a, b, {w}))
             self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
         return self._stretches[id(seg)]
 
@@ -443,10 +452,11 @@ class ProvenanceIndex(Steering):
 
     def _own_links(self, seg: Segment) -> set[str]:
         """The keys of the links ``seg`` holds outside the stretches the run wrote (``_regions``)."""
-        text = seg.text
-        for a, b, _ in self._regions(seg):
-            text = text[:a] + " " * (b - a) + text[b:]
-        return {link.key for link in find_links(text)}
+        if id(seg) not in self._owned:
+            cuts = [0, *(i for a, b, _ in self._regions(seg) for i in (a, b)), len(seg.text)]
+            kept = [seg.text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+            self._owned[id(seg)] = {link.key for link in find_links(" ".join(kept))}
+        return self._owned[id(seg)]
 
     def request_handles(self) -> frozenset[str]:
         """The addresses and accounts the request states, as one value each however it prints
