@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
@@ -153,35 +154,33 @@ def index_for(
     by name returns the record under its name)."""
     segments: list[Segment] = []
     positions: list[int] = []
-    written: list[Written] = []
-    reads: dict[str, tuple[int, list[str]]] = {}
     mine = list(own)
-    # What the runs before it did (``RunState.inherited_*``: a parent run's history when it
-    # started this child, a workflow's earlier nodes), then its own: all one run's history.
-    parts = [("inherited_observations", "inherited_calls"), ("observations", "calls")]
-    offset = 0
-    for observations, calls in ((getattr(state, o, []) or [], getattr(state, c, []) or []) for o, c in parts):
-        first_seen: dict[str, int] = {}
-        by_call: dict[str, list[Segment]] = {}
-        for i, obs in enumerate(observations, offset):
-            first_seen.setdefault(obs.call_id, i)
-            found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
-            by_call.setdefault(obs.call_id, []).extend(found)
-            segments.extend(found)
-            positions.extend([i] * len(found))
-        for record in calls:
-            seen = first_seen.get(record.call_id)
-            if record.status not in _REACHED:
-                continue
-            if seen is not None:
-                reads[record.call_id] = (seen, split_values(record.arguments))
-            if writes is None or writes(record.tool):
-                at = offset + len(observations) if seen is None else seen
-                for leaf in split_values(record.arguments):
-                    text = normalise(leaf)
-                    if len(text) >= 2:
-                        written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
-        offset += len(observations)
+    # What the runs before it did (``RunState.inherited_*``: its parent's history when it started
+    # this child run, a workflow's earlier nodes) is its history too, in the order observed.
+    observations = sorted(_history(state, "observations"), key=_observed)
+    first_seen: dict[str, int] = {}
+    by_call: dict[str, list[Segment]] = {}
+    for i, obs in enumerate(observations):
+        first_seen.setdefault(obs.call_id, i)
+        found = _as_relayed(obs, observation_segments(obs, config, mine), by_call)
+        by_call.setdefault(obs.call_id, []).extend(found)
+        segments.extend(found)
+        positions.extend([i] * len(found))
+    written: list[Written] = []
+    calls = _history(state, "calls")
+    for record in calls:
+        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
+            continue
+        at = first_seen.get(record.call_id, len(observations))
+        for leaf in split_values(record.arguments):
+            text = normalise(leaf)
+            if len(text) >= 2:
+                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
+    reads: dict[str, tuple[int, list[str]]] = {}
+    for record in calls:
+        seen = first_seen.get(record.call_id)
+        if seen is not None and record.status in _REACHED:
+            reads[record.call_id] = (seen, split_values(record.arguments))
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -194,6 +193,16 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+def _history(state: Any, kind: str) -> list[Any]:
+    """The run's inherited ``observations`` or ``calls``, then its own."""
+    return [*(getattr(state, f"inherited_{kind}", None) or []), *(getattr(state, kind, None) or [])]
+
+
+def _observed(obs: Any) -> float:
+    when = getattr(obs, "observed_at", None)
+    return when.timestamp() if isinstance(when, datetime) else 0.0
 
 
 _REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
