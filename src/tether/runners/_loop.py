@@ -446,6 +446,9 @@ class _ChildRuns:
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         parent = self.parent
-        return await AgentLoop(
+        result = await AgentLoop(
             self.host, agent, objective, context, request=parent.users_request, inherited=parent.history()
         ).run()
+        parent.inherited_observations += result.observations  # what it did is its parent's history too
+        parent.inherited_calls += result.calls
+        return result
