@@ -168,6 +168,9 @@ class ProvenanceRules:
                 continue
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
+            figures = [_figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
+            if figures and None not in figures:  # figures paid together: their sum is bounded too
+                elements.append(sum(abs(f) for f in figures if f is not None))
             if not elements and rule.restricts and _has_content(value):
                 # Something the tool receives that yields nothing to judge: fail closed.
                 out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
