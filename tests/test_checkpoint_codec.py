@@ -108,6 +108,8 @@ FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "outputs": json_objects,
     "pending": st.lists(text, max_size=3),
     "request": st.none() | text,
+    "inherited_observations": st.lists(observations, max_size=2),
+    "inherited_calls": st.lists(st.builds(CallRecord, text, text, json_values, text, text), max_size=2),
 }
 
 

@@ -305,7 +305,8 @@ async def test_a_subagent_task_the_model_wrote_is_not_the_users_request(tmp_path
     refused = denials(child)
     assert [d["tool"] for d in refused] == ["send_money", "update_password"]
     shown = refused[0]["details"]["provenance"]["recipient"][0]
-    assert shown["origins"] == ["nowhere: composed by the model"]
+    # Traced to the inbox the parent read (the child inherits its history), never to the task.
+    assert all("third_party" in o for o in shown["origins"]), shown
     assert refused[1]["details"]["problems"][0]["problem"] == "untrusted_origin"
     # The user's own payment, delegated the same way, still runs: its values are the request's.
     world2 = World()

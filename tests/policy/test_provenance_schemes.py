@@ -261,6 +261,7 @@ HOSTILE += ["ab:" + ")" * 199_997, "<ab:" + "(" * 99_996 + ")" * 100_000, "ab:" 
 # A run of spaces (the defanged-dot pattern re-read it from each space) and a run of domain
 # suffixes, written or spelled out (each suffix made a host of the whole run before it).
 HOSTILE += [" ", "\t" * 199_990 + "ab:x", "com.", " dot", "a.com."]
+HOSTILE += ["x@y.com "]  # an address each: a host after an @ is checked against the addresses once
 
 
 @pytest.mark.parametrize("unit", HOSTILE)

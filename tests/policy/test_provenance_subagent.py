@@ -51,9 +51,11 @@ class Travel(Outbox):
     """Hotel listings (vendor data), reviews (anyone's words), mail and payments as received."""
 
     @tool
-    def get_hotels(self, city: Annotated[str, Field(description="City.")]) -> str:
-        """Hotels of a city with their booking pages and deposit accounts."""
-        return f"Hotels in {city}: Grand Hotel, book at {HOTEL_URL}, deposit to {HOTEL_IBAN}."
+    def get_hotels(self, city: Annotated[str, Field(description="City.")]) -> dict[str, str]:
+        """A city's hotel with its booking page and deposit account, as a vendor's API returns
+        them (fields: the parent inherits what its child read, and an account found inside a
+        page's text would be a pick that text may have made, for the parent as for the child)."""
+        return {"city": city, "hotel": "Grand Hotel", "url": HOTEL_URL, "iban": HOTEL_IBAN}
 
     @tool
     def get_reviews(self, hotel: Annotated[str, Field(description="Hotel name.")]) -> str:

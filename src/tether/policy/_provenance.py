@@ -31,6 +31,7 @@ The labelling half lives in ``_provenance_labels``; this module holds the tracin
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,7 @@ from tether.policy._provenance_values import (
     find_links,
     link_key,
     parse_date,
+    unfold,
 )
 
 __all__ = ["ProvenanceIndex"]
@@ -143,6 +145,8 @@ class ProvenanceIndex(Steering):
         self._dates: list[DateMention] | None = None
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
+        self._stretches: dict[int, list[tuple[int, int, set[Written]]]] = {}
+        self._owned: dict[int, set[str]] = {}
         self._request_kinds: frozenset[str] | None = None
         self._request_handles: frozenset[str] | None = None
         self._described: dict[tuple[str, str, str], Segment | None] = {}
@@ -192,9 +196,10 @@ class ProvenanceIndex(Steering):
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the
-        value's origins when it was written, if the write held it; if the value holds a write
-        beside other text, only the classes every part shares (no part lends another its
-        trust; none shared: composed)."""
+        value's origins when it was written, if the write held it; if the value stands in the
+        segment only where the run's writes are (``_regions``: beside other text, or glued from
+        pieces the tool stored one after another), only the classes every part shares (no part
+        lends another its trust; none shared: composed)."""
         writes = self._writes_into(seg)
         inside = [w for w in writes if w.text == text or contains_whole(w.text, text)]
         if inside:
@@ -202,13 +207,46 @@ class ProvenanceIndex(Steering):
             for w in inside:
                 out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
             return out
-        holds = [w for w in writes if len(w.text) >= MIN_CONTAINED and contains_whole(text, w.text)]
-        if not holds:
+        regions = self._regions(seg)
+        ends = [r[1] for r in regions]
+        parts: set[Written] = set()
+        at = _occurrences(seg.text, text)
+        for a in at:
+            k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
+            if k == len(regions) or regions[k][0] >= a + len(text):
+                return None  # the source's own text holds it here
+            while k < len(regions) and regions[k][0] < a + len(text):
+                parts |= regions[k][2]
+                k += 1
+        if not at:
             return None
         shared = {origin.trust}
-        for w in holds:
+        for w in parts:
             shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
         return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+
+    def _regions(self, seg: Segment) -> list[tuple[int, int, set[Written]]]:
+        """The stretches of ``seg``'s text that repeat what the run wrote before it was observed:
+        runs covered end to end by written values, ``MIN_CONTAINED`` characters or longer (a
+        short write found by chance inside other text is no stretch), each with its writes."""
+        if id(seg) not in self._stretches:
+            p = self._pos.get(id(seg), 0)
+            found = [
+                (a, a + len(w.text), w)
+                for w in self.writes
+                if w.position <= p
+                for a in _occurrences(seg.text, w.text)
+            ]
+            spans = sorted(found, key=lambda span: span[:2])
+            merged: list[tuple[int, int, set[Written]]] = []
+            for a, b, w in spans:
+                if merged and a <= merged[-1][1]:
+                    merged[-1][2].add(w)
+                    merged[-1] = (merged[-1][0], max(b, merged[-1][1]), merged[-1][2])
+                else:
+                    merged.append((a, b, {w}))
+            self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
+        return self._stretches[id(seg)]
 
     def segment_origins(self, seg: Segment) -> list[Origin]:
         """The origins of one whole segment (a value passed by reference to it): its own label,
@@ -405,9 +443,20 @@ class ProvenanceIndex(Steering):
             if earlier:
                 for w in earlier:
                     out.extend(o for o in self._prefix(w.position).link_origins(link) if o not in out)
-            elif origin not in out:
-                out.append(origin)
+            else:
+                if self._regions(seg) and key not in self._own_links(seg):
+                    origin = Origin("nowhere", MODEL, "exact")  # glued from the run's writes: composed
+                if origin not in out:
+                    out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
+
+    def _own_links(self, seg: Segment) -> set[str]:
+        """The keys of the links ``seg`` holds outside the stretches the run wrote (``_regions``)."""
+        if id(seg) not in self._owned:
+            cuts = [0, *(i for a, b, _ in self._regions(seg) for i in (a, b)), len(seg.text)]
+            kept = [seg.text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
+            self._owned[id(seg)] = {link.key for link in find_links(" ".join(kept))}
+        return self._owned[id(seg)]
 
     def request_handles(self) -> frozenset[str]:
         """The addresses and accounts the request states, as one value each however it prints
@@ -458,22 +507,33 @@ class ProvenanceIndex(Steering):
     def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
         """Segments of the given trust classes whose whole value appears inside ``value``
         (to follow confidential data into an outgoing message). A value the request or the
-        directory also holds is no secret of that source."""
+        directory also holds is no secret of that source. Compared as a reader reads both (case,
+        width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is the secret ``hunter22``)."""
         wanted = set(trust)
-        text = normalise(value)
+        text = unfold(value)
         return [
             s
             for s in self.segments
             if s.label.trust in wanted
             and s.whole
             and len(s.text) >= MIN_CONTAINED
-            and s.text in text
+            and self._hay(s) in text
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]
 
 
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    """Every index where ``needle`` starts in ``text`` (overlapping ones too)."""
+    out: list[int] = []
+    i = text.find(needle) if needle else -1
+    while i >= 0:
+        out.append(i)
+        i = text.find(needle, i + 1)
+    return out
 
 
 def _identifier_like(origin: Origin) -> bool:

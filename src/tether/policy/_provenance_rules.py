@@ -128,7 +128,9 @@ class ProvenanceRules:
     def _index(self, state: Any) -> ProvenanceIndex:
         # Rebuilt when the run or its observations change; the run is held weakly so a new
         # run that happens to reuse an old one's id() can never see a stale index.
-        n = len(getattr(state, "observations", []) or [])
+        n = len(getattr(state, "observations", []) or []) + len(
+            getattr(state, "inherited_observations", []) or []
+        )
         if self._cache is not None and self._cache[0]() is state and self._cache[1] == n:
             return self._cache[2]
         index = index_for(state, self.config, self.directory, self.own, self._writes)
@@ -166,6 +168,9 @@ class ProvenanceRules:
                 continue
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
+            figures = [_figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
+            if figures and None not in figures:  # figures paid together: their sum is bounded too
+                elements.append(sum(abs(f) for f in figures if f is not None))
             if not elements and rule.restricts and _has_content(value):
                 # Something the tool receives that yields nothing to judge: fail closed.
                 out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
@@ -473,6 +478,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
 
 
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
+_NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
 
 
 def _says_what_for(index: ProvenanceIndex, argument: str) -> bool:
@@ -499,9 +505,12 @@ def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool)
 
 
 def _figure(value: Any) -> float | None:
-    """The finite number an amount argument holds (a number, or a string of one), else None:
-    ``"NaN"`` or ``"inf"`` compare with no bound, so they are no amount."""
-    if isinstance(value, bool):
+    """The finite number an amount argument holds (a number, or a string of a plain decimal
+    numeral), else None: ``"NaN"`` or ``"inf"`` compare with no bound, and a string another
+    reader takes for another sum is no amount: an exponent (``"5000e-3"``: 5000 to a parser
+    that stops at the ``e``), a point before three digits (``"5.000"``: five thousand where
+    a point groups thousands), spaces, separators or digits of another script."""
+    if isinstance(value, bool) or (isinstance(value, str) and not _NUMERAL.fullmatch(value)):
         return None
     try:
         figure = float(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
@@ -154,7 +155,9 @@ def index_for(
     segments: list[Segment] = []
     positions: list[int] = []
     mine = list(own)
-    observations = getattr(state, "observations", []) or []
+    # What the runs before it did (``RunState.inherited_*``: its parent's history when it started
+    # this child run, a workflow's earlier nodes) is its history too, in the order observed.
+    observations = sorted(_history(state, "observations"), key=_observed)
     first_seen: dict[str, int] = {}
     by_call: dict[str, list[Segment]] = {}
     for i, obs in enumerate(observations):
@@ -164,7 +167,8 @@ def index_for(
         segments.extend(found)
         positions.extend([i] * len(found))
     written: list[Written] = []
-    for record in getattr(state, "calls", []) or []:
+    calls = _history(state, "calls")
+    for record in calls:
         if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
             continue
         at = first_seen.get(record.call_id, len(observations))
@@ -173,7 +177,7 @@ def index_for(
             if len(text) >= 2:
                 written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
     reads: dict[str, tuple[int, list[str]]] = {}
-    for record in getattr(state, "calls", []) or []:
+    for record in calls:
         seen = first_seen.get(record.call_id)
         if seen is not None and record.status in _REACHED:
             reads[record.call_id] = (seen, split_values(record.arguments))
@@ -189,6 +193,16 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+def _history(state: Any, kind: str) -> list[Any]:
+    """The run's inherited ``observations`` or ``calls``, then its own."""
+    return [*(getattr(state, f"inherited_{kind}", None) or []), *(getattr(state, kind, None) or [])]
+
+
+def _observed(obs: Any) -> float:
+    when = getattr(obs, "observed_at", None)
+    return when.timestamp() if isinstance(when, datetime) else 0.0
 
 
 _REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)

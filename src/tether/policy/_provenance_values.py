@@ -218,7 +218,10 @@ def find_links(text: str) -> list[Link]:
 
 
 def _hosts_in(folded: str, add: Any) -> None:
-    """Calls ``add(raw, host, path)`` for each host (with its path) inside ``folded``."""
+    """Calls ``add(raw, host, path)`` for each host (with its path) inside ``folded``; the domain
+    of an address is left to the handle check only where that check reads the address."""
+    found = _EMAIL.finditer(folded) if "@" in folded else iter(())
+    mails = {m.start() + m.group(0).index("@"): m.end() for m in found}  # where each @ is: its end
     for m in _HOST_RUN.finditer(folded):
         run = m.group(0)
         if "." not in run:
@@ -226,7 +229,7 @@ def _hosts_in(folded: str, add: Any) -> None:
         for a, b in _hosts_in_run(run):
             start, end = m.start() + a, m.start() + b
             host = folded[start:end]
-            if "@" in folded[max(0, start - 1) : start]:
+            if mails.get(start - 1, -1) >= end:
                 continue  # the domain of an e-mail address: a handle, checked as one
             path = ""
             if end == m.end():

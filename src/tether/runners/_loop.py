@@ -16,13 +16,13 @@ from tether.context._subagent import run_subtask
 from tether.core.handoff import HandoffGrants, resolve_from_trace, validate_handoff
 from tether.core.messages import AssistantMessage, UserMessage
 from tether.core.stop import RepetitionDetector, StopReason, call_signature, cancel_after
-from tether.core.types import Observation
+from tether.core.types import CallRecord, Observation
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.models._base import ModelResponse, finish_problem
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import ResumePoint, RunScope, resume_point
 from tether.runs._checkpoint import pending_calls
-from tether.runs._values import Agent, RunResult
+from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
 
 if TYPE_CHECKING:
@@ -76,12 +76,14 @@ class AgentLoop:
         run_id: str | None = None,
         steps: LoopSteps | None = None,
         request: str | None = None,
+        inherited: tuple[list[Observation], list[CallRecord]] | None = None,
     ) -> None:
         """``resume``: a checkpointed run to continue (``resume_point``), instead of a new run of
         ``objective`` for ``context``; ``run_id``: the id of a new run (default: a fresh one);
         ``steps``: how model calls and tool turns are taken (default: in process); ``request``:
         the user's own words when ``objective`` is not (a child run: a subagent's task, a
-        workflow node's objective), kept in the run state for provenance (``RunState.request``)."""
+        workflow node's objective), kept in the run state for provenance (``RunState.request``);
+        ``inherited``: what the runs before a child run did (``RunState.history``)."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
@@ -94,6 +96,8 @@ class AgentLoop:
         self.state, self.tracer = self.lifecycle.state, self.lifecycle.tracer
         if resume is None and request is not None:
             self.state.request = request
+        if resume is None and inherited is not None:
+            self.state.inherited_observations, self.state.inherited_calls = inherited
         self.trace_path = self.lifecycle.trace_path
         run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
@@ -114,7 +118,7 @@ class AgentLoop:
 
         async def run_subagent(sub: Any, task: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state.users_request),
+                _ChildRuns(host, state),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -433,11 +437,18 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
 class _ChildRuns:
     """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores).
     A child's objective is the task its parent's model wrote; the user's request is the
-    parent's, handed down (``RunState.request``), so the task's words are nobody's request."""
+    parent's, handed down (``RunState.request``), so the task's words are nobody's request; so
+    is what the parent did so far (``RunState.history``), so its writes stay its writes."""
 
-    def __init__(self, host: Host, request: str) -> None:
+    def __init__(self, host: Host, parent: RunState) -> None:
         self.host = host
-        self.request = request
+        self.parent = parent
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        return await AgentLoop(self.host, agent, objective, context, request=self.request).run()
+        parent = self.parent
+        result = await AgentLoop(
+            self.host, agent, objective, context, request=parent.users_request, inherited=parent.history()
+        ).run()
+        parent.inherited_observations += result.observations  # what it did is its parent's history too
+        parent.inherited_calls += result.calls
+        return result

@@ -85,7 +85,16 @@ async def run_workflow(
                 # The node's objective is built from earlier outputs: the user's request stays
                 # the workflow's (``RunState.request``), for provenance.
                 objective = step.objective(state.outputs)
-                sub = await AgentLoop(host, step.agent, objective, context, request=state.users_request).run()
+                sub = await AgentLoop(
+                    host,
+                    step.agent,
+                    objective,
+                    context,
+                    request=state.users_request,
+                    inherited=state.history(),
+                ).run()
+                state.inherited_observations += sub.observations  # the next nodes' history too
+                state.inherited_calls += sub.calls
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,

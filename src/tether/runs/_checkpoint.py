@@ -43,7 +43,7 @@ CHECKPOINT_VERSION: Final = 2
 # checkpoint holds one only when it differs from that default, so a checkpoint that does not
 # use it is still read by that release (``extra="forbid"`` refuses a field it does not know),
 # as an older worker does during a rolling upgrade or after a rollback.
-_LATER_FIELDS: Final[dict[str, Any]] = {"request": None}
+_LATER_FIELDS: Final[dict[str, Any]] = {"request": None, "inherited_observations": [], "inherited_calls": []}
 
 
 # -- run state <-> JSON -----------------------------------------------------------------------

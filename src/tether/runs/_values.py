@@ -50,6 +50,15 @@ class RunState:
     # (a subagent's task, a workflow node's objective built from earlier outputs): provenance
     # traces values to these, never to an objective a model or earlier data wrote.
     request: str | None = None
+    # What the runs before this one did, for provenance: a parent's observations and calls when
+    # it started this child run (its own inherited first), a workflow's earlier agent nodes'. A
+    # value the parent wrote into a store and this child reads back is still the parent's write.
+    inherited_observations: list[Observation] = field(default_factory=list)
+    inherited_calls: list[CallRecord] = field(default_factory=list)
+
+    def history(self) -> tuple[list[Observation], list[CallRecord]]:
+        """What a child run of this one inherits: its inherited history, then its own."""
+        return [*self.inherited_observations, *self.observations], [*self.inherited_calls, *self.calls]
 
     @property
     def users_request(self) -> str:
