@@ -269,5 +269,7 @@ def test_a_long_hostile_text_is_read_in_linear_time(unit: str) -> None:
     blob = (unit * (200_000 // len(unit) + 1))[:200_000]
     started = time.perf_counter()
     found = find_links(blob + " javascript:steal()")
-    assert time.perf_counter() - started < 1.0
+    # Linear reads take under 0.5 s here; the quadratic ones this guards against took minutes.
+    # The bound is loose so that a loaded machine (parallel workers) never fails a linear read.
+    assert time.perf_counter() - started < 5.0
     assert "javascript:steal()" in [link.key for link in found]
