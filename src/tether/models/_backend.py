@@ -408,12 +408,11 @@ class HTTPBackend(RetryingBackend):
         response = await self._post(body)
         try:
             # Read as the answer is, not as it was asked for: a server that ignores ``stream``
-            # answers with one JSON document, or streams unasked; one that labels its body with
-            # neither type (``text/plain``, none) is told by its first byte.
-            kind = response.headers.get("content-type", "")
+            # answers with one JSON document, or streams unasked; a body not labelled a stream
+            # (JSON, ``text/plain``, none) is told by its first bytes: events labelled JSON too.
             body_of: Any = response
-            streamed = "event-stream" in kind
-            if not streamed and "json" not in kind:
+            streamed = "event-stream" in response.headers.get("content-type", "")
+            if not streamed:
                 body_of, streamed = await _Peeked.open(response)
             if streamed:
                 return await self._read_stream(body_of)
@@ -570,6 +569,8 @@ async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncItera
 async def events(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[dict[str, Any]]:
     """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
     async for payload in sse_data(response, limit):
+        if not payload or payload.isspace():
+            continue  # an event with empty data (a keep-alive) carries nothing
         try:
             event = json.loads(payload)
         except ValueError:
