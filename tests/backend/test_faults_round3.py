@@ -288,6 +288,12 @@ CASES = [
            modes=STREAM),
     Round3("a_stream_labelled_json_to_a_whole_request", good(headers={"content-type": "application/json"}),
            True, modes=("whole",), force_stream=True),
+    Round3("json_labelled_event_stream", good(headers={"content-type": "text/event-stream"}), True,
+           modes=("whole",)),
+    Round3("json_labelled_event_stream_to_a_stream_request", good(headers={
+        "content-type": "text/event-stream"}), True, modes=STREAM, ignore_stream=True),
+    Round3("events_without_event_lines", only(("anthropic", "openai-responses"), good(
+        edit=lambda p, s, items: wire("openai-chat", s, items))), True, modes=STREAM),
     Round3("chat_finish_without_done", chat_stream(without_done), True, modes=STREAM),
     Round3("chat_finish_without_done_or_usage", chat_stream(without_done_or_usage), True, modes=STREAM),
     Round3("responses_parts_typed_text", only(("openai-responses",), good(edit=parts_typed_text)), True),

@@ -407,13 +407,12 @@ class HTTPBackend(RetryingBackend):
 
         response = await self._post(body)
         try:
-            # Read as the answer is, not as it was asked for: a server that ignores ``stream``
-            # answers with one JSON document, or streams unasked; a body not labelled a stream
-            # (JSON, ``text/plain``, none) is told by its first bytes: events labelled JSON too.
-            body_of: Any = response
-            streamed = "event-stream" in response.headers.get("content-type", "")
-            if not streamed:
-                body_of, streamed = await _Peeked.open(response)
+            # Read as the answer is, not as it was asked for or labelled: a server that ignores
+            # ``stream`` answers with one JSON document, or streams unasked, and labels either
+            # as it likes (events as JSON, a document as a stream, ``text/plain``, none): the
+            # first bytes tell.
+            labelled = "event-stream" in response.headers.get("content-type", "")
+            body_of, streamed = await _Peeked.open(response, labelled)
             if streamed:
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
@@ -472,17 +471,19 @@ class _Peeked:
         self._rest = rest
 
     @classmethod
-    async def open(cls, response: Any) -> tuple[_Peeked, bool]:
+    async def open(cls, response: Any, labelled: bool) -> tuple[_Peeked, bool]:
         """The body, and whether it is a stream of events (it opens with an SSE field or
-        comment, past whitespace and a byte-order mark) rather than one document, read whole
-        (JSON, or what the error then quotes: an HTML page …)."""
+        comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
+        open as a JSON object) rather than one document, read whole (JSON, or what the error
+        then quotes: an HTML page …)."""
         rest = response.aiter_bytes()
         head = b""
         async for block in rest:
             head += block
             if len(head.lstrip(_SPACE)) >= _SSE_OPEN_BYTES:
                 break
-        return cls(response, head, rest), head.lstrip(_SPACE).startswith(_SSE_OPEN)
+        first = head.lstrip(_SPACE)
+        return cls(response, head, rest), first.startswith(_SSE_OPEN) or (labelled and first[:1] != b"{")
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         if self._head:
