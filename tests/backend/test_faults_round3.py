@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
 OTHER = ("read_order", '{"order_id": "743"}')
 ESCAPED = ("read_order", '{"order_id": "\\u0037\\u0034\\u0032"}')  # "742", written as escapes
 DONE = b"data: [DONE]\n\n"
+NESTED = b"[" * 100_000 + b"]" * 100_000  # valid JSON no recursive parser can read
 
 
 # -- a server that can also misbehave at the HTTP level --------------------------------------
@@ -346,6 +347,16 @@ CASES = [
            False, ("gave up",)),
     Round3("retry_after_ms_past_the_limit", twice(status(503, b"busy", **{"retry-after-ms": "3600000"})),
            False, ("HTTP 503", "Retry-After too long")),
+    Round3("json_nested_past_the_recursion_limit", twice(lambda p, s: Reply.text(
+        ANSWER, edit=lambda i: [b"data: " + NESTED + b"\n\n" if s else NESTED])), False,
+           ("gave up",)),
+    Round3("error_body_nested_past_the_recursion_limit", twice(status(500, NESTED)), False,
+           ("HTTP 500", "gave up")),
+    # (Anthropic's reader skips a count that is not an integer: its answer is accepted.)
+    Round3("usage_counts_past_any_integer", only(("openai-chat", "openai-responses"), twice(
+        lambda p, s: Reply.text(ANSWER, usage={"prompt_tokens": 10, "completion_tokens": 1e400,
+                                               "input_tokens": 10, "output_tokens": 1e400}))),
+           False, ("not shaped like", "gave up")),
     Round3("responses_incomplete_at_max_output_tokens", only(("openai-responses",), twice(
         lambda p, s: Reply.text(ANSWER, finish_reason="max_output_tokens"))), False, ("token limit",),
            stop="truncated"),

@@ -423,8 +423,9 @@ class HTTPBackend(RetryingBackend):
             return self._whole(data)
         except httpx2.RequestError as err:
             raise self.failures.transport(err, "while the answer was read") from None
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
-            # JSON that parsed but is not shaped as the protocol says (a list for an object, …).
+        except (AttributeError, TypeError, LookupError, ValueError, ArithmeticError, RecursionError) as err:
+            # JSON that parsed but is not shaped as the protocol says (a list for an object, a
+            # count of 1e400 tokens …), or nested too deep to parse.
             why = f"the answer is not shaped like a {self.provider} answer: {type(err).__name__}: {err}"
             raise unusable(why) from None
         finally:
