@@ -41,6 +41,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
 OTHER = ("read_order", '{"order_id": "743"}')
 ESCAPED = ("read_order", '{"order_id": "\\u0037\\u0034\\u0032"}')  # "742", written as escapes
 DONE = b"data: [DONE]\n\n"
+EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
 NESTED = b"[" * 100_000 + b"]" * 100_000  # valid JSON no recursive parser can read
 
 
@@ -52,12 +53,14 @@ class Odd(Reply):
     """A ``Reply`` with HTTP-level oddities: ``raw`` bytes instead of any answer (then the
     connection closes); ``interim`` bytes before the answer (a ``100 Continue``); ``http10``: an
     HTTP/1.0 answer whose body ends when the connection closes; ``close_after``: the connection
-    is closed after the answer without saying so (a keep-alive connection gone stale)."""
+    is closed after the answer without saying so (a keep-alive connection gone stale);
+    ``extensions``: each HTTP chunk with a chunk extension, the body with a trailer."""
 
     raw: bytes | None = None
     interim: bytes = b""
     http10: bool = False
     close_after: bool = False
+    extensions: bool = False
 
 
 class _OddServer(FakeChatServer):
@@ -79,6 +82,12 @@ class _OddServer(FakeChatServer):
             writer.write(f"HTTP/1.0 200 OK\r\ncontent-type: {kind}\r\n\r\n".encode() + data)
             await writer.drain()
             return False
+        if isinstance(reply, Odd) and reply.extensions:
+            chunks = [b"%x;tether=1\r\n%s\r\n" % (len(p), p) for p in pieces if isinstance(p, bytes) and p]
+            head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n"
+            writer.write(head.encode() + b"".join(chunks) + b"0\r\nx-checksum: 1\r\n\r\n")
+            await writer.drain()
+            return True
         return await super()._send_body(writer, reply, kind, pieces, chunked=chunked)
 
 
@@ -251,6 +260,24 @@ def redacted_thinking(p: str, stream: bool, items: list[Any]) -> list[Any]:
     ]
 
 
+def text_in_block_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: a text block whose start already carries its first words."""
+    for start in [i for i in items if (i.get("content_block") or {}).get("type") == "text"]:
+        at = start["index"]
+        first = next(i for i in items if i.get("index") == at and i.get("type") == "content_block_delta")
+        start["content_block"]["text"] = first["delta"]["text"]
+        items.remove(first)
+    return items
+
+
+def finish_empty_until_the_end(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat: ``finish_reason: ""`` (not null) on every chunk before the last."""
+    for _, chunk in chunks_of(items):
+        if not chunk["choices"][0].get("finish_reason"):
+            chunk["choices"][0]["finish_reason"] = ""
+    return items
+
+
 def html_as_event_stream(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [b"<html><head><title>Gateway login</title></head><body>sign in</body></html>"]
 
@@ -322,7 +349,14 @@ CASES = [
         Reply.calls(ORDER), Reply.text(ANSWER, finish_reason="stop_sequence")]), True),
     Round3("deflate_body", good(edit=deflated, headers={"content-encoding": "deflate"}), True),
     Round3("interim_100_continue", odd(interim=b"HTTP/1.1 100 Continue\r\n\r\n"), True),
+    Round3("interim_103_early_hints", odd(interim=EARLY_HINTS), True),
     Round3("http10_body_ended_by_close", odd(http10=True), True),
+    Round3("chunk_extensions_and_a_trailer", odd(extensions=True), True),
+    Round3("content_types_in_capitals", lambda p, s: [Reply.calls(ORDER, headers={"content-type": (
+        "Text/Event-Stream" if s else "Application/JSON; Charset=UTF-8")}), Reply.text(ANSWER)], True),
+    Round3("anthropic_text_in_block_start", only(("anthropic",), good(edit=text_in_block_start)), True,
+           modes=STREAM),
+    Round3("chat_finish_empty_until_the_end", chat_stream(finish_empty_until_the_end), True, modes=STREAM),
     Round3("server_closes_each_kept_alive_connection", odd(close_after=True), True),
     Round3("pooled_connection_dropped_then_good", lambda p, s: [
         Reply.calls(ORDER), Reply(drop=True), Reply.text(ANSWER)], True, requests=3),
