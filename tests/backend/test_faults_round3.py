@@ -42,6 +42,7 @@ OTHER = ("read_order", '{"order_id": "743"}')
 ESCAPED = ("read_order", '{"order_id": "\\u0037\\u0034\\u0032"}')  # "742", written as escapes
 DONE = b"data: [DONE]\n\n"
 EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
+EMOJI = "Order 742 is open 👍🏽 — awaiting part P-17 ✓"
 NESTED = b"[" * 100_000 + b"]" * 100_000  # valid JSON no recursive parser can read
 
 
@@ -278,6 +279,41 @@ def finish_empty_until_the_end(p: str, stream: bool, items: list[Any]) -> list[A
     return items
 
 
+def utf16_units(text: str) -> list[str]:
+    """The text as UTF-16 code units: a character past U+FFFF as its two surrogate halves."""
+    out: list[str] = []
+    for ch in text:
+        v = ord(ch) - 0x10000
+        out += [chr(0xD800 + (v >> 10)), chr(0xDC00 + (v & 0x3FF))] if v >= 0 else [ch]
+    return out
+
+
+def split_at_surrogates(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """The text deltas (chat, Anthropic) cut every 3 UTF-16 code units, as a server whose
+    strings are UTF-16 (JavaScript, Java) cuts them: an emoji's halves in two deltas."""
+
+    def piece(i: Any) -> str | None:
+        if not isinstance(i, dict):
+            return None
+        if p == "anthropic":
+            return (i.get("delta") or {}).get("text") if i.get("type") == "content_block_delta" else None
+        return (i.get("choices") or [{}])[0].get("delta", {}).get("content") or None
+
+    deltas = [i for i in items if piece(i)]
+    if not deltas:
+        return items
+    units = utf16_units("".join(piece(i) or "" for i in deltas))
+    out = []
+    for k in range(0, len(units), 3):
+        event = json.loads(json.dumps(deltas[0]))
+        target = event["delta"] if p == "anthropic" else event["choices"][0]["delta"]
+        target["text" if p == "anthropic" else "content"] = "".join(units[k : k + 3])
+        out.append(event)
+    at = items.index(deltas[0])
+    rest = [i for i in items if not any(i is d for d in deltas)]
+    return [*rest[:at], *out, *rest[at:]]
+
+
 def html_as_event_stream(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [b"<html><head><title>Gateway login</title></head><body>sign in</body></html>"]
 
@@ -307,6 +343,7 @@ def chat_stream(edit: Any, **kw: Any) -> Any:
 class Round3(Case):
     requests: int = 2  # requests an accepted run makes
     calls: tuple[str, ...] = ("ok",)  # the statuses of its tool calls
+    answer: str = ANSWER
 
 
 STREAM = ("stream",)
@@ -322,6 +359,9 @@ CASES = [
         "content-type": "text/event-stream"}), True, modes=STREAM, ignore_stream=True),
     Round3("events_without_event_lines", only(("anthropic", "openai-responses"), good(
         edit=lambda p, s, items: wire("openai-chat", s, items))), True, modes=STREAM),
+    Round3("text_split_inside_surrogate_pairs", only(("openai-chat", "anthropic"), lambda p, s: [
+        Reply.calls(ORDER), Reply.text(EMOJI, edit=lambda i: split_at_surrogates(p, s, i))]), True,
+           modes=STREAM, answer=EMOJI),
     Round3("chat_finish_without_done", chat_stream(without_done), True, modes=STREAM),
     Round3("chat_finish_without_done_or_usage", chat_stream(without_done_or_usage), True, modes=STREAM),
     Round3("responses_parts_typed_text", only(("openai-responses",), good(edit=parts_typed_text)), True),
@@ -417,7 +457,7 @@ def test_a_round3_fault_ends_honestly_and_a_variant_is_accepted(
     code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=ODD)
     if case.ok:
         assert (code, out["stop_reason"], requests) == (0, "accepted", case.requests), out
-        assert out["answer"] == ANSWER and [c["status"] for c in out["calls"]] == list(case.calls), out
+        assert out["answer"] == case.answer and [c["status"] for c in out["calls"]] == list(case.calls), out
         return
     assert code != 0 and out["stop_reason"] == (case.stop or "model_error"), out
     assert requests == (2 if "gave up" in case.said else 1), out

@@ -35,7 +35,7 @@ import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError, ModelError
-from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
 from tether.models._failures import Failures, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
@@ -440,6 +440,7 @@ class HTTPBackend(RetryingBackend):
         the finish says the turn ended normally, or two calls with one id (their results could
         not be told apart)."""
         finish_word = finish_of(finish)
+        message = rejoined(message)  # characters a server split at their surrogates
         calls = message.tool_calls
         if not calls and not (message.content and message.content.strip()) and finish_word in _NORMAL:
             why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
