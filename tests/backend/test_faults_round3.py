@@ -362,6 +362,8 @@ CASES = [
     Round3("text_split_inside_surrogate_pairs", only(("openai-chat", "anthropic"), lambda p, s: [
         Reply.calls(ORDER), Reply.text(EMOJI, edit=lambda i: split_at_surrogates(p, s, i))]), True,
            modes=STREAM, answer=EMOJI),
+    Round3("responses_terminal_event_without_status", only(("openai-responses",), good(
+        edit=lambda p, s, items: [items[-1]["response"].pop("status"), items][1])), True, modes=STREAM),
     Round3("chat_finish_without_done", chat_stream(without_done), True, modes=STREAM),
     Round3("chat_finish_without_done_or_usage", chat_stream(without_done_or_usage), True, modes=STREAM),
     Round3("responses_parts_typed_text", only(("openai-responses",), good(edit=parts_typed_text)), True),

@@ -199,8 +199,8 @@ class OpenAIResponses(OpenAIBackend):
                     on_delta("tool_call", str(item.get("name", "")))
             elif kind == "response.output_item.done":
                 done_items.append(event.get("item") or {})
-            elif kind in _TERMINAL:
-                final = event.get("response") or {}
+            elif kind in _TERMINAL:  # its name says the status its response may leave out
+                final = {"status": kind[9:], **(event.get("response") or {})}
                 break
             elif kind == "error":
                 raise self.failures.reported(event, "mid-stream")
