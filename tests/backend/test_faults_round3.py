@@ -43,6 +43,9 @@ ESCAPED = ("read_order", '{"order_id": "\\u0037\\u0034\\u0032"}')  # "742", writ
 DONE = b"data: [DONE]\n\n"
 EARLY_HINTS = b"HTTP/1.1 103 Early Hints\r\nlink: </style.css>; rel=preload\r\n\r\n"
 EMOJI = "Order 742 is open 👍🏽 — awaiting part P-17 ✓"
+CUT_500 = (
+    b'HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: 90\r\n\r\n{"e'
+)
 NESTED = b"[" * 100_000 + b"]" * 100_000  # valid JSON no recursive parser can read
 
 
@@ -368,6 +371,8 @@ CASES = [
     Round3("chat_finish_without_done_or_usage", chat_stream(without_done_or_usage), True, modes=STREAM),
     Round3("responses_parts_typed_text", only(("openai-responses",), good(edit=parts_typed_text)), True),
     Round3("comments_before_and_inside_every_event", good(edit=comments_everywhere), True, modes=STREAM),
+    Round3("cr_only_line_endings_in_one_byte_chunks", good(http_chunk=1, edit=lambda p, s, items: [
+        b.replace(b"\n", b"\r") for b in wire(p, s, items)]), True, modes=STREAM),
     Round3("events_with_empty_data", good(edit=empty_data_events), True, modes=STREAM),
     Round3("usage_chunk_with_choices_null", chat_stream(usage_choices_null), True, modes=STREAM),
     Round3("tool_arguments_split_inside_escapes", lambda p, s: [
@@ -418,6 +423,7 @@ CASES = [
            modes=STREAM, stop="truncated"),
     Round3("reset_inside_the_headers", twice(lambda p, s: Odd(raw=b"HTTP/1.1 200 OK\r\ncontent-ty")),
            False, ("gave up",)),
+    Round3("error_status_body_cut", twice(lambda p, s: Odd(raw=CUT_500)), False, ("gave up",)),
     Round3("html_labelled_event_stream", twice(lambda p, s: Reply.text(
         ANSWER, edit=lambda i: html_as_event_stream(p, s, i), headers={"content-type": "text/event-stream"})),
            False, ("gave up",)),
