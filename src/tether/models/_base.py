@@ -9,15 +9,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from tether.core.messages import AssistantMessage, Message, Usage
 from tether.core.types import StopReason
 
-__all__ = [
-    "Model",
-    "ModelRequest",
-    "ModelResponse",
-    "finish_of",
-    "finish_problem",
-    "rejoined",
-    "repeated_prefix",
-]
+__all__ = ["Model", "ModelRequest", "ModelResponse", "finish_of", "finish_problem", "repeated_prefix"]
 
 # How a model turn ended, the same words for every provider. A backend puts it in
 # ``ModelResponse.meta["finish"]`` beside the provider's own value (``meta["finish_reason"]``).
