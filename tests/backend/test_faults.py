@@ -202,8 +202,16 @@ def _is_argument_delta(event: Any) -> bool:
 
 
 def _terminal(p: Proto) -> Callable[[Any], bool]:
+    """What ends a stream: the terminal event, and a chat chunk with a finish reason (a chat
+    stream that has one is whole without ``[DONE]``)."""
     names = {"message_stop", "response.completed", "response.incomplete"}
-    return lambda e: e == b"data: [DONE]\n\n" or (isinstance(e, dict) and e.get("type") in names)
+    return lambda e: (
+        e == b"data: [DONE]\n\n"
+        or (
+            isinstance(e, dict)
+            and (e.get("type") in names or any(c.get("finish_reason") for c in e.get("choices") or ()))
+        )
+    )
 
 
 # -- the faults ------------------------------------------------------------------------------

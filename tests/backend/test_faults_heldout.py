@@ -27,7 +27,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -434,9 +434,10 @@ def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
 
 
 def run_case(
-    tmp_path: Path, provider: str, case: Case, mode: str, transport: str
+    tmp_path: Path, provider: str, case: Case, mode: str, transport: str, servers: Mapping[str, Any] = SERVERS
 ) -> tuple[int, dict[str, Any], int, float]:
-    """``tether run --agent`` against the case's server: exit code, JSON summary, requests, seconds."""
+    """``tether run --agent`` against the case's server (of ``servers``): exit code, JSON summary,
+    requests, seconds."""
     replies = case.replies(provider, mode == "stream") or []
 
     def respond(request: dict[str, Any], index: int) -> Reply:
@@ -444,7 +445,7 @@ def run_case(
             request["stream"] = True
         return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
 
-    with SERVERS[provider](respond, ignore_stream=case.ignore_stream) as server:
+    with servers[provider](respond, ignore_stream=case.ignore_stream) as server:
         model = {
             "provider": provider,
             "name": "m-1",

@@ -248,8 +248,8 @@ class AnthropicMessages(HTTPBackend):
                     block["text"] = block.get("text", "") + delta.get("text", "")
                     if on_delta is not None:
                         on_delta("text", delta.get("text", ""))
-                elif dtype == "input_json_delta":
-                    block["_json"].append(delta.get("partial_json", ""))
+                elif dtype == "input_json_delta":  # a tool_use's, or a server tool's (not kept)
+                    block.setdefault("_json", []).append(delta.get("partial_json", ""))
                 elif dtype == "thinking_delta":
                     block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
                     if on_delta is not None:

@@ -35,7 +35,7 @@ import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError, ModelError
-from tether.models._base import ModelRequest, ModelResponse, finish_of
+from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
 from tether.models._failures import Failures, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
@@ -407,14 +407,12 @@ class HTTPBackend(RetryingBackend):
 
         response = await self._post(body)
         try:
-            # Read as the answer is, not as it was asked for: a server that ignores ``stream``
-            # answers with one JSON document, or streams unasked; one that labels its body with
-            # neither type (``text/plain``, none) is told by its first byte.
-            kind = response.headers.get("content-type", "")
-            body_of: Any = response
-            streamed = "event-stream" in kind
-            if not streamed and "json" not in kind:
-                body_of, streamed = await _Peeked.open(response)
+            # Read as the answer is, not as it was asked for or labelled: a server that ignores
+            # ``stream`` answers with one JSON document, or streams unasked, and labels either
+            # as it likes (events as JSON, a document as a stream, ``text/plain``, none): the
+            # first bytes tell.
+            labelled = "event-stream" in response.headers.get("content-type", "")
+            body_of, streamed = await _Peeked.open(response, labelled)
             if streamed:
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
@@ -425,8 +423,9 @@ class HTTPBackend(RetryingBackend):
             return self._whole(data)
         except httpx2.RequestError as err:
             raise self.failures.transport(err, "while the answer was read") from None
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as err:
-            # JSON that parsed but is not shaped as the protocol says (a list for an object, …).
+        except (AttributeError, TypeError, LookupError, ValueError, ArithmeticError, RecursionError) as err:
+            # JSON that parsed but is not shaped as the protocol says (a list for an object, a
+            # count of 1e400 tokens …), or nested too deep to parse.
             why = f"the answer is not shaped like a {self.provider} answer: {type(err).__name__}: {err}"
             raise unusable(why) from None
         finally:
@@ -441,6 +440,7 @@ class HTTPBackend(RetryingBackend):
         the finish says the turn ended normally, or two calls with one id (their results could
         not be told apart)."""
         finish_word = finish_of(finish)
+        message = rejoined(message)  # characters a server split at their surrogates
         calls = message.tool_calls
         if not calls and not (message.content and message.content.strip()) and finish_word in _NORMAL:
             why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
@@ -473,17 +473,19 @@ class _Peeked:
         self._rest = rest
 
     @classmethod
-    async def open(cls, response: Any) -> tuple[_Peeked, bool]:
+    async def open(cls, response: Any, labelled: bool) -> tuple[_Peeked, bool]:
         """The body, and whether it is a stream of events (it opens with an SSE field or
-        comment, past whitespace and a byte-order mark) rather than one document, read whole
-        (JSON, or what the error then quotes: an HTML page …)."""
+        comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
+        open as a JSON object) rather than one document, read whole (JSON, or what the error
+        then quotes: an HTML page …)."""
         rest = response.aiter_bytes()
         head = b""
         async for block in rest:
             head += block
             if len(head.lstrip(_SPACE)) >= _SSE_OPEN_BYTES:
                 break
-        return cls(response, head, rest), head.lstrip(_SPACE).startswith(_SSE_OPEN)
+        first = head.lstrip(_SPACE)
+        return cls(response, head, rest), first.startswith(_SSE_OPEN) or (labelled and first[:1] != b"{")
 
     async def aiter_bytes(self) -> AsyncIterator[bytes]:
         if self._head:
@@ -570,6 +572,8 @@ async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncItera
 async def events(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[dict[str, Any]]:
     """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
     async for payload in sse_data(response, limit):
+        if not payload or payload.isspace():
+            continue  # an event with empty data (a keep-alive) carries nothing
         try:
             event = json.loads(payload)
         except ValueError:

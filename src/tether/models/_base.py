@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from tether.core.messages import AssistantMessage, Message, Usage
@@ -67,6 +68,26 @@ def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
     if finish == "paused":
         return StopReason.MODEL_ERROR, "the provider paused the turn before an answer" + said
     return StopReason.MODEL_ERROR, "the answer ended for an unknown reason" + said
+
+
+_HALF = re.compile("[\ud800-\udfff]")  # one half of a UTF-16 surrogate pair
+
+
+def rejoined(message: AssistantMessage) -> AssistantMessage:
+    """The message with each character a server split between two pieces at its UTF-16
+    surrogates (a delta that ends inside an emoji, each half escaped in its JSON) whole again,
+    in its text, reasoning and tool arguments; a half with no partner becomes U+FFFD. The same
+    message when there is none (the usual case)."""
+    texts = (message.content or "", message.reasoning or "", *(c.arguments for c in message.tool_calls))
+    if not any(map(_HALF.search, texts)):
+        return message
+    calls = tuple(replace(c, arguments=_whole(c.arguments)) for c in message.tool_calls)
+    content, reasoning = (t and _whole(t) for t in (message.content, message.reasoning))
+    return replace(message, content=content, reasoning=reasoning, tool_calls=calls)
+
+
+def _whole(text: str) -> str:
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:

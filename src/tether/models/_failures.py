@@ -114,7 +114,7 @@ def _text(raw: bytes) -> tuple[str | None, str, bool | None]:
     """An error answer's body: the protocol's error object, or what its text says."""
     try:
         return error_body(json.loads(raw))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep to parse
         pass
     title = _TITLE.search(raw)
     text = (title.group(1) if title else raw[:2000]).decode("utf-8", "replace")

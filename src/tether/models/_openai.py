@@ -16,7 +16,8 @@ Its finish is reported in tether's words (``meta["finish"]``: an answer cut at `
 ``timeout_s`` bounds each attempt whole, every byte of the body included. Timeouts, 429
 (honouring ``Retry-After``), 5xx, connection errors and *unusable responses* are retried with
 capped exponential backoff and jitter; other HTTP errors are not. Unusable means:
-a stream that ends without ``[DONE]`` or without a finish reason (the server died mid-answer),
+a stream that ends without a finish reason (the server died mid-answer; ``[DONE]`` may be
+missing: a stream that reached its finish reason is whole),
 a stream event that is not JSON or is an ``error`` event, a whole response that is not a chat
 completion, and a response with neither text nor tool calls. Once retries are spent the run
 ends ``model_error``. Tool-call arguments are returned raw — malformed JSON and unknown tool
@@ -288,6 +289,8 @@ class OpenAICompatible(OpenAIBackend):
         on_delta = self.on_delta
         async for line in sse_data(response, self.max_response_bytes):
             payload = line.strip()
+            if not payload:
+                continue  # an event with empty data (a keep-alive) carries nothing
             if payload == b"[DONE]":
                 done = True
                 break
@@ -324,10 +327,8 @@ class OpenAICompatible(OpenAIBackend):
                 legacy = "function_call" in delta and not delta.get("tool_calls")
                 for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
                     _add_call_delta(calls, tc, on_delta)
-        if not done or finish is None:
-            missing = " and ".join(
-                part for part, seen in (("a finish reason", finish is not None), ("[DONE]", done)) if not seen
-            )
+        if finish is None:  # a stream that reached its finish reason is whole, [DONE] or not
+            missing = "a finish reason" + ("" if done else " and [DONE]")
             received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
             raise Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
         tool_calls = tuple(
@@ -347,11 +348,14 @@ class OpenAICompatible(OpenAIBackend):
 
 def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
     """One streamed tool-call delta into the call it continues (by ``index``; a server that
-    omits it gets the call by id, or a new one). A name is streamed in pieces or sent once; a
-    delta that repeats the whole name so far (some proxies send it in every delta) adds none."""
+    omits it gets the call by id, or the last one when the delta has no id). A name is streamed
+    in pieces or sent once; a delta that repeats the whole name so far (some proxies send it in
+    every delta) adds none."""
     index = tc.get("index")
-    if index is None:
-        index = len(calls) if tc.get("id") not in {c["id"] for c in calls.values()} else 0
+    if index is None:  # the call with its id; without one, the call begun last; else a new one
+        ids = {c["id"]: i for i, c in calls.items() if c["id"]}
+        new = max(calls, default=-1) + 1
+        index = ids.get(tc["id"], new) if tc.get("id") else max(calls, default=0)
     slot = calls.get(index)
     if slot is None:
         slot = calls[index] = {"id": "", "name": "", "arguments": []}

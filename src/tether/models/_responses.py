@@ -12,13 +12,13 @@ other items (``provider_items``), as the API requires for reasoning models acros
 ``prompt_cache_key`` defaults to a digest of the stable prefix (instructions and tool
 names), so every step of every run of one agent lands on the same cache.
 
-The answer: ``output_text`` parts, ``refusal`` parts (finish ``refusal``), ``function_call``
-items (arguments returned raw), ``reasoning`` items (their summaries as the message's
-reasoning). ``status`` ``completed`` is a normal end; ``incomplete`` carries its reason
-(``max_output_tokens`` → length, ``content_filter`` → refused); any other is unknown: such a
-final answer never ends the run ``accepted``. A ``response.failed`` or ``error`` event with a
-server error, a stream that ends without a terminal event, 429 (``retry-after``) and 5xx are
-retried (``tether.models._retrying``); other errors are final.
+The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
+``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
+summaries as the message's reasoning). ``status`` ``completed`` is a normal end; ``incomplete``
+carries its reason (``max_output_tokens`` → length, ``content_filter`` → refused); any other
+is unknown: such a final answer never ends the run ``accepted``. A ``response.failed`` or
+``error`` event with a server error, a stream that ends without a terminal event, 429
+(``retry-after``) and 5xx are retried (``tether.models._retrying``); other errors are final.
 """
 
 from __future__ import annotations
@@ -199,8 +199,8 @@ class OpenAIResponses(OpenAIBackend):
                     on_delta("tool_call", str(item.get("name", "")))
             elif kind == "response.output_item.done":
                 done_items.append(event.get("item") or {})
-            elif kind in _TERMINAL:
-                final = event.get("response") or {}
+            elif kind in _TERMINAL:  # its name says the status its response may leave out
+                final = {"status": kind[9:], **(event.get("response") or {})}
                 break
             elif kind == "error":
                 raise self.failures.reported(event, "mid-stream")
@@ -223,7 +223,7 @@ class OpenAIResponses(OpenAIBackend):
             kind = item.get("type")
             if kind == "message":
                 for part in item.get("content") or ():
-                    if part.get("type") == "output_text":
+                    if part.get("type") in ("output_text", "text"):
                         text.append(part.get("text", ""))
                     elif part.get("type") == "refusal":
                         refusal.append(part.get("refusal", ""))

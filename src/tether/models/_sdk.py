@@ -50,3 +50,5 @@ async def post(sdk: Any, client: Any, path: str, body: bytes, failures: Failures
         return await client.post(path, cast_to=httpx2.Response, content=body, stream=True)
     except sdk.APIError as err:
         raise sdk_error(sdk, err, failures) from None
+    except httpx2.RequestError as err:  # the SDK reads an error answer's body: it may be cut
+        raise failures.transport(err, "while an error answer was read") from None

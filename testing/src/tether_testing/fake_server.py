@@ -114,7 +114,7 @@ CUTS: dict[str, str] = {
     "after_headers": "the status line and headers, then the connection closes",
     "mid_chunk": "streamed: half an HTTP chunk then close; whole: half the body then close",
     "before_finish": "streamed: the content, then a clean end with no finish reason and no [DONE]",
-    "before_done": "streamed: everything but [DONE], then a clean end",
+    "before_done": "streamed: all but the terminal event, then a clean end (chat: [DONE]; no cut)",
     "malformed": "streamed: an event whose data is not JSON; whole: a body that is not JSON",
     "error_event": "streamed: some content, then a data event carrying an error object",
 }
