@@ -1,0 +1,108 @@
+"""Real servers as users run them, round two: a Streamable HTTP server that forgets its sessions
+(restarted, or a session expired), server log notifications, and more of what servers in the
+wild do (``sessiondrop_server.py``: the official SDK server behind a layer that answers 404 to a
+forgotten session)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
+
+from . import sessiondrop_server as dropping
+from .conftest import approve, script, web_server, write_config
+
+pytestmark = pytest.mark.anyio
+
+TOOLS = ["lookup", "record", "forget", "vanish", "chatty"]
+EFFECTS = dict.fromkeys(TOOLS, "read")
+
+
+def _serve(app: Any) -> Iterator[str]:
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+    finally:
+        web.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture(params=["jsonrpc", "plain"])
+def dropping_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    dropping.STATE.update(records=0, seen=set(), forgotten=set(), forget=False)
+    yield from _serve(dropping.build_app(request.param))
+
+
+def _trace(run: Any) -> list[dict[str, Any]]:
+    assert run.result.trace_path is not None
+    return read_trace(run.result.trace_path)
+
+
+def _actions(run: Any, server: str = "web") -> list[str]:
+    events = _trace(run)
+    return [e["action"] for e in events if e["kind"] == "mcp_connection" and e.get("server") == server]
+
+
+# -- a Streamable HTTP server that no longer knows the session -----------------------------------
+
+
+@pytest.mark.spec("X1")
+@pytest.mark.parametrize(
+    ("mode", "recheck"), [("legacy", "each_call"), ("legacy", "on_change"), ("auto", "each_call")]
+)
+async def test_a_forgotten_session_is_started_again_and_the_request_sent_once_on_it(
+    tmp_path: Path, dropping_url: str, mode: str, recheck: str
+) -> None:
+    """The spec: a 404 to a request carrying the session id means the session is gone, and the
+    client starts a new one. The request that got the 404 was not processed, so it is sent again
+    on the new session: the effect happens once. (``each_call`` meets the 404 on the pin re-check
+    before the call, ``on_change`` on the call itself; 2026-07-28 has no session to lose.)"""
+    server = web_server("web", dropping_url, mode=mode, recheck=recheck, tools=TOOLS, effects=EFFECTS)
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    steps = script(
+        ("web__record", {"note": "a"}),
+        ("web__forget", {}),
+        ("web__record", {"note": "b"}),
+        ("web__lookup", {"key": "c"}),
+        "done",
+    )
+    run = await run_question(config, "Q", steps)
+    assert run.result.stop_reason is StopReason.ACCEPTED and run.result.answer == "done"
+    first, second = run.seen("web__record")
+    assert "recorded a (1)" in first and "recorded b (2)" in second
+    assert "value-of-c" in run.seen("web__lookup")[0]
+    assert dropping.STATE["records"] == 2  # sent again after the 404, and done once
+    assert _actions(run) == (["new_session"] if mode == "legacy" else [])
+    assert "unavailable_servers" not in run.summary() or not run.summary()["unavailable_servers"]
+
+
+@pytest.mark.spec("X1")
+async def test_a_server_that_loses_every_new_session_is_renewed_once_per_call_then_lost(
+    tmp_path: Path, dropping_url: str
+) -> None:
+    server = web_server("web", dropping_url, mode="legacy", recheck="on_change", tools=TOOLS, effects=EFFECTS)
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    run = await run_question(config, "Q", script(("web__lookup", {"key": "a"}), ("web__vanish", {}), "done"))
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert "value-of-a" in run.seen("web__lookup")[0]
+    assert "dependency_unavailable" in run.seen("web__vanish")[0]
+    assert _actions(run) == ["new_session", "lost"]  # one new session, not one per 404
