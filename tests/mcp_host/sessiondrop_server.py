@@ -13,11 +13,13 @@ notifications, ``count`` of them, then answers).
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 
+warnings.filterwarnings("ignore", message=".*deprecated as of 2026-07-28.*")  # (logging, on purpose)
 STATE: dict[str, Any] = {"records": 0, "seen": set(), "forgotten": set(), "forget": False}
 
 
@@ -94,3 +96,7 @@ def build_app(body: str = "jsonrpc") -> Any:
         return await app(scope, replay, send)
 
     return forgetting
+
+
+if __name__ == "__main__":
+    build_server().run()  # stdio

@@ -6,6 +6,7 @@ forgotten session)."""
 from __future__ import annotations
 
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +21,9 @@ from tether.trace._tracer import read_trace
 from . import sessiondrop_server as dropping
 from .conftest import approve, script, web_server, write_config
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:.*deprecated as of 2026-07-28")]
 
+DROPPING = Path(__file__).with_name("sessiondrop_server.py")
 TOOLS = ["lookup", "record", "forget", "vanish", "chatty"]
 EFFECTS = dict.fromkeys(TOOLS, "read")
 
@@ -46,8 +48,14 @@ def _serve(app: Any) -> Iterator[str]:
 
 @pytest.fixture(params=["jsonrpc", "plain"])
 def dropping_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The server; its 404 has a JSON-RPC body (the SDK server's) or none (a proxy's)."""
     dropping.STATE.update(records=0, seen=set(), forgotten=set(), forget=False)
     yield from _serve(dropping.build_app(request.param))
+
+
+@pytest.fixture
+def chatty_url() -> Iterator[str]:
+    yield from _serve(dropping.build_app())
 
 
 def _trace(run: Any) -> list[dict[str, Any]]:
@@ -106,3 +114,34 @@ async def test_a_server_that_loses_every_new_session_is_renewed_once_per_call_th
     assert "value-of-a" in run.seen("web__lookup")[0]
     assert "dependency_unavailable" in run.seen("web__vanish")[0]
     assert _actions(run) == ["new_session", "lost"]  # one new session, not one per 404
+
+
+# -- server log notifications --------------------------------------------------------------------
+
+
+@pytest.mark.spec("X1")
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_server_log_notifications_reach_the_trace_escaped_and_bounded_never_the_model(
+    tmp_path: Path, chatty_url: str, transport: str
+) -> None:
+    """A flood of log notifications (with terminal escapes and an instruction in them) before the
+    answer: a bounded number are traced, escaped, the rest counted; the model sees the answer only."""
+    if transport == "stdio":
+        server = {"name": "web", "transport": "stdio", "command": [sys.executable, str(DROPPING)]}
+    else:
+        server = web_server("web", chatty_url)
+    server.update(mode="legacy", tools=TOOLS, effects=EFFECTS)
+    config = write_config(tmp_path, [server])
+    await approve(config, "web")
+    run = await run_question(
+        config, "Q", script(("web__chatty", {"count": 500}), ("web__lookup", {"key": "k"}), "ok")
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    said = run.seen("web__chatty")[0]
+    assert "said" in said and "IGNORE" not in said and "line 0" not in said
+    assert "value-of-k" in run.seen("web__lookup")[0]  # the flood stopped nothing
+    logs = [e for e in _trace(run) if e["kind"] == "mcp_log"]
+    assert logs and logs[0]["server"] == "web" and logs[0]["level"] == "warning"
+    assert "line 0" in logs[0]["message"] and "\x1b" not in logs[0]["message"]  # escaped, visible
+    assert len(logs) < 500 and len(logs) + sum(e["held_back"] for e in logs) <= 501  # rate-limited, counted
+    assert all("\x1b" not in e["message"] and "\u202e" not in (e["logger"] or "") for e in logs)

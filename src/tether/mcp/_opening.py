@@ -36,12 +36,15 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
         transport = await _http(source, stack)
     from mcp import Client
 
+    from tether.mcp._serverlog import log_notifications
+
     # Every message passes the connection's task relay, which can also send the host's own
     # task requests (tether.mcp._tasks): the SDK has no client for tasks.
     relay = TaskRelay()
     transport = relay.wrap(transport)
 
-    callbacks: dict[str, Any] = {}
+    # The server's log notifications go to the run's trace (tether.mcp._serverlog).
+    callbacks: dict[str, Any] = {"logging_callback": log_notifications(source.name, source.emit)}
     # A capability is advertised only when it is enabled: the SDK announces each callback given.
     if enabled(source.elicitation):
         callbacks["elicitation_callback"] = shielded(source.name, "elicitation/create", source.elicitation)

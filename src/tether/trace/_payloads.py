@@ -189,6 +189,14 @@ class McpProgress(_Payload, total=False):
     message: str
 
 
+class McpLog(_Payload, total=False):
+    server: Required[str]
+    level: str
+    logger: str | None
+    message: str
+    held_back: int  # notifications not traced (over the rate) since the last one that was
+
+
 class MemoryRetrieved(_Payload, total=False):
     subject: Required[str]
     record_id: str | None
@@ -467,6 +475,7 @@ PAYLOADS: dict[EventKind, type[_Payload]] = {
     EventKind.MCP_CONNECTION: McpConnection,
     EventKind.MCP_SANDBOX: McpSandbox,
     EventKind.MCP_PROGRESS: McpProgress,
+    EventKind.MCP_LOG: McpLog,
     EventKind.MCP_TASK: McpTask,
     EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
     EventKind.MEMORY_REJECTED: MemoryRejected,
