@@ -5,6 +5,7 @@ forgotten session)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 import threading
@@ -15,11 +16,14 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
+from tether.errors import ConfigError
+from tether.mcp._config import load_config
+from tether.mcp._credentials import resolve_credentials
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 
 from . import sessiondrop_server as dropping
-from .conftest import approve, script, web_server, write_config
+from .conftest import approve, script, stdio_server, web_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:.*deprecated as of 2026-07-28")]
 
@@ -145,3 +149,53 @@ async def test_server_log_notifications_reach_the_trace_escaped_and_bounded_neve
     assert "line 0" in logs[0]["message"] and "\x1b" not in logs[0]["message"]  # escaped, visible
     assert len(logs) < 500 and len(logs) + sum(e["held_back"] for e in logs) <= 501  # rate-limited, counted
     assert all("\x1b" not in e["message"] and "\u202e" not in (e["logger"] or "") for e in logs)
+
+
+# -- configs as other clients write them -----------------------------------------------------------
+
+
+@pytest.mark.spec("X1")
+async def test_a_variable_in_env_is_the_servers_credential_and_an_unset_one_is_named(
+    tmp_path: Path, approved_pins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``"env": {"TOKEN": "${MY_TOKEN}"}`` (Claude Code, Cursor; ``${env:MY_TOKEN}`` in VS Code):
+    the server gets the variable's value (before, the literal ``${MY_TOKEN}``), kept out of the
+    trace like any credential; unset, the start fails naming the variable."""
+    monkeypatch.setenv("MY_HOSTILE_TOKEN", "tok-5e4d3c2b1a09")
+    env = {"HOSTILE_TOKEN": "${MY_HOSTILE_TOKEN}", "HOSTILE_INSTRUCTIONS": "plain words"}
+    h = stdio_server("h", env=env, effects={"whoami": "read", "lookup": "read"})
+    config = write_config(tmp_path, [h], pins_from=approved_pins)
+    run = await run_question(config, "Q", script(("h__whoami", {}), ("h__lookup", {"key": "k"}), "ok"))
+    assert "token=tok-5e4d3c2b1a09 provider_key=absent" in run.seen("h__whoami")[0]
+    assert "value-of-k" in run.seen("h__lookup")[0]
+    assert run.result.trace_path is not None and "tok-5e4d3c2b1a09" not in run.result.trace_path.read_text()
+
+    monkeypatch.delenv("MY_HOSTILE_TOKEN")
+    with pytest.raises(ConfigError, match="needs environment variable MY_HOSTILE_TOKEN"):
+        await run_question(config, "Q", script("never"))
+
+
+def test_a_variable_in_a_header_is_a_credential_and_elsewhere_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "mcp.json"
+
+    def load(settings: dict[str, Any]) -> Any:
+        path.write_text(json.dumps({"mcpServers": {"s": settings}}), encoding="utf-8")
+        return load_config(path).servers[0]
+
+    remote = load({"url": "http://127.0.0.1:1/mcp", "headers": {"Authorization": "Bearer ${env:API_TOKEN}"}})
+    rendered = resolve_credentials(
+        "s", remote.credentials, remote.headers, environ={"API_TOKEN": "t0k3n-abcdef"}
+    )
+    assert rendered.headers == {"Authorization": "Bearer t0k3n-abcdef"}  # not "Bearer $t0k3n-abcdef"
+    assert load({"command": "node", "args": ["server.js"], "env": {"MODE": "plain"}}).env == {"MODE": "plain"}
+    for settings in (
+        {"command": "node", "args": ["${HOME}/server.js"]},
+        {"url": "http://127.0.0.1:1/${PATH_PART}/mcp"},
+        {"command": "node", "env": {"URL": "https://${HOST}/api"}},
+    ):
+        with pytest.raises(ConfigError, match=r"\$\{\.\.\.\} is expanded only as a whole env value"):
+            load(settings)
+    with pytest.raises(
+        ConfigError, match=r"cmd /c is a Windows command line; here write the command it runs \(npx -y"
+    ):
+        load({"command": "cmd", "args": ["/c", "npx", "-y", "@modelcontextprotocol/server-everything"]})
