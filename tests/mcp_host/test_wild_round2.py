@@ -6,6 +6,8 @@ forgotten session)."""
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import socket
 import sys
 import threading
@@ -16,9 +18,10 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
-from tether.errors import ConfigError
+from tether.errors import ConfigError, DependencyUnavailable
 from tether.mcp._config import load_config
 from tether.mcp._credentials import resolve_credentials
+from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 
@@ -199,3 +202,111 @@ def test_a_variable_in_a_header_is_a_credential_and_elsewhere_a_config_error(tmp
         ConfigError, match=r"cmd /c is a Windows command line; here write the command it runs \(npx -y"
     ):
         load({"command": "cmd", "args": ["/c", "npx", "-y", "@modelcontextprotocol/server-everything"]})
+
+
+# -- what real servers list, answer and need --------------------------------------------------------
+
+ODDITIES = Path(__file__).with_name("oddities_server.py")
+ODD_TOOLS = ["refs", "untyped", "enum", "nullable", "media", "late", "typed", "loose"]
+
+
+@pytest.mark.spec("X1")
+async def test_real_schemas_and_content_kinds_are_served_and_an_invalid_listing_names_where(
+    tmp_path: Path,
+) -> None:
+    """``$ref``/``$defs``, ``anyOf``, a property without a type, a 5000-value enum: offered and
+    checked; images, audio, links and embedded resources: named or shown, never fetched; progress
+    after the answer: harmless; an output schema answered without structured content: refused.
+    A tool without ``"type": "object"`` (the SDK refuses the listing): the cause names the field."""
+    odd = {"name": "o", "transport": "stdio", "command": [sys.executable, str(ODDITIES)], "mode": "legacy"}
+    config = write_config(
+        tmp_path, [{**odd, "tools": ODD_TOOLS, "effects": dict.fromkeys(ODD_TOOLS, "read")}]
+    )
+    await approve(config, "o")
+    steps = script(
+        ("o__refs", {"at": {"x": 1}, "id": 3}),
+        ("o__refs", {"at": {"y": 1}}),
+        ("o__untyped", {"key": [1]}),
+        ("o__enum", {"city": "city-04999"}),
+        ("o__nullable", {"note": None}),
+        ("o__media", {}),
+        ("o__late", {}),
+        ("o__typed", {}),
+        ("o__loose", {}),
+        "done",
+    )
+    run = await run_question(config, "Q", steps)
+    assert run.result.stop_reason is StopReason.ACCEPTED and sorted(run.offered()) == sorted(
+        f"o__{t}" for t in ODD_TOOLS
+    )
+    good, bad = run.seen("o__refs")
+    assert 'refs got {"at": {"x": 1}, "id": 3}' in good and "missing field 'at.x'" in bad
+    assert 'untyped got {"key": [1]}' in run.seen("o__untyped")[0]
+    assert "city-04999" in run.seen("o__enum")[0] and '{"note": null}' in run.seen("o__nullable")[0]
+    media = run.seen("o__media")[0]
+    for shown in (
+        "[image content omitted]",
+        "[audio content omitted]",
+        "[resource_link not fetched:",
+        "embedded words",
+    ):
+        assert shown in media
+    assert "done early" in run.seen("o__late")[0]
+    assert "invalid_output" in run.seen("o__typed")[0] and "three" in run.seen("o__loose")[0]
+
+    (tmp_path / "broken").mkdir()
+    broken = write_config(tmp_path / "broken", [{**odd, "name": "b", "env": {"ODD_NO_TYPE": "1"}}])
+    with pytest.raises(DependencyUnavailable, match=r"tools\.\d+\.inputSchema\.type: Field required"):
+        await approve(broken, "b")
+
+
+SERVER_JS = """
+const answer = require("./lib/answer.js");
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+require("readline").createInterface({ input: process.stdin }).on("line", (line) => {
+  const r = JSON.parse(line);
+  if (r.id === undefined) return;
+  const key = { type: "object", properties: { key: { type: "string" } } };
+  const tools = [{ name: "lookup", description: "Looks up.", inputSchema: key }];
+  const results = {
+    initialize: { protocolVersion: (r.params || {}).protocolVersion, capabilities: { tools: {} },
+                  serverInfo: { name: "n", version: "1" } },
+    "tools/list": { tools },
+    "tools/call": { content: [{ type: "text", text: answer(((r.params || {}).arguments || {}).key) }] },
+  };
+  send({ jsonrpc: "2.0", id: r.id, result: results[r.method] || {} });
+});
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+@pytest.mark.skipif(bwrap_status(None)[0] is None, reason="bwrap does not work here")
+async def test_a_confined_node_package_holding_the_config_is_explained_and_apart_it_serves(
+    tmp_path: Path,
+) -> None:
+    """``node server.js`` beside its ``package.json`` and modules, as a user writes one: served
+    confined; with the MCP config in the same folder, that folder is never shown to the server,
+    and its failure says so (before: only "list what it needs in sandbox_read", which cannot
+    help)."""
+    package = tmp_path / "srv"
+    (package / "lib").mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "srv", "version": "1.0.0"}')
+    (package / "lib" / "answer.js").write_text("module.exports = (k) => `value-of-${k}`;")
+    (package / "server.js").write_text(SERVER_JS)
+    node = {
+        "command": ["node", "server.js"],
+        "transport": "stdio",
+        "tools": ["lookup"],
+        "effects": {"lookup": "read"},
+    }
+    (tmp_path / "cfg").mkdir()
+    apart = write_config(tmp_path / "cfg", [{"name": "n", "cwd": str(package), **node}])
+    await approve(apart, "n")
+    run = await run_question(apart, "Q", script(("n__lookup", {"key": "k"}), "ok"))
+    assert "value-of-k" in run.seen("n__lookup")[0]
+
+    together = write_config(package, [{"name": "n", **node}])
+    with pytest.raises(
+        DependencyUnavailable, match=f"it was not shown {re.escape(str(package))} .*keep the MCP config"
+    ):
+        await approve(together, "n")
