@@ -22,7 +22,7 @@ from tether.errors import ConfigError, DependencyUnavailable
 from tether.mcp._config import load_config
 from tether.mcp._credentials import resolve_credentials
 from tether.mcp._sandbox import bwrap_status
-from tether.mcphost._runner import run_question
+from tether.mcphost._runner import ScriptStep, run_question
 from tether.trace._tracer import read_trace
 
 from . import sessiondrop_server as dropping
@@ -87,24 +87,25 @@ async def test_a_forgotten_session_is_started_again_and_the_request_sent_once_on
 ) -> None:
     """The spec: a 404 to a request carrying the session id means the session is gone, and the
     client starts a new one. The request that got the 404 was not processed, so it is sent again
-    on the new session: the effect happens once. (``each_call`` meets the 404 on the pin re-check
-    before the call, ``on_change`` on the call itself; 2026-07-28 has no session to lose.)"""
+    on the new session: the effect happens once (three calls in parallel: one new session).
+    (``each_call`` meets the 404 on the pin re-check before the call, ``on_change`` on the call
+    itself; 2026-07-28 has no session to lose.)"""
     server = web_server("web", dropping_url, mode=mode, recheck=recheck, tools=TOOLS, effects=EFFECTS)
     config = write_config(tmp_path, [server])
     await approve(config, "web")
-    steps = script(
-        ("web__record", {"note": "a"}),
-        ("web__forget", {}),
-        ("web__record", {"note": "b"}),
-        ("web__lookup", {"key": "c"}),
-        "done",
-    )
+    together = (("web__record", {"note": "b"}), ("web__record", {"note": "c"}), ("web__lookup", {"key": "d"}))
+    steps = [
+        *script(("web__record", {"note": "a"}), ("web__forget", {})),
+        ScriptStep(calls=together),
+        *script("done"),
+    ]
     run = await run_question(config, "Q", steps)
     assert run.result.stop_reason is StopReason.ACCEPTED and run.result.answer == "done"
-    first, second = run.seen("web__record")
-    assert "recorded a (1)" in first and "recorded b (2)" in second
-    assert "value-of-c" in run.seen("web__lookup")[0]
-    assert dropping.STATE["records"] == 2  # sent again after the 404, and done once
+    recorded = run.seen("web__record")
+    assert "recorded a (1)" in recorded[0] and all("recorded " in r for r in recorded[1:])
+    assert "value-of-d" in run.seen("web__lookup")[0]
+    assert dropping.STATE["records"] == 3  # each sent again after its 404, and done once
+    # One new session, which the parallel calls on the forgotten one follow.
     assert _actions(run) == (["new_session"] if mode == "legacy" else [])
     assert "unavailable_servers" not in run.summary() or not run.summary()["unavailable_servers"]
 

@@ -78,9 +78,13 @@ async def renewing(source: McpServerSource, conns: list[Connection], fn: Callabl
         if source.url is None or len(conns) > 1 or not session_gone(err):
             raise
         why = describe_error(err)
-    source.emit(EventKind.MCP_CONNECTION, server=source.name, action="new_session", cause=why)
-    if source._conn is conns[-1]:
-        source._retire(conns[-1])  # (a call sharing it and already renewing uses the new one)
+    if source._conn is conns[-1]:  # (else another call on it has begun the new session)
+        source.emit(EventKind.MCP_CONNECTION, server=source.name, action="new_session", cause=why)
+        for old in source._retired:
+            old.abort()
+        # Retired, not aborted: a call still on it gets its own 404 and follows to the new one.
+        source._conn = None
+        source._retired.append(conns[-1])
     if source.unavailable is not None:
         raise Unavailable(source.unavailable, quarantined=True)
     conns.append(await source._connect())
