@@ -311,3 +311,51 @@ async def test_a_confined_node_package_holding_the_config_is_explained_and_apart
         DependencyUnavailable, match=f"it was not shown {re.escape(str(package))} .*keep the MCP config"
     ):
         await approve(together, "n")
+
+
+def _redirecting(status: int, location: str) -> Any:
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [(b"location", location.encode())],
+                }
+            )
+            await send({"type": "http.response.body", "body": b""})
+
+    return app
+
+
+@pytest.mark.spec("X1")
+async def test_slash_redirected_and_json_only_http_servers_serve_and_another_origin_is_refused(
+    tmp_path: Path,
+) -> None:
+    """``/mcp`` mounted at ``/mcp/`` (Starlette answers 307 within the origin) and a JSON-only
+    server (no event streams): served. A 308 to another origin: refused, naming it."""
+    slash = _serve(dropping.build_server().streamable_http_app(streamable_http_path="/mcp/"))
+    plain = _serve(dropping.build_server().streamable_http_app(json_response=True))
+    slash_url, json_url = next(slash), next(plain)
+    moved = _serve(_redirecting(308, json_url))
+    moved_url = next(moved)
+    try:
+        servers = [
+            web_server("slash", slash_url, mode="legacy"),
+            web_server("json", json_url),
+            web_server("moved", moved_url.replace("/mcp", "/old"), mode="legacy"),
+        ]
+        config = write_config(
+            tmp_path, [{**s, "tools": ["lookup"], "effects": {"lookup": "read"}} for s in servers]
+        )
+        for name in ("slash", "json"):
+            await approve(config, name)
+        run = await run_question(
+            config, "Q", script(("slash__lookup", {"key": "a"}), ("json__lookup", {"key": "b"}), "ok")
+        )
+        assert "value-of-a" in run.seen("slash__lookup")[0] and "value-of-b" in run.seen("json__lookup")[0]
+        with pytest.raises(DependencyUnavailable, match=f"Redirect to {re.escape(json_url)} not followed"):
+            await approve(config, "moved")  # another port: another origin
+    finally:
+        for server in (slash, plain, moved):
+            server.close()
