@@ -196,6 +196,7 @@ def test_a_variable_in_a_header_is_a_credential_and_elsewhere_a_config_error(tmp
         {"command": "node", "args": ["${HOME}/server.js"]},
         {"url": "http://127.0.0.1:1/${PATH_PART}/mcp"},
         {"command": "node", "env": {"URL": "https://${HOST}/api"}},
+        {"command": "node", "cwd": "${WORKSPACE}"},
     ):
         with pytest.raises(ConfigError, match=r"\$\{\.\.\.\} is expanded only as a whole env value"):
             load(settings)

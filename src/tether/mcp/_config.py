@@ -325,7 +325,7 @@ def _variables(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(headers := data.get("headers"), dict):
         out["headers"] = {k: _VAR.sub(declared, v) if isinstance(v, str) else v for k, v in headers.items()}
     command = data.get("command")
-    rest = [data.get("url"), *([command] if isinstance(command, str) else command or [])]
+    rest = [data.get("url"), data.get("cwd"), *([command] if isinstance(command, str) else command or [])]
     rest += [*(out.get("env") or {}).values()]
     if any(isinstance(v, str) and "${" in v for v in rest):
         raise ValueError(
