@@ -155,7 +155,7 @@ def log_notifications(server: str, emit: Callable[..., None]) -> Callable[[Any],
             held[0] += 1
             return
         data = getattr(params, "data", None)
-        text = data if isinstance(data, str) else json.dumps(data, default=str)[: MAX_LINE * 4]
+        text = data if isinstance(data, str) else json.dumps(data, default=str)
         logger = getattr(params, "logger", None)
         emit(
             EventKind.MCP_LOG, server=server, level=str(getattr(params, "level", "")),
