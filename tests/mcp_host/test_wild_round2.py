@@ -129,8 +129,9 @@ async def test_a_server_that_loses_every_new_session_is_renewed_once_per_call_th
 
 @pytest.mark.spec("X1")
 @pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
 async def test_server_log_notifications_reach_the_trace_escaped_and_bounded_never_the_model(
-    tmp_path: Path, chatty_url: str, transport: str
+    tmp_path: Path, chatty_url: str, transport: str, mode: str
 ) -> None:
     """A flood of log notifications (with terminal escapes and an instruction in them) before the
     answer: a bounded number are traced, escaped, the rest counted; the model sees the answer only."""
@@ -138,7 +139,7 @@ async def test_server_log_notifications_reach_the_trace_escaped_and_bounded_neve
         server = {"name": "web", "transport": "stdio", "command": [sys.executable, str(DROPPING)]}
     else:
         server = web_server("web", chatty_url)
-    server.update(mode="legacy", tools=TOOLS, effects=EFFECTS)
+    server.update(mode=mode, tools=TOOLS, effects=EFFECTS)
     config = write_config(tmp_path, [server])
     await approve(config, "web")
     run = await run_question(

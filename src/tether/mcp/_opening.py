@@ -43,8 +43,12 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
     relay = TaskRelay()
     transport = relay.wrap(transport)
 
-    # The server's log notifications go to the run's trace (tether.mcp._serverlog).
-    callbacks: dict[str, Any] = {"logging_callback": log_notifications(source.name, source.emit)}
+    # The server's log notifications go to the run's trace (tether.mcp._serverlog); 2026-07-28
+    # servers send them only to requests that ask (log_level; a legacy server sends its own).
+    callbacks: dict[str, Any] = {
+        "logging_callback": log_notifications(source.name, source.emit),
+        "log_level": "info",
+    }
     # A capability is advertised only when it is enabled: the SDK announces each callback given.
     if enabled(source.elicitation):
         callbacks["elicitation_callback"] = shielded(source.name, "elicitation/create", source.elicitation)
