@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,31 +24,13 @@ from tether.mcphost._runner import ScriptStep, run_question
 from tether.trace._tracer import read_trace
 
 from . import sessiondrop_server as dropping
-from .conftest import approve, script, stdio_server, web_server, write_config
+from .conftest import _serve, approve, script, stdio_server, web_server, write_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("ignore:.*deprecated as of 2026-07-28")]
 
 DROPPING = Path(__file__).with_name("sessiondrop_server.py")
 TOOLS = ["lookup", "record", "forget", "vanish", "chatty"]
 EFFECTS = dict.fromkeys(TOOLS, "read")
-
-
-def _serve(app: Any) -> Iterator[str]:
-    import uvicorn
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=web.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-    finally:
-        web.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
 
 
 @pytest.fixture(params=["jsonrpc", "plain"])
