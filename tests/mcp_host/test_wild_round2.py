@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -341,3 +342,51 @@ async def test_slash_redirected_and_json_only_http_servers_serve_and_another_ori
     finally:
         for server in (slash, plain, moved):
             server.close()
+
+
+@pytest.fixture
+def unauthorized_url() -> Iterator[str]:
+    """An HTTP endpoint that answers every request 401 (a missing or wrong token)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(401)
+            self.send_header("www-authenticate", 'Bearer realm="mcp"')
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "25")
+            self.end_headers()
+            self.wfile.write(b'{"error":"invalid_token"}')
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.mark.spec("X1")
+async def test_an_http_error_status_is_named_for_the_person_and_the_other_server_serves(
+    tmp_path: Path, unauthorized_url: str, chatty_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK says only "Server returned an error response"; a 401 (a wrong token) is named on
+    the terminal and in the trace."""
+    servers = [web_server("locked", unauthorized_url, mode="legacy"), web_server("web", chatty_url)]
+    config = write_config(
+        tmp_path, [{**s, "tools": ["lookup"], "effects": {"lookup": "read"}} for s in servers]
+    )
+    await approve(config, "web")
+    run = await run_question(config, "Q", script(("web__lookup", {"key": "k"}), "ok"))
+    assert "value-of-k" in run.seen("web__lookup")[0]
+    assert "locked" in run.summary()["unavailable_servers"]
+    errors = [e for e in _trace(run) if e["kind"] == "mcp_connection" and e["action"] == "http_error"]
+    assert errors and errors[0]["server"] == "locked" and errors[0]["cause"] == "HTTP 401 Unauthorized"
+    assert any("[locked] HTTP 401 Unauthorized from " in r.getMessage() for r in caplog.records)
+    assert not [e for e in _trace(run) if e.get("server") == "web" and e.get("action") == "http_error"]

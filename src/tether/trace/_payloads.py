@@ -154,7 +154,7 @@ class ServerLaunch(_Sandbox, total=False):
 
 class McpConnection(_Payload, total=False):
     server: Required[str]
-    action: Required[str]  # lost | restarting | new_session | quarantined | listening | relisted
+    action: Required[str]  # lost | restarting | new_session | http_error | quarantined | listening | relisted
     phase: str
     cause: str
     attempt: int
