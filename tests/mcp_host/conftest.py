@@ -102,12 +102,12 @@ def _load_server_module() -> Any:
     return module
 
 
-def _serve() -> Iterator[str]:
-    """The hostile server over Streamable HTTP on 127.0.0.1 (random free port), in a thread."""
+def _serve(app: Any = None) -> Iterator[str]:
+    """The hostile server (or ``app``) over Streamable HTTP on 127.0.0.1 (random free port), in a
+    thread."""
     import uvicorn
 
-    server = _load_server_module().build_server("web")
-    app = server.streamable_http_app()
+    app = app or _load_server_module().build_server("web").streamable_http_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

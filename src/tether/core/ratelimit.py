@@ -50,12 +50,25 @@ class TokenBucket:
     def _reserve(self, cost: float) -> float:
         """Take ``cost`` tokens now (possibly into debt); return how long to wait for them."""
         with self._mutex:
-            now = self._clock()
-            self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
-            self._stamp = now
+            self._refill()
             self._tokens -= cost
             self.acquired += 1
             return 0.0 if self._tokens >= 0 else -self._tokens / self.rate
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._stamp) * self.rate)
+        self._stamp = now
+
+    def take(self, cost: float = 1.0) -> bool:
+        """Take ``cost`` tokens if there are that many now (never waits, never into debt)."""
+        with self._mutex:
+            self._refill()
+            if self._tokens < cost:
+                return False
+            self._tokens -= cost
+            self.acquired += 1
+            return True
 
     def _refund(self, cost: float) -> None:
         with self._mutex:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import jsonschema
@@ -21,9 +21,9 @@ import jsonschema
 from tether.core._schema import SchemaViolation, UnusableSchema
 from tether.core._schema import validate as validate_schema
 from tether.errors import ToolError, UpstreamError
-from tether.mcp._connection import Connection, ConnectionLost
+from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
-from tether.mcp._failures import Unavailable, classify, is_modern, leaf, transport_failure
+from tether.mcp._failures import Unavailable, classify, is_modern, leaf, session_gone, transport_failure
 from tether.mcp._results import convert_result, invalid_output
 from tether.mcp._tasks import Parked, run_task, task_required
 from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "cancel_parked", "guarded", "recheck"]
 
 URL_ELICITATION_REQUIRED = -32042
+T = TypeVar("T")
 MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked, at least and at most
 
 
@@ -46,9 +47,10 @@ async def guarded(
     phase: str,
 ) -> Any:
     """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
+    conns = [conn]
     try:
         with anyio.fail_after(timeout_s):
-            return await conn.run(fn)
+            return await renewing(source, conns, fn)
     except TimeoutError:
         raise Unavailable(
             f"MCP server {source.name} did not answer in time ({timeout_s:g}s) {phase}", cause="timeout"
@@ -59,7 +61,34 @@ async def guarded(
         if not transport_failure(err):
             raise classify(source.name, err) from None
         what = f"MCP server {source.name} is not reachable ({phase})"
-        raise _lost(source, conn, err, phase, what) from None
+        raise _lost(source, conns[-1], err, phase, what) from None
+
+
+async def renewing(source: McpServerSource, conns: list[Connection], fn: Callable[[Any], Awaitable[T]]) -> T:
+    """``fn(client)`` on the last of ``conns`` (a new session's connection is appended).
+
+    A Streamable HTTP server that answers 404 to a request carrying the session id no longer
+    knows that session (it restarted, or the session expired): the client must start a new one,
+    with a new ``initialize`` (a new connection: its tools listed and checked against the pins
+    again). A 404 means the server did not process the request, so sending the same request
+    again on the new session repeats no effect. Once per call: a second 404 is a lost connection."""
+    try:
+        return await conns[-1].run(fn)
+    except Exception as err:
+        if source.url is None or len(conns) > 1 or not session_gone(err):
+            raise
+        why = describe_error(err)
+    if source._conn is conns[-1]:  # (else another call on it has begun the new session)
+        source.emit(EventKind.MCP_CONNECTION, server=source.name, action="new_session", cause=why)
+        for old in source._retired:
+            old.abort()
+        # Retired, not aborted: a call still on it gets its own 404 and follows to the new one.
+        source._conn = None
+        source._retired.append(conns[-1])
+    if source.unavailable is not None:
+        raise Unavailable(source.unavailable, quarantined=True)
+    conns.append(await source._connect())
+    return await conns[-1].run(fn)
 
 
 def _lost(source: McpServerSource, conn: Connection, err: Exception, phase: str, what: str) -> Unavailable:
@@ -83,7 +112,7 @@ async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
         conn = await source._usable()
         await guarded(source, conn, source._list, spec.timeout_s, "before the call")
     source._refuse_unapproved(spec)
-    return conn
+    return source._conn or conn  # (a new session's, if the listing needed one)
 
 
 @dataclass
@@ -131,16 +160,16 @@ async def call_tool(
 ) -> ToolOutput:
     """Send one call and convert its result. Raises ``ToolError`` subclasses only."""
     source._refuse_unapproved(spec)
-    conn = await recheck(source, spec)
+    conns = [await recheck(source, spec)]
     info = CallInfo(context.run_id, context.call_id, spec.name, dict(arguments))
     source._inflight.append(info)
     limits = _Limits(source, spec)
     result: Any = None
     try:
         with limits.scope:
-            result = await _send(source, conn, spec, arguments, info, limits)
+            result = await _send(source, conns, spec, arguments, info, limits)
     except Exception as err:
-        return _failed(source, conn, spec, err)
+        return _failed(source, conns[-1], spec, err)
     finally:
         source._inflight.remove(info)
     if isinstance(result, Parked) and info.pause_id is not None:
@@ -176,15 +205,15 @@ async def call_tool(
 
 async def _send(
     source: McpServerSource,
-    conn: Connection,
+    conns: list[Connection],
     spec: ToolSpec,
     arguments: dict[str, Any],
     info: CallInfo,
     limits: _Limits,
 ) -> Any:
-    definition = source._pinned.get(spec.remote_name, {})
-
     async def send(client: Any) -> Any:
+        source._refuse_unapproved(spec)  # (again on a new session: its listing was checked anew)
+        definition = source._pinned.get(spec.remote_name, {})
         if task_required(definition):
             return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(
@@ -195,13 +224,13 @@ async def _send(
         )
 
     try:
-        return await conn.run(send)
+        return await renewing(source, conns, send)
     except Exception as err:
         # -32042 (2025-11-25): the server needs the person to open a URL first. It is asked
         # like a URL elicitation; once every URL is accepted the call is sent again.
         if not await _url_flow(source, err, info):
             raise
-        return await conn.run(send)
+        return await conns[-1].run(send)
 
 
 def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exception) -> ToolOutput:

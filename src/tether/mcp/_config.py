@@ -31,6 +31,7 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -154,7 +155,7 @@ class ServerConfig(_Strict):
                 data["command"] = [*command, *args]
             else:
                 raise ValueError("args given without command")
-        return data
+        return _variables(data)
 
     @field_validator("network", mode="before")
     @classmethod
@@ -198,6 +199,11 @@ class ServerConfig(_Strict):
                 raise ValueError(f"server {self.name}: http needs url (and no command)")
             if not self.url.startswith(("http://", "https://")):
                 raise ValueError(f"server {self.name}: url must be http(s)")
+        if self.command and self.command[0].lower() in ("cmd", "cmd.exe") and os.name != "nt":
+            raise ValueError(
+                f"server {self.name}: {shlex.join(self.command[:2])} is a Windows command line; "
+                f"here write the command it runs ({shlex.join(self.command[2:]) or 'the command'})"
+            )
         if self.headers and self.transport != "http":
             raise ValueError(f"server {self.name}: headers apply to http servers only")
         if self.env and self.transport != "stdio":
@@ -295,6 +301,38 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
         return McpConfig.model_validate({**data, "base_dir": path.resolve().parent})
     except ValidationError as err:
         raise ConfigError(f"{path}: {validation_problems(err)}") from None
+
+
+_VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _variables(data: dict[str, Any]) -> dict[str, Any]:
+    """``${VAR}`` (or ``${env:VAR}``), as other clients' configs write an environment variable: a
+    whole ``env`` value, or in a header, is a credential read from ``VAR`` (never traced; a
+    user's or provider's own key refused; unset, an error naming it at start). Anywhere else
+    it would reach the server as those very characters, so it is refused."""
+    creds, out = dict(data.get("credentials") or {}), dict(data)
+
+    def declared(found: re.Match[str], name: str | None = None) -> str:
+        creds.setdefault(name or found.group(1), f"env:{found.group(1)}")
+        return "{" + found.group(1) + "}"
+
+    if isinstance(env := data.get("env"), dict):
+        variables = {k: m for k, v in env.items() if isinstance(v, str) and (m := _VAR.fullmatch(v))}
+        out["env"] = {k: v for k, v in env.items() if k not in variables}
+        for name, found in variables.items():
+            declared(found, name)
+    if isinstance(headers := data.get("headers"), dict):
+        out["headers"] = {k: _VAR.sub(declared, v) if isinstance(v, str) else v for k, v in headers.items()}
+    command = data.get("command")
+    rest = [data.get("url"), data.get("cwd"), *([command] if isinstance(command, str) else command or [])]
+    rest += [*(out.get("env") or {}).values()]
+    if any(isinstance(v, str) and "${" in v for v in rest):
+        raise ValueError(
+            f"server {data.get('name')}: ${{...}} is expanded only as a whole env value or in a "
+            "header (as a credential); write the value itself"
+        )
+    return {**out, "credentials": creds} if creds else out
 
 
 def _renamed(data: dict[str, Any], other: str, ours: str) -> dict[str, Any]:

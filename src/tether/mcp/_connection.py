@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 import anyio
+from pydantic import ValidationError
 
 __all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
 
@@ -72,6 +73,10 @@ def describe_error(err: BaseException) -> str:
         else:
             break
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    if isinstance(err, ValidationError) and err.errors():
+        # The first line only counts the errors (an answer that is not valid MCP): say where.
+        first = err.errors()[0]
+        text = f"{err.title}: {'.'.join(str(p)[:40] for p in first['loc'])[:200]}: {first['msg'][:200]}"
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "failure_detail",
     "is_modern",
     "leaf",
+    "session_gone",
     "transport_failure",
 ]
 
@@ -62,12 +63,19 @@ def transport_failure(err: BaseException) -> bool:
     if isinstance(err, ConnectionLost) or isinstance(inner, ConnectionLost):
         return True
     if type(inner).__name__ == "MCPError":
-        # A Streamable HTTP server that restarted no longer knows the session: it is gone.
-        return getattr(inner, "code", None) == _CONNECTION_CLOSED or bool(_SESSION_GONE.search(str(inner)))
+        return getattr(inner, "code", None) == _CONNECTION_CLOSED or session_gone(inner)
     if isinstance(inner, (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
         return True
     module = type(inner).__module__ or ""
     return module.startswith(("httpx", "httpcore", "h11")) or isinstance(err, BaseExceptionGroup)
+
+
+def session_gone(err: BaseException | None) -> bool:
+    """Whether a Streamable HTTP server no longer knows the session (it restarted, or the session
+    expired): its 404 to a request carrying the session id, in its own words ("Session not
+    found") or the SDK's ("Session terminated")."""
+    inner = leaf(err)
+    return type(inner).__name__ == "MCPError" and bool(_SESSION_GONE.search(str(inner)))
 
 
 def classify(server: str, err: BaseException) -> ToolError:

@@ -40,13 +40,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SYSTEM_DIRS", "Launch", "inside", "resolve_launch"]
+__all__ = ["NEVER_SEEN", "SYSTEM_DIRS", "Launch", "inside", "resolve_launch"]
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 _NODE = ("node", "nodejs")
 
 
+NEVER_SEEN = (
+    "which servers never see: keep the MCP config, pins, state and credential files outside the "
+    "folders a server is given"
+)
 MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under names of their role
 
 
@@ -94,7 +98,7 @@ class Launch:
             return already
         for p in self._protected:
             if inside(p, host):
-                self.withheld.append(f"{host} (holds {p}, which servers never see)")
+                self.withheld.append(f"{host} (holds {p}, {NEVER_SEEN})")
                 return None
         if at is None:
             name, n = role, 1

@@ -36,12 +36,19 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
         transport = await _http(source, stack)
     from mcp import Client
 
+    from tether.mcp._serverlog import log_notifications
+
     # Every message passes the connection's task relay, which can also send the host's own
     # task requests (tether.mcp._tasks): the SDK has no client for tasks.
     relay = TaskRelay()
     transport = relay.wrap(transport)
 
-    callbacks: dict[str, Any] = {}
+    # The server's log notifications go to the run's trace (tether.mcp._serverlog); 2026-07-28
+    # servers send them only to requests that ask (log_level; a legacy server sends its own).
+    callbacks: dict[str, Any] = {
+        "logging_callback": log_notifications(source.name, source.emit),
+        "log_level": "info",
+    }
     # A capability is advertised only when it is enabled: the SDK announces each callback given.
     if enabled(source.elicitation):
         callbacks["elicitation_callback"] = shielded(source.name, "elicitation/create", source.elicitation)
@@ -180,8 +187,20 @@ async def _spawn_with_proxy(
 
 async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     assert source.url is not None
+    import logging
+
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
+
+    async def answered(response: Any) -> None:
+        """An HTTP error the SDK reports only as "Server returned an error response" (refused
+        credentials, a limit, the server's own failure), named for the person (terminal and
+        trace). Not the 4xx a legacy server answers the 2026 probe with, nor a session's 404."""
+        code = response.status_code
+        if code in (401, 403, 407, 429) or code >= 500:
+            why = f"HTTP {code} {response.reason_phrase}".strip()
+            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, source.url)
+            source.emit(EventKind.MCP_CONNECTION, server=source.name, action="http_error", cause=why)
 
     # trust_env=False: no ~/.netrc credentials, no proxy settings from the user's environment
     # ride along to the server; the only credentials it gets are its configured headers.
@@ -192,6 +211,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         ),
         follow_redirects=False,
         trust_env=False,
+        event_hooks={"response": [answered]},
     )
     # The transport does not close a client it was given: the stack does, after the session.
     await stack.enter_async_context(http)

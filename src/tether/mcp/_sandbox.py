@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tether.mcp._launchers import SYSTEM_DIRS, Launch, inside, resolve_launch
+from tether.mcp._launchers import NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
 
@@ -202,10 +202,7 @@ def plan_confinement(
     def allowed(p: Path) -> bool:
         for q in guarded:
             if inside(q, p):
-                withheld.append(
-                    f"{p} (holds {q}, which servers never see: keep the MCP config, pins, state and "
-                    "credential files outside the folders a server is given)"
-                )
+                withheld.append(f"{p} (holds {q}, {NEVER_SEEN})")
                 return False
         return p.exists()
 
@@ -406,6 +403,8 @@ def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> s
                 break
         if found:
             break
+    if plan.confinement.withheld:  # likelier than any setting: a folder it needs holds the host's files
+        change = f"it was not shown {plan.confinement.withheld[0]}"
     return (
         f"the server ran confined ({plan.confinement.profile} launcher, sandbox: {plan.mode}); the sandbox "
         f"may be the cause: {change} (sandbox: none runs it unconfined, to check)"

@@ -11,16 +11,20 @@ its reading: a server flooding stderr is drained as fast as it writes and never 
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from tether.core.ratelimit import TokenBucket
 from tether.mcp._clean import escape_for_review
+from tether.trace._events import EventKind
 
-__all__ = ["ServerStderr"]
+__all__ = ["ServerStderr", "log_notifications"]
 
 MAX_LINE = 2000
 MAX_LOG_BYTES = 16 * 1024 * 1024
@@ -41,15 +45,12 @@ class ServerStderr:
         self.server = server
         self.log_path = log_path
         self.terminal = terminal
-        self.burst = burst
-        self.per_second = per_second
+        self._rate = TokenBucket(per_second, burst)
         self.lines = 0
         self._tail: deque[str] = deque(maxlen=8)  # its last lines (raw, cut), for a failure's cause
         self.suppressed = 0
         self.logged = 0  # bytes written to the log by this launch
         self.unlogged = 0  # lines past MAX_LOG_BYTES
-        self._tokens = float(burst)
-        self._last = time.monotonic()
         self._writer: IO[str] | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -116,13 +117,9 @@ class ServerStderr:
             self.unlogged += 1
         if self.terminal is None:
             return
-        now = time.monotonic()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.per_second)
-        self._last = now
-        if self._tokens < 1:
+        if not self._rate.take():
             self.suppressed += 1
             return
-        self._tokens -= 1
         line = line or escape_for_review(text, limit=MAX_LINE)
         if self.suppressed:
             where = f" (logged in {self.log_path})" if self.log_path else ""
@@ -144,3 +141,27 @@ class ServerStderr:
         self.spawned()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+def log_notifications(server: str, emit: Callable[..., None]) -> Callable[[Any], Awaitable[None]]:
+    """The SDK's ``logging_callback`` for one connection: a server's log notification
+    (``notifications/message``) goes to the run's trace, never to the model's context; its text
+    escaped and cut like a stderr line, at the same bounded rate (what is held back is counted
+    on the next one traced)."""
+    rate, held = TokenBucket(5.0, 20), [0]
+
+    async def on_log(params: Any) -> None:
+        if not rate.take():
+            held[0] += 1
+            return
+        data = getattr(params, "data", None)
+        text = data if isinstance(data, str) else json.dumps(data, default=str)
+        logger = getattr(params, "logger", None)
+        emit(
+            EventKind.MCP_LOG, server=server, level=str(getattr(params, "level", "")),
+            logger=escape_for_review(logger, limit=100) if logger else None,
+            message=escape_for_review(text[: MAX_LINE * 4], limit=MAX_LINE), held_back=held[0],
+        )  # fmt: skip
+        held[0] = 0
+
+    return on_log

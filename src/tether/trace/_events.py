@@ -52,6 +52,7 @@ class EventKind(StrEnum):
     MCP_CONNECTION = "mcp_connection"  # a connection lost or restarted
     MCP_SANDBOX = "mcp_sandbox"  # a stdio server confined, unconfined (warning) or refused
     MCP_PROGRESS = "mcp_progress"
+    MCP_LOG = "mcp_log"  # a server's log notification (notifications/message), escaped and cut
     MCP_TASK = "mcp_task"  # a task-augmented tool call: created, polled to its end, or cancelled
     APPROVAL_REQUESTED = "approval_requested"
     APPROVAL_GRANTED = "approval_granted"

@@ -154,7 +154,7 @@ class ServerLaunch(_Sandbox, total=False):
 
 class McpConnection(_Payload, total=False):
     server: Required[str]
-    action: Required[str]  # lost | restarting | quarantined | listening | relisted
+    action: Required[str]  # lost | restarting | new_session | http_error | quarantined | listening | relisted
     phase: str
     cause: str
     attempt: int
@@ -187,6 +187,14 @@ class McpProgress(_Payload, total=False):
     progress: float
     total: float | None
     message: str
+
+
+class McpLog(_Payload, total=False):
+    server: Required[str]
+    level: str
+    logger: str | None
+    message: str
+    held_back: int  # notifications not traced (over the rate) since the last one that was
 
 
 class MemoryRetrieved(_Payload, total=False):
@@ -467,6 +475,7 @@ PAYLOADS: dict[EventKind, type[_Payload]] = {
     EventKind.MCP_CONNECTION: McpConnection,
     EventKind.MCP_SANDBOX: McpSandbox,
     EventKind.MCP_PROGRESS: McpProgress,
+    EventKind.MCP_LOG: McpLog,
     EventKind.MCP_TASK: McpTask,
     EventKind.MEMORY_RETRIEVED: MemoryRetrieved,
     EventKind.MEMORY_REJECTED: MemoryRejected,
