@@ -174,6 +174,7 @@ EVENT_DESCRIPTIONS: dict[str, str] = {
     "mcp_connection": "an MCP connection was lost, restarted or failed to start, with its cause",
     "mcp_sandbox": "a stdio MCP server was confined, started unconfined (a warning) or refused",
     "mcp_progress": "an MCP server reported progress on a call",
+    "mcp_log": "an MCP server sent a log notification (escaped, cut, rate-limited; never shown to the model)",
     "mcp_task": "a task-augmented MCP call was created, polled to its end, or cancelled",
     "memory_retrieved": "a memory record entered the context",
     "memory_rejected": "a memory record was kept out: expired, another tenant's, or not allowed",
