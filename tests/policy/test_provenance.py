@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_dates import date_mentions, figures, parse_date
 from tether.policy._provenance_labels import SourceTrust, TrustConfig, label_observation, split_values
-from tether.policy._provenance_values import date_mentions, figures, find_links, parse_date
+from tether.policy._provenance_values import find_links
 
 pytestmark = pytest.mark.spec("P1")
 
@@ -200,7 +201,9 @@ def test_links_are_found_with_any_tld_full_width_dots_and_defanged_and_idn_shown
     assert keys("see secure-login.xyz/a?b=1 now") == ["secure-login.xyz/a?b=1"]
     assert keys("ｗｗｗ．evil．example today") == ["evil.example"]
     assert keys("evil。example") == ["evil.example"]
-    assert keys("bit[.]ly/sUf7tOJ") == keys("https://bit.ly/sUf7tOJ") == ["bit.ly/suf7toj"]
+    assert (
+        keys("bit[.]ly/sUf7tOJ") == keys("https://bit.ly/sUf7tOJ") == ["bit.ly/sUf7tOJ"]
+    )  # a path as written
     (idn,) = find_links("log in at www.pаypal.com")  # a Cyrillic "а"
     assert idn.registered.startswith("www.xn--") and idn.key != "paypal.com"
     # Not links: an e-mail address, a decimal, an abbreviation.

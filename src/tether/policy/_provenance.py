@@ -35,6 +35,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -61,17 +62,7 @@ from tether.policy._provenance_text import (
     name_forms,
     request_names,
 )
-from tether.policy._provenance_values import (
-    DateMention,
-    Link,
-    amounts,
-    date_mentions,
-    find_handles,
-    find_links,
-    link_key,
-    parse_date,
-    unfold,
-)
+from tether.policy._provenance_values import Link, find_handles, find_links, link_key, unfold
 
 __all__ = ["ProvenanceIndex"]
 
@@ -444,18 +435,19 @@ class ProvenanceIndex(Steering):
                 for w in earlier:
                     out.extend(o for o in self._prefix(w.position).link_origins(link) if o not in out)
             else:
-                if self._regions(seg) and key not in self._own_links(seg):
+                if self._regions(seg) and key.casefold() not in self._own_links(seg):
                     origin = Origin("nowhere", MODEL, "exact")  # glued from the run's writes: composed
                 if origin not in out:
                     out.append(origin)
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _own_links(self, seg: Segment) -> set[str]:
-        """The keys of the links ``seg`` holds outside the stretches the run wrote (``_regions``)."""
+        """The keys of the links ``seg`` holds outside the stretches the run wrote (``_regions``),
+        case-folded: the positions are in its normalised text, whose ASCII letters are lower."""
         if id(seg) not in self._owned:
             cuts = [0, *(i for a, b, _ in self._regions(seg) for i in (a, b)), len(seg.text)]
             kept = [seg.text[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True)]
-            self._owned[id(seg)] = {link.key for link in find_links(" ".join(kept))}
+            self._owned[id(seg)] = {link.key.casefold() for link in find_links(" ".join(kept))}
         return self._owned[id(seg)]
 
     def request_handles(self) -> frozenset[str]:

@@ -22,6 +22,7 @@ from typing import Any
 from tether.core._confusables import check_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
+from tether.policy._provenance_dates import parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
     ROLES,
@@ -43,7 +44,7 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_run import index_for, make_labeler, observation_segments
 from tether.policy._provenance_text import asks_for, contains_whole
-from tether.policy._provenance_values import find_handles, find_links, parse_date
+from tether.policy._provenance_values import find_handles, find_links
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
 

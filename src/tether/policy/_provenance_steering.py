@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from tether.policy._provenance_dates import DateMention, parse_date
 from tether.policy._provenance_labels import (
     EXTRACTOR,
     MIN_CONTAINED,
@@ -18,7 +19,7 @@ from tether.policy._provenance_labels import (
     normalise,
 )
 from tether.policy._provenance_text import ALPHA_WORD, STOP, contains_whole
-from tether.policy._provenance_values import DateMention, parse_date, unfold
+from tether.policy._provenance_values import unfold
 
 __all__ = ["Steering"]
 

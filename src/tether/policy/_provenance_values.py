@@ -1,19 +1,15 @@
-"""Typed values inside text, for provenance rules: links, dates and stated figures.
+"""Typed values inside text, for provenance rules: links and handles (dates and figures are
+in ``_provenance_dates``).
 
 Rules compare values, never words: a link is compared by its canonical key (host and
-path), a date by the calendar day it names, an amount by the figures the user stated.
+path), a handle (an address, an account) by its unfolded value.
 
 * **Links** are found on NFKC-normalised text (full-width and ideographic dots become
   ``.``, defanged forms such as ``example[.]com`` or ``hxxp://`` are undone), with any
   top-level domain, Unicode host names included; each link carries the host *as
   registered* (IDNA/punycode), which is what a reviewer is shown.
-* **Dates** are read from ISO forms (``2024-05-19``, ``2024-5-19 12:00``,
-  ``2024-05-19T12:00``) and from English mentions (``January 11th``, ``11th of January
-  2025``, ``the 13th to the 17th of May``). A mention without a year takes the year of the
-  next mention in the same sentence that has one, else matches any year.
 * **Handles** are the other pointers to a party a text can carry: e-mail addresses and
   account numbers (IBAN-shaped), found on the same unfolded text.
-* **Figures** are the numbers of a text that are not part of a date or an identifier.
 """
 
 from __future__ import annotations
@@ -24,21 +20,9 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, date, datetime
 from typing import Any
 
-__all__ = [
-    "DateMention",
-    "Link",
-    "amounts",
-    "date_mentions",
-    "figures",
-    "find_handles",
-    "find_links",
-    "link_key",
-    "parse_date",
-    "unfold",
-]
+__all__ = ["Link", "find_handles", "find_links", "link_key", "unfold"]
 
 # -- text ------------------------------------------------------------------------------------
 
@@ -55,34 +39,37 @@ _DEFANG = [
 
 # A dot spelled out or set apart by spaces ("site dot com", "site . com") after a name with a
 # letter in it: a host a reader types in, when what follows is a domain suffix.
-_SPELLED_DOT = re.compile(r"(?<![\w-])([\w-]+)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)")
+_SPELLED_DOT = re.compile(r"(?<![\w-])([\w-]+)\s+(?:\.|dot)\s+(?=([^\W\d_]{2,24})\b)", re.IGNORECASE)
 
 
-def unfold(text: str) -> str:
-    """NFKC, case-folded, invisible characters dropped, exotic dots and defanged links undone
-    (also a dot spelled out or spaced before a domain suffix: ``site dot com``)."""
-    text = unicodedata.normalize("NFKC", text).translate(_DOTS).translate(_INVISIBLE).casefold()
+def unfold(text: str, *, fold_case: bool = True) -> str:
+    """NFKC, case-folded (unless ``fold_case`` is false), invisible characters dropped, exotic
+    dots and defanged links undone (also a dot spelled out or spaced before a domain suffix:
+    ``site dot com``)."""
+    text = unicodedata.normalize("NFKC", text).translate(_DOTS).translate(_INVISIBLE)
+    text = text.casefold() if fold_case else text
     for pattern, repl in _DEFANG:
         text = pattern.sub(repl, text)
-    if " dot " not in text and " . " not in text:
+    low = text if fold_case else text.lower()
+    if " dot " not in low and " . " not in low:
         return text
     return _SPELLED_DOT.sub(_spelled_dot, text)
 
 
 def _spelled_dot(m: re.Match[str]) -> str:
     name, suffix = m.group(1), m.group(2)
-    if any(c.isalpha() for c in name) and public_suffix([suffix]):
+    if any(c.isalpha() for c in name) and public_suffix([suffix.casefold()]):
         return name + "."
     return m.group(0)
 
 
 # -- links -----------------------------------------------------------------------------------
 
-_SCHEME_ONLY = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+")
+_SCHEME_ONLY = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+", re.IGNORECASE)
 # A run of characters a host name can be made of, wherever it stands: glued to other words,
 # to digits, to underscores or to punctuation, a host inside it is still found.
 _HOST_RUN = re.compile(r"[\w.-]+", re.UNICODE)
-_SCHEME_BEFORE = re.compile(r"([a-z][a-z0-9+.-]{1,15})://$")
+_SCHEME_BEFORE = re.compile(r"([a-z][a-z0-9+.-]{1,15})://$", re.IGNORECASE)
 _PATH_AFTER = re.compile(r"(?::\d{1,5})?([/?#][^\s<>\"'`)\]]*)?")
 _IPV4 = re.compile(r"(?<!\d)(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?!\d)")
 
@@ -160,9 +147,13 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
         label = labels[i].rstrip("_-")
         end = -1
         last = i == len(labels) - 1 or not labels[i + 1]
-        if _ALPHA_LABEL.fullmatch(label) and (last or public_suffix([_registered(label)])):
+        if _ALPHA_LABEL.fullmatch(label) and (last or public_suffix([_registered(label.casefold())])):
             end = starts[i] + len(label)
-        elif last and (head := _GLUED_HEAD.match(label)) and public_suffix([_registered(head.group(1))]):
+        elif (
+            last
+            and (head := _GLUED_HEAD.match(label))
+            and public_suffix([_registered(head.group(1).casefold())])
+        ):
             end = starts[i] + len(head.group(1))
         if end > 0:
             # No host is longer than the DNS allows: what is glued before it beyond that is
@@ -178,7 +169,7 @@ def _hosts_in_run(run: str) -> list[tuple[int, int]]:
 
 
 _HOST_MAX = 253
-_ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}")
+_ALPHA_LABEL = re.compile(r"[^\W\d_]{2,63}|xn--[a-z0-9-]{2,59}", re.IGNORECASE)
 _GLUED_HEAD = re.compile(r"([^\W\d_]{2,63})[\d_-]")
 
 
@@ -187,18 +178,21 @@ def find_links(text: str) -> list[Link]:
     ``_hosts_in_run``), IPv4 addresses, ``scheme://`` links with a dotless host, and URIs of
     any other scheme (``javascript:``, ``data:``, ``file:``, ``mailto:``…, see ``_uris``). Text
     is NFKC-normalised, invisible characters dropped and defanged forms undone first; what a
-    browser decodes (character references, percent escapes) is read decoded as well."""
-    folded = unfold(text)
+    browser decodes (character references, percent escapes) is read decoded as well. A host
+    and a scheme are compared case-folded, a path and what follows another scheme's colon as
+    written: a server that tells ``/Deal`` from ``/deal`` receives what the key says."""
+    folded = unfold(text, fold_case=False)
     out: list[Link] = []
     seen: set[str] = set()
 
     def add(raw: str, host: str, path: str) -> None:
+        host = host.casefold()
         key = link_key(host, path)
         if key not in seen:
             seen.add(key)
             out.append(Link(raw, host, _registered(host), key, registrable(host)))
 
-    decoded = unfold(_decoded(text)) if "&" in text or "%" in text else folded
+    decoded = unfold(_decoded(text), fold_case=False) if "&" in text or "%" in text else folded
     for view in (folded, decoded) if decoded != folded else (folded,):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
@@ -207,7 +201,7 @@ def find_links(text: str) -> list[Link]:
     for m in _SCHEME_ONLY.finditer(folded):
         rest = m.group(0).split("://", 1)[1]
         host, _, path = rest.partition("/")
-        key = link_key(host, "/" + path if path else "")
+        key = link_key(host.casefold(), "/" + path if path else "")
         if key not in seen and not any(key.startswith(k) for k in seen):
             add(m.group(0), host, "/" + path if path else "")
     for value in _uris(decoded):
@@ -245,9 +239,11 @@ def _hosts_in(folded: str, add: Any) -> None:
 # A scheme (RFC 3986) and its colon, with the control characters a browser strips from a URL
 # (tab, line feed…) allowed between its letters; not inside a longer word, an address or a host.
 # Matched on the text reversed, from each colon back: a long run with no colon costs one pass.
-_URI_REVERSED = re.compile(r":[\x00-\x1f\x7f]*((?:[a-z0-9+.-][\x00-\x1f\x7f]*){1,31}[a-z])(?![\w+.@-])")
+_URI_REVERSED = re.compile(
+    r":[\x00-\x1f\x7f]*((?:[a-z0-9+.-][\x00-\x1f\x7f]*){1,31}[a-z])(?![\w+.@-])", re.IGNORECASE
+)
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f]+")
-_SCHEME = re.compile(r"[a-z][a-z0-9+.-]+")
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]+", re.IGNORECASE)
 _PROSE_START = re.compile(r"[\w/\\%#?(+~\[{!$.'\"@-]")  # not "Note: x", "**Note:**"
 _REST = re.compile(r"[^\s<>\"'`]+")
 _MARKUP_REST = re.compile(r"[\s\x00-\x1f]*[^\s<>\"'`]+")
@@ -284,7 +280,7 @@ def _uris(folded: str) -> list[str]:
         start, end = len(folded) - m.end(), len(folded) - m.start()  # scheme and colon
         if start < pos:
             continue  # inside the link before it
-        written = m.group(1)[::-1]
+        written = m.group(1)[::-1].casefold()
         scheme = _CONTROLS.sub("", written)
         web = scheme in _WEB or ("." in scheme and bool(_hosts_in_run(scheme)))
         quote = None if web else _markup_before(folded, start)  # a web link: with what its path holds
@@ -365,234 +361,4 @@ def find_handles(text: str) -> list[str]:
         account = m.group(0).replace(" ", "").replace("-", "")
         if len(account) >= 14 and account not in out:
             out.append(account)
-    return out
-
-
-# -- dates -----------------------------------------------------------------------------------
-
-_MONTHS = {
-    name: i + 1
-    for i, names in enumerate(
-        [
-            ("january", "jan"),
-            ("february", "feb"),
-            ("march", "mar"),
-            ("april", "apr"),
-            ("may",),
-            ("june", "jun"),
-            ("july", "jul"),
-            ("august", "aug"),
-            ("september", "sep", "sept"),
-            ("october", "oct"),
-            ("november", "nov"),
-            ("december", "dec"),
-        ]
-    )
-    for name in names
-}
-_MONTH = r"(?P<{}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
-_DAY = r"(?P<{}>[0-3]?\d)(?:st|nd|rd|th)?"
-_YEAR = r"(?:,?\s*(?P<{}>(?:19|20)\d\d))?"
-_ISO = re.compile(r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<m>[01]?\d)-(?P<d>[0-3]?\d)(?!\d)")
-_RANGE = re.compile(
-    r"\b"
-    + _DAY.format("d1")
-    + r"\s*(?:to|-|–|until|till|through|and)\s*(?:the\s+)?"
-    + _DAY.format("d2")
-    + r"\s+(?:of\s+)?"
-    + _MONTH.format("m")
-    + _YEAR.format("y")
-    + r"\b"
-)
-_MONTH_DAY = re.compile(r"\b" + _MONTH.format("m") + r"\s+" + _DAY.format("d") + _YEAR.format("y") + r"\b")
-_DAY_MONTH = re.compile(
-    r"\b" + _DAY.format("d") + r"\s+(?:of\s+)?" + _MONTH.format("m") + _YEAR.format("y") + r"\b"
-)
-_MONTH_YEAR = re.compile(r"\b" + _MONTH.format("m") + r"\s+(?P<y>(?:19|20)\d\d)\b")
-_SENTENCE = re.compile(r"[.!?\n]\s")
-
-
-@dataclass(frozen=True, slots=True)
-class DateMention:
-    """A calendar day a text names; ``year`` is ``None`` when the text leaves it open."""
-
-    year: int | None
-    month: int
-    day: int
-    span: tuple[int, int]
-
-    def matches(self, d: date) -> bool:
-        return (self.month, self.day) == (d.month, d.day) and self.year in (None, d.year)
-
-
-def _valid(y: int | None, m: int, d: int) -> bool:
-    try:
-        date(y or 2000, m, d)
-    except ValueError:
-        return False
-    return True
-
-
-def date_mentions(text: str) -> list[DateMention]:
-    """The calendar days ``text`` names (see the module docstring)."""
-    folded = unfold(text)
-    found: list[tuple[int | None, int, int, tuple[int, int]]] = []
-    taken: list[tuple[int, int]] = []
-
-    def free(span: tuple[int, int]) -> bool:
-        return all(span[1] <= a or span[0] >= b for a, b in taken)
-
-    def add(y: str | None, m: int, d: str, span: tuple[int, int]) -> None:
-        year = int(y) if y else None
-        if _valid(year, m, int(d)):
-            found.append((year, m, int(d), span))
-
-    for m in _ISO.finditer(folded):
-        taken.append(m.span())
-        add(m.group("y"), int(m.group("m")), m.group("d"), m.span())
-    for m in _RANGE.finditer(folded):
-        if free(m.span()):
-            taken.append(m.span())
-            month = _MONTHS[m.group("m")]
-            add(m.group("y"), month, m.group("d1"), m.span())
-            add(m.group("y"), month, m.group("d2"), m.span())
-    for pattern in (_MONTH_DAY, _DAY_MONTH):
-        for m in pattern.finditer(folded):
-            if free(m.span()):
-                taken.append(m.span())
-                add(m.group("y"), _MONTHS[m.group("m")], m.group("d"), m.span())
-    found.sort(key=lambda f: f[3])
-    # A mention with no year borrows the year of the next one in the same sentence.
-    out: list[DateMention] = []
-    for i, (year, month, day, span) in enumerate(found):
-        if year is None:
-            for later in found[i + 1 :]:
-                between = folded[span[1] : later[3][0]]
-                if _SENTENCE.search(between):
-                    break
-                if later[0] is not None:
-                    year = later[0] if _valid(later[0], month, day) else None
-                    break
-        out.append(DateMention(year, month, day, span))
-    return out
-
-
-_VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d", "%Y/%m/%d %H:%M")
-
-
-def parse_date(value: object) -> date | None:
-    """The calendar day of an argument value (``2024-05-19``, ``2024-5-19 12:00``,
-    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date — nor when
-    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``)."""
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    for fmt in _VALUE_FORMATS:
-        try:
-            return datetime.strptime(text, fmt).date()
-        except ValueError:
-            pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is not None and moment.astimezone(UTC).date() != moment.date():
-        return None  # a day here, another in UTC: which one the tool books is not the value's to say
-    return moment.date()
-
-
-# -- figures ---------------------------------------------------------------------------------
-
-_FIGURE = re.compile(r"(?<![\w.,-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,]\d)")
-
-
-def figures(text: str) -> list[float]:
-    """The numbers ``text`` states, leaving out days, years and parts of identifiers."""
-    folded = unfold(text)
-    dated = [m.span for m in date_mentions(text)]
-    dated += [m.span() for m in _MONTH_YEAR.finditer(folded)]
-    out: list[float] = []
-    for m in _FIGURE.finditer(folded):
-        if any(a <= m.start(1) < b for a, b in dated):
-            continue
-        whole = m.group(1).replace(",", "")
-        out.append(float(whole + ("." + m.group(2) if m.group(2) else "")))
-    return out
-
-
-# -- amounts ---------------------------------------------------------------------------------
-
-_CURRENCY = r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy|cad|aud|dollars?|euros?|pounds?|bucks)"
-_AMOUNT_CUES = frozenset(
-    [
-        "amount",
-        "amounts",
-        "pay",
-        "paid",
-        "pays",
-        "paying",
-        "payment",
-        "payments",
-        "send",
-        "sent",
-        "transfer",
-        "transferred",
-        "refund",
-        "refunded",
-        "total",
-        "price",
-        "prices",
-        "cost",
-        "costs",
-        "rent",
-        "fee",
-        "fees",
-        "charge",
-        "charged",
-        "sum",
-        "balance",
-        "owe",
-        "owed",
-        "worth",
-        "budget",
-        "salary",
-        "spent",
-        "spend",
-        "spending",
-        "difference",
-        "tip",
-        "deposit",
-    ]
-)
-_SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
-_CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
-
-
-def amounts(text: str) -> list[float]:
-    """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
-    written with cents (``12.00``), or governed by a word that asks for an amount a few words
-    before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
-    street number, an order or a count is a figure, not an amount; nor is a percentage."""
-    folded = unfold(text)
-    words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
-    out: list[float] = []
-    for m in _FIGURE.finditer(folded):
-        start, end = m.start(1), m.end()
-        after = folded[end : end + 12]
-        if after.lstrip().startswith("%") or re.match(r"\s*percent", after):
-            continue
-        whole = m.group(1).replace(",", "")
-        value = float(whole + ("." + m.group(2) if m.group(2) else ""))
-        before = folded[max(0, m.start() - 8) : start]
-        currency = re.search(_CURRENCY + r"\s?$", before) or re.match(r"\s?" + _CURRENCY + r"\b", after)
-        cents = m.group(2) is not None and len(m.group(2)) == 2
-        ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
-        sentence = ends[-1] if ends else -1
-        preceding = [w for pos, w in words if sentence < pos < m.start()][-_CUE_WINDOW:]
-        if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
-            out.append(value)
     return out

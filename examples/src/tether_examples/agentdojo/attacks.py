@@ -34,8 +34,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tether.policy._provenance_dates import date_mentions, figures
 from tether.policy._provenance_declarations import RELAY_SPAN
-from tether.policy._provenance_values import date_mentions, figures, find_handles, find_links, unfold
+from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether_examples.agentdojo.source import SuiteDeclaration
 
 __all__ = [

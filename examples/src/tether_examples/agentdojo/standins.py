@@ -19,8 +19,8 @@ from typing import Any
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.models._base import ModelRequest
 from tether.policy._provenance import ProvenanceIndex
+from tether.policy._provenance_dates import date_mentions, parse_date
 from tether.policy._provenance_labels import normalise, split_values
-from tether.policy._provenance_values import date_mentions, parse_date
 from tether.policy._references import CONCAT, REF, Listed, listed_handles
 from tether.testing import FunctionModel
 from tether_examples.agentdojo.attacks import Step, resolve

@@ -1,0 +1,249 @@
+"""Dates and figures inside text, for provenance rules: a date is compared by the calendar day
+it names, an amount by the figures the user stated.
+
+* **Dates** are read from ISO forms (``2024-05-19``, ``2024-5-19 12:00``,
+  ``2024-05-19T12:00``) and from English mentions (``January 11th``, ``11th of January
+  2025``, ``the 13th to the 17th of May``). A mention without a year takes the year of the
+  next mention in the same sentence that has one, else matches any year.
+* **Figures** are the numbers of a text that are not part of a date or an identifier;
+  **amounts** those a money word or sign governs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+from tether.policy._provenance_values import unfold
+
+__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date"]
+
+# -- dates -----------------------------------------------------------------------------------
+
+_MONTHS = {
+    name: i + 1
+    for i, names in enumerate(
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
+    )
+    for name in names
+}
+_MONTH = r"(?P<{}>" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(?P<{}>[0-3]?\d)(?:st|nd|rd|th)?"
+_YEAR = r"(?:,?\s*(?P<{}>(?:19|20)\d\d))?"
+_ISO = re.compile(r"(?<!\d)(?P<y>(?:19|20)\d\d)-(?P<m>[01]?\d)-(?P<d>[0-3]?\d)(?!\d)")
+_RANGE = re.compile(
+    r"\b"
+    + _DAY.format("d1")
+    + r"\s*(?:to|-|–|until|till|through|and)\s*(?:the\s+)?"
+    + _DAY.format("d2")
+    + r"\s+(?:of\s+)?"
+    + _MONTH.format("m")
+    + _YEAR.format("y")
+    + r"\b"
+)
+_MONTH_DAY = re.compile(r"\b" + _MONTH.format("m") + r"\s+" + _DAY.format("d") + _YEAR.format("y") + r"\b")
+_DAY_MONTH = re.compile(
+    r"\b" + _DAY.format("d") + r"\s+(?:of\s+)?" + _MONTH.format("m") + _YEAR.format("y") + r"\b"
+)
+_MONTH_YEAR = re.compile(r"\b" + _MONTH.format("m") + r"\s+(?P<y>(?:19|20)\d\d)\b")
+_SENTENCE = re.compile(r"[.!?\n]\s")
+
+
+@dataclass(frozen=True, slots=True)
+class DateMention:
+    """A calendar day a text names; ``year`` is ``None`` when the text leaves it open."""
+
+    year: int | None
+    month: int
+    day: int
+    span: tuple[int, int]
+
+    def matches(self, d: date) -> bool:
+        return (self.month, self.day) == (d.month, d.day) and self.year in (None, d.year)
+
+
+def _valid(y: int | None, m: int, d: int) -> bool:
+    try:
+        date(y or 2000, m, d)
+    except ValueError:
+        return False
+    return True
+
+
+def date_mentions(text: str) -> list[DateMention]:
+    """The calendar days ``text`` names (see the module docstring)."""
+    folded = unfold(text)
+    found: list[tuple[int | None, int, int, tuple[int, int]]] = []
+    taken: list[tuple[int, int]] = []
+
+    def free(span: tuple[int, int]) -> bool:
+        return all(span[1] <= a or span[0] >= b for a, b in taken)
+
+    def add(y: str | None, m: int, d: str, span: tuple[int, int]) -> None:
+        year = int(y) if y else None
+        if _valid(year, m, int(d)):
+            found.append((year, m, int(d), span))
+
+    for m in _ISO.finditer(folded):
+        taken.append(m.span())
+        add(m.group("y"), int(m.group("m")), m.group("d"), m.span())
+    for m in _RANGE.finditer(folded):
+        if free(m.span()):
+            taken.append(m.span())
+            month = _MONTHS[m.group("m")]
+            add(m.group("y"), month, m.group("d1"), m.span())
+            add(m.group("y"), month, m.group("d2"), m.span())
+    for pattern in (_MONTH_DAY, _DAY_MONTH):
+        for m in pattern.finditer(folded):
+            if free(m.span()):
+                taken.append(m.span())
+                add(m.group("y"), _MONTHS[m.group("m")], m.group("d"), m.span())
+    found.sort(key=lambda f: f[3])
+    # A mention with no year borrows the year of the next one in the same sentence.
+    out: list[DateMention] = []
+    for i, (year, month, day, span) in enumerate(found):
+        if year is None:
+            for later in found[i + 1 :]:
+                between = folded[span[1] : later[3][0]]
+                if _SENTENCE.search(between):
+                    break
+                if later[0] is not None:
+                    year = later[0] if _valid(later[0], month, day) else None
+                    break
+        out.append(DateMention(year, month, day, span))
+    return out
+
+
+_VALUE_FORMATS = ("%Y-%m-%d", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y/%m/%d", "%Y/%m/%d %H:%M")
+
+
+def parse_date(value: object) -> date | None:
+    """The calendar day of an argument value (``2024-05-19``, ``2024-5-19 12:00``,
+    ``2024-05-19T12:00:00``, ``20240519``…), or ``None`` when it is not a date — nor when
+    its offset puts it on another day in UTC (``2024-05-19T23:30-11:00``)."""
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    for fmt in _VALUE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt).date()
+        except ValueError:
+            pass
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is not None and moment.astimezone(UTC).date() != moment.date():
+        return None  # a day here, another in UTC: which one the tool books is not the value's to say
+    return moment.date()
+
+
+# -- figures ---------------------------------------------------------------------------------
+
+_FIGURE = re.compile(r"(?<![\w.,-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,]\d)")
+
+
+def figures(text: str) -> list[float]:
+    """The numbers ``text`` states, leaving out days, years and parts of identifiers."""
+    folded = unfold(text)
+    dated = [m.span for m in date_mentions(text)]
+    dated += [m.span() for m in _MONTH_YEAR.finditer(folded)]
+    out: list[float] = []
+    for m in _FIGURE.finditer(folded):
+        if any(a <= m.start(1) < b for a, b in dated):
+            continue
+        whole = m.group(1).replace(",", "")
+        out.append(float(whole + ("." + m.group(2) if m.group(2) else "")))
+    return out
+
+
+# -- amounts ---------------------------------------------------------------------------------
+
+_CURRENCY = r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy|cad|aud|dollars?|euros?|pounds?|bucks)"
+_AMOUNT_CUES = frozenset(
+    [
+        "amount",
+        "amounts",
+        "pay",
+        "paid",
+        "pays",
+        "paying",
+        "payment",
+        "payments",
+        "send",
+        "sent",
+        "transfer",
+        "transferred",
+        "refund",
+        "refunded",
+        "total",
+        "price",
+        "prices",
+        "cost",
+        "costs",
+        "rent",
+        "fee",
+        "fees",
+        "charge",
+        "charged",
+        "sum",
+        "balance",
+        "owe",
+        "owed",
+        "worth",
+        "budget",
+        "salary",
+        "spent",
+        "spend",
+        "spending",
+        "difference",
+        "tip",
+        "deposit",
+    ]
+)
+_SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
+_CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
+
+
+def amounts(text: str) -> list[float]:
+    """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
+    written with cents (``12.00``), or governed by a word that asks for an amount a few words
+    before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
+    street number, an order or a count is a figure, not an amount; nor is a percentage."""
+    folded = unfold(text)
+    words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
+    out: list[float] = []
+    for m in _FIGURE.finditer(folded):
+        start, end = m.start(1), m.end()
+        after = folded[end : end + 12]
+        if after.lstrip().startswith("%") or re.match(r"\s*percent", after):
+            continue
+        whole = m.group(1).replace(",", "")
+        value = float(whole + ("." + m.group(2) if m.group(2) else ""))
+        before = folded[max(0, m.start() - 8) : start]
+        currency = re.search(_CURRENCY + r"\s?$", before) or re.match(r"\s?" + _CURRENCY + r"\b", after)
+        cents = m.group(2) is not None and len(m.group(2)) == 2
+        ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
+        sentence = ends[-1] if ends else -1
+        preceding = [w for pos, w in words if sentence < pos < m.start()][-_CUE_WINDOW:]
+        if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
+            out.append(value)
+    return out
