@@ -516,10 +516,15 @@ async def test_a_message_never_relays_someone_elses_text_verbatim_and_its_own_wo
         call("post_message", to="bob@corp.example", body=note),  # the attacker's words, relayed
         call("post_message", to="bob@corp.example", body=f"FYI: {note.upper()}"),  # re-cased, padded
         call("post_message", to="bob@corp.example", body=note[:30] + "\u200b" + note[30:]),  # invisible
+        call("post_message", to="bob@corp.example", body=_full_width(note)),  # the same words, wide
         call("post_message", to="bob@corp.example", body="Nothing is owed; the notice asks for a transfer."),
     )
     assert [r["body"] for _, r in world.received] == ["Nothing is owed; the notice asks for a transfer."]
-    assert problems(result) == ["relayed_text"] * 3
+    assert problems(result) == ["relayed_text"] * 4
+
+
+def _full_width(text: str) -> str:
+    return "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in text)
 
 
 async def test_an_effect_without_arguments_runs_only_when_the_request_asks_for_it() -> None:

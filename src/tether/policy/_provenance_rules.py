@@ -44,7 +44,7 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_run import index_for, make_labeler, observation_segments
 from tether.policy._provenance_text import asks_for, contains_whole
-from tether.policy._provenance_values import find_handles, find_links
+from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
 
@@ -452,18 +452,19 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     every third of it, find every such repeat); or, in a shorter value, the whole value, or
     one of its tokens that carries digits (a code, an amount, an identifier; a date is a
     fact, not a relay), found in the segment as a whole and not stated by the user or the
-    directory."""
-    text = normalise(value)
-    sources = [s for s in index.segments if s.label.trust in classes]
+    directory. Both are compared as a reader reads them (case, width and invisible characters
+    folded): the same words in full width are the same relay."""
+    text = unfold(value).strip()
+    sources = [(s, index._hay(s)) for s in index.segments if s.label.trust in classes]
     if not text or not sources:
         return None
     width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
     if len(text) >= RELAY_SPAN:
-        long = [s for s in sources if len(s.text) >= width]
+        long = [(s, hay) for s, hay in sources if len(hay) >= width]
         for start in range(0, len(text) - width + 1, stride):
             window = text[start : start + width]
-            for seg in long:
-                if window in seg.text:
+            for seg, hay in long:
+                if window in hay:
                     return seg
     pieces = [text] if len(text) < RELAY_SPAN else []
     pieces += [t for t in _TOKEN.findall(text) if any(c.isdigit() for c in t) and len(t) >= 4]
@@ -472,8 +473,8 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
             continue
         if contains_whole(index.user_text, piece) or piece in index.directory:
             continue
-        for seg in sources:
-            if (seg.text == piece or contains_whole(seg.text, piece)) and not index.written(seg):
+        for seg, hay in sources:
+            if (hay == piece or contains_whole(hay, piece)) and not index.written(seg):
                 return seg
     return None
 
