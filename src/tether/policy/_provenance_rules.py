@@ -42,7 +42,7 @@ from tether.policy._provenance_labels import (
     shape_kind,
     split_values,
 )
-from tether.policy._provenance_run import index_for, make_labeler, observation_segments
+from tether.policy._provenance_run import REACHED, index_for, make_labeler, observation_segments
 from tether.policy._provenance_text import asks_for, contains_whole
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
@@ -267,13 +267,15 @@ class ProvenanceRules:
         return shown
 
     def _spent(self, call: ProposedCall) -> float:
-        """What this run's executed calls already paid: every cumulative amount argument of
-        every tool (a payment split between two tools that pay is still one sum). A figure
-        that is no finite number counts as unbounded."""
+        """What this run's calls that reached their tool may already have paid: every cumulative
+        amount argument of every tool (a payment split between two tools that pay is still one
+        sum), a call that failed after it reached its tool included (it may have paid before it
+        failed: paying again needs a reviewer). A figure that is no finite number counts as
+        unbounded."""
         total = 0.0
         for record in getattr(call.state, "calls", []) or []:
             rules = self.tools.get(record.tool)
-            if rules is None or record.status != "ok" or not isinstance(record.arguments, dict):
+            if rules is None or record.status not in REACHED or not isinstance(record.arguments, dict):
                 continue
             for rule in rules.arguments.values():
                 if (

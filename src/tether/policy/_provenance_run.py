@@ -29,7 +29,7 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["index_for", "least_read", "make_labeler", "observation_segments"]
+__all__ = ["REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
 
 
 def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
@@ -169,7 +169,7 @@ def index_for(
     written: list[Written] = []
     calls = _history(state, "calls")
     for record in calls:
-        if record.status not in _REACHED or (writes is not None and not writes(record.tool)):
+        if record.status not in REACHED or (writes is not None and not writes(record.tool)):
             continue
         at = first_seen.get(record.call_id, len(observations))
         for leaf in split_values(record.arguments):
@@ -179,7 +179,7 @@ def index_for(
     reads: dict[str, tuple[int, list[str]]] = {}
     for record in calls:
         seen = first_seen.get(record.call_id)
-        if seen is not None and record.status in _REACHED:
+        if seen is not None and record.status in REACHED:
             reads[record.call_id] = (seen, split_values(record.arguments))
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
@@ -205,4 +205,4 @@ def _observed(obs: Any) -> float:
     return when.timestamp() if isinstance(when, datetime) else 0.0
 
 
-_REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
+REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
