@@ -390,3 +390,38 @@ async def test_an_http_error_status_is_named_for_the_person_and_the_other_server
     assert errors and errors[0]["server"] == "locked" and errors[0]["cause"] == "HTTP 401 Unauthorized"
     assert any("[locked] HTTP 401 Unauthorized from " in r.getMessage() for r in caplog.records)
     assert not [e for e in _trace(run) if e.get("server") == "web" and e.get("action") == "http_error"]
+
+
+# -- tool names a provider refuses ---------------------------------------------------------------
+
+
+async def test_tool_names_a_provider_refuses_are_offered_under_names_every_provider_takes(
+    tmp_path: Path,
+) -> None:
+    """A dotted tool name, or one the server id makes longer than 64 characters, would make
+    OpenAI and Anthropic refuse the whole request: the model is offered a name they take
+    (distinct, stable), and a call by it reaches the server's own tool; a plain name is kept."""
+    from tether.mcp._config import offered_name
+
+    from . import names_server
+
+    server = {"name": "files", "transport": "stdio", "command": [sys.executable, names_server.__file__]}
+    server["effects"] = {"read.file": "read", names_server.LONG: "read", "lookup": "read"}
+    config = write_config(tmp_path, [server])
+    await approve(config, "files")
+    dotted, long = offered_name("files", "read.file"), offered_name("files", names_server.LONG)
+    run = await run_question(
+        config,
+        "Q",
+        script(
+            (dotted, {"path": "a.txt"}), (long, {"region": "north"}), ("files__lookup", {"key": "k"}), "ok"
+        ),
+    )
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    [started] = [e.data for e in run.result.events if str(e.kind) == "run_started"]
+    assert sorted(started["tools"]) == sorted([dotted, long, "files__lookup"])
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name) for name in started["tools"])
+    assert len({dotted, long, offered_name("files", "read_file")}) == 3  # never two on one name
+    assert "contents of a.txt" in run.seen(dotted)[0]
+    assert "summary of north" in run.seen(long)[0]
+    assert "value-of-k" in run.seen("files__lookup")[0]

@@ -23,7 +23,7 @@ from tether.console._users import Principal
 from tether.core._confusables import check_name
 from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
-from tether.mcp._config import SEPARATOR
+from tether.mcp._config import offered_name
 from tether.mcp._elicitation import check_schema, store_answer, validate_answer
 from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
@@ -182,7 +182,7 @@ async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> 
         pins = await store.pins(server)
     finally:
         store.close()
-    pin = pins.get(tool) or pins.get(tool.removeprefix(f"{server}{SEPARATOR}"))
+    pin = pins.get(tool) or next((p for name, p in pins.items() if offered_name(server, name) == tool), None)
     schema = pin.definition.get("inputSchema") if pin is not None else None
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
 

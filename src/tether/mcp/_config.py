@@ -30,6 +30,7 @@ self-declared name. Everything a server is allowed is opt-in: tools (``tools``),
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -46,15 +47,33 @@ from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
 __all__ = [
+    "MAX_TOOL_NAME",
+    "SEPARATOR",
     "ElicitationConfig",
     "HostSection",
     "McpConfig",
     "SamplingConfig",
     "ServerConfig",
     "load_config",
+    "offered_name",
 ]
 
 SEPARATOR = "__"
+MAX_TOOL_NAME = 64  # the longest tool name every provider takes
+_UNTAKEN = re.compile(r"[^A-Za-z0-9_-]")  # characters a provider refuses in a tool name
+
+
+def offered_name(server: str, tool: str) -> str:
+    """The name the model is offered for ``tool`` of ``server``: ``server__tool`` when every
+    provider takes it (letters, digits, ``_``, ``-``; at most ``MAX_TOOL_NAME``); otherwise the
+    other characters made ``_``, cut to fit, and the start of the server's own name's sha256
+    added, so that no two tools share one (``files__read.file`` → ``files__read_file_8a1f…``).
+    The host calls the server by its own name (``ToolSpec.remote_name``), never this one."""
+    name = f"{server}{SEPARATOR}{tool}"
+    if len(name) <= MAX_TOOL_NAME and not _UNTAKEN.search(name):
+        return name
+    tag = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{_UNTAKEN.sub('_', name)[: MAX_TOOL_NAME - len(tag) - 1]}_{tag}"
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {
     "stdio": "stdio",

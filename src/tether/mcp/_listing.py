@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tether.mcp._config import offered_name
 from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, check_listing
 from tether.trace._events import EventKind
 
-__all__ = ["SEPARATOR", "PinnedListing"]
-
-SEPARATOR = "__"
+__all__ = ["PinnedListing"]
 
 
 class PinnedListing:
@@ -73,7 +72,7 @@ class PinnedListing:
             self.emit(
                 EventKind.MCP_CAPABILITY_BLOCKED,
                 server=self.server,
-                tool=f"{self.server}{SEPARATOR}{name}",
+                tool=offered_name(self.server, name),
                 status=status,
                 why=why,
                 **more,

@@ -39,6 +39,7 @@ import anyio
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
 from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
 from tether.mcp._calling import call_tool, guarded
+from tether.mcp._config import SEPARATOR, offered_name
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo, GateHooks
 from tether.mcp._failures import Unavailable, closed_underneath, failure_detail, is_modern, leaf
@@ -54,9 +55,7 @@ if TYPE_CHECKING:
     from tether.mcp._sandbox import SandboxPlan
     from tether.mcp._serverlog import ServerStderr
 
-__all__ = ["SEPARATOR", "CapabilityBlocked", "InputPending", "McpServerSource"]
-
-SEPARATOR = "__"
+__all__ = ["CapabilityBlocked", "InputPending", "McpServerSource"]
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -506,7 +505,7 @@ class McpServerSource:
             annotations = d.get("annotations") or {}
             specs.append(
                 ToolSpec(
-                    name=f"{self.name}{SEPARATOR}{remote}",
+                    name=offered_name(self.name, remote),
                     description=d.get("description") or "",
                     parameters=d.get("inputSchema") or {"type": "object"},
                     # The host's declaration wins over the server's annotations; undeclared = side-effecting.
