@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import signal
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from test_rolling_upgrade import Operator, operator  # noqa: F401 - the fixture, shared
+
+from tether_testing.loopback import Quiet, serving
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -38,7 +38,7 @@ def spans() -> Iterator[tuple[str, list[Any]]]:
     """An OTLP/HTTP receiver on 127.0.0.1, and the spans posted to it."""
     got: list[Any] = []
 
-    class Receiver(BaseHTTPRequestHandler):
+    class Receiver(Quiet):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers["Content-Length"]))
             if self.path == "/v1/traces":
@@ -49,16 +49,8 @@ def spans() -> Iterator[tuple[str, list[Any]]]:
             self.send_header("Content-Type", "application/x-protobuf")
             self.end_headers()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", got
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Receiver) as url:
+        yield url, got
 
 
 def test_a_run_paused_on_a_worker_of_the_previous_release_keeps_its_trace_when_resumed_on_todays(

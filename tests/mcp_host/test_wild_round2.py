@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from tether.mcp._credentials import resolve_credentials
 from tether.mcp._sandbox import bwrap_status
 from tether.mcphost._runner import ScriptStep, run_question
 from tether.trace._tracer import read_trace
+from tether_testing.loopback import Quiet, serving
 
 from . import sessiondrop_server as dropping
 from .conftest import _serve, approve, script, stdio_server, web_server, write_config
@@ -347,9 +347,8 @@ async def test_slash_redirected_and_json_only_http_servers_serve_and_another_ori
 @pytest.fixture
 def unauthorized_url() -> Iterator[str]:
     """An HTTP endpoint that answers every request 401 (a missing or wrong token)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
             self.send_response(401)
@@ -359,17 +358,8 @@ def unauthorized_url() -> Iterator[str]:
             self.end_headers()
             self.wfile.write(b'{"error":"invalid_token"}')
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/mcp"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(Handler) as url:
+        yield url + "/mcp"
 
 
 @pytest.mark.spec("X1")

@@ -50,6 +50,7 @@ class World:
         self.mail = mail or []
         self.orders = [{"id": 7, "sender": "me", "recipient": LANDLORD, "subject": "Rent", "amount": 1100.0}]
         self.received: list[tuple[str, dict[str, Any]]] = []
+        self.answers_lost = 0  # payments whose answer is lost after the money went out
 
     @tool
     def read_bill(self, name: Annotated[str, Field(description="File name of the bill.")]) -> dict[str, Any]:
@@ -75,6 +76,9 @@ class World:
     ) -> str:
         """Send money from the user's account."""
         self.received.append(("send_money", {"recipient": recipient, "amount": amount}))
+        if self.answers_lost:
+            self.answers_lost -= 1
+            raise TimeoutError("the bank did not answer in time")
         return "sent"
 
     @tool(effect=Effect.WRITE)
@@ -538,37 +542,21 @@ async def test_an_effect_without_arguments_runs_only_when_the_request_asks_for_i
     assert world2.received == [("mark_all_read", {})]
 
 
-class SlowBank(World):
-    """A bank whose answer is lost after it has sent the money (subject ``slow``)."""
-
-    @tool(effect=Effect.PURCHASE)
-    def send_money(
-        self,
-        recipient: Annotated[str, Field(description="IBAN of the recipient.")],
-        amount: Annotated[float, Field(description="Amount in EUR.")],
-        subject: Annotated[str, Field(description="Payment subject.")],
-    ) -> str:
-        """Send money from the user's account."""
-        self.received.append(("send_money", {"recipient": recipient, "amount": amount}))
-        if subject == "slow":
-            raise TimeoutError("the bank did not answer in time")
-        return "sent"
-
-
 async def test_a_payment_that_failed_after_reaching_its_tool_counts_as_paid() -> None:
     # The failed call may have paid: the same payment again goes to a reviewer, not out twice.
-    world = SlowBank()
+    world = World()
+    world.answers_lost = 1
     result = await run(
         world,
         f"Please refund the 10.00 {FRIEND} sent me.",
-        call("send_money", recipient=FRIEND, amount=10.0, subject="slow"),
+        call("send_money", recipient=FRIEND, amount=10.0, subject="Refund"),
         call("send_money", recipient=FRIEND, amount=10.0, subject="Refund"),
     )
     assert world.received == [("send_money", {"recipient": FRIEND, "amount": 10.0})]
     assert problems(result) == ["amount_over_bound"]
     assert denials(result)[0]["details"]["problems"][0]["already_this_run"] == 10.0
     # Legitimate: the payment that reaches the bank once goes out unreviewed.
-    world = SlowBank()
+    world = World()
     await run(
         world,
         f"Please refund the 10.00 {FRIEND} sent me.",

@@ -509,7 +509,7 @@ class ProvenanceIndex(Steering):
             if s.label.trust in wanted
             and s.whole
             and len(s.text) >= MIN_CONTAINED
-            and self._hay(s) in text
+            and self.unfolded_text(s) in text
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]

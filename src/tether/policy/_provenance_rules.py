@@ -457,7 +457,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     directory. Both are compared as a reader reads them (case, width and invisible characters
     folded): the same words in full width are the same relay."""
     text = unfold(value).strip()
-    sources = [(s, index._hay(s)) for s in index.segments if s.label.trust in classes]
+    sources = [(s, index.unfolded_text(s)) for s in index.segments if s.label.trust in classes]
     if not text or not sources:
         return None
     width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3

@@ -52,7 +52,7 @@ class Steering:
         @property
         def request_dates(self) -> list[DateMention]: ...
 
-    def _hay(self, seg: Segment) -> str:
+    def unfolded_text(self, seg: Segment) -> str:
         """``seg``'s text unfolded (NFKC, case, invisible characters), computed once."""
         hay = self._unfolded.get(id(seg))
         if hay is None:
@@ -84,7 +84,7 @@ class Steering:
         for seg in self.segments:
             if seg.label.tool == EXTRACTOR:
                 continue
-            hay = self._hay(seg)
+            hay = self.unfolded_text(seg)
             if hay == needle:
                 if seg.label.trust not in keep:
                     return seg
@@ -119,7 +119,7 @@ class Steering:
                 continue
             if before is not None and self._pos.get(id(seg), 0) >= before:
                 continue
-            hay = self._hay(seg)
+            hay = self.unfolded_text(seg)
             if hay == needle:
                 return seg
             if len(needle) >= MIN_CONTAINED:
@@ -167,7 +167,7 @@ class Steering:
             for seg in self.segments:
                 if id(seg) in ids or seg.label.tool == EXTRACTOR or seg.label.trust in keep:
                     continue
-                hay = self._hay(seg)
+                hay = self.unfolded_text(seg)
                 if any(w in hay for w in distinct):  # glued to other characters, still read
                     found = seg
                     break
@@ -182,7 +182,7 @@ class Steering:
     def _seg_words(self, seg: Segment) -> frozenset[str]:
         words = self._words.get(id(seg))
         if words is None:
-            hay = self._hay(seg)
+            hay = self.unfolded_text(seg)
             words = frozenset(w for w in ALPHA_WORD.findall(hay) if len(w) >= 5 and w not in STOP)
             self._words[id(seg)] = words
         return words
