@@ -433,7 +433,7 @@ CASES = [
     Round3("error_status_body_cut", twice(lambda p, s: Odd(raw=CUT_500)), False, ("gave up",)),
     Round3("keep_alive_comments_past_the_timeout", twice(lambda p, s: Reply.text(ANSWER, edit=lambda i: [
         i[0], *[x for _ in range(30) for x in (b": keep-alive\n\n", Pause(0.1))], *i[1:]])), False,
-           ("did not complete within 1s", "gave up"), modes=STREAM, timeout_s=1),
+           ("did not complete within 0.5s", "gave up"), modes=STREAM, timeout_s=0.5),
     Round3("html_labelled_event_stream", twice(lambda p, s: Reply.text(
         ANSWER, edit=lambda i: html_as_event_stream(p, s, i), headers={"content-type": "text/event-stream"})),
            False, ("gave up",)),
