@@ -49,6 +49,19 @@ def pg_url(pg_dsn: str) -> Iterator[str]:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"DROP SCHEMA IF EXISTS {schema}_dbos CASCADE")
 
+
 # Every tracer built during the tests checks each event against its kind's declared payload
 # (names, required fields, types) and raises on a mismatch (tether/trace/events.py).
 os.environ["TETHER_TRACE_STRICT"] = "1"
+
+
+# -- order ---------------------------------------------------------------------------------------
+# pytest-xdist's load scheduling hands tests out in collection order, so a long test collected last
+# keeps one worker busy after the other has run out of work (the wheel's install into a fresh
+# virtual environment, collected 141st of 143 files, took a worker 20-50 s while the other sat
+# idle). The files holding the longest single tests run first; every other test keeps its order.
+RUN_FIRST = ("test_wheel.py", "test_tool_typing.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # a stable sort
