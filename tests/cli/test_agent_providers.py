@@ -6,6 +6,7 @@ loopback server."""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ from tether.agents._build import make_model
 from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError
+from tether.models import _retrying
 from tether.trace import read_trace
 from tether_testing.fake_server import FakeChatServer, Pause, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
@@ -41,6 +43,14 @@ SERVERS = {
     "openai-responses": FakeResponsesServer,
     "anthropic": FakeAnthropicServer,
 }
+
+
+@pytest.fixture(autouse=True)
+def _quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent file's model retries after 10 ms, not the policy's 0.5 s: these tests assert how a
+    run ends and what it says, not how long the backoff is (tested on the backends themselves).
+    A Retry-After still sets its own wait."""
+    monkeypatch.setattr(_retrying, "RetryPolicy", functools.partial(_retrying.RetryPolicy, base_delay_s=0.01))
 
 
 def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
@@ -191,24 +201,25 @@ def test_agent_check_names_the_field_of_a_provider_mismatch(
 
 
 @pytest.mark.parametrize("provider", sorted(SERVERS))
-def test_a_server_sending_one_byte_a_second_is_cut_at_timeout_s_not_at_the_deadline(
+def test_a_server_sending_one_byte_at_a_time_is_cut_at_timeout_s_not_at_the_deadline(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], provider: str
 ) -> None:
-    # Every read gets a byte within a second, so no read timeout fires; the answer would take
-    # minutes. The call's timeout_s (2 s) must end it, well before the run's 60 s deadline.
-    with SERVERS[provider](scripted([Reply.text("742 is open.", trickle_s=1.0)])) as server:
+    # Every read gets a byte within 0.1 s, so no read timeout fires; the answer (hundreds of
+    # bytes) would take a minute. The call's timeout_s (0.5 s) must end it, well before the run's
+    # 60 s deadline. The server never finishes in time, however loaded the machine.
+    with SERVERS[provider](scripted([Reply.text("742 is open.", trickle_s=0.1)])) as server:
         model = {
             "provider": provider,
             "name": "m-1",
             "base_url": server.url,
-            "timeout_s": 2,
+            "timeout_s": 0.5,
             "max_retries": 0,
         }
         path = write_agent(tmp_path, {**model, "limits": {"deadline_s": 60}})
         code = main(["run", "q", "--agent", str(path), "--json"])
     out = last_json(capsys.readouterr().out)
     assert code == 7 and out["stop_reason"] == "model_error"
-    assert "did not complete within 2s" in out["message"]
+    assert "did not complete within 0.5s" in out["message"]
 
 
 @pytest.mark.spec("L2")
