@@ -33,6 +33,12 @@ from tether.console._users import AuthError, Principal, UserStore
 __all__ = ["Gate", "cookie_names", "load_secret_key"]
 
 
+# The session cookie's name before each console had its own (releases up to 19cb230): still read,
+# so sessions begun before an upgrade survive it; only a cookie signed with this console's key
+# is taken, so another console's cookie under that name is ignored like any forged one.
+LEGACY_SESSION_COOKIE = "tether_session"
+
+
 def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
     """The names of a console's session and sign-in cookies: its own (drawn from its signing key,
     which no other console shares), ``__Host-`` prefixed when its cookies are ``Secure``."""
@@ -76,14 +82,16 @@ class Gate:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
             return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
-        cookie = request.cookies.get(self.session_cookie)
-        if not cookie:
-            return None
-        try:
-            raw = self._session.unsign(cookie).decode("ascii")
-        except (BadSignature, UnicodeDecodeError):
-            return None
-        return self.users.principal_for_session(raw)
+        for name in (self.session_cookie, LEGACY_SESSION_COOKIE):
+            cookie = request.cookies.get(name)
+            if not cookie:
+                continue
+            try:
+                raw = self._session.unsign(cookie).decode("ascii")
+            except (BadSignature, UnicodeDecodeError):
+                continue
+            return self.users.principal_for_session(raw)
+        return None
 
     def start_session(self, response: Response, name: str) -> None:
         raw = self.users.create_session(name)
