@@ -462,6 +462,9 @@ class McpServerSource:
         cursor: str | None = None
         tools: list[Any] = []
         cursors: set[str] = set()
+        relay = self._relays.get(id(client))
+        if relay is not None:
+            relay.dropped.clear()
         while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
@@ -472,7 +475,7 @@ class McpServerSource:
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
-        await self.listing.absorb(tools)
+        await self.listing.absorb(tools, dict(relay.dropped) if relay is not None else {})
         self._stale = False
         return self.checks
 
