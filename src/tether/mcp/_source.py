@@ -540,6 +540,13 @@ class McpServerSource:
                 str(err), hint="match the tool's input schema exactly", details=dict(err.details)
             ) from None
 
+    def refuse_offered_name(self, spec: ToolSpec, sources: list[str]) -> None:
+        """``spec``'s offered name is also another tool's (of ``sources``): block it (traced)."""
+        self.listing.block(
+            spec.remote_name or spec.name, "name_collision",
+            f"its offered name {spec.name} is also that of another tool (of {', '.join(sources)})",
+        )  # fmt: skip
+
     def _refuse_unapproved(self, spec: ToolSpec) -> None:
         remote = spec.remote_name
         if remote in self.blocked:
