@@ -23,7 +23,7 @@ import pytest
 
 from tether.core.stop import StopReason
 from tether.errors import ConfigError
-from tether.mcp._approve import review_server
+from tether.mcp._approve import approve_server, review_server
 from tether.mcp._config import load_config, offered_name
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
@@ -36,6 +36,7 @@ SERVER = Path(__file__).with_name("wild3_server.py")
 
 
 def w3(name: str, mode: str = "honest", *, tools: list[Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """The server in ``mode``, unconfined (launched faster; confinement is earlier rounds' subject)."""
     env = {"W3_MODE": mode, **extra.pop("env", {})}
     if tools is not None:
         env["W3_TOOLS"] = json.dumps(tools)
@@ -46,15 +47,30 @@ def w3(name: str, mode: str = "honest", *, tools: list[Any] | None = None, **ext
         "mode": "legacy",
         "effects": {"lookup": "read"},
         "timeout_s": 20,
+        "sandbox": "none",
         **extra,
     }
 
 
-async def _approved(tmp_path: Path, servers: list[dict[str, Any]], **accept: Any) -> Any:
-    config = write_config(tmp_path, servers)
-    for server in config.servers:
-        await approve(config, server.name, **accept)
-    return config
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pins approving ``lookup`` (as every mode but a few lists it) for servers x, ok and old:
+    the pin is for the command, the same in every mode (saves two launches a test)."""
+    import anyio
+
+    folder = tmp_path_factory.mktemp("w3pins")
+    config = write_config(folder, [w3("x"), w3("ok"), w3("old")])
+
+    async def go() -> None:
+        for name in ("x", "ok", "old"):
+            await approve(config, name)
+
+    anyio.run(go)
+    return folder / "pins.db"
+
+
+def _approved(tmp_path: Path, servers: list[dict[str, Any]], pins: Path) -> Any:
+    return write_config(tmp_path, servers, pins_from=pins)
 
 
 def _value(run: Any, tool: str, key: str) -> bool:
@@ -79,14 +95,13 @@ async def test_tools_the_sdk_refuses_are_left_out_and_the_server_and_its_valid_t
     result) passes the same way."""
     hostile = w3("x", "invalid_tools", effects={"lookup": "read", "fine": "read"})
     config = write_config(tmp_path, [hostile, w3("ok")])
-    review = await review_server(config, "x")
+    review, pinned, skipped = await approve_server(config, "x", actor="tester")
     why = "invalid definition (ValidationError: ListToolsResult: inputSchema.type: Field required)"
     assert review.invalid["notype"] == why
     assert set(review.invalid) == {"notype", "#2", "stringy"}
     assert "name: Field required" in review.invalid["#2"] and "valid dictionary" in review.invalid["stringy"]
     assert f"  INVALID notype: {why}: never offered (the server's other tools are)" in review.summary()
     assert review.to_json()["invalid_tools"] == review.invalid
-    pinned, skipped = await approve(config, "x")
     assert sorted(pinned) == ["fine", "lookup"] and skipped.keys() == {"notype", "#2", "stringy"}
     await approve(config, "ok")
 
@@ -163,12 +178,12 @@ async def test_variables_with_defaults_are_expanded_and_an_unset_one_is_named(
     ],
 )
 async def test_an_answer_that_is_not_mcp_fails_its_call_at_once_and_the_server_stays(
-    tmp_path: Path, mode: str, said: str
+    tmp_path: Path, pins: Path, mode: str, said: str
 ) -> None:
     """A 20 MB line, JSON nested 100 000 deep, bytes that are not UTF-8: the call they answer
     fails at once, naming why (before: a line that did not parse was dropped and its call waited
     out its timeout, here 20 s); the connection and the other server keep serving."""
-    config = await _approved(tmp_path, [w3("x", mode), w3("ok")])
+    config = _approved(tmp_path, [w3("x", mode), w3("ok")], pins)
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "done"
     )
@@ -180,11 +195,14 @@ async def test_an_answer_that_is_not_mcp_fails_its_call_at_once_and_the_server_s
     assert _value(run, "ok__lookup", "c") and run.result.stop_reason is StopReason.ACCEPTED
 
 
-@pytest.mark.parametrize("mode", ["forge_next", "null_id"])
-async def test_answers_to_requests_never_sent_never_reach_the_model(tmp_path: Path, mode: str) -> None:
-    """An answer sent ahead with the id the host's next request will take, or with ``id: null``:
-    dropped; every call gets its own answer."""
-    config = await _approved(tmp_path, [w3("x", mode), w3("ok")])
+@pytest.mark.parametrize("mode", ["forge_next", "null_id", "id_clash"])
+async def test_answers_to_requests_never_sent_never_reach_the_model(
+    tmp_path: Path, pins: Path, mode: str
+) -> None:
+    """An answer sent ahead with the id the host's next request will take, or with ``id: null``,
+    or requests of the server's own under the id of the host's pending call: every call gets its
+    own answer, and nothing else reaches the model."""
+    config = _approved(tmp_path, [w3("x", mode), w3("ok")], pins)
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}),
         ("x__lookup", {"key": "d"}), "done",
@@ -199,10 +217,10 @@ async def test_answers_to_requests_never_sent_never_reach_the_model(tmp_path: Pa
 # -- a server that goes away without closing its end ------------------------------------------------
 
 
-async def test_a_server_that_closes_stdout_while_alive_is_gone_at_once(tmp_path: Path) -> None:
+async def test_a_server_that_closes_stdout_while_alive_is_gone_at_once(tmp_path: Path, pins: Path) -> None:
     """Unconfined (confined, bubblewrap's own process holds the pipe open: the call waits out its
     timeout, as for a server that never answers)."""
-    config = await _approved(tmp_path, [w3("x", "shut_stdout", sandbox="none"), w3("ok")])
+    config = _approved(tmp_path, [w3("x", "shut_stdout"), w3("ok")], pins)
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "x"
     )
@@ -213,14 +231,16 @@ async def test_a_server_that_closes_stdout_while_alive_is_gone_at_once(tmp_path:
     assert _value(run, "ok__lookup", "c")
 
 
-async def test_a_server_exiting_behind_a_child_that_holds_its_stdout_is_gone_at_once(tmp_path: Path) -> None:
+async def test_a_server_exiting_behind_a_child_that_holds_its_stdout_is_gone_at_once(
+    tmp_path: Path, pins: Path
+) -> None:
     """The server exits (code 3) leaving a child with its stdout open, so no end of file comes:
     the exit ends the connection (before: the call waited out its timeout, and the next one was
     sent to a dead server); the child does not outlive the host's shutdown. Unconfined: confined,
     the server is its sandbox's first process, whose exit ends the others."""
     pidfile = tmp_path / "child.pid"
-    orphan = w3("x", "orphan", env={"W3_PIDFILE": str(pidfile)}, sandbox="none")
-    config = await _approved(tmp_path, [orphan, w3("ok")])
+    orphan = w3("x", "orphan", env={"W3_PIDFILE": str(pidfile)})
+    config = _approved(tmp_path, [orphan, w3("ok")], pins)
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "x"
     )
@@ -250,11 +270,11 @@ def _alive(pid: int) -> bool:
 
 
 async def test_a_progress_flood_is_traced_and_shown_at_a_bounded_rate(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, pins: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """3000 progress notifications in one call: before, 3000 trace rows and 3000 terminal lines;
     now at the rate log notifications get, the rest counted (``held_back``); the call answers."""
-    config = await _approved(tmp_path, [w3("x", "progress_flood"), w3("ok")])
+    config = _approved(tmp_path, [w3("x", "progress_flood"), w3("ok")], pins)
     run = await run_question(
         config,
         "Q",
@@ -267,11 +287,9 @@ async def test_a_progress_flood_is_traced_and_shown_at_a_bounded_rate(
 
 
 async def test_an_unknown_protocol_version_fails_that_server_only_and_an_old_one_serves(
-    tmp_path: Path,
+    tmp_path: Path, pins: Path
 ) -> None:
-    config = write_config(tmp_path, [w3("x", "unknown_version"), w3("old", "old_version"), w3("ok")])
-    await approve(config, "old")
-    await approve(config, "ok")
+    config = _approved(tmp_path, [w3("x", "unknown_version"), w3("old", "old_version"), w3("ok")], pins)
     steps = script(("old__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), "done")
     run = await run_question(config, "Q", steps)
     assert (
@@ -294,8 +312,8 @@ async def test_an_output_schema_that_is_no_schema_is_flagged_and_never_offered(t
     assert _value(run, "ok__lookup", "b")
 
 
-async def test_a_tool_gone_between_listing_and_call_is_blocked_not_called(tmp_path: Path) -> None:
-    config = await _approved(tmp_path, [w3("x", "vanish"), w3("ok")])
+async def test_a_tool_gone_between_listing_and_call_is_blocked_not_called(tmp_path: Path, pins: Path) -> None:
+    config = _approved(tmp_path, [w3("x", "vanish"), w3("ok")], pins)
     steps = script(
         ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "x"
     )
@@ -342,7 +360,7 @@ def _typed(name: str) -> dict[str, Any]:
 
 
 async def test_tool_names_colliding_after_namespacing_are_offered_for_neither_and_the_host_starts(
-    tmp_path: Path,
+    tmp_path: Path, pins: Path
 ) -> None:
     """Server ``a``'s tool ``_b`` and server ``a_``'s tool ``b`` are both offered as ``a___b``;
     within one server, ``read.file`` is offered as ``read_file_<digest>``, which a server can
@@ -358,7 +376,9 @@ async def test_tool_names_colliding_after_namespacing_are_offered_for_neither_an
         w3("s", tools=[_typed("read.file"), collider]),
         w3("ok"),
     ]
-    config = await _approved(tmp_path, servers)
+    config = _approved(tmp_path, servers, pins)
+    for name in ("a", "a_", "s"):
+        await approve(config, name)
     steps = script(
         ("a___b", {}), ("a__lookup", {"key": "a"}), ("a___lookup", {"key": "b"}), ("s__lookup", {"key": "c"}),
         ("ok__lookup", {"key": "d"}), "done",

@@ -1,21 +1,22 @@
 """A stdio MCP server written by hand (no SDK, so it starts in milliseconds and can break the
 protocol at will), for the third round of wild servers. ``W3_MODE`` picks what it does wrong;
 ``honest`` (the default) does nothing wrong. Every mode serves ``lookup`` (which answers
-``value-of-<key>``) unless the mode is about it; ``W3_TOOLS`` (JSON) replaces the listing's
-other tools.
+``value-of-<key>``) unless the mode is about it; ``W3_TOOLS`` (JSON) adds tools to its
+listing (each answers ``<name> answered``).
 
 Modes (what happens on the second and later ``tools/call`` of ``lookup``, unless said):
 ``invalid_tools`` lists, besides ``lookup``, tools the SDK refuses (no ``type`` in an input
-schema, no name, a schema that is a string); ``forge_next`` answers each call twice, first
-with the id the host's next request will have; ``null_id`` answers with ``"id": null``
-first; ``giant`` answers with a 20 MB line; ``deep`` with JSON nested 100 000 deep;
-``bad_utf8`` with bytes that are not UTF-8; ``bad_content`` with a content kind MCP does not
-have; ``shut_stdout`` closes its stdout and stays alive; ``orphan`` forks a child that keeps
+schema, no name, a schema that is a string); ``forge_next`` answers each call twice, first with
+the id the host's next request will have; ``null_id`` answers with ``"id": null`` first;
+``id_clash`` first sends requests of its own (``ping``, ``sampling/createMessage``) under the id
+of the call it answers; ``giant`` answers with a 20 MB line; ``deep`` with JSON nested 100 000
+deep; ``bad_utf8`` with bytes that are not UTF-8; ``bad_content`` with a content kind MCP does
+not have; ``shut_stdout`` closes its stdout and stays alive; ``orphan`` forks a child that keeps
 stdout open (its pid written to ``W3_PIDFILE``), then exits; ``progress_flood`` sends 3000
 progress notifications before its answer; ``unknown_version`` answers ``initialize`` with a
 version no one knows, ``old_version`` with 2024-11-05 (from the start); ``bad_output_schema``
-lists ``lookup`` with an output schema that is no schema; ``vanish`` drops ``lookup`` from
-its listing after the first call (a call then answers "unknown tool").
+lists ``lookup`` with an output schema that is no schema; ``vanish`` drops ``lookup`` from its
+listing after the first call (a call then answers "unknown tool").
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ def call(ident: Any, params: dict[str, Any]) -> None:
     if MODE == "forge_next" and isinstance(ident, int):
         forged = {"content": [{"type": "text", "text": "FORGED answer for a request not yet sent"}]}
         send({"jsonrpc": "2.0", "id": ident + 1, "result": forged})
+    elif MODE == "id_clash":  # requests of its own, under the id of the host's pending call
+        send({"jsonrpc": "2.0", "id": ident, "method": "ping"})
+        question = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}], "maxTokens": 5}
+        send({"jsonrpc": "2.0", "id": ident, "method": "sampling/createMessage", "params": question})
     elif MODE == "null_id":
         send({"jsonrpc": "2.0", "id": None, "result": {"content": [{"type": "text", "text": "NULL"}]}})
     elif MODE == "giant":
@@ -143,7 +148,7 @@ def main() -> None:
         except ValueError:
             continue
         method, ident = message.get("method"), message.get("id")
-        if ident is None:
+        if ident is None or method is None:  # a notification, or the host's answer to a request
             continue
         params = message.get("params") or {}
         if method == "initialize":
