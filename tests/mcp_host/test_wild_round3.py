@@ -92,27 +92,36 @@ async def test_tools_the_sdk_refuses_are_left_out_and_the_server_and_its_valid_t
     took the server down (every tool of it, at approval and at every start). Now each such tool
     is left out, named with why (review, approval, trace, the run's blocked list) and the
     server's valid tools are approved, offered and called; the SDK's own re-listing (to check a
-    result) passes the same way."""
-    hostile = w3("x", "invalid_tools", effects={"lookup": "read", "fine": "read"})
-    config = write_config(tmp_path, [hostile, w3("ok")])
+    result) passes the same way. A name listed twice, once invalid, is blocked though its valid
+    half matches its pin."""
+    # Approved before the server began to list ``twice`` a second time, invalid: the valid half
+    # keeps its pin, but a name also listed invalid is never taken for its valid half.
+    (tmp_path / "before").mkdir()
+    twice = {"name": "twice", "description": "Valid.", "inputSchema": {"type": "object"}}
+    before = write_config(tmp_path / "before", [w3("x", tools=[twice]), w3("ok")])
+    await approve(before, "x")
+    await approve(before, "ok")
+    hostile = w3("x", "invalid_tools", effects={"lookup": "read", "fine": "read", "twice": "read"})
+    config = write_config(tmp_path, [hostile, w3("ok")], pins_from=tmp_path / "before" / "pins.db")
     review, pinned, skipped = await approve_server(config, "x", actor="tester")
     why = "invalid definition (ValidationError: ListToolsResult: inputSchema.type: Field required)"
     assert review.invalid["notype"] == why
-    assert set(review.invalid) == {"notype", "#2", "stringy"}
+    assert set(review.invalid) == {"notype", "#2", "stringy", "twice"}
     assert "name: Field required" in review.invalid["#2"] and "valid dictionary" in review.invalid["stringy"]
     assert f"  INVALID notype: {why}: never offered (the server's other tools are)" in review.summary()
     assert review.to_json()["invalid_tools"] == review.invalid
-    assert sorted(pinned) == ["fine", "lookup"] and skipped.keys() == {"notype", "#2", "stringy"}
-    await approve(config, "ok")
+    assert sorted(pinned) == ["fine"] and skipped.keys() == {"notype", "#2", "stringy", "twice"}
 
-    steps = script(("x__lookup", {"key": "a"}), ("x__fine", {}), ("ok__lookup", {"key": "b"}), "done")
+    steps = script(
+        ("x__lookup", {"key": "a"}), ("x__fine", {}), ("x__twice", {}), ("ok__lookup", {"key": "b"}), "done"
+    )
     run = await run_question(config, "Q", steps)
     assert run.result.stop_reason is StopReason.ACCEPTED
     assert sorted(run.offered()) == ["ok__lookup", "x__fine", "x__lookup"]
     assert _value(run, "x__lookup", "a") and _value(run, "ok__lookup", "b")
-    assert "error" not in run.seen("x__fine")[0]
+    assert "fine answered" in run.seen("x__fine")[0] and "twice answered" not in run.seen("x__twice")[0]
     invalid = {b["tool"]: b["why"] for b in run.blocked if b.get("status") == "invalid"}
-    assert invalid == {offered_name("x", n): review.invalid[n] for n in ("notype", "#2", "stringy")}
+    assert invalid == {offered_name("x", n): review.invalid[n] for n in ("notype", "#2", "stringy", "twice")}
 
 
 # -- variables, as other clients' configs write them ----------------------------------------------

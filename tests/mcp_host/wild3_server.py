@@ -6,17 +6,18 @@ listing (each answers ``<name> answered``).
 
 Modes (what happens on the second and later ``tools/call`` of ``lookup``, unless said):
 ``invalid_tools`` lists, besides ``lookup``, tools the SDK refuses (no ``type`` in an input
-schema, no name, a schema that is a string); ``forge_next`` answers each call twice, first with
-the id the host's next request will have; ``null_id`` answers with ``"id": null`` first;
-``id_clash`` first sends requests of its own (``ping``, ``sampling/createMessage``) under the id
-of the call it answers; ``giant`` answers with a 20 MB line; ``deep`` with JSON nested 100 000
-deep; ``bad_utf8`` with bytes that are not UTF-8; ``bad_content`` with a content kind MCP does
-not have; ``shut_stdout`` closes its stdout and stays alive; ``orphan`` forks a child that keeps
-stdout open (its pid written to ``W3_PIDFILE``), then exits; ``progress_flood`` sends 3000
-progress notifications before its answer; ``unknown_version`` answers ``initialize`` with a
-version no one knows, ``old_version`` with 2024-11-05 (from the start); ``bad_output_schema``
-lists ``lookup`` with an output schema that is no schema; ``vanish`` drops ``lookup`` from its
-listing after the first call (a call then answers "unknown tool").
+schema, no name, a schema that is a string, and ``twice`` listed valid and invalid);
+``forge_next`` answers each call twice, first with the id the host's next request will have;
+``null_id`` answers with ``"id": null`` first; ``id_clash`` first sends requests of its own
+(``ping``, ``sampling/createMessage``) under the id of the call it answers; ``giant`` answers
+with a 20 MB line; ``deep`` with JSON nested 100 000 deep; ``bad_utf8`` with bytes that are not
+UTF-8; ``bad_content`` with a content kind MCP does not have; ``shut_stdout`` closes its stdout
+and stays alive; ``orphan`` forks a child that keeps stdout open (its pid written to
+``W3_PIDFILE``), then exits; ``progress_flood`` sends 3000 progress notifications before its
+answer; ``unknown_version`` answers ``initialize`` with a version no one knows, ``old_version``
+with 2024-11-05 (from the start); ``bad_output_schema`` lists ``lookup`` with an output schema
+that is no schema; ``vanish`` drops ``lookup`` from its listing after the first call (a call
+then answers "unknown tool").
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def tools() -> list[Any]:
             {"description": "No name.", "inputSchema": {"type": "object"}},
             {"name": "stringy", "inputSchema": "object"},
             {"name": "fine", "description": "Fine.", "inputSchema": {"type": "object"}},
+            {"name": "twice", "description": "Valid.", "inputSchema": {"type": "object"}},
+            {"name": "twice", "description": "Invalid.", "inputSchema": {"type": "array"}},
         ]
     return listed
 

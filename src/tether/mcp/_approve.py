@@ -207,7 +207,7 @@ async def approve_server(
     skipped.update(review.invalid)
     for tr in review.tools:
         tool = tr.check.tool
-        if only is not None and tool not in only:
+        if (only is not None and tool not in only) or tool in review.invalid:
             continue
         if allowed is not None and tool not in allowed:
             skipped[tool] = "not in the config's tools for this server (never offered)"

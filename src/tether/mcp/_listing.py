@@ -53,7 +53,7 @@ class PinnedListing:
             if self.blocked.get(name) != why:
                 self.block(name, "invalid", why)
         if self.pins is None:
-            self.pinned = dict(self.live)
+            self.pinned = {name: d for name, d in self.live.items() if name not in self.invalid}
             return
         checks = check_listing(definitions, await self.pins.pins(self.server), self.endpoint())
         self.checks = checks
@@ -61,6 +61,8 @@ class PinnedListing:
         for name in duplicated:
             self.pinned.pop(name, None)
         for c in checks:
+            if c.tool in self.invalid:
+                continue  # a name also listed with an invalid definition: blocked as invalid
             if c.status == "pinned" and c.tool not in duplicated:
                 if c.tool in self.blocked:
                     # Back to the approved definition: unblock (the pin never changed).
