@@ -17,10 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from pydantic import Field
 
+from tether import Effect, Host, tool
 from tether.core.stop import StopReason
 from tether.errors import ConfigError
 from tether.mcp._approve import approve_server, review_server
@@ -306,7 +308,8 @@ async def test_an_unknown_protocol_version_fails_that_server_only_and_an_old_one
         in run.summary()["unavailable_servers"]["x"]
     )
     assert _value(run, "old__lookup", "a") and _value(run, "ok__lookup", "b")
-    assert next(s for s in run.host.sources if s.name == "old").protocol_version == "2024-11-05"
+    old: Any = next(s for s in run.host.sources if s.name == "old")
+    assert old.protocol_version == "2024-11-05"
 
 
 async def test_an_output_schema_that_is_no_schema_is_flagged_and_never_offered(tmp_path: Path) -> None:
@@ -332,7 +335,7 @@ async def test_a_tool_gone_between_listing_and_call_is_blocked_not_called(tmp_pa
     assert _value(run, "ok__lookup", "c")
 
 
-HOSTILE_TEXT = [
+HOSTILE_TEXT: list[dict[str, Any]] = [
     {"name": "ansi", "description": "Reads.\x1b[2K\x1b[1A done", "inputSchema": {"type": "object"}},
     {"name": "zw", "description": "Reads\u200b\u200d a note\u2066.", "inputSchema": {"type": "object"}},
     {
@@ -378,10 +381,10 @@ async def test_tool_names_colliding_after_namespacing_are_offered_for_neither_an
     other tool is served."""
     collider = _typed(f"read_file_{offered_name('s', 'read.file').rsplit('_', 1)[1]}")
     assert offered_name("s", collider["name"]) == offered_name("s", "read.file")
-    effects = {"effects": {"lookup": "read", "_b": "read", "b": "read"}}
+    effects = {"lookup": "read", "_b": "read", "b": "read"}
     servers = [
-        w3("a", tools=[_typed("_b")], **effects),
-        w3("a_", tools=[_typed("b")], **effects),
+        w3("a", tools=[_typed("_b")], effects=effects),
+        w3("a_", tools=[_typed("b")], effects=effects),
         w3("s", tools=[_typed("read.file"), collider]),
         w3("ok"),
     ]
@@ -397,12 +400,42 @@ async def test_tool_names_colliding_after_namespacing_are_offered_for_neither_an
     offered = run.offered()
     assert "a___b" not in offered and offered_name("s", "read.file") not in offered
     assert {"a__lookup", "a___lookup", "s__lookup", "ok__lookup"} <= set(offered)
-    for tool, key in (("a__lookup", "a"), ("a___lookup", "b"), ("s__lookup", "c"), ("ok__lookup", "d")):
-        assert _value(run, tool, key)
+    for name, key in (("a__lookup", "a"), ("a___lookup", "b"), ("s__lookup", "c"), ("ok__lookup", "d")):
+        assert _value(run, name, key)
     assert "value-of" not in run.seen("a___b")[0]
     collided = [b for b in run.blocked if b.get("status") == "name_collision"]
     assert sorted(b["server"] for b in collided) == ["a", "a_", "s", "s"]
     assert all("is also that of another tool" in b["why"] for b in collided)
+
+
+async def test_a_servers_tool_named_like_a_host_tool_is_blocked_and_two_host_tools_are_a_config_error(
+    tmp_path: Path, pins: Path
+) -> None:
+    """The host's own tool keeps its name; the server's tool offered under it is blocked (before:
+    the host did not start). Two of the host's own tools under one name stay a config error."""
+    from tether.mcphost._build import build_host
+    from tether.tools import LocalTools
+
+    @tool(effect=Effect.READ)
+    def ok__lookup(key: Annotated[str, Field(description="Key.")]) -> str:
+        """The host's own lookup."""
+        return f"local {key}"
+
+    host = build_host(_approved(tmp_path, [w3("ok")], pins))
+    host.add_tools(ok__lookup)
+    try:
+        await host.start()
+        assert [(s.name, s.source) for s in host.offered()] == [("ok__lookup", "local")]
+        server: Any = next(s for s in host.sources if s.name == "ok")
+        assert "also that of another tool (of local, ok)" in server.blocked["lookup"]
+    finally:
+        await host.aclose()
+
+    mine = Host()
+    mine.add_tools(ok__lookup)
+    mine.add_source(LocalTools([ok__lookup], name="mine"))
+    with pytest.raises(ConfigError, match="tool 'ok__lookup' offered by two sources"):
+        await mine.start()
 
 
 # -- real servers from npm and PyPI, launched the ordinary way ---------------------------------------
@@ -443,7 +476,7 @@ async def test_real_npm_and_pypi_servers_serve_next_to_each_other(
     (files / "a.txt").write_text("hello file\n")
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
     bins, venv = real_servers["bin"], real_servers["venv"]
-    servers = {
+    servers: dict[str, dict[str, Any]] = {
         "fs": {"command": str(bins / "mcp-server-filesystem"), "args": [str(files)], "sandbox": "none"},
         "memory": {"command": str(bins / "mcp-server-memory"), "sandbox": "none",
                    "env": {"MEMORY_FILE_PATH": str(tmp_path / "memory.json")}},
