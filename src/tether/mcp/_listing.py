@@ -17,6 +17,7 @@ from typing import Any
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
 from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, check_listing
+from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
 
 __all__ = ["PinnedListing", "usable_listing"]
@@ -74,6 +75,11 @@ class PinnedListing:
         for name in sorted(set(self.pinned) - set(self.live)):
             self.pinned.pop(name)
             self.block(name, "removed", "no longer listed by the server")
+
+    def refuse_offered_name(self, spec: ToolSpec, sources: list[str]) -> None:
+        """``spec``'s offered name is also another tool's (of ``sources``): block it (traced)."""
+        why = f"its offered name {spec.name} is also that of another tool (of {', '.join(sources)})"
+        self.block(spec.remote_name or spec.name, "name_collision", why)
 
     def block(self, name: str, status: str, why: str, **more: Any) -> None:
         """Block one remote tool; traced when the model was offered it (or everything is)."""

@@ -170,6 +170,7 @@ class McpServerSource:
         self.warnings: list[str] = []
         self._retired: list[Connection] = []
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
+        self.refuse_offered_name = self.listing.refuse_offered_name  # (for the host's tool index)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
@@ -462,9 +463,6 @@ class McpServerSource:
         cursor: str | None = None
         tools: list[Any] = []
         cursors: set[str] = set()
-        relay = self._relays.get(id(client))
-        if relay is not None:
-            relay.dropped.clear()
         while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
@@ -475,7 +473,7 @@ class McpServerSource:
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
-        await self.listing.absorb(tools, dict(relay.dropped) if relay is not None else {})
+        await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
         self._stale = False
         return self.checks
 
@@ -539,13 +537,6 @@ class McpServerSource:
             raise ToolInputError(
                 str(err), hint="match the tool's input schema exactly", details=dict(err.details)
             ) from None
-
-    def refuse_offered_name(self, spec: ToolSpec, sources: list[str]) -> None:
-        """``spec``'s offered name is also another tool's (of ``sources``): block it (traced)."""
-        self.listing.block(
-            spec.remote_name or spec.name, "name_collision",
-            f"its offered name {spec.name} is also that of another tool (of {', '.join(sources)})",
-        )  # fmt: skip
 
     def _refuse_unapproved(self, spec: ToolSpec) -> None:
         remote = spec.remote_name

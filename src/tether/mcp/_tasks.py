@@ -78,7 +78,7 @@ class TaskRelay:
     def __init__(self, version: Callable[[], str | None] = lambda: None) -> None:
         self._version = version  # the connection's negotiated protocol version, once known
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
-        self.dropped: dict[str, str] = {}  # tools left out of tools/list answers (usable_listing)
+        self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
@@ -135,6 +135,8 @@ class TaskRelay:
                             sent: Any = getattr(item, "message", None)
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
+                                if not (sent.params or {}).get("cursor"):  # a new listing begins
+                                    self.dropped = {}
                             await inner_write.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
