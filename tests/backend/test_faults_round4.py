@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gzip
 import io
 import json
 from collections.abc import Callable
@@ -259,6 +260,16 @@ def absurd_retry_fields(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [noise, *wire(p, stream, items)]
 
 
+def gzip_members(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """The body as several gzip members, one after another (each event, or each half of a
+    whole answer, compressed on its own), as RFC 1952 allows."""
+    pieces = wire(p, stream, items)
+    if not stream:
+        body = b"".join(pieces)
+        pieces = [body[: len(body) // 2], body[len(body) // 2 :]]
+    return [gzip.compress(piece) for piece in pieces]
+
+
 def nul_in_text(text: str) -> str:
     return text.replace(" ", "\u0000 ", 1)
 
@@ -326,6 +337,9 @@ CASES = [
     Round4("trailing_whitespace_after_the_json", raw(trailing_space), True, at=("anthropic/whole/http",)),
     Round4("nul_in_text", lambda p, s: [Reply.calls(ORDER), Reply.text(nul_in_text(ANSWER))], True,
            answer=nul_in_text(ANSWER), at=("responses/whole/http",)),
+    Round4("gzip_in_several_members", good(edit=gzip_members, headers={"content-encoding": "gzip"}), True,
+           at=("chat/stream/http", "chat/whole/sdk", "anthropic/stream/sdk", "anthropic/whole/http",
+               "responses/stream/http", "responses/whole/http")),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
     Round4("two_content_lengths", twice(lambda p, s: Raw(content=ANSWER, wire=two_lengths)), False,
            ("gave up",), at=("chat/whole/http",)),

@@ -40,7 +40,7 @@ from tether.models._failures import Failures, is_error, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models._sse import BOM as _BOM
-from tether.models._sse import blocks
+from tether.models._sse import blocks, decoded
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -479,7 +479,7 @@ class _Peeked:
         comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
         open as a JSON object) rather than one document, read whole (JSON, or what the error
         then quotes: an HTML page …)."""
-        rest = response.aiter_bytes()
+        rest = decoded(response)
         head = b""
         async for block in rest:
             head += block

@@ -1,10 +1,11 @@
-"""A streamed answer read from raw bytes, for every backend: the body's blocks under a size
-limit (``blocks``), the ``data`` of each server-sent event (``sse_data``), each event as a JSON
-object with error objects raised as the errors they report (``events``)."""
+"""An answer read from raw bytes, for every backend: the body decoded (``decoded``), its blocks
+under a size limit (``blocks``), the ``data`` of each server-sent event (``sse_data``), each
+event as a JSON object with error objects raised as the errors they report (``events``)."""
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,9 +13,35 @@ from tether.errors import ModelError
 from tether.models._failures import Failures, is_error
 from tether.models._retrying import Retryable
 
-__all__ = ["BOM", "blocks", "events", "sse_data", "until_cut"]
+__all__ = ["BOM", "blocks", "decoded", "events", "sse_data", "until_cut"]
 
 BOM = b"\xef\xbb\xbf"
+
+
+def decoded(response: Any) -> AsyncIterator[bytes]:
+    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip``, decoded here
+    to its end: a body may be several gzip members one after another (RFC 1952; a proxy that
+    compresses each piece it flushes), and ``httpx2`` reads the first and drops the rest."""
+    if response.headers.get("content-encoding", "").strip().lower() != "gzip":
+        return response.aiter_bytes()  # type: ignore[no-any-return]
+    return _gunzip(response.aiter_raw())
+
+
+async def _gunzip(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    z, first = zlib.decompressobj(wbits=31), True
+    async for block in raw:
+        while block:
+            try:
+                piece = z.decompress(block)
+            except zlib.error as err:
+                if first:  # not gzip at all (a label on a plain body): unreadable, maybe not next time
+                    raise Retryable("unusable_response", f"the body does not decode as gzip: {err}") from None
+                return  # bytes after the last member: ignored, as gzip does
+            if piece:
+                yield piece
+            block = z.unused_data if z.eof else b""
+            if z.eof:  # another member may follow
+                z, first = zlib.decompressobj(wbits=31), False
 
 
 async def blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
