@@ -270,6 +270,65 @@ def gzip_members(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [gzip.compress(piece) for piece in pieces]
 
 
+def relabel(coding: bytes, *, gzipped: bool = False) -> Callable[[bytes], bytes]:
+    """The answer labelled with ``content-encoding: coding`` (its body gzip-compressed first, or
+    plain)."""
+
+    def edit(data: bytes) -> bytes:
+        head, body = head_body(data)
+        head = b"\r\n".join(h for h in head.split(b"\r\n") if not h.lower().startswith(b"content-length"))
+        body = gzip.compress(body) if gzipped else body
+        return head + b"\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n" % (coding, len(body)) + body
+
+    return edit
+
+
+def chat_finish(value: str | None) -> Callable[[list[Any]], list[Any]]:
+    """Chat: the finish reason of a whole answer set to ``value`` (None: the field left out)."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        choice = items[0]["choices"][0]
+        choice.pop("finish_reason")
+        if value is not None:
+            choice["finish_reason"] = value
+        return items
+
+    return edit
+
+
+def filtered_mid_stream(items: list[Any]) -> list[Any]:
+    """Chat: part of the text, then the finish ``content_filter`` (the rest withheld)."""
+    text = [
+        i
+        for i in items
+        if isinstance(i, dict) and (i.get("choices") or [{}])[0].get("delta", {}).get("content")
+    ]
+    finish = next(
+        i for i in items if isinstance(i, dict) and (i.get("choices") or [{}])[0].get("finish_reason")
+    )
+    finish["choices"][0]["finish_reason"] = "content_filter"
+    return [i for i in items if i is not text[-1]]
+
+
+HTML_STATUSES = {  # nginx's and Cloudflare's pages; where each runs
+    403: ("403 Forbidden", ("HTTP 403", "403 Forbidden", "API_KEY"), "chat/whole/http"),
+    404: ("404 Not Found", ("HTTP 404", "404 Not Found", "model name"), "anthropic/stream/sdk"),
+    413: ("413 Request Entity Too Large", ("HTTP 413", "Too Large"), "responses/whole/http"),
+    422: ("422 Unprocessable Entity", ("HTTP 422", "Unprocessable"), "chat/stream/sdk"),
+    500: (
+        "500 Internal Server Error",
+        ("HTTP 500", "Internal Server Error", "gave up"),
+        "anthropic/whole/http",
+    ),
+    503: (
+        "503 Service Temporarily Unavailable",
+        ("HTTP 503", "Unavailable", "gave up"),
+        "responses/stream/sdk",
+    ),
+    504: ("504 Gateway Time-out", ("HTTP 504", "Gateway Time-out", "gave up"), "chat/whole/http"),
+}
+
+
 def nul_in_text(text: str) -> str:
     return text.replace(" ", "\u0000 ", 1)
 
@@ -372,6 +431,20 @@ CASES = [
     Round4("402_payment_required", twice(lambda p, s: Reply(status=402, error_body={"error": {
         "message": "Insufficient credits", "code": 402}})), False, ("HTTP 402", "Insufficient credits"),
            at=("responses/whole/sdk",)),
+    Round4("br_label_on_a_plain_body", twice(lambda p, s: Raw(content=ANSWER, wire=relabel(b"br"))), False,
+           ("br", "cannot decode"), at=("anthropic/whole/http", "responses/whole/sdk")),
+    Round4("deflate_label_on_a_gzip_body", twice(lambda p, s: Raw(content=ANSWER, wire=relabel(
+        b"deflate", gzipped=True))), False, ("does not decode", "gave up"), at=("chat/whole/http",)),
+    Round4("chat_whole_answer_without_a_finish_reason", twice(lambda p, s: Reply.text(
+        ANSWER, edit=chat_finish(None))), False, ("unknown reason", "None"), at=("chat/whole/http",)),
+    Round4("chat_content_filter_mid_stream", twice(lambda p, s: Reply.text(ANSWER, edit=filtered_mid_stream)),
+           False, ("refused or filtered", "content_filter"), stop="model_refused", at=("chat/stream/http",)),
+    Round4("responses_failed_rate_limited", twice(lambda p, s: Reply.text(ANSWER, edit=responses_final(
+        status="failed", output=[], error={"code": "rate_limit_exceeded", "message": "Slow down"}))), False,
+           ("rate_limit_exceeded", "Slow down", "gave up"),
+           at=("responses/whole/http", "responses/stream/sdk")),
+    *[Round4(f"{code}_html_page", twice(status_page(code, title)), False, said, at=(at,))
+      for code, (title, said, at) in HTML_STATUSES.items()],
     Round4("responses_incomplete_for_an_unknown_reason", twice(lambda p, s: Reply.text(
         ANSWER, edit=responses_final(status="incomplete", incomplete_details={"reason": "tether_future"}))),
            False, ("tether_future",), at=("responses/stream/http",)),
