@@ -340,6 +340,8 @@ OPENROUTER_ERROR = {
     "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": "error"}],
 }
 
+ALL6 = tuple(f"{p}/{m}/{'sdk' if p == 'responses' and m == 'whole' else 'http'}"
+             for p in ("chat", "anthropic", "responses") for m in ("whole", "stream"))  # fmt: skip
 PROVIDERS = {"chat": "openai-chat", "anthropic": "anthropic", "responses": "openai-responses"}
 
 
@@ -366,7 +368,7 @@ CASES = [
            calls=("ok", "ok"), at=("chat/stream/http",)),
     Round4("line_separators_raw_in_text", lambda p, s: [
         Reply.calls(ORDER), Reply.text(ODD_TEXT, edit=lambda i: encode_raw(p, s, i))], True, answer=ODD_TEXT,
-           at=("chat/stream/http", "anthropic/stream/http", "responses/stream/sdk", "chat/whole/http")),
+           at=ALL6),
     Round4("a_second_choice_beside_the_first", lambda p, s: [
         Reply.calls(ORDER), Reply.text(ANSWER, edit=lambda i: second_choice(p, s, i))], True,
            at=("chat/stream/http", "chat/whole/sdk")),
@@ -415,11 +417,11 @@ CASES = [
            ("gave up",), at=("chat/whole/sdk",)),
     Round4("vllm_error_object_400", twice(vllm_error(VLLM_400)), False,
            ("BadRequestError", "maximum context length"),
-           at=("chat/whole/http", "chat/stream/http", "anthropic/stream/http", "responses/stream/sdk")),
+           at=ALL6),
     Round4("vllm_error_object_500", twice(vllm_error(VLLM_500)), False, ("engine died", "gave up"),
            at=("chat/stream/http", "responses/whole/http")),
     Round4("usage_counts_negative", twice(usage_counts(-50)), False, ("gave up",),
-           at=("chat/whole/http", "anthropic/stream/http", "responses/stream/http")),
+           at=ALL6),
     Round4("usage_counts_not_numbers", twice(usage_counts("many")), False, ("gave up",),
            at=("anthropic/whole/http", "anthropic/stream/sdk")),
     Round4("retry_after_infinite", twice(lambda p, s: Reply(status=503, body=b"busy", headers={
