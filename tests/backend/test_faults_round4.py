@@ -1,7 +1,27 @@
 """A fourth round of held-out faults and legitimate variants, driven as the others are
 (``test_faults_heldout.run_case``: an agent file naming ``model.provider`` and ``tether run`` in
 process) against real servers on 127.0.0.1 speaking chat completions, the Anthropic Messages API
-or the OpenAI Responses API, streamed and whole.
+or the OpenAI Responses API. The mechanism is shared, so each case runs where its path differs
+(``Round4.at``: each protocol's reader, whole and streamed; the SDK transport for statuses).
+
+Variants end ``accepted`` with the answer: one 6 MB event in 1 KB HTTP chunks, parallel calls a
+server numbers all 0, raw U+2028/U+2029/U+0085 in the text, a second choice beside the first,
+the same call id on every turn, a status line without its reason phrase, ``GZIP`` in capitals,
+a body of several gzip members, a ``retry-after`` that is negative or not a number, a chat
+stream cut right after its finish chunk, a ``content-length`` short of the body, one beside
+``chunked``, an Anthropic stream replayed from ``message_start`` or without block stops, a
+``response.queued`` event, absurd ``retry:``/``id:`` fields, whitespace after the JSON, NUL in
+the text.
+
+Faults end with a typed stop and a non-zero exit, retried only when another try may help: two
+``content-length`` headers, a negative one, a chunk size that is not hex, a header past any
+limit, an OpenRouter error chunk, a ``zstd`` body or a ``br`` label (never offered: refused,
+named), a ``deflate`` label on a gzip body, vLLM's ``object: error`` (400 final, 500 retried),
+token counts negative or not numbers, ``retry-after: 1e999``, HTML pages for 401, 403, 404, 413,
+422, 500, 503, 504 and Cloudflare's 524, a 402, a whole chat answer without a finish reason,
+``content_filter`` mid-stream, a Responses answer failed for a rate limit or incomplete for an
+unknown reason; and a redirect to another loopback server is not followed (it never sees the
+key).
 """
 
 from __future__ import annotations
