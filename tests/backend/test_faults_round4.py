@@ -9,7 +9,8 @@ server numbers all 0, raw U+2028/U+2029/U+0085 in the text, a second choice besi
 the same call id on every turn, a status line without its reason phrase, ``GZIP`` in capitals,
 a body of several gzip members, a ``retry-after`` that is negative or not a number, a chat
 stream cut right after its finish chunk, a ``content-length`` short of the body, one beside
-``chunked``, an Anthropic stream replayed from ``message_start`` or without block stops, a
+``chunked``, an Anthropic stream replayed from ``message_start``, without block stops or
+block indexes, a
 ``response.queued`` event, absurd ``retry:``/``id:`` fields, whitespace after the JSON, NUL in
 the text.
 
@@ -265,6 +266,11 @@ def replayed_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [*first, *items]
 
 
+def no_block_index(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: block events without ``index`` (a translating proxy that drops it)."""
+    return walk(items, lambda d: str(d.get("type")).startswith("content_block") and d.pop("index", None))
+
+
 def no_block_stops(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [i for i in items if i.get("type") != "content_block_stop"]
 
@@ -413,6 +419,8 @@ CASES = [
     Round4("anthropic_replayed_message_start", good(edit=replayed_start), True,
            at=("anthropic/stream/http",)),
     Round4("anthropic_without_block_stops", good(edit=no_block_stops), True, at=("anthropic/stream/sdk",)),
+    Round4("anthropic_block_events_without_index", good(edit=no_block_index), True,
+           at=("anthropic/stream/http",)),
     Round4("responses_queued_first", good(edit=queued_first), True, at=("responses/stream/http",)),
     Round4("absurd_retry_and_id_fields", good(edit=absurd_retry_fields), True, at=("chat/stream/http",)),
     Round4("trailing_whitespace_after_the_json", raw(trailing_space), True, at=("anthropic/whole/http",)),

@@ -238,7 +238,9 @@ class AnthropicMessages(HTTPBackend):
         async for event in events(response, self.failures, self.max_response_bytes):
             kind = event.get("type")
             if kind == "content_block_delta":
-                block = blocks.get(event.get("index", -1))
+                # Without an index (a translating proxy drops it), the block begun last, as a
+                # chat tool-call delta without one continues the call begun last.
+                block = blocks.get(event.get("index", max(blocks, default=-1)))
                 if block is None:
                     raise Retryable(
                         "stream_unreadable", f"a delta for block {event.get('index')}, never started"
