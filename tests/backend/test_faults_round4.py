@@ -7,12 +7,11 @@ or the OpenAI Responses API. The mechanism is shared, so each case runs where it
 Variants end ``accepted`` with the answer: one 6 MB event in 1 KB HTTP chunks, parallel calls a
 server numbers all 0, raw U+2028/U+2029/U+0085 in the text, a second choice beside the first,
 the same call id on every turn, a status line without its reason phrase, ``GZIP`` in capitals,
-a body of several gzip members, a ``retry-after`` that is negative or not a number, a chat
-stream cut right after its finish chunk, a ``content-length`` short of the body, one beside
-``chunked``, an Anthropic stream replayed from ``message_start``, without block stops or
-block indexes, a
-``response.queued`` event, absurd ``retry:``/``id:`` fields, whitespace after the JSON, NUL in
-the text.
+a body of several gzip members, chat reasoning as a list of parts, a ``retry-after`` that is
+negative or not a number, a chat stream cut right after its finish chunk, a ``content-length``
+short of the body, one beside ``chunked``, an Anthropic stream replayed from ``message_start``,
+without block stops or block indexes, a ``response.queued`` event, absurd ``retry:``/``id:``
+fields, whitespace after the JSON, NUL in the text.
 
 Faults end with a typed stop and a non-zero exit, retried only when another try may help: two
 ``content-length`` headers, a negative one, a chunk size that is not hex, a header past any
@@ -266,6 +265,16 @@ def replayed_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return [*first, *items]
 
 
+def reasoning_as_parts(items: list[Any]) -> list[Any]:
+    """Chat: the reasoning as a list of text parts under ``reasoning`` (as content may be)."""
+
+    def fix(d: dict[str, Any]) -> None:
+        if isinstance(d.get("reasoning_content"), str):
+            d["reasoning"] = [{"type": "text", "text": d.pop("reasoning_content")}]
+
+    return walk(items, fix)
+
+
 def no_block_index(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """Anthropic: block events without ``index`` (a translating proxy that drops it)."""
     return walk(items, lambda d: str(d.get("type")).startswith("content_block") and d.pop("index", None))
@@ -421,6 +430,10 @@ CASES = [
     Round4("anthropic_without_block_stops", good(edit=no_block_stops), True, at=("anthropic/stream/sdk",)),
     Round4("anthropic_block_events_without_index", good(edit=no_block_index), True,
            at=("anthropic/stream/http",)),
+    Round4("chat_reasoning_as_parts", lambda p, s: [
+        Reply(tool_calls=(ORDER,), reasoning="Read it first.", edit=reasoning_as_parts),
+        Reply.text(ANSWER, reasoning="It is open.", edit=reasoning_as_parts)], True,
+           at=("chat/stream/http", "chat/whole/http")),
     Round4("responses_queued_first", good(edit=queued_first), True, at=("responses/stream/http",)),
     Round4("absurd_retry_and_id_fields", good(edit=absurd_retry_fields), True, at=("chat/stream/http",)),
     Round4("trailing_whitespace_after_the_json", raw(trailing_space), True, at=("anthropic/whole/http",)),

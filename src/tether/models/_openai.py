@@ -270,7 +270,7 @@ class OpenAICompatible(OpenAIBackend):
             )
             for c in wire.get("tool_calls") or _legacy_call(wire)
         )
-        reasoning = wire.get("reasoning_content") or wire.get("reasoning")
+        reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
         if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
             content, finish = content or str(wire["refusal"]), "refusal"
@@ -323,7 +323,7 @@ class OpenAICompatible(OpenAIBackend):
                 piece = delta.get("refusal")
                 if piece:
                     refused.append(piece)
-                piece = delta.get("reasoning_content") or delta.get("reasoning")
+                piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
                 if piece:
                     thought.append(piece)
                     if on_delta is not None:
