@@ -11,6 +11,7 @@ rules are data.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -177,6 +178,12 @@ class ProvenanceRules:
                 out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
             for element in elements:
                 shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
+            if rule.keys:
+                # The rest of what the tool receives (another attachment, an event's text) is no
+                # target, but text it carries on: links and addresses in it are judged as content's.
+                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
+                for leaf in _outside_keys(value, rule.keys):
+                    shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             if rules.no_flow:
                 for element in split_values(value, schema):
                     leaked = index.contained_segments(element, rules.no_flow)
@@ -418,6 +425,27 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     return list(split_values(value, schema))
 
 
+def _outside_keys(value: Any, keys: Sequence[str]) -> list[str]:
+    """Every scalar and mapping key of ``value`` that stands under none of ``keys``."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Mapping):
+            for k, item in v.items():
+                if k not in keys:
+                    found.append(str(k))
+                    walk(item)
+        elif isinstance(v, list | tuple):
+            for item in v:
+                walk(item)
+        elif isinstance(v, str | int | float) and not isinstance(v, bool):
+            found.append(str(v))
+
+    if isinstance(value, Mapping | list | tuple):
+        walk(value)
+    return found
+
+
 def _look_alike(arg: str, name: str, out: _Verdict, shown: dict[str, Any]) -> None:
     """A domain, address or link that can pass for another (mixed scripts, a TR39 skeleton of
     another ASCII name) goes to a reviewer, shown in both forms — whatever it traces to. The
@@ -476,7 +504,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
         if contains_whole(index.user_text, piece) or piece in index.directory:
             continue
         for seg, hay in sources:
-            if (hay == piece or contains_whole(hay, piece)) and not index.written(seg):
+            if (hay == piece or contains_whole(hay, piece)) and not index.echoes(seg, piece):
                 return seg
     return None
 
@@ -518,7 +546,7 @@ def _figure(value: Any) -> float | None:
         return None
     try:
         figure = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
         return None
     return figure if math.isfinite(figure) else None
 
