@@ -254,7 +254,7 @@ class ProvenanceRules:
                 _look_alike(arg, text, out, shown)
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(case)
-            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg):
+            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg, text):
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
@@ -513,11 +513,25 @@ _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
 
 
-def _says_what_for(index: ProvenanceIndex, argument: str) -> bool:
-    """Whether the request names what a secret argument is for: a word of the argument's name
-    (``new_password``: password) stands whole in it."""
+def _says_what_for(index: ProvenanceIndex, argument: str, value: str) -> bool:
+    """Whether the request gives ``value`` as what the secret argument is for: a word of the
+    argument's name (``new_password``: password) stands before the value in the clause that holds
+    it ("change my password to X", "the password: X"). The word elsewhere is not enough: "pay
+    DE89… and check my password reset mail" sets no password to the account."""
     words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
-    return any(_phrase_in(index, w) for w in words)
+    text, needle = index.user_text, normalise(value)
+    at = text.find(needle) if needle else -1
+    while at >= 0:
+        clause = _CLAUSE_BREAK.split(text[:at])[-1]
+        whole = contains_whole(text[max(0, at - 1) : at + len(needle) + 1], needle)
+        if whole and any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", clause) for w in words):
+            return True
+        at = text.find(needle, at + 1)
+    return False
+
+
+# Where a clause of a request ends: a sentence's end, a comma, a line, or a word that joins another.
+_CLAUSE_BREAK = re.compile(r"[.!?;](?=\s)|[,\n]|\b(?:and|then|but|also|or)\b")
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:

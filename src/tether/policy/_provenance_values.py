@@ -211,7 +211,10 @@ def find_links(text: str) -> list[Link]:
             out.append(Link(raw, host, _registered(host), key, registrable(host)))
 
     decoded = unfold(_decoded(text), fold_case=False) if "&" in text or "%" in text else folded
-    for view in (folded, decoded) if decoded != folded else (folded,):
+    # And as written: a browser maps a host's compatibility characters (NFKC) but sends a path as
+    # written, so ``bit.ly/Ｇrand`` is another page than ``bit.ly/Grand``, whatever it folds to.
+    written = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
+    for view in dict.fromkeys((folded, decoded, written)):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
         add(m.group(0), m.group(0), "")
