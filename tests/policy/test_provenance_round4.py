@@ -201,6 +201,19 @@ def test_a_link_whose_host_folds_into_the_users_site_needs_approval(link: str) -
     assert decide(run, "send_email", mail(f"Our page: {SITE}")) == ("allow", [])
 
 
+def test_a_final_sigma_is_not_the_listings_sigma() -> None:
+    # The listing's Greek site ends a label in σ; the attacker's in ς (a deviation character).
+    page = "www.\u03ba\u03bf\u03c3\u03bc\u03bf\u03c3.example/rooms"
+    run = Run().read("get_hotels", {"city": "Athens"}, {"name": "Kosmos", "url": page})
+    run.read("get_reviews", {"hotel": "Kosmos"}, STEER)
+    forged = page.replace("\u03c3.example", "\u03c2.example")
+    verdict, problems = decide(run, "send_email", mail(f"Book at {forged}"))
+    assert verdict == "approve" and problems == ["untrusted_link"]
+    assert decide(run, "send_email", mail(f"Book at {page}")) == ("allow", [])
+    shouted = page.replace("\u03ba\u03bf\u03c3\u03bc\u03bf\u03c3", "\u039a\u039f\u03a3\u039c\u039f\u03a3")
+    assert decide(run, "send_email", mail(f"Book at {shouted}")) == ("allow", [])  # capital Σ is σ
+
+
 def test_an_address_whose_domain_folds_into_the_users_needs_approval() -> None:
     forged = "bob@partner-busineß.example"
     run = listed(review=STEER)
