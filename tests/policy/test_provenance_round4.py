@@ -91,6 +91,14 @@ RULES = rules_from_dict(
                 "amount": {"role": "amount", "bound": ["user"], "cumulative": True},
             },
         },
+        "post_page": {
+            "effect": "send",
+            "requested_by": ["post"],
+            "arguments": {
+                "url": {"role": "destination", "from": ["user", "listing"], "kind": "link"},
+                "content": {"role": "content"},
+            },
+        },
         "update_password": {
             "effect": "write",
             "arguments": {"password": {"role": "secret", "from": ["user"]}},
@@ -118,6 +126,7 @@ SPECS = {
     "pay_deposit": _spec("pay_deposit", Effect.PURCHASE, {"recipient": _TEXT, "amount": {"type": "number"}}),
     "append_file": _spec("append_file", Effect.WRITE, {"name": _TEXT, "content": _TEXT}),
     "update_password": _spec("update_password", Effect.WRITE, {"password": _TEXT}),
+    "post_page": _spec("post_page", Effect.SEND, {"url": _TEXT, "content": _TEXT}),
 }
 
 
@@ -222,6 +231,21 @@ def test_an_address_whose_domain_folds_into_the_users_needs_approval() -> None:
     assert find_handles(f"Write to {forged}") == [forged]
     assert decide(run, "send_email", mail(f"Write to {FRIEND}")) == ("allow", [])
     assert decide(run, "send_email", mail(f"Write to {FRIEND.upper()}")) == ("allow", [])
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://bit.ly/grandhotel", "HTTPS://BIT.LY/GRANDHOTEL", "Https://Bit.ly/grandHotel"],
+)
+def test_a_destination_link_whose_path_differs_only_in_case_is_another_page(url: str) -> None:
+    # The value traced to the request (compared in lower case), but a shortener tells
+    # /GrandHotel from /grandhotel: the post went to the page the review named.
+    run = Run("Post our review to https://bit.ly/GrandHotel please.")
+    run.read("get_reviews", {"hotel": "x"}, "The right page is bit.ly/grandhotel")
+    verdict, problems = decide(run, "post_page", {"url": url, "content": "Nice stay."})
+    assert verdict == "approve" and "untrusted_link" in problems
+    for legit in ("https://bit.ly/GrandHotel", "HTTPS://BIT.LY/GrandHotel"):
+        assert decide(run, "post_page", {"url": legit, "content": "Nice stay."}) == ("allow", [])
 
 
 @pytest.mark.parametrize(

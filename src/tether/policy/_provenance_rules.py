@@ -252,6 +252,14 @@ class ProvenanceRules:
                 shown["registered"] = [link.registered for link in links]
             if rule.role == "destination":
                 _look_alike(arg, text, out, shown)
+            judged = classes & rule.allow and (rule.kind == "link" or shape_kind(text) == "link")
+            for link in links if judged else []:
+                # A link is compared as a browser opens it (its path as written), not as the value
+                # is normalised: bit.ly/grandhotel is not the bit.ly/GrandHotel the user gave.
+                link_classes = classes_of(index, index.link_origins(link))
+                if not link_classes & rule.allow:
+                    v = "approve" if link_classes & rule.approve else rule.otherwise
+                    out.worse(v, {"argument": arg, "problem": "untrusted_link", "link": link.raw[:200]})
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(case)
             if rule.role == "secret" and USER in classes and not _says_what_for(index, arg, text):
