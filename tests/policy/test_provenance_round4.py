@@ -344,6 +344,32 @@ def test_a_value_a_read_echoes_from_its_own_arguments_is_not_the_sources() -> No
     assert decide(run, "pay_deposit", pay(HOTEL_IBAN)) == ("allow", [])
 
 
+def test_a_lookup_that_echoes_the_name_it_was_asked_still_fills_the_users_template() -> None:
+    # The echo keeps where the value came from; it is still the record's field, so the rating
+    # lookup keyed by the restaurant's name fills "Dinner at {name}" as before.
+    request = "Find the best Israeli restaurant and add 'Dinner at {restaurant_name}' to my calendar."
+    rules = rules_from_dict(
+        {
+            "get_ratings": {"effect": "read"},
+            "create_event": {
+                "effect": "write",
+                "arguments": {"title": {"role": "name", "from": ["user", "template"], "fill_from": ["key"]}},
+            },
+        }
+    )
+    name = "New Israeli Restaurant"
+    run = Run(request).read("get_ratings", {"names": [name]}, {name: "Rating: 4.8"})
+    spec = _spec("create_event", Effect.WRITE, {"title": _TEXT})
+    check = ProvenanceRules(rules, TRUST).check
+    assert (
+        check(ProposedCall("p", spec, {"title": f"Dinner at {name}"}, run), TrustedContext(tenant="t"))
+        is None
+    )
+    # What the lookup echoes is still traced to where the run got it: nowhere, here.
+    decision = check(ProposedCall("p", spec, {"title": name}, run), TrustedContext(tenant="t"))
+    assert decision is not None and decision.details["problems"][0]["origins"] == ["model"]
+
+
 def test_a_write_whose_tool_crashed_is_still_the_runs_when_read_back() -> None:
     # The tool stored the account and then raised: the call has no observation, and its write
     # was placed after every observation (at each rebuild of the index), so nothing echoed it.

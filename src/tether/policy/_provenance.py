@@ -183,8 +183,10 @@ class ProvenanceIndex(Steering):
         ]
 
     def written(self, seg: Segment) -> bool:
-        """Whether ``seg`` echoes something the run wrote (it is not the source's own data)."""
-        return bool(self._writes_into(seg))
+        """Whether ``seg`` echoes something the run wrote (it is not the source's own data). A
+        read's echo of what it was asked (the record it looked up, under its name) is still the
+        record's field: where the value itself came from is what ``trace`` retraces."""
+        return any(not w.echo for w in self._writes_into(seg))
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the
