@@ -254,6 +254,7 @@ def test_a_destination_link_whose_path_differs_only_in_case_is_another_page(url:
         '<a href="//3232235777/pay">the hotel</a>',  # scheme-relative, the host as one number
         '<a href="http:3232235777/pay">the hotel</a>',  # a web scheme without slashes
         "https:\\\\0xC0A80101\\pay",  # backslashes, the host in hex
+        '<a href="//0300.0250.0.1/pay">the hotel</a>',  # octal, scheme-relative
     ],
 )
 def test_a_dotless_numeric_host_a_browser_opens_needs_approval(href: str) -> None:
@@ -621,3 +622,33 @@ async def test_an_echoed_read_argument_through_a_real_run() -> None:
     assert world.received == [("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 200.0})]
     denied = [e for e in result.events if e.kind is EventKind.POLICY_DENIED]
     assert [p["problem"] for e in denied for p in e.data["details"]["problems"]] == ["untrusted_origin"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("first", [True, False])
+async def test_a_duplicated_argument_is_refused_whichever_comes_last(first: bool) -> None:
+    # The model's arguments name the recipient twice: one parser keeps the first, another the
+    # last, so no reading of them is the one the tool receives. The call is refused before any
+    # rule reads it; the same payment written once runs.
+    world = Echoing()
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(RULES, TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+    )
+    host.add_tools(world.get_hotels, world.get_reviews, world.pay_deposit)
+    pair = [f'"recipient": "{ATTACKER_IBAN}"', f'"recipient": "{HOTEL_IBAN}"']
+    raw = "{" + ", ".join([*(pair if first else pair[::-1]), '"amount": 200.0']) + "}"
+    steps = [
+        call("get_hotels", city="Paris"),
+        call("get_reviews", hotel="Grand Hotel"),
+        ToolCall(id="dup", name="pay_deposit", arguments=raw),
+        call("pay_deposit", recipient=HOTEL_IBAN, amount=200.0),
+    ]
+    async with host:
+        result = await host.run(Agent("act", _scripted(*steps)), REQUEST, context=CTX)
+    assert world.received == [("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 200.0})]
+    errors = [
+        e.data for e in result.events if e.kind is EventKind.TOOL_ERROR and e.data.get("call_id") == "dup"
+    ]
+    assert errors and "duplicate key" in errors[0]["message"]
