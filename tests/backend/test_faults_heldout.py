@@ -478,7 +478,7 @@ def run_case(
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), QUICK_RETRY:
             code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
         took = time.monotonic() - started
-        return code, json.loads(out.getvalue().strip().splitlines()[-1]), len(server.bodies()), took
+        return code, json.loads(out.getvalue().strip().split("\n")[-1]), len(server.bodies()), took
 
 
 PARAMS = [

@@ -444,7 +444,7 @@ CASES = [
            ("gave up",)),
     Round3("error_body_nested_past_the_recursion_limit", twice(status(500, NESTED)), False,
            ("HTTP 500", "gave up")),
-    # (Anthropic's reader skips a count that is not an integer: its answer is accepted.)
+    # (Anthropic too: test_faults_round4.usage_counts_not_numbers.)
     Round3("usage_counts_past_any_integer", only(("openai-chat", "openai-responses"), twice(
         lambda p, s: Reply.text(ANSWER, usage={"prompt_tokens": 10, "completion_tokens": 1e400,
                                                "input_tokens": 10, "output_tokens": 1e400}))),

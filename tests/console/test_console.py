@@ -190,7 +190,7 @@ def test_sign_in_needs_its_form_token_and_the_right_password_and_sets_a_strict_c
     anon = world.clients["anonymous"]
     assert anon.get("/approvals").url.path == "/login"
     forged = anon.post("/login", data={"username": "ana", "password": PASSWORD})
-    assert forged.status_code == 403 and "tether_session" not in anon.cookies
+    assert forged.status_code == 403 and not any(name.startswith("tether_session") for name in anon.cookies)
     client = TestClient(anon.app, base_url="http://testserver", follow_redirects=False)
     token = re.search(r'name="csrf_login" value="([^"]+)"', client.get("/login").text)
     assert token is not None
@@ -211,7 +211,7 @@ def test_sign_in_needs_its_form_token_and_the_right_password_and_sets_a_strict_c
     page = client.get("/approvals").text
     client.post("/logout", data={"csrf_token": csrf_of(page)})
     stolen = TestClient(anon.app, base_url="http://testserver", follow_redirects=False)
-    stolen.cookies.set("tether_session", cookie.split(";")[0].split("=", 1)[1])
+    stolen.cookies.set(*cookie.split(";")[0].split("=", 1))
     assert stolen.get("/approvals").status_code == 303
 
 

@@ -161,7 +161,9 @@ async def test_a_variable_in_env_is_the_servers_credential_and_an_unset_one_is_n
         await run_question(config, "Q", script("never"))
 
 
-def test_a_variable_in_a_header_is_a_credential_and_elsewhere_a_config_error(tmp_path: Path) -> None:
+def test_a_variable_in_a_header_is_a_credential_and_elsewhere_expanded_or_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "mcp.json"
 
     def load(settings: dict[str, Any]) -> Any:
@@ -174,14 +176,22 @@ def test_a_variable_in_a_header_is_a_credential_and_elsewhere_a_config_error(tmp
     )
     assert rendered.headers == {"Authorization": "Bearer t0k3n-abcdef"}  # not "Bearer $t0k3n-abcdef"
     assert load({"command": "node", "args": ["server.js"], "env": {"MODE": "plain"}}).env == {"MODE": "plain"}
+    # Elsewhere (command, args, url, cwd, part of an env value) it is expanded at load, as
+    # Claude Code expands it; unset, the error names the variable (before: refused outright).
+    for var in ("PATH_PART", "HOST", "WORKSPACE"):
+        monkeypatch.delenv(var, raising=False)
     for settings in (
-        {"command": "node", "args": ["${HOME}/server.js"]},
         {"url": "http://127.0.0.1:1/${PATH_PART}/mcp"},
         {"command": "node", "env": {"URL": "https://${HOST}/api"}},
         {"command": "node", "cwd": "${WORKSPACE}"},
     ):
-        with pytest.raises(ConfigError, match=r"\$\{\.\.\.\} is expanded only as a whole env value"):
+        with pytest.raises(ConfigError, match=r"needs environment variable (PATH_PART|HOST|WORKSPACE)"):
             load(settings)
+    monkeypatch.setenv("HOME", "/home/someone")
+    assert load({"command": "node", "args": ["${HOME}/server.js"]}).command == [
+        "node",
+        "/home/someone/server.js",
+    ]
     with pytest.raises(
         ConfigError, match=r"cmd /c is a Windows command line; here write the command it runs \(npx -y"
     ):
@@ -201,7 +211,7 @@ async def test_real_schemas_and_content_kinds_are_served_and_an_invalid_listing_
     """``$ref``/``$defs``, ``anyOf``, a property without a type, a 5000-value enum: offered and
     checked; images, audio, links and embedded resources: named or shown, never fetched; progress
     after the answer: harmless; an output schema answered without structured content: refused.
-    A tool without ``"type": "object"`` (the SDK refuses the listing): the cause names the field."""
+    A tool without ``"type": "object"`` (the SDK refuses the listing): left out, naming the field."""
     odd = {"name": "o", "transport": "stdio", "command": [sys.executable, str(ODDITIES)], "mode": "legacy"}
     config = write_config(
         tmp_path, [{**odd, "tools": ODD_TOOLS, "effects": dict.fromkeys(ODD_TOOLS, "read")}]
@@ -240,8 +250,13 @@ async def test_real_schemas_and_content_kinds_are_served_and_an_invalid_listing_
 
     (tmp_path / "broken").mkdir()
     broken = write_config(tmp_path / "broken", [{**odd, "name": "b", "env": {"ODD_NO_TYPE": "1"}}])
-    with pytest.raises(DependencyUnavailable, match=r"tools\.\d+\.inputSchema\.type: Field required"):
-        await approve(broken, "b")
+    # The SDK refuses the listing as a whole; the host leaves out only the invalid tool, naming why.
+    pinned, skipped = await approve(broken, "b")
+    assert "lookup" in pinned and "notype" not in pinned
+    assert (
+        skipped["notype"]
+        == "invalid definition (ValidationError: ListToolsResult: inputSchema.type: Field required)"
+    )
 
 
 SERVER_JS = """

@@ -207,10 +207,10 @@ def test_what_a_child_read_is_its_least_trusted_label_and_only_the_host_carries_
     label = make_labeler(TRUST)
     reviews, hotels = label(_obs("c1", "get_reviews", INJECTION)), label(_obs("c2", "get_hotels", HOTEL_URL))
     assert least_read([hotels, reviews]) == "third_party" and least_read([hotels]) == "listing"
-    # Nothing read, or only errors: nothing to carry (the answer keeps today's label).
-    assert (
-        least_read([]) is None and least_read([label(_obs("c3", "get_reviews", "boom", error=True))]) is None
-    )
+    # Nothing read: nothing to carry (the answer keeps today's label). An error's message is
+    # text its tool's server chose: an answer that may repeat it is no more trusted than it.
+    assert least_read([]) is None
+    assert least_read([hotels, label(_obs("c3", "get_hotels", "boom", error=True))]) == "tool_error"
     # A child's own subagent answer relays what the grandchild read; a tool's data cannot.
     nested = label(_obs("c4", "helper", {"conclusion": "x", "relays_trust": "web"}, source="harness"))
     posing = label(_obs("c5", "get_hotels", {"conclusion": "x", "relays_trust": "web"}))

@@ -139,8 +139,10 @@ class HostCore:
         return source
 
     async def start(self, tracer: Tracer | None = None) -> None:
-        """Start sources and index their tools. Duplicate names are a configuration error."""
-        specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        """Start sources and index their tools. A name two of the host's own tools share is a
+        configuration error; a name a server's tool shares with another tool (a server names its
+        tools as it likes) is offered for neither server's tool, which is blocked, saying why."""
+        offers: dict[str, list[tuple[ToolSpec, ToolSource]]] = {}
         enabled = [s for s in self.sources if s.name not in self.disabled_sources]
         for source in enabled:
             launch = getattr(source, "launch", None)
@@ -149,9 +151,17 @@ class HostCore:
         for source in enabled:
             await source.start()
             for spec in await source.list_tools():
-                if spec.name in specs:
-                    raise ConfigError(f"tool {spec.name!r} offered by two sources")
-                specs[spec.name] = (spec, source)
+                offers.setdefault(spec.name, []).append((spec, source))
+        specs: dict[str, tuple[ToolSpec, ToolSource]] = {}
+        for name, offered in offers.items():
+            kept = [(spec, source) for spec, source in offered if not hasattr(source, "refuse_offered_name")]
+            if len(kept) > 1:
+                raise ConfigError(f"tool {name!r} offered by two sources")
+            for spec, source in offered if len(offered) > 1 else ():
+                if (refuse := getattr(source, "refuse_offered_name", None)) is not None:
+                    refuse(spec, [s.name for _, s in offered])
+            if kept or len(offered) == 1:
+                specs[name] = (kept or offered)[0]
         self._specs = specs
         self._started = True
 

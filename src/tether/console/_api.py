@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import wraps
 from typing import Any
 
@@ -196,7 +197,8 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
 
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    runs = sources.traces.runs(run_filter(request.query_params)) if sources.traces else []
+    flt = replace(run_filter(request.query_params), visible=p.tenants("viewer"))
+    runs = sources.traces.runs(flt) if sources.traces else []
     rows = [r.to_json() for r in runs if p.sees(r.tenant)]
     return {"count": len(rows), "runs": rows}
 

@@ -21,14 +21,16 @@ from tether.console._users import CLIENT
 from tether.console._web import Gate
 from tether.errors import ConfigError
 
-__all__ = ["LOOPBACK_HOSTS", "REQUEST_DEADLINE", "Console", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
 
 MAX_BODY = 256 * 1024
 # Seconds a client has to send a request: its headers (``tether serve`` closes the connection),
 # then its body (408). A client that trickles bytes (slowloris) holds nothing for long.
 REQUEST_DEADLINE = 10.0
 
-_HEADERS = [
+# On every response: the app's (Guard) and the server's own (``tether serve``'s 400 to a request
+# it cannot parse).
+PROTECTIVE_HEADERS = [
     (b"content-security-policy",
      b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
      b"frame-ancestors 'none'; base-uri 'none'"),
@@ -79,7 +81,8 @@ class Guard:
     exceed ``MAX_BODY`` bytes, declared or not (413), and is read whole before a handler runs,
     within ``REQUEST_DEADLINE`` seconds (408); every response
     gets the same protective headers (no framing, no sniffing, a strict CSP); and the client's
-    address is recorded for the audit entries written while serving it."""
+    address is recorded for the audit entries written while serving it. No route speaks
+    WebSocket: a handshake is refused (404, the same headers) before the app sees it."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
@@ -92,7 +95,10 @@ class Guard:
         self.allowed_hosts = frozenset(names.values())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, send)
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
 
@@ -101,7 +107,7 @@ class Guard:
                 names = {k.lower() for k, _ in message.get("headers", [])}
                 message["headers"] = [
                     *message.get("headers", []),
-                    *[(k, v) for k, v in _HEADERS if k not in names],
+                    *[(k, v) for k, v in PROTECTIVE_HEADERS if k not in names],
                 ]
             await send(message)
 
@@ -134,6 +140,17 @@ class Guard:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, wrapped)
+
+
+async def _refuse_websocket(scope: Scope, send: Send) -> None:
+    """Refuse a WebSocket handshake as a plain 404 with the protective headers (where the server
+    lets the app answer the handshake over HTTP), else by closing it (the server's 403)."""
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), *PROTECTIVE_HEADERS]
+    await send({"type": "websocket.http.response.start", "status": 404, "headers": headers})
+    await send({"type": "websocket.http.response.body", "body": b"not found"})
 
 
 async def _read_body(receive: Receive) -> bytes | int:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from tether.console._approvals import Denied, Hidden
 from tether.console._render import names_in
+from tether.console._runs import RunFilter
 from tether.console._sources import ConsoleSources
 from tether.console._users import Principal
 from tether.core._confusables import check_name
@@ -316,9 +317,8 @@ def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 
     if sources.traces is None:
         return []
     out: list[dict[str, Any]] = []
-    for run in sources.traces.runs(limit=50):  # the most recent runs: a page load stays cheap
-        if not principal.sees(run.tenant):
-            continue
+    # The principal's most recent runs: a page load stays cheap.
+    for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
         for e in sources.traces.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
                 out.append(

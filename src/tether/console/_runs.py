@@ -65,8 +65,13 @@ class RunFilter:
     agent: str = ""
     since: str = ""  # ISO date or date-time (UTC)
     until: str = ""
+    # The tenants whose runs a principal may see (``None``: every run): applied with the rest,
+    # before a list is cut, so other tenants' newer runs never push a tenant's own off its list.
+    visible: frozenset[str] | None = None
 
     def matches(self, run: RunSummary) -> bool:
+        if self.visible is not None and run.tenant not in self.visible:
+            return False
         if self.tenant and run.tenant != self.tenant:
             return False
         if self.stop_reason and run.stop_reason != self.stop_reason:

@@ -52,6 +52,10 @@ SESSION_TTL = timedelta(hours=12)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
+# Refusals of one kind (one outcome: ``refused:csrf``...) by one actor audited one by one within a
+# minute; past that, only the 16th, 32nd, 64th... (each entry naming its count), so a signed-in
+# client sending refused requests on and on adds a handful of entries a minute, not one each.
+REFUSALS_AUDITED = 10
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
@@ -215,6 +219,7 @@ class UserStore:
         self._token_cache: dict[str, tuple[str, str, float]] = {}
         self._guesses: dict[str, list[float]] = {}  # token id -> when secrets were tried (a minute)
         self._guess_lock = threading.Lock()
+        self._refusals: dict[tuple[str, str], tuple[float, int]] = {}  # (actor, outcome) -> (since, n)
 
     def close(self) -> None:
         self._db.close()
@@ -418,8 +423,16 @@ class UserStore:
         detail: str = "",
         client: str | None = None,
     ) -> None:
-        """Append an entry; ``client`` defaults to the address of the request being served."""
+        """Append an entry; ``client`` defaults to the address of the request being served. A
+        refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
+        a minute is counted, and audited only at each power of two (its entry says the count).
+        The kind is the outcome, never the action: a client names the action (in a path)."""
         where = CLIENT.get() if client is None else client
+        if outcome.startswith("refused:"):
+            note = self._refusal_note(actor, outcome)
+            if note is None:
+                return
+            detail = f"{note}; {detail}" if note and detail else note or detail
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
@@ -427,6 +440,24 @@ class UserStore:
                 (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
                  outcome, detail[:2000], where[:200]),
             )  # fmt: skip
+
+    def _refusal_note(self, actor: str, outcome: str) -> str | None:
+        """What to add to a refusal's entry ("" for the first few of a minute), or ``None`` when
+        it is only counted."""
+        now = time.monotonic()
+        with self._guess_lock:
+            if len(self._refusals) > 10_000:  # bounded memory: drop the windows that have ended
+                self._refusals = {k: v for k, v in self._refusals.items() if now - v[0] < 60}
+            since, count = self._refusals.get((actor, outcome), (now, 0))
+            if now - since >= 60:
+                since, count = now, 0
+            count += 1
+            self._refusals[(actor, outcome)] = (since, count)
+        if count <= REFUSALS_AUDITED:
+            return ""
+        if count & (count - 1):
+            return None
+        return f"refused {count} times within a minute (entries past {REFUSALS_AUDITED}: each power of two)"
 
     def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
         """The newest ``limit`` entries of ``tenants`` (``None``: every entry), chosen by the query:

@@ -2,7 +2,11 @@
 
 - People sign in with a password and get a session: the cookie holds a random id, signed
   (itsdangerous), ``HttpOnly``, ``SameSite=Strict``, ``Secure`` when served over HTTPS; the
-  store keeps only the id's digest, so signing out (or a password change) ends it.
+  store keeps only the id's digest, so signing out (or a password change) ends it. Browsers keep
+  cookies per host, not per port, so every server on 127.0.0.1 shares one jar: each console's
+  cookies are named after its signing key (``cookie_names``), so two consoles never overwrite,
+  and so sign out, each other's sessions; over HTTPS the name has the ``__Host-`` prefix (the
+  browser refuses such a cookie set over plain HTTP, by a sibling subdomain, or for a domain).
 - Programs send ``Authorization: Bearer <token>``; a bad token is refused even if a cookie is
   present. Tokens never come from cookies or query strings.
 - Every state change by a session carries the session's CSRF token (a form field or the
@@ -26,10 +30,21 @@ from starlette.responses import Response
 
 from tether.console._users import AuthError, Principal, UserStore
 
-__all__ = ["LOGIN_COOKIE", "SESSION_COOKIE", "Gate", "load_secret_key"]
+__all__ = ["Gate", "cookie_names", "load_secret_key"]
 
-SESSION_COOKIE = "tether_session"
-LOGIN_COOKIE = "tether_login"
+
+# The session cookie's name before each console had its own (releases up to 19cb230): still read,
+# so sessions begun before an upgrade survive it; only a cookie signed with this console's key
+# is taken, so another console's cookie under that name is ignored like any forged one.
+LEGACY_SESSION_COOKIE = "tether_session"
+
+
+def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
+    """The names of a console's session and sign-in cookies: its own (drawn from its signing key,
+    which no other console shares), ``__Host-`` prefixed when its cookies are ``Secure``."""
+    instance = hmac.new(secret_key, b"tether-console-cookie-names", "sha256").hexdigest()[:12]
+    prefix = "__Host-" if secure else ""
+    return f"{prefix}tether_session_{instance}", f"{prefix}tether_login_{instance}"
 
 
 def load_secret_key(path: Path) -> bytes:
@@ -55,6 +70,7 @@ class Gate:
     def __post_init__(self) -> None:
         self._session = Signer(self.secret_key, salt="tether-console-session")
         self._login = Signer(self.secret_key, salt="tether-console-login")
+        self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
 
     # -- who is asking -------------------------------------------------------------------
 
@@ -66,19 +82,21 @@ class Gate:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
             return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
-        cookie = request.cookies.get(SESSION_COOKIE)
-        if not cookie:
-            return None
-        try:
-            raw = self._session.unsign(cookie).decode("ascii")
-        except (BadSignature, UnicodeDecodeError):
-            return None
-        return self.users.principal_for_session(raw)
+        for name in (self.session_cookie, LEGACY_SESSION_COOKIE):
+            cookie = request.cookies.get(name)
+            if not cookie:
+                continue
+            try:
+                raw = self._session.unsign(cookie).decode("ascii")
+            except (BadSignature, UnicodeDecodeError):
+                continue
+            return self.users.principal_for_session(raw)
+        return None
 
     def start_session(self, response: Response, name: str) -> None:
         raw = self.users.create_session(name)
-        self._cookie(response, SESSION_COOKIE, self._session.sign(raw.encode("ascii")), 12 * 3600)
-        response.delete_cookie(LOGIN_COOKIE, path="/")
+        self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
+        self._forget(response, self.login_cookie)
 
     def _cookie(self, response: Response, name: str, signed: bytes, max_age: int) -> None:
         """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide,
@@ -91,7 +109,11 @@ class Gate:
     def end_session(self, response: Response, principal: Principal) -> None:
         if principal.session:
             self.users.end_session(principal.session)
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        self._forget(response, self.session_cookie)
+
+    def _forget(self, response: Response, name: str) -> None:
+        """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""
+        response.delete_cookie(name, path="/", secure=self.secure_cookies, httponly=True, samesite="strict")
 
     # -- CSRF ----------------------------------------------------------------------------
 
@@ -122,10 +144,10 @@ class Gate:
 
     def set_login_cookie(self, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
-        self._cookie(response, LOGIN_COOKIE, self._login.sign(value.encode("ascii")), 1800)
+        self._cookie(response, self.login_cookie, self._login.sign(value.encode("ascii")), 1800)
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
-        cookie = request.cookies.get(LOGIN_COOKIE, "")
+        cookie = request.cookies.get(self.login_cookie, "")
         try:
             expected = self._login.unsign(cookie).decode("ascii")
         except (BadSignature, UnicodeDecodeError):

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["NameCheck", "check_name", "find_names", "skeleton"]
+__all__ = ["NameCheck", "check_name", "find_names", "label_to_ascii", "skeleton"]
 
 # Scripts that every script shares (digits, punctuation) or that inherit from their base letter.
 _NEUTRAL = frozenset({"COMMON", "INHERITED", "UNKNOWN"})
@@ -133,6 +133,32 @@ def _split(text: str) -> tuple[str, str, str]:
     return "domain", value, ""
 
 
+# The characters IDNA 2003 maps away and a browser (UTS 46, nontransitional processing) keeps:
+# ``straße.example`` opens ``xn--strae-oqa.example``, a name anyone may register, not ``strasse``.
+_DEVIATIONS = frozenset("\u00df\u03c2\u200c\u200d")
+
+
+def label_to_ascii(label: str) -> str:
+    """One label of a host as a browser resolves it: lower case; a Unicode label by IDNA 2003's
+    mapping (Python's ``idna`` codec), except that a label with a deviation character (``ß``,
+    final ``ς``, the zero-width joiners) is kept as written and encoded, never folded into
+    another name. Raises ``UnicodeError`` for a label no codec can encode."""
+    if label.isascii():
+        return label.lower()
+    if _DEVIATIONS.isdisjoint(label):
+        return label.encode("idna").decode("ascii")
+    return "xn--" + unicodedata.normalize("NFKC", label).lower().encode("punycode").decode("ascii")
+
+
+def _label_to_unicode(label: str) -> str:
+    if not label.startswith("xn--"):
+        return label
+    try:
+        return label.encode("ascii").decode("idna")
+    except UnicodeError:  # a deviation character does not survive IDNA 2003's round trip
+        return label[4:].encode("ascii").decode("punycode")
+
+
 def _codec(host: str) -> tuple[str, str, str]:
     """(ASCII form, Unicode form, problem) of a host, label by label."""
     labels = [label for label in host.strip().rstrip(".").split(".") if label]
@@ -140,12 +166,8 @@ def _codec(host: str) -> tuple[str, str, str]:
     problem = ""
     for label in labels:
         try:
-            if label.isascii():
-                a = label.lower()
-                u = a.encode("ascii").decode("idna") if a.startswith("xn--") else a
-            else:
-                a = label.encode("idna").decode("ascii")
-                u = a.encode("ascii").decode("idna")
+            a = label_to_ascii(label)
+            u = _label_to_unicode(a)
         except UnicodeError:
             problem = f"the label {label!r} is not a valid international domain name"
             a = u = label

@@ -57,6 +57,7 @@ class ServerReview:
     instruction_findings: list[Finding] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # e.g. running unconfined
     protocol: str | None = None
+    invalid: dict[str, str] = field(default_factory=dict)  # listed tools left out as invalid -> why
 
     def summary(self) -> list[str]:
         """One screen about the server: what runs, how confined, what is flagged and why."""
@@ -90,6 +91,8 @@ class ServerReview:
             if t.flagged:
                 kinds = ", ".join(sorted({f.kind for f in t.findings}))
                 lines.append(f"  FLAGGED {t.check.tool}: {kinds}")
+        for name, why in self.invalid.items():
+            lines.append(f"  INVALID {name}: {why}: never offered (the server's other tools are)")
         if self.instructions:
             kinds = ", ".join(sorted({f.kind for f in self.instruction_findings})) or "nothing flagged"
             size = len(self.instructions)
@@ -116,6 +119,7 @@ class ServerReview:
                 {"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.instruction_findings
             ],
             "tools": [t.to_json() for t in self.tools],
+            "invalid_tools": dict(self.invalid),
             "summary": self.summary(),
         }
 
@@ -166,6 +170,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             instruction_findings=found,
             warnings=list(source.warnings),
             protocol=source.protocol_version,
+            invalid=dict(source.listing.invalid),
         )
     finally:
         if own:
@@ -199,9 +204,10 @@ async def approve_server(
     to_pin: list[ToolCheck] = []
     skipped: dict[str, str] = {}
     allowed = config.server(name).tools
+    skipped.update(review.invalid)
     for tr in review.tools:
         tool = tr.check.tool
-        if only is not None and tool not in only:
+        if (only is not None and tool not in only) or tool in review.invalid:
             continue
         if allowed is not None and tool not in allowed:
             skipped[tool] = "not in the config's tools for this server (never offered)"

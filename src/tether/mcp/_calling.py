@@ -20,6 +20,7 @@ import jsonschema
 
 from tether.core._schema import SchemaViolation, UnusableSchema
 from tether.core._schema import validate as validate_schema
+from tether.core.ratelimit import TokenBucket
 from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
@@ -128,15 +129,22 @@ class _Limits:
         now = anyio.current_time()
         self.scope = anyio.CancelScope(deadline=now + self.spec.timeout_s)
         self.ceiling = now + (self.source.max_call_s or self.spec.timeout_s)
+        # Traced and shown at a bounded rate, as a server's log lines are (a flood of progress
+        # would fill the trace and the terminal); what is held back is counted on the next one.
+        self.rate, self.held = TokenBucket(5.0, 20), 0
 
     async def progress(self, done: float, total: float | None, message: str | None) -> None:
         source, spec = self.source, self.spec
-        source.emit(
-            EventKind.MCP_PROGRESS, server=source.name, tool=spec.name, progress=done, total=total,
-            message=(message or "")[:200],
-        )  # fmt: skip
-        if source.on_progress is not None:
-            source.on_progress(source.name, spec.name, done, total, message)
+        if self.rate.take():
+            source.emit(
+                EventKind.MCP_PROGRESS, server=source.name, tool=spec.name, progress=done, total=total,
+                message=(message or "")[:200], **({"held_back": self.held} if self.held else {}),
+            )  # fmt: skip
+            self.held = 0
+            if source.on_progress is not None:
+                source.on_progress(source.name, spec.name, done, total, message)
+        else:
+            self.held += 1
         if source.progress_resets_timeout:
             deadline = min(anyio.current_time() + spec.timeout_s, max(self.ceiling, self.scope.deadline))
             self.scope.deadline = deadline

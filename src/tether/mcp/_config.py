@@ -74,6 +74,8 @@ def offered_name(server: str, tool: str) -> str:
         return name
     tag = hashlib.sha256(tool.encode()).hexdigest()[:8]
     return f"{_UNTAKEN.sub('_', name)[: MAX_TOOL_NAME - len(tag) - 1]}_{tag}"
+
+
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {
     "stdio": "stdio",
@@ -322,36 +324,76 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
         raise ConfigError(f"{path}: {validation_problems(err)}") from None
 
 
-_VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+# ``${VAR}``, ``${env:VAR}`` (VS Code) and ``${VAR:-default}`` (Claude Code; the default taken
+# when VAR is unset or empty, as a shell does). Any other ``${...}`` is refused, never passed on.
+_VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 
 
 def _variables(data: dict[str, Any]) -> dict[str, Any]:
-    """``${VAR}`` (or ``${env:VAR}``), as other clients' configs write an environment variable: a
-    whole ``env`` value, or in a header, is a credential read from ``VAR`` (never traced; a
-    user's or provider's own key refused; unset, an error naming it at start). Anywhere else
-    it would reach the server as those very characters, so it is refused."""
+    """Environment variables in a server's settings, as other clients' configs write them. A
+    whole ``env`` value, or one in a header, is a credential read from ``VAR`` at start (never
+    traced; a user's or provider's own key refused; unset without a default, an error naming
+    it). In ``command``/``args``, ``url``, ``cwd`` and the rest of an ``env`` value it is
+    expanded now, from this process's environment: unset without a default, a config error
+    naming it; a user's or provider's own key, refused."""
+    name = data.get("name")
     creds, out = dict(data.get("credentials") or {}), dict(data)
 
-    def declared(found: re.Match[str], name: str | None = None) -> str:
-        creds.setdefault(name or found.group(1), f"env:{found.group(1)}")
-        return "{" + found.group(1) + "}"
+    def declared(found: re.Match[str], key: str | None = None) -> str:
+        var, default = found.group(1), found.group(2)
+        creds.setdefault(key or var, f"env:{var}" + (f":-{default}" if default is not None else ""))
+        return "{" + (key or var) + "}"
 
     if isinstance(env := data.get("env"), dict):
         variables = {k: m for k, v in env.items() if isinstance(v, str) and (m := _VAR.fullmatch(v))}
-        out["env"] = {k: v for k, v in env.items() if k not in variables}
-        for name, found in variables.items():
-            declared(found, name)
+        out["env"] = {k: _expanded(name, f"env {k}", v) for k, v in env.items() if k not in variables}
+        for key, found in variables.items():
+            declared(found, key)
     if isinstance(headers := data.get("headers"), dict):
-        out["headers"] = {k: _VAR.sub(declared, v) if isinstance(v, str) else v for k, v in headers.items()}
+        out["headers"] = {
+            k: _VAR.sub(declared, _understood(name, f"header {k}", v)) for k, v in headers.items()
+        }
+    for key in ("url", "cwd"):
+        out[key] = _expanded(name, key, data.get(key))
     command = data.get("command")
-    rest = [data.get("url"), data.get("cwd"), *([command] if isinstance(command, str) else command or [])]
-    rest += [*(out.get("env") or {}).values()]
-    if any(isinstance(v, str) and "${" in v for v in rest):
-        raise ValueError(
-            f"server {data.get('name')}: ${{...}} is expanded only as a whole env value or in a "
-            "header (as a credential); write the value itself"
-        )
+    if isinstance(command, list):
+        out["command"] = [_expanded(name, "command", part) for part in command]
+    elif isinstance(command, str):
+        out["command"] = _expanded(name, "command", command)
+    out = {k: v for k, v in out.items() if k in data or v is not None}
     return {**out, "credentials": creds} if creds else out
+
+
+def _understood(server: Any, where: str, value: Any) -> Any:
+    if isinstance(value, str) and "${" in _VAR.sub("", value):
+        raise ValueError(
+            f"server {server}: {where}: only ${{VAR}}, ${{env:VAR}} and ${{VAR:-default}} are "
+            f"expanded, not {value[value.index('${', 0) :][:40]!r}"
+        )
+    return value
+
+
+def _expanded(server: Any, where: str, value: Any) -> Any:
+    """``value`` with its variables expanded from this process's environment."""
+    from tether.mcp._credentials import PROVIDER_ENV
+
+    def one(found: re.Match[str]) -> str:
+        var, default = found.group(1), found.group(2)
+        if var in PROVIDER_ENV:
+            raise ValueError(
+                f"server {server}: {where} would pass on {var}, a user/model-provider credential"
+            )
+        got = os.environ.get(var)
+        if default is not None and not got:
+            return default
+        if got is None:
+            raise ValueError(
+                f"server {server}: {where} needs environment variable {var}, which is not set "
+                f"(or write ${{{var}:-default}})"
+            )
+        return got
+
+    return _VAR.sub(one, _understood(server, where, value)) if isinstance(value, str) else value
 
 
 def _renamed(data: dict[str, Any], other: str, ours: str) -> dict[str, Any]:

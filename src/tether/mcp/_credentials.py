@@ -1,6 +1,7 @@
 """Per-server credentials: resolved by the host, handed to one server, never traced.
 
-A server gets only the credentials its config names, from the environment (``env:VAR``)
+A server gets only the credentials its config names, from the environment (``env:VAR``, or
+``env:VAR:-default``: the default when VAR is unset or empty)
 or a secret file (``file:PATH``, which must not be readable by group or others). The
 user's and the model provider's credentials are never forwarded (no token passthrough):
 a config that points a server at them is refused. Every resolved value is registered
@@ -71,12 +72,15 @@ def _read_secret_file(path: Path) -> str:
 def _resolve(ref: str, server: str, name: str, environ: Mapping[str, str], base: Path) -> str:
     kind, _, target = ref.partition(":")
     if kind == "env":
+        target, given, default = target.partition(":-")  # env:VAR:-default (${VAR:-default})
         if target in PROVIDER_ENV:
             raise ConfigError(
                 f"server {server}: credential {name} would forward {target}, a user/model-provider "
                 "credential; give the server its own credential"
             )
         value = environ.get(target)
+        if not value and given:
+            return default
         if not value:
             raise ConfigError(f"server {server}: credential {name} needs environment variable {target}")
         return value

@@ -11,14 +11,16 @@ of tools would otherwise add a row for each at every launch).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
 from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, check_listing
+from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = ["PinnedListing"]
+__all__ = ["PinnedListing", "usable_listing"]
 
 
 class PinnedListing:
@@ -38,14 +40,21 @@ class PinnedListing:
         self.pinned: dict[str, dict[str, Any]] = {}  # remote name -> approved canonical definition
         self.live: dict[str, dict[str, Any]] = {}  # remote name -> last listed definition
         self.blocked: dict[str, str] = {}  # remote name -> why
+        self.invalid: dict[str, str] = {}  # listed, but invalid (left out of the listing) -> why
         self.checks: list[ToolCheck] = []
 
-    async def absorb(self, tools: Sequence[Any]) -> None:
-        """Compare a (whole) listing with the pins."""
+    async def absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
+        """Compare a (whole) listing with the pins; ``invalid``: the tools it also listed that
+        were left out as invalid (name → why), blocked whatever their pins."""
         definitions = [canonical_definition(t) for t in tools]
         self.live = {d["name"]: d for d in definitions}
+        self.invalid = dict(invalid or {})
+        for name, why in self.invalid.items():
+            self.pinned.pop(name, None)
+            if self.blocked.get(name) != why:
+                self.block(name, "invalid", why)
         if self.pins is None:
-            self.pinned = dict(self.live)
+            self.pinned = {name: d for name, d in self.live.items() if name not in self.invalid}
             return
         checks = check_listing(definitions, await self.pins.pins(self.server), self.endpoint())
         self.checks = checks
@@ -53,6 +62,8 @@ class PinnedListing:
         for name in duplicated:
             self.pinned.pop(name, None)
         for c in checks:
+            if c.tool in self.invalid:
+                continue  # a name also listed with an invalid definition: blocked as invalid
             if c.status == "pinned" and c.tool not in duplicated:
                 if c.tool in self.blocked:
                     # Back to the approved definition: unblock (the pin never changed).
@@ -60,12 +71,17 @@ class PinnedListing:
                 self.pinned[c.tool] = c.definition
                 continue
             if self.blocked.get(c.tool) != c.why:
-                self._block(c.tool, c.status, c.why, sha256=c.sha256, pinned_sha256=c.pinned_sha256)
+                self.block(c.tool, c.status, c.why, sha256=c.sha256, pinned_sha256=c.pinned_sha256)
         for name in sorted(set(self.pinned) - set(self.live)):
             self.pinned.pop(name)
-            self._block(name, "removed", "no longer listed by the server")
+            self.block(name, "removed", "no longer listed by the server")
 
-    def _block(self, name: str, status: str, why: str, **more: Any) -> None:
+    def refuse_offered_name(self, spec: ToolSpec, sources: list[str]) -> None:
+        """``spec``'s offered name is also another tool's (of ``sources``): block it (traced)."""
+        why = f"its offered name {spec.name} is also that of another tool (of {', '.join(sources)})"
+        self.block(spec.remote_name or spec.name, "name_collision", why)
+
+    def block(self, name: str, status: str, why: str, **more: Any) -> None:
         """Block one remote tool; traced when the model was offered it (or everything is)."""
         self.blocked[name] = why
         if self.offered is None or name in self.offered:
@@ -77,3 +93,47 @@ class PinnedListing:
                 why=why,
                 **more,
             )
+
+
+def _refused(result: Mapping[str, Any], version: str) -> str | None:
+    """Why the SDK would refuse this ``tools/list`` result (as it checks it), or ``None``."""
+    import mcp_types as types
+    from mcp_types.methods import validate_server_result
+    from pydantic import ValidationError
+
+    from tether.mcp._connection import describe_error
+
+    try:
+        try:
+            validate_server_result("tools/list", version, result)
+        except (KeyError, ValueError) as err:  # an unknown version: the SDK's own fallback
+            if isinstance(err, ValidationError):
+                raise
+            validate_server_result("tools/list", "2025-11-25", result)
+        types.ListToolsResult.model_validate(result, by_name=False)
+    except (ValidationError, ValueError) as err:
+        return describe_error(err)
+    return None
+
+
+def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """A ``tools/list`` result without the tools that make the SDK refuse it, and those tools
+    (name, or ``#index`` when it has none, → why). Unchanged when the SDK takes it, or when
+    what it refuses is not a tool (then the listing fails as before, naming where)."""
+    version = version or "2025-11-25"
+    tools = result.get("tools")
+    if not isinstance(tools, list) or _refused(result, version) is None:
+        return result, {}
+    if _refused({**result, "tools": []}, version) is not None:
+        return result, {}
+    kept: list[Any] = []
+    dropped: dict[str, str] = {}
+    for index, tool in enumerate(tools):
+        why = _refused({**result, "tools": [tool]}, version)
+        if why is None:
+            kept.append(tool)
+            continue
+        name = tool.get("name") if isinstance(tool, dict) else None
+        shown = escape_for_review(name, limit=200) if isinstance(name, str) and name else f"#{index}"
+        dropped[shown] = f"invalid definition ({escape_for_review(why.replace('tools.0.', '', 1), 400)})"
+    return {**result, "tools": kept}, dropped

@@ -40,7 +40,7 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
     # Every message passes the connection's task relay, which can also send the host's own
     # task requests (tether.mcp._tasks): the SDK has no client for tasks.
-    relay = TaskRelay()
+    relay = TaskRelay(lambda: source.protocol_version)
     transport = relay.wrap(transport)
 
     # The server's log notifications go to the run's trace (tether.mcp._serverlog); 2026-07-28

@@ -170,6 +170,7 @@ class McpServerSource:
         self.warnings: list[str] = []
         self._retired: list[Connection] = []
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
+        self.refuse_offered_name = self.listing.refuse_offered_name  # (for the host's tool index)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
@@ -472,7 +473,7 @@ class McpServerSource:
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
-        await self.listing.absorb(tools)
+        await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
         self._stale = False
         return self.checks
 

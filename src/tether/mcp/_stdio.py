@@ -3,9 +3,11 @@
 Launching first lets the server start up while the host loads the SDK (both take about
 the same time, so a connection costs about one start-up, not two). The transport then
 speaks newline-delimited JSON-RPC over the child's stdin/stdout, as the SDK's own does,
-with two differences: a line longer than the cap is discarded while it streams in (never
-held whole in memory) and answered for the server as an error, and shutting down closes
-stdin, then terminates and kills the whole process group, each after a grace period.
+with these differences: a line longer than the cap is discarded while it streams in (never
+held whole in memory) and answered for the server as an error, as is an answer that is not
+JSON-RPC; the server's exit ends the connection even while a child it left holds its stdout;
+and shutting down closes stdin, then terminates and kills the whole process group, each
+after a grace period.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import anyio.abc
 __all__ = ["opened", "spawn", "stdio_transport", "stop"]
 
 STOP_GRACE_S = 2.0
+EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -91,15 +94,24 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
         try:
             return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
         except ValueError as err:
-            return err
+            # Not JSON-RPC (invalid UTF-8, nested past the parser's limit): the request it
+            # answers, if its id shows, fails now rather than at its timeout.
+            from pydantic import ValidationError
+
+            errors = err.errors() if isinstance(err, ValidationError) else []
+            why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
+            return refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)
 
     def too_long(head: bytes, size: int) -> Any:
         """An oversized answer becomes an error for the request it answers (if its id shows)."""
+        too_big = f"the server's answer was larger than the host accepts ({max_line_bytes} bytes)"
+        return refused(head, too_big, ValueError(f"a message of more than {size} bytes was discarded"))
+
+    def refused(head: bytes, why: str, otherwise: ValueError) -> Any:
         found = _ID.search(head)
         if found is None or b'"method"' in head:
-            return ValueError(f"a message of more than {size} bytes was discarded")
-        too_big = f"the server's answer was larger than the host accepts ({max_line_bytes} bytes)"
-        error = types.ErrorData(code=-32603, message=too_big)
+            return otherwise
+        error = types.ErrorData(code=-32603, message=why)
         request_id = json.loads(found.group(1))
         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
@@ -144,9 +156,17 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
             # The server stopped reading: end the session instead of leaving requests hanging.
             await read_writer.aclose()
 
+    async def exited() -> None:
+        """The server's exit ends the connection, though a child it left may hold its stdout
+        open (no end of file would come): what it wrote before exiting is read first."""
+        await process.wait()
+        await anyio.sleep(EXIT_DRAIN_S)
+        await read_writer.aclose()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(reader)
         tg.start_soon(writer)
+        tg.start_soon(exited)
         try:
             yield read_stream, write_stream
         finally:

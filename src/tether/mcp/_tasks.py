@@ -75,7 +75,10 @@ def task_required(definition: dict[str, Any]) -> bool:
 class TaskRelay:
     """One connection's message relay (see the module's docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, version: Callable[[], str | None] = lambda: None) -> None:
+        self._version = version  # the connection's negotiated protocol version, once known
+        self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
+        self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
@@ -115,6 +118,10 @@ class TaskRelay:
                                 box[1] = message
                                 box[0].set()
                                 continue
+                            answers = not hasattr(message, "method")
+                            if ident is not None and answers and ident in self._listings:
+                                self._listings.discard(ident)
+                                item = self._listing(item)
                             await to_sdk.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
                     pass
@@ -125,6 +132,11 @@ class TaskRelay:
                 try:
                     async with from_sdk:
                         async for item in from_sdk:
+                            sent: Any = getattr(item, "message", None)
+                            if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
+                                self._listings.add(sent.id)
+                                if not (sent.params or {}).get("cursor"):  # a new listing begins
+                                    self.dropped = {}
                             await inner_write.send(item)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
@@ -137,6 +149,22 @@ class TaskRelay:
                 finally:
                     self._close()
                     tg.cancel_scope.cancel()
+
+    def _listing(self, item: Any) -> Any:
+        """A ``tools/list`` answer without the tools the SDK would refuse it for."""
+        from mcp.shared.message import SessionMessage
+
+        from tether.mcp._listing import usable_listing
+
+        result = getattr(item.message, "result", None)
+        if not isinstance(result, dict):
+            return item
+        usable, dropped = usable_listing(result, self._version())
+        if not dropped:
+            return item
+        self.dropped.update(dropped)
+        answer = item.message.model_copy(update={"result": usable})
+        return SessionMessage(answer, metadata=item.metadata)
 
     def _close(self) -> None:
         self._closed = True

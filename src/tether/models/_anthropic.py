@@ -44,10 +44,11 @@ from tether.core.messages import (
     Usage,
     UserMessage,
 )
-from tether.models._backend import BackendOptions, HTTPBackend, arguments_text, events
-from tether.models._base import ModelRequest, ModelResponse
+from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
+from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
+from tether.models._sse import events
 
 __all__ = ["AnthropicMessages"]
 
@@ -234,10 +235,12 @@ class AnthropicMessages(HTTPBackend):
         model = ""
         done = False
         on_delta = self.on_delta
-        async for event in events(response, self.max_response_bytes):
+        async for event in events(response, self.failures, self.max_response_bytes):
             kind = event.get("type")
             if kind == "content_block_delta":
-                block = blocks.get(event.get("index", -1))
+                # Without an index (a translating proxy drops it), the block begun last, as a
+                # chat tool-call delta without one continues the call begun last.
+                block = blocks.get(event.get("index", max(blocks, default=-1)))
                 if block is None:
                     raise Retryable(
                         "stream_unreadable", f"a delta for block {event.get('index')}, never started"
@@ -273,8 +276,6 @@ class AnthropicMessages(HTTPBackend):
             elif kind == "message_stop":
                 done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
-            elif kind == "error":
-                raise self.failures.reported(event, "mid-stream")
             # content_block_stop, ping and event types added later carry nothing to keep
         if not done:
             why = f"the stream ended without message_stop ({len(blocks)} blocks)"
@@ -332,8 +333,8 @@ class _Turn:
             "cache_creation_input_tokens",
         ):
             value = raw.get(key)
-            if isinstance(value, int):
-                self.counts[key] = value
+            if value is not None:  # a field a later event leaves out or nulls keeps its count
+                self.counts[key] = count(value)
 
     def to_usage(self) -> Usage:
         c = self.counts

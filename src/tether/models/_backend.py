@@ -36,9 +36,11 @@ import anyio.lowlevel
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError, ModelError
 from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
-from tether.models._failures import Failures, unusable
+from tether.models._failures import Failures, is_error, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
+from tether.models._sse import BOM as _BOM
+from tether.models._sse import blocks, decoded
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -53,8 +55,6 @@ __all__ = [
     "Transport",
     "api_key",
     "arguments_text",
-    "events",
-    "sse_data",
 ]
 
 DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "tool_call", piece)
@@ -407,6 +407,8 @@ class HTTPBackend(RetryingBackend):
 
         response = await self._post(body)
         try:
+            if (undecodable := self.failures.encoding(response)) is not None:
+                raise undecodable
             # Read as the answer is, not as it was asked for or labelled: a server that ignores
             # ``stream`` answers with one JSON document, or streams unasked, and labels either
             # as it likes (events as JSON, a document as a stream, ``text/plain``, none): the
@@ -417,7 +419,7 @@ class HTTPBackend(RetryingBackend):
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
             if self.answer_key not in data:
-                if data.get("error") or data.get("type") == "error":  # an error body with status 200
+                if is_error(data):  # an error body with status 200
                     raise self.failures.reported(data, "in a 200 answer")
                 raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
             return self._whole(data)
@@ -457,7 +459,6 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
-_BOM = b"\xef\xbb\xbf"
 _SPACE = b" \t\r\n" + _BOM
 _SSE_OPEN = (b"data:", b"event:", b"id:", b"retry:", b":")  # how a stream of events starts
 _SSE_OPEN_BYTES = 6
@@ -478,7 +479,7 @@ class _Peeked:
         comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
         open as a JSON object) rather than one document, read whole (JSON, or what the error
         then quotes: an HTML page …)."""
-        rest = response.aiter_bytes()
+        rest = decoded(response)
         head = b""
         async for block in rest:
             head += block
@@ -502,24 +503,9 @@ def arguments_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-async def _blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
-    """The body's blocks as they arrive, decoded; ``ModelError`` past ``limit`` bytes in all
-    (declared or received): an answer that large is refused, not held."""
-    declared = response.headers.get("content-length", "")
-    total = int(declared) if declared.isdigit() and int(declared) > limit else 0  # refused unread
-    if total <= limit:
-        async for block in response.aiter_bytes():
-            total += len(block)
-            if total > limit:
-                break
-            yield block
-    if total > limit:
-        raise ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
-
-
 async def _read(response: Any, limit: int) -> bytes:
-    """The whole body, decoded (``_blocks``)."""
-    return b"".join([block async for block in _blocks(response, limit)])
+    """The whole body, decoded (``blocks``)."""
+    return b"".join([block async for block in blocks(response, limit)])
 
 
 async def _read_json(response: Any, limit: int) -> dict[str, Any]:
@@ -532,55 +518,6 @@ async def _read_json(response: Any, limit: int) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise unusable(f"the answer is not a JSON object: {raw[:200]!r}")
     return data
-
-
-async def sse_data(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk
-    than decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard
-    says: lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a
-    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) and a byte-order
-    mark at the start are skipped. At the
-    end of the body an unfinished event is still yielded (a cut one then fails to parse). More
-    than ``limit`` bytes in all is a ``ModelError``."""
-    pending = b""
-    data: list[bytes] = []
-    start = True  # a byte-order mark at the start of the stream is dropped (the standard says so)
-    async for block in _blocks(response, limit):
-        pending += block
-        if start:
-            if len(pending) < 3 and _BOM.startswith(pending):
-                continue  # the mark may be split across blocks
-            start = False
-            pending = pending.removeprefix(_BOM)
-        if b"\r" in pending:
-            held = pending.endswith(b"\r")  # its LF may be in the next block
-            pending = pending[:-1] if held else pending
-            pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif not line and data:
-                yield data[0] if len(data) == 1 else b"\n".join(data)
-                data = []
-    if pending.startswith(b"data:"):
-        data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
-    if data:
-        yield b"\n".join(data)
-
-
-async def events(response: Any, limit: int = MAX_RESPONSE_BYTES) -> AsyncIterator[dict[str, Any]]:
-    """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream."""
-    async for payload in sse_data(response, limit):
-        if not payload or payload.isspace():
-            continue  # an event with empty data (a keep-alive) carries nothing
-        try:
-            event = json.loads(payload)
-        except ValueError:
-            raise Retryable("stream_unreadable", f"stream event is not JSON: {payload[:200]!r}") from None
-        if not isinstance(event, dict):
-            raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
-        yield event
 
 
 class OpenAIBackend(HTTPBackend):

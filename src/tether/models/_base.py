@@ -9,7 +9,15 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from tether.core.messages import AssistantMessage, Message, Usage
 from tether.core.types import StopReason
 
-__all__ = ["Model", "ModelRequest", "ModelResponse", "finish_of", "finish_problem", "repeated_prefix"]
+__all__ = [
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "count",
+    "finish_of",
+    "finish_problem",
+    "repeated_prefix",
+]
 
 # How a model turn ended, the same words for every provider. A backend puts it in
 # ``ModelResponse.meta["finish"]`` beside the provider's own value (``meta["finish_reason"]``).
@@ -68,6 +76,20 @@ def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
     if finish == "paused":
         return StopReason.MODEL_ERROR, "the provider paused the turn before an answer" + said
     return StopReason.MODEL_ERROR, "the answer ended for an unknown reason" + said
+
+
+def count(value: object) -> int:
+    """A token count as a provider reports it: zero or more, as a number (a fraction cut off)
+    or digits in a string; none (``null``, left out) is 0. Anything else is a ``ValueError``, so
+    the answer counts as unusable: a negative count, once priced, would hand spent budget back,
+    and a count that is no number cannot be charged at all."""
+    if value is None:
+        return 0
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+        return int(value)
+    raise ValueError(f"a token count of {value!r}")
 
 
 _HALF = re.compile("[\ud800-\udfff]")  # one half of a UTF-16 surrogate pair

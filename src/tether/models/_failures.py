@@ -8,12 +8,14 @@ that says what happened and, where the fix is the caller's, what to fix.
   the key to another host) and names its target; any other status is final. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
   stands in.
-- An error object where the answer should be (``Failures.reported``): a 200 body with an
-  ``error``, an ``error`` event mid-stream, a failed response. Retried when its type or code
-  says the server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says
-  nothing; final when it names the request as the problem (``invalid_request_error`` …).
+- An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
+  or a stream event with an ``error``, ``type: error`` or ``object: error``, a failed response.
+  Retried when its type or code says the server failed (``server_error``, ``overloaded_error``
+  …, a 5xx or 429 code) or says nothing; final when it names the request as the problem
+  (``invalid_request_error`` …).
 - A broken answer (``unusable``): the body or stream is not the protocol's shape, or the turn
   has neither text nor a tool call, or two calls share an id — retried.
+- An answer compressed in a coding the client did not offer (``encoding``): final.
 - A transport failure (``transport``): a timeout, a dropped connection, a body that does not
   decode — retried.
 """
@@ -24,11 +26,20 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
-__all__ = ["QUOTA_KINDS", "RETRYABLE_KINDS", "Failures", "error_body", "retry_after", "unusable"]
+__all__ = [
+    "QUOTA_KINDS",
+    "RETRYABLE_KINDS",
+    "Failures",
+    "error_body",
+    "is_error",
+    "retry_after",
+    "unusable",
+]
 
 # Error types and codes a provider sends (OpenAI's ``type``/``code``, Anthropic's
 # ``error.type``) that say the server, not the request, failed: another attempt may pass.
@@ -83,6 +94,13 @@ def _until(date: str) -> float:
     if when.tzinfo is None:  # an HTTP date is GMT; one that says no zone is read as such
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def is_error(data: Mapping[str, object]) -> bool:
+    """Whether a JSON object where an answer or a stream event should be is an error object, in
+    any protocol's form: an ``error`` field (OpenAI, OpenRouter, llama.cpp), ``type: error``
+    (Anthropic, a Responses ``error`` event), ``object: error`` (vLLM, LocalAI)."""
+    return bool(data.get("error")) or data.get("type") == "error" or data.get("object") == "error"
 
 
 def error_body(body: object) -> tuple[str | None, str, bool | None]:
@@ -163,6 +181,19 @@ class Failures:
             return ModelError(f"{self.label}: {why}")
         overloaded = "overloaded" in (kind or "")
         return Retryable("overloaded" if overloaded else "server_error", why)
+
+    def encoding(self, response: Any) -> ModelError | None:
+        """The error for an answer compressed in a coding the client did not offer (``br``,
+        ``zstd`` …: it cannot be decoded, and another attempt gets the same); None when it
+        offered every coding the answer names."""
+        offered = response.request.headers.get("accept-encoding", "")
+        accepted = {c.split(";")[0].strip().lower() for c in offered.split(",")} | {"identity", ""}
+        said = response.headers.get("content-encoding", "").lower().split(",")
+        odd = [c.strip() for c in said if c.strip() not in accepted]
+        if not odd:
+            return None
+        why = f"the answer is compressed with {', '.join(odd)}, which this client cannot decode"
+        return ModelError(f"{self.label}: {why} (it asked for {offered or 'none'}): fix the server or proxy")
 
     @staticmethod
     def transport(err: BaseException, during: str) -> Retryable:

@@ -49,10 +49,12 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
-from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text, sse_data
-from tether.models._base import ModelRequest, ModelResponse
+from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
+from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
+from tether.models._sse import sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
@@ -248,14 +250,12 @@ class OpenAICompatible(OpenAIBackend):
         if not raw:
             return Usage()
         details = raw.get("prompt_tokens_details") or {}
-        cached = details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0
+        cached = count(details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens"))
         extra: dict[str, Any] = {}
-        reasoning = (raw.get("completion_tokens_details") or {}).get("reasoning_tokens")
+        reasoning = count((raw.get("completion_tokens_details") or {}).get("reasoning_tokens"))
         if reasoning:
             extra["reasoning_tokens"] = reasoning
-        return Usage(
-            int(raw.get("prompt_tokens") or 0), int(raw.get("completion_tokens") or 0), int(cached), extra
-        )
+        return Usage(count(raw.get("prompt_tokens")), count(raw.get("completion_tokens")), cached, extra)
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choice = data["choices"][0]
@@ -270,7 +270,7 @@ class OpenAICompatible(OpenAIBackend):
             )
             for c in wire.get("tool_calls") or _legacy_call(wire)
         )
-        reasoning = wire.get("reasoning_content") or wire.get("reasoning")
+        reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
         if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
             content, finish = content or str(wire["refusal"]), "refusal"
@@ -281,13 +281,15 @@ class OpenAICompatible(OpenAIBackend):
         text: list[str] = []
         thought: list[str] = []
         refused: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
+        calls: _Calls = {}
         usage_raw: Mapping[str, Any] | None = None
         model = ""
         finish: str | None = None
         done = False
         on_delta = self.on_delta
-        async for line in sse_data(response, self.max_response_bytes):
+        lines = sse_data(response, self.max_response_bytes)
+        # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole.
+        async for line in until_cut(lines, lambda: finish is not None):  # noqa: B023 (read when cut)
             payload = line.strip()
             if not payload:
                 continue  # an event with empty data (a keep-alive) carries nothing
@@ -301,12 +303,14 @@ class OpenAICompatible(OpenAIBackend):
                 raise Retryable("stream_unreadable", why) from None
             if not isinstance(chunk, dict):
                 raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
-            if chunk.get("error"):
+            if is_error(chunk):
                 raise self.failures.reported(chunk, "mid-stream")
             model = chunk.get("model") or model
             if chunk.get("usage"):
                 usage_raw = chunk["usage"]
             for choice in chunk.get("choices") or ():
+                if choice.get("index") or 0:
+                    continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
                 finish = choice.get("finish_reason") or finish
                 piece = delta.get("content")
@@ -319,7 +323,7 @@ class OpenAICompatible(OpenAIBackend):
                 piece = delta.get("refusal")
                 if piece:
                     refused.append(piece)
-                piece = delta.get("reasoning_content") or delta.get("reasoning")
+                piece = _text(delta.get("reasoning_content") or delta.get("reasoning"))
                 if piece:
                     thought.append(piece)
                     if on_delta is not None:
@@ -346,20 +350,29 @@ class OpenAICompatible(OpenAIBackend):
         return self._answer(message, self._usage(usage_raw), model, finish)
 
 
-def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_delta: Any) -> None:
-    """One streamed tool-call delta into the call it continues (by ``index``; a server that
-    omits it gets the call by id, or the last one when the delta has no id). A name is streamed
-    in pieces or sent once; a delta that repeats the whole name so far (some proxies send it in
-    every delta) adds none."""
-    index = tc.get("index")
+_Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
+
+
+def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None:
+    """One streamed tool-call delta into the call it continues: by ``index``; a server that
+    omits it gets the call by id, or the last one when the delta has no id. Under one index, a
+    delta with a name and another id after a call whose arguments are whole JSON begins a new
+    call (servers that number every parallel call 0). A name is streamed in pieces or sent
+    once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
+    none."""
+    index, fn = tc.get("index"), tc.get("function") or {}
     if index is None:  # the call with its id; without one, the call begun last; else a new one
-        ids = {c["id"]: i for i, c in calls.items() if c["id"]}
-        new = max(calls, default=-1) + 1
-        index = ids.get(tc["id"], new) if tc.get("id") else max(calls, default=0)
-    slot = calls.get(index)
+        ids = {c["id"]: key for key, c in calls.items() if c["id"]}
+        last = max(calls, default=(-1, 0))
+        key = ids.get(tc["id"], (last[0] + 1, 0)) if tc.get("id") else max(last, (0, 0))
+    else:
+        key = max((k for k in calls if k[0] == index), default=(index, 0))
+        slot = calls.get(key)
+        if slot and fn.get("name") and tc.get("id") not in (None, "", slot["id"]) and _whole_json(slot):
+            key = (index, key[1] + 1)
+    slot = calls.get(key)
     if slot is None:
-        slot = calls[index] = {"id": "", "name": "", "arguments": []}
-    fn = tc.get("function") or {}
+        slot = calls[key] = {"id": "", "name": "", "arguments": []}
     if tc.get("id"):
         slot["id"] = tc["id"]
     if fn.get("name") and fn["name"] != slot["name"]:  # a name repeated in every delta is said once
@@ -368,6 +381,15 @@ def _add_call_delta(calls: dict[int, dict[str, Any]], tc: Mapping[str, Any], on_
             on_delta("tool_call", fn["name"])
     if fn.get("arguments"):
         slot["arguments"].append(arguments_text(fn["arguments"]))
+
+
+def _whole_json(call: dict[str, Any]) -> bool:
+    """Whether a streamed call's arguments so far are a whole JSON value (the call is done)."""
+    try:
+        json.loads("".join(call["arguments"]))
+    except ValueError:
+        return False
+    return True
 
 
 def _legacy_call(message: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

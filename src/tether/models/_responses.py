@@ -32,10 +32,11 @@ from typing import Any, Unpack
 from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
-from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text, events
-from tether.models._base import ModelRequest, ModelResponse
+from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
+from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
+from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
 
@@ -185,7 +186,7 @@ class OpenAIResponses(OpenAIBackend):
         done_items: list[dict[str, Any]] = []
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
-        async for event in events(response, self.max_response_bytes):
+        async for event in events(response, self.failures, self.max_response_bytes):
             kind = event.get("type")
             if kind == "response.output_text.delta":
                 if on_delta is not None:
@@ -202,8 +203,6 @@ class OpenAIResponses(OpenAIBackend):
             elif kind in _TERMINAL:  # its name says the status its response may leave out
                 final = {"status": kind[9:], **(event.get("response") or {})}
                 break
-            elif kind == "error":
-                raise self.failures.reported(event, "mid-stream")
         if final is None:
             why = f"the stream ended without a terminal event ({len(done_items)} items)"
             raise Retryable("stream_incomplete", why)
@@ -252,7 +251,7 @@ class OpenAIResponses(OpenAIBackend):
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:
-    cached = (raw.get("input_tokens_details") or {}).get("cached_tokens") or 0
-    reasoning = (raw.get("output_tokens_details") or {}).get("reasoning_tokens") or 0
+    cached = count((raw.get("input_tokens_details") or {}).get("cached_tokens"))
+    reasoning = count((raw.get("output_tokens_details") or {}).get("reasoning_tokens"))
     extra = {"reasoning_tokens": reasoning} if reasoning else {}
-    return Usage(int(raw.get("input_tokens") or 0), int(raw.get("output_tokens") or 0), int(cached), extra)
+    return Usage(count(raw.get("input_tokens")), count(raw.get("output_tokens")), cached, extra)

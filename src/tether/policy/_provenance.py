@@ -178,12 +178,15 @@ class ProvenanceIndex(Steering):
             w
             for w in self.writes
             if w.position <= p
-            and (w.text == seg.text or contains_whole(seg.text, w.text) or contains_whole(w.text, seg.text))
+            and (not w.echo or w.echo == seg.label.call_id)
+            and (w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text))
         ]
 
     def written(self, seg: Segment) -> bool:
-        """Whether ``seg`` echoes something the run wrote (it is not the source's own data)."""
-        return bool(self._writes_into(seg))
+        """Whether ``seg`` echoes something the run wrote (it is not the source's own data). A
+        read's echo of what it was asked (the record it looked up, under its name) is still the
+        record's field: where the value itself came from is what ``trace`` retraces."""
+        return any(not w.echo for w in self._writes_into(seg))
 
     def _retrace(self, value: str, text: str, origin: Origin, seg: Segment) -> list[Origin] | None:
         """A tool origin's replacement when the value came back from the run's own write: the
@@ -225,7 +228,7 @@ class ProvenanceIndex(Steering):
             found = [
                 (a, a + len(w.text), w)
                 for w in self.writes
-                if w.position <= p
+                if w.position <= p and not w.echo
                 for a in _occurrences(seg.text, w.text)
             ]
             spans = sorted(found, key=lambda span: span[:2])
@@ -238,6 +241,14 @@ class ProvenanceIndex(Steering):
                     merged.append((a, b, {w}))
             self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
         return self._stretches[id(seg)]
+
+    def echoes(self, seg: Segment, value: str) -> bool:
+        """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed
+        (a write that holds the value, or stretches its writes cover), not as the source's own
+        text. A segment that merely holds some short write elsewhere ("is") still holds the
+        value as its own."""
+        origin = Origin("tool", seg.label.trust, "exact", seg.label)
+        return bool(self.writes) and self._retrace(value, normalise(value), origin, seg) is not None
 
     def segment_origins(self, seg: Segment) -> list[Origin]:
         """The origins of one whole segment (a value passed by reference to it): its own label,
@@ -526,6 +537,13 @@ def _occurrences(text: str, needle: str) -> list[int]:
         out.append(i)
         i = text.find(needle, i + 1)
     return out
+
+
+def _holds(text: str, written: str) -> bool:
+    """Whether ``text`` holds a write whole. A write of one character (a piece of a value
+    stored one character at a time) is no word another text holds: it counts only in the
+    stretches it covers with the writes beside it (``ProvenanceIndex._regions``)."""
+    return len(written) >= 2 and contains_whole(text, written)
 
 
 def _identifier_like(origin: Origin) -> bool:

@@ -11,6 +11,7 @@ rules are data.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -177,6 +178,12 @@ class ProvenanceRules:
                 out.worse(rule.otherwise, {"argument": arg, "problem": "nothing_to_judge"})
             for element in elements:
                 shown.setdefault(arg, []).append(self._judge(index, call, rule, element, out))
+            if rule.keys:
+                # The rest of what the tool receives (another attachment, an event's text) is no
+                # target, but text it carries on: links and addresses in it are judged as content's.
+                carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
+                for leaf in _outside_keys(value, rule.keys):
+                    shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
             if rules.no_flow:
                 for element in split_values(value, schema):
                     leaked = index.contained_segments(element, rules.no_flow)
@@ -245,9 +252,17 @@ class ProvenanceRules:
                 shown["registered"] = [link.registered for link in links]
             if rule.role == "destination":
                 _look_alike(arg, text, out, shown)
+            judged = classes & rule.allow and (rule.kind == "link" or shape_kind(text) == "link")
+            for link in links if judged else []:
+                # A link is compared as a browser opens it (its path as written), not as the value
+                # is normalised: bit.ly/grandhotel is not the bit.ly/GrandHotel the user gave.
+                link_classes = classes_of(index, index.link_origins(link))
+                if not link_classes & rule.allow:
+                    v = "approve" if link_classes & rule.approve else rule.otherwise
+                    out.worse(v, {"argument": arg, "problem": "untrusted_link", "link": link.raw[:200]})
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(case)
-            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg):
+            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg, text):
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
@@ -418,6 +433,27 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     return list(split_values(value, schema))
 
 
+def _outside_keys(value: Any, keys: Sequence[str]) -> list[str]:
+    """Every scalar and mapping key of ``value`` that stands under none of ``keys``."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, Mapping):
+            for k, item in v.items():
+                if k not in keys:
+                    found.append(str(k))
+                    walk(item)
+        elif isinstance(v, list | tuple):
+            for item in v:
+                walk(item)
+        elif isinstance(v, str | int | float) and not isinstance(v, bool):
+            found.append(str(v))
+
+    if isinstance(value, Mapping | list | tuple):
+        walk(value)
+    return found
+
+
 def _look_alike(arg: str, name: str, out: _Verdict, shown: dict[str, Any]) -> None:
     """A domain, address or link that can pass for another (mixed scripts, a TR39 skeleton of
     another ASCII name) goes to a reviewer, shown in both forms — whatever it traces to. The
@@ -476,7 +512,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
         if contains_whole(index.user_text, piece) or piece in index.directory:
             continue
         for seg, hay in sources:
-            if (hay == piece or contains_whole(hay, piece)) and not index.written(seg):
+            if (hay == piece or contains_whole(hay, piece)) and not index.echoes(seg, piece):
                 return seg
     return None
 
@@ -485,11 +521,25 @@ _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
 
 
-def _says_what_for(index: ProvenanceIndex, argument: str) -> bool:
-    """Whether the request names what a secret argument is for: a word of the argument's name
-    (``new_password``: password) stands whole in it."""
+def _says_what_for(index: ProvenanceIndex, argument: str, value: str) -> bool:
+    """Whether the request gives ``value`` as what the secret argument is for: a word of the
+    argument's name (``new_password``: password) stands before the value in the clause that holds
+    it ("change my password to X", "the password: X"). The word elsewhere is not enough: "pay
+    DE89… and check my password reset mail" sets no password to the account."""
     words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
-    return any(_phrase_in(index, w) for w in words)
+    text, needle = index.user_text, normalise(value)
+    at = text.find(needle) if needle else -1
+    while at >= 0:
+        clause = _CLAUSE_BREAK.split(text[:at])[-1]
+        whole = contains_whole(text[max(0, at - 1) : at + len(needle) + 1], needle)
+        if whole and any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", clause) for w in words):
+            return True
+        at = text.find(needle, at + 1)
+    return False
+
+
+# Where a clause of a request ends: a sentence's end, a comma, a line, or a word that joins another.
+_CLAUSE_BREAK = re.compile(r"[.!?;](?=\s)|[,\n]|\b(?:and|then|but|also|or)\b")
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
@@ -518,7 +568,7 @@ def _figure(value: Any) -> float | None:
         return None
     try:
         figure = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
         return None
     return figure if math.isfinite(figure) else None
 

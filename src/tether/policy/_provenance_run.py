@@ -32,15 +32,28 @@ from tether.policy._rules import HARNESS_SOURCE
 __all__ = ["REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
 
 
+ERROR = "tool_error"
+"""The class of a tool's error message: text its server or author chose (an MCP server's error,
+a message naming what was asked), never the tool's data, so never a trusted field of it; outside
+``TRUST_ORDER``, it is the least trusted class a copy can take."""
+
+
+def _error_segments(obs: Any) -> list[Segment]:
+    text = obs.text if isinstance(obs.text, str) else ""
+    label = SourceLabel(obs.tool, obs.source, ERROR, call_id=obs.call_id)
+    return [Segment(text, normalise(text), label, False)] if text.strip() else []
+
+
 def observation_segments(obs: Any, config: TrustConfig, own: Iterable[str] = ()) -> list[Segment]:
-    """Segments of one observation: the labels the host attached, or labelled now."""
+    """Segments of one observation: the labels the host attached, or labelled now. An error's
+    text is one segment of the ``ERROR`` class, whatever was cached."""
+    if obs.is_error:
+        return _error_segments(obs)
     cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
     if isinstance(cached, list):
         restored = [_segment(item) for item in cached]
         if all(seg is not None for seg in restored):
             return [seg for seg in restored if seg is not None]
-    if obs.is_error:
-        return []
     return label_observation(obs.tool, obs.source, obs.data, obs.text, config, own=own, call_id=obs.call_id)
 
 
@@ -52,7 +65,7 @@ def make_labeler(config: TrustConfig, own: Iterable[str] = ()) -> Callable[[Any]
 
     def label(obs: Any) -> Any:
         segments = (
-            []
+            _error_segments(obs)
             if obs.is_error
             else label_observation(
                 obs.tool, obs.source, obs.data, obs.text, config, own=mine, call_id=obs.call_id
@@ -93,8 +106,9 @@ the run (a subagent's answer: what its child run read, ``least_read``)."""
 def least_read(observations: Iterable[Any]) -> str | None:
     """The least trusted class among ``observations`` (a child run's, whose answer relays what
     it read): the labels the host attached, and the classes they relay in turn; None when they
-    hold no label (nothing read, or only errors). An observation the host did not label (a
-    host without a labeler) counts as ``least_trusted`` of nothing: what it holds is unknown."""
+    hold no label (nothing read; an error's message is ``ERROR`` text). An observation the host
+    did not label (a host without a labeler) counts as ``least_trusted`` of nothing: what it
+    holds is unknown."""
     classes: set[str] = set()
     for obs in observations:
         cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
@@ -167,20 +181,27 @@ def index_for(
         segments.extend(found)
         positions.extend([i] * len(found))
     written: list[Written] = []
-    calls = _history(state, "calls")
-    for record in calls:
-        if record.status not in REACHED or (writes is not None and not writes(record.tool)):
-            continue
-        at = first_seen.get(record.call_id, len(observations))
-        for leaf in split_values(record.arguments):
-            text = normalise(leaf)
-            if len(text) >= 2:
-                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf))))
     reads: dict[str, tuple[int, list[str]]] = {}
+    calls = _history(state, "calls")
+    after = 0  # observations made before the call: after the last one of a call before it
     for record in calls:
         seen = first_seen.get(record.call_id)
-        if seen is not None and record.status in REACHED:
-            reads[record.call_id] = (seen, split_values(record.arguments))
+        at = after if seen is None else seen  # a call that crashed has no observation of its own
+        after = max(after, at + 1 if seen is not None else after)
+        if record.status not in REACHED:
+            continue
+        leaves = _leaves(record.arguments)
+        if seen is not None:
+            reads[record.call_id] = (seen, leaves)
+        # A write: any later read may return it. A read keeps nothing, but what it returns may
+        # repeat what it was asked (a search echoes its query): an echo into that call alone.
+        echo = "" if writes is None or writes(record.tool) else record.call_id
+        if echo and seen is None:
+            continue
+        for leaf in leaves:
+            text = normalise(leaf)
+            if text:
+                written.append(Written(text, at, frozenset(link.key for link in find_links(leaf)), echo))
     # The user's own words: a child run (a subagent, a workflow node) carries its parent's
     # request, since its objective was written by a model or built from data it read.
     request = getattr(state, "request", None)
@@ -193,6 +214,13 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+def _leaves(arguments: Any) -> list[str]:
+    """The values a call was given, leaf by leaf: never the names of its arguments."""
+    if isinstance(arguments, Mapping):
+        return [leaf for value in arguments.values() for leaf in split_values(value)]
+    return split_values(arguments)
 
 
 def _history(state: Any, kind: str) -> list[Any]:

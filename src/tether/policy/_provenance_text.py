@@ -87,6 +87,10 @@ class Written:
     text: str  # normalised
     position: int
     links: frozenset[str] = frozenset()  # keys of the links inside it
+    # A read's argument (a query, a name looked up): kept by nothing, it can come back only as
+    # an echo in what that same call returned (the call's id); "" for a write, which any later
+    # read may return.
+    echo: str = ""
 
 
 _QUOTED = re.compile(r"[\"'“”‘’«»`]([^\"'“”‘’«»`]{1,80})[\"'“”‘’«»`]")

@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Link", "find_handles", "find_links", "link_key", "unfold"]
+from tether.core._confusables import label_to_ascii
+
+__all__ = ["Link", "find_handles", "find_links", "fold", "link_key", "unfold"]
 
 # -- text ------------------------------------------------------------------------------------
 
@@ -65,6 +67,9 @@ def _spelled_dot(m: re.Match[str]) -> str:
 
 # -- links -----------------------------------------------------------------------------------
 
+_WEB_LOOSE = re.compile(
+    r"(?:\b(https?):[/\\]*|(?<![\w:/\\])[/\\]{2})([^\s/\\<>\"'`?#]+)([/\\?#][^\s<>\"'`]*)?", re.IGNORECASE
+)
 _SCHEME_ONLY = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+", re.IGNORECASE)
 # A run of characters a host name can be made of, wherever it stands: glued to other words,
 # to digits, to underscores or to punctuation, a host inside it is still found.
@@ -90,10 +95,23 @@ class Link:
 
 @functools.lru_cache(maxsize=4096)
 def _registered(host: str) -> str:
+    """The host as a browser resolves it (``label_to_ascii``: ``ß`` stays ``ß``, encoded)."""
     try:
-        return host.encode("idna").decode("ascii")
+        return ".".join(label_to_ascii(label) if label else label for label in host.split("."))
     except UnicodeError:
         return host.encode("ascii", "backslashreplace").decode("ascii")
+
+
+def fold(text: str) -> str:
+    """``text`` case-folded as a host or an address is compared: as ``str.casefold``, except that
+    the IDNA deviation characters keep their own form (``busineß`` is not ``business``: a browser
+    and a mail server reach another name)."""
+    if _KEPT.isdisjoint(text):
+        return text.casefold()
+    return "".join(c if c in _KEPT else c.casefold() for c in text)
+
+
+_KEPT = frozenset("\u00df\u03c2")
 
 
 @functools.cache
@@ -186,14 +204,17 @@ def find_links(text: str) -> list[Link]:
     seen: set[str] = set()
 
     def add(raw: str, host: str, path: str) -> None:
-        host = host.casefold()
+        host = fold(host)
         key = link_key(host, path)
         if key not in seen:
             seen.add(key)
             out.append(Link(raw, host, _registered(host), key, registrable(host)))
 
     decoded = unfold(_decoded(text), fold_case=False) if "&" in text or "%" in text else folded
-    for view in (folded, decoded) if decoded != folded else (folded,):
+    # And as written: a browser maps a host's compatibility characters (NFKC) but sends a path as
+    # written, so ``bit.ly/Ｇrand`` is another page than ``bit.ly/Grand``, whatever it folds to.
+    written = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
+    for view in dict.fromkeys((folded, decoded, written)):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
         add(m.group(0), m.group(0), "")
@@ -201,9 +222,20 @@ def find_links(text: str) -> list[Link]:
     for m in _SCHEME_ONLY.finditer(folded):
         rest = m.group(0).split("://", 1)[1]
         host, _, path = rest.partition("/")
-        key = link_key(host.casefold(), "/" + path if path else "")
+        key = link_key(fold(host), "/" + path if path else "")
         if key not in seen and not any(key.startswith(k) for k in seen):
             add(m.group(0), host, "/" + path if path else "")
+    # A web link however loosely a browser takes it: ``http:host`` without slashes, backslashes
+    # for slashes, ``//host`` in markup; its host may have no dot (``//3232235777`` is an IPv4
+    # address) and is what follows any ``user@``.
+    for m in _WEB_LOOSE.finditer(folded):
+        if m.group(1) is None and _markup_before(folded, m.start()) is None:
+            continue
+        host = m.group(2).rsplit("@", 1)[-1].split(":", 1)[0]
+        path = (m.group(3) or "").replace("\\", "/")
+        key = link_key(fold(host), path)
+        if host and key not in seen and not any(key.startswith(k) for k in seen):
+            add(m.group(0), host, path)
     for value in _uris(decoded):
         if value not in seen:
             seen.add(value)
@@ -351,7 +383,7 @@ def find_handles(text: str) -> list[str]:
     """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
     wherever they stand: glued to other characters they are still found (with their glue,
     so the handle checked is the one a reader would copy)."""
-    folded = unfold(text)
+    folded = fold(unfold(text, fold_case=False))
     out: list[str] = []
     for pattern in (_EMAIL, _IBAN):
         for m in pattern.finditer(folded):

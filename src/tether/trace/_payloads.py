@@ -187,6 +187,7 @@ class McpProgress(_Payload, total=False):
     progress: float
     total: float | None
     message: str
+    held_back: int  # notifications not traced (over the rate) since the last one that was
 
 
 class McpLog(_Payload, total=False):

@@ -62,10 +62,11 @@ def deadline_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol, with a deadline: a connection that has not sent a request's whole
     headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed,
     so clients that trickle header bytes (slowloris) or send nothing hold no connection for long.
-    The body's own deadline is the console's (``Guard``)."""
+    The body's own deadline is the console's (``Guard``). uvicorn's own 400, to a request it
+    cannot parse (the app never sees it), carries the console's protective headers too."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
-    from tether.console._app import REQUEST_DEADLINE
+    from tether.console._app import PROTECTIVE_HEADERS, REQUEST_DEADLINE
 
     class Deadline(AutoHTTPProtocol):  # type: ignore[misc,valid-type]
         def connection_made(self, transport: Any) -> None:
@@ -84,6 +85,16 @@ def deadline_protocol() -> type[asyncio.Protocol]:
                     self.transport.close()
 
             self.loop.call_later(REQUEST_DEADLINE, expire)
+
+        def send_400_response(self, msg: str) -> None:
+            body = msg.encode("ascii", "replace")
+            head = [
+                b"HTTP/1.1 400 Bad Request", b"content-type: text/plain; charset=utf-8",
+                b"content-length: %d" % len(body), b"connection: close",
+                *[name + b": " + value for name, value in PROTECTIVE_HEADERS],
+            ]  # fmt: skip
+            self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            self.transport.close()
 
     return Deadline
 

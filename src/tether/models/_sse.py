@@ -1,0 +1,130 @@
+"""An answer read from raw bytes, for every backend: the body decoded (``decoded``), its blocks
+under a size limit (``blocks``), the ``data`` of each server-sent event (``sse_data``), each
+event as a JSON object with error objects raised as the errors they report (``events``)."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from tether.errors import ModelError
+from tether.models._failures import Failures, is_error
+from tether.models._retrying import Retryable
+
+__all__ = ["BOM", "blocks", "decoded", "events", "sse_data", "until_cut"]
+
+BOM = b"\xef\xbb\xbf"
+
+
+def decoded(response: Any) -> AsyncIterator[bytes]:
+    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip``, decoded here
+    to its end: a body may be several gzip members one after another (RFC 1952; a proxy that
+    compresses each piece it flushes), and ``httpx2`` reads the first and drops the rest."""
+    if response.headers.get("content-encoding", "").strip().lower() != "gzip":
+        return response.aiter_bytes()  # type: ignore[no-any-return]
+    return _gunzip(response.aiter_raw())
+
+
+async def _gunzip(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    z, first = zlib.decompressobj(wbits=31), True
+    async for block in raw:
+        while block:
+            try:
+                piece = z.decompress(block)
+            except zlib.error as err:
+                if first:  # not gzip at all (a label on a plain body): unreadable, maybe not next time
+                    raise Retryable("unusable_response", f"the body does not decode as gzip: {err}") from None
+                return  # bytes after the last member: ignored, as gzip does
+            if piece:
+                yield piece
+            block = z.unused_data if z.eof else b""
+            if z.eof:  # another member may follow
+                z, first = zlib.decompressobj(wbits=31), False
+
+
+async def blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
+    """The body's blocks as they arrive, decoded; ``ModelError`` past ``limit`` bytes in all
+    (declared or received): an answer that large is refused, not held."""
+    declared = response.headers.get("content-length", "")
+    total = int(declared) if declared.isdigit() and int(declared) > limit else 0  # refused unread
+    if total <= limit:
+        async for block in response.aiter_bytes():
+            total += len(block)
+            if total > limit:
+                break
+            yield block
+    if total > limit:
+        raise ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
+
+
+async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
+    """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk
+    than decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard
+    says: lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a
+    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) and a byte-order
+    mark at the start are skipped. At the end of the body an unfinished event is still yielded
+    (a cut one then fails to parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks
+    that end no line are joined once one does (a huge event in small blocks is copied once)."""
+    pending = b""
+    unended: list[bytes] = []  # blocks since the last line end
+    data: list[bytes] = []
+    start = True  # a byte-order mark at the start of the stream is dropped (the standard says so)
+    async for block in blocks(response, limit):
+        if not (start or b"\n" in block or b"\r" in block or pending.endswith(b"\r")):
+            unended.append(block)
+            continue
+        pending, unended = b"".join((pending, *unended, block)), []
+        if start:
+            if len(pending) < 3 and BOM.startswith(pending):
+                continue  # the mark may be split across blocks
+            start = False
+            pending = pending.removeprefix(BOM)
+        if b"\r" in pending:
+            held = pending.endswith(b"\r")  # its LF may be in the next block
+            pending = pending[:-1] if held else pending
+            pending = pending.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + (b"\r" if held else b"")
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif not line and data:
+                yield data[0] if len(data) == 1 else b"\n".join(data)
+                data = []
+    pending = b"".join((pending, *unended))
+    if pending.startswith(b"data:"):
+        data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
+    if data:
+        yield b"\n".join(data)
+
+
+async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator[dict[str, Any]]:
+    """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream,
+    an error object (``is_error``) the error it reports (``Failures.reported``)."""
+    async for payload in sse_data(response, limit):
+        if not payload or payload.isspace():
+            continue  # an event with empty data (a keep-alive) carries nothing
+        try:
+            event = json.loads(payload)
+        except ValueError:
+            raise Retryable("stream_unreadable", f"stream event is not JSON: {payload[:200]!r}") from None
+        if not isinstance(event, dict):
+            raise Retryable("stream_unreadable", f"stream event is not an object: {payload[:200]!r}")
+        if is_error(event):
+            raise failures.reported(event, "mid-stream")
+        yield event
+
+
+async def until_cut(source: AsyncIterator[bytes], whole: Callable[[], bool]) -> AsyncIterator[bytes]:
+    """The items of ``source``; a connection cut (``httpx2.RequestError``) ends them quietly
+    once ``whole()`` says the answer read so far is whole (a chat stream past its finish reason
+    lost only its usage chunk and ``[DONE]``: asking again would pay for the answer twice)."""
+    import httpx2
+
+    try:
+        async for item in source:
+            yield item
+    except httpx2.RequestError:
+        if not whole():
+            raise
