@@ -65,3 +65,16 @@ RUN_FIRST = ("test_wheel.py", "test_tool_typing.py")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # a stable sort
+
+
+@pytest.fixture
+def quick_model_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent file's model retries after 10 ms, not its retry policy's 0.5 s: for tests that
+    assert how a run ends, what each try ended with and how many were made, never how long the
+    backoff is (the policy's delays are tested on the backends, test_openai_backend.py). A
+    server's Retry-After still sets its own wait."""
+    import functools
+
+    from tether.models import _retrying
+
+    monkeypatch.setattr(_retrying, "RetryPolicy", functools.partial(_retrying.RetryPolicy, base_delay_s=0.01))

@@ -22,14 +22,12 @@ the token limit (never run).
 from __future__ import annotations
 
 import contextlib
-import functools
 import importlib
 import io
 import json
 import subprocess
 import sys
 import time
-import unittest.mock
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -41,11 +39,10 @@ import pytest
 import yaml
 
 from tether.cli import main
-from tether.models import _retrying
 from tether_testing.fake_server import FakeChatServer, Pause, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
-pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
 ANSWER = "Order 742 is open — awaiting part P-17 ✓"
 ORDER = ("read_order", '{"order_id": "742"}')
@@ -438,15 +435,6 @@ def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
     return path
 
 
-# The agent file's retry policy waits 0.5 s (less jitter) before its second try: these cases assert
-# what each try ends with and how many were made, not how long the backoff is (the policy's delays
-# are tested on the backends themselves, tests/backend/test_openai_backend.py), so the backoff is
-# 10 ms here, as test_faults.py's backends have it. A Retry-After still sets its own wait.
-QUICK_RETRY = unittest.mock.patch.object(
-    _retrying, "RetryPolicy", functools.partial(_retrying.RetryPolicy, base_delay_s=0.01)
-)
-
-
 def run_case(
     tmp_path: Path, provider: str, case: Case, mode: str, transport: str, servers: Mapping[str, Any] = SERVERS
 ) -> tuple[int, dict[str, Any], int, float]:
@@ -475,7 +463,7 @@ def run_case(
         if transport == "sdk":  # the SDK's first import in this process (seconds when the machine is
             importlib.import_module(SDKS[provider])  # loaded) is no try's time: it is not timed
         started = time.monotonic()
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()), QUICK_RETRY:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
             code = main(["run", "Why is 742 open?", "--agent", str(path), "--json"])
         took = time.monotonic() - started
         return code, json.loads(out.getvalue().strip().split("\n")[-1]), len(server.bodies()), took

@@ -43,7 +43,7 @@ from test_faults_heldout import ANSWER, ORDER, SERVERS, Case, good, only, run_ca
 
 from tether_testing.fake_server import FakeChatServer, Pause, Reply
 
-pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
 OTHER = ("read_order", '{"order_id": "743"}')
 ESCAPED = ("read_order", '{"order_id": "\\u0037\\u0034\\u0032"}')  # "742", written as escapes

@@ -27,7 +27,6 @@ key).
 from __future__ import annotations
 
 import contextlib
-import functools
 import gzip
 import io
 import json
@@ -40,10 +39,9 @@ from test_faults_heldout import ANSWER, ORDER, good, run_case, twice, write_agen
 from test_faults_round3 import ODD, OTHER, Round3, walk, wire
 
 from tether.cli import main
-from tether.models import _retrying
 from tether_testing.fake_server import FakeChatServer, Reply, _Collect, scripted
 
-pytestmark = [pytest.mark.slow, pytest.mark.spec("L2")]
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
 
 # -- a server whose answers can be edited as raw bytes --------------------------------------
@@ -494,13 +492,6 @@ CASES = [
 ]  # fmt: skip
 
 assert len({c.name for c in CASES}) == len(CASES)
-
-
-@pytest.fixture(autouse=True)
-def _short_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent file's retry policy with waits of 10 ms: a retried case waits for no backoff
-    (a server's own ``retry-after`` still counts)."""
-    monkeypatch.setattr(_retrying, "RetryPolicy", functools.partial(_retrying.RetryPolicy, base_delay_s=0.01))
 
 
 PARAMS = [

@@ -6,7 +6,6 @@ loopback server."""
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from pathlib import Path
@@ -20,12 +19,11 @@ from tether.agents._build import make_model
 from tether.agents._file import load_agent_file
 from tether.cli import main
 from tether.errors import ConfigError
-from tether.models import _retrying
 from tether.trace import read_trace
 from tether_testing.fake_server import FakeChatServer, Pause, Reply, scripted
 from tether_testing.servers import FakeAnthropicServer, FakeResponsesServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("quick_model_retries")]
 
 TOOLS = '''
 from typing import Annotated
@@ -43,14 +41,6 @@ SERVERS = {
     "openai-responses": FakeResponsesServer,
     "anthropic": FakeAnthropicServer,
 }
-
-
-@pytest.fixture(autouse=True)
-def _quick_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An agent file's model retries after 10 ms, not the policy's 0.5 s: these tests assert how a
-    run ends and what it says, not how long the backoff is (tested on the backends themselves).
-    A Retry-After still sets its own wait."""
-    monkeypatch.setattr(_retrying, "RetryPolicy", functools.partial(_retrying.RetryPolicy, base_delay_s=0.01))
 
 
 def write_agent(tmp_path: Path, model: dict[str, Any]) -> Path:
