@@ -472,7 +472,12 @@ PARAMS = [
 def test_a_round3_fault_ends_honestly_and_a_variant_is_accepted(
     tmp_path: Path, case: Round3, provider: str, mode: str, transport: str
 ) -> None:
-    code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=ODD)
+    assert_outcome(case, *run_case(tmp_path, provider, case, mode, transport, servers=ODD))
+
+
+def assert_outcome(case: Round3, code: int, out: dict[str, Any], requests: int, took: float) -> None:
+    """A normal variant is accepted with its answer and calls; a fault ends with its stop reason
+    and a non-zero exit, after the tries it warrants, saying what it says (rounds three and four)."""
     if case.ok:
         assert (code, out["stop_reason"], requests) == (0, "accepted", case.requests), out
         assert out["answer"] == case.answer and [c["status"] for c in out["calls"]] == list(case.calls), out

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice, write_agent
-from test_faults_round3 import ODD, OTHER, Round3, walk, wire
+from test_faults_round3 import ODD, OTHER, Round3, assert_outcome, walk, wire
 
 from tether.cli import main
 from tether_testing.fake_server import FakeChatServer, Reply, _Collect, scripted
@@ -505,17 +505,7 @@ PARAMS = [
 def test_a_round4_fault_ends_honestly_and_a_variant_is_accepted(
     tmp_path: Any, case: Round4, provider: str, mode: str, transport: str
 ) -> None:
-    code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4)
-    if case.ok:
-        assert (code, out["stop_reason"], requests) == (0, "accepted", case.requests), out
-        assert out["answer"] == case.answer and [c["status"] for c in out["calls"]] == list(case.calls), out
-        return
-    assert code != 0 and out["stop_reason"] == (case.stop or "model_error"), out
-    assert requests == (2 if "gave up" in case.said else 1), out
-    for piece in case.said:
-        assert piece in out["message"], out["message"]
-    assert "Traceback" not in out["message"]
-    assert took < 25
+    assert_outcome(case, *run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4))
 
 
 @pytest.mark.parametrize(

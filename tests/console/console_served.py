@@ -27,7 +27,7 @@ from tether.policy._intake import Proposal
 from tether.sql._database import blocking
 
 __all__ = [
-    "KEY", "NOTES_TOKEN", "Console", "console", "csrf", "head", "login_form", "protected", "raw",
+    "KEY", "NOTES_TOKEN", "Console", "Stores", "console", "csrf", "head", "login_form", "protected", "raw",
     "session_name", "sign_in",
 ]  # fmt: skip
 
@@ -49,20 +49,12 @@ class _Log(logging.Handler):
 
 
 @dataclass
-class Console:
+class Stores:
+    """What a served console's tests read and write in its world's stores directly: a proposal
+    submitted as an agent's desk would, and a proposal's status. Shared with round two's
+    ``Served`` (a ``tether serve`` subprocess over the same kind of world)."""
+
     world: World
-    base: str
-    port: int
-    log: _Log
-    servers: list[Any] = field(default_factory=list)
-
-    def client(self, base: str = "", **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=base or self.base, timeout=30, follow_redirects=True, **kw)
-
-    def login(self, name: str, password: str = PASSWORD, base: str = "", **kw: Any) -> httpx.Client:
-        client = self.client(base, **kw)
-        assert sign_in(client, name, password).status_code == 303
-        return client
 
     def submit(self, tenant: str = "tenant-a", order: str = "order-a1") -> str:
         approvals = Approvals(SqliteApprovalStore(self.world.db))
@@ -80,6 +72,22 @@ class Console:
         with sqlite3.connect(self.world.db) as conn:
             [(status,)] = conn.execute("SELECT status FROM proposals WHERE id = ?", (pid,)).fetchall()
         return str(status)
+
+
+@dataclass
+class Console(Stores):
+    base: str
+    port: int
+    log: _Log
+    servers: list[Any] = field(default_factory=list)
+
+    def client(self, base: str = "", **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=base or self.base, timeout=30, follow_redirects=True, **kw)
+
+    def login(self, name: str, password: str = PASSWORD, base: str = "", **kw: Any) -> httpx.Client:
+        client = self.client(base, **kw)
+        assert sign_in(client, name, password).status_code == 303
+        return client
 
     def audit(self, action: str = "") -> list[tuple[Any, ...]]:
         with sqlite3.connect(self.world.users_db) as conn:
