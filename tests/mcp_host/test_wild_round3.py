@@ -517,3 +517,25 @@ async def test_real_npm_and_pypi_servers_serve_next_to_each_other(
     assert "Asia/Tokyo" in run.seen("time__convert_time")[0] and "21:00" in run.seen("time__convert_time")[0]
     ours, theirs = run.seen("git__git_status")
     assert "Repository status" in ours and "outside the allowed repository" in theirs
+
+
+def test_an_answer_of_an_unknown_content_kind_is_named_for_what_it_is() -> None:
+    """A content block of a kind MCP does not define was reported as the first complaint of the
+    first kind pydantic tried ("content.0.TextContent.type: Input should be 'text'")."""
+    from mcp import types
+    from pydantic import ValidationError
+
+    from tether.mcp._connection import describe_error
+
+    def said(result: dict[str, Any]) -> str:
+        with pytest.raises(ValidationError) as caught:
+            types.CallToolResult.model_validate(result)
+        return describe_error(caught.value)
+
+    unknown = said({"content": [{"type": "text", "text": "fine"}, {"type": "hologram", "data": "x"}]})
+    assert unknown.startswith("ValidationError: CallToolResult: content.1.type: 'hologram' is none of 'text'")
+    assert "'resource'" in unknown and "TextContent" not in unknown
+    # A kind that exists, lacking what that kind needs: its own complaint, not another kind's.
+    assert said({"content": [{"type": "image", "data": "x"}]}).endswith("content.0.mimeType: Field required")
+    assert said({"content": "nope"}).endswith("content: Input should be a valid list")
+    types.CallToolResult.model_validate({"content": [{"type": "text", "text": "fine"}]})  # valid stays valid

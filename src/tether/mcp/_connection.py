@@ -75,9 +75,31 @@ def describe_error(err: BaseException) -> str:
     text = str(err).strip().splitlines()[0] if str(err).strip() else ""
     if isinstance(err, ValidationError) and err.errors():
         # The first line only counts the errors (an answer that is not valid MCP): say where.
-        first = err.errors()[0]
-        text = f"{err.title}: {'.'.join(str(p)[:40] for p in first['loc'])[:200]}: {first['msg'][:200]}"
+        text = f"{err.title}: {_first_problem(err.errors())}"
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _first_problem(errors: list[Any]) -> str:
+    """Where and what the first problem is. In a union of kinds told apart by ``type`` (content
+    blocks), pydantic lists every kind's complaint: say the ``type`` is none of them, or, when one
+    kind takes it, what that kind lacks."""
+    first = errors[0]
+    loc: tuple[Any, ...] = tuple(first["loc"])
+    at = next((i for i, p in enumerate(loc) if isinstance(p, str) and p[:1].isupper()), None)
+    if at is not None:
+        prefix = loc[:at]
+        same = [e for e in errors if tuple(e["loc"][:at]) == prefix and len(e["loc"]) > at + 1]
+        kinds = list(dict.fromkeys(e["loc"][at] for e in same))
+        refused = [e for e in same if e["type"] == "literal_error" and tuple(e["loc"][at + 1 :]) == ("type",)]
+        taking = [k for k in kinds if k not in {e["loc"][at] for e in refused}]
+        if refused and not taking:
+            expected = ", ".join(str(e.get("ctx", {}).get("expected", "?")) for e in refused)
+            where = ".".join(str(p)[:40] for p in (*prefix, "type"))
+            return f"{where}: {str(refused[0]['input'])[:80]!r} is none of {expected}"[:400]
+        if len(taking) == 1:
+            first = next(e for e in same if e["loc"][at] == taking[0])
+            loc = (*prefix, *first["loc"][at + 1 :])
+    return f"{'.'.join(str(p)[:40] for p in loc)[:200]}: {first['msg'][:200]}"
 
 
 def _cancellation(err: BaseException) -> bool:
