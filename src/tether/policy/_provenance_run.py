@@ -106,16 +106,19 @@ the run (a subagent's answer: what its child run read, ``least_read``)."""
 def least_read(observations: Iterable[Any]) -> str | None:
     """The least trusted class among ``observations`` (a child run's, whose answer relays what
     it read): the labels the host attached, and the classes they relay in turn; None when they
-    hold no label (nothing read; an error's message is ``ERROR`` text). An observation the host
-    did not label (a host without a labeler) counts as ``least_trusted`` of nothing: what it
-    holds is unknown."""
+    hold no label (nothing read). An error's message is ``ERROR`` text whatever was cached, as
+    ``observation_segments`` reads it (releases up to 19cb230 cached no label for it). An
+    observation the host did not label (a host without a labeler) counts as ``least_trusted``
+    of nothing: what it holds is unknown."""
     classes: set[str] = set()
     for obs in observations:
         cached = obs.meta.get("provenance") if isinstance(getattr(obs, "meta", None), dict) else None
         restored = [_segment(item) for item in cached] if isinstance(cached, list) else [None]
-        if all(seg is not None for seg in restored):
+        if obs.is_error:
+            classes.update(seg.label.trust for seg in _error_segments(obs))
+        elif all(seg is not None for seg in restored):
             classes.update(seg.label.trust for seg in restored if seg is not None)
-        elif not obs.is_error:
+        else:
             classes.add(least_trusted(()))
         carried = obs.data.get(RELAYS_TRUST) if isinstance(obs.data, Mapping) else None
         if isinstance(carried, str) and obs.source == HARNESS_SOURCE:
