@@ -201,6 +201,17 @@ class ProvenanceIndex(Steering):
             for w in inside:
                 out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
             return out
+        parts = self._covering(seg, text)
+        if parts is None:
+            return None
+        shared = {origin.trust}
+        for w in parts:
+            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
+        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+
+    def _covering(self, seg: Segment, text: str) -> set[Written] | None:
+        """The writes whose stretches (``_regions``) cover every place ``text`` stands in ``seg``;
+        None where the source's own text holds it (or it is not there)."""
         regions = self._regions(seg)
         ends = [r[1] for r in regions]
         parts: set[Written] = set()
@@ -212,12 +223,7 @@ class ProvenanceIndex(Steering):
             while k < len(regions) and regions[k][0] < a + len(text):
                 parts |= regions[k][2]
                 k += 1
-        if not at:
-            return None
-        shared = {origin.trust}
-        for w in parts:
-            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
-        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+        return parts if at else None
 
     def _regions(self, seg: Segment) -> list[tuple[int, int, set[Written]]]:
         """The stretches of ``seg``'s text that repeat what the run wrote before it was observed:
@@ -244,11 +250,20 @@ class ProvenanceIndex(Steering):
 
     def echoes(self, seg: Segment, value: str) -> bool:
         """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed
-        (a write that holds the value, or stretches its writes cover), not as the source's own
-        text. A segment that merely holds some short write elsewhere ("is") still holds the
-        value as its own."""
-        origin = Origin("tool", seg.label.trust, "exact", seg.label)
-        return bool(self.writes) and self._retrace(value, normalise(value), origin, seg) is not None
+        (a write that holds the value, or stretches its writes cover, written in the value's
+        order), not as the source's own text. A segment that merely holds some short write
+        elsewhere ("is") still holds the value as its own."""
+        text = normalise(value)
+        if not self.writes or not text:
+            return False
+        if any(w.text == text or contains_whole(w.text, text) for w in self._writes_into(seg)):
+            return True
+        # Covered by pieces the run wrote: only where it wrote them in that order (a value stored
+        # a character at a time). Digits it wrote here and there ("1", "7", "4") cover any code
+        # made of them, but never wrote that code.
+        parts = self._covering(seg, text)
+        order = {w: i for i, w in reversed(list(enumerate(self.writes)))}
+        return parts is not None and text in "".join(w.text for w in sorted(parts, key=order.__getitem__))
 
     def segment_origins(self, seg: Segment) -> list[Origin]:
         """The origins of one whole segment (a value passed by reference to it): its own label,
