@@ -50,6 +50,7 @@ TRUST = TrustConfig(
     sources={
         "get_reviews": SourceTrust(default="third_party"),
         "browse": SourceTrust(default="web"),
+        "get_user_info": SourceTrust(default="private"),  # the user's own data: no one's words
         "read_inbox": SourceTrust(default="third_party", fields={"id": "system", "sender": "address"}),
     },
     default=SourceTrust(default="listing"),  # vendor data and the user's own notes
@@ -61,6 +62,7 @@ RULES = rules_from_dict(
         "get_hotels": {"effect": "read"},
         "get_reviews": {"effect": "read"},
         "browse": {"effect": "read"},
+        "get_user_info": {"effect": "read"},
         "read_inbox": {"effect": "read"},
         "read_file": {"effect": "read"},
         "append_file": {
@@ -375,6 +377,11 @@ def test_a_web_page_is_not_relayed_unreviewed() -> None:
     # What the listing (a class the mail may carry) says is still sent.
     listing = Run().read("get_hotels", {"city": "Paris"}, {"name": "Grand Hotel", "note": PHISH})
     assert decide(listing, "send_email", mail(PHISH)) == ("allow", [])
+    # A class outside the order of trust names whose data it is (the user's own), not how far
+    # to trust someone's words: the user's own address goes out as before.
+    home = "Flat 3, 12 Rue de Rivoli, 75001 Paris, door code 4471"
+    mine = Run().read("get_user_info", {}, {"address": home})
+    assert decide(mine, "send_email", mail(home)) == ("allow", [])
 
 
 # -- 6. the fourth round's rules, probed: these hold ---------------------------------------------

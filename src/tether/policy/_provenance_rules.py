@@ -40,12 +40,11 @@ from tether.policy._provenance_labels import (
     Origin,
     Segment,
     TrustConfig,
-    least_trusted,
     normalise,
     shape_kind,
     split_values,
 )
-from tether.policy._provenance_run import REACHED, index_for, make_labeler, observation_segments
+from tether.policy._provenance_run import ERROR, REACHED, index_for, make_labeler, observation_segments
 from tether.policy._provenance_text import asks_for, contains_whole, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
@@ -494,7 +493,7 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     fact, not a relay), found in the segment as a whole and not stated by the user or the
     directory. Both are compared as a reader reads them (case, width and invisible characters
     folded): the same words in full width are the same relay. Text of a class less trusted than
-    one of ``classes`` (``TRUST_ORDER``: a page of the web, a tool's error message) is no more
+    one of ``classes`` (``_no_better``: a page of the web, a tool's error message) is no more
     to be relayed than theirs."""
     text = unfold(value).strip()
     sources = [(s, index.unfolded_text(s)) for s in index.segments if _no_better(s.label.trust, classes)]
@@ -522,8 +521,15 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
 
 
 def _no_better(trust: str, classes: frozenset[str]) -> bool:
-    """Whether ``trust`` is one of ``classes`` or less trusted than one of them."""
-    return trust in classes or any(least_trusted({trust, c}) == trust for c in classes if c in TRUST_ORDER)
+    """Whether ``trust`` is one of ``classes`` or less trusted than one of them: later in
+    ``TRUST_ORDER``, or a tool's error message (``ERROR``). A class outside the order names
+    whose data it is (``private``: the user's own), not how far to trust someone's words."""
+    if trust in classes:
+        return True
+    listed = [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
+    if not listed:
+        return False
+    return trust == ERROR or (trust in TRUST_ORDER and TRUST_ORDER.index(trust) > min(listed))
 
 
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)

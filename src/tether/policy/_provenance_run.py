@@ -29,7 +29,7 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
+__all__ = ["ERROR", "REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
 
 
 ERROR = "tool_error"
