@@ -353,7 +353,8 @@ class ProvenanceIndex(Steering):
         one whole field of a tool result, of one of the declared ``fields``: the request says
         "title it 'Dinner at {name}'" and the value is "Dinner at New Israeli Restaurant".
         The filled-in part is the only part not written by the user; it is a whole value of a
-        field declared for filling, never text the run wrote itself."""
+        field declared for filling, never text the run wrote itself, nor a lookup's echo of
+        what someone's text had it look up (``_asked_by_others``)."""
         text = normalise(value)
         allowed = set(fields)
         request = normalise(self.objective)
@@ -363,7 +364,7 @@ class ProvenanceIndex(Steering):
             seg.text
             for segs in self._whole.values()
             for seg in segs
-            if seg.field_name in allowed and not self.written(seg)
+            if seg.field_name in allowed and not self.written(seg) and not self._asked_by_others(seg)
         }
         for m in PLACEHOLDER.finditer(request):
             before, after = request[: m.start()], request[m.end() :]
@@ -382,6 +383,13 @@ class ProvenanceIndex(Steering):
                         return True
                     i = text.find(filler, i + 1)
         return False
+
+    def _asked_by_others(self, seg: Segment) -> bool:
+        """Whether ``seg`` echoes what its own call was asked, and text someone chose had
+        selected that (``steered``): the lookup of the name a review gave returns that name,
+        which is still the review's, not a record the user's template may be filled from."""
+        echoed = any(w.echo == seg.label.call_id for w in self._writes_into(seg))
+        return echoed and self.steered(seg.label.call_id)
 
     # -- records the user named ---------------------------------------------------------
 
