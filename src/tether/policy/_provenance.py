@@ -41,6 +41,7 @@ from tether.policy._provenance_labels import (
     DIRECTORY,
     MIN_CONTAINED,
     MODEL,
+    TRUST_ORDER,
     USER,
     USER_WORD,
     Directory,
@@ -385,11 +386,13 @@ class ProvenanceIndex(Steering):
         return False
 
     def _asked_by_others(self, seg: Segment) -> bool:
-        """Whether ``seg`` echoes what its own call was asked, and text someone chose had
-        selected that (``steered``): the lookup of the name a review gave returns that name,
-        which is still the review's, not a record the user's template may be filled from."""
-        echoed = any(w.echo == seg.label.call_id for w in self._writes_into(seg))
-        return echoed and self.steered(seg.label.call_id)
+        """Whether ``seg`` echoes what its own call was asked, a value only someone's words hold
+        (its origins are all text of ``third_party`` trust or less: ``TRUST_ORDER``): the lookup
+        of the name a review gave returns that name, which is still the review's, not a record
+        the user's template may be filled from."""
+        if not any(w.echo == seg.label.call_id for w in self._writes_into(seg)):
+            return False
+        return all(o.kind == "tool" and o.trust not in _VOUCHING for o in self.trace(seg.raw))
 
     # -- records the user named ---------------------------------------------------------
 
@@ -549,6 +552,9 @@ class ProvenanceIndex(Steering):
         ]
 
 
+# The classes of data a source vouches for (a vendor's listing, the system's fields), before
+# anyone's words (``third_party`` and after) in ``TRUST_ORDER``.
+_VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
 
