@@ -41,6 +41,7 @@ from tether.policy._provenance_labels import (
     DIRECTORY,
     MIN_CONTAINED,
     MODEL,
+    TRUST_ORDER,
     USER,
     USER_WORD,
     Directory,
@@ -201,6 +202,17 @@ class ProvenanceIndex(Steering):
             for w in inside:
                 out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
             return out
+        parts = self._covering(seg, text)
+        if parts is None:
+            return None
+        shared = {origin.trust}
+        for w in parts:
+            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
+        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+
+    def _covering(self, seg: Segment, text: str) -> set[Written] | None:
+        """The writes whose stretches (``_regions``) cover every place ``text`` stands in ``seg``;
+        None where the source's own text holds it (or it is not there)."""
         regions = self._regions(seg)
         ends = [r[1] for r in regions]
         parts: set[Written] = set()
@@ -212,12 +224,7 @@ class ProvenanceIndex(Steering):
             while k < len(regions) and regions[k][0] < a + len(text):
                 parts |= regions[k][2]
                 k += 1
-        if not at:
-            return None
-        shared = {origin.trust}
-        for w in parts:
-            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
-        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+        return parts if at else None
 
     def _regions(self, seg: Segment) -> list[tuple[int, int, set[Written]]]:
         """The stretches of ``seg``'s text that repeat what the run wrote before it was observed:
@@ -244,11 +251,20 @@ class ProvenanceIndex(Steering):
 
     def echoes(self, seg: Segment, value: str) -> bool:
         """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed
-        (a write that holds the value, or stretches its writes cover), not as the source's own
-        text. A segment that merely holds some short write elsewhere ("is") still holds the
-        value as its own."""
-        origin = Origin("tool", seg.label.trust, "exact", seg.label)
-        return bool(self.writes) and self._retrace(value, normalise(value), origin, seg) is not None
+        (a write that holds the value, or stretches its writes cover, written in the value's
+        order), not as the source's own text. A segment that merely holds some short write
+        elsewhere ("is") still holds the value as its own."""
+        text = normalise(value)
+        if not self.writes or not text:
+            return False
+        if any(w.text == text or contains_whole(w.text, text) for w in self._writes_into(seg)):
+            return True
+        # Covered by pieces the run wrote: only where it wrote them in that order (a value stored
+        # a character at a time). Digits it wrote here and there ("1", "7", "4") cover any code
+        # made of them, but never wrote that code.
+        parts = self._covering(seg, text)
+        order = {w: i for i, w in reversed(list(enumerate(self.writes)))}
+        return parts is not None and text in "".join(w.text for w in sorted(parts, key=order.__getitem__))
 
     def segment_origins(self, seg: Segment) -> list[Origin]:
         """The origins of one whole segment (a value passed by reference to it): its own label,
@@ -338,7 +354,8 @@ class ProvenanceIndex(Steering):
         one whole field of a tool result, of one of the declared ``fields``: the request says
         "title it 'Dinner at {name}'" and the value is "Dinner at New Israeli Restaurant".
         The filled-in part is the only part not written by the user; it is a whole value of a
-        field declared for filling, never text the run wrote itself."""
+        field declared for filling, never text the run wrote itself, nor a lookup's echo of
+        what someone's text had it look up (``_asked_by_others``)."""
         text = normalise(value)
         allowed = set(fields)
         request = normalise(self.objective)
@@ -348,7 +365,7 @@ class ProvenanceIndex(Steering):
             seg.text
             for segs in self._whole.values()
             for seg in segs
-            if seg.field_name in allowed and not self.written(seg)
+            if seg.field_name in allowed and not self.written(seg) and not self._asked_by_others(seg)
         }
         for m in PLACEHOLDER.finditer(request):
             before, after = request[: m.start()], request[m.end() :]
@@ -367,6 +384,15 @@ class ProvenanceIndex(Steering):
                         return True
                     i = text.find(filler, i + 1)
         return False
+
+    def _asked_by_others(self, seg: Segment) -> bool:
+        """Whether ``seg`` echoes what its own call was asked, a value only someone's words hold
+        (its origins are all text of ``third_party`` trust or less: ``TRUST_ORDER``): the lookup
+        of the name a review gave returns that name, which is still the review's, not a record
+        the user's template may be filled from."""
+        if not any(w.echo == seg.label.call_id for w in self._writes_into(seg)):
+            return False
+        return all(o.kind == "tool" and o.trust not in _VOUCHING for o in self.trace(seg.raw))
 
     # -- records the user named ---------------------------------------------------------
 
@@ -526,6 +552,9 @@ class ProvenanceIndex(Steering):
         ]
 
 
+# The classes of data a source vouches for (a vendor's listing, the system's fields), before
+# anyone's words (``third_party`` and after) in ``TRUST_ORDER``.
+_VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
 

@@ -34,6 +34,7 @@ from tether.policy._provenance_declarations import (
 )
 from tether.policy._provenance_labels import (
     DIRECTORY,
+    TRUST_ORDER,
     USER,
     Directory,
     Origin,
@@ -43,8 +44,8 @@ from tether.policy._provenance_labels import (
     shape_kind,
     split_values,
 )
-from tether.policy._provenance_run import REACHED, index_for, make_labeler, observation_segments
-from tether.policy._provenance_text import asks_for, contains_whole
+from tether.policy._provenance_run import ERROR, REACHED, index_for, make_labeler, observation_segments
+from tether.policy._provenance_text import asks_for, contains_whole, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -262,7 +263,7 @@ class ProvenanceRules:
                     out.worse(v, {"argument": arg, "problem": "untrusted_link", "link": link.raw[:200]})
             if rule.role == "name":  # a title filled from a template carries no foreign link either
                 self._links(case)
-            if rule.role == "secret" and USER in classes and not _says_what_for(index, arg, text):
+            if rule.role == "secret" and USER in classes and not says_what_for(index.user_text, arg, text):
                 # The user's words, but not given as this secret: "pay the rent to <IBAN>" sets
                 # no password to the IBAN (nor to any other value the request holds).
                 out.worse(rule.otherwise, {"argument": arg, "problem": "secret_not_requested"})
@@ -491,9 +492,11 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     one of its tokens that carries digits (a code, an amount, an identifier; a date is a
     fact, not a relay), found in the segment as a whole and not stated by the user or the
     directory. Both are compared as a reader reads them (case, width and invisible characters
-    folded): the same words in full width are the same relay."""
+    folded): the same words in full width are the same relay. Text of a class less trusted than
+    one of ``classes`` (``_no_better``: a page of the web, a tool's error message) is no more
+    to be relayed than theirs."""
     text = unfold(value).strip()
-    sources = [(s, index.unfolded_text(s)) for s in index.segments if s.label.trust in classes]
+    sources = [(s, index.unfolded_text(s)) for s in index.segments if _no_better(s.label.trust, classes)]
     if not text or not sources:
         return None
     width, stride = 2 * RELAY_SPAN // 3, RELAY_SPAN // 3
@@ -517,29 +520,20 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
     return None
 
 
+def _no_better(trust: str, classes: frozenset[str]) -> bool:
+    """Whether ``trust`` is one of ``classes`` or less trusted than one of them: later in
+    ``TRUST_ORDER``, or a tool's error message (``ERROR``). A class outside the order names
+    whose data it is (``private``: the user's own), not how far to trust someone's words."""
+    if trust in classes:
+        return True
+    listed = [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
+    if not listed:
+        return False
+    return trust == ERROR or (trust in TRUST_ORDER and TRUST_ORDER.index(trust) > min(listed))
+
+
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
-
-
-def _says_what_for(index: ProvenanceIndex, argument: str, value: str) -> bool:
-    """Whether the request gives ``value`` as what the secret argument is for: a word of the
-    argument's name (``new_password``: password) stands before the value in the clause that holds
-    it ("change my password to X", "the password: X"). The word elsewhere is not enough: "pay
-    DE89… and check my password reset mail" sets no password to the account."""
-    words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
-    text, needle = index.user_text, normalise(value)
-    at = text.find(needle) if needle else -1
-    while at >= 0:
-        clause = _CLAUSE_BREAK.split(text[:at])[-1]
-        whole = contains_whole(text[max(0, at - 1) : at + len(needle) + 1], needle)
-        if whole and any(re.search(rf"(?<!\w){re.escape(w)}(?!\w)", clause) for w in words):
-            return True
-        at = text.find(needle, at + 1)
-    return False
-
-
-# Where a clause of a request ends: a sentence's end, a comma, a line, or a word that joins another.
-_CLAUSE_BREAK = re.compile(r"[.!?;](?=\s)|[,\n]|\b(?:and|then|but|also|or)\b")
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:

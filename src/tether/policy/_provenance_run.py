@@ -29,7 +29,7 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
+__all__ = ["ERROR", "REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
 
 
 ERROR = "tool_error"
@@ -186,11 +186,20 @@ def index_for(
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
     calls = _history(state, "calls")
+    # Calls the model proposed together ran together: a write among them may have stored its
+    # value before another's read returned, whichever result came first.
+    turns = _turns(state)
+    began: dict[int, int] = {}
+    for record in calls:
+        if (turn := turns.get(record.call_id)) is not None and record.call_id in first_seen:
+            began[turn] = min(began.get(turn, first_seen[record.call_id]), first_seen[record.call_id])
     after = 0  # observations made before the call: after the last one of a call before it
     for record in calls:
         seen = first_seen.get(record.call_id)
         at = after if seen is None else seen  # a call that crashed has no observation of its own
         after = max(after, at + 1 if seen is not None else after)
+        if (turn := turns.get(record.call_id)) is not None:
+            at = min(at, began.get(turn, at))
         if record.status not in REACHED:
             continue
         leaves = _leaves(record.arguments)
@@ -217,6 +226,22 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+def _turns(state: Any) -> dict[str, int]:
+    """The run's own calls by the model turn that proposed them (the assistant messages of its
+    trajectory); an id used twice (or by a run before it) says nothing of when its call ran."""
+    found: dict[str, int] = {}
+    twice: set[str] = set()
+    for turn, message in enumerate(getattr(state, "trajectory", None) or []):
+        for proposed in getattr(message, "tool_calls", None) or ():
+            call_id = getattr(proposed, "id", None)
+            if isinstance(call_id, str):
+                if call_id in found:
+                    twice.add(call_id)
+                found[call_id] = turn
+    inherited = {getattr(c, "call_id", None) for c in getattr(state, "inherited_calls", None) or []}
+    return {k: v for k, v in found.items() if k not in twice and k not in inherited}
 
 
 def _leaves(arguments: Any) -> list[str]:

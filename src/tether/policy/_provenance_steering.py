@@ -18,7 +18,7 @@ from tether.policy._provenance_labels import (
     SourceLabel,
     normalise,
 )
-from tether.policy._provenance_text import ALPHA_WORD, STOP, contains_whole
+from tether.policy._provenance_text import ALPHA_WORD, STOP, Written, contains_whole
 from tether.policy._provenance_values import unfold
 
 __all__ = ["Steering"]
@@ -47,7 +47,7 @@ class Steering:
 
     if TYPE_CHECKING:
 
-        def written(self, seg: Segment) -> bool: ...
+        def _writes_into(self, seg: Segment) -> list[Written]: ...
 
         @property
         def request_dates(self) -> list[DateMention]: ...
@@ -156,7 +156,7 @@ class Steering:
             return self._described[key]
         found: Segment | None = None
         own = self._record_segments(label)
-        words = set().union(*(self._seg_words(s) for s in own if not self.written(s))) if own else set()
+        words = set().union(*(self._seg_words(s) - self._words_written(s) for s in own)) if own else set()
         if words & self._describing_words() or self._selected_by_request(label.call_id):
             words = set()  # the request leads to this record: the pick is the user's
         table = self._word_records()
@@ -186,6 +186,13 @@ class Steering:
             words = frozenset(w for w in ALPHA_WORD.findall(hay) if len(w) >= 5 and w not in STOP)
             self._words[id(seg)] = words
         return words
+
+    def _words_written(self, seg: Segment) -> frozenset[str]:
+        """The words of ``seg`` the run itself wrote into it (a write it echoes holds them): its
+        own text describes the record; a short write it happens to hold ("and", "13") takes no
+        other word of it out of the description."""
+        mine = [unfold(w.text) for w in self._writes_into(seg) if not w.echo]
+        return frozenset(w for text in mine for w in ALPHA_WORD.findall(text))
 
     def _word_records(self) -> dict[str, set[tuple[str, str, str]]]:
         """Each word of five letters or more: the records (or record-less fields) holding it."""

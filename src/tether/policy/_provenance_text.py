@@ -20,6 +20,7 @@ __all__ = [
     "contains_whole",
     "name_forms",
     "request_names",
+    "says_what_for",
 ]
 
 WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
@@ -171,3 +172,35 @@ _QUESTION_OPENERS = frozenset(_OPENERS.split(" "))
 
 _WORDS_BEFORE = re.compile(r"[\w'’]+(?=[^\w'’]*$)")
 _WORDS_AFTER = re.compile(r"\s+([\w'’]+)")
+
+
+def says_what_for(user_text: str, argument: str, value: str) -> bool:
+    """Whether the request (``user_text``, normalised) gives ``value`` as what the secret
+    argument is for: a word of the argument's name (``new_password``: password) stands before
+    the value with nothing between them but words that join the two ("change my password to
+    X", "the password: X", "password is now X"). The word elsewhere is not enough, nor the word
+    in a clause before the value however it is cut off (a dash, a colon, a line, "while",
+    "so"): "keep my password - pay DE89…" sets no password to the account."""
+    words = [w for w in re.split(r"[\W_]+", argument.lower()) if len(w) >= 3 and w not in {"new", "the"}]
+    text, needle = user_text, normalise(value)
+    at = text.find(needle) if needle else -1
+    while at >= 0:
+        whole = contains_whole(text[max(0, at - 1) : at + len(needle) + 1], needle)
+        for w in words if whole else ():
+            said = [m.end() for m in re.finditer(rf"(?<!\w){re.escape(w)}(?!\w)", text[:at])]
+            between = text[said[-1] : at] if said else ""
+            gap = re.findall(r"\w+", between)
+            if said and len(gap) <= 4 and set(gap) <= _JOINING and not _CUT.search(between):
+                return True
+        at = text.find(needle, at + 1)
+    return False
+
+
+# What may stand between a secret's name and its value: "to", "is now", "should be", "set to".
+_JOINING = frozenset(
+    {"to", "is", "as", "be", "now", "will", "should", "shall", "must", "into", "become", "becomes"}
+    | {"it", "my", "the", "new", "set"}
+)
+# Punctuation that ends a clause between them (a colon or an equals sign gives the value; a
+# sentence's end, a semicolon, a comma, a bracket or a line does not).
+_CUT = re.compile(r"[.!?;,()\[\]{}]")
