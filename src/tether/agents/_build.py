@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 
-from tether.agents._file import AgentFile, _import, _python_path, mcp_config
+from tether.agents._file import AgentFile, _python_path, mcp_config
 from tether.agents._spec import (
     _IMPORT_PATH,
     SCRIPTED,
@@ -22,6 +22,7 @@ from tether.agents._spec import (
     StatusSpec,
     SubagentSpec,
 )
+from tether.core._imports import import_ref
 from tether.core._names import repeated
 from tether.core.types import Effect
 from tether.errors import ConfigError
@@ -78,11 +79,8 @@ def build_agent(
     """The host and agent an agent file describes, built through the public API.
 
     ``approvals_db`` overrides ``policy.approvals_db``; ``responder`` answers MCP elicitations
-    (None: nobody, questions pause); ``consent`` sees each sampling prompt. ``stores`` (a
-    deployment's ``tether.stores._url.Stores``) replaces every SQLite file the agent would
-    keep — approvals, ledger and checkpoints, MCP pins and pauses — and ``app`` names the
-    factory its checkpoints record. Raises ``ConfigError``.
-    """
+    (None: questions pause); ``consent`` sees each sampling prompt; ``stores`` (a deployment's
+    ``Stores``) replaces every SQLite file; ``app`` names the factory checkpoints record."""
     from tether.runs._values import Agent
 
     spec = af.spec
@@ -132,8 +130,7 @@ def _instructions(af: AgentFile) -> str:
 def _approvals(
     af: AgentFile, approvals_db: Path | None, stores: Any, app: str, reconcilers: dict[str, Any]
 ) -> tuple[Any, Path | None]:
-    """The approval desk (None: side effects are not paused for a person) and its SQLite file
-    (None when a deployment's stores keep the approvals)."""
+    """The approval desk (None: effects do not pause) and its SQLite file (None with stores)."""
     from tether.policy import Approvals, SqliteApprovalStore
 
     spec = af.spec
@@ -204,7 +201,6 @@ def _secrets_and_export(af: AgentFile, host: Any, model: Any, environ: Mapping[s
     keys = {env.get(b.key_env, "") for b in spec.model.backends() if b.scripted is None}
     if keys - {""}:
         host.secrets = frozenset(host.secrets | (keys - {""}))
-    # Trace export: the file's trace.otel, or the OTEL_* variables (tether run/worker --otel set them).
     if spec.trace.otel or _otel_wanted():
         try:
             from tether.trace._otel import otel_sink_from_env
@@ -233,9 +229,8 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
     reconcilers = {} if reconcilers is None else reconcilers
     for i, ref in enumerate(spec.tools):
         where = f"{af.label()}: tools[{i}] ({ref.function})"
-        found = _import(ref.function, where)
+        found = import_ref(ref.function, where)
         items = list(found) if isinstance(found, (list, tuple)) else [found]
-        # The entry's fields that are also tool options, where it sets them.
         options = cast(ToolOptions, ref.model_dump(include=_TOOL_OPTIONS, exclude_none=True))
         for item in items:
             try:
@@ -259,7 +254,7 @@ def _local_tools(af: AgentFile, reconcilers: dict[str, Any] | None = None) -> li
                 raise ConfigError(f"{where}: {err}") from None
             tools.append(tool)
             if ref.reconciler is not None:
-                fn = _import(ref.reconciler, f"{af.label()}: tools[{i}].reconciler ({ref.reconciler})")
+                fn = import_ref(ref.reconciler, f"{af.label()}: tools[{i}].reconciler ({ref.reconciler})")
                 if not callable(fn):
                     raise ConfigError(f"{where}: reconciler {ref.reconciler} is not callable")
                 reconcilers[tool.name] = fn
@@ -343,10 +338,8 @@ def _backend(
 def scripted_model(
     path: Path, *, label: str | None = None, obey: bool = False, raw: bytes | None = None
 ) -> Any:
-    """A scripted stand-in from a YAML/JSON list of ``{call, arguments}`` / ``[...]`` / ``{final}``
-    (``raw``: the file's bytes, read before).
-
-    It is a test double: it makes exactly the listed calls and answers with what it observed."""
+    """A scripted stand-in (a test double) from a YAML/JSON list of ``{call, arguments}`` /
+    ``[...]`` / ``{final}`` steps; ``raw``: the file's bytes, read before."""
     from tether.mcphost._runner import ScriptStep, StandIn
     from tether.testing import FunctionModel
 
@@ -383,9 +376,7 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     if c.status:
         s = c.status if isinstance(c.status, StatusSpec) else StatusSpec()
         status = StatusConfig(**s.model_dump())
-    compression = CompressionConfig()
-    if c.compression is not None:
-        compression = CompressionConfig(**c.compression.model_dump())
+    compression = CompressionConfig(**(c.compression.model_dump() if c.compression is not None else {}))
     skills = None
     if c.skills is not None:
         folder = af.resolve(c.skills.dir)
@@ -467,11 +458,8 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
 def _otel_wanted() -> bool:
     """Whether the ``OTEL_*`` variables ask for trace export (cheap: nothing imported otherwise).
     Raises ``ConfigError`` when they do and the ``otel`` extra is missing."""
-    if not (
-        os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-        or os.environ.get("OTEL_TRACES_EXPORTER")
-    ):
+    names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
+    if not any(os.environ.get(name) for name in names):
         return False
     try:
         import opentelemetry.exporter.otlp.proto.http  # noqa: F401
@@ -535,25 +523,17 @@ def _hooks(af: AgentFile, host: Any) -> dict[str, Any]:
 
         claims = claim_check(lambda: {s.name: s.effect for s in host.offered()})
         own = out.get("verify")
-        out["verify"] = claims if own is None else _both(claims, own)
+        out["verify"] = claims if own is None else lambda s, answer: claims(s, answer) or own(s, answer)
     return out
 
 
 def _hook(af: AgentFile, where: str, ref: str) -> Any:
     if not _IMPORT_PATH.match(ref):
         raise ConfigError(f"{af.label()}: {where}: {ref!r} is not module:function")
-    found = _import(ref, f"{af.label()}: {where}")
+    found = import_ref(ref, f"{af.label()}: {where}")
     if not callable(found):
         raise ConfigError(f"{af.label()}: {where}: {ref} is not callable")
     return found
-
-
-def _both(first: Any, second: Any) -> Any:
-    def verify(state: Any, answer: str) -> str | None:
-        problem: str | None = first(state, answer) or second(state, answer)
-        return problem
-
-    return verify
 
 
 def trusted_context(af: AgentFile) -> TrustedContext:

@@ -1,19 +1,12 @@
 """The host's authority and its chokepoint, one component: the one path of every tool call.
 
-The model proposes; the host decides. Runners (agent loop, workflow, plan, desk, MCP resume,
-subagents, a durable worker) see a narrow interface: ``offered`` (the tools a run may be shown),
-``decide`` (the decision alone, for proposals stored before anything runs), ``call_turn`` /
-``call`` (decide, settle, execute, record) and ``recall`` (memory, labelled). Everything else is
-private to this class. One call goes, in order:
+Runners see a narrow interface: ``offered``, ``decide`` (the decision alone, for proposals stored
+before anything runs), ``call_turn`` / ``call`` and ``recall``. One call goes, in order:
 
     resolve → harness-tool intercept → strict intake → contract validation → Policy (harness
-    tools too) → approval settlement (``tether.chokepoint._calls.settle``) → effect ledger (side effects,
-    ``tether.chokepoint._effects``) → rate limit → the tool runs (``_run_tool``: the one place, harness
-    tools included) → ``labels.finish``: cleaning, truncation and labels (source, time,
-    trust; provenance) → one trace event per decision and per outcome → Observation
-
-and a ``Turn`` comes back settled (checkpointed when it must pause).
-"""
+    tools too) → approval settlement (``_calls.settle``) → effect ledger (``_effects``) → rate
+    limit → the tool runs (``_run_tool``, the one place) → ``labels.finish`` (cleaning,
+    truncation, trust and provenance labels) → one trace event per decision and outcome"""
 
 from __future__ import annotations
 
@@ -64,7 +57,7 @@ Executed = tuple[Observation, BaseException | None]
 
 class HostCore:
     """The authority and its chokepoint: tools, policy, approvals, memory, traces. Knows no
-    runner; ``tether.host.Host`` adds the run entry points (agent loop, workflows, resume)."""
+    runner; ``tether.host.Host`` adds the run entry points."""
 
     def __init__(
         self,
@@ -86,16 +79,13 @@ class HostCore:
         self.memory = memory
         self.trace_dir = Path(trace_dir) if trace_dir is not None else None
         self.extra_sinks = list(trace_sinks)
-        self.trace_flush = flush_mode(trace_flush)  # JSONL durability: trace/tracer.py
+        self.trace_flush = flush_mode(trace_flush)
         self.secrets = frozenset(secrets)
         self.on_denied = on_denied
         self.clock = clock or (lambda: datetime.now(UTC))
         self.approved_memory_sources = frozenset(approved_memory_sources)
         self.approvals = approvals
-        # Optional provenance labelling of every observation (policy/provenance_rules.py).
-        self.labeler = labeler
-        # Shared token buckets by tool name or source (upstream) name: one budget for every
-        # concurrent call to that upstream, across turns and runs (L4).
+        self.labeler = labeler  # provenance labelling of every observation
         self.rate_limits = dict(rate_limits or {})
         self.local = LocalTools()
         self.sources: list[ToolSource] = [self.local]
@@ -129,7 +119,6 @@ class HostCore:
         timeout_s: float = 30.0,
     ) -> ToolSource:
         """Connect an MCP server (stdio subprocess or Streamable HTTP). Tools become ``<name>__<tool>``."""
-        # Lazy for start-up time: hosts without MCP servers never load the MCP client.
         from tether.mcp._source import McpServerSource
 
         source = McpServerSource(
@@ -139,9 +128,8 @@ class HostCore:
         return source
 
     async def start(self, tracer: Tracer | None = None) -> None:
-        """Start sources and index their tools. A name two of the host's own tools share is a
-        configuration error; a name a server's tool shares with another tool (a server names its
-        tools as it likes) is offered for neither server's tool, which is blocked, saying why."""
+        """Start sources and index their tools. Two of the host's own tools sharing a name is a
+        ``ConfigError``; a server tool sharing a name with another tool is offered for neither."""
         offers: dict[str, list[tuple[ToolSpec, ToolSource]]] = {}
         enabled = [s for s in self.sources if s.name not in self.disabled_sources]
         for source in enabled:
@@ -210,23 +198,21 @@ class HostCore:
 
     def offered(self, names: Sequence[str] | None = None) -> list[ToolSpec]:
         """Tools the model may see: allowed by policy, from enabled sources, optionally narrowed."""
-        out = []
-        for spec, source in self._specs.values():
-            if source.name in self.disabled_sources or not self.policy.permits_tool(spec.name):
-                continue
-            if names is not None and spec.name not in names:
-                continue
-            out.append(spec)
+        out = [
+            spec
+            for spec, source in self._specs.values()
+            if source.name not in self.disabled_sources
+            and self.policy.permits_tool(spec.name)
+            and (names is None or spec.name in names)
+        ]
         return sorted(out, key=lambda s: s.name)
 
     def known_tools(self) -> list[ToolSpec]:
-        """Every tool the started sources list, offered or not: a call to one not offered is
-        still proposed and traced (and resolved by its bare remote name, see ``_resolve``)."""
+        """Every tool the started sources list, offered or not."""
         return [spec for spec, _ in self._specs.values()]
 
     def decide(self, call: ToolCall, scope: CallScope) -> GateOutcome:
-        """The decision stage alone, traced and recorded: resolve → harness intercept → intake →
-        validation → policy. For proposals stored before anything runs (the approval desk)."""
+        """The decision stage alone, traced and recorded (for proposals stored before anything runs)."""
         s, t = scope.state, scope.tracer
         if t.redactor.declared(call.name):  # learn secrets from the whole call, not the cut below
             t.redactor.learn(call.name, call.arguments)
@@ -235,7 +221,6 @@ class HostCore:
         if scope.harness is not None:
             outcome = scope.harness.intercept(call)
             if outcome is not None and outcome.status == "allow" and outcome.spec is not None:
-                # Harness tools are tools like any other: the policy decides them too.
                 outcome = self._judge(outcome, s.context, s)
         if outcome is None:
             outcome = self._gate(call, s.context, scope.offered, s)
@@ -255,7 +240,7 @@ class HostCore:
 
     async def call_turn(self, calls: Sequence[ToolCall], scope: CallScope) -> Turn:
         """The one path of tool calls: decide, settle approvals, execute (ledger, rate limit,
-        truncation, labels), trace and record. Every runner calls this and nothing else."""
+        truncation, labels), trace and record."""
         outcomes = [self.decide(call, scope) for call in calls]
         if scope.proposals:
             outcomes = [
@@ -267,16 +252,13 @@ class HostCore:
         turn = Turn(outcomes)
         turn.denied = [o for o in outcomes if o.status == "deny"]
         stop_on_denial = scope.stop_on_denial
-        if stop_on_denial is None:
-            stop_on_denial = self.on_denied == "stop"
-        if turn.denied and stop_on_denial:
+        if turn.denied and (self.on_denied == "stop" if stop_on_denial is None else stop_on_denial):
             turn.halted = True
             return turn
         if any(o.status == "approve" for o in outcomes):
             assert self.approvals is not None  # the gate asks for approval only with a store
-            # Nothing of this turn runs until every call needing approval has one. Settling is
-            # store work a run's deadline does not cut in half (proposals, their history, the
-            # checkpoint): it is shielded, and what runs after it is cancelled at once.
+            # Nothing of this turn runs until every call needing approval has one; settling is
+            # shielded from the run's deadline (what runs after it is cancelled at once).
             with anyio.CancelScope(shield=True):
                 turn.outcomes = await settle(self.approvals, self.clock, turn, scope)
             if turn.refused or turn.waiting:
@@ -290,8 +272,8 @@ class HostCore:
         return await self.call_turn([call], scope)
 
     async def recall(self, subjects: Sequence[str], state: RunState, tracer: Tracer) -> UserMessage | None:
-        """Read memory for a run before any tool is consulted: expired, foreign and disabled
-        records never enter context; each recalled claim is cleaned and labelled (``labels.memory_line``)."""
+        """Memory for a run before any tool runs: expired, foreign and disabled records never enter
+        context; each recalled claim is cleaned and labelled."""
         if self.memory is None or not subjects:
             return None
         lines = []
@@ -325,16 +307,14 @@ class HostCore:
     def _resolve(self, name: str) -> ToolSpec | None:
         if name in self._specs:
             return self._specs[name][0]
-        # A bare remote name ("export_secrets") still names a real, known tool: resolve it so
-        # the policy denies it, rather than treating a forbidden tool as a typo.
+        # A bare remote name still names a known tool: resolved, so the policy denies it.
         matches = [s for s, _ in self._specs.values() if s.remote_name == name]
         return matches[0] if len(matches) == 1 else None
 
     def _gate(
         self, call: ToolCall, context: TrustedContext, offered: Sequence[ToolSpec], state: Any = None
     ) -> GateOutcome:
-        """Decide one proposed call, without running or tracing anything. Never raises for bad
-        model output."""
+        """Decide one proposed call without running or tracing anything; never raises for bad model output."""
         spec = self._resolve(call.name)
         if spec is None:
             return GateOutcome(call, "unknown", error=self._unknown(call.name))
@@ -342,9 +322,8 @@ class HostCore:
             decision = Decision("deny", "allowlist", "tool_not_allowed", {"tool": spec.name})
             return GateOutcome(call, "deny", spec=spec, decision=decision)
         try:
-            # Strict intake (T3): the strict parser, then the one schema check (tether.core._schema).
             parsed = parse_arguments(call.arguments)
-            resolve = getattr(self.policy, "resolve_references", None)  # reference mode: policy/references.py
+            resolve = getattr(self.policy, "resolve_references", None)  # reference mode
             if resolve is not None:
                 parsed = resolve(call.id, parsed, state)  # the schema and the policy judge resolved values
             arguments = check_arguments(spec.parameters, parsed)
@@ -355,14 +334,14 @@ class HostCore:
         return self._judge(GateOutcome(call, "allow", spec=spec, arguments=arguments), context, state)
 
     def _judge(self, outcome: GateOutcome, context: TrustedContext, state: Any = None) -> GateOutcome:
-        """Apply the policy to a call whose arguments passed intake (source and harness tools alike)."""
+        """Apply the policy to a call whose arguments passed intake."""
         assert outcome.spec is not None and outcome.arguments is not None
         spec, call = outcome.spec, outcome.call
         decision = self.policy.check(ProposedCall(call.id, spec, outcome.arguments, state), context)
         if decision.verdict == "approve":
             if self.approvals is not None:
                 return outcome.decided("approve", decision)
-            # No approval store in this host: fail closed, and say how to proceed.
+            # No approval store: fail closed, and say how to proceed.
             hint = (
                 "this call needs a person's approval: give the host an approval store "
                 "(Host(approvals=...), --db) so the run pauses for one"
@@ -388,7 +367,6 @@ class HostCore:
 
     async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
         allowed = [o for o in turn.outcomes if o.status == "allow"]
-        # A run's deadline is the runner's cancel scope around its steps (``AgentLoop``), not one per turn.
         if len(allowed) == 1:
             await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
         elif allowed:
@@ -397,8 +375,7 @@ class HostCore:
                     tg.start_soon(self._execute_one, o, turn, scope)
 
     async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
-        """Trace crashes, note the calls waiting for a person's answer, and checkpoint a turn
-        that must pause (an effect's unknown outcome, a question)."""
+        """Trace crashes, note questions, and checkpoint a turn that must pause."""
         for name, crash in turn.crashes:
             scope.tracer.emit(EventKind.TOOL_CRASHED, tool=name, error=f"{type(crash).__name__}: {crash}")
         turn.questions = {
@@ -421,10 +398,8 @@ class HostCore:
             call_id=o.call.id, now=self.clock(),
         )  # fmt: skip
         harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
-        if o.spec.effect.side_effecting:
-            flush = getattr(t, "flush", None)
-            if flush is not None:
-                flush()  # every decision before an effect is on disk before the effect happens
+        if o.spec.effect.side_effecting and (flush := getattr(t, "flush", None)) is not None:
+            flush()  # every decision before an effect is on disk before the effect happens
         if harness is None and self.approvals is not None and o.spec.effect.side_effecting:
             try:
                 obs, crash = await self._effect(o, ctx, scope)
@@ -447,8 +422,7 @@ class HostCore:
         """A side-effecting call through the effect ledger: at most once per idempotency key."""
         assert o.spec is not None and o.arguments is not None and self.approvals is not None
         s, spec, arguments = scope.state, o.spec, o.arguments
-        # Each time this call paused for a person's answer (MCP elicitation), the server was told
-        # "cancel"; the next attempt is a new effect under its own key, not a replay of the pause.
+        # After a pause for a person's answer (the server was told "cancel"), a new key: a new effect.
         pauses = sum(1 for x in s.observations if x.call_id == o.call.id and x.meta.get("pause"))
         key = None
         if pauses:
@@ -469,11 +443,9 @@ class HostCore:
     async def _run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
     ) -> Executed:
-        """The one place a tool runs: a harness tool of the run (``harness``, which owns
-        ``spec``) or a source's tool (rate limit, source call); then ``labels.finish`` (cleaning,
-        truncation, the trust label: ``untrusted``, or the harness's word for its own text).
-        Recoverable failures become error observations; a programming error is returned as the
-        second value so the caller can end the run loudly."""
+        """The one place a tool runs (a harness tool of the run, or a source's tool), then
+        ``labels.finish``. Recoverable failures become error observations; a programming error is
+        returned as the second value so the caller can end the run loudly."""
         if harness is not None:
             obs, crash = await harness.execute(spec, arguments, context)
             return finish(
@@ -494,8 +466,7 @@ class HostCore:
             output = _error_output(err)
         except Exception as err:
             return _crash(spec, source, now, err), err
-        # The labels are the host's alone (its labeler's, or the index's from the deployment's
-        # trust configuration): a source's output that carries them is not believed.
+        # The labels are the host's alone: a source's output that carries them is not believed.
         meta = {k: v for k, v in output.meta.items() if k not in LABEL_KEYS}
         meta.update(truncated=output.truncated, **({"rate_wait_s": waited} if waited else {}))
         obs = Observation(
@@ -506,23 +477,13 @@ class HostCore:
 
 
 def _error_output(err: ToolError) -> ToolOutput:
-    return ToolOutput(
-        text=json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True),
-        data=err.to_result(),
-        is_error=True,
-        error_kind=err.kind,
-        meta={"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})},
-    )
+    meta = {"unavailable": isinstance(err, DependencyUnavailable), **getattr(err, "meta", {})}
+    text = json.dumps(err.to_result(), ensure_ascii=False, sort_keys=True)
+    return ToolOutput(text, err.to_result(), is_error=True, error_kind=err.kind, meta=meta)
 
 
 def _crash(spec: ToolSpec, source: ToolSource, now: datetime, err: BaseException) -> Observation:
     return Observation(
-        call_id="",
-        tool=spec.name,
-        source=source.name,
-        observed_at=now,
-        text="internal error",
-        is_error=True,
-        error_kind="internal_error",
+        "", spec.name, source.name, now, "internal error", is_error=True, error_kind="internal_error",
         meta={"exception": f"{type(err).__name__}: {err}"},
-    )
+    )  # fmt: skip

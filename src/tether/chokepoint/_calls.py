@@ -1,17 +1,10 @@
-"""What the chokepoint (``HostCore.call_turn``, ``tether.chokepoint._authority``) works with and returns.
+"""What the chokepoint (``HostCore.call_turn``) works with and returns.
 
-A runner hands the calls of one turn, with their ``CallScope`` (the run's state, tracer, the
-tools it was offered, its ``Harness`` tools), to ``Host.call_turn`` and gets back a ``Turn``,
-settled: what was decided and observed for each call, the results as the model reads them
-(``Turn.messages``), and the stop the host requires (denied, waiting for approval, refused,
-outcome unknown, a question for a person, crashed), if any. A turn that must pause comes back
-paused: its run is checkpointed here (``settle``, ``checkpoint_pause``: ``run_paused``), so no
-runner has to remember to. What a runner does with a turn that did not stop (append its
-messages, extract fields, read the next step) is its own business; what may run, and how, is not.
-
-Also here: recording a denial or an observation in the run (``record_denial``,
-``record_observation``) and approval settlement against the store, the chokepoint's store work.
-"""
+A runner hands the calls of one turn, with their ``CallScope``, to ``Host.call_turn`` and gets
+back a ``Turn``, settled: what was decided and observed per call, the results as the model reads
+them (``Turn.messages``) and the stop the host requires, if any. A turn that must pause comes
+back checkpointed (``settle``, ``checkpoint_pause``), so no runner has to remember to. Also here:
+recording denials and observations, and approval settlement against the store."""
 
 from __future__ import annotations
 
@@ -60,8 +53,7 @@ class Harness(Protocol):
     def intercept(self, call: ToolCall) -> GateOutcome | None: ...
 
     def trust(self, name: str) -> Trust:
-        """The trust label of the tool's results: ``trusted`` only for the host's own text (a
-        TODO list, a reviewed skill), ``untrusted`` for anything derived from tool sources."""
+        """``trusted`` only for the host's own text (a TODO list, a reviewed skill), else ``untrusted``."""
         ...
 
     async def execute(
@@ -78,12 +70,8 @@ class CallScope:
     offered: Sequence[ToolSpec]
     harness: Harness | None = None
     proposed_by: str = "model"
-    # Whether a pause (approval pending, outcome unknown) checkpoints the run state for resume.
-    checkpoint: bool = True
-    # A denied call stops the turn before anything runs (the host's ``on_denied``) unless a
-    # runner's semantics say otherwise (plan mode skips a denied step and goes on).
-    stop_on_denial: bool | None = None
-    # Proposals already stored for these call ids (the approval desk executes one by its id).
+    checkpoint: bool = True  # a pause checkpoints the run state for resume
+    stop_on_denial: bool | None = None  # None: the host's ``on_denied``
     proposals: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -100,8 +88,7 @@ class Turn:
     unsettled_errors: list[ApprovalError] = field(default_factory=list)
     crashes: list[tuple[str, BaseException]] = field(default_factory=list)
     halted: bool = False  # stopped before execution (denial or approval): nothing of the turn ran
-    # Calls waiting for a person's answer (MCP elicitation), by call id: why. When the turn was
-    # checkpointed they have no result, so a resume runs them again and the server finds the answer.
+    # Calls waiting for a person's answer (MCP elicitation), by call id: why.
     questions: dict[str, str] = field(default_factory=dict)
     checkpointed: bool = False  # the run paused here and its state is saved for ``resume``
 
@@ -110,10 +97,8 @@ class Turn:
         return [o for o in self.outcomes if o.call.id in self.observations]
 
     def messages(self) -> list[ToolMessage]:
-        """The turn's results as the model reads them, in proposal order: each observation with
-        its labels (``Observation.render``), a host-written error for a call that did not run.
-        A call whose effect's outcome is unknown, or that waits for an answer in a checkpointed
-        turn, has none (resume settles it)."""
+        """The turn's results as the model reads them, in proposal order; none for a call whose
+        effect's outcome is unknown or that waits for an answer in a checkpointed turn."""
         out: list[ToolMessage] = []
         for o in self.outcomes:
             call = o.call
@@ -188,8 +173,8 @@ def record_observation(tracer: Any, state: RunState, obs: Observation, arguments
 
 async def settle(approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope) -> list[GateOutcome]:
     """The turn's outcomes with each "approve" settled: "allow" when approved (on the stored
-    arguments), refused, or waiting (the run checkpointed, ``run_paused``). A call whose content
-    or tenant differs from its proposal is refused."""
+    arguments), refused, or waiting (the run checkpointed). A call whose content or tenant differs
+    from its proposal is refused."""
     s, t = scope.state, scope.tracer
     settled: list[GateOutcome] = []
     for o in turn.outcomes:
@@ -211,7 +196,6 @@ async def _settle_one(
     s, t = scope.state, scope.tracer
     stored = await _proposal(approvals, o, scope)
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
-        # The call being settled is not what was proposed: never run it on that approval.
         t.emit(
             EventKind.APPROVAL_DENIED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
             reason="content_mismatch",
@@ -242,7 +226,7 @@ async def _settle_one(
 
 async def _proposal(approvals: Approvals, o: GateOutcome, scope: CallScope) -> Any:
     """The stored proposal this call settles on: the one named for it, the one submitted for it
-    earlier in this run, or a new one (with why the policy asked, in its history)."""
+    earlier in this run, or a new one."""
     assert o.spec is not None and o.arguments is not None
     s, store = scope.state, approvals.store
     known = scope.proposals.get(o.call.id)
@@ -259,8 +243,7 @@ async def _proposal(approvals: Approvals, o: GateOutcome, scope: CallScope) -> A
         proposal, proposed_by=scope.proposed_by, run_id=s.run_id, step=s.steps, call_id=o.call.id
     )
     if o.decision is not None:
-        # Why the policy asked (rule, reason, argument provenance) goes into the proposal's
-        # history, so the reviewer sees it next to what will run.
+        # Why the policy asked goes into the proposal's history, for the reviewer.
         await approvals.record_policy(stored.id, o.decision.rule, o.decision.reason, o.decision.details)
     scope.tracer.emit(
         EventKind.APPROVAL_REQUESTED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
@@ -272,9 +255,8 @@ async def _proposal(approvals: Approvals, o: GateOutcome, scope: CallScope) -> A
 async def checkpoint_pause(
     approvals: Approvals, clock: Clock, turn: Turn, scope: CallScope, problems: Sequence[str]
 ) -> None:
-    """Checkpoint a run paused for a person (an effect's unknown outcome, a question). The
-    checkpoint holds the turn's other results as the model will read them, so a resume runs
-    only the calls that have none."""
+    """Checkpoint a run paused for a person, with the turn's other results as the model will
+    read them, so a resume runs only the calls that have none."""
     turn.checkpointed = True
     s = scope.state
     after = dataclasses.replace(s, trajectory=[*s.trajectory, *turn.messages()])
@@ -288,7 +270,6 @@ async def _checkpoint(
     scope: CallScope,
     status: str,
     reason: StopReason,
-    *,
     state: RunState | None = None,
 ) -> None:
     """Save the run's working state in the approval store (resume continues from it)."""

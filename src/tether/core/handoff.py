@@ -1,14 +1,10 @@
 """Handoffs: live state passed between agents or contexts without copying the conversation.
 
 A handoff crosses a boundary, so its text is untrusted data (SPEC H1, H2, P1). ``validate_handoff``
-checks schema, version, permissions, evidence references, artifact integrity and unsupported claims,
-and raises ``HandoffError`` listing every problem it found, each prefixed by a stable code.
-
-A handoff cannot claim work the run did not do: every ``done`` item is ``{claim, cites}`` and cites
-the ids of the calls that did it; ``resolve`` is asked about each cited call (a ``CallCitation``) as
-it is about each evidence reference. ``resolve_from_trace`` answers both from the run's own record:
-a call counts when it exists and succeeded, a reference when a successful observation returned it.
-``done_from_trace`` / ``evidence_from_trace`` build those parts from the trace, never from a template.
+checks schema, version, permissions, evidence, artifacts and unsupported claims, and raises
+``HandoffError`` listing every problem, each prefixed by a stable code. Every ``done`` item is
+``{claim, cites}``: ``resolve`` is asked about each cited call as about each evidence reference;
+``resolve_from_trace`` answers both from the run's own record.
 
     size:exceeded            raw input larger than ``MAX_HANDOFF_BYTES`` (nothing else is checked)
     json:invalid             not parseable JSON / not UTF-8 / not an object (nothing else is checked)
@@ -32,10 +28,8 @@ a call counts when it exists and succeeded, a reference when a successful observ
     artifact:checksum_mismatch P
     claim:unsupported F      a claim of passing tests / verification / approval with no report
 
-Values echoed into problems are escaped (non-printable characters as ``\\xNN``) and truncated, so a
-problem list cannot forge log lines; the parsed model keeps every string verbatim — validation is
-not sanitisation.
-"""
+Values echoed into problems are escaped and truncated (a problem list cannot forge log lines);
+the parsed model keeps every string verbatim: validation is not sanitisation."""
 
 from __future__ import annotations
 
@@ -89,8 +83,7 @@ _VERSION = r"[A-Za-z0-9._:+-]*[0-9][A-Za-z0-9._:+-]*"
 _REF = re.compile(rf"(?P<scheme>{_SCHEME}):(?P<slashes>//)?(?P<path>{_PATH})(?:#(?P<version>[^#]*))?")
 _VERSION_RE = re.compile(_VERSION)
 
-# Claims a successor would act on. Conservative: a negation directly before ("not verified") is not
-# a claim; anything else matching needs a report (an artifact or evidence ref whose path has "report").
+# Claims a successor would act on ("not verified" is not one); each needs a report artifact or ref.
 _CLAIM = re.compile(
     r"(?<!not )(?<!never )\b(?:tests?\s+(?:(?:have|has|all)\s+)?pass(?:ed|es|ing)?|verified|approved)\b",
     re.IGNORECASE,
@@ -101,10 +94,7 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 class EvidenceRef(BaseModel):
-    """A versioned reference such as ``mcp:erp/orders/742#v18`` or ``api://orders/742#version-18``.
-
-    Validates from its string form and serialises back to it.
-    """
+    """A versioned reference (``mcp:erp/orders/742#v18``); validates from and serialises to its string."""
 
     model_config = _STRICT
 
@@ -213,10 +203,8 @@ class Handoff(BaseModel):
 
 
 def artifact_for(path: Path, root: Path) -> Artifact:
-    """Pin the file at ``path`` (absolute, or relative to ``root``) as an Artifact.
-
-    Raises ValueError if the file lies outside ``root``; OSError if it cannot be read.
-    """
+    """Pin the file at ``path`` (absolute, or relative to ``root``) as an Artifact. Raises
+    ValueError if it lies outside ``root``, OSError if it cannot be read."""
     root_resolved = root.resolve()
     target = (root / path).resolve()
     if not target.is_relative_to(root_resolved):
@@ -234,10 +222,8 @@ def validate_handoff(
 ) -> Handoff:
     """Validate an untrusted handoff and return it, or raise HandoffError listing every problem.
 
-    ``resolve`` is called once per well-formed evidence reference and once per call a ``done``
-    item cites (a ``CallCitation``); its exceptions propagate. A resolver that knows nothing of
-    calls (``str(ref) in known_refs``) refuses every cited call: fail closed.
-    """
+    ``resolve`` is called once per well-formed evidence reference and once per cited call (a
+    ``CallCitation``; a resolver that knows nothing of calls refuses them: fail closed)."""
     problems: list[str] = []
     raw = _load(data, problems)
     handoff: Handoff | None = None
@@ -255,10 +241,7 @@ def validate_handoff(
             f"done:unbacked {index} {_show(cite)}" for cite in item.cites if not resolve(CallCitation(cite))
         )
     artifacts = _valid_items(Artifact, raw.get("artifacts"))
-    for artifact in artifacts:
-        problem = _artifact_problem(artifact, artifact_root)
-        if problem:
-            problems.append(problem)
+    problems.extend(p for a in artifacts if (p := _artifact_problem(a, artifact_root)))
     if claims_require_report:
         problems.extend(_claim_problems(raw, artifacts, evidence))
 
@@ -384,9 +367,7 @@ def _artifact_problem(artifact: Artifact, root: Path | None) -> str | None:
 def _claim_problems(
     raw: Mapping[str, Any], artifacts: list[Artifact], evidence: list[EvidenceRef]
 ) -> list[str]:
-    paths = [a.path for a in artifacts] + [ref.path for ref in evidence]
-    backed = any(_REPORT_MARK in path.lower() for path in paths)
-    if backed:
+    if any(_REPORT_MARK in path.lower() for path in [a.path for a in artifacts] + [r.path for r in evidence]):
         return []
     problems: list[str] = []
     for field in ("done", "decisions"):
@@ -422,7 +403,6 @@ def _show(value: str, limit: int = 120) -> str:
 
 
 def _succeeded(state: Any) -> dict[str, Any]:
-    """Call id -> its successful observation, for calls whose last attempt succeeded."""
     last = {c.call_id: c.status for c in getattr(state, "calls", ())}
     return {
         o.call_id: o
@@ -433,7 +413,7 @@ def _succeeded(state: Any) -> dict[str, Any]:
 
 def resolve_from_trace(ref: EvidenceRef | CallCitation, state: Any) -> bool:
     """Whether the run backs ``ref``: a cited call exists and succeeded; an evidence reference was
-    returned (as ``ref``) by a successful observation. Use it as ``Agent(resolve_evidence=...)``."""
+    returned by a successful observation. Use it as ``Agent(resolve_evidence=...)``."""
     ok = _succeeded(state)
     if isinstance(ref, CallCitation):
         return ref.call_id in ok
@@ -469,9 +449,8 @@ def evidence_from_trace(state: Any) -> list[str]:
     return refs
 
 
-# A final answer that says the agent acted ("I e-mailed the buyer", "we've cancelled the order"):
-# past-tense verbs of side effects in the first person. The passive ("order 742 was closed") is
-# left alone: it is how an answer reports what a tool result says.
+# First-person past-tense side effects ("we've cancelled the order"); the passive ("order 742 was
+# closed") is how an answer reports a tool result, so it is left alone.
 _ACTION = re.compile(
     r"\b(?:i|we)(?:'ve|\s+have)?\s+(?:(?:just|now|already|successfully|also)\s+)?"
     r"(?P<verb>e-?mailed|sent|messaged|notified|called|phoned|texted|posted|published|submitted|filed|"
@@ -482,22 +461,17 @@ _ACTION = re.compile(
 
 
 def claim_check(effects: Callable[[], Mapping[str, Any]]) -> Callable[[Any, str], str | None]:
-    """A ``verify`` hook: a final answer in which the agent claims an action ("I e-mailed the
-    buyer", "we've cancelled the order") is rejected unless the run made at least one successful call of a
-    side-effecting tool. ``effects()`` maps tool names to their effects (``"read"`` for tools
-    that only read), read when the answer comes, so tools of servers started later count."""
+    """A ``verify`` hook rejecting a final answer that claims an action ("I e-mailed the buyer")
+    unless the run made a successful side-effecting call. ``effects()`` maps tool names to their
+    effects, read when the answer comes (tools of servers started later count)."""
 
     def verify(state: Any, answer: str) -> str | None:
         found = _ACTION.search(answer or "")
         if found is None:
             return None
         known = effects()
-        acted = [
-            c.tool
-            for c in getattr(state, "calls", ())
-            if c.status == "ok" and str(known.get(c.tool, "write")) != "read"
-        ]
-        if acted:
+        calls = getattr(state, "calls", ())
+        if any(c.status == "ok" and str(known.get(c.tool, "write")) != "read" for c in calls):
             return None
         return (
             f"the answer says {found.group(0)!r} but no side-effecting call succeeded in this run: "

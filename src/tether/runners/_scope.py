@@ -1,28 +1,16 @@
 """The run scope: the one owner of a run's lifecycle, whichever runner drives it.
 
-The agent loop (and its subagents), a workflow, a plan, the approval desk, the MCP
-elicitation resume and a durable worker each open a ``RunScope`` and write none of this
-themselves:
-
-- the run id, its tracer (and trace file) and its ``RunState``;
-- the tracer's knowledge of which arguments each tool declares secret (``declare_secrets``:
-  local and MCP tools alike, for every runner), so their values are redacted from every event;
-- the ``run_started`` event (``run_resumed`` for a resumed run), always with the tenant and
-  the roles, and the one ``stop`` event;
-- the checkpoint a run leaves when it stops: ``stopped`` after a transient failure (a model
-  error, an unavailable dependency), so ``resume`` continues it; ``finished`` when a resumed
-  run ends, so nobody resumes it again;
-- the ``RunResult``.
-
-A pause is checkpointed where it happens, by the chokepoint (``HostCore.call_turn``): a ``Turn``
-comes back settled. ``resume_point`` is the one rule of what may be resumed, for embedded
-and durable runs alike; ``rebuild`` and ``resume_rebuilt`` the one path an embedded run is
-continued by (``tether resume`` and the console's Resume alike).
-"""
+Every runner opens a ``RunScope``, which owns the run id, tracer and ``RunState``, the secret
+arguments the tracer redacts (``declare_secrets``), the ``run_started``/``run_resumed`` and
+``stop`` events, the checkpoint a run leaves when it stops (``stopped`` after a transient
+failure, ``finished`` when a resumed run ends) and the ``RunResult``. A pause is checkpointed
+by the chokepoint where it happens. ``resume_point`` is the one rule of what may be resumed;
+``rebuild`` and ``resume_rebuilt`` the one path an embedded run is continued by."""
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,15 +43,13 @@ __all__ = [
     "resume_rebuilt",
 ]
 
-# Stops a run may be continued from: nothing the host decided ended it, and its state up to
-# the failure is kept (effects already recorded replay from the ledger, never run again).
+# Stops a run may be continued from: nothing the host decided ended it.
 TRANSIENT: Final = frozenset({StopReason.MODEL_ERROR, StopReason.DEPENDENCY_UNAVAILABLE})
 
 
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
-    """A checkpoint that may be continued: the run state (JSON), why it stopped, and the
-    application that wrote it."""
+    """A checkpoint that may be continued: the run state (JSON), its status and its app."""
 
     state: str
     status: str  # "paused" (for a person) or "stopped" (a transient failure)
@@ -72,9 +58,7 @@ class ResumePoint:
 
 
 def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
-    """What ``resume`` continues from, given the stored checkpoint of ``run_id`` (or None).
-
-    Raises ``ApprovalError`` (``unknown_run``: no checkpoint; ``run_finished``: it ended)."""
+    """What ``resume`` continues from. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
     if checkpoint is None:
         raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
     if checkpoint.status == "finished":
@@ -82,23 +66,18 @@ def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
     return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
 
 
-# Factories that checkpoints name, under the import paths earlier releases wrote: a run paused
-# before a module moved still resumes (the checkpoint is never rewritten; the name is resolved).
+# Factories under the import paths earlier releases wrote in checkpoints (never rewritten).
 RENAMED_APPS = {"tether.agentrecord:rebuild": "tether.agents._record:rebuild"}
 
 
 def current_app(app: str) -> str:
-    """The import path a checkpoint's ``app`` names today (``RENAMED_APPS``)."""
     return RENAMED_APPS.get(app, app)
 
 
 def rebuild(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
-    """The host and agent of ``run_id``, built by the application factory its checkpoint names
-    (``module:function``: host code chosen by the application that started the run, never by
-    the model), called with the approval store's path — and the run id, when the factory takes
-    one (``tether.agents._record:rebuild`` rebuilds an agent file's run; ``tether mcp run``'s too).
-
-    Raises ``ConfigError`` naming the factory when it cannot be loaded or cannot rebuild."""
+    """The host and agent of ``run_id``, built by the factory (``module:function``, chosen by the
+    application, never the model) its checkpoint names, called with the approval store's path
+    and the run id when it takes one. Raises ``ConfigError`` naming the factory."""
     import importlib
     import inspect
 
@@ -120,8 +99,7 @@ def rebuild(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
 
 
 async def resume_rebuilt(host: Any, agent: Any, run_id: str) -> RunResult:
-    """Continue ``run_id`` on a host and agent ``rebuild`` made, then close both (the host's
-    sources and the model's client). Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+    """Continue ``run_id`` on a host and agent ``rebuild`` made, then close both."""
     try:
         result: RunResult = await host.resume(agent, run_id)
     finally:
@@ -130,8 +108,7 @@ async def resume_rebuilt(host: Any, agent: Any, run_id: str) -> RunResult:
 
 
 async def close_built(host: Any, agent: Any) -> None:
-    """Close what an application factory built for a run: the host's sources, then the agent
-    model's client (when it has one to close)."""
+    """Close the host's sources, then the agent model's client (if it has one to close)."""
     await host.aclose()
     close = getattr(agent.model, "aclose", None)
     if close is not None:
@@ -139,19 +116,11 @@ async def close_built(host: Any, agent: Any) -> None:
 
 
 def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
-    """Tell ``tracer`` which arguments each tool declares secret (``ToolSpec.secret_arguments``:
-    JSON Schema ``writeOnly`` / ``format: password`` / ``x-secret-arguments``), whatever its
-    source: a local tool's contract or an MCP server's input schema. The chokepoint then learns
-    their values from each proposed call before anything is written (``Redactor.learn``).
-
-    A tool is declared under its name and, when no other tool claims it, under its bare remote
-    name (an MCP tool's name at its server), which the host also resolves a call by."""
+    """Tell ``tracer`` which arguments each tool declares secret (``ToolSpec.secret_arguments``),
+    local or MCP, under its name and, when no other tool claims it, its bare remote name."""
     specs = list(specs)
     names = {spec.name for spec in specs}
-    remotes: dict[str, int] = {}
-    for spec in specs:
-        if spec.remote_name:
-            remotes[spec.remote_name] = remotes.get(spec.remote_name, 0) + 1
+    remotes = Counter(spec.remote_name for spec in specs if spec.remote_name)
     for spec in specs:
         secret = spec.secret_arguments
         if not secret:
@@ -163,15 +132,11 @@ def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
 
 
 class RunScope:
-    """One run, from its id to its result. Build one per run; ``start`` it, hand its ``calls``
-    scope to the chokepoint, and ``finish`` it exactly once.
+    """One run, from its id to its result: ``start`` it, hand its ``calls`` scope to the
+    chokepoint, and ``finish`` it exactly once.
 
-    ``resume``: continue the checkpointed run instead of starting one (state restored, the
-    trace goes on numbering). ``resumable``: the run can be resumed from its checkpoint (an
-    agent run), so a transient stop leaves one. ``checkpoints``: pauses are checkpointed (off
-    for runners whose state is a throwaway: the desk and the MCP resume). ``trace_id``: the
-    trace file's name when it is not the run id (a desk execution of a run's proposal).
-    """
+    ``resume``: continue a checkpointed run; ``resumable``: a transient stop leaves a checkpoint;
+    ``checkpoints``: pauses are checkpointed; ``trace_id``: the trace file's name if not the run id."""
 
     def __init__(
         self,
@@ -214,9 +179,7 @@ class RunScope:
         return self.state.run_id
 
     async def start(self, tools: Sequence[ToolSpec], **about: str) -> None:
-        """Emit the run's first event (what it is, for whom, with which tools) and the launches
-        of the host's sources. ``about``: the runner's own description (agent and model, or
-        workflow)."""
+        """Emit the run's first event and the launches of the host's sources."""
         s = self.state
         declare_secrets(self.tracer, [*self.host.known_tools(), *tools])  # tools: harness ones too
         self.tracer.emit(
@@ -241,15 +204,9 @@ class RunScope:
     ) -> CallScope:
         """The scope the chokepoint runs this run's calls in."""
         return CallScope(
-            state=self.state,
-            tracer=self.tracer,
-            offered=offered,
-            harness=harness,
-            proposed_by=proposed_by,
-            checkpoint=self.checkpoints,
-            stop_on_denial=stop_on_denial,
-            proposals=proposals or {},
-        )
+            self.state, self.tracer, offered, harness, proposed_by, self.checkpoints, stop_on_denial,
+            proposals or {},
+        )  # fmt: skip
 
     async def finish(
         self,
@@ -260,8 +217,8 @@ class RunScope:
         handoff: Handoff | None = None,
         steps: int | None = None,
     ) -> RunResult:
-        """End the run with one stop reason: checkpoint it (see the module docstring), emit
-        ``stop``, close the trace and build the result. Raises ``RuntimeError`` if called twice."""
+        """End the run: checkpoint it, emit ``stop``, close the trace and build the result.
+        Raises ``RuntimeError`` if called twice."""
         if self._finished is not None:
             raise RuntimeError(f"run {self.run_id} already finished ({self._finished.stop_reason})")
         s = self.state
@@ -294,8 +251,7 @@ class RunScope:
         return self._finished
 
     async def _checkpoint_stop(self, reason: StopReason, detail: str) -> str:
-        """Leave the checkpoint this stop calls for; returns the stop's detail (with why a
-        checkpoint could not be written, if so)."""
+        """Leave the checkpoint this stop calls for; returns the stop's detail."""
         approvals = self.host.approvals
         if approvals is None or not self.checkpoints or reason is StopReason.APPROVAL_REQUIRED:
             return detail  # a pause was checkpointed by the chokepoint when it happened
