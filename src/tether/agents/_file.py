@@ -1,41 +1,10 @@
 """Agents from a file: ``tether run --agent agent.yaml "objective"`` (YAML or TOML).
 
-The file names everything a run needs; relative paths are relative to the file's folder::
-
-    name: order-agent
-    instructions: Answer from tool results only.        # or instructions_file: prompt.md
-    model:
-      provider: openai-chat                              # or openai-responses, anthropic
-      name: qwen3:8b                                     # or "scripted:steps.yaml" (a stand-in, said so)
-      base_url: http://127.0.0.1:11434/v1
-      api_key_env: OLLAMA_KEY                            # the variable's name; the key is never stored
-      streaming: false                                   # default: whole responses
-      limits: {max_steps: 8, llm_calls: 10, deadline_s: 120}
-      prices: {"qwen3:8b": {input: 0, output: 0}}
-      fallback: [{provider: anthropic, name: claude-sonnet-4-5}]   # when the model in use fails
-    tools:                                               # local tools, by import path
-      - myapp.tools:read_order                           # a @tool, a plain function, or a list of them
-      - {function: myapp.tools:send_note, effect: send, egress_argument: to,
-         reconciler: myapp.tools:find_note}            # asked by key after a cut or a raise
-    python_path: ["."]                                   # folders put on sys.path for the imports
-    mcp: {config: mcp.yaml}                              # or inline: {servers: [...], host: {...}}
-    policy:
-      allow: [read_order, erp__read_order]               # default: every tool offered
-      deny: []
-      tenant: shopping-a
-      roles: [maintenance-read]
-      effects: {read_order: read}                        # effects of plain-function tools
-      approvals_db: approvals.db                         # side effects pause for a person
-    context: {status: true, compression: {strategy: adaptive, window_tokens: 8192},
-              skills: {dir: skills, trusted: true}, tool_search: {threshold: 20}}
-    trace: {dir: traces, results: false}                 # results: store tool output, redacted
-
-``load_agent_file`` validates it (``ConfigError`` naming the file and the field); ``tether agent
-schema`` prints its JSON Schema, generated from the models of ``tether.agents._spec``;
-``tether.agents._build.build_agent`` builds the ``Host`` and ``Agent`` through the public API. A
-run that may pause (``policy.approvals_db``) records the file beside the approval store
-(``tether.agents._record``), so ``tether resume RUN`` rebuilds the same agent from another process.
-"""
+The file names everything a run needs (docs/reference/agent-file.md); relative paths are
+relative to its folder. ``load_agent_file`` validates it (``ConfigError`` naming the file and
+the field) against the models of ``tether.agents._spec``; ``tether.agents._build.build_agent``
+builds the ``Host`` and ``Agent``; a run that may pause records the file beside the approval
+store (``tether.agents._record``), so ``tether resume RUN`` rebuilds the same agent."""
 
 from __future__ import annotations
 
@@ -77,8 +46,6 @@ class AgentFile:
     base_dir: Path
     text: str
     sha256: str
-    # The files it depends on as they were read once (``snapshot``): a durable worker runs the
-    # version it started with even when they are edited in place for the next version.
     files: Mapping[Path, bytes] = field(default_factory=dict)
 
     def resolve(self, value: str) -> Path:
@@ -150,10 +117,8 @@ def _python_path(af: AgentFile) -> None:
 
 
 def agent_digest(af: AgentFile) -> str:
-    """sha256 of the agent file and every file it depends on that can be found: its
-    instructions file, its scripted model's script, its MCP config file, and the source of each
-    module its tools and reconcilers are imported from. A durable run is bound to this digest:
-    editing any of them makes a new version (``tether.durable._versions``)."""
+    """sha256 of the agent file and every file it depends on that can be found (instructions,
+    model script, MCP config, the modules of its tools and reconcilers): a durable run is bound to it."""
     h = hashlib.sha256(af.sha256.encode())
     for path in _dependencies(af):
         h.update(str(path).encode() + b"\0")
@@ -162,10 +127,8 @@ def agent_digest(af: AgentFile) -> str:
 
 
 def snapshot(af: AgentFile) -> AgentFile:
-    """``af`` holding the files it depends on as they are now, its tools' and reconcilers'
-    modules imported now (a later import finds them loaded): what a process builds from it
-    later is this version, whatever is edited on disk meanwhile. Raises ``ConfigError``
-    naming an entry that does not import."""
+    """``af`` holding the files it depends on as they are now, its tools' modules imported now, so
+    what is built from it later is this version. Raises ``ConfigError`` for an entry that does not import."""
     _python_path(af)
     for i, ref in enumerate(af.spec.tools):
         for target in (ref.function, ref.reconciler):

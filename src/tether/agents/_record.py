@@ -1,12 +1,8 @@
 """Which agent a paused run uses, recorded so ``tether resume RUN`` rebuilds it in another process.
 
-When a run from an agent file can pause (it has an approval store), the file is recorded beside
-the store when the run starts: ``<db>.agents/<run_id>.json`` holds its path, sha256 and content
-and the spec with the command line's overrides applied — the API key's variable name, never the
-key. ``rebuild`` is the factory the checkpoint names; it builds the same host and agent from the
-record (a file changed on disk since is reported, the recorded version is used). The record is
-host authority, like the store: keep both out of reach of untrusted writers.
-"""
+``<db>.agents/<run_id>.json``, beside the approval store, holds the file's path, sha256, content
+and the spec with the command line's overrides (the key's variable name, never the key).
+``rebuild`` is the factory the checkpoint names. The record is host authority, like the store."""
 
 from __future__ import annotations
 
@@ -59,8 +55,7 @@ def record_run(db: Path, run_id: str, af: AgentFile) -> Path:
 
 
 class RecordSink:
-    """A trace sink that records the agent when its run starts (so a crash after a checkpoint
-    still leaves what ``tether resume`` needs)."""
+    """A trace sink that records the agent when its run starts (a crash after a checkpoint leaves it)."""
 
     def __init__(self, db: Path, af: AgentFile) -> None:
         self.db = db
@@ -112,19 +107,14 @@ def rebuild(db: Path, run_id: str | None = None) -> tuple[Host, Agent]:
 class AgentFileApp:
     """A durable worker's app for one agent file (``tether worker --app agent.yaml``).
 
-    The file is read once, when the worker starts: editing it later changes nothing until the
-    worker restarts. ``digest`` covers it and the files it depends on (``agent_digest``);
-    ``tether submit`` records the digest of the file
-    it read, and a worker whose file differs refuses the run (it would run another agent than
-    the one submitted). Each run builds the host and agent with the deployment's stores, so
-    approvals, checkpoints, MCP pins and elicitation pauses are shared by every worker."""
+    The file and what it depends on are read once, when the worker starts; ``digest`` covers them
+    (``agent_digest``), and a worker whose digest differs from the submitted one refuses the run.
+    Each run is built with the deployment's stores, shared by every worker."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).resolve()
-        # Held as read now (its files, its tools' modules imported): editing them in place for
-        # the next version changes nothing here until the worker restarts.
         self.agent_file = snapshot(load_agent_file(self.path))
-        self.digest = agent_digest(self.agent_file)  # the file and every file it depends on
+        self.digest = agent_digest(self.agent_file)
         self.name = str(self.path)
 
     def __call__(self, url: str, run_id: str | None = None) -> tuple[Host, Agent]:

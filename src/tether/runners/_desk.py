@@ -1,15 +1,9 @@
-"""``ProposalDesk``: the direct API of T5 on a host — propose, review, approve, execute.
+"""``ProposalDesk``: the direct API of T5 on a host: propose, review, approve, execute.
 
-    desk = ProposalDesk(host)                       # host built with Host(approvals=Approvals(store))
-    p = await desk.propose(context, raw_json)       # strict intake + policy; stored, pending
-    await desk.review(context, p.id)                # exactly what will run
-    await desk.approve(reviewer, p.id)              # a Reviewer is host-side authority
-    await desk.execute(context, p.id)               # runs the stored arguments, at most once
-
-``execute`` takes no payload: it runs what was stored and approved. Replaying it returns the
-first outcome without a second effect. The same content proposed again is a new proposal with
-its own id and needs its own approval.
-"""
+desk = ProposalDesk(host)                       # host built with Host(approvals=Approvals(store))
+p = await desk.propose(context, raw_json)       # strict intake + policy; stored, pending
+await desk.approve(reviewer, p.id)              # a Reviewer is host-side authority
+await desk.execute(context, p.id)               # runs the stored arguments, at most once"""
 
 from __future__ import annotations
 
@@ -63,11 +57,8 @@ class ProposalDesk:
     async def propose(
         self, context: TrustedContext, raw_json: str | bytes, *, proposed_by: str = "model"
     ) -> StoredProposal:
-        """Intake (T3), tenant ownership (T4), egress (T8); then store. Raises ``PolicyError``.
-
-        A proposal the policy lets run without approval is stored already approved by
-        ``policy:automatic``; every other one is pending.
-        """
+        """Intake (T3), tenant ownership (T4), egress (T8); then store, already approved by
+        ``policy:automatic`` when no approval is needed. Raises ``PolicyError``."""
         outcome = self._decide(context, raw_json)
         if outcome.status == "unknown":
             raise PolicyError("unknown_tool", outcome.error, tool=outcome.call.name[:80])
@@ -78,25 +69,23 @@ class ProposalDesk:
         if outcome.status == "deny":
             raise PolicyError(d.reason, f"{d.rule}: {d.reason}", **d.details)
         assert outcome.spec is not None and outcome.arguments is not None
+        spec, needs_approval = outcome.spec, outcome.status == "approve"
         proposal = Proposal.of(
-            outcome.spec.name,
+            spec.name,
             outcome.arguments,
             context.tenant,
-            effect=str(outcome.spec.effect),
-            needs_approval=outcome.status == "approve",
+            effect=str(spec.effect),
+            needs_approval=needs_approval,
         )
         stored = await self.approvals.submit(proposal, proposed_by=proposed_by)
         if proposal.needs_approval:
             await self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
         else:
             stored = await self.approvals.store.decide(
-                stored.id,
-                ProposalStatus.APPROVED,
-                allowed_from=frozenset({ProposalStatus.PENDING}),
-                actor="policy:automatic",
-                reason="no approval needed for this effect",
+                stored.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}),
+                actor="policy:automatic", reason="no approval needed for this effect",
                 now=self.approvals.clock(),
-            )
+            )  # fmt: skip
         return stored
 
     def _decide(self, context: TrustedContext, raw_json: str | bytes) -> GateOutcome:
@@ -104,7 +93,7 @@ class ProposalDesk:
         host = self.host
         name, arguments = parse_envelope(raw_json)  # strict intake of the envelope (T3)
         call = ToolCall(f"desk-{uuid.uuid4().hex[:12]}", name, json.dumps(arguments, ensure_ascii=False))
-        # Only decided, never run: a scope for its trace, not a run with a start and a stop.
+        # Only decided, never run: a scope for its trace, no start or stop.
         run = RunScope(host, design="desk", objective="proposal", context=context, run_id=call.id)
         try:
             return host.decide(call, run.calls(host.offered(), proposed_by="desk"))
@@ -126,20 +115,15 @@ class ProposalDesk:
         return await self.approvals.invalidate(context, proposal_id, reason=reason)
 
     async def execute(self, context: TrustedContext, proposal_id: str) -> Execution:
-        """Run the stored, approved arguments of ``proposal_id`` for ``context`` (at most once),
-        through the host's chokepoint like any call: the policy is applied again (ownership,
-        roles, egress), the approval is settled against the stored proposal, the effect goes
-        through the ledger, and every decision and outcome is traced.
+        """Run the stored, approved arguments of ``proposal_id`` (at most once) through the host's
+        chokepoint like any call: policy applied again, approval settled, effect through the ledger.
 
-        Raises ``ApprovalError`` (``not_approved``, ``denied``, ``invalidated``,
-        ``unknown_proposal`` — also for another tenant's id —, ``outcome_unknown``) or
-        ``PolicyError`` when the policy no longer allows the call. A programming error inside
-        the tool propagates.
-        """
+        Raises ``ApprovalError`` (``not_approved``, ``denied``, ``invalidated``, ``unknown_proposal``,
+        ``outcome_unknown``) or ``PolicyError``; a programming error inside the tool propagates."""
         host = self.host
         p = await self.approvals.executable(context, proposal_id)
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
-        # The proposal's own run id and step: the effect's ledger key is the one its run would use.
+        # The proposal's own run id and step: the ledger key its run would use.
         run = RunScope(
             host, design="desk", objective=f"proposal {p.id}", context=context, run_id=run_id,
             checkpoints=False, trace_id=f"{run_id}-desk-{p.id}", step=step,

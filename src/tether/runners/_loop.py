@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,7 +28,7 @@ from tether.trace._events import EventKind
 if TYPE_CHECKING:
     from tether.chokepoint._authority import HostCore as Host
 
-__all__ = ["AgentLoop", "LoopSteps", "StopRun"]
+__all__ = ["AgentLoop", "LoopSteps", "StopRun", "run_child"]
 
 # What a run was doing when its deadline passed, as its stop detail says it.
 _DEADLINE_DETAIL = {
@@ -52,10 +52,8 @@ class StopRun(Exception):
 
 
 class LoopSteps:
-    """How the loop takes its two kinds of step: asking the model, and handing a turn of tool
-    calls to the host's chokepoint. This default runs them in process; a durable runner
-    (``tether.durable``) records each as a step of a durable workflow, so a recovered run
-    neither asks the model again for a step it has nor runs a turn again."""
+    """How the loop asks the model and hands a turn to the chokepoint: in process here; a durable
+    runner (``tether.durable``) records each as a workflow step, so a recovered run repeats neither."""
 
     async def complete(self, loop: AgentLoop, request: Any) -> ModelResponse:
         return await loop.agent.model.complete(request)
@@ -78,12 +76,10 @@ class AgentLoop:
         request: str | None = None,
         inherited: tuple[list[Observation], list[CallRecord]] | None = None,
     ) -> None:
-        """``resume``: a checkpointed run to continue (``resume_point``), instead of a new run of
-        ``objective`` for ``context``; ``run_id``: the id of a new run (default: a fresh one);
-        ``steps``: how model calls and tool turns are taken (default: in process); ``request``:
-        the user's own words when ``objective`` is not (a child run: a subagent's task, a
-        workflow node's objective), kept in the run state for provenance (``RunState.request``);
-        ``inherited``: what the runs before a child run did (``RunState.history``)."""
+        """``resume``: a checkpointed run to continue (``resume_point``); ``run_id``: a new run's id;
+        ``steps``: how model calls and tool turns are taken; ``request``: the user's own words when
+        ``objective`` is not (a child run), kept for provenance; ``inherited``: what the runs before
+        a child run did (``RunState.history``)."""
         self.host = host
         self.agent = agent
         self.limits = agent.limits
@@ -101,8 +97,7 @@ class AgentLoop:
         self.trace_path = self.lifecycle.trace_path
         run_id = self.state.run_id
         self.offered = host.offered(agent.tools)
-        # The engine's callbacks close over what they need, not over ``self``: a run's objects
-        # then form no reference cycle and are freed when the run ends, not by a full GC pass.
+        # Callbacks close over what they need, not ``self``: no reference cycle outlives the run.
         tracer, state = self.tracer, self.state
         self.engine = ContextEngine(
             agent.context,
@@ -144,9 +139,7 @@ class AgentLoop:
                 if recalled is not None:
                     s.trajectory.append(recalled)
                 s.trajectory.extend(self.engine.opening(s.objective))
-            # The run's deadline is one cancel scope around its steps, not one per model call
-            # and per turn: whatever the run waits on when it passes (the model, a tool, a
-            # summary) is cancelled; approval settlement and checkpoints are shielded.
+            # One cancel scope around the run's steps; settlement and checkpoints are shielded.
             with self._deadline():
                 if pending:
                     # Finish the turn the run paused in; its calls are settled against the store again.
@@ -217,11 +210,8 @@ class AgentLoop:
     async def _ask(self, *, tools_enabled: bool, max_tokens: int | None = None) -> ModelResponse:
         s, t = self.state, self.tracer
         if s.llm_calls >= self.limits.llm_calls_hard:
-            raise StopRun(
-                StopReason.BUDGET,
-                f"hard ceiling of {self.limits.llm_calls_hard} LLM calls",
-                self._host_answer(),
-            )
+            why = f"hard ceiling of {self.limits.llm_calls_hard} LLM calls"
+            raise StopRun(StopReason.BUDGET, why, self._host_answer())
         try:
             request = await self.engine.build(s, tools_enabled=tools_enabled)
         except ContextOverflow as err:
@@ -267,13 +257,7 @@ class AgentLoop:
         return response
 
     def _scope(self) -> CallScope:
-        return CallScope(
-            state=self.state,
-            tracer=self.tracer,
-            offered=self.offered,
-            harness=self.engine,
-            proposed_by=f"model:{self.agent.model.name}",
-        )
+        return CallScope(self.state, self.tracer, self.offered, self.engine, f"model:{self.agent.model.name}")
 
     async def _act(self, calls: list[Any]) -> None:
         """Hand the turn's calls to the host's chokepoint; then record results for the model."""
@@ -291,14 +275,12 @@ class AgentLoop:
         if s.malformed_turns >= self.limits.max_malformed_turns:
             raise StopRun(StopReason.MODEL_ERROR, f"{s.malformed_turns} malformed turns in a row")
 
-        # The results enter the trajectory as the chokepoint wrote them, in proposal order.
         s.trajectory.extend(turn.messages())
         observed = (self._observe(turn.observations[o.call.id]) for o in turn.executed)
         unavailable = [stop for stop in observed if stop is not None]
         if (stop := turn.stop()) is not None:  # a question or an unknown outcome: the run is paused
             raise StopRun(stop[0], stop[1], None)
-        # The turn is done: whatever stops the run now, a resumed run's next turn is a new step
-        # (its calls get ledger keys of their own).
+        # The turn is done: a resumed run's next turn is a new step (ledger keys of its own).
         s.steps += 1
         if unavailable:
             raise unavailable[0]
@@ -313,8 +295,7 @@ class AgentLoop:
             raise StopRun(StopReason.REPETITION, why, self._host_answer())
 
     def _observe(self, obs: Observation) -> StopRun | None:
-        """What the loop keeps of one result besides its message: evidence it may cite, and how
-        often its source was unavailable. Returns the stop when that is too often."""
+        """Note a result's evidence and its source's unavailability; returns the stop when too often."""
         s = self.state
         if isinstance(obs.data, dict) and isinstance(obs.data.get("ref"), str):
             s.evidence.add(obs.data["ref"])
@@ -424,9 +405,8 @@ async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent
 
 
 async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
-    """Continue a run that paused (for an approval or an answer) or stopped on a transient
-    failure, from its checkpoint in the host's approval store. Raises ``ApprovalError``
-    (``no_store``, ``unknown_run``, ``run_finished``)."""
+    """Continue a run that paused or stopped on a transient failure, from its checkpoint in the
+    host's approval store. Raises ``ApprovalError`` (``no_store``, ``unknown_run``, ``run_finished``)."""
     approvals = host.approvals
     if approvals is None:
         raise ApprovalError("no_store", "this host has no approval store to resume from")
@@ -434,21 +414,26 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
     return await AgentLoop(host, agent, resume=point).run()
 
 
-class _ChildRuns:
-    """A subagent's runs: child agent loops on the same host (same chokepoint, policy, stores).
-    A child's objective is the task its parent's model wrote; the user's request is the
-    parent's, handed down (``RunState.request``), so the task's words are nobody's request; so
-    is what the parent did so far (``RunState.history``), so its writes stay its writes."""
+async def run_child(
+    host: Host, parent: RunState, agent: Agent, objective: str, context: TrustedContext
+) -> RunResult:
+    """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint.
+    Its objective is nobody's request: the user's request is the parent's, handed down
+    (``RunState.request``), with what the parent did so far; what it does is the parent's too."""
+    result = await AgentLoop(
+        host, agent, objective, context, request=parent.users_request, inherited=parent.history()
+    ).run()
+    parent.inherited_observations += result.observations
+    parent.inherited_calls += result.calls
+    return result
 
-    def __init__(self, host: Host, parent: RunState) -> None:
-        self.host = host
-        self.parent = parent
+
+@dataclass
+class _ChildRuns:
+    """A subagent's runs: child agent loops on the same host (``run_child``)."""
+
+    host: Host
+    parent: RunState
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        parent = self.parent
-        result = await AgentLoop(
-            self.host, agent, objective, context, request=parent.users_request, inherited=parent.history()
-        ).run()
-        parent.inherited_observations += result.observations  # what it did is its parent's history too
-        parent.inherited_calls += result.calls
-        return result
+        return await run_child(self.host, self.parent, agent, objective, context)

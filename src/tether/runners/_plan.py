@@ -1,17 +1,11 @@
 """Plan-then-execute: the dual-model pattern, governed by the same gate.
 
-A **planner** sees only the user's request and the tool signatures and fixes the whole
-sequence of calls up front: each argument is either a literal the planner wrote or an
-``Extract`` — a typed value to be pulled from earlier results. Extraction from those
-(untrusted) results is done by a **quarantined extractor**: a model call that sees one
-instruction and the source text, has no tools, and whose output is validated against the
-declared type and recorded as an observation labelled with the *source's* trust class
-(tainted: an IBAN extracted from a third-party bill stays third-party). Every planned call
-then passes ``Host.call_turn`` — provenance rules included — exactly as in the agent loop.
-
-Injected text can therefore never add a call (the plan is fixed before any data is read);
-it can only try to change extracted values, which the provenance rules then judge.
-"""
+A **planner** sees only the request and the tool signatures and fixes every call up front: each
+argument is a literal or an ``Extract``, a typed value a **quarantined extractor** (no tools,
+one instruction, the source text) pulls from earlier results. An extracted value is validated
+against its type and recorded as an observation with its sources' least trusted class. Every
+planned call passes ``Host.call_turn``, provenance rules included. Injected text can never add
+a call; it can only try to change extracted values, which the provenance rules judge."""
 
 from __future__ import annotations
 
@@ -110,12 +104,10 @@ async def run_plan(
     run_id: str | None = None,
 ) -> RunResult:
     """Plan once from the request, then execute every planned call through the host's chokepoint.
-    ``run_id`` continues an earlier run: the same planned calls replay recorded effects from the
-    ledger and find their proposals (a plan that changed is refused, never run on an old approval).
+    ``run_id`` continues an earlier run (recorded effects replay; a changed plan is refused).
 
-    A denied call or a failed extraction skips that step (recorded) and the plan goes on; the
-    run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
-    """
+    A denied call or a failed extraction skips its step (recorded) and the plan goes on; the run
+    stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed."""
     await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
@@ -173,19 +165,18 @@ async def _resolve(
         raw = await extractor.extract(request)
         value = TypeAdapter(_TYPES[spec.type]).validate_python(raw, strict=True)
     except ValidationError as err:
-        raise _ExtractionFailed(
-            f"extracted {argument!r} is not a {spec.type}: {err.errors()[0]['msg']}"
-        ) from None
+        why = err.errors()[0]["msg"]
+        raise _ExtractionFailed(f"extracted {argument!r} is not a {spec.type}: {why}") from None
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
-    # The value enters the run as an observation of the quarantined extractor, carrying the
-    # least trusted class among its sources: extraction never launders untrusted data.
+    # Recorded with the least trusted class among its sources: extraction never launders data.
     labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
         SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
     ]
     trust = least_trusted(lbl.trust for lbl in labels)
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
-    segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
+    scalars = value if isinstance(value, list) else [value]
+    segments = [_Segment(str(v), normalise(str(v)), label, True) for v in scalars]
     run.state.observations.append(
         Observation(
             call_id=f"extract_{step}_{argument}",
@@ -198,7 +189,3 @@ async def _resolve(
         )
     )
     return value
-
-
-def _scalars(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, list) else [value]

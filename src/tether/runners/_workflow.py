@@ -1,9 +1,7 @@
 """Deterministic workflows (L3): known steps, a fixed tool sequence, fields extracted by schema.
 
-A workflow passes through the same host gate and produces the same kind of trace as an
-agent. Free text in a result is never read as an instruction: a step reads only the
-fields its ``extract`` schema names. A step may be an agentic node (``AgentNode``).
-"""
+A workflow passes the same host gate and writes the same kind of trace as an agent. A step
+reads only the fields its ``extract`` schema names; a step may be an agentic node (``AgentNode``)."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from tether.chokepoint._calls import CallScope
 from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.policy._trusted import TrustedContext
-from tether.runners._loop import AgentLoop
+from tether.runners._loop import run_child
 from tether.runners._scope import RunScope
 from tether.runs._values import Agent, RunResult
 from tether.trace._events import EventKind
@@ -69,8 +67,7 @@ async def run_workflow(
     run_id: str | None = None,
 ) -> RunResult:
     """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
-    of the same workflow: its steps run again under the same call ids, so recorded side effects
-    replay from the ledger and approved proposals are found instead of asked again."""
+    of the workflow: the same call ids replay recorded effects and find approved proposals."""
     run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
     state = run.state
     scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
@@ -82,19 +79,7 @@ async def run_workflow(
         for i, step in enumerate(workflow.steps, 1):
             run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
             if isinstance(step, AgentNode):
-                # The node's objective is built from earlier outputs: the user's request stays
-                # the workflow's (``RunState.request``), for provenance.
-                objective = step.objective(state.outputs)
-                sub = await AgentLoop(
-                    host,
-                    step.agent,
-                    objective,
-                    context,
-                    request=state.users_request,
-                    inherited=state.history(),
-                ).run()
-                state.inherited_observations += sub.observations  # the next nodes' history too
-                state.inherited_calls += sub.calls
+                sub = await run_child(host, state, step.agent, step.objective(state.outputs), context)
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,
@@ -131,18 +116,14 @@ async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReaso
         return StopReason.POLICY_DENIED, f"{call.name}: {why}"
     obs = turn.observations[call.id]
     if obs.is_error:
-        # A fixed sequence has no plan B: the dependency did not deliver what the next step needs.
         return StopReason.DEPENDENCY_UNAVAILABLE, f"{call.name} failed: {obs.text[:200]}"
     if step.extract is None:
         state.outputs[step.name] = obs.data
         return None
     try:
         data = obs.data if isinstance(obs.data, dict) else json.loads(obs.text)
-        # Only the declared fields survive; free text elsewhere is never looked at.
         state.outputs[step.name] = step.extract.model_validate(data)
     except (ValidationError, ValueError) as err:
-        return (
-            StopReason.DEPENDENCY_UNAVAILABLE,
-            f"{call.name}: result does not match {step.extract.__name__}: {err}",
-        )
+        why = f"{call.name}: result does not match {step.extract.__name__}: {err}"
+        return StopReason.DEPENDENCY_UNAVAILABLE, why
     return None
