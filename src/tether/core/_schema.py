@@ -1,27 +1,15 @@
 """The one JSON Schema engine: tool arguments (T3) and MCP structured results are checked here.
 
-Built on ``jsonschema`` (Draft 2020-12 unless a schema names an older draft), with rules that
-hold for every schema:
+Built on ``jsonschema`` (Draft 2020-12 unless a schema names an older draft); for every schema:
+types are exact (a boolean is not an integer, ``1.0`` is not an integer, numbers are finite;
+nothing is coerced); ``format`` is asserted for the fixed set ``FORMATS`` (standard library
+only); ``$ref`` resolves only inside the schema, nothing is ever retrieved; schemas are compiled
+once and cached by identity and by canonical JSON (treated as immutable once used).
 
-- types are exact: a boolean is not an integer or a number, ``1.0`` is not an integer, a
-  number is a finite ``int`` or ``float`` (nothing is coerced, ever);
-- ``format`` is asserted for a fixed set of formats checked with the standard library
-  (``FORMATS``), so the result never depends on which optional packages are installed;
-- ``$ref`` resolves only inside the schema itself: no reference is ever retrieved (not over
-  the network, not from a file); a schema that needs one is ``unsupported_schema``;
-- schemas are compiled once (meta-schema check included) and cached by identity and by
-  canonical JSON; a schema is treated as immutable once it has been used.
-
-``check_arguments`` adds tether's intake rules for a call's arguments: the arguments object
-holds exactly the declared parameters (a root ``additionalProperties`` is always false), a
-nested object schema that lists ``properties`` and says nothing of other keys is closed too
-(where it describes the value; conditions such as ``not`` and ``if`` keep their meaning), no
-string anywhere is empty or whitespace only, and nesting is capped at ``MAX_DEPTH``.
-``validate`` applies the plain rules (for results, whose schemas belong to their producer).
-
-Every failure is a ``SchemaViolation`` (a ``PolicyError``) naming the path of the offending
-value and a machine-readable ``reason``; an unusable schema is an ``UnusableSchema``.
-"""
+``check_arguments`` adds the intake rules: exactly the declared parameters, nested objects that
+list ``properties`` closed too (not inside ``not``/``if``), no blank strings, nesting capped at
+``MAX_DEPTH``. ``validate`` applies the plain rules. Failures are ``SchemaViolation`` (a
+``PolicyError`` with the path and a ``reason``) or ``UnusableSchema``."""
 
 from __future__ import annotations
 
@@ -183,9 +171,8 @@ _VALUE_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
 
 def _closed(node: Any) -> Any:
     """A copy where every object schema that lists ``properties`` and says nothing of other keys
-    is closed (T3: exactly these keys). Only where a schema describes the value itself (properties,
-    items, definitions, the options of anyOf/oneOf/allOf): never inside ``not``, ``if``, ``then``,
-    ``else`` or ``contains``, where closing would change what the condition means."""
+    is closed, only where a schema describes the value itself: never inside ``not``, ``if``,
+    ``then``, ``else`` or ``contains``, where closing would change the condition's meaning."""
     if not isinstance(node, Mapping):
         return node
     out = dict(node)
@@ -282,24 +269,11 @@ def _refs(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
 
 # -- a fast answer for flat argument schemas -----------------------------------------------------
 
-# What a flat schema may say of one argument, and what each primitive type accepts (the exact
-# types above). Anything else (formats, patterns, nesting, references, combinators) is left to
-# the validator.
-_FLAT_ROOT = frozenset({"type", "properties", "required", "additionalProperties", "title", "description"})
-_FLAT_PROPERTY = frozenset(
-    {
-        "type",
-        "title",
-        "description",
-        "default",
-        "examples",
-        "minLength",
-        "maxLength",
-        "minimum",
-        "maximum",
-        "enum",
-    }
-)
+# What a flat schema may say of one argument, and what each primitive type accepts; anything
+# else is left to the validator.
+_FLAT_ANY = frozenset({"type", "title", "description"})
+_FLAT_ROOT = _FLAT_ANY | {"properties", "required", "additionalProperties"}
+_FLAT_PROPERTY = _FLAT_ANY | {"default", "examples", "minLength", "maxLength", "minimum", "maximum", "enum"}
 _FLAT_TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: _is_integer(None, v),
@@ -310,9 +284,8 @@ _FLAT_TYPES: dict[str, Callable[[Any], bool]] = {
 
 
 def _flat_check(root: Mapping[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
-    """For a closed object of primitive arguments (most tools), a predicate that says whether
-    arguments are valid without running the validator: True only when the validator would find
-    nothing, so a False (or a schema it does not cover, None) leaves the answer to the validator."""
+    """For a closed object of primitive arguments (most tools), a predicate that is True only when
+    the validator would find nothing; False or None (not covered) leaves it to the validator."""
     properties = root.get("properties")
     required = root.get("required", [])
     if (
@@ -364,8 +337,8 @@ def _flat_property(sub: Mapping[str, Any]) -> Callable[[Any], bool]:
 
 @dataclass(frozen=True, slots=True)
 class CompiledSchema:
-    """A checked schema and its validator; build it with ``compile_schema``. ``_valid`` (flat
-    argument schemas only) answers "valid" without the validator; the validator names problems."""
+    """A checked schema and its validator (``compile_schema``); ``_valid``, for flat argument
+    schemas, answers "valid" without the validator."""
 
     schema: Mapping[str, Any]
     intake: bool
@@ -419,14 +392,13 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
         raise UnusableSchema(f"invalid schema at {path}: {err.message[:200]}") from None
     root = schema
     if intake:
-        # The arguments are exactly the declared parameters, whatever the root says of others.
         root = {**_closed(schema), "additionalProperties": False}
     validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
     return CompiledSchema(schema, intake, validator, _flat_check(root) if intake else None)
 
 
 class _Cache:
-    """Compiled schemas by identity (the schema object is held, so its id is never reused) and by
+    """Compiled schemas by identity (the schema is held, so its id is never reused) and by
     canonical JSON (equal schemas share one compilation)."""
 
     def __init__(self, size: int) -> None:
@@ -466,11 +438,8 @@ _CACHE = _Cache(_CACHE_SIZE)
 
 
 def compile_schema(schema: Mapping[str, Any], *, intake: bool = False) -> CompiledSchema:
-    """The compiled form of ``schema`` (cached). ``intake=True`` adds the arguments rules.
-
-    Raises ``UnusableSchema`` for a schema that is not valid JSON Schema or needs a reference
-    from outside itself.
-    """
+    """The compiled form of ``schema`` (cached); ``intake=True`` adds the arguments rules. Raises
+    ``UnusableSchema`` for an invalid schema or one that needs an outside reference."""
     return _CACHE.get(schema, intake)
 
 

@@ -1,6 +1,5 @@
-"""Schema failures as tether errors: ``SchemaViolation`` and ``UnusableSchema``, and the reason
-and message a ``jsonschema`` error becomes (the most telling error of an ``anyOf``/``oneOf``, the
-path of the offending value as text). The engine that finds the failures is ``tether.core._schema``."""
+"""Schema failures as tether errors (``SchemaViolation``, ``UnusableSchema``) and the reason and
+message a ``jsonschema`` error becomes. The engine that finds them is ``tether.core._schema``."""
 
 from __future__ import annotations
 
@@ -46,24 +45,16 @@ class UnusableSchema(PolicyError):
 
 RANK = {"too_deep": 0, "missing_field": 1, "extra_field": 2, "wrong_type": 3, "blank_string": 4}
 
+_RANGES = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_SIZES = ("minItems", "maxItems", "minProperties", "maxProperties")
 _REASONS = {
+    **dict.fromkeys((*_RANGES, *_SIZES), "out_of_range"),
+    **dict.fromkeys(("pattern", "enum", "const"), "not_allowed_value"),
     "type": "wrong_type",
     "required": "missing_field",
     "additionalProperties": "extra_field",
     "minLength": "too_short",
     "maxLength": "too_long",
-    "pattern": "not_allowed_value",
-    "enum": "not_allowed_value",
-    "const": "not_allowed_value",
-    "minimum": "out_of_range",
-    "maximum": "out_of_range",
-    "exclusiveMinimum": "out_of_range",
-    "exclusiveMaximum": "out_of_range",
-    "multipleOf": "out_of_range",
-    "minItems": "out_of_range",
-    "maxItems": "out_of_range",
-    "minProperties": "out_of_range",
-    "maxProperties": "out_of_range",
     "uniqueItems": "not_unique",
     "format": "invalid_format",
 }
@@ -89,8 +80,8 @@ def _root_errors(errors: list[ValidationError], keywords: tuple[str, ...]) -> li
 
 
 def _combined(error: ValidationError, where: str) -> tuple[ValidationError | None, str, str]:
-    """An anyOf/oneOf failure: the error of the option whose type matched (the most telling),
-    or a reason and message for the combination when no single option explains it."""
+    """An anyOf/oneOf failure: the error of the option whose type matched, or a reason and
+    message for the combination when no single option explains it."""
     branches: dict[Any, list[ValidationError]] = {}
     for sub in error.context or ():
         branches.setdefault(sub.relative_schema_path[0], []).append(sub)
@@ -135,10 +126,10 @@ def violation(error: ValidationError, intake: bool) -> SchemaViolation:
     elif keyword in ("minLength", "maxLength"):
         kind = "minimum" if keyword == "minLength" else "maximum"
         message = f"{where} has {len(value)} characters; {kind} {bound}"
-    elif keyword in ("minItems", "maxItems", "minProperties", "maxProperties"):
+    elif keyword in _SIZES:
         kind = "minimum" if keyword.startswith("min") else "maximum"
         message = f"{where} has {len(value)} {'items' if 'Items' in keyword else 'keys'}; {kind} {bound}"
-    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+    elif keyword in _RANGES:
         message = f"{where} = {value!r} violates {keyword} {bound!r}"
     elif keyword == "pattern":
         message = f"{where} does not match {str(bound)[:120]!r}"

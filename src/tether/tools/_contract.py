@@ -1,10 +1,6 @@
-"""Tool contracts from typed Python functions.
-
-A tool is a capability with a contract: a narrow purpose, typed arguments each with a
-description (the JSON Schema is what the model reads), a declared effect, limits, and
-distinct error types. Identity and tenant are injected by the host through a parameter
-typed ``ToolContext``; they never appear in the schema and the model cannot supply them.
-"""
+"""Tool contracts from typed Python functions: typed arguments each with a description (the
+JSON Schema the model reads), a declared effect, limits and distinct error types. Identity and
+tenant come from the host through a ``ToolContext`` parameter, never from the model."""
 
 from __future__ import annotations
 
@@ -53,9 +49,8 @@ __all__ = [
 ]
 
 
-# A tool keeps its function's signature for the type checker: ``Tool[P, T]`` is called with
-# the function's parameters ``P`` and, awaited, gives its result ``T`` (an async function's
-# awaited result). A bare ``Tool`` is ``Tool[..., Any]``.
+# ``Tool[P, T]`` keeps its function's signature for the type checker: parameters ``P``, awaited
+# result ``T``. A bare ``Tool`` is ``Tool[..., Any]``.
 P = ParamSpec("P", default=...)
 T = TypeVar("T", default=Any)
 _Q = ParamSpec("_Q")
@@ -84,12 +79,9 @@ _REQUIRED = object()
 
 
 def _plain_fields(model: type[BaseModel]) -> tuple[tuple[str, type, bool, Any], ...] | None:
-    """``(name, type, may_be_none, default)`` per field when every field is a bare ``str``,
-    ``int``, ``bool`` or ``float`` (or that ``| None``) with no constraint, validator or default
-    factory: the arguments pydantic would build from checked JSON are then the JSON values
-    themselves (an int for a float made float), so ``Tool.build`` can skip the round trip.
-    ``None`` otherwise: pydantic builds them. (The model is made from the signature alone, so
-    a validator can only come as ``Annotated`` metadata, which is excluded.)"""
+    """``(name, type, may_be_none, default)`` per field when every field is a bare ``str``, ``int``,
+    ``bool`` or ``float`` (or that ``| None``) with no constraint or default factory: then the JSON
+    values are the arguments and ``Tool.build`` skips pydantic. ``None`` otherwise."""
     fields: list[tuple[str, type, bool, Any]] = []
     for name, info in model.model_fields.items():
         kind: Any = info.annotation
@@ -116,34 +108,25 @@ def render_result(value: Any) -> str:
 
 
 def unwrap_exception_group(exc: BaseException) -> BaseException:
-    """The error that classifies a failure from a TaskGroup.
-
-    A programming error anywhere in the group wins over tool errors (it must end the
-    run loudly); otherwise the first tool error is returned.
-    """
+    """The error that classifies a failure from a TaskGroup: a programming error anywhere in the
+    group wins over tool errors (it must end the run loudly); else the first tool error."""
     if not isinstance(exc, BaseExceptionGroup):
         return exc
-    leaves: list[BaseException] = []
+    leaves = _leaves(exc)
+    return next((leaf for leaf in leaves if not isinstance(leaf, ToolError)), leaves[0])
 
-    def walk(e: BaseException) -> None:
-        if isinstance(e, BaseExceptionGroup):
-            for sub in e.exceptions:
-                walk(sub)
-        else:
-            leaves.append(e)
 
-    walk(exc)
-    for leaf in leaves:
-        if not isinstance(leaf, ToolError):
-            return leaf
-    return leaves[0] if leaves else exc
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
 
 
 def _arguments_model(
     function: Callable[..., Any], tool_name: str, params: list[inspect.Parameter]
 ) -> tuple[type[BaseModel], str | None]:
     """The strict pydantic model of a tool's arguments, and the name of its ``ToolContext``
-    parameter (injected by the host, never in the schema). Raises ``TypeError``."""
+    parameter (never in the schema). Raises ``TypeError``."""
     hints = get_type_hints(function, include_extras=True)
     fields: dict[str, Any] = {}
     context_param: str | None = None
@@ -156,11 +139,8 @@ def _arguments_model(
             raise TypeError(f"tool {function.__name__}: *args/**kwargs are not allowed in a contract")
         default = ... if p.default is inspect.Parameter.empty else p.default
         fields[p.name] = (annotation, default)
-    model: type[BaseModel] = create_model(
-        f"{tool_name}_arguments",
-        __config__=ConfigDict(strict=True, extra="forbid"),
-        **fields,
-    )
+    config = ConfigDict(strict=True, extra="forbid")
+    model: type[BaseModel] = create_model(f"{tool_name}_arguments", __config__=config, **fields)
     for fname, finfo in model.model_fields.items():
         if not isinstance(finfo, FieldInfo) or not finfo.description:
             raise TypeError(
@@ -171,8 +151,8 @@ def _arguments_model(
 
 
 def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, ...]) -> dict[str, Any]:
-    """The JSON Schema the model reads: closed, untitled, secret arguments marked ``writeOnly``,
-    and usable by the intake (checked now, not at the first call). Raises ``TypeError``."""
+    """The JSON Schema the model reads: closed, untitled, secret arguments ``writeOnly``, and
+    checked by the intake now (not at the first call). Raises ``TypeError``."""
     schema = model.model_json_schema()
     schema.pop("title", None)
     for prop in schema.get("properties", {}).values():
@@ -182,7 +162,7 @@ def _argument_schema(model: type[BaseModel], tool_name: str, secret: tuple[str, 
         prop = schema.get("properties", {}).get(secret_name)
         if not isinstance(prop, dict):
             raise TypeError(f"tool {tool_name}: secret argument {secret_name!r} is not one of its arguments")
-        prop["writeOnly"] = True  # JSON Schema's mark for a value that is sent, never shown back
+        prop["writeOnly"] = True
     try:
         compile_schema(schema, intake=True)
     except UnusableSchema as err:
@@ -200,8 +180,7 @@ class Tool(Generic[P, T]):
     def __init__(
         self, function: Callable[P, Awaitable[T]] | Callable[P, T], **options: Unpack[ToolOptions]
     ) -> None:
-        # The options are declared once (``ToolOptions``); those that are contract fields keep
-        # ``ToolSpec``'s defaults, so the defaults have one owner too.
+        # Options not given keep ``ToolSpec``'s defaults: the defaults have one owner.
         if unknown := options.keys() - ToolOptions.__annotations__.keys():
             raise TypeError(f"unknown tool option(s): {', '.join(sorted(unknown))}")
         self.function = function
@@ -210,8 +189,7 @@ class Tool(Generic[P, T]):
             raise TypeError("secret_arguments is a list of argument names, not one string")
         secret = tuple(secret_arguments)
         self._options: ToolOptions = {**options, "secret_arguments": secret}
-        # A plain function runs in a worker thread unless its author declares it never blocks
-        # (pure computation, no I/O): then it runs inline, with no thread hop per call.
+        # A plain function runs in a worker thread unless declared non-blocking (then inline).
         self._is_async = inspect.iscoroutinefunction(function)
         self.inline = not self._is_async and not options.get("blocking", True)
         tool_name = options.get("name") or function.__name__
@@ -256,8 +234,7 @@ class Tool(Generic[P, T]):
         return bound
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Check JSON arguments against the contract's schema with the host's intake rules (the
-        one schema engine, ``tether.core._schema``); returns a copy. Raises ``ToolInputError``."""
+        """Check JSON arguments with the host's intake rules; returns a copy. Raises ``ToolInputError``."""
         try:
             return check_arguments(self.spec.parameters, arguments)
         except PolicyError as err:
@@ -268,10 +245,9 @@ class Tool(Generic[P, T]):
             ) from None
 
     def build(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        """The typed Python arguments (nested models, enums, dates, defaults) from JSON arguments
-        the schema has already accepted. Pydantic reads them in strict JSON mode, so it converts
-        representations and never coerces one type into another; what only Python code can
-        check (a custom validator) fails here as ``ToolInputError``."""
+        """The typed Python arguments from JSON arguments the schema has accepted (pydantic in strict
+        JSON mode: representations converted, types never coerced); a custom validator's failure is a
+        ``ToolInputError``."""
         plain = self._plain
         if plain is not None and len(arguments) <= len(plain):
             out: dict[str, Any] = {}
