@@ -1,10 +1,5 @@
-"""``Host``: the authority and its chokepoint (``HostCore``) plus the run entry points a user calls.
-
-``Host.run`` runs the agent loop, ``run_workflow`` a workflow, ``resume`` a paused run (or one
-stopped on a transient failure), ``rollback`` a failed agent run as a workflow. Each runner
-hands every tool call to the chokepoint (``HostCore.call_turn``); none executes a tool itself.
-The runners live above ``HostCore`` (they import it), so ``Host`` is where the two meet.
-"""
+"""``Host``: the authority and its chokepoint (``HostCore``) plus the run entry points a user
+calls. The runners import ``HostCore``; ``Host`` is where the two meet."""
 
 from __future__ import annotations
 

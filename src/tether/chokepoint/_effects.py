@@ -1,8 +1,5 @@
-"""Side-effecting calls through the effect ledger: the bridge between the chokepoint and ``Approvals``.
-
-The tool receives the idempotency key in its ``ToolContext``; the ledger guarantees the call
-runs at most once per key, whatever retries, resumes or concurrent processes do.
-"""
+"""Side-effecting calls through the effect ledger (``Approvals``): at most once per idempotency
+key, whatever retries, resumes or concurrent processes do."""
 
 from __future__ import annotations
 
@@ -74,14 +71,10 @@ async def run_effect(
     now: Callable[[], datetime],
     finish: Callable[[Observation], Observation] = lambda obs: obs,
 ) -> tuple[Observation, BaseException | None]:
-    """Execute one side-effecting call at most once: ``run`` (the host's one execution stage,
-    given the context with the idempotency key) runs only if the ledger has no outcome for it.
-
-    Returns the observation (replayed from the ledger when the outcome was recorded before,
-    or settled by a reconciler: then passed through ``finish``, as a fresh one was) and a
-    programming error if the tool crashed. Raises ``ApprovalError`` when the outcome is
-    unknown and a person must decide, or another process holds the call too long.
-    """
+    """Execute one side-effecting call at most once: ``run`` runs only if the ledger has no
+    outcome for its key. Returns the observation (replayed or reconciled ones passed through
+    ``finish``) and a programming error if the tool crashed. Raises ``ApprovalError`` when the
+    outcome is unknown or another process holds the call too long."""
     key = key or idempotency_key(context.run_id, step, context.call_id, spec.name, arguments)
     ctx = replace(context, idempotency_key=key)
 

@@ -1,12 +1,6 @@
-"""What the model reads of anything from outside: cleaned, cut to size and labelled, here only.
-
-Every tool result (local, MCP or a harness tool of the run) passes ``finish`` in the chokepoint
-(``HostCore._run_tool``); every recalled memory claim is written by ``memory_line``; every note the
-host writes in place of a result (a denial, a rejected proposal) by ``host_note``. The label says
-where the text came from, when, and whether it is the host's own (``trusted``) or derived from
-outside (``untrusted``); the model reads it inside an ``<untrusted_data …>`` block
-(``Observation.render``, ``wrap_untrusted``) whose closing tag the text cannot forge.
-"""
+"""What the model reads of anything from outside: cleaned, cut to size and labelled, here only:
+tool results (``finish``), recalled memory claims (``memory_line``) and the host's own notes
+(``host_note``), each inside an ``<untrusted_data …>`` block whose closing tag the text cannot forge."""
 
 from __future__ import annotations
 
@@ -19,8 +13,7 @@ from tether.mcp._clean import clean_result_data, clean_result_text
 
 __all__ = ["LABEL_KEYS", "finish", "host_note", "memory_line", "memory_origin", "truncate"]
 
-# What the host's provenance labelers attach to an observation (``make_labeler``: provenance,
-# sources; ``References.labeler``: references), never taken from a tool source's output.
+# What the host's provenance labelers attach, never taken from a tool source's output.
 LABEL_KEYS = frozenset({"provenance", "sources", "references"})
 
 
@@ -31,10 +24,9 @@ def finish(
     trust: Trust,
     labeler: Callable[[Observation], Observation] | None = None,
 ) -> Observation:
-    """A tool's result as the run keeps it and the model reads it: hidden characters (zero-width,
-    bidi, tag characters) removed and counted, HTML comments and markdown image/link targets
-    neutralised (``meta["cleaned"]``); the text cut to ``limit`` (``truncate``); the trust label
-    set; then the host's provenance ``labeler``, if any."""
+    """A tool's result as the run keeps it: hidden characters, HTML comments and markdown targets
+    neutralised (``meta["cleaned"]``), the text cut to ``limit``, the trust label set, then the
+    host's provenance ``labeler``, if any."""
     if "cleaned" not in obs.meta:
         text, found = clean_result_text(obs.text)
         data: Any
@@ -53,9 +45,8 @@ def finish(
 
 
 def truncate(obs: Observation, limit: int) -> Observation:
-    """``obs`` with its text cut to ``limit`` characters, a note of how much was kept out of
-    context in place of the rest; its structured data is dropped too (it would carry the whole
-    payload past the cap). The cut text, note included, fits in ``limit``."""
+    """``obs`` with its text cut to fit ``limit`` (a note of what was kept out included) and its
+    structured data dropped (it would carry the whole payload past the cap)."""
     total = len(obs.text)
     if total <= limit:
         return obs
@@ -74,8 +65,7 @@ def memory_origin(source: Any) -> str:
 
 
 def memory_line(record: Any, *, conflict: bool) -> str:
-    """A recalled memory claim as the model reads it: cleaned like a tool result, and labelled
-    untrusted with its origin, subject, time, confidence and any conflict."""
+    """A recalled memory claim, cleaned and labelled untrusted with its origin."""
     claim, _ = clean_result_text(record.claim)
     src = record.source
     return wrap_untrusted(
@@ -90,6 +80,5 @@ def memory_line(record: Any, *, conflict: bool) -> str:
 
 
 def host_note(body: str) -> str:
-    """A note the host writes in place of a tool's result (why a call did not run): its own
-    text, labelled trusted."""
+    """A note the host writes in place of a tool's result: its own text, labelled trusted."""
     return wrap_untrusted(body, source="host", trust="trusted")

@@ -1,18 +1,11 @@
 """Look-alike names: one check for every domain, e-mail address and URL a person or a rule reads.
 
-``check_name(text)`` takes a domain, an e-mail address or a URL (punycode or Unicode) and says
-what it is (both the registered ASCII form and the decoded Unicode form), which scripts its
-labels mix, and whether it can pass for another name: a label that mixes scripts
-(``pаypal`` with a Cyrillic ``а``), or a non-ASCII character that looks like an ASCII one
-(``раураl`` written wholly in Cyrillic). The look-alike test follows Unicode TR39: each
-character is mapped to its prototype from the Unicode confusables data (the
-``confusable-homoglyphs`` package ships it with the script of every code point) to form a
-*skeleton*; a name whose skeleton differs from it and is plain ASCII imitates that ASCII name.
-
-``find_names(text)`` picks the URLs, e-mail addresses and domain-looking words out of free text,
-so a page can check every name it shows. Accented names in one script (``münchen.de``) and
-names in one non-Latin script that imitate nothing (``例え.jp``) pass.
-"""
+``check_name(text)`` says what a name is (its registered ASCII form and its Unicode form), which
+scripts its labels mix, and whether it can pass for another name: a label that mixes scripts
+(``pаypal`` with a Cyrillic ``а``) or non-ASCII characters that look like ASCII ones (TR39
+skeletons from the ``confusable-homoglyphs`` data). ``find_names(text)`` picks the names out of
+free text. Accented names in one script (``münchen.de``) and non-Latin names that imitate
+nothing (``例え.jp``) pass."""
 
 from __future__ import annotations
 
@@ -35,8 +28,7 @@ _ALLOWED_MIXES = (
     frozenset({"LATIN", "HAN", "BOPOMOFO"}),
     frozenset({"LATIN", "HAN", "HANGUL"}),
 )
-# What could be a name in running text: a URL, an e-mail address, or dotted labels with a TLD,
-# found by ``_scan_word`` in one pass over a run of text that no name can cross.
+# Runs of text no name can cross, scanned by ``_scan_word``.
 _WORD = re.compile(r"[^\s<>\"'`]+")
 _EMAIL_STOP = frozenset("@<>\"'`(),;:")
 _SCHEME = re.compile(r"[a-z][a-z0-9+.-]{1,15}://\Z", re.IGNORECASE)
@@ -133,16 +125,16 @@ def _split(text: str) -> tuple[str, str, str]:
     return "domain", value, ""
 
 
-# The characters IDNA 2003 maps away and a browser (UTS 46, nontransitional processing) keeps:
-# ``straße.example`` opens ``xn--strae-oqa.example``, a name anyone may register, not ``strasse``.
+# Characters IDNA 2003 maps away and a browser (UTS 46 nontransitional) keeps: ``straße.example``
+# opens ``xn--strae-oqa.example``, not ``strasse.example``.
 _DEVIATIONS = frozenset("\u00df\u03c2\u200c\u200d")
 
 
 def label_to_ascii(label: str) -> str:
-    """One label of a host as a browser resolves it: lower case; a Unicode label by IDNA 2003's
-    mapping (Python's ``idna`` codec), except that a label with a deviation character (``ß``,
-    final ``ς``, the zero-width joiners) is kept as written and encoded, never folded into
-    another name. Raises ``UnicodeError`` for a label no codec can encode."""
+    """One label of a host as a browser resolves it: lower case; a Unicode label by IDNA 2003
+    (Python's ``idna`` codec), except that a label with a deviation character (``ß``, final ``ς``,
+    the zero-width joiners) is encoded as written, never folded into another name. Raises
+    ``UnicodeError`` for a label no codec can encode."""
     if label.isascii():
         return label.lower()
     if _DEVIATIONS.isdisjoint(label):
@@ -206,16 +198,7 @@ def check_name(text: str) -> NameCheck:
             "contains hidden characters " + ", ".join(f"U+{ord(c):04X}" for c in dict.fromkeys(hidden))
         )
     return NameCheck(
-        text=text,
-        kind=kind,
-        host=host,
-        ascii=ascii_host,
-        unicode=unicode_host,
-        local_part=local,
-        scripts=tuple(scripts),
-        mixed_script=mixed,
-        looks_like=looks_like,
-        problems=tuple(problems),
+        text, kind, host, ascii_host, unicode_host, local, tuple(scripts), mixed, looks_like, tuple(problems)
     )
 
 
@@ -226,8 +209,8 @@ class _Work:
 
 
 def _email_hosts(word: str) -> list[tuple[int, int, int]]:
-    """(the @, where its local part starts, where its host ends) of each e-mail address shape:
-    a local part, ``@``, a host with a dot that has a character before it and two after."""
+    """(the @, where its local part starts, where its host ends) of each e-mail address shape
+    (a host with a dot that has a character before it and two after)."""
     found: list[tuple[int, int, int]] = []
     run = 0
     n = len(word)
@@ -247,9 +230,9 @@ def _email_hosts(word: str) -> list[tuple[int, int, int]]:
 def _domain_ends(word: str) -> list[int]:
     """For each position, where a domain that starts there ends (-1: none starts there).
 
-    A label is a whole run of ``[\\w-]`` (1 to 64 characters, starting and ending with a letter
-    or digit) followed by a dot; labels chain while they can, and the domain ends with the top-level
-    domain after the last label that has one (punycode ``xn--…``, else 2 to 63 letters)."""
+    A label is a whole run of ``[\\w-]`` (1 to 64 characters, alphanumeric at both ends) followed by
+    a dot; labels chain, and the domain ends with the top-level domain after the last label
+    (punycode ``xn--…``, else 2 to 63 letters)."""
     n = len(word)
     run_end = [n] * (n + 1)
     letters = [0] * (n + 1)
@@ -276,9 +259,9 @@ def _domain_ends(word: str) -> list[int]:
 
 
 def _scan_word(word: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each name in one run of text, leftmost first, the earlier kind first where
-    two start together: a URL (a scheme, ``://``, the rest of the run), an e-mail address, a domain.
-    Every character is visited a bounded number of times, whatever the text."""
+    """(start, end) of each name in one run of text, leftmost first (a URL, then an e-mail
+    address, then a domain where two start together); each character is visited a bounded number
+    of times."""
     n = len(word)
     domains = _domain_ends(word)
     ats = _email_hosts(word)

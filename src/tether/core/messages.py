@@ -1,12 +1,8 @@
-"""Chat messages as pure values, and their chat-completions wire format.
-
-Roles are never flattened into text: a tool result is a ``ToolMessage`` with the id of
-the call it answers, and the harness's own status goes in a user-role message it writes.
-"""
+"""Chat messages as pure values, and their chat-completions wire format. Roles are never
+flattened into text: a tool result is a ``ToolMessage`` with its call's id."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -48,9 +44,8 @@ class UserMessage:
 
 @dataclass(frozen=True, slots=True)
 class AssistantMessage:
-    """One model turn. ``provider_items``: what a provider requires back as it sent it, each
-    a dict tagged with its ``provider`` (Anthropic thinking blocks with their signatures,
-    OpenAI Responses reasoning items); a backend sends back only its own provider's items."""
+    """One model turn. ``provider_items``: what a provider requires back as it sent it (thinking
+    blocks, reasoning items), each tagged with its ``provider``."""
 
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
@@ -114,19 +109,10 @@ def message_from_wire(data: dict[str, Any]) -> Message:
         return UserMessage(str(data.get("content") or ""))
     if role == "assistant":
         calls = tuple(
-            ToolCall(
-                id=str(c["id"]),
-                name=str(c["function"]["name"]),
-                arguments=c["function"].get("arguments") or "",
-            )
+            ToolCall(str(c["id"]), str(c["function"]["name"]), c["function"].get("arguments") or "")
             for c in data.get("tool_calls") or ()
         )
         return AssistantMessage(content=data.get("content"), tool_calls=calls)
     if role == "tool":
         return ToolMessage(tool_call_id=str(data["tool_call_id"]), content=str(data.get("content") or ""))
     raise ValueError(f"unknown role {role!r}")
-
-
-def dumps(value: Any) -> str:
-    """Canonical compact JSON used for tool results and hashes."""
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str)

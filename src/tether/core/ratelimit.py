@@ -1,16 +1,9 @@
 """Shared rate limits: one token bucket per upstream, whoever calls it (L4).
 
-A ``TokenBucket`` holds up to ``burst`` tokens and refills at ``rate`` tokens a second.
-``acquire()`` takes one token, waiting when none is left. Waiters are served in arrival
-order: each caller *reserves* its slot (the balance may go negative) before it sleeps, so
-concurrent callers never race for the same token and no lock is held across an ``await``.
-Because the arithmetic needs no event-loop object, one bucket can be shared by concurrent
-model calls, parallel tool calls and successive ``anyio.run`` invocations alike.
-
-``shared_bucket(key, rate, burst)`` returns the process-wide bucket for an upstream key
-(a base URL, an MCP server id), creating it on first use, so separately built backends or
-hosts that talk to the same upstream draw from one budget.
-"""
+``acquire()`` takes a token, waiting when none is left; waiters reserve their slot (the balance
+may go negative) before they sleep, so they are served in arrival order and no lock is held
+across an ``await``. ``shared_bucket(key, rate, burst)`` is the process-wide bucket of an
+upstream (a base URL, an MCP server id)."""
 
 from __future__ import annotations
 
@@ -99,11 +92,8 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_bucket(key: str, rate: float, burst: float = 1.0) -> TokenBucket:
-    """The process-wide bucket for ``key``; the first caller's rate and burst win.
-
-    Asking again with a different rate is a configuration mistake and raises ``ValueError``
-    rather than silently keeping two budgets for one upstream.
-    """
+    """The process-wide bucket for ``key``, created on first use. Asking again with another rate
+    or burst raises ``ValueError`` (one upstream, one budget)."""
     with _SHARED_LOCK:
         bucket = _SHARED.get(key)
         if bucket is None:

@@ -1,10 +1,5 @@
 """Shared value types at the bottom of tether: this module imports nothing of tether's.
-
-Every package may use these values; none of them knows about hosts, runners, stores or
-transports. Older import paths (``tether.core.messages.ToolCall``, ``tether.tools._contract.ToolSpec``,
-``tether.context._untrusted.Observation``, ``tether.policy._rules.Decision``, ``tether.core.stop.StopReason``,
-``tether.host.GateOutcome``, ``tether.runs._values.CallRecord``) re-export them.
-"""
+Older import paths (``tether.core.messages``, ``tether.tools._contract`` …) re-export them."""
 
 from __future__ import annotations
 
