@@ -57,19 +57,13 @@ class Host(HostCore):
         self.disabled_sources.update(disable_sources)
         self.disabled_memory.update(disable_memory)
         await self.ensure_started()
-        return await run_workflow(
-            self,
-            workflow,
-            objective,
-            context,
-            rollback_from={
-                "failed_run_id": failed.run_id,
-                "stop_reason": str(failed.stop_reason),
-                "trace": str(failed.trace_path) if failed.trace_path else None,
-                "disabled_sources": sorted(self.disabled_sources),
-                "disabled_memory": sorted(self.disabled_memory),
-            },
-        )
+        rollback = {
+            "failed_run_id": failed.run_id, "stop_reason": str(failed.stop_reason),
+            "trace": str(failed.trace_path) if failed.trace_path else None,
+            "disabled_sources": sorted(self.disabled_sources),
+            "disabled_memory": sorted(self.disabled_memory),
+        }  # fmt: skip
+        return await run_workflow(self, workflow, objective, context, rollback_from=rollback)
 
     def run_sync(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         """Blocking wrapper for scripts: starts, runs and closes the host in one event loop."""

@@ -133,8 +133,7 @@ class HostCore:
         offers: dict[str, list[tuple[ToolSpec, ToolSource]]] = {}
         enabled = [s for s in self.sources if s.name not in self.disabled_sources]
         for source in enabled:
-            launch = getattr(source, "launch", None)
-            if launch is not None:
+            if (launch := getattr(source, "launch", None)) is not None:
                 launch()  # servers connect concurrently; each start() below waits for its own
         for source in enabled:
             await source.start()
@@ -174,9 +173,8 @@ class HostCore:
 
     def new_tracer(self, run_id: str) -> tuple[Tracer, Path | None]:
         sinks: list[TraceSink] = [MemorySink(), *self.extra_sinks]
-        path = None
-        if self.trace_dir is not None:
-            path = self.trace_dir / f"{run_id}.jsonl"
+        path = self.trace_dir / f"{run_id}.jsonl" if self.trace_dir is not None else None
+        if path is not None:
             sinks.append(JsonlSink(path, flush=self.trace_flush))
         return Tracer(run_id, sinks, redactor=Redactor(set(self.secrets))), path
 
@@ -186,12 +184,9 @@ class HostCore:
 
     async def trace_launches(self, tracer: Tracer) -> None:
         for source in self.sources:
-            bind = getattr(source, "bind_tracer", None)
-            if bind is not None:
+            if (bind := getattr(source, "bind_tracer", None)) is not None:
                 bind(tracer)  # the source traces its own launch and decisions (pins, elicitation …)
-                continue
-            describe = getattr(source, "describe", None)
-            if describe is not None:
+            elif (describe := getattr(source, "describe", None)) is not None:
                 tracer.emit(EventKind.SERVER_LAUNCH, source=source.name, **describe())
 
     # -- the narrow interface -----------------------------------------------------------------

@@ -3,6 +3,7 @@ what an app name on the command line is (an agent file or ``module:factory``).""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 
 __all__ = ["is_agent_file", "name_set", "repeated"]
@@ -25,11 +26,7 @@ def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
 
 def repeated(names: Iterable[str]) -> list[str]:
     """The names that stand more than once in ``names``, sorted (empty when each is unique)."""
-    seen: set[str] = set()
-    twice: set[str] = set()
-    for name in names:
-        (twice if name in seen else seen).add(name)
-    return sorted(twice)
+    return sorted(name for name, count in Counter(names).items() if count > 1)
 
 
 def is_agent_file(name: str) -> bool:

@@ -234,13 +234,13 @@ def validate_handoff(
 
     # Semantic checks run on whatever parts are well-formed, so one bad field hides nothing else.
     problems.extend(_permission_problems(raw.get("permissions"), run_permissions))
-    evidence = _valid_items(EvidenceRef, raw.get("evidence"))
+    evidence = [ref for _, ref in _indexed_items(EvidenceRef, raw.get("evidence"))]
     problems.extend(f"evidence:unresolved {_show(str(ref))}" for ref in evidence if not resolve(ref))
     for index, item in _indexed_items(DoneItem, raw.get("done")):
         problems.extend(
             f"done:unbacked {index} {_show(cite)}" for cite in item.cites if not resolve(CallCitation(cite))
         )
-    artifacts = _valid_items(Artifact, raw.get("artifacts"))
+    artifacts = [a for _, a in _indexed_items(Artifact, raw.get("artifacts"))]
     problems.extend(p for a in artifacts if (p := _artifact_problem(a, artifact_root)))
     if claims_require_report:
         problems.extend(_claim_problems(raw, artifacts, evidence))
@@ -323,10 +323,6 @@ def _permission_problems(raw: Any, run: HandoffGrants) -> list[str]:
     return problems
 
 
-def _valid_items(model: type[_M], raw: Any) -> list[_M]:
-    return [item for _, item in _indexed_items(model, raw)]
-
-
 def _indexed_items(model: type[_M], raw: Any) -> list[tuple[int, _M]]:
     if not isinstance(raw, list):
         return []
@@ -383,11 +379,8 @@ def _claim_problems(
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _show(value: str, limit: int = 120) -> str:
