@@ -51,30 +51,38 @@ class _Strict(BaseModel):
 class LimitsSpec(_Strict):
     """``tether.Limits``, field for field; unset fields keep the library's defaults."""
 
-    max_steps: int | None = Field(None, ge=1, description="most tool turns a run takes (default 12)")
+    max_steps: int | None = Field(default=None, ge=1, description="most tool turns a run takes (default 12)")
     llm_calls: int | None = Field(
-        None, ge=1, description="model calls per run before the budget trips (default 16)"
+        default=None, ge=1, description="model calls per run before the budget trips (default 16)"
     )
     llm_calls_hard: int | None = Field(
-        None, ge=1, description="the ceiling above llm_calls that only the final turn may use"
+        default=None, ge=1, description="the ceiling above llm_calls that only the final turn may use"
     )
-    max_tokens: int | None = Field(None, ge=1, description="prompt + completion tokens over the run")
-    max_cost_usd: float | None = Field(None, gt=0, description="USD over the run (the model must be priced)")
-    deadline_s: float | None = Field(None, gt=0, description="seconds for the whole run (default 120)")
-    repeat_limit: int | None = Field(None, ge=1, description="how often the same cycle of calls may repeat")
+    max_tokens: int | None = Field(default=None, ge=1, description="prompt + completion tokens over the run")
+    max_cost_usd: float | None = Field(
+        default=None, gt=0, description="USD over the run (the model must be priced)"
+    )
+    deadline_s: float | None = Field(
+        default=None, gt=0, description="seconds for the whole run (default 120)"
+    )
+    repeat_limit: int | None = Field(
+        default=None, ge=1, description="how often the same cycle of calls may repeat"
+    )
     max_identical_calls: int | None = Field(
-        None, ge=1, description="how often one identical call may be made"
+        default=None, ge=1, description="how often one identical call may be made"
     )
     max_malformed_turns: int | None = Field(
-        None, ge=1, description="malformed tool-call turns in a row before model_error"
+        default=None, ge=1, description="malformed tool-call turns in a row before model_error"
     )
     max_unavailable: int | None = Field(
-        None, ge=1, description="failures of one source before dependency_unavailable"
+        default=None, ge=1, description="failures of one source before dependency_unavailable"
     )
     final_turn_on_budget: bool | None = Field(
-        None, description="one last model turn without tools when a budget trips"
+        default=None, description="one last model turn without tools when a budget trips"
     )
-    final_turn_max_tokens: int | None = Field(None, ge=1, description="the output cap of that last turn")
+    final_turn_max_tokens: int | None = Field(
+        default=None, ge=1, description="the output cap of that last turn"
+    )
 
     def build(self) -> Any:
         from tether.core.stop import Limits
@@ -94,8 +102,8 @@ class PriceSpec(_Strict):
 
     input: float = Field(ge=0, description="uncached prompt tokens")
     output: float = Field(ge=0, description="completion tokens (reasoning included)")
-    cached_input: float | None = Field(None, ge=0, description="prompt tokens read from the cache")
-    cache_write: float | None = Field(None, ge=0, description="prompt tokens written to the cache")
+    cached_input: float | None = Field(default=None, ge=0, description="prompt tokens read from the cache")
+    cache_write: float | None = Field(default=None, ge=0, description="prompt tokens written to the cache")
 
 
 Provider = Literal["openai-chat", "openai-responses", "anthropic"]
@@ -112,48 +120,50 @@ class BackendSpec(_Strict):
     """One model and how to reach it: a provider's API, or a scripted stand-in named as one."""
 
     provider: Provider = Field(
-        "openai-chat",
+        default="openai-chat",
         description="the protocol: openai-chat (chat completions: OpenAI, vLLM, Ollama, llama.cpp …), "
         "openai-responses (the OpenAI Responses API) or anthropic (the Anthropic Messages API)",
     )
     name: str = Field(min_length=1, description="the provider's model name, or scripted:STEPS.yaml")
     base_url: str | None = Field(
-        None,
+        default=None,
         description="the API's base URL (default: $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL or the provider's)",
     )
     api_key_env: str | None = Field(
-        None,
+        default=None,
         description="the environment variable holding the key (default OPENAI_API_KEY, or ANTHROPIC_API_KEY "
         "for anthropic); the key itself is never read from a file",
     )
     transport: Literal["sdk", "http"] | None = Field(
-        None,
+        default=None,
         description="how requests reach the API: sdk (through the provider's official SDK client, "
         "installed as an extra: pip install 'tether[anthropic]' or 'tether[openai]') or http (plain "
         "httpx2, no SDK, less client work per step); the same body and answer either way. Default: sdk "
         "for openai-responses and anthropic, http for openai-chat",
     )
     streaming: bool | None = Field(
-        None,
+        default=None,
         description="ask for a stream (default: no: whole responses, which every OpenAI-compatible server "
         "gives; some, like llama.cpp's Python server, cannot stream tool calls)",
     )
     reasoning: Literal["drop", "keep", "since_last_user"] | None = Field(
-        None, description="openai-chat: resend reasoning_content (default: by model name)"
+        default=None, description="openai-chat: resend reasoning_content (default: by model name)"
     )
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = Field(
-        None, description="openai-responses: the reasoning effort of a reasoning model"
+        default=None, description="openai-responses: the reasoning effort of a reasoning model"
     )
     thinking_budget: int | None = Field(
-        None, ge=1024, description="anthropic: extended thinking with this many tokens"
+        default=None, ge=1024, description="anthropic: extended thinking with this many tokens"
     )
     timeout_s: float = Field(
-        120.0, gt=0, le=3600, description="bound on each call attempt as a whole, every byte included"
+        default=120.0, gt=0, le=3600, description="bound on each call attempt as a whole, every byte included"
     )
-    max_retries: int = Field(4, ge=0, le=20, description="retries of 429, 5xx, timeouts, broken answers")
-    rate: float | None = Field(None, gt=0, description="requests per second (a shared token bucket)")
-    max_output_tokens: int | None = Field(None, ge=1, description="a cap on each response")
-    temperature: float | None = Field(None, ge=0, le=2, description="sampling temperature")
+    max_retries: int = Field(
+        default=4, ge=0, le=20, description="retries of 429, 5xx, timeouts, broken answers"
+    )
+    rate: float | None = Field(default=None, gt=0, description="requests per second (a shared token bucket)")
+    max_output_tokens: int | None = Field(default=None, ge=1, description="a cap on each response")
+    temperature: float | None = Field(default=None, ge=0, le=2, description="sampling temperature")
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="more fixed request fields (never those the backend writes)"
     )
@@ -222,7 +232,7 @@ class ModelSpec(BackendSpec):
     )
     # Scripted stand-ins only: obey "CALL x" found in tool results, to test the host's containment.
     obey_injected: bool = Field(
-        False, description="scripted stand-ins only: obey CALL lines found in tool results"
+        default=False, description="scripted stand-ins only: obey CALL lines found in tool results"
     )
 
     @model_validator(mode="after")
@@ -243,17 +253,17 @@ class ToolRef(_Strict):
         pattern=_IMPORT_PATH.pattern,
         description="the tool by import path, module:name (a @tool, a function, or a list of them)",
     )
-    name: str | None = Field(None, description="the name the model sees (default: the function's)")
+    name: str | None = Field(default=None, description="the name the model sees (default: the function's)")
     effect: Effect | None = Field(
-        None, description="read, write, send, purchase or delete (an undeclared function is a write)"
+        default=None, description="read, write, send, purchase or delete (an undeclared function is a write)"
     )
     egress_argument: str | None = Field(
-        None, description="the argument holding a destination, checked against policy.egress"
+        default=None, description="the argument holding a destination, checked against policy.egress"
     )
-    timeout_s: float | None = Field(None, gt=0, description="seconds a call may take")
-    needs_approval: bool | None = Field(None, description="always ask a person before a call")
+    timeout_s: float | None = Field(default=None, gt=0, description="seconds a call may take")
+    needs_approval: bool | None = Field(default=None, description="always ask a person before a call")
     reconciler: str | None = Field(
-        None,
+        default=None,
         pattern=_IMPORT_PATH.pattern,
         description="module:function asked with an effect's idempotency key after the call was cut or "
         "raised:\nthe tool's own record of it (a dict), or None if it never happened",
@@ -274,19 +284,21 @@ class ToolRef(_Strict):
 class McpSpec(_Strict):
     """MCP servers in the MCP host's own config format: a file (``config``) or inline."""
 
-    config: str | None = Field(None, description="an MCP host config file (servers, effects, host settings)")
-    host: dict[str, Any] | None = Field(None, description="host settings inline (with servers)")
+    config: str | None = Field(
+        default=None, description="an MCP host config file (servers, effects, host settings)"
+    )
+    host: dict[str, Any] | None = Field(default=None, description="host settings inline (with servers)")
     servers: list[dict[str, Any]] | dict[str, dict[str, Any]] | None = Field(
-        None, description="MCP servers inline, in the config file's format (a list, or id: settings)"
+        default=None, description="MCP servers inline, in the config file's format (a list, or id: settings)"
     )
     sampling: Literal["none", "model"] = Field(
-        "none", description="model: servers' sampling requests go to the agent's model"
+        default="none", description="model: servers' sampling requests go to the agent's model"
     )
     consent: Literal["no", "yes", "console"] = Field(
-        "no", description="who consents to each sampling prompt: no, yes or console"
+        default="no", description="who consents to each sampling prompt: no, yes or console"
     )
     ask: Literal["auto", "never", "console"] = Field(
-        "auto", description="who answers a server's elicitation: auto, never or console"
+        default="auto", description="who answers a server's elicitation: auto, never or console"
     )
 
     @model_validator(mode="after")
@@ -308,7 +320,7 @@ class ProvenanceSpec(_Strict):
     With them, the rules decide which effects need a person (instead of every effect)."""
 
     file: str | None = Field(
-        None,
+        default=None,
         description="a YAML file holding trust, tools, directory and own (relative to this file)",
     )
     trust: dict[str, Any] = Field(
@@ -328,7 +340,7 @@ class ProvenanceSpec(_Strict):
     )
     own: list[str] = Field(default_factory=list, description="the user's own identities (address, account)")
     mode: Literal["matching", "reference"] = Field(
-        "matching",
+        default="matching",
         description="matching: values traced by whole-value matching; reference: the model passes values "
         'from tool results by handle ({"$ref": ...}), resolved by the host',
     )
@@ -342,15 +354,15 @@ class ProvenanceSpec(_Strict):
 
 class PolicySpec(_Strict):
     allow: list[str] | None = Field(
-        None, description="tools the model may see and call (default: every tool offered)"
+        default=None, description="tools the model may see and call (default: every tool offered)"
     )
     deny: list[str] = Field(default_factory=list, description="tools never offered")
     tenant: str = Field(
-        "default",
+        default="default",
         min_length=1,
         description="the tenant every run acts for (from the host, never from the model)",
     )
-    user: str | None = Field(None, description="the user runs act for")
+    user: str | None = Field(default=None, description="the user runs act for")
     roles: list[str] = Field(
         default_factory=list, description="the roles of the run (memory ACLs, role rules)"
     )
@@ -365,19 +377,19 @@ class PolicySpec(_Strict):
     )
     egress: list[str] = Field(default_factory=list, description="hosts or e-mail domains a tool may send to")
     approvals_db: str | None = Field(
-        None, description="SQLite approval store: side effects pause for a person"
+        default=None, description="SQLite approval store: side effects pause for a person"
     )
     on_denied: Literal["stop", "continue"] = Field(
-        "stop", description="stop the run at a denied call, or continue (the model sees the denial)"
+        default="stop", description="stop the run at a denied call, or continue (the model sees the denial)"
     )
     catalog: dict[str, dict[str, str]] | None = Field(
-        None,
+        default=None,
         description="the trusted owner of each target, {kind: {id: tenant}}: a call whose target is "
         "unknown or another tenant's is denied (tools declare their target argument)",
     )
-    catalog_file: str | None = Field(None, description="the same catalog in a YAML or JSON file")
+    catalog_file: str | None = Field(default=None, description="the same catalog in a YAML or JSON file")
     provenance: ProvenanceSpec | None = Field(
-        None, description="provenance rules per tool argument (see ProvenanceSpec)"
+        default=None, description="provenance rules per tool argument (see ProvenanceSpec)"
     )
 
     @model_validator(mode="after")
@@ -406,52 +418,54 @@ class HooksSpec(_Strict):
     """Host code the run calls, by import path (``module:function``)."""
 
     verify: str | None = Field(
-        None, description="(state, answer) -> problem or None: accept or reject a final answer"
+        default=None, description="(state, answer) -> problem or None: accept or reject a final answer"
     )
     check_claims: bool = Field(
-        False,
+        default=False,
         description='reject a final answer that claims an action ("I e-mailed the buyer") when no '
         "side-effecting call succeeded in the run",
     )
-    handoff: str | None = Field(None, description="(state, answer) -> the handoff to validate, or None")
-    resolve_evidence: str | None = Field(
-        None, description='(ref, state) -> bool; "trace": backed by the run\'s own successful calls'
+    handoff: str | None = Field(
+        default=None, description="(state, answer) -> the handoff to validate, or None"
     )
-    remember: str | None = Field(None, description="(state) -> memory records to propose")
+    resolve_evidence: str | None = Field(
+        default=None, description='(ref, state) -> bool; "trace": backed by the run\'s own successful calls'
+    )
+    remember: str | None = Field(default=None, description="(state) -> memory records to propose")
 
 
 class StatusSpec(_Strict):
     strategy: Literal["auto", "append", "replace"] = Field(
-        "auto", description="how the status bar enters the context: auto, append or replace"
+        default="auto", description="how the status bar enters the context: auto, append or replace"
     )
-    todo: bool = Field(True, description="offer the TODO-list tools")
-    show_time: bool = Field(True, description="show the time in the status bar")
+    todo: bool = Field(default=True, description="offer the TODO-list tools")
+    show_time: bool = Field(default=True, description="show the time in the status bar")
 
 
 class CompressionSpec(_Strict):
     strategy: Literal["none", "per_result", "task_aware", "adaptive"] = Field(
-        "adaptive", description="none, per_result, task_aware or adaptive"
+        default="adaptive", description="none, per_result, task_aware or adaptive"
     )
-    window_tokens: int | None = Field(None, ge=256, description="the model's context window")
+    window_tokens: int | None = Field(default=None, ge=256, description="the model's context window")
     trigger: float = Field(
-        0.8, ge=0.1, le=1.0, description="fraction of the window at which compression starts"
+        default=0.8, ge=0.1, le=1.0, description="fraction of the window at which compression starts"
     )
     result_budget_chars: int | None = Field(
-        None, ge=100, description="characters of a tool result kept in context (the rest stored)"
+        default=None, ge=100, description="characters of a tool result kept in context (the rest stored)"
     )
 
 
 class SkillsSpec(_Strict):
     dir: str = Field(description="a folder of skills (one SKILL.md each)")
-    trusted: bool = Field(True, description="whether the folder's skills are trusted instructions")
+    trusted: bool = Field(default=True, description="whether the folder's skills are trusted instructions")
     approved: list[str] = Field(
         default_factory=list, description="skills approved by digest when the folder is untrusted"
     )
 
 
 class ToolSearchSpec(_Strict):
-    threshold: int = Field(20, ge=1, description="offer tool search above this many tools")
-    max_results: int = Field(5, ge=1, description="tools one search returns")
+    threshold: int = Field(default=20, ge=1, description="offer tool search above this many tools")
+    max_results: int = Field(default=5, ge=1, description="tools one search returns")
 
 
 class SubagentSpec(_Strict):
@@ -462,28 +476,32 @@ class SubagentSpec(_Strict):
     description: str = Field(min_length=1, description="what the subagent does, as the model reads it")
     instructions: str = Field(min_length=1, description="the subagent's system prompt")
     tools: list[str] | None = Field(
-        None, description="the host's tools it may use (default: every tool the policy offers)"
+        default=None, description="the host's tools it may use (default: every tool the policy offers)"
     )
-    model: BackendSpec | None = Field(None, description="its model (default: the agent's own)")
+    model: BackendSpec | None = Field(default=None, description="its model (default: the agent's own)")
     limits: LimitsSpec = Field(default_factory=LimitsSpec, description="its run's budgets")
-    max_chars: int = Field(2000, ge=100, description="characters of its answer handed back")
+    max_chars: int = Field(default=2000, ge=100, description="characters of its answer handed back")
 
 
 class ContextSpec(_Strict):
-    status: bool | StatusSpec = Field(False, description="the <agent_status> bar: true, or its settings")
-    compression: CompressionSpec | None = Field(None, description="how long histories are compressed")
-    skills: SkillsSpec | None = Field(None, description="a skills folder")
-    tool_search: ToolSearchSpec | None = Field(None, description="tool search for large tool sets")
+    status: bool | StatusSpec = Field(
+        default=False, description="the <agent_status> bar: true, or its settings"
+    )
+    compression: CompressionSpec | None = Field(default=None, description="how long histories are compressed")
+    skills: SkillsSpec | None = Field(default=None, description="a skills folder")
+    tool_search: ToolSearchSpec | None = Field(default=None, description="tool search for large tool sets")
     subagents: list[SubagentSpec] = Field(
         default_factory=list, description="subagents the model may delegate a task to"
     )
 
 
 class TraceSpec(_Strict):
-    dir: str = Field("tether-output/traces", description="the folder of the JSONL traces")
-    results: bool = Field(False, description="store every tool result's content (redacted) beside the trace")
+    dir: str = Field(default="tether-output/traces", description="the folder of the JSONL traces")
+    results: bool = Field(
+        default=False, description="store every tool result's content (redacted) beside the trace"
+    )
     otel: bool = Field(
-        False,
+        default=False,
         description="also export OpenTelemetry spans over OTLP/HTTP as the OTEL_* variables say "
         "(pip install 'tether[otel]')",
     )
@@ -492,15 +510,15 @@ class TraceSpec(_Strict):
 class AgentSpec(_Strict):
     """The whole agent file."""
 
-    name: str = Field("agent", min_length=1, description="the agent's name in traces")
-    instructions: str | None = Field(None, description="the system prompt")
-    instructions_file: str | None = Field(None, description="the system prompt from a file")
+    name: str = Field(default="agent", min_length=1, description="the agent's name in traces")
+    instructions: str | None = Field(default=None, description="the system prompt")
+    instructions_file: str | None = Field(default=None, description="the system prompt from a file")
     model: ModelSpec = Field(description="the model, its budgets, prices and fallbacks")
     tools: list[ToolRef] = Field(default_factory=list, description="local tools by import path")
     python_path: list[str] = Field(
         default_factory=lambda: ["."], description="folders put on sys.path for the imports"
     )
-    mcp: McpSpec | None = Field(None, description="MCP servers")
+    mcp: McpSpec | None = Field(default=None, description="MCP servers")
     policy: PolicySpec = Field(
         default_factory=PolicySpec,
         description="what runs may do: tools, tenant, roles, effects, egress, approvals, catalog",
@@ -509,7 +527,7 @@ class AgentSpec(_Strict):
         default_factory=ContextSpec, description="status bar, compression, skills, tool search"
     )
     trace: TraceSpec = Field(default_factory=TraceSpec, description="where traces go")
-    memory: MemorySpec | None = Field(None, description="governed durable memory")
+    memory: MemorySpec | None = Field(default=None, description="governed durable memory")
     hooks: HooksSpec = Field(default_factory=HooksSpec, description="host code the run calls")
 
     @field_validator("tools", mode="before")
