@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import yaml
+from pydantic import TypeAdapter, ValidationError
 
 from tether.agents._file import AgentFile, _python_path, mcp_config
 from tether.agents._spec import (
@@ -376,12 +378,9 @@ def _subagent(af: AgentFile, sub: SubagentSpec, parent_model: Any, built: list[A
         model = _backend(af, sub.model, _prices(af.spec.model), None)
         built.append(model)  # closed with the agent's own (Built.aclose)
     limits = sub.limits.build()
-
-    def agent() -> Agent:
-        return Agent(
-            instructions=sub.instructions, model=model, name=sub.name, limits=limits, tools=sub.tools
-        )
-
+    agent = partial(
+        Agent, instructions=sub.instructions, model=model, name=sub.name, limits=limits, tools=sub.tools
+    )
     return Subagent(sub.name, sub.description, agent, sub.max_chars)
 
 
@@ -413,15 +412,16 @@ def _provenance(af: AgentFile, spec: ProvenanceSpec, host: Any, local: list[Any]
         check_declarations(declared, local)  # local tools now; an MCP tool's at its first call
     except (ValueError, TypeError) as err:
         raise ConfigError(f"{af.label()}: policy.provenance: {err}") from None
-    rules = ProvenanceRules(declared, trust, directory=directory, own=list(data["own"] or []))
+    own = list(data["own"] or [])
+    rules = ProvenanceRules(declared, trust, directory=directory, own=own)
     base = host.policy
     extra = [r for r in base.rules if r is not base.allowlist and not isinstance(r, EffectApproval)]
     allow, deny = base.allowlist.allow, base.allowlist.deny
-    label = make_labeler(trust, list(data["own"] or []))
+    label = make_labeler(trust, own)
     if spec.mode == "reference":
         from tether.policy._references import ReferencePolicy, References
 
-        references = References(trust, list(data["own"] or []))
+        references = References(trust, own)
         host.policy = ReferencePolicy(rules, references, allow=allow, deny=deny, extra=extra)
         host.labeler = references.labeler(label)
     else:
@@ -448,14 +448,12 @@ def _catalog(af: AgentFile) -> Any:
     if p.catalog_file is not None:
         path = af.resolve(p.catalog_file)
         entries = _yaml_file(path, f"{af.label()}: policy.catalog_file: cannot read {path}")
-        valid = isinstance(entries, dict) and all(
-            isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in ids.items())
-            for ids in entries.values()
-        )
-        if not valid:
+        try:
+            TypeAdapter(dict[str, dict[str, str]]).validate_python(entries, strict=True)
+        except ValidationError:
             raise ConfigError(
                 f"{af.label()}: policy.catalog_file: expected {{kind: {{id: tenant}}}} in {path}"
-            )
+            ) from None
     if entries is None:
         return None
     from tether.policy._trusted import DictCatalog
