@@ -18,7 +18,6 @@ import json
 import math
 import re
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -72,14 +71,21 @@ _URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"{}|\\^`\x00-\x1f\x7f]*\Z")
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 
 
+def _parses(parse: Callable[[str], object]) -> Callable[[str], bool]:
+    """A predicate: whether ``parse`` takes the text without a ``ValueError``."""
+
+    def check(text: str) -> bool:
+        try:
+            parse(text)
+        except ValueError:
+            return False
+        return True
+
+    return check
+
+
 def _date_ok(text: str) -> bool:
-    if not _DATE.match(text):
-        return False
-    try:
-        date.fromisoformat(text)
-    except ValueError:
-        return False
-    return True
+    return _DATE.match(text) is not None and _parses(date.fromisoformat)(text)
 
 
 def _time_ok(text: str) -> bool:
@@ -99,33 +105,15 @@ def _datetime_ok(text: str) -> bool:
     return _date_ok(text[:10]) and _time_ok(text[11:])
 
 
-def _uuid_ok(text: str) -> bool:
-    if not _UUID.match(text):
-        return False
-    uuid.UUID(text)
-    return True
-
-
-def _ip_ok(kind: type[ipaddress.IPv4Address] | type[ipaddress.IPv6Address]) -> Callable[[str], bool]:
-    def check(text: str) -> bool:
-        try:
-            kind(text)
-        except ValueError:
-            return False
-        return True
-
-    return check
-
-
 FORMATS: dict[str, Callable[[str], bool]] = {
     "date": _date_ok,
     "date-time": _datetime_ok,
     "time": _time_ok,
     "email": lambda text: _EMAIL.match(text) is not None,
     "uri": lambda text: _URI.match(text) is not None,
-    "uuid": _uuid_ok,
-    "ipv4": _ip_ok(ipaddress.IPv4Address),
-    "ipv6": _ip_ok(ipaddress.IPv6Address),
+    "uuid": lambda text: _UUID.match(text) is not None,
+    "ipv4": _parses(ipaddress.IPv4Address),
+    "ipv6": _parses(ipaddress.IPv6Address),
 }
 """The formats asserted, each a predicate on a string; any other ``format`` is an annotation."""
 

@@ -103,11 +103,9 @@ async def run_plan(
     context: TrustedContext,
     run_id: str | None = None,
 ) -> RunResult:
-    """Plan once from the request, then execute every planned call through the host's chokepoint.
-    ``run_id`` continues an earlier run (recorded effects replay; a changed plan is refused).
-
-    A denied call or a failed extraction skips its step (recorded) and the plan goes on; the run
-    stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed."""
+    """Plan once from the request, then execute every planned call through the host's chokepoint
+    (``run_id`` continues an earlier run). A denied call or a failed extraction skips its step;
+    the run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed."""
     await host.ensure_started()
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer

@@ -13,12 +13,9 @@ __all__ = ["LocalTools", "ToolSource"]
 
 @runtime_checkable
 class ToolSource(Protocol):
-    """A provider of tools: local functions, an MCP server, a remote registry.
-
-    ``call`` receives arguments already validated by the host's gate. It raises
-    ``ToolError`` subclasses for recoverable failures and ``DependencyUnavailable`` when
-    the source itself is gone.
-    """
+    """A provider of tools (local functions, an MCP server). ``call`` receives arguments the host's
+    gate validated; it raises ``ToolError`` subclasses for recoverable failures and
+    ``DependencyUnavailable`` when the source itself is gone."""
 
     name: str
 
