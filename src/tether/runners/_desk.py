@@ -22,7 +22,6 @@ from tether.policy._intake import Proposal, parse_envelope
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
-from tether.tools._contract import ToolSpec
 
 if TYPE_CHECKING:
     from tether.chokepoint._authority import HostCore as Host
@@ -51,9 +50,6 @@ class ProposalDesk:
         self.host = host
         self.approvals: Approvals = host.approvals
 
-    def _tools(self) -> dict[str, ToolSpec]:
-        return {s.name: s for s in self.host.offered()}
-
     async def propose(
         self, context: TrustedContext, raw_json: str | bytes, *, proposed_by: str = "model"
     ) -> StoredProposal:
@@ -69,14 +65,10 @@ class ProposalDesk:
         if outcome.status == "deny":
             raise PolicyError(d.reason, f"{d.rule}: {d.reason}", **d.details)
         assert outcome.spec is not None and outcome.arguments is not None
-        spec, needs_approval = outcome.spec, outcome.status == "approve"
         proposal = Proposal.of(
-            spec.name,
-            outcome.arguments,
-            context.tenant,
-            effect=str(spec.effect),
-            needs_approval=needs_approval,
-        )
+            outcome.spec.name, outcome.arguments, context.tenant, effect=str(outcome.spec.effect),
+            needs_approval=outcome.status == "approve",
+        )  # fmt: skip
         stored = await self.approvals.submit(proposal, proposed_by=proposed_by)
         if proposal.needs_approval:
             await self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
