@@ -105,10 +105,14 @@ def build_agent(
         host.disabled_memory.update(spec.memory.disabled)
     _secrets_and_export(af, host, model, environ)
     agent = Agent(
-        instructions=instructions, model=model, name=spec.name, limits=spec.model.limits.build(),
-        context=context_config, **_hooks(af, host),
+        instructions=instructions,
+        model=model,
+        name=spec.name,
+        limits=spec.model.limits.build(),
+        context=context_config,
         memory_subjects=tuple(spec.memory.subjects) if spec.memory is not None else (),
-    )  # fmt: skip
+        **_hooks(af, host),
+    )
     return Built(host, agent, trusted_context(af), af, model, db, extra_models)
 
 
@@ -151,9 +155,12 @@ def _host(
     spec = af.spec
     p = spec.policy
     policy_args: dict[str, Any] = {
-        "allow": p.allow, "deny": p.deny, "egress": p.egress, "automatic_effects": p.automatic,
+        "allow": p.allow,
+        "deny": p.deny,
+        "egress": p.egress,
+        "automatic_effects": p.automatic,
         "catalog": _catalog(af),
-    }  # fmt: skip
+    }
     trace_dir = af.resolve(spec.trace.dir)
     if spec.mcp is None:
         return Host(
@@ -170,11 +177,16 @@ def _host(
             )
         sampler = model
     host = build_host(
-        mcp_config(af), responder=responder, sampling_model=sampler, sampling_consent=consent,
-        environ=environ, approvals=approvals, on_denied=p.on_denied,
+        mcp_config(af),
+        responder=responder,
+        sampling_model=sampler,
+        sampling_consent=consent,
+        environ=environ,
+        approvals=approvals,
+        on_denied=p.on_denied,
         pins=stores.pins if stores is not None else None,
         pauses=stores.pauses if stores is not None else None,
-    )  # fmt: skip
+    )
     # The pinned-capability rule (and any other MCP rule) stays after the file's own rules.
     standard = (Allowlist, Egress, EffectApproval, TargetOwnership)
     extra = [r for r in host.policy.rules if not isinstance(r, standard)]
@@ -295,12 +307,20 @@ def _backend(
 
         bucket = shared_bucket(f"model:{spec.base_url or spec.provider}", spec.rate, max(1.0, spec.rate))
     extra = {**spec.extra_body, **({"temperature": spec.temperature} if spec.temperature is not None else {})}
-    # Whole responses unless the file asks for a stream: some servers cannot stream tool calls.
     common: dict[str, Any] = {
-        "base_url": spec.base_url, "api_key_env": spec.key_env, "stream": bool(spec.streaming),
-        "timeout_s": spec.timeout_s, "retry": RetryPolicy(max_retries=spec.max_retries), "prices": prices,
-        "rate_limit": bucket, "on_delta": on_delta, "max_tokens": spec.max_output_tokens, "extra_body": extra,
-    }  # fmt: skip
+        "base_url": spec.base_url,
+        "api_key_env": spec.key_env,
+        # Whole responses unless the file asks for a stream: every OpenAI-compatible server answers
+        # them, while some (llama.cpp's Python server) cannot stream tool calls at all.
+        "stream": bool(spec.streaming),
+        "timeout_s": spec.timeout_s,
+        "retry": RetryPolicy(max_retries=spec.max_retries),
+        "prices": prices,
+        "rate_limit": bucket,
+        "on_delta": on_delta,
+        "max_tokens": spec.max_output_tokens,
+        "extra_body": extra,
+    }
     if spec.transport is not None:
         common["transport"] = spec.transport
     if spec.provider == "anthropic":
@@ -345,7 +365,13 @@ def _context_config(af: AgentFile, model: Any, built: list[Any]) -> Any:
     c = af.spec.context
     if not (c.status or c.compression or c.skills or c.tool_search or c.subagents):
         return None
-    from tether.context import CompressionConfig, ContextConfig, SkillLibrary, StatusConfig, ToolSearchConfig
+    from tether.context import (
+        CompressionConfig,
+        ContextConfig,
+        SkillLibrary,
+        StatusConfig,
+        ToolSearchConfig,
+    )
 
     # The specs of status, compression and tool search are their configs' fields, field for field.
     status = None

@@ -29,10 +29,15 @@ class ToolCrashed(Exception):
 
 def result_from_observation(obs: Observation) -> dict[str, Any]:
     return {
-        "tool": obs.tool, "source": obs.source, "observed_at": obs.observed_at.isoformat(), "text": obs.text,
-        "data": obs.data, "is_error": obs.is_error, "error_kind": obs.error_kind,
+        "tool": obs.tool,
+        "source": obs.source,
+        "observed_at": obs.observed_at.isoformat(),
+        "text": obs.text,
+        "data": obs.data,
+        "is_error": obs.is_error,
+        "error_kind": obs.error_kind,
         "meta": {k: v for k, v in obs.meta.items() if isinstance(v, str | int | float | bool)},
-    }  # fmt: skip
+    }
 
 
 def observation_from_result(
@@ -40,11 +45,16 @@ def observation_from_result(
 ) -> Observation:
     observed = result.get("observed_at")
     return Observation(
-        call_id=call_id, tool=spec.name, source=str(result.get("source") or spec.source),
+        call_id=call_id,
+        tool=spec.name,
+        source=str(result.get("source") or spec.source),
         observed_at=datetime.fromisoformat(observed) if isinstance(observed, str) else now,
-        text=str(result.get("text", "")), data=result.get("data"), is_error=bool(result.get("is_error")),
-        error_kind=result.get("error_kind"), meta=dict(result.get("meta") or {}),
-    )  # fmt: skip
+        text=str(result.get("text", "")),
+        data=result.get("data"),
+        is_error=bool(result.get("is_error")),
+        error_kind=result.get("error_kind"),
+        meta=dict(result.get("meta") or {}),
+    )
 
 
 async def run_effect(
@@ -83,9 +93,15 @@ async def run_effect(
 
     try:
         outcome = await approvals.perform(
-            key, tool=spec.name, arguments=arguments, call=call, timeout_s=spec.timeout_s,
-            proposal_id=proposal_id, run_id=context.run_id, on_event=on_event,
-        )  # fmt: skip
+            key,
+            tool=spec.name,
+            arguments=arguments,
+            call=call,
+            timeout_s=spec.timeout_s,
+            proposal_id=proposal_id,
+            run_id=context.run_id,
+            on_event=on_event,
+        )
     except ToolCrashed as crashed:
         return replace(crashed.observation, call_id=context.call_id), crashed.error
     if fresh and not outcome.replayed:

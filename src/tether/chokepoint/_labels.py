@@ -69,10 +69,14 @@ def memory_line(record: Any, *, conflict: bool) -> str:
     claim, _ = clean_result_text(record.claim)
     src = record.source
     return wrap_untrusted(
-        claim, source=f"memory:{memory_origin(src)}", subject=record.subject,
-        observed_at=src.observed_at.isoformat() if src is not None else "", confidence=record.confidence,
-        trust="untrusted", conflict="yes" if conflict else "",
-    )  # fmt: skip
+        claim,
+        source=f"memory:{memory_origin(src)}",
+        subject=record.subject,
+        observed_at=src.observed_at.isoformat() if src is not None else "",
+        confidence=record.confidence,
+        trust="untrusted",
+        conflict="yes" if conflict else "",
+    )
 
 
 def host_note(body: str) -> str:

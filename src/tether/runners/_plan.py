@@ -175,11 +175,15 @@ async def _resolve(
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     scalars = value if isinstance(value, list) else [value]
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in scalars]
-    meta = {"provenance": segments, "sources": [{"record_id": None, "author": None, "trust": trust}]}
-    text = json.dumps(value, ensure_ascii=False)
-    at = run.state.started_at
-    obs = Observation(
-        f"extract_{step}_{argument}", EXTRACTOR, "extractor", at, text, {"value": value}, meta=meta
+    run.state.observations.append(
+        Observation(
+            call_id=f"extract_{step}_{argument}",
+            tool=EXTRACTOR,
+            source="extractor",
+            observed_at=run.state.started_at,
+            text=json.dumps(value, ensure_ascii=False),
+            data={"value": value},
+            meta={"provenance": segments, "sources": [{"record_id": None, "author": None, "trust": trust}]},
+        )
     )
-    run.state.observations.append(obs)
     return value
