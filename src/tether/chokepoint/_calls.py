@@ -137,9 +137,13 @@ def record_denial(
     tracer: Any, state: RunState, call: ToolCall, rule: str, reason: str, details: Any = None
 ) -> None:
     """Trace a refused call and keep it in the run's call list."""
-    details = details or {}
     tracer.emit(
-        EventKind.POLICY_DENIED, call_id=call.id, tool=call.name, rule=rule, reason=reason, details=details
+        EventKind.POLICY_DENIED,
+        call_id=call.id,
+        tool=call.name,
+        rule=rule,
+        reason=reason,
+        details=details or {},
     )
     state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
 
@@ -150,11 +154,18 @@ def record_observation(tracer: Any, state: RunState, obs: Observation, arguments
     status = "error" if obs.is_error else "ok"
     state.calls.append(CallRecord(obs.call_id, obs.tool, arguments, status, obs.error_kind or ""))
     tracer.emit(
-        EventKind.TOOL_OBSERVATION, call_id=obs.call_id, tool=obs.tool, source=obs.source, trust=obs.trust,
-        observed_at=obs.observed_at.isoformat(), is_error=obs.is_error, error_kind=obs.error_kind,
-        chars=len(obs.text), truncated=bool(obs.meta.get("truncated")),
+        EventKind.TOOL_OBSERVATION,
+        call_id=obs.call_id,
+        tool=obs.tool,
+        source=obs.source,
+        trust=obs.trust,
+        observed_at=obs.observed_at.isoformat(),
+        is_error=obs.is_error,
+        error_kind=obs.error_kind,
+        chars=len(obs.text),
+        truncated=bool(obs.meta.get("truncated")),
         **({"cleaned": obs.meta["cleaned"]} if obs.meta.get("cleaned") else {}),
-    )  # fmt: skip
+    )
 
 
 # -- approval settlement (the chokepoint's store work, ``HostCore.call_turn``) ---------------------

@@ -100,16 +100,25 @@ class AgentLoop:
         # Callbacks close over what they need, not ``self``: no reference cycle outlives the run.
         tracer, state = self.tracer, self.state
         self.engine = ContextEngine(
-            agent.context, instructions=agent.instructions, tools=self.offered, model=agent.model,
-            clock=host.clock, trace_dir=host.trace_dir, run_id=run_id,
+            agent.context,
+            instructions=agent.instructions,
+            tools=self.offered,
+            model=agent.model,
+            clock=host.clock,
+            trace_dir=host.trace_dir,
+            run_id=run_id,
             emit=lambda kind, **data: tracer.emit(EventKind(kind), **data),
             expected_updates=self.limits.max_steps,
-        )  # fmt: skip
+        )
 
         async def run_subagent(sub: Any, task: str) -> Any:
-            runs = _ChildRuns(host, state)
             return await run_subtask(
-                runs, sub.agent(), task, context=state.context, parent=tracer, max_chars=sub.max_chars
+                _ChildRuns(host, state),
+                sub.agent(),
+                task,
+                context=state.context,
+                parent=tracer,
+                max_chars=sub.max_chars,
             )
 
         self.engine.runner = run_subagent
@@ -216,9 +225,12 @@ class AgentLoop:
             request = replace(request, max_tokens=max_tokens)
         composed = self.engine.last
         t.emit(
-            EventKind.CONTEXT_COMPOSED, messages=len(request.messages), tools=len(request.tools),
-            tools_enabled=tools_enabled, **(composed.trace_fields() if composed else {}),
-        )  # fmt: skip
+            EventKind.CONTEXT_COMPOSED,
+            messages=len(request.messages),
+            tools=len(request.tools),
+            tools_enabled=tools_enabled,
+            **(composed.trace_fields() if composed else {}),
+        )
         s.llm_calls += 1
         self._phase = "model"
         try:
@@ -230,15 +242,18 @@ class AgentLoop:
         s.usage = s.usage + response.usage
         self.engine.observe_usage(response.usage)
         s.cost_usd += response.cost_usd
-        usage = response.usage
         t.emit(
-            EventKind.MODEL_RESPONSE, model=response.model, text=(response.message.content or "")[:500],
+            EventKind.MODEL_RESPONSE,
+            model=response.model,
+            text=(response.message.content or "")[:500],
             tool_calls=[{"id": c.id, "name": c.name} for c in response.message.tool_calls],
-            prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
-            cached_tokens=usage.cached_tokens, cost_usd=response.cost_usd,
+            prompt_tokens=response.usage.prompt_tokens,
+            completion_tokens=response.usage.completion_tokens,
+            cached_tokens=response.usage.cached_tokens,
+            cost_usd=response.cost_usd,
             # Backend facts (finish reason, retries taken, unpriced); never overriding the above.
             **{k: v for k, v in response.meta.items() if k not in _RESPONSE_FIELDS},
-        )  # fmt: skip
+        )
         return response
 
     def _scope(self) -> CallScope:
@@ -325,10 +340,12 @@ class AgentLoop:
         s, t = self.state, self.tracer
         refused = self._final_turn_refused()
         t.emit(
-            EventKind.BUDGET_EXHAUSTED, reason=str(stop.reason), detail=stop.detail,
+            EventKind.BUDGET_EXHAUSTED,
+            reason=str(stop.reason),
+            detail=stop.detail,
             answered_by="host" if refused else "model",
             **({"final_turn_refused": refused} if refused else {}),
-        )  # fmt: skip
+        )
         if refused:
             return self._host_answer()
         s.trajectory.append(
@@ -348,22 +365,22 @@ class AgentLoop:
     async def _finish(self, answer: str) -> None:
         """Validate the handoff, then let the host decide on proposed memories."""
         s, t, agent, host = self.state, self.tracer, self.agent, self.host
-        data = agent.handoff(s, answer) if agent.handoff is not None else None
-        if data is not None:
-            perms = s.context.permissions
-            grants = HandoffGrants(read=sorted(perms.read), write=sorted(perms.write))
-            resolve: Any = agent.resolve_evidence or resolve_from_trace
-            try:
-                self.handoff = validate_handoff(
-                    data,
-                    run_permissions=grants,
-                    resolve=lambda r: resolve(r, s),
-                    artifact_root=host.trace_dir,
-                )
-            except HandoffError as err:
-                t.emit(EventKind.HANDOFF_REJECTED, problems=err.problems)
-                raise StopRun(StopReason.INVALID_HANDOFF, "; ".join(err.problems), answer) from None
-            t.emit(EventKind.HANDOFF_VALIDATED, evidence=[str(e) for e in self.handoff.evidence])
+        if agent.handoff is not None:
+            data = agent.handoff(s, answer)
+            if data is not None:
+                perms = s.context.permissions
+                resolve: Any = agent.resolve_evidence or resolve_from_trace
+                try:
+                    self.handoff = validate_handoff(
+                        data,
+                        run_permissions=HandoffGrants(read=sorted(perms.read), write=sorted(perms.write)),
+                        resolve=lambda ref: resolve(ref, s),
+                        artifact_root=host.trace_dir,
+                    )
+                except HandoffError as err:
+                    t.emit(EventKind.HANDOFF_REJECTED, problems=err.problems)
+                    raise StopRun(StopReason.INVALID_HANDOFF, "; ".join(err.problems), answer) from None
+                t.emit(EventKind.HANDOFF_VALIDATED, evidence=[str(e) for e in self.handoff.evidence])
         if agent.remember is not None and host.memory is not None:
             await remember(host, t, agent.remember(s), actor=f"agent:{agent.name}")
 
@@ -378,10 +395,13 @@ async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent
             tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason=err.reason, message=str(err))
             continue
         tracer.emit(
-            EventKind.MEMORY_WRITTEN, subject=record.subject, record_id=written.record.id,
-            status=str(written.status), conflicts_with=list(written.conflicts_with),
+            EventKind.MEMORY_WRITTEN,
+            subject=record.subject,
+            record_id=written.record.id,
+            status=str(written.status),
+            conflicts_with=list(written.conflicts_with),
             valid_until=record.valid_until.isoformat(),
-        )  # fmt: skip
+        )
 
 
 async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:

@@ -183,10 +183,14 @@ class RunScope:
         s = self.state
         declare_secrets(self.tracer, [*self.host.known_tools(), *tools])  # tools: harness ones too
         self.tracer.emit(
-            EventKind.RUN_RESUMED if self.resumed is not None else EventKind.RUN_STARTED, design=self.design,
-            **about, objective=s.objective, tenant=s.context.tenant, roles=sorted(s.context.roles),
+            EventKind.RUN_RESUMED if self.resumed is not None else EventKind.RUN_STARTED,
+            design=self.design,
+            **about,
+            objective=s.objective,
+            tenant=s.context.tenant,
+            roles=sorted(s.context.roles),
             tools=[spec.name for spec in tools],
-        )  # fmt: skip
+        )
         await self.host.trace_launches(self.tracer)
 
     def calls(
@@ -226,12 +230,24 @@ class RunScope:
         )  # fmt: skip
         self.tracer.close()
         self._finished = RunResult(
-            run_id=s.run_id, stop_reason=reason, answer=answer, design=self.design, detail=detail,
-            handoff=handoff, trace_path=self.trace_path, steps=steps, llm_calls=s.llm_calls, usage=s.usage,
-            cost_usd=s.cost_usd, calls=s.calls, events=self.tracer.events, outputs=s.outputs,
-            elapsed_s=time.monotonic() - s.started, observations=s.observations,
+            run_id=s.run_id,
+            stop_reason=reason,
+            answer=answer,
+            design=self.design,
+            detail=detail,
+            handoff=handoff,
+            trace_path=self.trace_path,
+            steps=steps,
+            llm_calls=s.llm_calls,
+            usage=s.usage,
+            cost_usd=s.cost_usd,
+            calls=s.calls,
+            events=self.tracer.events,
+            elapsed_s=time.monotonic() - s.started,
+            outputs=s.outputs,
+            observations=s.observations,
             pending_proposals=list(s.pending) if reason is StopReason.APPROVAL_REQUIRED else [],
-        )  # fmt: skip
+        )
         return self._finished
 
     async def _checkpoint_stop(self, reason: StopReason, detail: str) -> str:
