@@ -1,26 +1,14 @@
 """Compression of the history (C3): result budget → summaries → full compaction.
 
-Only tool results are summarised: assistant turns (decisions), user and harness messages
-(constraints) and error results (failures) are kept verbatim, and every citation (URL or
-``[source: …]`` marker) of a summarised result is guaranteed to survive — the host appends
-any the summariser dropped. Each replacement is frozen on first use (``FrozenStore``) and
-marked ``[COMPRESSED]`` so it is never compressed twice and a resumed session rebuilds the
-same bytes.
+Only successful tool results are summarised (decisions, constraints and failures stay verbatim),
+and every citation of a summarised result survives (the host appends any the summariser
+dropped). Each replacement is frozen on first use, so a resumed session rebuilds the same bytes.
 
-Strategies:
-
-* ``none`` — raw results; the run fails when the window overflows.
-* ``per_result`` — each result is summarised alone (no query) before it first enters a request.
-* ``task_aware`` — the same, with the current query and the accumulated context in the
-  compression request, citations kept.
-* ``adaptive`` — raw results until a request would pass ``trigger`` × window (default 80%);
-  then every not-yet-compressed result is summarised in one batch (task-aware).
-
-Before any summary, lines repeated verbatim (navigation, footers) are dropped, not summarised.
-Whatever the strategy, a request still over the trigger is compacted: the oldest whole
-units (an assistant turn with its results) are replaced by one digest written by code,
-never splitting a call from its result. Summaries go through the ``Model`` protocol; after
-``breaker_threshold`` consecutive failures the circuit opens and no more are attempted.
+Strategies: ``none`` (raw results), ``per_result`` (each result summarised alone before it
+first enters a request), ``task_aware`` (the same, with the query and accumulated context) and
+``adaptive`` (raw until a request passes ``trigger`` × window, then one task-aware batch). A
+request still over the trigger is compacted: the oldest whole units become one digest written
+by code. After ``breaker_threshold`` consecutive failed summaries the circuit opens.
 """
 
 from __future__ import annotations
@@ -71,8 +59,8 @@ def citations(text: str) -> list[str]:
 
 
 def drop_noise(text: str) -> str:
-    """The noise layer: lines repeated verbatim (navigation bars, footers) and runs of blank
-    lines are dropped before a summary, so the summariser never pays for them."""
+    """Lines repeated verbatim (navigation, footers) and runs of blank lines, dropped before a
+    summary."""
     seen: set[str] = set()
     out: list[str] = []
     for line in text.splitlines():
@@ -207,17 +195,13 @@ class Compressor:
         self.summarizer = config.summarizer or summarizer
         self.stats = CompressionStats()
         self._emit = emit or (lambda *a, **k: None)
-        # The view is rebuilt every step: each message's frozen form is looked up once per
-        # message object (again for all once something new is frozen), and a rewrite is one
-        # object for the whole run, so the caches keyed by message identity keep hitting.
+        # Frozen forms are looked up once per message object (again once something new is
+        # frozen), and a rewrite is one object for the run: caches keyed by identity keep hitting.
         self._rewritten: dict[int, tuple[ToolMessage, ToolMessage]] = {}
         self._digest_message: UserMessage | None = None
         self._frozen: ItemMemo[Any] = ItemMemo(self._frozen_of)
         self._frozen_count = 0
-        # Each tool result is checked against the budget once.
         self._large: ItemMemo[None] = ItemMemo(self._store_one)
-
-    # -- the view: raw trajectory + frozen rewrites -------------------------------------------
 
     def view(self, trajectory: Sequence[Message]) -> list[Message]:
         """The messages a request carries, rebuilt from the raw trajectory and the frozen store."""
@@ -245,8 +229,6 @@ class Compressor:
         if hit is None or hit[0] is not m:  # frozen text never changes: one rewrite per message
             hit = self._rewritten[id(m)] = (m, ToolMessage(m.tool_call_id, text, m.name))
         return hit[1]
-
-    # -- the layers ---------------------------------------------------------------------------
 
     async def prepare(
         self, trajectory: Sequence[Message], objective: str, count: TokenCounter
@@ -389,8 +371,6 @@ class Compressor:
                 parts.append(unwrap(text))
         joined = "\n".join(parts)
         return joined if len(joined) <= limit else joined[:200] + "\n…\n" + joined[-(limit - 205) :]
-
-    # -- full compaction ----------------------------------------------------------------------
 
     def _compact(self, trajectory: Sequence[Message], count: TokenCounter, limit: int) -> None:
         msgs = list(trajectory)

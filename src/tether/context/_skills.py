@@ -1,13 +1,10 @@
 """Skills (C4): folders with a ``SKILL.md`` loaded progressively.
 
-Layer 1, the catalog (name + description, the description written as a routing condition),
-is part of the stable prefix. Layer 2, the body, enters the trajectory only when the model
-calls ``load_skill`` or the user types ``/name`` (the host expands it). Layer 3, files the
-body mentions (``references/…``, ``scripts/…``), loads on further demand through
-``read_skill_file``, confined to the skill's folder. Loading appends; the prefix never changes.
-
-A skill from an untrusted folder is refused until its exact content (a sha256 over every
-file) is approved after review: a reviewed skill that changes is refused again.
+The catalog (names and routing conditions) is part of the stable prefix; a body enters the
+trajectory when the model calls ``load_skill`` or the user types ``/name``; the files it
+mentions load through ``read_skill_file``, confined to the skill's folder. Loading appends: the
+prefix never changes. A skill from an untrusted folder is refused until its exact content (a
+sha256 over every file) is approved.
 """
 
 from __future__ import annotations
@@ -140,12 +137,9 @@ class SkillLibrary:
         self.refused: list[Refusal] = []
 
     def add_folder(self, folder: str | Path, *, trusted: bool, approved: Iterable[str] = ()) -> list[Skill]:
-        """Add every skill under ``folder`` (the folder itself, or its sub-folders with a SKILL.md).
-
-        Untrusted folders: a skill is accepted only if its digest is in ``approved``; others
-        are listed in ``refused`` with the digest a reviewer would approve. Never raises for
-        a bad skill: it is refused with its reason.
-        """
+        """Add every skill under ``folder`` (itself, or its sub-folders with a SKILL.md). From an
+        untrusted folder only skills whose digest is ``approved``; the others, and bad skills, are
+        listed in ``refused`` with their reason (never raises)."""
         root = Path(folder)
         approved_set = set(approved)
         if not root.is_dir():
@@ -230,7 +224,6 @@ class SkillLibrary:
         skill = self.skills.get(word.strip())
         return (skill, rest.strip()) if skill else None
 
-    # Declared once for the class; ``tools()`` binds them to this library.
     @tool(name="load_skill")
     def load_skill(
         self,
@@ -257,27 +250,15 @@ class SkillLibrary:
 
 
 _SUSPICIOUS = (
-    "ignore previous",
-    "ignore all previous",
-    "disregard",
-    "system prompt",
-    "export_secrets",
-    "password",
-    "api key",
-    "token",
-    "credential",
-    "curl ",
-    "wget ",
-    "base64",
-    "do not tell",
-)
+    "ignore previous", "ignore all previous", "disregard", "system prompt", "export_secrets", "password",
+    "api key", "token", "credential", "curl ", "wget ", "base64", "do not tell",
+)  # fmt: skip
 
 
 def review_folder(folder: str | Path) -> list[dict[str, Any]]:
-    """What a reviewer needs before approving third-party skills: for each folder with a
-    SKILL.md, its name, description, files, digest (what an approval pins) or the reason it
-    cannot load, and lines that deserve a closer look. The flags are a reading aid for a
-    person, not a security control: approval is the control."""
+    """What a reviewer needs before approving third-party skills: for each skill folder its name,
+    description, files and digest (or why it cannot load), and lines worth a closer look (a
+    reading aid; approval is the control)."""
     root = Path(folder)
     out: list[dict[str, Any]] = []
     for path in _skill_folders(root):
