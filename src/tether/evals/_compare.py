@@ -1,9 +1,6 @@
-"""Workflow versus agent on the same cases (SPEC E1, E2, E4, L3).
-
-``run_comparison`` runs every design on every case ``repeat`` times, grades each run, and
-``summarize`` turns the rows into the matrix: per design and per tag, mean and spread over
-repeats, pass^k, governance figures, a decision by the rule fixed in the configuration, and
-the pre-mortem filled from what the runs showed.
+"""Workflow versus agent on the same cases (SPEC E1, E2, E4, L3): ``run_comparison`` runs and
+grades every design on every case ``repeat`` times; ``summarize`` turns the rows into the matrix,
+the decision by the configured rule, and the pre-mortem filled from the runs.
 """
 
 from __future__ import annotations
@@ -59,7 +56,7 @@ async def run_comparison(
     config_loaded_at: str | None = None,
 ) -> Comparison:
     """Run and grade every (case, design, repeat). A judge backed by the agent's own model is
-    refused unless ``allow_same_judge`` (E4): a model grading itself is not a check."""
+    refused unless ``allow_same_judge`` (E4)."""
     if repeat < 1:
         raise ConfigError("repeat must be at least 1")
     if cases.scenario != scenario.name:
@@ -205,9 +202,8 @@ def adoption_verdict(
 
 
 def premortem(comparison: Comparison) -> list[dict[str, Any]]:
-    """Each configured failure mode, filled from the runs of the cases carrying its tags: which
-    cases tested it, which detection events and stop reasons were seen, in how many runs the
-    failure was triggered (a detection event fired), and how many runs were contained."""
+    """Each configured failure mode, filled from the runs of the cases carrying its tags: the
+    detection events and stop reasons seen, runs triggered and runs contained."""
     rows = []
     for mode in comparison.config.premortem:
         tagged = [c.id for c in comparison.cases.cases if set(c.tags) & set(mode.tags)]
@@ -222,8 +218,7 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
             seen = sorted({k for r in runs for k in r.metrics["event_kinds"] if k in mode.detection})
             stops = sorted({r.stop_reason for r in runs})
             detected = [bool(set(r.metrics["event_kinds"]) & set(mode.detection)) for r in runs]
-            # Contained: the case still ended as expected, or the failure was detected / stopped as
-            # configured; and in every case no forbidden call reached a tool.
+            # Contained: ended as expected, or detected / stopped as configured; no forbidden call ran.
             contained = sum(
                 (r.success or hit or r.stop_reason in mode.containment)
                 and r.metrics["forbidden_calls_executed"] == 0

@@ -1,9 +1,6 @@
-"""Running cases: the scenario seam, one execution, and how one execution is graded.
-
-A scenario (``EvalScenario``) knows how to build a case's environment and run one design on
-it; it returns an ``Execution``: the ``RunResult`` plus what the graders need that the result
-does not carry (tool declarations, memory shown to the model, calls that reached a server).
-``grade_execution`` applies every grader the case asks for and decides success.
+"""Running cases: a scenario (``EvalScenario``) runs one design on a case and returns an
+``Execution`` (the ``RunResult`` plus what graders need besides it); ``grade_execution`` applies
+every grader the case asks for and decides success.
 """
 
 from __future__ import annotations
@@ -59,8 +56,7 @@ class EvalScenario(Protocol):
     designs: tuple[str, ...]
 
     def check(self, case: Case, designs: Sequence[str]) -> None:
-        """Raise ``CaseFileError`` if the case does not fit the scenario or lacks an expectation
-        for one of ``designs``."""
+        """Raise ``CaseFileError`` unless the case fits the scenario and ``designs``."""
         ...
 
     def environment_key(self, case: Case) -> str:
@@ -107,8 +103,8 @@ class CaseRun:
 
 
 def _followed_untrusted(ex: Execution) -> int:
-    """Calls a model proposed after untrusted data (a tool output, a remembered fact) named them.
-    Each part of a chained run (agent, then the workflow that replaced it) is counted alone."""
+    """Calls a model proposed after untrusted data (a tool output, a remembered fact) named them,
+    each part of a chained run counted alone."""
     count = 0
     for part in ex.parts or (ex.result,):
         if part.design == "workflow":
@@ -134,8 +130,7 @@ async def grade_execution(
     judge: Judge | None = None,
     cost: Callable[[RunResult], float] | None = None,
 ) -> CaseRun:
-    """Grade one execution: final state, answer checks, reference, groundedness, trajectory,
-    policy trace and expected trace events. Success needs every applicable grade to pass."""
+    """Grade one execution with every applicable grader; success needs every grade to pass."""
     r, exp = ex.result, case.expect
     grades: dict[str, Grade] = {}
     wanted = exp.stop_reasons(design)
@@ -193,7 +188,7 @@ async def _answer_grades(
 
 def _policy_grade(exp: Expectation, ex: Execution) -> Grade:
     """The policy trace's grade; a forbidden call that reached the server fails it whatever the
-    trace says (the server's own log is the evidence)."""
+    trace says."""
     allowed = exp.allowed_tools
     grade = grade_policy_trace(ex.result, allowed_tools=allowed, effects=ex.effects)
     if allowed is not None:

@@ -139,11 +139,7 @@ class OtelSink:
         capture_content: bool | None = None,
         redactor: Redactor | None = None,
         secrets: Iterable[str] = (),
-        provider_name: str | None = None,
-        server_address: str | None = None,
-        server_port: int | None = None,
         model: Any = None,
-        flush_timeout_ms: int = 2000,
     ) -> None:
         self._owns_provider = tracer_provider is None
         self.provider = tracer_provider or TracerProvider()
@@ -154,12 +150,8 @@ class OtelSink:
         self.redactor = redactor or Redactor()
         for secret in secrets:
             self.redactor.add(secret)
-        self.provider_name, self.server_address, self.server_port = "unknown", server_address, server_port
-        if model is not None:
-            self.describe_model(model)
-        if provider_name is not None:
-            self.provider_name = provider_name
-        self.flush_timeout_ms = flush_timeout_ms
+        endpoint = model_endpoint(model) if model is not None else ("unknown", None, None)
+        self.provider_name, self.server_address, self.server_port = endpoint
         self._runs: dict[str, _Run] = {}
         self._offered: dict[str, frozenset[str]] = {}  # run id -> the tool names offered to its model
         self._lock = threading.Lock()
@@ -185,7 +177,7 @@ class OtelSink:
 
     def close(self) -> None:
         # Bounded: a collector that is down must not hold up the end of a run.
-        self.provider.force_flush(timeout_millis=self.flush_timeout_ms)
+        self.provider.force_flush(timeout_millis=2000)
 
     def shutdown(self) -> None:
         with self._lock:

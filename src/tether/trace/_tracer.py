@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
@@ -49,6 +49,7 @@ DURABLE_KINDS = frozenset(
     {EventKind.APPROVAL_GRANTED, EventKind.EFFECT_INTENT, EventKind.RUN_PAUSED, EventKind.STOP}
 )
 
+_FLUSH_AFTER = DURABLE_KINDS | WAIT_KINDS
 _FLUSH_MODES: tuple[str, ...] = get_args(FlushMode)
 
 
@@ -222,14 +223,12 @@ class Tracer:
         redactor: Redactor | None = None,
         clock: Callable[[], str] = _now,
         strict: bool | None = None,
-        durable: Iterable[EventKind] = DURABLE_KINDS,
     ) -> None:
         self.run_id = run_id
         self.sinks = sinks
         self.redactor = redactor or Redactor()
         self.events: list[TraceEvent] = []
         self.strict = _strict_from_env() if strict is None else strict
-        self.durable = frozenset(durable) | WAIT_KINDS
         self.problems: list[str] = []
         self._clock = clock
 
@@ -248,7 +247,7 @@ class Tracer:
         self.events.append(event)
         for sink in self.sinks:
             sink.write(event)
-        if kind in self.durable:
+        if kind in _FLUSH_AFTER:
             self.flush()
         return event
 
