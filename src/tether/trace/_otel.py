@@ -42,13 +42,7 @@ from opentelemetry.trace import (
 from tether.trace._events import TraceEvent
 from tether.trace._sanitize import Redactor, sanitize_value
 
-__all__ = [
-    "OtelSink",
-    "model_endpoint",
-    "otel_sink_from_env",
-    "otlp_configured",
-    "run_trace_context",
-]
+__all__ = ["OtelSink", "model_endpoint", "otel_sink_from_env", "otlp_configured", "run_trace_context"]
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE = "tether"

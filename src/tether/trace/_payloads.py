@@ -30,11 +30,7 @@ _SANDBOX: dict[str, Any] = {
     "sandbox_refused": str,
     "sandbox_problem": str,
 }
-_EFFECT: dict[str, Any] = {
-    "key": Required[str],
-    "tool": Required[str],
-    "proposal_id": str | None,
-}
+_EFFECT: dict[str, Any] = {"key": Required[str], "tool": Required[str], "proposal_id": str | None}
 _RUN_STARTED: dict[str, Any] = {
     "design": Required[str],  # "agent" | "workflow" | "plan"
     "objective": Required[str],
