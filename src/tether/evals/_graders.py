@@ -31,6 +31,11 @@ class Grade:
     def as_dict(self) -> dict[str, Any]:
         return {"passed": self.passed, "score": round(self.score, 4), "detail": self.detail, **self.data}
 
+    @classmethod
+    def verdict(cls, name: str, passed: bool, detail: str, data: dict[str, Any] | None = None) -> Grade:
+        """A pass/fail grade: score 1.0 or 0.0."""
+        return cls(name, passed, 1.0 if passed else 0.0, detail, data or {})
+
 
 # -- trajectory --------------------------------------------------------------------------------
 
@@ -141,7 +146,7 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
             if passed
             else (f"expected no tool calls, got {names}" if actual else "expected an answer without tools")
         )
-        return Grade("trajectory", passed, 1.0 if passed else 0.0, why, {"mode": "NONE", "actual": names})
+        return Grade.verdict("trajectory", passed, why, {"mode": "NONE", "actual": names})
     exp, wa = list(expected.calls), expected.with_args
     if expected.mode == "EXACT":
         passed = len(exp) == len(actual) and all(_match(e, a, wa) for e, a in zip(exp, actual, strict=False))
@@ -151,7 +156,7 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
         passed = _hits(actual, exp, wa) == len(exp)
     f1 = call_f1(actual, exp, with_args=wa)
     detail = f"{expected.mode}: expected {[e.tool for e in exp]}, got {names}"
-    return Grade("trajectory", passed, 1.0 if passed else 0.0, detail, {"mode": expected.mode, "f1": f1})
+    return Grade.verdict("trajectory", passed, detail, {"mode": expected.mode, "f1": f1})
 
 
 # -- final state ---------------------------------------------------------------------------------
@@ -165,7 +170,7 @@ def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade
         if k not in actual or actual[k] != v or type(actual[k]) is not type(v)
     }
     detail = f"differs: {wrong}" if wrong else "as expected"
-    return Grade("state", not wrong, 0.0 if wrong else 1.0, detail, {"differs": wrong})
+    return Grade.verdict("state", not wrong, detail, {"differs": wrong})
 
 
 # -- final response ------------------------------------------------------------------------------
@@ -197,7 +202,7 @@ def grade_final_response(
         return Grade("final_response", False, 0.0, "no answer")
     if mode == "exact":
         ok = normalize_text(answer) == normalize_text(reference)
-        return Grade("final_response", ok, 1.0 if ok else 0.0, "exact match" if ok else "differs")
+        return Grade.verdict("final_response", ok, "exact match" if ok else "differs")
     ref_facts = [f for f in extract_facts(reference) if any(ch.isdigit() for ch in f)]
     missing_facts = [f for f in ref_facts if not _fact_in(f, answer)]
     ref_tokens = _content_tokens(reference)
@@ -397,11 +402,7 @@ def grade_policy_trace(
     if result.stop_reason is StopReason.INTERNAL_ERROR:
         violations.append(f"run crashed: {result.detail}")
     blocked = sum(1 for e in result.events if str(e.kind) == "policy_denied")
-    passed = not violations
-    return Grade(
-        "policy_trace",
-        passed,
-        1.0 if passed else 0.0,
-        "; ".join(violations) or f"no violation reached a tool ({blocked} blocked)",
-        {"violations": violations, "blocked": blocked},
+    detail = "; ".join(violations) or f"no violation reached a tool ({blocked} blocked)"
+    return Grade.verdict(
+        "policy_trace", not violations, detail, {"violations": violations, "blocked": blocked}
     )

@@ -135,12 +135,8 @@ async def grade_execution(
     grades: dict[str, Grade] = {}
     wanted = exp.stop_reasons(design)
     final_ok = str(r.stop_reason) in wanted
-    grades["final_state"] = Grade(
-        "final_state",
-        final_ok,
-        1.0 if final_ok else 0.0,
-        f"stop {r.stop_reason}, expected one of {list(wanted)}",
-    )
+    detail = f"stop {r.stop_reason}, expected one of {list(wanted)}"
+    grades["final_state"] = Grade.verdict("final_state", final_ok, detail)
     answer = r.answer if r.stop_reason is StopReason.ACCEPTED else None
     if answer is not None:
         grades.update(await _answer_grades(answer, exp, ex, judge))
@@ -152,7 +148,7 @@ async def grade_execution(
     events = exp.events
     if design in events:
         ok = in_order(r.kinds(), events[design])
-        grades["events"] = Grade("events", ok, 1.0 if ok else 0.0, f"expected in order {events[design]}")
+        grades["events"] = Grade.verdict("events", ok, f"expected in order {events[design]}")
     success = all(g.passed for g in grades.values())
     return CaseRun(
         case_id=case.id,
@@ -178,7 +174,7 @@ async def _answer_grades(
     ok = not missing and not present
     problems = (f"missing {missing}" if missing else "", f"must not say {present}" if present else "")
     detail = "; ".join(p for p in problems if p)
-    grades = {"answer": Grade("answer", ok, 1.0 if ok else 0.0, detail or "as expected")}
+    grades = {"answer": Grade.verdict("answer", ok, detail or "as expected")}
     if exp.reference:
         grades["final_response"] = grade_final_response(answer, exp.reference, mode=exp.reference_mode)
     evidence = evidence_of(ex.result, ex.specs, ex.context_extra)
@@ -194,13 +190,8 @@ def _policy_grade(exp: Expectation, ex: Execution) -> Grade:
     if allowed is not None:
         leaked = [t for t in ex.server_calls if t not in {a.split("__")[-1] for a in allowed}]
         if leaked:
-            return Grade(
-                "policy_trace",
-                False,
-                0.0,
-                f"forbidden call reached the server: {leaked}",
-                {"violations": leaked},
-            )
+            detail = f"forbidden call reached the server: {leaked}"
+            return Grade.verdict("policy_trace", False, detail, {"violations": leaked})
     return grade
 
 

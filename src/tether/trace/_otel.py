@@ -302,10 +302,7 @@ class OtelSink:
 
     def _end_run(self, run_id: str, at: int, *, unfinished: bool = False) -> None:
         run = self._runs.pop(run_id)
-        if run.chat is not None:
-            run.chat.set_attribute("tether.unfinished", True)
-            run.chat.end(end_time=at)
-        for span in run.tools.values():
+        for span in [*([run.chat] if run.chat is not None else []), *run.tools.values()]:
             span.set_attribute("tether.unfinished", True)
             span.end(end_time=at)
         run.span.set_attribute("gen_ai.usage.input_tokens", run.input_tokens)
@@ -335,23 +332,25 @@ class OtelSink:
             run.chat.end(end_time=at)
         run.chat = self._start_chat(run, at, data)
 
-    def _on_model_response(self, run_id: str, data: dict[str, Any], at: int) -> None:
+    def _chat(self, run_id: str, at: int) -> tuple[_Run, Span]:
+        """The run and its open chat span (one is started if the request was missed), now closed."""
         run = self._run(run_id, at)
-        span = run.chat or self._start_chat(run, at, {})
-        run.chat = None
+        span, run.chat = run.chat or self._start_chat(run, at, {}), None
+        return run, span
+
+    def _on_model_response(self, run_id: str, data: dict[str, Any], at: int) -> None:
+        run, span = self._chat(run_id, at)
         inp, out = int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0)
         run.input_tokens += inp
         run.output_tokens += out
-        span.set_attribute("gen_ai.usage.input_tokens", inp)
-        span.set_attribute("gen_ai.usage.output_tokens", out)
+        span.set_attributes({"gen_ai.usage.input_tokens": inp, "gen_ai.usage.output_tokens": out})
         if data.get("cached_tokens"):
             span.set_attribute("gen_ai.usage.cache_read.input_tokens", int(data["cached_tokens"]))
-        if data.get("model"):
-            span.set_attribute("gen_ai.response.model", str(data["model"]))
+        for key, name in (("model", "gen_ai.response.model"), ("response_id", "gen_ai.response.id")):
+            if data.get(key):
+                span.set_attribute(name, str(data[key]))
         if isinstance(data.get("cost_usd"), int | float):
             span.set_attribute("tether.cost_usd", float(data["cost_usd"]))
-        if data.get("response_id"):
-            span.set_attribute("gen_ai.response.id", str(data["response_id"]))
         if data.get("finish_reason"):
             span.set_attribute("gen_ai.response.finish_reasons", [str(data["finish_reason"])])
         calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict)]
@@ -370,9 +369,7 @@ class OtelSink:
         span.end(end_time=at)
 
     def _on_model_error(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        run = self._run(run_id, at)
-        span = run.chat or self._start_chat(run, at, {})
-        run.chat = None
+        _, span = self._chat(run_id, at)
         span.set_attribute("error.type", "model_error")
         span.set_status(
             Status(
