@@ -59,8 +59,7 @@ def citations(text: str) -> list[str]:
 
 
 def drop_noise(text: str) -> str:
-    """Lines repeated verbatim (navigation, footers) and runs of blank lines, dropped before a
-    summary."""
+    """Drop lines repeated verbatim (navigation, footers) and runs of blank lines."""
     seen: set[str] = set()
     out: list[str] = []
     for line in text.splitlines():

@@ -134,8 +134,7 @@ class ContextEngine:
         self._usage_charged = Usage()
 
     def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
-        """The harness tools, decided once (part of the stable prefix). Raises ``ConfigError`` on
-        a name clash."""
+        """The harness tools, part of the stable prefix. Raises ``ConfigError`` on a name clash."""
         self.todo = TodoList(self.clock) if cfg.status is not None and cfg.status.todo else None
         self.status = StatusBar(cfg.status, self.todo, self.clock) if cfg.status is not None else None
         if self.status is not None:
@@ -198,8 +197,7 @@ class ContextEngine:
     async def build(
         self, state: RunState, *, tools_enabled: bool = True, tail: Sequence[UserMessage] = ()
     ) -> ModelRequest:
-        """The next request for ``state``. May append the status to the trajectory (append
-        strategy) and freeze rewrites. Raises ``ContextOverflow`` when nothing more fits."""
+        """The next request for ``state`` (may append a status, freeze rewrites; ``ContextOverflow``)."""
         tail_msgs: list[Message] = []
         strategy: str | None = None
         if self.status is not None:
@@ -278,8 +276,7 @@ class ContextEngine:
         return None
 
     def trust(self, name: str) -> Trust:
-        """The label of this harness tool's results: untrusted when derived from tool sources
-        (tool search, stored outputs, subagents), else the host's own text."""
+        """Untrusted for results derived from tool sources; the rest is the host's own text."""
         if name in ("tool_search", "read_output") or name in self._subagents:
             return "untrusted"
         return "trusted"
@@ -287,8 +284,7 @@ class ContextEngine:
     async def execute(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
-        """Run one harness tool; recoverable errors become error observations. The host cleans,
-        truncates and labels the result."""
+        """Run one harness tool; recoverable errors become error observations."""
         now = self.clock()
         source = HARNESS
         if spec.name in ("load_skill", "read_skill_file"):

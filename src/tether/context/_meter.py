@@ -48,8 +48,7 @@ class PrefixSample:
 
 
 class PrefixMeter:
-    """Measures each request against the previous one's lines; only their first differing line
-    is compared byte by byte. ``texts``: the session's memo of ``item_json``."""
+    """Measures each request against the previous one's lines (``texts``: the session's memo)."""
 
     def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
         # A line is an item's ``item_json`` from the shared memo; its newline is only counted.
@@ -88,8 +87,7 @@ class PrefixMeter:
 
 
 def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
-    """``common_prefix_len`` of two requests' lines (no item holds a raw newline, so the common
-    prefix of two different lines ends inside their items)."""
+    """``common_prefix_len`` of two requests' lines (it ends inside their first differing item)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return sum(map(len, a[:n])) + n

@@ -56,8 +56,7 @@ def pairing_problems(messages: Sequence[Message]) -> list[str]:
 
 
 class PairingMemo:
-    """The last request found valid, so the next check of a session only scans what changed:
-    the units of the repeated prefix are known valid (O(new messages) per step)."""
+    """The last request found valid, so the next check of a session only scans what changed."""
 
     def __init__(self) -> None:
         self.messages: tuple[Message, ...] = ()
@@ -100,8 +99,7 @@ def check_pairing(
 
 
 def units(messages: Sequence[Message]) -> list[tuple[int, int]]:
-    """Half-open index ranges a rewrite may drop or replace as a whole: an assistant message
-    with tool calls and the tool messages after it, or any other single message."""
+    """Half-open index ranges a rewrite may drop or replace as a whole (a call turn and its results)."""
     out: list[tuple[int, int]] = []
     i, n = 0, len(messages)
     while i < n:

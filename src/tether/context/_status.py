@@ -86,8 +86,7 @@ class StatusConfig:
 
 
 class _CallTally:
-    """Counts over a run's call records, updated with those appended since the last render (not
-    O(history) a step). ``pairs``: the (tool, argument) pairs counted per target value."""
+    """Counts over a run's calls, updated with those appended since the last render."""
 
     def __init__(self, pairs: frozenset[tuple[str, str]]) -> None:
         self.pairs = pairs

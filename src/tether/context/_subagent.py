@@ -30,8 +30,7 @@ class RunsAgents(Protocol):
 
 @dataclass(frozen=True)
 class Subagent:
-    """A subagent the model may call as a tool ``name(task)`` (``ContextConfig.subagents``);
-    ``agent`` builds a fresh agent per call."""
+    """A subagent the model may call as a tool ``name(task)``; ``agent`` builds one per call."""
 
     name: str
     description: str

@@ -13,8 +13,7 @@ __all__ = ["TokenAccount", "TokenEstimator", "chars_estimator", "estimate_reques
 
 
 class TokenAccount:
-    """Counts the tokens of each request of one session. ``texts``: the session's memo of
-    item texts, shared with its prefix meter."""
+    """Counts the tokens of each request of one session (``texts``: shared with its meter)."""
 
     def __init__(
         self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[bytes] | None = None

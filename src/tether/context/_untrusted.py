@@ -9,8 +9,7 @@ __all__ = ["Observation", "Trust", "rewrap", "unwrap", "wrap_untrusted"]
 
 
 def rewrap(content: str, text: str, *, source: str = "harness") -> str:
-    """New inner text under the same ``<untrusted_data …>`` labels as ``content``: a rewrite of
-    a tool result is still derived from untrusted data."""
+    """New inner text under the same ``<untrusted_data …>`` labels as ``content``."""
     first, _, _ = content.partition("\n")
     if first.startswith("<untrusted_data") and first.endswith(">"):
         return f"{first}\n{_neutralise(text)}\n</untrusted_data>"

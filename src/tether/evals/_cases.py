@@ -50,8 +50,7 @@ class ExpectedCall(_Strict):
 
 
 class TrajectoryExpectation(_Strict):
-    """Expected calls and how to match them. ``no_tool_calls`` expects none (an empty ``calls``
-    list without it is refused: it would pass anything)."""
+    """Expected calls and how to match them; no calls only with ``no_tool_calls``."""
 
     mode: MatchMode = "IN_ORDER"
     calls: tuple[ExpectedCall, ...] = ()

@@ -55,8 +55,7 @@ async def run_comparison(
     progress: Callable[[CaseRun], None] | None = None,
     config_loaded_at: str | None = None,
 ) -> Comparison:
-    """Run and grade every (case, design, repeat). A judge backed by the agent's own model is
-    refused unless ``allow_same_judge`` (E4)."""
+    """Run and grade every (case, design, repeat); a self-judging model needs ``allow_same_judge``."""
     if repeat < 1:
         raise ConfigError("repeat must be at least 1")
     if cases.scenario != scenario.name:
@@ -202,8 +201,7 @@ def adoption_verdict(
 
 
 def premortem(comparison: Comparison) -> list[dict[str, Any]]:
-    """Each configured failure mode, filled from the runs of the cases carrying its tags: the
-    detection events and stop reasons seen, runs triggered and runs contained."""
+    """Each configured failure mode, filled from the runs of the cases carrying its tags."""
     rows = []
     for mode in comparison.config.premortem:
         tagged = [c.id for c in comparison.cases.cases if set(c.tags) & set(mode.tags)]

@@ -366,8 +366,7 @@ async def grade_groundedness(
 
 
 def evidence_of(result: RunResult, specs: Iterable[ToolSpec] = (), extra: Iterable[str] = ()) -> list[str]:
-    """What an answer may rest on: the run's tool outputs, the offered tools' declarations, and
-    ``extra`` (e.g. memory shown to the model)."""
+    """What an answer may rest on: tool outputs, the offered tools' declarations, and ``extra``."""
     out = [f"{o.source} {o.tool}\n{o.text}" for o in result.observations]
     out += [f"{s.name}: {s.description}\n{json.dumps(s.parameters, ensure_ascii=False)}" for s in specs]
     out += list(extra)

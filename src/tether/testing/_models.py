@@ -115,6 +115,5 @@ _INJECTED = re.compile(r"\bCALL\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def injected_calls(text: str) -> list[str]:
-    """Tool names that text orders the model to call ("… CALL export_secrets"): what a
-    compromised stand-in obeys."""
+    """Tool names that text orders the model to call ("… CALL export_secrets")."""
     return _INJECTED.findall(text)

@@ -96,8 +96,7 @@ class TraceEvent:
 
     @classmethod
     def from_json(cls, line: Mapping[str, Any]) -> Self:
-        """The event of one trace line (``to_json`` or a line of ``read_trace``). Raises
-        ``ValueError`` for an unknown kind."""
+        """The event of one trace line. Raises ``ValueError`` for an unknown kind."""
         data = {k: v for k, v in line.items() if k not in RESERVED}
         return cls(
             str(line.get("run_id", "")),

@@ -223,8 +223,7 @@ class OtelSink:
         return text[:_MAX_TEXT]
 
     def _attrs(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Event data as span-event attributes: numbers, flags and identifiers; the rest only with
-        content capture on."""
+        """Event data as span-event attributes: text only identifiers, unless capturing content."""
         out: dict[str, Any] = {}
         for key, value in data.items():
             name = f"tether.{key}"
@@ -485,8 +484,7 @@ class OtelSink:
         self._other(run_id, "tool_crashed", data, at)
 
     def _other(self, run_id: str, kind: str, data: dict[str, Any], at: int) -> None:
-        """Events without a span of their own (memory, MCP, effects, handoffs …) become span
-        events on the tool span they belong to, else on the run span."""
+        """Events without a span of their own: events on their tool's span, else on the run's."""
         target: Span | None = None
         if kind.startswith("effect_"):
             target = self._tool(run_id, data, at)
@@ -524,8 +522,7 @@ def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _env_provider() -> TracerProvider:
-    """One exporting provider per configuration for the whole process (shared batch and
-    connection); shut down at exit by the SDK."""
+    """One exporting provider per configuration for the whole process; the SDK shuts it down."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     key = tuple(os.environ.get(k, "") for k in _ENV_KEYS)
@@ -541,6 +538,5 @@ def _env_provider() -> TracerProvider:
 def otel_sink_from_env(
     *, capture_content: bool | None = None, secrets: Iterable[str] = (), model: Any = None
 ) -> OtelSink:
-    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say
-    (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` turns content capture on)."""
+    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say."""
     return OtelSink(_env_provider(), capture_content=capture_content, secrets=secrets, model=model)

@@ -324,8 +324,7 @@ def _adapter(kind: EventKind) -> TypeAdapter[Any]:
 
 
 def check_payload(kind: EventKind, data: dict[str, Any]) -> None:
-    """Raise ``TraceSchemaError`` unless ``data`` (as sanitised for the trace) is exactly a
-    payload of ``kind``: declared names only, required ones present, declared types."""
+    """Raise ``TraceSchemaError`` unless ``data`` (as sanitised) is exactly a payload of ``kind``."""
     try:
         _adapter(kind).validate_python(data)
     except ValidationError as err:

@@ -123,8 +123,7 @@ class Redactor:
         )
 
     def learn(self, tool: Any, arguments: Any) -> None:
-        """Learn the values of ``tool``'s declared secret arguments (a mapping, or its JSON text,
-        maybe cut short)."""
+        """Learn ``tool``'s declared secret arguments (a mapping, or its JSON text, maybe cut)."""
         names = self._declared.get(tool) if isinstance(tool, str) else None
         if not names:
             return
@@ -172,8 +171,7 @@ class Redactor:
         return value
 
     def _positions(self, value: str) -> list[tuple[int, str]]:
-        """Where a piece of a secret starts in ``value`` (overlapping ones too); ``str.find`` per
-        piece for long values, which scans faster than ``re``."""
+        """Where a piece of a secret starts in ``value`` (overlapping ones too)."""
         out: list[tuple[int, str]] = []
         if len(value) <= 512:
             rx = self._anchor_rx

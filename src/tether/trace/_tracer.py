@@ -191,8 +191,7 @@ _SECOND: tuple[int, str] = (0, "")  # the last second formatted, one tuple: thre
 
 
 def _now() -> str:
-    """The event's timestamp: UTC, to the microsecond (``datetime.isoformat``'s format), the
-    second formatted once a second."""
+    """UTC to the microsecond, as ``datetime.isoformat``; the second formatted once a second."""
     global _SECOND
     ns = time.time_ns()
     second, micro = ns // 1_000_000_000, ns // 1000 % 1_000_000
@@ -298,8 +297,7 @@ class Tracer:
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Load a JSONL trace file. Raises ``ValueError`` naming the file and the line that is not
-    an event (a JSON object)."""
+    """Load a JSONL trace file. Raises ``ValueError`` naming a line that is not a JSON object."""
     events: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
