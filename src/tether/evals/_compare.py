@@ -117,6 +117,12 @@ def _rate(rows: Sequence[CaseRun]) -> float | None:
     return sum(r.success for r in rows) / len(rows) if rows else None
 
 
+_TOTALS = (
+    "violations_blocked", "policy_denials", "untrusted_instructions_followed", "approvals_bypassed",
+    "forbidden_calls_executed",
+)  # fmt: skip
+
+
 def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
     by_rep = [[r for r in rows if r.repeat == k] for k in range(1, repeat + 1)]
     per_rep = [sum(r.success for r in rs) / len(rs) for rs in by_rep if rs]
@@ -135,18 +141,14 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
         "pass_k": round(sum(all(v) for v in by_case.values()) / len(by_case), 4) if by_case else 0.0,
         "holdout_success_rate": None if not holdout else round(_rate(holdout) or 0.0, 4),
         "dev_success_rate": None if not dev else round(_rate(dev) or 0.0, 4),
-        "mean_calls": round(_mean([x["calls"] for x in m]), 4),
-        "mean_steps": round(_mean([x["steps"] for x in m]), 4),
-        "mean_llm_calls": round(_mean([x["llm_calls"] for x in m]), 4),
-        "mean_latency_s": round(_mean([x["latency_s"] for x in m]), 4),
+        **{
+            f"mean_{k}": round(_mean([x[k] for x in m]), 4)
+            for k in ("calls", "steps", "llm_calls", "latency_s")
+        },
         "latency_spread_s": round(_spread([x["latency_s"] for x in m]), 4),
         "mean_cost_usd": round(_mean([x["cost_usd"] for x in m]), 6),
         "total_cost_usd": round(sum(x["cost_usd"] for x in m), 6),
-        "violations_blocked": sum(x["violations_blocked"] for x in m),
-        "policy_denials": sum(x["policy_denials"] for x in m),
-        "untrusted_instructions_followed": sum(x["untrusted_instructions_followed"] for x in m),
-        "approvals_bypassed": sum(x["approvals_bypassed"] for x in m),
-        "forbidden_calls_executed": sum(x["forbidden_calls_executed"] for x in m),
+        **{k: sum(x[k] for x in m) for k in _TOTALS},
         "rollbacks": sum(x.get("rolled_back", False) for x in m),
         "valid_handoffs": sum(x["handoff_valid"] for x in m),
         "rejected_handoffs": sum(x["handoff_rejected"] for x in m),

@@ -53,17 +53,8 @@ def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
         ),
         {"limit": limit},
     ).all()
-    return [
-        {
-            "run_id": r[0],
-            "events": int(r[1]),
-            "first_ts": r[2],
-            "resumed": bool(r[3]),
-            "start": r[4],
-            "stop": r[5],
-        }
-        for r in rows
-    ]
+    keys = ("run_id", "events", "first_ts", "resumed", "start", "stop")
+    return [dict(zip(keys, (r[0], int(r[1]), r[2], bool(r[3]), r[4], r[5]), strict=True)) for r in rows]
 
 
 class PgTraceIndex:

@@ -154,13 +154,9 @@ class Redactor:
         elif value is not None and not isinstance(value, bool):
             text = str(value)
             if len(text) >= 4:  # shorter would redact every common word or number
-                self.add(text)
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-                if escaped != text:
-                    self.add(escaped)  # as it appears inside JSON text
-                ascii_escaped = json.dumps(text)[1:-1]
-                if ascii_escaped != escaped:
-                    self.add(ascii_escaped)
+                # As it is, and as it appears inside JSON text (add ignores a repeat).
+                for variant in (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]):
+                    self.add(variant)
 
     def text(self, value: str) -> str:
         for secret in self._order:
