@@ -279,17 +279,14 @@ class Compressor:
         self._emit("output_stored", call_id=m.tool_call_id, tool=m.name, ref=ref, chars=len(inner))
 
     def _eligible(self, trajectory: Sequence[Message]) -> list[ToolMessage]:
-        out = []
-        for m in trajectory:
-            if not isinstance(m, ToolMessage) or f"tool:{m.tool_call_id}" in self.store:
-                continue
-            first = m.content.partition("\n")[0]
-            if ' error="' in first:  # failures are kept verbatim
-                continue
-            if len(unwrap(m.content)) < self.config.min_chars:
-                continue
-            out.append(m)
-        return out
+        return [
+            m
+            for m in trajectory
+            if isinstance(m, ToolMessage)
+            and f"tool:{m.tool_call_id}" not in self.store
+            and not _failed(m)  # failures are kept verbatim
+            and len(unwrap(m.content)) >= self.config.min_chars
+        ]
 
     async def _compress(
         self, trajectory: Sequence[Message], objective: str, *, task_aware: bool, tokens: int | None = None
@@ -403,7 +400,7 @@ class Compressor:
             elif isinstance(m, ToolMessage):
                 frozen = self.store.get(f"tool:{m.tool_call_id}")
                 inner = unwrap(frozen if frozen is not None else m.content)
-                failed = ' error="' in m.content.partition("\n")[0]
+                failed = _failed(m)
                 keep = inner[:1500] if failed or len(inner) <= 1500 else inner[:1200] + " …"
                 cites = [c for c in citations(inner) if c not in keep]
                 if cites:
@@ -416,6 +413,10 @@ class Compressor:
                 lines.append(m.content)
             # stale status messages are dropped: the newest status is always at the end
         return "\n".join(lines)
+
+
+def _failed(m: ToolMessage) -> bool:
+    return ' error="' in m.content.partition("\n")[0]
 
 
 def _head_len(msgs: Sequence[Message]) -> int:

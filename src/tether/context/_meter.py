@@ -5,7 +5,6 @@ message (``item_json``), so an append-only request extends the previous one byte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tether.context._incremental import ItemMemo
@@ -91,9 +90,5 @@ def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return sum(map(len, a[:n])) + n
-    i = n - 1 if a[: n - 1] == b[: n - 1] else _first_difference(a, b, n)  # usually the tail
+    i = n - 1 if a[: n - 1] == b[: n - 1] else next(i for i in range(n) if a[i] != b[i])  # usually the tail
     return sum(map(len, a[:i])) + i + common_prefix_len(a[i], b[i])
-
-
-def _first_difference(a: Sequence[bytes], b: Sequence[bytes], n: int) -> int:
-    return next(i for i in range(n) if a[i] != b[i])

@@ -197,14 +197,13 @@ class SkillLibrary:
         """Layer 3: one file of the skill, confined to its folder."""
         skill = self.get(name)
         rel = Path(path)
-        if rel.is_absolute() or ".." in rel.parts or path not in skill.files:
+        target = (skill.root / rel).resolve()
+        listed = not rel.is_absolute() and ".." not in rel.parts and path in skill.files
+        if not listed or not target.is_relative_to(skill.root) or not target.is_file():
             raise ToolInputError(
                 f"{path!r} is not a file of skill {name}",
                 hint="use a relative path from the skill's file list",
             )
-        target = (skill.root / rel).resolve()
-        if not target.is_relative_to(skill.root) or not target.is_file():
-            raise ToolInputError(f"{path!r} is not a file of skill {name}", hint="use a listed path")
         data = target.read_bytes()
         if len(data) > MAX_FILE_BYTES:
             raise ToolInputError(f"{path} is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")

@@ -72,10 +72,7 @@ def _compare(kind: str, expected: Any, actual: Any) -> bool:
         return bool(expected == actual)
     if kind.startswith("tolerance:"):
         tol = float(kind.split(":", 1)[1])
-        numbers = (int, float)
-        if isinstance(expected, bool) or isinstance(actual, bool):
-            return False
-        if not (isinstance(expected, numbers) and isinstance(actual, numbers)):
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (expected, actual)):
             return False
         return math.isfinite(actual) and abs(float(expected) - float(actual)) <= tol
     raise ValueError(f"unknown argument comparator {kind!r} (exact, subset, ignore, tolerance:<n>)")
