@@ -37,9 +37,6 @@ class Grade:
         return cls(name, passed, 1.0 if passed else 0.0, detail, data or {})
 
 
-# -- trajectory --------------------------------------------------------------------------------
-
-
 def _arguments(value: Any) -> dict[str, Any]:
     if isinstance(value, Mapping):
         return dict(value)
@@ -156,9 +153,6 @@ def grade_trajectory(result: RunResult, expected: TrajectoryExpectation) -> Grad
     return Grade.verdict("trajectory", passed, detail, {"mode": expected.mode, "f1": f1})
 
 
-# -- final state ---------------------------------------------------------------------------------
-
-
 def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade:
     """Every expected key must be reported with an equal value (type included: True is not 1)."""
     wrong = {
@@ -169,8 +163,6 @@ def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade
     detail = f"differs: {wrong}" if wrong else "as expected"
     return Grade.verdict("state", not wrong, detail, {"differs": wrong})
 
-
-# -- final response ------------------------------------------------------------------------------
 
 _STOPWORDS = frozenset({
     "a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "to", "in", "on", "at", "for",
@@ -211,8 +203,6 @@ def grade_final_response(
         "final_response", ok, recall if not missing_facts else 0.0, detail, {"missing": missing_facts}
     )
 
-
-# -- groundedness --------------------------------------------------------------------------------
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9À-Ý])")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.]+(?:Z|[+-]\d{2}:\d{2})?)?\b")
@@ -369,8 +359,6 @@ def evidence_of(result: RunResult, specs: Iterable[ToolSpec] = (), extra: Iterab
     out += list(extra)
     return out
 
-
-# -- policy trace ---------------------------------------------------------------------------------
 
 _APPROVAL_KINDS = frozenset({str(EventKind.APPROVAL_GRANTED)})  # carries the call_id it approves
 

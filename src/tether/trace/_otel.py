@@ -67,16 +67,10 @@ _FREE_TEXT = "[text not exported]"
 _PERSON_TEXT = frozenset({"approval_granted", "approval_denied"})
 # Host names of the providers the GenAI conventions name (gen_ai.provider.name).
 PROVIDERS = {
-    "api.openai.com": "openai",
-    "api.anthropic.com": "anthropic",
-    "api.deepseek.com": "deepseek",
-    "api.groq.com": "groq",
-    "api.mistral.ai": "mistral_ai",
-    "api.perplexity.ai": "perplexity",
-    "api.x.ai": "x_ai",
-    "generativelanguage.googleapis.com": "gcp.gemini",
-    "api.cohere.com": "cohere",
-}
+    "api.openai.com": "openai", "api.anthropic.com": "anthropic", "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq", "api.mistral.ai": "mistral_ai", "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai", "generativelanguage.googleapis.com": "gcp.gemini", "api.cohere.com": "cohere",
+}  # fmt: skip
 
 
 def run_trace_context(run_id: str) -> SpanContext:
