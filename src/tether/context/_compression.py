@@ -1,14 +1,9 @@
 """Compression of the history (C3): result budget → summaries → full compaction.
 
-Only successful tool results are summarised (decisions, constraints and failures stay verbatim),
-and every citation of a summarised result survives (the host appends any the summariser
-dropped). Each replacement is frozen on first use, so a resumed session rebuilds the same bytes.
-
-Strategies: ``none`` (raw results), ``per_result`` (each result summarised alone before it
-first enters a request), ``task_aware`` (the same, with the query and accumulated context) and
-``adaptive`` (raw until a request passes ``trigger`` × window, then one task-aware batch). A
-request still over the trigger is compacted: the oldest whole units become one digest written
-by code. After ``breaker_threshold`` consecutive failed summaries the circuit opens.
+Only successful tool results are summarised, their citations kept; each replacement is frozen.
+Strategies: ``none``, ``per_result`` (each result alone), ``task_aware`` (with the query and
+context) and ``adaptive`` (one task-aware batch once a request passes ``trigger`` × window). A
+request still over the trigger is compacted: the oldest whole units become one digest by code.
 """
 
 from __future__ import annotations

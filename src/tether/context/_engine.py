@@ -1,10 +1,7 @@
-"""The context engine: one object per run that composes every model request.
-
-A request is the stable prefix (system prompt with the skills catalog, tools in a fixed order),
-the trajectory as rewritten by the compression layers (frozen: byte-stable and resumable), and
-the dynamic tail (the status bar). Every request is checked for pairing and measured for prefix
-reuse. The engine owns the *harness tools* it adds: parsed with the same strict intake as any
-proposal and run by the host; they touch nothing outside the run's context.
+"""The context engine: one object per run that composes every model request: the stable prefix
+(system prompt, tools in a fixed order), the trajectory as rewritten by the compression layers
+(frozen: byte-stable and resumable) and the dynamic tail (the status bar). It owns the harness
+tools it adds, parsed with the same strict intake as any proposal.
 """
 
 from __future__ import annotations

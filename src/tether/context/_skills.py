@@ -1,10 +1,6 @@
-"""Skills (C4): folders with a ``SKILL.md`` loaded progressively.
-
-The catalog (names and routing conditions) is part of the stable prefix; a body enters the
-trajectory when the model calls ``load_skill`` or the user types ``/name``; the files it
-mentions load through ``read_skill_file``, confined to the skill's folder. Loading appends: the
-prefix never changes. A skill from an untrusted folder is refused until its exact content (a
-sha256 over every file) is approved.
+"""Skills (C4): folders with a ``SKILL.md`` loaded progressively: the catalog is in the stable
+prefix, a body and its files are appended on demand. A skill from an untrusted folder is refused
+until its exact content (a sha256 over every file) is approved.
 """
 
 from __future__ import annotations

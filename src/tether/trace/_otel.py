@@ -1,13 +1,8 @@
-"""``OtelSink``: a run's trace as OpenTelemetry spans, after the GenAI semantic conventions.
+"""``OtelSink``: a run's trace as OpenTelemetry spans, after the GenAI semantic conventions:
+``invoke_agent {agent}`` per run part, with ``chat {model}`` and ``execute_tool {tool}`` children.
 
-One ``invoke_agent {agent}`` span per run part (a resumed run starts a new one), with a
-``chat {model}`` child per model call and an ``execute_tool {tool}`` child per proposed call
-(policy decision, approvals, effects and trust label as attributes and span events).
-
-Message content is off by default (``capture_content=True`` or
-``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``); every string passes the sink's
-own redactor and sanitiser. Span times are the events' timestamps. ``otel_sink_from_env()``
-exports over OTLP/HTTP as the standard ``OTEL_*`` variables say (the ``otel`` extra).
+Message content is off unless ``capture_content`` (or ``CAPTURE_ENV``); every string passes the
+sink's own redactor and sanitiser; span times are the events' timestamps.
 """
 
 from __future__ import annotations
