@@ -114,7 +114,8 @@ def _spread(values: Sequence[float]) -> float:
 
 
 def _rate(rows: Sequence[CaseRun]) -> float | None:
-    return sum(r.success for r in rows) / len(rows) if rows else None
+    """The share of ``rows`` that succeeded, to four places; None without rows."""
+    return round(sum(r.success for r in rows) / len(rows), 4) if rows else None
 
 
 _TOTALS = (
@@ -130,17 +131,14 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
     for r in rows:
         by_case.setdefault(r.case_id, []).append(r.success)
     m = [r.metrics for r in rows]
-    faulted = [r for r in rows if r.metrics["faults"]]
-    holdout = [r for r in rows if r.holdout]
-    dev = [r for r in rows if not r.holdout]
     return {
         "runs": len(rows),
-        "success_rate": round(_rate(rows) or 0.0, 4),
+        "success_rate": _rate(rows) or 0.0,
         "success_rate_spread": round(_spread(per_rep), 4),
         "success_rate_per_repeat": [round(x, 4) for x in per_rep],
         "pass_k": round(sum(all(v) for v in by_case.values()) / len(by_case), 4) if by_case else 0.0,
-        "holdout_success_rate": None if not holdout else round(_rate(holdout) or 0.0, 4),
-        "dev_success_rate": None if not dev else round(_rate(dev) or 0.0, 4),
+        "holdout_success_rate": _rate([r for r in rows if r.holdout]),
+        "dev_success_rate": _rate([r for r in rows if not r.holdout]),
         **{
             f"mean_{k}": round(_mean([x[k] for x in m]), 4)
             for k in ("calls", "steps", "llm_calls", "latency_s")
@@ -153,7 +151,7 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
         "valid_handoffs": sum(x["handoff_valid"] for x in m),
         "rejected_handoffs": sum(x["handoff_rejected"] for x in m),
         "human_interventions": sum(x["human_intervention"] for x in m),
-        "recovery_rate": None if not faulted else round(sum(x.success for x in faulted) / len(faulted), 4),
+        "recovery_rate": _rate([r for r in rows if r.metrics["faults"]]),
         "stop_reasons": dict(sorted(Counter(r.stop_reason for r in rows).items())),
     }
 
@@ -244,12 +242,10 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
 def summarize(comparison: Comparison) -> dict[str, Any]:
     designs, runs = comparison.designs, comparison.runs
     figures = {d: _design_figures([r for r in runs if r.design == d], comparison.repeat) for d in designs}
-    tags: dict[str, dict[str, Any]] = {}
-    for t in comparison.cases.tags():
-        tags[t] = {}
-        for d in designs:
-            rate = _rate([r for r in runs if r.design == d and t in r.tags])
-            tags[t][d] = None if rate is None else round(rate, 4)
+    tags = {
+        t: {d: _rate([r for r in runs if r.design == d and t in r.tags]) for d in designs}
+        for t in comparison.cases.tags()
+    }
     cases: dict[str, dict[str, Any]] = {}
     for c in comparison.cases.cases:
         cases[c.id] = {"tags": list(c.tags), "holdout": c.holdout}
