@@ -16,6 +16,7 @@ from tether.tools._contract import Tool, tool
 __all__ = ["TodoDraft", "TodoItem", "TodoList", "TodoStatus"]
 
 TodoStatus = Literal["pending", "in_progress", "completed", "cancelled"]
+_Status = Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")]
 
 
 class TodoDraft(BaseModel):
@@ -23,9 +24,7 @@ class TodoDraft(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
     content: Annotated[str, Field(min_length=1, max_length=500, description="What to do, one step.")]
-    status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")] = (
-        "pending"
-    )
+    status: _Status = "pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +90,7 @@ class TodoList:
     def update_todo_status(
         self,
         id: Annotated[str, Field(description="The item id, as shown in the TODO list, e.g. '2'.")],
-        status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")],
+        status: _Status,
     ) -> dict[str, object]:
         """Change the status of one TODO item."""
         return {"updated": self.update(id, status).render()}
