@@ -47,12 +47,10 @@ def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
         raise SkillError("SKILL.md must start with a '---' front-matter line")
-    for i in range(1, len(lines)):
-        if lines[i].strip() == "---":
-            head, body = "".join(lines[1:i]), "".join(lines[i + 1 :])
-            break
-    else:
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
         raise SkillError("SKILL.md front matter is not closed by a '---' line")
+    head, body = "".join(lines[1:end]), "".join(lines[end + 1 :])
     try:
         meta = yaml.safe_load(head) if head.strip() else {}
     except yaml.YAMLError as err:
@@ -149,17 +147,14 @@ class SkillLibrary:
                 self.refused.append(Refusal(str(path), str(err)))
                 continue
             if not trusted and skill.digest not in approved_set:
-                self.refused.append(
-                    Refusal(
-                        str(path), "untrusted folder: review the skill and approve its digest", skill.digest
-                    )
-                )
+                why = "untrusted folder: review the skill and approve its digest"
+            elif skill.name in self.skills:
+                why = f"duplicate skill name {skill.name!r}"
+            else:
+                self.skills[skill.name] = skill
+                added.append(skill)
                 continue
-            if skill.name in self.skills:
-                self.refused.append(Refusal(str(path), f"duplicate skill name {skill.name!r}", skill.digest))
-                continue
-            self.skills[skill.name] = skill
-            added.append(skill)
+            self.refused.append(Refusal(str(path), why, skill.digest))
         return added
 
     def catalog(self) -> str:
