@@ -1,26 +1,9 @@
 """Compression of the history (C3): result budget → summaries → full compaction.
 
-Only tool results are summarised: assistant turns (decisions), user and harness messages
-(constraints) and error results (failures) are kept verbatim, and every citation (URL or
-``[source: …]`` marker) of a summarised result is guaranteed to survive — the host appends
-any the summariser dropped. Each replacement is frozen on first use (``FrozenStore``) and
-marked ``[COMPRESSED]`` so it is never compressed twice and a resumed session rebuilds the
-same bytes.
-
-Strategies:
-
-* ``none`` — raw results; the run fails when the window overflows.
-* ``per_result`` — each result is summarised alone (no query) before it first enters a request.
-* ``task_aware`` — the same, with the current query and the accumulated context in the
-  compression request, citations kept.
-* ``adaptive`` — raw results until a request would pass ``trigger`` × window (default 80%);
-  then every not-yet-compressed result is summarised in one batch (task-aware).
-
-Before any summary, lines repeated verbatim (navigation, footers) are dropped, not summarised.
-Whatever the strategy, a request still over the trigger is compacted: the oldest whole
-units (an assistant turn with its results) are replaced by one digest written by code,
-never splitting a call from its result. Summaries go through the ``Model`` protocol; after
-``breaker_threshold`` consecutive failures the circuit opens and no more are attempted.
+Only successful tool results are summarised, their citations kept; each replacement is frozen.
+Strategies: ``none``, ``per_result`` (each result alone), ``task_aware`` (with the query and
+context) and ``adaptive`` (one task-aware batch once a request passes ``trigger`` × window). A
+request still over the trigger is compacted: the oldest whole units become one digest by code.
 """
 
 from __future__ import annotations
@@ -71,8 +54,7 @@ def citations(text: str) -> list[str]:
 
 
 def drop_noise(text: str) -> str:
-    """The noise layer: lines repeated verbatim (navigation bars, footers) and runs of blank
-    lines are dropped before a summary, so the summariser never pays for them."""
+    """Drop lines repeated verbatim (navigation, footers) and runs of blank lines."""
     seen: set[str] = set()
     out: list[str] = []
     for line in text.splitlines():
@@ -207,17 +189,13 @@ class Compressor:
         self.summarizer = config.summarizer or summarizer
         self.stats = CompressionStats()
         self._emit = emit or (lambda *a, **k: None)
-        # The view is rebuilt every step: each message's frozen form is looked up once per
-        # message object (again for all once something new is frozen), and a rewrite is one
-        # object for the whole run, so the caches keyed by message identity keep hitting.
+        # Frozen forms are looked up once per message object (again once something new is
+        # frozen), and a rewrite is one object for the run: caches keyed by identity keep hitting.
         self._rewritten: dict[int, tuple[ToolMessage, ToolMessage]] = {}
         self._digest_message: UserMessage | None = None
         self._frozen: ItemMemo[Any] = ItemMemo(self._frozen_of)
         self._frozen_count = 0
-        # Each tool result is checked against the budget once.
         self._large: ItemMemo[None] = ItemMemo(self._store_one)
-
-    # -- the view: raw trajectory + frozen rewrites -------------------------------------------
 
     def view(self, trajectory: Sequence[Message]) -> list[Message]:
         """The messages a request carries, rebuilt from the raw trajectory and the frozen store."""
@@ -245,8 +223,6 @@ class Compressor:
         if hit is None or hit[0] is not m:  # frozen text never changes: one rewrite per message
             hit = self._rewritten[id(m)] = (m, ToolMessage(m.tool_call_id, text, m.name))
         return hit[1]
-
-    # -- the layers ---------------------------------------------------------------------------
 
     async def prepare(
         self, trajectory: Sequence[Message], objective: str, count: TokenCounter
@@ -298,17 +274,14 @@ class Compressor:
         self._emit("output_stored", call_id=m.tool_call_id, tool=m.name, ref=ref, chars=len(inner))
 
     def _eligible(self, trajectory: Sequence[Message]) -> list[ToolMessage]:
-        out = []
-        for m in trajectory:
-            if not isinstance(m, ToolMessage) or f"tool:{m.tool_call_id}" in self.store:
-                continue
-            first = m.content.partition("\n")[0]
-            if ' error="' in first:  # failures are kept verbatim
-                continue
-            if len(unwrap(m.content)) < self.config.min_chars:
-                continue
-            out.append(m)
-        return out
+        return [
+            m
+            for m in trajectory
+            if isinstance(m, ToolMessage)
+            and f"tool:{m.tool_call_id}" not in self.store
+            and not _failed(m)  # failures are kept verbatim
+            and len(unwrap(m.content)) >= self.config.min_chars
+        ]
 
     async def _compress(
         self, trajectory: Sequence[Message], objective: str, *, task_aware: bool, tokens: int | None = None
@@ -390,8 +363,6 @@ class Compressor:
         joined = "\n".join(parts)
         return joined if len(joined) <= limit else joined[:200] + "\n…\n" + joined[-(limit - 205) :]
 
-    # -- full compaction ----------------------------------------------------------------------
-
     def _compact(self, trajectory: Sequence[Message], count: TokenCounter, limit: int) -> None:
         msgs = list(trajectory)
         prior = self.store.record("compaction") or {}
@@ -424,7 +395,7 @@ class Compressor:
             elif isinstance(m, ToolMessage):
                 frozen = self.store.get(f"tool:{m.tool_call_id}")
                 inner = unwrap(frozen if frozen is not None else m.content)
-                failed = ' error="' in m.content.partition("\n")[0]
+                failed = _failed(m)
                 keep = inner[:1500] if failed or len(inner) <= 1500 else inner[:1200] + " …"
                 cites = [c for c in citations(inner) if c not in keep]
                 if cites:
@@ -437,6 +408,10 @@ class Compressor:
                 lines.append(m.content)
             # stale status messages are dropped: the newest status is always at the end
         return "\n".join(lines)
+
+
+def _failed(m: ToolMessage) -> bool:
+    return ' error="' in m.content.partition("\n")[0]
 
 
 def _head_len(msgs: Sequence[Message]) -> int:

@@ -1,14 +1,7 @@
-"""The context engine: one object per run that composes every model request.
-
-``await engine.build(state)`` returns the request: the stable prefix (system prompt with the
-skills catalog, tool definitions in a fixed order — deferred ones as one-line stubs), the
-trajectory as rewritten by the compression layers (frozen, so byte-stable and resumable),
-and the dynamic tail (the status bar, plus any extra tail a caller passes). Every request
-is checked for call/result pairing and measured for prefix reuse.
-
-The engine also owns the *harness tools* it adds (TODO list, skills, tool search, stored
-outputs): their calls are parsed with the same strict intake as any proposal, validated
-against their contract and run by the host; they touch nothing outside the run's context.
+"""The context engine: one object per run that composes every model request: the stable prefix
+(system prompt, tools in a fixed order), the trajectory as rewritten by the compression layers
+(frozen: byte-stable and resumable) and the dynamic tail (the status bar). It owns the harness
+tools it adds, parsed with the same strict intake as any proposal.
 """
 
 from __future__ import annotations
@@ -138,8 +131,7 @@ class ContextEngine:
         self._usage_charged = Usage()
 
     def _add_harness_tools(self, cfg: ContextConfig, tools: Sequence[ToolSpec], store: FrozenStore) -> None:
-        """The harness tools (todo list, skills, tool search, output reader, subagents), decided
-        once: they are part of the stable prefix. Raises ``ConfigError`` on a name clash."""
+        """The harness tools, part of the stable prefix. Raises ``ConfigError`` on a name clash."""
         self.todo = TodoList(self.clock) if cfg.status is not None and cfg.status.todo else None
         self.status = StatusBar(cfg.status, self.todo, self.clock) if cfg.status is not None else None
         if self.status is not None:
@@ -177,8 +169,6 @@ class ContextEngine:
         tool_wire.extend(s.wire() for s in self._harness_specs.values())
         self.tools: tuple[dict[str, Any], ...] = tuple(sorted(tool_wire, key=lambda t: t["function"]["name"]))
 
-    # -- composition ------------------------------------------------------------------------
-
     def opening(self, objective: str) -> list[UserMessage]:
         """The first user messages of a run: ``/skill rest`` is expanded by the host."""
         skills = self.config.skills
@@ -204,8 +194,7 @@ class ContextEngine:
     async def build(
         self, state: RunState, *, tools_enabled: bool = True, tail: Sequence[UserMessage] = ()
     ) -> ModelRequest:
-        """The next request for ``state``. May append the status to the trajectory (append
-        strategy) and freeze rewrites. Raises ``ContextOverflow`` when nothing more fits."""
+        """The next request for ``state`` (may append a status, freeze rewrites; ``ContextOverflow``)."""
         tail_msgs: list[Message] = []
         strategy: str | None = None
         if self.status is not None:
@@ -265,8 +254,6 @@ class ContextEngine:
             "compression_tokens": s.usage.total_tokens,
         }
 
-    # -- harness tools ----------------------------------------------------------------------
-
     def owns(self, name: str) -> bool:
         return name in self._harness
 
@@ -275,7 +262,7 @@ class ContextEngine:
         if call.name in self._harness:
             spec = self._harness_specs[call.name]
             try:
-                # Strict intake (T3): the strict parser, then the one schema check (tether.core._schema).
+                # Strict intake (T3), as for any proposal.
                 arguments = check_arguments(spec.parameters, parse_arguments(call.arguments))
             except PolicyError as err:
                 return GateOutcome(call, "reject", spec=spec, error=f"{err.reason}: {err}")
@@ -286,9 +273,7 @@ class ContextEngine:
         return None
 
     def trust(self, name: str) -> Trust:
-        """What the host labels this harness tool's results: a search over tool descriptions, a
-        stored tool output and a child's findings derive from tool sources; the rest (TODO list,
-        skills the host loaded) is the host's own text."""
+        """Untrusted for results derived from tool sources; the rest is the host's own text."""
         if name in ("tool_search", "read_output") or name in self._subagents:
             return "untrusted"
         return "trusted"
@@ -296,8 +281,7 @@ class ContextEngine:
     async def execute(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext
     ) -> tuple[Observation, BaseException | None]:
-        """Run one harness tool; recoverable errors become error observations, like the host's.
-        The host cleans, truncates and labels the result (``chokepoint._labels.finish``, ``trust``)."""
+        """Run one harness tool; recoverable errors become error observations."""
         now = self.clock()
         source = HARNESS
         if spec.name in ("load_skill", "read_skill_file"):
@@ -344,8 +328,7 @@ class _OutputReader:
     def __init__(self, outputs: LargeOutputStore) -> None:
         self.outputs = outputs
 
-    # A page is at most 4000 characters, each at most 6 in JSON (a control character): it is
-    # never cut, so its data (``relays``: what it repeats, for provenance) is never dropped.
+    # A page (4000 characters, at most 6 each in JSON) is never cut: its ``relays`` stay.
     @tool(name="read_output", max_result_chars=32_000)
     def read_output(
         self,

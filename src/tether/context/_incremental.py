@@ -1,14 +1,6 @@
-"""Per-session memo of one value per request item, reused across the requests of a session.
-
-Composing request N of a session must not cost O(history): requests are append-only (plus
-a dynamic tail), so the items of request N-1 are the prefix of request N. ``ItemMemo``
-recognises that prefix by object identity with two C-level list comparisons, reuses its
-values, and computes only the new items' — falling back to a per-object cache when a
-rewrite (compression) changed the prefix.
-
-``tether.models._estimate.item_json`` is the one JSON encoding of an item that the token
-estimate and the prefix meter both read; a session encodes each item once for both
-(``ItemMemo(item_json)``, shared).
+"""Per-session memo of one value per request item, so composing request N does not cost
+O(history): the items of request N-1 are the prefix of request N (recognised by identity),
+only new items are computed, with a per-object cache when a rewrite changed the prefix.
 """
 
 from __future__ import annotations
@@ -26,15 +18,9 @@ T = TypeVar("T")
 
 
 class ItemMemo(Generic[T]):
-    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object
-    (a replaced last item, a step's status line, is forgotten: computed again if it is used again).
-
-    ``compute`` must depend only on an item's value (messages are frozen values): the prefix
-    is recognised by tuple comparison, which is by identity for the same objects and by value
-    for equal ones, and equal items have equal values either way.
-
-    A bound method is held weakly: an owner keeping a memo of its own method forms no
-    reference cycle, so a finished run's objects are freed at once, not by a full GC pass."""
+    """``values(items)`` == ``[compute(i) for i in items]``, computed once per item object (a
+    replaced last item is forgotten). ``compute`` must depend only on an item's value. A bound
+    method is held weakly: a memo of its owner's method forms no reference cycle."""
 
     def __init__(self, compute: Callable[[object], T]) -> None:
         self._compute: Callable[..., T] = compute
@@ -43,9 +29,7 @@ class ItemMemo(Generic[T]):
             self._compute, self._owner = compute.__func__, weakref.ref(compute.__self__)
         self._items: tuple[object, ...] = ()
         self._values: list[T] = []
-        # Two dicts by id, not one of (item, value) pairs: no tuple per item for the garbage
-        # collector to walk for the rest of the run. Holding the item keeps its id from being
-        # reused while its value is cached.
+        # Two dicts by id (no tuple per item for the GC); holding the item keeps its id unique.
         self._held: dict[int, object] = {}
         self._cache: dict[int, T] = {}
 

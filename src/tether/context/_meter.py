@@ -1,14 +1,10 @@
-"""Prefix-stability meter (C7): how much of the previous request is a byte prefix of this one.
-
-Providers cache the longest byte-identical prefix of a request; the share of the previous
-request that the current one repeats verbatim at its start is the cache-hit potential. A
-request is serialised as one JSON line per tool definition, then one per message (each
-item's ``item_json``), so an append-only request extends the previous one byte for byte.
+"""Prefix-stability meter (C7): how much of the previous request is a byte prefix of this one,
+the cache-hit potential. A request is read as one JSON line per tool definition, then one per
+message (``item_json``), so an append-only request extends the previous one byte for byte.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tether.context._incremental import ItemMemo
@@ -19,8 +15,7 @@ __all__ = ["PrefixMeter", "PrefixSample", "common_prefix_len", "request_bytes"]
 
 
 def request_bytes(request: ModelRequest) -> bytes:
-    """The bytes of a request as the meter reads them: tool definitions first (they are part
-    of the prefix), then messages, one line each."""
+    """The bytes of a request as the meter reads them: tool definitions, then messages."""
     return b"".join(item_json(item) + b"\n" for item in (*request.tools, *request.messages))
 
 
@@ -52,18 +47,13 @@ class PrefixSample:
 
 
 class PrefixMeter:
-    """Keeps the previous request's lines and measures each new one against them. A line holds
-    no raw newline (JSON escapes it) and ends with one, so two requests' common byte prefix
-    ends inside their first differing line: only that line is compared byte by byte, never the
-    whole request. ``texts``: the session's memo of ``item_json``, shared with its token account."""
+    """Measures each request against the previous one's lines (``texts``: the session's memo)."""
 
     def __init__(self, texts: ItemMemo[bytes] | None = None) -> None:
-        # Each line is an item's ``item_json`` and its newline: the items are read from the
-        # shared memo as they are (no copy with a newline per item); the newlines are counted.
+        # A line is an item's ``item_json`` from the shared memo; its newline is only counted.
         self._texts: ItemMemo[bytes] = texts if texts is not None else ItemMemo(item_json)
         self._previous: list[bytes] | None = None
         self._previous_len = 0
-        # Running totals, not a sample per request kept for the rest of the run.
         self.requests = 0
         self._reuse_sum = 0.0
         self._reuse_count = 0
@@ -96,15 +86,9 @@ class PrefixMeter:
 
 
 def _common_bytes(a: list[bytes], b: list[bytes]) -> int:
-    """``common_prefix_len`` of the two requests' lines (each item and a newline), from the
-    items (equal objects compare by identity). No item holds a raw newline, so the common
-    prefix of two different lines ends inside their items, before either newline."""
+    """``common_prefix_len`` of two requests' lines (it ends inside their first differing item)."""
     n = min(len(a), len(b))
     if a[:n] == b[:n]:
         return sum(map(len, a[:n])) + n
-    i = n - 1 if a[: n - 1] == b[: n - 1] else _first_difference(a, b, n)  # usually the tail
+    i = n - 1 if a[: n - 1] == b[: n - 1] else next(i for i in range(n) if a[i] != b[i])  # usually the tail
     return sum(map(len, a[:i])) + i + common_prefix_len(a[i], b[i])
-
-
-def _first_difference(a: Sequence[bytes], b: Sequence[bytes], n: int) -> int:
-    return next(i for i in range(n) if a[i] != b[i])

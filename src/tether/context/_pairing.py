@@ -1,9 +1,8 @@
 """The invariant every history rewrite keeps: a tool call and its result stay together.
 
-Providers reject a request where an assistant message's tool calls are not answered by the
-tool messages that immediately follow it, or where a tool message answers no call. Rewrites
-(compression, compaction, trimming, resume) work on *units* — an assistant turn with its
-results, or a single other message — so they can never split a pair.
+Providers reject a request whose tool calls are not answered by the tool messages right after
+them, or a tool message that answers no call. Rewrites work on *units* (an assistant turn with
+its results, or a single other message), so they never split a pair.
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ __all__ = ["ContextIntegrityError", "PairingMemo", "check_pairing", "pairing_pro
 
 
 class ContextIntegrityError(TetherError):
-    """A composed request breaks the call/result pairing. ``in_history`` is True when the raw
-    trajectory itself is broken (e.g. a model that reused a tool-call id), False when a rewrite
-    broke it (a bug in tether)."""
+    """A composed request breaks the call/result pairing. ``in_history``: the raw trajectory
+    itself is broken (e.g. a reused tool-call id), not a rewrite (a bug in tether)."""
 
     def __init__(self, message: str, *, in_history: bool = False) -> None:
         super().__init__(message)
@@ -58,21 +56,13 @@ def pairing_problems(messages: Sequence[Message]) -> list[str]:
 
 
 class PairingMemo:
-    """The last request found valid, so the next check of a session only scans what changed.
-
-    A valid request is a run of complete units; a unit starts at every message that is not a
-    tool result. When the next request repeats the previous one's first ``p`` message objects,
-    everything before the last unit start at or below ``p`` is already known valid and the
-    rest is checked on its own — O(new messages) per step instead of O(history).
-    """
+    """The last request found valid, so the next check of a session only scans what changed."""
 
     def __init__(self) -> None:
         self.messages: tuple[Message, ...] = ()
 
     def known_valid(self, messages: Sequence[Message]) -> int:
-        """How many leading messages of ``messages`` need no second look. The prefix is found
-        by tuple comparison: by identity for the same objects, by value for equal ones (equal
-        messages pair alike)."""
+        """How many leading messages of ``messages`` need no second look."""
         previous = self.messages
         k = len(previous)
         if not k or len(messages) < k - 1:
@@ -96,8 +86,7 @@ def check_pairing(
     messages: Sequence[Message], *, history: Sequence[Message] | None = None, memo: PairingMemo | None = None
 ) -> None:
     """Raise ``ContextIntegrityError`` if ``messages`` break the pairing rule; ``history`` (the
-    raw trajectory the request was built from) tells a broken history from a broken rewrite.
-    ``memo`` (one per session) skips the part of the request already checked last time."""
+    raw trajectory) tells a broken history from a broken rewrite; ``memo`` skips what was checked."""
     if memo is not None:
         start = memo.known_valid(messages)
         if not pairing_problems(messages[start:]):
@@ -110,11 +99,7 @@ def check_pairing(
 
 
 def units(messages: Sequence[Message]) -> list[tuple[int, int]]:
-    """Half-open index ranges that a rewrite may drop or replace as a whole.
-
-    An assistant message with tool calls forms one unit with the tool messages after it;
-    every other message is a unit of its own.
-    """
+    """Half-open index ranges a rewrite may drop or replace as a whole (a call turn and its results)."""
     out: list[tuple[int, int]] = []
     i, n = 0, len(messages)
     while i < n:

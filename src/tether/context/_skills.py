@@ -1,13 +1,6 @@
-"""Skills (C4): folders with a ``SKILL.md`` loaded progressively.
-
-Layer 1, the catalog (name + description, the description written as a routing condition),
-is part of the stable prefix. Layer 2, the body, enters the trajectory only when the model
-calls ``load_skill`` or the user types ``/name`` (the host expands it). Layer 3, files the
-body mentions (``references/…``, ``scripts/…``), loads on further demand through
-``read_skill_file``, confined to the skill's folder. Loading appends; the prefix never changes.
-
-A skill from an untrusted folder is refused until its exact content (a sha256 over every
-file) is approved after review: a reviewed skill that changes is refused again.
+"""Skills (C4): folders with a ``SKILL.md`` loaded progressively: the catalog is in the stable
+prefix, a body and its files are appended on demand. A skill from an untrusted folder is refused
+until its exact content (a sha256 over every file) is approved.
 """
 
 from __future__ import annotations
@@ -54,12 +47,10 @@ def parse_skill_md(text: str) -> tuple[dict[str, Any], str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
         raise SkillError("SKILL.md must start with a '---' front-matter line")
-    for i in range(1, len(lines)):
-        if lines[i].strip() == "---":
-            head, body = "".join(lines[1:i]), "".join(lines[i + 1 :])
-            break
-    else:
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
         raise SkillError("SKILL.md front matter is not closed by a '---' line")
+    head, body = "".join(lines[1:end]), "".join(lines[end + 1 :])
     try:
         meta = yaml.safe_load(head) if head.strip() else {}
     except yaml.YAMLError as err:
@@ -140,12 +131,9 @@ class SkillLibrary:
         self.refused: list[Refusal] = []
 
     def add_folder(self, folder: str | Path, *, trusted: bool, approved: Iterable[str] = ()) -> list[Skill]:
-        """Add every skill under ``folder`` (the folder itself, or its sub-folders with a SKILL.md).
-
-        Untrusted folders: a skill is accepted only if its digest is in ``approved``; others
-        are listed in ``refused`` with the digest a reviewer would approve. Never raises for
-        a bad skill: it is refused with its reason.
-        """
+        """Add every skill under ``folder`` (itself, or its sub-folders with a SKILL.md). From an
+        untrusted folder only skills whose digest is ``approved``; the others, and bad skills, are
+        listed in ``refused`` with their reason (never raises)."""
         root = Path(folder)
         approved_set = set(approved)
         if not root.is_dir():
@@ -159,17 +147,14 @@ class SkillLibrary:
                 self.refused.append(Refusal(str(path), str(err)))
                 continue
             if not trusted and skill.digest not in approved_set:
-                self.refused.append(
-                    Refusal(
-                        str(path), "untrusted folder: review the skill and approve its digest", skill.digest
-                    )
-                )
+                why = "untrusted folder: review the skill and approve its digest"
+            elif skill.name in self.skills:
+                why = f"duplicate skill name {skill.name!r}"
+            else:
+                self.skills[skill.name] = skill
+                added.append(skill)
                 continue
-            if skill.name in self.skills:
-                self.refused.append(Refusal(str(path), f"duplicate skill name {skill.name!r}", skill.digest))
-                continue
-            self.skills[skill.name] = skill
-            added.append(skill)
+            self.refused.append(Refusal(str(path), why, skill.digest))
         return added
 
     def catalog(self) -> str:
@@ -203,14 +188,13 @@ class SkillLibrary:
         """Layer 3: one file of the skill, confined to its folder."""
         skill = self.get(name)
         rel = Path(path)
-        if rel.is_absolute() or ".." in rel.parts or path not in skill.files:
+        target = (skill.root / rel).resolve()
+        listed = not rel.is_absolute() and ".." not in rel.parts and path in skill.files
+        if not listed or not target.is_relative_to(skill.root) or not target.is_file():
             raise ToolInputError(
                 f"{path!r} is not a file of skill {name}",
                 hint="use a relative path from the skill's file list",
             )
-        target = (skill.root / rel).resolve()
-        if not target.is_relative_to(skill.root) or not target.is_file():
-            raise ToolInputError(f"{path!r} is not a file of skill {name}", hint="use a listed path")
         data = target.read_bytes()
         if len(data) > MAX_FILE_BYTES:
             raise ToolInputError(f"{path} is {len(data)} bytes; the limit is {MAX_FILE_BYTES}")
@@ -230,7 +214,6 @@ class SkillLibrary:
         skill = self.skills.get(word.strip())
         return (skill, rest.strip()) if skill else None
 
-    # Declared once for the class; ``tools()`` binds them to this library.
     @tool(name="load_skill")
     def load_skill(
         self,
@@ -257,27 +240,15 @@ class SkillLibrary:
 
 
 _SUSPICIOUS = (
-    "ignore previous",
-    "ignore all previous",
-    "disregard",
-    "system prompt",
-    "export_secrets",
-    "password",
-    "api key",
-    "token",
-    "credential",
-    "curl ",
-    "wget ",
-    "base64",
-    "do not tell",
-)
+    "ignore previous", "ignore all previous", "disregard", "system prompt", "export_secrets", "password",
+    "api key", "token", "credential", "curl ", "wget ", "base64", "do not tell",
+)  # fmt: skip
 
 
 def review_folder(folder: str | Path) -> list[dict[str, Any]]:
-    """What a reviewer needs before approving third-party skills: for each folder with a
-    SKILL.md, its name, description, files, digest (what an approval pins) or the reason it
-    cannot load, and lines that deserve a closer look. The flags are a reading aid for a
-    person, not a security control: approval is the control."""
+    """What a reviewer needs before approving third-party skills: for each skill folder its name,
+    description, files and digest (or why it cannot load), and lines worth a closer look (a
+    reading aid; approval is the control)."""
     root = Path(folder)
     out: list[dict[str, Any]] = []
     for path in _skill_folders(root):

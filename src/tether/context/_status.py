@@ -1,16 +1,9 @@
-"""The status bar (C2): an ``<agent_status>`` user-role message written by the harness.
+"""The status bar (C2): an ``<agent_status>`` user-role message written by the harness, with
+what the model would otherwise count or remember (call counts against limits, checks, the TODO
+list, time, last error with a fix hint), every figure computed by code from the run state.
 
-It states what the model would otherwise have to count or remember from a long trajectory:
-tool-call counts per tool and per target with their configured limits, constraint checks,
-the TODO list, the time, the working directory and the last error with a fix hint. Every
-figure is computed by code from the run state.
-
-Two update strategies (seed 002): *replace* keeps only the newest status at the end of the
-request (the old one is dropped, invalidating the cache after it); *append* leaves every
-status in the trajectory (the prefix stays stable, stale states accumulate). With
-``strategy="auto"`` each update is decided by the cost model: append when
-``alpha * S * N / 2 < (1 - alpha) * R`` (S status tokens, R tokens appended since the last
-status, N expected updates, alpha the price of cached input relative to fresh input).
+*replace* keeps only the newest status at the end of the request; *append* leaves every status
+in the trajectory (stable prefix); ``auto`` decides each update by ``choose_status_strategy``.
 """
 
 from __future__ import annotations
@@ -52,7 +45,9 @@ _HINTS = {
 def choose_status_strategy(
     status_tokens: int, appended_tokens: int, expected_updates: int, alpha: float
 ) -> Literal["replace", "append"]:
-    """The seed's break-even rule: append when ``alpha*S*N/2 < (1-alpha)*R``, else replace."""
+    """The seed's break-even rule: append when ``alpha*S*N/2 < (1-alpha)*R`` (S status tokens,
+    R tokens appended since the last status, N expected updates, alpha the cached-input price
+    ratio), else replace."""
     if not 0.0 <= alpha <= 1.0:
         raise ValueError("alpha (cached-input price ratio) must be within [0, 1]")
     append_cost = alpha * status_tokens * expected_updates / 2
@@ -91,10 +86,7 @@ class StatusConfig:
 
 
 class _CallTally:
-    """Counts over a run's call records, brought up to date with the records appended since
-    the last render: a status is rendered every step, and rescanning every call each time
-    would make a step cost O(history). ``pairs`` are the (tool, argument) pairs counted per
-    target value."""
+    """Counts over a run's calls, updated with those appended since the last render."""
 
     def __init__(self, pairs: frozenset[tuple[str, str]]) -> None:
         self.pairs = pairs
@@ -176,8 +168,6 @@ class StatusBar:
             if text:
                 lines.append(text)
         return "<agent_status>\n" + "\n".join(lines) + "\n</agent_status>"
-
-    # -- parts --------------------------------------------------------------------------------
 
     def _count(self, calls: list[Any]) -> _CallTally:
         pairs = frozenset(

@@ -1,11 +1,8 @@
 """Persistence for context rewrites: frozen replacement texts and large tool outputs.
 
-A replacement (a compressed tool result, a preview of a stored output, a compaction digest)
-is decided once and frozen: the first text ever produced for a key is the only one used,
-for the rest of the session and after a restart, so a resumed session rebuilds requests
-byte for byte. ``FrozenStore`` keeps them in a JSON Lines file that only grows: one line per
-new entry, appended with a single ``write`` (no rewrite of the file, no fsync per entry). A
-crash can tear at most the last line; reading skips it and the next append starts a clean line.
+A replacement (a summary, a stored output's preview, a compaction digest) is frozen: the first
+text produced for a key is the only one used, after a restart too, so a resumed session rebuilds
+requests byte for byte. A crash can tear at most the last line of the store; reading skips it.
 """
 
 from __future__ import annotations
@@ -26,11 +23,10 @@ _HEADER = {"format": "tether.frozen", "version": 2}
 class FrozenStore:
     """Write-once texts by key, and small JSON records; persisted when ``path`` is given.
 
-    On disk: a header line, then ``{"t": key, "v": text}`` for a frozen text (the first line
-    for a key wins) and ``{"r": key, "v": value}`` for a record (the last line wins). A file
-    in the earlier single-object format (version 1) is read and rewritten once in this one.
-    Raises ``ConfigError`` for a file that is not a context store or is damaged before its
-    last line.
+    On disk (JSON lines, one append per entry): a header, then ``{"t": key, "v": text}`` (the
+    first for a key wins) and ``{"r": key, "v": value}`` (the last wins). A version 1 file is
+    rewritten once in this format. Raises ``ConfigError`` for a file that is not a context store
+    or is damaged before its last line.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -62,7 +58,6 @@ class FrozenStore:
         return self._records.get(key)
 
     def set_record(self, key: str, value: Any) -> None:
-        """Small JSON state next to the texts (e.g. the compaction boundary, loaded tool schemas)."""
         if key in self._records and self._records[key] == value:
             return
         self._append({"r": key, "v": value})
@@ -75,8 +70,6 @@ class FrozenStore:
 
     def __del__(self) -> None:
         self.close()
-
-    # -- the file ------------------------------------------------------------------------
 
     def _append(self, entry: dict[str, Any]) -> None:
         if self.path is None:
@@ -138,8 +131,7 @@ class FrozenStore:
                     f.write(b"\n")
 
     def _rewrite(self, path: Path) -> None:
-        """Replace the file by its current content, one line per live entry (temp file, fsync,
-        rename: a crash leaves the old file or the new one). Only at open, never per entry."""
+        """Replace the file by its live entries (temp file, fsync, rename); only at open."""
         entries = [_HEADER]
         entries += [{"t": k, "v": v} for k, v in self._texts.items()]
         entries += [{"r": k, "v": v} for k, v in self._records.items()]
@@ -173,12 +165,9 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class LargeOutputStore:
-    """Tool outputs too big for the context, kept outside it under a content hash.
-
-    The model sees a preview and the reference; ``read`` pages through the full text and names
-    the calls whose output it is (``relays``: their call ids, kept next to the text), so a page
-    is judged as the output it repeats. In memory when ``root`` is None. Texts are shared by
-    the runs that store into ``root``; the origins each run recorded (``run``) are its own.
+    """Tool outputs too big for the context, kept outside it under a content hash (in memory
+    when ``root`` is None). ``read`` pages through a text and names the calls whose output it is
+    (``relays``), so a page is judged as the output it repeats; each ``run`` has its own origins.
     """
 
     def __init__(self, root: str | Path | None = None, run: str = "") -> None:
@@ -188,8 +177,6 @@ class LargeOutputStore:
         self._origins: dict[str, list[str]] = {}
 
     def put(self, text: str, origin: str | None = None) -> str:
-        """Store ``text``; ``origin``: the call id of the tool result it is (added to those
-        already known for the same text)."""
         ref = "out_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
         if self.root is None:
             self._memory[ref] = text
@@ -203,8 +190,7 @@ class LargeOutputStore:
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
         if origin is not None and origin not in self.origins(ref):
-            # One line per origin, appended with a single write that starts a line of its own:
-            # a line a crash tore is skipped and never glued to the next.
+            # One write that starts a line of its own: a torn line is never glued to the next.
             fd = os.open(self.root / f"{ref}.origins", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 _write_all(fd, b"\n" + _line({"run": self.run, "origin": origin}))

@@ -1,9 +1,7 @@
 """Subagent isolation (C6): a bulky subtask runs in its own context; only its conclusion returns.
 
-``run_subtask`` runs a child agent on the same host (same policy, tools and gate) with a
-fresh trajectory and its own trace, and hands back a short conclusion. The parent's trace
-records a ``subagent_finished`` event naming the child's run id, trace file and stop reason,
-so a reader can follow the link; none of the child's intermediate output enters the parent.
+The child runs on the same host (same policy, tools and gate) with a fresh trajectory and its
+own trace; the parent's ``subagent_finished`` event links to it.
 """
 
 from __future__ import annotations
@@ -32,11 +30,7 @@ class RunsAgents(Protocol):
 
 @dataclass(frozen=True)
 class Subagent:
-    """A subagent the model may call as a tool ``name(task)``; ``agent`` builds a fresh agent per call.
-
-    Configured in ``ContextConfig.subagents``; the run's host, trusted context and tracer are
-    used, so the child passes the same gate and the parent's trace links the child's.
-    """
+    """A subagent the model may call as a tool ``name(task)``; ``agent`` builds one per call."""
 
     name: str
     description: str
@@ -71,10 +65,8 @@ class SubtaskResult:
 
 
 def _relays(result: RunResult) -> dict[str, str]:
-    """The least trusted class among the labels of what the child read, under the host's key
-    (never the model's): the parent's provenance takes the answer as no more trusted than
-    that (``tether.policy._provenance_run``); empty when the child read nothing labelled."""
-    # Imported when a subagent runs: a host that runs none does not load the provenance labels.
+    """The least trusted class of what the child read, under the host's key: the parent's
+    provenance takes the answer as no more trusted than that (empty when nothing labelled)."""
     from tether.policy._provenance_run import RELAYS_TRUST, least_read
 
     least = least_read(result.observations)
@@ -90,12 +82,9 @@ async def run_subtask(
     parent: Any = None,
     max_chars: int = 2000,
 ) -> SubtaskResult:
-    """Run ``agent`` on ``task`` in an isolated context; return at most ``max_chars`` of conclusion.
-
-    ``task`` must be self-contained: the child sees none of the parent's conversation.
-    ``parent`` is the parent's ``Tracer`` (optional): it receives the link event.
-    Raises ``ToolError`` (recoverable) when subagents are already nested ``MAX_DEPTH`` deep.
-    """
+    """Run ``agent`` on the self-contained ``task`` in an isolated context; return at most
+    ``max_chars`` of conclusion. ``parent`` (a ``Tracer``) receives the link event. Raises
+    ``ToolError`` when subagents are already nested ``MAX_DEPTH`` deep."""
     depth = _depth.get()
     if depth >= MAX_DEPTH:
         raise ToolError(f"subagents may nest at most {MAX_DEPTH} deep", hint="do this step yourself")

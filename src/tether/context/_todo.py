@@ -1,9 +1,5 @@
-"""The TODO list of the status bar, kept by code and edited by the model only through two tools.
-
-``rewrite_todo_list`` replaces the whole plan; ``update_todo_status`` moves one item. Each item
-has an id, its content, a status (pending / in_progress / completed / cancelled) and the time of
-its last change. The list is run state: the host renders it, the model never counts it.
-"""
+"""The TODO list of the status bar: run state kept by code, edited by the model only through
+``rewrite_todo_list`` (the whole plan) and ``update_todo_status`` (one item)."""
 
 from __future__ import annotations
 
@@ -20,6 +16,7 @@ from tether.tools._contract import Tool, tool
 __all__ = ["TodoDraft", "TodoItem", "TodoList", "TodoStatus"]
 
 TodoStatus = Literal["pending", "in_progress", "completed", "cancelled"]
+_Status = Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")]
 
 
 class TodoDraft(BaseModel):
@@ -27,9 +24,7 @@ class TodoDraft(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="forbid")
     content: Annotated[str, Field(min_length=1, max_length=500, description="What to do, one step.")]
-    status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")] = (
-        "pending"
-    )
+    status: _Status = "pending"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +54,11 @@ class TodoList:
                 f"a TODO list holds at most {self.MAX_ITEMS} items", hint="merge small steps into larger ones"
             )
         now = self._clock()
-        items = []
-        for d in drafts:
-            items.append(TodoItem(str(self._next), d.content.strip(), d.status, now))
-            self._next += 1
-        self.items = items
-        return items
+        self.items = [
+            TodoItem(str(self._next + k), d.content.strip(), d.status, now) for k, d in enumerate(drafts)
+        ]
+        self._next += len(drafts)
+        return self.items
 
     def update(self, item_id: str, status: TodoStatus) -> TodoItem:
         for i, item in enumerate(self.items):
@@ -80,8 +74,7 @@ class TodoList:
     def render(self) -> list[str]:
         return [item.render() for item in self.items]
 
-    # The two tools, declared once for the class; ``tools()`` binds them to one list (a bound
-    # copy costs a dict copy, where declaring a tool builds a pydantic model and its schema).
+    # Declared once for the class (building a tool is costly); ``tools()`` binds them to one list.
     @tool(name="rewrite_todo_list", blocking=False)
     def rewrite_todo_list(
         self,
@@ -97,11 +90,10 @@ class TodoList:
     def update_todo_status(
         self,
         id: Annotated[str, Field(description="The item id, as shown in the TODO list, e.g. '2'.")],
-        status: Annotated[TodoStatus, Field(description="pending, in_progress, completed or cancelled.")],
+        status: _Status,
     ) -> dict[str, object]:
         """Change the status of one TODO item."""
         return {"updated": self.update(id, status).render()}
 
     def tools(self) -> list[Tool]:
-        """The two tools bound to this list."""
         return [self.rewrite_todo_list, self.update_todo_status]

@@ -1,9 +1,5 @@
-"""Token accounting: the provider's reported usage when present, a pluggable estimator otherwise.
-
-No tokenizer is downloaded at run time. The default estimator counts about four characters
-a token (the same rule the scripted models report, so tests are consistent). When a backend
-reports ``prompt_tokens`` for a request, the next request is counted as that figure plus the
-estimated difference between the two requests, so the provider's own count anchors the total.
+"""Token accounting: a pluggable estimator (about four characters a token by default),
+anchored on the ``prompt_tokens`` a backend reported for the previous request.
 """
 
 from __future__ import annotations
@@ -17,8 +13,7 @@ __all__ = ["TokenAccount", "TokenEstimator", "chars_estimator", "estimate_reques
 
 
 class TokenAccount:
-    """Counts the tokens of each request of one session. ``texts``: the session's memo of
-    item texts, shared with its prefix meter so each item is encoded once for both."""
+    """Counts the tokens of each request of one session (``texts``: shared with its meter)."""
 
     def __init__(
         self, estimator: TokenEstimator = chars_estimator, texts: ItemMemo[bytes] | None = None
@@ -27,7 +22,6 @@ class TokenAccount:
         self._anchor: tuple[int, int] | None = None  # (reported prompt tokens, our estimate then)
         self._last_estimate: int | None = None
         self._texts = texts if texts is not None else ItemMemo(item_json)
-        # Each message and tool definition is estimated once per session (as estimate_request does).
         self._memo: ItemMemo[int] = ItemMemo(self._estimate_item)
 
     def _estimate_item(self, item: object) -> int:

@@ -1,12 +1,8 @@
 """Tool search (C5): with many tools, the prefix carries names and one-line descriptions only.
 
-Above ``threshold`` offered tools, every tool not named in ``always_loaded`` is *deferred*:
-its entry in the request's ``tools`` keeps the name and a one-line description with an
-open parameter object, so the prefix stays small and byte-stable. The model calls
-``tool_search``; BM25 over names, descriptions and parameter docs returns the full JSON
-schemas of the best matches, appended once to the trajectory as the tool result. A call to
-a deferred tool whose schema was never loaded is refused with a hint; once loaded, calls go
-through the host's gate and are validated against the full schema as always.
+Above ``threshold`` offered tools, every tool not in ``always_loaded`` is *deferred*: a stub in
+the byte-stable prefix. ``tool_search`` (BM25) returns the full schemas of the best matches as
+its result; a call to a deferred tool whose schema was never loaded is refused with a hint.
 """
 
 from __future__ import annotations
@@ -62,23 +58,20 @@ class ToolSearch:
 
     def wire_tools(self) -> list[dict[str, Any]]:
         """The ``tools`` entries for the prefix: full for loaded-always tools, stubs for deferred ones."""
-        out = []
-        for s in self.specs:
-            if s.name not in self.deferred:
-                out.append(s.wire())
-                continue
-            out.append(
-                {
-                    "type": "function",
-                    "function": {
-                        "name": s.name,
-                        "description": one_line(s.description)
-                        + " [schema deferred: find it with tool_search]",
-                        "parameters": {"type": "object"},
-                    },
-                }
-            )
-        return out
+        stub = " [schema deferred: find it with tool_search]"
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": s.name,
+                    "description": one_line(s.description) + stub,
+                    "parameters": {"type": "object"},
+                },
+            }
+            if s.name in self.deferred
+            else s.wire()
+            for s in self.specs
+        ]
 
     def refusal(self, name: str) -> str | None:
         """Why a call to ``name`` cannot run yet (its schema was never loaded), or None."""
@@ -110,7 +103,6 @@ class ToolSearch:
             self.store.set_record("tools_loaded", sorted(self.loaded))
         return {"query": query, "tools": found, "already_loaded": already}
 
-    # Declared once for the class; ``tool()`` binds it to this search.
     @tool(name="tool_search")
     def tool_search(
         self,

@@ -1,9 +1,5 @@
-"""Everything that enters the context from outside is data with a label.
-
-Tool results, MCP responses, memory records and third-party text are wrapped in an
-``<untrusted_data>`` block naming their source, tool and time. The block's own closing
-tag inside the payload is neutralised so the payload cannot end the block early.
-"""
+"""Everything that enters the context from outside is data in an ``<untrusted_data>`` block
+naming its source, tool and time; a closing tag inside the payload is neutralised."""
 
 from __future__ import annotations
 
@@ -13,11 +9,7 @@ __all__ = ["Observation", "Trust", "rewrap", "unwrap", "wrap_untrusted"]
 
 
 def rewrap(content: str, text: str, *, source: str = "harness") -> str:
-    """New inner text under the same ``<untrusted_data …>`` labels as ``content``.
-
-    Used when a rewrite (compression, preview) replaces a tool result: the replacement is
-    still derived from untrusted data, so it keeps the original source, tool and time labels.
-    """
+    """New inner text under the same ``<untrusted_data …>`` labels as ``content``."""
     first, _, _ = content.partition("\n")
     if first.startswith("<untrusted_data") and first.endswith(">"):
         return f"{first}\n{_neutralise(text)}\n</untrusted_data>"

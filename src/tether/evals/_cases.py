@@ -1,11 +1,6 @@
-"""Case sets as data (SPEC E1): what a case holds and how a case file is loaded.
-
-A case file (YAML or JSON) is ``{scenario, description?, cases: [...]}``. Each case holds an
-input, the trusted context it runs under, the environment fixtures its scenario builds
-(server data, memory contents, failures to inject), the expected final state, a reference
-answer, expected trajectories per design, tags and a holdout flag. The generic parts are
-strict (unknown keys are an error, never silently dropped); ``environment`` is validated by
-the scenario that reads it.
+"""Case sets as data (SPEC E1): a case file (YAML or JSON) is ``{scenario, description?,
+cases: [...]}``. The generic parts are strict (unknown keys are an error); ``environment`` is
+validated by the scenario that reads it.
 """
 
 from __future__ import annotations
@@ -55,8 +50,7 @@ class ExpectedCall(_Strict):
 
 
 class TrajectoryExpectation(_Strict):
-    """Expected calls and how to match them. ``no_tool_calls`` is the explicit way to expect
-    none: an empty ``calls`` list without it is refused (it would pass anything)."""
+    """Expected calls and how to match them; no calls only with ``no_tool_calls``."""
 
     mode: MatchMode = "IN_ORDER"
     calls: tuple[ExpectedCall, ...] = ()
@@ -167,7 +161,7 @@ def load_cases(path: str | Path, *, data: Mapping[str, Any] | None = None) -> Ca
         digest = hashlib.sha256(json.dumps(parsed, sort_keys=True, default=str).encode()).hexdigest()
     if not isinstance(parsed, dict):
         raise CaseFileError(f"{path}: a case file is a mapping with 'scenario' and 'cases'")
-    # Top-level "x-…" keys hold YAML anchors shared by cases; they are not part of the schema.
+    # Top-level "x-…" keys hold YAML anchors shared by cases.
     parsed = {k: v for k, v in parsed.items() if not str(k).startswith("x-")}
     try:
         return CaseSet.model_validate({**parsed, "source": str(path), "digest": digest})

@@ -1,9 +1,6 @@
-"""Workflow versus agent on the same cases (SPEC E1, E2, E4, L3).
-
-``run_comparison`` runs every design on every case ``repeat`` times, grades each run, and
-``summarize`` turns the rows into the matrix: per design and per tag, mean and spread over
-repeats, pass^k, governance figures, a decision by the rule fixed in the configuration, and
-the pre-mortem filled from what the runs showed.
+"""Workflow versus agent on the same cases (SPEC E1, E2, E4, L3): ``run_comparison`` runs and
+grades every design on every case ``repeat`` times; ``summarize`` turns the rows into the matrix,
+the decision by the configured rule, and the pre-mortem filled from the runs.
 """
 
 from __future__ import annotations
@@ -58,8 +55,7 @@ async def run_comparison(
     progress: Callable[[CaseRun], None] | None = None,
     config_loaded_at: str | None = None,
 ) -> Comparison:
-    """Run and grade every (case, design, repeat). A judge backed by the agent's own model is
-    refused unless ``allow_same_judge`` (E4): a model grading itself is not a check."""
+    """Run and grade every (case, design, repeat); a self-judging model needs ``allow_same_judge``."""
     if repeat < 1:
         raise ConfigError("repeat must be at least 1")
     if cases.scenario != scenario.name:
@@ -118,7 +114,14 @@ def _spread(values: Sequence[float]) -> float:
 
 
 def _rate(rows: Sequence[CaseRun]) -> float | None:
-    return sum(r.success for r in rows) / len(rows) if rows else None
+    """The share of ``rows`` that succeeded, to four places; None without rows."""
+    return round(sum(r.success for r in rows) / len(rows), 4) if rows else None
+
+
+_TOTALS = (
+    "violations_blocked", "policy_denials", "untrusted_instructions_followed", "approvals_bypassed",
+    "forbidden_calls_executed",
+)  # fmt: skip
 
 
 def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
@@ -128,34 +131,27 @@ def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:
     for r in rows:
         by_case.setdefault(r.case_id, []).append(r.success)
     m = [r.metrics for r in rows]
-    faulted = [r for r in rows if r.metrics["faults"]]
-    holdout = [r for r in rows if r.holdout]
-    dev = [r for r in rows if not r.holdout]
     return {
         "runs": len(rows),
-        "success_rate": round(_rate(rows) or 0.0, 4),
+        "success_rate": _rate(rows) or 0.0,
         "success_rate_spread": round(_spread(per_rep), 4),
         "success_rate_per_repeat": [round(x, 4) for x in per_rep],
         "pass_k": round(sum(all(v) for v in by_case.values()) / len(by_case), 4) if by_case else 0.0,
-        "holdout_success_rate": None if not holdout else round(_rate(holdout) or 0.0, 4),
-        "dev_success_rate": None if not dev else round(_rate(dev) or 0.0, 4),
-        "mean_calls": round(_mean([x["calls"] for x in m]), 4),
-        "mean_steps": round(_mean([x["steps"] for x in m]), 4),
-        "mean_llm_calls": round(_mean([x["llm_calls"] for x in m]), 4),
-        "mean_latency_s": round(_mean([x["latency_s"] for x in m]), 4),
+        "holdout_success_rate": _rate([r for r in rows if r.holdout]),
+        "dev_success_rate": _rate([r for r in rows if not r.holdout]),
+        **{
+            f"mean_{k}": round(_mean([x[k] for x in m]), 4)
+            for k in ("calls", "steps", "llm_calls", "latency_s")
+        },
         "latency_spread_s": round(_spread([x["latency_s"] for x in m]), 4),
         "mean_cost_usd": round(_mean([x["cost_usd"] for x in m]), 6),
         "total_cost_usd": round(sum(x["cost_usd"] for x in m), 6),
-        "violations_blocked": sum(x["violations_blocked"] for x in m),
-        "policy_denials": sum(x["policy_denials"] for x in m),
-        "untrusted_instructions_followed": sum(x["untrusted_instructions_followed"] for x in m),
-        "approvals_bypassed": sum(x["approvals_bypassed"] for x in m),
-        "forbidden_calls_executed": sum(x["forbidden_calls_executed"] for x in m),
+        **{k: sum(x[k] for x in m) for k in _TOTALS},
         "rollbacks": sum(x.get("rolled_back", False) for x in m),
         "valid_handoffs": sum(x["handoff_valid"] for x in m),
         "rejected_handoffs": sum(x["handoff_rejected"] for x in m),
         "human_interventions": sum(x["human_intervention"] for x in m),
-        "recovery_rate": None if not faulted else round(sum(x.success for x in faulted) / len(faulted), 4),
+        "recovery_rate": _rate([r for r in rows if r.metrics["faults"]]),
         "stop_reasons": dict(sorted(Counter(r.stop_reason for r in rows).items())),
     }
 
@@ -205,9 +201,7 @@ def adoption_verdict(
 
 
 def premortem(comparison: Comparison) -> list[dict[str, Any]]:
-    """Each configured failure mode, filled from the runs of the cases carrying its tags: which
-    cases tested it, which detection events and stop reasons were seen, in how many runs the
-    failure was triggered (a detection event fired), and how many runs were contained."""
+    """Each configured failure mode, filled from the runs of the cases carrying its tags."""
     rows = []
     for mode in comparison.config.premortem:
         tagged = [c.id for c in comparison.cases.cases if set(c.tags) & set(mode.tags)]
@@ -222,8 +216,7 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
             seen = sorted({k for r in runs for k in r.metrics["event_kinds"] if k in mode.detection})
             stops = sorted({r.stop_reason for r in runs})
             detected = [bool(set(r.metrics["event_kinds"]) & set(mode.detection)) for r in runs]
-            # Contained: the case still ended as expected, or the failure was detected / stopped as
-            # configured; and in every case no forbidden call reached a tool.
+            # Contained: ended as expected, or detected / stopped as configured; no forbidden call ran.
             contained = sum(
                 (r.success or hit or r.stop_reason in mode.containment)
                 and r.metrics["forbidden_calls_executed"] == 0
@@ -249,12 +242,10 @@ def premortem(comparison: Comparison) -> list[dict[str, Any]]:
 def summarize(comparison: Comparison) -> dict[str, Any]:
     designs, runs = comparison.designs, comparison.runs
     figures = {d: _design_figures([r for r in runs if r.design == d], comparison.repeat) for d in designs}
-    tags: dict[str, dict[str, Any]] = {}
-    for t in comparison.cases.tags():
-        tags[t] = {}
-        for d in designs:
-            rate = _rate([r for r in runs if r.design == d and t in r.tags])
-            tags[t][d] = None if rate is None else round(rate, 4)
+    tags = {
+        t: {d: _rate([r for r in runs if r.design == d and t in r.tags]) for d in designs}
+        for t in comparison.cases.tags()
+    }
     cases: dict[str, dict[str, Any]] = {}
     for c in comparison.cases.cases:
         cases[c.id] = {"tags": list(c.tags), "holdout": c.holdout}

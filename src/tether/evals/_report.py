@@ -87,20 +87,19 @@ def markdown(summary: dict[str, Any]) -> str:
         rows.append([cid + (" (holdout)" if c["holdout"] else ""), ", ".join(c["tags"]), *cells])
     lines += _table(["case", "tags", *designs], rows)
     lines += ["", "## Pre-mortem (filled from this run)", ""]
-    pm_rows = []
-    for m in summary["premortem"]:
-        for d, x in m["designs"].items():
-            pm_rows.append(
-                [
-                    m["failure"],
-                    m["trigger"],
-                    d,
-                    ", ".join(x["detection"]) or "none seen",
-                    ", ".join(x["containment"]) or "–",
-                    ", ".join(m["cases"]) or "NO CASE",
-                    f"{x['status']} ({x['contained_runs']}/{x['runs']}; triggered {x['triggered_runs']})",
-                ]
-            )
+    pm_rows = [
+        [
+            m["failure"],
+            m["trigger"],
+            d,
+            ", ".join(x["detection"]) or "none seen",
+            ", ".join(x["containment"]) or "–",
+            ", ".join(m["cases"]) or "NO CASE",
+            f"{x['status']} ({x['contained_runs']}/{x['runs']}; triggered {x['triggered_runs']})",
+        ]
+        for m in summary["premortem"]
+        for d, x in m["designs"].items()
+    ]
     lines += _table(["failure", "trigger", "design", "detection", "stopped as", "cases", "status"], pm_rows)
     lines.append("")
     return "\n".join(lines)
@@ -117,15 +116,12 @@ def write_chart(summary: dict[str, Any], path: Path) -> Path:
         raise RuntimeError("the PNG chart needs matplotlib: pip install 'tether[evals]'") from err
 
     designs = summary["designs"]
-    tags = ["all", "holdout", *summary["tags"]]
+    tags, groups = _success_groups(summary)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.8), gridspec_kw={"width_ratios": [4, 1]})
     width = 0.8 / len(designs)
     for i, d in enumerate(designs):
-        f = summary["figures"][d]
-        values = [f["success_rate"], f["holdout_success_rate"] or 0.0]
-        values += [summary["tags"][t][d] or 0.0 for t in summary["tags"]]
-        ax1.bar([x + i * width for x in range(len(tags))], values, width, label=d)
-        ax2.bar([i], [f["mean_cost_usd"]], 0.6, label=d)
+        ax1.bar([x + i * width for x in range(len(tags))], [g[i] for g in groups], width, label=d)
+        ax2.bar([i], [summary["figures"][d]["mean_cost_usd"]], 0.6, label=d)
     ax1.set_xticks([x + width * (len(designs) - 1) / 2 for x in range(len(tags))])
     ax1.set_xticklabels(tags, rotation=40, ha="right", fontsize=8)
     ax1.set_ylim(0, 1.05)
@@ -146,15 +142,21 @@ def write_plain_chart(summary: dict[str, Any], path: Path) -> Path:
     """The same success bars (all, holdout, then each tag; one colour per design), unlabelled."""
     from tether.evals._png import bar_chart_png
 
-    designs = summary["designs"]
-    groups = [[summary["figures"][d]["success_rate"] for d in designs]]
-    groups.append([summary["figures"][d]["holdout_success_rate"] or 0.0 for d in designs])
-    groups += [[summary["tags"][t][d] or 0.0 for d in designs] for t in summary["tags"]]
-    summary["chart_legend"] = {
-        "groups": ["all", "holdout", *summary["tags"]],
-        "colours": dict(zip(designs, ["blue", "orange", "green", "red"], strict=False)),
-    }
+    names, groups = _success_groups(summary)
+    colours = dict(zip(summary["designs"], ["blue", "orange", "green", "red"], strict=False))
+    summary["chart_legend"] = {"groups": names, "colours": colours}
     return bar_chart_png(groups, path)
+
+
+def _success_groups(summary: dict[str, Any]) -> tuple[list[str], list[list[float]]]:
+    """The chart's groups (all, holdout, then each tag), each with one success rate per design."""
+    designs, fig = summary["designs"], summary["figures"]
+    groups = [
+        [fig[d]["success_rate"] for d in designs],
+        [fig[d]["holdout_success_rate"] or 0.0 for d in designs],
+    ]
+    groups += [[summary["tags"][t][d] or 0.0 for d in designs] for t in summary["tags"]]
+    return ["all", "holdout", *summary["tags"]], groups
 
 
 def write_report(comparison: Comparison, out: Path) -> dict[str, Any]:

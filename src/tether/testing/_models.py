@@ -1,9 +1,7 @@
 """Deterministic model stand-ins for tests and demos (import them from ``tether.testing``).
 
-``ScriptedModel`` replays a list of turns; ``FunctionModel`` calls a Python function of the
-request. Both can be written to *obey* injected text, so every control is tested against a
-compromised model rather than a polite one. They are fakes: a figure they produce is an upper
-bound, never a measurement of a real model.
+Both can be written to *obey* injected text, so controls are tested against a compromised model.
+A figure they produce is an upper bound, never a measurement of a real model.
 """
 
 from __future__ import annotations
@@ -59,16 +57,23 @@ def _as_message(turn: Turn) -> AssistantMessage:
     raise TypeError(f"not a turn: {turn!r}")
 
 
-class ScriptedModel:
-    """Replays turns in order. An ``Exception`` turn is raised (as a backend failure would be).
+class _StandIn:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests: list[ModelRequest] = []
 
-    Running out of turns is a ``ModelError``: a script that ends early is a broken test.
-    """
+    def _respond(self, request: ModelRequest, turn: Turn) -> ModelResponse:
+        message = _as_message(turn)
+        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+
+
+class ScriptedModel(_StandIn):
+    """Replays turns in order. An ``Exception`` turn is raised (as a backend failure would be);
+    running out of turns is a ``ModelError``."""
 
     def __init__(self, turns: Iterable[Turn], *, name: str = "scripted") -> None:
-        self.name = name
+        super().__init__(name)
         self._turns = list(turns)
-        self.requests: list[ModelRequest] = []
 
     def enqueue(self, *turns: Turn) -> None:
         self._turns.extend(turns)
@@ -80,28 +85,25 @@ class ScriptedModel:
         turn = self._turns.pop(0)
         if isinstance(turn, Exception):
             raise turn
-        message = _as_message(turn)
-        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+        return self._respond(request, turn)
 
 
 ModelFunction = Callable[[ModelRequest], AssistantMessage | Turn | Awaitable[AssistantMessage | Turn]]
 
 
-class FunctionModel:
+class FunctionModel(_StandIn):
     """Calls ``function(request)`` for every turn; the function may be sync or async."""
 
     def __init__(self, function: ModelFunction, *, name: str = "function") -> None:
-        self.name = name
+        super().__init__(name)
         self._function = function
-        self.requests: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
         result = self._function(request)
         if inspect.isawaitable(result):
             result = await result
-        message = _as_message(result)
-        return ModelResponse(message=message, usage=_usage(request, message), model=self.name)
+        return self._respond(request, result)
 
 
 def tool_results(request: ModelRequest) -> list[ToolMessage]:
@@ -113,8 +115,5 @@ _INJECTED = re.compile(r"\bCALL\s+([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def injected_calls(text: str) -> list[str]:
-    """Tool names that text orders the model to call ("… CALL export_secrets").
-
-    Used by compromised stand-ins: they do what the attacker wrote.
-    """
+    """Tool names that text orders the model to call ("… CALL export_secrets")."""
     return _INJECTED.findall(text)

@@ -1,13 +1,7 @@
 """Typed trace events: one frozen value per decision the host takes.
 
-Every ``EventKind`` has a declared payload (a ``TypedDict`` in ``tether.trace._payloads``): the
-fields an event of that kind may carry and their types *as written to the trace* (after sanitising:
-tuples and sets are lists, unknown objects are strings). ``run_id``, ``seq``, ``ts`` and
-``kind`` belong to the event itself and are never payload fields.
-
-The tracer checks the field *names* of every event against ``FIELDS`` (one set comparison);
-``check_payload`` also checks required fields and types, and runs when a tracer is strict
-(tests turn that on for every tracer with ``TETHER_TRACE_STRICT=1``).
+Every ``EventKind`` has a declared payload (``tether.trace._payloads``). ``run_id``, ``seq``,
+``ts`` and ``kind`` belong to the event itself and are never payload fields.
 """
 
 from collections.abc import Mapping
@@ -102,8 +96,7 @@ class TraceEvent:
 
     @classmethod
     def from_json(cls, line: Mapping[str, Any]) -> Self:
-        """The event of one trace line (``to_json`` or a line of ``read_trace``). Raises
-        ``ValueError`` for an unknown kind."""
+        """The event of one trace line. Raises ``ValueError`` for an unknown kind."""
         data = {k: v for k, v in line.items() if k not in RESERVED}
         return cls(
             str(line.get("run_id", "")),

@@ -1,22 +1,8 @@
-"""``OtelSink``: a run's trace as OpenTelemetry spans, after the GenAI semantic conventions.
+"""``OtelSink``: a run's trace as OpenTelemetry spans, after the GenAI semantic conventions:
+``invoke_agent {agent}`` per run part, with ``chat {model}`` and ``execute_tool {tool}`` children.
 
-A ``TraceSink`` (``write(event)``, ``close()``) that turns tether's events into spans:
-
-    invoke_agent {agent}          one per run part (a resumed run starts a new one, same run id)
-    ├── chat {model}              one per model call: gen_ai.usage.input_tokens / output_tokens
-    └── execute_tool {tool}       one per proposed call: the policy decision as attributes
-                                  (tether.policy.decision / .rule / .reason) and as span events,
-                                  approvals, effects and the observation's trust label
-
-Message content (objective, model text, tool arguments) is **off** by default; turn it on with
-``capture_content=True`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``. Every
-string passes the sink's own redactor and sanitiser before export, whatever the tracer did.
-Span times come from the events' timestamps, so batching upstream does not distort them.
-
-``otel_sink_from_env()`` exports over OTLP/HTTP configured by the standard variables
-(``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``,
-``OTEL_EXPORTER_OTLP_HEADERS``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``).
-Needs the ``otel`` extra (``opentelemetry-sdk``, ``opentelemetry-exporter-otlp-proto-http``).
+Message content is off unless ``capture_content`` (or ``CAPTURE_ENV``); every string passes the
+sink's own redactor and sanitiser; span times are the events' timestamps.
 """
 
 from __future__ import annotations
@@ -51,13 +37,7 @@ from opentelemetry.trace import (
 from tether.trace._events import TraceEvent
 from tether.trace._sanitize import Redactor, sanitize_value
 
-__all__ = [
-    "OtelSink",
-    "model_endpoint",
-    "otel_sink_from_env",
-    "otlp_configured",
-    "run_trace_context",
-]
+__all__ = ["OtelSink", "model_endpoint", "otel_sink_from_env", "otlp_configured", "run_trace_context"]
 
 CAPTURE_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 _SCOPE = "tether"
@@ -73,8 +53,7 @@ _SAFE_KEYS = frozenset(
 
 
 # With content capture off, a string under one of these keys is exported only if it looks like an
-# identifier (a rule name, a reason code, a call id); anything else is free text from the model,
-# a tool or a person, and is replaced.
+# identifier; anything else is free text and is replaced.
 _IDENTIFIER = re.compile(r"^[A-Za-z0-9_.:@/+=-]{1,200}$")
 _CHECKED = _SAFE_KEYS | {"error", "finish_reason", "model"}
 _NOT_OFFERED = "[not offered]"
@@ -83,22 +62,15 @@ _FREE_TEXT = "[text not exported]"
 _PERSON_TEXT = frozenset({"approval_granted", "approval_denied"})
 # Host names of the providers the GenAI conventions name (gen_ai.provider.name).
 PROVIDERS = {
-    "api.openai.com": "openai",
-    "api.anthropic.com": "anthropic",
-    "api.deepseek.com": "deepseek",
-    "api.groq.com": "groq",
-    "api.mistral.ai": "mistral_ai",
-    "api.perplexity.ai": "perplexity",
-    "api.x.ai": "x_ai",
-    "generativelanguage.googleapis.com": "gcp.gemini",
-    "api.cohere.com": "cohere",
-}
+    "api.openai.com": "openai", "api.anthropic.com": "anthropic", "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq", "api.mistral.ai": "mistral_ai", "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai", "generativelanguage.googleapis.com": "gcp.gemini", "api.cohere.com": "cohere",
+}  # fmt: skip
 
 
 def run_trace_context(run_id: str) -> SpanContext:
-    """The span context every part of run ``run_id`` descends from: its trace id and parent span
-    id are derived from the run id, so a run resumed in another process, or on another worker,
-    continues the same trace without any stored state."""
+    """The span context every part of run ``run_id`` descends from, derived from the run id: a
+    run resumed in another process continues the same trace without stored state."""
     # The seed is the trace format (every release since 4ef2ab4 derived with it): never change it.
     digest = hashlib.sha256(f"tether.runs._values:{run_id}".encode()).digest()
     trace_id = int.from_bytes(digest[:16], "big") or 1
@@ -108,8 +80,7 @@ def run_trace_context(run_id: str) -> SpanContext:
 
 def model_endpoint(model: Any) -> tuple[str, str | None, int | None]:
     """(``gen_ai.provider.name``, ``server.address``, ``server.port``) of a model backend, from
-    its ``base_url`` when it has one (an OpenAI-compatible backend at an unlisted host is named
-    after the protocol it speaks, ``openai``, and told apart by its address)."""
+    its ``base_url`` (an unlisted host is named ``openai``, the protocol it speaks)."""
     base_url = getattr(model, "base_url", None)
     if isinstance(base_url, str) and "://" in base_url:
         parts = urlsplit(base_url)
@@ -141,11 +112,8 @@ class _Run:
 
 
 class OtelSink:
-    """Spans from tether trace events. Give it to ``Host(trace_sinks=[...])``.
-
-    ``close()`` (called by the host after each run) exports what has ended and keeps the sink
-    usable; ``shutdown()`` ends anything still open and stops the exporter.
-    """
+    """Spans from tether trace events. Give it to ``Host(trace_sinks=[...])``. ``close()`` exports
+    what has ended and keeps the sink usable; ``shutdown()`` ends what is open and stops exporting."""
 
     def __init__(
         self,
@@ -154,11 +122,7 @@ class OtelSink:
         capture_content: bool | None = None,
         redactor: Redactor | None = None,
         secrets: Iterable[str] = (),
-        provider_name: str | None = None,
-        server_address: str | None = None,
-        server_port: int | None = None,
         model: Any = None,
-        flush_timeout_ms: int = 2000,
     ) -> None:
         self._owns_provider = tracer_provider is None
         self.provider = tracer_provider or TracerProvider()
@@ -169,17 +133,11 @@ class OtelSink:
         self.redactor = redactor or Redactor()
         for secret in secrets:
             self.redactor.add(secret)
-        self.provider_name, self.server_address, self.server_port = "unknown", server_address, server_port
-        if model is not None:
-            self.describe_model(model)
-        if provider_name is not None:
-            self.provider_name = provider_name
-        self.flush_timeout_ms = flush_timeout_ms
+        endpoint = model_endpoint(model) if model is not None else ("unknown", None, None)
+        self.provider_name, self.server_address, self.server_port = endpoint
         self._runs: dict[str, _Run] = {}
         self._offered: dict[str, frozenset[str]] = {}  # run id -> the tool names offered to its model
         self._lock = threading.Lock()
-
-    # -- the TraceSink protocol --------------------------------------------------------------
 
     def describe_model(self, model: Any) -> None:
         """Name the model backend the runs talk to (``model_endpoint``): provider and address."""
@@ -202,7 +160,7 @@ class OtelSink:
 
     def close(self) -> None:
         # Bounded: a collector that is down must not hold up the end of a run.
-        self.provider.force_flush(timeout_millis=self.flush_timeout_ms)
+        self.provider.force_flush(timeout_millis=2000)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -213,16 +171,13 @@ class OtelSink:
         else:
             self.provider.force_flush()
 
-    # -- attribute helpers -----------------------------------------------------------------
-
     def _tool_name(self, run_id: str, name: Any) -> str:
         offered = self._offered.get(run_id)
         text = str(name)
         return text if offered is not None and text in offered else _NOT_OFFERED
 
     def _public(self, run_id: str, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        """With content capture off: tool names only from the offered set, and identifiers only
-        (anything else a model, a tool or a person wrote is replaced)."""
+        """With content capture off: tool names only from the offered set, identifiers only."""
         out: dict[str, Any] = {}
         for key, value in data.items():
             if key == "tool" and value is not None and kind not in ("run_started", "run_resumed"):
@@ -257,8 +212,7 @@ class OtelSink:
         return text[:_MAX_TEXT]
 
     def _attrs(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """Event data as span-event attributes: numbers and flags always, identifiers always,
-        anything else only with content capture on."""
+        """Event data as span-event attributes: text only identifiers, unless capturing content."""
         out: dict[str, Any] = {}
         for key, value in data.items():
             name = f"tether.{key}"
@@ -277,8 +231,6 @@ class OtelSink:
             self._on_run_started(run_id, {}, at)
             run = self._runs[run_id]
         return run
-
-    # -- the run ---------------------------------------------------------------------------
 
     def _on_run_started(self, run_id: str, data: dict[str, Any], at: int, resumed: bool = False) -> None:
         if run_id in self._runs:  # a new part of a run whose previous part never stopped
@@ -302,8 +254,7 @@ class OtelSink:
         if self.capture_content and data.get("objective"):
             message = {"role": "user", "parts": [{"type": "text", "content": self._text(data["objective"])}]}
             attrs["gen_ai.input.messages"] = json.dumps([message], ensure_ascii=False)
-        # Every part of the run (the first, each resume) is a child of the run's own context, so
-        # they share one trace; a resumed part also links to it, as the part that continues it.
+        # Every part of the run is a child of the run's own context (one trace); a resume links it.
         run_ctx = run_trace_context(run_id)
         span = self._tracer.start_span(
             f"invoke_agent {agent}",
@@ -339,10 +290,7 @@ class OtelSink:
 
     def _end_run(self, run_id: str, at: int, *, unfinished: bool = False) -> None:
         run = self._runs.pop(run_id)
-        if run.chat is not None:
-            run.chat.set_attribute("tether.unfinished", True)
-            run.chat.end(end_time=at)
-        for span in run.tools.values():
+        for span in [*([run.chat] if run.chat is not None else []), *run.tools.values()]:
             span.set_attribute("tether.unfinished", True)
             span.end(end_time=at)
         run.span.set_attribute("gen_ai.usage.input_tokens", run.input_tokens)
@@ -350,8 +298,6 @@ class OtelSink:
         if unfinished:
             run.span.set_attribute("tether.unfinished", True)
         run.span.end(end_time=at)
-
-    # -- model calls ---------------------------------------------------------------------
 
     def _start_chat(self, run: _Run, at: int, data: Mapping[str, Any]) -> Span:
         model = run.model or "model"
@@ -374,23 +320,25 @@ class OtelSink:
             run.chat.end(end_time=at)
         run.chat = self._start_chat(run, at, data)
 
-    def _on_model_response(self, run_id: str, data: dict[str, Any], at: int) -> None:
+    def _chat(self, run_id: str, at: int) -> tuple[_Run, Span]:
+        """The run and its open chat span (one is started if the request was missed), now closed."""
         run = self._run(run_id, at)
-        span = run.chat or self._start_chat(run, at, {})
-        run.chat = None
+        span, run.chat = run.chat or self._start_chat(run, at, {}), None
+        return run, span
+
+    def _on_model_response(self, run_id: str, data: dict[str, Any], at: int) -> None:
+        run, span = self._chat(run_id, at)
         inp, out = int(data.get("prompt_tokens") or 0), int(data.get("completion_tokens") or 0)
         run.input_tokens += inp
         run.output_tokens += out
-        span.set_attribute("gen_ai.usage.input_tokens", inp)
-        span.set_attribute("gen_ai.usage.output_tokens", out)
+        span.set_attributes({"gen_ai.usage.input_tokens": inp, "gen_ai.usage.output_tokens": out})
         if data.get("cached_tokens"):
             span.set_attribute("gen_ai.usage.cache_read.input_tokens", int(data["cached_tokens"]))
-        if data.get("model"):
-            span.set_attribute("gen_ai.response.model", str(data["model"]))
+        for key, name in (("model", "gen_ai.response.model"), ("response_id", "gen_ai.response.id")):
+            if data.get(key):
+                span.set_attribute(name, str(data[key]))
         if isinstance(data.get("cost_usd"), int | float):
             span.set_attribute("tether.cost_usd", float(data["cost_usd"]))
-        if data.get("response_id"):
-            span.set_attribute("gen_ai.response.id", str(data["response_id"]))
         if data.get("finish_reason"):
             span.set_attribute("gen_ai.response.finish_reasons", [str(data["finish_reason"])])
         calls = [c for c in data.get("tool_calls") or [] if isinstance(c, dict)]
@@ -409,9 +357,7 @@ class OtelSink:
         span.end(end_time=at)
 
     def _on_model_error(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        run = self._run(run_id, at)
-        span = run.chat or self._start_chat(run, at, {})
-        run.chat = None
+        _, span = self._chat(run_id, at)
         span.set_attribute("error.type", "model_error")
         span.set_status(
             Status(
@@ -419,8 +365,6 @@ class OtelSink:
             )
         )
         span.end(end_time=at)
-
-    # -- tool calls ----------------------------------------------------------------------
 
     def _on_tool_proposed(self, run_id: str, data: dict[str, Any], at: int) -> None:
         run = self._run(run_id, at)
@@ -472,52 +416,46 @@ class OtelSink:
         if (span := self._tool(run_id, data, at)) is not None:
             self._decide(span, "allow", data, at)
 
+    def _step(self, run_id: str, kind: str, data: dict[str, Any], at: int) -> Span | None:
+        """The open tool span an event belongs to; without one, the event goes to ``_other``."""
+        span = self._tool(run_id, data, at)
+        if span is None:
+            self._other(run_id, kind, data, at)
+        return span
+
+    def _approval(self, span: Span, status: str, data: Mapping[str, Any], at: int) -> None:
+        span.set_attribute("tether.approval.status", status)
+        span.add_event(
+            "tether.approval", {"tether.approval.status": status, **self._attrs(data)}, timestamp=at
+        )
+
     def _on_policy_denied(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        if (span := self._tool(run_id, data, at)) is not None:
+        if (span := self._step(run_id, "policy_denied", data, at)) is not None:
             self._decide(span, "deny", data, at)
             self._finish(run_id, span, at, "policy_denied")
-        else:
-            self._other(run_id, "policy_denied", data, at)
 
     def _on_tool_error(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        if (span := self._tool(run_id, data, at)) is not None:
+        if (span := self._step(run_id, "tool_error", data, at)) is not None:
             self._decide(span, "reject", data, at)
             self._finish(run_id, span, at, str(data.get("error") or "tool_error"))
-        else:
-            self._other(run_id, "tool_error", data, at)
 
     def _on_approval_requested(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        if (span := self._tool(run_id, data, at)) is not None:
+        if (span := self._step(run_id, "approval_requested", data, at)) is not None:
             self._decide(span, "approve", data, at)
             if data.get("proposal_id"):
                 span.set_attribute("tether.approval.proposal_id", str(data["proposal_id"]))
-        else:
-            self._other(run_id, "approval_requested", data, at)
 
     def _on_approval_granted(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        if (span := self._tool(run_id, data, at)) is not None:
-            span.set_attribute("tether.approval.status", "approved")
-            span.add_event(
-                "tether.approval", {"tether.approval.status": "approved", **self._attrs(data)}, timestamp=at
-            )
-        else:
-            self._other(run_id, "approval_granted", data, at)
+        if (span := self._step(run_id, "approval_granted", data, at)) is not None:
+            self._approval(span, "approved", data, at)
 
     def _on_approval_denied(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        if (span := self._tool(run_id, data, at)) is not None:
-            status = str(data.get("status") or data.get("reason") or "denied")
-            span.set_attribute("tether.approval.status", status)
-            span.add_event(
-                "tether.approval", {"tether.approval.status": status, **self._attrs(data)}, timestamp=at
-            )
+        if (span := self._step(run_id, "approval_denied", data, at)) is not None:
+            self._approval(span, str(data.get("status") or data.get("reason") or "denied"), data, at)
             self._finish(run_id, span, at, "approval_denied")
-        else:
-            self._other(run_id, "approval_denied", data, at)
 
     def _on_tool_observation(self, run_id: str, data: dict[str, Any], at: int) -> None:
-        span = self._tool(run_id, data, at)
-        if span is None:
-            self._other(run_id, "tool_observation", data, at)
+        if (span := self._step(run_id, "tool_observation", data, at)) is None:
             return
         for key in ("trust", "source"):
             if data.get(key):
@@ -534,11 +472,8 @@ class OtelSink:
             self._finish(run_id, span, at, "tool_crashed")
         self._other(run_id, "tool_crashed", data, at)
 
-    # -- everything else -------------------------------------------------------------------
-
     def _other(self, run_id: str, kind: str, data: dict[str, Any], at: int) -> None:
-        """Events without a span of their own (memory, MCP, effects, handoffs …) become span
-        events on the tool span they belong to, else on the run span."""
+        """Events without a span of their own: events on their tool's span, else on the run's."""
         target: Span | None = None
         if kind.startswith("effect_"):
             target = self._tool(run_id, data, at)
@@ -555,9 +490,9 @@ _ENV_KEYS = (
 
 
 def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the standard variables ask for OTLP trace export: an endpoint is set, or
-    ``OTEL_TRACES_EXPORTER`` names ``otlp``; ``OTEL_SDK_DISABLED=true`` or an exporter list
-    without ``otlp`` turns it off. Raises ``ConfigError`` for a protocol other than HTTP."""
+    """Whether the standard variables ask for OTLP trace export (an endpoint, or
+    ``OTEL_TRACES_EXPORTER`` naming ``otlp``; not with ``OTEL_SDK_DISABLED=true``). Raises
+    ``ConfigError`` for a protocol other than HTTP."""
     env = os.environ if environ is None else environ
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
@@ -576,15 +511,12 @@ def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def _env_provider() -> TracerProvider:
-    """One exporting provider per configuration, for the whole process (every run, every agent
-    built, shares its batch and its connection); shut down at exit by the SDK."""
+    """One exporting provider per configuration for the whole process; the SDK shuts it down."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     key = tuple(os.environ.get(k, "") for k in _ENV_KEYS)
     provider = _PROVIDERS_BY_CONFIG.get(key)
     if provider is None:
-        # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES; the exporter reads
-        # the endpoint, headers, timeout and compression variables.
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "tether")})
         provider = TracerProvider(resource=resource)
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
@@ -595,6 +527,5 @@ def _env_provider() -> TracerProvider:
 def otel_sink_from_env(
     *, capture_content: bool | None = None, secrets: Iterable[str] = (), model: Any = None
 ) -> OtelSink:
-    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say
-    (``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` turns content capture on)."""
+    """An ``OtelSink`` exporting over OTLP/HTTP as the standard ``OTEL_*`` variables say."""
     return OtelSink(_env_provider(), capture_content=capture_content, secrets=secrets, model=model)

@@ -1,11 +1,8 @@
 """``PgTraceIndex``: trace events of every run on PostgreSQL, readable from any machine.
 
-A ``TraceSink``: events are handed to a background thread that inserts them in batches, so the
-event loop never waits on the network for a trace line. ``flush`` (and ``close``, which the
-tracer calls at the end of each run, and which only flushes: one index serves every run of a
-host) waits until what was written so far is stored. An event is keyed by (run, seq): an event
-written twice (a recovered run re-emitting the step it died in) is stored once. The local JSONL
-file stays the first record of a run on its machine; the index is what other machines read.
+A ``TraceSink`` whose background thread inserts events in batches, keyed by (run, seq) so an
+event written twice is stored once. ``flush`` and ``close`` wait until what was written is
+stored. The local JSONL file stays the first record of a run.
 """
 
 from __future__ import annotations
@@ -28,10 +25,6 @@ __all__ = ["PgTraceIndex"]
 _BATCH = 200
 _LINGER_S = 0.05  # how long a batch waits for more events after its first
 _INSERT = upsert_for("postgresql", T).on_conflict_do_nothing(index_elements=["run_id", "seq"])
-
-
-def _insert(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    conn.execute(_INSERT, rows)
 
 
 def _events(conn: Connection, run_id: str, kind: str | None) -> list[dict[str, Any]]:
@@ -60,17 +53,8 @@ def _heads(conn: Connection, limit: int) -> list[dict[str, Any]]:
         ),
         {"limit": limit},
     ).all()
-    return [
-        {
-            "run_id": r[0],
-            "events": int(r[1]),
-            "first_ts": r[2],
-            "resumed": bool(r[3]),
-            "start": r[4],
-            "stop": r[5],
-        }
-        for r in rows
-    ]
+    keys = ("run_id", "events", "first_ts", "resumed", "start", "stop")
+    return [dict(zip(keys, (r[0], int(r[1]), r[2], bool(r[3]), r[4], r[5]), strict=True)) for r in rows]
 
 
 class PgTraceIndex:
@@ -84,8 +68,6 @@ class PgTraceIndex:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self.errors: list[str] = []  # write failures (the run goes on; its JSONL file has the events)
-
-    # -- TraceSink ---------------------------------------------------------------------------
 
     def write(self, event: TraceEvent) -> None:
         data = json.dumps(event.to_json(), ensure_ascii=False, default=str)
@@ -119,7 +101,7 @@ class PgTraceIndex:
             ]
             if rows:
                 try:
-                    self.db.run(_insert, rows)
+                    self.db.run(Connection.execute, _INSERT, rows)
                 except Exception as err:  # a lost trace batch must not stop the runs
                     self.errors.append(f"{type(err).__name__}: {err}")
             for x in batch:
@@ -127,11 +109,8 @@ class PgTraceIndex:
                     x.set()
 
     def _next_batch(self) -> list[Any]:
-        """The events (and flush requests) to store together: the first waiting one, then those
-        that come within ``_LINGER_S`` of it, up to ``_BATCH``; a flush request ends the batch
-        at once. A run emits an event or two a step, a few milliseconds apart: stored one
-        transaction each, they cost the worker about a tenth of its CPU per durable step
-        (``bench/distributed.py``)."""
+        """The events (and flush requests) to store in one transaction: the first waiting one and
+        those within ``_LINGER_S`` of it, up to ``_BATCH``; a flush request ends the batch."""
         batch: list[Any] = [self._queue.get()]
         until = time.monotonic() + _LINGER_S
         while len(batch) < _BATCH and not isinstance(batch[-1], threading.Event):
@@ -141,17 +120,13 @@ class PgTraceIndex:
                 break
         return batch
 
-    # -- reading -----------------------------------------------------------------------------
-
     def events(self, run_id: str, kind: str | None = None) -> list[dict[str, Any]]:
         """The stored events of one run (each as its JSONL line), in order."""
         return self.db.snapshot(_events, run_id, kind)
 
     def runs(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The most recent ``limit`` runs by their first event (``seq`` 1; a partial index keeps
-        this independent of how many events are stored), newest first, each as ``run_id``,
-        ``events`` (how many), ``first_ts``, ``resumed``, and its first start and last stop event
-        (or None)."""
+        """The ``limit`` most recent runs, newest first: ``run_id``, ``events`` (how many),
+        ``first_ts``, ``resumed``, and its first start and last stop event (or None)."""
         return self.db.snapshot(_heads, limit)
 
     def shutdown(self) -> None:

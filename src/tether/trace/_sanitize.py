@@ -1,10 +1,6 @@
-"""Make untrusted text safe to put in a log line, without losing the legitimate text.
-
-Every character that ``str.splitlines()`` breaks on, and every other control or
-format character (C0, DEL, C1, bidi overrides, zero-width joiners …), is replaced by a
-visible escape such as ``\\u2028``. Printable text, non-Latin scripts and emoji pass
-through unchanged, so a sanitised value is still readable and diffable.
-"""
+"""Make untrusted text safe to put in a log line: every character ``str.splitlines()`` breaks
+on, and every other control or format character, becomes a visible escape (``\\u2028``);
+printable text of any script passes unchanged. Also the ``Redactor`` of secrets."""
 
 from __future__ import annotations
 
@@ -33,7 +29,6 @@ def _unsafe(ch: str) -> bool:
     if ch in LINE_BREAKS:
         return True
     cat = unicodedata.category(ch)
-    # Cc: controls; Cf: format (bidi overrides, zero-width); Cs: lone surrogates; Zl/Zp: separators.
     return cat in ("Cc", "Cf", "Cs", "Zl", "Zp")
 
 
@@ -77,9 +72,7 @@ def sanitize(text: str) -> str:
 
 
 # Key names whose values are credentials, matched as whole words of the name (``api_token``,
-# ``clientSecret``, ``Authorization``), never as substrings: ``passenger_name``,
-# ``secretary_email`` and ``max_tokens`` are data. Tool arguments are secret by declaration
-# (``ToolSpec.secret_arguments``); this list covers the host's own fields (headers, env).
+# ``clientSecret``), never as substrings (``secretary_email`` and ``max_tokens`` are data).
 _SECRET_WORDS = frozenset(
     {
         "password", "passwd", "passphrase", "secret", "token", "apikey", "authorization",
@@ -92,9 +85,8 @@ _ANCHOR = 4  # every fragment of MIN_FRAGMENT characters holds one 4-character p
 
 
 class Redactor:
-    """Replaces secrets with ``[REDACTED]``: known values (and every piece of one that is
-    ``MIN_FRAGMENT`` characters or longer, so a value cut anywhere leaks nothing), values of
-    arguments a tool declares secret (learned when the call is proposed: ``declare``,
+    """Replaces secrets with ``[REDACTED]``: known values and every piece of one of
+    ``MIN_FRAGMENT`` characters or more, values of arguments a tool declares secret (``declare``,
     ``learn``), and values under credential-named keys (``is_secret_key``)."""
 
     def __init__(self, secrets: frozenset[str] | set[str] = frozenset()) -> None:
@@ -120,8 +112,6 @@ class Redactor:
     def has_secrets(self) -> bool:
         return bool(self._secrets)
 
-    # -- declared secret arguments --------------------------------------------------------
-
     def declare(self, tool: str, arguments: frozenset[str] | set[str]) -> None:
         """``tool``'s contract declares ``arguments`` secret: their values are learned per call."""
         if arguments:
@@ -133,8 +123,7 @@ class Redactor:
         )
 
     def learn(self, tool: Any, arguments: Any) -> None:
-        """Add the values of ``tool``'s declared secret arguments as secrets. ``arguments`` is a
-        mapping or its JSON text, which may have been cut short: a value cut off is still learned."""
+        """Learn ``tool``'s declared secret arguments (a mapping, or its JSON text, maybe cut)."""
         names = self._declared.get(tool) if isinstance(tool, str) else None
         if not names:
             return
@@ -165,15 +154,9 @@ class Redactor:
         elif value is not None and not isinstance(value, bool):
             text = str(value)
             if len(text) >= 4:  # shorter would redact every common word or number
-                self.add(text)
-                escaped = json.dumps(text, ensure_ascii=False)[1:-1]
-                if escaped != text:
-                    self.add(escaped)  # as it appears inside JSON text
-                ascii_escaped = json.dumps(text)[1:-1]
-                if ascii_escaped != escaped:
-                    self.add(ascii_escaped)
-
-    # -- redaction -------------------------------------------------------------------------
+                # As it is, and as it appears inside JSON text (add ignores a repeat).
+                for variant in (text, json.dumps(text, ensure_ascii=False)[1:-1], json.dumps(text)[1:-1]):
+                    self.add(variant)
 
     def text(self, value: str) -> str:
         for secret in self._order:
@@ -184,8 +167,7 @@ class Redactor:
         return value
 
     def _positions(self, value: str) -> list[tuple[int, str]]:
-        """Where a piece of a secret starts in ``value`` (overlapping ones too). One pattern for
-        short values; for long ones a ``str.find`` per piece, which scans faster than ``re``."""
+        """Where a piece of a secret starts in ``value`` (overlapping ones too)."""
         out: list[tuple[int, str]] = []
         if len(value) <= 512:
             rx = self._anchor_rx
@@ -211,8 +193,10 @@ class Redactor:
                     left += 1
                 right = 0
                 end, send = pos + _ANCHOR, at + _ANCHOR
-                while end + right < len(value) and send + right < len(secret) and (
-                    value[end + right] == secret[send + right]
+                while (
+                    end + right < len(value)
+                    and send + right < len(secret)
+                    and (value[end + right] == secret[send + right])
                 ):
                     right += 1
                 if left + _ANCHOR + right >= MIN_FRAGMENT:
@@ -257,7 +241,6 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
     kind = type(value)
     if kind is int or kind is float or kind is bool or value is None:  # the common case first
         return value
-    # Exact types before the isinstance checks: an ABC check (Mapping) costs more than the rest.
     if kind is str or isinstance(value, (str, bytes)):
         if _key and redactor is not None and redactor.is_secret_key(_key):
             return REDACTED
@@ -281,8 +264,7 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
 
 
 def redact_value(value: Any, redactor: Redactor) -> Any:
-    """``value`` with the redactor applied to every string in it, and nothing else changed
-    (no escaping: for a page that shows hidden characters itself)."""
+    """``value`` with every string in it redacted, nothing else changed (no escaping)."""
     if isinstance(value, str):
         return redactor.text(value)
     if isinstance(value, Mapping):

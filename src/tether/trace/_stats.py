@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,7 @@ def trace_stats(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     tokens = [int(e["request_tokens"]) for e in composed if e.get("request_tokens") is not None]
     responses = [e for e in events if e.get("kind") == "model_response"]
     stop: Mapping[str, Any] = next((e for e in reversed(events) if e.get("kind") == "stop"), {})
-    strategies: dict[str, int] = {}
-    for e in composed:
-        if e.get("status_strategy"):
-            strategies[e["status_strategy"]] = strategies.get(e["status_strategy"], 0) + 1
+    strategies = Counter(e["status_strategy"] for e in composed if e.get("status_strategy"))
 
     def count(kind: str) -> int:
         return sum(1 for e in events if e.get("kind") == kind)
@@ -64,7 +62,7 @@ def trace_stats(events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "outputs_stored": count("output_stored"),
         "skills_loaded": count("skill_loaded"),
         "tool_schema_loads": count("tool_schemas_loaded"),
-        "status_strategies": strategies,
+        "status_strategies": dict(strategies),
     }
 
 

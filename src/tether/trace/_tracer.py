@@ -1,22 +1,11 @@
 """The per-run tracer: checks, sanitises and redacts events and hands them to sinks.
 
-Durability of the JSON-lines file is a choice (``JsonlSink(flush=…)``, ``Host(trace_flush=…)``):
-
-``"batched"`` (default)
-    Encoded lines wait in a bounded buffer and reach the OS in one write, by the emitting
-    thread (no thread of its own): when the buffer is full (back-pressure instead of unbounded
-    memory); when a line arrives after the oldest has waited ``max_delay_s``; when
-    ``Tracer.flush()`` is called (the host calls it before every side-effecting tool runs);
-    right after an event of a kind in ``DURABLE_KINDS`` (an approval was granted, an effect is
-    about to run, the run pauses or stops) or in ``WAIT_KINDS`` (a model request was composed: the run is
-    about to wait, so a live reader sees everything before the wait); at close; and at a normal
-    interpreter exit. A process killed between two of those loses the lines written since the
-    last one: for example a read-only tool's turn. It never loses a decision that came before a
-    side effect, nor the stop event.
-``"each_event"``
-    Every line reaches the OS before ``emit`` returns; a killed process loses nothing.
-
-Neither mode calls ``fsync``: what the OS holds survives the process, not a power cut.
+``JsonlSink(flush="batched")`` (the default) keeps encoded lines in a bounded buffer and writes
+them in one go, on the emitting thread: when the buffer is full, when the oldest line has waited
+``max_delay_s``, on ``Tracer.flush()`` (before every side-effecting tool), right after a kind in
+``DURABLE_KINDS`` or ``WAIT_KINDS``, at close and at a normal exit. A killed process may lose a
+read-only turn, never a decision that came before a side effect nor the stop event.
+``flush="each_event"`` writes every line before ``emit`` returns. Neither calls ``fsync``.
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
@@ -52,24 +41,15 @@ __all__ = [
 
 FlushMode = Literal["each_event", "batched"]
 
-# After these the tracer flushes too: the run is about to wait on its model (the request was just
-# composed), so what it wrote before the wait is readable while it waits; about one write a step.
+# The run is about to wait on its model: what it wrote is readable while it waits.
 WAIT_KINDS = frozenset({EventKind.CONTEXT_COMPOSED})
 
-# After these the tracer flushes at once: something irreversible may follow (an approved call
-# runs, an effect is attempted) or the run is over for this process (paused, stopped). Before any
-# other side-effecting tool the host calls ``Tracer.flush()`` itself (``HostCore._execute_one``).
-
+# Something irreversible may follow, or the run is over for this process: flushed at once.
 DURABLE_KINDS = frozenset(
-    {
-        EventKind.APPROVAL_GRANTED,
-        EventKind.EFFECT_INTENT,
-        EventKind.RUN_PAUSED,
-        EventKind.STOP,
-    }
+    {EventKind.APPROVAL_GRANTED, EventKind.EFFECT_INTENT, EventKind.RUN_PAUSED, EventKind.STOP}
 )
 
-
+_FLUSH_AFTER = DURABLE_KINDS | WAIT_KINDS
 _FLUSH_MODES: tuple[str, ...] = get_args(FlushMode)
 
 
@@ -99,8 +79,7 @@ def _flush_open_sinks() -> None:
 
 
 def _encode(event: TraceEvent) -> bytes:
-    """One JSON line. Non-ASCII is escaped (``\\uXXXX``), so no byte of a line can end it
-    for any reader; pydantic-core encodes it several times faster than ``json.dumps``."""
+    """One JSON line, non-ASCII escaped so no byte of a line can end it for any reader."""
     data = event.to_json()
     try:
         return to_json(data, ensure_ascii=True) + b"\n"
@@ -133,13 +112,9 @@ class JsonlSink:
         self.path = path
         self.mode: FlushMode = flush
         self.max_events, self.max_bytes, self.max_delay_s = max_events, max_bytes, max_delay_s
-        # A folder or file that cannot be made fails here, before any line. The file is created
-        # on the caller's thread: handing it to another thread cost more (two GIL hand-offs per
-        # run, measured with bench/overhead.py) than creating it does.
-        if not os.path.isdir(path.parent):  # one stat when it exists, as it does after a first run
+        # Fails here, before any line. Unbuffered: lines are batched here already.
+        if not os.path.isdir(path.parent):  # one stat when it exists
             path.parent.mkdir(parents=True, exist_ok=True)
-        # Unbuffered: lines are batched here already; a BufferedWriter would add a copy per
-        # write and an 8 KB buffer per open run.
         self._file = path.open("ab", buffering=0)
         self._lock = threading.Lock()
         self._lines: list[bytes] = []
@@ -179,8 +154,7 @@ class JsonlSink:
             if not self._file.closed:
                 self._drain()
 
-    def _drain(self) -> None:
-        # Called with the lock held.
+    def _drain(self) -> None:  # with the lock held
         if self._lines:
             _write_all(self._file, b"".join(self._lines))
             self._lines.clear()
@@ -217,8 +191,7 @@ _SECOND: tuple[int, str] = (0, "")  # the last second formatted, one tuple: thre
 
 
 def _now() -> str:
-    """The event's timestamp: UTC, to the microsecond (``datetime.isoformat``'s format). The
-    date and time of day are formatted once a second, each event adds its microseconds."""
+    """UTC to the microsecond, as ``datetime.isoformat``; the second formatted once a second."""
     global _SECOND
     ns = time.time_ns()
     second, micro = ns // 1_000_000_000, ns // 1000 % 1_000_000
@@ -235,12 +208,10 @@ def _strict_from_env() -> bool:
 class Tracer:
     """Emits the events of one run. Every value passes the sanitiser and the redactor.
 
-    Each event's field names are checked against its kind's declared payload (``FIELDS``, one
-    set comparison). A lax tracer keeps an undeclared field (sanitised; a reserved name such as
-    ``run_id`` is renamed ``payload_run_id``, never overwriting the event's own) and lists it in
-    ``problems``; a strict one (``strict=True``, or ``TETHER_TRACE_STRICT=1`` in the
-    environment, as the test suite sets) raises ``TraceSchemaError`` and also checks required
-    fields and types (``check_payload``).
+    Field names are checked against the kind's declared payload. A lax tracer keeps an
+    undeclared field (a reserved name such as ``run_id`` becomes ``payload_run_id``) and lists it
+    in ``problems``; a strict one (``strict=True`` or ``TETHER_TRACE_STRICT=1``) raises
+    ``TraceSchemaError`` and also checks required fields and types.
     """
 
     def __init__(
@@ -251,14 +222,12 @@ class Tracer:
         redactor: Redactor | None = None,
         clock: Callable[[], str] = _now,
         strict: bool | None = None,
-        durable: Iterable[EventKind] = DURABLE_KINDS,
     ) -> None:
         self.run_id = run_id
         self.sinks = sinks
         self.redactor = redactor or Redactor()
         self.events: list[TraceEvent] = []
         self.strict = _strict_from_env() if strict is None else strict
-        self.durable = frozenset(durable) | WAIT_KINDS
         self.problems: list[str] = []
         self._clock = clock
 
@@ -269,7 +238,6 @@ class Tracer:
         if not declared.issuperset(data):
             data = self._undeclared(kind, data, declared)
         if "arguments" in data and self.redactor.declared(data.get("tool")):
-            # A tool's declared secret arguments become known secrets before anything is written.
             self.redactor.learn(data["tool"], data["arguments"])
         clean = self._clean(data)
         if self.strict:
@@ -278,7 +246,7 @@ class Tracer:
         self.events.append(event)
         for sink in self.sinks:
             sink.write(event)
-        if kind in self.durable:
+        if kind in _FLUSH_AFTER:
             self.flush()
         return event
 
@@ -290,9 +258,7 @@ class Tracer:
                 flush()
 
     def _clean(self, data: dict[str, Any]) -> dict[str, Any]:
-        # One pass over the top-level fields, inlining the common cases: numbers need nothing,
-        # a printable string without a backslash needs nothing but redaction, and field names
-        # are declared identifiers (or already sanitised by _undeclared).
+        # The common cases inline: numbers need nothing, a printable string only redaction.
         redactor = self.redactor
         redact = redactor.text if redactor.has_secrets() else None
         out: dict[str, Any] = {}
@@ -331,8 +297,7 @@ class Tracer:
 
 
 def read_trace(path: Path) -> list[dict[str, Any]]:
-    """Load a JSONL trace file. Raises ``ValueError`` naming the file and the line that is not
-    an event (a JSON object): a file that is not a trace, or one cut mid-line."""
+    """Load a JSONL trace file. Raises ``ValueError`` naming a line that is not a JSON object."""
     events: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
