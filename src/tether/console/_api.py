@@ -23,10 +23,9 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
-from tether.console._approvals import Denied, Hidden
 from tether.console._runs import run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Principal
+from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import Gate
 from tether.errors import ApprovalError, TetherError
 
@@ -100,12 +99,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
         except Denied as err:
             return _error(403, err.reason, str(err))
         except ApprovalError as err:
-            status = (
-                400
-                if err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
-                else 409
-            )
-            return _error(status, err.reason, str(err))
+            bad = err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
+            return _error(400 if bad else 409, err.reason, str(err))
         except TetherError as err:
             return _error(400, type(err).__name__, str(err))
 
@@ -204,17 +199,9 @@ async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, bo
 
 
 async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    run_id = request.path_params["run_id"]
-    run = sources.traces.get(run_id) if sources.traces else None
-    if run is None or not p.sees(run.tenant):
-        raise Hidden("run")
-    assert sources.traces is not None
-    events = sources.traces.events(run_id)
-    return {
-        **run.to_json(),
-        "totals": run_totals(events),
-        "timeline": [i.to_json() for i in timeline(events)],
-    }
+    run, events = sources.run(p, request.path_params["run_id"])
+    items = [i.to_json() for i in timeline(events)]
+    return {**run.to_json(), "totals": run_totals(events), "timeline": items}
 
 
 async def _resume(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

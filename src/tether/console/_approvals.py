@@ -15,7 +15,7 @@ from typing import Any
 
 from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
+from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
@@ -38,17 +38,6 @@ _TARGET_WORDS = frozenset(
 _WORDS = re.compile(r"[a-z]+|[0-9]+")
 
 
-class Hidden(ApprovalError):
-    """Not visible to this principal: answered exactly like an unknown id."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__("not_found", f"no {what} here")
-
-
-class Denied(ApprovalError):
-    """Visible, but the principal's role for that tenant does not allow the action."""
-
-
 async def queue(
     sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
 ) -> list[dict[str, Any]]:
@@ -61,8 +50,7 @@ async def queue(
     for p in await sources.approvals.store.list_proposals(status=wanted):
         if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
             continue
-        # Where the arguments came from is traced from the run's checkpoint when the policy did not
-        # record it: for the first rows only, so a long queue stays quick.
+        # Provenance the policy did not record is traced from the checkpoint: first rows only.
         state = await _state(sources, p) if len(rows) < QUEUE_TRACED else None
         facts = await _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
@@ -181,10 +169,7 @@ class _Facts:
     def flags(self) -> list[dict[str, str]]:
         """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
         hidden characters, a declared secret, a row that no longer matches its hash."""
-        flags: list[dict[str, str]] = []
-        if not self.intact:
-            flags.append({"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"})
-        untrusted, composed = set(), set()
+        untrusted, composed, looks, hidden = set(), set(), [], []
         for arg, items in self.provenance.items():
             for item in items:
                 origins = [str(o) for o in item.get("origins") or []]
@@ -192,15 +177,6 @@ class _Facts:
                     composed.add(str(arg))
                 if any("untrusted" in o for o in origins):
                     untrusted.add(str(arg))
-        if untrusted:
-            flags.append(
-                {"kind": "untrusted", "text": "from untrusted content: " + ", ".join(sorted(untrusted))}
-            )
-        if composed:
-            flags.append(
-                {"kind": "composed", "text": "composed by the model: " + ", ".join(sorted(composed))}
-            )
-        looks, hidden = [], []
         for name, value in self.arguments.items():
             if hidden_chars(name):  # a key the reviewer reads as another one
                 hidden.append(name)
@@ -217,14 +193,17 @@ class _Facts:
         for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
             if not name.isascii():
                 looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
-        if looks:
-            flags.append({"kind": "lookalike", "text": "look-alike name: " + "; ".join(dict.fromkeys(looks))})
-        if hidden:
-            flags.append(
-                {"kind": "hidden", "text": "hidden characters in: " + ", ".join(dict.fromkeys(hidden))}
-            )
-        if self.masked:
-            flags.append({"kind": "secret", "text": "secret (not shown): " + ", ".join(sorted(self.masked))})
+        flags = [{"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"}]
+        flags = flags if not self.intact else []
+        for kind, text, names in (
+            ("untrusted", "from untrusted content: ", ", ".join(sorted(untrusted))),
+            ("composed", "composed by the model: ", ", ".join(sorted(composed))),
+            ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),
+            ("hidden", "hidden characters in: ", ", ".join(dict.fromkeys(hidden))),
+            ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
+        ):
+            if names:
+                flags.append({"kind": kind, "text": text + names})
         return flags
 
 
@@ -261,9 +240,7 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     history = await store.events(p.id)
     state = await _state(sources, p)
     facts = await _Facts.of(sources, p, state)
-    policy = facts.policy
-    provenance, provenance_source = facts.provenance, facts.provenance_source
-    rule = _rule(policy, p)
+    arguments = facts.arguments
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
         _traced_calls(sources, p, turn["calls"])
@@ -280,12 +257,12 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         "proposed_by": p.proposed_by,
         "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
         "decision_reason": p.decision_reason,
-        "arguments": [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()],
+        "arguments": [_argument(facts, k, v, facts.provenance.get(k, [])) for k, v in arguments.items()],
         "masked_arguments": sorted(facts.masked),
         # Names in the text around the call (the objective, the model's turn) get the same check.
         "other_names": names_in(objective or "", (turn or {}).get("text", "")),
-        "provenance_source": provenance_source,
-        "rule": rule,
+        "provenance_source": facts.provenance_source,
+        "rule": _rule(facts.policy, p),
         "objective": objective,
         "turn": turn,
         "history": [
@@ -300,9 +277,9 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         "can_decide": principal.may(p.tenant, "reviewer"),
         "resumable": await _resumable(sources, p),
     }
-    arguments = view.pop("arguments")  # already redacted, each with its own care
+    shown = view.pop("arguments")  # already redacted, each with its own care
     out: dict[str, Any] = redact_value(view, facts.redactor)
-    out["arguments"] = arguments
+    out["arguments"] = shown
     return out
 
 
@@ -372,13 +349,7 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
             "the run needs a person's approval before it runs."
         )
     elif problems:
-        words = (
-            "The "
-            + name
-            + " rule asks a person to look: "
-            + "; ".join(_problem_words(x) for x in problems)
-            + "."
-        )
+        words = f"The {name} rule asks a person to look: {'; '.join(_problem_words(x) for x in problems)}."
     else:
         words = f"The {name} rule asks a person to approve this call ({reason.replace('_', ' ')})."
     return {
@@ -400,26 +371,19 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     for index, message in enumerate(state.trajectory):
         if isinstance(message, AssistantMessage) and any(c.id == call_id for c in message.tool_calls):
             seen = {m.tool_call_id for m in state.trajectory[:index] if hasattr(m, "tool_call_id")}
+            # One per call, its latest: a call that paused for a question is observed again once
+            # answered, and the model read the answer, not the pause.
+            latest = {o.call_id: o for o in state.observations if o.call_id in seen}
             return {
                 "text": message.content or "",
                 "calls": [
                     {"id": c.id, "name": c.name, "arguments": c.arguments, "this": c.id == call_id}
                     for c in message.tool_calls
                 ],
-                # One per call, its latest: a call that paused for a question is observed again
-                # once answered, and the model read the answer, not the pause.
-                "observations_before": list(
-                    {
-                        o.call_id: {
-                            "tool": o.tool,
-                            "source": o.source,
-                            "trust": o.trust,
-                            "call_id": o.call_id,
-                        }
-                        for o in state.observations
-                        if o.call_id in seen
-                    }.values()
-                ),
+                "observations_before": [
+                    {"tool": o.tool, "source": o.source, "trust": o.trust, "call_id": o.call_id}
+                    for o in latest.values()
+                ],
                 "position": sum(isinstance(m, AssistantMessage) for m in state.trajectory[: index + 1]),
             }
     return None
@@ -523,28 +487,16 @@ async def review_proposal(
         reason = reason.strip()
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
-        reviewer = principal.reviewer()
-        if action == "approve":
-            done = await sources.approvals.approve(reviewer, p.id, reason=reason)
-        elif action == "deny":
-            done = await sources.approvals.deny(reviewer, p.id, reason=reason)
-        else:
-            done = await sources.approvals.invalidate(reviewer, p.id, reason=reason or "invalidated")
+        given = reason or ("invalidated" if action == "invalidate" else "")
+        done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given)
     except ApprovalError as err:
-        sources.users.audit(
-            actor, action, tenant=tenant, target=proposal_id, content_hash=seen_hash,
-            outcome=f"refused:{err.reason}", detail=str(err),
-        )  # fmt: skip
+        sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
         raise
     sources.users.audit(
         actor, action, tenant=done.tenant, target=done.id, content_hash=done.content_hash,
         outcome=str(done.status), detail=reason,
     )  # fmt: skip
+    decided_at = done.decided_at.isoformat(timespec="seconds") if done.decided_at else None
     return ReviewedProposal(
-        done.id,
-        str(done.status),
-        done.decided_by,
-        done.decided_at.isoformat(timespec="seconds") if done.decided_at else None,
-        done.content_hash,
-        done.run_id,
+        done.id, str(done.status), done.decided_by, decided_at, done.content_hash, done.run_id
     )

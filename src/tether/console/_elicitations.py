@@ -16,11 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether.console._approvals import Denied, Hidden
 from tether.console._render import names_in
 from tether.console._runs import RunFilter
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
+from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name
 from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
@@ -59,6 +58,10 @@ class FormField:
         return str(self.default)
 
 
+def _titled(choices: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(o["const"], str(o.get("title") or o["const"])) for o in choices]
+
+
 def form_fields(schema: dict[str, Any]) -> list[FormField]:
     """The form of a validated flat schema. Raises ``ApprovalError`` if the schema is not flat."""
     problem = check_schema(schema)
@@ -70,48 +73,27 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
         kind = prop["type"]
         attrs: dict[str, Any] = {}
         options: list[tuple[str, str]] = []
-        if kind == "string":
-            if "enum" in prop:
-                names = prop.get("enumNames") or prop["enum"]
-                options = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)]
-                input_type = "select"
-            elif "oneOf" in prop:
-                options = [(o["const"], str(o.get("title") or o["const"])) for o in prop["oneOf"]]
-                input_type = "select"
-            else:
-                input_type = _INPUT_TYPE.get(prop.get("format", ""), "text")
-                if "minLength" in prop:
-                    attrs["minlength"] = prop["minLength"]
-                if "maxLength" in prop:
-                    attrs["maxlength"] = prop["maxLength"]
+        input_type = {"number": "number", "integer": "number", "array": "multiselect"}.get(kind, "boolean")
+        if kind == "string" and "enum" in prop:
+            names = prop.get("enumNames") or prop["enum"]
+            options, input_type = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)], "select"
+        elif kind == "string" and "oneOf" in prop:
+            options, input_type = _titled(prop["oneOf"]), "select"
+        elif kind == "string":
+            input_type = _INPUT_TYPE.get(prop.get("format", ""), "text")
+            attrs = {k.lower(): prop[k] for k in ("minLength", "maxLength") if k in prop}
         elif kind in ("number", "integer"):
-            input_type = "number"
-            attrs["step"] = "1" if kind == "integer" else "any"
-            for key in ("minimum", "maximum"):
-                if key in prop:
-                    attrs[key[:3]] = prop[key]
+            attrs = {"step": "1" if kind == "integer" else "any"}
+            attrs.update({k[:3]: prop[k] for k in ("minimum", "maximum") if k in prop})
         elif kind == "array":  # a multi-select: choices in items.enum or items.anyOf
             items = prop["items"]
-            if "enum" in items:
-                options = [(str(v), str(v)) for v in items["enum"]]
-            else:
-                options = [(o["const"], str(o.get("title") or o["const"])) for o in items["anyOf"]]
-            input_type = "multiselect"
-        else:
-            input_type = "boolean"
+            choices = [{"const": str(v)} for v in items["enum"]] if "enum" in items else items["anyOf"]
+            options = _titled(choices)
+        label, description = str(prop.get("title") or name), str(prop.get("description") or "")
         out.append(
-            FormField(
-                name=str(name),
-                kind=kind,
-                label=str(prop.get("title") or name),
-                description=str(prop.get("description") or ""),
-                required=name in required,
-                input_type=input_type,
-                options=options,
-                attrs=attrs,
-                default=prop.get("default"),
-            )
-        )
+            FormField(str(name), kind, label, description, name in required, input_type, options, attrs,
+                      prop.get("default"))
+        )  # fmt: skip
     return out
 
 
@@ -176,13 +158,7 @@ async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
 async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> frozenset[str]:
     """The arguments the paused tool declares secret, read from its pinned definition (the
     input schema the server listed: ``writeOnly`` / ``format: password``)."""
-    if sources.open_pins is None:
-        return frozenset()
-    store = sources.open_pins()
-    try:
-        pins = await store.pins(server)
-    finally:
-        store.close()
+    pins = await sources.pins(server)
     pin = pins.get(tool) or next((p for name, p in pins.items() if offered_name(server, name) == tool), None)
     schema = pin.definition.get("inputSchema") if pin is not None else None
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
@@ -275,10 +251,7 @@ async def answer(
         finally:
             store.close()
     except ApprovalError as err:
-        sources.users.audit(
-            actor, f"elicitation_{action}", tenant=tenant, target=pause_id,
-            outcome=f"refused:{err.reason}", detail=str(err)[:500],
-        )  # fmt: skip
+        sources.users.refused(actor, f"elicitation_{action}", err, tenant=tenant, target=pause_id)
         raise
     fields = sorted(content or {})
     sources.users.audit(
@@ -321,18 +294,11 @@ def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 
     for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
         for e in sources.traces.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
-                out.append(
-                    {
-                        "run_id": run.run_id,
-                        "tenant": run.tenant,
-                        "ts": e.get("ts", ""),
-                        "server": e.get("server", ""),
-                        "tool": e.get("tool"),
-                        "outcome": e.get("outcome", ""),
-                        "reason": e.get("reason", ""),
-                        "domain": domain_view(str(e["url"])),
-                    }
-                )
+                out.append({
+                    "run_id": run.run_id, "tenant": run.tenant, "ts": e.get("ts", ""),
+                    "server": e.get("server", ""), "tool": e.get("tool"), "outcome": e.get("outcome", ""),
+                    "reason": e.get("reason", ""), "domain": domain_view(str(e["url"])),
+                })  # fmt: skip
         if len(out) >= limit:
             break
     return out[:limit]

@@ -21,11 +21,10 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
-from tether.console._approvals import Denied, Hidden
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Principal
+from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import form_value
 from tether.errors import ApprovalError, TetherError
 
@@ -291,13 +290,9 @@ class _Pages:
         form = await request.form()
         pid = request.path_params["pid"]
         done = await approvals_view.review_proposal(
-            self.sources,
-            me,
-            pid,
-            request.path_params["action"],
-            reason=form_value(form, "reason", 2000),
+            self.sources, me, pid, request.path_params["action"], reason=form_value(form, "reason", 2000),
             content_hash=form_value(form, "content_hash", 100) or None,
-        )
+        )  # fmt: skip
         return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
 
     # -- Servers' questions waiting for a person, and the answers ----------------------------------
@@ -340,13 +335,9 @@ class _Pages:
         name = request.path_params["name"]
         tools = {str(v) for v in form.getlist("tool") if isinstance(v, str)}
         flagged = {str(v) for v in form.getlist("accept_flagged") if isinstance(v, str)}
+        digest = form_value(form, "digest", 100)
         result = await servers_view.pin(
-            self.sources,
-            me,
-            name,
-            digest=form_value(form, "digest", 100),
-            tools=tools,
-            accept_flagged=flagged,
+            self.sources, me, name, digest=digest, tools=tools, accept_flagged=flagged
         )
         return self.render(request, "pinned.html", me, result=result)
 
@@ -364,17 +355,9 @@ class _Pages:
             agents=sorted({r.agent for r in visible if r.agent}),
         )  # fmt: skip
 
-    def _run(self, me: Principal, run_id: str) -> Any:
-        run = self.sources.traces.get(run_id) if self.sources.traces else None
-        if run is None or not me.sees(run.tenant):
-            raise Hidden("run")
-        return run
-
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary = self._run(me, run_id)
-        assert self.sources.traces is not None
-        events = self.sources.traces.events(run_id)
+        summary, events = self.sources.run(me, run_id)
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from tether.console._runs import RunIndex, StoredTraceIndex, TraceIndex
-from tether.console._users import UserStore
+from tether.console._runs import RunIndex, RunSummary, StoredTraceIndex, TraceIndex
+from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
 
@@ -50,6 +50,24 @@ class ConsoleSources:
     open_pins: Callable[[], PinStore] | None = None
     resume: Resumer | None = None
     on_close: Callable[[], None] | None = None  # closes what the sources opened (a deployment's stores)
+
+    def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, list[dict[str, Any]]]:
+        """A run ``principal`` may see, and its events. Raises ``Hidden`` (unknown, another tenant's)."""
+        run = self.traces.get(run_id) if self.traces is not None else None
+        if run is None or not principal.sees(run.tenant):
+            raise Hidden("run")
+        assert self.traces is not None
+        return run, self.traces.events(run_id)
+
+    async def pins(self, server: str) -> dict[str, Any]:
+        """The pins of ``server`` (none without a pin store)."""
+        if self.open_pins is None:
+            return {}
+        store = self.open_pins()
+        try:
+            return await store.pins(server)
+        finally:
+            store.close()
 
     def close(self) -> None:
         self.users.close()

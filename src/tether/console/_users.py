@@ -30,21 +30,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.errors import TetherError
+from tether.errors import ApprovalError, TetherError
 from tether.policy._approvals import Reviewer
 from tether.sql._database import Database
 
 __all__ = [
-    "ALL_TENANTS",
-    "ROLES",
-    "AuditEntry",
-    "AuthError",
-    "Principal",
-    "TokenInfo",
-    "UserStore",
-    "hash_secret",
-    "verify_secret",
-]
+    "ALL_TENANTS", "ROLES", "AuditEntry", "AuthError", "Denied", "Hidden", "Principal", "TokenInfo",
+    "UserStore", "hash_secret", "verify_secret",
+]  # fmt: skip
 
 ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
@@ -69,6 +62,17 @@ class AuthError(TetherError):
         self.reason = reason
 
 
+class Hidden(ApprovalError):
+    """Not visible to this principal: answered exactly like an unknown id."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("not_found", f"no {what} here")
+
+
+class Denied(ApprovalError):
+    """Visible, but the principal's role for that tenant does not allow the action."""
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
@@ -77,12 +81,14 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _scrypt(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(secret.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=32, maxmem=2**26)
+
+
 def hash_secret(secret: str, *, n: int = _SCRYPT_N) -> str:
     """``scrypt$N$r$p$salt$hash`` of a password or token (``n``: the CPU/memory cost, a power of 2)."""
     salt = secrets.token_bytes(16)
-    dk = hashlib.scrypt(
-        secret.encode("utf-8"), salt=salt, n=n, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32, maxmem=2**26
-    )
+    dk = _scrypt(secret, salt, n, _SCRYPT_R, _SCRYPT_P)
     return f"scrypt${n}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
 
 
@@ -91,9 +97,7 @@ def verify_secret(secret: str, stored: str) -> bool:
         scheme, n, r, p, salt, expected = stored.split("$")
         if scheme != "scrypt":
             return False
-        dk = hashlib.scrypt(
-            secret.encode("utf-8"), salt=_unb64(salt), n=int(n), r=int(r), p=int(p), dklen=32, maxmem=2**26
-        )
+        dk = _scrypt(secret, _unb64(salt), int(n), int(r), int(p))
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(dk, _unb64(expected))
@@ -166,10 +170,9 @@ class Principal:
 
     def reviewer(self) -> Reviewer:
         """The host-side authority the approval desk checks again for every decision."""
-        tenants = self.tenants("reviewer")
-        return (
-            Reviewer.for_all_tenants(self.name) if tenants is None else Reviewer(self.name, tenants=tenants)
-        )
+        if (tenants := self.tenants("reviewer")) is None:
+            return Reviewer.for_all_tenants(self.name)
+        return Reviewer(self.name, tenants=tenants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +236,11 @@ class UserStore:
         with self._tx(write=False) as conn:
             return list(conn.execute(sql, params))
 
+    def _write(self, sql: str, params: tuple[Any, ...]) -> bool:
+        """One statement in its own transaction; whether it changed a row."""
+        with self._tx() as conn:
+            return bool(conn.execute(sql, params).rowcount)
+
     # -- people and grants -------------------------------------------------------------------
 
     def add_user(self, name: str, password: str) -> None:
@@ -245,14 +253,8 @@ class UserStore:
             conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
 
     def set_password(self, name: str, password: str) -> None:
-        hashed = self._new_password(password)
-        with self._tx() as conn:
-            if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
-                raise AuthError("unknown_user", f"no user {name}")
-            conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
-            # A new password means the old one may be known: its API tokens end with its sessions.
-            conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
-        self._token_cache.clear()
+        """A new password means the old one may be known: the sessions and API tokens end too."""
+        self._update_user(name, "password_hash", self._new_password(password), end_access=True)
 
     def _new_password(self, password: str) -> str:
         """The hash to store for a chosen password. Raises ``AuthError("weak_password")``."""
@@ -263,11 +265,13 @@ class UserStore:
     def set_disabled(self, name: str, disabled: bool) -> None:
         """Disable a person (every session ends, every token is refused, sign-in fails) or enable
         them again (their tokens stay revoked). Raises ``AuthError("unknown_user")``."""
+        self._update_user(name, "disabled", int(disabled), end_access=disabled)
+
+    def _update_user(self, name: str, column: str, value: Any, *, end_access: bool) -> None:
         with self._tx() as conn:
-            done = conn.execute("UPDATE users SET disabled = ? WHERE name = ?", (int(disabled), name))
-            if not done.rowcount:
+            if not conn.execute(f"UPDATE users SET {column} = ? WHERE name = ?", (value, name)).rowcount:
                 raise AuthError("unknown_user", f"no user {name}")
-            if disabled:
+            if end_access:
                 conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
                 conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
         self._token_cache.clear()
@@ -286,10 +290,7 @@ class UserStore:
             )
 
     def revoke_grant(self, name: str, tenant: str) -> bool:
-        with self._tx() as conn:
-            return bool(
-                conn.execute("DELETE FROM grants WHERE user = ? AND tenant = ?", (name, tenant)).rowcount
-            )
+        return self._write("DELETE FROM grants WHERE user = ? AND tenant = ?", (name, tenant))
 
     def grants(self, name: str) -> dict[str, str]:
         return dict(self._read("SELECT tenant, role FROM grants WHERE user = ?", (name,)))
@@ -322,11 +323,10 @@ class UserStore:
         secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         now = _now()
         expires = _ts(now + timedelta(days=days)) if days else None
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
-                (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
-            )
+        self._write(
+            "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
+            (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
+        )
         return secret, TokenInfo(token_id, name, label[:200], _ts(now), expires, False)
 
     def tokens(self, name: str | None = None) -> list[TokenInfo]:
@@ -337,8 +337,7 @@ class UserStore:
         return [TokenInfo(i, u, la, c, e, bool(r)) for i, u, la, c, e, r in rows]
 
     def revoke_token(self, token_id: str) -> bool:
-        with self._tx() as conn:
-            done = bool(conn.execute("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,)).rowcount)
+        done = self._write("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,))
         self._token_cache.clear()
         return done
 
@@ -406,8 +405,7 @@ class UserStore:
         return Principal(user, self.grants(user), via="session", csrf=csrf, session=_digest(raw))
 
     def end_session(self, session_digest: str) -> None:
-        with self._tx() as conn:
-            conn.execute("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
+        self._write("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
 
     # -- audit ------------------------------------------------------------------------------
 
@@ -433,13 +431,17 @@ class UserStore:
             if note is None:
                 return
             detail = f"{note}; {detail}" if note and detail else note or detail
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
-                 outcome, detail[:2000], where[:200]),
-            )  # fmt: skip
+        self._write(
+            "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
+             outcome, detail[:2000], where[:200]),
+        )  # fmt: skip
+
+    def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
+        """Audit an action refused by ``err``: its reason (else its type) and its message."""
+        reason = getattr(err, "reason", "") or type(err).__name__
+        self.audit(actor, action, outcome=f"refused:{reason}", detail=str(err)[:500], **fields)
 
     def _refusal_note(self, actor: str, outcome: str) -> str | None:
         """What to add to a refusal's entry ("" for the first few of a minute), or ``None`` when
