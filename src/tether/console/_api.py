@@ -1,9 +1,7 @@
-"""The JSON API behind the pages: the same view modules, the same rules.
-
-Authenticate with ``Authorization: Bearer <token>`` (``tether users token NAME``), or with the
-session cookie plus the ``X-CSRF-Token`` header for state changes. Errors are
-``{"error": reason, "message": text}`` with 401 (no or bad credentials), 403 (role, CSRF),
-404 (unknown or another tenant's), 409 (conflict: already decided, content changed), 400.
+"""The JSON API behind the pages: the same view modules, the same rules. Authenticate with
+``Authorization: Bearer <token>``, or the session cookie plus ``X-CSRF-Token`` for state changes.
+Errors are ``{"error": reason, "message": text}``: 401, 403 (role, CSRF), 404 (unknown or another
+tenant's), 409 (already decided, content changed), 400.
 """
 
 from __future__ import annotations
@@ -35,9 +33,7 @@ Handler = Callable[[ConsoleSources, Request, Principal, dict[str, Any]], Awaitab
 
 
 class _Json(JSONResponse):
-    """JSON with every character outside ASCII written as an escape: the same data once parsed,
-    but read raw (a browser showing the API's answer) no hidden or look-alike character is
-    invisible."""
+    """JSON with every non-ASCII character escaped: read raw, no hidden character is invisible."""
 
     def render(self, content: Any) -> bytes:
         try:
@@ -48,8 +44,7 @@ class _Json(JSONResponse):
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with each NaN or infinite number as its name: an MCP server's progress
-    notification may carry ``NaN`` (its SDK parses it), and the run's trace keeps it."""
+    """``value`` with each NaN or infinity as its name (a trace may keep a server's ``NaN``)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):

@@ -1,9 +1,6 @@
-"""The approval queue: what a reviewer sees about a proposal, and the decisions they take.
-
-A reviewer sees exactly what would run (the stored arguments, verbatim, with the content hash),
-where each argument came from, the rule that asked for approval, the run's objective and the
-turn that proposed the call. Decisions go through ``Approvals`` (which checks the reviewer's
-tenant again and moves the proposal atomically) and are audited with the content hash.
+"""The approval queue: exactly what would run (the stored arguments and their content hash),
+where each argument came from, the rule that asked, the run's objective and proposing turn; and
+the decisions, through ``Approvals`` (which checks the reviewer's tenant again), audited.
 """
 
 from __future__ import annotations
@@ -13,10 +10,10 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
+from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
-from tether.core._confusables import check_name, skeleton
+from tether.core._confusables import check_name, find_names, skeleton
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.runs._checkpoint import checkpoint_tenant
@@ -41,8 +38,7 @@ _WORDS = re.compile(r"[a-z]+|[0-9]+")
 async def queue(
     sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
 ) -> list[dict[str, Any]]:
-    """Proposals the principal may see, newest first, each with what a reviewer triages on:
-    the key targets of the call and its risk flags."""
+    """Proposals the principal may see, newest first, with their key targets and risk flags."""
     if sources.approvals is None:
         return []
     wanted = None if status == "all" else ProposalStatus(status)
@@ -183,7 +179,7 @@ class _Facts:
             if name in self.masked:
                 continue
             for text in _strings(value):
-                for found in shown_names(text, limit=10):
+                for found in find_names(text, limit=10):
                     check = check_name(found)
                     if check.suspicious:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
@@ -231,9 +227,8 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
 
 
 async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
-    """Everything the reviewer sees about one proposal. Raises ``Hidden`` for another tenant's.
-    Arguments the tool declares secret are never shown: not in the table, not in the turn, the
-    history or the provenance (every piece of their values is redacted)."""
+    """Everything the reviewer sees about one proposal (``Hidden`` for another tenant's); the
+    values of declared secrets are redacted everywhere on it."""
     p = await _visible(sources, principal, proposal_id)
     assert sources.approvals is not None
     store = sources.approvals.store
@@ -293,8 +288,7 @@ async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
 
 
 async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
-    """The state of the run that proposed ``p``, if that run is of the proposal's tenant: a
-    proposal naming another tenant's run never shows that run's objective, turns or sources."""
+    """The state of the run that proposed ``p``, only if that run is of the proposal's tenant."""
     if not p.run_id or sources.approvals is None:
         return None
     cp = await sources.approvals.store.load_checkpoint(p.run_id)
@@ -390,9 +384,8 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
 
 
 def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
-    """The arguments of the other calls in the proposing turn as the run's trace recorded them:
-    redacted when they were written, by every tool's declared secrets, which the console does
-    not know. A call of another tool that the trace does not show is not shown either."""
+    """The other calls' arguments as the run's trace recorded them (redacted by every tool's
+    declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
     if sources.traces is not None and p.run_id:
         for e in sources.traces.events(p.run_id):
@@ -456,18 +449,11 @@ class ReviewedProposal:
 
 
 async def review_proposal(
-    sources: ConsoleSources,
-    principal: Principal,
-    proposal_id: str,
-    action: str,
-    *,
-    reason: str,
+    sources: ConsoleSources, principal: Principal, proposal_id: str, action: str, *, reason: str,
     content_hash: str | None,
-) -> ReviewedProposal:
-    """Approve, deny or invalidate one proposal, audited either way.
-
-    Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
-    ``ApprovalError`` (``content_changed``, ``reason_required``, ``already_<status>`` …)."""
+) -> ReviewedProposal:  # fmt: skip
+    """Approve, deny or invalidate one proposal, audited either way. Raises ``Hidden``,
+    ``Denied``, ``ApprovalError`` (``content_changed``, ``reason_required`` …)."""
     actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:

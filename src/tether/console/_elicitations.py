@@ -1,10 +1,7 @@
 """Pending elicitations (X5): the question, attributed to the asking server, and a form built
-from its flat schema. Answers are converted without guessing and validated against the stored
-schema before anything is stored; an invalid answer changes nothing.
-
-URL-mode requests are never paused by the host (they need a person at the moment they are
-made); the console lists the ones the traces recorded, with the URL's host shown as given,
-as the ASCII (punycode) name that is actually registered, and decoded to Unicode.
+from its flat schema; an answer is converted without guessing and validated against the stored
+schema before anything is stored. URL-mode requests (never paused: the traces recorded them)
+are listed with the URL's host as given, as registered (punycode) and decoded.
 """
 
 from __future__ import annotations
@@ -100,11 +97,9 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
 def parse_form(
     schema: dict[str, Any], form: Mapping[str, str | list[str]]
 ) -> tuple[dict[str, Any], list[str]]:
-    """Typed content from form strings, and the problems (conversion, then schema validation).
-
-    An empty field is left out (the schema says whether it was required); a number is read only
-    if it is written as one; a boolean is ``true`` or ``false``; a multi-select is the list of
-    its chosen values (a field given more than once is one of those)."""
+    """Typed content from form strings, and the problems (conversion, then schema validation): an
+    empty field is left out, a number read only if written as one, a boolean is ``true`` or
+    ``false``, a multi-select the list of its chosen values."""
     content: dict[str, Any] = {}
     problems: list[str] = []
     for f in form_fields(schema):
@@ -156,8 +151,7 @@ async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
 
 
 async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> frozenset[str]:
-    """The arguments the paused tool declares secret, read from its pinned definition (the
-    input schema the server listed: ``writeOnly`` / ``format: password``)."""
+    """The arguments the paused tool declares secret in its pinned input schema."""
     pins = await sources.pins(server)
     pin = pins.get(tool) or next((p for name, p in pins.items() if offered_name(server, name) == tool), None)
     schema = pin.definition.get("inputSchema") if pin is not None else None
@@ -230,11 +224,7 @@ async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> d
 
 
 async def answer(
-    sources: ConsoleSources,
-    principal: Principal,
-    pause_id: str,
-    action: str,
-    content: dict[str, Any] | None,
+    sources: ConsoleSources, principal: Principal, pause_id: str, action: str, content: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
@@ -262,8 +252,8 @@ async def answer(
 
 
 def domain_view(url: str) -> dict[str, Any]:
-    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode), with the
-    look-alike check every name shown to a reviewer gets (``tether.core._confusables.check_name``)."""
+    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded, with its look-alike
+    check (``check_name``)."""
     url = url[:2048]  # a name's host comes first; a longer URL is not read further
     check = check_name(url)
     try:

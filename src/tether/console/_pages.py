@@ -1,16 +1,15 @@
-"""The console's HTML pages: server-rendered, plain forms, no scripts.
-
-Every handler resolves the principal first (no principal: the sign-in page), checks the role
-per tenant through the view modules, and every POST checks the CSRF token before anything else.
-Another tenant's record answers 404, exactly like an unknown id.
+"""The console's HTML pages: server-rendered, plain forms, no scripts. The principal is resolved
+first, a POST's CSRF token checked before anything else, roles checked per tenant by the view
+modules; another tenant's record answers 404, exactly like an unknown id.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -54,19 +53,14 @@ def local_path(value: str) -> str:
 
 
 class Throttle:
-    """Failed sign-ins, counted per (user name, client address), per client address and per
-    user name, within ``window_s``. Attempts are refused for the window after ``per_pair``
-    failures for one name from one address, ``per_client`` failures from one address whatever
-    the names (unknown names count the same), or ``per_name`` failures for one name from
-    anywhere. Someone guessing from elsewhere therefore never locks a person out at their own
-    address with a handful of failures; only a guessing campaign from many addresses reaches
-    the per-name limit."""
+    """Failed sign-ins within ``window_s``: refused after 5 failures for one name from one address,
+    20 from one address (any names), or 100 for one name from anywhere, so a handful of guesses
+    from elsewhere never locks a person out at their own address."""
 
-    def __init__(
-        self, per_pair: int = 5, per_client: int = 20, per_name: int = 100, window_s: float = 900.0
-    ) -> None:
-        self.limits = {"pair": per_pair, "client": per_client, "name": per_name}
-        self.window_s = window_s
+    limits: ClassVar = {"pair": 5, "client": 20, "name": 100}
+    window_s = 900.0
+
+    def __init__(self) -> None:
         self._failures: dict[tuple[str, str], list[float]] = {}
 
     def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
@@ -85,9 +79,8 @@ class Throttle:
         return any(len(self._recent(k)) >= self.limits[k[0]] for k in self._keys(name, client))
 
     def attempt(self, name: str, client: str) -> float | None:
-        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (so many
-        attempts sent at once cannot all pass the check before any has failed); ``None`` when
-        blocked. Check and count happen together, with no await between them."""
+        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (checked and
+        counted with no await between: attempts sent at once cannot all pass); ``None``: blocked."""
         if self.blocked(name, client):
             return None
         if len(self._failures) > 50_000:  # bounded memory: drop what has expired
@@ -99,9 +92,8 @@ class Throttle:
         return now
 
     def first_refusal(self, client: str) -> bool:
-        """Whether this refused attempt is the address's first within the window: only that one
-        is audited, so attempts sent on past the limit cannot grow the append-only audit log
-        without bound (nor push what matters off the audit page)."""
+        """Whether this refused attempt is the address's first within the window: only that one is
+        audited (attempts past the limit cannot flood the append-only audit log)."""
         key = ("refused", client)
         if self._recent(key):
             return False
@@ -117,8 +109,7 @@ class Throttle:
 
 
 def page_routes(console: Console) -> list[Route]:
-    """Every page, in one place: each but sign-in through ``_Pages.page`` (the principal first,
-    the CSRF token of a POST checked before anything else)."""
+    """Every page, in one place: each but sign-in through ``_Pages.page``."""
     ui = _Pages(console)
     return [
         Route("/login", ui.login, methods=["GET", "POST"]),
@@ -182,8 +173,8 @@ class _Pages:
         return self.render(request, "error.html", principal, status, title=title, message=message)
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """A page: the principal resolved first (none: the sign-in page), the CSRF token of a POST
-        checked before anything else, and tether's refusals shown as error pages."""
+        """A page: the principal first (none: sign in), a POST's CSRF token before anything else,
+        tether's refusals as error pages."""
         gate, problem = self.gate, self.problem
 
         @wraps(handler)
@@ -213,8 +204,7 @@ class _Pages:
         return endpoint
 
     def view(self, load: Viewer, param: str, template: str, as_name: str, **extra: Any) -> Handler:
-        """A page showing one record: ``load(sources, principal, id)`` (which hides another
-        tenant's record), rendered as ``as_name`` in ``template``."""
+        """A page showing the record ``load(sources, principal, id)`` as ``as_name``."""
 
         async def show(request: Request, me: Principal) -> Response:
             found = await load(self.sources, me, request.path_params[param])
@@ -255,7 +245,7 @@ class _Pages:
                     done = RedirectResponse(nxt, status_code=303)
                     self.gate.start_session(done, name)
                     return done
-        token = self.gate.new_login_token()
+        token = secrets.token_urlsafe(24)
         response = self.render(
             request, "login.html", None, status, error=error, next=nxt, csrf_login=token,
             no_users=not self.sources.users.has_users(),

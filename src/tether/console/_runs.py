@@ -1,9 +1,6 @@
-"""Runs from their traces: a filtered list, and one run as a timeline.
-
-Embedded, the trace folder is the source of truth (one ``<run_id>.jsonl`` per run,
-append-only); each file's summary is cached by size and modification time. A deployment's runs
-are read from its shared trace store (``StoredTraceIndex``). Values in a trace were sanitised and
-redacted when they were written.
+"""Runs from their traces (sanitised and redacted when written): a filtered list, and one run
+as a timeline. Embedded, one ``<run_id>.jsonl`` per run (summaries cached by size and mtime); a
+deployment's come from its shared trace store (``StoredTraceIndex``).
 """
 
 from __future__ import annotations
@@ -15,22 +12,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tether.trace._stats import trace_stats
 
 __all__ = [
-    "RunFilter",
-    "RunIndex",
-    "RunSummary",
-    "StoredTraceIndex",
-    "TimelineItem",
-    "TraceIndex",
-    "run_filter",
-    "run_totals",
-    "timeline",
-    "valid_run_id",
-]
+    "RunFilter", "RunIndex", "RunSummary", "StoredTraceIndex", "TimelineItem", "TraceIndex", "run_filter",
+    "run_totals", "timeline", "valid_run_id",
+]  # fmt: skip
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -111,23 +100,19 @@ def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
     empty: dict[str, Any] = {}
     return _summary(
         run_id,
-        start=next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
-        stop=next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
-        first_ts=str(events[0].get("ts", "")) if events else "",
-        events=len(events),
-        resumed=any(e.get("kind") == "run_resumed" for e in events),
+        {
+            "start": next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
+            "stop": next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
+            "first_ts": events[0].get("ts", "") if events else "",
+            "events": len(events),
+            "resumed": any(e.get("kind") == "run_resumed" for e in events),
+        },
     )
 
 
-def _summary(
-    run_id: str,
-    *,
-    start: Mapping[str, Any],
-    stop: Mapping[str, Any],
-    first_ts: str,
-    events: int,
-    resumed: bool,
-) -> RunSummary:
+def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
+    """A run's summary from its head (as a trace store's ``runs`` gives it)."""
+    start, stop = head.get("start") or {}, head.get("stop") or {}
     return RunSummary(
         run_id=run_id,
         tenant=start.get("tenant"),
@@ -135,29 +120,35 @@ def _summary(
         design=str(start.get("design") or ""),
         model=str(start.get("model") or ""),
         objective=str(start.get("objective") or ""),
-        started=first_ts,
+        started=str(head.get("first_ts") or ""),
         ended=str(stop.get("ts", "")),
         stop_reason=str(stop.get("reason") or ""),
         detail=str(stop.get("detail") or ""),
-        events=events,
-        resumed=resumed,
+        events=int(head.get("events") or 0),
+        resumed=bool(head.get("resumed")),
     )
 
 
-class RunIndex(Protocol):
+class RunIndex:
     """Where the console reads runs: a folder of JSONL traces (``TraceIndex``) or a deployment's
     shared trace store (``StoredTraceIndex``)."""
 
-    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]: ...
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        raise NotImplementedError
 
-    def get(self, run_id: str) -> RunSummary | None: ...
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
 
-    def events(self, run_id: str) -> list[dict[str, Any]]: ...
+    def get(self, run_id: str) -> RunSummary | None:
+        events = self.events(run_id)
+        return summarise(run_id, events) if events else None
 
-    def tenant_of(self, run_id: str) -> str | None: ...
+    def tenant_of(self, run_id: str) -> str | None:
+        run = self.get(run_id)
+        return run.tenant if run else None
 
 
-class TraceIndex:
+class TraceIndex(RunIndex):
     """The runs of one trace folder."""
 
     def __init__(self, directory: Path) -> None:
@@ -197,10 +188,6 @@ class TraceIndex:
         path = self.path(run_id)
         return _read(path) if path is not None else []
 
-    def tenant_of(self, run_id: str) -> str | None:
-        run = self.get(run_id)
-        return run.tenant if run else None
-
     def _summary(self, path: Path) -> RunSummary | None:
         run_id = path.stem
         if not valid_run_id(run_id) or not self._inside(path):
@@ -225,28 +212,20 @@ class TraceIndex:
 # -- one run as a timeline -------------------------------------------------------------------
 
 _CATEGORY = {
-    "run_started": "lifecycle",
-    "run_resumed": "lifecycle",
-    "run_paused": "pause",
-    "context_composed": "model",
-    "model_response": "model",
-    "model_error": "model",
-    "tool_proposed": "proposal",
-    "policy_allowed": "decision",
-    "policy_denied": "decision",
-    "tool_error": "decision",
-    "approval_requested": "approval",
-    "approval_granted": "approval",
-    "approval_denied": "approval",
-    "tool_observation": "observation",
-    "tool_crashed": "observation",
-    "effect_intent": "effect",
-    "effect_recorded": "effect",
-    "effect_replayed": "effect",
-    "effect_reconciled": "effect",
-    "effect_escalated": "effect",
-    "mcp_elicitation": "question",
-    "stop": "stop",
+    kind: category
+    for category, kinds in {
+        "lifecycle": "run_started run_resumed",
+        "pause": "run_paused",
+        "model": "context_composed model_response model_error",
+        "proposal": "tool_proposed",
+        "decision": "policy_allowed policy_denied tool_error",
+        "approval": "approval_requested approval_granted approval_denied",
+        "observation": "tool_observation tool_crashed",
+        "effect": "effect_intent effect_recorded effect_replayed effect_reconciled effect_escalated",
+        "question": "mcp_elicitation",
+        "stop": "stop",
+    }.items()
+    for kind in kinds.split()
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
 
@@ -349,24 +328,16 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
         kind = str(e.get("kind", ""))
         if kind == "model_response":
             turn += 1
-        facts = {k: v for k, v in e.items() if k not in _SKIP}
         rule = e.get("rule") if kind in ("policy_allowed", "policy_denied") else None
         proposal = e.get("proposal_id") if kind.startswith("approval_") else None
         trust = e.get("trust") if kind == "tool_observation" else None
         items.append(
             TimelineItem(
-                seq=int(e.get("seq") or 0),
-                ts=str(e.get("ts", "")),
-                kind=kind,
-                category=_category(kind, e),
-                title=_title(kind, e),
-                facts=facts,
-                rule=str(rule) if rule else None,
-                proposal=str(proposal) if proposal else None,
-                trust=str(trust) if trust else None,
-                turn=turn,
+                int(e.get("seq") or 0), str(e.get("ts", "")), kind, _category(kind, e), _title(kind, e),
+                {k: v for k, v in e.items() if k not in _SKIP}, str(rule) if rule else None,
+                str(proposal) if proposal else None, str(trust) if trust else None, turn,
             )
-        )
+        )  # fmt: skip
     return items
 
 
@@ -400,39 +371,27 @@ def parse_day(text: str) -> str:
     return text
 
 
-class StoredTraceIndex:
-    """The runs of a deployment, read from its shared trace store (``PgTraceIndex``: every
-    worker's events, readable from any machine), so the console lists and opens runs that ran
-    on other machines. ``scan``: how many of the most recent runs a list looks at."""
+class StoredTraceIndex(RunIndex):
+    """The runs of a deployment, from its shared trace store (every worker's, from any machine);
+    a list looks at the ``SCAN`` most recent runs."""
 
-    def __init__(self, store: Any, *, scan: int = 2000) -> None:
+    SCAN = 2000
+
+    def __init__(self, store: Any) -> None:
         self.store = store
-        self.scan = scan
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         out = []
-        for head in self.store.runs(self.scan):
+        for head in self.store.runs(self.SCAN):
             run_id = str(head["run_id"])
             if not valid_run_id(run_id):
                 continue
-            summary = _summary(
-                run_id, start=head.get("start") or {}, stop=head.get("stop") or {},
-                first_ts=str(head.get("first_ts") or ""), events=int(head.get("events") or 0),
-                resumed=bool(head.get("resumed")),
-            )  # fmt: skip
+            summary = _summary(run_id, head)
             if flt is None or flt.matches(summary):
                 out.append(summary)
         return out[:limit]
-
-    def get(self, run_id: str) -> RunSummary | None:
-        events = self.events(run_id)
-        return summarise(run_id, events) if events else None
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         if not valid_run_id(run_id):
             return []
         return [e for e in self.store.events(run_id) if isinstance(e, dict)]
-
-    def tenant_of(self, run_id: str) -> str | None:
-        run = self.get(run_id)
-        return run.tenant if run else None

@@ -1,8 +1,6 @@
-"""MCP servers (X2): what each configured server may do, its pins, a live review of its tools
-(full text, hidden characters flagged, a diff against the pinned definition) and pinning.
-
-The servers belong to the host configuration's tenant (``host.tenant``): its viewers see the
-list and the pins, its admins review (which launches or contacts the server) and pin.
+"""MCP servers (X2): what each may do, its pins, a live review of its tools (hidden characters
+flagged, a diff against the pin) and pinning. They belong to the config's ``host.tenant``: its
+viewers see them, its admins review (which starts or contacts the server) and pin.
 """
 
 from __future__ import annotations
@@ -89,8 +87,7 @@ def definition_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tup
 
 
 async def review(sources: ConsoleSources, principal: Principal, name: str) -> dict[str, Any]:
-    """Connect to the server and compare every tool with its pin. Raises ``Hidden``, ``Denied``,
-    ``TetherError`` (config, server unavailable)."""
+    """Connect to the server and compare every tool with its pin; audited."""
     from tether.mcp._approve import review_server
 
     tenant = _admin(sources, principal)
@@ -107,7 +104,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
     for tr in result.tools:
         c = tr.check
         pinned = pins.get(c.tool)
-        changed = pinned is not None and c.status == "changed"
+        diff = definition_diff(pinned.definition, c.definition) if pinned and c.status == "changed" else []
         text = json.dumps(c.definition, ensure_ascii=False)
         tools.append(
             {
@@ -115,7 +112,7 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
                 "hidden": hidden_chars(text),
                 "names": names_in(c.definition),
                 "flagged": tr.flagged,
-                "diff": definition_diff(pinned.definition, c.definition) if changed else [],
+                "diff": diff,
                 "pinned_by": pinned.approved_by if pinned else None,
             }
         )
@@ -126,16 +123,10 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
 
 
 async def pin(
-    sources: ConsoleSources,
-    principal: Principal,
-    name: str,
-    *,
-    digest: str,
-    tools: set[str],
+    sources: ConsoleSources, principal: Principal, name: str, *, digest: str, tools: set[str],
     accept_flagged: set[str],
-) -> dict[str, Any]:
-    """Pin exactly the reviewed listing (``digest``): nothing is pinned if the server now lists
-    anything else. Audited. Raises ``Hidden``, ``Denied``, ``ApprovalError``, ``TetherError``."""
+) -> dict[str, Any]:  # fmt: skip
+    """Pin exactly the reviewed listing (``digest``), else nothing; audited."""
     from tether.mcp._approve import approve_server
 
     tenant = _admin(sources, principal)

@@ -1,8 +1,7 @@
 """Console accounts in SQLite: people, per-tenant roles, API tokens, sessions and the audit log.
 
-Secrets never rest in plaintext: passwords and API tokens are stored as scrypt hashes (random
-salt, ``hmac.compare_digest``), session ids as SHA-256 digests (they are 256-bit random values,
-so a fast hash is enough). A role is granted per tenant; ``*`` grants it for every tenant.
+Passwords and API tokens are stored as scrypt hashes, session ids (256-bit random values) as
+SHA-256 digests. A role is granted per tenant; ``*`` grants it for every tenant.
 
     viewer   reads the tenant's queue, questions, runs and servers
     reviewer also decides proposals, answers questions, resumes runs
@@ -45,9 +44,8 @@ SESSION_TTL = timedelta(hours=12)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
-# Refusals of one kind (one outcome: ``refused:csrf``...) by one actor audited one by one within a
-# minute; past that, only the 16th, 32nd, 64th... (each entry naming its count), so a signed-in
-# client sending refused requests on and on adds a handful of entries a minute, not one each.
+# Refusals of one kind by one actor audited one by one within a minute; past that only the 16th,
+# 32nd, 64th... (naming the count): refused requests sent on and on add a handful of entries.
 REFUSALS_AUDITED = 10
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -105,8 +103,7 @@ def verify_secret(secret: str, stored: str) -> bool:
 
 @functools.cache
 def _dummy_hash(n: int) -> str:
-    """Verified against when the user does not exist, at the store's own cost ``n``,
-    so a wrong name costs the same as a wrong password (no timing tells which names exist)."""
+    """Verified against for an unknown user: a wrong name costs what a wrong password does."""
     return hash_secret(secrets.token_hex(16), n=n)
 
 
@@ -199,16 +196,13 @@ class AuditEntry:
     client: str = ""
 
 
-# The address of the request being served (set by the console's middleware for each request):
-# every audit entry written while serving it records it without each caller passing it on.
+# The address of the request being served (set by ``Guard``): every audit entry records it.
 CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
 
 
 class UserStore:
     """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``.
-
-    ``scrypt_n`` is the cost of new password and token hashes (each hash records its own, so
-    raising it later keeps old ones verifiable)."""
+    ``scrypt_n``: the cost of new hashes (each records its own, so old ones stay verifiable)."""
 
     def __init__(self, path: str | Path, *, scrypt_n: int = _SCRYPT_N) -> None:
         if scrypt_n < 2**10 or scrypt_n & (scrypt_n - 1):
@@ -263,8 +257,7 @@ class UserStore:
         return hash_secret(password, n=self.scrypt_n)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
-        """Disable a person (every session ends, every token is refused, sign-in fails) or enable
-        them again (their tokens stay revoked). Raises ``AuthError("unknown_user")``."""
+        """Disable a person (sessions end, tokens are revoked, sign-in fails), or enable them again."""
         self._update_user(name, "disabled", int(disabled), end_access=disabled)
 
     def _update_user(self, name: str, column: str, value: Any, *, end_access: bool) -> None:
@@ -410,17 +403,9 @@ class UserStore:
     # -- audit ------------------------------------------------------------------------------
 
     def audit(
-        self,
-        actor: str,
-        action: str,
-        *,
-        tenant: str = "",
-        target: str = "",
-        content_hash: str = "",
-        outcome: str = "ok",
-        detail: str = "",
-        client: str | None = None,
-    ) -> None:
+        self, actor: str, action: str, *, tenant: str = "", target: str = "", content_hash: str = "",
+        outcome: str = "ok", detail: str = "", client: str | None = None,
+    ) -> None:  # fmt: skip
         """Append an entry; ``client`` defaults to the address of the request being served. A
         refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
         a minute is counted, and audited only at each power of two (its entry says the count).
@@ -444,8 +429,7 @@ class UserStore:
         self.audit(actor, action, outcome=f"refused:{reason}", detail=str(err)[:500], **fields)
 
     def _refusal_note(self, actor: str, outcome: str) -> str | None:
-        """What to add to a refusal's entry ("" for the first few of a minute), or ``None`` when
-        it is only counted."""
+        """What to add to a refusal's entry ("" for the first few), or ``None``: only counted."""
         now = time.monotonic()
         with self._guess_lock:
             if len(self._refusals) > 10_000:  # bounded memory: drop the windows that have ended
@@ -462,8 +446,8 @@ class UserStore:
         return f"refused {count} times within a minute (entries past {REFUSALS_AUDITED}: each power of two)"
 
     def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
-        """The newest ``limit`` entries of ``tenants`` (``None``: every entry), chosen by the query:
-        entries of other tenants, however many, never push these out of the answer."""
+        """The newest ``limit`` entries of ``tenants`` (``None``: all), chosen by the query (other
+        tenants' entries never push these out)."""
         where = "" if tenants is None else f" WHERE tenant IN ({', '.join('?' * len(tenants))})"
         rows = self._read(
             "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail, client FROM audit"

@@ -40,7 +40,7 @@ def print_schema(args: argparse.Namespace) -> int:
 def check_file(args: argparse.Namespace) -> int:
     from tether.agents._build import local_tool_names
     from tether.agents._file import load_agent_file
-    from tether.clisupport.output import emit_json, fail
+    from tether.clisupport.output import fail, outcome
     from tether.errors import ConfigError
 
     try:
@@ -48,10 +48,7 @@ def check_file(args: argparse.Namespace) -> int:
         tools = local_tool_names(af)  # imported as a run would: a mistyped path fails here
     except ConfigError as err:
         return fail("tether agent check", err, as_json=args.json)
-    m = af.spec.model
-    models = [f"{b.provider}:{b.name}" for b in m.backends()]
-    if args.json:
-        emit_json({"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}, exit=0)
-    else:
-        print(f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}")
-    return 0
+    models = [f"{b.provider}:{b.name}" for b in af.spec.model.backends()]
+    text = f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}"
+    out = {"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}
+    return outcome(out, text, as_json=args.json)

@@ -50,8 +50,8 @@ def register(sub: Any) -> None:
 def _audit(
     who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
 ) -> None:
-    """A decision taken here goes into the console's audit log too, when there is one (the
-    console's user store at its default place), so one log shows every decision."""
+    """A decision taken here goes into the console's audit log too, when there is one (at its
+    default place), so one log shows every decision."""
     from tether.cli._commands.users import default_users_db
 
     path = default_users_db()
@@ -99,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _live_workers(stores: Stores) -> int | None:
-    """How many workers of the deployment beat lately (none where no worker ever started;
-    ``None`` on SQLite, whose deployments do not list their workers)."""
+    """How many workers of the deployment beat lately (``None`` on SQLite: not listed)."""
     from sqlalchemy.exc import ProgrammingError
 
     from tether.durable._versions import live_workers
@@ -114,8 +113,7 @@ def _live_workers(stores: Stores) -> int | None:
 
 
 def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, Stores | None] | int:
-    """The approvals over ``db`` (and the deployment's stores to close), or the exit code when
-    there is no store there."""
+    """The approvals over ``db`` (and the deployment's stores to close), or the exit code."""
     from tether.clisupport.output import fail
     from tether.policy import Approvals, SqliteApprovalStore
 
@@ -146,7 +144,7 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
 
 
 def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
-    from tether.clisupport.output import emit_json, table
+    from tether.clisupport.output import outcome, table
     from tether.policy import ProposalStatus
     from tether.sql._database import blocking
 
@@ -155,36 +153,20 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
         raise ValueError(f"--status {status_name!r}: one of {', '.join(known)}, all")
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
-        {
-            "id": p.id,
-            "status": str(p.status),
-            "tenant": p.tenant,
-            "tool": p.tool,
-            "run": p.run_id or "",
-            "created": p.created_at.isoformat(timespec="seconds"),
-        }
+        {"id": p.id, "status": str(p.status), "tenant": p.tenant, "tool": p.tool, "run": p.run_id or "",
+         "created": p.created_at.isoformat(timespec="seconds")}
         for p in blocking(approvals.store.list_proposals, status=status)
-    ]
-    if as_json:
-        emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
-    else:
-        print("no proposals")
-    return 0
+    ]  # fmt: skip
+    text = table(rows, ["id", "status", "tenant", "tool", "run", "created"], "no proposals")
+    return outcome({"db": str(db), "count": len(rows), "proposals": rows}, text, as_json=as_json)
 
 
 def _show(approvals: Approvals, proposal_id: str, as_json: bool) -> int:
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
     from tether.sql._database import blocking
 
     review = blocking(approvals.inspect, proposal_id).summary()
-    if as_json:
-        emit_json(review, exit=0)
-    else:
-        for key, value in review.items():
-            print(f"{key}: {value}")
-    return 0
+    return outcome(review, "\n".join(f"{key}: {value}" for key, value in review.items()), as_json=as_json)
 
 
 def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
@@ -209,20 +191,15 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
         _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
         raise
     _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
-    return {
-        "id": p.id,
-        "status": str(p.status),
-        "decided_by": p.decided_by,
-        "decided_at": p.decided_at.isoformat() if p.decided_at else None,
-        "run": p.run_id,
-    }
+    decided_at = p.decided_at.isoformat() if p.decided_at else None
+    return {"id": p.id, "status": str(p.status), "decided_by": p.decided_by, "decided_at": decided_at,
+            "run": p.run_id}  # fmt: skip
 
 
 def _print_decision(
     out: dict[str, Any], db: str, *, as_json: bool, deployment: bool, workers: int | None
 ) -> None:
-    """The decision; then how its run goes on: by hand, or in a deployment by a worker —
-    ``workers`` live ones (``None``: not known)."""
+    """The decision; then how its run goes on: by hand, or by one of ``workers`` live ones."""
     from tether.clisupport.output import emit_json
 
     if out.get("run"):

@@ -27,15 +27,13 @@ def register(sub: Any) -> None:
     p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
     p.add_argument("--config", type=Path, help="decision rule and cost model (default: the scenario's own)")
     p.add_argument(
-        "--model-factory",
-        metavar="MODULE:FUNCTION",
+        "--model-factory", metavar="MODULE:FUNCTION",
         help="a function returning the agent's Model (default: the deterministic policy model)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--judge-factory",
-        metavar="MODULE:FUNCTION",
+        "--judge-factory", metavar="MODULE:FUNCTION",
         help="a function returning a Model used as groundedness judge (must differ from the agent's)",
-    )
+    )  # fmt: skip
     add_json(p)
     p.set_defaults(handler=run)
 
@@ -57,24 +55,13 @@ def _factory(option: str, spec: str | None) -> Any:
 
 
 _FIGURES = (
-    "success_rate",
-    "success_rate_spread",
-    "pass_k",
-    "holdout_success_rate",
-    "mean_calls",
-    "mean_cost_usd",
-    "violations_blocked",
-    "untrusted_instructions_followed",
-)
+    "success_rate", "success_rate_spread", "pass_k", "holdout_success_rate", "mean_calls", "mean_cost_usd",
+    "violations_blocked", "untrusted_instructions_followed",
+)  # fmt: skip
 _TABLE_COLUMNS = [
-    "design",
-    "success_rate",
-    "pass_k",
-    "holdout_success_rate",
-    "mean_calls",
-    "mean_cost_usd",
+    "design", "success_rate", "pass_k", "holdout_success_rate", "mean_calls", "mean_cost_usd",
     "violations_blocked",
-]
+]  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,10 +80,8 @@ def run(args: argparse.Namespace) -> int:
         scenario_class, defaults = resolve(spec), resolve(spec.partition(":")[0])
         config = load_config(args.config or defaults.CONFIG_PATH)  # fixed before any run
         cases = load_cases(args.cases or defaults.CASES_PATH)
-        factories = (
-            _factory("--model-factory", args.model_factory),
-            _factory("--judge-factory", args.judge_factory),
-        )
+        model_factory = _factory("--model-factory", args.model_factory)
+        factories = (model_factory, _factory("--judge-factory", args.judge_factory))
     except (TetherError, ScenarioUnavailable) as err:
         return fail("tether compare", err, as_json=args.json)
     comparison = _compare(args, name, scenario_class, (config, cases), factories)
@@ -111,15 +96,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(
-    args: argparse.Namespace,
-    name: str,
-    scenario_class: Any,
-    inputs: tuple[Any, Any],
-    factories: tuple[Any, Any],
+    args: argparse.Namespace, name: str, cls: Any, inputs: tuple[Any, Any], factories: tuple[Any, Any]
 ) -> Comparison | int:
-    """Run every design on every case ``--repeat`` times, with a progress bar on stderr; the
-    exit code when the comparison stops on an error. ``inputs``: the decision rule and the
-    cases; ``factories``: the model's and the judge's, or None."""
+    """Run every design on every case ``--repeat`` times (a progress bar on stderr); the exit code
+    on an error. ``inputs``: rule and cases; ``factories``: the model's and the judge's."""
     from datetime import UTC, datetime
 
     import anyio
@@ -135,7 +115,7 @@ def _compare(
     config, cases = inputs
     factory, judge_factory = factories
     judge = ModelJudge(judge_factory()) if judge_factory is not None else None
-    scenario = scenario_class(args.out / "runs")
+    scenario = cls(args.out / "runs")
     total = len(cases.cases) * len(scenario.designs) * args.repeat
 
     # mcp.client.stdio binds its default errlog to sys.stderr on first import: import it before
@@ -143,16 +123,11 @@ def _compare(
     import mcp.client.stdio  # noqa: F401
 
     # The bar goes to stderr: stdout keeps the report lines and the final JSON object.
+    # No redirection: MCP stdio servers inherit the real stderr, which needs a file descriptor.
     with Progress(
-        TextColumn("[bold]compare[/bold] {task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        # No redirection: MCP stdio servers inherit the real stderr, which needs a file descriptor.
-        redirect_stdout=False,
-        redirect_stderr=False,
-    ) as progress:
+        TextColumn("[bold]compare[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=Console(stderr=True), redirect_stdout=False, redirect_stderr=False,
+    ) as progress:  # fmt: skip
         task = progress.add_task(name, total=total)
 
         def tick(row: Any) -> None:
@@ -161,16 +136,10 @@ def _compare(
         try:
             return anyio.run(
                 lambda: run_comparison(
-                    scenario,
-                    cases,
-                    config,
-                    repeat=args.repeat,
-                    model_factory=factory,
-                    judge=judge,
-                    progress=tick,
-                    config_loaded_at=loaded_at,
+                    scenario, cases, config, repeat=args.repeat, model_factory=factory, judge=judge,
+                    progress=tick, config_loaded_at=loaded_at,
                 )
-            )
+            )  # fmt: skip
         except TetherError as err:
             return fail("tether compare", err, as_json=args.json)
 

@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tether.clisupport.output import safe
+
 T = TypeVar("T")
 
 
@@ -145,32 +147,15 @@ def _shared(p: argparse.ArgumentParser) -> None:
     )
 
 
-class _Shared:
-    """The pin and pause stores a command uses: the config's files, or a deployment's (--db)."""
+def _shared(url: str | None) -> Any:
+    """A deployment's stores (--db), whose pins and pauses replace the config's files; or None."""
+    if not url:
+        return None
+    from tether.durable._deploy import check_stores
+    from tether.stores._url import open_stores
 
-    def __init__(self, url: str | None) -> None:
-        self.stores: Any = None
-        if url:
-            from tether.durable._deploy import check_stores
-            from tether.stores._url import open_stores
-
-            check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
-            self.stores = open_stores(url)
-
-    @property
-    def pins(self) -> Any:
-        return self.stores.pins if self.stores is not None else None
-
-    def pauses(self, config: Any) -> Any:
-        from tether.mcp._pauses import PauseStore
-
-        return self.stores.pauses if self.stores is not None else PauseStore(config.path(config.host.state))
-
-    def close(self, store: Any = None) -> None:
-        if self.stores is not None:
-            self.stores.close()
-        elif store is not None:
-            store.close()
+    check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
+    return open_stores(url)
 
 
 def _load(args: argparse.Namespace) -> Any:
@@ -188,12 +173,6 @@ def _load(args: argparse.Namespace) -> Any:
     return load_config(args.config)
 
 
-def _safe(text: object) -> str:
-    from tether.clisupport.output import safe
-
-    return safe(text)
-
-
 def _fail(args: argparse.Namespace, err: Exception | str) -> int:
     """Exit 1 (nothing ran), or the code the error carries (6: a deployment's server is down)."""
     from tether.clisupport.output import USAGE, fail
@@ -203,8 +182,7 @@ def _fail(args: argparse.Namespace, err: Exception | str) -> int:
 
 
 def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T | int:
-    """``work(config, pins)`` over the servers of --config or --agent and the pins of --db (None:
-    the config's own file); the exit code when the config or the store cannot be had."""
+    """``work(config, pins)``: the pins of --db, else None (the config's own); or the exit code."""
     import anyio
 
     from tether.errors import TetherError
@@ -212,9 +190,8 @@ def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]
     shared = None
     try:
         config = _load(args)
-        shared = _Shared(args.db)
-        pins = shared.pins
-        return anyio.run(lambda: work(config, pins))
+        shared = _shared(args.db)
+        return anyio.run(work, config, shared.pins if shared is not None else None)
     except TetherError as err:
         return _fail(args, err)
     finally:
@@ -242,52 +219,40 @@ def _review(args: argparse.Namespace) -> int:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
         if review.instructions:
             print("\n== server instructions (shown for review, never sent to the model)")
-            print(_safe(review.instructions))
+            print(safe(review.instructions))
             for f in review.instruction_findings:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
         print("\n== summary")
-        print("\n".join(_safe(line) for line in review.summary()))
+        print("\n".join(safe(line) for line in review.summary()))
     else:
         emit_json({"ok": True, **review.to_json()}, exit=0)
     return 0
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
     from tether.mcp._approve import approve_server
 
     done = _with_pins(
         args,
         lambda config, pins: approve_server(
-            config,
-            args.name,
-            actor=args.by,
-            accept_flagged=set(args.accept_flagged),
-            only=set(args.tool) if args.tool else None,
-            expect=args.expect,
-            pins=pins,
+            config, args.name, actor=args.by, accept_flagged=set(args.accept_flagged),
+            only=set(args.tool) if args.tool else None, expect=args.expect, pins=pins,
         ),
-    )
+    )  # fmt: skip
     if isinstance(done, int):
         return done
     review, pinned, skipped = done
     already = [
         t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
     ]
-    if not args.json:
-        for name in pinned:
-            print(f"pinned   {args.name}__{name}")
-        for name in already:
-            if name not in pinned:
-                print(f"unchanged {args.name}__{name}")
-        for name, why in skipped.items():
-            print(f"NOT pinned {args.name}__{name}: {why}")
-    else:
-        emit_json(
-            {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped},
-            exit=0,
-        )
-    return 0
+    lines = [
+        *(f"pinned   {args.name}__{name}" for name in pinned),
+        *(f"unchanged {args.name}__{name}" for name in already if name not in pinned),
+        *(f"NOT pinned {args.name}__{name}: {why}" for name, why in skipped.items()),
+    ]
+    payload = {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped}
+    return outcome(payload, "\n".join(lines) if lines else None, as_json=args.json)
 
 
 def responder_for(mode: str) -> Any:
@@ -310,9 +275,9 @@ def consent_for(mode: str) -> Any:
         )
         if prompt.system_prompt:
             dropped = "[server's system prompt: DROPPED, never sent]"
-            print(f"  {dropped} {_safe(prompt.system_prompt)}", file=sys.stderr)
+            print(f"  {dropped} {safe(prompt.system_prompt)}", file=sys.stderr)
         for role, text in prompt.messages:
-            print(f"  [{role}] {_safe(text)}", file=sys.stderr)
+            print(f"  [{role}] {safe(text)}", file=sys.stderr)
         if mode == "yes":
             return True
         return input("allow this sampling request? (yes/no): ").strip().lower() == "yes"
@@ -419,7 +384,7 @@ def run_mcp(args: argparse.Namespace) -> int:
         return _fail_run(args, err)
     for s in config.servers:
         shown = " ".join(s.argv()) if s.transport == "stdio" else s.url
-        print(f"launching {s.name}: {_safe(shown)}", file=sys.stderr)
+        print(f"launching {s.name}: {safe(shown)}", file=sys.stderr)
     return drive(built, args.question, args, **{"config": str(args.config)})
 
 
@@ -435,7 +400,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.clisupport.output import EXIT_CODES, emit_json
+    from tether.clisupport.output import EXIT_CODES, outcome
     from tether.errors import TetherError
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
@@ -449,27 +414,20 @@ def _resume(args: argparse.Namespace) -> int:
                 content = json.loads(args.answer)
             except json.JSONDecodeError as err:
                 raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
+        actor = args.by or getpass.getuser()
         if args.answer_only:
-            actor = args.by or getpass.getuser()
             pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)
             hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
-            if args.json:
-                payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
-                emit_json(payload, exit=0)
-            else:
-                print(f"{pause.id}: answered ({action}); continue the run with: {hint}")
-            return 0
-        out = anyio.run(
-            lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
-        )
+            payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
+            line = f"{pause.id}: answered ({action}); continue the run with: {hint}"
+            return outcome(payload, line, as_json=args.json)
+        out = anyio.run(lambda: resume_pause(config, args.pause_id, action, content, actor=actor))
     except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
         return _fail(args, err)
     code = EXIT_CODES[_RERUN_STOP[out["status"]]]
-    if args.json:
-        emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
-    else:
-        print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
-    return code
+    payload = {**out, "error": None if code == 0 else out["status"]}
+    text = f"{out['tool']}: {out['status']}\n{safe(out['result'])}\ntrace: {out['trace']}"
+    return outcome(payload, text, as_json=args.json, exit=code)
 
 
 # The stop reason of a paused call run again, by its status: it ran, its tool failed or its
@@ -490,16 +448,17 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _pauses(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
     from tether.errors import TetherError
+    from tether.mcp._pauses import PauseStore
     from tether.sql._database import blocking
 
     try:
         config = _load(args)
-        shared = _Shared(args.db)
+        shared = _shared(args.db)
     except TetherError as err:
         return _fail(args, err)
-    store = shared.pauses(config)
+    store = shared.pauses if shared is not None else PauseStore(config.path(config.host.state))
     try:
         rows = [
             {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
@@ -507,12 +466,6 @@ def _pauses(args: argparse.Namespace) -> int:
             for p in blocking(store.pending)
         ]  # fmt: skip
     finally:
-        shared.close(store)
-    if args.json:
-        emit_json({"pending": rows}, exit=0)
-    else:
-        for r in rows:
-            print(_safe(f"{r['id']}  {r['tool']}  asks: {r['message']}"))
-        if not rows:
-            print("no pending elicitations")
-    return 0
+        (shared or store).close()
+    text = "\n".join(safe(f"{r['id']}  {r['tool']}  asks: {r['message']}") for r in rows)
+    return outcome({"pending": rows}, text or "no pending elicitations", as_json=args.json)

@@ -1,10 +1,6 @@
-"""``tether runs list|show|cancel|resume|approve|deny|pauses|answer|resolve|workers``: the durable
-runs of a deployment, read from the shared databases (any machine; no worker needed).
-
-``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
-console's user); ``answer`` answers an MCP server's question (elicitation) a run paused on,
-validated against the question's schema. A worker then resumes the run on its own. ``resume RUN`` enqueues the
-continuation of a paused run (once per paused state, whoever asks).
+"""``tether runs ACTION``: the durable runs of a deployment, read from the shared databases (any
+machine; no worker needed). A decision or an answer given here is resumed by a worker on its own;
+``resume RUN`` enqueues the continuation of a paused run (once per paused state, whoever asks).
 """
 
 from __future__ import annotations
@@ -26,9 +22,8 @@ def register(sub: Any) -> None:
     )
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument(
-        "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
-    )
+    statuses = ("queued", "running", "paused", "finished", "failed", "cancelled")
+    ls.add_argument("--status", choices=statuses, default=None)
     ls.add_argument("--tenant", default=None)
     ls.add_argument("--version", default=None, help="runs bound to this application version")
     ls.add_argument(
@@ -89,17 +84,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def open_client(url: str, command: str, *, as_json: bool) -> Any:
-    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not (the
-    deployment's host, database and the cause; nothing is created)."""
-    from tether.clisupport.output import fail
+    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not."""
+    from tether.clisupport.output import NEEDS_DURABLE, fail
     from tether.errors import ConfigError
 
     try:
         from tether.durable import DurableClient
         from tether.durable._deploy import DeploymentUnavailable
     except ImportError as err:
-        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
-        return fail(command, need, as_json=as_json)
+        return fail(command, f"{NEEDS_DURABLE}: {err}", as_json=as_json)
     try:
         return DurableClient(url)
     except DeploymentUnavailable as err:
@@ -111,7 +104,7 @@ def open_client(url: str, command: str, *, as_json: bool) -> Any:
 def _list(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tether.clisupport.output import emit_json, fail, table
+    from tether.clisupport.output import fail, outcome, table
 
     try:
         older = parse_age(args.older_than) if args.older_than else None
@@ -136,13 +129,9 @@ def _list(client: Any, args: argparse.Namespace) -> int:
         }
         for v in views
     ]
-    if args.json:
-        emit_json({"count": len(rows), "runs": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]))
-    else:
-        print("no durable runs")
-    return 0
+    columns = ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]
+    text = table(rows, columns, "no durable runs")
+    return outcome({"count": len(rows), "runs": rows}, text, as_json=args.json)
 
 
 def parse_age(text: str) -> float:
@@ -162,15 +151,10 @@ def parse_age(text: str) -> float:
 
 def _age(seconds: float) -> str:
     s = int(seconds)
-    return (
-        f"{s}s"
-        if s < 120
-        else f"{s // 60}m"
-        if s < 7200
-        else f"{s // 3600}h"
-        if s < 172800
-        else f"{s // 86400}d"
-    )
+    for unit, size in (("s", 1), ("m", 60), ("h", 3600)):
+        if s < 120 * size:
+            return f"{s // size}{unit}"
+    return f"{s // 86400}d"
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
@@ -228,8 +212,7 @@ def _print_problems(out: dict[str, Any]) -> None:
 
 
 def report_view(view: Any, *, as_json: bool) -> int:
-    """A durable run that ended (or paused), as ``submit --wait`` and ``resume`` report it; returns
-    its exit code (``RunView.exit_code``: the rule of ``tether run``)."""
+    """A durable run that ended or paused, as ``submit --wait`` and ``resume`` report it."""
     from tether.clisupport.output import emit_json
 
     out = view.summary()
@@ -242,40 +225,31 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
     from tether.errors import ApprovalError
 
-    by = _who()
     try:
-        done = client.cancel(args.run_id, by=by)
+        done = client.cancel(args.run_id, by=_who())
     except ApprovalError as err:
         return _refused(err, args)
-    if args.json:
-        emit_json({"run_id": args.run_id, **done}, exit=0)
-    else:
-        print(
-            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
-            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
-            f" {len(done['questions_closed'])} question(s) closed,"
-            f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers"
-        )
-        for left in done["tasks_not_cancelled"]:
-            print(f"  task not cancelled: {left}")
-    return 0
+    text = "\n".join([
+        f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+        f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+        f" {len(done['questions_closed'])} question(s) closed,"
+        f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers",
+        *(f"  task not cancelled: {left}" for left in done["tasks_not_cancelled"]),
+    ])  # fmt: skip
+    return _done(args, {"run_id": args.run_id, **done}, text)
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
     from tether.errors import ApprovalError
 
     try:
         workflow_id = client.resume(args.run_id)
     except ApprovalError as err:
-        if args.json:
-            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)}, exit=1)
-        else:
-            print(f"cannot resume: {err.reason}: {err}")
-        return 1
+        refusal = {"run_id": args.run_id, "error": err.reason, "message": str(err)}
+        return outcome(refusal, f"cannot resume: {err.reason}: {err}", as_json=args.json, exit=1)
     if args.wait is None:
         return _done(args, {"run_id": args.run_id, "workflow_id": workflow_id}, workflow_id)
     try:
@@ -309,7 +283,7 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
 
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
+    from tether.clisupport.output import outcome, table
     from tether.sql._database import blocking
 
     rows = [
@@ -317,13 +291,8 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
          "message": p.message, "schema": p.schema}
         for p in blocking(client.stores.pauses.pending)
     ]  # fmt: skip
-    if args.json:
-        emit_json({"count": len(rows), "pauses": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["id", "run", "server", "tool", "asked", "message"]))
-    else:
-        print("no questions waiting")
-    return 0
+    text = table(rows, ["id", "run", "server", "tool", "asked", "message"], "no questions waiting")
+    return outcome({"count": len(rows), "pauses": rows}, text, as_json=args.json)
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
@@ -348,9 +317,8 @@ def _answer(client: Any, args: argparse.Namespace) -> int:
     except ApprovalError as err:
         return _refused(err, args)
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
-    return _done(
-        args, out, f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
-    )
+    line = f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
+    return _done(args, out, line)
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
@@ -382,24 +350,19 @@ def _move(client: Any, args: argparse.Namespace) -> int:
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
+    from tether.clisupport.output import outcome, table
     from tether.durable._worker import _workers as op
 
     db = client.stores.db
     rows = db.run(op, args.dead_after) if db is not None else []
-    if args.json:
-        emit_json({"workers": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]))
-    else:
-        print("no workers have registered")
-    return 0
+    columns = ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]
+    return outcome({"workers": rows}, table(rows, columns, "no workers have registered"), as_json=args.json)
 
 
 def _escalations(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tether.clisupport.output import emit_json, safe, table
+    from tether.clisupport.output import outcome, safe, table
     from tether.durable._events import resolve_command
     from tether.policy._store import LedgerStatus
     from tether.sql._database import blocking
@@ -417,13 +380,8 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
          "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
         for e in waiting
     ]  # fmt: skip
-    if args.json:
-        emit_json({"count": len(rows), "escalations": rows}, exit=0)
-    elif rows:
-        print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
-    else:
-        print("no effects wait for a person")
-    return 0
+    text = safe(table(rows, ["key", "run_id", "tool", "since", "resolve"], "no effects wait for a person"))
+    return outcome({"count": len(rows), "escalations": rows}, text, as_json=args.json)
 
 
 def _who() -> str:
@@ -435,24 +393,16 @@ def _who() -> str:
 
 def _refused(err: Any, args: argparse.Namespace) -> int:
     """An ``ApprovalError`` that refused the action: its reason, as JSON or a line; exit 1."""
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
 
-    if args.json:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1)
-    else:
-        print(f"{err.reason}: {err}")
-    return 1
+    refusal = {"error": err.reason, "message": str(err)}
+    return outcome(refusal, f"{err.reason}: {err}", as_json=args.json, exit=1)
 
 
 def _done(args: argparse.Namespace, out: dict[str, Any], line: str) -> int:
-    """The action's outcome: ``out`` as JSON, or ``line``; exit 0."""
-    from tether.clisupport.output import emit_json
+    from tether.clisupport.output import outcome
 
-    if args.json:
-        emit_json(out, exit=0)
-    else:
-        print(line)
-    return 0
+    return outcome(out, line, as_json=args.json)
 
 
 def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
@@ -467,16 +417,7 @@ def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0)
 
 
 _ACTIONS = {
-    "list": _list,
-    "show": _show,
-    "cancel": _cancel,
-    "resume": _resume,
-    "approve": _decide,
-    "deny": _decide,
-    "pauses": _pauses,
-    "answer": _answer,
-    "resolve": _resolve,
-    "workers": _workers,
-    "escalations": _escalations,
-    "move": _move,
-}
+    "list": _list, "show": _show, "cancel": _cancel, "resume": _resume, "approve": _decide, "deny": _decide,
+    "pauses": _pauses, "answer": _answer, "resolve": _resolve, "workers": _workers,
+    "escalations": _escalations, "move": _move,
+}  # fmt: skip
