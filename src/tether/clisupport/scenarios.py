@@ -20,14 +20,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 __all__ = [
-    "GROUP",
-    "INSTALL_HINT",
-    "ScenarioPlugin",
-    "ScenarioUnavailable",
-    "installed",
-    "resolve",
-    "scenario_with",
-]
+    "GROUP", "INSTALL_HINT", "ScenarioPlugin", "ScenarioUnavailable", "installed", "resolve", "scenario_with",
+]  # fmt: skip
 
 GROUP = "tether.scenarios"
 INSTALL_HINT = (

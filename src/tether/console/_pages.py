@@ -111,29 +111,22 @@ class Throttle:
 def page_routes(console: Console) -> list[Route]:
     """Every page, in one place: each but sign-in through ``_Pages.page``."""
     ui = _Pages(console)
+    proposal = ui.view(approvals_view.proposal_view, "pid", "proposal.html", "p")
+    question = ui.view(elicitations_view.get, "eid", "elicitation.html", "q", problems=[], values={})
+    review = ui.view(servers_view.review, "name", "server_review.html", "r")
     return [
         Route("/login", ui.login, methods=["GET", "POST"]),
         Route("/logout", ui.page(ui.logout), methods=["POST"]),
         Route("/", ui.page(ui.home)),
         Route("/approvals", ui.page(ui.approvals)),
-        Route(
-            "/approvals/{pid}", ui.page(ui.view(approvals_view.proposal_view, "pid", "proposal.html", "p"))
-        ),
+        Route("/approvals/{pid}", ui.page(proposal)),
         Route("/approvals/{pid}/{action}", ui.page(ui.decide), methods=["POST"]),
         Route("/elicitations", ui.page(ui.questions)),
-        Route(
-            "/elicitations/{eid}",
-            ui.page(ui.view(elicitations_view.get, "eid", "elicitation.html", "q", problems=[], values={})),
-        ),
+        Route("/elicitations/{eid}", ui.page(question)),
         Route("/elicitations/{eid}/answer", ui.page(ui.answer), methods=["POST"]),
         Route("/servers", ui.page(ui.servers)),
-        # POST with the CSRF token: a review launches or contacts the server, so no link, image
-        # or prefetch on another page can start it.
-        Route(
-            "/servers/{name}/review",
-            ui.page(ui.view(servers_view.review, "name", "server_review.html", "r")),
-            methods=["POST"],
-        ),
+        # POST, with the CSRF token: no link, image or prefetch elsewhere can start a server.
+        Route("/servers/{name}/review", ui.page(review), methods=["POST"]),
         Route("/servers/{name}/pin", ui.page(ui.pin), methods=["POST"]),
         Route("/runs", ui.page(ui.runs)),
         Route("/runs/{run_id}", ui.page(ui.run)),
@@ -141,10 +134,6 @@ def page_routes(console: Console) -> list[Route]:
         Route("/rules", ui.page(ui.rules)),
         Route("/audit", ui.page(ui.audit)),
     ]
-
-
-def _visible_tenants(me: Principal, tenants: set[str]) -> list[str]:
-    return sorted(t for t in tenants if me.sees(t))
 
 
 class _Pages:
@@ -273,7 +262,7 @@ class _Pages:
         everyone = await approvals_view.queue(self.sources, me, status="all")
         return self.render(
             request, "approvals.html", me, rows=rows, status=status, tenant=tenant,
-            tenants=_visible_tenants(me, {r["tenant"] for r in everyone}),
+            tenants=sorted({r["tenant"] for r in everyone if me.sees(r["tenant"])}),
         )  # fmt: skip
 
     async def decide(self, request: Request, me: Principal) -> Response:

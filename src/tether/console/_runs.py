@@ -254,12 +254,8 @@ class TimelineItem:
         return asdict(self)
 
 
-def _calls(e: Mapping[str, Any]) -> str:
-    return ", ".join(str(c.get("name", "?")) for c in e.get("tool_calls") or [] if isinstance(c, dict))
-
-
 def _answered(e: Mapping[str, Any]) -> str:
-    calls = _calls(e)
+    calls = ", ".join(str(c.get("name", "?")) for c in e.get("tool_calls") or [] if isinstance(c, dict))
     tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
     return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
 
@@ -274,11 +270,6 @@ def _observed(e: Mapping[str, Any]) -> str:
     if e.get("error_kind") == PAUSED_KIND:  # waiting, not failed: the run resumes once answered
         return f"paused: {tool} waits for a person's answer (or its server's long task), not an error"
     return f"{'error' if e.get('is_error') else 'result'} from {tool} via {e.get('source', '?')}"
-
-
-def _run_paused(e: Mapping[str, Any]) -> str:
-    waiting = len(e.get("proposals") or []) + len(e.get("problems") or [])
-    return f"run paused: waiting for {waiting} decision(s) or answer(s)"
 
 
 # One line per event kind: what happened, in words (the facts are shown beside it).
@@ -302,7 +293,10 @@ _TITLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "mcp_elicitation": lambda e: (
         f"question from server {e.get('server', '?')} ({e.get('tool') or 'no call'}): {e.get('outcome', '')}"
     ),
-    "run_paused": _run_paused,
+    "run_paused": lambda e: (
+        f"run paused: waiting for {len(e.get('proposals') or []) + len(e.get('problems') or [])} decision(s) "
+        "or answer(s)"
+    ),
     "stop": lambda e: f"stop: {e.get('reason', '')}",
 }
 PAUSED_KIND = "input_pending"  # a call waiting for a person's answer (or a long task): paused, not failed
@@ -320,8 +314,7 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
 
 def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
     """The run's events in order, each with its model turn: turn N starts at the run's Nth model
-    response (across resumed parts: a resumed run first settles the turn it paused in), the
-    numbering the approval queue and the proposal page use (a proposal of turn N has step N-1)."""
+    response (across resumed parts), as the queue and proposal pages number them (step N-1)."""
     items = []
     turn = 0
     for e in events:

@@ -1,8 +1,5 @@
-"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``.
-
-The person at this console is the reviewer (host-side authority): decisions are recorded with
-``--reviewer`` (default: $USER) and the time, in the approval store's append-only history.
-"""
+"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``: the
+person at this console is the reviewer (``--reviewer``, default $USER), for every tenant."""
 
 from __future__ import annotations
 

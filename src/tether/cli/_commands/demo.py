@@ -1,10 +1,5 @@
-"""``tether demo NAME``: runnable examples of the installed scenarios.
-
-The demos come from the scenarios registered under the ``tether.scenarios`` entry points
-(``tether.clisupport.scenarios``): each scenario's own ``demos`` (``"module:function"``, the
-function takes the remaining arguments), and one named after each scenario with a ``run``
-part, which is ``tether run --scenario NAME``. Modules are imported only when their demo runs.
-"""
+"""``tether demo NAME``: the installed scenarios' own ``demos`` (``tether.clisupport.scenarios``),
+and one named after each scenario with a ``run`` part (``tether run --scenario NAME``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``tether lab MODE``: an installed scenario's lab (the reference one: the maintenance-order lab, S1).
-
-The lab is the ``lab`` part of a scenario registered under the ``tether.scenarios`` entry
-points (``tether.clisupport.scenarios``); its modes are the lab module's ``MODES``.
-"""
+"""``tether lab MODE``: the ``lab`` part of an installed scenario (``tether.clisupport.scenarios``;
+the reference one: the maintenance-order lab, S1); its modes are the lab module's ``MODES``."""
 
 from __future__ import annotations
 

@@ -18,40 +18,27 @@ def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions
 
     _, msub = add_actions(
-        sub,
-        "mcp",
-        dest="mcp_command",
+        sub, "mcp", dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
         description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
         "safely').",
-    )
-    _add_review(msub)
-    _add_approve(msub)
-    _add_run(msub)
-    _add_resume(msub)
-    _add_pauses(msub)
-
-
-def _add_review(msub: Any) -> None:
+    )  # fmt: skip
     r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
     r.add_argument("name", help="server id from the config")
-    _common(r)
-    _shared(r)
-    r.set_defaults(handler=_review)
-
-
-def _add_approve(msub: Any) -> None:
+    _common(r, handler=_review, shared=True)
     a = msub.add_parser("approve", help="pin the sha256 of each tool's current definition")
     a.add_argument("name", help="server id from the config")
-    a.add_argument("--tool", action="append", default=None, help="approve only this tool (repeatable)")
+    a.add_argument("--tool", action="append", help="approve only this tool (repeatable)")
     a.add_argument(
         "--accept-flagged", action="append", default=[], metavar="TOOL", help="pin this flagged tool anyway"
     )
-    a.add_argument("--by", default=None, help="who approves (default: the login name)")
-    a.add_argument("--expect", default=None, metavar="DIGEST", help="the review digest shown by `review`")
-    _common(a)
-    _shared(a)
-    a.set_defaults(handler=_approve)
+    a.add_argument("--by", help="who approves (default: the login name)")
+    a.add_argument("--expect", metavar="DIGEST", help="the review digest shown by `review`")
+    _common(a, handler=_approve, shared=True)
+    _add_run(msub)
+    _add_resume(msub)
+    ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
+    _common(ps, handler=_pauses, shared=True)
 
 
 def _add_run(msub: Any) -> None:
@@ -109,45 +96,34 @@ def _add_resume(msub: Any) -> None:
     group.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
     group.add_argument("--decline", action="store_true")
     group.add_argument("--cancel", action="store_true")
-    res.add_argument("--by", default=None, help="who answers (default: the login name)")
-    res.add_argument("--db", type=Path, default=None, help="the run's approval store (for the resume hint)")
+    res.add_argument("--by", help="who answers (default: the login name)")
+    res.add_argument("--db", type=Path, help="the run's approval store (for the resume hint)")
     res.add_argument(
-        "--answer-only",
-        action="store_true",
+        "--answer-only", action="store_true",
         help="store the validated answer without re-running the call (a checkpointed run then "
         "continues with `tether resume RUN`)",
-    )
-    _common(res)
-    res.set_defaults(handler=_resume)
+    )  # fmt: skip
+    _common(res, handler=_resume, shared=False)
 
 
-def _add_pauses(msub: Any) -> None:
-    ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
-    _common(ps)
-    _shared(ps)
-    ps.set_defaults(handler=_pauses)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, *, handler: Any, shared: bool) -> None:
+    """--config or --agent, --json, and (``shared``) a deployment's --db."""
     from tether.cli._commands._options import add_json
 
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
     add_json(p)
+    if shared:
+        p.add_argument(
+            "--db", metavar="URL",
+            help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
+            " as durable workers use them, instead of the config's files",
+        )  # fmt: skip
+    p.set_defaults(handler=handler)
 
 
-def _shared(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--db",
-        default=None,
-        metavar="URL",
-        help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
-        " as durable workers use them, instead of the config's files",
-    )
-
-
-def _shared(url: str | None) -> Any:
+def _deployment(url: str | None) -> Any:
     """A deployment's stores (--db), whose pins and pauses replace the config's files; or None."""
     if not url:
         return None
@@ -190,7 +166,7 @@ def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]
     shared = None
     try:
         config = _load(args)
-        shared = _shared(args.db)
+        shared = _deployment(args.db)
         return anyio.run(work, config, shared.pins if shared is not None else None)
     except TetherError as err:
         return _fail(args, err)
@@ -253,6 +229,17 @@ def _approve(args: argparse.Namespace) -> int:
     ]
     payload = {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped}
     return outcome(payload, "\n".join(lines) if lines else None, as_json=args.json)
+
+
+def build(af: Any, args: argparse.Namespace, *, ask: str, consent: str) -> Any:
+    """The agent of ``af`` as this command line runs it: --db, who answers, the stream shown."""
+    from tether.agents._build import build_agent
+    from tether.cli._commands._progress import show_text
+
+    return build_agent(
+        af, approvals_db=getattr(args, "db", None), responder=responder_for(ask),
+        consent=consent_for(consent), on_delta=None if args.json else show_text,
+    )  # fmt: skip
 
 
 def responder_for(mode: str) -> Any:
@@ -327,9 +314,7 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from tether.agents._build import build_agent
     from tether.agents._file import mcp_agent
-    from tether.cli._commands._progress import show_text
     from tether.cli._commands.run import drive, model_overrides
     from tether.errors import TetherError
     from tether.mcp._config import load_config
@@ -357,15 +342,10 @@ def run_mcp(args: argparse.Namespace) -> int:
             return _fail_run(args, why)
         sampler = getattr(args, "sampler", "none")
         af = mcp_agent(
-            args.config,
-            model=model,
-            instructions=INSTRUCTIONS,
-            tenant=config.host.tenant,
-            user=config.host.user,
-            sampling=sampler,
-            consent=getattr(args, "consent", "no"),
+            args.config, model=model, instructions=INSTRUCTIONS, tenant=config.host.tenant,
+            user=config.host.user, sampling=sampler, consent=getattr(args, "consent", "no"),
             trace_dir=str(config.path(config.host.trace_dir)),
-        )
+        )  # fmt: skip
         for s in config.servers:
             if s.sampling.enabled and sampler == "none":
                 print(
@@ -373,13 +353,7 @@ def run_mcp(args: argparse.Namespace) -> int:
                     "requests will be refused (pass --sampler model to answer them with --model)",
                     file=sys.stderr,
                 )
-        built = build_agent(
-            af,
-            approvals_db=getattr(args, "db", None),
-            responder=responder_for(getattr(args, "ask", "never")),
-            consent=consent_for(getattr(args, "consent", "no")),
-            on_delta=None if args.json else show_text,
-        )
+        built = build(af, args, ask=getattr(args, "ask", "never"), consent=getattr(args, "consent", "no"))
     except (TetherError, ValueError, OSError) as err:
         return _fail_run(args, err)
     for s in config.servers:
@@ -425,9 +399,9 @@ def _resume(args: argparse.Namespace) -> int:
     except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
         return _fail(args, err)
     code = EXIT_CODES[_RERUN_STOP[out["status"]]]
-    payload = {**out, "error": None if code == 0 else out["status"]}
+    summary = {**out, "error": None if code == 0 else out["status"]}
     text = f"{out['tool']}: {out['status']}\n{safe(out['result'])}\ntrace: {out['trace']}"
-    return outcome(payload, text, as_json=args.json, exit=code)
+    return outcome(summary, text, as_json=args.json, exit=code)
 
 
 # The stop reason of a paused call run again, by its status: it ran, its tool failed or its
@@ -455,7 +429,7 @@ def _pauses(args: argparse.Namespace) -> int:
 
     try:
         config = _load(args)
-        shared = _shared(args.db)
+        shared = _deployment(args.db)
     except TetherError as err:
         return _fail(args, err)
     store = shared.pauses if shared is not None else PauseStore(config.path(config.host.state))

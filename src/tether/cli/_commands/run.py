@@ -1,9 +1,6 @@
-"""``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file.
-
-Also ``--config MCP.yaml --model NAME`` (the MCP servers of a config file and a model, nothing
-else) and, only when asked for by name, ``--scenario NAME`` (an installed scenario with a ``run``
-part, ``tether.clisupport.scenarios``: the S1 reference one is ``maintenance``, the same as
-``tether demo maintenance``). Options given here override the file's model settings.
+"""``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file (options
+given here override its model settings). Also ``--config MCP.yaml --model NAME`` (a config's
+servers and a model) and ``--scenario NAME`` (an installed scenario's ``run`` part).
 """
 
 from __future__ import annotations
@@ -89,21 +86,14 @@ def run(args: argparse.Namespace) -> int:
         why = "--script/--call apply to --config runs; name a script as --model scripted:FILE"
         return fail("tether run", why, as_json=args.json)
 
-    from tether.agents._build import build_agent
     from tether.agents._file import load_agent_file, with_overrides
-    from tether.cli._commands._progress import show_text
-    from tether.cli._commands.mcp import consent_for, responder_for
+    from tether.cli._commands.mcp import build
     from tether.errors import ConfigError
 
     try:
         af = with_overrides(load_agent_file(args.agent), **model_overrides(args))
-        built = build_agent(
-            af,
-            approvals_db=args.db,
-            responder=responder_for(af.spec.mcp.ask if af.spec.mcp else "never"),
-            consent=consent_for(af.spec.mcp.consent if af.spec.mcp else "no"),
-            on_delta=None if args.json else show_text,
-        )
+        mcp = af.spec.mcp
+        built = build(af, args, ask=mcp.ask if mcp else "never", consent=mcp.consent if mcp else "no")
     except (ConfigError, ValueError) as err:
         return fail("tether run", err, as_json=args.json)
     return drive(built, args.question, args, agent=str(af.path))

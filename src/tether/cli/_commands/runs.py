@@ -14,21 +14,17 @@ def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
 
     p, acts = add_actions(
-        sub,
-        "runs",
-        dest="action",
+        sub, "runs", dest="action",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
         " escalations, move",
-    )
+    )  # fmt: skip
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
     statuses = ("queued", "running", "paused", "finished", "failed", "cancelled")
-    ls.add_argument("--status", choices=statuses, default=None)
-    ls.add_argument("--tenant", default=None)
-    ls.add_argument("--version", default=None, help="runs bound to this application version")
-    ls.add_argument(
-        "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
-    )
+    ls.add_argument("--status", choices=statuses)
+    ls.add_argument("--tenant")
+    ls.add_argument("--version", help="runs bound to this application version")
+    ls.add_argument("--older-than", metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d")
     show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
@@ -38,11 +34,11 @@ def register(sub: Any) -> None:
     ):
         a = acts.add_parser(name, help=helptext)
         a.add_argument("run_id")
-        a.add_argument("--wait", type=float, default=None, help="wait up to S seconds for it to end or pause")
+        a.add_argument("--wait", type=float, help="wait up to S seconds for it to end or pause")
     for name in ("approve", "deny"):
         d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
         d.add_argument("proposal_id")
-        d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        d.add_argument("--reviewer", help="who decides (default: $USER)")
         d.add_argument("--reason", default="")
     acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
     ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
@@ -51,7 +47,7 @@ def register(sub: Any) -> None:
     how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
     how.add_argument("--decline", action="store_true", help="decline to answer")
     how.add_argument("--cancel", action="store_true", help="cancel the question")
-    ans.add_argument("--by", default=None, help="who answers (default: $USER)")
+    ans.add_argument("--by", help="who answers (default: $USER)")
     add_resolve(acts, "record what became of an escalated effect (outcome unknown)")
     mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
     mv.add_argument("run_id")
@@ -190,10 +186,8 @@ def _show(client: Any, args: argparse.Namespace) -> int:
             f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
         )
     for p in out["proposals"]:
-        print(
-            f"proposal {p['id']}: {p['tool']} {p['status']}"
-            + (f" by {p['decided_by']}" if p["decided_by"] else "")
-        )
+        by = f" by {p['decided_by']}" if p["decided_by"] else ""
+        print(f"proposal {p['id']}: {p['tool']} {p['status']}{by}")
     for e in out["effects"]:
         print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
     for ev in out.get("events", []):

@@ -1,8 +1,5 @@
-"""``tether serve``: the console on the embedded default (SQLite stores, a folder of traces).
-
-Needs the ``console`` extra (``pip install 'tether[console]'``). Binds 127.0.0.1 by default;
-anything else needs ``--secure-cookies`` behind an HTTPS proxy, or ``--insecure-bind``.
-"""
+"""``tether serve``: the console (``tether[console]``), on 127.0.0.1 unless ``--secure-cookies``
+(behind an HTTPS proxy) or ``--insecure-bind``."""
 
 from __future__ import annotations
 

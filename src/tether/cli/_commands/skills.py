@@ -26,15 +26,14 @@ def register(sub: Any) -> None:
 
 
 def review(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
+    from tether.clisupport.output import fail, outcome
     from tether.context._skills import review_folder
 
     if not args.folder.is_dir():
         return fail("tether skills review", f"{args.folder} is not a folder", as_json=args.json)
     entries = review_folder(args.folder)
     if args.json:
-        emit_json({"folder": str(args.folder), "skills": entries}, exit=0)
-        return 0
+        return outcome({"folder": str(args.folder), "skills": entries}, None, as_json=True)
     for e in entries:
         if "error" in e:
             print(f"{e['path']}: REFUSED: {e['error']}")

@@ -1,8 +1,5 @@
-"""``tether users add | grant | revoke | token | tokens | revoke-token | list``: console accounts.
-
-Passwords are read from the terminal (twice) or from stdin with ``--password-stdin``; tokens
-are printed once. Both are stored only as scrypt hashes in the console's user store.
-"""
+"""``tether users ACTION``: console accounts. Passwords are read from the terminal (twice) or
+``--password-stdin``; tokens are printed once; both are stored only hashed."""
 
 from __future__ import annotations
 
