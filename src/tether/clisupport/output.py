@@ -197,14 +197,13 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
     return None
 
 
-def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) -> list[str]:
+def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
     """What to check when a run ends ``model_error``, only as its detail shows it: the URL refused,
     the context window outgrown, an unset key variable, a stream the server could not give."""
     import os
 
     if stop_reason != "model_error" or model is None:
         return []
-    env = os.environ if environ is None else environ
     backends = list(getattr(model, "models", None) or [model])  # a FallbackModel: each in turn
     hints: list[str] = []
     text = detail or ""
@@ -216,7 +215,7 @@ def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) 
                 "(agent file: model.base_url, or --base-url)"
             )
         var = getattr(backend, "api_key_env", None)
-        if var and not env.get(var) and _AUTH.search(text):
+        if var and not os.environ.get(var) and _AUTH.search(text):
             hints.append(
                 f"${var} is not set, so no API key was sent (agent file: model.api_key_env names the "
                 "variable; a local server needs none)"
@@ -238,13 +237,11 @@ def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) 
 
 # What a refused credential looks like in a failure's detail (HTTP 401/403 or the error's words).
 _AUTH = re.compile(
-    r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key",
-    re.IGNORECASE,
+    r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key", re.I
 )
 # A request the server refused because it does not fit the context (llama.cpp, vLLM, OpenAI wording).
 _CONTEXT = re.compile(
-    r"context length|context window|context_length_exceeded|maximum context|exceeds? the context",
-    re.IGNORECASE,
+    r"context length|context window|context_length_exceeded|maximum context|exceeds? the context", re.I
 )
 
 

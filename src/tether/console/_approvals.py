@@ -56,19 +56,13 @@ async def queue(
 
 def _row(p: StoredProposal) -> dict[str, Any]:
     return {
-        "id": p.id,
-        "tenant": p.tenant,
-        "tool": p.tool,
-        "effect": p.effect,
-        "status": str(p.status),
-        "run_id": p.run_id,
-        "step": p.step,
+        "id": p.id, "tenant": p.tenant, "tool": p.tool, "effect": p.effect, "status": str(p.status),
+        "run_id": p.run_id, "step": p.step,
         # One numbering everywhere (queue, proposal, run timeline): the run's Nth model turn.
         "turn_number": p.step + 1 if p.step is not None else None,
-        "created_at": p.created_at.isoformat(timespec="seconds"),
-        "content_hash": p.content_hash,
+        "created_at": p.created_at.isoformat(timespec="seconds"), "content_hash": p.content_hash,
         "decided_by": p.decided_by,
-    }
+    }  # fmt: skip
 
 
 async def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
@@ -232,10 +226,8 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     p = await _visible(sources, principal, proposal_id)
     assert sources.approvals is not None
     store = sources.approvals.store
-    history = await store.events(p.id)
     state = await _state(sources, p)
     facts = await _Facts.of(sources, p, state)
-    arguments = facts.arguments
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
         _traced_calls(sources, p, turn["calls"])
@@ -252,7 +244,6 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         "proposed_by": p.proposed_by,
         "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
         "decision_reason": p.decision_reason,
-        "arguments": [_argument(facts, k, v, facts.provenance.get(k, [])) for k, v in arguments.items()],
         "masked_arguments": sorted(facts.masked),
         # Names in the text around the call (the objective, the model's turn) get the same check.
         "other_names": names_in(objective or "", (turn or {}).get("text", "")),
@@ -262,7 +253,7 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         "turn": turn,
         "history": [
             {"op": e.op, "actor": e.actor, "at": e.at.isoformat(timespec="seconds"), "detail": e.detail}
-            for e in history
+            for e in await store.events(p.id)
             if e.op != "policy"
         ],
         "executions": [
@@ -272,9 +263,9 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         "can_decide": principal.may(p.tenant, "reviewer"),
         "resumable": await _resumable(sources, p),
     }
-    shown = view.pop("arguments")  # already redacted, each with its own care
     out: dict[str, Any] = redact_value(view, facts.redactor)
-    out["arguments"] = shown
+    provenance = facts.provenance  # each argument is redacted with its own care
+    out["arguments"] = [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()]
     return out
 
 

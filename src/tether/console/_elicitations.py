@@ -102,7 +102,8 @@ def parse_form(
     ``false``, a multi-select the list of its chosen values."""
     content: dict[str, Any] = {}
     problems: list[str] = []
-    for f in form_fields(schema):
+    fields = form_fields(schema)
+    for f in fields:
         given = form.get(f.name, "")
         chosen = given if isinstance(given, list) else [given] if given else []
         if f.kind == "array":
@@ -117,22 +118,20 @@ def parse_form(
             continue
         if f.kind == "string":
             content[f.name] = raw
-        elif f.kind == "integer":
-            if _INT.match(raw.strip()):
-                content[f.name] = int(raw.strip())
-            else:
-                problems.append(f"{f.name}: {raw!r} is not a whole number")
-        elif f.kind == "number":
+        elif f.kind in ("integer", "number"):
             text = raw.strip()
-            if _NUM.match(text) and math.isfinite(float(text)):
-                content[f.name] = int(text) if _INT.match(text) else float(text)
+            if _INT.match(text):
+                content[f.name] = int(text)
+            elif f.kind == "number" and _NUM.match(text) and math.isfinite(float(text)):
+                content[f.name] = float(text)
             else:
-                problems.append(f"{f.name}: {raw!r} is not a number")
+                what = "number" if f.kind == "number" else "whole number"
+                problems.append(f"{f.name}: {raw!r} is not a {what}")
         elif raw in ("true", "false"):
             content[f.name] = raw == "true"
         else:
             problems.append(f"{f.name}: choose yes or no")
-    unknown = sorted(set(form) - {f.name for f in form_fields(schema)})
+    unknown = sorted(set(form) - {f.name for f in fields})
     if unknown:
         problems.append(f"fields not in the question: {', '.join(unknown)}")
     if not problems:
@@ -174,26 +173,14 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
     }
     message = redactor.text(pause.message)
     return {
-        "id": pause.id,
-        "created_at": pause.created_at,
-        "run_id": pause.run_id,
-        "tenant": await _tenant_of(sources, pause.run_id),
-        "server": pause.server,
-        "tool": pause.tool,
-        "arguments": arguments,
-        "masked_arguments": sorted(masked),
-        "message": message,
-        "schema": pause.schema,
-        "status": pause.status,
-        "action": pause.action,
-        "answered_by": pause.answered_by,
-        "answer": pause.answer,  # what was stored, shown with the question once answered
-        # Look-alike names anywhere the reviewer reads: the question, the arguments, the form's
-        # labels, descriptions and choices.
-        "names": names_in(message, arguments, pause.schema),
-        "fields": fields,
-        "schema_problem": problem,
-    }
+        "id": pause.id, "created_at": pause.created_at, "run_id": pause.run_id,
+        "tenant": await _tenant_of(sources, pause.run_id), "server": pause.server, "tool": pause.tool,
+        "arguments": arguments, "masked_arguments": sorted(masked), "message": message,
+        "schema": pause.schema, "status": pause.status, "action": pause.action,
+        "answered_by": pause.answered_by, "answer": pause.answer,  # what was stored, once answered
+        # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
+        "names": names_in(message, arguments, pause.schema), "fields": fields, "schema_problem": problem,
+    }  # fmt: skip
 
 
 async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
