@@ -99,8 +99,7 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    # The command word, when it comes first (no global option before it) and names a command:
-    # only its parser is built. Anything else (--help, a typo, --version) builds them all.
+    # Only the parser of a command named first is built; anything else (--help, a typo) builds all.
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parse(parser, words)
     if isinstance(args, int):

@@ -325,8 +325,7 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
         name, reason = str(policy["rule"]), str(policy.get("reason") or "")
         recorded = True
     else:
-        # The host recorded no rule for this proposal: under the default Policy the only rule that
-        # asks for approval is the effect rule (a side-effecting tool). Said as an inference.
+        # No rule recorded: under the default Policy only the effect rule asks (said as an inference).
         name, reason, problems, recorded = "effect", "approval_required", [], False
     if name == "effect":
         words = (
@@ -356,8 +355,7 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     for index, message in enumerate(state.trajectory):
         if isinstance(message, AssistantMessage) and any(c.id == call_id for c in message.tool_calls):
             seen = {m.tool_call_id for m in state.trajectory[:index] if hasattr(m, "tool_call_id")}
-            # One per call, its latest: a call that paused for a question is observed again once
-            # answered, and the model read the answer, not the pause.
+            # One per call, its latest: the model read a paused call's answer, not the pause.
             latest = {o.call_id: o for o in state.observations if o.call_id in seen}
             return {
                 "text": message.content or "",

@@ -340,8 +340,7 @@ class _Pages:
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
-        # What tether resume would continue (runscope.resume_point): paused, or stopped on a
-        # transient failure; never a run that ended.
+        # What tether resume would continue (resume_point): paused or stopped, never ended.
         resumable = (
             self.sources.resume is not None and checkpoint is not None
             and checkpoint.status in ("paused", "stopped") and bool(checkpoint.app)

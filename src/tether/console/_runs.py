@@ -54,8 +54,7 @@ class RunFilter:
     agent: str = ""
     since: str = ""  # ISO date or date-time (UTC)
     until: str = ""
-    # The tenants whose runs a principal may see (``None``: every run): applied with the rest,
-    # before a list is cut, so other tenants' newer runs never push a tenant's own off its list.
+    # The tenants a principal may see (``None``: all), applied before a list is cut at its limit.
     visible: frozenset[str] | None = None
 
     def matches(self, run: RunSummary) -> bool:
@@ -85,11 +84,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
     events = []
     with path.open(encoding="utf-8") as f:
         for line in f:
-            if not line.strip():
-                continue
             try:
                 value = json.loads(line)
-            except ValueError:  # a line cut by a crash: keep what was decided before it
+            except ValueError:  # a blank line, or one cut by a crash: keep what came before it
                 continue
             if isinstance(value, dict):
                 events.append(value)
@@ -355,10 +352,8 @@ def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
 def parse_day(text: str) -> str:
     """A filter bound: an ISO date or date-time, else ``""`` (ignored)."""
     text = text.strip()
-    if not text:
-        return ""
     try:
-        datetime.fromisoformat(text)
+        datetime.fromisoformat(text)  # "" too is refused
     except ValueError:
         return ""
     return text

@@ -345,9 +345,8 @@ class UserStore:
             (match.group(1),),
         )
         if not rows:
-            # No stand-in hash here (sign-in has one): a token's id is no secret, so telling an
-            # unknown one apart costs an attacker nothing, and hashing each made-up token would
-            # let a flood of them take the CPU from every request.
+            # No stand-in hash (sign-in has one): a token's id is no secret, and hashing made-up
+            # tokens would let a flood of them take the CPU from every request.
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
         if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
@@ -356,9 +355,8 @@ class UserStore:
         cached = self._token_cache.get(key)
         if not (cached and cached[0] == user and cached[2] > time.monotonic()):
             token_id, now = match.group(1), time.monotonic()
-            # Each secret tried under a live token's id (no secret) costs a hash: past TOKEN_GUESSES
-            # a minute, none is hashed but one verified before (its holder's). Counted before
-            # hashing, so guesses sent at once count at once.
+            # Past TOKEN_GUESSES secrets a minute under a live token's id, only one verified before
+            # (its holder's) is hashed; counted before hashing, so guesses sent at once count.
             with self._guess_lock:
                 recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
                 self._guesses[token_id] = [*recent, now]

@@ -122,8 +122,7 @@ def _compare(
     # anything could replace sys.stderr, so the ERP subprocess inherits a real file.
     import mcp.client.stdio  # noqa: F401
 
-    # The bar goes to stderr: stdout keeps the report lines and the final JSON object.
-    # No redirection: MCP stdio servers inherit the real stderr, which needs a file descriptor.
+    # The bar goes to stderr, unredirected: MCP stdio servers inherit it (a file descriptor).
     with Progress(
         TextColumn("[bold]compare[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
         TimeElapsedColumn(), console=Console(stderr=True), redirect_stdout=False, redirect_stderr=False,

@@ -404,8 +404,7 @@ def _resume(args: argparse.Namespace) -> int:
     return outcome(summary, text, as_json=args.json, exit=code)
 
 
-# The stop reason of a paused call run again, by its status: it ran, its tool failed or its
-# server was gone, or the host refused it.
+# The stop reason of a paused call run again, by its status.
 _RERUN_STOP = {"ok": "accepted", "error": "dependency_unavailable", "denied": "policy_denied"}
 
 

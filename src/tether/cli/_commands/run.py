@@ -151,8 +151,7 @@ def report(
     for entry in payload.get("blocked", ()):
         if fix := block_fix(entry, where):
             entry["fix"] = fix
-    # What the call lines alone would hide: a server running unconfined, a question declined
-    # during a call that still returned ok, a result cleaned of hidden text.
+    # What the call lines would hide: an unconfined server, a declined question, a cleaned result.
     warnings = [f"warning: server {s.name}: {w}" for s in host.sources for w in getattr(s, "warnings", ())]
     payload["mcp_notes"] = [*warnings, *payload.pop("notes", [])]
     if trace_results:
