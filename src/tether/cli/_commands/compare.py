@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,7 +66,7 @@ _TABLE_COLUMNS = [
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
+    from tether.clisupport.output import fail, outcome, table
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
     from tether.errors import TetherError
     from tether.evals._cases import load_cases
@@ -74,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         return fail("tether compare", "--repeat must be at least 1", as_json=args.json)
-    out: Path = args.out
     try:
         name, spec = scenario_with("compare", args.scenario)
         scenario_class, defaults = resolve(spec), resolve(spec.partition(":")[0])
@@ -87,12 +87,14 @@ def run(args: argparse.Namespace) -> int:
     comparison = _compare(args, name, scenario_class, (config, cases), factories)
     if isinstance(comparison, int):
         return comparison
-    summary = write_report(comparison, out)
+    summary = write_report(comparison, args.out)
     last = _last_line(summary, name, args.repeat)
-    _print_report(summary, last, as_json=args.json)
-    if args.json:
-        emit_json(last, exit=0)
-    return 0
+    if summary.get("chart_error"):
+        print(f"tether compare: no PNG chart: {summary['chart_error']}", file=sys.stderr)
+    rows = [{"design": d, **last["designs"][d]} for d in summary["designs"]]
+    decision = f"decision: {summary['decision']['decision']} — {summary['decision']['why']}"
+    text = f"{table(rows, _TABLE_COLUMNS)}\n{decision}\nreport: {summary['files']['markdown']}"
+    return outcome(last, text, as_json=args.json)
 
 
 def _compare(
@@ -146,28 +148,10 @@ def _compare(
 def _last_line(summary: dict[str, Any], name: str, repeat: int) -> dict[str, Any]:
     """The final JSON object: the decision and each design's figures."""
     fig, decision = summary["figures"], summary["decision"]
+    designs = {d: {k: fig[d][k] for k in _FIGURES} for d in summary["designs"]}
     last: dict[str, Any] = {
-        "scenario": name,
-        "repeat": repeat,
-        "decision": decision["decision"],
-        "why": decision["why"],
-        "designs": {d: {k: fig[d][k] for k in _FIGURES} for d in summary["designs"]},
-        "files": summary["files"],
-    }
-    last.update(last["designs"])  # also per design at the top level: {"workflow": {...}, "agent": {...}}
+        "scenario": name, "repeat": repeat, "decision": decision["decision"], "why": decision["why"],
+        "designs": designs, "files": summary["files"],
+    }  # fmt: skip
+    last.update(designs)  # also per design at the top level: {"workflow": {...}, "agent": {...}}
     return last
-
-
-def _print_report(summary: dict[str, Any], last: dict[str, Any], *, as_json: bool) -> None:
-    import sys
-
-    from tether.clisupport.output import table
-
-    if summary.get("chart_error"):
-        print(f"tether compare: no PNG chart: {summary['chart_error']}", file=sys.stderr)
-    if not as_json:
-        decision = summary["decision"]
-        rows = [{"design": d, **last["designs"][d]} for d in summary["designs"]]
-        print(table(rows, _TABLE_COLUMNS))
-        print(f"decision: {decision['decision']} — {decision['why']}")
-        print(f"report: {summary['files']['markdown']}")

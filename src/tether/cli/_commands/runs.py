@@ -73,8 +73,12 @@ def run(args: argparse.Namespace) -> int:
     client = open_client(url, "tether runs", as_json=args.json)
     if isinstance(client, int):
         return client
+    from tether.errors import ApprovalError
+
     try:
         return _ACTIONS[args.action](client, args)
+    except ApprovalError as err:  # the action was refused: nothing changed
+        return _refused(err, args)
     finally:
         client.close()
 
@@ -219,12 +223,7 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
-
-    try:
-        done = client.cancel(args.run_id, by=_who())
-    except ApprovalError as err:
-        return _refused(err, args)
+    done = client.cancel(args.run_id, by=_who())
     text = "\n".join([
         f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
         f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
@@ -261,17 +260,13 @@ def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
     approvals = Approvals(client.stores.approvals)
     reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
-    try:
-        decide = approvals.approve if args.action == "approve" else approvals.deny
-        p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
-    except ApprovalError as err:
-        return _refused(err, args)
+    decide = approvals.approve if args.action == "approve" else approvals.deny
+    p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
     out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
     return _done(args, out, f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
 
@@ -297,48 +292,34 @@ def _answer(client: Any, args: argparse.Namespace) -> int:
     from tether.sql._database import blocking
 
     action = "decline" if args.decline else "cancel" if args.cancel else "accept"
-    try:
-        content = None
-        if action == "accept":
-            try:
-                content = json.loads(args.answer)
-            except json.JSONDecodeError as err:
-                raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
-            if not isinstance(content, dict):
-                raise ApprovalError("invalid_answer", "--answer must be a JSON object")
-        actor = args.by or _who()
-        pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
-    except ApprovalError as err:
-        return _refused(err, args)
+    content = None
+    if action == "accept":
+        try:
+            content = json.loads(args.answer)
+        except json.JSONDecodeError as err:
+            raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
+        if not isinstance(content, dict):
+            raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+    actor = args.by or _who()
+    pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
     line = f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
     return _done(args, out, line)
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
     reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
-    try:
-        entry = blocking(
-            Approvals(client.stores.approvals).resolve,
-            reviewer, args.key, happened=args.happened == "yes", note=args.note,
-        )  # fmt: skip
-    except ApprovalError as err:
-        return _refused(err, args)
+    resolve = Approvals(client.stores.approvals).resolve
+    entry = blocking(resolve, reviewer, args.key, happened=args.happened == "yes", note=args.note)
     out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
     return _done(args, out, f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}")
 
 
 def _move(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
-
-    try:
-        moved = client.move(args.run_id, args.to, by=_who())
-    except ApprovalError as err:
-        return _refused(err, args)
+    moved = client.move(args.run_id, args.to, by=_who())
     now = "its queued resume moved there" if moved["resume_moved"] else "its resume runs there"
     return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; {now}")
 
