@@ -333,17 +333,13 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
             "the run needs a person's approval before it runs."
         )
     elif problems:
-        words = f"The {name} rule asks a person to look: {'; '.join(_problem_words(x) for x in problems)}."
+        words = f"The {name} rule asks a person to look: {'; '.join(map(_problem_words, problems))}."
     else:
         words = f"The {name} rule asks a person to approve this call ({reason.replace('_', ' ')})."
     return {
-        "name": name,
-        "reason": reason,
-        "words": words,
-        "problems": problems,
-        "problem_words": [_problem_words(x) for x in problems],
-        "recorded": recorded,
-    }
+        "name": name, "reason": reason, "words": words, "problems": problems,
+        "problem_words": [_problem_words(x) for x in problems], "recorded": recorded,
+    }  # fmt: skip
 
 
 def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
