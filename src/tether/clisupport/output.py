@@ -83,8 +83,6 @@ def table(rows: list[dict[str, Any]], columns: list[str], empty: str | None = No
     return "\n".join(lines)
 
 
-# -- run outcomes -----------------------------------------------------------------------------
-
 _HINTS = {
     # Never "declare it read": a tool that changes something must keep its effect.
     "approval_unavailable": "this call needs a person's approval and the run has no approval store: "

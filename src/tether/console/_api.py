@@ -109,9 +109,6 @@ def _text(body: dict[str, Any], key: str, limit: int = 2000) -> str:
     return value[:limit]
 
 
-# -- who is asking, the approval queue, one proposal, a decision -------------------------------
-
-
 async def _me(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     return {"name": p.name, "via": p.via, "grants": dict(p.grants), "csrf_token": p.csrf}
 
@@ -139,9 +136,6 @@ async def _decide(sources: ConsoleSources, request: Request, p: Principal, body:
     return done.to_json()
 
 
-# -- servers' questions waiting for a person, and the answers ----------------------------------
-
-
 async def _list_questions(
     sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]
 ) -> Any:
@@ -157,9 +151,6 @@ async def _answer(sources: ConsoleSources, request: Request, p: Principal, body:
     if content is not None and not isinstance(content, dict):
         raise ApprovalError("invalid_answer", "content must be a JSON object")
     return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
-
-
-# -- MCP servers: their review and the pinning of their tools ----------------------------------
 
 
 async def _list_servers(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -181,9 +172,6 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
         sources, p, request.path_params["name"], digest=_text(body, "digest", 100),
         tools={str(t) for t in tools}, accept_flagged={str(t) for t in flagged},
     )  # fmt: skip
-
-
-# -- runs: the list, one run, resuming a paused one --------------------------------------------
 
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -201,8 +201,6 @@ class _Pages:
 
         return show
 
-    # -- Sign in (throttled, CSRF-checked) and out -------------------------------------------------
-
     async def login(self, request: Request) -> Response:
         nxt = local_path(request.query_params.get("next", "/"))
         error = ""
@@ -248,8 +246,6 @@ class _Pages:
         self.gate.end_session(response, me)
         return response
 
-    # -- The approval queue, one proposal, a decision ----------------------------------------------
-
     async def home(self, request: Request, me: Principal) -> Response:
         return RedirectResponse("/approvals", status_code=303)
 
@@ -273,8 +269,6 @@ class _Pages:
             content_hash=form_value(form, "content_hash", 100) or None,
         )  # fmt: skip
         return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
-
-    # -- Servers' questions waiting for a person, and the answers ----------------------------------
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
@@ -300,8 +294,6 @@ class _Pages:
         await elicitations_view.answer(self.sources, me, eid, action, content)
         return RedirectResponse("/elicitations?done=answered", status_code=303)
 
-    # -- MCP servers: their review and the pinning of their tools ----------------------------------
-
     async def servers(self, request: Request, me: Principal) -> Response:
         tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
         return self.render(
@@ -319,8 +311,6 @@ class _Pages:
             self.sources, me, name, digest=digest, tools=tools, accept_flagged=flagged
         )
         return self.render(request, "pinned.html", me, result=result)
-
-    # -- Runs: the list, one run, resuming a paused one --------------------------------------------
 
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
@@ -358,8 +348,6 @@ class _Pages:
         summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
         return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
-
-    # -- The rules in force and the audit log ------------------------------------------------------
 
     async def rules(self, request: Request, me: Principal) -> Response:
         return self.render(request, "rules.html", me, rules=RULES)

@@ -206,8 +206,6 @@ class TraceIndex(RunIndex):
         return summary
 
 
-# -- one run as a timeline -------------------------------------------------------------------
-
 _CATEGORY = {
     kind: category
     for category, kinds in {

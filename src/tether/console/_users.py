@@ -235,8 +235,6 @@ class UserStore:
         with self._tx() as conn:
             return bool(conn.execute(sql, params).rowcount)
 
-    # -- people and grants -------------------------------------------------------------------
-
     def add_user(self, name: str, password: str) -> None:
         """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
         check_name(name)
@@ -306,8 +304,6 @@ class UserStore:
             raise AuthError("bad_credentials", "wrong user name or password")
         return name
 
-    # -- API tokens -------------------------------------------------------------------------
-
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
         """A new API token for ``name``: the secret is returned once and stored only hashed."""
         if not self._read("SELECT 1 FROM users WHERE name = ?", (name,)):
@@ -368,8 +364,6 @@ class UserStore:
             self._token_cache[key] = (user, token_id, time.monotonic() + 60)
         return Principal(user, self.grants(user), via="token")
 
-    # -- sessions -------------------------------------------------------------------------
-
     def create_session(self, name: str) -> str:
         """A new session for ``name``; returns the raw session id (only its digest is stored)."""
         raw = secrets.token_urlsafe(32)
@@ -397,8 +391,6 @@ class UserStore:
 
     def end_session(self, session_digest: str) -> None:
         self._write("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
-
-    # -- audit ------------------------------------------------------------------------------
 
     def audit(
         self, actor: str, action: str, *, tenant: str = "", target: str = "", content_hash: str = "",

@@ -66,8 +66,6 @@ class Gate:
         self._login = Signer(self.secret_key, salt="tether-console-login")
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
 
-    # -- who is asking -------------------------------------------------------------------
-
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
         header = request.headers.get("authorization")
@@ -107,8 +105,6 @@ class Gate:
     def _forget(self, response: Response, name: str) -> None:
         """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""
         response.delete_cookie(name, path="/", secure=self.secure_cookies, httponly=True, samesite="strict")
-
-    # -- CSRF ----------------------------------------------------------------------------
 
     def same_origin(self, request: Request) -> bool:
         """Whether a browser's ``Origin`` is this console's (HTTPS when its cookies are ``Secure``,
