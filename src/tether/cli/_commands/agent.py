@@ -9,6 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_json
@@ -40,8 +43,6 @@ def print_schema(args: argparse.Namespace) -> int:
 def check_file(args: argparse.Namespace) -> int:
     from tether.agents._build import local_tool_names
     from tether.agents._file import load_agent_file
-    from tether.clisupport.output import fail, outcome
-    from tether.errors import ConfigError
 
     try:
         af = load_agent_file(args.file)

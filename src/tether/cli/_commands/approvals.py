@@ -8,6 +8,9 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.clisupport.output import emit_json, fail, outcome, table
+from tether.errors import ApprovalError, ConfigError
+
 if TYPE_CHECKING:
     from tether.policy import Approvals
     from tether.stores._url import Stores
@@ -70,8 +73,6 @@ def _audit(
 
 def run(args: argparse.Namespace) -> int:
     from tether.clisupport.approvals_db import default_db
-    from tether.clisupport.output import fail
-    from tether.errors import ApprovalError
 
     db = str(args.db or default_db())
     as_json = getattr(args, "json", False)
@@ -111,7 +112,6 @@ def _live_workers(stores: Stores) -> int | None:
 
 def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, Stores | None] | int:
     """The approvals over ``db`` (and the deployment's stores to close), or the exit code."""
-    from tether.clisupport.output import fail
     from tether.policy import Approvals, SqliteApprovalStore
 
     if "://" in db:  # a deployment: the store every worker shares
@@ -131,8 +131,6 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
         given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
         why = f"no approval store at {db}{given}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
-    from tether.errors import ConfigError
-
     try:
         return Approvals(SqliteApprovalStore(db)), None
     except ConfigError as err:  # a folder, or a file that is not a SQLite database
@@ -141,7 +139,6 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
 
 
 def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
-    from tether.clisupport.output import outcome, table
     from tether.policy import ProposalStatus
     from tether.sql._database import blocking
 
@@ -159,7 +156,6 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
 
 
 def _show(approvals: Approvals, proposal_id: str, as_json: bool) -> int:
-    from tether.clisupport.output import outcome
     from tether.sql._database import blocking
 
     review = blocking(approvals.inspect, proposal_id).summary()
@@ -170,7 +166,6 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
     """Approve, deny, invalidate or resolve, as the person at this console; what was decided."""
     import getpass
 
-    from tether.errors import ApprovalError
     from tether.policy import Reviewer
     from tether.sql._database import blocking
 
@@ -197,8 +192,6 @@ def _print_decision(
     out: dict[str, Any], db: str, *, as_json: bool, deployment: bool, workers: int | None
 ) -> None:
     """The decision; then how its run goes on: by hand, or by one of ``workers`` live ones."""
-    from tether.clisupport.output import emit_json
-
     if out.get("run"):
         out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
         if deployment and workers is not None:

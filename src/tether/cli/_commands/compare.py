@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.clisupport.output import fail, outcome, table
+from tether.errors import ConfigError, TetherError
+
 if TYPE_CHECKING:
     from tether.evals._compare import Comparison
 
@@ -42,7 +45,6 @@ def register(sub: Any) -> None:
 def _factory(option: str, spec: str | None) -> Any:
     """The function an import path ``MODULE:FUNCTION`` names; ``ConfigError`` saying what is wrong."""
     from tether.agents._file import _import  # the one reader of import paths, with its hints
-    from tether.errors import ConfigError
 
     if spec is None:
         return None
@@ -66,9 +68,7 @@ _TABLE_COLUMNS = [
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail, outcome, table
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
-    from tether.errors import TetherError
     from tether.evals._cases import load_cases
     from tether.evals._config import load_config
     from tether.evals._report import write_report
@@ -108,8 +108,6 @@ def _compare(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from tether.clisupport.output import fail
-    from tether.errors import TetherError
     from tether.evals._compare import run_comparison
     from tether.evals._graders import ModelJudge
 

@@ -9,6 +9,9 @@ import argparse
 import os
 from typing import Any
 
+from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_db, add_json
@@ -28,9 +31,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
-    from tether.errors import ConfigError
-
     if args.url and args.db and args.url != args.db:
         why = f"two storage URLs: {args.url!r} and --db {args.db!r}; give one"
         return fail(f"tether db {args.action}", why, as_json=args.json, error="usage")

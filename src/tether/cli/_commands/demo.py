@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tether.clisupport.output import fail
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -30,7 +32,6 @@ def demos() -> tuple[dict[str, str], set[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail
     from tether.clisupport.scenarios import INSTALL_HINT, resolve
 
     own, runnable = demos()

@@ -7,10 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import EXIT_HELP, fail, outcome, table
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_json, add_out, add_scenario
-    from tether.clisupport.output import EXIT_HELP
 
     p = sub.add_parser(
         "lab",
@@ -32,7 +33,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.clisupport.output import fail, outcome, table
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
 
     try:

@@ -9,7 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tether.clisupport.output import safe
+from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe
+from tether.errors import ConfigError, TetherError
 
 T = TypeVar("T")
 
@@ -43,7 +44,6 @@ def register(sub: Any) -> None:
 
 def _add_run(msub: Any) -> None:
     from tether.cli._commands._options import add_model_options, add_output_options
-    from tether.clisupport.output import EXIT_HELP
 
     run = msub.add_parser(
         "run",
@@ -136,7 +136,6 @@ def _deployment(url: str | None) -> Any:
 
 def _load(args: argparse.Namespace) -> Any:
     """The MCP config of --config, or of the agent file's mcp section (--agent)."""
-    from tether.errors import ConfigError
     from tether.mcp._config import load_config
 
     if getattr(args, "agent", None) is not None:
@@ -151,8 +150,6 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _fail(args: argparse.Namespace, err: Exception | str) -> int:
     """Exit 1 (nothing ran), or the code the error carries (6: a deployment's server is down)."""
-    from tether.clisupport.output import USAGE, fail
-
     code = int(getattr(err, "exit", USAGE))
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
@@ -160,8 +157,6 @@ def _fail(args: argparse.Namespace, err: Exception | str) -> int:
 def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T | int:
     """``work(config, pins)``: the pins of --db, else None (the config's own); or the exit code."""
     import anyio
-
-    from tether.errors import TetherError
 
     shared = None
     try:
@@ -176,7 +171,6 @@ def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]
 
 
 def _review(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
     from tether.mcp._approve import review_server
 
     review = _with_pins(args, lambda config, pins: review_server(config, args.name, pins=pins))
@@ -206,7 +200,6 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import outcome
     from tether.mcp._approve import approve_server
 
     done = _with_pins(
@@ -316,7 +309,6 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     from tether.agents._file import mcp_agent
     from tether.cli._commands.run import drive, model_overrides
-    from tether.errors import TetherError
     from tether.mcp._config import load_config
     from tether.mcphost._runner import INSTRUCTIONS
 
@@ -363,8 +355,6 @@ def run_mcp(args: argparse.Namespace) -> int:
 
 
 def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
-    from tether.clisupport.output import fail
-
     command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
     return fail(command, err, as_json=args.json)
 
@@ -374,8 +364,6 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.clisupport.output import EXIT_CODES, outcome
-    from tether.errors import TetherError
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
 
@@ -421,8 +409,6 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _pauses(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import outcome
-    from tether.errors import TetherError
     from tether.mcp._pauses import PauseStore
     from tether.sql._database import blocking
 

@@ -12,6 +12,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import fail
+from tether.errors import ApprovalError, ConfigError
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser(
@@ -42,8 +45,6 @@ def run(args: argparse.Namespace) -> int:
     from tether.cli._commands._progress import ProgressSink, progress_wanted
     from tether.cli._commands.run import report
     from tether.clisupport.approvals_db import default_db
-    from tether.clisupport.output import fail
-    from tether.errors import ApprovalError, ConfigError
     from tether.policy import SqliteApprovalStore
     from tether.runners._scope import rebuild, resume_rebuilt
     from tether.sql._database import blocking

@@ -10,6 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import (
+    EXIT_HELP,
+    block_fix,
+    emit_json,
+    fail,
+    model_hints,
+    print_run,
+    run_payload,
+)
+from tether.errors import ConfigError
+
 NEEDS_AGENT = (
     "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
     "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
@@ -19,7 +30,6 @@ NEEDS_AGENT = (
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_model_options, add_out, add_output_options, add_scenario
-    from tether.clisupport.output import EXIT_HELP
     from tether.clisupport.telemetry import add_otel_flags
 
     p = sub.add_parser(
@@ -72,8 +82,6 @@ def run(args: argparse.Namespace) -> int:
     from tether.clisupport.telemetry import apply_otel_flags
 
     apply_otel_flags(args)
-    from tether.clisupport.output import fail
-
     if args.scenario is not None:
         return run_scenario(args)
     if args.agent is None and args.config is not None:
@@ -88,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
 
     from tether.agents._file import load_agent_file, with_overrides
     from tether.cli._commands.mcp import build
-    from tether.errors import ConfigError
 
     try:
         af = with_overrides(load_agent_file(args.agent), **model_overrides(args))
@@ -136,7 +143,6 @@ def report(
     """Print a finished (or paused) run and return its exit code. ``backend``: the run's model,
     for the hints of a ``model_error`` (the URL, the key variable, streaming)."""
     from tether.cli._commands._progress import write_results
-    from tether.clisupport.output import block_fix, emit_json, model_hints, print_run, run_payload
 
     down = unavailable_servers(host)
     servers = [s.name for s in host.sources if callable(getattr(s, "describe", None))]
@@ -264,9 +270,7 @@ def run_scenario(args: argparse.Namespace) -> int:
 
     from tether.agents._spec import LimitsSpec
     from tether.cli._commands._progress import show_text
-    from tether.clisupport.output import fail
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
-    from tether.errors import ConfigError
 
     try:
         lab = resolve(scenario_with("run", args.scenario)[1])

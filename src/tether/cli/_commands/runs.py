@@ -9,6 +9,9 @@ import argparse
 import os
 from typing import Any
 
+from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail, outcome, safe, table
+from tether.errors import ApprovalError, ConfigError
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
@@ -64,8 +67,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail
-
     url = args.db or os.environ.get("TETHER_DB")
     if not url:
         need = "needs the deployment's storage URL: pass --db URL or set TETHER_DB"
@@ -73,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
     client = open_client(url, "tether runs", as_json=args.json)
     if isinstance(client, int):
         return client
-    from tether.errors import ApprovalError
-
     try:
         return _ACTIONS[args.action](client, args)
     except ApprovalError as err:  # the action was refused: nothing changed
@@ -85,9 +84,6 @@ def run(args: argparse.Namespace) -> int:
 
 def open_client(url: str, command: str, *, as_json: bool) -> Any:
     """A ``DurableClient`` on ``url``, or the exit code after one line saying why not."""
-    from tether.clisupport.output import NEEDS_DURABLE, fail
-    from tether.errors import ConfigError
-
     try:
         from tether.durable import DurableClient
         from tether.durable._deploy import DeploymentUnavailable
@@ -103,8 +99,6 @@ def open_client(url: str, command: str, *, as_json: bool) -> Any:
 
 def _list(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
-
-    from tether.clisupport.output import fail, outcome, table
 
     try:
         older = parse_age(args.older_than) if args.older_than else None
@@ -158,7 +152,6 @@ def _age(seconds: float) -> str:
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
     from tether.sql._database import blocking
 
     view = client.run(args.run_id)
@@ -201,8 +194,6 @@ def _show(client: Any, args: argparse.Namespace) -> int:
 
 
 def _print_problems(out: dict[str, Any]) -> None:
-    from tether.clisupport.output import safe
-
     if out.get("stop_reason") == "accepted" and out.get("problems"):
         print(safe(f"note: {out['message']}"))
     if out.get("stop_reason") is not None:
@@ -211,8 +202,6 @@ def _print_problems(out: dict[str, Any]) -> None:
 
 def report_view(view: Any, *, as_json: bool) -> int:
     """A durable run that ended or paused, as ``submit --wait`` and ``resume`` report it."""
-    from tether.clisupport.output import emit_json
-
     out = view.summary()
     if as_json:
         emit_json(out, exit=out["exit"])
@@ -235,9 +224,6 @@ def _cancel(client: Any, args: argparse.Namespace) -> int:
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import outcome
-    from tether.errors import ApprovalError
-
     try:
         workflow_id = client.resume(args.run_id)
     except ApprovalError as err:
@@ -254,8 +240,6 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
 
 def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool) -> int:
     """``--wait`` ran out before the run ended or paused (it goes on; ``runs show`` follows it)."""
-    from tether.clisupport.output import fail
-
     return fail(command, err, as_json=as_json, error="wait_timeout", run_id=run_id)
 
 
@@ -272,7 +256,6 @@ def _decide(client: Any, args: argparse.Namespace) -> int:
 
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import outcome, table
     from tether.sql._database import blocking
 
     rows = [
@@ -287,7 +270,6 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
 def _answer(client: Any, args: argparse.Namespace) -> int:
     import json
 
-    from tether.errors import ApprovalError
     from tether.mcp._elicitation import store_answer
     from tether.sql._database import blocking
 
@@ -325,7 +307,6 @@ def _move(client: Any, args: argparse.Namespace) -> int:
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import outcome, table
     from tether.durable._worker import _workers as op
 
     db = client.stores.db
@@ -337,7 +318,6 @@ def _workers(client: Any, args: argparse.Namespace) -> int:
 def _escalations(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tether.clisupport.output import outcome, safe, table
     from tether.durable._events import resolve_command
     from tether.policy._store import LedgerStatus
     from tether.sql._database import blocking
@@ -368,15 +348,11 @@ def _who() -> str:
 
 def _refused(err: Any, args: argparse.Namespace) -> int:
     """An ``ApprovalError`` that refused the action: its reason, as JSON or a line; exit 1."""
-    from tether.clisupport.output import outcome
-
     refusal = {"error": err.reason, "message": str(err)}
     return outcome(refusal, f"{err.reason}: {err}", as_json=args.json, exit=1)
 
 
 def _done(args: argparse.Namespace, out: dict[str, Any], line: str) -> int:
-    from tether.clisupport.output import outcome
-
     return outcome(out, line, as_json=args.json)
 
 

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.errors import TetherError
+
 
 def register(sub: Any) -> None:
     out = Path(os.environ.get("TETHER_OUT", "tether-output"))
@@ -99,8 +101,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
               file=sys.stderr)  # fmt: skip
         return 1
-    from tether.errors import TetherError
-
     out = Path(os.environ.get("TETHER_OUT", "tether-output"))
     if args.host not in LOOPBACK_HOSTS and not (args.secure_cookies or args.insecure_bind):
         print(f"refusing to serve sign-in cookies over plain HTTP on {args.host}: use --secure-cookies "

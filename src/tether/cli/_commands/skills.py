@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import fail, outcome
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_json
@@ -26,7 +28,6 @@ def register(sub: Any) -> None:
 
 
 def review(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail, outcome
     from tether.context._skills import review_folder
 
     if not args.folder.is_dir():

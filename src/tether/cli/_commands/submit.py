@@ -19,6 +19,9 @@ import os
 import sys
 from typing import Any
 
+from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
+from tether.errors import ConfigError
+
 # A run's objective travels in the queue row: larger ones are refused before anything is stored.
 MAX_OBJECTIVE_CHARS = 100_000
 
@@ -76,7 +79,6 @@ def _prepare(
         return _Run(agent, None, objective, ctx, run_id)
     from tether.agents._build import trusted_context
     from tether.agents._file import agent_digest, load_agent_file
-    from tether.errors import ConfigError
 
     if agent not in files:
         try:
@@ -126,8 +128,6 @@ def _batch_runs(args: argparse.Namespace) -> list[_Run]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail, outcome
-
     url = args.db or os.environ.get("TETHER_DB")
     if not url:
         return fail("tether submit", "needs --db URL (or $TETHER_DB)", as_json=args.json)
@@ -157,9 +157,6 @@ def run(args: argparse.Namespace) -> int:
 def _put(url: str, runs: list[_Run], *, as_json: bool) -> list[str] | int:
     """Store the runs in the deployment's intake, all or none (through DBOS's client on one made
     before the intake); their ids, or the exit code."""
-    from tether.clisupport.output import NEEDS_DURABLE, fail
-    from tether.errors import ConfigError
-
     try:
         from tether.durable._config import context_to_json
         from tether.durable._deploy import DeploymentUnavailable

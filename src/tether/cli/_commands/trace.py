@@ -6,6 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.clisupport.output import fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
     from tether.cli._commands._options import add_actions, add_json
@@ -26,8 +29,6 @@ def register(sub: Any) -> None:
 
 
 def stats(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail, outcome
-    from tether.errors import ConfigError
     from tether.trace._stats import stats_for
 
     try:

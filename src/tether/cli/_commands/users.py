@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.clisupport.output import fail, outcome, table
+
 if TYPE_CHECKING:
     from tether.console._users import UserStore
 
@@ -69,8 +71,6 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail, outcome, table
-
     command, as_json = f"tether users {args.action}", args.json
     try:
         from tether.console._users import CLIENT, AuthError, UserStore

@@ -12,6 +12,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail
+from tether.errors import ConfigError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -52,7 +55,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import NEEDS_DURABLE, fail
     from tether.clisupport.telemetry import apply_otel_flags
 
     apply_otel_flags(args)
@@ -83,9 +85,7 @@ def _serve_apps(
     """The names the worker serves (agent files read and registered now), or the exit code."""
     from tether.agents._file import is_agent_file
     from tether.agents._record import AgentFileApp
-    from tether.clisupport.output import fail
     from tether.durable._worker import check_apps
-    from tether.errors import ConfigError
 
     served = []
     try:
@@ -106,10 +106,8 @@ def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) ->
     import signal
     import threading
 
-    from tether.clisupport.output import emit_json, fail
     from tether.durable._deploy import DeploymentUnavailable
     from tether.durable._events import configure_stderr
-    from tether.errors import ConfigError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
