@@ -9,13 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
 from tether.clisupport.output import fail, outcome
 from tether.errors import ConfigError
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, verbs = add_actions(
         sub, "agent", dest="verb", metavar="VERB", help="the agent file: its JSON Schema, or check one file"
     )

@@ -8,6 +8,8 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
+from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import emit_json, fail, outcome, table
 from tether.errors import ApprovalError, ConfigError
 
@@ -17,9 +19,6 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
-    from tether.clisupport.approvals_db import default_db
-
     p, acts = add_actions(
         sub, "approvals", dest="action", help="list, inspect and decide proposals waiting for approval"
     )
@@ -72,8 +71,6 @@ def _audit(
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.approvals_db import default_db
-
     db = str(args.db or default_db())
     as_json = getattr(args, "json", False)
     opened = _open(args, db, as_json)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_json, add_out, add_scenario
 from tether.clisupport.output import fail, outcome, table
 from tether.errors import ConfigError, TetherError
 
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_json, add_out, add_scenario
-
     p = sub.add_parser(
         "compare",
         help="compare workflow and agent on a scenario's cases",

@@ -9,13 +9,12 @@ import argparse
 import os
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json
 from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
 from tether.errors import ConfigError
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json
-
     p, acts = add_actions(
         sub, "db", dest="action", help="a durable deployment's database: init (create once), check"
     )

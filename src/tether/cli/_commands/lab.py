@@ -7,12 +7,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_json, add_out, add_scenario
+from tether.cli._commands._progress import progress_wanted
 from tether.clisupport.output import EXIT_HELP, fail, outcome, table
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_json, add_out, add_scenario
-
     p = sub.add_parser(
         "lab",
         help="run a scenario's lab (the maintenance-order lab, S1)",
@@ -51,8 +51,6 @@ def run(args: argparse.Namespace) -> int:
         lines += [f"{key}: {done.summary[key]}" for key in keys if done.summary.get(key)]
         summary = {**done.summary, **_failure(done)}
         return outcome(summary, "\n".join(lines), as_json=args.json, exit=int(done.exit_code))
-
-    from tether.cli._commands._progress import progress_wanted
 
     console = None
     if progress_wanted(args.json):

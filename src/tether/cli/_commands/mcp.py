@@ -9,6 +9,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tether.cli._commands._options import add_actions, add_json, add_model_options, add_output_options
+from tether.cli._commands._progress import show_text
+from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe
 from tether.errors import ConfigError, TetherError
 
@@ -16,8 +19,6 @@ T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions
-
     _, msub = add_actions(
         sub, "mcp", dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
@@ -43,8 +44,6 @@ def register(sub: Any) -> None:
 
 
 def _add_run(msub: Any) -> None:
-    from tether.cli._commands._options import add_model_options, add_output_options
-
     run = msub.add_parser(
         "run",
         help="run a question over the configured servers with a model",
@@ -108,8 +107,6 @@ def _add_resume(msub: Any) -> None:
 
 def _common(p: argparse.ArgumentParser, *, handler: Any, shared: bool) -> None:
     """--config or --agent, --json, and (``shared``) a deployment's --db."""
-    from tether.cli._commands._options import add_json
-
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
@@ -227,7 +224,6 @@ def _approve(args: argparse.Namespace) -> int:
 def build(af: Any, args: argparse.Namespace, *, ask: str, consent: str) -> Any:
     """The agent of ``af`` as this command line runs it: --db, who answers, the stream shown."""
     from tether.agents._build import build_agent
-    from tether.cli._commands._progress import show_text
 
     return build_agent(
         af, approvals_db=getattr(args, "db", None), responder=responder_for(ask),
@@ -399,7 +395,6 @@ _RERUN_STOP = {"ok": "accepted", "error": "dependency_unavailable", "denied": "p
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
     """The approval store a paused run lives in: --db, else the default one if the run is there."""
     from tether.agents._record import record_path
-    from tether.clisupport.approvals_db import default_db
 
     if getattr(args, "db", None) is not None:
         return str(args.db)

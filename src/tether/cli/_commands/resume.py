@@ -12,7 +12,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._progress import ProgressSink, progress_wanted
+from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import fail
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
 from tether.errors import ApprovalError, ConfigError
 
 
@@ -30,21 +33,15 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
     )
-    from tether.clisupport.telemetry import add_otel_flags
-
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
     import anyio
 
-    from tether.cli._commands._progress import ProgressSink, progress_wanted
     from tether.cli._commands.run import report
-    from tether.clisupport.approvals_db import default_db
     from tether.policy import SqliteApprovalStore
     from tether.runners._scope import rebuild, resume_rebuilt
     from tether.sql._database import blocking

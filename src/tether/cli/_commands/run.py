@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_model_options, add_out, add_output_options, add_scenario
+from tether.cli._commands._progress import ProgressSink, progress_wanted, show_text, write_results
 from tether.clisupport.output import (
     EXIT_HELP,
     block_fix,
@@ -19,6 +21,7 @@ from tether.clisupport.output import (
     print_run,
     run_payload,
 )
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
 from tether.errors import ConfigError
 
 NEEDS_AGENT = (
@@ -29,9 +32,6 @@ NEEDS_AGENT = (
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_model_options, add_out, add_output_options, add_scenario
-    from tether.clisupport.telemetry import add_otel_flags
-
     p = sub.add_parser(
         "run",
         help="run your agent (from a file) on an objective",
@@ -79,8 +79,6 @@ def _limits(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
     if args.scenario is not None:
         return run_scenario(args)
@@ -111,7 +109,6 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     import anyio
 
     from tether.agents._record import RecordSink
-    from tether.cli._commands._progress import ProgressSink, progress_wanted
 
     host = built.host
     if progress_wanted(args.json):
@@ -142,8 +139,6 @@ def report(
 ) -> int:  # fmt: skip
     """Print a finished (or paused) run and return its exit code. ``backend``: the run's model,
     for the hints of a ``model_error`` (the URL, the key variable, streaming)."""
-    from tether.cli._commands._progress import write_results
-
     down = unavailable_servers(host)
     servers = [s.name for s in host.sources if callable(getattr(s, "describe", None))]
     config, agent = getattr(args, "config", None), getattr(args, "agent", None)
@@ -269,7 +264,6 @@ def run_scenario(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.agents._spec import LimitsSpec
-    from tether.cli._commands._progress import show_text
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
 
     try:

@@ -9,13 +9,12 @@ import argparse
 import os
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
 from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail, outcome, safe, table
 from tether.errors import ApprovalError, ConfigError
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
-
     p, acts = add_actions(
         sub, "runs", dest="action",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"

@@ -6,12 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
 from tether.clisupport.output import fail, outcome
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, actions = add_actions(
         sub, "skills", dest="skills_command", help="review agent skills (SKILL.md folders)"
     )

@@ -6,13 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
 from tether.clisupport.output import fail, outcome
 from tether.errors import ConfigError
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, actions = add_actions(sub, "trace", dest="trace_command", help="inspect run traces")
     s = actions.add_parser(
         "stats",

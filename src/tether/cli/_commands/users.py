@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_actions, add_json
 from tether.clisupport.output import fail, outcome, table
 
 if TYPE_CHECKING:
@@ -20,8 +21,6 @@ def default_users_db() -> Path:
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     p, acts = add_actions(
         sub, "users", dest="action", help="console accounts: people, roles per tenant, API tokens"
     )

@@ -12,7 +12,9 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_json
 from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
 from tether.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -46,17 +48,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
-    from tether.cli._commands._options import add_json
-    from tether.clisupport.telemetry import add_otel_flags
-
     add_json(p, "start-up failures as one JSON object on stdout (its last line); the ready line is JSON")
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
