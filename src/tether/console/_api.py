@@ -21,6 +21,7 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
+from tether.console._resume import resume_run
 from tether.console._runs import run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
@@ -188,8 +189,6 @@ async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body
 
 
 async def _resume(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    from tether.console._resume import resume_run
-
     return await resume_run(sources, p, request.path_params["run_id"])
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from jinja2 import Environment
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -143,8 +145,6 @@ async def _refuse_websocket(scope: Scope, send: Send) -> None:
 
 async def _read_body(receive: Receive) -> bytes | int:
     """The whole body, or the status that refuses it (413, 408); 0 if the client went away."""
-    import anyio
-
     chunks: list[bytes] = []
     seen = 0
     with anyio.move_on_after(REQUEST_DEADLINE):
@@ -168,8 +168,6 @@ def create_app(
 ) -> Any:  # fmt: skip
     """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
     to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
-    from contextlib import asynccontextmanager
-
     from tether.console._api import api_routes
     from tether.console._pages import page_routes
 

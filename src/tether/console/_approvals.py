@@ -14,9 +14,10 @@ from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, find_names, skeleton
+from tether.core.messages import AssistantMessage
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
-from tether.runs._checkpoint import checkpoint_tenant
+from tether.runs._checkpoint import checkpoint_tenant, state_from_json
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = ["Denied", "Hidden", "proposal_view", "queue", "review_proposal"]
@@ -124,8 +125,6 @@ class _Facts:
         redactor.declare(p.tool, masked)
         redactor.learn(p.tool, arguments)
         if state is not None and masked:  # the same tool's other calls in the run: their secrets too
-            from tether.core.messages import AssistantMessage
-
             for message in state.trajectory:
                 if isinstance(message, AssistantMessage):
                     for c in message.tool_calls:
@@ -285,8 +284,6 @@ async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
     cp = await sources.approvals.store.load_checkpoint(p.run_id)
     if cp is None:
         return None
-    from tether.runs._checkpoint import state_from_json
-
     try:
         state = state_from_json(cp.state)
     except (ApprovalError, ValueError, KeyError, TypeError):
@@ -344,8 +341,6 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
 
 def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     """The assistant turn that proposed ``call_id``: its text, its calls, what it had seen."""
-    from tether.core.messages import AssistantMessage
-
     if not call_id:
         return None
     for index, message in enumerate(state.trajectory):

@@ -12,6 +12,7 @@ from functools import wraps
 from typing import Any, ClassVar
 from urllib.parse import quote
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -20,6 +21,7 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
+from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
@@ -217,8 +219,6 @@ class _Pages:
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
-                import anyio
-
                 try:
                     await anyio.to_thread.run_sync(
                         self.sources.users.authenticate, name, form_value(form, "password", 1024)
@@ -342,8 +342,6 @@ class _Pages:
         )  # fmt: skip
 
     async def resume(self, request: Request, me: Principal) -> Response:
-        from tether.console._resume import resume_run
-
         run_id = request.path_params["run_id"]
         summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"

@@ -8,6 +8,7 @@ import json
 import unicodedata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
@@ -82,8 +83,6 @@ def plain(value: Any, limit: int = 200) -> str:
 def segment(value: Any) -> str:
     """``value`` as one URL path segment: every reserved character percent-encoded, and ``.``
     and ``..`` too, so an id can never lead a link or a form to another path."""
-    from urllib.parse import quote
-
     text = quote(value if isinstance(value, str) else str(value), safe="")
     return text.replace(".", "%2E") if text in (".", "..") else text
 
