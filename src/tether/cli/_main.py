@@ -67,8 +67,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
-    """``words`` parsed, or the exit code of a usage error (1), said on stderr and, under
-    ``--json``, as the JSON envelope."""
+    """``words`` parsed, or the exit code of a usage error (1), said on stderr (and as JSON)."""
     try:
         return parser.parse_args(words)
     except UsageError as err:

@@ -220,8 +220,7 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
 
 
 async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
-    """Everything the reviewer sees about one proposal (``Hidden`` for another tenant's); the
-    values of declared secrets are redacted everywhere on it."""
+    """Everything the reviewer sees about one proposal; declared secrets redacted everywhere on it."""
     p = await _visible(sources, principal, proposal_id)
     assert sources.approvals is not None
     store = sources.approvals.store

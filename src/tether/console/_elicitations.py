@@ -239,8 +239,7 @@ async def answer(
 
 
 def domain_view(url: str) -> dict[str, Any]:
-    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded, with its look-alike
-    check (``check_name``)."""
+    """The host of ``url`` as written, as registered (IDNA) and decoded, with its look-alike check."""
     url = url[:2048]  # a name's host comes first; a longer URL is not read further
     check = check_name(url)
     try:

@@ -164,8 +164,7 @@ class _Pages:
         return self.render(request, "error.html", principal, status, title=title, message=message)
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """A page: the principal first (none: sign in), a POST's CSRF token before anything else,
-        tether's refusals as error pages."""
+        """A page: the principal first, a POST's CSRF token next, tether's refusals as error pages."""
         gate, problem = self.gate, self.problem
 
         @wraps(handler)

@@ -88,8 +88,7 @@ def segment(value: Any) -> str:
 
 
 def names_in(*texts: Any) -> list[dict[str, Any]]:
-    """The look-alike check of every URL, e-mail address and domain in ``texts`` (strings, or
-    JSON-like values whose strings are searched)."""
+    """The look-alike check of every URL, e-mail address and domain in ``texts`` (or their strings)."""
     found: dict[str, None] = {}
     stack = list(texts)
     while stack and len(found) < 50:

@@ -127,8 +127,7 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
 
 
 class RunIndex:
-    """Where the console reads runs: a folder of JSONL traces (``TraceIndex``) or a deployment's
-    shared trace store (``StoredTraceIndex``)."""
+    """Where the console reads runs: ``TraceIndex`` (a folder) or ``StoredTraceIndex`` (a deployment)."""
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         raise NotImplementedError
@@ -358,8 +357,7 @@ def parse_day(text: str) -> str:
 
 
 class StoredTraceIndex(RunIndex):
-    """The runs of a deployment, from its shared trace store (every worker's, from any machine);
-    a list looks at the ``SCAN`` most recent runs."""
+    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest."""
 
     SCAN = 2000
 

@@ -93,8 +93,7 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
 
 
 class DurableResumer:
-    """Resume a deployment's run as ``tether resume RUN --db URL`` does: its continuation is
-    enqueued (``DurableClient.resume``) for a worker serving the run's version."""
+    """Resume a deployment's run as ``tether resume RUN --db URL`` does: enqueued for a worker."""
 
     def __init__(self, url: str, stores: Any) -> None:
         self.url = url
@@ -143,8 +142,7 @@ def sqlite_sources(
     *, users_db: Path, approvals_db: Path | None, trace_dir: Path | None, mcp_config: Path | None = None,
     allow_resume: bool = True, users: UserStore | None = None,
 ) -> ConsoleSources:  # fmt: skip
-    """The embedded default: SQLite files (an approval store is created empty if missing) and a
-    folder of JSONL traces."""
+    """The embedded default: SQLite files (a missing approval store is created) and a trace folder."""
     from tether.policy._sqlite_store import SqliteApprovalStore
 
     approvals = Approvals(SqliteApprovalStore(approvals_db)) if approvals_db is not None else None

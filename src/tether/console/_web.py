@@ -34,8 +34,7 @@ LEGACY_SESSION_COOKIE = "tether_session"
 
 
 def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
-    """A console's session and sign-in cookie names: drawn from its signing key, ``__Host-``
-    prefixed when ``secure``."""
+    """A console's session and sign-in cookie names, from its signing key (``__Host-`` if ``secure``)."""
     instance = hmac.new(secret_key, b"tether-console-cookie-names", "sha256").hexdigest()[:12]
     prefix = "__Host-" if secure else ""
     return f"{prefix}tether_session_{instance}", f"{prefix}tether_login_{instance}"

@@ -49,8 +49,7 @@ def register(sub: Any) -> None:
 def _audit(
     who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
 ) -> None:
-    """A decision taken here goes into the console's audit log too, when there is one (at its
-    default place), so one log shows every decision."""
+    """A decision taken here goes into the console's audit log too, when there is one."""
     from tether.cli._commands.users import default_users_db
 
     path = default_users_db()
