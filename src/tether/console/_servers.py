@@ -42,31 +42,20 @@ async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[st
     out = []
     for s in sources.mcp_config.servers:
         pins = await sources.pins(s.name)
-        out.append(
-            {
-                "name": s.name,
-                "transport": s.transport,
-                # The launch command, or the URL without user info or query.
-                "where": " ".join(s.argv()) if s.transport == "stdio" else _bare_url(str(s.url)),
-                "tools": s.tools,
-                "effects": {k: str(v) for k, v in s.effects.items()},
-                "elicitation": s.elicitation.enabled,
-                "url_mode": s.elicitation.url_mode,
-                "sampling": s.sampling.enabled,
-                "credential_names": sorted(s.credentials),
-                "header_names": sorted(s.headers),
-                "env_names": sorted(s.env),
-                "pins": [
-                    {
-                        "tool": p.tool,
-                        "sha256": p.sha256,
-                        "approved_by": p.approved_by,
-                        "approved_at": p.approved_at,
-                    }
-                    for p in sorted(pins.values(), key=lambda p: p.tool)
-                ],
-            }
-        )
+        out.append({
+            "name": s.name, "transport": s.transport,
+            # The launch command, or the URL without user info or query.
+            "where": " ".join(s.argv()) if s.transport == "stdio" else _bare_url(str(s.url)),
+            "tools": s.tools, "effects": {k: str(v) for k, v in s.effects.items()},
+            "elicitation": s.elicitation.enabled, "url_mode": s.elicitation.url_mode,
+            "sampling": s.sampling.enabled, "credential_names": sorted(s.credentials),
+            "header_names": sorted(s.headers), "env_names": sorted(s.env),
+            "pins": [
+                {"tool": p.tool, "sha256": p.sha256, "approved_by": p.approved_by,
+                 "approved_at": p.approved_at}
+                for p in sorted(pins.values(), key=lambda p: p.tool)
+            ],
+        })  # fmt: skip
     return out
 
 
@@ -106,16 +95,10 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
         pinned = pins.get(c.tool)
         diff = definition_diff(pinned.definition, c.definition) if pinned and c.status == "changed" else []
         text = json.dumps(c.definition, ensure_ascii=False)
-        tools.append(
-            {
-                **tr.to_json(),
-                "hidden": hidden_chars(text),
-                "names": names_in(c.definition),
-                "flagged": tr.flagged,
-                "diff": diff,
-                "pinned_by": pinned.approved_by if pinned else None,
-            }
-        )
+        tools.append({
+            **tr.to_json(), "hidden": hidden_chars(text), "names": names_in(c.definition),
+            "flagged": tr.flagged, "diff": diff, "pinned_by": pinned.approved_by if pinned else None,
+        })  # fmt: skip
     launch = dict(result.launch)
     if launch.get("url"):
         launch["url"] = _bare_url(str(launch["url"]))
