@@ -162,13 +162,10 @@ def run_envelope(stop: str, detail: str, problems: list[dict[str, Any]]) -> dict
     ``message``) by ``run_exit``: every command that reports a run, in process or durable."""
     code = run_exit(stop, problems)
     return {
-        "ok": code == 0,
-        "exit": code,
-        "stop_reason": stop,
-        "problems": problems,
+        "ok": code == 0, "exit": code, "stop_reason": stop, "problems": problems,
         "error": None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
         "message": _message(stop, detail, problems),
-    }
+    }  # fmt: skip
 
 
 def result_notes(result: Any) -> list[str]:

@@ -205,18 +205,12 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
         }  # fmt: skip
     value = redact_value(value, facts.redactor)
     text = pretty_json(value)
-    names = names_in(value)
     return {
-        "name": name,
-        "value": value,
-        "secret": False,
-        "chars": len(value) if isinstance(value, str) else len(text),
-        "cut": len(text) > SHOWN_CHARS,
-        "shown": text[:SHOWN_CHARS],
-        "provenance": redact_value(provenance, facts.redactor),
-        "names": names,
-        "hidden": hidden_chars(text),
-    }
+        "name": name, "value": value, "secret": False,
+        "chars": len(value) if isinstance(value, str) else len(text), "cut": len(text) > SHOWN_CHARS,
+        "shown": text[:SHOWN_CHARS], "provenance": redact_value(provenance, facts.redactor),
+        "names": names_in(value), "hidden": hidden_chars(text),
+    }  # fmt: skip
 
 
 async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:

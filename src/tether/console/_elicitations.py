@@ -248,17 +248,12 @@ def domain_view(url: str) -> dict[str, Any]:
         scheme = ""
     # The last two labels: what a registrar sold (approximate: no public-suffix list is consulted).
     return {
-        "url": url,
-        "scheme": scheme,
-        "raw": check.host,
-        "ascii": check.ascii,
-        "unicode": check.unicode,
+        "url": url, "scheme": scheme, "raw": check.host, "ascii": check.ascii, "unicode": check.unicode,
         "registered_ascii": ".".join(check.ascii.split(".")[-2:]) if check.ascii else "",
         "registered_unicode": ".".join(check.unicode.split(".")[-2:]) if check.unicode else "",
         "internationalised": check.internationalised or not check.host.isascii(),
-        "suspicious": check.suspicious,
-        "problems": list(check.problems),
-    }
+        "suspicious": check.suspicious, "problems": list(check.problems),
+    }  # fmt: skip
 
 
 def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:

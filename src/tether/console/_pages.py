@@ -149,13 +149,10 @@ class _Pages:
         self, request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
     ) -> Response:
         html = self.env.get_template(name).render(
-            me=principal,
-            csrf=principal.csrf if principal else None,
-            path=request.url.path,
+            me=principal, csrf=principal.csrf if principal else None, path=request.url.path,
             notice=NOTICES.get(request.query_params.get("done", "")),
-            has_servers=self.sources.mcp_config is not None,
-            **ctx,
-        )
+            has_servers=self.sources.mcp_config is not None, **ctx,
+        )  # fmt: skip
         return HTMLResponse(html, status_code=code)
 
     def problem(

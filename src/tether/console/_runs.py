@@ -111,19 +111,14 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
     """A run's summary from its head (as a trace store's ``runs`` gives it)."""
     start, stop = head.get("start") or {}, head.get("stop") or {}
     return RunSummary(
-        run_id=run_id,
-        tenant=start.get("tenant"),
+        run_id=run_id, tenant=start.get("tenant"),
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
-        design=str(start.get("design") or ""),
-        model=str(start.get("model") or ""),
-        objective=str(start.get("objective") or ""),
-        started=str(head.get("first_ts") or ""),
-        ended=str(stop.get("ts", "")),
-        stop_reason=str(stop.get("reason") or ""),
-        detail=str(stop.get("detail") or ""),
-        events=int(head.get("events") or 0),
+        design=str(start.get("design") or ""), model=str(start.get("model") or ""),
+        objective=str(start.get("objective") or ""), started=str(head.get("first_ts") or ""),
+        ended=str(stop.get("ts", "")), stop_reason=str(stop.get("reason") or ""),
+        detail=str(stop.get("detail") or ""), events=int(head.get("events") or 0),
         resumed=bool(head.get("resumed")),
-    )
+    )  # fmt: skip
 
 
 class RunIndex:

@@ -108,20 +108,11 @@ def _list(client: Any, args: argparse.Namespace) -> int:
     )
     now = datetime.now(UTC)
     rows = [
-        {
-            "run_id": v.run_id,
-            "tenant": v.tenant or "",
-            "status": v.status,
-            "stop_reason": v.stop_reason or "",
-            "age": _age(
-                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
-            ),
-            "workflows": len(v.workflows),
-            "executor": v.latest.executor or "",
-            "version": v.version or "",
-        }
+        {"run_id": v.run_id, "tenant": v.tenant or "", "status": v.status, "stop_reason": v.stop_reason or "",
+         "age": _age((now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0),
+         "workflows": len(v.workflows), "executor": v.latest.executor or "", "version": v.version or ""}
         for v in views
-    ]
+    ]  # fmt: skip
     columns = ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]
     text = table(rows, columns, "no durable runs")
     return outcome({"count": len(rows), "runs": rows}, text, as_json=args.json)
