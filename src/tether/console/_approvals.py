@@ -228,33 +228,24 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         run = sources.traces.get(p.run_id)
         objective = run.objective if run and run.tenant == p.tenant else None
     view = {
-        **_row(p),
-        "targets": facts.targets(),
-        "flags": facts.flags(),
-        "intact": facts.intact,
-        "call_id": p.call_id,
-        "proposed_by": p.proposed_by,
+        **_row(p), "targets": facts.targets(), "flags": facts.flags(), "intact": facts.intact,
+        "call_id": p.call_id, "proposed_by": p.proposed_by,
         "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
-        "decision_reason": p.decision_reason,
-        "masked_arguments": sorted(facts.masked),
+        "decision_reason": p.decision_reason, "masked_arguments": sorted(facts.masked),
         # Names in the text around the call (the objective, the model's turn) get the same check.
         "other_names": names_in(objective or "", (turn or {}).get("text", "")),
-        "provenance_source": facts.provenance_source,
-        "rule": _rule(facts.policy, p),
-        "objective": objective,
+        "provenance_source": facts.provenance_source, "rule": _rule(facts.policy, p), "objective": objective,
         "turn": turn,
         "history": [
             {"op": e.op, "actor": e.actor, "at": e.at.isoformat(timespec="seconds"), "detail": e.detail}
-            for e in await store.events(p.id)
-            if e.op != "policy"
+            for e in await store.events(p.id) if e.op != "policy"
         ],
         "executions": [
             {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
             for x in await store.ledger_for(p.id)
         ],
-        "can_decide": principal.may(p.tenant, "reviewer"),
-        "resumable": await _resumable(sources, p),
-    }
+        "can_decide": principal.may(p.tenant, "reviewer"), "resumable": await _resumable(sources, p),
+    }  # fmt: skip
     out: dict[str, Any] = redact_value(view, facts.redactor)
     provenance = facts.provenance  # each argument is redacted with its own care
     out["arguments"] = [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()]
