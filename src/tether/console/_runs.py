@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -326,19 +327,15 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
 def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Tokens, cost and prefix reuse of one run (every part, resumed parts included)."""
     responses = [e for e in events if e.get("kind") == "model_response"]
-    stats = trace_stats(events)
+    stats, kinds = trace_stats(events), Counter(e.get("kind") for e in events)
+    tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
-        "model_calls": len(responses),
-        "prompt_tokens": sum(int(e.get("prompt_tokens") or 0) for e in responses),
-        "completion_tokens": sum(int(e.get("completion_tokens") or 0) for e in responses),
-        "cached_tokens": sum(int(e.get("cached_tokens") or 0) for e in responses),
+        "model_calls": len(responses), **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
         "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
-        "prefix_reuse_mean": stats["prefix_reuse_mean"],
-        "prefix_reuse_min": stats["prefix_reuse_min"],
-        "tool_calls": sum(1 for e in events if e.get("kind") == "tool_proposed"),
-        "denied": sum(1 for e in events if e.get("kind") == "policy_denied"),
-        "approvals": sum(1 for e in events if e.get("kind") == "approval_requested"),
-    }
+        "prefix_reuse_mean": stats["prefix_reuse_mean"], "prefix_reuse_min": stats["prefix_reuse_min"],
+        "tool_calls": kinds["tool_proposed"], "denied": kinds["policy_denied"],
+        "approvals": kinds["approval_requested"],
+    }  # fmt: skip
 
 
 def parse_day(text: str) -> str:
