@@ -90,11 +90,9 @@ def _prepare(
     af, digest = files[agent]
     base = trusted_context(af)
     ctx = dataclasses.replace(
-        base,
-        tenant=tenant or base.tenant,
-        roles=frozenset(roles) if roles else base.roles,
+        base, tenant=tenant or base.tenant, roles=frozenset(roles) if roles else base.roles,
         user=user if user is not None else base.user,
-    )
+    )  # fmt: skip
     return _Run(str(af.path.resolve()), digest, objective, ctx, run_id)
 
 
