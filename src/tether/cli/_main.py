@@ -1,8 +1,5 @@
-"""The ``tether`` command. It only parses arguments and calls the API.
-
-Each sub-command lives in ``tether.cli._commands.<name>`` and exposes ``register(subparsers)``;
-modules import heavy dependencies inside their handlers so ``tether --help`` stays fast.
-"""
+"""The ``tether`` command: each sub-command is ``tether.cli._commands.<name>``, with a
+``register(subparsers)``; heavy imports wait for the handlers, so ``tether --help`` stays fast."""
 
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """Usage errors are exit 1 (nothing ran), as for every other usage or configuration error,
-    never argparse's 2 — which tether's exit codes reserve for "denied"."""
+    """Usage errors exit 1, never argparse's 2 (which means "denied")."""
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(self.format_usage())
@@ -46,8 +42,7 @@ def _version() -> str:
 
 
 class _Version(argparse.Action):
-    """``--version``: the installed version, looked up only when asked for (importlib.metadata
-    costs a command that does not print it tens of milliseconds)."""
+    """``--version``, looked up only when asked for (importlib.metadata costs tens of ms)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kw: object) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version")
@@ -58,8 +53,7 @@ class _Version(argparse.Action):
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser of every command, or of ``only`` (the command being run: one module imported
-    and registered, not all of them — what a single ``tether submit`` pays for start-up)."""
+    """The parser of every command, or of ``only`` (the command being run: one module imported)."""
     import tether.cli._commands as commands
 
     parser = Parser(prog="tether", description="A governed harness for tool-using LLM agents.")
@@ -73,8 +67,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
-    """``words`` parsed, or the exit code of a usage error (1), said on stderr and, under
-    ``--json``, as the JSON envelope (``parser``: a ``Parser``)."""
+    """``words`` parsed, or the exit code of a usage error (1), said on stderr (and as JSON)."""
     try:
         return parser.parse_args(words)
     except UsageError as err:
@@ -84,8 +77,8 @@ def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespa
 
 
 def _internal_error(args: argparse.Namespace, err: Exception) -> int:
-    """A failure no command turned into its own message: a bug. One line (the traceback with
-    ``TETHER_DEBUG=1``), exit 7, and under ``--json`` the envelope still comes last."""
+    """A failure no command turned into its own message (a bug): one line (the traceback with
+    ``TETHER_DEBUG=1``), exit 7, under ``--json`` the envelope last."""
     import os
     import traceback
 
@@ -98,15 +91,14 @@ def _internal_error(args: argparse.Namespace, err: Exception) -> int:
     message = f"unexpected error: {type(err).__name__}: {err}"
     if not debug:
         message += " (TETHER_DEBUG=1 prints the traceback; report it if it is not in your code)"
-    code = EXIT_CODES["internal_error"]
     as_json = bool(getattr(args, "json", False))
+    code = EXIT_CODES["internal_error"]
     return fail(f"tether {args.command}", message, as_json=as_json, code=code, error="internal_error")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    # The command word, when it comes first (no global option before it) and names a command:
-    # only its parser is built. Anything else (--help, a typo, --version) builds them all.
+    # Only the parser of a command named first is built; anything else (--help, a typo) builds all.
     parser = build_parser(words[0] if words and not words[0].startswith("-") else None)
     args = parse(parser, words)
     if isinstance(args, int):
@@ -116,19 +108,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     quick = argv is None and getattr(args, "quick_exit", False)
     if quick:
-        # A client command imports a few hundred modules and exits: the cyclic collector,
-        # run every 700 allocations, would walk their objects dozens of times on the way
-        # (~8% of a tether submit's CPU, bench/submit.py). Rarer, not never: memory stays bounded.
+        # A client command imports a few hundred modules and exits: a rarer cyclic collection
+        # saves ~8% of a tether submit's CPU (bench/submit.py); memory stays bounded.
         gc.set_threshold(10_000, 50, 50)
     try:
         code: int = args.handler(args)
     except Exception as err:  # the last word on a path no command handled: a bug
         return _internal_error(args, err)
     if quick:
-        # The process ends next (the console script), and the command closed what it opened:
-        # the objects left are not traversed again by the collections at interpreter exit
-        # (about 0.1 s of a tether submit's 0.5, its imports' objects). Never in process
-        # (argv given: tests, embedding), where it would keep them for good.
+        # The process ends next: the collections at exit need not walk what is left (about 0.1 s
+        # of a tether submit's 0.5). Never in process (argv given), where it would keep them.
         gc.freeze()
     return code
 

@@ -1,14 +1,9 @@
 """What every command prints: human text by default; with ``--json``, one JSON object on the last
-line whose top-level keys always include ``ok``, ``exit``, ``stop_reason``, ``error`` and
-``message`` (null when they do not apply), whatever the command.
+line whose top-level keys always include ``ENVELOPE`` (null when they do not apply).
 
-Exit codes (docs: reference/exit-codes): 0 accepted, 1 usage or configuration error, 2
-policy/approval denied, 3 invalid handoff, 4 budget/steps/deadline/repetition, 5 waiting for a
-person, 6 dependency unavailable, 7 model or internal error (also ``truncated``: the final
-answer was cut at the token limit, and ``model_refused``: the provider refused or filtered it).
-A run that ends ``accepted`` while some of the calls the model asked for were denied or refused
-exits 2, or 6 when calls failed or reached an unavailable server: ``accepted`` with exit 0 means
-every requested call ran and succeeded.
+Exit codes: ``EXIT_CODES`` by stop reason, ``EXIT_MEANINGS`` in words. A run that ends
+``accepted`` while some requested calls were denied or refused exits 2, or 6 when calls failed or
+reached an unavailable server: exit 0 means every requested call ran and succeeded.
 """
 
 from __future__ import annotations
@@ -20,22 +15,20 @@ from collections.abc import Iterable
 from typing import Any
 
 EXIT_CODES = {
-    "accepted": 0,
-    "policy_denied": 2,
-    "approval_denied": 2,
-    "invalid_handoff": 3,
-    "max_steps": 4,
-    "budget": 4,
-    "deadline": 4,
-    "repetition": 4,
-    "approval_required": 5,
-    "dependency_unavailable": 6,
-    "model_error": 7,
-    "truncated": 7,
-    "model_refused": 7,
-    "internal_error": 7,
+    reason: code
+    for code, reasons in {
+        0: "accepted",
+        2: "policy_denied approval_denied",
+        3: "invalid_handoff",
+        4: "max_steps budget deadline repetition",
+        5: "approval_required",
+        6: "dependency_unavailable",
+        7: "model_error truncated model_refused internal_error",
+    }.items()
+    for reason in reasons.split()
 }
 USAGE = 1  # a usage or configuration error: nothing ran
+NEEDS_DURABLE = "needs the durable extra (pip install 'tether[durable]')"
 # What each code means: the help of every command that runs something, and the docs' table.
 EXIT_MEANINGS = {
     0: "accepted, and every call the model asked for ran and succeeded",
@@ -68,7 +61,20 @@ def fail(command: str, err: BaseException | str, *, as_json: bool, code: int = U
     return code
 
 
-def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+def outcome(payload: dict[str, Any], text: str | None, *, as_json: bool, exit: int = 0) -> int:
+    """A command's outcome: ``payload`` as the JSON last line, else ``text`` (``None``: already
+    printed); returns ``exit``."""
+    if as_json:
+        emit_json(payload, exit=exit)
+    elif text is not None:
+        print(text)
+    return exit
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], empty: str | None = None) -> str:
+    """``rows`` aligned in ``columns``; ``empty`` instead when there are none and it is given."""
+    if not rows and empty is not None:
+        return empty
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
     lines = ["  ".join(c.ljust(widths[c]) for c in columns)]
     lines.append("  ".join("-" * widths[c] for c in columns))
@@ -76,8 +82,6 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         lines.append("  ".join(str(r.get(c, "")).ljust(widths[c]) for c in columns))
     return "\n".join(lines)
 
-
-# -- run outcomes -----------------------------------------------------------------------------
 
 _HINTS = {
     # Never "declare it read": a tool that changes something must keep its effect.
@@ -90,16 +94,11 @@ _HINTS = {
 
 
 def call_problems(
-    result: Any,
-    unavailable_servers: Iterable[str] = (),
-    mcp_servers: Iterable[str] = (),
+    result: Any, unavailable_servers: Iterable[str] = (), mcp_servers: Iterable[str] = (),
     where: str = "--config MCP.yaml",
-) -> list[dict[str, Any]]:
-    """Every requested call that did not run and succeed: denied, refused, failed, unavailable.
-
-    ``unavailable_servers``: MCP server ids that never started; a call to one of their tools is
-    reported as reaching an unavailable server, not as a typo. ``mcp_servers``: every server id; a
-    call to a tool of one that it does not offer is reported as an unapproved tool."""
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Every requested call that did not run and succeed: denied, refused, failed, unavailable (a
+    tool of one of ``unavailable_servers``), or unapproved (one of ``mcp_servers`` does not offer it)."""
     down = {f"{name}__" for name in unavailable_servers}
     servers = {f"{name}__": name for name in mcp_servers}
     unavailable_calls = {
@@ -143,13 +142,9 @@ def run_exit(stop_reason: str, problems: list[dict[str, Any]]) -> int:
 
 
 def run_payload(
-    result: Any,
-    *,
-    unavailable_servers: Iterable[str] = (),
-    mcp_servers: Iterable[str] = (),
-    where: str = "--config MCP.yaml",
-    **extra: Any,
-) -> dict[str, Any]:
+    result: Any, *, unavailable_servers: Iterable[str] = (), mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml", **extra: Any,
+) -> dict[str, Any]:  # fmt: skip
     """The JSON of one run: its summary, every call, the problems, and the envelope."""
     problems = call_problems(result, unavailable_servers, mcp_servers, where)
     out: dict[str, Any] = result.summary()
@@ -167,13 +162,10 @@ def run_envelope(stop: str, detail: str, problems: list[dict[str, Any]]) -> dict
     ``message``) by ``run_exit``: every command that reports a run, in process or durable."""
     code = run_exit(stop, problems)
     return {
-        "ok": code == 0,
-        "exit": code,
-        "stop_reason": stop,
-        "problems": problems,
+        "ok": code == 0, "exit": code, "stop_reason": stop, "problems": problems,
         "error": None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
         "message": _message(stop, detail, problems),
-    }
+    }  # fmt: skip
 
 
 def result_notes(result: Any) -> list[str]:
@@ -200,17 +192,13 @@ def _message(stop: str, detail: str, problems: list[dict[str, Any]]) -> str | No
     return None
 
 
-def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) -> list[str]:
-    """What to check when a run ends ``model_error``, read from its detail: the URL a connection
-    was refused at, a conversation that outgrew the server's context window, an unset key variable
-    (named) when the server refused the credentials, a stream the server could not give. One
-    line each; a hint about a cause the detail does not show (a key, with a local server that
-    answered) would send the reader the wrong way."""
+def model_hints(stop_reason: str, detail: str, model: Any) -> list[str]:
+    """What to check when a run ends ``model_error``, only as its detail shows it: the URL refused,
+    the context window outgrown, an unset key variable, a stream the server could not give."""
     import os
 
     if stop_reason != "model_error" or model is None:
         return []
-    env = os.environ if environ is None else environ
     backends = list(getattr(model, "models", None) or [model])  # a FallbackModel: each in turn
     hints: list[str] = []
     text = detail or ""
@@ -222,7 +210,7 @@ def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) 
                 "(agent file: model.base_url, or --base-url)"
             )
         var = getattr(backend, "api_key_env", None)
-        if var and not env.get(var) and _AUTH.search(text):
+        if var and not os.environ.get(var) and _AUTH.search(text):
             hints.append(
                 f"${var} is not set, so no API key was sent (agent file: model.api_key_env names the "
                 "variable; a local server needs none)"
@@ -244,13 +232,11 @@ def model_hints(stop_reason: str, detail: str, model: Any, environ: Any = None) 
 
 # What a refused credential looks like in a failure's detail (HTTP 401/403 or the error's words).
 _AUTH = re.compile(
-    r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key",
-    re.IGNORECASE,
+    r"HTTP 40[13]\b|unauthori[sz]ed|authenticat|forbidden|permission|api[ _-]?key|x-api-key", re.I
 )
 # A request the server refused because it does not fit the context (llama.cpp, vLLM, OpenAI wording).
 _CONTEXT = re.compile(
-    r"context length|context window|context_length_exceeded|maximum context|exceeds? the context",
-    re.IGNORECASE,
+    r"context length|context window|context_length_exceeded|maximum context|exceeds? the context", re.I
 )
 
 

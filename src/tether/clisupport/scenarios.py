@@ -20,14 +20,8 @@ from importlib.metadata import entry_points
 from typing import Any
 
 __all__ = [
-    "GROUP",
-    "INSTALL_HINT",
-    "ScenarioPlugin",
-    "ScenarioUnavailable",
-    "installed",
-    "resolve",
-    "scenario_with",
-]
+    "GROUP", "INSTALL_HINT", "ScenarioPlugin", "ScenarioUnavailable", "installed", "resolve", "scenario_with",
+]  # fmt: skip
 
 GROUP = "tether.scenarios"
 INSTALL_HINT = (
@@ -75,11 +69,7 @@ def installed() -> dict[str, ScenarioPlugin]:
 
 def scenario_with(part: str, name: str | None = None) -> tuple[str, str]:
     """``(scenario, spec)``: ``part`` (a field of ``ScenarioPlugin``) of scenario ``name``, or of the
-    only one offering it.
-
-    Raises ``ScenarioUnavailable`` with a one-line message: the install hint when no scenario
-    offers the part at all, else the names that do.
-    """
+    only one offering it. Raises ``ScenarioUnavailable`` (the install hint, or the names that do)."""
     offering = {n: p for n, p in installed().items() if getattr(p, part)}
     if not offering:
         raise ScenarioUnavailable(INSTALL_HINT)

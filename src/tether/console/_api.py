@@ -1,9 +1,7 @@
-"""The JSON API behind the pages: the same view modules, the same rules.
-
-Authenticate with ``Authorization: Bearer <token>`` (``tether users token NAME``), or with the
-session cookie plus the ``X-CSRF-Token`` header for state changes. Errors are
-``{"error": reason, "message": text}`` with 401 (no or bad credentials), 403 (role, CSRF),
-404 (unknown or another tenant's), 409 (conflict: already decided, content changed), 400.
+"""The JSON API behind the pages: the same view modules, the same rules. Authenticate with
+``Authorization: Bearer <token>``, or the session cookie plus ``X-CSRF-Token`` for state changes.
+Errors are ``{"error": reason, "message": text}``: 401, 403 (role, CSRF), 404 (unknown or another
+tenant's), 409 (already decided, content changed), 400.
 """
 
 from __future__ import annotations
@@ -23,10 +21,10 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
-from tether.console._approvals import Denied, Hidden
+from tether.console._resume import resume_run
 from tether.console._runs import run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Principal
+from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import Gate
 from tether.errors import ApprovalError, TetherError
 
@@ -36,9 +34,7 @@ Handler = Callable[[ConsoleSources, Request, Principal, dict[str, Any]], Awaitab
 
 
 class _Json(JSONResponse):
-    """JSON with every character outside ASCII written as an escape: the same data once parsed,
-    but read raw (a browser showing the API's answer) no hidden or look-alike character is
-    invisible."""
+    """JSON with every non-ASCII character escaped: read raw, no hidden character is invisible."""
 
     def render(self, content: Any) -> bytes:
         try:
@@ -49,8 +45,7 @@ class _Json(JSONResponse):
 
 
 def _finite(value: Any) -> Any:
-    """``value`` with each NaN or infinite number as its name: an MCP server's progress
-    notification may carry ``NaN`` (its SDK parses it), and the run's trace keeps it."""
+    """``value`` with each NaN or infinity as its name (a trace may keep a server's ``NaN``)."""
     if isinstance(value, float) and not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
     if isinstance(value, dict):
@@ -100,12 +95,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
         except Denied as err:
             return _error(403, err.reason, str(err))
         except ApprovalError as err:
-            status = (
-                400
-                if err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
-                else 409
-            )
-            return _error(status, err.reason, str(err))
+            bad = err.reason in ("invalid_answer", "bad_action", "reason_required", "bad_request")
+            return _error(400 if bad else 409, err.reason, str(err))
         except TetherError as err:
             return _error(400, type(err).__name__, str(err))
 
@@ -117,9 +108,6 @@ def _text(body: dict[str, Any], key: str, limit: int = 2000) -> str:
     if not isinstance(value, str):
         raise ApprovalError("bad_request", f"{key} must be a string")
     return value[:limit]
-
-
-# -- who is asking, the approval queue, one proposal, a decision -------------------------------
 
 
 async def _me(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -149,9 +137,6 @@ async def _decide(sources: ConsoleSources, request: Request, p: Principal, body:
     return done.to_json()
 
 
-# -- servers' questions waiting for a person, and the answers ----------------------------------
-
-
 async def _list_questions(
     sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]
 ) -> Any:
@@ -167,9 +152,6 @@ async def _answer(sources: ConsoleSources, request: Request, p: Principal, body:
     if content is not None and not isinstance(content, dict):
         raise ApprovalError("invalid_answer", "content must be a JSON object")
     return await elicitations_view.answer(sources, p, request.path_params["eid"], action, content)
-
-
-# -- MCP servers: their review and the pinning of their tools ----------------------------------
 
 
 async def _list_servers(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
@@ -193,9 +175,6 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
     )  # fmt: skip
 
 
-# -- runs: the list, one run, resuming a paused one --------------------------------------------
-
-
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     flt = replace(run_filter(request.query_params), visible=p.tenants("viewer"))
     runs = sources.traces.runs(flt) if sources.traces else []
@@ -204,22 +183,12 @@ async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, bo
 
 
 async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    run_id = request.path_params["run_id"]
-    run = sources.traces.get(run_id) if sources.traces else None
-    if run is None or not p.sees(run.tenant):
-        raise Hidden("run")
-    assert sources.traces is not None
-    events = sources.traces.events(run_id)
-    return {
-        **run.to_json(),
-        "totals": run_totals(events),
-        "timeline": [i.to_json() for i in timeline(events)],
-    }
+    run, events = sources.run(p, request.path_params["run_id"])
+    items = [i.to_json() for i in timeline(events)]
+    return {**run.to_json(), "totals": run_totals(events), "timeline": items}
 
 
 async def _resume(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    from tether.console._resume import resume_run
-
     return await resume_run(sources, p, request.path_params["run_id"])
 
 

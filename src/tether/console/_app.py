@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 from jinja2 import Environment
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -24,12 +26,11 @@ from tether.errors import ConfigError
 __all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
 
 MAX_BODY = 256 * 1024
-# Seconds a client has to send a request: its headers (``tether serve`` closes the connection),
-# then its body (408). A client that trickles bytes (slowloris) holds nothing for long.
+# Seconds a client has to send a request's headers (``tether serve`` closes the connection), then
+# its body (408): a client that trickles bytes (slowloris) holds nothing for long.
 REQUEST_DEADLINE = 10.0
 
-# On every response: the app's (Guard) and the server's own (``tether serve``'s 400 to a request
-# it cannot parse).
+# On every response: the app's (Guard) and the server's own 400 (``tether serve``).
 PROTECTIVE_HEADERS = [
     (b"content-security-policy",
      b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
@@ -38,19 +39,14 @@ PROTECTIVE_HEADERS = [
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),
-    # No other site's window keeps a handle on a console page, nor embeds its responses.
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
-    # Served over HTTPS (behind a proxy), the browser never tries plain HTTP again; over plain
-    # HTTP (loopback) browsers ignore it.
-    (b"strict-transport-security", b"max-age=31536000"),
+    (b"strict-transport-security", b"max-age=31536000"),  # ignored over plain HTTP (loopback)
 ]  # fmt: skip
 
 
 @dataclass
 class Console:
-    """What every handler needs: the stores, the gate and the templates."""
-
     sources: ConsoleSources
     gate: Gate
     templates: Environment
@@ -59,8 +55,7 @@ class Console:
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
-# A name or an IPv4 address with an optional port, a bracketed IPv6 address with an optional
-# port, or a bare IPv6 address (``::1``).
+# A name or IPv4 address, or a bracketed IPv6 address, with an optional port; or a bare IPv6 address.
 _HOST = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::[0-9]{1,5})?|(?P<bare>[0-9a-f:]+)")
 
 
@@ -76,19 +71,14 @@ def _host_name(value: bytes) -> str:
 
 
 class Guard:
-    """In front of every request: the ``Host`` header must name this console (a DNS-rebinding
-    page, whose Origin matches its own name, is refused with 421); the request body may not
-    exceed ``MAX_BODY`` bytes, declared or not (413), and is read whole before a handler runs,
-    within ``REQUEST_DEADLINE`` seconds (408); every response
-    gets the same protective headers (no framing, no sniffing, a strict CSP); and the client's
-    address is recorded for the audit entries written while serving it. No route speaks
-    WebSocket: a handshake is refused (404, the same headers) before the app sees it."""
+    """In front of every request: the ``Host`` header must name this console (421: DNS
+    rebinding); the body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
+    within ``REQUEST_DEADLINE`` seconds (408); every response gets ``PROTECTIVE_HEADERS``; the
+    client's address is kept for the audit entries; a WebSocket handshake is refused (404)."""
 
     def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
         self.app = app
-        # Each entry read as a Host header is (a name or address, an optional port): an entry
-        # with a port (``console.example:443``) allows its name; one that is no host at all is
-        # a configuration error, not a name that never matches.
+        # Each entry is read as a Host header (its port ignored); one that is no host is an error.
         names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
         if bad := [entry for entry, name in names.items() if not name]:
             raise ConfigError(f"not a host name or address: {', '.join(map(repr, bad))}")
@@ -143,8 +133,8 @@ class Guard:
 
 
 async def _refuse_websocket(scope: Scope, send: Send) -> None:
-    """Refuse a WebSocket handshake as a plain 404 with the protective headers (where the server
-    lets the app answer the handshake over HTTP), else by closing it (the server's 403)."""
+    """A plain 404 with the protective headers where the server lets the app answer a handshake
+    over HTTP, else a close (the server's 403)."""
     if "websocket.http.response" not in scope.get("extensions", {}):
         await send({"type": "websocket.close", "code": 1008})
         return
@@ -154,11 +144,7 @@ async def _refuse_websocket(scope: Scope, send: Send) -> None:
 
 
 async def _read_body(receive: Receive) -> bytes | int:
-    """The whole request body, read before any handler runs: at most ``MAX_BODY`` bytes (413
-    past it, declared or not) within ``REQUEST_DEADLINE`` seconds (408 after: a client trickling
-    its body holds no handler); 0 if the client disconnected."""
-    import anyio
-
+    """The whole body, or the status that refuses it (413, 408); 0 if the client went away."""
     chunks: list[bytes] = []
     seen = 0
     with anyio.move_on_after(REQUEST_DEADLINE):
@@ -177,17 +163,11 @@ async def _read_body(receive: Receive) -> bytes | int:
 
 
 def create_app(
-    sources: ConsoleSources,
-    *,
-    secret_key: bytes,
-    secure_cookies: bool = False,
-    on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    sources: ConsoleSources, *, secret_key: bytes, secure_cookies: bool = False,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
-) -> Any:
+) -> Any:  # fmt: skip
     """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
     to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
-    from contextlib import asynccontextmanager
-
     from tether.console._api import api_routes
     from tether.console._pages import page_routes
 
@@ -196,8 +176,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
         yield
-        if on_shutdown is not None:
-            await on_shutdown()
         sources.close()
 
     static = StaticFiles(directory=str(Path(__file__).with_name("static")))

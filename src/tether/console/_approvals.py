@@ -1,9 +1,6 @@
-"""The approval queue: what a reviewer sees about a proposal, and the decisions they take.
-
-A reviewer sees exactly what would run (the stored arguments, verbatim, with the content hash),
-where each argument came from, the rule that asked for approval, the run's objective and the
-turn that proposed the call. Decisions go through ``Approvals`` (which checks the reviewer's
-tenant again and moves the proposal atomically) and are audited with the content hash.
+"""The approval queue: exactly what would run (the stored arguments and their content hash),
+where each argument came from, the rule that asked, the run's objective and proposing turn; and
+the decisions, through ``Approvals`` (which checks the reviewer's tenant again), audited.
 """
 
 from __future__ import annotations
@@ -13,13 +10,14 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tether.console._render import hidden_chars, names_in, pretty_json, shown_names
+from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
-from tether.core._confusables import check_name, skeleton
+from tether.console._users import Denied, Hidden, Principal
+from tether.core._confusables import check_name, find_names, skeleton
+from tether.core.messages import AssistantMessage
 from tether.errors import ApprovalError
 from tether.policy._store import ProposalStatus, StoredProposal
-from tether.runs._checkpoint import checkpoint_tenant
+from tether.runs._checkpoint import checkpoint_tenant, state_from_json
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = ["Denied", "Hidden", "proposal_view", "queue", "review_proposal"]
@@ -38,22 +36,10 @@ _TARGET_WORDS = frozenset(
 _WORDS = re.compile(r"[a-z]+|[0-9]+")
 
 
-class Hidden(ApprovalError):
-    """Not visible to this principal: answered exactly like an unknown id."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__("not_found", f"no {what} here")
-
-
-class Denied(ApprovalError):
-    """Visible, but the principal's role for that tenant does not allow the action."""
-
-
 async def queue(
     sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
 ) -> list[dict[str, Any]]:
-    """Proposals the principal may see, newest first, each with what a reviewer triages on:
-    the key targets of the call and its risk flags."""
+    """Proposals the principal may see, newest first, with their key targets and risk flags."""
     if sources.approvals is None:
         return []
     wanted = None if status == "all" else ProposalStatus(status)
@@ -61,8 +47,7 @@ async def queue(
     for p in await sources.approvals.store.list_proposals(status=wanted):
         if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
             continue
-        # Where the arguments came from is traced from the run's checkpoint when the policy did not
-        # record it: for the first rows only, so a long queue stays quick.
+        # Provenance the policy did not record is traced from the checkpoint: first rows only.
         state = await _state(sources, p) if len(rows) < QUEUE_TRACED else None
         facts = await _Facts.of(sources, p, state)
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
@@ -72,19 +57,13 @@ async def queue(
 
 def _row(p: StoredProposal) -> dict[str, Any]:
     return {
-        "id": p.id,
-        "tenant": p.tenant,
-        "tool": p.tool,
-        "effect": p.effect,
-        "status": str(p.status),
-        "run_id": p.run_id,
-        "step": p.step,
+        "id": p.id, "tenant": p.tenant, "tool": p.tool, "effect": p.effect, "status": str(p.status),
+        "run_id": p.run_id, "step": p.step,
         # One numbering everywhere (queue, proposal, run timeline): the run's Nth model turn.
         "turn_number": p.step + 1 if p.step is not None else None,
-        "created_at": p.created_at.isoformat(timespec="seconds"),
-        "content_hash": p.content_hash,
+        "created_at": p.created_at.isoformat(timespec="seconds"), "content_hash": p.content_hash,
         "decided_by": p.decided_by,
-    }
+    }  # fmt: skip
 
 
 async def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
@@ -146,8 +125,6 @@ class _Facts:
         redactor.declare(p.tool, masked)
         redactor.learn(p.tool, arguments)
         if state is not None and masked:  # the same tool's other calls in the run: their secrets too
-            from tether.core.messages import AssistantMessage
-
             for message in state.trajectory:
                 if isinstance(message, AssistantMessage):
                     for c in message.tool_calls:
@@ -181,10 +158,7 @@ class _Facts:
     def flags(self) -> list[dict[str, str]]:
         """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
         hidden characters, a declared secret, a row that no longer matches its hash."""
-        flags: list[dict[str, str]] = []
-        if not self.intact:
-            flags.append({"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"})
-        untrusted, composed = set(), set()
+        untrusted, composed, looks, hidden = set(), set(), [], []
         for arg, items in self.provenance.items():
             for item in items:
                 origins = [str(o) for o in item.get("origins") or []]
@@ -192,22 +166,13 @@ class _Facts:
                     composed.add(str(arg))
                 if any("untrusted" in o for o in origins):
                     untrusted.add(str(arg))
-        if untrusted:
-            flags.append(
-                {"kind": "untrusted", "text": "from untrusted content: " + ", ".join(sorted(untrusted))}
-            )
-        if composed:
-            flags.append(
-                {"kind": "composed", "text": "composed by the model: " + ", ".join(sorted(composed))}
-            )
-        looks, hidden = [], []
         for name, value in self.arguments.items():
             if hidden_chars(name):  # a key the reviewer reads as another one
                 hidden.append(name)
             if name in self.masked:
                 continue
             for text in _strings(value):
-                for found in shown_names(text, limit=10):
+                for found in find_names(text, limit=10):
                     check = check_name(found)
                     if check.suspicious:
                         looks.append(f"{name}: {check.unicode or check.host} ({check.ascii})")
@@ -217,14 +182,17 @@ class _Facts:
         for what, name in [("tool", self.p.tool), *(("argument", str(k)) for k in self.arguments)]:
             if not name.isascii():
                 looks.append(f"{what} name {name} is not plain ASCII (reads as {skeleton(name)})")
-        if looks:
-            flags.append({"kind": "lookalike", "text": "look-alike name: " + "; ".join(dict.fromkeys(looks))})
-        if hidden:
-            flags.append(
-                {"kind": "hidden", "text": "hidden characters in: " + ", ".join(dict.fromkeys(hidden))}
-            )
-        if self.masked:
-            flags.append({"kind": "secret", "text": "secret (not shown): " + ", ".join(sorted(self.masked))})
+        flags = [{"kind": "tampered", "text": "changed after it was proposed: deny or invalidate"}]
+        flags = flags if not self.intact else []
+        for kind, text, names in (
+            ("untrusted", "from untrusted content: ", ", ".join(sorted(untrusted))),
+            ("composed", "composed by the model: ", ", ".join(sorted(composed))),
+            ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),
+            ("hidden", "hidden characters in: ", ", ".join(dict.fromkeys(hidden))),
+            ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
+        ):
+            if names:
+                flags.append({"kind": kind, "text": text + names})
         return flags
 
 
@@ -237,33 +205,21 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
         }  # fmt: skip
     value = redact_value(value, facts.redactor)
     text = pretty_json(value)
-    names = names_in(value)
     return {
-        "name": name,
-        "value": value,
-        "secret": False,
-        "chars": len(value) if isinstance(value, str) else len(text),
-        "cut": len(text) > SHOWN_CHARS,
-        "shown": text[:SHOWN_CHARS],
-        "provenance": redact_value(provenance, facts.redactor),
-        "names": names,
-        "hidden": hidden_chars(text),
-    }
+        "name": name, "value": value, "secret": False,
+        "chars": len(value) if isinstance(value, str) else len(text), "cut": len(text) > SHOWN_CHARS,
+        "shown": text[:SHOWN_CHARS], "provenance": redact_value(provenance, facts.redactor),
+        "names": names_in(value), "hidden": hidden_chars(text),
+    }  # fmt: skip
 
 
 async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
-    """Everything the reviewer sees about one proposal. Raises ``Hidden`` for another tenant's.
-    Arguments the tool declares secret are never shown: not in the table, not in the turn, the
-    history or the provenance (every piece of their values is redacted)."""
+    """Everything the reviewer sees about one proposal; declared secrets redacted everywhere on it."""
     p = await _visible(sources, principal, proposal_id)
     assert sources.approvals is not None
     store = sources.approvals.store
-    history = await store.events(p.id)
     state = await _state(sources, p)
     facts = await _Facts.of(sources, p, state)
-    policy = facts.policy
-    provenance, provenance_source = facts.provenance, facts.provenance_source
-    rule = _rule(policy, p)
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
         _traced_calls(sources, p, turn["calls"])
@@ -272,37 +228,27 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         run = sources.traces.get(p.run_id)
         objective = run.objective if run and run.tenant == p.tenant else None
     view = {
-        **_row(p),
-        "targets": facts.targets(),
-        "flags": facts.flags(),
-        "intact": facts.intact,
-        "call_id": p.call_id,
-        "proposed_by": p.proposed_by,
+        **_row(p), "targets": facts.targets(), "flags": facts.flags(), "intact": facts.intact,
+        "call_id": p.call_id, "proposed_by": p.proposed_by,
         "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
-        "decision_reason": p.decision_reason,
-        "arguments": [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()],
-        "masked_arguments": sorted(facts.masked),
+        "decision_reason": p.decision_reason, "masked_arguments": sorted(facts.masked),
         # Names in the text around the call (the objective, the model's turn) get the same check.
         "other_names": names_in(objective or "", (turn or {}).get("text", "")),
-        "provenance_source": provenance_source,
-        "rule": rule,
-        "objective": objective,
+        "provenance_source": facts.provenance_source, "rule": _rule(facts.policy, p), "objective": objective,
         "turn": turn,
         "history": [
             {"op": e.op, "actor": e.actor, "at": e.at.isoformat(timespec="seconds"), "detail": e.detail}
-            for e in history
-            if e.op != "policy"
+            for e in await store.events(p.id) if e.op != "policy"
         ],
         "executions": [
             {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
             for x in await store.ledger_for(p.id)
         ],
-        "can_decide": principal.may(p.tenant, "reviewer"),
-        "resumable": await _resumable(sources, p),
-    }
-    arguments = view.pop("arguments")  # already redacted, each with its own care
+        "can_decide": principal.may(p.tenant, "reviewer"), "resumable": await _resumable(sources, p),
+    }  # fmt: skip
     out: dict[str, Any] = redact_value(view, facts.redactor)
-    out["arguments"] = arguments
+    provenance = facts.provenance  # each argument is redacted with its own care
+    out["arguments"] = [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()]
     return out
 
 
@@ -316,15 +262,12 @@ async def _resumable(sources: ConsoleSources, p: StoredProposal) -> bool:
 
 
 async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
-    """The state of the run that proposed ``p``, if that run is of the proposal's tenant: a
-    proposal naming another tenant's run never shows that run's objective, turns or sources."""
+    """The state of the run that proposed ``p``, only if that run is of the proposal's tenant."""
     if not p.run_id or sources.approvals is None:
         return None
     cp = await sources.approvals.store.load_checkpoint(p.run_id)
     if cp is None:
         return None
-    from tether.runs._checkpoint import state_from_json
-
     try:
         state = state_from_json(cp.state)
     except (ApprovalError, ValueError, KeyError, TypeError):
@@ -363,8 +306,7 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
         name, reason = str(policy["rule"]), str(policy.get("reason") or "")
         recorded = True
     else:
-        # The host recorded no rule for this proposal: under the default Policy the only rule that
-        # asks for approval is the effect rule (a side-effecting tool). Said as an inference.
+        # No rule recorded: under the default Policy only the effect rule asks (said as an inference).
         name, reason, problems, recorded = "effect", "approval_required", [], False
     if name == "effect":
         words = (
@@ -372,63 +314,42 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
             "the run needs a person's approval before it runs."
         )
     elif problems:
-        words = (
-            "The "
-            + name
-            + " rule asks a person to look: "
-            + "; ".join(_problem_words(x) for x in problems)
-            + "."
-        )
+        words = f"The {name} rule asks a person to look: {'; '.join(map(_problem_words, problems))}."
     else:
         words = f"The {name} rule asks a person to approve this call ({reason.replace('_', ' ')})."
     return {
-        "name": name,
-        "reason": reason,
-        "words": words,
-        "problems": problems,
-        "problem_words": [_problem_words(x) for x in problems],
-        "recorded": recorded,
-    }
+        "name": name, "reason": reason, "words": words, "problems": problems,
+        "problem_words": [_problem_words(x) for x in problems], "recorded": recorded,
+    }  # fmt: skip
 
 
 def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     """The assistant turn that proposed ``call_id``: its text, its calls, what it had seen."""
-    from tether.core.messages import AssistantMessage
-
     if not call_id:
         return None
     for index, message in enumerate(state.trajectory):
         if isinstance(message, AssistantMessage) and any(c.id == call_id for c in message.tool_calls):
             seen = {m.tool_call_id for m in state.trajectory[:index] if hasattr(m, "tool_call_id")}
+            # One per call, its latest: the model read a paused call's answer, not the pause.
+            latest = {o.call_id: o for o in state.observations if o.call_id in seen}
             return {
                 "text": message.content or "",
                 "calls": [
                     {"id": c.id, "name": c.name, "arguments": c.arguments, "this": c.id == call_id}
                     for c in message.tool_calls
                 ],
-                # One per call, its latest: a call that paused for a question is observed again
-                # once answered, and the model read the answer, not the pause.
-                "observations_before": list(
-                    {
-                        o.call_id: {
-                            "tool": o.tool,
-                            "source": o.source,
-                            "trust": o.trust,
-                            "call_id": o.call_id,
-                        }
-                        for o in state.observations
-                        if o.call_id in seen
-                    }.values()
-                ),
+                "observations_before": [
+                    {"tool": o.tool, "source": o.source, "trust": o.trust, "call_id": o.call_id}
+                    for o in latest.values()
+                ],
                 "position": sum(isinstance(m, AssistantMessage) for m in state.trajectory[: index + 1]),
             }
     return None
 
 
 def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
-    """The arguments of the other calls in the proposing turn as the run's trace recorded them:
-    redacted when they were written, by every tool's declared secrets, which the console does
-    not know. A call of another tool that the trace does not show is not shown either."""
+    """The other calls' arguments as the run's trace recorded them (redacted by every tool's
+    declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
     if sources.traces is not None and p.run_id:
         for e in sources.traces.events(p.run_id):
@@ -492,18 +413,11 @@ class ReviewedProposal:
 
 
 async def review_proposal(
-    sources: ConsoleSources,
-    principal: Principal,
-    proposal_id: str,
-    action: str,
-    *,
-    reason: str,
+    sources: ConsoleSources, principal: Principal, proposal_id: str, action: str, *, reason: str,
     content_hash: str | None,
-) -> ReviewedProposal:
-    """Approve, deny or invalidate one proposal, audited either way.
-
-    Raises ``Hidden`` (unknown or another tenant's), ``Denied`` (not a reviewer there),
-    ``ApprovalError`` (``content_changed``, ``reason_required``, ``already_<status>`` …)."""
+) -> ReviewedProposal:  # fmt: skip
+    """Approve, deny or invalidate one proposal, audited either way. Raises ``Hidden``,
+    ``Denied``, ``ApprovalError`` (``content_changed``, ``reason_required`` …)."""
     actor = principal.actor
     tenant, seen_hash = "", content_hash or ""
     try:
@@ -523,28 +437,16 @@ async def review_proposal(
         reason = reason.strip()
         if action == "deny" and not reason:
             raise ApprovalError("reason_required", "a denial needs a reason")
-        reviewer = principal.reviewer()
-        if action == "approve":
-            done = await sources.approvals.approve(reviewer, p.id, reason=reason)
-        elif action == "deny":
-            done = await sources.approvals.deny(reviewer, p.id, reason=reason)
-        else:
-            done = await sources.approvals.invalidate(reviewer, p.id, reason=reason or "invalidated")
+        given = reason or ("invalidated" if action == "invalidate" else "")
+        done = await getattr(sources.approvals, action)(principal.reviewer(), p.id, reason=given)
     except ApprovalError as err:
-        sources.users.audit(
-            actor, action, tenant=tenant, target=proposal_id, content_hash=seen_hash,
-            outcome=f"refused:{err.reason}", detail=str(err),
-        )  # fmt: skip
+        sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
         raise
     sources.users.audit(
         actor, action, tenant=done.tenant, target=done.id, content_hash=done.content_hash,
         outcome=str(done.status), detail=reason,
     )  # fmt: skip
+    decided_at = done.decided_at.isoformat(timespec="seconds") if done.decided_at else None
     return ReviewedProposal(
-        done.id,
-        str(done.status),
-        done.decided_by,
-        done.decided_at.isoformat(timespec="seconds") if done.decided_at else None,
-        done.content_hash,
-        done.run_id,
+        done.id, str(done.status), done.decided_by, decided_at, done.content_hash, done.run_id
     )

@@ -1,10 +1,7 @@
 """Pending elicitations (X5): the question, attributed to the asking server, and a form built
-from its flat schema. Answers are converted without guessing and validated against the stored
-schema before anything is stored; an invalid answer changes nothing.
-
-URL-mode requests are never paused by the host (they need a person at the moment they are
-made); the console lists the ones the traces recorded, with the URL's host shown as given,
-as the ASCII (punycode) name that is actually registered, and decoded to Unicode.
+from its flat schema; an answer is converted without guessing and validated against the stored
+schema before anything is stored. URL-mode requests (never paused: the traces recorded them)
+are listed with the URL's host as given, as registered (punycode) and decoded.
 """
 
 from __future__ import annotations
@@ -16,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from tether.console._approvals import Denied, Hidden
 from tether.console._render import names_in
 from tether.console._runs import RunFilter
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
+from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name
 from tether.core.types import secret_arguments
 from tether.errors import ApprovalError
@@ -59,6 +55,10 @@ class FormField:
         return str(self.default)
 
 
+def _titled(choices: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(o["const"], str(o.get("title") or o["const"])) for o in choices]
+
+
 def form_fields(schema: dict[str, Any]) -> list[FormField]:
     """The form of a validated flat schema. Raises ``ApprovalError`` if the schema is not flat."""
     problem = check_schema(schema)
@@ -70,62 +70,40 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
         kind = prop["type"]
         attrs: dict[str, Any] = {}
         options: list[tuple[str, str]] = []
-        if kind == "string":
-            if "enum" in prop:
-                names = prop.get("enumNames") or prop["enum"]
-                options = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)]
-                input_type = "select"
-            elif "oneOf" in prop:
-                options = [(o["const"], str(o.get("title") or o["const"])) for o in prop["oneOf"]]
-                input_type = "select"
-            else:
-                input_type = _INPUT_TYPE.get(prop.get("format", ""), "text")
-                if "minLength" in prop:
-                    attrs["minlength"] = prop["minLength"]
-                if "maxLength" in prop:
-                    attrs["maxlength"] = prop["maxLength"]
+        input_type = {"number": "number", "integer": "number", "array": "multiselect"}.get(kind, "boolean")
+        if kind == "string" and "enum" in prop:
+            names = prop.get("enumNames") or prop["enum"]
+            options, input_type = [(v, str(n)) for v, n in zip(prop["enum"], names, strict=False)], "select"
+        elif kind == "string" and "oneOf" in prop:
+            options, input_type = _titled(prop["oneOf"]), "select"
+        elif kind == "string":
+            input_type = _INPUT_TYPE.get(prop.get("format", ""), "text")
+            attrs = {k.lower(): prop[k] for k in ("minLength", "maxLength") if k in prop}
         elif kind in ("number", "integer"):
-            input_type = "number"
-            attrs["step"] = "1" if kind == "integer" else "any"
-            for key in ("minimum", "maximum"):
-                if key in prop:
-                    attrs[key[:3]] = prop[key]
+            attrs = {"step": "1" if kind == "integer" else "any"}
+            attrs.update({k[:3]: prop[k] for k in ("minimum", "maximum") if k in prop})
         elif kind == "array":  # a multi-select: choices in items.enum or items.anyOf
             items = prop["items"]
-            if "enum" in items:
-                options = [(str(v), str(v)) for v in items["enum"]]
-            else:
-                options = [(o["const"], str(o.get("title") or o["const"])) for o in items["anyOf"]]
-            input_type = "multiselect"
-        else:
-            input_type = "boolean"
+            choices = [{"const": str(v)} for v in items["enum"]] if "enum" in items else items["anyOf"]
+            options = _titled(choices)
+        label, description = str(prop.get("title") or name), str(prop.get("description") or "")
         out.append(
-            FormField(
-                name=str(name),
-                kind=kind,
-                label=str(prop.get("title") or name),
-                description=str(prop.get("description") or ""),
-                required=name in required,
-                input_type=input_type,
-                options=options,
-                attrs=attrs,
-                default=prop.get("default"),
-            )
-        )
+            FormField(str(name), kind, label, description, name in required, input_type, options, attrs,
+                      prop.get("default"))
+        )  # fmt: skip
     return out
 
 
 def parse_form(
     schema: dict[str, Any], form: Mapping[str, str | list[str]]
 ) -> tuple[dict[str, Any], list[str]]:
-    """Typed content from form strings, and the problems (conversion, then schema validation).
-
-    An empty field is left out (the schema says whether it was required); a number is read only
-    if it is written as one; a boolean is ``true`` or ``false``; a multi-select is the list of
-    its chosen values (a field given more than once is one of those)."""
+    """Typed content from form strings, and the problems (conversion, then schema validation): an
+    empty field is left out, a number read only if written as one, a boolean is ``true`` or
+    ``false``, a multi-select the list of its chosen values."""
     content: dict[str, Any] = {}
     problems: list[str] = []
-    for f in form_fields(schema):
+    fields = form_fields(schema)
+    for f in fields:
         given = form.get(f.name, "")
         chosen = given if isinstance(given, list) else [given] if given else []
         if f.kind == "array":
@@ -140,22 +118,20 @@ def parse_form(
             continue
         if f.kind == "string":
             content[f.name] = raw
-        elif f.kind == "integer":
-            if _INT.match(raw.strip()):
-                content[f.name] = int(raw.strip())
-            else:
-                problems.append(f"{f.name}: {raw!r} is not a whole number")
-        elif f.kind == "number":
+        elif f.kind in ("integer", "number"):
             text = raw.strip()
-            if _NUM.match(text) and math.isfinite(float(text)):
-                content[f.name] = int(text) if _INT.match(text) else float(text)
+            if _INT.match(text):
+                content[f.name] = int(text)
+            elif f.kind == "number" and _NUM.match(text) and math.isfinite(float(text)):
+                content[f.name] = float(text)
             else:
-                problems.append(f"{f.name}: {raw!r} is not a number")
+                what = "number" if f.kind == "number" else "whole number"
+                problems.append(f"{f.name}: {raw!r} is not a {what}")
         elif raw in ("true", "false"):
             content[f.name] = raw == "true"
         else:
             problems.append(f"{f.name}: choose yes or no")
-    unknown = sorted(set(form) - {f.name for f in form_fields(schema)})
+    unknown = sorted(set(form) - {f.name for f in fields})
     if unknown:
         problems.append(f"fields not in the question: {', '.join(unknown)}")
     if not problems:
@@ -174,15 +150,8 @@ async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
 
 
 async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> frozenset[str]:
-    """The arguments the paused tool declares secret, read from its pinned definition (the
-    input schema the server listed: ``writeOnly`` / ``format: password``)."""
-    if sources.open_pins is None:
-        return frozenset()
-    store = sources.open_pins()
-    try:
-        pins = await store.pins(server)
-    finally:
-        store.close()
+    """The arguments the paused tool declares secret in its pinned input schema."""
+    pins = await sources.pins(server)
     pin = pins.get(tool) or next((p for name, p in pins.items() if offered_name(server, name) == tool), None)
     schema = pin.definition.get("inputSchema") if pin is not None else None
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
@@ -204,26 +173,14 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
     }
     message = redactor.text(pause.message)
     return {
-        "id": pause.id,
-        "created_at": pause.created_at,
-        "run_id": pause.run_id,
-        "tenant": await _tenant_of(sources, pause.run_id),
-        "server": pause.server,
-        "tool": pause.tool,
-        "arguments": arguments,
-        "masked_arguments": sorted(masked),
-        "message": message,
-        "schema": pause.schema,
-        "status": pause.status,
-        "action": pause.action,
-        "answered_by": pause.answered_by,
-        "answer": pause.answer,  # what was stored, shown with the question once answered
-        # Look-alike names anywhere the reviewer reads: the question, the arguments, the form's
-        # labels, descriptions and choices.
-        "names": names_in(message, arguments, pause.schema),
-        "fields": fields,
-        "schema_problem": problem,
-    }
+        "id": pause.id, "created_at": pause.created_at, "run_id": pause.run_id,
+        "tenant": await _tenant_of(sources, pause.run_id), "server": pause.server, "tool": pause.tool,
+        "arguments": arguments, "masked_arguments": sorted(masked), "message": message,
+        "schema": pause.schema, "status": pause.status, "action": pause.action,
+        "answered_by": pause.answered_by, "answer": pause.answer,  # what was stored, once answered
+        # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
+        "names": names_in(message, arguments, pause.schema), "fields": fields, "schema_problem": problem,
+    }  # fmt: skip
 
 
 async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
@@ -254,11 +211,7 @@ async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> d
 
 
 async def answer(
-    sources: ConsoleSources,
-    principal: Principal,
-    pause_id: str,
-    action: str,
-    content: dict[str, Any] | None,
+    sources: ConsoleSources, principal: Principal, pause_id: str, action: str, content: dict[str, Any] | None
 ) -> dict[str, Any]:
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
@@ -275,10 +228,7 @@ async def answer(
         finally:
             store.close()
     except ApprovalError as err:
-        sources.users.audit(
-            actor, f"elicitation_{action}", tenant=tenant, target=pause_id,
-            outcome=f"refused:{err.reason}", detail=str(err)[:500],
-        )  # fmt: skip
+        sources.users.refused(actor, f"elicitation_{action}", err, tenant=tenant, target=pause_id)
         raise
     fields = sorted(content or {})
     sources.users.audit(
@@ -289,8 +239,7 @@ async def answer(
 
 
 def domain_view(url: str) -> dict[str, Any]:
-    """The host of ``url`` as written, as registered (IDNA ASCII) and decoded (Unicode), with the
-    look-alike check every name shown to a reviewer gets (``tether.core._confusables.check_name``)."""
+    """The host of ``url`` as written, as registered (IDNA) and decoded, with its look-alike check."""
     url = url[:2048]  # a name's host comes first; a longer URL is not read further
     check = check_name(url)
     try:
@@ -299,17 +248,12 @@ def domain_view(url: str) -> dict[str, Any]:
         scheme = ""
     # The last two labels: what a registrar sold (approximate: no public-suffix list is consulted).
     return {
-        "url": url,
-        "scheme": scheme,
-        "raw": check.host,
-        "ascii": check.ascii,
-        "unicode": check.unicode,
+        "url": url, "scheme": scheme, "raw": check.host, "ascii": check.ascii, "unicode": check.unicode,
         "registered_ascii": ".".join(check.ascii.split(".")[-2:]) if check.ascii else "",
         "registered_unicode": ".".join(check.unicode.split(".")[-2:]) if check.unicode else "",
         "internationalised": check.internationalised or not check.host.isascii(),
-        "suspicious": check.suspicious,
-        "problems": list(check.problems),
-    }
+        "suspicious": check.suspicious, "problems": list(check.problems),
+    }  # fmt: skip
 
 
 def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:
@@ -321,18 +265,11 @@ def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 
     for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
         for e in sources.traces.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
-                out.append(
-                    {
-                        "run_id": run.run_id,
-                        "tenant": run.tenant,
-                        "ts": e.get("ts", ""),
-                        "server": e.get("server", ""),
-                        "tool": e.get("tool"),
-                        "outcome": e.get("outcome", ""),
-                        "reason": e.get("reason", ""),
-                        "domain": domain_view(str(e["url"])),
-                    }
-                )
+                out.append({
+                    "run_id": run.run_id, "tenant": run.tenant, "ts": e.get("ts", ""),
+                    "server": e.get("server", ""), "tool": e.get("tool"), "outcome": e.get("outcome", ""),
+                    "reason": e.get("reason", ""), "domain": domain_view(str(e["url"])),
+                })  # fmt: skip
         if len(out) >= limit:
             break
     return out[:limit]

@@ -1,18 +1,18 @@
-"""The console's HTML pages: server-rendered, plain forms, no scripts.
-
-Every handler resolves the principal first (no principal: the sign-in page), checks the role
-per tenant through the view modules, and every POST checks the CSRF token before anything else.
-Another tenant's record answers 404, exactly like an unknown id.
+"""The console's HTML pages: server-rendered, plain forms, no scripts. The principal is resolved
+first, a POST's CSRF token checked before anything else, roles checked per tenant by the view
+modules; another tenant's record answers 404, exactly like an unknown id.
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from functools import wraps
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import quote
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -21,11 +21,11 @@ from tether.console import _approvals as approvals_view
 from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
-from tether.console._approvals import Denied, Hidden
+from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Principal
+from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import form_value
 from tether.errors import ApprovalError, TetherError
 
@@ -55,19 +55,14 @@ def local_path(value: str) -> str:
 
 
 class Throttle:
-    """Failed sign-ins, counted per (user name, client address), per client address and per
-    user name, within ``window_s``. Attempts are refused for the window after ``per_pair``
-    failures for one name from one address, ``per_client`` failures from one address whatever
-    the names (unknown names count the same), or ``per_name`` failures for one name from
-    anywhere. Someone guessing from elsewhere therefore never locks a person out at their own
-    address with a handful of failures; only a guessing campaign from many addresses reaches
-    the per-name limit."""
+    """Failed sign-ins within ``window_s``: refused after 5 failures for one name from one address,
+    20 from one address (any names), or 100 for one name from anywhere, so a handful of guesses
+    from elsewhere never locks a person out at their own address."""
 
-    def __init__(
-        self, per_pair: int = 5, per_client: int = 20, per_name: int = 100, window_s: float = 900.0
-    ) -> None:
-        self.limits = {"pair": per_pair, "client": per_client, "name": per_name}
-        self.window_s = window_s
+    limits: ClassVar = {"pair": 5, "client": 20, "name": 100}
+    window_s = 900.0
+
+    def __init__(self) -> None:
         self._failures: dict[tuple[str, str], list[float]] = {}
 
     def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
@@ -86,9 +81,8 @@ class Throttle:
         return any(len(self._recent(k)) >= self.limits[k[0]] for k in self._keys(name, client))
 
     def attempt(self, name: str, client: str) -> float | None:
-        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (so many
-        attempts sent at once cannot all pass the check before any has failed); ``None`` when
-        blocked. Check and count happen together, with no await between them."""
+        """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (checked and
+        counted with no await between: attempts sent at once cannot all pass); ``None``: blocked."""
         if self.blocked(name, client):
             return None
         if len(self._failures) > 50_000:  # bounded memory: drop what has expired
@@ -100,9 +94,8 @@ class Throttle:
         return now
 
     def first_refusal(self, client: str) -> bool:
-        """Whether this refused attempt is the address's first within the window: only that one
-        is audited, so attempts sent on past the limit cannot grow the append-only audit log
-        without bound (nor push what matters off the audit page)."""
+        """Whether this refused attempt is the address's first within the window: only that one is
+        audited (attempts past the limit cannot flood the append-only audit log)."""
         key = ("refused", client)
         if self._recent(key):
             return False
@@ -118,32 +111,24 @@ class Throttle:
 
 
 def page_routes(console: Console) -> list[Route]:
-    """Every page, in one place: each but sign-in through ``_Pages.page`` (the principal first,
-    the CSRF token of a POST checked before anything else)."""
+    """Every page, in one place: each but sign-in through ``_Pages.page``."""
     ui = _Pages(console)
+    proposal = ui.view(approvals_view.proposal_view, "pid", "proposal.html", "p")
+    question = ui.view(elicitations_view.get, "eid", "elicitation.html", "q", problems=[], values={})
+    review = ui.view(servers_view.review, "name", "server_review.html", "r")
     return [
         Route("/login", ui.login, methods=["GET", "POST"]),
         Route("/logout", ui.page(ui.logout), methods=["POST"]),
         Route("/", ui.page(ui.home)),
         Route("/approvals", ui.page(ui.approvals)),
-        Route(
-            "/approvals/{pid}", ui.page(ui.view(approvals_view.proposal_view, "pid", "proposal.html", "p"))
-        ),
+        Route("/approvals/{pid}", ui.page(proposal)),
         Route("/approvals/{pid}/{action}", ui.page(ui.decide), methods=["POST"]),
         Route("/elicitations", ui.page(ui.questions)),
-        Route(
-            "/elicitations/{eid}",
-            ui.page(ui.view(elicitations_view.get, "eid", "elicitation.html", "q", problems=[], values={})),
-        ),
+        Route("/elicitations/{eid}", ui.page(question)),
         Route("/elicitations/{eid}/answer", ui.page(ui.answer), methods=["POST"]),
         Route("/servers", ui.page(ui.servers)),
-        # POST with the CSRF token: a review launches or contacts the server, so no link, image
-        # or prefetch on another page can start it.
-        Route(
-            "/servers/{name}/review",
-            ui.page(ui.view(servers_view.review, "name", "server_review.html", "r")),
-            methods=["POST"],
-        ),
+        # POST, with the CSRF token: no link, image or prefetch elsewhere can start a server.
+        Route("/servers/{name}/review", ui.page(review), methods=["POST"]),
         Route("/servers/{name}/pin", ui.page(ui.pin), methods=["POST"]),
         Route("/runs", ui.page(ui.runs)),
         Route("/runs/{run_id}", ui.page(ui.run)),
@@ -151,10 +136,6 @@ def page_routes(console: Console) -> list[Route]:
         Route("/rules", ui.page(ui.rules)),
         Route("/audit", ui.page(ui.audit)),
     ]
-
-
-def _visible_tenants(me: Principal, tenants: set[str]) -> list[str]:
-    return sorted(t for t in tenants if me.sees(t))
 
 
 class _Pages:
@@ -168,13 +149,10 @@ class _Pages:
         self, request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
     ) -> Response:
         html = self.env.get_template(name).render(
-            me=principal,
-            csrf=principal.csrf if principal else None,
-            path=request.url.path,
+            me=principal, csrf=principal.csrf if principal else None, path=request.url.path,
             notice=NOTICES.get(request.query_params.get("done", "")),
-            has_servers=self.sources.mcp_config is not None,
-            **ctx,
-        )
+            has_servers=self.sources.mcp_config is not None, **ctx,
+        )  # fmt: skip
         return HTMLResponse(html, status_code=code)
 
     def problem(
@@ -183,8 +161,7 @@ class _Pages:
         return self.render(request, "error.html", principal, status, title=title, message=message)
 
     def page(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """A page: the principal resolved first (none: the sign-in page), the CSRF token of a POST
-        checked before anything else, and tether's refusals shown as error pages."""
+        """A page: the principal first, a POST's CSRF token next, tether's refusals as error pages."""
         gate, problem = self.gate, self.problem
 
         @wraps(handler)
@@ -214,16 +191,13 @@ class _Pages:
         return endpoint
 
     def view(self, load: Viewer, param: str, template: str, as_name: str, **extra: Any) -> Handler:
-        """A page showing one record: ``load(sources, principal, id)`` (which hides another
-        tenant's record), rendered as ``as_name`` in ``template``."""
+        """A page showing the record ``load(sources, principal, id)`` as ``as_name``."""
 
         async def show(request: Request, me: Principal) -> Response:
             found = await load(self.sources, me, request.path_params[param])
             return self.render(request, template, me, 200, **{as_name: found}, **extra)
 
         return show
-
-    # -- Sign in (throttled, CSRF-checked) and out -------------------------------------------------
 
     async def login(self, request: Request) -> Response:
         nxt = local_path(request.query_params.get("next", "/"))
@@ -241,8 +215,6 @@ class _Pages:
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
-                import anyio
-
                 try:
                     await anyio.to_thread.run_sync(
                         self.sources.users.authenticate, name, form_value(form, "password", 1024)
@@ -256,7 +228,7 @@ class _Pages:
                     done = RedirectResponse(nxt, status_code=303)
                     self.gate.start_session(done, name)
                     return done
-        token = self.gate.new_login_token()
+        token = secrets.token_urlsafe(24)
         response = self.render(
             request, "login.html", None, status, error=error, next=nxt, csrf_login=token,
             no_users=not self.sources.users.has_users(),
@@ -270,8 +242,6 @@ class _Pages:
         self.gate.end_session(response, me)
         return response
 
-    # -- The approval queue, one proposal, a decision ----------------------------------------------
-
     async def home(self, request: Request, me: Principal) -> Response:
         return RedirectResponse("/approvals", status_code=303)
 
@@ -284,23 +254,17 @@ class _Pages:
         everyone = await approvals_view.queue(self.sources, me, status="all")
         return self.render(
             request, "approvals.html", me, rows=rows, status=status, tenant=tenant,
-            tenants=_visible_tenants(me, {r["tenant"] for r in everyone}),
+            tenants=sorted({r["tenant"] for r in everyone if me.sees(r["tenant"])}),
         )  # fmt: skip
 
     async def decide(self, request: Request, me: Principal) -> Response:
         form = await request.form()
         pid = request.path_params["pid"]
         done = await approvals_view.review_proposal(
-            self.sources,
-            me,
-            pid,
-            request.path_params["action"],
-            reason=form_value(form, "reason", 2000),
+            self.sources, me, pid, request.path_params["action"], reason=form_value(form, "reason", 2000),
             content_hash=form_value(form, "content_hash", 100) or None,
-        )
+        )  # fmt: skip
         return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
-
-    # -- Servers' questions waiting for a person, and the answers ----------------------------------
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
@@ -326,8 +290,6 @@ class _Pages:
         await elicitations_view.answer(self.sources, me, eid, action, content)
         return RedirectResponse("/elicitations?done=answered", status_code=303)
 
-    # -- MCP servers: their review and the pinning of their tools ----------------------------------
-
     async def servers(self, request: Request, me: Principal) -> Response:
         tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
         return self.render(
@@ -340,17 +302,11 @@ class _Pages:
         name = request.path_params["name"]
         tools = {str(v) for v in form.getlist("tool") if isinstance(v, str)}
         flagged = {str(v) for v in form.getlist("accept_flagged") if isinstance(v, str)}
+        digest = form_value(form, "digest", 100)
         result = await servers_view.pin(
-            self.sources,
-            me,
-            name,
-            digest=form_value(form, "digest", 100),
-            tools=tools,
-            accept_flagged=flagged,
+            self.sources, me, name, digest=digest, tools=tools, accept_flagged=flagged
         )
         return self.render(request, "pinned.html", me, result=result)
-
-    # -- Runs: the list, one run, resuming a paused one --------------------------------------------
 
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
@@ -364,22 +320,13 @@ class _Pages:
             agents=sorted({r.agent for r in visible if r.agent}),
         )  # fmt: skip
 
-    def _run(self, me: Principal, run_id: str) -> Any:
-        run = self.sources.traces.get(run_id) if self.sources.traces else None
-        if run is None or not me.sees(run.tenant):
-            raise Hidden("run")
-        return run
-
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary = self._run(me, run_id)
-        assert self.sources.traces is not None
-        events = self.sources.traces.events(run_id)
+        summary, events = self.sources.run(me, run_id)
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
-        # What tether resume would continue (runscope.resume_point): paused, or stopped on a
-        # transient failure; never a run that ended.
+        # What tether resume would continue (resume_point): paused or stopped, never ended.
         resumable = (
             self.sources.resume is not None and checkpoint is not None
             and checkpoint.status in ("paused", "stopped") and bool(checkpoint.app)
@@ -391,14 +338,10 @@ class _Pages:
         )  # fmt: skip
 
     async def resume(self, request: Request, me: Principal) -> Response:
-        from tether.console._resume import resume_run
-
         run_id = request.path_params["run_id"]
         summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
         return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
-
-    # -- The rules in force and the audit log ------------------------------------------------------
 
     async def rules(self, request: Request, me: Principal) -> Response:
         return self.render(request, "rules.html", me, rules=RULES)

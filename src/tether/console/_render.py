@@ -1,9 +1,6 @@
-"""HTML rendering: Jinja2 with autoescaping, and filters that make hidden characters visible.
-
-Text written by models, tools and servers is shown exactly, but every character a reviewer
-could not see (zero-width, bidi overrides, Unicode tags, controls other than newline and tab)
-is replaced by a flagged, visible escape such as ``\\u200b``.
-"""
+"""HTML rendering: Jinja2 with autoescaping, and filters that show untrusted text exactly, but
+with every character a reviewer could not see (zero-width, bidi, tags, controls) as a flagged,
+visible escape such as ``\\u200b``."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ import json
 import unicodedata
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
@@ -24,8 +22,7 @@ _TEMPLATES = Path(__file__).with_name("templates")
 
 
 def _code(ch: str) -> str:
-    code = ord(ch)
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}"
 
 
 def hidden_chars(text: str) -> list[str]:
@@ -38,7 +35,7 @@ def hidden_chars(text: str) -> list[str]:
 
 
 def has_hidden(value: Any) -> bool:
-    return bool(hidden_chars(value if isinstance(value, str) else str(value)))
+    return any(hidden_kind(ch) for ch in str(value))
 
 
 SHOWN_TEXT = 20_000  # one value shown on a page: longer text is cut, with its length said
@@ -53,10 +50,8 @@ def _cut(text: str, limit: int) -> tuple[str, str]:
 
 
 def reveal(value: Any, limit: int = SHOWN_TEXT) -> Markup:
-    """HTML for untrusted text: escaped, with each hidden character shown as a flagged escape.
-    At most ``limit`` characters are shown (a note gives the full length), and the page's size
-    stays bounded whatever the text holds: past ``FLAGGED`` flagged characters, hidden ones are
-    shown as plain escapes."""
+    """HTML for untrusted text: escaped, each hidden character a flagged escape (past ``FLAGGED``,
+    plain escapes), at most ``limit`` characters (a note gives the full length)."""
     text, note = _cut(value if isinstance(value, str) else str(value), limit)
     if not any(hidden_kind(ch) for ch in text):
         return escape(text) + note
@@ -88,26 +83,18 @@ def plain(value: Any, limit: int = 200) -> str:
 def segment(value: Any) -> str:
     """``value`` as one URL path segment: every reserved character percent-encoded, and ``.``
     and ``..`` too, so an id can never lead a link or a form to another path."""
-    from urllib.parse import quote
-
     text = quote(value if isinstance(value, str) else str(value), safe="")
     return text.replace(".", "%2E") if text in (".", "..") else text
 
 
-def shown_names(text: str, limit: int = 20) -> list[str]:
-    """The URLs, e-mail addresses and domains in ``text`` (``find_names``, linear in its length)."""
-    return find_names(text, limit=limit)
-
-
 def names_in(*texts: Any) -> list[dict[str, Any]]:
-    """The look-alike check of every URL, e-mail address and domain in ``texts`` (strings, or
-    JSON-like values whose strings are searched)."""
+    """The look-alike check of every URL, e-mail address and domain in ``texts`` (or their strings)."""
     found: dict[str, None] = {}
     stack = list(texts)
     while stack and len(found) < 50:
         value = stack.pop(0)
         if isinstance(value, str):
-            found.update(dict.fromkeys(shown_names(value)))
+            found.update(dict.fromkeys(find_names(value, limit=20)))
         elif isinstance(value, dict):
             stack.extend(value.values())
         elif isinstance(value, list):
@@ -132,11 +119,8 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["reveal"] = reveal
-    env.filters["plain"] = plain
-    env.filters["seg"] = segment
-    env.filters["pretty"] = pretty_json
-    env.filters["short"] = _short
-    env.filters["has_hidden"] = has_hidden
-    env.filters["hidden_chars"] = hidden_chars
+    env.filters.update(
+        reveal=reveal, plain=plain, seg=segment, pretty=pretty_json, short=_short, has_hidden=has_hidden,
+        hidden_chars=hidden_chars,
+    )  # fmt: skip
     return env

@@ -1,21 +1,16 @@
-"""The console's "resume" action: continue a run that may be resumed — paused (its approvals
-decided, its questions answered) or stopped on a transient failure — by the rule and the path
-``tether resume`` uses.
+"""The console's "resume" action: continue a paused run (or one stopped on a transient failure)
+by the rule ``tether resume`` uses (``resume_point``), through ``ConsoleSources.resume``.
 
-The run's tenant is read from its checkpoint (what the host recorded), never from the request;
-only a reviewer of that tenant may resume it. The run is continued by ``ConsoleSources.resume``:
-embedded, the application factory the checkpoint names rebuilds it here (``factory_resumer``);
-on a deployment, its continuation is enqueued for a worker (``DurableResumer``). Every refusal
-is audited with its reason, as is every resume.
+The run's tenant is read from its checkpoint, never from the request; only a reviewer of that
+tenant may resume it. Every resume and every refusal is audited.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tether.console._approvals import Denied, Hidden
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
+from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
 from tether.runners._scope import resume_point
 from tether.runs._checkpoint import checkpoint_tenant
@@ -44,9 +39,7 @@ async def resume_run(sources: ConsoleSources, principal: Principal, run_id: str)
         resume_point(checkpoint, run_id)  # the one rule: paused or stopped, never finished
         summary = await sources.resume(run_id)
     except TetherError as err:  # a refusal, or a factory that cannot rebuild the run
-        reason = getattr(err, "reason", "") or type(err).__name__
-        sources.users.audit(actor, "resume", tenant=tenant, target=run_id, outcome=f"refused:{reason}",
-                            detail=str(err)[:500])  # fmt: skip
+        sources.users.refused(actor, "resume", err, tenant=tenant, target=run_id)
         raise
     outcome = str(summary.get("stop_reason") or "")
     if summary.get("enqueued"):

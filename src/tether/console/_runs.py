@@ -1,9 +1,6 @@
-"""Runs from their traces: a filtered list, and one run as a timeline.
-
-Embedded, the trace folder is the source of truth (one ``<run_id>.jsonl`` per run,
-append-only); each file's summary is cached by size and modification time. A deployment's runs
-are read from its shared trace store (``StoredTraceIndex``). Values in a trace were sanitised and
-redacted when they were written.
+"""Runs from their traces (sanitised and redacted when written): a filtered list, and one run
+as a timeline. Embedded, one ``<run_id>.jsonl`` per run (summaries cached by size and mtime); a
+deployment's come from its shared trace store (``StoredTraceIndex``).
 """
 
 from __future__ import annotations
@@ -11,26 +8,19 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tether.trace._stats import trace_stats
 
 __all__ = [
-    "RunFilter",
-    "RunIndex",
-    "RunSummary",
-    "StoredTraceIndex",
-    "TimelineItem",
-    "TraceIndex",
-    "run_filter",
-    "run_totals",
-    "timeline",
-    "valid_run_id",
-]
+    "RunFilter", "RunIndex", "RunSummary", "StoredTraceIndex", "TimelineItem", "TraceIndex", "run_filter",
+    "run_totals", "timeline", "valid_run_id",
+]  # fmt: skip
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -65,8 +55,7 @@ class RunFilter:
     agent: str = ""
     since: str = ""  # ISO date or date-time (UTC)
     until: str = ""
-    # The tenants whose runs a principal may see (``None``: every run): applied with the rest,
-    # before a list is cut, so other tenants' newer runs never push a tenant's own off its list.
+    # The tenants a principal may see (``None``: all), applied before a list is cut at its limit.
     visible: frozenset[str] | None = None
 
     def matches(self, run: RunSummary) -> bool:
@@ -96,11 +85,9 @@ def _read(path: Path) -> list[dict[str, Any]]:
     events = []
     with path.open(encoding="utf-8") as f:
         for line in f:
-            if not line.strip():
-                continue
             try:
                 value = json.loads(line)
-            except ValueError:  # a line cut by a crash: keep what was decided before it
+            except ValueError:  # a blank line, or one cut by a crash: keep what came before it
                 continue
             if isinstance(value, dict):
                 events.append(value)
@@ -111,53 +98,49 @@ def summarise(run_id: str, events: list[dict[str, Any]]) -> RunSummary:
     empty: dict[str, Any] = {}
     return _summary(
         run_id,
-        start=next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
-        stop=next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
-        first_ts=str(events[0].get("ts", "")) if events else "",
-        events=len(events),
-        resumed=any(e.get("kind") == "run_resumed" for e in events),
+        {
+            "start": next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), empty),
+            "stop": next((e for e in reversed(events) if e.get("kind") == "stop"), empty),
+            "first_ts": events[0].get("ts", "") if events else "",
+            "events": len(events),
+            "resumed": any(e.get("kind") == "run_resumed" for e in events),
+        },
     )
 
 
-def _summary(
-    run_id: str,
-    *,
-    start: Mapping[str, Any],
-    stop: Mapping[str, Any],
-    first_ts: str,
-    events: int,
-    resumed: bool,
-) -> RunSummary:
+def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
+    """A run's summary from its head (as a trace store's ``runs`` gives it)."""
+    start, stop = head.get("start") or {}, head.get("stop") or {}
     return RunSummary(
-        run_id=run_id,
-        tenant=start.get("tenant"),
+        run_id=run_id, tenant=start.get("tenant"),
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
-        design=str(start.get("design") or ""),
-        model=str(start.get("model") or ""),
-        objective=str(start.get("objective") or ""),
-        started=first_ts,
-        ended=str(stop.get("ts", "")),
-        stop_reason=str(stop.get("reason") or ""),
-        detail=str(stop.get("detail") or ""),
-        events=events,
-        resumed=resumed,
-    )
+        design=str(start.get("design") or ""), model=str(start.get("model") or ""),
+        objective=str(start.get("objective") or ""), started=str(head.get("first_ts") or ""),
+        ended=str(stop.get("ts", "")), stop_reason=str(stop.get("reason") or ""),
+        detail=str(stop.get("detail") or ""), events=int(head.get("events") or 0),
+        resumed=bool(head.get("resumed")),
+    )  # fmt: skip
 
 
-class RunIndex(Protocol):
-    """Where the console reads runs: a folder of JSONL traces (``TraceIndex``) or a deployment's
-    shared trace store (``StoredTraceIndex``)."""
+class RunIndex:
+    """Where the console reads runs: ``TraceIndex`` (a folder) or ``StoredTraceIndex`` (a deployment)."""
 
-    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]: ...
+    def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        raise NotImplementedError
 
-    def get(self, run_id: str) -> RunSummary | None: ...
+    def events(self, run_id: str) -> list[dict[str, Any]]:
+        raise NotImplementedError
 
-    def events(self, run_id: str) -> list[dict[str, Any]]: ...
+    def get(self, run_id: str) -> RunSummary | None:
+        events = self.events(run_id)
+        return summarise(run_id, events) if events else None
 
-    def tenant_of(self, run_id: str) -> str | None: ...
+    def tenant_of(self, run_id: str) -> str | None:
+        run = self.get(run_id)
+        return run.tenant if run else None
 
 
-class TraceIndex:
+class TraceIndex(RunIndex):
     """The runs of one trace folder."""
 
     def __init__(self, directory: Path) -> None:
@@ -197,10 +180,6 @@ class TraceIndex:
         path = self.path(run_id)
         return _read(path) if path is not None else []
 
-    def tenant_of(self, run_id: str) -> str | None:
-        run = self.get(run_id)
-        return run.tenant if run else None
-
     def _summary(self, path: Path) -> RunSummary | None:
         run_id = path.stem
         if not valid_run_id(run_id) or not self._inside(path):
@@ -222,31 +201,21 @@ class TraceIndex:
         return summary
 
 
-# -- one run as a timeline -------------------------------------------------------------------
-
 _CATEGORY = {
-    "run_started": "lifecycle",
-    "run_resumed": "lifecycle",
-    "run_paused": "pause",
-    "context_composed": "model",
-    "model_response": "model",
-    "model_error": "model",
-    "tool_proposed": "proposal",
-    "policy_allowed": "decision",
-    "policy_denied": "decision",
-    "tool_error": "decision",
-    "approval_requested": "approval",
-    "approval_granted": "approval",
-    "approval_denied": "approval",
-    "tool_observation": "observation",
-    "tool_crashed": "observation",
-    "effect_intent": "effect",
-    "effect_recorded": "effect",
-    "effect_replayed": "effect",
-    "effect_reconciled": "effect",
-    "effect_escalated": "effect",
-    "mcp_elicitation": "question",
-    "stop": "stop",
+    kind: category
+    for category, kinds in {
+        "lifecycle": "run_started run_resumed",
+        "pause": "run_paused",
+        "model": "context_composed model_response model_error",
+        "proposal": "tool_proposed",
+        "decision": "policy_allowed policy_denied tool_error",
+        "approval": "approval_requested approval_granted approval_denied",
+        "observation": "tool_observation tool_crashed",
+        "effect": "effect_intent effect_recorded effect_replayed effect_reconciled effect_escalated",
+        "question": "mcp_elicitation",
+        "stop": "stop",
+    }.items()
+    for kind in kinds.split()
 }
 _SKIP = {"run_id", "seq", "ts", "kind"}
 
@@ -275,12 +244,8 @@ class TimelineItem:
         return asdict(self)
 
 
-def _calls(e: Mapping[str, Any]) -> str:
-    return ", ".join(str(c.get("name", "?")) for c in e.get("tool_calls") or [] if isinstance(c, dict))
-
-
 def _answered(e: Mapping[str, Any]) -> str:
-    calls = _calls(e)
+    calls = ", ".join(str(c.get("name", "?")) for c in e.get("tool_calls") or [] if isinstance(c, dict))
     tokens = f" ({e.get('prompt_tokens', 0)} in, {e.get('completion_tokens', 0)} out)"
     return f"model {e.get('model', '')} answered{tokens}" + (f" with calls: {calls}" if calls else "")
 
@@ -295,11 +260,6 @@ def _observed(e: Mapping[str, Any]) -> str:
     if e.get("error_kind") == PAUSED_KIND:  # waiting, not failed: the run resumes once answered
         return f"paused: {tool} waits for a person's answer (or its server's long task), not an error"
     return f"{'error' if e.get('is_error') else 'result'} from {tool} via {e.get('source', '?')}"
-
-
-def _run_paused(e: Mapping[str, Any]) -> str:
-    waiting = len(e.get("proposals") or []) + len(e.get("problems") or [])
-    return f"run paused: waiting for {waiting} decision(s) or answer(s)"
 
 
 # One line per event kind: what happened, in words (the facts are shown beside it).
@@ -323,7 +283,10 @@ _TITLES: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "mcp_elicitation": lambda e: (
         f"question from server {e.get('server', '?')} ({e.get('tool') or 'no call'}): {e.get('outcome', '')}"
     ),
-    "run_paused": _run_paused,
+    "run_paused": lambda e: (
+        f"run paused: waiting for {len(e.get('proposals') or []) + len(e.get('problems') or [])} decision(s) "
+        "or answer(s)"
+    ),
     "stop": lambda e: f"stop: {e.get('reason', '')}",
 }
 PAUSED_KIND = "input_pending"  # a call waiting for a person's answer (or a long task): paused, not failed
@@ -341,98 +304,70 @@ def _title(kind: str, e: Mapping[str, Any]) -> str:
 
 def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
     """The run's events in order, each with its model turn: turn N starts at the run's Nth model
-    response (across resumed parts: a resumed run first settles the turn it paused in), the
-    numbering the approval queue and the proposal page use (a proposal of turn N has step N-1)."""
+    response (across resumed parts), as the queue and proposal pages number them (step N-1)."""
     items = []
     turn = 0
     for e in events:
         kind = str(e.get("kind", ""))
         if kind == "model_response":
             turn += 1
-        facts = {k: v for k, v in e.items() if k not in _SKIP}
         rule = e.get("rule") if kind in ("policy_allowed", "policy_denied") else None
         proposal = e.get("proposal_id") if kind.startswith("approval_") else None
         trust = e.get("trust") if kind == "tool_observation" else None
         items.append(
             TimelineItem(
-                seq=int(e.get("seq") or 0),
-                ts=str(e.get("ts", "")),
-                kind=kind,
-                category=_category(kind, e),
-                title=_title(kind, e),
-                facts=facts,
-                rule=str(rule) if rule else None,
-                proposal=str(proposal) if proposal else None,
-                trust=str(trust) if trust else None,
-                turn=turn,
+                int(e.get("seq") or 0), str(e.get("ts", "")), kind, _category(kind, e), _title(kind, e),
+                {k: v for k, v in e.items() if k not in _SKIP}, str(rule) if rule else None,
+                str(proposal) if proposal else None, str(trust) if trust else None, turn,
             )
-        )
+        )  # fmt: skip
     return items
 
 
 def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Tokens, cost and prefix reuse of one run (every part, resumed parts included)."""
     responses = [e for e in events if e.get("kind") == "model_response"]
-    stats = trace_stats(events)
+    stats, kinds = trace_stats(events), Counter(e.get("kind") for e in events)
+    tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
-        "model_calls": len(responses),
-        "prompt_tokens": sum(int(e.get("prompt_tokens") or 0) for e in responses),
-        "completion_tokens": sum(int(e.get("completion_tokens") or 0) for e in responses),
-        "cached_tokens": sum(int(e.get("cached_tokens") or 0) for e in responses),
+        "model_calls": len(responses), **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
         "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
-        "prefix_reuse_mean": stats["prefix_reuse_mean"],
-        "prefix_reuse_min": stats["prefix_reuse_min"],
-        "tool_calls": sum(1 for e in events if e.get("kind") == "tool_proposed"),
-        "denied": sum(1 for e in events if e.get("kind") == "policy_denied"),
-        "approvals": sum(1 for e in events if e.get("kind") == "approval_requested"),
-    }
+        "prefix_reuse_mean": stats["prefix_reuse_mean"], "prefix_reuse_min": stats["prefix_reuse_min"],
+        "tool_calls": kinds["tool_proposed"], "denied": kinds["policy_denied"],
+        "approvals": kinds["approval_requested"],
+    }  # fmt: skip
 
 
 def parse_day(text: str) -> str:
     """A filter bound: an ISO date or date-time, else ``""`` (ignored)."""
     text = text.strip()
-    if not text:
-        return ""
     try:
-        datetime.fromisoformat(text)
+        datetime.fromisoformat(text)  # "" too is refused
     except ValueError:
         return ""
     return text
 
 
-class StoredTraceIndex:
-    """The runs of a deployment, read from its shared trace store (``PgTraceIndex``: every
-    worker's events, readable from any machine), so the console lists and opens runs that ran
-    on other machines. ``scan``: how many of the most recent runs a list looks at."""
+class StoredTraceIndex(RunIndex):
+    """A deployment's runs (every worker's), from its trace store: a list reads the ``SCAN`` newest."""
 
-    def __init__(self, store: Any, *, scan: int = 2000) -> None:
+    SCAN = 2000
+
+    def __init__(self, store: Any) -> None:
         self.store = store
-        self.scan = scan
 
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
         out = []
-        for head in self.store.runs(self.scan):
+        for head in self.store.runs(self.SCAN):
             run_id = str(head["run_id"])
             if not valid_run_id(run_id):
                 continue
-            summary = _summary(
-                run_id, start=head.get("start") or {}, stop=head.get("stop") or {},
-                first_ts=str(head.get("first_ts") or ""), events=int(head.get("events") or 0),
-                resumed=bool(head.get("resumed")),
-            )  # fmt: skip
+            summary = _summary(run_id, head)
             if flt is None or flt.matches(summary):
                 out.append(summary)
         return out[:limit]
-
-    def get(self, run_id: str) -> RunSummary | None:
-        events = self.events(run_id)
-        return summarise(run_id, events) if events else None
 
     def events(self, run_id: str) -> list[dict[str, Any]]:
         if not valid_run_id(run_id):
             return []
         return [e for e in self.store.events(run_id) if isinstance(e, dict)]
-
-    def tenant_of(self, run_id: str) -> str | None:
-        run = self.get(run_id)
-        return run.tenant if run else None

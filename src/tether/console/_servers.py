@@ -1,8 +1,6 @@
-"""MCP servers (X2): what each configured server may do, its pins, a live review of its tools
-(full text, hidden characters flagged, a diff against the pinned definition) and pinning.
-
-The servers belong to the host configuration's tenant (``host.tenant``): its viewers see the
-list and the pins, its admins review (which launches or contacts the server) and pin.
+"""MCP servers (X2): what each may do, its pins, a live review of its tools (hidden characters
+flagged, a diff against the pin) and pinning. They belong to the config's ``host.tenant``: its
+viewers see them, its admins review (which starts or contacts the server) and pin.
 """
 
 from __future__ import annotations
@@ -12,79 +10,52 @@ import json
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from tether.console._approvals import Denied, Hidden
 from tether.console._render import hidden_chars, names_in
 from tether.console._sources import ConsoleSources
-from tether.console._users import Principal
+from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["definition_diff", "pin", "review", "servers"]
 
 
-def _tenant(sources: ConsoleSources) -> str:
-    assert sources.mcp_config is not None
-    return sources.mcp_config.host.tenant
-
-
-def _check(sources: ConsoleSources, principal: Principal, role: str) -> str:
-    if sources.mcp_config is None:
+def _admin(sources: ConsoleSources, principal: Principal) -> str:
+    """The servers' tenant, where ``principal`` is an admin. Raises ``Hidden``, ``Denied``."""
+    if sources.mcp_config is None or not principal.sees(sources.mcp_config.host.tenant):
         raise Hidden("server")
-    tenant = _tenant(sources)
-    if not principal.sees(tenant):
-        raise Hidden("server")
-    if not principal.may(tenant, role):
-        raise Denied(
-            "not_admin", f"{principal.name} may not {'pin' if role == 'admin' else 'see'} servers here"
-        )
+    tenant = sources.mcp_config.host.tenant
+    if not principal.may(tenant, "admin"):
+        raise Denied("not_admin", f"{principal.name} may not pin servers here")
     return tenant
 
 
-def _where(server: Any) -> str:
-    """What the server is: the launch command, or the URL without user info or query."""
-    if server.transport == "stdio":
-        return " ".join(server.argv())
-    parts = urlsplit(str(server.url))
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
+def _bare_url(url: str) -> str:
+    """``url`` without user info, query or fragment."""
+    parts = urlsplit(url)
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
     """Configured servers with their pins; credentials are named, never shown."""
-    if sources.mcp_config is None or not principal.sees(_tenant(sources)):
+    if sources.mcp_config is None or not principal.sees(sources.mcp_config.host.tenant):
         return []
     out = []
-    store = sources.open_pins() if sources.open_pins is not None else None
-    try:
-        for s in sources.mcp_config.servers:
-            pins = await store.pins(s.name) if store is not None else {}
-            out.append(
-                {
-                    "name": s.name,
-                    "transport": s.transport,
-                    "where": _where(s),
-                    "tools": s.tools,
-                    "effects": {k: str(v) for k, v in s.effects.items()},
-                    "elicitation": s.elicitation.enabled,
-                    "url_mode": s.elicitation.url_mode,
-                    "sampling": s.sampling.enabled,
-                    "credential_names": sorted(s.credentials),
-                    "header_names": sorted(s.headers),
-                    "env_names": sorted(s.env),
-                    "pins": [
-                        {
-                            "tool": p.tool,
-                            "sha256": p.sha256,
-                            "approved_by": p.approved_by,
-                            "approved_at": p.approved_at,
-                        }
-                        for p in sorted(pins.values(), key=lambda p: p.tool)
-                    ],
-                }
-            )
-    finally:
-        if store is not None:
-            store.close()
+    for s in sources.mcp_config.servers:
+        pins = await sources.pins(s.name)
+        out.append({
+            "name": s.name, "transport": s.transport,
+            # The launch command, or the URL without user info or query.
+            "where": " ".join(s.argv()) if s.transport == "stdio" else _bare_url(str(s.url)),
+            "tools": s.tools, "effects": {k: str(v) for k, v in s.effects.items()},
+            "elicitation": s.elicitation.enabled, "url_mode": s.elicitation.url_mode,
+            "sampling": s.sampling.enabled, "credential_names": sorted(s.credentials),
+            "header_names": sorted(s.headers), "env_names": sorted(s.env),
+            "pins": [
+                {"tool": p.tool, "sha256": p.sha256, "approved_by": p.approved_by,
+                 "approved_at": p.approved_at}
+                for p in sorted(pins.values(), key=lambda p: p.tool)
+            ],
+        })  # fmt: skip
     return out
 
 
@@ -105,80 +76,43 @@ def definition_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> list[tup
 
 
 async def review(sources: ConsoleSources, principal: Principal, name: str) -> dict[str, Any]:
-    """Connect to the server and compare every tool with its pin. Raises ``Hidden``, ``Denied``,
-    ``TetherError`` (config, server unavailable)."""
+    """Connect to the server and compare every tool with its pin; audited."""
     from tether.mcp._approve import review_server
 
-    tenant = _check(sources, principal, "admin")
+    tenant = _admin(sources, principal)
     assert sources.mcp_config is not None
-    actor = principal.actor
     try:
         sources.mcp_config.server(name)  # ConfigError for an unknown name
         result = await review_server(sources.mcp_config, name)
     except TetherError as err:
-        sources.users.audit(
-            actor, "review", tenant=tenant, target=name,
-            outcome=f"refused:{getattr(err, 'reason', type(err).__name__)}", detail=str(err)[:500],
-        )  # fmt: skip
+        sources.users.refused(principal.actor, "review", err, tenant=tenant, target=name)
         raise
-    sources.users.audit(actor, "review", tenant=tenant, target=name, content_hash=result.digest)
-    pins = {}
-    if sources.open_pins is not None:
-        store = sources.open_pins()
-        try:
-            pins = await store.pins(name)
-        finally:
-            store.close()
+    sources.users.audit(principal.actor, "review", tenant=tenant, target=name, content_hash=result.digest)
+    pins = await sources.pins(name)
     tools = []
     for tr in result.tools:
         c = tr.check
         pinned = pins.get(c.tool)
+        diff = definition_diff(pinned.definition, c.definition) if pinned and c.status == "changed" else []
         text = json.dumps(c.definition, ensure_ascii=False)
-        tools.append(
-            {
-                **tr.to_json(),
-                "hidden": hidden_chars(text),
-                "names": names_in(c.definition),
-                "flagged": tr.flagged,
-                "diff": definition_diff(pinned.definition, c.definition)
-                if pinned and c.status == "changed"
-                else [],
-                "pinned_by": pinned.approved_by if pinned else None,
-            }
-        )
-    return {"server": name, "launch": _safe_launch(result.launch), "digest": result.digest, "tools": tools}
-
-
-def _safe_launch(launch: dict[str, Any]) -> dict[str, Any]:
-    out = dict(launch)
-    if out.get("url"):
-        parts = urlsplit(str(out["url"]))
-        out["url"] = urlunsplit(
-            (
-                parts.scheme,
-                (parts.hostname or "") + (f":{parts.port}" if parts.port else ""),
-                parts.path,
-                "",
-                "",
-            )
-        )
-    return out
+        tools.append({
+            **tr.to_json(), "hidden": hidden_chars(text), "names": names_in(c.definition),
+            "flagged": tr.flagged, "diff": diff, "pinned_by": pinned.approved_by if pinned else None,
+        })  # fmt: skip
+    launch = dict(result.launch)
+    if launch.get("url"):
+        launch["url"] = _bare_url(str(launch["url"]))
+    return {"server": name, "launch": launch, "digest": result.digest, "tools": tools}
 
 
 async def pin(
-    sources: ConsoleSources,
-    principal: Principal,
-    name: str,
-    *,
-    digest: str,
-    tools: set[str],
+    sources: ConsoleSources, principal: Principal, name: str, *, digest: str, tools: set[str],
     accept_flagged: set[str],
-) -> dict[str, Any]:
-    """Pin exactly the reviewed listing (``digest``): nothing is pinned if the server now lists
-    anything else. Audited. Raises ``Hidden``, ``Denied``, ``ApprovalError``, ``TetherError``."""
+) -> dict[str, Any]:  # fmt: skip
+    """Pin exactly the reviewed listing (``digest``), else nothing; audited."""
     from tether.mcp._approve import approve_server
 
-    tenant = _check(sources, principal, "admin")
+    tenant = _admin(sources, principal)
     assert sources.mcp_config is not None
     actor = principal.actor
     try:
@@ -187,18 +121,11 @@ async def pin(
         if not tools:
             raise ApprovalError("nothing_selected", "select at least one tool to pin")
         _, pinned, skipped = await approve_server(
-            sources.mcp_config,
-            name,
-            actor=f"console:{principal.name}",
-            accept_flagged=accept_flagged & tools,
-            only=tools,
-            expect=digest,
-        )
-    except TetherError as err:
-        sources.users.audit(
-            actor, "pin", tenant=tenant, target=name, content_hash=digest,
-            outcome=f"refused:{getattr(err, 'reason', type(err).__name__)}", detail=str(err)[:500],
+            sources.mcp_config, name, actor=f"console:{principal.name}",
+            accept_flagged=accept_flagged & tools, only=tools, expect=digest,
         )  # fmt: skip
+    except TetherError as err:
+        sources.users.refused(actor, "pin", err, tenant=tenant, target=name, content_hash=digest)
         raise
     sources.users.audit(
         actor, "pin", tenant=tenant, target=name, content_hash=digest, outcome="ok",

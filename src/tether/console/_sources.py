@@ -1,22 +1,19 @@
-"""What the console reads and writes: the same store objects the host and the CLI use.
-
-Every page goes through these objects, never through a database of its own, so swapping the
-embedded SQLite stores for other backends (an ``ApprovalStore`` on PostgreSQL, say) changes
-only how ``ConsoleSources`` is built.
-"""
+"""What the console reads and writes: the same store objects the host and the CLI use (never a
+database of its own), so other backends change only how ``ConsoleSources`` is built."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from tether.console._runs import RunIndex, StoredTraceIndex, TraceIndex
-from tether.console._users import UserStore
+from tether.console._runs import RunIndex, RunSummary, StoredTraceIndex, TraceIndex
+from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
 
@@ -27,20 +24,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsoleSources", "deployment_sources", "sqlite_sources"]
 
-# Continues a run (by its id) and returns its summary: the run's own when it ran here, or the
-# enqueued continuation's (``workflow_id``, ``status``) on a deployment.
+# Continues a run by its id; returns its summary (on a deployment: the enqueued continuation's).
 Resumer = Callable[[str], Awaitable[dict[str, Any]]]
 
 
 @dataclass
 class ConsoleSources:
-    """The stores behind the console.
-
-    ``open_pauses`` / ``open_pins`` open a store for one request (SQLite connections stay on
-    the thread that opened them); ``resume`` continues a run that may be resumed (paused, or
-    stopped on a transient failure), or is ``None`` when the console may only record decisions
-    (then ``tether resume RUN`` continues it).
-    """
+    """The stores behind the console. ``open_pauses`` / ``open_pins`` open a store for one
+    request (SQLite connections stay on their thread); without ``resume`` the console only
+    records decisions (``tether resume RUN`` continues the run)."""
 
     users: UserStore
     approvals: Approvals | None = None
@@ -50,6 +42,24 @@ class ConsoleSources:
     open_pins: Callable[[], PinStore] | None = None
     resume: Resumer | None = None
     on_close: Callable[[], None] | None = None  # closes what the sources opened (a deployment's stores)
+
+    def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, list[dict[str, Any]]]:
+        """A run ``principal`` may see, and its events. Raises ``Hidden`` (unknown, another tenant's)."""
+        run = self.traces.get(run_id) if self.traces is not None else None
+        if run is None or not principal.sees(run.tenant):
+            raise Hidden("run")
+        assert self.traces is not None
+        return run, self.traces.events(run_id)
+
+    async def pins(self, server: str) -> dict[str, Any]:
+        """The pins of ``server`` (none without a pin store)."""
+        if self.open_pins is None:
+            return {}
+        store = self.open_pins()
+        try:
+            return await store.pins(server)
+        finally:
+            store.close()
 
     def close(self) -> None:
         self.users.close()
@@ -62,11 +72,8 @@ class ConsoleSources:
 
 
 def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
-    """Resume a run the way ``tether resume`` does, by the same code: the one rule of what may
-    be resumed (``resume_point``: a paused run, or one stopped on a transient failure), then
-    the application factory its checkpoint names rebuilds the host and the agent
-    (``runscope.rebuild``, told the run id when it takes one) and the run continues
-    (``runscope.resume_rebuilt``). Returns the run's summary."""
+    """Resume a run by the code ``tether resume`` uses: ``resume_point`` (what may be resumed),
+    ``rebuild`` (the factory the checkpoint names) and ``resume_rebuilt``; the run's summary."""
 
     async def resume(run_id: str) -> dict[str, Any]:
         from tether.runners._scope import rebuild, resume_point, resume_rebuilt
@@ -80,18 +87,13 @@ def factory_resumer(db: Path, approvals: Approvals) -> Resumer:
             host, agent = rebuild(point.app, db, run_id)
         except ConfigError as err:
             raise ApprovalError("not_resumable", str(err)) from None
-        result = await resume_rebuilt(host, agent, run_id)
-        summary: dict[str, Any] = result.summary()
-        return summary
+        return dict((await resume_rebuilt(host, agent, run_id)).summary())
 
     return resume
 
 
 class DurableResumer:
-    """Resume a deployment's run the way ``tether resume RUN --db URL`` does: the continuation
-    is enqueued on the deployment's queue (``DurableClient.resume``: a paused run, or one
-    stopped on a transient failure; idempotent per paused state) and a worker serving the run's
-    version rebuilds and continues it. Returns ``{"run_id", "workflow_id", "status"}``."""
+    """Resume a deployment's run as ``tether resume RUN --db URL`` does: enqueued for a worker."""
 
     def __init__(self, url: str, stores: Any) -> None:
         self.url = url
@@ -126,57 +128,44 @@ class DurableResumer:
                 self._client = None
 
 
+def _mcp(mcp_config: Path | None, trace_dir: Path | None) -> tuple[McpConfig | None, Path | None]:
+    """The MCP host config, and the trace folder: ``trace_dir``, else the config's."""
+    if mcp_config is None:
+        return None, trace_dir
+    from tether.mcp._config import load_config
+
+    config = load_config(mcp_config)
+    return config, trace_dir if trace_dir is not None else config.path(config.host.trace_dir)
+
+
 def sqlite_sources(
-    *,
-    users_db: Path,
-    approvals_db: Path | None,
-    trace_dir: Path | None,
-    mcp_config: Path | None = None,
-    allow_resume: bool = True,
-    users: UserStore | None = None,
-) -> ConsoleSources:
-    """The embedded default: SQLite files and a folder of JSONL traces (an approval store that does
-    not exist yet is created empty, for the hosts that will write to it)."""
+    *, users_db: Path, approvals_db: Path | None, trace_dir: Path | None, mcp_config: Path | None = None,
+    allow_resume: bool = True, users: UserStore | None = None,
+) -> ConsoleSources:  # fmt: skip
+    """The embedded default: SQLite files (a missing approval store is created) and a trace folder."""
     from tether.policy._sqlite_store import SqliteApprovalStore
 
-    approvals = None
-    if approvals_db is not None:
-        approvals = Approvals(SqliteApprovalStore(approvals_db))
-    config = None
+    approvals = Approvals(SqliteApprovalStore(approvals_db)) if approvals_db is not None else None
+    config, trace_dir = _mcp(mcp_config, trace_dir)
     open_pauses = open_pins = None
-    if mcp_config is not None:
-        from tether.mcp._config import load_config
+    if config is not None:
         from tether.mcp._pauses import PauseStore
         from tether.mcp._pinning import PinStore
 
-        config = load_config(mcp_config)
-        state, pins = config.path(config.host.state), config.path(config.host.pins)
-
-        def open_pauses() -> PauseStore:
-            return PauseStore(state)
-
-        def open_pins() -> PinStore:
-            return PinStore(pins)
-
-        if trace_dir is None:
-            trace_dir = config.path(config.host.trace_dir)
+        open_pauses = partial(PauseStore, config.path(config.host.state))
+        open_pins = partial(PinStore, config.path(config.host.pins))
     resume = None
     if allow_resume and approvals is not None and approvals_db is not None:
         resume = factory_resumer(approvals_db, approvals)
     return ConsoleSources(
-        users=users or UserStore(users_db),
-        approvals=approvals,
-        traces=TraceIndex(trace_dir) if trace_dir is not None else None,
-        mcp_config=config,
-        open_pauses=open_pauses,
+        users=users or UserStore(users_db), approvals=approvals, mcp_config=config, resume=resume,
+        traces=TraceIndex(trace_dir) if trace_dir is not None else None, open_pauses=open_pauses,
         open_pins=open_pins,
-        resume=resume,
-    )
+    )  # fmt: skip
 
 
 class _Kept:
-    """A deployment's shared store lent to one request: the request's ``close`` leaves it open
-    (its connection pool serves every request and thread)."""
+    """A deployment's shared store lent to one request: its ``close`` leaves the pool open."""
 
     def __init__(self, store: Any) -> None:
         self._store = store
@@ -189,32 +178,17 @@ class _Kept:
 
 
 def deployment_sources(
-    *,
-    url: str,
-    users_db: Path,
-    trace_dir: Path | None = None,
-    mcp_config: Path | None = None,
+    *, url: str, users_db: Path, trace_dir: Path | None = None, mcp_config: Path | None = None,
     users: UserStore | None = None,
-    allow_resume: bool = True,
-) -> ConsoleSources:
+) -> ConsoleSources:  # fmt: skip
     """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
-    questions and pins every durable worker uses. Decisions and answers are recorded there (a
-    worker resumes a run once all it waits for is decided). Runs are read from the deployment's
-    shared trace store on PostgreSQL (every worker's runs, whatever machine ran them), from
-    ``trace_dir`` on SQLite. Resume (``allow_resume``) enqueues the run's continuation for a
-    worker, as ``tether resume RUN --db URL`` does: for a run stopped on a transient failure,
-    or a paused one a worker has not picked up. Raises ``DeploymentUnavailable`` (one line: host,
-    database, cause) unless the deployment's stores are there: nothing is created."""
+    questions and pins every durable worker uses; its runs from its trace store (PostgreSQL) or
+    ``trace_dir``; resume enqueues a run's continuation for a worker (as ``tether resume RUN --db
+    URL``). Raises ``DeploymentUnavailable`` unless the stores are there: nothing is created."""
     from tether.durable._deploy import check_stores
     from tether.stores._url import open_stores
 
-    config = None
-    if mcp_config is not None:
-        from tether.mcp._config import load_config
-
-        config = load_config(mcp_config)
-        if trace_dir is None:
-            trace_dir = config.path(config.host.trace_dir)
+    config, trace_dir = _mcp(mcp_config, trace_dir)
     check_stores(url)
     stores = open_stores(url)
     pauses, pins = stores.pauses, stores.pins
@@ -230,20 +204,14 @@ def deployment_sources(
         traces = StoredTraceIndex(stores.traces)
     elif trace_dir is not None:
         traces = TraceIndex(trace_dir)
-    resumer = DurableResumer(url, stores) if allow_resume else None
+    resumer = DurableResumer(url, stores)
 
     def close() -> None:
-        if resumer is not None:
-            resumer.close()
+        resumer.close()
         stores.close()
 
     return ConsoleSources(
-        users=users or UserStore(users_db),
-        approvals=Approvals(stores.approvals),
-        traces=traces,
-        mcp_config=config,
-        open_pauses=open_pauses,
-        open_pins=open_pins if config is not None else None,
-        resume=resumer,
-        on_close=close,
-    )
+        users=users or UserStore(users_db), approvals=Approvals(stores.approvals), traces=traces,
+        mcp_config=config, open_pauses=open_pauses, open_pins=open_pins if config is not None else None,
+        resume=resumer, on_close=close,
+    )  # fmt: skip

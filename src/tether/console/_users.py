@@ -1,8 +1,7 @@
 """Console accounts in SQLite: people, per-tenant roles, API tokens, sessions and the audit log.
 
-Secrets never rest in plaintext: passwords and API tokens are stored as scrypt hashes (random
-salt, ``hmac.compare_digest``), session ids as SHA-256 digests (they are 256-bit random values,
-so a fast hash is enough). A role is granted per tenant; ``*`` grants it for every tenant.
+Passwords and API tokens are stored as scrypt hashes, session ids (256-bit random values) as
+SHA-256 digests. A role is granted per tenant; ``*`` grants it for every tenant.
 
     viewer   reads the tenant's queue, questions, runs and servers
     reviewer also decides proposals, answers questions, resumes runs
@@ -30,21 +29,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from tether.errors import TetherError
+from tether.errors import ApprovalError, TetherError
 from tether.policy._approvals import Reviewer
 from tether.sql._database import Database
 
 __all__ = [
-    "ALL_TENANTS",
-    "ROLES",
-    "AuditEntry",
-    "AuthError",
-    "Principal",
-    "TokenInfo",
-    "UserStore",
-    "hash_secret",
-    "verify_secret",
-]
+    "ALL_TENANTS", "ROLES", "AuditEntry", "AuthError", "Denied", "Hidden", "Principal", "TokenInfo",
+    "UserStore", "hash_secret", "verify_secret",
+]  # fmt: skip
 
 ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
@@ -52,9 +44,8 @@ SESSION_TTL = timedelta(hours=12)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
-# Refusals of one kind (one outcome: ``refused:csrf``...) by one actor audited one by one within a
-# minute; past that, only the 16th, 32nd, 64th... (each entry naming its count), so a signed-in
-# client sending refused requests on and on adds a handful of entries a minute, not one each.
+# Refusals of one kind by one actor audited one by one within a minute; past that only the 16th,
+# 32nd, 64th... (naming the count): refused requests sent on and on add a handful of entries.
 REFUSALS_AUDITED = 10
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -69,6 +60,17 @@ class AuthError(TetherError):
         self.reason = reason
 
 
+class Hidden(ApprovalError):
+    """Not visible to this principal: answered exactly like an unknown id."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__("not_found", f"no {what} here")
+
+
+class Denied(ApprovalError):
+    """Visible, but the principal's role for that tenant does not allow the action."""
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
@@ -77,12 +79,14 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _scrypt(secret: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(secret.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=32, maxmem=2**26)
+
+
 def hash_secret(secret: str, *, n: int = _SCRYPT_N) -> str:
     """``scrypt$N$r$p$salt$hash`` of a password or token (``n``: the CPU/memory cost, a power of 2)."""
     salt = secrets.token_bytes(16)
-    dk = hashlib.scrypt(
-        secret.encode("utf-8"), salt=salt, n=n, r=_SCRYPT_R, p=_SCRYPT_P, dklen=32, maxmem=2**26
-    )
+    dk = _scrypt(secret, salt, n, _SCRYPT_R, _SCRYPT_P)
     return f"scrypt${n}${_SCRYPT_R}${_SCRYPT_P}${_b64(salt)}${_b64(dk)}"
 
 
@@ -91,9 +95,7 @@ def verify_secret(secret: str, stored: str) -> bool:
         scheme, n, r, p, salt, expected = stored.split("$")
         if scheme != "scrypt":
             return False
-        dk = hashlib.scrypt(
-            secret.encode("utf-8"), salt=_unb64(salt), n=int(n), r=int(r), p=int(p), dklen=32, maxmem=2**26
-        )
+        dk = _scrypt(secret, _unb64(salt), int(n), int(r), int(p))
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(dk, _unb64(expected))
@@ -101,8 +103,7 @@ def verify_secret(secret: str, stored: str) -> bool:
 
 @functools.cache
 def _dummy_hash(n: int) -> str:
-    """Verified against when the user does not exist, at the store's own cost ``n``,
-    so a wrong name costs the same as a wrong password (no timing tells which names exist)."""
+    """Verified against for an unknown user: a wrong name costs what a wrong password does."""
     return hash_secret(secrets.token_hex(16), n=n)
 
 
@@ -166,10 +167,9 @@ class Principal:
 
     def reviewer(self) -> Reviewer:
         """The host-side authority the approval desk checks again for every decision."""
-        tenants = self.tenants("reviewer")
-        return (
-            Reviewer.for_all_tenants(self.name) if tenants is None else Reviewer(self.name, tenants=tenants)
-        )
+        if (tenants := self.tenants("reviewer")) is None:
+            return Reviewer.for_all_tenants(self.name)
+        return Reviewer(self.name, tenants=tenants)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,16 +196,13 @@ class AuditEntry:
     client: str = ""
 
 
-# The address of the request being served (set by the console's middleware for each request):
-# every audit entry written while serving it records it without each caller passing it on.
+# The address of the request being served (set by ``Guard``): every audit entry records it.
 CLIENT: ContextVar[str] = ContextVar("tether_console_client", default="")
 
 
 class UserStore:
     """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``.
-
-    ``scrypt_n`` is the cost of new password and token hashes (each hash records its own, so
-    raising it later keeps old ones verifiable)."""
+    ``scrypt_n``: the cost of new hashes (each records its own, so old ones stay verifiable)."""
 
     def __init__(self, path: str | Path, *, scrypt_n: int = _SCRYPT_N) -> None:
         if scrypt_n < 2**10 or scrypt_n & (scrypt_n - 1):
@@ -233,7 +230,10 @@ class UserStore:
         with self._tx(write=False) as conn:
             return list(conn.execute(sql, params))
 
-    # -- people and grants -------------------------------------------------------------------
+    def _write(self, sql: str, params: tuple[Any, ...]) -> bool:
+        """One statement in its own transaction; whether it changed a row."""
+        with self._tx() as conn:
+            return bool(conn.execute(sql, params).rowcount)
 
     def add_user(self, name: str, password: str) -> None:
         """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
@@ -245,14 +245,8 @@ class UserStore:
             conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
 
     def set_password(self, name: str, password: str) -> None:
-        hashed = self._new_password(password)
-        with self._tx() as conn:
-            if not conn.execute("UPDATE users SET password_hash = ? WHERE name = ?", (hashed, name)).rowcount:
-                raise AuthError("unknown_user", f"no user {name}")
-            conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
-            # A new password means the old one may be known: its API tokens end with its sessions.
-            conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
-        self._token_cache.clear()
+        """A new password means the old one may be known: the sessions and API tokens end too."""
+        self._update_user(name, "password_hash", self._new_password(password), end_access=True)
 
     def _new_password(self, password: str) -> str:
         """The hash to store for a chosen password. Raises ``AuthError("weak_password")``."""
@@ -261,13 +255,14 @@ class UserStore:
         return hash_secret(password, n=self.scrypt_n)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
-        """Disable a person (every session ends, every token is refused, sign-in fails) or enable
-        them again (their tokens stay revoked). Raises ``AuthError("unknown_user")``."""
+        """Disable a person (sessions end, tokens are revoked, sign-in fails), or enable them again."""
+        self._update_user(name, "disabled", int(disabled), end_access=disabled)
+
+    def _update_user(self, name: str, column: str, value: Any, *, end_access: bool) -> None:
         with self._tx() as conn:
-            done = conn.execute("UPDATE users SET disabled = ? WHERE name = ?", (int(disabled), name))
-            if not done.rowcount:
+            if not conn.execute(f"UPDATE users SET {column} = ? WHERE name = ?", (value, name)).rowcount:
                 raise AuthError("unknown_user", f"no user {name}")
-            if disabled:
+            if end_access:
                 conn.execute("DELETE FROM sessions WHERE user = ?", (name,))
                 conn.execute("UPDATE tokens SET revoked = 1 WHERE user = ?", (name,))
         self._token_cache.clear()
@@ -286,10 +281,7 @@ class UserStore:
             )
 
     def revoke_grant(self, name: str, tenant: str) -> bool:
-        with self._tx() as conn:
-            return bool(
-                conn.execute("DELETE FROM grants WHERE user = ? AND tenant = ?", (name, tenant)).rowcount
-            )
+        return self._write("DELETE FROM grants WHERE user = ? AND tenant = ?", (name, tenant))
 
     def grants(self, name: str) -> dict[str, str]:
         return dict(self._read("SELECT tenant, role FROM grants WHERE user = ?", (name,)))
@@ -312,8 +304,6 @@ class UserStore:
             raise AuthError("bad_credentials", "wrong user name or password")
         return name
 
-    # -- API tokens -------------------------------------------------------------------------
-
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
         """A new API token for ``name``: the secret is returned once and stored only hashed."""
         if not self._read("SELECT 1 FROM users WHERE name = ?", (name,)):
@@ -322,11 +312,10 @@ class UserStore:
         secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         now = _now()
         expires = _ts(now + timedelta(days=days)) if days else None
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
-                (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
-            )
+        self._write(
+            "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
+            (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),
+        )
         return secret, TokenInfo(token_id, name, label[:200], _ts(now), expires, False)
 
     def tokens(self, name: str | None = None) -> list[TokenInfo]:
@@ -337,8 +326,7 @@ class UserStore:
         return [TokenInfo(i, u, la, c, e, bool(r)) for i, u, la, c, e, r in rows]
 
     def revoke_token(self, token_id: str) -> bool:
-        with self._tx() as conn:
-            done = bool(conn.execute("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,)).rowcount)
+        done = self._write("UPDATE tokens SET revoked = 1 WHERE id = ?", (token_id,))
         self._token_cache.clear()
         return done
 
@@ -353,9 +341,8 @@ class UserStore:
             (match.group(1),),
         )
         if not rows:
-            # No stand-in hash here (sign-in has one): a token's id is no secret, so telling an
-            # unknown one apart costs an attacker nothing, and hashing each made-up token would
-            # let a flood of them take the CPU from every request.
+            # No stand-in hash (sign-in has one): a token's id is no secret, and hashing made-up
+            # tokens would let a flood of them take the CPU from every request.
             raise AuthError("bad_token", "unknown token")
         user, stored, expires, revoked, disabled = rows[0]
         if revoked or disabled or (expires and datetime.fromisoformat(expires) <= _now()):
@@ -364,9 +351,8 @@ class UserStore:
         cached = self._token_cache.get(key)
         if not (cached and cached[0] == user and cached[2] > time.monotonic()):
             token_id, now = match.group(1), time.monotonic()
-            # Each secret tried under a live token's id (no secret) costs a hash: past TOKEN_GUESSES
-            # a minute, none is hashed but one verified before (its holder's). Counted before
-            # hashing, so guesses sent at once count at once.
+            # Past TOKEN_GUESSES secrets a minute under a live token's id, only one verified before
+            # (its holder's) is hashed; counted before hashing, so guesses sent at once count.
             with self._guess_lock:
                 recent = [t for t in self._guesses.get(token_id, []) if now - t < 60][-TOKEN_GUESSES:]
                 self._guesses[token_id] = [*recent, now]
@@ -377,8 +363,6 @@ class UserStore:
             self._guesses.pop(token_id, None)
             self._token_cache[key] = (user, token_id, time.monotonic() + 60)
         return Principal(user, self.grants(user), via="token")
-
-    # -- sessions -------------------------------------------------------------------------
 
     def create_session(self, name: str) -> str:
         """A new session for ``name``; returns the raw session id (only its digest is stored)."""
@@ -406,23 +390,12 @@ class UserStore:
         return Principal(user, self.grants(user), via="session", csrf=csrf, session=_digest(raw))
 
     def end_session(self, session_digest: str) -> None:
-        with self._tx() as conn:
-            conn.execute("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
-
-    # -- audit ------------------------------------------------------------------------------
+        self._write("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
 
     def audit(
-        self,
-        actor: str,
-        action: str,
-        *,
-        tenant: str = "",
-        target: str = "",
-        content_hash: str = "",
-        outcome: str = "ok",
-        detail: str = "",
-        client: str | None = None,
-    ) -> None:
+        self, actor: str, action: str, *, tenant: str = "", target: str = "", content_hash: str = "",
+        outcome: str = "ok", detail: str = "", client: str | None = None,
+    ) -> None:  # fmt: skip
         """Append an entry; ``client`` defaults to the address of the request being served. A
         refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
         a minute is counted, and audited only at each power of two (its entry says the count).
@@ -433,17 +406,20 @@ class UserStore:
             if note is None:
                 return
             detail = f"{note}; {detail}" if note and detail else note or detail
-        with self._tx() as conn:
-            conn.execute(
-                "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
-                 outcome, detail[:2000], where[:200]),
-            )  # fmt: skip
+        self._write(
+            "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
+             outcome, detail[:2000], where[:200]),
+        )  # fmt: skip
+
+    def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
+        """Audit an action refused by ``err``: its reason (else its type) and its message."""
+        reason = getattr(err, "reason", "") or type(err).__name__
+        self.audit(actor, action, outcome=f"refused:{reason}", detail=str(err)[:500], **fields)
 
     def _refusal_note(self, actor: str, outcome: str) -> str | None:
-        """What to add to a refusal's entry ("" for the first few of a minute), or ``None`` when
-        it is only counted."""
+        """What to add to a refusal's entry ("" for the first few), or ``None``: only counted."""
         now = time.monotonic()
         with self._guess_lock:
             if len(self._refusals) > 10_000:  # bounded memory: drop the windows that have ended
@@ -460,8 +436,8 @@ class UserStore:
         return f"refused {count} times within a minute (entries past {REFUSALS_AUDITED}: each power of two)"
 
     def audit_log(self, *, tenants: frozenset[str] | None = None, limit: int = 500) -> list[AuditEntry]:
-        """The newest ``limit`` entries of ``tenants`` (``None``: every entry), chosen by the query:
-        entries of other tenants, however many, never push these out of the answer."""
+        """The newest ``limit`` entries of ``tenants`` (``None``: all), chosen by the query (other
+        tenants' entries never push these out)."""
         where = "" if tenants is None else f" WHERE tenant IN ({', '.join('?' * len(tenants))})"
         rows = self._read(
             "SELECT seq, at, actor, action, tenant, target, content_hash, outcome, detail, client FROM audit"

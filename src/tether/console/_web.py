@@ -1,18 +1,13 @@
 """Who is asking, and whether a state change may proceed: session cookies, API tokens, CSRF.
 
-- People sign in with a password and get a session: the cookie holds a random id, signed
-  (itsdangerous), ``HttpOnly``, ``SameSite=Strict``, ``Secure`` when served over HTTPS; the
-  store keeps only the id's digest, so signing out (or a password change) ends it. Browsers keep
-  cookies per host, not per port, so every server on 127.0.0.1 shares one jar: each console's
-  cookies are named after its signing key (``cookie_names``), so two consoles never overwrite,
-  and so sign out, each other's sessions; over HTTPS the name has the ``__Host-`` prefix (the
-  browser refuses such a cookie set over plain HTTP, by a sibling subdomain, or for a domain).
-- Programs send ``Authorization: Bearer <token>``; a bad token is refused even if a cookie is
-  present. Tokens never come from cookies or query strings.
-- Every state change by a session carries the session's CSRF token (a form field or the
-  ``X-CSRF-Token`` header), and a cross-site ``Origin`` is refused. Sign-in itself is protected
-  by a signed double-submit token. Bearer requests need no CSRF token: a browser never adds
-  that header on its own.
+- A session cookie holds a random id, signed, ``HttpOnly``, ``SameSite=Strict``, ``Secure`` over
+  HTTPS; the store keeps only its digest. Browsers share one cookie jar per host, whatever the
+  port, so each console names its cookies after its signing key (``cookie_names``: two consoles
+  never overwrite each other's), with the ``__Host-`` prefix over HTTPS.
+- Programs send ``Authorization: Bearer <token>``; a bad token is refused even beside a cookie.
+- Every state change by a session carries its CSRF token (form field or ``X-CSRF-Token``) and no
+  cross-site ``Origin``; sign-in has a signed double-submit token. Bearer requests need none: a
+  browser never adds that header on its own.
 """
 
 from __future__ import annotations
@@ -33,15 +28,13 @@ from tether.console._users import AuthError, Principal, UserStore
 __all__ = ["Gate", "cookie_names", "load_secret_key"]
 
 
-# The session cookie's name before each console had its own (releases up to 19cb230): still read,
-# so sessions begun before an upgrade survive it; only a cookie signed with this console's key
-# is taken, so another console's cookie under that name is ignored like any forged one.
+# The session cookie's name up to 19cb230, still read (sessions survive an upgrade); only one
+# signed with this console's key is taken, like any other.
 LEGACY_SESSION_COOKIE = "tether_session"
 
 
 def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
-    """The names of a console's session and sign-in cookies: its own (drawn from its signing key,
-    which no other console shares), ``__Host-`` prefixed when its cookies are ``Secure``."""
+    """A console's session and sign-in cookie names, from its signing key (``__Host-`` if ``secure``)."""
     instance = hmac.new(secret_key, b"tether-console-cookie-names", "sha256").hexdigest()[:12]
     prefix = "__Host-" if secure else ""
     return f"{prefix}tether_session_{instance}", f"{prefix}tether_login_{instance}"
@@ -72,8 +65,6 @@ class Gate:
         self._login = Signer(self.secret_key, salt="tether-console-login")
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
 
-    # -- who is asking -------------------------------------------------------------------
-
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
         header = request.headers.get("authorization")
@@ -99,8 +90,7 @@ class Gate:
         self._forget(response, self.login_cookie)
 
     def _cookie(self, response: Response, name: str, signed: bytes, max_age: int) -> None:
-        """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide,
-        ``Secure`` when served over HTTPS."""
+        """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide."""
         response.set_cookie(
             name, signed.decode("ascii"), httponly=True, samesite="strict", secure=self.secure_cookies,
             path="/", max_age=max_age,
@@ -115,11 +105,9 @@ class Gate:
         """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""
         response.delete_cookie(name, path="/", secure=self.secure_cookies, httponly=True, samesite="strict")
 
-    # -- CSRF ----------------------------------------------------------------------------
-
     def same_origin(self, request: Request) -> bool:
-        """Whether a browser's ``Origin`` is this console's (served over HTTPS when its cookies
-        are ``Secure``, whatever scheme the proxy in front forwards)."""
+        """Whether a browser's ``Origin`` is this console's (HTTPS when its cookies are ``Secure``,
+        whatever scheme a proxy forwards)."""
         origin = request.headers.get("origin")
         if origin is None:  # not a browser, or an old one: the CSRF token still decides
             return True
@@ -138,10 +126,6 @@ class Gate:
         self.users.audit(principal.actor, "csrf_refused", target=request.url.path, outcome="refused:csrf")
         return False
 
-    @staticmethod
-    def new_login_token() -> str:
-        return secrets.token_urlsafe(24)
-
     def set_login_cookie(self, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
         self._cookie(response, self.login_cookie, self._login.sign(value.encode("ascii")), 1800)
@@ -156,8 +140,7 @@ class Gate:
 
 
 def _same(supplied: str, expected: str) -> bool:
-    """Whether a token a client sent is the expected one, in constant time; any text (non-ASCII
-    too, which ``compare_digest`` refuses as ``str``) is an answer, never an error."""
+    """Whether a client's token is the expected one, in constant time (any text, never an error)."""
     return hmac.compare_digest(supplied.encode("utf-8", "replace"), expected.encode("utf-8", "replace"))
 
 

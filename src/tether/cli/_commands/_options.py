@@ -10,15 +10,9 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "add_actions",
-    "add_db",
-    "add_json",
-    "add_model_options",
-    "add_out",
-    "add_output_options",
-    "add_resolve",
+    "add_actions", "add_db", "add_json", "add_model_options", "add_out", "add_output_options", "add_resolve",
     "add_scenario",
-]
+]  # fmt: skip
 
 JSON_HELP = "print one JSON object as the last line"
 
@@ -30,18 +24,14 @@ def add_json(p: argparse.ArgumentParser, help: str = JSON_HELP) -> None:
 def add_actions(
     sub: Any, name: str, *, dest: str, help: str, metavar: str = "ACTION", **kw: Any
 ) -> tuple[argparse.ArgumentParser, Any]:
-    """Command ``name`` whose next word is an action (``tether NAME ACTION …``): its parser and
-    the action sub-parsers, one of which is required. Its description is its help unless ``kw``
-    gives one."""
+    """Command ``name`` whose next word is a required action: its parser and the action parsers."""
     kw.setdefault("description", f"{help[0].upper()}{help[1:]}.")
     p = sub.add_parser(name, help=help, **kw)
     return p, p.add_subparsers(dest=dest, metavar=metavar, required=True)
 
 
 def add_db(parser: argparse.ArgumentParser, actions: Any, help: str) -> None:
-    """``--db`` before the action (``tether approvals --db X list``) and after it (``tether
-    approvals list --db X``), on every action of ``parser``. SUPPRESS keeps a value given before
-    the action from being reset by the action's own default."""
+    """``--db`` before the action and after it (SUPPRESS: the action's default does not reset it)."""
     parser.add_argument("--db", default=None, help=help)
     for action in actions.choices.values():
         action.add_argument("--db", default=argparse.SUPPRESS, help=help)
@@ -69,10 +59,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (overrides the agent file)")
     g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
     g.add_argument(
-        "--provider",
-        choices=("openai-chat", "openai-responses", "anthropic"),
+        "--provider", choices=("openai-chat", "openai-responses", "anthropic"),
         help="the model's protocol (default: the agent file's, else openai-chat)",
-    )
+    )  # fmt: skip
     g.add_argument("--base-url", help="the API's base URL (default $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL)")
     g.add_argument(
         "--api-key-env",
@@ -83,10 +72,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--no-stream", action="store_true", help="whole responses, even if the agent file asks for a stream"
     )
     g.add_argument(
-        "--reasoning",
-        choices=("drop", "keep", "since_last_user"),
+        "--reasoning", choices=("drop", "keep", "since_last_user"),
         help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
-    )
+    )  # fmt: skip
     g.add_argument(
         "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
     )
@@ -101,7 +89,6 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     add_json(p, "one JSON object as the last line; no progress")
     p.add_argument("--show-results", action="store_true", help="print every tool result in full")
     p.add_argument(
-        "--trace-results",
-        action="store_true",
+        "--trace-results", action="store_true",
         help="store every tool result's content (redacted) beside the trace: <run>.results.jsonl",
-    )
+    )  # fmt: skip

@@ -1,10 +1,6 @@
-"""Progress a person can follow while a run goes on, and tool results kept for a third person.
-
-``ProgressSink`` is a trace sink: it sees the run's events as the host emits them (already
-sanitised and redacted) and prints one short line per model turn, call decision and result on
-stderr, with rich, only when stderr is a terminal and ``--json`` is off. ``write_results`` stores
-the content of every tool result beside the trace (``<run_id>.results.jsonl``), redacted like the
-trace itself; it is off unless asked for (``--trace-results`` or ``trace.results: true``).
+"""Progress on stderr while a run goes on (``ProgressSink``, a trace sink: the events are
+already redacted; only on a terminal without ``--json``), and every tool result kept, redacted,
+beside the trace when asked for (``write_results``: ``<run_id>.results.jsonl``).
 """
 
 from __future__ import annotations
@@ -47,42 +43,40 @@ class ProgressSink:
         self.console.print(Text(text, style=style))
 
     def write(self, event: Any) -> None:
-        kind, data = str(event.kind), event.data
+        kind, d = str(event.kind), event.data
         if kind in ("run_started", "run_resumed"):
             verb = "resumed" if kind == "run_resumed" else "started"
-            tools = len(data.get("tools", []))
-            self._line(f"run {event.run_id} {verb}: model {data.get('model')}, {tools} tools")
-        elif kind == "server_launch" and data.get("state") == "failed":
-            self._line(f"  server {data.get('server')} unavailable: {data.get('error', '')}", "red")
+            self._line(f"run {event.run_id} {verb}: model {d.get('model')}, {len(d.get('tools', []))} tools")
+        elif kind == "server_launch" and d.get("state") == "failed":
+            self._line(f"  server {d.get('server')} unavailable: {d.get('error', '')}", "red")
         elif kind == "context_composed":
             self.turns += 1
-            self._line(f"model turn {self.turns} ({data.get('request_tokens', '?')} tokens) …", "dim")
+            self._line(f"model turn {self.turns} ({d.get('request_tokens', '?')} tokens) …", "dim")
         elif kind == "model_response":
-            calls = [c.get("name") for c in data.get("tool_calls", [])]
+            calls = [c.get("name") for c in d.get("tool_calls", [])]
+            retries = len(d.get("retries", []))
             what = f"asks for {', '.join(calls)}" if calls else "answers"
-            retries = len(data.get("retries", []))
             self._line(f"  model {what}" + (f" after {retries} retries" if retries else ""))
-        elif kind == "model_error":
-            self._line(f"  model error: {data.get('error')}", "red")
-        elif kind == "policy_denied":
-            self._line(f"  ✗ {data.get('tool')} denied: {data.get('reason')}", "red")
-        elif kind == "tool_error":
-            self._line(f"  ✗ {data.get('tool')} refused: {data.get('message')}", "red")
-        elif kind == "approval_requested":
-            self._line(f"  … {data.get('tool')} waits for approval", "yellow")
         elif kind == "tool_observation":
-            ok = not data.get("is_error")
-            status = "ok" if ok else f"error {data.get('error_kind') or ''}".strip()
-            self._line(
-                f"  {'✓' if ok else '✗'} {data.get('tool')} {status} ({data.get('chars')} chars)",
-                "" if ok else "red",
-            )
+            if not d.get("is_error"):
+                self._line(f"  ✓ {d.get('tool')} ok ({d.get('chars')} chars)")
+            else:
+                status = f"error {d.get('error_kind') or ''}".strip()
+                self._line(f"  ✗ {d.get('tool')} {status} ({d.get('chars')} chars)", "red")
+        elif kind == "model_error":
+            self._line(f"  model error: {d.get('error')}", "red")
+        elif kind == "policy_denied":
+            self._line(f"  ✗ {d.get('tool')} denied: {d.get('reason')}", "red")
+        elif kind == "tool_error":
+            self._line(f"  ✗ {d.get('tool')} refused: {d.get('message')}", "red")
+        elif kind == "approval_requested":
+            self._line(f"  … {d.get('tool')} waits for approval", "yellow")
         elif kind == "budget_exhausted":
-            self._line(f"  budget: {data.get('detail')}", "yellow")
+            self._line(f"  budget: {d.get('detail')}", "yellow")
         elif kind == "handoff_rejected":
-            self._line(f"  handoff rejected: {'; '.join(data.get('problems', []))}", "red")
+            self._line(f"  handoff rejected: {'; '.join(d.get('problems', []))}", "red")
         elif kind == "stop":
-            self._line(f"stop: {data.get('reason')} {data.get('detail') or ''}".rstrip(), "bold")
+            self._line(f"stop: {d.get('reason')} {d.get('detail') or ''}".rstrip(), "bold")
 
     def close(self) -> None:
         pass
@@ -100,15 +94,9 @@ def write_results(result: Any, secrets: frozenset[str] | set[str]) -> Path | Non
         for obs in result.observations:
             text = obs.text
             line = {
-                "run_id": result.run_id,
-                "call_id": obs.call_id,
-                "tool": obs.tool,
-                "source": obs.source,
-                "is_error": obs.is_error,
-                "error_kind": obs.error_kind,
-                "chars": len(text),
-                "text": text[:MAX_RESULT_CHARS],
-                "cut": len(text) > MAX_RESULT_CHARS,
-            }
+                "run_id": result.run_id, "call_id": obs.call_id, "tool": obs.tool, "source": obs.source,
+                "is_error": obs.is_error, "error_kind": obs.error_kind, "chars": len(text),
+                "text": text[:MAX_RESULT_CHARS], "cut": len(text) > MAX_RESULT_CHARS,
+            }  # fmt: skip
             f.write(json.dumps(sanitize_value(line, redactor), ensure_ascii=True) + "\n")
     return path

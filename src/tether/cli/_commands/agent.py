@@ -9,10 +9,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
+from tether.clisupport.output import fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, verbs = add_actions(
         sub, "agent", dest="verb", metavar="VERB", help="the agent file: its JSON Schema, or check one file"
     )
@@ -40,18 +42,13 @@ def print_schema(args: argparse.Namespace) -> int:
 def check_file(args: argparse.Namespace) -> int:
     from tether.agents._build import local_tool_names
     from tether.agents._file import load_agent_file
-    from tether.clisupport.output import emit_json, fail
-    from tether.errors import ConfigError
 
     try:
         af = load_agent_file(args.file)
         tools = local_tool_names(af)  # imported as a run would: a mistyped path fails here
     except ConfigError as err:
         return fail("tether agent check", err, as_json=args.json)
-    m = af.spec.model
-    models = [f"{b.provider}:{b.name}" for b in m.backends()]
-    if args.json:
-        emit_json({"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}, exit=0)
-    else:
-        print(f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}")
-    return 0
+    models = [f"{b.provider}:{b.name}" for b in af.spec.model.backends()]
+    text = f"{af.path}: valid; models: {', '.join(models)}; tools: {', '.join(tools) or 'none'}"
+    out = {"file": str(af.path), "models": models, "tools": tools, "sha256": af.sha256}
+    return outcome(out, text, as_json=args.json)

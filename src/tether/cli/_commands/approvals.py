@@ -1,8 +1,5 @@
-"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``.
-
-The person at this console is the reviewer (host-side authority): decisions are recorded with
-``--reviewer`` (default: $USER) and the time, in the approval store's append-only history.
-"""
+"""``tether approvals list | show ID | approve ID | deny ID | invalidate ID | resolve KEY``: the
+person at this console is the reviewer (``--reviewer``, default $USER), for every tenant."""
 
 from __future__ import annotations
 
@@ -11,15 +8,17 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
+from tether.clisupport.approvals_db import default_db
+from tether.clisupport.output import emit_json, fail, outcome, table
+from tether.errors import ApprovalError, ConfigError
+
 if TYPE_CHECKING:
     from tether.policy import Approvals
     from tether.stores._url import Stores
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
-    from tether.clisupport.approvals_db import default_db
-
     p, acts = add_actions(
         sub, "approvals", dest="action", help="list, inspect and decide proposals waiting for approval"
     )
@@ -50,8 +49,7 @@ def register(sub: Any) -> None:
 def _audit(
     who: str, action: str, target: str, outcome: str, detail: str, tenant: str = "", content_hash: str = ""
 ) -> None:
-    """A decision taken here goes into the console's audit log too, when there is one (the
-    console's user store at its default place), so one log shows every decision."""
+    """A decision taken here goes into the console's audit log too, when there is one."""
     from tether.cli._commands.users import default_users_db
 
     path = default_users_db()
@@ -72,10 +70,6 @@ def _audit(
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.approvals_db import default_db
-    from tether.clisupport.output import fail
-    from tether.errors import ApprovalError
-
     db = str(args.db or default_db())
     as_json = getattr(args, "json", False)
     opened = _open(args, db, as_json)
@@ -99,8 +93,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _live_workers(stores: Stores) -> int | None:
-    """How many workers of the deployment beat lately (none where no worker ever started;
-    ``None`` on SQLite, whose deployments do not list their workers)."""
+    """How many workers of the deployment beat lately (``None`` on SQLite: not listed)."""
     from sqlalchemy.exc import ProgrammingError
 
     from tether.durable._versions import live_workers
@@ -114,9 +107,7 @@ def _live_workers(stores: Stores) -> int | None:
 
 
 def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, Stores | None] | int:
-    """The approvals over ``db`` (and the deployment's stores to close), or the exit code when
-    there is no store there."""
-    from tether.clisupport.output import fail
+    """The approvals over ``db`` (and the deployment's stores to close), or the exit code."""
     from tether.policy import Approvals, SqliteApprovalStore
 
     if "://" in db:  # a deployment: the store every worker shares
@@ -136,8 +127,6 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
         given = "" if args.db else " (the default store; pass --db FILE: the run's policy.approvals_db)"
         why = f"no approval store at {db}{given}"
         return fail(f"tether approvals {args.action}", why, as_json=as_json, db=db)
-    from tether.errors import ConfigError
-
     try:
         return Approvals(SqliteApprovalStore(db)), None
     except ConfigError as err:  # a folder, or a file that is not a SQLite database
@@ -146,7 +135,6 @@ def _open(args: argparse.Namespace, db: str, as_json: bool) -> tuple[Approvals, 
 
 
 def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int:
-    from tether.clisupport.output import emit_json, table
     from tether.policy import ProposalStatus
     from tether.sql._database import blocking
 
@@ -155,43 +143,25 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
         raise ValueError(f"--status {status_name!r}: one of {', '.join(known)}, all")
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
-        {
-            "id": p.id,
-            "status": str(p.status),
-            "tenant": p.tenant,
-            "tool": p.tool,
-            "run": p.run_id or "",
-            "created": p.created_at.isoformat(timespec="seconds"),
-        }
+        {"id": p.id, "status": str(p.status), "tenant": p.tenant, "tool": p.tool, "run": p.run_id or "",
+         "created": p.created_at.isoformat(timespec="seconds")}
         for p in blocking(approvals.store.list_proposals, status=status)
-    ]
-    if as_json:
-        emit_json({"db": str(db), "count": len(rows), "proposals": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["id", "status", "tenant", "tool", "run", "created"]))
-    else:
-        print("no proposals")
-    return 0
+    ]  # fmt: skip
+    text = table(rows, ["id", "status", "tenant", "tool", "run", "created"], "no proposals")
+    return outcome({"db": str(db), "count": len(rows), "proposals": rows}, text, as_json=as_json)
 
 
 def _show(approvals: Approvals, proposal_id: str, as_json: bool) -> int:
-    from tether.clisupport.output import emit_json
     from tether.sql._database import blocking
 
     review = blocking(approvals.inspect, proposal_id).summary()
-    if as_json:
-        emit_json(review, exit=0)
-    else:
-        for key, value in review.items():
-            print(f"{key}: {value}")
-    return 0
+    return outcome(review, "\n".join(f"{key}: {value}" for key, value in review.items()), as_json=as_json)
 
 
 def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
     """Approve, deny, invalidate or resolve, as the person at this console; what was decided."""
     import getpass
 
-    from tether.errors import ApprovalError
     from tether.policy import Reviewer
     from tether.sql._database import blocking
 
@@ -209,22 +179,15 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
         _audit(reviewer.name, args.action, args.id, f"refused:{err.reason}", str(err))
         raise
     _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
-    return {
-        "id": p.id,
-        "status": str(p.status),
-        "decided_by": p.decided_by,
-        "decided_at": p.decided_at.isoformat() if p.decided_at else None,
-        "run": p.run_id,
-    }
+    decided_at = p.decided_at.isoformat() if p.decided_at else None
+    return {"id": p.id, "status": str(p.status), "decided_by": p.decided_by, "decided_at": decided_at,
+            "run": p.run_id}  # fmt: skip
 
 
 def _print_decision(
     out: dict[str, Any], db: str, *, as_json: bool, deployment: bool, workers: int | None
 ) -> None:
-    """The decision; then how its run goes on: by hand, or in a deployment by a worker —
-    ``workers`` live ones (``None``: not known)."""
-    from tether.clisupport.output import emit_json
-
+    """The decision; then how its run goes on: by hand, or by one of ``workers`` live ones."""
     if out.get("run"):
         out["resume"] = f"tether resume {out['run']} --db {shlex.quote(db)}"
         if deployment and workers is not None:

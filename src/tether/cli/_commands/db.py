@@ -1,10 +1,6 @@
-"""``tether db init --db URL`` (or ``tether db init URL``): create a deployment's database (if
-missing) and its tables, once.
-
-Client commands (``tether submit``, ``tether runs``) never create a database, so a mistyped URL
-fails in seconds instead of queueing runs where no worker looks; this command (or
-``tether worker --init``) is the one explicit place a deployment comes into being.
-``tether db check --db URL`` says whether a deployment is there, without creating anything.
+"""``tether db init|check [--db] URL``: create a deployment's database and tables (once), or
+check that it is there. Client commands never create a database (a mistyped URL fails in seconds
+instead of queueing runs where no worker looks): this and ``tether worker --init`` do.
 """
 
 from __future__ import annotations
@@ -13,10 +9,12 @@ import argparse
 import os
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json
+from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json
-
     p, acts = add_actions(
         sub, "db", dest="action", help="a durable deployment's database: init (create once), check"
     )
@@ -32,9 +30,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
-    from tether.errors import ConfigError
-
     if args.url and args.db and args.url != args.db:
         why = f"two storage URLs: {args.url!r} and --db {args.db!r}; give one"
         return fail(f"tether db {args.action}", why, as_json=args.json, error="usage")
@@ -45,19 +40,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         from tether.durable._deploy import DeploymentUnavailable, check_deployment, init_deployment
     except ImportError as err:
-        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
-        return fail("tether db", need, as_json=args.json)
+        return fail("tether db", f"{NEEDS_DURABLE}: {err}", as_json=args.json)
     try:
         out = init_deployment(url) if args.action == "init" else {"target": check_deployment(url).describe()}
     except DeploymentUnavailable as err:
         return fail(f"tether db {args.action}", err, as_json=args.json, code=err.exit)
     except ConfigError as err:
         return fail(f"tether db {args.action}", err, as_json=args.json)
-    if args.json:
-        emit_json(out, exit=0)
-    elif args.action == "init":
+    text = f"{out['target']}: ready"
+    if args.action == "init":
         made = "created" if out["database_created"] else "exists"
-        print(f"{out['target']}: database {made}; DBOS schema {out['dbos_schema']} and tether's tables ready")
-    else:
-        print(f"{out['target']}: ready")
-    return 0
+        text = f"{out['target']}: database {made}; DBOS schema {out['dbos_schema']} and tether's tables ready"
+    return outcome(out, text, as_json=args.json)

@@ -1,15 +1,12 @@
-"""``tether demo NAME``: runnable examples of the installed scenarios.
-
-The demos come from the scenarios registered under the ``tether.scenarios`` entry points
-(``tether.clisupport.scenarios``): each scenario's own ``demos`` (``"module:function"``, the
-function takes the remaining arguments), and one named after each scenario with a ``run``
-part, which is ``tether run --scenario NAME``. Modules are imported only when their demo runs.
-"""
+"""``tether demo NAME``: the installed scenarios' own ``demos`` (``tether.clisupport.scenarios``),
+and one named after each scenario with a ``run`` part (``tether run --scenario NAME``)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from tether.clisupport.output import fail
 
 
 def register(sub: Any) -> None:
@@ -35,7 +32,6 @@ def demos() -> tuple[dict[str, str], set[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail
     from tether.clisupport.scenarios import INSTALL_HINT, resolve
 
     own, runnable = demos()

@@ -1,8 +1,5 @@
-"""``tether lab MODE``: an installed scenario's lab (the reference one: the maintenance-order lab, S1).
-
-The lab is the ``lab`` part of a scenario registered under the ``tether.scenarios`` entry
-points (``tether.clisupport.scenarios``); its modes are the lab module's ``MODES``.
-"""
+"""``tether lab MODE``: the ``lab`` part of an installed scenario (``tether.clisupport.scenarios``;
+the reference one: the maintenance-order lab, S1); its modes are the lab module's ``MODES``."""
 
 from __future__ import annotations
 
@@ -10,11 +7,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_json, add_out, add_scenario
+from tether.cli._commands._progress import progress_wanted
+from tether.clisupport.output import EXIT_HELP, fail, outcome, table
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_json, add_out, add_scenario
-    from tether.clisupport.output import EXIT_HELP
-
     p = sub.add_parser(
         "lab",
         help="run a scenario's lab (the maintenance-order lab, S1)",
@@ -35,7 +33,6 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    from tether.clisupport.output import emit_json, fail, table
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
 
     try:
@@ -48,18 +45,12 @@ def run(args: argparse.Namespace) -> int:
         return fail("tether lab", f"unknown mode {args.mode!r}; one of: {known}", as_json=args.json)
     out: Path = args.out
     if args.mode != "all":
-        outcome = anyio.run(run_mode, args.mode, out)
-        if args.json:
-            emit_json({**outcome.summary, **_failure(outcome)}, exit=outcome.exit_code)
-        else:
-            s = outcome.summary
-            print(f"mode: {outcome.mode}\nstop_reason: {outcome.stop_reason}")
-            for key in ("answer", "detail", "agent", "rollback", "memory_after", "trace"):
-                if s.get(key):
-                    print(f"{key}: {s[key]}")
-        return int(outcome.exit_code)
-
-    from tether.cli._commands._progress import progress_wanted
+        done = anyio.run(run_mode, args.mode, out)
+        keys = ("answer", "detail", "agent", "rollback", "memory_after", "trace")
+        lines = [f"mode: {done.mode}\nstop_reason: {done.stop_reason}"]
+        lines += [f"{key}: {done.summary[key]}" for key in keys if done.summary.get(key)]
+        summary = {**done.summary, **_failure(done)}
+        return outcome(summary, "\n".join(lines), as_json=args.json, exit=int(done.exit_code))
 
     console = None
     if progress_wanted(args.json):
@@ -73,33 +64,24 @@ def run(args: argparse.Namespace) -> int:
             continue
         if console is not None:
             console.print(f"[dim]lab {mode} …[/dim]")
-        outcome = anyio.run(run_mode, mode, out)
+        done = anyio.run(run_mode, mode, out)
         expected_reason, expected_code = lab.EXPECTED[mode]
-        passed = outcome.as_expected
-        ok &= passed
-        rows.append(
-            {
-                "mode": mode,
-                "stop_reason": outcome.stop_reason,
-                "exit": outcome.exit_code,
-                "expected": f"{expected_reason}/{expected_code}",
-                "ok": "yes" if passed else "NO",
-                **({"agent": outcome.summary["agent"]} if "agent" in outcome.summary else {}),
-            }
-        )
-    if not args.json:
-        print(table(rows, ["mode", "stop_reason", "exit", "expected", "ok"]))
-        print("all modes as specified" if ok else "SOME MODES DID NOT END AS SPECIFIED")
-    else:
-        failed = ", ".join(r["mode"] for r in rows if r["ok"] != "yes")
-        why = {} if ok else {"error": "not_as_specified", "message": f"modes not as specified: {failed}"}
-        emit_json({"mode": "all", "ok": ok, "modes": rows, **why}, exit=0 if ok else 1)
-    return 0 if ok else 1
+        ok &= done.as_expected
+        rows.append({
+            "mode": mode, "stop_reason": done.stop_reason, "exit": done.exit_code,
+            "expected": f"{expected_reason}/{expected_code}", "ok": "yes" if done.as_expected else "NO",
+            **({"agent": done.summary["agent"]} if "agent" in done.summary else {}),
+        })  # fmt: skip
+    text = table(rows, ["mode", "stop_reason", "exit", "expected", "ok"])
+    text += "\nall modes as specified" if ok else "\nSOME MODES DID NOT END AS SPECIFIED"
+    failed = ", ".join(r["mode"] for r in rows if r["ok"] != "yes")
+    why = {} if ok else {"error": "not_as_specified", "message": f"modes not as specified: {failed}"}
+    summary = {"mode": "all", "ok": ok, "modes": rows, **why}
+    return outcome(summary, text, as_json=args.json, exit=0 if ok else 1)
 
 
 def _failure(outcome: Any) -> dict[str, Any]:
-    """``error`` and ``message`` of a mode that did not exit 0, as for any run: its stop reason
-    (or ``not_as_specified`` when an accepted run still failed the lab) and the detail."""
+    """``error`` and ``message`` of a mode that did not exit 0 (``not_as_specified``: accepted)."""
     if outcome.exit_code == 0:
         return {}
     stop, detail = outcome.stop_reason, outcome.summary.get("detail")

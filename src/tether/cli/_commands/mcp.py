@@ -9,53 +9,41 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tether.cli._commands._options import add_actions, add_json, add_model_options, add_output_options
+from tether.cli._commands._progress import show_text
+from tether.clisupport.approvals_db import default_db
+from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe
+from tether.errors import ConfigError, TetherError
+
 T = TypeVar("T")
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions
-
     _, msub = add_actions(
-        sub,
-        "mcp",
-        dest="mcp_command",
+        sub, "mcp", dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
         description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
         "safely').",
-    )
-    _add_review(msub)
-    _add_approve(msub)
-    _add_run(msub)
-    _add_resume(msub)
-    _add_pauses(msub)
-
-
-def _add_review(msub: Any) -> None:
+    )  # fmt: skip
     r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
     r.add_argument("name", help="server id from the config")
-    _common(r)
-    _shared(r)
-    r.set_defaults(handler=_review)
-
-
-def _add_approve(msub: Any) -> None:
+    _common(r, handler=_review, shared=True)
     a = msub.add_parser("approve", help="pin the sha256 of each tool's current definition")
     a.add_argument("name", help="server id from the config")
-    a.add_argument("--tool", action="append", default=None, help="approve only this tool (repeatable)")
+    a.add_argument("--tool", action="append", help="approve only this tool (repeatable)")
     a.add_argument(
         "--accept-flagged", action="append", default=[], metavar="TOOL", help="pin this flagged tool anyway"
     )
-    a.add_argument("--by", default=None, help="who approves (default: the login name)")
-    a.add_argument("--expect", default=None, metavar="DIGEST", help="the review digest shown by `review`")
-    _common(a)
-    _shared(a)
-    a.set_defaults(handler=_approve)
+    a.add_argument("--by", help="who approves (default: the login name)")
+    a.add_argument("--expect", metavar="DIGEST", help="the review digest shown by `review`")
+    _common(a, handler=_approve, shared=True)
+    _add_run(msub)
+    _add_resume(msub)
+    ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
+    _common(ps, handler=_pauses, shared=True)
 
 
 def _add_run(msub: Any) -> None:
-    from tether.cli._commands._options import add_model_options, add_output_options
-    from tether.clisupport.output import EXIT_HELP
-
     run = msub.add_parser(
         "run",
         help="run a question over the configured servers with a model",
@@ -107,75 +95,44 @@ def _add_resume(msub: Any) -> None:
     group.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
     group.add_argument("--decline", action="store_true")
     group.add_argument("--cancel", action="store_true")
-    res.add_argument("--by", default=None, help="who answers (default: the login name)")
-    res.add_argument("--db", type=Path, default=None, help="the run's approval store (for the resume hint)")
+    res.add_argument("--by", help="who answers (default: the login name)")
+    res.add_argument("--db", type=Path, help="the run's approval store (for the resume hint)")
     res.add_argument(
-        "--answer-only",
-        action="store_true",
+        "--answer-only", action="store_true",
         help="store the validated answer without re-running the call (a checkpointed run then "
         "continues with `tether resume RUN`)",
-    )
-    _common(res)
-    res.set_defaults(handler=_resume)
+    )  # fmt: skip
+    _common(res, handler=_resume, shared=False)
 
 
-def _add_pauses(msub: Any) -> None:
-    ps = msub.add_parser("pauses", help="list elicitations waiting for a person")
-    _common(ps)
-    _shared(ps)
-    ps.set_defaults(handler=_pauses)
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    from tether.cli._commands._options import add_json
-
+def _common(p: argparse.ArgumentParser, *, handler: Any, shared: bool) -> None:
+    """--config or --agent, --json, and (``shared``) a deployment's --db."""
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--config", type=Path, help="MCP host config (TOML or YAML)")
     where.add_argument("--agent", type=Path, help="an agent file: its mcp section (a config path or inline)")
     add_json(p)
+    if shared:
+        p.add_argument(
+            "--db", metavar="URL",
+            help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
+            " as durable workers use them, instead of the config's files",
+        )  # fmt: skip
+    p.set_defaults(handler=handler)
 
 
-def _shared(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--db",
-        default=None,
-        metavar="URL",
-        help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
-        " as durable workers use them, instead of the config's files",
-    )
+def _deployment(url: str | None) -> Any:
+    """A deployment's stores (--db), whose pins and pauses replace the config's files; or None."""
+    if not url:
+        return None
+    from tether.durable._deploy import check_stores
+    from tether.stores._url import open_stores
 
-
-class _Shared:
-    """The pin and pause stores a command uses: the config's files, or a deployment's (--db)."""
-
-    def __init__(self, url: str | None) -> None:
-        self.stores: Any = None
-        if url:
-            from tether.durable._deploy import check_stores
-            from tether.stores._url import open_stores
-
-            check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
-            self.stores = open_stores(url)
-
-    @property
-    def pins(self) -> Any:
-        return self.stores.pins if self.stores is not None else None
-
-    def pauses(self, config: Any) -> Any:
-        from tether.mcp._pauses import PauseStore
-
-        return self.stores.pauses if self.stores is not None else PauseStore(config.path(config.host.state))
-
-    def close(self, store: Any = None) -> None:
-        if self.stores is not None:
-            self.stores.close()
-        elif store is not None:
-            store.close()
+    check_stores(url)  # one line in seconds (exit 6: down), and nothing created by mistake
+    return open_stores(url)
 
 
 def _load(args: argparse.Namespace) -> Any:
     """The MCP config of --config, or of the agent file's mcp section (--agent)."""
-    from tether.errors import ConfigError
     from tether.mcp._config import load_config
 
     if getattr(args, "agent", None) is not None:
@@ -188,33 +145,21 @@ def _load(args: argparse.Namespace) -> Any:
     return load_config(args.config)
 
 
-def _safe(text: object) -> str:
-    from tether.clisupport.output import safe
-
-    return safe(text)
-
-
 def _fail(args: argparse.Namespace, err: Exception | str) -> int:
     """Exit 1 (nothing ran), or the code the error carries (6: a deployment's server is down)."""
-    from tether.clisupport.output import USAGE, fail
-
     code = int(getattr(err, "exit", USAGE))
     return fail(f"tether mcp {args.mcp_command}", err, as_json=args.json, code=code)
 
 
 def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]]) -> T | int:
-    """``work(config, pins)`` over the servers of --config or --agent and the pins of --db (None:
-    the config's own file); the exit code when the config or the store cannot be had."""
+    """``work(config, pins)``: the pins of --db, else None (the config's own); or the exit code."""
     import anyio
-
-    from tether.errors import TetherError
 
     shared = None
     try:
         config = _load(args)
-        shared = _Shared(args.db)
-        pins = shared.pins
-        return anyio.run(lambda: work(config, pins))
+        shared = _deployment(args.db)
+        return anyio.run(work, config, shared.pins if shared is not None else None)
     except TetherError as err:
         return _fail(args, err)
     finally:
@@ -223,7 +168,6 @@ def _with_pins(args: argparse.Namespace, work: Callable[[Any, Any], Awaitable[T]
 
 
 def _review(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
     from tether.mcp._approve import review_server
 
     review = _with_pins(args, lambda config, pins: review_server(config, args.name, pins=pins))
@@ -242,52 +186,49 @@ def _review(args: argparse.Namespace) -> int:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
         if review.instructions:
             print("\n== server instructions (shown for review, never sent to the model)")
-            print(_safe(review.instructions))
+            print(safe(review.instructions))
             for f in review.instruction_findings:
                 print(f"  ! {f.kind} in {f.where}: {f.detail}")
         print("\n== summary")
-        print("\n".join(_safe(line) for line in review.summary()))
+        print("\n".join(safe(line) for line in review.summary()))
     else:
         emit_json({"ok": True, **review.to_json()}, exit=0)
     return 0
 
 
 def _approve(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
     from tether.mcp._approve import approve_server
 
     done = _with_pins(
         args,
         lambda config, pins: approve_server(
-            config,
-            args.name,
-            actor=args.by,
-            accept_flagged=set(args.accept_flagged),
-            only=set(args.tool) if args.tool else None,
-            expect=args.expect,
-            pins=pins,
+            config, args.name, actor=args.by, accept_flagged=set(args.accept_flagged),
+            only=set(args.tool) if args.tool else None, expect=args.expect, pins=pins,
         ),
-    )
+    )  # fmt: skip
     if isinstance(done, int):
         return done
     review, pinned, skipped = done
     already = [
         t.check.tool for t in review.tools if t.check.status == "pinned" and t.check.tool not in skipped
     ]
-    if not args.json:
-        for name in pinned:
-            print(f"pinned   {args.name}__{name}")
-        for name in already:
-            if name not in pinned:
-                print(f"unchanged {args.name}__{name}")
-        for name, why in skipped.items():
-            print(f"NOT pinned {args.name}__{name}: {why}")
-    else:
-        emit_json(
-            {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped},
-            exit=0,
-        )
-    return 0
+    lines = [
+        *(f"pinned   {args.name}__{name}" for name in pinned),
+        *(f"unchanged {args.name}__{name}" for name in already if name not in pinned),
+        *(f"NOT pinned {args.name}__{name}: {why}" for name, why in skipped.items()),
+    ]
+    payload = {"ok": True, "server": args.name, "pinned": pinned, "unchanged": already, "skipped": skipped}
+    return outcome(payload, "\n".join(lines) if lines else None, as_json=args.json)
+
+
+def build(af: Any, args: argparse.Namespace, *, ask: str, consent: str) -> Any:
+    """The agent of ``af`` as this command line runs it: --db, who answers, the stream shown."""
+    from tether.agents._build import build_agent
+
+    return build_agent(
+        af, approvals_db=getattr(args, "db", None), responder=responder_for(ask),
+        consent=consent_for(consent), on_delta=None if args.json else show_text,
+    )  # fmt: skip
 
 
 def responder_for(mode: str) -> Any:
@@ -310,9 +251,9 @@ def consent_for(mode: str) -> Any:
         )
         if prompt.system_prompt:
             dropped = "[server's system prompt: DROPPED, never sent]"
-            print(f"  {dropped} {_safe(prompt.system_prompt)}", file=sys.stderr)
+            print(f"  {dropped} {safe(prompt.system_prompt)}", file=sys.stderr)
         for role, text in prompt.messages:
-            print(f"  [{role}] {_safe(text)}", file=sys.stderr)
+            print(f"  [{role}] {safe(text)}", file=sys.stderr)
         if mode == "yes":
             return True
         return input("allow this sampling request? (yes/no): ").strip().lower() == "yes"
@@ -362,11 +303,8 @@ def run_mcp(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from tether.agents._build import build_agent
     from tether.agents._file import mcp_agent
-    from tether.cli._commands._progress import show_text
     from tether.cli._commands.run import drive, model_overrides
-    from tether.errors import TetherError
     from tether.mcp._config import load_config
     from tether.mcphost._runner import INSTRUCTIONS
 
@@ -392,15 +330,10 @@ def run_mcp(args: argparse.Namespace) -> int:
             return _fail_run(args, why)
         sampler = getattr(args, "sampler", "none")
         af = mcp_agent(
-            args.config,
-            model=model,
-            instructions=INSTRUCTIONS,
-            tenant=config.host.tenant,
-            user=config.host.user,
-            sampling=sampler,
-            consent=getattr(args, "consent", "no"),
+            args.config, model=model, instructions=INSTRUCTIONS, tenant=config.host.tenant,
+            user=config.host.user, sampling=sampler, consent=getattr(args, "consent", "no"),
             trace_dir=str(config.path(config.host.trace_dir)),
-        )
+        )  # fmt: skip
         for s in config.servers:
             if s.sampling.enabled and sampler == "none":
                 print(
@@ -408,24 +341,16 @@ def run_mcp(args: argparse.Namespace) -> int:
                     "requests will be refused (pass --sampler model to answer them with --model)",
                     file=sys.stderr,
                 )
-        built = build_agent(
-            af,
-            approvals_db=getattr(args, "db", None),
-            responder=responder_for(getattr(args, "ask", "never")),
-            consent=consent_for(getattr(args, "consent", "no")),
-            on_delta=None if args.json else show_text,
-        )
+        built = build(af, args, ask=getattr(args, "ask", "never"), consent=getattr(args, "consent", "no"))
     except (TetherError, ValueError, OSError) as err:
         return _fail_run(args, err)
     for s in config.servers:
         shown = " ".join(s.argv()) if s.transport == "stdio" else s.url
-        print(f"launching {s.name}: {_safe(shown)}", file=sys.stderr)
+        print(f"launching {s.name}: {safe(shown)}", file=sys.stderr)
     return drive(built, args.question, args, **{"config": str(args.config)})
 
 
 def _fail_run(args: argparse.Namespace, err: Exception | str) -> int:
-    from tether.clisupport.output import fail
-
     command = "tether mcp run" if getattr(args, "mcp_command", None) else "tether run"
     return fail(command, err, as_json=args.json)
 
@@ -435,8 +360,6 @@ def _resume(args: argparse.Namespace) -> int:
 
     import anyio
 
-    from tether.clisupport.output import EXIT_CODES, emit_json
-    from tether.errors import TetherError
     from tether.mcphost._runner import answer_pause, resume_pause
     from tether.sql._database import blocking
 
@@ -449,38 +372,29 @@ def _resume(args: argparse.Namespace) -> int:
                 content = json.loads(args.answer)
             except json.JSONDecodeError as err:
                 raise ValueError(f"--answer is not JSON ({err.msg} at character {err.pos})") from None
+        actor = args.by or getpass.getuser()
         if args.answer_only:
-            actor = args.by or getpass.getuser()
             pause = blocking(answer_pause, config, args.pause_id, action, content, actor=actor)
             hint = f"tether resume {pause.run_id} --db {_db_of(args, pause.run_id)}"
-            if args.json:
-                payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
-                emit_json(payload, exit=0)
-            else:
-                print(f"{pause.id}: answered ({action}); continue the run with: {hint}")
-            return 0
-        out = anyio.run(
-            lambda: resume_pause(config, args.pause_id, action, content, actor=args.by or getpass.getuser())
-        )
+            payload = {"pause": pause.id, "run_id": pause.run_id, "action": action, "resume": hint}
+            line = f"{pause.id}: answered ({action}); continue the run with: {hint}"
+            return outcome(payload, line, as_json=args.json)
+        out = anyio.run(lambda: resume_pause(config, args.pause_id, action, content, actor=actor))
     except (TetherError, ValueError) as err:  # nothing ran: a mistyped id, an answer that does not fit
         return _fail(args, err)
     code = EXIT_CODES[_RERUN_STOP[out["status"]]]
-    if args.json:
-        emit_json({**out, "error": None if code == 0 else out["status"]}, exit=code)
-    else:
-        print(f"{out['tool']}: {out['status']}\n{_safe(out['result'])}\ntrace: {out['trace']}")
-    return code
+    summary = {**out, "error": None if code == 0 else out["status"]}
+    text = f"{out['tool']}: {out['status']}\n{safe(out['result'])}\ntrace: {out['trace']}"
+    return outcome(summary, text, as_json=args.json, exit=code)
 
 
-# The stop reason of a paused call run again, by its status: it ran, its tool failed or its
-# server was gone, or the host refused it.
+# The stop reason of a paused call run again, by its status.
 _RERUN_STOP = {"ok": "accepted", "error": "dependency_unavailable", "denied": "policy_denied"}
 
 
 def _db_of(args: argparse.Namespace, run_id: str) -> str:
     """The approval store a paused run lives in: --db, else the default one if the run is there."""
     from tether.agents._record import record_path
-    from tether.clisupport.approvals_db import default_db
 
     if getattr(args, "db", None) is not None:
         return str(args.db)
@@ -490,16 +404,15 @@ def _db_of(args: argparse.Namespace, run_id: str) -> str:
 
 
 def _pauses(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
-    from tether.errors import TetherError
+    from tether.mcp._pauses import PauseStore
     from tether.sql._database import blocking
 
     try:
         config = _load(args)
-        shared = _Shared(args.db)
+        shared = _deployment(args.db)
     except TetherError as err:
         return _fail(args, err)
-    store = shared.pauses(config)
+    store = shared.pauses if shared is not None else PauseStore(config.path(config.host.state))
     try:
         rows = [
             {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
@@ -507,12 +420,6 @@ def _pauses(args: argparse.Namespace) -> int:
             for p in blocking(store.pending)
         ]  # fmt: skip
     finally:
-        shared.close(store)
-    if args.json:
-        emit_json({"pending": rows}, exit=0)
-    else:
-        for r in rows:
-            print(_safe(f"{r['id']}  {r['tool']}  asks: {r['message']}"))
-        if not rows:
-            print("no pending elicitations")
-    return 0
+        (shared or store).close()
+    text = "\n".join(safe(f"{r['id']}  {r['tool']}  asks: {r['message']}") for r in rows)
+    return outcome({"pending": rows}, text or "no pending elicitations", as_json=args.json)

@@ -1,10 +1,9 @@
 """``tether resume RUN``: continue a run that paused for an approval or a person's answer.
 
-The checkpoint names the application factory (``module:function``) that rebuilds the host and
-the agent; it is host code chosen by the application that started the run, never by the model.
-Runs started from an agent file (``tether run --agent``, ``tether mcp run``) name
-``tether.agents._record:rebuild``, which rebuilds the same agent — model settings included, never an
-API key — from the file recorded beside the approval store when the run started.
+The checkpoint names the application factory (``module:function``, chosen by the application
+that started the run, never by the model) that rebuilds the host and the agent; runs of an agent
+file name ``tether.agents._record:rebuild``, which rebuilds it from the file recorded beside the
+approval store.
 """
 
 from __future__ import annotations
@@ -12,6 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 from typing import Any
+
+from tether.cli._commands._progress import ProgressSink, progress_wanted
+from tether.clisupport.approvals_db import default_db
+from tether.clisupport.output import fail
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
+from tether.errors import ApprovalError, ConfigError
 
 
 def register(sub: Any) -> None:
@@ -21,37 +26,24 @@ def register(sub: Any) -> None:
         description="Continue a paused run. Exit codes as for `tether run` (5: still waiting).",
     )
     p.add_argument("run_id")
-    p.add_argument("--db", default=None, help="approval store file, or a deployment URL: postgresql://… or sqlite:///dir")
-    p.add_argument("--app", default=None, help="factory module:function (default: the one the run recorded)")
+    p.add_argument("--db", help="approval store file, or a deployment URL: postgresql://… or sqlite:///dir")
+    p.add_argument("--app", help="factory module:function (default: the one the run recorded)")
     p.add_argument("--json", action="store_true", help="one JSON object as the last line; no progress")
     p.add_argument("--show-results", action="store_true", help="print every tool result in full")
     p.add_argument(
         "--trace-results", action="store_true", help="store tool results (redacted) beside the trace"
     )
-    from tether.clisupport.telemetry import add_otel_flags
-
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
-def _factory(app: str, db: Path, run_id: str) -> tuple[Any, Any]:
-    from tether.runners._scope import rebuild  # the one rebuild path (the console's Resume uses it too)
-
-    return rebuild(app, db, run_id)
-
-
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
     import anyio
 
-    from tether.cli._commands._progress import ProgressSink, progress_wanted
     from tether.cli._commands.run import report
-    from tether.clisupport.approvals_db import default_db
-    from tether.clisupport.output import fail
-    from tether.errors import ApprovalError, ConfigError
     from tether.policy import SqliteApprovalStore
+    from tether.runners._scope import rebuild, resume_rebuilt
     from tether.sql._database import blocking
 
     if "://" in str(args.db or ""):  # a deployment URL (postgresql or sqlite): any worker continues it
@@ -74,28 +66,17 @@ def run(args: argparse.Namespace) -> int:
         why = f"no resumable checkpoint for run {args.run_id} in {db}"
         return fail("tether resume", why, as_json=args.json, error="unknown_run", run_id=args.run_id)
     try:
-        host, agent = _factory(app, db, args.run_id)
+        host, agent = rebuild(app, db, args.run_id)  # the one rebuild path (the console's too)
     except (ConfigError, ValueError) as err:
         return fail("tether resume", err, as_json=args.json)
     if progress_wanted(args.json):
         host.extra_sinks.append(ProgressSink())
 
-    async def go() -> Any:
-        from tether.runners._scope import resume_rebuilt
-
-        return await resume_rebuilt(host, agent, args.run_id)
-
     try:
-        result = anyio.run(go)
+        result = anyio.run(resume_rebuilt, host, agent, args.run_id)
     except ApprovalError as err:
         return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
     return report(
-        result,
-        host,
-        args,
-        db=db,
-        trace_results=args.trace_results,
-        tools=agent.tools,
-        model=agent.model.name,
-        backend=agent.model,
-    )
+        result, host, args, db=db, trace_results=args.trace_results, tools=agent.tools,
+        model=agent.model.name, backend=agent.model,
+    )  # fmt: skip

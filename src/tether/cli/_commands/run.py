@@ -1,9 +1,6 @@
-"""``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file.
-
-Also ``--config MCP.yaml --model NAME`` (the MCP servers of a config file and a model, nothing
-else) and, only when asked for by name, ``--scenario NAME`` (an installed scenario with a ``run``
-part, ``tether.clisupport.scenarios``: the S1 reference one is ``maintenance``, the same as
-``tether demo maintenance``). Options given here override the file's model settings.
+"""``tether run "OBJECTIVE" --agent agent.yaml``: run your own agent, described in a file (options
+given here override its model settings). Also ``--config MCP.yaml --model NAME`` (a config's
+servers and a model) and ``--scenario NAME`` (an installed scenario's ``run`` part).
 """
 
 from __future__ import annotations
@@ -13,6 +10,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_model_options, add_out, add_output_options, add_scenario
+from tether.cli._commands._progress import ProgressSink, progress_wanted, show_text, write_results
+from tether.clisupport.output import (
+    EXIT_HELP,
+    block_fix,
+    emit_json,
+    fail,
+    model_hints,
+    print_run,
+    run_payload,
+)
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
+from tether.errors import ConfigError
+
 NEEDS_AGENT = (
     "tether run needs an agent: --agent FILE (documentation: 'Write an agent file'), or --config MCP.yaml "
     "with --model NAME --base-url URL; a scripted stand-in only when named: --model scripted:STEPS.yaml; "
@@ -21,15 +32,6 @@ NEEDS_AGENT = (
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import (
-        add_model_options,
-        add_out,
-        add_output_options,
-        add_scenario,
-    )
-    from tether.clisupport.output import EXIT_HELP
-    from tether.clisupport.telemetry import add_otel_flags
-
     p = sub.add_parser(
         "run",
         help="run your agent (from a file) on an objective",
@@ -44,13 +46,9 @@ def register(sub: Any) -> None:
     add_output_options(p)
     p.add_argument("--script", type=Path, help="with --config: scripted stand-in steps (a test double)")
     p.add_argument(
-        "--call",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("TOOL", "JSON"),
+        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
         help="with --config: a scripted call (a test double)",
-    )
+    )  # fmt: skip
     p.add_argument(
         "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
     )
@@ -68,31 +66,20 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     prices = None
     if getattr(args, "prices", None) is not None:
         prices = {model: asdict(price) for model, price in load_prices(args.prices).items()}
-    limits = {
-        "llm_calls": args.max_llm_calls,
-        "max_tokens": args.max_tokens,
-        "max_cost_usd": args.max_cost,
-        "deadline_s": args.deadline,
-    }
     return {
-        "name": args.model,
-        "base_url": args.base_url,
-        "provider": getattr(args, "provider", None),
-        "api_key_env": args.api_key_env,
-        "streaming": False if args.no_stream else None,
-        "reasoning": args.reasoning,
-        "rate": args.rate,
-        "prices": prices,
-        "limits": limits,
-    }
+        "name": args.model, "base_url": args.base_url, "provider": getattr(args, "provider", None),
+        "api_key_env": args.api_key_env, "streaming": False if args.no_stream else None,
+        "reasoning": args.reasoning, "rate": args.rate, "prices": prices, "limits": _limits(args),
+    }  # fmt: skip
+
+
+def _limits(args: argparse.Namespace) -> dict[str, Any]:
+    return {"llm_calls": args.max_llm_calls, "max_tokens": args.max_tokens, "max_cost_usd": args.max_cost,
+            "deadline_s": args.deadline}  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
-    from tether.clisupport.output import fail
-
     if args.scenario is not None:
         return run_scenario(args)
     if args.agent is None and args.config is not None:
@@ -105,21 +92,13 @@ def run(args: argparse.Namespace) -> int:
         why = "--script/--call apply to --config runs; name a script as --model scripted:FILE"
         return fail("tether run", why, as_json=args.json)
 
-    from tether.agents._build import build_agent
     from tether.agents._file import load_agent_file, with_overrides
-    from tether.cli._commands._progress import show_text
-    from tether.cli._commands.mcp import consent_for, responder_for
-    from tether.errors import ConfigError
+    from tether.cli._commands.mcp import build
 
     try:
         af = with_overrides(load_agent_file(args.agent), **model_overrides(args))
-        built = build_agent(
-            af,
-            approvals_db=args.db,
-            responder=responder_for(af.spec.mcp.ask if af.spec.mcp else "never"),
-            consent=consent_for(af.spec.mcp.consent if af.spec.mcp else "no"),
-            on_delta=None if args.json else show_text,
-        )
+        mcp = af.spec.mcp
+        built = build(af, args, ask=mcp.ask if mcp else "never", consent=mcp.consent if mcp else "no")
     except (ConfigError, ValueError) as err:
         return fail("tether run", err, as_json=args.json)
     return drive(built, args.question, args, agent=str(af.path))
@@ -130,7 +109,6 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
     import anyio
 
     from tether.agents._record import RecordSink
-    from tether.cli._commands._progress import ProgressSink, progress_wanted
 
     host = built.host
     if progress_wanted(args.json):
@@ -150,37 +128,21 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         sys.stderr.write("\n")
     trace_results = getattr(args, "trace_results", False) or built.agent_file.spec.trace.results
     return report(
-        result,
-        host,
-        args,
-        db=built.approvals_db,
-        trace_results=trace_results,
-        model=built.agent.model.name,
-        backend=built.agent.model,
-        **extra,
-    )
+        result, host, args, db=built.approvals_db, trace_results=trace_results, model=built.agent.model.name,
+        backend=built.agent.model, **extra,
+    )  # fmt: skip
 
 
 def report(
-    result: Any,
-    host: Any,
-    args: argparse.Namespace,
-    *,
-    db: Path | None,
-    trace_results: bool = False,
-    tools: Any = None,
-    backend: Any = None,
-    **extra: Any,
-) -> int:
+    result: Any, host: Any, args: argparse.Namespace, *, db: Path | None, trace_results: bool = False,
+    tools: Any = None, backend: Any = None, **extra: Any,
+) -> int:  # fmt: skip
     """Print a finished (or paused) run and return its exit code. ``backend``: the run's model,
     for the hints of a ``model_error`` (the URL, the key variable, streaming)."""
-    from tether.cli._commands._progress import write_results
-    from tether.clisupport.output import block_fix, emit_json, model_hints, print_run, run_payload
-
     down = unavailable_servers(host)
     servers = [s.name for s in host.sources if callable(getattr(s, "describe", None))]
     config, agent = getattr(args, "config", None), getattr(args, "agent", None)
-    where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
+    where = _where(config, agent)
     payload = run_payload(result, unavailable_servers=down, mcp_servers=servers, where=where, **extra)
     payload["unavailable_servers"] = down
     hints = model_hints(str(result.stop_reason), str(result.detail or ""), backend)
@@ -188,11 +150,9 @@ def report(
         payload["hints"] = hints
     payload.update(mcp_facts(result, host, tools))
     for entry in payload.get("blocked", ()):
-        fix = block_fix(entry, where)
-        if fix:
+        if fix := block_fix(entry, where):
             entry["fix"] = fix
-    # What the call lines alone would hide: a server running unconfined, a question declined
-    # during a call that still returned ok, a result cleaned of hidden text.
+    # What the call lines would hide: an unconfined server, a declined question, a cleaned result.
     warnings = [f"warning: server {s.name}: {w}" for s in host.sources for w in getattr(s, "warnings", ())]
     payload["mcp_notes"] = [*warnings, *payload.pop("notes", [])]
     if trace_results:
@@ -205,10 +165,8 @@ def report(
     if args.json:
         emit_json(payload, exit=payload["exit"])
     else:
-        shown = (
-            [(o.tool, o.text) for o in result.observations] if getattr(args, "show_results", False) else None
-        )
-        print_run(payload, show_results=shown)
+        shown = getattr(args, "show_results", False)
+        print_run(payload, show_results=[(o.tool, o.text) for o in result.observations] if shown else None)
         if nxt:
             print("to continue:")
             for i, line in enumerate(nxt, 1):
@@ -262,12 +220,17 @@ def next_steps(
     for proposal in dict.fromkeys(_requested(result)):
         if _pending(db, proposal):  # a resumed run's events hold proposals decided before it
             steps.append(f"tether approvals approve {proposal} --db {db}")
-    where = f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
+    where = _where(config, agent)
     for o in result.observations:
         if o.meta.get("pause"):
             steps.append(f"tether mcp resume {o.meta['pause']} {where} --answer-only --answer '{{...}}'")
     steps.append(f"tether resume {result.run_id} --db {db}")
     return steps
+
+
+def _where(config: Path | None, agent: Path | None) -> str:
+    """The option that names the run's servers, in the commands a person is told to run."""
+    return f"--config {config}" if config else f"--agent {agent}" if agent else "--config MCP.yaml"
 
 
 def _requested(result: Any) -> list[str]:
@@ -301,10 +264,7 @@ def run_scenario(args: argparse.Namespace) -> int:
     import anyio
 
     from tether.agents._spec import LimitsSpec
-    from tether.cli._commands._progress import show_text
-    from tether.clisupport.output import fail
     from tether.clisupport.scenarios import ScenarioUnavailable, resolve, scenario_with
-    from tether.errors import ConfigError
 
     try:
         lab = resolve(scenario_with("run", args.scenario)[1])
@@ -329,10 +289,7 @@ def run_scenario(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--max-cost needs a price for {args.model}: pass --prices FILE")
             agent = replace(agent, model=backend)
             secrets = [v for v in (os.environ.get(af.spec.model.key_env),) if v]
-        limits = LimitsSpec(
-            llm_calls=args.max_llm_calls, max_tokens=args.max_tokens, max_cost_usd=args.max_cost,
-            deadline_s=args.deadline,
-        )  # fmt: skip
+        limits = LimitsSpec(**_limits(args))
         changes = {k: v for k, v in limits.model_dump().items() if v is not None}
         if "llm_calls" in changes:
             changes["llm_calls_hard"] = max(agent.limits.llm_calls_hard, changes["llm_calls"] + 2)

@@ -1,10 +1,6 @@
-"""``tether runs list|show|cancel|resume|approve|deny|pauses|answer|resolve|workers``: the durable
-runs of a deployment, read from the shared databases (any machine; no worker needed).
-
-``approve``/``deny`` decide a proposal on the shared approval store (the reviewer is this
-console's user); ``answer`` answers an MCP server's question (elicitation) a run paused on,
-validated against the question's schema. A worker then resumes the run on its own. ``resume RUN`` enqueues the
-continuation of a paused run (once per paused state, whoever asks).
+"""``tether runs ACTION``: the durable runs of a deployment, read from the shared databases (any
+machine; no worker needed). A decision or an answer given here is resumed by a worker on its own;
+``resume RUN`` enqueues the continuation of a paused run (once per paused state, whoever asks).
 """
 
 from __future__ import annotations
@@ -13,27 +9,24 @@ import argparse
 import os
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
+from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail, outcome, safe, table
+from tether.errors import ApprovalError, ConfigError
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_db, add_json, add_resolve
-
     p, acts = add_actions(
-        sub,
-        "runs",
-        dest="action",
+        sub, "runs", dest="action",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
         " escalations, move",
-    )
+    )  # fmt: skip
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument(
-        "--status", choices=("queued", "running", "paused", "finished", "failed", "cancelled"), default=None
-    )
-    ls.add_argument("--tenant", default=None)
-    ls.add_argument("--version", default=None, help="runs bound to this application version")
-    ls.add_argument(
-        "--older-than", default=None, metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d"
-    )
+    statuses = ("queued", "running", "paused", "finished", "failed", "cancelled")
+    ls.add_argument("--status", choices=statuses)
+    ls.add_argument("--tenant")
+    ls.add_argument("--version", help="runs bound to this application version")
+    ls.add_argument("--older-than", metavar="AGE", help="started more than AGE ago: 90, 30s, 15m, 2h, 1d")
     show = acts.add_parser("show", help="a run: status, stop reason, workflows, proposals, effects")
     show.add_argument("run_id")
     show.add_argument("--events", action="store_true", help="print its trace events (from the trace index)")
@@ -43,11 +36,11 @@ def register(sub: Any) -> None:
     ):
         a = acts.add_parser(name, help=helptext)
         a.add_argument("run_id")
-        a.add_argument("--wait", type=float, default=None, help="wait up to S seconds for it to end or pause")
+        a.add_argument("--wait", type=float, help="wait up to S seconds for it to end or pause")
     for name in ("approve", "deny"):
         d = acts.add_parser(name, help=f"{name} a proposal on the shared store")
         d.add_argument("proposal_id")
-        d.add_argument("--reviewer", default=None, help="who decides (default: $USER)")
+        d.add_argument("--reviewer", help="who decides (default: $USER)")
         d.add_argument("--reason", default="")
     acts.add_parser("pauses", help="questions (MCP elicitations) runs wait on, unanswered")
     ans = acts.add_parser("answer", help="answer a paused question; a worker then resumes the run")
@@ -56,7 +49,7 @@ def register(sub: Any) -> None:
     how.add_argument("--answer", help="the answer as a JSON object (validated against the question)")
     how.add_argument("--decline", action="store_true", help="decline to answer")
     how.add_argument("--cancel", action="store_true", help="cancel the question")
-    ans.add_argument("--by", default=None, help="who answers (default: $USER)")
+    ans.add_argument("--by", help="who answers (default: $USER)")
     add_resolve(acts, "record what became of an escalated effect (outcome unknown)")
     mv = acts.add_parser("move", help="bind a paused run to another version (after an upgrade)")
     mv.add_argument("run_id")
@@ -73,8 +66,6 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail
-
     url = args.db or os.environ.get("TETHER_DB")
     if not url:
         need = "needs the deployment's storage URL: pass --db URL or set TETHER_DB"
@@ -84,22 +75,19 @@ def run(args: argparse.Namespace) -> int:
         return client
     try:
         return _ACTIONS[args.action](client, args)
+    except ApprovalError as err:  # the action was refused: nothing changed
+        return _refused(err, args)
     finally:
         client.close()
 
 
 def open_client(url: str, command: str, *, as_json: bool) -> Any:
-    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not (the
-    deployment's host, database and the cause; nothing is created)."""
-    from tether.clisupport.output import fail
-    from tether.errors import ConfigError
-
+    """A ``DurableClient`` on ``url``, or the exit code after one line saying why not."""
     try:
         from tether.durable import DurableClient
         from tether.durable._deploy import DeploymentUnavailable
     except ImportError as err:
-        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
-        return fail(command, need, as_json=as_json)
+        return fail(command, f"{NEEDS_DURABLE}: {err}", as_json=as_json)
     try:
         return DurableClient(url)
     except DeploymentUnavailable as err:
@@ -111,8 +99,6 @@ def open_client(url: str, command: str, *, as_json: bool) -> Any:
 def _list(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tether.clisupport.output import emit_json, fail, table
-
     try:
         older = parse_age(args.older_than) if args.older_than else None
     except ValueError as err:
@@ -122,27 +108,14 @@ def _list(client: Any, args: argparse.Namespace) -> int:
     )
     now = datetime.now(UTC)
     rows = [
-        {
-            "run_id": v.run_id,
-            "tenant": v.tenant or "",
-            "status": v.status,
-            "stop_reason": v.stop_reason or "",
-            "age": _age(
-                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
-            ),
-            "workflows": len(v.workflows),
-            "executor": v.latest.executor or "",
-            "version": v.version or "",
-        }
+        {"run_id": v.run_id, "tenant": v.tenant or "", "status": v.status, "stop_reason": v.stop_reason or "",
+         "age": _age((now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0),
+         "workflows": len(v.workflows), "executor": v.latest.executor or "", "version": v.version or ""}
         for v in views
-    ]
-    if args.json:
-        emit_json({"count": len(rows), "runs": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]))
-    else:
-        print("no durable runs")
-    return 0
+    ]  # fmt: skip
+    columns = ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]
+    text = table(rows, columns, "no durable runs")
+    return outcome({"count": len(rows), "runs": rows}, text, as_json=args.json)
 
 
 def parse_age(text: str) -> float:
@@ -162,19 +135,13 @@ def parse_age(text: str) -> float:
 
 def _age(seconds: float) -> str:
     s = int(seconds)
-    return (
-        f"{s}s"
-        if s < 120
-        else f"{s // 60}m"
-        if s < 7200
-        else f"{s // 3600}h"
-        if s < 172800
-        else f"{s // 86400}d"
-    )
+    for unit, size in (("s", 1), ("m", 60), ("h", 3600)):
+        if s < 120 * size:
+            return f"{s // size}{unit}"
+    return f"{s // 86400}d"
 
 
 def _show(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
     from tether.sql._database import blocking
 
     view = client.run(args.run_id)
@@ -206,10 +173,8 @@ def _show(client: Any, args: argparse.Namespace) -> int:
             f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
         )
     for p in out["proposals"]:
-        print(
-            f"proposal {p['id']}: {p['tool']} {p['status']}"
-            + (f" by {p['decided_by']}" if p["decided_by"] else "")
-        )
+        by = f" by {p['decided_by']}" if p["decided_by"] else ""
+        print(f"proposal {p['id']}: {p['tool']} {p['status']}{by}")
     for e in out["effects"]:
         print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
     for ev in out.get("events", []):
@@ -219,8 +184,6 @@ def _show(client: Any, args: argparse.Namespace) -> int:
 
 
 def _print_problems(out: dict[str, Any]) -> None:
-    from tether.clisupport.output import safe
-
     if out.get("stop_reason") == "accepted" and out.get("problems"):
         print(safe(f"note: {out['message']}"))
     if out.get("stop_reason") is not None:
@@ -228,10 +191,7 @@ def _print_problems(out: dict[str, Any]) -> None:
 
 
 def report_view(view: Any, *, as_json: bool) -> int:
-    """A durable run that ended (or paused), as ``submit --wait`` and ``resume`` report it; returns
-    its exit code (``RunView.exit_code``: the rule of ``tether run``)."""
-    from tether.clisupport.output import emit_json
-
+    """A durable run that ended or paused, as ``submit --wait`` and ``resume`` report it."""
     out = view.summary()
     if as_json:
         emit_json(out, exit=out["exit"])
@@ -242,40 +202,23 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
-    from tether.errors import ApprovalError
-
-    by = _who()
-    try:
-        done = client.cancel(args.run_id, by=by)
-    except ApprovalError as err:
-        return _refused(err, args)
-    if args.json:
-        emit_json({"run_id": args.run_id, **done}, exit=0)
-    else:
-        print(
-            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
-            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
-            f" {len(done['questions_closed'])} question(s) closed,"
-            f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers"
-        )
-        for left in done["tasks_not_cancelled"]:
-            print(f"  task not cancelled: {left}")
-    return 0
+    done = client.cancel(args.run_id, by=_who())
+    text = "\n".join([
+        f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+        f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+        f" {len(done['questions_closed'])} question(s) closed,"
+        f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers",
+        *(f"  task not cancelled: {left}" for left in done["tasks_not_cancelled"]),
+    ])  # fmt: skip
+    return _done(args, {"run_id": args.run_id, **done}, text)
 
 
 def _resume(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json
-    from tether.errors import ApprovalError
-
     try:
         workflow_id = client.resume(args.run_id)
     except ApprovalError as err:
-        if args.json:
-            emit_json({"run_id": args.run_id, "error": err.reason, "message": str(err)}, exit=1)
-        else:
-            print(f"cannot resume: {err.reason}: {err}")
-        return 1
+        refusal = {"run_id": args.run_id, "error": err.reason, "message": str(err)}
+        return outcome(refusal, f"cannot resume: {err.reason}: {err}", as_json=args.json, exit=1)
     if args.wait is None:
         return _done(args, {"run_id": args.run_id, "workflow_id": workflow_id}, workflow_id)
     try:
@@ -287,29 +230,22 @@ def _resume(client: Any, args: argparse.Namespace) -> int:
 
 def wait_timeout(command: str, err: TimeoutError, run_id: str, *, as_json: bool) -> int:
     """``--wait`` ran out before the run ended or paused (it goes on; ``runs show`` follows it)."""
-    from tether.clisupport.output import fail
-
     return fail(command, err, as_json=as_json, error="wait_timeout", run_id=run_id)
 
 
 def _decide(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
     approvals = Approvals(client.stores.approvals)
     reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
-    try:
-        decide = approvals.approve if args.action == "approve" else approvals.deny
-        p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
-    except ApprovalError as err:
-        return _refused(err, args)
+    decide = approvals.approve if args.action == "approve" else approvals.deny
+    p = blocking(decide, reviewer, args.proposal_id, reason=args.reason)
     out = {"id": p.id, "status": str(p.status), "run_id": p.run_id, "decided_by": p.decided_by}
     return _done(args, out, f"{p.id}: {p.status} by {p.decided_by} (run {p.run_id})")
 
 
 def _pauses(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
     from tether.sql._database import blocking
 
     rows = [
@@ -317,89 +253,61 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
          "message": p.message, "schema": p.schema}
         for p in blocking(client.stores.pauses.pending)
     ]  # fmt: skip
-    if args.json:
-        emit_json({"count": len(rows), "pauses": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["id", "run", "server", "tool", "asked", "message"]))
-    else:
-        print("no questions waiting")
-    return 0
+    text = table(rows, ["id", "run", "server", "tool", "asked", "message"], "no questions waiting")
+    return outcome({"count": len(rows), "pauses": rows}, text, as_json=args.json)
 
 
 def _answer(client: Any, args: argparse.Namespace) -> int:
     import json
 
-    from tether.errors import ApprovalError
     from tether.mcp._elicitation import store_answer
     from tether.sql._database import blocking
 
     action = "decline" if args.decline else "cancel" if args.cancel else "accept"
-    try:
-        content = None
-        if action == "accept":
-            try:
-                content = json.loads(args.answer)
-            except json.JSONDecodeError as err:
-                raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
-            if not isinstance(content, dict):
-                raise ApprovalError("invalid_answer", "--answer must be a JSON object")
-        actor = args.by or _who()
-        pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
-    except ApprovalError as err:
-        return _refused(err, args)
+    content = None
+    if action == "accept":
+        try:
+            content = json.loads(args.answer)
+        except json.JSONDecodeError as err:
+            raise ApprovalError("invalid_answer", f"--answer is not JSON ({err.msg})") from None
+        if not isinstance(content, dict):
+            raise ApprovalError("invalid_answer", "--answer must be a JSON object")
+    actor = args.by or _who()
+    pause = blocking(store_answer, client.stores.pauses, args.pause_id, action, content, actor=actor)
     out = {"id": pause.id, "status": str(pause.status), "action": action, "run_id": pause.run_id}
-    return _done(
-        args, out, f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
-    )
+    line = f"{pause.id}: {action} by {pause.answered_by}; a worker resumes run {pause.run_id}"
+    return _done(args, out, line)
 
 
 def _resolve(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
     from tether.policy import Approvals, Reviewer
     from tether.sql._database import blocking
 
     reviewer = Reviewer.for_all_tenants(args.reviewer or _who())
-    try:
-        entry = blocking(
-            Approvals(client.stores.approvals).resolve,
-            reviewer, args.key, happened=args.happened == "yes", note=args.note,
-        )  # fmt: skip
-    except ApprovalError as err:
-        return _refused(err, args)
+    resolve = Approvals(client.stores.approvals).resolve
+    entry = blocking(resolve, reviewer, args.key, happened=args.happened == "yes", note=args.note)
     out = {"key": entry.key, "status": str(entry.status), "run_id": entry.run_id, "note": entry.note}
     return _done(args, out, f"{entry.key}: {entry.status} ({entry.note}); resume run {entry.run_id}")
 
 
 def _move(client: Any, args: argparse.Namespace) -> int:
-    from tether.errors import ApprovalError
-
-    try:
-        moved = client.move(args.run_id, args.to, by=_who())
-    except ApprovalError as err:
-        return _refused(err, args)
+    moved = client.move(args.run_id, args.to, by=_who())
     now = "its queued resume moved there" if moved["resume_moved"] else "its resume runs there"
     return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; {now}")
 
 
 def _workers(client: Any, args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, table
     from tether.durable._worker import _workers as op
 
     db = client.stores.db
     rows = db.run(op, args.dead_after) if db is not None else []
-    if args.json:
-        emit_json({"workers": rows}, exit=0)
-    elif rows:
-        print(table(rows, ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]))
-    else:
-        print("no workers have registered")
-    return 0
+    columns = ["executor_id", "state", "host", "pid", "silent_s", "app_version", "recovered_by"]
+    return outcome({"workers": rows}, table(rows, columns, "no workers have registered"), as_json=args.json)
 
 
 def _escalations(client: Any, args: argparse.Namespace) -> int:
     from datetime import UTC, datetime
 
-    from tether.clisupport.output import emit_json, safe, table
     from tether.durable._events import resolve_command
     from tether.policy._store import LedgerStatus
     from tether.sql._database import blocking
@@ -417,13 +325,8 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
          "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
         for e in waiting
     ]  # fmt: skip
-    if args.json:
-        emit_json({"count": len(rows), "escalations": rows}, exit=0)
-    elif rows:
-        print(safe(table(rows, ["key", "run_id", "tool", "since", "resolve"])))
-    else:
-        print("no effects wait for a person")
-    return 0
+    text = safe(table(rows, ["key", "run_id", "tool", "since", "resolve"], "no effects wait for a person"))
+    return outcome({"count": len(rows), "escalations": rows}, text, as_json=args.json)
 
 
 def _who() -> str:
@@ -435,24 +338,12 @@ def _who() -> str:
 
 def _refused(err: Any, args: argparse.Namespace) -> int:
     """An ``ApprovalError`` that refused the action: its reason, as JSON or a line; exit 1."""
-    from tether.clisupport.output import emit_json
-
-    if args.json:
-        emit_json({"error": err.reason, "message": str(err)}, exit=1)
-    else:
-        print(f"{err.reason}: {err}")
-    return 1
+    refusal = {"error": err.reason, "message": str(err)}
+    return outcome(refusal, f"{err.reason}: {err}", as_json=args.json, exit=1)
 
 
 def _done(args: argparse.Namespace, out: dict[str, Any], line: str) -> int:
-    """The action's outcome: ``out`` as JSON, or ``line``; exit 0."""
-    from tether.clisupport.output import emit_json
-
-    if args.json:
-        emit_json(out, exit=0)
-    else:
-        print(line)
-    return 0
+    return outcome(out, line, as_json=args.json)
 
 
 def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0) -> int:
@@ -467,16 +358,7 @@ def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0)
 
 
 _ACTIONS = {
-    "list": _list,
-    "show": _show,
-    "cancel": _cancel,
-    "resume": _resume,
-    "approve": _decide,
-    "deny": _decide,
-    "pauses": _pauses,
-    "answer": _answer,
-    "resolve": _resolve,
-    "workers": _workers,
-    "escalations": _escalations,
-    "move": _move,
-}
+    "list": _list, "show": _show, "cancel": _cancel, "resume": _resume, "approve": _decide, "deny": _decide,
+    "pauses": _pauses, "answer": _answer, "resolve": _resolve, "workers": _workers,
+    "escalations": _escalations, "move": _move,
+}  # fmt: skip

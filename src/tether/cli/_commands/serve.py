@@ -1,8 +1,5 @@
-"""``tether serve``: the console on the embedded default (SQLite stores, a folder of traces).
-
-Needs the ``console`` extra (``pip install 'tether[console]'``). Binds 127.0.0.1 by default;
-anything else needs ``--secure-cookies`` behind an HTTPS proxy, or ``--insecure-bind``.
-"""
+"""``tether serve``: the console (``tether[console]``), on 127.0.0.1 unless ``--secure-cookies``
+(behind an HTTPS proxy) or ``--insecure-bind``."""
 
 from __future__ import annotations
 
@@ -12,6 +9,8 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from tether.errors import TetherError
 
 
 def register(sub: Any) -> None:
@@ -26,44 +25,36 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=int, default=8700)
     p.add_argument(
         "--db",
-        default=None,
         help=f"approval store (default {out / 'approvals.db'}), or a deployment's storage URL"
         " (postgresql://… or sqlite:///dir: its shared proposals, questions and pins; workers resume runs)",
     )
-    p.add_argument("--users", type=Path, default=None, help=f"user store (default {out / 'console.db'})")
-    p.add_argument("--traces", type=Path, default=None, help=f"trace folder (default {out / 'traces'})")
-    p.add_argument("--config", type=Path, default=None, help="MCP host config: servers, pins and questions")
+    p.add_argument("--users", type=Path, help=f"user store (default {out / 'console.db'})")
+    p.add_argument("--traces", type=Path, help=f"trace folder (default {out / 'traces'})")
+    p.add_argument("--config", type=Path, help="MCP host config: servers, pins and questions")
     p.add_argument(
         "--no-resume", action="store_true", help="record decisions only; runs resume via tether resume"
     )
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
     p.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        metavar="NAME",
+        "--allowed-host", action="append", default=[], metavar="NAME",
         help="a host name the console answers to (repeatable; the loopback names and --host always):"
         " requests naming any other host are refused (DNS rebinding)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--trusted-proxy",
-        action="append",
-        default=[],
-        metavar="ADDR",
+        "--trusted-proxy", action="append", default=[], metavar="ADDR",
         help="the address of a reverse proxy whose X-Forwarded-For/-Proto headers are believed"
         " (repeatable; by default none are: any client could name another address and so evade"
         " the sign-in throttle or forge the audit log's client address)",
-    )
+    )  # fmt: skip
     p.set_defaults(handler=run)
 
 
 def deadline_protocol() -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol, with a deadline: a connection that has not sent a request's whole
-    headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed,
-    so clients that trickle header bytes (slowloris) or send nothing hold no connection for long.
-    The body's own deadline is the console's (``Guard``). uvicorn's own 400, to a request it
-    cannot parse (the app never sees it), carries the console's protective headers too."""
+    headers ``REQUEST_DEADLINE`` seconds after it opened (or after its last response) is closed
+    (slowloris); the body's deadline is ``Guard``'s. uvicorn's own 400 (to a request it cannot
+    parse, which the app never sees) carries the console's protective headers too."""
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     from tether.console._app import PROTECTIVE_HEADERS, REQUEST_DEADLINE
@@ -104,16 +95,14 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn
 
         from tether.console import create_app, deployment_sources, sqlite_sources
+        from tether.console._app import LOOPBACK_HOSTS
         from tether.console._web import load_secret_key
     except ImportError as err:
         print(f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
               file=sys.stderr)  # fmt: skip
         return 1
-    from tether.errors import TetherError
-
     out = Path(os.environ.get("TETHER_OUT", "tether-output"))
-    loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    if not loopback and not (args.secure_cookies or args.insecure_bind):
+    if args.host not in LOOPBACK_HOSTS and not (args.secure_cookies or args.insecure_bind):
         print(f"refusing to serve sign-in cookies over plain HTTP on {args.host}: use --secure-cookies "
               "behind HTTPS (or --insecure-bind)", file=sys.stderr)  # fmt: skip
         return 1
@@ -121,27 +110,18 @@ def run(args: argparse.Namespace) -> int:
     traces = args.traces
     if traces is None and args.config is None:
         traces = out / "traces"
+    stores: dict[str, Any] = {"users_db": users_db, "trace_dir": traces, "mcp_config": args.config}
     try:
         if args.db and "://" in args.db:
-            sources = deployment_sources(
-                url=args.db, users_db=users_db, trace_dir=traces, mcp_config=args.config
-            )
+            sources = deployment_sources(url=args.db, **stores)
         else:
-            sources = sqlite_sources(
-                users_db=users_db,
-                approvals_db=Path(args.db) if args.db else out / "approvals.db",
-                trace_dir=traces,
-                mcp_config=args.config,
-                allow_resume=not args.no_resume,
-            )
+            approvals_db = Path(args.db) if args.db else out / "approvals.db"
+            sources = sqlite_sources(approvals_db=approvals_db, allow_resume=not args.no_resume, **stores)
     except (TetherError, OSError) as err:
         print(f"tether serve: {err}", file=sys.stderr)
         return int(getattr(err, "exit", 1))  # 6: the deployment's server does not answer
-    key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(
-        users_db.with_name(users_db.name + ".key")
-    )
-    from tether.console._app import LOOPBACK_HOSTS
-
+    key_file = users_db.with_name(users_db.name + ".key")
+    key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(key_file)
     hosts = [*LOOPBACK_HOSTS, *args.allowed_host]
     if args.host not in ("0.0.0.0", "::"):
         hosts.append(args.host)

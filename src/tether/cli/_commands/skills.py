@@ -6,10 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
+from tether.clisupport.output import fail, outcome
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, actions = add_actions(
         sub, "skills", dest="skills_command", help="review agent skills (SKILL.md folders)"
     )
@@ -26,15 +27,13 @@ def register(sub: Any) -> None:
 
 
 def review(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
     from tether.context._skills import review_folder
 
     if not args.folder.is_dir():
         return fail("tether skills review", f"{args.folder} is not a folder", as_json=args.json)
     entries = review_folder(args.folder)
     if args.json:
-        emit_json({"folder": str(args.folder), "skills": entries}, exit=0)
-        return 0
+        return outcome({"folder": str(args.folder), "skills": entries}, None, as_json=True)
     for e in entries:
         if "error" in e:
             print(f"{e['path']}: REFUSED: {e['error']}")

@@ -1,18 +1,13 @@
-"""``tether submit --agent agent.yaml|module:factory "objective" [--tenant T]``: enqueue a durable run.
+"""``tether submit --agent agent.yaml|module:factory "objective"``: enqueue a durable run.
 
-Prints the run id (the JSON last line with ``--json``). The run is stored in the deployment's
-intake with plain SQL, neither DBOS nor SQLAlchemy loaded (``tether.durable._intake``); a worker
-moves it onto DBOS's queue, and any worker serving the app's version takes it. An agent file is
-named by its absolute path and bound to its digest (the file and the files it depends on): only
-a worker started with the same files runs it; its policy gives the run's tenant, roles, user and
-permissions unless ``--tenant``/``--role``/``--user`` say otherwise. ``--wait S`` waits for the
-run to end or pause and exits as ``tether run`` would.
+The run goes into the deployment's intake by plain SQL (no DBOS, no SQLAlchemy:
+``tether.durable._intake``); any worker serving the app's version takes it. An agent file is
+bound to its digest (only a worker with the same files runs it) and gives the run's trusted
+context unless ``--tenant``/``--role``/``--user`` say otherwise.
 
-``--batch FILE`` (``-``: stdin) submits many runs in one process, one JSON object a line:
-``{"objective": "...", "agent": "...", "tenant": "...", "roles": [...], "user": "...",
-"run_id": "..."}`` (only ``objective`` is required; the rest default to the command's flags).
-Every line is checked before anything is enqueued: a bad line names its number and nothing is
-stored; the runs are stored in one transaction. Prints one JSON line per run (``run_id``), then the summary.
+``--batch FILE`` (``-``: stdin): one JSON object a line (``objective``, and optionally ``agent``,
+``tenant``, ``roles``, ``user``, ``run_id``), all checked before any is stored, then stored in
+one transaction; prints one JSON line per run, then the summary.
 """
 
 from __future__ import annotations
@@ -24,29 +19,26 @@ import os
 import sys
 from typing import Any
 
+from tether.clisupport.output import NEEDS_DURABLE, fail, outcome
+from tether.errors import ConfigError
+
 # A run's objective travels in the queue row: larger ones are refused before anything is stored.
 MAX_OBJECTIVE_CHARS = 100_000
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("submit", help="enqueue a durable run for the workers (or a batch of them)")
-    p.add_argument("objective", nargs="?", default=None)
+    p.add_argument("objective", nargs="?")
     p.add_argument(
-        "--agent",
-        default=None,
-        help="the app: an agent file (.yaml/.yml/.toml) or module:factory returning (host, agent)",
+        "--agent", help="the app: an agent file (.yaml/.yml/.toml) or module:factory returning (host, agent)"
     )
-    p.add_argument(
-        "--tenant", default=None, help="trusted tenant of the run (default: the agent file's, else 'default')"
-    )
+    p.add_argument("--tenant", help="trusted tenant of the run (default: the agent file's, else 'default')")
     p.add_argument("--role", action="append", default=[], help="trusted role; repeatable")
-    p.add_argument("--user", default=None)
-    p.add_argument("--run-id", default=None, help="choose the run id (default: a fresh one)")
-    p.add_argument("--batch", default=None, metavar="FILE", help="JSON lines of runs to submit (- for stdin)")
-    p.add_argument("--db", default=None, help="storage URL (default $TETHER_DB)")
-    p.add_argument(
-        "--wait", type=float, default=None, help="wait up to S seconds for the run to end or pause"
-    )
+    p.add_argument("--user")
+    p.add_argument("--run-id", help="choose the run id (default: a fresh one)")
+    p.add_argument("--batch", metavar="FILE", help="JSON lines of runs to submit (- for stdin)")
+    p.add_argument("--db", help="storage URL (default $TETHER_DB)")
+    p.add_argument("--wait", type=float, help="wait up to S seconds for the run to end or pause")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run, quick_exit=True)  # cli.main: a client command, closed when it returns
 
@@ -69,14 +61,9 @@ class _Run:
 
 
 def _prepare(
-    agent: str | None,
-    objective: str | None,
-    tenant: str | None,
-    roles: list[str],
-    user: str | None,
-    run_id: str | None,
-    files: dict[str, Any],
-) -> _Run:
+    agent: str | None, objective: str | None, tenant: str | None, roles: list[str], user: str | None,
+    run_id: str | None, files: dict[str, Any],
+) -> _Run:  # fmt: skip
     """Check one run and resolve its app; raises ``_Bad``. ``files``: agent files read so far."""
     from tether.core._names import is_agent_file
     from tether.policy._trusted import TrustedContext
@@ -92,7 +79,6 @@ def _prepare(
         return _Run(agent, None, objective, ctx, run_id)
     from tether.agents._build import trusted_context
     from tether.agents._file import agent_digest, load_agent_file
-    from tether.errors import ConfigError
 
     if agent not in files:
         try:
@@ -104,11 +90,9 @@ def _prepare(
     af, digest = files[agent]
     base = trusted_context(af)
     ctx = dataclasses.replace(
-        base,
-        tenant=tenant or base.tenant,
-        roles=frozenset(roles) if roles else base.roles,
+        base, tenant=tenant or base.tenant, roles=frozenset(roles) if roles else base.roles,
         user=user if user is not None else base.user,
-    )
+    )  # fmt: skip
     return _Run(str(af.path.resolve()), digest, objective, ctx, run_id)
 
 
@@ -129,15 +113,10 @@ def _batch_runs(args: argparse.Namespace) -> list[_Run]:
                     raise ValueError("roles must be a list of strings")
                 runs.append(
                     _prepare(
-                        item.get("agent", args.agent),
-                        item.get("objective"),
-                        item.get("tenant", args.tenant),
-                        roles,
-                        item.get("user", args.user),
-                        item.get("run_id"),
-                        files,
+                        item.get("agent", args.agent), item.get("objective"), item.get("tenant", args.tenant),
+                        roles, item.get("user", args.user), item.get("run_id"), files,
                     )
-                )
+                )  # fmt: skip
             except (ValueError, _Bad) as err:
                 raise _Bad(f"line {number}: {err}", getattr(err, "code", 1)) from None
     finally:
@@ -147,8 +126,6 @@ def _batch_runs(args: argparse.Namespace) -> list[_Run]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
-
     url = args.db or os.environ.get("TETHER_DB")
     if not url:
         return fail("tether submit", "needs --db URL (or $TETHER_DB)", as_json=args.json)
@@ -169,28 +146,21 @@ def run(args: argparse.Namespace) -> int:
     if args.batch is not None:
         for rid in ids:
             print(json.dumps({"run_id": rid}))
-        emit_json({"submitted": len(ids)}, exit=0) if args.json else None
-        return 0
+        return outcome({"submitted": len(ids)}, None, as_json=args.json)
     if args.wait is None:
-        emit_json({"run_id": ids[0], "status": "queued"}, exit=0) if args.json else print(ids[0])
-        return 0
+        return outcome({"run_id": ids[0], "status": "queued"}, ids[0], as_json=args.json)
     return _wait(url, ids[0], args)
 
 
 def _put(url: str, runs: list[_Run], *, as_json: bool) -> list[str] | int:
-    """Store the runs in the deployment's intake, all or none (no DBOS, no SQLAlchemy: most of a
-    submit's cost, tether.durable._intake); through DBOS's client on a deployment made before
-    the intake. Returns their ids, or the exit code after one line saying why not."""
-    from tether.clisupport.output import fail
-    from tether.errors import ConfigError
-
+    """Store the runs in the deployment's intake, all or none (through DBOS's client on one made
+    before the intake); their ids, or the exit code."""
     try:
         from tether.durable._config import context_to_json
         from tether.durable._deploy import DeploymentUnavailable
         from tether.durable._intake import IntakeMissing, Submitter, new_run_id, start_row
     except ImportError as err:
-        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
-        return fail("tether submit", need, as_json=as_json)
+        return fail("tether submit", f"{NEEDS_DURABLE}: {err}", as_json=as_json)
 
     try:
         submitter = Submitter(url)
@@ -205,15 +175,12 @@ def _put(url: str, runs: list[_Run], *, as_json: bool) -> list[str] | int:
         rows = []
         for r in runs:
             key = (r.app, r.digest)
-            version, digest = (
-                bound[key] if key in bound else bound.setdefault(key, submitter.version_for(*key))
-            )
+            if key not in bound:
+                bound[key] = submitter.version_for(*key)
+            version, digest = bound[key]
+            context = context_to_json(r.context)
             rid = r.run_id or new_run_id()
-            rows.append(
-                start_row(
-                    rid, r.app, r.objective, context_to_json(r.context), version=version, app_digest=digest
-                )
-            )
+            rows.append(start_row(rid, r.app, r.objective, context, version=version, app_digest=digest))
         submitter.put(rows)
     except IntakeMissing:
         return _enqueue(url, runs, as_json=as_json)

@@ -6,10 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from tether.cli._commands._options import add_actions, add_json
+from tether.clisupport.output import fail, outcome
+from tether.errors import ConfigError
+
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     _, actions = add_actions(sub, "trace", dest="trace_command", help="inspect run traces")
     s = actions.add_parser(
         "stats",
@@ -19,28 +21,17 @@ def register(sub: Any) -> None:
         "is a byte-identical prefix of the next (the cache-hit potential).",
     )
     s.add_argument("run", metavar="RUN")
-    s.add_argument(
-        "--dir",
-        type=Path,
-        default=Path("tether-output/traces"),
-        help="trace folder (default ./tether-output/traces)",
-    )
+    folder = Path("tether-output/traces")
+    s.add_argument("--dir", type=Path, default=folder, help="trace folder (default ./tether-output/traces)")
     add_json(s)
     s.set_defaults(handler=stats)
 
 
 def stats(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
-    from tether.errors import ConfigError
     from tether.trace._stats import stats_for
 
     try:
         figures = stats_for(args.run, args.dir)
     except (ConfigError, OSError, ValueError) as err:
         return fail("tether trace stats", err, as_json=args.json)
-    if args.json:
-        emit_json(figures, exit=0)
-        return 0
-    for key, value in figures.items():
-        print(f"{key}: {value}")
-    return 0
+    return outcome(figures, "\n".join(f"{key}: {value}" for key, value in figures.items()), as_json=args.json)

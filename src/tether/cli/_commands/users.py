@@ -1,8 +1,5 @@
-"""``tether users add | grant | revoke | token | tokens | revoke-token | list``: console accounts.
-
-Passwords are read from the terminal (twice) or from stdin with ``--password-stdin``; tokens
-are printed once. Both are stored only as scrypt hashes in the console's user store.
-"""
+"""``tether users ACTION``: console accounts. Passwords are read from the terminal (twice) or
+``--password-stdin``; tokens are printed once; both are stored only hashed."""
 
 from __future__ import annotations
 
@@ -11,6 +8,9 @@ import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tether.cli._commands._options import add_actions, add_json
+from tether.clisupport.output import fail, outcome, table
 
 if TYPE_CHECKING:
     from tether.console._users import UserStore
@@ -21,8 +21,6 @@ def default_users_db() -> Path:
 
 
 def register(sub: Any) -> None:
-    from tether.cli._commands._options import add_actions, add_json
-
     p, acts = add_actions(
         sub, "users", dest="action", help="console accounts: people, roles per tenant, API tokens"
     )
@@ -72,8 +70,6 @@ def _password(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import emit_json, fail
-
     command, as_json = f"tether users {args.action}", args.json
     try:
         from tether.console._users import CLIENT, AuthError, UserStore
@@ -83,22 +79,24 @@ def run(args: argparse.Namespace) -> int:
     CLIENT.set("cli")  # every audit entry below records where it came from
     store = UserStore(args.db or default_users_db())
     try:
-        out = _act(store, args, as_json)
-        if out is None:  # already printed
-            return 0
+        out = _act(store, args)
     except (AuthError, ValueError) as err:
         return fail(command, err, as_json=as_json)
     finally:
         store.close()
-    if as_json:
-        emit_json(out, exit=0)
+    if args.action == "token":
+        text = f"token {out['token_id']} for {args.name} (shown once, stored only hashed):\n{out['token']}"
+    elif args.action == "tokens":
+        text = table(out["tokens"], ["id", "user", "label", "created", "expires", "revoked"], "no tokens")
+    elif args.action == "list":
+        text = table(out["users"], ["name", "disabled", "roles"], "no users")
     else:
-        print(" ".join(f"{k}={v}" for k, v in out.items()))
-    return 0
+        text = " ".join(f"{k}={v}" for k, v in out.items())
+    return outcome(out, text, as_json=as_json)
 
 
-def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str, Any] | None:
-    """Carry out the action; what to report, or None when it printed its own output."""
+def _act(store: UserStore, args: argparse.Namespace) -> dict[str, Any]:
+    """Carry out the action; what to report."""
     if args.action == "add":
         store.add_user(args.name, _password(args))
         for tenant in args.tenant:
@@ -111,19 +109,19 @@ def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str,
         return {"user": args.name, "grants": store.grants(args.name)}
     if args.action == "revoke":
         removed = store.revoke_grant(args.name, args.tenant)
-        store.audit(
-            "cli", "revoke", tenant=args.tenant, target=args.name, outcome="ok" if removed else "none"
-        )
+        done = "ok" if removed else "none"
+        store.audit("cli", "revoke", tenant=args.tenant, target=args.name, outcome=done)
         return {"user": args.name, "removed": removed, "grants": store.grants(args.name)}
     if args.action == "token":
         secret, info = store.create_token(args.name, label=args.label, days=args.days)
         store.audit("cli", "token_create", target=args.name, detail=f"token {info.id}")
-        if not as_json:
-            print(f"token {info.id} for {args.name} (shown once, stored only hashed):\n{secret}")
-            return None
         return {"user": args.name, "token_id": info.id, "token": secret, "expires_at": info.expires_at}
     if args.action == "tokens":
-        return _tokens(store, args.name, as_json)
+        return {"tokens": [
+            {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
+             "expires": t.expires_at or "", "revoked": t.revoked}
+            for t in store.tokens(args.name)
+        ]}  # fmt: skip
     if args.action == "revoke-token":
         if not store.revoke_token(args.token_id):  # a mistyped id must not read as done
             raise ValueError(f"no token {args.token_id!r} (tether users tokens lists them)")
@@ -137,35 +135,8 @@ def _act(store: UserStore, args: argparse.Namespace, as_json: bool) -> dict[str,
         store.set_disabled(args.name, args.action == "disable")
         store.audit("cli", f"user_{args.action}", target=args.name)
         return {"user": args.name, "disabled": args.action == "disable"}
-    return _list_users(store, as_json)
-
-
-def _tokens(store: UserStore, name: str | None, as_json: bool) -> dict[str, Any] | None:
-    from tether.clisupport.output import table
-
-    rows = [
-        {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
-         "expires": t.expires_at or "", "revoked": t.revoked}
-        for t in store.tokens(name)
-    ]  # fmt: skip
-    if not as_json:
-        print(table(rows, ["id", "user", "label", "created", "expires", "revoked"]) if rows else "no tokens")
-        return None
-    return {"tokens": rows}
-
-
-def _list_users(store: UserStore, as_json: bool) -> dict[str, Any] | None:
-    from tether.clisupport.output import table
-
-    rows = [
-        {
-            "name": u["name"],
-            "disabled": "yes" if u["disabled"] else "",
-            "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
-        }
+    return {"users": [
+        {"name": u["name"], "disabled": "yes" if u["disabled"] else "",
+         "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items()))}
         for u in store.users()
-    ]
-    if as_json:
-        return {"users": rows}
-    print(table(rows, ["name", "disabled", "roles"]) if rows else "no users")
-    return None
+    ]}  # fmt: skip

@@ -1,11 +1,8 @@
-"""``tether worker --db URL --app agent.yaml|module:factory [--concurrency N]``: serve the durable run queue.
+"""``tether worker --db URL --app agent.yaml|module:factory``: serve the durable run queue.
 
-Runs until SIGINT/SIGTERM, then drains: no new step starts, the steps in flight get ``--grace``
-seconds to finish, and the runs it held are continued by a survivor from their last recorded
-step. Writes one JSON object a line to stderr for each thing an operator follows
-(``tether.durable._events``). Each run is a DBOS workflow (model calls and tool turns are steps);
-a worker that dies has its runs recovered by its restart (same ``--executor-id``) or by a
-surviving worker once its heartbeat is ``--dead-after`` seconds old. Needs ``tether[durable]``.
+Runs until SIGINT/SIGTERM, then drains (the steps in flight get ``--grace`` seconds; a survivor
+continues its runs from their last step). Events go to stderr, one JSON object a line
+(``tether.durable._events``). Needs ``tether[durable]``.
 """
 
 from __future__ import annotations
@@ -15,6 +12,11 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from tether.cli._commands._options import add_json
+from tether.clisupport.output import NEEDS_DURABLE, emit_json, fail
+from tether.clisupport.telemetry import add_otel_flags, apply_otel_flags
+from tether.errors import ConfigError
+
 if TYPE_CHECKING:
     from collections.abc import Callable
 
@@ -23,50 +25,35 @@ if TYPE_CHECKING:
 
 def register(sub: Any) -> None:
     p = sub.add_parser("worker", help="serve the durable run queue (PostgreSQL + DBOS)")
+    p.add_argument("--db", help="storage URL (postgresql://… or sqlite:///dir; default $TETHER_DB)")
     p.add_argument(
-        "--db", default=None, help="storage URL (postgresql://… or sqlite:///dir; default $TETHER_DB)"
-    )
-    p.add_argument(
-        "--app",
-        action="append",
-        default=None,
+        "--app", action="append",
         help="an app it runs: an agent file, or module:factory returning (host, agent); repeatable"
         " (default $TETHER_APPS, comma-separated)",
-    )
+    )  # fmt: skip
     p.add_argument("--concurrency", type=int, default=4, help="runs at once on this worker (default 4)")
-    p.add_argument("--global-concurrency", type=int, default=None, help="runs at once on all workers")
-    p.add_argument(
-        "--tenant-concurrency", type=int, default=None, help="runs at once per tenant, all workers"
-    )
-    p.add_argument("--executor-id", default=None, help="stable id: a restart recovers its own runs")
+    p.add_argument("--global-concurrency", type=int, help="runs at once on all workers")
+    p.add_argument("--tenant-concurrency", type=int, help="runs at once per tenant, all workers")
+    p.add_argument("--executor-id", help="stable id: a restart recovers its own runs")
     p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
     p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
     p.add_argument(
-        "--grace",
-        type=float,
-        default=30.0,
+        "--grace", type=float, default=30.0,
         help="on SIGTERM/SIGINT: seconds the steps in flight may take to finish (default 30)",
-    )
+    )  # fmt: skip
     p.add_argument(
-        "--init",
-        action="store_true",
+        "--init", action="store_true",
         help="create the database if it is missing, and its tables (as tether db init); else it must exist",
-    )
+    )  # fmt: skip
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
-    from tether.cli._commands._options import add_json
-    from tether.clisupport.telemetry import add_otel_flags
-
     add_json(p, "start-up failures as one JSON object on stdout (its last line); the ready line is JSON")
     add_otel_flags(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from tether.clisupport.output import fail
-    from tether.clisupport.telemetry import apply_otel_flags
-
     apply_otel_flags(args)
     url = args.db or os.environ.get("TETHER_DB")
     apps = tuple(args.app or filter(None, os.environ.get("TETHER_APPS", "").split(",")))
@@ -76,37 +63,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         from tether.durable import Worker, WorkerConfig, register_app
     except ImportError as err:
-        need = f"needs the durable extra (pip install 'tether[durable]'): {err}"
-        return fail("tether worker", need, as_json=args.json)
+        return fail("tether worker", f"{NEEDS_DURABLE}: {err}", as_json=args.json)
     served = _serve_apps(apps, register_app, as_json=args.json)
     if isinstance(served, int):
         return served
     config = WorkerConfig(
-        url,
-        apps=served,
-        executor_id=args.executor_id,
-        concurrency=args.concurrency,
-        global_concurrency=args.global_concurrency,
-        tenant_concurrency=args.tenant_concurrency,
-        poll_s=args.poll,
-        dead_after_s=args.dead_after,
-        auto_resume=not args.no_auto_resume,
-        init=args.init,
+        url, apps=served, executor_id=args.executor_id, concurrency=args.concurrency,
+        global_concurrency=args.global_concurrency, tenant_concurrency=args.tenant_concurrency,
+        poll_s=args.poll, dead_after_s=args.dead_after, auto_resume=not args.no_auto_resume, init=args.init,
         grace_s=args.grace,
-    )
-    return _work(Worker, config, served, args.concurrency, as_json=args.json)
+    )  # fmt: skip
+    return _work(Worker, config, as_json=args.json)
 
 
 def _serve_apps(
     apps: tuple[str, ...], register_app: Callable[[str, Any], None], *, as_json: bool
 ) -> tuple[str, ...] | int:
-    """The names the worker serves: an agent file is read now and registered under its name, a
-    ``module:factory`` imported now; the exit code (1: nothing ran) when one is broken."""
+    """The names the worker serves (agent files read and registered now), or the exit code."""
     from tether.agents._file import is_agent_file
     from tether.agents._record import AgentFileApp
-    from tether.clisupport.output import fail
     from tether.durable._worker import check_apps
-    from tether.errors import ConfigError
 
     served = []
     try:
@@ -122,22 +98,13 @@ def _serve_apps(
     return tuple(served)
 
 
-def _work(
-    worker_class: type[Worker],
-    config: WorkerConfig,
-    apps: tuple[str, ...],
-    concurrency: int,
-    *,
-    as_json: bool,
-) -> int:
+def _work(worker_class: type[Worker], config: WorkerConfig, *, as_json: bool) -> int:
     """Start the worker, say it is ready, and serve until SIGINT/SIGTERM."""
     import signal
     import threading
 
-    from tether.clisupport.output import emit_json, fail
     from tether.durable._deploy import DeploymentUnavailable
     from tether.durable._events import configure_stderr
-    from tether.errors import ConfigError
 
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -155,14 +122,12 @@ def _work(
     try:
         meters = configure_from_env(worker.queue_depth)  # with OTEL_EXPORTER_OTLP_ENDPOINT set
     except ImportError as err:
-        print(
-            f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}", file=sys.stderr
-        )
+        why = f"tether worker: metrics need the otel extra (pip install 'tether[otel]'): {err}"
+        print(why, file=sys.stderr)
         meters = None
-    emit_json(
-        {"worker": worker.executor_id, "apps": list(apps), "concurrency": concurrency, "ready": True},
-        exit=0,
-    )
+    ready = {"worker": worker.executor_id, "apps": list(config.apps), "concurrency": config.concurrency}
+    ready["ready"] = True
+    emit_json(ready, exit=0)
     try:
         stop.wait()
     finally:
