@@ -27,6 +27,7 @@ from tether.core.stop import StopReason
 from tether.core.types import Observation
 from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trusted, normalise
 from tether.policy._provenance_labels import Segment as _Segment
+from tether.policy._provenance_run import least_read
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState
@@ -179,11 +180,9 @@ async def _resolve(
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
     # The value enters the run as an observation of the quarantined extractor, carrying the
-    # least trusted class among its sources: extraction never launders untrusted data.
-    labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
-        SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
-    ]
-    trust = least_trusted(lbl.trust for lbl in labels)
+    # least trusted class among its sources, every segment of them (a page's text as well as a
+    # listing's fields): extraction never launders untrusted data.
+    trust = least_read(sources) or least_trusted(())
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in _scalars(value)]
     run.state.observations.append(
