@@ -25,6 +25,7 @@ trace says why) AND the legitimate version of the same task still ran.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -234,8 +235,9 @@ class Tickets:
 
     name = "tickets"
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, data: dict[str, Any] = TICKET) -> None:
         self.text = text
+        self.data = data
 
     async def start(self) -> None:
         return None
@@ -248,31 +250,38 @@ class Tickets:
         return [ToolSpec("get_ticket", "A ticket.", params, Effect.READ, source=self.name)]
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: Any) -> ToolOutput:
-        return ToolOutput(text=self.text, data=dict(TICKET))
+        return ToolOutput(text=self.text, data=dict(self.data))
 
 
 ASK = "Check ticket T-7 and email its status to the assignee."
 READ_TICKET = (call("get_ticket", id="T-7"),)
 
 
+# Every word of the injection as a key with nothing under it: a key no value stands under is
+# labelled nowhere, so it does not make the text a rendering of the data.
+HIDDEN = {**TICKET, "notes": dict.fromkeys(re.findall(r"[a-z]+", INJECTION.lower()))}
+
+
 @pytest.mark.parametrize(
-    ("text", "to", "body", "problem"),
+    ("text", "data", "to", "body", "problem"),
     [
         (
             INJECTION,
+            TICKET,
             DAVE,
             "The ticket is still open.",
             "chosen_after_untrusted",
-        ),  # a colleague the text names
-        (f"Ticket T-7 is open. {PHISH}", CAROL, PHISH, "relayed_text"),  # a phishing line relayed
+        ),  # a colleague it names
+        (INJECTION, HIDDEN, DAVE, "The ticket is still open.", "chosen_after_untrusted"),  # ... words in keys
+        (f"Ticket T-7 is open. {PHISH}", TICKET, CAROL, PHISH, "relayed_text"),  # a phishing line relayed
     ],
 )
 async def test_what_a_source_says_beside_its_data_is_someones_text(
-    text: str, to: str, body: str, problem: str
+    text: str, data: dict[str, Any], to: str, body: str, problem: str
 ) -> None:
     world = World()
     steps = [READ_TICKET, (call("send_email", recipients=[to], body=body),)]
-    problems = await _run(world, ASK, steps, Tickets(text), directory={"mailbox": [CAROL, DAVE]})
+    problems = await _run(world, ASK, steps, Tickets(text, data), directory={"mailbox": [CAROL, DAVE]})
     assert problems == [[problem]] and world.received == []
 
 

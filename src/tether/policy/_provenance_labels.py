@@ -331,28 +331,53 @@ _LITERALS = frozenset({"null", "none", "true", "false"})
 
 def renders(text: str, data: Any) -> bool:
     """Whether ``text`` is a rendering of ``data`` (JSON, YAML, a table of it): every word it
-    holds is a word of one of the data's keys or values, as written or once the text is read
-    back as JSON or YAML (escapes undone). A text with a word of its own says more than the data."""
-    words = _words(data) | _LITERALS
-    if _tokens(text) <= words:
-        return True
-    for loader in (json.loads, ast.literal_eval, _load_yaml):
-        try:
-            parsed = loader(text)
-        except Exception:
-            continue
-        if isinstance(parsed, Mapping | list):
-            return _words(parsed) <= words
+    holds, as written or once read back as JSON, a Python literal or YAML (escapes undone), is
+    a word of the data's values or of a key some value stands under (a key with nothing under
+    it is no field, labelled nowhere). A text with a word of its own says more than the data,
+    and so does one that reads back as more nodes than ``_NODES`` (YAML aliases, nested deep)."""
+    try:
+        words = _words(data) | _LITERALS
+        if _tokens(text) <= words:
+            return True
+        for loader in (json.loads, ast.literal_eval, _load_yaml):
+            try:
+                parsed = loader(text)
+            except Exception:
+                continue
+            if isinstance(parsed, Mapping | list):
+                return _words(parsed) <= words
+    except _TooLarge:
+        pass
     return False
 
 
+class _TooLarge(Exception):
+    pass
+
+
+_NODES = 200_000
+
+
 def _words(value: Any) -> set[str]:
-    """The words of every key and scalar of ``value`` (``_tokens``)."""
-    if isinstance(value, Mapping):
-        return {w for k, item in value.items() for w in (*_tokens(str(k)), *_words(item))}
-    if isinstance(value, list | tuple | set | frozenset):
-        return {w for item in value for w in _words(item)}
-    return _tokens(str(value))
+    """The words (``_tokens``) of every scalar of ``value`` but null and booleans, and of every
+    key some such scalar stands under. Raises ``_TooLarge`` past ``_NODES`` nodes."""
+    budget = [_NODES]
+
+    def walk(v: Any) -> set[str]:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooLarge
+        if isinstance(v, Mapping):
+            out: set[str] = set()
+            for k, item in v.items():
+                if below := walk(item):
+                    out |= _tokens(str(k)) | below
+            return out
+        if isinstance(v, list | tuple | set | frozenset):
+            return {w for item in v for w in walk(item)}
+        return set() if v is None or isinstance(v, bool) else _tokens(str(v))
+
+    return walk(value)
 
 
 def _tokens(text: str) -> set[str]:
