@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date
@@ -116,7 +117,7 @@ class ProvenanceIndex(Steering):
         self._traced: dict[tuple[str, str | None], list[Origin]] = {}
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
-        self._numbers: dict[float, list[Segment]] = {}
+        self._numbers: dict[Decimal, list[Segment]] = {}
         for seg in self.segments:
             if seg.whole:
                 self._whole.setdefault(seg.text, []).append(seg)
@@ -335,12 +336,12 @@ class ProvenanceIndex(Steering):
                     out.append(o)
         return out or [Origin("nowhere", MODEL, "exact")]
 
-    def _user_number(self, n: float) -> bool:
+    def _user_number(self, n: Decimal) -> bool:
         """Whether the request states the figure ``n`` (three digits or more) as something
         other than a sum of money. A figure it states as an amount bounds amount arguments
         (``request_amounts``) and is no identifier, code or password the user gave: "pay the
         120.00 rent" names no file 120."""
-        if n in self.request_amounts:
+        if float(n) in self.request_amounts:
             return False
         for word in WORD.findall(self.user_text):
             w = word.strip(".,")

@@ -16,6 +16,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
+from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 import yaml
@@ -237,13 +238,16 @@ def normalise(value: str) -> str:
     return _WS.sub(" ", unicodedata.normalize("NFC", value).translate(_ASCII_LOWER)).strip(" ")
 
 
-def _number(value: str) -> float | None:
+def _number(value: str) -> Decimal | None:
+    """The number ``value`` writes, exactly: ``98.7`` is ``98.70``, but no two numerals that
+    differ in a digit are one number (as floats, twenty-digit account numbers a few thousand
+    apart are equal)."""
     v = value.strip().replace(",", "") if value.count(",") == 1 and "." in value else value.strip()
     if not _NUMBER.match(v):
         return None
     try:
-        return float(v.replace(",", "."))
-    except ValueError:
+        return Decimal(v.replace(",", "."))
+    except InvalidOperation:
         return None
 
 
@@ -319,6 +323,73 @@ def _decode(text: str) -> Any:
         if isinstance(value, list | dict):
             return value
     return None
+
+
+_TOKEN = re.compile(r"[^\W\d_]+|\d+")  # letters apart from digits: "19T12" as "19", "t", "12"
+_LITERALS = frozenset({"null", "none", "true", "false"})
+
+
+def renders(text: str, data: Any) -> bool:
+    """Whether ``text`` is a rendering of ``data`` (JSON, YAML, a table of it): every word it
+    holds, as written or once read back as JSON, a Python literal or YAML (escapes undone), is
+    a word of the data's values or of a key some value stands under (a key with nothing under
+    it is no field, labelled nowhere). A text with a word of its own says more than the data,
+    and so does one that reads back as more nodes than ``_NODES`` (YAML aliases, nested deep)."""
+    try:
+        words = _words(data) | _LITERALS
+        if _tokens(text) <= words:
+            return True
+        for loader in (json.loads, ast.literal_eval, _load_yaml):
+            try:
+                parsed = loader(text)
+            except Exception:
+                continue
+            if isinstance(parsed, Mapping | list):
+                return _words(parsed) <= words
+    except _TooLarge:
+        pass
+    return False
+
+
+class _TooLarge(Exception):
+    pass
+
+
+_NODES = 200_000
+
+
+def _words(value: Any) -> set[str]:
+    """The words (``_tokens``) of every scalar of ``value`` but null and booleans, and of every
+    key some such scalar stands under. Raises ``_TooLarge`` past ``_NODES`` nodes."""
+    budget = [_NODES]
+
+    def walk(v: Any) -> set[str]:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooLarge
+        if isinstance(v, Mapping):
+            out: set[str] = set()
+            for k, item in v.items():
+                if below := walk(item):
+                    out |= _tokens(str(k)) | below
+            return out
+        if isinstance(v, list | tuple | set | frozenset):
+            return {w for item in v for w in walk(item)}
+        return set() if v is None or isinstance(v, bool) else _tokens(str(v))
+
+    return walk(value)
+
+
+def _tokens(text: str) -> set[str]:
+    """The words of ``text``, case-folded, format characters (zero-width, soft hyphen) left out
+    as the host's cleaning leaves them out of one side and an escape keeps them in the other."""
+    if not text.isascii():
+        text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return set(_TOKEN.findall(text.casefold()))
+
+
+def _load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 # -- curated host context ---------------------------------------------------------------------
@@ -415,7 +486,8 @@ def label_observation(
     call_id: str = "",
 ) -> list[Segment]:
     """Split one tool result into labelled segments. Structured ``data`` gives one segment per
-    leaf; without it the whole text is one segment of the tool's default class. ``own``: the
+    leaf, and its ``text`` one more where that text is no rendering of the data (``renders``);
+    without data the whole text is one segment of the tool's default class. ``own``: the
     user's own identities (their address, their account), for ``self_naming`` fields."""
     source = config.for_tool(tool)
     mine = {normalise(o) for o in own if normalise(o)}
@@ -465,6 +537,13 @@ def label_observation(
 
     if data is not None and not isinstance(data, str):
         walk(data, "", "", None, None)
+        if text.strip() and not renders(text, data):
+            # Text beside the data that says more than the data does (an MCP server's text block
+            # beside its structured content): what the model reads, of no field the configuration
+            # classes, so of the default class or the least trusted of the data's, if less.
+            trust = least_trusted({source.default, *(seg.label.trust for seg in segments)})
+            label = SourceLabel(tool, server, trust, call_id=call_id)
+            segments.append(Segment(text, normalise(text), label, False))
     else:
         raw = data if isinstance(data, str) else text
         segments.append(

@@ -44,7 +44,14 @@ from tether.policy._provenance_labels import (
     shape_kind,
     split_values,
 )
-from tether.policy._provenance_run import ERROR, REACHED, index_for, make_labeler, observation_segments
+from tether.policy._provenance_run import (
+    ERROR,
+    REACHED,
+    history,
+    index_for,
+    make_labeler,
+    observation_segments,
+)
 from tether.policy._provenance_text import asks_for, contains_whole, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
@@ -286,11 +293,13 @@ class ProvenanceRules:
         """What this run's calls that reached their tool may already have paid: every cumulative
         amount argument of every tool (a payment split between two tools that pay is still one
         sum), a call that failed after it reached its tool included (it may have paid before it
-        failed: paying again needs a reviewer). A figure that is no finite number counts as
-        unbounded."""
+        failed: paying again needs a reviewer), and those of the runs of the request before it
+        (``history``: a parent's, a subagent's, an earlier workflow node's), the called tool's
+        read by its rules however they name it. A figure that is no number counts as unbounded."""
         total = 0.0
-        for record in getattr(call.state, "calls", []) or []:
-            rules = self.tools.get(record.tool)
+        called = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        for record in history(call.state, "calls"):
+            rules = self.tools.get(record.tool) or (called if record.tool == call.spec.name else None)
             if rules is None or record.status not in REACHED or not isinstance(record.arguments, dict):
                 continue
             for rule in rules.arguments.values():

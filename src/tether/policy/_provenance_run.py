@@ -29,7 +29,7 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["ERROR", "REACHED", "index_for", "least_read", "make_labeler", "observation_segments"]
+__all__ = ["ERROR", "REACHED", "history", "index_for", "least_read", "make_labeler", "observation_segments"]
 
 
 ERROR = "tool_error"
@@ -174,7 +174,7 @@ def index_for(
     mine = list(own)
     # What the runs before it did (``RunState.inherited_*``: its parent's history when it started
     # this child run, a workflow's earlier nodes) is its history too, in the order observed.
-    observations = sorted(_history(state, "observations"), key=_observed)
+    observations = sorted(history(state, "observations"), key=_observed)
     first_seen: dict[str, int] = {}
     by_call: dict[str, list[Segment]] = {}
     for i, obs in enumerate(observations):
@@ -185,7 +185,7 @@ def index_for(
         positions.extend([i] * len(found))
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
-    calls = _history(state, "calls")
+    calls = history(state, "calls")
     # Calls the model proposed together ran together: a write among them may have stored its
     # value before another's read returned, whichever result came first.
     turns = _turns(state)
@@ -251,8 +251,9 @@ def _leaves(arguments: Any) -> list[str]:
     return split_values(arguments)
 
 
-def _history(state: Any, kind: str) -> list[Any]:
-    """The run's inherited ``observations`` or ``calls``, then its own."""
+def history(state: Any, kind: str) -> list[Any]:
+    """The run's inherited ``observations`` or ``calls`` (a parent's, a subagent's, an earlier
+    workflow node's: what the runs of the same request did before), then its own."""
     return [*(getattr(state, f"inherited_{kind}", None) or []), *(getattr(state, kind, None) or [])]
 
 

@@ -21,6 +21,7 @@ from tether.core.stop import StopReason
 from tether.core.types import Observation
 from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trusted, normalise
 from tether.policy._provenance_labels import Segment as _Segment
+from tether.policy._provenance_run import least_read
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState
@@ -167,11 +168,9 @@ async def _resolve(
         raise _ExtractionFailed(f"extracted {argument!r} is not a {spec.type}: {why}") from None
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
-    # Recorded with the least trusted class among its sources: extraction never launders data.
-    labels = [seg.label for o in sources for seg in (o.meta.get("provenance") or []) if seg.whole] or [
-        SourceLabel(o.tool, o.source, "third_party", call_id=o.call_id) for o in sources
-    ]
-    trust = least_trusted(lbl.trust for lbl in labels)
+    # Recorded with the least trusted class among every segment of its sources (a page's text as
+    # well as a listing's fields): extraction never launders untrusted data.
+    trust = least_read(sources) or least_trusted(())
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     scalars = value if isinstance(value, list) else [value]
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in scalars]
