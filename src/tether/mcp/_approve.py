@@ -1,10 +1,5 @@
-"""``review`` and ``approve`` a configured server: what a person sees before pinning.
-
-``review_server`` connects to the server (exactly as configured), lists its tools, and
-returns every tool's full, untruncated definition, its sha256, its status against the
-pins, and the suspicious text found in it. ``approve_server`` pins the listed
-definitions; a flagged tool, or one whose name cannot be namespaced safely, is left
-unpinned (so it stays blocked) unless the reviewer accepts a flagged tool by name.
+"""``review`` and ``approve`` a configured server: what a person sees before pinning. A flagged
+tool, or one whose name cannot be namespaced safely, is left unpinned unless accepted by name.
 """
 
 from __future__ import annotations

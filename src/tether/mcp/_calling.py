@@ -1,12 +1,7 @@
-"""One tool call to an MCP server: the pin re-check before it, its limits (a timeout, stretched
-by progress up to ``max_call_s`` when configured), the send (plain or as a task), the ``-32042``
-URL flow, and what a failure means (the connection lost, the server's own error, output that
-breaks its schema). The result is converted (``tether.mcp._results``) like any other.
-
-A task that outlives its call's limits (``long_tasks: pause``, with a pause store) becomes a
-durable pause of the run, like an unanswered question: the call ends ``InputPending`` and the
-run checkpoints. The same call run again on resume waits on that task instead of calling the
-tool a second time, and its result is converted like any other."""
+"""One tool call to an MCP server: the pin re-check, its limits (a timeout stretched by progress
+up to ``max_call_s``), the send (plain or as a task), the ``-32042`` URL flow, and what a failure
+means. A task outliving its call with ``long_tasks: pause`` becomes a durable pause; the call run
+again on resume waits on the same task."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """Clean a tool result's text before it reaches the model, the logs or memory.
 
-``clean_result_text(text)`` returns the cleaned text and what was done to it (for the
-observation's metadata). Text a person reviewing cannot see but a model reads is removed
-and counted: zero-width and other invisible format characters, bidi controls, Unicode
-tag characters (an ASCII message can ride in them: it is decoded for the reviewer, never
-for the model), variation selectors, control characters (terminal escape sequences).
-Markup that acts when rendered is neutralised: HTML comments are cut (their text is
-hidden on render), markdown images and raw ``<img>`` tags lose their target (a renderer
-fetches it unasked: an exfiltration channel), markdown links, link definitions and raw HTML
-``<a href>`` links keep their text and show only the target's host; HTML elements that load
-or submit by themselves (``<iframe>``, ``<script>``, ``<form>``, ``<link>`` …) are removed.
-
-``escape_for_review(text)`` is the raw text as a person should see it: every invisible or
-control character written as a visible ``<U+XXXX>`` escape.
+``clean_result_text`` removes and counts what a person cannot see but a model reads (invisible
+format characters, bidi controls, tag characters, variation selectors, control characters) and
+neutralises markup that acts when rendered (HTML comments cut, image targets dropped, links
+showing only their host, self-loading elements removed). ``escape_for_review`` writes every
+invisible or control character as a visible ``<U+XXXX>``.
 """
 
 from __future__ import annotations
@@ -38,10 +30,7 @@ _DEFAULT_IGNORABLE = (
 )  # fmt: skip
 # Blank fillers that are not default-ignorable but are drawn as an empty cell: the Braille blank.
 _BLANK_FILLERS = {0x2800}
-_ZERO_WIDTH = {
-    *(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)),
-    *_BLANK_FILLERS,
-}
+_ZERO_WIDTH = {*(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)), *_BLANK_FILLERS}
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 _SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")

@@ -1,31 +1,8 @@
 """The MCP host's configuration file (TOML or YAML): which servers, and what each may do.
 
-Server ids are the ``name`` keys the host's owner writes here, never a server's own
-self-declared name. Everything a server is allowed is opt-in: tools (``tools``), effects
-(undeclared = side-effecting), elicitation, sampling, roots and credentials.
-
-    [host]
-    pins = "mcp-pins.db"          # approved tool definitions (relative to this file)
-    state = "mcp-state.db"        # durable elicitation pauses
-    trace_dir = "tether-output/traces"
-    tenant = "default"
-
-    [[servers]]
-    name = "erp"
-    transport = "stdio"           # or "http" (Streamable HTTP)
-    command = ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"]
-    tools = ["read_order", "read_history"]
-    effects = { read_order = "read", read_history = "read" }
-    timeout_s = 10
-    max_result_chars = 20000
-    roots = ["file:///srv/project"]
-    elicitation = { enabled = true, url_mode = false }
-    sampling = { enabled = false }
-    credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
-    restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
-    sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
-    network = "none"              # confined: none (own loopback only) | ["host:port", …] | any
-    roots_writable = false        # confined: roots are read-only unless this is set
+Server ids are the owner's ``name`` keys, never a server's own name. Everything is opt-in: tools,
+effects (undeclared = side-effecting), elicitation, sampling, roots and credentials. Other MCP
+clients' forms are read too (``mcpServers``, ``type``, ``args``, ``${VAR}``).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""One MCP server's SDK client, run in a task of its own (a supervised connection).
-
-The SDK runs a connection's transport in task groups. Entered from a caller's task, a
-transport failure (a Streamable HTTP server gone mid-request) cancels that caller: the
-whole run. Here each connection lives in a detached task that owns every scope the SDK
-opens; whatever the transport does ends that task only. Callers use the client across
-tasks and are woken with ``ConnectionLost`` when the connection ends under them.
+"""One MCP server's SDK client, run in a detached task of its own (a supervised connection):
+whatever the transport's task groups do ends that task only, never the caller; callers get
+``ConnectionLost`` when the connection ends under them.
 """
 
 from __future__ import annotations

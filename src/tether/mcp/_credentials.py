@@ -1,11 +1,7 @@
 """Per-server credentials: resolved by the host, handed to one server, never traced.
 
-A server gets only the credentials its config names, from the environment (``env:VAR``, or
-``env:VAR:-default``: the default when VAR is unset or empty)
-or a secret file (``file:PATH``, which must not be readable by group or others). The
-user's and the model provider's credentials are never forwarded (no token passthrough):
-a config that points a server at them is refused. Every resolved value is registered
-with the tracer's ``Redactor``, so it never reaches a trace line.
+From ``env:VAR`` (``env:VAR:-default``) or ``file:PATH`` (not readable by group or others). The
+user's and the model provider's credentials are never forwarded; every value is a trace secret.
 """
 
 from __future__ import annotations

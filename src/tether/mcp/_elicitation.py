@@ -1,20 +1,9 @@
 """Elicitation (X5): a server asks the person a question. One handler for both protocol eras.
 
-On 2025-era connections the question arrives as a server-to-client request; on
-2026-07-28 it is embedded in an input-required result of ``tools/call``. The SDK routes
-both to the same callback, and this gate is that callback. In order, it:
-
-1. declines if the server is not opted in;
-2. URL mode: declines unless an interactive person consents after seeing the full URL
-   and its domain (the SDK always advertises URL mode; the host does not honour it
-   blindly), and never for non-http(s) URLs;
-3. form mode: checks the schema itself (a flat object of primitives only: the SDK does
-   not) and refuses credential-shaped questions without asking anyone;
-4. shows the question attributed to the asking server (and tool, when known), validates
-   the answer against the schema (re-asking a bounded number of times), and passes on
-   accept, decline or cancel;
-5. with no person at the keyboard, stores a durable pause and cancels the question, so
-   the run stops and ``tether mcp resume`` can continue it with a validated answer.
+The gate declines a server not opted in; takes URL mode only from a consenting interactive person
+(http(s) only); accepts only flat forms of primitives and refuses credential-shaped questions;
+shows the question attributed and validates the answer; with nobody to ask, stores a durable
+pause (``tether mcp resume``).
 """
 
 from __future__ import annotations

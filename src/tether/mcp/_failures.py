@@ -1,8 +1,5 @@
-"""How the MCP host reads a failure: the connection gone, or the server's answer wrong.
-
-A transport failure (the process or the HTTP server gone, the session no longer known, the
-connection closed) loses the connection: the server is quarantined or restarted. Anything
-else is the server's own answer failing (``UpstreamError``); the connection stays.
+"""How the MCP host reads a failure: a transport failure loses the connection (quarantine or
+restart); anything else is the server's own answer failing (``UpstreamError``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """One MCP server source from its config, every gate wired (``tether.mcphost.build_host`` builds
-the whole host from a config file).
-
-``build_source`` resolves each server's credentials (registered as trace secrets),
-creates its connection with the pin store, elicitation/sampling/roots gates and the
-host-declared effects, and adds a policy rule that denies any call to a tool whose
-definition is not (or no longer) approved. Tools reach the model as
-``<server id>__<tool>`` in a fixed order (sorted by name).
+the whole host), and the policy rule that denies calls to tools no longer approved.
 """
 
 from __future__ import annotations

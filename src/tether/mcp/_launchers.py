@@ -1,32 +1,11 @@
 """What a stdio server's launch command needs to run, found from the command itself.
 
-A confined server sees only what its launcher needs (``tether.mcp._sandbox``). This module
-reads the command the way the launcher would and names that, read-only:
-
-- **python** (``python -m pkg``, ``python script.py``, a venv or uv console script, whose
-  interpreter is found through its ``#!`` line): the interpreter's installation, a venv's base
-  (``pyvenv.cfg``), the folders its ``.pth`` files list and the server's ``PYTHONPATH``, read
-  from files (nothing of the server's runs outside the sandbox), so a pyenv, uv or venv
-  interpreter anywhere works; a script named on the command line is shown as that one file,
-  never its folder;
-- **node** (``node <pkg>/dist/index.js``, a ``#!/usr/bin/env node`` script): the node
-  installation, the package the script belongs to (its nearest ``package.json``) and every
-  ``node_modules`` folder node's resolution walks up through;
-- **npx** (``npx -y pkg``, ``npm exec pkg``, ``npm x pkg``): the package as npx installed it
-  in the npm cache (``~/.npm/_npx``), launched with node directly: no registry request, no
-  writable npm cache; a package not installed there needs the network, and the plan says so;
-- **uvx** (``uvx pkg``, ``uv tool run pkg``): uv resolves the tool's environment from its
-  cache, offline and without building anything (``--no-build``), on the host; the server then
-  starts from that environment like a console script;
-- anything else: the executable file itself.
-
-Each is shown under ``/opt/mcp`` by its role (``python``, ``env``, ``path``, ``app``, ``bin``),
-never at its host path, and what names host paths is rewritten for inside: a venv's
-``pyvenv.cfg`` and ``bin`` links, ``.pth`` files, ``PYTHONPATH``, the command line. No folder
-is ever shown just because a script sits in it, and none that holds (or is) one of the host's
-protected paths (its config folder, pins, state, logs, credential files). Not followed: an
-editable install through an import hook (setuptools' strict mode), whose finder module names
-host paths; its source must be a declared read path.
+Recognised: python (an interpreter, a venv or uv console script by its ``#!``; its installation,
+venv base, ``.pth`` folders and ``PYTHONPATH``, read from files, never by running it), node (the
+installation, the script's package and the ``node_modules`` above it), npx (the package as npx
+installed it, run by node), uvx (uv's cached environment, resolved offline); anything else: the
+executable itself. Each is shown under ``/opt/mcp`` by role, never at its host path, with what
+names host paths rewritten; never a folder holding one of the host's protected paths.
 """
 
 from __future__ import annotations

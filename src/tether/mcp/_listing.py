@@ -1,12 +1,8 @@
 """A server's tools as last listed, checked against the approved pins (X2).
 
-Every listing the host makes (at start, the re-check before a call, after a list-changed
-notice or listen event, after a task) passes ``absorb``: a tool whose canonical definition
-matches its pin is offered with the pinned definition; a new, changed, duplicated or vanished
-tool is blocked (and traced) until a person approves it again. A partial listing (one page)
-never unlists a tool. A tool the config never offers (outside its server's ``tools``) is
-blocked too but not traced: the config, not the pin check, decided it (a server listing dozens
-of tools would otherwise add a row for each at every launch).
+Every listing passes ``absorb``: a tool matching its pin is offered with the pinned definition; a
+new, changed, duplicated or vanished one is blocked (and traced) until approved again. A partial
+listing never unlists a tool; a tool outside the config's ``tools`` is blocked but not traced.
 """
 
 from __future__ import annotations

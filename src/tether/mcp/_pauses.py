@@ -1,16 +1,6 @@
-"""Durable pauses: an elicitation nobody could answer, kept until a person does; and a server's
-task that outlived its call, kept until it ends.
-
-A question's pause stores what was asked (server, tool, the exact call arguments, message,
-schema) and, once answered through ``tether mcp resume``, the validated answer. Re-running the
-paused call then finds the answer by the question's key and hands it to the server.
-
-A task's pause (status ``task``) stores the call and the server's task id (in ``answer``:
-``{"task_id", "check_after"}``: no person answers it). Re-running the paused call finds it by
-the call's key (``task_key``) and waits on that task again instead of calling the tool a
-second time; once the task's result is fetched the pause is ``completed``.
-``PauseStore`` holds the store's operations once, for SQLite and PostgreSQL; its table is
-declared in ``tether.sql._tables``.
+"""Durable pauses: a question nobody could answer (kept until ``tether mcp resume`` stores a
+validated answer, found again by the question's key), and a task that outlived its call (status
+``task``, found by ``task_key``: the call run again waits on it). Table: ``tether.sql._tables``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Capability pinning: an approved tool is a sha256 of its canonical definition.
-
-The canonical definition is the part of a tool the model reads or the host relies on:
-name, title, description, input and output schema, annotations, ``execution`` (task
-support), ``icons`` and ``_meta``. It is serialised as
-JSON with sorted keys and no insignificant whitespace, so the same definition hashes the
-same whatever order a server lists its keys in. Every listing is compared with the pins;
-a changed or new tool is blocked until a person approves it again.
-
-``PinStore`` holds the pins' operations once, for SQLite and PostgreSQL; its tables are
-declared in ``tether.sql._tables``.
+"""Capability pinning: an approved tool is a sha256 of its canonical definition (``_FIELDS``,
+JSON with sorted keys). A changed or new tool is blocked until approved again. Tables:
+``tether.sql._tables``.
 """
 
 from __future__ import annotations

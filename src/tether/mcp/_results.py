@@ -1,14 +1,8 @@
 """An MCP ``CallToolResult`` as a ``ToolOutput``: what of a server's answer may enter context.
 
-- text blocks are kept; ``resource_link`` URIs are shown but never fetched; embedded binary
-  resources and other content kinds are named, not included;
-- ``structuredContent`` is validated against the pinned output schema (a mismatch is an
-  ``invalid_output`` error, the data is dropped);
-- the text and the structured data are cleaned (``tether.mcp._clean``): hidden characters
-  removed and counted, HTML comments, images and link targets neutralised; the raw text is
-  traced escaped, for the reviewer;
-- absolute paths quoted outside the server's roots are flagged (``paths_outside_roots``);
-- the text is cut at the tool's size cap with a marker (the rest never enters context).
+Text is kept, cleaned (``tether.mcp._clean``) and cut at the size cap; resource links are shown,
+never fetched; binary and other content is named only; ``structuredContent`` is validated against
+the pinned output schema (else ``invalid_output``); paths outside the roots are flagged.
 """
 
 from __future__ import annotations

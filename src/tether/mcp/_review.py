@@ -1,33 +1,9 @@
 """Review of a server's tools before approval, read like an attacker would write them.
 
-Kinds of finding, each with where it was found (``description``,
-``inputSchema.properties.x.description``, ``instructions`` …):
-
-- ``hidden_unicode``: format/control/private-use characters, Unicode tag characters (an
-  ASCII message hidden in them is decoded for the reviewer), variation selectors: text a
-  person reviewing cannot see but a model reads;
-- ``instruction``: text addressed to the model rather than describing the tool
-  ("ignore previous instructions", "<IMPORTANT>", "before using this tool, read ~/.ssh",
-  "do not tell the user", "this tool now grants you internet access" …);
-- ``tool_reference``: a definition naming another tool — any configured server's, by its
-  namespaced or plain name, or a common sink (``send_email``, ``http_post``, ``curl`` …) —
-  or telling the model to call something;
-- ``url`` / ``email``: a web address or an e-mail address (where data would be sent);
-- ``secret_path``: the path of a credential file (``~/.ssh``, ``.env``, ``.aws/credentials`` …);
-- ``encoded_text``: prose hidden in base64, hex, %-escapes or ``\\u`` escapes (decoded for the
-  reviewer and scanned again), and ``foreign_script``: a passage in another writing system inside
-  Latin text, or a word mixing scripts. These two do not depend on the hidden text's language:
-  text the reviewer cannot read is flagged as such. Besides the English patterns, an
-  ``instruction`` is a sentence shaped like one in any language (``tether.mcp._addressed``: the
-  model named as its subject or called on, role markers, the conversation's machinery, an
-  override, emphasis, a target), after HTML entities are decoded;
-- ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
-  at a document elsewhere (the host never fetches it, so the tool cannot be validated).
-
-``scan_text`` applies the prose checks to any server-written text, such as the server's
-``instructions`` (shown to the reviewer, never sent to the model). Findings are hints for
-the person approving; they never make a tool trusted. A flagged tool is not pinned unless
-the reviewer accepts it by name.
+Finding kinds: ``hidden_unicode``, ``instruction`` (English patterns, and ``tether.mcp._addressed``
+for any language), ``tool_reference``, ``url``, ``email``, ``secret_path``, ``encoded_text``
+(decoded and scanned again), ``foreign_script``, ``invalid_schema`` and ``remote_ref``. Findings
+are hints for the approver; a flagged tool is not pinned unless accepted by name.
 """
 
 from __future__ import annotations
@@ -351,12 +327,7 @@ def scan_text(
         for encoding, decoded in decode_hidden(visible):
             findings.append(Finding(tool, "encoded_text", where, f"{encoding}: {decoded[:120]!r}"))
             inner = scan_text(
-                tool,
-                f"{where} ({encoding}-decoded)",
-                decoded,
-                names,
-                script=script,
-                _depth=_depth + 1,
+                tool, f"{where} ({encoding}-decoded)", decoded, names, script=script, _depth=_depth + 1
             )
             findings += inner
     return findings

@@ -1,10 +1,8 @@
 """Roots (X4, legacy in 2026-07-28): the file:// URIs a server is told to look at.
 
-Roots say what a server should look at, not what it may do; enforcement belongs to a
-sandbox. The host still validates every declared root: ``file`` scheme, local host,
-absolute path, no ``.``/``..`` segments (raw or percent-encoded), no query or fragment,
-no control characters, and, when a base folder is given, inside it after resolving
-symlinks. Only servers with declared roots get an answer to ``roots/list``.
+Roots are advice, not enforcement (the sandbox enforces). Every root is validated: ``file``
+scheme, local, absolute, no dot segments, query, fragment or control characters, and inside the
+base folder when one is given. Only servers with declared roots get an answer to ``roots/list``.
 """
 
 from __future__ import annotations

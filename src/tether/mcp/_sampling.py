@@ -1,15 +1,9 @@
 """Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
 
-Denied unless the server is opted in (and then advertised: only then). Every request passes
-a consent hook that sees the exact prompt (messages, capped max_tokens) and the server's
-system prompt marked as dropped: it is shown, never sent to the model (a server's system
-prompt is where "reveal the conversation" hides). A request with ``includeContext`` other
-than ``none`` is refused: the server sees only the text it sent and the model's answer,
-never the agent's conversation. Each server has its own budget (calls, seconds, tokens per
-session) and a per-call cap (one flooding tool call cannot spend the server's budget and
-starve its honest tools), separate from the run's budget; exhaustion returns a clear error
-to the server and the run goes on. The sampled answer is text for the server: tool calls
-are never offered, and any the model proposes are dropped.
+Denied unless the server is opted in. A consent hook sees the exact prompt; the server's system
+prompt is shown but never sent, and ``includeContext`` other than ``none`` is refused. Each
+server has its own budget (calls, seconds, tokens) and a per-call cap, separate from the run's;
+tool calls are never offered to the model.
 """
 
 from __future__ import annotations

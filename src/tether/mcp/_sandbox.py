@@ -1,43 +1,13 @@
-"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs.
+"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs (X4).
 
-Roots say what a server should look at; the sandbox is what holds it to that (X4). A
-confined server sees:
-
-- read-only: the system's program folders (``/usr``, ``/lib*``, ``/bin``, ``/sbin``), a few
-  files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), what
-  its launcher needs (``tether.mcp._launchers``: the interpreter and its import path, a node
-  package and its ``node_modules``, an npx or uvx install, a script as that one file) under
-  ``/opt/mcp`` by the names of their roles, never at their host paths, and its ``file://``
-  roots and the paths listed in ``sandbox_read`` at their own paths (the user named them);
-  nothing else of the host's folders shows, not even their names: the launcher's folders are
-  read through neutral views laid before bwrap starts, so even the kernel's
-  ``/proc/self/mountinfo`` names none of them (where overlays cannot be had, ``overlay_status``
-  says why and mountinfo names the host folders);
-- read-write: its roots only when ``roots_writable`` is set, and the paths listed in
-  ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
-  stops; and its own Python environment (a venv or uvx install) through a private write layer
-  (an overlay in a mount namespace only the launch has), gone when it stops, so a package that
-  installs something into its own folder on first use works and the host's copy is unchanged
-  (where overlays cannot be had, ``overlay_status`` says why and the folder is read-only);
-- never the config folder, the pins, the state, the logs or any server's credential files,
-  even when a listed path would hold them (the path is withheld and the review says so);
-- its own ``/proc`` (the bwrap options travel on a file descriptor, so ``/proc/1/cmdline``
-  shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
-  PID, IPC and UTS namespaces; it dies with the host;
-- network: ``none`` (the default: a network namespace of its own with only its own
-  loopback); an allowlist of ``host:port`` entries (``tether.mcp._netallow``): a network
-  namespace of its own whose only way out is an HTTP proxy the host serves on a socket in it
-  (``HTTP_PROXY``/``HTTPS_PROXY`` say where; ``tether.mcp._netproxy``), which connects, from
-  the host, only to the listed destinations, names resolved by the host (no ``/etc/resolv.conf``
-  inside), a name that resolves to the host's loopback refused unless listed as such; a
-  client that ignores the proxy settings has no network at all. Or ``any``: the host's
-  network, its loopback services included (an explicit opt-out, and the review says so). With
-  a network, the host's certificate settings where they name a shown file.
-
-``sandbox: auto`` (the default) confines whenever ``bwrap`` works here and otherwise starts
-the server unconfined with a visible warning; ``required`` refuses to start an unconfined
-server; ``none`` opts out. When a confined server fails to start, ``hint`` says which
-setting may be the cause.
+Read-only: the system folders, a few ``/etc`` files, what its launcher needs
+(``tether.mcp._launchers``, shown under ``/opt/mcp`` through neutral views, never at host paths),
+its ``file://`` roots and ``sandbox_read``. Read-write: roots only with ``roots_writable``,
+``sandbox_write``, a private home and ``/tmp``, and its own environment through a private
+overlay. Never the config folder, pins, state, logs or credential files. Its own ``/proc``,
+``/dev`` and namespaces; network ``none`` (own loopback), an allowlist served by the host's proxy
+(``tether.mcp._netproxy``), or ``any``. ``sandbox: auto`` confines when ``bwrap`` works and warns
+otherwise; ``required`` refuses to start unconfined; ``none`` opts out.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A stdio server's stderr, attributed and escaped (the server writes; the host decides what shows).
 
-Every line is prefixed with the server id, its control and invisible characters written as
-visible escapes (no terminal escape sequence from a server ever reaches the terminal), cut
-at a maximum length, and appended to a per-server log file, up to ``MAX_LOG_BYTES`` a launch
-(past it lines are only counted, and the log says how many; a log already that large is moved
-aside to ``.1`` first). The terminal gets the lines at a bounded rate (a burst, then a few a
-second); what is held back is counted and said once. A line neither kept nor shown costs only
-its reading: a server flooding stderr is drained as fast as it writes and never blocks on it.
+Each line is prefixed with the server id, escaped, cut, and appended to a per-server log (up to
+``MAX_LOG_BYTES`` a launch, then only counted); the terminal gets lines at a bounded rate. A
+flooding server is drained as fast as it writes and never blocks.
 """
 
 from __future__ import annotations

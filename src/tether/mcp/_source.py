@@ -1,25 +1,11 @@
 """An MCP server as a tool source, through the official ``mcp`` SDK (stdio or Streamable HTTP).
 
-Connecting a server creates no trust (X2):
-
-- tool names are namespaced with the id the host assigns (``<server>__<tool>``);
-- effects come from the host's declaration (an undeclared tool is side-effecting, so the
-  policy asks for approval); server annotations are recorded as untrusted hints only;
-- with a pin store, only tools whose canonical definition matches an approved pin are
-  offered, and the model sees the pinned definition; every listing the host makes (start,
-  re-check before a call, list-changed, the 2026 listen stream) is compared with the pins,
-  and a changed or new tool is blocked until re-approved;
-- arguments are validated against the pinned input schema before the server sees them;
-- results are untrusted observations (``tether.mcp._results``): cleaned, size-capped,
-  ``structuredContent`` validated against the pinned output schema, links never fetched.
-
-Each connection is supervised (``tether.mcp._connection``): it runs in a task of its own, so
-a transport failure at connect, mid-call or between runs (stdio or HTTP, either era) is
-``dependency_unavailable`` for that server's calls, traced with its cause, and then either
-quarantines the server or restarts it (``restart: on_failure``, bounded); it never cancels
-the run or another server. ``start``, ``list_tools``, ``call`` and ``close`` raise only
-``ToolError`` subclasses (``DependencyUnavailable`` when the server is gone), never a
-transport's ``CancelledError`` or exception group.
+Connecting creates no trust (X2): tools are namespaced ``<server>__<tool>``; effects come from
+the host's declaration (undeclared: side-effecting); with a pin store only approved definitions
+are offered and every listing is compared with the pins; arguments are validated against the
+pinned schema; results are untrusted (``tether.mcp._results``). Each connection is supervised
+(``tether.mcp._connection``): a transport failure is ``dependency_unavailable`` for that server,
+which is quarantined or restarted; the public methods raise only ``ToolError`` subclasses.
 """
 
 from __future__ import annotations

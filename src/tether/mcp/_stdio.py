@@ -1,13 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
-Launching first lets the server start up while the host loads the SDK (both take about
-the same time, so a connection costs about one start-up, not two). The transport then
-speaks newline-delimited JSON-RPC over the child's stdin/stdout, as the SDK's own does,
-with these differences: a line longer than the cap is discarded while it streams in (never
-held whole in memory) and answered for the server as an error, as is an answer that is not
-JSON-RPC; the server's exit ends the connection even while a child it left holds its stdout;
-and shutting down closes stdin, then terminates and kills the whole process group, each
-after a grace period.
+Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
+and answered as an error (as is non-JSON-RPC), the server's exit ends the connection, and
+shutdown closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations

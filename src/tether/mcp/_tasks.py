@@ -1,29 +1,12 @@
-"""Task-augmented tool calls (MCP 2025-11-25 tasks), for a tool whose pinned definition says
+"""Task-augmented tool calls (MCP 2025-11-25 tasks), for a tool pinned with
 ``execution.taskSupport: required``.
 
-The SDK has the task messages but no client for them (it validates every ``tools/call``
-answer as a ``CallToolResult``), so the host speaks them itself, on the same connection:
-a ``TaskRelay`` sits between the SDK session and the transport's message streams (stdio or
-Streamable HTTP alike), forwards everything both ways, and lets the host send requests of
-its own, with ids of its own (``tether-task-N``) whose answers it takes before the SDK sees
-them. Requests the server sends meanwhile (a task's questions) reach the SDK and the
-elicitation gate like any other.
-
-``run_task`` sends ``tools/call`` with a ``task`` (its time to live: the call's limit), then
-polls ``tasks/get`` at the server's suggested interval, clamped to [50 ms, 5 s] whatever
-it asks, until the task ends or needs input, then fetches the result with ``tasks/result``.
-A server may also say so itself (``notifications/tasks/status``): the relay takes those
-notifications before the SDK (which does not know them), and one that reports a task of
-this call ended or needing input ends the wait at once, without waiting for the next poll;
-any other status notification (a flood of "working", a made-up task id) is dropped, so it
-costs the host nothing and never makes it poll faster. A call that ends before its task
-(its timeout, the run cancelled, a failed poll) sends ``tasks/cancel`` (bounded). The
-caller cleans and labels the result like any other.
-
-A long task need not end within its call: given ``park_at`` (when the call's wait budget runs
-out), ``run_task`` stops polling before then and returns ``Parked`` instead of cancelling, the
-task left running on the server; the caller records a durable pause, and a later call with
-``task_id`` waits on that same task (the tool is not called again).
+The SDK has no client for tasks, so a ``TaskRelay`` sits between the SDK session and the
+transport: it forwards everything and sends the host's own requests (ids ``tether-task-N``),
+taking their answers first. ``run_task`` creates the task, polls ``tasks/get`` (interval clamped
+to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, any other is
+dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
+``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
 """
 
 from __future__ import annotations

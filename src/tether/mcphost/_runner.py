@@ -234,12 +234,7 @@ async def answer_pause(
 
 
 async def resume_pause(
-    config: McpConfig,
-    pause_id: str,
-    action: str,
-    content: dict[str, Any] | None,
-    *,
-    actor: str,
+    config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> dict[str, Any]:
     """Answer a pending elicitation with a validated answer, then re-run the paused call.
 
