@@ -194,7 +194,7 @@ async def call_tool(
             f"(pause {info.pause_id})",
             pause_id=info.pause_id,
         )
-    definition = source._pinned.get(spec.remote_name, {})
+    definition = source.listing.pinned.get(spec.remote_name, {})
     output = convert_result(
         source.name, spec, result, definition, source.emit, _validate, roots=source._root_paths()
     )
@@ -216,7 +216,7 @@ async def _send(
 ) -> Any:
     async def send(client: Any) -> Any:
         source._refuse_unapproved(spec)  # (again on a new session: its listing was checked anew)
-        definition = source._pinned.get(spec.remote_name, {})
+        definition = source.listing.pinned.get(spec.remote_name, {})
         if task_required(definition):
             return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(

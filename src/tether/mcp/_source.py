@@ -15,8 +15,7 @@ import hashlib
 import json
 import shlex
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -160,8 +159,6 @@ class McpServerSource:
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
-    # -- identity and tracing ---------------------------------------------------------------
-
     def describe(self) -> dict[str, Any]:
         """What is launched or contacted, shown before the first launch (and traced)."""
         if self.command:
@@ -183,8 +180,7 @@ class McpServerSource:
         return hashlib.sha256(ident.encode("utf-8")).hexdigest()
 
     def bind_tracer(self, tracer: Any) -> None:
-        """Send this source's decisions to a run's tracer: first what happened before the run
-        (the launch, recorded before it happened, and the pin checks), then everything after."""
+        """Send this source's decisions to a run's tracer, those made before the run first."""
         self._tracer = tracer
         pending, self._pending_events = self._pending_events, []
         if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
@@ -211,7 +207,7 @@ class McpServerSource:
         self._pending_events.append((kind, data))
 
     def current_call(self) -> CallInfo | None:
-        """The call a server request belongs to: known when exactly one call is in flight."""
+        """The call a server request belongs to: known when exactly one is in flight."""
         return self._inflight[0] if len(self._inflight) == 1 else None
 
     def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
@@ -220,17 +216,6 @@ class McpServerSource:
     def gate_hooks(self, kind: EventKind) -> GateHooks:
         """What a gate on this server's requests is given: its call, and its trace as ``kind``."""
         return {"current_call": self.current_call, "on_event": self.event_sink(kind)}
-
-    # -- connecting (in the connection's own task) ------------------------------------------
-
-    async def _open(self, stack: AsyncExitStack) -> Any:
-        return await open_client(self, stack)
-
-    async def _prepare(self, client: Any) -> None:
-        await prepare(self, client)
-
-    async def _serve(self, client: Any) -> None:
-        await serve(self, client)
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None) or getattr(
@@ -241,8 +226,6 @@ class McpServerSource:
                 self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._stale = True
 
-    # -- lifecycle (in the caller's task) -----------------------------------------------------
-
     def launch(self) -> None:
         """Begin connecting in the background (returns at once)."""
         if self._conn is not None or self.unavailable is not None:
@@ -252,12 +235,17 @@ class McpServerSource:
         self.emit(
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
-        self._conn = Connection(self._open, self._prepare, self._serve, name=self.name)
+        self._conn = Connection(
+            lambda stack: open_client(self, stack),
+            lambda client: prepare(self, client),
+            lambda client: serve(self, client),
+            name=self.name,
+        )
         self._conn.launch()
 
     async def start(self) -> None:
-        """Connect (together with the peers) and list the tools. With ``fail_soft`` a server that
-        cannot start is marked unavailable; otherwise raises ``DependencyUnavailable``."""
+        """Connect (with the peers) and list the tools. Raises ``DependencyUnavailable`` unless
+        ``fail_soft`` (then the server is marked unavailable)."""
         if self.unavailable is not None or (self._conn is not None and self._conn is self._announced):
             return
         for peer in self.peers:
@@ -292,9 +280,7 @@ class McpServerSource:
                 why = str(leaf(err.cause))
             else:
                 why = describe_error(err)
-            # The model may read this reason: the host's own refusals (with their local paths)
-            # are told in full to the person only.
-            short = why
+            short = why  # (the model may read it: the host's own refusals go to the person only)
             if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
                 short = "the host could not launch it as configured (the run's output says why)"
             detail = await self._failure_detail(why, started=conn.answered)
@@ -310,9 +296,8 @@ class McpServerSource:
         )
 
     async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
-        """For the person (never the model): the cause, the server's last stderr lines and, for
-        a confined server that did not get as far as answering the handshake (``started``),
-        which sandbox setting may be the cause."""
+        """For the person (never the model): the cause, the last stderr lines and, when the server
+        never answered the handshake, which sandbox setting may be the cause."""
         from tether.mcp._sandbox import failure_hint
 
         if self.stderr is not None:
@@ -408,7 +393,7 @@ class McpServerSource:
             return conn
 
     async def close(self) -> None:
-        """Stop every connection (bounded). Never raises for a transport's failure."""
+        """Stop every connection (bounded), never raising for a transport's failure."""
         conns = [c for c in (self._conn, *self._retired) if c is not None]
         self._conn, self._retired = None, []
         with contextlib.suppress(Exception):
@@ -418,9 +403,6 @@ class McpServerSource:
         if self.stderr is not None:
             await anyio.to_thread.run_sync(self.stderr.wait)
 
-    # -- listing and pins -------------------------------------------------------------------
-
-    # The listing's state, by the names the rest of the source (and the host's policy) reads.
     @property
     def pins(self) -> Pins | None:
         return self.listing.pins
@@ -437,15 +419,9 @@ class McpServerSource:
     def checks(self) -> list[ToolCheck]:
         return self.listing.checks
 
-    @property
-    def _pinned(self) -> dict[str, dict[str, Any]]:
-        return self.listing.pinned
-
     async def _list(self, client: Any) -> list[ToolCheck]:
-        """List the server's tools now, every page, bypassing the SDK's response cache, and check
-        the listing against the pins. The host lists only here; what the SDK lists on its own
-        (for output validation, after a header mismatch) is never offered: a call is checked
-        against this listing (``_refuse_unapproved``), and results against the pinned schema."""
+        """List every page now (not the SDK's cache) and check it against the pins. The host lists
+        only here: what the SDK lists on its own is never offered."""
         cursor: str | None = None
         tools: list[Any] = []
         cursors: set[str] = set()
@@ -464,10 +440,9 @@ class McpServerSource:
         return self.checks
 
     async def refresh(self) -> list[ToolCheck]:
-        """List the server's tools now and check them against the pins. Raises
-        ``DependencyUnavailable`` when the server cannot be reached."""
+        """List the tools now and check them against the pins. Raises ``DependencyUnavailable``."""
         conn = await self._usable()
-        checks: list[ToolCheck] = await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        checks: list[ToolCheck] = await guarded(self, conn, self._list, self.timeout_s, "while listing tools")
         return checks
 
     async def list_tools(self) -> list[ToolSpec]:
@@ -484,7 +459,7 @@ class McpServerSource:
                 return []
         self._listed_at_connect = False
         specs = []
-        for remote, d in sorted(self._pinned.items()):
+        for remote, d in sorted(self.listing.pinned.items()):
             if remote in self.blocked:
                 continue
             if self.allow_tools is not None and remote not in self.allow_tools:
@@ -508,9 +483,8 @@ class McpServerSource:
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Check arguments against the pinned input schema with the host's one schema engine
-        (the gate runs the same check on the offered spec). Raises ``ToolInputError``."""
-        definition = self._pinned.get(remote_name)
+        """Check arguments against the pinned input schema. Raises ``ToolInputError``."""
+        definition = self.listing.pinned.get(remote_name)
         if definition is None:
             raise ToolInputError(f"unknown tool {remote_name!r} on server {self.name}")
         try:
@@ -531,21 +505,14 @@ class McpServerSource:
                 f"{spec.name} is blocked: {self.blocked[remote]} since approval",
                 hint=f"a person must review and approve it again (tether mcp approve {self.name})",
             )
-        if remote not in self._pinned or (self.allow_tools is not None and remote not in self.allow_tools):
+        if remote not in self.listing.pinned or (
+            self.allow_tools is not None and remote not in self.allow_tools
+        ):
             raise CapabilityBlocked(f"{spec.name} is not an approved tool of server {self.name}")
-
-    # -- calls ------------------------------------------------------------------------------
-
-    async def _guarded(
-        self, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float, phase: str
-    ) -> Any:
-        return await guarded(self, conn, fn, timeout_s, phase)
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
         """One call (``tether.mcp._calling``). Raises ``ToolError`` subclasses only."""
         return await call_tool(self, spec, arguments, context)
-
-    # -- roots ------------------------------------------------------------------------------
 
     def _root_paths(self) -> list[Any]:
         return list(self.roots.paths()) if self.roots is not None else []
@@ -564,7 +531,7 @@ class McpServerSource:
                     await client.send_roots_list_changed()
 
             with contextlib.suppress(DependencyUnavailable):
-                await self._guarded(conn, notify, self.timeout_s, "sending roots/list_changed")
+                await guarded(self, conn, notify, self.timeout_s, "sending roots/list_changed")
                 self.emit(
                     EventKind.MCP_ROOTS,
                     server=self.name,
