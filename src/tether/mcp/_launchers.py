@@ -35,11 +35,8 @@ MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under name
 
 @dataclass
 class Launch:
-    """The launch as confinement sees it. ``argv`` is the command inside, with the paths the
-    server sees (its files are shown under ``MOUNT_ROOT``, never at their host paths);
-    ``host_argv`` is the same command outside (npx/uvx rewritten to what they would run);
-    ``read_only`` the host paths shown, ``ops`` the bwrap operations that show them, in order,
-    and ``data`` the contents of the files generated for inside (``{data-fd:N}`` in ``ops``)."""
+    """The launch as confinement sees it: ``argv`` inside (``host_argv`` outside), the host paths
+    shown (``read_only``) by the bwrap ``ops``, and generated files' contents (``data``)."""
 
     profile: str
     argv: list[str]
@@ -67,10 +64,8 @@ class Launch:
         return None
 
     def show(self, host: Path, role: str, *, at: str | None = None, private: bool = False) -> str | None:
-        """Show ``host`` read-only under ``MOUNT_ROOT`` (a name of its role, or ``at``);
-        ``None`` when it does not exist or is, or holds, a protected path. ``private``: the
-        server may write there, into a layer of its own that is gone when it stops (where
-        the sandbox can lay one: otherwise read-only)."""
+        """Show ``host`` read-only under ``MOUNT_ROOT`` (at its role's name, or ``at``); ``None``
+        when missing or holding a protected path. ``private``: writable through a private layer."""
         if not host.exists():
             return None
         if (already := self.translate(host)) is not None and at is None:
@@ -96,13 +91,13 @@ class Launch:
         return at
 
     def generate(self, at: str, content: bytes) -> None:
-        """A file inside with ``content`` (over whatever is there: a rewritten config)."""
+        """A file inside with ``content`` (over whatever is there)."""
         self.ops.append(("--ro-bind-data", f"{{data-fd:{len(self.data)}}}", at))
         self.data.append(content)
 
 
 def inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is ``folder`` or below it (by their parts: no file is read)."""
+    """Whether ``path`` is ``folder`` or below it (by their parts)."""
     n = len(folder.parts)
     return n > 0 and path.parts[:n] == folder.parts
 
@@ -145,9 +140,6 @@ def resolve_launch(
     return launch
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-
 def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
     if os.sep in command:
         p = Path(command) if os.path.isabs(command) else cwd / command
@@ -178,8 +170,7 @@ def _interpreter_of(exe: Path) -> str | None:
         rest = [w for w in words[1:] if not w.startswith("-")]
         if not rest:
             return None
-        found = shutil.which(rest[0])
-        return found
+        return shutil.which(rest[0])
     # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
     # and uv's relocatable one: '''exec' "$(dirname -- "$(realpath -- "$0")")"/'python' "$0" …
     if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
@@ -200,9 +191,8 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
             yield i, p.resolve()
 
 
-# -- python ----------------------------------------------------------------------------------
-# Read from the environment's files, never by running its interpreter: a ``.pth`` file of a
-# package runs code whenever the interpreter starts, and that code runs only confined.
+# Python environments are read from their files, never by running the interpreter: a ``.pth``
+# file runs code whenever the interpreter starts, and that code runs only confined.
 
 
 def _venv_config(prefix: Path) -> dict[str, str]:
@@ -252,8 +242,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
 
 
 def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
-    """The folders ``.pth`` files list (editable installs), each shown and its ``.pth`` file
-    rewritten to name it inside, and the server's ``PYTHONPATH``, shown and rewritten."""
+    """Show the folders ``.pth`` files and ``PYTHONPATH`` list, both rewritten to name them inside."""
     for prefix in list(launch.read_only):
         for site in sorted(prefix.glob("lib/python3*/site-packages")):
             for pth in sorted(site.glob("*.pth")):
@@ -309,9 +298,6 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
     return launch
 
 
-# -- node ------------------------------------------------------------------------------------
-
-
 def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
     argv = launch.argv
     launch.host_argv = list(argv)
@@ -330,8 +316,8 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
 
 
 def _node_package(launch: Launch, script: Path) -> str:
-    """Show the script's package (its nearest ``package.json``) and every ``node_modules``
-    above it, their layout kept (node resolves by walking up); where the script is inside."""
+    """Show the script's package and every ``node_modules`` above it, their layout kept (node
+    resolves by walking up); where the script is inside."""
     package = next((d for d in script.parents if (d / "package.json").is_file()), None)
     items = [
         package or script,
@@ -364,20 +350,13 @@ def _npx_spec(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     spec: str | None = None
     while i < len(argv):
         arg = argv[i]
-        if arg == "--":
-            i += 1
-            continue
         if arg in ("-p", "--package") and i + 1 < len(argv):
             spec = argv[i + 1]
             i += 2
-            continue
-        if arg.startswith("-"):
+        elif arg.startswith("-"):
             i += 1
-            continue
-        if spec is None:
-            spec = arg
-            return spec, list(argv[i + 1 :])
-        return spec, list(argv[i + 1 :])  # with --package, the command is the bin's name
+        else:  # with --package, the command is the bin's name
+            return (arg if spec is None else spec), list(argv[i + 1 :])
     return spec, []
 
 
@@ -452,16 +431,12 @@ def _npx(
                 "network: any for this server"
             ),
         )
-    launch = _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
-    return launch
-
-
-# -- uvx -------------------------------------------------------------------------------------
+    return _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
 
 
 def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:
-    """``uvx [--from X] pkg args``: uv finds (offline) the tool's cached environment on the host;
-    the server then starts from that environment's own console script."""
+    """``uvx [--from X] pkg args``: uv finds the tool's cached environment offline, on the host;
+    the server starts from its console script."""
     i = 1 if Path(argv[0]).name == "uvx" else 3
     source: str | None = None
     command: str | None = None
@@ -471,16 +446,14 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded:
         if arg == "--from" and i + 1 < len(argv):
             source = argv[i + 1]
             i += 2
-            continue
-        if arg in ("--python", "-p", "--with") and i + 1 < len(argv):
+        elif arg in ("--python", "-p", "--with") and i + 1 < len(argv):
             uv_args += [arg, argv[i + 1]]
             i += 2
-            continue
-        if arg.startswith("-"):
+        elif arg.startswith("-"):
             i += 1
-            continue
-        command = arg
-        break
+        else:
+            command = arg
+            break
     if command is None:
         return Launch("uvx", argv, problem="cannot read this uvx command (no tool named)")
     rest = argv[i + 1 :]

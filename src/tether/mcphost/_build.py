@@ -1,10 +1,5 @@
-"""Build a governed ``Host`` from an MCP config file: one client per server, every gate wired.
-
-``build_host(config)`` creates each server's source (``tether.mcp._hosting.build_source``:
-credentials registered as trace secrets, pin store, elicitation/sampling/roots gates, declared
-effects) and adds a policy rule that denies any call to a tool whose definition is not (or no
-longer) approved. Tools reach the model as ``<server id>__<tool>``.
-"""
+"""Build a governed ``Host`` from an MCP config file: one client per server (``build_source``),
+every gate wired, and a policy rule denying tools no longer approved."""
 
 from __future__ import annotations
 
@@ -42,9 +37,7 @@ def build_host(
     pauses: Any = None,
 ) -> Host:
     """A host with every configured server (or the named ones). Raises ``ConfigError``.
-
-    ``pins`` and ``pauses`` replace the config's SQLite files with other stores of the same
-    protocol (a deployment's PostgreSQL stores, shared by every worker)."""
+    ``pins`` and ``pauses`` replace the config's SQLite stores (e.g. a deployment's)."""
     environ = os.environ if environ is None else environ
     if pins is None and use_pins:
         pins = PinStore(config.path(config.host.pins))
@@ -83,9 +76,7 @@ def build_host(
     for source in sources.values():
         # Every server connects concurrently: the first one started launches the others too.
         source.peers = [s for s in sources.values() if s is not source]
-        if approvals is None:
-            # No approval store, no checkpoint: nothing could resume a run paused on a long task,
-            # so a task still running at its call's limit is cancelled there.
+        if approvals is None:  # nothing could resume a run paused on a long task
             source.long_tasks = "cancel"
         host.add_source(source)
     return host
