@@ -61,13 +61,9 @@ async def guarded(
 
 
 async def renewing(source: McpServerSource, conns: list[Connection], fn: Callable[[Any], Awaitable[T]]) -> T:
-    """``fn(client)`` on the last of ``conns`` (a new session's connection is appended).
-
-    A Streamable HTTP server that answers 404 to a request carrying the session id no longer
-    knows that session (it restarted, or the session expired): the client must start a new one,
-    with a new ``initialize`` (a new connection: its tools listed and checked against the pins
-    again). A 404 means the server did not process the request, so sending the same request
-    again on the new session repeats no effect. Once per call: a second 404 is a lost connection."""
+    """``fn(client)`` on the last of ``conns``. An HTTP server's 404 to the session id means it no
+    longer knows the session and did not process the request: a new session (a new connection,
+    listed and checked again) is appended and the request sent again, once per call."""
     try:
         return await conns[-1].run(fn)
     except Exception as err:
@@ -94,8 +90,8 @@ def _lost(source: McpServerSource, conn: Connection, err: Exception, phase: str,
 
 
 async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
-    """The connection to call on, after the pin re-check this call needs. A failure here is
-    before the call was sent, so one restart (if allowed) is tried before giving up."""
+    """The connection to call on, after the pin re-check this call needs (a failure here is
+    before the send: one restart, if allowed, is tried)."""
     conn = await source._usable()
     modern_unheard = is_modern(source.protocol_version) and not source._listening
     if source.pins is None or not (source.recheck == "each_call" or source._stale or modern_unheard):
@@ -124,8 +120,7 @@ class _Limits:
         now = anyio.current_time()
         self.scope = anyio.CancelScope(deadline=now + self.spec.timeout_s)
         self.ceiling = now + (self.source.max_call_s or self.spec.timeout_s)
-        # Traced and shown at a bounded rate, as a server's log lines are (a flood of progress
-        # would fill the trace and the terminal); what is held back is counted on the next one.
+        # Progress is traced and shown at a bounded rate; what is held back is counted on the next.
         self.rate, self.held = TokenBucket(5.0, 20), 0
 
     async def progress(self, done: float, total: float | None, message: str | None) -> None:
@@ -147,8 +142,7 @@ class _Limits:
     def exceeded(self) -> Unavailable:
         source, spec = self.source, self.spec
         stretched = source.progress_resets_timeout and (source.max_call_s or 0) > spec.timeout_s
-        if stretched and self.scope.deadline >= self.ceiling:
-            # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
+        if stretched and self.scope.deadline >= self.ceiling:  # kept alive by progress up to max_call_s
             limit = source.max_call_s or spec.timeout_s
             return Unavailable(
                 f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
@@ -198,8 +192,7 @@ async def call_tool(
     output = convert_result(
         source.name, spec, result, definition, source.emit, _validate, roots=source._root_paths()
     )
-    if info.elicitations:
-        # What became of the server's questions: the call's outcome says it, not only the server.
+    if info.elicitations:  # what became of the server's questions, in the call's own outcome
         output.meta["elicitation"] = list(info.elicitations)
     if info.samples:
         output.meta["sampling_requests"] = info.samples
@@ -229,8 +222,7 @@ async def _send(
     try:
         return await renewing(source, conns, send)
     except Exception as err:
-        # -32042 (2025-11-25): the server needs the person to open a URL first. It is asked
-        # like a URL elicitation; once every URL is accepted the call is sent again.
+        # -32042: the person must open a URL first (a URL elicitation); accepted, the call is resent.
         if not await _url_flow(source, err, info):
             raise
         return await conns[-1].run(send)
@@ -254,11 +246,9 @@ async def run_as_task(
     info: CallInfo,
     limits: _Limits,
 ) -> Any:
-    """A tool that runs only as a task: polled to its end within this call's limits (a new
-    status message counts as progress); its result is used only if the tool's definition
-    is still the approved one when the task ends. With a pause store and ``long_tasks:
-    pause``, a task still running when the limits run out is parked (``Parked``, its pause id
-    in ``info``) and a call of the run that parked it waits on the same task."""
+    """A task-only tool, polled within this call's limits (a status message is progress); its
+    result is used only if the definition is still approved when it ends. With ``long_tasks:
+    pause`` a task outliving the limits is parked (``Parked``, its pause id in ``info``)."""
     from tether.mcp._source import CapabilityBlocked
 
     def emit(**data: Any) -> None:
@@ -273,8 +263,7 @@ async def run_as_task(
     park_at = None
     if pauses is not None:
         earlier = await pauses.parked(info.run_id, source.name, spec.name, arguments)
-        # Parked before the call's deadline, with room to record the pause: the deadline itself
-        # would cancel the task.
+        # Parked before the call's deadline (which would cancel the task), with room to record it.
         margin = min(2.0, spec.timeout_s / 4)
 
         def park_at() -> float:
@@ -286,17 +275,14 @@ async def run_as_task(
             ttl_s=source.task_ttl_s if pauses is not None else limit,
             task_id=earlier.task_id if earlier is not None else None, park_at=park_at,
         )  # fmt: skip
-    except UpstreamError:
-        # The task is over for good (cancelled by its server, or unknown to it): nothing waits on
-        # it. A lost connection leaves the pause open, so the run's resume waits on it again.
+    except UpstreamError:  # over for good (a lost connection leaves the pause open instead)
         if earlier is not None:
             with anyio.CancelScope(shield=True):
                 await earlier_done(source, earlier.id, "failed")
         raise
     if isinstance(result, Parked):
         assert pauses is not None
-        # Nobody need look again before the server's poll interval, nor, for a task running
-        # long, before half its age again (a worker resumes the run when that time comes).
+        # Nobody need look again before the poll interval, nor before half the task's age again.
         now = datetime.now(UTC)
         age = (now - datetime.fromisoformat(earlier.created_at)).total_seconds() if earlier else 0.0
         check_after = now + timedelta(seconds=min(max(result.poll_s, age / 2, MIN_CHECK_S), MAX_CHECK_S))
@@ -333,10 +319,8 @@ async def earlier_done(source: McpServerSource, pause_id: str, outcome: str) -> 
 
 
 async def cancel_parked(source: McpServerSource, run_id: str) -> list[str]:
-    """Cancel, on the server, each task a call of ``run_id`` left parked there (the run was
-    cancelled); each pause is closed whatever the server answers, so nothing waits on it.
-    Returns the task ids the server accepted to cancel. Raises ``Unavailable`` when the
-    server cannot be reached (the pauses are then left as they were)."""
+    """Cancel on the server the tasks ``run_id`` left parked, closing their pauses; the task ids
+    it accepted to cancel. Raises ``Unavailable`` (the pauses then left as they were)."""
     from tether.mcp._tasks import cancel_task
 
     if source.pauses is None:
@@ -374,9 +358,8 @@ async def _url_flow(source: McpServerSource, err: BaseException, info: CallInfo)
 
 
 def _validate(instance: Any, schema: dict[str, Any]) -> None:
-    """Check a result against its output schema with the host's one schema engine (exact types,
-    references resolved only inside the schema: nothing is ever fetched). Failures are raised as
-    ``jsonschema`` errors, which the result handling reports as ``invalid_output``."""
+    """Check a result against its output schema (the host's one engine; nothing fetched),
+    failing with ``jsonschema`` errors (reported as ``invalid_output``)."""
     try:
         validate_schema(schema, instance)
     except UnusableSchema as err:

@@ -41,11 +41,9 @@ _UNTAKEN = re.compile(r"[^A-Za-z0-9_-]")  # characters a provider refuses in a t
 
 
 def offered_name(server: str, tool: str) -> str:
-    """The name the model is offered for ``tool`` of ``server``: ``server__tool`` when every
-    provider takes it (letters, digits, ``_``, ``-``; at most ``MAX_TOOL_NAME``); otherwise the
-    other characters made ``_``, cut to fit, and the start of the server's own name's sha256
-    added, so that no two tools share one (``files__read.file`` → ``files__read_file_8a1f…``).
-    The host calls the server by its own name (``ToolSpec.remote_name``), never this one."""
+    """The name the model is offered: ``server__tool`` when every provider takes it; otherwise
+    made to fit, with the start of the tool name's sha256 (``files__read.file`` →
+    ``files__read_file_8a1f…``). The server is called by its own name (``remote_name``)."""
     name = f"{server}{SEPARATOR}{tool}"
     if len(name) <= MAX_TOOL_NAME and not _UNTAKEN.search(name):
         return name
@@ -105,34 +103,27 @@ class ServerConfig(_Strict):
     credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
     headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
     recheck: Literal["each_call", "on_change"] = "each_call"
-    # Supervision: a lost connection quarantines the server (never) or restarts it, at most
-    # max_restarts times (on_failure). The connect timeout is separate from the per-call one.
     restart: Literal["never", "on_failure"] = "never"
     max_restarts: int = Field(default=2, ge=0, le=20)
     connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     progress_resets_timeout: bool = False  # each progress notification restarts timeout_s …
     max_call_s: float | None = Field(default=None, gt=0, le=86_400)  # … up to this ceiling
-    # A task (MCP tasks) still running when its call's limit is reached: pause the run (kept in
-    # the state store; resuming waits on the same task) or cancel it. A paused task is asked to
-    # live task_ttl_s on the server.
+    # A task still running at its call's limit: pause the run (resuming waits on it) or cancel it.
     long_tasks: Literal["pause", "cancel"] = "pause"
     task_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
-    # Confinement of a stdio server (bubblewrap): auto | required | none.
     sandbox: Literal["auto", "required", "none"] = "auto"
     sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
     sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
     roots_writable: bool = False  # a confined server may write into its roots only when set
-    # none: a network namespace of its own (only its own loopback); a list of "host:port"
-    # (tether.mcp._netallow): only those, through the host's proxy; any: the host's network,
-    # loopback services included (an explicit opt-out).
+    # none: its own loopback only; "host:port" entries: only those, through the host's proxy;
+    # any: the host's network, loopback services included.
     network: Literal["none", "any"] | tuple[str, ...] = "none"
     allow_network: bool = False  # older spelling of network: any
 
     @model_validator(mode="before")
     @classmethod
     def _ordinary(cls, data: Any) -> Any:
-        """The form other MCP clients write: ``command`` an executable with its ``args``, the
-        transport as ``type`` or left out (``command``: stdio, ``url``: Streamable HTTP)."""
+        """Other MCP clients' form: ``command`` with ``args``, the transport as ``type`` or implied."""
         if not isinstance(data, dict):
             return data
         data = _renamed(data, "type", "transport")
@@ -289,8 +280,7 @@ class McpConfig(_Strict):
 
 
 def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
-    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config (``raw``: its bytes, read
-    before). Raises ``ConfigError``."""
+    """Read a TOML or YAML config (``raw``: its bytes, read before). Raises ``ConfigError``."""
     path = Path(path)
     _, _, data = read_config_file(path, "MCP config", raw=raw)
     if not isinstance(data, dict):
@@ -307,12 +297,8 @@ _VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 
 
 def _variables(data: dict[str, Any]) -> dict[str, Any]:
-    """Environment variables in a server's settings, as other clients' configs write them. A
-    whole ``env`` value, or one in a header, is a credential read from ``VAR`` at start (never
-    traced; a user's or provider's own key refused; unset without a default, an error naming
-    it). In ``command``/``args``, ``url``, ``cwd`` and the rest of an ``env`` value it is
-    expanded now, from this process's environment: unset without a default, a config error
-    naming it; a user's or provider's own key, refused."""
+    """Environment variables in a server's settings. A whole ``env`` value, or one in a header,
+    becomes a credential read at start; anywhere else it is expanded now (``_expanded``)."""
     name = data.get("name")
     creds, out = dict(data.get("credentials") or {}), dict(data)
 
@@ -351,7 +337,7 @@ def _understood(server: Any, where: str, value: Any) -> Any:
 
 
 def _expanded(server: Any, where: str, value: Any) -> Any:
-    """``value`` with its variables expanded from this process's environment."""
+    """``value`` expanded from this process's environment (a provider's own key refused)."""
     from tether.mcp._credentials import PROVIDER_ENV
 
     def one(found: re.Match[str]) -> str:
@@ -374,7 +360,7 @@ def _expanded(server: Any, where: str, value: Any) -> Any:
 
 
 def _renamed(data: dict[str, Any], other: str, ours: str) -> dict[str, Any]:
-    """A copy of ``data`` with the key another MCP client writes (``other``) under ours."""
+    """A copy of ``data`` with another client's key ``other`` under ours."""
     data = dict(data)
     if other in data:
         if ours in data:

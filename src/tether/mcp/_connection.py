@@ -17,16 +17,14 @@ from pydantic import ValidationError
 __all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
 
 T = TypeVar("T")
-# The server a piece of SDK code works for: set in each connection's task (inherited by the
-# tasks the SDK starts there) and around each call, so the SDK's log lines name their server.
+# The server a piece of SDK code works for (each connection's task, each call): its log lines name it.
 SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
 _SDK_LOGGERS = ("mcp", "client")  # the SDK's client session logs as "client"
 _factory_installed = False
 
 
 def _attribute_sdk_logs() -> None:
-    """Prefix the SDK's log records with the server they concern (escaped: a server's text may be
-    in them). Installed once, chained to the record factory already in place."""
+    """Prefix the SDK's log records with their server, escaped (installed once, chained)."""
     global _factory_installed
     if _factory_installed:
         return
@@ -76,9 +74,8 @@ def describe_error(err: BaseException) -> str:
 
 
 def _first_problem(errors: list[Any]) -> str:
-    """Where and what the first problem is. In a union of kinds told apart by ``type`` (content
-    blocks), pydantic lists every kind's complaint: say the ``type`` is none of them, or, when one
-    kind takes it, what that kind lacks."""
+    """Where and what the first problem is; in a union told apart by ``type`` (content blocks),
+    that the ``type`` is none of them, or what the one kind taking it lacks."""
     first = errors[0]
     loc: tuple[Any, ...] = tuple(first["loc"])
     at = next((i for i, p in enumerate(loc) if isinstance(p, str) and p[:1].isupper()), None)
@@ -125,9 +122,8 @@ def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:
 
 
 class Connection:
-    """One attempt to connect: ``open`` enters the SDK client on a stack the connection's own
-    task owns; ``prepare`` runs there once connected (the first tool listing); ``serve`` runs
-    there for the connection's life (a listen stream), its failure ending only itself."""
+    """One attempt to connect, in a task of its own: ``open`` enters the SDK client, ``prepare``
+    runs once connected, ``serve`` for the connection's life (its failure ending only itself)."""
 
     def __init__(
         self,
@@ -150,8 +146,6 @@ class Connection:
         self._stop = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._launched = False
-
-    # -- the connection's own task ----------------------------------------------------------
 
     def launch(self) -> None:
         if not self._launched:
@@ -196,8 +190,6 @@ class Connection:
         except BaseException:
             pass
 
-    # -- callers ------------------------------------------------------------------------------
-
     @property
     def alive(self) -> bool:
         return self.client is not None and not self._done.is_set() and not self._stop.is_set()
@@ -211,9 +203,8 @@ class Connection:
         return self.client
 
     async def run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``fn(client)`` in the caller's task; ``ConnectionLost`` if the connection ends first.
-
-        The caller's own cancellation (a timeout around this call) still reaches it."""
+        """Run ``fn(client)`` in the caller's task (its cancellation still reaches it);
+        ``ConnectionLost`` if the connection ends first."""
         if not self.alive:
             raise ConnectionLost(self.error)
         client = self.client

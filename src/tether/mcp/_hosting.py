@@ -22,9 +22,7 @@ from tether.mcp._serverlog import ServerStderr
 from tether.mcp._source import McpServerSource, ProgressSink
 from tether.trace._events import EventKind
 
-# The host and its policy are imported when a host is built: a review (one connection, no run)
-# starts its server without loading them.
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (a review starts its server without loading the host)
     from tether.chokepoint._authority import HostCore as Host
     from tether.models._base import Model
     from tether.policy._rules import Decision, ProposedCall
@@ -34,7 +32,6 @@ __all__ = [
     "PinnedCapabilities",
     "build_source",
     "cancel_parked_tasks",
-    "describe_all",
     "mcp_sources",
     "protected_paths",
 ]
@@ -162,8 +159,7 @@ def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
 
 
 def protected_paths(config: McpConfig) -> list[str]:
-    """What no server ever sees: the config's folder, the pins, the state, the logs, the traces
-    and every server's credential files."""
+    """What no server ever sees: the config's folder, pins, state, logs, traces and credential files."""
     host = config.host
     out = [str(config.base_dir)]
     out += [str(config.path(p)) for p in (host.pins, host.state, host.logs, host.trace_dir)]
@@ -179,9 +175,8 @@ def mcp_sources(host: Host) -> list[McpServerSource]:
 
 
 async def cancel_parked_tasks(host: Host, run_id: str) -> list[str]:
-    """Cancel on their servers the tasks ``run_id`` left parked (``long_tasks: pause``): what a
-    run's cancellation does for its MCP tasks. Returns the task ids cancelled; a server that
-    cannot be reached is skipped (its pauses stay open, for a later try)."""
+    """Cancel the tasks a cancelled run left parked; the task ids cancelled (a server that cannot
+    be reached is skipped, its pauses left open)."""
     cancelled: list[str] = []
     for source in mcp_sources(host):
         try:
@@ -189,7 +184,3 @@ async def cancel_parked_tasks(host: Host, run_id: str) -> list[str]:
         except Unavailable:
             continue
     return cancelled
-
-
-def describe_all(host: Host) -> list[dict[str, Any]]:
-    return [{"server": s.name, **s.describe()} for s in mcp_sources(host)]

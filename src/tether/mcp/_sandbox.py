@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -64,8 +64,8 @@ _INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
 
 @functools.cache
 def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
-    """(path of a working ``bwrap``, why not) — it is tried once per process, with the same
-    namespaces a confined server gets, so "found but unusable" (no user namespaces) shows."""
+    """(path of a working ``bwrap``, why not), probed once per process with a confined server's
+    namespaces (so "found but unusable" shows)."""
     path = shutil.which(executable or "bwrap")
     if path is None:
         return None, f"{executable or 'bwrap'} is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -95,8 +95,7 @@ class Confinement:
 
 @dataclass(frozen=True)
 class SandboxPlan:
-    """How a stdio server is launched: ``argv`` and ``env``; confined, ``argv`` is bwrap's, and
-    ``options`` (its mounts) are handed to it on the descriptor that replaces ``ARGS_FD``."""
+    """How a stdio server is launched; confined, ``options`` go to bwrap on ``ARGS_FD``."""
 
     mode: SandboxMode
     argv: list[str]
@@ -108,7 +107,6 @@ class SandboxPlan:
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
     proxy: tuple[str, ...] = ()  # the allowlist the host's proxy serves (the launch sends NET_FD)
     problem: str | None = None  # set when the launch cannot work confined as configured
-    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"sandbox": self.mode, "confined": self.confinement is not None}
@@ -178,8 +176,7 @@ def plan_confinement(
 
     declared_roots = [p.resolve() for p in _root_paths(roots)]
     rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
-    # What the user declared shows at its own path (the model and the server name it so);
-    # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
+    # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
     opts = _system_opts(network)
@@ -198,7 +195,6 @@ def plan_confinement(
     if base.is_dir() and any(inside(base, v) for v in visible if v.is_dir()):
         workdir = str(base)
     else:
-        # The config's folder holds pins, state and credential files: never shown to the server.
         workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
     opts += ["--chdir", workdir, "--"]
     inside_env = _inside_env(env, launch, network)
@@ -212,9 +208,8 @@ def plan_confinement(
 
 
 def _system_opts(network: Network) -> list[str]:
-    """What every confined server gets: its own namespaces (an allowlist shares the network
-    namespace the launch made, tether.mcp._layers: loopback and the proxy socket only), the
-    system folders read-only, fresh /proc, /dev, /tmp and home."""
+    """Every confined server's namespaces, read-only system folders, fresh /proc, /dev, /tmp, home
+    (an allowlist shares the network namespace the launch made: loopback and the proxy only)."""
     opts = ["--die-with-parent", "--new-session", "--unshare-all"]
     if network != "none":
         opts.append("--share-net")
@@ -230,8 +225,7 @@ def _system_opts(network: Network) -> list[str]:
 
 
 def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | SandboxPlan:
-    """The bubblewrap to confine with; else the plan without it: ``mode`` none, or no bubblewrap
-    here (refused when confinement is required, run with a warning when it is ``auto``)."""
+    """The bubblewrap to confine with, or the plan without it (refused or warned by ``mode``)."""
     if mode == "none":
         return SandboxPlan(mode, argv)
     if not sys.platform.startswith("linux"):
@@ -246,9 +240,7 @@ def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | S
 
 
 def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
-    """The server's environment inside: its own settings, the launcher's, a PATH of what is
-    shown, the private home; with network, the host's certificate settings that name a file
-    shown inside."""
+    """The server's environment inside (with network, the host's certificate settings too)."""
     inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
     inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
     inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
@@ -273,9 +265,8 @@ _TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA
 
 
 def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[str], list[Path]]:
-    """The options with each launcher bind whose source is a host path (not a system folder, not
-    a path the user declared) read from a neutral staging view instead (``{stage:j}``, a file as
-    ``{stage:j}/NAME`` of its folder's view); and the host folders staged, in order."""
+    """The options with each launcher bind of a host path read from a neutral view instead
+    (``{stage:j}``, a file as ``{stage:j}/NAME``), and the folders staged, in order."""
     declared = set(shown_at_home)
     staged: list[Path] = []
     out = list(opts)
@@ -300,11 +291,9 @@ def _private_layers(
     declared: Iterable[str] = (),
     net: str | None = None,
 ) -> tuple[list[str], list[str]]:
-    """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
-    options) and each launcher bind read through a neutral view (``_stage_sources``), laid in a
-    mount namespace that only the launch sees (``tether.mcp._layers``), under bwrap. Where that
-    cannot be had, the folders are shown read-only, bound from their host paths. With ``net``
-    (an allowlist), the launch always runs there: it makes the network namespace too."""
+    """The launch with private write layers over ``lowers`` (``{overlay:N}``) and neutral views
+    (``_stage_sources``), laid by ``tether.mcp._layers`` (without overlays: read-only host binds).
+    With ``net`` (an allowlist) the launch always runs there: it makes the network namespace."""
     usable = overlay_status() is None
     staged: list[Path] = []
     if usable:
