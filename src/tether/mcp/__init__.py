@@ -47,24 +47,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "Answer",
-    "ConsoleResponder",
-    "ElicitationGate",
-    "McpConfig",
-    "McpServerSource",
-    "PinStore",
-    "Responder",
-    "RootsGate",
-    "SamplingGate",
-    "SamplingPrompt",
-    "ScriptedResponder",
-    "ServerConfig",
-    "ServerReview",
-    "approve_server",
-    "clean_result_text",
-    "load_config",
-    "review_server",
-]
+    "Answer", "ConsoleResponder", "ElicitationGate", "McpConfig", "McpServerSource", "PinStore",
+    "Responder", "RootsGate", "SamplingGate", "SamplingPrompt", "ScriptedResponder", "ServerConfig",
+    "ServerReview", "approve_server", "clean_result_text", "load_config", "review_server",
+]  # fmt: skip
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -24,16 +24,9 @@ from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
 __all__ = [
-    "MAX_TOOL_NAME",
-    "SEPARATOR",
-    "ElicitationConfig",
-    "HostSection",
-    "McpConfig",
-    "SamplingConfig",
-    "ServerConfig",
-    "load_config",
-    "offered_name",
-]
+    "MAX_TOOL_NAME", "SEPARATOR", "ElicitationConfig", "HostSection", "McpConfig", "SamplingConfig",
+    "ServerConfig", "load_config", "offered_name",
+]  # fmt: skip
 
 SEPARATOR = "__"
 MAX_TOOL_NAME = 64  # the longest tool name every provider takes

@@ -18,24 +18,11 @@ from tether.errors import ConfigError
 __all__ = ["PROVIDER_ENV", "Credentials", "resolve_credentials"]
 
 # Environment variables that hold the user's or a model provider's credentials.
-PROVIDER_ENV = frozenset(
-    {
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "AZURE_OPENAI_API_KEY",
-        "GOOGLE_API_KEY",
-        "GEMINI_API_KEY",
-        "MISTRAL_API_KEY",
-        "GROQ_API_KEY",
-        "OPENROUTER_API_KEY",
-        "TETHER_MODEL_API_KEY",
-        "TETHER_API_KEY",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "GITHUB_TOKEN",
-        "GH_TOKEN",
-    }
-)
+PROVIDER_ENV = frozenset({
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY",
+    "MISTRAL_API_KEY", "GROQ_API_KEY", "OPENROUTER_API_KEY", "TETHER_MODEL_API_KEY", "TETHER_API_KEY",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
+})  # fmt: skip
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 

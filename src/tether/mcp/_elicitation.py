@@ -26,20 +26,10 @@ if TYPE_CHECKING:
     import mcp_types as types
 
 __all__ = [
-    "Answer",
-    "CallInfo",
-    "ConsoleResponder",
-    "ElicitationGate",
-    "ElicitationPrompt",
-    "GateHooks",
-    "RequestGate",
-    "Responder",
-    "ScriptedResponder",
-    "check_schema",
-    "choices",
-    "credential_shaped",
+    "Answer", "CallInfo", "ConsoleResponder", "ElicitationGate", "ElicitationPrompt", "GateHooks",
+    "RequestGate", "Responder", "ScriptedResponder", "check_schema", "choices", "credential_shaped",
     "validate_answer",
-]
+]  # fmt: skip
 
 Action = Literal["accept", "decline", "cancel"]
 _PRIMITIVES = {"string", "number", "integer", "boolean"}

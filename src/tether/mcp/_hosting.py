@@ -29,12 +29,8 @@ if TYPE_CHECKING:  # (a review starts its server without loading the host)
     from tether.policy._trusted import TrustedContext
 
 __all__ = [
-    "PinnedCapabilities",
-    "build_source",
-    "cancel_parked_tasks",
-    "mcp_sources",
-    "protected_paths",
-]
+    "PinnedCapabilities", "build_source", "cancel_parked_tasks", "mcp_sources", "protected_paths",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)

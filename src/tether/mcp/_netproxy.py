@@ -39,8 +39,7 @@ class _Answer(Exception):
 
 
 async def receive_listener(channel: socket.socket, timeout_s: float) -> socket.socket | None:
-    """The listening socket the launch sends over ``channel``; None when it ended without one
-    (it failed before: the server's own failure says why)."""
+    """The listening socket the launch sends over ``channel`` (None: the launch failed first)."""
     channel.setblocking(False)
     with anyio.fail_after(timeout_s):
         await anyio.wait_readable(channel)
@@ -170,8 +169,7 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
 
 
 async def _connect(entries: tuple[Entry, ...], authority: str, port: int) -> anyio.abc.SocketStream:
-    """A connection to ``authority`` (a name, an IPv4 address or a bracketed IPv6 one) and
-    ``port``, when the allowlist lets it through."""
+    """A connection to ``authority`` (a name or an address) and ``port``, if the allowlist allows."""
     destination = f"{authority}:{port}"
     try:
         entry = matching(entries, authority, port)

@@ -21,16 +21,9 @@ from tether.sql._tables import pins as T
 from tether.sql._tables import upsert
 
 __all__ = [
-    "Pin",
-    "PinStatus",
-    "PinStore",
-    "Pins",
-    "ToolCheck",
-    "bad_tool_name",
-    "canonical_definition",
-    "check_listing",
-    "digest",
-]
+    "Pin", "PinStatus", "PinStore", "Pins", "ToolCheck", "bad_tool_name", "canonical_definition",
+    "check_listing", "digest",
+]  # fmt: skip
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # ``execution`` (whether a tool runs as a task), ``icons`` (what a person is shown) and ``_meta``

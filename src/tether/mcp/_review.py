@@ -23,16 +23,9 @@ from tether.mcp._addressed import addressed_instruction
 from tether.mcp._clean import hidden_kind
 
 __all__ = [
-    "SINKS",
-    "Finding",
-    "ToolNames",
-    "decode_hidden",
-    "foreign_script",
-    "main_script",
-    "scan_definition",
-    "scan_text",
-    "strings",
-]
+    "SINKS", "Finding", "ToolNames", "decode_hidden", "foreign_script", "main_script", "scan_definition",
+    "scan_text", "strings",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

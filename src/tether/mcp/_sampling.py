@@ -139,13 +139,9 @@ class SamplingGate(RequestGate):
         from tether.models._base import ModelRequest
 
         assert self.model is not None
-        # Only the server's messages: no system prompt of its own, no context of the run.
-        request_messages: list[Any] = []
-        for role, text in prompt.messages:
-            # An "assistant" turn from the server is still the server's text: it goes in as user data.
-            request_messages.append(UserMessage(text if role == "user" else f"[{role}] {text}"))
+        # Only the server's messages, every one as user data (an "assistant" turn is still its text).
         request = ModelRequest(
-            messages=tuple(request_messages),
+            messages=tuple(UserMessage(t if r == "user" else f"[{r}] {t}") for r, t in prompt.messages),
             tools=(),
             tool_choice="none",
             max_tokens=prompt.max_tokens,
@@ -153,19 +149,16 @@ class SamplingGate(RequestGate):
         )
         started = time.monotonic()
         self.budget.calls += 1
-        left = self.budget.max_seconds - self.budget.seconds
         try:
-            with anyio.fail_after(left):
+            with anyio.fail_after(self.budget.max_seconds - self.budget.seconds):
                 response = await self.model.complete(request)
         except TimeoutError:
-            self.budget.seconds += time.monotonic() - started
-            return self._refuse(
-                f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used", tool=tool
-            )
+            why = f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used"
+            return self._refuse(why, tool=tool)
         except Exception as err:  # a model failure is the server's problem to handle, not the run's
-            self.budget.seconds += time.monotonic() - started
             return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
-        self.budget.seconds += time.monotonic() - started
+        finally:
+            self.budget.seconds += time.monotonic() - started
         self.budget.tokens += response.usage.total_tokens
         # Cap the answer itself (about 4 characters a token), whatever the model did.
         text = (response.message.content or "")[: prompt.max_tokens * 4]

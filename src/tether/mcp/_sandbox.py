@@ -28,17 +28,9 @@ from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
 
 __all__ = [
-    "ARGS_FD",
-    "NET_FD",
-    "Confinement",
-    "Network",
-    "SandboxMode",
-    "SandboxPlan",
-    "bwrap_status",
-    "failure_hint",
-    "overlay_status",
-    "plan_confinement",
-]
+    "ARGS_FD", "NET_FD", "Confinement", "Network", "SandboxMode", "SandboxPlan", "bwrap_status",
+    "failure_hint", "overlay_status", "plan_confinement",
+]  # fmt: skip
 
 SandboxMode = Literal["auto", "required", "none"]
 Network = Literal["none", "any"] | tuple[str, ...]  # a tuple: the host:port allowlist
@@ -47,16 +39,9 @@ NET_FD = "{net-fd}"  # where it puts the descriptor the proxy socket comes back 
 HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
 
 _ETC = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/nsswitch.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/mime.types",
-)
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
+    "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types",
+)  # fmt: skip
 _ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 # What a server inherits inside, besides its configured env and credentials.
 _INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")

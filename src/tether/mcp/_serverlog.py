@@ -29,19 +29,11 @@ MAX_LOG_BYTES = 16 * 1024 * 1024
 class ServerStderr:
     """One server's stderr pipe, drained by a daemon thread (so a chatty server never blocks)."""
 
-    def __init__(
-        self,
-        server: str,
-        *,
-        log_path: Path | None,
-        terminal: TextIO | None,
-        burst: int = 20,
-        per_second: float = 5.0,
-    ) -> None:
+    def __init__(self, server: str, *, log_path: Path | None, terminal: TextIO | None) -> None:
         self.server = server
         self.log_path = log_path
         self.terminal = terminal
-        self._rate = TokenBucket(per_second, burst)
+        self._rate = TokenBucket(5.0, 20)
         self.lines = 0
         self._tail: deque[str] = deque(maxlen=8)  # its last lines (raw, cut), for a failure's cause
         self.suppressed = 0
@@ -140,10 +132,8 @@ class ServerStderr:
 
 
 def log_notifications(server: str, emit: Callable[..., None]) -> Callable[[Any], Awaitable[None]]:
-    """The SDK's ``logging_callback`` for one connection: a server's log notification
-    (``notifications/message``) goes to the run's trace, never to the model's context; its text
-    escaped and cut like a stderr line, at the same bounded rate (what is held back is counted
-    on the next one traced)."""
+    """The SDK's ``logging_callback``: a server's log notification goes to the trace (never the
+    model's context), escaped and cut like a stderr line, at the same bounded rate."""
     rate, held = TokenBucket(5.0, 20), [0]
 
     async def on_log(params: Any) -> None:

@@ -12,13 +12,13 @@ import os
 import re
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import IO, Any
 
 import anyio
 import anyio.abc
 
-__all__ = ["opened", "spawn", "stdio_transport", "stop"]
+__all__ = ["opened", "spawn", "stop"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
@@ -35,11 +35,9 @@ async def spawn(
     data: Sequence[bytes] = (),
     net_fd: int | None = None,
 ) -> anyio.abc.Process:
-    """Start the server in its own session (its process group is killed as one). ``options``
-    (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
-    so the mounts are not on any command line the server could read; each of ``data`` (a file
-    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands;
-    ``net_fd`` (a socket pair's end, for a network allowlist) is passed where ``NET_FD`` stands."""
+    """Start the server in its own session (its process group is killed as one). bwrap's
+    ``options`` go on an anonymous file's descriptor (``ARGS_FD``: on no command line), each of
+    ``data`` on its own (``{data-fd:N}``), and ``net_fd`` where ``NET_FD`` stands."""
     from tether.mcp._sandbox import ARGS_FD, NET_FD
 
     if not options:
@@ -75,7 +73,7 @@ def _memfd(name: str, content: bytes) -> int:
 
 
 @asynccontextmanager
-async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) -> AsyncIterator[Any]:
+async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIterator[Any]:
     """The SDK transport streams (read, write) over an already running process."""
     import mcp_types as types
     from mcp.shared.message import SessionMessage
@@ -88,9 +86,7 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
     def parse(line: bytes) -> Any:
         try:
             return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-        except ValueError as err:
-            # Not JSON-RPC (invalid UTF-8, nested past the parser's limit): the request it
-            # answers, if its id shows, fails now rather than at its timeout.
+        except ValueError as err:  # the request it answers, if its id shows, fails now
             from pydantic import ValidationError
 
             errors = err.errors() if isinstance(err, ValidationError) else []
@@ -148,12 +144,11 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await stdin.send((data + "\n").encode("utf-8"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            # The server stopped reading: end the session instead of leaving requests hanging.
-            await read_writer.aclose()
+            await read_writer.aclose()  # the server stopped reading: no request left hanging
 
     async def exited() -> None:
-        """The server's exit ends the connection, though a child it left may hold its stdout
-        open (no end of file would come): what it wrote before exiting is read first."""
+        """The server's exit ends the connection (a child may hold its stdout open), once what it
+        wrote is read."""
         await process.wait()
         await anyio.sleep(EXIT_DRAIN_S)
         await read_writer.aclose()
@@ -171,8 +166,7 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
 
 
 async def stop(process: anyio.abc.Process) -> None:
-    """Close stdin; after a grace period terminate, then kill, the server's process group; once
-    the server has exited, kill what is left in its group."""
+    """Close stdin; after grace periods terminate, then kill, the server's process group."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
@@ -184,12 +178,10 @@ async def stop(process: anyio.abc.Process) -> None:
             break
         with suppress(OSError):
             os.killpg(process.pid, sig)
-    # Whatever it left in its group (a child it did not wait for) ends with it: the group keeps
-    # the server's id while any member lives, so this reaches only its own leftovers.
+    # Its leftovers in the group end with it (the group keeps its id while any member lives).
     with suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)
-    # The process has exited: closing it closes its pipes and waits for that exit only, not for
-    # pipe EOF, which a surviving grandchild could withhold (bounded all the same).
+    # Closing waits for the exit only, not for a pipe EOF a grandchild could withhold.
     with anyio.move_on_after(STOP_GRACE_S), suppress(OSError, anyio.BrokenResourceError):
         await process.aclose()
 
@@ -197,18 +189,5 @@ async def stop(process: anyio.abc.Process) -> None:
 @asynccontextmanager
 async def opened(process: anyio.abc.Process, max_line: int) -> AsyncIterator[Any]:
     """The transport over a running process, as the context manager the SDK's ``Client`` enters."""
-    async with stdio_transport(process, max_line_bytes=max_line) as streams:
-        yield _Streams(streams)
-
-
-class _Streams:
-    """An already-open transport, as the async context manager the SDK's ``Client`` enters."""
-
-    def __init__(self, streams: Any) -> None:
-        self._streams = streams
-
-    async def __aenter__(self) -> Any:
-        return self._streams
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+    async with _transport(process, max_line) as streams:
+        yield nullcontext(streams)
