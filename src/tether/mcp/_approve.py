@@ -158,30 +158,20 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             else []
         )
         return ServerReview(
-            name,
-            source.describe(),
-            reviews,
-            instructions=instructions,
-            instruction_findings=found,
-            warnings=list(source.warnings),
-            protocol=source.protocol_version,
+            name, source.describe(), reviews, instructions=instructions, instruction_findings=found,
+            warnings=list(source.warnings), protocol=source.protocol_version,
             invalid=dict(source.listing.invalid),
-        )
+        )  # fmt: skip
     finally:
         if own:
             pins.close()
 
 
 async def approve_server(
-    config: McpConfig,
-    name: str,
-    *,
-    actor: str | None = None,
-    accept_flagged: set[str] | frozenset[str] = frozenset(),
-    only: set[str] | None = None,
-    expect: str | None = None,
-    pins: Any = None,
-) -> tuple[ServerReview, list[str], dict[str, str]]:
+    config: McpConfig, name: str, *, actor: str | None = None,
+    accept_flagged: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
+    expect: str | None = None, pins: Any = None,
+) -> tuple[ServerReview, list[str], dict[str, str]]:  # fmt: skip
     """Pin the server's current definitions in ``pins`` (default: the config's pin file).
     Returns (review, pinned tools, skipped tool → why).
 

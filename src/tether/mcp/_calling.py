@@ -36,12 +36,9 @@ MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked
 
 
 async def guarded(
-    source: McpServerSource,
-    conn: Connection,
-    fn: Callable[[Any], Awaitable[Any]],
-    timeout_s: float,
+    source: McpServerSource, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float,
     phase: str,
-) -> Any:
+) -> Any:  # fmt: skip
     """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
     conns = [conn]
     try:
@@ -200,24 +197,18 @@ async def call_tool(
 
 
 async def _send(
-    source: McpServerSource,
-    conns: list[Connection],
-    spec: ToolSpec,
-    arguments: dict[str, Any],
-    info: CallInfo,
-    limits: _Limits,
-) -> Any:
+    source: McpServerSource, conns: list[Connection], spec: ToolSpec, arguments: dict[str, Any],
+    info: CallInfo, limits: _Limits,
+) -> Any:  # fmt: skip
     async def send(client: Any) -> Any:
         source._refuse_unapproved(spec)  # (again on a new session: its listing was checked anew)
         definition = source.listing.pinned.get(spec.remote_name, {})
         if task_required(definition):
             return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(
-            spec.remote_name,
-            arguments,
-            progress_callback=limits.progress,
+            spec.remote_name, arguments, progress_callback=limits.progress,
             read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
-        )
+        )  # fmt: skip
 
     try:
         return await renewing(source, conns, send)
@@ -239,13 +230,9 @@ def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exce
 
 
 async def run_as_task(
-    source: McpServerSource,
-    client: Any,
-    spec: ToolSpec,
-    arguments: dict[str, Any],
-    info: CallInfo,
+    source: McpServerSource, client: Any, spec: ToolSpec, arguments: dict[str, Any], info: CallInfo,
     limits: _Limits,
-) -> Any:
+) -> Any:  # fmt: skip
     """A task-only tool, polled within this call's limits (a status message is progress); its
     result is used only if the definition is still approved when it ends. With ``long_tasks:
     pause`` a task outliving the limits is parked (``Parked``, its pause id in ``info``)."""

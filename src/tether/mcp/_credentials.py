@@ -74,13 +74,9 @@ def _resolve(ref: str, server: str, name: str, environ: Mapping[str, str], base:
 
 
 def resolve_credentials(
-    server: str,
-    credentials: Mapping[str, str],
-    headers: Mapping[str, str] = {},
-    *,
-    environ: Mapping[str, str] | None = None,
-    base: Path = Path("."),
-) -> Credentials:
+    server: str, credentials: Mapping[str, str], headers: Mapping[str, str] = {}, *,
+    environ: Mapping[str, str] | None = None, base: Path = Path("."),
+) -> Credentials:  # fmt: skip
     """Resolve one server's credentials. Raises ``ConfigError`` for anything missing or unsafe."""
     environ = os.environ if environ is None else environ
     values: dict[str, str] = {}

@@ -480,13 +480,9 @@ class ElicitationGate(RequestGate):
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")
         pause = await self.pauses.create(
-            run_id=call.run_id,
-            server=self.server,
-            tool=call.tool,
-            arguments=call.arguments,
-            message=prompt.message,
-            schema=prompt.schema or {},
-        )
+            run_id=call.run_id, server=self.server, tool=call.tool, arguments=call.arguments,
+            message=prompt.message, schema=prompt.schema or {},
+        )  # fmt: skip
         call.pause_id = pause.id
         self._event("paused", tool=prompt.tool, pause_id=pause.id, message=prompt.message)
         # Cancel (not decline): nobody chose; the call is re-run with the answer on resume.

@@ -136,13 +136,9 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def _spawn_with_proxy(
-    source: McpServerSource,
-    stack: AsyncExitStack,
-    allow: tuple[str, ...],
-    argv: list[str],
-    env: dict[str, str],
-    errlog: Any,
-) -> Any:
+    source: McpServerSource, stack: AsyncExitStack, allow: tuple[str, ...], argv: list[str],
+    env: dict[str, str], errlog: Any,
+) -> Any:  # fmt: skip
     """Spawn a server whose network is an allowlist, and serve the proxy on the listening socket
     its launch sends back, until the server stops."""
     import socket
@@ -234,11 +230,8 @@ async def serve(source: McpServerSource, client: Any) -> None:
                 source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
     except Exception as err:
         source.emit(
-            EventKind.MCP_CAPABILITY_CHECK,
-            server=source.name,
-            trigger="listen_closed",
-            why=describe_error(err),
-            fallback="re-list before each call",
-        )
+            EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_closed",
+            why=describe_error(err), fallback="re-list before each call",
+        )  # fmt: skip
     finally:
         source._listening = False

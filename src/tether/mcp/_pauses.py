@@ -188,15 +188,9 @@ class PauseStore(SqlStore):
     concern = "pauses"
 
     async def create(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        message: str,
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
         schema: dict[str, Any],
-    ) -> Pause:
+    ) -> Pause:  # fmt: skip
         """A new pending pause, or the run's one still pending for this very question (a resumed
         run asked again before anyone answered: one question, one pause)."""
         key = question_key(server, tool, arguments, message, schema)
@@ -241,15 +235,9 @@ class PauseStore(SqlStore):
         await self.db.write(_complete, pause_id, outcome)
 
     async def park(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        task_id: str,
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
         check_after: str,
-    ) -> Pause:
+    ) -> Pause:  # fmt: skip
         """The run's pause for this call's task (status ``task``), new or brought up to date
         (``check_after``: an ISO instant before which nobody need look at the task again); the
         pause as it is when it was closed meanwhile (its status then tells)."""

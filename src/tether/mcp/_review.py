@@ -261,16 +261,9 @@ def _target_check(names: ToolNames) -> Callable[[str], bool]:
 
 
 def scan_text(
-    tool: str,
-    where: str,
-    text: str,
-    others: Iterable[str] | ToolNames = (),
-    *,
-    prose: bool = True,
-    script: str = "LATIN",
-    siblings: Iterable[str] = (),
-    _depth: int = 0,
-) -> list[Finding]:
+    tool: str, where: str, text: str, others: Iterable[str] | ToolNames = (), *, prose: bool = True,
+    script: str = "LATIN", siblings: Iterable[str] = (), _depth: int = 0,
+) -> list[Finding]:  # fmt: skip
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
     hidden = sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)})
@@ -323,12 +316,9 @@ def _schema_problem(schema: str) -> str | None:
 
 
 def scan_definition(
-    definition: Mapping[str, Any],
-    other_tools: Iterable[str] | ToolNames = (),
-    *,
-    script: str = "LATIN",
+    definition: Mapping[str, Any], other_tools: Iterable[str] | ToolNames = (), *, script: str = "LATIN",
     siblings: Iterable[str] = (),
-) -> list[Finding]:
+) -> list[Finding]:  # fmt: skip
     """Flag suspicious text in one canonical tool definition. ``other_tools``: every other tool
     known to the host; ``script``: the server's own (``main_script``); ``siblings``: the same
     server's tools, flagged only when the text tells the model to call one."""

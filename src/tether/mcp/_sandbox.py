@@ -126,19 +126,11 @@ def _root_paths(roots: Iterable[str]) -> list[Path]:
 
 
 def plan_confinement(
-    mode: SandboxMode,
-    argv: Sequence[str],
-    *,
-    roots: Iterable[str],
-    cwd: str | None,
-    network: Network = "none",
-    roots_writable: bool = False,
-    read: Iterable[str] = (),
-    write: Iterable[str] = (),
-    env: Mapping[str, str] | None = None,
-    protected: Iterable[str | Path] = (),
+    mode: SandboxMode, argv: Sequence[str], *, roots: Iterable[str], cwd: str | None,
+    network: Network = "none", roots_writable: bool = False, read: Iterable[str] = (),
+    write: Iterable[str] = (), env: Mapping[str, str] | None = None, protected: Iterable[str | Path] = (),
     bwrap: str | None = None,
-) -> SandboxPlan:
+) -> SandboxPlan:  # fmt: skip
     """The launch of one stdio server under ``mode``."""
     argv = list(argv)
     found = _bwrap_for(mode, argv, bwrap)
@@ -270,12 +262,9 @@ def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[
 
 
 def _private_layers(
-    argv: list[str],
-    opts: list[str],
-    lowers: Sequence[Path],
-    declared: Iterable[str] = (),
+    argv: list[str], opts: list[str], lowers: Sequence[Path], declared: Iterable[str] = (),
     net: str | None = None,
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[str], list[str]]:  # fmt: skip
     """The launch with private write layers over ``lowers`` (``{overlay:N}``) and neutral views
     (``_stage_sources``), laid by ``tether.mcp._layers`` (without overlays: read-only host binds).
     With ``net`` (an allowlist) the launch always runs there: it makes the network namespace."""

@@ -93,35 +93,17 @@ class McpServerSource:
     _tracer: Any = None
 
     def __init__(
-        self,
-        name: str,
-        *,
-        command: Sequence[str] | None = None,
-        url: str | None = None,
-        effects: Mapping[str, Effect | str] | None = None,
-        targets: Mapping[str, Target] | None = None,
-        env: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-        mode: str = "auto",
-        timeout_s: float = 30.0,
-        connect_timeout_s: float = 30.0,
-        progress_resets_timeout: bool = False,
-        max_call_s: float | None = None,
-        max_result_chars: int = 20_000,
-        allow_tools: Iterable[str] | None = None,
-        pins: Pins | None = None,
-        recheck: str = "each_call",
-        elicitation: Any = None,
-        sampling: Any = None,
-        roots: Any = None,
-        cwd: str | None = None,
-        fail_soft: bool = False,
-        restart: Restart = "never",
-        max_restarts: int = 2,
+        self, name: str, *, command: Sequence[str] | None = None, url: str | None = None,
+        effects: Mapping[str, Effect | str] | None = None, targets: Mapping[str, Target] | None = None,
+        env: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None, mode: str = "auto",
+        timeout_s: float = 30.0, connect_timeout_s: float = 30.0, progress_resets_timeout: bool = False,
+        max_call_s: float | None = None, max_result_chars: int = 20_000,
+        allow_tools: Iterable[str] | None = None, pins: Pins | None = None, recheck: str = "each_call",
+        elicitation: Any = None, sampling: Any = None, roots: Any = None, cwd: str | None = None,
+        fail_soft: bool = False, restart: Restart = "never", max_restarts: int = 2,
         sandbox: Callable[[list[str], dict[str, str]], SandboxPlan] | None = None,
-        stderr: Callable[[], ServerStderr] | None = None,
-        on_progress: ProgressSink | None = None,
-    ) -> None:
+        stderr: Callable[[], ServerStderr] | None = None, on_progress: ProgressSink | None = None,
+    ) -> None:  # fmt: skip
         _check_identity(name, command, url, restart)
         self.name = name
         self.command = list(command) if command else None
@@ -236,11 +218,9 @@ class McpServerSource:
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
         self._conn = Connection(
-            lambda stack: open_client(self, stack),
-            lambda client: prepare(self, client),
-            lambda client: serve(self, client),
-            name=self.name,
-        )
+            lambda stack: open_client(self, stack), lambda client: prepare(self, client),
+            lambda client: serve(self, client), name=self.name,
+        )  # fmt: skip
         self._conn.launch()
 
     async def start(self) -> None:
@@ -288,12 +268,9 @@ class McpServerSource:
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
         self.emit(
-            EventKind.SERVER_LAUNCH,
-            source=self.name,
-            state="connected",
-            protocol=self.protocol_version,
+            EventKind.SERVER_LAUNCH, source=self.name, state="connected", protocol=self.protocol_version,
             **({"restart": self.restarts} if self.restarts else {}),
-        )
+        )  # fmt: skip
 
     async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
         """For the person (never the model): the cause, the last stderr lines and, when the server
@@ -378,12 +355,9 @@ class McpServerSource:
                 raise Unavailable(self.unavailable or "", quarantined=True)
             self.restarts += 1
             self.emit(
-                EventKind.MCP_CONNECTION,
-                server=self.name,
-                action="restarting",
-                attempt=self.restarts,
+                EventKind.MCP_CONNECTION, server=self.name, action="restarting", attempt=self.restarts,
                 max_restarts=self.max_restarts,
-            )
+            )  # fmt: skip
             try:
                 conn = await self._connect()
             except Unavailable as problem:
@@ -533,11 +507,9 @@ class McpServerSource:
             with contextlib.suppress(DependencyUnavailable):
                 await guarded(self, conn, notify, self.timeout_s, "sending roots/list_changed")
                 self.emit(
-                    EventKind.MCP_ROOTS,
-                    server=self.name,
-                    action="list_changed_sent",
+                    EventKind.MCP_ROOTS, server=self.name, action="list_changed_sent",
                     roots=list(self.roots.roots),
-                )
+                )  # fmt: skip
         return changed
 
 

@@ -26,15 +26,9 @@ _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
 async def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: str | None,
-    stderr: IO[str] | None,
-    options: Sequence[str] = (),
-    data: Sequence[bytes] = (),
-    net_fd: int | None = None,
-) -> anyio.abc.Process:
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, stderr: IO[str] | None,
+    options: Sequence[str] = (), data: Sequence[bytes] = (), net_fd: int | None = None,
+) -> anyio.abc.Process:  # fmt: skip
     """Start the server in its own session (its process group is killed as one). bwrap's
     ``options`` go on an anonymous file's descriptor (``ARGS_FD``: on no command line), each of
     ``data`` on its own (``{data-fd:N}``), and ``net_fd`` where ``NET_FD`` stands."""

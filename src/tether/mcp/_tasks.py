@@ -215,16 +215,10 @@ class TaskRelay:
 
 
 async def run_task(
-    relay: TaskRelay,
-    name: str,
-    arguments: dict[str, Any],
-    *,
-    ttl_s: float,
-    emit: Callable[..., None],
-    on_status: Callable[[int, str | None], Awaitable[None]] | None = None,
-    task_id: str | None = None,
+    relay: TaskRelay, name: str, arguments: dict[str, Any], *, ttl_s: float, emit: Callable[..., None],
+    on_status: Callable[[int, str | None], Awaitable[None]] | None = None, task_id: str | None = None,
     park_at: Callable[[], float] | None = None,
-) -> Any:
+) -> Any:  # fmt: skip
     """Run one task-augmented call to its end; returns the tool's ``CallToolResult``, or
     ``Parked`` when ``park_at()`` (an ``anyio.current_time`` instant, read before each poll)
     comes before the task ends. ``task_id`` waits on a task created by an earlier call instead

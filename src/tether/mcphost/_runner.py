@@ -174,28 +174,16 @@ def blocked_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 async def run_question(
-    config: McpConfig,
-    question: str,
-    script: Sequence[ScriptStep],
-    *,
-    responder: Responder | None = None,
-    obey: bool = True,
-    sampling_model: Any = None,
-    sampling_consent: Any = None,
-    limits: Limits | None = None,
-    approvals: Any = None,
-    model: Any = None,
-    secrets: Sequence[str] = (),
-) -> McpRun:
+    config: McpConfig, question: str, script: Sequence[ScriptStep], *, responder: Responder | None = None,
+    obey: bool = True, sampling_model: Any = None, sampling_consent: Any = None,
+    limits: Limits | None = None, approvals: Any = None, model: Any = None, secrets: Sequence[str] = (),
+) -> McpRun:  # fmt: skip
     """Run the agent (the stand-in unless ``model`` is given) over every configured server;
     ``secrets`` (e.g. the model's API key) are redacted from the trace."""
     host = build_host(
-        config,
-        responder=responder,
-        sampling_model=sampling_model,
-        sampling_consent=sampling_consent,
+        config, responder=responder, sampling_model=sampling_model, sampling_consent=sampling_consent,
         approvals=approvals,
-    )
+    )  # fmt: skip
     launches = [{"server": s.name, **d()} for s in host.sources if (d := getattr(s, "describe", None))]
     host.secrets = frozenset(host.secrets | {v for v in secrets if v})
     stand_in = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
