@@ -120,9 +120,8 @@ class ServerReview:
 
 
 async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
-    """Connect to one server and review its current tool definitions against ``pins`` (default:
-    the config's pin file; a deployment's shared pin store otherwise). Raises ``ConfigError``,
-    ``DependencyUnavailable``."""
+    """Connect to one server and review its tools against ``pins`` (default: the config's pin
+    file). Raises ``ConfigError``, ``DependencyUnavailable``."""
     server = config.server(name)
     own = pins is None
     if pins is None:
@@ -139,9 +138,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
         elsewhere = [
             (s.name, tool) for s in config.servers if s.name != name for tool in await pins.pins(s.name)
         ]
-        # Other servers' tools by namespaced and by plain name. This server naming its own tools
-        # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
-        # an instruction, flagged as such.
+        # Other servers' tools, namespaced and plain (its own are siblings: only calling one is flagged).
         others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
         names = ToolNames(others, [c.tool for c in checks])  # built once: a listing may be huge
         script = main_script(text for c in checks for _, text in strings(c.definition, ""))
@@ -172,12 +169,9 @@ async def approve_server(
     accept_flagged: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
     expect: str | None = None, pins: Any = None,
 ) -> tuple[ServerReview, list[str], dict[str, str]]:  # fmt: skip
-    """Pin the server's current definitions in ``pins`` (default: the config's pin file).
-    Returns (review, pinned tools, skipped tool → why).
-
-    ``expect``: the review digest the person saw; if the server now lists anything else, nothing
-    is pinned (``ApprovalError``): what is approved is exactly what was reviewed.
-    """
+    """Pin the server's current definitions: (review, pinned tools, skipped tool → why).
+    ``expect``: the digest the person reviewed; anything else listed now pins nothing
+    (``ApprovalError``)."""
     review = await review_server(config, name, pins=pins)
     if expect is not None and review.digest != expect:
         raise ApprovalError(

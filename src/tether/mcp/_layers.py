@@ -80,9 +80,8 @@ os.execv(command[0], command)
 def layered(
     argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] = (), net: str | None = None
 ) -> list[str]:
-    """``argv`` (bwrap's) run after the layers over ``lowers`` and the views of ``staged``; with
-    ``net`` (``PORT:FD``, the descriptor maybe a placeholder the launch replaces), in a network
-    namespace of its own whose proxy socket is sent over that descriptor."""
+    """``argv`` (bwrap's) run after the layers over ``lowers`` and views of ``staged``; with ``net``
+    (``PORT:FD``) in a network namespace of its own whose proxy socket is sent over ``FD``."""
     folders = [str(len(lowers)), *map(str, lowers), str(len(staged)), *map(str, staged)]
     return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, net or "-", *folders, *argv]
 
@@ -91,18 +90,16 @@ _STATUS: list[str | None] = []  # overlay_status's answer, once known (this proc
 
 
 def overlay_status() -> str | None:
-    """``None`` when private write layers work here (an overlay in a user namespace of the
-    launch's own, Linux 5.11+), else why not: then those folders are shown read-only. Probed
-    once per process, unless ``run_in_layers`` already showed that they work."""
+    """``None`` when private write layers work here (Linux 5.11+), else why not (the folders are
+    then shown read-only). Probed once per process."""
     if not _STATUS:
         _STATUS.append(_probe(["/bin/sh", "-c", f'test -d "{LAYERS}/m0"']))
     return _STATUS[0]
 
 
 def run_in_layers(command: Sequence[str]) -> bool:
-    """Run ``command`` (another probe: bwrap's) as a confined launch does, inside layers laid
-    over ``/usr/share``; whether it succeeded. Success shows that the layers work too, so one
-    process start answers both probes; a failure says nothing of which one failed."""
+    """Whether ``command`` (bwrap's probe) succeeds inside layers over ``/usr/share``: success
+    answers ``overlay_status`` too, in one process start."""
     if _STATUS or _probe(command) is not None:
         return False
     _STATUS.append(None)

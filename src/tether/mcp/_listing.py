@@ -36,8 +36,7 @@ class PinnedListing:
         self.checks: list[ToolCheck] = []
 
     async def absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
-        """Compare a (whole) listing with the pins; ``invalid``: the tools it also listed that
-        were left out as invalid (name → why), blocked whatever their pins."""
+        """Compare a whole listing with the pins; ``invalid`` (name → why) are blocked regardless."""
         definitions = [canonical_definition(t) for t in tools]
         self.live = {d["name"]: d for d in definitions}
         self.invalid = dict(invalid or {})
@@ -57,9 +56,7 @@ class PinnedListing:
             if c.tool in self.invalid:
                 continue  # a name also listed with an invalid definition: blocked as invalid
             if c.status == "pinned" and c.tool not in duplicated:
-                if c.tool in self.blocked:
-                    # Back to the approved definition: unblock (the pin never changed).
-                    del self.blocked[c.tool]
+                self.blocked.pop(c.tool, None)  # back to the approved definition
                 self.pinned[c.tool] = c.definition
                 continue
             if self.blocked.get(c.tool) != c.why:
@@ -105,9 +102,8 @@ def _refused(result: Mapping[str, Any], version: str) -> str | None:
 
 
 def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """A ``tools/list`` result without the tools that make the SDK refuse it, and those tools
-    (name, or ``#index`` when it has none, → why). Unchanged when the SDK takes it, or when
-    what it refuses is not a tool (then the listing fails as before, naming where)."""
+    """A ``tools/list`` result without the tools the SDK would refuse it for, and those tools
+    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else."""
     version = version or "2025-11-25"
     tools = result.get("tools")
     if not isinstance(tools, list) or _refused(result, version) is None:

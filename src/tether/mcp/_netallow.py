@@ -40,8 +40,7 @@ class Entry:
 
 
 def parse_host(text: str) -> tuple[str, Address | None]:
-    """A host as a request or an entry spells it: ``(normalized, address or None)``; ValueError
-    when it is neither an address literal nor a host name."""
+    """``(normalized host, address or None)``; ValueError when it is neither."""
     raw = text[1:-1] if text.startswith("[") and text.endswith("]") else text
     try:
         address = ipaddress.ip_address(raw.split("%", 1)[0] if "%" in raw else raw)

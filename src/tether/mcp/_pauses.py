@@ -181,9 +181,8 @@ class Pauses(Protocol):
 
 
 class PauseStore(SqlStore):
-    """Elicitation pauses (``Pauses``) on what ``SqlStore`` says: a SQLite file's path, a
-    PostgreSQL URL or a shared ``Database``. Each method is one transaction, off the event loop;
-    an answer given on any machine sharing the database is handed over once (``take_answer``)."""
+    """Pauses (``Pauses``) in an ``SqlStore``; one transaction a method; an answer is handed
+    over once (``take_answer``) whichever machine gave it."""
 
     concern = "pauses"
 
@@ -191,12 +190,10 @@ class PauseStore(SqlStore):
         self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
         schema: dict[str, Any],
     ) -> Pause:  # fmt: skip
-        """A new pending pause, or the run's one still pending for this very question (a resumed
-        run asked again before anyone answered: one question, one pause)."""
+        """A new pending pause, or the run's one still pending for this question."""
         key = question_key(server, tool, arguments, message, schema)
 
         def create(conn: Connection) -> Pause:
-            # One question, one pause: concurrent askers of the same question in one run are serialised.
             lock(conn, f"pause|{run_id}|{key}")
             row = conn.execute(
                 select(*_COLUMNS).where(
@@ -238,9 +235,8 @@ class PauseStore(SqlStore):
         self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
         check_after: str,
     ) -> Pause:  # fmt: skip
-        """The run's pause for this call's task (status ``task``), new or brought up to date
-        (``check_after``: an ISO instant before which nobody need look at the task again); the
-        pause as it is when it was closed meanwhile (its status then tells)."""
+        """The run's pause for this call's task, new or updated (``check_after``: when to look
+        again), or as closed meanwhile (its status tells)."""
         key = task_key(server, tool, arguments)
         waiting = {"task_id": task_id, "check_after": check_after}
 

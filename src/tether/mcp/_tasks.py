@@ -158,8 +158,7 @@ class TaskRelay:
             heard.set()
 
     def _status(self, params: Any) -> None:
-        """A ``notifications/tasks/status``: kept only when it settles a task (ended, or needing
-        input); anything else, or anything malformed, is dropped."""
+        """A status notification, kept only when it settles a task (anything else is dropped)."""
         import mcp_types as types
 
         try:
@@ -177,8 +176,7 @@ class TaskRelay:
             heard.set()
 
     async def settled(self, task_id: str, within_s: float) -> Any:
-        """Wait up to ``within_s`` for the server to report ``task_id`` settled by notification;
-        the task's reported state (``status``, ``status_message``, …), or ``None``."""
+        """The task's state if a notification settles it within ``within_s``, else ``None``."""
         if task_id not in self._heard and not self._closed:
             heard = self._listening.setdefault(task_id, anyio.Event())
             try:
@@ -189,8 +187,8 @@ class TaskRelay:
         return self._heard.pop(task_id, None)
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Send one request of the host's own; its result (a dict). Raises ``TaskRequestFailed``
-        for an error answer and ``anyio.ClosedResourceError`` when the connection ended."""
+        """One request of the host's own; its result. Raises ``TaskRequestFailed``, or
+        ``anyio.ClosedResourceError`` when the connection ended."""
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 
@@ -219,10 +217,8 @@ async def run_task(
     on_status: Callable[[int, str | None], Awaitable[None]] | None = None, task_id: str | None = None,
     park_at: Callable[[], float] | None = None,
 ) -> Any:  # fmt: skip
-    """Run one task-augmented call to its end; returns the tool's ``CallToolResult``, or
-    ``Parked`` when ``park_at()`` (an ``anyio.current_time`` instant, read before each poll)
-    comes before the task ends. ``task_id`` waits on a task created by an earlier call instead
-    of creating one. Raises ``UpstreamError`` for a task the server cancelled or no longer knows."""
+    """One task-augmented call to its end: its ``CallToolResult``, or ``Parked`` when ``park_at()``
+    comes first; ``task_id`` waits on an earlier call's task. Raises ``UpstreamError``."""
     import mcp_types as types
 
     if task_id is None:
@@ -265,9 +261,7 @@ async def run_task(
             raise UpstreamError(f"the server cancelled the task of {name}")
         result = types.CallToolResult.model_validate(await relay.request("tasks/result", {"taskId": task_id}))
     except BaseException:
-        if task.status not in _ENDED:
-            # The call ended before its task: the server is told, within a bounded wait. The
-            # call's own error stands whatever becomes of the cancel.
+        if task.status not in _ENDED:  # the call ended first: tell the server (bounded)
             await cancel_task(relay, task_id)
             emit(action="cancel_sent", task_id=task_id, status=task.status, polls=polls)
         else:
