@@ -33,14 +33,10 @@ class ToolReview:
     def to_json(self) -> dict[str, Any]:
         c = self.check
         return {
-            "tool": c.tool,
-            "status": c.status,
-            "why": c.why,
-            "sha256": c.sha256,
-            "pinned_sha256": c.pinned_sha256,
-            "definition": c.definition,
+            "tool": c.tool, "status": c.status, "why": c.why, "sha256": c.sha256,
+            "pinned_sha256": c.pinned_sha256, "definition": c.definition,
             "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.findings],
-        }
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)

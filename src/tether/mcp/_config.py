@@ -46,12 +46,9 @@ def offered_name(server: str, tool: str) -> str:
 
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {
-    "stdio": "stdio",
-    "http": "http",
-    "streamable-http": "http",
-    "streamable_http": "http",
+    "stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http",
     "streamableHttp": "http",
-}
+}  # fmt: skip
 
 
 class _Strict(BaseModel):

@@ -145,10 +145,8 @@ class McpServerSource:
         """What is launched or contacted, shown before the first launch (and traced)."""
         if self.command:
             out: dict[str, Any] = {
-                "transport": "stdio",
-                "command": shlex.join(self.command),
-                "env_keys": sorted(self.env),
-            }
+                "transport": "stdio", "command": shlex.join(self.command), "env_keys": sorted(self.env),
+            }  # fmt: skip
             if self.sandbox_plan is not None:
                 out.update(self.sandbox_plan.describe())
             if self.stderr is not None and self.stderr.log_path is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,11 +203,8 @@ async def answer_pause(
     config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
     """Store a validated answer to a pending elicitation (``store_answer``); nothing runs."""
-    store = PauseStore(config.path(config.host.state))
-    try:
+    with closing(PauseStore(config.path(config.host.state))) as store:
         return await store_answer(store, pause_id, action, content, actor=actor)
-    finally:
-        store.close()
 
 
 async def resume_pause(
@@ -236,27 +234,19 @@ async def resume_pause(
         await host.aclose()
         await run.finish(reason, detail="" if status == "ok" else text[:500])
     trace_path = run.trace_path
-    store = PauseStore(config.path(config.host.state))
-    try:
+    with closing(PauseStore(config.path(config.host.state))) as store:
         await store.complete(pause_id, status)
-    finally:
-        store.close()
     return {
-        "pause": pause_id,
-        "tool": pause.tool,
-        "action": action,
-        "status": status,
-        "result": text,
+        "pause": pause_id, "tool": pause.tool, "action": action, "status": status, "result": text,
         "trace": str(trace_path) if trace_path else None,
-    }
+    }  # fmt: skip
 
 
 # How a resume of one paused call ends: it ran, its tool failed, or the host refused it.
 _RERUN_STOP = {
-    "ok": StopReason.ACCEPTED,
-    "error": StopReason.DEPENDENCY_UNAVAILABLE,
+    "ok": StopReason.ACCEPTED, "error": StopReason.DEPENDENCY_UNAVAILABLE,
     "denied": StopReason.POLICY_DENIED,
-}
+}  # fmt: skip
 
 
 async def rerun_paused_call(
