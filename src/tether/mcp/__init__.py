@@ -4,8 +4,7 @@ Server authors only need ``tether.mcp._confirm`` (the "confirm first" pattern). 
 from a config file and running questions over it is ``tether.mcphost``.
 """
 
-# Names are imported on first use (PEP 562): a review connects its one server without loading
-# the MCP SDK before the server process is already starting.
+# Imported on first use (PEP 562): a review's server starts before the MCP SDK is loaded.
 from typing import TYPE_CHECKING
 
 from tether.core._exports import lazy_exports

@@ -281,8 +281,7 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
         raise ConfigError(f"{path}: {validation_problems(err)}") from None
 
 
-# ``${VAR}``, ``${env:VAR}`` (VS Code) and ``${VAR:-default}`` (Claude Code; the default taken
-# when VAR is unset or empty, as a shell does). Any other ``${...}`` is refused, never passed on.
+# ``${VAR}``, ``${env:VAR}`` and ``${VAR:-default}`` (taken when unset or empty); any other ``${`` is refused.
 _VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 
 

@@ -167,8 +167,7 @@ def _interpreter_of(exe: Path) -> str | None:
         if not rest:
             return None
         return shutil.which(rest[0])
-    # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
-    # and uv's relocatable one: '''exec' "$(dirname -- "$(realpath -- "$0")")"/'python' "$0" …
+    # pip's ('''exec' /path/to/python "$0") and uv's relocatable ("$(dirname …)"/'python') forms.
     if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
         beside = re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1])
         if beside:
@@ -187,8 +186,7 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
             yield i, p.resolve()
 
 
-# Python environments are read from their files, never by running the interpreter: a ``.pth``
-# file runs code whenever the interpreter starts, and that code runs only confined.
+# Python environments are read from files, never run: a ``.pth`` file's code runs only confined.
 
 
 def _venv_config(prefix: Path) -> dict[str, str]:
@@ -217,8 +215,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
     if venv is None:
         launch.path_dirs.append(f"{base_at}/bin")
         return launch.translate(real) or str(real)
-    # The server's own environment: some packages write into their folder (a node project they
-    # install on first use), so it gets a private write layer over the host's, gone when it stops.
+    # Some packages write into their own folder on first use: it gets a private write layer.
     venv_at = launch.show(venv, "env", private=True)
     if venv_at is None:
         return str(interp)
@@ -282,8 +279,7 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
                 argv[i] = launch.show(script, f"bin/{script.name}") or arg
             break
         return launch
-    # A console script (its #! names the interpreter): run by the interpreter inside. In a
-    # venv's bin (new inside) it is put back where it was; elsewhere it is shown as one file.
+    # A console script, run by the interpreter inside: back in its venv's bin, or shown as one file.
     script = exe.resolve()
     at = launch.translate(script)
     if at is not None and any(op[0] == "--tmpfs" and at.startswith(op[1] + "/") for op in launch.ops):

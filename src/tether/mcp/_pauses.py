@@ -73,9 +73,6 @@ def _pause(row: Row[Any]) -> Pause:
     )  # fmt: skip
 
 
-# -- operations (one transaction each) --------------------------------------------------------------
-
-
 def _get(conn: Connection, pause_id: str) -> Pause:
     row = conn.execute(select(*_COLUMNS).where(T.c.id == pause_id)).first()
     if row is None:

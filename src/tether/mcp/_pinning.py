@@ -118,9 +118,6 @@ def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# -- operations (one transaction each) --------------------------------------------------------------
-
-
 def _pins(conn: Connection, server: str) -> dict[str, Pin]:
     rows = conn.execute(select(T).where(T.c.server == server))
     return {

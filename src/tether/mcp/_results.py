@@ -122,8 +122,7 @@ def convert_result(
         meta["paths_outside_roots"] = outside
         _rejected(emit, server, spec, "paths_outside_roots", paths=outside)
     if (total := len(text)) > spec.max_result_chars:
-        # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
-        # (``HostCore._finish``), data included.
+        # Reported here; the host cuts it as every tool's result (``HostCore._finish``).
         _rejected(emit, server, spec, "oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)

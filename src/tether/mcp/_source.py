@@ -77,8 +77,7 @@ class McpServerSource:
     unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
     instructions: str | None = None
     protocol_version: str | None = None
-    # Long tasks (MCP tasks that outlive their call): parked in ``pauses`` ("pause") or
-    # cancelled at the call's limit ("cancel"); a parked task is asked to live ``task_ttl_s``.
+    # MCP tasks outliving their call: parked in ``pauses`` (asked to live ``task_ttl_s``) or cancelled.
     pauses: Pauses | None = None
     long_tasks: Literal["pause", "cancel"] = "pause"
     task_ttl_s: float = 86_400.0
@@ -124,8 +123,7 @@ class McpServerSource:
         self.sampling = sampling
         self.roots = roots
         self.cwd = cwd
-        # fail_soft: a server that cannot start or list is recorded as unavailable and offers no
-        # tools, instead of failing the whole host (the other servers keep working).
+        # fail_soft: a server that cannot start or list is unavailable, instead of failing the host.
         self.fail_soft = fail_soft
         self.restart = restart
         self.max_restarts = max_restarts
@@ -138,6 +136,7 @@ class McpServerSource:
         self._retired: list[Connection] = []
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
         self.refuse_offered_name = self.listing.refuse_offered_name  # (for the host's tool index)
+        self.pins, self.blocked = pins, self.listing.blocked  # (read by the host's policy)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
 
@@ -181,8 +180,7 @@ class McpServerSource:
             except ValueError as err:
                 if not str(err).endswith("is closed"):
                     raise
-                # The run's trace is closed (a server request after the run ended, e.g. a late
-                # roots/list to a connection being retired): kept for the next run's trace.
+                # The run's trace is closed (a late server request): kept for the next run's trace.
                 self._tracer = None
         self._pending_events.append((kind, data))
 
@@ -375,22 +373,6 @@ class McpServerSource:
         if self.stderr is not None:
             await anyio.to_thread.run_sync(self.stderr.wait)
 
-    @property
-    def pins(self) -> Pins | None:
-        return self.listing.pins
-
-    @pins.setter
-    def pins(self, store: Pins | None) -> None:
-        self.listing.pins = store
-
-    @property
-    def blocked(self) -> dict[str, str]:
-        return self.listing.blocked
-
-    @property
-    def checks(self) -> list[ToolCheck]:
-        return self.listing.checks
-
     async def _list(self, client: Any) -> list[ToolCheck]:
         """List every page now (not the SDK's cache) and check it against the pins. The host lists
         only here: what the SDK lists on its own is never offered."""
@@ -409,7 +391,7 @@ class McpServerSource:
             cursors.add(cursor)
         await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
         self._stale = False
-        return self.checks
+        return self.listing.checks
 
     async def refresh(self) -> list[ToolCheck]:
         """List the tools now and check them against the pins. Raises ``DependencyUnavailable``."""

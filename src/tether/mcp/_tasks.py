@@ -92,16 +92,12 @@ class TaskRelay:
                             if ident is None and getattr(message, "method", None) == _STATUS:
                                 self._status(getattr(message, "params", None))
                                 continue
-                            if (
-                                isinstance(ident, str)
-                                and ident in self._waiting
-                                and not hasattr(message, "method")
-                            ):
+                            answers = not hasattr(message, "method")
+                            if answers and isinstance(ident, str) and ident in self._waiting:
                                 box = self._waiting.pop(ident)
                                 box[1] = message
                                 box[0].set()
                                 continue
-                            answers = not hasattr(message, "method")
                             if ident is not None and answers and ident in self._listings:
                                 self._listings.discard(ident)
                                 item = self._listing(item)
