@@ -187,14 +187,8 @@ class ServerConfig(_Strict):
             raise ValueError(f"server {self.name}: headers apply to http servers only")
         if self.env and self.transport != "stdio":
             raise ValueError(f"server {self.name}: env applies to stdio servers only")
-        if self.transport != "stdio" and (
-            self.sandbox == "required"
-            or self.sandbox_read
-            or self.sandbox_write
-            or self.allow_network
-            or self.network != "none"
-            or self.roots_writable
-        ):
+        confined = (self.sandbox == "required", self.sandbox_read, self.sandbox_write, self.allow_network)
+        if self.transport != "stdio" and (any(confined) or self.network != "none" or self.roots_writable):
             raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
         if self.allow_network and isinstance(self.network, tuple):
             raise ValueError(f"server {self.name}: allow_network (network: any) contradicts an allowlist")

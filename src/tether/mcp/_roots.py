@@ -20,7 +20,7 @@ from tether.errors import ConfigError
 if TYPE_CHECKING:
     import mcp_types as types
 
-__all__ = ["RootsGate", "validate_root"]
+__all__ = ["RootsGate", "root_path", "validate_root"]
 
 
 def validate_root(uri: str, *, base: Path | None = None) -> str:
@@ -66,9 +66,7 @@ class RootsGate:
 
     def paths(self) -> list[Path]:
         """The roots as local paths (what results are checked against)."""
-        from urllib.parse import unquote, urlsplit
-
-        return [Path(unquote(urlsplit(r).path)) for r in self.roots]
+        return [root_path(r) for r in self.roots]
 
     def set_roots(self, roots: Iterable[str]) -> bool:
         """Replace the roots (all validated first: a bad one changes nothing). True if they changed."""
@@ -83,9 +81,9 @@ class RootsGate:
         self.listed += 1
         self._on_event({"server": self.server, "action": "list", "roots": list(self.roots)})
         return types.ListRootsResult(
-            roots=[types.Root(uri=FileUrl(r), name=_root_name(r)) for r in self.roots]
+            roots=[types.Root(uri=FileUrl(r), name=root_path(r).name or "/") for r in self.roots]
         )
 
 
-def _root_name(uri: str) -> str:
-    return Path(unquote(urlsplit(uri).path)).name or "/"
+def root_path(uri: str) -> Path:
+    return Path(unquote(urlsplit(uri).path))

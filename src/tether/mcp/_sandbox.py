@@ -22,10 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from tether.mcp._launchers import NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
+from tether.mcp._roots import root_path
 
 __all__ = [
     "ARGS_FD", "NET_FD", "Confinement", "Network", "SandboxMode", "SandboxPlan", "bwrap_status",
@@ -105,24 +107,8 @@ class SandboxPlan:
                 out["network_allow"] = list(net)
             if self.confinement.withheld:
                 out["withheld"] = list(self.confinement.withheld)
-        if self.warning:
-            out["sandbox_warning"] = self.warning
-        if self.refused:
-            out["sandbox_refused"] = self.refused
-        if self.problem:
-            out["sandbox_problem"] = self.problem
-        return out
-
-
-def _root_paths(roots: Iterable[str]) -> list[Path]:
-    from urllib.parse import unquote, urlsplit
-
-    out = []
-    for uri in roots:
-        parts = urlsplit(uri)
-        if parts.scheme == "file" and parts.path:
-            out.append(Path(unquote(parts.path)))
-    return out
+        notes = {"warning": self.warning, "refused": self.refused, "problem": self.problem}
+        return out | {f"sandbox_{k}": v for k, v in notes.items() if v}
 
 
 def plan_confinement(
@@ -151,7 +137,7 @@ def plan_confinement(
                 return False
         return p.exists()
 
-    declared_roots = [p.resolve() for p in _root_paths(roots)]
+    declared_roots = [root_path(r).resolve() for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
     rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
     # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
