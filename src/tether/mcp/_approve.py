@@ -7,6 +7,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,15 +74,12 @@ class ServerReview:
             else:
                 lines.append(f"  sandbox: {launch.get('sandbox', 'none')}, NOT confined")
         lines += [f"  WARNING: {w}" for w in self.warnings]
-        by_status: dict[str, int] = {}
-        for t in self.tools:
-            by_status[t.check.status] = by_status.get(t.check.status, 0) + 1
+        by_status = Counter(t.check.status for t in self.tools)
         counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none"
         lines.append(f"  tools: {len(self.tools)} listed ({counts})")
         for t in self.tools:
             if t.flagged:
-                kinds = ", ".join(sorted({f.kind for f in t.findings}))
-                lines.append(f"  FLAGGED {t.check.tool}: {kinds}")
+                lines.append(f"  FLAGGED {t.check.tool}: {', '.join(sorted({f.kind for f in t.findings}))}")
         for name, why in self.invalid.items():
             lines.append(f"  INVALID {name}: {why}: never offered (the server's other tools are)")
         if self.instructions:
