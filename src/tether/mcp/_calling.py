@@ -28,11 +28,35 @@ from tether.trace._events import EventKind
 if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
-__all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "cancel_parked", "guarded", "recheck"]
+__all__ = [
+    "URL_ELICITATION_REQUIRED", "CapabilityBlocked", "InputPending", "call_tool", "cancel_parked", "guarded",
+    "recheck",
+]  # fmt: skip
 
 URL_ELICITATION_REQUIRED = -32042
 T = TypeVar("T")
 MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked, at least and at most
+
+
+class CapabilityBlocked(ToolError):
+    """The tool's definition is not approved (new, or changed since approval)."""
+
+    kind = "capability_blocked"
+
+
+class InputPending(ToolError):
+    """The server asked a question nobody could answer now; the call is paused."""
+
+    kind = "input_pending"
+
+    def __init__(self, message: str, *, pause_id: str, awaiting: str | None = None) -> None:
+        hint = (
+            f"resume the run once the {awaiting} has ended (`tether resume`; a worker resumes it by itself)"
+            if awaiting
+            else "a person answers with `tether mcp resume`"
+        )
+        super().__init__(message, hint=hint, details={"pause": pause_id})
+        self.meta = {"pause": pause_id, **({"awaiting": awaiting} if awaiting else {})}
 
 
 async def guarded(
@@ -167,8 +191,6 @@ async def call_tool(
     finally:
         source._inflight.remove(info)
     if isinstance(result, Parked) and info.pause_id is not None:
-        from tether.mcp._source import InputPending
-
         raise InputPending(
             f"{spec.name} is still running as task {result.task_id} on server {source.name} "
             f"(pause {info.pause_id}): the run resumes when it ends",
@@ -178,8 +200,6 @@ async def call_tool(
     if limits.scope.cancelled_caught or result is None:
         raise limits.exceeded()
     if info.pause_id is not None:
-        from tether.mcp._source import InputPending
-
         raise InputPending(
             f"{spec.name} is waiting for a person to answer a question from server {source.name} "
             f"(pause {info.pause_id})",
@@ -236,7 +256,6 @@ async def run_as_task(
     """A task-only tool, polled within this call's limits (a status message is progress); its
     result is used only if the definition is still approved when it ends. With ``long_tasks:
     pause`` a task outliving the limits is parked (``Parked``, its pause id in ``info``)."""
-    from tether.mcp._source import CapabilityBlocked
 
     def emit(**data: Any) -> None:
         source.emit(EventKind.MCP_TASK, server=source.name, tool=spec.name, **data)

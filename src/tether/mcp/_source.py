@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import anyio
 
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
-from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
-from tether.mcp._calling import call_tool, guarded
+from tether.errors import ConfigError, DependencyUnavailable, ToolInputError, UpstreamError
+from tether.mcp._calling import CapabilityBlocked, InputPending, call_tool, guarded
 from tether.mcp._config import SEPARATOR, offered_name
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo, GateHooks
@@ -43,27 +43,6 @@ if TYPE_CHECKING:
 __all__ = ["CapabilityBlocked", "InputPending", "McpServerSource"]
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
-
-
-class CapabilityBlocked(ToolError):
-    """The tool's definition is not approved (new, or changed since approval)."""
-
-    kind = "capability_blocked"
-
-
-class InputPending(ToolError):
-    """The server asked a question nobody could answer now; the call is paused."""
-
-    kind = "input_pending"
-
-    def __init__(self, message: str, *, pause_id: str, awaiting: str | None = None) -> None:
-        hint = (
-            f"resume the run once the {awaiting} has ended (`tether resume`; a worker resumes it by itself)"
-            if awaiting
-            else "a person answers with `tether mcp resume`"
-        )
-        super().__init__(message, hint=hint, details={"pause": pause_id})
-        self.meta = {"pause": pause_id, **({"awaiting": awaiting} if awaiting else {})}
 
 
 class McpServerSource:
