@@ -195,12 +195,7 @@ def _venv_config(prefix: Path) -> dict[str, str]:
         lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
     except OSError:
         return {}
-    out = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    return {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in lines) if sep}
 
 
 def _show_python(launch: Launch, interp: Path) -> str:
