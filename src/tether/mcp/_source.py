@@ -229,14 +229,13 @@ class McpServerSource:
                 await conn.ready()
         except (ConnectionLost, TimeoutError) as err:
             self._retire(conn)
+            refused = isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError)
             if isinstance(err, TimeoutError):
                 why = f"no answer within the connect timeout ({self.connect_timeout_s:g}s)"
-            elif isinstance(leaf(err.cause), ConfigError):
-                why = str(leaf(err.cause))
             else:
-                why = describe_error(err)
+                why = str(leaf(err.cause)) if refused else describe_error(err)
             short = why  # (the model may read it: the host's own refusals go to the person only)
-            if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
+            if refused:
                 short = "the host could not launch it as configured (the run's output says why)"
             detail = await self._failure_detail(why, started=conn.answered)
             self._start_detail = detail or (why if short != why else None)
@@ -393,26 +392,16 @@ class McpServerSource:
         self._listed_at_connect = False
         specs = []
         for remote, d in sorted(self.listing.pinned.items()):
-            if remote in self.blocked:
+            if remote in self.blocked or (self.allow_tools is not None and remote not in self.allow_tools):
                 continue
-            if self.allow_tools is not None and remote not in self.allow_tools:
-                continue
-            annotations = d.get("annotations") or {}
-            specs.append(
-                ToolSpec(
-                    name=offered_name(self.name, remote),
-                    description=d.get("description") or "",
-                    parameters=d.get("inputSchema") or {"type": "object"},
-                    # The host's declaration wins over the server's annotations; undeclared = side-effecting.
-                    effect=self.effects.get(remote, Effect.WRITE),
-                    source=self.name,
-                    target=self.targets.get(remote),
-                    timeout_s=self.timeout_s,
-                    max_result_chars=self.max_result_chars,
-                    remote_name=remote,
-                    meta={"server_annotations": annotations, "untrusted_hints": True},
-                )
-            )
+            # The host's declaration wins over the server's annotations; undeclared = side-effecting.
+            specs.append(ToolSpec(
+                name=offered_name(self.name, remote), description=d.get("description") or "",
+                parameters=d.get("inputSchema") or {"type": "object"}, source=self.name,
+                effect=self.effects.get(remote, Effect.WRITE), target=self.targets.get(remote),
+                timeout_s=self.timeout_s, max_result_chars=self.max_result_chars, remote_name=remote,
+                meta={"server_annotations": d.get("annotations") or {}, "untrusted_hints": True},
+            ))  # fmt: skip
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
