@@ -65,14 +65,9 @@ class TaskRelay:
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
-        self._closed = False
+        self.closed = False  # the connection's read stream ended (the server process or stream gone)
         self._heard: OrderedDict[str, Any] = OrderedDict()  # task id -> its settled status
         self._listening: dict[str, anyio.Event] = {}  # task id -> set when a settled status is heard
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection's read stream ended (the server process or stream gone)."""
-        return self._closed
 
     @asynccontextmanager
     async def wrap(self, transport: Any) -> AsyncIterator[Any]:
@@ -146,7 +141,7 @@ class TaskRelay:
         return SessionMessage(answer, metadata=item.metadata)
 
     def _close(self) -> None:
-        self._closed = True
+        self.closed = True
         for box in self._waiting.values():
             box[0].set()
         self._waiting.clear()
@@ -173,7 +168,7 @@ class TaskRelay:
 
     async def settled(self, task_id: str, within_s: float) -> Any:
         """The task's state if a notification settles it within ``within_s``, else ``None``."""
-        if task_id not in self._heard and not self._closed:
+        if task_id not in self._heard and not self.closed:
             heard = self._listening.setdefault(task_id, anyio.Event())
             try:
                 with anyio.move_on_after(within_s):
@@ -188,7 +183,7 @@ class TaskRelay:
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 
-        if self._closed or self._send is None:
+        if self.closed or self._send is None:
             raise anyio.ClosedResourceError
         ident = f"{_PREFIX}{next(self._ids)}"
         box: list[Any] = [anyio.Event(), None]
