@@ -332,8 +332,7 @@ async def cancel_parked(source: McpServerSource, run_id: str) -> list[str]:
     if source.pauses is None:
         return []
     mine = await source.pauses.for_run(run_id)
-    parked = [p for p in mine if p.status == "task" and p.server == source.name]
-    if not parked:
+    if not (parked := [p for p in mine if p.status == "task" and p.server == source.name]):
         return []
     conn = await source._usable()
     cancelled: list[str] = []

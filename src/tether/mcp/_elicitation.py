@@ -57,8 +57,7 @@ def check_schema(schema: Any) -> str | None:
     """Why a requested schema is not a flat object of primitives, or ``None`` if it is."""
     if not isinstance(schema, Mapping) or schema.get("type") != "object":
         return "the schema must be an object"
-    extra = set(schema) - _TOP_KEYS
-    if extra:
+    if extra := set(schema) - _TOP_KEYS:
         return f"unsupported schema keys: {', '.join(sorted(extra))}"
     props = schema.get("properties")
     if not isinstance(props, Mapping) or not props:
@@ -70,8 +69,7 @@ def check_schema(schema: Any) -> str | None:
             return f"field {name!r} is not a schema"
         kind = prop.get("type")
         if kind == "array":
-            problem = _check_multi_select(str(name), prop)
-            if problem is not None:
+            if (problem := _check_multi_select(str(name), prop)) is not None:
                 return problem
             continue
         if kind not in _PRIMITIVES:
@@ -79,8 +77,7 @@ def check_schema(schema: Any) -> str | None:
                 f"field {name!r} has type {kind!r}: only string, number, integer, boolean "
                 "or a multi-select array of string choices (no nesting)"
             )
-        extra = set(prop) - _PROP_KEYS
-        if extra:
+        if extra := set(prop) - _PROP_KEYS:
             return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
         if "format" in prop and (kind != "string" or prop["format"] not in _FORMATS):
             return f"field {name!r} has unsupported format {prop['format']!r}"
@@ -103,8 +100,7 @@ def check_schema(schema: Any) -> str | None:
 
 def _check_multi_select(name: str, prop: Mapping[str, Any]) -> str | None:
     """A multi-select field (2025-11-25): string choices as ``items.enum`` or ``items.anyOf``."""
-    extra = set(prop) - _ARRAY_KEYS
-    if extra:
+    if extra := set(prop) - _ARRAY_KEYS:
         return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
     items = prop.get("items")
     if not isinstance(items, Mapping):
@@ -161,8 +157,7 @@ def credential_shaped(message: str, schema: Mapping[str, Any] | None) -> str | N
         if isinstance(prop, Mapping) and prop.get("title"):
             texts.append(str(prop["title"]))
         for text in texts:
-            found = _asks(_words(text))
-            if found:
+            if found := _asks(_words(text)):
                 return f"field {name!r} asks for {found!r}"
     found = _asks(message)
     return f"message asks for {found!r}" if found else None
@@ -219,8 +214,7 @@ async def store_answer(
     if action == "accept":
         if (problem := check_schema(pause.schema)) is not None:
             raise ApprovalError("invalid_answer", f"the stored question is not answerable: {problem}")
-        problems = validate_answer(pause.schema, content)
-        if problems:
+        if problems := validate_answer(pause.schema, content):
             raise ApprovalError("invalid_answer", "; ".join(problems))
     else:
         content = None
@@ -369,8 +363,7 @@ class ElicitationGate(RequestGate):
 
     def _event(self, outcome: str, **data: Any) -> None:
         self.on_event({"server": self.server, "outcome": outcome, **data})
-        call = self.current_call()
-        if call is not None:
+        if (call := self.current_call()) is not None:
             by = "person" if outcome in ("accept", "decline", "cancel") and "reason" not in data else "host"
             if data.get("answered_by") == "resume":
                 by = "person (on resume)"
@@ -401,12 +394,10 @@ class ElicitationGate(RequestGate):
         if isinstance(params, types.ElicitRequestURLParams):
             return await self._url(params, tool, message)
         schema = dict(params.requested_schema)
-        problem = check_schema(schema)
-        if problem is not None:
+        if (problem := check_schema(schema)) is not None:
             self._event("refused", tool=tool, reason=f"schema_not_flat: {problem}", message=message)
             return types.ElicitResult(action="decline")
-        cred = credential_shaped(message, schema)
-        if cred is not None:
+        if (cred := credential_shaped(message, schema)) is not None:
             self._event("refused", tool=tool, reason=f"credential_shaped: {cred}", message=message)
             return types.ElicitResult(action="decline")
         prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
@@ -425,8 +416,7 @@ class ElicitationGate(RequestGate):
             if answer.action != "accept":
                 self._event(answer.action, tool=tool, message=message)
                 return types.ElicitResult(action=answer.action)
-            problems = validate_answer(schema, answer.content)
-            if not problems:
+            if not (problems := validate_answer(schema, answer.content)):
                 self._event("accept", tool=tool, message=message, fields=sorted(answer.content or {}))
                 return types.ElicitResult(action="accept", content=dict(answer.content or {}))
         self._event("cancel", tool=tool, reason="no valid answer: " + "; ".join(problems), message=message)

@@ -130,8 +130,7 @@ def resolve_launch(
     if interpreter is not None and Path(interpreter).name in _NODE:
         return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
     launch = Launch("executable", argv, _protected=guarded)
-    shown = launch.show(exe.resolve(), f"bin/{exe.name}")
-    if shown is not None:
+    if (shown := launch.show(exe.resolve(), f"bin/{exe.name}")) is not None:
         launch.argv[0] = shown
     return launch
 
@@ -159,18 +158,15 @@ def _interpreter_of(exe: Path) -> str | None:
     if not head.startswith(b"#!"):
         return None
     lines = head.decode("utf-8", errors="replace").splitlines()
-    words = lines[0][2:].split()
-    if not words:
+    if not (words := lines[0][2:].split()):
         return None
     if Path(words[0]).name == "env":
-        rest = [w for w in words[1:] if not w.startswith("-")]
-        if not rest:
+        if not (rest := [w for w in words[1:] if not w.startswith("-")]):
             return None
         return shutil.which(rest[0])
     # pip's ('''exec' /path/to/python "$0") and uv's relocatable ("$(dirname …)"/'python') forms.
     if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
-        beside = re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1])
-        if beside:
+        if beside := re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1]):
             return str(exe.resolve().parent / beside.group(1))
         absolute = re.match(r"""^'''exec' '?(/[^' ]+)""", lines[1])
         return absolute.group(1) if absolute else None
@@ -325,8 +321,7 @@ def _node_package(launch: Launch, script: Path) -> str:
 
 
 def _npm_cache(env: Mapping[str, str]) -> Path:
-    configured = env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE")
-    if configured:
+    if configured := env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE"):
         return Path(configured).expanduser()
     return Path(env.get("HOME") or Path.home()) / ".npm"
 

@@ -188,8 +188,7 @@ def foreign_script(text: str, main: str = "LATIN") -> str | None:
     for ch in text:
         if ch.isalpha() and _script(ch) not in (main, "LATIN"):
             counts[_script(ch)] = counts.get(_script(ch), 0) + 1
-    other = {k: n for k, n in counts.items() if n >= 3}
-    if not other:
+    if not (other := {k: n for k, n in counts.items() if n >= 3}):
         return None
     script = max(other, key=lambda k: other[k])
     sample = "".join(c if (not c.isalpha() or _script(c) == script) else " " for c in text)
@@ -266,8 +265,7 @@ def scan_text(
 ) -> list[Finding]:  # fmt: skip
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
-    hidden = sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)})
-    if hidden:
+    if hidden := sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)}):
         detail = ", ".join(hidden[:10])
         if tags := _tag_text(text):
             detail += f" (hidden tag text: {tags[:200]!r})"
@@ -277,8 +275,7 @@ def scan_text(
     # As a model reads it: compatibility forms folded, HTML entities ('&#105;gnore') decoded.
     visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not hidden_kind(c))))
     names = others if isinstance(others, ToolNames) else ToolNames(others, siblings)
-    m = _INSTRUCTION.search(visible)
-    if m:
+    if m := _INSTRUCTION.search(visible):
         findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
     elif (addressed := addressed_instruction(visible, _target_check(names))) is not None:
         findings.append(Finding(tool, "instruction", where, addressed))

@@ -78,8 +78,7 @@ class ServerStderr:
         try:
             with reader:
                 while True:
-                    raw = reader.readline(MAX_LINE * 4)
-                    if not raw:
+                    if not (raw := reader.readline(MAX_LINE * 4)):
                         break
                     self._line(raw, log)
         finally:

@@ -256,8 +256,7 @@ class McpServerSource:
             await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
         tail = list(self.stderr.tail) if self.stderr is not None else []
         hint = None if started else failure_hint(self.sandbox_plan, tail)
-        detail = self._detail(why, tail, hint)
-        if detail is not None:
+        if (detail := self._detail(why, tail, hint)) is not None:
             self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
                       stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
         return detail

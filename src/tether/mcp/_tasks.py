@@ -162,8 +162,7 @@ class TaskRelay:
         self._heard.move_to_end(task.task_id)
         while len(self._heard) > _HEARD:
             self._heard.popitem(last=False)
-        heard = self._listening.get(task.task_id)
-        if heard is not None:
+        if (heard := self._listening.get(task.task_id)) is not None:
             heard.set()
 
     async def settled(self, task_id: str, within_s: float) -> Any:
@@ -197,8 +196,7 @@ class TaskRelay:
         answer = box[1]
         if answer is None:
             raise anyio.ClosedResourceError
-        error = getattr(answer, "error", None)
-        if error is not None:
+        if (error := getattr(answer, "error", None)) is not None:
             raise TaskRequestFailed(int(error.code), str(error.message))
         return dict(getattr(answer, "result", None) or {})
 
@@ -236,8 +234,7 @@ async def run_task(
             if park_at is not None and anyio.current_time() + interval >= park_at():
                 emit(action="parked", task_id=task_id, status=task.status, polls=polls)
                 return Parked(task_id, str(task.status), interval)
-            reported = await relay.settled(task_id, interval)
-            if reported is not None:
+            if (reported := await relay.settled(task_id, interval)) is not None:
                 task = reported
                 emit(action="notified", task_id=task_id, status=task.status)
             else:
