@@ -4,8 +4,7 @@ Server authors only need ``tether.mcp._confirm`` (the "confirm first" pattern). 
 from a config file and running questions over it is ``tether.mcphost``.
 """
 
-# Names are imported on first use (PEP 562): a review connects its one server without loading
-# the MCP SDK before the server process is already starting.
+# Imported on first use (PEP 562): a review's server starts before the MCP SDK is loaded.
 from typing import TYPE_CHECKING
 
 from tether.core._exports import lazy_exports
@@ -27,44 +26,22 @@ if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
 _EXPORTS = {
-    "Answer": "tether.mcp._elicitation",
-    "ConsoleResponder": "tether.mcp._elicitation",
-    "ElicitationGate": "tether.mcp._elicitation",
-    "McpConfig": "tether.mcp._config",
-    "McpServerSource": "tether.mcp._source",
-    "PinStore": "tether.mcp._pinning",
-    "Responder": "tether.mcp._elicitation",
-    "RootsGate": "tether.mcp._roots",
-    "SamplingGate": "tether.mcp._sampling",
-    "SamplingPrompt": "tether.mcp._sampling",
-    "ScriptedResponder": "tether.mcp._elicitation",
-    "ServerConfig": "tether.mcp._config",
-    "ServerReview": "tether.mcp._approve",
-    "approve_server": "tether.mcp._approve",
-    "clean_result_text": "tether.mcp._clean",
-    "load_config": "tether.mcp._config",
+    "Answer": "tether.mcp._elicitation", "ConsoleResponder": "tether.mcp._elicitation",
+    "ElicitationGate": "tether.mcp._elicitation", "McpConfig": "tether.mcp._config",
+    "McpServerSource": "tether.mcp._source", "PinStore": "tether.mcp._pinning",
+    "Responder": "tether.mcp._elicitation", "RootsGate": "tether.mcp._roots",
+    "SamplingGate": "tether.mcp._sampling", "SamplingPrompt": "tether.mcp._sampling",
+    "ScriptedResponder": "tether.mcp._elicitation", "ServerConfig": "tether.mcp._config",
+    "ServerReview": "tether.mcp._approve", "approve_server": "tether.mcp._approve",
+    "clean_result_text": "tether.mcp._clean", "load_config": "tether.mcp._config",
     "review_server": "tether.mcp._approve",
-}
+}  # fmt: skip
 
 __all__ = [
-    "Answer",
-    "ConsoleResponder",
-    "ElicitationGate",
-    "McpConfig",
-    "McpServerSource",
-    "PinStore",
-    "Responder",
-    "RootsGate",
-    "SamplingGate",
-    "SamplingPrompt",
-    "ScriptedResponder",
-    "ServerConfig",
-    "ServerReview",
-    "approve_server",
-    "clean_result_text",
-    "load_config",
-    "review_server",
-]
+    "Answer", "ConsoleResponder", "ElicitationGate", "McpConfig", "McpServerSource", "PinStore",
+    "Responder", "RootsGate", "SamplingGate", "SamplingPrompt", "ScriptedResponder", "ServerConfig",
+    "ServerReview", "approve_server", "clean_result_text", "load_config", "review_server",
+]  # fmt: skip
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

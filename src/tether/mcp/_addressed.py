@@ -1,34 +1,12 @@
-"""Text addressed to the model, in whatever language: found by its shape, not by its phrasing.
+"""Text addressed to the model, in any Latin-script language: found by its shape, not its phrasing.
 
-A tool's description says what the tool does; an injected instruction talks to the model
-about the model, the conversation or what to do with it. The review's English patterns
-(``tether.mcp._review``) name the common English phrasings; this module finds the same kind
-of sentence in any language written in Latin letters, with no word list per language. A
-sentence is judged on signals that hold across languages:
-
-- **addressee**: the model is named as the one who acts: in the first words of the sentence
-  (its subject), or called on (``Assistente:``, ``Liebe KI,``). The names for it are the
-  same across languages, as loanwords or cognates (assist-, model-, agent-, AI/IA/KI, LLM,
-  GPT, chatbot …), compared without accents and case;
-- **role marker**: the chat's own markup (``[INST]``, ``<|im_start|>``, ``system:`` at the
-  start of a line, a ``<tag>`` naming the model or its instructions): never part of a
-  description, whatever the language;
-- **machinery**: the conversation's own parts, named by their shared stems (instruc-/instruk-/
-  istruz-, prompt, convers-/konvers-, histor-, context-/kontext-, chat, secret-/segred-,
-  credential-, token, passw-);
-- **override**: the cognates of "ignore" and "override" (ignor-, overrid-, bypass, disregard);
-- **emphasis**: an all-capital word of six letters or more opening the sentence
-  (``IMPORTANTE:``, ``WICHTIG!``), or an exclamation mark: a description informs, it does not
-  shout;
-- **target**: where data would go (a URL, an e-mail address, a credential path, another tool,
-  a quoted field name), found by the review's own checks and passed in.
-
-A sentence is an instruction when a role marker or a call on the model is in it, when the
-model is its subject and one more signal holds, or when an override meets the machinery.
-Text is decoded before it is judged (HTML entities here; base64, hex, %- and ``\\u`` escapes
-by the review, which scans what they hide again), and writing systems other than Latin are
-the review's ``foreign_script`` finding: a passage the reviewer may not read is flagged as
-such, whatever it says.
+A sentence is judged on signals that hold across languages: the model named as its subject or
+called on (assist-, model-, agent-, AI/IA/KI, LLM, GPT …, without accents and case); the chat's
+role markup; the conversation's machinery (instruc-, prompt, convers-, histor-, context-, secret-,
+token, passw- …); an override (ignor-, overrid-, bypass, disregard); emphasis (a shouted opening
+word, an exclamation mark); a target (found by the review's own checks and passed in). It is an
+instruction when a role marker or a call on the model is in it, when the model is its subject and
+one more signal holds, or when an override meets the machinery.
 """
 
 from __future__ import annotations

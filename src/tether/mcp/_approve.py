@@ -1,10 +1,5 @@
-"""``review`` and ``approve`` a configured server: what a person sees before pinning.
-
-``review_server`` connects to the server (exactly as configured), lists its tools, and
-returns every tool's full, untruncated definition, its sha256, its status against the
-pins, and the suspicious text found in it. ``approve_server`` pins the listed
-definitions; a flagged tool, or one whose name cannot be namespaced safely, is left
-unpinned (so it stays blocked) unless the reviewer accepts a flagged tool by name.
+"""``review`` and ``approve`` a configured server: what a person sees before pinning. A flagged
+tool, or one whose name cannot be namespaced safely, is left unpinned unless accepted by name.
 """
 
 from __future__ import annotations
@@ -12,6 +7,7 @@ from __future__ import annotations
 import getpass
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,14 +34,10 @@ class ToolReview:
     def to_json(self) -> dict[str, Any]:
         c = self.check
         return {
-            "tool": c.tool,
-            "status": c.status,
-            "why": c.why,
-            "sha256": c.sha256,
-            "pinned_sha256": c.pinned_sha256,
-            "definition": c.definition,
+            "tool": c.tool, "status": c.status, "why": c.why, "sha256": c.sha256,
+            "pinned_sha256": c.pinned_sha256, "definition": c.definition,
             "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.findings],
-        }
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -82,15 +74,12 @@ class ServerReview:
             else:
                 lines.append(f"  sandbox: {launch.get('sandbox', 'none')}, NOT confined")
         lines += [f"  WARNING: {w}" for w in self.warnings]
-        by_status: dict[str, int] = {}
-        for t in self.tools:
-            by_status[t.check.status] = by_status.get(t.check.status, 0) + 1
+        by_status = Counter(t.check.status for t in self.tools)
         counts = ", ".join(f"{n} {status}" for status, n in sorted(by_status.items())) or "none"
         lines.append(f"  tools: {len(self.tools)} listed ({counts})")
         for t in self.tools:
             if t.flagged:
-                kinds = ", ".join(sorted({f.kind for f in t.findings}))
-                lines.append(f"  FLAGGED {t.check.tool}: {kinds}")
+                lines.append(f"  FLAGGED {t.check.tool}: {', '.join(sorted({f.kind for f in t.findings}))}")
         for name, why in self.invalid.items():
             lines.append(f"  INVALID {name}: {why}: never offered (the server's other tools are)")
         if self.instructions:
@@ -125,9 +114,8 @@ class ServerReview:
 
 
 async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> ServerReview:
-    """Connect to one server and review its current tool definitions against ``pins`` (default:
-    the config's pin file; a deployment's shared pin store otherwise). Raises ``ConfigError``,
-    ``DependencyUnavailable``."""
+    """Connect to one server and review its tools against ``pins`` (default: the config's pin
+    file). Raises ``ConfigError``, ``DependencyUnavailable``."""
     server = config.server(name)
     own = pins is None
     if pins is None:
@@ -144,9 +132,7 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
         elsewhere = [
             (s.name, tool) for s in config.servers if s.name != name for tool in await pins.pins(s.name)
         ]
-        # Other servers' tools by namespaced and by plain name. This server naming its own tools
-        # ("deprecated: use read_text_file") is ordinary; telling the model to call one first is
-        # an instruction, flagged as such.
+        # Other servers' tools, namespaced and plain (its own are siblings: only calling one is flagged).
         others = {f"{server}__{tool}" for server, tool in elsewhere} | {tool for _, tool in elsewhere}
         names = ToolNames(others, [c.tool for c in checks])  # built once: a listing may be huge
         script = main_script(text for c in checks for _, text in strings(c.definition, ""))
@@ -163,36 +149,23 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             else []
         )
         return ServerReview(
-            name,
-            source.describe(),
-            reviews,
-            instructions=instructions,
-            instruction_findings=found,
-            warnings=list(source.warnings),
-            protocol=source.protocol_version,
+            name, source.describe(), reviews, instructions=instructions, instruction_findings=found,
+            warnings=list(source.warnings), protocol=source.protocol_version,
             invalid=dict(source.listing.invalid),
-        )
+        )  # fmt: skip
     finally:
         if own:
             pins.close()
 
 
 async def approve_server(
-    config: McpConfig,
-    name: str,
-    *,
-    actor: str | None = None,
-    accept_flagged: set[str] | frozenset[str] = frozenset(),
-    only: set[str] | None = None,
-    expect: str | None = None,
-    pins: Any = None,
-) -> tuple[ServerReview, list[str], dict[str, str]]:
-    """Pin the server's current definitions in ``pins`` (default: the config's pin file).
-    Returns (review, pinned tools, skipped tool → why).
-
-    ``expect``: the review digest the person saw; if the server now lists anything else, nothing
-    is pinned (``ApprovalError``): what is approved is exactly what was reviewed.
-    """
+    config: McpConfig, name: str, *, actor: str | None = None,
+    accept_flagged: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
+    expect: str | None = None, pins: Any = None,
+) -> tuple[ServerReview, list[str], dict[str, str]]:  # fmt: skip
+    """Pin the server's current definitions: (review, pinned tools, skipped tool → why).
+    ``expect``: the digest the person reviewed; anything else listed now pins nothing
+    (``ApprovalError``)."""
     review = await review_server(config, name, pins=pins)
     if expect is not None and review.digest != expect:
         raise ApprovalError(

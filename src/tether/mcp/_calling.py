@@ -1,12 +1,7 @@
-"""One tool call to an MCP server: the pin re-check before it, its limits (a timeout, stretched
-by progress up to ``max_call_s`` when configured), the send (plain or as a task), the ``-32042``
-URL flow, and what a failure means (the connection lost, the server's own error, output that
-breaks its schema). The result is converted (``tether.mcp._results``) like any other.
-
-A task that outlives its call's limits (``long_tasks: pause``, with a pause store) becomes a
-durable pause of the run, like an unanswered question: the call ends ``InputPending`` and the
-run checkpoints. The same call run again on resume waits on that task instead of calling the
-tool a second time, and its result is converted like any other."""
+"""One tool call to an MCP server: the pin re-check, its limits (a timeout stretched by progress
+up to ``max_call_s``), the send (plain or as a task), the ``-32042`` URL flow, and what a failure
+means. A task outliving its call with ``long_tasks: pause`` becomes a durable pause; the call run
+again on resume waits on the same task."""
 
 from __future__ import annotations
 
@@ -33,20 +28,41 @@ from tether.trace._events import EventKind
 if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
-__all__ = ["URL_ELICITATION_REQUIRED", "call_tool", "cancel_parked", "guarded", "recheck"]
+__all__ = [
+    "URL_ELICITATION_REQUIRED", "CapabilityBlocked", "InputPending", "call_tool", "cancel_parked", "guarded",
+    "recheck",
+]  # fmt: skip
 
 URL_ELICITATION_REQUIRED = -32042
 T = TypeVar("T")
 MIN_CHECK_S, MAX_CHECK_S = 1.0, 3600.0  # how long a parked task is left unasked, at least and at most
 
 
+class CapabilityBlocked(ToolError):
+    """The tool's definition is not approved (new, or changed since approval)."""
+
+    kind = "capability_blocked"
+
+
+class InputPending(ToolError):
+    """The server asked a question nobody could answer now; the call is paused."""
+
+    kind = "input_pending"
+
+    def __init__(self, message: str, *, pause_id: str, awaiting: str | None = None) -> None:
+        hint = (
+            f"resume the run once the {awaiting} has ended (`tether resume`; a worker resumes it by itself)"
+            if awaiting
+            else "a person answers with `tether mcp resume`"
+        )
+        super().__init__(message, hint=hint, details={"pause": pause_id})
+        self.meta = {"pause": pause_id, **({"awaiting": awaiting} if awaiting else {})}
+
+
 async def guarded(
-    source: McpServerSource,
-    conn: Connection,
-    fn: Callable[[Any], Awaitable[Any]],
-    timeout_s: float,
+    source: McpServerSource, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float,
     phase: str,
-) -> Any:
+) -> Any:  # fmt: skip
     """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
     conns = [conn]
     try:
@@ -66,13 +82,9 @@ async def guarded(
 
 
 async def renewing(source: McpServerSource, conns: list[Connection], fn: Callable[[Any], Awaitable[T]]) -> T:
-    """``fn(client)`` on the last of ``conns`` (a new session's connection is appended).
-
-    A Streamable HTTP server that answers 404 to a request carrying the session id no longer
-    knows that session (it restarted, or the session expired): the client must start a new one,
-    with a new ``initialize`` (a new connection: its tools listed and checked against the pins
-    again). A 404 means the server did not process the request, so sending the same request
-    again on the new session repeats no effect. Once per call: a second 404 is a lost connection."""
+    """``fn(client)`` on the last of ``conns``. An HTTP server's 404 to the session id means it no
+    longer knows the session and did not process the request: a new session (a new connection,
+    listed and checked again) is appended and the request sent again, once per call."""
     try:
         return await conns[-1].run(fn)
     except Exception as err:
@@ -99,8 +111,8 @@ def _lost(source: McpServerSource, conn: Connection, err: Exception, phase: str,
 
 
 async def recheck(source: McpServerSource, spec: ToolSpec) -> Connection:
-    """The connection to call on, after the pin re-check this call needs. A failure here is
-    before the call was sent, so one restart (if allowed) is tried before giving up."""
+    """The connection to call on, after the pin re-check this call needs (a failure here is
+    before the send: one restart, if allowed, is tried)."""
     conn = await source._usable()
     modern_unheard = is_modern(source.protocol_version) and not source._listening
     if source.pins is None or not (source.recheck == "each_call" or source._stale or modern_unheard):
@@ -129,8 +141,7 @@ class _Limits:
         now = anyio.current_time()
         self.scope = anyio.CancelScope(deadline=now + self.spec.timeout_s)
         self.ceiling = now + (self.source.max_call_s or self.spec.timeout_s)
-        # Traced and shown at a bounded rate, as a server's log lines are (a flood of progress
-        # would fill the trace and the terminal); what is held back is counted on the next one.
+        # Progress is traced and shown at a bounded rate; what is held back is counted on the next.
         self.rate, self.held = TokenBucket(5.0, 20), 0
 
     async def progress(self, done: float, total: float | None, message: str | None) -> None:
@@ -152,8 +163,7 @@ class _Limits:
     def exceeded(self) -> Unavailable:
         source, spec = self.source, self.spec
         stretched = source.progress_resets_timeout and (source.max_call_s or 0) > spec.timeout_s
-        if stretched and self.scope.deadline >= self.ceiling:
-            # Kept alive by progress up to its ceiling: the limit it hit is max_call_s.
+        if stretched and self.scope.deadline >= self.ceiling:  # kept alive by progress up to max_call_s
             limit = source.max_call_s or spec.timeout_s
             return Unavailable(
                 f"{spec.name} reached its ceiling of {limit:g}s (max_call_s), though it kept "
@@ -181,8 +191,6 @@ async def call_tool(
     finally:
         source._inflight.remove(info)
     if isinstance(result, Parked) and info.pause_id is not None:
-        from tether.mcp._source import InputPending
-
         raise InputPending(
             f"{spec.name} is still running as task {result.task_id} on server {source.name} "
             f"(pause {info.pause_id}): the run resumes when it ends",
@@ -192,19 +200,16 @@ async def call_tool(
     if limits.scope.cancelled_caught or result is None:
         raise limits.exceeded()
     if info.pause_id is not None:
-        from tether.mcp._source import InputPending
-
         raise InputPending(
             f"{spec.name} is waiting for a person to answer a question from server {source.name} "
             f"(pause {info.pause_id})",
             pause_id=info.pause_id,
         )
-    definition = source._pinned.get(spec.remote_name, {})
+    definition = source.listing.pinned.get(spec.remote_name, {})
     output = convert_result(
         source.name, spec, result, definition, source.emit, _validate, roots=source._root_paths()
     )
-    if info.elicitations:
-        # What became of the server's questions: the call's outcome says it, not only the server.
+    if info.elicitations:  # what became of the server's questions, in the call's own outcome
         output.meta["elicitation"] = list(info.elicitations)
     if info.samples:
         output.meta["sampling_requests"] = info.samples
@@ -212,30 +217,23 @@ async def call_tool(
 
 
 async def _send(
-    source: McpServerSource,
-    conns: list[Connection],
-    spec: ToolSpec,
-    arguments: dict[str, Any],
-    info: CallInfo,
-    limits: _Limits,
-) -> Any:
+    source: McpServerSource, conns: list[Connection], spec: ToolSpec, arguments: dict[str, Any],
+    info: CallInfo, limits: _Limits,
+) -> Any:  # fmt: skip
     async def send(client: Any) -> Any:
         source._refuse_unapproved(spec)  # (again on a new session: its listing was checked anew)
-        definition = source._pinned.get(spec.remote_name, {})
+        definition = source.listing.pinned.get(spec.remote_name, {})
         if task_required(definition):
             return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(
-            spec.remote_name,
-            arguments,
-            progress_callback=limits.progress,
+            spec.remote_name, arguments, progress_callback=limits.progress,
             read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
-        )
+        )  # fmt: skip
 
     try:
         return await renewing(source, conns, send)
     except Exception as err:
-        # -32042 (2025-11-25): the server needs the person to open a URL first. It is asked
-        # like a URL elicitation; once every URL is accepted the call is sent again.
+        # -32042: the person must open a URL first (a URL elicitation); accepted, the call is resent.
         if not await _url_flow(source, err, info):
             raise
         return await conns[-1].run(send)
@@ -252,19 +250,12 @@ def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exce
 
 
 async def run_as_task(
-    source: McpServerSource,
-    client: Any,
-    spec: ToolSpec,
-    arguments: dict[str, Any],
-    info: CallInfo,
+    source: McpServerSource, client: Any, spec: ToolSpec, arguments: dict[str, Any], info: CallInfo,
     limits: _Limits,
-) -> Any:
-    """A tool that runs only as a task: polled to its end within this call's limits (a new
-    status message counts as progress); its result is used only if the tool's definition
-    is still the approved one when the task ends. With a pause store and ``long_tasks:
-    pause``, a task still running when the limits run out is parked (``Parked``, its pause id
-    in ``info``) and a call of the run that parked it waits on the same task."""
-    from tether.mcp._source import CapabilityBlocked
+) -> Any:  # fmt: skip
+    """A task-only tool, polled within this call's limits (a status message is progress); its
+    result is used only if the definition is still approved when it ends. With ``long_tasks:
+    pause`` a task outliving the limits is parked (``Parked``, its pause id in ``info``)."""
 
     def emit(**data: Any) -> None:
         source.emit(EventKind.MCP_TASK, server=source.name, tool=spec.name, **data)
@@ -278,8 +269,7 @@ async def run_as_task(
     park_at = None
     if pauses is not None:
         earlier = await pauses.parked(info.run_id, source.name, spec.name, arguments)
-        # Parked before the call's deadline, with room to record the pause: the deadline itself
-        # would cancel the task.
+        # Parked before the call's deadline (which would cancel the task), with room to record it.
         margin = min(2.0, spec.timeout_s / 4)
 
         def park_at() -> float:
@@ -291,17 +281,14 @@ async def run_as_task(
             ttl_s=source.task_ttl_s if pauses is not None else limit,
             task_id=earlier.task_id if earlier is not None else None, park_at=park_at,
         )  # fmt: skip
-    except UpstreamError:
-        # The task is over for good (cancelled by its server, or unknown to it): nothing waits on
-        # it. A lost connection leaves the pause open, so the run's resume waits on it again.
+    except UpstreamError:  # over for good (a lost connection leaves the pause open instead)
         if earlier is not None:
             with anyio.CancelScope(shield=True):
                 await earlier_done(source, earlier.id, "failed")
         raise
     if isinstance(result, Parked):
         assert pauses is not None
-        # Nobody need look again before the server's poll interval, nor, for a task running
-        # long, before half its age again (a worker resumes the run when that time comes).
+        # Nobody need look again before the poll interval, nor before half the task's age again.
         now = datetime.now(UTC)
         age = (now - datetime.fromisoformat(earlier.created_at)).total_seconds() if earlier else 0.0
         check_after = now + timedelta(seconds=min(max(result.poll_s, age / 2, MIN_CHECK_S), MAX_CHECK_S))
@@ -338,17 +325,14 @@ async def earlier_done(source: McpServerSource, pause_id: str, outcome: str) -> 
 
 
 async def cancel_parked(source: McpServerSource, run_id: str) -> list[str]:
-    """Cancel, on the server, each task a call of ``run_id`` left parked there (the run was
-    cancelled); each pause is closed whatever the server answers, so nothing waits on it.
-    Returns the task ids the server accepted to cancel. Raises ``Unavailable`` when the
-    server cannot be reached (the pauses are then left as they were)."""
+    """Cancel on the server the tasks ``run_id`` left parked, closing their pauses; the task ids
+    it accepted to cancel. Raises ``Unavailable`` (the pauses then left as they were)."""
     from tether.mcp._tasks import cancel_task
 
     if source.pauses is None:
         return []
     mine = await source.pauses.for_run(run_id)
-    parked = [p for p in mine if p.status == "task" and p.server == source.name]
-    if not parked:
+    if not (parked := [p for p in mine if p.status == "task" and p.server == source.name]):
         return []
     conn = await source._usable()
     cancelled: list[str] = []
@@ -379,9 +363,8 @@ async def _url_flow(source: McpServerSource, err: BaseException, info: CallInfo)
 
 
 def _validate(instance: Any, schema: dict[str, Any]) -> None:
-    """Check a result against its output schema with the host's one schema engine (exact types,
-    references resolved only inside the schema: nothing is ever fetched). Failures are raised as
-    ``jsonschema`` errors, which the result handling reports as ``invalid_output``."""
+    """Check a result against its output schema (the host's one engine; nothing fetched),
+    failing with ``jsonschema`` errors (reported as ``invalid_output``)."""
     try:
         validate_schema(schema, instance)
     except UnusableSchema as err:

@@ -1,18 +1,10 @@
 """Clean a tool result's text before it reaches the model, the logs or memory.
 
-``clean_result_text(text)`` returns the cleaned text and what was done to it (for the
-observation's metadata). Text a person reviewing cannot see but a model reads is removed
-and counted: zero-width and other invisible format characters, bidi controls, Unicode
-tag characters (an ASCII message can ride in them: it is decoded for the reviewer, never
-for the model), variation selectors, control characters (terminal escape sequences).
-Markup that acts when rendered is neutralised: HTML comments are cut (their text is
-hidden on render), markdown images and raw ``<img>`` tags lose their target (a renderer
-fetches it unasked: an exfiltration channel), markdown links, link definitions and raw HTML
-``<a href>`` links keep their text and show only the target's host; HTML elements that load
-or submit by themselves (``<iframe>``, ``<script>``, ``<form>``, ``<link>`` …) are removed.
-
-``escape_for_review(text)`` is the raw text as a person should see it: every invisible or
-control character written as a visible ``<U+XXXX>`` escape.
+``clean_result_text`` removes and counts what a person cannot see but a model reads (invisible
+format characters, bidi controls, tag characters, variation selectors, control characters) and
+neutralises markup that acts when rendered (HTML comments cut, image targets dropped, links
+showing only their host, self-loading elements removed). ``escape_for_review`` writes every
+invisible or control character as a visible ``<U+XXXX>``.
 """
 
 from __future__ import annotations
@@ -27,9 +19,7 @@ __all__ = ["clean_result_data", "clean_result_text", "escape_for_review", "hidde
 
 MAX_DECODED = 500
 
-# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt; ``unicodedata`` does not
-# expose it): characters a renderer shows as nothing. Those in a category flagged below anyway
-# (Cf, Cn) are listed too, so the set is the property itself.
+# Unicode's Default_Ignorable_Code_Point (not in ``unicodedata``): what a renderer shows as nothing.
 _DEFAULT_IGNORABLE = (
     (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
     (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
@@ -38,10 +28,7 @@ _DEFAULT_IGNORABLE = (
 )  # fmt: skip
 # Blank fillers that are not default-ignorable but are drawn as an empty cell: the Braille blank.
 _BLANK_FILLERS = {0x2800}
-_ZERO_WIDTH = {
-    *(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)),
-    *_BLANK_FILLERS,
-}
+_ZERO_WIDTH = {*(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)), *_BLANK_FILLERS}
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 _SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")
@@ -95,28 +82,20 @@ def _host(url: str) -> str:
 
 
 def _plain(text: str) -> bool:
-    """``_SUSPECT.search(text) is None``: ASCII with no control character but newline and tab.
-    One pass over a byte table, an order of magnitude faster than the regex on long results."""
+    """``_SUSPECT.search(text) is None``, by a byte table (far faster than the regex)."""
     return text.isascii() and not text.encode().translate(None, _PLAIN)
 
 
 def clean_result_text(text: str) -> tuple[str, dict[str, Any]]:
-    """The text with hidden characters removed and rendering markup neutralised, plus what was
-    done (empty when nothing was). Keys: ``hidden_chars`` (kind → count), ``hidden_tag_text``
-    (the ASCII smuggled in tag characters, for the reviewer), ``html_comments``, ``images``,
-    ``links``."""
+    """The text cleaned, and what was done: ``hidden_chars`` (kind → count), ``hidden_tag_text``
+    (the ASCII smuggled in tag characters), ``html_comments``, ``images``, ``links``."""
     if "[" not in text and "<" not in text and "\r" not in text and _plain(text):
         return text, {}  # plain text with no markup: nothing to look at (the common case)
     cleaned, meta = _strip_hidden(text)
     cleaned, n = _COMMENT.subn(lambda m: f"[html comment removed: {len(m.group(0))} characters]", cleaned)
-    if n:
-        meta["html_comments"] = n
     cleaned, images = _neutralise_images(cleaned)
-    if images:
-        meta["images"] = images
     cleaned, links = _neutralise_links(cleaned)
-    if links:
-        meta["links"] = links
+    meta.update((k, v) for k, v in (("html_comments", n), ("images", images), ("links", links)) if v)
     return cleaned, meta
 
 
@@ -158,8 +137,7 @@ def _neutralise_images(text: str) -> tuple[str, int]:
 
 
 def _neutralise_links(text: str) -> tuple[str, int]:
-    """Markdown and raw HTML links keep their text, lose their target (its host is named);
-    HTML elements that load something are removed."""
+    """Links keep their text and lose their target (its host named); loading elements are removed."""
 
     def html_link(m: re.Match[str]) -> str:
         target = next((g for g in m.groups()[:3] if g is not None), "")
@@ -178,8 +156,7 @@ def _neutralise_links(text: str) -> tuple[str, int]:
 
 
 def clean_result_data(value: Any) -> tuple[Any, dict[str, Any]]:
-    """``clean_result_text`` applied to every string (keys included) of a JSON-like value;
-    the counts are summed over all of them."""
+    """``clean_result_text`` on every string (keys included) of a JSON-like value, counts summed."""
     total: dict[str, Any] = {}
 
     def merge(meta: dict[str, Any]) -> None:
@@ -209,11 +186,7 @@ def clean_result_data(value: Any) -> tuple[Any, dict[str, Any]]:
 
 def escape_for_review(text: str, limit: int = 4000) -> str:
     """The raw text for a person: invisible and control characters shown as ``<U+XXXX>``."""
+    more = f"… [{len(text) - limit} more characters]" if len(text) > limit else ""
     if text.isascii() and text.isprintable():  # nothing to show (the common case, and fast)
-        return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more characters]"
-    out = []
-    for ch in text[:limit]:
-        out.append(f"<U+{ord(ch):04X}>" if hidden_kind(ch) is not None else ch)
-    if len(text) > limit:
-        out.append(f"… [{len(text) - limit} more characters]")
-    return "".join(out)
+        return text[:limit] + more
+    return "".join(f"<U+{ord(ch):04X}>" if hidden_kind(ch) is not None else ch for ch in text[:limit]) + more

@@ -1,31 +1,8 @@
 """The MCP host's configuration file (TOML or YAML): which servers, and what each may do.
 
-Server ids are the ``name`` keys the host's owner writes here, never a server's own
-self-declared name. Everything a server is allowed is opt-in: tools (``tools``), effects
-(undeclared = side-effecting), elicitation, sampling, roots and credentials.
-
-    [host]
-    pins = "mcp-pins.db"          # approved tool definitions (relative to this file)
-    state = "mcp-state.db"        # durable elicitation pauses
-    trace_dir = "tether-output/traces"
-    tenant = "default"
-
-    [[servers]]
-    name = "erp"
-    transport = "stdio"           # or "http" (Streamable HTTP)
-    command = ["{python}", "-m", "tether_examples.scenarios.maintenance.erp"]
-    tools = ["read_order", "read_history"]
-    effects = { read_order = "read", read_history = "read" }
-    timeout_s = 10
-    max_result_chars = 20000
-    roots = ["file:///srv/project"]
-    elicitation = { enabled = true, url_mode = false }
-    sampling = { enabled = false }
-    credentials = { ERP_TOKEN = "env:MY_ERP_TOKEN" }
-    restart = "on_failure"        # or "never" (the default): quarantine a server whose connection is lost
-    sandbox = "auto"              # bubblewrap confinement of a stdio server: auto | required | none
-    network = "none"              # confined: none (own loopback only) | ["host:port", …] | any
-    roots_writable = false        # confined: roots are read-only unless this is set
+Server ids are the owner's ``name`` keys, never a server's own name. Everything is opt-in: tools,
+effects (undeclared = side-effecting), elicitation, sampling, roots and credentials. Other MCP
+clients' forms are read too (``mcpServers``, ``type``, ``args``, ``${VAR}``).
 """
 
 from __future__ import annotations
@@ -47,16 +24,9 @@ from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
 __all__ = [
-    "MAX_TOOL_NAME",
-    "SEPARATOR",
-    "ElicitationConfig",
-    "HostSection",
-    "McpConfig",
-    "SamplingConfig",
-    "ServerConfig",
-    "load_config",
-    "offered_name",
-]
+    "MAX_TOOL_NAME", "SEPARATOR", "ElicitationConfig", "HostSection", "McpConfig", "SamplingConfig",
+    "ServerConfig", "load_config", "offered_name",
+]  # fmt: skip
 
 SEPARATOR = "__"
 MAX_TOOL_NAME = 64  # the longest tool name every provider takes
@@ -64,11 +34,9 @@ _UNTAKEN = re.compile(r"[^A-Za-z0-9_-]")  # characters a provider refuses in a t
 
 
 def offered_name(server: str, tool: str) -> str:
-    """The name the model is offered for ``tool`` of ``server``: ``server__tool`` when every
-    provider takes it (letters, digits, ``_``, ``-``; at most ``MAX_TOOL_NAME``); otherwise the
-    other characters made ``_``, cut to fit, and the start of the server's own name's sha256
-    added, so that no two tools share one (``files__read.file`` → ``files__read_file_8a1f…``).
-    The host calls the server by its own name (``ToolSpec.remote_name``), never this one."""
+    """The name the model is offered: ``server__tool`` when every provider takes it; otherwise
+    made to fit, with the start of the tool name's sha256 (``files__read.file`` →
+    ``files__read_file_8a1f…``). The server is called by its own name (``remote_name``)."""
     name = f"{server}{SEPARATOR}{tool}"
     if len(name) <= MAX_TOOL_NAME and not _UNTAKEN.search(name):
         return name
@@ -78,12 +46,9 @@ def offered_name(server: str, tool: str) -> str:
 
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {
-    "stdio": "stdio",
-    "http": "http",
-    "streamable-http": "http",
-    "streamable_http": "http",
+    "stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http",
     "streamableHttp": "http",
-}
+}  # fmt: skip
 
 
 class _Strict(BaseModel):
@@ -128,34 +93,27 @@ class ServerConfig(_Strict):
     credentials: dict[str, str] = Field(default_factory=dict)  # NAME -> "env:VAR" | "file:PATH"
     headers: dict[str, str] = Field(default_factory=dict)  # http only; "{NAME}" expands a credential
     recheck: Literal["each_call", "on_change"] = "each_call"
-    # Supervision: a lost connection quarantines the server (never) or restarts it, at most
-    # max_restarts times (on_failure). The connect timeout is separate from the per-call one.
     restart: Literal["never", "on_failure"] = "never"
     max_restarts: int = Field(default=2, ge=0, le=20)
     connect_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     progress_resets_timeout: bool = False  # each progress notification restarts timeout_s …
     max_call_s: float | None = Field(default=None, gt=0, le=86_400)  # … up to this ceiling
-    # A task (MCP tasks) still running when its call's limit is reached: pause the run (kept in
-    # the state store; resuming waits on the same task) or cancel it. A paused task is asked to
-    # live task_ttl_s on the server.
+    # A task still running at its call's limit: pause the run (resuming waits on it) or cancel it.
     long_tasks: Literal["pause", "cancel"] = "pause"
     task_ttl_s: float = Field(default=86_400.0, gt=0, le=30 * 86_400)
-    # Confinement of a stdio server (bubblewrap): auto | required | none.
     sandbox: Literal["auto", "required", "none"] = "auto"
     sandbox_read: list[str] = Field(default_factory=list)  # extra read-only paths
     sandbox_write: list[str] = Field(default_factory=list)  # extra read-write paths (not roots)
     roots_writable: bool = False  # a confined server may write into its roots only when set
-    # none: a network namespace of its own (only its own loopback); a list of "host:port"
-    # (tether.mcp._netallow): only those, through the host's proxy; any: the host's network,
-    # loopback services included (an explicit opt-out).
+    # none: its own loopback only; "host:port" entries: only those, through the host's proxy;
+    # any: the host's network, loopback services included.
     network: Literal["none", "any"] | tuple[str, ...] = "none"
     allow_network: bool = False  # older spelling of network: any
 
     @model_validator(mode="before")
     @classmethod
     def _ordinary(cls, data: Any) -> Any:
-        """The form other MCP clients write: ``command`` an executable with its ``args``, the
-        transport as ``type`` or left out (``command``: stdio, ``url``: Streamable HTTP)."""
+        """Other MCP clients' form: ``command`` with ``args``, the transport as ``type`` or implied."""
         if not isinstance(data, dict):
             return data
         data = _renamed(data, "type", "transport")
@@ -229,14 +187,8 @@ class ServerConfig(_Strict):
             raise ValueError(f"server {self.name}: headers apply to http servers only")
         if self.env and self.transport != "stdio":
             raise ValueError(f"server {self.name}: env applies to stdio servers only")
-        if self.transport != "stdio" and (
-            self.sandbox == "required"
-            or self.sandbox_read
-            or self.sandbox_write
-            or self.allow_network
-            or self.network != "none"
-            or self.roots_writable
-        ):
+        confined = (self.sandbox == "required", self.sandbox_read, self.sandbox_write, self.allow_network)
+        if self.transport != "stdio" and (any(confined) or self.network != "none" or self.roots_writable):
             raise ValueError(f"server {self.name}: sandbox settings apply to stdio servers only")
         if self.allow_network and isinstance(self.network, tuple):
             raise ValueError(f"server {self.name}: allow_network (network: any) contradicts an allowlist")
@@ -312,8 +264,7 @@ class McpConfig(_Strict):
 
 
 def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
-    """Read a TOML (``.toml``) or YAML (``.yaml``/``.yml``) config (``raw``: its bytes, read
-    before). Raises ``ConfigError``."""
+    """Read a TOML or YAML config (``raw``: its bytes, read before). Raises ``ConfigError``."""
     path = Path(path)
     _, _, data = read_config_file(path, "MCP config", raw=raw)
     if not isinstance(data, dict):
@@ -324,18 +275,13 @@ def load_config(path: str | Path, *, raw: bytes | None = None) -> McpConfig:
         raise ConfigError(f"{path}: {validation_problems(err)}") from None
 
 
-# ``${VAR}``, ``${env:VAR}`` (VS Code) and ``${VAR:-default}`` (Claude Code; the default taken
-# when VAR is unset or empty, as a shell does). Any other ``${...}`` is refused, never passed on.
+# ``${VAR}``, ``${env:VAR}`` and ``${VAR:-default}`` (taken when unset or empty); any other ``${`` is refused.
 _VAR = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(?::-([^${}]*))?\}")
 
 
 def _variables(data: dict[str, Any]) -> dict[str, Any]:
-    """Environment variables in a server's settings, as other clients' configs write them. A
-    whole ``env`` value, or one in a header, is a credential read from ``VAR`` at start (never
-    traced; a user's or provider's own key refused; unset without a default, an error naming
-    it). In ``command``/``args``, ``url``, ``cwd`` and the rest of an ``env`` value it is
-    expanded now, from this process's environment: unset without a default, a config error
-    naming it; a user's or provider's own key, refused."""
+    """Environment variables in a server's settings. A whole ``env`` value, or one in a header,
+    becomes a credential read at start; anywhere else it is expanded now (``_expanded``)."""
     name = data.get("name")
     creds, out = dict(data.get("credentials") or {}), dict(data)
 
@@ -374,7 +320,7 @@ def _understood(server: Any, where: str, value: Any) -> Any:
 
 
 def _expanded(server: Any, where: str, value: Any) -> Any:
-    """``value`` with its variables expanded from this process's environment."""
+    """``value`` expanded from this process's environment (a provider's own key refused)."""
     from tether.mcp._credentials import PROVIDER_ENV
 
     def one(found: re.Match[str]) -> str:
@@ -397,7 +343,7 @@ def _expanded(server: Any, where: str, value: Any) -> Any:
 
 
 def _renamed(data: dict[str, Any], other: str, ours: str) -> dict[str, Any]:
-    """A copy of ``data`` with the key another MCP client writes (``other``) under ours."""
+    """A copy of ``data`` with another client's key ``other`` under ours."""
     data = dict(data)
     if other in data:
         if ours in data:

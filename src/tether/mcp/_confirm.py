@@ -2,21 +2,8 @@
 
 For server authors using ``mcp.server.MCPServer``: a parameter annotated with
 ``confirm_first("Delete record {record_id}?")`` is filled by asking the person through
-elicitation before the tool body runs: on 2025-era connections as a server-to-client
-request, on 2026-07-28 through an input-required result (the SDK's resolver machinery
-picks the transport). The tool body then checks ``confirmed(outcome)``:
-
-    @server.tool()
-    async def delete_record(
-        record_id: str,
-        outcome: Annotated[ElicitationResult[Confirmation], confirm_first("Delete record {record_id}?")],
-    ) -> str:
-        if not confirmed(outcome):
-            return "not deleted: the person did not confirm"
-        ...
-
-The question names the exact target, asks one boolean, and anything but an explicit
-``accept`` with ``confirm: true`` means no.
+elicitation before the tool body runs, which then checks ``confirmed(outcome)``. Anything but an
+explicit ``accept`` with ``confirm: true`` means no.
 """
 
 from __future__ import annotations

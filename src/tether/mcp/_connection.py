@@ -1,10 +1,6 @@
-"""One MCP server's SDK client, run in a task of its own (a supervised connection).
-
-The SDK runs a connection's transport in task groups. Entered from a caller's task, a
-transport failure (a Streamable HTTP server gone mid-request) cancels that caller: the
-whole run. Here each connection lives in a detached task that owns every scope the SDK
-opens; whatever the transport does ends that task only. Callers use the client across
-tasks and are woken with ``ConnectionLost`` when the connection ends under them.
+"""One MCP server's SDK client, run in a detached task of its own (a supervised connection):
+whatever the transport's task groups do ends that task only, never the caller; callers get
+``ConnectionLost`` when the connection ends under them.
 """
 
 from __future__ import annotations
@@ -21,16 +17,14 @@ from pydantic import ValidationError
 __all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
 
 T = TypeVar("T")
-# The server a piece of SDK code works for: set in each connection's task (inherited by the
-# tasks the SDK starts there) and around each call, so the SDK's log lines name their server.
+# The server a piece of SDK code works for (each connection's task, each call): its log lines name it.
 SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
 _SDK_LOGGERS = ("mcp", "client")  # the SDK's client session logs as "client"
 _factory_installed = False
 
 
 def _attribute_sdk_logs() -> None:
-    """Prefix the SDK's log records with the server they concern (escaped: a server's text may be
-    in them). Installed once, chained to the record factory already in place."""
+    """Prefix the SDK's log records with their server, escaped (installed once, chained)."""
     global _factory_installed
     if _factory_installed:
         return
@@ -80,9 +74,8 @@ def describe_error(err: BaseException) -> str:
 
 
 def _first_problem(errors: list[Any]) -> str:
-    """Where and what the first problem is. In a union of kinds told apart by ``type`` (content
-    blocks), pydantic lists every kind's complaint: say the ``type`` is none of them, or, when one
-    kind takes it, what that kind lacks."""
+    """Where and what the first problem is; in a union told apart by ``type`` (content blocks),
+    that the ``type`` is none of them, or what the one kind taking it lacks."""
     first = errors[0]
     loc: tuple[Any, ...] = tuple(first["loc"])
     at = next((i for i, p in enumerate(loc) if isinstance(p, str) and p[:1].isupper()), None)
@@ -129,17 +122,14 @@ def spawn_detached(fn: Callable[[], Awaitable[None]]) -> None:
 
 
 class Connection:
-    """One attempt to connect: ``open`` enters the SDK client on a stack the connection's own
-    task owns; ``prepare`` runs there once connected (the first tool listing); ``serve`` runs
-    there for the connection's life (a listen stream), its failure ending only itself."""
+    """One attempt to connect, in a task of its own: ``open`` enters the SDK client, ``prepare``
+    runs once connected, ``serve`` for the connection's life (its failure ending only itself)."""
 
     def __init__(
-        self,
-        open: Callable[[AsyncExitStack], Awaitable[Any]],
+        self, open: Callable[[AsyncExitStack], Awaitable[Any]],
         prepare: Callable[[Any], Awaitable[None]] | None = None,
-        serve: Callable[[Any], Awaitable[None]] | None = None,
-        name: str | None = None,
-    ) -> None:
+        serve: Callable[[Any], Awaitable[None]] | None = None, name: str | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         if name is not None:
             _attribute_sdk_logs()
@@ -154,8 +144,6 @@ class Connection:
         self._stop = anyio.Event()
         self._scope: anyio.CancelScope | None = None
         self._launched = False
-
-    # -- the connection's own task ----------------------------------------------------------
 
     def launch(self) -> None:
         if not self._launched:
@@ -200,8 +188,6 @@ class Connection:
         except BaseException:
             pass
 
-    # -- callers ------------------------------------------------------------------------------
-
     @property
     def alive(self) -> bool:
         return self.client is not None and not self._done.is_set() and not self._stop.is_set()
@@ -215,9 +201,8 @@ class Connection:
         return self.client
 
     async def run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run ``fn(client)`` in the caller's task; ``ConnectionLost`` if the connection ends first.
-
-        The caller's own cancellation (a timeout around this call) still reaches it."""
+        """Run ``fn(client)`` in the caller's task (its cancellation still reaches it);
+        ``ConnectionLost`` if the connection ends first."""
         if not self.alive:
             raise ConnectionLost(self.error)
         client = self.client

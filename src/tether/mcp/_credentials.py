@@ -1,11 +1,7 @@
 """Per-server credentials: resolved by the host, handed to one server, never traced.
 
-A server gets only the credentials its config names, from the environment (``env:VAR``, or
-``env:VAR:-default``: the default when VAR is unset or empty)
-or a secret file (``file:PATH``, which must not be readable by group or others). The
-user's and the model provider's credentials are never forwarded (no token passthrough):
-a config that points a server at them is refused. Every resolved value is registered
-with the tracer's ``Redactor``, so it never reaches a trace line.
+From ``env:VAR`` (``env:VAR:-default``) or ``file:PATH`` (not readable by group or others). The
+user's and the model provider's credentials are never forwarded; every value is a trace secret.
 """
 
 from __future__ import annotations
@@ -22,24 +18,11 @@ from tether.errors import ConfigError
 __all__ = ["PROVIDER_ENV", "Credentials", "resolve_credentials"]
 
 # Environment variables that hold the user's or a model provider's credentials.
-PROVIDER_ENV = frozenset(
-    {
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "AZURE_OPENAI_API_KEY",
-        "GOOGLE_API_KEY",
-        "GEMINI_API_KEY",
-        "MISTRAL_API_KEY",
-        "GROQ_API_KEY",
-        "OPENROUTER_API_KEY",
-        "TETHER_MODEL_API_KEY",
-        "TETHER_API_KEY",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "GITHUB_TOKEN",
-        "GH_TOKEN",
-    }
-)
+PROVIDER_ENV = frozenset({
+    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY",
+    "MISTRAL_API_KEY", "GROQ_API_KEY", "OPENROUTER_API_KEY", "TETHER_MODEL_API_KEY", "TETHER_API_KEY",
+    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
+})  # fmt: skip
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -91,13 +74,9 @@ def _resolve(ref: str, server: str, name: str, environ: Mapping[str, str], base:
 
 
 def resolve_credentials(
-    server: str,
-    credentials: Mapping[str, str],
-    headers: Mapping[str, str] = {},
-    *,
-    environ: Mapping[str, str] | None = None,
-    base: Path = Path("."),
-) -> Credentials:
+    server: str, credentials: Mapping[str, str], headers: Mapping[str, str] = {}, *,
+    environ: Mapping[str, str] | None = None, base: Path = Path("."),
+) -> Credentials:  # fmt: skip
     """Resolve one server's credentials. Raises ``ConfigError`` for anything missing or unsafe."""
     environ = os.environ if environ is None else environ
     values: dict[str, str] = {}

@@ -1,24 +1,14 @@
 """Elicitation (X5): a server asks the person a question. One handler for both protocol eras.
 
-On 2025-era connections the question arrives as a server-to-client request; on
-2026-07-28 it is embedded in an input-required result of ``tools/call``. The SDK routes
-both to the same callback, and this gate is that callback. In order, it:
-
-1. declines if the server is not opted in;
-2. URL mode: declines unless an interactive person consents after seeing the full URL
-   and its domain (the SDK always advertises URL mode; the host does not honour it
-   blindly), and never for non-http(s) URLs;
-3. form mode: checks the schema itself (a flat object of primitives only: the SDK does
-   not) and refuses credential-shaped questions without asking anyone;
-4. shows the question attributed to the asking server (and tool, when known), validates
-   the answer against the schema (re-asking a bounded number of times), and passes on
-   accept, decline or cancel;
-5. with no person at the keyboard, stores a durable pause and cancels the question, so
-   the run stops and ``tether mcp resume`` can continue it with a validated answer.
+The gate declines a server not opted in; takes URL mode only from a consenting interactive person
+(http(s) only); accepts only flat forms of primitives and refuses credential-shaped questions;
+shows the question attributed and validates the answer; with nobody to ask, stores a durable
+pause (``tether mcp resume``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,20 +26,10 @@ if TYPE_CHECKING:
     import mcp_types as types
 
 __all__ = [
-    "Answer",
-    "CallInfo",
-    "ConsoleResponder",
-    "ElicitationGate",
-    "ElicitationPrompt",
-    "GateHooks",
-    "RequestGate",
-    "Responder",
-    "ScriptedResponder",
-    "check_schema",
-    "choices",
-    "credential_shaped",
+    "Answer", "CallInfo", "ConsoleResponder", "ElicitationGate", "ElicitationPrompt", "GateHooks",
+    "RequestGate", "Responder", "ScriptedResponder", "check_schema", "choices", "credential_shaped",
     "validate_answer",
-]
+]  # fmt: skip
 
 Action = Literal["accept", "decline", "cancel"]
 _PRIMITIVES = {"string", "number", "integer", "boolean"}
@@ -77,8 +57,7 @@ def check_schema(schema: Any) -> str | None:
     """Why a requested schema is not a flat object of primitives, or ``None`` if it is."""
     if not isinstance(schema, Mapping) or schema.get("type") != "object":
         return "the schema must be an object"
-    extra = set(schema) - _TOP_KEYS
-    if extra:
+    if extra := set(schema) - _TOP_KEYS:
         return f"unsupported schema keys: {', '.join(sorted(extra))}"
     props = schema.get("properties")
     if not isinstance(props, Mapping) or not props:
@@ -90,8 +69,7 @@ def check_schema(schema: Any) -> str | None:
             return f"field {name!r} is not a schema"
         kind = prop.get("type")
         if kind == "array":
-            problem = _check_multi_select(str(name), prop)
-            if problem is not None:
+            if (problem := _check_multi_select(str(name), prop)) is not None:
                 return problem
             continue
         if kind not in _PRIMITIVES:
@@ -99,8 +77,7 @@ def check_schema(schema: Any) -> str | None:
                 f"field {name!r} has type {kind!r}: only string, number, integer, boolean "
                 "or a multi-select array of string choices (no nesting)"
             )
-        extra = set(prop) - _PROP_KEYS
-        if extra:
+        if extra := set(prop) - _PROP_KEYS:
             return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
         if "format" in prop and (kind != "string" or prop["format"] not in _FORMATS):
             return f"field {name!r} has unsupported format {prop['format']!r}"
@@ -110,19 +87,11 @@ def check_schema(schema: Any) -> str | None:
             or not all(isinstance(x, str) for x in prop["enum"])
         ):
             return f"field {name!r}: enum must be a list of strings"
-        if "oneOf" in prop:
-            one = prop["oneOf"]
-            if (
-                kind != "string"
-                or not isinstance(one, list)
-                or not all(
-                    isinstance(o, Mapping)
-                    and set(o) <= {"const", "title"}
-                    and isinstance(o.get("const"), str)
-                    for o in one
-                )
-            ):
-                return f"field {name!r}: oneOf is allowed only as titled string constants"
+        one: Any = prop.get("oneOf")
+        if "oneOf" in prop and (
+            kind != "string" or not _titled(one) or not all(isinstance(o.get("const"), str) for o in one)
+        ):
+            return f"field {name!r}: oneOf is allowed only as titled string constants"
     required = schema.get("required", [])
     if not isinstance(required, list) or not all(isinstance(r, str) and r in props for r in required):
         return "required must list existing fields"
@@ -130,10 +99,8 @@ def check_schema(schema: Any) -> str | None:
 
 
 def _check_multi_select(name: str, prop: Mapping[str, Any]) -> str | None:
-    """A multi-select field (2025-11-25): an array of string choices, given as ``items.enum`` or
-    as ``items.anyOf`` of titled constants; nothing else may be an array."""
-    extra = set(prop) - _ARRAY_KEYS
-    if extra:
+    """A multi-select field (2025-11-25): string choices as ``items.enum`` or ``items.anyOf``."""
+    if extra := set(prop) - _ARRAY_KEYS:
         return f"field {name!r} uses unsupported keys: {', '.join(sorted(extra))}"
     items = prop.get("items")
     if not isinstance(items, Mapping):
@@ -143,12 +110,9 @@ def _check_multi_select(name: str, prop: Mapping[str, Any]) -> str | None:
         if set(items) - {"type", "enum"} or items.get("type", "string") != "string":
             return f"field {name!r}: items may only be a list of string choices"
     elif "anyOf" in items:
-        options = items["anyOf"]
-        if set(items) - {"anyOf"} or not isinstance(options, list):
+        if set(items) - {"anyOf"} or not _titled(items["anyOf"]):
             return f"field {name!r}: items.anyOf must be a list of titled string constants"
-        if not all(isinstance(o, Mapping) and set(o) <= {"const", "title"} for o in options):
-            return f"field {name!r}: items.anyOf must be a list of titled string constants"
-        choices = [o.get("const") for o in options]
+        choices = [o.get("const") for o in items["anyOf"]]
     else:
         return f"field {name!r}: an array must list its choices (items.enum or items.anyOf)"
     if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
@@ -162,6 +126,12 @@ def _check_multi_select(name: str, prop: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _titled(options: Any) -> bool:
+    return isinstance(options, list) and all(
+        isinstance(o, Mapping) and set(o) <= {"const", "title"} for o in options
+    )
+
+
 def choices(prop: Mapping[str, Any]) -> list[str] | None:
     """The choices of a single- or multi-select field, or ``None``."""
     source = prop.get("items", prop) if prop.get("type") == "array" else prop
@@ -173,18 +143,13 @@ def choices(prop: Mapping[str, Any]) -> list[str] | None:
     return None
 
 
-# "do not give us your pin", "never share a password": a term under a negation is a warning to
-# the person, not something asked for.
+# "do not give us your pin": a term under a negation is a warning, not something asked for.
 _NEGATED = re.compile(r"\b(do not|don't|dont|never|not|no|without|avoid|instead of)\b[^.;:!?()]{0,60}$", re.I)
 
 
 def credential_shaped(message: str, schema: Mapping[str, Any] | None) -> str | None:
-    """What makes this question ask for a credential, or ``None``.
-
-    Judged by the form's shape, as a person filling it would see it: a field's name, its
-    title, a ``password`` format or ``writeOnly`` flag, and what the message asks for. A
-    field's description explains; it is not read for words (a hint such as "do not give us
-    your pin" is no pin field), and a credential word under a negation asks for nothing."""
+    """What makes this question ask for a credential, or ``None``: judged by a field's name,
+    title, ``password`` format or ``writeOnly`` flag, and the message (never a description)."""
     for name, prop in ((schema or {}).get("properties") or {}).items():
         if isinstance(prop, Mapping) and (prop.get("format") == "password" or prop.get("writeOnly")):
             return f"field {name!r} is a password field"
@@ -192,15 +157,14 @@ def credential_shaped(message: str, schema: Mapping[str, Any] | None) -> str | N
         if isinstance(prop, Mapping) and prop.get("title"):
             texts.append(str(prop["title"]))
         for text in texts:
-            found = _asks(_words(text))
-            if found:
+            if found := _asks(_words(text)):
                 return f"field {name!r} asks for {found!r}"
     found = _asks(message)
     return f"message asks for {found!r}" if found else None
 
 
 def _words(name: str) -> str:
-    """A field name as words: ``cardNumber``, ``card_number`` and ``card-number`` alike."""
+    """``cardNumber``, ``card_number`` and ``card-number`` alike, as words."""
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", name).replace("_", " ").replace("-", " ")
 
 
@@ -232,10 +196,8 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
 async def store_answer(
     store: Any, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
-    """Validate a person's answer to a pending question against its stored schema and record
-    it, once, in ``store`` (a ``PauseStore``). Nothing runs: the paused
-    call, when run again, finds the answer by the question's key. Raises ``ApprovalError``
-    (``unknown_pause``, ``not_pending``, ``invalid_answer``); an invalid answer changes nothing."""
+    """Validate an answer to a pending question against its stored schema and record it once
+    in ``store``; nothing runs. Raises ``ApprovalError``; an invalid answer changes nothing."""
     from tether.errors import ApprovalError
 
     pause = await store.get(pause_id)
@@ -252,8 +214,7 @@ async def store_answer(
     if action == "accept":
         if (problem := check_schema(pause.schema)) is not None:
             raise ApprovalError("invalid_answer", f"the stored question is not answerable: {problem}")
-        problems = validate_answer(pause.schema, content)
-        if problems:
+        if problems := validate_answer(pause.schema, content):
             raise ApprovalError("invalid_answer", "; ".join(problems))
     else:
         content = None
@@ -271,34 +232,23 @@ class CallInfo:
     pause_id: str | None = None
     questions: int = 0
     samples: int = 0  # sampling requests made during this call
-    # What became of each question during this call (the call's outcome reports it honestly).
     elicitations: list[dict[str, Any]] = field(default_factory=list)
 
 
 class GateHooks(TypedDict, total=False):
-    """What a gate on a server's requests is given by the server's source: the call a request
-    belongs to (when exactly one is in flight) and where the gate's decisions are traced."""
+    """What a gate is given by its source: the call a request belongs to, and its trace."""
 
     current_call: Callable[[], CallInfo | None]
     on_event: Callable[[dict[str, Any]], None]
 
 
-def _no_call() -> CallInfo | None:
-    return None
-
-
-def _untraced(_event: dict[str, Any]) -> None:
-    return None
-
-
 @dataclass(eq=False)
 class RequestGate:
-    """A gate on one server's requests (elicitation, sampling): the server it answers and the
-    hooks its source gives it (``GateHooks``; none given: no call known, nothing traced)."""
+    """A gate on one server's requests, with its source's ``GateHooks`` (default: none)."""
 
     server: str
-    current_call: Callable[[], CallInfo | None] = field(default=_no_call, kw_only=True)
-    on_event: Callable[[dict[str, Any]], None] = field(default=_untraced, kw_only=True)
+    current_call: Callable[[], CallInfo | None] = field(default=lambda: None, kw_only=True)
+    on_event: Callable[[dict[str, Any]], None] = field(default=lambda _event: None, kw_only=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,8 +264,7 @@ class ElicitationPrompt:
     domain: str | None = None
 
     def render(self) -> str:
-        """The text a person reads. Everything the server wrote is shown with control and
-        format characters escaped, so it cannot move the cursor, recolour or fake a prompt."""
+        """The text a person reads, everything the server wrote escaped (no fake prompts)."""
         asker = f"MCP server '{self.server}'" + (f" (tool {self.tool})" if self.tool else "")
         lines = [f"{asker} asks:", f"  {sanitize(self.message)}"]
         if self.mode == "url":
@@ -385,8 +334,6 @@ class ConsoleResponder:
         self._read, self._write = read, write
 
     async def ask(self, prompt: ElicitationPrompt, problems: list[str]) -> Answer:
-        import json
-
         if problems:
             self._write("Answer rejected: " + "; ".join(problems))
         self._write(prompt.render())
@@ -416,9 +363,7 @@ class ElicitationGate(RequestGate):
 
     def _event(self, outcome: str, **data: Any) -> None:
         self.on_event({"server": self.server, "outcome": outcome, **data})
-        call = self.current_call()
-        if call is not None:
-            # Who decided: the host (refused, not enabled, no person) or the person (their answer).
+        if (call := self.current_call()) is not None:
             by = "person" if outcome in ("accept", "decline", "cancel") and "reason" not in data else "host"
             if data.get("answered_by") == "resume":
                 by = "person (on resume)"
@@ -449,12 +394,10 @@ class ElicitationGate(RequestGate):
         if isinstance(params, types.ElicitRequestURLParams):
             return await self._url(params, tool, message)
         schema = dict(params.requested_schema)
-        problem = check_schema(schema)
-        if problem is not None:
+        if (problem := check_schema(schema)) is not None:
             self._event("refused", tool=tool, reason=f"schema_not_flat: {problem}", message=message)
             return types.ElicitResult(action="decline")
-        cred = credential_shaped(message, schema)
-        if cred is not None:
+        if (cred := credential_shaped(message, schema)) is not None:
             self._event("refused", tool=tool, reason=f"credential_shaped: {cred}", message=message)
             return types.ElicitResult(action="decline")
         prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
@@ -473,16 +416,14 @@ class ElicitationGate(RequestGate):
             if answer.action != "accept":
                 self._event(answer.action, tool=tool, message=message)
                 return types.ElicitResult(action=answer.action)
-            problems = validate_answer(schema, answer.content)
-            if not problems:
+            if not (problems := validate_answer(schema, answer.content)):
                 self._event("accept", tool=tool, message=message, fields=sorted(answer.content or {}))
                 return types.ElicitResult(action="accept", content=dict(answer.content or {}))
         self._event("cancel", tool=tool, reason="no valid answer: " + "; ".join(problems), message=message)
         return types.ElicitResult(action="cancel")
 
     async def url_required(self, data: Any, tool: str | None) -> bool:
-        """A ``-32042`` error's URLs, each handled as a URL elicitation (enabled, http(s), an
-        interactive person who consents). True only when every one was accepted."""
+        """Handle a ``-32042`` error's URLs as URL elicitations: whether every one was accepted."""
         import mcp_types as types
         from pydantic import ValidationError
 
@@ -529,13 +470,9 @@ class ElicitationGate(RequestGate):
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")
         pause = await self.pauses.create(
-            run_id=call.run_id,
-            server=self.server,
-            tool=call.tool,
-            arguments=call.arguments,
-            message=prompt.message,
-            schema=prompt.schema or {},
-        )
+            run_id=call.run_id, server=self.server, tool=call.tool, arguments=call.arguments,
+            message=prompt.message, schema=prompt.schema or {},
+        )  # fmt: skip
         call.pause_id = pause.id
         self._event("paused", tool=prompt.tool, pause_id=pause.id, message=prompt.message)
         # Cancel (not decline): nobody chose; the call is re-run with the answer on resume.

@@ -1,8 +1,5 @@
-"""How the MCP host reads a failure: the connection gone, or the server's answer wrong.
-
-A transport failure (the process or the HTTP server gone, the session no longer known, the
-connection closed) loses the connection: the server is quarantined or restarted. Anything
-else is the server's own answer failing (``UpstreamError``); the connection stays.
+"""How the MCP host reads a failure: a transport failure loses the connection (quarantine or
+restart); anything else is the server's own answer failing (``UpstreamError``).
 """
 
 from __future__ import annotations
@@ -19,16 +16,9 @@ if TYPE_CHECKING:
     from tether.mcp._tasks import TaskRelay
 
 __all__ = [
-    "Unavailable",
-    "classify",
-    "closed_underneath",
-    "enabled",
-    "failure_detail",
-    "is_modern",
-    "leaf",
-    "session_gone",
-    "transport_failure",
-]
+    "Unavailable", "classify", "closed_underneath", "enabled", "failure_detail", "is_modern", "leaf",
+    "session_gone", "transport_failure",
+]  # fmt: skip
 
 _CONNECTION_CLOSED = -32000
 _SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
@@ -71,9 +61,7 @@ def transport_failure(err: BaseException) -> bool:
 
 
 def session_gone(err: BaseException | None) -> bool:
-    """Whether a Streamable HTTP server no longer knows the session (it restarted, or the session
-    expired): its 404 to a request carrying the session id, in its own words ("Session not
-    found") or the SDK's ("Session terminated")."""
+    """Whether an HTTP server no longer knows the session (its 404 to the session id)."""
     inner = leaf(err)
     return type(inner).__name__ == "MCPError" and bool(_SESSION_GONE.search(str(inner)))
 
@@ -102,15 +90,13 @@ def _what_refused(message: str) -> str:
 
 
 def closed_underneath(relay: TaskRelay | None) -> bool:
-    """Whether the connection's transport already ended under the session (a stdio server
-    that exited between calls, an HTTP stream closed): the host's own relay saw its read
-    stream end. No relay: the connection's client was already torn down."""
+    """Whether the transport already ended under the session (the relay saw its read stream end,
+    or there is no relay: the client was torn down)."""
     return relay is None or relay.closed
 
 
 def failure_detail(why: str, returncode: int | None, tail: list[str], hint: str | None = None) -> str | None:
-    """For the person: ``why`` with the process's exit, its last stderr lines and a hint (or
-    ``None`` when there is nothing to add)."""
+    """For the person: ``why`` with the exit, the last stderr lines and a hint (``None``: nothing to add)."""
     parts = [why]
     if returncode is not None:
         parts.append(

@@ -1,11 +1,5 @@
 """One MCP server source from its config, every gate wired (``tether.mcphost.build_host`` builds
-the whole host from a config file).
-
-``build_source`` resolves each server's credentials (registered as trace secrets),
-creates its connection with the pin store, elicitation/sampling/roots gates and the
-host-declared effects, and adds a policy rule that denies any call to a tool whose
-definition is not (or no longer) approved. Tools reach the model as
-``<server id>__<tool>`` in a fixed order (sorted by name).
+the whole host), and the policy rule that denies calls to tools no longer approved.
 """
 
 from __future__ import annotations
@@ -28,22 +22,15 @@ from tether.mcp._serverlog import ServerStderr
 from tether.mcp._source import McpServerSource, ProgressSink
 from tether.trace._events import EventKind
 
-# The host and its policy are imported when a host is built: a review (one connection, no run)
-# starts its server without loading them.
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (a review starts its server without loading the host)
     from tether.chokepoint._authority import HostCore as Host
     from tether.models._base import Model
     from tether.policy._rules import Decision, ProposedCall
     from tether.policy._trusted import TrustedContext
 
 __all__ = [
-    "PinnedCapabilities",
-    "build_source",
-    "cancel_parked_tasks",
-    "describe_all",
-    "mcp_sources",
-    "protected_paths",
-]
+    "PinnedCapabilities", "build_source", "cancel_parked_tasks", "mcp_sources", "protected_paths",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -62,27 +49,18 @@ class PinnedCapabilities:
             from tether.policy._rules import Decision
 
             return Decision(
-                "deny",
-                self.name,
-                "tool_definition_not_approved",
+                "deny", self.name, "tool_definition_not_approved",
                 {"tool": call.spec.name, "why": source.blocked[remote]},
-            )
+            )  # fmt: skip
         return None
 
 
 def build_source(
-    server: ServerConfig,
-    config: McpConfig,
-    *,
-    pins: PinStore | None,
-    pauses: PauseStore | None = None,
-    responder: Responder | None = None,
-    sampling_model: Model | None = None,
-    sampling_consent: Consent | None = None,
-    environ: Mapping[str, str] | None = None,
-    fail_soft: bool = False,
-    on_progress: ProgressSink | None = None,
-) -> tuple[McpServerSource, set[str]]:
+    server: ServerConfig, config: McpConfig, *, pins: PinStore | None, pauses: PauseStore | None = None,
+    responder: Responder | None = None, sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None, environ: Mapping[str, str] | None = None,
+    fail_soft: bool = False, on_progress: ProgressSink | None = None,
+) -> tuple[McpServerSource, set[str]]:  # fmt: skip
     """One server's connection with its gates; also returns its secrets (for the redactor)."""
     creds = resolve_credentials(
         server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
@@ -93,27 +71,15 @@ def build_source(
     if on_progress is None and config.host.server_stderr == "terminal":
         on_progress = _show_progress
     source = McpServerSource(
-        server.name,
-        command=server.argv() if server.transport == "stdio" else None,
-        url=server.url if server.transport == "http" else None,
-        effects=server.effects,
-        env={**server.env, **creds.env} if server.transport == "stdio" else None,
-        headers=creds.headers,
-        mode=server.mode,
-        timeout_s=server.timeout_s,
-        max_result_chars=server.max_result_chars,
-        allow_tools=server.tools,
-        pins=pins,
-        recheck=server.recheck,
-        cwd=cwd,
-        fail_soft=fail_soft,
-        restart=server.restart,
-        max_restarts=server.max_restarts,
-        connect_timeout_s=server.connect_timeout_s,
-        progress_resets_timeout=server.progress_resets_timeout,
-        max_call_s=server.max_call_s,
-        on_progress=on_progress,
-    )
+        server.name, command=server.argv() if server.transport == "stdio" else None,
+        url=server.url if server.transport == "http" else None, effects=server.effects,
+        env={**server.env, **creds.env} if server.transport == "stdio" else None, headers=creds.headers,
+        mode=server.mode, timeout_s=server.timeout_s, max_result_chars=server.max_result_chars,
+        allow_tools=server.tools, pins=pins, recheck=server.recheck, cwd=cwd, fail_soft=fail_soft,
+        restart=server.restart, max_restarts=server.max_restarts,
+        connect_timeout_s=server.connect_timeout_s, progress_resets_timeout=server.progress_resets_timeout,
+        max_call_s=server.max_call_s, on_progress=on_progress,
+    )  # fmt: skip
     source.pauses, source.long_tasks, source.task_ttl_s = pauses, server.long_tasks, server.task_ttl_s
     if server.transport == "stdio":
         source.sandbox = _sandbox(server, config, cwd)
@@ -151,25 +117,16 @@ def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
 
     def plan(argv: list[str], env: dict[str, str]) -> Any:
         return plan_confinement(
-            server.sandbox,
-            argv,
-            roots=server.roots,
-            cwd=cwd,
-            network=server.network_access,
-            roots_writable=server.roots_writable,
-            read=read,
-            write=write,
-            env=env,
-            protected=protected_paths(config),
-            bwrap=config.host.bwrap,
-        )
+            server.sandbox, argv, roots=server.roots, cwd=cwd, network=server.network_access,
+            roots_writable=server.roots_writable, read=read, write=write, env=env,
+            protected=protected_paths(config), bwrap=config.host.bwrap,
+        )  # fmt: skip
 
     return plan
 
 
 def protected_paths(config: McpConfig) -> list[str]:
-    """What no server ever sees: the config's folder, the pins, the state, the logs, the traces
-    and every server's credential files."""
+    """What no server ever sees: the config's folder, pins, state, logs, traces and credential files."""
     host = config.host
     out = [str(config.base_dir)]
     out += [str(config.path(p)) for p in (host.pins, host.state, host.logs, host.trace_dir)]
@@ -185,9 +142,8 @@ def mcp_sources(host: Host) -> list[McpServerSource]:
 
 
 async def cancel_parked_tasks(host: Host, run_id: str) -> list[str]:
-    """Cancel on their servers the tasks ``run_id`` left parked (``long_tasks: pause``): what a
-    run's cancellation does for its MCP tasks. Returns the task ids cancelled; a server that
-    cannot be reached is skipped (its pauses stay open, for a later try)."""
+    """Cancel the tasks a cancelled run left parked; the task ids cancelled (a server that cannot
+    be reached is skipped, its pauses left open)."""
     cancelled: list[str] = []
     for source in mcp_sources(host):
         try:
@@ -195,7 +151,3 @@ async def cancel_parked_tasks(host: Host, run_id: str) -> list[str]:
         except Unavailable:
             continue
     return cancelled
-
-
-def describe_all(host: Host) -> list[dict[str, Any]]:
-    return [{"server": s.name, **s.describe()} for s in mcp_sources(host)]

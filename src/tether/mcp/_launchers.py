@@ -1,32 +1,11 @@
 """What a stdio server's launch command needs to run, found from the command itself.
 
-A confined server sees only what its launcher needs (``tether.mcp._sandbox``). This module
-reads the command the way the launcher would and names that, read-only:
-
-- **python** (``python -m pkg``, ``python script.py``, a venv or uv console script, whose
-  interpreter is found through its ``#!`` line): the interpreter's installation, a venv's base
-  (``pyvenv.cfg``), the folders its ``.pth`` files list and the server's ``PYTHONPATH``, read
-  from files (nothing of the server's runs outside the sandbox), so a pyenv, uv or venv
-  interpreter anywhere works; a script named on the command line is shown as that one file,
-  never its folder;
-- **node** (``node <pkg>/dist/index.js``, a ``#!/usr/bin/env node`` script): the node
-  installation, the package the script belongs to (its nearest ``package.json``) and every
-  ``node_modules`` folder node's resolution walks up through;
-- **npx** (``npx -y pkg``, ``npm exec pkg``, ``npm x pkg``): the package as npx installed it
-  in the npm cache (``~/.npm/_npx``), launched with node directly: no registry request, no
-  writable npm cache; a package not installed there needs the network, and the plan says so;
-- **uvx** (``uvx pkg``, ``uv tool run pkg``): uv resolves the tool's environment from its
-  cache, offline and without building anything (``--no-build``), on the host; the server then
-  starts from that environment like a console script;
-- anything else: the executable file itself.
-
-Each is shown under ``/opt/mcp`` by its role (``python``, ``env``, ``path``, ``app``, ``bin``),
-never at its host path, and what names host paths is rewritten for inside: a venv's
-``pyvenv.cfg`` and ``bin`` links, ``.pth`` files, ``PYTHONPATH``, the command line. No folder
-is ever shown just because a script sits in it, and none that holds (or is) one of the host's
-protected paths (its config folder, pins, state, logs, credential files). Not followed: an
-editable install through an import hook (setuptools' strict mode), whose finder module names
-host paths; its source must be a declared read path.
+Recognised: python (an interpreter, a venv or uv console script by its ``#!``; its installation,
+venv base, ``.pth`` folders and ``PYTHONPATH``, read from files, never by running it), node (the
+installation, the script's package and the ``node_modules`` above it), npx (the package as npx
+installed it, run by node), uvx (uv's cached environment, resolved offline); anything else: the
+executable itself. Each is shown under ``/opt/mcp`` by role, never at its host path, with what
+names host paths rewritten; never a folder holding one of the host's protected paths.
 """
 
 from __future__ import annotations
@@ -56,11 +35,8 @@ MOUNT_ROOT = "/opt/mcp"  # where a launcher's files are shown inside, under name
 
 @dataclass
 class Launch:
-    """The launch as confinement sees it. ``argv`` is the command inside, with the paths the
-    server sees (its files are shown under ``MOUNT_ROOT``, never at their host paths);
-    ``host_argv`` is the same command outside (npx/uvx rewritten to what they would run);
-    ``read_only`` the host paths shown, ``ops`` the bwrap operations that show them, in order,
-    and ``data`` the contents of the files generated for inside (``{data-fd:N}`` in ``ops``)."""
+    """The launch as confinement sees it: ``argv`` inside (``host_argv`` outside), the host paths
+    shown (``read_only``) by the bwrap ``ops``, and generated files' contents (``data``)."""
 
     profile: str
     argv: list[str]
@@ -88,10 +64,8 @@ class Launch:
         return None
 
     def show(self, host: Path, role: str, *, at: str | None = None, private: bool = False) -> str | None:
-        """Show ``host`` read-only under ``MOUNT_ROOT`` (a name of its role, or ``at``);
-        ``None`` when it does not exist or is, or holds, a protected path. ``private``: the
-        server may write there, into a layer of its own that is gone when it stops (where
-        the sandbox can lay one: otherwise read-only)."""
+        """Show ``host`` read-only under ``MOUNT_ROOT`` (at its role's name, or ``at``); ``None``
+        when missing or holding a protected path. ``private``: writable through a private layer."""
         if not host.exists():
             return None
         if (already := self.translate(host)) is not None and at is None:
@@ -117,13 +91,13 @@ class Launch:
         return at
 
     def generate(self, at: str, content: bytes) -> None:
-        """A file inside with ``content`` (over whatever is there: a rewritten config)."""
+        """A file inside with ``content`` (over whatever is there)."""
         self.ops.append(("--ro-bind-data", f"{{data-fd:{len(self.data)}}}", at))
         self.data.append(content)
 
 
 def inside(path: Path, folder: Path) -> bool:
-    """Whether ``path`` is ``folder`` or below it (by their parts: no file is read)."""
+    """Whether ``path`` is ``folder`` or below it (by their parts)."""
     n = len(folder.parts)
     return n > 0 and path.parts[:n] == folder.parts
 
@@ -136,13 +110,9 @@ def _system(path: Path) -> bool:
 
 
 def resolve_launch(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: Path,
-    protected: Iterable[Path] = (),
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, protected: Iterable[Path] = (),
     network: bool = False,
-) -> Launch:
+) -> Launch:  # fmt: skip
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``)."""
     guarded = [Path(p).resolve() for p in protected]
     argv = list(argv)
@@ -160,13 +130,9 @@ def resolve_launch(
     if interpreter is not None and Path(interpreter).name in _NODE:
         return _node(Launch("node", argv, _protected=guarded), exe, interpreter, cwd)
     launch = Launch("executable", argv, _protected=guarded)
-    shown = launch.show(exe.resolve(), f"bin/{exe.name}")
-    if shown is not None:
+    if (shown := launch.show(exe.resolve(), f"bin/{exe.name}")) is not None:
         launch.argv[0] = shown
     return launch
-
-
-# -- helpers ---------------------------------------------------------------------------------
 
 
 def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
@@ -192,20 +158,15 @@ def _interpreter_of(exe: Path) -> str | None:
     if not head.startswith(b"#!"):
         return None
     lines = head.decode("utf-8", errors="replace").splitlines()
-    words = lines[0][2:].split()
-    if not words:
+    if not (words := lines[0][2:].split()):
         return None
     if Path(words[0]).name == "env":
-        rest = [w for w in words[1:] if not w.startswith("-")]
-        if not rest:
+        if not (rest := [w for w in words[1:] if not w.startswith("-")]):
             return None
-        found = shutil.which(rest[0])
-        return found
-    # pip's form for a long interpreter path: '''exec' /path/to/python "$0" "$@"
-    # and uv's relocatable one: '''exec' "$(dirname -- "$(realpath -- "$0")")"/'python' "$0" …
+        return shutil.which(rest[0])
+    # pip's ('''exec' /path/to/python "$0") and uv's relocatable ("$(dirname …)"/'python') forms.
     if Path(words[0]).name in ("sh", "bash") and len(lines) > 1 and lines[1].startswith("'''exec' "):
-        beside = re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1])
-        if beside:
+        if beside := re.search(r"""dirname.*/'?([\w.-]+)'? "\$0\"""", lines[1]):
             return str(exe.resolve().parent / beside.group(1))
         absolute = re.match(r"""^'''exec' '?(/[^' ]+)""", lines[1])
         return absolute.group(1) if absolute else None
@@ -221,9 +182,7 @@ def _script_args(argv: Sequence[str], cwd: Path) -> Iterable[tuple[int, Path]]:
             yield i, p.resolve()
 
 
-# -- python ----------------------------------------------------------------------------------
-# Read from the environment's files, never by running its interpreter: a ``.pth`` file of a
-# package runs code whenever the interpreter starts, and that code runs only confined.
+# Python environments are read from files, never run: a ``.pth`` file's code runs only confined.
 
 
 def _venv_config(prefix: Path) -> dict[str, str]:
@@ -232,12 +191,7 @@ def _venv_config(prefix: Path) -> dict[str, str]:
         lines = cfg.read_text(encoding="utf-8").splitlines() if cfg.is_file() else []
     except OSError:
         return {}
-    out = {}
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key.strip()] = value.strip()
-    return out
+    return {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in lines) if sep}
 
 
 def _show_python(launch: Launch, interp: Path) -> str:
@@ -252,8 +206,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
     if venv is None:
         launch.path_dirs.append(f"{base_at}/bin")
         return launch.translate(real) or str(real)
-    # The server's own environment: some packages write into their folder (a node project they
-    # install on first use), so it gets a private write layer over the host's, gone when it stops.
+    # Some packages write into their own folder on first use: it gets a private write layer.
     venv_at = launch.show(venv, "env", private=True)
     if venv_at is None:
         return str(interp)
@@ -273,8 +226,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
 
 
 def _show_import_path(launch: Launch, env: Mapping[str, str]) -> None:
-    """The folders ``.pth`` files list (editable installs), each shown and its ``.pth`` file
-    rewritten to name it inside, and the server's ``PYTHONPATH``, shown and rewritten."""
+    """Show the folders ``.pth`` files and ``PYTHONPATH`` list, both rewritten to name them inside."""
     for prefix in list(launch.read_only):
         for site in sorted(prefix.glob("lib/python3*/site-packages")):
             for pth in sorted(site.glob("*.pth")):
@@ -318,8 +270,7 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
                 argv[i] = launch.show(script, f"bin/{script.name}") or arg
             break
         return launch
-    # A console script (its #! names the interpreter): run by the interpreter inside. In a
-    # venv's bin (new inside) it is put back where it was; elsewhere it is shown as one file.
+    # A console script, run by the interpreter inside: back in its venv's bin, or shown as one file.
     script = exe.resolve()
     at = launch.translate(script)
     if at is not None and any(op[0] == "--tmpfs" and at.startswith(op[1] + "/") for op in launch.ops):
@@ -328,9 +279,6 @@ def _python(launch: Launch, exe: Path, interpreter: str, env: Mapping[str, str],
         at = launch.show(script, f"bin/{script.name}")
     launch.argv = [python_at, at or str(script), *argv[1:]]
     return launch
-
-
-# -- node ------------------------------------------------------------------------------------
 
 
 def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
@@ -351,8 +299,8 @@ def _node(launch: Launch, exe: Path, interpreter: str, cwd: Path) -> Launch:
 
 
 def _node_package(launch: Launch, script: Path) -> str:
-    """Show the script's package (its nearest ``package.json``) and every ``node_modules``
-    above it, their layout kept (node resolves by walking up); where the script is inside."""
+    """Show the script's package and every ``node_modules`` above it, their layout kept (node
+    resolves by walking up); where the script is inside."""
     package = next((d for d in script.parents if (d / "package.json").is_file()), None)
     items = [
         package or script,
@@ -373,8 +321,7 @@ def _node_package(launch: Launch, script: Path) -> str:
 
 
 def _npm_cache(env: Mapping[str, str]) -> Path:
-    configured = env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE")
-    if configured:
+    if configured := env.get("npm_config_cache") or env.get("NPM_CONFIG_CACHE"):
         return Path(configured).expanduser()
     return Path(env.get("HOME") or Path.home()) / ".npm"
 
@@ -385,20 +332,13 @@ def _npx_spec(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     spec: str | None = None
     while i < len(argv):
         arg = argv[i]
-        if arg == "--":
-            i += 1
-            continue
         if arg in ("-p", "--package") and i + 1 < len(argv):
             spec = argv[i + 1]
             i += 2
-            continue
-        if arg.startswith("-"):
+        elif arg.startswith("-"):
             i += 1
-            continue
-        if spec is None:
-            spec = arg
-            return spec, list(argv[i + 1 :])
-        return spec, list(argv[i + 1 :])  # with --package, the command is the bin's name
+        else:  # with --package, the command is the bin's name
+            return (arg if spec is None else spec), list(argv[i + 1 :])
     return spec, []
 
 
@@ -453,11 +393,9 @@ def _npx(
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
             launch = Launch(
-                "npx",
-                argv,
-                env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
+                "npx", argv, env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
                 _protected=guarded,
-            )
+            )  # fmt: skip
             for binary in (Path(node).resolve(), exe.resolve()):
                 folder = binary.parent.parent if binary.parent.name == "bin" else binary.parent
                 launch.show(folder, "node")
@@ -473,16 +411,12 @@ def _npx(
                 "network: any for this server"
             ),
         )
-    launch = _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
-    return launch
-
-
-# -- uvx -------------------------------------------------------------------------------------
+    return _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
 
 
 def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded: list[Path]) -> Launch:
-    """``uvx [--from X] pkg args``: uv finds (offline) the tool's cached environment on the host;
-    the server then starts from that environment's own console script."""
+    """``uvx [--from X] pkg args``: uv finds the tool's cached environment offline, on the host;
+    the server starts from its console script."""
     i = 1 if Path(argv[0]).name == "uvx" else 3
     source: str | None = None
     command: str | None = None
@@ -492,16 +426,14 @@ def _uvx(argv: list[str], exe: Path, env: Mapping[str, str], cwd: Path, guarded:
         if arg == "--from" and i + 1 < len(argv):
             source = argv[i + 1]
             i += 2
-            continue
-        if arg in ("--python", "-p", "--with") and i + 1 < len(argv):
+        elif arg in ("--python", "-p", "--with") and i + 1 < len(argv):
             uv_args += [arg, argv[i + 1]]
             i += 2
-            continue
-        if arg.startswith("-"):
+        elif arg.startswith("-"):
             i += 1
-            continue
-        command = arg
-        break
+        else:
+            command = arg
+            break
     if command is None:
         return Launch("uvx", argv, problem="cannot read this uvx command (no tool named)")
     rest = argv[i + 1 :]

@@ -1,27 +1,11 @@
 """The mounts a confined launch lays before bwrap starts, in a mount namespace of its own.
 
-Before bwrap, the launch enters a user and mount namespace only it has and lays, on a tmpfs
-at ``LAYERS`` (bwrap's root pivots away from it: the server never sees these paths):
-
-- for each folder given a private write layer, an overlay (``m{i}``) over a neutral bind of
-  it (``l{i}``), its upper layer in that tmpfs, gone when the launch ends;
-- for each launcher folder shown read-only, a view (``s{j}``): an overlay of a neutral bind
-  (``r{j}``) alone, a superblock of its own, so the kernel's ``/proc/self/mountinfo``
-  inside names that neutral path (a mount's root shows as ``/``), never the host's. Where
-  overlayfs refuses such a folder as a lower layer, the view is a plain bind (it works; its
-  mount names the host folder).
-
-With a network allowlist (``net``: the descriptor of a socket pair's end), the launch also
-enters a network namespace of its own, brings its loopback up, binds a listening socket at
-``127.0.0.1:PROXY_PORT`` there and sends it over that descriptor to the host, which serves
-the allowlist's proxy on it (``tether.mcp._netproxy``); it keeps no copy of either, and bwrap
-then shares that namespace with the server: its loopback and the proxy, nothing else.
-
-All of it is done by one small program (``LAUNCHER``) run with the host's own interpreter
-(``-I -S``: no site, no environment, nothing of a server's ``.pth`` files; ``ctypes`` its
-only import, and the socket modules with an allowlist) that makes the system calls itself
-and then execs bwrap: one process start, where a shell running
-``unshare``, ``mkdir`` and ``mount`` would start one process per mount.
+On a tmpfs at ``LAYERS`` (out of the server's sight): a private write layer per overlaid folder
+(``m{i}`` over ``l{i}``), and a neutral view per launcher folder (``s{j}`` over ``r{j}``) so that
+``/proc/self/mountinfo`` inside never names a host path. With an allowlist (``net``) the launch
+also makes a network namespace, binds the proxy's listening socket there and sends it to the host
+(``tether.mcp._netproxy``). One small program (``LAUNCHER``, run ``-I -S`` by the host's
+interpreter) makes the system calls and execs bwrap: one process start.
 """
 
 from __future__ import annotations
@@ -96,9 +80,8 @@ os.execv(command[0], command)
 def layered(
     argv: Sequence[str], lowers: Sequence[Path], staged: Sequence[Path] = (), net: str | None = None
 ) -> list[str]:
-    """``argv`` (bwrap's) run after the layers over ``lowers`` and the views of ``staged``; with
-    ``net`` (``PORT:FD``, the descriptor maybe a placeholder the launch replaces), in a network
-    namespace of its own whose proxy socket is sent over that descriptor."""
+    """``argv`` (bwrap's) run after the layers over ``lowers`` and views of ``staged``; with ``net``
+    (``PORT:FD``) in a network namespace of its own whose proxy socket is sent over ``FD``."""
     folders = [str(len(lowers)), *map(str, lowers), str(len(staged)), *map(str, staged)]
     return [sys.executable, "-I", "-S", "-c", LAUNCHER, LAYERS, net or "-", *folders, *argv]
 
@@ -107,18 +90,16 @@ _STATUS: list[str | None] = []  # overlay_status's answer, once known (this proc
 
 
 def overlay_status() -> str | None:
-    """``None`` when private write layers work here (an overlay in a user namespace of the
-    launch's own, Linux 5.11+), else why not: then those folders are shown read-only. Probed
-    once per process, unless ``run_in_layers`` already showed that they work."""
+    """``None`` when private write layers work here (Linux 5.11+), else why not (the folders are
+    then shown read-only). Probed once per process."""
     if not _STATUS:
         _STATUS.append(_probe(["/bin/sh", "-c", f'test -d "{LAYERS}/m0"']))
     return _STATUS[0]
 
 
 def run_in_layers(command: Sequence[str]) -> bool:
-    """Run ``command`` (another probe: bwrap's) as a confined launch does, inside layers laid
-    over ``/usr/share``; whether it succeeded. Success shows that the layers work too, so one
-    process start answers both probes; a failure says nothing of which one failed."""
+    """Whether ``command`` (bwrap's probe) succeeds inside layers over ``/usr/share``: success
+    answers ``overlay_status`` too, in one process start."""
     if _STATUS or _probe(command) is not None:
         return False
     _STATUS.append(None)

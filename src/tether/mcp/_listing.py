@@ -1,12 +1,8 @@
 """A server's tools as last listed, checked against the approved pins (X2).
 
-Every listing the host makes (at start, the re-check before a call, after a list-changed
-notice or listen event, after a task) passes ``absorb``: a tool whose canonical definition
-matches its pin is offered with the pinned definition; a new, changed, duplicated or vanished
-tool is blocked (and traced) until a person approves it again. A partial listing (one page)
-never unlists a tool. A tool the config never offers (outside its server's ``tools``) is
-blocked too but not traced: the config, not the pin check, decided it (a server listing dozens
-of tools would otherwise add a row for each at every launch).
+Every listing passes ``absorb``: a tool matching its pin is offered with the pinned definition; a
+new, changed, duplicated or vanished one is blocked (and traced) until approved again. A partial
+listing never unlists a tool; a tool outside the config's ``tools`` is blocked but not traced.
 """
 
 from __future__ import annotations
@@ -25,13 +21,9 @@ __all__ = ["PinnedListing", "usable_listing"]
 
 class PinnedListing:
     def __init__(
-        self,
-        server: str,
-        pins: Pins | None,
-        endpoint: Callable[[], str],
-        emit: Callable[..., None],
+        self, server: str, pins: Pins | None, endpoint: Callable[[], str], emit: Callable[..., None],
         offered: frozenset[str] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.server = server
         self.offered = offered  # the config's ``tools`` (None: every approved tool)
         self.pins = pins
@@ -44,8 +36,7 @@ class PinnedListing:
         self.checks: list[ToolCheck] = []
 
     async def absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
-        """Compare a (whole) listing with the pins; ``invalid``: the tools it also listed that
-        were left out as invalid (name → why), blocked whatever their pins."""
+        """Compare a whole listing with the pins; ``invalid`` (name → why) are blocked regardless."""
         definitions = [canonical_definition(t) for t in tools]
         self.live = {d["name"]: d for d in definitions}
         self.invalid = dict(invalid or {})
@@ -65,9 +56,7 @@ class PinnedListing:
             if c.tool in self.invalid:
                 continue  # a name also listed with an invalid definition: blocked as invalid
             if c.status == "pinned" and c.tool not in duplicated:
-                if c.tool in self.blocked:
-                    # Back to the approved definition: unblock (the pin never changed).
-                    del self.blocked[c.tool]
+                self.blocked.pop(c.tool, None)  # back to the approved definition
                 self.pinned[c.tool] = c.definition
                 continue
             if self.blocked.get(c.tool) != c.why:
@@ -86,13 +75,9 @@ class PinnedListing:
         self.blocked[name] = why
         if self.offered is None or name in self.offered:
             self.emit(
-                EventKind.MCP_CAPABILITY_BLOCKED,
-                server=self.server,
-                tool=offered_name(self.server, name),
-                status=status,
-                why=why,
-                **more,
-            )
+                EventKind.MCP_CAPABILITY_BLOCKED, server=self.server, tool=offered_name(self.server, name),
+                status=status, why=why, **more,
+            )  # fmt: skip
 
 
 def _refused(result: Mapping[str, Any], version: str) -> str | None:
@@ -117,9 +102,8 @@ def _refused(result: Mapping[str, Any], version: str) -> str | None:
 
 
 def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[str, Any], dict[str, str]]:
-    """A ``tools/list`` result without the tools that make the SDK refuse it, and those tools
-    (name, or ``#index`` when it has none, → why). Unchanged when the SDK takes it, or when
-    what it refuses is not a tool (then the listing fails as before, naming where)."""
+    """A ``tools/list`` result without the tools the SDK would refuse it for, and those tools
+    (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else."""
     version = version or "2025-11-25"
     tools = result.get("tools")
     if not isinstance(tools, list) or _refused(result, version) is None:

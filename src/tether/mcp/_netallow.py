@@ -1,16 +1,9 @@
-"""A confined server's network allowlist: the ``host:port`` entries of ``network`` and what they let through.
+"""A confined server's network allowlist: the ``host:port`` entries of ``network``.
 
-An entry names one port (1-65535) of a host given as a name (``api.example.com``), a wildcard
-of the names under a suffix (``*.example.com``: ``a.example.com`` and ``a.b.example.com``, not
-``example.com`` itself) or an address literal (``192.0.2.1``, ``[2001:db8::1]``). A request
-matches an entry when its host is spelled as the entry says (names case-insensitively, without
-a final dot; addresses by value) and its port is the entry's.
-
-A name may resolve anywhere, so an address it resolves to is checked too: loopback,
-link-local (cloud metadata services included), unspecified and multicast addresses are
-reached only through an entry that names them as a literal, or ``localhost``. A wildcard or
-a public name that resolves to ``127.0.0.1`` (DNS rebinding) does not reach the host's own
-services.
+An entry is a name, a ``*.suffix`` wildcard (subdomains only) or an address literal, with one
+port. A name's resolved addresses are checked too: loopback, link-local, unspecified and
+multicast addresses are reached only through an entry naming them literally, or ``localhost``
+(no DNS rebinding onto the host's own services).
 """
 
 from __future__ import annotations
@@ -47,8 +40,7 @@ class Entry:
 
 
 def parse_host(text: str) -> tuple[str, Address | None]:
-    """A host as a request or an entry spells it: ``(normalized, address or None)``; ValueError
-    when it is neither an address literal nor a host name."""
+    """``(normalized host, address or None)``; ValueError when it is neither."""
     raw = text[1:-1] if text.startswith("[") and text.endswith("]") else text
     try:
         address = ipaddress.ip_address(raw.split("%", 1)[0] if "%" in raw else raw)

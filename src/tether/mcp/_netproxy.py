@@ -1,16 +1,9 @@
 """The host's HTTP proxy for a confined server whose ``network`` is a ``host:port`` allowlist.
 
-The server runs in a network namespace of its own with only its loopback; on it, at
-``127.0.0.1:PROXY_PORT``, listens a socket that the launch bound there and handed to the
-host (``tether.mcp._layers``), so whatever connects to it comes from inside the sandbox and
-what the host connects to goes out from the host's own namespace. The server is told of it by
-``HTTP_PROXY``/``HTTPS_PROXY``; a client that ignores them has no network at all.
-
-It speaks HTTP ``CONNECT host:port`` (a tunnel: TLS stays end to end) and absolute-form plain
-``http://`` requests (forwarded once, ``Connection: close``). A destination off the allowlist,
-or a name that resolves to the host's loopback (``tether.mcp._netallow``), is answered ``403``
-with the reason, and ``on_refused`` hears of it once per destination. The request head is
-parsed by h11 and capped at ``HEAD_LIMIT`` bytes; everything stops with the server.
+It listens on a socket the launch bound at ``127.0.0.1:PROXY_PORT`` in the server's own network
+namespace and connects out from the host's. It speaks ``CONNECT`` (TLS end to end) and
+absolute-form ``http://`` requests; a refused destination gets ``403`` with the reason and
+``on_refused`` hears of it once. Request heads are parsed by h11, capped at ``HEAD_LIMIT``.
 """
 
 from __future__ import annotations
@@ -46,8 +39,7 @@ class _Answer(Exception):
 
 
 async def receive_listener(channel: socket.socket, timeout_s: float) -> socket.socket | None:
-    """The listening socket the launch sends over ``channel``; None when it ended without one
-    (it failed before: the server's own failure says why)."""
+    """The listening socket the launch sends over ``channel`` (None: the launch failed first)."""
     channel.setblocking(False)
     with anyio.fail_after(timeout_s):
         await anyio.wait_readable(channel)
@@ -177,8 +169,7 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
 
 
 async def _connect(entries: tuple[Entry, ...], authority: str, port: int) -> anyio.abc.SocketStream:
-    """A connection to ``authority`` (a name, an IPv4 address or a bracketed IPv6 one) and
-    ``port``, when the allowlist lets it through."""
+    """A connection to ``authority`` (a name or an address) and ``port``, if the allowlist allows."""
     destination = f"{authority}:{port}"
     try:
         entry = matching(entries, authority, port)

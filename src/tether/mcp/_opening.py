@@ -38,13 +38,11 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
     from tether.mcp._serverlog import log_notifications
 
-    # Every message passes the connection's task relay, which can also send the host's own
-    # task requests (tether.mcp._tasks): the SDK has no client for tasks.
+    # Every message passes the relay, which also sends the host's own task requests.
     relay = TaskRelay(lambda: source.protocol_version)
     transport = relay.wrap(transport)
 
-    # The server's log notifications go to the run's trace (tether.mcp._serverlog); 2026-07-28
-    # servers send them only to requests that ask (log_level; a legacy server sends its own).
+    # Log notifications go to the trace (2026-07-28 servers send them only when asked: log_level).
     callbacks: dict[str, Any] = {
         "logging_callback": log_notifications(source.name, source.emit),
         "log_level": "info",
@@ -73,9 +71,8 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
 def shielded(
     server: str, method: str, answer: Callable[..., Awaitable[Any]]
 ) -> Callable[..., Awaitable[Any]]:
-    """A server request's handler that never fails into the SDK: a failure of the host's own
-    (whatever its text: a local path, a traceback) is logged here, and the server is told
-    only that the host could not answer."""
+    """A server request's handler that never fails into the SDK: the host's failure is logged
+    here, the server told only that the host could not answer."""
 
     async def handler(*args: Any) -> Any:
         try:
@@ -139,16 +136,11 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def _spawn_with_proxy(
-    source: McpServerSource,
-    stack: AsyncExitStack,
-    allow: tuple[str, ...],
-    argv: list[str],
-    env: dict[str, str],
-    errlog: Any,
-) -> Any:
-    """Spawn a server whose network is an allowlist: its launch sends back the listening socket
-    it bound in the server's own network namespace, and the host serves the proxy on it
-    (``tether.mcp._netproxy``) until the server stops (the stack closes the process first)."""
+    source: McpServerSource, stack: AsyncExitStack, allow: tuple[str, ...], argv: list[str],
+    env: dict[str, str], errlog: Any,
+) -> Any:  # fmt: skip
+    """Spawn a server whose network is an allowlist, and serve the proxy on the listening socket
+    its launch sends back, until the server stops."""
     import socket
 
     from tether.mcp._netallow import allowlist
@@ -193,17 +185,15 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     from mcp.client.streamable_http import streamable_http_client
 
     async def answered(response: Any) -> None:
-        """An HTTP error the SDK reports only as "Server returned an error response" (refused
-        credentials, a limit, the server's own failure), named for the person (terminal and
-        trace). Not the 4xx a legacy server answers the 2026 probe with, nor a session's 404."""
+        """Name for the person an HTTP error the SDK reports only vaguely (not a probe's 4xx or a
+        session's 404)."""
         code = response.status_code
         if code in (401, 403, 407, 429) or code >= 500:
             why = f"HTTP {code} {response.reason_phrase}".strip()
             logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, source.url)
             source.emit(EventKind.MCP_CONNECTION, server=source.name, action="http_error", cause=why)
 
-    # trust_env=False: no ~/.netrc credentials, no proxy settings from the user's environment
-    # ride along to the server; the only credentials it gets are its configured headers.
+    # trust_env=False: no ~/.netrc or proxy settings ride along; only the configured headers.
     http = httpx2.AsyncClient(
         headers=source.headers or None,
         timeout=httpx2.Timeout(
@@ -228,8 +218,7 @@ async def prepare(source: McpServerSource, client: Any) -> None:
 
 
 async def serve(source: McpServerSource, client: Any) -> None:
-    """For the connection's life: on a 2026-07-28 connection with ``recheck: on_change``, the
-    listen stream is how a changed tool is noticed (without it, each call re-lists first)."""
+    """For the connection's life: the listen stream notices changed tools (2026-07-28, on_change)."""
     if source.pins is None or source.recheck != "on_change" or not is_modern(source.protocol_version):
         return
     try:
@@ -241,11 +230,8 @@ async def serve(source: McpServerSource, client: Any) -> None:
                 source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
     except Exception as err:
         source.emit(
-            EventKind.MCP_CAPABILITY_CHECK,
-            server=source.name,
-            trigger="listen_closed",
-            why=describe_error(err),
-            fallback="re-list before each call",
-        )
+            EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_closed",
+            why=describe_error(err), fallback="re-list before each call",
+        )  # fmt: skip
     finally:
         source._listening = False

@@ -1,16 +1,6 @@
-"""Durable pauses: an elicitation nobody could answer, kept until a person does; and a server's
-task that outlived its call, kept until it ends.
-
-A question's pause stores what was asked (server, tool, the exact call arguments, message,
-schema) and, once answered through ``tether mcp resume``, the validated answer. Re-running the
-paused call then finds the answer by the question's key and hands it to the server.
-
-A task's pause (status ``task``) stores the call and the server's task id (in ``answer``:
-``{"task_id", "check_after"}``: no person answers it). Re-running the paused call finds it by
-the call's key (``task_key``) and waits on that task again instead of calling the tool a
-second time; once the task's result is fetched the pause is ``completed``.
-``PauseStore`` holds the store's operations once, for SQLite and PostgreSQL; its table is
-declared in ``tether.sql._tables``.
+"""Durable pauses: a question nobody could answer (kept until ``tether mcp resume`` stores a
+validated answer, found again by the question's key), and a task that outlived its call (status
+``task``, found by ``task_key``: the call run again waits on it). Table: ``tether.sql._tables``.
 """
 
 from __future__ import annotations
@@ -81,9 +71,6 @@ def _pause(row: Row[Any]) -> Pause:
         json.loads(row.schema), row.question_key, row.status, row.action,
         json.loads(row.answer) if row.answer else None, row.answered_by, row.outcome,
     )  # fmt: skip
-
-
-# -- operations (one transaction each) --------------------------------------------------------------
 
 
 def _get(conn: Connection, pause_id: str) -> Pause:
@@ -191,28 +178,19 @@ class Pauses(Protocol):
 
 
 class PauseStore(SqlStore):
-    """Elicitation pauses (``Pauses``) on what ``SqlStore`` says: a SQLite file's path, a
-    PostgreSQL URL or a shared ``Database``. Each method is one transaction, off the event loop;
-    an answer given on any machine sharing the database is handed over once (``take_answer``)."""
+    """Pauses (``Pauses``) in an ``SqlStore``; one transaction a method; an answer is handed
+    over once (``take_answer``) whichever machine gave it."""
 
     concern = "pauses"
 
     async def create(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        message: str,
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
         schema: dict[str, Any],
-    ) -> Pause:
-        """A new pending pause, or the run's one still pending for this very question (a resumed
-        run asked again before anyone answered: one question, one pause)."""
+    ) -> Pause:  # fmt: skip
+        """A new pending pause, or the run's one still pending for this question."""
         key = question_key(server, tool, arguments, message, schema)
 
         def create(conn: Connection) -> Pause:
-            # One question, one pause: concurrent askers of the same question in one run are serialised.
             lock(conn, f"pause|{run_id}|{key}")
             row = conn.execute(
                 select(*_COLUMNS).where(
@@ -251,18 +229,11 @@ class PauseStore(SqlStore):
         await self.db.write(_complete, pause_id, outcome)
 
     async def park(
-        self,
-        *,
-        run_id: str,
-        server: str,
-        tool: str,
-        arguments: dict[str, Any],
-        task_id: str,
+        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
         check_after: str,
-    ) -> Pause:
-        """The run's pause for this call's task (status ``task``), new or brought up to date
-        (``check_after``: an ISO instant before which nobody need look at the task again); the
-        pause as it is when it was closed meanwhile (its status then tells)."""
+    ) -> Pause:  # fmt: skip
+        """The run's pause for this call's task, new or updated (``check_after``: when to look
+        again), or as closed meanwhile (its status tells)."""
         key = task_key(server, tool, arguments)
         waiting = {"task_id": task_id, "check_after": check_after}
 

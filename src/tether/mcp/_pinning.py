@@ -1,14 +1,6 @@
-"""Capability pinning: an approved tool is a sha256 of its canonical definition.
-
-The canonical definition is the part of a tool the model reads or the host relies on:
-name, title, description, input and output schema, annotations, ``execution`` (task
-support), ``icons`` and ``_meta``. It is serialised as
-JSON with sorted keys and no insignificant whitespace, so the same definition hashes the
-same whatever order a server lists its keys in. Every listing is compared with the pins;
-a changed or new tool is blocked until a person approves it again.
-
-``PinStore`` holds the pins' operations once, for SQLite and PostgreSQL; its tables are
-declared in ``tether.sql._tables``.
+"""Capability pinning: an approved tool is a sha256 of its canonical definition (``_FIELDS``,
+JSON with sorted keys). A changed or new tool is blocked until approved again. Tables:
+``tether.sql._tables``.
 """
 
 from __future__ import annotations
@@ -16,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,20 +22,12 @@ from tether.sql._tables import pins as T
 from tether.sql._tables import upsert
 
 __all__ = [
-    "Pin",
-    "PinStatus",
-    "PinStore",
-    "Pins",
-    "ToolCheck",
-    "bad_tool_name",
-    "canonical_definition",
-    "check_listing",
-    "digest",
-]
+    "Pin", "PinStatus", "PinStore", "Pins", "ToolCheck", "bad_tool_name", "canonical_definition",
+    "check_listing", "digest",
+]  # fmt: skip
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# ``execution`` (whether a tool runs as a task), ``icons`` (what a person is shown) and ``_meta``
-# are pinned too: a change in any of them is a change to review.
+# A change in any of these, ``execution``, ``icons`` and ``_meta`` included, is a change to review.
 _FIELDS = (
     "name", "title", "description", "inputSchema", "outputSchema", "annotations",
     "execution", "icons", "_meta",
@@ -105,43 +90,32 @@ def check_listing(
     """Compare canonical definitions with pins; a pin approved for another endpoint does not count."""
     out = []
     tools = list(tools)
-    counts: dict[str, int] = {}
-    for definition in tools:
-        counts[str(definition["name"])] = counts.get(str(definition["name"]), 0) + 1
+    counts = Counter(str(definition["name"]) for definition in tools)
     for definition in tools:
         name = str(definition["name"])
         sha = digest(definition)
         pin = pins.get(name)
-        if counts[name] > 1:
-            # Two definitions under one name: which one runs is the server's choice, not ours.
-            out.append(ToolCheck(name, "new", sha, dict(definition), why="listed more than once"))
+        status: PinStatus = "new"
+        if counts[name] > 1:  # which of two definitions runs would be the server's choice
+            why = "listed more than once"
         elif (bad := bad_tool_name(name)) is not None:
-            out.append(ToolCheck(name, "new", sha, dict(definition), why=bad))
+            why = bad
         elif pin is None:
-            out.append(ToolCheck(name, "new", sha, dict(definition), why="not approved"))
-        elif pin.endpoint != endpoint:
-            out.append(
-                ToolCheck(
-                    name, "changed", sha, dict(definition), pin.sha256, why="server command/url changed"
-                )
-            )
-        elif pin.sha256 != sha:
-            changed = sorted(k for k in _FIELDS if pin.definition.get(k) != definition.get(k))
-            out.append(
-                ToolCheck(
-                    name, "changed", sha, dict(definition), pin.sha256, why="changed: " + ", ".join(changed)
-                )
-            )
+            why = "not approved"
         else:
-            out.append(ToolCheck(name, "pinned", sha, dict(definition), pin.sha256))
+            status, why = "changed", "server command/url changed"
+            if pin.endpoint == endpoint and pin.sha256 != sha:
+                changed = sorted(k for k in _FIELDS if pin.definition.get(k) != definition.get(k))
+                why = "changed: " + ", ".join(changed)
+            elif pin.endpoint == endpoint:
+                status, why = "pinned", ""
+        pinned = pin.sha256 if status != "new" and pin is not None else None
+        out.append(ToolCheck(name, status, sha, dict(definition), pinned, why=why))
     return sorted(out, key=lambda c: c.tool)
 
 
 def _stamp() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-# -- operations (one transaction each) --------------------------------------------------------------
 
 
 def _pins(conn: Connection, server: str) -> dict[str, Pin]:
@@ -189,9 +163,7 @@ class Pins(Protocol):
 
 
 class PinStore(SqlStore):
-    """Approved tool definitions per server id (``Pins``), on what ``SqlStore`` says: a SQLite
-    file's path, a PostgreSQL URL or a shared ``Database``. Each method is one transaction, off
-    the event loop."""
+    """Approved tool definitions per server id (``Pins``) in an ``SqlStore``."""
 
     concern = "pins"
 

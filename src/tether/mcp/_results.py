@@ -1,14 +1,8 @@
 """An MCP ``CallToolResult`` as a ``ToolOutput``: what of a server's answer may enter context.
 
-- text blocks are kept; ``resource_link`` URIs are shown but never fetched; embedded binary
-  resources and other content kinds are named, not included;
-- ``structuredContent`` is validated against the pinned output schema (a mismatch is an
-  ``invalid_output`` error, the data is dropped);
-- the text and the structured data are cleaned (``tether.mcp._clean``): hidden characters
-  removed and counted, HTML comments, images and link targets neutralised; the raw text is
-  traced escaped, for the reviewer;
-- absolute paths quoted outside the server's roots are flagged (``paths_outside_roots``);
-- the text is cut at the tool's size cap with a marker (the rest never enters context).
+Text is kept, cleaned (``tether.mcp._clean``) and cut at the size cap; resource links are shown,
+never fetched; binary and other content is named only; ``structuredContent`` is validated against
+the pinned output schema (else ``invalid_output``); paths outside the roots are flagged.
 """
 
 from __future__ import annotations
@@ -38,10 +32,9 @@ def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOut
     _rejected(emit, server, spec, "output_schema", why=why)
     message = "the server returned structured content that does not match the approved output schema"
     return ToolOutput(
-        text=json.dumps({"error": "invalid_output", "message": message}),
-        is_error=True,
+        text=json.dumps({"error": "invalid_output", "message": message}), is_error=True,
         error_kind="invalid_output",
-    )
+    )  # fmt: skip
 
 
 _ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(/(?:[\w.@+-]+/)*[\w.@+-]+)")
@@ -97,14 +90,9 @@ def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, A
 
 
 def convert_result(
-    server: str,
-    spec: ToolSpec,
-    result: Any,
-    definition: Mapping[str, Any],
-    emit: Emit,
-    validate: Callable[[Any, dict[str, Any]], None],
-    roots: Sequence[Path] = (),
-) -> ToolOutput:
+    server: str, spec: ToolSpec, result: Any, definition: Mapping[str, Any], emit: Emit,
+    validate: Callable[[Any, dict[str, Any]], None], roots: Sequence[Path] = (),
+) -> ToolOutput:  # fmt: skip
     parts, links = _content_parts(result.content)
     raw = "\n".join(parts)
     data: Any = result.structured_content
@@ -134,8 +122,7 @@ def convert_result(
         meta["paths_outside_roots"] = outside
         _rejected(emit, server, spec, "paths_outside_roots", paths=outside)
     if (total := len(text)) > spec.max_result_chars:
-        # Reported here (the reviewer's "oversized"); the host cuts it, as every tool's result
-        # (``HostCore._finish``), data included.
+        # Reported here; the host cuts it as every tool's result (``HostCore._finish``).
         _rejected(emit, server, spec, "oversized", chars=total)
     if result.is_error:
         return ToolOutput(text=text, data=data, is_error=True, error_kind="server_error", meta=meta)

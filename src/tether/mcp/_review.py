@@ -1,33 +1,9 @@
 """Review of a server's tools before approval, read like an attacker would write them.
 
-Kinds of finding, each with where it was found (``description``,
-``inputSchema.properties.x.description``, ``instructions`` …):
-
-- ``hidden_unicode``: format/control/private-use characters, Unicode tag characters (an
-  ASCII message hidden in them is decoded for the reviewer), variation selectors: text a
-  person reviewing cannot see but a model reads;
-- ``instruction``: text addressed to the model rather than describing the tool
-  ("ignore previous instructions", "<IMPORTANT>", "before using this tool, read ~/.ssh",
-  "do not tell the user", "this tool now grants you internet access" …);
-- ``tool_reference``: a definition naming another tool — any configured server's, by its
-  namespaced or plain name, or a common sink (``send_email``, ``http_post``, ``curl`` …) —
-  or telling the model to call something;
-- ``url`` / ``email``: a web address or an e-mail address (where data would be sent);
-- ``secret_path``: the path of a credential file (``~/.ssh``, ``.env``, ``.aws/credentials`` …);
-- ``encoded_text``: prose hidden in base64, hex, %-escapes or ``\\u`` escapes (decoded for the
-  reviewer and scanned again), and ``foreign_script``: a passage in another writing system inside
-  Latin text, or a word mixing scripts. These two do not depend on the hidden text's language:
-  text the reviewer cannot read is flagged as such. Besides the English patterns, an
-  ``instruction`` is a sentence shaped like one in any language (``tether.mcp._addressed``: the
-  model named as its subject or called on, role markers, the conversation's machinery, an
-  override, emphasis, a target), after HTML entities are decoded;
-- ``invalid_schema`` / ``remote_ref``: a schema that is not valid JSON Schema, or that points
-  at a document elsewhere (the host never fetches it, so the tool cannot be validated).
-
-``scan_text`` applies the prose checks to any server-written text, such as the server's
-``instructions`` (shown to the reviewer, never sent to the model). Findings are hints for
-the person approving; they never make a tool trusted. A flagged tool is not pinned unless
-the reviewer accepts it by name.
+Finding kinds: ``hidden_unicode``, ``instruction`` (English patterns, and ``tether.mcp._addressed``
+for any language), ``tool_reference``, ``url``, ``email``, ``secret_path``, ``encoded_text``
+(decoded and scanned again), ``foreign_script``, ``invalid_schema`` and ``remote_ref``. Findings
+are hints for the approver; a flagged tool is not pinned unless accepted by name.
 """
 
 from __future__ import annotations
@@ -47,22 +23,15 @@ from tether.mcp._addressed import addressed_instruction
 from tether.mcp._clean import hidden_kind
 
 __all__ = [
-    "SINKS",
-    "Finding",
-    "ToolNames",
-    "decode_hidden",
-    "foreign_script",
-    "main_script",
-    "scan_definition",
-    "scan_text",
-    "strings",
-]
+    "SINKS", "Finding", "ToolNames", "decode_hidden", "foreign_script", "main_script", "scan_definition",
+    "scan_text", "strings",
+]  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
     tool: str
-    kind: str  # hidden_unicode | instruction | tool_reference
+    kind: str  # hidden_unicode | instruction | tool_reference | url | …
     where: str
     detail: str
 
@@ -106,8 +75,7 @@ _INSTRUCTION = re.compile(
     "|".join(f"(?:{p})" for p in _INSTRUCTION_PATTERNS), re.IGNORECASE | re.DOTALL | re.MULTILINE
 )
 _URL = re.compile(r"\b(?:https?|ftp|wss?)://[^\s<>\"')\]]+|\bwww\.[a-z0-9-]+\.[a-z]{2,}[^\s<>\"')\]]*", re.I)
-# Each run of name characters is tried from its start only (a lookbehind, not ``\b``): tried
-# from every position in it, a long run without the rest took time quadratic in its length.
+# A lookbehind, not ``\b``: each run of name characters is tried from its start only (linear time).
 _EMAIL = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
 _SECRET_PATH = re.compile(
     r"(~/|\$HOME/|/home/[^/\s]+/|/root/)?\.(ssh|aws|gnupg|kube|docker|netrc|npmrc|pypirc|git-credentials|"
@@ -141,9 +109,7 @@ def _tag_text(text: str) -> str:
 # Runs of text that may be encoded prose: base64 (standard or URL-safe), hex, %-escapes, \u/\x escapes.
 _BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{16,}={0,2}(?![A-Za-z0-9+/=_-])")
 _HEX = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){12,}(?![0-9A-Fa-f])")
-# %-escapes, whole runs or mixed with plain characters as a URL encoder leaves them: a run of
-# URL characters (one pass: a run of plain letters is never retried from each of its positions,
-# which made a long description take hours) with at least three escapes in it.
+# A run of URL characters with at least three %-escapes, matched in one pass (linear time).
 _PERCENT = re.compile(r"(?:[A-Za-z0-9._~+-]|%[0-9A-Fa-f]{2})+")
 _ESCAPES = re.compile(r"(?:\\u[0-9A-Fa-f]{4}|\\x[0-9A-Fa-f]{2}){4,}")
 
@@ -162,8 +128,7 @@ def _readable(raw: bytes) -> str | None:
 
 
 def decode_hidden(text: str) -> list[tuple[str, str]]:
-    """Prose hidden in an encoding, as ``(encoding, decoded text)``. What matters is not the
-    language of what is hidden but that a description says something a reviewer cannot read."""
+    """Prose hidden in an encoding, as ``(encoding, decoded text)``, whatever its language."""
     import base64
     import binascii
     from urllib.parse import unquote_to_bytes
@@ -213,9 +178,8 @@ def main_script(texts: Iterable[str]) -> str:
 
 
 def foreign_script(text: str, main: str = "LATIN") -> str | None:
-    """A passage in a writing system other than the server's own (``main``), which a reviewer
-    of the rest may not read whatever its language, or a word mixing scripts (look-alike
-    letters). Latin letters are ordinary in any text (identifiers, acronyms, units)."""
+    """A passage in a script other than ``main`` (Latin is ordinary anywhere), or a word mixing
+    scripts (look-alike letters)."""
     for word in re.findall(r"\w+", text):
         scripts = {_script(c) for c in word if c.isalpha()}
         if len(scripts) > 1:
@@ -224,8 +188,7 @@ def foreign_script(text: str, main: str = "LATIN") -> str | None:
     for ch in text:
         if ch.isalpha() and _script(ch) not in (main, "LATIN"):
             counts[_script(ch)] = counts.get(_script(ch), 0) + 1
-    other = {k: n for k, n in counts.items() if n >= 3}
-    if not other:
+    if not (other := {k: n for k, n in counts.items() if n >= 3}):
         return None
     script = max(other, key=lambda k: other[k])
     sample = "".join(c if (not c.isalpha() or _script(c) == script) else " " for c in text)
@@ -242,9 +205,8 @@ _CALLED = re.compile(r"\b(?:call|invoke|run|trigger)\s+(?:the\s+)?[`'\"]?", re.I
 
 
 class ToolNames:
-    """The tool names a review looks for in server text, found in one pass over the text however
-    many there are (a server listing thousands of tools must not cost a regex per name per text).
-    A name matches as a whole word in any case, as ``(?<![A-Za-z0-9_])NAME(?![A-Za-z0-9_])``."""
+    """Tool names found in text in one pass however many there are (no regex per name), each as
+    a whole word in any case."""
 
     def __init__(self, others: Iterable[str], siblings: Iterable[str] = ()) -> None:
         self.others = frozenset(t for t in others if t) | frozenset(SINKS)
@@ -282,57 +244,42 @@ class ToolNames:
 
     def called_siblings(self, text: str) -> set[str]:
         """The server's own tools the text tells the model to call, invoke, run or trigger."""
-        width = self._longest + 1  # what follows each verb: enough for any name and the character after it
+        width = self._longest + 1  # enough for any name and the character after it
         called = (self.found(text[m.end() : m.end() + width], at=0) for m in _CALLED.finditer(text))
         return {n for names in called for n in names if n in self.siblings}
 
 
 def _target_check(names: ToolNames) -> Callable[[str], bool]:
-    """Whether a sentence names where data would go: an address, a credential path, a tool,
-    or a quoted field (the review's own checks, for ``addressed_instruction``)."""
+    """Whether a sentence names where data would go (for ``addressed_instruction``)."""
 
     def named(sentence: str) -> bool:
-        if _URL.search(sentence) or _EMAIL.search(sentence) or _SECRET_PATH.search(sentence):
-            return True
-        if _QUOTED_FIELD.search(sentence):
-            return True
-        return bool(names.found(sentence))
+        checks = (_URL, _EMAIL, _SECRET_PATH, _QUOTED_FIELD)
+        return any(c.search(sentence) for c in checks) or bool(names.found(sentence))
 
     return named
 
 
 def scan_text(
-    tool: str,
-    where: str,
-    text: str,
-    others: Iterable[str] | ToolNames = (),
-    *,
-    prose: bool = True,
-    script: str = "LATIN",
-    siblings: Iterable[str] = (),
-    _depth: int = 0,
-) -> list[Finding]:
+    tool: str, where: str, text: str, others: Iterable[str] | ToolNames = (), *, prose: bool = True,
+    script: str = "LATIN", siblings: Iterable[str] = (), _depth: int = 0,
+) -> list[Finding]:  # fmt: skip
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
-    hidden = sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)})
-    if hidden:
+    if hidden := sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)}):
         detail = ", ".join(hidden[:10])
         if tags := _tag_text(text):
             detail += f" (hidden tag text: {tags[:200]!r})"
         findings.append(Finding(tool, "hidden_unicode", where, detail))
     if not prose:
         return findings
-    # Compatibility forms folded (full-width or styled letters read as plain ones).
-    # HTML entities decoded: '&#105;gnore' is what a model reads as 'ignore'.
+    # As a model reads it: compatibility forms folded, HTML entities ('&#105;gnore') decoded.
     visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not hidden_kind(c))))
     names = others if isinstance(others, ToolNames) else ToolNames(others, siblings)
-    m = _INSTRUCTION.search(visible)
-    if m:
+    if m := _INSTRUCTION.search(visible):
         findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
     elif (addressed := addressed_instruction(visible, _target_check(names))) is not None:
         findings.append(Finding(tool, "instruction", where, addressed))
-    # The server's own tools may be named ("deprecated: use read_text_file instead"); a
-    # sibling the model is told to call, invoke or run is still a reference.
+    # Naming its own tools is ordinary; telling the model to call one is a reference.
     refs = (names.found(visible) & names.others) | names.called_siblings(visible)
     refs.discard(tool)
     refs |= {m.group(3) for m in _CALL.finditer(visible)}
@@ -350,22 +297,14 @@ def scan_text(
     if _depth < 2:
         for encoding, decoded in decode_hidden(visible):
             findings.append(Finding(tool, "encoded_text", where, f"{encoding}: {decoded[:120]!r}"))
-            inner = scan_text(
-                tool,
-                f"{where} ({encoding}-decoded)",
-                decoded,
-                names,
-                script=script,
-                _depth=_depth + 1,
-            )
-            findings += inner
+            where_decoded = f"{where} ({encoding}-decoded)"
+            findings += scan_text(tool, where_decoded, decoded, names, script=script, _depth=_depth + 1)
     return findings
 
 
 @functools.lru_cache(maxsize=256)
 def _schema_problem(schema: str) -> str | None:
-    """Why a schema (as canonical JSON) is not valid JSON Schema; cached: a server's tools often
-    share one schema, and checking one against the metaschema is the review's slowest step."""
+    """Why a schema (canonical JSON) is not valid JSON Schema; cached: tools often share one."""
     try:
         jsonschema.Draft202012Validator.check_schema(json.loads(schema))
     except jsonschema.SchemaError as err:
@@ -374,25 +313,17 @@ def _schema_problem(schema: str) -> str | None:
 
 
 def scan_definition(
-    definition: Mapping[str, Any],
-    other_tools: Iterable[str] | ToolNames = (),
-    *,
-    script: str = "LATIN",
+    definition: Mapping[str, Any], other_tools: Iterable[str] | ToolNames = (), *, script: str = "LATIN",
     siblings: Iterable[str] = (),
-) -> list[Finding]:
-    """Flag suspicious text in one canonical tool definition.
-
-    ``other_tools``: names of every other tool known to the host (bare and namespaced);
-    a definition that mentions one of them (or a common sink) is flagged. ``script``: the
-    server's own writing system (``main_script`` of all its text); ``siblings``: the same
-    server's tools, flagged only when the text tells the model to call one.
-    """
+) -> list[Finding]:  # fmt: skip
+    """Flag suspicious text in one canonical tool definition. ``other_tools``: every other tool
+    known to the host; ``script``: the server's own (``main_script``); ``siblings``: the same
+    server's tools, flagged only when the text tells the model to call one."""
     name = str(definition.get("name", ""))
     others = other_tools if isinstance(other_tools, ToolNames) else ToolNames(other_tools, siblings)
     findings: list[Finding] = []
     for where, text in strings({k: v for k, v in definition.items() if k != "name"}, ""):
-        # Property names and schema identifiers ($schema, $id) are not prose; a $ref is judged below.
-        # Nor are the parts no model reads (task support, icons, _meta): pinned, not scanned as prose.
+        # Not prose: property names, schema identifiers, and what no model reads (execution, icons, _meta).
         prose = not where.endswith(("(key)", ".$ref", ".$schema", ".$id")) and not where.startswith(
             ("execution", "icons", "_meta")
         )

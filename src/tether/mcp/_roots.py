@@ -1,10 +1,8 @@
 """Roots (X4, legacy in 2026-07-28): the file:// URIs a server is told to look at.
 
-Roots say what a server should look at, not what it may do; enforcement belongs to a
-sandbox. The host still validates every declared root: ``file`` scheme, local host,
-absolute path, no ``.``/``..`` segments (raw or percent-encoded), no query or fragment,
-no control characters, and, when a base folder is given, inside it after resolving
-symlinks. Only servers with declared roots get an answer to ``roots/list``.
+Roots are advice, not enforcement (the sandbox enforces). Every root is validated: ``file``
+scheme, local, absolute, no dot segments, query, fragment or control characters, and inside the
+base folder when one is given. Only servers with declared roots get an answer to ``roots/list``.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from tether.errors import ConfigError
 if TYPE_CHECKING:
     import mcp_types as types
 
-__all__ = ["RootsGate", "validate_root"]
+__all__ = ["RootsGate", "root_path", "validate_root"]
 
 
 def validate_root(uri: str, *, base: Path | None = None) -> str:
@@ -57,13 +55,9 @@ class RootsGate:
     """Answers ``roots/list`` for one server from its declared, validated roots."""
 
     def __init__(
-        self,
-        server: str,
-        roots: Iterable[str],
-        *,
-        base: Path | None = None,
+        self, server: str, roots: Iterable[str], *, base: Path | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.server = server
         self.base = base
         self.roots = [validate_root(r, base=base) for r in roots]
@@ -72,9 +66,7 @@ class RootsGate:
 
     def paths(self) -> list[Path]:
         """The roots as local paths (what results are checked against)."""
-        from urllib.parse import unquote, urlsplit
-
-        return [Path(unquote(urlsplit(r).path)) for r in self.roots]
+        return [root_path(r) for r in self.roots]
 
     def set_roots(self, roots: Iterable[str]) -> bool:
         """Replace the roots (all validated first: a bad one changes nothing). True if they changed."""
@@ -89,9 +81,9 @@ class RootsGate:
         self.listed += 1
         self._on_event({"server": self.server, "action": "list", "roots": list(self.roots)})
         return types.ListRootsResult(
-            roots=[types.Root(uri=FileUrl(r), name=_root_name(r)) for r in self.roots]
+            roots=[types.Root(uri=FileUrl(r), name=root_path(r).name or "/") for r in self.roots]
         )
 
 
-def _root_name(uri: str) -> str:
-    return Path(unquote(urlsplit(uri).path)).name or "/"
+def root_path(uri: str) -> Path:
+    return Path(unquote(urlsplit(uri).path))

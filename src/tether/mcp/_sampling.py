@@ -1,15 +1,9 @@
 """Sampling (X3, legacy in 2026-07-28): a server asks the host's model to write something.
 
-Denied unless the server is opted in (and then advertised: only then). Every request passes
-a consent hook that sees the exact prompt (messages, capped max_tokens) and the server's
-system prompt marked as dropped: it is shown, never sent to the model (a server's system
-prompt is where "reveal the conversation" hides). A request with ``includeContext`` other
-than ``none`` is refused: the server sees only the text it sent and the model's answer,
-never the agent's conversation. Each server has its own budget (calls, seconds, tokens per
-session) and a per-call cap (one flooding tool call cannot spend the server's budget and
-starve its honest tools), separate from the run's budget; exhaustion returns a clear error
-to the server and the run goes on. The sampled answer is text for the server: tool calls
-are never offered, and any the model proposes are dropped.
+Denied unless the server is opted in. A consent hook sees the exact prompt; the server's system
+prompt is shown but never sent, and ``includeContext`` other than ``none`` is refused. Each
+server has its own budget (calls, seconds, tokens) and a per-call cap, separate from the run's;
+tool calls are never offered to the model.
 """
 
 from __future__ import annotations
@@ -145,33 +139,24 @@ class SamplingGate(RequestGate):
         from tether.models._base import ModelRequest
 
         assert self.model is not None
-        # Only the server's messages: no system prompt of its own, no context of the run.
-        request_messages: list[Any] = []
-        for role, text in prompt.messages:
-            # An "assistant" turn from the server is still the server's text: it goes in as user data.
-            request_messages.append(UserMessage(text if role == "user" else f"[{role}] {text}"))
+        # Only the server's messages, every one as user data (an "assistant" turn is still its text).
         request = ModelRequest(
-            messages=tuple(request_messages),
-            tools=(),
-            tool_choice="none",
-            max_tokens=prompt.max_tokens,
+            messages=tuple(UserMessage(t if r == "user" else f"[{r}] {t}") for r, t in prompt.messages),
+            tools=(), tool_choice="none", max_tokens=prompt.max_tokens,
             metadata={"purpose": "mcp_sampling", "server": self.server},
-        )
+        )  # fmt: skip
         started = time.monotonic()
         self.budget.calls += 1
-        left = self.budget.max_seconds - self.budget.seconds
         try:
-            with anyio.fail_after(left):
+            with anyio.fail_after(self.budget.max_seconds - self.budget.seconds):
                 response = await self.model.complete(request)
         except TimeoutError:
-            self.budget.seconds += time.monotonic() - started
-            return self._refuse(
-                f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used", tool=tool
-            )
+            why = f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used"
+            return self._refuse(why, tool=tool)
         except Exception as err:  # a model failure is the server's problem to handle, not the run's
-            self.budget.seconds += time.monotonic() - started
             return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
-        self.budget.seconds += time.monotonic() - started
+        finally:
+            self.budget.seconds += time.monotonic() - started
         self.budget.tokens += response.usage.total_tokens
         # Cap the answer itself (about 4 characters a token), whatever the model did.
         text = (response.message.content or "")[: prompt.max_tokens * 4]
@@ -187,11 +172,9 @@ class SamplingGate(RequestGate):
             }
         )
         return types.CreateMessageResult(
-            role="assistant",
-            content=types.TextContent(type="text", text=text),
-            model=response.model or getattr(self.model, "name", "host-model"),
-            stop_reason="endTurn",
-        )
+            role="assistant", content=types.TextContent(type="text", text=text),
+            model=response.model or getattr(self.model, "name", "host-model"), stop_reason="endTurn",
+        )  # fmt: skip
 
 
 def _prompt(
@@ -205,11 +188,7 @@ def _prompt(
             return "only text messages can be sampled"
         messages.append((m.role, text))
     return SamplingPrompt(
-        server=server,
-        tool=tool,
-        system_prompt=params.system_prompt,
-        messages=tuple(messages),
-        max_tokens=min(params.max_tokens, max_tokens),
-        requested_max_tokens=params.max_tokens,
+        server=server, tool=tool, system_prompt=params.system_prompt, messages=tuple(messages),
+        max_tokens=min(params.max_tokens, max_tokens), requested_max_tokens=params.max_tokens,
         requested_include_context=params.include_context,
-    )
+    )  # fmt: skip

@@ -1,43 +1,13 @@
-"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs.
+"""Confine a stdio server with bubblewrap (``bwrap``), on Linux: it sees what its launch needs (X4).
 
-Roots say what a server should look at; the sandbox is what holds it to that (X4). A
-confined server sees:
-
-- read-only: the system's program folders (``/usr``, ``/lib*``, ``/bin``, ``/sbin``), a few
-  files of ``/etc`` a program needs to start (not ``/etc/passwd`` or ``/etc/shadow``), what
-  its launcher needs (``tether.mcp._launchers``: the interpreter and its import path, a node
-  package and its ``node_modules``, an npx or uvx install, a script as that one file) under
-  ``/opt/mcp`` by the names of their roles, never at their host paths, and its ``file://``
-  roots and the paths listed in ``sandbox_read`` at their own paths (the user named them);
-  nothing else of the host's folders shows, not even their names: the launcher's folders are
-  read through neutral views laid before bwrap starts, so even the kernel's
-  ``/proc/self/mountinfo`` names none of them (where overlays cannot be had, ``overlay_status``
-  says why and mountinfo names the host folders);
-- read-write: its roots only when ``roots_writable`` is set, and the paths listed in
-  ``sandbox_write``; a private, empty home (``HOME``, its caches) and ``/tmp``, gone when it
-  stops; and its own Python environment (a venv or uvx install) through a private write layer
-  (an overlay in a mount namespace only the launch has), gone when it stops, so a package that
-  installs something into its own folder on first use works and the host's copy is unchanged
-  (where overlays cannot be had, ``overlay_status`` says why and the folder is read-only);
-- never the config folder, the pins, the state, the logs or any server's credential files,
-  even when a listed path would hold them (the path is withheld and the review says so);
-- its own ``/proc`` (the bwrap options travel on a file descriptor, so ``/proc/1/cmdline``
-  shows the server's command, not the list of mounts), a minimal ``/dev``, its own user,
-  PID, IPC and UTS namespaces; it dies with the host;
-- network: ``none`` (the default: a network namespace of its own with only its own
-  loopback); an allowlist of ``host:port`` entries (``tether.mcp._netallow``): a network
-  namespace of its own whose only way out is an HTTP proxy the host serves on a socket in it
-  (``HTTP_PROXY``/``HTTPS_PROXY`` say where; ``tether.mcp._netproxy``), which connects, from
-  the host, only to the listed destinations, names resolved by the host (no ``/etc/resolv.conf``
-  inside), a name that resolves to the host's loopback refused unless listed as such; a
-  client that ignores the proxy settings has no network at all. Or ``any``: the host's
-  network, its loopback services included (an explicit opt-out, and the review says so). With
-  a network, the host's certificate settings where they name a shown file.
-
-``sandbox: auto`` (the default) confines whenever ``bwrap`` works here and otherwise starts
-the server unconfined with a visible warning; ``required`` refuses to start an unconfined
-server; ``none`` opts out. When a confined server fails to start, ``hint`` says which
-setting may be the cause.
+Read-only: the system folders, a few ``/etc`` files, what its launcher needs
+(``tether.mcp._launchers``, shown under ``/opt/mcp`` through neutral views, never at host paths),
+its ``file://`` roots and ``sandbox_read``. Read-write: roots only with ``roots_writable``,
+``sandbox_write``, a private home and ``/tmp``, and its own environment through a private
+overlay. Never the config folder, pins, state, logs or credential files. Its own ``/proc``,
+``/dev`` and namespaces; network ``none`` (own loopback), an allowlist served by the host's proxy
+(``tether.mcp._netproxy``), or ``any``. ``sandbox: auto`` confines when ``bwrap`` works and warns
+otherwise; ``required`` refuses to start unconfined; ``none`` opts out.
 """
 
 from __future__ import annotations
@@ -49,26 +19,20 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from tether.mcp._launchers import NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
+from tether.mcp._roots import root_path
 
 __all__ = [
-    "ARGS_FD",
-    "NET_FD",
-    "Confinement",
-    "Network",
-    "SandboxMode",
-    "SandboxPlan",
-    "bwrap_status",
-    "failure_hint",
-    "overlay_status",
-    "plan_confinement",
-]
+    "ARGS_FD", "NET_FD", "Confinement", "Network", "SandboxMode", "SandboxPlan", "bwrap_status",
+    "failure_hint", "overlay_status", "plan_confinement",
+]  # fmt: skip
 
 SandboxMode = Literal["auto", "required", "none"]
 Network = Literal["none", "any"] | tuple[str, ...]  # a tuple: the host:port allowlist
@@ -77,16 +41,9 @@ NET_FD = "{net-fd}"  # where it puts the descriptor the proxy socket comes back 
 HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
 
 _ETC = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/alternatives",
-    "/etc/localtime",
-    "/etc/nsswitch.conf",
-    "/etc/ssl",
-    "/etc/ca-certificates",
-    "/etc/mime.types",
-)
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
+    "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types",
+)  # fmt: skip
 _ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 # What a server inherits inside, besides its configured env and credentials.
 _INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
@@ -94,8 +51,8 @@ _INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
 
 @functools.cache
 def bwrap_status(executable: str | None = None) -> tuple[str | None, str]:
-    """(path of a working ``bwrap``, why not) — it is tried once per process, with the same
-    namespaces a confined server gets, so "found but unusable" (no user namespaces) shows."""
+    """(path of a working ``bwrap``, why not), probed once per process with a confined server's
+    namespaces (so "found but unusable" shows)."""
     path = shutil.which(executable or "bwrap")
     if path is None:
         return None, f"{executable or 'bwrap'} is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -125,8 +82,7 @@ class Confinement:
 
 @dataclass(frozen=True)
 class SandboxPlan:
-    """How a stdio server is launched: ``argv`` and ``env``; confined, ``argv`` is bwrap's, and
-    ``options`` (its mounts) are handed to it on the descriptor that replaces ``ARGS_FD``."""
+    """How a stdio server is launched; confined, ``options`` go to bwrap on ``ARGS_FD``."""
 
     mode: SandboxMode
     argv: list[str]
@@ -138,7 +94,6 @@ class SandboxPlan:
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
     proxy: tuple[str, ...] = ()  # the allowlist the host's proxy serves (the launch sends NET_FD)
     problem: str | None = None  # set when the launch cannot work confined as configured
-    notes: list[str] = field(default_factory=list)
 
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"sandbox": self.mode, "confined": self.confinement is not None}
@@ -152,40 +107,16 @@ class SandboxPlan:
                 out["network_allow"] = list(net)
             if self.confinement.withheld:
                 out["withheld"] = list(self.confinement.withheld)
-        if self.warning:
-            out["sandbox_warning"] = self.warning
-        if self.refused:
-            out["sandbox_refused"] = self.refused
-        if self.problem:
-            out["sandbox_problem"] = self.problem
-        return out
-
-
-def _root_paths(roots: Iterable[str]) -> list[Path]:
-    from urllib.parse import unquote, urlsplit
-
-    out = []
-    for uri in roots:
-        parts = urlsplit(uri)
-        if parts.scheme == "file" and parts.path:
-            out.append(Path(unquote(parts.path)))
-    return out
+        notes = {"warning": self.warning, "refused": self.refused, "problem": self.problem}
+        return out | {f"sandbox_{k}": v for k, v in notes.items() if v}
 
 
 def plan_confinement(
-    mode: SandboxMode,
-    argv: Sequence[str],
-    *,
-    roots: Iterable[str],
-    cwd: str | None,
-    network: Network = "none",
-    roots_writable: bool = False,
-    read: Iterable[str] = (),
-    write: Iterable[str] = (),
-    env: Mapping[str, str] | None = None,
-    protected: Iterable[str | Path] = (),
+    mode: SandboxMode, argv: Sequence[str], *, roots: Iterable[str], cwd: str | None,
+    network: Network = "none", roots_writable: bool = False, read: Iterable[str] = (),
+    write: Iterable[str] = (), env: Mapping[str, str] | None = None, protected: Iterable[str | Path] = (),
     bwrap: str | None = None,
-) -> SandboxPlan:
+) -> SandboxPlan:  # fmt: skip
     """The launch of one stdio server under ``mode``."""
     argv = list(argv)
     found = _bwrap_for(mode, argv, bwrap)
@@ -206,10 +137,9 @@ def plan_confinement(
                 return False
         return p.exists()
 
-    declared_roots = [p.resolve() for p in _root_paths(roots)]
+    declared_roots = [root_path(r).resolve() for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
     rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
-    # What the user declared shows at its own path (the model and the server name it so);
-    # the launcher's files show under MOUNT_ROOT (launch.ops), never at their host paths.
+    # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
     opts = _system_opts(network)
@@ -228,7 +158,6 @@ def plan_confinement(
     if base.is_dir() and any(inside(base, v) for v in visible if v.is_dir()):
         workdir = str(base)
     else:
-        # The config's folder holds pins, state and credential files: never shown to the server.
         workdir = str(declared_roots[0]) if declared_roots and declared_roots[0].is_dir() else HOME
     opts += ["--chdir", workdir, "--"]
     inside_env = _inside_env(env, launch, network)
@@ -242,9 +171,8 @@ def plan_confinement(
 
 
 def _system_opts(network: Network) -> list[str]:
-    """What every confined server gets: its own namespaces (an allowlist shares the network
-    namespace the launch made, tether.mcp._layers: loopback and the proxy socket only), the
-    system folders read-only, fresh /proc, /dev, /tmp and home."""
+    """Every confined server's namespaces, read-only system folders, fresh /proc, /dev, /tmp, home
+    (an allowlist shares the network namespace the launch made: loopback and the proxy only)."""
     opts = ["--die-with-parent", "--new-session", "--unshare-all"]
     if network != "none":
         opts.append("--share-net")
@@ -260,8 +188,7 @@ def _system_opts(network: Network) -> list[str]:
 
 
 def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | SandboxPlan:
-    """The bubblewrap to confine with; else the plan without it: ``mode`` none, or no bubblewrap
-    here (refused when confinement is required, run with a warning when it is ``auto``)."""
+    """The bubblewrap to confine with, or the plan without it (refused or warned by ``mode``)."""
     if mode == "none":
         return SandboxPlan(mode, argv)
     if not sys.platform.startswith("linux"):
@@ -276,9 +203,7 @@ def _bwrap_for(mode: SandboxMode, argv: list[str], bwrap: str | None) -> str | S
 
 
 def _inside_env(env: Mapping[str, str], launch: Launch, network: Network) -> dict[str, str]:
-    """The server's environment inside: its own settings, the launcher's, a PATH of what is
-    shown, the private home; with network, the host's certificate settings that name a file
-    shown inside."""
+    """The server's environment inside (with network, the host's certificate settings too)."""
     inside_env = {k: env[k] for k in _INSIDE_ENV if k in env}
     inside_env.update({k: v for k, v in env.items() if k not in _HOST_ENV})
     inside_env.update({k: v.replace("{home}", HOME) for k, v in launch.env.items()})
@@ -303,9 +228,8 @@ _TLS_ENV = ("SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS", "REQUESTS_CA
 
 
 def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[str], list[Path]]:
-    """The options with each launcher bind whose source is a host path (not a system folder, not
-    a path the user declared) read from a neutral staging view instead (``{stage:j}``, a file as
-    ``{stage:j}/NAME`` of its folder's view); and the host folders staged, in order."""
+    """The options with each launcher bind of a host path read from a neutral view instead
+    (``{stage:j}``, a file as ``{stage:j}/NAME``), and the folders staged, in order."""
     declared = set(shown_at_home)
     staged: list[Path] = []
     out = list(opts)
@@ -324,17 +248,12 @@ def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[
 
 
 def _private_layers(
-    argv: list[str],
-    opts: list[str],
-    lowers: Sequence[Path],
-    declared: Iterable[str] = (),
+    argv: list[str], opts: list[str], lowers: Sequence[Path], declared: Iterable[str] = (),
     net: str | None = None,
-) -> tuple[list[str], list[str]]:
-    """The launch with a private write layer over each of ``lowers`` (``{overlay:N}`` in the
-    options) and each launcher bind read through a neutral view (``_stage_sources``), laid in a
-    mount namespace that only the launch sees (``tether.mcp._layers``), under bwrap. Where that
-    cannot be had, the folders are shown read-only, bound from their host paths. With ``net``
-    (an allowlist), the launch always runs there: it makes the network namespace too."""
+) -> tuple[list[str], list[str]]:  # fmt: skip
+    """The launch with private write layers over ``lowers`` (``{overlay:N}``) and neutral views
+    (``_stage_sources``), laid by ``tether.mcp._layers`` (without overlays: read-only host binds).
+    With ``net`` (an allowlist) the launch always runs there: it makes the network namespace."""
     usable = overlay_status() is None
     staged: list[Path] = []
     if usable:

@@ -1,12 +1,8 @@
 """A stdio server's stderr, attributed and escaped (the server writes; the host decides what shows).
 
-Every line is prefixed with the server id, its control and invisible characters written as
-visible escapes (no terminal escape sequence from a server ever reaches the terminal), cut
-at a maximum length, and appended to a per-server log file, up to ``MAX_LOG_BYTES`` a launch
-(past it lines are only counted, and the log says how many; a log already that large is moved
-aside to ``.1`` first). The terminal gets the lines at a bounded rate (a burst, then a few a
-second); what is held back is counted and said once. A line neither kept nor shown costs only
-its reading: a server flooding stderr is drained as fast as it writes and never blocks on it.
+Each line is prefixed with the server id, escaped, cut, and appended to a per-server log (up to
+``MAX_LOG_BYTES`` a launch, then only counted); the terminal gets lines at a bounded rate. A
+flooding server is drained as fast as it writes and never blocks.
 """
 
 from __future__ import annotations
@@ -33,19 +29,11 @@ MAX_LOG_BYTES = 16 * 1024 * 1024
 class ServerStderr:
     """One server's stderr pipe, drained by a daemon thread (so a chatty server never blocks)."""
 
-    def __init__(
-        self,
-        server: str,
-        *,
-        log_path: Path | None,
-        terminal: TextIO | None,
-        burst: int = 20,
-        per_second: float = 5.0,
-    ) -> None:
+    def __init__(self, server: str, *, log_path: Path | None, terminal: TextIO | None) -> None:
         self.server = server
         self.log_path = log_path
         self.terminal = terminal
-        self._rate = TokenBucket(per_second, burst)
+        self._rate = TokenBucket(5.0, 20)
         self.lines = 0
         self._tail: deque[str] = deque(maxlen=8)  # its last lines (raw, cut), for a failure's cause
         self.suppressed = 0
@@ -90,8 +78,7 @@ class ServerStderr:
         try:
             with reader:
                 while True:
-                    raw = reader.readline(MAX_LINE * 4)
-                    if not raw:
+                    if not (raw := reader.readline(MAX_LINE * 4)):
                         break
                     self._line(raw, log)
         finally:
@@ -144,10 +131,8 @@ class ServerStderr:
 
 
 def log_notifications(server: str, emit: Callable[..., None]) -> Callable[[Any], Awaitable[None]]:
-    """The SDK's ``logging_callback`` for one connection: a server's log notification
-    (``notifications/message``) goes to the run's trace, never to the model's context; its text
-    escaped and cut like a stderr line, at the same bounded rate (what is held back is counted
-    on the next one traced)."""
+    """The SDK's ``logging_callback``: a server's log notification goes to the trace (never the
+    model's context), escaped and cut like a stderr line, at the same bounded rate."""
     rate, held = TokenBucket(5.0, 20), [0]
 
     async def on_log(params: Any) -> None:

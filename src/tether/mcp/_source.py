@@ -1,25 +1,11 @@
 """An MCP server as a tool source, through the official ``mcp`` SDK (stdio or Streamable HTTP).
 
-Connecting a server creates no trust (X2):
-
-- tool names are namespaced with the id the host assigns (``<server>__<tool>``);
-- effects come from the host's declaration (an undeclared tool is side-effecting, so the
-  policy asks for approval); server annotations are recorded as untrusted hints only;
-- with a pin store, only tools whose canonical definition matches an approved pin are
-  offered, and the model sees the pinned definition; every listing the host makes (start,
-  re-check before a call, list-changed, the 2026 listen stream) is compared with the pins,
-  and a changed or new tool is blocked until re-approved;
-- arguments are validated against the pinned input schema before the server sees them;
-- results are untrusted observations (``tether.mcp._results``): cleaned, size-capped,
-  ``structuredContent`` validated against the pinned output schema, links never fetched.
-
-Each connection is supervised (``tether.mcp._connection``): it runs in a task of its own, so
-a transport failure at connect, mid-call or between runs (stdio or HTTP, either era) is
-``dependency_unavailable`` for that server's calls, traced with its cause, and then either
-quarantines the server or restarts it (``restart: on_failure``, bounded); it never cancels
-the run or another server. ``start``, ``list_tools``, ``call`` and ``close`` raise only
-``ToolError`` subclasses (``DependencyUnavailable`` when the server is gone), never a
-transport's ``CancelledError`` or exception group.
+Connecting creates no trust (X2): tools are namespaced ``<server>__<tool>``; effects come from
+the host's declaration (undeclared: side-effecting); with a pin store only approved definitions
+are offered and every listing is compared with the pins; arguments are validated against the
+pinned schema; results are untrusted (``tether.mcp._results``). Each connection is supervised
+(``tether.mcp._connection``): a transport failure is ``dependency_unavailable`` for that server,
+which is quarantined or restarted; the public methods raise only ``ToolError`` subclasses.
 """
 
 from __future__ import annotations
@@ -29,16 +15,15 @@ import hashlib
 import json
 import shlex
 import warnings
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 
 from tether.core._schema import SchemaViolation, UnusableSchema, check_arguments
-from tether.errors import ConfigError, DependencyUnavailable, ToolError, ToolInputError, UpstreamError
-from tether.mcp._calling import call_tool, guarded
+from tether.errors import ConfigError, DependencyUnavailable, ToolInputError, UpstreamError
+from tether.mcp._calling import CapabilityBlocked, InputPending, call_tool, guarded
 from tether.mcp._config import SEPARATOR, offered_name
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo, GateHooks
@@ -60,27 +45,6 @@ Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
 
-class CapabilityBlocked(ToolError):
-    """The tool's definition is not approved (new, or changed since approval)."""
-
-    kind = "capability_blocked"
-
-
-class InputPending(ToolError):
-    """The server asked a question nobody could answer now; the call is paused."""
-
-    kind = "input_pending"
-
-    def __init__(self, message: str, *, pause_id: str, awaiting: str | None = None) -> None:
-        hint = (
-            f"resume the run once the {awaiting} has ended (`tether resume`; a worker resumes it by itself)"
-            if awaiting
-            else "a person answers with `tether mcp resume`"
-        )
-        super().__init__(message, hint=hint, details={"pause": pause_id})
-        self.meta = {"pause": pause_id, **({"awaiting": awaiting} if awaiting else {})}
-
-
 class McpServerSource:
     """One supervised client connection to one MCP server."""
 
@@ -92,8 +56,7 @@ class McpServerSource:
     unavailable_detail: str | None = None  # the same for the person, with its stderr and hints
     instructions: str | None = None
     protocol_version: str | None = None
-    # Long tasks (MCP tasks that outlive their call): parked in ``pauses`` ("pause") or
-    # cancelled at the call's limit ("cancel"); a parked task is asked to live ``task_ttl_s``.
+    # MCP tasks outliving their call: parked in ``pauses`` (asked to live ``task_ttl_s``) or cancelled.
     pauses: Pauses | None = None
     long_tasks: Literal["pause", "cancel"] = "pause"
     task_ttl_s: float = 86_400.0
@@ -108,35 +71,17 @@ class McpServerSource:
     _tracer: Any = None
 
     def __init__(
-        self,
-        name: str,
-        *,
-        command: Sequence[str] | None = None,
-        url: str | None = None,
-        effects: Mapping[str, Effect | str] | None = None,
-        targets: Mapping[str, Target] | None = None,
-        env: Mapping[str, str] | None = None,
-        headers: Mapping[str, str] | None = None,
-        mode: str = "auto",
-        timeout_s: float = 30.0,
-        connect_timeout_s: float = 30.0,
-        progress_resets_timeout: bool = False,
-        max_call_s: float | None = None,
-        max_result_chars: int = 20_000,
-        allow_tools: Iterable[str] | None = None,
-        pins: Pins | None = None,
-        recheck: str = "each_call",
-        elicitation: Any = None,
-        sampling: Any = None,
-        roots: Any = None,
-        cwd: str | None = None,
-        fail_soft: bool = False,
-        restart: Restart = "never",
-        max_restarts: int = 2,
+        self, name: str, *, command: Sequence[str] | None = None, url: str | None = None,
+        effects: Mapping[str, Effect | str] | None = None, targets: Mapping[str, Target] | None = None,
+        env: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None, mode: str = "auto",
+        timeout_s: float = 30.0, connect_timeout_s: float = 30.0, progress_resets_timeout: bool = False,
+        max_call_s: float | None = None, max_result_chars: int = 20_000,
+        allow_tools: Iterable[str] | None = None, pins: Pins | None = None, recheck: str = "each_call",
+        elicitation: Any = None, sampling: Any = None, roots: Any = None, cwd: str | None = None,
+        fail_soft: bool = False, restart: Restart = "never", max_restarts: int = 2,
         sandbox: Callable[[list[str], dict[str, str]], SandboxPlan] | None = None,
-        stderr: Callable[[], ServerStderr] | None = None,
-        on_progress: ProgressSink | None = None,
-    ) -> None:
+        stderr: Callable[[], ServerStderr] | None = None, on_progress: ProgressSink | None = None,
+    ) -> None:  # fmt: skip
         _check_identity(name, command, url, restart)
         self.name = name
         self.command = list(command) if command else None
@@ -157,8 +102,7 @@ class McpServerSource:
         self.sampling = sampling
         self.roots = roots
         self.cwd = cwd
-        # fail_soft: a server that cannot start or list is recorded as unavailable and offers no
-        # tools, instead of failing the whole host (the other servers keep working).
+        # fail_soft: a server that cannot start or list is unavailable, instead of failing the host.
         self.fail_soft = fail_soft
         self.restart = restart
         self.max_restarts = max_restarts
@@ -171,19 +115,16 @@ class McpServerSource:
         self._retired: list[Connection] = []
         self.listing = PinnedListing(name, pins, self.endpoint, self.emit, self.allow_tools)
         self.refuse_offered_name = self.listing.refuse_offered_name  # (for the host's tool index)
+        self.pins, self.blocked = pins, self.listing.blocked  # (read by the host's policy)
         self._inflight: list[CallInfo] = []
         self._pending_events: list[tuple[EventKind, dict[str, Any]]] = []
-
-    # -- identity and tracing ---------------------------------------------------------------
 
     def describe(self) -> dict[str, Any]:
         """What is launched or contacted, shown before the first launch (and traced)."""
         if self.command:
             out: dict[str, Any] = {
-                "transport": "stdio",
-                "command": shlex.join(self.command),
-                "env_keys": sorted(self.env),
-            }
+                "transport": "stdio", "command": shlex.join(self.command), "env_keys": sorted(self.env),
+            }  # fmt: skip
             if self.sandbox_plan is not None:
                 out.update(self.sandbox_plan.describe())
             if self.stderr is not None and self.stderr.log_path is not None:
@@ -197,8 +138,7 @@ class McpServerSource:
         return hashlib.sha256(ident.encode("utf-8")).hexdigest()
 
     def bind_tracer(self, tracer: Any) -> None:
-        """Send this source's decisions to a run's tracer: first what happened before the run
-        (the launch, recorded before it happened, and the pin checks), then everything after."""
+        """Send this source's decisions to a run's tracer, those made before the run first."""
         self._tracer = tracer
         pending, self._pending_events = self._pending_events, []
         if not any(kind is EventKind.SERVER_LAUNCH for kind, _ in pending):
@@ -219,13 +159,12 @@ class McpServerSource:
             except ValueError as err:
                 if not str(err).endswith("is closed"):
                     raise
-                # The run's trace is closed (a server request after the run ended, e.g. a late
-                # roots/list to a connection being retired): kept for the next run's trace.
+                # The run's trace is closed (a late server request): kept for the next run's trace.
                 self._tracer = None
         self._pending_events.append((kind, data))
 
     def current_call(self) -> CallInfo | None:
-        """The call a server request belongs to: known when exactly one call is in flight."""
+        """The call a server request belongs to: known when exactly one is in flight."""
         return self._inflight[0] if len(self._inflight) == 1 else None
 
     def event_sink(self, kind: EventKind) -> Callable[[dict[str, Any]], None]:
@@ -234,17 +173,6 @@ class McpServerSource:
     def gate_hooks(self, kind: EventKind) -> GateHooks:
         """What a gate on this server's requests is given: its call, and its trace as ``kind``."""
         return {"current_call": self.current_call, "on_event": self.event_sink(kind)}
-
-    # -- connecting (in the connection's own task) ------------------------------------------
-
-    async def _open(self, stack: AsyncExitStack) -> Any:
-        return await open_client(self, stack)
-
-    async def _prepare(self, client: Any) -> None:
-        await prepare(self, client)
-
-    async def _serve(self, client: Any) -> None:
-        await serve(self, client)
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None) or getattr(
@@ -255,8 +183,6 @@ class McpServerSource:
                 self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
             self._stale = True
 
-    # -- lifecycle (in the caller's task) -----------------------------------------------------
-
     def launch(self) -> None:
         """Begin connecting in the background (returns at once)."""
         if self._conn is not None or self.unavailable is not None:
@@ -266,12 +192,15 @@ class McpServerSource:
         self.emit(
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
-        self._conn = Connection(self._open, self._prepare, self._serve, name=self.name)
+        self._conn = Connection(
+            lambda stack: open_client(self, stack), lambda client: prepare(self, client),
+            lambda client: serve(self, client), name=self.name,
+        )  # fmt: skip
         self._conn.launch()
 
     async def start(self) -> None:
-        """Connect (together with the peers) and list the tools. With ``fail_soft`` a server that
-        cannot start is marked unavailable; otherwise raises ``DependencyUnavailable``."""
+        """Connect (with the peers) and list the tools. Raises ``DependencyUnavailable`` unless
+        ``fail_soft`` (then the server is marked unavailable)."""
         if self.unavailable is not None or (self._conn is not None and self._conn is self._announced):
             return
         for peer in self.peers:
@@ -300,33 +229,26 @@ class McpServerSource:
                 await conn.ready()
         except (ConnectionLost, TimeoutError) as err:
             self._retire(conn)
+            refused = isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError)
             if isinstance(err, TimeoutError):
                 why = f"no answer within the connect timeout ({self.connect_timeout_s:g}s)"
-            elif isinstance(leaf(err.cause), ConfigError):
-                why = str(leaf(err.cause))
             else:
-                why = describe_error(err)
-            # The model may read this reason: the host's own refusals (with their local paths)
-            # are told in full to the person only.
-            short = why
-            if isinstance(err, ConnectionLost) and isinstance(leaf(err.cause), ConfigError):
+                why = str(leaf(err.cause)) if refused else describe_error(err)
+            short = why  # (the model may read it: the host's own refusals go to the person only)
+            if refused:
                 short = "the host could not launch it as configured (the run's output says why)"
             detail = await self._failure_detail(why, started=conn.answered)
             self._start_detail = detail or (why if short != why else None)
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
         self.emit(
-            EventKind.SERVER_LAUNCH,
-            source=self.name,
-            state="connected",
-            protocol=self.protocol_version,
+            EventKind.SERVER_LAUNCH, source=self.name, state="connected", protocol=self.protocol_version,
             **({"restart": self.restarts} if self.restarts else {}),
-        )
+        )  # fmt: skip
 
     async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
-        """For the person (never the model): the cause, the server's last stderr lines and, for
-        a confined server that did not get as far as answering the handshake (``started``),
-        which sandbox setting may be the cause."""
+        """For the person (never the model): the cause, the last stderr lines and, when the server
+        never answered the handshake, which sandbox setting may be the cause."""
         from tether.mcp._sandbox import failure_hint
 
         if self.stderr is not None:
@@ -334,8 +256,7 @@ class McpServerSource:
             await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
         tail = list(self.stderr.tail) if self.stderr is not None else []
         hint = None if started else failure_hint(self.sandbox_plan, tail)
-        detail = self._detail(why, tail, hint)
-        if detail is not None:
+        if (detail := self._detail(why, tail, hint)) is not None:
             self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
                       stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
         return detail
@@ -407,12 +328,9 @@ class McpServerSource:
                 raise Unavailable(self.unavailable or "", quarantined=True)
             self.restarts += 1
             self.emit(
-                EventKind.MCP_CONNECTION,
-                server=self.name,
-                action="restarting",
-                attempt=self.restarts,
+                EventKind.MCP_CONNECTION, server=self.name, action="restarting", attempt=self.restarts,
                 max_restarts=self.max_restarts,
-            )
+            )  # fmt: skip
             try:
                 conn = await self._connect()
             except Unavailable as problem:
@@ -422,7 +340,7 @@ class McpServerSource:
             return conn
 
     async def close(self) -> None:
-        """Stop every connection (bounded). Never raises for a transport's failure."""
+        """Stop every connection (bounded), never raising for a transport's failure."""
         conns = [c for c in (self._conn, *self._retired) if c is not None]
         self._conn, self._retired = None, []
         with contextlib.suppress(Exception):
@@ -432,34 +350,9 @@ class McpServerSource:
         if self.stderr is not None:
             await anyio.to_thread.run_sync(self.stderr.wait)
 
-    # -- listing and pins -------------------------------------------------------------------
-
-    # The listing's state, by the names the rest of the source (and the host's policy) reads.
-    @property
-    def pins(self) -> Pins | None:
-        return self.listing.pins
-
-    @pins.setter
-    def pins(self, store: Pins | None) -> None:
-        self.listing.pins = store
-
-    @property
-    def blocked(self) -> dict[str, str]:
-        return self.listing.blocked
-
-    @property
-    def checks(self) -> list[ToolCheck]:
-        return self.listing.checks
-
-    @property
-    def _pinned(self) -> dict[str, dict[str, Any]]:
-        return self.listing.pinned
-
     async def _list(self, client: Any) -> list[ToolCheck]:
-        """List the server's tools now, every page, bypassing the SDK's response cache, and check
-        the listing against the pins. The host lists only here; what the SDK lists on its own
-        (for output validation, after a header mismatch) is never offered: a call is checked
-        against this listing (``_refuse_unapproved``), and results against the pinned schema."""
+        """List every page now (not the SDK's cache) and check it against the pins. The host lists
+        only here: what the SDK lists on its own is never offered."""
         cursor: str | None = None
         tools: list[Any] = []
         cursors: set[str] = set()
@@ -475,13 +368,12 @@ class McpServerSource:
             cursors.add(cursor)
         await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
         self._stale = False
-        return self.checks
+        return self.listing.checks
 
     async def refresh(self) -> list[ToolCheck]:
-        """List the server's tools now and check them against the pins. Raises
-        ``DependencyUnavailable`` when the server cannot be reached."""
+        """List the tools now and check them against the pins. Raises ``DependencyUnavailable``."""
         conn = await self._usable()
-        checks: list[ToolCheck] = await self._guarded(conn, self._list, self.timeout_s, "while listing tools")
+        checks: list[ToolCheck] = await guarded(self, conn, self._list, self.timeout_s, "while listing tools")
         return checks
 
     async def list_tools(self) -> list[ToolSpec]:
@@ -498,33 +390,22 @@ class McpServerSource:
                 return []
         self._listed_at_connect = False
         specs = []
-        for remote, d in sorted(self._pinned.items()):
-            if remote in self.blocked:
+        for remote, d in sorted(self.listing.pinned.items()):
+            if remote in self.blocked or (self.allow_tools is not None and remote not in self.allow_tools):
                 continue
-            if self.allow_tools is not None and remote not in self.allow_tools:
-                continue
-            annotations = d.get("annotations") or {}
-            specs.append(
-                ToolSpec(
-                    name=offered_name(self.name, remote),
-                    description=d.get("description") or "",
-                    parameters=d.get("inputSchema") or {"type": "object"},
-                    # The host's declaration wins over the server's annotations; undeclared = side-effecting.
-                    effect=self.effects.get(remote, Effect.WRITE),
-                    source=self.name,
-                    target=self.targets.get(remote),
-                    timeout_s=self.timeout_s,
-                    max_result_chars=self.max_result_chars,
-                    remote_name=remote,
-                    meta={"server_annotations": annotations, "untrusted_hints": True},
-                )
-            )
+            # The host's declaration wins over the server's annotations; undeclared = side-effecting.
+            specs.append(ToolSpec(
+                name=offered_name(self.name, remote), description=d.get("description") or "",
+                parameters=d.get("inputSchema") or {"type": "object"}, source=self.name,
+                effect=self.effects.get(remote, Effect.WRITE), target=self.targets.get(remote),
+                timeout_s=self.timeout_s, max_result_chars=self.max_result_chars, remote_name=remote,
+                meta={"server_annotations": d.get("annotations") or {}, "untrusted_hints": True},
+            ))  # fmt: skip
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Check arguments against the pinned input schema with the host's one schema engine
-        (the gate runs the same check on the offered spec). Raises ``ToolInputError``."""
-        definition = self._pinned.get(remote_name)
+        """Check arguments against the pinned input schema. Raises ``ToolInputError``."""
+        definition = self.listing.pinned.get(remote_name)
         if definition is None:
             raise ToolInputError(f"unknown tool {remote_name!r} on server {self.name}")
         try:
@@ -545,21 +426,14 @@ class McpServerSource:
                 f"{spec.name} is blocked: {self.blocked[remote]} since approval",
                 hint=f"a person must review and approve it again (tether mcp approve {self.name})",
             )
-        if remote not in self._pinned or (self.allow_tools is not None and remote not in self.allow_tools):
+        if remote not in self.listing.pinned or (
+            self.allow_tools is not None and remote not in self.allow_tools
+        ):
             raise CapabilityBlocked(f"{spec.name} is not an approved tool of server {self.name}")
-
-    # -- calls ------------------------------------------------------------------------------
-
-    async def _guarded(
-        self, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float, phase: str
-    ) -> Any:
-        return await guarded(self, conn, fn, timeout_s, phase)
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext) -> ToolOutput:
         """One call (``tether.mcp._calling``). Raises ``ToolError`` subclasses only."""
         return await call_tool(self, spec, arguments, context)
-
-    # -- roots ------------------------------------------------------------------------------
 
     def _root_paths(self) -> list[Any]:
         return list(self.roots.paths()) if self.roots is not None else []
@@ -578,13 +452,11 @@ class McpServerSource:
                     await client.send_roots_list_changed()
 
             with contextlib.suppress(DependencyUnavailable):
-                await self._guarded(conn, notify, self.timeout_s, "sending roots/list_changed")
+                await guarded(self, conn, notify, self.timeout_s, "sending roots/list_changed")
                 self.emit(
-                    EventKind.MCP_ROOTS,
-                    server=self.name,
-                    action="list_changed_sent",
+                    EventKind.MCP_ROOTS, server=self.name, action="list_changed_sent",
                     roots=list(self.roots.roots),
-                )
+                )  # fmt: skip
         return changed
 
 

@@ -1,13 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
-Launching first lets the server start up while the host loads the SDK (both take about
-the same time, so a connection costs about one start-up, not two). The transport then
-speaks newline-delimited JSON-RPC over the child's stdin/stdout, as the SDK's own does,
-with these differences: a line longer than the cap is discarded while it streams in (never
-held whole in memory) and answered for the server as an error, as is an answer that is not
-JSON-RPC; the server's exit ends the connection even while a child it left holds its stdout;
-and shutting down closes stdin, then terminates and kills the whole process group, each
-after a grace period.
+Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
+and answered as an error (as is non-JSON-RPC), the server's exit ends the connection, and
+shutdown closes stdin, then terminates and kills the process group.
 """
 
 from __future__ import annotations
@@ -17,13 +12,13 @@ import os
 import re
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from typing import IO, Any
 
 import anyio
 import anyio.abc
 
-__all__ = ["opened", "spawn", "stdio_transport", "stop"]
+__all__ = ["opened", "spawn", "stop"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
@@ -31,20 +26,12 @@ _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
 async def spawn(
-    argv: Sequence[str],
-    *,
-    env: Mapping[str, str],
-    cwd: str | None,
-    stderr: IO[str] | None,
-    options: Sequence[str] = (),
-    data: Sequence[bytes] = (),
-    net_fd: int | None = None,
-) -> anyio.abc.Process:
-    """Start the server in its own session (its process group is killed as one). ``options``
-    (bwrap's) are written to an anonymous file whose descriptor replaces ``ARGS_FD`` in argv,
-    so the mounts are not on any command line the server could read; each of ``data`` (a file
-    generated for inside) goes on a descriptor of its own, named where ``{data-fd:N}`` stands;
-    ``net_fd`` (a socket pair's end, for a network allowlist) is passed where ``NET_FD`` stands."""
+    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, stderr: IO[str] | None,
+    options: Sequence[str] = (), data: Sequence[bytes] = (), net_fd: int | None = None,
+) -> anyio.abc.Process:  # fmt: skip
+    """Start the server in its own session (its process group is killed as one). bwrap's
+    ``options`` go on an anonymous file's descriptor (``ARGS_FD``: on no command line), each of
+    ``data`` on its own (``{data-fd:N}``), and ``net_fd`` where ``NET_FD`` stands."""
     from tether.mcp._sandbox import ARGS_FD, NET_FD
 
     if not options:
@@ -80,7 +67,7 @@ def _memfd(name: str, content: bytes) -> int:
 
 
 @asynccontextmanager
-async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) -> AsyncIterator[Any]:
+async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIterator[Any]:
     """The SDK transport streams (read, write) over an already running process."""
     import mcp_types as types
     from mcp.shared.message import SessionMessage
@@ -93,9 +80,7 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
     def parse(line: bytes) -> Any:
         try:
             return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-        except ValueError as err:
-            # Not JSON-RPC (invalid UTF-8, nested past the parser's limit): the request it
-            # answers, if its id shows, fails now rather than at its timeout.
+        except ValueError as err:  # the request it answers, if its id shows, fails now
             from pydantic import ValidationError
 
             errors = err.errors() if isinstance(err, ValidationError) else []
@@ -153,12 +138,11 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
                     data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
                     await stdin.send((data + "\n").encode("utf-8"))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            # The server stopped reading: end the session instead of leaving requests hanging.
-            await read_writer.aclose()
+            await read_writer.aclose()  # the server stopped reading: no request left hanging
 
     async def exited() -> None:
-        """The server's exit ends the connection, though a child it left may hold its stdout
-        open (no end of file would come): what it wrote before exiting is read first."""
+        """The server's exit ends the connection (a child may hold its stdout open), once what it
+        wrote is read."""
         await process.wait()
         await anyio.sleep(EXIT_DRAIN_S)
         await read_writer.aclose()
@@ -176,8 +160,7 @@ async def stdio_transport(process: anyio.abc.Process, *, max_line_bytes: int) ->
 
 
 async def stop(process: anyio.abc.Process) -> None:
-    """Close stdin; after a grace period terminate, then kill, the server's process group; once
-    the server has exited, kill what is left in its group."""
+    """Close stdin; after grace periods terminate, then kill, the server's process group."""
     if process.stdin is not None:
         with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
             await process.stdin.aclose()
@@ -189,12 +172,10 @@ async def stop(process: anyio.abc.Process) -> None:
             break
         with suppress(OSError):
             os.killpg(process.pid, sig)
-    # Whatever it left in its group (a child it did not wait for) ends with it: the group keeps
-    # the server's id while any member lives, so this reaches only its own leftovers.
+    # Its leftovers in the group end with it (the group keeps its id while any member lives).
     with suppress(OSError):
         os.killpg(process.pid, signal.SIGKILL)
-    # The process has exited: closing it closes its pipes and waits for that exit only, not for
-    # pipe EOF, which a surviving grandchild could withhold (bounded all the same).
+    # Closing waits for the exit only, not for a pipe EOF a grandchild could withhold.
     with anyio.move_on_after(STOP_GRACE_S), suppress(OSError, anyio.BrokenResourceError):
         await process.aclose()
 
@@ -202,18 +183,5 @@ async def stop(process: anyio.abc.Process) -> None:
 @asynccontextmanager
 async def opened(process: anyio.abc.Process, max_line: int) -> AsyncIterator[Any]:
     """The transport over a running process, as the context manager the SDK's ``Client`` enters."""
-    async with stdio_transport(process, max_line_bytes=max_line) as streams:
-        yield _Streams(streams)
-
-
-class _Streams:
-    """An already-open transport, as the async context manager the SDK's ``Client`` enters."""
-
-    def __init__(self, streams: Any) -> None:
-        self._streams = streams
-
-    async def __aenter__(self) -> Any:
-        return self._streams
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+    async with _transport(process, max_line) as streams:
+        yield nullcontext(streams)

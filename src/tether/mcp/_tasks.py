@@ -1,29 +1,12 @@
-"""Task-augmented tool calls (MCP 2025-11-25 tasks), for a tool whose pinned definition says
+"""Task-augmented tool calls (MCP 2025-11-25 tasks), for a tool pinned with
 ``execution.taskSupport: required``.
 
-The SDK has the task messages but no client for them (it validates every ``tools/call``
-answer as a ``CallToolResult``), so the host speaks them itself, on the same connection:
-a ``TaskRelay`` sits between the SDK session and the transport's message streams (stdio or
-Streamable HTTP alike), forwards everything both ways, and lets the host send requests of
-its own, with ids of its own (``tether-task-N``) whose answers it takes before the SDK sees
-them. Requests the server sends meanwhile (a task's questions) reach the SDK and the
-elicitation gate like any other.
-
-``run_task`` sends ``tools/call`` with a ``task`` (its time to live: the call's limit), then
-polls ``tasks/get`` at the server's suggested interval, clamped to [50 ms, 5 s] whatever
-it asks, until the task ends or needs input, then fetches the result with ``tasks/result``.
-A server may also say so itself (``notifications/tasks/status``): the relay takes those
-notifications before the SDK (which does not know them), and one that reports a task of
-this call ended or needing input ends the wait at once, without waiting for the next poll;
-any other status notification (a flood of "working", a made-up task id) is dropped, so it
-costs the host nothing and never makes it poll faster. A call that ends before its task
-(its timeout, the run cancelled, a failed poll) sends ``tasks/cancel`` (bounded). The
-caller cleans and labels the result like any other.
-
-A long task need not end within its call: given ``park_at`` (when the call's wait budget runs
-out), ``run_task`` stops polling before then and returns ``Parked`` instead of cancelling, the
-task left running on the server; the caller records a durable pause, and a later call with
-``task_id`` waits on that same task (the tool is not called again).
+The SDK has no client for tasks, so a ``TaskRelay`` sits between the SDK session and the
+transport: it forwards everything and sends the host's own requests (ids ``tether-task-N``),
+taking their answers first. ``run_task`` creates the task, polls ``tasks/get`` (interval clamped
+to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, any other is
+dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
+``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
 """
 
 from __future__ import annotations
@@ -82,14 +65,9 @@ class TaskRelay:
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
-        self._closed = False
+        self.closed = False  # the connection's read stream ended (the server process or stream gone)
         self._heard: OrderedDict[str, Any] = OrderedDict()  # task id -> its settled status
         self._listening: dict[str, anyio.Event] = {}  # task id -> set when a settled status is heard
-
-    @property
-    def closed(self) -> bool:
-        """Whether the connection's read stream ended (the server process or stream gone)."""
-        return self._closed
 
     @asynccontextmanager
     async def wrap(self, transport: Any) -> AsyncIterator[Any]:
@@ -109,16 +87,12 @@ class TaskRelay:
                             if ident is None and getattr(message, "method", None) == _STATUS:
                                 self._status(getattr(message, "params", None))
                                 continue
-                            if (
-                                isinstance(ident, str)
-                                and ident in self._waiting
-                                and not hasattr(message, "method")
-                            ):
+                            answers = not hasattr(message, "method")
+                            if answers and isinstance(ident, str) and ident in self._waiting:
                                 box = self._waiting.pop(ident)
                                 box[1] = message
                                 box[0].set()
                                 continue
-                            answers = not hasattr(message, "method")
                             if ident is not None and answers and ident in self._listings:
                                 self._listings.discard(ident)
                                 item = self._listing(item)
@@ -167,7 +141,7 @@ class TaskRelay:
         return SessionMessage(answer, metadata=item.metadata)
 
     def _close(self) -> None:
-        self._closed = True
+        self.closed = True
         for box in self._waiting.values():
             box[0].set()
         self._waiting.clear()
@@ -175,8 +149,7 @@ class TaskRelay:
             heard.set()
 
     def _status(self, params: Any) -> None:
-        """A ``notifications/tasks/status``: kept only when it settles a task (ended, or needing
-        input); anything else, or anything malformed, is dropped."""
+        """A status notification, kept only when it settles a task (anything else is dropped)."""
         import mcp_types as types
 
         try:
@@ -189,14 +162,12 @@ class TaskRelay:
         self._heard.move_to_end(task.task_id)
         while len(self._heard) > _HEARD:
             self._heard.popitem(last=False)
-        heard = self._listening.get(task.task_id)
-        if heard is not None:
+        if (heard := self._listening.get(task.task_id)) is not None:
             heard.set()
 
     async def settled(self, task_id: str, within_s: float) -> Any:
-        """Wait up to ``within_s`` for the server to report ``task_id`` settled by notification;
-        the task's reported state (``status``, ``status_message``, …), or ``None``."""
-        if task_id not in self._heard and not self._closed:
+        """The task's state if a notification settles it within ``within_s``, else ``None``."""
+        if task_id not in self._heard and not self.closed:
             heard = self._listening.setdefault(task_id, anyio.Event())
             try:
                 with anyio.move_on_after(within_s):
@@ -206,12 +177,12 @@ class TaskRelay:
         return self._heard.pop(task_id, None)
 
     async def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        """Send one request of the host's own; its result (a dict). Raises ``TaskRequestFailed``
-        for an error answer and ``anyio.ClosedResourceError`` when the connection ended."""
+        """One request of the host's own; its result. Raises ``TaskRequestFailed``, or
+        ``anyio.ClosedResourceError`` when the connection ended."""
         import mcp_types as types
         from mcp.shared.message import SessionMessage
 
-        if self._closed or self._send is None:
+        if self.closed or self._send is None:
             raise anyio.ClosedResourceError
         ident = f"{_PREFIX}{next(self._ids)}"
         box: list[Any] = [anyio.Event(), None]
@@ -225,27 +196,18 @@ class TaskRelay:
         answer = box[1]
         if answer is None:
             raise anyio.ClosedResourceError
-        error = getattr(answer, "error", None)
-        if error is not None:
+        if (error := getattr(answer, "error", None)) is not None:
             raise TaskRequestFailed(int(error.code), str(error.message))
         return dict(getattr(answer, "result", None) or {})
 
 
 async def run_task(
-    relay: TaskRelay,
-    name: str,
-    arguments: dict[str, Any],
-    *,
-    ttl_s: float,
-    emit: Callable[..., None],
-    on_status: Callable[[int, str | None], Awaitable[None]] | None = None,
-    task_id: str | None = None,
+    relay: TaskRelay, name: str, arguments: dict[str, Any], *, ttl_s: float, emit: Callable[..., None],
+    on_status: Callable[[int, str | None], Awaitable[None]] | None = None, task_id: str | None = None,
     park_at: Callable[[], float] | None = None,
-) -> Any:
-    """Run one task-augmented call to its end; returns the tool's ``CallToolResult``, or
-    ``Parked`` when ``park_at()`` (an ``anyio.current_time`` instant, read before each poll)
-    comes before the task ends. ``task_id`` waits on a task created by an earlier call instead
-    of creating one. Raises ``UpstreamError`` for a task the server cancelled or no longer knows."""
+) -> Any:  # fmt: skip
+    """One task-augmented call to its end: its ``CallToolResult``, or ``Parked`` when ``park_at()``
+    comes first; ``task_id`` waits on an earlier call's task. Raises ``UpstreamError``."""
     import mcp_types as types
 
     if task_id is None:
@@ -272,8 +234,7 @@ async def run_task(
             if park_at is not None and anyio.current_time() + interval >= park_at():
                 emit(action="parked", task_id=task_id, status=task.status, polls=polls)
                 return Parked(task_id, str(task.status), interval)
-            reported = await relay.settled(task_id, interval)
-            if reported is not None:
+            if (reported := await relay.settled(task_id, interval)) is not None:
                 task = reported
                 emit(action="notified", task_id=task_id, status=task.status)
             else:
@@ -288,9 +249,7 @@ async def run_task(
             raise UpstreamError(f"the server cancelled the task of {name}")
         result = types.CallToolResult.model_validate(await relay.request("tasks/result", {"taskId": task_id}))
     except BaseException:
-        if task.status not in _ENDED:
-            # The call ended before its task: the server is told, within a bounded wait. The
-            # call's own error stands whatever becomes of the cancel.
+        if task.status not in _ENDED:  # the call ended first: tell the server (bounded)
             await cancel_task(relay, task_id)
             emit(action="cancel_sent", task_id=task_id, status=task.status, polls=polls)
         else:

@@ -1,10 +1,5 @@
-"""Build a governed ``Host`` from an MCP config file: one client per server, every gate wired.
-
-``build_host(config)`` creates each server's source (``tether.mcp._hosting.build_source``:
-credentials registered as trace secrets, pin store, elicitation/sampling/roots gates, declared
-effects) and adds a policy rule that denies any call to a tool whose definition is not (or no
-longer) approved. Tools reach the model as ``<server id>__<tool>``.
-"""
+"""Build a governed ``Host`` from an MCP config file: one client per server (``build_source``),
+every gate wired, and a policy rule denying tools no longer approved."""
 
 from __future__ import annotations
 
@@ -28,23 +23,13 @@ __all__ = ["build_host"]
 
 
 def build_host(
-    config: McpConfig,
-    *,
-    responder: Responder | None = None,
-    sampling_model: Model | None = None,
-    sampling_consent: Consent | None = None,
-    environ: Mapping[str, str] | None = None,
-    servers: Iterable[str] | None = None,
-    on_denied: Literal["stop", "continue"] = "continue",
-    use_pins: bool = True,
-    approvals: Any = None,
-    pins: Any = None,
-    pauses: Any = None,
-) -> Host:
+    config: McpConfig, *, responder: Responder | None = None, sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None, environ: Mapping[str, str] | None = None,
+    servers: Iterable[str] | None = None, on_denied: Literal["stop", "continue"] = "continue",
+    use_pins: bool = True, approvals: Any = None, pins: Any = None, pauses: Any = None,
+) -> Host:  # fmt: skip
     """A host with every configured server (or the named ones). Raises ``ConfigError``.
-
-    ``pins`` and ``pauses`` replace the config's SQLite files with other stores of the same
-    protocol (a deployment's PostgreSQL stores, shared by every worker)."""
+    ``pins`` and ``pauses`` replace the config's SQLite stores (e.g. a deployment's)."""
     environ = os.environ if environ is None else environ
     if pins is None and use_pins:
         pins = PinStore(config.path(config.host.pins))
@@ -59,16 +44,9 @@ def build_host(
         if wanted is not None and server.name not in wanted:
             continue
         source, found = build_source(
-            server,
-            config,
-            pins=pins,
-            pauses=pauses,
-            responder=responder,
-            sampling_model=sampling_model,
-            sampling_consent=sampling_consent,
-            environ=environ,
-            fail_soft=True,
-        )
+            server, config, pins=pins, pauses=pauses, responder=responder, sampling_model=sampling_model,
+            sampling_consent=sampling_consent, environ=environ, fail_soft=True,
+        )  # fmt: skip
         sources[server.name] = source
         secrets |= found
     if wanted is not None and (missing := wanted - set(sources)):
@@ -83,9 +61,7 @@ def build_host(
     for source in sources.values():
         # Every server connects concurrently: the first one started launches the others too.
         source.peers = [s for s in sources.values() if s is not source]
-        if approvals is None:
-            # No approval store, no checkpoint: nothing could resume a run paused on a long task,
-            # so a task still running at its call's limit is cancelled there.
+        if approvals is None:  # nothing could resume a run paused on a long task
             source.long_tasks = "cancel"
         host.add_source(source)
     return host

@@ -1,15 +1,13 @@
-"""Run a question over the configured MCP servers with a scripted stand-in model.
-
-The stand-in makes the calls a script lists, *obeys* any "CALL <tool>" instruction it
-finds in a tool result (so a run measures the host's containment, not the model's
-manners), and finally answers with what it observed. ``resume_pause`` answers a durable
-elicitation pause and re-runs the paused call through the same gate.
+"""Run a question over the configured MCP servers with a scripted stand-in model that *obeys*
+any "CALL <tool>" in a tool result (a run measures the host's containment, not the model's
+manners); ``resume_pause`` answers a durable elicitation pause and re-runs the paused call.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,8 +96,7 @@ class StandIn:
         return AssistantMessage(content="Observed:\n" + "\n".join(seen) if seen else "No tool was called.")
 
     def _catch_up(self, request: ModelRequest) -> None:
-        """A stand-in rebuilt for a resumed run skips the steps the run already took (its turns
-        are in the restored trajectory), so a script is never replayed from the start."""
+        """Skip the steps a resumed run already took (its turns are in the restored trajectory)."""
         for m in request.messages:
             if not isinstance(m, AssistantMessage) or not m.tool_calls:
                 continue
@@ -124,14 +121,14 @@ class McpRun:
     model: FunctionModel
 
     def seen(self, tool: str) -> list[str]:
-        """What the model was shown for each call of ``tool`` (from the last request it got)."""
+        """What the model was last shown for each call of ``tool``."""
         if not self.model.requests:
             return []
         last = self.model.requests[-1].messages
         return [m.content for m in last if isinstance(m, ToolMessage) and m.name == tool]
 
     def offered(self) -> list[str]:
-        """The tool names offered to the model (the stand-in's first request, or the host's list)."""
+        """The tool names offered to the model."""
         if self.model.requests:
             return [t["function"]["name"] for t in self.model.requests[0].tools]
         return [s.name for s in self.host.offered()]
@@ -161,9 +158,7 @@ _BLOCK_KINDS = {
 
 
 def blocked_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
-    """What the host blocked in a run, one entry per event (``kind`` plus its fields): denied
-    calls, unapproved or changed tools, rejected results, refused questions and samples, and
-    network destinations a confined server was refused (``network_refused``)."""
+    """What the host blocked in a run, one entry (``kind`` plus its fields) per event."""
     blocked: list[dict[str, Any]] = []
     for e in events:
         kind, data = str(e.kind), e.data
@@ -180,28 +175,16 @@ def blocked_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 async def run_question(
-    config: McpConfig,
-    question: str,
-    script: Sequence[ScriptStep],
-    *,
-    responder: Responder | None = None,
-    obey: bool = True,
-    sampling_model: Any = None,
-    sampling_consent: Any = None,
-    limits: Limits | None = None,
-    approvals: Any = None,
-    model: Any = None,
-    secrets: Sequence[str] = (),
-) -> McpRun:
-    """Start every configured server, run the agent (the scripted stand-in unless ``model`` is
-    given), close everything. ``secrets`` (e.g. the model's API key) are redacted from the trace."""
+    config: McpConfig, question: str, script: Sequence[ScriptStep], *, responder: Responder | None = None,
+    obey: bool = True, sampling_model: Any = None, sampling_consent: Any = None,
+    limits: Limits | None = None, approvals: Any = None, model: Any = None, secrets: Sequence[str] = (),
+) -> McpRun:  # fmt: skip
+    """Run the agent (the stand-in unless ``model`` is given) over every configured server;
+    ``secrets`` (e.g. the model's API key) are redacted from the trace."""
     host = build_host(
-        config,
-        responder=responder,
-        sampling_model=sampling_model,
-        sampling_consent=sampling_consent,
+        config, responder=responder, sampling_model=sampling_model, sampling_consent=sampling_consent,
         approvals=approvals,
-    )
+    )  # fmt: skip
     launches = [{"server": s.name, **d()} for s in host.sources if (d := getattr(s, "describe", None))]
     host.secrets = frozenset(host.secrets | {v for v in secrets if v})
     stand_in = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
@@ -219,32 +202,16 @@ async def run_question(
 async def answer_pause(
     config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> Pause:
-    """Validate an answer to a pending elicitation against its stored schema and store it, once.
-
-    Nothing runs: the paused call, when run again (``resume_pause`` here, or ``tether resume``
-    of a checkpointed run), finds the answer by the question's key and hands it to the server.
-    Raises ``ApprovalError`` (``unknown_pause``, ``not_pending``, ``invalid_answer``); an
-    invalid answer changes nothing.
-    """
-    store = PauseStore(config.path(config.host.state))
-    try:
+    """Store a validated answer to a pending elicitation (``store_answer``); nothing runs."""
+    with closing(PauseStore(config.path(config.host.state))) as store:
         return await store_answer(store, pause_id, action, content, actor=actor)
-    finally:
-        store.close()
 
 
 async def resume_pause(
-    config: McpConfig,
-    pause_id: str,
-    action: str,
-    content: dict[str, Any] | None,
-    *,
-    actor: str,
+    config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> dict[str, Any]:
-    """Answer a pending elicitation with a validated answer, then re-run the paused call.
-
-    Raises ``ApprovalError`` (unknown/not pending pause, invalid answer) and ``ConfigError``.
-    """
+    """Answer a pending elicitation, then re-run the paused call. Raises ``ApprovalError``,
+    ``ConfigError``."""
     pause = await answer_pause(config, pause_id, action, content, actor=actor)
     server = pause.server
     host = build_host(config, servers=[server])
@@ -267,35 +234,26 @@ async def resume_pause(
         await host.aclose()
         await run.finish(reason, detail="" if status == "ok" else text[:500])
     trace_path = run.trace_path
-    store = PauseStore(config.path(config.host.state))
-    try:
+    with closing(PauseStore(config.path(config.host.state))) as store:
         await store.complete(pause_id, status)
-    finally:
-        store.close()
     return {
-        "pause": pause_id,
-        "tool": pause.tool,
-        "action": action,
-        "status": status,
-        "result": text,
+        "pause": pause_id, "tool": pause.tool, "action": action, "status": status, "result": text,
         "trace": str(trace_path) if trace_path else None,
-    }
+    }  # fmt: skip
 
 
 # How a resume of one paused call ends: it ran, its tool failed, or the host refused it.
 _RERUN_STOP = {
-    "ok": StopReason.ACCEPTED,
-    "error": StopReason.DEPENDENCY_UNAVAILABLE,
+    "ok": StopReason.ACCEPTED, "error": StopReason.DEPENDENCY_UNAVAILABLE,
     "denied": StopReason.POLICY_DENIED,
-}
+}  # fmt: skip
 
 
 async def rerun_paused_call(
     run: RunScope, tool: str, arguments: dict[str, Any], *, call_id: str
 ) -> tuple[str, str]:
-    """Run a paused call again through the host's chokepoint, in ``run`` (the server now finds
-    the stored answer). Returns ``(status, text)``: ``ok``/``error`` with the result, or
-    ``denied`` with why."""
+    """Run a paused call again through the chokepoint: ``(status, text)``, status ``ok``,
+    ``error`` or ``denied``."""
     host = run.host
     call = ToolCall(call_id, tool, json.dumps(arguments))
     turn = await host.call(call, run.calls(host.offered(), proposed_by="resume"))
