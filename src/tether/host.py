@@ -58,11 +58,12 @@ class Host(HostCore):
         self.disabled_memory.update(disable_memory)
         await self.ensure_started()
         rollback = {
-            "failed_run_id": failed.run_id, "stop_reason": str(failed.stop_reason),
+            "failed_run_id": failed.run_id,
+            "stop_reason": str(failed.stop_reason),
             "trace": str(failed.trace_path) if failed.trace_path else None,
             "disabled_sources": sorted(self.disabled_sources),
             "disabled_memory": sorted(self.disabled_memory),
-        }  # fmt: skip
+        }
         return await run_workflow(self, workflow, objective, context, rollback_from=rollback)
 
     def run_sync(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:

@@ -224,9 +224,12 @@ class HostCore:
             record_denial(t, s, call, d.rule, d.reason, d.details)
         elif outcome.status in ("reject", "unknown"):
             t.emit(
-                EventKind.TOOL_ERROR, call_id=call.id, tool=call.name, error="proposal_rejected",
+                EventKind.TOOL_ERROR,
+                call_id=call.id,
+                tool=call.name,
+                error="proposal_rejected",
                 message=outcome.error,
-            )  # fmt: skip
+            )
             s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
         elif outcome.status == "allow":
             assert outcome.decision is not None
@@ -287,9 +290,13 @@ class HostCore:
                 record, src = rec.record, rec.record.source
                 state.memory.append(record)
                 tracer.emit(
-                    EventKind.MEMORY_RETRIEVED, subject=record.subject, record_id=record.id,
-                    source=memory_origin(src), confidence=record.confidence, conflict=rec.conflict,
-                )  # fmt: skip
+                    EventKind.MEMORY_RETRIEVED,
+                    subject=record.subject,
+                    record_id=record.id,
+                    source=memory_origin(src),
+                    confidence=record.confidence,
+                    conflict=rec.conflict,
+                )
                 lines.append(memory_line(record, conflict=rec.conflict))
         if not lines:
             return None
@@ -389,9 +396,13 @@ class HostCore:
         s, t = scope.state, scope.tracer
         assert o.spec is not None and o.arguments is not None
         ctx = ToolContext(
-            run_id=s.run_id, tenant=s.context.tenant, roles=s.context.roles, user=s.context.user,
-            call_id=o.call.id, now=self.clock(),
-        )  # fmt: skip
+            run_id=s.run_id,
+            tenant=s.context.tenant,
+            roles=s.context.roles,
+            user=s.context.user,
+            call_id=o.call.id,
+            now=self.clock(),
+        )
         harness = scope.harness if scope.harness is not None and scope.harness.owns(o.spec.name) else None
         if o.spec.effect.side_effecting and (flush := getattr(t, "flush", None)) is not None:
             flush()  # every decision before an effect is on disk before the effect happens
@@ -431,9 +442,18 @@ class HostCore:
             return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler)
 
         return await run_effect(
-            self.approvals, spec, arguments, ctx, run, step=s.steps, proposal_id=o.proposal_id, key=key,
-            emit=scope.tracer.emit, now=self.clock, finish=relabel,
-        )  # fmt: skip
+            self.approvals,
+            spec,
+            arguments,
+            ctx,
+            run,
+            step=s.steps,
+            proposal_id=o.proposal_id,
+            key=key,
+            emit=scope.tracer.emit,
+            now=self.clock,
+            finish=relabel,
+        )
 
     async def _run_tool(
         self, spec: ToolSpec, arguments: dict[str, Any], context: ToolContext, harness: Harness | None = None
@@ -465,9 +485,16 @@ class HostCore:
         meta = {k: v for k, v in output.meta.items() if k not in LABEL_KEYS}
         meta.update(truncated=output.truncated, **({"rate_wait_s": waited} if waited else {}))
         obs = Observation(
-            call_id=context.call_id, tool=spec.name, source=source.name, observed_at=now, text=output.text,
-            data=output.data, is_error=output.is_error, error_kind=output.error_kind, meta=meta,
-        )  # fmt: skip
+            call_id=context.call_id,
+            tool=spec.name,
+            source=source.name,
+            observed_at=now,
+            text=output.text,
+            data=output.data,
+            is_error=output.is_error,
+            error_kind=output.error_kind,
+            meta=meta,
+        )
         return finish(obs, limit=spec.max_result_chars, trust="untrusted", labeler=self.labeler), None
 
 
@@ -479,6 +506,12 @@ def _error_output(err: ToolError) -> ToolOutput:
 
 def _crash(spec: ToolSpec, source: ToolSource, now: datetime, err: BaseException) -> Observation:
     return Observation(
-        "", spec.name, source.name, now, "internal error", is_error=True, error_kind="internal_error",
+        "",
+        spec.name,
+        source.name,
+        now,
+        "internal error",
+        is_error=True,
+        error_kind="internal_error",
         meta={"exception": f"{type(err).__name__}: {err}"},
-    )  # fmt: skip
+    )

@@ -197,17 +197,23 @@ async def _settle_one(
     stored = await _proposal(approvals, o, scope)
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
         t.emit(
-            EventKind.APPROVAL_DENIED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
+            EventKind.APPROVAL_DENIED,
+            proposal_id=stored.id,
+            call_id=o.call.id,
+            tool=o.spec.name,
             reason="content_mismatch",
-        )  # fmt: skip
+        )
         turn.refused.append(f"{stored.id}: content_mismatch")
         s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch"))
         return o
     decided = {
-        "proposal_id": stored.id, "call_id": o.call.id, "tool": stored.tool, "reviewer": stored.decided_by,
+        "proposal_id": stored.id,
+        "call_id": o.call.id,
+        "tool": stored.tool,
+        "reviewer": stored.decided_by,
         "decided_at": stored.decided_at.isoformat() if stored.decided_at else None,
         "reason": stored.decision_reason,
-    }  # fmt: skip
+    }
     if stored.status.value == "approved":
         t.emit(EventKind.APPROVAL_GRANTED, content_hash=stored.content_hash, **decided)
         decision = Decision("allow", "approval", "approved", {"proposal_id": stored.id})
@@ -246,9 +252,14 @@ async def _proposal(approvals: Approvals, o: GateOutcome, scope: CallScope) -> A
         # Why the policy asked goes into the proposal's history, for the reviewer.
         await approvals.record_policy(stored.id, o.decision.rule, o.decision.reason, o.decision.details)
     scope.tracer.emit(
-        EventKind.APPROVAL_REQUESTED, proposal_id=stored.id, call_id=o.call.id, tool=o.spec.name,
-        effect=stored.effect, content_hash=stored.content_hash, rule=o.decision.rule if o.decision else "",
-    )  # fmt: skip
+        EventKind.APPROVAL_REQUESTED,
+        proposal_id=stored.id,
+        call_id=o.call.id,
+        tool=o.spec.name,
+        effect=stored.effect,
+        content_hash=stored.content_hash,
+        rule=o.decision.rule if o.decision else "",
+    )
     return stored
 
 

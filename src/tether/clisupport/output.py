@@ -94,9 +94,11 @@ _HINTS = {
 
 
 def call_problems(
-    result: Any, unavailable_servers: Iterable[str] = (), mcp_servers: Iterable[str] = (),
+    result: Any,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
     where: str = "--config MCP.yaml",
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """Every requested call that did not run and succeed: denied, refused, failed, unavailable (a
     tool of one of ``unavailable_servers``), or unapproved (one of ``mcp_servers`` does not offer it)."""
     down = {f"{name}__" for name in unavailable_servers}
@@ -142,9 +144,13 @@ def run_exit(stop_reason: str, problems: list[dict[str, Any]]) -> int:
 
 
 def run_payload(
-    result: Any, *, unavailable_servers: Iterable[str] = (), mcp_servers: Iterable[str] = (),
-    where: str = "--config MCP.yaml", **extra: Any,
-) -> dict[str, Any]:  # fmt: skip
+    result: Any,
+    *,
+    unavailable_servers: Iterable[str] = (),
+    mcp_servers: Iterable[str] = (),
+    where: str = "--config MCP.yaml",
+    **extra: Any,
+) -> dict[str, Any]:
     """The JSON of one run: its summary, every call, the problems, and the envelope."""
     problems = call_problems(result, unavailable_servers, mcp_servers, where)
     out: dict[str, Any] = result.summary()
@@ -162,10 +168,13 @@ def run_envelope(stop: str, detail: str, problems: list[dict[str, Any]]) -> dict
     ``message``) by ``run_exit``: every command that reports a run, in process or durable."""
     code = run_exit(stop, problems)
     return {
-        "ok": code == 0, "exit": code, "stop_reason": stop, "problems": problems,
+        "ok": code == 0,
+        "exit": code,
+        "stop_reason": stop,
+        "problems": problems,
         "error": None if code == 0 else ("calls_not_completed" if stop == "accepted" else stop),
         "message": _message(stop, detail, problems),
-    }  # fmt: skip
+    }
 
 
 def result_notes(result: Any) -> list[str]:

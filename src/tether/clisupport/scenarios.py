@@ -20,8 +20,14 @@ from importlib.metadata import entry_points
 from typing import Any
 
 __all__ = [
-    "GROUP", "INSTALL_HINT", "ScenarioPlugin", "ScenarioUnavailable", "installed", "resolve", "scenario_with",
-]  # fmt: skip
+    "GROUP",
+    "INSTALL_HINT",
+    "ScenarioPlugin",
+    "ScenarioUnavailable",
+    "installed",
+    "resolve",
+    "scenario_with",
+]
 
 GROUP = "tether.scenarios"
 INSTALL_HINT = (

@@ -16,17 +16,19 @@ DEFAULT_ENDPOINT = "http://localhost:4318"  # the OTLP/HTTP default
 def add_otel_flags(parser: Any) -> None:
     g = parser.add_argument_group("OpenTelemetry (or the standard OTEL_* variables)")
     g.add_argument(
-        "--otel", action="store_true",
+        "--otel",
+        action="store_true",
         help=f"export spans over OTLP/HTTP as the OTEL_* variables say (endpoint default {DEFAULT_ENDPOINT})",
-    )  # fmt: skip
+    )
     g.add_argument(
         "--otel-endpoint", metavar="URL", help="OTLP/HTTP base URL (sets OTEL_EXPORTER_OTLP_ENDPOINT)"
     )
     g.add_argument("--otel-service", metavar="NAME", help="service.name (sets OTEL_SERVICE_NAME)")
     g.add_argument(
-        "--otel-capture-content", action="store_true",
+        "--otel-capture-content",
+        action="store_true",
         help="export message content too (objective, model text, arguments; secrets still redacted)",
-    )  # fmt: skip
+    )
 
 
 def apply_otel_flags(args: argparse.Namespace) -> None:

@@ -131,9 +131,13 @@ async def _get_approval(sources: ConsoleSources, request: Request, p: Principal,
 
 async def _decide(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     done = await approvals_view.review_proposal(
-        sources, p, request.path_params["pid"], request.path_params["action"],
-        reason=_text(body, "reason"), content_hash=_text(body, "content_hash", 100) or None,
-    )  # fmt: skip
+        sources,
+        p,
+        request.path_params["pid"],
+        request.path_params["action"],
+        reason=_text(body, "reason"),
+        content_hash=_text(body, "content_hash", 100) or None,
+    )
     return done.to_json()
 
 
@@ -170,9 +174,13 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
     if not (isinstance(tools, list) and isinstance(flagged, list)):
         raise ApprovalError("bad_request", "tools and accept_flagged are lists of names")
     return await servers_view.pin(
-        sources, p, request.path_params["name"], digest=_text(body, "digest", 100),
-        tools={str(t) for t in tools}, accept_flagged={str(t) for t in flagged},
-    )  # fmt: skip
+        sources,
+        p,
+        request.path_params["name"],
+        digest=_text(body, "digest", 100),
+        tools={str(t) for t in tools},
+        accept_flagged={str(t) for t in flagged},
+    )
 
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -32,9 +32,11 @@ REQUEST_DEADLINE = 10.0
 
 # On every response: the app's (Guard) and the server's own 400 (``tether serve``).
 PROTECTIVE_HEADERS = [
-    (b"content-security-policy",
-     b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-     b"frame-ancestors 'none'; base-uri 'none'"),
+    (
+        b"content-security-policy",
+        b"default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        b"frame-ancestors 'none'; base-uri 'none'",
+    ),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"same-origin"),
@@ -42,7 +44,7 @@ PROTECTIVE_HEADERS = [
     (b"cross-origin-opener-policy", b"same-origin"),
     (b"cross-origin-resource-policy", b"same-origin"),
     (b"strict-transport-security", b"max-age=31536000"),  # ignored over plain HTTP (loopback)
-]  # fmt: skip
+]
 
 
 @dataclass
@@ -163,9 +165,12 @@ async def _read_body(receive: Receive) -> bytes | int:
 
 
 def create_app(
-    sources: ConsoleSources, *, secret_key: bytes, secure_cookies: bool = False,
+    sources: ConsoleSources,
+    *,
+    secret_key: bytes,
+    secure_cookies: bool = False,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
-) -> Any:  # fmt: skip
+) -> Any:
     """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
     to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
     from tether.console._api import api_routes

@@ -28,11 +28,35 @@ QUEUE_TRACED = 50  # queue rows whose argument provenance is traced from the che
 # Argument names (whole words) that usually say what a call acts on: shown in the queue's row.
 _TARGET_WORDS = frozenset(
     {
-        "to", "recipient", "recipients", "email", "address", "destination", "url", "link", "path",
-        "file", "amount", "total", "price", "account", "iban", "target", "host", "domain", "order",
-        "customer", "user", "id", "cc", "bcc", "phone", "quantity", "currency",
+        "to",
+        "recipient",
+        "recipients",
+        "email",
+        "address",
+        "destination",
+        "url",
+        "link",
+        "path",
+        "file",
+        "amount",
+        "total",
+        "price",
+        "account",
+        "iban",
+        "target",
+        "host",
+        "domain",
+        "order",
+        "customer",
+        "user",
+        "id",
+        "cc",
+        "bcc",
+        "phone",
+        "quantity",
+        "currency",
     }
-)  # fmt: skip
+)
 _WORDS = re.compile(r"[a-z]+|[0-9]+")
 
 
@@ -57,13 +81,19 @@ async def queue(
 
 def _row(p: StoredProposal) -> dict[str, Any]:
     return {
-        "id": p.id, "tenant": p.tenant, "tool": p.tool, "effect": p.effect, "status": str(p.status),
-        "run_id": p.run_id, "step": p.step,
+        "id": p.id,
+        "tenant": p.tenant,
+        "tool": p.tool,
+        "effect": p.effect,
+        "status": str(p.status),
+        "run_id": p.run_id,
+        "step": p.step,
         # One numbering everywhere (queue, proposal, run timeline): the run's Nth model turn.
         "turn_number": p.step + 1 if p.step is not None else None,
-        "created_at": p.created_at.isoformat(timespec="seconds"), "content_hash": p.content_hash,
+        "created_at": p.created_at.isoformat(timespec="seconds"),
+        "content_hash": p.content_hash,
         "decided_by": p.decided_by,
-    }  # fmt: skip
+    }
 
 
 async def _visible(sources: ConsoleSources, principal: Principal, proposal_id: str) -> StoredProposal:
@@ -200,17 +230,29 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
     if name in facts.masked:
         chars = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False))
         return {
-            "name": name, "value": None, "secret": True, "chars": chars, "cut": False, "shown": "",
-            "provenance": [], "names": [], "hidden": [],
-        }  # fmt: skip
+            "name": name,
+            "value": None,
+            "secret": True,
+            "chars": chars,
+            "cut": False,
+            "shown": "",
+            "provenance": [],
+            "names": [],
+            "hidden": [],
+        }
     value = redact_value(value, facts.redactor)
     text = pretty_json(value)
     return {
-        "name": name, "value": value, "secret": False,
-        "chars": len(value) if isinstance(value, str) else len(text), "cut": len(text) > SHOWN_CHARS,
-        "shown": text[:SHOWN_CHARS], "provenance": redact_value(provenance, facts.redactor),
-        "names": names_in(value), "hidden": hidden_chars(text),
-    }  # fmt: skip
+        "name": name,
+        "value": value,
+        "secret": False,
+        "chars": len(value) if isinstance(value, str) else len(text),
+        "cut": len(text) > SHOWN_CHARS,
+        "shown": text[:SHOWN_CHARS],
+        "provenance": redact_value(provenance, facts.redactor),
+        "names": names_in(value),
+        "hidden": hidden_chars(text),
+    }
 
 
 async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_id: str) -> dict[str, Any]:
@@ -228,24 +270,33 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
         run = sources.traces.get(p.run_id)
         objective = run.objective if run and run.tenant == p.tenant else None
     view = {
-        **_row(p), "targets": facts.targets(), "flags": facts.flags(), "intact": facts.intact,
-        "call_id": p.call_id, "proposed_by": p.proposed_by,
+        **_row(p),
+        "targets": facts.targets(),
+        "flags": facts.flags(),
+        "intact": facts.intact,
+        "call_id": p.call_id,
+        "proposed_by": p.proposed_by,
         "decided_at": p.decided_at.isoformat(timespec="seconds") if p.decided_at else None,
-        "decision_reason": p.decision_reason, "masked_arguments": sorted(facts.masked),
+        "decision_reason": p.decision_reason,
+        "masked_arguments": sorted(facts.masked),
         # Names in the text around the call (the objective, the model's turn) get the same check.
         "other_names": names_in(objective or "", (turn or {}).get("text", "")),
-        "provenance_source": facts.provenance_source, "rule": _rule(facts.policy, p), "objective": objective,
+        "provenance_source": facts.provenance_source,
+        "rule": _rule(facts.policy, p),
+        "objective": objective,
         "turn": turn,
         "history": [
             {"op": e.op, "actor": e.actor, "at": e.at.isoformat(timespec="seconds"), "detail": e.detail}
-            for e in await store.events(p.id) if e.op != "policy"
+            for e in await store.events(p.id)
+            if e.op != "policy"
         ],
         "executions": [
             {"key": x.key, "status": str(x.status), "attempts": x.attempts, "note": x.note}
             for x in await store.ledger_for(p.id)
         ],
-        "can_decide": principal.may(p.tenant, "reviewer"), "resumable": await _resumable(sources, p),
-    }  # fmt: skip
+        "can_decide": principal.may(p.tenant, "reviewer"),
+        "resumable": await _resumable(sources, p),
+    }
     out: dict[str, Any] = redact_value(view, facts.redactor)
     provenance = facts.provenance  # each argument is redacted with its own care
     out["arguments"] = [_argument(facts, k, v, provenance.get(k, [])) for k, v in facts.arguments.items()]
@@ -318,9 +369,13 @@ def _rule(policy: Any, p: StoredProposal) -> dict[str, Any]:
     else:
         words = f"The {name} rule asks a person to approve this call ({reason.replace('_', ' ')})."
     return {
-        "name": name, "reason": reason, "words": words, "problems": problems,
-        "problem_words": [_problem_words(x) for x in problems], "recorded": recorded,
-    }  # fmt: skip
+        "name": name,
+        "reason": reason,
+        "words": words,
+        "problems": problems,
+        "problem_words": [_problem_words(x) for x in problems],
+        "recorded": recorded,
+    }
 
 
 def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
@@ -413,9 +468,14 @@ class ReviewedProposal:
 
 
 async def review_proposal(
-    sources: ConsoleSources, principal: Principal, proposal_id: str, action: str, *, reason: str,
+    sources: ConsoleSources,
+    principal: Principal,
+    proposal_id: str,
+    action: str,
+    *,
+    reason: str,
     content_hash: str | None,
-) -> ReviewedProposal:  # fmt: skip
+) -> ReviewedProposal:
     """Approve, deny or invalidate one proposal, audited either way. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``content_changed``, ``reason_required`` …)."""
     actor = principal.actor
@@ -443,9 +503,14 @@ async def review_proposal(
         sources.users.refused(actor, action, err, tenant=tenant, target=proposal_id, content_hash=seen_hash)
         raise
     sources.users.audit(
-        actor, action, tenant=done.tenant, target=done.id, content_hash=done.content_hash,
-        outcome=str(done.status), detail=reason,
-    )  # fmt: skip
+        actor,
+        action,
+        tenant=done.tenant,
+        target=done.id,
+        content_hash=done.content_hash,
+        outcome=str(done.status),
+        detail=reason,
+    )
     decided_at = done.decided_at.isoformat(timespec="seconds") if done.decided_at else None
     return ReviewedProposal(
         done.id, str(done.status), done.decided_by, decided_at, done.content_hash, done.run_id

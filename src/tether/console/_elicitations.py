@@ -26,8 +26,14 @@ from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
-    "FormField", "answer", "domain_view", "form_fields", "parse_form", "pending", "url_requests",
-]  # fmt: skip
+    "FormField",
+    "answer",
+    "domain_view",
+    "form_fields",
+    "parse_form",
+    "pending",
+    "url_requests",
+]
 
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
@@ -88,9 +94,18 @@ def form_fields(schema: dict[str, Any]) -> list[FormField]:
             options = _titled(choices)
         label, description = str(prop.get("title") or name), str(prop.get("description") or "")
         out.append(
-            FormField(str(name), kind, label, description, name in required, input_type, options, attrs,
-                      prop.get("default"))
-        )  # fmt: skip
+            FormField(
+                str(name),
+                kind,
+                label,
+                description,
+                name in required,
+                input_type,
+                options,
+                attrs,
+                prop.get("default"),
+            )
+        )
     return out
 
 
@@ -173,14 +188,25 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
     }
     message = redactor.text(pause.message)
     return {
-        "id": pause.id, "created_at": pause.created_at, "run_id": pause.run_id,
-        "tenant": await _tenant_of(sources, pause.run_id), "server": pause.server, "tool": pause.tool,
-        "arguments": arguments, "masked_arguments": sorted(masked), "message": message,
-        "schema": pause.schema, "status": pause.status, "action": pause.action,
-        "answered_by": pause.answered_by, "answer": pause.answer,  # what was stored, once answered
+        "id": pause.id,
+        "created_at": pause.created_at,
+        "run_id": pause.run_id,
+        "tenant": await _tenant_of(sources, pause.run_id),
+        "server": pause.server,
+        "tool": pause.tool,
+        "arguments": arguments,
+        "masked_arguments": sorted(masked),
+        "message": message,
+        "schema": pause.schema,
+        "status": pause.status,
+        "action": pause.action,
+        "answered_by": pause.answered_by,
+        "answer": pause.answer,  # what was stored, once answered
         # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
-        "names": names_in(message, arguments, pause.schema), "fields": fields, "schema_problem": problem,
-    }  # fmt: skip
+        "names": names_in(message, arguments, pause.schema),
+        "fields": fields,
+        "schema_problem": problem,
+    }
 
 
 async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
@@ -232,9 +258,13 @@ async def answer(
         raise
     fields = sorted(content or {})
     sources.users.audit(
-        actor, f"elicitation_{action}", tenant=tenant, target=pause_id,
-        outcome="answered", detail=f"fields: {', '.join(fields)}" if fields else "",
-    )  # fmt: skip
+        actor,
+        f"elicitation_{action}",
+        tenant=tenant,
+        target=pause_id,
+        outcome="answered",
+        detail=f"fields: {', '.join(fields)}" if fields else "",
+    )
     return {"id": stored.id, "status": stored.status, "action": stored.action, "run_id": stored.run_id}
 
 
@@ -248,12 +278,17 @@ def domain_view(url: str) -> dict[str, Any]:
         scheme = ""
     # The last two labels: what a registrar sold (approximate: no public-suffix list is consulted).
     return {
-        "url": url, "scheme": scheme, "raw": check.host, "ascii": check.ascii, "unicode": check.unicode,
+        "url": url,
+        "scheme": scheme,
+        "raw": check.host,
+        "ascii": check.ascii,
+        "unicode": check.unicode,
         "registered_ascii": ".".join(check.ascii.split(".")[-2:]) if check.ascii else "",
         "registered_unicode": ".".join(check.unicode.split(".")[-2:]) if check.unicode else "",
         "internationalised": check.internationalised or not check.host.isascii(),
-        "suspicious": check.suspicious, "problems": list(check.problems),
-    }  # fmt: skip
+        "suspicious": check.suspicious,
+        "problems": list(check.problems),
+    }
 
 
 def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:
@@ -265,11 +300,18 @@ def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 
     for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
         for e in sources.traces.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
-                out.append({
-                    "run_id": run.run_id, "tenant": run.tenant, "ts": e.get("ts", ""),
-                    "server": e.get("server", ""), "tool": e.get("tool"), "outcome": e.get("outcome", ""),
-                    "reason": e.get("reason", ""), "domain": domain_view(str(e["url"])),
-                })  # fmt: skip
+                out.append(
+                    {
+                        "run_id": run.run_id,
+                        "tenant": run.tenant,
+                        "ts": e.get("ts", ""),
+                        "server": e.get("server", ""),
+                        "tool": e.get("tool"),
+                        "outcome": e.get("outcome", ""),
+                        "reason": e.get("reason", ""),
+                        "domain": domain_view(str(e["url"])),
+                    }
+                )
         if len(out) >= limit:
             break
     return out[:limit]

@@ -149,10 +149,13 @@ class _Pages:
         self, request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
     ) -> Response:
         html = self.env.get_template(name).render(
-            me=principal, csrf=principal.csrf if principal else None, path=request.url.path,
+            me=principal,
+            csrf=principal.csrf if principal else None,
+            path=request.url.path,
             notice=NOTICES.get(request.query_params.get("done", "")),
-            has_servers=self.sources.mcp_config is not None, **ctx,
-        )  # fmt: skip
+            has_servers=self.sources.mcp_config is not None,
+            **ctx,
+        )
         return HTMLResponse(html, status_code=code)
 
     def problem(
@@ -230,9 +233,15 @@ class _Pages:
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(
-            request, "login.html", None, status, error=error, next=nxt, csrf_login=token,
+            request,
+            "login.html",
+            None,
+            status,
+            error=error,
+            next=nxt,
+            csrf_login=token,
             no_users=not self.sources.users.has_users(),
-        )  # fmt: skip
+        )
         self.gate.set_login_cookie(response, token)
         return response
 
@@ -253,17 +262,26 @@ class _Pages:
         rows = await approvals_view.queue(self.sources, me, status=status, tenant=tenant)
         everyone = await approvals_view.queue(self.sources, me, status="all")
         return self.render(
-            request, "approvals.html", me, rows=rows, status=status, tenant=tenant,
+            request,
+            "approvals.html",
+            me,
+            rows=rows,
+            status=status,
+            tenant=tenant,
             tenants=sorted({r["tenant"] for r in everyone if me.sees(r["tenant"])}),
-        )  # fmt: skip
+        )
 
     async def decide(self, request: Request, me: Principal) -> Response:
         form = await request.form()
         pid = request.path_params["pid"]
         done = await approvals_view.review_proposal(
-            self.sources, me, pid, request.path_params["action"], reason=form_value(form, "reason", 2000),
+            self.sources,
+            me,
+            pid,
+            request.path_params["action"],
+            reason=form_value(form, "reason", 2000),
             content_hash=form_value(form, "content_hash", 100) or None,
-        )  # fmt: skip
+        )
         return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
 
     async def questions(self, request: Request, me: Principal) -> Response:
@@ -293,9 +311,13 @@ class _Pages:
     async def servers(self, request: Request, me: Principal) -> Response:
         tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
         return self.render(
-            request, "servers.html", me, servers=await servers_view.servers(self.sources, me),
-            is_admin=bool(tenant) and me.may(tenant, "admin"), tenant=tenant,
-        )  # fmt: skip
+            request,
+            "servers.html",
+            me,
+            servers=await servers_view.servers(self.sources, me),
+            is_admin=bool(tenant) and me.may(tenant, "admin"),
+            tenant=tenant,
+        )
 
     async def pin(self, request: Request, me: Principal) -> Response:
         form = await request.form()
@@ -314,11 +336,15 @@ class _Pages:
         visible = self.sources.traces.runs(mine) if self.sources.traces else []
         rows = [r for r in visible if flt.matches(r)]
         return self.render(
-            request, "runs.html", me, rows=rows, flt=flt,
+            request,
+            "runs.html",
+            me,
+            rows=rows,
+            flt=flt,
             tenants=sorted({r.tenant for r in visible if r.tenant}),
             reasons=sorted({r.stop_reason for r in visible if r.stop_reason}),
             agents=sorted({r.agent for r in visible if r.agent}),
-        )  # fmt: skip
+        )
 
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
@@ -328,14 +354,24 @@ class _Pages:
         )
         # What tether resume would continue (resume_point): paused or stopped, never ended.
         resumable = (
-            self.sources.resume is not None and checkpoint is not None
-            and checkpoint.status in ("paused", "stopped") and bool(checkpoint.app)
+            self.sources.resume is not None
+            and checkpoint is not None
+            and checkpoint.status in ("paused", "stopped")
+            and bool(checkpoint.app)
             and me.may(summary.tenant or "", "reviewer")
-        )  # fmt: skip
+        )
         return self.render(
-            request, "run.html", me, run=summary, items=timeline(events), totals=run_totals(events),
-            checkpoint=checkpoint, resumable=resumable, result=None, shown_events=SHOWN_EVENTS,
-        )  # fmt: skip
+            request,
+            "run.html",
+            me,
+            run=summary,
+            items=timeline(events),
+            totals=run_totals(events),
+            checkpoint=checkpoint,
+            resumable=resumable,
+            result=None,
+            shown_events=SHOWN_EVENTS,
+        )
 
     async def resume(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]

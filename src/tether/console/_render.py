@@ -120,7 +120,12 @@ def environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        reveal=reveal, plain=plain, seg=segment, pretty=pretty_json, short=_short, has_hidden=has_hidden,
+        reveal=reveal,
+        plain=plain,
+        seg=segment,
+        pretty=pretty_json,
+        short=_short,
+        has_hidden=has_hidden,
         hidden_chars=hidden_chars,
-    )  # fmt: skip
+    )
     return env

@@ -18,9 +18,17 @@ from typing import Any
 from tether.trace._stats import trace_stats
 
 __all__ = [
-    "RunFilter", "RunIndex", "RunSummary", "StoredTraceIndex", "TimelineItem", "TraceIndex", "run_filter",
-    "run_totals", "timeline", "valid_run_id",
-]  # fmt: skip
+    "RunFilter",
+    "RunIndex",
+    "RunSummary",
+    "StoredTraceIndex",
+    "TimelineItem",
+    "TraceIndex",
+    "run_filter",
+    "run_totals",
+    "timeline",
+    "valid_run_id",
+]
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -75,10 +83,12 @@ class RunFilter:
 def run_filter(params: Mapping[str, str]) -> RunFilter:
     """The filter a page's or the API's query string asks for (unknown bounds ignored)."""
     return RunFilter(
-        tenant=params.get("tenant", ""), stop_reason=params.get("stop_reason", ""),
-        agent=params.get("agent", "")[:100], since=parse_day(params.get("since", "")),
+        tenant=params.get("tenant", ""),
+        stop_reason=params.get("stop_reason", ""),
+        agent=params.get("agent", "")[:100],
+        since=parse_day(params.get("since", "")),
         until=parse_day(params.get("until", "")),
-    )  # fmt: skip
+    )
 
 
 def _read(path: Path) -> list[dict[str, Any]]:
@@ -112,14 +122,19 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
     """A run's summary from its head (as a trace store's ``runs`` gives it)."""
     start, stop = head.get("start") or {}, head.get("stop") or {}
     return RunSummary(
-        run_id=run_id, tenant=start.get("tenant"),
+        run_id=run_id,
+        tenant=start.get("tenant"),
         agent=str(start.get("agent") or start.get("workflow") or start.get("design") or ""),
-        design=str(start.get("design") or ""), model=str(start.get("model") or ""),
-        objective=str(start.get("objective") or ""), started=str(head.get("first_ts") or ""),
-        ended=str(stop.get("ts", "")), stop_reason=str(stop.get("reason") or ""),
-        detail=str(stop.get("detail") or ""), events=int(head.get("events") or 0),
+        design=str(start.get("design") or ""),
+        model=str(start.get("model") or ""),
+        objective=str(start.get("objective") or ""),
+        started=str(head.get("first_ts") or ""),
+        ended=str(stop.get("ts", "")),
+        stop_reason=str(stop.get("reason") or ""),
+        detail=str(stop.get("detail") or ""),
+        events=int(head.get("events") or 0),
         resumed=bool(head.get("resumed")),
-    )  # fmt: skip
+    )
 
 
 class RunIndex:
@@ -316,11 +331,18 @@ def timeline(events: Iterable[Mapping[str, Any]]) -> list[TimelineItem]:
         trust = e.get("trust") if kind == "tool_observation" else None
         items.append(
             TimelineItem(
-                int(e.get("seq") or 0), str(e.get("ts", "")), kind, _category(kind, e), _title(kind, e),
-                {k: v for k, v in e.items() if k not in _SKIP}, str(rule) if rule else None,
-                str(proposal) if proposal else None, str(trust) if trust else None, turn,
+                int(e.get("seq") or 0),
+                str(e.get("ts", "")),
+                kind,
+                _category(kind, e),
+                _title(kind, e),
+                {k: v for k, v in e.items() if k not in _SKIP},
+                str(rule) if rule else None,
+                str(proposal) if proposal else None,
+                str(trust) if trust else None,
+                turn,
             )
-        )  # fmt: skip
+        )
     return items
 
 
@@ -330,12 +352,15 @@ def run_totals(events: list[dict[str, Any]]) -> dict[str, Any]:
     stats, kinds = trace_stats(events), Counter(e.get("kind") for e in events)
     tokens = ("prompt_tokens", "completion_tokens", "cached_tokens")
     return {
-        "model_calls": len(responses), **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
+        "model_calls": len(responses),
+        **{k: sum(int(e.get(k) or 0) for e in responses) for k in tokens},
         "cost_usd": round(sum(float(e.get("cost_usd") or 0) for e in responses), 6),
-        "prefix_reuse_mean": stats["prefix_reuse_mean"], "prefix_reuse_min": stats["prefix_reuse_min"],
-        "tool_calls": kinds["tool_proposed"], "denied": kinds["policy_denied"],
+        "prefix_reuse_mean": stats["prefix_reuse_mean"],
+        "prefix_reuse_min": stats["prefix_reuse_min"],
+        "tool_calls": kinds["tool_proposed"],
+        "denied": kinds["policy_denied"],
         "approvals": kinds["approval_requested"],
-    }  # fmt: skip
+    }
 
 
 def parse_day(text: str) -> str:

@@ -42,20 +42,31 @@ async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[st
     out = []
     for s in sources.mcp_config.servers:
         pins = await sources.pins(s.name)
-        out.append({
-            "name": s.name, "transport": s.transport,
-            # The launch command, or the URL without user info or query.
-            "where": " ".join(s.argv()) if s.transport == "stdio" else _bare_url(str(s.url)),
-            "tools": s.tools, "effects": {k: str(v) for k, v in s.effects.items()},
-            "elicitation": s.elicitation.enabled, "url_mode": s.elicitation.url_mode,
-            "sampling": s.sampling.enabled, "credential_names": sorted(s.credentials),
-            "header_names": sorted(s.headers), "env_names": sorted(s.env),
-            "pins": [
-                {"tool": p.tool, "sha256": p.sha256, "approved_by": p.approved_by,
-                 "approved_at": p.approved_at}
-                for p in sorted(pins.values(), key=lambda p: p.tool)
-            ],
-        })  # fmt: skip
+        out.append(
+            {
+                "name": s.name,
+                "transport": s.transport,
+                # The launch command, or the URL without user info or query.
+                "where": " ".join(s.argv()) if s.transport == "stdio" else _bare_url(str(s.url)),
+                "tools": s.tools,
+                "effects": {k: str(v) for k, v in s.effects.items()},
+                "elicitation": s.elicitation.enabled,
+                "url_mode": s.elicitation.url_mode,
+                "sampling": s.sampling.enabled,
+                "credential_names": sorted(s.credentials),
+                "header_names": sorted(s.headers),
+                "env_names": sorted(s.env),
+                "pins": [
+                    {
+                        "tool": p.tool,
+                        "sha256": p.sha256,
+                        "approved_by": p.approved_by,
+                        "approved_at": p.approved_at,
+                    }
+                    for p in sorted(pins.values(), key=lambda p: p.tool)
+                ],
+            }
+        )
     return out
 
 
@@ -95,10 +106,16 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
         pinned = pins.get(c.tool)
         diff = definition_diff(pinned.definition, c.definition) if pinned and c.status == "changed" else []
         text = json.dumps(c.definition, ensure_ascii=False)
-        tools.append({
-            **tr.to_json(), "hidden": hidden_chars(text), "names": names_in(c.definition),
-            "flagged": tr.flagged, "diff": diff, "pinned_by": pinned.approved_by if pinned else None,
-        })  # fmt: skip
+        tools.append(
+            {
+                **tr.to_json(),
+                "hidden": hidden_chars(text),
+                "names": names_in(c.definition),
+                "flagged": tr.flagged,
+                "diff": diff,
+                "pinned_by": pinned.approved_by if pinned else None,
+            }
+        )
     launch = dict(result.launch)
     if launch.get("url"):
         launch["url"] = _bare_url(str(launch["url"]))
@@ -106,9 +123,14 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
 
 
 async def pin(
-    sources: ConsoleSources, principal: Principal, name: str, *, digest: str, tools: set[str],
+    sources: ConsoleSources,
+    principal: Principal,
+    name: str,
+    *,
+    digest: str,
+    tools: set[str],
     accept_flagged: set[str],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Pin exactly the reviewed listing (``digest``), else nothing; audited."""
     from tether.mcp._approve import approve_server
 
@@ -121,14 +143,23 @@ async def pin(
         if not tools:
             raise ApprovalError("nothing_selected", "select at least one tool to pin")
         _, pinned, skipped = await approve_server(
-            sources.mcp_config, name, actor=f"console:{principal.name}",
-            accept_flagged=accept_flagged & tools, only=tools, expect=digest,
-        )  # fmt: skip
+            sources.mcp_config,
+            name,
+            actor=f"console:{principal.name}",
+            accept_flagged=accept_flagged & tools,
+            only=tools,
+            expect=digest,
+        )
     except TetherError as err:
         sources.users.refused(actor, "pin", err, tenant=tenant, target=name, content_hash=digest)
         raise
     sources.users.audit(
-        actor, "pin", tenant=tenant, target=name, content_hash=digest, outcome="ok",
+        actor,
+        "pin",
+        tenant=tenant,
+        target=name,
+        content_hash=digest,
+        outcome="ok",
         detail=json.dumps({"pinned": pinned, "skipped": skipped}, ensure_ascii=False)[:2000],
-    )  # fmt: skip
+    )
     return {"server": name, "pinned": pinned, "skipped": skipped, "digest": digest}

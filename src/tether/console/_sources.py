@@ -139,9 +139,14 @@ def _mcp(mcp_config: Path | None, trace_dir: Path | None) -> tuple[McpConfig | N
 
 
 def sqlite_sources(
-    *, users_db: Path, approvals_db: Path | None, trace_dir: Path | None, mcp_config: Path | None = None,
-    allow_resume: bool = True, users: UserStore | None = None,
-) -> ConsoleSources:  # fmt: skip
+    *,
+    users_db: Path,
+    approvals_db: Path | None,
+    trace_dir: Path | None,
+    mcp_config: Path | None = None,
+    allow_resume: bool = True,
+    users: UserStore | None = None,
+) -> ConsoleSources:
     """The embedded default: SQLite files (a missing approval store is created) and a trace folder."""
     from tether.policy._sqlite_store import SqliteApprovalStore
 
@@ -158,10 +163,14 @@ def sqlite_sources(
     if allow_resume and approvals is not None and approvals_db is not None:
         resume = factory_resumer(approvals_db, approvals)
     return ConsoleSources(
-        users=users or UserStore(users_db), approvals=approvals, mcp_config=config, resume=resume,
-        traces=TraceIndex(trace_dir) if trace_dir is not None else None, open_pauses=open_pauses,
+        users=users or UserStore(users_db),
+        approvals=approvals,
+        mcp_config=config,
+        resume=resume,
+        traces=TraceIndex(trace_dir) if trace_dir is not None else None,
+        open_pauses=open_pauses,
         open_pins=open_pins,
-    )  # fmt: skip
+    )
 
 
 class _Kept:
@@ -178,9 +187,13 @@ class _Kept:
 
 
 def deployment_sources(
-    *, url: str, users_db: Path, trace_dir: Path | None = None, mcp_config: Path | None = None,
+    *,
+    url: str,
+    users_db: Path,
+    trace_dir: Path | None = None,
+    mcp_config: Path | None = None,
     users: UserStore | None = None,
-) -> ConsoleSources:  # fmt: skip
+) -> ConsoleSources:
     """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
     questions and pins every durable worker uses; its runs from its trace store (PostgreSQL) or
     ``trace_dir``; resume enqueues a run's continuation for a worker (as ``tether resume RUN --db
@@ -211,7 +224,12 @@ def deployment_sources(
         stores.close()
 
     return ConsoleSources(
-        users=users or UserStore(users_db), approvals=Approvals(stores.approvals), traces=traces,
-        mcp_config=config, open_pauses=open_pauses, open_pins=open_pins if config is not None else None,
-        resume=resumer, on_close=close,
-    )  # fmt: skip
+        users=users or UserStore(users_db),
+        approvals=Approvals(stores.approvals),
+        traces=traces,
+        mcp_config=config,
+        open_pauses=open_pauses,
+        open_pins=open_pins if config is not None else None,
+        resume=resumer,
+        on_close=close,
+    )

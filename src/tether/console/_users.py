@@ -34,9 +34,18 @@ from tether.policy._approvals import Reviewer
 from tether.sql._database import Database
 
 __all__ = [
-    "ALL_TENANTS", "ROLES", "AuditEntry", "AuthError", "Denied", "Hidden", "Principal", "TokenInfo",
-    "UserStore", "hash_secret", "verify_secret",
-]  # fmt: skip
+    "ALL_TENANTS",
+    "ROLES",
+    "AuditEntry",
+    "AuthError",
+    "Denied",
+    "Hidden",
+    "Principal",
+    "TokenInfo",
+    "UserStore",
+    "hash_secret",
+    "verify_secret",
+]
 
 ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
@@ -393,9 +402,17 @@ class UserStore:
         self._write("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))
 
     def audit(
-        self, actor: str, action: str, *, tenant: str = "", target: str = "", content_hash: str = "",
-        outcome: str = "ok", detail: str = "", client: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        actor: str,
+        action: str,
+        *,
+        tenant: str = "",
+        target: str = "",
+        content_hash: str = "",
+        outcome: str = "ok",
+        detail: str = "",
+        client: str | None = None,
+    ) -> None:
         """Append an entry; ``client`` defaults to the address of the request being served. A
         refusal (outcome ``refused:…``) past ``REFUSALS_AUDITED`` of its kind by ``actor`` within
         a minute is counted, and audited only at each power of two (its entry says the count).
@@ -409,9 +426,18 @@ class UserStore:
         self._write(
             "INSERT INTO audit (at, actor, action, tenant, target, content_hash, outcome, detail, client)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (_now().isoformat(timespec="microseconds"), actor, action, tenant, target, content_hash,
-             outcome, detail[:2000], where[:200]),
-        )  # fmt: skip
+            (
+                _now().isoformat(timespec="microseconds"),
+                actor,
+                action,
+                tenant,
+                target,
+                content_hash,
+                outcome,
+                detail[:2000],
+                where[:200],
+            ),
+        )
 
     def refused(self, actor: str, action: str, err: Exception, **fields: str) -> None:
         """Audit an action refused by ``err``: its reason (else its type) and its message."""

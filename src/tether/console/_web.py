@@ -92,9 +92,14 @@ class Gate:
     def _cookie(self, response: Response, name: str, signed: bytes, max_age: int) -> None:
         """Every cookie the console sets: signed, ``HttpOnly``, ``SameSite=Strict``, site-wide."""
         response.set_cookie(
-            name, signed.decode("ascii"), httponly=True, samesite="strict", secure=self.secure_cookies,
-            path="/", max_age=max_age,
-        )  # fmt: skip
+            name,
+            signed.decode("ascii"),
+            httponly=True,
+            samesite="strict",
+            secure=self.secure_cookies,
+            path="/",
+            max_age=max_age,
+        )
 
     def end_session(self, response: Response, principal: Principal) -> None:
         if principal.session:

@@ -240,9 +240,20 @@ class SkillLibrary:
 
 
 _SUSPICIOUS = (
-    "ignore previous", "ignore all previous", "disregard", "system prompt", "export_secrets", "password",
-    "api key", "token", "credential", "curl ", "wget ", "base64", "do not tell",
-)  # fmt: skip
+    "ignore previous",
+    "ignore all previous",
+    "disregard",
+    "system prompt",
+    "export_secrets",
+    "password",
+    "api key",
+    "token",
+    "credential",
+    "curl ",
+    "wget ",
+    "base64",
+    "do not tell",
+)
 
 
 def review_folder(folder: str | Path) -> list[dict[str, Any]]:

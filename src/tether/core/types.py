@@ -259,9 +259,15 @@ class GateOutcome:
         """This outcome with the policy's verdict (``dataclasses.replace`` without its generic
         field walk: the gate does this once per call)."""
         return GateOutcome(
-            self.call, status, self.spec, self.arguments, decision, self.error, self.proposal_id,
+            self.call,
+            status,
+            self.spec,
+            self.arguments,
+            decision,
+            self.error,
+            self.proposal_id,
             self.error_reason,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True, slots=True)

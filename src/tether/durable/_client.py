@@ -390,8 +390,13 @@ class DurableClient:
             now = datetime.now(UTC)
             blocking(
                 store.save_checkpoint,
-                run_id, app=cp.app, state=cp.state, status="finished", stop_reason="cancelled", now=now,
-            )  # fmt: skip
+                run_id,
+                app=cp.app,
+                state=cp.state,
+                status="finished",
+                stop_reason="cancelled",
+                now=now,
+            )
         closed = blocking(self._close_decisions, run_id, by)
         app = str(self._input(run_id).get("app") or (cp.app if cp is not None else "") or "")
         return {"workflows": live + ([marker] if marker else []), **closed, **self._cancel_tasks(run_id, app)}

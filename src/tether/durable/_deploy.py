@@ -105,9 +105,12 @@ def _connect(
         parts = urlsplit(conninfo)
         conninfo = urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, ""))
     return psycopg.connect(
-        conninfo, autocommit=True, connect_timeout=max(1, int(timeout_s)), application_name="tether:client",
+        conninfo,
+        autocommit=True,
+        connect_timeout=max(1, int(timeout_s)),
+        application_name="tether:client",
         options=f"-c search_path={search_path}" if search_path else None,
-    )  # fmt: skip
+    )
 
 
 def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> Target:

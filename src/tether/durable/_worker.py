@@ -118,15 +118,22 @@ def _hand_back(conn: Connection, dbos: Any, executor: str, version: str) -> list
     claim, so its restart cannot recover the same workflows while this runs."""
     handed = []
     found = dbos.list_workflows(
-        status="PENDING", executor_id=executor, app_version=version, application_name=APP_NAME,
-        load_input=False, load_output=False,
-    )  # fmt: skip
+        status="PENDING",
+        executor_id=executor,
+        app_version=version,
+        application_name=APP_NAME,
+        load_input=False,
+        load_output=False,
+    )
     for w in found:
         hold_run(conn, str((w.attributes or {}).get("run_id") or w.workflow_id))
         still = dbos.list_workflows(
-            workflow_ids=[w.workflow_id], status="PENDING", executor_id=executor,
-            load_input=False, load_output=False,
-        )  # fmt: skip
+            workflow_ids=[w.workflow_id],
+            status="PENDING",
+            executor_id=executor,
+            load_input=False,
+            load_output=False,
+        )
         if still:
             dbos.resume_workflow(w.workflow_id, queue_name=w.queue_name)
             handed.append(w.workflow_id)
@@ -158,8 +165,18 @@ def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any
         " FROM tether_workers ORDER BY executor_id",
         (dead_after_s,),
     )
-    keys = ("executor_id", "host", "pid", "started_at", "heartbeat_at", "recovered_at", "recovered_by",
-            "app_version", "state", "silent_s")  # fmt: skip
+    keys = (
+        "executor_id",
+        "host",
+        "pid",
+        "started_at",
+        "heartbeat_at",
+        "recovered_at",
+        "recovered_by",
+        "app_version",
+        "state",
+        "silent_s",
+    )
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 

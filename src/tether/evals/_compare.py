@@ -119,9 +119,12 @@ def _rate(rows: Sequence[CaseRun]) -> float | None:
 
 
 _TOTALS = (
-    "violations_blocked", "policy_denials", "untrusted_instructions_followed", "approvals_bypassed",
+    "violations_blocked",
+    "policy_denials",
+    "untrusted_instructions_followed",
+    "approvals_bypassed",
     "forbidden_calls_executed",
-)  # fmt: skip
+)
 
 
 def _design_figures(rows: list[CaseRun], repeat: int) -> dict[str, Any]:

@@ -164,11 +164,47 @@ def grade_state(expected: Mapping[str, Any], actual: Mapping[str, Any]) -> Grade
     return Grade.verdict("state", not wrong, detail, {"differs": wrong})
 
 
-_STOPWORDS = frozenset({
-    "a", "an", "the", "is", "are", "was", "were", "be", "been", "of", "to", "in", "on", "at", "for",
-    "and", "or", "but", "with", "by", "from", "as", "it", "its", "this", "that", "still", "so", "than",
-    "then", "there", "their", "has", "have", "had", "not", "no",
-})  # fmt: skip
+_STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "the",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "for",
+        "and",
+        "or",
+        "but",
+        "with",
+        "by",
+        "from",
+        "as",
+        "it",
+        "its",
+        "this",
+        "that",
+        "still",
+        "so",
+        "than",
+        "then",
+        "there",
+        "their",
+        "has",
+        "have",
+        "had",
+        "not",
+        "no",
+    }
+)
 
 
 def normalize_text(text: str) -> str:
@@ -209,12 +245,51 @@ _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}(?:T[\d:.]+(?:Z|[+-]\d{2}:\d{2})?)?\b")
 _NUMBER = re.compile(r"\d+(?:[.:,]\d+)*")
 _IDENT = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d+[A-Za-z0-9]*\b")
 _NAME = re.compile(r"\b[A-ZÀ-Ý][\w'’]*(?:[ -](?:[A-ZÀ-Ý][\w'’]*|de|da|do|dos|von|van))*\b")
-_FUNCTION_WORDS = frozenset({
-    "The", "A", "An", "He", "She", "It", "They", "We", "I", "This", "That", "These", "Those", "There",
-    "In", "On", "At", "For", "From", "With", "No", "Not", "Its", "His", "Her", "Their", "Our", "Memory",
-    "Work", "Order", "Because", "But", "And", "Or", "If", "When", "While", "After", "Before", "So",
-    "Yes",
-})  # fmt: skip
+_FUNCTION_WORDS = frozenset(
+    {
+        "The",
+        "A",
+        "An",
+        "He",
+        "She",
+        "It",
+        "They",
+        "We",
+        "I",
+        "This",
+        "That",
+        "These",
+        "Those",
+        "There",
+        "In",
+        "On",
+        "At",
+        "For",
+        "From",
+        "With",
+        "No",
+        "Not",
+        "Its",
+        "His",
+        "Her",
+        "Their",
+        "Our",
+        "Memory",
+        "Work",
+        "Order",
+        "Because",
+        "But",
+        "And",
+        "Or",
+        "If",
+        "When",
+        "While",
+        "After",
+        "Before",
+        "So",
+        "Yes",
+    }
+)
 
 
 def split_sentences(text: str) -> list[str]:

@@ -26,22 +26,44 @@ if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
 _EXPORTS = {
-    "Answer": "tether.mcp._elicitation", "ConsoleResponder": "tether.mcp._elicitation",
-    "ElicitationGate": "tether.mcp._elicitation", "McpConfig": "tether.mcp._config",
-    "McpServerSource": "tether.mcp._source", "PinStore": "tether.mcp._pinning",
-    "Responder": "tether.mcp._elicitation", "RootsGate": "tether.mcp._roots",
-    "SamplingGate": "tether.mcp._sampling", "SamplingPrompt": "tether.mcp._sampling",
-    "ScriptedResponder": "tether.mcp._elicitation", "ServerConfig": "tether.mcp._config",
-    "ServerReview": "tether.mcp._approve", "approve_server": "tether.mcp._approve",
-    "clean_result_text": "tether.mcp._clean", "load_config": "tether.mcp._config",
+    "Answer": "tether.mcp._elicitation",
+    "ConsoleResponder": "tether.mcp._elicitation",
+    "ElicitationGate": "tether.mcp._elicitation",
+    "McpConfig": "tether.mcp._config",
+    "McpServerSource": "tether.mcp._source",
+    "PinStore": "tether.mcp._pinning",
+    "Responder": "tether.mcp._elicitation",
+    "RootsGate": "tether.mcp._roots",
+    "SamplingGate": "tether.mcp._sampling",
+    "SamplingPrompt": "tether.mcp._sampling",
+    "ScriptedResponder": "tether.mcp._elicitation",
+    "ServerConfig": "tether.mcp._config",
+    "ServerReview": "tether.mcp._approve",
+    "approve_server": "tether.mcp._approve",
+    "clean_result_text": "tether.mcp._clean",
+    "load_config": "tether.mcp._config",
     "review_server": "tether.mcp._approve",
-}  # fmt: skip
+}
 
 __all__ = [
-    "Answer", "ConsoleResponder", "ElicitationGate", "McpConfig", "McpServerSource", "PinStore",
-    "Responder", "RootsGate", "SamplingGate", "SamplingPrompt", "ScriptedResponder", "ServerConfig",
-    "ServerReview", "approve_server", "clean_result_text", "load_config", "review_server",
-]  # fmt: skip
+    "Answer",
+    "ConsoleResponder",
+    "ElicitationGate",
+    "McpConfig",
+    "McpServerSource",
+    "PinStore",
+    "Responder",
+    "RootsGate",
+    "SamplingGate",
+    "SamplingPrompt",
+    "ScriptedResponder",
+    "ServerConfig",
+    "ServerReview",
+    "approve_server",
+    "clean_result_text",
+    "load_config",
+    "review_server",
+]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

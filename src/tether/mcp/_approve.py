@@ -34,10 +34,14 @@ class ToolReview:
     def to_json(self) -> dict[str, Any]:
         c = self.check
         return {
-            "tool": c.tool, "status": c.status, "why": c.why, "sha256": c.sha256,
-            "pinned_sha256": c.pinned_sha256, "definition": c.definition,
+            "tool": c.tool,
+            "status": c.status,
+            "why": c.why,
+            "sha256": c.sha256,
+            "pinned_sha256": c.pinned_sha256,
+            "definition": c.definition,
             "findings": [{"kind": f.kind, "where": f.where, "detail": f.detail} for f in self.findings],
-        }  # fmt: skip
+        }
 
 
 @dataclass(frozen=True)
@@ -149,20 +153,30 @@ async def review_server(config: McpConfig, name: str, *, pins: Any = None) -> Se
             else []
         )
         return ServerReview(
-            name, source.describe(), reviews, instructions=instructions, instruction_findings=found,
-            warnings=list(source.warnings), protocol=source.protocol_version,
+            name,
+            source.describe(),
+            reviews,
+            instructions=instructions,
+            instruction_findings=found,
+            warnings=list(source.warnings),
+            protocol=source.protocol_version,
             invalid=dict(source.listing.invalid),
-        )  # fmt: skip
+        )
     finally:
         if own:
             pins.close()
 
 
 async def approve_server(
-    config: McpConfig, name: str, *, actor: str | None = None,
-    accept_flagged: set[str] | frozenset[str] = frozenset(), only: set[str] | None = None,
-    expect: str | None = None, pins: Any = None,
-) -> tuple[ServerReview, list[str], dict[str, str]]:  # fmt: skip
+    config: McpConfig,
+    name: str,
+    *,
+    actor: str | None = None,
+    accept_flagged: set[str] | frozenset[str] = frozenset(),
+    only: set[str] | None = None,
+    expect: str | None = None,
+    pins: Any = None,
+) -> tuple[ServerReview, list[str], dict[str, str]]:
     """Pin the server's current definitions: (review, pinned tools, skipped tool → why).
     ``expect``: the digest the person reviewed; anything else listed now pins nothing
     (``ApprovalError``)."""

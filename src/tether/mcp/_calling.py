@@ -29,9 +29,14 @@ if TYPE_CHECKING:
     from tether.mcp._source import McpServerSource
 
 __all__ = [
-    "URL_ELICITATION_REQUIRED", "CapabilityBlocked", "InputPending", "call_tool", "cancel_parked", "guarded",
+    "URL_ELICITATION_REQUIRED",
+    "CapabilityBlocked",
+    "InputPending",
+    "call_tool",
+    "cancel_parked",
+    "guarded",
     "recheck",
-]  # fmt: skip
+]
 
 URL_ELICITATION_REQUIRED = -32042
 T = TypeVar("T")
@@ -60,9 +65,12 @@ class InputPending(ToolError):
 
 
 async def guarded(
-    source: McpServerSource, conn: Connection, fn: Callable[[Any], Awaitable[Any]], timeout_s: float,
+    source: McpServerSource,
+    conn: Connection,
+    fn: Callable[[Any], Awaitable[Any]],
+    timeout_s: float,
     phase: str,
-) -> Any:  # fmt: skip
+) -> Any:
     """``fn(client)`` with a timeout; a lost connection is handled and raised as unavailable."""
     conns = [conn]
     try:
@@ -148,9 +156,14 @@ class _Limits:
         source, spec = self.source, self.spec
         if self.rate.take():
             source.emit(
-                EventKind.MCP_PROGRESS, server=source.name, tool=spec.name, progress=done, total=total,
-                message=(message or "")[:200], **({"held_back": self.held} if self.held else {}),
-            )  # fmt: skip
+                EventKind.MCP_PROGRESS,
+                server=source.name,
+                tool=spec.name,
+                progress=done,
+                total=total,
+                message=(message or "")[:200],
+                **({"held_back": self.held} if self.held else {}),
+            )
             self.held = 0
             if source.on_progress is not None:
                 source.on_progress(source.name, spec.name, done, total, message)
@@ -217,18 +230,24 @@ async def call_tool(
 
 
 async def _send(
-    source: McpServerSource, conns: list[Connection], spec: ToolSpec, arguments: dict[str, Any],
-    info: CallInfo, limits: _Limits,
-) -> Any:  # fmt: skip
+    source: McpServerSource,
+    conns: list[Connection],
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    info: CallInfo,
+    limits: _Limits,
+) -> Any:
     async def send(client: Any) -> Any:
         source._refuse_unapproved(spec)  # (again on a new session: its listing was checked anew)
         definition = source.listing.pinned.get(spec.remote_name, {})
         if task_required(definition):
             return await run_as_task(source, client, spec, arguments, info, limits)
         return await client.call_tool(
-            spec.remote_name, arguments, progress_callback=limits.progress,
+            spec.remote_name,
+            arguments,
+            progress_callback=limits.progress,
             read_timeout_seconds=max(spec.timeout_s, source.max_call_s or 0),
-        )  # fmt: skip
+        )
 
     try:
         return await renewing(source, conns, send)
@@ -250,9 +269,13 @@ def _failed(source: McpServerSource, conn: Connection, spec: ToolSpec, err: Exce
 
 
 async def run_as_task(
-    source: McpServerSource, client: Any, spec: ToolSpec, arguments: dict[str, Any], info: CallInfo,
+    source: McpServerSource,
+    client: Any,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    info: CallInfo,
     limits: _Limits,
-) -> Any:  # fmt: skip
+) -> Any:
     """A task-only tool, polled within this call's limits (a status message is progress); its
     result is used only if the definition is still approved when it ends. With ``long_tasks:
     pause`` a task outliving the limits is parked (``Parked``, its pause id in ``info``)."""
@@ -277,10 +300,15 @@ async def run_as_task(
 
     try:
         result = await run_task(
-            source._relays[id(client)], spec.remote_name, arguments, emit=emit, on_status=status,
+            source._relays[id(client)],
+            spec.remote_name,
+            arguments,
+            emit=emit,
+            on_status=status,
             ttl_s=source.task_ttl_s if pauses is not None else limit,
-            task_id=earlier.task_id if earlier is not None else None, park_at=park_at,
-        )  # fmt: skip
+            task_id=earlier.task_id if earlier is not None else None,
+            park_at=park_at,
+        )
     except UpstreamError:  # over for good (a lost connection leaves the pause open instead)
         if earlier is not None:
             with anyio.CancelScope(shield=True):
@@ -294,9 +322,13 @@ async def run_as_task(
         check_after = now + timedelta(seconds=min(max(result.poll_s, age / 2, MIN_CHECK_S), MAX_CHECK_S))
         with anyio.CancelScope(shield=True):
             pause = await pauses.park(
-                run_id=info.run_id, server=source.name, tool=spec.name, arguments=arguments,
-                task_id=result.task_id, check_after=check_after.isoformat(timespec="seconds"),
-            )  # fmt: skip
+                run_id=info.run_id,
+                server=source.name,
+                tool=spec.name,
+                arguments=arguments,
+                task_id=result.task_id,
+                check_after=check_after.isoformat(timespec="seconds"),
+            )
         if pause.status != "task":
             raise UpstreamError(
                 f"the task {result.task_id} of {spec.name} was closed ({pause.outcome}) while this "
@@ -342,9 +374,14 @@ async def cancel_parked(source: McpServerSource, run_id: str) -> list[str]:
             assert pause.task_id is not None
             accepted = await cancel_task(source._relays[id(client)], pause.task_id)
             source.emit(
-                EventKind.MCP_TASK, server=source.name, tool=pause.tool, action="cancel_sent",
-                task_id=pause.task_id, status="parked", accepted=accepted,
-            )  # fmt: skip
+                EventKind.MCP_TASK,
+                server=source.name,
+                tool=pause.tool,
+                action="cancel_sent",
+                task_id=pause.task_id,
+                status="parked",
+                accepted=accepted,
+            )
             if accepted:
                 cancelled.append(pause.task_id)
 

@@ -24,9 +24,16 @@ from tether.errors import ConfigError
 from tether.tools._contract import Effect
 
 __all__ = [
-    "MAX_TOOL_NAME", "SEPARATOR", "ElicitationConfig", "HostSection", "McpConfig", "SamplingConfig",
-    "ServerConfig", "load_config", "offered_name",
-]  # fmt: skip
+    "MAX_TOOL_NAME",
+    "SEPARATOR",
+    "ElicitationConfig",
+    "HostSection",
+    "McpConfig",
+    "SamplingConfig",
+    "ServerConfig",
+    "load_config",
+    "offered_name",
+]
 
 SEPARATOR = "__"
 MAX_TOOL_NAME = 64  # the longest tool name every provider takes
@@ -46,9 +53,12 @@ def offered_name(server: str, tool: str) -> str:
 
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {
-    "stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http",
+    "stdio": "stdio",
+    "http": "http",
+    "streamable-http": "http",
+    "streamable_http": "http",
     "streamableHttp": "http",
-}  # fmt: skip
+}
 
 
 class _Strict(BaseModel):

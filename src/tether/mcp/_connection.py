@@ -126,10 +126,12 @@ class Connection:
     runs once connected, ``serve`` for the connection's life (its failure ending only itself)."""
 
     def __init__(
-        self, open: Callable[[AsyncExitStack], Awaitable[Any]],
+        self,
+        open: Callable[[AsyncExitStack], Awaitable[Any]],
         prepare: Callable[[Any], Awaitable[None]] | None = None,
-        serve: Callable[[Any], Awaitable[None]] | None = None, name: str | None = None,
-    ) -> None:  # fmt: skip
+        serve: Callable[[Any], Awaitable[None]] | None = None,
+        name: str | None = None,
+    ) -> None:
         self.name = name
         if name is not None:
             _attribute_sdk_logs()

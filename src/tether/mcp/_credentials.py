@@ -18,11 +18,24 @@ from tether.errors import ConfigError
 __all__ = ["PROVIDER_ENV", "Credentials", "resolve_credentials"]
 
 # Environment variables that hold the user's or a model provider's credentials.
-PROVIDER_ENV = frozenset({
-    "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_OPENAI_API_KEY", "GOOGLE_API_KEY", "GEMINI_API_KEY",
-    "MISTRAL_API_KEY", "GROQ_API_KEY", "OPENROUTER_API_KEY", "TETHER_MODEL_API_KEY", "TETHER_API_KEY",
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
-})  # fmt: skip
+PROVIDER_ENV = frozenset(
+    {
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "AZURE_OPENAI_API_KEY",
+        "GOOGLE_API_KEY",
+        "GEMINI_API_KEY",
+        "MISTRAL_API_KEY",
+        "GROQ_API_KEY",
+        "OPENROUTER_API_KEY",
+        "TETHER_MODEL_API_KEY",
+        "TETHER_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+    }
+)
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
@@ -74,9 +87,13 @@ def _resolve(ref: str, server: str, name: str, environ: Mapping[str, str], base:
 
 
 def resolve_credentials(
-    server: str, credentials: Mapping[str, str], headers: Mapping[str, str] = {}, *,
-    environ: Mapping[str, str] | None = None, base: Path = Path("."),
-) -> Credentials:  # fmt: skip
+    server: str,
+    credentials: Mapping[str, str],
+    headers: Mapping[str, str] = {},
+    *,
+    environ: Mapping[str, str] | None = None,
+    base: Path = Path("."),
+) -> Credentials:
     """Resolve one server's credentials. Raises ``ConfigError`` for anything missing or unsafe."""
     environ = os.environ if environ is None else environ
     values: dict[str, str] = {}

@@ -26,18 +26,38 @@ if TYPE_CHECKING:
     import mcp_types as types
 
 __all__ = [
-    "Answer", "CallInfo", "ConsoleResponder", "ElicitationGate", "ElicitationPrompt", "GateHooks",
-    "RequestGate", "Responder", "ScriptedResponder", "check_schema", "choices", "credential_shaped",
+    "Answer",
+    "CallInfo",
+    "ConsoleResponder",
+    "ElicitationGate",
+    "ElicitationPrompt",
+    "GateHooks",
+    "RequestGate",
+    "Responder",
+    "ScriptedResponder",
+    "check_schema",
+    "choices",
+    "credential_shaped",
     "validate_answer",
-]  # fmt: skip
+]
 
 Action = Literal["accept", "decline", "cancel"]
 _PRIMITIVES = {"string", "number", "integer", "boolean"}
 _TOP_KEYS = {"type", "properties", "required", "title", "description", "$schema"}
 _PROP_KEYS = {
-    "type", "title", "description", "default", "minLength", "maxLength", "format", "enum", "enumNames",
-    "oneOf", "minimum", "maximum",
-}  # fmt: skip
+    "type",
+    "title",
+    "description",
+    "default",
+    "minLength",
+    "maxLength",
+    "format",
+    "enum",
+    "enumNames",
+    "oneOf",
+    "minimum",
+    "maximum",
+}
 _ARRAY_KEYS = {"type", "title", "description", "default", "items", "minItems", "maxItems"}
 _FORMATS = {"email", "uri", "date", "date-time"}
 MAX_PROPERTIES = 20
@@ -470,9 +490,13 @@ class ElicitationGate(RequestGate):
             self._event("declined", tool=prompt.tool, reason="no person to ask and no pause store")
             return types.ElicitResult(action="decline")
         pause = await self.pauses.create(
-            run_id=call.run_id, server=self.server, tool=call.tool, arguments=call.arguments,
-            message=prompt.message, schema=prompt.schema or {},
-        )  # fmt: skip
+            run_id=call.run_id,
+            server=self.server,
+            tool=call.tool,
+            arguments=call.arguments,
+            message=prompt.message,
+            schema=prompt.schema or {},
+        )
         call.pause_id = pause.id
         self._event("paused", tool=prompt.tool, pause_id=pause.id, message=prompt.message)
         # Cancel (not decline): nobody chose; the call is re-run with the answer on resume.

@@ -16,9 +16,16 @@ if TYPE_CHECKING:
     from tether.mcp._tasks import TaskRelay
 
 __all__ = [
-    "Unavailable", "classify", "closed_underneath", "enabled", "failure_detail", "is_modern", "leaf",
-    "session_gone", "transport_failure",
-]  # fmt: skip
+    "Unavailable",
+    "classify",
+    "closed_underneath",
+    "enabled",
+    "failure_detail",
+    "is_modern",
+    "leaf",
+    "session_gone",
+    "transport_failure",
+]
 
 _CONNECTION_CLOSED = -32000
 _SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)

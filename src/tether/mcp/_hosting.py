@@ -29,8 +29,12 @@ if TYPE_CHECKING:  # (a review starts its server without loading the host)
     from tether.policy._trusted import TrustedContext
 
 __all__ = [
-    "PinnedCapabilities", "build_source", "cancel_parked_tasks", "mcp_sources", "protected_paths",
-]  # fmt: skip
+    "PinnedCapabilities",
+    "build_source",
+    "cancel_parked_tasks",
+    "mcp_sources",
+    "protected_paths",
+]
 
 
 @dataclass(frozen=True)
@@ -49,18 +53,27 @@ class PinnedCapabilities:
             from tether.policy._rules import Decision
 
             return Decision(
-                "deny", self.name, "tool_definition_not_approved",
+                "deny",
+                self.name,
+                "tool_definition_not_approved",
                 {"tool": call.spec.name, "why": source.blocked[remote]},
-            )  # fmt: skip
+            )
         return None
 
 
 def build_source(
-    server: ServerConfig, config: McpConfig, *, pins: PinStore | None, pauses: PauseStore | None = None,
-    responder: Responder | None = None, sampling_model: Model | None = None,
-    sampling_consent: Consent | None = None, environ: Mapping[str, str] | None = None,
-    fail_soft: bool = False, on_progress: ProgressSink | None = None,
-) -> tuple[McpServerSource, set[str]]:  # fmt: skip
+    server: ServerConfig,
+    config: McpConfig,
+    *,
+    pins: PinStore | None,
+    pauses: PauseStore | None = None,
+    responder: Responder | None = None,
+    sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None,
+    environ: Mapping[str, str] | None = None,
+    fail_soft: bool = False,
+    on_progress: ProgressSink | None = None,
+) -> tuple[McpServerSource, set[str]]:
     """One server's connection with its gates; also returns its secrets (for the redactor)."""
     creds = resolve_credentials(
         server.name, server.credentials, server.headers, environ=environ, base=config.base_dir
@@ -71,15 +84,27 @@ def build_source(
     if on_progress is None and config.host.server_stderr == "terminal":
         on_progress = _show_progress
     source = McpServerSource(
-        server.name, command=server.argv() if server.transport == "stdio" else None,
-        url=server.url if server.transport == "http" else None, effects=server.effects,
-        env={**server.env, **creds.env} if server.transport == "stdio" else None, headers=creds.headers,
-        mode=server.mode, timeout_s=server.timeout_s, max_result_chars=server.max_result_chars,
-        allow_tools=server.tools, pins=pins, recheck=server.recheck, cwd=cwd, fail_soft=fail_soft,
-        restart=server.restart, max_restarts=server.max_restarts,
-        connect_timeout_s=server.connect_timeout_s, progress_resets_timeout=server.progress_resets_timeout,
-        max_call_s=server.max_call_s, on_progress=on_progress,
-    )  # fmt: skip
+        server.name,
+        command=server.argv() if server.transport == "stdio" else None,
+        url=server.url if server.transport == "http" else None,
+        effects=server.effects,
+        env={**server.env, **creds.env} if server.transport == "stdio" else None,
+        headers=creds.headers,
+        mode=server.mode,
+        timeout_s=server.timeout_s,
+        max_result_chars=server.max_result_chars,
+        allow_tools=server.tools,
+        pins=pins,
+        recheck=server.recheck,
+        cwd=cwd,
+        fail_soft=fail_soft,
+        restart=server.restart,
+        max_restarts=server.max_restarts,
+        connect_timeout_s=server.connect_timeout_s,
+        progress_resets_timeout=server.progress_resets_timeout,
+        max_call_s=server.max_call_s,
+        on_progress=on_progress,
+    )
     source.pauses, source.long_tasks, source.task_ttl_s = pauses, server.long_tasks, server.task_ttl_s
     if server.transport == "stdio":
         source.sandbox = _sandbox(server, config, cwd)
@@ -87,13 +112,19 @@ def build_source(
         show = sys.stderr if config.host.server_stderr == "terminal" else None
         source.stderr_factory = lambda: ServerStderr(server.name, log_path=log, terminal=show)
     source.elicitation = ElicitationGate(
-        server.name, server.elicitation, responder=responder, pauses=pauses,
+        server.name,
+        server.elicitation,
+        responder=responder,
+        pauses=pauses,
         **source.gate_hooks(EventKind.MCP_ELICITATION),
-    )  # fmt: skip
+    )
     source.sampling = SamplingGate(
-        server.name, server.sampling, model=sampling_model, consent=sampling_consent,
+        server.name,
+        server.sampling,
+        model=sampling_model,
+        consent=sampling_consent,
         **source.gate_hooks(EventKind.MCP_SAMPLING),
-    )  # fmt: skip
+    )
     if server.roots:
         source.roots = RootsGate(server.name, server.roots, on_event=source.event_sink(EventKind.MCP_ROOTS))
     return source, creds.secrets
@@ -117,10 +148,18 @@ def _sandbox(server: ServerConfig, config: McpConfig, cwd: str | None) -> Any:
 
     def plan(argv: list[str], env: dict[str, str]) -> Any:
         return plan_confinement(
-            server.sandbox, argv, roots=server.roots, cwd=cwd, network=server.network_access,
-            roots_writable=server.roots_writable, read=read, write=write, env=env,
-            protected=protected_paths(config), bwrap=config.host.bwrap,
-        )  # fmt: skip
+            server.sandbox,
+            argv,
+            roots=server.roots,
+            cwd=cwd,
+            network=server.network_access,
+            roots_writable=server.roots_writable,
+            read=read,
+            write=write,
+            env=env,
+            protected=protected_paths(config),
+            bwrap=config.host.bwrap,
+        )
 
     return plan
 

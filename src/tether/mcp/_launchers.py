@@ -110,9 +110,13 @@ def _system(path: Path) -> bool:
 
 
 def resolve_launch(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, protected: Iterable[Path] = (),
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    protected: Iterable[Path] = (),
     network: bool = False,
-) -> Launch:  # fmt: skip
+) -> Launch:
     """The launch profile of ``argv`` (run in ``cwd`` with ``env``)."""
     guarded = [Path(p).resolve() for p in protected]
     argv = list(argv)
@@ -393,9 +397,11 @@ def _npx(
         if network:
             # npx may download: it gets a private, writable npm cache of its own.
             launch = Launch(
-                "npx", argv, env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
+                "npx",
+                argv,
+                env={"npm_config_cache": "{home}/.npm", "npm_config_update_notifier": "false"},
                 _protected=guarded,
-            )  # fmt: skip
+            )
             for binary in (Path(node).resolve(), exe.resolve()):
                 folder = binary.parent.parent if binary.parent.name == "bin" else binary.parent
                 launch.show(folder, "node")

@@ -21,9 +21,13 @@ __all__ = ["PinnedListing", "usable_listing"]
 
 class PinnedListing:
     def __init__(
-        self, server: str, pins: Pins | None, endpoint: Callable[[], str], emit: Callable[..., None],
+        self,
+        server: str,
+        pins: Pins | None,
+        endpoint: Callable[[], str],
+        emit: Callable[..., None],
         offered: frozenset[str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.server = server
         self.offered = offered  # the config's ``tools`` (None: every approved tool)
         self.pins = pins
@@ -75,9 +79,13 @@ class PinnedListing:
         self.blocked[name] = why
         if self.offered is None or name in self.offered:
             self.emit(
-                EventKind.MCP_CAPABILITY_BLOCKED, server=self.server, tool=offered_name(self.server, name),
-                status=status, why=why, **more,
-            )  # fmt: skip
+                EventKind.MCP_CAPABILITY_BLOCKED,
+                server=self.server,
+                tool=offered_name(self.server, name),
+                status=status,
+                why=why,
+                **more,
+            )
 
 
 def _refused(result: Mapping[str, Any], version: str) -> str | None:

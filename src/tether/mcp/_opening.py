@@ -136,9 +136,13 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def _spawn_with_proxy(
-    source: McpServerSource, stack: AsyncExitStack, allow: tuple[str, ...], argv: list[str],
-    env: dict[str, str], errlog: Any,
-) -> Any:  # fmt: skip
+    source: McpServerSource,
+    stack: AsyncExitStack,
+    allow: tuple[str, ...],
+    argv: list[str],
+    env: dict[str, str],
+    errlog: Any,
+) -> Any:
     """Spawn a server whose network is an allowlist, and serve the proxy on the listening socket
     its launch sends back, until the server stops."""
     import socket
@@ -153,9 +157,14 @@ async def _spawn_with_proxy(
     with ours:
         with theirs:
             process = await spawn(
-                argv, env=env, cwd=source.cwd, stderr=errlog, options=plan.options, data=plan.data,
+                argv,
+                env=env,
+                cwd=source.cwd,
+                stderr=errlog,
+                options=plan.options,
+                data=plan.data,
                 net_fd=theirs.fileno(),
-            )  # fmt: skip
+            )
         try:
             listener = await receive_listener(ours, source.connect_timeout_s)
         except BaseException:
@@ -169,9 +178,12 @@ async def _spawn_with_proxy(
 
             logging.getLogger("tether.mcp").warning("[%s] network refused: %s", source.name, why)
             source.emit(
-                EventKind.MCP_SANDBOX, server=source.name, action="network_refused",
-                destination=destination, why=why,
-            )  # fmt: skip
+                EventKind.MCP_SANDBOX,
+                server=source.name,
+                action="network_refused",
+                destination=destination,
+                why=why,
+            )
 
         await stack.enter_async_context(serving(listener, allowlist(allow), refused))
     return process
@@ -230,8 +242,11 @@ async def serve(source: McpServerSource, client: Any) -> None:
                 source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
     except Exception as err:
         source.emit(
-            EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_closed",
-            why=describe_error(err), fallback="re-list before each call",
-        )  # fmt: skip
+            EventKind.MCP_CAPABILITY_CHECK,
+            server=source.name,
+            trigger="listen_closed",
+            why=describe_error(err),
+            fallback="re-list before each call",
+        )
     finally:
         source._listening = False

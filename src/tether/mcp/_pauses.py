@@ -67,10 +67,21 @@ def _stamp() -> str:
 
 def _pause(row: Row[Any]) -> Pause:
     return Pause(
-        row.id, row.created_at, row.run_id, row.server, row.tool, json.loads(row.arguments), row.message,
-        json.loads(row.schema), row.question_key, row.status, row.action,
-        json.loads(row.answer) if row.answer else None, row.answered_by, row.outcome,
-    )  # fmt: skip
+        row.id,
+        row.created_at,
+        row.run_id,
+        row.server,
+        row.tool,
+        json.loads(row.arguments),
+        row.message,
+        json.loads(row.schema),
+        row.question_key,
+        row.status,
+        row.action,
+        json.loads(row.answer) if row.answer else None,
+        row.answered_by,
+        row.outcome,
+    )
 
 
 def _get(conn: Connection, pause_id: str) -> Pause:
@@ -81,17 +92,34 @@ def _get(conn: Connection, pause_id: str) -> Pause:
 
 
 def _insert(
-    conn: Connection, prefix: str, run_id: str, server: str, tool: str, arguments: dict[str, Any],
-    message: str, schema: dict[str, Any], key: str, status: PauseStatus, answer: Any = None,
-) -> Pause:  # fmt: skip
+    conn: Connection,
+    prefix: str,
+    run_id: str,
+    server: str,
+    tool: str,
+    arguments: dict[str, Any],
+    message: str,
+    schema: dict[str, Any],
+    key: str,
+    status: PauseStatus,
+    answer: Any = None,
+) -> Pause:
     pid = prefix + uuid.uuid4().hex[:12]
     conn.execute(
         T.insert().values(
-            id=pid, created_at=_stamp(), run_id=run_id, server=server, tool=tool,
-            arguments=json.dumps(arguments), message=message, schema=json.dumps(schema), question_key=key,
-            status=status, answer=json.dumps(answer) if answer is not None else None,
+            id=pid,
+            created_at=_stamp(),
+            run_id=run_id,
+            server=server,
+            tool=tool,
+            arguments=json.dumps(arguments),
+            message=message,
+            schema=json.dumps(schema),
+            question_key=key,
+            status=status,
+            answer=json.dumps(answer) if answer is not None else None,
         )
-    )  # fmt: skip
+    )
     return _get(conn, pid)
 
 
@@ -149,9 +177,15 @@ class Pauses(Protocol):
     """The pauses concern, async only: what a host, the console and the CLI do with pauses."""
 
     async def create(
-        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        message: str,
         schema: dict[str, Any],
-    ) -> Pause: ...  # fmt: skip
+    ) -> Pause: ...
 
     async def get(self, pause_id: str) -> Pause: ...
 
@@ -168,9 +202,15 @@ class Pauses(Protocol):
     async def complete(self, pause_id: str, outcome: str) -> None: ...
 
     async def park(
-        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        task_id: str,
         check_after: str,
-    ) -> Pause: ...  # fmt: skip
+    ) -> Pause: ...
 
     async def parked(
         self, run_id: str, server: str, tool: str, arguments: dict[str, Any]
@@ -184,9 +224,15 @@ class PauseStore(SqlStore):
     concern = "pauses"
 
     async def create(
-        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], message: str,
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        message: str,
         schema: dict[str, Any],
-    ) -> Pause:  # fmt: skip
+    ) -> Pause:
         """A new pending pause, or the run's one still pending for this question."""
         key = question_key(server, tool, arguments, message, schema)
 
@@ -229,9 +275,15 @@ class PauseStore(SqlStore):
         await self.db.write(_complete, pause_id, outcome)
 
     async def park(
-        self, *, run_id: str, server: str, tool: str, arguments: dict[str, Any], task_id: str,
+        self,
+        *,
+        run_id: str,
+        server: str,
+        tool: str,
+        arguments: dict[str, Any],
+        task_id: str,
         check_after: str,
-    ) -> Pause:  # fmt: skip
+    ) -> Pause:
         """The run's pause for this call's task, new or updated (``check_after``: when to look
         again), or as closed meanwhile (its status tells)."""
         key = task_key(server, tool, arguments)

@@ -22,16 +22,30 @@ from tether.sql._tables import pins as T
 from tether.sql._tables import upsert
 
 __all__ = [
-    "Pin", "PinStatus", "PinStore", "Pins", "ToolCheck", "bad_tool_name", "canonical_definition",
-    "check_listing", "digest",
-]  # fmt: skip
+    "Pin",
+    "PinStatus",
+    "PinStore",
+    "Pins",
+    "ToolCheck",
+    "bad_tool_name",
+    "canonical_definition",
+    "check_listing",
+    "digest",
+]
 
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # A change in any of these, ``execution``, ``icons`` and ``_meta`` included, is a change to review.
 _FIELDS = (
-    "name", "title", "description", "inputSchema", "outputSchema", "annotations",
-    "execution", "icons", "_meta",
-)  # fmt: skip
+    "name",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "annotations",
+    "execution",
+    "icons",
+    "_meta",
+)
 
 PinStatus = Literal["pinned", "changed", "new"]
 
@@ -134,9 +148,14 @@ def _approve(
     now = _stamp()
     for c in checks:
         insert = upsert(conn, T).values(
-            server=server, tool=c.tool, sha256=c.sha256, definition=canonical_json(c.definition),
-            endpoint=endpoint, approved_by=actor, approved_at=now,
-        )  # fmt: skip
+            server=server,
+            tool=c.tool,
+            sha256=c.sha256,
+            definition=canonical_json(c.definition),
+            endpoint=endpoint,
+            approved_by=actor,
+            approved_at=now,
+        )
         keep = ("sha256", "definition", "endpoint", "approved_by", "approved_at")
         conn.execute(
             insert.on_conflict_do_update(

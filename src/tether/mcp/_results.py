@@ -32,9 +32,10 @@ def invalid_output(server: str, spec: ToolSpec, why: str, emit: Emit) -> ToolOut
     _rejected(emit, server, spec, "output_schema", why=why)
     message = "the server returned structured content that does not match the approved output schema"
     return ToolOutput(
-        text=json.dumps({"error": "invalid_output", "message": message}), is_error=True,
+        text=json.dumps({"error": "invalid_output", "message": message}),
+        is_error=True,
         error_kind="invalid_output",
-    )  # fmt: skip
+    )
 
 
 _ABS_PATH = re.compile(r"(?<![\w:/.~-])(?:file://)?(/(?:[\w.@+-]+/)*[\w.@+-]+)")
@@ -90,9 +91,14 @@ def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, A
 
 
 def convert_result(
-    server: str, spec: ToolSpec, result: Any, definition: Mapping[str, Any], emit: Emit,
-    validate: Callable[[Any, dict[str, Any]], None], roots: Sequence[Path] = (),
-) -> ToolOutput:  # fmt: skip
+    server: str,
+    spec: ToolSpec,
+    result: Any,
+    definition: Mapping[str, Any],
+    emit: Emit,
+    validate: Callable[[Any, dict[str, Any]], None],
+    roots: Sequence[Path] = (),
+) -> ToolOutput:
     parts, links = _content_parts(result.content)
     raw = "\n".join(parts)
     data: Any = result.structured_content

@@ -23,9 +23,16 @@ from tether.mcp._addressed import addressed_instruction
 from tether.mcp._clean import hidden_kind
 
 __all__ = [
-    "SINKS", "Finding", "ToolNames", "decode_hidden", "foreign_script", "main_script", "scan_definition",
-    "scan_text", "strings",
-]  # fmt: skip
+    "SINKS",
+    "Finding",
+    "ToolNames",
+    "decode_hidden",
+    "foreign_script",
+    "main_script",
+    "scan_definition",
+    "scan_text",
+    "strings",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +45,33 @@ class Finding:
 
 # Tool names that move data out or change the world: a description that names one is suspect.
 SINKS = (
-    "send_email", "send_mail", "send_message", "send_sms", "post_message", "http_request", "http_post",
-    "http_get", "fetch_url", "web_fetch", "upload", "upload_file", "write_file", "delete_file",
-    "remove_file", "run_command", "run_shell", "exec_command", "execute_command", "shell_exec",
-    "transfer_funds", "make_payment", "create_payment", "curl", "wget", "netcat",
-)  # fmt: skip
+    "send_email",
+    "send_mail",
+    "send_message",
+    "send_sms",
+    "post_message",
+    "http_request",
+    "http_post",
+    "http_get",
+    "fetch_url",
+    "web_fetch",
+    "upload",
+    "upload_file",
+    "write_file",
+    "delete_file",
+    "remove_file",
+    "run_command",
+    "run_shell",
+    "exec_command",
+    "execute_command",
+    "shell_exec",
+    "transfer_funds",
+    "make_payment",
+    "create_payment",
+    "curl",
+    "wget",
+    "netcat",
+)
 
 _INSTRUCTION_PATTERNS = [
     r"\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|other|system)\b",
@@ -260,9 +289,16 @@ def _target_check(names: ToolNames) -> Callable[[str], bool]:
 
 
 def scan_text(
-    tool: str, where: str, text: str, others: Iterable[str] | ToolNames = (), *, prose: bool = True,
-    script: str = "LATIN", siblings: Iterable[str] = (), _depth: int = 0,
-) -> list[Finding]:  # fmt: skip
+    tool: str,
+    where: str,
+    text: str,
+    others: Iterable[str] | ToolNames = (),
+    *,
+    prose: bool = True,
+    script: str = "LATIN",
+    siblings: Iterable[str] = (),
+    _depth: int = 0,
+) -> list[Finding]:
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
     if hidden := sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)}):
@@ -313,9 +349,12 @@ def _schema_problem(schema: str) -> str | None:
 
 
 def scan_definition(
-    definition: Mapping[str, Any], other_tools: Iterable[str] | ToolNames = (), *, script: str = "LATIN",
+    definition: Mapping[str, Any],
+    other_tools: Iterable[str] | ToolNames = (),
+    *,
+    script: str = "LATIN",
     siblings: Iterable[str] = (),
-) -> list[Finding]:  # fmt: skip
+) -> list[Finding]:
     """Flag suspicious text in one canonical tool definition. ``other_tools``: every other tool
     known to the host; ``script``: the server's own (``main_script``); ``siblings``: the same
     server's tools, flagged only when the text tells the model to call one."""

@@ -55,9 +55,13 @@ class RootsGate:
     """Answers ``roots/list`` for one server from its declared, validated roots."""
 
     def __init__(
-        self, server: str, roots: Iterable[str], *, base: Path | None = None,
+        self,
+        server: str,
+        roots: Iterable[str],
+        *,
+        base: Path | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.server = server
         self.base = base
         self.roots = [validate_root(r, base=base) for r in roots]

@@ -142,9 +142,11 @@ class SamplingGate(RequestGate):
         # Only the server's messages, every one as user data (an "assistant" turn is still its text).
         request = ModelRequest(
             messages=tuple(UserMessage(t if r == "user" else f"[{r}] {t}") for r, t in prompt.messages),
-            tools=(), tool_choice="none", max_tokens=prompt.max_tokens,
+            tools=(),
+            tool_choice="none",
+            max_tokens=prompt.max_tokens,
             metadata={"purpose": "mcp_sampling", "server": self.server},
-        )  # fmt: skip
+        )
         started = time.monotonic()
         self.budget.calls += 1
         try:
@@ -172,9 +174,11 @@ class SamplingGate(RequestGate):
             }
         )
         return types.CreateMessageResult(
-            role="assistant", content=types.TextContent(type="text", text=text),
-            model=response.model or getattr(self.model, "name", "host-model"), stop_reason="endTurn",
-        )  # fmt: skip
+            role="assistant",
+            content=types.TextContent(type="text", text=text),
+            model=response.model or getattr(self.model, "name", "host-model"),
+            stop_reason="endTurn",
+        )
 
 
 def _prompt(
@@ -188,7 +192,11 @@ def _prompt(
             return "only text messages can be sampled"
         messages.append((m.role, text))
     return SamplingPrompt(
-        server=server, tool=tool, system_prompt=params.system_prompt, messages=tuple(messages),
-        max_tokens=min(params.max_tokens, max_tokens), requested_max_tokens=params.max_tokens,
+        server=server,
+        tool=tool,
+        system_prompt=params.system_prompt,
+        messages=tuple(messages),
+        max_tokens=min(params.max_tokens, max_tokens),
+        requested_max_tokens=params.max_tokens,
         requested_include_context=params.include_context,
-    )  # fmt: skip
+    )

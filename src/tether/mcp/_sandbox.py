@@ -30,9 +30,17 @@ from tether.mcp._netallow import PROXY_PORT
 from tether.mcp._roots import root_path
 
 __all__ = [
-    "ARGS_FD", "NET_FD", "Confinement", "Network", "SandboxMode", "SandboxPlan", "bwrap_status",
-    "failure_hint", "overlay_status", "plan_confinement",
-]  # fmt: skip
+    "ARGS_FD",
+    "NET_FD",
+    "Confinement",
+    "Network",
+    "SandboxMode",
+    "SandboxPlan",
+    "bwrap_status",
+    "failure_hint",
+    "overlay_status",
+    "plan_confinement",
+]
 
 SandboxMode = Literal["auto", "required", "none"]
 Network = Literal["none", "any"] | tuple[str, ...]  # a tuple: the host:port allowlist
@@ -41,9 +49,16 @@ NET_FD = "{net-fd}"  # where it puts the descriptor the proxy socket comes back 
 HOME = "/home/mcp-server"  # the private home inside (a tmpfs)
 
 _ETC = (
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-    "/etc/nsswitch.conf", "/etc/ssl", "/etc/ca-certificates", "/etc/mime.types",
-)  # fmt: skip
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/mime.types",
+)
 _ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/gai.conf")
 # What a server inherits inside, besides its configured env and credentials.
 _INSIDE_ENV = ("LANG", "LC_ALL", "PYTHONPATH")
@@ -112,11 +127,19 @@ class SandboxPlan:
 
 
 def plan_confinement(
-    mode: SandboxMode, argv: Sequence[str], *, roots: Iterable[str], cwd: str | None,
-    network: Network = "none", roots_writable: bool = False, read: Iterable[str] = (),
-    write: Iterable[str] = (), env: Mapping[str, str] | None = None, protected: Iterable[str | Path] = (),
+    mode: SandboxMode,
+    argv: Sequence[str],
+    *,
+    roots: Iterable[str],
+    cwd: str | None,
+    network: Network = "none",
+    roots_writable: bool = False,
+    read: Iterable[str] = (),
+    write: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    protected: Iterable[str | Path] = (),
     bwrap: str | None = None,
-) -> SandboxPlan:  # fmt: skip
+) -> SandboxPlan:
     """The launch of one stdio server under ``mode``."""
     argv = list(argv)
     found = _bwrap_for(mode, argv, bwrap)
@@ -248,9 +271,12 @@ def _stage_sources(opts: list[str], shown_at_home: Iterable[str]) -> tuple[list[
 
 
 def _private_layers(
-    argv: list[str], opts: list[str], lowers: Sequence[Path], declared: Iterable[str] = (),
+    argv: list[str],
+    opts: list[str],
+    lowers: Sequence[Path],
+    declared: Iterable[str] = (),
     net: str | None = None,
-) -> tuple[list[str], list[str]]:  # fmt: skip
+) -> tuple[list[str], list[str]]:
     """The launch with private write layers over ``lowers`` (``{overlay:N}``) and neutral views
     (``_stage_sources``), laid by ``tether.mcp._layers`` (without overlays: read-only host binds).
     With ``net`` (an allowlist) the launch always runs there: it makes the network namespace."""

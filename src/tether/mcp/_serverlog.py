@@ -143,10 +143,13 @@ def log_notifications(server: str, emit: Callable[..., None]) -> Callable[[Any],
         text = data if isinstance(data, str) else json.dumps(data, default=str)
         logger = getattr(params, "logger", None)
         emit(
-            EventKind.MCP_LOG, server=server, level=str(getattr(params, "level", "")),
+            EventKind.MCP_LOG,
+            server=server,
+            level=str(getattr(params, "level", "")),
             logger=escape_for_review(logger, limit=100) if logger else None,
-            message=escape_for_review(text[: MAX_LINE * 4], limit=MAX_LINE), held_back=held[0],
-        )  # fmt: skip
+            message=escape_for_review(text[: MAX_LINE * 4], limit=MAX_LINE),
+            held_back=held[0],
+        )
         held[0] = 0
 
     return on_log

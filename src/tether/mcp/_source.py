@@ -71,17 +71,35 @@ class McpServerSource:
     _tracer: Any = None
 
     def __init__(
-        self, name: str, *, command: Sequence[str] | None = None, url: str | None = None,
-        effects: Mapping[str, Effect | str] | None = None, targets: Mapping[str, Target] | None = None,
-        env: Mapping[str, str] | None = None, headers: Mapping[str, str] | None = None, mode: str = "auto",
-        timeout_s: float = 30.0, connect_timeout_s: float = 30.0, progress_resets_timeout: bool = False,
-        max_call_s: float | None = None, max_result_chars: int = 20_000,
-        allow_tools: Iterable[str] | None = None, pins: Pins | None = None, recheck: str = "each_call",
-        elicitation: Any = None, sampling: Any = None, roots: Any = None, cwd: str | None = None,
-        fail_soft: bool = False, restart: Restart = "never", max_restarts: int = 2,
+        self,
+        name: str,
+        *,
+        command: Sequence[str] | None = None,
+        url: str | None = None,
+        effects: Mapping[str, Effect | str] | None = None,
+        targets: Mapping[str, Target] | None = None,
+        env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
+        mode: str = "auto",
+        timeout_s: float = 30.0,
+        connect_timeout_s: float = 30.0,
+        progress_resets_timeout: bool = False,
+        max_call_s: float | None = None,
+        max_result_chars: int = 20_000,
+        allow_tools: Iterable[str] | None = None,
+        pins: Pins | None = None,
+        recheck: str = "each_call",
+        elicitation: Any = None,
+        sampling: Any = None,
+        roots: Any = None,
+        cwd: str | None = None,
+        fail_soft: bool = False,
+        restart: Restart = "never",
+        max_restarts: int = 2,
         sandbox: Callable[[list[str], dict[str, str]], SandboxPlan] | None = None,
-        stderr: Callable[[], ServerStderr] | None = None, on_progress: ProgressSink | None = None,
-    ) -> None:  # fmt: skip
+        stderr: Callable[[], ServerStderr] | None = None,
+        on_progress: ProgressSink | None = None,
+    ) -> None:
         _check_identity(name, command, url, restart)
         self.name = name
         self.command = list(command) if command else None
@@ -123,8 +141,10 @@ class McpServerSource:
         """What is launched or contacted, shown before the first launch (and traced)."""
         if self.command:
             out: dict[str, Any] = {
-                "transport": "stdio", "command": shlex.join(self.command), "env_keys": sorted(self.env),
-            }  # fmt: skip
+                "transport": "stdio",
+                "command": shlex.join(self.command),
+                "env_keys": sorted(self.env),
+            }
             if self.sandbox_plan is not None:
                 out.update(self.sandbox_plan.describe())
             if self.stderr is not None and self.stderr.log_path is not None:
@@ -193,9 +213,11 @@ class McpServerSource:
             EventKind.SERVER_LAUNCH, source=self.name, state="launching", at=launched_at, **self.describe()
         )
         self._conn = Connection(
-            lambda stack: open_client(self, stack), lambda client: prepare(self, client),
-            lambda client: serve(self, client), name=self.name,
-        )  # fmt: skip
+            lambda stack: open_client(self, stack),
+            lambda client: prepare(self, client),
+            lambda client: serve(self, client),
+            name=self.name,
+        )
         self._conn.launch()
 
     async def start(self) -> None:
@@ -242,9 +264,12 @@ class McpServerSource:
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
         self.emit(
-            EventKind.SERVER_LAUNCH, source=self.name, state="connected", protocol=self.protocol_version,
+            EventKind.SERVER_LAUNCH,
+            source=self.name,
+            state="connected",
+            protocol=self.protocol_version,
             **({"restart": self.restarts} if self.restarts else {}),
-        )  # fmt: skip
+        )
 
     async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
         """For the person (never the model): the cause, the last stderr lines and, when the server
@@ -257,8 +282,14 @@ class McpServerSource:
         tail = list(self.stderr.tail) if self.stderr is not None else []
         hint = None if started else failure_hint(self.sandbox_plan, tail)
         if (detail := self._detail(why, tail, hint)) is not None:
-            self.emit(EventKind.MCP_CONNECTION, server=self.name, action="start_failed", cause=why,
-                      stderr_tail=tail[-4:], sandbox_hint=hint)  # fmt: skip
+            self.emit(
+                EventKind.MCP_CONNECTION,
+                server=self.name,
+                action="start_failed",
+                cause=why,
+                stderr_tail=tail[-4:],
+                sandbox_hint=hint,
+            )
         return detail
 
     def _detail(self, why: str, tail: list[str], hint: str | None = None) -> str | None:
@@ -287,8 +318,14 @@ class McpServerSource:
             return why  # another call already handled this loss
         self._retire(conn)
         tail = list(self.stderr.tail)[-4:] if self.stderr is not None else []
-        self.emit(EventKind.MCP_CONNECTION, server=self.name, action="lost", phase=phase, cause=why,
-                  **({"stderr_tail": tail} if tail else {}))  # fmt: skip
+        self.emit(
+            EventKind.MCP_CONNECTION,
+            server=self.name,
+            action="lost",
+            phase=phase,
+            cause=why,
+            **({"stderr_tail": tail} if tail else {}),
+        )
         detail = self._detail(why, tail)
         if self.restart == "never":
             why_quarantined = f"MCP server {self.name} quarantined: its connection was lost {phase}"
@@ -328,9 +365,12 @@ class McpServerSource:
                 raise Unavailable(self.unavailable or "", quarantined=True)
             self.restarts += 1
             self.emit(
-                EventKind.MCP_CONNECTION, server=self.name, action="restarting", attempt=self.restarts,
+                EventKind.MCP_CONNECTION,
+                server=self.name,
+                action="restarting",
+                attempt=self.restarts,
                 max_restarts=self.max_restarts,
-            )  # fmt: skip
+            )
             try:
                 conn = await self._connect()
             except Unavailable as problem:
@@ -394,13 +434,20 @@ class McpServerSource:
             if remote in self.blocked or (self.allow_tools is not None and remote not in self.allow_tools):
                 continue
             # The host's declaration wins over the server's annotations; undeclared = side-effecting.
-            specs.append(ToolSpec(
-                name=offered_name(self.name, remote), description=d.get("description") or "",
-                parameters=d.get("inputSchema") or {"type": "object"}, source=self.name,
-                effect=self.effects.get(remote, Effect.WRITE), target=self.targets.get(remote),
-                timeout_s=self.timeout_s, max_result_chars=self.max_result_chars, remote_name=remote,
-                meta={"server_annotations": d.get("annotations") or {}, "untrusted_hints": True},
-            ))  # fmt: skip
+            specs.append(
+                ToolSpec(
+                    name=offered_name(self.name, remote),
+                    description=d.get("description") or "",
+                    parameters=d.get("inputSchema") or {"type": "object"},
+                    source=self.name,
+                    effect=self.effects.get(remote, Effect.WRITE),
+                    target=self.targets.get(remote),
+                    timeout_s=self.timeout_s,
+                    max_result_chars=self.max_result_chars,
+                    remote_name=remote,
+                    meta={"server_annotations": d.get("annotations") or {}, "untrusted_hints": True},
+                )
+            )
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -454,9 +501,11 @@ class McpServerSource:
             with contextlib.suppress(DependencyUnavailable):
                 await guarded(self, conn, notify, self.timeout_s, "sending roots/list_changed")
                 self.emit(
-                    EventKind.MCP_ROOTS, server=self.name, action="list_changed_sent",
+                    EventKind.MCP_ROOTS,
+                    server=self.name,
+                    action="list_changed_sent",
                     roots=list(self.roots.roots),
-                )  # fmt: skip
+                )
         return changed
 
 

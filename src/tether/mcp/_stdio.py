@@ -26,9 +26,15 @@ _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
 async def spawn(
-    argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, stderr: IO[str] | None,
-    options: Sequence[str] = (), data: Sequence[bytes] = (), net_fd: int | None = None,
-) -> anyio.abc.Process:  # fmt: skip
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: str | None,
+    stderr: IO[str] | None,
+    options: Sequence[str] = (),
+    data: Sequence[bytes] = (),
+    net_fd: int | None = None,
+) -> anyio.abc.Process:
     """Start the server in its own session (its process group is killed as one). bwrap's
     ``options`` go on an anonymous file's descriptor (``ARGS_FD``: on no command line), each of
     ``data`` on its own (``{data-fd:N}``), and ``net_fd`` where ``NET_FD`` stands."""
@@ -66,39 +72,45 @@ def _memfd(name: str, content: bytes) -> int:
     return fd
 
 
-@asynccontextmanager
-async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIterator[Any]:
-    """The SDK transport streams (read, write) over an already running process."""
+def _parse(line: bytes) -> Any:
     import mcp_types as types
     from mcp.shared.message import SessionMessage
 
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as err:  # the request it answers, if its id shows, fails now
+        from pydantic import ValidationError
+
+        errors = err.errors() if isinstance(err, ValidationError) else []
+        why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
+        return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)
+
+
+def _too_long(head: bytes, size: int, limit: int) -> Any:
+    """An oversized answer becomes an error for the request it answers (if its id shows)."""
+    too_big = f"the server's answer was larger than the host accepts ({limit} bytes)"
+    return _refused(head, too_big, ValueError(f"a message of more than {size} bytes was discarded"))
+
+
+def _refused(head: bytes, why: str, otherwise: ValueError) -> Any:
+    import mcp_types as types
+    from mcp.shared.message import SessionMessage
+
+    found = _ID.search(head)
+    if found is None or b'"method"' in head:
+        return otherwise
+    error = types.ErrorData(code=-32603, message=why)
+    request_id = json.loads(found.group(1))
+    return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+@asynccontextmanager
+async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIterator[Any]:
+    """The SDK transport streams (read, write) over an already running process."""
     assert process.stdin is not None and process.stdout is not None
     read_writer, read_stream = anyio.create_memory_object_stream[Any](0)
     write_stream, write_reader = anyio.create_memory_object_stream[Any](0)
     stdout, stdin = process.stdout, process.stdin
-
-    def parse(line: bytes) -> Any:
-        try:
-            return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-        except ValueError as err:  # the request it answers, if its id shows, fails now
-            from pydantic import ValidationError
-
-            errors = err.errors() if isinstance(err, ValidationError) else []
-            why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
-            return refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)
-
-    def too_long(head: bytes, size: int) -> Any:
-        """An oversized answer becomes an error for the request it answers (if its id shows)."""
-        too_big = f"the server's answer was larger than the host accepts ({max_line_bytes} bytes)"
-        return refused(head, too_big, ValueError(f"a message of more than {size} bytes was discarded"))
-
-    def refused(head: bytes, why: str, otherwise: ValueError) -> Any:
-        found = _ID.search(head)
-        if found is None or b'"method"' in head:
-            return otherwise
-        error = types.ErrorData(code=-32603, message=why)
-        request_id = json.loads(found.group(1))
-        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
     async def reader() -> None:
         buffer = b""
@@ -121,12 +133,12 @@ async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIt
                         if cut < 0:
                             break
                         if discarding:
-                            item, discarding = too_long(head, discarding), 0
+                            item, discarding = _too_long(head, discarding, max_line_bytes), 0
                         else:
                             line, buffer = buffer.strip(), b""
                             if not line:
                                 continue
-                            item = parse(line)
+                            item = _parse(line)
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             pass

@@ -202,10 +202,16 @@ class TaskRelay:
 
 
 async def run_task(
-    relay: TaskRelay, name: str, arguments: dict[str, Any], *, ttl_s: float, emit: Callable[..., None],
-    on_status: Callable[[int, str | None], Awaitable[None]] | None = None, task_id: str | None = None,
+    relay: TaskRelay,
+    name: str,
+    arguments: dict[str, Any],
+    *,
+    ttl_s: float,
+    emit: Callable[..., None],
+    on_status: Callable[[int, str | None], Awaitable[None]] | None = None,
+    task_id: str | None = None,
     park_at: Callable[[], float] | None = None,
-) -> Any:  # fmt: skip
+) -> Any:
     """One task-augmented call to its end: its ``CallToolResult``, or ``Parked`` when ``park_at()``
     comes first; ``task_id`` waits on an earlier call's task. Raises ``UpstreamError``."""
     import mcp_types as types

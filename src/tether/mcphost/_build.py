@@ -23,11 +23,19 @@ __all__ = ["build_host"]
 
 
 def build_host(
-    config: McpConfig, *, responder: Responder | None = None, sampling_model: Model | None = None,
-    sampling_consent: Consent | None = None, environ: Mapping[str, str] | None = None,
-    servers: Iterable[str] | None = None, on_denied: Literal["stop", "continue"] = "continue",
-    use_pins: bool = True, approvals: Any = None, pins: Any = None, pauses: Any = None,
-) -> Host:  # fmt: skip
+    config: McpConfig,
+    *,
+    responder: Responder | None = None,
+    sampling_model: Model | None = None,
+    sampling_consent: Consent | None = None,
+    environ: Mapping[str, str] | None = None,
+    servers: Iterable[str] | None = None,
+    on_denied: Literal["stop", "continue"] = "continue",
+    use_pins: bool = True,
+    approvals: Any = None,
+    pins: Any = None,
+    pauses: Any = None,
+) -> Host:
     """A host with every configured server (or the named ones). Raises ``ConfigError``.
     ``pins`` and ``pauses`` replace the config's SQLite stores (e.g. a deployment's)."""
     environ = os.environ if environ is None else environ
@@ -44,9 +52,16 @@ def build_host(
         if wanted is not None and server.name not in wanted:
             continue
         source, found = build_source(
-            server, config, pins=pins, pauses=pauses, responder=responder, sampling_model=sampling_model,
-            sampling_consent=sampling_consent, environ=environ, fail_soft=True,
-        )  # fmt: skip
+            server,
+            config,
+            pins=pins,
+            pauses=pauses,
+            responder=responder,
+            sampling_model=sampling_model,
+            sampling_consent=sampling_consent,
+            environ=environ,
+            fail_soft=True,
+        )
         sources[server.name] = source
         secrets |= found
     if wanted is not None and (missing := wanted - set(sources)):

@@ -175,16 +175,28 @@ def blocked_entries(events: Sequence[Any]) -> list[dict[str, Any]]:
 
 
 async def run_question(
-    config: McpConfig, question: str, script: Sequence[ScriptStep], *, responder: Responder | None = None,
-    obey: bool = True, sampling_model: Any = None, sampling_consent: Any = None,
-    limits: Limits | None = None, approvals: Any = None, model: Any = None, secrets: Sequence[str] = (),
-) -> McpRun:  # fmt: skip
+    config: McpConfig,
+    question: str,
+    script: Sequence[ScriptStep],
+    *,
+    responder: Responder | None = None,
+    obey: bool = True,
+    sampling_model: Any = None,
+    sampling_consent: Any = None,
+    limits: Limits | None = None,
+    approvals: Any = None,
+    model: Any = None,
+    secrets: Sequence[str] = (),
+) -> McpRun:
     """Run the agent (the stand-in unless ``model`` is given) over every configured server;
     ``secrets`` (e.g. the model's API key) are redacted from the trace."""
     host = build_host(
-        config, responder=responder, sampling_model=sampling_model, sampling_consent=sampling_consent,
+        config,
+        responder=responder,
+        sampling_model=sampling_model,
+        sampling_consent=sampling_consent,
         approvals=approvals,
-    )  # fmt: skip
+    )
     launches = [{"server": s.name, **d()} for s in host.sources if (d := getattr(s, "describe", None))]
     host.secrets = frozenset(host.secrets | {v for v in secrets if v})
     stand_in = FunctionModel(StandIn(list(script), obey=obey), name="mcp-stand-in")
@@ -218,9 +230,14 @@ async def resume_pause(
     context = TrustedContext(tenant=config.host.tenant, user=config.host.user)
     # The paused run's id (its effects' ledger keys), traced in a file of its own.
     run = RunScope(
-        host, design="mcp_resume", objective=f"resume of pause {pause_id}", context=context,
-        run_id=pause.run_id, trace_id=f"{pause.run_id}-resume-{pause_id}", checkpoints=False,
-    )  # fmt: skip
+        host,
+        design="mcp_resume",
+        objective=f"resume of pause {pause_id}",
+        context=context,
+        run_id=pause.run_id,
+        trace_id=f"{pause.run_id}-resume-{pause_id}",
+        checkpoints=False,
+    )
     reason, status, text = StopReason.INTERNAL_ERROR, "error", ""
     try:
         await host.start()
@@ -237,16 +254,21 @@ async def resume_pause(
     with closing(PauseStore(config.path(config.host.state))) as store:
         await store.complete(pause_id, status)
     return {
-        "pause": pause_id, "tool": pause.tool, "action": action, "status": status, "result": text,
+        "pause": pause_id,
+        "tool": pause.tool,
+        "action": action,
+        "status": status,
+        "result": text,
         "trace": str(trace_path) if trace_path else None,
-    }  # fmt: skip
+    }
 
 
 # How a resume of one paused call ends: it ran, its tool failed, or the host refused it.
 _RERUN_STOP = {
-    "ok": StopReason.ACCEPTED, "error": StopReason.DEPENDENCY_UNAVAILABLE,
+    "ok": StopReason.ACCEPTED,
+    "error": StopReason.DEPENDENCY_UNAVAILABLE,
     "denied": StopReason.POLICY_DENIED,
-}  # fmt: skip
+}
 
 
 async def rerun_paused_call(

@@ -180,10 +180,16 @@ def _write(
     assert stored.id is not None
     conn.execute(
         R.insert().values(
-            id=stored.id, subject=stored.subject, scope=stored.scope, source_system=src.system,
-            status="active", fingerprint=fingerprint, body=stored.model_dump_json(), created_at=now,
+            id=stored.id,
+            subject=stored.subject,
+            scope=stored.scope,
+            source_system=src.system,
+            status="active",
+            fingerprint=fingerprint,
+            body=stored.model_dump_json(),
+            created_at=now,
         )
-    )  # fmt: skip
+    )
     _event(conn, stored.id, "write", actor, reason, now)
     status: WriteStatus = "stored"
     if target is not None:

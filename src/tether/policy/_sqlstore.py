@@ -87,10 +87,14 @@ _CLAIM = {
 _FINISH = (
     update(L)
     .where(L.c.key == bindparam("b_key"))
-    .values(status=LedgerStatus.DONE.value, result=bindparam("b_result"), note=bindparam("b_note"),
-            updated_at=bindparam("b_at"))
+    .values(
+        status=LedgerStatus.DONE.value,
+        result=bindparam("b_result"),
+        note=bindparam("b_note"),
+        updated_at=bindparam("b_at"),
+    )
     .returning(*L.c)
-)  # fmt: skip
+)
 
 
 def _save_checkpoint_statement(name: str) -> Any:
@@ -298,10 +302,20 @@ class SqlApprovalStore(SqlStore):
         run_id: str | None = None,
     ) -> Claim:
         fresh = dict(
-            key=key, tool=tool, arguments_hash=arguments_hash, status=LedgerStatus.INTENT.value, owner=owner,
-            attempts=1, created_at=now, updated_at=now, lease_until=lease_until, proposal_id=proposal_id,
-            run_id=run_id, result=None, note="",
-        )  # fmt: skip
+            key=key,
+            tool=tool,
+            arguments_hash=arguments_hash,
+            status=LedgerStatus.INTENT.value,
+            owner=owner,
+            attempts=1,
+            created_at=now,
+            updated_at=now,
+            lease_until=lease_until,
+            proposal_id=proposal_id,
+            run_id=run_id,
+            result=None,
+            note="",
+        )
         worker_gone = self._worker_gone()
 
         def claim(conn: Connection) -> Claim:

@@ -66,18 +66,24 @@ class ProposalDesk:
             raise PolicyError(d.reason, f"{d.rule}: {d.reason}", **d.details)
         assert outcome.spec is not None and outcome.arguments is not None
         proposal = Proposal.of(
-            outcome.spec.name, outcome.arguments, context.tenant, effect=str(outcome.spec.effect),
+            outcome.spec.name,
+            outcome.arguments,
+            context.tenant,
+            effect=str(outcome.spec.effect),
             needs_approval=outcome.status == "approve",
-        )  # fmt: skip
+        )
         stored = await self.approvals.submit(proposal, proposed_by=proposed_by)
         if proposal.needs_approval:
             await self.approvals.record_policy(stored.id, d.rule, d.reason, d.details)
         else:
             stored = await self.approvals.store.decide(
-                stored.id, ProposalStatus.APPROVED, allowed_from=frozenset({ProposalStatus.PENDING}),
-                actor="policy:automatic", reason="no approval needed for this effect",
+                stored.id,
+                ProposalStatus.APPROVED,
+                allowed_from=frozenset({ProposalStatus.PENDING}),
+                actor="policy:automatic",
+                reason="no approval needed for this effect",
                 now=self.approvals.clock(),
-            )  # fmt: skip
+            )
         return stored
 
     def _decide(self, context: TrustedContext, raw_json: str | bytes) -> GateOutcome:
@@ -117,9 +123,15 @@ class ProposalDesk:
         run_id, call_id, step = p.run_id or p.id, p.call_id or p.id, p.step or 0
         # The proposal's own run id and step: the ledger key its run would use.
         run = RunScope(
-            host, design="desk", objective=f"proposal {p.id}", context=context, run_id=run_id,
-            checkpoints=False, trace_id=f"{run_id}-desk-{p.id}", step=step,
-        )  # fmt: skip
+            host,
+            design="desk",
+            objective=f"proposal {p.id}",
+            context=context,
+            run_id=run_id,
+            checkpoints=False,
+            trace_id=f"{run_id}-desk-{p.id}",
+            step=step,
+        )
         offered = host.offered()
         await run.start(offered)
         scope = run.calls(offered, proposed_by="desk", stop_on_denial=True, proposals={call_id: p.id})

@@ -86,9 +86,14 @@ class AgentLoop:
         self.resuming = resume is not None
         self.steps = steps or LoopSteps()
         self.lifecycle = RunScope(
-            host, design="agent", objective=objective, context=context, run_id=run_id, resume=resume,
+            host,
+            design="agent",
+            objective=objective,
+            context=context,
+            run_id=run_id,
+            resume=resume,
             resumable=True,
-        )  # fmt: skip
+        )
         self.state, self.tracer = self.lifecycle.state, self.lifecycle.tracer
         if resume is None and request is not None:
             self.state.request = request

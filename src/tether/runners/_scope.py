@@ -204,9 +204,15 @@ class RunScope:
     ) -> CallScope:
         """The scope the chokepoint runs this run's calls in."""
         return CallScope(
-            self.state, self.tracer, offered, harness, proposed_by, self.checkpoints, stop_on_denial,
+            self.state,
+            self.tracer,
+            offered,
+            harness,
+            proposed_by,
+            self.checkpoints,
+            stop_on_denial,
             proposals or {},
-        )  # fmt: skip
+        )
 
     async def finish(
         self,
@@ -225,9 +231,13 @@ class RunScope:
         steps = s.steps if steps is None else steps
         detail = await self._checkpoint_stop(reason, detail)
         self.tracer.emit(
-            EventKind.STOP, reason=str(reason), detail=detail, design=self.design, steps=steps,
+            EventKind.STOP,
+            reason=str(reason),
+            detail=detail,
+            design=self.design,
+            steps=steps,
             llm_calls=s.llm_calls,
-        )  # fmt: skip
+        )
         self.tracer.close()
         self._finished = RunResult(
             run_id=s.run_id,
@@ -268,7 +278,11 @@ class RunScope:
         app = self.resumed.app if self.resumed is not None and self.resumed.app else approvals.app
         with anyio.CancelScope(shield=True):
             await approvals.store.save_checkpoint(
-                self.run_id, app=app, state=text, status=status, stop_reason=str(reason),
+                self.run_id,
+                app=app,
+                state=text,
+                status=status,
+                stop_reason=str(reason),
                 now=self.host.clock(),
-            )  # fmt: skip
+            )
         return detail

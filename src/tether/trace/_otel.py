@@ -45,11 +45,32 @@ _MAX_TEXT = 4000
 # Keys whose string values are identifiers or verdicts, never message content: exported always.
 _SAFE_KEYS = frozenset(
     {
-        "tool", "server", "source", "rule", "reason", "status", "outcome", "design", "trust", "error_kind",
-        "proposal_id", "call_id", "key", "answered_by", "strategy", "kind",
-        "model", "agent", "workflow", "tenant", "effect", "content_hash", "reviewer", "state",
+        "tool",
+        "server",
+        "source",
+        "rule",
+        "reason",
+        "status",
+        "outcome",
+        "design",
+        "trust",
+        "error_kind",
+        "proposal_id",
+        "call_id",
+        "key",
+        "answered_by",
+        "strategy",
+        "kind",
+        "model",
+        "agent",
+        "workflow",
+        "tenant",
+        "effect",
+        "content_hash",
+        "reviewer",
+        "state",
     }
-)  # fmt: skip
+)
 
 
 # With content capture off, a string under one of these keys is exported only if it looks like an
@@ -62,10 +83,16 @@ _FREE_TEXT = "[text not exported]"
 _PERSON_TEXT = frozenset({"approval_granted", "approval_denied"})
 # Host names of the providers the GenAI conventions name (gen_ai.provider.name).
 PROVIDERS = {
-    "api.openai.com": "openai", "api.anthropic.com": "anthropic", "api.deepseek.com": "deepseek",
-    "api.groq.com": "groq", "api.mistral.ai": "mistral_ai", "api.perplexity.ai": "perplexity",
-    "api.x.ai": "x_ai", "generativelanguage.googleapis.com": "gcp.gemini", "api.cohere.com": "cohere",
-}  # fmt: skip
+    "api.openai.com": "openai",
+    "api.anthropic.com": "anthropic",
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+    "api.cohere.com": "cohere",
+}
 
 
 def run_trace_context(run_id: str) -> SpanContext:
@@ -484,9 +511,13 @@ class OtelSink:
 
 _PROVIDERS_BY_CONFIG: dict[tuple[str, ...], TracerProvider] = {}
 _ENV_KEYS = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-    "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES",
-)  # fmt: skip
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_SERVICE_NAME",
+    "OTEL_RESOURCE_ATTRIBUTES",
+)
 
 
 def otlp_configured(environ: Mapping[str, str] | None = None) -> bool:

@@ -75,10 +75,21 @@ def sanitize(text: str) -> str:
 # ``clientSecret``), never as substrings (``secretary_email`` and ``max_tokens`` are data).
 _SECRET_WORDS = frozenset(
     {
-        "password", "passwd", "passphrase", "secret", "token", "apikey", "authorization",
-        "cookie", "credential", "credentials", "privatekey", "accesskey", "secretkey",
+        "password",
+        "passwd",
+        "passphrase",
+        "secret",
+        "token",
+        "apikey",
+        "authorization",
+        "cookie",
+        "credential",
+        "credentials",
+        "privatekey",
+        "accesskey",
+        "secretkey",
     }
-)  # fmt: skip
+)
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 MIN_FRAGMENT = 8  # a piece of a secret this long or longer is redacted wherever it appears
 _ANCHOR = 4  # every fragment of MIN_FRAGMENT characters holds one 4-character piece at a multiple of 4

@@ -10,9 +10,15 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "add_actions", "add_db", "add_json", "add_model_options", "add_out", "add_output_options", "add_resolve",
+    "add_actions",
+    "add_db",
+    "add_json",
+    "add_model_options",
+    "add_out",
+    "add_output_options",
+    "add_resolve",
     "add_scenario",
-]  # fmt: skip
+]
 
 JSON_HELP = "print one JSON object as the last line"
 
@@ -59,9 +65,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model (overrides the agent file)")
     g.add_argument("--model", help="model name, or scripted:STEPS.yaml for a scripted stand-in")
     g.add_argument(
-        "--provider", choices=("openai-chat", "openai-responses", "anthropic"),
+        "--provider",
+        choices=("openai-chat", "openai-responses", "anthropic"),
         help="the model's protocol (default: the agent file's, else openai-chat)",
-    )  # fmt: skip
+    )
     g.add_argument("--base-url", help="the API's base URL (default $OPENAI_BASE_URL / $ANTHROPIC_BASE_URL)")
     g.add_argument(
         "--api-key-env",
@@ -72,9 +79,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
         "--no-stream", action="store_true", help="whole responses, even if the agent file asks for a stream"
     )
     g.add_argument(
-        "--reasoning", choices=("drop", "keep", "since_last_user"),
+        "--reasoning",
+        choices=("drop", "keep", "since_last_user"),
         help="resend reasoning_content: default per model name (documentation: 'Real models and backends')",
-    )  # fmt: skip
+    )
     g.add_argument(
         "--prices", type=Path, help="JSON price table: {model: {input, output, cached_input, cache_write}}"
     )
@@ -89,6 +97,7 @@ def add_output_options(p: argparse.ArgumentParser) -> None:
     add_json(p, "one JSON object as the last line; no progress")
     p.add_argument("--show-results", action="store_true", help="print every tool result in full")
     p.add_argument(
-        "--trace-results", action="store_true",
+        "--trace-results",
+        action="store_true",
         help="store every tool result's content (redacted) beside the trace: <run>.results.jsonl",
-    )  # fmt: skip
+    )

@@ -94,9 +94,15 @@ def write_results(result: Any, secrets: frozenset[str] | set[str]) -> Path | Non
         for obs in result.observations:
             text = obs.text
             line = {
-                "run_id": result.run_id, "call_id": obs.call_id, "tool": obs.tool, "source": obs.source,
-                "is_error": obs.is_error, "error_kind": obs.error_kind, "chars": len(text),
-                "text": text[:MAX_RESULT_CHARS], "cut": len(text) > MAX_RESULT_CHARS,
-            }  # fmt: skip
+                "run_id": result.run_id,
+                "call_id": obs.call_id,
+                "tool": obs.tool,
+                "source": obs.source,
+                "is_error": obs.is_error,
+                "error_kind": obs.error_kind,
+                "chars": len(text),
+                "text": text[:MAX_RESULT_CHARS],
+                "cut": len(text) > MAX_RESULT_CHARS,
+            }
             f.write(json.dumps(sanitize_value(line, redactor), ensure_ascii=True) + "\n")
     return path

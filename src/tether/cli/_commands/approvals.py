@@ -62,9 +62,15 @@ def _audit(
     store = UserStore(path)
     try:
         store.audit(
-            f"cli:{who}", action, tenant=tenant, target=target, content_hash=content_hash,
-            outcome=outcome, detail=detail, client="cli",
-        )  # fmt: skip
+            f"cli:{who}",
+            action,
+            tenant=tenant,
+            target=target,
+            content_hash=content_hash,
+            outcome=outcome,
+            detail=detail,
+            client="cli",
+        )
     finally:
         store.close()
 
@@ -143,10 +149,16 @@ def _list(approvals: Approvals, status_name: str, db: str, as_json: bool) -> int
         raise ValueError(f"--status {status_name!r}: one of {', '.join(known)}, all")
     status = None if status_name == "all" else ProposalStatus(status_name)
     rows = [
-        {"id": p.id, "status": str(p.status), "tenant": p.tenant, "tool": p.tool, "run": p.run_id or "",
-         "created": p.created_at.isoformat(timespec="seconds")}
+        {
+            "id": p.id,
+            "status": str(p.status),
+            "tenant": p.tenant,
+            "tool": p.tool,
+            "run": p.run_id or "",
+            "created": p.created_at.isoformat(timespec="seconds"),
+        }
         for p in blocking(approvals.store.list_proposals, status=status)
-    ]  # fmt: skip
+    ]
     text = table(rows, ["id", "status", "tenant", "tool", "run", "created"], "no proposals")
     return outcome({"db": str(db), "count": len(rows), "proposals": rows}, text, as_json=as_json)
 
@@ -180,8 +192,13 @@ def _decide(approvals: Approvals, args: argparse.Namespace) -> dict[str, Any]:
         raise
     _audit(reviewer.name, args.action, p.id, str(p.status), args.reason, p.tenant, p.content_hash)
     decided_at = p.decided_at.isoformat() if p.decided_at else None
-    return {"id": p.id, "status": str(p.status), "decided_by": p.decided_by, "decided_at": decided_at,
-            "run": p.run_id}  # fmt: skip
+    return {
+        "id": p.id,
+        "status": str(p.status),
+        "decided_by": p.decided_by,
+        "decided_at": decided_at,
+        "run": p.run_id,
+    }
 
 
 def _print_decision(

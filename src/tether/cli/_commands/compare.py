@@ -30,13 +30,15 @@ def register(sub: Any) -> None:
     p.add_argument("--cases", type=Path, help="case file (default: the scenario's own)")
     p.add_argument("--config", type=Path, help="decision rule and cost model (default: the scenario's own)")
     p.add_argument(
-        "--model-factory", metavar="MODULE:FUNCTION",
+        "--model-factory",
+        metavar="MODULE:FUNCTION",
         help="a function returning the agent's Model (default: the deterministic policy model)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--judge-factory", metavar="MODULE:FUNCTION",
+        "--judge-factory",
+        metavar="MODULE:FUNCTION",
         help="a function returning a Model used as groundedness judge (must differ from the agent's)",
-    )  # fmt: skip
+    )
     add_json(p)
     p.set_defaults(handler=run)
 
@@ -57,13 +59,24 @@ def _factory(option: str, spec: str | None) -> Any:
 
 
 _FIGURES = (
-    "success_rate", "success_rate_spread", "pass_k", "holdout_success_rate", "mean_calls", "mean_cost_usd",
-    "violations_blocked", "untrusted_instructions_followed",
-)  # fmt: skip
-_TABLE_COLUMNS = [
-    "design", "success_rate", "pass_k", "holdout_success_rate", "mean_calls", "mean_cost_usd",
+    "success_rate",
+    "success_rate_spread",
+    "pass_k",
+    "holdout_success_rate",
+    "mean_calls",
+    "mean_cost_usd",
     "violations_blocked",
-]  # fmt: skip
+    "untrusted_instructions_followed",
+)
+_TABLE_COLUMNS = [
+    "design",
+    "success_rate",
+    "pass_k",
+    "holdout_success_rate",
+    "mean_calls",
+    "mean_cost_usd",
+    "violations_blocked",
+]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,9 +136,14 @@ def _compare(
 
     # The bar goes to stderr, unredirected: MCP stdio servers inherit it (a file descriptor).
     with Progress(
-        TextColumn("[bold]compare[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=Console(stderr=True), redirect_stdout=False, redirect_stderr=False,
-    ) as progress:  # fmt: skip
+        TextColumn("[bold]compare[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        redirect_stdout=False,
+        redirect_stderr=False,
+    ) as progress:
         task = progress.add_task(name, total=total)
 
         def tick(row: Any) -> None:
@@ -134,10 +152,16 @@ def _compare(
         try:
             return anyio.run(
                 lambda: run_comparison(
-                    scenario, cases, config, repeat=args.repeat, model_factory=factory, judge=judge,
-                    progress=tick, config_loaded_at=loaded_at,
+                    scenario,
+                    cases,
+                    config,
+                    repeat=args.repeat,
+                    model_factory=factory,
+                    judge=judge,
+                    progress=tick,
+                    config_loaded_at=loaded_at,
                 )
-            )  # fmt: skip
+            )
         except TetherError as err:
             return fail("tether compare", err, as_json=args.json)
 
@@ -147,8 +171,12 @@ def _last_line(summary: dict[str, Any], name: str, repeat: int) -> dict[str, Any
     fig, decision = summary["figures"], summary["decision"]
     designs = {d: {k: fig[d][k] for k in _FIGURES} for d in summary["designs"]}
     last: dict[str, Any] = {
-        "scenario": name, "repeat": repeat, "decision": decision["decision"], "why": decision["why"],
-        "designs": designs, "files": summary["files"],
-    }  # fmt: skip
+        "scenario": name,
+        "repeat": repeat,
+        "decision": decision["decision"],
+        "why": decision["why"],
+        "designs": designs,
+        "files": summary["files"],
+    }
     last.update(designs)  # also per design at the top level: {"workflow": {...}, "agent": {...}}
     return last

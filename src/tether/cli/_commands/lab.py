@@ -67,11 +67,16 @@ def run(args: argparse.Namespace) -> int:
         done = anyio.run(run_mode, mode, out)
         expected_reason, expected_code = lab.EXPECTED[mode]
         ok &= done.as_expected
-        rows.append({
-            "mode": mode, "stop_reason": done.stop_reason, "exit": done.exit_code,
-            "expected": f"{expected_reason}/{expected_code}", "ok": "yes" if done.as_expected else "NO",
-            **({"agent": done.summary["agent"]} if "agent" in done.summary else {}),
-        })  # fmt: skip
+        rows.append(
+            {
+                "mode": mode,
+                "stop_reason": done.stop_reason,
+                "exit": done.exit_code,
+                "expected": f"{expected_reason}/{expected_code}",
+                "ok": "yes" if done.as_expected else "NO",
+                **({"agent": done.summary["agent"]} if "agent" in done.summary else {}),
+            }
+        )
     text = table(rows, ["mode", "stop_reason", "exit", "expected", "ok"])
     text += "\nall modes as specified" if ok else "\nSOME MODES DID NOT END AS SPECIFIED"
     failed = ", ".join(r["mode"] for r in rows if r["ok"] != "yes")

@@ -20,11 +20,13 @@ T = TypeVar("T")
 
 def register(sub: Any) -> None:
     _, msub = add_actions(
-        sub, "mcp", dest="mcp_command",
+        sub,
+        "mcp",
+        dest="mcp_command",
         help="the MCP host: review/approve servers, run a question over them, resume paused questions",
         description="MCP servers are declared in a TOML/YAML config file (see the guide 'Add MCP servers "
         "safely').",
-    )  # fmt: skip
+    )
     r = msub.add_parser("review", help="show every tool's full definition and flag suspicious text")
     r.add_argument("name", help="server id from the config")
     _common(r, handler=_review, shared=True)
@@ -54,34 +56,47 @@ def _add_run(msub: Any) -> None:
     )
     run.add_argument("question")
     run.add_argument(
-        "--script", type=Path,
+        "--script",
+        type=Path,
         help="scripted stand-in: YAML/JSON list of steps {call, arguments} | [..] | {final}",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
+        "--call",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TOOL", "JSON"),
         help="scripted stand-in: one call (repeatable)",
-    )  # fmt: skip
+    )
     run.add_argument(
         "--no-obey", action="store_true", help="the stand-in does not obey instructions found in results"
     )
     run.add_argument(
-        "--ask", choices=("auto", "never", "console"), default="auto",
+        "--ask",
+        choices=("auto", "never", "console"),
+        default="auto",
         help="who answers elicitations: console (a person), never (pause), auto (console if a terminal)",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--sampler", choices=("none", "model"), default="none",
+        "--sampler",
+        choices=("none", "model"),
+        default="none",
         help="servers' sampling requests: none (refused) or model (answered by --model, a real model)",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--consent", choices=("no", "yes", "console"), default="no",
+        "--consent",
+        choices=("no", "yes", "console"),
+        default="no",
         help="sampling consent: no; yes (each exact prompt is printed to stderr, then allowed); "
         "console (asked)",
-    )  # fmt: skip
+    )
     run.add_argument(
-        "--db", type=Path, default=None,
+        "--db",
+        type=Path,
+        default=None,
         help="approval store: a call needing approval or a question nobody answers checkpoints the run; "
         "`tether resume RUN --db` continues it with the same model and servers",
-    )  # fmt: skip
+    )
     add_model_options(run)
     add_output_options(run)
     run.add_argument("--config", type=Path, required=True, help="MCP host config (TOML or YAML)")
@@ -98,10 +113,11 @@ def _add_resume(msub: Any) -> None:
     res.add_argument("--by", help="who answers (default: the login name)")
     res.add_argument("--db", type=Path, help="the run's approval store (for the resume hint)")
     res.add_argument(
-        "--answer-only", action="store_true",
+        "--answer-only",
+        action="store_true",
         help="store the validated answer without re-running the call (a checkpointed run then "
         "continues with `tether resume RUN`)",
-    )  # fmt: skip
+    )
     _common(res, handler=_resume, shared=False)
 
 
@@ -113,10 +129,11 @@ def _common(p: argparse.ArgumentParser, *, handler: Any, shared: bool) -> None:
     add_json(p)
     if shared:
         p.add_argument(
-            "--db", metavar="URL",
+            "--db",
+            metavar="URL",
             help="a deployment's storage URL (postgresql://… or sqlite:///dir): its shared pins and pauses,"
             " as durable workers use them, instead of the config's files",
-        )  # fmt: skip
+        )
     p.set_defaults(handler=handler)
 
 
@@ -202,10 +219,15 @@ def _approve(args: argparse.Namespace) -> int:
     done = _with_pins(
         args,
         lambda config, pins: approve_server(
-            config, args.name, actor=args.by, accept_flagged=set(args.accept_flagged),
-            only=set(args.tool) if args.tool else None, expect=args.expect, pins=pins,
+            config,
+            args.name,
+            actor=args.by,
+            accept_flagged=set(args.accept_flagged),
+            only=set(args.tool) if args.tool else None,
+            expect=args.expect,
+            pins=pins,
         ),
-    )  # fmt: skip
+    )
     if isinstance(done, int):
         return done
     review, pinned, skipped = done
@@ -226,9 +248,12 @@ def build(af: Any, args: argparse.Namespace, *, ask: str, consent: str) -> Any:
     from tether.agents._build import build_agent
 
     return build_agent(
-        af, approvals_db=getattr(args, "db", None), responder=responder_for(ask),
-        consent=consent_for(consent), on_delta=None if args.json else show_text,
-    )  # fmt: skip
+        af,
+        approvals_db=getattr(args, "db", None),
+        responder=responder_for(ask),
+        consent=consent_for(consent),
+        on_delta=None if args.json else show_text,
+    )
 
 
 def responder_for(mode: str) -> Any:
@@ -330,10 +355,15 @@ def run_mcp(args: argparse.Namespace) -> int:
             return _fail_run(args, why)
         sampler = getattr(args, "sampler", "none")
         af = mcp_agent(
-            args.config, model=model, instructions=INSTRUCTIONS, tenant=config.host.tenant,
-            user=config.host.user, sampling=sampler, consent=getattr(args, "consent", "no"),
+            args.config,
+            model=model,
+            instructions=INSTRUCTIONS,
+            tenant=config.host.tenant,
+            user=config.host.user,
+            sampling=sampler,
+            consent=getattr(args, "consent", "no"),
             trace_dir=str(config.path(config.host.trace_dir)),
-        )  # fmt: skip
+        )
         for s in config.servers:
             if s.sampling.enabled and sampler == "none":
                 print(
@@ -415,10 +445,16 @@ def _pauses(args: argparse.Namespace) -> int:
     store = shared.pauses if shared is not None else PauseStore(config.path(config.host.state))
     try:
         rows = [
-            {"id": p.id, "server": p.server, "tool": p.tool, "message": p.message, "schema": p.schema,
-             "run_id": p.run_id}
+            {
+                "id": p.id,
+                "server": p.server,
+                "tool": p.tool,
+                "message": p.message,
+                "schema": p.schema,
+                "run_id": p.run_id,
+            }
             for p in blocking(store.pending)
-        ]  # fmt: skip
+        ]
     finally:
         (shared or store).close()
     text = "\n".join(safe(f"{r['id']}  {r['tool']}  asks: {r['message']}") for r in rows)

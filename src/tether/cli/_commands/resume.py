@@ -77,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
     except ApprovalError as err:
         return fail("tether resume", err, as_json=args.json, run_id=args.run_id)
     return report(
-        result, host, args, db=db, trace_results=args.trace_results, tools=agent.tools,
-        model=agent.model.name, backend=agent.model,
-    )  # fmt: skip
+        result,
+        host,
+        args,
+        db=db,
+        trace_results=args.trace_results,
+        tools=agent.tools,
+        model=agent.model.name,
+        backend=agent.model,
+    )

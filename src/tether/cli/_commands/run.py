@@ -46,9 +46,13 @@ def register(sub: Any) -> None:
     add_output_options(p)
     p.add_argument("--script", type=Path, help="with --config: scripted stand-in steps (a test double)")
     p.add_argument(
-        "--call", nargs=2, action="append", default=[], metavar=("TOOL", "JSON"),
+        "--call",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TOOL", "JSON"),
         help="with --config: a scripted call (a test double)",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
     )
@@ -67,15 +71,25 @@ def model_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "prices", None) is not None:
         prices = {model: asdict(price) for model, price in load_prices(args.prices).items()}
     return {
-        "name": args.model, "base_url": args.base_url, "provider": getattr(args, "provider", None),
-        "api_key_env": args.api_key_env, "streaming": False if args.no_stream else None,
-        "reasoning": args.reasoning, "rate": args.rate, "prices": prices, "limits": _limits(args),
-    }  # fmt: skip
+        "name": args.model,
+        "base_url": args.base_url,
+        "provider": getattr(args, "provider", None),
+        "api_key_env": args.api_key_env,
+        "streaming": False if args.no_stream else None,
+        "reasoning": args.reasoning,
+        "rate": args.rate,
+        "prices": prices,
+        "limits": _limits(args),
+    }
 
 
 def _limits(args: argparse.Namespace) -> dict[str, Any]:
-    return {"llm_calls": args.max_llm_calls, "max_tokens": args.max_tokens, "max_cost_usd": args.max_cost,
-            "deadline_s": args.deadline}  # fmt: skip
+    return {
+        "llm_calls": args.max_llm_calls,
+        "max_tokens": args.max_tokens,
+        "max_cost_usd": args.max_cost,
+        "deadline_s": args.deadline,
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,15 +142,28 @@ def drive(built: Any, objective: str, args: argparse.Namespace, **extra: Any) ->
         sys.stderr.write("\n")
     trace_results = getattr(args, "trace_results", False) or built.agent_file.spec.trace.results
     return report(
-        result, host, args, db=built.approvals_db, trace_results=trace_results, model=built.agent.model.name,
-        backend=built.agent.model, **extra,
-    )  # fmt: skip
+        result,
+        host,
+        args,
+        db=built.approvals_db,
+        trace_results=trace_results,
+        model=built.agent.model.name,
+        backend=built.agent.model,
+        **extra,
+    )
 
 
 def report(
-    result: Any, host: Any, args: argparse.Namespace, *, db: Path | None, trace_results: bool = False,
-    tools: Any = None, backend: Any = None, **extra: Any,
-) -> int:  # fmt: skip
+    result: Any,
+    host: Any,
+    args: argparse.Namespace,
+    *,
+    db: Path | None,
+    trace_results: bool = False,
+    tools: Any = None,
+    backend: Any = None,
+    **extra: Any,
+) -> int:
     """Print a finished (or paused) run and return its exit code. ``backend``: the run's model,
     for the hints of a ``model_error`` (the URL, the key variable, streaming)."""
     down = unavailable_servers(host)

@@ -16,10 +16,12 @@ from tether.errors import ApprovalError, ConfigError
 
 def register(sub: Any) -> None:
     p, acts = add_actions(
-        sub, "runs", dest="action",
+        sub,
+        "runs",
+        dest="action",
         help="durable runs: list, show, cancel, resume, approve, deny, pauses, answer, resolve, workers,"
         " escalations, move",
-    )  # fmt: skip
+    )
     ls = acts.add_parser("list", help="recent runs, newest first")
     ls.add_argument("--limit", type=int, default=50)
     statuses = ("queued", "running", "paused", "finished", "failed", "cancelled")
@@ -108,11 +110,20 @@ def _list(client: Any, args: argparse.Namespace) -> int:
     )
     now = datetime.now(UTC)
     rows = [
-        {"run_id": v.run_id, "tenant": v.tenant or "", "status": v.status, "stop_reason": v.stop_reason or "",
-         "age": _age((now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0),
-         "workflows": len(v.workflows), "executor": v.latest.executor or "", "version": v.version or ""}
+        {
+            "run_id": v.run_id,
+            "tenant": v.tenant or "",
+            "status": v.status,
+            "stop_reason": v.stop_reason or "",
+            "age": _age(
+                (now - v.workflows[0].created_at).total_seconds() if v.workflows[0].created_at else 0
+            ),
+            "workflows": len(v.workflows),
+            "executor": v.latest.executor or "",
+            "version": v.version or "",
+        }
         for v in views
-    ]  # fmt: skip
+    ]
     columns = ["run_id", "tenant", "status", "stop_reason", "age", "executor", "version"]
     text = table(rows, columns, "no durable runs")
     return outcome({"count": len(rows), "runs": rows}, text, as_json=args.json)
@@ -203,13 +214,15 @@ def report_view(view: Any, *, as_json: bool) -> int:
 
 def _cancel(client: Any, args: argparse.Namespace) -> int:
     done = client.cancel(args.run_id, by=_who())
-    text = "\n".join([
-        f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
-        f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
-        f" {len(done['questions_closed'])} question(s) closed,"
-        f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers",
-        *(f"  task not cancelled: {left}" for left in done["tasks_not_cancelled"]),
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            f"cancelled {args.run_id}: {len(done['workflows'])} workflow(s),"
+            f" {len(done['proposals_invalidated'])} proposal(s) invalidated,"
+            f" {len(done['questions_closed'])} question(s) closed,"
+            f" {len(done['tasks_cancelled'])} MCP task(s) cancelled on their servers",
+            *(f"  task not cancelled: {left}" for left in done["tasks_not_cancelled"]),
+        ]
+    )
     return _done(args, {"run_id": args.run_id, **done}, text)
 
 
@@ -249,10 +262,17 @@ def _pauses(client: Any, args: argparse.Namespace) -> int:
     from tether.sql._database import blocking
 
     rows = [
-        {"id": p.id, "run": p.run_id, "server": p.server, "tool": p.tool, "asked": p.created_at,
-         "message": p.message, "schema": p.schema}
+        {
+            "id": p.id,
+            "run": p.run_id,
+            "server": p.server,
+            "tool": p.tool,
+            "asked": p.created_at,
+            "message": p.message,
+            "schema": p.schema,
+        }
         for p in blocking(client.stores.pauses.pending)
-    ]  # fmt: skip
+    ]
     text = table(rows, ["id", "run", "server", "tool", "asked", "message"], "no questions waiting")
     return outcome({"count": len(rows), "pauses": rows}, text, as_json=args.json)
 
@@ -321,10 +341,17 @@ def _escalations(client: Any, args: argparse.Namespace) -> int:
         if e.status is LedgerStatus.ESCALATED or e.lease_until <= now
     ]
     rows = [
-        {"key": e.key, "run_id": e.run_id or "", "tool": e.tool, "status": str(e.status),
-         "since": e.updated_at, "note": e.note, "resolve": resolve_command(e.key)}
+        {
+            "key": e.key,
+            "run_id": e.run_id or "",
+            "tool": e.tool,
+            "status": str(e.status),
+            "since": e.updated_at,
+            "note": e.note,
+            "resolve": resolve_command(e.key),
+        }
         for e in waiting
-    ]  # fmt: skip
+    ]
     text = safe(table(rows, ["key", "run_id", "tool", "since", "resolve"], "no effects wait for a person"))
     return outcome({"count": len(rows), "escalations": rows}, text, as_json=args.json)
 
@@ -358,7 +385,16 @@ def resume_durable(run_id: str, url: str, *, as_json: bool, wait: float = 300.0)
 
 
 _ACTIONS = {
-    "list": _list, "show": _show, "cancel": _cancel, "resume": _resume, "approve": _decide, "deny": _decide,
-    "pauses": _pauses, "answer": _answer, "resolve": _resolve, "workers": _workers,
-    "escalations": _escalations, "move": _move,
-}  # fmt: skip
+    "list": _list,
+    "show": _show,
+    "cancel": _cancel,
+    "resume": _resume,
+    "approve": _decide,
+    "deny": _decide,
+    "pauses": _pauses,
+    "answer": _answer,
+    "resolve": _resolve,
+    "workers": _workers,
+    "escalations": _escalations,
+    "move": _move,
+}

@@ -37,16 +37,22 @@ def register(sub: Any) -> None:
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (serve behind HTTPS)")
     p.add_argument("--insecure-bind", action="store_true", help="allow a non-loopback address without HTTPS")
     p.add_argument(
-        "--allowed-host", action="append", default=[], metavar="NAME",
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="a host name the console answers to (repeatable; the loopback names and --host always):"
         " requests naming any other host are refused (DNS rebinding)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--trusted-proxy", action="append", default=[], metavar="ADDR",
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
         help="the address of a reverse proxy whose X-Forwarded-For/-Proto headers are believed"
         " (repeatable; by default none are: any client could name another address and so evade"
         " the sign-in throttle or forge the audit log's client address)",
-    )  # fmt: skip
+    )
     p.set_defaults(handler=run)
 
 
@@ -80,10 +86,12 @@ def deadline_protocol() -> type[asyncio.Protocol]:
         def send_400_response(self, msg: str) -> None:
             body = msg.encode("ascii", "replace")
             head = [
-                b"HTTP/1.1 400 Bad Request", b"content-type: text/plain; charset=utf-8",
-                b"content-length: %d" % len(body), b"connection: close",
+                b"HTTP/1.1 400 Bad Request",
+                b"content-type: text/plain; charset=utf-8",
+                b"content-length: %d" % len(body),
+                b"connection: close",
                 *[name + b": " + value for name, value in PROTECTIVE_HEADERS],
-            ]  # fmt: skip
+            ]
             self.transport.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
             self.transport.close()
 
@@ -98,13 +106,18 @@ def run(args: argparse.Namespace) -> int:
         from tether.console._app import LOOPBACK_HOSTS
         from tether.console._web import load_secret_key
     except ImportError as err:
-        print(f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"tether serve needs the console extra: pip install 'tether[console]' ({err.name} missing)",
+            file=sys.stderr,
+        )
         return 1
     out = Path(os.environ.get("TETHER_OUT", "tether-output"))
     if args.host not in LOOPBACK_HOSTS and not (args.secure_cookies or args.insecure_bind):
-        print(f"refusing to serve sign-in cookies over plain HTTP on {args.host}: use --secure-cookies "
-              "behind HTTPS (or --insecure-bind)", file=sys.stderr)  # fmt: skip
+        print(
+            f"refusing to serve sign-in cookies over plain HTTP on {args.host}: use --secure-cookies "
+            "behind HTTPS (or --insecure-bind)",
+            file=sys.stderr,
+        )
         return 1
     users_db = args.users or out / "console.db"
     traces = args.traces
@@ -134,8 +147,13 @@ def run(args: argparse.Namespace) -> int:
         print("no console users yet: tether users add NAME --tenant TENANT --role reviewer", file=sys.stderr)
     print(f"tether console on http://{args.host}:{args.port}/", file=sys.stderr, flush=True)
     uvicorn.run(
-        app, host=args.host, port=args.port, log_level="warning", server_header=False,
-        http=deadline_protocol(), proxy_headers=bool(args.trusted_proxy),
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        server_header=False,
+        http=deadline_protocol(),
+        proxy_headers=bool(args.trusted_proxy),
         forwarded_allow_ips=args.trusted_proxy or None,
-    )  # fmt: skip
+    )
     return 0

@@ -61,9 +61,14 @@ class _Run:
 
 
 def _prepare(
-    agent: str | None, objective: str | None, tenant: str | None, roles: list[str], user: str | None,
-    run_id: str | None, files: dict[str, Any],
-) -> _Run:  # fmt: skip
+    agent: str | None,
+    objective: str | None,
+    tenant: str | None,
+    roles: list[str],
+    user: str | None,
+    run_id: str | None,
+    files: dict[str, Any],
+) -> _Run:
     """Check one run and resolve its app; raises ``_Bad``. ``files``: agent files read so far."""
     from tether.core._names import is_agent_file
     from tether.policy._trusted import TrustedContext
@@ -90,9 +95,11 @@ def _prepare(
     af, digest = files[agent]
     base = trusted_context(af)
     ctx = dataclasses.replace(
-        base, tenant=tenant or base.tenant, roles=frozenset(roles) if roles else base.roles,
+        base,
+        tenant=tenant or base.tenant,
+        roles=frozenset(roles) if roles else base.roles,
         user=user if user is not None else base.user,
-    )  # fmt: skip
+    )
     return _Run(str(af.path.resolve()), digest, objective, ctx, run_id)
 
 
@@ -113,10 +120,15 @@ def _batch_runs(args: argparse.Namespace) -> list[_Run]:
                     raise ValueError("roles must be a list of strings")
                 runs.append(
                     _prepare(
-                        item.get("agent", args.agent), item.get("objective"), item.get("tenant", args.tenant),
-                        roles, item.get("user", args.user), item.get("run_id"), files,
+                        item.get("agent", args.agent),
+                        item.get("objective"),
+                        item.get("tenant", args.tenant),
+                        roles,
+                        item.get("user", args.user),
+                        item.get("run_id"),
+                        files,
                     )
-                )  # fmt: skip
+                )
             except (ValueError, _Bad) as err:
                 raise _Bad(f"line {number}: {err}", getattr(err, "code", 1)) from None
     finally:

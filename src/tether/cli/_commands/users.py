@@ -117,11 +117,19 @@ def _act(store: UserStore, args: argparse.Namespace) -> dict[str, Any]:
         store.audit("cli", "token_create", target=args.name, detail=f"token {info.id}")
         return {"user": args.name, "token_id": info.id, "token": secret, "expires_at": info.expires_at}
     if args.action == "tokens":
-        return {"tokens": [
-            {"id": t.id, "user": t.user, "label": t.label, "created": t.created_at,
-             "expires": t.expires_at or "", "revoked": t.revoked}
-            for t in store.tokens(args.name)
-        ]}  # fmt: skip
+        return {
+            "tokens": [
+                {
+                    "id": t.id,
+                    "user": t.user,
+                    "label": t.label,
+                    "created": t.created_at,
+                    "expires": t.expires_at or "",
+                    "revoked": t.revoked,
+                }
+                for t in store.tokens(args.name)
+            ]
+        }
     if args.action == "revoke-token":
         if not store.revoke_token(args.token_id):  # a mistyped id must not read as done
             raise ValueError(f"no token {args.token_id!r} (tether users tokens lists them)")
@@ -135,8 +143,13 @@ def _act(store: UserStore, args: argparse.Namespace) -> dict[str, Any]:
         store.set_disabled(args.name, args.action == "disable")
         store.audit("cli", f"user_{args.action}", target=args.name)
         return {"user": args.name, "disabled": args.action == "disable"}
-    return {"users": [
-        {"name": u["name"], "disabled": "yes" if u["disabled"] else "",
-         "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items()))}
-        for u in store.users()
-    ]}  # fmt: skip
+    return {
+        "users": [
+            {
+                "name": u["name"],
+                "disabled": "yes" if u["disabled"] else "",
+                "roles": ", ".join(f"{r}@{t}" for t, r in sorted(u["grants"].items())),
+            }
+            for u in store.users()
+        ]
+    }

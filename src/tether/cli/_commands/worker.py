@@ -27,10 +27,11 @@ def register(sub: Any) -> None:
     p = sub.add_parser("worker", help="serve the durable run queue (PostgreSQL + DBOS)")
     p.add_argument("--db", help="storage URL (postgresql://… or sqlite:///dir; default $TETHER_DB)")
     p.add_argument(
-        "--app", action="append",
+        "--app",
+        action="append",
         help="an app it runs: an agent file, or module:factory returning (host, agent); repeatable"
         " (default $TETHER_APPS, comma-separated)",
-    )  # fmt: skip
+    )
     p.add_argument("--concurrency", type=int, default=4, help="runs at once on this worker (default 4)")
     p.add_argument("--global-concurrency", type=int, help="runs at once on all workers")
     p.add_argument("--tenant-concurrency", type=int, help="runs at once per tenant, all workers")
@@ -38,13 +39,16 @@ def register(sub: Any) -> None:
     p.add_argument("--dead-after", type=float, default=15.0, help="seconds without heartbeat before recovery")
     p.add_argument("--poll", type=float, default=0.5, help="queue polling interval in seconds")
     p.add_argument(
-        "--grace", type=float, default=30.0,
+        "--grace",
+        type=float,
+        default=30.0,
         help="on SIGTERM/SIGINT: seconds the steps in flight may take to finish (default 30)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--init", action="store_true",
+        "--init",
+        action="store_true",
         help="create the database if it is missing, and its tables (as tether db init); else it must exist",
-    )  # fmt: skip
+    )
     p.add_argument(
         "--no-auto-resume", action="store_true", help="do not resume runs whose approvals were decided"
     )
@@ -68,11 +72,18 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(served, int):
         return served
     config = WorkerConfig(
-        url, apps=served, executor_id=args.executor_id, concurrency=args.concurrency,
-        global_concurrency=args.global_concurrency, tenant_concurrency=args.tenant_concurrency,
-        poll_s=args.poll, dead_after_s=args.dead_after, auto_resume=not args.no_auto_resume, init=args.init,
+        url,
+        apps=served,
+        executor_id=args.executor_id,
+        concurrency=args.concurrency,
+        global_concurrency=args.global_concurrency,
+        tenant_concurrency=args.tenant_concurrency,
+        poll_s=args.poll,
+        dead_after_s=args.dead_after,
+        auto_resume=not args.no_auto_resume,
+        init=args.init,
         grace_s=args.grace,
-    )  # fmt: skip
+    )
     return _work(Worker, config, as_json=args.json)
 
 
