@@ -1,13 +1,10 @@
 """The governance of a SQL memory store, written once for SQLite and PostgreSQL.
 
 ``SqlMemory`` holds the rules (duplicates, staleness, supersession, conflicts, deletion), each
-operation one transaction of its ``Database`` on the tables of ``tether.sql._tables``; a write
-serialises with the other writers of its (scope, subject) before its checks read
-(``tether.sql._tables.lock``: an advisory lock on PostgreSQL, the file's write lock on SQLite), so
-a refused write changes nothing and concurrent identical proposals leave exactly one row.
-``SqliteMemory`` and ``PgMemory`` add only how they are opened. Ids are ``mem_`` + a random
-uuid4: a content-derived id would let a tenant confirm a guessed claim from an id reported in
-a foreign-scope rejection.
+operation one transaction of its ``Database``. A write serialises with the other writers of its
+(scope, subject) before its checks read (``tether.sql._tables.lock``), so a refused write changes
+nothing and concurrent identical proposals leave one row. Ids are ``mem_`` + a random uuid4: a
+content-derived id would let a tenant confirm a guessed claim from a foreign-scope rejection.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from tether.sql._tables import memory_conflicts as Cf
 from tether.sql._tables import memory_events as Ev
 from tether.sql._tables import memory_records as R
 
-__all__ = ["SqlMemory", "utc_now"]
+__all__ = ["PgMemory", "SqlMemory", "SqliteMemory", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -96,8 +93,8 @@ def _get(conn: Connection, record_id: str, lock_row: bool = False) -> _Row | Non
 def _supersede_target(
     conn: Connection, record: MemoryRecord, rows: list[_Row], correcting: str | None
 ) -> _Row | None:
-    """The active record the new one replaces: the named one for a correction, otherwise the
-    active record of the same source system for the same subject and scope."""
+    """The active record the new one replaces: the named one for a correction, else the active
+    one of the same source system (same subject and scope)."""
     assert record.source is not None
     if correcting is not None:
         old = _get(conn, correcting)
@@ -259,9 +256,8 @@ def _history(conn: Connection, record_id: str) -> tuple[MemoryEvent, ...]:
 
 
 class SqlMemory(SqlStore):
-    """A ``MemoryStore`` on a ``Database`` (see ``SqlStore`` for what it is built on). ``clock``
-    gives the write time (expiry checks, history rows); inject a fixed one in tests. Reads take
-    ``now`` explicitly."""
+    """A ``MemoryStore`` on a ``Database`` (see ``SqlStore``). ``clock`` gives the write time
+    (expiry checks, history rows); reads take ``now`` explicitly."""
 
     concern = "memory"
 
@@ -279,19 +275,15 @@ class SqlMemory(SqlStore):
         self._clock = clock
 
     async def propose(self, record: MemoryRecord, *, actor: str = "model") -> WriteResult:
-        """Validate and store a proposed record; supersede or flag conflicts as needed.
-
-        Raises ``MemoryPolicyError`` (see ``check_proposal``, plus ``duplicate``, ``stale``,
-        ``supersedes``); a refused write leaves the database unchanged.
-        """
+        """Validate and store a proposed record, superseding or flagging conflicts as needed.
+        Raises ``MemoryPolicyError`` (``check_proposal``'s reasons, ``duplicate``, ``stale``,
+        ``supersedes``); a refused write changes nothing."""
         return await self._write(record, actor, f"proposed: {record.purpose}", None)
 
     async def correct(self, old_id: str, new_record: MemoryRecord, *, actor: str, reason: str) -> WriteResult:
-        """Replace the active record ``old_id`` by ``new_record`` (same subject and scope).
-
-        ``new_record`` passes the same checks as a proposal. Raises ``MemoryPolicyError``
-        (``not_found``, ``inactive``, ``scope``, ``subject`` or a proposal reason).
-        """
+        """Replace the active record ``old_id`` by ``new_record`` (same subject and scope, the
+        checks of a proposal). Raises ``MemoryPolicyError`` (``not_found``, ``inactive``,
+        ``scope``, ``subject`` or a proposal reason)."""
         return await self._write(new_record, actor, reason, old_id)
 
     async def read(self, subject: str, *, scope: str, roles: Set[str], now: datetime) -> ReadResult:
@@ -301,10 +293,8 @@ class SqlMemory(SqlStore):
         return await self.db.read(_read, subject, scope, frozenset(roles), now)
 
     async def delete(self, record_id: str, *, actor: str, reason: str) -> None:
-        """Delete a record: its content is erased, its id and history stay.
-
-        Raises ``MemoryPolicyError`` (``not_found``, or ``deleted`` if already deleted).
-        """
+        """Erase a record's content (its id and history stay). Raises ``MemoryPolicyError``
+        (``not_found``, ``deleted``)."""
         await self.db.write(_delete, record_id, actor, reason, self._now())
 
     async def history(self, record_id: str) -> tuple[MemoryEvent, ...]:
@@ -323,3 +313,12 @@ class SqlMemory(SqlStore):
         now = self._now()
         src = check_proposal(record, self.policy, now=now)  # pure: refused before the database is touched
         return await self.db.write(_write, record, src, now, actor, reason, correcting)
+
+
+class SqliteMemory(SqlMemory):
+    """A ``MemoryStore`` in the SQLite file at ``path`` (created and migrated when built)."""
+
+
+class PgMemory(SqlMemory):
+    """A ``MemoryStore`` on PostgreSQL: a URL, or a ``Database`` shared with the deployment's
+    other stores (then ``close`` leaves it open)."""

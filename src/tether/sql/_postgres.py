@@ -1,10 +1,7 @@
 """PostgreSQL URLs for tether's stores, and the error of an unreachable database.
 
-(The pools, transactions and retries are ``tether.sql._database.Database``'s.)
-
-URLs are libpq URLs plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1``
-puts every table in schema ``t1`` (created if missing), so one database can hold several
-isolated deployments (and the tests a fresh schema each).
+A URL is a libpq URL plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1`` puts
+every table in schema ``t1`` (created if missing), so one database can hold isolated deployments.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Every table tether keeps, declared once for SQLite and PostgreSQL (SQLAlchemy Core).
 
-Stores query these ``Table`` objects; ``tether.sql._database`` creates and migrates them. A table
-belongs to one concern (``CONCERNS``): a SQLite deployment keeps each concern in its own file,
-PostgreSQL keeps them all in one database (schema). What the dialects truly do differently is
-said here once: timestamps (``Instant``: ISO text in UTC on SQLite, ``TIMESTAMPTZ`` on
-PostgreSQL), insertion order (``seq``, a PostgreSQL identity column; SQLite uses its
-``rowid``), and the triggers that make history append-only and a stored proposal immutable.
+A table belongs to one concern (``CONCERNS``): SQLite keeps each concern in its own file,
+PostgreSQL all in one database (schema). The dialects differ only in timestamps (``Instant``),
+insertion order (``seq`` on PostgreSQL, the rowid on SQLite) and the triggers that make history
+append-only and a stored proposal immutable, all said here once.
 """
 
 from __future__ import annotations
@@ -361,9 +359,7 @@ tether_orphans = Table(
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
-# Runs submitted and not yet on DBOS's queue (``tether.durable._intake``): ``tether submit``
-# writes one row, with plain SQL and without DBOS; a worker moves it onto the queue
-# (workflow id = run id, so a move repeated after a crash enqueues nothing twice) and deletes it.
+# Runs submitted and not yet on DBOS's queue (``tether.durable._intake``).
 tether_intake = Table(
     "tether_intake",
     METADATA,
