@@ -192,13 +192,12 @@ class DurableClient:
 
     def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
         """``_intake.bound_version``, cached for ``VERSION_TTL_S``."""
-        if parse_url(self.url).backend != "postgresql":
-            return APP_VERSION, digest  # SQLite: one process, one version
         key = (app, digest)
         cached = self._versions.get(key)
         if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
             return cached[1]  # a batch: one look-up per app and second, not one per run
-        bound = bound_version(app, digest, self._live_workers)
+        postgres = parse_url(self.url).backend == "postgresql"
+        bound = bound_version(app, digest, self._live_workers, postgres=postgres)
         self._versions[key] = (time.monotonic(), bound)
         return bound
 

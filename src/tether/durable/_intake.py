@@ -108,12 +108,16 @@ def start_row(
 
 
 def bound_version(
-    app: str, digest: str | None, live: Callable[[], list[tuple[Any, Any]]]
+    app: str, digest: str | None, live: Callable[[], list[tuple[Any, Any]]], *, postgres: bool = True
 ) -> tuple[str, str | None]:
     """(DBOS application version, app digest) a new run of ``app`` is bound to: the newest live
     worker serving it (that digest, if given; ``live``: ``LIVE_WORKERS`` rows), else the version
-    of a worker serving that app alone."""
+    of a worker serving that app alone. SQLite (not ``postgres``): one process, one version."""
+    from tether.durable._config import APP_VERSION
     from tether.durable._versions import app_digest, serving, version_of
+
+    if not postgres:
+        return APP_VERSION, digest
 
     found = serving(live(), app, digest)
     own = digest or (None if found else app_digest(app))
@@ -209,12 +213,12 @@ class Submitter:
         self._conn.close()
 
     def version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
-        from tether.durable._config import APP_VERSION
         from tether.durable._versions import LIVE_S, LIVE_WORKERS
 
-        if self.dialect != "postgresql":
-            return APP_VERSION, digest  # SQLite: one process, one version
-        return bound_version(app, digest, lambda: list(self._conn.execute(LIVE_WORKERS, (LIVE_S,))))
+        postgres = self.dialect == "postgresql"
+        return bound_version(
+            app, digest, lambda: list(self._conn.execute(LIVE_WORKERS, (LIVE_S,))), postgres=postgres
+        )
 
     def put(self, rows: list[IntakeRow]) -> None:
         """Store ``rows`` in one transaction (all of them or none)."""
@@ -231,15 +235,11 @@ class Submitter:
             return
         import sqlite3
 
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(statement, values)
+            self._conn.execute("BEGIN IMMEDIATE")
+            with self._conn:  # commits, or rolls back what raised
+                self._conn.executemany(statement, values)
         except sqlite3.OperationalError as err:
-            self._conn.execute("ROLLBACK")
             if "no such table" in str(err):
                 raise IntakeMissing(str(err)) from None
             raise
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")

@@ -331,9 +331,6 @@ class Worker:
         )
         return len(found) + self.client.waiting()
 
-    def workers(self) -> list[dict[str, Any]]:
-        return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
-
     # -- the background duties --------------------------------------------------------------
 
     def _background(self) -> None:

@@ -32,7 +32,7 @@ from tether.memory._records import (
     WriteStatus,
 )
 from tether.memory._store import MemoryPolicy, check_proposal, normalize_claim
-from tether.sql._database import Database, SqlStore, Synchronous
+from tether.sql._database import Database, SqlStore
 from tether.sql._tables import insertion_order, lock, upsert
 from tether.sql._tables import memory_conflicts as Cf
 from tether.sql._tables import memory_events as Ev
@@ -256,8 +256,8 @@ def _history(conn: Connection, record_id: str) -> tuple[MemoryEvent, ...]:
 
 
 class SqlMemory(SqlStore):
-    """A ``MemoryStore`` on a ``Database`` (see ``SqlStore``). ``clock`` gives the write time
-    (expiry checks, history rows); reads take ``now`` explicitly."""
+    """A ``MemoryStore`` (see its methods' contract) on a ``Database`` (see ``SqlStore``).
+    ``clock`` gives the write time (expiry checks, history rows); reads take ``now``."""
 
     concern = "memory"
 
@@ -267,38 +267,26 @@ class SqlMemory(SqlStore):
         *,
         policy: MemoryPolicy,
         clock: Callable[[], datetime] = utc_now,
-        busy_timeout_s: float = 30.0,
-        synchronous: Synchronous = "NORMAL",
     ) -> None:
-        super().__init__(db, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        super().__init__(db)
         self.policy = policy
         self._clock = clock
 
     async def propose(self, record: MemoryRecord, *, actor: str = "model") -> WriteResult:
-        """Validate and store a proposed record, superseding or flagging conflicts as needed.
-        Raises ``MemoryPolicyError`` (``check_proposal``'s reasons, ``duplicate``, ``stale``,
-        ``supersedes``); a refused write changes nothing."""
         return await self._write(record, actor, f"proposed: {record.purpose}", None)
 
     async def correct(self, old_id: str, new_record: MemoryRecord, *, actor: str, reason: str) -> WriteResult:
-        """Replace the active record ``old_id`` by ``new_record`` (same subject and scope, the
-        checks of a proposal). Raises ``MemoryPolicyError`` (``not_found``, ``inactive``,
-        ``scope``, ``subject`` or a proposal reason)."""
         return await self._write(new_record, actor, reason, old_id)
 
     async def read(self, subject: str, *, scope: str, roles: Set[str], now: datetime) -> ReadResult:
-        """Records for ``subject`` or its sub-subjects, filtered by scope, status, expiry and ACL."""
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
         return await self.db.read(_read, subject, scope, frozenset(roles), now)
 
     async def delete(self, record_id: str, *, actor: str, reason: str) -> None:
-        """Erase a record's content (its id and history stay). Raises ``MemoryPolicyError``
-        (``not_found``, ``deleted``)."""
         await self.db.write(_delete, record_id, actor, reason, self._now())
 
     async def history(self, record_id: str) -> tuple[MemoryEvent, ...]:
-        """The operations on ``record_id``, oldest first (empty for an unknown id)."""
         return await self.db.read(_history, record_id)
 
     def _now(self) -> datetime:

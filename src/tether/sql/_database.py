@@ -139,11 +139,10 @@ class Database:
         path: str | Path,
         *,
         busy_timeout_s: float = 30.0,
-        pool_size: int = 4,
         synchronous: Synchronous = "NORMAL",
     ) -> Database:
-        if busy_timeout_s < 0 or pool_size < 1:
-            raise ValueError("busy_timeout_s must be >= 0 and pool_size >= 1")
+        if busy_timeout_s < 0:
+            raise ValueError("busy_timeout_s must be >= 0")
         file = Path(path)
         if file.is_dir():
             raise ConfigError(f"{file} is a folder, not a SQLite database file")
@@ -155,7 +154,7 @@ class Database:
         engine = create_engine(
             f"sqlite:///{file}",
             poolclass=QueuePool,
-            pool_size=pool_size,
+            pool_size=4,
             max_overflow=-1,
             pool_reset_on_return=None,  # every transaction ends in our commit or rollback
             connect_args={"timeout": busy_timeout_s, "check_same_thread": False},

@@ -49,9 +49,6 @@ class PgUrl:
 
     def redacted(self) -> str:
         """The URL without its password (for messages and logs)."""
-        parts = urlsplit(self.conninfo)
-        netloc = parts.netloc
-        if "@" in netloc:
-            cred, _, hostport = netloc.rpartition("@")
-            netloc = f"{cred.partition(':')[0]}:***@{hostport}" if ":" in cred else netloc
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.conninfo).render_as_string(hide_password=True)

@@ -119,24 +119,14 @@ def _refuse(table: Table, name: str, when: str, message: str, *, where: str = ""
     """A trigger refusing ``when`` (``UPDATE``, ``DELETE``, ``UPDATE OF a, b``) on ``table``."""
     if not event.contains(table, "before_create", _REFUSE_PG):
         event.listen(table, "before_create", _REFUSE_PG)  # the function the PostgreSQL triggers call
-    sqlite_when = f" WHEN {where}" if where else ""
-    pg_when = f" WHEN ({where})" if where else ""
-    event.listen(
-        table,
-        "after_create",
-        _ddl(
-            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}{sqlite_when}"
-            f" BEGIN SELECT RAISE(ABORT, '{message}'); END"
-        ).execute_if(dialect="sqlite"),
-    )
-    event.listen(
-        table,
-        "after_create",
-        _ddl(
-            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}"
-            f" FOR EACH ROW{pg_when} EXECUTE FUNCTION tether_refuse('{message}')"
-        ).execute_if(dialect="postgresql"),
-    )
+    head = f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}"
+    triggers = {
+        "sqlite": f"{head}{f' WHEN {where}' if where else ''} BEGIN SELECT RAISE(ABORT, '{message}'); END",
+        "postgresql": f"{head} FOR EACH ROW{f' WHEN ({where})' if where else ''}"
+        f" EXECUTE FUNCTION tether_refuse('{message}')",
+    }
+    for dialect, ddl in triggers.items():
+        event.listen(table, "after_create", _ddl(ddl).execute_if(dialect=dialect))
 
 
 def _append_only(table: Table, message: str = "") -> None:
