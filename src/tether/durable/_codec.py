@@ -19,8 +19,6 @@ from tether.models._base import ModelResponse
 from tether.runs._checkpoint import state_from_json, state_to_json
 from tether.runs._values import RunState
 
-__all__ = ["apply_turn", "decode_response", "decode_turn", "encode_response", "encode_turn"]
-
 
 def _jsonable(value: Any) -> Any:
     try:

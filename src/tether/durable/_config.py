@@ -9,17 +9,6 @@ from typing import Any
 
 from tether.policy._trusted import Permissions, TrustedContext
 
-__all__ = [
-    "APP_NAME",
-    "APP_VERSION",
-    "QUEUE",
-    "WORKFLOW",
-    "WORKFLOW_NAMES",
-    "context_from_json",
-    "context_to_json",
-    "dbos_config",
-]
-
 WORKFLOW = "tether.runs._values"
 # Every name a release gave the run workflow, today's first. Releases before 2026-12-01 named it
 # "tether.run": their runs are listed, moved and resumed, and a worker registers the body under

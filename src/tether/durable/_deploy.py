@@ -17,16 +17,6 @@ from urllib.parse import urlsplit, urlunsplit
 from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
 
-__all__ = [
-    "DeploymentUnavailable",
-    "Target",
-    "check_deployment",
-    "check_stores",
-    "init_deployment",
-    "open_deployment",
-    "target",
-]
-
 INIT_HINT = "create it once with: tether db init --db URL"
 
 

@@ -19,16 +19,6 @@ from typing import Any
 
 from tether.durable import _metrics as metrics
 
-__all__ = [
-    "LOGGER",
-    "CancelledInFlight",
-    "configure_stderr",
-    "log_event",
-    "observed",
-    "quiet_cancellations",
-    "resolve_command",
-]
-
 LOGGER = logging.getLogger("tether.worker")
 
 

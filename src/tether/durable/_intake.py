@@ -23,21 +23,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-__all__ = [
-    "FILE",
-    "IntakeMissing",
-    "IntakeRow",
-    "Submitter",
-    "bound_version",
-    "ensure",
-    "move_batch",
-    "new_run_id",
-    "pending",
-    "put",
-    "start_row",
-    "waiting_count",
-]
-
 FILE = "intake.db"  # a SQLite deployment's intake, beside dbos.sqlite
 MOVE_BATCH = 100
 

@@ -12,8 +12,6 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["configure", "configure_from_env", "escalated", "run_ended", "run_started", "step_done"]
-
 
 class _Instruments:
     def __init__(self, provider: Any, queue_depth: Callable[[], int] | None) -> None:

@@ -134,7 +134,7 @@ async def _build(
 
 async def _indexed(traces: Any, run_id: str) -> list[dict[str, Any]]:
     """The run's events in the trace index (read in a worker thread: never on the loop)."""
-    return await anyio.to_thread.run_sync(traces.events, run_id)  # type: ignore[no-any-return]
+    return await anyio.to_thread.run_sync(traces.events, run_id)
 
 
 async def execute(request: Mapping[str, Any]) -> dict[str, Any]:

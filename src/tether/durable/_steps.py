@@ -27,8 +27,6 @@ if TYPE_CHECKING:
     from tether.runners._loop import AgentLoop
     from tether.trace._events import TraceEvent
 
-__all__ = ["DRAIN", "Drain", "DurableSteps", "ReplayDiverged"]
-
 MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
 

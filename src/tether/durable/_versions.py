@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
-__all__ = ["app_digest", "version_of"]
-
 
 def version_of(apps: Mapping[str, str | None]) -> str:
     """The DBOS application version of a worker serving ``apps`` (name -> digest)."""

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.durable._intake import IntakeRow
 
-__all__ = ["RunView", "WorkflowView", "dt_ms", "queued_view"]
-
 _STATUS = {
     "ENQUEUED": "queued",
     "DELAYED": "queued",

@@ -35,8 +35,6 @@ from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
 
-__all__ = ["Worker", "WorkerConfig", "due_for_resume"]
-
 _ONE_PER_PROCESS = threading.Lock()  # held by the worker that runs DBOS in this process
 
 

@@ -38,8 +38,6 @@ from tether.sql._tables import memory_conflicts as Cf
 from tether.sql._tables import memory_events as Ev
 from tether.sql._tables import memory_records as R
 
-__all__ = ["PgMemory", "SqlMemory", "SqliteMemory", "utc_now"]
-
 
 def utc_now() -> datetime:
     return datetime.now(UTC)

@@ -14,8 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from tether.errors import MemoryPolicyError
 from tether.memory._records import MemoryEvent, MemoryRecord, ReadResult, Source, WriteResult
 
-__all__ = ["DEFAULT_MAX_CLAIM_CHARS", "MemoryPolicy", "MemoryStore", "check_proposal", "normalize_claim"]
-
 DEFAULT_MAX_CLAIM_CHARS = 2000
 
 # "tenant:shopping-a", "order:742:equipment": a lowercase namespace, then ':'-separated parts.

@@ -25,15 +25,6 @@ from tether.runs._values import RunState
 from tether.trace._events import EventKind, TraceEvent
 from tether.trace._tracer import read_trace
 
-__all__ = [
-    "CheckpointError",
-    "checkpoint_tenant",
-    "pending_calls",
-    "restore_trace",
-    "state_from_json",
-    "state_to_json",
-]
-
 CHECKPOINT_VERSION: Final = 2
 
 # Fields added to ``RunState`` after a release that wrote version 2, with their defaults: stored

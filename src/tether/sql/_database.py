@@ -36,8 +36,6 @@ from tether.sql._sqlite import setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
-__all__ = ["MIGRATIONS", "Database", "Migration", "SqlStore", "Synchronous", "blocking"]
-
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 Migration = tuple[str, Callable[[Connection], None]]
 

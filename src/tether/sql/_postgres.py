@@ -12,8 +12,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.errors import ConfigError, TetherError
 
-__all__ = ["PG_SCHEMES", "PgUrl", "StoreUnavailable"]
-
 PG_SCHEMES = ("postgresql://", "postgres://")  # how a PostgreSQL URL begins
 
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")

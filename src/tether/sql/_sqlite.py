@@ -6,8 +6,6 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-__all__ = ["connect", "setup"]
-
 
 def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:
     """Autocommit (the caller says ``BEGIN``, as SQLite means it), foreign keys on, ``synchronous``."""

@@ -38,18 +38,6 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn, SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-__all__ = [
-    "CONCERNS",
-    "METADATA",
-    "PG_ONLY",
-    "Instant",
-    "insertion_order",
-    "lock",
-    "upsert",
-    "upsert_for",
-    "utc",
-]
-
 METADATA = MetaData()
 PG_ONLY = "postgresql_only"  # a column's ``info`` key: the column exists on PostgreSQL only
 

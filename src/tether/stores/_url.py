@@ -16,8 +16,6 @@ from typing import Any, Literal
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl
 
-__all__ = ["Location", "Stores", "open_stores", "parse_url"]
-
 
 @dataclass(frozen=True, slots=True)
 class Location:
@@ -107,7 +105,7 @@ def open_stores(
 
     db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
     traces = PgTraceIndex(db)
-    memory = PgMemory(db, **kw) if memory_policy is not None else None
+    shared = PgMemory(db, **kw) if memory_policy is not None else None
     return Stores(
-        loc, PgApprovalStore(db), PinStore(db), PauseStore(db), memory, traces, db, [db.close, traces.flush]
+        loc, PgApprovalStore(db), PinStore(db), PauseStore(db), shared, traces, db, [db.close, traces.flush]
     )
