@@ -56,7 +56,7 @@ class Backend:
             kw["clock"] = clock
         if self.kind == "sqlite":
             return SqliteMemory(self.location(name), **kw)
-        from tether.memory._pg import PgMemory
+        from tether.memory._sqlstore import PgMemory
 
         store = PgMemory(self.location(name), **kw)
         self.stores.append(store)

@@ -30,17 +30,11 @@ __all__ = [
 ]
 
 _WHERE = {
-    "APP_VERSION": "config",
-    "QUEUE": "config",
-    "WORKFLOW": "config",
-    "DurableClient": "client",
-    "RunView": "client",
-    "register_app": "runtime",
-    "stores_for": "runtime",
-    "DurableSteps": "steps",
-    "ReplayDiverged": "steps",
-    "Worker": "worker",
-    "WorkerConfig": "worker",
+    **dict.fromkeys(("APP_VERSION", "QUEUE", "WORKFLOW"), "config"),
+    **dict.fromkeys(("DurableClient", "RunView"), "client"),
+    **dict.fromkeys(("register_app", "stores_for"), "runtime"),
+    **dict.fromkeys(("DurableSteps", "ReplayDiverged"), "steps"),
+    **dict.fromkeys(("Worker", "WorkerConfig"), "worker"),
 }
 
 

@@ -1,12 +1,9 @@
-"""Submitting, listing, resuming and cancelling durable runs from any machine.
+"""Submitting, listing, resuming and cancelling durable runs from any machine (no worker code).
 
-``DurableClient`` talks to the deployment's databases only (DBOS's system tables and tether's
-stores); it runs no workflow code, so ``tether submit`` and ``tether runs`` work on a machine
-with no worker. A run is the workflows that share its run id: the first (``op: start``, whose
-workflow id is the run id) and one per resume (``<run>.resume.<digest>``, the digest naming the
-paused state it resumes, so two machines resuming the same pause start one workflow). A new run
-waits in tether's intake until a worker moves it onto DBOS's queue (``tether.durable._intake``):
-it is listed, waited for and cancelled as a queued run meanwhile.
+A run is the workflows sharing its run id: the start (workflow id = run id) and one per resume
+(``<run>.resume.<digest>``, the digest naming the paused state, so two machines resuming the same
+pause start one workflow). A new run waits in the intake (``_intake``) until a worker moves it
+onto DBOS's queue; meanwhile it is listed, waited for and cancelled as a queued run.
 """
 
 from __future__ import annotations
@@ -36,9 +33,6 @@ from tether.stores._url import parse_url
 
 if TYPE_CHECKING:
     from tether.stores._url import Stores
-
-# tether's stores (tether.sql: SQLAlchemy tables of every concern) are opened on first use: a
-# submit reads what it needs on the connection that checked the deployment.
 
 __all__ = ["DurableClient", "RunView", "WorkflowView", "hold_run"]
 
@@ -73,25 +67,21 @@ class DurableClient:
     """Talks to the deployment at ``url`` (``postgresql://…`` or ``sqlite:///dir``)."""
 
     def __init__(self, url: str, *, stores: Stores | None = None, retry: bool | None = None) -> None:
-        """Raises ``DeploymentUnavailable`` (one line, in seconds) unless the deployment exists:
-        a client creates nothing (``tether db init URL`` does), so a mistyped URL cannot queue
-        runs where no worker looks. A client on stores already open (a worker's, the console's:
-        ``stores`` given) skips the check. ``retry``: wait out a lost database (default: only a
-        client on given stores, a worker's); a command or a console request fails at once."""
+        """Raises ``DeploymentUnavailable`` unless the deployment exists (a client creates
+        nothing); a client on open ``stores`` (a worker's, the console's) skips the check.
+        ``retry``: wait out a lost database (default: only with ``stores``)."""
         from dbos import DBOSClient
 
         from tether.durable._deploy import open_deployment
 
         self.url = url
-        # The connection that checked the deployment stays open for light reads (which versions
-        # serve an app), until it fails or the client closes.
+        # The connection that checked the deployment stays open for light reads (live versions).
         self._probe: Any = open_deployment(url)[1] if stores is None else None
         cfg = dbos_config(url, executor_id="client")
         self.dbos = DBOSClient(
             system_database_url=cfg["system_database_url"],
             dbos_system_schema=cfg["dbos_system_schema"],
             application_name=cfg["name"],
-            # A command fails on a lost database instead of waiting for it (a worker's retries).
             retry_connection_errors=stores is not None if retry is None else retry,
             lazy=stores is None,  # just checked: it connects on first use
         )
@@ -143,9 +133,8 @@ class DurableClient:
         run_id: str | None = None,
         app_digest: str | None = None,
     ) -> str:
-        """Enqueue a new run (into the intake, which workers move onto DBOS's queue); returns its
-        run id (which is also its first workflow's id). ``app_digest`` (an agent file's sha256):
-        only a worker serving that version runs it."""
+        """Enqueue a new run (into the intake); returns its run id. ``app_digest`` (an agent
+        file's sha256): only a worker serving that version runs it."""
         run_id = run_id or new_run_id()
         version, app_digest = self._version_for(app, app_digest)
         row = start_row(
@@ -162,8 +151,8 @@ class DurableClient:
         )
 
     def move_intake(self, run_id: str | None = None, queue: str = QUEUE) -> list[str]:
-        """Move runs from the intake onto DBOS's ``queue`` (a worker's duty; a batch, or ``run_id``
-        alone); returns their ids (crash-safe: ``_intake.move_batch``)."""
+        """Move a batch of runs (or ``run_id`` alone) from the intake onto DBOS's ``queue``;
+        returns their ids (crash-safe: ``_intake.move_batch``)."""
         moved = self._intake_run(move_batch, functools.partial(self.enqueue_row, queue=queue), run_id=run_id)
         return list(moved or [])
 
@@ -202,22 +191,18 @@ class DurableClient:
             return None
 
     def _version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
-        """(DBOS application version, app digest) a new run of ``app`` is bound to (versions.py):
-        the newest live worker serving it (that digest, if given), else the version a worker
-        serving that app alone will have."""
-        if parse_url(self.url).backend != "postgresql":
-            return APP_VERSION, digest  # SQLite: one process, one version
+        """``_intake.bound_version``, cached for ``VERSION_TTL_S``."""
         key = (app, digest)
         cached = self._versions.get(key)
         if cached is not None and time.monotonic() - cached[0] < VERSION_TTL_S:
             return cached[1]  # a batch: one look-up per app and second, not one per run
-        bound = bound_version(app, digest, self._live_workers)
+        postgres = parse_url(self.url).backend == "postgresql"
+        bound = bound_version(app, digest, self._live_workers, postgres=postgres)
         self._versions[key] = (time.monotonic(), bound)
         return bound
 
     def _live_workers(self) -> list[tuple[Any, Any]]:
-        """``LIVE_WORKERS`` rows: on the connection that checked the deployment while it
-        works, else through the deployment's ``Database`` (it retries a lost connection)."""
+        """``LIVE_WORKERS`` rows: on the probe connection while it works, else through ``db``."""
         from tether.durable._versions import LIVE_S, LIVE_WORKERS, live_workers
 
         if self._probe is not None:
@@ -255,9 +240,9 @@ class DurableClient:
         )
 
     def resume(self, run_id: str) -> str:
-        """Enqueue the continuation of a paused run; returns its workflow id. Idempotent per paused
-        state: resuming the same pause twice (from two machines) starts one workflow. Raises
-        ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``)."""
+        """Enqueue the continuation of a paused run (once per paused state); returns its
+        workflow id. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``, ``not_durable``,
+        ``run_cancelled``)."""
         from tether.runs._checkpoint import checkpoint_tenant  # not on the submit path
         from tether.sql._database import blocking
 
@@ -298,10 +283,8 @@ class DurableClient:
 
     def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
         """Bind a paused run to another version (``latest``: the newest live worker serving its
-        app), so its resume runs there: the operator's call after an upgrade, when the old
-        version's workers are gone. A run approved after they went, before it moved, is queued
-        for a version no live worker serves: its resume, not yet started, is enqueued again on
-        the target. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
+        app) so its resume runs there; a resume stranded on a version no live worker serves is
+        enqueued again on the target. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
         ``no_such_version``)."""
         from tether.durable._versions import record_move, serving
 
@@ -339,16 +322,13 @@ class DurableClient:
         return dict(args[0]) if args else {}
 
     def cancel(self, run_id: str, *, by: str = "operator") -> dict[str, Any]:
-        """Cancel a run, queued, running or paused: its live workflows are cancelled (a running one
-        stops at its next step), a paused one (or one stopped where a resume could continue it)
-        gets a cancelled marker workflow, its checkpoint ends ``cancelled``, its undecided (or
-        approved, not executed) proposals are invalidated and its unanswered questions closed, so
-        a later approval or answer runs nothing and no worker resumes it. Idempotent. Raises
-        ``ApprovalError`` (``unknown_run``; ``run_finished``: it ended, nothing can continue it)."""
+        """Cancel a queued, running or paused run (idempotent): its live workflows are cancelled
+        (a running one stops at its next step), a stopped one gets a cancelled marker workflow,
+        its checkpoint ends ``cancelled``, its undecided or unexecuted proposals are invalidated
+        and its questions closed. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
         from tether.sql._database import blocking
 
-        # Still in the intake: onto the queue no worker serves first (a mover at the same instant
-        # is waited for), so it is cancelled below as any queued run, and never starts.
+        # Still in the intake: onto the queue no worker serves, then cancelled as any queued run.
         self.move_intake(run_id, queue=CANCEL_QUEUE)
         flows = self.workflows(run_id)
         if not flows:
@@ -370,20 +350,11 @@ class DurableClient:
             raise ApprovalError("run_finished", f"run {run_id} already ended ({why}): nothing to cancel")
         marker = None
         if view.status != "cancelled":
-            # Nothing is running: a workflow that never runs (no worker serves its queue) records
-            # the cancellation where every machine reads a run's state.
+            # A workflow that never runs records the cancellation where every machine reads it.
             marker = f"{run_id}.cancel"
-            tenant = self._tenant(run_id) or "default"
-            self.dbos.enqueue(
-                {
-                    "workflow_name": WORKFLOW,
-                    "queue_name": CANCEL_QUEUE,
-                    "workflow_id": marker,
-                    "app_version": APP_VERSION,
-                    "queue_partition_key": tenant,
-                    "attributes": {"run_id": run_id, "op": "cancel", "tenant": tenant},
-                },
-                {"op": "cancel", "run_id": run_id, "app": ""},
+            request = {"op": "cancel", "run_id": run_id, "app": ""}
+            self._enqueue(
+                marker, request, tenant=self._tenant(run_id) or "default", op="cancel", queue=CANCEL_QUEUE
             )
             self.dbos.cancel_workflow(marker)
         if cp is not None and resumable:
@@ -408,10 +379,8 @@ class DurableClient:
             self.dbos.cancel_workflow(wid)
 
     def _cancel_tasks(self, run_id: str, app: str) -> dict[str, list[str]]:
-        """Cancel on their servers the MCP tasks the run left running (``long_tasks: pause``),
-        through a host the run's own app builds (its servers, as a worker would start them).
-        A task that could not be cancelled (its app not loadable here, its server unreachable)
-        is listed under ``tasks_not_cancelled`` with why; its pause stays open."""
+        """Cancel the MCP tasks the run left running (``long_tasks: pause``) through a host its
+        app builds; one that could not be is listed under ``tasks_not_cancelled`` with why."""
         from tether.sql._database import blocking
 
         pauses = self.stores.pauses
@@ -459,11 +428,10 @@ class DurableClient:
 
     def workflows(self, run_id: str) -> list[WorkflowView]:
         found = self._list_runs({"run_id": run_id}, load_output=True)
-        return sorted((self._view(w) for w in found), key=lambda w: (w.created_at or dt_ms(1), w.workflow_id))
+        return sorted((self._view(w) for w in found), key=WorkflowView.order)
 
     def _list_runs(self, attributes: dict[str, str] | None, **kw: Any) -> list[Any]:
-        """The run workflows with ``attributes``: DBOS filters them on PostgreSQL; a SQLite
-        deployment's (DBOS cannot there) are filtered here."""
+        """The run workflows with ``attributes`` (filtered here on SQLite, where DBOS cannot)."""
         if not attributes or parse_url(self.url).backend == "postgresql":
             return self.dbos.list_workflows(
                 name=list(WORKFLOW_NAMES), attributes=attributes, load_input=False, **kw
@@ -489,16 +457,13 @@ class DurableClient:
         )
 
     def run(self, run_id: str) -> RunView | None:
-        # The intake first: a mover commits the enqueue before the delete, so a run gone from the
-        # intake by now is on DBOS's queue by now (read the other way, one moved in between
-        # would be in neither read).
+        # The intake first: a mover commits the enqueue before the delete, so a run gone from
+        # the intake is on DBOS's queue by now (the other order could miss one moved between).
         waiting = self._intake_run(pending, run_id)
         flows = self.workflows(run_id)
         if not flows:
             return queued_view(waiting[0]) if waiting else None
-        tenant = None
-        for w in flows:
-            tenant = tenant or (w.output or {}).get("tenant")
+        tenant = next((t for w in flows if (t := (w.output or {}).get("tenant"))), None)
         return RunView(run_id, tenant or self._tenant(run_id), flows)
 
     def _tenant(self, run_id: str) -> str | None:
@@ -514,9 +479,8 @@ class DurableClient:
         older_than_s: float | None = None,
         version: str | None = None,
     ) -> list[RunView]:
-        """The most recent runs (by their first workflow), newest first; only those with
-        ``status`` (queued, running, paused, finished, failed, cancelled), of ``tenant``, or
-        started more than ``older_than_s`` seconds ago when given."""
+        """The most recent runs (by their first workflow), newest first, filtered by ``status``,
+        ``tenant``, ``version`` and age (``older_than_s``) when given."""
         waiting = self._intake_run(pending, None, tenant) or []  # first, as in ``run``
         found = self._list_runs({"tenant": tenant} if tenant else None, load_output=True, sort_desc=True)
         by_run: dict[str, list[WorkflowView]] = {}
@@ -526,24 +490,22 @@ class DurableClient:
             by_run.setdefault(rid, []).append(self._view(w))
             tenants.setdefault(rid, (w.attributes or {}).get("tenant"))
         views = [
-            RunView(rid, tenants[rid], sorted(flows, key=lambda w: (w.created_at or dt_ms(1), w.workflow_id)))
-            for rid, flows in by_run.items()
+            RunView(rid, tenants[rid], sorted(flows, key=WorkflowView.order)) for rid, flows in by_run.items()
         ]
         # Runs not on DBOS's queue yet (one a mover just enqueued is listed once, from there).
         views += [queued_view(r) for r in waiting if r.run_id not in by_run]
-        views.sort(key=lambda v: v.workflows[0].created_at or dt_ms(1), reverse=True)  # type: ignore[arg-type, return-value]
+        views.sort(key=lambda v: v.workflows[0].order(), reverse=True)
         if status:
             views = [v for v in views if v.status == status]
         if version:
             views = [v for v in views if v.version == version]
         if older_than_s is not None:
             cut = datetime.now(UTC).timestamp() - older_than_s
-            views = [v for v in views if (v.workflows[0].created_at or dt_ms(1)).timestamp() <= cut]  # type: ignore[union-attr]
+            views = [v for v in views if v.workflows[0].order()[0].timestamp() <= cut]
         return views[:limit]
 
     def wait(self, run_id: str, *, timeout_s: float = 60.0, poll_s: float = 0.2) -> RunView:
-        """Until the run's latest workflow has ended (finished, paused, failed or cancelled).
-        Raises ``TimeoutError``."""
+        """Until the run's latest workflow has ended (or paused). Raises ``TimeoutError``."""
         deadline = time.monotonic() + timeout_s
         while True:
             view = self.run(run_id)

@@ -1,7 +1,6 @@
-"""What a durable step records, as plain JSON: a model response, and a tool turn with the
-changes it made to the run state (observations and call records appended, proposals waited
-for). Replaying a recorded turn re-applies exactly those changes, so a recovered run reaches
-the state the lost process had without running any tool again.
+"""What a durable step records, as plain JSON: a model response, and a tool turn with what it
+appended to the run state; replaying a turn re-applies exactly that, so a recovered run reaches
+the lost process's state without running any tool again.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from tether.models._base import ModelResponse
 from tether.runs._checkpoint import state_from_json, state_to_json
 from tether.runs._values import RunState
 
-__all__ = ["apply_turn", "decode_response", "decode_turn", "encode_response", "encode_turn"]
-
 
 def _jsonable(value: Any) -> Any:
     try:
@@ -35,11 +32,9 @@ def _jsonable(value: Any) -> Any:
 
 
 def encode_response(r: ModelResponse) -> dict[str, Any]:
-    """A model response as plain JSON, all of it: what the provider needs back on the next turn
-    (``provider_items``: thinking blocks with their signatures, reasoning items with their
-    encrypted content) and the usage's extra counts (cache writes, reasoning tokens) included.
-    Raises ``TypeError`` for a provider item with no JSON form (none of the backends makes one):
-    a recovered run must not send back less than the lost process would have."""
+    """A model response as plain JSON, provider items (signed thinking, encrypted reasoning) and
+    usage extras included. Raises ``TypeError`` for a provider item with no JSON form: a recovered
+    run must not send back less than the lost process would have."""
     m = r.message
     items = list(m.provider_items)
     json.dumps(items)  # a TypeError here, by name, rather than a silently shorter history
@@ -57,8 +52,7 @@ def encode_response(r: ModelResponse) -> dict[str, Any]:
 
 
 def decode_response(d: dict[str, Any]) -> ModelResponse:
-    """The response ``encode_response`` recorded (one recorded before provider items and usage
-    extras were kept decodes without them, as it was)."""
+    """The response ``encode_response`` recorded (an older one without items and extras too)."""
     calls = tuple(ToolCall(i, n, a) for i, n, a in d["tool_calls"])
     prompt, completion, cached = d["usage"]
     items = tuple(dict(item) for item in d.get("provider_items", ()))
@@ -97,8 +91,8 @@ def _outcome(o: GateOutcome) -> dict[str, Any]:
 
 
 def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_before: int) -> dict[str, Any]:
-    """A turn as it ran, with the state it appended (observations and call records from the
-    given positions on, and the proposals the run now waits for)."""
+    """A turn as it ran, with what it appended to the state (observations and calls from the
+    given positions on) and the proposals the run now waits for."""
     appended = dataclasses.replace(
         state,
         observations=state.observations[observations_before:],

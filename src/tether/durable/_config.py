@@ -9,17 +9,6 @@ from typing import Any
 
 from tether.policy._trusted import Permissions, TrustedContext
 
-__all__ = [
-    "APP_NAME",
-    "APP_VERSION",
-    "QUEUE",
-    "WORKFLOW",
-    "WORKFLOW_NAMES",
-    "context_from_json",
-    "context_to_json",
-    "dbos_config",
-]
-
 WORKFLOW = "tether.runs._values"
 # Every name a release gave the run workflow, today's first. Releases before 2026-12-01 named it
 # "tether.run": their runs are listed, moved and resumed, and a worker registers the body under
@@ -38,40 +27,34 @@ def _version() -> str:
         return "0"
 
 
-# Workers and clients of one deployment must agree: DBOS dequeues a workflow only on an
-# executor of the version it was enqueued for, and recovers a dead executor's runs only there.
+# Workers and clients must agree: DBOS dequeues and recovers a workflow only on its version.
 APP_VERSION = f"tether-{_version()}"
 
 
 def dbos_config(
     url: str, *, executor_id: str, log_level: str = "WARNING", pool_size: int = 10
 ) -> dict[str, Any]:
-    """The DBOS configuration of a deployment whose stores are at ``url``: its system database is
-    the same PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a
-    SQLite deployment's directory (one process)."""
-    from tether.stores._url import parse_url
+    """The DBOS configuration of the deployment at ``url``: its system database is the same
+    PostgreSQL database (schema ``<schema>_dbos``, or ``dbos``), or ``dbos.sqlite`` in a SQLite
+    deployment's directory."""
+    from tether.durable._deploy import target
 
-    loc = parse_url(url)
-    if loc.backend == "postgresql":
-        from tether.sql._postgres import PgUrl
-
-        pg = PgUrl.parse(url)
-        system, schema = pg.conninfo, f"{pg.schema}_dbos" if pg.schema else "dbos"
-    else:
-        assert loc.path is not None
-        loc.path.mkdir(parents=True, exist_ok=True)
-        system, schema = f"sqlite:///{loc.path.resolve() / 'dbos.sqlite'}", "dbos"
+    t = target(url)
+    system = t.conninfo
+    if t.path is not None:
+        t.path.mkdir(parents=True, exist_ok=True)
+        system = f"sqlite:///{t.path.resolve() / 'dbos.sqlite'}"
     config: dict[str, Any] = {
         "name": APP_NAME,
         "system_database_url": system,
-        "dbos_system_schema": schema,
+        "dbos_system_schema": t.dbos_schema,
         "executor_id": executor_id,
         "application_version": APP_VERSION,
         "log_level": log_level,
         "notification_listener_polling_interval_sec": 0.1,
         "sys_db_pool_size": pool_size,
     }
-    if loc.backend == "postgresql":
+    if t.backend == "postgresql":
         config["db_engine_kwargs"] = {
             # Labelled per executor in pg_stat_activity (an operator can see, or cut, one worker).
             "connect_args": {"application_name": f"dbos:{executor_id}"},

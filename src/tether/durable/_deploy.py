@@ -1,14 +1,10 @@
 """Where a deployment lives, checked before anything touches it; and its one explicit creation.
 
-Client commands (``tether submit``, ``tether runs …``) never create anything: DBOS would create a
-missing PostgreSQL database and its tables on first contact, so a mistyped database name (or
-``schema=``) would queue runs where no worker looks. ``check_deployment`` connects once, with a
-short timeout and no retries, and raises ``DeploymentUnavailable`` in one line naming the host, the
-database and the cause; ``check_stores`` does the same for a command that reads and decides on
-tether's stores alone (``tether approvals --db URL``, ``tether serve --db URL``), which would
-otherwise create a mistyped ``schema=`` on first use. ``init_deployment`` (``tether db init URL``,
-``tether worker --init``) creates the database if it is missing and migrates DBOS's tables and
-tether's stores, once; a worker without ``--init`` needs the deployment to be there.
+Client commands never create anything (DBOS would create a missing database on first contact,
+so a mistyped name or ``schema=`` would queue runs where no worker looks): ``check_deployment``
+and ``check_stores`` connect once, briefly, and raise ``DeploymentUnavailable`` in one line
+naming the host, the database and the cause. ``init_deployment`` (``tether db init``, ``tether
+worker --init``) creates the database if missing and migrates DBOS's tables and tether's stores.
 """
 
 from __future__ import annotations
@@ -20,16 +16,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
-
-__all__ = [
-    "DeploymentUnavailable",
-    "Target",
-    "check_deployment",
-    "check_stores",
-    "init_deployment",
-    "open_deployment",
-    "target",
-]
 
 INIT_HINT = "create it once with: tether db init --db URL"
 
@@ -46,8 +32,8 @@ class DeploymentUnavailable(StoreUnavailable):
 
 @dataclass(frozen=True)
 class Target:
-    """What a storage URL points at, for messages: ``host:port``, database, DBOS schema, and
-    the schema of tether's own tables (``None``: the database's default)."""
+    """What a storage URL points at: ``host:port``, database, DBOS schema, and the schema of
+    tether's own tables (``None``: the database's default)."""
 
     backend: str
     where: str
@@ -114,9 +100,8 @@ def _connect(
 
 
 def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> Target:
-    """Raise ``DeploymentUnavailable`` (one line: where, which database, why) unless the database
-    at ``url`` exists and can be reached; with ``initialized``, unless its DBOS tables exist too.
-    Creates nothing."""
+    """Raise ``DeploymentUnavailable`` unless the database at ``url`` can be reached (with
+    ``initialized``: and holds DBOS's tables). Creates nothing."""
     t, conn = open_deployment(url, initialized=initialized, timeout_s=timeout_s)
     if conn is not None:
         conn.close()
@@ -124,9 +109,8 @@ def check_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5
 
 
 def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.0) -> tuple[Target, Any]:
-    """``check_deployment``, keeping the connection it checked with open for the caller (a
-    client's light reads of tether's tables: its ``schema=`` is on the search path), or ``None``
-    for a SQLite deployment. The caller closes it."""
+    """``check_deployment``, returning the connection it checked with (``schema=`` on its search
+    path; ``None`` for SQLite), for the caller to use and close."""
     t = target(url)
     if t.backend == "sqlite":
         assert t.path is not None
@@ -145,9 +129,8 @@ def open_deployment(url: str, *, initialized: bool = True, timeout_s: float = 5.
 
 
 def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:
-    """Raise ``DeploymentUnavailable`` (one line) unless tether's stores exist at ``url``: the
-    database can be reached and holds tether's tables (in its ``schema=``), or a SQLite
-    deployment's folder holds its approval store. Creates nothing."""
+    """Raise ``DeploymentUnavailable`` unless tether's stores exist at ``url`` (its tables in the
+    database's ``schema=``, or a SQLite deployment's approval store). Creates nothing."""
     t = target(url)
     if t.backend == "sqlite":
         assert t.path is not None
@@ -157,21 +140,14 @@ def check_stores(url: str, *, timeout_s: float = 5.0) -> Target:
             )
         return t
     table = f"{t.schema}._migrations" if t.schema else "_migrations"
-    if not _table_exists(t, table, timeout_s):
+    conn = _probe(t, table, timeout_s)
+    if conn is None:
         where = f"schema {t.schema!r}" if t.schema else "this database"
         raise DeploymentUnavailable(
             "not_initialized", f"{t.describe()}: no tether stores in {where} ({INIT_HINT})"
         )
+    conn.close()
     return t
-
-
-def _table_exists(t: Target, table: str | None, timeout_s: float) -> bool:
-    """Whether ``table`` exists (``None``: only connect), by one short connection; raises
-    ``DeploymentUnavailable`` naming the cause when the database cannot be reached."""
-    conn = _probe(t, table, timeout_s)
-    if conn is not None:
-        conn.close()
-    return conn is not None
 
 
 def _probe(t: Target, table: str | None, timeout_s: float) -> Any:
@@ -196,8 +172,8 @@ def _probe(t: Target, table: str | None, timeout_s: float) -> Any:
 
 
 def init_deployment(url: str, *, timeout_s: float = 5.0) -> dict[str, Any]:
-    """Create the database if missing, then DBOS's tables and tether's stores (idempotent).
-    Returns what it found and did. Raises ``DeploymentUnavailable`` as ``check_deployment``."""
+    """Create the database if missing, then DBOS's tables and tether's stores (idempotent);
+    returns what it did. Raises ``DeploymentUnavailable``."""
     from dbos import DBOS
 
     from tether.durable._config import dbos_config

@@ -1,16 +1,11 @@
-"""What a worker tells its operator: one JSON object per line on the ``tether.worker`` logger
-(``tether worker`` writes them to stderr).
+"""What a worker tells its operator: one JSON object a line on the ``tether.worker`` logger.
 
 Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, ``workflow_id``,
 ``op`` and ``tenant``. Events: ``worker_started``, ``worker_draining``, ``worker_stopped``,
-``run_claimed`` (a workflow began or was recovered here), ``run_resumed`` (a resume began),
-``run_paused``, ``run_finished`` (with ``stop_reason`` and ``exit``), ``run_failed`` (an
-exception ended the workflow, with its ``cause``), ``run_released`` (a draining worker let go of
-it between steps; a survivor continues it), ``effect_escalated`` (an effect whose outcome
-a person must resolve, with the command that does it), ``resume_enqueued``,
-``executors_recovered``, ``worker_error`` (a background duty failed, with its ``cause``) and
-``run_cancelled`` (a workflow ``tether runs cancel`` reached while it ran: expected, so one line
-here instead of the ERROR traceback DBOS logs for it, ``CancelledInFlight``).
+``run_claimed``, ``run_resumed``, ``run_paused``, ``run_finished`` (``stop_reason``, ``exit``),
+``run_failed`` (``cause``), ``run_released`` (let go by a draining worker), ``effect_escalated``
+(with the command that resolves it), ``resume_enqueued``, ``executors_recovered``,
+``worker_error`` (``cause``) and ``run_cancelled`` (instead of DBOS's ERROR traceback).
 """
 
 from __future__ import annotations
@@ -23,16 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tether.durable import _metrics as metrics
-
-__all__ = [
-    "LOGGER",
-    "CancelledInFlight",
-    "configure_stderr",
-    "log_event",
-    "observed",
-    "quiet_cancellations",
-    "resolve_command",
-]
 
 LOGGER = logging.getLogger("tether.worker")
 
@@ -64,8 +49,7 @@ async def observed(
         "run_id": request.get("run_id"),
         "workflow_id": DBOS.workflow_id,
         "op": op,
-        # A start carries its context; a resume names its run's tenant (a resume enqueued by an
-        # earlier release names none: its paused or finished line says it, from the run's state).
+        # A start carries its context, a resume its tenant (not one of an earlier release's).
         "tenant": request.get("tenant") or (request.get("context") or {}).get("tenant"),
     }
     log_event("run_claimed", **ids, app=request.get("app"))
@@ -131,15 +115,13 @@ def configure_stderr(level: int = logging.INFO) -> None:
 
 
 def _run_of(workflow_id: str) -> str:
-    """The run a workflow belongs to: its id is the run's, ``<run>.resume.<digest>`` or
-    ``<run>.cancel`` (``tether.durable._client``)."""
+    """The run of workflow id ``<run>``, ``<run>.resume.<digest>`` or ``<run>.cancel``."""
     return workflow_id.rsplit(".resume.", 1)[0].removesuffix(".cancel")
 
 
 class CancelledInFlight(logging.Filter):
-    """On DBOS's logger: a record whose exception says a workflow was cancelled (DBOS logs it at
-    ERROR with a traceback when ``tether runs cancel`` reaches a workflow in flight) becomes one
-    ``run_cancelled`` event line; every other record passes as it is."""
+    """On DBOS's logger: the ERROR record (with traceback) of a workflow cancelled in flight
+    becomes one ``run_cancelled`` event line; every other record passes as it is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         from dbos import error  # DBOS's public exceptions

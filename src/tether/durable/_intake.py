@@ -1,21 +1,14 @@
 """The intake: runs submitted and not yet on DBOS's queue.
 
-``tether submit`` writes one ``tether_intake`` row per run (``tether.sql._tables``: tether's own
-table, in the deployment's PostgreSQL schema or a SQLite deployment's ``intake.db``) with plain
-SQL on one connection: it imports neither DBOS nor SQLAlchemy, which were most of its cost. The
-row holds what the enqueue needs: the run's request (the workflow's input), its tenant and the
-application version it is bound to (``tether.durable._versions``), chosen when it is submitted.
+``tether submit`` writes one ``tether_intake`` row per run with plain SQL on one driver
+connection (no DBOS, no SQLAlchemy: most of its cost). The row holds the workflow's input, the
+tenant and the application version the run is bound to (``_versions``).
 
-A worker moves rows onto DBOS's queue (``move_batch``) through DBOS's public client: in one
-transaction of tether's database it locks a batch of rows (PostgreSQL: ``FOR UPDATE SKIP
-LOCKED``, so workers move different rows; SQLite: the file's write lock), enqueues each run with
-workflow id = run id and deletes the rows. A worker that dies in between leaves the rows (its
-transaction never committed), and the next move enqueues them again: DBOS keeps the workflow it
-has for an id, so nothing is lost and nothing runs twice. Until it is moved a run is listed as
-queued (``DurableClient.run``/``runs``); a cancel moves it onto the queue no worker serves first.
-
-A deployment created before the intake (no table) is served the old way: the client enqueues
-through DBOS itself (``IntakeMissing``).
+A worker moves rows onto DBOS's queue (``move_batch``): in one transaction it locks a batch
+(``FOR UPDATE SKIP LOCKED`` on PostgreSQL, the file's write lock on SQLite), enqueues each run
+with workflow id = run id and deletes the rows. A mover that dies leaves the rows to be enqueued
+again, and DBOS keeps the workflow it has for an id: nothing lost, nothing run twice. A
+deployment created before the intake (no table) is served the old way (``IntakeMissing``).
 """
 
 from __future__ import annotations
@@ -29,21 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
-
-__all__ = [
-    "FILE",
-    "IntakeMissing",
-    "IntakeRow",
-    "Submitter",
-    "bound_version",
-    "ensure",
-    "move_batch",
-    "new_run_id",
-    "pending",
-    "put",
-    "start_row",
-    "waiting_count",
-]
 
 FILE = "intake.db"  # a SQLite deployment's intake, beside dbos.sqlite
 MOVE_BATCH = 100
@@ -101,7 +79,7 @@ def start_row(
     version: str,
     app_digest: str | None,
 ) -> IntakeRow:
-    """The intake row of a new run: its request is the ``op: start`` workflow's input."""
+    """The intake row of a new run (its request: the ``op: start`` workflow's input)."""
     request: dict[str, Any] = {
         "op": "start",
         "run_id": run_id,
@@ -115,19 +93,20 @@ def start_row(
 
 
 def bound_version(
-    app: str, digest: str | None, live: Callable[[], list[tuple[Any, Any]]]
+    app: str, digest: str | None, live: Callable[[], list[tuple[Any, Any]]], *, postgres: bool = True
 ) -> tuple[str, str | None]:
     """(DBOS application version, app digest) a new run of ``app`` is bound to: the newest live
     worker serving it (that digest, if given; ``live``: ``LIVE_WORKERS`` rows), else the version
-    a worker serving that app alone will have."""
+    of a worker serving that app alone. SQLite (not ``postgres``): one process, one version."""
+    from tether.durable._config import APP_VERSION
     from tether.durable._versions import app_digest, serving, version_of
+
+    if not postgres:
+        return APP_VERSION, digest
 
     found = serving(live(), app, digest)
     own = digest or (None if found else app_digest(app))
     return found[0] if found else (version_of({app: own}), own)
-
-
-# -- the worker's side, and the client's reads (SQLAlchemy connections of tether's Database) --
 
 
 def put(conn: Connection, rows: list[IntakeRow]) -> bool:
@@ -139,8 +118,7 @@ def put(conn: Connection, rows: list[IntakeRow]) -> bool:
 
 
 def ensure(url: str, db: Any = None) -> None:
-    """Create the intake's table if missing: in ``db`` (a PostgreSQL deployment's ``Database``),
-    else in a SQLite deployment's ``intake.db``."""
+    """Create the intake's table if missing: in ``db`` (PostgreSQL), else in ``intake.db``."""
     if db is not None:
         db.migrate("intake")
         return
@@ -158,17 +136,17 @@ def ensure(url: str, db: Any = None) -> None:
 
 def pending(conn: Connection, run_id: str | None = None, tenant: str | None = None) -> list[IntakeRow]:
     """The runs in the intake (of ``run_id``, of ``tenant``), oldest first."""
-    where, params = [], []
-    if run_id is not None:
-        where.append("run_id = %s")
-        params.append(run_id)
-    if tenant is not None:
-        where.append("tenant = %s")
-        params.append(tenant)
-    query = f"SELECT {_COLUMNS} FROM tether_intake"
-    query += f" WHERE {' AND '.join(where)}" if where else ""
-    query += " ORDER BY submitted_at, run_id"
-    return [IntakeRow.of(r) for r in conn.exec_driver_sql(sql(query, conn.dialect.name), tuple(params))]
+    return _select(conn, {"run_id": run_id, "tenant": tenant})
+
+
+def _select(conn: Connection, match: dict[str, str | None], tail: str = "", *extra: Any) -> list[IntakeRow]:
+    where = [f"{column} = %s" for column, value in match.items() if value is not None]
+    query = f"SELECT {_COLUMNS} FROM tether_intake" + (f" WHERE {' AND '.join(where)}" if where else "")
+    params = (*(v for v in match.values() if v is not None), *extra)
+    rows = conn.exec_driver_sql(
+        sql(query + " ORDER BY submitted_at, run_id" + tail, conn.dialect.name), params
+    )
+    return [IntakeRow.of(r) for r in rows]
 
 
 def waiting_count(conn: Connection) -> int:
@@ -186,28 +164,20 @@ def move_batch(
     ``run_id``'s, when given), in ``conn``'s transaction: rows locked by another mover are left
     to it. Returns the run ids moved, which count once the transaction commits."""
     dialect = conn.dialect.name
-    query = f"SELECT {_COLUMNS} FROM tether_intake"
-    query += " WHERE run_id = %s" if run_id is not None else ""
-    query += " ORDER BY submitted_at, run_id LIMIT %s"
+    tail = " LIMIT %s"
     if dialect == "postgresql":
         # A cancel waits for the row (it must see it moved or not); movers skip each other's rows.
-        query += " FOR UPDATE" if run_id is not None else " FOR UPDATE SKIP LOCKED"
-    params = (run_id, limit) if run_id is not None else (limit,)
-    rows = [IntakeRow.of(r) for r in conn.exec_driver_sql(sql(query, dialect), params)]
+        tail += " FOR UPDATE" if run_id is not None else " FOR UPDATE SKIP LOCKED"
+    rows = _select(conn, {"run_id": run_id}, tail, limit)
     for row in rows:
         enqueue(row)
         conn.exec_driver_sql(sql("DELETE FROM tether_intake WHERE run_id = %s", dialect), (row.run_id,))
     return [row.run_id for row in rows]
 
 
-# -- the client's side: tether submit, on one driver connection ----------------------------------
-
-
 class Submitter:
-    """Puts new runs in the intake of the deployment at ``url`` on one connection of the
-    database driver (psycopg, sqlite3): what ``tether submit`` needs, and nothing else. Raises
-    ``DeploymentUnavailable`` as a client does (nothing is created), ``IntakeMissing`` when the
-    deployment predates the intake."""
+    """Puts new runs in the intake at ``url`` on one driver connection (``tether submit``).
+    Raises ``DeploymentUnavailable`` (nothing is created), ``IntakeMissing``."""
 
     def __init__(self, url: str) -> None:
         from tether.durable._deploy import open_deployment
@@ -228,12 +198,12 @@ class Submitter:
         self._conn.close()
 
     def version_for(self, app: str, digest: str | None) -> tuple[str, str | None]:
-        from tether.durable._config import APP_VERSION
         from tether.durable._versions import LIVE_S, LIVE_WORKERS
 
-        if self.dialect != "postgresql":
-            return APP_VERSION, digest  # SQLite: one process, one version
-        return bound_version(app, digest, lambda: list(self._conn.execute(LIVE_WORKERS, (LIVE_S,))))
+        postgres = self.dialect == "postgresql"
+        return bound_version(
+            app, digest, lambda: list(self._conn.execute(LIVE_WORKERS, (LIVE_S,))), postgres=postgres
+        )
 
     def put(self, rows: list[IntakeRow]) -> None:
         """Store ``rows`` in one transaction (all of them or none)."""
@@ -250,15 +220,11 @@ class Submitter:
             return
         import sqlite3
 
-        self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(statement, values)
+            self._conn.execute("BEGIN IMMEDIATE")
+            with self._conn:  # commits, or rolls back what raised
+                self._conn.executemany(statement, values)
         except sqlite3.OperationalError as err:
-            self._conn.execute("ROLLBACK")
             if "no such table" in str(err):
                 raise IntakeMissing(str(err)) from None
             raise
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")

@@ -1,12 +1,9 @@
-"""OpenTelemetry metrics of a durable worker (extra ``tether[otel]``): off, and free, until
-``configure(meter_provider)`` is called (``tether worker`` does it when
-``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, exporting over OTLP/HTTP).
+"""OpenTelemetry metrics of a durable worker (``tether[otel]``): off, and free, until
+``configure(meter_provider)`` (``tether worker`` does it when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set).
 
-Instruments (attributes in brackets): ``tether.durable.queue.depth`` (runs waiting in the
-queue, all workers, read at each export), ``tether.durable.runs.in_flight`` (runs executing on
-this worker), ``tether.durable.run.duration`` in s [``op``, ``stop_reason``],
-``tether.durable.step.duration`` in s [``kind``: model | turn], ``tether.durable.escalations``
-(effects a person must resolve) [``tool``].
+Instruments: ``tether.durable.queue.depth``, ``tether.durable.runs.in_flight``,
+``tether.durable.run.duration`` [``op``, ``stop_reason``], ``tether.durable.step.duration``
+[``kind``: model | turn], ``tether.durable.escalations`` [``tool``].
 """
 
 from __future__ import annotations
@@ -14,8 +11,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from typing import Any
-
-__all__ = ["configure", "configure_from_env", "escalated", "run_ended", "run_started", "step_done"]
 
 
 class _Instruments:
@@ -48,8 +43,8 @@ def configure(provider: Any, *, queue_depth: Callable[[], int] | None = None) ->
 
 
 def configure_from_env(queue_depth: Callable[[], int] | None = None) -> Any:
-    """With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: an OTLP/HTTP exporting provider (returned, to
-    be shut down at exit), else None. Needs ``tether[otel]``."""
+    """With ``OTEL_EXPORTER_OTLP_ENDPOINT`` set: an OTLP/HTTP exporting provider (to shut down
+    at exit), else None."""
     if not os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
         return None
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter

@@ -1,15 +1,10 @@
 """A run as a DBOS workflow, and the process-wide settings a worker runs it with.
 
-A request names the *app* — a factory ``module:function`` called with the deployment's storage
-URL that returns ``(host, agent)`` — the objective and the trusted context (tenant, roles, user).
-A worker runs only apps it was started with (``tether worker --app …``): a queue row is data,
-and data never chooses which code a worker imports. The workflow builds the host and agent,
-runs the agent loop with ``DurableSteps`` and returns the run's summary (its one stop reason).
-
-A run that pauses for a person ends its workflow ``approval_required``; the resume is another
-workflow on the same queue (``op: resume``), started by ``tether resume`` from any machine or by
-a worker that sees the awaited decisions made. Its first step loads the checkpoint, so a
-recovered resume starts from the state it first loaded.
+A request names the *app* (a factory ``module:function`` called with the storage URL that
+returns ``(host, agent)``), the objective and the trusted context. A worker runs only the apps
+it was started with: a queue row is data, and data never chooses which code a worker imports.
+A paused run's workflow ends ``approval_required``; its resume is another workflow
+(``op: resume``) whose first step loads the checkpoint.
 """
 
 from __future__ import annotations
@@ -17,8 +12,10 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+import anyio.to_thread
 
 from tether.clisupport.output import call_problems
 from tether.core.stop import StopReason
@@ -55,9 +52,8 @@ _APPS: dict[str, Callable[..., Any]] = {}
 
 
 def register_app(name: str, factory: Callable[..., Any]) -> None:
-    """Make ``factory`` available to this process's runs under ``name`` (in-process apps; a
-    worker also serves the ``module:function`` apps it was started with). A factory with a
-    ``digest`` attribute serves only runs submitted with that digest (or none)."""
+    """Serve ``factory`` to this process's runs under ``name``; one with a ``digest`` attribute
+    serves only runs submitted with that digest (or none)."""
     _APPS[name] = factory
 
 
@@ -69,11 +65,10 @@ class Runtime:
     apps: frozenset[str] = frozenset()
     executor_id: str = "local"
     stores: Any = None  # tether.stores._url.Stores, opened by the worker
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def factory(self, app: str) -> Callable[..., Any]:
-        """Raises ``PermissionError`` for an app this worker was not started with. An app named
-        by an earlier release's import path is served under today's (``current_app``)."""
+        """Raises ``PermissionError`` for an app this worker was not started with (an earlier
+        release's import path is read as today's: ``current_app``)."""
         if app not in self.apps:
             app = current_app(app)
         if app in _APPS:
@@ -89,8 +84,7 @@ _opened: dict[str, Any] = {}
 
 
 def stores_for(url: str) -> Any:
-    """The stores at ``url`` for an app factory: the worker's own when it serves that URL (one
-    pool per process), otherwise opened once per process."""
+    """The stores at ``url`` for an app factory: the worker's own, else opened once per process."""
     from tether.stores._url import open_stores
 
     if _runtime is not None and _runtime.url == url and _runtime.stores is not None:
@@ -138,16 +132,9 @@ async def _build(
     return host, agent
 
 
-async def _store_call(store: Any, name: str, *args: Any, **kw: Any) -> Any:
-    """A store method from the event loop: its async face if it has one, else a worker thread."""
-    import functools
-
-    import anyio
-
-    twin = getattr(store, "a" + name, None)
-    if twin is not None:
-        return await twin(*args, **kw)
-    return await anyio.to_thread.run_sync(functools.partial(getattr(store, name), *args, **kw))
+async def _indexed(traces: Any, run_id: str) -> list[dict[str, Any]]:
+    """The run's events in the trace index (read in a worker thread: never on the loop)."""
+    return await anyio.to_thread.run_sync(traces.events, run_id)
 
 
 async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,7 +177,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                     return None
                 # How many of the run's events the trace index holds now: the resumed run numbers
                 # its events after them (recorded, so a recovery numbers them the same way).
-                seen = len(await _store_call(traces, "events", run_id)) if traces is not None else 0
+                seen = len(await _indexed(traces, run_id)) if traces is not None else 0
                 return {
                     "state": cp.state,
                     "status": cp.status,
@@ -234,11 +221,11 @@ class _Loaded:
 
 
 async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
-    """Start a resumed run's tracer after the ``count`` events the index already holds (a run
-    without trace files on this machine would otherwise number from 1 again)."""
+    """Start a resumed run's tracer after the ``count`` events the index holds (a run without
+    trace files on this machine would otherwise number from 1 again)."""
     from tether.trace._events import TraceEvent
 
-    stored = (await _store_call(traces, "events", run_id))[:count]
+    stored = (await _indexed(traces, run_id))[:count]
     tracer.events[:] = [
         TraceEvent.from_json({**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))})
         for i, d in enumerate(stored)

@@ -1,14 +1,9 @@
 """The agent loop's steps as DBOS steps: each model call and each tool turn is recorded.
 
-When a worker dies and another (or its restart) recovers the run, DBOS runs the workflow again
-from the top: a step already recorded returns its recorded result without running, so the
-model is not asked again and no tool turn runs again; the loop's own code in between is
-deterministic, so it rebuilds the same state. The turn step calls ``Host.call_turn`` (the
-chokepoint) and nothing else; tether's idempotency keys and effect ledger still guard an
-effect whose step was cut between the tool's intent and its outcome.
-
-Trace events emitted while replaying were written by the process that ran them first: they are
-held back and dropped when the next step turns out recorded, written when it runs live.
+A recovered run runs its workflow again from the top: a recorded step returns its result without
+running (no model asked again, no tool turn again) and the loop's deterministic code in between
+rebuilds the same state; the effect ledger still guards an effect cut mid-step. Trace events
+emitted while replaying are held back: dropped when the next step is recorded, written when live.
 """
 
 from __future__ import annotations
@@ -32,8 +27,6 @@ if TYPE_CHECKING:
     from tether.runners._loop import AgentLoop
     from tether.trace._events import TraceEvent
 
-__all__ = ["DRAIN", "Drain", "DurableSteps", "ReplayDiverged"]
-
 MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
 
@@ -45,10 +38,8 @@ def _transient(err: BaseException) -> bool:
 
 
 def step_options(name: str, *, retry_store: bool = False) -> Any:
-    """DBOS options of a step. With ``retry_store``, a step failed by a store that cannot be
-    reached (a database restart, a cut connection) is tried again, up to about 30 s, before the
-    error stands. Running a turn again is safe: its effects go through the ledger (a recorded
-    outcome is replayed, an unknown one reconciled)."""
+    """DBOS options of a step; with ``retry_store``, a step failed by an unreachable store is
+    tried again for about 30 s (safe for a turn: its effects go through the ledger)."""
     from dbos import StepOptions
 
     if not retry_store:
@@ -64,9 +55,8 @@ def step_options(name: str, *, retry_store: bool = False) -> Any:
 
 
 class Drain:
-    """This process's steps, for a worker that stops: once ``begin`` is called no step starts
-    (its workflow parks before it, to be recovered from its last recorded step by a survivor or
-    by this executor's restart), and ``in_flight`` counts the steps still running."""
+    """This process's steps, for a worker that stops: after ``begin`` no step starts (its
+    workflow parks, to be recovered elsewhere); ``in_flight`` counts the steps still running."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -99,8 +89,8 @@ DRAIN = Drain()
 
 
 class ReplayDiverged(BaseException):
-    """A recovered run asked for a step other than the one recorded at that position: the code
-    or the agent changed under a run in flight. Never caught by the loop (a BaseException)."""
+    """A recovered run asked for another step than the one recorded there (the code or agent
+    changed under a run in flight). A BaseException: never caught by the loop."""
 
 
 class _Gate:
@@ -199,8 +189,7 @@ class DurableSteps(LoopSteps):
 
 async def _step(options: Any, body: Callable[[], Awaitable[dict[str, Any]]]) -> tuple[Any, float]:
     """Run ``body`` as a DBOS step (or return its recorded result) inside the drain's count;
-    returns the result and the seconds it took. A recorded step that differs from this one is
-    ``ReplayDiverged``."""
+    returns the result and the seconds it took."""
     from dbos import DBOS
     from dbos import error as dbos_error
 

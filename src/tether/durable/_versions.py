@@ -1,18 +1,11 @@
 """Which code a run is bound to: DBOS application versions for rolling upgrades.
 
-A worker's version is tether's version plus a digest of the apps it serves, each by its own
-digest (an agent file's covers the file and every file it depends on; a ``module:function``
-app's, its module's source). DBOS dequeues a workflow only on an executor of the version it was
-enqueued with and recovers a dead executor's runs only on one of the same version, so a run
-submitted to one version never runs on another's code.
-
-``tether submit`` binds a new run to the newest live worker version that serves its app (with
-the same digest, for an agent file); with none live, to the version a worker serving that app
-alone will have. A resume keeps the run's version, so a paused run resumes on the code it
-paused on, unless an operator moves it (``tether runs move RUN --to latest|VERSION``; paused
-runs only, recorded in ``tether_run_versions``). Workers register their version and apps in
-``tether_workers`` (``tether runs workers`` shows them). SQLite deployments (one process) use
-one version for everything.
+A worker's version is tether's plus a digest of the apps it serves (an agent file's digest covers
+the file and what it depends on; a ``module:function`` app's, its module's source). DBOS dequeues
+and recovers a workflow only on an executor of its version, so a run never runs on another's code.
+``tether submit`` binds a new run to the newest live worker version serving its app; a resume
+keeps the run's version unless an operator moves it (``tether runs move``, recorded in
+``tether_run_versions``). SQLite deployments (one process) use one version for everything.
 """
 
 from __future__ import annotations
@@ -26,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
-
-__all__ = ["app_digest", "version_of"]
 
 
 def version_of(apps: Mapping[str, str | None]) -> str:
@@ -57,9 +48,8 @@ def app_digest(app: str, factory: Any = None) -> str | None:
 LIVE_S = 30.0  # a worker whose heartbeat is older does not count for new submissions
 
 
-# (version, apps) of the live workers, newest first; one %s: LIVE_S. A worker a survivor declared
-# dead (recovered) is not live until it beats again. Plain SQL: a client runs it on the connection
-# it checked the deployment with, a worker through its Database.
+# (version, apps) of the live workers, newest first (one %s: LIVE_S); a recovered worker is not
+# live until it beats again. Plain SQL: a client runs it on its probe connection.
 LIVE_WORKERS = (
     "SELECT app_version, apps FROM tether_workers WHERE app_version IS NOT NULL AND recovered_at IS NULL"
     " AND heartbeat_at >= now() - make_interval(secs => %s) ORDER BY started_at DESC"
@@ -71,8 +61,8 @@ def live_workers(conn: Connection) -> list[tuple[Any, Any]]:
 
 
 def serving(workers: Iterable[tuple[Any, Any]], app: str, digest: str | None) -> list[tuple[str, str | None]]:
-    """(version, the app's digest there) of the ``workers`` (``LIVE_WORKERS`` rows) serving
-    ``app`` (with ``digest`` when given), in their order."""
+    """(version, the app's digest there) of the ``LIVE_WORKERS`` rows serving ``app`` (with
+    ``digest`` when given)."""
     found = []
     for version, apps in workers:
         served = json.loads(apps or "{}")

@@ -1,5 +1,5 @@
-"""What every machine reads of a durable run: its workflows (DBOS's rows, or the intake's row of a
-run not yet on the queue) and where the run stands."""
+"""What every machine reads of a durable run: its workflows (DBOS's rows, or the intake's row)
+and where the run stands."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.durable._intake import IntakeRow
 
-__all__ = ["RunView", "WorkflowView", "dt_ms", "queued_view"]
-
 _STATUS = {
     "ENQUEUED": "queued",
     "DELAYED": "queued",
@@ -20,6 +18,7 @@ _STATUS = {
     "CANCELLED": "cancelled",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED": "failed",
 }
+_EARLIEST = datetime.fromtimestamp(0.001, UTC)  # a workflow without a creation time sorts first
 
 
 @dataclass(frozen=True)
@@ -34,6 +33,10 @@ class WorkflowView:
     error: str | None = None
     app_version: str | None = None
     name: str | None = None  # the workflow's (tether.durable._config.WORKFLOW_NAMES)
+
+    def order(self) -> tuple[datetime, str]:
+        """Its place among a run's workflows: creation time, then id."""
+        return self.created_at or _EARLIEST, self.workflow_id
 
 
 @dataclass
@@ -58,7 +61,7 @@ class RunView:
         """queued | running | paused | finished | failed | cancelled. A cancelled run stays
         cancelled: a resume a worker enqueued while the cancel was under way finds the run ended
         and does nothing, so it does not make the run look alive again."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
+        if self._cancelled:
             return "cancelled"
         w = self.latest
         if w.status != "SUCCESS":
@@ -72,39 +75,38 @@ class RunView:
     @property
     def stop_reason(self) -> str | None:
         """The run's one stop reason once it ended (or paused); None while it is in flight."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
+        if self._cancelled:
             return "cancelled"
-        for w in reversed(self.workflows):
-            if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
-                return str((w.output or {})["stop_reason"])
-            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
-                return None
-        return None
+        stop = self._ended_output().get("stop_reason")
+        return str(stop) if stop else None
 
     @property
     def outcome(self) -> dict[str, Any]:
-        """The CLI's envelope of the run (``exit``, ``ok``, ``error``, ``message``, ``problems``) by
-        the same rule as ``tether run``: an accepted run with a refused or failed call exits 2 or
-        6. A run still queued or running exits 0 with no stop reason yet."""
+        """The CLI's envelope of the run by the rule of ``tether run`` (an accepted run with a
+        refused or failed call exits 2 or 6); a run in flight exits 0 with no stop reason yet."""
         from tether.clisupport.output import run_envelope
 
         stop = self.stop_reason
         if stop is None:
             return {"ok": True, "exit": 0, "stop_reason": None, "problems": [], "error": None}
-        out = self._ended_output()
+        out = {} if self._cancelled else self._ended_output()
         return run_envelope(stop, str(out.get("detail") or ""), list(out.get("problems") or []))
 
     @property
     def exit_code(self) -> int:
         return int(self.outcome["exit"])
 
+    @property
+    def _cancelled(self) -> bool:
+        return any(w.status == "CANCELLED" for w in self.workflows)
+
     def _ended_output(self) -> dict[str, Any]:
-        """The output of the workflow that gave the run its stop reason ({} if cancelled)."""
-        if any(w.status == "CANCELLED" for w in self.workflows):
-            return {}
+        """The output of the workflow that gave the run its stop reason ({} while in flight)."""
         for w in reversed(self.workflows):
             if w.status == "SUCCESS" and (w.output or {}).get("stop_reason"):
                 return w.output or {}
+            if w.status in ("PENDING", "ENQUEUED", "DELAYED"):
+                return {}
         return {}
 
     def summary(self) -> dict[str, Any]:

@@ -1,20 +1,12 @@
 """``Worker``: one process serving the deployment's run queue (``tether worker``).
 
-Each worker has an executor id and a version (``tether.durable._versions``: it takes only runs
-bound to it). It launches DBOS (which first recovers the runs this executor id
-left unfinished: a restarted worker picks up its own), registers the queue with the worker's
-concurrency and the deployment's global and per-tenant limits, and keeps a heartbeat in the
-shared database. A background thread, on every worker:
-
-- beats the heartbeat;
-- claims, atomically, executors whose heartbeat stopped (``dead_after_s``) and hands their
-  unfinished workflows back to the queue with DBOS's public ``resume_workflow`` (each dead
-  executor claimed by exactly one survivor, which holds the claim until every workflow is back:
-  the dead one's restart waits for it; DBOS's dequeue admits exactly one runner per workflow);
-- resumes paused runs whose awaited decisions were all made and questions answered (an
-  approval or an MCP elicitation answer given on any machine), with the resume's workflow id
-  derived from the paused state so that several workers seeing the same approval start one
-  resume.
+A worker takes only runs bound to its version (``_versions``). It launches DBOS (which first
+recovers what this executor id left unfinished), registers the queue with its limits and keeps a
+heartbeat. Its background thread beats; claims, atomically, executors whose heartbeat stopped
+and hands their unfinished workflows back to the queue (each dead executor claimed by one
+survivor, which holds the claim until all are back; DBOS's dequeue admits one runner per
+workflow); and resumes paused runs whose decisions and answers came, with a workflow id derived
+from the paused state, so several workers seeing one approval start one resume.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ import os
 import socket
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,8 +35,6 @@ from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
 
-__all__ = ["Worker", "WorkerConfig", "due_for_resume"]
-
 _ONE_PER_PROCESS = threading.Lock()  # held by the worker that runs DBOS in this process
 
 
@@ -57,9 +47,8 @@ def _beat(
     version: str | None = None,
     apps: str | None = None,
 ) -> None:
-    # A beat also clears a recovery: a worker declared dead that is alive (it was stalled) must
-    # be recoverable again the next time it dies. DBOS keeps the runs it lost to their new owner.
-    # A start also records the worker's version and apps (a restart may serve new ones).
+    # A beat clears a recovery (a stalled worker declared dead is recoverable again); a start
+    # also records the worker's version and apps.
     restart = (
         ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
     )
@@ -110,12 +99,9 @@ def _claim_dead(conn: Connection, me: str, dead_after_s: float, version: str | N
 
 
 def _hand_back(conn: Connection, dbos: Any, executor: str, version: str) -> list[str]:
-    """Put the workflows ``executor`` left running (``PENDING``, of ``version``) back in their
-    queue; the survivors' dequeue admits one runner each, and it continues from its last
-    recorded step. Each under its run's lock (``hold_run``) and only if still ``PENDING`` there:
-    a run cancelled since it was listed stays cancelled, and one another worker took meanwhile
-    (the executor's own restart) is left to it. ``conn``'s transaction holds the executor's
-    claim, so its restart cannot recover the same workflows while this runs."""
+    """Put the workflows ``executor`` left ``PENDING`` (of ``version``) back in their queue, each
+    under its run's lock (``hold_run``) and only if still ``PENDING`` then (a run cancelled or
+    taken meanwhile is left alone). ``conn``'s transaction holds the executor's claim."""
     handed = []
     found = dbos.list_workflows(
         status="PENDING",
@@ -143,17 +129,15 @@ def _hand_back(conn: Connection, dbos: Any, executor: str, version: str) -> list
 def _take_over(
     conn: Connection, dbos: Any, me: str, dead_after_s: float, version: str
 ) -> dict[str, list[str]]:
-    """Claim the executors of ``version`` that died (or left runs of ``version`` behind on an
-    upgrade) and hand their workflows back, in one transaction: a survivor that dies half-way
-    leaves the claim to another."""
+    """Claim the executors of ``version`` that died (or left runs of it behind on an upgrade)
+    and hand their workflows back, in one transaction."""
     dead = _claim_dead(conn, me, dead_after_s, version) + _claim_orphans(conn, version)
     return {executor: _hand_back(conn, dbos, executor, version) for executor in dead}
 
 
 def _workers(conn: Connection, dead_after_s: float = 15.0) -> list[dict[str, Any]]:
-    """Every worker that registered, with its ``state``: ``alive`` (a recent heartbeat),
-    ``stopped`` (a clean stop), ``dead`` (its heartbeat is ``dead_after_s`` old: it was killed or
-    cut off), and ``silent_s`` (seconds since its last heartbeat)."""
+    """Every registered worker with its ``state`` (``alive``, ``stopped``: a clean stop, ``dead``:
+    no heartbeat for ``dead_after_s``) and ``silent_s`` (seconds since its last heartbeat)."""
     rows = conn.exec_driver_sql(
         "SELECT executor_id, host, pid, started_at,"
         " CASE WHEN heartbeat_at = '-infinity' THEN NULL ELSE heartbeat_at END,"  # a clean stop
@@ -199,13 +183,11 @@ class WorkerConfig:
     grace_s: float = 30.0  # on stop: how long the steps in flight may take to finish
     init: bool = False  # create the database if missing (tether worker --init); else it must exist
     log_level: str = "WARNING"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Worker:
-    """Start with ``start()`` (or as a context manager); ``stop()`` drains (the steps in flight
-    finish within ``grace_s``, no new step starts) and leaves unfinished runs to be recovered by
-    a survivor of its version or by this executor id's next start."""
+    """``start()`` (or a context manager); ``stop()`` drains and leaves unfinished runs to a
+    survivor of its version or to this executor id's next start."""
 
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
@@ -216,8 +198,6 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._mover: threading.Thread | None = None
         self._pg: Database | None = None
-        self.recovered: list[str] = []  # executors this worker recovered
-        self.resumed: list[str] = []  # resume workflows this worker enqueued
         self.errors: list[str] = []
         self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
         self._launched = threading.Event()  # recovery and resumes wait for DBOS
@@ -229,7 +209,7 @@ class Worker:
 
     def start(self) -> Worker:
         """Raises ``RuntimeError`` if a worker already runs in this process (DBOS is one instance
-        per process: a second would silently keep the first's settings)."""
+        per process)."""
         if not _ONE_PER_PROCESS.acquire(blocking=False):
             raise RuntimeError("a worker already runs in this process; stop it first")
         self._holds_process = True
@@ -254,8 +234,7 @@ class Worker:
         check_apps(c.apps)
         quiet_cancellations()  # a run cancelled in flight: one event line, not DBOS's traceback
         DRAIN.reset()
-        # The deployment must exist (one line in seconds if not): only --init creates it. A
-        # mistyped schema= would otherwise come into being here, served by this worker alone.
+        # Only --init creates the deployment (a mistyped schema= would otherwise come into being).
         init_deployment(c.url) if c.init else check_deployment(c.url)
         self.stores = open_stores(
             c.url, application_name=f"tether:{self.executor_id}", pool_size=max(2, c.concurrency + 1)
@@ -312,10 +291,9 @@ class Worker:
         return self
 
     def stop(self, grace_s: float | None = None) -> None:
-        """Drain, then stop: no new step starts, the steps in flight get up to ``grace_s``
-        (default ``config.grace_s``) to finish, then the process lets go of its runs, which a
-        survivor (or this executor id's restart) continues from their last recorded step. Only a
-        step still running when the grace ends is cut (its effect, if any, is reconciled)."""
+        """Drain, then stop: no new step starts, the steps in flight get ``grace_s`` (default
+        ``config.grace_s``) to finish, then the runs are let go to be continued from their last
+        recorded step elsewhere. A step still running then is cut (its effect is reconciled)."""
         from dbos import DBOS
 
         grace = self.config.grace_s if grace_s is None else grace_s
@@ -360,17 +338,13 @@ class Worker:
         self.stop()
 
     def queue_depth(self) -> int:
-        """Runs waiting in the queue and the intake (every version), for the
-        ``tether.durable.queue.depth`` gauge."""
+        """Runs waiting in the queue and the intake (every version): the queue depth gauge."""
         if self.client is None:
             return 0
         found = self.client.dbos.list_workflows(
             status="ENQUEUED", queue_name=QUEUE, load_input=False, load_output=False
         )
         return len(found) + self.client.waiting()
-
-    def workers(self) -> list[dict[str, Any]]:
-        return self._pg.run(_workers, self.config.dead_after_s) if self._pg is not None else []
 
     # -- the background duties --------------------------------------------------------------
 
@@ -415,7 +389,6 @@ class Worker:
         c = self.config
         taken = self._pg.run(_take_over, self.client.dbos, self.executor_id, c.dead_after_s, self.version)
         if taken:
-            self.recovered.extend(taken)
             requeued = [wid for wids in taken.values() for wid in wids]
             log_event("executors_recovered", executor=self.executor_id, dead=list(taken), requeued=requeued)
 
@@ -433,12 +406,12 @@ class Worker:
             if not due_for_resume(cp, blocking(store.list_proposals, run_id=cp.run_id), pauses):
                 continue
             try:
-                self.resumed.append(self.client.resume(cp.run_id))
+                workflow_id = self.client.resume(cp.run_id)
                 log_event(
                     "resume_enqueued",
                     executor=self.executor_id,
                     run_id=cp.run_id,
-                    workflow_id=self.resumed[-1],
+                    workflow_id=workflow_id,
                     tenant=checkpoint_tenant(cp.state),
                 )
             except ApprovalError as err:  # not a durable run (an embedded one on the same store), or ended
@@ -454,10 +427,8 @@ class Worker:
 
 
 def check_apps(apps: Sequence[str]) -> None:
-    """Every app a worker serves is registered in this process or names an importable
-    ``module:function``: a typo stops the worker before it serves, not at its first run.
-    Raises ``ConfigError`` naming the first that is neither (an agent file must be registered:
-    ``tether worker --app FILE`` does it)."""
+    """Raises ``ConfigError`` naming the first app that is neither registered in this process
+    nor an importable ``module:function``: a typo stops the worker before it serves."""
     from tether.core._imports import import_ref  # the one reader of import paths, with its hints
 
     for app in apps:
@@ -479,16 +450,11 @@ def due_for_resume(
 ) -> bool:
     """Whether a paused run has what it waited for, so a resume can go on.
 
-    Nothing is due while one of its questions (MCP elicitation pauses) is unanswered. A run
-    waiting on a server's task (a task pause: ``long_tasks: pause``) is due once every such
-    task's next check (``check_after``, moved on by each resume that found it still running) has
-    come: the resume asks the server, takes the result if the task ended, or pauses again. A pause
-    for approval names the proposals it waits for (the checkpoint's ``pending``): the run is due
-    once none of them is pending, however early a decision came (a person may approve in the
-    instant between the proposal's insert and the checkpoint's write). A question answered is
-    due the same way. A pause that waits for neither (an effect whose outcome a person must
-    resolve) is due only when every proposal of the run is decided and one of them was decided
-    after the pause."""
+    Never while a question (MCP elicitation) is unanswered, nor before a parked task's next
+    check (``check_after``). A pause naming its proposals (the checkpoint's ``pending``) is due
+    once none is pending, however early a decision came; an answered question or a parked task
+    makes it due too. A pause that waits for neither (an effect a person must resolve) is due when
+    every proposal of the run is decided and one was decided after the pause."""
     if any(str(p.status) == "pending" for p in pauses):
         return False
     tasks = [p for p in pauses if str(p.status) == "task"]

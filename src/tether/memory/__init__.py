@@ -14,7 +14,7 @@ from tether.memory._records import (
     WriteResult,
     WriteStatus,
 )
-from tether.memory._sqlite import SqliteMemory
+from tether.memory._sqlstore import SqliteMemory
 from tether.memory._store import DEFAULT_MAX_CLAIM_CHARS, MemoryPolicy, MemoryStore, check_proposal
 
 __all__ = [

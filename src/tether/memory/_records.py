@@ -1,8 +1,5 @@
-"""The durable memory record contract (SPEC M3) and the values a store hands back.
-
-``MemoryRecord`` is a boundary type (the model proposes it, often as JSON), so it is a
-strict, frozen pydantic model. What the store returns are plain frozen dataclasses.
-"""
+"""The durable memory record contract (SPEC M3): a strict, frozen pydantic model (the model
+proposes it, often as JSON); what a store hands back are plain frozen dataclasses."""
 
 from __future__ import annotations
 
@@ -32,12 +29,9 @@ class Source(_Contract):
 
 
 class MemoryRecord(_Contract):
-    """One durable memory (SPEC M3). Datetimes must be timezone-aware.
-
-    ``id`` and ``supersedes`` are filled by the store; a proposal normally leaves them
-    ``None``. ``source`` is optional only so that a proposal without provenance is refused
-    by the host with reason ``provenance`` instead of failing to parse.
-    """
+    """One durable memory (SPEC M3), timezone-aware. The store fills ``id`` and ``supersedes``;
+    ``source`` is optional only so that a proposal without one is refused (``provenance``)
+    instead of failing to parse."""
 
     id: str | None = None
     kind: MemoryKind
@@ -65,11 +59,8 @@ class WriteResult:
 
 @dataclass(frozen=True, slots=True)
 class Recalled:
-    """A record returned by a read, with its origin and any open conflict.
-
-    ``conflict`` is true while another active, unexpired authoritative record for the same
-    subject and scope disagrees; the caller must go back to the system of record or a person.
-    """
+    """A record returned by a read. ``conflict``: another live authoritative record of the same
+    subject and scope disagrees (ask the system of record or a person)."""
 
     record: MemoryRecord
     conflicts_with: tuple[str, ...] = ()

@@ -1,13 +1,10 @@
 """The governance of a SQL memory store, written once for SQLite and PostgreSQL.
 
 ``SqlMemory`` holds the rules (duplicates, staleness, supersession, conflicts, deletion), each
-operation one transaction of its ``Database`` on the tables of ``tether.sql._tables``; a write
-serialises with the other writers of its (scope, subject) before its checks read
-(``tether.sql._tables.lock``: an advisory lock on PostgreSQL, the file's write lock on SQLite), so
-a refused write changes nothing and concurrent identical proposals leave exactly one row.
-``SqliteMemory`` and ``PgMemory`` add only how they are opened. Ids are ``mem_`` + a random
-uuid4: a content-derived id would let a tenant confirm a guessed claim from an id reported in
-a foreign-scope rejection.
+operation one transaction of its ``Database``. A write serialises with the other writers of its
+(scope, subject) before its checks read (``tether.sql._tables.lock``), so a refused write changes
+nothing and concurrent identical proposals leave one row. Ids are ``mem_`` + a random uuid4: a
+content-derived id would let a tenant confirm a guessed claim from a foreign-scope rejection.
 """
 
 from __future__ import annotations
@@ -35,13 +32,11 @@ from tether.memory._records import (
     WriteStatus,
 )
 from tether.memory._store import MemoryPolicy, check_proposal, normalize_claim
-from tether.sql._database import Database, SqlStore, Synchronous
+from tether.sql._database import Database, SqlStore
 from tether.sql._tables import insertion_order, lock, upsert
 from tether.sql._tables import memory_conflicts as Cf
 from tether.sql._tables import memory_events as Ev
 from tether.sql._tables import memory_records as R
-
-__all__ = ["SqlMemory", "utc_now"]
 
 
 def utc_now() -> datetime:
@@ -96,8 +91,8 @@ def _get(conn: Connection, record_id: str, lock_row: bool = False) -> _Row | Non
 def _supersede_target(
     conn: Connection, record: MemoryRecord, rows: list[_Row], correcting: str | None
 ) -> _Row | None:
-    """The active record the new one replaces: the named one for a correction, otherwise the
-    active record of the same source system for the same subject and scope."""
+    """The active record the new one replaces: the named one for a correction, else the active
+    one of the same source system (same subject and scope)."""
     assert record.source is not None
     if correcting is not None:
         old = _get(conn, correcting)
@@ -265,9 +260,8 @@ def _history(conn: Connection, record_id: str) -> tuple[MemoryEvent, ...]:
 
 
 class SqlMemory(SqlStore):
-    """A ``MemoryStore`` on a ``Database`` (see ``SqlStore`` for what it is built on). ``clock``
-    gives the write time (expiry checks, history rows); inject a fixed one in tests. Reads take
-    ``now`` explicitly."""
+    """A ``MemoryStore`` (see its methods' contract) on a ``Database`` (see ``SqlStore``).
+    ``clock`` gives the write time (expiry checks, history rows); reads take ``now``."""
 
     concern = "memory"
 
@@ -277,44 +271,26 @@ class SqlMemory(SqlStore):
         *,
         policy: MemoryPolicy,
         clock: Callable[[], datetime] = utc_now,
-        busy_timeout_s: float = 30.0,
-        synchronous: Synchronous = "NORMAL",
     ) -> None:
-        super().__init__(db, busy_timeout_s=busy_timeout_s, synchronous=synchronous)
+        super().__init__(db)
         self.policy = policy
         self._clock = clock
 
     async def propose(self, record: MemoryRecord, *, actor: str = "model") -> WriteResult:
-        """Validate and store a proposed record; supersede or flag conflicts as needed.
-
-        Raises ``MemoryPolicyError`` (see ``check_proposal``, plus ``duplicate``, ``stale``,
-        ``supersedes``); a refused write leaves the database unchanged.
-        """
         return await self._write(record, actor, f"proposed: {record.purpose}", None)
 
     async def correct(self, old_id: str, new_record: MemoryRecord, *, actor: str, reason: str) -> WriteResult:
-        """Replace the active record ``old_id`` by ``new_record`` (same subject and scope).
-
-        ``new_record`` passes the same checks as a proposal. Raises ``MemoryPolicyError``
-        (``not_found``, ``inactive``, ``scope``, ``subject`` or a proposal reason).
-        """
         return await self._write(new_record, actor, reason, old_id)
 
     async def read(self, subject: str, *, scope: str, roles: Set[str], now: datetime) -> ReadResult:
-        """Records for ``subject`` or its sub-subjects, filtered by scope, status, expiry and ACL."""
         if now.tzinfo is None:
             raise ValueError("now must be timezone-aware")
         return await self.db.read(_read, subject, scope, frozenset(roles), now)
 
     async def delete(self, record_id: str, *, actor: str, reason: str) -> None:
-        """Delete a record: its content is erased, its id and history stay.
-
-        Raises ``MemoryPolicyError`` (``not_found``, or ``deleted`` if already deleted).
-        """
         await self.db.write(_delete, record_id, actor, reason, self._now())
 
     async def history(self, record_id: str) -> tuple[MemoryEvent, ...]:
-        """The operations on ``record_id``, oldest first (empty for an unknown id)."""
         return await self.db.read(_history, record_id)
 
     def _now(self) -> datetime:
@@ -329,3 +305,12 @@ class SqlMemory(SqlStore):
         now = self._now()
         src = check_proposal(record, self.policy, now=now)  # pure: refused before the database is touched
         return await self.db.write(_write, record, src, now, actor, reason, correcting)
+
+
+class SqliteMemory(SqlMemory):
+    """A ``MemoryStore`` in the SQLite file at ``path`` (created and migrated when built)."""
+
+
+class PgMemory(SqlMemory):
+    """A ``MemoryStore`` on PostgreSQL: a URL, or a ``Database`` shared with the deployment's
+    other stores (then ``close`` leaves it open)."""

@@ -1,9 +1,6 @@
-"""The ``MemoryStore`` seam and the write policy every backend applies (SPEC M1, M4).
-
-The model may only *propose* a memory; the host's store decides. ``check_proposal`` holds
-the checks that need no stored state (kind, provenance, purpose, sensitivity, scope,
-validity, size); backends add the stateful ones (duplicate, conflict, supersede).
-"""
+"""The ``MemoryStore`` seam and the write policy every backend applies (SPEC M1, M4): the model
+only *proposes* a memory, the store decides. ``check_proposal`` holds the checks that need no
+stored state; backends add the stateful ones (duplicate, conflict, supersede)."""
 
 from __future__ import annotations
 
@@ -16,8 +13,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tether.errors import MemoryPolicyError
 from tether.memory._records import MemoryEvent, MemoryRecord, ReadResult, Source, WriteResult
-
-__all__ = ["DEFAULT_MAX_CLAIM_CHARS", "MemoryPolicy", "MemoryStore", "check_proposal", "normalize_claim"]
 
 DEFAULT_MAX_CLAIM_CHARS = 2000
 
@@ -92,21 +87,26 @@ class MemoryStore(Protocol):
     """Governed durable memory. Writes are proposals the store may refuse; reads filter."""
 
     async def propose(self, record: MemoryRecord, *, actor: str = "model") -> WriteResult:
-        """Validate and store ``record``. Raises ``MemoryPolicyError`` (nothing is written)."""
+        """Validate and store ``record``, superseding or flagging conflicts as needed. Raises
+        ``MemoryPolicyError`` (``check_proposal``'s reasons, ``duplicate``, ``stale``,
+        ``supersedes``); a refused write changes nothing."""
         ...
 
     async def read(self, subject: str, *, scope: str, roles: Set[str], now: datetime) -> ReadResult:
-        """Records whose subject is ``subject`` or below it (``order:742`` → ``order:742:*``)."""
+        """Records whose subject is ``subject`` or below it (``order:742`` → ``order:742:*``),
+        filtered by scope, status, expiry and ACL."""
         ...
 
     async def delete(self, record_id: str, *, actor: str, reason: str) -> None:
-        """Delete a record for good (its content is erased, the history row stays)."""
+        """Erase a record's content (its id and history stay). Raises ``MemoryPolicyError``
+        (``not_found``, ``deleted``)."""
         ...
 
     async def correct(self, old_id: str, new_record: MemoryRecord, *, actor: str, reason: str) -> WriteResult:
-        """Replace an active record (e.g. a poisoned one) by ``new_record``, with a trace."""
+        """Replace the active record ``old_id`` (e.g. a poisoned one) by ``new_record``: same
+        subject and scope, the checks of a proposal. Raises ``MemoryPolicyError``."""
         ...
 
     async def history(self, record_id: str) -> tuple[MemoryEvent, ...]:
-        """The operations on ``record_id``, oldest first."""
+        """The operations on ``record_id``, oldest first (empty for an unknown id)."""
         ...

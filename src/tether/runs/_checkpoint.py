@@ -1,14 +1,11 @@
-"""Pausing a run for approval and resuming it, possibly in another process (T5 in the loop).
+"""Pausing a run for approval and resuming it, possibly in another process.
 
-When the model proposes calls that need approval, every one of them is stored as a pending
-proposal (keyed by run and call id), the run state is checkpointed in the approval store and the
-run stops with ``approval_required``. Nothing of that turn has run yet. ``resume_run`` restores
-the state and settles the same turn again: approved calls run with their *stored* arguments
-(through the effect ledger, so a call is never repeated), a denied or invalidated one ends the
-run ``approval_denied``, a still-pending one pauses it again.
-
-The checkpoint holds the run's working state (trajectory, observations, counters), never more:
-the agent's configuration and the host's authority are rebuilt by the application.
+A run whose model proposes calls that need approval stores them as pending proposals, checkpoints
+its state in the approval store and stops ``approval_required`` before any call of that turn
+runs. ``resume_run`` restores the state and settles the same turn again: approved calls run with
+their *stored* arguments (through the effect ledger, never twice), a denied or invalidated one
+ends the run ``approval_denied``, a pending one pauses it again. The checkpoint holds the run's
+working state only; the agent's configuration and the host's authority are rebuilt by the app.
 """
 
 from __future__ import annotations
@@ -28,37 +25,19 @@ from tether.runs._values import RunState
 from tether.trace._events import EventKind, TraceEvent
 from tether.trace._tracer import read_trace
 
-__all__ = [
-    "CheckpointError",
-    "checkpoint_tenant",
-    "pending_calls",
-    "restore_trace",
-    "state_from_json",
-    "state_to_json",
-]
-
 CHECKPOINT_VERSION: Final = 2
 
-# Fields added to ``RunState`` after a release that wrote version 2, each with its default: a
-# checkpoint holds one only when it differs from that default, so a checkpoint that does not
-# use it is still read by that release (``extra="forbid"`` refuses a field it does not know),
-# as an older worker does during a rolling upgrade or after a rollback.
+# Fields added to ``RunState`` after a release that wrote version 2, with their defaults: stored
+# only when not the default, so an older worker (rolling upgrade, rollback; ``extra="forbid"``)
+# still reads a checkpoint that does not use them.
 _LATER_FIELDS: Final[dict[str, Any]] = {"request": None, "inherited_observations": [], "inherited_calls": []}
 
 
-# -- run state <-> JSON -----------------------------------------------------------------------
-#
-# The checkpoint is the run state as pydantic serialises it by its type hints (one TypeAdapter
-# over ``RunState``: messages, observations, memory records, usage, context), with a
-# ``version`` beside the fields, so a field added to ``RunState`` is carried without anyone
-# touching this file. Version 1 (the same fields, written one by one) is still read.
-#
-# Fields typed ``Any`` (observation data and meta, call arguments, workflow outputs, usage extra)
-# are stored in their JSON form and come back in that form: object keys become strings, tuples
-# and sets become lists, a pydantic model or a dataclass becomes an object, a datetime an ISO
-# string, NaN and infinities stay floats. A value with no JSON form (an arbitrary object, a
-# string with a lone surrogate) is refused with ``CheckpointError("unserializable_state")``
-# naming where it sits; nothing is dropped quietly.
+# The checkpoint is the run state as pydantic serialises it by its type hints, with a
+# ``version`` beside the fields (version 1 is still read). Fields typed ``Any`` come back in
+# their JSON form (string keys, lists for tuples and sets, objects for models and dataclasses,
+# ISO strings for datetimes); a value with no JSON form is refused by name
+# (``CheckpointError("unserializable_state")``), never dropped quietly.
 
 
 class CheckpointError(ApprovalError):
@@ -76,9 +55,8 @@ class _Checkpoint(RunState):
 
 @functools.cache
 def _adapters() -> tuple[TypeAdapter[RunState], TypeAdapter[_Checkpoint]]:
-    # RunState names MemoryRecord only for type checkers; pydantic resolves that forward
-    # reference in this frame's namespace (the TypeAdapter's parent frame). Imported here,
-    # not at module level, because tether.memory imports the run machinery.
+    # Pydantic resolves RunState's forward reference to MemoryRecord in this frame (imported
+    # here: tether.memory imports the run machinery).
     from tether.memory import MemoryRecord  # noqa: F401
 
     return TypeAdapter(RunState), TypeAdapter(_Checkpoint)
@@ -113,9 +91,8 @@ def _culprit(value: Any, path: str) -> str:
 
 
 def state_to_json(s: RunState) -> str:
-    """The checkpoint of a run's working state, as JSON text.
-
-    Raises ``CheckpointError`` (``unserializable_state``) when a value has no JSON form."""
+    """The checkpoint of a run's working state, as JSON text. Raises ``CheckpointError``
+    (``unserializable_state``) when a value has no JSON form."""
     fields = _adapters()[0].dump_python(s, mode="python")
     for name, default in _LATER_FIELDS.items():
         if fields.get(name, default) == default:

@@ -1,29 +1,15 @@
-"""The one way tether touches a database: ``Database``, on SQLAlchemy Core, for SQLite and PostgreSQL.
+"""``Database``: the one way tether touches SQLite or PostgreSQL (SQLAlchemy Core).
 
-Every store holds a ``Database`` and runs each operation as one short transaction of it:
-``write(fn, *args)`` / ``read(fn, *args)`` await ``fn(conn, *args)`` in an anyio worker thread,
-so the event loop never waits on a lock, the disk or the network (``run`` and ``snapshot`` are
-the same on the caller's thread, for the CLI edge and for threads of our own). ``fn`` gets a
-SQLAlchemy ``Connection`` inside the transaction; it commits when ``fn`` returns and rolls back
-when it raises. Errors of the database come out as the driver's own (``sqlite3.Error``,
-``psycopg.Error``), not wrapped.
+Each store operation is one short transaction: ``write``/``read`` await ``fn(conn, *args)`` in a
+worker thread (``run``/``snapshot``: on the caller's thread); it commits when ``fn`` returns and
+rolls back when it raises. Errors come out as the driver's own (``sqlite3.Error``, ``psycopg.Error``).
 
-SQLite: ``BEGIN IMMEDIATE`` for writes (the write lock is taken before the first read, so a
-check and the write it guards cannot interleave with another writer), a deferred ``BEGIN`` for
-reads (one snapshot). Connections are set up alike: WAL, a busy timeout, foreign keys on,
-``synchronous=NORMAL`` (a commit survives a crash of the process, which is what the effect
-ledger's exactly-once is proven against; ``FULL`` also survives a power cut, at one fsync per
-commit: see bench/storage.py). Writers of one process queue on an in-process lock per file
-instead of SQLite's sleeping busy handler; writers of other processes meet the busy timeout.
-
-PostgreSQL: one pool per ``Database``, shared by every store of a deployment; the URL's
-``schema`` parameter puts every table in that schema. When the connection is lost *before*
-the commit is sent nothing was written and the operation is retried on a fresh connection; a
-loss during the commit itself leaves the outcome unknown and raises ``StoreUnavailable``.
-
-Tables are declared once (``tether.sql._tables``); ``migrate(concern)`` applies the concern's
-ordered, named migrations not yet recorded in ``_migrations`` (the table today's files already
-have), in one transaction, serialised across processes.
+SQLite: WAL, ``BEGIN IMMEDIATE`` for writes (the lock is taken before the first read), ``BEGIN``
+for reads, ``synchronous=NORMAL`` (a commit survives a process crash: what the effect ledger's
+exactly-once is proven against). Writers of one process queue on an in-process lock per file.
+PostgreSQL: one pool per ``Database``; a connection lost *before* the commit is retried, one lost
+during the commit raises ``StoreUnavailable`` (outcome unknown). ``migrate(concern)`` applies the
+concern's named migrations not yet in ``_migrations``, in one transaction, serialised across processes.
 """
 
 from __future__ import annotations
@@ -50,8 +36,6 @@ from tether.sql._sqlite import setup
 from tether.sql._tables import CONCERNS, METADATA
 from tether.sql._tables import migrations as migrations_table
 
-__all__ = ["MIGRATIONS", "Database", "Migration", "SqlStore", "Synchronous", "blocking"]
-
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 Migration = tuple[str, Callable[[Connection], None]]
 
@@ -61,8 +45,7 @@ _RETRIES = 3
 
 
 def _create(concern: str) -> Callable[[Connection], None]:
-    """Create what is missing of the concern's tables and indexes (a file written by older code
-    has the tables: what it lacks is added, what it has is kept, data included)."""
+    """Create what is missing of the concern's tables, columns and indexes (data kept)."""
 
     def step(conn: Connection) -> None:
         tables = CONCERNS[concern]
@@ -76,8 +59,7 @@ def _create(concern: str) -> Callable[[Connection], None]:
 
 
 def _add_columns(conn: Connection, table: Table) -> None:
-    """Add the columns ``table`` declares that a table written by older code lacks (each is
-    nullable or has a server default, as a column added later must be: the rows kept read it)."""
+    """Add the declared columns an older table lacks (each must be nullable or have a default)."""
     from sqlalchemy import inspect as inspect_db
     from sqlalchemy.schema import CreateColumn
 
@@ -96,8 +78,7 @@ def _add_columns(conn: Connection, table: Table) -> None:
         conn.execute(text(f"ALTER TABLE {name} ADD COLUMN {ddl}"))
 
 
-# Per concern, in order. A new schema change is appended as a named step (SQLAlchemy DDL on the
-# connection); a name, once released, never changes.
+# Per concern, in order; a new schema change is appended as a named step, a released name never changes.
 MIGRATIONS: dict[str, tuple[Migration, ...]] = {
     concern: ((f"{concern}.001_tables", _create(concern)),) for concern in CONCERNS
 }
@@ -121,34 +102,24 @@ def _reset_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-def _write_lock(key: str) -> threading.Lock:
-    with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.Lock())
-
-
 def blocking(fn: Callable[P, Awaitable[T]], /, *args: P.args, **kw: P.kwargs) -> T:
-    """Await ``fn(*args, **kw)`` from synchronous code: the CLI's edge and threads of our own
-    (a durable worker's duties). Never on the event loop's thread, which must await instead
-    (this raises ``RuntimeError`` there)."""
+    """Await ``fn(*args, **kw)`` from synchronous code (the CLI, threads of our own); never on
+    the event loop's thread (``RuntimeError`` there)."""
     return anyio.run(functools.partial(fn, *args, **kw))
 
 
-def _create_private(file: Path) -> None:
-    """A new database file readable by its owner alone (it holds password and token hashes,
-    proposals, checkpoints); SQLite gives its -wal and -shm files the same mode. A file that
-    exists keeps the mode its operator gave it."""
-    with suppress(FileExistsError):
-        os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-
-
 class Database:
-    """One SQLite file (``Database.sqlite``) or one PostgreSQL database and schema
-    (``Database.postgresql``), its migrations, and a pool of identically configured connections.
+    """One SQLite file (``sqlite``), one in memory (``memory``) or one PostgreSQL database and
+    schema (``postgresql``), with its migrations and a pool of identically set-up connections.
 
-    Build once at setup, never per call. Building a SQLite one creates the file and switches
-    it to WAL, so a wrong path fails at wiring time (``sqlite3.Error``/``OSError``); a
-    PostgreSQL one connects on first use (``StoreUnavailable`` when unreachable).
+    Build once at setup. A SQLite one creates the file and switches it to WAL at once (a wrong
+    path fails at wiring time); a PostgreSQL one connects on first use (``StoreUnavailable``).
     """
+
+    path: Path | None = None
+    _serial: threading.Lock | None = None  # the one lock of a database in memory
+    url: PgUrl | None = None
+    application_name: str = ""
 
     def __init__(self, engine: Engine, *, key: str, busy_timeout_s: float = 30.0) -> None:
         self.engine = engine
@@ -160,31 +131,30 @@ class Database:
         self._migrated: set[str] = set()
         self._lock = threading.Lock()
 
-    # -- construction --------------------------------------------------------------------------
-
     @classmethod
     def sqlite(
         cls,
         path: str | Path,
         *,
         busy_timeout_s: float = 30.0,
-        pool_size: int = 4,
         synchronous: Synchronous = "NORMAL",
     ) -> Database:
-        if busy_timeout_s < 0 or pool_size < 1:
-            raise ValueError("busy_timeout_s must be >= 0 and pool_size >= 1")
+        if busy_timeout_s < 0:
+            raise ValueError("busy_timeout_s must be >= 0")
         file = Path(path)
         if file.is_dir():
             raise ConfigError(f"{file} is a folder, not a SQLite database file")
         file.parent.mkdir(parents=True, exist_ok=True)
-        _create_private(file)
+        # A new file (password and token hashes, proposals, checkpoints) is its owner's alone;
+        # SQLite gives -wal and -shm the same mode. An existing file keeps its operator's mode.
+        with suppress(FileExistsError):
+            os.close(os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
         engine = create_engine(
             f"sqlite:///{file}",
             poolclass=QueuePool,
-            pool_size=pool_size,
+            pool_size=4,
             max_overflow=-1,
-            # Every transaction ends in a commit or a rollback of ours: nothing to reset on return.
-            pool_reset_on_return=None,
+            pool_reset_on_return=None,  # every transaction ends in our commit or rollback
             connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
         )
         db = cls._on_sqlite(engine, os.path.abspath(file), busy_timeout_s, synchronous)
@@ -201,8 +171,8 @@ class Database:
 
     @classmethod
     def memory(cls) -> Database:
-        """A private SQLite database in this process's memory, gone once closed (or dropped): for
-        scripts and tests. One connection, its transactions one at a time, reads included."""
+        """A private SQLite database in memory, gone once closed: for scripts and tests. One
+        connection, its transactions one at a time, reads included."""
         engine = create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})
         db = cls._on_sqlite(engine, f":memory:{id(engine):x}", 30.0, "OFF")
         db._serial = threading.Lock()
@@ -222,9 +192,7 @@ class Database:
             # On the driver's connection: a statement through SQLAlchemy costs as much again.
             conn.connection.dbapi_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")  # type: ignore[union-attr]
 
-        db = cls(engine, key=key, busy_timeout_s=busy_timeout_s)
-        db.synchronous = synchronous
-        return db
+        return cls(engine, key=key, busy_timeout_s=busy_timeout_s)
 
     @classmethod
     def postgresql(
@@ -255,12 +223,6 @@ class Database:
         db.application_name = name
         return db
 
-    path: Path | None = None
-    synchronous: Synchronous = "NORMAL"
-    _serial: threading.Lock | None = None  # the one lock of a database in memory (``memory``)
-    url: PgUrl | None = None
-    application_name: str = ""
-
     @property
     def schema(self) -> str | None:
         return self.url.schema if self.url is not None else None
@@ -268,25 +230,21 @@ class Database:
     def __repr__(self) -> str:
         return f"Database({self._key!r})"
 
-    # -- operations ----------------------------------------------------------------------------
-
     async def write(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
-        """``fn(conn, *args)`` in one write transaction, in a worker thread. Once started, the
-        transaction finishes (commit or rollback) even if the caller is cancelled meanwhile."""
-        call = functools.partial(self._transaction, True, lambda conn: fn(conn, *args, **kw))
-        return await anyio.to_thread.run_sync(call)
+        """``fn(conn, *args)`` in one write transaction, in a worker thread; once started it
+        finishes (commit or rollback) even if the caller is cancelled."""
+        return await anyio.to_thread.run_sync(self._transaction, True, lambda conn: fn(conn, *args, **kw))
 
     async def read(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
         """``fn(conn, *args)`` in one read transaction (a snapshot on SQLite), in a worker thread."""
-        call = functools.partial(self._transaction, False, lambda conn: fn(conn, *args, **kw))
-        return await anyio.to_thread.run_sync(call)
+        return await anyio.to_thread.run_sync(self._transaction, False, lambda conn: fn(conn, *args, **kw))
 
     def run(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
-        """``write`` on the caller's thread: for the CLI edge and threads of our own, never the loop."""
+        """``write`` on the caller's thread (never the event loop's)."""
         return self._transaction(True, lambda conn: fn(conn, *args, **kw))
 
     def snapshot(self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kw: P.kwargs) -> T:
-        """``read`` on the caller's thread (see ``run``)."""
+        """``read`` on the caller's thread."""
         return self._transaction(False, lambda conn: fn(conn, *args, **kw))
 
     def close(self) -> None:
@@ -298,12 +256,10 @@ class Database:
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
 
-    # -- migrations ----------------------------------------------------------------------------
-
     def migrate(self, concern: str, steps: Sequence[Migration] | None = None) -> list[str]:
         """Apply, in order and in one transaction, the concern's migrations (``steps``, by default
-        ``MIGRATIONS[concern]``) not yet recorded in ``_migrations``; concurrent migrators (several
-        workers starting) are serialised, so each runs once. Returns the names applied."""
+        ``MIGRATIONS[concern]``) not yet recorded; concurrent migrators are serialised. Returns
+        the names applied."""
         if concern in self._migrated:
             return []
         if self.dialect == "postgresql":
@@ -328,8 +284,6 @@ class Database:
             raise StoreUnavailable(f"PostgreSQL at {self._key} is unreachable: {err}") from None
         self._migrated.add("schema")
 
-    # -- plumbing ------------------------------------------------------------------------------
-
     @contextmanager
     def transaction(self, *, write: bool = True) -> Iterator[Connection]:
         """The discipline of ``run``/``snapshot`` for a block of statements on this thread."""
@@ -341,7 +295,10 @@ class Database:
         if self._key in held:
             # The inner one would wait for the outer one's lock, which waits for it.
             raise RuntimeError(f"nested transaction on {self.path}: pass the connection down instead")
-        lock = self._serial or (_write_lock(self._key) if write else None)
+        lock = self._serial
+        if lock is None and write:
+            with _WRITE_LOCKS_GUARD:
+                lock = _WRITE_LOCKS.setdefault(self._key, threading.Lock())
         if lock is not None and not lock.acquire(timeout=self.busy_timeout_s):
             raise sqlite3.OperationalError(f"database is locked: {self.path} (in-process writer)")
         held.add(self._key)
@@ -382,6 +339,8 @@ class Database:
         raise AssertionError("unreachable")
 
     def _pg_attempt(self, fn: Callable[[Connection], T]) -> T:
+        import psycopg
+
         try:
             conn = self._connect()
         except (DBAPIError, PoolTimeout) as err:
@@ -391,8 +350,9 @@ class Database:
             try:
                 value = fn(conn)
             except StatementError as err:
-                lost = isinstance(err, DBAPIError) and (err.connection_invalidated or _is_operational(err))
-                if lost:
+                if isinstance(err, DBAPIError) and (
+                    err.connection_invalidated or isinstance(err.orig, psycopg.OperationalError)
+                ):
                     raise _Lost(str(err.orig)) from None  # nothing was committed: run it again
                 trans.rollback()
                 raise _unwrapped(err) from None
@@ -407,11 +367,10 @@ class Database:
 
 
 class SqlStore:
-    """What every store on a ``Database`` shares: built on a ``Database`` (a deployment's, shared
-    by its stores: ``close`` leaves it open) or on what to open, then its own (``close`` closes
-    it): a SQLite file's path, a PostgreSQL URL (``postgresql://…[?schema=s]``), or ``None`` for
-    a private database in this process's memory. Its concern is migrated when built, so a file
-    written by older code is upgraded in place."""
+    """What every store on a ``Database`` shares. ``db``: a ``Database`` (a deployment's, which
+    ``close`` leaves open), or what to open and own: a SQLite path, a PostgreSQL URL, or ``None``
+    (a private database in memory). Its concern is migrated when built, so an older file is
+    upgraded in place."""
 
     concern: ClassVar[str]
     path: Path | None = None  # the SQLite file, when the store opened one
@@ -450,12 +409,6 @@ class _Lost(Exception):
     """The connection died before the commit: nothing was written, the operation may run again."""
 
 
-def _is_operational(err: DBAPIError) -> bool:
-    import psycopg
-
-    return isinstance(err.orig, psycopg.OperationalError)
-
-
 def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> list[str]:
     if dialect == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('tether_migrations'))"))
@@ -463,9 +416,8 @@ def _migrate(dialect: str, steps: tuple[Migration, ...], conn: Connection) -> li
     applied = set(conn.scalars(select(migrations_table.c.name)))
     done = []
     for name, step in steps:
-        if name in applied:
-            continue
-        step(conn)
-        conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
-        done.append(name)
+        if name not in applied:
+            step(conn)
+            conn.execute(migrations_table.insert().values(name=name, applied_at=datetime.now(UTC)))
+            done.append(name)
     return done

@@ -1,10 +1,7 @@
 """PostgreSQL URLs for tether's stores, and the error of an unreachable database.
 
-(The pools, transactions and retries are ``tether.sql._database.Database``'s.)
-
-URLs are libpq URLs plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1``
-puts every table in schema ``t1`` (created if missing), so one database can hold several
-isolated deployments (and the tests a fresh schema each).
+A URL is a libpq URL plus one tether parameter, ``schema``: ``postgresql://u@h/db?schema=t1`` puts
+every table in schema ``t1`` (created if missing), so one database can hold isolated deployments.
 """
 
 from __future__ import annotations
@@ -14,8 +11,6 @@ from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from tether.errors import ConfigError, TetherError
-
-__all__ = ["PG_SCHEMES", "PgUrl", "StoreUnavailable"]
 
 PG_SCHEMES = ("postgresql://", "postgres://")  # how a PostgreSQL URL begins
 
@@ -52,9 +47,6 @@ class PgUrl:
 
     def redacted(self) -> str:
         """The URL without its password (for messages and logs)."""
-        parts = urlsplit(self.conninfo)
-        netloc = parts.netloc
-        if "@" in netloc:
-            cred, _, hostport = netloc.rpartition("@")
-            netloc = f"{cred.partition(':')[0]}:***@{hostport}" if ":" in cred else netloc
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.conninfo).render_as_string(hide_password=True)

@@ -1,13 +1,10 @@
-"""SQLite connections set up as tether's all are (``setup``), and one opened by the driver alone
-(``connect``: no SQLAlchemy, for a command that writes a row and exits, ``tether submit``).
-``Database`` sets up its pooled connections with the same ``setup``."""
+"""SQLite connections set up as all of tether's are (``setup``, also ``Database``'s), and one
+opened by the driver alone (``connect``: for ``tether submit``, which writes a row and exits)."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
-
-__all__ = ["connect", "setup"]
 
 
 def setup(conn: sqlite3.Connection, synchronous: str = "NORMAL") -> None:

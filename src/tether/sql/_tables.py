@@ -1,11 +1,9 @@
 """Every table tether keeps, declared once for SQLite and PostgreSQL (SQLAlchemy Core).
 
-Stores query these ``Table`` objects; ``tether.sql._database`` creates and migrates them. A table
-belongs to one concern (``CONCERNS``): a SQLite deployment keeps each concern in its own file,
-PostgreSQL keeps them all in one database (schema). What the dialects truly do differently is
-said here once: timestamps (``Instant``: ISO text in UTC on SQLite, ``TIMESTAMPTZ`` on
-PostgreSQL), insertion order (``seq``, a PostgreSQL identity column; SQLite uses its
-``rowid``), and the triggers that make history append-only and a stored proposal immutable.
+A table belongs to one concern (``CONCERNS``): SQLite keeps each concern in its own file,
+PostgreSQL all in one database (schema). The dialects differ only in timestamps (``Instant``),
+insertion order (``seq`` on PostgreSQL, the rowid on SQLite) and the triggers that make history
+append-only and a stored proposal immutable, all said here once.
 """
 
 from __future__ import annotations
@@ -39,18 +37,6 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn, SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
-
-__all__ = [
-    "CONCERNS",
-    "METADATA",
-    "PG_ONLY",
-    "Instant",
-    "insertion_order",
-    "lock",
-    "upsert",
-    "upsert_for",
-    "utc",
-]
 
 METADATA = MetaData()
 PG_ONLY = "postgresql_only"  # a column's ``info`` key: the column exists on PostgreSQL only
@@ -121,24 +107,14 @@ def _refuse(table: Table, name: str, when: str, message: str, *, where: str = ""
     """A trigger refusing ``when`` (``UPDATE``, ``DELETE``, ``UPDATE OF a, b``) on ``table``."""
     if not event.contains(table, "before_create", _REFUSE_PG):
         event.listen(table, "before_create", _REFUSE_PG)  # the function the PostgreSQL triggers call
-    sqlite_when = f" WHEN {where}" if where else ""
-    pg_when = f" WHEN ({where})" if where else ""
-    event.listen(
-        table,
-        "after_create",
-        _ddl(
-            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}{sqlite_when}"
-            f" BEGIN SELECT RAISE(ABORT, '{message}'); END"
-        ).execute_if(dialect="sqlite"),
-    )
-    event.listen(
-        table,
-        "after_create",
-        _ddl(
-            f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}"
-            f" FOR EACH ROW{pg_when} EXECUTE FUNCTION tether_refuse('{message}')"
-        ).execute_if(dialect="postgresql"),
-    )
+    head = f"CREATE TRIGGER {name} BEFORE {when} ON {table.name}"
+    triggers = {
+        "sqlite": f"{head}{f' WHEN {where}' if where else ''} BEGIN SELECT RAISE(ABORT, '{message}'); END",
+        "postgresql": f"{head} FOR EACH ROW{f' WHEN ({where})' if where else ''}"
+        f" EXECUTE FUNCTION tether_refuse('{message}')",
+    }
+    for dialect, ddl in triggers.items():
+        event.listen(table, "after_create", _ddl(ddl).execute_if(dialect=dialect))
 
 
 def _append_only(table: Table, message: str = "") -> None:
@@ -361,9 +337,7 @@ tether_orphans = Table(
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
-# Runs submitted and not yet on DBOS's queue (``tether.durable._intake``): ``tether submit``
-# writes one row, with plain SQL and without DBOS; a worker moves it onto the queue
-# (workflow id = run id, so a move repeated after a crash enqueues nothing twice) and deletes it.
+# Runs submitted and not yet on DBOS's queue (``tether.durable._intake``).
 tether_intake = Table(
     "tether_intake",
     METADATA,

@@ -1,12 +1,8 @@
 """One URL selects where everything tether keeps lives.
 
-``sqlite:///dir`` (relative) or ``sqlite:////abs/dir`` — the embedded default: one SQLite file
-per store in ``dir`` (``approvals.db``, ``memory.db``, ``mcp-pins.db``, ``mcp-state.db``), no
-server, one machine. ``postgresql://user@host:5432/db[?schema=name]`` — the scale-out backend:
-every store in one PostgreSQL database (optionally in one schema), shared by any number of
-processes and machines; the trace index too.
-
-``open_stores(url)`` returns the stores behind the same protocols whatever the backend.
+``sqlite:///dir`` (relative) or ``sqlite:////abs/dir``, the embedded default: one SQLite file per
+store in ``dir``, one machine. ``postgresql://user@host:5432/db[?schema=name]``, the scale-out
+backend: every store (and the trace index) in one database, shared by any number of processes.
 """
 
 from __future__ import annotations
@@ -19,8 +15,6 @@ from typing import Any, Literal
 
 from tether.errors import ConfigError
 from tether.sql._postgres import PG_SCHEMES, PgUrl
-
-__all__ = ["Location", "Stores", "open_stores", "parse_url"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +76,17 @@ def open_stores(
     application_name: str | None = None,
     pool_size: int = 8,
 ) -> Stores:
-    """Open (creating and migrating as needed) every store at ``url``.
-
-    Raises ``ConfigError`` for an unsupported URL and ``tether.sql._postgres.StoreUnavailable`` when a
-    PostgreSQL server cannot be reached.
-    """
+    """Open (creating and migrating as needed) every store at ``url``. Raises ``ConfigError``
+    for an unsupported URL, ``StoreUnavailable`` when PostgreSQL cannot be reached."""
     from tether.mcp._pauses import PauseStore
     from tether.mcp._pinning import PinStore
 
     loc = parse_url(url)
-    kw: dict[str, Any] = {"policy": memory_policy} if memory_policy is not None else {}
+    kw: dict[str, Any] = {"policy": memory_policy}
     if memory_clock is not None:
         kw["clock"] = memory_clock
     if loc.backend == "sqlite":
-        from tether.memory._sqlite import SqliteMemory
+        from tether.memory._sqlstore import SqliteMemory
         from tether.policy._sqlite_store import SqliteApprovalStore
 
         assert loc.path is not None
@@ -104,31 +95,17 @@ def open_stores(
         pins = PinStore(loc.path / "mcp-pins.db")
         pauses = PauseStore(loc.path / "mcp-state.db")
         memory = SqliteMemory(loc.path / "memory.db", **kw) if memory_policy is not None else None
-        return Stores(
-            loc,
-            approvals,
-            pins,
-            pauses,
-            memory,
-            None,
-            None,
-            [s.close for s in (approvals, pins, pauses, memory) if s is not None],
-        )
+        closers = [s.close for s in (approvals, pins, pauses, memory) if s is not None]
+        return Stores(loc, approvals, pins, pauses, memory, _closers=closers)
 
-    from tether.memory._pg import PgMemory
+    from tether.memory._sqlstore import PgMemory
     from tether.policy._pg_store import PgApprovalStore
     from tether.sql._database import Database
     from tether.trace._pg_index import PgTraceIndex
 
     db = Database.postgresql(loc.url, application_name=application_name, max_size=pool_size)
     traces = PgTraceIndex(db)
+    shared = PgMemory(db, **kw) if memory_policy is not None else None
     return Stores(
-        loc,
-        approvals=PgApprovalStore(db),
-        pins=PinStore(db),
-        pauses=PauseStore(db),
-        memory=PgMemory(db, **kw) if memory_policy is not None else None,
-        traces=traces,
-        db=db,
-        _closers=[db.close, traces.flush],
+        loc, PgApprovalStore(db), PinStore(db), PauseStore(db), shared, traces, db, [db.close, traces.flush]
     )
