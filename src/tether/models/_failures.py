@@ -186,9 +186,11 @@ class Failures:
         """The error for an answer compressed in a coding the client did not offer (``br``,
         ``zstd`` …: it cannot be decoded, and another attempt gets the same); None when it
         offered every coding the answer names."""
+        said = response.headers.get("content-encoding", "").lower().split(",")
+        if said == [""]:  # the usual answer: none named
+            return None
         offered = response.request.headers.get("accept-encoding", "")
         accepted = {c.split(";")[0].strip().lower() for c in offered.split(",")} | {"identity", ""}
-        said = response.headers.get("content-encoding", "").lower().split(",")
         odd = [c.strip() for c in said if c.strip() not in accepted]
         if not odd:
             return None
