@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
@@ -474,6 +475,7 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
+_CHARSET = re.compile(r"""charset\s*=\s*["']?([\w.:-]+)""", re.IGNORECASE)
 _SPACE = b" \t\r\n" + _BOM
 _SSE_OPEN = (b"data:", b"event:", b"id:", b"retry:", b":")  # how a stream of events starts
 _SSE_OPEN_BYTES = 6
@@ -541,10 +543,19 @@ async def _read(response: Any, limit: int) -> bytes:
 
 
 async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
-    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response."""
+    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response. JSON
+    is read as UTF-8 (or UTF-16/32, told by its first bytes), and only where that fails in the
+    charset its ``content-type`` names (``iso-8859-1`` …): a label that a UTF-8 body
+    contradicts, as many servers send, changes nothing."""
     raw = await response.read(limit)
     try:
         data = json.loads(raw)
+    except UnicodeDecodeError:
+        charset = _CHARSET.search(response.headers.get("content-type", ""))
+        try:
+            data = json.loads(raw.decode(charset.group(1))) if charset else None
+        except (ValueError, LookupError):  # not JSON in that charset either, or no such charset
+            data = None
     except ValueError:
         data = None
     if not isinstance(data, dict):

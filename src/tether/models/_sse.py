@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tether.errors import ModelError
-from tether.models._failures import Failures, is_error
+from tether.models._failures import Failures, codings, is_error
 from tether.models._retrying import Retryable
 
 __all__ = ["BOM", "blocks", "declared_over", "decoded", "events", "sse_data", "too_large", "until_cut"]
@@ -19,10 +19,12 @@ BOM = b"\xef\xbb\xbf"
 
 
 def decoded(response: Any) -> AsyncIterator[bytes]:
-    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip``, decoded here
-    to its end: a body may be several gzip members one after another (RFC 1952; a proxy that
-    compresses each piece it flushes), and ``httpx2`` reads the first and drops the rest."""
-    if response.headers.get("content-encoding", "").strip().lower() != "gzip":
+    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip`` (or its
+    alias ``x-gzip``, which ``httpx2`` passes through undecoded), decoded here to its end: a
+    body may be several gzip members one after another (RFC 1952; a proxy that compresses each
+    piece it flushes), and ``httpx2`` reads the first and drops the rest."""
+    said = response.headers.get("content-encoding")
+    if not said or codings(said) != ["gzip"]:
         return response.aiter_bytes()  # type: ignore[no-any-return]
     return _gunzip(response.aiter_raw())
 
