@@ -45,7 +45,7 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, later_finish
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 from tether.models._sse import events
@@ -271,7 +271,7 @@ class AnthropicMessages(HTTPBackend):
                 model = str(message.get("model") or model)
                 turn.usage(message.get("usage") or {})
             elif kind == "message_delta":
-                stop_reason = (event.get("delta") or {}).get("stop_reason") or stop_reason
+                stop_reason = later_finish(stop_reason, (event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
             elif kind == "message_stop":
                 done = True

@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import random
+import re
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
@@ -40,7 +41,7 @@ from tether.models._failures import Failures, is_error, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models._sse import BOM as _BOM
-from tether.models._sse import blocks, decoded
+from tether.models._sse import blocks, declared_over, decoded, too_large
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -170,10 +171,25 @@ class _Lane:
         self.url = httpx2.URL(url)
         self.headers = clients[0].headers
         self._request = httpx2.Request
+        self._stream = httpx2.ByteStream
         self._turn = 0
+        # The headers ``Request(content=body)`` writes (the merged ones, ``Host`` first and
+        # ``Content-Length`` next), prepared once for a sample body: each POST copies them,
+        # sets the body's length in place and passes the body as its stream, so the request
+        # is not prepared again (its headers rebuilt and normalised) nor its body copied.
+        # Headers that set the length or the transfer coding themselves take the full path.
+        template = httpx2.Request("POST", self.url, headers=self.headers, content=b"{}").headers
+        own = {k.lower() for k in self.headers}
+        self._prepared = None if own & {"content-length", "transfer-encoding"} else template
+        self._headers = httpx2.Headers
 
     async def post(self, body: bytes) -> Any:
-        request = self._request("POST", self.url, headers=self.headers, content=body)
+        if self._prepared is None:
+            request = self._request("POST", self.url, headers=self.headers, content=body)
+        else:
+            headers = self._headers(self._prepared)
+            headers["Content-Length"] = str(len(body))
+            request = self._request("POST", self.url, headers=headers, stream=self._stream(body))
         clients = self.clients
         self._turn = turn = (self._turn + 1) % len(clients)
         return await clients[turn].send(request, stream=True)
@@ -459,6 +475,7 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
+_CHARSET = re.compile(r"""charset\s*=\s*["']?([\w.:-]+)""", re.IGNORECASE)
 _SPACE = b" \t\r\n" + _BOM
 _SSE_OPEN = (b"data:", b"event:", b"id:", b"retry:", b":")  # how a stream of events starts
 _SSE_OPEN_BYTES = 6
@@ -494,6 +511,23 @@ class _Peeked:
         async for block in self._rest:
             yield block
 
+    async def read(self, limit: int) -> bytes:
+        """The whole body, as ``_read`` reads it through ``blocks`` (``ModelError`` past ``limit``
+        bytes, declared or received), in one loop over the rest: a whole answer, the usual
+        case, pays for no generator of its own."""
+        if declared_over(self.headers, limit):
+            raise too_large(limit)
+        parts, total = [self._head], len(self._head)
+        if total <= limit:
+            async for block in self._rest:
+                total += len(block)
+                if total > limit:
+                    break
+                parts.append(block)
+        if total > limit:
+            raise too_large(limit)
+        return b"".join(parts)
+
 
 def arguments_text(value: object) -> str:
     """A tool call's arguments as the JSON text the host reads: a string as sent (malformed or
@@ -508,11 +542,20 @@ async def _read(response: Any, limit: int) -> bytes:
     return b"".join([block async for block in blocks(response, limit)])
 
 
-async def _read_json(response: Any, limit: int) -> dict[str, Any]:
-    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response."""
-    raw = await _read(response, limit)
+async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
+    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response. JSON
+    is read as UTF-8 (or UTF-16/32, told by its first bytes), and only where that fails in the
+    charset its ``content-type`` names (``iso-8859-1`` …): a label that a UTF-8 body
+    contradicts, as many servers send, changes nothing."""
+    raw = await response.read(limit)
     try:
         data = json.loads(raw)
+    except UnicodeDecodeError:
+        charset = _CHARSET.search(response.headers.get("content-type", ""))
+        try:
+            data = json.loads(raw.decode(charset.group(1))) if charset else None
+        except (ValueError, LookupError):  # not JSON in that charset either, or no such charset
+            data = None
     except ValueError:
         data = None
     if not isinstance(data, dict):

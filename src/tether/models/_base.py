@@ -16,6 +16,7 @@ __all__ = [
     "count",
     "finish_of",
     "finish_problem",
+    "later_finish",
     "repeated_prefix",
 ]
 
@@ -57,6 +58,18 @@ def finish_of(raw: object) -> Finish:
     return _FINISHES.get(str(raw).lower(), "unknown") if isinstance(raw, str) else "unknown"
 
 
+def later_finish(previous: str | None, raw: object) -> str | None:
+    """A stream's finish once another arrives (``raw``; none: the one it had): the later one,
+    unless the earlier said the answer was cut, filtered or paused. A proxy that appends its
+    own normal end (a chat chunk ``finish_reason: "stop"``, an Anthropic ``message_delta``
+    ``end_turn``) cannot make such an answer whole."""
+    if not raw or not isinstance(raw, str):
+        return previous
+    if previous is not None and finish_of(previous) in ("length", "refused", "paused"):
+        return previous
+    return raw
+
+
 def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
     """Why a turn must not be acted on, as the stop reason and its detail; None for a normal
     end. A final answer (a turn without tool calls) must have ended normally to be accepted;
@@ -78,16 +91,21 @@ def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
     return StopReason.MODEL_ERROR, "the answer ended for an unknown reason" + said
 
 
+MAX_COUNT = 2**53 - 1  # the largest integer every JSON reader holds exactly
+
+
 def count(value: object) -> int:
-    """A token count as a provider reports it: zero or more, as a number (a fraction cut off)
-    or digits in a string; none (``null``, left out) is 0. Anything else is a ``ValueError``, so
-    the answer counts as unusable: a negative count, once priced, would hand spent budget back,
-    and a count that is no number cannot be charged at all."""
+    """A token count as a provider reports it: zero to ``MAX_COUNT``, as a number (a fraction
+    cut off) or digits in a string; none (``null``, left out) is 0. Anything else is a
+    ``ValueError``, so the answer counts as unusable: a negative count, once priced, would hand
+    spent budget back, a count that is no number cannot be charged at all, and one past any
+    model's reach (``10**30``) is no count (priced, it would spend every budget at once; stored,
+    it overflows a database's integers)."""
     if value is None:
         return 0
-    if isinstance(value, str) and value.strip().isdecimal():
-        return int(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 20:
+        value = int(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
         return int(value)
     raise ValueError(f"a token count of {value!r}")
 

@@ -5,7 +5,8 @@ that says what happened and, where the fix is the caller's, what to fix.
 - An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
   server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
   the key variable; 404 names the model and URL; a redirect is not followed (it could carry
-  the key to another host) and names its target; any other status is final. The body is read
+  the key to another host) and names its target; another 3xx (a 304) is no answer either;
+  any other status is final. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
   stands in.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
@@ -35,6 +36,7 @@ __all__ = [
     "QUOTA_KINDS",
     "RETRYABLE_KINDS",
     "Failures",
+    "codings",
     "error_body",
     "is_error",
     "retry_after",
@@ -62,6 +64,7 @@ RETRYABLE_KINDS = frozenset(
 # Kinds a 429 carries when the account, not the rate, is the limit: no wait lifts it (OpenAI's
 # ``insufficient_quota``: "You exceeded your current quota").
 QUOTA_KINDS = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})  # the statuses that send the client elsewhere
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
 
@@ -162,7 +165,7 @@ class Failures:
         if status >= 500 or status in (408, 409):
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
             return Retryable(kind_name, detail, retry_after(headers))
-        if 300 <= status < 400:
+        if 300 <= status < 400 and (status in _REDIRECTS or headers.get("location")):
             where = headers.get("location") or "an address it does not name"
             why = f"HTTP {status}: the server redirects to {where}; redirects are not followed (they"
             return ModelError(f"{self.label}: {why} could carry the key elsewhere): set base_url to it")
@@ -171,6 +174,9 @@ class Failures:
             return ModelError(f"{self.label}: {detail} (check {key})")
         if status == 404:
             return ModelError(f"{self.label}: {detail} (check the model name and base_url: POST {self.url})")
+        if 300 <= status < 400:  # 304 Not Modified …: no redirect, and no answer either
+            why = "not an answer to a POST: check base_url and any proxy between"
+            return ModelError(f"{self.label}: {detail} ({why})")
         return ModelError(f"{self.label}: {detail}")
 
     def reported(self, error: object, where: str) -> Exception:
@@ -186,10 +192,12 @@ class Failures:
         """The error for an answer compressed in a coding the client did not offer (``br``,
         ``zstd`` …: it cannot be decoded, and another attempt gets the same); None when it
         offered every coding the answer names."""
+        said = response.headers.get("content-encoding", "")
+        if not said:  # the usual answer: none named
+            return None
         offered = response.request.headers.get("accept-encoding", "")
-        accepted = {c.split(";")[0].strip().lower() for c in offered.split(",")} | {"identity", ""}
-        said = response.headers.get("content-encoding", "").lower().split(",")
-        odd = [c.strip() for c in said if c.strip() not in accepted]
+        accepted = {c.split(";")[0].strip().lower() for c in offered.split(",")}
+        odd = [c for c in codings(said) if c not in accepted]
         if not odd:
             return None
         why = f"the answer is compressed with {', '.join(odd)}, which this client cannot decode"
@@ -205,6 +213,17 @@ class Failures:
         if isinstance(err, httpx2.DecodingError):
             return Retryable("unusable_response", f"the body does not decode {during}: {err}")
         return Retryable("connection", f"{type(err).__name__} {during}")
+
+
+def codings(header: str) -> list[str]:
+    """The content codings a ``content-encoding`` header names, in order, lower case, each by
+    its standard name (``x-gzip`` is ``gzip``, RFC 9110 8.4.1.3), ``identity`` and empty
+    entries left out."""
+    names = (c.strip().lower() for c in header.split(","))
+    return [_ALIASES.get(c, c) for c in names if c not in ("", "identity")]
+
+
+_ALIASES = {"x-gzip": "gzip"}
 
 
 def unusable(why: str) -> Retryable:

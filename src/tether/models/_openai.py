@@ -50,7 +50,7 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, later_finish
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
@@ -312,7 +312,7 @@ class OpenAICompatible(OpenAIBackend):
                 if choice.get("index") or 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
-                finish = choice.get("finish_reason") or finish
+                finish = later_finish(finish, choice.get("finish_reason"))
                 piece = delta.get("content")
                 if piece and not isinstance(piece, str):
                     piece = _text(piece)  # a list of parts

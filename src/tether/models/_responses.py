@@ -200,8 +200,8 @@ class OpenAIResponses(OpenAIBackend):
                     on_delta("tool_call", str(item.get("name", "")))
             elif kind == "response.output_item.done":
                 done_items.append(event.get("item") or {})
-            elif kind in _TERMINAL:  # its name says the status its response may leave out
-                final = {"status": kind[9:], **(event.get("response") or {})}
+            elif kind in _TERMINAL:
+                final = _final(kind, event.get("response") or {})
                 break
         if final is None:
             why = f"the stream ended without a terminal event ({len(done_items)} items)"
@@ -248,6 +248,17 @@ class OpenAIResponses(OpenAIBackend):
         )
         usage = _usage(data.get("usage") or {})
         return self._answer(message, usage, str(data.get("model") or ""), raw)
+
+
+def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
+    """A terminal event's response with its status: the one the event's name says where the
+    response leaves it out, and always where the name says it ``failed`` or is ``incomplete``:
+    a response that still says ``in_progress`` or ``completed`` (a stale snapshot a proxy
+    copied) cannot make such an answer whole."""
+    said = kind.removeprefix("response.")
+    if said == "completed" and response.get("status"):
+        return dict(response)
+    return {**response, "status": said}
 
 
 def _usage(raw: Mapping[str, Any]) -> Usage:

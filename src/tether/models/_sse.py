@@ -10,19 +10,21 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from tether.errors import ModelError
-from tether.models._failures import Failures, is_error
+from tether.models._failures import Failures, codings, is_error
 from tether.models._retrying import Retryable
 
-__all__ = ["BOM", "blocks", "decoded", "events", "sse_data", "until_cut"]
+__all__ = ["BOM", "blocks", "declared_over", "decoded", "events", "sse_data", "too_large", "until_cut"]
 
 BOM = b"\xef\xbb\xbf"
 
 
 def decoded(response: Any) -> AsyncIterator[bytes]:
-    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip``, decoded here
-    to its end: a body may be several gzip members one after another (RFC 1952; a proxy that
-    compresses each piece it flushes), and ``httpx2`` reads the first and drops the rest."""
-    if response.headers.get("content-encoding", "").strip().lower() != "gzip":
+    """The body's blocks as they arrive, decoded: by ``httpx2``, except ``gzip`` (or its
+    alias ``x-gzip``, which ``httpx2`` passes through undecoded), decoded here to its end: a
+    body may be several gzip members one after another (RFC 1952; a proxy that compresses each
+    piece it flushes), and ``httpx2`` reads the first and drops the rest."""
+    said = response.headers.get("content-encoding")
+    if not said or codings(said) != ["gzip"]:
         return response.aiter_bytes()  # type: ignore[no-any-return]
     return _gunzip(response.aiter_raw())
 
@@ -44,19 +46,29 @@ async def _gunzip(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 z, first = zlib.decompressobj(wbits=31), False
 
 
+def declared_over(headers: Any, limit: int) -> bool:
+    """Whether the body's declared length (``content-length``) is over ``limit``: such an
+    answer is refused unread."""
+    declared = headers.get("content-length", "")
+    return declared.isdigit() and int(declared) > limit
+
+
+def too_large(limit: int) -> ModelError:
+    """The error for an answer of more than ``limit`` bytes, declared or received."""
+    return ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
+
+
 async def blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
     """The body's blocks as they arrive, decoded; ``ModelError`` past ``limit`` bytes in all
     (declared or received): an answer that large is refused, not held."""
-    declared = response.headers.get("content-length", "")
-    total = int(declared) if declared.isdigit() and int(declared) > limit else 0  # refused unread
-    if total <= limit:
-        async for block in response.aiter_bytes():
-            total += len(block)
-            if total > limit:
-                break
-            yield block
-    if total > limit:
-        raise ModelError(f"the answer is larger than max_response_bytes ({limit} bytes): refused, not read")
+    if declared_over(response.headers, limit):
+        raise too_large(limit)
+    total = 0
+    async for block in response.aiter_bytes():
+        total += len(block)
+        if total > limit:
+            raise too_large(limit)
+        yield block
 
 
 async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
