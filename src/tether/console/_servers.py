@@ -16,7 +16,7 @@ from tether.console._render import hidden_chars, names_in
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
-from tether.trace._sanitize import REDACTED, Redactor
+from tether.trace._sanitize import MIN_FRAGMENT, Redactor
 
 __all__ = ["definition_diff", "pin", "review", "servers"]
 
@@ -32,6 +32,7 @@ def _admin(sources: ConsoleSources, principal: Principal) -> str:
 
 
 HIDDEN = "[secret]"
+_NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
 
 
 def _bare_url(url: str) -> str:
@@ -46,7 +47,7 @@ def _bare_url(url: str) -> str:
 
 def _secret_option(part: str) -> bool:
     """Whether ``part`` is an option that names a credential (``--token``, ``--db-password``)."""
-    return part.startswith("-") and "=" not in part and Redactor().is_secret_key(part.lstrip("-"))
+    return part.startswith("-") and "=" not in part and _NAMES.is_secret_key(part.lstrip("-"))
 
 
 def _bare_argument(part: str, previous: str) -> str:
@@ -67,11 +68,11 @@ def _shown_launch(command: list[str] | None = None, url: str | None = None) -> s
         text = shlex.join(_bare_argument(a, p) for a, p in zip(command, ["", *command], strict=False))
     else:
         text = _bare_url(url or "")
-    known = Redactor()
-    for key, value in os.environ.items():
-        if value and known.is_secret_key(key):
-            known.add(value)
-    return known.text(text).replace(REDACTED, HIDDEN)
+    # Whole values (the config substitutes a variable's whole value), long enough to be secrets.
+    known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
+    for value in sorted(known, key=len, reverse=True):
+        text = text.replace(value, HIDDEN)
+    return text
 
 
 async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
