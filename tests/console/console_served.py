@@ -98,9 +98,11 @@ class Console(Stores):
                 (action,) if action else (),
             ).fetchall()
 
-    def serve(self, users_db: Path | None = None, key: bytes = KEY, **options: Any) -> tuple[str, int]:
+    def serve(
+        self, users_db: Path | None = None, key: bytes = KEY, config: Path | None = None, **options: Any
+    ) -> tuple[str, int]:
         """One more console (as ``tether serve`` runs it) over this world's stores, or over
-        another user store; its base URL and port."""
+        another user store or MCP config; its base URL and port."""
         import uvicorn
 
         from tether.cli._commands.serve import deadline_protocol
@@ -108,7 +110,8 @@ class Console(Stores):
         w = self.world
         users = UserStore(users_db or w.users_db, scrypt_n=2**10)
         sources = sqlite_sources(
-            users_db=users.path, approvals_db=w.db, trace_dir=w.traces, mcp_config=w.config, users=users
+            users_db=users.path, approvals_db=w.db, trace_dir=w.traces, mcp_config=config or w.config,
+            users=users,
         )
         app = create_app(sources, secret_key=key, **options)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -30,11 +30,12 @@ __all__ = [
     "valid_run_id",
 ]
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def valid_run_id(run_id: str) -> bool:
-    return bool(_RUN_ID.match(run_id)) and ".." not in run_id
+    """Whether ``run_id`` is one (whole: ``$`` would let a trailing newline through) and no ``..``."""
+    return bool(_RUN_ID.fullmatch(run_id)) and ".." not in run_id
 
 
 @dataclass(frozen=True, slots=True)

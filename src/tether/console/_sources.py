@@ -193,11 +193,13 @@ def deployment_sources(
     trace_dir: Path | None = None,
     mcp_config: Path | None = None,
     users: UserStore | None = None,
+    allow_resume: bool = True,
 ) -> ConsoleSources:
     """A deployment's shared stores (``postgresql://…`` or ``sqlite:///dir``): the proposals,
     questions and pins every durable worker uses; its runs from its trace store (PostgreSQL) or
-    ``trace_dir``; resume enqueues a run's continuation for a worker (as ``tether resume RUN --db
-    URL``). Raises ``DeploymentUnavailable`` unless the stores are there: nothing is created."""
+    ``trace_dir``; resume (``allow_resume``) enqueues a run's continuation for a worker (as
+    ``tether resume RUN --db URL``). Raises ``DeploymentUnavailable`` unless the stores are there:
+    nothing is created."""
     from tether.durable._deploy import check_stores
     from tether.stores._url import open_stores
 
@@ -217,10 +219,11 @@ def deployment_sources(
         traces = StoredTraceIndex(stores.traces)
     elif trace_dir is not None:
         traces = TraceIndex(trace_dir)
-    resumer = DurableResumer(url, stores)
+    resumer = DurableResumer(url, stores) if allow_resume else None
 
     def close() -> None:
-        resumer.close()
+        if resumer is not None:
+            resumer.close()
         stores.close()
 
     return ConsoleSources(

@@ -57,7 +57,7 @@ TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none
 # 32nd, 64th... (naming the count): refused requests sent on and on add a handful of entries.
 REFUSALS_AUDITED = 10
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")  # the whole name (fullmatch: no trailing line break)
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
 
 
@@ -129,7 +129,7 @@ def _ts(value: datetime) -> str:
 
 
 def check_name(name: str) -> str:
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise AuthError("bad_name", "user names are 1-64 of a-z 0-9 . _ - (starting with a letter or digit)")
     return name
 

@@ -28,8 +28,8 @@ from tether.console._users import AuthError, Principal, UserStore
 __all__ = ["Gate", "cookie_names", "load_secret_key"]
 
 
-# The session cookie's name up to 19cb230, still read (sessions survive an upgrade); only one
-# signed with this console's key is taken, like any other.
+# The session cookie's name up to 19cb230, still read over plain HTTP (sessions survive an
+# upgrade); only one signed with this console's key is taken, like any other.
 LEGACY_SESSION_COOKIE = "tether_session"
 
 
@@ -64,6 +64,11 @@ class Gate:
         self._session = Signer(self.secret_key, salt="tether-console-session")
         self._login = Signer(self.secret_key, salt="tether-console-login")
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
+        # Over HTTPS only the ``__Host-`` name: a sibling subdomain can set the old one for the
+        # whole site (a cookie with Domain=), and so sign a browser in as another person.
+        self._session_names: tuple[str, ...] = (self.session_cookie,)
+        if not self.secure_cookies:
+            self._session_names += (LEGACY_SESSION_COOKIE,)
 
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
@@ -73,7 +78,7 @@ class Gate:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
             return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
-        for name in (self.session_cookie, LEGACY_SESSION_COOKIE):
+        for name in self._session_names:
             cookie = request.cookies.get(name)
             if not cookie:
                 continue

@@ -123,13 +123,18 @@ def run(args: argparse.Namespace) -> int:
     traces = args.traces
     if traces is None and args.config is None:
         traces = out / "traces"
-    stores: dict[str, Any] = {"users_db": users_db, "trace_dir": traces, "mcp_config": args.config}
+    stores: dict[str, Any] = {
+        "users_db": users_db,
+        "trace_dir": traces,
+        "mcp_config": args.config,
+        "allow_resume": not args.no_resume,  # a deployment's console too: --no-resume records only
+    }
     try:
         if args.db and "://" in args.db:
             sources = deployment_sources(url=args.db, **stores)
         else:
             approvals_db = Path(args.db) if args.db else out / "approvals.db"
-            sources = sqlite_sources(approvals_db=approvals_db, allow_resume=not args.no_resume, **stores)
+            sources = sqlite_sources(approvals_db=approvals_db, **stores)
     except (TetherError, OSError) as err:
         print(f"tether serve: {err}", file=sys.stderr)
         return int(getattr(err, "exit", 1))  # 6: the deployment's server does not answer
