@@ -4,9 +4,10 @@ Played for real first (483dcef's tree from ``git archive`` on PYTHONPATH beside 
 ``tether submit``, ``tether runs`` and ``tether approvals`` of both on one PostgreSQL database;
 13 runs submitted before, during and after the switch, 13 effects with 13 idempotency keys, each
 once; approvals decided on the other version's CLI; three workers SIGKILLed mid-run, an old one
-recovered by a new one and a new one by an old one after the rollback; SQLite and PostgreSQL
-memory stores written by 483dcef read, corrected and written by today's code). Runs, effects,
-approvals, listings, checkpoints, memory and ``tether trace stats`` held across both versions.
+recovered by a new one and a new one by an old one after the rollback; a SQLite deployment and
+a SQLite approval store paused by one version and resumed by the other, both ways; SQLite and
+PostgreSQL memory stores written by 483dcef read, corrected and written by today's code). Runs,
+effects, approvals, listings, checkpoints, memory and ``tether trace stats`` held both ways.
 What broke, on both versions alike: the JSON-lines trace of every run recovered after its worker
 was killed lacked its first events (``run_started``, ``context_composed``). A durable worker's
 trace events pass a gate that holds them while a recovered run replays; the tracer's flushes
