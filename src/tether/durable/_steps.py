@@ -20,7 +20,7 @@ from tether.durable import _metrics as metrics
 from tether.durable._codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
 from tether.models._base import ModelResponse
 from tether.runners._loop import LoopSteps
-from tether.trace._tracer import MemorySink
+from tether.trace._tracer import JsonlSink, MemorySink
 
 if TYPE_CHECKING:
     from tether.chokepoint._calls import CallScope, Turn
@@ -121,6 +121,14 @@ class _Gate:
         if not self.live:
             self.held.clear()
 
+    def written(self) -> None:
+        """A live step is about to be recorded: the events before it go to the run's file now,
+        since a recovery replaying the step drops them as written (a batched file may hold them
+        still). The PostgreSQL index is not waited for: its own thread stores what it was given."""
+        for sink in self.sinks:
+            if isinstance(sink, JsonlSink):
+                sink.flush()
+
     def close(self) -> None:
         self.release()  # events after the last recorded step: written (a duplicate at worst)
         for sink in self.sinks:
@@ -146,6 +154,10 @@ class DurableSteps(LoopSteps):
         if self.gate is not None:
             self.gate.release()
 
+    def _recording(self) -> None:
+        if self.gate is not None:
+            self.gate.written()
+
     def _recorded(self) -> None:
         self.replayed += 1
         if self.gate is not None:
@@ -158,7 +170,9 @@ class DurableSteps(LoopSteps):
             nonlocal ran
             ran = True
             self._live()
-            return encode_response(await loop.agent.model.complete(request))
+            response = await loop.agent.model.complete(request)
+            self._recording()
+            return encode_response(response)
 
         data, took = await _step(step_options(MODEL_STEP), ask)
         if ran:
@@ -176,6 +190,7 @@ class DurableSteps(LoopSteps):
             self._live()
             turn = await loop.host.call_turn(calls, scope)
             executed.append(turn)
+            self._recording()
             return encode_turn(turn, s, observations_before, calls_before)
 
         data, took = await _step(step_options(TURN_STEP, retry_store=True), act)

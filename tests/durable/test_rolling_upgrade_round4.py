@@ -1,0 +1,50 @@
+"""An operator's rolling upgrade, fourth round: from the landed release 483dcef to main@8a0321f.
+
+Played for real first (483dcef's tree from ``git archive`` on PYTHONPATH beside today's: workers,
+``tether submit``, ``tether runs`` and ``tether approvals`` of both on one PostgreSQL database;
+13 runs submitted before, during and after the switch, 13 effects with 13 idempotency keys, each
+once; approvals decided on the other version's CLI; three workers SIGKILLed mid-run, an old one
+recovered by a new one and a new one by an old one after the rollback; a SQLite deployment and
+a SQLite approval store paused by one version and resumed by the other, both ways; SQLite and
+PostgreSQL memory stores written by 483dcef read, corrected and written by today's code). Runs,
+effects, approvals, listings, checkpoints, memory and ``tether trace stats`` held both ways.
+What broke, on both versions alike: the JSON-lines trace of every run recovered after its worker
+was killed lacked its first events (``run_started``, ``context_composed``). A durable worker's
+trace events pass a gate that holds them while a recovered run replays; the tracer's flushes
+never reached the file behind it, so events the killed process still buffered were lost, and the
+recovery dropped them as written because the step after them was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from test_rolling_upgrade import Operator, operator  # noqa: F401 - the fixture, shared
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_run_recovered_after_its_worker_was_killed_has_every_trace_event_once(
+    operator: Operator,  # noqa: F811
+) -> None:
+    op = operator
+    folder = op.agent.parent
+    (folder / "gate-A").write_text("")  # the run holds inside its first tool call
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to be in flight", lambda: run_id in {r[0] for r in op.lines("reads.log")})
+    assert op.signal("w1", signal.SIGKILL) == -signal.SIGKILL
+    (folder / "gate-A").unlink()
+    op.start("w2")  # recovers the dead worker's run: its model step replayed, its turn run again
+    op.until("the recovered run to pause", lambda: op.status(run_id) == ["paused"])
+    op.approve(run_id)
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    assert [r[0] for r in op.lines("effects.log")] == [run_id]  # the effect once
+    events = [json.loads(line) for line in (folder / "traces" / f"{run_id}.jsonl").read_text().splitlines()]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs  # every event, once, in order
+    kinds = [e["kind"] for e in events]
+    assert kinds[:2] == ["run_started", "context_composed"] and kinds[-1] == "stop"
+    assert kinds.count("run_started") == 1 and kinds.count("effect_recorded") == 1
