@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
 import shlex
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from tether.console._render import hidden_chars, names_in
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.errors import ApprovalError, TetherError
-from tether.trace._sanitize import MIN_FRAGMENT, Redactor
+from tether.mcp._shown import shown_launch
 
 __all__ = ["definition_diff", "pin", "review", "servers"]
 
@@ -31,50 +29,6 @@ def _admin(sources: ConsoleSources, principal: Principal) -> str:
     return tenant
 
 
-HIDDEN = "[secret]"
-_NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
-
-
-def _bare_url(url: str) -> str:
-    """``url`` without user info, query or fragment."""
-    try:
-        parts = urlsplit(url)
-        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
-    except ValueError:  # a port out of range: nothing after the scheme is shown
-        return url.partition("://")[0] + "://" + HIDDEN
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _secret_option(part: str) -> bool:
-    """Whether ``part`` is an option that names a credential (``--token``, ``--db-password``)."""
-    return part.startswith("-") and "=" not in part and _NAMES.is_secret_key(part.lstrip("-"))
-
-
-def _bare_argument(part: str, previous: str) -> str:
-    if _secret_option(previous):
-        return HIDDEN
-    flag, eq, value = part.partition("=")
-    if eq and flag.startswith("-"):
-        return f"{flag}={HIDDEN}" if _secret_option(flag) else f"{flag}={_bare_argument(value, '')}"
-    return _bare_url(part) if "://" in part else part
-
-
-def _shown_launch(command: list[str] | None = None, url: str | None = None) -> str:
-    """What a server runs (its command) or contacts (its URL), as the console shows it: every URL
-    bare (``_bare_url``), a credential-named option's value hidden, and the value of every
-    credential-named environment variable (``${GITHUB_TOKEN}`` in the config is expanded when it
-    is loaded) hidden wherever it appears."""
-    if command is not None:
-        text = shlex.join(_bare_argument(a, p) for a, p in zip(command, ["", *command], strict=False))
-    else:
-        text = _bare_url(url or "")
-    # Whole values (the config substitutes a variable's whole value), long enough to be secrets.
-    known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
-    for value in sorted(known, key=len, reverse=True):
-        text = text.replace(value, HIDDEN)
-    return text
-
-
 async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
     """Configured servers with their pins; credentials are named, never shown."""
     if sources.mcp_config is None or not principal.sees(sources.mcp_config.host.tenant):
@@ -86,7 +40,7 @@ async def servers(sources: ConsoleSources, principal: Principal) -> list[dict[st
             {
                 "name": s.name,
                 "transport": s.transport,
-                "where": _shown_launch(s.argv()) if s.transport == "stdio" else _shown_launch(url=str(s.url)),
+                "where": shown_launch(s.argv()) if s.transport == "stdio" else shown_launch(url=str(s.url)),
                 "tools": s.tools,
                 "effects": {k: str(v) for k, v in s.effects.items()},
                 "elicitation": s.elicitation.enabled,
@@ -157,9 +111,9 @@ async def review(sources: ConsoleSources, principal: Principal, name: str) -> di
         )
     launch = dict(result.launch)
     if launch.get("url"):
-        launch["url"] = _shown_launch(url=str(launch["url"]))
+        launch["url"] = shown_launch(url=str(launch["url"]))
     if launch.get("command"):
-        launch["command"] = _shown_launch(shlex.split(str(launch["command"])))
+        launch["command"] = shown_launch(shlex.split(str(launch["command"])))
     return {"server": name, "launch": launch, "digest": result.digest, "tools": tools}
 
 

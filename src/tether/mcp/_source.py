@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import shlex
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -31,6 +30,7 @@ from tether.mcp._failures import Unavailable, closed_underneath, failure_detail,
 from tether.mcp._listing import PinnedListing
 from tether.mcp._opening import open_client, prepare, serve
 from tether.mcp._pinning import Pins, ToolCheck
+from tether.mcp._shown import secret_values, shown_launch
 from tether.mcp._tasks import TaskRelay
 from tether.tools._contract import Effect, Target, ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
@@ -142,7 +142,7 @@ class McpServerSource:
         if self.command:
             out: dict[str, Any] = {
                 "transport": "stdio",
-                "command": shlex.join(self.command),
+                "command": shown_launch(self.command, secrets=secret_values(self.env)),
                 "env_keys": sorted(self.env),
             }
             if self.sandbox_plan is not None:
@@ -150,7 +150,8 @@ class McpServerSource:
             if self.stderr is not None and self.stderr.log_path is not None:
                 out["stderr_log"] = str(self.stderr.log_path)
             return out
-        return {"transport": "streamable-http", "url": self.url, "header_keys": sorted(self.headers)}
+        url = shown_launch(url=self.url, secrets=self.headers.values()) if self.url else self.url
+        return {"transport": "streamable-http", "url": url, "header_keys": sorted(self.headers)}
 
     def endpoint(self) -> str:
         """A digest of what the pins were approved for: the exact command or URL."""

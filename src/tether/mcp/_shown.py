@@ -1,0 +1,65 @@
+"""What an MCP server runs or contacts, as people and traces are shown it: a config expands
+``${VAR}`` into commands and URLs when it is loaded, so a credential can sit in either."""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Iterable, Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+from tether.trace._sanitize import MIN_FRAGMENT, Redactor
+
+__all__ = ["HIDDEN", "secret_values", "shown_launch"]
+
+HIDDEN = "[secret]"
+_NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
+
+
+def _bare_url(url: str) -> str:
+    """``url`` without user info, query or fragment."""
+    try:
+        parts = urlsplit(url)
+        netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # a port out of range: nothing after the scheme is shown
+        return url.partition("://")[0] + "://" + HIDDEN
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _secret_option(part: str) -> bool:
+    """Whether ``part`` is an option that names a credential (``--token``, ``--db-password``)."""
+    return part.startswith("-") and "=" not in part and _NAMES.is_secret_key(part.lstrip("-"))
+
+
+def _bare_argument(part: str, previous: str) -> str:
+    if _secret_option(previous):
+        return HIDDEN
+    flag, eq, value = part.partition("=")
+    if eq and flag.startswith("-"):
+        return f"{flag}={HIDDEN}" if _secret_option(flag) else f"{flag}={_bare_argument(value, '')}"
+    return _bare_url(part) if "://" in part else part
+
+
+def shown_launch(
+    command: list[str] | None = None, url: str | None = None, *, secrets: Iterable[str] = ()
+) -> str:
+    """What a server runs (its command) or contacts (its URL), as the console shows it: every URL
+    bare (``_bare_url``), a credential-named option's value hidden, and the value of every
+    credential-named environment variable (``${GITHUB_TOKEN}`` in the config is expanded when it
+    is loaded) and of each of ``secrets`` (the server's own credentials) hidden wherever it
+    appears."""
+    if command is not None:
+        text = shlex.join(_bare_argument(a, p) for a, p in zip(command, ["", *command], strict=False))
+    else:
+        text = _bare_url(url or "")
+    # Whole values (the config substitutes a variable's whole value), long enough to be secrets.
+    known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
+    known |= {v for v in secrets if len(v) >= MIN_FRAGMENT}
+    for value in sorted(known, key=len, reverse=True):
+        text = text.replace(value, HIDDEN)
+    return text
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """The values of ``env``'s credential-named variables."""
+    return [value for key, value in env.items() if _NAMES.is_secret_key(key)]
