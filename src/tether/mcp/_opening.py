@@ -238,8 +238,7 @@ async def serve(source: McpServerSource, client: Any) -> None:
             source._listening = True
             source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_opened")
             async for _event in subscription:
-                source._stale = True
-                source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
+                source.changed()
     except Exception as err:
         source.emit(
             EventKind.MCP_CAPABILITY_CHECK,
