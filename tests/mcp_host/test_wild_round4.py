@@ -5,8 +5,13 @@ honest server, and both are checked."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +27,11 @@ from .conftest import approve, script, write_config
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
 SERVER = Path(__file__).with_name("wild4_server.py")
+LOOKUP = {
+    "name": "lookup",
+    "description": "Looks up a key.",
+    "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
 
 
 def w4(name: str, mode: str = "honest", **extra: Any) -> dict[str, Any]:
@@ -112,3 +122,90 @@ async def test_lone_surrogates_and_a_huge_nested_notification_are_contained(
     first, second = run.seen("x__lookup")
     assert "value-of-a" in first and said in second and "\ud800" not in second
     assert "value-of-c" in run.seen("ok__lookup")[0]
+
+
+# -- over Streamable HTTP: an answer larger than the host accepts ------------------------------------
+
+
+def _giant_http_app() -> type[BaseHTTPRequestHandler]:
+    """A Streamable HTTP server by hand (JSON answers only): ``lookup`` answers its first call,
+    then answers each with a 10 MB JSON body (no SSE: the SDK caps an SSE event itself)."""
+    calls = [0]
+
+    class App(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            return
+
+        def _send(self, status: int, body: bytes = b"") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            self._send(405)
+
+        def do_DELETE(self) -> None:
+            self._send(200)
+
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            method, ident, params = message.get("method"), message.get("id"), message.get("params") or {}
+            if ident is None:
+                return self._send(202)
+            if method == "initialize":
+                result: dict[str, Any] = {
+                    "protocolVersion": params.get("protocolVersion"),
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "giant", "version": "1"},
+                }
+            elif method == "tools/list":
+                result = {"tools": [LOOKUP]}
+            elif method == "tools/call":
+                calls[0] += 1
+                key = (params.get("arguments") or {}).get("key")
+                text = f"value-of-{key}" + (" " + "G" * 10_000_000 if calls[0] > 1 else "")
+                result = {"content": [{"type": "text", "text": text}]}
+            else:
+                return self._send(200, json.dumps({"jsonrpc": "2.0", "id": ident, "result": {}}).encode())
+            self._send(200, json.dumps({"jsonrpc": "2.0", "id": ident, "result": result}).encode())
+
+    return App
+
+
+@pytest.fixture
+def giant_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _giant_http_app())
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_an_http_answer_larger_than_the_host_accepts_fails_its_call_as_on_stdio(
+    tmp_path: Path, pins: Path, giant_url: str
+) -> None:
+    """A 10 MB JSON body: before, read whole (no cap on this path: stdio discards a line past
+    the host's limit as it streams) and handed on cut; now the read stops at the same limit
+    and the call it answers fails at once, named; the server and the honest one keep serving."""
+    web = {
+        "name": "web",
+        "transport": "http",
+        "url": giant_url,
+        "mode": "legacy",
+        "effects": {"lookup": "read"},
+    }
+    config = write_config(tmp_path, [web, w4("ok")], pins_from=pins)
+    await approve(config, "web")
+    steps = script(
+        ("web__lookup", {"key": "a"}), ("web__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "done"
+    )
+    run = await run_question(config, "Q", steps)
+    first, second = run.seen("web__lookup")
+    assert "value-of-a" in first
+    assert "larger than the host accepts" in second and "GGGG" not in second
+    assert "value-of-c" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
