@@ -130,9 +130,13 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
     if source.stderr is not None:
         source.stderr.spawned()
     source._process = process
-    # One answer may be a few times the result cap in JSON (escapes, structured content too).
-    max_line = max(8 * 1024 * 1024, 16 * source.max_result_chars)
-    return await stack.enter_async_context(opened(process, max_line))
+    return await stack.enter_async_context(opened(process, max_message(source)))
+
+
+def max_message(source: McpServerSource) -> int:
+    """The largest answer the host reads from a server, on any transport: a few times the result
+    cap in JSON (escapes, structured content too)."""
+    return max(8 * 1024 * 1024, 16 * source.max_result_chars)
 
 
 async def _spawn_with_proxy(
@@ -196,6 +200,8 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
+    from tether.mcp._httpcap import CappedTransport
+
     async def answered(response: Any) -> None:
         """Name for the person an HTTP error the SDK reports only vaguely (not a probe's 4xx or a
         session's 404)."""
@@ -214,10 +220,11 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         follow_redirects=False,
         trust_env=False,
         event_hooks={"response": [answered]},
+        transport=CappedTransport(limit := max_message(source)),
     )
     # The transport does not close a client it was given: the stack does, after the session.
     await stack.enter_async_context(http)
-    return streamable_http_client(source.url, http_client=http)
+    return streamable_http_client(source.url, http_client=http, max_sse_event_size=limit)
 
 
 async def prepare(source: McpServerSource, client: Any) -> None:
@@ -238,8 +245,7 @@ async def serve(source: McpServerSource, client: Any) -> None:
             source._listening = True
             source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="listen_opened")
             async for _event in subscription:
-                source._stale = True
-                source.emit(EventKind.MCP_CAPABILITY_CHECK, server=source.name, trigger="list_changed")
+                source.changed()
     except Exception as err:
         source.emit(
             EventKind.MCP_CAPABILITY_CHECK,

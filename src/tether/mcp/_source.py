@@ -40,7 +40,9 @@ if TYPE_CHECKING:
     from tether.mcp._sandbox import SandboxPlan
     from tether.mcp._serverlog import ServerStderr
 
-__all__ = ["CapabilityBlocked", "InputPending", "McpServerSource"]
+__all__ = ["MAX_LISTED_TOOLS", "CapabilityBlocked", "InputPending", "McpServerSource"]
+
+MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -68,6 +70,7 @@ class McpServerSource:
     _listed_at_connect = False
     _listening = False
     _stale = False  # a list-changed was heard: re-list before the next call
+    _change_traced = False  # ... and traced (once until that listing)
     _tracer: Any = None
 
     def __init__(
@@ -200,9 +203,15 @@ class McpServerSource:
             message, "method", None
         )
         if method == "notifications/tools/list_changed":
-            if not self._listening:  # (the listen stream's own loop traces it once)
-                self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
-            self._stale = True
+            self.changed(traced=not self._listening)  # (the listen stream's own loop traces it)
+
+    def changed(self, *, traced: bool = True) -> None:
+        """The server said its tools changed: re-listed before the next call. Traced once until
+        then (a server repeating it thousands of times adds one row, not thousands)."""
+        if traced and not self._change_traced:
+            self.emit(EventKind.MCP_CAPABILITY_CHECK, server=self.name, trigger="list_changed")
+            self._change_traced = True
+        self._stale = True
 
     def launch(self) -> None:
         """Begin connecting in the background (returns at once)."""
@@ -400,15 +409,17 @@ class McpServerSource:
         while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
+            if len(tools) > MAX_LISTED_TOOLS:
+                why = f"its tool listing went past {MAX_LISTED_TOOLS} tools"
+                raise UpstreamError(f"server {self.name} failed: {why}")
+            if (cursor := page.next_cursor) is None:
                 break
             if cursor in cursors or len(cursors) >= 100:  # never taken for a whole listing
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
         await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
-        self._stale = False
+        self._stale = self._change_traced = False
         return self.listing.checks
 
     async def refresh(self) -> list[ToolCheck]:

@@ -18,7 +18,7 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 
-__all__ = ["opened", "spawn", "stop"]
+__all__ = ["opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
@@ -86,10 +86,14 @@ def _parse(line: bytes) -> Any:
         return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)
 
 
+def too_large(limit: int) -> str:
+    """Why an answer past the host's limit (on stdio or HTTP) failed the request it answers."""
+    return f"the server's answer was larger than the host accepts ({limit} bytes)"
+
+
 def _too_long(head: bytes, size: int, limit: int) -> Any:
     """An oversized answer becomes an error for the request it answers (if its id shows)."""
-    too_big = f"the server's answer was larger than the host accepts ({limit} bytes)"
-    return _refused(head, too_big, ValueError(f"a message of more than {size} bytes was discarded"))
+    return _refused(head, too_large(limit), ValueError(f"a message of more than {size} bytes was discarded"))
 
 
 def _refused(head: bytes, why: str, otherwise: ValueError) -> Any:
