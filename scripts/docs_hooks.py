@@ -15,6 +15,7 @@ has fails the build (``mkdocs build --strict`` runs in the test command).
 from __future__ import annotations
 
 import argparse
+import ast
 import inspect
 import json
 import os
@@ -217,16 +218,43 @@ EVENT_DESCRIPTIONS: dict[str, str] = {
 }
 
 
-def _field_comments(cls: type) -> dict[str, str]:
-    """The ``# comment`` beside each field of a payload's class in its source."""
-    out: dict[str, str] = {}
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):
+def _field_comments() -> dict[str, dict[str, str]]:
+    """The ``# comment`` beside each field in the payload table's source, by kind and field."""
+    import tether.trace._payloads as payloads
+
+    source = inspect.getsource(payloads)
+    lines = source.splitlines()
+    tree = ast.parse(source)
+    named = {
+        t.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for t in ([node.target] if isinstance(node, ast.AnnAssign) else node.targets)
+        if isinstance(t, ast.Name) and node.value is not None
+    }
+
+    def fields(node: ast.expr | None) -> dict[str, str]:
+        if isinstance(node, ast.Name):
+            node = named.get(node.id)
+        out: dict[str, str] = {}
+        if isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if key is None:  # **_SHARED
+                    out.update(fields(value))
+                elif isinstance(key, ast.Constant):
+                    ends = {key.lineno, value.end_lineno or key.lineno}  # a wrapped type: after it
+                    found = [m for n in sorted(ends) if (m := re.search(r"#\s*(.+)$", lines[n - 1]))]
+                    if found:
+                        out[str(key.value)] = found[0].group(1).strip()
         return out
-    for m in re.finditer(r"^\s+(\w+): [^#\n]+#\s*(.+)$", source, re.MULTILINE):
-        out[m.group(1)] = m.group(2).strip()
-    return out
+
+    table = named["PAYLOADS"]
+    assert isinstance(table, ast.Dict)
+    return {
+        key.attr.lower(): fields(value)
+        for key, value in zip(table.keys, table.values, strict=True)
+        if isinstance(key, ast.Attribute)
+    }
 
 
 def _hint(tp: Any) -> str:
@@ -248,14 +276,10 @@ def trace_events_reference() -> str:
     parts = ["| kind | what it records |", "| --- | --- |"]
     parts += [f"| [`{k}`](#{k}) | {EVENT_DESCRIPTIONS[str(k)]} |" for k in EventKind]
     parts.append("")
+    notes = _field_comments()
     for kind in EventKind:
-        payload = PAYLOADS[kind]
-        comments: dict[str, str] = {}
-        for base in reversed(payload.__mro__):
-            if inspect.get_annotations(base):
-                comments.update(_field_comments(base))
-        hints = typing.get_type_hints(payload, include_extras=True)
-        required = payload.__required_keys__  # type: ignore[attr-defined]
+        hints, comments = PAYLOADS[kind], notes.get(str(kind), {})
+        required = {name for name, tp in hints.items() if typing.get_origin(tp) is typing.Required}
         parts.append(f"### {kind}\n")
         parts.append(f"{EVENT_DESCRIPTIONS[str(kind)][0].upper()}{EVENT_DESCRIPTIONS[str(kind)][1:]}.\n")
         if not hints:
