@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -138,14 +139,16 @@ def _summary(run_id: str, head: Mapping[str, Any]) -> RunSummary:
     )
 
 
-class RunIndex:
+class RunIndex(ABC):
     """Where the console reads runs: ``TraceIndex`` (a folder) or ``StoredTraceIndex`` (a deployment)."""
 
+    @abstractmethod
     def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
-        raise NotImplementedError
+        """The runs ``flt`` selects, newest first, at most ``limit``."""
 
+    @abstractmethod
     def events(self, run_id: str) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """One run's trace events, in order."""
 
     def get(self, run_id: str) -> RunSummary | None:
         events = self.events(run_id)
