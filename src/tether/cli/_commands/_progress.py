@@ -26,6 +26,23 @@ def show_text(kind: str, piece: str) -> None:
         sys.stderr.flush()
 
 
+class _Fields(dict[str, Any]):
+    """An event's data to format a line from: a field it lacks shows as ``None``."""
+
+    def __missing__(self, key: str) -> None:
+        return None
+
+
+# The events shown as one line of their fields, and the style of that line.
+_ONE_LINE: dict[str, tuple[str, str]] = {
+    "model_error": ("  model error: {error}", "red"),
+    "policy_denied": ("  ✗ {tool} denied: {reason}", "red"),
+    "tool_error": ("  ✗ {tool} refused: {message}", "red"),
+    "approval_requested": ("  … {tool} waits for approval", "yellow"),
+    "budget_exhausted": ("  budget: {detail}", "yellow"),
+}
+
+
 class ProgressSink:
     """Prints the run's progress on stderr (a ``TraceSink``)."""
 
@@ -63,16 +80,9 @@ class ProgressSink:
             else:
                 status = f"error {d.get('error_kind') or ''}".strip()
                 self._line(f"  ✗ {d.get('tool')} {status} ({d.get('chars')} chars)", "red")
-        elif kind == "model_error":
-            self._line(f"  model error: {d.get('error')}", "red")
-        elif kind == "policy_denied":
-            self._line(f"  ✗ {d.get('tool')} denied: {d.get('reason')}", "red")
-        elif kind == "tool_error":
-            self._line(f"  ✗ {d.get('tool')} refused: {d.get('message')}", "red")
-        elif kind == "approval_requested":
-            self._line(f"  … {d.get('tool')} waits for approval", "yellow")
-        elif kind == "budget_exhausted":
-            self._line(f"  budget: {d.get('detail')}", "yellow")
+        elif kind in _ONE_LINE:
+            line, style = _ONE_LINE[kind]
+            self._line(line.format_map(_Fields(d)), style)
         elif kind == "handoff_rejected":
             self._line(f"  handoff rejected: {'; '.join(d.get('problems', []))}", "red")
         elif kind == "stop":
