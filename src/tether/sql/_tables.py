@@ -9,7 +9,7 @@ append-only and a stored proposal immutable, all said here once.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     DDL,
@@ -39,6 +39,7 @@ from sqlalchemy.schema import CreateColumn, SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 METADATA = MetaData()
+T = TypeVar("T")
 PG_ONLY = "postgresql_only"  # a column's ``info`` key: the column exists on PostgreSQL only
 
 
@@ -88,9 +89,27 @@ def _serial(name: str) -> Column[int]:
     return Column(name, BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
 
 
+def _columns(kind: type[TypeEngine[T]], *names: str, nullable: bool = False) -> list[Column[T]]:
+    """Columns of one type, in this order: ``NOT NULL`` unless ``nullable``."""
+    return [Column(name, kind, nullable=nullable) for name in names]
+
+
 def _texts(*names: str, nullable: bool = False) -> list[Column[str]]:
-    """Text columns, in this order: ``NOT NULL`` unless ``nullable``."""
-    return [Column(name, Text, nullable=nullable) for name in names]
+    return _columns(Text, *names, nullable=nullable)
+
+
+def _instants(*names: str) -> list[Column[datetime]]:
+    return _columns(Instant, *names)
+
+
+def _user() -> Column[str]:
+    """The console account a row belongs to."""
+    return Column("user", Text, ForeignKey("users.name"), nullable=False)
+
+
+def _since_now(name: str) -> Column[datetime]:
+    """When the row was written, by the database's clock (PostgreSQL deployments)."""
+    return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
 
 
 def _ddl(statement: str) -> DDL:
@@ -137,7 +156,7 @@ migrations = Table(
     "_migrations",
     METADATA,
     Column("name", Text, primary_key=True),
-    Column("applied_at", Instant, nullable=False),
+    *_instants("applied_at"),
 )
 
 # -- proposals and decisions ----------------------------------------------------------------------
@@ -150,7 +169,7 @@ proposals = Table(
     Column("run_id", Text),
     Column("step", Integer),
     Column("call_id", Text),
-    Column("created_at", Instant, nullable=False),
+    *_instants("created_at"),
     Column("status", Text, nullable=False),
     Column("decided_by", Text),
     Column("decided_at", Instant),
@@ -182,7 +201,7 @@ approval_events = _history(
     "approval_events",
     "seq",
     *_texts("proposal_id", "op", "actor", "detail"),
-    Column("at", Instant, nullable=False),
+    *_instants("at"),
     Index("approval_events_proposal", "proposal_id"),
 )
 
@@ -194,9 +213,7 @@ effect_ledger = Table(
     Column("key", Text, primary_key=True),
     *_texts("tool", "arguments_hash", "status", "owner"),
     Column("attempts", Integer, nullable=False),
-    Column("created_at", Instant, nullable=False),
-    Column("updated_at", Instant, nullable=False),
-    Column("lease_until", Instant, nullable=False),
+    *_instants("created_at", "updated_at", "lease_until"),
     *_texts("proposal_id", "run_id", "result", nullable=True),
     Column("note", Text, nullable=False, server_default=""),
     CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
@@ -221,7 +238,7 @@ run_checkpoints = Table(
     Column("app", Text),
     *_texts("state", "status"),
     Column("stop_reason", Text, nullable=False, server_default=""),
-    Column("updated_at", Instant, nullable=False),
+    *_instants("updated_at"),
     Index("run_checkpoints_status", "status"),
 )
 
@@ -266,7 +283,7 @@ memory_records = Table(
     Column("fingerprint", Text),
     Column("superseded_by", Text, ForeignKey("memory_records.id")),
     Column("body", Text),
-    Column("created_at", Instant, nullable=False),
+    *_instants("created_at"),
     CheckConstraint("status IN ('active', 'superseded', 'deleted')"),
     Index("memory_records_scope_subject", "scope", "subject"),
     Index("memory_records_subject", "subject", postgresql_ops={"subject": "text_pattern_ops"}),
@@ -277,7 +294,7 @@ memory_events = _history(
     "id",
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
     *_texts("op", "actor", "reason"),
-    Column("at", Instant, nullable=False),
+    *_instants("at"),
     Index("memory_events_record", "record_id"),
 )
 
@@ -286,7 +303,7 @@ memory_conflicts = Table(
     METADATA,
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
     Column("other_id", Text, ForeignKey("memory_records.id"), nullable=False),
-    Column("at", Instant, nullable=False),
+    *_instants("at"),
     PrimaryKeyConstraint("record_id", "other_id"),
 )
 
@@ -311,7 +328,7 @@ tether_workers = Table(
     Column("executor_id", Text, primary_key=True),
     Column("host", Text, nullable=False),
     Column("pid", Integer, nullable=False),
-    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _since_now("started_at"),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     Column("recovered_at", DateTime(timezone=True)),
     *_texts("recovered_by", "app_version", "apps", nullable=True),
@@ -324,7 +341,7 @@ tether_run_versions = Table(
     Column("app_version", Text, nullable=False),
     Column("app_digest", Text),
     Column("moved_by", Text, nullable=False),
-    Column("moved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _since_now("moved_at"),
 )
 
 # An executor id restarted with another version leaves its unfinished runs of the old one here,
@@ -333,7 +350,7 @@ tether_orphans = Table(
     "tether_orphans",
     METADATA,
     *_texts("executor_id", "app_version"),
-    Column("left_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _since_now("left_at"),
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
@@ -343,7 +360,7 @@ tether_intake = Table(
     METADATA,
     Column("run_id", Text, primary_key=True),
     *_texts("app_version", "tenant", "request"),
-    Column("submitted_at", Instant, nullable=False),
+    *_instants("submitted_at"),
     Index("tether_intake_order", "submitted_at"),
 )
 
@@ -360,7 +377,7 @@ users = Table(
 grants = Table(
     "grants",
     METADATA,
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    _user(),
     *_texts("tenant", "role"),
     CheckConstraint("role IN ('viewer', 'reviewer', 'admin')"),
     PrimaryKeyConstraint("user", "tenant"),
@@ -370,7 +387,7 @@ tokens = Table(
     "tokens",
     METADATA,
     Column("id", Text, primary_key=True),
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    _user(),
     *_texts("secret_hash", "label", "created_at"),
     Column("expires_at", Text),
     Column("revoked", Integer, nullable=False, server_default="0"),
@@ -380,7 +397,7 @@ sessions = Table(
     "sessions",
     METADATA,
     Column("id_hash", Text, primary_key=True),
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    _user(),
     *_texts("csrf", "created_at", "expires_at"),
 )
 
