@@ -61,6 +61,21 @@ class PinnedCapabilities:
         return None
 
 
+# The server's settings that its source takes as they are, under the same names.
+_AS_CONFIGURED = (
+    "effects",
+    "mode",
+    "timeout_s",
+    "max_result_chars",
+    "recheck",
+    "restart",
+    "max_restarts",
+    "connect_timeout_s",
+    "progress_resets_timeout",
+    "max_call_s",
+)
+
+
 def build_source(
     server: ServerConfig,
     config: McpConfig,
@@ -87,23 +102,14 @@ def build_source(
         server.name,
         command=server.argv() if server.transport == "stdio" else None,
         url=server.url if server.transport == "http" else None,
-        effects=server.effects,
         env={**server.env, **creds.env} if server.transport == "stdio" else None,
         headers=creds.headers,
-        mode=server.mode,
-        timeout_s=server.timeout_s,
-        max_result_chars=server.max_result_chars,
         allow_tools=server.tools,
         pins=pins,
-        recheck=server.recheck,
         cwd=cwd,
         fail_soft=fail_soft,
-        restart=server.restart,
-        max_restarts=server.max_restarts,
-        connect_timeout_s=server.connect_timeout_s,
-        progress_resets_timeout=server.progress_resets_timeout,
-        max_call_s=server.max_call_s,
         on_progress=on_progress,
+        **{name: getattr(server, name) for name in _AS_CONFIGURED},
     )
     source.pauses, source.long_tasks, source.task_ttl_s = pauses, server.long_tasks, server.task_ttl_s
     if server.transport == "stdio":
