@@ -1,6 +1,7 @@
 """The options more than one command takes, each declared once: ``--json``, ``--db`` before or
-after the action, ``--scenario``, ``--out``, and the model and output groups of the commands
-that run an agent (``tether run``, ``tether mcp run``).
+after the action, ``--scenario``, ``--out``, the scripted stand-in's ``--script`` and ``--call``,
+and the model and output groups of the commands that run an agent (``tether run``, ``tether mcp
+run``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ __all__ = [
     "add_output_options",
     "add_resolve",
     "add_scenario",
+    "add_script",
 ]
 
 JSON_HELP = "print one JSON object as the last line"
@@ -54,6 +56,21 @@ def add_resolve(actions: Any, help: str) -> None:
 
 def add_scenario(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--scenario", metavar="NAME", help=help)
+
+
+def add_script(p: argparse.ArgumentParser, when: str = "") -> None:
+    """The scripted stand-in's steps, ``--script`` and ``--call`` (read by ``mcp._script``);
+    ``when`` begins their help: when they apply."""
+    steps = "YAML/JSON list of steps {call, arguments} | [..] | {final}"
+    p.add_argument("--script", type=Path, help=f"{when}scripted stand-in: {steps}")
+    p.add_argument(
+        "--call",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TOOL", "JSON"),
+        help=f"{when}scripted stand-in: one call (repeatable)",
+    )
 
 
 def add_out(p: argparse.ArgumentParser, help: str, default: str = "tether-output") -> None:

@@ -9,7 +9,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tether.cli._commands._options import add_actions, add_json, add_model_options, add_output_options
+from tether.cli._commands._options import (
+    add_actions,
+    add_json,
+    add_model_options,
+    add_output_options,
+    add_script,
+)
 from tether.cli._commands._progress import show_text
 from tether.clisupport.approvals_db import default_db
 from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe
@@ -55,19 +61,7 @@ def _add_run(msub: Any) -> None:
         f"results unless --no-obey, to test containment). {EXIT_HELP}",
     )
     run.add_argument("question")
-    run.add_argument(
-        "--script",
-        type=Path,
-        help="scripted stand-in: YAML/JSON list of steps {call, arguments} | [..] | {final}",
-    )
-    run.add_argument(
-        "--call",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("TOOL", "JSON"),
-        help="scripted stand-in: one call (repeatable)",
-    )
+    add_script(run)
     run.add_argument(
         "--no-obey", action="store_true", help="the stand-in does not obey instructions found in results"
     )

@@ -10,7 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tether.cli._commands._options import add_model_options, add_out, add_output_options, add_scenario
+from tether.cli._commands._options import (
+    add_model_options,
+    add_out,
+    add_output_options,
+    add_scenario,
+    add_script,
+)
 from tether.cli._commands._progress import ProgressSink, progress_wanted, show_text, write_results
 from tether.clisupport.output import (
     EXIT_HELP,
@@ -44,15 +50,7 @@ def register(sub: Any) -> None:
     p.add_argument("--db", type=Path, help="approval store: side effects and questions pause the run there")
     add_model_options(p)
     add_output_options(p)
-    p.add_argument("--script", type=Path, help="with --config: scripted stand-in steps (a test double)")
-    p.add_argument(
-        "--call",
-        nargs=2,
-        action="append",
-        default=[],
-        metavar=("TOOL", "JSON"),
-        help="with --config: a scripted call (a test double)",
-    )
+    add_script(p, "with --config: ")
     p.add_argument(
         "--inject", action="store_true", help="--scenario only: the ERP server injects an instruction"
     )
