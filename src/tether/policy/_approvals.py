@@ -20,7 +20,7 @@ import enum
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
@@ -154,6 +154,10 @@ class Review:
         }
 
 
+# The fields a review shows as the store keeps them (the arguments it parses; the rest it reads).
+_AS_STORED = tuple(f.name for f in fields(Review) if f.name not in ("arguments", "history", "executions"))
+
+
 @dataclass
 class Approvals:
     """The approval desk and effect ledger of a host. Give it to ``Host(approvals=...)``.
@@ -239,18 +243,8 @@ class Approvals:
 
     async def _review(self, p: StoredProposal) -> Review:
         return Review(
-            id=p.id,
-            tenant=p.tenant,
-            tool=p.tool,
+            **{name: getattr(p, name) for name in _AS_STORED},
             arguments=json.loads(p.arguments),
-            content_hash=p.content_hash,
-            effect=p.effect,
-            status=p.status,
-            created_at=p.created_at,
-            proposed_by=p.proposed_by,
-            run_id=p.run_id,
-            decided_by=p.decided_by,
-            decided_at=p.decided_at,
             history=tuple(await self.store.events(p.id)),
             executions=tuple(await self.store.ledger_for(p.id)),
         )
