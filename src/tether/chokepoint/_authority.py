@@ -27,6 +27,7 @@ from tether.chokepoint._calls import (
     checkpoint_pause,
     record_denial,
     record_observation,
+    record_rejection,
     settle,
 )
 from tether.chokepoint._effects import run_effect
@@ -223,14 +224,7 @@ class HostCore:
             d = outcome.decision
             record_denial(t, s, call, d.rule, d.reason, d.details)
         elif outcome.status in ("reject", "unknown"):
-            t.emit(
-                EventKind.TOOL_ERROR,
-                call_id=call.id,
-                tool=call.name,
-                error="proposal_rejected",
-                message=outcome.error,
-            )
-            s.calls.append(CallRecord(call.id, call.name, call.arguments, "rejected", outcome.error))
+            record_rejection(t, s, call, outcome.error)
         elif outcome.status == "allow":
             assert outcome.decision is not None
             t.emit(EventKind.POLICY_ALLOWED, call_id=call.id, tool=call.name, rule=outcome.decision.rule)

@@ -39,6 +39,7 @@ __all__ = [
     "checkpoint_pause",
     "record_denial",
     "record_observation",
+    "record_rejection",
     "settle",
 ]
 
@@ -133,19 +134,27 @@ class Turn:
 # -- recording (one place for every runner) ---------------------------------------------------
 
 
+def _record_refused(
+    tracer: Any, state: RunState, call: ToolCall, kind: EventKind, status: str, note: str, **data: Any
+) -> None:
+    """Trace a call refused before it ran (``kind``, with ``data``) and keep it in the run's call
+    list as ``status``, with ``note``."""
+    tracer.emit(kind, call_id=call.id, tool=call.name, **data)
+    state.calls.append(CallRecord(call.id, call.name, call.arguments, status, note))
+
+
 def record_denial(
     tracer: Any, state: RunState, call: ToolCall, rule: str, reason: str, details: Any = None
 ) -> None:
-    """Trace a refused call and keep it in the run's call list."""
-    tracer.emit(
-        EventKind.POLICY_DENIED,
-        call_id=call.id,
-        tool=call.name,
-        rule=rule,
-        reason=reason,
-        details=details or {},
-    )
-    state.calls.append(CallRecord(call.id, call.name, call.arguments, "denied", reason))
+    """A call the policy denied."""
+    data = {"rule": rule, "reason": reason, "details": details or {}}
+    _record_refused(tracer, state, call, EventKind.POLICY_DENIED, "denied", reason, **data)
+
+
+def record_rejection(tracer: Any, state: RunState, call: ToolCall, message: str) -> None:
+    """A proposed call refused as malformed or unknown, before any policy."""
+    data = {"error": "proposal_rejected", "message": message}
+    _record_refused(tracer, state, call, EventKind.TOOL_ERROR, "rejected", message, **data)
 
 
 def record_observation(tracer: Any, state: RunState, obs: Observation, arguments: Any) -> None:
