@@ -131,18 +131,7 @@ class Review:
 
     def summary(self) -> dict[str, Any]:
         return {
-            "id": self.id,
-            "tenant": self.tenant,
-            "tool": self.tool,
-            "arguments": self.arguments,
-            "content_hash": self.content_hash,
-            "effect": self.effect,
-            "status": str(self.status),
-            "created_at": self.created_at.isoformat(),
-            "proposed_by": self.proposed_by,
-            "run_id": self.run_id,
-            "decided_by": self.decided_by,
-            "decided_at": self.decided_at.isoformat() if self.decided_at else None,
+            **{name: _as_json(getattr(self, name)) for name in _PROPOSAL},
             "history": [
                 {"op": e.op, "actor": e.actor, "at": e.at.isoformat(), "detail": e.detail}
                 for e in self.history
@@ -154,8 +143,17 @@ class Review:
         }
 
 
-# The fields a review shows as the store keeps them (the arguments it parses; the rest it reads).
-_AS_STORED = tuple(f.name for f in fields(Review) if f.name not in ("arguments", "history", "executions"))
+# A review's fields of the proposal itself, and those of them it shows as the store keeps them
+# (the arguments it parses).
+_PROPOSAL = tuple(f.name for f in fields(Review) if f.name not in ("history", "executions"))
+_AS_STORED = tuple(name for name in _PROPOSAL if name != "arguments")
+
+
+def _as_json(value: Any) -> Any:
+    """A proposal's field as JSON has it: an instant in ISO form, a status as its word."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value) if isinstance(value, enum.Enum) else value
 
 
 @dataclass
