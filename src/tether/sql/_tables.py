@@ -102,16 +102,6 @@ def _instants(*names: str) -> list[Column[datetime]]:
     return _columns(Instant, *names)
 
 
-def _user() -> Column[str]:
-    """The console account a row belongs to."""
-    return Column("user", Text, ForeignKey("users.name"), nullable=False)
-
-
-def _since_now(name: str) -> Column[datetime]:
-    """When the row was written, by the database's clock (PostgreSQL deployments)."""
-    return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
-
-
 def _ddl(statement: str) -> DDL:
     return DDL(statement)  # type: ignore[no-untyped-call]
 
@@ -328,7 +318,7 @@ tether_workers = Table(
     Column("executor_id", Text, primary_key=True),
     Column("host", Text, nullable=False),
     Column("pid", Integer, nullable=False),
-    _since_now("started_at"),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     Column("recovered_at", DateTime(timezone=True)),
     *_texts("recovered_by", "app_version", "apps", nullable=True),
@@ -341,7 +331,7 @@ tether_run_versions = Table(
     Column("app_version", Text, nullable=False),
     Column("app_digest", Text),
     Column("moved_by", Text, nullable=False),
-    _since_now("moved_at"),
+    Column("moved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
 # An executor id restarted with another version leaves its unfinished runs of the old one here,
@@ -350,7 +340,7 @@ tether_orphans = Table(
     "tether_orphans",
     METADATA,
     *_texts("executor_id", "app_version"),
-    _since_now("left_at"),
+    Column("left_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
@@ -377,7 +367,7 @@ users = Table(
 grants = Table(
     "grants",
     METADATA,
-    _user(),
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
     *_texts("tenant", "role"),
     CheckConstraint("role IN ('viewer', 'reviewer', 'admin')"),
     PrimaryKeyConstraint("user", "tenant"),
@@ -387,7 +377,7 @@ tokens = Table(
     "tokens",
     METADATA,
     Column("id", Text, primary_key=True),
-    _user(),
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
     *_texts("secret_hash", "label", "created_at"),
     Column("expires_at", Text),
     Column("revoked", Integer, nullable=False, server_default="0"),
@@ -397,7 +387,7 @@ sessions = Table(
     "sessions",
     METADATA,
     Column("id_hash", Text, primary_key=True),
-    _user(),
+    Column("user", Text, ForeignKey("users.name"), nullable=False),
     *_texts("csrf", "created_at", "expires_at"),
 )
 
