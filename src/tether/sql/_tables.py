@@ -9,7 +9,7 @@ append-only and a stored proposal immutable, all said here once.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import (
     DDL,
@@ -39,7 +39,6 @@ from sqlalchemy.schema import CreateColumn, SchemaItem
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 METADATA = MetaData()
-T = TypeVar("T")
 PG_ONLY = "postgresql_only"  # a column's ``info`` key: the column exists on PostgreSQL only
 
 
@@ -89,17 +88,9 @@ def _serial(name: str) -> Column[int]:
     return Column(name, BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
 
 
-def _columns(kind: type[TypeEngine[T]], *names: str, nullable: bool = False) -> list[Column[T]]:
-    """Columns of one type, in this order: ``NOT NULL`` unless ``nullable``."""
-    return [Column(name, kind, nullable=nullable) for name in names]
-
-
 def _texts(*names: str, nullable: bool = False) -> list[Column[str]]:
-    return _columns(Text, *names, nullable=nullable)
-
-
-def _instants(*names: str) -> list[Column[datetime]]:
-    return _columns(Instant, *names)
+    """Text columns, in this order: ``NOT NULL`` unless ``nullable``."""
+    return [Column(name, Text, nullable=nullable) for name in names]
 
 
 def _ddl(statement: str) -> DDL:
@@ -146,7 +137,7 @@ migrations = Table(
     "_migrations",
     METADATA,
     Column("name", Text, primary_key=True),
-    *_instants("applied_at"),
+    Column("applied_at", Instant, nullable=False),
 )
 
 # -- proposals and decisions ----------------------------------------------------------------------
@@ -159,7 +150,7 @@ proposals = Table(
     Column("run_id", Text),
     Column("step", Integer),
     Column("call_id", Text),
-    *_instants("created_at"),
+    Column("created_at", Instant, nullable=False),
     Column("status", Text, nullable=False),
     Column("decided_by", Text),
     Column("decided_at", Instant),
@@ -191,7 +182,7 @@ approval_events = _history(
     "approval_events",
     "seq",
     *_texts("proposal_id", "op", "actor", "detail"),
-    *_instants("at"),
+    Column("at", Instant, nullable=False),
     Index("approval_events_proposal", "proposal_id"),
 )
 
@@ -203,7 +194,9 @@ effect_ledger = Table(
     Column("key", Text, primary_key=True),
     *_texts("tool", "arguments_hash", "status", "owner"),
     Column("attempts", Integer, nullable=False),
-    *_instants("created_at", "updated_at", "lease_until"),
+    Column("created_at", Instant, nullable=False),
+    Column("updated_at", Instant, nullable=False),
+    Column("lease_until", Instant, nullable=False),
     *_texts("proposal_id", "run_id", "result", nullable=True),
     Column("note", Text, nullable=False, server_default=""),
     CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
@@ -228,7 +221,7 @@ run_checkpoints = Table(
     Column("app", Text),
     *_texts("state", "status"),
     Column("stop_reason", Text, nullable=False, server_default=""),
-    *_instants("updated_at"),
+    Column("updated_at", Instant, nullable=False),
     Index("run_checkpoints_status", "status"),
 )
 
@@ -273,7 +266,7 @@ memory_records = Table(
     Column("fingerprint", Text),
     Column("superseded_by", Text, ForeignKey("memory_records.id")),
     Column("body", Text),
-    *_instants("created_at"),
+    Column("created_at", Instant, nullable=False),
     CheckConstraint("status IN ('active', 'superseded', 'deleted')"),
     Index("memory_records_scope_subject", "scope", "subject"),
     Index("memory_records_subject", "subject", postgresql_ops={"subject": "text_pattern_ops"}),
@@ -284,7 +277,7 @@ memory_events = _history(
     "id",
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
     *_texts("op", "actor", "reason"),
-    *_instants("at"),
+    Column("at", Instant, nullable=False),
     Index("memory_events_record", "record_id"),
 )
 
@@ -293,7 +286,7 @@ memory_conflicts = Table(
     METADATA,
     Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
     Column("other_id", Text, ForeignKey("memory_records.id"), nullable=False),
-    *_instants("at"),
+    Column("at", Instant, nullable=False),
     PrimaryKeyConstraint("record_id", "other_id"),
 )
 
@@ -350,7 +343,7 @@ tether_intake = Table(
     METADATA,
     Column("run_id", Text, primary_key=True),
     *_texts("app_version", "tenant", "request"),
-    *_instants("submitted_at"),
+    Column("submitted_at", Instant, nullable=False),
     Index("tether_intake_order", "submitted_at"),
 )
 
