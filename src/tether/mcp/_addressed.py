@@ -49,7 +49,10 @@ def fold(text: str) -> str:
     """Decoded, without accents, lower-cased: how the signals are compared."""
     decoded = html.unescape(text)
     plain = unicodedata.normalize("NFKD", decoded)
-    return "".join(c for c in plain if not unicodedata.combining(c)).casefold()
+    if plain.isascii():  # nothing to strip (the usual case, and a long text's)
+        return plain.casefold()
+    marks = {c for c in set(plain) if unicodedata.combining(c)}
+    return "".join(c for c in plain if c not in marks).casefold() if marks else plain.casefold()
 
 
 def _sentences(text: str) -> list[str]:

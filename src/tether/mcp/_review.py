@@ -13,6 +13,7 @@ import html
 import json
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -198,26 +199,31 @@ def _script(ch: str) -> str:
 
 def main_script(texts: Iterable[str]) -> str:
     """The writing system most of a server's text is in (``LATIN`` when it has no letters)."""
-    counts: dict[str, int] = {}
-    for text in texts:
-        for ch in text:
-            if ch.isalpha():
-                counts[_script(ch)] = counts.get(_script(ch), 0) + 1
+    counts = _letters_by_script(Counter(ch for text in texts for ch in text))
     return max(counts, key=lambda k: counts[k]) if counts else "LATIN"
+
+
+def _letters_by_script(chars: Counter[str]) -> dict[str, int]:
+    """How many letters of each script ``chars`` (character counts) hold: each distinct
+    character named once, so a long text costs one pass in C and a lookup per distinct letter."""
+    counts: dict[str, int] = {}
+    for ch, n in chars.items():
+        if ch.isalpha():
+            counts[_script(ch)] = counts.get(_script(ch), 0) + n
+    return counts
 
 
 def foreign_script(text: str, main: str = "LATIN") -> str | None:
     """A passage in a script other than ``main`` (Latin is ordinary anywhere), or a word mixing
     scripts (look-alike letters)."""
     for word in re.findall(r"\w+", text):
+        if word.isascii():  # ASCII letters are all Latin
+            continue
         scripts = {_script(c) for c in word if c.isalpha()}
         if len(scripts) > 1:
             return f"a word mixing {' and '.join(sorted(scripts))} letters: {word[:40]!r}"
-    counts: dict[str, int] = {}
-    for ch in text:
-        if ch.isalpha() and _script(ch) not in (main, "LATIN"):
-            counts[_script(ch)] = counts.get(_script(ch), 0) + 1
-    if not (other := {k: n for k, n in counts.items() if n >= 3}):
+    counts = _letters_by_script(Counter(text))
+    if not (other := {k: n for k, n in counts.items() if n >= 3 and k not in (main, "LATIN")}):
         return None
     script = max(other, key=lambda k: other[k])
     sample = "".join(c if (not c.isalpha() or _script(c) == script) else " " for c in text)
@@ -273,6 +279,8 @@ class ToolNames:
 
     def called_siblings(self, text: str) -> set[str]:
         """The server's own tools the text tells the model to call, invoke, run or trigger."""
+        if not self.siblings:
+            return set()
         width = self._longest + 1  # enough for any name and the character after it
         called = (self.found(text[m.end() : m.end() + width], at=0) for m in _CALLED.finditer(text))
         return {n for names in called for n in names if n in self.siblings}
@@ -301,7 +309,9 @@ def scan_text(
 ) -> list[Finding]:
     """Flag one piece of server-written text (a description, a schema string, instructions)."""
     findings: list[Finding] = []
-    if hidden := sorted({f"U+{ord(c):04X}" for c in text if hidden_kind(c)}):
+    # Each distinct character judged once (a long text has few): the set is built in C.
+    hiding = {c for c in set(text) if hidden_kind(c)}
+    if hidden := sorted(f"U+{ord(c):04X}" for c in hiding):
         detail = ", ".join(hidden[:10])
         if tags := _tag_text(text):
             detail += f" (hidden tag text: {tags[:200]!r})"
@@ -309,7 +319,9 @@ def scan_text(
     if not prose:
         return findings
     # As a model reads it: compatibility forms folded, HTML entities ('&#105;gnore') decoded.
-    visible = unicodedata.normalize("NFKC", html.unescape("".join(c for c in text if not hidden_kind(c))))
+    visible = unicodedata.normalize(
+        "NFKC", html.unescape("".join(c for c in text if c not in hiding) if hiding else text)
+    )
     names = others if isinstance(others, ToolNames) else ToolNames(others, siblings)
     if m := _INSTRUCTION.search(visible):
         findings.append(Finding(tool, "instruction", where, repr(m.group(0)[:80])))
