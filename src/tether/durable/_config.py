@@ -40,7 +40,7 @@ def dbos_config(
     from tether.durable._deploy import target
 
     t = target(url)
-    system = t.conninfo
+    system = t.pg.sqlalchemy() if t.pg is not None else ""
     if t.path is not None:
         t.path.mkdir(parents=True, exist_ok=True)
         system = f"sqlite:///{t.path.resolve() / 'dbos.sqlite'}"

@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from tether.sql._postgres import PgUrl, StoreUnavailable
 from tether.stores._url import parse_url
@@ -39,7 +38,7 @@ class Target:
     where: str
     database: str
     dbos_schema: str
-    conninfo: str = ""
+    pg: PgUrl | None = None
     path: Path | None = None
     schema: str | None = None
 
@@ -56,12 +55,8 @@ def target(url: str) -> Target:
         assert loc.path is not None
         return Target("sqlite", str(loc.path), str(loc.path / "dbos.sqlite"), "dbos", path=loc.path)
     pg = PgUrl.parse(url)
-    parts = urlsplit(pg.conninfo)
-    host = parts.hostname or "localhost"
-    port = parts.port or 5432
-    database = parts.path.lstrip("/") or (parts.username or "postgres")
     schema = f"{pg.schema}_dbos" if pg.schema else "dbos"
-    return Target("postgresql", f"{host}:{port}", database, schema, conninfo=pg.conninfo, schema=pg.schema)
+    return Target("postgresql", pg.where, pg.database, schema, pg=pg, schema=pg.schema)
 
 
 def _cause(err: BaseException) -> tuple[str, str]:
@@ -86,12 +81,9 @@ def _connect(
 ) -> Any:
     import psycopg
 
-    conninfo = t.conninfo
-    if database is not None:
-        parts = urlsplit(conninfo)
-        conninfo = urlunsplit((parts.scheme, parts.netloc, "/" + database, parts.query, ""))
+    assert t.pg is not None
     return psycopg.connect(
-        conninfo,
+        t.pg.with_database(database or t.database),
         autocommit=True,
         connect_timeout=max(1, int(timeout_s)),
         application_name="tether:client",

@@ -6,11 +6,16 @@ every table in schema ``t1`` (created if missing), so one database can hold isol
 
 from __future__ import annotations
 
+import getpass
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tether.errors import ConfigError, TetherError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 PG_SCHEMES = ("postgresql://", "postgres://")  # how a PostgreSQL URL begins
 
@@ -23,30 +28,86 @@ class StoreUnavailable(TetherError):
 
 @dataclass(frozen=True, slots=True)
 class PgUrl:
-    """A parsed ``postgresql://`` URL: what psycopg connects to, and tether's schema."""
+    """A parsed ``postgresql://`` URL: what psycopg connects to, and tether's schema.
+
+    Every form libpq reads is taken, as libpq reads it (psycopg's ``conninfo_to_dict``): a
+    Unix-socket folder as ``?host=/run/postgresql`` or percent-encoded in the host part, several
+    hosts (``h1,h2:5433``), IPv6 literals, and parameters such as ``sslmode``."""
 
     conninfo: str
     schema: str | None = None
 
     @classmethod
     def parse(cls, url: str) -> PgUrl:
-        """Raises ``ConfigError`` for another scheme or a malformed schema name."""
+        """Raises ``ConfigError`` for another scheme, a URL libpq cannot read, or a malformed
+        schema name."""
+        from psycopg import ProgrammingError
+        from psycopg.conninfo import conninfo_to_dict
+
         parts = urlsplit(url)
         if f"{parts.scheme}://" not in PG_SCHEMES:
-            raise ConfigError(f"not a PostgreSQL URL: {url!r}")
+            raise ConfigError(f"not a PostgreSQL URL: {_without_password(url)!r}")
         query = parse_qsl(parts.query, keep_blank_values=True)
         schema = next((v for k, v in query if k == "schema"), None)
         if schema is not None and not _SCHEMA.match(schema):
             raise ConfigError(f"schema {schema!r} must be a lowercase identifier")
         rest = urlencode([(k, v) for k, v in query if k != "schema"])
-        return cls(urlunsplit(("postgresql", parts.netloc, parts.path, rest, parts.fragment)), schema)
+        # Written out, not by urlunsplit: that drops the '//' of an empty host part
+        # ('postgresql:///db?host=/run/postgresql'), which libpq then cannot read.
+        conninfo = f"postgresql://{parts.netloc}{parts.path}" + (f"?{rest}" if rest else "")
+        try:
+            conninfo_to_dict(conninfo)
+        except ProgrammingError as err:
+            raise ConfigError(
+                f"a PostgreSQL URL libpq cannot read: {_without_password(url)!r} ({err})"
+            ) from None
+        return cls(conninfo, schema)
+
+    def params(self) -> dict[str, str]:
+        """The connection parameters, as libpq reads them (``host``, ``port``, ``dbname``, …)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        return {k: str(v) for k, v in conninfo_to_dict(self.conninfo).items()}
+
+    @property
+    def database(self) -> str:
+        """The database's name (libpq's default: the user's name)."""
+        params = self.params()
+        return params.get("dbname") or params.get("user") or getpass.getuser()
+
+    @property
+    def where(self) -> str:
+        """Where the server is, for messages: ``host:port`` (the first of several), or the
+        socket folder."""
+        params = self.params()
+        host = params.get("host", "").split(",")[0] or "localhost"
+        port = params.get("port", "").split(",")[0] or "5432"
+        return host if host.startswith("/") else f"{host}:{port}"
+
+    def with_database(self, name: str) -> str:
+        """A libpq connection string for database ``name`` on the same server(s)."""
+        from psycopg.conninfo import make_conninfo
+
+        return make_conninfo(self.conninfo, dbname=name)
 
     def sqlalchemy(self) -> str:
-        """The same database as a SQLAlchemy URL on psycopg 3 (what DBOS takes)."""
-        return "postgresql+psycopg" + self.conninfo[len("postgresql") :]
+        """The same database as a SQLAlchemy URL on psycopg 3 (what DBOS takes): every parameter
+        but the user, password and database is passed in the query, as libpq read it."""
+        return self._url("postgresql+psycopg").render_as_string(hide_password=False)
 
     def redacted(self) -> str:
-        """The URL without its password (for messages and logs)."""
-        from sqlalchemy.engine import make_url
+        """The URL as written, without its password (for messages and logs)."""
+        return re.sub(r"([?&]password=)[^&]*", r"\1***", _without_password(self.conninfo))
 
-        return make_url(self.conninfo).render_as_string(hide_password=True)
+    def _url(self, driver: str) -> URL:
+        from sqlalchemy.engine import URL
+
+        params = self.params()
+        user, password = params.pop("user", None), params.pop("password", None)
+        database = params.pop("dbname", None) or user or getpass.getuser()
+        return URL.create(driver, username=user, password=password, database=database, query=params)
+
+
+def _without_password(url: str) -> str:
+    """``url`` with the password of its user part hidden (for an error about the URL itself)."""
+    return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
