@@ -286,32 +286,52 @@ def split_values(value: Any, schema: Any = None) -> list[str]:
     list or mapping, every key that is data (not a property the schema declares), and a
     string always whole, as it is. A string that itself encodes a list or mapping
     (``"['a@b.com']"``) is decoded *in addition* when the schema lets the parameter be
-    structured — never instead of the raw string, which is what the tool receives."""
+    structured — never instead of the raw string, which is what the tool receives. A decoding
+    is read only while its nodes and the text its nested decodings parse stay within a few
+    times its length, which no decoding without aliases exceeds: YAML aliases that expand a
+    short string into millions of nodes ("billion laughs") leave the raw string alone judged."""
     out: list[str] = []
 
-    def walk(v: Any, node: Any) -> None:
+    def walk(v: Any, node: Any, budget: list[int] | None, into: list[str]) -> None:
+        if budget is not None:
+            _spend(budget, 1)
         if isinstance(v, Mapping):
             for k, item in v.items():
                 if not _declared(node, str(k)):
-                    out.append(str(k))
-                walk(item, _child(node, str(k)))
+                    into.append(str(k))
+                walk(item, _child(node, str(k)), budget, into)
         elif isinstance(v, list | tuple | set | frozenset):
             for item in v:
-                walk(item, _child(node, None))
+                walk(item, _child(node, None), budget, into)
         elif isinstance(v, bool) or v is None:
             return
         elif isinstance(v, str):
-            out.append(v)
+            into.append(v)
             s = v.strip()
             if s[:1] in "[{" and s[-1:] in "]}" and _structured(node):
-                decoded = _decode(s)
-                if decoded is not None:
-                    walk(decoded, None)
+                inner = budget or [4 * len(s) + 64]
+                found: list[str] = []
+                try:
+                    _spend(inner, len(s))  # the parse itself
+                    decoded = _decode(s)
+                    if decoded is not None:
+                        walk(decoded, None, inner, found)
+                except (_TooLarge, RecursionError):
+                    if budget is not None:
+                        raise
+                    return  # larger than its text: only the raw string is judged
+                into.extend(found)
         else:
-            out.append(str(v))
+            into.append(str(v))
 
-    walk(value, schema)
+    walk(value, schema, None, out)
     return out
+
+
+def _spend(budget: list[int], n: int) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise _TooLarge
 
 
 def _decode(text: str) -> Any:
