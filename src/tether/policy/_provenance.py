@@ -52,6 +52,7 @@ from tether.policy._provenance_labels import (
     _number,
     normalise,
     shape_kind,
+    trust_parts,
 )
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -544,7 +545,7 @@ class ProvenanceIndex(Steering):
         return [
             s
             for s in self.segments
-            if s.label.trust in wanted
+            if trust_parts(s.label.trust) & wanted
             and s.whole
             and len(s.text) >= MIN_CONTAINED
             and self.unfolded_text(s) in text

@@ -25,8 +25,10 @@ __all__ = [
     "ASSIGNED",
     "DATA_KEY",
     "DIRECTORY",
+    "ERROR",
     "EXTRACTOR",
     "MIN_CONTAINED",
+    "MIXED",
     "MODEL",
     "SHAPE_KINDS",
     "TRUST_ORDER",
@@ -43,6 +45,7 @@ __all__ = [
     "normalise",
     "shape_kind",
     "split_values",
+    "trust_parts",
 ]
 
 
@@ -205,19 +208,39 @@ class TrustConfig:
 
 TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
 """Order of integrity, most trusted first, for a value copied from several sources (an
-extracted value, a page of a stored output); a class not listed (``private``…) counts as
-least trusted. Confidentiality is followed separately: a copy's source observation stays in
-the run, so its private values are still found inside any argument that carries them."""
+extracted value, a page of a stored output). A class not listed (``private``, a deployment's
+own) has no rank: copied together with any other class it makes a class of its own
+(``least_trusted``). Confidentiality is followed separately: a copy's source observation stays
+in the run, so its private values are still found inside any argument that carries them."""
+
+ERROR = "tool_error"
+"""The class of a tool's error message: text its server or author chose (an MCP server's error,
+a message naming what was asked), never the tool's data, so never a trusted field of it; outside
+``TRUST_ORDER``, it is the least trusted class a copy can take."""
+
+MIXED = "+"
+"""Joins the classes of a copy that no one class ranks (``least_trusted``): ``private+web``."""
 
 
 def least_trusted(classes: Iterable[str]) -> str:
-    """The least trusted of ``classes`` (``TRUST_ORDER``; an unlisted class is less trusted
-    than any listed one); ``third_party`` when there is none."""
-    found = set(classes)
-    unknown = sorted(c for c in found if c not in TRUST_ORDER)
-    if unknown:
-        return unknown[0]
-    return max(found, key=TRUST_ORDER.index) if found else "third_party"
+    """The least trusted of ``classes`` by ``TRUST_ORDER`` (a tool's error message, ``ERROR``,
+    below them all); ``third_party`` when there is none. Where a class outside the order stands
+    beside another, neither ranks the copy: it is all of them joined (``private+web``), a class
+    no rule names, so no rule that trusts one of them (``private``: the user's own data) trusts
+    a copy that may be the other's (a web page's)."""
+    found = {part for c in classes for part in trust_parts(c)}
+    if not found:
+        return "third_party"
+    if ERROR in found:
+        return ERROR  # below every class, whoever's data
+    if len(found) > 1 and not found <= set(TRUST_ORDER):
+        return MIXED.join(sorted(found))
+    return max(found, key=lambda c: TRUST_ORDER.index(c) if c in TRUST_ORDER else len(TRUST_ORDER))
+
+
+def trust_parts(trust: str) -> frozenset[str]:
+    """The classes a (``least_trusted``) class is made of: itself, or those it joins."""
+    return frozenset(trust.split(MIXED)) if MIXED in trust else frozenset({trust})
 
 
 # -- normalisation -------------------------------------------------------------------------
