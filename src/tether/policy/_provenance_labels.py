@@ -534,6 +534,7 @@ def label_observation(
     user's own identities (their address, their account), for ``self_naming`` fields."""
     source = config.for_tool(tool)
     mine = {normalise(o) for o in own if normalise(o)}
+    named = {*source.fields, *source.record_id, *source.author, *source.naming, *source.self_naming}
     segments: list[Segment] = []
 
     def leaf(
@@ -566,16 +567,16 @@ def label_observation(
                     break
             for k, item in v.items():
                 k = str(k)
-                if not k.isidentifier():
-                    # A key that is data (a hotel's name, an e-mail address) is a leaf too.
+                flag = item is None or isinstance(item, bool)
+                if not k.isidentifier() or (flag and k not in named):
+                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so
+                    # is one of no named field with only a flag under it ({"Dave_is_lead": true}).
                     leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
                 walk(item, f"{path}.{k}" if path else k, k, rec, auth)
         elif isinstance(v, list | tuple):
             for i, item in enumerate(v):
                 walk(item, f"{path}[{i}]", key, record, author)
-        elif v is None or isinstance(v, bool):
-            return
-        else:
+        elif v is not None and not isinstance(v, bool):
             leaf(str(v), path, key, record, author)
 
     if data is not None and not isinstance(data, str):
