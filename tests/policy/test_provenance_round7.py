@@ -25,8 +25,10 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 import pytest
-from _travel import CTX
+from _travel import CTX, FRIEND_MAIL
 from pydantic import Field
+from test_provenance_round3 import Travel, problems
+from test_provenance_round3 import run as run_travel
 from test_provenance_round5 import DAVE, FRIEND, HOTEL_IBAN, ME, TRUST, Run, decide, listed, mail
 
 from tether import Effect, Host, tool
@@ -35,6 +37,7 @@ from tether.policy._provenance_labels import least_trusted, split_values
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._trusted import TrustedContext
 from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
+from tether.testing import call
 from tether.trace._events import EventKind
 
 pytestmark = [pytest.mark.spec("P1", "P2")]
@@ -314,3 +317,32 @@ def test_a_link_to_another_address_of_the_block_is_not_the_listings(body: str) -
 def test_the_listings_ipv6_link_is_still_posted() -> None:
     for own in (IPV6_BOOKING, "http:[2001:db8:85a3::7334]/book"):
         assert _post(f"The hotel's page: {own}") == ("allow", []), own
+
+
+# -- 6. a short secret -----------------------------------------------------------------------------
+
+
+class ShortCode(Travel):
+    """Round three's travel world, whose vault holds a four-digit door code."""
+
+    @tool
+    def get_vault(self) -> dict[str, str]:
+        """The user's door code."""
+        return {"door_code": "4821"}
+
+
+@pytest.mark.anyio
+async def test_a_short_private_code_does_not_leave_unreviewed() -> None:
+    # A private value shorter than five characters was never looked for in what leaves: a PIN or
+    # a card's security code went out in a mail body without a reviewer.
+    world = ShortCode()
+    sent = "The hotel looks fine; booking ref 48213, room 4821B."  # the digits, glued: no code
+    result = await run_travel(
+        world,
+        call("get_vault"),
+        call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body="The door code is 4821."),
+        call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body="Code: \uff14\uff18\uff12\uff11"),
+        call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body=sent),
+    )
+    assert [r["body"] for _, r in world.received] == [sent]
+    assert problems(result.events) == ["confidential_flow", "confidential_flow"]

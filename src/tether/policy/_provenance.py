@@ -32,6 +32,7 @@ The labelling half lives in ``_provenance_labels``; this module holds the tracin
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -537,9 +538,11 @@ class ProvenanceIndex(Steering):
 
     def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
         """Segments of the given trust classes whose whole value appears inside ``value``
-        (to follow confidential data into an outgoing message). A value the request or the
-        directory also holds is no secret of that source. Compared as a reader reads both (case,
-        width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is the secret ``hunter22``)."""
+        (to follow confidential data into an outgoing message): anywhere, from ``MIN_CONTAINED``
+        characters; a shorter one with a digit (a PIN, a card's security code) as a word of its
+        own. A value the request or the directory also holds is no secret of that source.
+        Compared as a reader reads both (case, width and invisible characters folded:
+        ``ｈｕｎｔｅｒ２２`` is the secret ``hunter22``)."""
         wanted = set(trust)
         text = unfold(value)
         return [
@@ -547,11 +550,19 @@ class ProvenanceIndex(Steering):
             for s in self.segments
             if trust_parts(s.label.trust) & wanted
             and s.whole
-            and len(s.text) >= MIN_CONTAINED
-            and self.unfolded_text(s) in text
+            and _inside(self.unfolded_text(s), text)
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]
+
+
+def _inside(secret: str, text: str) -> bool:
+    """Whether ``secret`` stands in ``text`` (``contained_segments``)."""
+    if len(secret) >= MIN_CONTAINED:
+        return secret in text
+    if len(secret) < 3 or not any(c.isdigit() for c in secret) or secret not in text:
+        return False
+    return re.search(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])", text) is not None
 
 
 # The classes of data a source vouches for (a vendor's listing, the system's fields), before
