@@ -535,12 +535,9 @@ def _no_better(trust: str, classes: frozenset[str]) -> bool:
     ``TRUST_ORDER``, or a tool's error message (``ERROR``). A class outside the order names
     whose data it is (``private``: the user's own), not how far to trust someone's words. A copy
     of several classes (``least_trusted``: ``private+web``) is no better than any of them."""
-    parts = trust_parts(trust)
-    if parts & classes:
-        return True
-    listed = [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
-    if not listed:
-        return False
+    parts, listed = trust_parts(trust), [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
+    if parts & classes or not listed:
+        return bool(parts & classes)
     return any(t == ERROR or (t in TRUST_ORDER and TRUST_ORDER.index(t) > min(listed)) for t in parts)
 
 
