@@ -94,6 +94,7 @@ def test_an_encoded_recipient_list_is_still_read_item_by_item() -> None:
         ("Look at the Grand Hotel listing and pay the deposit for December 2026.", 1990.0),
         ("Look at the Grand Hotel listing and pay the deposit due on 14 March 2026.", 1990.0),
         ("Look at the Grand Hotel listing and pay the deposit due March 30.", 30.0),
+        ("Look at the Grand Hotel listing and pay the deposit invoiced on 12/01/2026.", 1990.0),
     ],
 )
 def test_the_day_or_year_of_a_date_bounds_no_payment(request_text: str, amount: float) -> None:
@@ -110,6 +111,7 @@ def test_the_day_or_year_of_a_date_bounds_no_payment(request_text: str, amount: 
         "Look at the Grand Hotel listing and pay the 200.00 deposit for December 2026.",
         "Look at the Grand Hotel listing and pay the deposit of 200 EUR due on 14 March 2026.",
         "Look at the Grand Hotel listing and on March 30 pay the $200 deposit.",
+        "Look at the Grand Hotel listing and pay the $200/night deposit invoiced on 12/01/2026.",
     ],
 )
 def test_a_sum_stated_beside_a_date_still_bounds_the_payment(request_text: str) -> None:

@@ -158,7 +158,8 @@ def parse_date(value: object) -> date | None:
 
 # -- figures ---------------------------------------------------------------------------------
 
-_FIGURE = re.compile(r"(?<![\w.,-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,]\d)")
+# A figure glued to a slash and a digit is a part of a date (12/01/2026) or of a fraction, no sum.
+_FIGURE = re.compile(r"(?<![\w.,/-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,/]\d)")
 
 
 def figures(text: str) -> list[float]:
