@@ -375,9 +375,10 @@ _LITERALS = frozenset({"null", "none", "true", "false"})
 def renders(text: str, data: Any) -> bool:
     """Whether ``text`` is a rendering of ``data`` (JSON, YAML, a table of it): every word it
     holds, as written or once read back as JSON, a Python literal or YAML (escapes undone), is
-    a word of the data's values or of a key some value stands under (a key with nothing under
-    it is no field, labelled nowhere). A text with a word of its own says more than the data,
-    and so does one that reads back as more nodes than ``_NODES`` (YAML aliases, nested deep)."""
+    a word of the data's values or of a key some value stands under (not of a key with only a
+    null or a flag under it: a text that repeats one is labelled too). A text with a word of its
+    own says more than the data, and so does one that reads back as more nodes than ``_NODES``
+    (YAML aliases, nested deep)."""
     try:
         words = _words(data) | _LITERALS
         if _tokens(text) <= words:
