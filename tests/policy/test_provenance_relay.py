@@ -206,8 +206,8 @@ def test_cached_labels_do_not_bypass_the_relay_and_an_unknown_origin_keeps_today
         index = index_for(_State(reviews, alone), TRUST)
         assert {s.label.trust for s in index.segments if s.label.tool == "read_output"} == {"listing"}
     # A relay of a more trusted source keeps the page's own class; a class outside the order
-    # (private) counts as the least trusted.
-    for cls, expected in (("system", "listing"), ("private", "private")):
+    # (private) ranks nothing: beside the page's own class, the page is of both (least_trusted).
+    for cls, expected in (("system", "listing"), ("private", "listing+private")):
         config = TrustConfig(sources={"get_reviews": SourceTrust(default=cls)}, default=TRUST.default)
         source = make_labeler(config)(_obs("c1", "get_reviews", INJECTION))
         index = index_for(_State(source, relayed), config)
@@ -218,7 +218,7 @@ def test_cached_labels_do_not_bypass_the_relay_and_an_unknown_origin_keeps_today
     index = index_for(_State(make_labeler(config)(_obs("c1", "get_reviews", INJECTION)), posing), config)
     assert {s.label.trust for s in index.segments if s.label.tool == "get_listing"} == {"listing"}
     assert least_trusted({"listing", "system"}) == "listing" and least_trusted(set()) == "third_party"
-    assert least_trusted({"web", "private"}) == "private" and "listing" in TRUST_ORDER
+    assert least_trusted({"web", "private"}) == "private+web" and "listing" in TRUST_ORDER
 
 
 def test_the_store_keeps_the_origin_in_memory_and_on_disk(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ The labelling half lives in ``_provenance_labels``; this module holds the tracin
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -52,6 +53,7 @@ from tether.policy._provenance_labels import (
     _number,
     normalise,
     shape_kind,
+    trust_parts,
 )
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
@@ -535,22 +537,39 @@ class ProvenanceIndex(Steering):
         return [d for seg in self.named_values(trust=trust) if (d := parse_date(seg.raw)) is not None]
 
     def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
-        """Segments of the given trust classes whose whole value appears inside ``value``
-        (to follow confidential data into an outgoing message). A value the request or the
-        directory also holds is no secret of that source. Compared as a reader reads both (case,
-        width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is the secret ``hunter22``)."""
+        """Segments of the given trust classes whose whole value appears inside ``value`` (to
+        follow confidential data into an outgoing message; ``_inside``). A value the request or
+        the directory also holds is no secret of that source. Compared as a reader reads both
+        (case, width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is ``hunter22``)."""
         wanted = set(trust)
         text = unfold(value)
+        bare = _BARE.sub("", text)
         return [
             s
             for s in self.segments
-            if s.label.trust in wanted
+            if trust_parts(s.label.trust) & wanted
             and s.whole
-            and len(s.text) >= MIN_CONTAINED
-            and self.unfolded_text(s) in text
+            and _inside(self.unfolded_text(s), text, bare)
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]
+
+
+_BARE = re.compile(r"[\W_]+")
+
+
+def _inside(secret: str, text: str, bare: str) -> bool:
+    """Whether ``secret`` stands in ``text``: from ``MIN_CONTAINED`` characters anywhere, one with
+    a letter also spaced or punctuated otherwise (``bare``: ``hunter2 Vx9`` is ``hunter2-Vx9``; a
+    figure keeps its own form); a shorter one with a digit (a PIN) as a word of its own."""
+    if len(secret) >= MIN_CONTAINED:
+        if secret in text:
+            return True
+        stripped = _BARE.sub("", secret)
+        return len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare
+    if len(secret) < 3 or not any(c.isdigit() for c in secret) or secret not in text:
+        return False
+    return re.search(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])", text) is not None
 
 
 # The classes of data a source vouches for (a vendor's listing, the system's fields), before

@@ -158,14 +158,14 @@ def parse_date(value: object) -> date | None:
 
 # -- figures ---------------------------------------------------------------------------------
 
-_FIGURE = re.compile(r"(?<![\w.,-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,]\d)")
+# A figure glued to a slash and a digit is a part of a date (12/01/2026) or of a fraction, no sum.
+_FIGURE = re.compile(r"(?<![\w.,/-])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?![\w-]|[.,/]\d)")
 
 
 def figures(text: str) -> list[float]:
     """The numbers ``text`` states, leaving out days, years and parts of identifiers."""
     folded = unfold(text)
-    dated = [m.span for m in date_mentions(text)]
-    dated += [m.span() for m in _MONTH_YEAR.finditer(folded)]
+    dated = _dated(text, folded)
     out: list[float] = []
     for m in _FIGURE.finditer(folded):
         if any(a <= m.start(1) < b for a, b in dated):
@@ -173,6 +173,13 @@ def figures(text: str) -> list[float]:
         whole = m.group(1).replace(",", "")
         out.append(float(whole + ("." + m.group(2) if m.group(2) else "")))
     return out
+
+
+def _dated(text: str, folded: str) -> list[tuple[int, int]]:
+    """The spans of ``folded`` (``text`` unfolded) that name a day or a month of a year: their
+    digits are a day or a year, never a figure."""
+    dated = [m.span for m in date_mentions(text)]
+    return dated + [m.span() for m in _MONTH_YEAR.finditer(folded)]
 
 
 # -- amounts ---------------------------------------------------------------------------------
@@ -227,12 +234,16 @@ def amounts(text: str) -> list[float]:
     """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
     written with cents (``12.00``), or governed by a word that asks for an amount a few words
     before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
-    street number, an order or a count is a figure, not an amount; nor is a percentage."""
+    street number, an order or a count is a figure, not an amount; nor is a percentage, nor
+    the day or the year of a date ("the rent for December 2026" states no sum of 2026)."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
+    dated = _dated(text, folded)
     out: list[float] = []
     for m in _FIGURE.finditer(folded):
         start, end = m.start(1), m.end()
+        if any(a <= start < b for a, b in dated):
+            continue
         after = folded[end : end + 12]
         if after.lstrip().startswith("%") or re.match(r"\s*percent", after):
             continue

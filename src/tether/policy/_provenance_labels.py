@@ -25,8 +25,10 @@ __all__ = [
     "ASSIGNED",
     "DATA_KEY",
     "DIRECTORY",
+    "ERROR",
     "EXTRACTOR",
     "MIN_CONTAINED",
+    "MIXED",
     "MODEL",
     "SHAPE_KINDS",
     "TRUST_ORDER",
@@ -43,6 +45,7 @@ __all__ = [
     "normalise",
     "shape_kind",
     "split_values",
+    "trust_parts",
 ]
 
 
@@ -205,19 +208,39 @@ class TrustConfig:
 
 TRUST_ORDER = ("system", "listing", "contacts", "address", "internal", "third_party", "web")
 """Order of integrity, most trusted first, for a value copied from several sources (an
-extracted value, a page of a stored output); a class not listed (``private``…) counts as
-least trusted. Confidentiality is followed separately: a copy's source observation stays in
-the run, so its private values are still found inside any argument that carries them."""
+extracted value, a page of a stored output). A class not listed (``private``, a deployment's
+own) has no rank: copied together with any other class it makes a class of its own
+(``least_trusted``). Confidentiality is followed separately: a copy's source observation stays
+in the run, so its private values are still found inside any argument that carries them."""
+
+ERROR = "tool_error"
+"""The class of a tool's error message: text its server or author chose (an MCP server's error,
+a message naming what was asked), never the tool's data, so never a trusted field of it; outside
+``TRUST_ORDER``, it is the least trusted class a copy can take."""
+
+MIXED = "+"
+"""Joins the classes of a copy that no one class ranks (``least_trusted``): ``private+web``."""
 
 
 def least_trusted(classes: Iterable[str]) -> str:
-    """The least trusted of ``classes`` (``TRUST_ORDER``; an unlisted class is less trusted
-    than any listed one); ``third_party`` when there is none."""
-    found = set(classes)
-    unknown = sorted(c for c in found if c not in TRUST_ORDER)
-    if unknown:
-        return unknown[0]
-    return max(found, key=TRUST_ORDER.index) if found else "third_party"
+    """The least trusted of ``classes`` by ``TRUST_ORDER`` (a tool's error message, ``ERROR``,
+    below them all); ``third_party`` when there is none. Where a class outside the order stands
+    beside another, neither ranks the copy: it is all of them joined (``private+web``), a class
+    no rule names, so no rule that trusts one of them (``private``: the user's own data) trusts
+    a copy that may be the other's (a web page's)."""
+    found = {part for c in classes for part in trust_parts(c)}
+    if not found:
+        return "third_party"
+    if ERROR in found:
+        return ERROR  # below every class, whoever's data
+    if len(found) > 1 and not found <= set(TRUST_ORDER):
+        return MIXED.join(sorted(found))
+    return max(found, key=lambda c: TRUST_ORDER.index(c) if c in TRUST_ORDER else len(TRUST_ORDER))
+
+
+def trust_parts(trust: str) -> frozenset[str]:
+    """The classes a (``least_trusted``) class is made of: itself, or those it joins."""
+    return frozenset(trust.split(MIXED)) if MIXED in trust else frozenset({trust})
 
 
 # -- normalisation -------------------------------------------------------------------------
@@ -286,32 +309,52 @@ def split_values(value: Any, schema: Any = None) -> list[str]:
     list or mapping, every key that is data (not a property the schema declares), and a
     string always whole, as it is. A string that itself encodes a list or mapping
     (``"['a@b.com']"``) is decoded *in addition* when the schema lets the parameter be
-    structured — never instead of the raw string, which is what the tool receives."""
+    structured — never instead of the raw string, which is what the tool receives. A decoding
+    is read only while its nodes and the text its nested decodings parse stay within a few
+    times its length, which no decoding without aliases exceeds: YAML aliases that expand a
+    short string into millions of nodes ("billion laughs") leave the raw string alone judged."""
     out: list[str] = []
 
-    def walk(v: Any, node: Any) -> None:
+    def walk(v: Any, node: Any, budget: list[int] | None, into: list[str]) -> None:
+        if budget is not None:
+            _spend(budget, 1)
         if isinstance(v, Mapping):
             for k, item in v.items():
                 if not _declared(node, str(k)):
-                    out.append(str(k))
-                walk(item, _child(node, str(k)))
+                    into.append(str(k))
+                walk(item, _child(node, str(k)), budget, into)
         elif isinstance(v, list | tuple | set | frozenset):
             for item in v:
-                walk(item, _child(node, None))
+                walk(item, _child(node, None), budget, into)
         elif isinstance(v, bool) or v is None:
             return
         elif isinstance(v, str):
-            out.append(v)
+            into.append(v)
             s = v.strip()
             if s[:1] in "[{" and s[-1:] in "]}" and _structured(node):
-                decoded = _decode(s)
-                if decoded is not None:
-                    walk(decoded, None)
+                inner = budget or [4 * len(s) + 64]
+                found: list[str] = []
+                try:
+                    _spend(inner, len(s))  # the parse itself
+                    decoded = _decode(s)
+                    if decoded is not None:
+                        walk(decoded, None, inner, found)
+                except (_TooLarge, RecursionError):
+                    if budget is not None:
+                        raise
+                    return  # larger than its text: only the raw string is judged
+                into.extend(found)
         else:
-            out.append(str(v))
+            into.append(str(v))
 
-    walk(value, schema)
+    walk(value, schema, None, out)
     return out
+
+
+def _spend(budget: list[int], n: int) -> None:
+    budget[0] -= n
+    if budget[0] < 0:
+        raise _TooLarge
 
 
 def _decode(text: str) -> Any:
@@ -332,9 +375,10 @@ _LITERALS = frozenset({"null", "none", "true", "false"})
 def renders(text: str, data: Any) -> bool:
     """Whether ``text`` is a rendering of ``data`` (JSON, YAML, a table of it): every word it
     holds, as written or once read back as JSON, a Python literal or YAML (escapes undone), is
-    a word of the data's values or of a key some value stands under (a key with nothing under
-    it is no field, labelled nowhere). A text with a word of its own says more than the data,
-    and so does one that reads back as more nodes than ``_NODES`` (YAML aliases, nested deep)."""
+    a word of the data's values or of a key some value stands under (not of a key with only a
+    null or a flag under it: a text that repeats one is labelled too). A text with a word of its
+    own says more than the data, and so does one that reads back as more nodes than ``_NODES``
+    (YAML aliases, nested deep)."""
     try:
         words = _words(data) | _LITERALS
         if _tokens(text) <= words:
@@ -491,6 +535,7 @@ def label_observation(
     user's own identities (their address, their account), for ``self_naming`` fields."""
     source = config.for_tool(tool)
     mine = {normalise(o) for o in own if normalise(o)}
+    named = {*source.fields, *source.record_id, *source.author, *source.naming, *source.self_naming}
     segments: list[Segment] = []
 
     def leaf(
@@ -523,16 +568,16 @@ def label_observation(
                     break
             for k, item in v.items():
                 k = str(k)
-                if not k.isidentifier():
-                    # A key that is data (a hotel's name, an e-mail address) is a leaf too.
+                flag = item is None or isinstance(item, bool)
+                if not k.isidentifier() or (flag and k not in named):
+                    # A key that is data (a hotel's name, an e-mail address) is a leaf too, and so
+                    # is one of no named field with only a flag under it ({"Dave_is_lead": true}).
                     leaf(k, f"{path}.{k}" if path else k, key, rec, auth, field_name=DATA_KEY)
                 walk(item, f"{path}.{k}" if path else k, k, rec, auth)
         elif isinstance(v, list | tuple):
             for i, item in enumerate(v):
                 walk(item, f"{path}[{i}]", key, record, author)
-        elif v is None or isinstance(v, bool):
-            return
-        else:
+        elif v is not None and not isinstance(v, bool):
             leaf(str(v), path, key, record, author)
 
     if data is not None and not isinstance(data, str):

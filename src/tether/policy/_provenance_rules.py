@@ -43,6 +43,7 @@ from tether.policy._provenance_labels import (
     normalise,
     shape_kind,
     split_values,
+    trust_parts,
 )
 from tether.policy._provenance_run import (
     ERROR,
@@ -532,13 +533,12 @@ def _relayed(index: ProvenanceIndex, value: str, classes: frozenset[str]) -> Seg
 def _no_better(trust: str, classes: frozenset[str]) -> bool:
     """Whether ``trust`` is one of ``classes`` or less trusted than one of them: later in
     ``TRUST_ORDER``, or a tool's error message (``ERROR``). A class outside the order names
-    whose data it is (``private``: the user's own), not how far to trust someone's words."""
-    if trust in classes:
-        return True
-    listed = [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
-    if not listed:
-        return False
-    return trust == ERROR or (trust in TRUST_ORDER and TRUST_ORDER.index(trust) > min(listed))
+    whose data it is (``private``: the user's own), not how far to trust someone's words. A copy
+    of several classes (``least_trusted``: ``private+web``) is no better than any of them."""
+    parts, listed = trust_parts(trust), [TRUST_ORDER.index(c) for c in classes if c in TRUST_ORDER]
+    if parts & classes or not listed:
+        return bool(parts & classes)
+    return any(t == ERROR or (t in TRUST_ORDER and TRUST_ORDER.index(t) > min(listed)) for t in parts)
 
 
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)

@@ -16,6 +16,7 @@ from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import (
+    ERROR,
     Directory,
     Segment,
     SourceLabel,
@@ -30,12 +31,6 @@ from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
 __all__ = ["ERROR", "REACHED", "history", "index_for", "least_read", "make_labeler", "observation_segments"]
-
-
-ERROR = "tool_error"
-"""The class of a tool's error message: text its server or author chose (an MCP server's error,
-a message naming what was asked), never the tool's data, so never a trusted field of it; outside
-``TRUST_ORDER``, it is the least trusted class a copy can take."""
 
 
 def _error_segments(obs: Any) -> list[Segment]:

@@ -231,7 +231,7 @@ def find_links(text: str) -> list[Link]:
     for m in _WEB_LOOSE.finditer(folded):
         if m.group(1) is None and _markup_before(folded, m.start()) is None:
             continue
-        host = m.group(2).rsplit("@", 1)[-1].split(":", 1)[0]
+        host = _host_of(m.group(2).rsplit("@", 1)[-1])
         path = (m.group(3) or "").replace("\\", "/")
         key = link_key(fold(host), path)
         if host and key not in seen and not any(key.startswith(k) for k in seen):
@@ -241,6 +241,16 @@ def find_links(text: str) -> list[Link]:
             seen.add(value)
             out.append(Link(value, "", value[:200], value, value))
     return out
+
+
+def _host_of(authority: str) -> str:
+    """The host of an authority without its user: an IPv6 literal whole, brackets and all
+    (``[2001:db8::1]``, not ``[2001``: every address of the block would be one host), else
+    what stands before a port."""
+    if authority.startswith("["):
+        end = authority.find("]")
+        return authority[: end + 1] if end > 0 else authority
+    return authority.split(":", 1)[0]
 
 
 def _hosts_in(folded: str, add: Any) -> None:
