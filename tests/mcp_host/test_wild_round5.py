@@ -1,8 +1,9 @@
 """Wild servers, round five: Streamable HTTP servers written by hand (``_wild_http``) that answer
 a request under another request's id or with no answer at all, refuse the host with 401 or 403
-(OAuth metadata named), or end their event streams at once asking to be reopened at once
-(``retry: 0``). Each runs next to an honest stdio server (``wild4_server.py``), and both are checked: the
-hostile one is contained, the honest one serves."""
+(OAuth metadata named), end their event streams at once asking to be reopened at once
+(``retry: 0``), or hold the host's notifications unacknowledged. Each runs next to an
+honest stdio server (``wild4_server.py``), and both are checked: the hostile one is contained,
+the honest one serves."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
-from tether.mcp._httpcap import MIN_REOPEN_S
+from tether.mcp._httpcap import ACK_WAIT_S, MIN_REOPEN_S
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import Quiet, serving
 
@@ -51,7 +52,8 @@ def _wild_http(mode: str, seen: dict[str, int]) -> type[Quiet]:
     and third calls honestly; its second, by ``mode``: ``forged`` under the id of a request never
     sent, ``request`` with a request of its own instead of an answer, ``401``/``403`` refused (the
     401 naming OAuth metadata). ``locked`` refuses everything with 401; ``reopen`` ends each event
-    stream (GET) at once with ``retry: 0``, and answers the second call after 2 s. ``seen`` counts each method
+    stream (GET) at once with ``retry: 0``, and answers the second call after 2 s;
+    ``unacknowledged`` holds each POSTed notification 30 s before its 202. ``seen`` counts each method
     (and each GET)."""
 
     class App(Quiet):
@@ -83,7 +85,8 @@ def _wild_http(mode: str, seen: dict[str, int]) -> type[Quiet]:
             seen[method] = calls = seen.get(method, 0) + 1
             if mode == "locked":
                 return self._send(401, {"error": "invalid_token"}, **{"WWW-Authenticate": OAUTH})
-            if ident is None:
+            if ident is None or method is None:  # a notification, or the host's answer
+                time.sleep(30.0 if mode == "unacknowledged" else 0.0)
                 return self._send(202)
             result: dict[str, Any] = {}
             if method == "initialize":
@@ -218,4 +221,23 @@ async def test_event_streams_ended_at_once_are_reopened_at_a_bounded_rate(tmp_pa
         elapsed, reopened = time.monotonic() - started, seen.get("GET", 0)
     assert [f"value-of-{k}" in s for k, s in zip("abc", run.seen("web__lookup"), strict=True)] == [True] * 3
     assert 2 <= reopened <= elapsed / MIN_REOPEN_S + 2
+    assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_notification_left_unacknowledged_does_not_freeze_the_session(
+    tmp_path: Path, pins: Path
+) -> None:
+    """The server holds the POST of each notification (``notifications/initialized`` first) for
+    30 s: before, the SDK sent nothing more until it was answered, the listing timed out (20 s)
+    and the server never started (past httpx's read timeout the SDK's writer ended, every later
+    call waiting out its timeout); now taken as accepted after ``ACK_WAIT_S``, and every call
+    is answered; the honest server serves."""
+    with _web("unacknowledged") as (web, seen):
+        config = write_config(tmp_path, [web, _ok()], pins_from=pins)
+        started = time.monotonic()
+        await approve(config, "web")
+        run = await run_question(config, "Q", _steps())
+        assert time.monotonic() - started < 4 * ACK_WAIT_S
+    assert [f"value-of-{k}" in s for k, s in zip("abc", run.seen("web__lookup"), strict=True)] == [True] * 3
+    assert seen["notifications/initialized"] == 2  # one a connection, each taken as accepted
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED

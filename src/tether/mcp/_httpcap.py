@@ -9,12 +9,15 @@ connection):
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
-  with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life.
+  with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
+* a notification or answer POSTed and left unacknowledged is taken as accepted after
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,12 +25,15 @@ from typing import Any
 import anyio
 import httpx2
 
+from tether.mcp._clean import escape_for_review
 from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
-__all__ = ["MIN_REOPEN_S", "CappedTransport"]
+__all__ = ["ACK_WAIT_S", "MIN_REOPEN_S", "CappedTransport"]
 
 MIN_REOPEN_S = 0.5
+ACK_WAIT_S = 5.0
+logger = logging.getLogger("tether.mcp")
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
 
@@ -69,10 +75,12 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         self._last_get: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        asked = _request_id(request)
         if request.method == "GET":
             await self._pace()
+        elif request.method == "POST" and asked is None:
+            return await self._delivered(request)
         response = await self._inner.handle_async_request(request)
-        asked = _request_id(request)
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -93,6 +101,20 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         if (wrong := _not_its_answer(body, asked)) is not None:
             return _replaced(response, _error(asked, -32603, wrong))
         return _replaced(response, httpx2.ByteStream(body))
+
+    async def _delivered(self, request: httpx2.Request) -> httpx2.Response:
+        """A notification or an answer POSTed: the SDK sends the next message only once the
+        server acknowledges it, so one left unacknowledged is taken as accepted after
+        ``ACK_WAIT_S`` (a server holding the POST froze the whole session until httpx's read
+        timeout, which then ended the SDK's writer: every later call waited out its timeout)."""
+        with anyio.move_on_after(ACK_WAIT_S):
+            response = await self._inner.handle_async_request(request)
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            return _replaced(response, _Capped(response.stream, self._limit))
+        logger.warning(
+            "%s left a %s unacknowledged for %gs: taken as accepted", request.url, _what(request), ACK_WAIT_S
+        )
+        return httpx2.Response(202, request=request)
 
     async def _pace(self) -> None:
         """Wait until ``MIN_REOPEN_S`` has passed since the last event stream was opened."""
@@ -125,6 +147,16 @@ def _request_id(request: httpx2.Request) -> Any:
     if isinstance(message, dict) and "method" in message and message.get("id") is not None:
         return message["id"]
     return None
+
+
+def _what(request: httpx2.Request) -> str:
+    """What a POST without a request carries: a notification (its method) or an answer."""
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        return "message"
+    method = message.get("method") if isinstance(message, dict) else None
+    return f"notification ({escape_for_review(method, limit=80)})" if isinstance(method, str) else "answer"
 
 
 def _not_its_answer(body: bytes, asked: Any) -> str | None:
