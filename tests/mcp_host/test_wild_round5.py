@@ -1,7 +1,8 @@
 """Wild servers, round five: Streamable HTTP servers written by hand (``_wild_http``) that answer
 a request under another request's id or with no answer at all, refuse the host with 401 or 403
 (OAuth metadata named), end their event streams at once asking to be reopened at once
-(``retry: 0``), or hold the host's notifications unacknowledged. Each runs next to an
+(``retry: 0``), or hold the host's notifications unacknowledged; a stdio server
+(``wild5_server.py``) listing a harmless tool too large to offer a model. Each runs next to an
 honest stdio server (``wild4_server.py``), and both are checked: the hostile one is contained,
 the honest one serves."""
 
@@ -18,8 +19,11 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
+from tether.mcp._approve import approve_server
 from tether.mcp._httpcap import ACK_WAIT_S, MIN_REOPEN_S
+from tether.mcp._listing import MAX_DEFINITION_CHARS
 from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
 from tether_testing.loopback import Quiet, serving
 
 from .conftest import approve, script, write_config
@@ -27,6 +31,7 @@ from .conftest import approve, script, write_config
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
 HONEST = Path(__file__).with_name("wild4_server.py")
+WILD5 = Path(__file__).with_name("wild5_server.py")
 LOOKUP = {
     "name": "lookup",
     "description": "Looks up a key.",
@@ -241,3 +246,36 @@ async def test_a_notification_left_unacknowledged_does_not_freeze_the_session(
     assert [f"value-of-{k}" in s for k, s in zip("abc", run.seen("web__lookup"), strict=True)] == [True] * 3
     assert seen["notifications/initialized"] == 2  # one a connection, each taken as accepted
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_tool_too_large_to_offer_a_model_is_left_out_and_its_server_serves(
+    tmp_path: Path, pins: Path
+) -> None:
+    """A harmless tool whose definition is a quarter megabyte (plain prose, a 20 000-key enum):
+    before, it was reviewed unflagged, approved and offered whole, each model request of the run
+    that large (a megabyte of it, 340k tokens: past every context window); now left out as
+    invalid at review, approval and every listing, named with its size, and the server's other
+    tool and the honest server serve."""
+    server = {
+        **_ok(),
+        "name": "x",
+        "command": [sys.executable, str(WILD5)],
+        "env": {"W5_MODE": "big_definition"},
+    }
+    config = write_config(
+        tmp_path, [{**server, "effects": {"lookup": "read", "big": "read"}}, _ok()], pins_from=pins
+    )
+    review, pinned, skipped = await approve_server(config, "x", actor="tester")
+    assert pinned == ["lookup"] and [t.check.tool for t in review.tools] == ["lookup"]
+    assert f"more than the host offers a model ({MAX_DEFINITION_CHARS})" in skipped["big"]
+    steps = script(
+        ("x__big", {"key": "item-3"}), ("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), "done"
+    )
+    run = await run_question(config, "Q", steps)
+    assert run.result.trace_path is not None
+    events = read_trace(run.result.trace_path)
+    [started] = [e for e in events if e["kind"] == "run_started"]
+    assert sorted(started["tools"]) == ["ok__lookup", "x__lookup"]
+    assert max(e["request_bytes"] for e in events if e["kind"] == "context_composed") < 20_000
+    assert "value-of-item-3" not in run.seen("x__big")[0] and "value-of-a" in run.seen("x__lookup")[0]
+    assert "value-of-d" in run.seen("ok__lookup")[0]
