@@ -230,7 +230,7 @@ async def test_event_streams_ended_at_once_are_reopened_at_a_bounded_rate(tmp_pa
 
 
 async def test_a_notification_left_unacknowledged_does_not_freeze_the_session(
-    tmp_path: Path, pins: Path
+    tmp_path: Path, pins: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server holds the POST of each notification (``notifications/initialized`` first) for
     30 s: before, the SDK sent nothing more until it was answered, the listing timed out (20 s)
@@ -245,6 +245,8 @@ async def test_a_notification_left_unacknowledged_does_not_freeze_the_session(
         assert time.monotonic() - started < 4 * ACK_WAIT_S
     assert [f"value-of-{k}" in s for k, s in zip("abc", run.seen("web__lookup"), strict=True)] == [True] * 3
     assert seen["notifications/initialized"] == 2  # one a connection, each taken as accepted
+    said = "[web] left a notification (notifications/initialized) unacknowledged for 5s: taken as accepted"
+    assert said in [r.getMessage() for r in caplog.records]
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
 
 

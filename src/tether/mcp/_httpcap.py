@@ -70,8 +70,8 @@ class _Failing(httpx2.AsyncByteStream):
 class CappedTransport(httpx2.AsyncBaseTransport):
     """httpx's own transport, each answer held to what the host takes (module docstring)."""
 
-    def __init__(self, limit: int) -> None:
-        self._inner, self._limit = httpx2.AsyncHTTPTransport(), limit
+    def __init__(self, limit: int, server: str = "") -> None:
+        self._inner, self._limit, self._server = httpx2.AsyncHTTPTransport(), limit, server
         self._last_get: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -111,8 +111,9 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             response = await self._inner.handle_async_request(request)
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return _replaced(response, _Capped(response.stream, self._limit))
+        what = _what(request)
         logger.warning(
-            "%s left a %s unacknowledged for %gs: taken as accepted", request.url, _what(request), ACK_WAIT_S
+            "[%s] left a %s unacknowledged for %gs: taken as accepted", self._server, what, ACK_WAIT_S
         )
         return httpx2.Response(202, request=request)
 

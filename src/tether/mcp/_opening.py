@@ -220,7 +220,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         follow_redirects=False,
         trust_env=False,
         event_hooks={"response": [answered]},
-        transport=CappedTransport(limit := max_message(source)),
+        transport=CappedTransport(limit := max_message(source), source.name),
     )
     # The transport does not close a client it was given: the stack does, after the session.
     await stack.enter_async_context(http)
