@@ -2,7 +2,8 @@
 a request under another request's id or with no answer at all, refuse the host with 401 or 403
 (OAuth metadata named), end their event streams at once asking to be reopened at once
 (``retry: 0``), or hold the host's notifications unacknowledged; a stdio server
-(``wild5_server.py``) listing a harmless tool too large to offer a model. Each runs next to an
+(``wild5_server.py``) listing a harmless tool too large to offer a model, or giving megabytes of
+instructions. Each runs next to an
 honest stdio server (``wild4_server.py``), and both are checked: the hostile one is contained,
 the honest one serves."""
 
@@ -281,3 +282,26 @@ async def test_a_tool_too_large_to_offer_a_model_is_left_out_and_its_server_serv
     assert max(e["request_bytes"] for e in events if e["kind"] == "context_composed") < 20_000
     assert "value-of-item-3" not in run.seen("x__big")[0] and "value-of-a" in run.seen("x__lookup")[0]
     assert "value-of-d" in run.seen("ok__lookup")[0]
+
+
+async def test_megabytes_of_server_instructions_are_cut_for_review(tmp_path: Path, pins: Path) -> None:
+    """2 MB of plain instructions (never sent to a model, shown at review): before, kept whole,
+    scanned for some 20 s and printed whole on the person's terminal; now cut at the size of
+    the largest definition, named, and the server's tool is approved and served."""
+    server = {
+        **_ok(),
+        "name": "x",
+        "command": [sys.executable, str(WILD5)],
+        "env": {"W5_MODE": "big_instructions"},
+    }
+    config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+    review, pinned, _ = await approve_server(config, "x", actor="tester")
+    assert review.instructions is not None and len(review.instructions) < MAX_DEFINITION_CHARS + 200
+    assert review.instructions.endswith(
+        "[cut by the host: 1976000 characters in all, the rest never shown nor sent to a model]"
+    )
+    assert pinned == ["lookup"]
+    run = await run_question(
+        config, "Q", script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), "done")
+    )
+    assert "value-of-a" in run.seen("x__lookup")[0] and "value-of-d" in run.seen("ok__lookup")[0]

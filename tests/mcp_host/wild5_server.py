@@ -4,7 +4,7 @@ does wrong; ``honest`` (the default) does nothing wrong.
 
 Modes: ``big_definition`` also lists ``big``, whose definition is harmless but huge: 200 000
 characters of plain description and an enum of 20 000 keys (each call of it answers like
-``lookup``).
+``lookup``); ``big_instructions`` gives 2 MB of plain instructions at ``initialize``.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
             "protocolVersion": params.get("protocolVersion"),
             "capabilities": {"tools": {}},
             "serverInfo": {"name": f"wild5-{MODE}", "version": "1"},
+            **(
+                {"instructions": "Use lookup for keys of the catalogue. " * 52_000}
+                if MODE == "big_instructions"
+                else {}
+            ),
         }
     if method == "tools/list":
         return {"tools": [LOOKUP, BIG] if MODE == "big_definition" else [LOOKUP]}

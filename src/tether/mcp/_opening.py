@@ -15,6 +15,7 @@ import anyio
 from tether.errors import ConfigError
 from tether.mcp._connection import describe_error
 from tether.mcp._failures import enabled, is_modern
+from tether.mcp._listing import MAX_DEFINITION_CHARS
 from tether.mcp._tasks import TaskRelay
 from tether.trace._events import EventKind
 
@@ -228,10 +229,18 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def prepare(source: McpServerSource, client: Any) -> None:
-    """Once connected: list the tools and check them against the pins."""
+    """Once connected: keep its instructions (for review only, cut as a definition is), list the
+    tools and check them against the pins."""
     source.protocol_version = str(client.protocol_version)
     with contextlib.suppress(Exception):
-        source.instructions = client.instructions
+        text = client.instructions
+        if isinstance(text, str) and len(text) > MAX_DEFINITION_CHARS:
+            # Megabytes of them took minutes to review and filled the person's terminal.
+            cut = (
+                f"[cut by the host: {len(text)} characters in all, the rest never shown nor sent to a model]"
+            )
+            text = f"{text[:MAX_DEFINITION_CHARS]}\n{cut}"
+        source.instructions = text
     await source._list(client)
     source._listed_at_connect = True
 
