@@ -2,8 +2,8 @@
 a request under another request's id or with no answer at all, refuse the host with 401 or 403
 (OAuth metadata named), end their event streams at once asking to be reopened at once
 (``retry: 0``), or hold the host's notifications unacknowledged; a stdio server
-(``wild5_server.py``) listing a harmless tool too large to offer a model, or giving megabytes of
-instructions. Each runs next to an
+(``wild5_server.py``) listing a harmless tool too large to offer a model, tools too large together,
+or giving megabytes of instructions. Each runs next to an
 honest stdio server (``wild4_server.py``), and both are checked: the hostile one is contained,
 the honest one serves."""
 
@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
+from tether.mcp import _listing
 from tether.mcp._approve import approve_server
 from tether.mcp._httpcap import ACK_WAIT_S, MIN_REOPEN_S
 from tether.mcp._listing import MAX_DEFINITION_CHARS
@@ -304,4 +305,30 @@ async def test_megabytes_of_server_instructions_are_cut_for_review(tmp_path: Pat
     run = await run_question(
         config, "Q", script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), "done")
     )
+    assert "value-of-a" in run.seen("x__lookup")[0] and "value-of-d" in run.seen("ok__lookup")[0]
+
+
+async def test_a_server_offering_more_than_a_model_takes_is_offered_none_until_narrowed(
+    tmp_path: Path, pins: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tools each under the size of one definition but together more than the host offers from
+    one server (the limit lowered here to 4000 characters, so that a few kilobytes show it):
+    before, all offered; now the server is offered none, named with how to narrow it, and the
+    honest server serves; narrowed with the config's ``tools``, the same server serves."""
+    monkeypatch.setattr(_listing, "MAX_OFFERED_CHARS", 4000)
+    server = {**_ok(), "name": "x", "command": [sys.executable, str(WILD5)], "env": {"W5_MODE": "many"}}
+    (tmp_path / "narrowed").mkdir()
+    config = write_config(tmp_path, [server, _ok()], pins_from=pins)
+    _, pinned, _ = await approve_server(config, "x", actor="tester")
+    assert sorted(pinned) == ["lookup", "t0", "t1", "t2", "t3", "t4", "t5"]
+    steps = script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"}), "done")
+    run = await run_question(config, "Q", steps)
+    why = run.summary()["unavailable_servers"]["x"]
+    assert "offers more than a model takes: the definitions of its 7 offered tools come to" in why
+    assert "narrow them with the config's tools" in why and "value-of-a" not in run.seen("x__lookup")[0]
+    assert "value-of-d" in run.seen("ok__lookup")[0]
+    narrowed = write_config(
+        tmp_path / "narrowed", [{**server, "tools": ["lookup"]}, _ok()], pins_from=tmp_path / "pins.db"
+    )
+    run = await run_question(narrowed, "Q", steps)
     assert "value-of-a" in run.seen("x__lookup")[0] and "value-of-d" in run.seen("ok__lookup")[0]

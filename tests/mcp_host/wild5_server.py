@@ -4,7 +4,8 @@ does wrong; ``honest`` (the default) does nothing wrong.
 
 Modes: ``big_definition`` also lists ``big``, whose definition is harmless but huge: 200 000
 characters of plain description and an enum of 20 000 keys (each call of it answers like
-``lookup``); ``big_instructions`` gives 2 MB of plain instructions at ``initialize``.
+``lookup``); ``big_instructions`` gives 2 MB of plain instructions at ``initialize``; ``many``
+also lists six tools of a kilobyte each (``t0`` to ``t5``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,15 @@ BIG = {
     },
 }
 
+MANY = [
+    {
+        "name": f"t{i}",
+        "description": "Looks up a key in the catalogue of the shop. " * 22,
+        "inputSchema": {"type": "object"},
+    }
+    for i in range(6)
+]
+
 
 def send(message: dict[str, Any]) -> None:
     out.write(json.dumps(message).encode() + b"\n")
@@ -49,7 +59,8 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
             ),
         }
     if method == "tools/list":
-        return {"tools": [LOOKUP, BIG] if MODE == "big_definition" else [LOOKUP]}
+        more = {"big_definition": [BIG], "many": MANY}.get(MODE, [])
+        return {"tools": [LOOKUP, *more]}
     if method == "tools/call":
         key = (params.get("arguments") or {}).get("key")
         return {"content": [{"type": "text", "text": f"value-of-{key}"}]}
