@@ -200,11 +200,13 @@ async def test_an_http_refusal_of_the_hosts_credentials_is_named_as_authorizatio
 
 
 async def test_an_http_server_refusing_the_host_at_start_is_named_as_authorization(
-    tmp_path: Path, pins: Path
+    tmp_path: Path, pins: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every request refused with 401 (OAuth metadata named): unavailable at once, named as
-    authorization, never retried past its start; the honest server serves."""
+    authorization, never retried past its start; the honest server serves. The terminal's line
+    about the 401 shows the URL bare (it showed the token in its query)."""
     with _web("locked") as (web, seen):
+        web["url"] += "?api_key=Sup3rSecretT0kenValue"
         config = write_config(tmp_path, [web, _ok()], pins_from=pins)
         steps = script(("ok__lookup", {"key": "d"}), "done")
         started = time.monotonic()
@@ -213,6 +215,8 @@ async def test_an_http_server_refusing_the_host_at_start_is_named_as_authorizati
     why = run.summary()["unavailable_servers"]["web"]
     assert "HTTP 401 Unauthorized: the server wants authorization (Bearer)" in why
     assert seen.get("initialize") == 1 and "value-of-d" in run.seen("ok__lookup")[0]
+    said = [r.getMessage() for r in caplog.records if "HTTP 401 Unauthorized from" in r.getMessage()]
+    assert said and not [line for line in said if "Sup3rSecret" in line]
 
 
 async def test_event_streams_ended_at_once_are_reopened_at_a_bounded_rate(tmp_path: Path, pins: Path) -> None:

@@ -209,7 +209,9 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         code = response.status_code
         if code in (401, 403, 407, 429) or code >= 500:
             why = f"HTTP {code} {response.reason_phrase}".strip()
-            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, source.url)
+            # The URL as the console shows it: bare (a token in its query is no one's to read).
+            shown = source.describe()["url"]
+            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, shown)
             source.emit(EventKind.MCP_CONNECTION, server=source.name, action="http_error", cause=why)
 
     # trust_env=False: no ~/.netrc or proxy settings ride along; only the configured headers.
