@@ -237,7 +237,9 @@ async def test_a_server_with_a_huge_description_is_reviewed_and_its_other_tools_
     started = time.monotonic()
     review = await review_server(config, "w")
     assert time.monotonic() - started < 90
-    assert [t.check.tool for t in review.tools] == ["huge", "lookup"]
+    # Too large to offer a model (round five): left out as invalid, named, never scanned.
+    assert [t.check.tool for t in review.tools] == ["lookup"]
+    assert "more than the host offers a model" in review.invalid["huge"]
     pinned, _ = await approve(config, "w", expect=review.digest)
     run = await run_question(config, "Q", script(("w__lookup", {"key": "a"}), "ok"))
     assert pinned == ["lookup"] and "value-of-a" in content(run, "w__lookup")[0]

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from tether.mcp._tasks import TaskRelay
 
 __all__ = [
+    "AUTH_REFUSED",
     "Unavailable",
     "classify",
     "closed_underneath",
@@ -28,6 +29,9 @@ __all__ = [
 ]
 
 _CONNECTION_CLOSED = -32000
+# What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
+# MCP code (a server sending it itself only names its own refusal).
+AUTH_REFUSED = -31401
 _SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
 
 
@@ -83,6 +87,12 @@ def classify(server: str, err: BaseException) -> ToolError:
                 f"server {server} needs the person to open a URL first (URL elicitation), which did not "
                 "happen: it needs elicitation with url_mode enabled for this server and a person at the "
                 "terminal (--ask console) who consents"
+            )
+        if getattr(inner, "code", None) == AUTH_REFUSED:  # a 401 or 403 (``_httpcap``): retrying cannot help
+            return DependencyUnavailable(
+                f"server {server} refused the host: {inner}",
+                hint="a person must configure this server's credentials; do not retry now",
+                details={"cause": "unauthorized"},
             )
         if "refused by the host" in str(inner):
             # 2026-07-28: a refused input request (sampling, a question) ends the call client-side.

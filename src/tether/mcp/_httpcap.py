@@ -1,15 +1,40 @@
-"""A Streamable HTTP answer held to the size a stdio line is held to: a JSON body is read up to
-the host's limit and no further (the SDK reads it whole, and caps only an SSE event)."""
+"""What the host takes of a Streamable HTTP server's answers, below the SDK (one transport per
+connection):
+
+* a JSON body is read up to the host's limit, as a stdio line is (the SDK reads it whole and
+  caps only an SSE event);
+* a JSON body answering a POSTed request must answer that request: one with another id (a
+  forged answer, or another request's) or no answer at all would leave the request waiting out
+  its timeout (and could resolve another one), so it becomes an error for the request it came to;
+* a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
+  returned an error response"): the host runs no OAuth, its token goes in the server's headers;
+* event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
+  with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
+* a notification or answer POSTed and left unacknowledged is taken as accepted after
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then).
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
 from collections.abc import AsyncIterator
+from typing import Any
 
+import anyio
 import httpx2
 
+from tether.mcp._clean import escape_for_review
+from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
-__all__ = ["CappedTransport"]
+__all__ = ["ACK_WAIT_S", "MIN_REOPEN_S", "CappedTransport"]
+
+MIN_REOPEN_S = 0.5
+ACK_WAIT_S = 5.0
+logger = logging.getLogger("tether.mcp")
+_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
 
 class _TooLarge(httpx2.StreamError):
@@ -31,23 +56,149 @@ class _Capped(httpx2.AsyncByteStream):
         await self._stream.aclose()
 
 
-class CappedTransport(httpx2.AsyncBaseTransport):
-    """httpx's own transport, each answer but an event stream read up to ``limit`` bytes."""
+class _Failing(httpx2.AsyncByteStream):
+    """A body that fails as it is read (what was read of it went past the limit)."""
 
-    def __init__(self, limit: int) -> None:
-        self._inner, self._limit = httpx2.AsyncHTTPTransport(), limit
+    def __init__(self, err: Exception) -> None:
+        self._err = err
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raise self._err
+        yield b""  # pragma: no cover - (an async generator)
+
+
+class CappedTransport(httpx2.AsyncBaseTransport):
+    """httpx's own transport, each answer held to what the host takes (module docstring)."""
+
+    def __init__(self, limit: int, server: str = "") -> None:
+        self._inner, self._limit, self._server = httpx2.AsyncHTTPTransport(), limit, server
+        self._last_get: float | None = None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        asked = _request_id(request)
+        if request.method == "GET":
+            await self._pace()
+        elif request.method == "POST" and asked is None:
+            return await self._delivered(request)
         response = await self._inner.handle_async_request(request)
-        if response.headers.get("content-type", "").lower().startswith("text/event-stream"):
+        if asked is not None and response.status_code in (401, 403):
+            await response.aclose()
+            return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
+        content_type = response.headers.get("content-type", "").lower()
+        if content_type.startswith("text/event-stream"):
             return response  # each event capped by the SDK (``max_sse_event_size``)
         assert isinstance(response.stream, httpx2.AsyncByteStream)
-        return httpx2.Response(
-            response.status_code,
-            headers=response.headers,
-            stream=_Capped(response.stream, self._limit),
-            extensions=response.extensions,
+        stream = _Capped(response.stream, self._limit)
+        ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
+        if asked is None or not ok:
+            return _replaced(response, stream)
+        try:
+            body = b"".join([chunk async for chunk in stream])
+        except _TooLarge as err:
+            return _replaced(response, _Failing(err))
+        finally:
+            await stream.aclose()
+        if (wrong := _not_its_answer(body, asked)) is not None:
+            return _replaced(response, _error(asked, -32603, wrong))
+        return _replaced(response, httpx2.ByteStream(body))
+
+    async def _delivered(self, request: httpx2.Request) -> httpx2.Response:
+        """A notification or an answer POSTed: the SDK sends the next message only once the
+        server acknowledges it, so one left unacknowledged is taken as accepted after
+        ``ACK_WAIT_S`` (a server holding the POST froze the whole session until httpx's read
+        timeout, which then ended the SDK's writer: every later call waited out its timeout)."""
+        with anyio.move_on_after(ACK_WAIT_S):
+            response = await self._inner.handle_async_request(request)
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            return _replaced(response, _Capped(response.stream, self._limit))
+        what = _what(request)
+        logger.warning(
+            "[%s] left a %s unacknowledged for %gs: taken as accepted", self._server, what, ACK_WAIT_S
         )
+        return httpx2.Response(202, request=request)
+
+    async def _pace(self) -> None:
+        """Wait until ``MIN_REOPEN_S`` has passed since the last event stream was opened."""
+        now = anyio.current_time()
+        if self._last_get is not None and now - self._last_get < MIN_REOPEN_S:
+            await anyio.sleep(self._last_get + MIN_REOPEN_S - now)
+        self._last_get = anyio.current_time()
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str, Any]) -> httpx2.Response:
+    headers = response.headers
+    if isinstance(body, dict):
+        headers = httpx2.Headers({**dict(headers), "content-type": "application/json"})
+        headers.pop("content-length", None)
+        body = httpx2.ByteStream(json.dumps(body).encode())
+    return httpx2.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
+
+
+def _request_id(request: httpx2.Request) -> Any:
+    """The id of the JSON-RPC request a POST carries (``None``: not one request)."""
+    if request.method != "POST":
+        return None
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        return None
+    if isinstance(message, dict) and "method" in message and message.get("id") is not None:
+        return message["id"]
+    return None
+
+
+def _what(request: httpx2.Request) -> str:
+    """What a POST without a request carries: a notification (its method) or an answer."""
+    try:
+        message = json.loads(request.content)
+    except (httpx2.RequestNotRead, ValueError):
+        return "message"
+    method = message.get("method") if isinstance(message, dict) else None
+    return f"notification ({escape_for_review(method, limit=80)})" if isinstance(method, str) else "answer"
+
+
+def _not_its_answer(body: bytes, asked: Any) -> str | None:
+    """Why a JSON body is no answer to request ``asked`` (``None``: it is one, or is not JSON-RPC
+    at all, which the SDK names itself)."""
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return None
+    if "result" not in message and "error" not in message:
+        what = "a request or notification of its own" if "method" in message else "no answer"
+        return f"the server's answer to this request was {what}, not an answer"
+    if _id(message.get("id")) != _id(asked):
+        return "the server answered this request with the id of another request (a forged answer)"
+    return None
+
+
+def _id(ident: Any) -> str:
+    """An id as the SDK matches it (``1``, ``1.0`` and ``"1"`` are one id)."""
+    if isinstance(ident, float) and ident.is_integer():
+        ident = int(ident)
+    return str(ident)
+
+
+def _error(asked: Any, code: int, message: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": asked, "error": {"code": code, "message": message}}
+
+
+def _refusal(response: httpx2.Response) -> str:
+    """A 401 or 403, for the model and the person: what the server wants (its scheme's name only:
+    the rest of its header is the server's own text)."""
+    status = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    challenge = response.headers.get("www-authenticate", "")
+    scheme = m.group(1) if (m := _SCHEME.match(challenge)) else None
+    if response.status_code == 403:
+        return f"{status}: the server refused the host's credentials for this request"
+    wants = f"authorization ({scheme})" if scheme else "authorization"
+    oauth = " and names OAuth metadata" if "resource_metadata" in challenge else ""
+    return (
+        f"{status}: the server wants {wants}{oauth}; the host runs no OAuth flow: give the "
+        "server's token in its configured headers"
+    )

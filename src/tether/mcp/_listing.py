@@ -2,7 +2,11 @@
 
 Every listing passes ``absorb``: a tool matching its pin is offered with the pinned definition; a
 new, changed, duplicated or vanished one is blocked (and traced) until approved again. A partial
-listing never unlists a tool; a tool outside the config's ``tools`` is blocked but not traced.
+listing never unlists a tool; a tool outside the config's ``tools`` is blocked but not traced. A
+tool whose definition is larger than a model is offered (``MAX_DEFINITION_CHARS``) is left out as
+invalid, as a tool the SDK refuses is: offered, one megabyte of harmless prose went into every
+request of the run, past every model's context window. For the same reason a server whose
+offered tools come to more than ``MAX_OFFERED_CHARS`` is offered none (``too_much``).
 """
 
 from __future__ import annotations
@@ -12,11 +16,14 @@ from typing import Any
 
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
-from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, check_listing
+from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, canonical_json, check_listing
 from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = ["PinnedListing", "usable_listing"]
+__all__ = ["MAX_DEFINITION_CHARS", "MAX_OFFERED_CHARS", "PinnedListing", "usable_listing"]
+
+MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
+MAX_OFFERED_CHARS = 524_288  # all of one server's offered definitions: about 128k tokens
 
 
 class PinnedListing:
@@ -41,9 +48,19 @@ class PinnedListing:
 
     async def absorb(self, tools: Sequence[Any], invalid: Mapping[str, str] | None = None) -> None:
         """Compare a whole listing with the pins; ``invalid`` (name → why) are blocked regardless."""
-        definitions = [canonical_definition(t) for t in tools]
-        self.live = {d["name"]: d for d in definitions}
         self.invalid = dict(invalid or {})
+        definitions = []
+        for tool in tools:
+            definition = canonical_definition(tool)
+            if (size := len(canonical_json(definition))) > MAX_DEFINITION_CHARS:
+                name = escape_for_review(definition["name"], limit=200)
+                self.invalid[name] = (
+                    f"its definition is {size} characters, more than the host offers a model "
+                    f"({MAX_DEFINITION_CHARS})"
+                )
+            else:
+                definitions.append(definition)
+        self.live = {d["name"]: d for d in definitions}
         for name, why in self.invalid.items():
             self.pinned.pop(name, None)
             if self.blocked.get(name) != why:
@@ -68,6 +85,18 @@ class PinnedListing:
         for name in sorted(set(self.pinned) - set(self.live)):
             self.pinned.pop(name)
             self.block(name, "removed", "no longer listed by the server")
+
+    def too_much(self, offered: Sequence[str]) -> str | None:
+        """Why the approved definitions of ``offered`` are more than a model is offered from one
+        server (``None``: they are not)."""
+        size = sum(len(canonical_json(self.pinned[name])) for name in offered if name in self.pinned)
+        if size <= MAX_OFFERED_CHARS:
+            return None
+        return (
+            f"the definitions of its {len(offered)} offered tools come to {size} characters, more "
+            f"than the host offers from one server ({MAX_OFFERED_CHARS}): narrow them with the "
+            "config's tools"
+        )
 
     def refuse_offered_name(self, spec: ToolSpec, sources: list[str]) -> None:
         """``spec``'s offered name is also another tool's (of ``sources``): block it (traced)."""

@@ -15,6 +15,7 @@ import anyio
 from tether.errors import ConfigError
 from tether.mcp._connection import describe_error
 from tether.mcp._failures import enabled, is_modern
+from tether.mcp._listing import MAX_DEFINITION_CHARS
 from tether.mcp._tasks import TaskRelay
 from tether.trace._events import EventKind
 
@@ -208,7 +209,9 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         code = response.status_code
         if code in (401, 403, 407, 429) or code >= 500:
             why = f"HTTP {code} {response.reason_phrase}".strip()
-            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, source.url)
+            # The URL as the console shows it: bare (a token in its query is no one's to read).
+            shown = source.describe()["url"]
+            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, shown)
             source.emit(EventKind.MCP_CONNECTION, server=source.name, action="http_error", cause=why)
 
     # trust_env=False: no ~/.netrc or proxy settings ride along; only the configured headers.
@@ -220,7 +223,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         follow_redirects=False,
         trust_env=False,
         event_hooks={"response": [answered]},
-        transport=CappedTransport(limit := max_message(source)),
+        transport=CappedTransport(limit := max_message(source), source.name),
     )
     # The transport does not close a client it was given: the stack does, after the session.
     await stack.enter_async_context(http)
@@ -228,10 +231,18 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
 
 
 async def prepare(source: McpServerSource, client: Any) -> None:
-    """Once connected: list the tools and check them against the pins."""
+    """Once connected: keep its instructions (for review only, cut as a definition is), list the
+    tools and check them against the pins."""
     source.protocol_version = str(client.protocol_version)
     with contextlib.suppress(Exception):
-        source.instructions = client.instructions
+        text = client.instructions
+        if isinstance(text, str) and len(text) > MAX_DEFINITION_CHARS:
+            # Megabytes of them took minutes to review and filled the person's terminal.
+            cut = (
+                f"[cut by the host: {len(text)} characters in all, the rest never shown nor sent to a model]"
+            )
+            text = f"{text[:MAX_DEFINITION_CHARS]}\n{cut}"
+        source.instructions = text
     await source._list(client)
     source._listed_at_connect = True
 

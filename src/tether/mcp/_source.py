@@ -460,6 +460,12 @@ class McpServerSource:
                     meta={"server_annotations": d.get("annotations") or {}, "untrusted_hints": True},
                 )
             )
+        if (why := self.listing.too_much([s.remote_name or "" for s in specs])) is not None:
+            refused = f"MCP server {self.name} offers more than a model takes: {why}"
+            if not self.fail_soft:
+                raise DependencyUnavailable(refused)
+            self._quarantine(refused)
+            return []
         return specs
 
     def validate(self, remote_name: str, arguments: dict[str, Any]) -> dict[str, Any]:
