@@ -250,13 +250,18 @@ class OpenAIResponses(OpenAIBackend):
         return self._answer(message, usage, str(data.get("model") or ""), raw)
 
 
+_UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended
+
+
 def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
     """A terminal event's response with its status: the one the event's name says where the
-    response leaves it out, and always where the name says it ``failed`` or is ``incomplete``:
-    a response that still says ``in_progress`` or ``completed`` (a stale snapshot a proxy
-    copied) cannot make such an answer whole."""
+    response leaves it out or still says it is under way (``in_progress``, ``queued``: a stale
+    snapshot a proxy copied, which no ended response has), and always where the name says it
+    ``failed`` or is ``incomplete``: a response that says ``completed`` cannot make such an
+    answer whole. A ``response.completed`` whose response says it ended otherwise
+    (``incomplete``, ``failed``, ``cancelled``) keeps that status: the worse word wins."""
     said = kind.removeprefix("response.")
-    if said == "completed" and response.get("status"):
+    if said == "completed" and response.get("status") not in (None, "", *_UNDER_WAY):
         return dict(response)
     return {**response, "status": said}
 
