@@ -434,9 +434,9 @@ class HTTPBackend(RetryingBackend):
             if streamed:
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
+            if is_error(data):  # an error body with status 200, or an error beside a cut answer
+                raise self.failures.reported(data, "in a 200 answer")
             if self.answer_key not in data:
-                if is_error(data):  # an error body with status 200
-                    raise self.failures.reported(data, "in a 200 answer")
                 raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
             return self._whole(data)
         except httpx2.RequestError as err:
