@@ -54,7 +54,7 @@ from tether.models._base import ModelRequest, ModelResponse, count, later_finish
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
-from tether.models._sse import sse_data, until_cut
+from tether.models._sse import ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
@@ -290,6 +290,8 @@ class OpenAICompatible(OpenAIBackend):
         lines = sse_data(response, self.max_response_bytes)
         # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole.
         async for line in until_cut(lines, lambda: finish is not None):  # noqa: B023 (read when cut)
+            if type(line) is ErrorData:
+                raise named_error(line, self.failures)
             payload = line.strip()
             if not payload:
                 continue  # an event with empty data (a keep-alive) carries nothing
