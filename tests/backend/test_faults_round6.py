@@ -8,7 +8,8 @@ Variants end ``accepted`` with the answer: an Anthropic stream that gave its sto
 its finish reason is); Anthropic block events all numbered 0 (each ``content_block_start`` a new
 block: none overwrites the text before it); a ``response.completed`` whose response still says
 ``queued`` or ``in_progress`` (a stale snapshot); token counts as decimal text (``"10.0"``);
-cache-token fields null; a fractional ``retry-after-ms``.
+cache-token fields null; a ``content-encoding`` that names no compression (``UTF-8``, ``none``:
+read as it is, as ``httpx2`` and the SDKs read it); a fractional ``retry-after-ms``.
 
 Faults end with a typed stop and a non-zero exit: a ``retry-after`` the run's deadline comes
 before (fails at once, naming the error, rather than sleep into the deadline); an error object
@@ -28,7 +29,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice
 from test_faults_round3 import assert_outcome, walk, wire
-from test_faults_round4 import SERVERS4, Raw, Round4, head_body
+from test_faults_round4 import SERVERS4, Raw, Round4, head_body, relabel
 
 from tether_testing.fake_server import Reply
 
@@ -157,6 +158,9 @@ CASES = [
     Round4("usage_cache_fields_null", lambda p, s: [
         Reply.calls(ORDER), Reply.text(ANSWER, edit=cache_fields_null)], True,
            at=("chat/whole/http", "anthropic/stream/http", "responses/whole/http")),
+    Round4("content_encoding_that_is_no_compression", lambda p, s: [
+        Raw(tool_calls=(ORDER,), wire=relabel(b"UTF-8")), Raw(content=ANSWER, wire=relabel(b"none"))], True,
+           at=("chat/whole/http", "anthropic/stream/sdk", "responses/whole/http")),
     Round4("retry_after_ms_fractional_then_good", then_good(lambda p, s: Reply(
         status=503, body=b"busy", headers={"retry-after-ms": "12.5"})), True, requests=3,
            at=("responses/whole/sdk",)),
