@@ -348,7 +348,10 @@ class _Turn:
 
     def usage(self, raw: Mapping[str, Any]) -> None:
         # message_start has the input side, message_delta the running output count (and, from
-        # newer servers, the input side again): the last value of each field is the total.
+        # newer servers, the input side again): each count is cumulative, so the largest value
+        # of each field is the total. A field a later event leaves out, nulls or zeroes (a proxy
+        # that fills what it does not know with 0) keeps its count: the turn is not undercounted.
+        counts = self.counts
         for key in (
             "input_tokens",
             "output_tokens",
@@ -356,8 +359,8 @@ class _Turn:
             "cache_creation_input_tokens",
         ):
             value = raw.get(key)
-            if value is not None:  # a field a later event leaves out or nulls keeps its count
-                self.counts[key] = count(value)
+            if value is not None:
+                counts[key] = max(counts.get(key, 0), count(value))
 
     def to_usage(self) -> Usage:
         c = self.counts
