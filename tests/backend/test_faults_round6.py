@@ -204,3 +204,23 @@ def test_a_round6_fault_ends_honestly_and_a_variant_is_accepted(
     tmp_path: Any, case: Round4, provider: str, mode: str, transport: str
 ) -> None:
     assert_outcome(case, *run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4))
+
+
+def input_zeroed_in_message_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: ``message_delta`` repeats the usage with the input side zeroed (a proxy that
+    fills the counts it does not know with 0)."""
+    for i in items:
+        if i.get("type") == "message_delta":
+            i["usage"] = {"input_tokens": 0, "output_tokens": 10, "cache_read_input_tokens": 0}
+    return items
+
+
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+def test_a_count_a_later_anthropic_event_zeroes_is_not_lost(tmp_path: Any, transport: str) -> None:
+    """Each turn read 100 input tokens (``message_start``) and wrote 10; a ``message_delta``
+    that then says 0 input tokens does not take them back: the run's two turns count 220
+    tokens, not 20 (a token budget would have let ten times its worth through)."""
+    case = Round4("input_zeroed_in_message_delta", good(edit=input_zeroed_in_message_delta), True)
+    code, out, requests, _ = run_case(tmp_path, "anthropic", case, "stream", transport, servers=SERVERS4)
+    assert (code, out["stop_reason"], requests, out["answer"]) == (0, "accepted", 2, ANSWER), out
+    assert out["tokens"] == 2 * (100 + 10), out
