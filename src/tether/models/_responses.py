@@ -14,11 +14,12 @@ names), so every step of every run of one agent lands on the same cache.
 
 The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
 ``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
-summaries as the message's reasoning). ``status`` ``completed`` is a normal end; ``incomplete``
-carries its reason (``max_output_tokens`` → length, ``content_filter`` → refused); any other
-is unknown: such a final answer never ends the run ``accepted``. A ``response.failed`` or
-``error`` event with a server error, a stream that ends without a terminal event, 429
-(``retry-after``) and 5xx are retried (``tether.models._retrying``); other errors are final.
+summaries as the message's reasoning). ``status`` ``completed`` is a normal end, unless
+``incomplete_details`` gives a reason; ``incomplete`` carries its reason (``max_output_tokens``
+→ length, ``content_filter`` → refused); any other is unknown: such a final answer never ends
+the run ``accepted``. A ``response.failed`` or ``error`` event with a server error, a stream
+that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
+(``tether.models._retrying``); other errors are final.
 """
 
 from __future__ import annotations
@@ -235,8 +236,11 @@ class OpenAIResponses(OpenAIBackend):
                 kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
-        if status == "incomplete":
-            raw = (data.get("incomplete_details") or {}).get("reason") or "incomplete"
+        cut = (data.get("incomplete_details") or {}).get("reason")
+        if status == "incomplete" or (cut and status in ("completed", None)):
+            # A response that says why it is incomplete is, whatever its status says (a server
+            # that always says completed): the worse word wins.
+            raw = cut or "incomplete"
         elif refusal and not calls:
             raw = "refusal"
         content = "".join(text) or "".join(refusal) or None
