@@ -17,7 +17,9 @@ beside a whole answer cut short (chat, Anthropic and Responses alike); an SSE ev
 ``error`` whose data lacks the protocol's marker (JSON or text; retried, or final when it names
 the request); a 429 quota body labelled ``x-gzip`` (read, so it is final, not retried as a rate
 limit); an Anthropic ``max_tokens`` without ``message_stop`` (truncated); a
-``response.completed`` whose response says ``cancelled``.
+``response.completed`` whose response says ``cancelled``, or says ``completed`` and gives an
+``incomplete_details`` reason (truncated). And an Anthropic ``message_delta`` that zeroes the
+input count does not take it back.
 """
 
 from __future__ import annotations
@@ -107,6 +109,14 @@ def stale_completed(status: str) -> Callable[[list[Any]], list[Any]]:
     return edit
 
 
+def completed_but_cut(items: list[Any]) -> list[Any]:
+    """Responses: the response says ``completed`` and, in ``incomplete_details``, why it is not
+    (a server that always says completed)."""
+    final = items[-1].get("response", items[-1])
+    final.update(status="completed", incomplete_details={"reason": "max_output_tokens"})
+    return items
+
+
 CACHE_FIELDS = (
     "prompt_tokens_details",
     "completion_tokens_details",
@@ -171,6 +181,9 @@ CASES = [
     Round4("responses_completed_event_saying_cancelled", twice(lambda p, s: Reply.text(
         ANSWER, edit=stale_completed("cancelled"))), False, ("unknown reason", "cancelled"),
            at=("responses/stream/http",)),
+    Round4("responses_completed_with_an_incomplete_reason", twice(lambda p, s: Reply.text(ANSWER, edit=(
+        completed_but_cut))), False, ("token limit", "max_output_tokens"), stop="truncated",
+           at=("responses/whole/http", "responses/stream/sdk")),
     Round4("retry_after_past_the_run_deadline", twice(lambda p, s: Reply(
         status=503, body=b"busy", headers={"retry-after": "45"})), False, ("HTTP 503", "pass the deadline"),
            at=("chat/whole/http", "anthropic/stream/sdk")),
