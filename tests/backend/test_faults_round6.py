@@ -18,7 +18,8 @@ beside a whole answer cut short (chat, Anthropic and Responses alike); an SSE ev
 the request); a 429 quota body labelled ``x-gzip`` (read, so it is final, not retried as a rate
 limit); an Anthropic ``max_tokens`` without ``message_stop`` (truncated); a
 ``response.completed`` whose response says ``cancelled``, or says ``completed`` and gives an
-``incomplete_details`` reason (truncated). And an Anthropic ``message_delta`` that zeroes the
+``incomplete_details`` reason (truncated); a chat answer whose content is a ``refusal`` part
+(refused, not retried as an empty answer). And an Anthropic ``message_delta`` that zeroes the
 input count does not take it back.
 """
 
@@ -117,6 +118,17 @@ def completed_but_cut(items: list[Any]) -> list[Any]:
     return items
 
 
+def refusal_parts(items: list[Any]) -> list[Any]:
+    """Chat: the answer's content as ``refusal`` parts (as requests write an assistant's
+    refusal), not the ``refusal`` field."""
+
+    def fix(d: dict[str, Any]) -> None:
+        if isinstance(d.get("content"), str) and d["content"]:
+            d["content"] = [{"type": "refusal", "refusal": d["content"]}]
+
+    return walk(items, fix)
+
+
 CACHE_FIELDS = (
     "prompt_tokens_details",
     "completion_tokens_details",
@@ -184,6 +196,8 @@ CASES = [
     Round4("responses_completed_with_an_incomplete_reason", twice(lambda p, s: Reply.text(ANSWER, edit=(
         completed_but_cut))), False, ("token limit", "max_output_tokens"), stop="truncated",
            at=("responses/whole/http", "responses/stream/sdk")),
+    Round4("chat_refusal_as_a_content_part", lambda p, s: [Reply.text(ANSWER, edit=refusal_parts)], False,
+           ("refused or filtered",), stop="model_refused", at=("chat/whole/http", "chat/stream/http")),
     Round4("retry_after_past_the_run_deadline", twice(lambda p, s: Reply(
         status=503, body=b"busy", headers={"retry-after": "45"})), False, ("HTTP 503", "pass the deadline"),
            at=("chat/whole/http", "anthropic/stream/sdk")),
