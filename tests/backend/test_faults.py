@@ -202,9 +202,10 @@ def _is_argument_delta(event: Any) -> bool:
 
 
 def _terminal(p: Proto) -> Callable[[Any], bool]:
-    """What ends a stream: the terminal event, and a chat chunk with a finish reason (a chat
-    stream that has one is whole without ``[DONE]``)."""
-    names = {"message_stop", "response.completed", "response.incomplete"}
+    """What ends a stream: the terminal event, a chat chunk with a finish reason and Anthropic's
+    ``message_delta`` with its stop reason (a stream that has one is whole without ``[DONE]``
+    or ``message_stop``)."""
+    names = {"message_delta", "message_stop", "response.completed", "response.incomplete"}
     return lambda e: (
         e == b"data: [DONE]\n\n"
         or (

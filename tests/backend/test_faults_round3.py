@@ -421,8 +421,8 @@ CASES = [
            True, requests=3),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
     Round3("sse_labelled_json_cut_before_its_end", twice(lambda p, s: Reply.text(
-        ANSWER, cut="before_finish" if p == "openai-chat" else "before_done",
-        headers={"content-type": "application/json"})), False, ("gave up",), modes=STREAM),
+        ANSWER, cut="before_finish", headers={"content-type": "application/json"})), False, ("gave up",),
+           modes=STREAM),
     Round3("chat_no_finish_and_no_done", only(("openai-chat",), twice(lambda p, s: Reply.text(
         ANSWER, cut="before_finish"))), False, ("without a finish reason", "gave up"), modes=STREAM),
     Round3("chat_length_without_done", only(("openai-chat",), twice(lambda p, s: Reply.text(

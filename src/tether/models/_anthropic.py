@@ -19,8 +19,10 @@ counts the three apart), ``cached_tokens`` = cache reads, ``cache_write_tokens``
 usage's extra; the price table prices each (``Price.cache_write``).
 
 Errors: 429 (``retry-after`` honoured), 5xx, 529 ``overloaded_error``, an ``error`` event in
-the stream (``overloaded_error``, ``api_error``), a stream that ends without ``message_stop``
-and a turn with neither text nor a tool call are retried (``tether.models._retrying``); other
+the stream (``overloaded_error``, ``api_error``), a stream that ends before ``message_delta``
+gave its stop reason (one that ends or is cut after it, without ``message_stop``, is whole, as
+a chat stream past its finish reason is) and a turn with neither text nor a tool call are
+retried (``tether.models._retrying``); other
 statuses are final. ``stop_reason`` is kept and mapped (``end_turn`` → stop, ``max_tokens`` →
 length, ``refusal`` → refused, ``pause_turn`` → paused …): a final answer that did not end
 normally never ends the run ``accepted`` (``tether.models._base.finish_problem``).
@@ -48,7 +50,7 @@ from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, later_finish
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
-from tether.models._sse import events
+from tether.models._sse import events, until_cut
 
 __all__ = ["AnthropicMessages"]
 
@@ -230,38 +232,20 @@ class AnthropicMessages(HTTPBackend):
 
     async def _read_stream(self, response: Any) -> ModelResponse:
         turn = _Turn()
-        blocks: dict[int, dict[str, Any]] = {}
+        blocks = _Blocks()
         stop_reason: str | None = None
         model = ""
         done = False
         on_delta = self.on_delta
-        async for event in events(response, self.failures, self.max_response_bytes):
+        source = events(response, self.failures, self.max_response_bytes)
+        # A cut once ``message_delta`` gave the stop reason loses only ``message_stop``: the
+        # answer is whole (every block ends before it), as a chat stream past its finish is.
+        async for event in until_cut(source, lambda: stop_reason is not None):  # noqa: B023
             kind = event.get("type")
             if kind == "content_block_delta":
-                # Without an index (a translating proxy drops it), the block begun last, as a
-                # chat tool-call delta without one continues the call begun last.
-                block = blocks.get(event.get("index", max(blocks, default=-1)))
-                if block is None:
-                    raise Retryable(
-                        "stream_unreadable", f"a delta for block {event.get('index')}, never started"
-                    )
-                delta = event.get("delta") or {}
-                dtype = delta.get("type")
-                if dtype == "text_delta":
-                    block["text"] = block.get("text", "") + delta.get("text", "")
-                    if on_delta is not None:
-                        on_delta("text", delta.get("text", ""))
-                elif dtype == "input_json_delta":  # a tool_use's, or a server tool's (not kept)
-                    block.setdefault("_json", []).append(delta.get("partial_json", ""))
-                elif dtype == "thinking_delta":
-                    block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
-                    if on_delta is not None:
-                        on_delta("reasoning", delta.get("thinking", ""))
-                elif dtype == "signature_delta":
-                    block["signature"] = block.get("signature", "") + delta.get("signature", "")
+                blocks.delta(event, on_delta)
             elif kind == "content_block_start":
-                block = dict(event.get("content_block") or {})
-                blocks[event.get("index", len(blocks))] = block
+                block = blocks.start(event.get("index"), dict(event.get("content_block") or {}))
                 if block.get("type") == "tool_use":
                     block["_json"] = []
                     if on_delta is not None:
@@ -270,6 +254,7 @@ class AnthropicMessages(HTTPBackend):
                 message = event.get("message") or {}
                 model = str(message.get("model") or model)
                 turn.usage(message.get("usage") or {})
+                blocks = _Blocks()  # a message begun again (a proxy that retried upstream): its blocks
             elif kind == "message_delta":
                 stop_reason = later_finish(stop_reason, (event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
@@ -277,10 +262,10 @@ class AnthropicMessages(HTTPBackend):
                 done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
             # content_block_stop, ping and event types added later carry nothing to keep
-        if not done:
-            why = f"the stream ended without message_stop ({len(blocks)} blocks)"
+        if not done and stop_reason is None:
+            why = f"the stream ended without message_stop or a stop reason ({len(blocks.order)} blocks)"
             raise Retryable("stream_incomplete", why)
-        for _, block in sorted(blocks.items()):
+        for block in blocks.order:
             btype = block.get("type")
             if btype == "text":
                 turn.text.append(block.get("text", ""))
@@ -314,6 +299,44 @@ class AnthropicMessages(HTTPBackend):
         )
 
 
+class _Blocks:
+    """A streamed message's content blocks, in the order they began (``order``), and the block
+    each ``index`` names now (``at``). Every ``content_block_start`` begins a new block, as the
+    official SDK's accumulator appends one: a start at an index already used (a translating
+    proxy that numbers every block 0) does not overwrite the block before it and lose its text.
+    A delta goes to the block its index names; without an index (a proxy that drops it), to
+    the block begun last, as a chat tool-call delta without one continues the call begun last."""
+
+    def __init__(self) -> None:
+        self.order: list[dict[str, Any]] = []
+        self.at: dict[object, dict[str, Any]] = {}
+
+    def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
+        self.order.append(block)
+        self.at[len(self.order) - 1 if index is None else index] = block
+        return block
+
+    def delta(self, event: Mapping[str, Any], on_delta: Any) -> None:
+        index = event.get("index")
+        block = self.at.get(index) if index is not None else (self.order[-1] if self.order else None)
+        if block is None:
+            raise Retryable("stream_unreadable", f"a delta for block {index}, never started")
+        delta = event.get("delta") or {}
+        dtype = delta.get("type")
+        if dtype == "text_delta":
+            block["text"] = block.get("text", "") + delta.get("text", "")
+            if on_delta is not None:
+                on_delta("text", delta.get("text", ""))
+        elif dtype == "input_json_delta":  # a tool_use's, or a server tool's (not kept)
+            block.setdefault("_json", []).append(delta.get("partial_json", ""))
+        elif dtype == "thinking_delta":
+            block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+            if on_delta is not None:
+                on_delta("reasoning", delta.get("thinking", ""))
+        elif dtype == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta.get("signature", "")
+
+
 class _Turn:
     """What one answer has gathered so far."""
 
@@ -325,7 +348,10 @@ class _Turn:
 
     def usage(self, raw: Mapping[str, Any]) -> None:
         # message_start has the input side, message_delta the running output count (and, from
-        # newer servers, the input side again): the last value of each field is the total.
+        # newer servers, the input side again): each count is cumulative, so the largest value
+        # of each field is the total. A field a later event leaves out, nulls or zeroes (a proxy
+        # that fills what it does not know with 0) keeps its count: the turn is not undercounted.
+        counts = self.counts
         for key in (
             "input_tokens",
             "output_tokens",
@@ -333,8 +359,8 @@ class _Turn:
             "cache_creation_input_tokens",
         ):
             value = raw.get(key)
-            if value is not None:  # a field a later event leaves out or nulls keeps its count
-                self.counts[key] = count(value)
+            if value is not None:
+                counts[key] = max(counts.get(key, 0), count(value))
 
     def to_usage(self) -> Usage:
         c = self.counts

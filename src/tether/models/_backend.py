@@ -41,7 +41,7 @@ from tether.models._failures import Failures, is_error, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models._sse import BOM as _BOM
-from tether.models._sse import blocks, declared_over, decoded, too_large
+from tether.models._sse import declared_over, decoded, too_large
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -388,7 +388,7 @@ class HTTPBackend(RetryingBackend):
         if not 200 <= response.status_code < 300:
             try:
                 raw = await _read(response, 64 * 1024)
-            except (httpx2.RequestError, ModelError):
+            except (httpx2.RequestError, ModelError, Retryable):  # cut, too large, not gzip after all
                 raw = b""
             finally:
                 await response.aclose()
@@ -434,9 +434,9 @@ class HTTPBackend(RetryingBackend):
             if streamed:
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
+            if is_error(data):  # an error body with status 200, or an error beside a cut answer
+                raise self.failures.reported(data, "in a 200 answer")
             if self.answer_key not in data:
-                if is_error(data):  # an error body with status 200
-                    raise self.failures.reported(data, "in a 200 answer")
                 raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
             return self._whole(data)
         except httpx2.RequestError as err:
@@ -512,8 +512,8 @@ class _Peeked:
             yield block
 
     async def read(self, limit: int) -> bytes:
-        """The whole body, as ``_read`` reads it through ``blocks`` (``ModelError`` past ``limit``
-        bytes, declared or received), in one loop over the rest: a whole answer, the usual
+        """The whole body, as ``_sse.blocks`` bounds one (``ModelError`` past ``limit`` bytes,
+        declared or received), in one loop over the rest: a whole answer, the usual
         case, pays for no generator of its own."""
         if declared_over(self.headers, limit):
             raise too_large(limit)
@@ -538,8 +538,17 @@ def arguments_text(value: object) -> str:
 
 
 async def _read(response: Any, limit: int) -> bytes:
-    """The whole body, decoded (``blocks``)."""
-    return b"".join([block async for block in blocks(response, limit)])
+    """An error answer's whole body, decoded as an answer is (``decoded``: ``x-gzip`` and every
+    gzip member too); ``ModelError`` past ``limit`` bytes, declared or received."""
+    if declared_over(response.headers, limit):
+        raise too_large(limit)
+    parts, total = [], 0
+    async for block in decoded(response):
+        total += len(block)
+        if total > limit:
+            raise too_large(limit)
+        parts.append(block)
+    return b"".join(parts)
 
 
 async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:

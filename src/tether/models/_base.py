@@ -92,19 +92,21 @@ def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
 
 
 MAX_COUNT = 2**53 - 1  # the largest integer every JSON reader holds exactly
+_DIGITS = re.compile(r"[0-9]{1,19}(\.[0-9]{0,9})?")  # a count as text: digits, maybe a fraction
 
 
 def count(value: object) -> int:
     """A token count as a provider reports it: zero to ``MAX_COUNT``, as a number (a fraction
-    cut off) or digits in a string; none (``null``, left out) is 0. Anything else is a
-    ``ValueError``, so the answer counts as unusable: a negative count, once priced, would hand
+    cut off) or as text (digits, maybe a fraction: ``"12"``, ``"12.0"``); none (``null``, left
+    out) is 0. Anything else is a ``ValueError``, so the answer counts as unusable: a negative
+    count, once priced, would hand
     spent budget back, a count that is no number cannot be charged at all, and one past any
     model's reach (``10**30``) is no count (priced, it would spend every budget at once; stored,
     it overflows a database's integers)."""
     if value is None:
         return 0
-    if isinstance(value, str) and value.strip().isdecimal() and len(value.strip()) < 20:
-        value = int(value)
+    if isinstance(value, str) and _DIGITS.fullmatch(value.strip()):
+        value = float(value) if "." in value else int(value)  # "12", or "12.0" (a float as text)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT:
         return int(value)
     raise ValueError(f"a token count of {value!r}")

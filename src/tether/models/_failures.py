@@ -16,7 +16,8 @@ that says what happened and, where the fix is the caller's, what to fix.
   (``invalid_request_error`` …).
 - A broken answer (``unusable``): the body or stream is not the protocol's shape, or the turn
   has neither text nor a tool call, or two calls share an id — retried.
-- An answer compressed in a coding the client did not offer (``encoding``): final.
+- An answer compressed in a coding the client did not offer (``encoding``): final; a name
+  that is no compression (``utf-8``) is passed over, the body read as it is.
 - A transport failure (``transport``): a timeout, a dropped connection, a body that does not
   decode — retried.
 """
@@ -33,6 +34,7 @@ from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
 __all__ = [
+    "COMPRESSIONS",
     "QUOTA_KINDS",
     "RETRYABLE_KINDS",
     "Failures",
@@ -191,13 +193,16 @@ class Failures:
     def encoding(self, response: Any) -> ModelError | None:
         """The error for an answer compressed in a coding the client did not offer (``br``,
         ``zstd`` …: it cannot be decoded, and another attempt gets the same); None when it
-        offered every coding the answer names."""
+        offered every compression the answer names. A name that is no compression
+        (``utf-8``, ``none``: a charset or a word a misconfigured server puts there) is passed
+        over, as ``httpx2`` and so the official SDKs pass it: the body is read as it is, and is
+        judged as any body is."""
         said = response.headers.get("content-encoding", "")
         if not said:  # the usual answer: none named
             return None
         offered = response.request.headers.get("accept-encoding", "")
         accepted = {c.split(";")[0].strip().lower() for c in offered.split(",")}
-        odd = [c for c in codings(said) if c not in accepted]
+        odd = [c for c in codings(said) if c in COMPRESSIONS and c not in accepted]
         if not odd:
             return None
         why = f"the answer is compressed with {', '.join(odd)}, which this client cannot decode"
@@ -223,7 +228,12 @@ def codings(header: str) -> list[str]:
     return [_ALIASES.get(c, c) for c in names if c not in ("", "identity")]
 
 
-_ALIASES = {"x-gzip": "gzip"}
+_ALIASES = {"x-gzip": "gzip", "x-compress": "compress"}
+# The content codings that compress (IANA's HTTP Content Coding Registry, and ``zstd``): a body
+# in one the client did not offer cannot be read.
+COMPRESSIONS = frozenset(
+    {"gzip", "deflate", "br", "zstd", "compress", "exi", "pack200-gzip", "aes128gcm", "dcb", "dcz"}
+)
 
 
 def unusable(why: str) -> Retryable:

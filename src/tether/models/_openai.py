@@ -54,7 +54,7 @@ from tether.models._base import ModelRequest, ModelResponse, count, later_finish
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
-from tether.models._sse import sse_data, until_cut
+from tether.models._sse import ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
@@ -272,8 +272,9 @@ class OpenAICompatible(OpenAIBackend):
         )
         reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
-        if wire.get("refusal") and not calls:  # OpenAI's refusal field: the answer is a refusal
-            content, finish = content or str(wire["refusal"]), "refusal"
+        refusal = wire.get("refusal") or _refusal(wire.get("content"))
+        if refusal and not calls:  # OpenAI's refusal field, or refusal parts: the answer is a refusal
+            content, finish = content or str(refusal), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
         return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
 
@@ -290,6 +291,8 @@ class OpenAICompatible(OpenAIBackend):
         lines = sse_data(response, self.max_response_bytes)
         # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole.
         async for line in until_cut(lines, lambda: finish is not None):  # noqa: B023 (read when cut)
+            if type(line) is ErrorData:
+                raise named_error(line, self.failures)
             payload = line.strip()
             if not payload:
                 continue  # an event with empty data (a keep-alive) carries nothing
@@ -315,7 +318,9 @@ class OpenAICompatible(OpenAIBackend):
                 finish = later_finish(finish, choice.get("finish_reason"))
                 piece = delta.get("content")
                 if piece and not isinstance(piece, str):
-                    piece = _text(piece)  # a list of parts
+                    if said := _refusal(piece):  # a list of parts: its refusal parts, if any
+                        refused.append(said)
+                    piece = _text(piece)
                 if piece:
                     text.append(piece)
                     if on_delta is not None:
@@ -409,6 +414,15 @@ def _text(content: Any) -> str | None:
         parts = [p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, (str, dict))]
         return "".join(p for p in parts if isinstance(p, str)) or None
     return str(content)
+
+
+def _refusal(content: Any) -> str:
+    """The text of a message content's ``refusal`` parts (``{"type": "refusal", "refusal":
+    ...}``, as a request writes an assistant's refusal and some servers answer); "" for none."""
+    parts = [content] if isinstance(content, dict) else content if isinstance(content, list) else ()
+    return "".join(
+        str(p.get("refusal") or "") for p in parts if isinstance(p, dict) and p.get("type") == "refusal"
+    )
 
 
 def _call_id() -> str:

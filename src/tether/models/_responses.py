@@ -14,11 +14,12 @@ names), so every step of every run of one agent lands on the same cache.
 
 The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
 ``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
-summaries as the message's reasoning). ``status`` ``completed`` is a normal end; ``incomplete``
-carries its reason (``max_output_tokens`` → length, ``content_filter`` → refused); any other
-is unknown: such a final answer never ends the run ``accepted``. A ``response.failed`` or
-``error`` event with a server error, a stream that ends without a terminal event, 429
-(``retry-after``) and 5xx are retried (``tether.models._retrying``); other errors are final.
+summaries as the message's reasoning). ``status`` ``completed`` is a normal end, unless
+``incomplete_details`` gives a reason; ``incomplete`` carries its reason (``max_output_tokens``
+→ length, ``content_filter`` → refused); any other is unknown: such a final answer never ends
+the run ``accepted``. A ``response.failed`` or ``error`` event with a server error, a stream
+that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
+(``tether.models._retrying``); other errors are final.
 """
 
 from __future__ import annotations
@@ -235,8 +236,11 @@ class OpenAIResponses(OpenAIBackend):
                 kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
-        if status == "incomplete":
-            raw = (data.get("incomplete_details") or {}).get("reason") or "incomplete"
+        cut = (data.get("incomplete_details") or {}).get("reason")
+        if status == "incomplete" or (cut and status in ("completed", None)):
+            # A response that says why it is incomplete is, whatever its status says (a server
+            # that always says completed): the worse word wins.
+            raw = cut or "incomplete"
         elif refusal and not calls:
             raw = "refusal"
         content = "".join(text) or "".join(refusal) or None
@@ -250,13 +254,18 @@ class OpenAIResponses(OpenAIBackend):
         return self._answer(message, usage, str(data.get("model") or ""), raw)
 
 
+_UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended
+
+
 def _final(kind: str, response: Mapping[str, Any]) -> dict[str, Any]:
     """A terminal event's response with its status: the one the event's name says where the
-    response leaves it out, and always where the name says it ``failed`` or is ``incomplete``:
-    a response that still says ``in_progress`` or ``completed`` (a stale snapshot a proxy
-    copied) cannot make such an answer whole."""
+    response leaves it out or still says it is under way (``in_progress``, ``queued``: a stale
+    snapshot a proxy copied, which no ended response has), and always where the name says it
+    ``failed`` or is ``incomplete``: a response that says ``completed`` cannot make such an
+    answer whole. A ``response.completed`` whose response says it ended otherwise
+    (``incomplete``, ``failed``, ``cancelled``) keeps that status: the worse word wins."""
     said = kind.removeprefix("response.")
-    if said == "completed" and response.get("status"):
+    if said == "completed" and response.get("status") not in (None, "", *_UNDER_WAY):
         return dict(response)
     return {**response, "status": said}
 

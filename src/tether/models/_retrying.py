@@ -10,7 +10,9 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   long it keeps the connection busy (an HTTP client's own timeout bounds each read only).
 - Capped exponential backoff with jitter between attempts, or the server's ``Retry-After``
   (``retry-after-ms`` too) unless that is longer than ``RetryPolicy.max_retry_after_s``, in
-  which case the call fails at once rather than stall the run.
+  which case the call fails at once rather than stall the run; and a wait that would pass the
+  deadline of the scope the call runs in (the run's ``deadline_s``) fails it at once too, naming
+  the error it would have retried, rather than sleep until the deadline ends the run unexplained.
 - Every retry taken is listed (kind, attempt, delay) for the trace.
 """
 
@@ -117,6 +119,11 @@ class RetryingBackend(ABC):
                     why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
                     raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
                 delay = retry.delay(len(taken), err.retry_after, self._rand())
+                if (left := anyio.current_effective_deadline() - anyio.current_time()) <= delay:
+                    # Sleeping would only end the run at its deadline, the cause unsaid.
+                    wait = "Retry-After" if err.retry_after is not None else "backoff"
+                    why = f"{wait} of {delay:g}s would pass the deadline, {max(left, 0):.3g}s away"
+                    raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
                 taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
                 await self._sleep(delay)
         finally:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tether.models._failures import Failures, unusable
 from tether.models._retrying import Retryable
+from tether.models._sse import gunzipped
 
 __all__ = ["post", "sdk_error"]
 
@@ -32,11 +33,24 @@ def sdk_error(sdk: Any, err: BaseException, failures: Failures) -> Exception:
         if err.status_code == 200:  # an error event inside a stream the SDK read
             return failures.reported(err.body, "mid-stream")
         headers = err.response.headers if err.response is not None else {}
-        body = err.body if isinstance(err.body, (dict, list)) else str(err.body or "").encode()
+        body = err.body if isinstance(err.body, (dict, list)) else _error_bytes(err, headers)
         return failures.status(err.status_code, body, headers)
     if isinstance(err, sdk.APIError):  # a response the SDK could not read
         return unusable(f"{type(err).__name__}: {err}")
     raise err
+
+
+def _error_bytes(err: Any, headers: Any) -> bytes:
+    """The body of an error answer the SDK could not read as JSON: its bytes, gunzipped where
+    the SDK's client left them compressed (``x-gzip``), else the text the SDK read."""
+    import httpx2
+
+    try:
+        raw = err.response.content if err.response is not None else b""
+    except httpx2.ResponseNotRead:
+        raw = b""
+    unpacked = gunzipped(headers, raw)
+    return unpacked if unpacked is not raw else str(err.body or "").encode()
 
 
 async def post(sdk: Any, client: Any, path: str, body: bytes, failures: Failures) -> Any:

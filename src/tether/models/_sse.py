@@ -1,21 +1,35 @@
-"""An answer read from raw bytes, for every backend: the body decoded (``decoded``), its blocks
-under a size limit (``blocks``), the ``data`` of each server-sent event (``sse_data``), each
-event as a JSON object with error objects raised as the errors they report (``events``)."""
+"""An answer read from raw bytes, for every backend: the body decoded (``decoded``; an error answer
+read whole, ``gunzipped``), its blocks under a size limit (``blocks``), the ``data`` of each
+server-sent event (``sse_data``), each event as a JSON object with error objects raised as the
+errors they report (``events``)."""
 
 from __future__ import annotations
 
 import json
 import zlib
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.errors import ModelError
 from tether.models._failures import Failures, codings, is_error
 from tether.models._retrying import Retryable
 
-__all__ = ["BOM", "blocks", "declared_over", "decoded", "events", "sse_data", "too_large", "until_cut"]
+__all__ = [
+    "BOM",
+    "ErrorData",
+    "blocks",
+    "declared_over",
+    "decoded",
+    "events",
+    "gunzipped",
+    "named_error",
+    "sse_data",
+    "too_large",
+    "until_cut",
+]
 
 BOM = b"\xef\xbb\xbf"
+T = TypeVar("T")
 
 
 def decoded(response: Any) -> AsyncIterator[bytes]:
@@ -46,6 +60,27 @@ async def _gunzip(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
                 z, first = zlib.decompressobj(wbits=31), False
 
 
+def gunzipped(headers: Any, raw: bytes, limit: int = 64 * 1024) -> bytes:
+    """An error answer's body as read whole by a client that left it compressed: labelled
+    ``gzip`` by its alias ``x-gzip`` (which ``httpx2`` does not decode), it still starts with
+    gzip's magic bytes; decoded here (every member, at most ``limit`` bytes), so its error object
+    is read. Any other body, as it is."""
+    said = headers.get("content-encoding")
+    if not said or codings(said) != ["gzip"] or not raw.startswith(b"\x1f\x8b"):
+        return raw
+    out: list[bytes] = []
+    while raw and sum(map(len, out)) < limit:
+        z = zlib.decompressobj(wbits=31)
+        try:
+            out.append(z.decompress(raw, limit))
+        except zlib.error:
+            break
+        if not z.eof:
+            break
+        raw = z.unused_data
+    return b"".join(out)[:limit] if out else raw
+
+
 def declared_over(headers: Any, limit: int) -> bool:
     """Whether the body's declared length (``content-length``) is over ``limit``: such an
     answer is refused unread."""
@@ -71,17 +106,35 @@ async def blocks(response: Any, limit: int) -> AsyncIterator[bytes]:
         yield block
 
 
+class ErrorData(bytes):
+    """The data of an event named ``error`` (``event: error``): the server says the stream
+    failed, whether or not the data carries the protocol's own error marker (a proxy's or a
+    framework's error event: ``{"message": ...}``, plain text)."""
+
+
+def named_error(payload: bytes, failures: Failures) -> Exception:
+    """The error an ``error``-named event reports: its JSON read as an error object, or its
+    text (``Failures.reported``: retried unless it names the request as the problem)."""
+    try:
+        body: object = json.loads(payload)
+    except (ValueError, RecursionError):
+        body = payload.decode("utf-8", "replace").strip() or "(no detail)"
+    return failures.reported(body, "in an error event mid-stream")
+
+
 async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
-    """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk
-    than decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard
-    says: lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a
-    blank line; comments and other fields (``event:``, ``id:``, ``retry:``) and a byte-order
-    mark at the start are skipped. At the end of the body an unfinished event is still yielded
-    (a cut one then fails to parse). More than ``limit`` bytes in all is a ``ModelError``. Blocks
-    that end no line are joined once one does (a huge event in small blocks is copied once)."""
+    """The ``data`` of each server-sent event, split by hand from raw bytes (cheaper per chunk than
+    decoding text lines; events are ASCII-framed, payloads UTF-8) as the SSE standard says:
+    lines end in LF, CRLF or CR; an event's ``data:`` lines are joined by LF and end at a blank
+    line; comments and other fields (``id:``, ``retry:``) and a byte-order mark at the start are
+    skipped; an event named ``error`` (``event: error``) is yielded as ``ErrorData``. At the end
+    of the body an unfinished event is still yielded (a cut one then fails to parse). More than
+    ``limit`` bytes in all is a ``ModelError``. Blocks that end no line are joined once one does
+    (a huge event in small blocks is copied once)."""
     pending = b""
     unended: list[bytes] = []  # blocks since the last line end
     data: list[bytes] = []
+    named = False  # the event under way is named ``error``
     start = True  # a byte-order mark at the start of the stream is dropped (the standard says so)
     async for block in blocks(response, limit):
         if not (start or b"\n" in block or b"\r" in block or pending.endswith(b"\r")):
@@ -101,20 +154,28 @@ async def sse_data(response: Any, limit: int) -> AsyncIterator[bytes]:
         for line in lines:
             if line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
-            elif not line and data:
-                yield data[0] if len(data) == 1 else b"\n".join(data)
-                data = []
+            elif not line:
+                if data:
+                    joined = data[0] if len(data) == 1 else b"\n".join(data)
+                    yield ErrorData(joined) if named else joined
+                    data = []
+                named = False  # the event's type ends with it (dispatched or not)
+            elif line.startswith(b"event:"):
+                named = line[6:].strip() == b"error"
     pending = b"".join((pending, *unended))
     if pending.startswith(b"data:"):
         data.append(pending[6:] if pending[5:6] == b" " else pending[5:])
     if data:
-        yield b"\n".join(data)
+        yield ErrorData(b"\n".join(data)) if named else b"\n".join(data)
 
 
 async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator[dict[str, Any]]:
     """Each stream event as a JSON object; one that is not is a ``Retryable`` unreadable stream,
-    an error object (``is_error``) the error it reports (``Failures.reported``)."""
+    an error object (``is_error``) or an event named ``error`` the error it reports
+    (``Failures.reported``)."""
     async for payload in sse_data(response, limit):
+        if type(payload) is ErrorData:
+            raise named_error(payload, failures)
         if not payload or payload.isspace():
             continue  # an event with empty data (a keep-alive) carries nothing
         try:
@@ -128,10 +189,11 @@ async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator
         yield event
 
 
-async def until_cut(source: AsyncIterator[bytes], whole: Callable[[], bool]) -> AsyncIterator[bytes]:
+async def until_cut(source: AsyncIterator[T], whole: Callable[[], bool]) -> AsyncIterator[T]:
     """The items of ``source``; a connection cut (``httpx2.RequestError``) ends them quietly
     once ``whole()`` says the answer read so far is whole (a chat stream past its finish reason
-    lost only its usage chunk and ``[DONE]``: asking again would pay for the answer twice)."""
+    lost only its usage chunk and ``[DONE]``, an Anthropic stream past its ``message_delta`` only
+    ``message_stop``: asking again would pay for the answer twice)."""
     import httpx2
 
     try:

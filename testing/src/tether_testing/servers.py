@@ -12,7 +12,9 @@ and faults (errors, delays, dropped connections, trickled bytes) they share.
 or ``content_filter`` make the response ``incomplete`` with that reason, ``refusal`` answers
 with a refusal part. ``Reply.reasoning`` is a thinking block (Anthropic, with a signature) or a
 reasoning item with a summary and encrypted content (Responses). ``cut`` values that apply:
-``after_headers``, ``mid_chunk``, ``before_done`` (no terminal event), ``error_event``.
+``after_headers``, ``mid_chunk``, ``before_finish`` (no ``message_delta`` or terminal event),
+``before_done`` (no terminal event: for Anthropic, ``message_delta`` and no ``message_stop``),
+``error_event``.
 """
 
 from __future__ import annotations
@@ -36,6 +38,11 @@ def _pieces(text: str, n: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+# The event that says how an answer ended: Anthropic's ``message_delta`` (its stop reason), a
+# Responses terminal event.
+_FINISHING = ("message_delta", "response.completed", "response.incomplete", "response.failed")
+
+
 class _SseServer(FakeChatServer, ABC):
     """What both servers share: SSE events with ``event:`` lines, the stream cuts."""
 
@@ -46,6 +53,8 @@ class _SseServer(FakeChatServer, ABC):
         events: list[Any] = self.protocol_events(request, reply)
         if reply.cut == "before_done":
             events = events[:-1]
+        elif reply.cut == "before_finish":  # the events before the one that says how it ended
+            events = events[: next(i for i, e in enumerate(events) if e.get("type") in _FINISHING)]
         elif reply.cut == "error_event":
             events = [*events[:3], self.error_event()]
         return events
