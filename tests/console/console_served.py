@@ -34,7 +34,7 @@ __all__ = [
 NOTES_TOKEN = "s3cr3t-notes-token-value"
 
 
-KEY = b"round-four-console-key-" * 2
+KEY = b"round-four-console-key-9f3c2a71d6e84b05"
 
 
 class _Log(logging.Handler):
