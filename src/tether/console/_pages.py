@@ -247,7 +247,7 @@ class _Pages:
                     self.throttle.succeeded(name, client, at)
                     self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
-                    self.gate.start_session(done, name)
+                    self.gate.start_session(request, done, name)
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(

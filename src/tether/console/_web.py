@@ -120,18 +120,26 @@ class Gate:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
             return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
-        for name in self._session_names:
-            cookie = request.cookies.get(name)
-            if not cookie:
-                continue
-            try:
-                raw = self._session.unsign(cookie).decode("ascii")
-            except (BadSignature, UnicodeDecodeError):
-                continue
+        for raw in self._presented(request):
             return self.users.principal_for_session(raw)
         return None
 
-    def start_session(self, response: Response, name: str) -> None:
+    def _presented(self, request: Request) -> list[str]:
+        """The session ids of the request's session cookies signed with this console's key."""
+        found = []
+        for name in self._session_names:
+            try:
+                found.append(self._session.unsign(request.cookies.get(name) or "").decode("ascii"))
+            except (BadSignature, UnicodeDecodeError):
+                continue
+        return found
+
+    def start_session(self, request: Request, response: Response, name: str) -> None:
+        """A new session for ``name``; the sessions the browser held end (a copy of an old cookie,
+        which another may have taken, dies with the sign-in that replaces it)."""
+        for old in self._presented(request):
+            if (held := self.users.principal_for_session(old)) is not None and held.session:
+                self.users.end_session(held.session)
         raw = self.users.create_session(name)
         self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
         self._forget(response, self.login_cookie)
