@@ -278,7 +278,6 @@ class _Pages:
             status = "pending"
         tenant = request.query_params.get("tenant", "")
         rows = await approvals_view.queue(self.sources, me, status=status, tenant=tenant)
-        everyone = await approvals_view.queue(self.sources, me, status="all")
         return self.render(
             request,
             "approvals.html",
@@ -286,7 +285,8 @@ class _Pages:
             rows=rows,
             status=status,
             tenant=tenant,
-            tenants=sorted({r["tenant"] for r in everyone if me.sees(r["tenant"])}),
+            tenants=await approvals_view.queue_tenants(self.sources, me),
+            shown=approvals_view.QUEUE_SHOWN,
         )
 
     async def decide(self, request: Request, me: Principal) -> Response:
