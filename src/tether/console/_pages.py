@@ -122,8 +122,9 @@ class Throttle:
 
     def succeeded(self, name: str, client: str, at: float) -> None:
         """The attempt reserved at ``at`` signed in: it is no failure, and the pair starts afresh."""
-        self._failures.pop(("pair", f"{name}\x00{client}"), None)
-        for key in self._keys(name, client):
+        keys = self._keys(name, client)
+        self._failures.pop(keys[0], None)  # the pair
+        for key in keys:
             if at in self._failures.get(key, []):
                 self._failures[key].remove(at)
 
