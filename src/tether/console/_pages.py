@@ -267,7 +267,7 @@ class _Pages:
     async def logout(self, request: Request, me: Principal) -> Response:
         response = RedirectResponse("/login", status_code=303)
         self.sources.users.audit(me.actor, "logout")
-        self.gate.end_session(response, me)
+        self.gate.end_session(request, response, me)
         return response
 
     async def home(self, request: Request, me: Principal) -> Response:

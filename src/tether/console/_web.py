@@ -137,9 +137,9 @@ class Gate:
     def start_session(self, request: Request, response: Response, name: str) -> None:
         """A new session for ``name``; the sessions the browser held end (a copy of an old cookie,
         which another may have taken, dies with the sign-in that replaces it)."""
-        for old in self._presented(request):
-            if (held := self.users.principal_for_session(old)) is not None and held.session:
-                self.users.end_session(held.session)
+        self._end_presented(request)
+        for legacy in self._session_names[1:]:
+            self._forget(response, legacy)
         raw = self.users.create_session(name)
         self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
         self._forget(response, self.login_cookie)
@@ -156,10 +156,19 @@ class Gate:
             max_age=max_age,
         )
 
-    def end_session(self, response: Response, principal: Principal) -> None:
+    def end_session(self, request: Request, response: Response, principal: Principal) -> None:
+        """Sign out: every session the browser presented ends (a legacy cookie beside the new one
+        too, which otherwise kept it signed in), and its session cookies are deleted."""
         if principal.session:
             self.users.end_session(principal.session)
-        self._forget(response, self.session_cookie)
+        self._end_presented(request)
+        for name in self._session_names:
+            self._forget(response, name)
+
+    def _end_presented(self, request: Request) -> None:
+        for raw in self._presented(request):
+            if (held := self.users.principal_for_session(raw)) is not None and held.session:
+                self.users.end_session(held.session)
 
     def _forget(self, response: Response, name: str) -> None:
         """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""
