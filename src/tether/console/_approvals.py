@@ -88,11 +88,13 @@ async def queue(
 
 
 async def queue_tenants(sources: ConsoleSources, principal: Principal) -> list[str]:
-    """The tenants with proposals the principal may see, to filter the queue by (the store names
-    them: no proposal is read for this)."""
+    """The tenants to filter the queue by: the principal's own, or for a grant on every tenant,
+    those with proposals (the store names them: no proposal is read for this)."""
     if sources.approvals is None:
         return []
-    return [t for t in await sources.approvals.store.proposal_tenants() if principal.sees(t)]
+    if (visible := principal.tenants("viewer")) is not None:
+        return sorted(visible)
+    return [t for t in await sources.approvals.store.proposal_tenants() if t]
 
 
 def _row(p: StoredProposal) -> dict[str, Any]:
