@@ -70,7 +70,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, notes_server: NotesSe
         for tenant, role in grants.items():
             sources.users.grant(name, tenant, role)
     w.sources = sources
-    app = create_app(sources, secret_key=b"console-test-key-" * 3, allowed_hosts=("testserver",))
+    app = create_app(sources, secret_key=b"console-test-key-52e1b7a09c4d3f86", allowed_hosts=("testserver",))
     for name in PEOPLE:
         w.clients[name] = login(TestClient(app, base_url="http://testserver"), name)
     w.clients["anonymous"] = TestClient(app, base_url="http://testserver")

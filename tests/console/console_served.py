@@ -34,7 +34,7 @@ __all__ = [
 NOTES_TOKEN = "s3cr3t-notes-token-value"
 
 
-KEY = b"round-four-console-key-" * 2
+KEY = b"round-four-console-key-9f3c2a71d6e84b05"
 
 
 class _Log(logging.Handler):
@@ -99,10 +99,16 @@ class Console(Stores):
             ).fetchall()
 
     def serve(
-        self, users_db: Path | None = None, key: bytes = KEY, config: Path | None = None, **options: Any
+        self,
+        users_db: Path | None = None,
+        key: bytes = KEY,
+        config: Path | None = None,
+        trusted_proxy: str = "",
+        **options: Any,
     ) -> tuple[str, int]:
         """One more console (as ``tether serve`` runs it) over this world's stores, or over
-        another user store or MCP config; its base URL and port."""
+        another user store or MCP config, or behind a proxy at ``trusted_proxy`` (as
+        ``--trusted-proxy``: its X-Forwarded-For is believed); its base URL and port."""
         import uvicorn
 
         from tether.cli._commands.serve import deadline_protocol
@@ -119,8 +125,9 @@ class Console(Stores):
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         config = uvicorn.Config(
-            app, log_level="warning", server_header=False, http=deadline_protocol(), lifespan="on"
-        )
+            app, log_level="warning", server_header=False, http=deadline_protocol(), lifespan="on",
+            proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or None,
+        )  # fmt: skip
         server = uvicorn.Server(config)
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()

@@ -17,6 +17,8 @@ from tether.console._sources import ConsoleSources
 from tether.console._users import UserStore
 from tether_testing.fake_server import FakeChatServer, Reply, scripted
 
+CONSOLE_KEY = b"resume-test-key-e6a80f2d9b1c4735"
+
 TOOLS = '''
 from typing import Annotated
 from pydantic import Field
@@ -62,7 +64,7 @@ def test_a_run_started_from_an_agent_file_resumes_from_the_console(
         )  # fmt: skip
         sources.users.add_user("ana", PASSWORD)
         sources.users.grant("ana", "shop-a", "reviewer")
-        app = create_app(sources, secret_key=b"resume-test-key-" * 3, allowed_hosts=("testserver",))
+        app = create_app(sources, secret_key=CONSOLE_KEY, allowed_hosts=("testserver",))
         with TestClient(app, base_url="http://testserver") as client:
             ana = login(client, "ana")
             [row] = ana.get("/api/approvals").json()["proposals"]
@@ -109,7 +111,7 @@ def _console(tmp_path: Path) -> tuple[TestClient, ConsoleSources]:
     sources.users.grant("ana", "shop-a", "reviewer")
     sources.users.add_user("vic", PASSWORD)
     sources.users.grant("vic", "shop-a", "viewer")
-    app = create_app(sources, secret_key=b"resume-test-key-" * 3, allowed_hosts=("testserver",))
+    app = create_app(sources, secret_key=CONSOLE_KEY, allowed_hosts=("testserver",))
     return TestClient(app, base_url="http://testserver"), sources
 
 

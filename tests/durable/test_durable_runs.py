@@ -23,6 +23,8 @@ pytestmark = pytest.mark.slow  # a worker with DBOS: a few seconds to start
 ACME = TrustedContext(tenant="acme", roles=frozenset({"ops"}), user="ana")
 GLOBEX = TrustedContext(tenant="globex", user="bo")
 
+CONSOLE_KEY = b"durable-console-key-0b7d4e91a2c6f358"
+
 
 @pytest.fixture(scope="module")
 def deployment(durable_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
@@ -239,7 +241,7 @@ def test_an_approval_in_the_console_on_the_shared_store_resumes_the_run_on_a_wor
     for name, tenant in (("rita", "acme"), ("gus", "globex")):
         sources.users.add_user(name, "correct horse battery")
         sources.users.grant(name, tenant, "reviewer")
-    app = create_app(sources, secret_key=b"durable-console-key-" * 3, allowed_hosts=("testserver",))
+    app = create_app(sources, secret_key=CONSOLE_KEY, allowed_hosts=("testserver",))
 
     def signed_in(name: str) -> TestClient:
         c = TestClient(app, base_url="http://testserver")
@@ -530,7 +532,7 @@ def _console(durable_url: str, tmp_path: Any) -> tuple[Any, Any]:
     for name, tenant in (("rita", "acme"), ("gus", "globex")):
         sources.users.add_user(name, "correct horse battery")
         sources.users.grant(name, tenant, "reviewer")
-    app = create_app(sources, secret_key=b"durable-console-key-" * 3, allowed_hosts=("testserver",))
+    app = create_app(sources, secret_key=CONSOLE_KEY, allowed_hosts=("testserver",))
 
     def signed_in(name: str) -> Any:
         c = TestClient(app, base_url="http://testserver")

@@ -62,7 +62,7 @@ async def test_store_satisfies_the_protocol_and_every_method_is_async(store: App
     Approvals(store)  # accepted at wiring: nothing missing, nothing blocking
     seams = (ProposalStore, EffectLedger, CheckpointStore)
     names = {n for seam in seams for n, v in vars(seam).items() if inspect.iscoroutinefunction(v)}
-    assert len(names) == 17
+    assert len(names) == 18
     assert all(inspect.iscoroutinefunction(getattr(store, n)) for n in names)
 
 
@@ -72,6 +72,27 @@ async def test_same_content_gets_a_fresh_id_every_time(store: ApprovalStore) -> 
     assert await store.get_proposal(a.id) == a and a.status is ProposalStatus.PENDING
     assert await store.get_proposal("prop_missing") is None
     assert {p.id for p in await store.list_proposals()} == {a.id, b.id}
+
+
+async def test_a_listing_is_chosen_by_tenant_and_cut_to_the_newest_by_the_query(store: ApprovalStore) -> None:
+    made = []
+    for i, tenant in enumerate(["org-alpha", "org-beta", "org-alpha", "org-gamma", "org-alpha"]):
+        p = NewProposal(tenant, "add_note", f'{{"i":{i}}}', f"sha256:{i}", "write", "model")
+        made.append(await store.add_proposal(p, now=T0 + timedelta(seconds=i)))
+    alpha = [made[0].id, made[2].id, made[4].id]
+    assert [p.id for p in await store.list_proposals(tenants={"org-alpha"})] == alpha  # oldest first
+    assert [p.id for p in await store.list_proposals(tenants={"org-alpha"}, newest=2)] == alpha[1:]
+    both = await store.list_proposals(tenants=["org-alpha", "org-gamma"], newest=2)
+    assert [p.id for p in both] == [made[3].id, made[4].id]
+    assert await store.list_proposals(tenants=()) == [] and await store.list_proposals(newest=0) == []
+    assert [p.id for p in await store.list_proposals(newest=10)] == [p.id for p in made]
+    await store.decide(
+        made[4].id, ProposalStatus.DENIED, allowed_from=frozenset({ProposalStatus.PENDING}),
+        actor="r", reason="no", now=LATER,
+    )  # fmt: skip
+    pending = await store.list_proposals(status=ProposalStatus.PENDING, tenants={"org-alpha"}, newest=1)
+    assert [p.id for p in pending] == [made[2].id]
+    assert await store.proposal_tenants() == ["org-alpha", "org-beta", "org-gamma"]
 
 
 async def test_decisions_are_transitions_from_allowed_states_only(store: ApprovalStore) -> None:

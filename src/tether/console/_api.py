@@ -122,7 +122,7 @@ async def _list_approvals(
         raise ApprovalError("bad_request", "status: pending|approved|denied|invalidated|all")
     tenant = request.query_params.get("tenant", "")
     rows = await approvals_view.queue(sources, p, status=status, tenant=tenant)
-    return {"count": len(rows), "proposals": rows}
+    return {"count": len(rows), "limit": approvals_view.QUEUE_SHOWN, "proposals": rows}
 
 
 async def _get_approval(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -20,10 +20,11 @@ from tether.policy._store import ProposalStatus, StoredProposal
 from tether.runs._checkpoint import checkpoint_tenant, state_from_json
 from tether.trace._sanitize import Redactor, redact_value
 
-__all__ = ["Denied", "Hidden", "proposal_view", "queue", "review_proposal"]
+__all__ = ["QUEUE_SHOWN", "Denied", "Hidden", "proposal_view", "queue", "queue_tenants", "review_proposal"]
 
 ACTIONS = ("approve", "deny", "invalidate")
 SHOWN_CHARS = 4000  # a longer argument is shown cut, with its full length
+QUEUE_SHOWN = 500  # proposals a queue page or API answer lists: the newest (filter to see others)
 QUEUE_TRACED = 50  # queue rows whose argument provenance is traced from the checkpoint
 # Argument names (whole words) that usually say what a call acts on: shown in the queue's row.
 _TARGET_WORDS = frozenset(
@@ -63,13 +64,20 @@ _WORDS = re.compile(r"[a-z]+|[0-9]+")
 async def queue(
     sources: ConsoleSources, principal: Principal, *, status: str = "pending", tenant: str = ""
 ) -> list[dict[str, Any]]:
-    """Proposals the principal may see, newest first, with their key targets and risk flags."""
+    """The newest ``QUEUE_SHOWN`` proposals the principal may see (of ``tenant`` if given), newest
+    first, with their key targets and risk flags: the store's query chooses them, so a store of
+    millions costs a page what one of ``QUEUE_SHOWN`` does."""
     if sources.approvals is None:
         return []
     wanted = None if status == "all" else ProposalStatus(status)
+    tenants = principal.tenants("viewer")
+    if tenant:
+        tenants = frozenset({tenant}) if principal.sees(tenant) else frozenset()
+    if tenants is not None and not tenants:
+        return []
     rows: list[dict[str, Any]] = []
-    for p in await sources.approvals.store.list_proposals(status=wanted):
-        if not principal.sees(p.tenant) or (tenant and p.tenant != tenant):
+    for p in await sources.approvals.store.list_proposals(status=wanted, tenants=tenants, newest=QUEUE_SHOWN):
+        if not principal.sees(p.tenant):  # the query chose them; checked again here
             continue
         # Provenance the policy did not record is traced from the checkpoint: first rows only.
         state = await _state(sources, p) if len(rows) < QUEUE_TRACED else None
@@ -77,6 +85,16 @@ async def queue(
         rows.append({**_row(p), "targets": facts.targets(), "flags": facts.flags()})
     rows.reverse()
     return rows
+
+
+async def queue_tenants(sources: ConsoleSources, principal: Principal) -> list[str]:
+    """The tenants to filter the queue by: the principal's own, or for a grant on every tenant,
+    those with proposals (the store names them: no proposal is read for this)."""
+    if sources.approvals is None:
+        return []
+    if (visible := principal.tenants("viewer")) is not None:
+        return sorted(visible)
+    return [t for t in await sources.approvals.store.proposal_tenants() if t]
 
 
 def _row(p: StoredProposal) -> dict[str, Any]:

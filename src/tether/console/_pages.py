@@ -5,6 +5,7 @@ modules; another tenant's record answers 404, exactly like an unknown id.
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -54,10 +55,26 @@ def local_path(value: str) -> str:
     return value
 
 
+def attacker(client: str) -> str:
+    """Whom the throttle counts a client address as: an IPv6 client as its /64 (one household's
+    or one server's share: an attacker rotating through it is one attacker), an IPv4-mapped IPv6
+    address as the IPv4 address it is; anything else (no address) as itself."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
+    return str(address)
+
+
 class Throttle:
     """Failed sign-ins within ``window_s``: refused after 5 failures for one name from one address,
     20 from one address (any names), or 100 for one name from anywhere, so a handful of guesses
-    from elsewhere never locks a person out at their own address."""
+    from elsewhere never locks a person out at their own address. An address is counted as
+    ``attacker`` says (an IPv6 client's whole /64)."""
 
     limits: ClassVar = {"pair": 5, "client": 20, "name": 100}
     window_s = 900.0
@@ -66,6 +83,7 @@ class Throttle:
         self._failures: dict[tuple[str, str], list[float]] = {}
 
     def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
+        client = attacker(client)
         return [("pair", f"{name}\x00{client}"), ("client", client), ("name", name)]
 
     def _recent(self, key: tuple[str, str]) -> list[float]:
@@ -96,7 +114,7 @@ class Throttle:
     def first_refusal(self, client: str) -> bool:
         """Whether this refused attempt is the address's first within the window: only that one is
         audited (attempts past the limit cannot flood the append-only audit log)."""
-        key = ("refused", client)
+        key = ("refused", attacker(client))
         if self._recent(key):
             return False
         self._failures[key] = [time.monotonic()]
@@ -104,8 +122,9 @@ class Throttle:
 
     def succeeded(self, name: str, client: str, at: float) -> None:
         """The attempt reserved at ``at`` signed in: it is no failure, and the pair starts afresh."""
-        self._failures.pop(("pair", f"{name}\x00{client}"), None)
-        for key in self._keys(name, client):
+        keys = self._keys(name, client)
+        self._failures.pop(keys[0], None)  # the pair
+        for key in keys:
             if at in self._failures.get(key, []):
                 self._failures[key].remove(at)
 
@@ -229,7 +248,7 @@ class _Pages:
                     self.throttle.succeeded(name, client, at)
                     self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
-                    self.gate.start_session(done, name)
+                    self.gate.start_session(request, done, name)
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(
@@ -248,7 +267,7 @@ class _Pages:
     async def logout(self, request: Request, me: Principal) -> Response:
         response = RedirectResponse("/login", status_code=303)
         self.sources.users.audit(me.actor, "logout")
-        self.gate.end_session(response, me)
+        self.gate.end_session(request, response, me)
         return response
 
     async def home(self, request: Request, me: Principal) -> Response:
@@ -260,7 +279,6 @@ class _Pages:
             status = "pending"
         tenant = request.query_params.get("tenant", "")
         rows = await approvals_view.queue(self.sources, me, status=status, tenant=tenant)
-        everyone = await approvals_view.queue(self.sources, me, status="all")
         return self.render(
             request,
             "approvals.html",
@@ -268,7 +286,8 @@ class _Pages:
             rows=rows,
             status=status,
             tenant=tenant,
-            tenants=sorted({r["tenant"] for r in everyone if me.sees(r["tenant"])}),
+            tenants=await approvals_view.queue_tenants(self.sources, me),
+            shown=approvals_view.QUEUE_SHOWN,
         )
 
     async def decide(self, request: Request, me: Principal) -> Response:

@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import hmac
+import math
 import secrets
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,45 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tether.console._users import AuthError, Principal, UserStore
+from tether.errors import ConfigError
 
-__all__ = ["Gate", "cookie_names", "load_secret_key"]
+__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "load_secret_key"]
+
+# A signing key (``TETHER_CONSOLE_KEY``, the key file): whoever guesses it signs themselves in.
+MIN_KEY_BYTES = 32
+MIN_KEY_BITS = 80  # estimated (``key_bits``): a random hex key of 32 characters has about 115
+
+
+class WeakSecretKey(ConfigError):
+    """The console's signing key is too short or too uniform to keep its cookies unforgeable."""
+
+
+def key_bits(key: bytes) -> float:
+    """A rough estimate of a key's entropy in bits: its shortest repeating unit's length times the
+    unit's Shannon entropy per byte (``k`` * 40 and ``password`` * 4 are worth what one unit is)."""
+    # The shortest period (the prefix function's): key is key[:period] repeated, the last cut.
+    border = [0] * len(key)
+    for i in range(1, len(key)):
+        k = border[i - 1]
+        while k and key[i] != key[k]:
+            k = border[k - 1]
+        border[i] = k + (key[i] == key[k])
+    unit = key[: len(key) - border[-1]] if key else b""
+    counts = Counter(unit).values()
+    return -sum(c * math.log2(c / len(unit)) for c in counts)
+
+
+def check_secret_key(key: bytes) -> bytes:
+    """``key`` if it is long and varied enough to sign the console's cookies; else raises
+    ``WeakSecretKey`` (a console never starts with a guessable key)."""
+    if len(key) < MIN_KEY_BYTES or (bits := key_bits(key)) < MIN_KEY_BITS:
+        shown = f"{len(key)} bytes" if len(key) < MIN_KEY_BYTES else f"about {bits:.0f} bits"
+        raise WeakSecretKey(
+            f"the console's signing key (TETHER_CONSOLE_KEY or the key file) is too weak ({shown}):"
+            f" use at least {MIN_KEY_BYTES} random bytes, e.g. the output of"
+            " python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+        )
+    return key
 
 
 # The session cookie's name up to 19cb230, still read over plain HTTP (sessions survive an
@@ -41,11 +80,13 @@ def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
 
 
 def load_secret_key(path: Path) -> bytes:
-    """The signing key kept beside the user store (created once, mode 600)."""
+    """The signing key kept beside the user store (created once, mode 600; a weak one replaced)."""
     if path.exists():
         key = path.read_bytes().strip()
-        if len(key) >= 32:
-            return key
+        try:
+            return check_secret_key(key)
+        except WeakSecretKey:
+            pass
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(48).encode("ascii")
     path.touch(mode=0o600, exist_ok=True)
@@ -61,6 +102,7 @@ class Gate:
     secure_cookies: bool = False
 
     def __post_init__(self) -> None:
+        check_secret_key(self.secret_key)
         self._session = Signer(self.secret_key, salt="tether-console-session")
         self._login = Signer(self.secret_key, salt="tether-console-login")
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
@@ -78,18 +120,26 @@ class Gate:
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
             return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
-        for name in self._session_names:
-            cookie = request.cookies.get(name)
-            if not cookie:
-                continue
-            try:
-                raw = self._session.unsign(cookie).decode("ascii")
-            except (BadSignature, UnicodeDecodeError):
-                continue
+        for raw in self._presented(request):
             return self.users.principal_for_session(raw)
         return None
 
-    def start_session(self, response: Response, name: str) -> None:
+    def _presented(self, request: Request) -> list[str]:
+        """The session ids of the request's session cookies signed with this console's key."""
+        found = []
+        for name in self._session_names:
+            try:
+                found.append(self._session.unsign(request.cookies.get(name) or "").decode("ascii"))
+            except (BadSignature, UnicodeDecodeError):
+                continue
+        return found
+
+    def start_session(self, request: Request, response: Response, name: str) -> None:
+        """A new session for ``name``; the sessions the browser held end (a copy of an old cookie,
+        which another may have taken, dies with the sign-in that replaces it)."""
+        self._end_presented(request)
+        for legacy in self._session_names[1:]:
+            self._forget(response, legacy)
         raw = self.users.create_session(name)
         self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
         self._forget(response, self.login_cookie)
@@ -106,10 +156,19 @@ class Gate:
             max_age=max_age,
         )
 
-    def end_session(self, response: Response, principal: Principal) -> None:
+    def end_session(self, request: Request, response: Response, principal: Principal) -> None:
+        """Sign out: every session the browser presented ends (a legacy cookie beside the new one
+        too, which otherwise kept it signed in), and its session cookies are deleted."""
         if principal.session:
             self.users.end_session(principal.session)
-        self._forget(response, self.session_cookie)
+        self._end_presented(request)
+        for name in self._session_names:
+            self._forget(response, name)
+
+    def _end_presented(self, request: Request) -> None:
+        for raw in self._presented(request):
+            if (held := self.users.principal_for_session(raw)) is not None and held.session:
+                self.users.end_session(held.session)
 
     def _forget(self, response: Response, name: str) -> None:
         """Delete a cookie, with the attributes it was set with (a ``__Host-`` one needs them)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -141,14 +141,22 @@ def _find_for_call(conn: Connection, run_id: str, step: int, call_id: str) -> St
 
 
 def _list_proposals(
-    conn: Connection, status: ProposalStatus | None, run_id: str | None
+    conn: Connection,
+    status: ProposalStatus | None,
+    run_id: str | None,
+    tenants: Collection[str] | None = None,
+    newest: int | None = None,
 ) -> list[StoredProposal]:
-    query = select(P).order_by(P.c.created_at, P.c.id)
+    query = select(P).order_by(P.c.created_at.desc(), P.c.id.desc())
     if status is not None:
         query = query.where(P.c.status == str(status))
     if run_id is not None:
         query = query.where(P.c.run_id == run_id)
-    return [_proposal(r) for r in conn.execute(query)]
+    if tenants is not None:
+        query = query.where(P.c.tenant.in_(sorted(tenants)))
+    if newest is not None:
+        query = query.limit(max(newest, 0))
+    return [_proposal(r) for r in conn.execute(query)][::-1]
 
 
 def _events(conn: Connection, proposal_id: str) -> list[ApprovalEvent]:
@@ -246,9 +254,21 @@ class SqlApprovalStore(SqlStore):
         return await self.db.read(_find_for_call, run_id, step, call_id)
 
     async def list_proposals(
-        self, *, status: ProposalStatus | None = None, run_id: str | None = None
+        self,
+        *,
+        status: ProposalStatus | None = None,
+        run_id: str | None = None,
+        tenants: Collection[str] | None = None,
+        newest: int | None = None,
     ) -> list[StoredProposal]:
-        return await self.db.read(_list_proposals, status, run_id)
+        return await self.db.read(_list_proposals, status, run_id, tenants, newest)
+
+    async def proposal_tenants(self) -> list[str]:
+        def tenants(conn: Connection) -> list[str]:
+            query = select(P.c.tenant).distinct().order_by(P.c.tenant)
+            return [str(t) for (t,) in conn.execute(query)]
+
+        return await self.db.read(tenants)
 
     async def decide(
         self,

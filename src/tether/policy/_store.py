@@ -13,7 +13,7 @@ never blocks, so it answers inline.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -138,8 +138,20 @@ class ProposalStore(Protocol):
         ...
 
     async def list_proposals(
-        self, *, status: ProposalStatus | None = None, run_id: str | None = None
-    ) -> list[StoredProposal]: ...
+        self,
+        *,
+        status: ProposalStatus | None = None,
+        run_id: str | None = None,
+        tenants: Collection[str] | None = None,
+        newest: int | None = None,
+    ) -> list[StoredProposal]:
+        """Proposals, oldest first: of ``tenants`` only if given (never one with no tenant), the
+        newest ``newest`` of them if given (chosen by the query: a reader never loads them all)."""
+        ...
+
+    async def proposal_tenants(self) -> list[str]:
+        """The tenants that have proposals, sorted (no proposal is loaded to name them)."""
+        ...
 
     async def decide(
         self,

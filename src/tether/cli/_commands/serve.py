@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from tether.errors import TetherError
+from tether.errors import ConfigError, TetherError
 
 
 def register(sub: Any) -> None:
@@ -98,6 +99,29 @@ def deadline_protocol() -> type[asyncio.Protocol]:
     return Deadline
 
 
+def trusted_proxies(values: list[str]) -> list[str]:
+    """The ``--trusted-proxy`` values as uvicorn reads them: each an IP address or a network.
+    Raises ``ConfigError`` for ``*`` or a network of every address (uvicorn then believes the
+    first X-Forwarded-For entry, which the client writes: any client names its own address to
+    the sign-in throttle and the audit log), and for anything else (which would never match)."""
+    out = []
+    for value in values:
+        text = value.strip()
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            network = None
+        if text == "*" or (network is not None and network.prefixlen == 0):
+            raise ConfigError(
+                f"--trusted-proxy {value!r} believes every client's X-Forwarded-For (any client could"
+                " evade the sign-in throttle): name the proxy's address or network"
+            )
+        if network is None:
+            raise ConfigError(f"--trusted-proxy {value!r} is not an IP address or network")
+        out.append(str(network) if "/" in text else str(network.network_address))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -144,8 +168,9 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in ("0.0.0.0", "::"):
         hosts.append(args.host)
     try:
+        proxies = trusted_proxies(args.trusted_proxy)
         app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
-    except TetherError as err:  # an --allowed-host that names no host
+    except TetherError as err:  # a proxy or --allowed-host that names no address, a weak key
         print(f"tether serve: {err}", file=sys.stderr)
         return 1
     if not sources.users.has_users():
@@ -158,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         log_level="warning",
         server_header=False,
         http=deadline_protocol(),
-        proxy_headers=bool(args.trusted_proxy),
-        forwarded_allow_ips=args.trusted_proxy or None,
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or None,
     )
     return 0
