@@ -31,16 +31,38 @@ class DeploymentUnavailable(StoreUnavailable):
 
 @dataclass(frozen=True)
 class Target:
-    """What a storage URL points at: ``host:port``, database, DBOS schema, and the schema of
-    tether's own tables (``None``: the database's default)."""
+    """What a storage URL points at: a PostgreSQL database (``pg``, which says where it is and
+    the schema of tether's own tables) or a SQLite deployment's folder (``path``)."""
 
-    backend: str
-    where: str
-    database: str
-    dbos_schema: str
     pg: PgUrl | None = None
     path: Path | None = None
-    schema: str | None = None
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.path is not None else "postgresql"
+
+    @property
+    def where(self) -> str:
+        """``host:port`` (or the socket folder) of the server, or the deployment's folder."""
+        return str(self.path) if self.path is not None else self._pg.where
+
+    @property
+    def database(self) -> str:
+        return str(self.path / "dbos.sqlite") if self.path is not None else self._pg.database
+
+    @property
+    def schema(self) -> str | None:
+        """The schema of tether's own tables (``None``: the database's default)."""
+        return self.pg.schema if self.pg is not None else None
+
+    @property
+    def dbos_schema(self) -> str:
+        return f"{self.schema}_dbos" if self.schema else "dbos"
+
+    @property
+    def _pg(self) -> PgUrl:
+        assert self.pg is not None, "a PostgreSQL target has its URL"
+        return self.pg
 
     def describe(self) -> str:
         if self.backend == "sqlite":
@@ -53,10 +75,8 @@ def target(url: str) -> Target:
     loc = parse_url(url)
     if loc.backend == "sqlite":
         assert loc.path is not None
-        return Target("sqlite", str(loc.path), str(loc.path / "dbos.sqlite"), "dbos", path=loc.path)
-    pg = PgUrl.parse(url)
-    schema = f"{pg.schema}_dbos" if pg.schema else "dbos"
-    return Target("postgresql", pg.where, pg.database, schema, pg=pg, schema=pg.schema)
+        return Target(path=loc.path)
+    return Target(pg=PgUrl.parse(url))
 
 
 def _cause(err: BaseException) -> tuple[str, str]:
@@ -81,7 +101,7 @@ def _connect(
 ) -> Any:
     import psycopg
 
-    assert t.pg is not None
+    assert t.pg is not None, "connections are to PostgreSQL"
     return psycopg.connect(
         t.pg.with_database(database or t.database),
         autocommit=True,
