@@ -18,7 +18,7 @@ from tether.cli import main
 from tether.errors import ConfigError
 from tether.sql._postgres import PgUrl
 
-pytestmark = pytest.mark.spec("D1")
+pytestmark = pytest.mark.spec("T5")
 
 
 def _socket_folder(dsn: str) -> str:
