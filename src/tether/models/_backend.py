@@ -35,13 +35,13 @@ import anyio
 import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
-from tether.errors import ConfigError, ModelError
+from tether.errors import ConfigError
 from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
 from tether.models._failures import Failures, is_error, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models._sse import BOM as _BOM
-from tether.models._sse import declared_over, decoded, too_large
+from tether.models._sse import declared_over, decoded, status_error, too_large
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -333,7 +333,11 @@ class HTTPBackend(RetryingBackend):
         return _Lane(clients, self.base_url + self.path)
 
     def _http_client(
-        self, headers: Mapping[str, str] | None = None, connections: int | None = None, verify: Any = True
+        self,
+        headers: Mapping[str, str] | None = None,
+        connections: int | None = None,
+        verify: Any = True,
+        hooks: Mapping[str, list[Any]] | None = None,
     ) -> Any:
         """An ``httpx2.AsyncClient``: our timeout, every connection of the pool kept alive (the
         default, 20 kept of 100, makes concurrent sessions reconnect on most calls), proxies
@@ -346,6 +350,7 @@ class HTTPBackend(RetryingBackend):
             timeout=self.timeout_s,
             verify=verify,
             limits=httpx2.Limits(max_connections=n, max_keepalive_connections=n),
+            event_hooks=dict(hooks or {}),
         )
 
     def _sdk_module(self) -> Any:
@@ -369,8 +374,15 @@ class HTTPBackend(RetryingBackend):
             default_headers=self.headers or None,
             # Our own client, not the SDK's default wrapper: that one schedules its own close on
             # whatever event loop is running when it is garbage-collected.
-            http_client=self._http_client(verify=_default_tls()),
+            # Its error answers are read by ``status_error`` as they arrive (the hook runs before
+            # the SDK reads the body whole, without bound: a gzip bomb as a 500 …).
+            http_client=self._http_client(verify=_default_tls(), hooks={"response": [self._sdk_error_hook]}),
         )
+
+    async def _sdk_error_hook(self, response: Any) -> None:
+        """The SDK transport's answers as they arrive: an error status raises its error here."""
+        if not 200 <= response.status_code < 300:
+            raise await status_error(response, self.failures)
 
     async def _post(self, body: bytes) -> Any:
         """POST ``body``; the response with its body unread, or ``Retryable``/``ModelError``."""
@@ -386,13 +398,7 @@ class HTTPBackend(RetryingBackend):
         except httpx2.RequestError as err:
             raise self.failures.transport(err, "before the answer") from None
         if not 200 <= response.status_code < 300:
-            try:
-                raw = await _read(response, 64 * 1024)
-            except (httpx2.RequestError, ModelError, Retryable):  # cut, too large, not gzip after all
-                raw = b""
-            finally:
-                await response.aclose()
-            raise self.failures.status(response.status_code, raw, response.headers)
+            raise await status_error(response, self.failures)
         return response
 
     # -- one call -----------------------------------------------------------------------------
@@ -430,7 +436,7 @@ class HTTPBackend(RetryingBackend):
             # as it likes (events as JSON, a document as a stream, ``text/plain``, none): the
             # first bytes tell.
             labelled = "event-stream" in response.headers.get("content-type", "")
-            body_of, streamed = await _Peeked.open(response, labelled)
+            body_of, streamed = await _Peeked.open(response, labelled, self.max_response_bytes)
             if streamed:
                 return await self._read_stream(body_of)
             data = await _read_json(body_of, self.max_response_bytes)
@@ -455,14 +461,19 @@ class HTTPBackend(RetryingBackend):
         """The response: the provider's finish and tether's word for it, the cost by the price
         table (``unpriced`` when the model is in none), and any further ``meta``. A turn that
         is no answer is refused here, for every protocol: neither text nor a tool call where
-        the finish says the turn ended normally, or two calls with one id (their results could
-        not be told apart)."""
+        the finish says the turn ended normally, text alone where it says the turn calls tools
+        (the calls were lost), or two calls with one id (their results could not be told
+        apart)."""
         finish_word = finish_of(finish)
         message = rejoined(message)  # characters a server split at their surrogates
         calls = message.tool_calls
         if not calls and not (message.content and message.content.strip()) and finish_word in _NORMAL:
             why = f"the response has neither text nor tool calls (finish_reason {finish!r})"
             raise Retryable("empty_response", why)
+        if not calls and finish_word == "tool_calls":
+            # The model asked for tools and none arrived (a proxy that dropped them): the text
+            # is the preamble to calls now lost, no final answer.
+            raise unusable(f"the finish reason {finish!r} says the turn calls tools, but it has none")
         if len(calls) > 1 and len({c.id for c in calls}) < len(calls):
             raise unusable(f"duplicate tool call id in one turn: {[c.id for c in calls]}")
         meta = {"finish_reason": finish, "finish": finish_word, "provider": self.provider, **meta}
@@ -491,17 +502,27 @@ class _Peeked:
         self._rest = rest
 
     @classmethod
-    async def open(cls, response: Any, labelled: bool) -> tuple[_Peeked, bool]:
+    async def open(
+        cls, response: Any, labelled: bool, limit: int = MAX_RESPONSE_BYTES
+    ) -> tuple[_Peeked, bool]:
         """The body, and whether it is a stream of events (it opens with an SSE field or
         comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
         open as a JSON object) rather than one document, read whole (JSON, or what the error
-        then quotes: an HTML page …)."""
+        then quotes: an HTML page …). Whitespace before the first bytes that tell counts
+        against ``limit`` (``ModelError`` past it), as every other byte does: a body of
+        nothing but blanks (a gzip bomb of spaces) is not held without bound."""
         rest = decoded(response)
-        head = b""
+        parts: list[bytes] = []
+        total = told = 0  # bytes so far; of them, past the leading whitespace
         async for block in rest:
-            head += block
-            if len(head.lstrip(_SPACE)) >= _SSE_OPEN_BYTES:
+            parts.append(block)
+            total += len(block)
+            told = told + len(block) if told else len(block.lstrip(_SPACE))
+            if told >= _SSE_OPEN_BYTES:
                 break
+            if total > limit:
+                raise too_large(limit)
+        head = parts[0] if len(parts) == 1 else b"".join(parts)
         first = head.lstrip(_SPACE)
         return cls(response, head, rest), first.startswith(_SSE_OPEN) or (labelled and first[:1] != b"{")
 
@@ -535,20 +556,6 @@ def arguments_text(value: object) -> str:
     if value is None or isinstance(value, str):
         return value or ""
     return json.dumps(value, ensure_ascii=False)
-
-
-async def _read(response: Any, limit: int) -> bytes:
-    """An error answer's whole body, decoded as an answer is (``decoded``: ``x-gzip`` and every
-    gzip member too); ``ModelError`` past ``limit`` bytes, declared or received."""
-    if declared_over(response.headers, limit):
-        raise too_large(limit)
-    parts, total = [], 0
-    async for block in decoded(response):
-        total += len(block)
-        if total > limit:
-            raise too_large(limit)
-        parts.append(block)
-    return b"".join(parts)
 
 
 async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:

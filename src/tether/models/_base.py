@@ -16,6 +16,7 @@ __all__ = [
     "count",
     "finish_of",
     "finish_problem",
+    "larger_usage",
     "later_finish",
     "repeated_prefix",
 ]
@@ -68,6 +69,24 @@ def later_finish(previous: str | None, raw: object) -> str | None:
     if previous is not None and finish_of(previous) in ("length", "refused", "paused"):
         return previous
     return raw
+
+
+def larger_usage(previous: Usage | None, new: Usage) -> Usage:
+    """A stream's usage once another report of it arrives: each count the larger of the two.
+    The counts a stream reports are running totals, so the largest is the turn's; a later
+    report that leaves a count out or zeroes it (a proxy that fills what it does not know with
+    0) cannot take spent tokens back, and a token budget is not undercounted."""
+    if previous is None:
+        return new
+    extra = dict(previous.extra)
+    for key, value in new.extra.items():
+        extra[key] = max(extra.get(key, 0), value)
+    return Usage(
+        max(previous.prompt_tokens, new.prompt_tokens),
+        max(previous.completion_tokens, new.completion_tokens),
+        max(previous.cached_tokens, new.cached_tokens),
+        extra,
+    )
 
 
 def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:

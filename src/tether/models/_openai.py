@@ -50,7 +50,7 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, later_finish
+from tether.models._base import ModelRequest, ModelResponse, count, larger_usage, later_finish
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
@@ -283,7 +283,7 @@ class OpenAICompatible(OpenAIBackend):
         thought: list[str] = []
         refused: list[str] = []
         calls: _Calls = {}
-        usage_raw: Mapping[str, Any] | None = None
+        usage: Usage | None = None
         model = ""
         finish: str | None = None
         done = False
@@ -309,8 +309,8 @@ class OpenAICompatible(OpenAIBackend):
             if is_error(chunk):
                 raise self.failures.reported(chunk, "mid-stream")
             model = chunk.get("model") or model
-            if chunk.get("usage"):
-                usage_raw = chunk["usage"]
+            if chunk.get("usage"):  # the last chunk's, or every chunk's running count
+                usage = larger_usage(usage, self._usage(chunk["usage"]))
             for choice in chunk.get("choices") or ():
                 if choice.get("index") or 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
@@ -352,7 +352,7 @@ class OpenAICompatible(OpenAIBackend):
             tool_calls=tool_calls,
             reasoning="".join(thought) if thought else None,
         )
-        return self._answer(message, self._usage(usage_raw), model, finish)
+        return self._answer(message, usage or Usage(), model, finish)
 
 
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)

@@ -14,7 +14,10 @@ names), so every step of every run of one agent lands on the same cache.
 
 The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` parts (finish
 ``refusal``), ``function_call`` items (arguments returned raw), ``reasoning`` items (their
-summaries as the message's reasoning). ``status`` ``completed`` is a normal end, unless
+summaries as the message's reasoning); a stream's items as ``output_item.done`` gives them, or
+as ``output_item.added`` and the deltas build them where neither that event nor the terminal
+event lists them (argument deltas that disagree with the arguments a call is done with are a
+garbled stream, retried). ``status`` ``completed`` is a normal end, unless
 ``incomplete_details`` gives a reason; ``incomplete`` carries its reason (``max_output_tokens``
 → length, ``content_filter`` → refused); any other is unknown: such a final answer never ends
 the run ``accepted``. A ``response.failed`` or ``error`` event with a server error, a stream
@@ -25,6 +28,7 @@ that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from collections.abc import Mapping
 from operator import itemgetter
@@ -184,30 +188,37 @@ class OpenAIResponses(OpenAIBackend):
         return self._parse(data, [])
 
     async def _read_stream(self, response: Any) -> ModelResponse:
-        done_items: list[dict[str, Any]] = []
+        said = _Said()
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
         async for event in events(response, self.failures, self.max_response_bytes):
             kind = event.get("type")
             if kind == "response.output_text.delta":
+                said.piece(said.text, event, event.get("delta"))
                 if on_delta is not None:
                     on_delta("text", str(event.get("delta", "")))
+            elif kind == "response.function_call_arguments.delta":
+                said.piece(said.arguments, event, event.get("delta"))
             elif kind == "response.reasoning_summary_text.delta":
                 if on_delta is not None:
                     on_delta("reasoning", str(event.get("delta", "")))
             elif kind == "response.output_item.added":
-                item = event.get("item") or {}
+                item = said.item(said.added, event)
                 if on_delta is not None and item.get("type") == "function_call":
                     on_delta("tool_call", str(item.get("name", "")))
+            elif kind == "response.function_call_arguments.done":
+                said.check(event, event.get("arguments"))
             elif kind == "response.output_item.done":
-                done_items.append(event.get("item") or {})
+                item = said.item(said.done, event)
+                if item.get("type") == "function_call":
+                    said.check(event, item.get("arguments"))
             elif kind in _TERMINAL:
                 final = _final(kind, event.get("response") or {})
                 break
         if final is None:
-            why = f"the stream ended without a terminal event ({len(done_items)} items)"
+            why = f"the stream ended without a terminal event ({len(said.done)} items)"
             raise Retryable("stream_incomplete", why)
-        return self._parse(final, done_items)
+        return self._parse(final, said.items())
 
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
         status = data.get("status")
@@ -252,6 +263,81 @@ class OpenAIResponses(OpenAIBackend):
         )
         usage = _usage(data.get("usage") or {})
         return self._answer(message, usage, str(data.get("model") or ""), raw)
+
+
+class _Said:
+    """What a Responses stream said item by item, by output index (or item id): each item as
+    ``output_item.done`` gave it, else as its ``output_item.added`` and deltas build it (a
+    server whose terminal event lists no output and which sends no ``output_item.done``: its
+    text deltas are the answer). Argument deltas that disagree with the arguments the call is
+    done with are a garbled stream (which would run?), not an answer."""
+
+    def __init__(self) -> None:
+        self.order: dict[object, None] = {}  # each item's key, in the order first heard of
+        self.added: dict[object, dict[str, Any]] = {}
+        self.done: dict[object, dict[str, Any]] = {}
+        self.text: dict[object, list[str]] = {}
+        self.arguments: dict[object, list[str]] = {}
+
+    def key(
+        self, event: Mapping[str, Any], item: Mapping[str, Any] | None = None, begins: bool = False
+    ) -> object:
+        """The item an event is about: its output index, else its item id; an event that names
+        neither (a proxy that drops them) is about the item under way, or ``begins`` one."""
+        key = event.get("output_index")
+        if key is None:
+            key = event.get("item_id") or (item or {}).get("id")
+        if key is None:
+            last = next(reversed(self.order), None)
+            key = last if last is not None and not begins else f"#{len(self.order)}"
+        if key not in self.order:
+            self.order[key] = None
+        return key
+
+    def piece(self, into: dict[object, list[str]], event: Mapping[str, Any], delta: object) -> None:
+        if isinstance(delta, str) and delta:
+            into.setdefault(self.key(event), []).append(delta)
+
+    def item(self, into: dict[object, dict[str, Any]], event: Mapping[str, Any]) -> dict[str, Any]:
+        item = event.get("item") or {}
+        begins = into is self.added or next(reversed(self.order), None) in self.done
+        into[self.key(event, item, begins)] = item
+        return item
+
+    def check(self, event: Mapping[str, Any], arguments: object) -> None:
+        """A call's arguments as it is done with them: kept where no deltas came; where deltas
+        came, they must be the same text."""
+        if not isinstance(arguments, str):
+            return
+        pieces = self.arguments.setdefault(self.key(event, event.get("item")), [])
+        if not pieces:
+            pieces.append(arguments)
+        elif arguments != (streamed := "".join(pieces)) and not _same_json(arguments, streamed):
+            why = f"a call's arguments streamed as {streamed[:80]!r} are done as {arguments[:80]!r}"
+            raise Retryable("stream_unreadable", why)
+
+    def items(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for key in self.order:
+            if key in self.done:
+                out.append(self.done[key])
+            elif (added := self.added.get(key, {})).get("type") == "function_call":
+                out.append(
+                    {**added, "arguments": "".join(self.arguments.get(key, ())) or added.get("arguments")}
+                )
+            elif key in self.text:
+                part = {"type": "output_text", "text": "".join(self.text[key])}
+                out.append({"type": "message", "content": [part]})
+        return out
+
+
+def _same_json(a: str, b: str) -> bool:
+    """Whether two texts are the same JSON value written differently (a proxy that re-encodes
+    the arguments it is done with: spacing, escapes)."""
+    try:
+        return bool(json.loads(a) == json.loads(b))
+    except (ValueError, RecursionError):
+        return False
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended

@@ -5,17 +5,24 @@ generated from the same template: their error classes carry the same names and f
 (``status_code``, ``response.headers``, ``body``).
 
 The exchange goes through the SDK client's documented low-level ``post`` (its auth, headers,
-base URL, proxies and status-error mapping; its retries off), with a body tether encoded once,
+base URL and proxies; its retries off), with a body tether encoded once,
 and the answer read as JSON — not through the typed ``messages.create`` / ``responses.create``,
 which walk and re-serialise the whole history on every call and build typed objects of every
 answer and stream event: in ``bench/backends.py`` that cost several times the rest of a step.
 The ``post`` itself costs about five times a plain ``httpx2`` send on the client side (its
-request options, headers and URL built anew per call): that is the SDK's own work."""
+request options, headers and URL built anew per call): that is the SDK's own work.
+
+An error answer (a status other than 2xx) is read by tether, not by the SDK: a hook on the
+client (``HTTPBackend._sdk_error_hook``) reads its body as the ``"http"`` transport does (at
+most 64 kB, decoded in bounded pieces) and raises the error, before the SDK would read the
+whole body into memory however large it inflates; ``sdk_error`` unwraps it where the SDK
+wrapped it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tether.errors import ModelError
 from tether.models._failures import Failures, unusable
 from tether.models._retrying import Retryable
 from tether.models._sse import gunzipped
@@ -25,6 +32,8 @@ __all__ = ["post", "sdk_error"]
 
 def sdk_error(sdk: Any, err: BaseException, failures: Failures) -> Exception:
     """The ``Retryable`` or ``ModelError`` for an exception of the SDK module ``sdk``."""
+    if isinstance(err.__cause__, (Retryable, ModelError)):  # our client's error hook, wrapped
+        return err.__cause__
     if isinstance(err, sdk.APITimeoutError):
         return Retryable("timeout", "the HTTP client timed out")
     if isinstance(err, sdk.APIConnectionError):

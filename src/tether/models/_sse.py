@@ -1,7 +1,8 @@
-"""An answer read from raw bytes, for every backend: the body decoded (``decoded``; an error answer
-read whole, ``gunzipped``), its blocks under a size limit (``blocks``), the ``data`` of each
-server-sent event (``sse_data``), each event as a JSON object with error objects raised as the
-errors they report (``events``)."""
+"""An answer read from raw bytes, for every backend: the body decoded (``decoded``; an error
+answer read to its error, bounded, ``status_error``; one a client read whole, ``gunzipped``),
+its blocks under a size limit (``blocks``), the ``data`` of each server-sent event
+(``sse_data``), each event as a JSON object with error objects raised as the errors they report
+(``events``)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ __all__ = [
     "gunzipped",
     "named_error",
     "sse_data",
+    "status_error",
     "too_large",
     "until_cut",
 ]
@@ -43,21 +45,30 @@ def decoded(response: Any) -> AsyncIterator[bytes]:
     return _gunzip(response.aiter_raw())
 
 
+_PIECE = 256 * 1024  # the most one step of gunzipping writes (a bomb is cut by the size limit)
+
+
 async def _gunzip(raw: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """Every gzip member of the raw blocks, decoded in pieces of at most ``_PIECE`` bytes: a
+    small block that inflates a thousandfold (a gzip bomb) is never held whole; the reader's
+    size limit stops it after the first pieces past the limit."""
     z, first = zlib.decompressobj(wbits=31), True
     async for block in raw:
-        while block:
+        while True:
             try:
-                piece = z.decompress(block)
+                piece = z.decompress(block, _PIECE)
             except zlib.error as err:
                 if first:  # not gzip at all (a label on a plain body): unreadable, maybe not next time
                     raise Retryable("unusable_response", f"the body does not decode as gzip: {err}") from None
                 return  # bytes after the last member: ignored, as gzip does
             if piece:
                 yield piece
-            block = z.unused_data if z.eof else b""
             if z.eof:  # another member may follow
-                z, first = zlib.decompressobj(wbits=31), False
+                block, z, first = z.unused_data, zlib.decompressobj(wbits=31), False
+            else:  # input the piece's bound left; none, and a full piece may still have more out
+                block = z.unconsumed_tail
+            if not block and len(piece) < _PIECE:
+                break
 
 
 def gunzipped(headers: Any, raw: bytes, limit: int = 64 * 1024) -> bytes:
@@ -79,6 +90,30 @@ def gunzipped(headers: Any, raw: bytes, limit: int = 64 * 1024) -> bytes:
             break
         raw = z.unused_data
     return b"".join(out)[:limit] if out else raw
+
+
+async def status_error(response: Any, failures: Failures, limit: int = 64 * 1024) -> Exception:
+    """The error an answer with an error (or redirect) status says, for either transport: its
+    body read at most ``limit`` bytes, declared or received, decoded as an answer is
+    (``decoded``: ``x-gzip`` and every gzip member, in bounded pieces), then closed; a body cut,
+    too large or not gzip after all stands as an empty one."""
+    import httpx2
+
+    raw = b""
+    try:
+        if not declared_over(response.headers, limit):
+            parts, total = [], 0
+            async for block in decoded(response):
+                total += len(block)
+                if total > limit:
+                    raise too_large(limit)
+                parts.append(block)
+            raw = b"".join(parts)
+    except (httpx2.RequestError, ModelError, Retryable):
+        raw = b""
+    finally:
+        await response.aclose()
+    return failures.status(response.status_code, raw, response.headers)
 
 
 def declared_over(headers: Any, limit: int) -> bool:
