@@ -306,7 +306,8 @@ class _Pages:
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
         urls = elicitations_view.url_requests(self.sources, me)
-        return self.render(request, "elicitations.html", me, pending=pending, urls=urls)
+        shown = elicitations_view.PENDING_SHOWN
+        return self.render(request, "elicitations.html", me, pending=pending, urls=urls, shown=shown)
 
     async def answer(self, request: Request, me: Principal) -> Response:
         eid = request.path_params["eid"]
