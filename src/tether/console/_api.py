@@ -147,7 +147,12 @@ async def _list_questions(
     rows = await elicitations_view.pending(sources, p)
     for row in rows:
         row.pop("fields", None)
-    return {"count": len(rows), "pending": rows, "url_requests": elicitations_view.url_requests(sources, p)}
+    return {
+        "count": len(rows),
+        "limit": elicitations_view.PENDING_SHOWN,
+        "pending": rows,
+        "url_requests": elicitations_view.url_requests(sources, p),
+    }
 
 
 async def _answer(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:

@@ -26,6 +26,7 @@ from tether.runs._checkpoint import checkpoint_tenant
 from tether.trace._sanitize import Redactor, redact_value
 
 __all__ = [
+    "PENDING_SHOWN",
     "FormField",
     "answer",
     "domain_view",
@@ -38,6 +39,7 @@ __all__ = [
 _INT = re.compile(r"^[+-]?\d{1,18}$")
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _INPUT_TYPE = {"email": "email", "uri": "url", "date": "date"}
+PENDING_SHOWN = 200  # pending questions a page or API answer lists: the newest the reader may see
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +174,7 @@ async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> 
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
 
 
-async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
+async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
     try:
         fields, problem = form_fields(pause.schema), None
     except ApprovalError as err:
@@ -191,7 +193,7 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
         "id": pause.id,
         "created_at": pause.created_at,
         "run_id": pause.run_id,
-        "tenant": await _tenant_of(sources, pause.run_id),
+        "tenant": tenant,
         "server": pause.server,
         "tool": pause.tool,
         "arguments": arguments,
@@ -210,30 +212,46 @@ async def _view(sources: ConsoleSources, pause: Any) -> dict[str, Any]:
 
 
 async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[str, Any]]:
+    """The newest ``PENDING_SHOWN`` pending questions the principal may see, oldest first. Chosen
+    by their runs' tenants (each run's looked up once) before any is read whole: another
+    tenant's pauses cost a page neither a view, nor a pin look-up, nor a parse of their text."""
     if sources.open_pauses is None:
         return []
     store = sources.open_pauses()
     try:
-        views = [await _view(sources, p) for p in await store.pending()]
+        tenants: dict[str, str | None] = {}
+        chosen: list[str] = []
+        for pause_id, run_id in reversed(await store.pending_runs()):
+            if run_id not in tenants:
+                tenants[run_id] = await _tenant_of(sources, run_id)
+            if principal.sees(tenants[run_id]):
+                chosen.append(pause_id)
+                if len(chosen) >= PENDING_SHOWN:
+                    break
+        pauses = await store.pending(chosen) if chosen else []
     finally:
         store.close()
+    views = [await _view(sources, p, tenants[p.run_id]) for p in pauses]
     return [v for v in views if principal.sees(v["tenant"])]
 
 
 async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
+    """One question the principal may see. Raises ``Hidden`` (unknown, or another tenant's: its
+    run's tenant is checked before it is viewed, its pins looked up or its text searched)."""
     if sources.open_pauses is None:
         raise Hidden("question")
     store = sources.open_pauses()
     try:
         try:
-            view = await _view(sources, await store.get(pause_id))
+            pause = await store.get(pause_id)
         except ApprovalError:
             raise Hidden("question") from None
     finally:
         store.close()
-    if not principal.sees(view["tenant"]):
+    tenant = await _tenant_of(sources, pause.run_id)
+    if not principal.sees(tenant):
         raise Hidden("question")
-    return view
+    return await _view(sources, pause, tenant)
 
 
 async def answer(

@@ -74,13 +74,19 @@ class Throttle:
     """Failed sign-ins within ``window_s``: refused after 5 failures for one name from one address,
     20 from one address (any names), or 100 for one name from anywhere, so a handful of guesses
     from elsewhere never locks a person out at their own address. An address is counted as
-    ``attacker`` says (an IPv6 client's whole /64)."""
+    ``attacker`` says (an IPv6 client's whole /64). The name's own limit, which guesses from
+    anywhere reach, spares the networks the name signed in from lately (``known_s``, the newest
+    ``known_kept``): its person still signs in from their usual network while strangers guess,
+    and those networks keep their own limits (the name's guesses stay bounded)."""
 
     limits: ClassVar = {"pair": 5, "client": 20, "name": 100}
     window_s = 900.0
+    known_s = 30 * 86400.0
+    known_kept = 8
 
     def __init__(self) -> None:
         self._failures: dict[tuple[str, str], list[float]] = {}
+        self._known: dict[str, dict[str, float]] = {}  # name -> network -> when it last signed in
 
     def _keys(self, name: str, client: str) -> list[tuple[str, str]]:
         client = attacker(client)
@@ -96,7 +102,11 @@ class Throttle:
         return recent
 
     def blocked(self, name: str, client: str) -> bool:
-        return any(len(self._recent(k)) >= self.limits[k[0]] for k in self._keys(name, client))
+        keys = self._keys(name, client)
+        seen = self._known.get(name, {}).get(attacker(client))
+        if seen is not None and time.monotonic() - seen < self.known_s:
+            keys = keys[:2]  # a network the name signed in from: its pair's and its own limits
+        return any(len(self._recent(k)) >= self.limits[k[0]] for k in keys)
 
     def attempt(self, name: str, client: str) -> float | None:
         """Reserve one attempt, counted as a failure until ``succeeded`` gives it back (checked and
@@ -121,12 +131,18 @@ class Throttle:
         return True
 
     def succeeded(self, name: str, client: str, at: float) -> None:
-        """The attempt reserved at ``at`` signed in: it is no failure, and the pair starts afresh."""
+        """The attempt reserved at ``at`` signed in: it is no failure, the pair starts afresh, and
+        the network is known for the name (the newest ``known_kept`` of its networks)."""
         keys = self._keys(name, client)
         self._failures.pop(keys[0], None)  # the pair
         for key in keys:
             if at in self._failures.get(key, []):
                 self._failures[key].remove(at)
+        known = self._known.setdefault(name, {})
+        known.pop(attacker(client), None)
+        known[attacker(client)] = time.monotonic()
+        for network in list(known)[: -self.known_kept]:
+            del known[network]
 
 
 def page_routes(console: Console) -> list[Route]:
@@ -306,7 +322,8 @@ class _Pages:
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
         urls = elicitations_view.url_requests(self.sources, me)
-        return self.render(request, "elicitations.html", me, pending=pending, urls=urls)
+        shown = elicitations_view.PENDING_SHOWN
+        return self.render(request, "elicitations.html", me, pending=pending, urls=urls, shown=shown)
 
     async def answer(self, request: Request, me: Principal) -> Response:
         eid = request.path_params["eid"]

@@ -16,6 +16,7 @@ import base64
 import functools
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import sqlite3
@@ -52,6 +53,7 @@ ALL_TENANTS = "*"
 SESSION_TTL = timedelta(hours=12)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
+MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
 # Refusals of one kind by one actor audited one by one within a minute; past that only the 16th,
 # 32nd, 64th... (naming the count): refused requests sent on and on add a handful of entries.
@@ -314,13 +316,18 @@ class UserStore:
         return name
 
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
-        """A new API token for ``name``: the secret is returned once and stored only hashed."""
+        """A new API token for ``name``: the secret is returned once and stored only hashed.
+        ``days``: it expires after so many (``None``: never). Raises ``AuthError`` (``bad_days``:
+        not a number of days in (0, ``MAX_TOKEN_DAYS``]; 0 once made a token that never expired)."""
+        if days is not None and not (math.isfinite(days) and 0 < days <= MAX_TOKEN_DAYS):
+            limit = f"more than 0 and at most {MAX_TOKEN_DAYS} days"
+            raise AuthError("bad_days", f"a token's lifetime is {limit}")
         if not self._read("SELECT 1 FROM users WHERE name = ?", (name,)):
             raise AuthError("unknown_user", f"no user {name}")
         token_id = secrets.token_hex(6)
         secret = f"{TOKEN_PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         now = _now()
-        expires = _ts(now + timedelta(days=days)) if days else None
+        expires = _ts(now + timedelta(days=days)) if days is not None else None
         self._write(
             "INSERT INTO tokens VALUES (?, ?, ?, ?, ?, ?, 0)",
             (token_id, name, hash_secret(secret, n=self.scrypt_n), label[:200], _ts(now), expires),

@@ -13,8 +13,12 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import math
+import os
 import secrets
+import stat
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +33,8 @@ from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
 __all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "load_secret_key"]
+
+_log = logging.getLogger(__name__)
 
 # A signing key (``TETHER_CONSOLE_KEY``, the key file): whoever guesses it signs themselves in.
 MIN_KEY_BYTES = 32
@@ -80,18 +86,34 @@ def cookie_names(secret_key: bytes, *, secure: bool) -> tuple[str, str]:
 
 
 def load_secret_key(path: Path) -> bytes:
-    """The signing key kept beside the user store (created once, mode 600; a weak one replaced)."""
+    """The signing key kept beside the user store (created once, mode 600). One that is weak, or
+    that others may read (group or other bits: whoever copied it signs themselves in), is
+    replaced, logged, by a new key in a new file: a descriptor held on the old one reads none of it."""
     if path.exists():
         key = path.read_bytes().strip()
-        try:
-            return check_secret_key(key)
-        except WeakSecretKey:
-            pass
+        mode = path.stat().st_mode
+        if os.name == "posix" and mode & 0o077:
+            _log.warning(
+                "the console key file %s was readable by others (mode %o): replaced by a new key"
+                " (every session ends)",
+                path,
+                stat.S_IMODE(mode),
+            )
+        else:
+            try:
+                return check_secret_key(key)
+            except WeakSecretKey:
+                pass
     path.parent.mkdir(parents=True, exist_ok=True)
     key = secrets.token_urlsafe(48).encode("ascii")
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_bytes(key + b"\n")
+    fd, fresh = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 600
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(key + b"\n")
+        os.replace(fresh, path)
+    except BaseException:
+        Path(fresh).unlink(missing_ok=True)
+        raise
     return key
 
 

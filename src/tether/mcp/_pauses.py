@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -189,7 +190,9 @@ class Pauses(Protocol):
 
     async def get(self, pause_id: str) -> Pause: ...
 
-    async def pending(self) -> list[Pause]: ...
+    async def pending(self, ids: Collection[str] | None = None) -> list[Pause]: ...
+
+    async def pending_runs(self) -> list[tuple[str, str]]: ...
 
     async def for_run(self, run_id: str) -> list[Pause]: ...
 
@@ -253,9 +256,21 @@ class PauseStore(SqlStore):
         """Raises ``ApprovalError`` (``unknown_pause``)."""
         return await self.db.read(_get, pause_id)
 
-    async def pending(self) -> list[Pause]:
-        """The pending pauses, oldest first."""
-        return await self.db.read(_where, T.c.status == "pending")
+    async def pending(self, ids: Collection[str] | None = None) -> list[Pause]:
+        """The pending pauses (of ``ids`` if given), oldest first."""
+        if ids is None:
+            return await self.db.read(_where, T.c.status == "pending")
+        return await self.db.read(_where, T.c.status == "pending", T.c.id.in_(sorted(ids)))
+
+    async def pending_runs(self) -> list[tuple[str, str]]:
+        """Each pending pause's id and run, oldest first: all that choosing among them reads (no
+        question, arguments or schema is parsed for a pause not chosen)."""
+
+        def read(conn: Connection) -> list[tuple[str, str]]:
+            query = select(T.c.id, T.c.run_id).where(T.c.status == "pending")
+            return [(r.id, r.run_id) for r in conn.execute(query.order_by(insertion_order(conn, T)))]
+
+        return await self.db.read(read)
 
     async def for_run(self, run_id: str) -> list[Pause]:
         """Every pause of one run, whatever its status, oldest first."""

@@ -163,14 +163,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"tether serve: {err}", file=sys.stderr)
         return int(getattr(err, "exit", 1))  # 6: the deployment's server does not answer
     key_file = users_db.with_name(users_db.name + ".key")
-    key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(key_file)
     hosts = [*LOOPBACK_HOSTS, *args.allowed_host]
     if args.host not in ("0.0.0.0", "::"):
         hosts.append(args.host)
     try:
+        key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(key_file)
         proxies = trusted_proxies(args.trusted_proxy)
         app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
-    except TetherError as err:  # a proxy or --allowed-host that names no address, a weak key
+    except (TetherError, OSError) as err:  # a proxy or host that names no address, a weak key
+        sources.close()  # refused: the stores opened for it are closed (the app's lifespan never runs)
         print(f"tether serve: {err}", file=sys.stderr)
         return 1
     if not sources.users.has_users():
