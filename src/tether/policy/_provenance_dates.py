@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime
 
 from tether.policy._provenance_values import unfold
 
-__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date"]
+__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date", "undated_words"]
 
 # -- dates -----------------------------------------------------------------------------------
 
@@ -173,6 +173,15 @@ def figures(text: str) -> list[float]:
         whole = m.group(1).replace(",", "")
         out.append(float(whole + ("." + m.group(2) if m.group(2) else "")))
     return out
+
+
+def undated_words(text: str, word: re.Pattern[str]) -> list[str]:
+    """The tokens (``word``) of ``text`` unfolded that stand outside every date it names: the
+    digits of "December 2026" or "14 March 2026" are a day and a year, never a figure of
+    their own."""
+    folded = unfold(text)
+    dated = _dated(text, folded)
+    return [m.group(0) for m in word.finditer(folded) if not any(a <= m.start() < b for a, b in dated)]
 
 
 def _dated(text: str, folded: str) -> list[tuple[int, int]]:
