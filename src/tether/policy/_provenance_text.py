@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.policy._provenance_labels import MIN_CONTAINED, normalise
-from tether.policy._provenance_values import public_suffix, unfold
+from tether.policy._provenance_values import compose, public_suffix, unfold
 
 __all__ = [
     "ALPHA_WORD",
@@ -109,7 +109,7 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
 def request_names(objective: str) -> set[str]:
     """Words the request uses as names: capitalised (a function word opening a sentence is
     not), or quoted. "Invite Dora" names Dora; "her website" does not make "website" a name."""
-    text = unicodedata.normalize("NFC", objective)
+    text = compose(objective)
     names: set[str] = set()
     for m in ALPHA_WORD.finditer(text):
         word = m.group(0)
