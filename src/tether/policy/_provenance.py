@@ -32,12 +32,11 @@ The labelling half lives in ``_provenance_labels``; this module holds the tracin
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date
+from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date, undated_words
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -58,12 +57,18 @@ from tether.policy._provenance_labels import (
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
     ALPHA_WORD,
+    BARE,
     PLACEHOLDER,
     STOP,
     WORD,
     Written,
+    ascii_digits,
     contains_whole,
+    holds_secret,
     name_forms,
+    occurrences,
+    reprinted,
+    reprints,
     request_names,
 )
 from tether.policy._provenance_values import Link, find_handles, find_links, link_key, unfold
@@ -141,6 +146,7 @@ class ProvenanceIndex(Steering):
         self._amounts: list[float] | None = None
         self._unfolded: dict[int, str] = {}
         self._stretches: dict[int, list[tuple[int, int, set[Written]]]] = {}
+        self._into: dict[int, list[Written]] = {}
         self._owned: dict[int, set[str]] = {}
         self._request_kinds: frozenset[str] | None = None
         self._request_handles: frozenset[str] | None = None
@@ -176,15 +182,12 @@ class ProvenanceIndex(Steering):
 
     def _writes_into(self, seg: Segment) -> list[Written]:
         """The run's writes made before ``seg`` was observed that the segment may echo: its
-        text is the written value, holds it, or is held by it."""
-        p = self._pos.get(id(seg), 0)
-        return [
-            w
-            for w in self.writes
-            if w.position <= p
-            and (not w.echo or w.echo == seg.label.call_id)
-            and (w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text))
-        ]
+        text is the written value, holds it, or is held by it — as written, or as a store that
+        re-prints what it keeps gives it back (``reprints``: escaped, lines quoted, respaced)."""
+        if id(seg) not in self._into:
+            p = self._pos.get(id(seg), 0)
+            self._into[id(seg)] = [w for w in self.writes if w.position <= p and _echoed(w, seg)]
+        return self._into[id(seg)]
 
     def written(self, seg: Segment) -> bool:
         """Whether ``seg`` echoes something the run wrote (it is not the source's own data). A
@@ -199,11 +202,18 @@ class ProvenanceIndex(Steering):
         pieces the tool stored one after another), only the classes every part shares (no part
         lends another its trust; none shared: composed)."""
         writes = self._writes_into(seg)
-        inside = [w for w in writes if w.text == text or contains_whole(w.text, text)]
+        exact = [w for w in writes if w.text == text or contains_whole(w.text, text)]
+        # A write a store re-printed (``reprints``): traced as written where the value is all of
+        # it, else as the value is now (the run wrote no such text: composed).
+        inside = [(w, value) for w in exact] + [
+            (w, w.text if reprinted(w.text, bare=True) == reprinted(value, bare=True) else value)
+            for w in writes
+            if w not in exact and reprints(value, w.text)
+        ]
         if inside:
             out: list[Origin] = []
-            for w in inside:
-                out.extend(o for o in self._prefix(w.position).trace(value) if o not in out)
+            for w, said in inside:
+                out.extend(o for o in self._prefix(w.position).trace(said) if o not in out)
             return out
         parts = self._covering(seg, text)
         if parts is None:
@@ -219,7 +229,7 @@ class ProvenanceIndex(Steering):
         regions = self._regions(seg)
         ends = [r[1] for r in regions]
         parts: set[Written] = set()
-        at = _occurrences(seg.text, text)
+        at = occurrences(seg.text, text)
         for a in at:
             k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
             if k == len(regions) or regions[k][0] >= a + len(text):
@@ -239,7 +249,7 @@ class ProvenanceIndex(Steering):
                 (a, a + len(w.text), w)
                 for w in self.writes
                 if w.position <= p and not w.echo
-                for a in _occurrences(seg.text, w.text)
+                for a in occurrences(seg.text, w.text)
             ]
             spans = sorted(found, key=lambda span: span[:2])
             merged: list[tuple[int, int, set[Written]]] = []
@@ -339,13 +349,13 @@ class ProvenanceIndex(Steering):
         return out or [Origin("nowhere", MODEL, "exact")]
 
     def _user_number(self, n: Decimal) -> bool:
-        """Whether the request states the figure ``n`` (three digits or more) as something
-        other than a sum of money. A figure it states as an amount bounds amount arguments
-        (``request_amounts``) and is no identifier, code or password the user gave: "pay the
-        120.00 rent" names no file 120."""
+        """Whether the request states the figure ``n`` (three digits or more) as something other
+        than a sum of money or a date's day or year (``undated_words``: "December 2026" names no
+        event 2026). A figure stated as an amount bounds amounts (``request_amounts``) and is no
+        identifier, code or password the user gave: "pay the 120.00 rent" names no file 120."""
         if float(n) in self.request_amounts:
             return False
-        for word in WORD.findall(self.user_text):
+        for word in undated_words(self.objective, WORD):
             w = word.strip(".,")
             m = _number(w)
             if m is not None and m == n and len(w.replace(".", "").lstrip("0")) >= 3:
@@ -538,38 +548,22 @@ class ProvenanceIndex(Steering):
 
     def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
         """Segments of the given trust classes whose whole value appears inside ``value`` (to
-        follow confidential data into an outgoing message; ``_inside``). A value the request or
-        the directory also holds is no secret of that source. Compared as a reader reads both
-        (case, width and invisible characters folded: ``ｈｕｎｔｅｒ２２`` is ``hunter22``)."""
+        follow confidential data into an outgoing message; ``holds_secret``). A value the request
+        or the directory also holds is no secret of that source. Compared as a reader reads both
+        (case, width, invisible characters and the script of digits folded: ``ｈｕｎｔｅｒ２２``
+        is ``hunter22``, ``٤٨٢١`` is ``4821``)."""
         wanted = set(trust)
-        text = unfold(value)
-        bare = _BARE.sub("", text)
+        text = ascii_digits(unfold(value))
+        bare = BARE.sub("", text)
         return [
             s
             for s in self.segments
             if trust_parts(s.label.trust) & wanted
             and s.whole
-            and _inside(self.unfolded_text(s), text, bare)
+            and holds_secret(self.unfolded_text(s), text, bare)
             and s.text not in self.directory
             and not contains_whole(self.user_text, s.text)
         ]
-
-
-_BARE = re.compile(r"[\W_]+")
-
-
-def _inside(secret: str, text: str, bare: str) -> bool:
-    """Whether ``secret`` stands in ``text``: from ``MIN_CONTAINED`` characters anywhere, one with
-    a letter also spaced or punctuated otherwise (``bare``: ``hunter2 Vx9`` is ``hunter2-Vx9``; a
-    figure keeps its own form); a shorter one with a digit (a PIN) as a word of its own."""
-    if len(secret) >= MIN_CONTAINED:
-        if secret in text:
-            return True
-        stripped = _BARE.sub("", secret)
-        return len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare
-    if len(secret) < 3 or not any(c.isdigit() for c in secret) or secret not in text:
-        return False
-    return re.search(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])", text) is not None
 
 
 # The classes of data a source vouches for (a vendor's listing, the system's fields), before
@@ -578,14 +572,14 @@ _VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
 
 
-def _occurrences(text: str, needle: str) -> list[int]:
-    """Every index where ``needle`` starts in ``text`` (overlapping ones too)."""
-    out: list[int] = []
-    i = text.find(needle) if needle else -1
-    while i >= 0:
-        out.append(i)
-        i = text.find(needle, i + 1)
-    return out
+def _echoed(w: Written, seg: Segment) -> bool:
+    """Whether ``seg`` may echo the write ``w`` (``ProvenanceIndex._writes_into``): a read's echo
+    only in what that call returned, as written; a write also as a store re-prints it."""
+    if w.echo and w.echo != seg.label.call_id:
+        return False
+    if w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text):
+        return True
+    return not w.echo and (reprints(seg.raw, w.text) or reprints(w.text, seg.raw))
 
 
 def _holds(text: str, written: str) -> bool:

@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime
 
 from tether.policy._provenance_values import unfold
 
-__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date"]
+__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date", "undated_words"]
 
 # -- dates -----------------------------------------------------------------------------------
 
@@ -175,6 +175,15 @@ def figures(text: str) -> list[float]:
     return out
 
 
+def undated_words(text: str, word: re.Pattern[str]) -> list[str]:
+    """The tokens (``word``) of ``text`` unfolded that stand outside every date it names: the
+    digits of "December 2026" or "14 March 2026" are a day and a year, never a figure of
+    their own."""
+    folded = unfold(text)
+    dated = _dated(text, folded)
+    return [m.group(0) for m in word.finditer(folded) if not any(a <= m.start() < b for a, b in dated)]
+
+
 def _dated(text: str, folded: str) -> list[tuple[int, int]]:
     """The spans of ``folded`` (``text`` unfolded) that name a day or a month of a year: their
     digits are a day or a year, never a figure."""
@@ -226,6 +235,26 @@ _AMOUNT_CUES = frozenset(
         "deposit",
     ]
 )
+# Nouns a figure right after names a thing by (a room, an order, a street's house): a cue
+# before them ("pay the deposit for room 4021") governs the noun, not the figure.
+_LABEL_WORDS = "room rooms suite apt apartment unit floor flat house street st avenue road lane booking "
+_LABEL_WORDS += "reservation confirmation invoice order ref reference number no nr id ticket flight "
+_LABEL_WORDS += "seat gate table account iban code pin case claim policy item page version line"
+_LABELS = frozenset(_LABEL_WORDS.split(" "))
+_LABEL_GAP = re.compile(r"[\s#.]*")
+
+
+def _labelled(folded: str, before: list[tuple[int, str]], start: int) -> bool:
+    """Whether the figure at ``start`` follows one of ``_LABELS`` (with at most ``#``, ``.`` and
+    spaces between: "invoice no. 20931"), or a ``#`` straight before it: it names a thing."""
+    if folded[:start].rstrip().endswith("#"):
+        return True
+    if not before:
+        return False
+    pos, word = before[-1]
+    return word in _LABELS and _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None
+
+
 _SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
 _CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
 
@@ -235,7 +264,8 @@ def amounts(text: str) -> list[float]:
     written with cents (``12.00``), or governed by a word that asks for an amount a few words
     before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
     street number, an order or a count is a figure, not an amount; nor is a percentage, nor
-    the day or the year of a date ("the rent for December 2026" states no sum of 2026)."""
+    the day or the year of a date ("the rent for December 2026" states no sum of 2026), nor a
+    figure that names a thing ("room 4021", "order #7731") without a currency or cents."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     dated = _dated(text, folded)
@@ -254,7 +284,10 @@ def amounts(text: str) -> list[float]:
         cents = m.group(2) is not None and len(m.group(2)) == 2
         ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
         sentence = ends[-1] if ends else -1
-        preceding = [w for pos, w in words if sentence < pos < m.start()][-_CUE_WINDOW:]
+        earlier = [(pos, w) for pos, w in words if sentence < pos < m.start()]
+        preceding = [w for _, w in earlier][-_CUE_WINDOW:]
+        if not (currency or cents) and _labelled(folded, earlier, m.start()):
+            continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
         if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
             out.append(value)
     return out

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import yaml
 
+from tether.policy._provenance_values import compose
+
 __all__ = [
     "ASSIGNED",
     "DATA_KEY",
@@ -253,12 +255,13 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 
 def normalise(value: str) -> str:
-    """The form values are compared in: canonically composed (NFC), ASCII letters in lower
-    case, runs of ASCII whitespace made one space and trimmed. Nothing else is removed or
-    replaced: a zero-width, full-width or look-alike character, a quote or a trailing dot
-    stays, and no other letter is folded (``ß`` is not ``ss``, the Kelvin sign is not
-    ``k``), so a value matches only what the tool would receive as the same text."""
-    return _WS.sub(" ", unicodedata.normalize("NFC", value).translate(_ASCII_LOWER)).strip(" ")
+    """The form values are compared in: canonically composed (``compose``: NFC, but a Kelvin
+    or an Ångström sign stays), ASCII letters in lower case, runs of ASCII whitespace made one
+    space and trimmed. Nothing else is removed or replaced: a zero-width, full-width or
+    look-alike character, a quote or a trailing dot stays, and no other letter is folded (``ß``
+    is not ``ss``, the Kelvin sign is not ``k``), so a value matches only what the tool would
+    receive as the same text."""
+    return _WS.sub(" ", compose(value).translate(_ASCII_LOWER)).strip(" ")
 
 
 def _number(value: str) -> Decimal | None:

@@ -32,6 +32,7 @@ from tether.policy._provenance_declarations import (
     check_declarations,
     rules_from_dict,
 )
+from tether.policy._provenance_flow import confidential_flow
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -173,12 +174,14 @@ class ProvenanceRules:
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
         properties = (spec.parameters or {}).get("properties") or {}
+        judged = False  # whether a declared argument carried a value to judge
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
             if rule is None or value is None:
                 continue
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
+            judged = judged or bool(elements)
             figures = [_figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
             if figures and None not in figures:  # figures paid together: their sum is bounded too
                 elements.append(sum(abs(f) for f in figures if f is not None))
@@ -193,19 +196,8 @@ class ProvenanceRules:
                 carried = dataclasses.replace(rule, role="content", keys=(), links_from=None)
                 for leaf in _outside_keys(value, rule.keys):
                     shown.setdefault(arg, []).append(self._judge(index, call, carried, leaf, out))
-            if rules.no_flow:
-                for element in split_values(value, schema):
-                    leaked = index.contained_segments(element, rules.no_flow)
-                    if leaked:
-                        out.worse(
-                            "approve",
-                            {
-                                "argument": arg,
-                                "problem": "confidential_flow",
-                                "from": leaked[0].label.describe(),
-                            },
-                        )
-                        break
+            for problem in confidential_flow(index, {arg: value}, properties, rules.no_flow):
+                out.worse("approve", problem)
             if rules.no_relay and rule.role == "content":
                 for element in split_values(value, schema):
                     relayed = _relayed(index, element, rules.no_relay)
@@ -215,6 +207,14 @@ class ProvenanceRules:
                             {"argument": arg, "problem": "relayed_text", "from": relayed.label.describe()},
                         )
                         break
+        if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
+            for problem in confidential_flow(index, call.arguments, properties, rules.no_flow, each=False):
+                out.worse("approve", problem)  # a secret split between two arguments
+        if effectful and not rules.requested_by and not judged:
+            # The call carries nothing its rules judge (no arguments, or only optional ones left
+            # out), and no phrase of the request can ask for the tool: nothing says the user
+            # wants this effect (a tool declared with no rule about it).
+            out.worse("approve", {"problem": "effect_not_requested", "phrases": []})
         if out.verdict == "allow":
             return None
         return Decision(

@@ -3,22 +3,30 @@ names, and what the run itself wrote (``Written``). Used by ``ProvenanceIndex``.
 
 from __future__ import annotations
 
+import functools
+import html
 import re
 import unicodedata
 from dataclasses import dataclass
 
-from tether.policy._provenance_labels import normalise
-from tether.policy._provenance_values import public_suffix
+from tether.policy._provenance_labels import MIN_CONTAINED, normalise
+from tether.policy._provenance_values import compose, public_suffix, unfold
 
 __all__ = [
     "ALPHA_WORD",
+    "BARE",
     "PLACEHOLDER",
     "STOP",
     "WORD",
     "Written",
+    "ascii_digits",
     "asks_for",
     "contains_whole",
+    "holds_secret",
     "name_forms",
+    "occurrences",
+    "reprinted",
+    "reprints",
     "request_names",
     "says_what_for",
 ]
@@ -101,7 +109,7 @@ _SENTENCE_START = re.compile(r"(?:^|[.!?:;\n]\s*|\s-\s)$")
 def request_names(objective: str) -> set[str]:
     """Words the request uses as names: capitalised (a function word opening a sentence is
     not), or quoted. "Invite Dora" names Dora; "her website" does not make "website" a name."""
-    text = unicodedata.normalize("NFC", objective)
+    text = compose(objective)
     names: set[str] = set()
     for m in ALPHA_WORD.finditer(text):
         word = m.group(0)
@@ -204,3 +212,61 @@ _JOINING = frozenset(
 # Punctuation that ends a clause between them (a colon or an equals sign gives the value; a
 # sentence's end, a semicolon, a comma, a bracket or a line does not).
 _CUT = re.compile(r"[.!?;,()\[\]{}]")
+
+
+BARE = re.compile(r"[\W_]+")  # what is no letter nor digit
+_DIGIT = re.compile(r"(?![0-9])\d")
+
+
+def ascii_digits(text: str) -> str:
+    """``text`` with each digit of another script (``٤``, ``४``) as the ASCII digit it is."""
+    return _DIGIT.sub(lambda m: str(unicodedata.decimal(m.group(0))), text)
+
+
+def holds_secret(secret: str, text: str, bare: str) -> bool:
+    """Whether ``secret`` stands in ``text``: from ``MIN_CONTAINED`` characters anywhere, one with
+    a letter also spaced or punctuated otherwise (``bare``: ``hunter2 Vx9`` is ``hunter2-Vx9``; a
+    figure keeps its own form); a shorter one with a digit (a PIN) as a word of its own, its
+    characters read across a few spaces or marks between them, never glued to another word."""
+    if len(secret) >= MIN_CONTAINED:
+        if secret in text:
+            return True
+        stripped = BARE.sub("", secret)
+        return len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare
+    if len(secret) < 3 or not any(c.isdigit() for c in secret):
+        return False
+    spaced = r"[\W_]{0,3}".join(map(re.escape, secret))  # "4 8 2 1", "48-21" are the code 4821
+    return re.search(rf"(?<![^\W_]){spaced}(?![^\W_])", text) is not None
+
+
+_ALNUM = re.compile(r"[^\W_]+")
+
+
+@functools.lru_cache(maxsize=8192)
+def reprinted(text: str, *, bare: bool = False) -> str:
+    """``text`` as a store that re-prints what it keeps may give it back, read as its words:
+    character references undone (``&amp;``, ``&#39;``), unfolded (NFKC, case, invisible
+    characters), its runs of letters and digits one space apart — whatever stood between them
+    (an escape, the ``>`` quoting a line, spacing, punctuation) left out; ``bare``: no space."""
+    words = _ALNUM.findall(unfold(html.unescape(text) if "&" in text else text))
+    return ("" if bare else " ").join(words)
+
+
+def reprints(held: str, text: str) -> bool:
+    """Whether ``text`` holds ``held`` as such a store prints it (``reprinted``): its letters and
+    digits in order, starting and ending where words do, the spaces between them anywhere
+    (``4081 7810 0999`` is ``408178100999`` regrouped). Two characters at least."""
+    h = reprinted(held, bare=True)
+    if len(h) < 2 or h not in reprinted(text, bare=True):
+        return False
+    return re.search(r"(?<!\S)" + " ?".join(map(re.escape, h)) + r"(?!\S)", reprinted(text)) is not None
+
+
+def occurrences(text: str, needle: str) -> list[int]:
+    """Every index where ``needle`` starts in ``text`` (overlapping ones too)."""
+    out: list[int] = []
+    i = text.find(needle) if needle else -1
+    while i >= 0:
+        out.append(i)
+        i = text.find(needle, i + 1)
+    return out

@@ -24,9 +24,31 @@ from typing import Any
 
 from tether.core._confusables import label_to_ascii
 
-__all__ = ["Link", "find_handles", "find_links", "fold", "link_key", "unfold"]
+__all__ = ["Link", "compose", "find_handles", "find_links", "fold", "link_key", "unfold"]
 
 # -- text ------------------------------------------------------------------------------------
+
+
+def _singleton(c: str) -> bool:
+    d = unicodedata.decomposition(c)
+    return bool(d) and not d.startswith("<") and " " not in d
+
+
+# Characters NFC replaces by one other character (the Kelvin sign by K, the Ångström sign by Å,
+# a CJK compatibility ideograph by its unified twin): another code point the tool receives.
+_KEEP = [chr(c) for a, b in ((0, 0x3000), (0xF900, 0xFB00), (0x2F800, 0x2FA20)) for c in range(a, b)]
+_SINGLETONS = re.compile("([" + "".join(re.escape(c) for c in _KEEP if _singleton(c)) + "])")
+
+
+def compose(text: str) -> str:
+    """``text`` canonically composed (NFC: ``e`` and a combining acute are ``é``), but for the
+    characters NFC would replace by another single one (``\u212a``, the Kelvin sign, stays: a
+    name spelled with it is not the name spelled with ``K``, to a tool that looks it up)."""
+    if text.isascii():
+        return text
+    parts = _SINGLETONS.split(text)
+    return "".join(part if i % 2 else unicodedata.normalize("NFC", part) for i, part in enumerate(parts))
+
 
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": ".", "\u2024": ".", "\ufe52": "."})
 _INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
@@ -213,7 +235,7 @@ def find_links(text: str) -> list[Link]:
     decoded = unfold(_decoded(text), fold_case=False) if "&" in text or "%" in text else folded
     # And as written: a browser maps a host's compatibility characters (NFKC) but sends a path as
     # written, so ``bit.ly/Ｇrand`` is another page than ``bit.ly/Grand``, whatever it folds to.
-    written = unicodedata.normalize("NFC", text).translate(_INVISIBLE)
+    written = compose(text).translate(_INVISIBLE)
     for view in dict.fromkeys((folded, decoded, written)):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
