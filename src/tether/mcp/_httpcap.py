@@ -6,12 +6,17 @@ connection):
 * a JSON body answering a POSTed request must answer that request: one with another id (a
   forged answer, or another request's) or no answer at all would leave the request waiting out
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
+* a ``tools/list`` answer with a tool nested deeper than the SDK's parser goes has that tool
+  cut (``_deep``), as on stdio;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
   with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
 * a notification or answer POSTed and left unacknowledged is taken as accepted after
-  ``ACK_WAIT_S`` (the SDK sends nothing else until then).
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then);
+* the cookies a server sets are kept up to ``MAX_COOKIES`` and ``MAX_COOKIE_CHARS`` in all
+  (``cookie_jar``): every one was kept and sent back with each request, a server setting new
+  ones with each answer grew the connection's jar and every request without bound.
 """
 
 from __future__ import annotations
@@ -20,19 +25,30 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import anyio
 import httpx2
 
 from tether.mcp._clean import escape_for_review
+from tether.mcp._deep import cut_deep_tools
 from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
-__all__ = ["ACK_WAIT_S", "MIN_REOPEN_S", "CappedTransport"]
+__all__ = [
+    "ACK_WAIT_S",
+    "MAX_COOKIES",
+    "MAX_COOKIE_CHARS",
+    "MIN_REOPEN_S",
+    "CappedTransport",
+    "cookie_jar",
+]
 
 MIN_REOPEN_S = 0.5
 ACK_WAIT_S = 5.0
+MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is what servers set)
+MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
 logger = logging.getLogger("tether.mcp")
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
@@ -100,6 +116,8 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await stream.aclose()
         if (wrong := _not_its_answer(body, asked)) is not None:
             return _replaced(response, _error(asked, -32603, wrong))
+        if b'"tools"' in body and (cut := cut_deep_tools(body)) is not None:
+            body = cut  # a listing the SDK would refuse whole for one tool nested too deep
         return _replaced(response, httpx2.ByteStream(body))
 
     async def _delivered(self, request: httpx2.Request) -> httpx2.Response:
@@ -202,3 +220,35 @@ def _refusal(response: httpx2.Response) -> str:
         f"{status}: the server wants {wants}{oauth}; the host runs no OAuth flow: give the "
         "server's token in its configured headers"
     )
+
+
+class _CappedPolicy(DefaultCookiePolicy):
+    """The standard policy, and a cookie is refused once the jar holds ``MAX_COOKIES`` or it
+    would bring the jar past ``MAX_COOKIE_CHARS`` (one replacing a cookie of the same name,
+    domain and path counts in place of it). The first cookies stay: a server's session cookie,
+    set first, is kept whatever follows it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jar: CookieJar | None = None
+
+    def set_ok(self, cookie: Cookie, request: Any) -> bool:
+        kept = [
+            c
+            for c in self.jar or ()
+            if (c.domain, c.path, c.name) != (cookie.domain, cookie.path, cookie.name)
+        ]
+        size = (
+            sum(len(c.name) + len(c.value or "") for c in kept) + len(cookie.name) + len(cookie.value or "")
+        )
+        if len(kept) >= MAX_COOKIES or size > MAX_COOKIE_CHARS:
+            return False
+        return bool(super().set_ok(cookie, request))
+
+
+def cookie_jar() -> CookieJar:
+    """A connection's cookies, capped (``_CappedPolicy``): given to httpx as a jar (it copies
+    the cookies of a ``Cookies`` given it into a jar of its own, with the standard policy)."""
+    policy = _CappedPolicy()
+    policy.jar = CookieJar(policy)
+    return policy.jar
