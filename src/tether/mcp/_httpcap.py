@@ -6,8 +6,8 @@ connection):
 * a JSON body answering a POSTed request must answer that request: one with another id (a
   forged answer, or another request's) or no answer at all would leave the request waiting out
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
-* a ``tools/list`` answer with a tool nested deeper than the SDK's parser goes has that tool
-  cut (``_deep``), as on stdio;
+* a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
+  parser goes has that tool cut (``_deep``), as on stdio;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -32,7 +32,7 @@ import anyio
 import httpx2
 
 from tether.mcp._clean import escape_for_review
-from tether.mcp._deep import cut_deep_tools
+from tether.mcp._deep import cut_deep_tools, cut_events
 from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
@@ -72,6 +72,20 @@ class _Capped(httpx2.AsyncByteStream):
         await self._stream.aclose()
 
 
+class _Events(httpx2.AsyncByteStream):
+    """An event stream answering ``tools/list``, a tool nested too deep cut (``cut_events``)."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+        self._stream, self._limit = stream, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in cut_events(self._stream, self._limit):
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 class _Failing(httpx2.AsyncByteStream):
     """A body that fails as it is read (what was read of it went past the limit)."""
 
@@ -101,8 +115,11 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
-        if content_type.startswith("text/event-stream"):
-            return response  # each event capped by the SDK (``max_sse_event_size``)
+        if content_type.startswith("text/event-stream"):  # each event capped by the SDK
+            if _method(request) != "tools/list":
+                return response
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            return _replaced(response, _Events(response.stream, self._limit))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         stream = _Capped(response.stream, self._limit)
         ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
@@ -153,6 +170,15 @@ def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str
         headers.pop("content-length", None)
         body = httpx2.ByteStream(json.dumps(body).encode())
     return httpx2.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
+
+
+def _method(request: httpx2.Request) -> Any:
+    """The method of the JSON-RPC message a POST carries (``None``: none)."""
+    try:
+        message = json.loads(request.content) if request.method == "POST" else None
+    except (httpx2.RequestNotRead, ValueError):
+        return None
+    return message.get("method") if isinstance(message, dict) else None
 
 
 def _request_id(request: httpx2.Request) -> Any:
