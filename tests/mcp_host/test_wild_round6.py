@@ -49,7 +49,8 @@ def _ok() -> dict[str, Any]:
 def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
     """A Streamable HTTP server by hand (JSON answers; a session id) serving ``lookup``. In mode
     ``cookies`` every answer sets 100 new cookies of 100 characters (``initialize``'s first a
-    session cookie, ``sticky=s1``); in ``deep`` it also lists ``deep`` (``wild6_server.DEEP``).
+    session cookie, ``sticky=s1``); in ``deep`` it also lists ``deep`` (``wild6_server.DEEP``),
+    in ``deep_events`` too, the listing answered as an event stream.
     ``seen`` gets each request's method and its Cookie header."""
 
     class App(Quiet):
@@ -57,16 +58,17 @@ def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
         made = 0
 
         def _send(self, status: int, body: Any = None, **headers: str) -> None:
-            raw = json.dumps(body).encode() if body is not None else b""
+            kind = "text/event-stream" if isinstance(body, bytes) else "application/json"
+            raw = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
             self.send_response(status)
             if mode == "cookies":
-                if body is not None and body.get("result", {}).get("serverInfo"):
+                if isinstance(body, dict) and body.get("result", {}).get("serverInfo"):
                     self.send_header("Set-Cookie", "sticky=s1; Path=/")
                 for _ in range(100):
                     App.made += 1
                     self.send_header("Set-Cookie", f"c{App.made}={'x' * 100}; Path=/")
             for key, value in {
-                "Content-Type": "application/json",
+                "Content-Type": kind,
                 "Content-Length": str(len(raw)),
                 **headers,
             }.items():
@@ -98,7 +100,10 @@ def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
                 answer = {"jsonrpc": "2.0", "id": ident, "result": result}
                 return self._send(200, answer, **{"Mcp-Session-Id": f"sid-{SECRET}"})
             if method == "tools/list":
-                result = {"tools": [LOOKUP, DEEP] if mode == "deep" else [LOOKUP]}
+                result = {"tools": [LOOKUP, DEEP] if mode.startswith("deep") else [LOOKUP]}
+                if mode == "deep_events":  # as an event stream, as the SDK's servers answer
+                    event = json.dumps({"jsonrpc": "2.0", "id": ident, "result": result})
+                    return self._send(200, f"event: message\r\ndata: {event}\r\n\r\n".encode())
             elif method == "tools/call":
                 key = (params.get("arguments") or {}).get("key")
                 result = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
@@ -181,17 +186,18 @@ async def test_what_httpx_and_the_sdk_log_shows_a_servers_url_bare_and_no_sessio
     assert not [line for line in said if SECRET in line or "api_key" in line]
 
 
-@pytest.mark.parametrize("transport", ["stdio", "http"])
+@pytest.mark.parametrize("transport", ["stdio", "deep", "deep_events"])
 async def test_a_tool_nested_deeper_than_the_sdk_reads_is_left_out_and_the_others_served(
     tmp_path: Path, pins: Path, transport: str
 ) -> None:
     """A tool whose input schema nests 400 levels: before, the SDK's JSON parser refused the
-    whole listing (more than ``PARSER_DEPTH``), and the server listed nothing: unavailable; now
+    whole listing (more than ``PARSER_DEPTH``; over HTTP as a JSON body or an event), and the
+    server listed nothing: unavailable; now
     that tool alone is left out, named, at review and every listing, and the server's other tool
     and the honest server serve."""
     with contextlib.ExitStack() as stack:
-        if transport == "http":
-            server, _ = stack.enter_context(_web("deep"))
+        if transport != "stdio":  # over HTTP, the listing a JSON body or an event
+            server, _ = stack.enter_context(_web(transport))
             server["name"] = "x"
         else:
             server = {
@@ -209,3 +215,26 @@ async def test_a_tool_nested_deeper_than_the_sdk_reads_is_left_out_and_the_other
         run = await run_question(config, "Q", script(*calls, "done"))
     _served(run, "x")
     assert "value-of" not in run.seen("x__deep")[0]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 4096])
+async def test_events_are_passed_on_whole_and_only_a_listing_too_deep_is_rewritten(size: int) -> None:
+    """However the stream is cut into chunks (an event's end, ``\\r\\n\\r\\n``, split between two):
+    every other event passes byte for byte, the listing's ``deep`` alone is cut."""
+    from tether.mcp._deep import CUT, cut_events
+
+    listing = json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"tools": [LOOKUP, DEEP]}})
+    note = json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"tools": 1}})
+    before, after = f"id: 1\r\ndata: {note}\r\n\r\n".encode(), b": a comment\n\n"
+    stream = before + f"event: message\r\nid: 2\r\ndata: {listing}\r\n\r\n".encode() + after
+
+    async def chunks() -> Any:
+        for at in range(0, len(stream), size):
+            yield stream[at : at + size]
+
+    out = b"".join([chunk async for chunk in cut_events(chunks(), 1 << 20)])
+    assert out.startswith(before) and out.endswith(after)
+    middle = out[len(before) : -len(after)].split(b"\n")
+    assert middle[:2] == [b"event: message", b"id: 2"] and middle[3:] == [b"", b""]
+    tools = json.loads(middle[2].removeprefix(b"data: "))["result"]["tools"]
+    assert tools[0] == LOOKUP and tools[1]["name"] == "deep" and CUT in tools[1]
