@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import pytest
 from tether.core.stop import StopReason
 from tether.mcp._approve import approve_server
 from tether.mcp._deep import PARSER_DEPTH
-from tether.mcp._httpcap import MAX_COOKIE_CHARS, MAX_COOKIES
+from tether.mcp._httpcap import MAX_COOKIE_CHARS, MAX_COOKIES, MIN_REOPEN_S
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import Quiet, serving
 
@@ -50,7 +51,9 @@ def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
     """A Streamable HTTP server by hand (JSON answers; a session id) serving ``lookup``. In mode
     ``cookies`` every answer sets 100 new cookies of 100 characters (``initialize``'s first a
     session cookie, ``sticky=s1``); in ``deep`` it also lists ``deep`` (``wild6_server.DEEP``),
-    in ``deep_events`` too, the listing answered as an event stream.
+    in ``deep_events`` too, the listing answered as an event stream; in ``resume`` the call of
+    ``b`` is answered by an event stream that gives an event id and ends, and each resumption
+    of it (a GET with ``Last-Event-ID``) ends at once with nothing, asking to be resumed again.
     ``seen`` gets each request's method and its Cookie header."""
 
     class App(Quiet):
@@ -78,7 +81,10 @@ def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
                 self.wfile.write(raw)
 
         def do_GET(self) -> None:
-            seen.append({"method": "GET", "cookie": self.headers.get("Cookie", "")})
+            resumed = self.headers.get("Last-Event-ID")
+            seen.append({"method": "resume" if resumed else "GET", "cookie": self.headers.get("Cookie", "")})
+            if mode == "resume" and resumed:
+                return self._send(200, b"retry: 0\n\n")  # nothing, and again at once
             self._send(405)
 
         def do_DELETE(self) -> None:
@@ -107,6 +113,8 @@ def _wild_http(mode: str, seen: list[dict[str, str]]) -> type[Quiet]:
             elif method == "tools/call":
                 key = (params.get("arguments") or {}).get("key")
                 result = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
+                if mode == "resume" and key == "b":  # an event id and nothing else: resume me
+                    return self._send(200, b"id: e1\nretry: 0\ndata: \n\n")
             self._send(200, {"jsonrpc": "2.0", "id": ident, "result": result})
 
     return App
@@ -184,6 +192,29 @@ async def test_what_httpx_and_the_sdk_log_shows_a_servers_url_bare_and_no_sessio
     assert [line for line in said if line.startswith("[web] httpx: HTTP Request: POST http://127.0.0.1:")]
     assert "[web] mcp sdk: Received session ID: [secret]" in said
     assert not [line for line in said if SECRET in line or "api_key" in line]
+
+
+async def test_a_call_whose_stream_keeps_asking_to_be_resumed_is_paced_and_ends_at_its_timeout(
+    tmp_path: Path, pins: Path
+) -> None:
+    """Held already (a guard, not a fix): the answer's event stream gives an event id and ends,
+    and every resumption ends at once with nothing (``retry: 0``). Resuming is the protocol's
+    (a server may close a stream and be polled for the rest), so the call waits for its answer
+    until its timeout, as for a server that never answers; the resumptions are paced as every
+    event stream is (``MIN_REOPEN_S``), and the server's other calls and the honest server
+    serve."""
+    with _web("resume") as (web, seen):
+        config = write_config(tmp_path, [{**web, "timeout_s": 3}, _ok()], pins_from=pins)
+        await approve(config, "web")
+        seen.clear()
+        started = time.monotonic()
+        run = await run_question(config, "Q", _steps())
+        elapsed, resumed = time.monotonic() - started, [s for s in seen if s["method"] == "resume"]
+    first, second, third = run.seen("web__lookup")
+    assert "value-of-a" in first and "value-of-c" in third and "value-of-b" not in second
+    assert "timed out" in second and elapsed < 10
+    assert 2 <= len(resumed) <= elapsed / MIN_REOPEN_S + 2
+    assert "value-of-d" in run.seen("ok__lookup")[0]
 
 
 @pytest.mark.parametrize("transport", ["stdio", "deep", "deep_events"])
