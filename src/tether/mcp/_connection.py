@@ -19,12 +19,15 @@ __all__ = ["Connection", "ConnectionLost", "describe_error", "spawn_detached"]
 T = TypeVar("T")
 # The server a piece of SDK code works for (each connection's task, each call): its log lines name it.
 SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
-_SDK_LOGGERS = ("mcp", "client")  # the SDK's client session logs as "client"
+# The SDK's client session logs as "client"; httpx (its HTTP client) as "httpx2".
+_SDK_LOGGERS = {"mcp": "mcp sdk", "client": "mcp sdk", "httpx2": "httpx"}
 _factory_installed = False
 
 
 def _attribute_sdk_logs() -> None:
-    """Prefix the SDK's log records with their server, escaped (installed once, chained)."""
+    """Prefix the SDK's and httpx's log records with their server, escaped, each URL in them
+    bare and a session id hidden (``bare_urls``: httpx logs each request's URL at INFO, a token
+    in its query was printed wherever INFO was shown) (installed once, chained)."""
     global _factory_installed
     if _factory_installed:
         return
@@ -34,11 +37,12 @@ def _attribute_sdk_logs() -> None:
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = previous(*args, **kwargs)
         server = SERVER.get()
-        if server is not None and record.name.split(".", 1)[0] in _SDK_LOGGERS:
+        if server is not None and (said := _SDK_LOGGERS.get(record.name.split(".", 1)[0])):
             from tether.mcp._clean import escape_for_review
+            from tether.mcp._shown import bare_urls
 
-            text = escape_for_review(record.getMessage(), limit=2000)
-            record.msg, record.args = f"[{server}] mcp sdk: {text}", None
+            text = escape_for_review(bare_urls(record.getMessage()), limit=2000)
+            record.msg, record.args = f"[{server}] {said}: {text}", None
         return record
 
     logging.setLogRecordFactory(factory)

@@ -6,12 +6,17 @@ connection):
 * a JSON body answering a POSTed request must answer that request: one with another id (a
   forged answer, or another request's) or no answer at all would leave the request waiting out
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
+* a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
+  parser goes has that tool cut (``_deep``), as on stdio;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
   with ``retry: 0`` had the SDK reconnect as fast as the network allowed, for the session's life;
 * a notification or answer POSTed and left unacknowledged is taken as accepted after
-  ``ACK_WAIT_S`` (the SDK sends nothing else until then).
+  ``ACK_WAIT_S`` (the SDK sends nothing else until then);
+* the cookies a server sets are kept up to ``MAX_COOKIES`` and ``MAX_COOKIE_CHARS`` in all
+  (``cookie_jar``): every one was kept and sent back with each request, a server setting new
+  ones with each answer grew the connection's jar and every request without bound.
 """
 
 from __future__ import annotations
@@ -20,19 +25,30 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
+from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import anyio
 import httpx2
 
 from tether.mcp._clean import escape_for_review
+from tether.mcp._deep import cut_deep_tools, cut_events
 from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
-__all__ = ["ACK_WAIT_S", "MIN_REOPEN_S", "CappedTransport"]
+__all__ = [
+    "ACK_WAIT_S",
+    "MAX_COOKIES",
+    "MAX_COOKIE_CHARS",
+    "MIN_REOPEN_S",
+    "CappedTransport",
+    "cookie_jar",
+]
 
 MIN_REOPEN_S = 0.5
 ACK_WAIT_S = 5.0
+MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is what servers set)
+MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
 logger = logging.getLogger("tether.mcp")
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
@@ -50,6 +66,20 @@ class _Capped(httpx2.AsyncByteStream):
         async for chunk in self._stream:
             if (seen := seen + len(chunk)) > self._limit:
                 raise _TooLarge(too_large(self._limit))
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _Events(httpx2.AsyncByteStream):
+    """An event stream answering ``tools/list``, a tool nested too deep cut (``cut_events``)."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, limit: int) -> None:
+        self._stream, self._limit = stream, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in cut_events(self._stream, self._limit):
             yield chunk
 
     async def aclose(self) -> None:
@@ -85,8 +115,11 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
         content_type = response.headers.get("content-type", "").lower()
-        if content_type.startswith("text/event-stream"):
-            return response  # each event capped by the SDK (``max_sse_event_size``)
+        if content_type.startswith("text/event-stream"):  # each event capped by the SDK
+            if _method(request) != "tools/list":
+                return response
+            assert isinstance(response.stream, httpx2.AsyncByteStream)
+            return _replaced(response, _Events(response.stream, self._limit))
         assert isinstance(response.stream, httpx2.AsyncByteStream)
         stream = _Capped(response.stream, self._limit)
         ok = 200 <= response.status_code < 300 and content_type.startswith("application/json")
@@ -100,6 +133,8 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await stream.aclose()
         if (wrong := _not_its_answer(body, asked)) is not None:
             return _replaced(response, _error(asked, -32603, wrong))
+        if b'"tools"' in body and (cut := cut_deep_tools(body)) is not None:
+            body = cut  # a listing the SDK would refuse whole for one tool nested too deep
         return _replaced(response, httpx2.ByteStream(body))
 
     async def _delivered(self, request: httpx2.Request) -> httpx2.Response:
@@ -135,6 +170,15 @@ def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str
         headers.pop("content-length", None)
         body = httpx2.ByteStream(json.dumps(body).encode())
     return httpx2.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
+
+
+def _method(request: httpx2.Request) -> Any:
+    """The method of the JSON-RPC message a POST carries (``None``: none)."""
+    try:
+        message = json.loads(request.content) if request.method == "POST" else None
+    except (httpx2.RequestNotRead, ValueError):
+        return None
+    return message.get("method") if isinstance(message, dict) else None
 
 
 def _request_id(request: httpx2.Request) -> Any:
@@ -202,3 +246,35 @@ def _refusal(response: httpx2.Response) -> str:
         f"{status}: the server wants {wants}{oauth}; the host runs no OAuth flow: give the "
         "server's token in its configured headers"
     )
+
+
+class _CappedPolicy(DefaultCookiePolicy):
+    """The standard policy, and a cookie is refused once the jar holds ``MAX_COOKIES`` or it
+    would bring the jar past ``MAX_COOKIE_CHARS`` (one replacing a cookie of the same name,
+    domain and path counts in place of it). The first cookies stay: a server's session cookie,
+    set first, is kept whatever follows it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jar: CookieJar | None = None
+
+    def set_ok(self, cookie: Cookie, request: Any) -> bool:
+        kept = [
+            c
+            for c in self.jar or ()
+            if (c.domain, c.path, c.name) != (cookie.domain, cookie.path, cookie.name)
+        ]
+        size = (
+            sum(len(c.name) + len(c.value or "") for c in kept) + len(cookie.name) + len(cookie.value or "")
+        )
+        if len(kept) >= MAX_COOKIES or size > MAX_COOKIE_CHARS:
+            return False
+        return bool(super().set_ok(cookie, request))
+
+
+def cookie_jar() -> CookieJar:
+    """A connection's cookies, capped (``_CappedPolicy``): given to httpx as a jar (it copies
+    the cookies of a ``Cookies`` given it into a jar of its own, with the standard policy)."""
+    policy = _CappedPolicy()
+    policy.jar = CookieJar(policy)
+    return policy.jar

@@ -16,6 +16,7 @@ from typing import Any
 
 from tether.mcp._clean import escape_for_review
 from tether.mcp._config import offered_name
+from tether.mcp._deep import CUT
 from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, canonical_json, check_listing
 from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
@@ -143,7 +144,10 @@ def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[st
     (name or ``#index`` → why); unchanged when the SDK takes it or refuses something else."""
     version = version or "2025-11-25"
     tools = result.get("tools")
-    if not isinstance(tools, list) or _refused(result, version) is None:
+    if not isinstance(tools, list):
+        return result, {}
+    cut = any(isinstance(tool, dict) and CUT in tool for tool in tools)  # by the transport: too deep
+    if not cut and _refused(result, version) is None:
         return result, {}
     if _refused({**result, "tools": []}, version) is not None:
         return result, {}
@@ -151,7 +155,9 @@ def usable_listing(result: dict[str, Any], version: str | None) -> tuple[dict[st
     dropped: dict[str, str] = {}
     for index, tool in enumerate(tools):
         why = _refused({**result, "tools": [tool]}, version)
-        if why is None:
+        if isinstance(tool, dict) and CUT in tool:
+            why = str(tool[CUT])
+        elif why is None:
             kept.append(tool)
             continue
         name = tool.get("name") if isinstance(tool, dict) else None

@@ -201,7 +201,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    from tether.mcp._httpcap import CappedTransport
+    from tether.mcp._httpcap import CappedTransport, cookie_jar
 
     async def answered(response: Any) -> None:
         """Name for the person an HTTP error the SDK reports only vaguely (not a probe's 4xx or a
@@ -222,6 +222,7 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         ),
         follow_redirects=False,
         trust_env=False,
+        cookies=cookie_jar(),
         event_hooks={"response": [answered]},
         transport=CappedTransport(limit := max_message(source), source.name),
     )

@@ -4,19 +4,22 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit, urlunsplit
 
 from tether.trace._sanitize import MIN_FRAGMENT, Redactor
 
-__all__ = ["HIDDEN", "secret_values", "shown_launch"]
+__all__ = ["HIDDEN", "bare_url", "bare_urls", "secret_values", "shown_launch"]
 
 HIDDEN = "[secret]"
 _NAMES = Redactor()  # its rule for credential names (``is_secret_key``): options, environment variables
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_SESSION = re.compile(r"(session ID: )\S+", re.IGNORECASE)
 
 
-def _bare_url(url: str) -> str:
+def bare_url(url: str) -> str:
     """``url`` without user info, query or fragment."""
     try:
         parts = urlsplit(url)
@@ -24,6 +27,13 @@ def _bare_url(url: str) -> str:
     except ValueError:  # a port out of range: nothing after the scheme is shown
         return url.partition("://")[0] + "://" + HIDDEN
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def bare_urls(text: str) -> str:
+    """A log line with every URL in it bare (``bare_url``) and a session id it gives hidden: httpx
+    logs each request's URL (a token in a server's URL query with it), the MCP SDK the session id
+    a server gives (the session's credential) and where a redirect it did not follow led."""
+    return _SESSION.sub(rf"\1{HIDDEN}", _URL.sub(lambda m: bare_url(m.group()), text))
 
 
 def _secret_option(part: str) -> bool:
@@ -37,21 +47,21 @@ def _bare_argument(part: str, previous: str) -> str:
     flag, eq, value = part.partition("=")
     if eq and flag.startswith("-"):
         return f"{flag}={HIDDEN}" if _secret_option(flag) else f"{flag}={_bare_argument(value, '')}"
-    return _bare_url(part) if "://" in part else part
+    return bare_url(part) if "://" in part else part
 
 
 def shown_launch(
     command: list[str] | None = None, url: str | None = None, *, secrets: Iterable[str] = ()
 ) -> str:
     """What a server runs (its command) or contacts (its URL), as the console shows it: every URL
-    bare (``_bare_url``), a credential-named option's value hidden, and the value of every
+    bare (``bare_url``), a credential-named option's value hidden, and the value of every
     credential-named environment variable (``${GITHUB_TOKEN}`` in the config is expanded when it
     is loaded) and of each of ``secrets`` (the server's own credentials) hidden wherever it
     appears."""
     if command is not None:
         text = shlex.join(_bare_argument(a, p) for a, p in zip(command, ["", *command], strict=False))
     else:
-        text = _bare_url(url or "")
+        text = bare_url(url or "")
     # Whole values (the config substitutes a variable's whole value), long enough to be secrets.
     known = {v for k, v in os.environ.items() if len(v) >= MIN_FRAGMENT and _NAMES.is_secret_key(k)}
     known |= {v for v in secrets if len(v) >= MIN_FRAGMENT}

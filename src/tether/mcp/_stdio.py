@@ -81,6 +81,11 @@ def _parse(line: bytes) -> Any:
     except ValueError as err:  # the request it answers, if its id shows, fails now
         from pydantic import ValidationError
 
+        from tether.mcp._deep import cut_deep_tools
+
+        if b'"tools"' in line and (cut := cut_deep_tools(line)) is not None:  # a tool nested too deep
+            with suppress(ValueError):
+                return SessionMessage(types.jsonrpc_message_adapter.validate_json(cut, by_name=False))
         errors = err.errors() if isinstance(err, ValidationError) else []
         why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
         return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)

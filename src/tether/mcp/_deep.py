@@ -1,0 +1,86 @@
+"""A ``tools/list`` answer the SDK cannot parse because a tool in it nests deeper than its JSON
+parser goes (``PARSER_DEPTH``): the whole answer was refused, the server listed nothing and was
+unavailable. Read here instead by Python's parser, each such tool is replaced by its name and
+why (``CUT``), which ``usable_listing`` leaves out, named, as it leaves out a tool the SDK
+refuses; the server's other tools are served."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+__all__ = ["CUT", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
+
+PARSER_DEPTH = 200  # the SDK's JSON parser (pydantic's) refuses a message nested deeper
+CUT = "x-tether-cut"  # the key under which a cut tool says why
+_AROUND = 3  # the levels around a tool in an answer: the message, its result, the tools array
+_BLANK = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # the end of an event in an event stream
+_LINE = re.compile(rb"\r\n|\r|\n")
+
+
+def cut_deep_tools(raw: bytes) -> bytes | None:
+    """``raw`` (a message the SDK refused) with each tool of its ``tools/list`` result nested
+    deeper than the parser goes replaced by ``{"name": ..., CUT: why}``; ``None`` when it is no
+    such answer, Python cannot read it either, or no tool is that deep."""
+    try:
+        message = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    result = message.get("result") if isinstance(message, dict) else None
+    tools = result.get("tools") if isinstance(result, dict) else None
+    if not isinstance(tools, list):
+        return None
+    limit = PARSER_DEPTH - _AROUND
+    cut = False
+    for index, tool in enumerate(tools):
+        if _deeper(tool, limit):
+            name = tool.get("name") if isinstance(tool, dict) else None
+            why = f"its definition nests more than {limit} levels deep, more than the host reads"
+            tools[index] = {"name": name if isinstance(name, str) else f"#{index}", CUT: why}
+            cut = True
+    return json.dumps(message).encode("utf-8") if cut else None
+
+
+async def cut_events(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
+    """An event stream answering ``tools/list``, passed on event by event, an event whose data is
+    a listing with a tool nested too deep rewritten (``cut_deep_tools``); what grows past
+    ``limit`` without ending an event is passed on as it is (the SDK caps an event itself)."""
+    pending, searched = b"", 0
+    async for chunk in chunks:
+        pending += chunk
+        while (end := _BLANK.search(pending, max(0, searched - 3))) is not None:
+            yield _cut_event(pending[: end.end()])
+            pending, searched = pending[end.end() :], 0
+        searched = len(pending)
+        if len(pending) > limit:
+            yield pending
+            pending, searched = b"", 0
+    if pending:
+        yield _cut_event(pending)
+
+
+def _cut_event(raw: bytes) -> bytes:
+    if b'"tools"' not in raw:
+        return raw
+    lines = _LINE.split(raw)
+    data = b"\n".join(line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:"))
+    if (cut := cut_deep_tools(data)) is None:
+        return raw
+    other = [line for line in lines if line and not line.startswith(b"data:")]
+    return b"\n".join([*other, b"data: " + cut]) + b"\n\n"
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests more than ``limit`` levels of objects and arrays (iteratively)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if level > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children if isinstance(child, dict | list))
+    return False
