@@ -491,14 +491,18 @@ CASES = [
            False, ("tether_future",), at=("responses/stream/http",)),
 ]  # fmt: skip
 
-assert len({c.name for c in CASES}) == len(CASES)
+
+def round_params(cases: list[Round4]) -> list[Any]:
+    """Each case once per provider, mode and transport it runs on (case names are unique)."""
+    assert len({c.name for c in cases}) == len(cases)
+    return [
+        pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
+        for case in cases
+        for provider, mode, transport in case.combos()
+    ]
 
 
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider, mode, transport in case.combos()
-]
+PARAMS = round_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)

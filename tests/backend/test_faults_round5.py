@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice
 from test_faults_round3 import Odd, assert_outcome, walk, wire
-from test_faults_round4 import SERVERS4, Raw, Round4, head_body, raw, usage_counts
+from test_faults_round4 import SERVERS4, Raw, Round4, head_body, raw, round_params, usage_counts
 
 from tether_testing.fake_server import Reply
 
@@ -230,13 +230,7 @@ CASES = [
            at=("chat/stream/http", "anthropic/whole/http", "responses/stream/sdk")),
 ]  # fmt: skip
 
-assert len({c.name for c in CASES}) == len(CASES)
-
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider, mode, transport in case.combos()
-]
+PARAMS = round_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice
 from test_faults_round3 import assert_outcome, walk, wire
-from test_faults_round4 import SERVERS4, Raw, Round4, head_body, relabel
+from test_faults_round4 import SERVERS4, Raw, Round4, head_body, relabel, round_params
 
 from tether_testing.fake_server import Reply
 
@@ -217,13 +217,7 @@ CASES = [
            at=("chat/whole/http", "responses/stream/sdk", "anthropic/whole/sdk")),
 ]  # fmt: skip
 
-assert len({c.name for c in CASES}) == len(CASES)
-
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider, mode, transport in case.combos()
-]
+PARAMS = round_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, BOM, ORDER, good, run_case, twice, write_agent
 from test_faults_round3 import OTHER, assert_outcome, walk
-from test_faults_round4 import SERVERS4, Raw, Round4, encode_raw, head_body
+from test_faults_round4 import SERVERS4, Raw, Round4, encode_raw, head_body, round_params
 
 from tether.cli import main
 from tether_testing.fake_server import Pause, Reply, scripted
@@ -218,13 +218,7 @@ CASES = [
            at=("chat/stream/sdk", "anthropic/stream/http", "responses/stream/http")),
 ]  # fmt: skip
 
-assert len({c.name for c in CASES}) == len(CASES)
-
-PARAMS = [
-    pytest.param(case, provider, mode, transport, id=f"{case.name}-{provider}-{mode}-{transport}")
-    for case in CASES
-    for provider, mode, transport in case.combos()
-]
+PARAMS = round_params(CASES)
 
 
 @pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)
