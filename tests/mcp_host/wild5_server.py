@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 MODE = os.environ.get("W5_MODE", "honest")
@@ -67,7 +68,9 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def main() -> None:
+def main(answer: Callable[[str, dict[str, Any]], dict[str, Any] | None] = answer) -> None:
+    """Answer each request line with ``answer(method, params)``; no result is "no such method".
+    (wild6_server.py serves its own answers through this loop.)"""
     for raw in sys.stdin.buffer:
         try:
             message = json.loads(raw)

@@ -8,13 +8,10 @@ SDK's JSON parser reads, so that the whole listing was refused).
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from typing import Any
 
 MODE = os.environ.get("W6_MODE", "honest")
-out = sys.stdout.buffer
 LOOKUP = {
     "name": "lookup",
     "description": "Looks up a key.",
@@ -33,11 +30,6 @@ def nested(levels: int) -> dict[str, Any]:
 DEEP = {"name": "deep", "description": "Takes a nested value.", "inputSchema": nested(200)}
 
 
-def send(message: dict[str, Any]) -> None:
-    out.write(json.dumps(message).encode() + b"\n")
-    out.flush()
-
-
 def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     if method == "initialize":
         return {
@@ -53,21 +45,7 @@ def answer(method: str, params: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def main() -> None:
-    for raw in sys.stdin.buffer:
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            continue
-        method, ident = message.get("method"), message.get("id")
-        if ident is None or method is None:  # a notification, or the host's answer to a request
-            continue
-        result = answer(method, message.get("params") or {})
-        if result is None:
-            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no {method}"}})
-        else:
-            send({"jsonrpc": "2.0", "id": ident, "result": result})
-
-
 if __name__ == "__main__":
-    main()
+    import wild5_server  # beside this file (run as a script): the same request loop
+
+    wild5_server.main(answer)
