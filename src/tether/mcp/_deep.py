@@ -16,7 +16,10 @@ __all__ = ["CUT", "PARSER_DEPTH", "cut_deep_tools", "cut_events"]
 PARSER_DEPTH = 200  # the SDK's JSON parser (pydantic's) refuses a message nested deeper
 CUT = "x-tether-cut"  # the key under which a cut tool says why
 _AROUND = 3  # the levels around a tool in an answer: the message, its result, the tools array
-_BLANK = re.compile(rb"\r\n\r\n|\n\n|\r\r")  # the end of an event in an event stream
+# The end of an event in an event stream: a line ending, then an empty line (a line ends with
+# CRLF, LF or CR, and a stream may mix them: ``\n\r\n`` ends an event as ``\n\n`` does); a CR
+# last in what has come is a line's end only once the next byte is not LF (as the SDK reads it).
+_BLANK = re.compile(rb"(?:\r\n|\n|\r(?=[^\n]))(?:\r\n|\n|\r(?=[^\n]))")
 _LINE = re.compile(rb"\r\n|\r|\n")
 
 
