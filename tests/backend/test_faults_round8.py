@@ -16,8 +16,9 @@ stream's is).
 Faults end with a typed stop and a non-zero exit: a Responses refusal said only as
 ``response.refusal.delta`` (refused, not an empty answer); arguments streamed with ``true``
 and done with ``1`` (Python's ``True == 1``: garbled, not the same JSON); a 429 with
-``retry-after: 0`` forever (bounded by ``max_retries``); on the SDK transport a 503 whose body is
-chunked, and one over HTTP/1.0 delimited by the connection's close.
+``retry-after: 0`` forever (bounded by ``max_retries``); two calls of one turn with one id; on
+the SDK transport a 503 whose body is chunked, and one over HTTP/1.0 delimited by the
+connection's close.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice, write_agent
-from test_faults_round3 import OTHER, assert_outcome
+from test_faults_round3 import OTHER, assert_outcome, walk
 from test_faults_round4 import SERVERS4, Raw, Round4, head_body, round_params
 from test_faults_round7 import arguments_done_as, deltas_only
 
@@ -91,6 +92,14 @@ def close_delimited_error(data: bytes) -> bytes:
     return b"\r\n".join([b"HTTP/1.0 503 Service Unavailable", *lines]) + b"\r\n\r\n" + body
 
 
+def one_call_id(d: dict[str, Any]) -> None:
+    """Every call of the turn with the same id (``call_id``; a chat call's or a ``tool_use``'s)."""
+    if "call_id" in d:
+        d["call_id"] = "call_same"
+    if ("function" in d and "id" in d) or d.get("type") == "tool_use":
+        d["id"] = "call_same"
+
+
 BUSY = {"error": {"message": "the server is busy", "type": "server_error"}}
 RATE = {"error": {"message": "slow down", "type": "rate_limit_error"}}
 
@@ -106,6 +115,10 @@ CASES = [
     Round4("responses_arguments_streamed_true_done_as_1", twice(lambda p, s: Reply.calls(
         FLAGGED, edit=lambda items: arguments_done_as(BOOL_AS_ONE)(p, s, items))), False,
            ("are done as", "gave up"), at=("responses/stream/http",)),
+    Round4("two_calls_with_one_id", twice(lambda p, s: Reply.calls(ORDER, OTHER, edit=lambda i: walk(
+        i, one_call_id))), False, ("duplicate tool call id", "gave up"),
+           at=("responses/stream/sdk", "responses/whole/http", "chat/whole/http", "chat/stream/sdk",
+               "anthropic/stream/http")),
     Round4("chat_whole_choice_1_listed_first", good(edit=choice_1_first), True, at=("chat/whole/http",
                                                                                      "chat/whole/sdk")),
     Round4("rate_limited_with_retry_after_0_forever", lambda p, s: [Reply(
