@@ -258,7 +258,8 @@ class OpenAICompatible(OpenAIBackend):
         return Usage(count(raw.get("prompt_tokens")), count(raw.get("completion_tokens")), cached, extra)
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
-        choice = data["choices"][0]
+        choices = data["choices"]  # the answer is choice 0 (n > 1), as a stream's is, wherever listed
+        choice = next((c for c in choices if isinstance(c, dict) and not c.get("index")), choices[0])
         wire = choice["message"]
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")

@@ -31,6 +31,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping
+from decimal import Decimal
 from operator import itemgetter
 from typing import Any, Unpack
 
@@ -199,7 +200,10 @@ class OpenAIResponses(OpenAIBackend):
                     on_delta("text", str(event.get("delta", "")))
             elif kind == "response.function_call_arguments.delta":
                 said.piece(said.arguments, event, event.get("delta"))
+            elif kind == "response.refusal.delta":
+                said.piece(said.refusal, event, event.get("delta"))
             elif kind == "response.reasoning_summary_text.delta":
+                said.piece(said.thought, event, event.get("delta"))
                 if on_delta is not None:
                     on_delta("reasoning", str(event.get("delta", "")))
             elif kind == "response.output_item.added":
@@ -269,8 +273,10 @@ class _Said:
     """What a Responses stream said item by item, by output index (or item id): each item as
     ``output_item.done`` gave it, else as its ``output_item.added`` and deltas build it (a
     server whose terminal event lists no output and which sends no ``output_item.done``: its
-    text deltas are the answer). Argument deltas that disagree with the arguments the call is
-    done with are a garbled stream (which would run?), not an answer."""
+    text deltas are the answer, its refusal deltas a refusal, a reasoning item is kept with
+    its summary deltas, to be sent back with the call). Argument deltas that disagree with the
+    arguments the call is done with (other than as the same JSON written otherwise) are a
+    garbled stream (which would run?), not an answer."""
 
     def __init__(self) -> None:
         self.order: dict[object, None] = {}  # each item's key, in the order first heard of
@@ -278,6 +284,8 @@ class _Said:
         self.done: dict[object, dict[str, Any]] = {}
         self.text: dict[object, list[str]] = {}
         self.arguments: dict[object, list[str]] = {}
+        self.refusal: dict[object, list[str]] = {}
+        self.thought: dict[object, list[str]] = {}
 
     def key(
         self, event: Mapping[str, Any], item: Mapping[str, Any] | None = None, begins: bool = False
@@ -325,19 +333,42 @@ class _Said:
                 out.append(
                     {**added, "arguments": "".join(self.arguments.get(key, ())) or added.get("arguments")}
                 )
-            elif key in self.text:
-                part = {"type": "output_text", "text": "".join(self.text[key])}
-                out.append({"type": "message", "content": [part]})
+            elif added.get("type") == "reasoning":  # kept to send back with the call, as a done one is
+                summary = [{"type": "summary_text", "text": t} for t in self.joined(self.thought, key)]
+                out.append({**added, "summary": added.get("summary") or summary})
+            elif key in self.text or key in self.refusal:  # a refusal said only as deltas is one
+                text = [{"type": "output_text", "text": t} for t in self.joined(self.text, key)]
+                said = [{"type": "refusal", "refusal": t} for t in self.joined(self.refusal, key)]
+                out.append({"type": "message", "content": text + said})
         return out
+
+    @staticmethod
+    def joined(pieces: dict[object, list[str]], key: object) -> list[str]:
+        return ["".join(pieces[key])] if key in pieces else []
 
 
 def _same_json(a: str, b: str) -> bool:
     """Whether two texts are the same JSON value written differently (a proxy that re-encodes
     the arguments it is done with: spacing, escapes)."""
     try:
-        return bool(json.loads(a) == json.loads(b))
+        return bool(_typed(_numbers(a)) == _typed(_numbers(b)))
     except (ValueError, RecursionError):
         return False
+
+
+def _numbers(text: str) -> Any:
+    # Numbers as decimals (1 and 1.0 the same number, as a JavaScript re-encoder writes it).
+    return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+
+
+def _typed(value: Any) -> Any:
+    """A JSON value whose true, false and null compare equal to nothing else (Python's ``True
+    == 1``: arguments streamed with ``true`` are not the same as ones done with ``1``)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value) if isinstance(value, bool) or value is None else value
 
 
 _UNDER_WAY = ("in_progress", "queued")  # the statuses of a response not yet ended
