@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.policy._provenance_labels import MIN_CONTAINED, normalise
-from tether.policy._provenance_values import compose, public_suffix, unfold
+from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
 
 __all__ = [
     "ALPHA_WORD",
@@ -27,6 +27,7 @@ __all__ = [
     "occurrences",
     "reprinted",
     "reprints",
+    "reprints_whole",
     "request_names",
     "says_what_for",
 ]
@@ -260,6 +261,20 @@ def reprints(held: str, text: str) -> bool:
     if len(h) < 2 or h not in reprinted(text, bare=True):
         return False
     return re.search(r"(?<!\S)" + " ?".join(map(re.escape, h)) + r"(?!\S)", reprinted(text)) is not None
+
+
+def reprints_whole(written: str, value: str) -> bool:
+    """Whether ``value`` is all of ``written`` as a store re-prints it (``reprinted``: the same
+    letters and digits) and names the same addresses, accounts and links: regrouping a figure
+    keeps it, moving an ``@`` or a dot makes another destination (``bob.partner@business.example``
+    is not ``bob@partner-business.example``, whose letters it repeats)."""
+    if reprinted(written, bare=True) != reprinted(value, bare=True):
+        return False
+    return _named(written) == _named(value)
+
+
+def _named(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    return frozenset(find_handles(text)), frozenset(link.key for link in find_links(text))
 
 
 def occurrences(text: str, needle: str) -> list[int]:
