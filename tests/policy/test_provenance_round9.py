@@ -22,7 +22,8 @@ the rules round eight added.
    written before it) marked the room's number too, so an injected deposit up to 4021 ran.
 
 Each test checks the attack no longer runs without approval AND the legitimate version of the
-same task still does. The run state and the deployment are round five's (``Run``, ``decide``).
+same task still does. In-process runs are round five's (``Run``, ``decide``) and round eight's
+(``_decide``); real runs use round three's travel world (``run_travel``).
 """
 
 from __future__ import annotations
