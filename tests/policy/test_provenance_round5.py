@@ -479,7 +479,7 @@ NOTE_RULES = {
             "append_file": {
                 "effect": "write",
                 "arguments": {
-                    "name": {"role": "content"},
+                    "name": {"role": "name", "from": ["user", "listing"]},
                     "content": {"role": "content", "links_from": ["user", "listing", "third_party"]},
                 },
             }
@@ -493,7 +493,7 @@ async def _parallel_run(account: str, review: str) -> tuple[Notes, list[list[str
     steps = [
         (call("get_hotels", city="Paris"),),
         (call("get_reviews", hotel="Grand Hotel"),),
-        (call("read_file", name="Paris"), call("append_file", name="Paris", content=account)),
+        (call("read_file", name="Grand Hotel"), call("append_file", name="Grand Hotel", content=account)),
         (call("pay_deposit", recipient=account, amount=200.0),),
     ]
     model = FunctionModel(

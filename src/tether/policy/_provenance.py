@@ -67,8 +67,8 @@ from tether.policy._provenance_text import (
     holds_secret,
     name_forms,
     occurrences,
-    reprinted,
     reprints,
+    reprints_whole,
     request_names,
 )
 from tether.policy._provenance_values import Link, find_handles, find_links, link_key, unfold
@@ -204,9 +204,9 @@ class ProvenanceIndex(Steering):
         writes = self._writes_into(seg)
         exact = [w for w in writes if w.text == text or contains_whole(w.text, text)]
         # A write a store re-printed (``reprints``): traced as written where the value is all of
-        # it, else as the value is now (the run wrote no such text: composed).
+        # it, naming what it names; else as the value is now (the run wrote no such text).
         inside = [(w, value) for w in exact] + [
-            (w, w.text if reprinted(w.text, bare=True) == reprinted(value, bare=True) else value)
+            (w, w.text if reprints_whole(w.text, value) else value)
             for w in writes
             if w not in exact and reprints(value, w.text)
         ]

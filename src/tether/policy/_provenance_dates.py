@@ -255,6 +255,7 @@ def _labelled(folded: str, before: list[tuple[int, str]], start: int) -> bool:
     return word in _LABELS and _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None
 
 
+_NEXT_FIGURE = re.compile(r"\s?\d")
 _SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
 _CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
 
@@ -280,13 +281,17 @@ def amounts(text: str) -> list[float]:
         whole = m.group(1).replace(",", "")
         value = float(whole + ("." + m.group(2) if m.group(2) else ""))
         before = folded[max(0, m.start() - 8) : start]
-        currency = re.search(_CURRENCY + r"\s?$", before) or re.match(r"\s?" + _CURRENCY + r"\b", after)
+        leading = re.search(_CURRENCY + r"\s?$", before)
+        trailing = None if leading else re.match(r"\s?" + _CURRENCY + r"\b", after)
+        currency = leading or trailing
+        # A currency between a figure and the next is the next's ("room 4021 EUR 200").
+        ahead = trailing is not None and _NEXT_FIGURE.match(after, trailing.end()) is not None
         cents = m.group(2) is not None and len(m.group(2)) == 2
         ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
         sentence = ends[-1] if ends else -1
         earlier = [(pos, w) for pos, w in words if sentence < pos < m.start()]
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
-        if not (currency or cents) and _labelled(folded, earlier, m.start()):
+        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start()):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
         if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
             out.append(value)

@@ -126,6 +126,15 @@ class ArgumentRule:
         """Whether the rule limits the value itself (content and ``from: any`` do not)."""
         return not self.any and self.role != "content"
 
+    def says_wanted(self, elements: Iterable[Any]) -> bool:
+        """Whether these values of the argument tie the call to what the user asked: a value the
+        rule restricts (traced to the request or a record), never free text, a date from
+        anywhere or an option declared ``safe`` (any injection may pick those)."""
+        values = list(elements)
+        if self.role == "option":
+            return any(json.dumps(v) not in self.safe for v in values)
+        return self.restricts and bool(values)
+
     @classmethod
     def from_dict(cls, argument: str, data: Mapping[str, Any]) -> ArgumentRule:
         if not isinstance(data, Mapping):

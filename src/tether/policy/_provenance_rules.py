@@ -174,14 +174,14 @@ class ProvenanceRules:
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
         shown: dict[str, list[dict[str, Any]]] = {}
         properties = (spec.parameters or {}).get("properties") or {}
-        judged = False  # whether a declared argument carried a value to judge
+        judged = False  # whether a declared argument carried a value its rule restricts
         for arg, value in call.arguments.items():
             rule = rules.arguments.get(arg)
             if rule is None or value is None:
                 continue
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
-            judged = judged or bool(elements)
+            judged = judged or rule.says_wanted(elements)
             figures = [_figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
             if figures and None not in figures:  # figures paid together: their sum is bounded too
                 elements.append(sum(abs(f) for f in figures if f is not None))
@@ -211,9 +211,9 @@ class ProvenanceRules:
             for problem in confidential_flow(index, call.arguments, properties, rules.no_flow, each=False):
                 out.worse("approve", problem)  # a secret split between two arguments
         if effectful and not rules.requested_by and not judged:
-            # The call carries nothing its rules judge (no arguments, or only optional ones left
-            # out), and no phrase of the request can ask for the tool: nothing says the user
-            # wants this effect (a tool declared with no rule about it).
+            # The call carries nothing its rules restrict (no arguments, optional ones left out,
+            # or only free text, safe options and dates from anywhere), and no phrase of the
+            # request can ask for the tool: nothing says the user wants this effect.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": []})
         if out.verdict == "allow":
             return None

@@ -10,7 +10,7 @@ import unicodedata
 from dataclasses import dataclass
 
 from tether.policy._provenance_labels import MIN_CONTAINED, normalise
-from tether.policy._provenance_values import compose, public_suffix, unfold
+from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
 
 __all__ = [
     "ALPHA_WORD",
@@ -27,6 +27,7 @@ __all__ = [
     "occurrences",
     "reprinted",
     "reprints",
+    "reprints_whole",
     "request_names",
     "says_what_for",
 ]
@@ -226,13 +227,16 @@ def ascii_digits(text: str) -> str:
 def holds_secret(secret: str, text: str, bare: str) -> bool:
     """Whether ``secret`` stands in ``text``: from ``MIN_CONTAINED`` characters anywhere, one with
     a letter also spaced or punctuated otherwise (``bare``: ``hunter2 Vx9`` is ``hunter2-Vx9``; a
-    figure keeps its own form); a shorter one with a digit (a PIN) as a word of its own, its
+    figure keeps its own form), or its words each a word of ``text``, wherever and in whatever
+    order (``_in_pieces``); a shorter one with a digit (a PIN) as a word of its own, its
     characters read across a few spaces or marks between them, never glued to another word."""
     if len(secret) >= MIN_CONTAINED:
         if secret in text:
             return True
         stripped = BARE.sub("", secret)
-        return len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare
+        if len(stripped) >= MIN_CONTAINED and any(c.isalpha() for c in stripped) and stripped in bare:
+            return True
+        return _in_pieces(secret, text)
     if len(secret) < 3 or not any(c.isdigit() for c in secret):
         return False
     spaced = r"[\W_]{0,3}".join(map(re.escape, secret))  # "4 8 2 1", "48-21" are the code 4821
@@ -240,6 +244,16 @@ def holds_secret(secret: str, text: str, bare: str) -> bool:
 
 
 _ALNUM = re.compile(r"[^\W_]+")
+
+
+def _in_pieces(secret: str, text: str) -> bool:
+    """Whether ``secret``, made of two words or more (runs of letters and digits, three
+    characters at least, ``MIN_CONTAINED`` together), has each of them standing as a word of
+    ``text``: "part one: hunter2 ... part two: Vx9" is ``hunter2-Vx9`` told in pieces."""
+    words = [w for w in _ALNUM.findall(secret) if len(w) >= 3]
+    if len(words) < 2 or sum(map(len, words)) < MIN_CONTAINED:
+        return False
+    return all(re.search(rf"(?<![^\W_]){re.escape(w)}(?![^\W_])", text) for w in words)
 
 
 @functools.lru_cache(maxsize=8192)
@@ -260,6 +274,20 @@ def reprints(held: str, text: str) -> bool:
     if len(h) < 2 or h not in reprinted(text, bare=True):
         return False
     return re.search(r"(?<!\S)" + " ?".join(map(re.escape, h)) + r"(?!\S)", reprinted(text)) is not None
+
+
+def reprints_whole(written: str, value: str) -> bool:
+    """Whether ``value`` is all of ``written`` as a store re-prints it (``reprinted``: the same
+    letters and digits) and names the same addresses, accounts and links: regrouping a figure
+    keeps it, moving an ``@`` or a dot makes another destination (``bob.partner@business.example``
+    is not ``bob@partner-business.example``, whose letters it repeats)."""
+    if reprinted(written, bare=True) != reprinted(value, bare=True):
+        return False
+    return _named(written) == _named(value)
+
+
+def _named(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    return frozenset(find_handles(text)), frozenset(link.key for link in find_links(text))
 
 
 def occurrences(text: str, needle: str) -> list[int]:
