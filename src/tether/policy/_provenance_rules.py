@@ -48,8 +48,8 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_run import (
     ERROR,
-    REACHED,
-    history,
+    PAYING,
+    calls_before,
     index_for,
     make_labeler,
     observation_segments,
@@ -299,9 +299,9 @@ class ProvenanceRules:
         read by its rules however they name it. A figure that is no number counts as unbounded."""
         total = 0.0
         called = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
-        for record in history(call.state, "calls"):
+        for record in calls_before(call.state, call.call_id):  # and the turn's calls before it
             rules = self.tools.get(record.tool) or (called if record.tool == call.spec.name else None)
-            if rules is None or record.status not in REACHED or not isinstance(record.arguments, dict):
+            if rules is None or record.status not in PAYING or not isinstance(record.arguments, dict):
                 continue
             for rule in rules.arguments.values():
                 if (

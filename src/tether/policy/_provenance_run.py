@@ -10,10 +10,12 @@ the index are in ``_provenance_rules``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from tether.core.types import CallRecord
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import (
     ERROR,
@@ -30,7 +32,17 @@ from tether.policy._provenance_text import Written
 from tether.policy._provenance_values import find_links
 from tether.policy._rules import HARNESS_SOURCE
 
-__all__ = ["ERROR", "REACHED", "history", "index_for", "least_read", "make_labeler", "observation_segments"]
+__all__ = [
+    "ERROR",
+    "PAYING",
+    "REACHED",
+    "calls_before",
+    "history",
+    "index_for",
+    "least_read",
+    "make_labeler",
+    "observation_segments",
+]
 
 
 def _error_segments(obs: Any) -> list[Segment]:
@@ -252,9 +264,41 @@ def history(state: Any, kind: str) -> list[Any]:
     return [*(getattr(state, f"inherited_{kind}", None) or []), *(getattr(state, kind, None) or [])]
 
 
+def calls_before(state: Any, call_id: str) -> list[Any]:
+    """What may have run, or will run, before or beside the proposed call ``call_id``: the calls
+    of the request so far (``history``), then those its own model turn proposed before it. Every
+    call of a turn is decided before any of them runs, so the ones the policy lets through (or
+    sends to a reviewer) run beside it: they are kept as ``proposed``, with the arguments the
+    model wrote, unless a record of this run shows what became of them (a refusal, or a result).
+    A call id the model used twice names no one call: its call is counted whatever was recorded."""
+    once = _turns(state)
+    recorded = {getattr(r, "call_id", None) for r in history(state, "calls")}
+    mates: list[Any] = []
+    for message in reversed(getattr(state, "trajectory", None) or []):
+        proposed = list(getattr(message, "tool_calls", None) or ())
+        ids = [getattr(p, "id", None) for p in proposed]
+        if call_id in ids:
+            for p in proposed[: ids.index(call_id)]:
+                if p.id not in once or p.id not in recorded:
+                    mates.append(CallRecord(p.id, p.name, _arguments(p.arguments), "proposed"))
+            break
+    return [*history(state, "calls"), *mates]
+
+
+def _arguments(text: Any) -> Any:
+    """A proposal's arguments as a tool would receive them: its JSON text read (else nothing)."""
+    if not isinstance(text, str):
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return {}
+
+
 def _observed(obs: Any) -> float:
     when = getattr(obs, "observed_at", None)
     return when.timestamp() if isinstance(when, datetime) else 0.0
 
 
 REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
+PAYING = REACHED | {"proposed"}  # and a call of the same turn, decided before it and not refused
