@@ -363,12 +363,20 @@ class HostCore:
 
     async def _execute_allowed(self, turn: Turn, scope: CallScope) -> None:
         allowed = [o for o in turn.outcomes if o.status == "allow"]
+        # The host's own tools run after the turn's other calls, one at a time: a subagent's child
+        # run starts from what its parent has done, so it must see its turn-mates' effects (and
+        # its sibling child runs'), or two helpers asked together each pay up to the bound.
+        harness = scope.harness
+        own = [o for o in allowed if harness is not None and o.spec is not None and harness.owns(o.spec.name)]
+        allowed = [o for o in allowed if all(o is not h for h in own)]
         if len(allowed) == 1:
             await self._execute_one(allowed[0], turn, scope)  # no task group for a single call
         elif allowed:
             async with anyio.create_task_group() as tg:
                 for o in allowed:
                     tg.start_soon(self._execute_one, o, turn, scope)
+        for o in own:
+            await self._execute_one(o, turn, scope)
 
     async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
         """Trace crashes, note questions, and checkpoint a turn that must pause."""
@@ -411,9 +419,8 @@ class HostCore:
             obs, crash = await self._run_tool(o.spec, o.arguments, ctx, harness)
         if crash is not None:
             turn.crashes.append((o.spec.name, crash))
-            s.calls.append(
-                CallRecord(o.call.id, o.call.name, o.call.arguments, "crashed", type(crash).__name__)
-            )
+            # What the tool received (it may have acted on it), as for a call that returned.
+            s.calls.append(CallRecord(o.call.id, o.call.name, o.arguments, "crashed", type(crash).__name__))
             return
         turn.observations[o.call.id] = obs
         record_observation(t, s, obs, o.arguments)
