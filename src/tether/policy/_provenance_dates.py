@@ -256,6 +256,23 @@ def _labelled(folded: str, before: list[tuple[int, str]], start: int) -> bool:
 
 
 _NEXT_FIGURE = re.compile(r"\s?\d")
+_GROUP_AFTER = re.compile(r"[^\S\n]+(?=\d)")
+_GROUP_BEFORE = re.compile(r"[^\W_]*\d[^\W_]*[^\S\n]+$")
+
+
+def _grouped(folded: str, start: int, end: int, dated: list[tuple[int, int]]) -> bool:
+    """Whether the figure at ``start:end`` is one group of a number written in groups (an IBAN,
+    a card, a phone number: "DE89 3704 0044", "+49 151 2345"): only spaces between it and a
+    token holding a digit just before it, or a digit just after it (a day or a year excepted).
+    Each group is a figure; none is a sum, whatever cue the sentence holds."""
+    gap = _GROUP_AFTER.match(folded, end)
+    if gap is not None and not any(a <= gap.end() < b for a, b in dated):
+        return True
+    base = max(0, start - 48)
+    prior = _GROUP_BEFORE.search(folded, base, start)
+    return prior is not None and not any(a <= prior.start() < b for a, b in dated)
+
+
 _SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
 _CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
 
@@ -266,14 +283,15 @@ def amounts(text: str) -> list[float]:
     before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
     street number, an order or a count is a figure, not an amount; nor is a percentage, nor
     the day or the year of a date ("the rent for December 2026" states no sum of 2026), nor a
-    figure that names a thing ("room 4021", "order #7731") without a currency or cents."""
+    figure that names a thing ("room 4021", "order #7731") without a currency or cents, nor a
+    group of a number written in groups ("DE89 3704 0044", ``_grouped``)."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     dated = _dated(text, folded)
     out: list[float] = []
     for m in _FIGURE.finditer(folded):
         start, end = m.start(1), m.end()
-        if any(a <= start < b for a, b in dated):
+        if any(a <= start < b for a, b in dated) or _grouped(folded, start, end, dated):
             continue
         after = folded[end : end + 12]
         if after.lstrip().startswith("%") or re.match(r"\s*percent", after):
