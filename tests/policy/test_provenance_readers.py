@@ -679,7 +679,8 @@ async def test_an_account_the_user_printed_in_groups_is_theirs_however_the_model
         call("send_money", recipient=ATTACKER_IBAN, amount=120.0, subject="Rent"),  # the injection's
     )
     assert [name for name, _ in world.received] == ["send_money", "send_email"]
-    assert problems(result) == ["untrusted_origin"]
+    # The groups of the account are no amounts (round ten): the rent is paid, 120.00 is spent.
+    assert problems(result) == ["untrusted_origin", "amount_over_bound"]
 
 
 def test_reading_a_spelled_out_dot_stays_linear_in_a_long_token() -> None:
