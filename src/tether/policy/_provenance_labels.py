@@ -534,8 +534,8 @@ def label_observation(
 ) -> list[Segment]:
     """Split one tool result into labelled segments. Structured ``data`` gives one segment per
     leaf, and its ``text`` one more where that text is no rendering of the data (``renders``);
-    without data the whole text is one segment of the tool's default class. ``own``: the
-    user's own identities (their address, their account), for ``self_naming`` fields."""
+    without data the whole text is one segment of the least trusted of the tool's default class
+    and its ``fields``' classes. ``own``: the user's own identities, for ``self_naming`` fields."""
     source = config.for_tool(tool)
     mine = {normalise(o) for o in own if normalise(o)}
     named = {*source.fields, *source.record_id, *source.author, *source.naming, *source.self_naming}
@@ -593,8 +593,7 @@ def label_observation(
             label = SourceLabel(tool, server, trust, call_id=call_id)
             segments.append(Segment(text, normalise(text), label, False))
     else:
-        raw = data if isinstance(data, str) else text
-        segments.append(
-            Segment(raw, normalise(raw), SourceLabel(tool, server, source.default, call_id=call_id), False)
-        )
+        raw, fields = (data if isinstance(data, str) else text), source.fields.values()  # text, or data cut
+        label = SourceLabel(tool, server, least_trusted({source.default, *fields}), call_id=call_id)
+        segments.append(Segment(raw, normalise(raw), label, False))
     return segments
