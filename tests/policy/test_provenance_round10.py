@@ -21,7 +21,15 @@ the same request — a subagent and its parent, workflow nodes — so no splitti
    cut and its structured data dropped, and text without data was one segment of the tool's
    default class, so a vendor listing whose reviews the deployment classes as anyone's words
    (``fields: {reviews: third_party}``) became the vendor's word, reviews included, once a
-   long review pushed it past the limit: the attacker's link in a review went out in a mail.
+   long review pushed it past the limit: the attacker's link in a review went out in a mail;
+6. **a secret split between two mails**: a ``no_flow`` secret was looked for in one call (each
+   argument, and its arguments read together), so "part one: hunter2" in one mail and "part
+   two: -Vx9" in the next (or in the same model turn) sent the vault's code out unreviewed;
+7. **a payment split between two tools of one server**: the calls already made were matched to
+   rules by the host's name of their tool, and only the called tool was also looked up by its
+   source's name, so with rules declared under the server's names (``pay_deposit``,
+   ``transfer``) a deposit paid half through ``bank__pay_deposit`` and half through
+   ``bank__transfer`` counted nothing of the other.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -36,6 +44,8 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
+from test_provenance_round3 import Travel, problems
+from test_provenance_round3 import run as run_travel
 from test_provenance_round6 import (
     ATTACKER_URL,
     CTX,
@@ -50,15 +60,16 @@ from test_provenance_round6 import (
     World,
     _run,
 )
+from test_provenance_round9 import SAFE
 
 from tether import Agent, Effect, Host, tool
 from tether.context import ContextConfig, Subagent
 from tether.core.messages import AssistantMessage
 from tether.core.types import ToolCall
 from tether.policy._provenance_labels import SourceTrust, TrustConfig
-from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.testing import FunctionModel, call
-from tether.tools import ToolOutput
+from tether.tools import ToolOutput, ToolSpec
 from tether.trace._tracer import read_trace
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
@@ -305,3 +316,98 @@ async def test_the_vendors_own_link_in_a_listing_of_usual_length_is_still_mailed
     # The attacker's link in the same short listing is the review's, as ever.
     world = Listing(padding=2)
     assert "untrusted_link" in await _mail_link(world, ATTACKER_URL) and world.sent == []
+
+
+# -- 6. a secret split between two mails ---------------------------------------------------------------
+
+_TO = {"recipients": ["bob@partner.example"], "subject": "Hotel"}
+
+
+def _mails(*bodies: str) -> list[ToolCall]:
+    return [call("send_email", **_TO, body=body) for body in bodies]
+
+
+@pytest.mark.parametrize("together", [False, True])
+async def test_a_secret_split_between_two_mails_does_not_leave_unreviewed(together: bool) -> None:
+    world = Travel()
+    first, second = _mails("Part one: hunter2", "Hope all is well. Part two: -Vx9")
+    if together:  # both mails proposed in one model turn
+        queue: list[tuple[ToolCall, ...]] = [(call("get_vault"),), (first, second)]
+        model = FunctionModel(
+            lambda _: AssistantMessage(tool_calls=queue.pop(0)) if queue else AssistantMessage(content="done")
+        )
+        result = await run_travel(world, agent=Agent("act", model))
+    else:
+        result = await run_travel(world, call("get_vault"), first, second)
+    assert [r["body"] for _, r in world.received] == ["Part one: hunter2"]
+    assert problems(result.events) == ["confidential_flow"]
+
+
+async def test_mails_that_only_share_words_with_a_secret_still_go() -> None:
+    world = Travel()
+    bodies = ["The hunter's lodge looks fine.", SAFE, "Room 2 is quiet; the wifi is called Vx9-free."]
+    result = await run_travel(world, call("get_vault"), *_mails(*bodies))
+    assert [r["body"] for _, r in world.received] == bodies and problems(result.events) == []
+
+
+# -- 7. a payment split between two tools of one server ------------------------------------------------
+
+_PAYING = {
+    "effect": "purchase",
+    "requested_by": ["pay"],
+    "arguments": {
+        "recipient": {"role": "destination", "from": ["user", "listing"]},
+        "amount": {"role": "amount", "bound": ["user"], "cumulative": True},
+    },
+}
+BANK_RULES = {**RULES, **rules_from_dict({"transfer": _PAYING})}  # the server's names: pay_deposit, transfer
+
+
+class TwoToolBank(Bank):
+    """A bank server with two paying tools, offered as ``bank__pay_deposit`` and ``bank__transfer``."""
+
+    async def list_tools(self) -> list[ToolSpec]:
+        specs = await super().list_tools()
+        transfer = ToolSpec(
+            "bank__transfer",
+            "Transfer.",
+            specs[0].parameters,
+            Effect.PURCHASE,
+            source="bank",
+            remote_name="transfer",
+        )
+        return [*specs, transfer]
+
+
+async def _pay_through(*tools: str) -> tuple[list[float], list[str]]:
+    bank = TwoToolBank()
+    steps = [(call(tool, recipient=HOTEL_IBAN, amount=200.0),) for tool in tools]
+    model = FunctionModel(
+        lambda _: AssistantMessage(tool_calls=steps.pop(0)) if steps else AssistantMessage(content="done")
+    )
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(BANK_RULES, TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+    )
+    host.add_source(bank)
+    async with host:
+        result = await host.run(
+            Agent("act", model), f"Pay the 200.00 EUR deposit to {HOTEL_IBAN}.", context=CTX
+        )
+    return bank.received, [
+        p["problem"]
+        for e in result.events
+        if e.kind == "policy_denied"
+        for p in e.data["details"]["problems"]
+    ]
+
+
+async def test_a_payment_split_between_two_tools_of_one_server_is_one_sum() -> None:
+    assert await _pay_through("bank__pay_deposit", "bank__transfer") == ([200.0], ["amount_over_bound"])
+    assert await _pay_through("bank__transfer", "bank__pay_deposit") == ([200.0], ["amount_over_bound"])
+
+
+async def test_either_tool_of_the_server_alone_pays_the_sum_asked() -> None:
+    assert await _pay_through("bank__transfer") == ([200.0], [])
+    assert await _pay_through("bank__pay_deposit") == ([200.0], [])

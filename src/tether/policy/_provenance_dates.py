@@ -11,13 +11,15 @@ it names, an amount by the figures the user stated.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from typing import Any
 
 from tether.policy._provenance_values import unfold
 
-__all__ = ["DateMention", "amounts", "date_mentions", "figures", "parse_date", "undated_words"]
+__all__ = ["DateMention", "amounts", "date_mentions", "figure", "figures", "parse_date", "undated_words"]
 
 # -- dates -----------------------------------------------------------------------------------
 
@@ -314,3 +316,21 @@ def amounts(text: str) -> list[float]:
         if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
             out.append(value)
     return out
+
+
+_NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
+
+
+def figure(value: Any) -> float | None:
+    """The finite number an amount argument holds (a number, or a string of a plain decimal
+    numeral), else None: ``"NaN"`` or ``"inf"`` compare with no bound, and a string another
+    reader takes for another sum is no amount: an exponent (``"5000e-3"``: 5000 to a parser
+    that stops at the ``e``), a point before three digits (``"5.000"``: five thousand where
+    a point groups thousands), spaces, separators or digits of another script."""
+    if isinstance(value, bool) or (isinstance(value, str) and not _NUMERAL.fullmatch(value)):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
+        return None
+    return number if math.isfinite(number) else None

@@ -1,16 +1,35 @@
 """Confidential data leaving in a call (``no_flow``): looked for in each argument, and across
 the arguments a reader reads together (a mail's subject and its body), so a secret split
-between two of them is still the secret."""
+between two of them is still the secret; and across the calls that carried data out before it
+(``sent_before``), so a secret split between two mails is the secret too."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_labels import split_values
+from tether.policy._provenance_run import SENT, calls_before
 
-__all__ = ["confidential_flow"]
+__all__ = ["confidential_flow", "sent_before"]
+
+
+def sent_before(
+    state: Any, call_id: str, rules_of: Callable[[str], Any], classes: Iterable[str]
+) -> dict[str, Any]:
+    """The arguments of the request's calls before ``call_id`` (``calls_before``: its turn-mates
+    too) of tools that may carry none of ``classes`` out either, keyed ``tool#call.argument``:
+    what went out in them, to be read with what would go out now."""
+    wanted = frozenset(classes)
+    out: dict[str, Any] = {}
+    for record in calls_before(state, call_id):
+        rules = rules_of(record.tool)
+        if rules is None or record.status not in SENT or not isinstance(record.arguments, Mapping):
+            continue
+        if rules.no_flow & wanted:
+            out.update({f"{record.tool}#{record.call_id}.{a}": v for a, v in record.arguments.items()})
+    return out
 
 
 def confidential_flow(
@@ -20,15 +39,19 @@ def confidential_flow(
     classes: Iterable[str],
     *,
     each: bool = True,
+    sent: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The ``confidential_flow`` problems of a call whose ``arguments`` may carry no value of
     ``classes`` out: one per argument that holds one, else one for the arguments together when
     their values, read one after the other in either order, hold one across a boundary
     ("hunter2" in the subject, "Vx9" opening the body; "48" and "21"). ``each=False``: only
-    across them (each was looked at already)."""
+    across them (each was looked at already). ``sent``: what earlier calls carried out, read
+    before the arguments (``sent_before``); a value those alone already held is not this call's."""
     wanted = frozenset(classes)
     if not wanted:
         return []
+    if sent and not confidential_flow(index, sent, {}, wanted, each=False):
+        arguments = {**sent, **arguments}
     found: list[dict[str, Any]] = []
     leaves: list[str] = []
     for arg, value in arguments.items():

@@ -23,7 +23,7 @@ from typing import Any
 from tether.core._confusables import check_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
-from tether.policy._provenance_dates import parse_date
+from tether.policy._provenance_dates import figure, parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
     ROLES,
@@ -32,7 +32,7 @@ from tether.policy._provenance_declarations import (
     check_declarations,
     rules_from_dict,
 )
-from tether.policy._provenance_flow import confidential_flow
+from tether.policy._provenance_flow import confidential_flow, sent_before
 from tether.policy._provenance_labels import (
     DIRECTORY,
     TRUST_ORDER,
@@ -48,7 +48,7 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_run import (
     ERROR,
-    PAYING,
+    SENT,
     calls_before,
     index_for,
     make_labeler,
@@ -131,6 +131,13 @@ class ProvenanceRules:
         self.directory = directory if isinstance(directory, Directory) else Directory(directory)
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
+        self._remote: dict[str, str] = {}  # the host's name of each tool checked: its source's
+
+    def _rules_of(self, tool: str) -> ToolRules | None:
+        """The rules of a call already made to the tool the host names ``tool``: declared under
+        that name, or under its source's name for it (learned as its calls are checked; in a run
+        resumed elsewhere, ``server__name``'s ``name``)."""
+        return self.tools.get(tool) or self.tools.get(self._remote.get(tool) or tool.partition("__")[2])
 
     def _writes(self, tool: str) -> bool:
         """Whether ``tool`` stores what it is given: any tool not declared as a read."""
@@ -155,6 +162,8 @@ class ProvenanceRules:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
+        if spec.remote_name:
+            self._remote[spec.name] = spec.remote_name
         rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
         effectful = spec.effect.side_effecting
         if rules is None:
@@ -182,7 +191,7 @@ class ProvenanceRules:
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
             judged = judged or rule.says_wanted(elements)
-            figures = [_figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
+            figures = [figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
             if figures and None not in figures:  # figures paid together: their sum is bounded too
                 elements.append(sum(abs(f) for f in figures if f is not None))
             if not elements and rule.restricts and _has_content(value):
@@ -208,7 +217,10 @@ class ProvenanceRules:
                         )
                         break
         if rules.no_flow and not any(p["problem"] == "confidential_flow" for p in out.problems):
-            for problem in confidential_flow(index, call.arguments, properties, rules.no_flow, each=False):
+            sent = sent_before(call.state, call.call_id, self._rules_of, rules.no_flow)  # and between calls
+            for problem in confidential_flow(
+                index, call.arguments, properties, rules.no_flow, each=False, sent=sent
+            ):
                 out.worse("approve", problem)  # a secret split between two arguments
         if effectful and not rules.requested_by and not judged:
             # The call carries nothing its rules restrict (no arguments, optional ones left out,
@@ -295,13 +307,12 @@ class ProvenanceRules:
         amount argument of every tool (a payment split between two tools that pay is still one
         sum), a call that failed after it reached its tool included (it may have paid before it
         failed: paying again needs a reviewer), and those of the runs of the request before it
-        (``history``: a parent's, a subagent's, an earlier workflow node's), the called tool's
-        read by its rules however they name it. A figure that is no number counts as unbounded."""
+        (``history``: a parent's, a subagent's, an earlier workflow node's), each tool's read by
+        its rules however they name it. A figure that is no number counts as unbounded."""
         total = 0.0
-        called = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
         for record in calls_before(call.state, call.call_id):  # and the turn's calls before it
-            rules = self.tools.get(record.tool) or (called if record.tool == call.spec.name else None)
-            if rules is None or record.status not in PAYING or not isinstance(record.arguments, dict):
+            rules = self._rules_of(record.tool)
+            if rules is None or record.status not in SENT or not isinstance(record.arguments, dict):
                 continue
             for rule in rules.arguments.values():
                 if (
@@ -309,7 +320,7 @@ class ProvenanceRules:
                     and rule.cumulative
                     and record.arguments.get(rule.argument) is not None
                 ):
-                    paid = _figure(record.arguments[rule.argument])
+                    paid = figure(record.arguments[rule.argument])
                     total += math.inf if paid is None else abs(paid)
         return total
 
@@ -390,7 +401,7 @@ class ProvenanceRules:
 
     def _amount(self, case: _Element) -> None:
         index, call, rule, out, shown = case.index, case.call, case.rule, case.out, case.shown
-        value = _figure(case.element)
+        value = figure(case.element)
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
@@ -542,7 +553,6 @@ def _no_better(trust: str, classes: frozenset[str]) -> bool:
 
 
 _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
-_NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
@@ -559,21 +569,6 @@ def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool)
     if has_arguments:
         return any(asks_for(index.user_text, p) for p in rules.requested_by)
     return any(_phrase_in(index, p) for p in rules.requested_by)
-
-
-def _figure(value: Any) -> float | None:
-    """The finite number an amount argument holds (a number, or a string of a plain decimal
-    numeral), else None: ``"NaN"`` or ``"inf"`` compare with no bound, and a string another
-    reader takes for another sum is no amount: an exponent (``"5000e-3"``: 5000 to a parser
-    that stops at the ``e``), a point before three digits (``"5.000"``: five thousand where
-    a point groups thousands), spaces, separators or digits of another script."""
-    if isinstance(value, bool) or (isinstance(value, str) and not _NUMERAL.fullmatch(value)):
-        return None
-    try:
-        figure = float(value)
-    except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
-        return None
-    return figure if math.isfinite(figure) else None
 
 
 class ProvenancePolicy(Policy):

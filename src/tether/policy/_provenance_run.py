@@ -34,8 +34,8 @@ from tether.policy._rules import HARNESS_SOURCE
 
 __all__ = [
     "ERROR",
-    "PAYING",
     "REACHED",
+    "SENT",
     "calls_before",
     "history",
     "index_for",
@@ -301,4 +301,4 @@ def _observed(obs: Any) -> float:
 
 
 REACHED = frozenset({"ok", "error", "crashed"})  # a call that reached its tool (it may have written)
-PAYING = REACHED | {"proposed"}  # and a call of the same turn, decided before it and not refused
+SENT = REACHED | {"proposed"}  # or of the same turn, decided before it and not refused: it runs
