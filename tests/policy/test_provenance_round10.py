@@ -1,6 +1,7 @@
-"""A tenth round of attacks by a reader of the provenance rules (helper ``attack10``), aimed at
-what a ``cumulative`` amount counts: "the earlier calls of the run and of the runs before it in
-the same request — a subagent and its parent, workflow nodes — so no splitting".
+"""A tenth round of attacks by a reader of the provenance rules (helper ``attack10``), aimed
+mostly at what the rules read across calls ("``cumulative`` counts the earlier calls of the run
+and of the runs before it in the same request [...] so no splitting") and at what they read
+from the request and from a result cut past its limit.
 
 1. **a payment split between calls of one model turn**: every call a turn proposes is decided
    before any of them runs, and the sum already paid counted only calls that had run, so two
@@ -34,7 +35,7 @@ the same request — a subagent and its parent, workflow nodes — so no splitti
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
 that the legitimate version of the same task still runs unreviewed. The worlds are round six's
-(``World``, ``Bank``, ``RULES``, ``TRUST``).
+(``World``, ``Bank``, ``RULES``, ``TRUST``) and, for the vault's code, round three's travel world.
 """
 
 from __future__ import annotations
