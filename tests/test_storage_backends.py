@@ -93,12 +93,13 @@ def test_a_pause_is_one_per_question_answered_once_and_its_answer_handed_over_on
     with pytest.raises(ApprovalError) as info:
         blocking(stores.pauses.answer, p.id, "decline", None, actor="bo")
     assert info.value.reason == "not_pending"
+    assert blocking(stores.pauses.take_answer, p.question_key, "r2") is None  # another run asked it
     winners: list[Any] = []
 
     def take() -> None:  # four processes (each its own connection) race for the answer
         mine = open_stores(url)
         try:
-            winners.append(blocking(mine.pauses.take_answer, p.question_key))
+            winners.append(blocking(mine.pauses.take_answer, p.question_key, "r1"))
         finally:
             mine.close()
 

@@ -113,7 +113,9 @@ def test_a_question_is_answered_through_a_form_from_its_schema_and_validated_bef
     assert pause_status(world, pause_id) == ("answered", {"priority": "high", "minutes": 15, "urgent": True})
     # What the gate hands the server when the paused call runs again, by the question's key.
     store = PauseStore(world.root / "state.db")
-    taken = blocking(store.take_answer, question_key("notes", "add_note", ARGS, QUESTION, SCHEMA))
+    taken = blocking(
+        store.take_answer, question_key("notes", "add_note", ARGS, QUESTION, SCHEMA), world.run_a
+    )
     store.close()
     assert taken is not None and taken.answer == {"priority": "high", "minutes": 15, "urgent": True}
     assert taken.answered_by == "console:ana"

@@ -76,7 +76,7 @@ async def _carry_on(stores: object) -> None:
     [pause] = await stores.pauses.pending()  # type: ignore[attr-defined]
     assert pause.run_id == "run-77" and pause.arguments == {"order": "742"}
     await stores.pauses.answer(pause.id, "accept", {"w": "Lyon"}, actor="ops")  # type: ignore[attr-defined]
-    taken = await stores.pauses.take_answer(pause.question_key)  # type: ignore[attr-defined]
+    taken = await stores.pauses.take_answer(pause.question_key, "run-77")  # type: ignore[attr-defined]
     assert taken.answer == {"w": "Lyon"}
     recalled = await stores.memory.read("order:742", scope="tenant:alpha", roles={"support"}, now=NOW)  # type: ignore[attr-defined]
     assert [r.record.claim for r in recalled.records] == ["Ships to the Lyon depot."]

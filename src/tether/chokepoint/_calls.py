@@ -204,16 +204,21 @@ async def _settle_one(
     assert o.spec is not None and o.arguments is not None
     s, t = scope.state, scope.tracer
     stored = await _proposal(approvals, o, scope)
+    # What runs is the stored row: it must still be what was proposed (and shown to the
+    # reviewer), its arguments hashing to its content hash, not only name that hash.
+    mismatch = None if approvals.intact(stored) else "tampered"
     if stored.content_hash != content_hash(o.spec.name, o.arguments) or stored.tenant != s.context.tenant:
+        mismatch = "content_mismatch"
+    if mismatch is not None:
         t.emit(
             EventKind.APPROVAL_DENIED,
             proposal_id=stored.id,
             call_id=o.call.id,
             tool=o.spec.name,
-            reason="content_mismatch",
+            reason=mismatch,
         )
-        turn.refused.append(f"{stored.id}: content_mismatch")
-        s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", "content_mismatch"))
+        turn.refused.append(f"{stored.id}: {mismatch}")
+        s.calls.append(CallRecord(o.call.id, o.call.name, o.call.arguments, "denied", mismatch))
         return o
     decided = {
         "proposal_id": stored.id,

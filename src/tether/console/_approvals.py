@@ -188,6 +188,11 @@ class _Facts:
             provenance, source = {}, "no run state: proposed through the desk, not by a model"
         return cls(p, arguments, policy, masked, redactor, sources.approvals.intact(p), provenance, source)
 
+    def repeats_secret(self, value: Any) -> bool:
+        """Whether a shown argument's value hides text because it repeats a declared secret's (the
+        model wrote both: what it hides there, nobody reviews unless it is said)."""
+        return bool(self.masked) and redact_value(value, self.redactor) != value
+
     def targets(self) -> list[dict[str, Any]]:
         """Up to four arguments that name what the call acts on (recipient, amount, path …)."""
         out = []
@@ -206,7 +211,7 @@ class _Facts:
     def flags(self) -> list[dict[str, str]]:
         """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
         hidden characters, a declared secret, a row that no longer matches its hash."""
-        untrusted, composed, looks, hidden = set(), set(), [], []
+        untrusted, composed, looks, hidden, copies = set(), set(), [], [], []
         for arg, items in self.provenance.items():
             for item in items:
                 origins = [str(o) for o in item.get("origins") or []]
@@ -219,6 +224,8 @@ class _Facts:
                 hidden.append(name)
             if name in self.masked:
                 continue
+            if self.repeats_secret(value):
+                copies.append(name)
             for text in _strings(value):
                 for found in find_names(text, limit=10):
                     check = check_name(found)
@@ -238,6 +245,7 @@ class _Facts:
             ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),
             ("hidden", "hidden characters in: ", ", ".join(dict.fromkeys(hidden))),
             ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
+            ("secret_copy", "repeats a secret's value, shown [REDACTED]: ", ", ".join(copies)),
         ):
             if names:
                 flags.append({"kind": kind, "text": text + names})
@@ -251,6 +259,7 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
             "name": name,
             "value": None,
             "secret": True,
+            "repeats_secret": False,
             "chars": chars,
             "cut": False,
             "shown": "",
@@ -258,12 +267,14 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
             "names": [],
             "hidden": [],
         }
+    repeats = facts.repeats_secret(value)
     value = redact_value(value, facts.redactor)
     text = pretty_json(value)
     return {
         "name": name,
         "value": value,
         "secret": False,
+        "repeats_secret": repeats,
         "chars": len(value) if isinstance(value, str) else len(text),
         "cut": len(text) > SHOWN_CHARS,
         "shown": text[:SHOWN_CHARS],

@@ -423,7 +423,7 @@ class ElicitationGate(RequestGate):
         prompt = ElicitationPrompt(self.server, tool, "form", message, schema)
         if self.pauses is not None and call is not None:
             stored = await self.pauses.take_answer(
-                question_key(self.server, call.tool, call.arguments, message, schema)
+                question_key(self.server, call.tool, call.arguments, message, schema), call.run_id
             )
             if stored is not None:
                 self._event(stored.action or "cancel", tool=tool, pause_id=stored.id, answered_by="resume")

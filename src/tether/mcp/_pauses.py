@@ -144,11 +144,13 @@ def _answer(
     return current
 
 
-def _take_answer(conn: Connection, key: str) -> Pause | None:
-    # Handed over once: a concurrent taker (PostgreSQL) passes over the row this one holds.
+def _take_answer(conn: Connection, key: str, run_id: str) -> Pause | None:
+    # Handed over once: a concurrent taker (PostgreSQL) passes over the row this one holds. Only
+    # to the run it was given for: another run asking the same question (another tenant's too)
+    # was answered by nobody.
     row = conn.execute(
         select(T.c.id)
-        .where(T.c.question_key == key, T.c.status == "answered")
+        .where(T.c.question_key == key, T.c.run_id == run_id, T.c.status == "answered")
         .order_by(T.c.answered_at, insertion_order(conn, T))
         .limit(1)
         .with_for_update(skip_locked=True)
@@ -200,7 +202,7 @@ class Pauses(Protocol):
         self, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
     ) -> Pause: ...
 
-    async def take_answer(self, key: str) -> Pause | None: ...
+    async def take_answer(self, key: str, run_id: str) -> Pause | None: ...
 
     async def complete(self, pause_id: str, outcome: str) -> None: ...
 
@@ -282,9 +284,10 @@ class PauseStore(SqlStore):
         """Record a validated answer once. Raises ``ApprovalError`` if it is not pending."""
         return await self.db.write(_answer, pause_id, action, content, actor)
 
-    async def take_answer(self, key: str) -> Pause | None:
-        """The answered pause for this question, marked used (an answer is handed over once)."""
-        return await self.db.write(_take_answer, key)
+    async def take_answer(self, key: str, run_id: str) -> Pause | None:
+        """The answered pause for this question of ``run_id``, marked used (an answer is handed
+        over once, and only to the run whose question it answered)."""
+        return await self.db.write(_take_answer, key, run_id)
 
     async def complete(self, pause_id: str, outcome: str) -> None:
         await self.db.write(_complete, pause_id, outcome)

@@ -30,6 +30,7 @@ from tether.core._names import name_set
 from tether.errors import ApprovalError
 from tether.policy._intake import Proposal, content_hash
 from tether.policy._ledger import EffectOutcome, Reconciler, _owner, idempotency_key, owner_dead
+from tether.policy._record import policy_record
 from tether.policy._store import (
     ApprovalEvent,
     ApprovalStore,
@@ -201,8 +202,7 @@ class Approvals:
     ) -> None:
         """Why the policy asked for approval (rule, reason, argument provenance, the arguments the
         tool declares secret) in the proposal's history, where a reviewer reads it."""
-        why = {"rule": rule, "reason": reason, **details}
-        detail = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)[:8000]
+        detail = policy_record({"rule": rule, "reason": reason, **details})  # whole JSON, bounded
         await self.store.add_event(
             proposal_id, "policy", actor=f"rule:{rule}", detail=detail, now=self.clock()
         )
