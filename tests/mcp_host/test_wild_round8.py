@@ -1,0 +1,113 @@
+"""Wild servers, round eight (``wild8_server.py``, written by hand, over real stdio): a server
+that floods the host with requests of its own while it has stopped reading what the host sends
+(the host's answers fill its stdin). It runs next to an honest server, and both are checked: the
+hostile one is contained (bounded memory, the call's deadline kept, the next call told why at
+once), the honest one serves."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcp._tasks import MAX_UNSENT
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
+
+from .conftest import approve, script, write_config
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
+
+SERVER = Path(__file__).with_name("wild8_server.py")
+
+
+def w8(name: str, mode: str = "honest", **extra: Any) -> dict[str, Any]:
+    """The server in ``mode``, unconfined (launched faster)."""
+    return {
+        "name": name,
+        "command": [sys.executable, str(SERVER)],
+        "env": {"W8_MODE": mode, **extra.pop("env", {})},
+        "mode": "legacy",
+        "effects": {"lookup": "read"},
+        "timeout_s": 20,
+        "sandbox": "none",
+        **extra,
+    }
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pins approving ``lookup`` for servers x and ok (the pin is for the command, the same in
+    every mode: saves two launches a test)."""
+    folder = tmp_path_factory.mktemp("w8pins")
+    config = write_config(folder, [w8("x"), w8("ok")])
+
+    async def go() -> None:
+        for name in ("x", "ok"):
+            await approve(config, name)
+
+    anyio.run(go)
+    return folder / "pins.db"
+
+
+def _trace(run: Any) -> list[dict[str, Any]]:
+    assert run.result.trace_path is not None
+    return read_trace(run.result.trace_path)
+
+
+def _took(events: list[dict[str, Any]], call_id: str) -> float:
+    """Seconds from a call's proposal to its observation, from the trace."""
+    at = {e["kind"]: datetime.fromisoformat(e["ts"]) for e in events if e.get("call_id") == call_id}
+    return (at["tool_observation"] - at["tool_proposed"]).total_seconds()
+
+
+async def test_a_request_storm_to_a_host_the_server_no_longer_reads_is_bounded_and_keeps_the_deadline(
+    tmp_path: Path, pins: Path
+) -> None:
+    """20 000 pings while the server reads nothing more: the SDK spawned a task for each, blocked
+    writing its answer to the full stdin (tens of thousands of tasks: memory grew with the
+    storm), and the call's cancellation waited 5 s more on the SDK's courtesy cancel (a 4 s
+    timeout took 9 s). Now at most ``MAX_UNSENT`` of the host's messages wait for the server;
+    past that an answer or notice is dropped (traced once) and a request fails at once, naming
+    why; the other server serves."""
+    config = write_config(tmp_path, [w8("x", "storm", timeout_s=4), w8("ok")], pins_from=pins)
+    steps = script(
+        ("x__lookup", {"key": "a"}),
+        ("ok__lookup", {"key": "d"}),
+        ("x__lookup", {"key": "b"}),
+        ("x__lookup", {"key": "c"}),
+        "done",
+    )
+    peak = 0
+
+    async def count_tasks() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, len(asyncio.all_tasks()))
+            await anyio.sleep(0.05)
+
+    started = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(count_tasks)
+        run = await run_question(config, "Q", steps)
+        tg.cancel_scope.cancel()
+    took = time.monotonic() - started
+    events = _trace(run)
+    said = [(o.tool, o.text) for o in run.result.observations]
+    assert [tool for tool, _ in said] == ["x__lookup", "ok__lookup", "x__lookup", "x__lookup"]
+    assert "value-of-a" in said[0][1] and "value-of-d" in said[1][1]
+    assert "timed out after 4s" in said[2][1] and _took(events, "call_3_0") < 4 + 2  # before: 9 s
+    assert "not reading what the host sends" in said[3][1] and _took(events, "call_4_0") < 2  # before: 9 s
+    assert peak < 10 * MAX_UNSENT  # before: over 10 000
+    dropped = [e for e in events if e["kind"] == "mcp_connection" and e.get("action") == "unsent_dropped"]
+    assert dropped and dropped[0]["server"] == "x" and dropped[0]["waiting"] == MAX_UNSENT
+    # Unavailable twice, the run ends on it (as after two timeouts, only sooner).
+    assert run.result.stop_reason is StopReason.DEPENDENCY_UNAVAILABLE
+    assert took < 20

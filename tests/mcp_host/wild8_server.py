@@ -1,0 +1,76 @@
+"""A stdio MCP server written by hand (no SDK: it starts in milliseconds and breaks the protocol
+at will), for the eighth round of wild servers. It serves ``lookup`` (which answers
+``value-of-<key>``); ``W8_MODE`` picks what it does wrong on the second and later
+``tools/call``; ``honest`` (the default) does nothing wrong.
+
+Modes: ``storm`` sends ``W8_STORM`` (default 20 000) pings of its own and never reads again (it
+neither answers the call nor reads the host's answers, which fill its stdin: the host's writes to
+it block), sleeping a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+MODE = os.environ.get("W8_MODE", "honest")
+out = sys.stdout.buffer
+state = {"calls": 0}
+LOOKUP = {
+    "name": "lookup",
+    "description": "Looks up a key.",
+    "inputSchema": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+}
+
+
+def send(message: dict[str, Any]) -> None:
+    out.write(json.dumps(message).encode() + b"\n")
+    out.flush()
+
+
+def call(ident: Any, params: dict[str, Any]) -> None:
+    state["calls"] += 1
+    key = (params.get("arguments") or {}).get("key")
+    if state["calls"] > 1 and MODE == "storm":
+        pings = b"".join(
+            b'{"jsonrpc": "2.0", "id": "p%d", "method": "ping"}\n' % n
+            for n in range(int(os.environ.get("W8_STORM", "20000")))
+        )
+        out.write(pings)
+        out.flush()
+        time.sleep(60)
+    send(
+        {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"value-of-{key}"}]}}
+    )
+
+
+def main() -> None:
+    for raw in sys.stdin.buffer:
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            continue
+        method, ident = message.get("method"), message.get("id")
+        if ident is None or method is None:  # a notification, or the host's answer to a request
+            continue
+        params = message.get("params") or {}
+        if method == "initialize":
+            result = {
+                "protocolVersion": params.get("protocolVersion"),
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": f"wild8-{MODE}", "version": "1"},
+            }
+            send({"jsonrpc": "2.0", "id": ident, "result": result})
+        elif method == "tools/list":
+            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": [LOOKUP]}})
+        elif method == "tools/call":
+            call(ident, params)
+        else:
+            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no {method}"}})
+
+
+if __name__ == "__main__":
+    main()
