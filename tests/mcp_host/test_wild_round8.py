@@ -14,11 +14,16 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 
+from tether.core.messages import AssistantMessage, Usage
 from tether.core.stop import StopReason
+from tether.mcp._config import SamplingConfig
+from tether.mcp._sampling import SamplingGate
 from tether.mcp._tasks import MAX_UNSENT
 from tether.mcphost._runner import run_question
+from tether.models._base import ModelRequest, ModelResponse
 from tether.trace._tracer import read_trace
 
 from .conftest import approve, script, write_config
@@ -111,3 +116,68 @@ async def test_a_request_storm_to_a_host_the_server_no_longer_reads_is_bounded_a
     # Unavailable twice, the run ends on it (as after two timeouts, only sooner).
     assert run.result.stop_reason is StopReason.DEPENDENCY_UNAVAILABLE
     assert took < 20
+
+
+class _SlowSampler:
+    """A sampling model that takes ``delay_s`` per answer, each ``tokens`` tokens."""
+
+    name = "sampler"
+
+    def __init__(self, delay_s: float, tokens: int = 10) -> None:
+        self.delay_s, self.tokens, self.requests = delay_s, tokens, 0
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        self.requests += 1
+        await anyio.sleep(self.delay_s)
+        return ModelResponse(
+            AssistantMessage(content="a summary"), Usage(self.tokens, self.tokens), "sampler"
+        )
+
+
+async def test_sampling_requests_sent_together_share_the_servers_budget_of_seconds(
+    tmp_path: Path, pins: Path
+) -> None:
+    """Five sampling requests at once, outside any call (no call's cap applies): each was checked
+    against the server's budget before any had used it, so all five ran together, each allowed
+    the whole ``max_seconds`` (0.8 s of model time allowed, 2.5 s used). Now one sample runs at a
+    time, each checked and charged before the next: one answered, the rest refused as the
+    budget is spent; the honest server serves."""
+    sampling = {
+        "enabled": True,
+        "max_calls": 5,
+        "max_calls_per_call": 5,
+        "max_seconds": 0.8,
+        "max_tokens": 64,
+    }
+    config = write_config(tmp_path, [w8("x", "sample_burst", sampling=sampling), w8("ok")], pins_from=pins)
+    sampler = _SlowSampler(0.5)
+    steps = script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), "done")
+    run = await run_question(config, "Q", steps, sampling_model=sampler, sampling_consent=lambda prompt: True)
+    assert "value-of-a sampled=1 refused=4" in run.seen("x__lookup")[0]  # before: sampled=5
+    assert sampler.requests == 2  # the second stopped when the budget's seconds ran out
+    rows = [e for e in _trace(run) if e["kind"] == "mcp_sampling"]
+    assert [r["outcome"] for r in rows].count("answered") == 1
+    assert all("budget exhausted" in r["reason"] for r in rows if r["outcome"] == "refused")
+    assert "value-of-b" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_sampling_requests_sent_together_share_the_servers_budget_of_tokens() -> None:
+    """The same at the gate, for tokens: 30 a sample, 50 allowed; five at once all ran (150)."""
+    gate = SamplingGate(
+        "s",
+        SamplingConfig(enabled=True, max_calls=10, max_total_tokens=50, max_tokens=20),
+        model=_SlowSampler(0.05, tokens=15),
+        consent=lambda prompt: True,
+    )
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))
+    answers: list[Any] = []
+
+    async def ask() -> None:
+        answers.append(await gate(None, types.CreateMessageRequestParams(messages=[message], max_tokens=20)))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(5):
+            tg.start_soon(ask)
+    sampled = [a for a in answers if isinstance(a, types.CreateMessageResult)]
+    assert len(sampled) == 2 and gate.budget.tokens == 60  # before: 5 and 150
+    assert all("60/50 tokens" in a.message for a in answers if isinstance(a, types.ErrorData))

@@ -18,7 +18,9 @@ from typing import Any
 
 MODE = os.environ.get("W8_MODE", "honest")
 out = sys.stdout.buffer
-state = {"calls": 0}
+state: dict[str, Any] = {"calls": 0, "answers": {}}
+lines = iter(sys.stdin.buffer)
+SAMPLES = int(os.environ.get("W8_SAMPLES", "5"))
 LOOKUP = {
     "name": "lookup",
     "description": "Looks up a key.",
@@ -42,34 +44,59 @@ def call(ident: Any, params: dict[str, Any]) -> None:
         out.write(pings)
         out.flush()
         time.sleep(60)
+    if MODE == "sample_burst":
+        while len(state["answers"]) < SAMPLES:  # the host's answers, read as they come
+            handle(json.loads(next(lines)))
+        sampled = sum("result" in a for a in state["answers"].values())
+        text = f"value-of-{key} sampled={sampled} refused={SAMPLES - sampled}"
+        send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
+        return
     send(
         {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"value-of-{key}"}]}}
     )
 
 
+def burst() -> None:
+    question = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "Summarise: hi"}}],
+        "maxTokens": 5,
+    }
+    for n in range(SAMPLES):
+        send({"jsonrpc": "2.0", "id": f"s{n}", "method": "sampling/createMessage", "params": question})
+
+
+def handle(message: dict[str, Any]) -> None:
+    method, ident = message.get("method"), message.get("id")
+    if method is None and ident is not None:  # the host's answer to a request of the server's
+        state["answers"][ident] = message
+        return
+    if ident is None:  # a notification
+        if method == "notifications/initialized" and MODE == "sample_burst":
+            burst()
+        return
+    params = message.get("params") or {}
+    if method == "initialize":
+        result = {
+            "protocolVersion": params.get("protocolVersion"),
+            "capabilities": {"tools": {"listChanged": True}},
+            "serverInfo": {"name": f"wild8-{MODE}", "version": "1"},
+        }
+        send({"jsonrpc": "2.0", "id": ident, "result": result})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": ident, "result": {"tools": [LOOKUP]}})
+    elif method == "tools/call":
+        call(ident, params)
+    else:
+        send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no {method}"}})
+
+
 def main() -> None:
-    for raw in sys.stdin.buffer:
+    for raw in lines:
         try:
             message = json.loads(raw)
         except ValueError:
             continue
-        method, ident = message.get("method"), message.get("id")
-        if ident is None or method is None:  # a notification, or the host's answer to a request
-            continue
-        params = message.get("params") or {}
-        if method == "initialize":
-            result = {
-                "protocolVersion": params.get("protocolVersion"),
-                "capabilities": {"tools": {"listChanged": True}},
-                "serverInfo": {"name": f"wild8-{MODE}", "version": "1"},
-            }
-            send({"jsonrpc": "2.0", "id": ident, "result": result})
-        elif method == "tools/list":
-            send({"jsonrpc": "2.0", "id": ident, "result": {"tools": [LOOKUP]}})
-        elif method == "tools/call":
-            call(ident, params)
-        else:
-            send({"jsonrpc": "2.0", "id": ident, "error": {"code": -32601, "message": f"no {method}"}})
+        handle(message)
 
 
 if __name__ == "__main__":
