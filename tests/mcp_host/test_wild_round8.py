@@ -19,7 +19,8 @@ import pytest
 
 from tether.core.messages import AssistantMessage, Usage
 from tether.core.stop import StopReason
-from tether.mcp._config import SamplingConfig
+from tether.mcp._config import ElicitationConfig, SamplingConfig
+from tether.mcp._elicitation import Answer, CallInfo, ElicitationGate, ScriptedResponder
 from tether.mcp._sampling import SamplingGate
 from tether.mcp._tasks import MAX_UNSENT
 from tether.mcphost._runner import run_question
@@ -181,3 +182,44 @@ async def test_sampling_requests_sent_together_share_the_servers_budget_of_token
     sampled = [a for a in answers if isinstance(a, types.CreateMessageResult)]
     assert len(sampled) == 2 and gate.budget.tokens == 60  # before: 5 and 150
     assert all("60/50 tokens" in a.message for a in answers if isinstance(a, types.ErrorData))
+
+
+async def test_questions_a_server_asks_outside_any_call_are_refused_and_the_person_never_asked(
+    tmp_path: Path, pins: Path
+) -> None:
+    """Six questions at once as soon as the server is initialized: no call in flight, so no call's
+    share (``max_questions_per_call``) applied, and the person was asked all six. Now a question
+    that belongs to no call is declined before anyone sees it; the calls serve."""
+    asking = w8("x", "ask_burst", env={"W8_SAMPLES": "6"}, elicitation={"enabled": True})
+    config = write_config(tmp_path, [asking, w8("ok")], pins_from=pins)
+    person = ScriptedResponder([Answer("accept", {"city": "Paris"})] * 6)
+    steps = script(("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), "done")
+    run = await run_question(config, "Q", steps, responder=person)
+    assert person.shown == []  # before: all six
+    assert "value-of-a decline=6" in run.seen("x__lookup")[0]
+    rows = [e for e in _trace(run) if e["kind"] == "mcp_elicitation"]
+    assert [r["reason"] for r in rows] == ["a question outside any tool call"] * 6
+    assert "value-of-b" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_question_while_several_calls_are_in_flight_counts_against_each() -> None:
+    """Two calls in flight: the question could belong to either, so it was charged to neither and
+    a server asked without limit. Now it counts against both; past their share it is refused,
+    and a gate used on its own (no calls known) still asks."""
+    first, second = CallInfo("r", "c1", "t", {}), CallInfo("r", "c2", "t", {})
+    person = ScriptedResponder([Answer("accept", {"city": "Paris"})] * 5)
+    gate = ElicitationGate(
+        "s",
+        ElicitationConfig(enabled=True, max_questions_per_call=3),
+        responder=person,
+        calls_in_flight=lambda: [first, second],
+    )
+    form = {"type": "object", "properties": {"city": {"type": "string"}}}
+    question = types.ElicitRequestFormParams(message="Which city?", requested_schema=form)
+    answers = [await gate(None, question) for _ in range(5)]
+    assert [a.action for a in answers] == ["accept"] * 3 + ["decline"] * 2  # before: five accepted
+    assert len(person.shown) == 3 and first.questions == second.questions == 5
+    alone = ElicitationGate(
+        "s", ElicitationConfig(enabled=True), responder=ScriptedResponder([Answer("cancel")])
+    )
+    assert (await alone(None, question)).action == "cancel"

@@ -51,6 +51,15 @@ def call(ident: Any, params: dict[str, Any]) -> None:
         text = f"value-of-{key} sampled={sampled} refused={SAMPLES - sampled}"
         send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
         return
+    if MODE == "ask_burst":
+        while len(state["answers"]) < SAMPLES:
+            handle(json.loads(next(lines)))
+        actions = [(a.get("result") or {}).get("action") for a in state["answers"].values()]
+        text = f"value-of-{key} " + " ".join(
+            f"{n}={actions.count(n)}" for n in sorted(set(map(str, actions)))
+        )
+        send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
+        return
     send(
         {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": f"value-of-{key}"}]}}
     )
@@ -65,6 +74,13 @@ def burst() -> None:
         send({"jsonrpc": "2.0", "id": f"s{n}", "method": "sampling/createMessage", "params": question})
 
 
+def ask_burst() -> None:
+    form = {"type": "object", "properties": {"city": {"type": "string"}}}
+    for n in range(SAMPLES):
+        question = {"mode": "form", "message": f"Question {n}: which city?", "requestedSchema": form}
+        send({"jsonrpc": "2.0", "id": f"q{n}", "method": "elicitation/create", "params": question})
+
+
 def handle(message: dict[str, Any]) -> None:
     method, ident = message.get("method"), message.get("id")
     if method is None and ident is not None:  # the host's answer to a request of the server's
@@ -73,6 +89,8 @@ def handle(message: dict[str, Any]) -> None:
     if ident is None:  # a notification
         if method == "notifications/initialized" and MODE == "sample_burst":
             burst()
+        if method == "notifications/initialized" and MODE == "ask_burst":
+            ask_burst()
         return
     params = message.get("params") or {}
     if method == "initialize":
