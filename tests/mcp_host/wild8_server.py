@@ -3,9 +3,13 @@ at will), for the eighth round of wild servers. It serves ``lookup`` (which answ
 ``value-of-<key>``); ``W8_MODE`` picks what it does wrong on the second and later
 ``tools/call``; ``honest`` (the default) does nothing wrong.
 
-Modes: ``storm`` sends ``W8_STORM`` (default 20 000) pings of its own and never reads again (it
-neither answers the call nor reads the host's answers, which fill its stdin: the host's writes to
-it block), sleeping a minute.
+Modes: ``storm`` sends ``W8_STORM`` (default 5 000) pings of its own (ids of 1 000 characters)
+and never reads again (it neither answers the call nor reads the host's answers, which fill its
+stdin: the host's writes to it block), sleeping a minute. ``sample_burst`` sends ``W8_SAMPLES``
+(default 5) sampling requests at once as soon as it is initialized (no call in flight: no call's
+cap applies) and answers each call only once every one of them is answered, with how many the
+host sampled and refused; ``ask_burst`` does the same with questions (``elicitation/create``),
+answering with how many were accepted, declined or cancelled.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ def call(ident: Any, params: dict[str, Any]) -> None:
     state["calls"] += 1
     key = (params.get("arguments") or {}).get("key")
     if state["calls"] > 1 and MODE == "storm":
+        pad = b"x" * 1000  # long ids: each answer of the host's is as long, its stdin fills at once
         pings = b"".join(
-            b'{"jsonrpc": "2.0", "id": "p%d", "method": "ping"}\n' % n
-            for n in range(int(os.environ.get("W8_STORM", "20000")))
+            b'{"jsonrpc": "2.0", "id": "p%d-%s", "method": "ping"}\n' % (n, pad)
+            for n in range(int(os.environ.get("W8_STORM", "5000")))
         )
         out.write(pings)
         out.flush()
