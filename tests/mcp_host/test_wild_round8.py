@@ -1,12 +1,17 @@
-"""Wild servers, round eight (``wild8_server.py``, written by hand, over real stdio): a server
-that floods the host with requests of its own while it has stopped reading what the host sends
-(the host's answers fill its stdin). It runs next to an honest server, and both are checked: the
-hostile one is contained (bounded memory, the call's deadline kept, the next call told why at
-once), the honest one serves."""
+"""Wild servers, round eight (``wild8_server.py``, written by hand, over real stdio; round six's
+Streamable HTTP server by hand): a server that floods the host with requests of its own while it
+has stopped reading what the host sends (its stdin full, or the host's POSTs held), sampling
+requests and questions sent together outside any call. Each runs next to an honest server, and
+both are checked: the hostile one is contained (bounded memory, the call's deadline kept, the
+next call told why at once, the server's budgets and the person's share of questions kept), the
+honest one serves."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import json
 import sys
 import time
 from datetime import datetime
@@ -26,8 +31,10 @@ from tether.mcp._tasks import MAX_UNSENT
 from tether.mcphost._runner import run_question
 from tether.models._base import ModelRequest, ModelResponse
 from tether.trace._tracer import read_trace
+from tether_testing.loopback import serving
 
 from .conftest import approve, script, write_config
+from .test_wild_round6 import _wild_http
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -223,3 +230,80 @@ async def test_a_question_while_several_calls_are_in_flight_counts_against_each(
         "s", ElicitationConfig(enabled=True), responder=ScriptedResponder([Answer("cancel")])
     )
     assert (await alone(None, question)).action == "cancel"
+
+
+def _storming_web() -> type[Any]:
+    """Round six's Streamable HTTP server (by hand), except: the call of ``b`` is answered by an
+    event stream of 3 000 pings of the server's own and no answer, and every answer the host
+    POSTs is held unacknowledged (10 s)."""
+    base_app = _wild_http("plain", [])
+
+    class App(base_app):  # type: ignore[misc,valid-type]  (a class made at run time)
+        def do_POST(self) -> None:
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            message = json.loads(raw)
+            if "method" not in message:  # the host's answer to a ping: never acknowledged
+                time.sleep(10)
+                return
+            if ((message.get("params") or {}).get("arguments") or {}).get("key") == "b":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                pings = (json.dumps({"jsonrpc": "2.0", "id": f"p{n}", "method": "ping"}) for n in range(3000))
+                with contextlib.suppress(OSError):
+                    self.wfile.write(b"".join(f"event: message\ndata: {p}\n\n".encode() for p in pings))
+                    self.wfile.flush()
+                    time.sleep(10)
+                return
+            connection, self.rfile = self.rfile, io.BytesIO(raw)  # the body again, for round six's
+            try:
+                super().do_POST()
+            finally:
+                self.rfile = connection  # (the next request on this connection comes from it)
+
+    return App
+
+
+async def test_a_request_storm_over_http_to_a_host_whose_answers_are_held_is_bounded_the_same_way(
+    tmp_path: Path, pins: Path
+) -> None:
+    """The same storm over Streamable HTTP: each answer POSTed waits for its acknowledgement (5 s,
+    ``ACK_WAIT_S``) before the next is sent, so the SDK's tasks answering pings piled up (about
+    3 000), the call's timeout of 4 s took 9 s and the next call waited out its own. Now
+    bounded, the deadline kept, and the next call told why at once."""
+    with serving(_storming_web()) as base:
+        web = {
+            "name": "web",
+            "url": f"{base}/mcp",
+            "mode": "legacy",
+            "effects": {"lookup": "read"},
+            "timeout_s": 4,
+        }
+        config = write_config(tmp_path, [web, w8("ok")], pins_from=pins)
+        await approve(config, "web")
+        steps = script(
+            ("web__lookup", {"key": "a"}),
+            ("ok__lookup", {"key": "d"}),
+            ("web__lookup", {"key": "b"}),
+            ("web__lookup", {"key": "c"}),
+            "done",
+        )
+        peak = 0
+
+        async def count_tasks() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, len(asyncio.all_tasks()))
+                await anyio.sleep(0.05)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(count_tasks)
+            run = await run_question(config, "Q", steps)
+            tg.cancel_scope.cancel()
+    events = _trace(run)
+    said = [(o.tool, o.text) for o in run.result.observations]
+    assert "value-of-a" in said[0][1] and "value-of-d" in said[1][1]
+    assert "timed out after 4s" in said[2][1] and _took(events, "call_3_0") < 4 + 2  # before: 9 s
+    assert "not reading what the host sends" in said[3][1] and _took(events, "call_4_0") < 2  # before: 4 s
+    assert peak < 10 * MAX_UNSENT  # before: about 3 000
+    assert any(e.get("action") == "unsent_dropped" and e["server"] == "web" for e in events)
