@@ -256,9 +256,11 @@ class CallInfo:
 
 
 class GateHooks(TypedDict, total=False):
-    """What a gate is given by its source: the call a request belongs to, and its trace."""
+    """What a gate is given by its source: the call a request belongs to (known when one is in
+    flight), every call in flight, and its trace."""
 
     current_call: Callable[[], CallInfo | None]
+    calls_in_flight: Callable[[], list[CallInfo]]
     on_event: Callable[[dict[str, Any]], None]
 
 
@@ -268,6 +270,8 @@ class RequestGate:
 
     server: str
     current_call: Callable[[], CallInfo | None] = field(default=lambda: None, kw_only=True)
+    # ``None``: not known (a gate used on its own); a request is then charged to ``current_call``.
+    calls_in_flight: Callable[[], list[CallInfo]] | None = field(default=None, kw_only=True)
     on_event: Callable[[dict[str, Any]], None] = field(default=lambda _event: None, kw_only=True)
 
 
@@ -392,6 +396,23 @@ class ElicitationGate(RequestGate):
                 record["reason"] = str(data["reason"])
             call.elicitations.append(record)
 
+    def _past_share(self, call: CallInfo | None) -> str | None:
+        """Why a question is refused before anyone sees it: it counts against each call it may
+        belong to (the one in flight, or every one of several), and one past its share of
+        questions refuses it; with no call in flight it belongs to none (a server's question
+        between calls was asked of the person without any cap)."""
+        calls = [call] if call is not None else []
+        if call is None and self.calls_in_flight is not None:
+            calls = self.calls_in_flight()
+            if not calls:
+                return "a question outside any tool call"
+        limit = self.config.max_questions_per_call
+        for each in calls:
+            each.questions += 1
+        if any(each.questions > limit for each in calls):
+            return f"more than {limit} questions in one call"
+        return None
+
     async def __call__(self, context: Any, params: Any) -> types.ElicitResult | types.ErrorData:
         import mcp_types as types
 
@@ -403,14 +424,9 @@ class ElicitationGate(RequestGate):
                 "declined", tool=tool, reason="elicitation not enabled for this server", message=message
             )
             return types.ElicitResult(action="decline")
-        if call is not None:
-            call.questions += 1
-            if call.questions > self.config.max_questions_per_call:
-                limit = self.config.max_questions_per_call
-                self._event(
-                    "refused", tool=tool, reason=f"more than {limit} questions in one call", message=message
-                )
-                return types.ElicitResult(action="decline")
+        if (why := self._past_share(call)) is not None:
+            self._event("refused", tool=tool, reason=why, message=message)
+            return types.ElicitResult(action="decline")
         if isinstance(params, types.ElicitRequestURLParams):
             return await self._url(params, tool, message)
         schema = dict(params.requested_schema)

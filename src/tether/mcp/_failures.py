@@ -11,6 +11,7 @@ import anyio
 
 from tether.errors import DependencyUnavailable, ToolError, UpstreamError
 from tether.mcp._connection import ConnectionLost, describe_error
+from tether.mcp._tasks import NOT_READING
 
 if TYPE_CHECKING:
     from tether.mcp._tasks import TaskRelay
@@ -88,6 +89,8 @@ def classify(server: str, err: BaseException) -> ToolError:
                 "happen: it needs elicitation with url_mode enabled for this server and a person at the "
                 "terminal (--ask console) who consents"
             )
+        if getattr(inner, "code", None) == NOT_READING:  # (``TaskRelay``): the server reads nothing
+            return Unavailable(f"server {server} is unavailable: {inner}", cause="not_reading")
         if getattr(inner, "code", None) == AUTH_REFUSED:  # a 401 or 403 (``_httpcap``): retrying cannot help
             return DependencyUnavailable(
                 f"server {server} refused the host: {inner}",

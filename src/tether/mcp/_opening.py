@@ -40,7 +40,7 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
     from tether.mcp._serverlog import log_notifications
 
     # Every message passes the relay, which also sends the host's own task requests.
-    relay = TaskRelay(lambda: source.protocol_version)
+    relay = TaskRelay(lambda: source.protocol_version, on_unsent=_unsent_dropped(source))
     transport = relay.wrap(transport)
 
     # Log notifications go to the trace (2026-07-28 servers send them only when asked: log_level).
@@ -67,6 +67,30 @@ async def open_client(source: McpServerSource, stack: AsyncExitStack) -> Any:
     source._relays[id(client)] = relay
     stack.callback(source._relays.pop, id(client), None)
     return client
+
+
+def _unsent_dropped(source: McpServerSource) -> Callable[[int], None]:
+    """Told when the host's messages to the server begin to be dropped, the server reading none
+    (``TaskRelay``): traced and shown once as each such overflow begins."""
+    from tether.mcp._tasks import MAX_UNSENT
+
+    def told(dropped: int) -> None:
+        import logging
+
+        why = f"the server is not reading what the host sends ({MAX_UNSENT} messages wait for it)"
+        logging.getLogger("tether.mcp").warning(
+            "[%s] %s: the host's answers to it are dropped", source.name, why
+        )
+        source.emit(
+            EventKind.MCP_CONNECTION,
+            server=source.name,
+            action="unsent_dropped",
+            cause=why,
+            waiting=MAX_UNSENT,
+            dropped=dropped,
+        )
+
+    return told
 
 
 def shielded(

@@ -3,7 +3,9 @@
 Denied unless the server is opted in. A consent hook sees the exact prompt; the server's system
 prompt is shown but never sent, and ``includeContext`` other than ``none`` is refused. Each
 server has its own budget (calls, seconds, tokens) and a per-call cap, separate from the run's;
-tool calls are never offered to the model.
+tool calls are never offered to the model. A server's samples run one at a time, each checked
+against the budget when its turn comes and charged before the next is checked (requests sent
+together each got the whole remaining budget).
 """
 
 from __future__ import annotations
@@ -59,8 +61,9 @@ class SamplingBudget:
     tokens: int = 0
     events: list[str] = field(default_factory=list)
 
-    def exhausted(self) -> str | None:
-        if self.calls >= self.max_calls:
+    def exhausted(self, *, calls: bool = True) -> str | None:
+        """Why no more may be sampled (``calls=False``: by seconds and tokens only)."""
+        if calls and self.calls >= self.max_calls:
             return f"sampling budget exhausted: {self.calls}/{self.max_calls} calls used"
         if self.seconds >= self.max_seconds:
             return f"sampling budget exhausted: {self.seconds:.1f}/{self.max_seconds:g} seconds used"
@@ -87,6 +90,7 @@ class SamplingGate(RequestGate):
     model: Model | None = field(default=None, kw_only=True)
     consent: Consent | None = field(default=None, kw_only=True)
     budget: SamplingBudget = field(init=False)
+    _running: anyio.Event | None = field(default=None, init=False)  # set when the sample running ends
 
     def __post_init__(self) -> None:
         c = self.config
@@ -112,7 +116,21 @@ class SamplingGate(RequestGate):
                 prompt = prompt if verdict else "the person did not consent"
         if isinstance(prompt, str):
             return self._refuse(prompt, tool=tool)
-        return await self._sample(prompt, tool)
+        # The call is counted now (the consent may have waited: others may have used the budget),
+        # so at most ``max_calls`` requests ever wait for their turn below.
+        if (why := self.budget.exhausted()) is not None:
+            return self._refuse(why, tool=tool)
+        self.budget.calls += 1
+        while self._running is not None:  # one sample at a time, each charged before the next
+            await self._running.wait()
+        self._running = ended = anyio.Event()
+        try:
+            if (why := self.budget.exhausted(calls=False)) is not None:
+                return self._refuse(why, tool=tool)
+            return await self._sample(prompt, tool)
+        finally:
+            self._running = None
+            ended.set()
 
     def _refusal(self, params: types.CreateMessageRequestParams, call: CallInfo | None) -> str | None:
         """Why this request is refused before anyone sees it (``None``: it may go on)."""
@@ -148,7 +166,6 @@ class SamplingGate(RequestGate):
             metadata={"purpose": "mcp_sampling", "server": self.server},
         )
         started = time.monotonic()
-        self.budget.calls += 1
         try:
             with anyio.fail_after(self.budget.max_seconds - self.budget.seconds):
                 response = await self.model.complete(request)

@@ -196,7 +196,11 @@ class McpServerSource:
 
     def gate_hooks(self, kind: EventKind) -> GateHooks:
         """What a gate on this server's requests is given: its call, and its trace as ``kind``."""
-        return {"current_call": self.current_call, "on_event": self.event_sink(kind)}
+        return {
+            "current_call": self.current_call,
+            "calls_in_flight": lambda: list(self._inflight),
+            "on_event": self.event_sink(kind),
+        }
 
     async def _on_message(self, message: Any) -> None:
         method = getattr(getattr(message, "root", message), "method", None) or getattr(

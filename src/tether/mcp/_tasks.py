@@ -7,6 +7,12 @@ taking their answers first. ``run_task`` creates the task, polls ``tasks/get`` (
 to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, any other is
 dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
 ``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
+
+The relay also bounds what the host has sent but the server has not read: at most ``MAX_UNSENT``
+messages wait for it. Past that (a server that stopped reading its input, while it may still
+send), an answer or notice of the host's is dropped and a request of the host's fails at once
+(``NOT_READING``), so neither the SDK's tasks answering the server's requests nor a call's
+courtesy cancel wait on a server that reads nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +28,16 @@ import anyio
 
 from tether.errors import UpstreamError
 
-__all__ = ["MAX_POLL_S", "MIN_POLL_S", "Parked", "TaskRelay", "run_task", "task_required"]
+__all__ = [
+    "MAX_POLL_S",
+    "MAX_UNSENT",
+    "MIN_POLL_S",
+    "NOT_READING",
+    "Parked",
+    "TaskRelay",
+    "run_task",
+    "task_required",
+]
 
 MIN_POLL_S = 0.05
 MAX_POLL_S = 5.0
@@ -31,6 +46,9 @@ _SETTLED = _ENDED | {"input_required"}  # a status that ends the wait (a notific
 _HEARD = 64  # settled statuses kept from notifications not yet waited on (oldest dropped)
 _PREFIX = "tether-task-"
 _STATUS = "notifications/tasks/status"
+MAX_UNSENT = 64  # the host's messages waiting for a server to read them, at most
+# A request of the host's refused because the server is not reading (outside the reserved band).
+NOT_READING = -31408
 
 
 class TaskRequestFailed(Exception):
@@ -58,8 +76,15 @@ def task_required(definition: dict[str, Any]) -> bool:
 class TaskRelay:
     """One connection's message relay (see the module's docstring)."""
 
-    def __init__(self, version: Callable[[], str | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        version: Callable[[], str | None] = lambda: None,
+        on_unsent: Callable[[int], None] | None = None,
+    ) -> None:
         self._version = version  # the connection's negotiated protocol version, once known
+        self._on_unsent = on_unsent  # told the count dropped so far, once as each overflow begins
+        self.unsent_dropped = 0  # the host's answers and notices dropped, the server not reading
+        self._overflowing = False
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
         self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
         self._ids = itertools.count(1)
@@ -76,7 +101,8 @@ class TaskRelay:
             inner_read, inner_write = streams[0], streams[1]
             to_sdk, sdk_read = anyio.create_memory_object_stream[Any](0)
             sdk_write, from_sdk = anyio.create_memory_object_stream[Any](0)
-            self._send = inner_write
+            unsent, unsent_read = anyio.create_memory_object_stream[Any](MAX_UNSENT)
+            self._send = unsent
 
             async def inbound() -> None:
                 try:
@@ -104,20 +130,35 @@ class TaskRelay:
 
             async def outbound() -> None:
                 try:
-                    async with from_sdk:
+                    async with from_sdk, unsent:
                         async for item in from_sdk:
                             sent: Any = getattr(item, "message", None)
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
                                 if not (sent.params or {}).get("cursor"):  # a new listing begins
                                     self.dropped = {}
+                            try:
+                                unsent.send_nowait(item)
+                            except anyio.WouldBlock:
+                                self._unread(sent, tg, to_sdk)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    pass
+
+            async def pump() -> None:
+                """The host's messages to the server, in order, as fast as it reads them."""
+                try:
+                    async with unsent_read:
+                        async for item in unsent_read:
                             await inner_write.send(item)
+                            if not unsent_read.statistics().current_buffer_used:
+                                self._overflowing = False
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     pass
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(inbound)
                 tg.start_soon(outbound)
+                tg.start_soon(pump)
                 try:
                     yield (sdk_read, sdk_write, *streams[2:])
                 finally:
@@ -139,6 +180,32 @@ class TaskRelay:
         self.dropped.update(dropped)
         answer = item.message.model_copy(update={"result": usable})
         return SessionMessage(answer, metadata=item.metadata)
+
+    def _unread(self, message: Any, tg: Any, to_sdk: Any) -> None:
+        """``MAX_UNSENT`` of the host's messages wait for a server not reading them: a request of
+        the host's fails at once (its answer made here); an answer or notice is dropped."""
+        import mcp_types as types
+        from mcp.shared.message import SessionMessage
+
+        ident = getattr(message, "id", None)
+        if ident is not None and hasattr(message, "method"):
+            self._listings.discard(ident)
+            why = f"the server is not reading what the host sends ({MAX_UNSENT} messages wait for it)"
+            error = types.JSONRPCError(
+                jsonrpc="2.0", id=ident, error=types.ErrorData(code=NOT_READING, message=why)
+            )
+
+            async def refuse() -> None:
+                with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    await to_sdk.send(SessionMessage(error))
+
+            tg.start_soon(refuse)
+            return
+        self.unsent_dropped += 1
+        if not self._overflowing:
+            self._overflowing = True
+            if self._on_unsent is not None:
+                self._on_unsent(self.unsent_dropped)
 
     def _close(self) -> None:
         self.closed = True

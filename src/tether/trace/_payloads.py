@@ -116,9 +116,8 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
     },
     EventKind.MCP_CONNECTION: {
         "server": Required[str],
-        "action": Required[
-            str
-        ],  # lost | restarting | new_session | http_error | quarantined | listening | relisted
+        # lost | restarting | new_session | http_error | quarantined | listening | relisted | unsent_dropped
+        "action": Required[str],
         "phase": str,
         "cause": str,
         "attempt": int,
@@ -126,6 +125,8 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "why": str,
         "stderr_tail": list[str],
         "sandbox_hint": str | None,
+        "waiting": int,  # unsent_dropped: the host's messages waiting for the server to read them
+        "dropped": int,  # unsent_dropped: the host's answers and notices dropped so far
     },
     EventKind.MCP_SANDBOX: {
         **_SANDBOX,
