@@ -2,8 +2,8 @@
 for what another attempt may get past, ``ModelError`` for what it will not, each with a detail
 that says what happened and, where the fix is the caller's, what to fix.
 
-- An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
-  server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
+- An HTTP error status (``Failures.status``): 429, 408, 409, 425, 5xx and 529 are retried (with
+  the server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
   the key variable; 404 names the model and URL; a redirect is not followed (it could carry
   the key to another host) and names its target; another 3xx (a 304) is no answer either;
   any other status is final. The body is read
@@ -34,6 +34,7 @@ from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
 __all__ = [
+    "AGAIN_STATUSES",
     "COMPRESSIONS",
     "QUOTA_KINDS",
     "RETRYABLE_KINDS",
@@ -66,6 +67,10 @@ RETRYABLE_KINDS = frozenset(
 # Kinds a 429 carries when the account, not the rate, is the limit: no wait lifts it (OpenAI's
 # ``insufficient_quota``: "You exceeded your current quota").
 QUOTA_KINDS = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+# Statuses under 500 that say the request may be sent again as it is: 408 Request Timeout, 409
+# Conflict, 425 Too Early (RFC 8470: the server would not risk a replay; the client may retry),
+# 429 Too Many Requests (``Failures.status`` reads its quota kinds first).
+AGAIN_STATUSES = frozenset({408, 409, 425, 429})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})  # the statuses that send the client elsewhere
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
@@ -129,7 +134,7 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
     if any(n.lower() in RETRYABLE_KINDS for n in names):
         return kind, message, True
     if numeric is not None:
-        return kind or str(numeric), message, numeric >= 500 or numeric in (408, 409, 429)
+        return kind or str(numeric), message, numeric >= 500 or numeric in AGAIN_STATUSES
     return kind, message, (False if names else None)
 
 
@@ -164,7 +169,7 @@ class Failures:
                     f"{self.label}: {detail} (a quota or billing limit, not a rate: not retried)"
                 )
             return Retryable("rate_limited", detail, retry_after(headers))
-        if status >= 500 or status in (408, 409):
+        if status >= 500 or status in AGAIN_STATUSES:
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
             return Retryable(kind_name, detail, retry_after(headers))
         if 300 <= status < 400 and (status in _REDIRECTS or headers.get("location")):

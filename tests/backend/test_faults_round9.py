@@ -1,0 +1,100 @@
+"""A ninth round of held-out faults and legitimate variants, driven as the others are
+(``test_faults_heldout.run_case``: an agent file naming ``model.provider`` and ``tether run`` in
+process) against real servers on 127.0.0.1; each case runs where its path differs
+(``Round4.at``).
+
+Variants end ``accepted`` with the answer: a ``425 Too Early`` (RFC 8470: the request may be
+sent again) then a good answer; an error object in a 200 answer, whole or mid-stream, whose
+``retry-after`` the next try waits for (as a 429's or 503's is); a ``503`` whose ``retry-after``
+is a fraction of a second; a Responses call whose ``output_item.done`` and terminal output leave
+its arguments out, or whose done item does and the terminal output is empty (the deltas said
+them: the call runs with them, not with none).
+
+Faults end with a typed stop and a non-zero exit: a Responses answer ``completed`` whose output
+item says it is ``incomplete`` (the worse word wins, as for ``incomplete_details``); a streamed
+Responses terminal event whose response carries an error object (as a whole answer's does).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from test_faults_heldout import ANSWER, ORDER, good, run_case, twice
+from test_faults_round3 import assert_outcome, walk
+from test_faults_round4 import SERVERS4, Round4, round_params
+
+from tether_testing.fake_server import Reply
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
+
+
+@dataclass(frozen=True)
+class Round9(Round4):
+    waits_s: float = 0.0  # the least the run takes: a retry-after it must honour
+
+
+# -- edits ---------------------------------------------------------------------------------------
+
+RATE = {"error": {"message": "slow down, retry later", "type": "rate_limit_error"}}
+
+
+def error_in_200(p: str, stream: bool, **headers: str) -> Reply:
+    """A 200 answer that is an error object (whole), or whose stream reports one after its
+    opening events, with ``headers``."""
+    if stream:
+        return Reply.text(ANSWER, headers=headers, edit=lambda items: [*items[:2], RATE])
+    return Reply.text(ANSWER, headers=headers, edit=lambda items: [RATE])
+
+
+def item_status(status: str) -> Any:
+    """Responses: every message item (done, and in the terminal output) says ``status``."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        return walk(items, lambda d: d.update(status=status) if d.get("type") == "message" else None)
+
+    return edit
+
+
+def done_without_arguments(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Responses: the call's ``output_item.done`` item and the terminal output's leave out its
+    ``arguments`` (the deltas and ``arguments.done`` said them)."""
+
+    def fix(d: dict[str, Any]) -> None:
+        if d.get("type") == "function_call":
+            d.pop("arguments", None)
+
+    return walk(items, fix)
+
+
+def done_without_arguments_output_empty(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Responses: as ``done_without_arguments``, and the terminal event lists no output."""
+    items = done_without_arguments(p, stream, items)
+    items[-1]["response"]["output"] = []
+    return items
+
+
+def terminal_error(items: list[Any]) -> list[Any]:
+    """Responses: the terminal event's response carries an error object beside its status."""
+    items[-1]["response"]["error"] = {"code": "server_error", "message": "the upstream died"}
+    return items
+
+
+CASES = [
+    # -- legitimate variants: accepted with the answer ----------------------------------------
+    Round9("425_too_early_then_good", lambda p, s: [Reply(status=425, body=b"Too Early", headers={
+        "retry-after": "1"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3, waits_s=1.0,
+           at=("chat/whole/http", "anthropic/stream/sdk", "responses/whole/sdk")),
+]  # fmt: skip
+
+PARAMS = round_params(CASES)
+
+
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)
+def test_a_round9_fault_ends_honestly_and_a_variant_is_accepted(
+    tmp_path: Any, case: Round9, provider: str, mode: str, transport: str
+) -> None:
+    code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4)
+    assert_outcome(case, code, out, requests, took)
+    assert took >= case.waits_s, (took, case.waits_s)
