@@ -86,6 +86,13 @@ CASES = [
     Round9("425_too_early_then_good", lambda p, s: [Reply(status=425, body=b"Too Early", headers={
         "retry-after": "1"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3, waits_s=1.0,
            at=("chat/whole/http", "anthropic/stream/sdk", "responses/whole/sdk")),
+    Round9("error_in_a_200_with_retry_after_then_good", lambda p, s: [
+        error_in_200(p, s, **{"retry-after": "1"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3,
+           waits_s=1.0, at=("chat/whole/http", "chat/stream/sdk", "anthropic/whole/sdk",
+                            "anthropic/stream/http", "responses/whole/http", "responses/stream/sdk")),
+    Round9("503_retry_after_a_fraction_then_good", lambda p, s: [Reply(status=503, body=b"busy", headers={
+        "retry-after": "0.6"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3, waits_s=0.6,
+           at=("chat/stream/http", "anthropic/whole/http")),
 ]  # fmt: skip
 
 PARAMS = round_params(CASES)

@@ -11,8 +11,9 @@ that says what happened and, where the fix is the caller's, what to fix.
   stands in.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
   or a stream event with an ``error``, ``type: error`` or ``object: error``, a failed response.
-  Retried when its type or code says the server failed (``server_error``, ``overloaded_error``
-  …, a 5xx or 429 code) or says nothing; final when it names the request as the problem
+  Retried (after the answer's ``retry-after``, as for a status) when its type or code says the
+  server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says nothing;
+  final when it names the request as the problem
   (``invalid_request_error`` …).
 - A broken answer (``unusable``): the body or stream is not the protocol's shape, or the turn
   has neither text nor a tool call, or two calls share an id — retried.
@@ -39,6 +40,7 @@ __all__ = [
     "QUOTA_KINDS",
     "RETRYABLE_KINDS",
     "Failures",
+    "Reported",
     "codings",
     "error_body",
     "is_error",
@@ -187,13 +189,14 @@ class Failures:
         return ModelError(f"{self.label}: {detail}")
 
     def reported(self, error: object, where: str) -> Exception:
-        """The error for an error object the server sent where the answer should be."""
+        """The error for an error object the server sent where the answer should be (a
+        ``Reported``, when another try may pass)."""
         kind, message, again = error_body(error)
         why = f"the server reported {kind or 'an error'} {where}: {message}"
         if again is False:
             return ModelError(f"{self.label}: {why}")
         overloaded = "overloaded" in (kind or "")
-        return Retryable("overloaded" if overloaded else "server_error", why)
+        return Reported("overloaded" if overloaded else "server_error", why)
 
     def encoding(self, response: Any) -> ModelError | None:
         """The error for an answer compressed in a coding the client did not offer (``br``,
@@ -223,6 +226,13 @@ class Failures:
         if isinstance(err, httpx2.DecodingError):
             return Retryable("unusable_response", f"the body does not decode {during}: {err}")
         return Retryable("connection", f"{type(err).__name__} {during}")
+
+
+class Reported(Retryable):
+    """An error the server reported inside an answer with a 2xx status (its body, or an event of
+    its stream), which another try may get past. Its wait is the ``retry-after`` of the answer
+    it came in (``HTTPBackend._attempt`` reads it), as an error status's is: a proxy that puts a
+    rate limit in a 200 says when to come back in the same header."""
 
 
 def codings(header: str) -> list[str]:
