@@ -93,6 +93,17 @@ CASES = [
     Round9("503_retry_after_a_fraction_then_good", lambda p, s: [Reply(status=503, body=b"busy", headers={
         "retry-after": "0.6"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3, waits_s=0.6,
            at=("chat/stream/http", "anthropic/whole/http")),
+    Round9("responses_done_item_without_arguments", good(edit=done_without_arguments), True,
+           at=("responses/stream/http", "responses/stream/sdk")),
+    Round9("responses_done_item_without_arguments_and_no_final_output", good(
+        edit=done_without_arguments_output_empty), True, at=("responses/stream/http",)),
+    # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Round9("responses_completed_with_an_incomplete_item", twice(lambda p, s: Reply.text(
+        ANSWER, edit=item_status("incomplete"))), False, ("incomplete",),
+           at=("responses/whole/http", "responses/stream/sdk")),
+    Round9("responses_terminal_event_with_an_error_object", twice(lambda p, s: Reply.text(
+        ANSWER, edit=terminal_error)), False, ("the upstream died", "gave up"),
+           at=("responses/stream/http", "responses/stream/sdk")),
 ]  # fmt: skip
 
 PARAMS = round_params(CASES)
