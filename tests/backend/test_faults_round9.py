@@ -8,11 +8,16 @@ sent again) then a good answer; an error object in a 200 answer, whole or mid-st
 ``retry-after`` the next try waits for (as a 429's or 503's is); a ``503`` whose ``retry-after``
 is a fraction of a second; a Responses call whose ``output_item.done`` and terminal output leave
 its arguments out, or whose done item does and the terminal output is empty (the deltas said
-them: the call runs with them, not with none).
+them: the call runs with them, not with none); a whole chat answer with tool calls and no
+``finish_reason`` at all (the calls run: the server said nothing).
 
 Faults end with a typed stop and a non-zero exit: a Responses answer ``completed`` whose output
 item says it is ``incomplete`` (the worse word wins, as for ``incomplete_details``); a streamed
-Responses terminal event whose response carries an error object (as a whole answer's does).
+Responses terminal event whose response carries an error object (as a whole answer's does);
+tool calls in a turn whose provider said it ended otherwise than normally, in a word tether
+does not know or one that is no end (a Responses answer ``incomplete`` without its reason, or
+``completed`` with the call's item ``incomplete``, or ``cancelled``; a chat ``error`` finish; an
+Anthropic ``pause_turn``): not run, where they ran before.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import pytest
 from test_faults_heldout import ANSWER, ORDER, good, run_case, twice
 from test_faults_round3 import assert_outcome, walk
-from test_faults_round4 import SERVERS4, Round4, round_params
+from test_faults_round4 import SERVERS4, Round4, chat_finish, responses_final, round_params
 
 from tether_testing.fake_server import Reply
 
@@ -75,11 +80,22 @@ def done_without_arguments_output_empty(p: str, stream: bool, items: list[Any]) 
     return items
 
 
+def call_item_status(status: str) -> Any:
+    """Responses: every call item (done, and in the terminal output) says ``status``."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        return walk(items, lambda d: d.update(status=status) if d.get("type") == "function_call" else None)
+
+    return edit
+
+
 def terminal_error(items: list[Any]) -> list[Any]:
     """Responses: the terminal event's response carries an error object beside its status."""
     items[-1]["response"]["error"] = {"code": "server_error", "message": "the upstream died"}
     return items
 
+
+NOT_RUN = "1 tool call(s) were not run"
 
 CASES = [
     # -- legitimate variants: accepted with the answer ----------------------------------------
@@ -97,6 +113,8 @@ CASES = [
            at=("responses/stream/http", "responses/stream/sdk")),
     Round9("responses_done_item_without_arguments_and_no_final_output", good(
         edit=done_without_arguments_output_empty), True, at=("responses/stream/http",)),
+    Round9("chat_whole_calls_without_a_finish_reason", lambda p, s: [
+        Reply.calls(ORDER, edit=chat_finish(None)), Reply.text(ANSWER)], True, at=("chat/whole/http",)),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
     Round9("responses_completed_with_an_incomplete_item", twice(lambda p, s: Reply.text(
         ANSWER, edit=item_status("incomplete"))), False, ("incomplete",),
@@ -104,6 +122,21 @@ CASES = [
     Round9("responses_terminal_event_with_an_error_object", twice(lambda p, s: Reply.text(
         ANSWER, edit=terminal_error)), False, ("the upstream died", "gave up"),
            at=("responses/stream/http", "responses/stream/sdk")),
+    Round9("responses_call_in_an_answer_incomplete_without_a_reason", twice(lambda p, s: Reply.calls(
+        ORDER, edit=responses_final(status="incomplete"))), False, ("'incomplete'", NOT_RUN),
+           at=("responses/whole/http", "responses/stream/sdk")),
+    Round9("responses_call_item_incomplete_in_a_completed_answer", twice(lambda p, s: Reply.calls(
+        ORDER, edit=call_item_status("incomplete"))), False, ("'incomplete'", NOT_RUN),
+           at=("responses/whole/sdk", "responses/stream/http")),
+    Round9("responses_call_in_a_cancelled_answer", twice(lambda p, s: Reply.calls(
+        ORDER, edit=responses_final(status="cancelled"))), False, ("'cancelled'", NOT_RUN),
+           at=("responses/whole/http",)),
+    Round9("chat_calls_that_end_in_error", twice(lambda p, s: Reply.calls(
+        ORDER, finish_reason="error")), False, ("'error'", NOT_RUN),
+           at=("chat/whole/http", "chat/stream/sdk")),
+    Round9("anthropic_calls_in_a_paused_turn", twice(lambda p, s: Reply.calls(
+        ORDER, finish_reason="pause_turn")), False, ("paused", NOT_RUN),
+           at=("anthropic/whole/http", "anthropic/stream/sdk")),
 ]  # fmt: skip
 
 PARAMS = round_params(CASES)
