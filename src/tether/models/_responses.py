@@ -17,11 +17,14 @@ The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` part
 summaries as the message's reasoning); a stream's items as ``output_item.done`` gives them, or
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
-garbled stream, retried). ``status`` ``completed`` is a normal end, unless
-``incomplete_details`` gives a reason; ``incomplete`` carries its reason (``max_output_tokens``
-→ length, ``content_filter`` → refused); any other is unknown: such a final answer never ends
-the run ``accepted``. A ``response.failed`` or ``error`` event with a server error, a stream
-that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
+garbled stream, retried; a call whose done item or terminal output leaves its arguments out
+has those its deltas said). ``status`` ``completed`` is a normal end, unless
+``incomplete_details`` gives a reason or an output item says it is ``incomplete``;
+``incomplete`` carries its reason (``max_output_tokens`` → length, ``content_filter`` →
+refused); any other is unknown: such a final answer never ends the run ``accepted``, nor are
+its calls run (``tether.models._base.finish_problem``). A ``response.failed`` or ``error``
+event with a server error, a terminal response with an error object, a stream that ends
+without a terminal event, 429 (``retry-after``) and 5xx are retried
 (``tether.models._retrying``); other errors are final.
 """
 
