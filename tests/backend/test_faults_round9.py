@@ -6,7 +6,8 @@ process) against real servers on 127.0.0.1; each case runs where its path differ
 Variants end ``accepted`` with the answer: a ``425 Too Early`` (RFC 8470: the request may be
 sent again) then a good answer; an error object in a 200 answer, whole or mid-stream, whose
 ``retry-after`` the next try waits for (as a 429's or 503's is); a ``503`` whose ``retry-after``
-is a fraction of a second; a Responses call whose ``output_item.done`` and terminal output leave
+is a fraction of a second; a 400 that says ``x-should-retry: true`` (the server's word, which
+both official SDKs obey before the status) then a good answer; a Responses call whose ``output_item.done`` and terminal output leave
 its arguments out, or whose done item does and the terminal output is empty (the deltas said
 them: the call runs with them, not with none); a whole chat answer with tool calls and no
 ``finish_reason`` at all (the calls run: the server said nothing).
@@ -17,7 +18,8 @@ Responses terminal event whose response carries an error object (as a whole answ
 tool calls in a turn whose provider said it ended otherwise than normally, in a word tether
 does not know or one that is no end (a Responses answer ``incomplete`` without its reason, or
 ``completed`` with the call's item ``incomplete``, or ``cancelled``; a chat ``error`` finish; an
-Anthropic ``pause_turn``): not run, where they ran before.
+Anthropic ``pause_turn``): not run, where they ran before; a 503 that says ``x-should-retry:
+false`` (final at once, not asked again).
 """
 
 from __future__ import annotations
@@ -113,6 +115,9 @@ CASES = [
            at=("responses/stream/http", "responses/stream/sdk")),
     Round9("responses_done_item_without_arguments_and_no_final_output", good(
         edit=done_without_arguments_output_empty), True, at=("responses/stream/http",)),
+    Round9("400_that_says_x_should_retry_true_then_good", lambda p, s: [Reply(status=400, body=b"try again",
+        headers={"x-should-retry": "true"}), Reply.calls(ORDER), Reply.text(ANSWER)], True, requests=3,
+           at=("chat/whole/http", "anthropic/stream/sdk", "responses/whole/sdk")),
     Round9("chat_whole_calls_without_a_finish_reason", lambda p, s: [
         Reply.calls(ORDER, edit=chat_finish(None)), Reply.text(ANSWER)], True, at=("chat/whole/http",)),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
@@ -137,6 +142,9 @@ CASES = [
     Round9("anthropic_calls_in_a_paused_turn", twice(lambda p, s: Reply.calls(
         ORDER, finish_reason="pause_turn")), False, ("paused", NOT_RUN),
            at=("anthropic/whole/http", "anthropic/stream/sdk")),
+    Round9("503_that_says_x_should_retry_false", twice(lambda p, s: Reply(status=503, body=b"down", headers={
+        "x-should-retry": "false"})), False, ("HTTP 503", "x-should-retry: false"),
+           at=("chat/stream/sdk", "anthropic/whole/http", "responses/stream/http")),
 ]  # fmt: skip
 
 PARAMS = round_params(CASES)

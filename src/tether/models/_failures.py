@@ -6,7 +6,8 @@ that says what happened and, where the fix is the caller's, what to fix.
   the server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
   the key variable; 404 names the model and URL; a redirect is not followed (it could carry
   the key to another host) and names its target; another 3xx (a 304) is no answer either;
-  any other status is final. The body is read
+  any other status is final. A server's ``x-should-retry`` (``true``/``false``) decides
+  before the status, as in both official SDKs. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
   stands in.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
@@ -162,9 +163,23 @@ class Failures:
     url: str
 
     def status(self, status: int, body: bytes | object, headers: Mapping[str, str]) -> Exception:
-        """The error for an HTTP answer with an error (or redirect) status."""
+        """The error for an HTTP answer with an error (or redirect) status: as its status says
+        (``_by_status``), unless the server says itself whether another try may pass
+        (``x-should-retry: true`` or ``false``, which both official SDKs obey before the
+        status; a redirect is not followed either way)."""
         kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
         detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
+        err = self._by_status(status, kind, detail, headers)
+        said = str(headers.get("x-should-retry", "")).strip().lower()
+        if said == "false" and isinstance(err, Retryable):
+            return ModelError(
+                f"{self.label}: {detail} (x-should-retry: false: the server says not to try again)"
+            )
+        if said == "true" and isinstance(err, ModelError) and status >= 400:
+            return Retryable("server_error", f"{detail} (x-should-retry: true)", retry_after(headers))
+        return err
+
+    def _by_status(self, status: int, kind: str | None, detail: str, headers: Mapping[str, str]) -> Exception:
         if status == 429:
             if any(k in QUOTA_KINDS for k in (kind or "").split(" / ")):
                 return ModelError(
