@@ -7,10 +7,11 @@ Variants end ``accepted`` with the answer: a ``425 Too Early`` (RFC 8470: the re
 sent again) then a good answer; an error object in a 200 answer, whole or mid-stream, whose
 ``retry-after`` the next try waits for (as a 429's or 503's is); a ``503`` whose ``retry-after``
 is a fraction of a second; a 400 that says ``x-should-retry: true`` (the server's word, which
-both official SDKs obey before the status) then a good answer; a Responses call whose ``output_item.done`` and terminal output leave
-its arguments out, or whose done item does and the terminal output is empty (the deltas said
-them: the call runs with them, not with none); a whole chat answer with tool calls and no
-``finish_reason`` at all (the calls run: the server said nothing).
+both official SDKs obey before the status) then a good answer; a Responses call whose
+``output_item.done`` and terminal output leave its arguments out, or whose done item does and
+the terminal output is empty (the deltas said them: the call runs with them, not with none); a
+whole chat answer with tool calls and no ``finish_reason`` at all (the calls run: the server
+said nothing).
 
 Faults end with a typed stop and a non-zero exit: a Responses answer ``completed`` whose output
 item says it is ``incomplete`` (the worse word wins, as for ``incomplete_details``); a streamed
