@@ -37,7 +37,7 @@ import anyio.lowlevel
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError
 from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
-from tether.models._failures import Failures, is_error, unusable
+from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
 from tether.models._sse import BOM as _BOM
@@ -445,6 +445,10 @@ class HTTPBackend(RetryingBackend):
             if self.answer_key not in data:
                 raise unusable(f"the answer has no {self.answer_key!r}: {str(data)[:200]}")
             return self._whole(data)
+        except Reported as err:  # an error in a 2xx answer waits as the answer's headers say
+            if err.retry_after is None:
+                err.retry_after = retry_after(response.headers)
+            raise
         except httpx2.RequestError as err:
             raise self.failures.transport(err, "while the answer was read") from None
         except (AttributeError, TypeError, LookupError, ValueError, ArithmeticError, RecursionError) as err:

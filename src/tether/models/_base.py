@@ -92,14 +92,17 @@ def larger_usage(previous: Usage | None, new: Usage) -> Usage:
 def finish_problem(response: ModelResponse) -> tuple[StopReason, str] | None:
     """Why a turn must not be acted on, as the stop reason and its detail; None for a normal
     end. A final answer (a turn without tool calls) must have ended normally to be accepted;
-    the tool calls of a turn cut at the token limit or refused are not run either (the last
-    may be cut mid-arguments, and still parse). A response with no ``finish`` in its meta (a
+    the tool calls of a turn are run only where it ended normally or the provider gave no
+    reason at all (a server that leaves ``finish_reason`` or ``status`` out): not where it said
+    the turn was cut, refused, paused, or ended in a way tether does not know (a Responses
+    ``incomplete`` without its reason, ``cancelled``, a chat ``error``), since the last call
+    may be cut mid-arguments and still parse. A response with no ``finish`` in its meta (a
     test double) counts as a normal end."""
     finish = response.meta.get("finish", "stop")
     calls = len(response.message.tool_calls)
-    if finish in ("stop", "tool_calls") or (calls and finish not in ("length", "refused")):
-        return None
     raw = response.meta.get("finish_reason")
+    if finish in ("stop", "tool_calls") or (calls and finish == "unknown" and not raw):
+        return None
     said = f" (the provider said {raw!r})" + (f"; its {calls} tool call(s) were not run" if calls else "")
     if finish == "length":
         return StopReason.TRUNCATED, "the answer was cut at the output-token limit" + said

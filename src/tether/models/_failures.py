@@ -2,17 +2,19 @@
 for what another attempt may get past, ``ModelError`` for what it will not, each with a detail
 that says what happened and, where the fix is the caller's, what to fix.
 
-- An HTTP error status (``Failures.status``): 429, 408, 409, 5xx and 529 are retried (with the
-  server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
+- An HTTP error status (``Failures.status``): 429, 408, 409, 425, 5xx and 529 are retried (with
+  the server's ``retry-after``), but not a 429 for a spent quota (``QUOTA_KINDS``); 401/403 name
   the key variable; 404 names the model and URL; a redirect is not followed (it could carry
   the key to another host) and names its target; another 3xx (a 304) is no answer either;
-  any other status is final. The body is read
+  any other status is final. A server's ``x-should-retry`` (``true``/``false``) decides
+  before the status, as in both official SDKs. The body is read
   as the protocol's error object when it is one, else its text (an HTML page: its title)
   stands in.
 - An error object where the answer should be (``Failures.reported``, ``is_error``): a 200 body
   or a stream event with an ``error``, ``type: error`` or ``object: error``, a failed response.
-  Retried when its type or code says the server failed (``server_error``, ``overloaded_error``
-  …, a 5xx or 429 code) or says nothing; final when it names the request as the problem
+  Retried (after the answer's ``retry-after``, as for a status) when its type or code says the
+  server failed (``server_error``, ``overloaded_error`` …, a 5xx or 429 code) or says nothing;
+  final when it names the request as the problem
   (``invalid_request_error`` …).
 - A broken answer (``unusable``): the body or stream is not the protocol's shape, or the turn
   has neither text nor a tool call, or two calls share an id — retried.
@@ -34,10 +36,12 @@ from tether.errors import ModelError
 from tether.models._retrying import Retryable
 
 __all__ = [
+    "AGAIN_STATUSES",
     "COMPRESSIONS",
     "QUOTA_KINDS",
     "RETRYABLE_KINDS",
     "Failures",
+    "Reported",
     "codings",
     "error_body",
     "is_error",
@@ -66,6 +70,10 @@ RETRYABLE_KINDS = frozenset(
 # Kinds a 429 carries when the account, not the rate, is the limit: no wait lifts it (OpenAI's
 # ``insufficient_quota``: "You exceeded your current quota").
 QUOTA_KINDS = frozenset({"insufficient_quota", "billing_hard_limit_reached", "billing_not_active"})
+# Statuses under 500 that say the request may be sent again as it is: 408 Request Timeout, 409
+# Conflict, 425 Too Early (RFC 8470: the server would not risk a replay; the client may retry),
+# 429 Too Many Requests (``Failures.status`` reads its quota kinds first).
+AGAIN_STATUSES = frozenset({408, 409, 425, 429})
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})  # the statuses that send the client elsewhere
 _TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.IGNORECASE | re.DOTALL)
 _TAGS = re.compile(r"<[^>]+>")
@@ -129,7 +137,7 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
     if any(n.lower() in RETRYABLE_KINDS for n in names):
         return kind, message, True
     if numeric is not None:
-        return kind or str(numeric), message, numeric >= 500 or numeric in (408, 409, 429)
+        return kind or str(numeric), message, numeric >= 500 or numeric in AGAIN_STATUSES
     return kind, message, (False if names else None)
 
 
@@ -155,16 +163,30 @@ class Failures:
     url: str
 
     def status(self, status: int, body: bytes | object, headers: Mapping[str, str]) -> Exception:
-        """The error for an HTTP answer with an error (or redirect) status."""
+        """The error for an HTTP answer with an error (or redirect) status: as its status says
+        (``_by_status``), unless the server says itself whether another try may pass
+        (``x-should-retry: true`` or ``false``, which both official SDKs obey before the
+        status; a redirect is not followed either way)."""
         kind, message, _ = _text(body) if isinstance(body, bytes) else error_body(body)
         detail = f"HTTP {status}: {kind + ': ' if kind else ''}{message}"
+        err = self._by_status(status, kind, detail, headers)
+        said = str(headers.get("x-should-retry", "")).strip().lower()
+        if said == "false" and isinstance(err, Retryable):
+            return ModelError(
+                f"{self.label}: {detail} (x-should-retry: false: the server says not to try again)"
+            )
+        if said == "true" and isinstance(err, ModelError) and status >= 400:
+            return Retryable("server_error", f"{detail} (x-should-retry: true)", retry_after(headers))
+        return err
+
+    def _by_status(self, status: int, kind: str | None, detail: str, headers: Mapping[str, str]) -> Exception:
         if status == 429:
             if any(k in QUOTA_KINDS for k in (kind or "").split(" / ")):
                 return ModelError(
                     f"{self.label}: {detail} (a quota or billing limit, not a rate: not retried)"
                 )
             return Retryable("rate_limited", detail, retry_after(headers))
-        if status >= 500 or status in (408, 409):
+        if status >= 500 or status in AGAIN_STATUSES:
             kind_name = "overloaded" if status == 529 or "overloaded" in (kind or "") else "server_error"
             return Retryable(kind_name, detail, retry_after(headers))
         if 300 <= status < 400 and (status in _REDIRECTS or headers.get("location")):
@@ -182,13 +204,14 @@ class Failures:
         return ModelError(f"{self.label}: {detail}")
 
     def reported(self, error: object, where: str) -> Exception:
-        """The error for an error object the server sent where the answer should be."""
+        """The error for an error object the server sent where the answer should be (a
+        ``Reported``, when another try may pass)."""
         kind, message, again = error_body(error)
         why = f"the server reported {kind or 'an error'} {where}: {message}"
         if again is False:
             return ModelError(f"{self.label}: {why}")
         overloaded = "overloaded" in (kind or "")
-        return Retryable("overloaded" if overloaded else "server_error", why)
+        return Reported("overloaded" if overloaded else "server_error", why)
 
     def encoding(self, response: Any) -> ModelError | None:
         """The error for an answer compressed in a coding the client did not offer (``br``,
@@ -218,6 +241,13 @@ class Failures:
         if isinstance(err, httpx2.DecodingError):
             return Retryable("unusable_response", f"the body does not decode {during}: {err}")
         return Retryable("connection", f"{type(err).__name__} {during}")
+
+
+class Reported(Retryable):
+    """An error the server reported inside an answer with a 2xx status (its body, or an event of
+    its stream), which another try may get past. Its wait is the ``retry-after`` of the answer
+    it came in (``HTTPBackend._attempt`` reads it), as an error status's is: a proxy that puts a
+    rate limit in a 200 says when to come back in the same header."""
 
 
 def codings(header: str) -> list[str]:

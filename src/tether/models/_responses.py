@@ -17,11 +17,14 @@ The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` part
 summaries as the message's reasoning); a stream's items as ``output_item.done`` gives them, or
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
-garbled stream, retried). ``status`` ``completed`` is a normal end, unless
-``incomplete_details`` gives a reason; ``incomplete`` carries its reason (``max_output_tokens``
-→ length, ``content_filter`` → refused); any other is unknown: such a final answer never ends
-the run ``accepted``. A ``response.failed`` or ``error`` event with a server error, a stream
-that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
+garbled stream, retried; a call whose done item or terminal output leaves its arguments out
+has those its deltas said). ``status`` ``completed`` is a normal end, unless
+``incomplete_details`` gives a reason or an output item says it is ``incomplete``;
+``incomplete`` carries its reason (``max_output_tokens`` → length, ``content_filter`` →
+refused); any other is unknown: such a final answer never ends the run ``accepted``, nor are
+its calls run (``tether.models._base.finish_problem``). A ``response.failed`` or ``error``
+event with a server error, a terminal response with an error object, a stream that ends
+without a terminal event, 429 (``retry-after``) and 5xx are retried
 (``tether.models._retrying``); other errors are final.
 """
 
@@ -40,6 +43,7 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
 from tether.models._sse import events
@@ -226,16 +230,21 @@ class OpenAIResponses(OpenAIBackend):
 
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
         status = data.get("status")
-        if status == "failed":
-            raise self.failures.reported(data.get("error") or {}, "in a failed response")
-        output = data.get("output") or streamed  # a server that sends an empty final output
+        if status == "failed" or is_error(data):
+            # Failed, or an error object beside the output (a streamed terminal event's response:
+            # a whole answer's is read before it gets here, in ``HTTPBackend._attempt``).
+            where = "in a failed response" if status == "failed" else "beside the answer"
+            raise self.failures.reported(data.get("error") or {}, where)
+        output = _with_arguments(data.get("output"), streamed) or streamed  # an empty final output
         text: list[str] = []
         refusal: list[str] = []
         calls: list[ToolCall] = []
         kept: list[dict[str, Any]] = []
         thought: list[str] = []
+        unfinished = False  # an item that says it is incomplete
         for item in output:
             kind = item.get("type")
+            unfinished = unfinished or item.get("status") == "incomplete"
             if kind == "message":
                 for part in item.get("content") or ():
                     if part.get("type") in ("output_text", "text"):
@@ -252,9 +261,10 @@ class OpenAIResponses(OpenAIBackend):
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
-        if status == "incomplete" or (cut and status in ("completed", None)):
-            # A response that says why it is incomplete is, whatever its status says (a server
-            # that always says completed): the worse word wins.
+        if status == "incomplete" or ((cut or unfinished) and status in ("completed", None)):
+            # A response that says why it is incomplete, or has an item that says it is, is
+            # incomplete whatever its status says (a server that always says completed): the
+            # worse word wins.
             raw = cut or "incomplete"
         elif refusal and not calls:
             raw = "refusal"
@@ -328,7 +338,10 @@ class _Said:
         out: list[dict[str, Any]] = []
         for key in self.order:
             if key in self.done:
-                out.append(self.done[key])
+                done = self.done[key]
+                if _lacks_arguments(done) and key in self.arguments:  # said by its deltas
+                    done = {**done, "arguments": "".join(self.arguments[key])}
+                out.append(done)
             elif (added := self.added.get(key, {})).get("type") == "function_call":
                 out.append(
                     {**added, "arguments": "".join(self.arguments.get(key, ())) or added.get("arguments")}
@@ -345,6 +358,37 @@ class _Said:
     @staticmethod
     def joined(pieces: dict[object, list[str]], key: object) -> list[str]:
         return ["".join(pieces[key])] if key in pieces else []
+
+
+def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
+    """A terminal event's output, each call in it that leaves its ``arguments`` out given those
+    the stream said for the same call (by its ``call_id`` or item ``id``): a proxy that trims the
+    final output does not make the call run with none. The output as it is when no call lacks
+    them (the usual case) or nothing was streamed."""
+    if not output or not streamed or not isinstance(output, list):
+        return output
+    if not any(_lacks_arguments(item) for item in output):
+        return output
+    said: dict[object, str] = {}
+    for item in streamed:
+        if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
+            for key in (item.get("call_id"), item.get("id")):
+                if key:
+                    said.setdefault(key, item["arguments"])
+    return [
+        {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
+    ]
+
+
+def _said_for(item: dict[str, Any], said: dict[object, str]) -> str | None:
+    for key in (item.get("call_id"), item.get("id")):
+        if key and key in said:
+            return said[key]
+    return None
+
+
+def _lacks_arguments(item: Any) -> bool:
+    return isinstance(item, dict) and item.get("type") == "function_call" and item.get("arguments") is None
 
 
 def _same_json(a: str, b: str) -> bool:
