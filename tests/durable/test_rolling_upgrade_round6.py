@@ -7,15 +7,19 @@ the effect ledger's leases.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from test_rolling_upgrade import Operator, operator  # noqa: F401 - the fixture, shared
 
 from tether.errors import ApprovalError
 from tether.policy import Approvals, content_hash
 from tether.policy._pg_store import PgApprovalStore
+from tether.runs._checkpoint import restore_trace
 
 # -- clock skew between workers ------------------------------------------------------------------
 
@@ -89,3 +93,105 @@ def _status(name: str) -> Any:
     from tether.policy._store import LedgerStatus
 
     return LedgerStatus(name)
+
+
+# -- a trace a newer release wrote -----------------------------------------------------------------
+
+# A kind this release does not know, as a later release (or the next one after a rollback) may emit.
+FUTURE_EVENT = {"kind": "effect_noted_by_a_later_release", "detail": "x"}
+
+
+def _trace_with_a_later_kind(path: Path, run_id: str) -> int:
+    """A run's trace as a worker of a later release left it when the run paused: two events this
+    release knows, then one it does not. Returns the last seq."""
+    from tether.trace._tracer import JsonlSink, Tracer
+
+    tracer = Tracer(run_id, [JsonlSink(path)])
+    tracer.emit("tool_error", tool="look", error="e1")
+    tracer.emit("tool_error", tool="look", error="e2")
+    tracer.close()
+    with path.open("a") as f:
+        f.write(json.dumps({"run_id": run_id, "seq": 3, "ts": "2026-12-03T00:00:00Z", **FUTURE_EVENT}) + "\n")
+    tracer = Tracer(run_id, [JsonlSink(path)])
+    restore_trace(tracer, path)
+    assert [e.seq for e in tracer.events] == [1, 2]  # the unknown line is not held …
+    return 3
+
+
+def test_a_trace_holding_a_kind_this_release_does_not_know_is_continued_after_it(tmp_path: Path) -> None:
+    """A run paused on a worker of a later release and resumed on this one (a rollback, or old
+    and new side by side) continues its trace. The later release's events of a kind this one
+    does not know were skipped when the trace was loaded, and this release numbered its next
+    events from the count it kept: their ``seq`` repeated the skipped ones' (and the PostgreSQL
+    trace index, keyed by run and seq, dropped them). Numbering now goes on after the highest
+    seq written, whatever its kind; the unknown event stays in the file, once."""
+    from tether.trace._tracer import JsonlSink, Tracer
+
+    path = tmp_path / "r1.jsonl"
+    last = _trace_with_a_later_kind(path, "r1")
+    tracer = Tracer("r1", [JsonlSink(path)])
+    restore_trace(tracer, path)
+    assert tracer.emit("tool_error", tool="look", error="e4").seq == last + 1  # … nor its number
+    tracer.close()
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["seq"] for x in lines] == [1, 2, 3, 4]
+    assert [x["kind"] for x in lines].count(FUTURE_EVENT["kind"]) == 1
+    # A trace of known kinds only continues as before.
+    plain = tmp_path / "r2.jsonl"
+    tracer = Tracer("r2", [JsonlSink(plain)])
+    tracer.emit("tool_error", tool="look", error="a")
+    tracer.close()
+    tracer = Tracer("r2", [JsonlSink(plain)])
+    restore_trace(tracer, plain)
+    assert tracer.emit("tool_error", tool="look", error="b").seq == 2
+
+
+@pytest.mark.slow
+def test_a_durable_run_whose_trace_a_later_release_extended_resumes_with_every_event_once(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """The same on a PostgreSQL deployment, where a resumed run takes its numbering from the
+    trace index: loading an indexed event of an unknown kind raised, and the resume failed."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    op = operator
+    trace = op.agent.parent / "traces"
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+    pg = PgUrl.parse(op.url)
+
+    def indexed() -> list[tuple[int, str]]:
+        with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path = {pg.schema}")
+            rows = conn.execute(
+                "SELECT seq, kind FROM trace_events WHERE run_id = %s ORDER BY seq", (run_id,)
+            )
+            return [(int(r[0]), str(r[1])) for r in rows]
+
+    def written() -> list[dict[str, Any]]:
+        return [json.loads(x) for x in (trace / f"{run_id}.jsonl").read_text().splitlines()]
+
+    op.until("the index to hold the paused run's events", lambda: len(indexed()) == len(written()) > 0)
+    # A worker of a later release wrote one more event, to the file and the index, before the pause.
+    line = {"run_id": run_id, "seq": len(written()) + 1, "ts": "2026-12-03T00:00:00Z", **FUTURE_EVENT}
+    with (trace / f"{run_id}.jsonl").open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {pg.schema}")
+        conn.execute(
+            "INSERT INTO trace_events (run_id, seq, ts, kind, data) VALUES (%s, %s, %s, %s, %s)",
+            (run_id, line["seq"], line["ts"], line["kind"], json.dumps(line)),
+        )
+    op.approve(run_id)
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    shown = op.runs("show", run_id)
+    assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+    assert [r[0] for r in op.lines("effects.log")] == [run_id]
+    events = written()
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs  # every event once, in order
+    assert [e["kind"] for e in events].count(FUTURE_EVENT["kind"]) == 1 and events[-1]["kind"] == "stop"
+    op.until("the index to hold every event", lambda: [s for s, _ in indexed()] == seqs)

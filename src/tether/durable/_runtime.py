@@ -194,7 +194,7 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                 return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
             assert cp is not None  # resume_point refuses a missing checkpoint
             loop = AgentLoop(host, agent, resume=point, steps=steps)
-            if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
+            if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
                 await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
         else:
             context = context_from_json(request["context"])
@@ -223,13 +223,9 @@ class _Loaded:
 async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
     """Start a resumed run's tracer after the ``count`` events the index holds (a run without
     trace files on this machine would otherwise number from 1 again)."""
-    from tether.trace._events import TraceEvent
-
     stored = (await _indexed(traces, run_id))[:count]
-    tracer.events[:] = [
-        TraceEvent.from_json({**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))})
-        for i, d in enumerate(stored)
-    ]
+    tracer.events.clear()  # events of kinds this release does not know are numbered, not held
+    tracer.restore([{**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))} for i, d in enumerate(stored)])
 
 
 def _register(name: str) -> Any:
