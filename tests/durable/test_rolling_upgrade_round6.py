@@ -8,13 +8,19 @@ the effect ledger's leases.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from test_rolling_upgrade import Operator, operator  # noqa: F401 - the fixture, shared
+from test_rolling_upgrade import ROOT, Operator, _write_version, operator  # noqa: F401 - the fixture, shared
 
 from tether.errors import ApprovalError
 from tether.policy import Approvals, content_hash
@@ -195,3 +201,160 @@ def test_a_durable_run_whose_trace_a_later_release_extended_resumes_with_every_e
     assert seqs == list(range(1, len(seqs) + 1)), seqs  # every event once, in order
     assert [e["kind"] for e in events].count(FUTURE_EVENT["kind"]) == 1 and events[-1]["kind"] == "stop"
     op.until("the index to hold every event", lambda: [s for s, _ in indexed()] == seqs)
+
+
+# -- old and new releases side by side ---------------------------------------------------------------
+# Each test below is played against every commit in UPGRADE_FROM (comma-separated; default: the
+# releases this round played), checked out of this repository with ``git archive``: run it again
+# after a merge to see today's main upgraded from them, e.g. ``UPGRADE_FROM=ca71041,<main before>``.
+OLD_COMMITS = [c for c in os.environ.get("UPGRADE_FROM", "ca71041,483dcef").split(",") if c.strip()]
+NEW_SRC = ROOT / "src"
+
+
+@pytest.fixture(scope="module", params=OLD_COMMITS)
+def old_src(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``src`` tree of an older commit of this repository (skipped where it is not at hand)."""
+    commit = str(request.param).strip()
+    dest = tmp_path_factory.mktemp(f"old-{commit}")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "src"], capture_output=True)
+    if archive.returncode != 0:
+        pytest.skip(f"commit {commit} is not in this checkout: {archive.stderr.decode()[-200:]}")
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "src"
+
+
+def _env(src: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(src)}
+
+
+class Mixed(Operator):
+    """Workers and CLIs of two releases on one deployment: ``old`` and today's (``NEW_SRC``)."""
+
+    def __init__(self, url: str, folder: Path, capsys: Any, old: Path) -> None:
+        super().__init__(url, folder, capsys)
+        self.old = old
+
+    def start_on(self, name: str, src: Path) -> None:
+        cmd = [
+            sys.executable, "-m", "tether.cli", "worker", "--db", self.url, "--app", str(self.agent),
+            "--executor-id", f"{name}-{self.suffix}", "--poll", "0.1", "--dead-after", "3", "--grace", "20",
+        ]  # fmt: skip
+        log = (self.folder / f"{name}.log").open("ab")
+        proc = subprocess.Popen(cmd, env=_env(src), stdout=subprocess.PIPE, stderr=log, cwd=self.folder)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line and json.loads(line)["ready"], (self.folder / f"{name}.log").read_text()[-3000:]
+        self.procs[name] = proc
+
+    def old_cli(self, *argv: str) -> dict[str, Any]:
+        """The older release's CLI, as a person on a machine not yet upgraded types it."""
+        done = subprocess.run(
+            [sys.executable, "-m", "tether.cli", *argv, "--json"],
+            env=_env(self.old), capture_output=True, cwd=self.folder, timeout=120,
+        )  # fmt: skip
+        out = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        assert done.returncode == 0, (argv, out, done.stderr.decode()[-2000:])
+        return dict(out)
+
+    def old_submit(self) -> str:
+        return str(self.old_cli("submit", "--db", self.url, "--agent", str(self.agent), "note it")["run_id"])
+
+    def old_approve(self, run_id: str) -> None:
+        pending = self.old_cli("approvals", "list", "--db", self.url)["proposals"]
+        [p] = [p for p in pending if p["run"] == run_id]
+        self.old_cli("approvals", "approve", p["id"], "--db", self.url, "--reviewer", "otto")
+
+
+@pytest.fixture
+def mixed(pg_url: str, tmp_path: Path, capsys: Any, old_src: Path) -> Iterator[Mixed]:
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    op = Mixed(pg_url, tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", pg_url)  # the deployment as the older release set it up
+    try:
+        yield op
+    finally:
+        op.stop()
+
+
+def _every_run_once(op: Operator, run_ids: list[str]) -> None:
+    """Each run finished accepted, its effect once under one key, its trace numbered once."""
+    for rid in run_ids:
+        shown = op.runs("show", rid)
+        assert (shown["status"], shown["stop_reason"], shown["problems"]) == ("finished", "accepted", []), (
+            shown
+        )
+        lines = (op.agent.parent / "traces" / f"{rid}.jsonl").read_text().splitlines()
+        seqs = [json.loads(x)["seq"] for x in lines]
+        assert seqs == list(range(1, len(seqs) + 1)), (rid, seqs)
+    effects = op.lines("effects.log")
+    assert Counter(r[0] for r in effects) == Counter(run_ids), effects
+    assert len({r[2] for r in effects}) == len(effects)
+
+
+@pytest.mark.slow
+def test_old_and_new_workers_side_by_side_then_a_rollback_finish_every_run_once(mixed: Mixed) -> None:
+    """Runs begun on the older release are recovered (kill -9) and resumed by today's workers,
+    runs today's workers paused are resumed by the older release's after a rollback; approvals
+    are decided on either release's CLI. The schema today's ``db init`` migrated is used by the
+    older workers (expand only)."""
+    op = mixed
+    folder = op.agent.parent
+    op.start_on("o1", op.old)
+    r1 = op.old_submit()
+    op.until("the old run to pause", lambda: op.status(r1) == ["paused"])
+    (folder / "gate-A").write_text("")
+    r2 = op.old_submit()
+    op.until("the old run in flight", lambda: r2 in {r[0] for r in op.lines("reads.log")})
+    # Today's release: its db init on the old schema, then its worker beside the old one.
+    op.cli("db", "init", "--db", op.url)
+    op.start_on("n1", NEW_SRC)
+    assert op.signal("o1", signal.SIGKILL) == -signal.SIGKILL  # mid-call: n1 recovers r2
+    (folder / "gate-A").unlink()
+    op.until("the recovered run to pause", lambda: op.status(r2) == ["paused"])
+    op.approve(r1)  # today's CLI decides a run the old release paused …
+    op.old_approve(r2)  # … and the old CLI one today's worker paused
+    r3 = op.submit()
+    op.until("the runs to finish", lambda: op.status(r1, r2) == ["finished", "finished"])
+    op.until("today's run to pause", lambda: op.status(r3) == ["paused"])
+    # Rollback: an old worker again, today's drains; the old release resumes today's paused run.
+    op.start_on("o2", op.old)
+    assert op.signal("n1", signal.SIGTERM) == 0
+    op.old_approve(r3)
+    r4 = op.old_submit()
+    op.until("the rolled-back runs to pause or finish", lambda: op.status(r3, r4) == ["finished", "paused"])
+    op.approve(r4)
+    op.until("the last run to finish", lambda: op.status(r4) == ["finished"])
+    _every_run_once(op, [r1, r2, r3, r4])
+
+
+@pytest.mark.slow
+def test_a_run_recovered_from_a_worker_that_left_its_first_events_unwritten_has_them_all(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """Releases up to 5601c3d kept a live step's trace events in a batch until after DBOS had
+    recorded the step; one killed then left them unwritten (played: 483dcef's worker SIGKILLed
+    mid-call, the run recovered by today's). The recovery dropped every event before a recorded
+    step as written: the run's file lacked ``run_started`` and ``context_composed`` for good.
+    It now drops only the events the run's file holds, and writes the others."""
+    op = operator
+    folder = op.agent.parent
+    (folder / "gate-A").write_text("")
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to be in flight", lambda: run_id in {r[0] for r in op.lines("reads.log")})
+    trace = folder / "traces" / f"{run_id}.jsonl"
+    op.until("its first events to be written", lambda: trace.exists() and trace.stat().st_size > 0)
+    trace.write_text("")  # what such a release had written of them when it was killed: nothing
+    assert op.signal("w1", signal.SIGKILL) == -signal.SIGKILL
+    (folder / "gate-A").unlink()
+    op.start("w2")
+    op.until("the recovered run to pause", lambda: op.status(run_id) == ["paused"])
+    op.approve(run_id)
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    seqs = [e["seq"] for e in events]
+    assert seqs == list(range(1, len(seqs) + 1)), seqs
+    kinds = [e["kind"] for e in events]
+    assert kinds[:2] == ["run_started", "context_composed"] and kinds[-1] == "stop"
+    assert kinds.count("run_started") == 1 and kinds.count("effect_recorded") == 1
