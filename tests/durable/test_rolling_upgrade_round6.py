@@ -358,3 +358,134 @@ def test_a_run_recovered_from_a_worker_that_left_its_first_events_unwritten_has_
     kinds = [e["kind"] for e in events]
     assert kinds[:2] == ["run_started", "context_composed"] and kinds[-1] == "stop"
     assert kinds.count("run_started") == 1 and kinds.count("effect_recorded") == 1
+
+
+def _cli_on(src: Path, *argv: str, cwd: Path) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-m", "tether.cli", *argv, "--json"]
+    return subprocess.Popen(cmd, env=_env(src), stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+
+
+@pytest.mark.slow
+def test_new_releases_migrating_an_old_schema_at_once_then_a_rollback_init_agree(
+    pg_url: str, tmp_path: Path, old_src: Path
+) -> None:
+    """The older release set the deployment up; then three of today's ``db init`` (or workers'
+    ``--init``) start at the same instant on its schema, as machines upgraded together do; then
+    the operator rolls back and the older release's ``db init`` runs on what today's migrated."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    first = _cli_on(old_src, "db", "init", "--db", pg_url, cwd=tmp_path)
+    assert first.wait(120) == 0, first.communicate()
+    racing = [_cli_on(NEW_SRC, "db", "init", "--db", pg_url, cwd=tmp_path) for _ in range(3)]
+    outs = [(p.wait(120), p.communicate()) for p in racing]
+    assert [rc for rc, _ in outs] == [0, 0, 0], outs
+    back = _cli_on(old_src, "db", "init", "--db", pg_url, cwd=tmp_path)
+    assert back.wait(120) == 0, back.communicate()
+    pg = PgUrl.parse(pg_url)
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {pg.schema}")
+        names = [r[0] for r in conn.execute("SELECT name FROM _migrations")]
+    assert len(names) == len(set(names)) and "workers.002_versions" in names
+
+
+@pytest.mark.slow
+def test_a_sqlite_deployment_killed_mid_write_ahead_log_upgrades_and_rolls_back(
+    tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """A SQLite deployment's worker of the older release is killed (-9) with its files' recent
+    commits still in their write-ahead logs; today's worker opens them, resumes the paused run
+    and runs a new one (approved on the old CLI, while today's worker holds the files); then a
+    rollback to a worker of the older release resumes a run today's paused."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Mixed(url, tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", url)
+    try:
+        op.start_on("s1", op.old)
+        r1 = op.old_submit()
+        op.until("the run to pause", lambda: op.status(r1) == ["paused"])
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL
+        logs = [p for p in (tmp_path / "deployment").glob("*-wal") if p.stat().st_size > 0]
+        assert logs, "the killed worker left no write-ahead log to play"
+        op.start_on("s2", NEW_SRC)
+        op.old_approve(r1)
+        r2 = op.submit()
+        op.until("the runs to go on", lambda: op.status(r1, r2) == ["finished", "paused"])
+        assert op.signal("s2", signal.SIGTERM) == 0
+        op.start_on("s3", op.old)
+        op.approve(r2)
+        op.until("the rolled-back run to finish", lambda: op.status(r2) == ["finished"])
+        _every_run_once(op, [r1, r2])
+    finally:
+        op.stop()
+
+
+# -- a checkpoint a later release wrote ------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_checkpoint_this_release_cannot_read_leaves_the_run_paused_for_one_that_can(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """A run paused on a worker of a later release holds a field this release does not know (as
+    the release before this one refuses a checkpoint with a subagent's observations). Approved,
+    its resume ran here: the refusal escaped as a traceback, the resume workflow ended in ERROR
+    (the run listed ``failed``), and, the resume's id being fixed by the paused state, it could
+    never be enqueued again: the approval was lost. Now the resume ends at once, typed
+    (``unreadable_checkpoint``, nothing written, the proposal approved and unexecuted), the run
+    stands paused, and ``runs move --to latest`` sends its resume to a worker that reads it."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    op = operator
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+    pg = PgUrl.parse(op.url)
+
+    def sql(statement: str, *args: Any) -> list[Any]:
+        with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path = {pg.schema}")
+            cur = conn.execute(statement, args)
+            return list(cur.fetchall()) if cur.description else []
+
+    [(state,)] = sql("SELECT state FROM run_checkpoints WHERE run_id = %s", run_id)
+    later = {**json.loads(state), "field_of_a_later_release": [1]}
+    sql("UPDATE run_checkpoints SET state = %s WHERE run_id = %s", json.dumps(later), run_id)
+    op.approve(run_id)
+
+    def resumed() -> bool:
+        flows = op.runs("show", run_id)["workflows"]
+        return len(flows) == 2 and flows[-1]["status"] in ("SUCCESS", "ERROR")
+
+    op.until("the resume to be refused", resumed)
+    shown = op.runs("show", run_id)
+    assert shown["status"] == "paused", shown
+    assert sql("SELECT status, state FROM run_checkpoints WHERE run_id = %s", run_id) == [
+        ("paused", json.dumps(later))
+    ]
+    assert [p["status"] for p in shown["proposals"]] == ["approved"] and op.lines("effects.log") == []
+    client = _client(op.url)
+    try:
+        [out] = [w.output for w in client.workflows(run_id) if w.op == "resume"]
+    finally:
+        client.close()
+    assert out["error"] == "unreadable_checkpoint" and "field_of_a_later_release" in out["detail"], out
+    # A worker that reads it (here: the same field as this release writes it), then the move.
+    sql("UPDATE run_checkpoints SET state = %s WHERE run_id = %s", state, run_id)
+    moved = op.runs("move", run_id, "--to", "latest")
+    assert moved["resume_moved"] is True, moved
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    shown = op.runs("show", run_id)
+    assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+    assert [r[0] for r in op.lines("effects.log")] == [run_id]  # the approved effect, once
+
+
+def _client(url: str) -> Any:
+    from tether.durable import DurableClient
+
+    return DurableClient(url)

@@ -29,9 +29,11 @@ from tether.durable._config import (  # the names a client needs, without the ag
     dbos_config,
 )
 from tether.durable._steps import DurableSteps, step_options
+from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
 from tether.runners._scope import close_built, current_app, resume_point
+from tether.runs._checkpoint import CheckpointError
 from tether.stores._url import parse_url
 
 __all__ = [
@@ -193,7 +195,13 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                 why = f"cannot resume {run_id}: {err}"
                 return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
             assert cp is not None  # resume_point refuses a missing checkpoint
-            loop = AgentLoop(host, agent, resume=point, steps=steps)
+            try:
+                loop = AgentLoop(host, agent, resume=point, steps=steps)
+            except CheckpointError as err:
+                # Another release's format (a later one's, beside this one or after a rollback):
+                # nothing is run or written; the run stays paused for a worker that reads it.
+                why = f"cannot resume {run_id} on this release: {err}"
+                return {**base, "stop_reason": "", "detail": why, "error": UNREADABLE}
             if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
                 await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
         else:
