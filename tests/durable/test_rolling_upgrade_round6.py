@@ -487,6 +487,10 @@ def test_a_checkpoint_this_release_cannot_read_leaves_the_run_paused_for_one_tha
     finally:
         client.close()
     assert out["error"] == "unreadable_checkpoint" and "field_of_a_later_release" in out["detail"], out
+    logged = [json.loads(x) for x in (op.folder / "w1.log").read_text().splitlines() if x.startswith("{")]
+    [told] = [e for e in logged if e["event"] == "run_not_resumed"]  # the operator is told why
+    assert (told["run_id"], told["error"]) == (run_id, "unreadable_checkpoint")
+    assert not [e for e in logged if e["event"] == "run_failed"]
     # A worker that reads it (here: the same field as this release writes it), then the move.
     sql("UPDATE run_checkpoints SET state = %s WHERE run_id = %s", state, run_id)
     moved = op.runs("move", run_id, "--to", "latest")
