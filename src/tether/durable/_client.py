@@ -26,7 +26,7 @@ from tether.durable._intake import (
     start_row,
     waiting_count,
 )
-from tether.durable._views import RunView, WorkflowView, dt_ms, queued_view
+from tether.durable._views import UNREADABLE, RunView, WorkflowView, dt_ms, queued_view
 from tether.errors import ApprovalError
 from tether.policy._trusted import TrustedContext
 from tether.stores._url import parse_url
@@ -300,6 +300,8 @@ class DurableClient:
         stranded = view.status == "queued" and last.op == "resume" and last.status == "ENQUEUED"
         if stranded and any(v == last.app_version for v, _ in live):
             stranded = False  # a live worker of its version will take it
+        # A resume a worker refused, unable to read the checkpoint: it ran nothing, so it goes again.
+        stranded = stranded or (last.op == "resume" and (last.output or {}).get("error") == UNREADABLE)
         if view.status != "paused" and not stranded:
             raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
         target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)

@@ -5,7 +5,9 @@ Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, `
 ``run_claimed``, ``run_resumed``, ``run_paused``, ``run_finished`` (``stop_reason``, ``exit``),
 ``run_failed`` (``cause``), ``run_released`` (let go by a draining worker), ``effect_escalated``
 (with the command that resolves it), ``resume_enqueued``, ``executors_recovered``,
-``worker_error`` (``cause``) and ``run_cancelled`` (instead of DBOS's ERROR traceback).
+``worker_error`` (``cause``), ``run_cancelled`` (instead of DBOS's ERROR traceback) and
+``run_not_resumed`` (``error``: ``not_paused``, or ``unreadable_checkpoint`` for a checkpoint
+another release wrote in a format this one cannot read; ``detail``).
 """
 
 from __future__ import annotations
@@ -80,6 +82,8 @@ async def observed(
         log_event(
             "run_finished", **ids, stop_reason=stop, exit=code, detail=out.get("detail"), elapsed_s=took
         )
+    elif out.get("error"):  # a resume that did nothing: the run stands where it was
+        log_event("run_not_resumed", **ids, error=out["error"], detail=out.get("detail"))
     if stop and (stop != "accepted" or out.get("problems")):
         await _escalations(rt, ids)
     return out

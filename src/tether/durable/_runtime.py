@@ -29,9 +29,11 @@ from tether.durable._config import (  # the names a client needs, without the ag
     dbos_config,
 )
 from tether.durable._steps import DurableSteps, step_options
+from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
 from tether.runners._scope import close_built, current_app, resume_point
+from tether.runs._checkpoint import CheckpointError
 from tether.stores._url import parse_url
 
 __all__ = [
@@ -193,8 +195,14 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
                 why = f"cannot resume {run_id}: {err}"
                 return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
             assert cp is not None  # resume_point refuses a missing checkpoint
-            loop = AgentLoop(host, agent, resume=point, steps=steps)
-            if traces is not None and len(loop.tracer.events) < cp["trace_events"]:
+            try:
+                loop = AgentLoop(host, agent, resume=point, steps=steps)
+            except CheckpointError as err:
+                # Another release's format (a later one's, beside this one or after a rollback):
+                # nothing is run or written; the run stays paused for a worker that reads it.
+                why = f"cannot resume {run_id} on this release: {err}"
+                return {**base, "stop_reason": "", "detail": why, "error": UNREADABLE}
+            if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
                 await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
         else:
             context = context_from_json(request["context"])
@@ -223,13 +231,9 @@ class _Loaded:
 async def _continue_numbering(tracer: Any, traces: Any, run_id: str, count: int) -> None:
     """Start a resumed run's tracer after the ``count`` events the index holds (a run without
     trace files on this machine would otherwise number from 1 again)."""
-    from tether.trace._events import TraceEvent
-
     stored = (await _indexed(traces, run_id))[:count]
-    tracer.events[:] = [
-        TraceEvent.from_json({**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))})
-        for i, d in enumerate(stored)
-    ]
+    tracer.events.clear()  # events of kinds this release does not know are numbered, not held
+    tracer.restore([{**d, "run_id": run_id, "seq": int(d.get("seq", i + 1))} for i, d in enumerate(stored)])
 
 
 def _register(name: str) -> Any:

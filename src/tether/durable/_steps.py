@@ -8,6 +8,7 @@ emitted while replaying are held back: dropped when the next step is recorded, w
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,7 @@ class _Gate:
         self.sinks = sinks
         self.held: list[TraceEvent] = []
         self.live = False
+        self._on_file: set[int] | None = None  # the seqs the run's file held when first read
 
     def write(self, event: TraceEvent) -> None:
         if self.live:
@@ -117,9 +119,28 @@ class _Gate:
                 sink.write(event)
 
     def drop(self) -> None:
-        """A recorded step was replayed: the events before it were written the first time."""
-        if not self.live:
-            self.held.clear()
+        """A recorded step was replayed: the events before it were written the first time, or
+        should have been. Those the run's file holds are dropped; those it lacks are written
+        now, in their place (a release before 5601c3d, killed, left a recorded step's events in
+        its batch; a machine without the run's file gets the replayed part of the trace)."""
+        if self.live:
+            return
+        held, self.held = self.held, []
+        on_file = self._written()
+        for event in held:
+            if on_file is not None and event.seq not in on_file:
+                for sink in self.sinks:
+                    sink.write(event)
+
+    def _written(self) -> set[int] | None:
+        """The seqs of the run's JSON-lines file as the recovery found it (``None``: no file
+        sink); read once, before this execution wrote a line of its own."""
+        if self._on_file is None:
+            files = [s.path for s in self.sinks if isinstance(s, JsonlSink)]
+            if not files:
+                return None
+            self._on_file = _seqs(files[0])
+        return self._on_file
 
     def written(self) -> None:
         """A live step is about to be recorded: the events before it go to the run's file now,
@@ -133,6 +154,21 @@ class _Gate:
         self.release()  # events after the last recorded step: written (a duplicate at worst)
         for sink in self.sinks:
             sink.close()
+
+
+def _seqs(path: Any) -> set[int]:
+    """The seqs of a trace file's events; a line cut short by a kill, or not an event, is none."""
+    seqs: set[int] = set()
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                try:
+                    seqs.add(int(json.loads(line)["seq"]))
+                except (ValueError, KeyError, TypeError):
+                    continue
+    except FileNotFoundError:
+        pass
+    return seqs
 
 
 class DurableSteps(LoopSteps):

@@ -39,6 +39,12 @@ class WorkflowView:
         return self.created_at or _EARLIEST, self.workflow_id
 
 
+# A resume refused because its checkpoint is in a format this release cannot read (a later
+# release's): it ran and wrote nothing; ``tether runs move`` enqueues it again.
+UNREADABLE = "unreadable_checkpoint"
+_DID_NOTHING = ("not_paused", UNREADABLE)
+
+
 @dataclass
 class RunView:
     """A run as every machine sees it: its workflows, and where it stands."""
@@ -67,8 +73,9 @@ class RunView:
         if w.status != "SUCCESS":
             return _STATUS.get(w.status, w.status.lower())
         out = w.output or {}
-        if out.get("error") == "not_paused" and len(self.workflows) > 1:
-            # A resume that found nothing to resume: the run stands where the one before left it.
+        if out.get("error") in _DID_NOTHING and len(self.workflows) > 1:
+            # A resume that found nothing to resume (or a checkpoint it cannot read): the run
+            # stands where the one before left it.
             return RunView(self.run_id, self.tenant, self.workflows[:-1]).status
         return "paused" if out.get("stop_reason") == "approval_required" else "finished"
 

@@ -14,7 +14,7 @@ import functools
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import fields
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Row, bindparam, select, text, update
@@ -194,6 +194,16 @@ def _change(
     return _entry_in(conn, key)
 
 
+def _db_clock(conn: Connection, now: datetime) -> timedelta:
+    """How far the database's clock is ahead of the caller's ``now``. A lease one worker writes
+    is read by workers on other machines, whose clocks may disagree: on PostgreSQL a lease is
+    stored, and compared, on the one clock they share (a SQLite file has one machine's). The
+    times an entry records (``created_at``, ``updated_at``) stay the caller's."""
+    if conn.dialect.name != "postgresql":
+        return timedelta(0)
+    return utc(conn.execute(text("SELECT now()")).scalar_one()) - utc(now)
+
+
 def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
     return [_entry(r) for r in conn.execute(select(L).where(*where).order_by(L.c.created_at, L.c.key))]
 
@@ -339,7 +349,9 @@ class SqlApprovalStore(SqlStore):
         worker_gone = self._worker_gone()
 
         def claim(conn: Connection) -> Claim:
-            inserted = conn.execute(_CLAIM[conn.dialect.name], fresh).first()
+            ahead = _db_clock(conn, now)
+            lease = lease_until + ahead
+            inserted = conn.execute(_CLAIM[conn.dialect.name], {**fresh, "lease_until": lease}).first()
             if inserted is not None:
                 return Claim("run", _entry(inserted))
             entry = _entry_in(conn, key, lock=True)
@@ -350,15 +362,13 @@ class SqlApprovalStore(SqlStore):
                 return Claim("done", entry)
             if entry.status is LedgerStatus.ESCALATED:
                 return Claim("escalated", entry)
-            if not owner_dead(entry, now) and not (
+            if not owner_dead(entry, now + ahead) and not (
                 worker_gone is not None and worker_gone(conn, entry.owner)
             ):
                 return Claim("busy", entry)
             # The owner died between intent and outcome: whether the effect happened is unknown.
             note = f"outcome unknown: owner {entry.owner} gone during {entry.status}"
-            return Claim(
-                "reconcile", _change(conn, key, LedgerStatus.RECONCILING, owner, note, now, lease_until)
-            )
+            return Claim("reconcile", _change(conn, key, LedgerStatus.RECONCILING, owner, note, now, lease))
 
         return await self.db.write(claim)
 
@@ -373,7 +383,7 @@ class SqlApprovalStore(SqlStore):
                 unowned = (
                     entry is not None
                     and entry.status is LedgerStatus.RECONCILING
-                    and entry.lease_until <= now
+                    and entry.lease_until <= now + _db_clock(conn, now)
                 )
                 if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
                     raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
@@ -392,7 +402,7 @@ class SqlApprovalStore(SqlStore):
 
         def change(conn: Connection) -> LedgerEntry:
             _owned(conn, key, owner)
-            return _change(conn, key, status, owner, note, now, lease_until)
+            return _change(conn, key, status, owner, note, now, lease_until + _db_clock(conn, now))
 
         return await self.db.write(change)
 

@@ -22,7 +22,6 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.errors import ApprovalError
 from tether.runs._values import RunState
-from tether.trace._events import EventKind, TraceEvent
 from tether.trace._tracer import read_trace
 
 CHECKPOINT_VERSION: Final = 2
@@ -152,13 +151,7 @@ def restore_trace(tracer: Any, path: Any) -> None:
     """Load the events already written for this run so the tracer continues their numbering."""
     if path is None or not path.exists():
         return
-    for line in read_trace(path):
-        try:
-            kind = EventKind(line.pop("kind"))
-        except ValueError:
-            continue
-        run_id, seq, ts = line.pop("run_id", ""), line.pop("seq", 0), line.pop("ts", "")
-        tracer.events.append(TraceEvent(run_id, int(seq), str(ts), kind, line))
+    tracer.restore(read_trace(path))  # after every event written, of kinds this release knows or not
 
 
 def pending_calls(state: RunState) -> list[ToolCall]:

@@ -16,7 +16,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast, get_args
@@ -230,6 +230,25 @@ class Tracer:
         self.strict = _strict_from_env() if strict is None else strict
         self.problems: list[str] = []
         self._clock = clock
+        self._after = 0  # the highest seq restored (``restore``), held or not
+
+    @property
+    def last_seq(self) -> int:
+        """The number of the run's last event: emitted, or restored from what was written."""
+        return max(self.events[-1].seq if self.events else 0, self._after)
+
+    def restore(self, lines: Iterable[Mapping[str, Any]]) -> None:
+        """Continue a resumed run's trace after the events already written (trace lines, as read
+        back): they are held in ``events``, and numbering goes on after the highest ``seq``. A
+        line of a kind this release does not know (a later release wrote it: old and new workers
+        side by side, a rollback) is not held, but its number is never given again."""
+        for line in lines:
+            try:
+                self._after = max(self._after, int(line.get("seq", 0)))
+                event = TraceEvent.from_json({**line, "run_id": line.get("run_id") or self.run_id})
+            except (ValueError, TypeError):
+                continue
+            self.events.append(event)
 
     def emit(self, kind: EventKind | str, /, **data: Any) -> TraceEvent:
         if type(kind) is not EventKind:
@@ -242,7 +261,7 @@ class Tracer:
         clean = self._clean(data)
         if self.strict:
             check_payload(kind, clean)
-        event = TraceEvent(self.run_id, len(self.events) + 1, self._clock(), kind, clean)
+        event = TraceEvent(self.run_id, self.last_seq + 1, self._clock(), kind, clean)
         self.events.append(event)
         for sink in self.sinks:
             sink.write(event)
