@@ -116,7 +116,10 @@ class Console(Stores):
         w = self.world
         users = UserStore(users_db or w.users_db, scrypt_n=2**10)
         sources = sqlite_sources(
-            users_db=users.path, approvals_db=w.db, trace_dir=w.traces, mcp_config=config or w.config,
+            users_db=users.path,
+            approvals_db=w.db,
+            trace_dir=w.traces,
+            mcp_config=config or w.config,
             users=users,
         )
         app = create_app(sources, secret_key=key, **options)
