@@ -93,6 +93,10 @@ class Extractor(Protocol):
 class _Run:
     state: RunState
     results: dict[int, Observation] = field(default_factory=dict)
+    # Per planned call that ran with extracted values: their least trusted class. A store it
+    # wrote them into may give them back to a later extraction (``_resolve``).
+    wrote: dict[int, str] = field(default_factory=dict)
+    extracted: dict[int, set[str]] = field(default_factory=dict)  # classes extracted per call
 
 
 async def run_plan(
@@ -136,6 +140,8 @@ async def run_plan(
             continue  # denied or rejected: recorded by the host; the plan goes on
         allowed += 1
         progress.results[i] = turn.observations[call.id]
+        if progress.extracted.get(i):
+            progress.wrote[i] = least_trusted(progress.extracted[i])
     answer = None
     if plan.answer is not None:
         try:
@@ -169,8 +175,13 @@ async def _resolve(
     except Exception as err:  # the extractor is a model: its failure is a failed step, not a crash
         raise _ExtractionFailed(f"extraction of {argument!r} failed: {type(err).__name__}: {err}") from None
     # Recorded with the least trusted class among every segment of its sources (a page's text as
-    # well as a listing's fields): extraction never launders untrusted data.
-    trust = least_read(sources) or least_trusted(())
+    # well as a listing's fields), and of the values extracted earlier that a call before a source
+    # wrote (a store gives back what the run put in it, however the extractor reshapes it):
+    # extraction never launders untrusted data, not even through the run's own writes.
+    last = max((s for s in steps if s in run.results), default=-1)
+    written = {t for j, t in run.wrote.items() if j < last}
+    trust = least_trusted({least_read(sources) or least_trusted(()), *written})
+    run.extracted.setdefault(step, set()).add(trust)
     label = SourceLabel(EXTRACTOR, "extractor", trust, argument)
     scalars = value if isinstance(value, list) else [value]
     segments = [_Segment(str(v), normalise(str(v)), label, True) for v in scalars]
