@@ -574,12 +574,14 @@ _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_
 
 def _echoed(w: Written, seg: Segment) -> bool:
     """Whether ``seg`` may echo the write ``w`` (``ProvenanceIndex._writes_into``): a read's echo
-    only in what that call returned, as written; a write also as a store re-prints it."""
+    only in what that call returned, a write in anything read after it; either as written or
+    re-printed (``reprints``: a store regroups what it keeps, a lookup gives back what it was
+    asked as it prints it, ``US13 3000 …`` as ``US133000…``)."""
     if w.echo and w.echo != seg.label.call_id:
         return False
     if w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text):
         return True
-    return not w.echo and (reprints(seg.raw, w.text) or reprints(w.text, seg.raw))
+    return reprints(seg.raw, w.text) or reprints(w.text, seg.raw)
 
 
 def _holds(text: str, written: str) -> bool:
