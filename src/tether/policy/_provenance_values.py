@@ -24,7 +24,7 @@ from typing import Any
 
 from tether.core._confusables import label_to_ascii
 
-__all__ = ["Link", "compose", "find_handles", "find_links", "fold", "link_key", "unfold"]
+__all__ = ["Link", "compose", "displayed", "find_handles", "find_links", "fold", "link_key", "unfold"]
 
 # -- text ------------------------------------------------------------------------------------
 
@@ -51,7 +51,41 @@ def compose(text: str) -> str:
 
 
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": ".", "\u2024": ".", "\ufe52": "."})
-_INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+# Default-ignorable code points (Unicode's ``Default_Ignorable_Code_Point``): drawn as nothing,
+# and left out of a host name by a browser (UTS 46 maps most to nothing), so ``mark@evil\u2063.com``
+# reads as ``mark@evil.com``. Bidi controls among them are dropped once ``displayed`` has applied them.
+_IGNORABLE = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+_INVISIBLE = {c: None for a, b in _IGNORABLE for c in range(a, b + 1)}
+_OVERRIDE = re.compile("\u202e([^\u202c\n]*)\u202c?")  # right-to-left override, to its pop or line end
+
+
+def displayed(text: str) -> str:
+    """``text`` in the order a reader sees it where a right-to-left override (U+202E) reverses
+    the characters after it, up to its pop (U+202C) or the end of the line: ``\u202emoc.live@kram``
+    is drawn ``mark@evil.com``."""
+    if "\u202e" not in text:
+        return text
+    return _OVERRIDE.sub(lambda m: m.group(1)[::-1], text)
+
+
 _DEFANG = [
     # (Spaces before the bracket are taken from where their run starts: read from inside a long
     # run, each start would re-read the rest of it.)
@@ -236,7 +270,9 @@ def find_links(text: str) -> list[Link]:
     # And as written: a browser maps a host's compatibility characters (NFKC) but sends a path as
     # written, so ``bit.ly/Ｇrand`` is another page than ``bit.ly/Grand``, whatever it folds to.
     written = compose(text).translate(_INVISIBLE)
-    for view in dict.fromkeys((folded, decoded, written)):
+    # And as drawn, where an override reverses what follows it (``displayed``).
+    shown = unfold(displayed(text), fold_case=False) if "\u202e" in text else folded
+    for view in dict.fromkeys((folded, decoded, written, shown)):
         _hosts_in(view, add)
     for m in _IPV4.finditer(folded):
         add(m.group(0), m.group(0), "")
@@ -415,14 +451,15 @@ def find_handles(text: str) -> list[str]:
     """E-mail addresses and IBAN-shaped account numbers in ``text``, unfolded (lower case),
     wherever they stand: glued to other characters they are still found (with their glue,
     so the handle checked is the one a reader would copy)."""
-    folded = fold(unfold(text, fold_case=False))
+    views = [fold(unfold(view, fold_case=False)) for view in dict.fromkeys((text, displayed(text)))]
     out: list[str] = []
-    for pattern in (_EMAIL, _IBAN):
-        for m in pattern.finditer(folded):
-            if m.group(0) not in out:
-                out.append(m.group(0))
-    for m in _IBAN_PRINTED.finditer(folded):  # the account it prints, as one value
-        account = m.group(0).replace(" ", "").replace("-", "")
-        if len(account) >= 14 and account not in out:
-            out.append(account)
+    for folded in views:  # as written, and as drawn where an override reverses it
+        for pattern in (_EMAIL, _IBAN):
+            for m in pattern.finditer(folded):
+                if m.group(0) not in out:
+                    out.append(m.group(0))
+        for m in _IBAN_PRINTED.finditer(folded):  # the account it prints, as one value
+            account = m.group(0).replace(" ", "").replace("-", "")
+            if len(account) >= 14 and account not in out:
+                out.append(account)
     return out
