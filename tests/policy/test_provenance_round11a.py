@@ -141,6 +141,13 @@ async def test_a_helpers_answer_still_carries_the_listing_and_the_users_own_valu
     assert problems(result) == [] and world.received == [
         ("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 200.0})
     ]
+    # Asked after the injection, the helper's answer is no more trusted than the reviews: the
+    # listing's account it repeats is still the listing's (the child read it there), but text a
+    # steered model wrote names it, so paying it goes to a reviewer, as it did for any answer that
+    # mentions it in a sentence.
+    world = Pieces()
+    result = await _delegate(world, [REVIEWS], ask, [HOTELS], HOTEL_IBAN, _pay(HOTEL_IBAN))
+    assert problems(result) == ["chosen_after_untrusted"] and world.received == []
     # After the injection, the user's own account (stated in the request) still runs through it.
     world = Pieces()
     mine = "Give back my refund account from the request, alone."
