@@ -7,7 +7,7 @@ own trace; the parent's ``subagent_finished`` event links to it.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -64,15 +64,12 @@ class SubtaskResult:
         }
 
 
-def _relays(result: RunResult, seen: Sequence[Any]) -> dict[str, str]:
-    """The least trusted class of what could have steered the answer, under the host's key:
-    what the child read, and what the runs of the request had read when one of them wrote the
-    task (``seen``: a model that read an injection writes it into the task, and the child
-    repeats it). The parent's provenance takes the answer as no more trusted than that (empty
-    when nothing labelled: the request alone wrote the task)."""
+def _relays(result: RunResult) -> dict[str, str]:
+    """The least trusted class of what the child read, under the host's key: the parent's
+    provenance takes the answer as no more trusted than that (empty when nothing labelled)."""
     from tether.policy._provenance_run import RELAYS_TRUST, least_read
 
-    least = least_read([*seen, *result.observations])
+    least = least_read(result.observations)
     return {RELAYS_TRUST: least} if least is not None else {}
 
 
@@ -84,13 +81,10 @@ async def run_subtask(
     context: TrustedContext,
     parent: Any = None,
     max_chars: int = 2000,
-    seen: Sequence[Any] = (),
 ) -> SubtaskResult:
     """Run ``agent`` on the self-contained ``task`` in an isolated context; return at most
-    ``max_chars`` of conclusion. ``parent`` (a ``Tracer``) receives the link event; ``seen``:
-    the observations the runs of the request had made when the task was written (the answer
-    relays them too). Raises ``ToolError`` when subagents are already nested ``MAX_DEPTH``
-    deep."""
+    ``max_chars`` of conclusion. ``parent`` (a ``Tracer``) receives the link event. Raises
+    ``ToolError`` when subagents are already nested ``MAX_DEPTH`` deep."""
     depth = _depth.get()
     if depth >= MAX_DEPTH:
         raise ToolError(f"subagents may nest at most {MAX_DEPTH} deep", hint="do this step yourself")
@@ -109,7 +103,7 @@ async def run_subtask(
         run_id=result.run_id,
         trace_path=result.trace_path,
         tokens=result.usage.total_tokens,
-        relays=_relays(result, seen),
+        relays=_relays(result),
     )
     if parent is not None:
         parent.emit(

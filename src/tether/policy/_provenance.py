@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -64,6 +65,7 @@ from tether.policy._provenance_text import (
     Written,
     ascii_digits,
     contains_whole,
+    echoed,
     holds_secret,
     name_forms,
     occurrences,
@@ -186,7 +188,7 @@ class ProvenanceIndex(Steering):
         re-prints what it keeps gives it back (``reprints``: escaped, lines quoted, respaced)."""
         if id(seg) not in self._into:
             p = self._pos.get(id(seg), 0)
-            self._into[id(seg)] = [w for w in self.writes if w.position <= p and _echoed(w, seg)]
+            self._into[id(seg)] = [w for w in self.writes if w.position <= p and echoed(w, seg)]
         return self._into[id(seg)]
 
     def written(self, seg: Segment) -> bool:
@@ -202,6 +204,11 @@ class ProvenanceIndex(Steering):
         pieces the tool stored one after another), only the classes every part shares (no part
         lends another its trust; none shared: composed)."""
         writes = self._writes_into(seg)
+        for w in writes:
+            if w.answer:  # a model's answer: the value as the run had it when it gave the task
+                known = [o for o in self._prefix(w.position).trace(value) if o.kind != "nowhere"]
+                label = replace(seg.label, trust=MODEL)  # shown as the answer, the model's words
+                return [*known, replace(origin, trust=MODEL, label=label)]
         exact = [w for w in writes if w.text == text or contains_whole(w.text, text)]
         # A write a store re-printed (``reprints``): traced as written where the value is all of
         # it, naming what it names; else as the value is now (the run wrote no such text).
@@ -480,7 +487,7 @@ class ProvenanceIndex(Steering):
         segs = list(table.get(key, []))
         for seg in segs:
             origin = Origin("tool", seg.label.trust, "exact" if seg.whole else "contained", seg.label)
-            earlier = [w for w in self._writes_into(seg) if key in w.links]
+            earlier = [w for w in self._writes_into(seg) if key in w.links or w.answer]
             if earlier:
                 for w in earlier:
                     out.extend(o for o in self._prefix(w.position).link_origins(link) if o not in out)
@@ -570,25 +577,6 @@ class ProvenanceIndex(Steering):
 # anyone's words (``third_party`` and after) in ``TRUST_ORDER``.
 _VOUCHING = frozenset(TRUST_ORDER[: TRUST_ORDER.index("third_party")])
 _ID_FIELDS = frozenset({"id", "id_", "event_id", "file_id", "email_id", "record_id"})
-
-
-def _echoed(w: Written, seg: Segment) -> bool:
-    """Whether ``seg`` may echo the write ``w`` (``ProvenanceIndex._writes_into``): a read's echo
-    only in what that call returned, a write in anything read after it; either as written or
-    re-printed (``reprints``: a store regroups what it keeps, a lookup gives back what it was
-    asked as it prints it, ``US13 3000 …`` as ``US133000…``)."""
-    if w.echo and w.echo != seg.label.call_id:
-        return False
-    if w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text):
-        return True
-    return reprints(seg.raw, w.text) or reprints(w.text, seg.raw)
-
-
-def _holds(text: str, written: str) -> bool:
-    """Whether ``text`` holds a write whole. A write of one character (a piece of a value
-    stored one character at a time) is no word another text holds: it counts only in the
-    stretches it covers with the writes beside it (``ProvenanceIndex._regions``)."""
-    return len(written) >= 2 and contains_whole(text, written)
 
 
 def _identifier_like(origin: Origin) -> bool:

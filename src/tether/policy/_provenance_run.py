@@ -192,6 +192,7 @@ def index_for(
         positions.extend([i] * len(found))
     written: list[Written] = []
     reads: dict[str, tuple[int, list[str]]] = {}
+    answers = {obs.call_id for obs in observations if _answer(obs)}
     calls = history(state, "calls")
     # Calls the model proposed together ran together: a write among them may have stored its
     # value before another's read returned, whichever result came first.
@@ -215,6 +216,8 @@ def index_for(
         # A write: any later read may return it. A read keeps nothing, but what it returns may
         # repeat what it was asked (a search echoes its query): an echo into that call alone.
         echo = "" if writes is None or writes(record.tool) else record.call_id
+        if record.call_id in answers and seen is not None:
+            written.append(Written(" ".join(map(normalise, leaves)), seen, echo=record.call_id, answer=True))
         if echo and seen is None:
             continue
         for leaf in leaves:
@@ -233,6 +236,18 @@ def index_for(
         reads=reads,
         assigned=config.assigned,
     )
+
+
+ANSWER = "subagent_run"
+"""Key of a harness observation's data that makes it a model's answer to the call's task (a
+subagent's conclusion, ``SubtaskResult.as_tool_result``): it holds nothing of its own."""
+
+
+def _answer(obs: Any) -> bool:
+    """Whether ``obs`` is a model's answer to the task its call gave (``ANSWER``): what it holds
+    is what the run that gave the task had, or what the child read (found there, in the history)."""
+    data = getattr(obs, "data", None)
+    return obs.source == HARNESS_SOURCE and isinstance(data, Mapping) and ANSWER in data and not obs.is_error
 
 
 def _turns(state: Any) -> dict[str, int]:

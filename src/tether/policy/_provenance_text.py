@@ -9,7 +9,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from tether.policy._provenance_labels import MIN_CONTAINED, normalise
+from tether.policy._provenance_labels import MIN_CONTAINED, Segment, normalise
 from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ascii_digits",
     "asks_for",
     "contains_whole",
+    "echoed",
     "holds_secret",
     "name_forms",
     "occurrences",
@@ -101,6 +102,31 @@ class Written:
     # an echo in what that same call returned (the call's id); "" for a write, which any later
     # read may return.
     echo: str = ""
+    # The task of a call whose result is a model's answer to it (a subagent's): every value the
+    # answer holds is as the run had it when it gave the task, however the model reshaped it.
+    answer: bool = False
+
+
+def echoed(w: Written, seg: Segment) -> bool:
+    """Whether ``seg`` may echo the write ``w`` (``ProvenanceIndex._writes_into``): a read's echo
+    only in what that call returned, a write in anything read after it; either as written or
+    re-printed (``reprints``: a store regroups what it keeps, a lookup gives back what it was
+    asked as it prints it, ``US13 3000 …`` as ``US133000…``). A model's answer to a task
+    (``Written.answer``) echoes it whole, whatever its words."""
+    if w.echo and w.echo != seg.label.call_id:
+        return False
+    if w.answer:
+        return True
+    if w.text == seg.text or contains_whole(w.text, seg.text) or _holds(seg.text, w.text):
+        return True
+    return reprints(seg.raw, w.text) or reprints(w.text, seg.raw)
+
+
+def _holds(text: str, written: str) -> bool:
+    """Whether ``text`` holds a write whole. A write of one character (a piece of a value
+    stored one character at a time) is no word another text holds: it counts only in the
+    stretches it covers with the writes beside it (``ProvenanceIndex._regions``)."""
+    return len(written) >= 2 and contains_whole(text, written)
 
 
 _QUOTED = re.compile(r"[\"'“”‘’«»`]([^\"'“”‘’«»`]{1,80})[\"'“”‘’«»`]")

@@ -124,7 +124,6 @@ class AgentLoop:
                 context=state.context,
                 parent=tracer,
                 max_chars=sub.max_chars,
-                seen=state.history()[0],  # what the model that wrote the task had read
             )
 
         self.engine.runner = run_subagent
