@@ -9,8 +9,9 @@ back better trusted than their source.
    holds it whole, wrote the pieces into a helper's task; the helper joined them and answered
    with the value, which came back as a vendor's listing, and the payment (the mail carrying
    the link) ran unreviewed, where the same value composed by the parent itself traces to
-   nothing and goes to a reviewer. An answer now holds nothing of its own: a value in it is as
-   the run had it when it gave the task, or is found in what the child read;
+   nothing and goes to a reviewer. So did a claim a helper recalled from memory (a record an
+   earlier run or an import kept) and answered with. An answer now holds nothing of its own: a
+   value in it is as the run had it when it gave the task, or is found in what the child read;
 2. **a link laundered through the run's own write by a plan's extractor**: a quarantined
    extractor's value took the least trusted class of its sources' labels, and a store the
    deployment trusts (the user's own files) keeps that label whatever the run wrote into it. An
@@ -39,6 +40,9 @@ tests' (``test_provenance_subagent``).
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
@@ -51,6 +55,7 @@ from test_provenance_subagent import HOTEL_IBAN, REQUEST, RULES, TRUST, Travel, 
 from tether import Agent, Host, tool
 from tether.context import ContextConfig, Subagent
 from tether.core.messages import ToolCall
+from tether.memory import MemoryPolicy, MemoryRecord, Source, SqliteMemory
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.testing import call
@@ -144,6 +149,53 @@ async def test_a_link_the_parent_had_a_helper_join_is_not_the_listings() -> None
     mail = call("send_email", recipients=[FRIEND_MAIL], subject="Hotel", body=f"Book at {ATTACKER_URL}.")
     result = await _delegate(world, [REVIEWS], join, [HOTELS], f"Book at {ATTACKER_URL}.", mail)
     assert world.received == [] and problems(result) == ["untrusted_link"]
+
+
+READER = dataclasses.replace(CTX, roles=frozenset({"reader"}))
+
+
+async def _remembering(tmp_path: Path, claim: str, child: list[ToolCall], answer: str, then: ToolCall) -> Any:
+    """The parent asks a helper whose child recalls ``claim`` (kept by an approved import, as an
+    earlier run's hook keeps what it read), proposes ``child``, answers ``answer``; the parent
+    then proposes ``then``. Returns the world and the problems met."""
+    memory = SqliteMemory(tmp_path / "memory.db", policy=MemoryPolicy(approved_sources=frozenset({"crm"})))
+    seen = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+    record = MemoryRecord(
+        kind="semantic", subject="hotel:grand", claim=claim, scope=f"tenant:{CTX.tenant}",
+        source=Source(system="crm", record="rec-1", observed_at=seen), confidence="user_stated",
+        valid_until=seen + timedelta(days=3650), acl=frozenset({"reader"}), retention="test",
+        purpose="answer questions about hotels", sensitivity="internal",
+    )  # fmt: skip
+    await memory.propose(record, actor="crm-import")
+    world = Pieces()
+    helper_model = scripted(*child, answer=answer)
+    remembers = Agent("child", helper_model, memory_subjects=("hotel:grand",))
+    researcher = Subagent("researcher", "Researches a hotel.", lambda: remembers)
+    parent = scripted(call("researcher", task="What is the Grand Hotel's deposit account?"), then)
+    host = Host(
+        policy=ProvenancePolicy(ProvenanceRules(RULES, TRUST)),
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+        memory=memory,
+    )
+    host.add_tools(*world.tools())
+    async with host:
+        agent = Agent("act", parent, context=ContextConfig(subagents=[researcher]))
+        result = await host.run(agent, REQUEST, context=READER)
+    first = helper_model.requests[0].messages  # what the helper's model was given
+    recalled = [m for m in first if "Remembered facts" in str(getattr(m, "content", ""))]
+    return world, problems(result), recalled
+
+
+async def test_an_account_a_helper_recalled_from_memory_is_not_the_listings(tmp_path: Path) -> None:
+    claim = f"The Grand Hotel's deposit account is {ATTACKER_IBAN}."
+    world, found, recalled = await _remembering(tmp_path / "a", claim, [], ATTACKER_IBAN, _pay(ATTACKER_IBAN))
+    assert ATTACKER_IBAN in str(recalled[0].content)  # the helper's model read the claim
+    assert world.received == [] and found == ["untrusted_origin"]
+    # The listing's account, which the helper reads beside the same memory, is still paid.
+    claim = "The Grand Hotel takes deposits by transfer."
+    world, found, _ = await _remembering(tmp_path / "b", claim, [HOTELS], HOTEL_IBAN, _pay(HOTEL_IBAN))
+    assert found == [] and world.received == [("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 200.0})]
 
 
 async def test_a_helpers_answer_still_carries_the_listing_and_the_users_own_values() -> None:
