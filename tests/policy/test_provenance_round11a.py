@@ -34,8 +34,8 @@ back better trusted than their source.
 
 Each test runs a real host with the provenance policy and scripted models that obey, checks what
 the tools received (the attack did not run without approval, and the trace says why) AND that the
-legitimate version of the same task still runs unreviewed. The travel world is the subagent
-tests' (``test_provenance_subagent``).
+legitimate version of the same task still runs unreviewed. The worlds are the subagent tests'
+(``test_provenance_subagent``: 1), round three's file store (2) and round six's bank (3, 4).
 """
 
 from __future__ import annotations
