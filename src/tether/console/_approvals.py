@@ -191,7 +191,7 @@ class _Facts:
     def repeats_secret(self, value: Any) -> bool:
         """Whether a shown argument's value hides text because it repeats a declared secret's (the
         model wrote both: what it hides there, nobody reviews unless it is said)."""
-        return bool(self.masked) and redact_value(value, self.redactor) != value
+        return bool(self.masked) and redact_value(value, self.redactor, keys=True) != value
 
     def targets(self) -> list[dict[str, Any]]:
         """Up to four arguments that name what the call acts on (recipient, amount, path …)."""
@@ -203,7 +203,7 @@ class _Facts:
                 out.append({"name": name, "value": f"[secret, {len(str(value))} characters]"})
             else:
                 text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-                out.append({"name": name, "value": self.redactor.text(text)})
+                out.append({"name": self.redactor.text(name), "value": self.redactor.text(text)})
             if len(out) == 4:
                 break
         return out
@@ -224,7 +224,7 @@ class _Facts:
                 hidden.append(name)
             if name in self.masked:
                 continue
-            if self.repeats_secret(value):
+            if self.repeats_secret({name: value}):
                 copies.append(name)
             for text in _strings(value):
                 for found in find_names(text, limit=10):
@@ -247,8 +247,8 @@ class _Facts:
             ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
             ("secret_copy", "repeats a secret's value, shown [REDACTED]: ", ", ".join(copies)),
         ):
-            if names:
-                flags.append({"kind": kind, "text": text + names})
+            if names:  # an argument's name, or a name found in a value, may hold a secret's text
+                flags.append({"kind": kind, "text": self.redactor.text(text + names)})
         return flags
 
 
@@ -267,11 +267,11 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
             "names": [],
             "hidden": [],
         }
-    repeats = facts.repeats_secret(value)
-    value = redact_value(value, facts.redactor)
+    repeats = facts.repeats_secret({name: value})
+    value = redact_value(value, facts.redactor, keys=True)
     text = pretty_json(value)
     return {
-        "name": name,
+        "name": facts.redactor.text(name),
         "value": value,
         "secret": False,
         "repeats_secret": repeats,
@@ -294,6 +294,8 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
         _traced_calls(sources, p, turn["calls"])
+        for c in turn["calls"]:  # the model's own data: its keys too (the view's keys are ours)
+            c["arguments"] = redact_value(c["arguments"], facts.redactor, keys=True)
     objective = getattr(state, "objective", None)
     if objective is None and sources.traces is not None and p.run_id:
         run = sources.traces.get(p.run_id)

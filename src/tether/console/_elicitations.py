@@ -175,20 +175,23 @@ async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> 
 
 
 async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
-    try:
-        fields, problem = form_fields(pause.schema), None
-    except ApprovalError as err:
-        fields, problem = [], str(err)
-    # The call's declared secrets are never shown: not as arguments, nor inside the server's text.
+    # The call's declared secrets are never shown: not as arguments, nor anywhere in the server's
+    # text (its message, and its form's titles, descriptions, defaults, choices and field names).
     masked = await _secret_arguments(sources, pause.server, pause.tool)
     redactor = Redactor()
     redactor.declare(pause.tool, masked)
     redactor.learn(pause.tool, pause.arguments)
     arguments = {
-        k: f"[secret, {len(str(v))} characters]" if k in masked else redact_value(v, redactor)
+        k: f"[secret, {len(str(v))} characters]" if k in masked else v
         for k, v in (pause.arguments or {}).items()
     }
+    arguments = redact_value(arguments, redactor, keys=True)
     message = redactor.text(pause.message)
+    schema = redact_value(pause.schema, redactor, keys=True)  # an answer is checked on the stored one
+    try:
+        fields, problem = form_fields(schema), None
+    except ApprovalError as err:
+        fields, problem = [], str(err)
     return {
         "id": pause.id,
         "created_at": pause.created_at,
@@ -199,13 +202,13 @@ async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict
         "arguments": arguments,
         "masked_arguments": sorted(masked),
         "message": message,
-        "schema": pause.schema,
+        "schema": schema,
         "status": pause.status,
         "action": pause.action,
         "answered_by": pause.answered_by,
-        "answer": pause.answer,  # what was stored, once answered
+        "answer": redact_value(pause.answer, redactor, keys=True),  # what was stored, once answered
         # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
-        "names": names_in(message, arguments, pause.schema),
+        "names": names_in(message, arguments, schema),
         "fields": fields,
         "schema_problem": problem,
     }
