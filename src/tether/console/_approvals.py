@@ -293,12 +293,12 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     facts = await _Facts.of(sources, p, state)
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
-        _traced_calls(sources, p, turn["calls"])
+        await _traced_calls(sources, p, turn["calls"])
         for c in turn["calls"]:  # the model's own data: its keys too (the view's keys are ours)
             c["arguments"] = redact_value(c["arguments"], facts.redactor, keys=True)
     objective = getattr(state, "objective", None)
     if objective is None and sources.traces is not None and p.run_id:
-        run = sources.traces.get(p.run_id)
+        run = await sources.summary(p.run_id)
         objective = run.objective if run and run.tenant == p.tenant else None
     view = {
         **_row(p),
@@ -433,12 +433,12 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     return None
 
 
-def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
+async def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
     """The other calls' arguments as the run's trace recorded them (redacted by every tool's
     declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
-    if sources.traces is not None and p.run_id:
-        for e in sources.traces.events(p.run_id):
+    if p.run_id:
+        for e in await sources.events(p.run_id):
             if e.get("kind") == "tool_proposed" and e.get("call_id"):
                 traced[str(e["call_id"])] = e.get("arguments")
     for c in calls:

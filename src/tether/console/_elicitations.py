@@ -157,8 +157,8 @@ def parse_form(
 
 
 async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
-    if sources.traces is not None and (tenant := sources.traces.tenant_of(run_id)):
-        return tenant
+    if (run := await sources.summary(run_id)) is not None and run.tenant:
+        return run.tenant
     if sources.approvals is not None:
         cp = await sources.approvals.store.load_checkpoint(run_id)
         if cp is not None and (tenant := checkpoint_tenant(cp.state)) is not None:
@@ -312,14 +312,14 @@ def domain_view(url: str) -> dict[str, Any]:
     }
 
 
-def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:
+async def url_requests(
+    sources: ConsoleSources, principal: Principal, *, limit: int = 50
+) -> list[dict[str, Any]]:
     """URL-mode elicitations recorded in traces (newest first), with their domains decoded."""
-    if sources.traces is None:
-        return []
     out: list[dict[str, Any]] = []
     # The principal's most recent runs: a page load stays cheap.
-    for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
-        for e in sources.traces.events(run.run_id):
+    for run in await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
+        for e in await sources.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
                 out.append(
                     {

@@ -321,7 +321,7 @@ class _Pages:
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
-        urls = elicitations_view.url_requests(self.sources, me)
+        urls = await elicitations_view.url_requests(self.sources, me)
         shown = elicitations_view.PENDING_SHOWN
         return self.render(request, "elicitations.html", me, pending=pending, urls=urls, shown=shown)
 
@@ -369,7 +369,7 @@ class _Pages:
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
         mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut at 500
-        visible = self.sources.traces.runs(mine) if self.sources.traces else []
+        visible = await self.sources.runs(mine)
         rows = [r for r in visible if flt.matches(r)]
         return self.render(
             request,
@@ -384,7 +384,8 @@ class _Pages:
 
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary, events = self.sources.run(me, run_id)
+        summary, events = await self.sources.run(me, run_id)
+        items, totals = await anyio.to_thread.run_sync(lambda: (timeline(events), run_totals(events)))
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
@@ -401,8 +402,8 @@ class _Pages:
             "run.html",
             me,
             run=summary,
-            items=timeline(events),
-            totals=run_totals(events),
+            items=items,
+            totals=totals,
             checkpoint=checkpoint,
             resumable=resumable,
             result=None,
