@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import anyio
+
 from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
@@ -182,7 +184,7 @@ class _Facts:
         if isinstance(recorded, dict):
             provenance, source = _recorded_provenance(recorded), "recorded by the policy when proposed"
         elif state is not None:
-            provenance = _computed_provenance(arguments, state)
+            provenance = await anyio.to_thread.run_sync(_computed_provenance, arguments, state)
             source = "traced now from the run's checkpoint (default trust classes)"
         else:
             provenance, source = {}, "no run state: proposed through the desk, not by a model"
@@ -351,7 +353,7 @@ async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
     if cp is None:
         return None
     try:
-        state = state_from_json(cp.state)
+        state = await anyio.to_thread.run_sync(state_from_json, cp.state)  # a run's state may be long
     except (ApprovalError, ValueError, KeyError, TypeError):
         return None
     return state if getattr(state.context, "tenant", None) == p.tenant else None
