@@ -174,13 +174,19 @@ async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> 
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
 
 
-async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
-    # The call's declared secrets are never shown: not as arguments, nor anywhere in the server's
-    # text (its message, and its form's titles, descriptions, defaults, choices and field names).
+async def _redactor(sources: ConsoleSources, pause: Any) -> tuple[Redactor, frozenset[str]]:
+    """The redactor of the paused call's declared secrets, and their names."""
     masked = await _secret_arguments(sources, pause.server, pause.tool)
     redactor = Redactor()
     redactor.declare(pause.tool, masked)
     redactor.learn(pause.tool, pause.arguments)
+    return redactor, masked
+
+
+async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
+    # The call's declared secrets are never shown: not as arguments, nor anywhere in the server's
+    # text (its message, and its form's titles, descriptions, defaults, choices and field names).
+    redactor, masked = await _redactor(sources, pause)
     arguments = {
         k: f"[secret, {len(str(v))} characters]" if k in masked else v
         for k, v in (pause.arguments or {}).items()
@@ -241,6 +247,11 @@ async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[st
 async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
     """One question the principal may see. Raises ``Hidden`` (unknown, or another tenant's: its
     run's tenant is checked before it is viewed, its pins looked up or its text searched)."""
+    return await _view(sources, *await _visible(sources, principal, pause_id))
+
+
+async def _visible(sources: ConsoleSources, principal: Principal, pause_id: str) -> tuple[Any, str | None]:
+    """The pause and its run's tenant, if the principal may see it. Raises ``Hidden``."""
     if sources.open_pauses is None:
         raise Hidden("question")
     store = sources.open_pauses()
@@ -254,7 +265,7 @@ async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> d
     tenant = await _tenant_of(sources, pause.run_id)
     if not principal.sees(tenant):
         raise Hidden("question")
-    return await _view(sources, pause, tenant)
+    return pause, tenant
 
 
 async def answer(
@@ -262,9 +273,9 @@ async def answer(
 ) -> dict[str, Any]:
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
-    view = await get(sources, principal, pause_id)
-    actor = principal.actor
-    tenant = view["tenant"] or ""
+    pause, shown_tenant = await _visible(sources, principal, pause_id)
+    actor, tenant = principal.actor, shown_tenant or ""
+    redactor, _ = await _redactor(sources, pause)
     try:
         if not principal.may(tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
@@ -275,9 +286,15 @@ async def answer(
         finally:
             store.close()
     except ApprovalError as err:
-        sources.users.refused(actor, f"elicitation_{action}", err, tenant=tenant, target=pause_id)
-        raise
-    fields = sorted(content or {})
+        # The stored question's reasons (its choices, its fields) may hold the call's secrets.
+        refusal = (
+            err if redactor.text(str(err)) == str(err) else ApprovalError(err.reason, redactor.text(str(err)))
+        )
+        sources.users.refused(actor, f"elicitation_{action}", refusal, tenant=tenant, target=pause_id)
+        if refusal is err:
+            raise
+        raise refusal from None
+    fields = sorted(redactor.text(str(k)) for k in content or {})
     sources.users.audit(
         actor,
         f"elicitation_{action}",
