@@ -245,7 +245,9 @@ class _Pages:
             form = await request.form()
             nxt = local_path(form_value(form, "next", 500))
             name = form_value(form, "username", 64).strip().lower()
-            client = request.client.host if request.client else ""
+            # A browser that signed in as this name before is counted as itself, not as an address
+            # it may share with guessers (their failures there would lock its person out).
+            client = self.gate.device(request, name) or (request.client.host if request.client else "")
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
             elif (at := self.throttle.attempt(name, client)) is None:
@@ -265,6 +267,7 @@ class _Pages:
                     self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
                     self.gate.start_session(request, done, name)
+                    self.gate.mark_device(done, name)
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(
