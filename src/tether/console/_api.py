@@ -13,6 +13,7 @@ from dataclasses import replace
 from functools import wraps
 from typing import Any
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -22,7 +23,7 @@ from tether.console import _elicitations as elicitations_view
 from tether.console import _servers as servers_view
 from tether.console._app import Console
 from tether.console._resume import resume_run
-from tether.console._runs import run_filter, run_totals, timeline
+from tether.console._runs import RunSummary, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
 from tether.console._web import Gate
@@ -89,7 +90,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
                     return _error(400, "bad_json", "the body must be a JSON object")
                 body = parsed
         try:
-            return _Json(await handler(sources, request, principal, body))
+            content = await handler(sources, request, principal, body)
+            return await anyio.to_thread.run_sync(_Json, content)  # a run's every event: long
         except Hidden as err:
             return _error(404, "not_found", str(err))
         except Denied as err:
@@ -151,7 +153,7 @@ async def _list_questions(
         "count": len(rows),
         "limit": elicitations_view.PENDING_SHOWN,
         "pending": rows,
-        "url_requests": elicitations_view.url_requests(sources, p),
+        "url_requests": await elicitations_view.url_requests(sources, p),
     }
 
 
@@ -190,13 +192,16 @@ async def _pin(sources: ConsoleSources, request: Request, p: Principal, body: di
 
 async def _list_runs(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
     flt = replace(run_filter(request.query_params), visible=p.tenants("viewer"))
-    runs = sources.traces.runs(flt) if sources.traces else []
-    rows = [r.to_json() for r in runs if p.sees(r.tenant)]
+    rows = [r.to_json() for r in await sources.runs(flt) if p.sees(r.tenant)]
     return {"count": len(rows), "runs": rows}
 
 
 async def _get_run(sources: ConsoleSources, request: Request, p: Principal, body: dict[str, Any]) -> Any:
-    run, events = sources.run(p, request.path_params["run_id"])
+    run, events = await sources.run(p, request.path_params["run_id"])
+    return await anyio.to_thread.run_sync(_run_json, run, events)
+
+
+def _run_json(run: RunSummary, events: list[dict[str, Any]]) -> dict[str, Any]:
     items = [i.to_json() for i in timeline(events)]
     return {**run.to_json(), "totals": run_totals(events), "timeline": items}
 

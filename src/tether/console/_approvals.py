@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import anyio
+
 from tether.console._render import hidden_chars, names_in, pretty_json
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
@@ -182,7 +184,7 @@ class _Facts:
         if isinstance(recorded, dict):
             provenance, source = _recorded_provenance(recorded), "recorded by the policy when proposed"
         elif state is not None:
-            provenance = _computed_provenance(arguments, state)
+            provenance = await anyio.to_thread.run_sync(_computed_provenance, arguments, state)
             source = "traced now from the run's checkpoint (default trust classes)"
         else:
             provenance, source = {}, "no run state: proposed through the desk, not by a model"
@@ -191,7 +193,7 @@ class _Facts:
     def repeats_secret(self, value: Any) -> bool:
         """Whether a shown argument's value hides text because it repeats a declared secret's (the
         model wrote both: what it hides there, nobody reviews unless it is said)."""
-        return bool(self.masked) and redact_value(value, self.redactor) != value
+        return bool(self.masked) and redact_value(value, self.redactor, keys=True) != value
 
     def targets(self) -> list[dict[str, Any]]:
         """Up to four arguments that name what the call acts on (recipient, amount, path …)."""
@@ -203,7 +205,7 @@ class _Facts:
                 out.append({"name": name, "value": f"[secret, {len(str(value))} characters]"})
             else:
                 text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-                out.append({"name": name, "value": self.redactor.text(text)})
+                out.append({"name": self.redactor.text(name), "value": self.redactor.text(text)})
             if len(out) == 4:
                 break
         return out
@@ -224,7 +226,7 @@ class _Facts:
                 hidden.append(name)
             if name in self.masked:
                 continue
-            if self.repeats_secret(value):
+            if self.repeats_secret({name: value}):
                 copies.append(name)
             for text in _strings(value):
                 for found in find_names(text, limit=10):
@@ -247,8 +249,8 @@ class _Facts:
             ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
             ("secret_copy", "repeats a secret's value, shown [REDACTED]: ", ", ".join(copies)),
         ):
-            if names:
-                flags.append({"kind": kind, "text": text + names})
+            if names:  # an argument's name, or a name found in a value, may hold a secret's text
+                flags.append({"kind": kind, "text": self.redactor.text(text + names)})
         return flags
 
 
@@ -267,11 +269,11 @@ def _argument(facts: _Facts, name: str, value: Any, provenance: list[dict[str, A
             "names": [],
             "hidden": [],
         }
-    repeats = facts.repeats_secret(value)
-    value = redact_value(value, facts.redactor)
+    repeats = facts.repeats_secret({name: value})
+    value = redact_value(value, facts.redactor, keys=True)
     text = pretty_json(value)
     return {
-        "name": name,
+        "name": facts.redactor.text(name),
         "value": value,
         "secret": False,
         "repeats_secret": repeats,
@@ -293,10 +295,12 @@ async def proposal_view(sources: ConsoleSources, principal: Principal, proposal_
     facts = await _Facts.of(sources, p, state)
     turn = _turn(state, p.call_id) if state is not None else None
     if turn is not None:
-        _traced_calls(sources, p, turn["calls"])
+        await _traced_calls(sources, p, turn["calls"])
+        for c in turn["calls"]:  # the model's own data: its keys too (the view's keys are ours)
+            c["arguments"] = redact_value(c["arguments"], facts.redactor, keys=True)
     objective = getattr(state, "objective", None)
     if objective is None and sources.traces is not None and p.run_id:
-        run = sources.traces.get(p.run_id)
+        run = await sources.summary(p.run_id)
         objective = run.objective if run and run.tenant == p.tenant else None
     view = {
         **_row(p),
@@ -349,7 +353,7 @@ async def _state(sources: ConsoleSources, p: StoredProposal) -> Any:
     if cp is None:
         return None
     try:
-        state = state_from_json(cp.state)
+        state = await anyio.to_thread.run_sync(state_from_json, cp.state)  # a run's state may be long
     except (ApprovalError, ValueError, KeyError, TypeError):
         return None
     return state if getattr(state.context, "tenant", None) == p.tenant else None
@@ -431,12 +435,12 @@ def _turn(state: Any, call_id: str | None) -> dict[str, Any] | None:
     return None
 
 
-def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
+async def _traced_calls(sources: ConsoleSources, p: StoredProposal, calls: list[dict[str, Any]]) -> None:
     """The other calls' arguments as the run's trace recorded them (redacted by every tool's
     declared secrets, which the console does not know); another tool's untraced call: hidden."""
     traced: dict[str, Any] = {}
-    if sources.traces is not None and p.run_id:
-        for e in sources.traces.events(p.run_id):
+    if p.run_id:
+        for e in await sources.events(p.run_id):
             if e.get("kind") == "tool_proposed" and e.get("call_id"):
                 traced[str(e["call_id"])] = e.get("arguments")
     for c in calls:

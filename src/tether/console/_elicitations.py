@@ -157,8 +157,8 @@ def parse_form(
 
 
 async def _tenant_of(sources: ConsoleSources, run_id: str) -> str | None:
-    if sources.traces is not None and (tenant := sources.traces.tenant_of(run_id)):
-        return tenant
+    if (run := await sources.summary(run_id)) is not None and run.tenant:
+        return run.tenant
     if sources.approvals is not None:
         cp = await sources.approvals.store.load_checkpoint(run_id)
         if cp is not None and (tenant := checkpoint_tenant(cp.state)) is not None:
@@ -174,21 +174,30 @@ async def _secret_arguments(sources: ConsoleSources, server: str, tool: str) -> 
     return secret_arguments(schema) if isinstance(schema, dict) else frozenset()
 
 
-async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
-    try:
-        fields, problem = form_fields(pause.schema), None
-    except ApprovalError as err:
-        fields, problem = [], str(err)
-    # The call's declared secrets are never shown: not as arguments, nor inside the server's text.
+async def _redactor(sources: ConsoleSources, pause: Any) -> tuple[Redactor, frozenset[str]]:
+    """The redactor of the paused call's declared secrets, and their names."""
     masked = await _secret_arguments(sources, pause.server, pause.tool)
     redactor = Redactor()
     redactor.declare(pause.tool, masked)
     redactor.learn(pause.tool, pause.arguments)
+    return redactor, masked
+
+
+async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict[str, Any]:
+    # The call's declared secrets are never shown: not as arguments, nor anywhere in the server's
+    # text (its message, and its form's titles, descriptions, defaults, choices and field names).
+    redactor, masked = await _redactor(sources, pause)
     arguments = {
-        k: f"[secret, {len(str(v))} characters]" if k in masked else redact_value(v, redactor)
+        k: f"[secret, {len(str(v))} characters]" if k in masked else v
         for k, v in (pause.arguments or {}).items()
     }
+    arguments = redact_value(arguments, redactor, keys=True)
     message = redactor.text(pause.message)
+    schema = redact_value(pause.schema, redactor, keys=True)  # an answer is checked on the stored one
+    try:
+        fields, problem = form_fields(schema), None
+    except ApprovalError as err:
+        fields, problem = [], str(err)
     return {
         "id": pause.id,
         "created_at": pause.created_at,
@@ -199,13 +208,13 @@ async def _view(sources: ConsoleSources, pause: Any, tenant: str | None) -> dict
         "arguments": arguments,
         "masked_arguments": sorted(masked),
         "message": message,
-        "schema": pause.schema,
+        "schema": schema,
         "status": pause.status,
         "action": pause.action,
         "answered_by": pause.answered_by,
-        "answer": pause.answer,  # what was stored, once answered
+        "answer": redact_value(pause.answer, redactor, keys=True),  # what was stored, once answered
         # Look-alike names anywhere the reviewer reads: the question, the arguments, the form.
-        "names": names_in(message, arguments, pause.schema),
+        "names": names_in(message, arguments, schema),
         "fields": fields,
         "schema_problem": problem,
     }
@@ -238,6 +247,11 @@ async def pending(sources: ConsoleSources, principal: Principal) -> list[dict[st
 async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> dict[str, Any]:
     """One question the principal may see. Raises ``Hidden`` (unknown, or another tenant's: its
     run's tenant is checked before it is viewed, its pins looked up or its text searched)."""
+    return await _view(sources, *await _visible(sources, principal, pause_id))
+
+
+async def _visible(sources: ConsoleSources, principal: Principal, pause_id: str) -> tuple[Any, str | None]:
+    """The pause and its run's tenant, if the principal may see it. Raises ``Hidden``."""
     if sources.open_pauses is None:
         raise Hidden("question")
     store = sources.open_pauses()
@@ -251,7 +265,7 @@ async def get(sources: ConsoleSources, principal: Principal, pause_id: str) -> d
     tenant = await _tenant_of(sources, pause.run_id)
     if not principal.sees(tenant):
         raise Hidden("question")
-    return await _view(sources, pause, tenant)
+    return pause, tenant
 
 
 async def answer(
@@ -259,9 +273,9 @@ async def answer(
 ) -> dict[str, Any]:
     """Validate and store an answer (accept / decline / cancel), audited. Raises ``Hidden``,
     ``Denied``, ``ApprovalError`` (``invalid_answer``, ``not_pending``)."""
-    view = await get(sources, principal, pause_id)
-    actor = principal.actor
-    tenant = view["tenant"] or ""
+    pause, shown_tenant = await _visible(sources, principal, pause_id)
+    actor, tenant = principal.actor, shown_tenant or ""
+    redactor, _ = await _redactor(sources, pause)
     try:
         if not principal.may(tenant, "reviewer"):
             raise Denied("not_reviewer", f"{principal.name} may not answer for this tenant")
@@ -272,9 +286,15 @@ async def answer(
         finally:
             store.close()
     except ApprovalError as err:
-        sources.users.refused(actor, f"elicitation_{action}", err, tenant=tenant, target=pause_id)
-        raise
-    fields = sorted(content or {})
+        # The stored question's reasons (its choices, its fields) may hold the call's secrets.
+        refusal = (
+            err if redactor.text(str(err)) == str(err) else ApprovalError(err.reason, redactor.text(str(err)))
+        )
+        sources.users.refused(actor, f"elicitation_{action}", refusal, tenant=tenant, target=pause_id)
+        if refusal is err:
+            raise
+        raise refusal from None
+    fields = sorted(redactor.text(str(k)) for k in content or {})
     sources.users.audit(
         actor,
         f"elicitation_{action}",
@@ -309,14 +329,14 @@ def domain_view(url: str) -> dict[str, Any]:
     }
 
 
-def url_requests(sources: ConsoleSources, principal: Principal, *, limit: int = 50) -> list[dict[str, Any]]:
+async def url_requests(
+    sources: ConsoleSources, principal: Principal, *, limit: int = 50
+) -> list[dict[str, Any]]:
     """URL-mode elicitations recorded in traces (newest first), with their domains decoded."""
-    if sources.traces is None:
-        return []
     out: list[dict[str, Any]] = []
     # The principal's most recent runs: a page load stays cheap.
-    for run in sources.traces.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
-        for e in sources.traces.events(run.run_id):
+    for run in await sources.runs(RunFilter(visible=principal.tenants("viewer")), limit=50):
+        for e in await sources.events(run.run_id):
             if e.get("kind") == "mcp_elicitation" and e.get("url"):
                 out.append(
                     {

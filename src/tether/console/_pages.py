@@ -245,7 +245,9 @@ class _Pages:
             form = await request.form()
             nxt = local_path(form_value(form, "next", 500))
             name = form_value(form, "username", 64).strip().lower()
-            client = request.client.host if request.client else ""
+            # A browser that signed in as this name before is counted as itself, not as an address
+            # it may share with guessers (their failures there would lock its person out).
+            client = self.gate.device(request, name) or (request.client.host if request.client else "")
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
             elif (at := self.throttle.attempt(name, client)) is None:
@@ -265,6 +267,7 @@ class _Pages:
                     self.sources.users.audit(f"session:{name}", "login")
                     done = RedirectResponse(nxt, status_code=303)
                     self.gate.start_session(request, done, name)
+                    self.gate.mark_device(done, name)
                     return done
         token = secrets.token_urlsafe(24)
         response = self.render(
@@ -321,7 +324,7 @@ class _Pages:
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
-        urls = elicitations_view.url_requests(self.sources, me)
+        urls = await elicitations_view.url_requests(self.sources, me)
         shown = elicitations_view.PENDING_SHOWN
         return self.render(request, "elicitations.html", me, pending=pending, urls=urls, shown=shown)
 
@@ -369,7 +372,7 @@ class _Pages:
     async def runs(self, request: Request, me: Principal) -> Response:
         flt = run_filter(request.query_params)
         mine = RunFilter(visible=me.tenants("viewer"))  # before the list is cut at 500
-        visible = self.sources.traces.runs(mine) if self.sources.traces else []
+        visible = await self.sources.runs(mine)
         rows = [r for r in visible if flt.matches(r)]
         return self.render(
             request,
@@ -384,7 +387,8 @@ class _Pages:
 
     async def run(self, request: Request, me: Principal) -> Response:
         run_id = request.path_params["run_id"]
-        summary, events = self.sources.run(me, run_id)
+        summary, events = await self.sources.run(me, run_id)
+        items, totals = await anyio.to_thread.run_sync(lambda: (timeline(events), run_totals(events)))
         checkpoint = (
             await self.sources.approvals.store.load_checkpoint(run_id) if self.sources.approvals else None
         )
@@ -401,8 +405,8 @@ class _Pages:
             "run.html",
             me,
             run=summary,
-            items=timeline(events),
-            totals=run_totals(events),
+            items=items,
+            totals=totals,
             checkpoint=checkpoint,
             resumable=resumable,
             result=None,

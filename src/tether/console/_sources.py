@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 
-from tether.console._runs import RunIndex, RunSummary, StoredTraceIndex, TraceIndex
+from tether.console._runs import RunFilter, RunIndex, RunSummary, StoredTraceIndex, TraceIndex
 from tether.console._users import Hidden, Principal, UserStore
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._approvals import Approvals
@@ -43,13 +43,29 @@ class ConsoleSources:
     resume: Resumer | None = None
     on_close: Callable[[], None] | None = None  # closes what the sources opened (a deployment's stores)
 
-    def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, list[dict[str, Any]]]:
+    # Traces are read in a worker thread: a run's trace may be long (its run wrote it), and a
+    # request that parsed it on the event loop held every other request, sign-ins too, meanwhile.
+
+    async def runs(self, flt: RunFilter | None = None, *, limit: int = 500) -> list[RunSummary]:
+        """The runs ``flt`` selects, newest first (none without a trace index)."""
+        if self.traces is None:
+            return []
+        return await anyio.to_thread.run_sync(partial(self.traces.runs, flt, limit=limit))
+
+    async def summary(self, run_id: str) -> RunSummary | None:
+        """One run's summary, whoever may see it (the caller checks)."""
+        return await anyio.to_thread.run_sync(self.traces.get, run_id) if self.traces is not None else None
+
+    async def events(self, run_id: str) -> list[dict[str, Any]]:
+        """One run's trace events, whoever may see them (the caller checks)."""
+        return await anyio.to_thread.run_sync(self.traces.events, run_id) if self.traces is not None else []
+
+    async def run(self, principal: Principal, run_id: str) -> tuple[RunSummary, list[dict[str, Any]]]:
         """A run ``principal`` may see, and its events. Raises ``Hidden`` (unknown, another tenant's)."""
-        run = self.traces.get(run_id) if self.traces is not None else None
+        run = await self.summary(run_id)
         if run is None or not principal.sees(run.tenant):
             raise Hidden("run")
-        assert self.traces is not None
-        return run, self.traces.events(run_id)
+        return run, await self.events(run_id)
 
     async def pins(self, server: str) -> dict[str, Any]:
         """The pins of ``server`` (none without a pin store)."""

@@ -127,7 +127,9 @@ class Gate:
         check_secret_key(self.secret_key)
         self._session = Signer(self.secret_key, salt="tether-console-session")
         self._login = Signer(self.secret_key, salt="tether-console-login")
+        self._device = Signer(self.secret_key, salt="tether-console-device")
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
+        self.device_cookie = self.login_cookie.replace("tether_login_", "tether_device_")
         # Over HTTPS only the ``__Host-`` name: a sibling subdomain can set the old one for the
         # whole site (a cookie with Domain=), and so sign a browser in as another person.
         self._session_names: tuple[str, ...] = (self.session_cookie,)
@@ -220,6 +222,23 @@ class Gate:
     def set_login_cookie(self, response: Response, value: str) -> None:
         """The sign-in CSRF token, signed, in a short-lived cookie (the form carries it too)."""
         self._cookie(response, self.login_cookie, self._login.sign(value.encode("ascii")), 1800)
+
+    def mark_device(self, response: Response, name: str) -> None:
+        """This browser signed in as ``name``: a signed cookie that says so (30 days; sign-out
+        keeps it), so its next sign-ins count as its own, not its address's (``device``)."""
+        value = f"{name}:{secrets.token_urlsafe(16)}".encode("ascii")
+        self._cookie(response, self.device_cookie, self._device.sign(value), 30 * 86400)
+
+    def device(self, request: Request, name: str) -> str | None:
+        """Whom the sign-in throttle counts a sign-in as ``name`` from a browser that signed in as
+        ``name`` before (``mark_device``): that browser, whatever address it shares (a proxy, a
+        NAT, the loopback of a shared host) with guessers; ``None`` for any other browser."""
+        try:
+            value = self._device.unsign(request.cookies.get(self.device_cookie) or "").decode("ascii")
+        except (BadSignature, UnicodeDecodeError):
+            return None
+        who, _, nonce = value.partition(":")  # a user name holds no ':'
+        return f"device:{nonce}" if who == name and nonce else None
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
         cookie = request.cookies.get(self.login_cookie, "")

@@ -6,6 +6,7 @@ manners); ``resume_pause`` answers a durable elicitation pause and re-runs the p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from typing import Any
 
 from tether.core.messages import AssistantMessage, ToolCall, ToolMessage
 from tether.core.stop import Limits, StopReason
+from tether.errors import ApprovalError
 from tether.host import Host
 from tether.mcp._config import McpConfig
 from tether.mcp._elicitation import Responder, store_answer
@@ -25,6 +27,7 @@ from tether.runners._scope import RunScope
 from tether.runs._values import Agent, RunResult
 from tether.testing import FunctionModel, injected_calls
 from tether.trace._events import EventKind
+from tether.trace._tracer import read_trace
 
 __all__ = ["ScriptStep", "StandIn", "answer_pause", "rerun_paused_call", "resume_pause", "run_question"]
 
@@ -219,11 +222,35 @@ async def answer_pause(
         return await store_answer(store, pause_id, action, content, actor=actor)
 
 
+def _run_tenant(config: McpConfig, run_id: str) -> str | None:
+    """The tenant the run's trace in the config's trace folder names (``None``: no trace there)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", run_id) or ".." in run_id:
+        return None
+    try:
+        events = read_trace(config.path(config.host.trace_dir) / f"{run_id}.jsonl")
+    except (OSError, ValueError):
+        return None
+    start = next((e for e in events if e.get("kind") in ("run_started", "run_resumed")), {})
+    return str(start["tenant"]) if start.get("tenant") else None
+
+
 async def resume_pause(
     config: McpConfig, pause_id: str, action: str, content: dict[str, Any] | None, *, actor: str
 ) -> dict[str, Any]:
-    """Answer a pending elicitation, then re-run the paused call. Raises ``ApprovalError``,
+    """Answer a pending elicitation, then re-run the paused call (as ``host.tenant``). Raises
+    ``ApprovalError`` (``other_tenant``: the paused run is another tenant's; nothing is stored),
     ``ConfigError``."""
+    with closing(PauseStore(config.path(config.host.state))) as store:
+        asked = await store.get(pause_id)
+    # The call is run again in this host's context: another tenant's run (an application's, on
+    # these servers) would have its call made, traced and decided as this host's tenant's.
+    tenant = _run_tenant(config, asked.run_id)
+    if tenant is not None and tenant != config.host.tenant:
+        raise ApprovalError(
+            "other_tenant",
+            f"pause {pause_id} is of run {asked.run_id} of tenant {tenant}, not {config.host.tenant}: answer"
+            f" it (--answer-only, or in the console) and continue the run: tether resume {asked.run_id}",
+        )
     pause = await answer_pause(config, pause_id, action, content, actor=actor)
     server = pause.server
     host = build_host(config, servers=[server])

@@ -9,9 +9,11 @@ by the chokepoint where it happens. ``resume_point`` is the one rule of what may
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -38,6 +40,7 @@ __all__ = [
     "RunScope",
     "close_built",
     "declare_secrets",
+    "one_resume_at_a_time",
     "rebuild",
     "resume_point",
     "resume_rebuilt",
@@ -64,6 +67,31 @@ def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
     if checkpoint.status == "finished":
         raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
     return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
+
+
+_RESUMING: set[str] = set()  # the runs being resumed in this process (any event loop, any thread)
+_RESUMING_LOCK = threading.Lock()
+
+
+@asynccontextmanager
+async def one_resume_at_a_time(run_id: str) -> AsyncIterator[None]:
+    """Hold ``run_id`` while it is resumed in this process: a second resume waits for the first,
+    then reads the checkpoint the first left (``resume_point`` refuses a finished run). Two
+    resumes at once (a double click, requests sent together) each continued the same paused
+    state: every model turn after it made again, every call after it proposed again."""
+    delay = 0.005
+    while True:
+        with _RESUMING_LOCK:
+            if run_id not in _RESUMING:
+                _RESUMING.add(run_id)
+                break
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    try:
+        yield
+    finally:
+        with _RESUMING_LOCK:
+            _RESUMING.discard(run_id)
 
 
 # Factories under the import paths earlier releases wrote in checkpoints (never rewritten).

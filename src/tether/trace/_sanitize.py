@@ -259,10 +259,12 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
             value = str(value) if kind is bytes else str.__str__(value)
         return sanitize(redactor.text(value) if redactor else value)
     if kind is dict or isinstance(value, Mapping):
-        out = {}
+        out: dict[str, Any] = {}
+        redact = redactor.text if redactor is not None and redactor.has_secrets() else None
         for k, v in value.items():
             name = str(k)
-            out[sanitize(name)] = sanitize_value(v, redactor, name)
+            shown = sanitize(redact(name) if redact is not None else name)  # a secret as a key too
+            out[_kept_key(shown, out)] = sanitize_value(v, redactor, name)
         return out
     if kind is list or kind is tuple:
         return [sanitize_value(v, redactor) for v in value]
@@ -274,12 +276,31 @@ def sanitize_value(value: Any, redactor: Redactor | None = None, _key: str = "")
     return sanitize(redactor.text(str(value)) if redactor else str(value))
 
 
-def redact_value(value: Any, redactor: Redactor) -> Any:
-    """``value`` with every string in it redacted, nothing else changed (no escaping)."""
+def redact_value(value: Any, redactor: Redactor, *, keys: bool = False) -> Any:
+    """``value`` with every string in it redacted, nothing else changed (no escaping). ``keys``:
+    its mappings' keys too, for data a model or a server wrote (a secret written as a key is a
+    secret as well); leave it off for a mapping whose keys are the caller's own field names."""
     if isinstance(value, str):
         return redactor.text(value)
     if isinstance(value, Mapping):
-        return {k: redact_value(v, redactor) for k, v in value.items()}
+        if not keys:
+            return {k: redact_value(v, redactor) for k, v in value.items()}
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            out[_kept_key(redactor.text(k) if isinstance(k, str) else k, out)] = redact_value(
+                v, redactor, keys=True
+            )
+        return out
     if isinstance(value, list | tuple):
-        return [redact_value(v, redactor) for v in value]
+        return [redact_value(v, redactor, keys=keys) for v in value]
     return value
+
+
+def _kept_key(key: Any, taken: Mapping[Any, Any]) -> Any:
+    """``key``, or ``key (2)`` … if a redacted key took it: no key hides another's value."""
+    if key not in taken:
+        return key
+    n = 2
+    while f"{key} ({n})" in taken:
+        n += 1
+    return f"{key} ({n})"
