@@ -1,0 +1,128 @@
+"""Wild servers, round nine: a Streamable HTTP server (round six's, by hand) that compresses its
+answers (``Content-Encoding``): honestly, as a gzip bomb, around a forged answer, or in an
+encoding the host never asked for. It runs next to an honest stdio server (``wild4_server.py``),
+and both are checked: the hostile answers are contained, the honest ones serve."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcp._httpcap import ACCEPTED_ENCODINGS
+from tether.mcphost._runner import run_question
+from tether_testing.loopback import serving
+
+from .conftest import approve, script, write_config
+from .test_wild_round6 import _ok, _wild_http
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
+
+BOMB_MIB = 64  # what the bomb decodes to (the host takes 8 MiB): about 64 KiB on the wire
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pins approving ``lookup`` of the honest server ``ok`` (saves a launch a test)."""
+    import anyio
+
+    folder = tmp_path_factory.mktemp("w9pins")
+    anyio.run(approve, write_config(folder, [_ok()]), "ok")
+    return folder / "pins.db"
+
+
+def _bomb(ident: Any) -> bytes:
+    """A gzip answer to ``ident`` whose text is ``BOMB_MIB`` MiB of ``B``."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    head, tail = json.dumps(
+        {"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": "@"}]}}
+    ).split("@")
+    block = b"B" * (1 << 20)
+    parts = [packer.compress(head.encode())]
+    parts += [packer.compress(block) for _ in range(BOMB_MIB)]
+    return b"".join([*parts, packer.compress(tail.encode()), packer.flush()])
+
+
+def _compressing_web(asked: list[str]) -> type[Any]:
+    """Round six's server (mode ``plain``), every JSON answer sent gzip-compressed; the call of
+    ``bomb`` is answered by ``_bomb``, of ``forged`` by a compressed answer with another id, of
+    ``zstd`` by an answer marked ``zstd`` (never asked for). ``asked`` gets each request's
+    ``Accept-Encoding``."""
+    base_app = _wild_http("plain", [])
+
+    class App(base_app):  # type: ignore[misc,valid-type]  (a class made at run time)
+        def _send(self, status: int, body: Any = None, **headers: str) -> None:
+            if not isinstance(body, dict):
+                return super()._send(status, body, **headers)
+            self._raw(status, gzip.compress(json.dumps(body).encode()), "gzip", **headers)
+
+        def _raw(self, status: int, raw: bytes, coding: str, **headers: str) -> None:
+            self.send_response(status)
+            more = {"Content-Type": "application/json", "Content-Encoding": coding, **headers}
+            for key, value in {**more, "Content-Length": str(len(raw))}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(raw)
+
+        def do_POST(self) -> None:
+            asked.append(self.headers.get("Accept-Encoding", ""))
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            message = json.loads(raw)
+            ident = message.get("id")
+            key = ((message.get("params") or {}).get("arguments") or {}).get("key")
+            if key == "bomb":
+                return self._raw(200, _bomb(ident), "gzip")
+            if key == "forged":
+                answer = {"jsonrpc": "2.0", "id": ident + 1000, "result": {"content": []}}
+                return self._raw(200, gzip.compress(json.dumps(answer).encode()), "gzip")
+            if key == "zstd":
+                answer = {"jsonrpc": "2.0", "id": ident, "result": {"content": []}}
+                return self._raw(200, json.dumps(answer).encode(), "zstd")
+            connection, self.rfile = self.rfile, io.BytesIO(raw)  # the body again, for round six's
+            try:
+                super().do_POST()
+            finally:
+                self.rfile = connection
+
+    return App
+
+
+@contextlib.contextmanager
+def _compressing(asked: list[str]) -> Iterator[dict[str, Any]]:
+    with serving(_compressing_web(asked)) as base:
+        yield {"name": "web", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
+
+
+async def test_compressed_answers_are_decoded_within_the_hosts_limit_and_checked_as_plain_ones(
+    tmp_path: Path, pins: Path
+) -> None:
+    """httpx decoded a compressed body after the host's transport had capped and checked it: a
+    gzip bomb of 64 KiB reached the SDK as 64 MiB (read whole, the call served it cut), and a
+    compressed answer bearing another request's id passed the forged-answer check (the call
+    waited out its timeout). Now the transport decodes in bounded pieces, asks only for what it
+    decodes, and checks the decoded answer: the bomb fails its call at the limit, the forgery
+    and an encoding never asked for fail theirs at once; compressed honest answers serve, as
+    does the honest server."""
+    asked: list[str] = []
+    with _compressing(asked) as web:
+        config = write_config(tmp_path, [{**web, "timeout_s": 20}, _ok()], pins_from=pins)
+        await approve(config, "web")
+        keys = ["a", "bomb", "forged", "zstd", "b"]
+        steps = script(*[("web__lookup", {"key": k}) for k in keys], ("ok__lookup", {"key": "d"}), "done")
+        run = await run_question(config, "Q", steps)
+    a, bomb, forged, zstd, b = run.seen("web__lookup")
+    assert "value-of-a" in a and "value-of-b" in b  # compressed, decoded
+    assert "larger than the host accepts" in bomb and "BBBB" not in bomb  # before: served, cut
+    assert "answered this request with the id of another request" in forged  # before: timed out
+    assert "encoded as zstd, which the host did not ask for" in zstd
+    assert set(asked) == {ACCEPTED_ENCODINGS}  # before: gzip, deflate, zstd
+    assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
