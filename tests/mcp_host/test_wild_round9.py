@@ -9,6 +9,7 @@ import contextlib
 import gzip
 import io
 import json
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tether.core._schema import SchemaViolation, UnusableSchema, validate
 from tether.core.stop import StopReason
 from tether.mcp._httpcap import ACCEPTED_ENCODINGS
 from tether.mcphost._runner import run_question
@@ -126,3 +128,70 @@ async def test_compressed_answers_are_decoded_within_the_hosts_limit_and_checked
     assert "encoded as zstd, which the host did not ask for" in zstd
     assert set(asked) == {ACCEPTED_ENCODINGS}  # before: gzip, deflate, zstd
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+def w9(name: str, **extra: Any) -> dict[str, Any]:
+    """``wild9_server.py``, unconfined (launched faster), every tool a read."""
+    tools = ("lookup", "spread", "report", "tags", "stats")
+    return {
+        "name": name,
+        "command": [sys.executable, str(Path(__file__).with_name("wild9_server.py"))],
+        "mode": "legacy",
+        "effects": dict.fromkeys(tools, "read"),
+        "timeout_s": 20,
+        "sandbox": "none",
+        **extra,
+    }
+
+
+async def test_schemas_that_cost_unbounded_work_to_check_are_refused_and_ordinary_ones_still_checked(
+    tmp_path: Path, pins: Path
+) -> None:
+    """A pinned tool's input schema whose references multiply (2 ** 30 checks of one string), an
+    output schema the same, and 50 000 distinct objects under ``uniqueItems``: each froze the
+    whole host (the run's deadline, every other server) for hours, in the host's engine or in
+    the SDK's own check of structured results. Now the host's engine alone checks results, its
+    references counted and uniqueness found in linear time: the first two calls are refused,
+    named, the third served; an ordinary output schema is still enforced, and the honest server
+    serves."""
+    config = write_config(tmp_path, [w9("x"), _ok()], pins_from=pins)
+    await approve(config, "x")
+    calls = [
+        ("spread", "a"),
+        ("report", "b"),
+        ("tags", "c"),
+        ("stats", "d"),
+        ("stats", "bad"),
+        ("lookup", "e"),
+    ]
+    steps = script(
+        *[(f"x__{tool}", {"key": key}) for tool, key in calls], ("ok__lookup", {"key": "f"}), "done"
+    )
+    run = await run_question(config, "Q", steps)
+    (spread,) = run.seen("x__spread")  # refused before it is sent: no observation of the server's
+    assert "references more than" in spread and "value-of-a" not in spread
+    report, tags, good, bad, lookup, ok = run.result.observations
+    assert report.error_kind == "invalid_output" and "value-of-b" not in report.text
+    assert "value-of-c" in tags.text and not tags.is_error
+    assert "value-of-d" in good.text and bad.error_kind == "invalid_output"
+    assert "value-of-e" in lookup.text and "value-of-f" in ok.text
+    assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+def test_the_engines_bounds_keep_honest_recursion_and_uniqueness_as_they_were() -> None:
+    """The reference budget grows with the value: a recursive tree schema checks a tree of 3 000
+    nodes (a reference per node) as before, while references that multiply are refused on one
+    string; ``uniqueItems`` in linear time finds the duplicates jsonschema finds (``1`` and
+    ``1.0``, objects in another key order) and keeps ``true`` apart from ``1``."""
+    node = {"type": "object", "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}}}
+    tree = {"kids": [{"kids": [{"kids": []}] * 3} for _ in range(1000)]}  # 4 001 nodes
+    validate({"$ref": "#/$defs/node", "$defs": {"node": node}}, tree)
+    from .wild9_server import SPREAD
+
+    with pytest.raises(UnusableSchema, match="references more than"):
+        validate({"$ref": "#/$defs/d0", **SPREAD}, "x")
+    unique = {"type": "array", "uniqueItems": True}
+    for same in ([1, 1.0], [{"a": 1, "b": [2]}, {"b": [2], "a": 1}], ["x", "y", "x"]):
+        with pytest.raises(SchemaViolation):
+            validate(unique, same)
+    validate(unique, [1, True, 0, False, {"a": [1]}, {"a": [True]}, None, "1"])

@@ -422,7 +422,10 @@ class McpServerSource:
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
-        await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
+        relay = self._relays.get(id(client))
+        if relay is not None:
+            tools = relay.with_output_schemas(tools)
+        await self.listing.absorb(tools, getattr(relay, "dropped", {}))
         self._stale = self._change_traced = False
         return self.listing.checks
 
