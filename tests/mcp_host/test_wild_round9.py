@@ -20,6 +20,7 @@ import pytest
 from tether.core._schema import SchemaViolation, UnusableSchema, validate
 from tether.core.stop import StopReason
 from tether.mcp._httpcap import ACCEPTED_ENCODINGS
+from tether.mcp._source import MAX_LISTING_CHARS
 from tether.mcphost._runner import run_question
 from tether_testing.loopback import serving
 
@@ -195,3 +196,23 @@ def test_the_engines_bounds_keep_honest_recursion_and_uniqueness_as_they_were() 
         with pytest.raises(SchemaViolation):
             validate(unique, same)
     validate(unique, [1, True, 0, False, {"a": [1]}, {"a": [True]}, None, "1"])
+
+
+async def test_a_listing_whose_pages_come_to_more_than_the_host_holds_fails_that_server_only(
+    tmp_path: Path, pins: Path
+) -> None:
+    """From its second listing on (the re-check before each call), the server adds five pages of
+    8 MB each (each under the host's message limit, and 100 pages were allowed): the
+    host held all of them, parsed again before every call (800 MiB at 100 pages). Now a listing
+    past ``MAX_LISTING_CHARS`` in all is refused as it goes past, as one past
+    ``MAX_LISTED_TOOLS`` tools is: that server's calls fail, named, the honest one serves."""
+    await approve(write_config(tmp_path, [w9("x")], pins_from=pins), "x")  # (pins: for the command)
+    fat = w9("x", env={"W9_FAT_PAGES": "5"}, tools=["lookup"], effects={"lookup": "read"})
+    config = write_config(tmp_path, [fat, _ok()])
+    steps = script(
+        ("x__lookup", {"key": "a"}), ("x__lookup", {"key": "b"}), ("ok__lookup", {"key": "c"}), "done"
+    )
+    run = await run_question(config, "Q", steps)
+    why = f"its tool listing went past {MAX_LISTING_CHARS} characters"
+    assert [why in said for said in run.seen("x__lookup")] == [True, True]  # before: both served
+    assert "value-of-c" in run.seen("ok__lookup")[0]

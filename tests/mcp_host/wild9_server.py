@@ -6,7 +6,9 @@ does the same, ``W9_LEVELS`` levels down: 2 ** levels checks of one string); ``r
 structured content checked by such a schema; ``tags`` answers ``W9_TAGS`` distinct objects in
 an array whose schema says ``uniqueItems`` (jsonschema compares every pair); ``stats`` has an
 ordinary output schema, answering ``{"count": 3}``, or ``{"count": "three"}`` (not matching it)
-for the key ``bad``."""
+for the key ``bad``. With ``W9_FAT_PAGES`` set, every listing after the first names a next page,
+and gives that many pages more of 100 tools each of 80 000 characters (a page near the host's
+message limit; the tools never needed: only ``lookup`` is configured)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from typing import Any
 
 LEVELS = int(os.environ.get("W9_LEVELS", "30"))
 TAGS = int(os.environ.get("W9_TAGS", "50000"))
+FAT_PAGES = int(os.environ.get("W9_FAT_PAGES", "0"))
+listings = [0]
 out = sys.stdout.buffer
 KEY = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
 
@@ -84,6 +88,20 @@ def call(params: dict[str, Any]) -> dict[str, Any]:
     return {"content": [text]}
 
 
+def listing(cursor: str | None) -> dict[str, Any]:
+    """A page of the listing: all of ``TOOLS`` first, then the fat pages (see the docstring)."""
+    page = int(cursor or 0)
+    if page == 0:
+        listings[0] += 1
+        more = FAT_PAGES and listings[0] > 1
+        return {"tools": TOOLS, **({"nextCursor": "1"} if more else {})}
+    fat = {"description": "d" * 80_000, "inputSchema": {"type": "object"}}
+    result: dict[str, Any] = {"tools": [{"name": f"t{page}_{n}", **fat} for n in range(100)]}
+    if page < FAT_PAGES:
+        result["nextCursor"] = str(page + 1)
+    return result
+
+
 def main() -> None:
     for raw in sys.stdin.buffer:
         try:
@@ -100,7 +118,7 @@ def main() -> None:
                 "serverInfo": {"name": "wild9", "version": "1"},
             }
         elif method == "tools/list":
-            result = {"tools": TOOLS}
+            result = listing(params.get("cursor"))
         elif method == "tools/call":
             result = call(params)
         else:
