@@ -133,7 +133,7 @@ async def test_compressed_answers_are_decoded_within_the_hosts_limit_and_checked
 
 def w9(name: str, **extra: Any) -> dict[str, Any]:
     """``wild9_server.py``, unconfined (launched faster), every tool a read."""
-    tools = ("lookup", "spread", "report", "tags", "stats")
+    tools = ("lookup", "spread", "report", "tags", "stats", "label")
     return {
         "name": name,
         "command": [sys.executable, str(Path(__file__).with_name("wild9_server.py"))],
@@ -216,3 +216,81 @@ async def test_a_listing_whose_pages_come_to_more_than_the_host_holds_fails_that
     why = f"its tool listing went past {MAX_LISTING_CHARS} characters"
     assert [why in said for said in run.seen("x__lookup")] == [True, True]  # before: both served
     assert "value-of-c" in run.seen("ok__lookup")[0]
+
+
+async def test_a_pattern_that_backtracks_exponentially_is_matched_in_linear_time_both_ways(
+    tmp_path: Path, pins: Path
+) -> None:
+    """``^(\\w+\\s?)*$`` in a pinned tool's input and output schemas: 40 letters and a ``!``
+    took ``re`` hours to refuse (each letter a place to split the word), and nothing interrupts
+    ``re``: an argument the model was led to send, or a result the server chose, froze the whole
+    host. Now such a pattern is matched by a linear simulation: the argument is refused, the
+    result is ``invalid_output``, both named; matching ones are served, as is the honest
+    server."""
+    config = write_config(tmp_path, [w9("x"), _ok()], pins_from=pins)
+    await approve(config, "x")
+    near = "b" * 40 + "!"
+    calls = [("label", "some words"), ("label", near), ("label", "a" * 40), ("lookup", "e")]
+    steps = script(
+        *[(f"x__{tool}", {"key": key}) for tool, key in calls], ("ok__lookup", {"key": "f"}), "done"
+    )
+    run = await run_question(config, "Q", steps)
+    words, argument, result = run.seen("x__label")
+    assert "some words" in words and "invalid_output" not in words
+    assert "does not match" in argument and "reject" in argument  # before: hours in the intake
+    assert "invalid_output" in result and f"{'a' * 40}!" not in result  # before: hours
+    assert "value-of-e" in run.seen("x__lookup")[0] and "value-of-f" in run.seen("ok__lookup")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^(a+)+$",
+        r"^([a-z]+(-[a-z]+)*)$",
+        r"(ab|a)*c",
+        r"^(\d{1,3}\.){3}\d{1,3}$",
+        r"(x|xy){2,4}z",
+        r"^(?:[a-c]{,2}d)+$",
+        r"(a?){3,}b",
+        r"(.*,)*x",
+        r"(\n|a)*$",
+        r"(?P<n>a|b)+\.{2}",
+        r"([\w.-]+@)+x",
+        r"(|a)+b",
+    ],
+)
+def test_the_linear_matcher_finds_what_re_finds(pattern: str) -> None:
+    """Every string of up to five characters over a small alphabet: the simulation and ``re``
+    agree (the simulation is what a repeating pattern gets; ``re`` what any other does)."""
+    import itertools
+    import re
+
+    from tether.core._pattern import _compile, _Parser, _simulate
+
+    program: list[Any] = []
+    _compile(_Parser(pattern).parse(), program)
+    for size in range(6):
+        for chars in itertools.product("ab1-.@,\nxyzcd", repeat=size) if size < 4 else _some(size):
+            text = "".join(chars)
+            assert _simulate(program, text) == (re.search(pattern, text) is not None), text
+
+
+def _some(size: int) -> Iterator[str]:
+    """A spread of longer strings (every fourth-power is too many)."""
+    alphabet = "ab1-.@,\nxyzcd"
+    for start in range(0, 13**size, 13**size // 2000 + 7):
+        digits = [(start // 13**k) % 13 for k in range(size)]
+        yield "".join(alphabet[d] for d in digits)
+
+
+def test_a_repeating_pattern_the_matcher_cannot_simulate_is_unusable_and_others_keep_re() -> None:
+    """A backreference or a lookaround in a pattern that repeats a repetition is refused, named;
+    the same features in a pattern that does not are matched by ``re`` as before."""
+    from tether.core._pattern import pattern_search
+
+    for pattern, what in [(r"^(a+)+\1$", "a backreference"), (r"(?=a)(a+)+", "a lookaround")]:
+        with pytest.raises(UnusableSchema, match=what):
+            pattern_search(pattern, "aaa")
+    assert pattern_search(r"^(?!admin)[a-z]+$", "user") and not pattern_search(r"^(?!admin)[a-z]+$", "admin")
+    assert pattern_search(r"\bfoo\b", "a foo b") and pattern_search(r"(a)\1", "xaa")

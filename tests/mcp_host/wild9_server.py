@@ -6,7 +6,10 @@ does the same, ``W9_LEVELS`` levels down: 2 ** levels checks of one string); ``r
 structured content checked by such a schema; ``tags`` answers ``W9_TAGS`` distinct objects in
 an array whose schema says ``uniqueItems`` (jsonschema compares every pair); ``stats`` has an
 ordinary output schema, answering ``{"count": 3}``, or ``{"count": "three"}`` (not matching it)
-for the key ``bad``. With ``W9_FAT_PAGES`` set, every listing after the first names a next page,
+for the key ``bad``; ``label`` takes a ``key`` matching ``WORDS`` (a pattern that repeats a
+repetition: ``re`` backtracks exponentially on a near miss) and answers it as ``label`` in
+structured content checked against the same pattern, with ``!`` added to a key starting with
+``a``. With ``W9_FAT_PAGES`` set, every listing after the first names a next page,
 and gives that many pages more of 100 tools each of 80 000 characters (a page near the host's
 message limit; the tools never needed: only ``lookup`` is configured)."""
 
@@ -36,6 +39,8 @@ def spreading() -> dict[str, Any]:
 
 
 SPREAD = spreading()
+WORDS = r"^(\w+\s?)*$"
+WORDY = {"type": "string", "pattern": WORDS}
 TOOLS = [
     {"name": "lookup", "description": "Looks up a key.", "inputSchema": KEY},
     {
@@ -57,6 +62,12 @@ TOOLS = [
             "type": "object",
             "properties": {"tags": {"type": "array", "uniqueItems": True, "items": {"type": "object"}}},
         },
+    },
+    {
+        "name": "label",
+        "description": "Labels a key.",
+        "inputSchema": {**KEY, "properties": {"key": WORDY}},
+        "outputSchema": {"type": "object", "properties": {"label": WORDY}, "required": ["label"]},
     },
     {
         "name": "stats",
@@ -83,6 +94,9 @@ def call(params: dict[str, Any]) -> dict[str, Any]:
         return {"content": [text], "structuredContent": {"value": f"value-of-{key}"}}
     if name == "tags":
         return {"content": [text], "structuredContent": {"tags": [{"tag": n} for n in range(TAGS)]}}
+    if name == "label":
+        label = f"{key}!" if str(key).startswith("a") else key
+        return {"content": [text], "structuredContent": {"label": label}}
     if name == "stats":
         return {"content": [text], "structuredContent": {"count": "three" if key == "bad" else 3}}
     return {"content": [text]}

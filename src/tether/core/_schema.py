@@ -38,6 +38,7 @@ import referencing.exceptions
 from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
+from tether.core._pattern import pattern_keywords, pattern_search
 from tether.core._schema_errors import RANK, SchemaViolation, UnusableSchema, path_text, violation
 
 __all__ = [
@@ -149,7 +150,7 @@ def _extras(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[
     properties = schema.get("properties") or {}
     patterns = schema.get("patternProperties") or {}
     for key in instance:
-        if key not in properties and not any(re.search(p, key) for p in patterns):
+        if key not in properties and not any(pattern_search(p, key) for p in patterns):
             yield key
 
 
@@ -302,6 +303,7 @@ def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]
     if cls is None:
         checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
         keywords: dict[str, Any] = {"enum": _enum, "const": _const, "uniqueItems": _unique_items}
+        keywords |= pattern_keywords(base)
         keywords |= {k: _counted(base.VALIDATORS[k]) for k in _REF_KEYWORDS if k in base.VALIDATORS}
         if intake:
             keywords |= {"additionalProperties": _additional_properties, "required": _required}
