@@ -1,7 +1,12 @@
-"""Wild servers, round nine: a Streamable HTTP server (round six's, by hand) that compresses its
+"""Wild servers, round nine. A Streamable HTTP server (round six's, by hand) that compresses its
 answers (``Content-Encoding``): honestly, as a gzip bomb, around a forged answer, or in an
-encoding the host never asked for. It runs next to an honest stdio server (``wild4_server.py``),
-and both are checked: the hostile answers are contained, the honest ones serve."""
+encoding the host never asked for. A stdio server by hand (``wild9_server.py``) whose pinned
+schemas cost unbounded work to check: references that multiply, ``uniqueItems`` over 50 000
+objects, a pattern ``re`` backtracks on exponentially (in an input and an output schema), and
+a listing of pages that together hold far more than any one message. Each runs next to an
+honest stdio server (``wild4_server.py``), and both are checked: the hostile answers are
+contained (the host never froze, nor held what it does not take), named, and the honest ones
+serve."""
 
 from __future__ import annotations
 
