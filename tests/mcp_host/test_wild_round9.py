@@ -299,3 +299,36 @@ def test_a_repeating_pattern_the_matcher_cannot_simulate_is_unusable_and_others_
             pattern_search(pattern, "aaa")
     assert pattern_search(r"^(?!admin)[a-z]+$", "user") and not pattern_search(r"^(?!admin)[a-z]+$", "admin")
     assert pattern_search(r"\bfoo\b", "a foo b") and pattern_search(r"(a)\1", "xaa")
+
+
+async def test_a_compressed_event_stream_is_decoded_before_a_listing_too_deep_is_cut(
+    tmp_path: Path, pins: Path
+) -> None:
+    """Round six's server listing a tool nested deeper than the SDK reads, as an event stream,
+    gzip-compressed: the host cut deep tools from the compressed bytes (finding nothing to cut),
+    and the SDK refused the whole listing, so the server could not start. Now the stream is
+    decoded first: ``deep`` alone is left out, named, and ``lookup`` serves."""
+    base_app = _wild_http("deep_events", [])
+
+    class App(base_app):  # type: ignore[misc,valid-type]  (a class made at run time)
+        def _send(self, status: int, body: Any = None, **headers: str) -> None:
+            if not isinstance(body, bytes):
+                return super()._send(status, body, **headers)
+            raw = gzip.compress(body)
+            self.send_response(status)
+            kind = {"Content-Type": "text/event-stream", "Content-Encoding": "gzip"}
+            for key, value in {**kind, "Content-Length": str(len(raw)), **headers}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(raw)
+
+    with serving(App) as base:
+        web = {"name": "web", "url": f"{base}/mcp", "mode": "legacy", "effects": {"lookup": "read"}}
+        config = write_config(tmp_path, [{**web, "timeout_s": 20}, _ok()], pins_from=pins)
+        pinned, skipped = await approve(config, "web")  # before: the server could not be started
+        assert pinned == ["lookup"] and "nests more than" in skipped["deep"]
+        steps = script(("web__lookup", {"key": "a"}), ("ok__lookup", {"key": "b"}), "done")
+        run = await run_question(config, "Q", steps)
+    assert "value-of-a" in run.seen("web__lookup")[0] and "value-of-b" in run.seen("ok__lookup")[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
