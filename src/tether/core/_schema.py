@@ -9,7 +9,14 @@ once and cached by identity and by canonical JSON (treated as immutable once use
 ``check_arguments`` adds the intake rules: exactly the declared parameters, nested objects that
 list ``properties`` closed too (not inside ``not``/``if``), no blank strings, nesting capped at
 ``MAX_DEPTH``. ``validate`` applies the plain rules. Failures are ``SchemaViolation`` (a
-``PolicyError`` with the path and a ``reason``) or ``UnusableSchema``."""
+``PolicyError`` with the path and a ``reason``) or ``UnusableSchema``.
+
+The work one check does is bounded, whoever wrote the schema (an MCP server's, once pinned):
+references followed are counted against ``MAX_REF_STEPS`` plus ``REF_STEPS_PER_NODE`` for each
+node of the value (a schema whose references multiply, ``allOf`` of two references to a
+definition that does the same thirty levels down, took hours on one string; past the budget it
+is ``UnusableSchema``), and ``uniqueItems`` is checked in linear time (jsonschema compares every
+pair of objects: minutes for a structured result of 100 000 of them)."""
 
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -30,11 +38,14 @@ import referencing.exceptions
 from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
+from tether.core._pattern import pattern_keywords, pattern_search
 from tether.core._schema_errors import RANK, SchemaViolation, UnusableSchema, path_text, violation
 
 __all__ = [
     "FORMATS",
     "MAX_DEPTH",
+    "MAX_REF_STEPS",
+    "REF_STEPS_PER_NODE",
     "CompiledSchema",
     "SchemaViolation",
     "UnusableSchema",
@@ -44,6 +55,8 @@ __all__ = [
 ]
 
 MAX_DEPTH = 16  # nested containers in one value (the parser enforces the same bound)
+MAX_REF_STEPS = 10_000  # references one check may follow, besides ...
+REF_STEPS_PER_NODE = 8  # ... as many for each node (container or scalar) of the value checked
 _CACHE_SIZE = 512
 
 
@@ -137,7 +150,7 @@ def _extras(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> Iterator[
     properties = schema.get("properties") or {}
     patterns = schema.get("patternProperties") or {}
     for key in instance:
-        if key not in properties and not any(re.search(p, key) for p in patterns):
+        if key not in properties and not any(pattern_search(p, key) for p in patterns):
             yield key
 
 
@@ -212,6 +225,68 @@ def _required(
             yield ValidationError(f"missing field {name!r}", path=(name,))
 
 
+# -- bounded work: references counted, uniqueness in linear time ---------------------------------
+
+_REFS_LEFT: ContextVar[list[int] | None] = ContextVar("tether_schema_refs_left", default=None)
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """``keyword`` (a reference), each use counted against the check's budget (``_REFS_LEFT``)."""
+
+    def follow(validator: Any, ref: Any, instance: Any, schema: Mapping[str, Any]) -> Any:
+        left = _REFS_LEFT.get()
+        if left is not None:
+            left[0] -= 1
+            if left[0] < 0:
+                raise UnusableSchema(
+                    f"checking this value follows the schema's references more than {left[1]} times "
+                    "(references that multiply): too much work, refused"
+                )
+        return keyword(validator, ref, instance, schema)
+
+    return follow
+
+
+def _nodes(value: Any) -> int:
+    """How many containers and scalars ``value`` holds, itself included."""
+    count, todo = 0, [value]
+    while todo:
+        item = todo.pop()
+        count += 1
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return count
+
+
+def _unique_key(value: Any) -> Any:
+    """A hashable key equal for JSON values jsonschema's ``uniqueItems`` takes as equal (numbers
+    by value, ``true`` not ``1``, objects whatever their key order)."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, dict):
+        return ("object", frozenset((k, _unique_key(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return ("array", tuple(_unique_key(v) for v in value))
+    return ("number", value) if isinstance(value, int | float) else (type(value).__name__, value)
+
+
+def _unique_items(
+    validator: Any, unique: Any, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[ValidationError]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _unique_key(item)
+        if key in seen:
+            yield ValidationError("the array has non-unique elements")
+            return
+        seen.add(key)
+
+
 # -- compiling ----------------------------------------------------------------------------------
 
 _CLASSES: dict[tuple[type, bool], type[Validator]] = {}
@@ -227,7 +302,9 @@ def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]
     cls = _CLASSES.get(key)
     if cls is None:
         checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
-        keywords: dict[str, Any] = {"enum": _enum, "const": _const}
+        keywords: dict[str, Any] = {"enum": _enum, "const": _const, "uniqueItems": _unique_items}
+        keywords |= pattern_keywords(base)
+        keywords |= {k: _counted(base.VALIDATORS[k]) for k in _REF_KEYWORDS if k in base.VALIDATORS}
         if intake:
             keywords |= {"additionalProperties": _additional_properties, "required": _required}
         cls = jsonschema.validators.extend(base, keywords, type_checker=checker)
@@ -247,7 +324,7 @@ def _refs(node: Any, depth: int = 0) -> Iterator[tuple[str, str]]:
         raise UnusableSchema("schema nesting is too deep")
     if isinstance(node, Mapping):
         for key, value in node.items():
-            if key in ("$ref", "$dynamicRef", "$id") and isinstance(value, str):
+            if key in ("$ref", "$dynamicRef", "$recursiveRef", "$id") and isinstance(value, str):
                 yield key, value
             yield from _refs(value, depth + 1)
     elif isinstance(node, list):
@@ -332,9 +409,21 @@ class CompiledSchema:
     intake: bool
     _validator: Any
     _valid: Callable[[dict[str, Any]], bool] | None = None
+    _refers: bool = False  # whether the schema has references (their use is then counted)
 
     def violations(self, instance: Any) -> list[SchemaViolation]:
-        """Every violation of ``instance``, most telling first (empty when it is valid)."""
+        """Every violation of ``instance``, most telling first (empty when it is valid). Raises
+        ``UnusableSchema`` when the schema's references multiply past the budget."""
+        if not self._refers:
+            return self._violations(instance)
+        limit = MAX_REF_STEPS + REF_STEPS_PER_NODE * _nodes(instance)
+        budget = _REFS_LEFT.set([limit, limit])
+        try:
+            return self._violations(instance)
+        finally:
+            _REFS_LEFT.reset(budget)
+
+    def _violations(self, instance: Any) -> list[SchemaViolation]:
         found: list[tuple[int, int, SchemaViolation]] = []
         try:
             if self.intake:
@@ -382,7 +471,8 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
     if intake:
         root = {**_closed(schema), "additionalProperties": False}
     validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
-    return CompiledSchema(schema, intake, validator, _flat_check(root) if intake else None)
+    refers = any(key != "$id" for key, _ in found)
+    return CompiledSchema(schema, intake, validator, _flat_check(root) if intake else None, refers)
 
 
 class _Cache:

@@ -3,6 +3,12 @@ connection):
 
 * a JSON body is read up to the host's limit, as a stdio line is (the SDK reads it whole and
   caps only an SSE event);
+* a compressed body (``Content-Encoding``: the host asks for ``gzip`` or ``deflate`` only) is
+  decoded here, in bounded pieces, before any of these checks: the limit counts decoded bytes
+  and the checks read the decoded answer (``_Decoded``). httpx decoded it after the transport,
+  so a gzip bomb of 1 MiB reached the SDK as 1 GiB, and a compressed answer with another
+  request's id or a listing nested too deep passed unchecked; an encoding the host did not ask
+  for fails the request it answers;
 * a JSON body answering a POSTed request must answer that request: one with another id (a
   forged answer, or another request's) or no answer at all would leave the request waiting out
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import zlib
 from collections.abc import AsyncIterator
 from http.cookiejar import Cookie, CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -37,6 +44,7 @@ from tether.mcp._failures import AUTH_REFUSED
 from tether.mcp._stdio import too_large
 
 __all__ = [
+    "ACCEPTED_ENCODINGS",
     "ACK_WAIT_S",
     "MAX_COOKIES",
     "MAX_COOKIE_CHARS",
@@ -49,6 +57,8 @@ MIN_REOPEN_S = 0.5
 ACK_WAIT_S = 5.0
 MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is what servers set)
 MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
+ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
+_PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
 _SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9._~+-]{0,30})(?=\s|,|$)")
 
@@ -70,6 +80,63 @@ class _Capped(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+class _Decoded(httpx2.AsyncByteStream):
+    """A body in ``Content-Encoding`` ``codings`` (outermost last), decoded in pieces of at most
+    ``_PIECE`` bytes, so what a small compressed chunk expands to is never held at once."""
+
+    def __init__(self, stream: httpx2.AsyncByteStream, codings: list[str]) -> None:
+        self._stream = stream
+        wbits = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+        self._layers = [zlib.decompressobj(wbits[c]) for c in reversed(codings)]
+
+    def _through(self, depth: int, data: bytes) -> Any:
+        """What ``data`` decodes to through the layers from ``depth`` on, piece by piece."""
+        if depth == len(self._layers):
+            yield data
+            return
+        layer = self._layers[depth]
+        try:
+            while data:
+                piece = layer.decompress(data, _PIECE)
+                data = layer.unconsumed_tail
+                yield from self._through(depth + 1, piece)
+        except zlib.error as err:
+            raise _BadBody(f"the server's answer could not be decoded ({err})") from None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            for piece in self._through(0, chunk):
+                if piece:
+                    yield piece
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _BadBody(httpx2.StreamError):
+    """A compressed body that does not decode (the SDK fails the request it answers)."""
+
+
+def _decoded(response: httpx2.Response) -> tuple[httpx2.Response, str | None]:
+    """``response`` with its body decoded here (``_Decoded``) and its ``Content-Encoding`` gone
+    (httpx decodes nothing after the transport); or why it cannot be (an encoding not asked for)."""
+    header = response.headers.get("content-encoding", "")
+    codings = [c.strip().lower() for c in header.split(",") if c.strip().lower() not in ("", "identity")]
+    if not codings:
+        return response, None
+    if unknown := [c for c in codings if c not in ("gzip", "x-gzip", "deflate")]:
+        shown = escape_for_review(", ".join(unknown), limit=80)
+        return response, f"the server's answer was encoded as {shown}, which the host did not ask for"
+    assert isinstance(response.stream, httpx2.AsyncByteStream)
+    headers = httpx2.Headers(response.headers)
+    del headers["content-encoding"]
+    headers.pop("content-length", None)
+    stream = _Decoded(response.stream, codings)
+    return httpx2.Response(
+        response.status_code, headers=headers, stream=stream, extensions=response.extensions
+    ), None
 
 
 class _Events(httpx2.AsyncByteStream):
@@ -110,7 +177,13 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             await self._pace()
         elif request.method == "POST" and asked is None:
             return await self._delivered(request)
-        response = await self._inner.handle_async_request(request)
+        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
+        response, undecodable = _decoded(await self._inner.handle_async_request(request))
+        if undecodable is not None:
+            await response.aclose()
+            if asked is not None:
+                return _replaced(response, _error(asked, -32603, undecodable))
+            return _replaced(response, _Failing(_BadBody(undecodable)))
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -127,7 +200,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(response, stream)
         try:
             body = b"".join([chunk async for chunk in stream])
-        except _TooLarge as err:
+        except (_TooLarge, _BadBody) as err:
             return _replaced(response, _Failing(err))
         finally:
             await stream.aclose()
@@ -142,8 +215,12 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         server acknowledges it, so one left unacknowledged is taken as accepted after
         ``ACK_WAIT_S`` (a server holding the POST froze the whole session until httpx's read
         timeout, which then ended the SDK's writer: every later call waited out its timeout)."""
+        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
         with anyio.move_on_after(ACK_WAIT_S):
-            response = await self._inner.handle_async_request(request)
+            response, undecodable = _decoded(await self._inner.handle_async_request(request))
+            if undecodable is not None:
+                await response.aclose()
+                return _replaced(response, _Failing(_BadBody(undecodable)))
             assert isinstance(response.stream, httpx2.AsyncByteStream)
             return _replaced(response, _Capped(response.stream, self._limit))
         what = _what(request)
@@ -164,7 +241,9 @@ class CappedTransport(httpx2.AsyncBaseTransport):
 
 
 def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str, Any]) -> httpx2.Response:
-    headers = response.headers
+    """``response`` with ``body`` (decoded, or made here: never left for httpx to decode)."""
+    headers = httpx2.Headers(response.headers)
+    headers.pop("content-encoding", None)
     if isinstance(body, dict):
         headers = httpx2.Headers({**dict(headers), "content-type": "application/json"})
         headers.pop("content-length", None)

@@ -40,9 +40,12 @@ if TYPE_CHECKING:
     from tether.mcp._sandbox import SandboxPlan
     from tether.mcp._serverlog import ServerStderr
 
-__all__ = ["MAX_LISTED_TOOLS", "CapabilityBlocked", "InputPending", "McpServerSource"]
+__all__ = ["MAX_LISTED_TOOLS", "MAX_LISTING_CHARS", "CapabilityBlocked", "InputPending", "McpServerSource"]
 
 MAX_LISTED_TOOLS = 10_000  # a listing past it is refused whole (its pages are never all taken)
+# The same for the size of its definitions in JSON, all pages together: each page may come near
+# the host's message limit, so 100 pages held 800 MiB (parsed again before every call).
+MAX_LISTING_CHARS = 32 * 1024 * 1024
 Restart = Literal["never", "on_failure"]
 ProgressSink = Callable[[str, str, float, float | None, str | None], None]
 
@@ -410,11 +413,18 @@ class McpServerSource:
         cursor: str | None = None
         tools: list[Any] = []
         cursors: set[str] = set()
+        size = 0
         while True:
             page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
-            if len(tools) > MAX_LISTED_TOOLS:
-                why = f"its tool listing went past {MAX_LISTED_TOOLS} tools"
+            size += sum(len(tool.model_dump_json(by_alias=True, exclude_none=True)) for tool in page.tools)
+            if len(tools) > MAX_LISTED_TOOLS or size > MAX_LISTING_CHARS:
+                what = (
+                    f"{MAX_LISTED_TOOLS} tools"
+                    if size <= MAX_LISTING_CHARS
+                    else f"{MAX_LISTING_CHARS} characters"
+                )
+                why = f"its tool listing went past {what}"
                 raise UpstreamError(f"server {self.name} failed: {why}")
             if (cursor := page.next_cursor) is None:
                 break
@@ -422,7 +432,10 @@ class McpServerSource:
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"
                 raise UpstreamError(f"server {self.name} failed: its tool listing never ended ({why})")
             cursors.add(cursor)
-        await self.listing.absorb(tools, getattr(self._relays.get(id(client)), "dropped", {}))
+        relay = self._relays.get(id(client))
+        if relay is not None:
+            tools = relay.with_output_schemas(tools)
+        await self.listing.absorb(tools, getattr(relay, "dropped", {}))
         self._stale = self._change_traced = False
         return self.listing.checks
 

@@ -8,6 +8,12 @@ to [50 ms, 5 s]; a settling ``notifications/tasks/status`` ends the wait early, 
 dropped), fetches ``tasks/result``, and sends ``tasks/cancel`` when the call ends first. Given
 ``park_at`` it returns ``Parked`` instead, the task left running for a later call's ``task_id``.
 
+The relay also keeps each tool's ``outputSchema`` from the SDK (``with_output_schemas`` gives
+it back to the host's listing): the SDK checked structured results against it itself, in the
+event loop and without bounds (a schema whose references multiply froze the host for hours, on
+every connection), before the host's own engine (``tether.core._schema``), which checks them
+with bounded work.
+
 The relay also bounds what the host has sent but the server has not read: at most ``MAX_UNSENT``
 messages wait for it. Past that (a server that stopped reading its input, while it may still
 send), an answer or notice of the host's is dropped and a request of the host's fails at once
@@ -87,6 +93,7 @@ class TaskRelay:
         self._overflowing = False
         self._listings: set[Any] = set()  # ids of the SDK's tools/list requests not yet answered
         self.dropped: dict[str, str] = {}  # tools the last listing left out (usable_listing)
+        self.output_schemas: dict[str, Any] = {}  # the last listing's, kept from the SDK (_listing)
         self._ids = itertools.count(1)
         self._waiting: dict[str, list[Any]] = {}  # id -> [event, answer]
         self._send: Any = None
@@ -136,7 +143,7 @@ class TaskRelay:
                             if getattr(sent, "method", None) == "tools/list" and hasattr(sent, "id"):
                                 self._listings.add(sent.id)
                                 if not (sent.params or {}).get("cursor"):  # a new listing begins
-                                    self.dropped = {}
+                                    self.dropped, self.output_schemas = {}, {}
                             try:
                                 unsent.send_nowait(item)
                             except anyio.WouldBlock:
@@ -175,11 +182,34 @@ class TaskRelay:
         if not isinstance(result, dict):
             return item
         usable, dropped = usable_listing(result, self._version())
-        if not dropped:
-            return item
         self.dropped.update(dropped)
+        listed = usable.get("tools")
+        tools: list[Any] = listed if isinstance(listed, list) else []
+        schemas = {
+            tool["name"]: tool["outputSchema"]
+            for tool in tools
+            if isinstance(tool, dict)
+            and isinstance(tool.get("name"), str)
+            and tool.get("outputSchema") is not None
+        }
+        if not dropped and not schemas:
+            return item
+        if schemas:  # checked by the host's engine (bounded), never by the SDK's own (unbounded)
+            self.output_schemas.update(schemas)
+            bare = [
+                {k: v for k, v in t.items() if k != "outputSchema"} if isinstance(t, dict) else t
+                for t in tools
+            ]
+            usable = {**usable, "tools": bare}
         answer = item.message.model_copy(update={"result": usable})
         return SessionMessage(answer, metadata=item.metadata)
+
+    def with_output_schemas(self, tools: list[Any]) -> list[Any]:
+        """Tools the SDK listed, each with the output schema ``_listing`` kept from it."""
+        schemas = self.output_schemas
+        return [
+            t.model_copy(update={"output_schema": schemas[t.name]}) if t.name in schemas else t for t in tools
+        ]
 
     def _unread(self, message: Any, tg: Any, to_sdk: Any) -> None:
         """``MAX_UNSENT`` of the host's messages wait for a server not reading them: a request of
