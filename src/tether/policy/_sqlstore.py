@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, select, text, update
 
 from tether.errors import ApprovalError
+from tether.policy._ledger import released
 from tether.policy._store import (
     ApprovalEvent,
     Checkpoint,
@@ -383,7 +384,7 @@ class SqlApprovalStore(SqlStore):
                 unowned = (
                     entry is not None
                     and entry.status is LedgerStatus.RECONCILING
-                    and entry.lease_until <= now + _db_clock(conn, now)
+                    and (released(entry) or entry.lease_until <= now + _db_clock(conn, now))
                 )
                 if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
                     raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
@@ -402,7 +403,10 @@ class SqlApprovalStore(SqlStore):
 
         def change(conn: Connection) -> LedgerEntry:
             _owned(conn, key, owner)
-            return _change(conn, key, status, owner, note, now, lease_until + _db_clock(conn, now))
+            # A lease let go of (run out already: a failed call, an escalation) is kept as it is,
+            # no later than the entry's update, so every reader sees it let go (``released``).
+            lease = lease_until if lease_until <= now else lease_until + _db_clock(conn, now)
+            return _change(conn, key, status, owner, note, now, lease)
 
         return await self.db.write(change)
 

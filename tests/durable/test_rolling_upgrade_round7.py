@@ -1,0 +1,239 @@
+"""An operator's rolling upgrade, seventh round: from the landed releases ca71041, 483dcef,
+6c5eaf9 and d74700e (before ``tether submit``'s intake) to this branch, with round six's
+harness (``UPGRADE_FROM``) and by hand.
+
+What did not hold, each fixed here and pinned below:
+
+- clock skew on SQLite: the machine's wall clock stepped forward (NTP, a VM resumed) while a
+  worker's effect was under way; a second worker on the same machine read the live owner's
+  lease as run out, ignored that its process still ran, and ran the effect a second time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tether.errors import ApprovalError
+from tether.policy import Approvals
+from tether.policy._sqlite_store import SqliteApprovalStore
+
+# -- a wall clock stepped forward on one machine (SQLite) ------------------------------------------
+
+_HOLDER = """
+import os, sys, anyio
+from datetime import UTC, datetime, timedelta
+from tether.policy import Approvals
+
+where, gate, log, mode, skew = sys.argv[1:6]
+
+
+def store():
+    if where.startswith("postgresql"):
+        from tether.policy._pg_store import PgApprovalStore
+        return PgApprovalStore(where)
+    from tether.policy._sqlite_store import SqliteApprovalStore
+    return SqliteApprovalStore(where)
+
+
+async def main():
+    clock = lambda: datetime.now(UTC) + timedelta(minutes=float(skew))
+    approvals = Approvals(store(), clock=clock)
+
+    async def call():
+        if mode == "fail":  # the call fails before any effect; the process lives on
+            raise RuntimeError("the payment service said 503")
+        with open(log, "a") as f:
+            f.write("a\\n")
+        print("holding", flush=True)
+        while os.path.exists(gate):
+            await anyio.sleep(0.05)
+        return {"ok": True}
+
+    try:
+        out = await approvals.perform("k1", tool="pay", arguments={"n": 1}, call=call)
+    except RuntimeError:
+        print("holding", flush=True)
+        while os.path.exists(gate):
+            await anyio.sleep(0.05)
+        print("failed", flush=True)
+        return
+    print("done" if not out.replayed else "replayed", flush=True)
+
+
+anyio.run(main)
+"""
+
+
+class Holder:
+    """Worker A: another process on this machine, inside the effect of ``k1`` until the gate goes."""
+
+    def __init__(self, folder: Path, where: str = "", mode: str = "hold", skew: float = 0.0) -> None:
+        self.where = where or str(folder / "approvals.db")
+        self.gate, self.log = folder / "gate", folder / "effects.log"
+        self.gate.write_text("")
+        self.log.write_text("")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        cmd = [sys.executable, "-c", _HOLDER, self.where, str(self.gate), str(self.log), mode, str(skew)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line == b"holding", (line, self.proc.stderr.read().decode()[-2000:] if line == b"" else "")
+
+    def effects(self) -> list[str]:
+        return self.log.read_text().split()
+
+    def finish(self) -> tuple[int, str]:
+        self.gate.unlink(missing_ok=True)
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, (out.decode() + err.decode()[-2000:]).strip()
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[Holder]:
+    held = Holder(tmp_path)
+    try:
+        yield held
+    finally:
+        if held.proc.poll() is None:
+            held.proc.kill()
+            held.proc.wait(30)
+
+
+def _ahead(minutes: float) -> Any:
+    return lambda: datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def _store(where: str) -> Any:
+    if where.startswith("postgresql"):
+        from tether.policy._pg_store import PgApprovalStore
+
+        return PgApprovalStore(where)
+    return SqliteApprovalStore(where)
+
+
+def _perform_on_b(holder: Holder, minutes: float) -> Any:
+    """Worker B on the same machine and file, reading the clock ``minutes`` later than A wrote
+    its lease; the tool's reconciler finds no trace of the call (it cannot see one under way)."""
+    store = _store(holder.where)
+    b = Approvals(store, {"pay": lambda key: None}, clock=_ahead(minutes), wait_s=1.0)
+
+    async def call() -> dict[str, Any]:
+        with holder.log.open("a") as f:
+            f.write("b\n")
+        return {"ok": True}
+
+    try:
+        return anyio.run(lambda: b.perform("k1", tool="pay", arguments={"n": 1}, call=call))
+    finally:
+        store.close()
+
+
+def test_a_clock_stepped_forward_does_not_let_a_second_worker_repeat_a_live_effect(holder: Holder) -> None:
+    """The lease A wrote (30 s and the 60 s margin) reads as run out five minutes later. On this
+    machine A's process tells whether A is gone: it runs, so B waits for A's outcome and never
+    runs the effect (it ran it again, and A's outcome was then refused: lost_ownership)."""
+    with pytest.raises(ApprovalError) as caught:
+        _perform_on_b(holder, minutes=5)
+    assert caught.value.reason == "in_progress"
+    assert holder.effects() == ["a"]
+    assert holder.finish() == (0, "done")  # A records its outcome
+    # The legitimate flow: once A's outcome is recorded, B gets it replayed, nothing run again.
+    out = _perform_on_b(holder, minutes=5)
+    assert out.replayed and out.result == {"ok": True} and holder.effects() == ["a"]
+
+
+def test_a_killed_worker_on_the_same_machine_is_still_taken_over_at_once(holder: Holder) -> None:
+    """What the rule must keep: A killed (-9) mid-call, its pid gone, is dead whatever its lease
+    says; the next worker asks the tool and, never happened, runs the effect once."""
+    holder.proc.send_signal(signal.SIGKILL)
+    assert holder.proc.wait(30) == -signal.SIGKILL
+    out = _perform_on_b(holder, minutes=0)  # the lease has 90 s to go
+    assert not out.replayed and out.attempts == 2 and holder.effects() == ["a", "b"]
+
+
+def test_an_owner_under_a_reused_pid_or_one_that_let_go_is_gone(tmp_path: Path) -> None:
+    """Another process under a dead owner's pid (its start tick differs) is not the owner; an
+    entry its owner let go of (a call that failed: its lease set to its last update, as every
+    release writes it) is free though the owner lives on; an owner of a release that wrote no
+    start tick is judged by its pid alone."""
+    from tether.policy._ledger import _HOST, _owner, _started, owner_dead
+    from tether.policy._store import LedgerEntry, LedgerStatus
+
+    now = datetime.now(UTC)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        tick = _started(sleeper.pid)
+        assert tick, "this machine has no /proc to read a start tick from"
+
+        def entry(owner: str, lease: timedelta, *, let_go: bool = False) -> LedgerEntry:
+            """Claimed with a lease of 90 s (or let go of, its lease set to its update) ``lease``
+            from ``now``."""
+            updated = now + lease - (timedelta(0) if let_go else timedelta(seconds=90))
+            return LedgerEntry("k", "pay", "h", LedgerStatus.INTENT, owner, 1, updated, updated, now + lease)
+
+        live = f"{_HOST}:{sleeper.pid}:abcdef123456"
+        assert not owner_dead(entry(f"{live}.{tick}", timedelta(minutes=-5)), now)  # its clock said gone
+        assert owner_dead(entry(f"{live}.{int(tick) + 1}", timedelta(minutes=5)), now)  # a reused pid
+        assert not owner_dead(entry(live, timedelta(minutes=-5)), now)  # an older release's owner
+        assert owner_dead(entry(f"{live}.{tick}", timedelta(seconds=60), let_go=True), now)  # let go
+        # Another machine's owner: only its lease tells, as before.
+        assert owner_dead(entry(f"elsewhere:{sleeper.pid}:x", timedelta(seconds=-1)), now)
+        assert not owner_dead(entry(f"elsewhere:{sleeper.pid}:x", timedelta(seconds=90)), now)
+        # This process's own entry keeps its lease (a leftover of its own is taken back in time).
+        assert not owner_dead(entry(_owner(), timedelta(seconds=90)), now)
+        assert owner_dead(entry(_owner(), timedelta(seconds=-1)), now)
+    finally:
+        sleeper.kill()
+        sleeper.wait(30)
+
+
+def test_a_live_worker_that_let_go_of_a_failed_call_is_taken_over_whatever_its_clock(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """On PostgreSQL too, a worker on this machine whose call failed lets go of it (its lease
+    set to its last update) and lives on. Its clock runs two minutes behind the database's:
+    the let-go lease was moved onto the database's clock, two minutes past the update, so it
+    read as held by a live process and the next worker waited on it (``in_progress``). It is
+    kept as written, and the next worker reconciles and runs the effect once."""
+    a = Holder(tmp_path, pg_url, mode="fail", skew=-2)
+    try:
+        out = _perform_on_b(a, minutes=0)
+        assert not out.replayed and out.attempts == 2 and a.effects() == ["b"]
+        assert a.finish() == (0, "failed")
+    finally:
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait(30)
+
+
+def test_a_call_let_go_by_a_worker_whose_clock_runs_ahead_can_be_resolved_by_a_person_at_once(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """What keeping a let-go lease as written must not break: written by a worker whose clock
+    runs two minutes ahead of the database's, it lies past the database's now; a person
+    resolving the failed call (``tether approvals resolve``) reads it as let go, not held (it
+    was told ``not_waiting``), and resolves it at once."""
+    from tether.policy import Reviewer
+
+    a = Holder(tmp_path, pg_url, mode="fail", skew=2)
+    store = _store(pg_url)
+    try:
+        approvals = Approvals(store)
+        done = anyio.run(lambda: approvals.resolve(Reviewer.for_all_tenants("ops"), "k1", happened=False))
+        assert done.status.value == "done" and a.effects() == []
+        assert a.finish() == (0, "failed")
+    finally:
+        store.close()
+        if a.proc.poll() is None:
+            a.proc.kill()
+            a.proc.wait(30)
