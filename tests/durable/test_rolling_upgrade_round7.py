@@ -6,7 +6,17 @@ What did not hold, each fixed here and pinned below:
 
 - clock skew on SQLite: the machine's wall clock stepped forward (NTP, a VM resumed) while a
   worker's effect was under way; a second worker on the same machine read the live owner's
-  lease as run out, ignored that its process still ran, and ran the effect a second time.
+  lease as run out, ignored that its process still ran, and ran the effect a second time (the
+  first worker's outcome was then refused, ``lost_ownership``). On this machine the owner's
+  process now tells (a reused pid by its start tick); a lease its owner let go of is kept as
+  written, so it reads as let go whatever the clocks;
+- a SQLite deployment upgraded to a release with another package version (``tether-<version>``
+  is its one DBOS application version): the run in flight when the old worker was killed was
+  never recovered by the restarted one, a run approved before the upgrade had its resume queued
+  for the old version, and ``runs move`` refuses on SQLite: both stood for good. The
+  deployment's version (the latest its workers launched with) is now kept across releases.
+  The old-and-new harness cannot see this (every commit's metadata says 0.1.0): the test
+  installs this tree as 0.1.0 and as 0.2.0.
 """
 
 from __future__ import annotations
@@ -22,6 +32,8 @@ from typing import Any
 
 import anyio
 import pytest
+from test_rolling_upgrade import _write_version
+from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _every_run_once
 
 from tether.errors import ApprovalError
 from tether.policy import Approvals
@@ -237,3 +249,54 @@ def test_a_call_let_go_by_a_worker_whose_clock_runs_ahead_can_be_resolved_by_a_p
         if a.proc.poll() is None:
             a.proc.kill()
             a.proc.wait(30)
+
+
+# -- tether's own version changes (a release installed over the last) on a SQLite deployment ---------
+
+
+def _release(folder: Path, version: str) -> Path:
+    """This tree as a release installed with ``version`` (its distribution's metadata says so:
+    what ``pip install`` of the next release leaves), on a PYTHONPATH of its own."""
+    folder.mkdir()
+    (folder / "tether").symlink_to(NEW_SRC / "tether")
+    meta = folder / f"tether-{version}.dist-info"
+    meta.mkdir()
+    (meta / "METADATA").write_text(f"Metadata-Version: 2.1\nName: tether\nVersion: {version}\n")
+    return folder
+
+
+@pytest.mark.slow
+def test_a_sqlite_deployment_upgraded_to_a_new_tether_version_resumes_its_paused_and_queued_runs(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """A SQLite deployment runs every run on one DBOS application version, tether's own
+    (``tether-<version>``). A release installed over the last changes it: a run paused before
+    the upgrade had its resume enqueued for the old version, which no worker serves any more
+    (and ``runs move`` refuses on SQLite: one version), so the approved run stood queued for
+    good; a run submitted before and queued likewise."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Mixed(url, tmp_path, capsys, _release(tmp_path / "release-old", "0.1.0"))
+    new = _release(tmp_path / "release-new", "0.2.0")
+    op.old_cli("db", "init", "--db", url)
+    try:
+        op.start_on("s1", op.old)
+        r1 = op.old_submit()
+        op.until("the run to pause", lambda: op.status(r1) == ["paused"])
+        (tmp_path / "agent" / "gate-A").write_text("")
+        r2 = op.old_submit()
+        op.until("the second run in flight", lambda: r2 in {r[0] for r in op.lines("reads.log")})
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL  # mid-call
+        (tmp_path / "agent" / "gate-A").unlink()
+        op.old_approve(r1)
+        op.start_on("s1", new)  # the new release installed, the worker restarted with its id
+        op.until("the runs to go on", lambda: op.status(r1, r2) == ["finished", "paused"])
+        r3 = op.submit()
+        op.until("a new run to pause", lambda: op.status(r3) == ["paused"])
+        op.approve(r2)
+        op.approve(r3)
+        op.until("every run to finish", lambda: op.status(r2, r3) == ["finished", "finished"])
+        _every_run_once(op, [r1, r2, r3])
+    finally:
+        op.stop()
