@@ -16,11 +16,17 @@ What did not hold, each fixed here and pinned below:
   for the old version, and ``runs move`` refuses on SQLite: both stood for good. The
   deployment's version (the latest its workers launched with) is now kept across releases.
   The old-and-new harness cannot see this (every commit's metadata says 0.1.0): the test
-  installs this tree as 0.1.0 and as 0.2.0.
+  installs this tree as 0.1.0 and as 0.2.0;
+- a proposal an older release (ca71041, 483dcef) made for a run it paused, its policy record
+  cut at 8000 characters (a call whose arguments trace to many values), reviewed in this
+  release's console after the upgrade: no declared secret was read from it, and the call's API
+  key was shown to every viewer of the tenant (3f3bce6 fixed the writer, not what was stored).
+  The reader takes what was written whole before the cut (keys sorted: the secrets first).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -33,7 +39,7 @@ from typing import Any
 import anyio
 import pytest
 from test_rolling_upgrade import _write_version
-from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _every_run_once
+from test_rolling_upgrade_round6 import NEW_SRC, Mixed, _every_run_once, old_src  # noqa: F401 - the fixture
 
 from tether.errors import ApprovalError
 from tether.policy import Approvals
@@ -300,3 +306,89 @@ def test_a_sqlite_deployment_upgraded_to_a_new_tether_version_resumes_its_paused
         _every_run_once(op, [r1, r2, r3])
     finally:
         op.stop()
+
+
+# -- a proposal an earlier release recorded, reviewed in this release's console ----------------------
+
+SECRET = "sk_live_R9d2Kq7ZmW4xP8vTg3"
+
+_PROPOSE = """
+import sys
+from tether.policy import Approvals, SqliteApprovalStore
+from tether.policy._intake import Proposal
+from tether.sql._database import blocking
+
+path, many, secret = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+recipients = [f"customer-{i:03d}@partner-{i:03d}.example" for i in range(many)]
+composed = ["nowhere: not in the run's inputs (composed by the model)"]
+provenance = {"to": [{"value": r, "origins": composed} for r in recipients]}
+why = {"masked_arguments": ["api_key"], "tool": "send_invoice", "provenance": provenance,
+       "problems": [{"argument": "to", "problem": "untrusted_origin"}]}
+approvals = Approvals(SqliteApprovalStore(path))
+arguments = {"to": recipients, "api_key": secret, "amount": 120}
+stored = blocking(approvals.submit, Proposal.of("send_invoice", arguments, "acme", effect="write"),
+                  proposed_by="desk:billing")
+blocking(approvals.record_policy, stored.id, "provenance", "untrusted_origin", why)
+print(stored.id)
+"""
+
+
+def _proposed_on(src: Path, path: Path, recipients: int) -> str:
+    """A proposal and the policy's record of why it asks, written by the release at ``src``."""
+    done = subprocess.run(
+        [sys.executable, "-c", _PROPOSE, str(path), str(recipients), SECRET],
+        capture_output=True, env={**os.environ, "PYTHONPATH": str(src)}, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return done.stdout.decode().split()[-1]
+
+
+def test_a_proposal_an_older_release_recorded_at_length_hides_its_secret_in_this_console(
+    tmp_path: Path,
+    old_src: Path,  # noqa: F811
+) -> None:
+    """A run paused on a worker of the older release asks approval for a call whose arguments
+    trace to 80 values; that release cut the policy's record at 8000 characters (3f3bce6 made
+    new records whole JSON, but those already stored stay cut). After the upgrade this release's
+    console read no declared secret from it and showed the call's API key to every viewer of
+    the tenant (page, API, queue). It reads the part written whole: the declared secrets."""
+    from tether.console import sqlite_sources
+    from tether.console._approvals import proposal_view, queue
+    from tether.console._users import Principal
+
+    db = tmp_path / "approvals.db"
+    old_long = _proposed_on(old_src, db, 80)
+    old_short, new_long = _proposed_on(old_src, db, 2), _proposed_on(NEW_SRC, db, 80)
+    sources = sqlite_sources(users_db=tmp_path / "users.db", approvals_db=db, trace_dir=None)
+    viewer = Principal("vic", {"acme": "viewer"})
+
+    async def shown() -> list[dict[str, Any]]:
+        return [await proposal_view(sources, viewer, pid) for pid in (old_long, old_short, new_long)]
+
+    try:
+        views = anyio.run(shown)
+        listed = anyio.run(lambda: queue(sources, viewer))
+    finally:
+        sources.approvals.store.close()  # type: ignore[union-attr]
+    for view in views:
+        assert SECRET not in json.dumps(view) and SECRET[:12] not in json.dumps(view)
+        assert view["masked_arguments"] == ["api_key"]
+        # The legitimate use: the rule that asked, and the other arguments, are shown.
+        assert view["rule"]["name"] == "provenance"
+        assert "customer-000@partner-000.example" in json.dumps(view["arguments"])
+    assert SECRET not in json.dumps(listed, default=str)
+
+
+def test_a_policy_record_cut_anywhere_reads_what_was_written_whole_before_the_cut() -> None:
+    from tether.policy._record import policy_record, read_policy_record
+
+    why = {"masked_arguments": ["api_key", "token"], "provenance": {"to": ["x" * 40] * 300}, "rule": "r"}
+    text = json.dumps(why, ensure_ascii=False, sort_keys=True, default=str)
+    inside = text.index('"provenance"')
+    for cut in (inside - 2, inside + 3, inside + 14, inside + 200, 8000):
+        assert read_policy_record(text[:cut]) == {"masked_arguments": ["api_key", "token"], "cut": True}
+    assert read_policy_record(text[:5]) is None and read_policy_record("no record") is None
+    assert read_policy_record("[1, 2]") is None
+    # Whole records, as this release writes them (cut lists marked by the writer), read as they are.
+    assert read_policy_record(text) == why
+    assert read_policy_record(policy_record(why))["masked_arguments"] == ["api_key", "token"]  # type: ignore[index]
