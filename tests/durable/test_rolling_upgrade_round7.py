@@ -21,7 +21,18 @@ What did not hold, each fixed here and pinned below:
   cut at 8000 characters (a call whose arguments trace to many values), reviewed in this
   release's console after the upgrade: no declared secret was read from it, and the call's API
   key was shown to every viewer of the tenant (3f3bce6 fixed the writer, not what was stored).
-  The reader takes what was written whole before the cut (keys sorted: the secrets first).
+  The reader takes what was written whole before the cut (keys sorted: the secrets first);
+- mid-upgrade, a worker of the older release (its ledger lease on its own clock, before
+  2eec630) on a machine whose clock runs two minutes behind the database's: this release's
+  workers compare leases on the database's clock, read its live call as abandoned and ran the
+  effect again. A registered worker's heartbeat (on the database's clock) now says whether it
+  lives wherever it runs; its lease only where it has none.
+
+Played and held (``UPGRADE_FROM=ca71041,483dcef`` and ``6c5eaf9``, ``d74700e``): round six's
+old-and-new tests (side by side with a rollback, migrations racing, a SQLite deployment killed
+mid write-ahead log, checkpoints both ways). d74700e's worker cannot resume any run on a SQLite
+deployment (it filters DBOS workflows by attributes, which DBOS refuses there: fixed by
+6c2f53f), so a rollback of a SQLite deployment to it strands approved runs: that release's bug.
 """
 
 from __future__ import annotations
@@ -392,3 +403,115 @@ def test_a_policy_record_cut_anywhere_reads_what_was_written_whole_before_the_cu
     # Whole records, as this release writes them (cut lists marked by the writer), read as they are.
     assert read_policy_record(text) == why
     assert read_policy_record(policy_record(why))["masked_arguments"] == ["api_key", "token"]  # type: ignore[index]
+
+
+# -- an older worker on another machine whose clock runs behind the database's -----------------------
+
+_OTHER_MACHINE = """
+import os, socket, sys, threading, time
+socket.gethostname = lambda: "host-b"  # this process plays a worker on another machine
+import anyio, psycopg
+from datetime import UTC, datetime, timedelta
+from tether.policy import Approvals
+from tether.policy._pg_store import PgApprovalStore
+from tether.sql._postgres import PgUrl
+
+url, gate, log = sys.argv[1:4]
+pg = PgUrl.parse(url)
+
+
+def beat():  # the worker's heartbeat, on the database's clock, as `tether worker` keeps it
+    with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+        conn.execute(f"SET search_path = {pg.schema}")
+        conn.execute(
+            "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at)"
+            " VALUES ('b1', 'host-b', %s, now())", (os.getpid(),))
+        while os.path.exists(gate):
+            conn.execute("UPDATE tether_workers SET heartbeat_at = now() WHERE executor_id = 'b1'"
+                         " AND recovered_at IS NULL")
+            time.sleep(0.1)
+
+
+async def main():
+    threading.Thread(target=beat, daemon=True).start()
+    behind = lambda: datetime.now(UTC) - timedelta(minutes=2)  # its clock: two minutes slow
+    approvals = Approvals(PgApprovalStore(url), clock=behind)
+
+    async def call():
+        with open(log, "a") as f:
+            f.write("a\\n")
+        print("holding", flush=True)
+        while os.path.exists(gate):
+            await anyio.sleep(0.05)
+        return {"ok": True}
+
+    out = await approvals.perform("k1", tool="pay", arguments={"n": 1}, call=call)
+    print("done" if not out.replayed else "replayed", flush=True)
+
+
+anyio.run(main)
+"""
+
+
+@pytest.mark.slow
+def test_an_older_worker_on_another_machine_whose_clock_runs_behind_keeps_its_effect(
+    pg_url: str,
+    tmp_path: Path,
+    old_src: Path,  # noqa: F811
+) -> None:
+    """Mid-upgrade, a worker of the older release (before 2eec630: its lease on its own clock)
+    runs on a machine whose clock is two minutes slow. Its lease (the call's 30 s and the 60 s
+    margin) is already past on the database's clock, which this release compares it with: a
+    worker of this release read the live worker's call as abandoned, asked the tool (which
+    cannot see a call under way) and ran the effect again. A registered worker's heartbeat, on
+    the database's clock, now says whether it lives; its lease only where it has none."""
+    import psycopg
+
+    from tether.sql._postgres import PgUrl
+
+    init = subprocess.run(
+        [sys.executable, "-m", "tether.cli", "db", "init", "--db", pg_url, "--json"],
+        capture_output=True, env={**os.environ, "PYTHONPATH": str(NEW_SRC)}, timeout=120,
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr.decode()[-2000:]
+    gate, log = tmp_path / "gate", tmp_path / "effects.log"
+    gate.write_text("")
+    cmd = [sys.executable, "-c", _OTHER_MACHINE, pg_url, str(gate), str(log)]
+    env = {**os.environ, "PYTHONPATH": str(old_src)}
+    a = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert a.stdout is not None and a.stdout.readline().strip() == b"holding", a.stderr
+        pg = PgUrl.parse(pg_url)
+
+        def perform_on_b() -> Any:
+            store = _store(pg_url)
+            store.worker_dead_after_s = 15.0  # as a durable worker of this release sets it
+            b = Approvals(store, {"pay": lambda key: None}, wait_s=1.0)
+
+            async def call() -> dict[str, Any]:
+                with log.open("a") as f:
+                    f.write("b\n")
+                return {"ok": True}
+
+            try:
+                return anyio.run(lambda: b.perform("k1", tool="pay", arguments={"n": 1}, call=call))
+            finally:
+                store.close()
+
+        with pytest.raises(ApprovalError) as caught:
+            perform_on_b()
+        assert caught.value.reason == "in_progress" and log.read_text().split() == ["a"]
+        # The legitimate flow: the worker dies; a survivor declares it so (recovered): the next
+        # worker reconciles at once and, never happened, runs the effect once.
+        a.kill()
+        a.wait(30)
+        with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path = {pg.schema}")
+            conn.execute("UPDATE tether_workers SET recovered_at = now(), recovered_by = 'w2'")
+        out = perform_on_b()
+        assert not out.replayed and out.attempts == 2 and log.read_text().split() == ["a", "b"]
+    finally:
+        gate.unlink(missing_ok=True)
+        if a.poll() is None:
+            a.kill()
+            a.wait(30)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from tether.policy._intake import canonical_json
 from tether.policy._store import LedgerEntry
 
-__all__ = ["EffectOutcome", "Reconciler", "idempotency_key", "owner_dead", "released"]
+__all__ = ["EffectOutcome", "Reconciler", "idempotency_key", "on_this_host", "owner_dead", "released"]
 
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:12]
@@ -86,6 +86,12 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def on_this_host(owner: str) -> bool:
+    """Whether a ledger owner ("host:pid:token") is a process of this machine."""
+    host, _, rest = owner.partition(":")
+    return host == _HOST and rest.partition(":")[0].isdigit()
+
+
 def released(entry: LedgerEntry) -> bool:
     """Whether the entry's owner let go of it (a call that failed mid-way, an escalation): its
     lease set to no later than its last update, as every release writes it."""
@@ -102,10 +108,9 @@ def owner_dead(entry: LedgerEntry, now: datetime) -> bool:
     this very process (a previous incarnation of its pid counts as gone) keeps its lease."""
     if released(entry):
         return True
-    host, _, rest = entry.owner.partition(":")
-    pid_text, _, token = rest.partition(":")
-    if host != _HOST or not pid_text.isdigit():
+    if not on_this_host(entry.owner):
         return entry.lease_until <= now
+    pid_text, _, token = entry.owner.partition(":")[2].partition(":")
     pid = int(pid_text)
     if pid == os.getpid():
         return entry.owner != _owner() or entry.lease_until <= now
