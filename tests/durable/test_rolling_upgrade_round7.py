@@ -26,7 +26,11 @@ What did not hold, each fixed here and pinned below:
   2eec630) on a machine whose clock runs two minutes behind the database's: this release's
   workers compare leases on the database's clock, read its live call as abandoned and ran the
   effect again. A registered worker's heartbeat (on the database's clock) now says whether it
-  lives wherever it runs; its lease only where it has none.
+  lives wherever it runs; its lease only where it has none;
+- a payment whose bank crashed after debiting, on a worker of the older release, was recorded
+  with the model's argument text (395fbec changed the writer, not what was checkpointed): the
+  run resumed on this release proposed the deposit again and the sum already paid skipped the
+  record, so the second deposit ran unreviewed. Such records are read as the tool received them.
 
 Played and held (``UPGRADE_FROM=ca71041,483dcef`` and ``6c5eaf9``, ``d74700e``): round six's
 old-and-new tests (side by side with a rollback, migrations racing, a SQLite deployment killed
@@ -515,3 +519,75 @@ def test_an_older_worker_on_another_machine_whose_clock_runs_behind_keeps_its_ef
         if a.poll() is None:
             a.kill()
             a.wait(30)
+
+
+# -- a crashed payment an older release checkpointed ------------------------------------------------
+
+IBAN = "DE89370400440532013000"
+PAY_RULES = {
+    "pay_deposit": {
+        "effect": "purchase",
+        "requested_by": ["pay", "wire"],
+        "arguments": {
+            "recipient": {"role": "destination", "from": ["user"]},
+            "amount": {"role": "amount", "bound": ["user"], "cumulative": True},
+        },
+    }
+}
+
+
+def test_a_payment_that_crashed_before_the_upgrade_still_counts_towards_the_bound(
+    old_src: Path,  # noqa: F811
+) -> None:
+    """A run on a worker of the older release paid a deposit whose bank then crashed (the
+    money gone, the call recorded ``crashed``); that release recorded the call with the model's
+    argument text, not the arguments the tool received (395fbec changed the writer). The run,
+    resumed on this release after the upgrade, proposed the deposit again: the sum already paid
+    skipped a record that is no mapping, so the second deposit ran unreviewed. Records of that
+    form are read as the tool received them."""
+    from test_rolling_upgrade_round6 import _ROUND_TRIP
+
+    from tether.core.messages import AssistantMessage, ToolCall, UserMessage
+    from tether.core.types import CallRecord, Effect, ProposedCall, ToolSpec
+    from tether.policy._provenance_labels import TrustConfig
+    from tether.policy._provenance_rules import ProvenanceRules, rules_from_dict
+    from tether.policy._trusted import TrustedContext
+    from tether.runs._checkpoint import state_from_json, state_to_json
+    from tether.runs._values import RunState
+
+    request = f"Pay the 200.00 EUR deposit to {IBAN}."
+    first = ToolCall("c1", "pay_deposit", json.dumps({"recipient": IBAN, "amount": 200.0}))
+    again = ToolCall("c2", "pay_deposit", json.dumps({"recipient": IBAN, "amount": 200.0}))
+    ctx = TrustedContext(tenant="acme", user="emma")
+
+    def resumed(record: CallRecord | None) -> Any:
+        """The run as this release reads it back from the older release's checkpoint."""
+        state = RunState(
+            "r1", request, ctx, 0.0, datetime(2026, 12, 3, tzinfo=UTC),
+            trajectory=[UserMessage(request), AssistantMessage(None, (first,)),
+                        AssistantMessage(None, (again,))],
+            calls=[record] if record is not None else [],
+        )  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _ROUND_TRIP], input=state_to_json(state).encode(), capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(old_src)}, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()[-2000:]
+        return state_from_json(done.stdout.decode())
+
+    rules = ProvenanceRules(rules_from_dict(PAY_RULES), TrustConfig())
+    schema = {"type": "object", "properties": {"recipient": {"type": "string"}, "amount": {"type": "number"}}}
+    spec = ToolSpec("pay_deposit", "", schema, Effect.PURCHASE)
+
+    def verdict(state: Any) -> str:
+        decision = rules.check(ProposedCall("c2", spec, {"recipient": IBAN, "amount": 200.0}, state), ctx)
+        return "allow" if decision is None else decision.verdict
+
+    as_before = CallRecord("c1", "pay_deposit", first.arguments, "crashed", "ConnectionResetError")
+    assert isinstance(resumed(as_before).calls[0].arguments, str)  # the model's text, kept as it was
+    assert verdict(resumed(as_before)) != "allow"  # 200 paid, 200 more: over the bound, reviewed
+    # As this release records it (the arguments the tool received): the same.
+    received = CallRecord("c1", "pay_deposit", json.loads(first.arguments), "crashed", "ConnectionResetError")
+    assert verdict(resumed(received)) != "allow"
+    # The legitimate flow: nothing paid before, the deposit runs unreviewed.
+    assert verdict(resumed(None)) == "allow"
