@@ -34,7 +34,10 @@ What did not hold, each fixed here and pinned below:
 
 Played and held (``UPGRADE_FROM=ca71041,483dcef`` and ``6c5eaf9``, ``d74700e``): round six's
 old-and-new tests (side by side with a rollback, migrations racing, a SQLite deployment killed
-mid write-ahead log, checkpoints both ways). d74700e's worker cannot resume any run on a SQLite
+mid write-ahead log, checkpoints both ways); a run paused across two upgrades (483dcef, then
+ca71041 killed -9, then this release; PostgreSQL and SQLite; approved on the oldest CLI); eight
+``db init`` killed -9 at random moments, then one to the end (the journal whole, no step twice).
+d74700e's worker cannot resume any run on a SQLite
 deployment (it filters DBOS workflows by attributes, which DBOS refuses there: fixed by
 6c2f53f), so a rollback of a SQLite deployment to it strands approved runs: that release's bug.
 """
