@@ -18,6 +18,7 @@ from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, find_names, skeleton
 from tether.core.messages import AssistantMessage
 from tether.errors import ApprovalError
+from tether.policy._record import read_policy_record
 from tether.policy._store import ProposalStatus, StoredProposal
 from tether.runs._checkpoint import checkpoint_tenant, state_from_json
 from tether.trace._sanitize import Redactor, redact_value
@@ -163,12 +164,10 @@ class _Facts:
             arguments = {"(unreadable arguments)": p.arguments}
         policy: dict[str, Any] | None = None
         for event in await sources.approvals.store.events(p.id):
-            if event.op == "policy":
-                try:
-                    loaded = json.loads(event.detail)
-                    policy = loaded if isinstance(loaded, dict) else None
-                except ValueError:
-                    policy = {"rule": event.actor.removeprefix("rule:"), "reason": event.detail}
+            if event.op == "policy":  # of a record an earlier release cut mid-way, its whole part
+                rule = event.actor.removeprefix("rule:")
+                policy = read_policy_record(event.detail) or {"rule": rule, "reason": event.detail}
+                policy.setdefault("rule", rule)
         declared = (policy or {}).get("masked_arguments")
         masked = frozenset(str(n) for n in declared) if isinstance(declared, list) else frozenset()
         redactor = Redactor()

@@ -91,6 +91,7 @@ class DurableClient:
         self._intake_db: Any = None  # a SQLite deployment's intake.db (PostgreSQL: ``db``)
         self._no_intake = False  # a deployment created before the intake: DBOS's queue only
         self._versions: dict[tuple[str, str | None], tuple[float, tuple[str, str | None]]] = {}
+        self._sqlite_version: tuple[float, str] | None = None  # (when read, the deployment's)
 
     @property
     def stores(self) -> Stores:
@@ -215,6 +216,17 @@ class DurableClient:
                 self._probe = None
         return self.db.run(live_workers)  # type: ignore[no-any-return]
 
+    def deployment_version(self) -> str | None:
+        """A SQLite deployment's one version (``_versions.deployment_version``, cached for
+        ``VERSION_TTL_S``); None on PostgreSQL, where each run keeps the version it is bound to."""
+        from tether.durable._versions import deployment_version
+
+        if parse_url(self.url).backend == "postgresql":
+            return None
+        if self._sqlite_version is None or time.monotonic() - self._sqlite_version[0] >= VERSION_TTL_S:
+            self._sqlite_version = (time.monotonic(), deployment_version(self.dbos))
+        return self._sqlite_version[1]
+
     def _enqueue(
         self,
         workflow_id: str,
@@ -226,6 +238,9 @@ class DurableClient:
         queue: str = QUEUE,
         name: str = WORKFLOW,
     ) -> None:
+        # SQLite: whatever the run was bound to (an earlier tether release's version), its one
+        # worker serves the deployment's version.
+        version = self.deployment_version() or version
         self.dbos.enqueue(
             {
                 "workflow_name": name,

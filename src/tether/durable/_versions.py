@@ -5,7 +5,8 @@ the file and what it depends on; a ``module:function`` app's, its module's sourc
 and recovers a workflow only on an executor of its version, so a run never runs on another's code.
 ``tether submit`` binds a new run to the newest live worker version serving its app; a resume
 keeps the run's version unless an operator moves it (``tether runs move``, recorded in
-``tether_run_versions``). SQLite deployments (one process) use one version for everything.
+``tether_run_versions``). SQLite deployments (one process) use one version for everything: the
+deployment's (``deployment_version``), kept when tether itself is upgraded.
 """
 
 from __future__ import annotations
@@ -27,6 +28,41 @@ def version_of(apps: Mapping[str, str | None]) -> str:
 
     body = json.dumps(sorted((name, digest or "") for name, digest in apps.items()))
     return f"{APP_VERSION}+{hashlib.sha256(body.encode()).hexdigest()[:12]}"
+
+
+def deployment_version(dbos: Any) -> str:
+    """The one DBOS application version of a SQLite deployment (``dbos``: a ``DBOSClient`` on
+    its system database): the latest its workers launched with, as DBOS registers it, else this
+    release's ``APP_VERSION``. Not tether's own version: a release installed over the last keeps
+    the deployment's, so what was queued, in flight (a restarted worker recovers its own runs
+    only on their version) or paused before the upgrade goes on under the new release; under
+    ``tether-<new version>`` it waited for a worker of the old one for good."""
+    from dbos import error
+
+    from tether.durable._config import APP_VERSION
+
+    try:
+        return str(dbos.get_latest_application_version()["version_name"])
+    except error.DBOSException:  # no worker launched on it yet
+        return APP_VERSION
+
+
+def deployment_version_at(url: str) -> str:
+    """``deployment_version`` of the SQLite deployment at ``url`` (a worker, before it launches)."""
+    from dbos import DBOSClient
+
+    from tether.durable._config import dbos_config
+
+    cfg = dbos_config(url, executor_id="client")
+    client = DBOSClient(
+        system_database_url=cfg["system_database_url"],
+        dbos_system_schema=cfg["dbos_system_schema"],
+        application_name=cfg["name"],
+    )
+    try:
+        return deployment_version(client)
+    finally:
+        client.destroy()
 
 
 def app_digest(app: str, factory: Any = None) -> str | None:

@@ -29,7 +29,7 @@ from tether.durable._intake import MOVE_BATCH
 from tether.durable._intake import ensure as ensure_intake
 from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_config, set_runtime
 from tether.durable._steps import DRAIN
-from tether.durable._versions import app_digest, version_of
+from tether.durable._versions import app_digest, deployment_version_at, version_of
 from tether.errors import ApprovalError, ConfigError
 from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
@@ -256,6 +256,8 @@ class Worker:
         self._thread.start()
         set_runtime(Runtime(c.url, frozenset(c.apps), self.executor_id, self.stores))
         pool = max(8, 2 * c.concurrency + 4)
+        if self._pg is None:  # SQLite: the deployment's one version, kept across tether's releases
+            self.version = deployment_version_at(c.url)
         cfg = dbos_config(c.url, executor_id=self.executor_id, log_level=c.log_level, pool_size=pool)
         cfg["application_version"] = self.version
         for attempt in range(3):

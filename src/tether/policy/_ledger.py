@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from tether.policy._intake import canonical_json
 from tether.policy._store import LedgerEntry
 
-__all__ = ["EffectOutcome", "Reconciler", "idempotency_key", "owner_dead"]
+__all__ = ["EffectOutcome", "Reconciler", "idempotency_key", "on_this_host", "owner_dead", "released"]
 
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:12]
@@ -52,8 +52,28 @@ def idempotency_key(run_id: str, step: int, call_id: str, tool: str, arguments: 
     return "idem_" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
+def _started(pid: int) -> str:
+    """When process ``pid`` started, in clock ticks since the machine booted (Linux's ``/proc``;
+    ``""`` where it cannot be read): another process under a reused pid started at another tick,
+    and no step of the wall clock moves it."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        return ""
+
+
+_STARTED: dict[int, str] = {}  # this process's start tick, by pid (a forked child has its own)
+
+
 def _owner() -> str:
-    return f"{_HOST}:{os.getpid()}:{_PROCESS_TOKEN}"
+    """This host, process and incarnation: ``host:pid:token``, the token followed by the
+    process's start tick where it can be read (``owner_dead`` tells a reused pid by it)."""
+    pid = os.getpid()
+    if pid not in _STARTED:
+        _STARTED[pid] = _started(pid)
+    tick = _STARTED[pid]
+    return f"{_HOST}:{pid}:{_PROCESS_TOKEN}" + (f".{tick}" if tick else "")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -66,16 +86,33 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def on_this_host(owner: str) -> bool:
+    """Whether a ledger owner ("host:pid:token") is a process of this machine."""
+    host, _, rest = owner.partition(":")
+    return host == _HOST and rest.partition(":")[0].isdigit()
+
+
+def released(entry: LedgerEntry) -> bool:
+    """Whether the entry's owner let go of it (a call that failed mid-way, an escalation): its
+    lease set to no later than its last update, as every release writes it."""
+    return entry.lease_until <= entry.updated_at
+
+
 def owner_dead(entry: LedgerEntry, now: datetime) -> bool:
-    """Whether the process that owns a ledger entry is gone: its lease ran out, or it ran on this
-    machine and its process no longer exists (a previous incarnation of this pid counts as gone)."""
-    if entry.lease_until <= now:
+    """Whether the process that owns a ledger entry is gone (or let go of it).
+
+    On another machine only its lease tells: run out by ``now``. On this machine its process
+    tells, whatever the wall clock says: gone, or another process under its pid (its start tick
+    differs), is dead; running is alive however long ago its lease ran out by the clock (a clock
+    stepped forward under a live call let a second process run its effect again). An entry of
+    this very process (a previous incarnation of its pid counts as gone) keeps its lease."""
+    if released(entry):
         return True
-    host, _, rest = entry.owner.partition(":")
-    pid_text, _, token = rest.partition(":")
-    if host != _HOST or not pid_text.isdigit():
-        return False
+    if not on_this_host(entry.owner):
+        return entry.lease_until <= now
+    pid_text, _, token = entry.owner.partition(":")[2].partition(":")
     pid = int(pid_text)
     if pid == os.getpid():
-        return token != _PROCESS_TOKEN
-    return not _pid_alive(pid)
+        return entry.owner != _owner() or entry.lease_until <= now
+    tick = token.partition(".")[2]
+    return not _pid_alive(pid) or (bool(tick) and _started(pid) not in ("", tick))

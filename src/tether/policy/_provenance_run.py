@@ -297,7 +297,15 @@ def calls_before(state: Any, call_id: str) -> list[Any]:
                 if p.id not in once or p.id not in recorded:
                     mates.append(CallRecord(p.id, p.name, _arguments(p.arguments), "proposed"))
             break
-    return [*history(state, "calls"), *mates]
+    return [*(_as_received(r) for r in history(state, "calls")), *mates]
+
+
+def _as_received(record: Any) -> Any:
+    """A call record with the arguments its tool received: a crashed call checkpointed by a
+    release before 395fbec carries the model's argument text (a run paused before an upgrade)."""
+    if isinstance(record, CallRecord) and isinstance(record.arguments, str):
+        return dataclasses.replace(record, arguments=_arguments(record.arguments))
+    return record
 
 
 def _arguments(text: Any) -> Any:

@@ -1,5 +1,6 @@
 """The policy's record of why a call needs approval, as the proposal's history keeps it: JSON
-that is always whole, however long the reasons."""
+that is always whole, however long the reasons; and its reader, which also reads the records of
+releases before 3f3bce6 (text cut at 8000 characters, no JSON)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["RECORD_CHARS", "policy_record"]
+__all__ = ["RECORD_CHARS", "policy_record", "read_policy_record"]
 
 RECORD_CHARS = 8000
 # What a reader must always find (the declared secrets above all: a page masks only what it names).
@@ -48,3 +49,46 @@ def policy_record(why: Mapping[str, Any], limit: int = RECORD_CHARS) -> str:
     if len(text) > limit:  # long text outside any list: only what a reader must find
         text = _dump({**{key: why[key] for key in _KEPT if key in why}, "cut": True})
     return text
+
+
+def read_policy_record(detail: str) -> dict[str, Any] | None:
+    """The record ``policy_record`` wrote (None: not a JSON object). A record an earlier release
+    cut mid-way (a proposal it made, reviewed after the upgrade) gives the entries written whole
+    before the cut, marked ``"cut": true``: its keys were sorted, so the declared secrets
+    (``masked_arguments``) come before the long provenance and are read (they were not, and the
+    console showed the secret arguments to every viewer of the tenant)."""
+    try:
+        whole = json.loads(detail)
+    except ValueError:
+        return _leading_entries(detail)
+    return whole if isinstance(whole, dict) else None
+
+
+def _leading_entries(text: str) -> dict[str, Any] | None:
+    """The ``key: value`` pairs of a JSON object's text that are whole before it was cut."""
+    decoder = json.JSONDecoder()
+    found: dict[str, Any] = {}
+    try:
+        at = _after(text, 0, "{")
+        while True:
+            key, at = decoder.raw_decode(text, _after(text, at, ""))
+            value, at = decoder.raw_decode(text, _after(text, at, ":"))
+            if not isinstance(key, str):
+                break
+            found[key] = value
+            at = _after(text, at, ",")
+    except ValueError:
+        pass  # the cut (or the object's end): what follows is not whole
+    return {**found, "cut": True} if found else None
+
+
+def _after(text: str, at: int, mark: str) -> int:
+    """The index past the blanks at ``at``, then ``mark`` (``ValueError`` if it is not there) and
+    the blanks after it."""
+    at += len(text[at:]) - len(text[at:].lstrip())
+    if mark:
+        if not text.startswith(mark, at):
+            raise ValueError(f"{mark!r} expected at {at}")
+        at += len(mark)
+        at += len(text[at:]) - len(text[at:].lstrip())
+    return at

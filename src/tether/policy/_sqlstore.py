@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, select, text, update
 
 from tether.errors import ApprovalError
+from tether.policy._ledger import on_this_host, released
 from tether.policy._store import (
     ApprovalEvent,
     Checkpoint,
@@ -39,7 +40,7 @@ from tether.sql._tables import upsert_for, utc
 
 __all__ = ["SqlApprovalStore"]
 
-WorkerGone = Callable[[Connection, str], bool]
+WorkerGone = Callable[[Connection, str], bool | None]
 
 
 # The tables' columns are named as the values' fields (tether.sql._tables): a row maps onto its value.
@@ -204,6 +205,23 @@ def _db_clock(conn: Connection, now: datetime) -> timedelta:
     return utc(conn.execute(text("SELECT now()")).scalar_one()) - utc(now)
 
 
+def _gone(
+    conn: Connection,
+    entry: LedgerEntry,
+    owner_dead: Callable[[LedgerEntry, datetime], bool],
+    now: datetime,
+    worker_gone: WorkerGone | None,
+) -> bool:
+    """Whether the entry's owner is gone. A durable worker's heartbeat says it for a worker on
+    another machine, whatever its lease says (an older release's worker writes its lease on its
+    own clock: one running behind the database's looked gone while it ran its call); on this
+    machine its process does too, and a worker declared dead is gone wherever it runs."""
+    said = worker_gone(conn, entry.owner) if worker_gone is not None and not released(entry) else None
+    if said is None or on_this_host(entry.owner):
+        return owner_dead(entry, now) or bool(said)
+    return said
+
+
 def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
     return [_entry(r) for r in conn.execute(select(L).where(*where).order_by(L.c.created_at, L.c.key))]
 
@@ -220,21 +238,23 @@ def _list_checkpoints(conn: Connection, status: str | None) -> list[Checkpoint]:
     return [_checkpoint(r) for r in conn.execute(query)]
 
 
-def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool:
-    """Whether the owner ("host:pid:token") is a durable worker whose heartbeat stopped: on
-    another machine its pid cannot be checked, and its lease may run for minutes (PostgreSQL)."""
+def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool | None:
+    """Whether the owner ("host:pid:token") is a durable worker whose heartbeat stopped (or that
+    a survivor declared dead): True; a worker beating (on the database's clock): False; None
+    where no worker of that host and pid is registered. On another machine a pid cannot be
+    checked and a lease is only as good as its writer's clock (PostgreSQL)."""
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
     if not pid.isdigit():
-        return False
-    row = conn.execute(
+        return None
+    rows = conn.execute(
         text(
-            "SELECT 1 FROM tether_workers WHERE host = :host AND pid = :pid"
-            " AND (heartbeat_at < now() - make_interval(secs => :secs) OR recovered_at IS NOT NULL)"
+            "SELECT heartbeat_at >= now() - make_interval(secs => :secs) AND recovered_at IS NULL"
+            " FROM tether_workers WHERE host = :host AND pid = :pid"
         ),
         {"host": host, "pid": int(pid), "secs": dead_after_s},
-    ).first()
-    return row is not None
+    ).all()
+    return None if not rows else not any(bool(r[0]) for r in rows)
 
 
 class SqlApprovalStore(SqlStore):
@@ -362,9 +382,7 @@ class SqlApprovalStore(SqlStore):
                 return Claim("done", entry)
             if entry.status is LedgerStatus.ESCALATED:
                 return Claim("escalated", entry)
-            if not owner_dead(entry, now + ahead) and not (
-                worker_gone is not None and worker_gone(conn, entry.owner)
-            ):
+            if not _gone(conn, entry, owner_dead, now + ahead, worker_gone):
                 return Claim("busy", entry)
             # The owner died between intent and outcome: whether the effect happened is unknown.
             note = f"outcome unknown: owner {entry.owner} gone during {entry.status}"
@@ -383,7 +401,7 @@ class SqlApprovalStore(SqlStore):
                 unowned = (
                     entry is not None
                     and entry.status is LedgerStatus.RECONCILING
-                    and entry.lease_until <= now + _db_clock(conn, now)
+                    and (released(entry) or entry.lease_until <= now + _db_clock(conn, now))
                 )
                 if entry is None or not (entry.status is LedgerStatus.ESCALATED or unowned):
                     raise ApprovalError("not_escalated", f"ledger entry {key} is not waiting for a person")
@@ -402,7 +420,10 @@ class SqlApprovalStore(SqlStore):
 
         def change(conn: Connection) -> LedgerEntry:
             _owned(conn, key, owner)
-            return _change(conn, key, status, owner, note, now, lease_until + _db_clock(conn, now))
+            # A lease let go of (run out already: a failed call, an escalation) is kept as it is,
+            # no later than the entry's update, so every reader sees it let go (``released``).
+            lease = lease_until if lease_until <= now else lease_until + _db_clock(conn, now)
+            return _change(conn, key, status, owner, note, now, lease)
 
         return await self.db.write(change)
 
