@@ -38,7 +38,7 @@ import referencing.exceptions
 from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
-from tether.core._pattern import pattern_keywords, pattern_search
+from tether.core._pattern import check_budget, pattern_keywords, pattern_search
 from tether.core._schema_errors import RANK, SchemaViolation, UnusableSchema, path_text, violation
 
 __all__ = [
@@ -413,15 +413,17 @@ class CompiledSchema:
 
     def violations(self, instance: Any) -> list[SchemaViolation]:
         """Every violation of ``instance``, most telling first (empty when it is valid). Raises
-        ``UnusableSchema`` when the schema's references multiply past the budget."""
-        if not self._refers:
-            return self._violations(instance)
-        limit = MAX_REF_STEPS + REF_STEPS_PER_NODE * _nodes(instance)
-        budget = _REFS_LEFT.set([limit, limit])
-        try:
-            return self._violations(instance)
-        finally:
-            _REFS_LEFT.reset(budget)
+        ``UnusableSchema`` when the schema's references multiply past the budget, or its
+        patterns take longer than ``PATTERN_SECONDS`` to match."""
+        with check_budget():
+            if not self._refers:
+                return self._violations(instance)
+            limit = MAX_REF_STEPS + REF_STEPS_PER_NODE * _nodes(instance)
+            budget = _REFS_LEFT.set([limit, limit])
+            try:
+                return self._violations(instance)
+            finally:
+                _REFS_LEFT.reset(budget)
 
     def _violations(self, instance: Any) -> list[SchemaViolation]:
         found: list[tuple[int, int, SchemaViolation]] = []
