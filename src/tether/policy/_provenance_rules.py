@@ -314,15 +314,17 @@ class ProvenanceRules:
             rules = self._rules_of(record.tool)
             if rules is None or record.status not in SENT or not isinstance(record.arguments, dict):
                 continue
-            for rule in rules.arguments.values():
-                if (
-                    rule.role == "amount"
-                    and rule.cumulative
-                    and record.arguments.get(rule.argument) is not None
-                ):
-                    paid = figure(record.arguments[rule.argument])
-                    total += math.inf if paid is None else abs(paid)
+            total += sum(_paid(record.arguments.get(r.argument)) for r in _cumulative(rules))
         return total
+
+    def _beside(self, call: ProposedCall, rule: ArgumentRule) -> float:
+        """What the call's other cumulative amount arguments pay with it (a deposit and a tip,
+        an amount and a fee): one call paying in two arguments pays their sum."""
+        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        if rules is None:
+            return 0.0
+        others = [r for r in _cumulative(rules) if r.argument != rule.argument]
+        return sum(_paid(call.arguments.get(r.argument)) for r in others)
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
@@ -414,7 +416,7 @@ class ProvenanceRules:
                 except ValueError:
                     continue
         bound, by = max(stated, default=(0.0, "nothing"))
-        spent = self._spent(call) if rule.cumulative else 0.0
+        spent = self._spent(call) + self._beside(call, rule) if rule.cumulative else 0.0
         shown.update({"bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
@@ -428,6 +430,21 @@ class ProvenanceRules:
                     "stated_by": by,
                 },
             )
+
+
+def _cumulative(rules: ToolRules) -> list[ArgumentRule]:
+    return [r for r in rules.arguments.values() if r.role == "amount" and r.cumulative]
+
+
+def _paid(value: Any) -> float:
+    """What an amount argument pays: its figure, the sum of a list's, nothing when it is left
+    out; a value that is no number counts as unbounded."""
+    if value is None:
+        return 0.0
+    if isinstance(value, list | tuple):
+        return sum(_paid(v) if v is not None else math.inf for v in value)
+    paid = figure(value)
+    return math.inf if paid is None else abs(paid)
 
 
 def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:

@@ -425,11 +425,16 @@ async def run_child(
     """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint.
     Its objective is nobody's request: the user's request is the parent's, handed down
     (``RunState.request``), with what the parent did so far; what it does is the parent's too."""
-    result = await AgentLoop(
-        host, agent, objective, context, request=parent.users_request, inherited=parent.history()
-    ).run()
-    parent.inherited_observations += result.observations
-    parent.inherited_calls += result.calls
+    observations, calls = parent.history()
+    loop = AgentLoop(
+        host, agent, objective, context, request=parent.users_request, inherited=(observations, calls)
+    )
+    handed = len(observations), len(calls)
+    result = await loop.run()
+    # What the child did is the parent's too, with what the child's own child runs did (folded
+    # into its inherited history after what it was handed): a helper's helper's payment counts.
+    parent.inherited_observations += [*loop.state.inherited_observations[handed[0] :], *result.observations]
+    parent.inherited_calls += [*loop.state.inherited_calls[handed[1] :], *result.calls]
     return result
 
 

@@ -22,7 +22,13 @@ from tether.chokepoint._calls import CallScope, Harness
 from tether.core.stop import StopReason
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._trusted import TrustedContext
-from tether.runs._checkpoint import CheckpointError, restore_trace, state_from_json, state_to_json
+from tether.runs._checkpoint import (
+    CheckpointError,
+    checkpoint_tenant,
+    restore_trace,
+    state_from_json,
+    state_to_json,
+)
 from tether.runs._values import RunResult, RunState
 from tether.trace._events import EventKind
 
@@ -177,6 +183,17 @@ class RunScope:
     @property
     def run_id(self) -> str:
         return self.state.run_id
+
+    async def earlier(self) -> RunState | None:
+        """What an earlier attempt of this run id left checkpointed when it paused (a workflow or a
+        plan continued with ``run_id=``), if it was this tenant's run: its effects happened."""
+        approvals = self.host.approvals
+        if self.resumed is not None or approvals is None:
+            return None
+        saved = await approvals.store.load_checkpoint(self.state.run_id)
+        if saved is None or checkpoint_tenant(saved.state) != self.state.context.tenant:
+            return None
+        return state_from_json(saved.state)
 
     async def start(self, tools: Sequence[ToolSpec], **about: str) -> None:
         """Emit the run's first event and the launches of the host's sources."""

@@ -74,10 +74,15 @@ async def run_workflow(
     await run.start(scope.offered, workflow=workflow.name)
     if rollback_from is not None:
         run.tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
+    finished = await _continued(run, workflow)
     reason, detail, answer = StopReason.ACCEPTED, "", None
     try:
         for i, step in enumerate(workflow.steps, 1):
             run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
+            if isinstance(step, AgentNode) and step.name in finished:
+                state.outputs[step.name] = finished[step.name]  # its effects happened: not again
+                run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, replayed=True)
+                continue
             if isinstance(step, AgentNode):
                 sub = await run_child(host, state, step.agent, step.objective(state.outputs), context)
                 run.tracer.emit(
@@ -100,6 +105,21 @@ async def run_workflow(
     except (KeyError, TypeError, ValueError) as err:  # a bug in the workflow's own code: loud
         reason, detail = StopReason.INTERNAL_ERROR, f"{type(err).__name__}: {err}"
     return await run.finish(reason, answer=answer, detail=detail)
+
+
+async def _continued(run: RunScope, workflow: Workflow) -> dict[str, Any]:
+    """A workflow continued under an earlier attempt's run id starts from what that attempt did:
+    the history of its agent nodes' child runs (their payments count towards every later bound)
+    and the answers of the nodes that finished, which are not run again (a child run has a new id
+    each time, so its effects would not replay from the ledger: they would happen twice). Its own
+    steps replay from the ledger under the same call ids."""
+    earlier = await run.earlier()
+    if earlier is None:
+        return {}
+    run.state.inherited_observations = [*earlier.inherited_observations]
+    run.state.inherited_calls = [*earlier.inherited_calls]
+    nodes = {step.name for step in workflow.steps if isinstance(step, AgentNode)}
+    return {name: value for name, value in earlier.outputs.items() if name in nodes}
 
 
 async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
