@@ -12,7 +12,11 @@ earlier calls of the run and of the runs before it in the same request [...] so 
    running it again under its run id, from a fresh state: its agent nodes ran again as new child
    runs (new run ids, so nothing replayed from the ledger) and nothing counted what the first
    attempt had paid, so a deposit an agent node paid before an unrelated step paused was paid a
-   second time, unreviewed, once the reviewer approved that step.
+   second time, unreviewed, once the reviewer approved that step;
+4. **a plan continued after a pause**: likewise a plan run again under its run id started from
+   nothing, and only a call identical to the first attempt's replayed from the ledger: once the
+   listing's deposit read 199.99 instead of 200.00, the extracted amount made a new call (a new
+   ledger key) that nothing counted the first payment against, and the deposit was paid twice.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -36,6 +40,7 @@ from tether.models._base import ModelRequest
 from tether.policy._approvals import Approvals, Reviewer
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.runners._workflow import AgentNode, Step, Workflow
 from tether.testing import FunctionModel, call
 
@@ -229,3 +234,61 @@ async def test_a_workflow_continued_after_a_pause_still_pays_what_is_left(tmp_pa
     assert stops == ["approval_required", "accepted"]
     paid = [a["amount"] for name, a in world.received if name == "pay_deposit"]
     assert paid == [120.0, 80.0] and len(world.received) == 3
+
+
+# -- 4. a plan continued after a pause ---------------------------------------------------------
+
+
+class _Planner:
+    """Look the hotel up, pay the deposit the listing states, mail the front desk."""
+
+    async def plan(self, objective: str, tools: Any) -> Plan:
+        amount = Extract("The deposit the listing states, in EUR.", "number")
+        return Plan(
+            (
+                PlannedCall("get_hotels", {"city": "Paris"}),
+                PlannedCall("pay_deposit", {"recipient": HOTEL_IBAN, "amount": amount}),
+                PlannedCall("send_email", {"recipients": [FRONT_DESK], "body": "The deposit is paid."}),
+            )
+        )
+
+
+class _Extractor:
+    """Reads the deposit off the listing: what it reads each time the plan runs."""
+
+    def __init__(self, *amounts: float) -> None:
+        self.amounts = list(amounts)
+
+    async def extract(self, request: ExtractionRequest) -> Any:
+        return self.amounts.pop(0)
+
+
+async def _plan_continued(tmp_path: Path, *amounts: float) -> tuple[World, list[str]]:
+    world = World(account=HOTEL_IBAN)
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    host = _host(world, approvals=approvals)
+    host.add_tools(world.get_hotels, world.pay_deposit, world.send_email)
+    request, extractor = f"{PAY_ONCE} Then email the front desk.", _Extractor(*amounts)
+    async with host:
+        result = await run_plan(host, _Planner(), extractor, request, context=CTX)
+        stops = [str(result.stop_reason)]
+        for proposal in result.pending_proposals:
+            await approvals.approve(Reviewer("ana", frozenset({CTX.tenant})), proposal)
+        again = await run_plan(host, _Planner(), extractor, request, context=CTX, run_id=result.run_id)
+        stops.append(str(again.stop_reason))
+    return world, stops
+
+
+async def test_a_plan_continued_after_a_pause_pays_no_deposit_twice(tmp_path: Path) -> None:
+    # The listing's deposit changed between the attempts: a second payment, for a person.
+    world, stops = await _plan_continued(tmp_path, 200.0, 199.99)
+    assert world.received == [PAID] and stops == ["approval_required", "approval_required"]
+
+
+async def test_a_plan_continued_after_a_pause_replays_its_payment_and_goes_on(tmp_path: Path) -> None:
+    world, stops = await _plan_continued(tmp_path, 200.0, 200.0)
+    assert stops == ["approval_required", "accepted"]
+    assert world.received == [
+        PAID,
+        ("send_email", {"recipients": [FRONT_DESK], "body": "The deposit is paid."}),
+    ]

@@ -19,7 +19,16 @@ from typing import Any
 
 from tether.policy._provenance_values import unfold
 
-__all__ = ["DateMention", "amounts", "date_mentions", "figure", "figures", "parse_date", "undated_words"]
+__all__ = [
+    "DateMention",
+    "amounts",
+    "date_mentions",
+    "figure",
+    "figures",
+    "paid",
+    "parse_date",
+    "undated_words",
+]
 
 # -- dates -----------------------------------------------------------------------------------
 
@@ -334,3 +343,14 @@ def figure(value: Any) -> float | None:
     except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
         return None
     return number if math.isfinite(number) else None
+
+
+def paid(value: Any) -> float:
+    """What an amount argument pays: its figure, the sum of a list's, nothing when it is left
+    out; a value that is no amount (``figure``) counts as unbounded."""
+    if value is None:
+        return 0.0
+    if isinstance(value, list | tuple):
+        return sum(paid(v) if v is not None else math.inf for v in value)
+    number = figure(value)
+    return math.inf if number is None else abs(number)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -23,7 +22,7 @@ from typing import Any
 from tether.core._confusables import check_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
-from tether.policy._provenance_dates import figure, parse_date
+from tether.policy._provenance_dates import figure, paid, parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
     ROLES,
@@ -314,7 +313,7 @@ class ProvenanceRules:
             rules = self._rules_of(record.tool)
             if rules is None or record.status not in SENT or not isinstance(record.arguments, dict):
                 continue
-            total += sum(_paid(record.arguments.get(r.argument)) for r in _cumulative(rules))
+            total += sum(paid(record.arguments.get(r.argument)) for r in rules.cumulative_amounts)
         return total
 
     def _beside(self, call: ProposedCall, rule: ArgumentRule) -> float:
@@ -323,8 +322,8 @@ class ProvenanceRules:
         rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
         if rules is None:
             return 0.0
-        others = [r for r in _cumulative(rules) if r.argument != rule.argument]
-        return sum(_paid(call.arguments.get(r.argument)) for r in others)
+        others = [r for r in rules.cumulative_amounts if r.argument != rule.argument]
+        return sum(paid(call.arguments.get(r.argument)) for r in others)
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
@@ -430,21 +429,6 @@ class ProvenanceRules:
                     "stated_by": by,
                 },
             )
-
-
-def _cumulative(rules: ToolRules) -> list[ArgumentRule]:
-    return [r for r in rules.arguments.values() if r.role == "amount" and r.cumulative]
-
-
-def _paid(value: Any) -> float:
-    """What an amount argument pays: its figure, the sum of a list's, nothing when it is left
-    out; a value that is no number counts as unbounded."""
-    if value is None:
-        return 0.0
-    if isinstance(value, list | tuple):
-        return sum(_paid(v) if v is not None else math.inf for v in value)
-    paid = figure(value)
-    return math.inf if paid is None else abs(paid)
 
 
 def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:

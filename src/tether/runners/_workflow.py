@@ -96,7 +96,7 @@ async def run_workflow(
                     break
                 state.outputs[step.name] = sub.answer
                 continue
-            stop = await _run_step(host, scope, step)
+            stop = await _run_step(run, scope, step)
             if stop is not None:
                 reason, detail = stop
                 break
@@ -108,25 +108,22 @@ async def run_workflow(
 
 
 async def _continued(run: RunScope, workflow: Workflow) -> dict[str, Any]:
-    """A workflow continued under an earlier attempt's run id starts from what that attempt did:
-    the history of its agent nodes' child runs (their payments count towards every later bound)
-    and the answers of the nodes that finished, which are not run again (a child run has a new id
-    each time, so its effects would not replay from the ledger: they would happen twice). Its own
-    steps replay from the ledger under the same call ids."""
-    earlier = await run.earlier()
+    """A workflow continued under an earlier attempt's run id starts from what that attempt did
+    (``RunScope.continue_earlier``), and the answers of its agent nodes that finished are kept,
+    not asked again: a child run has a new id each time, so its effects would not replay from
+    the ledger but happen twice. Its own steps replay from the ledger under the same call ids."""
+    earlier = await run.continue_earlier()
     if earlier is None:
         return {}
-    run.state.inherited_observations = [*earlier.inherited_observations]
-    run.state.inherited_calls = [*earlier.inherited_calls]
     nodes = {step.name for step in workflow.steps if isinstance(step, AgentNode)}
     return {name: value for name, value in earlier.outputs.items() if name in nodes}
 
 
-async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
+async def _run_step(run: RunScope, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
     state = scope.state
     args = step.arguments(state.outputs) if callable(step.arguments) else step.arguments
     call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
-    turn = await host.call(call, scope)
+    turn = await run.call(call, scope)
     state.steps += 1
     if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
         return stop
