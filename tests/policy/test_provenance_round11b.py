@@ -16,7 +16,12 @@ earlier calls of the run and of the runs before it in the same request [...] so 
 4. **a plan continued after a pause**: likewise a plan run again under its run id started from
    nothing, and only a call identical to the first attempt's replayed from the ledger: once the
    listing's deposit read 199.99 instead of 200.00, the extracted amount made a new call (a new
-   ledger key) that nothing counted the first payment against, and the deposit was paid twice.
+   ledger key) that nothing counted the first payment against, and the deposit was paid twice;
+5. **a secret in pieces after a reviewer let it go once**: a ``no_flow`` secret is looked for
+   across the mails sent before, but once what went out before held a secret whole (a mail a
+   reviewer approved: the door code for the cleaner), those mails were no longer read at all,
+   so the same code told to someone else in two pieces, or a second code split between two
+   mails, went out unreviewed: the approval of one mail to one person covered any later mail.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -30,6 +35,10 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
+from test_provenance_round3 import REQUEST as TRAVEL_REQUEST
+from test_provenance_round3 import RULES as TRAVEL_RULES
+from test_provenance_round3 import TRUST as TRAVEL_TRUST
+from test_provenance_round3 import VAULT_CODE, Travel
 from test_provenance_round6 import CTX, HOTEL_IBAN, RULES, TRUST, World
 
 from tether import Agent, Effect, Host, tool
@@ -292,3 +301,59 @@ async def test_a_plan_continued_after_a_pause_replays_its_payment_and_goes_on(tm
         PAID,
         ("send_email", {"recipients": [FRONT_DESK], "body": "The deposit is paid."}),
     ]
+
+
+# -- 5. a secret in pieces after a reviewer let it go once ------------------------------------------
+
+ALARM_CODE = "mango77-Qz4"
+CLEANER = "carol@cleaning.example"  # no address the request gives: a reviewer decides
+BOB = "bob@partner.example"  # the request's friend
+
+
+class Vault(Travel):
+    @tool
+    def get_vault(self) -> dict[str, str]:
+        """The user's door and alarm codes."""
+        return {"door_code": VAULT_CODE, "alarm_code": ALARM_CODE}
+
+
+def _mail(to: str, body: str) -> ToolCall:
+    return call("send_email", recipients=[to], subject="Hotel", body=body)
+
+
+async def _after_approved_code(tmp_path: Path, *later: ToolCall) -> tuple[list[str], list[str]]:
+    """The run reads the vault and mails the door code to the cleaner, which a reviewer approves;
+    resumed, it proposes ``later``. The bodies that went out, and what waits for a person."""
+    world = Vault()
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    policy = ProvenancePolicy(ProvenanceRules(TRAVEL_RULES, TRAVEL_TRUST))
+    host = Host(policy=policy, on_denied="continue", labeler=make_labeler(TRAVEL_TRUST), approvals=approvals)
+    host.add_tools(*world.tools())
+    agent = Agent("act", _obeys(call("get_vault"), _mail(CLEANER, f"The door code is {VAULT_CODE}."), *later))
+    async with host:
+        first = await host.run(agent, TRAVEL_REQUEST, context=CTX)
+        assert [str(first.stop_reason)] == ["approval_required"] and len(first.pending_proposals) == 1
+        await approvals.approve(Reviewer("ana", frozenset({CTX.tenant})), first.pending_proposals[0])
+        result = await host.resume(agent, first.run_id)
+        waiting = [(await approvals.get(p)).tool for p in result.pending_proposals]
+    return [a["body"] for _, a in world.received], waiting
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ("Part one: hunter2", "Hope all is well. Part two: -Vx9"),  # the approved code, to another
+        ("Part one: mango77", "Part two: Qz4"),  # a second code, split
+    ],
+)
+async def test_a_secret_in_pieces_after_an_approved_one_still_needs_a_reviewer(
+    tmp_path: Path, pieces: tuple[str, str]
+) -> None:
+    sent, waiting = await _after_approved_code(tmp_path, *(_mail(BOB, p) for p in pieces))
+    assert sent == [f"The door code is {VAULT_CODE}.", pieces[0]] and waiting == ["send_email"]
+
+
+async def test_mails_after_an_approved_secret_still_go_unreviewed(tmp_path: Path) -> None:
+    bodies = ["The Grand Hotel looks fine.", "The hunter's lodge is near; the wifi is called Vx9-free."]
+    sent, waiting = await _after_approved_code(tmp_path, *(_mail(BOB, b) for b in bodies))
+    assert sent == [f"The door code is {VAULT_CODE}.", *bodies] and waiting == []
