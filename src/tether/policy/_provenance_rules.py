@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core._confusables import check_name
+from tether.core._names import SEPARATOR, offered_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
 from tether.policy._provenance_dates import figure, paid, parse_date
@@ -134,9 +135,15 @@ class ProvenanceRules:
 
     def _rules_of(self, tool: str) -> ToolRules | None:
         """The rules of a call already made to the tool the host names ``tool``: declared under
-        that name, or under its source's name for it (learned as its calls are checked; in a run
-        resumed elsewhere, ``server__name``'s ``name``)."""
-        return self.tools.get(tool) or self.tools.get(self._remote.get(tool) or tool.partition("__")[2])
+        that name, or under its source's name for it (learned as its calls are checked, or, in a
+        run resumed elsewhere, the declared name it is offered as: ``offered_name``, hashed too)."""
+        found = self.tools.get(tool) or self.tools.get(self._remote.get(tool) or "")
+        if found is None:
+            servers = [tool[:i] for i in range(len(tool)) if tool.startswith(SEPARATOR, i)]
+            named = next((n for n in self.tools for s in servers if offered_name(s, n) == tool), None)
+            if named is not None:
+                self._remote[tool], found = named, self.tools[named]
+        return found
 
     def _writes(self, tool: str) -> bool:
         """Whether ``tool`` stores what it is given: any tool not declared as a read."""
@@ -320,9 +327,7 @@ class ProvenanceRules:
         """What the call's other cumulative amount arguments pay with it (a deposit and a tip,
         an amount and a fee): one call paying in two arguments pays their sum."""
         rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
-        if rules is None:
-            return 0.0
-        others = [r for r in rules.cumulative_amounts if r.argument != rule.argument]
+        others = [r for r in rules.cumulative_amounts if r.argument != rule.argument] if rules else []
         return sum(paid(call.arguments.get(r.argument)) for r in others)
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
