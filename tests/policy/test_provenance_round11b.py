@@ -27,7 +27,11 @@ earlier calls of the run and of the runs before it in the same request [...] so 
    made-up name (``bank__pay_deposit_1a2b3c4d``), and its earlier calls were matched to their
    rules only by names the policy had learnt in this process; resumed in another process after
    a pause, the deposit already paid through it counted nothing, and the same deposit paid again
-   through the server's other paying tool ran unreviewed.
+   through the server's other paying tool ran unreviewed;
+7. **a workflow's agent node that paused after paying**: continued under its run id, the
+   workflow started the paused node's child run again as a new run (a new run id), which paid
+   the deposit again and asked again for the approval the reviewer had given the first one:
+   every continuation paid once more.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -50,12 +54,14 @@ from test_provenance_round6 import CTX, HOTEL_IBAN, RULES, TRUST, World
 from tether import Agent, Effect, Host, tool
 from tether.context import ContextConfig, Subagent
 from tether.core.messages import AssistantMessage, ToolMessage
+from tether.core.stop import StopReason
 from tether.core.types import ToolCall
 from tether.mcp._config import offered_name
 from tether.models._base import ModelRequest
 from tether.policy._approvals import Approvals, Reviewer
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
 from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.policy._store import ProposalStatus
 from tether.runners._plan import Extract, ExtractionRequest, Plan, PlannedCall, run_plan
 from tether.runners._workflow import AgentNode, Step, Workflow
 from tether.testing import FunctionModel, call
@@ -445,3 +451,49 @@ async def test_a_deposit_paid_through_a_hashed_name_counts_after_a_restart(tmp_p
 async def test_the_rest_of_a_deposit_is_still_paid_after_a_restart(tmp_path: Path) -> None:
     paid, stops = await _paid_across_a_restart(tmp_path, call(TRANSFER, recipient=HOTEL_IBAN, amount=0.0))
     assert paid == [("pay.deposit", 200.0), ("transfer", 0.0)] and stops == ["approval_required", "accepted"]
+
+
+# -- 7. a workflow's agent node that paused after paying -------------------------------------------
+
+
+def _node_pauses(*calls: ToolCall) -> Workflow:
+    node = Agent("payer", _obeys(*calls))
+    steps = [
+        Step("hotels", "get_hotels", {"city": "Paris"}),
+        AgentNode("pay", node, lambda out: "Pay, tell the desk."),
+    ]
+    return Workflow("book", steps, answer=lambda out: str(out["pay"]))
+
+
+async def _node_continued(tmp_path: Path, workflow: Workflow, times: int = 2) -> tuple[World, list[str]]:
+    """Runs ``workflow``; each time it pauses, a reviewer approves what waits and the workflow
+    is continued under its run id (``times`` attempts at most)."""
+    world = World(account=HOTEL_IBAN)
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    host = _host(world, approvals=approvals)
+    host.add_tools(world.get_hotels, world.pay_deposit, world.send_email)
+    request, stops, run_id = f"{PAY_ONCE} Then email the front desk.", [], None
+    async with host:
+        for _ in range(times):
+            result = await host.run_workflow(workflow, request, context=CTX, run_id=run_id)
+            stops.append(str(result.stop_reason))
+            if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
+                break
+            run_id = result.run_id
+            for proposal in await approvals.store.list_proposals():
+                if proposal.status is ProposalStatus.PENDING:
+                    await approvals.approve(Reviewer("ana", frozenset({CTX.tenant})), proposal.id)
+    return world, stops
+
+
+DESK_MAIL = ("send_email", {"recipients": [FRONT_DESK], "body": "The deposit is paid."})
+
+
+async def test_an_agent_node_paused_after_paying_is_resumed_not_paid_again(tmp_path: Path) -> None:
+    world, stops = await _node_continued(tmp_path, _node_pauses(_pay(), MAIL_CALL), times=3)
+    assert stops == ["approval_required", "accepted"] and world.received == [PAID, DESK_MAIL]
+
+
+async def test_an_agent_node_paused_before_paying_still_pays_once_continued(tmp_path: Path) -> None:
+    world, stops = await _node_continued(tmp_path, _node_pauses(MAIL_CALL, _pay()))
+    assert stops == ["approval_required", "accepted"] and world.received == [DESK_MAIL, PAID]

@@ -223,6 +223,26 @@ class RunScope:
         self._earlier = list(earlier.calls)
         return earlier
 
+    async def checkpoint_paused(self, state: RunState) -> None:
+        """Checkpoint ``state`` (this run's, as it should be continued) as paused for a person:
+        a workflow whose agent node's child run paused (the chokepoint checkpointed the child)."""
+        approvals = self.host.approvals
+        if approvals is None or not self.checkpoints:
+            return
+        try:
+            text = state_to_json(state)
+        except CheckpointError:
+            return  # not continuable from here: a continued run starts afresh, as before
+        with anyio.CancelScope(shield=True):
+            await approvals.store.save_checkpoint(
+                self.run_id,
+                app=approvals.app,
+                state=text,
+                status="paused",
+                stop_reason=str(StopReason.APPROVAL_REQUIRED),
+                now=self.host.clock(),
+            )
+
     async def call(self, call: ToolCall, scope: CallScope) -> Turn:
         """``host.call`` for one call of a workflow or a plan. In a continued run the earlier
         attempt's call of the same id, tool and arguments (its call ids name its steps, so the

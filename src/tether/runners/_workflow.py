@@ -5,6 +5,7 @@ reads only the fields its ``extract`` schema names; a step may be an agentic nod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.policy._trusted import TrustedContext
 from tether.runners._loop import run_child
-from tether.runners._scope import RunScope
+from tether.runners._scope import RunScope, resume_point
 from tether.runs._values import Agent, RunResult
 from tether.trace._events import EventKind
 
@@ -84,7 +85,7 @@ async def run_workflow(
                 run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, replayed=True)
                 continue
             if isinstance(step, AgentNode):
-                sub = await run_child(host, state, step.agent, step.objective(state.outputs), context)
+                sub = await _run_node(run, step, i, context, continued=run_id is not None)
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,
@@ -117,6 +118,27 @@ async def _continued(run: RunScope, workflow: Workflow) -> dict[str, Any]:
         return {}
     nodes = {step.name for step in workflow.steps if isinstance(step, AgentNode)}
     return {name: value for name, value in earlier.outputs.items() if name in nodes}
+
+
+async def _run_node(
+    run: RunScope, node: AgentNode, index: int, context: TrustedContext, *, continued: bool
+) -> RunResult:
+    """An agent node's child run, under an id the workflow's run gives it: in a continued run,
+    one that paused (for a person, or a transient failure) is resumed where it stopped, not
+    started again (its payments would happen twice, and its approved call never be found).
+    A node that pauses leaves the workflow's own checkpoint, without the node's history (its
+    child run's checkpoint has it, and folds it back when it is resumed)."""
+    state, approvals = run.state, run.host.approvals
+    child_id = f"{state.run_id}-node{index}"
+    saved = await approvals.store.load_checkpoint(child_id) if continued and approvals is not None else None
+    resume = resume_point(saved, child_id) if saved is not None and saved.status != "finished" else None
+    kept = dataclasses.replace(state, inherited_calls=[*state.inherited_calls])
+    kept.inherited_observations = [*state.inherited_observations]
+    objective = node.objective(state.outputs)
+    sub = await run_child(run.host, state, node.agent, objective, context, run_id=child_id, resume=resume)
+    if sub.stop_reason is StopReason.APPROVAL_REQUIRED:
+        await run.checkpoint_paused(kept)
+    return sub
 
 
 async def _run_step(run: RunScope, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
