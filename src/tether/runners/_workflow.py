@@ -19,6 +19,7 @@ from tether.core.stop import StopReason
 from tether.policy._trusted import TrustedContext
 from tether.runners._loop import run_child
 from tether.runners._scope import RunScope, resume_point
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.runs._values import Agent, RunResult
 from tether.trace._events import EventKind
 
@@ -131,7 +132,10 @@ async def _run_node(
     state, approvals = run.state, run.host.approvals
     child_id = f"{state.run_id}-node{index}"
     saved = await approvals.store.load_checkpoint(child_id) if continued and approvals is not None else None
-    resume = resume_point(saved, child_id) if saved is not None and saved.status != "finished" else None
+    ours = (
+        saved is not None and checkpoint_tenant(saved.state) == context.tenant and saved.status != "finished"
+    )
+    resume = resume_point(saved, child_id) if ours else None
     kept = dataclasses.replace(state, inherited_calls=[*state.inherited_calls])
     kept.inherited_observations = [*state.inherited_observations]
     objective = node.objective(state.outputs)
