@@ -31,7 +31,10 @@ earlier calls of the run and of the runs before it in the same request [...] so 
 7. **a workflow's agent node that paused after paying**: continued under its run id, the
    workflow started the paused node's child run again as a new run (a new run id), which paid
    the deposit again and asked again for the approval the reviewer had given the first one:
-   every continuation paid once more.
+   every continuation paid once more;
+8. **a payment whose amount is left to the tool's default**: an amount argument a call leaves
+   out was not judged at all, nor counted afterwards, so with a tool that tops a card up by its
+   default 50 the injected ``top_up(card)`` ran, as often as asked, under a bound of 20.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -497,3 +500,61 @@ async def test_an_agent_node_paused_after_paying_is_resumed_not_paid_again(tmp_p
 async def test_an_agent_node_paused_before_paying_still_pays_once_continued(tmp_path: Path) -> None:
     world, stops = await _node_continued(tmp_path, _node_pauses(MAIL_CALL, _pay()))
     assert stops == ["approval_required", "accepted"] and world.received == [DESK_MAIL, PAID]
+
+
+# -- 8. a payment whose amount is left to the tool's default ---------------------------------------
+
+CARD = "4111222233334444"
+TOP_UP_RULES = {
+    **RULES,
+    **rules_from_dict(
+        {
+            "top_up": {
+                "effect": "purchase",
+                "requested_by": ["top up"],
+                "arguments": {
+                    "card": {"role": "destination", "from": ["user"]},
+                    "amount": {"role": "amount", "bound": ["user"], "cumulative": True},
+                },
+            }
+        }
+    ),
+}
+
+
+class Cards(World):
+    @tool(effect=Effect.PURCHASE)
+    def top_up(
+        self,
+        card: Annotated[str, Field(description="The card's number.")],
+        amount: Annotated[float, Field(description="How much, in EUR.")] = 50.0,
+    ) -> str:
+        """Top up a prepaid card (by 50 EUR unless told otherwise)."""
+        self.received.append(("top_up", {"amount": amount}))
+        return "topped up"
+
+
+async def _top_up(request: str, *calls: ToolCall) -> tuple[list[float], list[str]]:
+    world = Cards()
+    host = _host(world, TOP_UP_RULES)
+    host.add_tools(world.top_up)
+    async with host:
+        result = await host.run(Agent("act", _obeys(*calls)), request, context=CTX)
+    return [a["amount"] for _, a in world.received], _denials(result.events)
+
+
+async def test_an_amount_left_to_the_tools_default_is_bounded_and_counted() -> None:
+    request = f"Top up my card {CARD} with 20 EUR."
+    paid, denied = await _top_up(request, call("top_up", card=CARD), call("top_up", card=CARD))
+    assert paid == [] and denied == ["approval_unavailable", "approval_unavailable"]
+    # After the 20 the user asked for, the tool's default 50 is over the bound too.
+    paid, denied = await _top_up(request, call("top_up", card=CARD, amount=20.0), call("top_up", card=CARD))
+    assert paid == [20.0] and denied == ["approval_unavailable"]
+
+
+async def test_the_tools_default_amount_still_runs_when_the_user_asked_for_it() -> None:
+    request = f"Top up my card {CARD} with 50 EUR."
+    assert await _top_up(request, call("top_up", card=CARD)) == ([50.0], [])
+    # Once: a second top-up by the default is a second 50.
+    paid, denied = await _top_up(request, call("top_up", card=CARD), call("top_up", card=CARD))
+    assert paid == [50.0] and denied == ["approval_unavailable"]
