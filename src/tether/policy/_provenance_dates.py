@@ -246,24 +246,42 @@ _AMOUNT_CUES = frozenset(
         "deposit",
     ]
 )
-# Nouns a figure right after names a thing by (a room, an order, a street's house): a cue
+# Nouns a figure after names a thing by (a room, an order, a street's house, a phone): a cue
 # before them ("pay the deposit for room 4021") governs the noun, not the figure.
 _LABEL_WORDS = "room rooms suite apt apartment unit floor flat house street st avenue road lane booking "
 _LABEL_WORDS += "reservation confirmation invoice order ref reference number no nr id ticket flight "
-_LABEL_WORDS += "seat gate table account iban code pin case claim policy item page version line"
+_LABEL_WORDS += "seat gate table account iban code pin case claim policy item page version line "
+_LABEL_WORDS += "card zip postcode postal phone mobile tel fax call"
 _LABELS = frozenset(_LABEL_WORDS.split(" "))
+# Those that name a number someone is known or reached by: after a word for money, anywhere
+# before the figure ("the deposit from my account ending 8765"), not only right before it.
+_IDS = "booking reservation confirmation invoice order ref reference number no nr id ticket flight "
+_IDS += "account iban code pin card zip postcode postal phone mobile tel fax call"
+_IDENTIFIERS = frozenset(_IDS.split(" "))
 _LABEL_GAP = re.compile(r"[\s#.]*")
+# Words a house number stands just before ("1600 Pennsylvania Avenue").
+_STREETS = frozenset(["street", "st", "avenue", "ave", "road", "rd", "lane", "boulevard", "blvd", "drive"])
+_ALPHA = re.compile(r"[^\W\d_]+")
 
 
-def _labelled(folded: str, before: list[tuple[int, str]], start: int) -> bool:
-    """Whether the figure at ``start`` follows one of ``_LABELS`` (with at most ``#``, ``.`` and
-    spaces between: "invoice no. 20931"), or a ``#`` straight before it: it names a thing."""
+def _labelled(folded: str, before: list[tuple[int, str]], start: int, end: int) -> bool:
+    """Whether the figure at ``start:end`` names a thing, not a sum: one of ``_LABELS`` right
+    before it (with at most ``#``, ``.`` and spaces between: "invoice no. 20931", "room 4021"),
+    one of ``_IDENTIFIERS`` anywhere between it and the last word before it that asks for an
+    amount ("the deposit from my account ending 8765", "the booking code is 4411", "flight LH
+    4521"), a ``#`` straight before it, or a street's name just after it ("1600 Pennsylvania
+    Avenue")."""
     if folded[:start].rstrip().endswith("#"):
         return True
-    if not before:
-        return False
-    pos, word = before[-1]
-    return word in _LABELS and _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None
+    if before and before[-1][1] in _LABELS:
+        pos, word = before[-1]
+        if _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None:
+            return True
+    words = [w for _, w in before]
+    cue = max((i for i, w in enumerate(words) if w in _AMOUNT_CUES), default=-1)
+    if any(w in _IDENTIFIERS for w in words[cue + 1 :]):
+        return True
+    return any(w in _STREETS for w in _ALPHA.findall(folded, end, end + 40)[:3])
 
 
 _NEXT_FIGURE = re.compile(r"\s?\d")
@@ -320,7 +338,7 @@ def amounts(text: str) -> list[float]:
         sentence = ends[-1] if ends else -1
         earlier = [(pos, w) for pos, w in words if sentence < pos < m.start()]
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
-        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start()):
+        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
         if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
             out.append(value)
