@@ -313,11 +313,13 @@ def amounts(text: str) -> list[float]:
     street number, an order or a count is a figure, not an amount; nor is a percentage, nor
     the day or the year of a date ("the rent for December 2026" states no sum of 2026), nor a
     figure that names a thing ("room 4021", "order #7731") without a currency or cents, nor a
-    group of a number written in groups ("DE89 3704 0044", ``_grouped``)."""
+    group of a number written in groups ("DE89 3704 0044", ``_grouped``). In a sentence that
+    states its sum with a currency or cents, a word governs a bare figure only right before it:
+    "pay the 200 EUR deposit for the 2500 guests" counts guests after "deposit", no sum."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     dated = _dated(text, folded)
-    out: list[float] = []
+    found: list[tuple[float, bool, int, list[str]]] = []  # value, marked, sentence, words before
     for m in _FIGURE.finditer(folded):
         start, end = m.start(1), m.end()
         if any(a <= start < b for a, b in dated) or _grouped(folded, start, end, dated):
@@ -340,9 +342,27 @@ def amounts(text: str) -> list[float]:
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
         if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
-        if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
-            out.append(value)
-    return out
+        found.append((value, bool((currency and not ahead) or cents), sentence, preceding))
+    stated = {sentence for _, marked, sentence, _ in found if marked}
+    return [
+        value
+        for value, marked, sentence, preceding in found
+        if marked
+        or (_governed(preceding) if sentence in stated else bool(_AMOUNT_CUES.intersection(preceding)))
+    ]
+
+
+# Words that may stand between a word for money and its figure: "a fee of 5", "rent is 2200".
+_JOINING = frozenset(["of", "is", "was", "are", "be", "the", "a", "an", "to", "at", "about", "around", "now"])
+
+
+def _governed(preceding: list[str]) -> bool:
+    """Whether a word that asks for an amount stands right before a figure, or with one joining
+    word between ("pay 300", "a fee of 5"), not further ("the deposit before 1800")."""
+    last = preceding[-1:]
+    if last and last[0] in _AMOUNT_CUES:
+        return True
+    return len(preceding) >= 2 and preceding[-2] in _AMOUNT_CUES and preceding[-1] in _JOINING
 
 
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
