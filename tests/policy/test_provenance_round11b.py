@@ -41,7 +41,11 @@ earlier calls of the run and of the runs before it in the same request [...] so 
    ending 8765", "..., my booking code is 4411", "... for flight LH 4521", "... call me at
    5551234" or "... at 1600 Pennsylvania Avenue" bounded the deposit at thousands, and an
    injected deposit of 3,500 ran; so did a count or a time in a sentence that states its sum in
-   euros ("... for the 2500 guests of the conference", "... before 1800 tomorrow").
+   euros ("... for the 2500 guests of the conference", "... before 1800 tomorrow");
+10. **a rollback after an agent run that paid, then failed**: ``Host.rollback`` runs a workflow
+   for the same request after an agent run failed (an injection can make it loop to its step
+   limit), from nothing: the deposit the failed run had paid counted nothing, and the
+   workflow paid it again, unreviewed.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
 what the tools received (the attack did not run without approval, and the trace says why) AND
@@ -65,7 +69,7 @@ from test_provenance_round6 import _run as run_world
 from tether import Agent, Effect, Host, tool
 from tether.context import ContextConfig, Subagent
 from tether.core.messages import AssistantMessage, ToolMessage
-from tether.core.stop import StopReason
+from tether.core.stop import Limits, StopReason
 from tether.core.types import ToolCall
 from tether.mcp._config import offered_name
 from tether.models._base import ModelRequest
@@ -614,3 +618,34 @@ async def test_a_bare_sum_a_word_for_money_governs_still_bounds_the_payment(requ
     world = World(account=HOTEL_IBAN)
     assert await run_world(world, request_text, [(call("get_hotels", city="Paris"),), (_pay(),)]) == []
     assert world.received == [PAID]
+
+
+# -- 10. a rollback after an agent run that paid, then failed ---------------------------------------
+
+
+async def _rolled_back(*before_failing: ToolCall) -> tuple[World, str]:
+    """An agent run proposes ``before_failing``, then reads until its step limit; the host rolls
+    back to a workflow that looks the hotel up and pays the deposit."""
+    world = World(account=HOTEL_IBAN)
+    host = _host(world)
+    host.add_tools(world.get_hotels, world.pay_deposit)
+    loops = [call("get_hotels", city="Paris") for _ in range(8)]
+    agent = Agent("act", _obeys(*before_failing, *loops), limits=Limits(max_steps=len(before_failing) + 2))
+    pay = {"recipient": HOTEL_IBAN, "amount": 200.0}
+    steps = [Step("hotels", "get_hotels", {"city": "Paris"}), Step("pay", "pay_deposit", pay)]
+    workflow = Workflow("book", steps, answer=lambda out: "paid")
+    async with host:
+        failed = await host.run(agent, PAY_ONCE, context=CTX)
+        assert not failed.ok  # its step limit, or its repetition detector
+        result = await host.rollback(failed, workflow, PAY_ONCE, context=CTX)
+    return world, str(result.stop_reason)
+
+
+async def test_a_rollback_does_not_pay_again_what_the_failed_run_paid() -> None:
+    world, stop = await _rolled_back(call("get_hotels", city="Paris"), _pay())
+    assert world.received == [PAID] and stop == "policy_denied"
+
+
+async def test_a_rollback_pays_what_the_failed_run_did_not() -> None:
+    world, stop = await _rolled_back(call("get_hotels", city="Paris"))
+    assert world.received == [PAID] and stop == "accepted"

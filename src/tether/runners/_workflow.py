@@ -16,6 +16,7 @@ from pydantic import BaseModel, ValidationError
 from tether.chokepoint._calls import CallScope
 from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
+from tether.core.types import CallRecord, Observation
 from tether.policy._trusted import TrustedContext
 from tether.runners._loop import run_child
 from tether.runners._scope import RunScope, resume_point
@@ -67,11 +68,16 @@ async def run_workflow(
     *,
     rollback_from: dict[str, Any] | None = None,
     run_id: str | None = None,
+    inherited: tuple[list[Observation], list[CallRecord]] | None = None,
 ) -> RunResult:
     """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
-    of the workflow: the same call ids replay recorded effects and find approved proposals."""
+    of the workflow: the same call ids replay recorded effects and find approved proposals.
+    ``inherited``: what a run for the same request did before it (the agent run a rollback
+    replaces: what it paid counts towards every bound here)."""
     run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
     state = run.state
+    if inherited is not None:
+        state.inherited_observations, state.inherited_calls = list(inherited[0]), list(inherited[1])
     scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
     await run.start(scope.offered, workflow=workflow.name)
     if rollback_from is not None:
