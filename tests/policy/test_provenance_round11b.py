@@ -42,14 +42,16 @@ earlier calls of the run and of the runs before it in the same request [...] so 
    5551234" or "... at 1600 Pennsylvania Avenue" bounded the deposit at thousands, and an
    injected deposit of 3,500 ran; so did a count or a time in a sentence that states its sum in
    euros ("... for the 2500 guests of the conference", "... before 1800 tomorrow");
-10. **a rollback after an agent run that paid, then failed**: ``Host.rollback`` runs a workflow
-   for the same request after an agent run failed (an injection can make it loop to its step
-   limit), from nothing: the deposit the failed run had paid counted nothing, and the
-   workflow paid it again, unreviewed.
+10. **a rollback after an agent run that paid, then failed**: ``Host.rollback`` runs a
+    workflow for the same request after an agent run failed (an injection can make it loop to
+    its step limit), from nothing: the deposit the failed run had paid counted nothing, and the
+    workflow paid it again, unreviewed.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks
-what the tools received (the attack did not run without approval, and the trace says why) AND
-that the legitimate version of the same task still runs unreviewed. The world is round six's.
+what the tools received (the attack did not run without approval, and the trace or the stop
+says why) AND that the legitimate version of the same task still runs unreviewed. The worlds
+are round six's (a hotel, its reviews, a deposit) and round three's (a vault, for ``no_flow``);
+continued and resumed runs use a real SQLite approval store and a reviewer who approves.
 """
 
 from __future__ import annotations
