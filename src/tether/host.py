@@ -64,7 +64,10 @@ class Host(HostCore):
             "disabled_sources": sorted(self.disabled_sources),
             "disabled_memory": sorted(self.disabled_memory),
         }
-        return await run_workflow(self, workflow, objective, context, rollback_from=rollback)
+        # What the failed run did happened: the workflow's bounds count it (a deposit it paid
+        # before it failed is not paid again unreviewed).
+        done = (failed.observations, failed.calls)
+        return await run_workflow(self, workflow, objective, context, rollback_from=rollback, inherited=done)
 
     def run_sync(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         """Blocking wrapper for scripts: starts, runs and closes the host in one event loop."""

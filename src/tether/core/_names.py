@@ -3,10 +3,12 @@ what an app name on the command line is (an agent file or ``module:factory``).""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable
 
-__all__ = ["is_agent_file", "name_set", "repeated"]
+__all__ = ["MAX_TOOL_NAME", "SEPARATOR", "is_agent_file", "name_set", "offered_name", "repeated"]
 
 
 def name_set(value: Iterable[str], *, what: str) -> frozenset[str]:
@@ -34,3 +36,19 @@ def is_agent_file(name: str) -> bool:
     Here, not in ``tether.agents._file``, so a command that only needs the answer (``tether submit
     module:factory``) does not load the agent-file machinery."""
     return name.lower().endswith((".yaml", ".yml", ".toml"))
+
+
+SEPARATOR = "__"
+MAX_TOOL_NAME = 64  # the longest tool name every provider takes
+_UNTAKEN = re.compile(r"[^A-Za-z0-9_-]")  # characters a provider refuses in a tool name
+
+
+def offered_name(server: str, tool: str) -> str:
+    """The name the model is offered for a server's tool: ``server__tool`` when every provider
+    takes it; otherwise made to fit, with the start of the tool name's sha256 (``files__read.file``
+    → ``files__read_file_8a1f…``). The server is called by its own name (``remote_name``)."""
+    name = f"{server}{SEPARATOR}{tool}"
+    if len(name) <= MAX_TOOL_NAME and not _UNTAKEN.search(name):
+        return name
+    tag = hashlib.sha256(tool.encode()).hexdigest()[:8]
+    return f"{_UNTAKEN.sub('_', name)[: MAX_TOOL_NAME - len(tag) - 1]}_{tag}"

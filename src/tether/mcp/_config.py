@@ -7,7 +7,6 @@ clients' forms are read too (``mcpServers``, ``type``, ``args``, ``${VAR}``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shlex
@@ -18,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tether.core._config_file import read_config_file
-from tether.core._names import repeated
+from tether.core._names import MAX_TOOL_NAME, SEPARATOR, offered_name, repeated
 from tether.core._problems import validation_problems
 from tether.errors import ConfigError
 from tether.tools._contract import Effect
@@ -34,22 +33,6 @@ __all__ = [
     "load_config",
     "offered_name",
 ]
-
-SEPARATOR = "__"
-MAX_TOOL_NAME = 64  # the longest tool name every provider takes
-_UNTAKEN = re.compile(r"[^A-Za-z0-9_-]")  # characters a provider refuses in a tool name
-
-
-def offered_name(server: str, tool: str) -> str:
-    """The name the model is offered: ``server__tool`` when every provider takes it; otherwise
-    made to fit, with the start of the tool name's sha256 (``files__read.file`` →
-    ``files__read_file_8a1f…``). The server is called by its own name (``remote_name``)."""
-    name = f"{server}{SEPARATOR}{tool}"
-    if len(name) <= MAX_TOOL_NAME and not _UNTAKEN.search(name):
-        return name
-    tag = hashlib.sha256(tool.encode()).hexdigest()[:8]
-    return f"{_UNTAKEN.sub('_', name)[: MAX_TOOL_NAME - len(tag) - 1]}_{tag}"
-
 
 # Transport spellings of other MCP clients' configs (``type``) and of this one (``transport``).
 _TRANSPORTS = {

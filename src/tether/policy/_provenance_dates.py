@@ -19,7 +19,16 @@ from typing import Any
 
 from tether.policy._provenance_values import unfold
 
-__all__ = ["DateMention", "amounts", "date_mentions", "figure", "figures", "parse_date", "undated_words"]
+__all__ = [
+    "DateMention",
+    "amounts",
+    "date_mentions",
+    "figure",
+    "figures",
+    "paid",
+    "parse_date",
+    "undated_words",
+]
 
 # -- dates -----------------------------------------------------------------------------------
 
@@ -237,24 +246,42 @@ _AMOUNT_CUES = frozenset(
         "deposit",
     ]
 )
-# Nouns a figure right after names a thing by (a room, an order, a street's house): a cue
+# Nouns a figure after names a thing by (a room, an order, a street's house, a phone): a cue
 # before them ("pay the deposit for room 4021") governs the noun, not the figure.
 _LABEL_WORDS = "room rooms suite apt apartment unit floor flat house street st avenue road lane booking "
 _LABEL_WORDS += "reservation confirmation invoice order ref reference number no nr id ticket flight "
-_LABEL_WORDS += "seat gate table account iban code pin case claim policy item page version line"
+_LABEL_WORDS += "seat gate table account iban code pin case claim policy item page version line "
+_LABEL_WORDS += "card zip postcode postal phone mobile tel fax call"
 _LABELS = frozenset(_LABEL_WORDS.split(" "))
+# Those that name a number someone is known or reached by: after a word for money, anywhere
+# before the figure ("the deposit from my account ending 8765"), not only right before it.
+_IDS = "booking reservation confirmation invoice order ref reference number no nr id ticket flight "
+_IDS += "account iban code pin card zip postcode postal phone mobile tel fax call"
+_IDENTIFIERS = frozenset(_IDS.split(" "))
 _LABEL_GAP = re.compile(r"[\s#.]*")
+# Words a house number stands just before ("1600 Pennsylvania Avenue").
+_STREETS = frozenset(["street", "st", "avenue", "ave", "road", "rd", "lane", "boulevard", "blvd", "drive"])
+_ALPHA = re.compile(r"[^\W\d_]+")
 
 
-def _labelled(folded: str, before: list[tuple[int, str]], start: int) -> bool:
-    """Whether the figure at ``start`` follows one of ``_LABELS`` (with at most ``#``, ``.`` and
-    spaces between: "invoice no. 20931"), or a ``#`` straight before it: it names a thing."""
+def _labelled(folded: str, before: list[tuple[int, str]], start: int, end: int) -> bool:
+    """Whether the figure at ``start:end`` names a thing, not a sum: one of ``_LABELS`` right
+    before it (with at most ``#``, ``.`` and spaces between: "invoice no. 20931", "room 4021"),
+    one of ``_IDENTIFIERS`` anywhere between it and the last word before it that asks for an
+    amount ("the deposit from my account ending 8765", "the booking code is 4411", "flight LH
+    4521"), a ``#`` straight before it, or a street's name just after it ("1600 Pennsylvania
+    Avenue")."""
     if folded[:start].rstrip().endswith("#"):
         return True
-    if not before:
-        return False
-    pos, word = before[-1]
-    return word in _LABELS and _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None
+    if before and before[-1][1] in _LABELS:
+        pos, word = before[-1]
+        if _LABEL_GAP.fullmatch(folded, pos + len(word), start) is not None:
+            return True
+    words = [w for _, w in before]
+    cue = max((i for i, w in enumerate(words) if w in _AMOUNT_CUES), default=-1)
+    if any(w in _IDENTIFIERS for w in words[cue + 1 :]):
+        return True
+    return any(w in _STREETS for w in _ALPHA.findall(folded, end, end + 40)[:3])
 
 
 _NEXT_FIGURE = re.compile(r"\s?\d")
@@ -286,11 +313,13 @@ def amounts(text: str) -> list[float]:
     street number, an order or a count is a figure, not an amount; nor is a percentage, nor
     the day or the year of a date ("the rent for December 2026" states no sum of 2026), nor a
     figure that names a thing ("room 4021", "order #7731") without a currency or cents, nor a
-    group of a number written in groups ("DE89 3704 0044", ``_grouped``)."""
+    group of a number written in groups ("DE89 3704 0044", ``_grouped``). In a sentence that
+    states its sum with a currency or cents, a word governs a bare figure only right before it:
+    "pay the 200 EUR deposit for the 2500 guests" counts guests after "deposit", no sum."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     dated = _dated(text, folded)
-    out: list[float] = []
+    found: list[tuple[float, bool, int, list[str]]] = []  # value, marked, sentence, words before
     for m in _FIGURE.finditer(folded):
         start, end = m.start(1), m.end()
         if any(a <= start < b for a, b in dated) or _grouped(folded, start, end, dated):
@@ -311,11 +340,29 @@ def amounts(text: str) -> list[float]:
         sentence = ends[-1] if ends else -1
         earlier = [(pos, w) for pos, w in words if sentence < pos < m.start()]
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
-        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start()):
+        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
-        if currency or cents or any(w in _AMOUNT_CUES for w in preceding):
-            out.append(value)
-    return out
+        found.append((value, bool((currency and not ahead) or cents), sentence, preceding))
+    stated = {sentence for _, marked, sentence, _ in found if marked}
+    return [
+        value
+        for value, marked, sentence, preceding in found
+        if marked
+        or (_governed(preceding) if sentence in stated else bool(_AMOUNT_CUES.intersection(preceding)))
+    ]
+
+
+# Words that may stand between a word for money and its figure: "a fee of 5", "rent is 2200".
+_JOINING = frozenset(["of", "is", "was", "are", "be", "the", "a", "an", "to", "at", "about", "around", "now"])
+
+
+def _governed(preceding: list[str]) -> bool:
+    """Whether a word that asks for an amount stands right before a figure, or with one joining
+    word between ("pay 300", "a fee of 5"), not further ("the deposit before 1800")."""
+    last = preceding[-1:]
+    if last and last[0] in _AMOUNT_CUES:
+        return True
+    return len(preceding) >= 2 and preceding[-2] in _AMOUNT_CUES and preceding[-1] in _JOINING
 
 
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
@@ -334,3 +381,14 @@ def figure(value: Any) -> float | None:
     except (TypeError, ValueError, OverflowError):  # an integer no float holds is no amount either
         return None
     return number if math.isfinite(number) else None
+
+
+def paid(value: Any) -> float:
+    """What an amount argument pays: its figure, the sum of a list's, nothing when it is left
+    out; a value that is no amount (``figure``) counts as unbounded."""
+    if value is None:
+        return 0.0
+    if isinstance(value, list | tuple):
+        return sum(paid(v) if v is not None else math.inf for v in value)
+    number = figure(value)
+    return math.inf if number is None else abs(number)

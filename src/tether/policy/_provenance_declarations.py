@@ -182,6 +182,11 @@ class ToolRules:
     no_relay: frozenset[str] = frozenset()
     requested_by: tuple[str, ...] = ()  # a tool with an effect and no arguments: the phrases that ask for it
 
+    @property
+    def cumulative_amounts(self) -> list[ArgumentRule]:
+        """The amount arguments that count towards one sum with the run's other payments."""
+        return [r for r in self.arguments.values() if r.role == "amount" and r.cumulative]
+
     @classmethod
     def from_dict(cls, tool: str, data: Mapping[str, Any]) -> ToolRules:
         unknown = set(data) - {"arguments", "no_flow", "no_relay", "effect", "requested_by"}

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_labels import split_values
+from tether.policy._provenance_labels import Segment, split_values
 from tether.policy._provenance_run import SENT, calls_before
 
 __all__ = ["confidential_flow", "sent_before"]
@@ -46,12 +46,10 @@ def confidential_flow(
     their values, read one after the other in either order, hold one across a boundary
     ("hunter2" in the subject, "Vx9" opening the body; "48" and "21"). ``each=False``: only
     across them (each was looked at already). ``sent``: what earlier calls carried out, read
-    before the arguments (``sent_before``); a value those alone already held is not this call's."""
+    before the arguments (``sent_before``): a value this call completes (``_completed``)."""
     wanted = frozenset(classes)
     if not wanted:
         return []
-    if sent and not confidential_flow(index, sent, {}, wanted, each=False):
-        arguments = {**sent, **arguments}
     found: list[dict[str, Any]] = []
     leaves: list[str] = []
     for arg, value in arguments.items():
@@ -64,11 +62,45 @@ def confidential_flow(
                     {"argument": arg, "problem": "confidential_flow", "from": leaked[0].label.describe()}
                 )
                 break
-    if found or len(leaves) < 2:
+    if found or (len(leaves) < 2 and not sent):
         return found
-    for joined in (" ".join(leaves), " ".join(reversed(leaves))):
-        leaked = index.contained_segments(joined, wanted)
-        if leaked:
-            across = ", ".join(a for a, v in arguments.items() if v is not None)
-            return [{"argument": across, "problem": "confidential_flow", "from": leaked[0].label.describe()}]
+    leaked = _completed(index, _by_call(sent), leaves, wanted) if sent else _across(index, leaves, wanted)
+    if leaked:
+        across = ", ".join(a for a, v in arguments.items() if v is not None)
+        return [{"argument": across, "problem": "confidential_flow", "from": leaked[0].label.describe()}]
     return found
+
+
+def _across(index: ProvenanceIndex, leaves: list[str], wanted: frozenset[str]) -> list[Segment]:
+    """The segments of ``wanted`` classes that ``leaves`` hold, read one after the other in
+    either order."""
+    if not leaves:
+        return []
+    forward = index.contained_segments(" ".join(leaves), wanted)
+    return forward + index.contained_segments(" ".join(reversed(leaves)), wanted)
+
+
+def _completed(
+    index: ProvenanceIndex, calls: dict[str, list[str]], mine: list[str], wanted: frozenset[str]
+) -> list[Segment]:
+    """The secrets the leaves of this call (``mine``) complete: held by them read after the
+    pieces that went out before, not by those pieces alone. A secret's pieces are the leaves of
+    the earlier calls that did not carry it whole by themselves: one that did was judged (and
+    reviewed) as it was, and a reviewer who let the door code go to one person let no one else
+    have it in pieces later."""
+    whole = {c: {seg.text for seg in _across(index, leaves, wanted)} for c, leaves in calls.items()}
+    out: list[Segment] = []
+    for seg in _across(index, [*(leaf for leaves in calls.values() for leaf in leaves), *mine], wanted):
+        pieces = [leaf for c, leaves in calls.items() if seg.text not in whole[c] for leaf in leaves]
+        after = {s.text for s in _across(index, [*pieces, *mine], wanted)}
+        if seg.text in after and seg.text not in {s.text for s in _across(index, pieces, wanted)}:
+            out.append(seg)
+    return out
+
+
+def _by_call(sent: Mapping[str, Any]) -> dict[str, list[str]]:
+    """``sent_before``'s arguments (``tool#call.argument``) as each call's leaves."""
+    calls: dict[str, list[str]] = {}
+    for key, value in sent.items():
+        calls.setdefault(key.rpartition(".")[0], []).extend(split_values(value))
+    return calls

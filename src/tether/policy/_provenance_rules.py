@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether.core._confusables import check_name
+from tether.core._names import SEPARATOR, offered_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
 from tether.policy._provenance_dates import figure, parse_date
@@ -46,10 +46,9 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
+from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, with_defaults
 from tether.policy._provenance_run import (
     ERROR,
-    SENT,
-    calls_before,
     index_for,
     make_labeler,
     observation_segments,
@@ -132,12 +131,24 @@ class ProvenanceRules:
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
         self._remote: dict[str, str] = {}  # the host's name of each tool checked: its source's
+        self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: its amounts' defaults
 
     def _rules_of(self, tool: str) -> ToolRules | None:
         """The rules of a call already made to the tool the host names ``tool``: declared under
-        that name, or under its source's name for it (learned as its calls are checked; in a run
-        resumed elsewhere, ``server__name``'s ``name``)."""
-        return self.tools.get(tool) or self.tools.get(self._remote.get(tool) or tool.partition("__")[2])
+        that name, or under its source's name for it (learned as its calls are checked, or, in a
+        run resumed elsewhere, the declared name it is offered as: ``offered_name``, hashed too)."""
+        found = self.tools.get(tool) or self.tools.get(self._remote.get(tool) or "")
+        if found is None:
+            servers = [tool[:i] for i in range(len(tool)) if tool.startswith(SEPARATOR, i)]
+            named = next((n for n in self.tools for s in servers if offered_name(s, n) == tool), None)
+            if named is not None:
+                self._remote[tool], found = named, self.tools[named]
+        return found
+
+    def _defaults_of(self, tool: str) -> dict[str, Any]:
+        """The defaults of the amount arguments of the tool the host names ``tool`` (learned as
+        its calls are checked): what its earlier calls paid where they left them out."""
+        return self._defaults.get(tool, {})
 
     def _writes(self, tool: str) -> bool:
         """Whether ``tool`` stores what it is given: any tool not declared as a read."""
@@ -175,6 +186,11 @@ class ProvenanceRules:
             return Decision(
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
+        self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
+        given, call = (
+            call.arguments,
+            dataclasses.replace(call, arguments=with_defaults(call.arguments, self._defaults[spec.name])),
+        )
         index = self._index(call.state)
         out = _Verdict()
         asked = _effect_asked(index, rules, bool(call.arguments))
@@ -190,7 +206,7 @@ class ProvenanceRules:
                 continue
             schema = properties.get(arg)
             elements = _elements(value, rule, schema)
-            judged = judged or rule.says_wanted(elements)
+            judged = judged or (arg in given and rule.says_wanted(elements))  # what the model gave
             figures = [figure(e) for e in elements] if rule.role == "amount" and len(elements) > 1 else []
             if figures and None not in figures:  # figures paid together: their sum is bounded too
                 elements.append(sum(abs(f) for f in figures if f is not None))
@@ -302,28 +318,6 @@ class ProvenanceRules:
                     out.worse("approve", {"argument": arg, "vouched_by": sorted(accepted), **chosen})
         return shown
 
-    def _spent(self, call: ProposedCall) -> float:
-        """What this run's calls that reached their tool may already have paid: every cumulative
-        amount argument of every tool (a payment split between two tools that pay is still one
-        sum), a call that failed after it reached its tool included (it may have paid before it
-        failed: paying again needs a reviewer), and those of the runs of the request before it
-        (``history``: a parent's, a subagent's, an earlier workflow node's), each tool's read by
-        its rules however they name it. A figure that is no number counts as unbounded."""
-        total = 0.0
-        for record in calls_before(call.state, call.call_id):  # and the turn's calls before it
-            rules = self._rules_of(record.tool)
-            if rules is None or record.status not in SENT or not isinstance(record.arguments, dict):
-                continue
-            for rule in rules.arguments.values():
-                if (
-                    rule.role == "amount"
-                    and rule.cumulative
-                    and record.arguments.get(rule.argument) is not None
-                ):
-                    paid = figure(record.arguments[rule.argument])
-                    total += math.inf if paid is None else abs(paid)
-        return total
-
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
         rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
@@ -414,7 +408,12 @@ class ProvenanceRules:
                 except ValueError:
                     continue
         bound, by = max(stated, default=(0.0, "nothing"))
-        spent = self._spent(call) if rule.cumulative else 0.0
+        spent = 0.0
+        if rule.cumulative:
+            rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+            spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
+                rules, call.arguments, rule
+            )
         shown.update({"bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(

@@ -421,16 +421,30 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
 
 
 async def run_child(
-    host: Host, parent: RunState, agent: Agent, objective: str, context: TrustedContext
+    host: Host,
+    parent: RunState,
+    agent: Agent,
+    objective: str,
+    context: TrustedContext,
+    *,
+    run_id: str | None = None,
+    resume: ResumePoint | None = None,
 ) -> RunResult:
     """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint.
     Its objective is nobody's request: the user's request is the parent's, handed down
-    (``RunState.request``), with what the parent did so far; what it does is the parent's too."""
-    result = await AgentLoop(
-        host, agent, objective, context, request=parent.users_request, inherited=parent.history()
-    ).run()
-    parent.inherited_observations += result.observations
-    parent.inherited_calls += result.calls
+    (``RunState.request``), with what the parent did so far; what it does is the parent's too.
+    ``run_id``: the child's id; ``resume``: its checkpoint, to continue it where it paused."""
+    if resume is None:
+        request, inherited = parent.users_request, parent.history()
+        loop = AgentLoop(host, agent, objective, context, run_id=run_id, request=request, inherited=inherited)
+    else:
+        loop = AgentLoop(host, agent, resume=resume)
+    handed = len(loop.state.inherited_observations), len(loop.state.inherited_calls)
+    result = await loop.run()
+    # What the child did is the parent's too, with what the child's own child runs did (folded
+    # into its inherited history after what it was handed): a helper's helper's payment counts.
+    parent.inherited_observations += [*loop.state.inherited_observations[handed[0] :], *result.observations]
+    parent.inherited_calls += [*loop.state.inherited_calls[handed[1] :], *result.calls]
     return result
 
 

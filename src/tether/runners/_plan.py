@@ -116,6 +116,7 @@ async def run_plan(
     state, tracer = run.state, run.tracer
     offered = host.offered()
     await run.start(offered)
+    await run.continue_earlier()  # what an earlier attempt of the run did happened: it counts
     plan = await planner.plan(objective, [s.wire() for s in offered])
     tracer.emit(EventKind.WORKFLOW_STEP, step="plan", calls=[c.tool for c in plan.calls])
     scope = run.calls(offered, proposed_by="planner", stop_on_denial=False)
@@ -133,7 +134,7 @@ async def run_plan(
             continue
         call = ToolCall(f"plan_{i}", planned.tool, json.dumps(arguments, ensure_ascii=False, default=str))
         state.steps = i
-        turn = await host.call(call, scope)
+        turn = await run.call(call, scope)
         if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
             return await run.finish(stop[0], detail=stop[1], steps=len(state.calls))
         if call.id not in turn.observations:

@@ -9,6 +9,7 @@ by the chokepoint where it happens. ``resume_point`` is the one rule of what may
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -20,11 +21,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import anyio
 
-from tether.chokepoint._calls import CallScope, Harness
+from tether.chokepoint._calls import CallScope, Harness, Turn
+from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
+from tether.core.types import CallRecord
 from tether.errors import ApprovalError, ConfigError
+from tether.policy._intake import canonical_json
 from tether.policy._trusted import TrustedContext
-from tether.runs._checkpoint import CheckpointError, restore_trace, state_from_json, state_to_json
+from tether.runs._checkpoint import (
+    CheckpointError,
+    checkpoint_tenant,
+    restore_trace,
+    state_from_json,
+    state_to_json,
+)
 from tether.runs._values import RunResult, RunState
 from tether.trace._events import EventKind
 
@@ -159,6 +169,23 @@ def declare_secrets(tracer: Tracer, specs: Iterable[ToolSpec]) -> None:
             tracer.redactor.declare(remote, secret)
 
 
+_REACHED = frozenset({"ok", "error", "crashed"})
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _canonical(value: Any) -> str | None:
+    try:
+        return canonical_json(value)
+    except (TypeError, ValueError):
+        return None
+
+
 class RunScope:
     """One run, from its id to its result: ``start`` it, hand its ``calls`` scope to the
     chokepoint, and ``finish`` it exactly once.
@@ -201,10 +228,65 @@ class RunScope:
         if resume is not None:
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self._finished: RunResult | None = None
+        self._earlier: list[CallRecord] = []  # the own calls of the attempt this run continues
 
     @property
     def run_id(self) -> str:
         return self.state.run_id
+
+    async def continue_earlier(self) -> RunState | None:
+        """Start from what an earlier attempt of this run id did (a workflow or a plan run again
+        with ``run_id=`` after it paused), as its checkpoint holds it, if it was this tenant's
+        run: its effects happened, so its calls and those of its child runs are this run's
+        history (every bound counts them). Returns that state (``None`` for a new run)."""
+        approvals = self.host.approvals
+        if self.resumed is not None or approvals is None:
+            return None
+        saved = await approvals.store.load_checkpoint(self.state.run_id)
+        if saved is None or checkpoint_tenant(saved.state) != self.state.context.tenant:
+            return None
+        earlier, s = state_from_json(saved.state), self.state
+        s.inherited_observations = [*earlier.inherited_observations, *s.inherited_observations]
+        s.inherited_calls = [*earlier.inherited_calls, *earlier.calls, *s.inherited_calls]
+        self._earlier = list(earlier.calls)
+        return earlier
+
+    async def checkpoint_paused(self, state: RunState) -> None:
+        """Checkpoint ``state`` (this run's, as it should be continued) as paused for a person:
+        a workflow whose agent node's child run paused (the chokepoint checkpointed the child)."""
+        approvals = self.host.approvals
+        if approvals is None or not self.checkpoints:
+            return
+        try:
+            text = state_to_json(state)
+        except CheckpointError:
+            return  # not continuable from here: a continued run starts afresh, as before
+        with anyio.CancelScope(shield=True):
+            await approvals.store.save_checkpoint(
+                self.run_id,
+                app=approvals.app,
+                state=text,
+                status="paused",
+                stop_reason=str(StopReason.APPROVAL_REQUIRED),
+                now=self.host.clock(),
+            )
+
+    async def call(self, call: ToolCall, scope: CallScope) -> Turn:
+        """``host.call`` for one call of a workflow or a plan. In a continued run the earlier
+        attempt's call of the same id, tool and arguments (its call ids name its steps, so the
+        ledger key is the same) is the one the ledger replays: while it is decided it is no
+        other call's, and once it has reached its tool again it is recorded once more; a call
+        that differs (an extracted value changed) is a new effect beside the earlier one."""
+        same = [r for r in self._earlier if r.call_id == call.id and r.tool == call.name]
+        same = [r for r in same if _canonical(r.arguments) == _canonical(_parsed(call.arguments))]
+        s = self.state
+        s.inherited_calls = [c for c in s.inherited_calls if all(c is not r for r in same)]
+        try:
+            turn = await self.host.call(call, scope)
+        finally:
+            if not any(r.call_id == call.id and r.status in _REACHED for r in s.calls):
+                s.inherited_calls += same  # it did not run again: the earlier one still counts
+        return turn
 
     async def start(self, tools: Sequence[ToolSpec], **about: str) -> None:
         """Emit the run's first event and the launches of the host's sources."""

@@ -5,6 +5,7 @@ reads only the fields its ``extract`` schema names; a step may be an agentic nod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,9 +16,11 @@ from pydantic import BaseModel, ValidationError
 from tether.chokepoint._calls import CallScope
 from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
+from tether.core.types import CallRecord, Observation
 from tether.policy._trusted import TrustedContext
 from tether.runners._loop import run_child
-from tether.runners._scope import RunScope
+from tether.runners._scope import RunScope, resume_point
+from tether.runs._checkpoint import checkpoint_tenant
 from tether.runs._values import Agent, RunResult
 from tether.trace._events import EventKind
 
@@ -65,21 +68,31 @@ async def run_workflow(
     *,
     rollback_from: dict[str, Any] | None = None,
     run_id: str | None = None,
+    inherited: tuple[list[Observation], list[CallRecord]] | None = None,
 ) -> RunResult:
     """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
-    of the workflow: the same call ids replay recorded effects and find approved proposals."""
+    of the workflow: the same call ids replay recorded effects and find approved proposals.
+    ``inherited``: what a run for the same request did before it (the agent run a rollback
+    replaces: what it paid counts towards every bound here)."""
     run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
     state = run.state
+    if inherited is not None:
+        state.inherited_observations, state.inherited_calls = list(inherited[0]), list(inherited[1])
     scope = run.calls(host.offered(), proposed_by=f"workflow:{workflow.name}")
     await run.start(scope.offered, workflow=workflow.name)
     if rollback_from is not None:
         run.tracer.emit(EventKind.ROLLBACK, from_design="agent", to_design="workflow", **rollback_from)
+    finished = await _continued(run, workflow)
     reason, detail, answer = StopReason.ACCEPTED, "", None
     try:
         for i, step in enumerate(workflow.steps, 1):
             run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, index=i)
+            if isinstance(step, AgentNode) and step.name in finished:
+                state.outputs[step.name] = finished[step.name]  # its effects happened: not again
+                run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, replayed=True)
+                continue
             if isinstance(step, AgentNode):
-                sub = await run_child(host, state, step.agent, step.objective(state.outputs), context)
+                sub = await _run_node(run, step, i, context, continued=run_id is not None)
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,
@@ -91,7 +104,7 @@ async def run_workflow(
                     break
                 state.outputs[step.name] = sub.answer
                 continue
-            stop = await _run_step(host, scope, step)
+            stop = await _run_step(run, scope, step)
             if stop is not None:
                 reason, detail = stop
                 break
@@ -102,11 +115,47 @@ async def run_workflow(
     return await run.finish(reason, answer=answer, detail=detail)
 
 
-async def _run_step(host: Host, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
+async def _continued(run: RunScope, workflow: Workflow) -> dict[str, Any]:
+    """A workflow continued under an earlier attempt's run id starts from what that attempt did
+    (``RunScope.continue_earlier``), and the answers of its agent nodes that finished are kept,
+    not asked again: a child run has a new id each time, so its effects would not replay from
+    the ledger but happen twice. Its own steps replay from the ledger under the same call ids."""
+    earlier = await run.continue_earlier()
+    if earlier is None:
+        return {}
+    nodes = {step.name for step in workflow.steps if isinstance(step, AgentNode)}
+    return {name: value for name, value in earlier.outputs.items() if name in nodes}
+
+
+async def _run_node(
+    run: RunScope, node: AgentNode, index: int, context: TrustedContext, *, continued: bool
+) -> RunResult:
+    """An agent node's child run, under an id the workflow's run gives it: in a continued run,
+    one that paused (for a person, or a transient failure) is resumed where it stopped, not
+    started again (its payments would happen twice, and its approved call never be found).
+    A node that pauses leaves the workflow's own checkpoint, without the node's history (its
+    child run's checkpoint has it, and folds it back when it is resumed)."""
+    state, approvals = run.state, run.host.approvals
+    child_id = f"{state.run_id}-node{index}"
+    saved = await approvals.store.load_checkpoint(child_id) if continued and approvals is not None else None
+    ours = (
+        saved is not None and checkpoint_tenant(saved.state) == context.tenant and saved.status != "finished"
+    )
+    resume = resume_point(saved, child_id) if ours else None
+    kept = dataclasses.replace(state, inherited_calls=[*state.inherited_calls])
+    kept.inherited_observations = [*state.inherited_observations]
+    objective = node.objective(state.outputs)
+    sub = await run_child(run.host, state, node.agent, objective, context, run_id=child_id, resume=resume)
+    if sub.stop_reason is StopReason.APPROVAL_REQUIRED:
+        await run.checkpoint_paused(kept)
+    return sub
+
+
+async def _run_step(run: RunScope, scope: CallScope, step: Step) -> tuple[StopReason, str] | None:
     state = scope.state
     args = step.arguments(state.outputs) if callable(step.arguments) else step.arguments
     call = ToolCall(id=f"wf_{state.steps + 1}", name=step.tool, arguments=json.dumps(dict(args)))
-    turn = await host.call(call, scope)
+    turn = await run.call(call, scope)
     state.steps += 1
     if (stop := turn.stop()) is not None:  # a pause comes back checkpointed by the chokepoint
         return stop

@@ -200,6 +200,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "child_run": str,
         "stop_reason": str,
         "calls": list[str],
+        "replayed": bool,  # an agent node an earlier attempt of the run finished: its answer kept
     },
     EventKind.STOP: {"reason": Required[str], "steps": int, "detail": str, "llm_calls": int, "design": str},
     EventKind.MCP_CAPABILITY_BLOCKED: {
