@@ -47,10 +47,10 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, later_finish
+from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
-from tether.models._sse import events, until_cut
+from tether.models._sse import Ending, events, until_cut
 
 __all__ = ["AnthropicMessages"]
 
@@ -233,15 +233,17 @@ class AnthropicMessages(HTTPBackend):
     async def _read_stream(self, response: Any) -> ModelResponse:
         turn = _Turn()
         blocks = _Blocks()
-        stop_reason: str | None = None
+        ending = Ending()
         model = ""
-        done = False
         on_delta = self.on_delta
         source = events(response, self.failures, self.max_response_bytes)
         # A cut once ``message_delta`` gave the stop reason loses only ``message_stop``: the
-        # answer is whole (every block ends before it), as a chat stream past its finish is.
-        async for event in until_cut(source, lambda: stop_reason is not None):  # noqa: B023
+        # answer is whole (every block ends before it), as a chat stream past its finish is;
+        # unless a block began or grew after it (``Ending``).
+        async for event in until_cut(source, ending.whole):
             kind = event.get("type")
+            if kind in ("content_block_delta", "content_block_start"):
+                ending.content()
             if kind == "content_block_delta":
                 blocks.delta(event, on_delta)
             elif kind == "content_block_start":
@@ -254,16 +256,21 @@ class AnthropicMessages(HTTPBackend):
                 message = event.get("message") or {}
                 model = str(message.get("model") or model)
                 turn.usage(message.get("usage") or {})
-                blocks = _Blocks()  # a message begun again (a proxy that retried upstream): its blocks
+                # A message begun again (a proxy that retried upstream): its blocks and its end.
+                blocks = _Blocks()
+                ending.restart()
             elif kind == "message_delta":
-                stop_reason = later_finish(stop_reason, (event.get("delta") or {}).get("stop_reason"))
+                ending.said((event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
             elif kind == "message_stop":
-                done = True
+                ending.done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
             # content_block_stop, ping and event types added later carry nothing to keep
-        if not done and stop_reason is None:
-            why = f"the stream ended without message_stop or a stop reason ({len(blocks.order)} blocks)"
+        if not ending.whole():
+            why = "the stream ended without message_stop or a stop reason"
+            if ending.finish is not None:  # out of order: what followed the stop reason may be cut
+                why = "a block began or grew after the stop reason, and the stream ended without message_stop"
+            why += f" ({len(blocks.order)} blocks)"
             raise Retryable("stream_incomplete", why)
         for block in blocks.order:
             btype = block.get("type")
@@ -277,7 +284,7 @@ class AnthropicMessages(HTTPBackend):
                 turn.calls.append(call)
             elif btype in ("thinking", "redacted_thinking"):
                 turn.items.append(block)
-        return self._response(turn, stop_reason, model)
+        return self._response(turn, ending.finish, model)
 
     def _response(self, turn: _Turn, stop_reason: str | None, model: str) -> ModelResponse:
         calls = tuple(

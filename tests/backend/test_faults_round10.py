@@ -1,0 +1,139 @@
+"""A tenth round of held-out faults and legitimate variants, driven as the others are
+(``test_faults_heldout.run_case``: an agent file naming ``model.provider`` and ``tether run`` in
+process) against real servers on 127.0.0.1; each case runs where its path differs
+(``Round4.at``). This round sends events out of order.
+
+Variants end ``accepted`` with the answer: a stream whose finish comes before its content (a chat
+finish chunk right after the role chunk, an Anthropic ``message_delta`` right after
+``message_start``) and that still ends with its terminal event (``[DONE]``, ``message_stop``);
+an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
+replay's own stop reason counts, not the lost attempt's).
+
+Faults end with a typed stop and a non-zero exit: the same out-of-order streams cut, or ended
+without their terminal event, after the first piece of text (before: the piece was accepted as
+the whole answer, since a finish had been said); an Anthropic stream replayed after the first
+attempt's stop reason and cut in the replay (before: the replay's first piece was accepted, with
+the lost attempt's ``end_turn``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_faults_heldout import ANSWER, ORDER, run_case, twice
+from test_faults_round3 import assert_outcome
+from test_faults_round4 import SERVERS4, Raw, Round4, round_params
+
+from tether_testing.fake_server import Reply
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
+
+
+# -- edits ---------------------------------------------------------------------------------------
+
+
+def _kind(item: Any) -> str:
+    if not isinstance(item, dict):
+        return ""
+    if item.get("choices"):
+        choice = item["choices"][0]
+        return "finish" if choice.get("finish_reason") else "text" if choice["delta"].get("content") else ""
+    return str(item.get("type"))
+
+
+def finish_first(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """The event that says how the answer ended moved right after the first event (a chat finish
+    chunk after the role chunk; Anthropic's ``message_delta`` after ``message_start``), the rest
+    in order, the terminal event (``[DONE]``, ``message_stop``) last."""
+    ends = "finish" if p == "openai-chat" else "message_delta"
+    finish = next(i for i in items if _kind(i) == ends)
+    rest = [i for i in items if i is not finish]
+    return [rest[0], finish, *rest[1:]]
+
+
+def first_text_only(items: list[Any]) -> list[Any]:
+    """The events up to the first piece of text; nothing after it (no terminal event)."""
+    first = next(n for n, i in enumerate(items) if _kind(i) in ("text", "content_block_delta"))
+    return items[: first + 1]
+
+
+def finish_first_then_end(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """``finish_first``, the stream ending cleanly after the first piece of text."""
+    return first_text_only(finish_first(p, stream, items))
+
+
+def cut_after_first_text(data: bytes) -> bytes:
+    """The connection dies right after the first event that carries text (no last HTTP chunk)."""
+    head, body = data.split(b"\r\n\r\n", 1)
+    at = min(body.find(marker) for marker in (b'"content": "Order', b'"text": "Order') if marker in body)
+    return head + b"\r\n\r\n" + body[: body.index(b"\n\n", at) + 2]
+
+
+def replayed(first_stop: str, *, whole: bool) -> Any:
+    """Anthropic: a proxy that retried upstream sends the first attempt (its text lost, its
+    ``message_delta`` saying ``first_stop``, no ``message_stop``), then the second attempt from
+    its ``message_start``: whole, or ending after its first piece of text."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        first = json.loads(json.dumps(items[:-1]))
+        for i in first:
+            if i.get("type") == "content_block_delta":
+                i["delta"]["text"] = "Lost first "
+            if i.get("type") == "message_delta":
+                i["delta"]["stop_reason"] = first_stop
+        return [*first, *(items if whole else first_text_only(items))]
+
+    return edit
+
+
+CASES = [
+    # -- legitimate variants: accepted with the answer ----------------------------------------
+    Round4(
+        "finish_before_the_content_then_the_terminal_event",
+        lambda p, s: [Reply.calls(ORDER), Reply.text(ANSWER, edit=lambda i: finish_first(p, s, i))],
+        True,
+        at=("chat/stream/http", "anthropic/stream/http", "anthropic/stream/sdk"),
+    ),
+    Round4(
+        "anthropic_replayed_whole_after_a_first_attempt_cut_at_max_tokens",
+        lambda p, s: [Reply.calls(ORDER), Reply.text(ANSWER, edit=replayed("max_tokens", whole=True))],
+        True,
+        at=("anthropic/stream/http", "anthropic/stream/sdk"),
+    ),
+    # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Round4(
+        "finish_before_the_content_then_the_end",
+        twice(lambda p, s: Reply.text(ANSWER, edit=lambda i: finish_first_then_end(p, s, i))),
+        False,
+        ("gave up", "after"),
+        at=("chat/stream/http", "chat/stream/sdk", "anthropic/stream/http", "anthropic/stream/sdk"),
+    ),
+    Round4(
+        "finish_before_the_content_then_cut",
+        twice(
+            lambda p, s: Raw(content=ANSWER, edit=lambda i: finish_first(p, s, i), wire=cut_after_first_text)
+        ),
+        False,
+        ("gave up",),
+        at=("chat/stream/http", "anthropic/stream/sdk"),
+    ),
+    Round4(
+        "anthropic_replayed_after_its_stop_reason_then_the_end",
+        twice(lambda p, s: Reply.text(ANSWER, edit=replayed("end_turn", whole=False))),
+        False,
+        ("gave up", "without message_stop"),
+        at=("anthropic/stream/http", "anthropic/stream/sdk"),
+    ),
+]
+
+PARAMS = round_params(CASES)
+
+
+@pytest.mark.parametrize(("case", "provider", "mode", "transport"), PARAMS)
+def test_a_round10_fault_ends_honestly_and_a_variant_is_accepted(
+    tmp_path: Any, case: Round4, provider: str, mode: str, transport: str
+) -> None:
+    code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4)
+    assert_outcome(case, code, out, requests, took)
