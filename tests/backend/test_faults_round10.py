@@ -7,13 +7,17 @@ Variants end ``accepted`` with the answer: a stream whose finish comes before it
 finish chunk right after the role chunk, an Anthropic ``message_delta`` right after
 ``message_start``) and that still ends with its terminal event (``[DONE]``, ``message_stop``);
 an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
-replay's own stop reason counts, not the lost attempt's).
+replay's own stop reason counts, not the lost attempt's); a Responses terminal output that lists
+a call's arguments as the same JSON written otherwise, or lists a call the stream only added.
 
 Faults end with a typed stop and a non-zero exit: the same out-of-order streams cut, or ended
 without their terminal event, after the first piece of text (before: the piece was accepted as
 the whole answer, since a finish had been said); an Anthropic stream replayed after the first
 attempt's stop reason and cut in the replay (before: the replay's first piece was accepted, with
-the lost attempt's ``end_turn``).
+the lost attempt's ``end_turn``); a Responses terminal output that lists a call with other
+arguments than its deltas, ``arguments.done`` and ``output_item.done`` said (before: the call ran
+with the terminal output's, unlike the stream said; now garbled, as deltas that disagree with
+the done arguments are).
 """
 
 from __future__ import annotations
@@ -88,6 +92,33 @@ def replayed(first_stop: str, *, whole: bool) -> Any:
     return edit
 
 
+def terminal_arguments(arguments: str) -> Any:
+    """Responses: the terminal event's output lists each call with ``arguments`` (its deltas,
+    ``arguments.done`` and ``output_item.done`` say what they said)."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        items = json.loads(json.dumps(items))  # the terminal output's items apart from the done ones
+        for item in items[-1]["response"]["output"]:
+            if item.get("type") == "function_call":
+                item["arguments"] = arguments
+        return items
+
+    return edit
+
+
+def said_only_in_the_terminal_output(items: list[Any]) -> list[Any]:
+    """Responses: a call only ``output_item.added`` (its arguments ``""``) before the terminal
+    event lists it whole: no deltas, no ``arguments.done``, no ``output_item.done``."""
+    dropped = ("response.function_call_arguments.delta", "response.function_call_arguments.done")
+    calls = {"response.output_item.done"}
+    return [
+        i
+        for i in items
+        if i.get("type") not in dropped
+        and not (i.get("type") in calls and i["item"].get("type") == "function_call")
+    ]
+
+
 CASES = [
     # -- legitimate variants: accepted with the answer ----------------------------------------
     Round4(
@@ -102,7 +133,29 @@ CASES = [
         True,
         at=("anthropic/stream/http", "anthropic/stream/sdk"),
     ),
+    Round4(
+        "responses_terminal_output_lists_the_same_arguments_written_otherwise",
+        lambda p, s: [
+            Reply.calls(ORDER, edit=terminal_arguments('{"order_id":"\\u0037\\u00342"}')),
+            Reply.text(ANSWER),
+        ],
+        True,
+        at=("responses/stream/http", "responses/stream/sdk"),
+    ),
+    Round4(
+        "responses_call_said_only_in_the_terminal_output",
+        lambda p, s: [Reply.calls(ORDER, edit=said_only_in_the_terminal_output), Reply.text(ANSWER)],
+        True,
+        at=("responses/stream/http",),
+    ),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Round4(
+        "responses_terminal_output_lists_other_arguments",
+        twice(lambda p, s: Reply.calls(ORDER, edit=terminal_arguments('{"order_id": "743"}'))),
+        False,
+        ("are listed as", "gave up"),
+        at=("responses/stream/http", "responses/stream/sdk"),
+    ),
     Round4(
         "finish_before_the_content_then_the_end",
         twice(lambda p, s: Reply.text(ANSWER, edit=lambda i: finish_first_then_end(p, s, i))),
