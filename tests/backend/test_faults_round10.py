@@ -8,7 +8,8 @@ finish chunk right after the role chunk, an Anthropic ``message_delta`` right af
 ``message_start``) and that still ends with its terminal event (``[DONE]``, ``message_stop``);
 an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
 replay's own stop reason counts, not the lost attempt's); a Responses terminal output that lists
-a call's arguments as the same JSON written otherwise, or lists a call the stream only added.
+a call's arguments as the same JSON written otherwise, or lists a call the stream only added; a
+503 whose ``retry-after`` is an HTTP date in a year past any calendar, then a good answer.
 
 Faults end with a typed stop and a non-zero exit: the same out-of-order streams cut, or ended
 without their terminal event, after the first piece of text (before: the piece was accepted as
@@ -17,7 +18,8 @@ attempt's stop reason and cut in the replay (before: the replay's first piece wa
 the lost attempt's ``end_turn``); a Responses terminal output that lists a call with other
 arguments than its deltas, ``arguments.done`` and ``output_item.done`` said (before: the call ran
 with the terminal output's, unlike the stream said; now garbled, as deltas that disagree with
-the done arguments are).
+the done arguments are); that 503 forever (asked again as any 503, then ``model_error`` naming
+it, not the date parser's ``OverflowError``).
 """
 
 from __future__ import annotations
@@ -119,6 +121,17 @@ def said_only_in_the_terminal_output(items: list[Any]) -> list[Any]:
     ]
 
 
+# An HTTP date whose year no calendar holds: read as no date (as ``retry-after: soon`` is), the
+# policy's backoff waited instead. Before: the date parser's OverflowError escaped the error's
+# sorting (``http``: the run ended on the bare exception, never asked again; the SDK: a retried
+# "connection" failure).
+YEAR_PAST_ANY = "Thu, 03 Dec 999999999999999999999 07:30:00 GMT"
+
+
+def busy(**headers: str) -> Any:
+    return lambda p, s: Reply(status=503, body=b"busy", headers=headers)
+
+
 CASES = [
     # -- legitimate variants: accepted with the answer ----------------------------------------
     Round4(
@@ -148,7 +161,21 @@ CASES = [
         True,
         at=("responses/stream/http",),
     ),
+    Round4(
+        "503_retry_after_a_date_past_any_year_then_good",
+        lambda p, s: [busy(**{"retry-after": YEAR_PAST_ANY})(p, s), Reply.calls(ORDER), Reply.text(ANSWER)],
+        True,
+        requests=3,
+        at=("chat/whole/http", "anthropic/stream/sdk", "responses/whole/sdk"),
+    ),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
+    Round4(
+        "503_retry_after_a_date_past_any_year_forever",
+        twice(busy(**{"retry-after": YEAR_PAST_ANY})),
+        False,
+        ("HTTP 503", "busy", "gave up"),
+        at=("chat/whole/http", "responses/stream/sdk"),
+    ),
     Round4(
         "responses_terminal_output_lists_other_arguments",
         twice(lambda p, s: Reply.calls(ORDER, edit=terminal_arguments('{"order_id": "743"}'))),
