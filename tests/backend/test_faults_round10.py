@@ -20,19 +20,30 @@ arguments than its deltas, ``arguments.done`` and ``output_item.done`` said (bef
 with the terminal output's, unlike the stream said; now garbled, as deltas that disagree with
 the done arguments are); that 503 forever (asked again as any 503, then ``model_error`` naming
 it, not the date parser's ``OverflowError``).
+
+Budgets: a server that reports no usage (or no completion count) has the counts it left out
+estimated from the request and the answer, named in ``model_response`` (``usage_estimated``),
+so its token and cost budgets trip (before: it counted 0 tokens and $0, and a budget two turns
+pass never stopped six); one that reports its counts keeps them. A fallback chain whose every
+model fails otherwise ends ``model_error`` naming each; a token budget counts across the models
+of a chain.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, run_case, twice
-from test_faults_round3 import assert_outcome
+from test_faults_heldout import ANSWER, ORDER, SERVERS, run_case, twice, write_agent
+from test_faults_round3 import assert_outcome, walk
 from test_faults_round4 import SERVERS4, Raw, Round4, round_params
 
-from tether_testing.fake_server import Reply
+from tether.cli import main
+from tether_testing.fake_server import Reply, scripted
 
 pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
 
@@ -217,3 +228,126 @@ def test_a_round10_fault_ends_honestly_and_a_variant_is_accepted(
 ) -> None:
     code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4)
     assert_outcome(case, code, out, requests, took)
+
+
+# -- a server that reports no usage ---------------------------------------------------------------
+
+
+def no_usage(items: list[Any]) -> list[Any]:
+    """Every ``usage`` left out (a proxy that drops it; an old local server that never sends it)."""
+    return walk(items, lambda d: d.pop("usage", None))
+
+
+def only_prompt_counted(items: list[Any]) -> list[Any]:
+    """Every completion count left out, the prompt's kept."""
+    return walk(items, lambda d: [d.pop(k, None) for k in ("completion_tokens", "output_tokens")])
+
+
+def run_agent(tmp_path: Path, model: dict[str, Any]) -> tuple[int, dict[str, Any], list[dict[str, Any]]]:
+    """``tether run --agent`` with ``model``: exit code, JSON summary, its ``model_response`` events."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["run", "Why is 742 open?", "--agent", str(write_agent(tmp_path, model)), "--json"])
+    summary = json.loads(out.getvalue().strip().split("\n")[-1])
+    events = [json.loads(line) for line in Path(summary["trace"]).read_text().splitlines()]
+    return code, summary, [e for e in events if e["kind"] == "model_response"]
+
+
+WHERE = [("openai-chat", False, "http"), ("anthropic", True, "sdk"), ("openai-responses", True, "http")]
+
+
+@pytest.mark.parametrize(("provider", "stream", "transport"), WHERE)
+def test_a_server_that_reports_no_usage_is_counted_by_estimate_and_its_budgets_trip(
+    tmp_path: Path, provider: str, stream: bool, transport: str
+) -> None:
+    """Six turns of calls, then the answer, from a server that never reports usage, under a token
+    budget two turns pass: the run stops ``budget`` (before: it counted 0 tokens and $0, so
+    neither budget ever tripped, and it ran to the end ``accepted``), each turn's
+    ``model_response`` naming the counts it estimated. Under a budget it does not reach, the
+    same answer is accepted; a server that reports its counts keeps them, none estimated."""
+    both, completion = ["prompt_tokens", "completion_tokens"], ["completion_tokens"]
+    turns = [
+        Reply.calls(("read_order", json.dumps({"order_id": str(742 + n)})), edit=no_usage) for n in range(6)
+    ]
+    model: dict[str, Any] = {"provider": provider, "name": "m-1", "streaming": stream, "transport": transport}
+    model.update(max_retries=0, timeout_s=5, limits={"max_tokens": 150, "final_turn_on_budget": False})
+    with SERVERS[provider](scripted([*turns, Reply.text(ANSWER, edit=no_usage)])) as server:
+        code, out, responses = run_agent(tmp_path, {**model, "base_url": server.url})
+        assert (code != 0, out["stop_reason"]) == (True, "budget"), out
+        assert 2 <= len(server.bodies()) < 7 and out["tokens"] > 150, out
+        assert all(r["usage_estimated"] == both for r in responses), responses
+    model["limits"] = {"max_tokens": 100_000}
+    for edit, estimated in ((no_usage, both), (only_prompt_counted, completion), (None, None)):
+        replies = [Reply.calls(ORDER, edit=edit), Reply.text(ANSWER, edit=edit)]
+        with SERVERS[provider](scripted(replies)) as server:
+            code, out, responses = run_agent(tmp_path, {**model, "base_url": server.url})
+        assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+        assert [r.get("usage_estimated") for r in responses] == [estimated] * 2, responses
+        assert all(r["prompt_tokens"] > 0 and r["completion_tokens"] > 0 for r in responses), responses
+        if edit is None:  # counted as reported (the servers' 100 + 10 a turn), not estimated
+            assert out["tokens"] == 220, out
+
+
+# -- a fallback chain whose every model fails otherwise ---------------------------------------------
+
+
+def chain(*urls: str, **limits: Any) -> dict[str, Any]:
+    """An agent file's model: chat, then Anthropic (``http``), then Responses (streamed), each at
+    its URL, each asked once more on what may pass."""
+    each: dict[str, Any] = {"max_retries": 1, "timeout_s": 5}
+    second = {"provider": "anthropic", "name": "m-b", "base_url": urls[1], "transport": "http", **each}
+    third = {"provider": "openai-responses", "name": "m-c", "base_url": urls[2], "streaming": True, **each}
+    model = {"provider": "openai-chat", "name": "m-a", "base_url": urls[0], "fallback": [second, third]}
+    return {**model, **each, "limits": {"deadline_s": 30, "final_turn_on_budget": False, **limits}}
+
+
+TOO_LONG = Reply(status=503, body=b"down for the night", headers={"retry-after": "86400"})
+BAD_KEY = Reply(
+    status=401,
+    error_body={"type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}},
+)
+
+
+def test_a_fallback_chain_whose_every_model_fails_otherwise_ends_naming_each(tmp_path: Path) -> None:
+    """A 503 whose wait is too long (final at once), a 401 (final), a stream cut before its
+    terminal event (asked twice): the run ends ``model_error`` naming every model's error, one
+    LLM call counted, each server asked as its failure warrants; with the last model answering
+    instead, the run is accepted, each answer saying which models failed before it."""
+    cut = Reply.text(ANSWER, cut="before_finish")
+    servers = (SERVERS["openai-chat"], SERVERS["anthropic"], SERVERS["openai-responses"])
+    scripts = ([TOO_LONG], [BAD_KEY], [cut, cut])
+    with contextlib.ExitStack() as stack:
+        up = [
+            stack.enter_context(kind(scripted(script))) for kind, script in zip(servers, scripts, strict=True)
+        ]
+        code, out, _ = run_agent(tmp_path, chain(*(s.url for s in up)))
+        asked = [len(s.bodies()) for s in up]
+    assert (code, out["stop_reason"], out["llm_calls"], asked) == (7, "model_error", 1, [1, 1, 2]), out
+    for said in ("every model failed", "m-a", "Retry-After too long", "m-b", "HTTP 401", "m-c", "gave up"):
+        assert said in out["message"], out["message"]
+    scripts = ([TOO_LONG], [BAD_KEY], [Reply.calls(ORDER), Reply.text(ANSWER)])
+    with contextlib.ExitStack() as stack:
+        up = [
+            stack.enter_context(kind(scripted(script))) for kind, script in zip(servers, scripts, strict=True)
+        ]
+        code, out, responses = run_agent(tmp_path, chain(*(s.url for s in up)))
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [len(r.get("fallback_from", ())) for r in responses] == [2, 0], responses
+
+
+def test_a_token_budget_counts_across_the_models_of_a_fallback_chain(tmp_path: Path) -> None:
+    """The first model answers a turn (110 tokens) and then fails (a 503 whose wait is too long);
+    the second answers the next turn (110): a budget of 200 tokens stops the run after it,
+    counted across both (and never reaching the third model)."""
+    first = [Reply.calls(ORDER), TOO_LONG]
+    second = [Reply.calls(("read_order", '{"order_id": "743"}')), Reply.text(ANSWER)]
+    servers = (SERVERS["openai-chat"], SERVERS["anthropic"], SERVERS["openai-responses"])
+    with contextlib.ExitStack() as stack:
+        up = [
+            stack.enter_context(kind(scripted(script)))
+            for kind, script in zip(servers, (first, second, []), strict=True)
+        ]
+        code, out, responses = run_agent(tmp_path, chain(*(s.url for s in up), max_tokens=200))
+        asked = [len(s.bodies()) for s in up]
+    assert (code != 0, out["stop_reason"], out["tokens"], asked) == (True, "budget", 220, [2, 1, 0]), out
+    assert [r["model"] for r in responses] == ["fake-model", "m-b"], responses
