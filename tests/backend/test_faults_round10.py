@@ -13,7 +13,9 @@ a call's arguments as the same JSON written otherwise, or lists a call the strea
 
 Faults end with a typed stop and a non-zero exit: the same out-of-order streams cut, or ended
 without their terminal event, after the first piece of text (before: the piece was accepted as
-the whole answer, since a finish had been said); an Anthropic stream replayed after the first
+the whole answer, since a finish had been said); two calls with the finish between them, the
+stream ending as the second begins (before: the first ran, the second with no arguments); an
+Anthropic stream replayed after the first
 attempt's stop reason and cut in the replay (before: the replay's first piece was accepted, with
 the lost attempt's ``end_turn``); a Responses terminal output that lists a call with other
 arguments than its deltas, ``arguments.done`` and ``output_item.done`` said (before: the call ran
@@ -39,7 +41,7 @@ from typing import Any
 
 import pytest
 from test_faults_heldout import ANSWER, ORDER, SERVERS, run_case, twice, write_agent
-from test_faults_round3 import assert_outcome, walk
+from test_faults_round3 import OTHER, assert_outcome, walk
 from test_faults_round4 import SERVERS4, Raw, Round4, round_params
 
 from tether.cli import main
@@ -79,6 +81,25 @@ def first_text_only(items: list[Any]) -> list[Any]:
 def finish_first_then_end(p: str, stream: bool, items: list[Any]) -> list[Any]:
     """``finish_first``, the stream ending cleanly after the first piece of text."""
     return first_text_only(finish_first(p, stream, items))
+
+
+def _second_call_begins(item: Any) -> bool:
+    if not isinstance(item, dict):
+        return False
+    if item.get("choices"):
+        calls = item["choices"][0]["delta"].get("tool_calls") or [{}]
+        return calls[0].get("index") == 1 and bool(calls[0].get("id"))
+    return item.get("type") == "content_block_start" and item.get("index") == 1
+
+
+def finish_between_two_calls_then_end(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Two calls; the finish moved between them, the stream ending cleanly right after the
+    second call begins (its name said, its arguments not)."""
+    ends = "finish" if p == "openai-chat" else "message_delta"
+    finish = next(i for i in items if _kind(i) == ends)
+    rest = [i for i in items if i is not finish]
+    second = next(n for n, i in enumerate(rest) if _second_call_begins(i))
+    return [*rest[:second], finish, rest[second]]
 
 
 def cut_after_first_text(data: bytes) -> bytes:
@@ -205,6 +226,15 @@ CASES = [
         "finish_before_the_content_then_cut",
         twice(
             lambda p, s: Raw(content=ANSWER, edit=lambda i: finish_first(p, s, i), wire=cut_after_first_text)
+        ),
+        False,
+        ("gave up",),
+        at=("chat/stream/http", "anthropic/stream/sdk"),
+    ),
+    Round4(
+        "finish_between_two_calls_then_the_end",
+        twice(
+            lambda p, s: Reply.calls(ORDER, OTHER, edit=lambda i: finish_between_two_calls_then_end(p, s, i))
         ),
         False,
         ("gave up",),
