@@ -26,7 +26,9 @@ it, not the date parser's ``OverflowError``).
 Budgets: a server that reports no usage (or no completion count) has the counts it left out
 estimated from the request and the answer, named in ``model_response`` (``usage_estimated``),
 so its token and cost budgets trip (before: it counted 0 tokens and $0, and a budget two turns
-pass never stopped six); one that reports its counts keeps them. A fallback chain whose every
+pass never stopped six); one that reports its counts keeps them; an Anthropic stream whose
+``message_delta`` lost its output count has it estimated (before: ``message_start``'s count so
+far, 1 token, stood for the whole answer). A fallback chain whose every
 model fails otherwise ends ``model_error`` naming each; a token budget counts across the models
 of a chain.
 """
@@ -40,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_faults_heldout import ANSWER, ORDER, SERVERS, run_case, twice, write_agent
+from test_faults_heldout import ANSWER, ORDER, SERVERS, good, run_case, twice, write_agent
 from test_faults_round3 import OTHER, assert_outcome, walk
 from test_faults_round4 import SERVERS4, Raw, Round4, round_params
 
@@ -381,3 +383,29 @@ def test_a_token_budget_counts_across_the_models_of_a_fallback_chain(tmp_path: P
         asked = [len(s.bodies()) for s in up]
     assert (code != 0, out["stop_reason"], out["tokens"], asked) == (True, "budget", 220, [2, 1, 0]), out
     assert [r["model"] for r in responses] == ["fake-model", "m-b"], responses
+
+
+def delta_without_usage(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: ``message_delta`` without its ``usage`` (the answer's output count): only
+    ``message_start``'s count so far (1 token) is left."""
+    return [{**i, "usage": None} if i.get("type") == "message_delta" else i for i in items]
+
+
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+def test_an_anthropic_stream_whose_message_delta_lost_its_count_is_not_counted_as_one_token(
+    tmp_path: Path, transport: str
+) -> None:
+    """Each turn's ``message_delta`` leaves out the output count: the answer's completion is
+    estimated and named (before: ``message_start``'s placeholder, 1 token a turn, was counted,
+    however long the answer); the input side ``message_start`` reported is kept (100 a turn).
+    With the count there, it is taken as said (10 a turn), none estimated."""
+    for edit, estimated in ((delta_without_usage, ["completion_tokens"]), (None, None)):
+        case = Round4("message_delta_without_usage", good(edit=edit), True)
+        code, out, requests, _ = run_case(tmp_path, "anthropic", case, "stream", transport, servers=SERVERS4)
+        assert (code, out["stop_reason"], requests, out["answer"]) == (0, "accepted", 2, ANSWER), out
+        events = [json.loads(line) for line in Path(out["trace"]).read_text().splitlines()]
+        responses = [e for e in events if e["kind"] == "model_response"]
+        assert [r.get("usage_estimated") for r in responses] == [estimated] * 2, responses
+        assert [r["prompt_tokens"] for r in responses] == [100, 100], responses
+        completion = [r["completion_tokens"] for r in responses]
+        assert completion == [10, 10] if edit is None else all(c > 1 for c in completion), completion

@@ -16,7 +16,9 @@ blocks. Thinking blocks are kept on the message (``provider_items``) with their 
 sent back unchanged before the turn's other blocks, as the API requires when a thinking model
 uses tools. Usage maps to ``prompt_tokens`` = input + cache reads + cache writes (Anthropic
 counts the three apart), ``cached_tokens`` = cache reads, ``cache_write_tokens`` in the
-usage's extra; the price table prices each (``Price.cache_write``).
+usage's extra; the price table prices each (``Price.cache_write``). A stream's output count is
+``message_delta``'s (``message_start``'s is the count so far); one that never gives it has it
+estimated.
 
 Errors: 429 (``retry-after`` honoured), 5xx, 529 ``overloaded_error``, an ``error`` event in
 the stream (``overloaded_error``, ``api_error``), a stream that ends before ``message_delta``
@@ -255,7 +257,9 @@ class AnthropicMessages(HTTPBackend):
             elif kind == "message_start":
                 message = event.get("message") or {}
                 model = str(message.get("model") or model)
-                turn.usage(message.get("usage") or {})
+                # Its output count is the count so far (1), not the answer's, which message_delta
+                # gives: a stream that never does has it estimated (``HTTPBackend.complete``).
+                turn.usage({k: v for k, v in (message.get("usage") or {}).items() if k != "output_tokens"})
                 # A message begun again (a proxy that retried upstream): its blocks and its end.
                 blocks = _Blocks()
                 ending.restart()
