@@ -38,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +262,35 @@ def test_a_round10_fault_ends_honestly_and_a_variant_is_accepted(
 ) -> None:
     code, out, requests, took = run_case(tmp_path, provider, case, mode, transport, servers=SERVERS4)
     assert_outcome(case, code, out, requests, took)
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "anthropic"])
+def test_the_command_in_its_own_process_refuses_a_stream_cut_after_an_early_finish(
+    tmp_path: Path, provider: str
+) -> None:
+    """``python -m tether.cli run`` with the agent file: the stream whose finish came first and
+    which then ended after its first piece of text exits 7 ``model_error`` after its retry (before:
+    0, ``accepted`` with the piece); in order, the same answer exits 0 with the whole of it."""
+    early = Reply.text(ANSWER, edit=lambda i: finish_first_then_end(provider, True, i))
+    for replies, code, stop in (([early, early], 7, "model_error"), ([Reply.text(ANSWER)], 0, "accepted")):
+        with SERVERS[provider](scripted(replies)) as server:
+            model = {"provider": provider, "name": "m-1", "base_url": server.url, "streaming": True}
+            path = write_agent(tmp_path, {**model, "timeout_s": 10, "max_retries": 1})
+            argv = [
+                sys.executable,
+                "-m",
+                "tether.cli",
+                "run",
+                "Why is 742 open?",
+                "--agent",
+                str(path),
+                "--json",
+            ]
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            out = json.loads(done.stdout.strip().splitlines()[-1])
+            assert (done.returncode, out["stop_reason"]) == (code, stop), done.stderr[-2000:]
+            assert len(server.bodies()) == len(replies) and "Traceback" not in done.stdout + done.stderr
+        assert out["answer"] == (ANSWER if code == 0 else None), out
 
 
 # -- a server that reports no usage ---------------------------------------------------------------
