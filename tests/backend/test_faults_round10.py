@@ -6,6 +6,7 @@ process) against real servers on 127.0.0.1; each case runs where its path differ
 Variants end ``accepted`` with the answer: a stream whose finish comes before its content (a chat
 finish chunk right after the role chunk, an Anthropic ``message_delta`` right after
 ``message_start``) and that still ends with its terminal event (``[DONE]``, ``message_stop``);
+an empty piece after the finish of a stream that then ends without its terminal event;
 an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
 replay's own stop reason counts, not the lost attempt's); a Responses terminal output that lists
 a call's arguments as the same JSON written otherwise, or lists a call the stream only added; a
@@ -74,6 +75,18 @@ def finish_first(p: str, stream: bool, items: list[Any]) -> list[Any]:
     finish = next(i for i in items if _kind(i) == ends)
     rest = [i for i in items if i is not finish]
     return [rest[0], finish, *rest[1:]]
+
+
+def empty_after_the_finish(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """An empty piece after the finish, before the terminal event, which never comes (a chat
+    chunk with ``content: ""``, an Anthropic ``text_delta`` of ``""``): nothing after the finish."""
+    ends = "finish" if p == "openai-chat" else "message_delta"
+    at = next(n for n, i in enumerate(items) if _kind(i) == ends)
+    if p == "openai-chat":
+        empty = {**items[at], "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}]}
+    else:
+        empty = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}}
+    return [*items[: at + 1], empty]
 
 
 def first_text_only(items: list[Any]) -> list[Any]:
@@ -175,6 +188,15 @@ CASES = [
         lambda p, s: [Reply.calls(ORDER), Reply.text(ANSWER, edit=lambda i: finish_first(p, s, i))],
         True,
         at=("chat/stream/http", "anthropic/stream/http", "anthropic/stream/sdk"),
+    ),
+    Round4(
+        "an_empty_piece_after_the_finish_then_the_end",
+        lambda p, s: [
+            Reply.calls(ORDER, edit=lambda i: empty_after_the_finish(p, s, i)),
+            Reply.text(ANSWER, edit=lambda i: empty_after_the_finish(p, s, i)),
+        ],
+        True,
+        at=("chat/stream/http", "anthropic/stream/http"),
     ),
     Round4(
         "anthropic_replayed_whole_after_a_first_attempt_cut_at_max_tokens",

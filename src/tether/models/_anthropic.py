@@ -244,7 +244,7 @@ class AnthropicMessages(HTTPBackend):
         # unless a block began or grew after it (``Ending``).
         async for event in until_cut(source, ending.whole):
             kind = event.get("type")
-            if kind in ("content_block_delta", "content_block_start"):
+            if kind == "content_block_start" or (kind == "content_block_delta" and _carries(event)):
                 ending.content()
             if kind == "content_block_delta":
                 blocks.delta(event, on_delta)
@@ -378,6 +378,11 @@ class _Turn:
         read, write = c.get("cache_read_input_tokens", 0), c.get("cache_creation_input_tokens", 0)
         extra = {"cache_write_tokens": write} if write else {}
         return Usage(c.get("input_tokens", 0) + read + write, c.get("output_tokens", 0), read, extra)
+
+
+def _carries(event: Mapping[str, Any]) -> bool:
+    """Whether a block delta adds anything (text, input JSON, thinking …; an empty one: no)."""
+    return any(v for k, v in (event.get("delta") or {}).items() if k != "type")
 
 
 def _cached(block: bytes) -> bytes:
