@@ -10,6 +10,9 @@ an empty piece after the finish of a stream that then ends without its terminal 
 an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
 replay's own stop reason counts, not the lost attempt's); a Responses terminal output that lists
 a call's arguments as the same JSON written otherwise, or lists a call the stream only added; a
+Responses event sent again under its ``sequence_number`` (a proxy that resumed the stream from
+earlier): a text delta of an answer said only as deltas (before: that piece twice in the
+accepted answer), an argument delta (before: garbled, the run ended ``model_error``); a
 503 whose ``retry-after`` is an HTTP date in a year past any calendar, then a good answer.
 
 Faults end with a typed stop and a non-zero exit: the same out-of-order streams cut, or ended
@@ -48,6 +51,7 @@ import pytest
 from test_faults_heldout import ANSWER, ORDER, SERVERS, good, run_case, twice, write_agent
 from test_faults_round3 import OTHER, assert_outcome, walk
 from test_faults_round4 import SERVERS4, Raw, Round4, round_params
+from test_faults_round7 import deltas_only
 
 from tether.cli import main
 from tether_testing.fake_server import Reply, scripted
@@ -170,6 +174,19 @@ def said_only_in_the_terminal_output(items: list[Any]) -> list[Any]:
     ]
 
 
+def sent_again(kind: str, *, only_deltas: bool = False) -> Any:
+    """Responses: the first event of ``kind`` sent again right after it, the same event under
+    the same ``sequence_number`` (a proxy that resumed the stream from an event earlier);
+    ``only_deltas``: the items said only as ``output_item.added`` and deltas."""
+
+    def edit(p: str, stream: bool, items: list[Any]) -> list[Any]:
+        items = deltas_only(p, stream, items) if only_deltas else items
+        at = next(n for n, i in enumerate(items) if isinstance(i, dict) and i.get("type") == kind)
+        return [*items[: at + 1], json.loads(json.dumps(items[at])), *items[at + 1 :]]
+
+    return edit
+
+
 # An HTTP date whose year no calendar holds: read as no date (as ``retry-after: soon`` is), the
 # policy's backoff waited instead. Before: the date parser's OverflowError escaped the error's
 # sorting (``http``: the run ended on the bare exception, never asked again; the SDK: a retried
@@ -216,6 +233,26 @@ CASES = [
     Round4(
         "responses_call_said_only_in_the_terminal_output",
         lambda p, s: [Reply.calls(ORDER, edit=said_only_in_the_terminal_output), Reply.text(ANSWER)],
+        True,
+        at=("responses/stream/http",),
+    ),
+    Round4(
+        "responses_a_text_delta_sent_again_said_only_as_deltas",
+        lambda p, s: [
+            Reply.calls(ORDER),
+            Reply.text(
+                ANSWER, edit=lambda i: sent_again("response.output_text.delta", only_deltas=True)(p, s, i)
+            ),
+        ],
+        True,
+        at=("responses/stream/http", "responses/stream/sdk"),
+    ),
+    Round4(
+        "responses_an_argument_delta_sent_again",
+        lambda p, s: [
+            Reply.calls(ORDER, edit=lambda i: sent_again("response.function_call_arguments.delta")(p, s, i)),
+            Reply.text(ANSWER),
+        ],
         True,
         at=("responses/stream/http",),
     ),

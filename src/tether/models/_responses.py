@@ -19,13 +19,13 @@ as ``output_item.added`` and the deltas build them where neither that event nor 
 event lists them (argument deltas that disagree with the arguments a call is done with are a
 garbled stream, retried, as is a terminal output that lists a call with other arguments than
 the stream said; a call whose done item or terminal output leaves its arguments out has those
-its deltas said). ``status`` ``completed`` is a normal end, unless
-``incomplete_details`` gives a reason or an output item says it is ``incomplete``;
-``incomplete`` carries its reason (``max_output_tokens`` → length, ``content_filter`` →
-refused); any other is unknown: such a final answer never ends the run ``accepted``, nor are
-its calls run (``tether.models._base.finish_problem``). A ``response.failed`` or ``error``
-event with a server error, a terminal response with an error object, a stream that ends
-without a terminal event, 429 (``retry-after``) and 5xx are retried
+its deltas said; an event sent again under its ``sequence_number`` is read once). ``status``
+``completed`` is a normal end, unless ``incomplete_details`` gives a reason or an output item
+says it is ``incomplete``; ``incomplete`` carries its reason (``max_output_tokens`` → length,
+``content_filter`` → refused); any other is unknown: such a final answer never ends the run
+``accepted``, nor are its calls run (``tether.models._base.finish_problem``). A
+``response.failed`` or ``error`` event with a server error, a terminal response with an error
+object, a stream that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
 (``tether.models._retrying``); other errors are final.
 """
 
@@ -198,6 +198,8 @@ class OpenAIResponses(OpenAIBackend):
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
         async for event in events(response, self.failures, self.max_response_bytes):
+            if said.again(event):
+                continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
             if kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
@@ -297,6 +299,17 @@ class _Said:
         self.arguments: dict[object, list[str]] = {}
         self.refusal: dict[object, list[str]] = {}
         self.thought: dict[object, list[str]] = {}
+        self.numbered: dict[int, Mapping[str, Any]] = {}  # the first event of each sequence_number
+
+    def again(self, event: Mapping[str, Any]) -> bool:
+        """Whether the same event came before under its ``sequence_number`` (read once: a text
+        or argument delta a resuming proxy sends again is not said twice). Another event under
+        a number seen (a proxy's own event numbered as the one before it) is read as it is."""
+        number = event.get("sequence_number")
+        if not isinstance(number, int):
+            return False
+        was = self.numbered.setdefault(number, event)
+        return was is not event and was == event
 
     def key(
         self, event: Mapping[str, Any], item: Mapping[str, Any] | None = None, begins: bool = False
