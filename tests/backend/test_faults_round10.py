@@ -6,7 +6,10 @@ process) against real servers on 127.0.0.1; each case runs where its path differ
 Variants end ``accepted`` with the answer: a stream whose finish comes before its content (a chat
 finish chunk right after the role chunk, an Anthropic ``message_delta`` right after
 ``message_start``) and that still ends with its terminal event (``[DONE]``, ``message_stop``);
-an empty piece after the finish of a stream that then ends without its terminal event;
+an empty piece after the finish of a stream that then ends without its terminal event; an
+Anthropic stream whose ``message_start`` holds every block whole, with no block events (a proxy
+that turns a whole answer into a stream; before: no text, no call, retried to ``model_error``,
+where the official SDK's accumulator reads them);
 an Anthropic stream a proxy replayed after the first attempt was cut at ``max_tokens`` (the
 replay's own stop reason counts, not the lost attempt's); a Responses terminal output that lists
 a call's arguments as the same JSON written otherwise, or lists a call the stream only added; a
@@ -174,6 +177,24 @@ def said_only_in_the_terminal_output(items: list[Any]) -> list[Any]:
     ]
 
 
+def content_in_message_start(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Anthropic: every block whole in ``message_start``'s message (a proxy that turns a whole
+    answer into a stream), no block events."""
+    blocks: dict[int, dict[str, Any]] = {}
+    pieces: dict[int, list[str]] = {}
+    for i in items:
+        if i.get("type") == "content_block_start":
+            blocks[i["index"]] = dict(i["content_block"])
+        elif i.get("type") == "content_block_delta" and i["delta"]["type"] == "text_delta":
+            blocks[i["index"]]["text"] += i["delta"]["text"]
+        elif i.get("type") == "content_block_delta" and i["delta"]["type"] == "input_json_delta":
+            pieces.setdefault(i["index"], []).append(i["delta"]["partial_json"])
+    for n, json_pieces in pieces.items():
+        blocks[n]["input"] = json.loads("".join(json_pieces))
+    items[0]["message"]["content"] = [blocks[n] for n in sorted(blocks)]
+    return [i for i in items if not str(i.get("type")).startswith("content_block")]
+
+
 def sent_again(kind: str, *, only_deltas: bool = False) -> Any:
     """Responses: the first event of ``kind`` sent again right after it, the same event under
     the same ``sequence_number`` (a proxy that resumed the stream from an event earlier);
@@ -214,6 +235,15 @@ CASES = [
         ],
         True,
         at=("chat/stream/http", "anthropic/stream/http"),
+    ),
+    Round4(
+        "anthropic_every_block_whole_in_message_start",
+        lambda p, s: [
+            Reply.calls(ORDER, edit=lambda i: content_in_message_start(p, s, i)),
+            Reply.text(ANSWER, edit=lambda i: content_in_message_start(p, s, i)),
+        ],
+        True,
+        at=("anthropic/stream/http", "anthropic/stream/sdk"),
     ),
     Round4(
         "anthropic_replayed_whole_after_a_first_attempt_cut_at_max_tokens",

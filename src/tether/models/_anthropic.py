@@ -261,7 +261,7 @@ class AnthropicMessages(HTTPBackend):
                 # gives: a stream that never does has it estimated (``HTTPBackend.complete``).
                 turn.usage({k: v for k, v in (message.get("usage") or {}).items() if k != "output_tokens"})
                 # A message begun again (a proxy that retried upstream): its blocks and its end.
-                blocks = _Blocks()
+                blocks = _Blocks.held(message.get("content"))
                 ending.restart()
             elif kind == "message_delta":
                 ending.said((event.get("delta") or {}).get("stop_reason"))
@@ -321,6 +321,16 @@ class _Blocks:
     def __init__(self) -> None:
         self.order: list[dict[str, Any]] = []
         self.at: dict[object, dict[str, Any]] = {}
+
+    @classmethod
+    def held(cls, content: Any) -> _Blocks:
+        """A message's blocks as ``message_start`` begins it: those its ``content`` already holds
+        (none, as the API sends it; a proxy that turns a whole answer into a stream may put them
+        all there), as the official SDK's accumulator reads them."""
+        blocks = cls()
+        for block in content if isinstance(content, list) else ():
+            blocks.start(None, {**block, "_json": []} if block.get("type") == "tool_use" else dict(block))
+        return blocks
 
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
         self.order.append(block)
