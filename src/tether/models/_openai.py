@@ -316,7 +316,7 @@ class OpenAICompatible(OpenAIBackend):
                 if choice.get("index") or 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
-                if any(delta.get(k) for k in _CARRIES):
+                if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
                     ending.content()  # before its own finish: a chunk may carry both
                 ending.said(choice.get("finish_reason"))
                 piece = delta.get("content")
