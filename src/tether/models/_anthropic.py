@@ -16,7 +16,9 @@ blocks. Thinking blocks are kept on the message (``provider_items``) with their 
 sent back unchanged before the turn's other blocks, as the API requires when a thinking model
 uses tools. Usage maps to ``prompt_tokens`` = input + cache reads + cache writes (Anthropic
 counts the three apart), ``cached_tokens`` = cache reads, ``cache_write_tokens`` in the
-usage's extra; the price table prices each (``Price.cache_write``).
+usage's extra; the price table prices each (``Price.cache_write``). A stream's output count is
+``message_delta``'s (``message_start``'s is the count so far); one that never gives it has it
+estimated.
 
 Errors: 429 (``retry-after`` honoured), 5xx, 529 ``overloaded_error``, an ``error`` event in
 the stream (``overloaded_error``, ``api_error``), a stream that ends before ``message_delta``
@@ -47,10 +49,10 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, later_finish
+from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable
-from tether.models._sse import events, until_cut
+from tether.models._sse import Ending, events, until_cut
 
 __all__ = ["AnthropicMessages"]
 
@@ -233,15 +235,17 @@ class AnthropicMessages(HTTPBackend):
     async def _read_stream(self, response: Any) -> ModelResponse:
         turn = _Turn()
         blocks = _Blocks()
-        stop_reason: str | None = None
+        ending = Ending()
         model = ""
-        done = False
         on_delta = self.on_delta
         source = events(response, self.failures, self.max_response_bytes)
         # A cut once ``message_delta`` gave the stop reason loses only ``message_stop``: the
-        # answer is whole (every block ends before it), as a chat stream past its finish is.
-        async for event in until_cut(source, lambda: stop_reason is not None):  # noqa: B023
+        # answer is whole (every block ends before it), as a chat stream past its finish is;
+        # unless a block began or grew after it (``Ending``).
+        async for event in until_cut(source, ending.whole):
             kind = event.get("type")
+            if kind == "content_block_start" or (kind == "content_block_delta" and _carries(event)):
+                ending.content()
             if kind == "content_block_delta":
                 blocks.delta(event, on_delta)
             elif kind == "content_block_start":
@@ -253,17 +257,24 @@ class AnthropicMessages(HTTPBackend):
             elif kind == "message_start":
                 message = event.get("message") or {}
                 model = str(message.get("model") or model)
-                turn.usage(message.get("usage") or {})
-                blocks = _Blocks()  # a message begun again (a proxy that retried upstream): its blocks
+                # Its output count is the count so far (1), not the answer's, which message_delta
+                # gives: a stream that never does has it estimated (``HTTPBackend.complete``).
+                turn.usage({k: v for k, v in (message.get("usage") or {}).items() if k != "output_tokens"})
+                # A message begun again (a proxy that retried upstream): its blocks and its end.
+                blocks = _Blocks.held(message.get("content"))
+                ending.restart()
             elif kind == "message_delta":
-                stop_reason = later_finish(stop_reason, (event.get("delta") or {}).get("stop_reason"))
+                ending.said((event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
             elif kind == "message_stop":
-                done = True
+                ending.done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
             # content_block_stop, ping and event types added later carry nothing to keep
-        if not done and stop_reason is None:
-            why = f"the stream ended without message_stop or a stop reason ({len(blocks.order)} blocks)"
+        if not ending.whole():
+            why = "the stream ended without message_stop or a stop reason"
+            if ending.finish is not None:  # out of order: what followed the stop reason may be cut
+                why = "a block began or grew after the stop reason, and the stream ended without message_stop"
+            why += f" ({len(blocks.order)} blocks)"
             raise Retryable("stream_incomplete", why)
         for block in blocks.order:
             btype = block.get("type")
@@ -277,7 +288,7 @@ class AnthropicMessages(HTTPBackend):
                 turn.calls.append(call)
             elif btype in ("thinking", "redacted_thinking"):
                 turn.items.append(block)
-        return self._response(turn, stop_reason, model)
+        return self._response(turn, ending.finish, model)
 
     def _response(self, turn: _Turn, stop_reason: str | None, model: str) -> ModelResponse:
         calls = tuple(
@@ -310,6 +321,16 @@ class _Blocks:
     def __init__(self) -> None:
         self.order: list[dict[str, Any]] = []
         self.at: dict[object, dict[str, Any]] = {}
+
+    @classmethod
+    def held(cls, content: Any) -> _Blocks:
+        """A message's blocks as ``message_start`` begins it: those its ``content`` already holds
+        (none, as the API sends it; a proxy that turns a whole answer into a stream may put them
+        all there), as the official SDK's accumulator reads them."""
+        blocks = cls()
+        for block in content if isinstance(content, list) else ():
+            blocks.start(None, {**block, "_json": []} if block.get("type") == "tool_use" else dict(block))
+        return blocks
 
     def start(self, index: object, block: dict[str, Any]) -> dict[str, Any]:
         self.order.append(block)
@@ -367,6 +388,11 @@ class _Turn:
         read, write = c.get("cache_read_input_tokens", 0), c.get("cache_creation_input_tokens", 0)
         extra = {"cache_write_tokens": write} if write else {}
         return Usage(c.get("input_tokens", 0) + read + write, c.get("output_tokens", 0), read, extra)
+
+
+def _carries(event: Mapping[str, Any]) -> bool:
+    """Whether a block delta adds anything (text, input JSON, thinking …; an empty one: no)."""
+    return any(v for k, v in (event.get("delta") or {}).items() if k != "type")
 
 
 def _cached(block: bytes) -> bytes:

@@ -28,6 +28,7 @@ import random
 import re
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 from urllib.parse import urlsplit
 
@@ -37,6 +38,7 @@ import anyio.lowlevel
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError
 from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
+from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
@@ -410,10 +412,15 @@ class HTTPBackend(RetryingBackend):
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """One model turn; raises ``ModelError`` when retries are spent or the error is final.
         ``timeout_s`` bounds each attempt whole (see ``tether.models._retrying``): the client
-        is opened first, outside it (the first call imports the SDK, seconds on a busy host)."""
+        is opened first, outside it (the first call imports the SDK, seconds on a busy host).
+        Token counts the server left out are estimated (``_estimate.unreported``; the
+        response's ``meta["usage_estimated"]`` names them), so budgets still count the turn."""
         body = self.encode(request)
         self._client.get()
         response: ModelResponse = await self.send(body)
+        response, estimated = unreported(request, response)
+        if estimated and self.price is not None:  # counts the server left out, estimated: priced too
+            response = replace(response, cost_usd=self.price.cost(response.usage))
         return response
 
     @abstractmethod

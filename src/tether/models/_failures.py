@@ -96,13 +96,14 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
 
 
 def _until(date: str) -> float:
-    """Seconds from now until an HTTP date (0 when it has passed); -1 when it is not one."""
+    """Seconds from now until an HTTP date (0 when it has passed); -1 when it is not one (a
+    year past any calendar's overflows the parser: no date either, not a crash)."""
     from datetime import UTC, datetime
     from email.utils import parsedate_to_datetime  # only when a server sends a date
 
     try:
         when = parsedate_to_datetime(date)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return -1.0
     if when.tzinfo is None:  # an HTTP date is GMT; one that says no zone is read as such
         when = when.replace(tzinfo=UTC)

@@ -50,11 +50,11 @@ from pydantic_core import to_json
 from tether.core.messages import AssistantMessage, Message, ToolCall, Usage, UserMessage
 from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count, larger_usage, later_finish
+from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy
-from tether.models._sse import ErrorData, named_error, sse_data, until_cut
+from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
 
@@ -286,19 +286,19 @@ class OpenAICompatible(OpenAIBackend):
         calls: _Calls = {}
         usage: Usage | None = None
         model = ""
-        finish: str | None = None
-        done = False
+        ending = Ending()
         on_delta = self.on_delta
         lines = sse_data(response, self.max_response_bytes)
-        # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole.
-        async for line in until_cut(lines, lambda: finish is not None):  # noqa: B023 (read when cut)
+        # A cut once the finish reason is read loses only usage and [DONE]: the answer is whole
+        # (unless content came after the finish: ``Ending``).
+        async for line in until_cut(lines, ending.whole):
             if type(line) is ErrorData:
                 raise named_error(line, self.failures)
             payload = line.strip()
             if not payload:
                 continue  # an event with empty data (a keep-alive) carries nothing
             if payload == b"[DONE]":
-                done = True
+                ending.done = True
                 break
             try:
                 chunk = json.loads(payload)
@@ -316,7 +316,9 @@ class OpenAICompatible(OpenAIBackend):
                 if choice.get("index") or 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
-                finish = later_finish(finish, choice.get("finish_reason"))
+                if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
+                    ending.content()  # before its own finish: a chunk may carry both
+                ending.said(choice.get("finish_reason"))
                 piece = delta.get("content")
                 if piece and not isinstance(piece, str):
                     if said := _refusal(piece):  # a list of parts: its refusal parts, if any
@@ -337,10 +339,13 @@ class OpenAICompatible(OpenAIBackend):
                 legacy = "function_call" in delta and not delta.get("tool_calls")
                 for tc in _legacy_call(delta) if legacy else delta.get("tool_calls") or ():
                     _add_call_delta(calls, tc, on_delta)
-        if finish is None:  # a stream that reached its finish reason is whole, [DONE] or not
-            missing = "a finish reason" + ("" if done else " and [DONE]")
+        finish = ending.finish
+        if finish is None or not ending.whole():  # one that reached its finish is whole, [DONE] or not
+            why = "the stream ended without a finish reason" + ("" if ending.done else " and [DONE]")
+            if finish is not None:  # out of order: what followed the finish may be cut
+                why = "content came after the finish reason, and the stream ended without [DONE]"
             received = f"{len(''.join(text))} characters of text, {len(calls)} tool call(s)"
-            raise Retryable("stream_incomplete", f"the stream ended without {missing} (after {received})")
+            raise Retryable("stream_incomplete", f"{why} (after {received})")
         tool_calls = tuple(
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
@@ -357,6 +362,8 @@ class OpenAICompatible(OpenAIBackend):
 
 
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
+# The fields of a chunk's delta that carry the answer (one after the finish reason: out of order).
+_CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")
 
 
 def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None:

@@ -17,14 +17,15 @@ The answer: ``output_text`` parts (``text`` from some servers), ``refusal`` part
 summaries as the message's reasoning); a stream's items as ``output_item.done`` gives them, or
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
-garbled stream, retried; a call whose done item or terminal output leaves its arguments out
-has those its deltas said). ``status`` ``completed`` is a normal end, unless
-``incomplete_details`` gives a reason or an output item says it is ``incomplete``;
-``incomplete`` carries its reason (``max_output_tokens`` → length, ``content_filter`` →
-refused); any other is unknown: such a final answer never ends the run ``accepted``, nor are
-its calls run (``tether.models._base.finish_problem``). A ``response.failed`` or ``error``
-event with a server error, a terminal response with an error object, a stream that ends
-without a terminal event, 429 (``retry-after``) and 5xx are retried
+garbled stream, retried, as is a terminal output that lists a call with other arguments than
+the stream said; a call whose done item or terminal output leaves its arguments out has those
+its deltas said; an event sent again under its ``sequence_number`` is read once). ``status``
+``completed`` is a normal end, unless ``incomplete_details`` gives a reason or an output item
+says it is ``incomplete``; ``incomplete`` carries its reason (``max_output_tokens`` → length,
+``content_filter`` → refused); any other is unknown: such a final answer never ends the run
+``accepted``, nor are its calls run (``tether.models._base.finish_problem``). A
+``response.failed`` or ``error`` event with a server error, a terminal response with an error
+object, a stream that ends without a terminal event, 429 (``retry-after``) and 5xx are retried
 (``tether.models._retrying``); other errors are final.
 """
 
@@ -197,6 +198,8 @@ class OpenAIResponses(OpenAIBackend):
         final: dict[str, Any] | None = None
         on_delta = self.on_delta
         async for event in events(response, self.failures, self.max_response_bytes):
+            if said.again(event):
+                continue  # an event sent again (a proxy that resumed the stream from earlier)
             kind = event.get("type")
             if kind == "response.output_text.delta":
                 said.piece(said.text, event, event.get("delta"))
@@ -296,6 +299,17 @@ class _Said:
         self.arguments: dict[object, list[str]] = {}
         self.refusal: dict[object, list[str]] = {}
         self.thought: dict[object, list[str]] = {}
+        self.numbered: dict[int, Mapping[str, Any]] = {}  # the first event of each sequence_number
+
+    def again(self, event: Mapping[str, Any]) -> bool:
+        """Whether the same event came before under its ``sequence_number`` (read once: a text
+        or argument delta a resuming proxy sends again is not said twice). Another event under
+        a number seen (a proxy's own event numbered as the one before it) is read as it is."""
+        number = event.get("sequence_number")
+        if not isinstance(number, int):
+            return False
+        was = self.numbered.setdefault(number, event)
+        return was is not event and was == event
 
     def key(
         self, event: Mapping[str, Any], item: Mapping[str, Any] | None = None, begins: bool = False
@@ -330,7 +344,7 @@ class _Said:
         pieces = self.arguments.setdefault(self.key(event, event.get("item")), [])
         if not pieces:
             pieces.append(arguments)
-        elif arguments != (streamed := "".join(pieces)) and not _same_json(arguments, streamed):
+        elif not _agree(arguments, streamed := "".join(pieces)):
             why = f"a call's arguments streamed as {streamed[:80]!r} are done as {arguments[:80]!r}"
             raise Retryable("stream_unreadable", why)
 
@@ -363,32 +377,49 @@ class _Said:
 def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     """A terminal event's output, each call in it that leaves its ``arguments`` out given those
     the stream said for the same call (by its ``call_id`` or item ``id``): a proxy that trims the
-    final output does not make the call run with none. The output as it is when no call lacks
-    them (the usual case) or nothing was streamed."""
+    final output does not make the call run with none. A call it lists with other arguments
+    than the stream said for it (other than as the same JSON written otherwise) is a garbled
+    stream, as arguments done otherwise than their deltas are (which would run?). The output as
+    it is when nothing was streamed, or every call in it agrees (the usual case)."""
     if not output or not streamed or not isinstance(output, list):
         return output
+    said: dict[object, str | None] = {}
+    for item in streamed:
+        arguments = item.get("arguments") if item.get("type") == "function_call" else None
+        if isinstance(arguments, str) and arguments:  # none said ("" as added): nothing to compare
+            for key in (item.get("id"), item.get("call_id")):
+                if key:  # a key two calls share (one call_id twice) names neither
+                    said[key] = arguments if said.get(key, arguments) == arguments else None
+    for item in output:
+        listed = item.get("arguments") if isinstance(item, dict) else None
+        streamed_as = _said_for(item, said)
+        if isinstance(listed, str) and streamed_as is not None and not _agree(listed, streamed_as):
+            why = f"a call's arguments streamed as {streamed_as[:80]!r} are listed as {listed[:80]!r}"
+            raise Retryable("stream_unreadable", why + " in the terminal output")
     if not any(_lacks_arguments(item) for item in output):
         return output
-    said: dict[object, str] = {}
-    for item in streamed:
-        if item.get("type") == "function_call" and isinstance(item.get("arguments"), str):
-            for key in (item.get("call_id"), item.get("id")):
-                if key:
-                    said.setdefault(key, item["arguments"])
     return [
         {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
     ]
 
 
-def _said_for(item: dict[str, Any], said: dict[object, str]) -> str | None:
-    for key in (item.get("call_id"), item.get("id")):
-        if key and key in said:
+def _said_for(item: Any, said: dict[object, str | None]) -> str | None:
+    """A call's arguments as the stream said them (by its item ``id``, else its ``call_id``)."""
+    if not (isinstance(item, dict) and item.get("type") == "function_call"):
+        return None
+    for key in (item.get("id"), item.get("call_id")):
+        if key and said.get(key) is not None:
             return said[key]
     return None
 
 
 def _lacks_arguments(item: Any) -> bool:
     return isinstance(item, dict) and item.get("type") == "function_call" and item.get("arguments") is None
+
+
+def _agree(a: str, b: str) -> bool:
+    """Whether two texts of a call's arguments say the same (the same text, or JSON)."""
+    return a == b or _same_json(a, b)
 
 
 def _same_json(a: str, b: str) -> bool:

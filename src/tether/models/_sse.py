@@ -2,7 +2,7 @@
 answer read to its error, bounded, ``status_error``; one a client read whole, ``gunzipped``),
 its blocks under a size limit (``blocks``), the ``data`` of each server-sent event
 (``sse_data``), each event as a JSON object with error objects raised as the errors they report
-(``events``)."""
+(``events``), and how far a stream has said it ended (``Ending``, for ``until_cut``)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from tether.errors import ModelError
+from tether.models._base import later_finish
 from tether.models._failures import Failures, codings, is_error
 from tether.models._retrying import Retryable
 
 __all__ = [
     "BOM",
+    "Ending",
     "ErrorData",
     "blocks",
     "declared_over",
@@ -224,11 +226,44 @@ async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator
         yield event
 
 
+class Ending:
+    """How far a stream has said it ended: its finish (stop reason) so far (``said``; the later
+    one, as ``later_finish`` keeps it), whether its terminal event came (``done``), and whether
+    content came after the finish (``content``: events out of order, or a proxy that replayed
+    the answer after its end). The answer read so far is ``whole`` once the terminal event came,
+    or once a finish came with no content after it: a stream cut (or ended without its terminal
+    event) after a finish said before the end of its content may have lost the rest of it, and
+    what arrived is half an answer, not one that merely lost its usage and terminal event."""
+
+    __slots__ = ("done", "finish", "late")
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        """A message begun again (a proxy that retried upstream): nothing said of its end yet."""
+        self.finish: str | None = None
+        self.late = False
+        self.done = False
+
+    def said(self, raw: object) -> None:
+        """A finish the stream said (none, ``""``: nothing)."""
+        self.finish = later_finish(self.finish, raw)
+
+    def content(self) -> None:
+        """Content arrived: after a finish, that finish no longer makes the answer whole."""
+        if self.finish is not None:
+            self.late = True
+
+    def whole(self) -> bool:
+        return self.done or (self.finish is not None and not self.late)
+
+
 async def until_cut(source: AsyncIterator[T], whole: Callable[[], bool]) -> AsyncIterator[T]:
     """The items of ``source``; a connection cut (``httpx2.RequestError``) ends them quietly
-    once ``whole()`` says the answer read so far is whole (a chat stream past its finish reason
-    lost only its usage chunk and ``[DONE]``, an Anthropic stream past its ``message_delta`` only
-    ``message_stop``: asking again would pay for the answer twice)."""
+    once ``whole()`` says the answer read so far is whole (``Ending.whole``: a chat stream past
+    its finish reason lost only its usage chunk and ``[DONE]``, an Anthropic stream past its
+    ``message_delta`` only ``message_stop``: asking again would pay for the answer twice)."""
     import httpx2
 
     try:

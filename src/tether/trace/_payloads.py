@@ -73,6 +73,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "fallback_from": list[dict[str, str]],  # models that failed before this one: model, error
         "retries": list[dict[str, Any]],  # one entry per retry: kind, attempt, delay_s
         "unpriced": bool,
+        "usage_estimated": list[str],  # counts the server left out, estimated: prompt_tokens …
     },
     EventKind.MODEL_ERROR: {"error": Required[str]},
     EventKind.TOOL_PROPOSED: {"call_id": Required[str], "tool": Required[str], "arguments": str},
