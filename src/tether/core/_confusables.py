@@ -17,7 +17,29 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlsplit
 
-__all__ = ["NameCheck", "check_name", "find_names", "label_to_ascii", "skeleton"]
+__all__ = ["DEFAULT_IGNORABLE", "NameCheck", "check_name", "find_names", "label_to_ascii", "skeleton"]
+
+# Unicode's Default_Ignorable_Code_Point ranges (not in ``unicodedata``): what a renderer draws as
+# nothing, and what a browser leaves out of a host name (UTS 46 maps most to nothing).
+DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
 
 # Scripts that every script shares (digits, punctuation) or that inherit from their base letter.
 _NEUTRAL = frozenset({"COMMON", "INHERITED", "UNKNOWN"})

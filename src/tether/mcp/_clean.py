@@ -15,33 +15,15 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
+from tether.core._confusables import DEFAULT_IGNORABLE
+
 __all__ = ["clean_result_data", "clean_result_text", "escape_for_review", "hidden_kind"]
 
 MAX_DECODED = 500
 
-# Unicode's Default_Ignorable_Code_Point (not in ``unicodedata``): what a renderer shows as nothing.
-_DEFAULT_IGNORABLE = (
-    (0x00AD, 0x00AD),
-    (0x034F, 0x034F),
-    (0x061C, 0x061C),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0),
-    (0xFFF0, 0xFFF8),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0000, 0xE0FFF),
-)
 # Blank fillers that are not default-ignorable but are drawn as an empty cell: the Braille blank.
 _BLANK_FILLERS = {0x2800}
-_ZERO_WIDTH = {*(code for low, high in _DEFAULT_IGNORABLE for code in range(low, high + 1)), *_BLANK_FILLERS}
+_ZERO_WIDTH = {*(code for low, high in DEFAULT_IGNORABLE for code in range(low, high + 1)), *_BLANK_FILLERS}
 _BIDI = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 _SUSPECT = re.compile(r"[^\x20-\x7e\n\t]")

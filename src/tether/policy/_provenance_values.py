@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tether.core._confusables import label_to_ascii
+from tether.core._confusables import DEFAULT_IGNORABLE, label_to_ascii
 
 __all__ = ["Link", "compose", "displayed", "find_handles", "find_links", "fold", "link_key", "unfold"]
 
@@ -51,29 +51,10 @@ def compose(text: str) -> str:
 
 
 _DOTS = str.maketrans({"\u3002": ".", "\uff61": ".", "\uff0e": ".", "\u2024": ".", "\ufe52": "."})
-# Default-ignorable code points (Unicode's ``Default_Ignorable_Code_Point``): drawn as nothing,
-# and left out of a host name by a browser (UTS 46 maps most to nothing), so ``mark@evil\u2063.com``
-# reads as ``mark@evil.com``. Bidi controls among them are dropped once ``displayed`` has applied them.
-_IGNORABLE = (
-    (0x00AD, 0x00AD),
-    (0x034F, 0x034F),
-    (0x061C, 0x061C),
-    (0x115F, 0x1160),
-    (0x17B4, 0x17B5),
-    (0x180B, 0x180F),
-    (0x200B, 0x200F),
-    (0x202A, 0x202E),
-    (0x2060, 0x206F),
-    (0x3164, 0x3164),
-    (0xFE00, 0xFE0F),
-    (0xFEFF, 0xFEFF),
-    (0xFFA0, 0xFFA0),
-    (0xFFF0, 0xFFF8),
-    (0x1BCA0, 0x1BCA3),
-    (0x1D173, 0x1D17A),
-    (0xE0000, 0xE0FFF),
-)
-_INVISIBLE = {c: None for a, b in _IGNORABLE for c in range(a, b + 1)}
+# Default-ignorable code points are drawn as nothing and left out of a host name by a browser, so
+# ``mark@evil\u2063.com`` reads as ``mark@evil.com``. Bidi controls among them are dropped once
+# ``displayed`` has applied them.
+_INVISIBLE = {c: None for a, b in DEFAULT_IGNORABLE for c in range(a, b + 1)}
 _OVERRIDE = re.compile("\u202e([^\u202c\n]*)\u202c?")  # right-to-left override, to its pop or line end
 
 
