@@ -690,7 +690,7 @@ def test_reading_a_spelled_out_dot_stays_linear_in_a_long_token() -> None:
 
     from tether.policy._provenance_values import unfold
 
-    started = time.perf_counter()
+    started = time.process_time()
     assert unfold("x7" * 25_000 + " dot com").endswith("x7.com")
     assert unfold("x7" * 1_000 + " is a polka dot dress").endswith("polka dot dress")
-    assert time.perf_counter() - started < 2.0
+    assert time.process_time() - started < 2.0
