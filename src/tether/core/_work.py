@@ -9,9 +9,12 @@ down) took hours on one string. So every keyword the validator applies is counte
 (``properties``, ``required``, ``enum``, ``anyOf``: what it loops over), plus what it does to
 the value without descending into it (a step per member of an array or object for the keywords
 that walk their members, per node compared for ``enum``/``const`` of a container, per 4 KiB of
-a string whose ``format`` is checked). One check may take ``WORK_STEPS`` steps and
-``WORK_PER_NODE`` more for each node of the value (a large value honestly costs more), never
-more than ``MAX_WORK``; past that the check fails as ``UnusableSchema``, named.
+a string whose ``format`` is checked), and each error it finds as many as its message costs (a
+step per node of the value, or per 4 KiB of a string: jsonschema writes the value into most
+messages, so 1 500 alternatives that each fail on a string of 4 MiB built gigabytes). One check
+may take ``WORK_STEPS`` steps and ``WORK_PER_NODE`` more for each node of the value (a large
+value honestly costs more), never more than ``MAX_WORK``; past that the check fails as
+``UnusableSchema``, named.
 
 A check is left uncounted (the hot path of argument checks stays as it was) when that bound
 holds by itself: the schema has no references and no ``unevaluated*`` (which evaluate their
@@ -27,7 +30,7 @@ minutes for 100 000 objects).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any
 
@@ -120,19 +123,38 @@ def _too_much(limit: int) -> UnusableSchema:
     )
 
 
+def _spend(left: list[int], cost: int) -> None:
+    left[0] -= cost
+    if left[0] < 0:
+        raise _too_much(left[1])
+
+
+def _shown(instance: Any) -> int:
+    """What an error's message costs: jsonschema writes the value into most of them."""
+    if isinstance(instance, str):
+        return 1 + len(instance) // _STRING_STEP
+    return nodes(instance) if isinstance(instance, list | dict) else 1
+
+
+def _charged(errors: Iterable[Any], instance: Any, left: list[int]) -> Iterator[Any]:
+    for error in errors:
+        _spend(left, _shown(instance))
+        yield error
+
+
 def _counted(name: str, keyword: Callable[..., Any]) -> Callable[..., Any]:
     extra = _EXTRA.get(name)
 
     def apply(validator: Any, value: Any, instance: Any, schema: Mapping[str, Any]) -> Any:
         left = _LEFT.get()
-        if left is not None:
-            cost = 1 + len(value) if isinstance(value, list | dict) else 1
-            if extra is not None:
-                cost += extra(value, instance)
-            left[0] -= cost
-            if left[0] < 0:
-                raise _too_much(left[1])
-        return keyword(validator, value, instance, schema)
+        if left is None:
+            return keyword(validator, value, instance, schema)
+        cost = 1 + len(value) if isinstance(value, list | dict) else 1
+        if extra is not None:
+            cost += extra(value, instance)
+        _spend(left, cost)
+        errors = keyword(validator, value, instance, schema)
+        return None if errors is None else _charged(errors, instance, left)
 
     return apply
 
