@@ -41,7 +41,7 @@ from tether.core._work import (
     WORK_PER_NODE,
     budget,
     counted_keywords,
-    nodes,
+    size,
     unique_items,
     weight,
     work_budget,
@@ -362,10 +362,10 @@ class CompiledSchema:
         with check_budget():
             if self._counted is None:  # a node takes at most WORK_PER_NODE steps: within budget
                 return self._violations(instance, self._validator)
-            size = nodes(instance)
-            if self._weight is not None and self._weight * size <= budget(size):
+            nodes = size(instance)
+            if self._weight is not None and self._weight * nodes <= budget(nodes):
                 return self._violations(instance, self._validator)
-            with work_budget(size):
+            with work_budget(nodes):
                 return self._violations(instance, self._counted)
 
     def _violations(self, instance: Any, validator: Any) -> list[SchemaViolation]:

@@ -8,13 +8,13 @@ down) took hours on one string. So every keyword the validator applies is counte
 ``jsonschema.validators.extend``): one step, plus one for each entry of the keyword's value
 (``properties``, ``required``, ``enum``, ``anyOf``: what it loops over), plus what it does to
 the value without descending into it (a step per member of an array or object for the keywords
-that walk their members, per node compared for ``enum``/``const`` of a container, per 4 KiB of
-a string whose ``format`` is checked), and each error it finds as many as its message costs (a
-step per node of the value, or per 4 KiB of a string: jsonschema writes the value into most
+that walk their members, per node compared for ``enum``/``const`` of a container, per KiB of a
+string whose ``format`` is checked), and each error it finds as many as its message costs (a
+step per node of the value, or per KiB of a string: jsonschema writes the value into most
 messages, so 1 500 alternatives that each fail on a string of 4 MiB built gigabytes). One check
-may take ``WORK_STEPS`` steps and ``WORK_PER_NODE`` more for each node of the value (a large
-value honestly costs more), never more than ``MAX_WORK``; past that the check fails as
-``UnusableSchema``, named.
+may take ``WORK_STEPS`` steps and ``WORK_PER_NODE`` more for each node of the value (each KiB
+of its strings a node too: a large value honestly costs more), never more than ``MAX_WORK``;
+past that the check fails as ``UnusableSchema``, named.
 
 A check is left uncounted (the hot path of argument checks stays as it was) when that bound
 holds by itself: the schema has no references and no ``unevaluated*`` (which evaluate their
@@ -44,7 +44,7 @@ __all__ = [
     "WORK_STEPS",
     "budget",
     "counted_keywords",
-    "nodes",
+    "size",
     "unique_items",
     "weight",
     "work_budget",
@@ -53,7 +53,7 @@ __all__ = [
 WORK_STEPS = 200_000  # steps any check may take (a second or two at jsonschema's pace), besides ...
 WORK_PER_NODE = 16  # ... as many for each node (container or scalar) of the value checked, ...
 MAX_WORK = 4_000_000  # ... never more in all (honest schemas take 2 to 5 steps a node)
-_STRING_STEP = 4096  # characters of a string a format check reads for one step
+_STRING_STEP = 1024  # characters of a string read (a format check) or written (an error) in a step
 
 _LEFT: ContextVar[list[int] | None] = ContextVar("tether_schema_work_left", default=None)
 
@@ -73,9 +73,10 @@ _SIBLINGS_AGAIN = ("unevaluatedItems", "unevaluatedProperties")
 _REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 
 
-def nodes(value: Any) -> int:
-    """How many containers and scalars ``value`` holds, itself included."""
-    count, todo = 0, [value]
+def size(value: Any) -> int:
+    """How many containers and scalars ``value`` holds, itself included, and one more for each
+    ``_STRING_STEP`` characters of its strings (what reading or writing it out costs)."""
+    count, chars, todo = 0, 0, [value]
     while todo:
         item = todo.pop()
         count += 1
@@ -83,7 +84,9 @@ def nodes(value: Any) -> int:
             todo.extend(item.values())
         elif isinstance(item, list):
             todo.extend(item)
-    return count
+        elif isinstance(item, str):
+            chars += len(item)
+    return count + chars // _STRING_STEP
 
 
 def _members(value: Any, instance: Any) -> int:
@@ -100,7 +103,7 @@ def _compared(value: Any, instance: Any) -> int:
     """``enum``/``const``: comparing a container reads at most its nodes, once per candidate."""
     if not isinstance(instance, list | dict):
         return 0
-    return nodes(instance) * (len(value) if isinstance(value, list) else 1)
+    return size(instance) * (len(value) if isinstance(value, list) else 1)
 
 
 def _read(value: Any, instance: Any) -> int:
@@ -133,7 +136,7 @@ def _shown(instance: Any) -> int:
     """What an error's message costs: jsonschema writes the value into most of them."""
     if isinstance(instance, str):
         return 1 + len(instance) // _STRING_STEP
-    return nodes(instance) if isinstance(instance, list | dict) else 1
+    return size(instance) if isinstance(instance, list | dict) else 1
 
 
 def _charged(errors: Iterable[Any], instance: Any, left: list[int]) -> Iterator[Any]:
@@ -187,15 +190,15 @@ def weight(schema: Any, keywords: Mapping[str, Any]) -> int | None:
     return total
 
 
-def budget(size: int) -> int:
-    """The steps one check of a value of ``size`` nodes may take."""
-    return min(MAX_WORK, WORK_STEPS + WORK_PER_NODE * size)
+def budget(nodes: int) -> int:
+    """The steps one check of a value of ``nodes`` (its ``size``) may take."""
+    return min(MAX_WORK, WORK_STEPS + WORK_PER_NODE * nodes)
 
 
 @contextlib.contextmanager
-def work_budget(size: int) -> Iterator[None]:
-    """The counted keywords inside share the budget of one check of a value of ``size`` nodes."""
-    limit = budget(size)
+def work_budget(nodes: int) -> Iterator[None]:
+    """The counted keywords inside share the budget of one check of a value of ``nodes``."""
+    limit = budget(nodes)
     token = _LEFT.set([limit, limit])
     try:
         yield
