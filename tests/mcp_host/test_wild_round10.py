@@ -167,3 +167,27 @@ def test_the_work_budget_refuses_multiplying_checks_and_keeps_honest_ones_as_the
     small = compile_schema({"type": "object", "properties": {"a": {"type": "array"}}}, intake=True)
     assert small._counted is None
     assert budget(10) == WORK_STEPS + 10 * WORK_PER_NODE
+
+
+def test_review_compiles_schemas_with_the_hosts_engine_in_their_own_dialect() -> None:
+    """Review checked every schema against the 2020-12 meta-schema, so a server written against
+    draft-07 (``items`` as a list: a tuple) had that tool flagged ``invalid_schema`` and left
+    unpinned, though the host checks its calls fine. Now review compiles each schema as the
+    host will use it: the draft-07 tuple passes review and a call; the same list under 2020-12
+    is flagged, and a reference outside the schema stays ``remote_ref`` alone."""
+    from tether.core._schema import check_arguments
+    from tether.mcp._review import scan_definition
+
+    pair = {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]}
+    draft7 = {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {"pair": pair},
+    }
+    tool = {"name": "pair", "description": "Reads a pair.", "inputSchema": draft7}
+    assert scan_definition(tool) == []  # before: invalid_schema
+    assert check_arguments(draft7, {"pair": ["a", 1]}) == {"pair": ["a", 1]}
+    modern = {k: v for k, v in draft7.items() if k != "$schema"}
+    assert [f.kind for f in scan_definition({**tool, "inputSchema": modern})] == ["invalid_schema"]
+    remote = {"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}
+    assert [f.kind for f in scan_definition({**tool, "outputSchema": remote})] == ["remote_ref"]

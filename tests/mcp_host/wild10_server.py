@@ -41,7 +41,9 @@ PICK = {
 
 
 def _result(key: str, data: dict[str, Any]) -> t.CallToolResult:
-    return t.CallToolResult(content=[t.TextContent(type="text", text=f"value-of-{key}")], structured_content=data)
+    return t.CallToolResult(
+        content=[t.TextContent(type="text", text=f"value-of-{key}")], structured_content=data
+    )
 
 
 def build() -> MCPServer:
