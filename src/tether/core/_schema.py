@@ -12,11 +12,9 @@ list ``properties`` closed too (not inside ``not``/``if``), no blank strings, ne
 ``PolicyError`` with the path and a ``reason``) or ``UnusableSchema``.
 
 The work one check does is bounded, whoever wrote the schema (an MCP server's, once pinned):
-references followed are counted against ``MAX_REF_STEPS`` plus ``REF_STEPS_PER_NODE`` for each
-node of the value (a schema whose references multiply, ``allOf`` of two references to a
-definition that does the same thirty levels down, took hours on one string; past the budget it
-is ``UnusableSchema``), and ``uniqueItems`` is checked in linear time (jsonschema compares every
-pair of objects: minutes for a structured result of 100 000 of them)."""
+every keyword applied is counted against a budget that grows with the value
+(``tether.core._work``: past it the check is ``UnusableSchema``), ``uniqueItems`` is checked in
+linear time, and patterns are matched within ``PATTERN_SECONDS`` (``tether.core._pattern``)."""
 
 from __future__ import annotations
 
@@ -27,7 +25,6 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import date
 from typing import Any
@@ -40,12 +37,19 @@ from jsonschema.protocols import Validator
 
 from tether.core._pattern import check_budget, pattern_keywords, pattern_search
 from tether.core._schema_errors import RANK, SchemaViolation, UnusableSchema, path_text, violation
+from tether.core._work import (
+    WORK_PER_NODE,
+    budget,
+    counted_keywords,
+    size,
+    unique_items,
+    weight,
+    work_budget,
+)
 
 __all__ = [
     "FORMATS",
     "MAX_DEPTH",
-    "MAX_REF_STEPS",
-    "REF_STEPS_PER_NODE",
     "CompiledSchema",
     "SchemaViolation",
     "UnusableSchema",
@@ -55,8 +59,6 @@ __all__ = [
 ]
 
 MAX_DEPTH = 16  # nested containers in one value (the parser enforces the same bound)
-MAX_REF_STEPS = 10_000  # references one check may follow, besides ...
-REF_STEPS_PER_NODE = 8  # ... as many for each node (container or scalar) of the value checked
 _CACHE_SIZE = 512
 
 
@@ -225,88 +227,29 @@ def _required(
             yield ValidationError(f"missing field {name!r}", path=(name,))
 
 
-# -- bounded work: references counted, uniqueness in linear time ---------------------------------
-
-_REFS_LEFT: ContextVar[list[int] | None] = ContextVar("tether_schema_refs_left", default=None)
-_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
-
-
-def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
-    """``keyword`` (a reference), each use counted against the check's budget (``_REFS_LEFT``)."""
-
-    def follow(validator: Any, ref: Any, instance: Any, schema: Mapping[str, Any]) -> Any:
-        left = _REFS_LEFT.get()
-        if left is not None:
-            left[0] -= 1
-            if left[0] < 0:
-                raise UnusableSchema(
-                    f"checking this value follows the schema's references more than {left[1]} times "
-                    "(references that multiply): too much work, refused"
-                )
-        return keyword(validator, ref, instance, schema)
-
-    return follow
-
-
-def _nodes(value: Any) -> int:
-    """How many containers and scalars ``value`` holds, itself included."""
-    count, todo = 0, [value]
-    while todo:
-        item = todo.pop()
-        count += 1
-        if isinstance(item, dict):
-            todo.extend(item.values())
-        elif isinstance(item, list):
-            todo.extend(item)
-    return count
-
-
-def _unique_key(value: Any) -> Any:
-    """A hashable key equal for JSON values jsonschema's ``uniqueItems`` takes as equal (numbers
-    by value, ``true`` not ``1``, objects whatever their key order)."""
-    if isinstance(value, bool):
-        return ("bool", value)
-    if isinstance(value, dict):
-        return ("object", frozenset((k, _unique_key(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return ("array", tuple(_unique_key(v) for v in value))
-    return ("number", value) if isinstance(value, int | float) else (type(value).__name__, value)
-
-
-def _unique_items(
-    validator: Any, unique: Any, instance: Any, schema: Mapping[str, Any]
-) -> Iterator[ValidationError]:
-    if not unique or not validator.is_type(instance, "array"):
-        return
-    seen: set[Any] = set()
-    for item in instance:
-        key = _unique_key(item)
-        if key in seen:
-            yield ValidationError("the array has non-unique elements")
-            return
-        seen.add(key)
-
-
 # -- compiling ----------------------------------------------------------------------------------
 
-_CLASSES: dict[tuple[type, bool], type[Validator]] = {}
+_CLASSES: dict[tuple[type, bool, bool], type[Validator]] = {}
 
 
-def _validator_class(schema: Mapping[str, Any], intake: bool) -> type[Validator]:
+def _validator_class(schema: Mapping[str, Any], intake: bool, counted: bool = False) -> type[Validator]:
+    """The validator for ``schema``'s dialect with tether's keywords (``intake``: the arguments
+    rules); ``counted``: every keyword application counted against the check's work budget."""
     dialect = schema.get("$schema")
     base: type[Validator] = jsonschema.Draft202012Validator
     if isinstance(dialect, str):
         # An unknown dialect is read as 2020-12; its meta-schema is never fetched.
         base = jsonschema.validators.validator_for({"$schema": dialect}, default=base)
-    key = (base, intake)
+    key = (base, intake, counted)
     cls = _CLASSES.get(key)
     if cls is None:
         checker = base.TYPE_CHECKER.redefine_many({"integer": _is_integer, "number": _is_number})
-        keywords: dict[str, Any] = {"enum": _enum, "const": _const, "uniqueItems": _unique_items}
+        keywords: dict[str, Any] = {"enum": _enum, "const": _const, "uniqueItems": unique_items}
         keywords |= pattern_keywords(base)
-        keywords |= {k: _counted(base.VALIDATORS[k]) for k in _REF_KEYWORDS if k in base.VALIDATORS}
         if intake:
             keywords |= {"additionalProperties": _additional_properties, "required": _required}
+        if counted:
+            keywords = counted_keywords({**base.VALIDATORS, **keywords})
         cls = jsonschema.validators.extend(base, keywords, type_checker=checker)
         _CLASSES[key] = cls
     return cls
@@ -409,23 +352,23 @@ class CompiledSchema:
     intake: bool
     _validator: Any
     _valid: Callable[[dict[str, Any]], bool] | None = None
-    _refers: bool = False  # whether the schema has references (their use is then counted)
+    _counted: Any = None  # the validator counting its steps (``_work``), where they need counting
+    _weight: int | None = 0  # the steps a node may take at most (``_work.weight``; None: no bound)
 
     def violations(self, instance: Any) -> list[SchemaViolation]:
         """Every violation of ``instance``, most telling first (empty when it is valid). Raises
-        ``UnusableSchema`` when the schema's references multiply past the budget, or its
-        patterns take longer than ``PATTERN_SECONDS`` to match."""
+        ``UnusableSchema`` when checking it takes more work than its budget (``tether.core._work``),
+        or the schema's patterns take longer than ``PATTERN_SECONDS`` to match."""
         with check_budget():
-            if not self._refers:
-                return self._violations(instance)
-            limit = MAX_REF_STEPS + REF_STEPS_PER_NODE * _nodes(instance)
-            budget = _REFS_LEFT.set([limit, limit])
-            try:
-                return self._violations(instance)
-            finally:
-                _REFS_LEFT.reset(budget)
+            if self._counted is None:  # a node takes at most WORK_PER_NODE steps: within budget
+                return self._violations(instance, self._validator)
+            nodes = size(instance)
+            if self._weight is not None and self._weight * nodes <= budget(nodes):
+                return self._violations(instance, self._validator)
+            with work_budget(nodes):
+                return self._violations(instance, self._counted)
 
-    def _violations(self, instance: Any) -> list[SchemaViolation]:
+    def _violations(self, instance: Any, validator: Any) -> list[SchemaViolation]:
         found: list[tuple[int, int, SchemaViolation]] = []
         try:
             if self.intake:
@@ -435,7 +378,7 @@ class CompiledSchema:
                         return [v]
             if self._valid is not None and type(instance) is dict and self._valid(instance):
                 return [v for _, _, v in found]  # the validator would add nothing
-            for error in self._validator.iter_errors(instance):
+            for error in validator.iter_errors(instance):
                 v = violation(error, self.intake)
                 found.append((RANK.get(v.reason, 9), len(found), v))
         except referencing.exceptions.Unresolvable as err:
@@ -473,8 +416,13 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
     if intake:
         root = {**_closed(schema), "additionalProperties": False}
     validator = cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
-    refers = any(key != "$id" for key, _ in found)
-    return CompiledSchema(schema, intake, validator, _flat_check(root) if intake else None, refers)
+    most = weight(root, cls.VALIDATORS)
+    counted = None
+    if most is None or most > WORK_PER_NODE:
+        counted_cls = _validator_class(schema, intake, counted=True)
+        counted = counted_cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
+    flat = _flat_check(root) if intake else None
+    return CompiledSchema(schema, intake, validator, flat, counted, most)
 
 
 class _Cache:

@@ -11,16 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import jsonschema
 
-from tether.core._schema import SchemaViolation, UnusableSchema
-from tether.core._schema import validate as validate_schema
 from tether.core.ratelimit import TokenBucket
 from tether.errors import ToolError, UpstreamError
 from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import Unavailable, classify, is_modern, leaf, session_gone, transport_failure
-from tether.mcp._results import convert_result, invalid_output
+from tether.mcp._results import checked_output, convert_result, invalid_output
 from tether.mcp._tasks import Parked, run_task, task_required
 from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
@@ -218,10 +215,8 @@ async def call_tool(
             f"(pause {info.pause_id})",
             pause_id=info.pause_id,
         )
-    definition = source.listing.pinned.get(spec.remote_name, {})
-    output = convert_result(
-        source.name, spec, result, definition, source.emit, _validate, roots=source._root_paths()
-    )
+    why = await checked_output(result, source.listing.pinned.get(spec.remote_name, {}))
+    output = convert_result(source.name, spec, result, why, source.emit, roots=source._root_paths())
     if info.elicitations:  # what became of the server's questions, in the call's own outcome
         output.meta["elicitation"] = list(info.elicitations)
     if info.samples:
@@ -397,14 +392,3 @@ async def _url_flow(source: McpServerSource, err: BaseException, info: CallInfo)
     if getattr(inner, "code", None) != URL_ELICITATION_REQUIRED or source.elicitation is None:
         return False
     return bool(await source.elicitation.url_required(getattr(inner, "data", None), info.tool))
-
-
-def _validate(instance: Any, schema: dict[str, Any]) -> None:
-    """Check a result against its output schema (the host's one engine; nothing fetched),
-    failing with ``jsonschema`` errors (reported as ``invalid_output``)."""
-    try:
-        validate_schema(schema, instance)
-    except UnusableSchema as err:
-        raise jsonschema.SchemaError(str(err)) from None
-    except SchemaViolation as err:
-        raise jsonschema.ValidationError(str(err)) from None

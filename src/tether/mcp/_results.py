@@ -14,11 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+
+from tether.core._schema import SchemaViolation, UnusableSchema, validate
 from tether.mcp._clean import clean_result_data, clean_result_text, escape_for_review
 from tether.tools._contract import ToolOutput, ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = ["convert_result", "invalid_output"]
+__all__ = ["checked_output", "convert_result", "invalid_output", "output_failure"]
 
 Emit = Callable[..., None]
 
@@ -75,35 +78,45 @@ def _content_parts(content: Sequence[Any]) -> tuple[list[str], list[str]]:
     return parts, links
 
 
-def _schema_failure(data: Any, schema: Any, validate: Callable[[Any, dict[str, Any]], None]) -> str | None:
-    """Why ``data`` fails its output schema (``None``: it passes)."""
-    import jsonschema
-
+def output_failure(result: Any, definition: Mapping[str, Any]) -> str | None:
+    """Why ``result``'s structured content fails the pinned output schema (``None``: it passes,
+    or there is no schema, or the result is an error). The host's one engine checks it, its work
+    bounded (``tether.core._work``): slow for a large result, so callers run it off the event
+    loop (``checked_output``)."""
+    schema = definition.get("outputSchema")
+    if schema is None or result.is_error:
+        return None
     try:
-        validate(data, schema)
-    except jsonschema.ValidationError as err:
-        return str(err.message)
-    except jsonschema.SchemaError as err:
-        return f"invalid output schema: {err.message}"
-    except Exception as err:  # e.g. a $ref that does not resolve (never fetched)
+        validate(schema, result.structured_content)
+    except SchemaViolation as err:
+        return str(err)
+    except UnusableSchema as err:
+        return f"invalid output schema: {err}"
+    except Exception as err:  # what the engine does not foresee is still the server's doing
         return f"unusable output schema: {type(err).__name__}"
     return None
+
+
+async def checked_output(result: Any, definition: Mapping[str, Any]) -> str | None:
+    """``output_failure`` in a worker thread: a costly check (a large result, a schema that
+    multiplies its work) never stalls other servers, approvals or the console; a cancelled
+    call leaves it to finish within its budget."""
+    return await anyio.to_thread.run_sync(output_failure, result, definition, abandon_on_cancel=True)
 
 
 def convert_result(
     server: str,
     spec: ToolSpec,
     result: Any,
-    definition: Mapping[str, Any],
+    why: str | None,
     emit: Emit,
-    validate: Callable[[Any, dict[str, Any]], None],
     roots: Sequence[Path] = (),
 ) -> ToolOutput:
+    """What of ``result`` may enter context; ``why``: how its structured content failed the
+    output schema (``checked_output``), which makes it ``invalid_output``."""
     parts, links = _content_parts(result.content)
     raw = "\n".join(parts)
     data: Any = result.structured_content
-    output_schema = definition.get("outputSchema")
-    why = None if output_schema is None or result.is_error else _schema_failure(data, output_schema, validate)
     if why is not None:
         return invalid_output(server, spec, why, emit)
     if data is None and len(parts) == 1:

@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
-
+from tether.core._schema import UnusableSchema, compile_schema
 from tether.mcp._addressed import addressed_instruction
 from tether.mcp._clean import hidden_kind
 
@@ -351,12 +350,16 @@ def scan_text(
 
 
 @functools.lru_cache(maxsize=256)
-def _schema_problem(schema: str) -> str | None:
-    """Why a schema (canonical JSON) is not valid JSON Schema; cached: tools often share one."""
+def _schema_problem(schema: str, intake: bool) -> str | None:
+    """Why the host could not use a schema (canonical JSON): compiled by its one engine, as a
+    call would (its own dialect's meta-schema: a draft-07 schema is no invalid 2020-12 one);
+    cached: tools often share one. A reference outside it is ``remote_ref``'s finding."""
     try:
-        jsonschema.Draft202012Validator.check_schema(json.loads(schema))
-    except jsonschema.SchemaError as err:
-        return str(err.message)[:120]
+        compile_schema(json.loads(schema), intake=intake)
+    except UnusableSchema as err:
+        if "points outside the schema" in str(err):
+            return None
+        return str(err).removeprefix("invalid schema at ")[:160]
     return None
 
 
@@ -383,7 +386,8 @@ def scan_definition(
         schema = definition.get(key)
         if schema is None:
             continue
-        if (problem := _schema_problem(json.dumps(schema, sort_keys=True, default=str))) is not None:
+        text = json.dumps(schema, sort_keys=True, default=str)
+        if (problem := _schema_problem(text, key == "inputSchema")) is not None:
             findings.append(Finding(name, "invalid_schema", key, problem))
         refs = sorted({v for w, v in strings(schema, key) if w.endswith(".$ref") and not v.startswith("#")})
         if refs:
