@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from tether.durable._steps import DurableSteps, step_options
 from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
-from tether.runners._scope import close_built, current_app, resume_point
+from tether.runners._scope import close_built, current_app, resume_claim, resume_point
 from tether.runs._checkpoint import CheckpointError
 from tether.stores._url import parse_url
 
@@ -164,12 +165,22 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             "detail": f"{type(err).__name__}: {err}",
         }
     steps = DurableSteps()
+    claim = AsyncExitStack()  # the resume claim, held until the run stops
     try:
         await host.start()
         if op == "resume":
             approvals = host.approvals
             if approvals is None:
                 return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
+            try:  # one resumer of a run at a time, whichever process (a console, tether resume)
+                await claim.enter_async_context(resume_claim(approvals.store, run_id, host.clock))
+            except ApprovalError as err:
+                return {
+                    **base,
+                    "stop_reason": "",
+                    "detail": f"cannot resume {run_id}: {err}",
+                    "error": err.reason,
+                }
 
             traces = getattr(rt.stores, "traces", None)
 
@@ -210,6 +221,8 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
         steps.attach(loop)
         result = await loop.run()
     finally:
+        with anyio.CancelScope(shield=True):
+            await claim.aclose()
         await close_built(host, agent)
     # The calls that did not run and succeed: an accepted run exits as `tether run` would.
     problems = call_problems(result)
