@@ -393,6 +393,7 @@ sessions = Table(
     Column("id_hash", Text, primary_key=True),
     Column("user", Text, ForeignKey("users.name"), nullable=False),
     *_texts("csrf", "created_at", "expires_at"),
+    Column("seen_at", Text),  # its last request (the idle timeout); none before it was recorded
 )
 
 audit = _history(
