@@ -249,7 +249,7 @@ def _claim_resume(
         hold = ResumeHold(**held._mapping)
         # Its own claim again: a release that failed (one resume at a time in a process).
         if hold.owner != owner and not gone(conn, hold, now + ahead):
-            raise ApprovalError("run_busy", f"run {run_id} is being resumed now (by {hold.owner})")
+            raise ApprovalError("run_busy", f"run {run_id} is being resumed now, by another process")
         conn.execute(delete(R).where(R.c.run_id == run_id))
     values = {"run_id": run_id, "owner": owner, "updated_at": now, "lease_until": lease_until + ahead}
     conn.execute(R.insert(), values)
