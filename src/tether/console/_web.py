@@ -73,6 +73,8 @@ def check_secret_key(key: bytes) -> bytes:
     return key
 
 
+_RESOLVED = "tether.principal"  # the ASGI scope's key for the principal ``signed_in`` found
+
 # Passwords and tokens hashed at once (each scrypt is about 16 MiB and tens of milliseconds).
 HASHING_THREADS = 4
 
@@ -152,14 +154,22 @@ class Gate:
         return self._hashing
 
     async def signed_in(self, request: Request) -> bool:
-        """Whether the request comes with a session or API token that is valid now."""
+        """Whether the request comes with a session or API token that is valid now (what
+        ``principal`` then answers for it, without looking again: a wrong token counts once)."""
         try:
-            return await self.principal(request) is not None
-        except AuthError:
-            return False
+            found: Principal | AuthError | None = await self.principal(request)
+        except AuthError as err:
+            found = err
+        request.scope[_RESOLVED] = found
+        return isinstance(found, Principal)
 
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
+        if _RESOLVED in request.scope:
+            found = request.scope[_RESOLVED]
+            if isinstance(found, AuthError):
+                raise found
+            return found if isinstance(found, Principal) else None
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, token = header.partition(" ")
