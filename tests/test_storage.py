@@ -333,7 +333,14 @@ def test_the_approval_store_protocol_is_the_union_of_its_concerns_all_async() ->
         seam: {n for n in vars(seam) if not n.startswith("_")}
         for seam in (ProposalStore, EffectLedger, CheckpointStore)
     }
-    assert seams[CheckpointStore] == {"save_checkpoint", "load_checkpoint", "list_checkpoints"}
+    assert seams[CheckpointStore] == {
+        "save_checkpoint",
+        "load_checkpoint",
+        "list_checkpoints",
+        "claim_resume",
+        "renew_resume",
+        "release_resume",
+    }
     assert "claim" in seams[EffectLedger] and "decide" in seams[ProposalStore]
     assert not (seams[ProposalStore] & seams[EffectLedger])  # each method has one concern
     union = set().union(*seams.values())

@@ -104,6 +104,7 @@ class Console(Stores):
         key: bytes = KEY,
         config: Path | None = None,
         trusted_proxy: str = "",
+        max_requests: int | None = None,
         **options: Any,
     ) -> tuple[str, int]:
         """One more console (as ``tether serve`` runs it) over this world's stores, or over
@@ -111,7 +112,7 @@ class Console(Stores):
         ``--trusted-proxy``: its X-Forwarded-For is believed); its base URL and port."""
         import uvicorn
 
-        from tether.cli._commands.serve import deadline_protocol
+        from tether.cli._commands.serve import server_options
 
         w = self.world
         users = UserStore(users_db or w.users_db, scrypt_n=2**10)
@@ -128,7 +129,7 @@ class Console(Stores):
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         config = uvicorn.Config(
-            app, log_level="warning", server_header=False, http=deadline_protocol(), lifespan="on",
+            app, **server_options(*([max_requests] if max_requests else [])), lifespan="on",
             proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or None,
         )  # fmt: skip
         server = uvicorn.Server(config)

@@ -236,7 +236,7 @@ async def test_proposals_survive_reopening_the_store(tmp_path: Path) -> None:
     names = [
         r[0] for r in sqlite3.connect(tmp_path / "a.db").execute("SELECT name FROM _migrations ORDER BY 1")
     ]
-    assert names == ["approvals.001_tables"]
+    assert names == ["approvals.001_tables", "approvals.002_resume_claims"]
 
 
 @pytest.mark.spec("T5")

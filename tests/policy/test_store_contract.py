@@ -62,7 +62,7 @@ async def test_store_satisfies_the_protocol_and_every_method_is_async(store: App
     Approvals(store)  # accepted at wiring: nothing missing, nothing blocking
     seams = (ProposalStore, EffectLedger, CheckpointStore)
     names = {n for seam in seams for n, v in vars(seam).items() if inspect.iscoroutinefunction(v)}
-    assert len(names) == 18
+    assert len(names) == 21  # with the resume claim: claim_resume, renew_resume, release_resume
     assert all(inspect.iscoroutinefunction(getattr(store, n)) for n in names)
 
 

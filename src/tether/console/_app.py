@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 from jinja2 import Environment
 from starlette.applications import Starlette
+from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
@@ -26,6 +27,9 @@ from tether.errors import ConfigError
 __all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
 
 MAX_BODY = 256 * 1024
+# The most a request not signed in may send (the sign-in form; the others' bodies are never read).
+MAX_ANONYMOUS_BODY = 16 * 1024
+SIGN_IN = "/login"
 # Seconds a client has to send a request's headers (``tether serve`` closes the connection), then
 # its body (408): a client that trickles bytes (slowloris) holds nothing for long.
 REQUEST_DEADLINE = 10.0
@@ -75,11 +79,17 @@ def _host_name(value: bytes) -> str:
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
     rebinding); the body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
-    within ``REQUEST_DEADLINE`` seconds (408); every response gets ``PROTECTIVE_HEADERS``; the
-    client's address is kept for the audit entries; a WebSocket handshake is refused (404)."""
+    within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
+    a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
+    else's body is never read, the app answers it as it answers any request not signed in;
+    every response gets ``PROTECTIVE_HEADERS``; the client's address is kept for the audit
+    entries; a WebSocket handshake is refused (404)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS) -> None:
+    def __init__(
+        self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS, gate: Gate | None = None
+    ) -> None:
         self.app = app
+        self.gate = gate
         # Each entry is read as a Host header (its port ignored); one that is no host is an error.
         names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
         if bad := [entry for entry, name in names.items() if not name]:
@@ -110,13 +120,17 @@ class Guard:
         client = scope.get("client")
         CLIENT.set(str(client[0]) if client else "")
         declared = headers.get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
-            await PlainTextResponse("request body too large", status_code=413)(scope, receive, wrapped)
-            return
         if declared in (None, b"0") and scope.get("method") not in ("POST", "PUT", "PATCH", "DELETE"):
             await self.app(scope, receive, wrapped)  # no body
             return
-        body = await _read_body(receive)
+        limit = await self._limit(scope)
+        if limit == 0:  # not signed in: the app refuses it without its body (never read)
+            await self.app(scope, _no_body, wrapped)
+            return
+        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+            await PlainTextResponse("request body too large", status_code=413)(scope, receive, wrapped)
+            return
+        body = await _read_body(receive, limit)
         if isinstance(body, int):
             if body:  # nothing to answer when the client has gone
                 message = "request body too large" if body == 413 else "request body too slow"
@@ -133,6 +147,18 @@ class Guard:
 
         await self.app(scope, replay, wrapped)
 
+    async def _limit(self, scope: Scope) -> int:
+        """The most of this request's body that is read: 0 for a request not signed in."""
+        if self.gate is None:
+            return MAX_BODY
+        if scope.get("path") == SIGN_IN:
+            return MAX_ANONYMOUS_BODY
+        return MAX_BODY if await self.gate.signed_in(Request(scope)) else 0
+
+
+async def _no_body() -> Message:
+    return {"type": "http.request", "body": b"", "more_body": False}
+
 
 async def _refuse_websocket(scope: Scope, send: Send) -> None:
     """A plain 404 with the protective headers where the server lets the app answer a handshake
@@ -145,7 +171,7 @@ async def _refuse_websocket(scope: Scope, send: Send) -> None:
     await send({"type": "websocket.http.response.body", "body": b"not found"})
 
 
-async def _read_body(receive: Receive) -> bytes | int:
+async def _read_body(receive: Receive, limit: int = MAX_BODY) -> bytes | int:
     """The whole body, or the status that refuses it (413, 408); 0 if the client went away."""
     chunks: list[bytes] = []
     seen = 0
@@ -156,7 +182,7 @@ async def _read_body(receive: Receive) -> bytes | int:
                 return 0
             chunk = message.get("body", b"")
             seen += len(chunk)
-            if seen > MAX_BODY:
+            if seen > limit:
                 return 413
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -189,4 +215,4 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.console = console
-    return Guard(app, allowed_hosts)
+    return Guard(app, allowed_hosts, console.gate)

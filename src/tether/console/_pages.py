@@ -183,15 +183,25 @@ class _Pages:
     def render(
         self, request: Request, name: str, principal: Principal | None, code: int = 200, **ctx: Any
     ) -> Response:
+        notice = self.gate.notice(request, principal)
         html = self.env.get_template(name).render(
             me=principal,
             csrf=principal.csrf if principal else None,
             path=request.url.path,
-            notice=NOTICES.get(request.query_params.get("done", "")),
+            notice=NOTICES.get(notice),
             has_servers=self.sources.mcp_config is not None,
             **ctx,
         )
-        return HTMLResponse(html, status_code=code)
+        response = HTMLResponse(html, status_code=code)
+        if notice:
+            self.gate.forget_notice(response)  # said once
+        return response
+
+    def done(self, me: Principal, path: str, notice: str) -> Response:
+        """The redirect after a change, to ``path``, which says ``notice`` there to ``me`` once."""
+        response = RedirectResponse(quote(path, safe="/"), status_code=303)
+        self.gate.flash(response, me, path, notice)
+        return response
 
     def problem(
         self, request: Request, principal: Principal | None, status: int, title: str, message: str
@@ -257,7 +267,10 @@ class _Pages:
             else:
                 try:
                     await anyio.to_thread.run_sync(
-                        self.sources.users.authenticate, name, form_value(form, "password", 1024)
+                        self.sources.users.authenticate,
+                        name,
+                        form_value(form, "password", 1024),
+                        limiter=self.gate.hashing,
                     )
                 except AuthError:
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
@@ -320,7 +333,7 @@ class _Pages:
             reason=form_value(form, "reason", 2000),
             content_hash=form_value(form, "content_hash", 100) or None,
         )
-        return RedirectResponse(f"/approvals/{quote(done.id)}?done={done.status}", status_code=303)
+        return self.done(me, f"/approvals/{done.id}", str(done.status))
 
     async def questions(self, request: Request, me: Principal) -> Response:
         pending = await elicitations_view.pending(self.sources, me)
@@ -345,7 +358,7 @@ class _Pages:
                     request, "elicitation.html", me, 400, q=view, problems=problems, values=values
                 )
         await elicitations_view.answer(self.sources, me, eid, action, content)
-        return RedirectResponse("/elicitations?done=answered", status_code=303)
+        return self.done(me, "/elicitations", "answered")
 
     async def servers(self, request: Request, me: Principal) -> Response:
         tenant = self.sources.mcp_config.host.tenant if self.sources.mcp_config else ""
@@ -417,7 +430,7 @@ class _Pages:
         run_id = request.path_params["run_id"]
         summary = await resume_run(self.sources, me, run_id)
         done = "resume_enqueued" if summary.get("enqueued") else "resumed"
-        return RedirectResponse(f"/runs/{quote(run_id)}?done={done}", status_code=303)
+        return self.done(me, f"/runs/{run_id}", done)
 
     async def rules(self, request: Request, me: Principal) -> Response:
         return self.render(request, "rules.html", me, rules=RULES)

@@ -50,7 +50,8 @@ __all__ = [
 
 ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
-SESSION_TTL = timedelta(hours=12)
+SESSION_TTL = timedelta(hours=12)  # a session ends this long after sign-in, however busy
+SESSION_IDLE = timedelta(minutes=30)  # and this long after its last request (``session_idle``)
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
 MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
@@ -215,10 +216,15 @@ class UserStore:
     """Accounts, grants, tokens, sessions and the audit log in the SQLite file at ``path``.
     ``scrypt_n``: the cost of new hashes (each records its own, so old ones stay verifiable)."""
 
-    def __init__(self, path: str | Path, *, scrypt_n: int = _SCRYPT_N) -> None:
+    def __init__(
+        self, path: str | Path, *, scrypt_n: int = _SCRYPT_N, session_idle: timedelta = SESSION_IDLE
+    ) -> None:
         if scrypt_n < 2**10 or scrypt_n & (scrypt_n - 1):
             raise ValueError("scrypt_n must be a power of two of at least 1024")
+        if not timedelta(0) < session_idle <= SESSION_TTL:
+            raise ValueError(f"session_idle must be more than 0 and at most {SESSION_TTL}")
         self.scrypt_n = scrypt_n
+        self.session_idle = session_idle
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = Database.sqlite(self.path)  # the one connection discipline (storage.py)
@@ -387,23 +393,34 @@ class UserStore:
         with self._tx() as conn:
             conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (_ts(now),))
             conn.execute(
-                "INSERT INTO sessions VALUES (?, ?, ?, ?, ?)",
-                (_digest(raw), name, secrets.token_urlsafe(32), _ts(now), _ts(now + SESSION_TTL)),
+                "INSERT INTO sessions (id_hash, user, csrf, created_at, expires_at, seen_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (_digest(raw), name, secrets.token_urlsafe(32), _ts(now), _ts(now + SESSION_TTL), _ts(now)),
             )
         return raw
 
     def principal_for_session(self, raw: str) -> Principal | None:
+        """The session's principal; ``None`` once it expired, its person was disabled, or it
+        went unused for ``session_idle`` (it ends then: a cookie left in an idle browser)."""
+        digest = _digest(raw)
         rows = self._read(
-            "SELECT s.user, s.csrf, s.expires_at, u.disabled FROM sessions s JOIN users u ON u.name = s.user"
-            " WHERE s.id_hash = ?",
-            (_digest(raw),),
+            "SELECT s.user, s.csrf, s.expires_at, s.seen_at, s.created_at, u.disabled FROM sessions s"
+            " JOIN users u ON u.name = s.user WHERE s.id_hash = ?",
+            (digest,),
         )
         if not rows:
             return None
-        user, csrf, expires, disabled = rows[0]
-        if disabled or datetime.fromisoformat(expires) <= _now():
+        user, csrf, expires, seen, created, disabled = rows[0]
+        now = _now()
+        idle = now - datetime.fromisoformat(seen or created)
+        if disabled or datetime.fromisoformat(expires) <= now:
             return None
-        return Principal(user, self.grants(user), via="session", csrf=csrf, session=_digest(raw))
+        if idle >= self.session_idle:
+            self.end_session(digest)
+            return None
+        if idle >= min(self.session_idle / 10, timedelta(minutes=1)):  # not a write per request
+            self._write("UPDATE sessions SET seen_at = ? WHERE id_hash = ?", (_ts(now), digest))
+        return Principal(user, self.grants(user), via="session", csrf=csrf, session=digest)
 
     def end_session(self, session_digest: str) -> None:
         self._write("DELETE FROM sessions WHERE id_hash = ?", (session_digest,))

@@ -73,6 +73,11 @@ def check_secret_key(key: bytes) -> bytes:
     return key
 
 
+_RESOLVED = "tether.principal"  # the ASGI scope's key for the principal ``signed_in`` found
+
+# Passwords and tokens hashed at once (each scrypt is about 16 MiB and tens of milliseconds).
+HASHING_THREADS = 4
+
 # The session cookie's name up to 19cb230, still read over plain HTTP (sessions survive an
 # upgrade); only one signed with this console's key is taken, like any other.
 LEGACY_SESSION_COOKIE = "tether_session"
@@ -128,22 +133,51 @@ class Gate:
         self._session = Signer(self.secret_key, salt="tether-console-session")
         self._login = Signer(self.secret_key, salt="tether-console-login")
         self._device = Signer(self.secret_key, salt="tether-console-device")
+        self._notice = Signer(self.secret_key, salt="tether-console-notice")
+        self._hashing: anyio.CapacityLimiter | None = None
         self.session_cookie, self.login_cookie = cookie_names(self.secret_key, secure=self.secure_cookies)
         self.device_cookie = self.login_cookie.replace("tether_login_", "tether_device_")
+        self.notice_cookie = self.login_cookie.replace("tether_login_", "tether_notice_")
         # Over HTTPS only the ``__Host-`` name: a sibling subdomain can set the old one for the
         # whole site (a cookie with Domain=), and so sign a browser in as another person.
         self._session_names: tuple[str, ...] = (self.session_cookie,)
         if not self.secure_cookies:
             self._session_names += (LEGACY_SESSION_COOKIE,)
 
+    @property
+    def hashing(self) -> anyio.CapacityLimiter:
+        """The worker threads scrypt runs on (sign-in, a token's first use), apart from anyio's
+        default ones every other request's work shares: a flood of slow requests never holds
+        sign-in up, and a flood of sign-ins takes at most these."""
+        if self._hashing is None:
+            self._hashing = anyio.CapacityLimiter(HASHING_THREADS)
+        return self._hashing
+
+    async def signed_in(self, request: Request) -> bool:
+        """Whether the request comes with a session or API token that is valid now (what
+        ``principal`` then answers for it, without looking again: a wrong token counts once)."""
+        try:
+            found: Principal | AuthError | None = await self.principal(request)
+        except AuthError as err:
+            found = err
+        request.scope[_RESOLVED] = found
+        return isinstance(found, Principal)
+
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
+        if _RESOLVED in request.scope:
+            found = request.scope[_RESOLVED]
+            if isinstance(found, AuthError):
+                raise found
+            return found if isinstance(found, Principal) else None
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, token = header.partition(" ")
             if scheme.lower() != "bearer" or not token.strip():
                 raise AuthError("bad_token", "use Authorization: Bearer <token>")
-            return await anyio.to_thread.run_sync(self.users.principal_for_token, token.strip())
+            return await anyio.to_thread.run_sync(
+                self.users.principal_for_token, token.strip(), limiter=self.hashing
+            )
         for raw in self._presented(request):
             return self.users.principal_for_session(raw)
         return None
@@ -239,6 +273,28 @@ class Gate:
             return None
         who, _, nonce = value.partition(":")  # a user name holds no ':'
         return f"device:{nonce}" if who == name and nonce else None
+
+    def flash(self, response: Response, principal: Principal, path: str, notice: str) -> None:
+        """Say ``notice`` (a key of the pages' notices) once, on ``path``, to this session only:
+        a signed cookie naming the session and the page (a link's query string said it, so any
+        link showed "Approved." on any page, to anyone)."""
+        if principal.session:
+            value = f"{principal.session}|{path}|{notice}".encode()
+            self._cookie(response, self.notice_cookie, self._notice.sign(value), 300)
+
+    def notice(self, request: Request, principal: Principal | None) -> str:
+        """The notice ``flash`` left for this session on this page, or ``""``."""
+        try:
+            value = self._notice.unsign(request.cookies.get(self.notice_cookie) or "").decode()
+        except (BadSignature, UnicodeDecodeError):
+            return ""
+        session, _, rest = value.partition("|")
+        path, _, notice = rest.rpartition("|")
+        ours = principal is not None and bool(principal.session) and session == principal.session
+        return notice if ours and path == request.url.path else ""
+
+    def forget_notice(self, response: Response) -> None:
+        self._forget(response, self.notice_cookie)
 
     def login_ok(self, request: Request, supplied: str | None) -> bool:
         cookie = request.cookies.get(self.login_cookie, "")

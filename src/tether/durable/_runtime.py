@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ from tether.durable._steps import DurableSteps, step_options
 from tether.durable._views import UNREADABLE
 from tether.errors import ApprovalError
 from tether.runners._loop import AgentLoop
-from tether.runners._scope import close_built, current_app, resume_point
+from tether.runners._scope import close_built, current_app, resume_claim, resume_point
 from tether.runs._checkpoint import CheckpointError
 from tether.stores._url import parse_url
 
@@ -164,57 +165,80 @@ async def execute(request: Mapping[str, Any]) -> dict[str, Any]:
             "detail": f"{type(err).__name__}: {err}",
         }
     steps = DurableSteps()
+    claim = AsyncExitStack()  # the resume claim, held until the run stops
     try:
         await host.start()
         if op == "resume":
             approvals = host.approvals
             if approvals is None:
                 return {**base, "stop_reason": str(StopReason.INTERNAL_ERROR), "detail": "no approval store"}
-
-            traces = getattr(rt.stores, "traces", None)
-
-            async def load() -> dict[str, Any] | None:
-                cp = await approvals.store.load_checkpoint(run_id)
-                if cp is None:
-                    return None
-                # How many of the run's events the trace index holds now: the resumed run numbers
-                # its events after them (recorded, so a recovery numbers them the same way).
-                seen = len(await _indexed(traces, run_id)) if traces is not None else 0
+            try:  # one resumer of a run at a time, whichever process (a console, tether resume)
+                await claim.enter_async_context(resume_claim(approvals.store, run_id, host.clock))
+            except ApprovalError as err:
                 return {
-                    "state": cp.state,
-                    "status": cp.status,
-                    "app": cp.app,
-                    "stop_reason": cp.stop_reason,
-                    "trace_events": seen,
+                    **base,
+                    "stop_reason": "",
+                    "detail": f"cannot resume {run_id}: {err}",
+                    "error": err.reason,
                 }
 
-            cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
-            try:
-                point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
-            except ApprovalError as err:
-                why = f"cannot resume {run_id}: {err}"
-                return {**base, "stop_reason": "", "detail": why, "error": "not_paused"}
-            assert cp is not None  # resume_point refuses a missing checkpoint
-            try:
-                loop = AgentLoop(host, agent, resume=point, steps=steps)
-            except CheckpointError as err:
-                # Another release's format (a later one's, beside this one or after a rollback):
-                # nothing is run or written; the run stays paused for a worker that reads it.
-                why = f"cannot resume {run_id} on this release: {err}"
-                return {**base, "stop_reason": "", "detail": why, "error": UNREADABLE}
-            if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
-                await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
+            resumed = await _resumed_loop(host, agent, rt, run_id, steps)
+            if isinstance(resumed, dict):
+                return {**base, "stop_reason": "", **resumed}
+            loop = resumed
         else:
             context = context_from_json(request["context"])
             loop = AgentLoop(host, agent, str(request["objective"]), context, run_id=run_id, steps=steps)
         steps.attach(loop)
         result = await loop.run()
     finally:
+        with anyio.CancelScope(shield=True):
+            await claim.aclose()
         await close_built(host, agent)
     # The calls that did not run and succeed: an accepted run exits as `tether run` would.
     problems = call_problems(result)
     summary = {**base, **result.summary(), "tenant": loop.state.context.tenant, "problems": problems}
     return {**summary, "replayed_steps": steps.replayed, "live_steps": steps.ran}
+
+
+async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: DurableSteps) -> Any:
+    """The agent loop continuing ``run_id`` from its checkpoint (loaded as a recorded step), or
+    why it cannot be continued (``detail`` and ``error``, a dict)."""
+    from dbos import DBOS
+
+    approvals = host.approvals
+    traces = getattr(rt.stores, "traces", None)
+
+    async def load() -> dict[str, Any] | None:
+        cp = await approvals.store.load_checkpoint(run_id)
+        if cp is None:
+            return None
+        # How many of the run's events the trace index holds now: the resumed run numbers
+        # its events after them (recorded, so a recovery numbers them the same way).
+        seen = len(await _indexed(traces, run_id)) if traces is not None else 0
+        return {
+            "state": cp.state,
+            "status": cp.status,
+            "app": cp.app,
+            "stop_reason": cp.stop_reason,
+            "trace_events": seen,
+        }
+
+    cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
+    try:
+        point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+    except ApprovalError as err:
+        return {"detail": f"cannot resume {run_id}: {err}", "error": "not_paused"}
+    assert cp is not None  # resume_point refuses a missing checkpoint
+    try:
+        loop = AgentLoop(host, agent, resume=point, steps=steps)
+    except CheckpointError as err:
+        # Another release's format (a later one's, beside this one or after a rollback):
+        # nothing is run or written; the run stays paused for a worker that reads it.
+        return {"detail": f"cannot resume {run_id} on this release: {err}", "error": UNREADABLE}
+    if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
+        await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])
+    return loop
 
 
 @dataclass(frozen=True)

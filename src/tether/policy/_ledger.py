@@ -19,13 +19,26 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from tether.policy._intake import canonical_json
-from tether.policy._store import LedgerEntry
 
-__all__ = ["EffectOutcome", "Reconciler", "idempotency_key", "on_this_host", "owner_dead", "released"]
+__all__ = ["EffectOutcome", "Held", "Reconciler", "idempotency_key", "on_this_host", "owner_dead", "released"]
 
 
 _PROCESS_TOKEN = uuid.uuid4().hex[:12]
 _HOST = socket.gethostname()
+
+
+class Held(Protocol):
+    """What a process holds in a store (a ledger entry, a run's resume claim): its owner
+    (``host:pid:token``), when it last changed and until when its lease runs."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def updated_at(self) -> datetime: ...
+
+    @property
+    def lease_until(self) -> datetime: ...
 
 
 class Reconciler(Protocol):
@@ -92,14 +105,14 @@ def on_this_host(owner: str) -> bool:
     return host == _HOST and rest.partition(":")[0].isdigit()
 
 
-def released(entry: LedgerEntry) -> bool:
+def released(entry: Held) -> bool:
     """Whether the entry's owner let go of it (a call that failed mid-way, an escalation): its
     lease set to no later than its last update, as every release writes it."""
     return entry.lease_until <= entry.updated_at
 
 
-def owner_dead(entry: LedgerEntry, now: datetime) -> bool:
-    """Whether the process that owns a ledger entry is gone (or let go of it).
+def owner_dead(entry: Held, now: datetime) -> bool:
+    """Whether the process that owns a ledger entry (or a resume claim) is gone (or let go of it).
 
     On another machine only its lease tells: run out by ``now``. On this machine its process
     tells, whatever the wall clock says: gone, or another process under its pid (its start tick

@@ -17,10 +17,10 @@ from dataclasses import fields
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, select, text, update
+from sqlalchemy import Connection, Row, bindparam, delete, select, text, update
 
 from tether.errors import ApprovalError
-from tether.policy._ledger import on_this_host, released
+from tether.policy._ledger import Held, on_this_host, released
 from tether.policy._store import (
     ApprovalEvent,
     Checkpoint,
@@ -29,14 +29,16 @@ from tether.policy._store import (
     LedgerStatus,
     NewProposal,
     ProposalStatus,
+    ResumeHold,
     StoredProposal,
 )
 from tether.sql._database import SqlStore
 from tether.sql._tables import approval_events as E
 from tether.sql._tables import effect_ledger as L
+from tether.sql._tables import lock, upsert_for, utc
 from tether.sql._tables import proposals as P
 from tether.sql._tables import run_checkpoints as C
-from tether.sql._tables import upsert_for, utc
+from tether.sql._tables import run_resumes as R
 
 __all__ = ["SqlApprovalStore"]
 
@@ -207,8 +209,8 @@ def _db_clock(conn: Connection, now: datetime) -> timedelta:
 
 def _gone(
     conn: Connection,
-    entry: LedgerEntry,
-    owner_dead: Callable[[LedgerEntry, datetime], bool],
+    entry: Held,
+    owner_dead: Callable[[Any, datetime], bool],
     now: datetime,
     worker_gone: WorkerGone | None,
 ) -> bool:
@@ -229,6 +231,29 @@ def _ledger_where(conn: Connection, *where: Any) -> list[LedgerEntry]:
 def _load_checkpoint(conn: Connection, run_id: str) -> Checkpoint | None:
     row = conn.execute(select(C).where(C.c.run_id == run_id)).first()
     return _checkpoint(row) if row is not None else None
+
+
+def _claim_resume(
+    conn: Connection,
+    run_id: str,
+    owner: str,
+    lease_until: datetime,
+    now: datetime,
+    gone: Callable[[Connection, ResumeHold, datetime], bool],
+) -> Checkpoint | None:
+    """Take ``run_id``'s resume claim for ``owner`` (see ``claim_resume``); its checkpoint."""
+    lock(conn, f"tether_resume:{run_id}")  # two first claimers of a run: one waits for the other
+    ahead = _db_clock(conn, now)
+    held = conn.execute(select(R).where(R.c.run_id == run_id)).first()
+    if held is not None:
+        hold = ResumeHold(**held._mapping)
+        # Its own claim again: a release that failed (one resume at a time in a process).
+        if hold.owner != owner and not gone(conn, hold, now + ahead):
+            raise ApprovalError("run_busy", f"run {run_id} is being resumed now, by another process")
+        conn.execute(delete(R).where(R.c.run_id == run_id))
+    values = {"run_id": run_id, "owner": owner, "updated_at": now, "lease_until": lease_until + ahead}
+    conn.execute(R.insert(), values)
+    return _load_checkpoint(conn, run_id)
 
 
 def _list_checkpoints(conn: Connection, status: str | None) -> list[Checkpoint]:
@@ -453,6 +478,38 @@ class SqlApprovalStore(SqlStore):
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None:
         return await self.db.read(_load_checkpoint, run_id)
+
+    async def claim_resume(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[ResumeHold, datetime], bool],
+    ) -> Checkpoint | None:
+        worker_gone = self._worker_gone()
+
+        def gone(conn: Connection, hold: ResumeHold, at: datetime) -> bool:
+            return _gone(conn, hold, owner_dead, at, worker_gone)
+
+        return await self.db.write(_claim_resume, run_id, owner, lease_until, now, gone)
+
+    async def renew_resume(self, run_id: str, *, owner: str, lease_until: datetime, now: datetime) -> bool:
+        def renew(conn: Connection) -> bool:
+            until = lease_until + _db_clock(conn, now)
+            mine = (R.c.run_id == run_id) & (R.c.owner == owner)
+            return bool(
+                conn.execute(update(R).where(mine).values(updated_at=now, lease_until=until)).rowcount
+            )
+
+        return await self.db.write(renew)
+
+    async def release_resume(self, run_id: str, *, owner: str) -> None:
+        def release(conn: Connection) -> None:
+            conn.execute(delete(R).where(R.c.run_id == run_id, R.c.owner == owner))
+
+        await self.db.write(release)
 
     async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
         """The checkpoints (with ``status`` only, if given), least recently updated first."""

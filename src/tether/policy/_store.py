@@ -31,6 +31,7 @@ __all__ = [
     "NewProposal",
     "ProposalStatus",
     "ProposalStore",
+    "ResumeHold",
     "StoredProposal",
 ]
 
@@ -121,6 +122,17 @@ class Checkpoint:
     status: str  # paused | resumed | finished
     updated_at: datetime
     stop_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeHold:
+    """Who is resuming a run: a process (``owner``, as the effect ledger names one) whose lease
+    runs until ``lease_until`` (renewed while it runs)."""
+
+    run_id: str
+    owner: str
+    updated_at: datetime
+    lease_until: datetime
 
 
 @runtime_checkable
@@ -235,6 +247,29 @@ class CheckpointStore(Protocol):
         ...
 
     async def load_checkpoint(self, run_id: str) -> Checkpoint | None: ...
+
+    async def claim_resume(
+        self,
+        run_id: str,
+        *,
+        owner: str,
+        lease_until: datetime,
+        now: datetime,
+        owner_dead: Callable[[ResumeHold, datetime], bool],
+    ) -> Checkpoint | None:
+        """Take the claim to resume ``run_id`` for ``owner`` and read its checkpoint, in one
+        transaction: one resumer at a time across every process sharing the store. A holder that
+        ``owner_dead`` says is gone is taken over. Raises ``ApprovalError("run_busy")`` while
+        another live one holds it."""
+        ...
+
+    async def renew_resume(self, run_id: str, *, owner: str, lease_until: datetime, now: datetime) -> bool:
+        """Extend ``owner``'s claim on ``run_id``; ``False`` if it no longer holds it."""
+        ...
+
+    async def release_resume(self, run_id: str, *, owner: str) -> None:
+        """Let go of ``owner``'s claim on ``run_id`` (nothing if another holds it)."""
+        ...
 
     async def list_checkpoints(self, status: str | None = None) -> list[Checkpoint]:
         """The checkpoints (with ``status`` only, if given), least recently updated first."""

@@ -20,7 +20,7 @@ from tether.core.types import CallRecord, Observation
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
 from tether.models._base import ModelResponse, finish_problem
 from tether.policy._trusted import TrustedContext
-from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_point
+from tether.runners._scope import ResumePoint, RunScope, resume_claim, resume_point
 from tether.runs._checkpoint import pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
@@ -415,8 +415,8 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
     approvals = host.approvals
     if approvals is None:
         raise ApprovalError("no_store", "this host has no approval store to resume from")
-    async with one_resume_at_a_time(run_id):  # the checkpoint is read once the run is ours
-        point = resume_point(await approvals.store.load_checkpoint(run_id), run_id)
+    async with resume_claim(approvals.store, run_id, host.clock) as checkpoint:  # read once it is ours
+        point = resume_point(checkpoint, run_id)
         return await AgentLoop(host, agent, resume=point).run()
 
 

@@ -9,13 +9,16 @@ by the chokepoint where it happens. ``resume_point`` is the one rule of what may
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -27,6 +30,7 @@ from tether.core.stop import StopReason
 from tether.core.types import CallRecord
 from tether.errors import ApprovalError, ConfigError
 from tether.policy._intake import canonical_json
+from tether.policy._ledger import _owner, owner_dead
 from tether.policy._trusted import TrustedContext
 from tether.runs._checkpoint import (
     CheckpointError,
@@ -52,9 +56,12 @@ __all__ = [
     "declare_secrets",
     "one_resume_at_a_time",
     "rebuild",
+    "resume_claim",
     "resume_point",
     "resume_rebuilt",
 ]
+
+_log = logging.getLogger(__name__)
 
 # Stops a run may be continued from: nothing the host decided ended it.
 TRANSIENT: Final = frozenset({StopReason.MODEL_ERROR, StopReason.DEPENDENCY_UNAVAILABLE})
@@ -102,6 +109,51 @@ async def one_resume_at_a_time(run_id: str) -> AsyncIterator[None]:
     finally:
         with _RESUMING_LOCK:
             _RESUMING.discard(run_id)
+
+
+# How long a resume claim holds without renewal (a holder on another machine is gone once it runs
+# out; on this one its process tells) and how often a live resumer renews it.
+RESUME_LEASE_S = 60.0
+
+
+@asynccontextmanager
+async def resume_claim(store: Any, run_id: str, clock: Callable[[], datetime]) -> AsyncIterator[Any]:
+    """Hold ``run_id`` while it is resumed, in this process (``one_resume_at_a_time``) and in the
+    approval store every process shares (``claim_resume``: another console, ``tether resume``, a
+    durable worker): yields the checkpoint read under the claim. The claim is renewed while the
+    resume runs, let go of when it ends, and taken over once its holder died. Raises
+    ``ApprovalError("run_busy")`` while another live process resumes the run."""
+    async with one_resume_at_a_time(run_id):
+        owner = _owner()
+
+        def lease() -> tuple[datetime, datetime]:
+            now = clock()
+            return now, now + timedelta(seconds=RESUME_LEASE_S)
+
+        now, until = lease()
+        checkpoint = await store.claim_resume(
+            run_id, owner=owner, lease_until=until, now=now, owner_dead=owner_dead
+        )
+
+        stop = threading.Event()
+
+        def renew() -> None:  # on a thread of its own: no task or cancel scope of the resume's
+            while not stop.wait(RESUME_LEASE_S / 3):
+                now, until = lease()
+                try:
+                    anyio.run(
+                        functools.partial(store.renew_resume, run_id, owner=owner, lease_until=until, now=now)
+                    )
+                except Exception as err:  # the store is away: the next renewal tries again
+                    _log.warning("could not renew the resume claim on %s: %s", run_id, err)
+
+        threading.Thread(target=renew, name=f"tether-resume-{run_id}", daemon=True).start()
+        try:
+            yield checkpoint
+        finally:
+            stop.set()
+            with anyio.CancelScope(shield=True):
+                await store.release_resume(run_id, owner=owner)
 
 
 # Factories under the import paths earlier releases wrote in checkpoints (never rewritten).

@@ -225,6 +225,17 @@ run_checkpoints = Table(
     Index("run_checkpoints_status", "status"),
 )
 
+# Who resumes a run now: one holder across processes (``SqlApprovalStore.claim_resume``), taken
+# with the checkpoint it reads, deleted when the resume ends, taken over when its holder died.
+run_resumes = Table(
+    "run_resumes",
+    METADATA,
+    Column("run_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("updated_at", Instant, nullable=False),
+    Column("lease_until", Instant, nullable=False),
+)
+
 # -- MCP: pinned tool definitions and elicitation pauses ------------------------------------------
 
 pins = Table(
@@ -382,6 +393,7 @@ sessions = Table(
     Column("id_hash", Text, primary_key=True),
     Column("user", Text, ForeignKey("users.name"), nullable=False),
     *_texts("csrf", "created_at", "expires_at"),
+    Column("seen_at", Text),  # its last request (the idle timeout); none before it was recorded
 )
 
 audit = _history(
@@ -394,7 +406,7 @@ audit = _history(
 )
 
 CONCERNS: dict[str, tuple[Table, ...]] = {
-    "approvals": (proposals, approval_events, effect_ledger, run_checkpoints),
+    "approvals": (proposals, approval_events, effect_ledger, run_checkpoints, run_resumes),
     "pins": (pins, pin_history),
     "pauses": (elicitation_pauses,),
     "memory": (memory_records, memory_events, memory_conflicts),

@@ -8,6 +8,7 @@ import asyncio
 import ipaddress
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,36 @@ def register(sub: Any) -> None:
         " (repeatable; by default none are: any client could name another address and so evade"
         " the sign-in throttle or forge the audit log's client address)",
     )
+    p.add_argument(
+        "--max-requests",
+        type=int,
+        default=MAX_REQUESTS,
+        metavar="N",
+        help=f"requests served at once (default {MAX_REQUESTS}); past it a request is answered 503 at once",
+    )
+    p.add_argument(
+        "--session-idle",
+        type=float,
+        default=30.0,
+        metavar="MINUTES",
+        help="a session unused this long ends (default 30; sessions end 12 hours after sign-in anyway)",
+    )
     p.set_defaults(handler=run)
+
+
+# Requests (connections and their tasks) the console serves at once: a flood is answered 503, not
+# queued without bound on the threads and memory every other request needs.
+MAX_REQUESTS = 128
+
+
+def server_options(max_requests: int = MAX_REQUESTS) -> dict[str, Any]:
+    """uvicorn's settings for the console (``tether serve``, and the tests that serve it so)."""
+    return {
+        "log_level": "warning",
+        "server_header": False,
+        "http": deadline_protocol(),
+        "limit_concurrency": max_requests,
+    }
 
 
 def deadline_protocol() -> type[asyncio.Protocol]:
@@ -128,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
         from tether.console import create_app, deployment_sources, sqlite_sources
         from tether.console._app import LOOPBACK_HOSTS
+        from tether.console._users import UserStore
         from tether.console._web import load_secret_key
     except ImportError as err:
         print(
@@ -147,8 +178,14 @@ def run(args: argparse.Namespace) -> int:
     traces = args.traces
     if traces is None and args.config is None:
         traces = out / "traces"
+    if not (args.max_requests > 0 and 0 < args.session_idle <= 12 * 60):
+        print(
+            "tether serve: --max-requests must be positive, --session-idle 0 to 720 minutes", file=sys.stderr
+        )
+        return 2
     stores: dict[str, Any] = {
         "users_db": users_db,
+        "users": UserStore(users_db, session_idle=timedelta(minutes=args.session_idle)),
         "trace_dir": traces,
         "mcp_config": args.config,
         "allow_resume": not args.no_resume,  # a deployment's console too: --no-resume records only
@@ -160,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
             approvals_db = Path(args.db) if args.db else out / "approvals.db"
             sources = sqlite_sources(approvals_db=approvals_db, **stores)
     except (TetherError, OSError) as err:
+        stores["users"].close()
         print(f"tether serve: {err}", file=sys.stderr)
         return int(getattr(err, "exit", 1))  # 6: the deployment's server does not answer
     key_file = users_db.with_name(users_db.name + ".key")
@@ -181,9 +219,7 @@ def run(args: argparse.Namespace) -> int:
         app,
         host=args.host,
         port=args.port,
-        log_level="warning",
-        server_header=False,
-        http=deadline_protocol(),
+        **server_options(args.max_requests),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
     )
