@@ -37,7 +37,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date, undated_words
+from tether.policy._provenance_dates import DateMention, date_mentions, parse_date, priced, undated_words
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -145,7 +145,7 @@ class ProvenanceIndex(Steering):
         self._directory_links: set[str] = set()
         self._directory_sites: set[str] = set()
         self._dates: list[DateMention] | None = None
-        self._amounts: list[float] | None = None
+        self._amounts: list[tuple[float, str | None]] | None = None
         self._unfolded: dict[int, str] = {}
         self._stretches: dict[int, list[tuple[int, int, set[Written]]]] = {}
         self._into: dict[int, list[Written]] = {}
@@ -533,9 +533,14 @@ class ProvenanceIndex(Steering):
 
     @property
     def request_amounts(self) -> list[float]:
-        """The amounts of money the request states (``provenance_values.amounts``)."""
+        """The amounts of money the request states, whatever their currency."""
+        return [value for value, _ in self.request_sums]
+
+    @property
+    def request_sums(self) -> list[tuple[float, str | None]]:
+        """The request's amounts, each with its currency (``provenance_dates.priced``)."""
         if self._amounts is None:
-            self._amounts = amounts(self.objective)
+            self._amounts = priced(self.objective)
         return self._amounts
 
     def named_values(self, *, trust: Iterable[str] = (), fields: Iterable[str] = ()) -> list[Segment]:

@@ -14,7 +14,9 @@ may come from; an undeclared argument is a configuration error at load time
   (``named:<class>``) states, or the same day as another argument (``same_day_as``);
 * ``amount`` — at most the largest figure the request (``user``) or a named record's
   declared fields (``named``) state; with ``cumulative`` the run's executed calls of the
-  tool count towards it (no splitting into small payments);
+  tool count towards it (no splitting into small payments); ``currency`` (a code such as
+  ``EUR``, or the argument that carries it) makes only the request's figures in that currency,
+  or in none, bound it (``provenance_dates.bounding``);
 * ``option`` — an enumerated flag: ``safe`` values pass, others only when the request
   contains a phrase declared for that value (``requested_by``), else approval; likewise a
   tool with an effect and no arguments at all (marking mail as read) runs only when the
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core._names import name_set
-from tether.policy._provenance_labels import USER
+from tether.policy._provenance_labels import USER, split_values
 
 __all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
 
@@ -76,6 +78,7 @@ _KEYS = {
     "keys",
     "kind",
     "fill_from",
+    "currency",
 }
 
 
@@ -100,6 +103,7 @@ class ArgumentRule:
     keys: tuple[str, ...] = ()  # check only the leaves under these keys (attachments)
     kind: str | None = None  # the kind of destination (mailbox, account, link, channel, member…)
     fill_from: tuple[str, ...] = ()  # fields whose whole values may fill the user's template
+    currency: str | None = None  # an amount's currency: a code, or the argument that names it
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -116,6 +120,8 @@ class ArgumentRule:
             raise ValueError(f"{self.argument}: a date needs 'from' classes, 'same_day_as' or 'from: any'")
         if self.role == "amount" and not self.bound:
             raise ValueError(f"{self.argument}: an amount needs a 'bound' (user, named)")
+        if self.currency is not None and self.role != "amount":
+            raise ValueError(f"{self.argument}: only an amount has a 'currency'")
         if self.bound - {USER, "named"}:
             raise ValueError(f"{self.argument}: bound classes are user and named")
         if "template" in self.allow and not self.fill_from:
@@ -134,6 +140,32 @@ class ArgumentRule:
         if self.role == "option":
             return any(json.dumps(v) not in self.safe for v in values)
         return self.restricts and bool(values)
+
+    def choices(self, value: Any, schema: Any = None) -> list[Any]:
+        """What an option argument chooses, judged one by one: every value ``split_values``
+        finds, and every flag the tool receives inside a list or a mapping, also one a string
+        encodes as JSON (``{"visibility": "private", "public_link": true}`` chooses ``true``,
+        which is as much a choice as the string beside it)."""
+        found: list[Any] = list(split_values(value, schema))
+
+        def flags(v: Any) -> None:
+            if isinstance(v, bool):
+                found.append(v)
+            elif isinstance(v, Mapping):
+                for item in v.values():
+                    flags(item)
+            elif isinstance(v, list | tuple):
+                for item in v:
+                    flags(item)
+            elif isinstance(v, str) and v.strip()[:1] in "[{":
+                try:
+                    flags(json.loads(v))
+                except ValueError:
+                    return
+
+        if isinstance(value, Mapping | list | tuple | str):
+            flags(value)
+        return found
 
     @classmethod
     def from_dict(cls, argument: str, data: Mapping[str, Any]) -> ArgumentRule:
@@ -167,6 +199,7 @@ class ArgumentRule:
             keys=tuple(data.get("keys", ())),
             kind=str(data["kind"]) if data.get("kind") is not None else None,
             fill_from=tuple(map(str, data.get("fill_from", ()))),
+            currency=str(data["currency"]) if data.get("currency") is not None else None,
         )
 
 

@@ -23,7 +23,7 @@ from tether.core._confusables import check_name
 from tether.core._names import SEPARATOR, offered_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
-from tether.policy._provenance_dates import figure, parse_date
+from tether.policy._provenance_dates import bounding, figure, parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
     ROLES,
@@ -46,7 +46,7 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
-from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, with_defaults
+from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, paid_in, with_defaults
 from tether.policy._provenance_run import (
     ERROR,
     index_for,
@@ -399,8 +399,11 @@ class ProvenanceRules:
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
+        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
         if USER in rule.bound:
-            stated += [(f, "the request") for f in index.request_amounts]
+            currency = paid_in(rules, call, rule)
+            stated += [(f, "the request") for f in bounding(index.request_sums, currency)]
+            shown["currency"] = currency
         if "named" in rule.bound:
             for seg in index.named_values(fields=rule.fields):
                 try:
@@ -410,7 +413,6 @@ class ProvenanceRules:
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = 0.0
         if rule.cumulative:
-            rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
             spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
                 rules, call.arguments, rule
             )
@@ -432,6 +434,8 @@ class ProvenanceRules:
 def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     if rule.role in ("amount", "option") and not isinstance(value, list | dict):
         return [value]
+    if rule.role == "option":
+        return rule.choices(value, schema)
     if rule.keys:
         found: list[Any] = []
 
