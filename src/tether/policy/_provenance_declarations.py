@@ -37,12 +37,13 @@ written ``why``. No rule here knows any scenario or benchmark task: rules are da
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core._names import name_set
-from tether.policy._provenance_labels import USER, split_values
+from tether.policy._provenance_labels import USER, shape_kind, split_values
 
 __all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
 
@@ -80,6 +81,10 @@ _KEYS = {
     "fill_from",
     "currency",
 }
+
+
+# One token that holds a digit or a joiner (``Q3-Report.pdf``, ``/home/ann/x``, ``1AbC9xYz``).
+_IDENTIFIER = re.compile(r"(?=\S*[\d/\\._:-])\S+")
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,17 @@ class ArgumentRule:
         if self.role == "option":
             return any(json.dumps(v) not in self.safe for v in values)
         return self.restricts and bool(values)
+
+    def cased(self, value: str) -> bool:
+        """Whether a tool tells this argument's value apart by case: a target written as an
+        identifier (one token holding a digit or a joiner: a path, a file name, an id) does; a
+        name in words ("Hotel Alpha"), an address or an account (whose case names nothing) not."""
+        token = value.strip()
+        return (
+            self.role == "target"
+            and _IDENTIFIER.fullmatch(token) is not None
+            and shape_kind(token) not in ("mailbox", "account")
+        )
 
     def choices(self, value: Any, schema: Any = None) -> list[Any]:
         """What an option argument chooses, judged one by one: every value ``split_values``

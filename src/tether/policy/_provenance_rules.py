@@ -258,7 +258,9 @@ class ProvenanceRules:
         self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
     ) -> dict[str, Any]:
         text = element if isinstance(element, str) else json.dumps(element)
-        origins = index.trace(text, rule.kind) if not isinstance(element, bool) else []
+        origins = (
+            index.trace(text, rule.kind, cased=rule.cased(text)) if not isinstance(element, bool) else []
+        )
         classes = classes_of(index, origins)
         if USER not in classes and "template" in rule.allow and index.fills_template(text, rule.fill_from):
             classes.add("template")

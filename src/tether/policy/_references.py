@@ -477,7 +477,11 @@ class ReferenceRule:
     ) -> set[str]:
         text = leaf if isinstance(leaf, str) else json.dumps(leaf)
         # The value itself: in the request as a whole, or a directory entry of its kind.
-        classes = {o.trust for o in index.trace(text, rule.kind) if o.kind in ("user", "host")}
+        classes = {
+            o.trust
+            for o in index.trace(text, rule.kind, cased=rule.cased(text))
+            if o.kind in ("user", "host")
+        }
         classes &= {USER, DIRECTORY}
         if path in record.refs:
             classes |= classes_of(index, index.segment_origins(record.refs[path]))
