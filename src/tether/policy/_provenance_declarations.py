@@ -42,10 +42,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tether.core._names import name_set
+from tether.core._names import SEPARATOR, name_set
 from tether.policy._provenance_labels import USER, shape_kind, split_values
 
-__all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
+__all__ = [
+    "RELAY_SPAN",
+    "ROLES",
+    "ArgumentRule",
+    "ToolRules",
+    "check_declarations",
+    "declared_rules",
+    "rules_from_dict",
+]
 
 Otherwise = Literal["deny", "approve"]
 Role = Literal["destination", "target", "name", "profile", "secret", "date", "amount", "option", "content"]
@@ -252,13 +260,24 @@ class ToolRules:
         )
 
 
+def declared_rules(rules: Mapping[str, ToolRules], name: str, remote: str | None = "") -> ToolRules | None:
+    """The rules declared for the tool the host names ``name``: under that name, or under its
+    source's own name for it (``remote``), unless that name is itself one the host gives a
+    server's tool (``notes__append``): a tool another server calls so is not that tool, and takes
+    none of its rules (undeclared, it is denied)."""
+    found = rules.get(name)
+    if found is None and remote and SEPARATOR not in remote:
+        found = rules.get(remote)
+    return found
+
+
 def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> None:
     """Every argument of every side-effecting tool must be declared, every declared argument
     must exist, and a tool with arguments must restrict at least one of them (its decisive
     arguments). Raises ``ValueError`` listing every problem."""
     problems: list[str] = []
     for spec in specs:
-        declared = rules.get(spec.name) or rules.get(getattr(spec, "remote_name", None) or "")
+        declared = declared_rules(rules, spec.name, getattr(spec, "remote_name", None))
         params = set((spec.parameters or {}).get("properties", {}))
         if declared is None:
             if spec.effect.side_effecting:

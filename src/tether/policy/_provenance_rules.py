@@ -30,6 +30,7 @@ from tether.policy._provenance_declarations import (
     ArgumentRule,
     ToolRules,
     check_declarations,
+    declared_rules,
     rules_from_dict,
 )
 from tether.policy._provenance_flow import confidential_flow, sent_before
@@ -137,7 +138,7 @@ class ProvenanceRules:
         """The rules of a call already made to the tool the host names ``tool``: declared under
         that name, or under its source's name for it (learned as its calls are checked, or, in a
         run resumed elsewhere, the declared name it is offered as: ``offered_name``, hashed too)."""
-        found = self.tools.get(tool) or self.tools.get(self._remote.get(tool) or "")
+        found = declared_rules(self.tools, tool, self._remote.get(tool))
         if found is None:
             servers = [tool[:i] for i in range(len(tool)) if tool.startswith(SEPARATOR, i)]
             named = next((n for n in self.tools for s in servers if offered_name(s, n) == tool), None)
@@ -175,7 +176,7 @@ class ProvenanceRules:
         spec = call.spec
         if spec.remote_name:
             self._remote[spec.name] = spec.remote_name
-        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        rules = declared_rules(self.tools, spec.name, spec.remote_name)
         effectful = spec.effect.side_effecting
         if rules is None:
             if effectful:
@@ -322,7 +323,7 @@ class ProvenanceRules:
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
-        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
     def _links(self, case: _Element) -> None:
@@ -401,7 +402,7 @@ class ProvenanceRules:
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
-        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
         if USER in rule.bound:
             currency = paid_in(rules, call, rule)
             stated += [(f, "the request") for f in bounding(index.request_sums, currency)]

@@ -72,7 +72,7 @@ from typing import Any
 
 from tether.errors import PolicyError
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules, declared_rules
 from tether.policy._provenance_labels import (
     DIRECTORY,
     MODEL,
@@ -429,7 +429,7 @@ class ReferenceRule:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
-        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        rules = declared_rules(self.tools, spec.name, spec.remote_name)
         state = call.state
         record = self.references.resolution(state, call.call_id)
         index = self._index(state)
