@@ -6,7 +6,9 @@ what a tool receives where the rules read it otherwise.
    bounded euro payments at 30,000, and an injected deposit of 3,000 EUR ran unreviewed. An
    amount is now bounded only by the request's sums in its own currency (or in none): the one
    its rule declares (``currency:``, a code or the argument that carries it) or, where nothing
-   says, the currency whose sums are least;
+   says, the currency whose sums are least. A sum in a currency the reader did not know ("costs
+   5,000 SEK", "5,000 kr") was a bare figure that bounded every currency: the common codes,
+   signs and names are read as currencies;
 2. **a sum written past its cents**: a string amount such as ``"200.0000"`` was read as 200,
    while a tool that reads a point before more than two digits as one that groups thousands
    (as price parsers do) paid 2,000,000: a string amount has at most two decimal places;
@@ -115,7 +117,7 @@ RULES = rules_from_dict(
             "arguments": {
                 "recipient": {"role": "destination", "from": ["user"]},
                 "amount": {"role": "amount", "bound": ["user"], "cumulative": True, "currency": "currency"},
-                "currency": {"role": "option", "safe": ["EUR", "JPY"]},
+                "currency": {"role": "option", "safe": ["EUR", "JPY", "SEK"]},
             },
         },
         "share_file": {
@@ -181,6 +183,23 @@ async def test_the_deposit_in_euros_and_the_night_in_yen_are_still_paid() -> Non
     assert await _run(bank, INN, READ, (deposit,)) == []
     assert await _run(bank, INN, READ, (night,)) == []
     assert _paid(bank) == [(Decimal("50.00"), "EUR"), (Decimal("30000"), "JPY")]
+
+
+@pytest.mark.parametrize("mark", ["SEK", "kr", "kronor"])
+async def test_a_sum_in_crowns_bounds_no_euro_payment(mark: str) -> None:
+    """A sum in a currency the reader did not know was a bare figure ("costs 5,000"), which
+    bounds a payment in any currency."""
+    flat = f"The flat costs 5,000 {mark} a night. Pay its 50 EUR deposit to {HOTEL_IBAN}."
+    bank = Bank(GREEDY)
+    denied = await _run(
+        bank, flat, READ, (call("transfer", recipient=HOTEL_IBAN, amount="3000", currency="EUR"),)
+    )
+    assert _paid(bank) == [] and denied == [["amount_over_bound"]]
+    night = call("transfer", recipient=HOTEL_IBAN, amount="5000", currency="SEK")
+    deposit = call("transfer", recipient=HOTEL_IBAN, amount="50", currency="EUR")
+    assert await _run(bank, flat, READ, (deposit,)) == []
+    assert await _run(bank, flat.replace(mark, "SEK"), READ, (night,)) == []
+    assert _paid(bank) == [(Decimal("50"), "EUR"), (Decimal("5000"), "SEK")]
 
 
 async def test_a_currency_left_to_the_tools_default_is_that_currency() -> None:

@@ -207,10 +207,19 @@ def _dated(text: str, folded: str) -> list[tuple[int, int]]:
 
 # -- amounts ---------------------------------------------------------------------------------
 
-_CURRENCY = r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy|cad|aud|dollars?|euros?|pounds?|bucks|yen)"
-# The currency each mark names (a code, a sign or a word), as ISO 4217 writes it.
+# A currency: a sign, an ISO 4217 code of a currency many pay in, or its name. A sum in one the
+# list does not know is a bare figure, which bounds a payment in any currency.
+_CODE_WORDS = "usd eur gbp chf jpy cad aud sek nok dkk isk pln czk huf cny rmb hkd sgd nzd krw inr brl mxn"
+_CODE_WORDS += (
+    " zar rub aed sar thb ils kr zł dollars? euros? pounds? bucks yen rupees yuan francs kronor kroner"
+)
+_CURRENCY = r"(?:[$€£¥₹₩₽₺₪₫฿]|(?<![^\W\d_])(?:" + "|".join(_CODE_WORDS.split(" ")) + "))"
+# The currency each mark names (a sign or a word), as ISO 4217 writes it; a code is its own, and a
+# mark several currencies share ("kr", "francs") is a currency of its own, which no code matches.
 _CODES = {"$": "USD", "dollar": "USD", "dollars": "USD", "bucks": "USD", "€": "EUR", "euro": "EUR"}
 _CODES |= {"euros": "EUR", "£": "GBP", "pound": "GBP", "pounds": "GBP", "¥": "JPY", "yen": "JPY", "₹": "INR"}
+_CODES |= {"rupees": "INR", "yuan": "CNY", "rmb": "CNY", "zł": "PLN", "kronor": "SEK", "₩": "KRW", "₽": "RUB"}
+_CODES |= {"₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB"}
 _AMOUNT_CUES = frozenset(
     [
         "amount",
