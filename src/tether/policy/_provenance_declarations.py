@@ -288,6 +288,8 @@ def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> 
             problems.append(f"{spec.name}: declared arguments the tool does not have: {sorted(extra)}")
         if not spec.effect.side_effecting:
             continue
+        if declared.effect == "read":  # its writes would go untraced (``_writes``): undeclared
+            problems.append(f"{spec.name}: declared a read, but its effect is {spec.effect.value}")
         missing = params - set(declared.arguments)
         if missing:
             problems.append(f"{spec.name}: undeclared arguments: {sorted(missing)}")

@@ -178,7 +178,7 @@ class ProvenanceRules:
             self._remote[spec.name] = spec.remote_name
         rules = declared_rules(self.tools, spec.name, spec.remote_name)
         effectful = spec.effect.side_effecting
-        if rules is None:
+        if rules is None or (effectful and rules.effect == "read"):  # a read's rules are no effect's
             if effectful:
                 return Decision("deny", self.name, "undeclared_tool", {"tool": spec.name})
             return None
