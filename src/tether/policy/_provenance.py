@@ -37,7 +37,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from tether.policy._provenance_dates import DateMention, amounts, date_mentions, parse_date, undated_words
+from tether.policy._provenance_dates import DateMention, date_mentions, parse_date, priced, undated_words
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -53,27 +53,24 @@ from tether.policy._provenance_labels import (
     _number,
     normalise,
     shape_kind,
-    trust_parts,
 )
 from tether.policy._provenance_steering import Steering
 from tether.policy._provenance_text import (
     ALPHA_WORD,
-    BARE,
     PLACEHOLDER,
     STOP,
     WORD,
     Written,
-    ascii_digits,
+    as_written,
     contains_whole,
     echoed,
-    holds_secret,
     name_forms,
     occurrences,
     reprints,
     reprints_whole,
     request_names,
 )
-from tether.policy._provenance_values import Link, find_handles, find_links, link_key, unfold
+from tether.policy._provenance_values import Link, compose, find_handles, find_links, link_key
 
 __all__ = ["ProvenanceIndex"]
 
@@ -123,7 +120,8 @@ class ProvenanceIndex(Steering):
         self.writes = sorted(writes, key=lambda w: w.position)
         self._prefixes: dict[int, ProvenanceIndex] = {}
         self._limit: int | None = None  # a prefix: the position it stands at
-        self._traced: dict[tuple[str, str | None], list[Origin]] = {}
+        self._traced: dict[tuple[str, str | None, bool], list[Origin]] = {}
+        self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
         self._numbers: dict[Decimal, list[Segment]] = {}
@@ -145,7 +143,7 @@ class ProvenanceIndex(Steering):
         self._directory_links: set[str] = set()
         self._directory_sites: set[str] = set()
         self._dates: list[DateMention] | None = None
-        self._amounts: list[float] | None = None
+        self._amounts: list[tuple[float, str | None]] | None = None
         self._unfolded: dict[int, str] = {}
         self._stretches: dict[int, list[tuple[int, int, set[Written]]]] = {}
         self._into: dict[int, list[Written]] = {}
@@ -295,16 +293,18 @@ class ProvenanceIndex(Steering):
 
     # -- one scalar ---------------------------------------------------------------------
 
-    def trace(self, value: str, kind: str | None = None) -> list[Origin]:
+    def trace(self, value: str, kind: str | None = None, *, cased: bool = False) -> list[Origin]:
         """All origins of one scalar value; ``[Origin(nowhere)]`` when none is found. ``kind``:
-        the kind of destination the value is for (the directory vouches per kind). An index
-        does not change once built, so each value is traced once per index."""
-        key = (value, kind)
+        the kind of destination the value is for (the directory vouches per kind); ``cased``:
+        the value names what a tool tells apart by case (a path, an id), so the request or a
+        result is its origin only where it writes it in the same case (``as_written``). An
+        index does not change once built, so each value is traced once per index."""
+        key = (value, kind, cased)
         if key not in self._traced:
-            self._traced[key] = self._trace(value, kind)
+            self._traced[key] = self._trace(value, kind, cased)
         return list(self._traced[key])
 
-    def _trace(self, value: str, kind: str | None) -> list[Origin]:
+    def _trace(self, value: str, kind: str | None, cased: bool = False) -> list[Origin]:
         text = normalise(value)
         if not text:
             return [Origin("nowhere", MODEL, "exact")]
@@ -347,6 +347,12 @@ class ProvenanceIndex(Steering):
                     continue
                 if contains_whole(seg.text, text):
                     found.append((Origin("tool", seg.label.trust, "contained", seg.label), seg))
+        if cased:
+            found = [
+                (o, s)
+                for o, s in found
+                if o.kind == "host" or as_written(self.objective if s is None else s.raw, value)
+            ]
         out: list[Origin] = []
         for origin, source in found:
             again = self._retrace(value, text, origin, source) if source is not None and self.writes else None
@@ -428,6 +434,8 @@ class ProvenanceIndex(Steering):
         return self._named[key]
 
     def _names(self, seg: Segment) -> bool:
+        if seg.naming == "whole" and self._case_twins(seg):
+            return as_written(self.objective, seg.raw)  # only the twin written as the user wrote it
         if seg.naming == "whole":
             for form in name_forms(seg.text):
                 if len(form) < 3:
@@ -441,6 +449,17 @@ class ProvenanceIndex(Steering):
             words = {w for w in ALPHA_WORD.findall(seg.text) if len(w) >= 4 and w not in STOP}
             return bool(words & self._user_words)
         return False
+
+    def _case_twins(self, seg: Segment) -> bool:
+        """Whether another record the run read is named as ``seg`` names its own but for case
+        (``Draft.txt`` and ``draft.txt``): a tool tells them apart, so a name the request writes
+        names only the twin written as it writes it."""
+        if self._cased is None:
+            self._cased = {}
+            for other in self.segments:
+                if other.naming == "whole":
+                    self._cased.setdefault(other.text, set()).add(compose(other.raw))
+        return len(self._cased.get(seg.text, ())) > 1
 
     def named_records(self) -> list[list[Segment]]:
         """The segments of every record the user named."""
@@ -533,9 +552,14 @@ class ProvenanceIndex(Steering):
 
     @property
     def request_amounts(self) -> list[float]:
-        """The amounts of money the request states (``provenance_values.amounts``)."""
+        """The amounts of money the request states, whatever their currency."""
+        return [value for value, _ in self.request_sums]
+
+    @property
+    def request_sums(self) -> list[tuple[float, str | None]]:
+        """The request's amounts, each with its currency (``provenance_dates.priced``)."""
         if self._amounts is None:
-            self._amounts = amounts(self.objective)
+            self._amounts = priced(self.objective)
         return self._amounts
 
     def named_values(self, *, trust: Iterable[str] = (), fields: Iterable[str] = ()) -> list[Segment]:
@@ -552,25 +576,6 @@ class ProvenanceIndex(Steering):
     def named_dates(self, trust: Iterable[str]) -> list[Any]:
         """Calendar days held by whole fields (of these classes) of records the user named."""
         return [d for seg in self.named_values(trust=trust) if (d := parse_date(seg.raw)) is not None]
-
-    def contained_segments(self, value: str, trust: Iterable[str]) -> list[Segment]:
-        """Segments of the given trust classes whose whole value appears inside ``value`` (to
-        follow confidential data into an outgoing message; ``holds_secret``). A value the request
-        or the directory also holds is no secret of that source. Compared as a reader reads both
-        (case, width, invisible characters and the script of digits folded: ``ｈｕｎｔｅｒ２２``
-        is ``hunter22``, ``٤٨٢١`` is ``4821``)."""
-        wanted = set(trust)
-        text = ascii_digits(unfold(value))
-        bare = BARE.sub("", text)
-        return [
-            s
-            for s in self.segments
-            if trust_parts(s.label.trust) & wanted
-            and s.whole
-            and holds_secret(self.unfolded_text(s), text, bare)
-            and s.text not in self.directory
-            and not contains_whole(self.user_text, s.text)
-        ]
 
 
 # The classes of data a source vouches for (a vendor's listing, the system's fields), before

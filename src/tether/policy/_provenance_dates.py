@@ -22,11 +22,14 @@ from tether.policy._provenance_values import unfold
 __all__ = [
     "DateMention",
     "amounts",
+    "bounding",
+    "currency_code",
     "date_mentions",
     "figure",
     "figures",
     "paid",
     "parse_date",
+    "priced",
     "undated_words",
 ]
 
@@ -204,7 +207,19 @@ def _dated(text: str, folded: str) -> list[tuple[int, int]]:
 
 # -- amounts ---------------------------------------------------------------------------------
 
-_CURRENCY = r"(?:[$€£¥₹]|usd|eur|gbp|chf|jpy|cad|aud|dollars?|euros?|pounds?|bucks)"
+# A currency: a sign, an ISO 4217 code of a currency many pay in, or its name. A sum in one the
+# list does not know is a bare figure, which bounds a payment in any currency.
+_CODE_WORDS = "usd eur gbp chf jpy cad aud sek nok dkk isk pln czk huf cny rmb hkd sgd nzd krw inr brl mxn"
+_CODE_WORDS += (
+    " zar rub aed sar thb ils kr zł dollars? euros? pounds? bucks yen rupees yuan francs kronor kroner"
+)
+_CURRENCY = r"(?:[$€£¥₹₩₽₺₪₫฿]|(?<![^\W\d_])(?:" + "|".join(_CODE_WORDS.split(" ")) + "))"
+# The currency each mark names (a sign or a word), as ISO 4217 writes it; a code is its own, and a
+# mark several currencies share ("kr", "francs") is a currency of its own, which no code matches.
+_CODES = {"$": "USD", "dollar": "USD", "dollars": "USD", "bucks": "USD", "€": "EUR", "euro": "EUR"}
+_CODES |= {"euros": "EUR", "£": "GBP", "pound": "GBP", "pounds": "GBP", "¥": "JPY", "yen": "JPY", "₹": "INR"}
+_CODES |= {"rupees": "INR", "yuan": "CNY", "rmb": "CNY", "zł": "PLN", "kronor": "SEK", "₩": "KRW", "₽": "RUB"}
+_CODES |= {"₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB"}
 _AMOUNT_CUES = frozenset(
     [
         "amount",
@@ -306,7 +321,19 @@ _SENTENCE_END = re.compile(r"[.!?;](?:\s|$)|\n")
 _CUE_WINDOW = 6  # words before a figure, in its sentence, where a cue governs it ("a fee of 5.29")
 
 
+def currency_code(mark: str) -> str:
+    """The ISO 4217 code of a currency as written (``€``, ``euros``, ``eur`` are ``EUR``); any
+    other text upper-cased as it is (a code the marks here do not know is still its own)."""
+    folded = unfold(mark).strip()
+    return _CODES.get(folded, folded.upper())
+
+
 def amounts(text: str) -> list[float]:
+    """The amounts of money ``text`` states (``priced``), whatever their currency."""
+    return [value for value, _ in priced(text)]
+
+
+def priced(text: str) -> list[tuple[float, str | None]]:
     """The amounts of money ``text`` states: figures next to a currency (``$40``, ``40 EUR``),
     written with cents (``12.00``), or governed by a word that asks for an amount a few words
     before it in the same sentence (``rent is 2200``, ``a fee of 5.29``). A postal code, a
@@ -315,11 +342,12 @@ def amounts(text: str) -> list[float]:
     figure that names a thing ("room 4021", "order #7731") without a currency or cents, nor a
     group of a number written in groups ("DE89 3704 0044", ``_grouped``). In a sentence that
     states its sum with a currency or cents, a word governs a bare figure only right before it:
-    "pay the 200 EUR deposit for the 2500 guests" counts guests after "deposit", no sum."""
+    "pay the 200 EUR deposit for the 2500 guests" counts guests after "deposit", no sum. Each
+    comes with the currency written beside it (``currency_code``), or None where none is."""
     folded = unfold(text)
     words = [(m.start(), m.group(0)) for m in re.finditer(r"[^\W\d_]+", folded)]
     dated = _dated(text, folded)
-    found: list[tuple[float, bool, int, list[str]]] = []  # value, marked, sentence, words before
+    found: list[tuple[float, str | None, bool, int, list[str]]] = []  # value, currency, marked, …
     for m in _FIGURE.finditer(folded):
         start, end = m.start(1), m.end()
         if any(a <= start < b for a, b in dated) or _grouped(folded, start, end, dated):
@@ -342,14 +370,29 @@ def amounts(text: str) -> list[float]:
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
         if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
-        found.append((value, bool((currency and not ahead) or cents), sentence, preceding))
-    stated = {sentence for _, marked, sentence, _ in found if marked}
+        code = currency_code(currency.group(0)) if currency and not ahead else None
+        found.append((value, code, bool(code or cents), sentence, preceding))
+    stated = {sentence for _, _, marked, sentence, _ in found if marked}
     return [
-        value
-        for value, marked, sentence, preceding in found
+        (value, code)
+        for value, code, marked, sentence, preceding in found
         if marked
         or (_governed(preceding) if sentence in stated else bool(_AMOUNT_CUES.intersection(preceding)))
     ]
+
+
+def bounding(sums: list[tuple[float, str | None]], currency: str | None) -> list[float]:
+    """The amounts of ``sums`` (``priced``) that bound a payment in ``currency``: those stated in
+    it or in no currency. Sums in different currencies are no one scale ("¥30,000 a night" bounds
+    no euro payment): where the payment's currency is unknown (None) and ``sums`` name several,
+    those of the currency whose largest is least."""
+    if currency is not None:
+        return [value for value, code in sums if code in (None, currency)]
+    codes = {code for _, code in sums if code is not None}
+    if len(codes) < 2:
+        return [value for value, _ in sums]
+    each = [[value for value, code in sums if code in (None, c)] for c in sorted(codes)]
+    return min(each, key=max)
 
 
 # Words that may stand between a word for money and its figure: "a fee of 5", "rent is 2200".
@@ -365,15 +408,17 @@ def _governed(preceding: list[str]) -> bool:
     return len(preceding) >= 2 and preceding[-2] in _AMOUNT_CUES and preceding[-1] in _JOINING
 
 
-_NUMERAL = re.compile(r"[+-]?\d+(?:\.(?!\d{3}$)\d+)?", re.ASCII)
+_NUMERAL = re.compile(r"[+-]?\d+(?:\.\d{1,2})?", re.ASCII)
 
 
 def figure(value: Any) -> float | None:
     """The finite number an amount argument holds (a number, or a string of a plain decimal
     numeral), else None: ``"NaN"`` or ``"inf"`` compare with no bound, and a string another
     reader takes for another sum is no amount: an exponent (``"5000e-3"``: 5000 to a parser
-    that stops at the ``e``), a point before three digits (``"5.000"``: five thousand where
-    a point groups thousands), spaces, separators or digits of another script."""
+    that stops at the ``e``), a point before three digits or more (``"5.000"``: five thousand
+    where a point groups thousands; ``"200.0000"``: two million to a reader that drops the
+    points that group digits; no currency is paid in fractions past its cents), spaces,
+    separators or digits of another script."""
     if isinstance(value, bool) or (isinstance(value, str) and not _NUMERAL.fullmatch(value)):
         return None
     try:

@@ -14,7 +14,9 @@ may come from; an undeclared argument is a configuration error at load time
   (``named:<class>``) states, or the same day as another argument (``same_day_as``);
 * ``amount`` — at most the largest figure the request (``user``) or a named record's
   declared fields (``named``) state; with ``cumulative`` the run's executed calls of the
-  tool count towards it (no splitting into small payments);
+  tool count towards it (no splitting into small payments); ``currency`` (a code such as
+  ``EUR``, or the argument that carries it) makes only the request's figures in that currency,
+  or in none, bound it (``provenance_dates.bounding``);
 * ``option`` — an enumerated flag: ``safe`` values pass, others only when the request
   contains a phrase declared for that value (``requested_by``), else approval; likewise a
   tool with an effect and no arguments at all (marking mail as read) runs only when the
@@ -35,14 +37,23 @@ written ``why``. No rule here knows any scenario or benchmark task: rules are da
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tether.core._names import name_set
-from tether.policy._provenance_labels import USER
+from tether.core._names import SEPARATOR, name_set
+from tether.policy._provenance_labels import USER, shape_kind, split_values
 
-__all__ = ["RELAY_SPAN", "ROLES", "ArgumentRule", "ToolRules", "check_declarations", "rules_from_dict"]
+__all__ = [
+    "RELAY_SPAN",
+    "ROLES",
+    "ArgumentRule",
+    "ToolRules",
+    "check_declarations",
+    "declared_rules",
+    "rules_from_dict",
+]
 
 Otherwise = Literal["deny", "approve"]
 Role = Literal["destination", "target", "name", "profile", "secret", "date", "amount", "option", "content"]
@@ -76,7 +87,12 @@ _KEYS = {
     "keys",
     "kind",
     "fill_from",
+    "currency",
 }
+
+
+# One token that holds a digit or a joiner (``Q3-Report.pdf``, ``/home/ann/x``, ``1AbC9xYz``).
+_IDENTIFIER = re.compile(r"(?=\S*[\d/\\._:-])\S+")
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,7 @@ class ArgumentRule:
     keys: tuple[str, ...] = ()  # check only the leaves under these keys (attachments)
     kind: str | None = None  # the kind of destination (mailbox, account, link, channel, member…)
     fill_from: tuple[str, ...] = ()  # fields whose whole values may fill the user's template
+    currency: str | None = None  # an amount's currency: a code, or the argument that names it
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -116,6 +133,8 @@ class ArgumentRule:
             raise ValueError(f"{self.argument}: a date needs 'from' classes, 'same_day_as' or 'from: any'")
         if self.role == "amount" and not self.bound:
             raise ValueError(f"{self.argument}: an amount needs a 'bound' (user, named)")
+        if self.currency is not None and self.role != "amount":
+            raise ValueError(f"{self.argument}: only an amount has a 'currency'")
         if self.bound - {USER, "named"}:
             raise ValueError(f"{self.argument}: bound classes are user and named")
         if "template" in self.allow and not self.fill_from:
@@ -134,6 +153,43 @@ class ArgumentRule:
         if self.role == "option":
             return any(json.dumps(v) not in self.safe for v in values)
         return self.restricts and bool(values)
+
+    def cased(self, value: str) -> bool:
+        """Whether a tool tells this argument's value apart by case: a target written as an
+        identifier (one token holding a digit or a joiner: a path, a file name, an id) does; a
+        name in words ("Hotel Alpha"), an address or an account (whose case names nothing) not."""
+        token = value.strip()
+        return (
+            self.role == "target"
+            and _IDENTIFIER.fullmatch(token) is not None
+            and shape_kind(token) not in ("mailbox", "account")
+        )
+
+    def choices(self, value: Any, schema: Any = None) -> list[Any]:
+        """What an option argument chooses, judged one by one: every value ``split_values``
+        finds, and every flag the tool receives inside a list or a mapping, also one a string
+        encodes as JSON (``{"visibility": "private", "public_link": true}`` chooses ``true``,
+        which is as much a choice as the string beside it)."""
+        found: list[Any] = list(split_values(value, schema))
+
+        def flags(v: Any) -> None:
+            if isinstance(v, bool):
+                found.append(v)
+            elif isinstance(v, Mapping):
+                for item in v.values():
+                    flags(item)
+            elif isinstance(v, list | tuple):
+                for item in v:
+                    flags(item)
+            elif isinstance(v, str) and v.strip()[:1] in "[{":
+                try:
+                    flags(json.loads(v))
+                except ValueError:
+                    return
+
+        if isinstance(value, Mapping | list | tuple | str):
+            flags(value)
+        return found
 
     @classmethod
     def from_dict(cls, argument: str, data: Mapping[str, Any]) -> ArgumentRule:
@@ -167,6 +223,7 @@ class ArgumentRule:
             keys=tuple(data.get("keys", ())),
             kind=str(data["kind"]) if data.get("kind") is not None else None,
             fill_from=tuple(map(str, data.get("fill_from", ()))),
+            currency=str(data["currency"]) if data.get("currency") is not None else None,
         )
 
 
@@ -203,13 +260,24 @@ class ToolRules:
         )
 
 
+def declared_rules(rules: Mapping[str, ToolRules], name: str, remote: str | None = "") -> ToolRules | None:
+    """The rules declared for the tool the host names ``name``: under that name, or under its
+    source's own name for it (``remote``), unless that name is itself one the host gives a
+    server's tool (``notes__append``): a tool another server calls so is not that tool, and takes
+    none of its rules (undeclared, it is denied)."""
+    found = rules.get(name)
+    if found is None and remote and SEPARATOR not in remote:
+        found = rules.get(remote)
+    return found
+
+
 def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> None:
     """Every argument of every side-effecting tool must be declared, every declared argument
     must exist, and a tool with arguments must restrict at least one of them (its decisive
     arguments). Raises ``ValueError`` listing every problem."""
     problems: list[str] = []
     for spec in specs:
-        declared = rules.get(spec.name) or rules.get(getattr(spec, "remote_name", None) or "")
+        declared = declared_rules(rules, spec.name, getattr(spec, "remote_name", None))
         params = set((spec.parameters or {}).get("properties", {}))
         if declared is None:
             if spec.effect.side_effecting:
@@ -220,6 +288,8 @@ def check_declarations(rules: Mapping[str, ToolRules], specs: Iterable[Any]) -> 
             problems.append(f"{spec.name}: declared arguments the tool does not have: {sorted(extra)}")
         if not spec.effect.side_effecting:
             continue
+        if declared.effect == "read":  # its writes would go untraced (``_writes``): undeclared
+            problems.append(f"{spec.name}: declared a read, but its effect is {spec.effect.value}")
         missing = params - set(declared.arguments)
         if missing:
             problems.append(f"{spec.name}: undeclared arguments: {sorted(missing)}")

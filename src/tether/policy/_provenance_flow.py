@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_labels import Segment, split_values
+from tether.policy._provenance_labels import Segment, split_values, trust_parts
 from tether.policy._provenance_run import SENT, calls_before
+from tether.policy._provenance_text import BARE, ascii_digits, contains_whole, holds_secret
+from tether.policy._provenance_values import unfold
 
-__all__ = ["confidential_flow", "sent_before"]
+__all__ = ["confidential_flow", "contained_segments", "sent_before"]
 
 
 def sent_before(
@@ -56,7 +58,7 @@ def confidential_flow(
         elements = split_values(value, schemas.get(arg))
         leaves.extend(elements)
         for element in elements if each else ():
-            leaked = index.contained_segments(element, wanted)
+            leaked = contained_segments(index, element, wanted)
             if leaked:
                 found.append(
                     {"argument": arg, "problem": "confidential_flow", "from": leaked[0].label.describe()}
@@ -76,8 +78,8 @@ def _across(index: ProvenanceIndex, leaves: list[str], wanted: frozenset[str]) -
     either order."""
     if not leaves:
         return []
-    forward = index.contained_segments(" ".join(leaves), wanted)
-    return forward + index.contained_segments(" ".join(reversed(leaves)), wanted)
+    forward = contained_segments(index, " ".join(leaves), wanted)
+    return forward + contained_segments(index, " ".join(reversed(leaves)), wanted)
 
 
 def _completed(
@@ -104,3 +106,23 @@ def _by_call(sent: Mapping[str, Any]) -> dict[str, list[str]]:
     for key, value in sent.items():
         calls.setdefault(key.rpartition(".")[0], []).extend(split_values(value))
     return calls
+
+
+def contained_segments(index: ProvenanceIndex, value: str, trust: Iterable[str]) -> list[Segment]:
+    """Segments of the given trust classes whose whole value appears inside ``value`` (to
+    follow confidential data into an outgoing message; ``holds_secret``). A value the request
+    or the directory also holds is no secret of that source. Compared as a reader reads both
+    (case, width, invisible characters and the script of digits folded: ``ｈｕｎｔｅｒ２２``
+    is ``hunter22``, ``٤٨٢١`` is ``4821``)."""
+    wanted = set(trust)
+    text = ascii_digits(unfold(value))
+    bare = BARE.sub("", text)
+    return [
+        s
+        for s in index.segments
+        if trust_parts(s.label.trust) & wanted
+        and s.whole
+        and holds_secret(index.unfolded_text(s), text, bare)
+        and s.text not in index.directory
+        and not contains_whole(index.user_text, s.text)
+    ]

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from tether.core.types import ProposedCall
-from tether.policy._provenance_dates import paid
+from tether.policy._provenance_dates import currency_code, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_run import SENT, calls_before
 
-__all__ = ["amount_defaults", "paid_before", "paid_beside", "with_defaults"]
+__all__ = ["amount_defaults", "paid_before", "paid_beside", "paid_in", "with_defaults"]
 
 
 def amount_defaults(rules: ToolRules, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -61,3 +61,18 @@ def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: Arg
     an amount and a fee): one call paying in two arguments pays their sum."""
     others = [r for r in rules.cumulative_amounts if r.argument != rule.argument] if rules else []
     return sum(paid(arguments.get(r.argument)) for r in others)
+
+
+def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
+    """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
+    argument it names as the tool receives it (its schema's default where the call leaves it
+    out); None where nothing says (``bounding`` then reads every currency the request names)."""
+    if rule.currency is None:
+        return None
+    if rules is None or rule.currency not in rules.arguments:
+        return currency_code(rule.currency)
+    value = call.arguments.get(rule.currency)
+    if value is None:
+        schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
+        value = schema.get("default") if isinstance(schema, Mapping) else None
+    return currency_code(value) if isinstance(value, str) and value.strip() else None

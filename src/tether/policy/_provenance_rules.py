@@ -23,13 +23,14 @@ from tether.core._confusables import check_name
 from tether.core._names import SEPARATOR, offered_name
 from tether.policy._provenance import ProvenanceIndex
 from tether.policy._provenance_choice import who_chose
-from tether.policy._provenance_dates import figure, parse_date
+from tether.policy._provenance_dates import bounding, figure, parse_date
 from tether.policy._provenance_declarations import (
     RELAY_SPAN,
     ROLES,
     ArgumentRule,
     ToolRules,
     check_declarations,
+    declared_rules,
     rules_from_dict,
 )
 from tether.policy._provenance_flow import confidential_flow, sent_before
@@ -46,7 +47,7 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
-from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, with_defaults
+from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, paid_in, with_defaults
 from tether.policy._provenance_run import (
     ERROR,
     index_for,
@@ -137,7 +138,7 @@ class ProvenanceRules:
         """The rules of a call already made to the tool the host names ``tool``: declared under
         that name, or under its source's name for it (learned as its calls are checked, or, in a
         run resumed elsewhere, the declared name it is offered as: ``offered_name``, hashed too)."""
-        found = self.tools.get(tool) or self.tools.get(self._remote.get(tool) or "")
+        found = declared_rules(self.tools, tool, self._remote.get(tool))
         if found is None:
             servers = [tool[:i] for i in range(len(tool)) if tool.startswith(SEPARATOR, i)]
             named = next((n for n in self.tools for s in servers if offered_name(s, n) == tool), None)
@@ -175,9 +176,9 @@ class ProvenanceRules:
         spec = call.spec
         if spec.remote_name:
             self._remote[spec.name] = spec.remote_name
-        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        rules = declared_rules(self.tools, spec.name, spec.remote_name)
         effectful = spec.effect.side_effecting
-        if rules is None:
+        if rules is None or (effectful and rules.effect == "read"):  # a read's rules are no effect's
             if effectful:
                 return Decision("deny", self.name, "undeclared_tool", {"tool": spec.name})
             return None
@@ -258,7 +259,9 @@ class ProvenanceRules:
         self, index: ProvenanceIndex, call: ProposedCall, rule: ArgumentRule, element: Any, out: _Verdict
     ) -> dict[str, Any]:
         text = element if isinstance(element, str) else json.dumps(element)
-        origins = index.trace(text, rule.kind) if not isinstance(element, bool) else []
+        origins = (
+            index.trace(text, rule.kind, cased=rule.cased(text)) if not isinstance(element, bool) else []
+        )
         classes = classes_of(index, origins)
         if USER not in classes and "template" in rule.allow and index.fills_template(text, rule.fill_from):
             classes.add("template")
@@ -320,7 +323,7 @@ class ProvenanceRules:
 
     def _asked(self, index: ProvenanceIndex, call: ProposedCall) -> bool:
         """Whether the request asks for the effect of the called tool (``_effect_asked``)."""
-        rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
+        rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
     def _links(self, case: _Element) -> None:
@@ -399,8 +402,11 @@ class ProvenanceRules:
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         stated: list[tuple[float, str]] = []
+        rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
         if USER in rule.bound:
-            stated += [(f, "the request") for f in index.request_amounts]
+            currency = paid_in(rules, call, rule)
+            stated += [(f, "the request") for f in bounding(index.request_sums, currency)]
+            shown["currency"] = currency
         if "named" in rule.bound:
             for seg in index.named_values(fields=rule.fields):
                 try:
@@ -410,7 +416,6 @@ class ProvenanceRules:
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = 0.0
         if rule.cumulative:
-            rules = self.tools.get(call.spec.name) or self.tools.get(call.spec.remote_name or "")
             spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
                 rules, call.arguments, rule
             )
@@ -432,6 +437,8 @@ class ProvenanceRules:
 def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
     if rule.role in ("amount", "option") and not isinstance(value, list | dict):
         return [value]
+    if rule.role == "option":
+        return rule.choices(value, schema)
     if rule.keys:
         found: list[Any] = []
 

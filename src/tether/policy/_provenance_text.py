@@ -19,6 +19,7 @@ __all__ = [
     "STOP",
     "WORD",
     "Written",
+    "as_written",
     "ascii_digits",
     "asks_for",
     "contains_whole",
@@ -63,6 +64,17 @@ def contains_whole(haystack: str, needle: str) -> bool:
             continue
         return True
     return False
+
+
+_SPACES = re.compile(r"[ \t\r\n]+")
+
+
+def as_written(haystack: str, needle: str) -> bool:
+    """``needle`` appears whole in ``haystack`` in the same case (``contains_whole``; both
+    composed and their runs of ASCII whitespace made one space, nothing else folded):
+    ``q3-report.pdf`` is not written in "share Q3-Report.pdf", though it normalises alike."""
+    hay, value = (_SPACES.sub(" ", compose(t)).strip(" ") for t in (haystack, needle))
+    return bool(value) and contains_whole(hay, value)
 
 
 _LABELS = re.compile(r"(?:\.[a-z0-9-]+)+")

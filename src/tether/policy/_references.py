@@ -72,7 +72,7 @@ from typing import Any
 
 from tether.errors import PolicyError
 from tether.policy._provenance import ProvenanceIndex
-from tether.policy._provenance_declarations import ArgumentRule, ToolRules
+from tether.policy._provenance_declarations import ArgumentRule, ToolRules, declared_rules
 from tether.policy._provenance_labels import (
     DIRECTORY,
     MODEL,
@@ -429,7 +429,7 @@ class ReferenceRule:
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
         spec = call.spec
-        rules = self.tools.get(spec.name) or self.tools.get(spec.remote_name or "")
+        rules = declared_rules(self.tools, spec.name, spec.remote_name)
         state = call.state
         record = self.references.resolution(state, call.call_id)
         index = self._index(state)
@@ -477,7 +477,11 @@ class ReferenceRule:
     ) -> set[str]:
         text = leaf if isinstance(leaf, str) else json.dumps(leaf)
         # The value itself: in the request as a whole, or a directory entry of its kind.
-        classes = {o.trust for o in index.trace(text, rule.kind) if o.kind in ("user", "host")}
+        classes = {
+            o.trust
+            for o in index.trace(text, rule.kind, cased=rule.cased(text))
+            if o.kind in ("user", "host")
+        }
         classes &= {USER, DIRECTORY}
         if path in record.refs:
             classes |= classes_of(index, index.segment_origins(record.refs[path]))
