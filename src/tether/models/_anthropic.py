@@ -51,7 +51,7 @@ from tether.core.messages import (
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable
+from tether.models._retrying import Retryable, billed
 from tether.models._sse import Ending, events, until_cut
 
 __all__ = ["AnthropicMessages"]
@@ -260,12 +260,14 @@ class AnthropicMessages(HTTPBackend):
                 # Its output count is the count so far (1), not the answer's, which message_delta
                 # gives: a stream that never does has it estimated (``HTTPBackend.complete``).
                 turn.usage({k: v for k, v in (message.get("usage") or {}).items() if k != "output_tokens"})
+                billed(turn.to_usage())  # counted even if the stream then fails
                 # A message begun again (a proxy that retried upstream): its blocks and its end.
                 blocks = _Blocks.held(message.get("content"))
                 ending.restart()
             elif kind == "message_delta":
                 ending.said((event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
+                billed(turn.to_usage())
             elif kind == "message_stop":
                 ending.done = True
                 break  # the answer is whole: what follows (or a body held open) is not read

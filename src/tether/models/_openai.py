@@ -53,7 +53,7 @@ from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, RetryPolicy
+from tether.models._retrying import Retryable, RetryPolicy, billed
 from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
@@ -259,7 +259,7 @@ class OpenAICompatible(OpenAIBackend):
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choices = data["choices"]  # the answer is choice 0 (n > 1), as a stream's is, wherever listed
-        choice = next((c for c in choices if isinstance(c, dict) and not c.get("index")), choices[0])
+        choice = next((c for c in choices if isinstance(c, dict) and _index(c) == 0), choices[0])
         wire = choice["message"]
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
@@ -312,8 +312,9 @@ class OpenAICompatible(OpenAIBackend):
             model = chunk.get("model") or model
             if chunk.get("usage"):  # the last chunk's, or every chunk's running count
                 usage = larger_usage(usage, self._usage(chunk["usage"]))
+                billed(usage)  # counted even if the stream then fails
             for choice in chunk.get("choices") or ():
-                if choice.get("index") or 0:
+                if _index(choice) != 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
                 if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
@@ -364,6 +365,17 @@ class OpenAICompatible(OpenAIBackend):
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
 # The fields of a chunk's delta that carry the answer (one after the finish reason: out of order).
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")
+
+
+def _index(choice: Mapping[str, Any]) -> int | None:
+    """A choice's ``index`` as both readers take it (a whole answer's and a stream's): a number,
+    or its digits as text (a server that quotes it: ``"0"`` is choice 0); none is 0 (a server
+    that sends only one choice and leaves it out); anything else (``true``, ``"first"``) is no
+    index (None), so never the answer's choice."""
+    try:
+        return count(choice.get("index"))
+    except ValueError:
+        return None
 
 
 def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None:

@@ -46,7 +46,7 @@ from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable
+from tether.models._retrying import Retryable, billed
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -232,6 +232,8 @@ class OpenAIResponses(OpenAIBackend):
         return self._parse(final, said.items())
 
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
+        usage = _usage(data.get("usage") or {})
+        billed(usage)  # counted even if the answer is then refused
         status = data.get("status")
         if status == "failed" or is_error(data):
             # Failed, or an error object beside the output (a streamed terminal event's response:
@@ -245,6 +247,7 @@ class OpenAIResponses(OpenAIBackend):
         kept: list[dict[str, Any]] = []
         thought: list[str] = []
         unfinished = False  # an item that says it is incomplete
+        unsendable = 0  # reasoning items that could not be sent back
         for item in output:
             kind = item.get("type")
             unfinished = unfinished or item.get("status") == "incomplete"
@@ -260,7 +263,10 @@ class OpenAIResponses(OpenAIBackend):
                     ToolCall(call_id, str(item.get("name") or ""), arguments_text(item.get("arguments")))
                 )
             elif kind == "reasoning":
-                kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
+                if (back := _sendable(item)) is not None:
+                    kept.append(back)
+                else:
+                    unsendable += 1
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
@@ -278,8 +284,23 @@ class OpenAIResponses(OpenAIBackend):
             reasoning="".join(thought) or None,
             provider_items=tuple(kept),
         )
-        usage = _usage(data.get("usage") or {})
-        return self._answer(message, usage, str(data.get("model") or ""), raw)
+        meta = {"reasoning_not_kept": unsendable} if unsendable else {}
+        return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
+
+
+def _sendable(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reasoning item as the next request sends it back (without its ``status``, its
+    ``summary`` a list, ``[]`` where it was left out): the API requires its ``id`` (and
+    ``summary``) on an input reasoning item and refuses the request without it (HTTP 400: the
+    next turn would fail, not this one). One without an ``id`` (a proxy that drops it) cannot be
+    sent back: None, it is not kept (the answer's meta counts it, ``reasoning_not_kept``); the
+    conversation goes on without it, as one that never reasoned aloud does."""
+    if not isinstance(item.get("id"), str) or not item["id"]:
+        return None
+    back = {k: v for k, v in item.items() if k != "status"}
+    if not isinstance(back.get("summary"), list):
+        back["summary"] = []
+    return {"provider": PROVIDER, **back}
 
 
 class _Said:
@@ -355,6 +376,8 @@ class _Said:
                 done = self.done[key]
                 if _lacks_arguments(done) and key in self.arguments:  # said by its deltas
                     done = {**done, "arguments": "".join(self.arguments[key])}
+                if key in self.text and done.get("type") == "message":
+                    _same_text("".join(self.text[key]), [done], "its done item")
                 out.append(done)
             elif (added := self.added.get(key, {})).get("type") == "function_call":
                 out.append(
@@ -383,6 +406,7 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     it is when nothing was streamed, or every call in it agrees (the usual case)."""
     if not output or not streamed or not isinstance(output, list):
         return output
+    _same_text(_text_of(streamed), output, "the terminal output")
     said: dict[object, str | None] = {}
     for item in streamed:
         arguments = item.get("arguments") if item.get("type") == "function_call" else None
@@ -401,6 +425,26 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     return [
         {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
     ]
+
+
+def _text_of(items: list[Any]) -> str:
+    """The text of the message items among ``items`` (their ``output_text`` parts), joined."""
+    return "".join(
+        str(part.get("text") or "")
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or ()
+        if isinstance(part, dict) and part.get("type") in ("output_text", "text")
+    )
+
+
+def _same_text(streamed: str, listed: list[Any], where: str) -> None:
+    """Text a stream said (its deltas) must be the text ``listed`` holds (a done item, the
+    terminal output): where they disagree the stream is garbled (which is the answer?), retried
+    as calls whose arguments disagree are. Nothing said, nothing to compare."""
+    if streamed and (other := _text_of(listed)) != streamed:
+        why = f"the answer's text streamed as {streamed[:80]!r} is listed as {other[:80]!r} in {where}"
+        raise Retryable("stream_unreadable", why)
 
 
 def _said_for(item: Any, said: dict[object, str | None]) -> str | None:
