@@ -16,7 +16,11 @@ Responses: text the stream said as deltas that its done item or the terminal out
 otherwise is a garbled stream, retried (before: the terminal text was accepted unflagged, as
 calls no longer were). A reasoning item without an ``id`` is not sent back (the API requires
 one and refuses the next request with HTTP 400; before: it went back without one, and that
-next turn failed), counted in the answer's meta (``reasoning_not_kept``).
+next turn failed), counted in the answer's meta (``reasoning_not_kept``); one with ``summary:
+null`` goes back with ``[]``. Anthropic: a turn of calls whose thinking block lost its signature
+is retried (it cannot be sent back, and the API refuses a tool-use turn without its thinking;
+before: the calls ran and the next request carried the unsigned block), a final answer's is
+not kept.
 
 Chat: a choice ``index`` written as text (``"0"``) is choice 0 in a stream as in a whole answer
 (before: the stream skipped it, retried to ``model_error``, while the whole answer with it was
@@ -212,6 +216,22 @@ def reasoning_without_id(items: list[Any]) -> list[Any]:
     return walk(items, lambda d: d.pop("id", None) if d.get("type") == "reasoning" else None)
 
 
+def reasoning_without_summary(items: list[Any]) -> list[Any]:
+    """Responses: every reasoning item with ``summary: null`` (a proxy that nulls what it trims)."""
+    return walk(items, lambda d: d.update(summary=None) if d.get("type") == "reasoning" else None)
+
+
+def unsigned_thinking(items: list[Any]) -> list[Any]:
+    """Anthropic: thinking blocks without their signature (a proxy that drops ``signature_delta``
+    events and the field)."""
+    items = [i for i in items if (i.get("delta") or {}).get("type") != "signature_delta"]
+    return walk(items, lambda d: d.pop("signature", None) if d.get("type") == "thinking" else None)
+
+
+def thinking_and_calls(p: str, stream: bool) -> Reply:
+    return Reply(reasoning="Read the order.", tool_calls=(ORDER,), edit=unsigned_thinking)
+
+
 CASES = [
     # -- legitimate variants: accepted with the answer ----------------------------------------
     Round4(
@@ -230,6 +250,13 @@ CASES = [
         False,
         ("listed as", "terminal output", "gave up"),
         at=("responses/stream/http", "responses/stream/sdk"),
+    ),
+    Round4(
+        "anthropic_unsigned_thinking_with_calls",
+        twice(thinking_and_calls),
+        False,
+        ("without its signature", "gave up"),
+        at=("anthropic/whole/http", "anthropic/stream/sdk", "anthropic/stream/http"),
     ),
     Round4(
         "responses_done_item_lists_other_text",
@@ -256,8 +283,10 @@ def refuses_reasoning_without_id(replies: list[Reply]) -> Any:
     reasoning item without its ``id`` (HTTP 400, not retried)."""
 
     def respond(request: dict[str, Any], index: int) -> Reply:
-        items = request.get("input") or []
-        if any(i.get("type") == "reasoning" and not i.get("id") for i in items if isinstance(i, dict)):
+        items = [
+            i for i in request.get("input") or [] if isinstance(i, dict) and i.get("type") == "reasoning"
+        ]
+        if any(not i.get("id") or not isinstance(i.get("summary"), list) for i in items):
             return FakeResponsesServer.error(400, "Missing required parameter: 'input[1].id'.")
         return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
 
@@ -271,10 +300,11 @@ def test_a_reasoning_item_without_an_id_is_not_sent_back(
     """The call's turn comes with a reasoning item without its ``id``: it is not sent back (the
     next request holds no reasoning item), the run is accepted, the turn's ``model_response``
     counting the item not kept (before: it went back without an id, the API's 400 ended the run
-    ``model_error``); one with its id is sent back as it came."""
+    ``model_error``); one with its id is sent back as it came, with ``summary: []`` where it
+    came with none (before: ``null``, which the API refuses too)."""
     model: dict[str, Any] = {"provider": "openai-responses", "name": "m-1", "streaming": stream}
     model.update(transport=transport, max_retries=1, timeout_s=5)
-    for edit, kept in ((reasoning_without_id, False), (None, True)):
+    for edit, kept in ((reasoning_without_id, False), (reasoning_without_summary, True), (None, True)):
         replies = [Reply(reasoning="Read the order.", tool_calls=(ORDER,), edit=edit), Reply.text(ANSWER)]
         with FakeResponsesServer(refuses_reasoning_without_id(replies)) as server:
             code, out, responses = run_agent(tmp_path, {**model, "base_url": server.url})
@@ -283,3 +313,20 @@ def test_a_reasoning_item_without_an_id_is_not_sent_back(
         sent = [i for i in second if i.get("type") == "reasoning"]
         assert len(sent) == (1 if kept else 0) and all(i["id"].startswith("rs_") for i in sent), second
         assert responses[0].get("reasoning_not_kept") == (None if kept else 1), responses[0]
+
+
+@pytest.mark.parametrize(("stream", "transport"), [(False, "http"), (True, "sdk")])
+def test_an_unsigned_thinking_block_of_a_final_answer_is_not_kept(
+    tmp_path: Path, stream: bool, transport: str
+) -> None:
+    """Anthropic: the final answer comes with a thinking block without its signature: accepted,
+    the block not kept (it could not be sent back), counted in the answer's meta; signed, it is
+    kept (the turn's reasoning either way)."""
+    model: dict[str, Any] = {"provider": "anthropic", "name": "m-1", "streaming": stream}
+    model.update(transport=transport, max_retries=1, timeout_s=5)
+    for edit, not_kept in ((unsigned_thinking, 1), (None, None)):
+        replies = [Reply.calls(ORDER), Reply(content=ANSWER, reasoning="It is open.", edit=edit)]
+        with SERVERS["anthropic"](scripted(replies)) as server:
+            code, out, responses = run_agent(tmp_path, {**model, "base_url": server.url})
+        assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+        assert responses[1].get("reasoning_not_kept") == not_kept, responses[1]
