@@ -8,7 +8,8 @@ order of the trajectory; function tools (``strict`` off: the host validates argu
 itself). ``store`` is off by default — every request carries the whole conversation, nothing
 is kept server-side — so reasoning items come back with their ``encrypted_content`` (asked
 for with ``include`` when ``reasoning`` is set) and are sent back unchanged before the turn's
-other items (``provider_items``), as the API requires for reasoning models across tool calls.
+other items (``provider_items``), as the API requires for reasoning models across tool calls
+(one without the ``id`` the API requires of it cannot be, and is not kept: ``_sendable``).
 ``prompt_cache_key`` defaults to a digest of the stable prefix (instructions and tool
 names), so every step of every run of one agent lands on the same cache.
 
@@ -18,7 +19,8 @@ summaries as the message's reasoning); a stream's items as ``output_item.done`` 
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
 garbled stream, retried, as is a terminal output that lists a call with other arguments than
-the stream said; a call whose done item or terminal output leaves its arguments out has those
+the stream said, or a done item or terminal output that lists other text than the text deltas
+said; a call whose done item or terminal output leaves its arguments out has those
 its deltas said; an event sent again under its ``sequence_number`` is read once). ``status``
 ``completed`` is a normal end, unless ``incomplete_details`` gives a reason or an output item
 says it is ``incomplete``; ``incomplete`` carries its reason (``max_output_tokens`` → length,
