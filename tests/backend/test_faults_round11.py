@@ -24,7 +24,9 @@ not kept.
 
 Chat: a choice ``index`` written as text (``"0"``) is choice 0 in a stream as in a whole answer
 (before: the stream skipped it, retried to ``model_error``, while the whole answer with it was
-accepted).
+accepted); a streamed tool call's ``index`` written as text in some deltas is the same call as
+the number in the others (before: the reader compared text with numbers, a ``TypeError``, and
+the run ended ``model_error``).
 """
 
 from __future__ import annotations
@@ -211,6 +213,16 @@ def index_as_text(p: str, stream: bool, items: list[Any]) -> list[Any]:
     return walk(items, lambda d: d.update(index=str(d["index"])) if "finish_reason" in d else None)
 
 
+def call_index_as_text_in_every_other_delta(p: str, stream: bool, items: list[Any]) -> list[Any]:
+    """Chat (streamed): every other tool-call delta's ``index`` written as text (``"1"``), the
+    rest as numbers (a proxy that re-encodes some chunks)."""
+    seen: list[dict[str, Any]] = []
+    walk(items, lambda d: seen.append(d) if "index" in d and "function" in d else None)
+    for d in seen[::2]:
+        d["index"] = str(d["index"])
+    return items
+
+
 def reasoning_without_id(items: list[Any]) -> list[Any]:
     """Responses: every reasoning item without its ``id`` (a proxy that drops it)."""
     return walk(items, lambda d: d.pop("id", None) if d.get("type") == "reasoning" else None)
@@ -242,6 +254,16 @@ CASES = [
         ],
         True,
         at=("chat/stream/http", "chat/stream/sdk", "chat/whole/http"),
+    ),
+    Round4(
+        "chat_tool_call_index_as_text_in_some_deltas",
+        lambda p, s: [
+            Reply.calls(ORDER, OTHER, edit=lambda i: call_index_as_text_in_every_other_delta(p, s, i)),
+            Reply.text(ANSWER),
+        ],
+        True,
+        calls=("ok", "ok"),
+        at=("chat/stream/http",),
     ),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
     Round4(

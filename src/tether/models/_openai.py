@@ -259,7 +259,7 @@ class OpenAICompatible(OpenAIBackend):
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choices = data["choices"]  # the answer is choice 0 (n > 1), as a stream's is, wherever listed
-        choice = next((c for c in choices if isinstance(c, dict) and _index(c) == 0), choices[0])
+        choice = next((c for c in choices if isinstance(c, dict) and _index(c.get("index")) == 0), choices[0])
         wire = choice["message"]
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
@@ -314,7 +314,7 @@ class OpenAICompatible(OpenAIBackend):
                 usage = larger_usage(usage, self._usage(chunk["usage"]))
                 billed(usage)  # counted even if the stream then fails
             for choice in chunk.get("choices") or ():
-                if _index(choice) != 0:
+                if _index(choice.get("index")) != 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
                 if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
@@ -367,13 +367,14 @@ _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, whic
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")
 
 
-def _index(choice: Mapping[str, Any]) -> int | None:
-    """A choice's ``index`` as both readers take it (a whole answer's and a stream's): a number,
-    or its digits as text (a server that quotes it: ``"0"`` is choice 0); none is 0 (a server
-    that sends only one choice and leaves it out); anything else (``true``, ``"first"``) is no
-    index (None), so never the answer's choice."""
+def _index(value: object) -> int | None:
+    """An ``index`` (a choice's, as both readers take it, a whole answer's and a stream's; a
+    streamed tool call's) as a number: a number, or its digits as text (a server that quotes
+    it: ``"0"`` is 0, the same as ``0`` in the next chunk); none is 0 (a server that sends only
+    one choice and leaves it out); anything else (``true``, ``"first"``) is no index (None):
+    never the answer's choice, and a call delta with it is one without an index."""
     try:
-        return count(choice.get("index"))
+        return count(value)
     except ValueError:
         return None
 
@@ -386,6 +387,7 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
     none."""
     index, fn = tc.get("index"), tc.get("function") or {}
+    index = None if index is None else _index(index)  # "1" is 1, as in the chunk before
     if index is None:  # the call with its id; without one, the call begun last; else a new one
         ids = {c["id"]: key for key, c in calls.items() if c["id"]}
         last = max(calls, default=(-1, 0))
