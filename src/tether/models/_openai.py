@@ -310,9 +310,8 @@ class OpenAICompatible(OpenAIBackend):
             if is_error(chunk):
                 raise self.failures.reported(chunk, "mid-stream")
             model = chunk.get("model") or model
-            if chunk.get("usage"):  # the last chunk's, or every chunk's running count
-                usage = larger_usage(usage, self._usage(chunk["usage"]))
-                billed(usage)  # counted even if the stream then fails
+            if chunk.get("usage"):  # the last chunk's, or every chunk's running count: billed if it fails
+                billed(usage := larger_usage(usage, self._usage(chunk["usage"])))
             for choice in chunk.get("choices") or ():
                 if _index(choice.get("index")) != 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
