@@ -14,13 +14,13 @@ the models of a fallback chain; priced too.
 
 Responses: text the stream said as deltas that its done item or the terminal output lists
 otherwise is a garbled stream, retried (before: the terminal text was accepted unflagged, as
-calls no longer were). A reasoning item without an ``id`` is not sent back (the API requires
-one and refuses the next request with HTTP 400; before: it went back without one, and that
-next turn failed), counted in the answer's meta (``reasoning_not_kept``); one with ``summary:
-null`` goes back with ``[]``. Anthropic: a turn of calls whose thinking block lost its signature
-is retried (it cannot be sent back, and the API refuses a tool-use turn without its thinking;
-before: the calls ran and the next request carried the unsigned block), a final answer's is
-not kept.
+calls no longer were); text either leaves out (a proxy that trims it) is the deltas'. A
+reasoning item without an ``id`` is not sent back (the API requires one and refuses the next
+request with HTTP 400; before: it went back without one, and that next turn failed), counted in
+the answer's meta (``reasoning_not_kept``); one with ``summary: null`` goes back with ``[]``.
+Anthropic: a turn of calls whose thinking block lost its signature is retried (it cannot be
+sent back, and the API refuses a tool-use turn without its thinking; before: the calls ran and
+the next request carried the unsigned block), a final answer's is not kept.
 
 Chat: a choice ``index`` written as text (``"0"``) is choice 0 in a stream as in a whole answer
 (before: the stream skipped it, retried to ``model_error``, while the whole answer with it was
@@ -135,6 +135,22 @@ def done_text(text: str) -> Any:
             if i.get("type") == "response.output_item.done" and i["item"].get("type") == "message":
                 walk(i["item"], lambda d: d.update(text=text) if d.get("type") == "output_text" else None)
         items[-1]["response"]["output"] = []
+        return items
+
+    return edit
+
+
+def text_left_out(where: str) -> Any:
+    """Responses: the message's text left out of the terminal output (its message items dropped)
+    or of its done item (``content: []``), a proxy that trims them; the deltas say it."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        if where == "terminal":
+            final = items[-1]["response"]
+            final["output"] = [i for i in final["output"] if i.get("type") != "message"]
+        for i in items:
+            if i.get("type") == "response.output_item.done" and i["item"].get("type") == "message":
+                i["item"]["content"] = [] if where == "done" else i["item"]["content"]
         return items
 
     return edit
@@ -264,6 +280,24 @@ CASES = [
         True,
         calls=("ok", "ok"),
         at=("chat/stream/http",),
+    ),
+    Round4(
+        "responses_text_left_out_of_the_terminal_output",
+        lambda p, s: [
+            Reply(content="Let me read it.", tool_calls=(ORDER,), edit=text_left_out("terminal")),
+            Reply.text(ANSWER, edit=text_left_out("terminal")),
+        ],
+        True,
+        at=("responses/stream/http", "responses/stream/sdk"),
+    ),
+    Round4(
+        "responses_text_left_out_of_its_done_item",
+        lambda p, s: [
+            Reply(content="Let me read it.", tool_calls=(ORDER,), edit=text_left_out("done")),
+            Reply.text(ANSWER, edit=text_left_out("done")),
+        ],
+        True,
+        at=("responses/stream/http",),
     ),
     # -- faults: a typed stop, a non-zero exit -----------------------------------------------
     Round4(

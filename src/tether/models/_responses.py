@@ -379,7 +379,7 @@ class _Said:
                 if _lacks_arguments(done) and key in self.arguments:  # said by its deltas
                     done = {**done, "arguments": "".join(self.arguments[key])}
                 if key in self.text and done.get("type") == "message":
-                    _same_text("".join(self.text[key]), [done], "its done item")
+                    done = _with_text("".join(self.text[key]), done, "its done item")
                 out.append(done)
             elif (added := self.added.get(key, {})).get("type") == "function_call":
                 out.append(
@@ -404,11 +404,16 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     the stream said for the same call (by its ``call_id`` or item ``id``): a proxy that trims the
     final output does not make the call run with none. A call it lists with other arguments
     than the stream said for it (other than as the same JSON written otherwise) is a garbled
-    stream, as arguments done otherwise than their deltas are (which would run?). The output as
-    it is when nothing was streamed, or every call in it agrees (the usual case)."""
+    stream, as arguments done otherwise than their deltas are (which would run?); so is text it
+    lists otherwise than the stream said it, and text it leaves out is the stream's. The output
+    as it is when nothing was streamed, or every call and text in it agrees (the usual case)."""
     if not output or not streamed or not isinstance(output, list):
         return output
-    _same_text(_text_of(streamed), output, "the terminal output")
+    if text := _text_of(streamed):
+        if _text_of(output):
+            _same_text(text, output, "the terminal output")
+        else:  # the output leaves the text out (a proxy that trims it): the stream's messages say it
+            output = [*(i for i in streamed if i.get("type") == "message"), *output]
     said: dict[object, str | None] = {}
     for item in streamed:
         arguments = item.get("arguments") if item.get("type") == "function_call" else None
@@ -438,6 +443,15 @@ def _text_of(items: list[Any]) -> str:
         for part in item.get("content") or ()
         if isinstance(part, dict) and part.get("type") in ("output_text", "text")
     )
+
+
+def _with_text(streamed: str, done: dict[str, Any], where: str) -> dict[str, Any]:
+    """A message's done item given the text its deltas said: the same where it lists none (a
+    proxy that trims it: ``content`` left out or empty), else checked (``_same_text``)."""
+    if not _text_of([done]) and not done.get("content"):
+        return {**done, "content": [{"type": "output_text", "text": streamed}]}
+    _same_text(streamed, [done], where)
+    return done
 
 
 def _same_text(streamed: str, listed: list[Any], where: str) -> None:
