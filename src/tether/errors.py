@@ -129,7 +129,12 @@ class RunError(TetherError):
 
 
 class ModelError(RunError):
-    """The model backend failed (transport, protocol, malformed output beyond retries)."""
+    """The model backend failed (transport, protocol, malformed output beyond retries).
+    ``usage`` and ``cost_usd``: what the provider billed for the attempts that failed (a
+    stream cut after it reported its usage, an answer refused as garbled), which the run's
+    budgets count all the same; None and 0.0 when it reported nothing."""
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, *, usage: Any = None, cost_usd: float = 0.0):
         super().__init__("model_error", message)
+        self.usage = usage
+        self.cost_usd = cost_usd

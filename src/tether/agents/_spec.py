@@ -74,6 +74,12 @@ class LimitsSpec(_Strict):
     max_malformed_turns: int | None = Field(
         default=None, ge=1, description="malformed tool-call turns in a row before model_error"
     )
+    max_calls_per_turn: int | None = Field(
+        default=None,
+        ge=1,
+        description="tool calls one model turn may ask for; a turn over it ends the run model_error, "
+        "none of its calls run (default 32)",
+    )
     max_unavailable: int | None = Field(
         default=None, ge=1, description="failures of one source before dependency_unavailable"
     )

@@ -19,7 +19,7 @@ from tether.context._pairing import units
 from tether.context._store import FrozenStore, LargeOutputStore
 from tether.context._untrusted import rewrap, unwrap, wrap_untrusted
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolMessage, Usage, UserMessage
-from tether.errors import RunError
+from tether.errors import ModelError, RunError
 from tether.models._base import Model, ModelRequest
 
 __all__ = [
@@ -332,6 +332,8 @@ class Compressor:
             self.stats.usage = self.stats.usage + usage
         except Exception as err:  # a failed summary leaves the result raw; the breaker counts it
             problem = f"{type(err).__name__}: {err}"
+            if isinstance(err, ModelError) and isinstance(err.usage, Usage):  # billed all the same
+                self.stats.usage = self.stats.usage + err.usage
         if not problem:
             summary = summary[: req.max_chars]
             missing = [c for c in citations(req.text) if c not in summary]

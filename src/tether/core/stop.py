@@ -35,7 +35,12 @@ class Limits:
     if ``final_turn_on_budget`` and that turn is affordable: under ``llm_calls_hard``, under the
     optional hard ceilings ``max_tokens_hard`` / ``max_cost_usd_hard``, and before the deadline.
     Otherwise the host answers from what was observed. Token and cost figures are cumulative
-    over the run's model calls (prompt + completion, as billed)."""
+    over the run's model calls (prompt + completion, as billed: attempts that failed and were
+    retried, and models a fallback chain left, count too).
+
+    ``max_calls_per_turn`` bounds the tool calls one model turn may ask for: a turn over it
+    (a server that answers with hundreds of parallel calls) ends the run ``model_error``, none
+    of its calls run."""
 
     max_steps: int = 12
     llm_calls: int = 16
@@ -46,6 +51,7 @@ class Limits:
     repeat_limit: int = 3
     max_identical_calls: int = 3
     max_malformed_turns: int = 3
+    max_calls_per_turn: int = 32
     max_unavailable: int = 2
     final_turn_on_budget: bool = True
     final_turn_max_tokens: int | None = 1024
@@ -55,7 +61,8 @@ class Limits:
     def __post_init__(self) -> None:
         if self.llm_calls_hard < self.llm_calls:
             raise ValueError("llm_calls_hard must be >= llm_calls")
-        if min(self.max_steps, self.llm_calls, self.repeat_limit, self.max_identical_calls) < 1:
+        counts = (self.max_steps, self.llm_calls, self.repeat_limit, self.max_identical_calls)
+        if min(*counts, self.max_calls_per_turn) < 1:
             raise ValueError("limits must be positive")
         for soft, hard, name in (
             (self.max_tokens, self.max_tokens_hard, "max_tokens"),

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from tether.core.messages import UserMessage
+from tether.core.messages import Usage, UserMessage
+from tether.errors import ModelError
 from tether.mcp._config import SamplingConfig
 from tether.mcp._elicitation import RequestGate
 
@@ -173,6 +174,8 @@ class SamplingGate(RequestGate):
             why = f"sampling budget exhausted: {self.budget.max_seconds:g} seconds used"
             return self._refuse(why, tool=tool)
         except Exception as err:  # a model failure is the server's problem to handle, not the run's
+            if isinstance(err, ModelError) and isinstance(err.usage, Usage):  # billed all the same
+                self.budget.tokens += err.usage.total_tokens
             return self._refuse(f"the model failed: {type(err).__name__}", tool=tool)
         finally:
             self.budget.seconds += time.monotonic() - started

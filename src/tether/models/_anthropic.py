@@ -14,11 +14,13 @@ The answer: text, ``tool_use`` blocks (their input as the raw JSON the model wro
 streamed: partial-JSON deltas joined, never re-parsed), ``thinking`` and ``redacted_thinking``
 blocks. Thinking blocks are kept on the message (``provider_items``) with their signatures and
 sent back unchanged before the turn's other blocks, as the API requires when a thinking model
-uses tools. Usage maps to ``prompt_tokens`` = input + cache reads + cache writes (Anthropic
-counts the three apart), ``cached_tokens`` = cache reads, ``cache_write_tokens`` in the
-usage's extra; the price table prices each (``Price.cache_write``). A stream's output count is
-``message_delta``'s (``message_start``'s is the count so far); one that never gives it has it
-estimated.
+uses tools; one without its signature (``redacted_thinking`` without its data) cannot be: a
+turn of calls with one is retried (the API would refuse the next request), a final answer's is
+not kept (``meta["reasoning_not_kept"]``). Usage maps to ``prompt_tokens`` = input + cache
+reads + cache writes (Anthropic counts the three apart), ``cached_tokens`` = cache reads,
+``cache_write_tokens`` in the usage's extra; the price table prices each
+(``Price.cache_write``). A stream's output count is ``message_delta``'s (``message_start``'s is
+the count so far); one that never gives it has it estimated.
 
 Errors: 429 (``retry-after`` honoured), 5xx, 529 ``overloaded_error``, an ``error`` event in
 the stream (``overloaded_error``, ``api_error``), a stream that ends before ``message_delta``
@@ -51,7 +53,7 @@ from tether.core.messages import (
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable
+from tether.models._retrying import Retryable, billed
 from tether.models._sse import Ending, events, until_cut
 
 __all__ = ["AnthropicMessages"]
@@ -260,12 +262,14 @@ class AnthropicMessages(HTTPBackend):
                 # Its output count is the count so far (1), not the answer's, which message_delta
                 # gives: a stream that never does has it estimated (``HTTPBackend.complete``).
                 turn.usage({k: v for k, v in (message.get("usage") or {}).items() if k != "output_tokens"})
+                billed(turn.to_usage())  # counted even if the stream then fails
                 # A message begun again (a proxy that retried upstream): its blocks and its end.
                 blocks = _Blocks.held(message.get("content"))
                 ending.restart()
             elif kind == "message_delta":
                 ending.said((event.get("delta") or {}).get("stop_reason"))
                 turn.usage(event.get("usage") or {})
+                billed(turn.to_usage())
             elif kind == "message_stop":
                 ending.done = True
                 break  # the answer is whole: what follows (or a body held open) is not read
@@ -297,17 +301,28 @@ class AnthropicMessages(HTTPBackend):
         )
         text = "".join(turn.text)
         thought = "".join(str(item.get("thinking", "")) for item in turn.items)
+        usage = turn.to_usage()
+        kept = [item for item in turn.items if _sendable(item)]
+        if len(kept) < len(turn.items) and calls:
+            # The API refuses a tool-use turn sent back without its thinking (when thinking is
+            # on) and a thinking block without its signature: the next request would fail.
+            billed(usage)
+            why = (
+                "a thinking block without its signature (or redacted data) cannot be sent back with the calls"
+            )
+            raise Retryable("unusable_response", why)
         message = AssistantMessage(
             content=text or None,
             tool_calls=calls,
             reasoning=thought or None,
-            provider_items=tuple({"provider": PROVIDER, **item} for item in turn.items),
+            provider_items=tuple({"provider": PROVIDER, **item} for item in kept),
         )
-        usage = turn.to_usage()
-        written = usage.extra.get("cache_write_tokens")
-        return self._answer(
-            message, usage, model, stop_reason, **({"cache_write_tokens": written} if written else {})
+        meta: dict[str, Any] = (
+            {"reasoning_not_kept": len(turn.items) - len(kept)} if len(kept) < len(turn.items) else {}
         )
+        if written := usage.extra.get("cache_write_tokens"):
+            meta["cache_write_tokens"] = written
+        return self._answer(message, usage, model, stop_reason, **meta)
 
 
 class _Blocks:
@@ -388,6 +403,14 @@ class _Turn:
         read, write = c.get("cache_read_input_tokens", 0), c.get("cache_creation_input_tokens", 0)
         extra = {"cache_write_tokens": write} if write else {}
         return Usage(c.get("input_tokens", 0) + read + write, c.get("output_tokens", 0), read, extra)
+
+
+def _sendable(block: Mapping[str, Any]) -> bool:
+    """Whether a thinking block can be sent back as the API requires it: a ``thinking`` block
+    with its ``signature``, a ``redacted_thinking`` block with its ``data`` (a proxy that drops
+    ``signature_delta`` events leaves neither)."""
+    field = "signature" if block.get("type") == "thinking" else "data"
+    return isinstance(block.get(field), str) and bool(block[field])
 
 
 def _carries(event: Mapping[str, Any]) -> bool:

@@ -25,9 +25,8 @@ import importlib.util
 import json
 import os
 import random
-import re
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 from urllib.parse import urlsplit
@@ -38,12 +37,12 @@ import anyio.lowlevel
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError
 from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
+from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
-from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy
-from tether.models._sse import BOM as _BOM
-from tether.models._sse import declared_over, decoded, status_error, too_large
+from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, billed
+from tether.models._sse import status_error
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
@@ -64,7 +63,6 @@ DeltaCallback = Callable[[str, str], None]  # (kind: "text" | "reasoning" | "too
 # "openai" and "anthropic" name the SDK of the backend that speaks through it: the same as "sdk".
 Transport = Literal["http", "sdk", "openai", "anthropic"]
 SHARD_CONNECTIONS = 16  # connections per pool shard (see _Lane)
-MAX_RESPONSE_BYTES = 32 * 1024 * 1024  # an answer larger than this is refused, not held
 
 
 class BackendOptions(TypedDict, total=False):
@@ -417,11 +415,14 @@ class HTTPBackend(RetryingBackend):
         response's ``meta["usage_estimated"]`` names them), so budgets still count the turn."""
         body = self.encode(request)
         self._client.get()
-        response: ModelResponse = await self.send(body)
-        response, estimated = unreported(request, response)
-        if estimated and self.price is not None:  # counts the server left out, estimated: priced too
-            response = replace(response, cost_usd=self.price.cost(response.usage))
-        return response
+
+        def settle(response: ModelResponse) -> ModelResponse:
+            response, estimated = unreported(request, response)
+            if estimated and self.price is not None:  # counts the server left out, estimated: priced too
+                response = replace(response, cost_usd=self.price.cost(response.usage))
+            return response
+
+        return await self.send(body, settle)
 
     @abstractmethod
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
@@ -474,7 +475,8 @@ class HTTPBackend(RetryingBackend):
         is no answer is refused here, for every protocol: neither text nor a tool call where
         the finish says the turn ended normally, text alone where it says the turn calls tools
         (the calls were lost), or two calls with one id (their results could not be told
-        apart)."""
+        apart). Its usage is billed whether or not the turn is refused (``_retrying.billed``)."""
+        billed(usage)
         finish_word = finish_of(finish)
         message = rejoined(message)  # characters a server split at their surrogates
         calls = message.tool_calls
@@ -497,68 +499,6 @@ class HTTPBackend(RetryingBackend):
 
 
 _NORMAL = ("stop", "tool_calls")
-_CHARSET = re.compile(r"""charset\s*=\s*["']?([\w.:-]+)""", re.IGNORECASE)
-_SPACE = b" \t\r\n" + _BOM
-_SSE_OPEN = (b"data:", b"event:", b"id:", b"retry:", b":")  # how a stream of events starts
-_SSE_OPEN_BYTES = 6
-
-
-class _Peeked:
-    """A response body whose first bytes were read to tell what it is: those bytes, then the
-    rest (``headers`` and ``aiter_bytes``, all the readers use)."""
-
-    def __init__(self, response: Any, head: bytes, rest: AsyncIterator[bytes]) -> None:
-        self.headers = response.headers
-        self._head = head
-        self._rest = rest
-
-    @classmethod
-    async def open(
-        cls, response: Any, labelled: bool, limit: int = MAX_RESPONSE_BYTES
-    ) -> tuple[_Peeked, bool]:
-        """The body, and whether it is a stream of events (it opens with an SSE field or
-        comment, past whitespace and a byte-order mark; or it is ``labelled`` one and does not
-        open as a JSON object) rather than one document, read whole (JSON, or what the error
-        then quotes: an HTML page …). Whitespace before the first bytes that tell counts
-        against ``limit`` (``ModelError`` past it), as every other byte does: a body of
-        nothing but blanks (a gzip bomb of spaces) is not held without bound."""
-        rest = decoded(response)
-        parts: list[bytes] = []
-        total = told = 0  # bytes so far; of them, past the leading whitespace
-        async for block in rest:
-            parts.append(block)
-            total += len(block)
-            told = told + len(block) if told else len(block.lstrip(_SPACE))
-            if told >= _SSE_OPEN_BYTES:
-                break
-            if total > limit:
-                raise too_large(limit)
-        head = parts[0] if len(parts) == 1 else b"".join(parts)
-        first = head.lstrip(_SPACE)
-        return cls(response, head, rest), first.startswith(_SSE_OPEN) or (labelled and first[:1] != b"{")
-
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        if self._head:
-            yield self._head
-        async for block in self._rest:
-            yield block
-
-    async def read(self, limit: int) -> bytes:
-        """The whole body, as ``_sse.blocks`` bounds one (``ModelError`` past ``limit`` bytes,
-        declared or received), in one loop over the rest: a whole answer, the usual
-        case, pays for no generator of its own."""
-        if declared_over(self.headers, limit):
-            raise too_large(limit)
-        parts, total = [self._head], len(self._head)
-        if total <= limit:
-            async for block in self._rest:
-                total += len(block)
-                if total > limit:
-                    break
-                parts.append(block)
-        if total > limit:
-            raise too_large(limit)
-        return b"".join(parts)
 
 
 def arguments_text(value: object) -> str:
@@ -567,27 +507,6 @@ def arguments_text(value: object) -> str:
     if value is None or isinstance(value, str):
         return value or ""
     return json.dumps(value, ensure_ascii=False)
-
-
-async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
-    """A whole answer's JSON object; anything else is a ``Retryable`` unusable response. JSON
-    is read as UTF-8 (or UTF-16/32, told by its first bytes), and only where that fails in the
-    charset its ``content-type`` names (``iso-8859-1`` …): a label that a UTF-8 body
-    contradicts, as many servers send, changes nothing."""
-    raw = await response.read(limit)
-    try:
-        data = json.loads(raw)
-    except UnicodeDecodeError:
-        charset = _CHARSET.search(response.headers.get("content-type", ""))
-        try:
-            data = json.loads(raw.decode(charset.group(1))) if charset else None
-        except (ValueError, LookupError):  # not JSON in that charset either, or no such charset
-            data = None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        raise unusable(f"the answer is not a JSON object: {raw[:200]!r}")
-    return data
 
 
 class OpenAIBackend(HTTPBackend):

@@ -4,17 +4,21 @@ fixes (401, 404, a context it refuses) — the same request goes to the next one
 of the run stays on it. The answer that comes back says which model gave it and which
 failed before (``meta["fallback_from"]``: model, error), so the trace records every switch.
 
-Budgets need nothing of their own: the run counts one LLM call per ``complete`` and adds the
-usage and cost of the answer that came back, whichever model gave it, and its deadline
-bounds the whole of it. A final answer that did not end normally (cut at the token limit,
+Budgets: the run counts one LLM call per ``complete`` and adds the usage and cost of the
+answer that came back, whichever model gave it, and its deadline bounds the whole of it. What
+a model that failed was billed for its attempts (``ModelError.usage``, ``cost_usd``) is added
+to that answer (``meta["fallback_billed"]``), or handed on with the chain's own ``ModelError``:
+tokens paid for before a switch count too. A final answer that did not end normally (cut at the token limit,
 refused) is an answer, not a failure: it is returned, and the run stops on it honestly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
+from tether.core.messages import Usage
 from tether.errors import ConfigError, ModelError
 from tether.models._base import Model, ModelRequest, ModelResponse
 
@@ -50,20 +54,30 @@ class FallbackModel:
         """The answer of the first model that gives one; raises ``ModelError`` listing every
         model's error when none does."""
         failed: list[dict[str, str]] = []
+        spent, cost = Usage(), 0.0  # what the models that failed were billed
         while True:
             model = self.models[self.active]
             try:
                 response = await model.complete(request)
             except ModelError as err:
                 failed.append({"model": model.name, "error": str(err)[:500]})
+                if isinstance(err.usage, Usage):
+                    spent, cost = spent + err.usage, cost + err.cost_usd
                 if self.active + 1 >= len(self.models):
                     tried = "; ".join(f"{f['model']}: {f['error']}" for f in failed)
-                    raise ModelError(f"every model failed: {tried}") from None
+                    usage = spent if spent.total_tokens else None
+                    raise ModelError(f"every model failed: {tried}", usage=usage, cost_usd=cost) from None
                 self.active += 1
                 self.switches.append({**failed[-1], "to": self.models[self.active].name})
                 continue
             if failed:
                 response.meta["fallback_from"] = failed
+            if spent.total_tokens:
+                own = response.usage
+                usage = replace(spent + own, extra=dict(own.extra))
+                billed = {"prompt_tokens": spent.prompt_tokens, "completion_tokens": spent.completion_tokens}
+                meta = {**response.meta, "fallback_billed": {**billed, "cost_usd": cost}}
+                response = replace(response, usage=usage, cost_usd=response.cost_usd + cost, meta=meta)
             return response
 
     async def aclose(self) -> None:

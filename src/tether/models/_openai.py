@@ -53,7 +53,7 @@ from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable, RetryPolicy
+from tether.models._retrying import Retryable, RetryPolicy, billed
 from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
 
 __all__ = ["OpenAICompatible", "ReasoningRule", "RetryPolicy", "reasoning_rule"]
@@ -259,7 +259,7 @@ class OpenAICompatible(OpenAIBackend):
 
     def _whole(self, data: dict[str, Any]) -> ModelResponse:
         choices = data["choices"]  # the answer is choice 0 (n > 1), as a stream's is, wherever listed
-        choice = next((c for c in choices if isinstance(c, dict) and not c.get("index")), choices[0])
+        choice = next((c for c in choices if isinstance(c, dict) and _index(c.get("index")) == 0), choices[0])
         wire = choice["message"]
         if not isinstance(wire, dict):
             raise Retryable("unusable_response", f"response has no message: {str(data)[:200]}")
@@ -310,10 +310,10 @@ class OpenAICompatible(OpenAIBackend):
             if is_error(chunk):
                 raise self.failures.reported(chunk, "mid-stream")
             model = chunk.get("model") or model
-            if chunk.get("usage"):  # the last chunk's, or every chunk's running count
-                usage = larger_usage(usage, self._usage(chunk["usage"]))
+            if chunk.get("usage"):  # the last chunk's, or every chunk's running count: billed if it fails
+                billed(usage := larger_usage(usage, self._usage(chunk["usage"])))
             for choice in chunk.get("choices") or ():
-                if choice.get("index") or 0:
+                if _index(choice.get("index")) != 0:
                     continue  # another choice (n > 1): the answer is the first, as a whole one's is
                 delta = choice.get("delta") or {}
                 if ending.finish is not None and any(delta.get(k) for k in _CARRIES):
@@ -366,6 +366,18 @@ _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, whic
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")
 
 
+def _index(value: object) -> int | None:
+    """An ``index`` (a choice's, as both readers take it, a whole answer's and a stream's; a
+    streamed tool call's) as a number: a number, or its digits as text (a server that quotes
+    it: ``"0"`` is 0, the same as ``0`` in the next chunk); none is 0 (a server that sends only
+    one choice and leaves it out); anything else (``true``, ``"first"``) is no index (None):
+    never the answer's choice, and a call delta with it is one without an index."""
+    try:
+        return count(value)
+    except ValueError:
+        return None
+
+
 def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None:
     """One streamed tool-call delta into the call it continues: by ``index``; a server that
     omits it gets the call by id, or the last one when the delta has no id. Under one index, a
@@ -374,6 +386,7 @@ def _add_call_delta(calls: _Calls, tc: Mapping[str, Any], on_delta: Any) -> None
     once; a delta that repeats the whole name so far (some proxies send it in every delta) adds
     none."""
     index, fn = tc.get("index"), tc.get("function") or {}
+    index = None if index is None else _index(index)  # "1" is 1, as in the chunk before
     if index is None:  # the call with its id; without one, the call begun last; else a new one
         ids = {c["id"]: key for key, c in calls.items() if c["id"]}
         last = max(calls, default=(-1, 0))

@@ -8,7 +8,8 @@ order of the trajectory; function tools (``strict`` off: the host validates argu
 itself). ``store`` is off by default — every request carries the whole conversation, nothing
 is kept server-side — so reasoning items come back with their ``encrypted_content`` (asked
 for with ``include`` when ``reasoning`` is set) and are sent back unchanged before the turn's
-other items (``provider_items``), as the API requires for reasoning models across tool calls.
+other items (``provider_items``), as the API requires for reasoning models across tool calls
+(one without the ``id`` the API requires of it cannot be, and is not kept: ``_sendable``).
 ``prompt_cache_key`` defaults to a digest of the stable prefix (instructions and tool
 names), so every step of every run of one agent lands on the same cache.
 
@@ -18,7 +19,8 @@ summaries as the message's reasoning); a stream's items as ``output_item.done`` 
 as ``output_item.added`` and the deltas build them where neither that event nor the terminal
 event lists them (argument deltas that disagree with the arguments a call is done with are a
 garbled stream, retried, as is a terminal output that lists a call with other arguments than
-the stream said; a call whose done item or terminal output leaves its arguments out has those
+the stream said, or a done item or terminal output that lists other text than the text deltas
+said; a call whose done item or terminal output leaves its arguments out has those
 its deltas said; an event sent again under its ``sequence_number`` is read once). ``status``
 ``completed`` is a normal end, unless ``incomplete_details`` gives a reason or an output item
 says it is ``incomplete``; ``incomplete`` carries its reason (``max_output_tokens`` → length,
@@ -46,7 +48,7 @@ from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
-from tether.models._retrying import Retryable
+from tether.models._retrying import Retryable, billed
 from tether.models._sse import events
 
 __all__ = ["OpenAIResponses"]
@@ -232,6 +234,8 @@ class OpenAIResponses(OpenAIBackend):
         return self._parse(final, said.items())
 
     def _parse(self, data: dict[str, Any], streamed: list[dict[str, Any]]) -> ModelResponse:
+        usage = _usage(data.get("usage") or {})
+        billed(usage)  # counted even if the answer is then refused
         status = data.get("status")
         if status == "failed" or is_error(data):
             # Failed, or an error object beside the output (a streamed terminal event's response:
@@ -245,6 +249,7 @@ class OpenAIResponses(OpenAIBackend):
         kept: list[dict[str, Any]] = []
         thought: list[str] = []
         unfinished = False  # an item that says it is incomplete
+        unsendable = 0  # reasoning items that could not be sent back
         for item in output:
             kind = item.get("type")
             unfinished = unfinished or item.get("status") == "incomplete"
@@ -260,7 +265,10 @@ class OpenAIResponses(OpenAIBackend):
                     ToolCall(call_id, str(item.get("name") or ""), arguments_text(item.get("arguments")))
                 )
             elif kind == "reasoning":
-                kept.append({"provider": PROVIDER, **{k: v for k, v in item.items() if k != "status"}})
+                if (back := _sendable(item)) is not None:
+                    kept.append(back)
+                else:
+                    unsendable += 1
                 thought.extend(str(s.get("text", "")) for s in item.get("summary") or ())
         raw: str | None = status
         cut = (data.get("incomplete_details") or {}).get("reason")
@@ -278,8 +286,23 @@ class OpenAIResponses(OpenAIBackend):
             reasoning="".join(thought) or None,
             provider_items=tuple(kept),
         )
-        usage = _usage(data.get("usage") or {})
-        return self._answer(message, usage, str(data.get("model") or ""), raw)
+        meta = {"reasoning_not_kept": unsendable} if unsendable else {}
+        return self._answer(message, usage, str(data.get("model") or ""), raw, **meta)
+
+
+def _sendable(item: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reasoning item as the next request sends it back (without its ``status``, its
+    ``summary`` a list, ``[]`` where it was left out): the API requires its ``id`` (and
+    ``summary``) on an input reasoning item and refuses the request without it (HTTP 400: the
+    next turn would fail, not this one). One without an ``id`` (a proxy that drops it) cannot be
+    sent back: None, it is not kept (the answer's meta counts it, ``reasoning_not_kept``); the
+    conversation goes on without it, as one that never reasoned aloud does."""
+    if not isinstance(item.get("id"), str) or not item["id"]:
+        return None
+    back = {k: v for k, v in item.items() if k != "status"}
+    if not isinstance(back.get("summary"), list):
+        back["summary"] = []
+    return {"provider": PROVIDER, **back}
 
 
 class _Said:
@@ -355,6 +378,8 @@ class _Said:
                 done = self.done[key]
                 if _lacks_arguments(done) and key in self.arguments:  # said by its deltas
                     done = {**done, "arguments": "".join(self.arguments[key])}
+                if key in self.text and done.get("type") == "message":
+                    done = _with_text("".join(self.text[key]), done, "its done item")
                 out.append(done)
             elif (added := self.added.get(key, {})).get("type") == "function_call":
                 out.append(
@@ -379,10 +404,16 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     the stream said for the same call (by its ``call_id`` or item ``id``): a proxy that trims the
     final output does not make the call run with none. A call it lists with other arguments
     than the stream said for it (other than as the same JSON written otherwise) is a garbled
-    stream, as arguments done otherwise than their deltas are (which would run?). The output as
-    it is when nothing was streamed, or every call in it agrees (the usual case)."""
+    stream, as arguments done otherwise than their deltas are (which would run?); so is text it
+    lists otherwise than the stream said it, and text it leaves out is the stream's. The output
+    as it is when nothing was streamed, or every call and text in it agrees (the usual case)."""
     if not output or not streamed or not isinstance(output, list):
         return output
+    if text := _text_of(streamed):
+        if _text_of(output):
+            _same_text(text, output, "the terminal output")
+        else:  # the output leaves the text out (a proxy that trims it): the stream's messages say it
+            output = [*(i for i in streamed if i.get("type") == "message"), *output]
     said: dict[object, str | None] = {}
     for item in streamed:
         arguments = item.get("arguments") if item.get("type") == "function_call" else None
@@ -401,6 +432,35 @@ def _with_arguments(output: Any, streamed: list[dict[str, Any]]) -> Any:
     return [
         {**item, "arguments": _said_for(item, said)} if _lacks_arguments(item) else item for item in output
     ]
+
+
+def _text_of(items: list[Any]) -> str:
+    """The text of the message items among ``items`` (their ``output_text`` parts), joined."""
+    return "".join(
+        str(part.get("text") or "")
+        for item in items
+        if isinstance(item, dict) and item.get("type") == "message"
+        for part in item.get("content") or ()
+        if isinstance(part, dict) and part.get("type") in ("output_text", "text")
+    )
+
+
+def _with_text(streamed: str, done: dict[str, Any], where: str) -> dict[str, Any]:
+    """A message's done item given the text its deltas said: the same where it lists none (a
+    proxy that trims it: ``content`` left out or empty), else checked (``_same_text``)."""
+    if not _text_of([done]) and not done.get("content"):
+        return {**done, "content": [{"type": "output_text", "text": streamed}]}
+    _same_text(streamed, [done], where)
+    return done
+
+
+def _same_text(streamed: str, listed: list[Any], where: str) -> None:
+    """Text a stream said (its deltas) must be the text ``listed`` holds (a done item, the
+    terminal output): where they disagree the stream is garbled (which is the answer?), retried
+    as calls whose arguments disagree are. Nothing said, nothing to compare."""
+    if streamed and (other := _text_of(listed)) != streamed:
+        why = f"the answer's text streamed as {streamed[:80]!r} is listed as {other[:80]!r} in {where}"
+        raise Retryable("stream_unreadable", why)
 
 
 def _said_for(item: Any, said: dict[object, str | None]) -> str | None:

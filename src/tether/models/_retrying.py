@@ -14,25 +14,55 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   deadline of the scope the call runs in (the run's ``deadline_s``) fails it at once too, naming
   the error it would have retried, rather than sleep until the deadline ends the run unexplained.
 - Every retry taken is listed (kind, attempt, delay) for the trace.
+- What the provider billed for an attempt that then failed (a stream cut after it reported its
+  usage, a whole answer refused as garbled) is counted: a reader reports each usage it reads
+  (``billed``), and ``send`` adds the failed attempts' to the answer's usage and cost
+  (``meta["failed_attempts_billed"]`` says how much), or hands them on with the ``ModelError``
+  (``usage``, ``cost_usd``) when no attempt succeeds, so budgets count every token paid for.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from tether.core.messages import Usage
 from tether.core.stop import cancel_after
 from tether.errors import ModelError
+from tether.models._base import larger_usage
 
 if TYPE_CHECKING:
     from tether.core.ratelimit import TokenBucket
     from tether.models._base import ModelResponse
+    from tether.models._pricing import Price
 
-__all__ = ["RetryPolicy", "Retryable", "RetryingBackend"]
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "billed"]
+
+
+class _Tally:
+    """The usage the provider reported for the attempt under way (a running total)."""
+
+    __slots__ = ("usage",)
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+
+
+_ATTEMPT: ContextVar[_Tally | None] = ContextVar("tether_model_attempt", default=None)
+
+
+def billed(usage: Usage) -> None:
+    """A reader read ``usage`` for the attempt under way (a running total: each count the
+    larger of those reported so far): kept, so an attempt that then fails is still counted.
+    Outside ``RetryingBackend.send``, nothing."""
+    tally = _ATTEMPT.get()
+    if tally is not None:
+        tally.usage = larger_usage(tally.usage, usage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +105,7 @@ class RetryingBackend(ABC):
     timeout_s: float
     retry: RetryPolicy
     rate_limit: TokenBucket | None
+    price: Price | None
     calls: int
     retries: list[dict[str, Any]]
     _sleep: Callable[[float], Awaitable[None]]
@@ -87,17 +118,24 @@ class RetryingBackend(ABC):
     async def _attempt(self, body: bytes) -> ModelResponse:
         """One try: post ``body`` and read the answer (a backend's own protocol)."""
 
-    async def send(self, body: bytes) -> ModelResponse:
+    async def send(
+        self, body: bytes, settle: Callable[[ModelResponse], ModelResponse] | None = None
+    ) -> ModelResponse:
         """Run ``_attempt(body)`` until it returns, each try bounded whole by ``timeout_s``.
         Raises ``ModelError`` once retries are spent or the error is final (its text passed
-        through ``_scrub``, so no key leaks)."""
+        through ``_scrub``, so no key leaks; the failed attempts' billed usage with it).
+        ``settle``: applied to the answer of the attempt that succeeded, before the failed
+        attempts' billed usage is added to it (the estimate of counts its server left out)."""
         taken: list[dict[str, Any]] = []
+        spent: list[Usage] = []  # what each failed attempt was billed, as its server reported it
         retry = self.retry
         try:
             while True:
                 if self.rate_limit is not None:
                     await self.rate_limit.acquire()
                 self.calls += 1
+                tally = _Tally()
+                held = _ATTEMPT.set(tally)
                 try:
                     # ``anyio.fail_after`` as one cancel scope, without its two generator
                     # context managers (one attempt a model call): the same TimeoutError.
@@ -112,22 +150,60 @@ class RetryingBackend(ABC):
                 except Retryable as caught:
                     err = caught
                 except ModelError as final:
-                    raise ModelError(self._scrub(str(final))) from None
+                    raise self._failed(self._scrub(str(final)), spent, tally) from None
+                finally:
+                    _ATTEMPT.reset(held)
                 detail = self._scrub(str(err))
                 too_long = err.retry_after is not None and err.retry_after > retry.max_retry_after_s
                 if len(taken) >= retry.max_retries or too_long:
                     why = "Retry-After too long" if too_long else f"gave up after {len(taken) + 1} attempts"
-                    raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
+                    raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
                 delay = retry.delay(len(taken), err.retry_after, self._rand())
                 if (left := anyio.current_effective_deadline() - anyio.current_time()) <= delay:
                     # Sleeping would only end the run at its deadline, the cause unsaid.
                     wait = "Retry-After" if err.retry_after is not None else "backoff"
                     why = f"{wait} of {delay:g}s would pass the deadline, {max(left, 0):.3g}s away"
-                    raise ModelError(f"{self.model}: {err.kind}: {detail} ({why})") from None
+                    raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
+                if tally.usage is not None:
+                    spent.append(tally.usage)
                 taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
                 await self._sleep(delay)
         finally:
             self.retries.extend(taken)
         if taken:
             response.meta["retries"] = taken
-        return response
+        if settle is not None:
+            response = settle(response)
+        return self._with_spent(response, spent)
+
+    def _spent_cost(self, usage: Usage) -> float:
+        return self.price.cost(usage) if self.price is not None else 0.0
+
+    def _failed(self, message: str, spent: list[Usage], tally: _Tally) -> ModelError:
+        """The ``ModelError`` that ends the call, with what every failed attempt was billed."""
+        usage = sum((*spent, *([tally.usage] if tally.usage else [])), Usage())
+        if not usage.total_tokens:
+            return ModelError(message)
+        return ModelError(message, usage=usage, cost_usd=self._spent_cost(usage))
+
+    def _with_spent(self, response: ModelResponse, spent: list[Usage]) -> ModelResponse:
+        """The answer with what the failed attempts before it were billed added to its usage and
+        cost (``meta["failed_attempts_billed"]``: how much); as it is when they reported none."""
+        failed = sum(spent, Usage())
+        if not failed.total_tokens:
+            return response
+        own = response.usage
+        usage = Usage(
+            own.prompt_tokens + failed.prompt_tokens,
+            own.completion_tokens + failed.completion_tokens,
+            own.cached_tokens + failed.cached_tokens,
+            dict(own.extra),
+        )
+        cost = self._spent_cost(failed)
+        said = {
+            "prompt_tokens": failed.prompt_tokens,
+            "completion_tokens": failed.completion_tokens,
+            "cost_usd": cost,
+        }
+        meta = {**response.meta, "failed_attempts_billed": said}
+        return replace(response, usage=usage, cost_usd=response.cost_usd + cost, meta=meta)

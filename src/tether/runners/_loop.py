@@ -14,10 +14,10 @@ from tether.context._engine import ContextEngine
 from tether.context._pairing import ContextIntegrityError
 from tether.context._subagent import run_subtask
 from tether.core.handoff import HandoffGrants, resolve_from_trace, validate_handoff
-from tether.core.messages import AssistantMessage, UserMessage
+from tether.core.messages import AssistantMessage, Usage, UserMessage
 from tether.core.stop import RepetitionDetector, StopReason, call_signature, cancel_after
 from tether.core.types import CallRecord, Observation
-from tether.errors import ApprovalError, HandoffError, MemoryPolicyError
+from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError
 from tether.models._base import ModelResponse, finish_problem
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import ResumePoint, RunScope, resume_claim, resume_point
@@ -196,6 +196,8 @@ class AgentLoop:
                 raise
             response = await self._ask(tools_enabled=True)
             message = response.message
+            if len(message.tool_calls) > self.limits.max_calls_per_turn:
+                raise self._too_many_calls(message)
             s.trajectory.append(message)
             if (cut := finish_problem(response)) is not None:  # never accepted or acted on as if whole
                 raise StopRun(cut[0], cut[1], message.content)
@@ -241,7 +243,8 @@ class AgentLoop:
         try:
             response = await self.steps.complete(self, request)
         except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
-            t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}")
+            billed = self._count_billed(err) if isinstance(err, ModelError) else {}
+            t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}", **billed)
             raise StopRun(StopReason.MODEL_ERROR, f"{type(err).__name__}: {err}") from None
         self._phase = None
         s.usage = s.usage + response.usage
@@ -260,6 +263,30 @@ class AgentLoop:
             **{k: v for k, v in response.meta.items() if k not in _RESPONSE_FIELDS},
         )
         return response
+
+    def _count_billed(self, err: ModelError) -> dict[str, Any]:
+        """What the failed attempts of a model call were billed (``ModelError.usage``), counted
+        against the run's budgets all the same; the counts, for the ``model_error`` event."""
+        if not isinstance(err.usage, Usage):
+            return {}
+        s = self.state
+        s.usage, s.cost_usd = s.usage + err.usage, s.cost_usd + err.cost_usd
+        usage = err.usage
+        return {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost_usd": err.cost_usd,
+        }
+
+    def _too_many_calls(self, message: AssistantMessage) -> StopRun:
+        """The stop for a turn that asks for more tool calls than ``Limits.max_calls_per_turn``:
+        ``model_error``, traced, none of its calls run; the turn is kept out of the trajectory
+        (its text only), so a resumed run finds no calls of it pending to run either."""
+        n, most = len(message.tool_calls), self.limits.max_calls_per_turn
+        why = f"the model asked for {n} tool calls in one turn, over max_calls_per_turn ({most}): none ran"
+        self.tracer.emit(EventKind.MODEL_ERROR, error=why)
+        self.state.trajectory.append(AssistantMessage(content=message.content))
+        return StopRun(StopReason.MODEL_ERROR, why)
 
     def _scope(self) -> CallScope:
         return CallScope(self.state, self.tracer, self.offered, self.engine, f"model:{self.agent.model.name}")

@@ -74,8 +74,19 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "retries": list[dict[str, Any]],  # one entry per retry: kind, attempt, delay_s
         "unpriced": bool,
         "usage_estimated": list[str],  # counts the server left out, estimated: prompt_tokens …
+        # what attempts that failed before this answer were billed (counted in the figures above):
+        # prompt_tokens, completion_tokens, cost_usd; by this model's retries, by models left
+        "failed_attempts_billed": dict[str, Any],
+        "fallback_billed": dict[str, Any],
+        "reasoning_not_kept": int,  # reasoning items that could not be sent back (no id), not kept
     },
-    EventKind.MODEL_ERROR: {"error": Required[str]},
+    EventKind.MODEL_ERROR: {
+        "error": Required[str],
+        # what the failed attempts were billed, counted against the run's budgets all the same
+        "prompt_tokens": int,
+        "completion_tokens": int,
+        "cost_usd": float,
+    },
     EventKind.TOOL_PROPOSED: {"call_id": Required[str], "tool": Required[str], "arguments": str},
     EventKind.POLICY_ALLOWED: {"call_id": Required[str], "tool": Required[str], "rule": Required[str]},
     EventKind.POLICY_DENIED: {
