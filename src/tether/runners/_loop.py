@@ -198,9 +198,10 @@ class AgentLoop:
             message = response.message
             if len(message.tool_calls) > self.limits.max_calls_per_turn:
                 raise self._too_many_calls(message)
-            s.trajectory.append(message)
             if (cut := finish_problem(response)) is not None:  # never accepted or acted on as if whole
+                s.trajectory.append(_text_only(message) if message.tool_calls else message)
                 raise StopRun(cut[0], cut[1], message.content)
+            s.trajectory.append(message)
             if not message.tool_calls:
                 answer = message.content or ""
                 problem = self.agent.verify(s, answer) if self.agent.verify else None
@@ -280,12 +281,11 @@ class AgentLoop:
 
     def _too_many_calls(self, message: AssistantMessage) -> StopRun:
         """The stop for a turn that asks for more tool calls than ``Limits.max_calls_per_turn``:
-        ``model_error``, traced, none of its calls run; the turn is kept out of the trajectory
-        (its text only), so a resumed run finds no calls of it pending to run either."""
+        ``model_error``, traced, none of its calls run (``_text_only``)."""
         n, most = len(message.tool_calls), self.limits.max_calls_per_turn
         why = f"the model asked for {n} tool calls in one turn, over max_calls_per_turn ({most}): none ran"
         self.tracer.emit(EventKind.MODEL_ERROR, error=why)
-        self.state.trajectory.append(AssistantMessage(content=message.content))
+        self.state.trajectory.append(_text_only(message))
         return StopRun(StopReason.MODEL_ERROR, why)
 
     def _scope(self) -> CallScope:
@@ -484,3 +484,10 @@ class _ChildRuns:
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
         return await run_child(self.host, self.parent, agent, objective, context)
+
+
+def _text_only(message: AssistantMessage) -> AssistantMessage:
+    """A turn whose calls must never run (over the cap, or ended abnormally: cut, paused, of an
+    unknown end) as it is kept in the trajectory: its text alone, so a resumed run finds none of
+    its calls pending (a checkpoint holding them would run them on ``tether resume``)."""
+    return AssistantMessage(content=message.content)
