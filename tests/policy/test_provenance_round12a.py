@@ -1,0 +1,253 @@
+"""A twelfth round of attacks on provenance (helper ``attack12a``), aimed at child runs that wait
+for a person while the run that started them goes on, and at runs continued twice at once.
+
+1. **a subagent that pauses while its parent goes on**: a subagent's child run that paused for
+   an approval came back to its parent as a failed tool result (``approval_required``), and the
+   parent went on; the child was later resumed on its own, from its checkpoint, whose history of
+   the request was the snapshot its parent handed it when it started: what the parent paid in
+   the meantime counted nothing there. The child paid 100 and paused (a mail needing a
+   reviewer); the parent paid 100; approved and resumed, the child paid 100 more: 300 paid
+   against a bound of 200. Now a child that waits makes its parent wait too (the call is paused,
+   as for a question an MCP server asks), and the child is resumed under an id derived from its
+   parent's run, step and call, only through its parent's resume (resuming it on its own is
+   refused, ``child_run``), so every bound reads one history; the parent gets the child's answer.
+2. **a workflow's agent node resumed on its own**: the same for a node's child run: resumed by
+   its run id while its workflow waited, its payments never reached the workflow.
+3. **a workflow continued twice at once**: two continuations of the same paused workflow (a
+   double click, a retry sent while the first was still running) each resumed the paused node's
+   child run from the same checkpoint.
+
+Each test runs a real host with the provenance policy, a real SQLite approval store and a
+reviewer who approves, checks what the tools received (the attack did not run unreviewed) AND
+that the legitimate version of the same task still runs end to end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from test_provenance_round6 import CTX, HOTEL_IBAN, RULES, TRUST, World
+from test_provenance_round11b import FRONT_DESK, MAIL_CALL, PAID, PAY_ONCE, _obeys, _pay
+
+from tether import Agent, Host
+from tether.context import ContextConfig, Subagent
+from tether.core.messages import AssistantMessage, ToolMessage
+from tether.core.stop import StopReason
+from tether.errors import ApprovalError
+from tether.models._base import ModelRequest
+from tether.policy._approvals import Approvals, Reviewer
+from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler
+from tether.policy._sqlite_store import SqliteApprovalStore
+from tether.policy._store import ProposalStatus
+from tether.runners._workflow import AgentNode, Step, Workflow
+from tether.testing import FunctionModel, call
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "T5")]
+
+REQUEST = f"{PAY_ONCE} Then email the front desk."
+DESK_MAIL = ("send_email", {"recipients": [FRONT_DESK], "body": "The deposit is paid."})
+ANA = Reviewer("ana", frozenset({CTX.tenant}))
+
+
+def _host(tmp_path: Path, world: World) -> tuple[Host, Approvals]:
+    approvals = Approvals(SqliteApprovalStore(tmp_path / "approvals.db"))
+    policy = ProvenancePolicy(ProvenanceRules(RULES, TRUST))
+    host = Host(
+        policy=policy,
+        on_denied="continue",
+        labeler=make_labeler(TRUST),
+        approvals=approvals,
+        trace_dir=tmp_path,
+    )
+    host.add_tools(world.get_hotels, world.pay_deposit, world.send_email)
+    return host, approvals
+
+
+async def _approve_pending(approvals: Approvals) -> list[str]:
+    decided = []
+    for proposal in await approvals.store.list_proposals():
+        if proposal.status is ProposalStatus.PENDING:
+            await approvals.approve(ANA, proposal.id)
+            decided.append(proposal.tool)
+    return decided
+
+
+def _relays_conclusion(answer: str = "Done.") -> FunctionModel:
+    """The parent: looks the hotel up, asks the helper, then (``after``) answers with what the
+    helper concluded, as the tool result it read says it."""
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        results = [m for m in request.messages if isinstance(m, ToolMessage)]
+        if not results:
+            return AssistantMessage(tool_calls=(call("get_hotels", city="Paris"),))
+        if len(results) == 1:
+            return AssistantMessage(tool_calls=(call("helper", task="Pay the Grand Hotel's deposit."),))
+        return AssistantMessage(content=f"helper said: {results[-1].content}")
+
+    return FunctionModel(reply)
+
+
+def _parent(child: list[Any], parent: list[Any]) -> Agent:
+    helper = Subagent(
+        "helper", "Pays a deposit.", lambda: Agent("helper", _obeys(*child, answer="All paid."))
+    )
+    ask = call("helper", task="Pay the Grand Hotel's deposit.")
+    model = _obeys(call("get_hotels", city="Paris"), ask, *parent, answer="Booked.")
+    return Agent("act", model, context=ContextConfig(subagents=[helper]))
+
+
+async def _delegated(tmp_path: Path, agent: Agent, *, rounds: int = 3) -> tuple[World, list[Any], list[str]]:
+    """Runs ``agent``; while a run waits, a reviewer approves what waits and the run the reviewer
+    was shown (the parent's) is resumed. What was paid, the results, what was approved."""
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    results, approved = [], []
+    async with host:
+        result = await host.run(agent, REQUEST, context=CTX)
+        results.append(result)
+        for _ in range(rounds):
+            if result.stop_reason is not StopReason.APPROVAL_REQUIRED:
+                break
+            approved += await _approve_pending(approvals)
+            result = await host.resume(agent, result.run_id)
+            results.append(result)
+    return world, results, approved
+
+
+# -- 1. a subagent that pauses while its parent goes on ---------------------------------------------
+
+
+async def test_a_paused_subagent_pauses_its_parent_and_counts_what_it_paid_before(tmp_path: Path) -> None:
+    # The helper pays 100, mails the desk (a reviewer's), pays 100; the parent then pays 100.
+    agent = _parent([_pay(100.0), MAIL_CALL, _pay(100.0)], [_pay(100.0)])
+    world, results, approved = await _delegated(tmp_path, agent, rounds=1)
+    first, then = results
+    # The parent waited with its helper (nothing of its own paid beside it), and said for what.
+    assert first.stop_reason is StopReason.APPROVAL_REQUIRED and len(first.pending_proposals) == 1
+    # Resumed through the parent: the helper sends its mail and pays the rest; the parent's own
+    # third 100 is over the bound and waits for a person.
+    assert approved == ["send_email"]
+    assert [a.get("amount") for _, a in world.received] == [100.0, None, 100.0]
+    assert then.stop_reason is StopReason.APPROVAL_REQUIRED and len(then.pending_proposals) == 1
+    assert then.pending_proposals != first.pending_proposals
+
+
+async def test_a_paused_subagent_is_resumed_only_through_its_parent(tmp_path: Path) -> None:
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    agent = _parent([_pay(100.0), MAIL_CALL, _pay(100.0)], [_pay(100.0)])
+    async with host:
+        first = await host.run(agent, REQUEST, context=CTX)
+        child = next(str(e.data["child_run_id"]) for e in first.events if str(e.kind) == "subagent_finished")
+        await _approve_pending(approvals)
+        helper = Agent("helper", _obeys(_pay(100.0), MAIL_CALL, _pay(100.0)))
+        with pytest.raises(ApprovalError) as refused:
+            await host.resume(helper, child)
+        assert refused.value.reason == "child_run" and first.run_id in str(refused.value)
+        assert [n for n, _ in world.received] == ["pay_deposit"]
+        # Its parent's resume continues it.
+        result = await host.resume(agent, first.run_id)
+    assert [n for n, _ in world.received] == ["pay_deposit", "send_email", "pay_deposit"]
+    assert result.stop_reason is StopReason.APPROVAL_REQUIRED  # the parent's own 100 more
+
+
+async def test_a_subagent_that_pauses_is_approved_and_finishes_answers_its_parent(tmp_path: Path) -> None:
+    helper = Subagent(
+        "helper",
+        "Pays a deposit.",
+        lambda: Agent("helper", _obeys(_pay(120.0), MAIL_CALL, answer="All paid.")),
+    )
+    agent = Agent("act", _relays_conclusion(), context=ContextConfig(subagents=[helper]))
+    world, results, approved = await _delegated(tmp_path, agent)
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "accepted"]
+    assert approved == ["send_email"]
+    assert world.received == [("pay_deposit", {"recipient": HOTEL_IBAN, "amount": 120.0}), DESK_MAIL]
+    assert results[-1].answer is not None and "All paid." in results[-1].answer
+    # What the parent paid after its helper counts the helper's 120: the other 80 still runs.
+    agent = _parent([_pay(120.0), MAIL_CALL], [_pay(80.0)])
+    world, results, _ = await _delegated(tmp_path / "rest", agent)
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "accepted"]
+    assert [a.get("amount") for _, a in world.received] == [120.0, None, 80.0]
+
+
+# -- 2. a workflow's agent node resumed on its own --------------------------------------------------
+
+
+def _node_workflow() -> Workflow:
+    steps = [
+        Step("hotels", "get_hotels", {"city": "Paris"}),
+        AgentNode("pay", Agent("payer", _obeys(_pay(100.0), MAIL_CALL, _pay(100.0))), lambda out: "Pay."),
+        AgentNode("rest", Agent("rest", _obeys(_pay(100.0))), lambda out: "Pay what is left."),
+    ]
+    return Workflow("book", steps, answer=lambda out: str(out["pay"]))
+
+
+async def test_a_workflow_node_is_resumed_only_through_its_workflow(tmp_path: Path) -> None:
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    workflow = _node_workflow()
+    async with host:
+        first = await host.run_workflow(workflow, REQUEST, context=CTX)
+        assert first.stop_reason is StopReason.APPROVAL_REQUIRED
+        await _approve_pending(approvals)
+        with pytest.raises(ApprovalError) as refused:
+            await host.resume(workflow.steps[1].agent, f"{first.run_id}-node2")  # type: ignore[union-attr]
+        assert refused.value.reason == "child_run"
+        again = await host.run_workflow(workflow, REQUEST, context=CTX, run_id=first.run_id)
+    # The node finished its 200; the next node's 100 is over the bound and waits.
+    assert [a.get("amount") for _, a in world.received] == [100.0, None, 100.0]
+    assert again.stop_reason is StopReason.APPROVAL_REQUIRED
+
+
+# -- 3. a workflow continued twice at once ---------------------------------------------------------
+
+
+class _Counting:
+    """A node's model that pays, mails the desk, then answers; counts the turns it was asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def model(self) -> FunctionModel:
+        calls = (_pay(), MAIL_CALL)
+
+        def reply(request: ModelRequest) -> AssistantMessage:
+            self.asked += 1
+            n = sum(isinstance(m, ToolMessage) for m in request.messages)
+            return (
+                AssistantMessage(tool_calls=(calls[n],))
+                if n < len(calls)
+                else AssistantMessage(content="paid")
+            )
+
+        return FunctionModel(reply)
+
+
+async def test_a_workflow_continued_twice_at_once_resumes_its_node_once(tmp_path: Path) -> None:
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    counting = _Counting()
+    steps = [
+        Step("hotels", "get_hotels", {"city": "Paris"}),
+        AgentNode("pay", Agent("payer", counting.model()), lambda o: "Pay."),
+    ]
+    workflow = Workflow("book", steps, answer=lambda out: str(out["pay"]))
+    stops: list[str] = []
+    async with host:
+        first = await host.run_workflow(workflow, REQUEST, context=CTX)
+        assert first.stop_reason is StopReason.APPROVAL_REQUIRED and counting.asked == 2
+        await _approve_pending(approvals)
+
+        async def again() -> None:
+            result = await host.run_workflow(workflow, REQUEST, context=CTX, run_id=first.run_id)
+            stops.append(str(result.stop_reason))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(again)
+            tg.start_soon(again)
+    assert world.received == [PAID, DESK_MAIL]
+    assert stops == ["accepted", "accepted"]
+    assert counting.asked == 3  # the node's last turn, asked once
