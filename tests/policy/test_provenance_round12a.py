@@ -251,3 +251,25 @@ async def test_a_workflow_continued_twice_at_once_resumes_its_node_once(tmp_path
     assert world.received == [PAID, DESK_MAIL]
     assert stops == ["accepted", "accepted"]
     assert counting.asked == 3  # the node's last turn, asked once
+
+
+def test_the_cli_tells_a_person_what_a_paused_subagent_waits_for(tmp_path: Path) -> None:
+    """``tether run``'s next steps for a parent waiting with its helper: approve the helper's
+    proposal, then resume the parent (not ``tether mcp resume`` for the helper's run)."""
+    from tether.cli._commands.run import next_steps
+
+    agent = _parent([_pay(100.0), MAIL_CALL], [])
+
+    async def first() -> Any:
+        world = World(account=HOTEL_IBAN)
+        host, _ = _host(tmp_path, world)
+        async with host:
+            return await host.run(agent, REQUEST, context=CTX)
+
+    result = anyio.run(first)
+    steps = next_steps(result, tmp_path / "approvals.db")
+    [proposal] = result.pending_proposals
+    assert steps == [
+        f"tether approvals approve {proposal} --db {tmp_path / 'approvals.db'}",
+        f"tether resume {result.run_id} --db {tmp_path / 'approvals.db'}",
+    ]

@@ -454,7 +454,8 @@ async def run_child(
             loop.state.handed_down = [len(inherited[0]), len(inherited[1])]
         result = await loop.run()
     if result.stop_reason is StopReason.APPROVAL_REQUIRED:
-        parent.pending = [*parent.pending, *result.pending_proposals]  # what the parent waits for
+        # What the parent waits for: its own turn had nothing waiting, or the child had not run.
+        parent.pending = list(result.pending_proposals)
         return result
     # What the child did is the parent's too, with what the child's own child runs did (folded
     # into its inherited history after what it was handed): a helper's helper's payment counts.
