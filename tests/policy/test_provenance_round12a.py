@@ -173,6 +173,37 @@ async def test_a_subagent_that_pauses_is_approved_and_finishes_answers_its_paren
     assert [a.get("amount") for _, a in world.received] == [120.0, None, 80.0]
 
 
+def _two_helpers(first: list[Any], second: list[Any]) -> Agent:
+    """A parent that asks two helpers in one turn: ``helper`` proposes ``first``, ``payer``
+    ``second``."""
+    helper = Subagent("helper", "Handles a booking.", lambda: Agent("helper", _obeys(*first)))
+    payer = Subagent("payer", "Pays a deposit.", lambda: Agent("payer", _obeys(*second)))
+    both = (call("helper", task="Handle the Grand Hotel."), call("payer", task="Pay the Grand Hotel."))
+
+    def reply(request: ModelRequest) -> AssistantMessage:
+        n = sum(isinstance(m, ToolMessage) for m in request.messages)
+        if n == 0:
+            return AssistantMessage(tool_calls=(call("get_hotels", city="Paris"),))
+        return AssistantMessage(tool_calls=both) if n == 1 else AssistantMessage(content="Booked.")
+
+    return Agent("act", FunctionModel(reply), context=ContextConfig(subagents=[helper, payer]))
+
+
+async def test_a_helper_asked_beside_a_paused_one_waits_for_it(tmp_path: Path) -> None:
+    # The helper pays 100 and waits for its mail; the payer asked in the same turn would pay 100
+    # while it waits, and the helper its other 100 once approved: it runs after, and waits.
+    agent = _two_helpers([_pay(100.0), MAIL_CALL, _pay(100.0)], [_pay(100.0)])
+    world, results, approved = await _delegated(tmp_path, agent, rounds=1)
+    assert [a.get("amount") for _, a in world.received] == [100.0, None, 100.0]
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "approval_required"]
+    assert approved == ["send_email"]
+    # What the two leave within the bound still runs, each helper's answer reaching the parent.
+    agent = _two_helpers([_pay(100.0), MAIL_CALL], [_pay(100.0)])
+    world, results, _ = await _delegated(tmp_path / "within", agent)
+    assert [a.get("amount") for _, a in world.received] == [100.0, None, 100.0]
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "accepted"]
+
+
 # -- 2. a workflow's agent node resumed on its own --------------------------------------------------
 
 
@@ -206,17 +237,17 @@ async def test_a_workflow_node_is_resumed_only_through_its_workflow(tmp_path: Pa
 
 
 class _Counting:
-    """A node's model that pays, mails the desk, then answers; counts the turns it was asked."""
+    """A node's model that pays, mails the desk, then answers; counts the turns it was asked.
+    Each call it proposes has a fresh id, as a provider's have: asked again, it is a new call."""
 
     def __init__(self) -> None:
         self.asked = 0
 
     def model(self) -> FunctionModel:
-        calls = (_pay(), MAIL_CALL)
-
         def reply(request: ModelRequest) -> AssistantMessage:
             self.asked += 1
             n = sum(isinstance(m, ToolMessage) for m in request.messages)
+            calls = (_pay(), call("send_email", recipients=[FRONT_DESK], body="The deposit is paid."))
             return (
                 AssistantMessage(tool_calls=(calls[n],))
                 if n < len(calls)
@@ -273,3 +304,23 @@ def test_the_cli_tells_a_person_what_a_paused_subagent_waits_for(tmp_path: Path)
         f"tether approvals approve {proposal} --db {tmp_path / 'approvals.db'}",
         f"tether resume {result.run_id} --db {tmp_path / 'approvals.db'}",
     ]
+
+
+async def test_a_workflow_continued_again_after_it_ended_runs_its_node_no_more(tmp_path: Path) -> None:
+    # A retry of a continuation that had ended (its answer lost on the way back): the paused
+    # node's child run had finished, so it was started afresh under its id, from nothing.
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    counting = _Counting()
+    pay = AgentNode("pay", Agent("payer", counting.model()), lambda o: "Pay.")
+    workflow = Workflow("book", [Step("hotels", "get_hotels", {"city": "Paris"}), pay], answer=lambda o: "ok")
+    async with host:
+        first = await host.run_workflow(workflow, REQUEST, context=CTX)
+        await _approve_pending(approvals)
+        stops = [str(first.stop_reason)]
+        for _ in range(2):
+            again = await host.run_workflow(workflow, REQUEST, context=CTX, run_id=first.run_id)
+            stops.append(str(again.stop_reason))
+    assert stops == ["approval_required", "accepted", "accepted"]
+    assert world.received == [PAID, DESK_MAIL] and counting.asked == 3
+    assert again.answer == "ok"
