@@ -204,6 +204,33 @@ async def test_a_helper_asked_beside_a_paused_one_waits_for_it(tmp_path: Path) -
     assert [str(r.stop_reason) for r in results] == ["approval_required", "accepted"]
 
 
+def _helper_with_payer(parent_pays: float) -> Agent:
+    """The parent's helper asks its own payer (who pays 100), then mails the desk (a reviewer's);
+    the parent then pays ``parent_pays``."""
+    payer = Subagent("payer", "Pays a deposit.", lambda: Agent("payer", _obeys(_pay(100.0))))
+    helper = Subagent(
+        "helper",
+        "Handles a booking.",
+        lambda: Agent(
+            "helper",
+            _obeys(call("payer", task="Pay part of the deposit."), MAIL_CALL),
+            context=ContextConfig(subagents=[payer]),
+        ),
+    )
+    ask = call("helper", task="Handle the Grand Hotel's deposit.")
+    model = _obeys(call("get_hotels", city="Paris"), ask, _pay(parent_pays), answer="Booked.")
+    return Agent("act", model, context=ContextConfig(subagents=[helper]))
+
+
+async def test_what_a_paused_helpers_own_payer_paid_reaches_the_parent(tmp_path: Path) -> None:
+    world, results, _ = await _delegated(tmp_path, _helper_with_payer(200.0), rounds=1)
+    assert [a.get("amount") for _, a in world.received] == [100.0, None]
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "approval_required"]
+    world, results, _ = await _delegated(tmp_path / "rest", _helper_with_payer(100.0), rounds=1)
+    assert [a.get("amount") for _, a in world.received] == [100.0, None, 100.0]
+    assert [str(r.stop_reason) for r in results] == ["approval_required", "accepted"]
+
+
 # -- 2. a workflow's agent node resumed on its own --------------------------------------------------
 
 
