@@ -260,6 +260,45 @@ async def test_a_workflow_node_is_resumed_only_through_its_workflow(tmp_path: Pa
     assert again.stop_reason is StopReason.APPROVAL_REQUIRED
 
 
+def _node_with_helper(helper_calls: list[Any]) -> Workflow:
+    """A workflow whose first node delegates to a helper (``helper_calls``); the next pays 100."""
+    helper = Subagent("helper", "Pays a deposit.", lambda: Agent("helper", _obeys(*helper_calls)))
+    delegating = Agent(
+        "booker",
+        _obeys(call("helper", task="Pay the Grand Hotel's deposit."), answer="Helper done."),
+        context=ContextConfig(subagents=[helper]),
+    )
+    steps = [
+        Step("hotels", "get_hotels", {"city": "Paris"}),
+        AgentNode("book", delegating, lambda out: "Book it."),
+        AgentNode("rest", Agent("rest", _obeys(_pay(100.0))), lambda out: "Pay what is left."),
+    ]
+    return Workflow("book", steps, answer=lambda out: str(out["book"]))
+
+
+@pytest.mark.parametrize(
+    ("helper_calls", "paid", "stop"),
+    [
+        ([_pay(100.0), MAIL_CALL, _pay(100.0)], [100.0, None, 100.0], "approval_required"),
+        ([_pay(100.0), MAIL_CALL], [100.0, None, 100.0], "accepted"),
+    ],
+)
+async def test_a_workflow_nodes_paused_helper_is_resumed_through_the_workflow(
+    tmp_path: Path, helper_calls: list[Any], paid: list[Any], stop: str
+) -> None:
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    workflow = _node_with_helper(helper_calls)
+    async with host:
+        first = await host.run_workflow(workflow, REQUEST, context=CTX)
+        assert first.stop_reason is StopReason.APPROVAL_REQUIRED and len(first.pending_proposals) == 1
+        assert await _approve_pending(approvals) == ["send_email"]
+        again = await host.run_workflow(workflow, REQUEST, context=CTX, run_id=first.run_id)
+    assert [a.get("amount") for _, a in world.received] == paid and str(again.stop_reason) == stop
+    if stop == "accepted":
+        assert again.answer == "Helper done."
+
+
 # -- 3. a workflow continued twice at once ---------------------------------------------------------
 
 
