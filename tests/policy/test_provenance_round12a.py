@@ -390,3 +390,29 @@ async def test_a_workflow_continued_again_after_it_ended_runs_its_node_no_more(t
     assert stops == ["approval_required", "accepted", "accepted"]
     assert world.received == [PAID, DESK_MAIL] and counting.asked == 3
     assert again.answer == "ok"
+
+
+async def test_a_plan_continued_twice_at_once_runs_its_approved_call_once(tmp_path: Path) -> None:
+    from test_provenance_round11b import _Extractor, _Planner
+
+    from tether.runners._plan import run_plan
+
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _host(tmp_path, world)
+    extractor = _Extractor(200.0, 200.0, 200.0)
+    stops: list[str] = []
+    async with host:
+        first = await run_plan(host, _Planner(), extractor, REQUEST, context=CTX)
+        assert first.stop_reason is StopReason.APPROVAL_REQUIRED
+        await _approve_pending(approvals)
+
+        async def again() -> None:
+            result = await run_plan(host, _Planner(), extractor, REQUEST, context=CTX, run_id=first.run_id)
+            stops.append(str(result.stop_reason))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(again)
+            tg.start_soon(again)
+        saved = await approvals.store.load_checkpoint(first.run_id)
+    assert world.received == [PAID, DESK_MAIL] and stops == ["accepted", "accepted"]
+    assert saved is not None and saved.status == "finished"

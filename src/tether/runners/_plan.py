@@ -23,7 +23,7 @@ from tether.policy._provenance_labels import EXTRACTOR, SourceLabel, least_trust
 from tether.policy._provenance_labels import Segment as _Segment
 from tether.policy._provenance_run import least_read
 from tether.policy._trusted import TrustedContext
-from tether.runners._scope import RunScope, one_resume_at_a_time
+from tether.runners._scope import RunScope
 from tether.runs._values import CallRecord, RunResult, RunState
 from tether.trace._events import EventKind
 
@@ -110,23 +110,8 @@ async def run_plan(
 ) -> RunResult:
     """Plan once from the request, then execute every planned call through the host's chokepoint
     (``run_id`` continues an earlier run). A denied call or a failed extraction skips its step;
-    the run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed.
-    Two continuations of one run at once take turns (``one_resume_at_a_time``)."""
+    the run stops ``accepted`` when the plan is done, ``policy_denied`` if nothing was allowed."""
     await host.ensure_started()
-    if run_id is None:
-        return await _run_plan(host, planner, extractor, objective, context, None)
-    async with one_resume_at_a_time(run_id):
-        return await _run_plan(host, planner, extractor, objective, context, run_id)
-
-
-async def _run_plan(
-    host: Any,
-    planner: Planner,
-    extractor: Extractor,
-    objective: str,
-    context: TrustedContext,
-    run_id: str | None,
-) -> RunResult:
     run = RunScope(host, design="plan", objective=objective, context=context, run_id=run_id)
     state, tracer = run.state, run.tracer
     offered = host.offered()
