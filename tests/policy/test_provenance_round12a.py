@@ -13,9 +13,21 @@ for a person while the run that started them goes on, and at runs continued twic
    refused, ``child_run``), so every bound reads one history; the parent gets the child's answer.
 2. **a workflow's agent node resumed on its own**: the same for a node's child run: resumed by
    its run id while its workflow waited, its payments never reached the workflow.
-3. **a workflow continued twice at once**: two continuations of the same paused workflow (a
-   double click, a retry sent while the first was still running) each resumed the paused node's
-   child run from the same checkpoint.
+3. **a helper asked beside one that paused**: the host's own tools of a turn ran after one of
+   them paused, so a second helper paid while the first waited, from a history without the
+   first's payment (a paused child's history is its own until it ends); they now wait with it.
+4. **a helper's own payer, then the helper paused**: a resumed child folded into its parent only
+   what came after the inherited history it was resumed with, which already held what its own
+   child runs had done before the pause: a payer's 100 never reached the parent
+   (``RunState.handed_down`` now says how much was handed down).
+5. **a workflow continued twice at once, or again after it ended**: two continuations of the
+   same paused workflow (a double click, a retry sent while the first still ran) each resumed the
+   paused node's child run; and a continuation that ended left the workflow's checkpoint
+   paused, so a retry of it started the node's finished child afresh, from the paused state:
+   each paid the deposit again. Continuations of one workflow now take turns, and one that ends
+   records its end (``finished``), which a later continuation starts from.
+
+A durable parent recovered after its worker died is in ``test_provenance_round12a_durable``.
 
 Each test runs a real host with the provenance policy, a real SQLite approval store and a
 reviewer who approves, checks what the tools received (the attack did not run unreviewed) AND
