@@ -110,6 +110,8 @@ FIELD_STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "request": st.none() | text,
     "inherited_observations": st.lists(observations, max_size=2),
     "inherited_calls": st.lists(st.builds(CallRecord, text, text, json_values, text, text), max_size=2),
+    "parent_run": st.none() | text,
+    "handed_down": st.lists(st.integers(min_value=0, max_value=10**6), max_size=2),
 }
 
 

@@ -227,9 +227,40 @@ class AgentEntry:
 
 
 class SubagentEntry(AgentEntry):
-    """The calls are made by a child agent the parent delegates to; ``again`` resumes the child."""
+    """The calls are made by a child agent the parent delegates to; a child that waits for a
+    person makes its parent wait, and ``again`` resumes the parent, which resumes the child
+    (a child is never resumed on its own). What is reported is the child's run."""
 
     name = "subagent"
+    parent: Agent | None = None
+    parent_run_id = ""
+
+    def _child(self, r: Any) -> Outcome:
+        links = [e for e in r.events if str(e.kind) == "subagent_finished"]
+        assert links, r.kinds()
+        self.run_id = str(links[-1].data["child_run_id"])
+        child_trace = Path(str(links[-1].data["child_trace"]))
+        from tether.trace._tracer import read_trace
+
+        events = [TraceEvent.from_json(d) for d in read_trace(child_trace)]
+        return Outcome(str(links[-1].data["stop_reason"]), events, [], self.run_id)
+
+    async def again(self, host: Host, ctx: TrustedContext) -> Outcome:
+        assert self.parent is not None
+        return self._child(await host.resume(self.parent, self.parent_run_id))
+
+    async def tamper(
+        self, host: Host, *, arguments: dict[str, Any] | None = None, tenant: str | None = None
+    ) -> None:
+        """The call's arguments in the child's checkpoint; the tenant in the parent's (the run
+        resumed, whose context its child runs in)."""
+        child = self.run_id
+        if tenant is not None:
+            self.run_id = self.parent_run_id
+        try:
+            await super().tamper(host, arguments=arguments, tenant=tenant)
+        finally:
+            self.run_id = child
 
     async def first(
         self, host: Host, calls: Any, ctx: TrustedContext, cfg: ContextConfig | None = None
@@ -248,15 +279,10 @@ class SubagentEntry(AgentEntry):
             _once_then_answer((ToolCall("p0", "helper", json.dumps({"task": "do it"})),)),
             context=ContextConfig(subagents=[sub]),
         )
+        self.parent = parent
         r = await host.run(parent, "delegate it", context=ctx)
-        links = [e for e in r.events if str(e.kind) == "subagent_finished"]
-        assert links, r.kinds()
-        self.run_id = str(links[0].data["child_run_id"])
-        child_trace = Path(str(links[0].data["child_trace"]))
-        from tether.trace._tracer import read_trace
-
-        events = [TraceEvent.from_json(d) for d in read_trace(child_trace)]
-        return Outcome(str(links[0].data["stop_reason"]), events, [], self.run_id)
+        self.parent_run_id = r.run_id
+        return self._child(r)
 
 
 class WorkflowEntry:

@@ -377,6 +377,8 @@ class HostCore:
                     tg.start_soon(self._execute_one, o, turn, scope)
         for o in own:
             await self._execute_one(o, turn, scope)
+            if (obs := turn.observations.get(o.call.id)) is not None and obs.meta.get("pause"):
+                break  # a child run waits for a person: the host's tools after it wait with the run
 
     async def _close_turn(self, turn: Turn, scope: CallScope) -> Turn:
         """Trace crashes, note questions, and checkpoint a turn that must pause."""

@@ -22,11 +22,12 @@ from tether.context._pairing import PairingMemo, check_pairing
 from tether.context._skills import SkillLibrary
 from tether.context._status import StatusBar, StatusConfig, choose_status_strategy
 from tether.context._store import FrozenStore, LargeOutputStore
-from tether.context._subagent import Subagent, SubtaskRunner
+from tether.context._subagent import Subagent, SubtaskPaused, SubtaskRunner
 from tether.context._todo import TodoList
 from tether.context._tokens import TokenAccount, TokenEstimator, chars_estimator
 from tether.context._toolsearch import ToolSearch, ToolSearchConfig
 from tether.core.messages import Message, SystemMessage, ToolCall, Usage, UserMessage
+from tether.core.stop import StopReason
 from tether.core.types import Decision, GateOutcome, Observation, Trust
 from tether.errors import ConfigError, PolicyError, ToolError
 from tether.models._base import Model, ModelRequest
@@ -286,12 +287,14 @@ class ContextEngine:
         source = HARNESS
         if spec.name in ("load_skill", "read_skill_file"):
             source = f"skill:{arguments.get('name', '')}"
+        meta: dict[str, Any] = {}
         try:
             out = await self._harness[spec.name].invoke(arguments, context)
             text, data, is_error, kind = out.text, out.data, False, None
         except ToolError as err:
             result = err.to_result()
             text, data, is_error, kind = json.dumps(result, sort_keys=True), result, True, err.kind
+            meta = dict(getattr(err, "meta", None) or {})  # a paused subagent's pause
         except Exception as err:  # a bug in a harness tool ends the run loudly, as any tool's would
             obs = Observation(
                 context.call_id, spec.name, source, now, "internal error", None, True, "internal_error"
@@ -302,7 +305,9 @@ class ContextEngine:
             self._emit("skill_loaded", skill=skill.name, digest=skill.digest, via="tool")
         if not is_error and spec.name == "tool_search":
             self._emit("tool_schemas_loaded", tools=[t["name"] for t in json.loads(text)["tools"]])
-        return Observation(context.call_id, spec.name, source, now, text, data, is_error, kind), None
+        return Observation(
+            context.call_id, spec.name, source, now, text, data, is_error, kind, meta=meta
+        ), None
 
     def _subagent_tool(self, sub: Subagent) -> Tool:
         engine = self
@@ -311,10 +316,14 @@ class ContextEngine:
             task: Annotated[
                 str, Field(min_length=1, max_length=4000, description="A self-contained task description.")
             ],
+            ctx: ToolContext,
         ) -> dict[str, Any]:
             if engine.runner is None:
                 raise ToolError("subagents are not available in this run", hint="do the task yourself")
-            return (await engine.runner(sub, task)).as_tool_result()
+            done = await engine.runner(sub, task, ctx.call_id)
+            if done.stop_reason == str(StopReason.APPROVAL_REQUIRED):
+                raise SubtaskPaused(done.run_id, done.pending)  # the parent waits with its child
+            return done.as_tool_result()
 
         delegate.__doc__ = sub.description
         # Never cut: a cut result loses its data, and with it the class of what the child read.

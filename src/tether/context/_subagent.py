@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tether.policy._trusted import TrustedContext
     from tether.runs._values import Agent, RunResult
 
-__all__ = ["RunsAgents", "Subagent", "SubtaskResult", "run_subtask"]
+__all__ = ["RunsAgents", "Subagent", "SubtaskPaused", "SubtaskResult", "run_subtask"]
 
 
 class RunsAgents(Protocol):
@@ -41,7 +41,25 @@ class Subagent:
 MAX_DEPTH = 3  # subagents of subagents: bounded, so a loop of delegation cannot run away (P4)
 _depth: contextvars.ContextVar[int] = contextvars.ContextVar("tether_subagent_depth", default=0)
 
-SubtaskRunner = Callable[[Subagent, str], Awaitable["SubtaskResult"]]
+# Runs a subagent on a task for the parent's call of the given id (``ToolContext.call_id``).
+SubtaskRunner = Callable[[Subagent, str, str], Awaitable["SubtaskResult"]]
+
+
+class SubtaskPaused(ToolError):
+    """The subagent's run waits for a person (an approval, an answer): so does the call that
+    asked for it, and with it the parent's run. Resumed, the parent asks again and the child
+    run continues where it stopped (``meta``: ``pause``, the child run's id)."""
+
+    kind = "subtask_paused"
+
+    def __init__(self, run_id: str, pending: list[str]) -> None:
+        waiting = f"approval of {', '.join(pending)}" if pending else "a person"
+        super().__init__(
+            f"the subagent's run {run_id} waits for {waiting}",
+            hint="this run is paused with it: resume this run once a person has decided",
+            details={"subagent_run": run_id, "pending_proposals": pending},
+        )
+        self.meta = {"pause": run_id, "awaiting": "the subagent run", "child_run": run_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +71,7 @@ class SubtaskResult:
     trace_path: Path | None
     tokens: int
     relays: dict[str, str] = field(default_factory=dict)  # what the child read (``_relays``)
+    pending: list[str] = field(default_factory=list)  # proposals a paused child waits for
 
     def as_tool_result(self) -> dict[str, Any]:
         return {
@@ -104,6 +123,7 @@ async def run_subtask(
         trace_path=result.trace_path,
         tokens=result.usage.total_tokens,
         relays=_relays(result),
+        pending=list(result.pending_proposals),
     )
     if parent is not None:
         parent.emit(

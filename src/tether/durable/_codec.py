@@ -118,10 +118,18 @@ def encode_turn(turn: Turn, state: RunState, observations_before: int, calls_bef
 
 
 def apply_turn(data: dict[str, Any], state: RunState) -> None:
-    """Re-apply what a recorded turn appended to the run state (replay after recovery)."""
+    """Re-apply what a recorded turn appended to the run state (replay after recovery), and the
+    inherited history as the turn left it: what its child runs (a subagent's) did is folded
+    into it (``run_child``), and a bound after the recovery counts it."""
     appended = state_from_json(data["appended"])
     state.observations.extend(appended.observations)
     state.calls.extend(appended.calls)
+    # It only grows during an agent run; a record with less of it (none: a release before it)
+    # leaves what the run holds.
+    if len(appended.inherited_calls) >= len(state.inherited_calls):
+        state.inherited_calls = list(appended.inherited_calls)
+    if len(appended.inherited_observations) >= len(state.inherited_observations):
+        state.inherited_observations = list(appended.inherited_observations)
     state.pending = list(data["pending"])
 
 

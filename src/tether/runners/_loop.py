@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -20,15 +21,15 @@ from tether.core.types import CallRecord, Observation
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError
 from tether.models._base import ModelResponse, finish_problem
 from tether.policy._trusted import TrustedContext
-from tether.runners._scope import ResumePoint, RunScope, resume_claim, resume_point
-from tether.runs._checkpoint import pending_calls
+from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
+from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
 from tether.runs._values import Agent, RunResult, RunState
 from tether.trace._events import EventKind
 
 if TYPE_CHECKING:
     from tether.chokepoint._authority import HostCore as Host
 
-__all__ = ["AgentLoop", "LoopSteps", "StopRun", "run_child"]
+__all__ = ["AgentLoop", "LoopSteps", "StopRun", "child_run_id", "run_child"]
 
 # What a run was doing when its deadline passed, as its stop detail says it.
 _DEADLINE_DETAIL = {
@@ -116,9 +117,9 @@ class AgentLoop:
             expected_updates=self.limits.max_steps,
         )
 
-        async def run_subagent(sub: Any, task: str) -> Any:
+        async def run_subagent(sub: Any, task: str, call_id: str) -> Any:
             return await run_subtask(
-                _ChildRuns(host, state),
+                _ChildRuns(host, state, call_id),
                 sub.agent(),
                 task,
                 context=state.context,
@@ -448,42 +449,75 @@ async def resume_run(host: Host, agent: Agent, run_id: str) -> RunResult:
 
 
 async def run_child(
-    host: Host,
-    parent: RunState,
-    agent: Agent,
-    objective: str,
-    context: TrustedContext,
-    *,
-    run_id: str | None = None,
-    resume: ResumePoint | None = None,
+    host: Host, parent: RunState, agent: Agent, objective: str, context: TrustedContext, *, run_id: str
 ) -> RunResult:
-    """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint.
-    Its objective is nobody's request: the user's request is the parent's, handed down
-    (``RunState.request``), with what the parent did so far; what it does is the parent's too.
-    ``run_id``: the child's id; ``resume``: its checkpoint, to continue it where it paused."""
-    if resume is None:
-        request, inherited = parent.users_request, parent.history()
-        loop = AgentLoop(host, agent, objective, context, run_id=run_id, request=request, inherited=inherited)
-    else:
-        loop = AgentLoop(host, agent, resume=resume)
-    handed = len(loop.state.inherited_observations), len(loop.state.inherited_calls)
-    result = await loop.run()
+    """A child run (a subagent's task, a workflow's agent node) on the same host and chokepoint,
+    under ``run_id``, an id its parent derives from its own (``child_run_id``). Its objective is
+    nobody's request: the user's request is the parent's, handed down (``RunState.request``),
+    with what the parent did so far; what it does is the parent's too.
+
+    A child that paused earlier under ``run_id`` is resumed where it stopped, never started
+    again (its payments would happen twice, its approved call never be found). A child that
+    pauses for a person makes its parent wait too (the parent stops, or its call pauses): the
+    child is continued only through the parent (``resume_point``), so what it does next is
+    bounded by one history, not by a snapshot its parent went on from. Until it ends, its
+    history stays in its own checkpoint; when it ends, it is folded into the parent's."""
+    async with one_resume_at_a_time(run_id):
+        saved = await host.approvals.store.load_checkpoint(run_id) if host.approvals is not None else None
+        ours = (
+            saved is not None
+            and saved.status != "finished"
+            and checkpoint_tenant(saved.state) == context.tenant
+            and checkpoint_parent(saved.state) in (None, parent.run_id)
+        )
+        if ours:
+            loop = AgentLoop(host, agent, resume=resume_point(saved, run_id, parent=parent.run_id))
+        else:
+            request, inherited = parent.users_request, parent.history()
+            loop = AgentLoop(
+                host, agent, objective, context, run_id=run_id, request=request, inherited=inherited
+            )
+            loop.state.parent_run = parent.run_id
+            loop.state.handed_down = [len(inherited[0]), len(inherited[1])]
+        result = await loop.run()
+    if result.stop_reason is StopReason.APPROVAL_REQUIRED:
+        # What the parent waits for: its own turn had nothing waiting, or the child had not run.
+        parent.pending = list(result.pending_proposals)
+        return result
     # What the child did is the parent's too, with what the child's own child runs did (folded
     # into its inherited history after what it was handed): a helper's helper's payment counts.
-    parent.inherited_observations += [*loop.state.inherited_observations[handed[0] :], *result.observations]
-    parent.inherited_calls += [*loop.state.inherited_calls[handed[1] :], *result.calls]
+    s = loop.state
+    handed = (
+        s.handed_down if len(s.handed_down) == 2 else [len(s.inherited_observations), len(s.inherited_calls)]
+    )
+    parent.inherited_observations += [*s.inherited_observations[handed[0] :], *result.observations]
+    parent.inherited_calls += [*s.inherited_calls[handed[1] :], *result.calls]
     return result
+
+
+def child_run_id(parent: RunState, part: str, call_id: str | None = None) -> str:
+    """The id of the child run ``parent`` starts for ``part`` (``node3``: a workflow's third
+    step; ``sub2``: a subagent called in the parent's third turn, by the call ``call_id``,
+    which the model named and the id holds only as a digest): the same when the parent is
+    resumed and starts it again, so the child is resumed, not started twice."""
+    if call_id is None:
+        return f"{parent.run_id}-{part}"
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{parent.run_id}-{part}-{digest}"
 
 
 @dataclass
 class _ChildRuns:
-    """A subagent's runs: child agent loops on the same host (``run_child``)."""
+    """A subagent's run for the parent's call ``call_id``: a child agent loop on the same host
+    (``run_child``), under an id derived from the parent's run, step and call."""
 
     host: Host
     parent: RunState
+    call_id: str
 
     async def run(self, agent: Agent, objective: str, *, context: TrustedContext) -> RunResult:
-        return await run_child(self.host, self.parent, agent, objective, context)
+        child = child_run_id(self.parent, f"sub{self.parent.steps}", self.call_id)
+        return await run_child(self.host, self.parent, agent, objective, context, run_id=child)
 
 
 def _text_only(message: AssistantMessage) -> AssistantMessage:

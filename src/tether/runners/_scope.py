@@ -34,6 +34,7 @@ from tether.policy._ledger import _owner, owner_dead
 from tether.policy._trusted import TrustedContext
 from tether.runs._checkpoint import (
     CheckpointError,
+    checkpoint_parent,
     checkpoint_tenant,
     restore_trace,
     state_from_json,
@@ -77,12 +78,19 @@ class ResumePoint:
     stop_reason: str | None = None
 
 
-def resume_point(checkpoint: Any, run_id: str) -> ResumePoint:
-    """What ``resume`` continues from. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``)."""
+def resume_point(checkpoint: Any, run_id: str, *, parent: str | None = None) -> ResumePoint:
+    """What ``resume`` continues from. A child run (a subagent's, a workflow node's) is continued
+    only by the run that started it (``parent``, its run id): resumed on its own, it would read
+    its bounds from the snapshot of the request's history it was handed, blind to what its
+    parent did since. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``, ``child_run``)."""
     if checkpoint is None:
         raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
     if checkpoint.status == "finished":
         raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
+    started_by = checkpoint_parent(checkpoint.state)
+    if started_by is not None and started_by != parent:
+        why = f"run {run_id} is a step of run {started_by}: resume {started_by}, which continues it"
+        raise ApprovalError("child_run", why)
     return ResumePoint(checkpoint.state, checkpoint.status, checkpoint.app, checkpoint.stop_reason)
 
 
@@ -281,6 +289,7 @@ class RunScope:
             restore_trace(self.tracer, self.trace_path)  # a resumed run's trace continues its numbering
         self._finished: RunResult | None = None
         self._earlier: list[CallRecord] = []  # the own calls of the attempt this run continues
+        self._continued = False  # ``continue_earlier`` found an earlier attempt
 
     @property
     def run_id(self) -> str:
@@ -301,6 +310,7 @@ class RunScope:
         s.inherited_observations = [*earlier.inherited_observations, *s.inherited_observations]
         s.inherited_calls = [*earlier.inherited_calls, *earlier.calls, *s.inherited_calls]
         self._earlier = list(earlier.calls)
+        self._continued = True  # its end is recorded: a later continuation reads this one's
         return earlier
 
     async def checkpoint_paused(self, state: RunState) -> None:
@@ -429,7 +439,7 @@ class RunScope:
             return detail  # a pause was checkpointed by the chokepoint when it happened
         if self.resumable and reason in TRANSIENT:
             status = "stopped"
-        elif self.resumed is not None:
+        elif self.resumed is not None or self._continued:
             status = "finished"
         else:
             return detail  # a run that never paused leaves nothing to resume

@@ -5,7 +5,6 @@ reads only the fields its ``extract`` schema names; a step may be an agentic nod
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,8 @@ from tether.core.messages import ToolCall
 from tether.core.stop import StopReason
 from tether.core.types import CallRecord, Observation
 from tether.policy._trusted import TrustedContext
-from tether.runners._loop import run_child
-from tether.runners._scope import RunScope, resume_point
-from tether.runs._checkpoint import checkpoint_tenant
+from tether.runners._loop import child_run_id, run_child
+from tether.runners._scope import RunScope, one_resume_at_a_time
 from tether.runs._values import Agent, RunResult
 from tether.trace._events import EventKind
 
@@ -73,7 +71,23 @@ async def run_workflow(
     """Run the steps in order through the host's chokepoint. ``run_id`` continues an earlier run
     of the workflow: the same call ids replay recorded effects and find approved proposals.
     ``inherited``: what a run for the same request did before it (the agent run a rollback
-    replaces: what it paid counts towards every bound here)."""
+    replaces: what it paid counts towards every bound here). Two continuations of one run at
+    once take turns (``one_resume_at_a_time``): the second reads what the first left."""
+    if run_id is None:
+        return await _run(host, workflow, objective, context, rollback_from, None, inherited)
+    async with one_resume_at_a_time(run_id):
+        return await _run(host, workflow, objective, context, rollback_from, run_id, inherited)
+
+
+async def _run(
+    host: Host,
+    workflow: Workflow,
+    objective: str,
+    context: TrustedContext,
+    rollback_from: dict[str, Any] | None,
+    run_id: str | None,
+    inherited: tuple[list[Observation], list[CallRecord]] | None,
+) -> RunResult:
     run = RunScope(host, design="workflow", objective=objective, context=context, run_id=run_id)
     state = run.state
     if inherited is not None:
@@ -92,7 +106,7 @@ async def run_workflow(
                 run.tracer.emit(EventKind.WORKFLOW_STEP, step=step.name, replayed=True)
                 continue
             if isinstance(step, AgentNode):
-                sub = await _run_node(run, step, i, context, continued=run_id is not None)
+                sub = await _run_node(run, step, i, context)
                 run.tracer.emit(
                     EventKind.WORKFLOW_STEP,
                     step=step.name,
@@ -127,27 +141,17 @@ async def _continued(run: RunScope, workflow: Workflow) -> dict[str, Any]:
     return {name: value for name, value in earlier.outputs.items() if name in nodes}
 
 
-async def _run_node(
-    run: RunScope, node: AgentNode, index: int, context: TrustedContext, *, continued: bool
-) -> RunResult:
-    """An agent node's child run, under an id the workflow's run gives it: in a continued run,
-    one that paused (for a person, or a transient failure) is resumed where it stopped, not
-    started again (its payments would happen twice, and its approved call never be found).
-    A node that pauses leaves the workflow's own checkpoint, without the node's history (its
-    child run's checkpoint has it, and folds it back when it is resumed)."""
-    state, approvals = run.state, run.host.approvals
-    child_id = f"{state.run_id}-node{index}"
-    saved = await approvals.store.load_checkpoint(child_id) if continued and approvals is not None else None
-    ours = (
-        saved is not None and checkpoint_tenant(saved.state) == context.tenant and saved.status != "finished"
-    )
-    resume = resume_point(saved, child_id) if ours else None
-    kept = dataclasses.replace(state, inherited_calls=[*state.inherited_calls])
-    kept.inherited_observations = [*state.inherited_observations]
+async def _run_node(run: RunScope, node: AgentNode, index: int, context: TrustedContext) -> RunResult:
+    """An agent node's child run, under an id the workflow's run gives it (``child_run_id``): in
+    a continued run, one that paused (for a person, or a transient failure) is resumed where it
+    stopped (``run_child``). A node that pauses leaves the workflow's own checkpoint, without the
+    node's history (its child run's checkpoint has it, and folds it back when it ends)."""
+    state = run.state
     objective = node.objective(state.outputs)
-    sub = await run_child(run.host, state, node.agent, objective, context, run_id=child_id, resume=resume)
+    child = child_run_id(state, f"node{index}")
+    sub = await run_child(run.host, state, node.agent, objective, context, run_id=child)
     if sub.stop_reason is StopReason.APPROVAL_REQUIRED:
-        await run.checkpoint_paused(kept)
+        await run.checkpoint_paused(state)
     return sub
 
 

@@ -29,7 +29,13 @@ CHECKPOINT_VERSION: Final = 2
 # Fields added to ``RunState`` after a release that wrote version 2, with their defaults: stored
 # only when not the default, so an older worker (rolling upgrade, rollback; ``extra="forbid"``)
 # still reads a checkpoint that does not use them.
-_LATER_FIELDS: Final[dict[str, Any]] = {"request": None, "inherited_observations": [], "inherited_calls": []}
+_LATER_FIELDS: Final[dict[str, Any]] = {
+    "request": None,
+    "inherited_observations": [],
+    "inherited_calls": [],
+    "parent_run": None,
+    "handed_down": [],
+}
 
 
 # The checkpoint is the run state as pydantic serialises it by its type hints, with a
@@ -111,6 +117,15 @@ def checkpoint_tenant(state: str) -> str | None:
         return str(json.loads(state)["context"]["tenant"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def checkpoint_parent(state: str) -> str | None:
+    """The run that started the run a stored checkpoint holds (``RunState.parent_run``), if any."""
+    try:
+        parent = json.loads(state).get("parent_run")
+    except (ValueError, AttributeError):
+        return None
+    return parent if isinstance(parent, str) else None
 
 
 def state_from_json(text: str) -> RunState:

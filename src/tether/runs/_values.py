@@ -55,6 +55,12 @@ class RunState:
     # value the parent wrote into a store and this child reads back is still the parent's write.
     inherited_observations: list[Observation] = field(default_factory=list)
     inherited_calls: list[CallRecord] = field(default_factory=list)
+    # The run that started this one (a subagent's, a workflow node's): it is continued only
+    # through that run's resume, which reads every bound from one history (``run_child``).
+    parent_run: str | None = None
+    # How many of ``inherited_observations`` and ``inherited_calls`` the parent handed down when
+    # this child run started; what follows them its own child runs did (its parent's too).
+    handed_down: list[int] = field(default_factory=list)
 
     def history(self) -> tuple[list[Observation], list[CallRecord]]:
         """What a child run of this one inherits: its inherited history, then its own."""

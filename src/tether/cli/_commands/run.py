@@ -242,12 +242,13 @@ def next_steps(
     if str(result.stop_reason) != "approval_required" or db is None:
         return []
     steps: list[str] = []
-    for proposal in dict.fromkeys(_requested(result)):
+    # The run's own requests, and what its child runs (a subagent's) wait for: it waits with them.
+    for proposal in dict.fromkeys([*_requested(result), *result.pending_proposals]):
         if _pending(db, proposal):  # a resumed run's events hold proposals decided before it
             steps.append(f"tether approvals approve {proposal} --db {db}")
     where = _where(config, agent)
     for o in result.observations:
-        if o.meta.get("pause"):
+        if o.meta.get("pause") and not o.meta.get("child_run"):  # a child run is resumed with this one
             steps.append(f"tether mcp resume {o.meta['pause']} {where} --answer-only --answer '{{...}}'")
     steps.append(f"tether resume {result.run_id} --db {db}")
     return steps
