@@ -41,3 +41,17 @@ def test_encode_bench_runs_and_prints_its_figures_last() -> None:
     assert set(figures["encode"]) == {"openai-chat", "openai-responses", "anthropic"}
     assert all(row["encode_us"] > 0 and row["json_dumps_us"] > 0 for row in figures["encode"].values())
     assert figures["emit_us"] > 0
+
+
+def test_governance_bench_runs_and_prints_its_figures_last() -> None:
+    bench = BENCH.with_name("governance.py")
+    out = subprocess.run(
+        [sys.executable, str(bench), "--steps", "3", "--runs", "2", "--repeats", "2"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    figures = json.loads(out.stdout.strip().splitlines()[-1])
+    assert figures["steps"] == 3 and len(figures["samples_us"]) == 2
+    assert figures["cpu_us_per_model_call"] > 0

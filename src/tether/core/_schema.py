@@ -354,19 +354,25 @@ class CompiledSchema:
     _valid: Callable[[dict[str, Any]], bool] | None = None
     _counted: Any = None  # the validator counting its steps (``_work``), where they need counting
     _weight: int | None = 0  # the steps a node may take at most (``_work.weight``; None: no bound)
+    _patterned: bool = False  # whether it names a pattern (its matches then share one budget)
 
     def violations(self, instance: Any) -> list[SchemaViolation]:
         """Every violation of ``instance``, most telling first (empty when it is valid). Raises
         ``UnusableSchema`` when checking it takes more work than its budget (``tether.core._work``),
         or the schema's patterns take longer than ``PATTERN_SECONDS`` to match."""
+        if not self._patterned:
+            return self._bounded(instance)
         with check_budget():
-            if self._counted is None:  # a node takes at most WORK_PER_NODE steps: within budget
-                return self._violations(instance, self._validator)
-            nodes = size(instance)
-            if self._weight is not None and self._weight * nodes <= budget(nodes):
-                return self._violations(instance, self._validator)
-            with work_budget(nodes):
-                return self._violations(instance, self._counted)
+            return self._bounded(instance)
+
+    def _bounded(self, instance: Any) -> list[SchemaViolation]:
+        if self._counted is None:  # a node takes at most WORK_PER_NODE steps: within budget
+            return self._violations(instance, self._validator)
+        nodes = size(instance)
+        if self._weight is not None and self._weight * nodes <= budget(nodes):
+            return self._violations(instance, self._validator)
+        with work_budget(nodes):
+            return self._violations(instance, self._counted)
 
     def _violations(self, instance: Any, validator: Any) -> list[SchemaViolation]:
         found: list[tuple[int, int, SchemaViolation]] = []
@@ -422,7 +428,18 @@ def _compile(schema: Mapping[str, Any], intake: bool) -> CompiledSchema:
         counted_cls = _validator_class(schema, intake, counted=True)
         counted = counted_cls(root, registry=_NO_RETRIEVAL, format_checker=_FORMAT_CHECKER)
     flat = _flat_check(root) if intake else None
-    return CompiledSchema(schema, intake, validator, flat, counted, most)
+    return CompiledSchema(schema, intake, validator, flat, counted, most, _names_pattern(root))
+
+
+def _names_pattern(node: Any) -> bool:
+    """Whether ``pattern`` or ``patternProperties`` is a key anywhere in ``node`` (a property
+    named so counts too: that only costs a budget that is not needed)."""
+    if isinstance(node, Mapping):
+        named = "pattern" in node or "patternProperties" in node
+        return named or any(_names_pattern(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_names_pattern(v) for v in node)
+    return False
 
 
 class _Cache:
