@@ -312,6 +312,12 @@ class UserStore:
     def has_users(self) -> bool:
         return bool(self._read("SELECT 1 FROM users LIMIT 1"))
 
+    def credential(self, name: str) -> str | None:
+        """What a sign-in as ``name`` is checked against now (its stored password hash: a new
+        password changes it); ``None`` for no such person or a disabled one."""
+        rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))
+        return str(rows[0][0]) if rows and not rows[0][1] else None
+
     def authenticate(self, name: str, password: str) -> str:
         """The user's name if the password matches; raises ``AuthError("bad_credentials")``."""
         rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))

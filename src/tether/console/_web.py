@@ -259,20 +259,32 @@ class Gate:
 
     def mark_device(self, response: Response, name: str) -> None:
         """This browser signed in as ``name``: a signed cookie that says so (30 days; sign-out
-        keeps it), so its next sign-ins count as its own, not its address's (``device``)."""
-        value = f"{name}:{secrets.token_urlsafe(16)}".encode("ascii")
+        keeps it), so its next sign-ins count as its own, not its address's (``device``). It
+        holds a stamp of the person's password as it is now (``_stamp``): a new one unmarks it."""
+        value = f"{name}:{self._stamp(name)}:{secrets.token_urlsafe(16)}".encode("ascii")
         self._cookie(response, self.device_cookie, self._device.sign(value), 30 * 86400)
+
+    def _stamp(self, name: str) -> str:
+        """A keyed digest of ``name``'s stored password hash (``""``: no such or a disabled person)."""
+        stored = self.users.credential(name)
+        if stored is None:
+            return ""
+        return hmac.new(self.secret_key, b"tether-device\x00" + stored.encode(), "sha256").hexdigest()[:24]
 
     def device(self, request: Request, name: str) -> str | None:
         """Whom the sign-in throttle counts a sign-in as ``name`` from a browser that signed in as
-        ``name`` before (``mark_device``): that browser, whatever address it shares (a proxy, a
-        NAT, the loopback of a shared host) with guessers; ``None`` for any other browser."""
+        ``name`` before (``mark_device``) with the password the person has now: that browser,
+        whatever address it shares (a proxy, a NAT, the loopback of a shared host) with guessers;
+        ``None`` for any other browser, and for one that signed in before the password changed
+        (whoever signed in with a leaked password is no device of the person once it is reset)."""
         try:
             value = self._device.unsign(request.cookies.get(self.device_cookie) or "").decode("ascii")
         except (BadSignature, UnicodeDecodeError):
             return None
-        who, _, nonce = value.partition(":")  # a user name holds no ':'
-        return f"device:{nonce}" if who == name and nonce else None
+        who, stamp, nonce = [*value.split(":", 2), "", ""][:3]  # a user name holds no ':'
+        if who != name or not nonce or not stamp or not _same(stamp, self._stamp(name)):
+            return None
+        return f"device:{nonce}"
 
     def flash(self, response: Response, principal: Principal, path: str, notice: str) -> None:
         """Say ``notice`` (a key of the pages' notices) once, on ``path``, to this session only:
