@@ -123,13 +123,15 @@ class Console(Stores):
             mcp_config=config or w.config,
             users=users,
         )
+        if max_requests:
+            options["max_requests"] = max_requests
         app = create_app(sources, secret_key=key, **options)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         config = uvicorn.Config(
-            app, **server_options(*([max_requests] if max_requests else [])), lifespan="on",
+            app, **server_options(), lifespan="on",
             proxy_headers=bool(trusted_proxy), forwarded_allow_ips=trusted_proxy or None,
         )  # fmt: skip
         server = uvicorn.Server(config)

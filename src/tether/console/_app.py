@@ -33,6 +33,10 @@ SIGN_IN = "/login"
 # Seconds a client has to send a request's headers (``tether serve`` closes the connection), then
 # its body (408): a client that trickles bytes (slowloris) holds nothing for long.
 REQUEST_DEADLINE = 10.0
+# Requests the console serves at once (``tether serve --max-requests``): past it a request is
+# answered 503 at once, not queued without bound on the threads and memory every other request
+# needs. Requests, not connections: an idle connection holds no slot (it is closed at the deadline).
+MAX_REQUESTS = 128
 
 # On every response: the app's (Guard) and the server's own 400 (``tether serve``).
 PROTECTIVE_HEADERS = [
@@ -86,10 +90,15 @@ class Guard:
     entries; a WebSocket handshake is refused (404)."""
 
     def __init__(
-        self, app: ASGIApp, allowed_hosts: Iterable[str] = LOOPBACK_HOSTS, gate: Gate | None = None
+        self,
+        app: ASGIApp,
+        allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+        gate: Gate | None = None,
+        max_requests: int = MAX_REQUESTS,
     ) -> None:
         self.app = app
         self.gate = gate
+        self.max_requests, self.serving = max_requests, 0
         # Each entry is read as a Host header (its port ignored); one that is no host is an error.
         names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
         if bad := [entry for entry, name in names.items() if not name]:
@@ -113,6 +122,16 @@ class Guard:
                 ]
             await send(message)
 
+        if self.serving >= self.max_requests:  # a flood: refused at once, with the headers
+            await PlainTextResponse("too many requests at once", status_code=503)(scope, receive, wrapped)
+            return
+        self.serving += 1
+        try:
+            await self._serve(scope, receive, wrapped)
+        finally:
+            self.serving -= 1
+
+    async def _serve(self, scope: Scope, receive: Receive, wrapped: Send) -> None:
         headers = dict(scope.get("headers") or [])
         if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
@@ -196,9 +215,11 @@ def create_app(
     secret_key: bytes,
     secure_cookies: bool = False,
     allowed_hosts: Iterable[str] = LOOPBACK_HOSTS,
+    max_requests: int = MAX_REQUESTS,
 ) -> Any:
     """The console's ASGI application over ``sources``. ``allowed_hosts``: the names it answers
-    to in the ``Host`` header (the loopback names by default; add the name it is served under)."""
+    to in the ``Host`` header (the loopback names by default; add the name it is served under);
+    ``max_requests``: requests served at once (``Guard``)."""
     from tether.console._api import api_routes
     from tether.console._pages import page_routes
 
@@ -215,4 +236,4 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.console = console
-    return Guard(app, allowed_hosts, console.gate)
+    return Guard(app, allowed_hosts, console.gate, max_requests)

@@ -58,9 +58,10 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--max-requests",
         type=int,
-        default=MAX_REQUESTS,
+        default=None,
         metavar="N",
-        help=f"requests served at once (default {MAX_REQUESTS}); past it a request is answered 503 at once",
+        help="requests served at once (default 128; idle connections hold none); past it a request is "
+        "answered 503 at once",
     )
     p.add_argument(
         "--session-idle",
@@ -72,19 +73,12 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
-# Requests (connections and their tasks) the console serves at once: a flood is answered 503, not
-# queued without bound on the threads and memory every other request needs.
-MAX_REQUESTS = 128
-
-
-def server_options(max_requests: int = MAX_REQUESTS) -> dict[str, Any]:
-    """uvicorn's settings for the console (``tether serve``, and the tests that serve it so)."""
-    return {
-        "log_level": "warning",
-        "server_header": False,
-        "http": deadline_protocol(),
-        "limit_concurrency": max_requests,
-    }
+def server_options() -> dict[str, Any]:
+    """uvicorn's settings for the console (``tether serve``, and the tests that serve it so). The
+    requests served at once are bounded by the app (``create_app(max_requests=)``), not by
+    uvicorn's ``limit_concurrency``, which counts idle connections: one client holding that many
+    open made the console answer 503 to everyone."""
+    return {"log_level": "warning", "server_header": False, "http": deadline_protocol()}
 
 
 def deadline_protocol() -> type[asyncio.Protocol]:
@@ -178,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     traces = args.traces
     if traces is None and args.config is None:
         traces = out / "traces"
-    if not (args.max_requests > 0 and 0 < args.session_idle <= 12 * 60):
+    if not ((args.max_requests is None or args.max_requests > 0) and 0 < args.session_idle <= 12 * 60):
         print(
             "tether serve: --max-requests must be positive, --session-idle 0 to 720 minutes", file=sys.stderr
         )
@@ -207,7 +201,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         key = os.environ.get("TETHER_CONSOLE_KEY", "").encode("utf-8") or load_secret_key(key_file)
         proxies = trusted_proxies(args.trusted_proxy)
-        app = create_app(sources, secret_key=key, secure_cookies=args.secure_cookies, allowed_hosts=hosts)
+        app = create_app(
+            sources,
+            secret_key=key,
+            secure_cookies=args.secure_cookies,
+            allowed_hosts=hosts,
+            **({} if args.max_requests is None else {"max_requests": args.max_requests}),
+        )
     except (TetherError, OSError) as err:  # a proxy or host that names no address, a weak key
         sources.close()  # refused: the stores opened for it are closed (the app's lifespan never runs)
         print(f"tether serve: {err}", file=sys.stderr)
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
         app,
         host=args.host,
         port=args.port,
-        **server_options(args.max_requests),
+        **server_options(),
         proxy_headers=bool(proxies),
         forwarded_allow_ips=proxies or None,
     )
