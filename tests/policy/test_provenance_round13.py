@@ -18,6 +18,13 @@ at the mechanisms of rounds eleven and twelve.
    ``draft\u2010final`` (a Unicode hyphen, no digit) was compared with case folded: the user's
    ``Draft\u2010Final``, and deleting the other file of a case-sensitive store ran unreviewed. A
    joiner is any character that is no letter, digit or space.
+3. **a run squatting a child's id**: a child run's id is its parent's run id and step
+   (``inv-node2``), and a run id can be chosen (``run_workflow(run_id=...)``, ``tether submit
+   --run-id``); a paused checkpoint under that id that named no parent was taken for the child's
+   and resumed as it: a workflow ``inv`` continued, in its node, another run's paused state
+   (its history, its pending calls); one of another tenant's was overwritten. A child resumes only
+   a checkpoint its own parent wrote; another run's live checkpoint under its id is refused
+   (``ApprovalError`` ``run_id_taken``), and left as it was.
 
 Each test runs a real host with the provenance policy and a scripted model that obeys, checks what
 the tools received (the attack did not run without approval, and the trace says why) AND that the
@@ -27,19 +34,25 @@ legitimate version of the same task still runs unreviewed.
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
-from test_provenance_round6 import CTX, HOTEL_IBAN, TRUST
+from test_provenance_round6 import CTX, HOTEL_IBAN, TRUST, World
+from test_provenance_round12a import REQUEST, _approve_pending, _node_workflow
+from test_provenance_round12a import _host as _approving_host
 from test_provenance_round12b import FILE_TRUST, GREEDY, READ, RULES, Bank, Files, _file_rules
 
 from tether import Agent, Host, tool
 from tether.core.messages import AssistantMessage, ToolCall
+from tether.core.stop import StopReason
+from tether.errors import ApprovalError
 from tether.policy._provenance_declarations import ToolRules
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
+from tether.runs._checkpoint import checkpoint_parent
 from tether.testing import FunctionModel, call
 from tether.trace._events import EventKind
 
-pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2")]
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("P1", "P2", "T5")]
 
 
 @pytest.fixture
@@ -182,3 +195,32 @@ async def test_a_target_joined_by_another_scripts_dash_is_the_users_only_in_its_
     files, denied = await _tidy(ours, theirs, ours)
     assert denied == []
     assert files.deleted == [ours] and theirs in files.files
+
+
+# -- 3. a run squatting a child's id ----------------------------------------------------------------
+
+
+async def test_a_run_under_a_childs_id_is_not_resumed_as_that_child(tmp_path: Path) -> None:
+    world = World(account=HOTEL_IBAN)
+    host, approvals = _approving_host(tmp_path, world)
+    workflow = _node_workflow()
+    async with host:
+        squat = await host.run_workflow(workflow, REQUEST, context=CTX, run_id="inv-node2")
+        assert squat.stop_reason is StopReason.APPROVAL_REQUIRED
+        before = await approvals.store.load_checkpoint("inv-node2")
+        with pytest.raises(ApprovalError) as taken:
+            await host.run_workflow(workflow, REQUEST, context=CTX, run_id="inv")
+        assert taken.value.reason == "run_id_taken"
+        after = await approvals.store.load_checkpoint("inv-node2")
+        assert before is not None and after is not None
+        assert (after.state, after.status) == (before.state, before.status)
+        assert checkpoint_parent(after.state) is None
+        # The workflow's own node pauses and is continued through it, as before.
+        own = await host.run_workflow(workflow, REQUEST, context=CTX, run_id="own")
+        assert own.stop_reason is StopReason.APPROVAL_REQUIRED
+        node = await approvals.store.load_checkpoint("own-node2")
+        assert node is not None and checkpoint_parent(node.state) == "own"
+        await _approve_pending(approvals)
+        again = await host.run_workflow(workflow, REQUEST, context=CTX, run_id="own")
+    assert again.stop_reason is StopReason.APPROVAL_REQUIRED  # the next node's 100 is over the bound
+    assert [a.get("amount") for _, a in world.received] == [100.0, 100.0, None, 100.0]
