@@ -33,12 +33,13 @@ legitimate version of the same task still runs unreviewed.
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from test_provenance_round6 import CTX, HOTEL_IBAN, TRUST, World
-from test_provenance_round12a import REQUEST, _approve_pending, _node_workflow
+from test_provenance_round12a import ANA, REQUEST, _node_workflow
 from test_provenance_round12a import _host as _approving_host
 from test_provenance_round12b import FILE_TRUST, GREEDY, READ, RULES, Bank, Files, _file_rules
 
@@ -48,6 +49,7 @@ from tether.core.stop import StopReason
 from tether.errors import ApprovalError
 from tether.policy._provenance_declarations import ToolRules
 from tether.policy._provenance_rules import ProvenancePolicy, ProvenanceRules, make_labeler, rules_from_dict
+from tether.policy._store import ProposalStatus
 from tether.runs._checkpoint import checkpoint_parent
 from tether.testing import FunctionModel, call
 from tether.trace._events import EventKind
@@ -200,12 +202,14 @@ async def test_a_target_joined_by_another_scripts_dash_is_the_users_only_in_its_
 # -- 3. a run squatting a child's id ----------------------------------------------------------------
 
 
-async def test_a_run_under_a_childs_id_is_not_resumed_as_that_child(tmp_path: Path) -> None:
+@pytest.mark.parametrize("tenant", [CTX.tenant, "globex"])
+async def test_a_run_under_a_childs_id_is_not_resumed_as_that_child(tmp_path: Path, tenant: str) -> None:
     world = World(account=HOTEL_IBAN)
     host, approvals = _approving_host(tmp_path, world)
     workflow = _node_workflow()
     async with host:
-        squat = await host.run_workflow(workflow, REQUEST, context=CTX, run_id="inv-node2")
+        theirs = dataclasses.replace(CTX, tenant=tenant)
+        squat = await host.run_workflow(workflow, REQUEST, context=theirs, run_id="inv-node2")
         assert squat.stop_reason is StopReason.APPROVAL_REQUIRED
         before = await approvals.store.load_checkpoint("inv-node2")
         with pytest.raises(ApprovalError) as taken:
@@ -220,7 +224,9 @@ async def test_a_run_under_a_childs_id_is_not_resumed_as_that_child(tmp_path: Pa
         assert own.stop_reason is StopReason.APPROVAL_REQUIRED
         node = await approvals.store.load_checkpoint("own-node2")
         assert node is not None and checkpoint_parent(node.state) == "own"
-        await _approve_pending(approvals)
+        for proposal in await approvals.store.list_proposals():
+            if proposal.status is ProposalStatus.PENDING and proposal.run_id.startswith("own"):
+                await approvals.approve(ANA, proposal.id)
         again = await host.run_workflow(workflow, REQUEST, context=CTX, run_id="own")
     assert again.stop_reason is StopReason.APPROVAL_REQUIRED  # the next node's 100 is over the bound
     assert [a.get("amount") for _, a in world.received] == [100.0, 100.0, None, 100.0]
