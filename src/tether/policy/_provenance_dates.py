@@ -213,13 +213,26 @@ _CODE_WORDS = "usd eur gbp chf jpy cad aud sek nok dkk isk pln czk huf cny rmb h
 _CODE_WORDS += (
     " zar rub aed sar thb ils kr zł dollars? euros? pounds? bucks yen rupees yuan francs kronor kroner"
 )
+_CODE_WORDS += " roubles? rubles? руб 円 元 baht shekels? zloty forints? rand lira pesos dirhams?"
 _CURRENCY = r"(?:[$€£¥₹₩₽₺₪₫฿]|(?<![^\W\d_])(?:" + "|".join(_CODE_WORDS.split(" ")) + "))"
+# A currency named with a qualifier: letters glued before a sign ("MX$", "C$"), or a word or two
+# before a name written after the figure ("30,000 Japanese yen", "300 Canadian dollars"). A mark
+# several currencies share, qualified, is the qualified currency ("MX$" is no US dollar), its
+# own unless the qualifier is the United States'; a name only one currency has keeps its code.
+_QUALIFIED_SIGN = re.compile(r"(?<![^\W\d_])([^\W\d_]{1,3})([$¥£]|kr)\s?$")
+_QUALIFIED_NAME = re.compile(r"\s((?:[^\W\d_]+\.?){1,2}(?:\s[^\W\d_]+\.?)?)\s(" + _CURRENCY + r")\b")
+_SHARED = frozenset(["$", "¥", "£", "kr", "dollar", "dollars", "bucks", "pound", "pounds", "francs"])
+_SHARED |= {"rupees", "pesos", "lira", "dirham", "dirhams", "kroner", "yuan"}
+_US = frozenset(["us", "u.s.", "u.s", "usa", "american"])
 # The currency each mark names (a sign or a word), as ISO 4217 writes it; a code is its own, and a
 # mark several currencies share ("kr", "francs") is a currency of its own, which no code matches.
 _CODES = {"$": "USD", "dollar": "USD", "dollars": "USD", "bucks": "USD", "€": "EUR", "euro": "EUR"}
 _CODES |= {"euros": "EUR", "£": "GBP", "pound": "GBP", "pounds": "GBP", "¥": "JPY", "yen": "JPY", "₹": "INR"}
 _CODES |= {"rupees": "INR", "yuan": "CNY", "rmb": "CNY", "zł": "PLN", "kronor": "SEK", "₩": "KRW", "₽": "RUB"}
-_CODES |= {"₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB"}
+_CODES |= {"₺": "TRY", "₪": "ILS", "₫": "VND", "฿": "THB", "rouble": "RUB", "roubles": "RUB"}
+_CODES |= {"ruble": "RUB", "rubles": "RUB", "руб": "RUB", "円": "JPY", "元": "CNY", "baht": "THB"}
+_CODES |= {"shekel": "ILS", "shekels": "ILS", "zloty": "PLN", "forint": "HUF", "forints": "HUF"}
+_CODES |= {"rand": "ZAR"}
 _AMOUNT_CUES = frozenset(
     [
         "amount",
@@ -328,6 +341,22 @@ def currency_code(mark: str) -> str:
     return _CODES.get(folded, folded.upper())
 
 
+def _qualified(before: str, after: str) -> str | None:
+    """The currency a qualifier names around a figure (``_QUALIFIED_SIGN`` in ``before``,
+    ``_QUALIFIED_NAME`` in ``after``), as ``currency_code`` writes it; None where none does."""
+    sign = _QUALIFIED_SIGN.search(before)
+    name = None if sign else _QUALIFIED_NAME.match(after)
+    found = sign or name
+    if found is None:
+        return None
+    qualifier, mark = found.group(1), found.group(2)
+    if mark not in _SHARED:
+        return currency_code(mark)
+    if qualifier in _US and mark not in ("¥", "£", "kr"):
+        return "USD"
+    return currency_code(qualifier + ("" if sign else " ") + mark)
+
+
 def amounts(text: str) -> list[float]:
     """The amounts of money ``text`` states (``priced``), whatever their currency."""
     return [value for value, _ in priced(text)]
@@ -363,14 +392,15 @@ def priced(text: str) -> list[tuple[float, str | None]]:
         currency = leading or trailing
         # A currency between a figure and the next is the next's ("room 4021 EUR 200").
         ahead = trailing is not None and _NEXT_FIGURE.match(after, trailing.end()) is not None
+        named = _qualified(before, folded[end : end + 48]) if not ahead else None
         cents = m.group(2) is not None and len(m.group(2)) == 2
         ends = [e.end() for e in _SENTENCE_END.finditer(folded, 0, m.start())]
         sentence = ends[-1] if ends else -1
         earlier = [(pos, w) for pos, w in words if sentence < pos < m.start()]
         preceding = [w for _, w in earlier][-_CUE_WINDOW:]
-        if not ((currency and not ahead) or cents) and _labelled(folded, earlier, m.start(), end):
+        if not ((currency and not ahead) or named or cents) and _labelled(folded, earlier, m.start(), end):
             continue  # "room 4021", "invoice 20931", "order #7731": what it names, no sum
-        code = currency_code(currency.group(0)) if currency and not ahead else None
+        code = named or (currency_code(currency.group(0)) if currency and not ahead else None)
         found.append((value, code, bool(code or cents), sentence, preceding))
     stated = {sentence for _, _, marked, sentence, _ in found if marked}
     return [

@@ -91,8 +91,10 @@ _KEYS = {
 }
 
 
-# One token that holds a digit or a joiner (``Q3-Report.pdf``, ``/home/ann/x``, ``1AbC9xYz``).
-_IDENTIFIER = re.compile(r"(?=\S*[\d/\\._:-])\S+")
+# One token that holds a digit or a joiner of any script (``Q3-Report.pdf``, ``/home/ann/x``,
+# ``1AbC9xYz``, ``Draft\u2010Final``: a dash is a joiner, whatever its code point): a character
+# that is no letter, digit or space (a dash, a dot, a slash, an underscore, a combining mark).
+_IDENTIFIER = re.compile(r"(?=\S*(?:\d|[^\w\s]|_))\S+")
 
 
 @dataclass(frozen=True)

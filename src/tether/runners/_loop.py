@@ -464,12 +464,17 @@ async def run_child(
     history stays in its own checkpoint; when it ends, it is folded into the parent's."""
     async with one_resume_at_a_time(run_id):
         saved = await host.approvals.store.load_checkpoint(run_id) if host.approvals is not None else None
+        live = saved if saved is not None and saved.status != "finished" else None
         ours = (
-            saved is not None
-            and saved.status != "finished"
-            and checkpoint_tenant(saved.state) == context.tenant
-            and checkpoint_parent(saved.state) in (None, parent.run_id)
+            live is not None
+            and checkpoint_tenant(live.state) == context.tenant
+            and checkpoint_parent(live.state) == parent.run_id
         )
+        if (
+            live is not None and not ours
+        ):  # another run's (a top-level run, another tenant's, another parent's)
+            why = f"run id {run_id} is taken by a run that is not a step of run {parent.run_id}"
+            raise ApprovalError("run_id_taken", why)
         if ours:
             loop = AgentLoop(host, agent, resume=resume_point(saved, run_id, parent=parent.run_id))
         else:
