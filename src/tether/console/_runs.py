@@ -154,10 +154,6 @@ class RunIndex(ABC):
         events = self.events(run_id)
         return summarise(run_id, events) if events else None
 
-    def tenant_of(self, run_id: str) -> str | None:
-        run = self.get(run_id)
-        return run.tenant if run else None
-
 
 class TraceIndex(RunIndex):
     """The runs of one trace folder."""

@@ -75,15 +75,11 @@ def _unsent_dropped(source: McpServerSource) -> Callable[[int], None]:
     from tether.mcp._tasks import MAX_UNSENT
 
     def told(dropped: int) -> None:
-        import logging
-
         why = f"the server is not reading what the host sends ({MAX_UNSENT} messages wait for it)"
-        logging.getLogger("tether.mcp").warning(
-            "[%s] %s: the host's answers to it are dropped", source.name, why
-        )
-        source.emit(
+        shown = f"{why}: the host's answers to it are dropped"
+        source.warn(
             EventKind.MCP_CONNECTION,
-            server=source.name,
+            shown,
             action="unsent_dropped",
             cause=why,
             waiting=MAX_UNSENT,
@@ -203,15 +199,9 @@ async def _spawn_with_proxy(
     if listener is not None:  # None: the launch failed first, and the server's failure says why
 
         def refused(destination: str, why: str) -> None:
-            import logging
-
-            logging.getLogger("tether.mcp").warning("[%s] network refused: %s", source.name, why)
-            source.emit(
-                EventKind.MCP_SANDBOX,
-                server=source.name,
-                action="network_refused",
-                destination=destination,
-                why=why,
+            shown = f"network refused: {why}"
+            source.warn(
+                EventKind.MCP_SANDBOX, shown, action="network_refused", destination=destination, why=why
             )
 
         await stack.enter_async_context(serving(listener, allowlist(allow), refused))
@@ -220,7 +210,6 @@ async def _spawn_with_proxy(
 
 async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
     assert source.url is not None
-    import logging
 
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -234,9 +223,8 @@ async def _http(source: McpServerSource, stack: AsyncExitStack) -> Any:
         if code in (401, 403, 407, 429) or code >= 500:
             why = f"HTTP {code} {response.reason_phrase}".strip()
             # The URL as the console shows it: bare (a token in its query is no one's to read).
-            shown = source.describe()["url"]
-            logging.getLogger("tether.mcp").warning("[%s] %s from %s", source.name, why, shown)
-            source.emit(EventKind.MCP_CONNECTION, server=source.name, action="http_error", cause=why)
+            url = source.describe()["url"]
+            source.warn(EventKind.MCP_CONNECTION, f"{why} from {url}", action="http_error", cause=why)
 
     # trust_env=False: no ~/.netrc or proxy settings ride along; only the configured headers.
     http = httpx2.AsyncClient(

@@ -190,6 +190,14 @@ class McpServerSource:
                 self._tracer = None
         self._pending_events.append((kind, data))
 
+    def warn(self, kind: EventKind, shown: str, **data: Any) -> None:
+        """A trouble of this server's that the host works around: logged for the person (``shown``,
+        after the server's name) and traced as ``kind`` with ``data``."""
+        import logging
+
+        logging.getLogger("tether.mcp").warning("[%s] %s", self.name, shown)
+        self.emit(kind, server=self.name, **data)
+
     def current_call(self) -> CallInfo | None:
         """The call a server request belongs to: known when exactly one is in flight."""
         return self._inflight[0] if len(self._inflight) == 1 else None

@@ -93,6 +93,31 @@ def _texts(*names: str, nullable: bool = False) -> list[Column[str]]:
     return [Column(name, Text, nullable=nullable) for name in names]
 
 
+def _instants(*names: str, nullable: bool = False) -> list[Column[datetime]]:
+    """``Instant`` columns, in this order: ``NOT NULL`` unless ``nullable``."""
+    return [Column(name, Instant, nullable=nullable) for name in names]
+
+
+def _key(name: str) -> Column[str]:
+    """A text primary key."""
+    return Column(name, Text, primary_key=True)
+
+
+def _refs(target: str, *names: str) -> list[Column[str]]:
+    """``NOT NULL`` text columns, each naming a row of ``target`` (``"table.column"``)."""
+    return [Column(name, Text, ForeignKey(target), nullable=False) for name in names]
+
+
+def _written_at(name: str) -> Column[datetime]:
+    """When the row was written, on the database's clock (the workers' PostgreSQL tables)."""
+    return Column(name, DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+def _table(name: str, *items: SchemaItem, **options: Any) -> Table:
+    """One of tether's tables (``METADATA``)."""
+    return Table(name, METADATA, *items, **options)
+
+
 def _ddl(statement: str) -> DDL:
     return DDL(statement)  # type: ignore[no-untyped-call]
 
@@ -126,31 +151,25 @@ def _append_only(table: Table, message: str = "") -> None:
 
 def _history(name: str, key: str, *columns: SchemaItem, message: str = "") -> Table:
     """An append-only history: an increasing ``key``, then ``columns``."""
-    table = Table(name, METADATA, _serial(key), *columns, sqlite_autoincrement=True)
+    table = _table(name, _serial(key), *columns, sqlite_autoincrement=True)
     _append_only(table, message)
     return table
 
 
 # -- migrations' own record ---------------------------------------------------------------------
 
-migrations = Table(
-    "_migrations",
-    METADATA,
-    Column("name", Text, primary_key=True),
-    Column("applied_at", Instant, nullable=False),
-)
+migrations = _table("_migrations", _key("name"), *_instants("applied_at"))
 
 # -- proposals and decisions ----------------------------------------------------------------------
 
-proposals = Table(
+proposals = _table(
     "proposals",
-    METADATA,
-    Column("id", Text, primary_key=True),
+    _key("id"),
     *_texts("tenant", "tool", "arguments", "content_hash", "effect", "proposed_by"),
     Column("run_id", Text),
     Column("step", Integer),
     Column("call_id", Text),
-    Column("created_at", Instant, nullable=False),
+    *_instants("created_at"),
     Column("status", Text, nullable=False),
     Column("decided_by", Text),
     Column("decided_at", Instant),
@@ -182,21 +201,18 @@ approval_events = _history(
     "approval_events",
     "seq",
     *_texts("proposal_id", "op", "actor", "detail"),
-    Column("at", Instant, nullable=False),
+    *_instants("at"),
     Index("approval_events_proposal", "proposal_id"),
 )
 
 # -- the effect ledger ------------------------------------------------------------------------------
 
-effect_ledger = Table(
+effect_ledger = _table(
     "effect_ledger",
-    METADATA,
-    Column("key", Text, primary_key=True),
+    _key("key"),
     *_texts("tool", "arguments_hash", "status", "owner"),
     Column("attempts", Integer, nullable=False),
-    Column("created_at", Instant, nullable=False),
-    Column("updated_at", Instant, nullable=False),
-    Column("lease_until", Instant, nullable=False),
+    *_instants("created_at", "updated_at", "lease_until"),
     *_texts("proposal_id", "run_id", "result", nullable=True),
     Column("note", Text, nullable=False, server_default=""),
     CheckConstraint("status IN ('intent', 'done', 'reconciling', 'escalated')"),
@@ -214,50 +230,39 @@ _refuse(
 
 # -- run checkpoints --------------------------------------------------------------------------------
 
-run_checkpoints = Table(
+run_checkpoints = _table(
     "run_checkpoints",
-    METADATA,
-    Column("run_id", Text, primary_key=True),
+    _key("run_id"),
     Column("app", Text),
     *_texts("state", "status"),
     Column("stop_reason", Text, nullable=False, server_default=""),
-    Column("updated_at", Instant, nullable=False),
+    *_instants("updated_at"),
     Index("run_checkpoints_status", "status"),
 )
 
 # Who resumes a run now: one holder across processes (``SqlApprovalStore.claim_resume``), taken
 # with the checkpoint it reads, deleted when the resume ends, taken over when its holder died.
-run_resumes = Table(
-    "run_resumes",
-    METADATA,
-    Column("run_id", Text, primary_key=True),
-    Column("owner", Text, nullable=False),
-    Column("updated_at", Instant, nullable=False),
-    Column("lease_until", Instant, nullable=False),
-)
+run_resumes = _table("run_resumes", _key("run_id"), *_texts("owner"), *_instants("updated_at", "lease_until"))
 
 # -- MCP: pinned tool definitions and elicitation pauses ------------------------------------------
 
-pins = Table(
+pins = _table(
     "pins",
-    METADATA,
     *_texts("server", "tool", "sha256", "definition", "endpoint", "approved_by", "approved_at"),
     PrimaryKeyConstraint("server", "tool"),
 )
 
-pin_history = Table(
+pin_history = _table(
     "pin_history",
-    METADATA,
     _serial("id"),
     *_texts("server", "tool", "sha256", "action", "actor", "at"),
     sqlite_autoincrement=True,
 )
 
-elicitation_pauses = Table(
+elicitation_pauses = _table(
     "elicitation_pauses",
-    METADATA,
     _seq(),
-    Column("id", Text, primary_key=True),
+    _key("id"),
     *_texts(
         "created_at", "run_id", "server", "tool", "arguments", "message", "schema", "question_key", "status"
     ),
@@ -268,16 +273,15 @@ elicitation_pauses = Table(
 
 # -- memory -----------------------------------------------------------------------------------------
 
-memory_records = Table(
+memory_records = _table(
     "memory_records",
-    METADATA,
     _seq(),
-    Column("id", Text, primary_key=True),
+    _key("id"),
     *_texts("subject", "scope", "source_system", "status"),
     Column("fingerprint", Text),
     Column("superseded_by", Text, ForeignKey("memory_records.id")),
     Column("body", Text),
-    Column("created_at", Instant, nullable=False),
+    *_instants("created_at"),
     CheckConstraint("status IN ('active', 'superseded', 'deleted')"),
     Index("memory_records_scope_subject", "scope", "subject"),
     Index("memory_records_subject", "subject", postgresql_ops={"subject": "text_pattern_ops"}),
@@ -286,26 +290,23 @@ memory_records = Table(
 memory_events = _history(
     "memory_events",
     "id",
-    Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
+    *_refs("memory_records.id", "record_id"),
     *_texts("op", "actor", "reason"),
-    Column("at", Instant, nullable=False),
+    *_instants("at"),
     Index("memory_events_record", "record_id"),
 )
 
-memory_conflicts = Table(
+memory_conflicts = _table(
     "memory_conflicts",
-    METADATA,
-    Column("record_id", Text, ForeignKey("memory_records.id"), nullable=False),
-    Column("other_id", Text, ForeignKey("memory_records.id"), nullable=False),
-    Column("at", Instant, nullable=False),
+    *_refs("memory_records.id", "record_id", "other_id"),
+    *_instants("at"),
     PrimaryKeyConstraint("record_id", "other_id"),
 )
 
 # -- traces and durable workers (PostgreSQL deployments) -------------------------------------------
 
-trace_events = Table(
+trace_events = _table(
     "trace_events",
-    METADATA,
     Column("run_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),
     *_texts("ts", "kind"),
@@ -316,82 +317,74 @@ trace_events = Table(
     Index("trace_events_first", "ts", "run_id", postgresql_where=text("seq = 1")),
 )
 
-tether_workers = Table(
+tether_workers = _table(
     "tether_workers",
-    METADATA,
-    Column("executor_id", Text, primary_key=True),
-    Column("host", Text, nullable=False),
+    _key("executor_id"),
+    *_texts("host"),
     Column("pid", Integer, nullable=False),
-    Column("started_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _written_at("started_at"),
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     Column("recovered_at", DateTime(timezone=True)),
     *_texts("recovered_by", "app_version", "apps", nullable=True),
 )
 
-tether_run_versions = Table(
+tether_run_versions = _table(
     "tether_run_versions",
-    METADATA,
-    Column("run_id", Text, primary_key=True),
-    Column("app_version", Text, nullable=False),
+    _key("run_id"),
+    *_texts("app_version"),
     Column("app_digest", Text),
-    Column("moved_by", Text, nullable=False),
-    Column("moved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    *_texts("moved_by"),
+    _written_at("moved_at"),
 )
 
 # An executor id restarted with another version leaves its unfinished runs of the old one here,
 # for a survivor of that version to recover.
-tether_orphans = Table(
+tether_orphans = _table(
     "tether_orphans",
-    METADATA,
     *_texts("executor_id", "app_version"),
-    Column("left_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    _written_at("left_at"),
     PrimaryKeyConstraint("executor_id", "app_version"),
 )
 
 # Runs submitted and not yet on DBOS's queue (``tether.durable._intake``).
-tether_intake = Table(
+tether_intake = _table(
     "tether_intake",
-    METADATA,
-    Column("run_id", Text, primary_key=True),
+    _key("run_id"),
     *_texts("app_version", "tenant", "request"),
-    Column("submitted_at", Instant, nullable=False),
+    *_instants("submitted_at"),
     Index("tether_intake_order", "submitted_at"),
 )
 
 # -- the console's accounts (a SQLite file beside the stores) --------------------------------------
 
-users = Table(
+users = _table(
     "users",
-    METADATA,
-    Column("name", Text, primary_key=True),
+    _key("name"),
     *_texts("password_hash", "created_at"),
     Column("disabled", Integer, nullable=False, server_default="0"),
 )
 
-grants = Table(
+grants = _table(
     "grants",
-    METADATA,
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    *_refs("users.name", "user"),
     *_texts("tenant", "role"),
     CheckConstraint("role IN ('viewer', 'reviewer', 'admin')"),
     PrimaryKeyConstraint("user", "tenant"),
 )
 
-tokens = Table(
+tokens = _table(
     "tokens",
-    METADATA,
-    Column("id", Text, primary_key=True),
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    _key("id"),
+    *_refs("users.name", "user"),
     *_texts("secret_hash", "label", "created_at"),
     Column("expires_at", Text),
     Column("revoked", Integer, nullable=False, server_default="0"),
 )
 
-sessions = Table(
+sessions = _table(
     "sessions",
-    METADATA,
-    Column("id_hash", Text, primary_key=True),
-    Column("user", Text, ForeignKey("users.name"), nullable=False),
+    _key("id_hash"),
+    *_refs("users.name", "user"),
     *_texts("csrf", "created_at", "expires_at"),
     Column("seen_at", Text),  # its last request (the idle timeout); none before it was recorded
 )
