@@ -73,7 +73,7 @@ def check_secret_key(key: bytes) -> bytes:
     return key
 
 
-_RESOLVED = "tether.principal"  # the ASGI scope's key for the principal ``signed_in`` found
+_RESOLVED = "tether.refused"  # the ASGI scope's key for the wrong token ``signed_in`` found
 
 # Passwords and tokens hashed at once (each scrypt is about 16 MiB and tens of milliseconds).
 HASHING_THREADS = 4
@@ -154,22 +154,21 @@ class Gate:
         return self._hashing
 
     async def signed_in(self, request: Request) -> bool:
-        """Whether the request comes with a session or API token that is valid now (what
-        ``principal`` then answers for it, without looking again: a wrong token counts once)."""
+        """Whether the request comes with a session or API token that is valid now (``Guard``
+        asks before it reads the body). A wrong token is kept as the request's answer (it counts
+        once); a valid one is not: ``principal`` looks again once the body is in, so a session or
+        token that ended meanwhile (sign-out, a new password, revoked) acts on nothing it sent."""
         try:
-            found: Principal | AuthError | None = await self.principal(request)
+            found = await self.principal(request)
         except AuthError as err:
-            found = err
-        request.scope[_RESOLVED] = found
-        return isinstance(found, Principal)
+            request.scope[_RESOLVED] = err
+            return False
+        return found is not None
 
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
-        if _RESOLVED in request.scope:
-            found = request.scope[_RESOLVED]
-            if isinstance(found, AuthError):
-                raise found
-            return found if isinstance(found, Principal) else None
+        if isinstance(refused := request.scope.get(_RESOLVED), AuthError):
+            raise refused
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, token = header.partition(" ")
