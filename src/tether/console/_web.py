@@ -32,7 +32,7 @@ from starlette.responses import Response
 from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
-__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "load_secret_key"]
+__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "holds_nul", "load_secret_key"]
 
 _log = logging.getLogger(__name__)
 
@@ -324,3 +324,28 @@ def _same(supplied: str, expected: str) -> bool:
 def form_value(form: Any, key: str, limit: int = 4000) -> str:
     value = form.get(key, "")
     return value[:limit] if isinstance(value, str) else ""
+
+
+# A NUL character names nothing the console keeps (an id, a tenant, a reason, a name): a request
+# that holds one is refused as a whole (PostgreSQL cannot take one in text: it failed deep in a
+# store, unaudited, as a server error).
+NUL_REFUSED = "a request may not hold a NUL character (in its path, query, form fields or JSON)"
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a NUL character is in ``value``: a string, or any key or string within dicts,
+    lists and form data (read without recursion: a body may nest as deep as its parser took)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif hasattr(item, "multi_items"):  # a form (keys and every value of each)
+            stack.extend(k for pair in item.multi_items() for k in pair)
+    return False
