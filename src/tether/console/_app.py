@@ -38,6 +38,9 @@ REQUEST_DEADLINE = 10.0
 # answered 503 at once, not queued without bound on the threads and memory every other request
 # needs. Requests, not connections: an idle connection holds no slot (it is closed at the deadline).
 MAX_REQUESTS = 128
+# The share of those slots only a request with credentials takes (``Guard.reserved``): sign-in
+# forms a stranger holds open fill the rest at most, and the people signed in go on working.
+RESERVED_SHARE = 4  # a quarter
 
 # On every response: the app's (Guard) and the server's own 400 (``tether serve``).
 PROTECTIVE_HEADERS = [
@@ -101,6 +104,7 @@ class Guard:
         self.app = app
         self.gate = gate
         self.max_requests, self.serving = max_requests, 0
+        self.reserved = max(1, max_requests // RESERVED_SHARE) if gate is not None and max_requests > 1 else 0
         # Each entry is read as a Host header (its port ignored); one that is no host is an error.
         names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
         if bad := [entry for entry, name in names.items() if not name]:
@@ -124,7 +128,7 @@ class Guard:
                 ]
             await send(message)
 
-        if self.serving >= self.max_requests:  # a flood: refused at once, with the headers
+        if self.serving >= self._room(scope):  # a flood: refused at once, with the headers
             await PlainTextResponse("too many requests at once", status_code=503)(scope, receive, wrapped)
             return
         self.serving += 1
@@ -132,6 +136,16 @@ class Guard:
             await self._serve(scope, receive, wrapped)
         finally:
             self.serving -= 1
+
+    def _room(self, scope: Scope) -> int:
+        """The requests being served past which this one is refused: all but ``reserved`` for a
+        sign-in, and for a request with neither this console's signed session cookie nor an API
+        token (``Gate.has_credentials``: no look-up); every slot for the others. A sign-in form is
+        the only body the console waits on from a stranger; any other request a stranger sends
+        (a made-up token too) is answered at once, its body never read."""
+        if scope.get("path") == SIGN_IN or self.gate is None:
+            return self.max_requests - self.reserved
+        return self.max_requests - (0 if self.gate.has_credentials(Request(scope)) else self.reserved)
 
     async def _serve(self, scope: Scope, receive: Receive, wrapped: Send) -> None:
         headers = dict(scope.get("headers") or [])

@@ -181,6 +181,11 @@ class Gate:
             return self.users.principal_for_session(raw)
         return None
 
+    def has_credentials(self, request: Request) -> bool:
+        """Whether the request comes with an API token or a session cookie signed with this
+        console's key (valid or not: nothing is looked up); a stranger's comes with neither."""
+        return "authorization" in request.headers or bool(self._presented(request))
+
     def _presented(self, request: Request) -> list[str]:
         """The session ids of the request's session cookies signed with this console's key."""
         found = []
