@@ -61,17 +61,19 @@ _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 def attacker(client: str) -> str:
     """Whom the throttle counts a client address as: an IPv6 client as its /64 (one household's
     or one server's share: an attacker rotating through it is one attacker), an IPv4-mapped IPv6
-    address as the IPv4 address it is, any IPv4 loopback address as 127.0.0.0/8 (this host: its
-    every account connects from any of them); anything else (no address) as itself."""
+    address as the IPv4 address it is, any loopback address (127.0.0.0/8, ``::1``) as 127.0.0.0/8
+    (this host: its every account connects from any of them); anything else (no address) as itself."""
     try:
         address = ipaddress.ip_address(client)
     except ValueError:
         return client
+    if address.is_loopback:
+        return str(_LOOPBACK)
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return attacker(str(address.ipv4_mapped))
         return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
-    return str(_LOOPBACK) if address in _LOOPBACK else str(address)
+    return str(address)
 
 
 class Throttle:
