@@ -92,7 +92,8 @@ class Guard:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
     else's body is never read, the app answers it as it answers any request not signed in;
     every response gets ``PROTECTIVE_HEADERS``; the client's address is kept for the audit
-    entries; a WebSocket handshake is refused (404)."""
+    entries; a WebSocket handshake is refused (404). Past ``max_requests`` being served a request
+    is 503 at once, past all but ``reserved`` of them one without credentials (``_room``)."""
 
     def __init__(
         self,
