@@ -26,7 +26,7 @@ from tether.console._resume import resume_run
 from tether.console._runs import RunSummary, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
-from tether.console._web import Gate
+from tether.console._web import NUL_REFUSED, Gate, holds_nul
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["api_routes"]
@@ -66,7 +66,7 @@ def api_routes(console: Console) -> list[Route]:
 
 def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """An API endpoint: the principal resolved first, the CSRF header of a POST checked before
-    the body is read, the body a JSON object, and tether's refusals as JSON errors."""
+    the body is read, the body a JSON object (no NUL in it), and tether's refusals as JSON errors."""
 
     @wraps(handler)
     async def endpoint(request: Request) -> Response:
@@ -88,6 +88,8 @@ def _api(gate: Gate, sources: ConsoleSources, handler: Handler) -> Callable[[Req
                     return _error(400, "bad_json", "the body must be a JSON object")
                 if not isinstance(parsed, dict):
                     return _error(400, "bad_json", "the body must be a JSON object")
+                if holds_nul(parsed):
+                    return _error(400, "bad_request", NUL_REFUSED)
                 body = parsed
         try:
             content = await handler(sources, request, principal, body)

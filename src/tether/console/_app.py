@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import anyio
 from jinja2 import Environment
@@ -21,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.console._render import environment
 from tether.console._sources import ConsoleSources
 from tether.console._users import CLIENT
-from tether.console._web import Gate
+from tether.console._web import NUL_REFUSED, Gate
 from tether.errors import ConfigError
 
 __all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
@@ -37,6 +38,9 @@ REQUEST_DEADLINE = 10.0
 # answered 503 at once, not queued without bound on the threads and memory every other request
 # needs. Requests, not connections: an idle connection holds no slot (it is closed at the deadline).
 MAX_REQUESTS = 128
+# The share of those slots only a request with credentials takes (``Guard.reserved``): sign-in
+# forms a stranger holds open fill the rest at most, and the people signed in go on working.
+RESERVED_SHARE = 4  # a quarter
 
 # On every response: the app's (Guard) and the server's own 400 (``tether serve``).
 PROTECTIVE_HEADERS = [
@@ -82,12 +86,14 @@ def _host_name(value: bytes) -> str:
 
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
-    rebinding); the body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
+    rebinding); a path or query with a NUL character is refused (400, ``NUL_REFUSED``); the
+    body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
     else's body is never read, the app answers it as it answers any request not signed in;
     every response gets ``PROTECTIVE_HEADERS``; the client's address is kept for the audit
-    entries; a WebSocket handshake is refused (404)."""
+    entries; a WebSocket handshake is refused (404). Past ``max_requests`` being served a request
+    is 503 at once, past all but ``reserved`` of them one without credentials (``_room``)."""
 
     def __init__(
         self,
@@ -99,6 +105,7 @@ class Guard:
         self.app = app
         self.gate = gate
         self.max_requests, self.serving = max_requests, 0
+        self.reserved = max(1, max_requests // RESERVED_SHARE) if gate is not None and max_requests > 1 else 0
         # Each entry is read as a Host header (its port ignored); one that is no host is an error.
         names = {entry: _host_name(entry.encode("latin-1")) for entry in allowed_hosts}
         if bad := [entry for entry, name in names.items() if not name]:
@@ -122,7 +129,7 @@ class Guard:
                 ]
             await send(message)
 
-        if self.serving >= self.max_requests:  # a flood: refused at once, with the headers
+        if self.serving >= self._room(scope):  # a flood: refused at once, with the headers
             await PlainTextResponse("too many requests at once", status_code=503)(scope, receive, wrapped)
             return
         self.serving += 1
@@ -131,10 +138,23 @@ class Guard:
         finally:
             self.serving -= 1
 
+    def _room(self, scope: Scope) -> int:
+        """The requests being served past which this one is refused: all but ``reserved`` for a
+        sign-in, and for a request with neither this console's signed session cookie nor an API
+        token (``Gate.has_credentials``: no look-up); every slot for the others. A sign-in form is
+        the only body the console waits on from a stranger; any other request a stranger sends
+        (a made-up token too) is answered at once, its body never read."""
+        if scope.get("path") == SIGN_IN or self.gate is None:
+            return self.max_requests - self.reserved
+        return self.max_requests - (0 if self.gate.has_credentials(Request(scope)) else self.reserved)
+
     async def _serve(self, scope: Scope, receive: Receive, wrapped: Send) -> None:
         headers = dict(scope.get("headers") or [])
         if _host_name(headers.get(b"host", b"")) not in self.allowed_hosts:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
+            return
+        if "\x00" in scope.get("path", "") or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
+            await PlainTextResponse(NUL_REFUSED, status_code=400)(scope, receive, wrapped)
             return
         client = scope.get("client")
         CLIENT.set(str(client[0]) if client else "")

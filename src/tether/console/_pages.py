@@ -27,7 +27,7 @@ from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
 from tether.console._users import AuthError, Denied, Hidden, Principal
-from tether.console._web import form_value
+from tether.console._web import NUL_REFUSED, form_value, holds_nul
 from tether.errors import ApprovalError, TetherError
 
 __all__ = ["page_routes"]
@@ -55,17 +55,23 @@ def local_path(value: str) -> str:
     return value
 
 
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+
+
 def attacker(client: str) -> str:
     """Whom the throttle counts a client address as: an IPv6 client as its /64 (one household's
     or one server's share: an attacker rotating through it is one attacker), an IPv4-mapped IPv6
-    address as the IPv4 address it is; anything else (no address) as itself."""
+    address as the IPv4 address it is, any loopback address (127.0.0.0/8, ``::1``) as 127.0.0.0/8
+    (this host: its every account connects from any of them); anything else (no address) as itself."""
     try:
         address = ipaddress.ip_address(client)
     except ValueError:
         return client
+    if address.is_loopback:
+        return str(_LOOPBACK)
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
+            return attacker(str(address.ipv4_mapped))
         return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
     return str(address)
 
@@ -226,6 +232,8 @@ class _Pages:
                     form = await request.form()
                     if not gate.csrf_ok(request, principal, form_value(form, "csrf_token")):
                         return problem(request, principal, 403, "Refused", "Missing or wrong CSRF token.")
+                    if holds_nul(form):
+                        return problem(request, principal, 400, "Refused", NUL_REFUSED)
                 return await handler(request, principal)
             except Hidden:
                 return problem(request, principal, 404, "Not found", "There is nothing here for you.")
@@ -260,6 +268,8 @@ class _Pages:
             client = self.gate.device(request, name) or (request.client.host if request.client else "")
             if not self.gate.login_ok(request, form_value(form, "csrf_login")):
                 error, status = "The sign-in form expired or came from elsewhere; try again.", 403
+            elif holds_nul(form):
+                error, status, nxt = NUL_REFUSED, 400, "/"
             elif (at := self.throttle.attempt(name, client)) is None:
                 if self.throttle.first_refusal(client):
                     self.sources.users.audit(f"session:{name}", "login", outcome="refused:throttled")

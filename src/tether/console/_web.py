@@ -32,7 +32,7 @@ from starlette.responses import Response
 from tether.console._users import AuthError, Principal, UserStore
 from tether.errors import ConfigError
 
-__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "load_secret_key"]
+__all__ = ["Gate", "WeakSecretKey", "check_secret_key", "cookie_names", "holds_nul", "load_secret_key"]
 
 _log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def check_secret_key(key: bytes) -> bytes:
     return key
 
 
-_RESOLVED = "tether.principal"  # the ASGI scope's key for the principal ``signed_in`` found
+_RESOLVED = "tether.refused"  # the ASGI scope's key for the wrong token ``signed_in`` found
 
 # Passwords and tokens hashed at once (each scrypt is about 16 MiB and tens of milliseconds).
 HASHING_THREADS = 4
@@ -154,22 +154,21 @@ class Gate:
         return self._hashing
 
     async def signed_in(self, request: Request) -> bool:
-        """Whether the request comes with a session or API token that is valid now (what
-        ``principal`` then answers for it, without looking again: a wrong token counts once)."""
+        """Whether the request comes with a session or API token that is valid now (``Guard``
+        asks before it reads the body). A wrong token is kept as the request's answer (it counts
+        once); a valid one is not: ``principal`` looks again once the body is in, so a session or
+        token that ended meanwhile (sign-out, a new password, revoked) acts on nothing it sent."""
         try:
-            found: Principal | AuthError | None = await self.principal(request)
+            found = await self.principal(request)
         except AuthError as err:
-            found = err
-        request.scope[_RESOLVED] = found
-        return isinstance(found, Principal)
+            request.scope[_RESOLVED] = err
+            return False
+        return found is not None
 
     async def principal(self, request: Request) -> Principal | None:
         """The principal of a request, or ``None``. Raises ``AuthError`` for a bad bearer token."""
-        if _RESOLVED in request.scope:
-            found = request.scope[_RESOLVED]
-            if isinstance(found, AuthError):
-                raise found
-            return found if isinstance(found, Principal) else None
+        if isinstance(refused := request.scope.get(_RESOLVED), AuthError):
+            raise refused
         header = request.headers.get("authorization")
         if header is not None:
             scheme, _, token = header.partition(" ")
@@ -181,6 +180,11 @@ class Gate:
         for raw in self._presented(request):
             return self.users.principal_for_session(raw)
         return None
+
+    def has_credentials(self, request: Request) -> bool:
+        """Whether the request comes with an API token or a session cookie signed with this
+        console's key (valid or not: nothing is looked up); a stranger's comes with neither."""
+        return "authorization" in request.headers or bool(self._presented(request))
 
     def _presented(self, request: Request) -> list[str]:
         """The session ids of the request's session cookies signed with this console's key."""
@@ -325,3 +329,28 @@ def _same(supplied: str, expected: str) -> bool:
 def form_value(form: Any, key: str, limit: int = 4000) -> str:
     value = form.get(key, "")
     return value[:limit] if isinstance(value, str) else ""
+
+
+# A NUL character names nothing the console keeps (an id, a tenant, a reason, a name): a request
+# that holds one is refused as a whole (PostgreSQL cannot take one in text: it failed deep in a
+# store, unaudited, as a server error).
+NUL_REFUSED = "a request may not hold a NUL character (in its path, query, form fields or JSON)"
+
+
+def holds_nul(value: Any) -> bool:
+    """Whether a NUL character is in ``value``: a string, or any key or string within dicts,
+    lists and form data (read without recursion: a body may nest as deep as its parser took)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        elif hasattr(item, "multi_items"):  # a form (keys and every value of each)
+            stack.extend(k for pair in item.multi_items() for k in pair)
+    return False
