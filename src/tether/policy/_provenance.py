@@ -34,7 +34,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
 from tether.policy._provenance_dates import DateMention, date_mentions, parse_date, priced, undated_words
@@ -47,6 +46,7 @@ from tether.policy._provenance_labels import (
     USER,
     USER_WORD,
     Directory,
+    Numeral,
     Origin,
     Segment,
     SourceLabel,
@@ -124,7 +124,7 @@ class ProvenanceIndex(Steering):
         self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
-        self._numbers: dict[Decimal, list[Segment]] = {}
+        self._numbers: dict[Numeral, list[Segment]] = {}
         for seg in self.segments:
             if seg.whole:
                 self._whole.setdefault(seg.text, []).append(seg)
@@ -361,12 +361,12 @@ class ProvenanceIndex(Steering):
                     out.append(o)
         return out or [Origin("nowhere", MODEL, "exact")]
 
-    def _user_number(self, n: Decimal) -> bool:
+    def _user_number(self, n: Numeral) -> bool:
         """Whether the request states the figure ``n`` (three digits or more) as something other
         than a sum of money or a date's day or year (``undated_words``: "December 2026" names no
         event 2026). A figure stated as an amount bounds amounts (``request_amounts``) and is no
         identifier, code or password the user gave: "pay the 120.00 rent" names no file 120."""
-        if float(n) in self.request_amounts:
+        if float(n[1]) in self.request_amounts:
             return False
         for word in undated_words(self.objective, WORD):
             w = word.strip(".,")

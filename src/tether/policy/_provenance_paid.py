@@ -6,15 +6,20 @@ schema's default (``amount_defaults``), which the tool pays as surely as a figur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_run import SENT, calls_before
 
-__all__ = ["amount_defaults", "paid_before", "paid_beside", "paid_in", "with_defaults"]
+if TYPE_CHECKING:
+    from tether.policy._provenance import ProvenanceIndex
+
+__all__ = ["amount_defaults", "named_bounds", "paid_before", "paid_beside", "paid_in", "with_defaults"]
 
 
 def amount_defaults(rules: ToolRules, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -76,3 +81,35 @@ def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> 
         schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
         value = schema.get("default") if isinstance(schema, Mapping) else None
     return currency_code(value) if isinstance(value, str) and value.strip() else None
+
+
+# A figure a record states as its amount: a plain decimal numeral of ASCII digits (a JSON number
+# as it prints), never ``NaN``, ``Infinity`` or an exponent that ``float`` would also take.
+_PLAIN = re.compile(r"[+-]?\d+(?:\.\d+)?", re.ASCII)
+_UNKNOWN = "?"  # a currency the run itself wrote into the record: no one's statement
+
+
+def named_bounds(
+    index: ProvenanceIndex, fields: Iterable[str], currency: str | None
+) -> list[tuple[float, str]]:
+    """The amounts that records the user named state in ``fields`` (never one the run wrote), each
+    with the record it comes from, that bound a payment in ``currency``: a figure only where it
+    is a plain finite numeral (``_PLAIN``), and only from a record that states that currency or
+    none (in a field whose name holds "currency", as ``currency_code`` reads it); where the
+    payment's currency is unknown (None), whatever currency the record states."""
+    names = set(fields)
+    out: list[tuple[float, str]] = []
+    for segs in index.named_records():
+        stated = {
+            _UNKNOWN if index.written(seg) else currency_code(seg.raw)
+            for seg in segs
+            if seg.whole and "currency" in seg.field_name.lower() and seg.raw.strip()
+        }
+        if currency is not None and stated - {currency}:
+            continue  # a sum in another currency is no bound on this one
+        for seg in segs:
+            if not seg.whole or seg.field_name not in names or index.written(seg):
+                continue
+            if _PLAIN.fullmatch(seg.raw.strip()) and math.isfinite(value := abs(float(seg.raw))):
+                out.append((value, seg.label.describe()))
+    return out

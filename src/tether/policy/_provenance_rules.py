@@ -47,7 +47,14 @@ from tether.policy._provenance_labels import (
     split_values,
     trust_parts,
 )
-from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, paid_in, with_defaults
+from tether.policy._provenance_paid import (
+    amount_defaults,
+    named_bounds,
+    paid_before,
+    paid_beside,
+    paid_in,
+    with_defaults,
+)
 from tether.policy._provenance_run import (
     ERROR,
     index_for,
@@ -401,18 +408,11 @@ class ProvenanceRules:
         value = figure(case.element)
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
-        stated: list[tuple[float, str]] = []
         rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
-        if USER in rule.bound:
-            currency = paid_in(rules, call, rule)
-            stated += [(f, "the request") for f in bounding(index.request_sums, currency)]
-            shown["currency"] = currency
-        if "named" in rule.bound:
-            for seg in index.named_values(fields=rule.fields):
-                try:
-                    stated.append((abs(float(seg.raw)), seg.label.describe()))
-                except ValueError:
-                    continue
+        shown["currency"] = currency = paid_in(rules, call, rule)  # the request's and named records'
+        users = bounding(index.request_sums, currency) if USER in rule.bound else []
+        stated = [(f, "the request") for f in users]
+        stated += named_bounds(index, rule.fields, currency) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = 0.0
         if rule.cumulative:
