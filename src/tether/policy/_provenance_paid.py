@@ -22,14 +22,17 @@ if TYPE_CHECKING:
 __all__ = ["amount_defaults", "named_bounds", "paid_before", "paid_beside", "paid_in", "with_defaults"]
 
 
-def amount_defaults(rules: ToolRules, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The amount arguments of a tool that its schema gives a default: what it pays when a call
-    leaves them out (``top_up()`` tops up its default 50)."""
+def amount_defaults(
+    rules: ToolRules, parameters: Mapping[str, Any] | None, roles: Iterable[str] = ("amount",)
+) -> dict[str, Any]:
+    """The arguments of a tool in ``roles`` that its schema gives a default: what it receives
+    when a call leaves them out (``top_up()`` tops up its default 50; ``share(folder)`` of a
+    tool that makes a public link unless told otherwise makes one). Judged as received."""
     properties = (parameters or {}).get("properties") or {}
     out: dict[str, Any] = {}
     for rule in rules.arguments.values():
         schema = properties.get(rule.argument)
-        if rule.role == "amount" and isinstance(schema, Mapping) and schema.get("default") is not None:
+        if rule.role in roles and isinstance(schema, Mapping) and schema.get("default") is not None:
             out[rule.argument] = schema["default"]
     return out
 

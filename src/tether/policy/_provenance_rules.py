@@ -42,7 +42,6 @@ from tether.policy._provenance_labels import (
     Origin,
     Segment,
     TrustConfig,
-    normalise,
     shape_kind,
     split_values,
     trust_parts,
@@ -61,7 +60,7 @@ from tether.policy._provenance_run import (
     make_labeler,
     observation_segments,
 )
-from tether.policy._provenance_text import asks_for, contains_whole, says_what_for
+from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -195,13 +194,14 @@ class ProvenanceRules:
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
         self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
+        received = with_defaults(call.arguments, amount_defaults(rules, spec.parameters, ("option",)))
         given, call = (
             call.arguments,
-            dataclasses.replace(call, arguments=with_defaults(call.arguments, self._defaults[spec.name])),
+            dataclasses.replace(call, arguments=with_defaults(received, self._defaults[spec.name])),
         )
         index = self._index(call.state)
         out = _Verdict()
-        asked = _effect_asked(index, rules, bool(call.arguments))
+        asked = _effect_asked(index, rules, bool(given or self._defaults[spec.name]))
         if effectful and rules.requested_by and not asked:
             # The request itself must ask for this effect, whatever the call carries.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
@@ -562,8 +562,7 @@ _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
-    words = normalise(phrase)
-    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
+    return said(index.user_text, phrase)
 
 
 def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool) -> bool:
