@@ -411,13 +411,17 @@ def priced(text: str) -> list[tuple[float, str | None]]:
     ]
 
 
-def bounding(sums: list[tuple[float, str | None]], currency: str | None) -> list[float]:
+def bounding(
+    sums: list[tuple[float, str | None]], currency: str | None, home: str | None = None
+) -> list[float]:
     """The amounts of ``sums`` (``priced``) that bound a payment in ``currency``: those stated in
-    it or in no currency. Sums in different currencies are no one scale ("¥30,000 a night" bounds
-    no euro payment): where the payment's currency is unknown (None) and ``sums`` name several,
-    those of the currency whose largest is least."""
+    it, and those stated in no currency where it is the tool's ``home`` one (what it pays when
+    told none) or the tool has none. Sums in different currencies are no one scale ("¥30,000 a
+    night" bounds no euro payment): where the payment's currency is unknown (None) and ``sums``
+    name several, those of the currency whose largest is least."""
     if currency is not None:
-        return [value for value, code in sums if code in (None, currency)]
+        bare = home in (None, currency)
+        return [value for value, code in sums if code == currency or (code is None and bare)]
     codes = {code for _, code in sums if code is not None}
     if len(codes) < 2:
         return [value for value, _ in sums]

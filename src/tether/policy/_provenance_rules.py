@@ -48,6 +48,7 @@ from tether.policy._provenance_labels import (
 )
 from tether.policy._provenance_paid import (
     amount_defaults,
+    home_currency,
     named_bounds,
     paid_before,
     paid_beside,
@@ -409,17 +410,17 @@ class ProvenanceRules:
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
         rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
-        shown["currency"] = currency = paid_in(rules, call, rule)  # the request's and named records'
-        users = bounding(index.request_sums, currency) if USER in rule.bound else []
+        currency, home = paid_in(rules, call, rule), home_currency(rules, call, rule)  # home: if none said
+        users = bounding(index.request_sums, currency, home) if USER in rule.bound else []
         stated = [(f, "the request") for f in users]
-        stated += named_bounds(index, rule.fields, currency) if "named" in rule.bound else []
+        stated += named_bounds(index, rule.fields, currency, home) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = 0.0
         if rule.cumulative:
             spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
                 rules, call.arguments, rule
             )
-        shown.update({"bound": bound, "stated_by": by, "already": spent})
+        shown.update({"currency": currency, "bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
                 rule.otherwise,
