@@ -7,7 +7,7 @@ gave, while the tool receives the attacker's.
    request (or a contact's listing) gives; a phone tool receives a number of another country
    (``+55``: Brazil; ``00`` is the international prefix). A numeral is compared as a number only
    in its plain form: a leading ``+`` or zeros before another digit, and digits of another
-   script, are part of what it says (``provenance_labels._number``);
+   script, are part of what it says (``provenance_dates.numeral``);
 2. **a bound a named record states in another currency**: an amount bounded by a record the
    user named (``bound: [named]``) took the record's figure whatever currency the record states
    it in, so "refund the payment from <IBAN>" of a record of ¥30,000 bounded a refund in euros

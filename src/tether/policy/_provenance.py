@@ -36,7 +36,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from tether.policy._provenance_dates import DateMention, date_mentions, parse_date, priced, undated_words
+from tether.policy._provenance_dates import (
+    DateMention,
+    Numeral,
+    date_mentions,
+    numeral,
+    parse_date,
+    priced,
+    undated_words,
+)
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -46,11 +54,9 @@ from tether.policy._provenance_labels import (
     USER,
     USER_WORD,
     Directory,
-    Numeral,
     Origin,
     Segment,
     SourceLabel,
-    _number,
     normalise,
     shape_kind,
 )
@@ -128,7 +134,7 @@ class ProvenanceIndex(Steering):
         for seg in self.segments:
             if seg.whole:
                 self._whole.setdefault(seg.text, []).append(seg)
-                n = _number(seg.raw)
+                n = numeral(seg.raw)
                 if n is not None:
                     self._numbers.setdefault(n, []).append(seg)
         self._records: dict[tuple[str, str, str], list[Segment]] = {}
@@ -310,7 +316,7 @@ class ProvenanceIndex(Steering):
             return [Origin("nowhere", MODEL, "exact")]
         found: list[tuple[Origin, Segment | None]] = []
         short = len(text) < MIN_CONTAINED
-        numeric = _number(value)
+        numeric = numeral(value)
         single = ALPHA_WORD.fullmatch(text) is not None
         # The user's request: the whole value appears in it. A single word counts as the
         # user's only where the request uses it as a name (capitalised, or quoted).
@@ -370,7 +376,7 @@ class ProvenanceIndex(Steering):
             return False
         for word in undated_words(self.objective, WORD):
             w = word.strip(".,")
-            m = _number(w)
+            m = numeral(w)
             if m is not None and m == n and len(w.replace(".", "").lstrip("0")) >= 3:
                 return True
         return False

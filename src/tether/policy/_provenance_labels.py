@@ -16,7 +16,6 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 import yaml
@@ -37,7 +36,6 @@ __all__ = [
     "USER",
     "USER_WORD",
     "Directory",
-    "Numeral",
     "Origin",
     "Segment",
     "SourceLabel",
@@ -249,10 +247,6 @@ def trust_parts(trust: str) -> frozenset[str]:
 # -- normalisation -------------------------------------------------------------------------
 
 _WS = re.compile(r"[ \t\r\n]+")
-_NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$", re.ASCII)
-# What a numeral says before its value: its sign and the zeros that lead another digit.
-_PREFIX = re.compile(r"[+-]?0*(?=\d)")
-Numeral = tuple[str, Decimal]
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -266,23 +260,6 @@ def normalise(value: str) -> str:
     is not ``ss``, the Kelvin sign is not ``k``), so a value matches only what the tool would
     receive as the same text."""
     return _WS.sub(" ", compose(value).translate(_ASCII_LOWER)).strip(" ")
-
-
-def _number(value: str) -> Numeral | None:
-    """The number ``value`` writes, exactly, with what it writes before it (``_PREFIX``):
-    ``98.7`` is ``98.70``, but no two numerals that differ in a digit are one number (as floats,
-    twenty-digit account numbers a few thousand apart are equal), nor two that differ in a
-    leading ``+`` or in leading zeros (``+5551234567`` and ``005551234567`` dial another country
-    than ``5551234567``; ``0042`` is another id than ``42``). Only ASCII digits are a numeral:
-    digits of another script are another text, as a full-width letter is."""
-    v = value.strip().replace(",", "") if value.count(",") == 1 and "." in value else value.strip()
-    if not _NUMBER.match(v):
-        return None
-    prefix = _PREFIX.match(v)
-    try:
-        return (prefix.group(0) if prefix else "", Decimal(v.replace(",", ".")))
-    except InvalidOperation:
-        return None
 
 
 def _structured(schema: Any) -> bool:

@@ -195,11 +195,9 @@ class ProvenanceRules:
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
         self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
-        received = with_defaults(call.arguments, amount_defaults(rules, spec.parameters, ("option",)))
-        given, call = (
-            call.arguments,
-            dataclasses.replace(call, arguments=with_defaults(received, self._defaults[spec.name])),
-        )
+        options = amount_defaults(rules, spec.parameters, ("option",))  # judged as the tool receives them
+        received = with_defaults(call.arguments, {**options, **self._defaults[spec.name]})
+        given, call = call.arguments, dataclasses.replace(call, arguments=received)
         index = self._index(call.state)
         out = _Verdict()
         asked = _effect_asked(index, rules, bool(given or self._defaults[spec.name]))
