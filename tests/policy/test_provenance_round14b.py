@@ -389,6 +389,7 @@ OWN_IBAN = "DE89370400440532013000"
         f"Pay 50 EUR to {OWN_IBAN}; I do not want anything recurring.",
         f"Pay 50 EUR to {OWN_IBAN} without a standing order.",
         f"Pay 50 EUR to {OWN_IBAN} once rather than every month.",
+        f"Cancel my standing order and pay 50 EUR to {OWN_IBAN} once.",
     ],
 )
 async def test_a_recurrence_the_request_turns_down_needs_approval(request_: str) -> None:

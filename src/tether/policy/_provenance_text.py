@@ -203,9 +203,10 @@ def asks_for(text: str, phrase: str) -> bool:
 def said(text: str, phrase: str) -> bool:
     """Whether the (normalised) request ``text`` says ``phrase`` (a choice it makes: "monthly",
     "standing order", "public link") at least once as a word of its own and not negated: no
-    negation ("not", "no", "never", "without", "rather than", "instead of", a word ending in "n't")
-    among the few words just before it in its clause. "Pay it once, not as a standing order"
-    and "I do not want anything recurring" choose no standing order."""
+    negation ("not", "no", "never", "without", "rather than", "instead of", a word ending in "n't";
+    "stop", "cancel") among the few words just before it in its clause. "Pay it once, not as a
+    standing order", "I do not want anything recurring" and "cancel the standing order" choose
+    no standing order."""
     words = normalise(phrase)
     if not words:
         return False
@@ -230,7 +231,7 @@ def _after_joiner(words: list[str]) -> list[str]:
     return words[cut:]
 
 
-_NEGATION_WORDS = "not no never without nor neither cannot dont none nothing"
+_NEGATION_WORDS = "not no never without nor neither cannot dont none nothing stop cancel avoid"
 _NEGATIONS = frozenset(_NEGATION_WORDS.split(" "))
 _NEGATING_PAIRS = frozenset([("rather", "than"), ("instead", "of")])
 _CLAUSE_JOINERS = frozenset(["but", "and", "or", "then", "so"])
