@@ -34,10 +34,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from decimal import Decimal
 from typing import Any
 
-from tether.policy._provenance_dates import DateMention, date_mentions, parse_date, priced, undated_words
+from tether.policy._provenance_dates import (
+    DateMention,
+    Numeral,
+    date_mentions,
+    numeral,
+    parse_date,
+    priced,
+    undated_words,
+)
 from tether.policy._provenance_labels import (
     ASSIGNED,
     DIRECTORY,
@@ -50,7 +57,6 @@ from tether.policy._provenance_labels import (
     Origin,
     Segment,
     SourceLabel,
-    _number,
     normalise,
     shape_kind,
 )
@@ -124,11 +130,11 @@ class ProvenanceIndex(Steering):
         self._cased: dict[str, set[str]] | None = None  # names of records by their folded form
         self._linked: dict[tuple[str, str | None], list[Origin]] = {}
         self._whole: dict[str, list[Segment]] = {}
-        self._numbers: dict[Decimal, list[Segment]] = {}
+        self._numbers: dict[Numeral, list[Segment]] = {}
         for seg in self.segments:
             if seg.whole:
                 self._whole.setdefault(seg.text, []).append(seg)
-                n = _number(seg.raw)
+                n = numeral(seg.raw)
                 if n is not None:
                     self._numbers.setdefault(n, []).append(seg)
         self._records: dict[tuple[str, str, str], list[Segment]] = {}
@@ -310,7 +316,7 @@ class ProvenanceIndex(Steering):
             return [Origin("nowhere", MODEL, "exact")]
         found: list[tuple[Origin, Segment | None]] = []
         short = len(text) < MIN_CONTAINED
-        numeric = _number(value)
+        numeric = numeral(value)
         single = ALPHA_WORD.fullmatch(text) is not None
         # The user's request: the whole value appears in it. A single word counts as the
         # user's only where the request uses it as a name (capitalised, or quoted).
@@ -361,16 +367,16 @@ class ProvenanceIndex(Steering):
                     out.append(o)
         return out or [Origin("nowhere", MODEL, "exact")]
 
-    def _user_number(self, n: Decimal) -> bool:
+    def _user_number(self, n: Numeral) -> bool:
         """Whether the request states the figure ``n`` (three digits or more) as something other
         than a sum of money or a date's day or year (``undated_words``: "December 2026" names no
         event 2026). A figure stated as an amount bounds amounts (``request_amounts``) and is no
         identifier, code or password the user gave: "pay the 120.00 rent" names no file 120."""
-        if float(n) in self.request_amounts:
+        if float(n[1]) in self.request_amounts:
             return False
         for word in undated_words(self.objective, WORD):
             w = word.strip(".,")
-            m = _number(w)
+            m = numeral(w)
             if m is not None and m == n and len(w.replace(".", "").lstrip("0")) >= 3:
                 return True
         return False

@@ -15,18 +15,21 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from tether.policy._provenance_values import unfold
 
 __all__ = [
     "DateMention",
+    "Numeral",
     "amounts",
     "bounding",
     "currency_code",
     "date_mentions",
     "figure",
     "figures",
+    "numeral",
     "paid",
     "parse_date",
     "priced",
@@ -411,13 +414,17 @@ def priced(text: str) -> list[tuple[float, str | None]]:
     ]
 
 
-def bounding(sums: list[tuple[float, str | None]], currency: str | None) -> list[float]:
+def bounding(
+    sums: list[tuple[float, str | None]], currency: str | None, home: str | None = None
+) -> list[float]:
     """The amounts of ``sums`` (``priced``) that bound a payment in ``currency``: those stated in
-    it or in no currency. Sums in different currencies are no one scale ("¥30,000 a night" bounds
-    no euro payment): where the payment's currency is unknown (None) and ``sums`` name several,
-    those of the currency whose largest is least."""
+    it, and those stated in no currency where it is the tool's ``home`` one (what it pays when
+    told none) or the tool has none. Sums in different currencies are no one scale ("¥30,000 a
+    night" bounds no euro payment): where the payment's currency is unknown (None) and ``sums``
+    name several, those of the currency whose largest is least."""
     if currency is not None:
-        return [value for value, code in sums if code in (None, currency)]
+        bare = home in (None, currency)
+        return [value for value, code in sums if code == currency or (code is None and bare)]
     codes = {code for _, code in sums if code is not None}
     if len(codes) < 2:
         return [value for value, _ in sums]
@@ -439,6 +446,29 @@ def _governed(preceding: list[str]) -> bool:
 
 
 _NUMERAL = re.compile(r"[+-]?\d+(?:\.\d{1,2})?", re.ASCII)
+
+
+_NUMERAL_TEXT = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$", re.ASCII)
+# What a numeral says before its value: its sign and the zeros that lead another digit.
+_PREFIX = re.compile(r"[+-]?0*(?=\d)")
+Numeral = tuple[str, Decimal]
+
+
+def numeral(value: str) -> Numeral | None:
+    """The number ``value`` writes, exactly, with what it writes before it (``_PREFIX``):
+    ``98.7`` is ``98.70``, but no two numerals that differ in a digit are one number (as floats,
+    twenty-digit account numbers a few thousand apart are equal), nor two that differ in a
+    leading ``+`` or in leading zeros (``+5551234567`` and ``005551234567`` dial another country
+    than ``5551234567``; ``0042`` is another id than ``42``). Only ASCII digits are a numeral:
+    digits of another script are another text, as a full-width letter is."""
+    v = value.strip().replace(",", "") if value.count(",") == 1 and "." in value else value.strip()
+    if not _NUMERAL_TEXT.match(v):
+        return None
+    prefix = _PREFIX.match(v)
+    try:
+        return (prefix.group(0) if prefix else "", Decimal(v.replace(",", ".")))
+    except InvalidOperation:
+        return None
 
 
 def figure(value: Any) -> float | None:

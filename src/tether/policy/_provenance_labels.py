@@ -16,7 +16,6 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
 import yaml
@@ -248,7 +247,6 @@ def trust_parts(trust: str) -> frozenset[str]:
 # -- normalisation -------------------------------------------------------------------------
 
 _WS = re.compile(r"[ \t\r\n]+")
-_NUMBER = re.compile(r"^[+-]?\d+(?:[.,]\d+)?$")
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
@@ -262,19 +260,6 @@ def normalise(value: str) -> str:
     is not ``ss``, the Kelvin sign is not ``k``), so a value matches only what the tool would
     receive as the same text."""
     return _WS.sub(" ", compose(value).translate(_ASCII_LOWER)).strip(" ")
-
-
-def _number(value: str) -> Decimal | None:
-    """The number ``value`` writes, exactly: ``98.7`` is ``98.70``, but no two numerals that
-    differ in a digit are one number (as floats, twenty-digit account numbers a few thousand
-    apart are equal)."""
-    v = value.strip().replace(",", "") if value.count(",") == 1 and "." in value else value.strip()
-    if not _NUMBER.match(v):
-        return None
-    try:
-        return Decimal(v.replace(",", "."))
-    except InvalidOperation:
-        return None
 
 
 def _structured(schema: Any) -> bool:

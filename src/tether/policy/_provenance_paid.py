@@ -6,25 +6,41 @@ schema's default (``amount_defaults``), which the tool pays as surely as a figur
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from tether.core.types import ProposedCall
 from tether.policy._provenance_dates import currency_code, paid
 from tether.policy._provenance_declarations import ArgumentRule, ToolRules
 from tether.policy._provenance_run import SENT, calls_before
 
-__all__ = ["amount_defaults", "paid_before", "paid_beside", "paid_in", "with_defaults"]
+if TYPE_CHECKING:
+    from tether.policy._provenance import ProvenanceIndex
+
+__all__ = [
+    "amount_defaults",
+    "home_currency",
+    "named_bounds",
+    "paid_before",
+    "paid_beside",
+    "paid_in",
+    "with_defaults",
+]
 
 
-def amount_defaults(rules: ToolRules, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The amount arguments of a tool that its schema gives a default: what it pays when a call
-    leaves them out (``top_up()`` tops up its default 50)."""
+def amount_defaults(
+    rules: ToolRules, parameters: Mapping[str, Any] | None, roles: Iterable[str] = ("amount",)
+) -> dict[str, Any]:
+    """The arguments of a tool in ``roles`` that its schema gives a default: what it receives
+    when a call leaves them out (``top_up()`` tops up its default 50; ``share(folder)`` of a
+    tool that makes a public link unless told otherwise makes one). Judged as received."""
     properties = (parameters or {}).get("properties") or {}
     out: dict[str, Any] = {}
     for rule in rules.arguments.values():
         schema = properties.get(rule.argument)
-        if rule.role == "amount" and isinstance(schema, Mapping) and schema.get("default") is not None:
+        if rule.role in roles and isinstance(schema, Mapping) and schema.get("default") is not None:
             out[rule.argument] = schema["default"]
     return out
 
@@ -65,14 +81,58 @@ def paid_beside(rules: ToolRules | None, arguments: Mapping[str, Any], rule: Arg
 
 def paid_in(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
     """The currency ``rule``'s amount is paid in: the code it declares, or the value of the
-    argument it names as the tool receives it (its schema's default where the call leaves it
-    out); None where nothing says (``bounding`` then reads every currency the request names)."""
+    argument it names as the tool receives it (``home_currency`` where the call leaves it out);
+    None where nothing says (``bounding`` then reads every currency the request names)."""
+    if rule.currency is None or rules is None or rule.currency not in rules.arguments:
+        return home_currency(rules, call, rule)
+    value = call.arguments.get(rule.currency)
+    if value is None:
+        return home_currency(rules, call, rule)
+    return currency_code(value) if isinstance(value, str) and value.strip() else None
+
+
+def home_currency(rules: ToolRules | None, call: ProposedCall, rule: ArgumentRule) -> str | None:
+    """The currency the tool pays ``rule``'s amount in when told none: the code the rule
+    declares, or the schema's default of the argument that carries it; None where it has none. A
+    figure said with no currency is a sum in it (``bounding``): "pay the 30000 deposit" to a bank
+    that pays in yen unless told bounds no payment of 30000 euros."""
     if rule.currency is None:
         return None
     if rules is None or rule.currency not in rules.arguments:
         return currency_code(rule.currency)
-    value = call.arguments.get(rule.currency)
-    if value is None:
-        schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
-        value = schema.get("default") if isinstance(schema, Mapping) else None
+    schema = ((call.spec.parameters or {}).get("properties") or {}).get(rule.currency)
+    value = schema.get("default") if isinstance(schema, Mapping) else None
     return currency_code(value) if isinstance(value, str) and value.strip() else None
+
+
+# A figure a record states as its amount: a plain decimal numeral of ASCII digits (a JSON number
+# as it prints), never ``NaN``, ``Infinity`` or an exponent that ``float`` would also take.
+_PLAIN = re.compile(r"[+-]?\d+(?:\.\d+)?", re.ASCII)
+_UNKNOWN = "?"  # a currency the run itself wrote into the record: no one's statement
+
+
+def named_bounds(
+    index: ProvenanceIndex, fields: Iterable[str], currency: str | None, home: str | None = None
+) -> list[tuple[float, str]]:
+    """The amounts that records the user named state in ``fields`` (never one the run wrote), each
+    with the record it comes from, that bound a payment in ``currency``: a figure only where it
+    is a plain finite numeral (``_PLAIN``), and only from a record that states that currency or
+    none (in a field whose name holds "currency", as ``currency_code`` reads it) — a record that
+    states none only a payment in the tool's ``home`` currency, where it has one; where the
+    payment's currency is unknown (None), whatever currency the record states."""
+    names = set(fields)
+    out: list[tuple[float, str]] = []
+    for segs in index.named_records():
+        stated = {
+            _UNKNOWN if index.written(seg) else currency_code(seg.raw)
+            for seg in segs
+            if seg.whole and "currency" in seg.field_name.lower() and seg.raw.strip()
+        }
+        if currency is not None and (stated - {currency} or (not stated and home not in (None, currency))):
+            continue  # a sum in another currency is no bound on this one
+        for seg in segs:
+            if not seg.whole or seg.field_name not in names or index.written(seg):
+                continue
+            if _PLAIN.fullmatch(seg.raw.strip()) and math.isfinite(value := abs(float(seg.raw))):
+                out.append((value, seg.label.describe()))
+    return out

@@ -42,19 +42,26 @@ from tether.policy._provenance_labels import (
     Origin,
     Segment,
     TrustConfig,
-    normalise,
     shape_kind,
     split_values,
     trust_parts,
 )
-from tether.policy._provenance_paid import amount_defaults, paid_before, paid_beside, paid_in, with_defaults
+from tether.policy._provenance_paid import (
+    amount_defaults,
+    home_currency,
+    named_bounds,
+    paid_before,
+    paid_beside,
+    paid_in,
+    with_defaults,
+)
 from tether.policy._provenance_run import (
     ERROR,
     index_for,
     make_labeler,
     observation_segments,
 )
-from tether.policy._provenance_text import asks_for, contains_whole, says_what_for
+from tether.policy._provenance_text import asks_for, contains_whole, said, says_what_for
 from tether.policy._provenance_values import find_handles, find_links, unfold
 from tether.policy._rules import Allowlist, Decision, Policy, ProposedCall, Rule
 from tether.policy._trusted import TrustedContext
@@ -188,13 +195,12 @@ class ProvenanceRules:
                 "deny", self.name, "undeclared_argument", {"tool": spec.name, "arguments": undeclared}
             )
         self._defaults[spec.name] = amount_defaults(rules, spec.parameters)
-        given, call = (
-            call.arguments,
-            dataclasses.replace(call, arguments=with_defaults(call.arguments, self._defaults[spec.name])),
-        )
+        options = amount_defaults(rules, spec.parameters, ("option",))  # judged as the tool receives them
+        received = with_defaults(call.arguments, {**options, **self._defaults[spec.name]})
+        given, call = call.arguments, dataclasses.replace(call, arguments=received)
         index = self._index(call.state)
         out = _Verdict()
-        asked = _effect_asked(index, rules, bool(call.arguments))
+        asked = _effect_asked(index, rules, bool(given or self._defaults[spec.name]))
         if effectful and rules.requested_by and not asked:
             # The request itself must ask for this effect, whatever the call carries.
             out.worse("approve", {"problem": "effect_not_requested", "phrases": list(rules.requested_by)})
@@ -401,25 +407,18 @@ class ProvenanceRules:
         value = figure(case.element)
         if value is None:
             return _unreadable(rule, out, "not_an_amount")
-        stated: list[tuple[float, str]] = []
         rules = declared_rules(self.tools, call.spec.name, call.spec.remote_name)
-        if USER in rule.bound:
-            currency = paid_in(rules, call, rule)
-            stated += [(f, "the request") for f in bounding(index.request_sums, currency)]
-            shown["currency"] = currency
-        if "named" in rule.bound:
-            for seg in index.named_values(fields=rule.fields):
-                try:
-                    stated.append((abs(float(seg.raw)), seg.label.describe()))
-                except ValueError:
-                    continue
+        currency, home = paid_in(rules, call, rule), home_currency(rules, call, rule)  # home: if none said
+        users = bounding(index.request_sums, currency, home) if USER in rule.bound else []
+        stated = [(f, "the request") for f in users]
+        stated += named_bounds(index, rule.fields, currency, home) if "named" in rule.bound else []
         bound, by = max(stated, default=(0.0, "nothing"))
         spent = 0.0
         if rule.cumulative:
             spent = paid_before(call, self._rules_of, self._defaults_of) + paid_beside(
                 rules, call.arguments, rule
             )
-        shown.update({"bound": bound, "stated_by": by, "already": spent})
+        shown.update({"currency": currency, "bound": bound, "stated_by": by, "already": spent})
         if value < 0 or value + spent > bound + 1e-9:
             out.worse(
                 rule.otherwise,
@@ -562,8 +561,7 @@ _TOKEN = re.compile(r"[\w@.+/:-]*\w", re.UNICODE)
 
 
 def _phrase_in(index: ProvenanceIndex, phrase: str) -> bool:
-    words = normalise(phrase)
-    return bool(words) and re.search(rf"(?<!\w){re.escape(words)}(?!\w)", index.user_text) is not None
+    return said(index.user_text, phrase)
 
 
 def _effect_asked(index: ProvenanceIndex, rules: ToolRules, has_arguments: bool) -> bool:

@@ -31,6 +31,7 @@ __all__ = [
     "reprints",
     "reprints_whole",
     "request_names",
+    "said",
     "says_what_for",
 ]
 
@@ -197,6 +198,45 @@ def asks_for(text: str, phrase: str) -> bool:
             continue
         return True
     return False
+
+
+def said(text: str, phrase: str) -> bool:
+    """Whether the (normalised) request ``text`` says ``phrase`` (a choice it makes: "monthly",
+    "standing order", "public link") at least once as a word of its own and not negated: no
+    negation ("not", "no", "never", "without", "rather than", "instead of", a word ending in "n't";
+    "stop", "cancel") among the few words just before it in its clause. "Pay it once, not as a
+    standing order", "I do not want anything recurring" and "cancel the standing order" choose
+    no standing order."""
+    words = normalise(phrase)
+    if not words:
+        return False
+    for m in re.finditer(rf"(?<!\w){re.escape(words)}(?!\w)", text):
+        opening = max((c.end() for c in _CLAUSE_END.finditer(text, 0, m.start())), default=0)
+        before = _WORDS_BEFORE_ALL.findall(text, opening, m.start())[-_NEGATION_REACH:]
+        if not _negates(_after_joiner(before)):
+            return True
+    return False
+
+
+def _negates(words: list[str]) -> bool:
+    """Whether ``words`` hold a negation: one of ``_NEGATIONS``, a word ending in "n't", or
+    "rather than" / "instead of"."""
+    pairs = zip(["", *words], words, strict=False)
+    return any(w in _NEGATIONS or w.endswith(("n't", "n’t")) or (p, w) in _NEGATING_PAIRS for p, w in pairs)
+
+
+def _after_joiner(words: list[str]) -> list[str]:
+    """The words after the last one that joins a new clause ("not weekly *but* monthly")."""
+    cut = max((i + 1 for i, w in enumerate(words) if w in _CLAUSE_JOINERS), default=0)
+    return words[cut:]
+
+
+_NEGATION_WORDS = "not no never without nor neither cannot dont none nothing stop cancel avoid"
+_NEGATIONS = frozenset(_NEGATION_WORDS.split(" "))
+_NEGATING_PAIRS = frozenset([("rather", "than"), ("instead", "of")])
+_CLAUSE_JOINERS = frozenset(["but", "and", "or", "then", "so"])
+_NEGATION_REACH = 4  # words before a phrase where a negation still governs it
+_WORDS_BEFORE_ALL = re.compile(r"[\w'’]+")
 
 
 def _in_question(text: str, start: int, end: int) -> bool:
