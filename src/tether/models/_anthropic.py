@@ -51,7 +51,7 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, halved
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
 from tether.models._sse import Ending, events, until_cut
@@ -424,10 +424,12 @@ def _cached(block: bytes) -> bytes:
 
 
 def _input(call: ToolCall) -> Any:
-    """A call's input object as the API wants it back; arguments that were not a JSON object
-    (the host refused them) go back as an empty object: the tool result says what was wrong."""
+    """A call's input object as the API wants it back; arguments that were not a JSON object,
+    or held a character that is not UTF-8 (a lone ``\\ud83d`` escape: JSON cannot send it
+    back), go back as an empty object (the host refused them): the tool result says what was
+    wrong."""
     try:
         value = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         return {}
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) and not halved(value) else {}

@@ -1,0 +1,244 @@
+"""A twelfth round of faults and legitimate variants, driven as the others are (an agent file
+naming ``model.provider`` and ``tether run`` in process, ``test_faults_round10.run_agent``)
+against real servers on 127.0.0.1 speaking each protocol; the same fault ends the same honest
+way on all three.
+
+Characters past U+FFFF split between two deltas at their UTF-16 surrogates (a server whose
+strings are UTF-16 cuts an emoji in two, each half escaped in its event's JSON) are whole again
+wherever a stream carries them: a Responses answer's text (before: its deltas' halves disagreed
+with the text its done item lists, a garbled stream retried to ``model_error``) and a call's
+argument deltas (the same, for the arguments it is done with); an Anthropic thinking block's
+deltas (before: the block kept the halves, and the next request, which sends it back, failed to
+encode: ``model_error`` after the tool had run), as chat text and reasoning already were.
+
+A half with no partner in a call's arguments is refused by the host's gate (``not_utf8``) on
+every protocol, the run going on (before: an Anthropic whole answer's input object had it
+replaced by U+FFFD and the tool ran with the replaced character; an Anthropic stream's call,
+refused, then failed the next request's encoding: ``model_error``); one in a thinking block or a
+reasoning item is U+FFFD (before: the next request failed to encode).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_faults_heldout import ANSWER, ORDER, SERVERS
+from test_faults_round10 import run_agent
+
+from tether_testing.fake_server import Reply, scripted
+
+pytestmark = [pytest.mark.slow, pytest.mark.spec("L2"), pytest.mark.usefixtures("quick_model_retries")]
+
+PROVIDERS = ("openai-chat", "anthropic", "openai-responses")
+EMOJI = "\U0001f44d"
+EMOJI_ORDER = ("read_order", json.dumps({"order_id": f"742 {EMOJI}"}, ensure_ascii=False))
+EMOJI_TEXT = f"Order 742 is open {EMOJI} awaiting part P-17"
+THOUGHT = f"Read the order {EMOJI} first."
+LONE = ("read_order", '{"order_id": "742\\ud83d"}')  # a half with no partner, as the JSON escape
+
+
+# -- an edit: every streamed string with a character past U+FFFF cut at its surrogates -------------
+
+# Where each protocol's deltas carry a string: chat text, reasoning and arguments; Anthropic
+# text, input JSON and thinking; a Responses delta (text, arguments, reasoning summary).
+DELTAS: tuple[tuple[object, ...], ...] = (
+    ("choices", 0, "delta", "content"),
+    ("choices", 0, "delta", "reasoning_content"),
+    ("choices", 0, "delta", "tool_calls", 0, "function", "arguments"),
+    ("delta", "text"),
+    ("delta", "partial_json"),
+    ("delta", "thinking"),
+    ("delta",),
+)
+
+
+def _at(event: Any, path: tuple[object, ...]) -> Any:
+    for key in path:
+        try:
+            event = event[key]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return event
+
+
+def _put(event: Any, path: tuple[object, ...], value: str) -> None:
+    for key in path[:-1]:
+        event = event[key]
+    event[path[-1]] = value
+
+
+def _halves(text: str) -> tuple[str, str] | None:
+    """``text`` cut inside its first character past U+FFFF: (up to its high half, the rest)."""
+    for n, ch in enumerate(text):
+        if ord(ch) > 0xFFFF:
+            v = ord(ch) - 0x10000
+            return text[:n] + chr(0xD800 + (v >> 10)), chr(0xDC00 + (v & 0x3FF)) + text[n + 1 :]
+    return None
+
+
+def split_at_surrogates(items: list[Any]) -> list[Any]:
+    """Each delta whose string holds an emoji sent as two deltas, the first ending with the
+    emoji's high half, the second starting with its low half (each half a ``\\u`` escape in
+    its event's JSON); the second delta of a chat call without its id and name, a Responses
+    event under a sequence number of its own."""
+    out: list[Any] = []
+    for event in items:
+        for path in DELTAS if isinstance(event, dict) else ():
+            text = _at(event, path)
+            if isinstance(text, str) and (cut := _halves(text)):
+                first, second = json.loads(json.dumps(event)), json.loads(json.dumps(event))
+                _put(first, path, cut[0])
+                _put(second, path, cut[1])
+                if "tool_calls" in path:
+                    call = second["choices"][0]["delta"]["tool_calls"][0]
+                    call.pop("id", None)
+                    call["function"].pop("name", None)
+                if "sequence_number" in second:
+                    second["sequence_number"] += 10_000
+                out += [first, second]
+                break
+        else:
+            out.append(event)
+    return out
+
+
+def model_of(provider: str, url: str, stream: bool) -> dict[str, Any]:
+    return {
+        "provider": provider,
+        "name": "m-1",
+        "base_url": url,
+        "streaming": stream,
+        "transport": "http",
+        "max_retries": 1,
+        "timeout_s": 5,
+    }
+
+
+def result_sent(request: dict[str, Any]) -> str:
+    """The tool result the request sends back (each protocol's form), as text."""
+    found: list[str] = []
+    for m in request.get("messages") or request.get("input") or ():
+        for block in [m, *(m.get("content") if isinstance(m.get("content"), list) else ())]:
+            if not isinstance(block, dict):
+                continue
+            if block.get("role") == "tool" or block.get("type") == "function_call_output":
+                found.append(str(block.get("content") or block.get("output")))
+            elif block.get("type") == "tool_result":
+                found.append(str(block.get("content")))
+    assert len(found) == 1, request
+    return found[0]
+
+
+def reasoning_sent(provider: str, request: dict[str, Any]) -> list[str]:
+    """The thinking blocks' text (Anthropic) or reasoning items' summaries (Responses) the
+    request sends back."""
+    if provider == "anthropic":
+        blocks = [b for m in request["messages"] if isinstance(m["content"], list) for b in m["content"]]
+        return [b["thinking"] for b in blocks if b.get("type") == "thinking"]
+    items = [i for i in request.get("input") or () if i.get("type") == "reasoning"]
+    return [s["text"] for i in items for s in i["summary"]]
+
+
+# -- legitimate: an emoji split at its surrogates is whole again -----------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_emoji_split_at_its_surrogates_in_text_arguments_and_thinking_is_whole(
+    tmp_path: Path, provider: str
+) -> None:
+    """Streamed, every emoji of the call's arguments, the turn's thinking (or reasoning) and the
+    final text split between two deltas at its surrogates: the run is accepted with the text
+    whole, the tool ran with the emoji whole in its arguments (its result sent back says so),
+    and the thinking block or reasoning item goes back with it whole (before: a Responses
+    answer's text and arguments were a garbled stream, retried to ``model_error``; an Anthropic
+    thinking block kept the halves and the next request failed to encode, ``model_error``)."""
+    replies = [
+        Reply(reasoning=THOUGHT, tool_calls=(EMOJI_ORDER,), edit=split_at_surrogates, chunks=1),
+        Reply.text(EMOJI_TEXT, edit=split_at_surrogates, chunks=1),
+    ]
+    with SERVERS[provider](scripted(replies)) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, True))
+        bodies = server.bodies()
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", EMOJI_TEXT, 2), out
+    assert [c["status"] for c in out["calls"]] == ["ok"], out
+    assert f"742 {EMOJI}" in result_sent(bodies[1]), bodies[1]
+    if provider != "openai-chat":  # chat's reasoning is not sent back (``reasoning: drop``)
+        assert reasoning_sent(provider, bodies[1]) == [THOUGHT], bodies[1]
+    # The same answer unsplit, whole and streamed, is accepted as it was.
+    for stream in (False, True):
+        plain = [Reply(reasoning=THOUGHT, tool_calls=(EMOJI_ORDER,)), Reply.text(EMOJI_TEXT)]
+        with SERVERS[provider](scripted(plain)) as server:
+            code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+            assert f"742 {EMOJI}" in result_sent(server.bodies()[1])
+        assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", EMOJI_TEXT), out
+
+
+# -- a half with no partner ------------------------------------------------------------------------
+
+
+def lone_thinking(items: list[Any]) -> list[Any]:
+    """A half with no partner at the end of every thinking text and reasoning summary (each of
+    its deltas, its blocks, its items), escaped in the JSON as a server sends it."""
+
+    def edit(d: dict[str, Any]) -> None:
+        if d.get("type") in ("thinking_delta", "thinking") and d.get("thinking"):
+            d["thinking"] += "\ud83d"
+        elif d.get("type") == "summary_text" and d.get("text"):
+            d["text"] += "\ud83d"
+        elif d.get("type") == "response.reasoning_summary_text.delta":
+            d["delta"] += "\ud83d"
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            edit(value)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(items)
+    return items
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_lone_surrogate_in_arguments_is_refused_by_the_gate_on_every_protocol(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """A call whose arguments hold a half with no partner (``"742\\ud83d"``): on every protocol,
+    whole and streamed, the gate refuses it (``not_utf8``), the tool does not run, the refusal
+    goes back to the model and the run goes on to its answer, exit 2 as for any refused call
+    (before: an Anthropic whole answer ran the tool with ``"742\\ufffd"``; an Anthropic stream
+    ended ``model_error``, its next request failing to encode the refused input)."""
+    with SERVERS[provider](scripted([Reply.calls(LONE), Reply.text(ANSWER)])) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        bodies = server.bodies()
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (2, "accepted", ANSWER, 2), out
+    assert [c["status"] for c in out["calls"]] == ["rejected"], out
+    assert "not_utf8" in out["message"], out["message"]
+    assert "not_utf8" in result_sent(bodies[1]), bodies[1]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", ["anthropic", "openai-responses"])
+def test_a_lone_surrogate_in_thinking_does_not_break_the_next_request(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """The call's thinking block (reasoning item) ends with a half with no partner: the tool
+    runs and the block goes back with U+FFFD in its place; the run is accepted (before: the
+    next request failed to encode, ``model_error`` after the tool had run)."""
+    replies = [
+        Reply(reasoning="Read the order.", tool_calls=(ORDER,), edit=lone_thinking),
+        Reply.text(ANSWER),
+    ]
+    with SERVERS[provider](scripted(replies)) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        bodies = server.bodies()
+    assert (code, out["stop_reason"], out["answer"], len(bodies)) == (0, "accepted", ANSWER, 2), out
+    assert [c["status"] for c in out["calls"]] == ["ok"], out
+    sent = reasoning_sent(provider, bodies[1])
+    assert len(sent) == 1 and sent[0].startswith("Read") and sent[0].endswith("\ufffd"), bodies[1]
