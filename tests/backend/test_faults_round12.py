@@ -242,3 +242,68 @@ def test_a_lone_surrogate_in_thinking_does_not_break_the_next_request(
     assert [c["status"] for c in out["calls"]] == ["ok"], out
     sent = reasoning_sent(provider, bodies[1])
     assert len(sent) == 1 and sent[0].startswith("Read") and sent[0].endswith("\ufffd"), bodies[1]
+
+
+# -- a refusal beside tool calls ------------------------------------------------------------------
+
+REFUSAL = "I can't help with that."
+
+
+def refusal_beside_calls(provider: str, stream: bool) -> Any:
+    """The turn of calls also says it refused, in each protocol's form: chat's ``refusal`` field
+    (a delta of its own when streamed), a Responses ``refusal`` part in a message before the
+    call, Anthropic's ``refusal`` stop reason."""
+
+    def edit(items: list[Any]) -> list[Any]:
+        if provider == "anthropic":
+            for i in items:
+                for d in (i, i.get("delta") or {}):
+                    if d.get("stop_reason") == "tool_use":
+                        d["stop_reason"] = "refusal"
+        elif provider == "openai-responses":
+            part = {"type": "refusal", "refusal": REFUSAL}
+            message = {"type": "message", "id": "msg_r", "status": "completed", "role": "assistant"}
+            output = items[-1]["response"]["output"] if stream else items[0]["output"]
+            output.insert(0, {**message, "content": [part]})
+        elif stream:
+            first = next(i for i in items if isinstance(i, dict) and i.get("choices"))
+            said = json.loads(json.dumps(first))
+            said["choices"][0].update(delta={"refusal": REFUSAL}, finish_reason=None)
+            items.insert(items.index(first) + 1, said)
+        else:
+            items[0]["choices"][0]["message"]["refusal"] = REFUSAL
+        return items
+
+    return edit
+
+
+def refusal_null(items: list[Any]) -> list[Any]:
+    """Chat: ``refusal: null`` on the message and every delta, as OpenAI sends it."""
+    for i in items:
+        for choice in i.get("choices") or () if isinstance(i, dict) else ():
+            (choice.get("message") or choice.setdefault("delta", {}))["refusal"] = None
+    return items
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_refusal_beside_tool_calls_ends_model_refused_on_every_protocol(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """A turn of calls that also says it refused ends the run ``model_refused`` on every
+    protocol, its calls not run, the server asked once (before: chat and Responses dropped the
+    refusal and ran the calls to an ``accepted`` answer, where Anthropic's refusal stopped);
+    the same calls without a refusal (chat's ``refusal: null`` on every message) run."""
+    replies = [Reply.calls(ORDER, edit=refusal_beside_calls(provider, stream)), Reply.text(ANSWER)]
+    with SERVERS[provider](scripted(replies)) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        asked = len(server.bodies())
+    assert (code, out["stop_reason"], out["calls"], asked) == (7, "model_refused", [], 1), out
+    assert "1 tool call(s) were not run" in out["message"], out["message"]
+    edit = refusal_null if provider == "openai-chat" else None
+    with SERVERS[provider](
+        scripted([Reply.calls(ORDER, edit=edit), Reply.text(ANSWER, edit=edit)])
+    ) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [c["status"] for c in out["calls"]] == ["ok"], out

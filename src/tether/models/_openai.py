@@ -274,7 +274,7 @@ class OpenAICompatible(OpenAIBackend):
         reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
         refusal = wire.get("refusal") or _refusal(wire.get("content"))
-        if refusal and not calls:  # OpenAI's refusal field, or refusal parts: the answer is a refusal
+        if refusal:  # OpenAI's refusal field, or refusal parts: the answer is a refusal (``_REFUSED``)
             content, finish = content or str(refusal), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
         return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
@@ -350,7 +350,7 @@ class OpenAICompatible(OpenAIBackend):
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
         )
-        if refused and not tool_calls:  # OpenAI's refusal deltas: the answer is a refusal
+        if refused:  # OpenAI's refusal deltas: the answer is a refusal (``_REFUSED``)
             finish = "refusal"
             text = text or refused
         message = AssistantMessage(
@@ -361,6 +361,8 @@ class OpenAICompatible(OpenAIBackend):
         return self._answer(message, usage or Usage(), model, finish)
 
 
+# _REFUSED: a turn that says it refused is a refusal, whatever else it carries: tool calls
+# beside it are not run (``finish_problem``), as an Anthropic ``refusal`` stop reason's are not.
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
 # The fields of a chunk's delta that carry the answer (one after the finish reason: out of order).
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")

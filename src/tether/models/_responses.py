@@ -277,7 +277,7 @@ class OpenAIResponses(OpenAIBackend):
             # incomplete whatever its status says (a server that always says completed): the
             # worse word wins.
             raw = cut or "incomplete"
-        elif refusal and not calls:
+        elif "".join(refusal):  # a refusal, whatever else the turn carries: its calls are not run
             raw = "refusal"
         content = "".join(text) or "".join(refusal) or None
         message = AssistantMessage(
