@@ -307,3 +307,62 @@ def test_a_refusal_beside_tool_calls_ends_model_refused_on_every_protocol(
         code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
     assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
     assert [c["status"] for c in out["calls"]] == ["ok"], out
+
+
+# -- a key named twice in arguments sent as an object ---------------------------------------------
+
+TWICE = '{"order_id": "742", "order_id": "999"}'
+
+
+def arguments_as_object(provider: str, stream: bool, twice: bool) -> Any:
+    """The call's arguments sent as a JSON object (Anthropic's ``input``, as it always sends
+    it whole; chat and Responses from a server that does not encode them), naming
+    ``order_id`` twice where ``twice``; streamed (Anthropic), whole in ``content_block_start``
+    with no input deltas."""
+    written = TWICE if twice else '{"order_id": "742"}'
+
+    def as_bytes(event: dict[str, Any]) -> bytes:
+        text = json.dumps(event)
+        for form in ('{"order_id": "742"}', json.dumps('{"order_id": "742"}')):  # an object, or its text
+            text = text.replace(form, written)
+        return (f"event: {event.get('type')}\ndata: {text}\n\n" if stream else text).encode()
+
+    def edit(items: list[Any]) -> list[Any]:
+        if not stream:
+            return [as_bytes(items[0])]
+        out: list[Any] = []
+        for i in items:
+            delta = i.get("delta") or {}
+            if delta.get("type") == "input_json_delta":
+                continue
+            block = i.get("content_block") or {}
+            if block.get("type") == "tool_use":
+                block["input"] = {"order_id": "742"}
+                out.append(as_bytes(i))
+            else:
+                out.append(i)
+        return out
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    ("provider", "stream"),
+    [("openai-chat", False), ("anthropic", False), ("anthropic", True), ("openai-responses", False)],
+)
+def test_a_key_named_twice_in_arguments_sent_as_an_object_is_refused_as_in_text(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """A call whose arguments come as an object naming ``order_id`` twice (``"742"``, then
+    ``"999"``): the gate refuses it (``duplicate_key``) on every protocol, as it refuses the
+    same arguments sent as text, the tool does not run and the run goes on to its answer, exit 2
+    (before: the object was read as ``{"order_id": "999"}`` and the tool ran with the last
+    value, unlike the model's text); the same object naming it once runs."""
+    for twice, code, status in ((True, 2, "rejected"), (False, 0, "ok")):
+        replies = [Reply.calls(ORDER, edit=arguments_as_object(provider, stream, twice)), Reply.text(ANSWER)]
+        with SERVERS[provider](scripted(replies)) as server:
+            got, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+            sent = result_sent(server.bodies()[1])
+        assert (got, out["stop_reason"], out["answer"]) == (code, "accepted", ANSWER), out
+        assert [c["status"] for c in out["calls"]] == [status], out
+        assert ("duplicate_key" in sent) == twice and ("999" in sent) is False, sent

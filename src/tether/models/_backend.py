@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import os
 import random
 from abc import abstractmethod
@@ -40,6 +39,7 @@ from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
 from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
+from tether.models._json import written
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, billed
 from tether.models._sse import status_error
@@ -503,10 +503,11 @@ _NORMAL = ("stop", "tool_calls")
 
 def arguments_text(value: object) -> str:
     """A tool call's arguments as the JSON text the host reads: a string as sent (malformed or
-    not: the gate judges it); an object or list a server sent unencoded, encoded; none, ``""``."""
+    not: the gate judges it); an object or list a server sent unencoded, encoded (a key it named
+    twice, twice: the gate refuses it as it refuses the same text); none, ``""``."""
     if value is None or isinstance(value, str):
         return value or ""
-    return json.dumps(value, ensure_ascii=False)
+    return written(value)  # an object that named a key twice, with each pair (``_json``)
 
 
 class OpenAIBackend(HTTPBackend):

@@ -52,6 +52,7 @@ from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
+from tether.models._json import loads
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy, billed
 from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
@@ -301,7 +302,7 @@ class OpenAICompatible(OpenAIBackend):
                 ending.done = True
                 break
             try:
-                chunk = json.loads(payload)
+                chunk = loads(payload)
             except ValueError:
                 why = f"stream event is not JSON: {payload[:200]!r}"
                 raise Retryable("stream_unreadable", why) from None
