@@ -366,3 +366,43 @@ def test_a_key_named_twice_in_arguments_sent_as_an_object_is_refused_as_in_text(
         assert (got, out["stop_reason"], out["answer"]) == (code, "accepted", ANSWER), out
         assert [c["status"] for c in out["calls"]] == [status], out
         assert ("duplicate_key" in sent) == twice and ("999" in sent) is False, sent
+
+
+# -- an error object whose status code is written as text ------------------------------------------
+
+
+def litellm_error(provider: str, stream: bool, code: str) -> Any:
+    """The answer replaced by an error object as LiteLLM's proxy writes one, every field text
+    (``"type": "None"``, ``"code": "503"``): mid-stream after the first events (each
+    protocol's form: chat's ``error`` chunk, Anthropic's ``error`` event, a Responses ``error``
+    event with its ``code`` at the top), or as a whole 200 body."""
+    error = {"message": "upstream said no", "type": "None", "param": "None", "code": code}
+    if provider == "anthropic":
+        said: dict[str, Any] = {"type": "error", "error": error}
+    elif provider == "openai-responses":
+        said = {"type": "error", "code": code, "message": "upstream said no", "param": None}
+    else:
+        said = {"error": error}
+    return lambda items: [*items[:2], said] if stream else [said]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_an_error_object_whose_status_code_is_text_is_sorted_as_the_number(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """An error object in a 200 answer, or mid-stream, whose code is a 5xx written as text
+    (``"503"``) is retried as a 503 is, and the run goes on to its answer (before: the text was
+    read as a kind no retry helps, and the run ended ``model_error`` at once); one whose code is
+    ``"400"`` still ends it at once, naming the code."""
+    failing = Reply.text(ANSWER, edit=litellm_error(provider, stream, "503"))
+    with SERVERS[provider](scripted([failing, Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        asked = len(server.bodies())
+    assert (code, out["stop_reason"], out["answer"], asked) == (0, "accepted", ANSWER, 3), out
+    final = Reply.text(ANSWER, edit=litellm_error(provider, stream, "400"))
+    with SERVERS[provider](scripted([final, Reply.calls(ORDER), Reply.text(ANSWER)])) as server:
+        code, out, _ = run_agent(tmp_path, model_of(provider, server.url, stream))
+        asked = len(server.bodies())
+    assert (code, out["stop_reason"], asked) == (7, "model_error", 1), out
+    assert "400" in out["message"] and "upstream said no" in out["message"], out["message"]
