@@ -406,3 +406,93 @@ def test_an_error_object_whose_status_code_is_text_is_sorted_as_the_number(
         asked = len(server.bodies())
     assert (code, out["stop_reason"], asked) == (7, "model_error", 1), out
     assert "400" in out["message"] and "upstream said no" in out["message"], out["message"]
+
+
+# -- a call id an earlier turn used ----------------------------------------------------------------
+
+
+def ids_in(provider: str, request: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The call ids a request sends back, and the ids its tool results name, in order."""
+    calls: list[str] = []
+    results: list[str] = []
+    for m in request.get("messages") or request.get("input") or ():
+        calls += [c["id"] for c in m.get("tool_calls") or ()]
+        if m.get("role") == "tool":
+            results.append(m["tool_call_id"])
+        if m.get("type") == "function_call":
+            calls.append(m["call_id"])
+        elif m.get("type") == "function_call_output":
+            results.append(m["call_id"])
+        for block in (
+            m.get("content") if provider == "anthropic" and isinstance(m.get("content"), list) else ()
+        ):
+            if block.get("type") == "tool_use":
+                calls.append(block["id"])
+            elif block.get("type") == "tool_result":
+                results.append(block["tool_use_id"])
+    return calls, results
+
+
+def refuses_repeated_ids(provider: str, replies: list[Reply]) -> Any:
+    """A server that, as the Anthropic API does ("tool_use ids must be unique"), refuses a
+    request whose call ids repeat (HTTP 400, final), or whose results name no call it sent."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        calls, results = ids_in(provider, request)
+        if len(set(calls)) < len(calls) or sorted(results) != sorted(calls):
+            return Reply.error(400, f"tool_use ids must be unique: {calls} / {results}")
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    return respond
+
+
+def one_call_id(items: list[Any]) -> list[Any]:
+    """Every call's id ``toolu_0`` / ``call_0`` on every turn (a server that numbers calls per
+    answer); a Responses call's item id too."""
+
+    def fix(d: dict[str, Any]) -> None:
+        for key in ("id", "call_id"):
+            value = d.get(key)
+            if isinstance(value, str) and value.startswith(("call_", "toolu_", "fc_")):
+                d[key] = value.split("_")[0] + "_0"
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            fix(value)
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, list):
+            for v in value:
+                walk(v)
+
+    walk(items)
+    return items
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_call_id_an_earlier_turn_used_is_renamed_so_the_next_request_is_accepted(
+    tmp_path: Path, provider: str, stream: bool
+) -> None:
+    """Three turns of calls, each call named ``toolu_0`` (``call_0``), then the answer, from a
+    server that refuses a conversation whose call ids repeat: every call runs, each result
+    names its own call, and the run is accepted (before: the third request sent ``toolu_0``
+    twice, the 400 ended the run ``model_error`` on Anthropic; every protocol now sends unique
+    ids); the renaming is in the turn's ``model_response`` (``call_ids_renamed``)."""
+    others = [("read_order", json.dumps({"order_id": str(742 + n)})) for n in range(3)]
+    replies = [*(Reply.calls(c, edit=one_call_id) for c in others), Reply.text(ANSWER)]
+    with SERVERS[provider](refuses_repeated_ids(provider, replies)) as server:
+        code, out, responses = run_agent(tmp_path, model_of(provider, server.url, stream))
+        last = server.bodies()[-1]
+    assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+    assert [c["status"] for c in out["calls"]] == ["ok", "ok", "ok"], out
+    calls, results = ids_in(provider, last)
+    assert len(set(calls)) == 3 and results == calls and calls[0].endswith("_0"), last
+    assert "call_ids_renamed" not in responses[0] and len(responses[1]["call_ids_renamed"]) == 1, responses
+    # Ids that do not repeat are sent back as they came.
+    with SERVERS[provider](
+        refuses_repeated_ids(provider, [*map(Reply.calls, others), Reply.text(ANSWER)])
+    ) as server:
+        code, out, responses = run_agent(tmp_path, model_of(provider, server.url, stream))
+    assert (code, out["stop_reason"]) == (0, "accepted"), out
+    assert not any("call_ids_renamed" in r for r in responses), responses

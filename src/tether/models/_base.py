@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from tether.core.messages import AssistantMessage, Message, Usage
+from tether.core.messages import AssistantMessage, Message, ToolCall, Usage
 from tether.core.types import StopReason
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "later_finish",
     "paired",
     "repeated_prefix",
+    "unique_call_ids",
     "whole_json",
     "whole_text",
 ]
@@ -197,6 +199,30 @@ def _whole_value(value: Any) -> Any:
     if isinstance(value, list):
         return [_whole_value(v) for v in value]
     return value
+
+
+def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:
+    """The response with each tool call whose id an earlier call of the conversation already
+    has (a server that numbers calls per answer: ``toolu_0`` on every turn) given a new one,
+    the old id and a suffix: a call's result names the call it answers, and a provider refuses
+    a conversation whose call ids repeat (Anthropic: "tool_use ids must be unique"), so the
+    next request would fail. ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same
+    response when no id repeats (the usual case)."""
+    calls = response.message.tool_calls
+    if not calls:
+        return response
+    used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    if used.isdisjoint(c.id for c in calls):
+        return response
+    renamed: list[list[str]] = []
+    fresh: list[ToolCall] = []
+    for call in calls:
+        if call.id in used:
+            renamed.append([call.id, f"{call.id}_{uuid.uuid4().hex[:12]}"])
+            call = replace(call, id=renamed[-1][1])
+        fresh.append(call)
+    message = replace(response.message, tool_calls=tuple(fresh))
+    return replace(response, message=message, meta={**response.meta, "call_ids_renamed": renamed})
 
 
 def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:
