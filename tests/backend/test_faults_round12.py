@@ -21,6 +21,7 @@ reasoning item is U+FFFD (before: the next request failed to encode).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -496,3 +497,61 @@ def test_a_call_id_an_earlier_turn_used_is_renamed_so_the_next_request_is_accept
         code, out, responses = run_agent(tmp_path, model_of(provider, server.url, stream))
     assert (code, out["stop_reason"]) == (0, "accepted"), out
     assert not any("call_ids_renamed" in r for r in responses), responses
+
+
+# -- a call id another provider gave, sent to Anthropic after a fallback ---------------------------
+
+ANTHROPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+
+
+def kimi_ids(items: list[Any]) -> list[Any]:
+    """Chat: every call's id as Kimi K2 writes it (``functions.read_order:0``)."""
+    for i in items:
+        for choice in i.get("choices") or () if isinstance(i, dict) else ():
+            for call in (choice.get("message") or choice.get("delta") or {}).get("tool_calls") or ():
+                if call.get("id"):
+                    call["id"] = "functions.read_order:0"
+    return items
+
+
+def refuses_odd_tool_ids(replies: list[Reply]) -> Any:
+    """An Anthropic server that, as the API does, refuses a tool_use id or a tool_result's
+    tool_use_id outside ``^[a-zA-Z0-9_-]+$`` (HTTP 400), or a result that names no call."""
+
+    def respond(request: dict[str, Any], index: int) -> Reply:
+        calls, results = ids_in("anthropic", request)
+        if not all(map(ANTHROPIC_ID.fullmatch, calls + results)) or sorted(calls) != sorted(results):
+            return Reply.error(400, f"messages.1.content.0.tool_use.id: String should match pattern: {calls}")
+        return replies[index] if index < len(replies) else Reply.error(400, "script exhausted")
+
+    return respond
+
+
+def test_a_fallback_to_anthropic_sends_another_providers_call_ids_as_it_accepts_them(tmp_path: Path) -> None:
+    """A chat model calls ``read_order`` with the id ``functions.read_order:0`` (as Kimi K2 names
+    its calls), then fails (503, retried once); the chain falls back to Anthropic, whose API
+    refuses that id: the call and its result go with the id written as the API accepts it, the
+    two still paired, and the run is accepted (before: the 400 ended it ``model_error``, every
+    model failed). An id the API accepts goes as it came."""
+    each: dict[str, Any] = {"max_retries": 1, "timeout_s": 5}
+    down = Reply.error(503, "down")
+    for edit, kept in ((kimi_ids, False), (None, True)):
+        first = [Reply.calls(ORDER, edit=edit), down, down]
+        with (
+            SERVERS["openai-chat"](scripted(first)) as a,
+            SERVERS["anthropic"](refuses_odd_tool_ids([Reply.text(ANSWER)])) as b,
+        ):
+            second = {"provider": "anthropic", "name": "m-b", "base_url": b.url, "transport": "http", **each}
+            model = {
+                "provider": "openai-chat",
+                "name": "m-a",
+                "base_url": a.url,
+                "fallback": [second],
+                **each,
+            }
+            code, out, _ = run_agent(tmp_path, model)
+            chat_id = a.bodies()[1]["messages"][2]["tool_calls"][0]["id"]
+            calls, results = ids_in("anthropic", b.bodies()[0])
+        assert (code, out["stop_reason"], out["answer"]) == (0, "accepted", ANSWER), out
+        assert [c["status"] for c in out["calls"]] == ["ok"], out
+        assert calls == results and (calls == [chat_id]) == kept and ANTHROPIC_ID.fullmatch(calls[0]), calls

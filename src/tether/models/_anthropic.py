@@ -34,7 +34,9 @@ normally never ends the run ``accepted`` (``tether.models._base.finish_problem``
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from operator import itemgetter
@@ -134,7 +136,11 @@ class AnthropicMessages(HTTPBackend):
         ``encode`` keeps its bytes for the conversation's next request)."""
         if isinstance(message, ToolMessage):
             return "user", [
-                {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+                {
+                    "type": "tool_result",
+                    "tool_use_id": _tool_id(message.tool_call_id),
+                    "content": message.content,
+                }
             ]
         if isinstance(message, UserMessage):
             return "user", [{"type": "text", "text": message.content or " "}]
@@ -147,7 +153,9 @@ class AnthropicMessages(HTTPBackend):
             if message.content and message.content.strip():
                 blocks.append({"type": "text", "text": message.content})
             for call in message.tool_calls:
-                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)})
+                blocks.append(
+                    {"type": "tool_use", "id": _tool_id(call.id), "name": call.name, "input": _input(call)}
+                )
             return "assistant", blocks or [{"type": "text", "text": " "}]
         return "system", [{"type": "text", "text": message.content}]
 
@@ -416,6 +424,21 @@ def _sendable(block: Mapping[str, Any]) -> bool:
 def _carries(event: Mapping[str, Any]) -> bool:
     """Whether a block delta adds anything (text, input JSON, thinking …; an empty one: no)."""
     return any(v for k, v in (event.get("delta") or {}).items() if k != "type")
+
+
+_ID = re.compile(r"[a-zA-Z0-9_-]+")  # what the API accepts as a tool_use id
+
+
+def _tool_id(call_id: str) -> str:
+    """A call's id as the API accepts it (``^[a-zA-Z0-9_-]+$``; it refuses the request
+    otherwise): as it is, or, for an id another provider gave (a chat server's
+    ``functions.read_order:0``, before a fallback to this one), each other character ``_`` and
+    a digest of the id (two ids that differ only there stay two). The same id always gives the
+    same one: a call and its result still pair."""
+    if _ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', call_id)[:200]}_{digest}"
 
 
 def _cached(block: bytes) -> bytes:
