@@ -9,13 +9,22 @@ wherever a stream carries them: a Responses answer's text (before: its deltas' h
 with the text its done item lists, a garbled stream retried to ``model_error``) and a call's
 argument deltas (the same, for the arguments it is done with); an Anthropic thinking block's
 deltas (before: the block kept the halves, and the next request, which sends it back, failed to
-encode: ``model_error`` after the tool had run), as chat text and reasoning already were.
+encode: ``model_error`` after the tool had run), as chat text and reasoning already were. A half
+with no partner in a call's arguments is refused by the host's gate (``not_utf8``) on every
+protocol, the run going on (before: an Anthropic whole answer's input object had it replaced by
+U+FFFD and the tool ran with the replaced character; an Anthropic stream's call, refused, then
+failed the next request's encoding: ``model_error``); one in a thinking block or a reasoning item
+is U+FFFD (before: the next request failed to encode).
 
-A half with no partner in a call's arguments is refused by the host's gate (``not_utf8``) on
-every protocol, the run going on (before: an Anthropic whole answer's input object had it
-replaced by U+FFFD and the tool ran with the replaced character; an Anthropic stream's call,
-refused, then failed the next request's encoding: ``model_error``); one in a thinking block or a
-reasoning item is U+FFFD (before: the next request failed to encode).
+A refusal beside tool calls (chat's ``refusal``, a Responses ``refusal`` part) ends the run
+``model_refused``, its calls not run, as Anthropic's ``refusal`` stop reason does (before: the
+refusal was dropped and the calls ran). Arguments sent as an object that names a key twice are
+refused by the gate (``duplicate_key``) as the same text is (before: the last value ran). An
+error object whose status code is text (``"code": "503"``, LiteLLM's form) is sorted as the
+number: retried for a 5xx (before: final at once). A call whose id an earlier turn's call has
+(``toolu_0`` every turn) gets a new one, so a server that refuses repeated ids (as Anthropic's
+API does) accepts the next request; a call id another provider gave (``functions.read_order:0``)
+goes to Anthropic after a fallback as its API accepts ids, still paired with its result.
 """
 
 from __future__ import annotations
