@@ -4,7 +4,8 @@ imported on first use); the same body and the same answer either way (``tether.m
 
 The request: tool definitions as ``input_schema`` tools, the system prompt as a ``system``
 block, tool results as ``tool_result`` blocks in the user turn that follows the calls
-(consecutive user-role messages merged into one turn, results first). Two ``cache_control``
+(consecutive user-role messages merged into one turn, results first), each call's id as the
+API accepts one (``_tool_id``: another provider's, before a fallback, rewritten). Two ``cache_control``
 breakpoints: at the end of the composer's stable prefix (tools, then the system prompt) and
 at the end of the trajectory, before the dynamic tail (trailing status messages), so each
 step reads the previous step's prefix from Anthropic's cache. Each message's blocks are built
