@@ -4,7 +4,8 @@ imported on first use); the same body and the same answer either way (``tether.m
 
 The request: tool definitions as ``input_schema`` tools, the system prompt as a ``system``
 block, tool results as ``tool_result`` blocks in the user turn that follows the calls
-(consecutive user-role messages merged into one turn, results first). Two ``cache_control``
+(consecutive user-role messages merged into one turn, results first), each call's id as the
+API accepts one (``_tool_id``: another provider's, before a fallback, rewritten). Two ``cache_control``
 breakpoints: at the end of the composer's stable prefix (tools, then the system prompt) and
 at the end of the trajectory, before the dynamic tail (trailing status messages), so each
 step reads the previous step's prefix from Anthropic's cache. Each message's blocks are built
@@ -34,7 +35,9 @@ normally never ends the run ``accepted`` (``tether.models._base.finish_problem``
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from operator import itemgetter
@@ -51,7 +54,7 @@ from tether.core.messages import (
     UserMessage,
 )
 from tether.models._backend import BackendOptions, HTTPBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, halved
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
 from tether.models._sse import Ending, events, until_cut
@@ -134,7 +137,11 @@ class AnthropicMessages(HTTPBackend):
         ``encode`` keeps its bytes for the conversation's next request)."""
         if isinstance(message, ToolMessage):
             return "user", [
-                {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+                {
+                    "type": "tool_result",
+                    "tool_use_id": _tool_id(message.tool_call_id),
+                    "content": message.content,
+                }
             ]
         if isinstance(message, UserMessage):
             return "user", [{"type": "text", "text": message.content or " "}]
@@ -147,7 +154,9 @@ class AnthropicMessages(HTTPBackend):
             if message.content and message.content.strip():
                 blocks.append({"type": "text", "text": message.content})
             for call in message.tool_calls:
-                blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call)})
+                blocks.append(
+                    {"type": "tool_use", "id": _tool_id(call.id), "name": call.name, "input": _input(call)}
+                )
             return "assistant", blocks or [{"type": "text", "text": " "}]
         return "system", [{"type": "text", "text": message.content}]
 
@@ -418,16 +427,33 @@ def _carries(event: Mapping[str, Any]) -> bool:
     return any(v for k, v in (event.get("delta") or {}).items() if k != "type")
 
 
+_ID = re.compile(r"[a-zA-Z0-9_-]+")  # what the API accepts as a tool_use id
+
+
+def _tool_id(call_id: str) -> str:
+    """A call's id as the API accepts it (``^[a-zA-Z0-9_-]+$``; it refuses the request
+    otherwise): as it is, or, for an id another provider gave (a chat server's
+    ``functions.read_order:0``, before a fallback to this one), each other character ``_`` and
+    a digest of the id (two ids that differ only there stay two). The same id always gives the
+    same one: a call and its result still pair."""
+    if _ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', call_id)[:200]}_{digest}"
+
+
 def _cached(block: bytes) -> bytes:
     """An encoded block with a ``cache_control`` breakpoint as its last field."""
     return block[:-1] + _CACHE_CONTROL
 
 
 def _input(call: ToolCall) -> Any:
-    """A call's input object as the API wants it back; arguments that were not a JSON object
-    (the host refused them) go back as an empty object: the tool result says what was wrong."""
+    """A call's input object as the API wants it back; arguments that were not a JSON object,
+    or held a character that is not UTF-8 (a lone ``\\ud83d`` escape: JSON cannot send it
+    back), go back as an empty object (the host refused them): the tool result says what was
+    wrong."""
     try:
         value = json.loads(call.arguments) if call.arguments.strip() else {}
     except ValueError:
         return {}
-    return value if isinstance(value, dict) else {}
+    return value if isinstance(value, dict) and not halved(value) else {}

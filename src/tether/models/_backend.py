@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import json
 import os
 import random
 from abc import abstractmethod
@@ -36,10 +35,11 @@ import anyio.lowlevel
 
 from tether.core.messages import AssistantMessage, Usage
 from tether.errors import ConfigError
-from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined
+from tether.models._base import ModelRequest, ModelResponse, finish_of, rejoined, unique_call_ids
 from tether.models._body import MAX_RESPONSE_BYTES, _Peeked, _read_json
 from tether.models._estimate import unreported
 from tether.models._failures import Failures, Reported, is_error, retry_after, unusable
+from tether.models._json import written
 from tether.models._pricing import DEFAULT_PRICES, Price, price_for
 from tether.models._retrying import Retryable, RetryingBackend, RetryPolicy, billed
 from tether.models._sse import status_error
@@ -412,11 +412,13 @@ class HTTPBackend(RetryingBackend):
         ``timeout_s`` bounds each attempt whole (see ``tether.models._retrying``): the client
         is opened first, outside it (the first call imports the SDK, seconds on a busy host).
         Token counts the server left out are estimated (``_estimate.unreported``; the
-        response's ``meta["usage_estimated"]`` names them), so budgets still count the turn."""
+        response's ``meta["usage_estimated"]`` names them), so budgets still count the turn; a
+        call whose id an earlier call has gets a new one (``_base.unique_call_ids``)."""
         body = self.encode(request)
         self._client.get()
 
         def settle(response: ModelResponse) -> ModelResponse:
+            response = unique_call_ids(request.messages, response)  # an id an earlier call has
             response, estimated = unreported(request, response)
             if estimated and self.price is not None:  # counts the server left out, estimated: priced too
                 response = replace(response, cost_usd=self.price.cost(response.usage))
@@ -503,10 +505,11 @@ _NORMAL = ("stop", "tool_calls")
 
 def arguments_text(value: object) -> str:
     """A tool call's arguments as the JSON text the host reads: a string as sent (malformed or
-    not: the gate judges it); an object or list a server sent unencoded, encoded; none, ``""``."""
+    not: the gate judges it); an object or list a server sent unencoded, encoded (a key it named
+    twice, twice: the gate refuses it as it refuses the same text); none, ``""``."""
     if value is None or isinstance(value, str):
         return value or ""
-    return json.dumps(value, ensure_ascii=False)
+    return written(value)  # an object that named a key twice, with each pair (``_json``)
 
 
 class OpenAIBackend(HTTPBackend):

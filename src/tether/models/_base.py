@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from tether.core.messages import AssistantMessage, Message, Usage
+from tether.core.messages import AssistantMessage, Message, ToolCall, Usage
 from tether.core.types import StopReason
 
 __all__ = [
@@ -16,9 +17,14 @@ __all__ = [
     "count",
     "finish_of",
     "finish_problem",
+    "halved",
     "larger_usage",
     "later_finish",
+    "paired",
     "repeated_prefix",
+    "unique_call_ids",
+    "whole_json",
+    "whole_text",
 ]
 
 # How a model turn ended, the same words for every provider. A backend puts it in
@@ -140,18 +146,83 @@ _HALF = re.compile("[\ud800-\udfff]")  # one half of a UTF-16 surrogate pair
 def rejoined(message: AssistantMessage) -> AssistantMessage:
     """The message with each character a server split between two pieces at its UTF-16
     surrogates (a delta that ends inside an emoji, each half escaped in its JSON) whole again,
-    in its text, reasoning and tool arguments; a half with no partner becomes U+FFFD. The same
-    message when there is none (the usual case)."""
+    in its text, reasoning, tool arguments and the provider items it sends back (a thinking
+    block, a reasoning item: JSON that cannot hold a half would fail the next request's
+    encoding). A half with no partner becomes U+FFFD in text, and its ``\\u`` escape in a
+    call's arguments (the JSON it stood for, which the host's gate refuses as not UTF-8, as it
+    does when a server sent the escape itself: the tool never runs with a replaced character).
+    The same message when there is none (the usual case)."""
     texts = (message.content or "", message.reasoning or "", *(c.arguments for c in message.tool_calls))
-    if not any(map(_HALF.search, texts)):
+    if not any(map(_HALF.search, texts)) and not any(map(halved, message.provider_items)):
         return message
-    calls = tuple(replace(c, arguments=_whole(c.arguments)) for c in message.tool_calls)
-    content, reasoning = (t and _whole(t) for t in (message.content, message.reasoning))
-    return replace(message, content=content, reasoning=reasoning, tool_calls=calls)
+    calls = tuple(replace(c, arguments=whole_json(c.arguments)) for c in message.tool_calls)
+    content, reasoning = (t and whole_text(t) for t in (message.content, message.reasoning))
+    items = tuple(_whole_value(item) for item in message.provider_items)
+    return replace(message, content=content, reasoning=reasoning, tool_calls=calls, provider_items=items)
 
 
-def _whole(text: str) -> str:
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+def paired(text: str) -> str:
+    """``text`` with each surrogate pair joined into its character; a half with no partner kept."""
+    if not _HALF.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+
+
+def whole_text(text: str) -> str:
+    """``text`` with its surrogate pairs joined and a half with no partner U+FFFD."""
+    return _HALF.sub("\ufffd", paired(text)) if _HALF.search(text) else text
+
+
+def whole_json(text: str) -> str:
+    """JSON text with its surrogate pairs joined and a half with no partner written as its
+    ``\\u`` escape: the same JSON, as the server meant it, now encodable."""
+    return _HALF.sub(lambda m: f"\\u{ord(m.group()):04x}", paired(text)) if _HALF.search(text) else text
+
+
+def halved(value: object) -> bool:
+    """Whether a JSON value holds a surrogate half in any string (key or value)."""
+    if isinstance(value, str):
+        return _HALF.search(value) is not None
+    if isinstance(value, dict):
+        return any(halved(k) or halved(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(map(halved, value))
+    return False
+
+
+def _whole_value(value: Any) -> Any:
+    """A JSON value with ``whole_text`` applied to every string in it."""
+    if isinstance(value, str):
+        return whole_text(value)
+    if isinstance(value, dict):
+        return {whole_text(k): _whole_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole_value(v) for v in value]
+    return value
+
+
+def unique_call_ids(messages: tuple[Message, ...], response: ModelResponse) -> ModelResponse:
+    """The response with each tool call whose id an earlier call of the conversation already
+    has (a server that numbers calls per answer: ``toolu_0`` on every turn) given a new one,
+    the old id and a suffix: a call's result names the call it answers, and a provider refuses
+    a conversation whose call ids repeat (Anthropic: "tool_use ids must be unique"), so the
+    next request would fail. ``meta["call_ids_renamed"]`` lists each ``[old, new]``. The same
+    response when no id repeats (the usual case)."""
+    calls = response.message.tool_calls
+    if not calls:
+        return response
+    used = {c.id for m in messages if isinstance(m, AssistantMessage) for c in m.tool_calls}
+    if used.isdisjoint(c.id for c in calls):
+        return response
+    renamed: list[list[str]] = []
+    fresh: list[ToolCall] = []
+    for call in calls:
+        if call.id in used:
+            renamed.append([call.id, f"{call.id}_{uuid.uuid4().hex[:12]}"])
+            call = replace(call, id=renamed[-1][1])
+        fresh.append(call)
+    message = replace(response.message, tool_calls=tuple(fresh))
+    return replace(response, message=message, meta={**response.meta, "call_ids_renamed": renamed})
 
 
 def repeated_prefix(previous: tuple[object, ...], items: tuple[object, ...]) -> int:

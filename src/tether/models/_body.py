@@ -4,12 +4,12 @@ events from one document (``_Peeked``), and a whole answer read as one JSON obje
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 from tether.models._failures import unusable
+from tether.models._json import loads
 from tether.models._sse import BOM as _BOM
 from tether.models._sse import declared_over, decoded, too_large
 
@@ -88,11 +88,11 @@ async def _read_json(response: _Peeked, limit: int) -> dict[str, Any]:
     contradicts, as many servers send, changes nothing."""
     raw = await response.read(limit)
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except UnicodeDecodeError:
         charset = _CHARSET.search(response.headers.get("content-type", ""))
         try:
-            data = json.loads(raw.decode(charset.group(1))) if charset else None
+            data = loads(raw.decode(charset.group(1))) if charset else None
         except (ValueError, LookupError):  # not JSON in that charset either, or no such charset
             data = None
     except ValueError:

@@ -117,11 +117,17 @@ def is_error(data: Mapping[str, object]) -> bool:
     return bool(data.get("error")) or data.get("type") == "error" or data.get("object") == "error"
 
 
+_STATUS = re.compile(r"[0-9]{3}")  # a status code written as text
+_NO_KIND = frozenset({"error", "None", "null"})  # what names no kind (a proxy writes a null as text)
+
+
 def error_body(body: object) -> tuple[str | None, str, bool | None]:
     """An error object's kind (``type`` and ``code`` where they differ), its message, and
     whether it says another attempt may pass (None: it does not say). Reads every form the
     protocols use: ``{"error": {...}}``, Anthropic's ``{"type": "error", "error": {...}}``, a
-    Responses ``error`` event (``code`` and ``message`` at the top), a bare string."""
+    Responses ``error`` event (``code`` and ``message`` at the top), a bare string. A status
+    code written as text (``"code": "503"``, as LiteLLM's proxy writes every code) is that
+    number, as ``503`` is; a kind written ``"None"`` is none."""
     inner = body.get("error", body) if isinstance(body, dict) else body
     if not isinstance(inner, dict):
         return None, str(inner)[:500], None
@@ -129,9 +135,11 @@ def error_body(body: object) -> tuple[str | None, str, bool | None]:
     numeric: int | None = None
     for key in ("type", "code"):
         value = inner.get(key)
+        if isinstance(value, str) and _STATUS.fullmatch(value.strip()):  # "503": a code as text (LiteLLM)
+            value = int(value)
         if isinstance(value, int) and not isinstance(value, bool):
             numeric = value
-        elif isinstance(value, str) and value and value != "error" and value not in names:
+        elif isinstance(value, str) and value and value not in _NO_KIND and value not in names:
             names.append(value)
     kind = " / ".join(names) or None
     message = str(inner.get("message") or inner.get("detail") or inner)[:500]

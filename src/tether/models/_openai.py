@@ -52,6 +52,7 @@ from tether.errors import ConfigError
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
 from tether.models._base import ModelRequest, ModelResponse, count, larger_usage
 from tether.models._failures import is_error
+from tether.models._json import loads
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, RetryPolicy, billed
 from tether.models._sse import Ending, ErrorData, named_error, sse_data, until_cut
@@ -274,7 +275,7 @@ class OpenAICompatible(OpenAIBackend):
         reasoning = _text(wire.get("reasoning_content") or wire.get("reasoning"))  # text, or parts as content
         content, finish = _text(wire.get("content")), choice.get("finish_reason")
         refusal = wire.get("refusal") or _refusal(wire.get("content"))
-        if refusal and not calls:  # OpenAI's refusal field, or refusal parts: the answer is a refusal
+        if refusal:  # OpenAI's refusal field, or refusal parts: the answer is a refusal (``_REFUSED``)
             content, finish = content or str(refusal), "refusal"
         message = AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning)
         return self._answer(message, self._usage(data.get("usage")), data.get("model", ""), finish)
@@ -301,7 +302,7 @@ class OpenAICompatible(OpenAIBackend):
                 ending.done = True
                 break
             try:
-                chunk = json.loads(payload)
+                chunk = loads(payload)
             except ValueError:
                 why = f"stream event is not JSON: {payload[:200]!r}"
                 raise Retryable("stream_unreadable", why) from None
@@ -350,7 +351,7 @@ class OpenAICompatible(OpenAIBackend):
             ToolCall(id=c["id"] or _call_id(), name=c["name"], arguments="".join(c["arguments"]))
             for _, c in sorted(calls.items())
         )
-        if refused and not tool_calls:  # OpenAI's refusal deltas: the answer is a refusal
+        if refused:  # OpenAI's refusal deltas: the answer is a refusal (``_REFUSED``)
             finish = "refusal"
             text = text or refused
         message = AssistantMessage(
@@ -361,6 +362,8 @@ class OpenAICompatible(OpenAIBackend):
         return self._answer(message, usage or Usage(), model, finish)
 
 
+# _REFUSED: a turn that says it refused is a refusal, whatever else it carries: tool calls
+# beside it are not run (``finish_problem``), as an Anthropic ``refusal`` stop reason's are not.
 _Calls = dict[tuple[int, int], dict[str, Any]]  # streamed calls by (index, which call under it)
 # The fields of a chunk's delta that carry the answer (one after the finish reason: out of order).
 _CARRIES = ("content", "refusal", "reasoning_content", "reasoning", "tool_calls", "function_call")

@@ -45,7 +45,7 @@ from pydantic_core import to_json
 
 from tether.core.messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
 from tether.models._backend import BackendOptions, OpenAIBackend, arguments_text
-from tether.models._base import ModelRequest, ModelResponse, count
+from tether.models._base import ModelRequest, ModelResponse, count, paired
 from tether.models._failures import is_error
 from tether.models._memo import ConversationMemo
 from tether.models._retrying import Retryable, billed
@@ -277,7 +277,7 @@ class OpenAIResponses(OpenAIBackend):
             # incomplete whatever its status says (a server that always says completed): the
             # worse word wins.
             raw = cut or "incomplete"
-        elif refusal and not calls:
+        elif "".join(refusal):  # a refusal, whatever else the turn carries: its calls are not run
             raw = "refusal"
         content = "".join(text) or "".join(refusal) or None
         message = AssistantMessage(
@@ -458,7 +458,7 @@ def _same_text(streamed: str, listed: list[Any], where: str) -> None:
     """Text a stream said (its deltas) must be the text ``listed`` holds (a done item, the
     terminal output): where they disagree the stream is garbled (which is the answer?), retried
     as calls whose arguments disagree are. Nothing said, nothing to compare."""
-    if streamed and (other := _text_of(listed)) != streamed:
+    if streamed and paired(other := _text_of(listed)) != paired(streamed):
         why = f"the answer's text streamed as {streamed[:80]!r} is listed as {other[:80]!r} in {where}"
         raise Retryable("stream_unreadable", why)
 
@@ -478,8 +478,9 @@ def _lacks_arguments(item: Any) -> bool:
 
 
 def _agree(a: str, b: str) -> bool:
-    """Whether two texts of a call's arguments say the same (the same text, or JSON)."""
-    return a == b or _same_json(a, b)
+    """Whether two texts of a call's arguments say the same (the same text, or JSON; a
+    character its deltas split at its UTF-16 surrogates is the character whole)."""
+    return a == b or (a := paired(a)) == (b := paired(b)) or _same_json(a, b)
 
 
 def _same_json(a: str, b: str) -> bool:

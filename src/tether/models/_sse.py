@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from tether.errors import ModelError
 from tether.models._base import later_finish
 from tether.models._failures import Failures, codings, is_error
+from tether.models._json import loads
 from tether.models._retrying import Retryable
 
 __all__ = [
@@ -216,7 +217,7 @@ async def events(response: Any, failures: Failures, limit: int) -> AsyncIterator
         if not payload or payload.isspace():
             continue  # an event with empty data (a keep-alive) carries nothing
         try:
-            event = json.loads(payload)
+            event = loads(payload)
         except ValueError:
             raise Retryable("stream_unreadable", f"stream event is not JSON: {payload[:200]!r}") from None
         if not isinstance(event, dict):

@@ -79,6 +79,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "failed_attempts_billed": dict[str, Any],
         "fallback_billed": dict[str, Any],
         "reasoning_not_kept": int,  # reasoning items that could not be sent back (no id), not kept
+        "call_ids_renamed": list[list[str]],  # [old, new] per call whose id an earlier call had
     },
     EventKind.MODEL_ERROR: {
         "error": Required[str],
