@@ -1,0 +1,150 @@
+"""An operator's rolling upgrade, eighth round.
+
+What did not hold, each fixed here and pinned below:
+
+- a SQLite deployment keeps one DBOS application version across tether's releases (round
+  seven), so a run in flight when a worker of a later release was killed is recovered by this
+  one after a rollback, replaying the steps that release recorded. A recorded turn this release
+  cannot read (an observation with a field it does not know) escaped as a ``TypeError``: DBOS
+  ended the workflow ``ERROR``, the run listed ``failed`` with a traceback and was never
+  recovered again, not even by the release that wrote it once rolled forward. The replay now
+  stops on a typed ``UnreadableStep`` (nothing run, nothing written), the workflow stays pending
+  for a worker that reads it, and the operator is told so (``run_not_replayed``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from test_rolling_upgrade import Operator, _write_version
+
+# -- a recorded step a later release wrote, replayed on this one ----------------------------------
+
+# A tool that holds its call while the test keeps a gate file, for the item "hold" only: the run
+# records a model step, a turn and a model step, then waits inside its second turn.
+HOLDING_TOOLS = '''
+import os
+from typing import Annotated
+
+import anyio
+from pydantic import Field
+
+from tether.tools import Effect, ToolContext, tool
+
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+def _log(name, line):
+    with open(os.path.join(FOLDER, name), "a") as f:
+        f.write(line + "\\n")
+
+
+@tool(effect=Effect.READ)
+async def look(item: Annotated[str, Field(description="Item id.")], ctx: ToolContext) -> dict:
+    """Look an item up."""
+    _log("reads.log", f"{ctx.run_id}\\t{item}")
+    while item == "hold" and os.path.exists(os.path.join(FOLDER, "gate")):
+        await anyio.sleep(0.05)
+    return {"item": item}
+
+
+@tool(effect=Effect.WRITE)
+async def note(text: Annotated[str, Field(description="The note.")], ctx: ToolContext) -> dict:
+    """Write a note (a side effect a person approves)."""
+    _log("effects.log", f"{ctx.run_id}\\tA\\t{ctx.idempotency_key}")
+    return {"noted": text}
+'''
+
+
+def _holding_agent(folder: Path) -> None:
+    _write_version(folder, "A")
+    (folder / "tools.py").write_text(HOLDING_TOOLS)
+    steps = [
+        {"call": "look", "arguments": {"item": "i1"}},
+        {"call": "look", "arguments": {"item": "hold"}},
+        {"call": "note", "arguments": {"text": "noted"}},
+    ]
+    (folder / "steps.json").write_text(json.dumps(steps))
+
+
+def _record(db: sqlite3.Connection, run_id: str, step: int) -> dict[str, Any]:
+    [(raw,)] = db.execute(
+        "SELECT output FROM operation_outputs WHERE workflow_uuid = ? AND function_id = ?", (run_id, step)
+    )
+    value: dict[str, Any] = pickle.loads(base64.b64decode(raw))  # DBOS's own encoding of a step
+    return value
+
+
+def _rewrite(db: sqlite3.Connection, run_id: str, step: int, value: dict[str, Any]) -> None:
+    db.execute(
+        "UPDATE operation_outputs SET output = ? WHERE workflow_uuid = ? AND function_id = ?",
+        (base64.b64encode(pickle.dumps(value)).decode(), run_id, step),
+    )
+    db.commit()
+
+
+def _logged(folder: Path, name: str) -> list[dict[str, Any]]:
+    out = []
+    for line in (folder / f"{name}.log").read_text().splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def test_a_step_a_later_release_recorded_leaves_the_run_pending_for_one_that_reads_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    (tmp_path / "agent").mkdir()
+    _holding_agent(tmp_path / "agent")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    gate = tmp_path / "agent" / "gate"
+    gate.write_text("")
+    try:
+        op.start("s1")
+        run_id = op.submit()
+        op.until("the run inside its second turn", lambda: len(op.lines("reads.log")) == 2)
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL  # mid-call, its first turn recorded
+        gate.unlink()
+        # What a later release recorded for that turn: an observation field this one lacks.
+        db = sqlite3.connect(tmp_path / "deployment" / "dbos.sqlite")
+        written = _record(db, run_id, 2)
+        later = json.loads(json.dumps(written))
+        for observation in later["observations"].values():
+            observation["labels"] = [{"class": "third_party"}]
+        _rewrite(db, run_id, 2, later)
+
+        op.start("s1")  # this release (a rollback): it recovers the run and replays its steps
+        ended = ("run_not_replayed", "run_failed", "run_paused", "run_finished")
+        op.until("the replay to end", lambda: [e for e in _logged(tmp_path, "s1") if e["event"] in ended])
+        [told] = [e for e in _logged(tmp_path, "s1") if e["event"] in ended]
+        assert told["event"] == "run_not_replayed", told  # it was run_failed: TypeError, a traceback
+        assert told["run_id"] == run_id and "labels" in told["cause"], told
+        assert "another release" in told["cause"], told
+        [(status,)] = db.execute("SELECT status FROM workflow_status WHERE workflow_uuid = ?", (run_id,))
+        assert status == "PENDING"  # not ERROR: a worker that reads the step recovers it
+        assert op.status(run_id) == ["running"]
+        assert len(op.lines("reads.log")) == 2 and op.lines("effects.log") == []  # nothing ran
+
+        # A worker that reads the record (the release that wrote it, rolled forward again;
+        # played here by putting back what this one reads) recovers the run and finishes it.
+        assert op.signal("s1", signal.SIGTERM) == 0
+        _rewrite(db, run_id, 2, written)
+        db.close()
+        op.start("s1")
+        op.until("the recovered run to pause", lambda: op.status(run_id) == ["paused"])
+        op.approve(run_id)
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        shown = op.runs("show", run_id)
+        assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]  # its effect once
+        assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the cut call again
+    finally:
+        op.stop()
