@@ -22,7 +22,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_rolling_upgrade import Operator, _write_version
+from test_rolling_upgrade_round6 import NEW_SRC, Mixed, old_src  # noqa: F401 - the fixture
 
 # -- a recorded step a later release wrote, replayed on this one ----------------------------------
 
@@ -146,5 +148,40 @@ def test_a_step_a_later_release_recorded_leaves_the_run_pending_for_one_that_rea
         assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
         assert [r[0] for r in op.lines("effects.log")] == [run_id]  # its effect once
         assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the cut call again
+    finally:
+        op.stop()
+
+
+@pytest.mark.slow
+def test_a_run_in_flight_on_an_older_release_is_replayed_by_this_one_on_sqlite(
+    tmp_path: Path, capsys: Any, old_src: Path
+) -> None:
+    """The legitimate direction of the test above, with a real older release: its worker
+    records a run's first turn and is killed (-9) inside the second; this release's worker,
+    restarted under the same executor id, replays what the older one recorded and finishes the
+    run, its effect once."""
+    (tmp_path / "agent").mkdir()
+    _holding_agent(tmp_path / "agent")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Mixed(url, tmp_path, capsys, old_src)
+    op.old_cli("db", "init", "--db", url)
+    gate = tmp_path / "agent" / "gate"
+    gate.write_text("")
+    try:
+        op.start_on("s1", op.old)
+        run_id = op.old_submit()
+        op.until("the run inside its second turn", lambda: len(op.lines("reads.log")) == 2)
+        assert op.signal("s1", signal.SIGKILL) == -signal.SIGKILL
+        gate.unlink()
+        op.cli("db", "init", "--db", url)
+        op.start_on("s1", NEW_SRC)
+        op.until("the recovered run to pause", lambda: op.status(run_id) == ["paused"])
+        op.approve(run_id)
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        shown = op.runs("show", run_id)
+        assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]
+        assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the first turn replayed
+        assert not [e for e in _logged(tmp_path, "s1") if e["event"] in ("run_failed", "run_not_replayed")]
     finally:
         op.stop()
