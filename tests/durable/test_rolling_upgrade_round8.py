@@ -9,7 +9,15 @@ What did not hold, each fixed here and pinned below:
   ended the workflow ``ERROR``, the run listed ``failed`` with a traceback and was never
   recovered again, not even by the release that wrote it once rolled forward. The replay now
   stops on a typed ``UnreadableStep`` (nothing run, nothing written), the workflow stays pending
-  for a worker that reads it, and the operator is told so (``run_not_replayed``).
+  for a worker that reads it, and the operator is told so (``run_not_replayed``);
+- round six's refused resume (a checkpoint this release cannot read, ``unreadable_checkpoint``)
+  is sent again by ``runs move --to latest``, which refused on a SQLite deployment (one
+  version): rolled forward to the release that reads the checkpoint, the approved run stood
+  paused for good. ``runs move`` now enqueues such a refused resume again there too.
+
+Played and held: a run in flight on an older release (``UPGRADE_FROM``) killed (-9) with a turn
+recorded, replayed by this release's worker on a SQLite deployment; and the rollback (this
+release records, the older one replays).
 """
 
 from __future__ import annotations
@@ -183,5 +191,60 @@ def test_a_run_in_flight_on_an_older_release_is_replayed_by_this_one_on_sqlite(
         assert [r[0] for r in op.lines("effects.log")] == [run_id]
         assert [r[1] for r in op.lines("reads.log")] == ["i1", "hold", "hold"]  # the first turn replayed
         assert not [e for e in _logged(tmp_path, "s1") if e["event"] in ("run_failed", "run_not_replayed")]
+    finally:
+        op.stop()
+
+
+# -- a checkpoint a later release wrote, on a SQLite deployment ------------------------------------
+
+
+def test_a_sqlite_run_whose_checkpoint_this_release_refused_is_resumed_once_a_release_reads_it(
+    tmp_path: Path, capsys: Any
+) -> None:
+    """Round six: a resume this release cannot read the checkpoint of ends at once, typed
+    (``unreadable_checkpoint``), the run paused, and ``runs move --to latest`` sends the resume
+    to a worker that reads it. On a SQLite deployment (one version) ``runs move`` refused
+    (``no_such_version``) and nothing else enqueues a resume again (its id is fixed by the
+    paused state, its workflow done): rolled forward to the release that reads it, the approved
+    run stood paused for good. ``runs move`` now enqueues that resume again there too."""
+    (tmp_path / "agent").mkdir()
+    _write_version(tmp_path / "agent", "A")
+    url = f"sqlite:///{tmp_path / 'deployment'}"
+    op = Operator(url, tmp_path, capsys)
+    op.cli("db", "init", "--db", url)
+    try:
+        op.start("s1")
+        run_id = op.submit()
+        op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+        db = sqlite3.connect(tmp_path / "deployment" / "approvals.db")
+        [(state,)] = db.execute("SELECT state FROM run_checkpoints WHERE run_id = ?", (run_id,))
+        later = json.dumps({**json.loads(state), "field_of_a_later_release": [1]})
+        db.execute("UPDATE run_checkpoints SET state = ? WHERE run_id = ?", (later, run_id))
+        db.commit()
+        op.approve(run_id)
+        op.until("the resume to be refused", lambda: any(
+            e["event"] == "run_not_resumed" for e in _logged(tmp_path, "s1")
+        ))  # fmt: skip
+        assert op.status(run_id) == ["paused"] and op.lines("effects.log") == []
+        # A worker that reads it (the release that wrote it, rolled forward; played here by
+        # putting back what this one reads), then the operator's move.
+        db.execute("UPDATE run_checkpoints SET state = ? WHERE run_id = ?", (state, run_id))
+        db.commit()
+        db.close()
+        moved = op.runs("move", run_id, "--to", "latest")
+        assert moved["resume_moved"] is True, moved
+        op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+        shown = op.runs("show", run_id)
+        assert (shown["stop_reason"], shown["problems"]) == ("accepted", []), shown
+        assert [r[0] for r in op.lines("effects.log")] == [run_id]  # the approved effect, once
+        # A paused run (nothing refused) still does not move on SQLite: one version.
+        other = op.submit()
+        op.until("another run to pause", lambda: op.status(other) == ["paused"])
+        op.capsys.readouterr()
+        from tether.cli import main
+
+        assert main(["runs", "--db", url, "move", other, "--to", "latest", "--json"]) != 0
+        refused = json.loads(op.capsys.readouterr().out.strip().splitlines()[-1])
+        assert refused["error"] == "no_such_version", refused
     finally:
         op.stop()
