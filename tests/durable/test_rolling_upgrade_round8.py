@@ -34,6 +34,8 @@ import pytest
 from test_rolling_upgrade import Operator, _write_version
 from test_rolling_upgrade_round6 import NEW_SRC, Mixed, old_src  # noqa: F401 - the fixture
 
+from tether.cli import main
+
 # -- a recorded step a later release wrote, replayed on this one ----------------------------------
 
 # A tool that holds its call while the test keeps a gate file, for the item "hold" only: the run
@@ -198,15 +200,21 @@ def test_a_run_in_flight_on_an_older_release_is_replayed_by_this_one_on_sqlite(
 # -- a checkpoint a later release wrote, on a SQLite deployment ------------------------------------
 
 
+@pytest.mark.parametrize("later", ["field", "status"])
 def test_a_sqlite_run_whose_checkpoint_this_release_refused_is_resumed_once_a_release_reads_it(
-    tmp_path: Path, capsys: Any
+    tmp_path: Path, capsys: Any, later: str
 ) -> None:
     """Round six: a resume this release cannot read the checkpoint of ends at once, typed
     (``unreadable_checkpoint``), the run paused, and ``runs move --to latest`` sends the resume
     to a worker that reads it. On a SQLite deployment (one version) ``runs move`` refused
     (``no_such_version``) and nothing else enqueues a resume again (its id is fixed by the
     paused state, its workflow done): rolled forward to the release that reads it, the approved
-    run stood paused for good. ``runs move`` now enqueues that resume again there too."""
+    run stood paused for good. ``runs move`` now enqueues that resume again there too.
+
+    ``status``: the checkpoint's status is one this release does not know (a later release's;
+    this one writes ``paused``, ``stopped`` and ``finished``). Asked for (``tether resume``), it
+    was resumed as if paused, its approved effect run on a state this release cannot know; it
+    is now refused as a checkpoint in a later format is."""
     (tmp_path / "agent").mkdir()
     _write_version(tmp_path / "agent", "A")
     url = f"sqlite:///{tmp_path / 'deployment'}"
@@ -217,18 +225,33 @@ def test_a_sqlite_run_whose_checkpoint_this_release_refused_is_resumed_once_a_re
         run_id = op.submit()
         op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
         db = sqlite3.connect(tmp_path / "deployment" / "approvals.db")
-        [(state,)] = db.execute("SELECT state FROM run_checkpoints WHERE run_id = ?", (run_id,))
-        later = json.dumps({**json.loads(state), "field_of_a_later_release": [1]})
-        db.execute("UPDATE run_checkpoints SET state = ? WHERE run_id = ?", (later, run_id))
+        read = "SELECT state, status FROM run_checkpoints WHERE run_id = ?"
+        [(state, status)] = db.execute(read, (run_id,))
+        assert status == "paused"
+        if later == "field":
+            written = (json.dumps({**json.loads(state), "field_of_a_later_release": [1]}), status)
+        else:
+            written = (state, "delegated")
+        change = "UPDATE run_checkpoints SET state = ?, status = ? WHERE run_id = ?"
+        db.execute(change, (*written, run_id))
         db.commit()
         op.approve(run_id)
-        op.until("the resume to be refused", lambda: any(
-            e["event"] == "run_not_resumed" for e in _logged(tmp_path, "s1")
-        ))  # fmt: skip
+        if later == "status":  # no worker resumes a run not paused: the operator asks for it
+            op.capsys.readouterr()
+            code = main(["resume", run_id, "--db", url, "--json"])
+            said = json.loads(op.capsys.readouterr().out.strip().splitlines()[-1])
+            assert code == 5 and "a status this release does not know" in said["detail"], said
+        ended = ("run_not_resumed", "run_finished", "run_paused", "run_failed")
+        op.until("the resume to end", lambda: [
+            e for e in _logged(tmp_path, "s1") if e["event"] in ended and e["op"] == "resume"
+        ])  # fmt: skip
+        [told] = [e for e in _logged(tmp_path, "s1") if e["event"] in ended and e["op"] == "resume"]
+        assert (told["event"], told.get("error")) == ("run_not_resumed", "unreadable_checkpoint"), told
         assert op.status(run_id) == ["paused"] and op.lines("effects.log") == []
+        assert list(db.execute(read, (run_id,))) == [written]  # left as that release wrote it
         # A worker that reads it (the release that wrote it, rolled forward; played here by
         # putting back what this one reads), then the operator's move.
-        db.execute("UPDATE run_checkpoints SET state = ? WHERE run_id = ?", (state, run_id))
+        db.execute(change, (state, status, run_id))
         db.commit()
         db.close()
         moved = op.runs("move", run_id, "--to", "latest")
@@ -241,10 +264,29 @@ def test_a_sqlite_run_whose_checkpoint_this_release_refused_is_resumed_once_a_re
         other = op.submit()
         op.until("another run to pause", lambda: op.status(other) == ["paused"])
         op.capsys.readouterr()
-        from tether.cli import main
-
         assert main(["runs", "--db", url, "move", other, "--to", "latest", "--json"]) != 0
         refused = json.loads(op.capsys.readouterr().out.strip().splitlines()[-1])
         assert refused["error"] == "no_such_version", refused
     finally:
         op.stop()
+
+
+def test_a_checkpoint_status_this_release_does_not_write_is_never_resumed_as_paused() -> None:
+    """The one rule every resume path shares (``tether resume``, the console, a worker)."""
+    from types import SimpleNamespace
+
+    from tether.errors import ApprovalError
+    from tether.runners._scope import resume_point
+    from tether.runs._checkpoint import CheckpointError
+
+    def checkpoint(status: str) -> Any:
+        return SimpleNamespace(state="{}", status=status, app=None, stop_reason="approval_required")
+
+    assert [resume_point(checkpoint(s), "r1").status for s in ("paused", "stopped")] == ["paused", "stopped"]
+    with pytest.raises(ApprovalError) as ended:
+        resume_point(checkpoint("finished"), "r1")
+    assert ended.value.reason == "run_finished"
+    for status in ("delegated", "", "Paused"):
+        with pytest.raises(CheckpointError) as refused:
+            resume_point(checkpoint(status), "r1")
+        assert refused.value.reason == "bad_checkpoint" and "does not know" in str(refused.value)
