@@ -290,3 +290,103 @@ def test_a_checkpoint_status_this_release_does_not_write_is_never_resumed_as_pau
         with pytest.raises(CheckpointError) as refused:
             resume_point(checkpoint(status), "r1")
         assert refused.value.reason == "bad_checkpoint" and "does not know" in str(refused.value)
+
+
+# -- a worker restarted under its dead incarnation's host and pid ----------------------------------
+
+
+def test_a_worker_restarted_under_the_same_host_and_pid_does_not_hold_its_dead_incarnations_effect(
+    pg_url: str,
+) -> None:
+    """Worker w1 on host-a (a container: its pid the same at every start) is killed (-9) inside
+    an effect, then restarted there on the new release. A worker on another machine recovering
+    w1's run read the restarted worker's heartbeat (host and pid alike) as the dead owner's: the
+    call stood ``in_progress`` for good, long after its lease ran out, the run never finished.
+    A worker now speaks only for the owner token it registered; the dead one's call is its
+    lease's, and once that runs out it is reconciled and run once. A live worker's call (its
+    token, or a row a release before this one wrote) still holds, whatever its lease says."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    import anyio
+    import psycopg
+
+    from tether.durable._deploy import init_deployment
+    from tether.durable._worker import _beat
+    from tether.errors import ApprovalError
+    from tether.policy import Approvals, content_hash
+    from tether.policy._ledger import owner_dead
+    from tether.policy._pg_store import PgApprovalStore
+    from tether.sql._postgres import PgUrl
+
+    init_deployment(pg_url)
+    pg = PgUrl.parse(pg_url)
+
+    def sql(fn: Any, *args: Any) -> None:
+        with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+            conn.execute(f"SET search_path = {pg.schema}")
+            fn(_Raw(conn), *args)
+
+    store = PgApprovalStore(pg_url)
+    store.worker_dead_after_s = 15.0  # as a durable worker of this release sets it
+    ran: list[str] = []
+
+    async def call() -> dict[str, Any]:
+        ran.append("b")
+        return {"ok": True}
+
+    def perform(key: str) -> Any:
+        b = Approvals(store, {"pay": lambda k: None}, wait_s=0.3)  # the tool: "never happened"
+        return anyio.run(lambda: b.perform(key, tool="pay", arguments={"n": 1}, call=call))
+
+    def held_by(key: str, owner: str) -> None:
+        async def claim() -> None:
+            now = datetime.now(UTC)
+            held = await store.claim(
+                key, tool="pay", arguments_hash=content_hash("pay", {"n": 1}), owner=owner,
+                lease_until=now + timedelta(seconds=0.5), now=now, owner_dead=owner_dead,
+            )  # fmt: skip
+            assert held.action == "run"
+
+        anyio.run(claim)
+
+    try:
+        old, new = "host-a:4242:0ld1ncarnat10n.100", "host-a:4242:n3w1ncarnat10n.200"
+        sql(_beat, "w1", "host-a", 4242, True, "A", "{}", old)
+        held_by("k1", old)  # w1 inside the effect of k1 ...
+        held_by("k2", old)
+        sql(_beat, "w1", "host-a", 4242, True, "B", "{}", new)  # ... killed, restarted as B
+        held_by("k3", new)  # the restarted worker's own call
+        time.sleep(1.0)  # every lease above has run out on every clock
+        out = perform("k1")  # the dead incarnation's call: reconciled (never happened), run once
+        assert not out.replayed and out.attempts == 2 and ran == ["b"]
+        with pytest.raises(ApprovalError) as live:  # the live incarnation's: it beats, it holds
+            perform("k3")
+        assert live.value.reason == "in_progress" and ran == ["b"]
+        # A start by a release before this one (no token): its heartbeat still holds every call
+        # under its host and pid, as before.
+        sql(_older_start, "w1")
+        with pytest.raises(ApprovalError) as older:
+            perform("k2")
+        assert older.value.reason == "in_progress" and ran == ["b"]
+    finally:
+        store.close()
+
+
+class _Raw:
+    """A psycopg connection as ``_beat`` is handed one (``exec_driver_sql``)."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def exec_driver_sql(self, statement: str, args: Any = ()) -> Any:
+        return self.conn.execute(statement, args)
+
+
+def _older_start(conn: Any, executor_id: str) -> None:
+    """What a release before this one writes when its worker starts under ``executor_id``."""
+    conn.exec_driver_sql(
+        "UPDATE tether_workers SET heartbeat_at = now(), started_at = now() + interval '1 second'"
+        " WHERE executor_id = %s",
+        (executor_id,),
+    )

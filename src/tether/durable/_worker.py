@@ -31,6 +31,7 @@ from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_con
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, deployment_version_at, version_of
 from tether.errors import ApprovalError, ConfigError
+from tether.policy._ledger import _owner
 from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
@@ -46,18 +47,22 @@ def _beat(
     started: bool,
     version: str | None = None,
     apps: str | None = None,
+    owner: str | None = None,
 ) -> None:
     # A beat clears a recovery (a stalled worker declared dead is recoverable again); a start
-    # also records the worker's version and apps.
+    # also records the worker's version, apps and owner token (``owner_since``: this start's).
     restart = (
-        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
+        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps,"
+        " owner = excluded.owner, owner_since = now()"
+        if started
+        else ""
     )
     conn.exec_driver_sql(
-        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps)"
-        " VALUES (%s, %s, %s, now(), %s, %s)"
+        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps, owner, owner_since)"
+        " VALUES (%s, %s, %s, now(), %s, %s, %s, now())"
         " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
-        (executor_id, host, pid, version, apps),
+        (executor_id, host, pid, version, apps, owner),
     )
 
 
@@ -250,7 +255,8 @@ class Worker:
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
             apps = json.dumps(self.digests, sort_keys=True)
             self._pg.run(_leave_orphans, self.executor_id, self.version)
-            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True, self.version, apps)
+            me = (socket.gethostname(), os.getpid(), True, self.version, apps, _owner())
+            self._pg.run(_beat, self.executor_id, *me)
         # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
         self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
         self._thread.start()
