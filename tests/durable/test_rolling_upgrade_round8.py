@@ -13,7 +13,15 @@ What did not hold, each fixed here and pinned below:
 - round six's refused resume (a checkpoint this release cannot read, ``unreadable_checkpoint``)
   is sent again by ``runs move --to latest``, which refused on a SQLite deployment (one
   version): rolled forward to the release that reads the checkpoint, the approved run stood
-  paused for good. ``runs move`` now enqueues such a refused resume again there too.
+  paused for good. ``runs move`` now enqueues such a refused resume again there too;
+- a checkpoint status this release does not write (a later release's): asked for, the run was
+  resumed as if paused and its approved effect run. Every resume path refuses it now as it
+  refuses a later format (``bad_checkpoint``; a worker's resume ends ``unreadable_checkpoint``);
+- a worker killed (-9) inside an effect and restarted on the same host under the same pid (a
+  container's, on the new release): its heartbeat was read as the dead incarnation's on every
+  other machine, so the dead one's call stood ``in_progress`` for good and the run recovered
+  elsewhere never finished. A worker's heartbeat now speaks only for the owner token it
+  registered at its latest start (``tether_workers.owner``, migration ``workers.003_owner``).
 
 Played and held: a run in flight on an older release (``UPGRADE_FROM``) killed (-9) with a turn
 recorded, replayed by this release's worker on a SQLite deployment; and the rollback (this
@@ -164,7 +172,9 @@ def test_a_step_a_later_release_recorded_leaves_the_run_pending_for_one_that_rea
 
 @pytest.mark.slow
 def test_a_run_in_flight_on_an_older_release_is_replayed_by_this_one_on_sqlite(
-    tmp_path: Path, capsys: Any, old_src: Path
+    tmp_path: Path,
+    capsys: Any,
+    old_src: Path,  # noqa: F811
 ) -> None:
     """The legitimate direction of the test above, with a real older release: its worker
     records a run's first turn and is killed (-9) inside the second; this release's worker,

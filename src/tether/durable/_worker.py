@@ -58,7 +58,8 @@ def _beat(
         else ""
     )
     conn.exec_driver_sql(
-        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps, owner, owner_since)"
+        "INSERT INTO tether_workers"
+        " (executor_id, host, pid, heartbeat_at, app_version, apps, owner, owner_since)"
         " VALUES (%s, %s, %s, now(), %s, %s, %s, now())"
         " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
