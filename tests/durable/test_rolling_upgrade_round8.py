@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_rolling_upgrade import Operator, _write_version
+from test_rolling_upgrade import Operator, _write_version, operator  # noqa: F401 - the fixture
 from test_rolling_upgrade_round6 import NEW_SRC, Mixed, old_src  # noqa: F401 - the fixture
 
 from tether.cli import main
@@ -400,3 +400,43 @@ def _older_start(conn: Any, executor_id: str) -> None:
         " WHERE executor_id = %s",
         (executor_id,),
     )
+
+
+# -- a worker restarted on a new version with runs of the old one in flight -------------------------
+
+
+@pytest.mark.slow
+def test_a_worker_restarted_on_a_new_version_names_the_runs_it_left_to_the_old_one(
+    operator: Operator,  # noqa: F811
+) -> None:
+    """w1 (version A) is killed (-9) with a run in flight and restarted on version B under its
+    executor id, as an operator upgrading in place does. DBOS recovers a run only on its own
+    version: the run waits for a worker of A, and ``runs show`` lists it running on w1, a live
+    worker. Nothing said so; the restarted worker now names the runs and the version they wait
+    for (``runs_left``). Then a worker of A (the files rolled back) takes them over and the run
+    finishes, its effect once."""
+    op = operator
+    folder = op.agent.parent
+    (folder / "gate-A").write_text("")
+    op.start("w1")
+    run_id = op.submit()
+    op.until("the run in flight", lambda: run_id in {r[0] for r in op.lines("reads.log")})
+    version_a = op.runs("show", run_id)["version"]
+    assert op.signal("w1", signal.SIGKILL) == -signal.SIGKILL
+    (folder / "gate-A").unlink()
+    _write_version(folder, "B")
+    op.start("w1")
+    told = op.until("the operator to be told", lambda: [
+        e for e in _logged(op.folder, "w1") if e["event"] == "runs_left"
+    ])  # fmt: skip
+    assert (told[0]["version"], told[0]["runs"]) == (version_a, [run_id]), told
+    assert version_a in told[0]["hint"]
+    assert op.status(run_id) == ["running"]  # on A: B's worker does not take it
+    # A worker of A (its files back) takes the runs w1 left and finishes them.
+    _write_version(folder, "A")
+    op.start("a2")
+    op.until("the run to pause", lambda: op.status(run_id) == ["paused"])
+    op.approve(run_id)
+    op.until("the run to finish", lambda: op.status(run_id) == ["finished"])
+    assert [r[0] for r in op.lines("effects.log")] == [run_id]
+    assert {r[1] for r in op.lines("reads.log")} == {"A"}

@@ -7,9 +7,11 @@ Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, `
 (``cause``: a recovered run whose recorded steps this code cannot replay, another release's or
 another agent's; it stays pending for a worker that can), ``effect_escalated``
 (with the command that resolves it), ``resume_enqueued``, ``executors_recovered``,
-``worker_error`` (``cause``), ``run_cancelled`` (instead of DBOS's ERROR traceback) and
-``run_not_resumed`` (``error``: ``not_paused``, or ``unreadable_checkpoint`` for a checkpoint
-another release wrote in a format this one cannot read; ``detail``).
+``worker_error`` (``cause``), ``runs_left`` (the runs a restarted worker left in flight under
+the version it ran before: ``version``, ``runs``, ``hint``), ``run_cancelled`` (instead of
+DBOS's ERROR traceback) and ``run_not_resumed`` (``error``: ``not_paused``, or
+``unreadable_checkpoint`` for a checkpoint another release wrote in a format this one cannot
+read; ``detail``).
 """
 
 from __future__ import annotations
