@@ -21,11 +21,15 @@ What did not hold, each fixed here and pinned below:
   container's, on the new release): its heartbeat was read as the dead incarnation's on every
   other machine, so the dead one's call stood ``in_progress`` for good and the run recovered
   elsewhere never finished. A worker's heartbeat now speaks only for the owner token it
-  registered at its latest start (``tether_workers.owner``, migration ``workers.003_owner``).
+  registered at its latest start (``tether_workers.owner``, migration ``workers.003_owner``);
+- a worker killed (-9) with a run in flight and restarted on a new version under its executor
+  id leaves the run to a worker of the old version (DBOS recovers a run only on its own), and
+  ``runs show`` lists it running on a live worker: nothing said so. It says now (``runs_left``).
 
 Played and held: a run in flight on an older release (``UPGRADE_FROM``) killed (-9) with a turn
 recorded, replayed by this release's worker on a SQLite deployment; and the rollback (this
-release records, the older one replays).
+release records, the older one replays); four of this release's ``db init`` at once on a fresh
+SQLite deployment and on one ca71041 set up (each migration once, every command exit 0).
 """
 
 from __future__ import annotations
