@@ -299,24 +299,38 @@ class DurableClient:
     def move(self, run_id: str, to: str = "latest", *, by: str = "operator") -> dict[str, Any]:
         """Bind a paused run to another version (``latest``: the newest live worker serving its
         app) so its resume runs there; a resume stranded on a version no live worker serves is
-        enqueued again on the target. Raises ``ApprovalError`` (``unknown_run``, ``not_paused``,
-        ``no_such_version``)."""
+        enqueued again on the target, and one a worker refused (``unreadable_checkpoint``) again,
+        on a SQLite deployment's one version too. Raises ``ApprovalError`` (``unknown_run``,
+        ``not_paused``, ``no_such_version``)."""
         from tether.durable._versions import record_move, serving
 
         view = self.run(run_id)
         if view is None:
             raise ApprovalError("unknown_run", f"no durable run {run_id!r}")
+        app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
+        last = view.workflows[-1]
+        # A resume a worker refused, unable to read the checkpoint: it ran nothing, so it goes again.
+        refused = last.op == "resume" and (last.output or {}).get("error") == UNREADABLE
         db = self.db
         if db is None:
-            raise ApprovalError("no_such_version", "a SQLite deployment has one version")
-        app = str(self._input(run_id).get("app") or (view.workflows[0].output or {}).get("app"))
+            if not refused:
+                raise ApprovalError("no_such_version", "a SQLite deployment has one version")
+            # Its one version: the refused resume goes again, for the worker that reads it now
+            # (a release rolled forward); nothing else would ever enqueue it again.
+            self.dbos.delete_workflow(last.workflow_id)
+            self.resume(run_id)
+            return {
+                "run_id": run_id,
+                "from": last.app_version,
+                "to": last.app_version,
+                "app": app,
+                "resume_moved": True,
+            }
         live = serving(self._live_workers(), app, None)
-        last = view.workflows[-1]
         stranded = view.status == "queued" and last.op == "resume" and last.status == "ENQUEUED"
         if stranded and any(v == last.app_version for v, _ in live):
             stranded = False  # a live worker of its version will take it
-        # A resume a worker refused, unable to read the checkpoint: it ran nothing, so it goes again.
-        stranded = stranded or (last.op == "resume" and (last.output or {}).get("error") == UNREADABLE)
+        stranded = stranded or refused
         if view.status != "paused" and not stranded:
             raise ApprovalError("not_paused", f"run {run_id} is {view.status}: only a paused run moves")
         target = live[0] if to == "latest" and live else next((v for v in live if v[0] == to), None)

@@ -3,11 +3,15 @@
 Every line has ``ts``, ``event`` and ``executor``; run events name ``run_id``, ``workflow_id``,
 ``op`` and ``tenant``. Events: ``worker_started``, ``worker_draining``, ``worker_stopped``,
 ``run_claimed``, ``run_resumed``, ``run_paused``, ``run_finished`` (``stop_reason``, ``exit``),
-``run_failed`` (``cause``), ``run_released`` (let go by a draining worker), ``effect_escalated``
+``run_failed`` (``cause``), ``run_released`` (let go by a draining worker), ``run_not_replayed``
+(``cause``: a recovered run whose recorded steps this code cannot replay, another release's or
+another agent's; it stays pending for a worker that can), ``effect_escalated``
 (with the command that resolves it), ``resume_enqueued``, ``executors_recovered``,
-``worker_error`` (``cause``), ``run_cancelled`` (instead of DBOS's ERROR traceback) and
-``run_not_resumed`` (``error``: ``not_paused``, or ``unreadable_checkpoint`` for a checkpoint
-another release wrote in a format this one cannot read; ``detail``).
+``worker_error`` (``cause``), ``runs_left`` (the runs a restarted worker left in flight under
+the version it ran before: ``version``, ``runs``, ``hint``), ``run_cancelled`` (instead of
+DBOS's ERROR traceback) and ``run_not_resumed`` (``error``: ``not_paused``, or
+``unreadable_checkpoint`` for a checkpoint another release wrote in a format this one cannot
+read; ``detail``).
 """
 
 from __future__ import annotations
@@ -63,11 +67,14 @@ async def observed(
         out = await body(request)
     except BaseException as err:
         metrics.run_ended(time.monotonic() - started, op, "exception")
-        from tether.durable._steps import DRAIN
+        from tether.durable._steps import DRAIN, ReplayDiverged
 
         if DRAIN.stopping and not isinstance(err, Exception):
             # Parked by a drain, then dropped with the event loop: a survivor continues it.
             log_event("run_released", **ids)
+        elif isinstance(err, ReplayDiverged):
+            # Its record is not this code's: the workflow stays pending for a worker whose it is.
+            log_event("run_not_replayed", **ids, cause=f"{type(err).__name__}: {err}")
         else:
             log_event("run_failed", **ids, cause=f"{type(err).__name__}: {err}")
         raise

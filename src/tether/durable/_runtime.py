@@ -225,16 +225,18 @@ async def _resumed_loop(host: Any, agent: Any, rt: Any, run_id: str, steps: Dura
         }
 
     cp = await DBOS.run_step_async(step_options("tether.checkpoint", retry_store=True), load)
+    # Another release's format or status (a later one's, beside this one or after a rollback):
+    # nothing is run or written; the run stays paused for a worker that reads it.
     try:
         point = resume_point(_Loaded(**cp) if cp is not None else None, run_id)
+    except CheckpointError as err:
+        return {"detail": f"cannot resume {run_id} on this release: {err}", "error": UNREADABLE}
     except ApprovalError as err:
         return {"detail": f"cannot resume {run_id}: {err}", "error": "not_paused"}
     assert cp is not None  # resume_point refuses a missing checkpoint
     try:
         loop = AgentLoop(host, agent, resume=point, steps=steps)
     except CheckpointError as err:
-        # Another release's format (a later one's, beside this one or after a rollback):
-        # nothing is run or written; the run stays paused for a worker that reads it.
         return {"detail": f"cannot resume {run_id} on this release: {err}", "error": UNREADABLE}
     if traces is not None and loop.tracer.last_seq < cp["trace_events"]:
         await _continue_numbering(loop.tracer, traces, run_id, cp["trace_events"])

@@ -12,13 +12,14 @@ import json
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from tether.core.types import Effect, ToolSpec
 from tether.durable import _metrics as metrics
 from tether.durable._codec import apply_turn, decode_response, decode_turn, encode_response, encode_turn
+from tether.errors import ApprovalError
 from tether.models._base import ModelResponse
 from tether.runners._loop import LoopSteps
 from tether.trace._tracer import JsonlSink, MemorySink
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from tether.chokepoint._calls import CallScope, Turn
     from tether.runners._loop import AgentLoop
     from tether.trace._events import TraceEvent
+
+T = TypeVar("T")
 
 MODEL_STEP = "tether.model"
 TURN_STEP = "tether.turn"
@@ -91,7 +94,27 @@ DRAIN = Drain()
 
 class ReplayDiverged(BaseException):
     """A recovered run asked for another step than the one recorded there (the code or agent
-    changed under a run in flight). A BaseException: never caught by the loop."""
+    changed under a run in flight). A BaseException: never caught by the loop, and DBOS leaves
+    the workflow pending (not ``ERROR``) for a worker whose code matches its record."""
+
+
+class UnreadableStep(ReplayDiverged):
+    """A recorded step this release cannot decode (another release's format: a SQLite
+    deployment keeps one DBOS version across releases, so a rollback replays what a later
+    release recorded). Nothing of the step is run again or written; the run waits for a worker
+    that reads it."""
+
+
+def _decoded(name: str, decode: Callable[[], T]) -> T:
+    """``decode()`` of a recorded step, its failure as ``UnreadableStep``."""
+    try:
+        return decode()
+    except (TypeError, KeyError, IndexError, ValueError, ApprovalError) as err:  # CheckpointError too
+        raise UnreadableStep(
+            f"step {name} was recorded by another release in a format this one cannot read"
+            f" ({type(err).__name__}: {err}); the run is left pending: recover it with a worker of"
+            " the release that recorded it (or roll forward to it)"
+        ) from err
 
 
 class _Gate:
@@ -215,7 +238,7 @@ class DurableSteps(LoopSteps):
             metrics.step_done("model", took)
         if not ran:
             self._recorded()
-        return decode_response(data)
+        return _decoded(MODEL_STEP, lambda: decode_response(data))
 
     async def turn(self, loop: AgentLoop, calls: list[Any], scope: CallScope) -> Turn:
         s = loop.state
@@ -234,8 +257,12 @@ class DurableSteps(LoopSteps):
             metrics.step_done("turn", took)
             return executed[0]
         self._recorded()
-        apply_turn(data, s)
-        return decode_turn(data, lambda name: _spec(loop, name), calls)
+
+        def replayed() -> Turn:
+            apply_turn(data, s)
+            return decode_turn(data, lambda name: _spec(loop, name), calls)
+
+        return _decoded(TURN_STEP, replayed)
 
 
 async def _step(options: Any, body: Callable[[], Awaitable[dict[str, Any]]]) -> tuple[Any, float]:

@@ -31,6 +31,7 @@ from tether.durable._runtime import _APPS, APP_VERSION, QUEUE, Runtime, dbos_con
 from tether.durable._steps import DRAIN
 from tether.durable._versions import app_digest, deployment_version_at, version_of
 from tether.errors import ApprovalError, ConfigError
+from tether.policy._ledger import _owner
 from tether.runs._checkpoint import checkpoint_tenant
 from tether.sql._database import Database, blocking
 from tether.stores._url import Stores, open_stores
@@ -46,22 +47,29 @@ def _beat(
     started: bool,
     version: str | None = None,
     apps: str | None = None,
+    owner: str | None = None,
 ) -> None:
     # A beat clears a recovery (a stalled worker declared dead is recoverable again); a start
-    # also records the worker's version and apps.
+    # also records the worker's version, apps and owner token (``owner_since``: this start's).
     restart = (
-        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps" if started else ""
+        ", started_at = now(), app_version = excluded.app_version, apps = excluded.apps,"
+        " owner = excluded.owner, owner_since = now()"
+        if started
+        else ""
     )
     conn.exec_driver_sql(
-        "INSERT INTO tether_workers (executor_id, host, pid, heartbeat_at, app_version, apps)"
-        " VALUES (%s, %s, %s, now(), %s, %s)"
+        "INSERT INTO tether_workers"
+        " (executor_id, host, pid, heartbeat_at, app_version, apps, owner, owner_since)"
+        " VALUES (%s, %s, %s, now(), %s, %s, %s, now())"
         " ON CONFLICT (executor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
         f" heartbeat_at = now(), recovered_at = NULL, recovered_by = NULL{restart}",
-        (executor_id, host, pid, version, apps),
+        (executor_id, host, pid, version, apps, owner),
     )
 
 
-def _leave_orphans(conn: Connection, executor_id: str, version: str) -> None:
+def _leave_orphans(conn: Connection, executor_id: str, version: str) -> str | None:
+    """Leave what this executor ran on another version to that version's survivors; returns
+    that version (``None``: the same, or a first start)."""
     row = conn.exec_driver_sql(
         "SELECT app_version FROM tether_workers WHERE executor_id = %s", (executor_id,)
     ).first()
@@ -70,6 +78,8 @@ def _leave_orphans(conn: Connection, executor_id: str, version: str) -> None:
             "INSERT INTO tether_orphans (executor_id, app_version) VALUES (%s, %s) ON CONFLICT DO NOTHING",
             (executor_id, row[0]),
         )
+        return str(row[0])
+    return None
 
 
 def _claim_orphans(conn: Connection, version: str) -> list[str]:
@@ -198,6 +208,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._mover: threading.Thread | None = None
         self._pg: Database | None = None
+        self._left: str | None = None  # the version this executor ran before, if another
         self.errors: list[str] = []
         self._seen: set[tuple[str, str]] = set()  # (run, paused at) already resumed or not durable
         self._launched = threading.Event()  # recovery and resumes wait for DBOS
@@ -249,8 +260,9 @@ class Worker:
             self.stores.approvals.worker_dead_after_s = c.dead_after_s
             # Alive before DBOS recovers this executor's runs: no survivor may take them too.
             apps = json.dumps(self.digests, sort_keys=True)
-            self._pg.run(_leave_orphans, self.executor_id, self.version)
-            self._pg.run(_beat, self.executor_id, socket.gethostname(), os.getpid(), True, self.version, apps)
+            self._left = self._pg.run(_leave_orphans, self.executor_id, self.version)
+            me = (socket.gethostname(), os.getpid(), True, self.version, apps, _owner())
+            self._pg.run(_beat, self.executor_id, *me)
         # Beat from now on (DBOS's launch takes seconds): a slow start is not a death.
         self._thread = threading.Thread(target=self._background, name="tether-worker", daemon=True)
         self._thread.start()
@@ -290,7 +302,31 @@ class Worker:
             version=self.version,
             concurrency=c.concurrency,
         )
+        self._tell_left()
         return self
+
+    def _tell_left(self) -> None:
+        """Name the runs this executor left in flight under the version it ran before (DBOS
+        recovers a run only on its own version): they wait for a worker of that version."""
+        if self._left is None or self.client is None:
+            return
+        found = self.client.dbos.list_workflows(
+            status="PENDING",
+            executor_id=self.executor_id,
+            app_version=self._left,
+            application_name=APP_NAME,
+            load_input=False,
+            load_output=False,
+        )
+        if found:
+            log_event(
+                "runs_left",
+                executor=self.executor_id,
+                version=self._left,
+                runs=[w.workflow_id for w in found],
+                hint=f"they continue only on a worker of {self._left}: a live one takes them; if none is"
+                f" left, start one (its release and agent file); tether runs list --version {self._left}",
+            )
 
     def stop(self, grace_s: float | None = None) -> None:
         """Drain, then stop: no new step starts, the steps in flight get ``grace_s`` (default

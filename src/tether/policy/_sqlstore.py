@@ -267,18 +267,24 @@ def heartbeat_stopped(dead_after_s: float, conn: Connection, owner: str) -> bool
     """Whether the owner ("host:pid:token") is a durable worker whose heartbeat stopped (or that
     a survivor declared dead): True; a worker beating (on the database's clock): False; None
     where no worker of that host and pid is registered. On another machine a pid cannot be
-    checked and a lease is only as good as its writer's clock (PostgreSQL)."""
+    checked and a lease is only as good as its writer's clock (PostgreSQL).
+
+    A worker that registered its owner token at its latest start speaks only for that token: a
+    worker killed (-9) and restarted on the same host under the same pid (a container's) beats
+    for itself, not for the dead one's calls (they were held as in progress for good)."""
     host, _, rest = owner.partition(":")
     pid = rest.partition(":")[0]
     if not pid.isdigit():
         return None
     rows = conn.execute(
         text(
-            "SELECT heartbeat_at >= now() - make_interval(secs => :secs) AND recovered_at IS NULL"
+            "SELECT heartbeat_at >= now() - make_interval(secs => :secs) AND recovered_at IS NULL,"
+            " CASE WHEN owner_since = started_at THEN owner END"  # stale after another release's start
             " FROM tether_workers WHERE host = :host AND pid = :pid"
         ),
         {"host": host, "pid": int(pid), "secs": dead_after_s},
     ).all()
+    rows = [r for r in rows if r[1] is None or r[1] == owner]  # another incarnation says nothing
     return None if not rows else not any(bool(r[0]) for r in rows)
 
 

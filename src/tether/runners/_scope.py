@@ -78,15 +78,26 @@ class ResumePoint:
     stop_reason: str | None = None
 
 
+RESUMABLE: Final = ("paused", "stopped")  # the statuses of a checkpoint resume continues
+
+
 def resume_point(checkpoint: Any, run_id: str, *, parent: str | None = None) -> ResumePoint:
     """What ``resume`` continues from. A child run (a subagent's, a workflow node's) is continued
     only by the run that started it (``parent``, its run id): resumed on its own, it would read
     its bounds from the snapshot of the request's history it was handed, blind to what its
-    parent did since. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``, ``child_run``)."""
+    parent did since. Raises ``ApprovalError`` (``unknown_run``, ``run_finished``, ``child_run``;
+    ``CheckpointError``, ``bad_checkpoint``: a status this release does not write, a later one's)."""
     if checkpoint is None:
         raise ApprovalError("unknown_run", f"no checkpoint for run {run_id!r}")
     if checkpoint.status == "finished":
         raise ApprovalError("run_finished", f"run {run_id} already ended ({checkpoint.stop_reason})")
+    if checkpoint.status not in RESUMABLE:
+        # A later release's state of the run, whatever it means there: never read as paused.
+        raise CheckpointError(
+            "bad_checkpoint",
+            f"run {run_id}'s checkpoint is {checkpoint.status!r}, a status this release does not know"
+            " (written by a later release?): resume it with a worker of that release",
+        )
     started_by = checkpoint_parent(checkpoint.state)
     if started_by is not None and started_by != parent:
         why = f"run {run_id} is a step of run {started_by}: resume {started_by}, which continues it"

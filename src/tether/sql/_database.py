@@ -89,6 +89,8 @@ MIGRATIONS["approvals"] += (("approvals.002_resume_claims", _create("approvals")
 MIGRATIONS["users"] += (("users.002_session_seen", _create("users")),)
 # Workers' versions (app_version, apps): a deployment whose table was written before them.
 MIGRATIONS["workers"] += (("workers.002_versions", _create("workers")),)
+# Workers' owner token (owner, owner_since): a restarted worker under its dead one's host and pid.
+MIGRATIONS["workers"] += (("workers.003_owner", _create("workers")),)
 
 # One write lock per SQLite file per process, shared by every Database on that file.
 _WRITE_LOCKS: dict[str, threading.Lock] = {}

@@ -326,6 +326,10 @@ tether_workers = _table(
     Column("heartbeat_at", DateTime(timezone=True), nullable=False),
     Column("recovered_at", DateTime(timezone=True)),
     *_texts("recovered_by", "app_version", "apps", nullable=True),
+    # The process that registered (``host:pid:token``, as it owns ledger entries), and the start
+    # it registered at: a start by a release that does not write it leaves it stale (unequal).
+    Column("owner", Text),
+    Column("owner_since", DateTime(timezone=True)),
 )
 
 tether_run_versions = _table(

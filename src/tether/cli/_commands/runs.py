@@ -313,6 +313,8 @@ def _resolve(client: Any, args: argparse.Namespace) -> int:
 def _move(client: Any, args: argparse.Namespace) -> int:
     moved = client.move(args.run_id, args.to, by=_who())
     now = "its queued resume moved there" if moved["resume_moved"] else "its resume runs there"
+    if moved["from"] == moved["to"]:  # a SQLite deployment's one version: a refused resume again
+        return _done(args, moved, f"{args.run_id}: its resume enqueued again on {moved['to']}")
     return _done(args, moved, f"{args.run_id}: {moved['from']} -> {moved['to']}; {now}")
 
 
