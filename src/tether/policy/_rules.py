@@ -130,7 +130,8 @@ class Egress:
                 return Decision("deny", self.name, "egress_undeclared", {"tool": call.spec.name})
             return None
         raw = call.arguments.get(arg)
-        values = raw if isinstance(raw, list) else [raw]
+        # An empty list names no destination: where such a send goes is the tool's default, unchecked.
+        values = (raw or [None]) if isinstance(raw, list) else [raw]
         for v in values:
             if not isinstance(v, str) or not v.strip():
                 return Decision("deny", self.name, "egress_missing", {"argument": arg})
