@@ -6,25 +6,32 @@ Where the two parsers disagree, injected text the model obeys can name a destina
 rule reads as an allowed host while the client reaches the attacker's: an address list
 (``mallory@attacker.example,ok@partner.example``), a backslash in the authority (``urllib3``
 reads ``https://attacker.example\\@partner.example/`` as host ``attacker.example``), a header
-injection, a percent source route. And a destination the rule's parser cannot read at all
+injection, a percent source route. An empty destination list names no destination at all. And a
+destination the rule's parser cannot read at all
 (``http://[::1``) must be a denial, not a crash of the run.
+
+Also here: a tool source may not take the name of the host's own context tools (``harness``):
+the allowlist and provenance take what such a source offers and returns for the host's own.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import pytest
 from pydantic import Field
 
 from tether.core.stop import StopReason
-from tether.errors import PolicyError
+from tether.errors import ConfigError, PolicyError
 from tether.host import Host
+from tether.mcp._config import load_config
 from tether.policy import Policy, TrustedContext, destination_of, propose
 from tether.runs._values import Agent
 from tether.testing import ScriptedModel, call, final
 from tether.tools import Effect, tool
+from tether.tools._source import LocalTools
 
 pytestmark = pytest.mark.anyio
 
@@ -176,3 +183,27 @@ def test_an_empty_destination_list_names_no_destination_and_is_refused() -> None
     assert info.value.reason == "egress_not_allowed"
     ok = propose(CTX, digest(["a@partner.example", "b@partner.example"]), tools=[mail_digest], policy=policy)
     assert ok.arguments["recipients"] == ["a@partner.example", "b@partner.example"]
+
+
+@pytest.mark.spec("X2")
+async def test_a_tool_source_cannot_take_the_name_of_the_hosts_own_context_tools(tmp_path: Path) -> None:
+    """Like ``local``: a source named ``harness`` would have its tools' results carry the source
+    of the host's subagents and output pages (whose answers and relays provenance believes),
+    and an MCP server so named would have its tools pass the allowlist without being listed."""
+    host = Host(policy=POLICY)
+    with pytest.raises(ConfigError, match="'harness' is reserved"):
+        host.add_source(LocalTools([send_report], name="harness"))
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"harness": {"command": "x"}}}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="'harness' is reserved"):
+        load_config(path)
+    # Another name is an ordinary source, and its tools run as before.
+    SENT.clear()
+    host.add_source(LocalTools([send_report], name="reports"))
+    path.write_text(json.dumps({"mcpServers": {"reports": {"command": "x"}}}), encoding="utf-8")
+    assert [s.name for s in load_config(path).servers] == ["reports"]
+    model = ScriptedModel([call("send_report", destination="ops@ops.example", text="weekly"), final("ok")])
+    done = await host.run(Agent(instructions="x", model=model), "Send the report.", context=CTX)
+    assert done.stop_reason is StopReason.ACCEPTED and SENT == ["ops@ops.example"]
+    assert [o.source for o in done.observations] == ["reports"]
+    await host.aclose()
