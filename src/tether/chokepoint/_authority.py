@@ -37,7 +37,7 @@ from tether.core.types import GateOutcome, Observation
 from tether.errors import ApprovalError, ConfigError, DependencyUnavailable, PolicyError, ToolError
 from tether.policy._approvals import idempotency_key
 from tether.policy._intake import check_arguments, parse_arguments
-from tether.policy._rules import Decision, Policy, ProposedCall
+from tether.policy._rules import HARNESS_SOURCE, Decision, Policy, ProposedCall
 from tether.policy._trusted import TrustedContext
 from tether.runs._values import CallRecord, RunState
 from tether.tools._contract import Tool, ToolContext, ToolOutput, ToolSpec, unwrap_exception_group
@@ -103,6 +103,10 @@ class HostCore:
         self._started = False
 
     def add_source(self, source: ToolSource) -> None:
+        if source.name == HARNESS_SOURCE:
+            # The host's own context tools' source: provenance and the allowlist take what a
+            # source of that name returns or offers for the host's own (a subagent's answer).
+            raise ConfigError(f"tool source name {HARNESS_SOURCE!r} is reserved for the host's own tools")
         if any(s.name == source.name for s in self.sources):
             raise ConfigError(f"duplicate tool source {source.name!r}")
         self.sources.append(source)

@@ -152,8 +152,8 @@ class ServerConfig(_Strict):
             raise ValueError(
                 f"server id {v!r} must be ASCII letters/digits (with - or _), without {SEPARATOR!r}"
             )
-        if v == "local":  # the host's own tools' source: a server of that name would pass for them
-            raise ValueError("server id 'local' is reserved for the host's own tools: choose another")
+        if v in ("local", "harness"):  # the host's own tools' sources: a server so named would pass for them
+            raise ValueError(f"server id {v!r} is reserved for the host's own tools: choose another")
         return v
 
     @field_validator("command", mode="before")

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Protocol
-from urllib.parse import urlsplit
 
 from tether.core._names import name_set
 from tether.core.types import Decision, ProposedCall
+from tether.policy._destinations import destination_of
 from tether.policy._trusted import Catalog, TrustedContext
 from tether.tools._contract import Effect
 
@@ -109,19 +109,12 @@ class TargetOwnership:
         return None
 
 
-def destination_of(value: str) -> str:
-    """The host (or e-mail domain) a destination argument points at, lower-cased."""
-    value = value.strip().lower()
-    if "://" in value:
-        return (urlsplit(value).hostname or "").rstrip(".")
-    if "@" in value:
-        return value.rsplit("@", 1)[1].rstrip(".")
-    return value.rstrip(".")
-
-
 @dataclass(frozen=True)
 class Egress:
-    """Destinations of sending tools must be on the allowlist (T8). Subdomains must be listed too."""
+    """Destinations of sending tools must be on the allowlist (T8). Subdomains must be listed too.
+
+    A destination that clients could read as another host (``destination_of`` raises) is refused
+    as ``egress_ambiguous``."""
 
     allowed: frozenset[str]
     name: str = "egress"
@@ -137,11 +130,16 @@ class Egress:
                 return Decision("deny", self.name, "egress_undeclared", {"tool": call.spec.name})
             return None
         raw = call.arguments.get(arg)
-        values = raw if isinstance(raw, list) else [raw]
+        # An empty list names no destination: where such a send goes is the tool's default, unchecked.
+        values = (raw or [None]) if isinstance(raw, list) else [raw]
         for v in values:
             if not isinstance(v, str) or not v.strip():
                 return Decision("deny", self.name, "egress_missing", {"argument": arg})
-            dest = destination_of(v)
+            try:
+                dest = destination_of(v)
+            except ValueError:
+                # Not one unambiguous host: the tool's client might reach another one than we see.
+                return Decision("deny", self.name, "egress_ambiguous", {"argument": arg})
             if dest not in self.allowed:
                 return Decision("deny", self.name, "egress_not_allowed", {"destination": dest})
         return None

@@ -415,13 +415,20 @@ class AgentLoop:
                     raise StopRun(StopReason.INVALID_HANDOFF, "; ".join(err.problems), answer) from None
                 t.emit(EventKind.HANDOFF_VALIDATED, evidence=[str(e) for e in self.handoff.evidence])
         if agent.remember is not None and host.memory is not None:
-            await remember(host, t, agent.remember(s), actor=f"agent:{agent.name}")
+            await remember(host, t, agent.remember(s), scope=s.context.scope, actor=f"agent:{agent.name}")
 
 
-async def remember(host: Host, tracer: Any, records: Any, *, actor: str = "agent") -> None:
-    """Submit proposed memories; the store's validation decides, the trace says what happened."""
+async def remember(host: Host, tracer: Any, records: Any, *, scope: str, actor: str = "agent") -> None:
+    """Submit proposed memories; the store's validation decides, the trace says what happened.
+    A run writes only in its own tenant's ``scope``, the one its recall reads: a record for
+    another scope (built from what the run read, or a constant) would plant this run's data in
+    another tenant's memory."""
     assert host.memory is not None
     for record in records:
+        if record.scope != scope:
+            message = f"a run of {scope} may not write memory in another scope"
+            tracer.emit(EventKind.MEMORY_REFUSED, subject=record.subject, reason="scope", message=message)
+            continue
         try:
             written = await host.memory.propose(record, actor=actor)
         except MemoryPolicyError as err:
