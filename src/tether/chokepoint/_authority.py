@@ -202,7 +202,7 @@ class HostCore:
             spec
             for spec, source in self._specs.values()
             if source.name not in self.disabled_sources
-            and self.policy.permits_tool(spec.name)
+            and self.policy.permits_tool(spec.name, spec.remote_name)
             and (names is None or spec.name in names)
         ]
         return sorted(out, key=lambda s: s.name)

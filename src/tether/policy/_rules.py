@@ -59,30 +59,37 @@ class Allowlist:
             object.__setattr__(self, "allow", name_set(self.allow, what="allow"))
         object.__setattr__(self, "deny", name_set(self.deny, what="deny"))
 
-    def permits(self, tool_name: str, *, harness: bool = False) -> bool:
-        if tool_name in self.deny:
+    def permits(self, tool_name: str, *, harness: bool = False, remote_name: str = "") -> bool:
+        """``deny`` matches the offered name or the source's own name for the tool (a deployer who
+        writes ``delete_order`` for ``erp__delete_order`` gets the denial); ``allow`` only the
+        offered name, so no other source's tool of that name is allowed by it."""
+        if tool_name in self.deny or remote_name in self.deny:
             return False
         return self.allow is None or harness or tool_name in self.allow
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        if not self.permits(call.spec.name, harness=call.spec.source == HARNESS_SOURCE):
+        spec = call.spec
+        if not self.permits(spec.name, harness=spec.source == HARNESS_SOURCE, remote_name=spec.remote_name):
             return Decision("deny", self.name, "tool_not_allowed", {"tool": call.spec.name})
         return None
 
 
 @dataclass(frozen=True)
 class RoleRequirement:
-    """A tool runs only for a context holding one of the roles it requires (``{tool: roles}``)."""
+    """A tool runs only for a context holding one of the roles it requires (``{tool: roles}``). A
+    requirement named by the offered name and one named by the source's own name for the tool
+    (``delete_order`` for ``erp__delete_order``) both apply."""
 
     required: Mapping[str, frozenset[str]]
     name: str = "roles"
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision | None:
-        needed = self.required.get(call.spec.name)
-        if needed is not None and not (needed & context.roles):
-            return Decision(
-                "deny", self.name, "role_missing", {"tool": call.spec.name, "roles": sorted(needed)}
-            )
+        for key in dict.fromkeys((call.spec.name, call.spec.remote_name)):
+            needed = self.required.get(key)
+            if needed is not None and not (needed & context.roles):
+                return Decision(
+                    "deny", self.name, "role_missing", {"tool": call.spec.name, "roles": sorted(needed)}
+                )
         return None
 
 
@@ -195,9 +202,9 @@ class Policy:
         chain.extend(rules)
         self.rules: tuple[Rule, ...] = tuple(chain)
 
-    def permits_tool(self, name: str) -> bool:
+    def permits_tool(self, name: str, remote_name: str = "") -> bool:
         """Whether a tool may be offered to the model at all."""
-        return self.allowlist.permits(name)
+        return self.allowlist.permits(name, remote_name=remote_name)
 
     def check(self, call: ProposedCall, context: TrustedContext) -> Decision:
         pending: Decision | None = None

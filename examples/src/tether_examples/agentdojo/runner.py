@@ -106,8 +106,8 @@ class ReviewedPolicy:
         self.approvals = 0
         self.denied: list[tuple[str, str, Decision]] = []  # (call id, tool, decision)
 
-    def permits_tool(self, name: str) -> bool:
-        return bool(self.inner.permits_tool(name))
+    def permits_tool(self, name: str, remote_name: str = "") -> bool:
+        return bool(self.inner.permits_tool(name, remote_name))
 
     def resolve_references(self, call_id: str, arguments: dict[str, Any], state: Any) -> dict[str, Any]:
         """The inner policy's reference resolution (reference mode), else the arguments as given."""
@@ -136,7 +136,7 @@ class OpenPolicy:
     def __init__(self, references: References | None = None) -> None:
         self.references = references
 
-    def permits_tool(self, name: str) -> bool:
+    def permits_tool(self, name: str, remote_name: str = "") -> bool:
         return True
 
     def resolve_references(self, call_id: str, arguments: dict[str, Any], state: Any) -> dict[str, Any]:
