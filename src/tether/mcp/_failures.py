@@ -30,6 +30,14 @@ __all__ = [
 ]
 
 _CONNECTION_CLOSED = -32000
+# What the SDK itself says under -32000 when the connection (or a request's stream) ended; a server's
+# own error under -32000 (the band's first code, which servers use for their own failures) says
+# something else and is that server's answer, its connection still up.
+_SDK_CLOSED = re.compile(
+    r"Connection closed|SSE stream failed: .*|SSE stream ended (without a response|and reconnection "
+    r"attempts were exhausted)|server answered a request with 202 Accepted",
+    re.DOTALL,
+)
 # What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
 # MCP code (a server sending it itself only names its own refusal).
 AUTH_REFUSED = -31401
@@ -65,7 +73,8 @@ def transport_failure(err: BaseException) -> bool:
     if isinstance(err, ConnectionLost) or isinstance(inner, ConnectionLost):
         return True
     if type(inner).__name__ == "MCPError":
-        return getattr(inner, "code", None) == _CONNECTION_CLOSED or session_gone(inner)
+        closed = getattr(inner, "code", None) == _CONNECTION_CLOSED and _SDK_CLOSED.fullmatch(str(inner))
+        return bool(closed) or session_gone(inner)
     if isinstance(inner, (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
         return True
     module = type(inner).__module__ or ""

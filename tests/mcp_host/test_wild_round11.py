@@ -1,0 +1,231 @@
+"""Wild servers, round eleven (``wild11_server.py``, written by hand, over real stdio; a
+Streamable HTTP server by hand): a server's own JSON-RPC error under ``-32000`` (the first code
+of the band JSON-RPC leaves to servers) was read as the connection closing, so an ordinary
+failure (a rate limit) quarantined or restarted the server and stopped the run; answers sent in
+a JSON-RPC batch (which 2025-03-26 servers may send) were refused, or, after a notification,
+left their call waiting out its timeout, as did an invalid answer with a ``"method"`` key in its
+result; a result of structured content alone (no content block, as the spec allows) showed the
+model nothing. Each runs next to an honest stdio server (``wild4_server.py``), and both are
+checked: the faults end named and at once, the legitimate answers are served."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.core.stop import StopReason
+from tether.mcp._failures import transport_failure
+from tether.mcphost._runner import run_question
+from tether.trace._tracer import read_trace
+from tether_testing.loopback import Quiet, serving
+
+from .conftest import approve, script, write_config
+from .test_wild_round6 import _ok
+
+pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
+
+SERVER = Path(__file__).with_name("wild11_server.py")
+BUSY = "rate limited: try again in a minute"
+
+
+def w11(name: str = "x") -> dict[str, Any]:
+    """``wild11_server.py``, unconfined (launched faster), its tools reads."""
+    return {
+        "name": name,
+        "command": [sys.executable, str(SERVER)],
+        "mode": "legacy",
+        "effects": {"lookup": "read", "stats": "read"},
+        "timeout_s": 20,
+        "sandbox": "none",
+    }
+
+
+@pytest.fixture(scope="module")
+def pins(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Pins approving ``wild11_server.py`` as ``x`` and the honest server as ``ok``."""
+    import anyio
+
+    folder = tmp_path_factory.mktemp("w11pins")
+    config = write_config(folder, [w11(), _ok()])
+
+    async def go() -> None:
+        await approve(config, "x")
+        await approve(config, "ok")
+
+    anyio.run(go)
+    return folder / "pins.db"
+
+
+def _events(run: Any, kind: str) -> list[dict[str, Any]]:
+    assert run.result.trace_path is not None
+    return [e for e in read_trace(run.result.trace_path) if e["kind"] == kind]
+
+
+def _lost(run: Any) -> list[dict[str, Any]]:
+    return [
+        e for e in _events(run, "mcp_connection") if e.get("action") in ("lost", "restarted", "quarantined")
+    ]
+
+
+async def test_a_servers_own_error_under_32000_fails_its_call_and_the_server_keeps_serving(
+    tmp_path: Path, pins: Path
+) -> None:
+    """``busy`` is answered with the server's own error under ``-32000`` (a rate limit): before,
+    the host read it as the SDK's "Connection closed", so the call "went away", the server was
+    lost (here: quarantined, the run stopped as a dependency unavailable). Now the call fails
+    with the server's words, and the same process serves the next call (its count goes on)."""
+    config = write_config(tmp_path, [{**w11(), "restart": "never"}, _ok()], pins_from=pins)
+    calls = [("x__lookup", {"key": k}) for k in ("a", "busy", "b")]
+    run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    first, busy, after = run.seen("x__lookup")
+    assert "value-of-a (call 1)" in first
+    assert BUSY in busy and "upstream_error" in busy and "went away" not in busy
+    assert "value-of-b (call 3)" in after  # the same process: never lost, never restarted
+    assert "value-of-d" in run.seen("ok__lookup")[0]
+    assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+def _http_app(counted: list[str]) -> type[Quiet]:
+    """A Streamable HTTP server by hand (JSON answers) serving ``lookup`` as the stdio one does,
+    ``busy`` answered with its own ``-32000`` error; ``counted`` gets each ``initialize``."""
+
+    class App(Quiet):
+        protocol_version = "HTTP/1.1"
+
+        def _send(self, status: int, body: Any = None, **headers: str) -> None:
+            raw = json.dumps(body).encode() if body is not None else b""
+            self.send_response(status)
+            for key, value in {
+                "Content-Type": "application/json",
+                "Content-Length": str(len(raw)),
+                **headers,
+            }.items():
+                self.send_header(key, value)
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                self.wfile.write(raw)
+
+        def do_GET(self) -> None:
+            self._send(405)
+
+        def do_DELETE(self) -> None:
+            self._send(200)
+
+        def do_POST(self) -> None:
+            message = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            method, ident, params = message.get("method"), message.get("id"), message.get("params") or {}
+            if ident is None or method is None:
+                return self._send(202)
+            if method == "initialize":
+                counted.append(ident)
+                value = {
+                    "protocolVersion": params.get("protocolVersion"),
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "wild11-http", "version": "1"},
+                }
+                return self._send(
+                    200, {"jsonrpc": "2.0", "id": ident, "result": value}, **{"Mcp-Session-Id": "s1"}
+                )
+            if method == "tools/list":
+                from .wild11_server import TOOLS
+
+                return self._send(200, {"jsonrpc": "2.0", "id": ident, "result": {"tools": TOOLS[:1]}})
+            key = (params.get("arguments") or {}).get("key")
+            if key == "busy":
+                error = {"code": -32000, "message": BUSY}
+                return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
+            value = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
+            self._send(200, {"jsonrpc": "2.0", "id": ident, "result": value})
+
+    return App
+
+
+@contextlib.contextmanager
+def _web(counted: list[str]) -> Iterator[dict[str, Any]]:
+    with serving(_http_app(counted)) as base:
+        yield {
+            "name": "web",
+            "url": f"{base}/mcp",
+            "mode": "legacy",
+            "effects": {"lookup": "read"},
+            "timeout_s": 20,
+        }
+
+
+async def test_an_http_servers_own_error_under_32000_keeps_its_session(tmp_path: Path, pins: Path) -> None:
+    """The same error over Streamable HTTP: before, the session was dropped as lost (and the
+    run stopped); now the call fails with the server's words and the next call goes on the same
+    session (one ``initialize`` for approval, one for the run)."""
+    counted: list[str] = []
+    with _web(counted) as web:
+        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        await approve(config, "web")
+        calls = [("web__lookup", {"key": k}) for k in ("a", "busy", "b")]
+        run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    first, busy, after = run.seen("web__lookup")
+    assert "value-of-a" in first and "value-of-b" in after
+    assert BUSY in busy and "upstream_error" in busy and "went away" not in busy
+    assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
+    assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> None:
+    """Unit level: what the SDK raises when the connection or a request's stream ends is still a
+    transport failure; a server's own ``-32000`` error with other words is its answer."""
+    from mcp.shared.exceptions import MCPError
+
+    for said in (
+        "Connection closed",
+        "SSE stream ended without a response",
+        "SSE stream failed: peer closed connection",
+        "SSE stream ended and reconnection attempts were exhausted",
+        "server answered a request with 202 Accepted",
+    ):
+        assert transport_failure(MCPError(code=-32000, message=said)), said
+    for said in (BUSY, "Connection closed by the database", "Internal error"):
+        assert not transport_failure(MCPError(code=-32000, message=said)), said
+    assert transport_failure(MCPError(code=-32001, message="Session not found"))
+
+
+async def test_answers_in_a_batch_are_read_and_an_invalid_answer_naming_a_method_fails_at_once(
+    tmp_path: Path, pins: Path
+) -> None:
+    """``batch`` answers in a JSON-RPC batch after a log notification (before: the line was
+    dropped whole and the call waited out its timeout), ``batch_only`` in a batch of one
+    (before: refused as not JSON-RPC); both are served, the notification traced.
+    ``method_in_result`` answers with an invalid message whose result has a ``"method"`` key:
+    it fails its call at once, named (before: taken for a request, the call waited out its
+    timeout). The next call and the honest server are served."""
+    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    keys = ("batch", "batch_only", "method_in_result", "after")
+    calls = [("x__lookup", {"key": k}) for k in keys]
+    run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    batch, alone, invalid, after = run.seen("x__lookup")
+    assert "value-of-batch (call 1)" in batch and "value-of-batch_only (call 2)" in alone
+    assert "not valid JSON-RPC" in invalid and "timed out" not in invalid and "GET" not in invalid
+    assert "value-of-after (call 4)" in after and "value-of-d" in run.seen("ok__lookup")[0]
+    assert any("answering in a batch" in e["message"] for e in _events(run, "mcp_log"))
+    assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_structured_content_with_no_content_block_is_what_the_model_reads(
+    tmp_path: Path, pins: Path
+) -> None:
+    """``stats`` answers its structured content alone (``"content": []``): before, the model was
+    shown an empty result; now it reads the structured content (checked against the output
+    schema first). The same answer with a text block is shown as it was, and structured content
+    not matching the schema is still refused."""
+    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    calls = [("x__stats", {"key": k}) for k in ("alone", "both", "bad")]
+    run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    alone, both, bad = run.seen("x__stats")
+    assert '{"count": 3}' in alone  # before: an empty result
+    assert '{"count": 3}' in both and "error" not in both
+    assert "invalid_output" in bad and "three" not in bad
+    assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
