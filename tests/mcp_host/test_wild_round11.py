@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tether.core.stop import StopReason
+from tether.errors import DependencyUnavailable
 from tether.mcp._failures import transport_failure
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
@@ -91,9 +92,11 @@ async def test_a_servers_own_error_under_32000_fails_its_call_and_the_server_kee
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
-def _http_app(counted: list[str]) -> type[Quiet]:
+def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
     """A Streamable HTTP server by hand (JSON answers) serving ``lookup`` as the stdio one does,
-    ``busy`` answered with its own ``-32000`` error; ``counted`` gets each ``initialize``."""
+    ``busy`` answered with its own ``-32000`` error, ``renamed`` with a new session id that is
+    not ASCII; ``session`` is the session id ``initialize`` gives, ``counted`` gets each
+    ``initialize``."""
 
     class App(Quiet):
         protocol_version = "HTTP/1.1"
@@ -129,9 +132,8 @@ def _http_app(counted: list[str]) -> type[Quiet]:
                     "capabilities": {"tools": {}},
                     "serverInfo": {"name": "wild11-http", "version": "1"},
                 }
-                return self._send(
-                    200, {"jsonrpc": "2.0", "id": ident, "result": value}, **{"Mcp-Session-Id": "s1"}
-                )
+                answer = {"jsonrpc": "2.0", "id": ident, "result": value}
+                return self._send(200, answer, **{"Mcp-Session-Id": session})
             if method == "tools/list":
                 from .wild11_server import TOOLS
 
@@ -141,14 +143,15 @@ def _http_app(counted: list[str]) -> type[Quiet]:
                 error = {"code": -32000, "message": BUSY}
                 return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
             value = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
-            self._send(200, {"jsonrpc": "2.0", "id": ident, "result": value})
+            renamed = {"Mcp-Session-Id": "s\u00e9ance-2"} if key == "renamed" else {}
+            self._send(200, {"jsonrpc": "2.0", "id": ident, "result": value}, **renamed)
 
     return App
 
 
 @contextlib.contextmanager
-def _web(counted: list[str]) -> Iterator[dict[str, Any]]:
-    with serving(_http_app(counted)) as base:
+def _web(counted: list[str], session: str = "s1") -> Iterator[dict[str, Any]]:
+    with serving(_http_app(counted, session)) as base:
         yield {
             "name": "web",
             "url": f"{base}/mcp",
@@ -173,6 +176,30 @@ async def test_an_http_servers_own_error_under_32000_keeps_its_session(tmp_path:
     assert BUSY in busy and "upstream_error" in busy and "went away" not in busy
     assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_session_id_the_host_cannot_send_back_is_named_and_never_adopted(
+    tmp_path: Path, pins: Path
+) -> None:
+    """A session id that is not ASCII (MCP allows visible ASCII only) given at ``initialize``:
+    before, httpx failed to send it back, the SDK's writer died and the start failed as
+    "Connection closed", no reason given. Now the start fails naming the session id. Given with
+    one answer later (``renamed``), that call fails named and the session goes on under the id
+    it had; an id with a space (which httpx sends back) is still taken."""
+    with _web([], session="s\u00e9ance-1") as web:
+        config = write_config(tmp_path, [web])
+        with pytest.raises(DependencyUnavailable, match="session id the host cannot send back"):
+            await approve(config, "web")
+    counted: list[str] = []
+    with _web(counted, session="sid 1") as web:
+        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        await approve(config, "web")
+        calls = [("web__lookup", {"key": k}) for k in ("a", "renamed", "b")]
+        run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    first, renamed, after = run.seen("web__lookup")
+    assert "value-of-a" in first and "value-of-b" in after  # before: "Connection closed"
+    assert "session id the host cannot send back" in renamed and "value-of" not in renamed
+    assert len(counted) == 2 and _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
 def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> None:

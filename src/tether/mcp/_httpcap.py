@@ -14,6 +14,9 @@ connection):
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
 * a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
   parser goes has that tool cut (``_deep``), as on stdio;
+* a session id (``Mcp-Session-Id``) that is not ASCII (MCP allows visible ASCII only) fails the
+  request it came with, named: httpx cannot send it back, and the SDK's writer failed on the
+  next request, the connection closing as "Connection closed" with no reason given;
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -57,6 +60,7 @@ MIN_REOPEN_S = 0.5
 ACK_WAIT_S = 5.0
 MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is what servers set)
 MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
+_SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
@@ -184,6 +188,12 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             if asked is not None:
                 return _replaced(response, _error(asked, -32603, undecodable))
             return _replaced(response, _Failing(_BadBody(undecodable)))
+        if (bad := _bad_session_id(response)) is not None:
+            await response.aclose()
+            del response.headers["mcp-session-id"]  # never adopted by the SDK
+            return _replaced(
+                response, _error(asked, -32603, bad) if asked is not None else _Failing(_BadBody(bad))
+            )
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -249,6 +259,18 @@ def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str
         headers.pop("content-length", None)
         body = httpx2.ByteStream(json.dumps(body).encode())
     return httpx2.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
+
+
+def _bad_session_id(response: httpx2.Response) -> str | None:
+    """Why the session id a server gives cannot be sent back (``None``: none given, or it can)."""
+    given = response.headers.get("mcp-session-id")
+    if given is None or _SENDABLE.fullmatch(given):
+        return None
+    shown = escape_for_review(given, limit=80)
+    return (
+        f"the server gave a session id the host cannot send back ({shown}): MCP allows only "
+        "visible ASCII characters in it"
+    )
 
 
 def _method(request: httpx2.Request) -> Any:
