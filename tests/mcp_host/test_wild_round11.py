@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +29,7 @@ from tether_testing.loopback import Quiet, serving
 
 from .conftest import approve, script, write_config
 from .test_wild_round6 import _ok
+from .wild11_server import NOTES
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("X1", "X2")]
 
@@ -255,4 +257,36 @@ async def test_structured_content_with_no_content_block_is_what_the_model_reads(
     assert '{"count": 3}' in alone  # before: an empty result
     assert '{"count": 3}' in both and "error" not in both
     assert "invalid_output" in bad and "three" not in bad
+    assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_log_lines_the_sdk_writes_for_a_servers_refused_messages_are_one_line_each_and_paced(
+    tmp_path: Path, pins: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``bad_notes`` sends 3 000 log notifications the SDK refuses (a level MCP does not have)
+    before its answer: the SDK logged each as an error with its traceback (3 000 tracebacks,
+    some 60 000 lines, on the person's terminal). Now each such line is one line, the error
+    named in it, and they are shown at a bounded rate, those held back counted; the call and
+    the honest server are served."""
+    import logging
+
+    from tether.mcp import _connection
+
+    held: dict[str, int] = {}
+    monkeypatch.setattr(_connection, "_SDK_PACE", {})  # this test's server alone
+    monkeypatch.setattr(_connection, "_SDK_HELD", held)
+    caplog.set_level(logging.INFO)
+    config = write_config(tmp_path, [w11(), _ok()], pins_from=pins)
+    calls = [("x__lookup", {"key": k}) for k in ("bad_notes", "after")]
+    run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    assert "value-of-bad_notes (call 1)" in run.seen("x__lookup")[0]
+    assert "value-of-after (call 2)" in run.seen("x__lookup")[1]
+    shown = [
+        r for r in caplog.records if r.getMessage().startswith("[x] mcp sdk") and r.levelno >= logging.INFO
+    ]
+    assert shown and len(shown) < 200  # before: 3 000
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in shown)
+    assert "level" in shown[0].getMessage()  # what was refused, in the line
+    said = [int(m.group(1)) for r in shown if (m := re.search(r"and (\d+) more such lines", r.getMessage()))]
+    assert len(shown) + sum(said) + held.get("x", 0) == NOTES  # every one shown or counted
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED

@@ -7,7 +7,9 @@ again); some keys make it answer otherwise:
 JSON-RPC leaves to servers, which many use for their failures: here a rate limit);
 ``batch`` the answer inside a JSON-RPC batch (an array, as 2025-03-26 allowed), after a log
 notification; ``batch_only`` the answer alone in a batch; ``method_in_result`` an answer that is
-not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"method"`` key.
+not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"method"`` key;
+``bad_notes`` ``NOTES`` (3 000) log notifications the SDK refuses (a level MCP does not have)
+before its answer.
 
 ``stats`` has an output schema (``{"count": integer}``) and answers its structured content with
 no content block at all (``"content": []``, as the spec allows), or also as text for the key
@@ -22,6 +24,7 @@ from typing import Any
 
 out = sys.stdout.buffer
 state = {"calls": 0}
+NOTES = 3000
 KEY = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
 TOOLS = [
     {"name": "lookup", "description": "Looks up a key.", "inputSchema": KEY},
@@ -62,6 +65,11 @@ def lookup(ident: Any, key: str) -> None:
     elif key == "batch":
         note = {"level": "info", "logger": "wild11", "data": "answering in a batch"}
         send([{"jsonrpc": "2.0", "method": "notifications/message", "params": note}, answer])
+    elif key == "bad_notes":
+        for n in range(NOTES):
+            note = {"level": "shouting", "data": f"note {n}"}
+            send({"jsonrpc": "2.0", "method": "notifications/message", "params": note})
+        send(answer)
     elif key == "batch_only":
         send([answer])
     elif key == "method_in_result":
