@@ -116,6 +116,26 @@ def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
             with contextlib.suppress(OSError):
                 self.wfile.write(raw)
 
+        def _unreadable(self, key: str, answer: dict[str, Any]) -> None:
+            """``answer`` behind 20 000 headers (past what h11 reads), or in chunks whose framing
+            is broken (a chunk size that is no number)."""
+            raw = json.dumps(answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if key == "big_headers":
+                for n in range(20_000):
+                    self.send_header(f"X-Filler-{n}", "x" * 8)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                body = raw
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                body = b"%x\r\n%s\r\nzz\r\n" % (len(raw[:10]), raw[:10])
+            with contextlib.suppress(OSError):
+                self.wfile.write(body)
+            self.close_connection = True
+
         def do_GET(self) -> None:
             self._send(405)
 
@@ -145,6 +165,8 @@ def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
                 error = {"code": -32000, "message": BUSY}
                 return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
             value = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
+            if key in ("big_headers", "bad_chunks"):
+                return self._unreadable(key, {"jsonrpc": "2.0", "id": ident, "result": value})
             renamed = {"Mcp-Session-Id": "s\u00e9ance-2"} if key == "renamed" else {}
             self._send(200, {"jsonrpc": "2.0", "id": ident, "result": value}, **renamed)
 
@@ -202,6 +224,28 @@ async def test_a_session_id_the_host_cannot_send_back_is_named_and_never_adopted
     assert "value-of-a" in first and "value-of-b" in after  # before: "Connection closed"
     assert "session id the host cannot send back" in renamed and "value-of" not in renamed
     assert len(counted) == 2 and _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_an_http_answer_httpx_cannot_read_fails_its_call_and_keeps_the_session(
+    tmp_path: Path, pins: Path
+) -> None:
+    """``big_headers`` is answered behind 20 000 headers (past what h11 reads), ``bad_chunks``
+    in chunks whose framing is broken: before, httpx's error ended the SDK's writer and the
+    session was lost as "Connection closed" (the run stopped, the server unavailable). Now each
+    call fails naming the unreadable answer, as an answer too large does, and the next call goes
+    on the same session."""
+    counted: list[str] = []
+    with _web(counted) as web:
+        config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
+        await approve(config, "web")
+        calls = [("web__lookup", {"key": k}) for k in ("a", "big_headers", "bad_chunks", "b")]
+        run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
+    first, headers, chunks, after = run.seen("web__lookup")
+    assert "value-of-a" in first and "value-of-b" in after
+    for failed in (headers, chunks):
+        assert "HTTP answer could not be read" in failed and "upstream_error" in failed, failed
+    assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
+    assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
 def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> None:
