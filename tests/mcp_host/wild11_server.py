@@ -11,6 +11,10 @@ not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"meth
 ``bad_notes`` ``NOTES`` (3 000) log notifications the SDK refuses (a level MCP does not have)
 before its answer.
 
+With ``W11_PAGED`` set, the listing comes in two pages (``lookup``, then ``stats``), the last
+naming an empty next cursor (``"nextCursor": ""``, which clients written in JavaScript read as
+the end: ``while (cursor)``), and a page asked with a cursor it never gave is the first again.
+
 ``stats`` has an output schema (``{"count": integer}``) and answers its structured content with
 no content block at all (``"content": []``, as the spec allows), or also as text for the key
 ``both``; for the key ``bad`` it answers ``{"count": "three"}``, not matching its schema.
@@ -19,6 +23,7 @@ no content block at all (``"content": []``, as the spec allows), or also as text
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -48,6 +53,14 @@ def send(message: Any) -> None:
 
 def result(ident: Any, value: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "result": value}
+
+
+def listing(cursor: Any) -> dict[str, Any]:
+    if "W11_PAGED" not in os.environ:
+        return {"tools": TOOLS}
+    if cursor == "2":
+        return {"tools": TOOLS[1:], "nextCursor": ""}
+    return {"tools": TOOLS[:1], "nextCursor": "2"}
 
 
 def stats(ident: Any, key: str) -> None:
@@ -97,7 +110,7 @@ def main() -> None:
             }
             send(result(ident, value))
         elif method == "tools/list":
-            send(result(ident, {"tools": TOOLS}))
+            send(result(ident, listing(params.get("cursor"))))
         elif method == "tools/call":
             name, key = params.get("name"), str((params.get("arguments") or {}).get("key"))
             (stats if name == "stats" else lookup)(ident, key)
