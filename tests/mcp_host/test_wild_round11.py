@@ -336,14 +336,18 @@ async def test_log_lines_the_sdk_writes_for_a_servers_refused_messages_are_one_l
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
 
 
-async def test_a_listing_ending_with_an_empty_next_cursor_is_whole_and_served(
-    tmp_path: Path, pins: Path
+@pytest.mark.parametrize("quirk", ["W11_PAGED", "W11_BOM"])
+async def test_an_empty_next_cursor_or_a_byte_order_mark_is_read_as_clients_read_it_and_served(
+    tmp_path: Path, pins: Path, quirk: str
 ) -> None:
-    """The listing comes in two pages, the last naming an empty next cursor (``""``, the end
-    for clients written in JavaScript): before, the host asked for the page ``""``, got the
-    first again, and failed the server at start ("its tool listing never ended"). Now an empty
-    cursor ends the listing: both pages' tools are served (the pins are the same tools)."""
-    config = write_config(tmp_path, [{**w11(), "env": {"W11_PAGED": "1"}}, _ok()], pins_from=pins)
+    """``W11_PAGED``: the listing comes in two pages, the last naming an empty next cursor
+    (``""``, the end for clients written in JavaScript): before, the host asked for the page
+    ``""``, got the first again, and failed the server at start ("its tool listing never
+    ended"); now an empty cursor ends the listing. ``W11_BOM``: the server's first line starts
+    with a UTF-8 byte order mark: before, its answer to ``initialize`` was "not valid JSON-RPC"
+    and it failed at start; now the mark is dropped. Either way every tool is served (the pins
+    are the same tools)."""
+    config = write_config(tmp_path, [{**w11(), "env": {quirk: "1"}}, _ok()], pins_from=pins)
     calls = [("x__lookup", {"key": "a"}), ("x__stats", {"key": "both"})]
     run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
     assert "value-of-a (call 1)" in run.seen("x__lookup")[0]

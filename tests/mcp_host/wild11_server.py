@@ -11,9 +11,10 @@ not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"meth
 ``bad_notes`` ``NOTES`` (3 000) log notifications the SDK refuses (a level MCP does not have)
 before its answer.
 
-With ``W11_PAGED`` set, the listing comes in two pages (``lookup``, then ``stats``), the last
-naming an empty next cursor (``"nextCursor": ""``, which clients written in JavaScript read as
-the end: ``while (cursor)``), and a page asked with a cursor it never gave is the first again.
+With ``W11_BOM`` set, its first line starts with a UTF-8 byte order mark. With ``W11_PAGED``
+set, the listing comes in two pages (``lookup``, then ``stats``), the last naming an empty next
+cursor (``"nextCursor": ""``, which clients written in JavaScript read as the end: ``while
+(cursor)``), and a page asked with a cursor it never gave is the first again.
 
 ``stats`` has an output schema (``{"count": integer}``) and answers its structured content with
 no content block at all (``"content": []``, as the spec allows), or also as text for the key
@@ -28,7 +29,7 @@ import sys
 from typing import Any
 
 out = sys.stdout.buffer
-state = {"calls": 0}
+state: dict[str, int] = {"calls": 0}
 NOTES = 3000
 KEY = {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}
 TOOLS = [
@@ -47,6 +48,9 @@ TOOLS = [
 
 
 def send(message: Any) -> None:
+    if "W11_BOM" in os.environ and not state["calls"] and not state.get("marked"):
+        state["marked"] = 1
+        out.write(b"\xef\xbb\xbf")  # a byte order mark before its first line, as some runtimes write
     out.write(json.dumps(message).encode() + b"\n")
     out.flush()
 

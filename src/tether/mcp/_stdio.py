@@ -1,7 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
 Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
-and answered as an error (as is non-JSON-RPC), the server's exit ends the connection, and
+and answered as an error (as is non-JSON-RPC), a line may start with a UTF-8 byte order mark or
+hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
 shutdown closes stdin, then terminates and kills the process group.
 """
 
@@ -22,6 +23,7 @@ __all__ = ["opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -169,7 +171,7 @@ async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIt
                         if discarding:
                             item, discarding = _too_long(head, discarding, max_line_bytes), 0
                         else:
-                            line, buffer = buffer.strip(), b""
+                            line, buffer = buffer.strip().removeprefix(_BOM).strip(), b""
                             if not line:
                                 continue
                             for item in _messages(line):
