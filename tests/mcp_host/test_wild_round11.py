@@ -353,3 +353,29 @@ async def test_an_empty_next_cursor_or_a_byte_order_mark_is_read_as_clients_read
     assert "value-of-a (call 1)" in run.seen("x__lookup")[0]
     assert '{"count": 3}' in run.seen("x__stats")[0]
     assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_tool_with_an_icon_of_a_data_uri_is_offered_and_its_size_counts_only_what_a_model_reads(
+    tmp_path: Path,
+) -> None:
+    """``lookup`` has an icon given as a ``data:`` URI of 96 000 characters (as the spec allows;
+    icons are pinned and reviewed, never offered to a model): before, its definition counted as
+    larger than a model is offered and the tool was left out ("unknown tool"). Now only what a
+    model is offered counts: the tool is approved, offered and served, as is the honest server;
+    a description past the limit is still left out (round five)."""
+    from tether.mcp._listing import MAX_DEFINITION_CHARS, offered_size
+
+    from .wild11_server import ICON, ICON_CHARS, TOOLS
+
+    assert ICON_CHARS > MAX_DEFINITION_CHARS
+    config = write_config(tmp_path, [{**w11(), "env": {"W11_ICONS": "1"}}, _ok()])
+    pinned, skipped = await approve(config, "x")
+    assert "lookup" in pinned and "lookup" not in skipped
+    await approve(config, "ok")
+    calls = [("x__lookup", {"key": "a"}), ("ok__lookup", {"key": "d"})]
+    run = await run_question(config, "Q", script(*calls, "done"))
+    assert "value-of-a (call 1)" in run.seen("x__lookup")[0]  # before: unknown tool
+    assert "value-of-d" in run.seen("ok__lookup")[0] and run.result.stop_reason is StopReason.ACCEPTED
+    prose = {**TOOLS[0], "description": "word " * MAX_DEFINITION_CHARS}
+    assert offered_size({**TOOLS[0], "icons": [ICON]}) == offered_size(TOOLS[0]) < MAX_DEFINITION_CHARS
+    assert offered_size(prose) > MAX_DEFINITION_CHARS

@@ -11,10 +11,12 @@ not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"meth
 ``bad_notes`` ``NOTES`` (3 000) log notifications the SDK refuses (a level MCP does not have)
 before its answer.
 
-With ``W11_BOM`` set, its first line starts with a UTF-8 byte order mark. With ``W11_PAGED``
-set, the listing comes in two pages (``lookup``, then ``stats``), the last naming an empty next
-cursor (``"nextCursor": ""``, which clients written in JavaScript read as the end: ``while
-(cursor)``), and a page asked with a cursor it never gave is the first again.
+With ``W11_ICONS`` set, ``lookup`` has an icon given as a ``data:`` URI of ``ICON_CHARS``
+(96 000) characters, as the spec allows. With ``W11_BOM`` set, its first line starts with a
+UTF-8 byte order mark. With ``W11_PAGED`` set, the listing comes in two pages (``lookup``, then
+``stats``), the last naming an empty next cursor (``"nextCursor": ""``, which clients written
+in JavaScript read as the end: ``while (cursor)``), and a page asked with a cursor it never gave
+is the first again.
 
 ``stats`` has an output schema (``{"count": integer}``) and answers its structured content with
 no content block at all (``"content": []``, as the spec allows), or also as text for the key
@@ -59,7 +61,13 @@ def result(ident: Any, value: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": ident, "result": value}
 
 
+ICON_CHARS = 96_000
+ICON = {"src": "data:image/png;base64," + "iVBORw0KGgo"[:8] * (ICON_CHARS // 8), "mimeType": "image/png"}
+
+
 def listing(cursor: Any) -> dict[str, Any]:
+    if "W11_ICONS" in os.environ:
+        return {"tools": [{**TOOLS[0], "icons": [ICON]}, TOOLS[1]]}
     if "W11_PAGED" not in os.environ:
         return {"tools": TOOLS}
     if cursor == "2":
