@@ -165,8 +165,6 @@ def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
                 error = {"code": -32000, "message": BUSY}
                 return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
             value = {"content": [{"type": "text", "text": f"value-of-{key}"}]}
-            if key == "ended":  # an event stream that ends with no answer in it
-                return self._send(200, b": nothing to say\n\n", **{"Content-Type": "text/event-stream"})
             if key == "accepted":  # a request taken for a notification
                 return self._send(202)
             if key in ("big_headers", "bad_chunks"):
@@ -230,25 +228,23 @@ async def test_a_session_id_the_host_cannot_send_back_is_named_and_never_adopted
     assert len(counted) == 2 and _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
-async def test_an_http_request_left_without_its_answer_fails_alone_and_keeps_the_session(
+async def test_an_http_request_answered_202_accepted_fails_alone_and_keeps_the_session(
     tmp_path: Path, pins: Path
 ) -> None:
-    """``ended`` is answered by an event stream that ends with no answer in it, ``accepted`` by
-    ``202 Accepted`` (as a notification is): the SDK resolves each as ``-32000`` ("SSE stream
-    ended without a response", "server answered a request with 202 Accepted"), which the host
-    read as the connection lost (the run stopped, the server unavailable), though the server
-    is there and its session too, as a JSON answer missing already fails its call alone (round
-    five). Now each call fails naming what the server did, and the next goes on the session."""
+    """``accepted`` is answered ``202 Accepted`` (as a notification is): the SDK resolves the
+    request as ``-32000`` ("server answered a request with 202 Accepted"), which the host read
+    as the connection lost (the run stopped, the server unavailable), though only a server that
+    is there answers, and a JSON answer missing already fails its call alone (round five). Now
+    the call fails naming what the server did, and the next goes on the session."""
     counted: list[str] = []
     with _web(counted) as web:
         config = write_config(tmp_path, [{**web, "restart": "never"}, _ok()], pins_from=pins)
         await approve(config, "web")
-        calls = [("web__lookup", {"key": k}) for k in ("a", "ended", "accepted", "b")]
+        calls = [("web__lookup", {"key": k}) for k in ("a", "accepted", "b")]
         run = await run_question(config, "Q", script(*calls, ("ok__lookup", {"key": "d"}), "done"))
-    first, ended, accepted, after = run.seen("web__lookup")
+    first, accepted, after = run.seen("web__lookup")
     assert "value-of-a" in first and "value-of-b" in after
-    assert "ended without a response" in ended and "upstream_error" in ended and "went away" not in ended
-    assert "202 Accepted" in accepted and "upstream_error" in accepted
+    assert "202 Accepted" in accepted and "upstream_error" in accepted and "went away" not in accepted
     assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
@@ -278,20 +274,20 @@ async def test_an_http_answer_httpx_cannot_read_fails_its_call_and_keeps_the_ses
 def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> None:
     """Unit level: what the SDK raises when the connection or a request's stream fails is still a
     transport failure; a server's own ``-32000`` error with other words is its answer, as is the
-    SDK's word for an answer the server left out (a stream ended without it, a ``202``)."""
+    SDK's word for a request the server answered ``202 Accepted``."""
     from mcp.shared.exceptions import MCPError
 
     for said in (
         "Connection closed",
         "SSE stream failed: peer closed connection",
+        "SSE stream ended without a response",  # also what a server dying mid-call leaves
         "SSE stream ended and reconnection attempts were exhausted",
     ):
         assert transport_failure(MCPError(code=-32000, message=said)), said
     for said in (
         BUSY,
         "Connection closed by the database",
-        "SSE stream ended without a response",  # the server's answer missing, its session there
-        "server answered a request with 202 Accepted",
+        "server answered a request with 202 Accepted",  # only a server that is there answers
     ):
         assert not transport_failure(MCPError(code=-32000, message=said)), said
     assert transport_failure(MCPError(code=-32001, message="Session not found"))

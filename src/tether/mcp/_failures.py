@@ -30,13 +30,14 @@ __all__ = [
 ]
 
 _CONNECTION_CLOSED = -32000
-# What the SDK itself says under -32000 when the connection (or a request's stream) failed; a server's
+# What the SDK itself says under -32000 when the connection (or a request's stream) ended; a server's
 # own error under -32000 (the band's first code, which servers use for their own failures) says
-# something else and is that server's answer, its connection still up, as is the SDK's word for
-# an answer the server left out ("SSE stream ended without a response", "server answered a request
-# with 202 Accepted"): the server is there and its session too (a JSON answer missing is the same).
+# something else and is that server's answer, its connection still up, as is the SDK's word for a
+# request answered ``202 Accepted`` (only a server that is there answers). An event stream ended
+# without the answer stays a lost connection: it is also what a server dying mid-call leaves.
 _SDK_CLOSED = re.compile(
-    r"Connection closed|SSE stream failed: .*|SSE stream ended and reconnection attempts were exhausted",
+    r"Connection closed|SSE stream failed: .*|SSE stream ended (without a response|and reconnection "
+    r"attempts were exhausted)",
     re.DOTALL,
 )
 # What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
