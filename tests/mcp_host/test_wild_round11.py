@@ -406,3 +406,30 @@ async def test_a_tool_with_an_icon_of_a_data_uri_is_offered_and_its_size_counts_
     prose = {**TOOLS[0], "description": "word " * MAX_DEFINITION_CHARS}
     assert offered_size({**TOOLS[0], "icons": [ICON]}) == offered_size(TOOLS[0]) < MAX_DEFINITION_CHARS
     assert offered_size(prose) > MAX_DEFINITION_CHARS
+
+
+def test_a_batch_is_read_message_by_message_up_to_its_bound_and_a_longer_one_fails_once() -> None:
+    """Unit level (``_stdio._messages``): a batch of answers is read as its messages; one of
+    200 000 empty objects (a line of 600 KB) is one failure, not 200 000 (each parsed and
+    refused on its own held the event loop for minutes), and its cost stays that of
+    reading the line once; a lone message is read as it always was."""
+    import time
+
+    from mcp_types import JSONRPCResponse
+
+    from tether.mcp._stdio import MAX_BATCH, _messages
+
+    def answer(n: int) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": n, "result": {"content": []}}
+
+    read = _messages(json.dumps([answer(n) for n in range(MAX_BATCH)]).encode())
+    assert [type(m.message) for m in read] == [JSONRPCResponse] * MAX_BATCH
+    assert [m.message.id for m in read] == list(range(MAX_BATCH))
+    started = time.process_time()
+    flood = _messages(b"[" + b",".join([b"{}"] * 200_000) + b"]")
+    assert len(flood) == 1 and isinstance(flood[0], ValueError)
+    assert time.process_time() - started < 10  # before: 200 000 refusals, past this
+    over = _messages(json.dumps([answer(n) for n in range(MAX_BATCH + 1)]).encode())
+    assert len(over) == 1  # refused whole, as any line that is not one message
+    lone = _messages(json.dumps(answer(7)).encode())
+    assert len(lone) == 1 and lone[0].message.id == 7

@@ -19,10 +19,11 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 
-__all__ = ["opened", "spawn", "stop", "too_large"]
+__all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
+MAX_BATCH = 256  # messages of one JSON-RPC batch read one by one (a longer one is refused whole)
 _BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
@@ -102,8 +103,12 @@ def _messages(line: bytes) -> list[Any]:
         batch = json.loads(line)
     except (ValueError, RecursionError):
         return [_parse(line)]
-    if not isinstance(batch, list) or not batch:
-        return [_parse(line)]
+    if (
+        not isinstance(batch, list)
+        or not 0 < len(batch) <= MAX_BATCH
+        or not all(isinstance(m, dict) for m in batch)
+    ):
+        return [_parse(line)]  # one failure for the line, never one per element (a million of them)
     return [_parse(json.dumps(each).encode("utf-8")) for each in batch]
 
 
