@@ -22,7 +22,7 @@ import pytest
 
 from tether.core.stop import StopReason
 from tether.errors import DependencyUnavailable
-from tether.mcp._failures import transport_failure
+from tether.mcp._failures import SESSION_GONE, session_gone, transport_failure
 from tether.mcphost._runner import run_question
 from tether.trace._tracer import read_trace
 from tether_testing.loopback import Quiet, serving
@@ -70,6 +70,11 @@ def _events(run: Any, kind: str) -> list[dict[str, Any]]:
     return [e for e in read_trace(run.result.trace_path) if e["kind"] == kind]
 
 
+def _starts(counted: list[str]) -> int:
+    """How many sessions the hand-written HTTP server started (``initialize`` ids, not calls)."""
+    return sum(1 for seen in counted if not str(seen).startswith("call "))
+
+
 def _lost(run: Any) -> list[dict[str, Any]]:
     return [
         e for e in _events(run, "mcp_connection") if e.get("action") in ("lost", "restarted", "quarantined")
@@ -96,9 +101,10 @@ async def test_a_servers_own_error_under_32000_fails_its_call_and_the_server_kee
 
 def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
     """A Streamable HTTP server by hand (JSON answers) serving ``lookup`` as the stdio one does,
-    ``busy`` answered with its own ``-32000`` error, ``renamed`` with a new session id that is
+    ``busy`` answered with its own ``-32000`` error, ``expired`` with its own error about its own
+    sign-in session (at HTTP 200), ``renamed`` with a new session id that is
     not ASCII; ``session`` is the session id ``initialize`` gives, ``counted`` gets each
-    ``initialize``."""
+    ``initialize``'s id and ``call <key>`` for each call."""
 
     class App(Quiet):
         protocol_version = "HTTP/1.1"
@@ -161,6 +167,10 @@ def _http_app(counted: list[str], session: str = "s1") -> type[Quiet]:
 
                 return self._send(200, {"jsonrpc": "2.0", "id": ident, "result": {"tools": TOOLS[:1]}})
             key = (params.get("arguments") or {}).get("key")
+            counted.append(f"call {key}")
+            if key == "expired":  # its own sign-in, not the MCP session: answered at 200
+                error = {"code": -32603, "message": "your login session expired: sign in again"}
+                return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
             if key == "busy":
                 error = {"code": -32000, "message": BUSY}
                 return self._send(200, {"jsonrpc": "2.0", "id": ident, "error": error})
@@ -200,7 +210,7 @@ async def test_an_http_servers_own_error_under_32000_keeps_its_session(tmp_path:
     first, busy, after = run.seen("web__lookup")
     assert "value-of-a" in first and "value-of-b" in after
     assert BUSY in busy and "upstream_error" in busy and "went away" not in busy
-    assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
+    assert _starts(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
@@ -225,7 +235,7 @@ async def test_a_session_id_the_host_cannot_send_back_is_named_and_never_adopted
     first, renamed, after = run.seen("web__lookup")
     assert "value-of-a" in first and "value-of-b" in after  # before: "Connection closed"
     assert "session id the host cannot send back" in renamed and "value-of" not in renamed
-    assert len(counted) == 2 and _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+    assert _starts(counted) == 2 and _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
 async def test_an_http_request_answered_202_accepted_fails_alone_and_keeps_the_session(
@@ -245,7 +255,7 @@ async def test_an_http_request_answered_202_accepted_fails_alone_and_keeps_the_s
     first, accepted, after = run.seen("web__lookup")
     assert "value-of-a" in first and "value-of-b" in after
     assert "202 Accepted" in accepted and "upstream_error" in accepted and "went away" not in accepted
-    assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
+    assert _starts(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
 
 
@@ -267,8 +277,38 @@ async def test_an_http_answer_httpx_cannot_read_fails_its_call_and_keeps_the_ses
     assert "value-of-a" in first and "value-of-b" in after
     for failed in (headers, chunks):
         assert "HTTP answer could not be read" in failed and "upstream_error" in failed, failed
-    assert len(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
+    assert _starts(counted) == 2 and "value-of-d" in run.seen("ok__lookup")[0]
     assert _lost(run) == [] and run.result.stop_reason is StopReason.ACCEPTED
+
+
+async def test_a_servers_own_words_about_a_session_of_its_own_never_renew_or_lose_the_connection(
+    tmp_path: Path, pins: Path
+) -> None:
+    """A server's own error about a session of its own making: over HTTP at 200 ("your login
+    session expired"), over stdio ("browser session not found"). Before, the words alone read
+    as the MCP session gone: over HTTP a new session was started and the call sent again (a
+    write done twice), over stdio the server was lost. Now only the HTTP 404 to a request
+    carrying the session id renews it (round two): each call fails with the server's words,
+    is sent once, and the connection stays."""
+    counted: list[str] = []
+    with _web(counted) as web:
+        config = write_config(
+            tmp_path, [{**web, "restart": "never"}, {**w11(), "restart": "never"}], pins_from=pins
+        )
+        await approve(config, "web")
+        calls = [("web__lookup", {"key": "expired"}), ("web__lookup", {"key": "b"})]
+        calls += [("x__lookup", {"key": "app_session"}), ("x__lookup", {"key": "c"})]
+        run = await run_question(config, "Q", script(*calls, "done"))
+    expired, after = run.seen("web__lookup")
+    assert "login session expired" in expired and "upstream_error" in expired and "value-of-b" in after
+    assert counted.count("call expired") == 1 and _starts(counted) == 2  # before: sent twice, 3 sessions
+    app, then = run.seen("x__lookup")
+    assert "browser session not found" in app and "went away" not in app
+    assert "value-of-c (call 2)" in then  # the same process (before: lost)
+    assert _lost(run) == [] and not [
+        e for e in _events(run, "mcp_connection") if e.get("action") == "new_session"
+    ]
+    assert run.result.stop_reason is StopReason.ACCEPTED
 
 
 def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> None:
@@ -290,7 +330,11 @@ def test_only_the_sdks_own_closing_words_under_32000_are_a_lost_connection() -> 
         "server answered a request with 202 Accepted",  # only a server that is there answers
     ):
         assert not transport_failure(MCPError(code=-32000, message=said)), said
-    assert transport_failure(MCPError(code=-32001, message="Session not found"))
+    gone = MCPError(code=SESSION_GONE, message="Session not found: the server answered HTTP 404")
+    assert transport_failure(gone) and session_gone(gone)  # (``_httpcap``: the status said so)
+    for own in ("Session not found", "your login session expired", "browser session not found"):
+        assert not session_gone(MCPError(code=-32001, message=own)), own  # a server's own words
+        assert not transport_failure(MCPError(code=-32603, message=own)), own
 
 
 async def test_answers_in_a_batch_are_read_and_an_invalid_answer_naming_a_method_fails_at_once(

@@ -5,11 +5,12 @@ again); some keys make it answer otherwise:
 
 ``busy`` a JSON-RPC error of the server's own under ``-32000`` (the first code of the band
 JSON-RPC leaves to servers, which many use for their failures: here a rate limit);
-``batch`` the answer inside a JSON-RPC batch (an array, as 2025-03-26 allowed), after a log
-notification; ``batch_only`` the answer alone in a batch; ``method_in_result`` an answer that is
-not valid JSON-RPC (``"jsonrpc": "1.0"``) whose structured content has a ``"method"`` key;
-``bad_notes`` ``NOTES`` (3 000) log notifications the SDK refuses (a level MCP does not have)
-before its answer.
+``app_session`` an error of its own about a session of its own making ("browser session not
+found"), as browser and notebook servers give; ``batch`` the answer inside a JSON-RPC batch (an
+array, as 2025-03-26 allowed), after a log notification; ``batch_only`` the answer alone in a
+batch; ``method_in_result`` an answer that is not valid JSON-RPC (``"jsonrpc": "1.0"``) whose
+structured content has a ``"method"`` key; ``bad_notes`` ``NOTES`` (3 000) log notifications the
+SDK refuses (a level MCP does not have) before its answer.
 
 With ``W11_ICONS`` set, ``lookup`` has an icon given as a ``data:`` URI of ``ICON_CHARS``
 (96 000) characters, as the spec allows. With ``W11_BOM`` set, its first line starts with a
@@ -86,6 +87,9 @@ def lookup(ident: Any, key: str) -> None:
     answer = result(ident, {"content": [{"type": "text", "text": f"value-of-{key} (call {state['calls']})"}]})
     if key == "busy":
         error = {"code": -32000, "message": "rate limited: try again in a minute"}
+        send({"jsonrpc": "2.0", "id": ident, "error": error})
+    elif key == "app_session":
+        error = {"code": -32603, "message": "browser session not found: open a page first"}
         send({"jsonrpc": "2.0", "id": ident, "error": error})
     elif key == "batch":
         note = {"level": "info", "logger": "wild11", "data": "answering in a batch"}

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTH_REFUSED",
+    "SESSION_GONE",
     "Unavailable",
     "classify",
     "closed_underneath",
@@ -43,7 +44,10 @@ _SDK_CLOSED = re.compile(
 # What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
 # MCP code (a server sending it itself only names its own refusal).
 AUTH_REFUSED = -31401
-_SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
+# What an HTTP 404 to a request carrying the session id becomes (``_httpcap``): the server no longer
+# knows the session. Only the status says so: a server's own words about a session of its own
+# making ("login session expired", "browser session not found") are its answer to the call.
+SESSION_GONE = -31404
 
 
 class Unavailable(DependencyUnavailable):
@@ -86,7 +90,7 @@ def transport_failure(err: BaseException) -> bool:
 def session_gone(err: BaseException | None) -> bool:
     """Whether an HTTP server no longer knows the session (its 404 to the session id)."""
     inner = leaf(err)
-    return type(inner).__name__ == "MCPError" and bool(_SESSION_GONE.search(str(inner)))
+    return type(inner).__name__ == "MCPError" and getattr(inner, "code", None) == SESSION_GONE
 
 
 def classify(server: str, err: BaseException) -> ToolError:

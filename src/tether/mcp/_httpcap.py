@@ -20,6 +20,9 @@ connection):
 * an answer httpx cannot read (headers past h11's limit, broken chunked framing) fails the
   request it answers, named, as an answer too large does: it ended the SDK's writer, the
   session lost as "Connection closed" (a server that closed the connection is still lost);
+* a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
+  alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
+  host start a new session and send the call again);
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -46,7 +49,7 @@ import httpx2
 
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
-from tether.mcp._failures import AUTH_REFUSED
+from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -65,6 +68,7 @@ MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is wh
 MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
 # httpcore's and h11's words for a server that closed the connection (its answer never came whole).
 _GONE = re.compile(r"disconnected without sending|peer closed connection")
+_SESSION_404 = "Session not found: the server answered HTTP 404 to the session id"
 _SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
@@ -204,6 +208,9 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             return _replaced(
                 response, _error(asked, -32603, bad) if asked is not None else _Failing(_BadBody(bad))
             )
+        if asked is not None and response.status_code == 404 and "mcp-session-id" in request.headers:
+            await response.aclose()  # the session is gone: said as only the host says it
+            return _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
