@@ -477,3 +477,28 @@ def test_a_batch_is_read_message_by_message_up_to_its_bound_and_a_longer_one_fai
     assert len(over) == 1  # refused whole, as any line that is not one message
     lone = _messages(json.dumps(answer(7)).encode())
     assert len(lone) == 1 and lone[0].message.id == 7
+
+
+async def test_a_tool_name_as_long_as_the_spec_allows_is_approved_and_offered_under_one_that_fits(
+    tmp_path: Path,
+) -> None:
+    """``lookup`` listed under a name of 100 characters (as tools made from an OpenAPI
+    description are named; the spec allows up to 128 of ``[A-Za-z0-9_.-]``): before, review
+    flagged it ("longer than 64") and it could not be approved. Now it is approved, offered
+    under a name every provider takes (round two's mechanism) and called by its own; a name
+    past 128, or with other characters, is still flagged."""
+    from tether.mcp._config import offered_name
+    from tether.mcp._pinning import bad_tool_name
+
+    from .wild11_server import LONG
+
+    assert len(LONG) == 100
+    config = write_config(tmp_path, [{**w11(), "env": {"W11_LONG": "1"}, "effects": {LONG: "read"}}])
+    pinned, skipped = await approve(config, "x")
+    assert pinned == [LONG] and skipped == {}  # before: skipped, "longer than 64"
+    offered = offered_name("x", LONG)
+    run = await run_question(config, "Q", script((offered, {"key": "a"}), "done"))
+    assert len(offered) <= 64 and "value-of-a (call 1)" in run.seen(offered)[0]
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    assert bad_tool_name("a" * 128) is None and bad_tool_name("a" * 129) is not None
+    assert bad_tool_name("read file") is not None and bad_tool_name("x__y") is not None

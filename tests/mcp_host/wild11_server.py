@@ -12,12 +12,13 @@ batch; ``method_in_result`` an answer that is not valid JSON-RPC (``"jsonrpc": "
 structured content has a ``"method"`` key; ``bad_notes`` ``NOTES`` (3 000) log notifications the
 SDK refuses (a level MCP does not have) before its answer.
 
-With ``W11_ICONS`` set, ``lookup`` has an icon given as a ``data:`` URI of ``ICON_CHARS``
-(96 000) characters, as the spec allows. With ``W11_BOM`` set, its first line starts with a
-UTF-8 byte order mark. With ``W11_PAGED`` set, the listing comes in two pages (``lookup``, then
-``stats``), the last naming an empty next cursor (``"nextCursor": ""``, which clients written
-in JavaScript read as the end: ``while (cursor)``), and a page asked with a cursor it never gave
-is the first again.
+With ``W11_LONG`` set, ``lookup`` is listed as ``LONG`` (a name of 100 characters, as tools made
+from an OpenAPI description are named; the spec allows 128). With ``W11_ICONS`` set, ``lookup``
+has an icon given as a ``data:`` URI of ``ICON_CHARS`` (96 000) characters, as the spec allows.
+With ``W11_BOM`` set, its first line starts with a UTF-8 byte order mark. With ``W11_PAGED`` set,
+the listing comes in two pages (``lookup``, then ``stats``), the last naming an empty next cursor
+(``"nextCursor": ""``, which clients written in JavaScript read as the end: ``while (cursor)``),
+and a page asked with a cursor it never gave is the first again.
 
 ``stats`` has an output schema (``{"count": integer}``) and answers its structured content with
 no content block at all (``"content": []``, as the spec allows), or also as text for the key
@@ -66,7 +67,12 @@ ICON_CHARS = 96_000
 ICON = {"src": "data:image/png;base64," + "iVBORw0KGgo"[:8] * (ICON_CHARS // 8), "mimeType": "image/png"}
 
 
+LONG = "get_api_v1_projects_by_project_id_environments_by_environment_id_variables_by_variable_name_lookup12"
+
+
 def listing(cursor: Any) -> dict[str, Any]:
+    if "W11_LONG" in os.environ:
+        return {"tools": [{**TOOLS[0], "name": LONG}]}
     if "W11_ICONS" in os.environ:
         return {"tools": [{**TOOLS[0], "icons": [ICON]}, TOOLS[1]]}
     if "W11_PAGED" not in os.environ:
@@ -129,7 +135,7 @@ def main() -> None:
             send(result(ident, listing(params.get("cursor"))))
         elif method == "tools/call":
             name, key = params.get("name"), str((params.get("arguments") or {}).get("key"))
-            (stats if name == "stats" else lookup)(ident, key)
+            (stats if name == "stats" else lookup)(ident, key)  # (``LONG`` is ``lookup``)
         elif method == "logging/setLevel":
             send(result(ident, {}))
         else:
