@@ -22,12 +22,17 @@ SERVER: ContextVar[str | None] = ContextVar("tether_mcp_server", default=None)
 # The SDK's client session logs as "client"; httpx (its HTTP client) as "httpx2".
 _SDK_LOGGERS = {"mcp": "mcp sdk", "client": "mcp sdk", "httpx2": "httpx"}
 _factory_installed = False
+SDK_LOG_RATE = (5.0, 20)  # a server's SDK warnings shown a second, and at once (``_paced``)
+_SDK_PACE: dict[str, Any] = {}
+_SDK_HELD: dict[str, int] = {}
 
 
 def _attribute_sdk_logs() -> None:
     """Prefix the SDK's and httpx's log records with their server, escaped, each URL in them
     bare and a session id hidden (``bare_urls``: httpx logs each request's URL at INFO, a token
-    in its query was printed wherever INFO was shown) (installed once, chained)."""
+    in its query was printed wherever INFO was shown), an exception named on the same line (not
+    its traceback: the SDK logged one for each message of a server's it refused) and paced
+    (``_paced``) (installed once, chained)."""
     global _factory_installed
     if _factory_installed:
         return
@@ -42,10 +47,30 @@ def _attribute_sdk_logs() -> None:
             from tether.mcp._shown import bare_urls
 
             text = escape_for_review(bare_urls(record.getMessage()), limit=2000)
+            if record.exc_info and record.exc_info[1] is not None:  # what the server sent, named
+                text += f" ({escape_for_review(describe_error(record.exc_info[1]), limit=400)})"
+            record.exc_info, record.exc_text, record.stack_info = None, None, None
             record.msg, record.args = f"[{server}] {said}: {text}", None
+            _paced(record, server)
         return record
 
     logging.setLogRecordFactory(factory)
+
+
+def _paced(record: logging.LogRecord, server: str) -> None:
+    """A server's SDK warnings and errors shown at a bounded rate (each server can make the SDK
+    log one per message it sends): past it a record is lowered to DEBUG, which no handler of
+    the person's shows, and counted; the next one shown says how many were held back."""
+    if record.levelno < logging.WARNING:
+        return
+    from tether.core.ratelimit import TokenBucket
+
+    bucket = _SDK_PACE.setdefault(server, TokenBucket(*SDK_LOG_RATE))
+    if not bucket.take():
+        _SDK_HELD[server] = _SDK_HELD.get(server, 0) + 1
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+    elif held := _SDK_HELD.pop(server, 0):
+        record.msg = f"{record.msg} (and {held} more such lines of this server's held back)"
 
 
 _TASKS: set[Any] = set()  # strong references: asyncio keeps only weak ones to running tasks

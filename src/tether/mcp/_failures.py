@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AUTH_REFUSED",
+    "SESSION_GONE",
     "Unavailable",
     "classify",
     "closed_underneath",
@@ -30,10 +31,23 @@ __all__ = [
 ]
 
 _CONNECTION_CLOSED = -32000
+# What the SDK itself says under -32000 when the connection (or a request's stream) ended; a server's
+# own error under -32000 (the band's first code, which servers use for their own failures) says
+# something else and is that server's answer, its connection still up, as is the SDK's word for a
+# request answered ``202 Accepted`` (only a server that is there answers). An event stream ended
+# without the answer stays a lost connection: it is also what a server dying mid-call leaves.
+_SDK_CLOSED = re.compile(
+    r"Connection closed|SSE stream failed: .*|SSE stream ended (without a response|and reconnection "
+    r"attempts were exhausted)",
+    re.DOTALL,
+)
 # What an HTTP 401 or 403 to a request becomes (``_httpcap``), outside the reserved band: no SDK or
 # MCP code (a server sending it itself only names its own refusal).
 AUTH_REFUSED = -31401
-_SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
+# What an HTTP 404 to a request carrying the session id becomes (``_httpcap``): the server no longer
+# knows the session. Only the status says so: a server's own words about a session of its own
+# making ("login session expired", "browser session not found") are its answer to the call.
+SESSION_GONE = -31404
 
 
 class Unavailable(DependencyUnavailable):
@@ -65,7 +79,8 @@ def transport_failure(err: BaseException) -> bool:
     if isinstance(err, ConnectionLost) or isinstance(inner, ConnectionLost):
         return True
     if type(inner).__name__ == "MCPError":
-        return getattr(inner, "code", None) == _CONNECTION_CLOSED or session_gone(inner)
+        closed = getattr(inner, "code", None) == _CONNECTION_CLOSED and _SDK_CLOSED.fullmatch(str(inner))
+        return bool(closed) or session_gone(inner)
     if isinstance(inner, (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)):
         return True
     module = type(inner).__module__ or ""
@@ -75,7 +90,7 @@ def transport_failure(err: BaseException) -> bool:
 def session_gone(err: BaseException | None) -> bool:
     """Whether an HTTP server no longer knows the session (its 404 to the session id)."""
     inner = leaf(err)
-    return type(inner).__name__ == "MCPError" and bool(_SESSION_GONE.search(str(inner)))
+    return type(inner).__name__ == "MCPError" and getattr(inner, "code", None) == SESSION_GONE
 
 
 def classify(server: str, err: BaseException) -> ToolError:

@@ -14,6 +14,15 @@ connection):
   its timeout (and could resolve another one), so it becomes an error for the request it came to;
 * a ``tools/list`` answer (a JSON body or an event) with a tool nested deeper than the SDK's
   parser goes has that tool cut (``_deep``), as on stdio;
+* a session id (``Mcp-Session-Id``) that is not ASCII (MCP allows visible ASCII only) fails the
+  request it came with, named: httpx cannot send it back, and the SDK's writer failed on the
+  next request, the connection closing as "Connection closed" with no reason given;
+* an answer httpx cannot read (headers past h11's limit, broken chunked framing) fails the
+  request it answers, named, as an answer too large does: it ended the SDK's writer, the
+  session lost as "Connection closed" (a server that closed the connection is still lost);
+* a 404 to a request carrying the session id is the session gone (``SESSION_GONE``): the status
+  alone says so, never a server's words (its own sign-in "session expired" answered at 200 had the
+  host start a new session and send the call again);
 * a 401 or 403 to a request is named as the authorization it is (the SDK says only "Server
   returned an error response"): the host runs no OAuth, its token goes in the server's headers;
 * event streams are reopened (GET) at most every ``MIN_REOPEN_S``: a server ending each at once
@@ -40,7 +49,7 @@ import httpx2
 
 from tether.mcp._clean import escape_for_review
 from tether.mcp._deep import cut_deep_tools, cut_events
-from tether.mcp._failures import AUTH_REFUSED
+from tether.mcp._failures import AUTH_REFUSED, SESSION_GONE
 from tether.mcp._stdio import too_large
 
 __all__ = [
@@ -57,6 +66,10 @@ MIN_REOPEN_S = 0.5
 ACK_WAIT_S = 5.0
 MAX_COOKIES = 32  # a connection's cookies (a sticky-session cookie or two is what servers set)
 MAX_COOKIE_CHARS = 8192  # their names and values in all: the Cookie header every request carries
+# httpcore's and h11's words for a server that closed the connection (its answer never came whole).
+_GONE = re.compile(r"disconnected without sending|peer closed connection")
+_SESSION_404 = "Session not found: the server answered HTTP 404 to the session id"
+_SENDABLE = re.compile(r"[\t\x20-\x7e]*")  # what a header sent back can hold (MCP asks for 0x21-0x7e)
 ACCEPTED_ENCODINGS = "gzip, deflate"  # what the host asks for (decoded with the standard library)
 _PIECE = 65_536  # decoded bytes produced at a time from a compressed body
 logger = logging.getLogger("tether.mcp")
@@ -178,12 +191,26 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         elif request.method == "POST" and asked is None:
             return await self._delivered(request)
         request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
-        response, undecodable = _decoded(await self._inner.handle_async_request(request))
+        try:
+            response, undecodable = _decoded(await self._inner.handle_async_request(request))
+        except httpx2.RemoteProtocolError as err:
+            if asked is None or _GONE.search(str(err)):
+                raise  # the server gone, not its answer: the connection is lost
+            return httpx2.Response(200, json=_error(asked, -32603, _malformed(err)), request=request)
         if undecodable is not None:
             await response.aclose()
             if asked is not None:
                 return _replaced(response, _error(asked, -32603, undecodable))
             return _replaced(response, _Failing(_BadBody(undecodable)))
+        if (bad := _bad_session_id(response)) is not None:
+            await response.aclose()
+            del response.headers["mcp-session-id"]  # never adopted by the SDK
+            return _replaced(
+                response, _error(asked, -32603, bad) if asked is not None else _Failing(_BadBody(bad))
+            )
+        if asked is not None and response.status_code == 404 and "mcp-session-id" in request.headers:
+            await response.aclose()  # the session is gone: said as only the host says it
+            return _replaced(response, _error(asked, SESSION_GONE, _SESSION_404))
         if asked is not None and response.status_code in (401, 403):
             await response.aclose()
             return _replaced(response, _error(asked, AUTH_REFUSED, _refusal(response)))
@@ -202,6 +229,10 @@ class CappedTransport(httpx2.AsyncBaseTransport):
             body = b"".join([chunk async for chunk in stream])
         except (_TooLarge, _BadBody) as err:
             return _replaced(response, _Failing(err))
+        except httpx2.RemoteProtocolError as err:
+            if _GONE.search(str(err)):
+                raise
+            return _replaced(response, _error(asked, -32603, _malformed(err)))
         finally:
             await stream.aclose()
         if (wrong := _not_its_answer(body, asked)) is not None:
@@ -249,6 +280,24 @@ def _replaced(response: httpx2.Response, body: httpx2.AsyncByteStream | dict[str
         headers.pop("content-length", None)
         body = httpx2.ByteStream(json.dumps(body).encode())
     return httpx2.Response(response.status_code, headers=headers, stream=body, extensions=response.extensions)
+
+
+def _malformed(err: Exception) -> str:
+    """Why an answer httpx could not read (its headers past h11's limit, its framing broken)
+    failed the request it answers: the server's answer, not its connection, was at fault."""
+    return f"the server's HTTP answer could not be read ({escape_for_review(str(err), limit=200)})"
+
+
+def _bad_session_id(response: httpx2.Response) -> str | None:
+    """Why the session id a server gives cannot be sent back (``None``: none given, or it can)."""
+    given = response.headers.get("mcp-session-id")
+    if given is None or _SENDABLE.fullmatch(given):
+        return None
+    shown = escape_for_review(given, limit=80)
+    return (
+        f"the server gave a session id the host cannot send back ({shown}): MCP allows only "
+        "visible ASCII characters in it"
+    )
 
 
 def _method(request: httpx2.Request) -> Any:

@@ -6,7 +6,9 @@ listing never unlists a tool; a tool outside the config's ``tools`` is blocked b
 tool whose definition is larger than a model is offered (``MAX_DEFINITION_CHARS``) is left out as
 invalid, as a tool the SDK refuses is: offered, one megabyte of harmless prose went into every
 request of the run, past every model's context window. For the same reason a server whose
-offered tools come to more than ``MAX_OFFERED_CHARS`` is offered none (``too_much``).
+offered tools come to more than ``MAX_OFFERED_CHARS`` is offered none (``too_much``). Only what
+a model is offered counts (``offered_size``): a tool's icon, a ``data:`` URI of some kilobytes
+(as the spec allows), had the tool left out.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ from tether.mcp._pinning import Pins, ToolCheck, canonical_definition, canonical
 from tether.tools._contract import ToolSpec
 from tether.trace._events import EventKind
 
-__all__ = ["MAX_DEFINITION_CHARS", "MAX_OFFERED_CHARS", "PinnedListing", "usable_listing"]
+__all__ = ["MAX_DEFINITION_CHARS", "MAX_OFFERED_CHARS", "PinnedListing", "offered_size", "usable_listing"]
 
 MAX_DEFINITION_CHARS = 65_536  # one tool's definition (as pinned, in JSON): about 16k tokens
 MAX_OFFERED_CHARS = 524_288  # all of one server's offered definitions: about 128k tokens
+# What of a definition a model is offered (``McpServerSource.specs``): its icons (``data:`` URIs of
+# images, as the spec allows), annotations and ``_meta`` are pinned and reviewed, never offered.
+_OFFERED = ("name", "description", "inputSchema")
+
+
+def offered_size(definition: Mapping[str, Any]) -> int:
+    """The size, in JSON, of what a model is offered of a tool's definition."""
+    return len(canonical_json({k: definition[k] for k in _OFFERED if k in definition}))
 
 
 class PinnedListing:
@@ -53,7 +63,7 @@ class PinnedListing:
         definitions = []
         for tool in tools:
             definition = canonical_definition(tool)
-            if (size := len(canonical_json(definition))) > MAX_DEFINITION_CHARS:
+            if (size := offered_size(definition)) > MAX_DEFINITION_CHARS:
                 name = escape_for_review(definition["name"], limit=200)
                 self.invalid[name] = (
                     f"its definition is {size} characters, more than the host offers a model "
@@ -90,7 +100,7 @@ class PinnedListing:
     def too_much(self, offered: Sequence[str]) -> str | None:
         """Why the approved definitions of ``offered`` are more than a model is offered from one
         server (``None``: they are not)."""
-        size = sum(len(canonical_json(self.pinned[name])) for name in offered if name in self.pinned)
+        size = sum(offered_size(self.pinned[name]) for name in offered if name in self.pinned)
         if size <= MAX_OFFERED_CHARS:
             return None
         return (

@@ -33,7 +33,9 @@ __all__ = [
     "digest",
 ]
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# What the spec allows a tool name (2025-11-25: 1 to 128 of these); the model is offered a name every
+# provider takes (``offered_name``: 64 at most), the server called by its own.
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # A change in any of these, ``execution``, ``icons`` and ``_meta`` included, is a change to review.
 _FIELDS = (
     "name",
@@ -55,7 +57,7 @@ def bad_tool_name(name: str) -> str | None:
     if "__" in name:
         return "the name contains '__' and could impersonate another server's namespaced tool"
     if not _TOOL_NAME.match(name):
-        return "the name has characters outside [A-Za-z0-9_.-] or is longer than 64"
+        return "the name has characters outside [A-Za-z0-9_.-] or is longer than 128"
     return None
 
 

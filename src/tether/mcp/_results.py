@@ -129,6 +129,8 @@ def convert_result(
         data, data_cleaned = clean_result_data(data)
         for key, value in data_cleaned.items():
             cleaned.setdefault(key, value)
+        if not parts:  # structured content alone (no text block, as the spec allows): the model reads it
+            text = json.dumps(data, ensure_ascii=False)
     meta: dict[str, Any] = {"server": server}
     if links:
         meta["resource_links"] = links

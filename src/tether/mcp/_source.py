@@ -434,7 +434,8 @@ class McpServerSource:
                 )
                 why = f"its tool listing went past {what}"
                 raise UpstreamError(f"server {self.name} failed: {why}")
-            if (cursor := page.next_cursor) is None:
+            # An empty cursor ends it too, as clients written in JavaScript read it (``while (cursor)``).
+            if not (cursor := page.next_cursor):
                 break
             if cursor in cursors or len(cursors) >= 100:  # never taken for a whole listing
                 why = "named a page it had already given" if cursor in cursors else "went past 100 pages"

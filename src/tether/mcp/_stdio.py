@@ -1,7 +1,8 @@
 """The stdio transport: a server process spawned before the MCP SDK is even imported.
 
 Newline-delimited JSON-RPC as the SDK's own, except: an over-long line is discarded as it streams
-and answered as an error (as is non-JSON-RPC), the server's exit ends the connection, and
+and answered as an error (as is non-JSON-RPC), a line may start with a UTF-8 byte order mark or
+hold a JSON-RPC batch (each of its messages read), the server's exit ends the connection, and
 shutdown closes stdin, then terminates and kills the process group.
 """
 
@@ -18,10 +19,12 @@ from typing import IO, Any
 import anyio
 import anyio.abc
 
-__all__ = ["opened", "spawn", "stop", "too_large"]
+__all__ = ["MAX_BATCH", "opened", "spawn", "stop", "too_large"]
 
 STOP_GRACE_S = 2.0
 EXIT_DRAIN_S = 0.5  # how long the output of an exited server is still read
+MAX_BATCH = 256  # messages of one JSON-RPC batch read one by one (a longer one is refused whole)
+_BOM = b"\xef\xbb\xbf"  # a UTF-8 byte order mark, which some runtimes write before their first line
 _ID = re.compile(rb'"id"\s*:\s*(-?\d+|"(?:[^"\\]|\\.){0,200}")')
 
 
@@ -88,7 +91,25 @@ def _parse(line: bytes) -> Any:
                 return SessionMessage(types.jsonrpc_message_adapter.validate_json(cut, by_name=False))
         errors = err.errors() if isinstance(err, ValidationError) else []
         why = str(errors[0]["msg"] if errors else err)[:200] or type(err).__name__
-        return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err)
+        return _refused(line[:4096], f"the server's answer is not valid JSON-RPC ({why})", err, line)
+
+
+def _messages(line: bytes) -> list[Any]:
+    """What one line holds: a message, or each message of a JSON-RPC batch (an array, which
+    2025-03-26 servers may send), each parsed (and refused) on its own."""
+    if not line.startswith(b"["):
+        return [_parse(line)]
+    try:
+        batch = json.loads(line)
+    except (ValueError, RecursionError):
+        return [_parse(line)]
+    if (
+        not isinstance(batch, list)
+        or not 0 < len(batch) <= MAX_BATCH
+        or not all(isinstance(m, dict) for m in batch)
+    ):
+        return [_parse(line)]  # one failure for the line, never one per element (a million of them)
+    return [_parse(json.dumps(each).encode("utf-8")) for each in batch]
 
 
 def too_large(limit: int) -> str:
@@ -101,15 +122,26 @@ def _too_long(head: bytes, size: int, limit: int) -> Any:
     return _refused(head, too_large(limit), ValueError(f"a message of more than {size} bytes was discarded"))
 
 
-def _refused(head: bytes, why: str, otherwise: ValueError) -> Any:
+def _refused(head: bytes, why: str, otherwise: ValueError, line: bytes = b"") -> Any:
+    """An error for the request an invalid answer answers, if its id shows (``otherwise``: not an
+    answer, or no id). A whole line is read as JSON where it parses: a ``"method"`` anywhere in
+    an answer's result does not make it a request."""
     import mcp_types as types
     from mcp.shared.message import SessionMessage
 
-    found = _ID.search(head)
-    if found is None or b'"method"' in head:
+    request_id: Any = None
+    try:
+        message = json.loads(line) if line else None
+    except (ValueError, RecursionError):
+        message = None
+    if isinstance(message, dict):
+        if "method" not in message and isinstance(message.get("id"), (int, str)):
+            request_id = message["id"]
+    elif (found := _ID.search(head)) is not None and b'"method"' not in head:
+        request_id = json.loads(found.group(1))
+    if request_id is None or isinstance(request_id, bool):
         return otherwise
     error = types.ErrorData(code=-32603, message=why)
-    request_id = json.loads(found.group(1))
     return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
 
 
@@ -144,10 +176,12 @@ async def _transport(process: anyio.abc.Process, max_line_bytes: int) -> AsyncIt
                         if discarding:
                             item, discarding = _too_long(head, discarding, max_line_bytes), 0
                         else:
-                            line, buffer = buffer.strip(), b""
+                            line, buffer = buffer.strip().removeprefix(_BOM).strip(), b""
                             if not line:
                                 continue
-                            item = _parse(line)
+                            for item in _messages(line):
+                                await read_writer.send(item)
+                            continue
                         await read_writer.send(item)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError):
             pass
