@@ -66,6 +66,7 @@ from tether.policy._provenance_text import (
     echoed,
     name_forms,
     occurrences,
+    pieced,
     reprints,
     reprints_whole,
     request_names,
@@ -238,7 +239,12 @@ class ProvenanceIndex(Steering):
         for a in at:
             k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
             if k == len(regions) or regions[k][0] >= a + len(text):
-                return None  # the source's own text holds it here
+                # The source's own text holds it here, unless it is all pieces the run wrote.
+                pieces = pieced(seg.text, a, a + len(text), self._stored(seg))
+                if pieces is None:
+                    return None
+                parts |= pieces
+                continue
             while k < len(regions) and regions[k][0] < a + len(text):
                 parts |= regions[k][2]
                 k += 1
@@ -249,12 +255,8 @@ class ProvenanceIndex(Steering):
         runs covered end to end by written values, ``MIN_CONTAINED`` characters or longer (a
         short write found by chance inside other text is no stretch), each with its writes."""
         if id(seg) not in self._stretches:
-            p = self._pos.get(id(seg), 0)
             found = [
-                (a, a + len(w.text), w)
-                for w in self.writes
-                if w.position <= p and not w.echo
-                for a in occurrences(seg.text, w.text)
+                (a, a + len(w.text), w) for w in self._stored(seg) for a in occurrences(seg.text, w.text)
             ]
             spans = sorted(found, key=lambda span: span[:2])
             merged: list[tuple[int, int, set[Written]]] = []
@@ -266,6 +268,11 @@ class ProvenanceIndex(Steering):
                     merged.append((a, b, {w}))
             self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
         return self._stretches[id(seg)]
+
+    def _stored(self, seg: Segment) -> list[Written]:
+        """The writes made before ``seg`` was observed that any read may return (no echo)."""
+        p = self._pos.get(id(seg), 0)
+        return [w for w in self.writes if w.position <= p and not w.echo]
 
     def echoes(self, seg: Segment, value: str) -> bool:
         """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed

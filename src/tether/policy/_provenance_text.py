@@ -27,6 +27,7 @@ __all__ = [
     "holds_secret",
     "name_forms",
     "occurrences",
+    "pieced",
     "reprinted",
     "reprints",
     "reprints_whole",
@@ -336,3 +337,26 @@ def occurrences(text: str, needle: str) -> list[int]:
         out.append(i)
         i = text.find(needle, i + 1)
     return out
+
+
+def pieced(text: str, start: int, end: int, writes: list[Written]) -> set[Written] | None:
+    """The writes, each standing whole in ``text[start:end]`` (no letter or digit beside it), that
+    make up most of its letters and digits (more than half, and ``MIN_CONTAINED`` or more): a
+    value a store composed of pieces the run wrote, each too short to be a stretch of its own,
+    with what it puts between or around them (``US13 3000 0001 …`` of ``US13``, ``3000``…;
+    ``+1 (415) 555-0199`` of ``415``, ``555`` and ``0199``). None where they do not: the
+    source's own text, which a short write may repeat by chance."""
+    need = {i for i in range(start, end) if text[i].isalnum()}
+    covered: set[int] = set()
+    used: set[Written] = set()
+    for w in writes:
+        if not any(c.isalnum() for c in w.text):
+            continue
+        i = text.find(w.text, start, end)
+        while i >= 0:
+            j = i + len(w.text)
+            if not (i > 0 and text[i - 1].isalnum()) and not (j < len(text) and text[j].isalnum()):
+                covered.update(k for k in range(i, j) if k in need)
+                used.add(w)
+            i = text.find(w.text, i + 1, end)
+    return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(need) else None
