@@ -327,14 +327,8 @@ class ProvenanceRules:
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
     def _links(self, case: _Element) -> None:
-        index, rule, arg, text, out, shown = (
-            case.index,
-            case.rule,
-            case.rule.argument,
-            case.text,
-            case.out,
-            case.shown,
-        )
+        index, rule, text, out, shown = case.index, case.rule, case.text, case.out, case.shown
+        arg = rule.argument
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does.
         for handle in find_handles(text):
@@ -439,6 +433,8 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
         return [value]
     if rule.role == "option":
         return rule.choices(value, schema)
+    if rule.composed(value):  # numbers the tool may multiply (a quantity, a price): none to bound
+        return []
     if rule.keys:
         found: list[Any] = []
 
