@@ -64,6 +64,7 @@ from tether.policy._provenance_text import (
     as_written,
     contains_whole,
     echoed,
+    made_of,
     name_forms,
     occurrences,
     pieced,
@@ -221,6 +222,11 @@ class ProvenanceIndex(Steering):
             for w, said in inside:
                 out.extend(o for o in self._prefix(w.position).trace(said) if o not in out)
             return out
+        asked = made_of(value, [w for w in self.writes if w.echo and w.echo == seg.label.call_id])
+        if asked:  # a lookup's answer made of what it was asked: what those arguments all were
+            found = [self._prefix(w.position).trace(w.text) for w in asked]
+            common = set.intersection(*({o.trust for o in f} for f in found))
+            return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
         parts = self._covering(seg, text)
         if parts is None:
             return None
@@ -239,10 +245,9 @@ class ProvenanceIndex(Steering):
         for a in at:
             k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
             if k == len(regions) or regions[k][0] >= a + len(text):
-                # The source's own text holds it here, unless it is all pieces the run wrote.
-                pieces = pieced(seg.text, a, a + len(text), self._stored(seg))
+                pieces = pieced(seg.text, a, a + len(text), self._stored(seg))  # the run's, in pieces
                 if pieces is None:
-                    return None
+                    return None  # the source's own text holds it here
                 parts |= pieces
                 continue
             while k < len(regions) and regions[k][0] < a + len(text):

@@ -25,6 +25,7 @@ __all__ = [
     "contains_whole",
     "echoed",
     "holds_secret",
+    "made_of",
     "name_forms",
     "occurrences",
     "pieced",
@@ -360,3 +361,22 @@ def pieced(text: str, start: int, end: int, writes: list[Written]) -> set[Writte
                 used.add(w)
             i = text.find(w.text, i + 1, end)
     return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(need) else None
+
+
+def made_of(value: str, asked: list[Written]) -> list[Written]:
+    """The arguments of a read (its echoes, ``Written.echo``) that make up most of ``value``'s
+    letters and digits (more than half, and ``MIN_CONTAINED`` or more), each found as its letters
+    and digits (``reprinted``), glued to others or not: a lookup's answer computed from what it
+    was asked (an IBAN from a sort code and an account number, an address from a name and a
+    domain). Empty where they do not: the source's own data, which may repeat a word it was
+    asked (a city in a hotel's link)."""
+    bare = reprinted(value, bare=True)
+    covered: set[int] = set()
+    used: list[Written] = []
+    for w in asked:
+        piece = reprinted(w.text, bare=True)
+        found = occurrences(bare, piece) if len(piece) >= 2 else []
+        for i in found:
+            covered.update(range(i, i + len(piece)))
+        used += [w] if found else []
+    return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(bare) else []
