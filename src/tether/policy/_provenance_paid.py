@@ -18,13 +18,14 @@ __all__ = ["amount_defaults", "paid_before", "paid_beside", "paid_in", "with_def
 
 
 def amount_defaults(rules: ToolRules, parameters: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The amount arguments of a tool that its schema gives a default: what it pays when a call
-    leaves them out (``top_up()`` tops up its default 50)."""
+    """The amount and option arguments of a tool that its schema gives a default: what it pays
+    or chooses when a call leaves them out (``top_up()`` tops up its default 50; ``share(f, to)``
+    makes the public link its ``public_link`` defaults to)."""
     properties = (parameters or {}).get("properties") or {}
     out: dict[str, Any] = {}
     for rule in rules.arguments.values():
         schema = properties.get(rule.argument)
-        if rule.role == "amount" and isinstance(schema, Mapping) and schema.get("default") is not None:
+        if rule.role in ("amount", "option") and isinstance(schema, Mapping) and "default" in schema:
             out[rule.argument] = schema["default"]
     return out
 

@@ -132,7 +132,7 @@ class ProvenanceRules:
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
         self._remote: dict[str, str] = {}  # the host's name of each tool checked: its source's
-        self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: its amounts' defaults
+        self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: amount and option defaults
 
     def _rules_of(self, tool: str) -> ToolRules | None:
         """The rules of a call already made to the tool the host names ``tool``: declared under
