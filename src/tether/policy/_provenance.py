@@ -71,6 +71,7 @@ from tether.policy._provenance_text import (
     reprints,
     reprints_whole,
     request_names,
+    shared_origins,
 )
 from tether.policy._provenance_values import Link, compose, find_handles, find_links, link_key
 
@@ -224,9 +225,7 @@ class ProvenanceIndex(Steering):
             return out
         asked = made_of(value, [w for w in self.writes if w.echo and w.echo == seg.label.call_id])
         if asked:  # a lookup's answer made of what it was asked: what those arguments all were
-            found = [self._prefix(w.position).trace(w.text) for w in asked]
-            common = set.intersection(*({o.trust for o in f} for f in found))
-            return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
+            return shared_origins([self._prefix(w.position).trace(w.text) for w in asked])
         parts = self._covering(seg, text)
         if parts is None:
             return None
@@ -276,8 +275,7 @@ class ProvenanceIndex(Steering):
 
     def _stored(self, seg: Segment) -> list[Written]:
         """The writes made before ``seg`` was observed that any read may return (no echo)."""
-        p = self._pos.get(id(seg), 0)
-        return [w for w in self.writes if w.position <= p and not w.echo]
+        return [w for w in self.writes if not w.echo and w.position <= self._pos.get(id(seg), 0)]
 
     def echoes(self, seg: Segment, value: str) -> bool:
         """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from tether.policy._provenance_labels import MIN_CONTAINED, Segment, normalise
+from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise
 from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "reprints_whole",
     "request_names",
     "says_what_for",
+    "shared_origins",
 ]
 
 WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
@@ -380,3 +381,10 @@ def made_of(value: str, asked: list[Written]) -> list[Written]:
             covered.update(range(i, i + len(piece)))
         used += [w] if found else []
     return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(bare) else []
+
+
+def shared_origins(found: list[list[Origin]]) -> list[Origin]:
+    """The origins of a value made of several parts (``found``: each part's origins) that every
+    part shares by class: no part lends another its trust. None shared: composed (nowhere)."""
+    common = set.intersection(*({o.trust for o in f} for f in found)) if found else set()
+    return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
