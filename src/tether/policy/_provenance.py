@@ -229,10 +229,7 @@ class ProvenanceIndex(Steering):
         parts = self._covering(seg, text)
         if parts is None:
             return None
-        shared = {origin.trust}
-        for w in parts:
-            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
-        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+        return shared_origins([[origin], *(self._prefix(w.position).trace(w.text) for w in parts)])[:1]
 
     def _covering(self, seg: Segment, text: str) -> set[Written] | None:
         """The writes whose stretches (``_regions``) cover every place ``text`` stands in ``seg``;
