@@ -70,11 +70,14 @@ from tether.policy._provenance_text import (
     as_written,
     contains_whole,
     echoed,
+    made_of,
     name_forms,
     occurrences,
+    pieced,
     reprints,
     reprints_whole,
     request_names,
+    shared_origins,
 )
 from tether.policy._provenance_values import Link, compose, find_handles, find_links, link_key
 
@@ -226,13 +229,13 @@ class ProvenanceIndex(Steering):
             for w, said in inside:
                 out.extend(o for o in self._prefix(w.position).trace(said) if o not in out)
             return out
+        asked = made_of(value, [w for w in self.writes if w.echo and w.echo == seg.label.call_id])
+        if asked:  # a lookup's answer made of what it was asked: what those arguments all were
+            return shared_origins([self._prefix(w.position).trace(w.text) for w in asked])
         parts = self._covering(seg, text)
         if parts is None:
             return None
-        shared = {origin.trust}
-        for w in parts:
-            shared &= {o.trust for o in self._prefix(w.position).trace(w.text)}
-        return [origin] if shared else [Origin("nowhere", MODEL, "exact")]
+        return shared_origins([[origin], *(self._prefix(w.position).trace(w.text) for w in parts)])[:1]
 
     def _covering(self, seg: Segment, text: str) -> set[Written] | None:
         """The writes whose stretches (``_regions``) cover every place ``text`` stands in ``seg``;
@@ -244,7 +247,11 @@ class ProvenanceIndex(Steering):
         for a in at:
             k = bisect.bisect_right(ends, a)  # the first stretch that ends after it starts
             if k == len(regions) or regions[k][0] >= a + len(text):
-                return None  # the source's own text holds it here
+                pieces = pieced(seg.text, a, a + len(text), self._stored(seg))  # the run's, in pieces
+                if pieces is None:
+                    return None  # the source's own text holds it here
+                parts |= pieces
+                continue
             while k < len(regions) and regions[k][0] < a + len(text):
                 parts |= regions[k][2]
                 k += 1
@@ -255,12 +262,8 @@ class ProvenanceIndex(Steering):
         runs covered end to end by written values, ``MIN_CONTAINED`` characters or longer (a
         short write found by chance inside other text is no stretch), each with its writes."""
         if id(seg) not in self._stretches:
-            p = self._pos.get(id(seg), 0)
             found = [
-                (a, a + len(w.text), w)
-                for w in self.writes
-                if w.position <= p and not w.echo
-                for a in occurrences(seg.text, w.text)
+                (a, a + len(w.text), w) for w in self._stored(seg) for a in occurrences(seg.text, w.text)
             ]
             spans = sorted(found, key=lambda span: span[:2])
             merged: list[tuple[int, int, set[Written]]] = []
@@ -272,6 +275,10 @@ class ProvenanceIndex(Steering):
                     merged.append((a, b, {w}))
             self._stretches[id(seg)] = [r for r in merged if r[1] - r[0] >= MIN_CONTAINED]
         return self._stretches[id(seg)]
+
+    def _stored(self, seg: Segment) -> list[Written]:
+        """The writes made before ``seg`` was observed that any read may return (no echo)."""
+        return [w for w in self.writes if not w.echo and w.position <= self._pos.get(id(seg), 0)]
 
     def echoes(self, seg: Segment, value: str) -> bool:
         """Whether ``value`` stands in ``seg`` as what the run itself wrote before it was observed

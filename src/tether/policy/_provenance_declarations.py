@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tether.core._names import SEPARATOR, name_set
+from tether.policy._provenance_dates import figure
 from tether.policy._provenance_labels import USER, shape_kind, split_values
 
 __all__ = [
@@ -192,6 +193,27 @@ class ArgumentRule:
         if isinstance(value, Mapping | list | tuple | str):
             flags(value)
         return found
+
+    def composed(self, value: Any) -> bool:
+        """Whether an amount's value holds a record (a mapping, or a list inside the value) of two
+        numbers or more, anywhere below it: a line's quantity and unit price, an amount and a
+        count. What the tool pays is what it makes of them, multiplied or added, which no bound
+        on their sum tells, whichever of them ``keys`` names. A list of figures (installments),
+        or of records of one figure each, is their sum."""
+
+        def numbers(v: Any) -> int:
+            if isinstance(v, Mapping | list | tuple):
+                return sum(map(numbers, v.values() if isinstance(v, Mapping) else v))
+            return int(not isinstance(v, bool) and figure(v) is not None)
+
+        def walk(v: Any, top: bool) -> bool:
+            if not isinstance(v, Mapping | list | tuple):
+                return False
+            if (isinstance(v, Mapping) or not top) and numbers(v) >= 2:
+                return True
+            return any(walk(item, False) for item in (v.values() if isinstance(v, Mapping) else v))
+
+        return self.role == "amount" and walk(value, True)
 
     @classmethod
     def from_dict(cls, argument: str, data: Mapping[str, Any]) -> ArgumentRule:

@@ -544,7 +544,7 @@ def label_observation(
             rec = record
             for k in source.record_id:
                 if k in v and isinstance(v[k], str | int) and not isinstance(v[k], bool):
-                    rec = str(v[k])
+                    rec = str(v[k]) if record is None else f"{record}/{v[k]}"  # a part: not another
                     break
             else:
                 if any(k in v for k in (*source.naming, *source.self_naming)):

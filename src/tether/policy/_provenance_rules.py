@@ -139,7 +139,7 @@ class ProvenanceRules:
         self.own = list(own)
         self._cache: tuple[Callable[[], Any], int, ProvenanceIndex] | None = None
         self._remote: dict[str, str] = {}  # the host's name of each tool checked: its source's
-        self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: its amounts' defaults
+        self._defaults: dict[str, dict[str, Any]] = {}  # each tool checked: amount and option defaults
 
     def _rules_of(self, tool: str) -> ToolRules | None:
         """The rules of a call already made to the tool the host names ``tool``: declared under
@@ -333,14 +333,8 @@ class ProvenanceRules:
         return rules is not None and _effect_asked(index, rules, bool(call.arguments))
 
     def _links(self, case: _Element) -> None:
-        index, rule, arg, text, out, shown = (
-            case.index,
-            case.rule,
-            case.rule.argument,
-            case.text,
-            case.out,
-            case.shown,
-        )
+        index, rule, text, out, shown = case.index, case.rule, case.text, case.out, case.shown
+        arg = rule.argument
         allowed = rule.links_from if rule.links_from is not None else frozenset({USER, DIRECTORY})
         # An address or account number in text points the reader at a party, as a link does.
         for handle in find_handles(text):
@@ -438,6 +432,8 @@ def _elements(value: Any, rule: ArgumentRule, schema: Any = None) -> list[Any]:
         return [value]
     if rule.role == "option":
         return rule.choices(value, schema)
+    if rule.composed(value):  # numbers the tool may multiply (a quantity, a price): none to bound
+        return []
     if rule.keys:
         found: list[Any] = []
 

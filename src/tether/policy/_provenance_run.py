@@ -9,8 +9,10 @@ the index are in ``_provenance_rules``.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -220,7 +222,7 @@ def index_for(
             written.append(Written(" ".join(map(normalise, leaves)), seen, echo=record.call_id, answer=True))
         if echo and seen is None:
             continue
-        for leaf in leaves:
+        for leaf in (form for value in leaves for form in (value, *_decoded(value))):
             text = normalise(leaf)
             if text:
                 written.append(Written(text, at, frozenset(link.key for link in find_links(leaf)), echo))
@@ -271,6 +273,26 @@ def _leaves(arguments: Any) -> list[str]:
     if isinstance(arguments, Mapping):
         return [leaf for value in arguments.values() for leaf in split_values(value)]
     return split_values(arguments)
+
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]{8,}={0,2}")
+
+
+def _decoded(value: str) -> list[str]:
+    """What a store that decodes ``value`` keeps of it, beside the value as written: its base64
+    (standard or URL-safe, padded or not) read as UTF-8 text. A file uploaded as base64 and
+    read back as text is the text the run wrote, not the store's."""
+    out: list[str] = []
+    s = value.strip()
+    if _BASE64.fullmatch(s) and len(s.rstrip("=")) % 4 != 1:
+        raw = s.rstrip("=").replace("-", "+").replace("_", "/")
+        try:
+            text = base64.b64decode(raw + "=" * (-len(raw) % 4), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            text = ""
+        if text.strip() and "".join(text.split()).isprintable():  # text, not bytes that decode by chance
+            out.append(text)
+    return out
 
 
 def history(state: Any, kind: str) -> list[Any]:

@@ -18,7 +18,7 @@ from tether.policy._provenance_labels import (
     SourceLabel,
     normalise,
 )
-from tether.policy._provenance_text import ALPHA_WORD, STOP, Written, contains_whole
+from tether.policy._provenance_text import ALPHA_WORD, STOP, Written, contains_whole, reprinted
 from tether.policy._provenance_values import unfold
 
 __all__ = ["Steering"]
@@ -97,10 +97,11 @@ class Steering:
     ) -> Segment | None:
         """A segment of text someone chose (a class not in ``assigned``), observed before
         position ``before``, that *selects* ``value``: holds it (a value of five characters or
-        more wherever it stands, glued or not: ``the mail titled 'Falcon budget'``; a shorter
-        one with no letter or digit glued to it: ``open file 13``) or is exactly it; None when the value is
-        the request's own (in its text, a day it names, a directory entry) or no such text
-        holds it. An argument so selected was chosen by that text: a search it runs, a record
+        more wherever it stands, glued or not: ``the mail titled 'Falcon budget'``, or its five
+        letters and digits or more however grouped: ``RF18 5390 …`` selects ``rf18-5390-…``; a
+        shorter one with no letter or digit glued to it: ``open file 13``) or is exactly it; None
+        when the value is the request's own (in its text, a day it names, a directory entry) or
+        no such text holds it. An argument so selected was chosen by that text: a search it runs, a record
         it opens, reaches what the text wanted reached."""
         text = normalise(value)
         if len(text) < 2:
@@ -113,7 +114,7 @@ class Steering:
         needle = unfold(value).strip()
         if len(needle) < 2:
             return None
-        keep = frozenset(assigned)
+        keep, bare = frozenset(assigned), reprinted(needle, bare=True)
         for seg in self.segments:
             if seg.label.tool == EXTRACTOR or seg.label.trust in keep:
                 continue
@@ -127,6 +128,8 @@ class Steering:
                     return seg
             elif re.search(rf"(?<![^\W_]){re.escape(needle)}(?![^\W_])", hay):
                 return seg
+            if len(bare) >= MIN_CONTAINED and bare in reprinted(hay, bare=True):
+                return seg  # its letters and digits, regrouped (``RF18 5390 …`` as ``rf18-5390-…``)
         return None
 
     def steered(self, call_id: str) -> bool:

@@ -9,7 +9,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from tether.policy._provenance_labels import MIN_CONTAINED, Segment, normalise
+from tether.policy._provenance_labels import MIN_CONTAINED, MODEL, Origin, Segment, normalise
 from tether.policy._provenance_values import compose, find_handles, find_links, public_suffix, unfold
 
 __all__ = [
@@ -25,14 +25,17 @@ __all__ = [
     "contains_whole",
     "echoed",
     "holds_secret",
+    "made_of",
     "name_forms",
     "occurrences",
+    "pieced",
     "reprinted",
     "reprints",
     "reprints_whole",
     "request_names",
     "said",
     "says_what_for",
+    "shared_origins",
 ]
 
 WORD = re.compile(r"[\w@.+-]+", re.UNICODE)
@@ -376,3 +379,52 @@ def occurrences(text: str, needle: str) -> list[int]:
         out.append(i)
         i = text.find(needle, i + 1)
     return out
+
+
+def pieced(text: str, start: int, end: int, writes: list[Written]) -> set[Written] | None:
+    """The writes, each standing whole in ``text[start:end]`` (no letter or digit beside it), that
+    make up most of its letters and digits (more than half, and ``MIN_CONTAINED`` or more): a
+    value a store composed of pieces the run wrote, each too short to be a stretch of its own,
+    with what it puts between or around them (``US13 3000 0001 …`` of ``US13``, ``3000``…;
+    ``+1 (415) 555-0199`` of ``415``, ``555`` and ``0199``). None where they do not: the
+    source's own text, which a short write may repeat by chance."""
+    need = {i for i in range(start, end) if text[i].isalnum()}
+    covered: set[int] = set()
+    used: set[Written] = set()
+    for w in writes:
+        if not any(c.isalnum() for c in w.text):
+            continue
+        i = text.find(w.text, start, end)
+        while i >= 0:
+            j = i + len(w.text)
+            if not (i > 0 and text[i - 1].isalnum()) and not (j < len(text) and text[j].isalnum()):
+                covered.update(k for k in range(i, j) if k in need)
+                used.add(w)
+            i = text.find(w.text, i + 1, end)
+    return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(need) else None
+
+
+def made_of(value: str, asked: list[Written]) -> list[Written]:
+    """The arguments of a read (its echoes, ``Written.echo``) that make up most of ``value``'s
+    letters and digits (more than half, and ``MIN_CONTAINED`` or more), each found as its letters
+    and digits (``reprinted``), glued to others or not: a lookup's answer computed from what it
+    was asked (an IBAN from a sort code and an account number, an address from a name and a
+    domain). Empty where they do not: the source's own data, which may repeat a word it was
+    asked (a city in a hotel's link)."""
+    bare = reprinted(value, bare=True)
+    covered: set[int] = set()
+    used: list[Written] = []
+    for w in asked:
+        piece = reprinted(w.text, bare=True)
+        found = occurrences(bare, piece) if len(piece) >= 2 else []
+        for i in found:
+            covered.update(range(i, i + len(piece)))
+        used += [w] if found else []
+    return used if len(covered) >= MIN_CONTAINED and 2 * len(covered) > len(bare) else []
+
+
+def shared_origins(found: list[list[Origin]]) -> list[Origin]:
+    """The origins of a value made of several parts (``found``: each part's origins) that every
+    part shares by class: no part lends another its trust. None shared: composed (nowhere)."""
+    common = set.intersection(*({o.trust for o in f} for f in found)) if found else set()
+    return [o for f in found for o in f if o.trust in common] or [Origin("nowhere", MODEL, "exact")]
