@@ -320,12 +320,19 @@ class UserStore:
 
     def authenticate(self, name: str, password: str) -> str:
         """The user's name if the password matches; raises ``AuthError("bad_credentials")``."""
+        self.check_password(name, password)
+        return name
+
+    def check_password(self, name: str, password: str) -> str:
+        """The stored credential (``credential``) the password matched: a session begun on it
+        (``create_session(credential=…)``) is begun only while it is still the person's. Raises
+        ``AuthError("bad_credentials")``."""
         rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))
         stored, disabled = rows[0] if rows else (_dummy_hash(self.scrypt_n), 1)
         ok = verify_secret(password, stored)
         if not ok or disabled or not rows:
             raise AuthError("bad_credentials", "wrong user name or password")
-        return name
+        return str(stored)
 
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
         """A new API token for ``name``: the secret is returned once and stored only hashed.
@@ -392,11 +399,21 @@ class UserStore:
             self._token_cache[key] = (user, token_id, time.monotonic() + 60)
         return Principal(user, self.grants(user), via="token")
 
-    def create_session(self, name: str) -> str:
-        """A new session for ``name``; returns the raw session id (only its digest is stored)."""
+    def create_session(self, name: str, *, credential: str | None = None) -> str:
+        """A new session for ``name``; returns the raw session id (only its digest is stored).
+        ``credential``: the one a sign-in verified (``check_password``); the session is begun in
+        the same transaction that finds it still the person's, so a password set or an account
+        disabled while the password was being checked (``tether users`` on the host) ends the
+        sign-in too. Raises ``AuthError("credential_changed")``."""
         raw = secrets.token_urlsafe(32)
         now = _now()
         with self._tx() as conn:
+            if credential is not None:
+                row = conn.execute(
+                    "SELECT password_hash, disabled FROM users WHERE name = ?", (name,)
+                ).fetchone()
+                if row is None or row[1] or not hmac.compare_digest(str(row[0]), credential):
+                    raise AuthError("credential_changed", "the password changed or the account was disabled")
             conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (_ts(now),))
             conn.execute(
                 "INSERT INTO sessions (id_hash, user, csrf, created_at, expires_at, seen_at)"
