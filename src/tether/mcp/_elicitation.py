@@ -9,6 +9,7 @@ pause (``tether mcp resume``).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -199,6 +200,9 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
     """Problems with an answer (empty list: valid). No extra fields, no coercion."""
     if not isinstance(content, Mapping):
         return ["the answer must be an object"]
+    # NaN compares false with every bound (it passed ``minimum``/``maximum``) and no JSON holds it.
+    if unwritable := [str(k) for k, v in content.items() if _not_finite(v)]:
+        return [f"{k}: not a finite number (NaN and infinities are no answer)" for k in unwritable]
     strict = {**schema, "additionalProperties": False}
     from referencing import Registry
 
@@ -211,6 +215,14 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
         where = ".".join(str(p) for p in err.absolute_path) or "(answer)"
         problems.append(f"{where}: {err.message}")
     return problems
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, Mapping):
+        return any(_not_finite(v) for v in value.values())
+    return isinstance(value, list | tuple) and any(_not_finite(v) for v in value)
 
 
 async def store_answer(
