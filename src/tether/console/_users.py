@@ -145,6 +145,12 @@ def check_tenant(tenant: str) -> str:
     return tenant
 
 
+def _check_grant(tenant: str, role: str) -> None:
+    check_tenant(tenant)
+    if role not in ROLES:
+        raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is asking, as the console established it (a session or an API token)."""
@@ -252,14 +258,21 @@ class UserStore:
         with self._tx() as conn:
             return bool(conn.execute(sql, params).rowcount)
 
-    def add_user(self, name: str, password: str) -> None:
-        """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
+    def add_user(self, name: str, password: str, grants: Mapping[str, str] | None = None) -> None:
+        """Create a person, with ``grants`` (tenant -> role), all in one transaction: a bad
+        tenant or role creates nobody. Raises ``AuthError`` (``bad_name``, ``weak_password``,
+        ``exists``, ``bad_tenant``, ``bad_role``)."""
         check_name(name)
+        for tenant, role in (grants or {}).items():
+            _check_grant(tenant, role)
         hashed = self._new_password(password)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
             conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
+            conn.executemany(
+                "INSERT INTO grants VALUES (?, ?, ?)", [(name, t, r) for t, r in (grants or {}).items()]
+            )
 
     def set_password(self, name: str, password: str) -> None:
         """A new password means the old one may be known: the sessions and API tokens end too."""
@@ -286,9 +299,7 @@ class UserStore:
 
     def grant(self, name: str, tenant: str, role: str) -> None:
         """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there)."""
-        check_tenant(tenant)
-        if role not in ROLES:
-            raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+        _check_grant(tenant, role)
         with self._tx() as conn:
             if not conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("unknown_user", f"no user {name}")
