@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -55,7 +56,7 @@ def fail(command: str, err: BaseException | str, *, as_json: bool, code: int = U
     """Report an error that stopped a command before or outside a run; returns ``code``."""
     message = str(err)
     kind = getattr(err, "reason", None) or (type(err).__name__ if isinstance(err, BaseException) else "error")
-    print(f"{command}: {message}", file=sys.stderr)
+    print(terminal(f"{command}: {message}"), file=sys.stderr)
     if as_json:
         emit_json({"ok": False, "error": kind, "message": message, **extra}, exit=code)
     return code
@@ -67,7 +68,7 @@ def outcome(payload: dict[str, Any], text: str | None, *, as_json: bool, exit: i
     if as_json:
         emit_json(payload, exit=exit)
     elif text is not None:
-        print(text)
+        print(terminal(text))  # its records' text (a server's, a model's, a reviewer's) as written
     return exit
 
 
@@ -320,6 +321,29 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
     for key in ("llm_calls", "tokens", "cost_usd", "trace", "results_file"):
         if payload.get(key) not in (None, ""):
             print(f"{key}: {payload[key]}")
+
+
+# Categories a terminal acts on or draws as nothing: controls (ANSI escapes, carriage returns,
+# backspaces), format characters (bidi overrides, zero-width), line and paragraph separators.
+_ACTED_ON = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def terminal(text: str) -> str:
+    """A command's human output for a terminal: line breaks and tabs kept, every other control
+    or format character written as an escape (``\\x1b``, ``\\u202e``), so no record's text can
+    move the cursor, rewrite a line or reorder what the person reads. Backslashes are kept."""
+    if text.isprintable():
+        return text
+    return "".join(_escaped(ch) if _acted_on(ch) else ch for ch in text)
+
+
+def _acted_on(ch: str) -> bool:
+    return ch not in "\n\t" and unicodedata.category(ch) in _ACTED_ON
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def safe(text: object) -> str:

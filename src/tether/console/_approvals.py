@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 
-from tether.console._render import hidden_chars, names_in, pretty_json
+from tether.console._render import hidden_chars, names_in, pretty_json, reorders
 from tether.console._sources import ConsoleSources
 from tether.console._users import Denied, Hidden, Principal
 from tether.core._confusables import check_name, find_names, skeleton
@@ -212,7 +212,7 @@ class _Facts:
     def flags(self) -> list[dict[str, str]]:
         """Risk flags, each ``{"kind", "text"}``: where arguments came from, look-alike names,
         hidden characters, a declared secret, a row that no longer matches its hash."""
-        untrusted, composed, looks, hidden, copies = set(), set(), [], [], []
+        untrusted, composed, looks, hidden, copies, turned = set(), set(), [], [], [], []
         for arg, items in self.provenance.items():
             for item in items:
                 origins = [str(o) for o in item.get("origins") or []]
@@ -225,6 +225,8 @@ class _Facts:
                 hidden.append(name)
             if name in self.masked:
                 continue
+            if any(map(reorders, [name, *_strings(value)])):  # a browser draws it in another order
+                turned.append(name)
             if self.repeats_secret({name: value}):
                 copies.append(name)
             for text in _strings(value):
@@ -245,6 +247,7 @@ class _Facts:
             ("composed", "composed by the model: ", ", ".join(sorted(composed))),
             ("lookalike", "look-alike name: ", "; ".join(dict.fromkeys(looks))),
             ("hidden", "hidden characters in: ", ", ".join(dict.fromkeys(hidden))),
+            ("reordered", "right-to-left letters, shown in stored order: ", ", ".join(turned)),
             ("secret", "secret (not shown): ", ", ".join(sorted(self.masked))),
             ("secret_copy", "repeats a secret's value, shown [REDACTED]: ", ", ".join(copies)),
         ):

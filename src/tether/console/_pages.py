@@ -276,20 +276,20 @@ class _Pages:
                 error, status = "Too many failed sign-in attempts; try again later.", 429
             else:
                 try:
-                    await anyio.to_thread.run_sync(
-                        self.sources.users.authenticate,
+                    credential = await anyio.to_thread.run_sync(
+                        self.sources.users.check_password,
                         name,
                         form_value(form, "password", 1024),
                         limiter=self.gate.hashing,
                     )
-                except AuthError:
-                    self.sources.users.audit(f"session:{name}", "login", outcome="refused:bad_credentials")
+                    done = RedirectResponse(nxt, status_code=303)
+                    self.gate.start_session(request, done, name, credential)
+                except AuthError as err:
+                    self.sources.users.audit(f"session:{name}", "login", outcome=f"refused:{err.reason}")
                     error, status = "Wrong user name or password.", 401
                 else:
                     self.throttle.succeeded(name, client, at)
                     self.sources.users.audit(f"session:{name}", "login")
-                    done = RedirectResponse(nxt, status_code=303)
-                    self.gate.start_session(request, done, name)
                     self.gate.mark_device(done, name)
                     return done
         token = secrets.token_urlsafe(24)

@@ -16,7 +16,15 @@ from markupsafe import Markup, escape
 from tether.core._confusables import check_name, find_names
 from tether.mcp._clean import hidden_kind
 
-__all__ = ["environment", "has_hidden", "hidden_chars", "names_in", "pretty_json", "reveal"]
+__all__ = [
+    "environment",
+    "has_hidden",
+    "hidden_chars",
+    "names_in",
+    "pretty_json",
+    "reorders",
+    "reveal",
+]
 
 _TEMPLATES = Path(__file__).with_name("templates")
 
@@ -49,12 +57,38 @@ def _cut(text: str, limit: int) -> tuple[str, str]:
     return text[:limit], f"\u2026 [cut: showing {limit} of {len(text)} characters]"
 
 
+_RIGHT_TO_LEFT = ("R", "AL")  # bidirectional classes of Hebrew, Arabic, Syriac, Thaana … letters
+_LEFT_TO_RIGHT = ("L", "EN", "AN")  # Latin letters, digits: what a right-to-left run reorders
+
+
+def reorders(text: str) -> bool:
+    """Whether a browser would draw ``text`` in another order than it is stored: right-to-left
+    letters next to digits or left-to-right letters (``5 \u05d0 1000 250`` reads
+    ``5 250 1000 \u05d0``), with no bidi control in sight."""
+    if text.isascii():
+        return False
+    kinds = {unicodedata.bidirectional(ch) for ch in text}
+    return any(k in kinds for k in _RIGHT_TO_LEFT) and any(k in kinds for k in _LEFT_TO_RIGHT)
+
+
+_STORED_ORDER = Markup(
+    '<bdo dir="ltr" class="stored-order" title="right-to-left letters among digits or Latin'
+    ' letters: shown left to right in the order stored, as it runs">'
+)
+
+
 def reveal(value: Any, limit: int = SHOWN_TEXT) -> Markup:
     """HTML for untrusted text: escaped, each hidden character a flagged escape (past ``FLAGGED``,
-    plain escapes), at most ``limit`` characters (a note gives the full length)."""
+    plain escapes), at most ``limit`` characters (a note gives the full length). Text a browser
+    would reorder (``reorders``) is drawn in the order stored (``<bdo dir="ltr">``)."""
     text, note = _cut(value if isinstance(value, str) else str(value), limit)
+    shown = _revealed(text)
+    return (_STORED_ORDER + shown + Markup("</bdo>") if reorders(text) else shown) + note
+
+
+def _revealed(text: str) -> Markup:
     if not any(hidden_kind(ch) for ch in text):
-        return escape(text) + note
+        return escape(text)
     parts: list[str] = []
     flagged = 0
     for ch in text:
@@ -70,7 +104,7 @@ def reveal(value: Any, limit: int = SHOWN_TEXT) -> Markup:
             )
         else:
             parts.append(str(escape(ch)))
-    return Markup("".join(parts)) + note
+    return Markup("".join(parts))
 
 
 def plain(value: Any, limit: int = 200) -> str:

@@ -145,6 +145,12 @@ def check_tenant(tenant: str) -> str:
     return tenant
 
 
+def _check_grant(tenant: str, role: str) -> None:
+    check_tenant(tenant)
+    if role not in ROLES:
+        raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is asking, as the console established it (a session or an API token)."""
@@ -252,14 +258,21 @@ class UserStore:
         with self._tx() as conn:
             return bool(conn.execute(sql, params).rowcount)
 
-    def add_user(self, name: str, password: str) -> None:
-        """Create a person. Raises ``AuthError`` (``bad_name``, ``weak_password``, ``exists``)."""
+    def add_user(self, name: str, password: str, grants: Mapping[str, str] | None = None) -> None:
+        """Create a person, with ``grants`` (tenant -> role), all in one transaction: a bad
+        tenant or role creates nobody. Raises ``AuthError`` (``bad_name``, ``weak_password``,
+        ``exists``, ``bad_tenant``, ``bad_role``)."""
         check_name(name)
+        for tenant, role in (grants or {}).items():
+            _check_grant(tenant, role)
         hashed = self._new_password(password)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
             conn.execute("INSERT INTO users VALUES (?, ?, ?, 0)", (name, hashed, _ts(_now())))
+            conn.executemany(
+                "INSERT INTO grants VALUES (?, ?, ?)", [(name, t, r) for t, r in (grants or {}).items()]
+            )
 
     def set_password(self, name: str, password: str) -> None:
         """A new password means the old one may be known: the sessions and API tokens end too."""
@@ -286,9 +299,7 @@ class UserStore:
 
     def grant(self, name: str, tenant: str, role: str) -> None:
         """Give ``name`` the ``role`` for ``tenant`` (replacing an earlier role there)."""
-        check_tenant(tenant)
-        if role not in ROLES:
-            raise AuthError("bad_role", f"role must be one of {', '.join(ROLES)}")
+        _check_grant(tenant, role)
         with self._tx() as conn:
             if not conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("unknown_user", f"no user {name}")
@@ -320,12 +331,19 @@ class UserStore:
 
     def authenticate(self, name: str, password: str) -> str:
         """The user's name if the password matches; raises ``AuthError("bad_credentials")``."""
+        self.check_password(name, password)
+        return name
+
+    def check_password(self, name: str, password: str) -> str:
+        """The stored credential (``credential``) the password matched: a session begun on it
+        (``create_session(credential=…)``) is begun only while it is still the person's. Raises
+        ``AuthError("bad_credentials")``."""
         rows = self._read("SELECT password_hash, disabled FROM users WHERE name = ?", (name,))
         stored, disabled = rows[0] if rows else (_dummy_hash(self.scrypt_n), 1)
         ok = verify_secret(password, stored)
         if not ok or disabled or not rows:
             raise AuthError("bad_credentials", "wrong user name or password")
-        return name
+        return str(stored)
 
     def create_token(self, name: str, *, label: str = "", days: float | None = None) -> tuple[str, TokenInfo]:
         """A new API token for ``name``: the secret is returned once and stored only hashed.
@@ -392,11 +410,21 @@ class UserStore:
             self._token_cache[key] = (user, token_id, time.monotonic() + 60)
         return Principal(user, self.grants(user), via="token")
 
-    def create_session(self, name: str) -> str:
-        """A new session for ``name``; returns the raw session id (only its digest is stored)."""
+    def create_session(self, name: str, *, credential: str | None = None) -> str:
+        """A new session for ``name``; returns the raw session id (only its digest is stored).
+        ``credential``: the one a sign-in verified (``check_password``); the session is begun in
+        the same transaction that finds it still the person's, so a password set or an account
+        disabled while the password was being checked (``tether users`` on the host) ends the
+        sign-in too. Raises ``AuthError("credential_changed")``."""
         raw = secrets.token_urlsafe(32)
         now = _now()
         with self._tx() as conn:
+            if credential is not None:
+                row = conn.execute(
+                    "SELECT password_hash, disabled FROM users WHERE name = ?", (name,)
+                ).fetchone()
+                if row is None or row[1] or not hmac.compare_digest(str(row[0]), credential):
+                    raise AuthError("credential_changed", "the password changed or the account was disabled")
             conn.execute("DELETE FROM sessions WHERE expires_at <= ?", (_ts(now),))
             conn.execute(
                 "INSERT INTO sessions (id_hash, user, csrf, created_at, expires_at, seen_at)"

@@ -196,13 +196,14 @@ class Gate:
                 continue
         return found
 
-    def start_session(self, request: Request, response: Response, name: str) -> None:
-        """A new session for ``name``; the sessions the browser held end (a copy of an old cookie,
-        which another may have taken, dies with the sign-in that replaces it)."""
+    def start_session(self, request: Request, response: Response, name: str, credential: str) -> None:
+        """A new session for ``name``, if ``credential`` (the one the sign-in verified) is still
+        theirs (else ``AuthError``, nothing changed); the sessions the browser held end (a copy
+        of an old cookie, which another may have taken, dies with the sign-in that replaces it)."""
+        raw = self.users.create_session(name, credential=credential)
         self._end_presented(request)
         for legacy in self._session_names[1:]:
             self._forget(response, legacy)
-        raw = self.users.create_session(name)
         self._cookie(response, self.session_cookie, self._session.sign(raw.encode("ascii")), 12 * 3600)
         self._forget(response, self.login_cookie)
 

@@ -9,9 +9,11 @@ pause (``tether mcp resume``).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 from urllib.parse import urlsplit
 
@@ -199,18 +201,57 @@ def validate_answer(schema: Mapping[str, Any], content: Any) -> list[str]:
     """Problems with an answer (empty list: valid). No extra fields, no coercion."""
     if not isinstance(content, Mapping):
         return ["the answer must be an object"]
+    # NaN compares false with every bound (it passed ``minimum``/``maximum``) and no JSON holds it.
+    if unwritable := [str(k) for k, v in content.items() if _not_finite(v)]:
+        return [f"{k}: not a finite number (NaN and infinities are no answer)" for k in unwritable]
     strict = {**schema, "additionalProperties": False}
     from referencing import Registry
 
     # An empty registry: nothing referenced is ever fetched (check_schema already forbids $ref).
-    validator = jsonschema.Draft202012Validator(
-        strict, format_checker=jsonschema.FormatChecker(), registry=Registry()
-    )
+    validator = jsonschema.Draft202012Validator(strict, format_checker=_format_checker(), registry=Registry())
     problems = []
     for err in sorted(validator.iter_errors(dict(content)), key=lambda e: list(e.absolute_path)):
         where = ".".join(str(p) for p in err.absolute_path) or "(answer)"
         problems.append(f"{where}: {err.message}")
     return problems
+
+
+# RFC 3339 (``date-time``) and an absolute RFC 3986 URI (``uri``): jsonschema checks these two of
+# the formats a question may use only with optional packages, and without them let any text by.
+_DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s\x00-\x1f\x7f<>\"{}|\\^`]+")
+
+
+def _format_checker() -> jsonschema.FormatChecker:
+    """jsonschema's checks, with ``date-time`` and ``uri`` always checked (by the standard library)."""
+    checker = jsonschema.FormatChecker()
+    checker.checks("date-time")(_is_date_time)
+    checker.checks("uri")(_is_uri)
+    return checker
+
+
+def _is_date_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True  # a format applies to strings only (the type says the rest)
+    if not _DATE_TIME.fullmatch(value):
+        return False
+    try:
+        datetime.fromisoformat(value[:10] + "T" + value[11:].upper().replace("Z", "+00:00"))
+    except ValueError:  # a month 13, an hour 25
+        return False
+    return True
+
+
+def _is_uri(value: object) -> bool:
+    return not isinstance(value, str) or bool(_URI.fullmatch(value))
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, Mapping):
+        return any(_not_finite(v) for v in value.values())
+    return isinstance(value, list | tuple) and any(_not_finite(v) for v in value)
 
 
 async def store_answer(

@@ -98,9 +98,8 @@ def run(args: argparse.Namespace) -> int:
 def _act(store: UserStore, args: argparse.Namespace) -> dict[str, Any]:
     """Carry out the action; what to report."""
     if args.action == "add":
-        store.add_user(args.name, _password(args))
-        for tenant in args.tenant:
-            store.grant(args.name, tenant, args.role)
+        # One transaction: a bad tenant among several creates nobody (nor an unaudited account).
+        store.add_user(args.name, _password(args), dict.fromkeys(args.tenant, args.role))
         store.audit("cli", "user_add", target=args.name, detail=f"{args.role}: {', '.join(args.tenant)}")
         return {"user": args.name, "grants": store.grants(args.name)}
     if args.action == "grant":
