@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -323,27 +322,19 @@ def print_run(payload: dict[str, Any], *, show_results: list[tuple[str, str]] | 
             print(f"{key}: {payload[key]}")
 
 
-# Categories a terminal acts on or draws as nothing: controls (ANSI escapes, carriage returns,
-# backspaces), format characters (bidi overrides, zero-width), line and paragraph separators.
-_ACTED_ON = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_KEPT = re.compile(r"([\n\t\\])")
 
 
 def terminal(text: str) -> str:
-    """A command's human output for a terminal: line breaks and tabs kept, every other control
-    or format character written as an escape (``\\x1b``, ``\\u202e``), so no record's text can
-    move the cursor, rewrite a line or reorder what the person reads. Backslashes are kept."""
+    """A command's human output for a terminal: line breaks, tabs and backslashes kept, every other
+    control or format character written as an escape (``\\x1b``, ``\\u202e``) by the trace's
+    ``sanitize`` (the one classification of what a terminal acts on), so no record's text can move
+    the cursor, rewrite a line or reorder what the person reads."""
     if text.isprintable():
         return text
-    return "".join(_escaped(ch) if _acted_on(ch) else ch for ch in text)
+    from tether.trace._sanitize import sanitize
 
-
-def _acted_on(ch: str) -> bool:
-    return ch not in "\n\t" and unicodedata.category(ch) in _ACTED_ON
-
-
-def _escaped(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+    return "".join(p if p in ("\n", "\t", "\\") else sanitize(p) for p in _KEPT.split(text))
 
 
 def safe(text: object) -> str:

@@ -18,7 +18,7 @@ from tether.cli._commands._options import (
 )
 from tether.cli._commands._progress import show_text
 from tether.clisupport.approvals_db import default_db
-from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe
+from tether.clisupport.output import EXIT_CODES, EXIT_HELP, USAGE, emit_json, fail, outcome, safe, terminal
 from tether.errors import ConfigError, TetherError
 
 T = TypeVar("T")
@@ -185,21 +185,22 @@ def _review(args: argparse.Namespace) -> int:
     if isinstance(review, int):
         return review
     if not args.json:
-        print(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}")
+        print(terminal(f"server {review.server}: {json.dumps(review.launch, ensure_ascii=False)}"))
         print(f"review digest: {review.digest}  (approve with --expect to pin exactly this listing)")
         for tr in review.tools:
             c = tr.check
             flag = "  FLAGGED" if tr.flagged else ""
-            print(f"\n== {c.tool}  [{c.status}{': ' + c.why if c.why else ''}]{flag}\nsha256: {c.sha256}")
+            why = f": {c.why}" if c.why else ""
+            print(terminal(f"\n== {c.tool}  [{c.status}{why}]{flag}\nsha256: {c.sha256}"))
             # Full and untruncated; ascii() makes hidden characters visible instead of invisible.
             print(json.dumps(c.definition, indent=2, sort_keys=True, ensure_ascii=True))
             for f in tr.findings:
-                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+                print(terminal(f"  ! {f.kind} in {f.where}: {f.detail}"))
         if review.instructions:
             print("\n== server instructions (shown for review, never sent to the model)")
             print(safe(review.instructions))
             for f in review.instruction_findings:
-                print(f"  ! {f.kind} in {f.where}: {f.detail}")
+                print(terminal(f"  ! {f.kind} in {f.where}: {f.detail}"))
         print("\n== summary")
         print("\n".join(safe(line) for line in review.summary()))
     else:

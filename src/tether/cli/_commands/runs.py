@@ -176,22 +176,25 @@ def _show(client: Any, args: argparse.Namespace) -> int:
     if args.json:
         emit_json(out, exit=code)
         return code
-    for key in ("run_id", "tenant", "status", "stop_reason", "version", "answer", "detail"):
-        if out.get(key):
-            print(f"{key}: {out[key]}")
-    for w in out["workflows"]:
-        print(
-            f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
-        )
+    lines = [f"{key}: {out[key]}" for key in SHOWN if out.get(key)]
+    lines += [
+        f"workflow {w['workflow_id']}: {w['op']} {w['status']} on {w['executor']} -> {w['stop_reason']}"
+        for w in out["workflows"]
+    ]
     for p in out["proposals"]:
         by = f" by {p['decided_by']}" if p["decided_by"] else ""
-        print(f"proposal {p['id']}: {p['tool']} {p['status']}{by}")
+        lines.append(f"proposal {p['id']}: {p['tool']} {p['status']}{by}")
     for e in out["effects"]:
-        print(f"effect {e['key']}: {e['tool']} {e['status']} (attempts {e['attempts']}) {e['note']}".rstrip())
-    for ev in out.get("events", []):
-        print(f"  {ev['seq']:>4} {ev['kind']}")
+        tried = f"(attempts {e['attempts']})"
+        lines.append(f"effect {e['key']}: {e['tool']} {e['status']} {tried} {e['note']}".rstrip())
+    lines += [f"  {ev['seq']:>4} {ev['kind']}" for ev in out.get("events", [])]
+    # The answer, details, tool names and notes are a model's or a server's words: shown inert.
+    outcome(out, "\n".join(lines) or None, as_json=False)
     _print_problems(out)
     return code
+
+
+SHOWN = ("run_id", "tenant", "status", "stop_reason", "version", "answer", "detail")
 
 
 def _print_problems(out: dict[str, Any]) -> None:

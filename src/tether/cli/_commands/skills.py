@@ -34,12 +34,14 @@ def review(args: argparse.Namespace) -> int:
     entries = review_folder(args.folder)
     if args.json:
         return outcome({"folder": str(args.folder), "skills": entries}, None, as_json=True)
+    lines: list[str] = []
     for e in entries:
         if "error" in e:
-            print(f"{e['path']}: REFUSED: {e['error']}")
+            lines.append(f"{e['path']}: REFUSED: {e['error']}")
             continue
-        print(f"{e['name']}  ({e['path']})\n  description: {e['description']}\n  digest: {e['digest']}")
-        print(f"  files: {', '.join(e['files']) or '-'}  extra keys: {', '.join(e['extra_keys']) or '-'}")
-        for flag in e["flags"]:
-            print(f"  FLAG {flag}")
-    return 0
+        files, extra = ", ".join(e["files"]) or "-", ", ".join(e["extra_keys"]) or "-"
+        lines += [f"{e['name']}  ({e['path']})", f"  description: {e['description']}"]
+        lines += [f"  digest: {e['digest']}", f"  files: {files}  extra keys: {extra}"]
+        lines += [f"  FLAG {flag}" for flag in e["flags"]]
+    # A skill's name and description are its author's words: shown inert (outcome escapes them).
+    return outcome({"folder": str(args.folder), "skills": entries}, "\n".join(lines), as_json=False)
