@@ -6,14 +6,15 @@ tool of the same name is not allowed by it."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
 
 from tether import Agent, Host
-from tether.policy import Policy, TrustedContext
+from tether.policy import DictCatalog, Policy, TrustedContext
 from tether.testing import FunctionModel, call, final, tool_results
-from tether.tools import Effect, ToolOutput, ToolSpec
+from tether.tools import Effect, Target, ToolOutput, ToolSpec
 from tether.trace import EventKind
 
 pytestmark = [pytest.mark.anyio, pytest.mark.spec("T1")]
@@ -94,3 +95,37 @@ async def test_an_allowance_by_the_sources_name_allows_nothing() -> None:
         Policy(allow={"delete_order"}, automatic_effects={Effect.DELETE}), TrustedContext(tenant="t")
     )
     assert erp.received == [] and offered == [] and denied == ["tool_not_allowed"]
+
+
+class _Orders:
+    """A source whose delete tool declares its target (an order) as tenant-owned."""
+
+    name = "orders"
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def list_tools(self) -> list[ToolSpec]:
+        target = Target("order_id", "order")
+        return [ToolSpec("delete_order", "Delete.", SCHEMA, Effect.DELETE, source="orders", target=target)]
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], context: Any) -> ToolOutput:
+        return ToolOutput(text="done", data="done")
+
+
+async def test_a_target_no_catalog_checks_is_said_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    """A tool that declares a tenant-owned target on a host whose policy has no catalog runs
+    without an ownership check: the host says so when it starts, and is quiet with a catalog."""
+    for policy, warned in ((Policy(), True), (Policy(catalog=DictCatalog({"order": {"742": "t"}})), False)):
+        caplog.clear()
+        host = Host(policy=policy)
+        host.add_source(_Orders())
+        with caplog.at_level(logging.WARNING, logger="tether.host"):
+            async with host:
+                assert [s.name for s in host.offered()] == ["delete_order"]
+        said = [r.getMessage() for r in caplog.records if r.name == "tether.host"]
+        assert bool(said) is warned
+        assert not said or "delete_order declare a target but the policy has no catalog" in said[0]

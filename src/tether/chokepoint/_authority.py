@@ -11,6 +11,7 @@ before anything runs), ``call_turn`` / ``call`` and ``recall``. One call goes, i
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -54,6 +55,9 @@ if TYPE_CHECKING:
 __all__ = ["HostCore"]
 
 Executed = tuple[Observation, BaseException | None]
+
+
+_log = logging.getLogger("tether.host")
 
 
 class HostCore:
@@ -156,6 +160,13 @@ class HostCore:
                 specs[name] = (kept or offered)[0]
         self._specs = specs
         self._started = True
+        unchecked_targets = getattr(self.policy, "unchecked_targets", None)  # a duck-typed policy: none
+        if unchecked_targets is not None and (unchecked := unchecked_targets([s for s, _ in specs.values()])):
+            _log.warning(
+                "tools %s declare a target but the policy has no catalog: tenant ownership of their "
+                "targets is not checked (give Policy(catalog=...) or the agent file's catalog_file)",
+                ", ".join(unchecked),
+            )
 
     async def ensure_started(self) -> None:
         """Start the host unless it is started: what every run entry point does first."""

@@ -15,7 +15,7 @@ from tether.core._names import name_set
 from tether.core.types import Decision, ProposedCall
 from tether.policy._destinations import destination_of
 from tether.policy._trusted import Catalog, TrustedContext
-from tether.tools._contract import Effect
+from tether.tools._contract import Effect, ToolSpec
 
 HARNESS_SOURCE = "harness"  # ToolSpec.source of the host's own context tools
 
@@ -201,6 +201,13 @@ class Policy:
         chain.append(EffectApproval(frozenset(Effect(e) for e in automatic)))
         chain.extend(rules)
         self.rules: tuple[Rule, ...] = tuple(chain)
+
+    def unchecked_targets(self, specs: Iterable[ToolSpec]) -> list[str]:
+        """Tools that declare a target although no rule checks targets (no catalog): their tenant
+        ownership is not checked, which a deployer should hear at start."""
+        if any(isinstance(rule, TargetOwnership) for rule in self.rules):
+            return []
+        return sorted(spec.name for spec in specs if spec.target is not None)
 
     def permits_tool(self, name: str, remote_name: str = "") -> bool:
         """Whether a tool may be offered to the model at all."""
