@@ -7,7 +7,12 @@ Accounting: a call the run's deadline cuts after its server reported usage (an A
 fallback models that were billed, counts what was billed: the run's tokens and cost, and a
 ``model_error`` event with the counts, before the ``deadline`` stop (before: the cancellation
 dropped them, the run ending ``deadline`` with 0 tokens and $0 where the same cut by
-``timeout_s`` counted them).
+``timeout_s`` counted them). An answer that names another model than the one asked for (a
+router, an alias, a silent upgrade: ``m-big`` for ``m-1``) is priced as the model that answered,
+which the provider bills, where the price table has it, its ``model_response`` saying so
+(``priced_as``), and a cost budget counts it (before: priced as the model asked for, a third of
+the bill, and the run ended ``accepted`` over its budget); a dated snapshot of the model asked for
+and a name the table lacks keep the asked model's price.
 
 Held as they were (coverage of this round's faults, each ending the honest way on every protocol
 and transport): informational 1xx answers before the 200 and HTTP/1.0 answers with no length
@@ -15,7 +20,7 @@ and transport): informational 1xx answers before the 200 and HTTP/1.0 answers wi
 events forever (cut at ``timeout_s``), a server that accepts the connection and never answers
 (``timeout``), a ``retry-after`` longer than what is left of the run's deadline (``model_error``
 at once naming the deadline, asked once), a run cancelled mid-stream (its connection closed: the
-server's writes fail), a stream whose answer is one multi-megabyte line (accepted).
+server's writes fail), a whole answer or a stream event of one multi-megabyte line (accepted).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import asyncio
 import importlib
 import json
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -411,4 +417,35 @@ async def test_an_answer_of_one_multi_megabyte_line_is_accepted(provider: str, t
 
     with RawServer(handler) as server:
         response = await _ask(provider, transport, server.url)
+    assert response.message.content == big
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("transport", ["http", "sdk"])
+async def test_a_stream_whose_event_is_one_multi_megabyte_line_is_accepted(transport: str) -> None:
+    """Chat, streamed: one event of 6 MB on one line, in 16 kB HTTP chunks, then ``[DONE]``:
+    accepted whole, its blocks joined once (CPU bounded generously: no quadratic rejoining)."""
+    big = "y" * (6 * 1024 * 1024)
+    choice = {"index": 0, "delta": {"role": "assistant", "content": big}, "finish_reason": "stop"}
+    event = {
+        "id": "c",
+        "model": "m-1",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1},
+    }
+    body = b"data: " + json.dumps(event).encode() + b"\n\ndata: [DONE]\n\n"
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, notes: list[str]) -> None:
+        writer.write(STREAM_HEAD)
+        for at in range(0, len(body), 16 * 1024):
+            part = body[at : at + 16 * 1024]
+            writer.write(b"%x\r\n%s\r\n" % (len(part), part))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    with RawServer(handler) as server:
+        started = time.process_time()
+        response = await _ask("openai-chat", transport, server.url, stream=True)
+        assert time.process_time() - started < 30
     assert response.message.content == big
