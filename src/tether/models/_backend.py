@@ -279,6 +279,7 @@ class HTTPBackend(RetryingBackend):
         self.retry = retry or RetryPolicy()
         self.prices = DEFAULT_PRICES if prices is None else prices
         self.price = price_for(model, self.prices)
+        self._answered_prices: dict[str, Price | None] = {}  # by the name an answer gave
         self.rate_limit = rate_limit
         self.on_delta = on_delta
         self.headers = dict(headers or {})
@@ -420,8 +421,9 @@ class HTTPBackend(RetryingBackend):
         def settle(response: ModelResponse) -> ModelResponse:
             response = unique_call_ids(request.messages, response)  # an id an earlier call has
             response, estimated = unreported(request, response)
-            if estimated and self.price is not None:  # counts the server left out, estimated: priced too
-                response = replace(response, cost_usd=self.price.cost(response.usage))
+            price = self.price_of(response.model)
+            if estimated and price is not None:  # counts the server left out, estimated: priced too
+                response = replace(response, cost_usd=price.cost(response.usage))
             return response
 
         return await self.send(body, settle)
@@ -492,12 +494,31 @@ class HTTPBackend(RetryingBackend):
         if len(calls) > 1 and len({c.id for c in calls}) < len(calls):
             raise unusable(f"duplicate tool call id in one turn: {[c.id for c in calls]}")
         meta = {"finish_reason": finish, "finish": finish_word, "provider": self.provider, **meta}
-        if self.price is None:
+        price = self.price_of(model)
+        if price is None:
             meta["unpriced"] = True
-        cost = self.price.cost(usage) if self.price is not None else 0.0
+        elif price is not self.price:
+            meta["priced_as"] = model
+        cost = price.cost(usage) if price is not None else 0.0
         return ModelResponse(
             message=message, usage=usage, model=model or self.model, cost_usd=cost, meta=meta
         )
+
+    def price_of(self, answered: str) -> Price | None:
+        """The price of an answer that names the model that gave it (``answered``, its
+        ``model`` field): the provider bills the model that served, which a router, an alias or
+        a silent upgrade makes another than the one asked for (``gpt-4o`` for ``gpt-4o-mini``):
+        that model's price where the table has one (exactly or by prefix: a dated snapshot is
+        its model's), else the asked model's (a local server's or a deployment's own name)."""
+        if not answered or answered == self.model:
+            return self.price
+        seen = self._answered_prices
+        if answered not in seen:
+            if len(seen) >= 64:  # names a server makes up are not kept without bound
+                seen.clear()
+            seen[answered] = price_for(answered, self.prices)
+        price = seen[answered]
+        return self.price if price is None else price
 
 
 _NORMAL = ("stop", "tool_calls")

@@ -8,8 +8,10 @@ Budgets: the run counts one LLM call per ``complete`` and adds the usage and cos
 answer that came back, whichever model gave it, and its deadline bounds the whole of it. What
 a model that failed was billed for its attempts (``ModelError.usage``, ``cost_usd``) is added
 to that answer (``meta["fallback_billed"]``), or handed on with the chain's own ``ModelError``:
-tokens paid for before a switch count too. A final answer that did not end normally (cut at the token limit,
-refused) is an answer, not a failure: it is returned, and the run stops on it honestly.
+tokens paid for before a switch count too; a chain cancelled from outside hands them to the
+caller's ``Unsettled`` (``tether.models._retrying``), as a backend does. A final answer that
+did not end normally (cut at the token limit, refused) is an answer, not a failure: it is
+returned, and the run stops on it honestly.
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import anyio
+
 from tether.core.messages import Usage
 from tether.errors import ConfigError, ModelError
 from tether.models._base import Model, ModelRequest, ModelResponse
+from tether.models._retrying import unsettled
 
 __all__ = ["FallbackModel"]
 
@@ -59,6 +64,9 @@ class FallbackModel:
             model = self.models[self.active]
             try:
                 response = await model.complete(request)
+            except anyio.get_cancelled_exc_class():  # cut from outside: what the failed models cost
+                unsettled(spent, cost)
+                raise
             except ModelError as err:
                 failed.append({"model": model.name, "error": str(err)[:500]})
                 if isinstance(err.usage, Usage):

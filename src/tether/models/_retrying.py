@@ -19,12 +19,15 @@ will not (401, 400, …). ``RetryingBackend.send`` owns the rest, once for every
   (``billed``), and ``send`` adds the failed attempts' to the answer's usage and cost
   (``meta["failed_attempts_billed"]`` says how much), or hands them on with the ``ModelError``
   (``usage``, ``cost_usd``) when no attempt succeeds, so budgets count every token paid for.
+  A call cancelled from outside (the run's deadline, a cancelled task) raises neither: what its
+  attempts were billed goes to the caller's ``Unsettled`` (``Unsettled.collecting``), if any.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from tether.models._base import ModelResponse
     from tether.models._pricing import Price
 
-__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "billed"]
+__all__ = ["RetryPolicy", "Retryable", "RetryingBackend", "Unsettled", "billed", "unsettled"]
 
 
 class _Tally:
@@ -54,6 +57,46 @@ class _Tally:
 
 
 _ATTEMPT: ContextVar[_Tally | None] = ContextVar("tether_model_attempt", default=None)
+
+
+def _so_far(spent: list[Usage], tally: _Tally | None) -> Usage:
+    """What the failed attempts (``spent``) and the one under way (``tally``) were billed."""
+    return sum((*spent, *([tally.usage] if tally is not None and tally.usage else [])), Usage())
+
+
+class Unsettled:
+    """What model calls were billed that no answer and no ``ModelError`` carried: a call
+    cancelled from outside (the run's deadline passed mid-stream, its task cancelled) after its
+    server reported usage, and the failed attempts or fallback models before it. A caller that
+    counts budgets collects it around a call (``collecting``) and counts it when the call was
+    cancelled; the models report into it (``unsettled``)."""
+
+    __slots__ = ("cost_usd", "usage")
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self.cost_usd = 0.0
+
+    @contextmanager
+    def collecting(self) -> Iterator[Unsettled]:
+        """Collect what the calls made inside (in this task and the tasks it starts) leave
+        unsettled."""
+        held = _UNSETTLED.set(self)
+        try:
+            yield self
+        finally:
+            _UNSETTLED.reset(held)
+
+
+_UNSETTLED: ContextVar[Unsettled | None] = ContextVar("tether_model_unsettled", default=None)
+
+
+def unsettled(usage: Usage, cost_usd: float) -> None:
+    """A call cancelled from outside was billed ``usage`` (costing ``cost_usd``): handed to the
+    caller's ``Unsettled``; with none collecting, nothing."""
+    sink = _UNSETTLED.get()
+    if sink is not None and (usage.total_tokens or cost_usd):
+        sink.usage, sink.cost_usd = sink.usage + usage, sink.cost_usd + cost_usd
 
 
 def billed(usage: Usage) -> None:
@@ -129,6 +172,7 @@ class RetryingBackend(ABC):
         taken: list[dict[str, Any]] = []
         spent: list[Usage] = []  # what each failed attempt was billed, as its server reported it
         retry = self.retry
+        tally: _Tally | None = None  # the attempt under way (None once its usage is in ``spent``)
         try:
             while True:
                 if self.rate_limit is not None:
@@ -166,8 +210,13 @@ class RetryingBackend(ABC):
                     raise self._failed(f"{self.model}: {err.kind}: {detail} ({why})", spent, tally) from None
                 if tally.usage is not None:
                     spent.append(tally.usage)
+                tally = None
                 taken.append({"kind": err.kind, "attempt": len(taken) + 1, "delay_s": round(delay, 3)})
                 await self._sleep(delay)
+        except anyio.get_cancelled_exc_class():  # cut from outside: no answer, no ModelError
+            cut = _so_far(spent, tally)
+            unsettled(cut, self._spent_cost(cut))
+            raise
         finally:
             self.retries.extend(taken)
         if taken:
@@ -179,9 +228,9 @@ class RetryingBackend(ABC):
     def _spent_cost(self, usage: Usage) -> float:
         return self.price.cost(usage) if self.price is not None else 0.0
 
-    def _failed(self, message: str, spent: list[Usage], tally: _Tally) -> ModelError:
+    def _failed(self, message: str, spent: list[Usage], tally: _Tally | None) -> ModelError:
         """The ``ModelError`` that ends the call, with what every failed attempt was billed."""
-        usage = sum((*spent, *([tally.usage] if tally.usage else [])), Usage())
+        usage = _so_far(spent, tally)
         if not usage.total_tokens:
             return ModelError(message)
         return ModelError(message, usage=usage, cost_usd=self._spent_cost(usage))

@@ -20,6 +20,7 @@ from tether.core.stop import RepetitionDetector, StopReason, call_signature, can
 from tether.core.types import CallRecord, Observation
 from tether.errors import ApprovalError, HandoffError, MemoryPolicyError, ModelError
 from tether.models._base import ModelResponse, finish_problem
+from tether.models._retrying import Unsettled
 from tether.policy._trusted import TrustedContext
 from tether.runners._scope import ResumePoint, RunScope, one_resume_at_a_time, resume_claim, resume_point
 from tether.runs._checkpoint import checkpoint_parent, checkpoint_tenant, pending_calls
@@ -242,8 +243,13 @@ class AgentLoop:
         )
         s.llm_calls += 1
         self._phase = "model"
+        bill = Unsettled()
         try:
-            response = await self.steps.complete(self, request)
+            with bill.collecting():
+                response = await self.steps.complete(self, request)
+        except anyio.get_cancelled_exc_class():  # the deadline cut the call: what it was billed counts
+            self._count_unsettled(bill)
+            raise
         except Exception as err:  # a backend failure ends the run, recorded, never a crash of the host
             billed = self._count_billed(err) if isinstance(err, ModelError) else {}
             t.emit(EventKind.MODEL_ERROR, error=f"{type(err).__name__}: {err}", **billed)
@@ -279,6 +285,21 @@ class AgentLoop:
             "completion_tokens": usage.completion_tokens,
             "cost_usd": err.cost_usd,
         }
+
+    def _count_unsettled(self, bill: Unsettled) -> None:
+        """What a call cut from outside (the run's deadline) was billed, counted against the
+        run's budgets and traced (``model_error``, with the counts)."""
+        if not bill.usage.total_tokens and not bill.cost_usd:
+            return
+        s, usage = self.state, bill.usage
+        s.usage, s.cost_usd = s.usage + usage, s.cost_usd + bill.cost_usd
+        self.tracer.emit(
+            EventKind.MODEL_ERROR,
+            error="the model call was cut by the run's deadline after the provider billed it",
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cost_usd=bill.cost_usd,
+        )
 
     def _too_many_calls(self, message: AssistantMessage) -> StopRun:
         """The stop for a turn that asks for more tool calls than ``Limits.max_calls_per_turn``:

@@ -73,6 +73,7 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
         "fallback_from": list[dict[str, str]],  # models that failed before this one: model, error
         "retries": list[dict[str, Any]],  # one entry per retry: kind, attempt, delay_s
         "unpriced": bool,
+        "priced_as": str,  # the model the answer names, priced as it (another than the one asked)
         "usage_estimated": list[str],  # counts the server left out, estimated: prompt_tokens …
         # what attempts that failed before this answer were billed (counted in the figures above):
         # prompt_tokens, completion_tokens, cost_usd; by this model's retries, by models left
