@@ -279,7 +279,6 @@ class HTTPBackend(RetryingBackend):
         self.retry = retry or RetryPolicy()
         self.prices = DEFAULT_PRICES if prices is None else prices
         self.price = price_for(model, self.prices)
-        self._answered_prices: dict[str, Price | None] = {}  # by the name an answer gave
         self.rate_limit = rate_limit
         self.on_delta = on_delta
         self.headers = dict(headers or {})
@@ -512,12 +511,7 @@ class HTTPBackend(RetryingBackend):
         its model's), else the asked model's (a local server's or a deployment's own name)."""
         if not answered or answered == self.model:
             return self.price
-        seen = self._answered_prices
-        if answered not in seen:
-            if len(seen) >= 64:  # names a server makes up are not kept without bound
-                seen.clear()
-            seen[answered] = price_for(answered, self.prices)
-        price = seen[answered]
+        price = price_for(answered, self.prices)  # only for an answer naming another model: no memo
         return self.price if price is None else price
 
 
