@@ -217,7 +217,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
     # The venv's bin/python links to its base by a host path: inside, bin is new, linked anew.
     launch.ops.append(("--tmpfs", f"{venv_at}/bin"))
     base_exe = launch.translate(real)
-    if base_exe is None:  # a copied interpreter (venv --copies): the file itself
+    if base_exe is None or inside(real, venv):  # a copied interpreter (venv --copies): the file itself
         base_exe = f"{MOUNT_ROOT}/python-bin/{real.name}"
         launch.ops.append(("--ro-bind", str(real), base_exe))
     for link in dict.fromkeys(("python", "python3", interp.name)):
