@@ -435,3 +435,26 @@ async def test_the_fetch_server_reaches_only_what_its_network_setting_lists(
     assert "local page text" in run.seen("fetch__fetch")[0]
     assert asked == ["/robots.txt", "/page.txt"]
     assert _confined(run)["network_allow"] == [address]
+
+
+# -- what a user trips on ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+@pytest.mark.parametrize(("launcher", "provider"), [("npx", "install Node.js"), ("uvx", "install uv")])
+async def test_a_missing_launcher_is_named_with_what_provides_it(
+    tmp_path: Path, sandbox: str, launcher: str, provider: str
+) -> None:
+    """The README's ``npx -y …`` / ``uvx …`` where that launcher is not installed: confined or
+    not, the same message names it and what to install (not a bare FileNotFoundError)."""
+    server = {
+        "name": "s",
+        "command": [launcher, "some-mcp-server"],
+        "env": {"PATH": str(tmp_path)},
+        "sandbox": sandbox,
+    }
+    config = write_config(tmp_path, [server])
+    with pytest.raises(DependencyUnavailable) as err:
+        await approve(config, "s")
+    assert f"{launcher!r} was not found on the server's PATH: {provider}" in str(err.value)
+    assert "FileNotFoundError" not in str(err.value)
