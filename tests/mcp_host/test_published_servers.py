@@ -107,11 +107,26 @@ def _children() -> set[int]:
     return out
 
 
+def _mentioning(text: str) -> set[int]:
+    """Processes whose command line mentions ``text`` (a server given a test's folder)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    out.add(int(entry.name))
+            except OSError:
+                continue
+    return out
+
+
 async def _run(config: McpConfig, *steps: tuple[str, dict[str, Any]] | str, **kw: Any) -> Any:
-    """One run of the scripted steps; no server process is left behind."""
+    """One run of the scripted steps; no server process is left behind (neither a child of this
+    process nor a process given the test's folder, such as the server inside bwrap)."""
     before = _children()
     run = await run_question(config, "Q", script(*steps), **kw)
     assert _children() <= before, "a server process outlived the host"
+    assert not _mentioning(str(config.base_dir)), "a server process outlived the host"
     return run
 
 
@@ -458,3 +473,15 @@ async def test_a_missing_launcher_is_named_with_what_provides_it(
         await approve(config, "s")
     assert f"{launcher!r} was not found on the server's PATH: {provider}" in str(err.value)
     assert "FileNotFoundError" not in str(err.value)
+
+
+async def test_an_npx_package_not_yet_fetched_says_how_to_fetch_it_without_hanging(tmp_path: Path) -> None:
+    """Confined, ``npx -y`` cannot download: the host says to run it once. Most npm servers ignore
+    ``--help`` and wait on their input, so the command given ends that input."""
+    if shutil.which("npx") is None or shutil.which("node") is None:
+        pytest.skip("npx/node are not installed")
+    spec = f"{SCOPE}/server-tether-never-published"
+    config = write_config(tmp_path, [{"name": "s", "command": ["npx", "-y", spec]}])
+    with pytest.raises(DependencyUnavailable) as err:
+        await approve(config, "s")
+    assert f"run `npx -y {spec} --help </dev/null` once" in str(err.value)

@@ -432,8 +432,9 @@ def _npx(
             argv,
             problem=(
                 f"{spec} is not installed in the npm cache ({cache / '_npx'}) and a confined server has "
-                f"no network: run `npx -y {spec} --help` once (it installs the package there), or set "
-                "network: any for this server"
+                f"no network: run `npx -y {spec} --help </dev/null` once (it installs the package there; "
+                "a server that ignores --help stops at the end of its input), or set network: any for "
+                "this server"
             ),
         )
     return _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)
