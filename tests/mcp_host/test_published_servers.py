@@ -240,6 +240,11 @@ async def test_a_path_argument_the_sandbox_does_not_show_is_named_in_the_start_f
         await approve(config, "fs")
     assert f"its command names {data}, which it is not shown" in str(err.value)
     assert "sandbox_read (sandbox_write if the server writes there)" in str(err.value)
+    run = await _run(config, "done")  # in a run: that server unavailable, said so, the run goes on
+    assert f"its command names {data}" in run.summary()["unavailable_servers"]["fs"]
+    assert run.result.stop_reason is StopReason.ACCEPTED
+    (event,) = [e for e in read_trace(run.result.trace_path) if e["kind"] == "mcp_sandbox"]
+    assert event["not_shown"] == [str(data)]
 
 
 @pytest.mark.npm
@@ -288,6 +293,31 @@ async def test_the_memory_server_keeps_its_graph_in_the_file_its_env_names(
     assert '"name":"Ada"' in (store / "graph.jsonl").read_text(encoding="utf-8")
     run = await _run(config, ("memory__read_graph", {}), "done")
     assert "wrote the first program" in run.seen("memory__read_graph")[0]
+
+
+@pytest.mark.npm
+async def test_the_memory_server_without_its_path_setting_fails_its_write_with_a_hint(
+    tmp_path: Path, npm_servers: Path
+) -> None:
+    """Without MEMORY_FILE_PATH it writes beside its own code, which a confined server sees
+    read-only: the call fails (the run goes on), nothing is written there, and the person is told
+    which setting to change, in the run's warnings and its trace (the model sees only the error)."""
+    package = npm_servers / "server-memory"
+    before = sorted(p.name for p in (package / "dist").iterdir())
+    server = {
+        "name": "memory",
+        "command": ["node", str(package / "dist" / "index.js")],
+        "effects": {"read_graph": "read", "create_entities": "write"},
+    }
+    config = write_config(tmp_path, [server])
+    await approve(config, "memory")
+    ada = {"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}
+    shown = await _approved_call(config, tmp_path, "memory__create_entities", {"entities": [ada]})
+    assert "read-only file system" in shown and "sandbox_write" not in shown
+    assert sorted(p.name for p in (package / "dist").iterdir()) == before
+    (trace,) = (tmp_path / "traces").glob("*.jsonl")  # the run, paused and resumed
+    (hint,) = [e for e in read_trace(trace) if e["kind"] == "mcp_sandbox" and e["action"] == "write_refused"]
+    assert "the server's own installation" in hint["hint"] and "sandbox_write" in hint["hint"]
 
 
 @pytest.mark.npm

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from tether.mcp._launchers import NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
+from tether.mcp._launchers import MOUNT_ROOT, NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
 from tether.mcp._roots import root_path
@@ -40,6 +40,7 @@ __all__ = [
     "failure_hint",
     "overlay_status",
     "plan_confinement",
+    "write_hint",
 ]
 
 SandboxMode = Literal["auto", "required", "none"]
@@ -405,6 +406,30 @@ def _aliases(written: Iterable[Path], visible: Sequence[Path]) -> list[tuple[Pat
             continue
         out.append((alias, target))
     return out
+
+
+_WRITE_REFUSED = _CAUSES[0][0]
+_QUOTED_PATH = re.compile(r"""['"](/[^'"\n]{1,300})['"]""")
+
+
+def write_hint(plan: SandboxPlan | None, error_text: str) -> str | None:
+    """For the person, when a confined server's tool error says a write was refused (a read-only
+    file system, permission denied): where a confined server may write, and what to change."""
+    if plan is None or plan.confinement is None or not (found := _WRITE_REFUSED.search(error_text)):
+        return None
+    quoted = _QUOTED_PATH.search(error_text[found.start() :]) or _QUOTED_PATH.search(error_text)
+    path = quoted.group(1) if quoted else None
+    where = f" ({path})" if path else ""
+    if path is not None and inside(Path(path), Path(MOUNT_ROOT)):
+        return (
+            f"a call failed writing into the server's own installation{where}, which a confined server "
+            "sees read-only: set the data path its README documents (often an env variable) to a folder "
+            "listed in sandbox_write"
+        )
+    return (
+        f"a call failed on a write the sandbox does not allow{where}: a confined server writes only to "
+        "sandbox_write folders (and its roots with roots_writable): list the folder there"
+    )
 
 
 def _outermost(paths: Iterable[Path]) -> list[Path]:
