@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import venv
 from collections.abc import Iterator
@@ -515,3 +516,29 @@ async def test_an_npx_package_not_yet_fetched_says_how_to_fetch_it_without_hangi
     with pytest.raises(DependencyUnavailable) as err:
         await approve(config, "s")
     assert f"run `npx -y {spec} --help </dev/null` once" in str(err.value)
+
+
+def test_the_plan_links_a_declared_path_written_through_a_symlink(tmp_path: Path) -> None:
+    """(Without npm.) The declared folder is bound at its resolved path and linked at the path
+    written; one inside a shown folder, or given as written, needs no link."""
+    from tether.mcp._sandbox import bwrap_status, plan_confinement
+
+    if bwrap_status(None)[0] is None:
+        pytest.skip(f"bwrap does not work here: {bwrap_status(None)[1]}")
+    real = tmp_path / "real"
+    (real / "inner").mkdir(parents=True)
+    link = tmp_path / "links" / "data"
+    link.parent.mkdir()
+    link.symlink_to(real)
+    (real / "back").symlink_to(real / "inner")  # inside the shown folder: there already
+    argv = [sys.executable, "-c", "pass"]
+    read = [str(link), str(real / "back")]
+    plan = plan_confinement("auto", argv, roots=[], cwd=str(tmp_path), read=read, env=dict(os.environ))
+    opts = list(plan.options)
+    links = [
+        tuple(opts[i + 1 : i + 3])
+        for i, o in enumerate(opts)
+        if o == "--symlink" and str(tmp_path) in opts[i + 2]
+    ]
+    assert links == [(str(real), str(link))]
+    assert ("--ro-bind", str(real), str(real)) in zip(opts, opts[1:], opts[2:], strict=False)
