@@ -542,3 +542,17 @@ def test_the_plan_links_a_declared_path_written_through_a_symlink(tmp_path: Path
     ]
     assert links == [(str(real), str(link))]
     assert ("--ro-bind", str(real), str(real)) in zip(opts, opts[1:], opts[2:], strict=False)
+
+
+def test_a_refused_write_is_hinted_only_for_a_confined_servers_file_errors() -> None:
+    """(Without npm.) A read-only file system, or permission denied on a quoted path, from a
+    confined server: hinted. An API's "permission denied", or an unconfined server: not."""
+    from tether.mcp._sandbox import Confinement, SandboxPlan, write_hint
+
+    confined = SandboxPlan("auto", [], confinement=Confinement("node", (), (), "none"))
+    own = write_hint(confined, "EROFS: read-only file system, open '/opt/mcp/app/dist/memory.json'")
+    assert own is not None and "own installation" in own and "sandbox_write" in own
+    other = write_hint(confined, "EACCES: permission denied, mkdir '/srv/reports'")
+    assert other is not None and "(/srv/reports)" in other and "sandbox_write" in other
+    assert write_hint(confined, "GitHub: permission denied for this repository") is None
+    assert write_hint(SandboxPlan("none", []), "EROFS: read-only file system, open '/x'") is None

@@ -408,16 +408,22 @@ def _aliases(written: Iterable[Path], visible: Sequence[Path]) -> list[tuple[Pat
     return out
 
 
-_WRITE_REFUSED = _CAUSES[0][0]
+_READ_ONLY = re.compile(r"read-only file system|\berofs\b", re.I)
+_DENIED = re.compile(r"permission denied|\beacces\b", re.I)  # with a path: a file's, not an API's
 _QUOTED_PATH = re.compile(r"""['"](/[^'"\n]{1,300})['"]""")
 
 
 def write_hint(plan: SandboxPlan | None, error_text: str) -> str | None:
     """For the person, when a confined server's tool error says a write was refused (a read-only
-    file system, permission denied): where a confined server may write, and what to change."""
-    if plan is None or plan.confinement is None or not (found := _WRITE_REFUSED.search(error_text)):
+    file system; permission denied on a path it quotes): where it may write, and what to change."""
+    if plan is None or plan.confinement is None:
+        return None
+    found = _READ_ONLY.search(error_text) or _DENIED.search(error_text)
+    if found is None:
         return None
     quoted = _QUOTED_PATH.search(error_text[found.start() :]) or _QUOTED_PATH.search(error_text)
+    if quoted is None and not _READ_ONLY.search(error_text):
+        return None
     path = quoted.group(1) if quoted else None
     where = f" ({path})" if path else ""
     if path is not None and inside(Path(path), Path(MOUNT_ROOT)):
