@@ -18,6 +18,7 @@ from tether.mcp._connection import Connection, ConnectionLost, describe_error
 from tether.mcp._elicitation import CallInfo
 from tether.mcp._failures import Unavailable, classify, is_modern, leaf, session_gone, transport_failure
 from tether.mcp._results import checked_output, convert_result, invalid_output
+from tether.mcp._sandbox import write_hint
 from tether.mcp._tasks import Parked, run_task, task_required
 from tether.tools._contract import ToolContext, ToolOutput, ToolSpec
 from tether.trace._events import EventKind
@@ -217,6 +218,12 @@ async def call_tool(
         )
     why = await checked_output(result, source.listing.pinned.get(spec.remote_name, {}))
     output = convert_result(source.name, spec, result, why, source.emit, roots=source._root_paths())
+    if output.is_error and (hint := write_hint(source.sandbox_plan, output.text)) is not None:
+        source.emit(
+            EventKind.MCP_SANDBOX, server=source.name, action="write_refused", tool=spec.name, hint=hint
+        )
+        if hint not in source.warnings:  # shown to the person with the run, not to the model
+            source.warnings.append(hint)
     if info.elicitations:  # what became of the server's questions, in the call's own outcome
         output.meta["elicitation"] = list(info.elicitations)
     if info.samples:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["NEVER_SEEN", "SYSTEM_DIRS", "Launch", "inside", "resolve_launch"]
+__all__ = ["NEVER_SEEN", "SYSTEM_DIRS", "Launch", "found", "inside", "not_found", "resolve_launch"]
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
@@ -122,7 +122,7 @@ def resolve_launch(
     argv = list(argv)
     exe = _which(argv[0], env, cwd)
     if exe is None:
-        return Launch("unknown", argv, problem=f"{argv[0]!r} was not found (PATH of the server)")
+        return Launch("unknown", argv, problem=not_found(argv[0]))
     name = Path(argv[0]).name
     if name == "npx" or (name == "npm" and len(argv) > 1 and argv[1] in ("exec", "x")):
         return _npx(argv, exe, env, cwd, guarded, network)
@@ -137,6 +137,25 @@ def resolve_launch(
     if (shown := launch.show(exe.resolve(), f"bin/{exe.name}")) is not None:
         launch.argv[0] = shown
     return launch
+
+
+_PROVIDED_BY = {
+    **dict.fromkeys(("npx", "npm", "node", "nodejs"), "Node.js (it provides node, npm and npx)"),
+    **dict.fromkeys(("uvx", "uv"), "uv (it provides uvx: pip install uv, or see docs.astral.sh/uv)"),
+    "docker": "Docker",
+}
+
+
+def not_found(command: str) -> str:
+    """Why a launch command cannot start: its executable is missing (and what provides it)."""
+    provider = _PROVIDED_BY.get(Path(command).name)
+    fix = f"install {provider}, or give its full path" if provider else "install it, or give its full path"
+    return f"{command!r} was not found on the server's PATH: {fix} in the server's command"
+
+
+def found(command: str, env: Mapping[str, str], cwd: Path) -> bool:
+    """Whether a launch command's executable exists (on the server's PATH, or at its path)."""
+    return _which(command, env, cwd) is not None
 
 
 def _which(command: str, env: Mapping[str, str], cwd: Path) -> Path | None:
@@ -217,7 +236,7 @@ def _show_python(launch: Launch, interp: Path) -> str:
     # The venv's bin/python links to its base by a host path: inside, bin is new, linked anew.
     launch.ops.append(("--tmpfs", f"{venv_at}/bin"))
     base_exe = launch.translate(real)
-    if base_exe is None:  # a copied interpreter (venv --copies): the file itself
+    if base_exe is None or inside(real, venv):  # a copied interpreter (venv --copies): the file itself
         base_exe = f"{MOUNT_ROOT}/python-bin/{real.name}"
         launch.ops.append(("--ro-bind", str(real), base_exe))
     for link in dict.fromkeys(("python", "python3", interp.name)):
@@ -413,8 +432,9 @@ def _npx(
             argv,
             problem=(
                 f"{spec} is not installed in the npm cache ({cache / '_npx'}) and a confined server has "
-                f"no network: run `npx -y {spec} --help` once (it installs the package there), or set "
-                "network: any for this server"
+                f"no network: run `npx -y {spec} --help </dev/null` once (it installs the package there; "
+                "a server that ignores --help stops at the end of its input), or set network: any for "
+                "this server"
             ),
         )
     return _node(Launch("npx", [node, str(entry), *rest], _protected=guarded), Path(node), node, cwd)

@@ -8,6 +8,7 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -137,6 +138,11 @@ async def _stdio(source: McpServerSource, stack: AsyncExitStack) -> Any:
             source.emit(EventKind.MCP_SANDBOX, server=source.name, action="cannot_confine", why=plan.problem)
             raise ConfigError(plan.problem)
         env = plan.env if plan.env is not None else env
+    if source.sandbox_plan is None or source.sandbox_plan.confinement is None:  # run as it is
+        from tether.mcp._launchers import found, not_found
+
+        if not found(argv[0], env, Path(source.cwd or ".").resolve()):
+            raise ConfigError(not_found(argv[0]))
     errlog = None
     if source.stderr_factory is not None:
         source.stderr = source.stderr_factory()

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from tether.mcp._launchers import NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
+from tether.mcp._launchers import MOUNT_ROOT, NEVER_SEEN, SYSTEM_DIRS, Launch, inside, resolve_launch
 from tether.mcp._layers import LAYERS, layered, overlay_status, run_in_layers
 from tether.mcp._netallow import PROXY_PORT
 from tether.mcp._roots import root_path
@@ -40,6 +40,7 @@ __all__ = [
     "failure_hint",
     "overlay_status",
     "plan_confinement",
+    "write_hint",
 ]
 
 SandboxMode = Literal["auto", "required", "none"]
@@ -109,6 +110,7 @@ class SandboxPlan:
     refused: str | None = None  # set when ``required`` cannot be met: the server must not start
     proxy: tuple[str, ...] = ()  # the allowlist the host's proxy serves (the launch sends NET_FD)
     problem: str | None = None  # set when the launch cannot work confined as configured
+    unshown: tuple[str, ...] = ()  # host paths its command names that it is not shown
 
     def describe(self) -> dict[str, object]:
         out: dict[str, object] = {"sandbox": self.mode, "confined": self.confinement is not None}
@@ -122,6 +124,8 @@ class SandboxPlan:
                 out["network_allow"] = list(net)
             if self.confinement.withheld:
                 out["withheld"] = list(self.confinement.withheld)
+            if self.unshown:
+                out["not_shown"] = list(self.unshown)
         notes = {"warning": self.warning, "refused": self.refused, "problem": self.problem}
         return out | {f"sandbox_{k}": v for k, v in notes.items() if v}
 
@@ -141,7 +145,7 @@ def plan_confinement(
     bwrap: str | None = None,
 ) -> SandboxPlan:
     """The launch of one stdio server under ``mode``."""
-    argv = list(argv)
+    argv = argv_given = list(argv)
     found = _bwrap_for(mode, argv, bwrap)
     if isinstance(found, SandboxPlan):
         return found
@@ -160,11 +164,13 @@ def plan_confinement(
                 return False
         return p.exists()
 
-    declared_roots = [root_path(r).resolve() for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
+    written = [root_path(r) for r in roots if (u := urlsplit(r)).scheme == "file" and u.path]
+    declared_roots = [p.resolve() for p in written]
     rw = [p for p in (Path(w).expanduser().resolve() for w in write) if allowed(p)]
     # Declared paths show at their own path; the launcher's files under MOUNT_ROOT (launch.ops).
     ro = [p for p in (Path(r).expanduser().resolve() for r in read) if allowed(p)]
     (rw if roots_writable else ro).extend(p for p in declared_roots if allowed(p))
+    written += [Path(w).expanduser() for w in (*write, *read)]
     opts = _system_opts(network)
     for op in launch.ops:
         opts += list(op)
@@ -178,6 +184,8 @@ def plan_confinement(
     for p in rw_out:
         opts += ["--bind", str(p), str(p)]
     visible = [*rw_out, *map(Path, shown_ro)]
+    for alias, target in _aliases(written, visible):
+        opts += ["--symlink", str(target), str(alias)]
     if base.is_dir() and any(inside(base, v) for v in visible if v.is_dir()):
         workdir = str(base)
     else:
@@ -190,7 +198,10 @@ def plan_confinement(
     proxy = network if isinstance(network, tuple) else ()
     net = f"{PROXY_PORT}:{NET_FD}" if proxy else None
     argv, opts = _private_layers(argv, opts, launch.overlays, (*shown_ro, *map(str, rw_out)), net)
-    return SandboxPlan(mode, argv, inside_env, tuple(opts), confinement, data=tuple(launch.data), proxy=proxy)
+    unshown = _unshown(argv_given[1:], launch, visible)
+    return SandboxPlan(
+        mode, argv, inside_env, tuple(opts), confinement, tuple(launch.data), proxy=proxy, unshown=unshown
+    )
 
 
 def _system_opts(network: Network) -> list[str]:
@@ -348,11 +359,82 @@ def failure_hint(plan: SandboxPlan | None, stderr_tail: Sequence[str] = ()) -> s
                 break
         if found:
             break
+    if plan.unshown:  # its arguments name a host path it cannot see (an allowed folder, a repository)
+        change = (
+            f"its command names {plan.unshown[0]}, which it is not shown: list it in sandbox_read "
+            "(sandbox_write if the server writes there) or in roots"
+        )
     if plan.confinement.withheld:  # likelier than any setting: a folder it needs holds the host's files
         change = f"it was not shown {plan.confinement.withheld[0]}"
     return (
         f"the server ran confined ({plan.confinement.profile} launcher, sandbox: {plan.mode}); the sandbox "
         f"may be the cause: {change} (sandbox: none runs it unconfined, to check)"
+    )
+
+
+def _unshown(args: Sequence[str], launch: Launch, visible: Sequence[Path]) -> tuple[str, ...]:
+    """The existing host paths among a command's arguments (``/path`` or ``--flag=/path``) that
+    the sandbox does not show: neither the launcher's files, a system folder nor a declared path."""
+    out: list[str] = []
+    for arg in args:
+        text = arg.partition("=")[2] if arg.startswith("-") else arg
+        if not text.startswith(("/", "~")):
+            continue
+        path = Path(os.path.abspath(Path(text).expanduser()))
+        real = path.resolve()
+        if not path.exists() or launch.translate(real) is not None or any(inside(real, v) for v in visible):
+            continue  # missing, or shown: a system or launcher path (translate), or a declared one
+        if str(path) not in out:
+            out.append(str(path))
+    return tuple(out)
+
+
+def _aliases(written: Iterable[Path], visible: Sequence[Path]) -> list[tuple[Path, Path]]:
+    """Declared paths written through a symlink (``/data/link`` for ``/srv/real``), each with the
+    shown path it resolves to: the server is told the path as written (in its arguments, as a
+    root), so it shows there too, as a link to the shown path (bwrap makes the folders above it)."""
+    out: list[tuple[Path, Path]] = []
+    for alias in sorted({Path(os.path.abspath(p)) for p in written}, key=lambda p: len(p.parts)):
+        target = alias.resolve()
+        if (
+            target == alias
+            or not any(inside(target, v) for v in visible)  # not shown (missing, or withheld)
+            or any(inside(alias, v) for v in visible)  # the link itself is shown with its folder
+            or any(inside(alias, a) or inside(a, alias) for a, _ in out)
+            or any(inside(alias, Path(s)) for s in (*SYSTEM_DIRS, "/proc", "/dev", "/tmp/.X11-unix"))
+        ):
+            continue
+        out.append((alias, target))
+    return out
+
+
+_READ_ONLY = re.compile(r"read-only file system|\berofs\b", re.I)
+_DENIED = re.compile(r"permission denied|\beacces\b", re.I)  # with a path: a file's, not an API's
+_QUOTED_PATH = re.compile(r"""['"](/[^'"\n]{1,300})['"]""")
+
+
+def write_hint(plan: SandboxPlan | None, error_text: str) -> str | None:
+    """For the person, when a confined server's tool error says a write was refused (a read-only
+    file system; permission denied on a path it quotes): where it may write, and what to change."""
+    if plan is None or plan.confinement is None:
+        return None
+    found = _READ_ONLY.search(error_text) or _DENIED.search(error_text)
+    if found is None:
+        return None
+    quoted = _QUOTED_PATH.search(error_text[found.start() :]) or _QUOTED_PATH.search(error_text)
+    if quoted is None and not _READ_ONLY.search(error_text):
+        return None
+    path = quoted.group(1) if quoted else None
+    where = f" ({path})" if path else ""
+    if path is not None and inside(Path(path), Path(MOUNT_ROOT)):
+        return (
+            f"a call failed writing into the server's own installation{where}, which a confined server "
+            "sees read-only: set the data path its README documents (often an env variable) to a folder "
+            "listed in sandbox_write"
+        )
+    return (
+        f"a call failed on a write the sandbox does not allow{where}: a confined server writes only to "
+        "sandbox_write folders (and its roots with roots_writable): list the folder there"
     )
 
 

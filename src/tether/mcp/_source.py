@@ -284,7 +284,14 @@ class McpServerSource:
             short = why  # (the model may read it: the host's own refusals go to the person only)
             if refused:
                 short = "the host could not launch it as configured (the run's output says why)"
-            detail = await self._failure_detail(why, started=conn.answered)
+            slow = f"raise connect_timeout_s for server {self.name} if it is slow to start" + (
+                " (a first `npx -y` or `uvx` run downloads its package: run it once beforehand)"
+                if self.command
+                else ""
+            )
+            detail = await self._failure_detail(
+                why, started=conn.answered, setting=slow if isinstance(err, TimeoutError) else None
+            )
             self._start_detail = detail or (why if short != why else None)
             raise Unavailable(f"MCP server {self.name} could not be started: {short}", cause=short) from None
         self._announced = conn
@@ -296,9 +303,12 @@ class McpServerSource:
             **({"restart": self.restarts} if self.restarts else {}),
         )
 
-    async def _failure_detail(self, why: str, *, started: bool = False) -> str | None:
-        """For the person (never the model): the cause, the last stderr lines and, when the server
-        never answered the handshake, which sandbox setting may be the cause."""
+    async def _failure_detail(
+        self, why: str, *, started: bool = False, setting: str | None = None
+    ) -> str | None:
+        """For the person (never the model): the cause, the last stderr lines, the ``setting`` to
+        change and, when the server never answered the handshake, which sandbox setting may be the
+        cause."""
         from tether.mcp._sandbox import failure_hint
 
         if self.stderr is not None:
@@ -306,6 +316,7 @@ class McpServerSource:
             await anyio.to_thread.run_sync(lambda: stderr.wait(1.0))
         tail = list(self.stderr.tail) if self.stderr is not None else []
         hint = None if started else failure_hint(self.sandbox_plan, tail)
+        hint = "; ".join(h for h in (setting, hint) if h) or None
         if (detail := self._detail(why, tail, hint)) is not None:
             self.emit(
                 EventKind.MCP_CONNECTION,

@@ -26,6 +26,7 @@ _SANDBOX: dict[str, Any] = {
     "network": str,  # none | any | allowlist
     "network_allow": list[str],  # the allowlist's host:port entries
     "withheld": list[str],
+    "not_shown": list[str],  # host paths its command names that the sandbox does not show
     "sandbox_warning": str,
     "sandbox_refused": str,
     "sandbox_problem": str,
@@ -145,9 +146,12 @@ PAYLOADS: dict[EventKind, dict[str, Any]] = {
     EventKind.MCP_SANDBOX: {
         **_SANDBOX,
         "server": Required[str],
-        "action": Required[str],  # confined | unconfined | refused | cannot_confine | network_refused
+        # confined | unconfined | refused | cannot_confine | network_refused | write_refused
+        "action": Required[str],
         "why": str | None,
         "destination": str,  # network_refused: the host:port the server asked for
+        "tool": str,  # write_refused: the tool whose call failed on a write the sandbox refused
+        "hint": str,  # write_refused: what to change (for the person)
     },
     EventKind.MCP_PROGRESS: {
         "server": Required[str],
