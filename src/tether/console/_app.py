@@ -91,9 +91,11 @@ class Guard:
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
     else's body is never read, the app answers it as it answers any request not signed in;
-    every response gets ``PROTECTIVE_HEADERS``; the client's address is kept for the audit
-    entries; a WebSocket handshake is refused (404). Past ``max_requests`` being served a request
-    is 503 at once, past all but ``reserved`` of them one without credentials (``_room``)."""
+    every response gets ``PROTECTIVE_HEADERS``, and every cookie set over HTTPS is ``Secure``
+    (``_secure_cookie``: a console behind a TLS proxy without ``--secure-cookies``); the client's
+    address is kept for the audit entries; a WebSocket handshake is refused (404). Past
+    ``max_requests`` being served a request is 503 at once, past all but ``reserved`` of them one
+    without credentials (``_room``)."""
 
     def __init__(
         self,
@@ -120,11 +122,14 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
+        https = scope.get("scheme") == "https"  # as the client sent it (a trusted proxy's X-Forwarded-Proto)
+
         async def wrapped(message: Message) -> None:
             if message["type"] == "http.response.start":
-                names = {k.lower() for k, _ in message.get("headers", [])}
+                headers = [_secure_cookie(k, v) if https else (k, v) for k, v in message.get("headers", [])]
+                names = {k.lower() for k, _ in headers}
                 message["headers"] = [
-                    *message.get("headers", []),
+                    *headers,
                     *[(k, v) for k, v in PROTECTIVE_HEADERS if k not in names],
                 ]
             await send(message)
@@ -193,6 +198,14 @@ class Guard:
         if scope.get("path") == SIGN_IN:
             return MAX_ANONYMOUS_BODY
         return MAX_BODY if await self.gate.signed_in(Request(scope)) else 0
+
+
+def _secure_cookie(name: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """A header of a response sent over HTTPS: a cookie it sets is ``Secure`` (never sent back
+    over plain HTTP, where anyone on the path reads it), with ``--secure-cookies`` or without."""
+    if name.lower() != b"set-cookie" or b"secure" in [a.strip().lower() for a in value.split(b";")[1:]]:
+        return name, value
+    return name, value + b"; Secure"
 
 
 async def _no_body() -> Message:

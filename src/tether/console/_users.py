@@ -52,6 +52,9 @@ ROLES: dict[str, int] = {"viewer": 1, "reviewer": 2, "admin": 3}
 ALL_TENANTS = "*"
 SESSION_TTL = timedelta(hours=12)  # a session ends this long after sign-in, however busy
 SESSION_IDLE = timedelta(minutes=30)  # and this long after its last request (``session_idle``)
+# Sessions one person holds at once: a sign-in past it ends their oldest (sign-ins by a script,
+# or by whoever has the password, never pile up sessions that each live for hours).
+MAX_SESSIONS = 20
 MIN_PASSWORD = 10
 TOKEN_PREFIX = "tether_"
 MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
@@ -415,7 +418,8 @@ class UserStore:
         ``credential``: the one a sign-in verified (``check_password``); the session is begun in
         the same transaction that finds it still the person's, so a password set or an account
         disabled while the password was being checked (``tether users`` on the host) ends the
-        sign-in too. Raises ``AuthError("credential_changed")``."""
+        sign-in too. Past ``MAX_SESSIONS`` of the person's, the oldest ends. Raises
+        ``AuthError("credential_changed")``."""
         raw = secrets.token_urlsafe(32)
         now = _now()
         with self._tx() as conn:
@@ -430,6 +434,11 @@ class UserStore:
                 "INSERT INTO sessions (id_hash, user, csrf, created_at, expires_at, seen_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (_digest(raw), name, secrets.token_urlsafe(32), _ts(now), _ts(now + SESSION_TTL), _ts(now)),
+            )
+            conn.execute(  # the newest MAX_SESSIONS are kept (rowid: the order they were made in)
+                "DELETE FROM sessions WHERE user = ? AND rowid NOT IN"
+                " (SELECT rowid FROM sessions WHERE user = ? ORDER BY rowid DESC LIMIT ?)",
+                (name, name, MAX_SESSIONS),
             )
         return raw
 
