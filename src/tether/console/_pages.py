@@ -26,7 +26,7 @@ from tether.console._resume import resume_run
 from tether.console._rules import RULES
 from tether.console._runs import RunFilter, run_filter, run_totals, timeline
 from tether.console._sources import ConsoleSources
-from tether.console._users import AuthError, Denied, Hidden, Principal
+from tether.console._users import MAX_PASSWORD, AuthError, Denied, Hidden, Principal
 from tether.console._web import NUL_REFUSED, form_value, holds_nul
 from tether.errors import ApprovalError, TetherError
 
@@ -279,7 +279,7 @@ class _Pages:
                     credential = await anyio.to_thread.run_sync(
                         self.sources.users.check_password,
                         name,
-                        form_value(form, "password", 1024),
+                        form_value(form, "password", MAX_PASSWORD),
                         limiter=self.gate.hashing,
                     )
                     done = RedirectResponse(nxt, status_code=303)

@@ -56,6 +56,10 @@ SESSION_IDLE = timedelta(minutes=30)  # and this long after its last request (``
 # or by whoever has the password, never pile up sessions that each live for hours).
 MAX_SESSIONS = 20
 MIN_PASSWORD = 10
+MAX_PASSWORD = 1024  # what the sign-in form reads of one (a longer one could never sign in)
+# Different characters a password needs besides its person's name (``aaaaaaaaaa``, the name
+# written three times, ten spaces: each long enough, each among the first guesses).
+MIN_PASSWORD_CHARS = 5
 TOKEN_PREFIX = "tether_"
 MAX_TOKEN_DAYS = 3660  # a token's longest lifetime when one is given (about ten years)
 TOKEN_GUESSES = 10  # secrets tried under one token's id in a minute before none is hashed
@@ -268,7 +272,7 @@ class UserStore:
         check_name(name)
         for tenant, role in (grants or {}).items():
             _check_grant(tenant, role)
-        hashed = self._new_password(password)
+        hashed = self._new_password(name, password)
         with self._tx() as conn:
             if conn.execute("SELECT 1 FROM users WHERE name = ?", (name,)).fetchone():
                 raise AuthError("exists", f"user {name} exists")
@@ -279,12 +283,22 @@ class UserStore:
 
     def set_password(self, name: str, password: str) -> None:
         """A new password means the old one may be known: the sessions and API tokens end too."""
-        self._update_user(name, "password_hash", self._new_password(password), end_access=True)
+        self._update_user(name, "password_hash", self._new_password(name, password), end_access=True)
 
-    def _new_password(self, password: str) -> str:
-        """The hash to store for a chosen password. Raises ``AuthError("weak_password")``."""
+    def _new_password(self, name: str, password: str) -> str:
+        """The hash to store for a password ``name`` chose. Raises ``AuthError("weak_password")``
+        for one shorter than ``MIN_PASSWORD``, longer than ``MAX_PASSWORD``, or with fewer than
+        ``MIN_PASSWORD_CHARS`` different characters once the name and white space are left out."""
         if len(password) < MIN_PASSWORD:
             raise AuthError("weak_password", f"a password needs at least {MIN_PASSWORD} characters")
+        if len(password) > MAX_PASSWORD:
+            raise AuthError("weak_password", f"a password has at most {MAX_PASSWORD} characters")
+        rest = "".join(password.split()).casefold().replace(name.casefold(), "")
+        if len(set(rest)) < MIN_PASSWORD_CHARS:
+            raise AuthError(
+                "weak_password",
+                f"a password needs at least {MIN_PASSWORD_CHARS} different characters besides the user name",
+            )
         return hash_secret(password, n=self.scrypt_n)
 
     def set_disabled(self, name: str, disabled: bool) -> None:
