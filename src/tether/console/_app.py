@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tether.console._render import environment
 from tether.console._sources import ConsoleSources
 from tether.console._users import CLIENT
-from tether.console._web import NUL_REFUSED, Gate
+from tether.console._web import UNSTORABLE, Gate
 from tether.errors import ConfigError
 
 __all__ = ["LOOPBACK_HOSTS", "PROTECTIVE_HEADERS", "REQUEST_DEADLINE", "Console", "create_app"]
@@ -86,7 +86,7 @@ def _host_name(value: bytes) -> str:
 
 class Guard:
     """In front of every request: the ``Host`` header must name this console (421: DNS
-    rebinding); a path or query with a NUL character is refused (400, ``NUL_REFUSED``); the
+    rebinding); a path or query with a NUL character is refused (400, ``UNSTORABLE``); the
     body is read whole before a handler runs, at most ``MAX_BODY`` bytes (413)
     within ``REQUEST_DEADLINE`` seconds (408), and only when the request is signed in (``gate``:
     a session or API token valid now) or is the sign-in form (``MAX_ANONYMOUS_BODY``): anyone
@@ -159,7 +159,7 @@ class Guard:
             await PlainTextResponse("unknown host name", status_code=421)(scope, receive, wrapped)
             return
         if "\x00" in scope.get("path", "") or b"\x00" in unquote_to_bytes(scope.get("query_string", b"")):
-            await PlainTextResponse(NUL_REFUSED, status_code=400)(scope, receive, wrapped)
+            await PlainTextResponse(UNSTORABLE, status_code=400)(scope, receive, wrapped)
             return
         client = scope.get("client")
         CLIENT.set(str(client[0]) if client else "")
